@@ -1,0 +1,45 @@
+# Quro — build, run and test. `make run` and `make test` do all set-up on a
+# fresh Debian machine (as root, or with sudo for apt-get).
+
+GO      ?= go
+BIN     := bin/quro
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X github.com/quro-dev/quro/internal/version.Version=$(VERSION)
+ADDR    ?= 127.0.0.1:7070
+
+# Debian packages the tests (and the engines) use.
+TEST_PKGS := python3 bash
+
+.PHONY: all build run test deps test-deps vet fmt-check bench clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/quro
+
+run: build
+	./$(BIN) serve --addr $(ADDR)
+
+# Install what is missing, then check formatting, vet and run every test.
+test: test-deps fmt-check vet
+	$(GO) test -count=1 -timeout 20m ./...
+
+test-deps:
+	@missing=""; for p in $(TEST_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && $$SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 200x -count 5 ./internal/app/ | tee bench/last.txt
+
+clean:
+	rm -rf bin

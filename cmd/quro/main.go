@@ -1,0 +1,70 @@
+// Command quro is a self-hosted code-execution and terminal server for AI
+// agents. See `quro help`.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/quro-dev/quro/internal/app"
+)
+
+func main() { os.Exit(Main()) }
+
+// exitError carries a process exit status out of a command.
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// Main runs the CLI and returns the process exit status.
+func Main() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRoot(os.Stdin, os.Stdout, os.Stderr)
+	err := root.ExecuteContext(ctx)
+	var ee *exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	}
+	fmt.Fprintln(os.Stderr, "quro:", err)
+	return 1
+}
+
+type globals struct {
+	dataDir string
+	stdin   io.Reader
+}
+
+func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{stdin: stdin}
+	root := &cobra.Command{
+		Use:   "quro",
+		Short: "Run code and drive terminals for AI agents, isolated and fast",
+		Long: `Quro lets AI agents run Python, JS/TS and shell, render artifacts and drive
+persistent terminals on a Linux host. One binary: quro serve exposes every
+capability over HTTP; quro run calls the same controller in-process.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetIn(stdin)
+	root.PersistentFlags().StringVar(&g.dataDir, "data", app.DefaultDataDir(),
+		"data directory (database, sessions, workspaces); env QURO_DATA")
+	root.AddCommand(newServeCmd(g), newRunCmd(g), newDoctorCmd(g), newVersionCmd(), newSessionCmd(g))
+	return root
+}
+
+func (g *globals) open(ctx context.Context) (*app.App, error) {
+	return app.New(ctx, app.Options{DataDir: g.dataDir})
+}

@@ -1,0 +1,146 @@
+// Package app assembles one running Quro: it opens the data directory and
+// store, the session manager, the sandbox, the engines and their chains, and
+// declares the capabilities on a controller. Every access path (the HTTP
+// server, the CLI, later MCP) is built on an App; nothing else wires parts.
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/engine/shell"
+	"github.com/quro-dev/quro/internal/render"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/store"
+)
+
+// Options configure an App. Only DataDir is required.
+type Options struct {
+	DataDir string
+	Logger  *slog.Logger
+	Run     *runcode.Options
+	Sandbox *sandbox.Options
+}
+
+// App is one assembled Quro. Close it when done.
+type App struct {
+	DataDir    string
+	Store      *store.Store
+	Sessions   *session.Manager
+	Sandbox    *sandbox.Sandbox
+	Runner     *runcode.Runner
+	Controller *controller.Controller
+	Log        *slog.Logger
+	Started    time.Time
+
+	isolation func() []sandbox.Feature
+}
+
+// DefaultDataDir is $QURO_DATA, else $XDG_DATA_HOME/quro, else
+// ~/.local/share/quro.
+func DefaultDataDir() string {
+	if d := os.Getenv("QURO_DATA"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "quro")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "quro")
+	}
+	return filepath.Join(home, ".local", "share", "quro")
+}
+
+// New opens the data directory and assembles an App.
+func New(ctx context.Context, opts Options) (*App, error) {
+	if opts.DataDir == "" {
+		return nil, fmt.Errorf("app: no data directory")
+	}
+	dir, err := filepath.Abs(opts.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	st, err := store.Open(ctx, filepath.Join(dir, "quro.db"))
+	if err != nil {
+		return nil, err
+	}
+	sessions, err := session.Open(ctx, st, dir)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	sb, err := sandbox.New(opts.Sandbox)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	a := &App{
+		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
+		Runner: runcode.New(Languages(sb), opts.Run),
+	}
+	a.isolation = sync.OnceValue(func() []sandbox.Feature {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return sb.Probe(ctx)
+	})
+	reg := capability.NewRegistry()
+	a.register(reg)
+	a.Controller = controller.New(reg, log)
+	return a, nil
+}
+
+// Close releases the store.
+func (a *App) Close() error { return a.Store.Close() }
+
+// Isolation reports the machine's isolation features (probed once).
+func (a *App) Isolation() []sandbox.Feature { return a.isolation() }
+
+// Languages declares run_code's language matrix and engine chains.
+func Languages(sb *sandbox.Sandbox) []runcode.Language {
+	code := render.Code{}
+	noJS := "the embedded JavaScript/TypeScript engine is not part of this build yet"
+	langs := []runcode.Language{
+		{Name: "python", Aliases: []string{"py", "py3", "python3"}, Runs: true,
+			Chain: []runcode.Engine{python.NewSystem(sb)}},
+		{Name: "js", Aliases: []string{"javascript", "node", "mjs", "cjs"}, Runs: true, Missing: noJS},
+		{Name: "ts", Aliases: []string{"typescript"}, Runs: true, Missing: noJS},
+		{Name: "shell", Aliases: []string{"sh", "bash"}, Runs: true, Chain: []runcode.Engine{shell.New(sb)}},
+		{Name: "html", Aliases: []string{"htm", "markup"}, Chain: []runcode.Engine{render.HTML{}}},
+		{Name: "json", Chain: []runcode.Engine{render.JSON{}}},
+		{Name: "css", Chain: []runcode.Engine{render.CSS{}}},
+		{Name: "xml", Chain: []runcode.Engine{render.XML{}}},
+		{Name: "svg", Chain: []runcode.Engine{render.XML{SVGOnly: true}}},
+	}
+	shown := []struct {
+		name    string
+		aliases []string
+	}{
+		{"c", []string{"h"}}, {"cpp", []string{"c++", "cxx", "cc", "hpp"}}, {"java", nil},
+		{"kotlin", []string{"kt"}}, {"go", []string{"golang"}}, {"rust", []string{"rs"}},
+		{"csharp", []string{"cs", "c#"}}, {"swift", nil}, {"scala", nil}, {"zig", nil},
+		{"haskell", []string{"hs"}}, {"dart", nil}, {"objc", []string{"objective-c"}},
+		{"fortran", []string{"f90"}}, {"pascal", nil},
+	}
+	for _, s := range shown {
+		langs = append(langs, runcode.Language{Name: s.name, Aliases: s.aliases, Chain: []runcode.Engine{code}})
+	}
+	return langs
+}

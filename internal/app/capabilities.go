@@ -1,0 +1,165 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/version"
+)
+
+// RunCodeInput is run_code's input.
+type RunCodeInput struct {
+	Code      string `json:"code" jsonschema:"the source code to run or render"`
+	Lang      string `json:"lang,omitempty" jsonschema:"language or alias; default python"`
+	Session   string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty" jsonschema:"time budget in milliseconds; default 30000"`
+}
+
+// Empty is the input of capabilities that take no arguments.
+type Empty struct{}
+
+// CapabilityInfo describes one capability in list_capabilities.
+type CapabilityInfo struct {
+	Name         string `json:"name"`
+	Description  string `json:"description"`
+	Scope        string `json:"scope"`
+	InputSchema  any    `json:"input_schema" jsonschema:"JSON schema of the input"`
+	OutputSchema any    `json:"output_schema" jsonschema:"JSON schema of the output"`
+}
+
+// CapabilityList is list_capabilities' output.
+type CapabilityList struct {
+	Capabilities []CapabilityInfo `json:"capabilities"`
+}
+
+// Text lists names and descriptions.
+func (l *CapabilityList) Text() string {
+	var b strings.Builder
+	for _, c := range l.Capabilities {
+		fmt.Fprintf(&b, "%s (%s): %s\n", c.Name, c.Scope, c.Description)
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// Status is get_service_status' output.
+type Status struct {
+	PID            int                    `json:"pid"`
+	Version        string                 `json:"version"`
+	StartedAt      time.Time              `json:"started_at"`
+	UptimeSeconds  float64                `json:"uptime_seconds"`
+	DataDir        string                 `json:"data_dir"`
+	Sessions       int                    `json:"sessions"`
+	DefaultSession string                 `json:"default_session"`
+	Engines        []runcode.EngineStatus `json:"engines"`
+	Isolation      []sandbox.Feature      `json:"isolation"`
+}
+
+// Text summarises the status.
+func (s *Status) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "quro %s, pid %d, up %s, %d session(s), data %s\n", s.Version, s.PID,
+		time.Duration(s.UptimeSeconds*float64(time.Second)).Round(time.Second), s.Sessions, s.DataDir)
+	b.WriteString("engines:\n")
+	for _, e := range s.Engines {
+		state := "available"
+		if !e.Available {
+			state = "unavailable: " + e.Reason
+		}
+		fmt.Fprintf(&b, "  %s tier %d %s: %s\n", e.Lang, e.Tier, e.Engine, state)
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// Help is help's output.
+type Help struct {
+	Guide string `json:"text"`
+}
+
+// Text returns the guide.
+func (h *Help) Text() string { return h.Guide }
+
+func (a *App) register(reg *capability.Registry) {
+	langs := a.Runner.SortedAliases()
+	opts := a.Runner.Options()
+	reg.Register(capability.New("run_code",
+		"Run or render code and get one result. lang (default python) is one of: "+strings.Join(langs, "; ")+
+			". python and shell really run in the session's sandbox (workspace as working directory, state on disk persists in the session); "+
+			"html, css, json, xml and svg are validated and rendered as artifacts; compiled languages are shown highlighted and NOT run. "+
+			fmt.Sprintf("The text result shows errors (⚠️), stdout, then stderr (⚠️); stdout is cut to %d KiB and stderr to %d KiB keeping head and tail, ", opts.MaxStdout>>10, opts.MaxStderr>>10)+
+			"with the full output saved in the workspace (stdout_file/stderr_file). "+
+			fmt.Sprintf("On timeout (default %s, at most %s) the whole process tree is killed and the output so far is returned.", opts.DefaultTimeout, opts.MaxTimeout),
+		capability.ScopeExec, a.runCode))
+	reg.Register(capability.New("list_capabilities",
+		"List every capability with its description, required scope and input/output JSON schemas.",
+		capability.ScopeRead, func(ctx context.Context, _ Empty) (*CapabilityList, error) {
+			out := &CapabilityList{}
+			for _, c := range reg.List() {
+				out.Capabilities = append(out.Capabilities, CapabilityInfo{
+					Name: c.Name, Description: c.Description, Scope: string(c.Scope),
+					InputSchema: c.InputSchema, OutputSchema: c.OutputSchema,
+				})
+			}
+			return out, nil
+		}))
+	reg.Register(capability.New("get_service_status",
+		"Service status: pid, version, uptime, number of sessions, the engines of each language with their availability, and the isolation features of the machine.",
+		capability.ScopeRead, func(ctx context.Context, _ Empty) (*Status, error) { return a.Status(ctx) }))
+	reg.Register(capability.New("help",
+		"A short guide to Quro for models: what each capability does and which languages run_code accepts.",
+		capability.ScopeRead, func(ctx context.Context, _ Empty) (*Help, error) {
+			var b strings.Builder
+			b.WriteString("Quro runs code and drives terminals in isolated, persistent sessions.\n")
+			b.WriteString("Sessions: every call takes an optional session (id or name); without one the default session is used. A session keeps its workspace directory between calls.\n\n")
+			b.WriteString("Capabilities:\n")
+			for _, c := range reg.List() {
+				fmt.Fprintf(&b, "- %s: %s\n", c.Name, c.Description)
+			}
+			b.WriteString("\nrun_code languages: " + strings.Join(langs, "; ") + "\n")
+			return &Help{Guide: strings.TrimRight(b.String(), "\n")}, nil
+		}))
+}
+
+func (a *App) runCode(ctx context.Context, in RunCodeInput) (*runcode.Result, error) {
+	if in.TimeoutMS < 0 {
+		return nil, capability.Errorf(capability.InvalidArgument, "timeout_ms must not be negative")
+	}
+	// Resolve the language first: an unknown one is an error even before
+	// the session is looked at.
+	if _, err := a.Runner.Resolve(in.Lang); err != nil {
+		return nil, err
+	}
+	sess, err := a.Sessions.Get(ctx, in.Session)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.Sessions.Touch(ctx, sess); err != nil {
+		return nil, err
+	}
+	return a.Runner.Run(ctx, runcode.Input{
+		Code: in.Code, Lang: in.Lang, Session: sess, Timeout: time.Duration(in.TimeoutMS) * time.Millisecond,
+	})
+}
+
+// Status reports the service status.
+func (a *App) Status(ctx context.Context) (*Status, error) {
+	n, err := a.Sessions.Count(ctx)
+	if err != nil {
+		return nil, err
+	}
+	def, err := a.Sessions.Default(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &Status{
+		PID: os.Getpid(), Version: version.String(), StartedAt: a.Started,
+		UptimeSeconds: time.Since(a.Started).Seconds(), DataDir: a.DataDir,
+		Sessions: n, DefaultSession: def.ID,
+		Engines: a.Runner.Engines(), Isolation: a.Isolation(),
+	}, nil
+}

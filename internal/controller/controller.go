@@ -1,0 +1,114 @@
+// Package controller is the one controller every access path calls: it
+// checks the caller's scope, dispatches to the capability, records the
+// outcome in the log, and turns every failure into a *capability.Error with
+// a stable code. Access paths translate that code into their own status and
+// never start processes themselves.
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// Caller says who is calling and through which access path.
+type Caller struct {
+	Path   string           // "rest", "cli", "mcp", "ws"
+	Tenant string           // owner of the caller's sessions ("" in single-user mode)
+	Scope  capability.Scope // the widest scope the caller holds
+}
+
+type callerKey struct{}
+
+// CallerFrom returns the caller of the capability running under ctx.
+func CallerFrom(ctx context.Context) (Caller, bool) {
+	c, ok := ctx.Value(callerKey{}).(Caller)
+	return c, ok
+}
+
+// Reply is what a successful call returns: the structured output and the
+// text a model reads.
+type Reply struct {
+	Output any
+	Text   string
+}
+
+// Controller dispatches capability calls. Safe for concurrent use.
+type Controller struct {
+	reg *capability.Registry
+	log *slog.Logger
+}
+
+// New returns a controller over reg. log may be nil.
+func New(reg *capability.Registry, log *slog.Logger) *Controller {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Controller{reg: reg, log: log}
+}
+
+// Registry returns the capability registry.
+func (c *Controller) Registry() *capability.Registry { return c.reg }
+
+// Call runs capability name with args for caller. The error, if any, is a
+// *capability.Error.
+func (c *Controller) Call(ctx context.Context, caller Caller, name string, args json.RawMessage) (*Reply, error) {
+	start := time.Now()
+	reply, err := c.call(ctx, caller, name, args)
+	outcome := "ok"
+	if err != nil {
+		outcome = string(err.(*capability.Error).Code)
+	}
+	c.log.LogAttrs(ctx, slog.LevelInfo, "call",
+		slog.String("capability", name), slog.String("path", caller.Path),
+		slog.String("outcome", outcome), slog.Duration("duration", time.Since(start)))
+	return reply, err
+}
+
+func (c *Controller) call(ctx context.Context, caller Caller, name string, args json.RawMessage) (*Reply, error) {
+	capb, ok := c.reg.Get(name)
+	if !ok {
+		return nil, capability.Errorf(capability.NotFound, "no capability %q; list_capabilities shows them", name)
+	}
+	if !caller.Scope.Covers(capb.Scope) {
+		return nil, capability.Errorf(capability.PermissionDenied, "%s needs scope %q", name, capb.Scope)
+	}
+	out, err := capb.Call(context.WithValue(ctx, callerKey{}, caller), args)
+	if err != nil {
+		return nil, Classify(err)
+	}
+	reply := &Reply{Output: out}
+	if t, ok := out.(capability.Texter); ok {
+		reply.Text = t.Text()
+	} else {
+		b, _ := json.MarshalIndent(out, "", "  ")
+		reply.Text = string(b)
+	}
+	return reply, nil
+}
+
+// Classify maps an error from any layer to a *capability.Error.
+func Classify(err error) *capability.Error {
+	var ce *capability.Error
+	switch {
+	case errors.As(err, &ce):
+		return ce
+	case errors.Is(err, runcode.ErrInvalid), errors.Is(err, session.ErrBadName):
+		return capability.Errorf(capability.InvalidArgument, "%s", err.Error())
+	case errors.Is(err, session.ErrNotFound):
+		return capability.Errorf(capability.NotFound, "%s", err.Error())
+	case errors.Is(err, session.ErrExists):
+		return capability.Errorf(capability.AlreadyExists, "%s", err.Error())
+	case errors.Is(err, context.Canceled):
+		return capability.Errorf(capability.Canceled, "the call was canceled")
+	case errors.Is(err, context.DeadlineExceeded):
+		return capability.Errorf(capability.DeadlineExceeded, "the call ran out of time")
+	}
+	return capability.Errorf(capability.Internal, "%s", err.Error())
+}

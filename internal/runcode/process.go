@@ -1,0 +1,42 @@
+package runcode
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/quro-dev/quro/internal/sandbox"
+)
+
+// ProcessSpec is the sandbox spec for running args in req's session: the
+// workspace as working directory and HOME, the session's tmp directory, its
+// variables, and req's output writers.
+func ProcessSpec(req *Request, args ...string) *sandbox.Spec {
+	return &sandbox.Spec{
+		Args:   args,
+		Dir:    req.Session.Workspace(),
+		Home:   req.Session.Workspace(),
+		TmpDir: req.Session.TmpDir(),
+		Env:    req.Session.Env,
+		Stdout: req.Stdout,
+		Stderr: req.Stderr,
+	}
+}
+
+// ExitResult turns how a sandboxed process ended into a Result.
+func ExitResult(e sandbox.Exit, timeout time.Duration) *Result {
+	res := &Result{ExitCode: e.Code}
+	switch {
+	case e.TimedOut:
+		res.TimedOut, res.Interrupted = true, true
+		res.Error = fmt.Sprintf("timed out after %s; the process group was killed (output so far is kept)", timeout.Round(time.Millisecond))
+	case e.Canceled:
+		res.Interrupted = true
+		res.Error = "canceled by the caller; the process group was killed"
+	case e.Signal != 0:
+		res.Notes = append(res.Notes, fmt.Sprintf("killed by signal %d (%s)", int(e.Signal), e.Signal))
+	}
+	if e.Abandoned {
+		res.Notes = append(res.Notes, "a process that left the run's process group kept the output open; its later output was not read")
+	}
+	return res
+}

@@ -1,0 +1,83 @@
+package runcode
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Artifact is a rich output of a run: a page, an image, a tree.
+type Artifact struct {
+	Kind string `json:"kind" jsonschema:"html, svg, png, json or text"`
+	MIME string `json:"mime" jsonschema:"media type, e.g. text/html"`
+	Name string `json:"name" jsonschema:"a file name for the artifact"`
+	// Data is the content: text for html, svg, json and text; base64 for png.
+	Data string `json:"data" jsonschema:"the content: text for html/svg/json/text, base64 for png"`
+}
+
+// Result is the one result shape of run_code, whatever the language.
+//
+// Error is an engine-level failure only (engine missing, crashed, timed out);
+// the user code's own failure is a normal result with its message in Stderr
+// and a non-zero ExitCode.
+type Result struct {
+	Session     string     `json:"session" jsonschema:"id of the session the code ran in"`
+	Lang        string     `json:"lang" jsonschema:"the language after resolving aliases"`
+	Engine      string     `json:"engine" jsonschema:"the engine that produced the result"`
+	ExitCode    int        `json:"exit_code" jsonschema:"exit status; 128+N when killed by signal N"`
+	Stdout      string     `json:"stdout" jsonschema:"standard output (middle cut when long; bytes that are not UTF-8 shown as \\xNN)"`
+	Stderr      string     `json:"stderr" jsonschema:"standard error, same rules as stdout"`
+	Error       string     `json:"error" jsonschema:"engine-level failure, empty when the engine ran the code"`
+	TimedOut    bool       `json:"timed_out" jsonschema:"the run hit its timeout"`
+	Interrupted bool       `json:"interrupted" jsonschema:"the run was stopped before it finished (timeout or cancel)"`
+	Truncated   bool       `json:"truncated" jsonschema:"stdout or stderr was cut; the full output is in stdout_file/stderr_file"`
+	DurationMS  float64    `json:"duration_ms" jsonschema:"wall time of the run in milliseconds"`
+	Artifacts   []Artifact `json:"artifacts" jsonschema:"rich outputs: pages, images, trees"`
+	StdoutBytes int64      `json:"stdout_bytes" jsonschema:"size of the whole standard output"`
+	StderrBytes int64      `json:"stderr_bytes" jsonschema:"size of the whole standard error"`
+	// StdoutFile and StderrFile name, relative to the session workspace, the
+	// files that keep a stream whole when it was cut or had to be escaped.
+	StdoutFile string   `json:"stdout_file,omitempty" jsonschema:"workspace-relative file with the full raw stdout, when cut or escaped"`
+	StderrFile string   `json:"stderr_file,omitempty" jsonschema:"workspace-relative file with the full raw stderr, when cut or escaped"`
+	Notes      []string `json:"notes,omitempty" jsonschema:"remarks about the run, e.g. that code was shown but not run"`
+}
+
+// Text renders the result for a model, with one template for every engine:
+// the error line, stdout, stderr, then notes and artifacts, or "(no output)".
+func (r *Result) Text() string {
+	var b strings.Builder
+	line := func(s string) {
+		b.WriteString(s)
+		if !strings.HasSuffix(s, "\n") {
+			b.WriteByte('\n')
+		}
+	}
+	if r.Error != "" {
+		line("⚠️ error: " + r.Error)
+	}
+	if r.Stdout != "" {
+		line(r.Stdout)
+		if r.StdoutFile != "" {
+			line(fmt.Sprintf("(full stdout, %s: %s)", humanBytes(r.StdoutBytes), r.StdoutFile))
+		}
+	}
+	if r.Stderr != "" {
+		line("⚠️ stderr:")
+		line(r.Stderr)
+		if r.StderrFile != "" {
+			line(fmt.Sprintf("(full stderr, %s: %s)", humanBytes(r.StderrBytes), r.StderrFile))
+		}
+	}
+	if r.Error == "" && r.ExitCode != 0 {
+		line(fmt.Sprintf("⚠️ exit code %d", r.ExitCode))
+	}
+	for _, n := range r.Notes {
+		line("ℹ️ " + n)
+	}
+	for _, a := range r.Artifacts {
+		line(fmt.Sprintf("📎 %s artifact %q (%s)", a.Kind, a.Name, humanBytes(int64(len(a.Data)))))
+	}
+	if b.Len() == 0 {
+		return "(no output)"
+	}
+	return strings.TrimRight(b.String(), "\n")
+}

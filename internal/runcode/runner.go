@@ -1,0 +1,316 @@
+// Package runcode is run_code: it resolves a language, runs the code through
+// that language's chain of engines, and turns what came out into the one
+// Result shape and model-facing text, with output cut to size and spilled to
+// the session's outputs directory so that nothing is lost.
+package runcode
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// ErrInvalid marks a request the caller must fix (unknown language, empty or
+// oversized code, bad timeout). Test with errors.Is.
+var ErrInvalid = errors.New("invalid argument")
+
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalidf(format string, a ...any) error { return &invalidError{fmt.Sprintf(format, a...)} }
+
+// Language is one run_code language: its name, aliases and engine chain.
+type Language struct {
+	Name    string
+	Aliases []string
+	// Runs is true when the code is executed; false when it is rendered.
+	Runs bool
+	// Chain is tried in order; the next engine is used only when one fails at
+	// engine level with no output at all.
+	Chain []Engine
+	// Missing explains an empty chain (e.g. an engine not in this build).
+	Missing string
+}
+
+// Options tune a Runner. Zero fields take the defaults in parentheses.
+type Options struct {
+	MaxStdout      int           // bytes of stdout kept in the result (12 KiB)
+	MaxStderr      int           // bytes of stderr kept in the result (4 KiB)
+	MaxCode        int           // largest accepted code (4 MiB)
+	SpillLimit     int64         // bytes of each stream kept on disk (256 MiB)
+	DefaultTimeout time.Duration // when the caller gives none (30 s)
+	MaxTimeout     time.Duration // largest accepted timeout (10 min)
+}
+
+func (o *Options) withDefaults() Options {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&r.MaxStdout, 12<<10)
+	def(&r.MaxStderr, 4<<10)
+	def(&r.MaxCode, 4<<20)
+	if r.SpillLimit <= 0 {
+		r.SpillLimit = 256 << 20
+	}
+	if r.DefaultTimeout <= 0 {
+		r.DefaultTimeout = 30 * time.Second
+	}
+	if r.MaxTimeout <= 0 {
+		r.MaxTimeout = 10 * time.Minute
+	}
+	return r
+}
+
+// Runner runs code. It is safe for concurrent use.
+type Runner struct {
+	opts   Options
+	langs  []*Language
+	byName map[string]*Language
+	probes map[Engine]func() error
+}
+
+// New returns a Runner for langs. Each engine is probed once, on first need.
+func New(langs []Language, opts *Options) *Runner {
+	r := &Runner{opts: opts.withDefaults(), byName: map[string]*Language{}, probes: map[Engine]func() error{}}
+	for i := range langs {
+		l := &langs[i]
+		r.langs = append(r.langs, l)
+		for _, n := range append([]string{l.Name}, l.Aliases...) {
+			if _, dup := r.byName[n]; dup {
+				panic("runcode: language name used twice: " + n)
+			}
+			r.byName[n] = l
+		}
+		for _, e := range l.Chain {
+			if _, ok := r.probes[e]; !ok {
+				e := e
+				r.probes[e] = sync.OnceValue(func() error {
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					defer cancel()
+					return e.Probe(ctx)
+				})
+			}
+		}
+	}
+	return r
+}
+
+// Options returns the runner's effective options.
+func (r *Runner) Options() Options { return r.opts }
+
+// Languages lists the language names, in the order given to New.
+func (r *Runner) Languages() []string {
+	out := make([]string, len(r.langs))
+	for i, l := range r.langs {
+		out[i] = l.Name
+	}
+	return out
+}
+
+// Aliases returns every accepted name mapped to its language, sorted.
+func (r *Runner) Aliases() map[string]string {
+	m := make(map[string]string, len(r.byName))
+	for n, l := range r.byName {
+		m[n] = l.Name
+	}
+	return m
+}
+
+// Resolve maps a language name or alias (any case) to its language.
+func (r *Runner) Resolve(lang string) (*Language, error) {
+	key := strings.ToLower(strings.TrimSpace(lang))
+	if key == "" {
+		key = "python"
+	}
+	l, ok := r.byName[key]
+	if !ok {
+		return nil, invalidf("unknown language %q; supported: %s", lang, strings.Join(r.Languages(), ", "))
+	}
+	return l, nil
+}
+
+// EngineStatus is one engine's place in a chain and whether it can run.
+type EngineStatus struct {
+	Lang      string `json:"lang"`
+	Tier      int    `json:"tier"`
+	Engine    string `json:"engine"`
+	Available bool   `json:"available"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// Engines probes every engine (once) and reports the chains.
+func (r *Runner) Engines() []EngineStatus {
+	var out []EngineStatus
+	for _, l := range r.langs {
+		if len(l.Chain) == 0 {
+			out = append(out, EngineStatus{Lang: l.Name, Engine: "-", Reason: l.Missing})
+		}
+		for i, e := range l.Chain {
+			st := EngineStatus{Lang: l.Name, Tier: i + 1, Engine: e.Name(), Available: true}
+			if err := r.probes[e](); err != nil {
+				st.Available, st.Reason = false, err.Error()
+			}
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// Input is one run_code call.
+type Input struct {
+	Code    string
+	Lang    string
+	Session *session.Session
+	Timeout time.Duration // 0 means the default
+}
+
+// Run runs in. The error is ErrInvalid-wrapped for a bad request; every
+// other outcome, engine failures included, is in the Result.
+func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
+	lang, err := r.Resolve(in.Lang)
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(in.Code) == "" {
+		return nil, invalidf("code is empty: pass the %s source to run in \"code\"", lang.Name)
+	}
+	if len(in.Code) > r.opts.MaxCode {
+		return nil, invalidf("code is %s; the limit is %s (write large programs to a file in the workspace and run that)",
+			humanBytes(int64(len(in.Code))), humanBytes(int64(r.opts.MaxCode)))
+	}
+	timeout := in.Timeout
+	switch {
+	case timeout < 0:
+		return nil, invalidf("timeout must not be negative")
+	case timeout == 0:
+		timeout = r.opts.DefaultTimeout
+	case timeout > r.opts.MaxTimeout:
+		return nil, invalidf("timeout %s is above the limit of %s", timeout, r.opts.MaxTimeout)
+	}
+	if in.Session == nil {
+		return nil, invalidf("no session")
+	}
+
+	runID := newRunID()
+	outDir := in.Session.OutputsDir()
+	stdout := NewCapture(r.opts.MaxStdout, filepath.Join(outDir, runID+".stdout"), r.opts.SpillLimit)
+	stderr := NewCapture(r.opts.MaxStderr, filepath.Join(outDir, runID+".stderr"), r.opts.SpillLimit)
+
+	start := time.Now()
+	res := r.runChain(ctx, lang, &Request{
+		Code: in.Code, Lang: lang.Name, Session: in.Session, Timeout: timeout,
+		Stdout: stdout, Stderr: stderr,
+	}, stdout, stderr)
+	res.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+	res.Session = in.Session.ID
+	res.Lang = lang.Name
+	if res.Artifacts == nil {
+		res.Artifacts = []Artifact{}
+	}
+	res.Stdout, res.StdoutBytes, res.StdoutFile = r.finish(stdout, in.Session, &res.Truncated, &res.Notes, "stdout")
+	res.Stderr, res.StderrBytes, res.StderrFile = r.finish(stderr, in.Session, &res.Truncated, &res.Notes, "stderr")
+	if res.TimedOut {
+		res.Interrupted = true
+	}
+	return res, nil
+}
+
+func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, stdout, stderr *Capture) *Result {
+	if len(lang.Chain) == 0 {
+		msg := "no " + lang.Name + " engine is available"
+		if lang.Missing != "" {
+			msg += ": " + lang.Missing
+		}
+		return &Result{Engine: "none", ExitCode: -1, Error: msg}
+	}
+	var why []string
+	for _, e := range lang.Chain {
+		if err := r.probes[e](); err != nil {
+			why = append(why, e.Name()+": "+err.Error())
+			continue
+		}
+		runCtx, cancel := context.WithTimeout(ctx, req.Timeout)
+		res, err := e.Run(runCtx, req)
+		cancel()
+		if err == nil {
+			res.Engine = e.Name()
+			return res
+		}
+		if stdout.Len() > 0 || stderr.Len() > 0 {
+			// The engine failed after the code produced output: the model
+			// must see it as it is, not a rerun on another engine.
+			if res == nil {
+				res = &Result{ExitCode: -1}
+			}
+			res.Engine, res.Error = e.Name(), err.Error()
+			return res
+		}
+		why = append(why, e.Name()+": "+err.Error())
+	}
+	return &Result{Engine: "none", ExitCode: -1,
+		Error: "no " + lang.Name + " engine could run the code (" + strings.Join(why, "; ") + ")"}
+}
+
+// finish turns a capture into the result's text, size and file fields.
+func (r *Runner) finish(c *Capture, s *session.Session, truncated *bool, notes *[]string, stream string) (string, int64, string) {
+	v := c.Finish()
+	if v.Cut {
+		*truncated = true
+	}
+	var file string
+	if v.File != "" {
+		if rel, err := filepath.Rel(s.Workspace(), v.File); err == nil {
+			file = rel
+		} else {
+			file = v.File
+		}
+		if v.FileBytes < v.Bytes {
+			*notes = append(*notes, fmt.Sprintf("%s file keeps the first %s of %s", stream, humanBytes(v.FileBytes), humanBytes(v.Bytes)))
+		}
+	}
+	if v.FileError != "" {
+		*notes = append(*notes, fmt.Sprintf("full %s could not be saved: %s", stream, v.FileError))
+	}
+	if v.Escaped {
+		*notes = append(*notes, stream+" had bytes that are not UTF-8 (or NUL); they are shown as \\xNN and kept raw in "+file)
+	}
+	return v.Text, v.Bytes, file
+}
+
+func newRunID() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return time.Now().UTC().Format("20060102-150405.000000") + "-" + hex.EncodeToString(b[:])
+}
+
+// SortedAliases renders "name [alias, alias]" for each language: for help.
+func (r *Runner) SortedAliases() []string {
+	var out []string
+	for _, l := range r.langs {
+		a := append([]string(nil), l.Aliases...)
+		sort.Strings(a)
+		s := l.Name
+		if len(a) > 0 {
+			s += " [" + strings.Join(a, ", ") + "]"
+		}
+		out = append(out, s)
+	}
+	return out
+}

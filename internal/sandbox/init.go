@@ -1,0 +1,99 @@
+package sandbox
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// initArg is the hidden first argument with which the quro binary re-executes
+// itself as the sandbox's init child. The child applies the limits and then
+// execs the user program in its own place, so no Go code of Quro's remains
+// in the process that runs user code.
+//
+// argv: quro __quro_sandbox_init STATUS_FD LIMITS -- PROGRAM ARGS...
+const initArg = "__quro_sandbox_init"
+
+// The hook runs in package initialisation so that every binary that links
+// the sandbox (quro itself and its test binaries) can serve as the init child.
+func init() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case initArg:
+			os.Exit(initMain(os.Args[2:]))
+		case initArg + "-probe": // doctor's namespace probe: being started is the answer
+			os.Exit(0)
+		}
+	}
+}
+
+// initMain returns only when it could not exec the program.
+func initMain(args []string) int {
+	if len(args) < 4 || args[2] != "--" {
+		fmt.Fprintln(os.Stderr, "quro sandbox init: bad arguments")
+		return 127
+	}
+	fd, err := strconv.Atoi(args[0])
+	if err != nil || fd < 3 {
+		fmt.Fprintln(os.Stderr, "quro sandbox init: bad status fd")
+		return 127
+	}
+	status := os.NewFile(uintptr(fd), "status")
+	syscall.CloseOnExec(fd)
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(status, format, a...)
+		return 127
+	}
+	limits, err := decodeLimits(args[1])
+	if err != nil {
+		return fail("%v", err)
+	}
+	prog := args[3:]
+	path, err := lookPath(prog[0], os.Getenv("PATH"))
+	if err != nil {
+		return fail("%v", err)
+	}
+	if err := limits.apply(); err != nil {
+		return fail("%v", err)
+	}
+	err = syscall.Exec(path, prog, os.Environ())
+	return fail("exec %s: %v", path, err)
+}
+
+// lookPath finds file in the sandbox's PATH (not the server's).
+func lookPath(file, path string) (string, error) {
+	if strings.Contains(file, "/") {
+		if err := executable(file); err != nil {
+			return "", fmt.Errorf("%s: %w", file, err)
+		}
+		return file, nil
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			continue
+		}
+		p := filepath.Join(dir, file)
+		if executable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: %w in PATH %s", file, exec.ErrNotFound, path)
+}
+
+func executable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return fmt.Errorf("not an executable file")
+	}
+	return nil
+}
+
+// LookPath reports where the sandbox would find file, using the sandbox PATH.
+func (s *Sandbox) LookPath(file string) (string, error) { return lookPath(file, s.path) }

@@ -1,0 +1,101 @@
+package sandbox
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Limits are the resource limits applied to a sandboxed process with
+// setrlimit(2) just before it execs the user program. Zero leaves a limit as
+// the server has it.
+type Limits struct {
+	CPUSeconds   uint64 // RLIMIT_CPU: CPU time in seconds
+	AddressSpace uint64 // RLIMIT_AS: virtual memory in bytes
+	OpenFiles    uint64 // RLIMIT_NOFILE
+	FileSize     uint64 // RLIMIT_FSIZE: largest file the process may write, in bytes
+	Processes    uint64 // RLIMIT_NPROC: counted per uid, so ignored for root (see doctor)
+}
+
+// DefaultLimits are the limits used when a Spec leaves Limits zero.
+func DefaultLimits() Limits {
+	return Limits{
+		CPUSeconds:   600,
+		AddressSpace: 8 << 30,
+		OpenFiles:    1024,
+		FileSize:     1 << 30,
+	}
+}
+
+// rlimitOrder fixes the wire order of the limits passed to the init child.
+var rlimitOrder = []struct {
+	name     string
+	resource int
+	get      func(*Limits) *uint64
+}{
+	{"cpu", syscall.RLIMIT_CPU, func(l *Limits) *uint64 { return &l.CPUSeconds }},
+	{"as", syscall.RLIMIT_AS, func(l *Limits) *uint64 { return &l.AddressSpace }},
+	{"nofile", syscall.RLIMIT_NOFILE, func(l *Limits) *uint64 { return &l.OpenFiles }},
+	{"fsize", syscall.RLIMIT_FSIZE, func(l *Limits) *uint64 { return &l.FileSize }},
+	{"nproc", 6 /* RLIMIT_NPROC */, func(l *Limits) *uint64 { return &l.Processes }},
+}
+
+// encode renders the limits as "cpu=1,as=2,..." for the init child's argv.
+func (l Limits) encode() string {
+	var b strings.Builder
+	for i, r := range rlimitOrder {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%s=%d", r.name, *r.get(&l))
+	}
+	return b.String()
+}
+
+func decodeLimits(s string) (Limits, error) {
+	var l Limits
+	for _, kv := range strings.Split(s, ",") {
+		name, val, ok := strings.Cut(kv, "=")
+		if !ok {
+			return l, fmt.Errorf("bad limit %q", kv)
+		}
+		n, err := strconv.ParseUint(val, 10, 64)
+		if err != nil {
+			return l, fmt.Errorf("bad limit %q: %v", kv, err)
+		}
+		found := false
+		for _, r := range rlimitOrder {
+			if r.name == name {
+				*r.get(&l) = n
+				found = true
+			}
+		}
+		if !found {
+			return l, fmt.Errorf("unknown limit %q", name)
+		}
+	}
+	return l, nil
+}
+
+// apply sets each non-zero limit as both soft and hard limit, never raising
+// a limit above what the process already has.
+func (l Limits) apply() error {
+	for _, r := range rlimitOrder {
+		v := *r.get(&l)
+		if v == 0 {
+			continue
+		}
+		var cur syscall.Rlimit
+		if err := syscall.Getrlimit(r.resource, &cur); err != nil {
+			return fmt.Errorf("getrlimit %s: %w", r.name, err)
+		}
+		if cur.Max != ^uint64(0) && v > cur.Max {
+			v = cur.Max
+		}
+		if err := syscall.Setrlimit(r.resource, &syscall.Rlimit{Cur: v, Max: v}); err != nil {
+			return fmt.Errorf("setrlimit %s=%d: %w", r.name, v, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,236 @@
+// Package session holds Quro's sessions: a named, persistent place where
+// code runs, with its own workspace directory, variables and (later) its
+// resident interpreters and shells.
+//
+// Sessions live as rows in the store and as directories under
+// $QURO_DATA/sessions/<id>/. The Manager keeps a default session that is used
+// whenever a caller names none. A Manager is safe for concurrent use.
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/quro-dev/quro/internal/store"
+)
+
+// DefaultName is the name of the default session.
+const DefaultName = "default"
+
+const defaultKey = "default_session"
+
+var (
+	// ErrNotFound: no session has that id or name.
+	ErrNotFound = errors.New("session not found")
+	// ErrExists: the name is taken.
+	ErrExists = errors.New("session name already taken")
+	// ErrBadName: the name is not allowed.
+	ErrBadName = errors.New("bad session name")
+)
+
+var (
+	nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	idRE   = regexp.MustCompile(`^[0-9a-f]{32}$`)
+)
+
+// Session is one session. Its fields are a snapshot; the Manager owns the
+// live state.
+type Session struct {
+	ID         string            `json:"id"`
+	Name       string            `json:"name"`
+	CreatedAt  time.Time         `json:"created_at"`
+	LastUsedAt time.Time         `json:"last_used_at"`
+	Env        map[string]string `json:"env,omitempty"`
+	Dir        string            `json:"-"` // $QURO_DATA/sessions/<id>
+}
+
+// Workspace is the session's working directory: the only host directory its
+// code may write.
+func (s *Session) Workspace() string { return filepath.Join(s.Dir, "workspace") }
+
+// TmpDir is the session's private temporary directory.
+func (s *Session) TmpDir() string { return filepath.Join(s.Dir, "tmp") }
+
+// OutputsDir is where full outputs that were cut in results are kept. It is
+// inside the workspace so that the session's own code (and the file API) can
+// read them.
+func (s *Session) OutputsDir() string { return filepath.Join(s.Workspace(), OutputsRel) }
+
+// OutputsRel is OutputsDir relative to the workspace.
+const OutputsRel = ".quro/outputs"
+
+// Manager creates, finds and lists sessions.
+type Manager struct {
+	store *store.Store
+	root  string // $QURO_DATA/sessions
+}
+
+// Open returns a Manager over st with session directories under dataDir,
+// creating the default session if there is none.
+func Open(ctx context.Context, st *store.Store, dataDir string) (*Manager, error) {
+	m := &Manager{store: st, root: filepath.Join(dataDir, "sessions")}
+	if err := os.MkdirAll(m.root, 0o755); err != nil {
+		return nil, fmt.Errorf("session: %w", err)
+	}
+	if _, err := m.Default(ctx); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Default returns the default session, creating it on first use.
+func (m *Manager) Default(ctx context.Context) (*Session, error) {
+	if id, err := m.store.Setting(ctx, defaultKey); err == nil {
+		s, err := m.byID(ctx, id)
+		if err == nil || !errors.Is(err, ErrNotFound) {
+			return s, err
+		}
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	s, err := m.Create(ctx, DefaultName)
+	if errors.Is(err, ErrExists) { // another process made it first
+		s, err = m.byName(ctx, DefaultName)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := m.store.SetSetting(ctx, defaultKey, s.ID); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Get finds a session by id or name; "" means the default session.
+func (m *Manager) Get(ctx context.Context, ref string) (*Session, error) {
+	if ref == "" {
+		return m.Default(ctx)
+	}
+	if idRE.MatchString(ref) {
+		s, err := m.byID(ctx, ref)
+		if !errors.Is(err, ErrNotFound) {
+			return s, err
+		}
+	}
+	s, err := m.byName(ctx, ref)
+	if errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("%w: %q (list sessions to see the names)", ErrNotFound, ref)
+	}
+	return s, err
+}
+
+// Create makes a new session with a fresh random id. An empty name gets one
+// derived from the id.
+func (m *Manager) Create(ctx context.Context, name string) (*Session, error) {
+	id, err := newID()
+	if err != nil {
+		return nil, err
+	}
+	if name == "" {
+		name = "s-" + id[:8]
+	}
+	if !nameRE.MatchString(name) || idRE.MatchString(name) {
+		return nil, fmt.Errorf("%w %q: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", ErrBadName, name)
+	}
+	now := time.Now()
+	row := &store.Session{ID: id, Name: name, CreatedAt: now, LastUsedAt: now, Network: "none"}
+	s := m.fromRow(row)
+	if err := m.ensureDirs(s); err != nil {
+		return nil, err
+	}
+	if err := m.store.CreateSession(ctx, row); err != nil {
+		os.RemoveAll(s.Dir)
+		if errors.Is(err, store.ErrExists) {
+			return nil, fmt.Errorf("%w: %q", ErrExists, name)
+		}
+		return nil, fmt.Errorf("session: %w", err)
+	}
+	return s, nil
+}
+
+// List returns every session, oldest first.
+func (m *Manager) List(ctx context.Context) ([]*Session, error) {
+	rows, err := m.store.Sessions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Session, len(rows))
+	for i, r := range rows {
+		out[i] = m.fromRow(r)
+	}
+	return out, nil
+}
+
+// Count returns the number of sessions.
+func (m *Manager) Count(ctx context.Context) (int, error) { return m.store.CountSessions(ctx) }
+
+// Touch records that s was used now and makes sure its directories exist.
+func (m *Manager) Touch(ctx context.Context, s *Session) error {
+	if err := m.ensureDirs(s); err != nil {
+		return err
+	}
+	s.LastUsedAt = time.Now()
+	err := m.store.TouchSession(ctx, s.ID, s.LastUsedAt)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %s", ErrNotFound, s.ID)
+	}
+	return err
+}
+
+func (m *Manager) byID(ctx context.Context, id string) (*Session, error) {
+	row, err := m.store.SessionByID(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return m.fromRow(row), nil
+}
+
+func (m *Manager) byName(ctx context.Context, name string) (*Session, error) {
+	row, err := m.store.SessionByName(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return m.fromRow(row), nil
+}
+
+func (m *Manager) fromRow(r *store.Session) *Session {
+	return &Session{
+		ID:         r.ID,
+		Name:       r.Name,
+		CreatedAt:  r.CreatedAt,
+		LastUsedAt: r.LastUsedAt,
+		Env:        maps.Clone(r.Env),
+		Dir:        filepath.Join(m.root, r.ID),
+	}
+}
+
+func (m *Manager) ensureDirs(s *Session) error {
+	for _, d := range []string{s.Workspace(), s.TmpDir()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("session %s: %w", s.Name, err)
+		}
+	}
+	return nil
+}
+
+func newID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}

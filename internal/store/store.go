@@ -1,0 +1,241 @@
+// Package store is Quro's embedded database: one SQLite file (pure Go,
+// modernc.org/sqlite) holding sessions and settings, with schema migrations
+// applied in order on open.
+//
+// A Store is safe for concurrent use, also by several quro processes on the
+// same file (WAL journal, busy timeout).
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// ErrNotFound is returned when a row does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrExists is returned when a unique name is taken.
+var ErrExists = errors.New("already exists")
+
+// Store is the embedded database.
+type Store struct {
+	db *sql.DB
+}
+
+// Open opens (creating if needed) the database at file and migrates it.
+func Open(ctx context.Context, file string) (*Store, error) {
+	dsn := "file:" + file + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", file, err)
+	}
+	s := &Store{db: db}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: %s: %w", file, err)
+	}
+	return s, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// migrate applies every embedded migration newer than the file's
+// user_version, each in its own transaction together with the version bump.
+func (s *Store) migrate(ctx context.Context) error {
+	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		num, _, _ := strings.Cut(path.Base(name), "_")
+		version, err := strconv.Atoi(num)
+		if err != nil {
+			return fmt.Errorf("migration %s: bad name", name)
+		}
+		body, err := migrationFS.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		if err := s.applyMigration(ctx, version, string(body)); err != nil {
+			return fmt.Errorf("migration %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) applyMigration(ctx context.Context, version int, body string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var current int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&current); err != nil {
+		return err
+	}
+	if current >= version {
+		return nil
+	}
+	if current != version-1 {
+		return fmt.Errorf("database is at schema %d, cannot apply %d", current, version)
+	}
+	if _, err := tx.ExecContext(ctx, body); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", version)); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// SchemaVersion reports the applied schema version.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
+	return v, err
+}
+
+// Session is a session row.
+type Session struct {
+	ID         string
+	Name       string
+	Tenant     string
+	CreatedAt  time.Time
+	LastUsedAt time.Time
+	Cwd        string
+	Env        map[string]string
+	Network    string
+	Rootfs     string
+}
+
+const sessionCols = "id, name, tenant, created_at, last_used_at, cwd, env, network, rootfs"
+
+func scanSession(row interface{ Scan(...any) error }) (*Session, error) {
+	var (
+		s             Session
+		created, used int64
+		env           string
+	)
+	if err := row.Scan(&s.ID, &s.Name, &s.Tenant, &created, &used, &s.Cwd, &env, &s.Network, &s.Rootfs); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, ErrNotFound
+		}
+		return nil, err
+	}
+	s.CreatedAt = time.UnixMilli(created)
+	s.LastUsedAt = time.UnixMilli(used)
+	if err := json.Unmarshal([]byte(env), &s.Env); err != nil {
+		return nil, fmt.Errorf("session %s: bad env: %w", s.ID, err)
+	}
+	return &s, nil
+}
+
+// CreateSession inserts a session. A taken name gives ErrExists.
+func (s *Store) CreateSession(ctx context.Context, sess *Session) error {
+	env, err := json.Marshal(sess.Env)
+	if err != nil {
+		return err
+	}
+	if sess.Env == nil {
+		env = []byte("{}")
+	}
+	_, err = s.db.ExecContext(ctx, "INSERT INTO sessions ("+sessionCols+") VALUES (?,?,?,?,?,?,?,?,?)",
+		sess.ID, sess.Name, sess.Tenant, sess.CreatedAt.UnixMilli(), sess.LastUsedAt.UnixMilli(),
+		sess.Cwd, string(env), sess.Network, sess.Rootfs)
+	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
+		return fmt.Errorf("session %q: %w", sess.Name, ErrExists)
+	}
+	return err
+}
+
+// SessionByID returns the session with id.
+func (s *Store) SessionByID(ctx context.Context, id string) (*Session, error) {
+	return scanSession(s.db.QueryRowContext(ctx, "SELECT "+sessionCols+" FROM sessions WHERE id = ?", id))
+}
+
+// SessionByName returns the session called name.
+func (s *Store) SessionByName(ctx context.Context, name string) (*Session, error) {
+	return scanSession(s.db.QueryRowContext(ctx, "SELECT "+sessionCols+" FROM sessions WHERE name = ?", name))
+}
+
+// Sessions lists all sessions, oldest first.
+func (s *Store) Sessions(ctx context.Context) ([]*Session, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT "+sessionCols+" FROM sessions ORDER BY created_at, name")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Session
+	for rows.Next() {
+		sess, err := scanSession(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sess)
+	}
+	return out, rows.Err()
+}
+
+// CountSessions returns the number of sessions.
+func (s *Store) CountSessions(ctx context.Context) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM sessions").Scan(&n)
+	return n, err
+}
+
+// TouchSession records a use of the session.
+func (s *Store) TouchSession(ctx context.Context, id string, at time.Time) error {
+	res, err := s.db.ExecContext(ctx, "UPDATE sessions SET last_used_at = ? WHERE id = ?", at.UnixMilli(), id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// DeleteSession removes the session row.
+func (s *Store) DeleteSession(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, "DELETE FROM sessions WHERE id = ?", id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// Setting returns a setting, or ErrNotFound.
+func (s *Store) Setting(ctx context.Context, key string) (string, error) {
+	var v string
+	err := s.db.QueryRowContext(ctx, "SELECT value FROM settings WHERE key = ?", key).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", ErrNotFound
+	}
+	return v, err
+}
+
+// SetSetting stores a setting.
+func (s *Store) SetSetting(ctx context.Context, key, value string) error {
+	_, err := s.db.ExecContext(ctx, "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value)
+	return err
+}
