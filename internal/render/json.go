@@ -127,8 +127,11 @@ func jsonTree(dec *json.Decoder, b *strings.Builder, label string) error {
 func jsonScalar(v any) string {
 	switch t := v.(type) {
 	case string:
-		q, _ := json.Marshal(t)
-		return `<span class="s">` + html.EscapeString(string(q)) + "</span>"
+		var q bytes.Buffer
+		enc := json.NewEncoder(&q)
+		enc.SetEscapeHTML(false)
+		enc.Encode(t)
+		return `<span class="s">` + html.EscapeString(strings.TrimSuffix(q.String(), "\n")) + "</span>"
 	case json.Number:
 		return `<span class="n">` + html.EscapeString(t.String()) + "</span>"
 	case bool:

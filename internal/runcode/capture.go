@@ -47,18 +47,23 @@ func (c *Capture) Write(p []byte) (int, error) {
 		c.buf = append(c.buf, p...)
 		return n, nil
 	}
+	head := c.limit - c.limit/2
 	if c.tail == nil {
 		// First overflow: start the spill with everything seen so far and
 		// split memory into head and tail.
 		c.writeSpill(c.buf)
-		head := c.limit - c.limit/2
-		rest := c.buf[head:]
 		c.tail = make([]byte, c.limit/2)
-		c.tailPos = 0
-		c.buf = c.buf[:head:head]
-		c.pushTail(rest)
+		if len(c.buf) > head {
+			rest := c.buf[head:]
+			c.buf = c.buf[:head:head]
+			c.pushTail(rest)
+		}
 	}
 	c.writeSpill(p)
+	if k := min(head-len(c.buf), len(p)); k > 0 {
+		c.buf = append(c.buf, p[:k]...)
+		p = p[k:]
+	}
 	c.pushTail(p)
 	return n, nil
 }

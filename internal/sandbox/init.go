@@ -2,12 +2,15 @@ package sandbox
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // initArg is the hidden first argument with which the quro binary re-executes
@@ -43,7 +46,13 @@ func initMain(args []string) int {
 		return 127
 	}
 	status := os.NewFile(uintptr(fd), "status")
-	syscall.CloseOnExec(fd)
+	// Descriptors the server inherited without close-on-exec must not reach
+	// user code: everything above the status fd closes at exec, and so does
+	// the status fd itself. Below it are only 0-2 and the spec's ExtraFiles.
+	if err := closeFrom(fd); err != nil {
+		fmt.Fprintf(status, "close inherited descriptors: %v", err)
+		return 127
+	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(status, format, a...)
 		return 127
@@ -62,6 +71,25 @@ func initMain(args []string) int {
 	}
 	err = syscall.Exec(path, prog, os.Environ())
 	return fail("exec %s: %v", path, err)
+}
+
+// closeFrom marks every descriptor >= fd close-on-exec.
+func closeFrom(fd int) error {
+	err := unix.CloseRange(uint(fd), math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
+	if err == nil {
+		return nil
+	}
+	// Kernels before 5.11: walk /proc/self/fd.
+	entries, rerr := os.ReadDir("/proc/self/fd")
+	if rerr != nil {
+		return fmt.Errorf("close_range: %v; /proc/self/fd: %v", err, rerr)
+	}
+	for _, e := range entries {
+		if n, err := strconv.Atoi(e.Name()); err == nil && n >= fd {
+			syscall.CloseOnExec(n)
+		}
+	}
+	return nil
 }
 
 // lookPath finds file in the sandbox's PATH (not the server's).

@@ -1,0 +1,292 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/runcode"
+)
+
+var admin = controller.Caller{Path: "test", Scope: capability.ScopeAdmin}
+
+func newApp(t testing.TB, run *runcode.Options) *App {
+	t.Helper()
+	a, err := New(context.Background(), Options{DataDir: t.TempDir(), Run: run})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
+func call(t testing.TB, a *App, name string, args any) (*controller.Reply, error) {
+	t.Helper()
+	b, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	return a.Controller.Call(ctx, admin, name, b)
+}
+
+func runCode(t testing.TB, a *App, in RunCodeInput) *runcode.Result {
+	t.Helper()
+	reply, err := call(t, a, "run_code", in)
+	if err != nil {
+		t.Fatalf("run_code %q: %v", in.Code, err)
+	}
+	return reply.Output.(*runcode.Result)
+}
+
+func TestRunCodeLanguages(t *testing.T) {
+	a := newApp(t, nil)
+	for _, tc := range []struct {
+		name, lang, code string
+		engine           string
+		stdout, stderr   string // substrings
+		exit             int
+		artifact         string
+		error            string
+	}{
+		{name: "python default", code: "print(6*7)", engine: "python/system", stdout: "42\n"},
+		{name: "python alias", lang: "py3", code: "import sys; print(sys.version_info[0])", engine: "python/system", stdout: "3\n"},
+		{name: "python traceback is a result", lang: "python", code: "x = 1\n1/0\n", engine: "python/system",
+			stderr: "line 2", exit: 1},
+		{name: "python input gets EOF, not a hang", code: "input('name? ')", stderr: "EOFError", exit: 1},
+		{name: "python sys.exit", code: "import sys; sys.exit(3)", exit: 3},
+		{name: "python NUL in source", code: "print(1)\x00", stderr: "null bytes", exit: 1},
+		{name: "shell", lang: "sh", code: "echo out; echo err >&2; exit 4", engine: "shell/sh", stdout: "out\n", stderr: "err\n", exit: 4},
+		{name: "bash alias", lang: "bash", code: "printf '%s' hi", stdout: "hi"},
+		{name: "html", lang: "htm", code: "<b>x</b>", engine: "render/html", artifact: "html"},
+		{name: "json", lang: "json", code: `{"a":1}`, stdout: "\"a\": 1", artifact: "html"},
+		{name: "json invalid", lang: "json", code: `{"a":}`, stderr: "line 1, column 6", exit: 1},
+		{name: "css", lang: "css", code: "p{color:red}", artifact: "html"},
+		{name: "xml", lang: "xml", code: "<a><b/></a>", artifact: "html"},
+		{name: "svg", lang: "svg", code: `<svg xmlns="http://www.w3.org/2000/svg"/>`, artifact: "svg"},
+		{name: "go is shown, not run", lang: "golang", code: "package main\nfunc main(){}", engine: "render/code", artifact: "html"},
+		{name: "js unavailable", lang: "javascript", code: "1+1", engine: "none", exit: -1, error: "no js engine is available"},
+		{name: "ts unavailable", lang: "ts", code: "let x: number = 1", engine: "none", exit: -1, error: "no ts engine is available"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runCode(t, a, RunCodeInput{Code: tc.code, Lang: tc.lang})
+			if tc.engine != "" && res.Engine != tc.engine {
+				t.Errorf("engine %q, want %q", res.Engine, tc.engine)
+			}
+			if !strings.Contains(res.Stdout, tc.stdout) || !strings.Contains(res.Stderr, tc.stderr) {
+				t.Errorf("stdout %q stderr %q; want %q / %q", res.Stdout, res.Stderr, tc.stdout, tc.stderr)
+			}
+			if res.ExitCode != tc.exit {
+				t.Errorf("exit %d, want %d (stderr %q)", res.ExitCode, tc.exit, res.Stderr)
+			}
+			if tc.error == "" && res.Error != "" || !strings.Contains(res.Error, tc.error) {
+				t.Errorf("error %q, want %q", res.Error, tc.error)
+			}
+			if tc.artifact != "" && (len(res.Artifacts) == 0 || res.Artifacts[0].Kind != tc.artifact) {
+				t.Errorf("artifacts %+v, want %s", res.Artifacts, tc.artifact)
+			}
+			if res.Session == "" || res.Artifacts == nil {
+				t.Errorf("result shape: %+v", res)
+			}
+		})
+	}
+}
+
+func TestRunCodeBadRequests(t *testing.T) {
+	a := newApp(t, nil)
+	for _, tc := range []struct {
+		name string
+		args string
+		code capability.Code
+		msg  string
+	}{
+		{"empty code", `{"code":""}`, capability.InvalidArgument, "code is empty"},
+		{"no code", `{}`, capability.InvalidArgument, "code"},
+		{"unknown lang", `{"code":"x","lang":"cobol"}`, capability.InvalidArgument, "supported: python, js, ts, shell, html"},
+		{"missing session", `{"code":"print(1)","session":"nope"}`, capability.NotFound, `session not found: "nope"`},
+		{"unknown field", `{"code":"x","langg":"py"}`, capability.InvalidArgument, "langg"},
+		{"wrong type", `{"code":1}`, capability.InvalidArgument, "code"},
+		{"negative timeout", `{"code":"x","timeout_ms":-5}`, capability.InvalidArgument, "negative"},
+		{"huge timeout", `{"code":"x","timeout_ms":99999999999}`, capability.InvalidArgument, "above the limit"},
+		{"malformed", `{"code":`, capability.InvalidArgument, "bad arguments"},
+		{"trailing data", `{"code":"x"} {}`, capability.InvalidArgument, "after the JSON object"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := a.Controller.Call(context.Background(), admin, "run_code", json.RawMessage(tc.args))
+			var ce *capability.Error
+			if !errors.As(err, &ce) || ce.Code != tc.code || !strings.Contains(ce.Message, tc.msg) {
+				t.Fatalf("got %v; want %s containing %q", err, tc.code, tc.msg)
+			}
+		})
+	}
+	// 10 MB of code is refused with a clear message, not run.
+	big := strings.Repeat("x = 1\n", 10<<20/6)
+	_, err := call(t, a, "run_code", RunCodeInput{Code: big})
+	var ce *capability.Error
+	if !errors.As(err, &ce) || ce.Code != capability.InvalidArgument || !strings.Contains(ce.Message, "the limit is 4.0 MiB") {
+		t.Fatalf("10 MB code: %v", err)
+	}
+}
+
+func TestLargeButAllowedCodeRuns(t *testing.T) {
+	a := newApp(t, nil)
+	// 3 MB: past the kernel's 128 KiB argument limit, so it must not go via argv.
+	py := strings.Repeat("x = 1\n", 3<<20/6) + "print('done')"
+	if res := runCode(t, a, RunCodeInput{Code: py}); res.Stdout != "done\n" {
+		t.Errorf("python: %+v", res)
+	}
+	sh := strings.Repeat(": filler\n", 3<<20/9) + "echo done"
+	if res := runCode(t, a, RunCodeInput{Code: sh, Lang: "sh"}); res.Stdout != "done\n" {
+		t.Errorf("shell: stdout %q stderr %q err %q", res.Stdout, res.Stderr, res.Error)
+	}
+}
+
+func TestTimeoutKeepsPartialOutput(t *testing.T) {
+	a := newApp(t, nil)
+	for _, tc := range []struct{ lang, code string }{
+		{"python", "print('before', flush=True)\nwhile True: pass"},
+		{"sh", "echo before; while :; do :; done"},
+	} {
+		res := runCode(t, a, RunCodeInput{Code: tc.code, Lang: tc.lang, TimeoutMS: 500})
+		if !res.TimedOut || !res.Interrupted || !strings.Contains(res.Error, "timed out") || res.Stdout != "before\n" {
+			t.Errorf("%s: %+v", tc.lang, res)
+		}
+		if !strings.HasPrefix(res.Text(), "⚠️ error: timed out") {
+			t.Errorf("%s text: %s", tc.lang, res.Text())
+		}
+	}
+}
+
+func TestOutputFloodIsCutAndSavedWhole(t *testing.T) {
+	a := newApp(t, &runcode.Options{SpillLimit: 64 << 20})
+	res := runCode(t, a, RunCodeInput{Code: "yes 0123456789 | head -c 50000000", Lang: "sh"})
+	if !res.Truncated || res.StdoutBytes != 50_000_000 || len(res.Stdout) > 13<<10 {
+		t.Fatalf("truncated %v, %d bytes, text %d bytes", res.Truncated, res.StdoutBytes, len(res.Stdout))
+	}
+	sess, _ := a.Sessions.Get(context.Background(), res.Session)
+	fi, err := os.Stat(filepath.Join(sess.Workspace(), res.StdoutFile))
+	if err != nil || fi.Size() != 50_000_000 {
+		t.Fatalf("full output file: %v %v", fi, err)
+	}
+	if !strings.Contains(res.Text(), res.StdoutFile) || !strings.Contains(res.Stdout, "cut from the middle") {
+		t.Errorf("text does not say what was cut and where:\n%s", res.Text())
+	}
+	// The session's own code can read the full output where the result says.
+	check := runCode(t, a, RunCodeInput{Code: "wc -c < " + res.StdoutFile, Lang: "sh"})
+	if strings.TrimSpace(check.Stdout) != "50000000" {
+		t.Errorf("session code cannot read the saved output: %+v", check)
+	}
+}
+
+func TestBinaryOutputIsEscapedAndKeptRaw(t *testing.T) {
+	a := newApp(t, nil)
+	res := runCode(t, a, RunCodeInput{Code: `printf 'a\377b\000c'`, Lang: "sh"})
+	if res.Stdout != `a\xffb\x00c` || res.StdoutFile == "" {
+		t.Fatalf("%+v", res)
+	}
+	sess, _ := a.Sessions.Get(context.Background(), "")
+	raw, err := os.ReadFile(filepath.Join(sess.Workspace(), res.StdoutFile))
+	if err != nil || string(raw) != "a\xffb\x00c" {
+		t.Fatalf("raw %q %v", raw, err)
+	}
+	b, _ := json.Marshal(res)
+	if !json.Valid(b) {
+		t.Fatal("result is not valid JSON")
+	}
+}
+
+func TestSessionsAreSeparate(t *testing.T) {
+	a := newApp(t, nil)
+	ctx := context.Background()
+	if _, err := a.Sessions.Create(ctx, "other"); err != nil {
+		t.Fatal(err)
+	}
+	runCode(t, a, RunCodeInput{Code: "echo secret > note.txt", Lang: "sh"})
+	if res := runCode(t, a, RunCodeInput{Code: "cat note.txt", Lang: "sh"}); res.Stdout != "secret\n" {
+		t.Errorf("default session lost its file: %+v", res)
+	}
+	res := runCode(t, a, RunCodeInput{Code: "ls; pwd", Lang: "sh", Session: "other"})
+	if strings.Contains(res.Stdout, "note.txt") {
+		t.Error("a file of the default session is visible in another session")
+	}
+	other, _ := a.Sessions.Get(ctx, "other")
+	if !strings.Contains(res.Stdout, other.Workspace()) {
+		t.Errorf("other session did not run in its workspace: %q", res.Stdout)
+	}
+}
+
+func TestServerEnvironmentDoesNotReachUserCode(t *testing.T) {
+	t.Setenv("QURO_SECRET_TOKEN", "s3cr3t")
+	a := newApp(t, nil)
+	for _, tc := range []struct{ lang, code string }{
+		{"sh", "env"},
+		{"python", "import os; print(dict(os.environ))"},
+	} {
+		if res := runCode(t, a, RunCodeInput{Code: tc.code, Lang: tc.lang}); strings.Contains(res.Stdout, "s3cr3t") {
+			t.Errorf("%s sees the server's environment", tc.lang)
+		}
+	}
+}
+
+func TestRegistryCapabilities(t *testing.T) {
+	a := newApp(t, nil)
+	reply, err := call(t, a, "list_capabilities", map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := reply.Output.(*CapabilityList)
+	names := map[string]bool{}
+	for _, c := range list.Capabilities {
+		names[c.Name] = true
+		if c.Description == "" || c.InputSchema == nil || c.OutputSchema == nil {
+			t.Errorf("%s: incomplete declaration", c.Name)
+		}
+	}
+	for _, n := range []string{"run_code", "list_capabilities", "get_service_status", "help"} {
+		if !names[n] {
+			t.Errorf("%s not registered", n)
+		}
+	}
+	// The run_code description names every language the runner accepts.
+	rc, _ := a.Controller.Registry().Get("run_code")
+	for _, l := range a.Runner.Languages() {
+		if !strings.Contains(rc.Description, l) {
+			t.Errorf("run_code description does not mention %s", l)
+		}
+	}
+	help, err := call(t, a, "help", nil)
+	if err != nil || !strings.Contains(help.Text, "run_code") {
+		t.Errorf("help: %v %q", err, help.Text)
+	}
+	st, err := call(t, a, "get_service_status", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := st.Output.(*Status)
+	if status.PID != os.Getpid() || status.Sessions != 1 || len(status.Engines) == 0 || len(status.Isolation) == 0 {
+		t.Errorf("%+v", status)
+	}
+	if _, err := call(t, a, "no_such_capability", nil); err == nil || err.(*capability.Error).Code != capability.NotFound {
+		t.Errorf("unknown capability: %v", err)
+	}
+}
+
+func TestScopesAreChecked(t *testing.T) {
+	a := newApp(t, nil)
+	reader := controller.Caller{Path: "test", Scope: capability.ScopeRead}
+	_, err := a.Controller.Call(context.Background(), reader, "run_code", json.RawMessage(`{"code":"print(1)"}`))
+	if ce, ok := err.(*capability.Error); !ok || ce.Code != capability.PermissionDenied {
+		t.Fatalf("read scope ran code: %v", err)
+	}
+	if _, err := a.Controller.Call(context.Background(), reader, "get_service_status", nil); err != nil {
+		t.Fatalf("read scope cannot read status: %v", err)
+	}
+}

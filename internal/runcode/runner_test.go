@@ -1,0 +1,179 @@
+package runcode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// scripted is an engine whose behaviour each test sets: the chain logic is
+// tested here; the real engines are tested in their own packages and in app.
+type scripted struct {
+	name     string
+	probe    error
+	output   string
+	err      error
+	ran      *[]string
+	exitCode int
+}
+
+func (s *scripted) Name() string                    { return s.name }
+func (s *scripted) Probe(ctx context.Context) error { return s.probe }
+func (s *scripted) Run(ctx context.Context, req *Request) (*Result, error) {
+	*s.ran = append(*s.ran, s.name)
+	fmt.Fprint(req.Stdout, s.output)
+	if s.err != nil {
+		return nil, s.err
+	}
+	return &Result{ExitCode: s.exitCode}, nil
+}
+
+func testSession(t *testing.T) *session.Session {
+	return &session.Session{ID: "0123456789abcdef0123456789abcdef", Name: "t", Dir: t.TempDir()}
+}
+
+func TestChainFallsThroughOnlyOnSilentEngineFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		chain      func(ran *[]string) []Engine
+		wantRan    string
+		wantEngine string
+		wantError  string
+		wantStdout string
+		wantExit   int
+	}{
+		{
+			name: "first works",
+			chain: func(r *[]string) []Engine {
+				return []Engine{&scripted{name: "a", output: "A", ran: r}, &scripted{name: "b", ran: r}}
+			},
+			wantRan: "a", wantEngine: "a", wantStdout: "A",
+		},
+		{
+			name: "unavailable is skipped",
+			chain: func(r *[]string) []Engine {
+				return []Engine{&scripted{name: "a", probe: errors.New("absent"), ran: r}, &scripted{name: "b", output: "B", ran: r}}
+			},
+			wantRan: "b", wantEngine: "b", wantStdout: "B",
+		},
+		{
+			name: "silent failure falls through",
+			chain: func(r *[]string) []Engine {
+				return []Engine{&scripted{name: "a", err: errors.New("crashed at start"), ran: r}, &scripted{name: "b", output: "B", ran: r}}
+			},
+			wantRan: "a,b", wantEngine: "b", wantStdout: "B",
+		},
+		{
+			name: "failure after output stops the chain",
+			chain: func(r *[]string) []Engine {
+				return []Engine{&scripted{name: "a", output: "partial", err: errors.New("crashed"), ran: r}, &scripted{name: "b", ran: r}}
+			},
+			wantRan: "a", wantEngine: "a", wantStdout: "partial", wantError: "crashed", wantExit: -1,
+		},
+		{
+			name: "user error is a result, not a fallback",
+			chain: func(r *[]string) []Engine {
+				return []Engine{&scripted{name: "a", output: "Traceback", exitCode: 1, ran: r}, &scripted{name: "b", ran: r}}
+			},
+			wantRan: "a", wantEngine: "a", wantStdout: "Traceback", wantExit: 1,
+		},
+		{
+			name: "nothing works",
+			chain: func(r *[]string) []Engine {
+				return []Engine{&scripted{name: "a", probe: errors.New("absent"), ran: r}, &scripted{name: "b", err: errors.New("broken"), ran: r}}
+			},
+			wantRan: "b", wantEngine: "none", wantError: "a: absent; b: broken", wantExit: -1,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ran []string
+			r := New([]Language{{Name: "py", Chain: tc.chain(&ran)}}, nil)
+			res, err := r.Run(context.Background(), Input{Code: "x", Lang: "py", Session: testSession(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(ran, ","); got != tc.wantRan {
+				t.Errorf("ran %s, want %s", got, tc.wantRan)
+			}
+			if res.Engine != tc.wantEngine || res.Stdout != tc.wantStdout || res.ExitCode != tc.wantExit {
+				t.Errorf("result %+v", res)
+			}
+			if !strings.Contains(res.Error, tc.wantError) || (tc.wantError == "") != (res.Error == "") {
+				t.Errorf("error %q, want %q", res.Error, tc.wantError)
+			}
+		})
+	}
+}
+
+func TestRunRejectsBadInput(t *testing.T) {
+	var ran []string
+	r := New([]Language{{Name: "python", Aliases: []string{"py"}, Chain: []Engine{&scripted{name: "a", ran: &ran}}}, {Name: "js"}},
+		&Options{MaxCode: 1000})
+	s := testSession(t)
+	for _, tc := range []struct {
+		in   Input
+		want string
+	}{
+		{Input{Code: "", Session: s}, "code is empty"},
+		{Input{Code: " \n\t", Session: s}, "code is empty"},
+		{Input{Code: "x", Lang: "cobol", Session: s}, `unknown language "cobol"; supported: python, js`},
+		{Input{Code: strings.Repeat("x", 1001), Session: s}, "the limit is 1000 bytes"},
+		{Input{Code: "x", Timeout: -1, Session: s}, "timeout must not be negative"},
+		{Input{Code: "x", Timeout: 1 << 62, Session: s}, "above the limit"},
+	} {
+		_, err := r.Run(context.Background(), tc.in)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: got %v, want %q", tc.in.Lang, err, tc.want)
+		}
+	}
+	if len(ran) != 0 {
+		t.Errorf("an engine ran for a bad request: %v", ran)
+	}
+}
+
+func TestAliasesAndCase(t *testing.T) {
+	r := New([]Language{{Name: "python", Aliases: []string{"py", "py3"}}, {Name: "shell", Aliases: []string{"sh"}}}, nil)
+	for in, want := range map[string]string{"": "python", "PY": "python", " py3 ": "python", "Shell": "shell", "sh": "shell"} {
+		l, err := r.Resolve(in)
+		if err != nil || l.Name != want {
+			t.Errorf("Resolve(%q) = %v, %v; want %s", in, l, err, want)
+		}
+	}
+}
+
+func TestEmptyChainSaysWhy(t *testing.T) {
+	r := New([]Language{{Name: "js", Missing: "not in this build"}}, nil)
+	res, err := r.Run(context.Background(), Input{Code: "1", Lang: "js", Session: testSession(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Error != "no js engine is available: not in this build" || res.Engine != "none" {
+		t.Errorf("%+v", res)
+	}
+}
+
+func TestResultText(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		res  Result
+		want string
+	}{
+		{"nothing", Result{}, "(no output)"},
+		{"stdout", Result{Stdout: "hi\n"}, "hi"},
+		{"stderr and exit", Result{Stdout: "a", Stderr: "boom\n", ExitCode: 2}, "a\n⚠️ stderr:\nboom\n⚠️ exit code 2"},
+		{"engine error", Result{Error: "timed out after 1s", Stdout: "partial", ExitCode: 137, TimedOut: true},
+			"⚠️ error: timed out after 1s\npartial"},
+		{"cut", Result{Stdout: "x", StdoutFile: ".quro/outputs/r.stdout", StdoutBytes: 2048},
+			"x\n(full stdout, 2.0 KiB: .quro/outputs/r.stdout)"},
+		{"notes and artifacts", Result{Notes: []string{"not run"}, Artifacts: []Artifact{{Kind: "html", Name: "p.html", Data: "<p>"}}},
+			"ℹ️ not run\n📎 html artifact \"p.html\" (3 bytes)"},
+	} {
+		if got := tc.res.Text(); got != tc.want {
+			t.Errorf("%s:\n%s\nwant:\n%s", tc.name, got, tc.want)
+		}
+	}
+}

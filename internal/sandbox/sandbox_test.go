@@ -1,0 +1,336 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newSandbox(t *testing.T) *Sandbox {
+	t.Helper()
+	sb, err := New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// run runs a shell script in a fresh directory and returns its output.
+func run(t *testing.T, sb *Sandbox, ctx context.Context, script string, mod func(*Spec)) (string, string, Exit) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	spec := &Spec{Args: []string{"sh", "-c", script}, Dir: t.TempDir(), Stdout: &stdout, Stderr: &stderr}
+	if mod != nil {
+		mod(spec)
+	}
+	exit, err := sb.Run(ctx, spec)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return stdout.String(), stderr.String(), exit
+}
+
+func TestExitCodes(t *testing.T) {
+	sb := newSandbox(t)
+	for _, tc := range []struct {
+		script string
+		code   int
+		signal syscall.Signal
+	}{
+		{"true", 0, 0},
+		{"exit 3", 3, 0},
+		{"kill -KILL $$", 128 + 9, syscall.SIGKILL},
+		{"kill -TERM $$", 128 + 15, syscall.SIGTERM},
+	} {
+		_, _, exit := run(t, sb, testCtx(t), tc.script, nil)
+		if exit.Code != tc.code || exit.Signal != tc.signal {
+			t.Errorf("%q: got code %d signal %v, want %d %v", tc.script, exit.Code, exit.Signal, tc.code, tc.signal)
+		}
+	}
+}
+
+func TestEnvironmentIsWhitelisted(t *testing.T) {
+	t.Setenv("QURO_TEST_SECRET", "hunter2")
+	sb := newSandbox(t)
+	dir := t.TempDir()
+	out, _, _ := run(t, sb, testCtx(t), "env", func(s *Spec) {
+		s.Dir = dir
+		s.TmpDir = "/somewhere/tmp"
+		s.Env = map[string]string{"SESSION_VAR": "x y"}
+	})
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		got[k] = v
+	}
+	want := map[string]string{
+		"PATH": DefaultPath, "HOME": dir, "LANG": "C.UTF-8", "TERM": "dumb",
+		"TMPDIR": "/somewhere/tmp", "SESSION_VAR": "x y",
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	// sh itself adds PWD (and maybe SHLVL, _); nothing else may appear.
+	for k := range got {
+		if _, ok := want[k]; !ok && k != "PWD" && k != "SHLVL" && k != "_" && k != "OLDPWD" {
+			t.Errorf("unexpected variable %s=%q reached user code", k, got[k])
+		}
+	}
+	if strings.Contains(out, "hunter2") {
+		t.Error("a server variable reached user code")
+	}
+}
+
+func TestBadEnvironmentIsRefused(t *testing.T) {
+	sb := newSandbox(t)
+	for _, env := range []map[string]string{{"A=B": "x"}, {"": "x"}, {"A": "x\x00y"}} {
+		_, err := sb.Run(testCtx(t), &Spec{Args: []string{"true"}, Dir: t.TempDir(), Env: env})
+		if !errors.Is(err, ErrInvalidSpec) {
+			t.Errorf("env %q: got %v, want ErrInvalidSpec", env, err)
+		}
+	}
+}
+
+func TestWorkingDirectory(t *testing.T) {
+	sb := newSandbox(t)
+	dir := t.TempDir()
+	out, _, _ := run(t, sb, testCtx(t), "pwd", func(s *Spec) { s.Dir = dir })
+	if strings.TrimSpace(out) != dir {
+		t.Errorf("pwd = %q, want %q", out, dir)
+	}
+}
+
+func TestLimitsAreApplied(t *testing.T) {
+	sb := newSandbox(t)
+	lim := Limits{CPUSeconds: 7, AddressSpace: 3 << 30, OpenFiles: 77, FileSize: 5 << 20}
+	out, _, _ := run(t, sb, testCtx(t), "ulimit -t; ulimit -v; ulimit -n; ulimit -f", func(s *Spec) { s.Limits = &lim })
+	// dash reports -v in KiB and -f in 512-byte blocks
+	want := "7\n" + strconv.Itoa(3<<20) + "\n77\n" + strconv.Itoa(5<<20/512) + "\n"
+	if out != want {
+		t.Errorf("limits inside the sandbox:\n%s\nwant:\n%s", out, want)
+	}
+}
+
+func TestFileSizeLimitStopsAWrite(t *testing.T) {
+	sb := newSandbox(t)
+	lim := DefaultLimits()
+	lim.FileSize = 1 << 20
+	_, _, exit := run(t, sb, testCtx(t), "head -c 2000000 /dev/zero > big", func(s *Spec) { s.Limits = &lim })
+	if exit.Code == 0 {
+		t.Fatal("writing past RLIMIT_FSIZE succeeded")
+	}
+}
+
+func TestNoServerFileDescriptorLeaks(t *testing.T) {
+	sb := newSandbox(t)
+	// Open a file in the server without O_CLOEXEC being our doing: Go sets it.
+	f, err := os.Open("/etc/hostname")
+	if err != nil {
+		t.Skip(err)
+	}
+	defer f.Close()
+	out, _, _ := run(t, sb, testCtx(t), "ls /proc/self/fd", nil)
+	fds := strings.Fields(out)
+	// 0, 1, 2 and the fd ls itself uses to read the directory.
+	if len(fds) > 4 {
+		t.Errorf("user code sees fds %v; want only 0 1 2 (+ ls's own)", fds)
+	}
+}
+
+func TestProgramNotFoundIsAStartError(t *testing.T) {
+	sb := newSandbox(t)
+	_, err := sb.Run(testCtx(t), &Spec{Args: []string{"no-such-program-quro"}, Dir: t.TempDir()})
+	var se *StartError
+	if !errors.As(err, &se) || !strings.Contains(se.Reason, "not found") {
+		t.Fatalf("got %v, want StartError saying not found", err)
+	}
+}
+
+func TestStdin(t *testing.T) {
+	sb := newSandbox(t)
+	out, _, _ := run(t, sb, testCtx(t), "cat", func(s *Spec) { s.Stdin = strings.NewReader("from stdin\n") })
+	if out != "from stdin\n" {
+		t.Errorf("got %q", out)
+	}
+	// No stdin: reading gets end of file at once, not a hang.
+	out, _, _ = run(t, sb, testCtx(t), "cat; echo done", nil)
+	if out != "done\n" {
+		t.Errorf("got %q", out)
+	}
+}
+
+func TestTimeoutKillsTheGroupAndKeepsPartialOutput(t *testing.T) {
+	sb := newSandbox(t)
+	ctx, cancel := context.WithTimeout(testCtx(t), 300*time.Millisecond)
+	defer cancel()
+	pidFile := t.TempDir() + "/pid"
+	out, _, exit := run(t, sb, ctx, "sleep 1000 & echo $! > "+pidFile+"; echo started; wait", nil)
+	if !exit.TimedOut || out != "started\n" {
+		t.Fatalf("exit %+v output %q", exit, out)
+	}
+	waitGone(t, pidFile)
+}
+
+func TestBackgroundJobDoesNotOutliveTheRun(t *testing.T) {
+	sb := newSandbox(t)
+	pidFile := t.TempDir() + "/pid"
+	_, _, exit := run(t, sb, testCtx(t), "sleep 1000 & echo $! > "+pidFile, nil)
+	if exit.Code != 0 || exit.TimedOut {
+		t.Fatalf("exit %+v", exit)
+	}
+	waitGone(t, pidFile)
+}
+
+func TestEscapedProcessIsAbandonedNotWaitedFor(t *testing.T) {
+	sb, err := New(&Options{DrainGrace: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pidFile := t.TempDir() + "/pid"
+	// setsid leaves the process group; the child keeps stdout open.
+	// The script waits until the child has left the group before it exits.
+	_, _, exit := run(t, sb, testCtx(t), "setsid sh -c 'echo $$ > "+pidFile+"; exec sleep 1000' & while [ ! -s "+pidFile+" ]; do :; done", nil)
+	b, _ := os.ReadFile(pidFile)
+	if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+		defer syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if !exit.Abandoned {
+		t.Errorf("exit %+v: want Abandoned", exit)
+	}
+}
+
+// waitGone waits (on a pidfd, not by sleeping) until the process whose pid
+// is in file has terminated.
+func waitGone(t *testing.T, file string) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return // already gone and reaped
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 10_000)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("process %d outlived its run", pid)
+		}
+		return
+	}
+}
+
+// countingWriter counts bytes and keeps none: the sandbox must not buffer.
+type countingWriter struct {
+	mu sync.Mutex
+	n  int64
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	w.n += int64(len(p))
+	w.mu.Unlock()
+	return len(p), nil
+}
+
+func TestOutputFloodIsStreamedInBoundedMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("2 GiB flood")
+	}
+	sb := newSandbox(t)
+	var w countingWriter
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	exit, err := sb.Run(testCtx(t), &Spec{Args: []string{"sh", "-c", "yes | head -c 2G"}, Dir: t.TempDir(), Stdout: &w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if exit.Code != 0 || w.n != 2<<30 {
+		t.Fatalf("exit %+v, %d bytes", exit, w.n)
+	}
+	if grew := int64(after.HeapInuse) - int64(before.HeapInuse); grew > 32<<20 {
+		t.Errorf("heap grew by %d MiB while streaming 2 GiB", grew>>20)
+	}
+}
+
+func TestLookPathUsesSandboxPath(t *testing.T) {
+	sb, err := New(&Options{Path: "/nonexistent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.LookPath("sh"); err == nil {
+		t.Error("found sh outside the sandbox PATH")
+	}
+	if p, err := newSandbox(t).LookPath("sh"); err != nil || !strings.HasPrefix(p, "/") {
+		t.Errorf("LookPath(sh) = %q, %v", p, err)
+	}
+}
+
+func TestLimitsRoundTrip(t *testing.T) {
+	l := Limits{CPUSeconds: 1, AddressSpace: 2, OpenFiles: 3, FileSize: 4, Processes: 5}
+	got, err := decodeLimits(l.encode())
+	if err != nil || got != l {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+	for _, bad := range []string{"", "cpu", "cpu=x", "nope=1"} {
+		if _, err := decodeLimits(bad); err == nil {
+			t.Errorf("decodeLimits(%q) accepted", bad)
+		}
+	}
+}
+
+func TestProbeReportsEveryLayer(t *testing.T) {
+	feats := newSandbox(t).Probe(testCtx(t))
+	names := map[string]bool{}
+	for _, f := range feats {
+		names[f.Name] = true
+		if f.Detail == "" {
+			t.Errorf("%s: no detail", f.Name)
+		}
+	}
+	for _, n := range []string{"rlimits", "user namespaces", "bubblewrap", "landlock", "seccomp", "cgroup v2"} {
+		if !names[n] {
+			t.Errorf("probe does not report %s", n)
+		}
+	}
+}

@@ -1,0 +1,101 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/quro-dev/quro/internal/store"
+)
+
+func manager(t *testing.T, dir string) *Manager {
+	t.Helper()
+	st, err := store.Open(context.Background(), filepath.Join(dir, "quro.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	m, err := Open(context.Background(), st, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestDefaultSessionIsStable(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	d1, err := manager(t, dir).Default(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, err := manager(t, dir).Get(ctx, "")
+	if err != nil || d2.ID != d1.ID || d1.Name != DefaultName {
+		t.Fatalf("default changed across opens: %v %v %v", d1, d2, err)
+	}
+	if fi, err := os.Stat(d1.Workspace()); err != nil || !fi.IsDir() {
+		t.Fatalf("workspace: %v", err)
+	}
+}
+
+func TestCreateGetByIDAndName(t *testing.T) {
+	ctx := context.Background()
+	m := manager(t, t.TempDir())
+	s, err := m.Create(ctx, "work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.ID) != 32 {
+		t.Errorf("id %q is not 128 bits of hex", s.ID)
+	}
+	for _, ref := range []string{s.ID, "work"} {
+		got, err := m.Get(ctx, ref)
+		if err != nil || got.ID != s.ID {
+			t.Errorf("Get(%q) = %v, %v", ref, got, err)
+		}
+	}
+	if _, err := m.Create(ctx, "work"); !errors.Is(err, ErrExists) {
+		t.Errorf("duplicate: %v", err)
+	}
+	anon, err := m.Create(ctx, "")
+	if err != nil || anon.Name == "" {
+		t.Errorf("anonymous: %v %v", anon, err)
+	}
+	list, _ := m.List(ctx)
+	if len(list) != 3 { // default, work, anonymous
+		t.Errorf("list has %d sessions", len(list))
+	}
+	if s.Workspace() == anon.Workspace() {
+		t.Error("two sessions share a workspace")
+	}
+}
+
+func TestBadNamesAndMissingSessions(t *testing.T) {
+	ctx := context.Background()
+	m := manager(t, t.TempDir())
+	for _, name := range []string{"../x", "a/b", "-x", "with space", string(make([]byte, 65)), "0123456789abcdef0123456789abcdef"} {
+		if _, err := m.Create(ctx, name); !errors.Is(err, ErrBadName) {
+			t.Errorf("Create(%q): %v", name, err)
+		}
+	}
+	for _, ref := range []string{"nope", "ffffffffffffffffffffffffffffffff"} {
+		if _, err := m.Get(ctx, ref); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Get(%q): %v", ref, err)
+		}
+	}
+}
+
+func TestTouchRecreatesMissingDirectories(t *testing.T) {
+	ctx := context.Background()
+	m := manager(t, t.TempDir())
+	s, _ := m.Create(ctx, "x")
+	os.RemoveAll(s.Dir)
+	if err := m.Touch(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(s.TmpDir()); err != nil {
+		t.Fatal(err)
+	}
+}
