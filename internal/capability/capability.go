@@ -104,7 +104,7 @@ func (c *Capability) Call(ctx context.Context, args json.RawMessage) (any, error
 func (c *Capability) HasRequiredInput() bool { return len(c.InputSchema.Required) > 0 }
 
 func normalize(args json.RawMessage) json.RawMessage {
-	if len(bytes.TrimSpace(args)) == 0 {
+	if t := bytes.TrimSpace(args); len(t) == 0 || string(t) == "null" {
 		return json.RawMessage("{}")
 	}
 	return args

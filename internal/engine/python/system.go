@@ -41,6 +41,12 @@ func (s *System) Probe(ctx context.Context) error {
 
 // Run implements runcode.Engine.
 func (s *System) Run(ctx context.Context, req *runcode.Request) (*runcode.Result, error) {
+	if i := strings.IndexByte(req.Code, 0); i >= 0 {
+		// Python reading a script from stdin would silently stop at the NUL;
+		// say what Python says for source with NUL bytes instead.
+		fmt.Fprintf(req.Stderr, "SyntaxError: source code cannot contain null bytes (first at line %d)\n", strings.Count(req.Code[:i], "\n")+1)
+		return &runcode.Result{ExitCode: 1}, nil
+	}
 	spec := runcode.ProcessSpec(req, "python3", "-I", "-u", "-")
 	spec.Stdin = strings.NewReader(req.Code)
 	exit, err := s.sb.Run(ctx, spec)
