@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quro-dev/quro/internal/app"
+	"github.com/quro-dev/quro/internal/runcode"
 )
 
 func main() { os.Exit(Main()) }
@@ -41,8 +43,10 @@ func Main() int {
 }
 
 type globals struct {
-	dataDir string
-	stdin   io.Reader
+	dataDir   string
+	stdin     io.Reader
+	maxStdout int
+	maxStderr int
 }
 
 func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
@@ -61,10 +65,17 @@ capability over HTTP; quro run calls the same controller in-process.`,
 	root.SetIn(stdin)
 	root.PersistentFlags().StringVar(&g.dataDir, "data", app.DefaultDataDir(),
 		"data directory (database, sessions, workspaces); env QURO_DATA")
+	root.PersistentFlags().IntVar(&g.maxStdout, "max-stdout", 12<<10, "bytes of stdout kept in a result (head and tail; the rest is saved to a file)")
+	root.PersistentFlags().IntVar(&g.maxStderr, "max-stderr", 4<<10, "bytes of stderr kept in a result")
 	root.AddCommand(newServeCmd(g), newRunCmd(g), newDoctorCmd(g), newVersionCmd(), newSessionCmd(g))
 	return root
 }
 
 func (g *globals) open(ctx context.Context) (*app.App, error) {
-	return app.New(ctx, app.Options{DataDir: g.dataDir})
+	return app.New(ctx, g.options(nil))
+}
+
+func (g *globals) options(log *slog.Logger) app.Options {
+	return app.Options{DataDir: g.dataDir, Logger: log,
+		Run: &runcode.Options{MaxStdout: g.maxStdout, MaxStderr: g.maxStderr}}
 }

@@ -31,7 +31,7 @@ This build has no authentication yet, so it listens on loopback only.`,
 				return err
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			a, err := app.New(cmd.Context(), app.Options{DataDir: g.dataDir, Logger: log})
+			a, err := app.New(cmd.Context(), g.options(log))
 			if err != nil {
 				return err
 			}

@@ -49,7 +49,9 @@ type Session struct {
 	CreatedAt  time.Time         `json:"created_at"`
 	LastUsedAt time.Time         `json:"last_used_at"`
 	Env        map[string]string `json:"env,omitempty"`
-	Dir        string            `json:"-"` // $QURO_DATA/sessions/<id>
+	Network    string            `json:"network"`          // network policy: "none" or "full"
+	Rootfs     string            `json:"rootfs,omitempty"` // rootfs name, "" for the host userland
+	Dir        string            `json:"-"`                // $QURO_DATA/sessions/<id>
 }
 
 // Workspace is the session's working directory: the only host directory its
@@ -214,6 +216,8 @@ func (m *Manager) fromRow(r *store.Session) *Session {
 		CreatedAt:  r.CreatedAt,
 		LastUsedAt: r.LastUsedAt,
 		Env:        maps.Clone(r.Env),
+		Network:    r.Network,
+		Rootfs:     r.Rootfs,
 		Dir:        filepath.Join(m.root, r.ID),
 	}
 }

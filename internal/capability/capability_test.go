@@ -1,0 +1,98 @@
+package capability
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+type in struct {
+	Name  string `json:"name" jsonschema:"who"`
+	Count int    `json:"count,omitempty"`
+}
+
+type out struct {
+	Greeting string `json:"greeting"`
+}
+
+func (o out) Text() string { return o.Greeting }
+
+func greet() *Capability {
+	return New("greet", "Say hello.", ScopeRead, func(ctx context.Context, i in) (out, error) {
+		return out{Greeting: strings.Repeat("hi "+i.Name+" ", max(i.Count, 1))}, nil
+	})
+}
+
+func TestSchemasComeFromTypes(t *testing.T) {
+	c := greet()
+	if len(c.InputSchema.Required) != 1 || c.InputSchema.Required[0] != "name" {
+		t.Errorf("required %v", c.InputSchema.Required)
+	}
+	if c.InputSchema.Properties["name"].Description != "who" {
+		t.Errorf("description not carried: %+v", c.InputSchema.Properties["name"])
+	}
+	if c.OutputSchema.Properties["greeting"] == nil {
+		t.Error("output schema has no greeting")
+	}
+}
+
+func TestCallDecodesStrictly(t *testing.T) {
+	c := greet()
+	for _, tc := range []struct {
+		args string
+		ok   bool
+		msg  string
+	}{
+		{`{"name":"a"}`, true, ""},
+		{`{"name":"a","count":2}`, true, ""},
+		{`{}`, false, "name"},
+		{``, false, "name"},
+		{`null`, false, "name"},
+		{`{"name":"a","extra":1}`, false, `unknown field "extra"`},
+		{`{"name":5}`, false, `field "name" must be a string`},
+		{`{"name":"a"}{}`, false, "after the JSON object"},
+		{`[1]`, false, "bad arguments"},
+	} {
+		res, err := c.Call(context.Background(), json.RawMessage(tc.args))
+		if tc.ok {
+			if err != nil {
+				t.Errorf("%s: %v", tc.args, err)
+			}
+			continue
+		}
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Code != InvalidArgument || !strings.Contains(ce.Message, tc.msg) {
+			t.Errorf("%s: got %v %v; want invalid_argument with %q", tc.args, res, err, tc.msg)
+		}
+	}
+}
+
+func TestRegistry(t *testing.T) {
+	r := NewRegistry()
+	r.Register(greet())
+	if _, ok := r.Get("greet"); !ok {
+		t.Fatal("not found")
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("registering twice did not panic")
+		}
+	}()
+	r.Register(greet())
+}
+
+func TestScopes(t *testing.T) {
+	for _, tc := range []struct {
+		have, need Scope
+		ok         bool
+	}{
+		{ScopeAdmin, ScopeExec, true}, {ScopeAdmin, ScopeRead, true}, {ScopeExec, ScopeRead, true},
+		{ScopeExec, ScopeAdmin, false}, {ScopeRead, ScopeExec, false}, {"", ScopeRead, false},
+	} {
+		if got := tc.have.Covers(tc.need); got != tc.ok {
+			t.Errorf("%q covers %q = %v", tc.have, tc.need, got)
+		}
+	}
+}
