@@ -129,6 +129,21 @@ func (c *Capture) Len() int64 {
 	return c.total
 }
 
+// Snapshot returns the text captured so far, as Finish would show it,
+// without ending the capture.
+func (c *Capture) Snapshot() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tail == nil {
+		t, _ := escapeBytes(c.buf)
+		return t
+	}
+	head, tail := trimPartialEnd(c.buf), trimPartialStart(c.tailBytes())
+	ht, _ := escapeBytes(head)
+	tt, _ := escapeBytes(tail)
+	return ht + fmt.Sprintf("\n… [%s cut from the middle so far] …\n", humanBytes(c.total-int64(len(head))-int64(len(tail)))) + tt
+}
+
 // View is the final, model-safe view of a captured stream.
 type View struct {
 	Text      string // valid UTF-8; invalid bytes and NUL as \xNN; middle cut when too long
