@@ -92,6 +92,10 @@ type Spec struct {
 	Stdin          io.Reader // nil means /dev/null
 	Stdout, Stderr io.Writer // nil discards
 	ExtraFiles     []*os.File
+
+	// TTY makes Stdin (a terminal's slave side, an *os.File) the process's
+	// controlling terminal, in a session of its own.
+	TTY bool
 }
 
 // Exit describes how a sandboxed process ended.
@@ -198,6 +202,10 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 	cmd.Dir = spec.Dir
 	cmd.ExtraFiles = append(append([]*os.File(nil), spec.ExtraFiles...), statusW)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if spec.TTY {
+		// A new session is also a new process group (pgid = pid).
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Pdeathsig: syscall.SIGKILL}
+	}
 	cmd.Cancel = func() error { return killGroup(cmd) }
 	cmd.WaitDelay = s.drainGrace
 

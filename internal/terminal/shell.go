@@ -155,6 +155,7 @@ type Shell struct {
 	errOut   *router
 	outR     *os.File // parent ends of the output pipes, closed by Close
 	errR     *os.File
+	outDone  chan struct{} // closed when the output pipe reached end of file
 	exited   chan struct{} // closed when proc has exited
 	exitCode int
 	cwd      string
@@ -350,7 +351,10 @@ func (s *Shell) startLocked() error {
 		defer errR.Close()
 		io.Copy(errOut, errR)
 	}()
+	outDone := make(chan struct{})
+	s.outDone = outDone
 	go func() {
+		defer close(outDone)
 		defer outR.Close()
 		io.Copy(out, outR)
 	}()
@@ -619,7 +623,17 @@ func (s *Shell) complete(r *run) *Result {
 	r.intrMu.Lock()
 	res := &Result{ExitCode: r.exitCode, Interrupted: r.interrupted, InterruptStage: r.stage, ShellRestarted: r.restarted}
 	r.intrMu.Unlock()
-	if !r.died {
+	if r.died {
+		// The shell is gone and the sandbox killed its group: what it
+		// printed last is still in the pipe until end of file.
+		s.mu.Lock()
+		done := s.outDone
+		s.mu.Unlock()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+		}
+	} else {
 		// The token follows the command's output; wait for it so that no
 		// output is left in the pipe. A command that redirected the shell's
 		// own stdout permanently (exec >file) takes the token with it.

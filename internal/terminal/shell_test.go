@@ -99,7 +99,7 @@ func TestTranscript(t *testing.T) {
 		{"binary output", `printf 'a\377b\000c'`, `a\xffb\x00c`, 0, "sub/dir", false},
 		{"set -u error", "set -u; echo $UNDEFINED_VAR_Q", "", 1, "sub/dir", false},
 		{"set -u stays", "echo ${X}", "42\n", 0, "sub/dir", false},
-		{"exit kills the shell, cwd restored", "exit 7", "exit\n", 7, "sub/dir", true},
+		{"exit kills the shell, cwd restored", "echo bye; exit 7", "bye\nexit\n", 7, "sub/dir", true},
 		{"new shell in the same dir", "pwd", ws + "/sub/dir\n", 0, "sub/dir", false},
 		{"set -e then failure", "set -e; false", "", 1, "sub/dir", true},
 		{"history expansion is off", "echo 'hi!' \"yo!\"", "hi! yo!\n", 0, "sub/dir", false},
