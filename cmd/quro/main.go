@@ -15,6 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quro-dev/quro/internal/app"
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/runcode"
 )
 
@@ -67,12 +69,17 @@ capability over HTTP; quro run calls the same controller in-process.`,
 		"data directory (database, sessions, workspaces); env QURO_DATA")
 	root.PersistentFlags().IntVar(&g.maxStdout, "max-stdout", 12<<10, "bytes of stdout kept in a result (head and tail; the rest is saved to a file)")
 	root.PersistentFlags().IntVar(&g.maxStderr, "max-stderr", 4<<10, "bytes of stderr kept in a result")
-	root.AddCommand(newServeCmd(g), newRunCmd(g), newDoctorCmd(g), newVersionCmd(), newSessionCmd(g))
+	root.AddCommand(newServeCmd(g), newRunCmd(g), newDoctorCmd(g), newVersionCmd(), newSessionCmd(g), newExecCmd(g), newTermCmd(g))
 	return root
 }
 
 func (g *globals) open(ctx context.Context) (*app.App, error) {
 	return app.New(ctx, g.options(nil))
+}
+
+// caller is who the CLI is: the local user, with every scope.
+func (g *globals) caller() controller.Caller {
+	return controller.Caller{Path: "cli", Scope: capability.ScopeAdmin}
 }
 
 func (g *globals) options(log *slog.Logger) app.Options {

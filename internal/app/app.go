@@ -22,6 +22,7 @@ import (
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/store"
+	"github.com/quro-dev/quro/internal/terminal"
 )
 
 // Options configure an App. Only DataDir is required.
@@ -40,6 +41,7 @@ type App struct {
 	Sandbox    *sandbox.Sandbox
 	Runner     *runcode.Runner
 	Controller *controller.Controller
+	Terminals  *terminal.Manager
 	Log        *slog.Logger
 	Started    time.Time
 
@@ -101,14 +103,47 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		defer cancel()
 		return sb.Probe(ctx)
 	})
+	runOpts := a.Runner.Options()
+	a.Terminals = terminal.NewManager(terminal.ManagerOptions{
+		Sandbox: sb,
+		Env: func(id string) map[string]string {
+			env, _ := sessions.Env(context.Background(), id)
+			return env
+		},
+		OnCwd: func(id, cwd string) {
+			if err := sessions.SetCwd(context.Background(), id, cwd); err != nil {
+				log.Warn("cannot record cwd", "session", id, "err", err)
+			}
+		},
+		MaxOutput: runOpts.MaxStdout, SpillLimit: runOpts.SpillLimit,
+	})
 	reg := capability.NewRegistry()
 	a.register(reg)
 	a.Controller = controller.New(reg, log)
 	return a, nil
 }
 
-// Close releases the store.
-func (a *App) Close() error { return a.Store.Close() }
+// Close stops every session's terminals and releases the store.
+func (a *App) Close() error {
+	a.Terminals.Close()
+	return a.Store.Close()
+}
+
+// Supervise runs the supervisor patrol until ctx ends.
+func (a *App) Supervise(ctx context.Context, every time.Duration) {
+	a.Terminals.Patrol(ctx, every, a.patrolHooks())
+}
+
+func (a *App) patrolHooks() terminal.PatrolHooks {
+	return terminal.PatrolHooks{
+		Default: a.Sessions.Default,
+		Exists: func(ctx context.Context, id string) bool {
+			_, err := a.Sessions.Get(ctx, id)
+			return err == nil
+		},
+		SessionsDir: filepath.Join(a.DataDir, "sessions"),
+	}
+}
 
 // Isolation reports the machine's isolation features (probed once).
 func (a *App) Isolation() []sandbox.Feature { return a.isolation() }

@@ -78,7 +78,7 @@ func (m *Manager) get(s *session.Session) (*live, error) {
 	if l.shell == nil {
 		id := s.ID
 		cwd := s.Cwd
-		if cwd == "" || !inside(cwd, "/") {
+		if !filepath.IsAbs(cwd) {
 			cwd = s.Workspace()
 		}
 		l.shell = NewShell(ShellOptions{

@@ -242,6 +242,19 @@ func (s *Shell) aliveLocked() bool {
 	}
 }
 
+// Done is closed when the current shell process has exited (a closed
+// channel if none runs).
+func (s *Shell) Done() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.exited == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return s.exited
+}
+
 // Start starts the shell process if it is not running.
 func (s *Shell) Start() error {
 	s.mu.Lock()
