@@ -15,6 +15,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/engine/js"
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/engine/shell"
 	"github.com/quro-dev/quro/internal/render"
@@ -31,6 +32,7 @@ type Options struct {
 	Logger  *slog.Logger
 	Run     *runcode.Options
 	Sandbox *sandbox.Options
+	JS      *js.Options // nil: defaults (64 MiB, no network)
 }
 
 // App is one assembled Quro. Close it when done.
@@ -94,9 +96,10 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		st.Close()
 		return nil, err
 	}
+	jsEng := js.New(opts.JS)
 	a := &App{
 		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
-		Runner: runcode.New(Languages(sb), opts.Run),
+		Runner: runcode.New(Languages(sb, jsEng), opts.Run),
 	}
 	a.isolation = sync.OnceValue(func() []sandbox.Feature {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -119,6 +122,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	})
 	reg := capability.NewRegistry()
 	a.register(reg)
+	a.registerJS(reg, jsEng)
 	a.Controller = controller.New(reg, log)
 	return a, nil
 }
@@ -149,14 +153,13 @@ func (a *App) patrolHooks() terminal.PatrolHooks {
 func (a *App) Isolation() []sandbox.Feature { return a.isolation() }
 
 // Languages declares run_code's language matrix and engine chains.
-func Languages(sb *sandbox.Sandbox) []runcode.Language {
+func Languages(sb *sandbox.Sandbox, jsEng *js.Engine) []runcode.Language {
 	code := render.Code{}
-	noJS := "the embedded JavaScript/TypeScript engine is not part of this build yet"
 	langs := []runcode.Language{
 		{Name: "python", Aliases: []string{"py", "py3", "python3"}, Runs: true,
 			Chain: []runcode.Engine{python.NewSystem(sb)}},
-		{Name: "js", Aliases: []string{"javascript", "node", "mjs", "cjs"}, Runs: true, Missing: noJS},
-		{Name: "ts", Aliases: []string{"typescript"}, Runs: true, Missing: noJS},
+		{Name: "js", Aliases: []string{"javascript", "node", "mjs", "cjs"}, Runs: true, Chain: []runcode.Engine{jsEng}},
+		{Name: "ts", Aliases: []string{"typescript"}, Runs: true, Chain: []runcode.Engine{jsEng.TS()}},
 		{Name: "shell", Aliases: []string{"sh", "bash"}, Runs: true, Chain: []runcode.Engine{shell.New(sb)}},
 		{Name: "html", Aliases: []string{"htm", "markup"}, Chain: []runcode.Engine{render.HTML{}}},
 		{Name: "json", Chain: []runcode.Engine{render.JSON{}}},

@@ -73,8 +73,8 @@ func TestRunCodeLanguages(t *testing.T) {
 		{name: "xml", lang: "xml", code: "<a><b/></a>", artifact: "html"},
 		{name: "svg", lang: "svg", code: `<svg xmlns="http://www.w3.org/2000/svg"/>`, artifact: "svg"},
 		{name: "go is shown, not run", lang: "golang", code: "package main\nfunc main(){}", engine: "render/code", artifact: "html"},
-		{name: "js unavailable", lang: "javascript", code: "1+1", engine: "none", exit: -1, error: "no js engine is available"},
-		{name: "ts unavailable", lang: "ts", code: "let x: number = 1", engine: "none", exit: -1, error: "no ts engine is available"},
+		{name: "js", lang: "javascript", code: "console.log(6*7)", stdout: "42\n"},
+		{name: "ts", lang: "ts", code: "const x: number = 2; console.log(x * 21)", stdout: "42\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := runCode(t, a, RunCodeInput{Code: tc.code, Lang: tc.lang})
