@@ -302,22 +302,30 @@ func (m *Manager) ExportLog(s *session.Session, rel string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	// Write through os.Root: a symlink swapped in after the check above
+	// still cannot lead the server out of the workspace.
+	root, err := os.OpenRoot(s.Workspace())
+	if err != nil {
 		return "", err
+	}
+	defer root.Close()
+	relPath, _ := filepath.Rel(s.Workspace(), path)
+	if err := root.MkdirAll(filepath.Dir(relPath), 0o755); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	var b strings.Builder
 	if dropped > 0 {
 		fmt.Fprintf(&b, "[%d earlier bytes are not kept]\n", dropped)
 	}
 	b.WriteString(EscapeControl(data))
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
-		return "", err
+	tmp := relPath + ".tmp"
+	if err := root.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return "", err
+	if err := root.Rename(tmp, relPath); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	return filepath.Rel(s.Workspace(), path)
+	return relPath, nil
 }
 
 // WorkspacePath resolves rel inside workspace, refusing absolute paths and
