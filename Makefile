@@ -22,7 +22,9 @@ run: build
 
 # Install what is missing, then check formatting, vet and run every test.
 test: test-deps fmt-check vet
-	$(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -timeout 30m ./...
+	# the slim build (no embedded Python) must answer through the rest of the chain
+	$(GO) test -count=1 -tags slim ./internal/engine/python/ ./internal/app/
 
 test-deps:
 	@missing=""; for p in $(TEST_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

@@ -13,10 +13,12 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/runcode"
 )
 
@@ -47,12 +49,13 @@ func Main() int {
 type globals struct {
 	dataDir   string
 	stdin     io.Reader
+	stderr    io.Writer
 	maxStdout int
 	maxStderr int
 }
 
 func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
-	g := &globals{stdin: stdin}
+	g := &globals{stdin: stdin, stderr: stderr}
 	root := &cobra.Command{
 		Use:   "quro",
 		Short: "Run code and drive terminals for AI agents, isolated and fast",
@@ -84,5 +87,31 @@ func (g *globals) caller() controller.Caller {
 
 func (g *globals) options(log *slog.Logger) app.Options {
 	return app.Options{DataDir: g.dataDir, Logger: log,
-		Run: &runcode.Options{MaxStdout: g.maxStdout, MaxStderr: g.maxStderr}}
+		Run:    &runcode.Options{MaxStdout: g.maxStdout, MaxStderr: g.maxStderr},
+		Python: &python.EmbeddedOptions{Progress: extractionProgress(g.stderr)},
+	}
+}
+
+// extractionProgress shows the first extraction of the embedded Python on
+// a terminal (it happens once per data directory).
+func extractionProgress(w io.Writer) func(done, total int64) {
+	f, ok := w.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return nil
+	}
+	last := -1
+	return func(done, total int64) {
+		if total <= 0 {
+			return
+		}
+		pct := int(done * 100 / total)
+		if pct == last {
+			return
+		}
+		last = pct
+		fmt.Fprintf(f, "\rquro: extracting the embedded Python (once) %3d%%", pct)
+		if done >= total {
+			fmt.Fprintln(f)
+		}
+	}
 }

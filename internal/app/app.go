@@ -33,6 +33,7 @@ type Options struct {
 	Run     *runcode.Options
 	Sandbox *sandbox.Options
 	JS      *js.Options // nil: defaults (64 MiB, no network)
+	Python  *python.EmbeddedOptions
 }
 
 // App is one assembled Quro. Close it when done.
@@ -44,6 +45,7 @@ type App struct {
 	Runner     *runcode.Runner
 	Controller *controller.Controller
 	Terminals  *terminal.Manager
+	Python     *python.Embedded // tier 1 of the Python chain: resident workers
 	Log        *slog.Logger
 	Started    time.Time
 
@@ -97,9 +99,11 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		return nil, err
 	}
 	jsEng := js.New(opts.JS)
+	pyChain, emb := PythonChain(dir, sb, opts.Python)
 	a := &App{
 		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
-		Runner: runcode.New(Languages(sb, jsEng), opts.Run),
+		Python: emb,
+		Runner: runcode.New(Languages(sb, pyChain, jsEng), opts.Run),
 	}
 	a.isolation = sync.OnceValue(func() []sandbox.Feature {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -130,6 +134,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 // Close stops every session's terminals and releases the store.
 func (a *App) Close() error {
 	a.Terminals.Close()
+	a.Python.Close()
 	return a.Store.Close()
 }
 
@@ -153,11 +158,11 @@ func (a *App) patrolHooks() terminal.PatrolHooks {
 func (a *App) Isolation() []sandbox.Feature { return a.isolation() }
 
 // Languages declares run_code's language matrix and engine chains.
-func Languages(sb *sandbox.Sandbox, jsEng *js.Engine) []runcode.Language {
+func Languages(sb *sandbox.Sandbox, pythonChain []runcode.Engine, jsEng *js.Engine) []runcode.Language {
 	code := render.Code{}
 	langs := []runcode.Language{
 		{Name: "python", Aliases: []string{"py", "py3", "python3"}, Runs: true,
-			Chain: []runcode.Engine{python.NewSystem(sb)}},
+			Chain: pythonChain},
 		{Name: "js", Aliases: []string{"javascript", "node", "mjs", "cjs"}, Runs: true, Chain: []runcode.Engine{jsEng}},
 		{Name: "ts", Aliases: []string{"typescript"}, Runs: true, Chain: []runcode.Engine{jsEng.TS()}},
 		{Name: "shell", Aliases: []string{"sh", "bash"}, Runs: true, Chain: []runcode.Engine{shell.New(sb)}},

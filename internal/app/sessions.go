@@ -236,6 +236,18 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			}
 			return &Done{Message: rel}, nil
 		}))
+	reg.Register(capability.New("reset_python",
+		"Forget a session's Python state (variables, imports) by giving it a fresh interpreter; files in the workspace stay.",
+		capability.ScopeExec, func(ctx context.Context, in SessionRef) (*Done, error) {
+			s, err := a.Sessions.Get(ctx, in.Session)
+			if err != nil {
+				return nil, err
+			}
+			if err := a.Python.Reset(ctx, s.ID); err != nil {
+				return nil, err
+			}
+			return &Done{Message: "the Python state of session " + s.Name + " was reset"}, nil
+		}))
 	reg.Register(capability.New("read_screen",
 		"The text on the session's interactive terminal (PTY) screen, as a person would see it; starts the terminal if none runs.",
 		capability.ScopeRead, func(ctx context.Context, in SessionRef) (*Screen, error) {
@@ -261,6 +273,7 @@ func (a *App) sessionInfo(ctx context.Context, s *session.Session) *SessionInfo 
 
 // DestroySession stops everything of s and deletes it.
 func (a *App) DestroySession(ctx context.Context, s *session.Session) error {
+	a.Python.Stop(s.ID)
 	a.Terminals.CloseSession(s)
 	return a.Sessions.Delete(ctx, s)
 }
