@@ -187,6 +187,26 @@ func TestTimeoutInterruptsAndKeepsState(t *testing.T) {
 	}
 }
 
+// An interrupt that lands while the worker is still reading or compiling
+// the run (a timeout of a millisecond) must interrupt that run, not be lost
+// and leave the code running until the worker is killed.
+func TestEarlyInterruptIsNotLost(t *testing.T) {
+	s := newSession(t)
+	run(t, testEng, s, "kept = 'yes'", 0)
+	// 20,000 statements take CPython a good part of a second to compile:
+	// the SIGINT of a 5 ms timeout lands before the code starts.
+	code := strings.Repeat("y = 1\n", 20_000) + "while True:\n    pass"
+	for i := 0; i < 3; i++ {
+		r := run(t, testEng, s, code, 5*time.Millisecond)
+		if !r.TimedOut || !strings.Contains(r.Error, "keeps its variables") {
+			t.Fatalf("try %d: %+v err %q", i, r.Result, r.err)
+		}
+	}
+	if r := run(t, testEng, s, "kept", 0); r.out != "'yes'\n" {
+		t.Fatalf("state lost: out %q notes %q", r.out, r.Notes)
+	}
+}
+
 func TestRaisedKeyboardInterruptIsNotATimeout(t *testing.T) {
 	r := run(t, testEng, newSession(t), "raise KeyboardInterrupt", 0)
 	if r.TimedOut || r.Interrupted || r.ExitCode != 1 || !strings.Contains(r.err, "KeyboardInterrupt") {

@@ -281,7 +281,7 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 	var interruptCause error
 	if err := w.send(msg); err == nil {
 		ctxDone := ctx.Done()
-		var graceC <-chan time.Time
+		var graceC, resendC <-chan time.Time
 	wait:
 		for {
 			select {
@@ -304,6 +304,14 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 				t := time.NewTimer(o.grace)
 				defer t.Stop()
 				graceC = t.C
+				// A SIGINT that lands before the worker has read the run
+				// request finds no run to interrupt and is dropped; repeat
+				// it (as a person presses ^C again) until the run ends.
+				r := time.NewTicker(interruptRepeat)
+				defer r.Stop()
+				resendC = r.C
+			case <-resendC:
+				syscall.Kill(-w.pid, syscall.SIGINT)
 			case <-graceC:
 				escalated = true
 				w.kill()
@@ -552,6 +560,10 @@ func (s *stream) emit(p []byte) {
 	s.pending = append(s.pending, p[:room]...)
 	s.dropped += int64(len(p) - room)
 }
+
+// interruptRepeat is how often the SIGINT of a timeout is repeated while
+// the run has not ended.
+const interruptRepeat = 250 * time.Millisecond
 
 func humanSize(n int64) string {
 	switch {

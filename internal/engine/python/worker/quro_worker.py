@@ -40,6 +40,8 @@ PR_SET_CHILD_SUBREAPER = 36
 _pid = os.getpid()
 _running = False
 _interrupted = False
+_in_run = False   # a run request is being handled
+_pending = False  # a SIGINT arrived for this run before its code started
 _in_child = False
 _counter = 0
 _artifacts = []
@@ -100,10 +102,14 @@ def _write_all(fd, b):
 # ---- set-up -----------------------------------------------------------------
 
 def _on_sigint(signum, frame):
-    global _interrupted
+    global _interrupted, _pending
     if _running:
         _interrupted = True
         raise KeyboardInterrupt
+    if _in_run:
+        # The run's request is read but its code has not started (it is
+        # being compiled): interrupt it as soon as it starts.
+        _pending = True
     # Between runs (a timeout that raced the end of the run): ignore.
 
 
@@ -322,7 +328,7 @@ def _source_text(src):
 def _execute(src, filename):
     """Compiles and runs src in the session namespace; the value of a
     trailing expression goes through sys.displayhook, as in a REPL."""
-    global _running
+    global _running, _interrupted
     flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     tree = compile(src, filename, "exec", flags, dont_inherit=True)
     last = None
@@ -331,6 +337,9 @@ def _execute(src, filename):
     ns = _main.__dict__
     code = compile(tree, filename, "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
     _running = True
+    if _pending:
+        _interrupted = True
+        raise KeyboardInterrupt
     r = eval(code, ns)
     if r is not None and hasattr(r, "__await__"):
         r = _run_coroutine(r)
@@ -461,9 +470,11 @@ def _describe(pid):
 
 
 def _run(msg):
-    global _counter, _running, _interrupted, _artifacts
+    global _counter, _running, _interrupted, _artifacts, _in_run, _pending
     _counter += 1
     _interrupted = False
+    _pending = False
+    _in_run = True
     if "env" in msg:
         _set_env(msg["env"] or {})
     src = binascii.a2b_base64(msg["code"])
@@ -504,6 +515,7 @@ def _run(msg):
         status, exit_code = "error", 1
         _user_traceback(e)
     _running = False
+    _in_run = False
     _show_figures()
     _flush_streams(notes)
     killed = _end_children()
