@@ -99,6 +99,8 @@ func TestHTTPServer(t *testing.T) {
 		{"model text", "POST", "/v1/run_code", js, `{"code":"print('hi')"}`, []string{"Accept", "text/plain"}, 200, "hi\n"},
 		{"text via query", "POST", "/v1/run_code?format=text", js, `{"code":"import sys; sys.stderr.write('bad')"}`, nil, 200, "⚠️ stderr:\nbad"},
 		{"no content type is json", "POST", "/v1/run_code", "", `{"code":"print(1)"}`, nil, 200, `"exit_code":0`},
+		{"curl -d form label with a JSON body", "POST", "/v1/run_code", "application/x-www-form-urlencoded", `{"code":"print(1)"}`, nil, 200, `"exit_code":0`},
+		{"form body that is not JSON", "POST", "/v1/run_code", "application/x-www-form-urlencoded", `code=print(1)`, nil, 400, "not valid JSON"},
 		{"capabilities", "GET", "/v1/capabilities", "", "", nil, 200, `"name":"run_code"`},
 		{"status", "GET", "/v1/status", "", "", nil, 200, `"pid":`},
 		{"help", "GET", "/v1/help", "", "", nil, 200, `"text":"Quro runs code`},

@@ -66,7 +66,9 @@ func (s *server) post(w http.ResponseWriter, r *http.Request) {
 			"no capability %q; GET /v1/capabilities lists them", name))
 		return
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+	// curl -d labels its body as a form; the body must still be JSON.
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") &&
+		!strings.HasPrefix(ct, "application/x-www-form-urlencoded") {
 		writeError(w, http.StatusUnsupportedMediaType, capability.Errorf(capability.InvalidArgument,
 			"send the arguments as application/json, not %s", ct))
 		return
