@@ -16,11 +16,15 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,8 +34,30 @@ import (
 // DefaultPath is the PATH user code sees unless Options say otherwise.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+// Isolation levels (Options.Isolation).
+const (
+	// IsolationFull requires every layer (see Layers); a run fails closed,
+	// with an error naming what is missing and how to get it, when the
+	// machine lacks one.
+	IsolationFull = "full"
+	// IsolationMinimal applies the layers the machine has and skips the
+	// others. It is the explicit opt-out of fail-closed.
+	IsolationMinimal = "minimal"
+)
+
+// Network policies (Spec.Network).
+const (
+	NetworkNone = "none" // no network at all, not even loopback to the server
+	NetworkFull = "full" // the host's network
+)
+
 // Options configure a Sandbox. The zero value is usable.
 type Options struct {
+	// Isolation is IsolationFull (the default) or IsolationMinimal.
+	Isolation string
+	// Require names the layers that must be present under full isolation;
+	// nil means all of Layers.
+	Require []string
 	// Path is the PATH inside the sandbox; default DefaultPath.
 	Path string
 	// Limits replace DefaultLimits for specs that leave Limits zero.
@@ -48,6 +74,8 @@ type Sandbox struct {
 	path       string
 	limits     Limits
 	drainGrace time.Duration
+	isolation  string
+	layers     *layerSet
 }
 
 // New returns a Sandbox. opts may be nil.
@@ -70,8 +98,20 @@ func New(opts *Options) (*Sandbox, error) {
 	if s.drainGrace <= 0 {
 		s.drainGrace = time.Second
 	}
+	switch o.Isolation {
+	case "", IsolationFull:
+		s.isolation = IsolationFull
+	case IsolationMinimal:
+		s.isolation = IsolationMinimal
+	default:
+		return nil, fmt.Errorf("sandbox: isolation %q: want %q or %q", o.Isolation, IsolationFull, IsolationMinimal)
+	}
+	s.layers = findLayers(o.Require)
 	return s, nil
 }
+
+// Isolation is the isolation level: IsolationFull or IsolationMinimal.
+func (s *Sandbox) Isolation() string { return s.isolation }
 
 // Path is the PATH that user code sees.
 func (s *Sandbox) Path() string { return s.path }
@@ -89,6 +129,19 @@ type Spec struct {
 	Env    map[string]string // session variables, layered over the whitelist
 	Limits *Limits           // nil means the Sandbox's limits
 
+	// Network is the network policy: NetworkNone (also for "") or NetworkFull.
+	Network string
+	// Rootfs is the directory of a root filesystem (e.g. a debootstrapped
+	// Debian) whose userland the box shows, read-only, instead of the host's.
+	Rootfs string
+	// Writable are further host directories of the session bound read-write
+	// at the same path, besides Dir and TmpDir.
+	Writable []string
+	// UID is the unprivileged host uid the run gets when the server runs as
+	// root; 0 derives a stable one from Dir (see SessionUID). Dir, TmpDir
+	// and Writable are handed over to it.
+	UID int
+
 	Stdin          io.Reader // nil means /dev/null
 	Stdout, Stderr io.Writer // nil discards
 	ExtraFiles     []*os.File
@@ -104,6 +157,9 @@ type Exit struct {
 	// held the output open after the run ended; its later output was not read.
 	Abandoned bool
 	Duration  time.Duration
+	// OOMKilled is set when the run's memory limit killed one of its
+	// processes.
+	OOMKilled bool
 }
 
 // StartError is an engine-level failure: the sandbox could not start the
@@ -111,11 +167,14 @@ type Exit struct {
 type StartError struct {
 	Program string
 	Reason  string
+	Err     error // the cause, when there is a typed one (e.g. a *LayerError)
 }
 
 func (e *StartError) Error() string {
 	return fmt.Sprintf("cannot start %s: %s", e.Program, e.Reason)
 }
+
+func (e *StartError) Unwrap() error { return e.Err }
 
 // ErrInvalidSpec reports a Spec the caller should not have built.
 var ErrInvalidSpec = errors.New("sandbox: invalid spec")
@@ -132,6 +191,8 @@ type Process struct {
 	pumps   sync.WaitGroup
 	pumpErr error
 	errMu   sync.Mutex
+	cg      *runCgroup // the run's cgroups, or nil
+	boxed   bool       // started inside bubblewrap
 }
 
 // Env builds the environment a spec's process sees.
@@ -166,47 +227,190 @@ func (s *Sandbox) env(spec *Spec) ([]string, error) {
 	return env, nil
 }
 
-// Start starts spec under ctx. When ctx is done the whole process group is
-// killed. An error is either ErrInvalidSpec or a *StartError.
+// Start starts spec under ctx. When ctx is done the whole run is killed.
+// An error is either ErrInvalidSpec or a *StartError (which wraps a
+// *LayerError when full isolation refused to run without a layer).
+//
+// The layers wrap the user program in the order of Layers: the server picks
+// the run's uid and cgroup, bubblewrap builds the box, and the init child
+// inside it applies rlimits, Landlock and seccomp, then execs the program.
 func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 	if len(spec.Args) == 0 || spec.Args[0] == "" {
 		return nil, fmt.Errorf("%w: no program", ErrInvalidSpec)
 	}
-	if spec.Dir == "" {
-		return nil, fmt.Errorf("%w: no working directory", ErrInvalidSpec)
+	if spec.Dir == "" || !filepath.IsAbs(spec.Dir) {
+		return nil, fmt.Errorf("%w: the working directory must be an absolute path", ErrInvalidSpec)
+	}
+	network := spec.Network
+	switch network {
+	case "":
+		network = NetworkNone
+	case NetworkNone, NetworkFull:
+	default:
+		return nil, fmt.Errorf("%w: network policy %q: want %q or %q", ErrInvalidSpec, spec.Network, NetworkNone, NetworkFull)
 	}
 	env, err := s.env(spec)
 	if err != nil {
 		return nil, err
 	}
+	prog := spec.Args[0]
+	startErr := func(err error) error { return &StartError{Program: prog, Reason: err.Error(), Err: err} }
+	if err := s.layers.check(s.isolation); err != nil {
+		return nil, startErr(err)
+	}
 	limits := s.limits
 	if spec.Limits != nil {
 		limits = *spec.Limits
 	}
+	boxed := s.layers.ok(LayerNamespaces)
+	if spec.Rootfs != "" && !boxed {
+		return nil, startErr(errors.New("a rootfs needs the namespaces layer (bubblewrap)"))
+	}
+
+	// The session's own directories: the only writable host paths.
+	writable := []string{spec.Dir}
+	for _, d := range append([]string{spec.TmpDir}, spec.Writable...) {
+		if d != "" && filepath.IsAbs(d) && !slices.Contains(writable, d) && exists(d) {
+			writable = append(writable, d)
+		}
+	}
+	uid := 0
+	if s.layers.root {
+		uid = spec.UID
+		if uid <= 0 {
+			uid = SessionUID(spec.Dir)
+		}
+		if err := handOver(uid, writable...); err != nil {
+			return nil, startErr(err)
+		}
+	}
+
+	pol := initPolicy{
+		Landlock: s.layers.ok(LayerLandlock),
+		Seccomp:  s.layers.ok(LayerSeccomp),
+		Network:  network,
+		RW:       append(slices.Clone(writable), "/tmp", "/dev/shm"),
+	}
+	if boxed {
+		pol.ListDirs = []string{"/"}
+		pol.RO = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/opt", "/var", "/srv"}
+	} else {
+		// No box: Landlock alone keeps the host's secrets out of reach.
+		pol.RO = append([]string{"/usr", "/proc"}, hostLibDirs...)
+		pol.ROFiles = append(append(slices.Clone(etcFiles), pythonEtc()...), "/etc/passwd", "/etc/group", "/etc/resolv.conf")
+		if uid != 0 {
+			pol.UID = uid
+		}
+	}
 
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
-		return nil, &StartError{Program: spec.Args[0], Reason: err.Error()}
+		return nil, startErr(err)
 	}
 	defer statusR.Close()
-	statusFD := 3 + len(spec.ExtraFiles)
-
-	args := append([]string{s.self, initArg, fmt.Sprint(statusFD), limits.encode(), "--"}, spec.Args...)
-	cmd := exec.CommandContext(ctx, s.self)
-	cmd.Args = args
-	cmd.Env = env
-	cmd.Dir = spec.Dir
-	cmd.ExtraFiles = append(append([]*os.File(nil), spec.ExtraFiles...), statusW)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return killGroup(cmd) }
-	cmd.WaitDelay = s.drainGrace
-
-	p := &Process{Cmd: cmd, ctx: ctx, drain: s.drainGrace}
-	var childEnds []*os.File
-	closeAll := func() {
+	fds := &fdList{files: slices.Clone(spec.ExtraFiles)}
+	statusFD := fds.add(statusW)
+	childEnds := []*os.File{statusW} // closed in the parent once the child has started
+	closeChildEnds := func() {
 		for _, f := range childEnds {
 			f.Close()
 		}
+		childEnds = nil
+	}
+
+	var cg *runCgroup
+	if s.layers.ok(LayerCgroups) {
+		if cg, err = s.layers.cg.create(limits); err != nil {
+			closeChildEnds()
+			return nil, startErr(err)
+		}
+	}
+	fail := func(err error) (*Process, error) {
+		closeChildEnds()
+		if cg != nil {
+			cg.remove()
+		}
+		return nil, startErr(err)
+	}
+
+	// The go-ahead: the run may only start once it is in its cgroups (and,
+	// when the server is root, once the server has mapped its uid).
+	var goAhead, info *os.File
+	var box *bwrapBox
+	if boxed {
+		box = &bwrapBox{spec: spec, self: s.self, network: network, writable: writable,
+			tmpSize: 256 << 20, passwd: passwdFor(spec.homeDir())}
+		if cg != nil || uid != 0 {
+			ir, iw, err := os.Pipe()
+			if err != nil {
+				return fail(err)
+			}
+			br, bw, err := os.Pipe()
+			if err != nil {
+				ir.Close()
+				iw.Close()
+				return fail(err)
+			}
+			childEnds = append(childEnds, iw, br)
+			info, goAhead = ir, bw
+			box.infoFD = fds.add(iw)
+			if uid != 0 {
+				box.usernsBlockFD = fds.add(br)
+				box.capSetID = true
+				pol.UID = insideUID
+			} else {
+				box.blockFD = fds.add(br)
+			}
+		}
+	} else if cg != nil {
+		wr, ww, err := os.Pipe()
+		if err != nil {
+			return fail(err)
+		}
+		childEnds = append(childEnds, wr)
+		goAhead = ww
+		pol.WaitFD, _ = strconv.Atoi(fds.add(wr))
+	}
+	closeParentEnds := func() {
+		if info != nil {
+			info.Close()
+		}
+		if goAhead != nil {
+			goAhead.Close()
+		}
+	}
+	polJSON, err := json.Marshal(&pol)
+	if err != nil {
+		closeParentEnds()
+		return fail(err)
+	}
+	initArgs := []string{initArg, statusFD, limits.rlimits().encode(), string(polJSON), "--"}
+
+	cmd := exec.CommandContext(ctx, s.self)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if boxed {
+		bargs, opened, err := box.args(fds)
+		if err != nil {
+			closeParentEnds()
+			return fail(err)
+		}
+		childEnds = append(childEnds, opened...)
+		cmd.Path = s.layers.bwrap
+		cmd.Args = append(append(append([]string{"bwrap"}, bargs...), initPath), append(initArgs, spec.Args...)...)
+		cmd.Dir = "/"
+	} else {
+		cmd.Args = append(append([]string{s.self}, initArgs...), spec.Args...)
+		cmd.Dir = spec.Dir
+	}
+	cmd.Env = env
+	cmd.ExtraFiles = fds.files
+	cmd.Cancel = func() error { return killGroup(cmd) }
+	cmd.WaitDelay = s.drainGrace
+
+	p := &Process{Cmd: cmd, ctx: ctx, drain: s.drainGrace, cg: cg, boxed: boxed}
+	closeAll := func() {
+		closeChildEnds()
+		closeParentEnds()
 		for _, f := range p.readers {
 			f.Close()
 		}
@@ -222,8 +426,8 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 	default:
 		r, w, err := os.Pipe()
 		if err != nil {
-			statusW.Close()
-			return nil, &StartError{Program: spec.Args[0], Reason: err.Error()}
+			closeAll()
+			return fail(err)
 		}
 		childEnds = append(childEnds, r)
 		cmd.Stdin = r
@@ -242,9 +446,8 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 		default:
 			r, wr, err := os.Pipe()
 			if err != nil {
-				statusW.Close()
 				closeAll()
-				return nil, &StartError{Program: spec.Args[0], Reason: err.Error()}
+				return fail(err)
 			}
 			childEnds = append(childEnds, wr)
 			p.readers = append(p.readers, r)
@@ -255,13 +458,10 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 
 	p.start = time.Now()
 	err = cmd.Start()
-	statusW.Close()
-	for _, f := range childEnds {
-		f.Close()
-	}
+	closeChildEnds()
 	if err != nil {
 		closeAll()
-		return nil, &StartError{Program: spec.Args[0], Reason: err.Error()}
+		return fail(err)
 	}
 	for _, pump := range pumps {
 		p.pumps.Add(1)
@@ -274,14 +474,81 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 		}()
 	}
 
-	// The init child writes a reason to the status pipe if it cannot exec the
-	// user program; a successful exec closes the pipe (close-on-exec) empty.
-	msg, _ := io.ReadAll(statusR)
-	if len(msg) > 0 {
-		p.Wait()
-		return nil, &StartError{Program: spec.Args[0], Reason: string(msg)}
+	if goAhead != nil {
+		pid := cmd.Process.Pid
+		if info != nil {
+			// bubblewrap reports the host pid of the box's first process
+			// and waits on the block fd before it starts anything else.
+			var bi struct {
+				ChildPID int `json:"child-pid"`
+			}
+			err = json.NewDecoder(info).Decode(&bi)
+			pid = bi.ChildPID
+			if err == nil && pid <= 0 {
+				err = errors.New("no child-pid")
+			}
+			if err != nil {
+				err = fmt.Errorf("bubblewrap did not report its child: %v", err)
+			}
+		}
+		if err == nil && boxed && uid != 0 {
+			err = mapIDs(pid, uid)
+		}
+		if err == nil && cg != nil {
+			err = cg.join(pid)
+		}
+		if err == nil {
+			_, err = goAhead.Write([]byte{1})
+		}
+		closeParentEnds()
+		if err != nil {
+			p.Wait()
+			return nil, startErr(err)
+		}
 	}
-	return p, nil
+
+	// The init child writes readyByte just before it execs the program, or
+	// the reason it cannot. Nothing at all means the box itself failed.
+	var buf [4096]byte
+	n, _ := io.ReadAtLeast(statusR, buf[:], 1)
+	if n > 0 && buf[0] == readyByte {
+		return p, nil
+	}
+	rest, _ := io.ReadAll(statusR)
+	msg := string(append(buf[:n], rest...))
+	exit := p.Wait()
+	if msg == "" {
+		if p.ctx.Err() != nil {
+			msg = "canceled while the sandbox was starting"
+		} else {
+			msg = fmt.Sprintf("the sandbox could not be set up (exit status %d; its message, if any, is in stderr)", exit.Code)
+		}
+	}
+	return nil, &StartError{Program: prog, Reason: msg}
+}
+
+// mapIDs writes the user namespace maps of the box whose first process is
+// pid: the run's unprivileged host uid appears as insideUID, and root as
+// root, so that bubblewrap (running as the server, root) can still reach
+// the paths it binds while it builds the box. User code never gets uid 0
+// back: bubblewrap switches to insideUID and drops every capability, and
+// no_new_privs and seccomp stay on.
+func mapIDs(pid, uid int) error {
+	m := fmt.Sprintf("0 0 1\n%d %d 1\n", insideUID, uid)
+	for _, f := range []string{"uid_map", "gid_map"} {
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/%s", pid, f), []byte(m), 0); err != nil {
+			return fmt.Errorf("user namespace %s: %w", f, err)
+		}
+	}
+	return nil
+}
+
+// homeDir is the spec's HOME.
+func (spec *Spec) homeDir() string {
+	if spec.Home != "" {
+		return spec.Home
+	}
+	return spec.Dir
 }
 
 func (p *Process) pump(w io.Writer, r *os.File) {
@@ -304,8 +571,16 @@ func (p *Process) pump(w io.Writer, r *os.File) {
 // ended.
 func (p *Process) Wait() Exit {
 	waitErr := p.Cmd.Wait()
-	// Nothing of a run outlives it: background jobs left in the group go too.
+	// Nothing of a run outlives it: background jobs left in the group go
+	// too, and everything left in its cgroup (the box's pid namespace died
+	// with bubblewrap already).
 	killGroup(p.Cmd)
+	oom := false
+	if p.cg != nil {
+		oom = p.cg.oomKilled()
+		p.cg.kill()
+		defer p.cg.remove()
+	}
 	if p.stdinW != nil {
 		p.stdinW.Close()
 	}
@@ -318,13 +593,17 @@ func (p *Process) Wait() Exit {
 		r.Close()
 	}
 
-	e := Exit{Duration: time.Since(p.start)}
+	e := Exit{Duration: time.Since(p.start), OOMKilled: oom}
 	if st := p.Cmd.ProcessState; st != nil {
 		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			e.Signal = ws.Signal()
 			e.Code = 128 + int(e.Signal)
 		} else {
 			e.Code = st.ExitCode()
+			// bubblewrap reports a program killed by signal N as 128+N.
+			if p.boxed && e.Code > 128 && e.Code <= 128+64 {
+				e.Signal = syscall.Signal(e.Code - 128)
+			}
 		}
 	} else if waitErr != nil {
 		e.Code = -1
