@@ -8,21 +8,26 @@ LDFLAGS := -s -w -X github.com/quro-dev/quro/internal/version.Version=$(VERSION)
 ADDR    ?= 127.0.0.1:7070
 
 # Debian packages the tests (and the engines) use.
-TEST_PKGS := python3 bash
+TEST_PKGS := python3 bash bubblewrap debootstrap
+# What `make run` needs: the sandbox refuses to run user code without bwrap.
+RUN_PKGS := bubblewrap
 
-.PHONY: all build run test deps test-deps vet fmt-check bench clean
+.PHONY: all build run run-deps test deps test-deps vet fmt-check bench clean
 
 all: build
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/quro
 
-run: build
+run: build run-deps
 	./$(BIN) serve --addr $(ADDR)
 
 # Install what is missing, then check formatting, vet and run every test.
 test: test-deps fmt-check vet
 	$(GO) test -count=1 -timeout 20m ./...
+
+run-deps:
+	@$(MAKE) --no-print-directory test-deps TEST_PKGS="$(RUN_PKGS)"
 
 test-deps:
 	@missing=""; for p in $(TEST_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

@@ -16,6 +16,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
 )
 
 func main() { os.Exit(Main()) }
@@ -47,6 +48,7 @@ type globals struct {
 	stdin     io.Reader
 	maxStdout int
 	maxStderr int
+	isolation string
 }
 
 func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
@@ -67,15 +69,22 @@ capability over HTTP; quro run calls the same controller in-process.`,
 		"data directory (database, sessions, workspaces); env QURO_DATA")
 	root.PersistentFlags().IntVar(&g.maxStdout, "max-stdout", 12<<10, "bytes of stdout kept in a result (head and tail; the rest is saved to a file)")
 	root.PersistentFlags().IntVar(&g.maxStderr, "max-stderr", 4<<10, "bytes of stderr kept in a result")
+	root.PersistentFlags().StringVar(&g.isolation, "isolation", sandbox.IsolationFull,
+		"full: refuse to run user code when an isolation layer is missing; minimal: run with the layers this machine has (logged)")
 	root.AddCommand(newServeCmd(g), newRunCmd(g), newDoctorCmd(g), newVersionCmd(), newSessionCmd(g))
 	return root
 }
 
 func (g *globals) open(ctx context.Context) (*app.App, error) {
-	return app.New(ctx, g.options(nil))
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return app.New(ctx, g.options(log))
 }
 
 func (g *globals) options(log *slog.Logger) app.Options {
+	if g.isolation == sandbox.IsolationMinimal && log != nil {
+		log.Warn("isolation is minimal: user code runs with whatever isolation layers this machine has; see quro doctor")
+	}
 	return app.Options{DataDir: g.dataDir, Logger: log,
-		Run: &runcode.Options{MaxStdout: g.maxStdout, MaxStderr: g.maxStderr}}
+		Run:     &runcode.Options{MaxStdout: g.maxStdout, MaxStderr: g.maxStderr},
+		Sandbox: &sandbox.Options{Isolation: g.isolation}}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -323,6 +324,32 @@ func TestProbeReportsEveryLayer(t *testing.T) {
 	for _, n := range append([]string{"isolation", "user namespaces", "cgroup v2"}, Layers...) {
 		if !names[n] {
 			t.Errorf("probe does not report %s", n)
+		}
+	}
+}
+
+// BenchmarkSandboxTrue and BenchmarkBareTrue run in one `go test -bench`
+// so that their ratio is the cost of every layer on this machine:
+//
+//	go test -run '^$' -bench 'True$' -benchtime 300x -count 5 ./internal/sandbox/
+func BenchmarkSandboxTrue(b *testing.B) {
+	sb, err := New(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	ctx := context.Background()
+	for b.Loop() {
+		if exit, err := sb.Run(ctx, &Spec{Args: []string{"/bin/true"}, Dir: dir}); err != nil || exit.Code != 0 {
+			b.Fatal(err, exit)
+		}
+	}
+}
+
+func BenchmarkBareTrue(b *testing.B) {
+	for b.Loop() {
+		if err := exec.Command("/bin/true").Run(); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
