@@ -24,7 +24,9 @@ run: build run-deps
 
 # Install what is missing, then check formatting, vet and run every test.
 test: test-deps fmt-check vet
-	$(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -timeout 30m ./...
+	# the slim build (no embedded Python) must answer through the rest of the chain
+	$(GO) test -count=1 -tags slim ./internal/engine/python/ ./internal/app/
 
 run-deps:
 	@$(MAKE) --no-print-directory test-deps TEST_PKGS="$(RUN_PKGS)"

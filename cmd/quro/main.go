@@ -13,8 +13,12 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/quro-dev/quro/internal/app"
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 )
@@ -46,13 +50,14 @@ func Main() int {
 type globals struct {
 	dataDir   string
 	stdin     io.Reader
+	stderr    io.Writer
 	maxStdout int
 	maxStderr int
 	isolation string
 }
 
 func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
-	g := &globals{stdin: stdin}
+	g := &globals{stdin: stdin, stderr: stderr}
 	root := &cobra.Command{
 		Use:   "quro",
 		Short: "Run code and drive terminals for AI agents, isolated and fast",
@@ -71,7 +76,7 @@ capability over HTTP; quro run calls the same controller in-process.`,
 	root.PersistentFlags().IntVar(&g.maxStderr, "max-stderr", 4<<10, "bytes of stderr kept in a result")
 	root.PersistentFlags().StringVar(&g.isolation, "isolation", sandbox.IsolationFull,
 		"full: refuse to run user code when an isolation layer is missing; minimal: run with the layers this machine has (logged)")
-	root.AddCommand(newServeCmd(g), newRunCmd(g), newDoctorCmd(g), newVersionCmd(), newSessionCmd(g))
+	root.AddCommand(newServeCmd(g), newRunCmd(g), newDoctorCmd(g), newVersionCmd(), newSessionCmd(g), newExecCmd(g), newTermCmd(g))
 	return root
 }
 
@@ -80,11 +85,42 @@ func (g *globals) open(ctx context.Context) (*app.App, error) {
 	return app.New(ctx, g.options(log))
 }
 
+// caller is who the CLI is: the local user, with every scope.
+func (g *globals) caller() controller.Caller {
+	return controller.Caller{Path: "cli", Scope: capability.ScopeAdmin}
+}
+
 func (g *globals) options(log *slog.Logger) app.Options {
 	if g.isolation == sandbox.IsolationMinimal && log != nil {
 		log.Warn("isolation is minimal: user code runs with whatever isolation layers this machine has; see quro doctor")
 	}
 	return app.Options{DataDir: g.dataDir, Logger: log,
 		Run:     &runcode.Options{MaxStdout: g.maxStdout, MaxStderr: g.maxStderr},
-		Sandbox: &sandbox.Options{Isolation: g.isolation}}
+		Sandbox: &sandbox.Options{Isolation: g.isolation},
+		Python:  &python.EmbeddedOptions{Progress: extractionProgress(g.stderr)},
+	}
+}
+
+// extractionProgress shows the first extraction of the embedded Python on
+// a terminal (it happens once per data directory).
+func extractionProgress(w io.Writer) func(done, total int64) {
+	f, ok := w.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return nil
+	}
+	last := -1
+	return func(done, total int64) {
+		if total <= 0 {
+			return
+		}
+		pct := int(done * 100 / total)
+		if pct == last {
+			return
+		}
+		last = pct
+		fmt.Fprintf(f, "\rquro: extracting the embedded Python (once) %3d%%", pct)
+		if done >= total {
+			fmt.Fprintln(f)
+		}
+	}
 }

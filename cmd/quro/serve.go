@@ -17,7 +17,10 @@ import (
 )
 
 func newServeCmd(g *globals) *cobra.Command {
-	var addr string
+	var (
+		addr   string
+		patrol time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve every capability over HTTP/JSON",
@@ -42,6 +45,7 @@ This build has no authentication yet, so it listens on loopback only.`,
 			}
 			// Probe engines and isolation now, not on the first request.
 			go a.Status(context.WithoutCancel(cmd.Context()))
+			go a.Supervise(cmd.Context(), patrol)
 			srv := &http.Server{
 				Handler:           rest.New(a.Controller, &rest.Options{Logger: log}),
 				ReadHeaderTimeout: 10 * time.Second,
@@ -65,6 +69,7 @@ This build has no authentication yet, so it listens on loopback only.`,
 		},
 	}
 	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:7070", "listen address (loopback only in this build)")
+	cmd.Flags().DurationVar(&patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
 	return cmd
 }
 

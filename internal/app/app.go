@@ -15,6 +15,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/engine/js"
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/engine/shell"
 	"github.com/quro-dev/quro/internal/render"
@@ -22,6 +23,7 @@ import (
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/store"
+	"github.com/quro-dev/quro/internal/terminal"
 )
 
 // Options configure an App. Only DataDir is required.
@@ -30,6 +32,8 @@ type Options struct {
 	Logger  *slog.Logger
 	Run     *runcode.Options
 	Sandbox *sandbox.Options
+	JS      *js.Options // nil: defaults (64 MiB, no network)
+	Python  *python.EmbeddedOptions
 }
 
 // App is one assembled Quro. Close it when done.
@@ -40,6 +44,8 @@ type App struct {
 	Sandbox    *sandbox.Sandbox
 	Runner     *runcode.Runner
 	Controller *controller.Controller
+	Terminals  *terminal.Manager
+	Python     *python.Embedded // tier 1 of the Python chain: resident workers
 	Log        *slog.Logger
 	Started    time.Time
 
@@ -92,36 +98,73 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		st.Close()
 		return nil, err
 	}
+	jsEng := js.New(opts.JS)
+	pyChain, emb := PythonChain(dir, sb, opts.Python)
 	a := &App{
 		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
-		Runner: runcode.New(Languages(sb), opts.Run),
+		Python: emb,
+		Runner: runcode.New(Languages(sb, pyChain, jsEng), opts.Run),
 	}
 	a.isolation = sync.OnceValue(func() []sandbox.Feature {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		return sb.Probe(ctx)
 	})
+	runOpts := a.Runner.Options()
+	a.Terminals = terminal.NewManager(terminal.ManagerOptions{
+		Sandbox: sb,
+		Env: func(id string) map[string]string {
+			env, _ := sessions.Env(context.Background(), id)
+			return env
+		},
+		OnCwd: func(id, cwd string) {
+			if err := sessions.SetCwd(context.Background(), id, cwd); err != nil {
+				log.Warn("cannot record cwd", "session", id, "err", err)
+			}
+		},
+		MaxOutput: runOpts.MaxStdout, SpillLimit: runOpts.SpillLimit,
+	})
 	reg := capability.NewRegistry()
 	a.register(reg)
+	a.registerJS(reg, jsEng)
 	a.Controller = controller.New(reg, log)
 	return a, nil
 }
 
-// Close releases the store.
-func (a *App) Close() error { return a.Store.Close() }
+// Close stops every session's terminals and releases the store.
+func (a *App) Close() error {
+	a.Terminals.Close()
+	a.Python.Close()
+	return a.Store.Close()
+}
+
+// Supervise runs the supervisor patrol until ctx ends.
+func (a *App) Supervise(ctx context.Context, every time.Duration) {
+	a.Terminals.Patrol(ctx, every, a.patrolHooks())
+}
+
+func (a *App) patrolHooks() terminal.PatrolHooks {
+	return terminal.PatrolHooks{
+		Default: a.Sessions.Default,
+		Exists: func(ctx context.Context, id string) bool {
+			_, err := a.Sessions.Get(ctx, id)
+			return err == nil
+		},
+		SessionsDir: filepath.Join(a.DataDir, "sessions"),
+	}
+}
 
 // Isolation reports the machine's isolation features (probed once).
 func (a *App) Isolation() []sandbox.Feature { return a.isolation() }
 
 // Languages declares run_code's language matrix and engine chains.
-func Languages(sb *sandbox.Sandbox) []runcode.Language {
+func Languages(sb *sandbox.Sandbox, pythonChain []runcode.Engine, jsEng *js.Engine) []runcode.Language {
 	code := render.Code{}
-	noJS := "the embedded JavaScript/TypeScript engine is not part of this build yet"
 	langs := []runcode.Language{
 		{Name: "python", Aliases: []string{"py", "py3", "python3"}, Runs: true,
-			Chain: []runcode.Engine{python.NewSystem(sb)}},
-		{Name: "js", Aliases: []string{"javascript", "node", "mjs", "cjs"}, Runs: true, Missing: noJS},
-		{Name: "ts", Aliases: []string{"typescript"}, Runs: true, Missing: noJS},
+			Chain: pythonChain},
+		{Name: "js", Aliases: []string{"javascript", "node", "mjs", "cjs"}, Runs: true, Chain: []runcode.Engine{jsEng}},
+		{Name: "ts", Aliases: []string{"typescript"}, Runs: true, Chain: []runcode.Engine{jsEng.TS()}},
 		{Name: "shell", Aliases: []string{"sh", "bash"}, Runs: true, Chain: []runcode.Engine{shell.New(sb)}},
 		{Name: "html", Aliases: []string{"htm", "markup"}, Chain: []runcode.Engine{render.HTML{}}},
 		{Name: "json", Chain: []runcode.Engine{render.JSON{}}},

@@ -12,14 +12,20 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/runcode"
 )
 
 var admin = controller.Caller{Path: "test", Scope: capability.ScopeAdmin}
 
+// testPython shares one extracted interpreter between all test data
+// directories (and test runs): extraction takes seconds, and is tested in
+// the python package.
+var testPython = &python.EmbeddedOptions{InstallRoot: filepath.Join(os.TempDir(), "quro-test-python")}
+
 func newApp(t testing.TB, run *runcode.Options) *App {
 	t.Helper()
-	a, err := New(context.Background(), Options{DataDir: t.TempDir(), Run: run})
+	a, err := New(context.Background(), Options{DataDir: t.TempDir(), Run: run, Python: testPython})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,9 +63,9 @@ func TestRunCodeLanguages(t *testing.T) {
 		artifact         string
 		error            string
 	}{
-		{name: "python default", code: "print(6*7)", engine: "python/system", stdout: "42\n"},
-		{name: "python alias", lang: "py3", code: "import sys; print(sys.version_info[0])", engine: "python/system", stdout: "3\n"},
-		{name: "python traceback is a result", lang: "python", code: "x = 1\n1/0\n", engine: "python/system",
+		{name: "python default", code: "print(6*7)", engine: wantPython, stdout: "42\n"},
+		{name: "python alias", lang: "py3", code: "import sys; print(sys.version_info[0])", engine: wantPython, stdout: "3\n"},
+		{name: "python traceback is a result", lang: "python", code: "x = 1\n1/0\n", engine: wantPython,
 			stderr: "line 2", exit: 1},
 		{name: "python input gets EOF, not a hang", code: "input('name? ')", stderr: "EOFError", exit: 1},
 		{name: "python sys.exit", code: "import sys; sys.exit(3)", exit: 3},
@@ -73,8 +79,8 @@ func TestRunCodeLanguages(t *testing.T) {
 		{name: "xml", lang: "xml", code: "<a><b/></a>", artifact: "html"},
 		{name: "svg", lang: "svg", code: `<svg xmlns="http://www.w3.org/2000/svg"/>`, artifact: "svg"},
 		{name: "go is shown, not run", lang: "golang", code: "package main\nfunc main(){}", engine: "render/code", artifact: "html"},
-		{name: "js unavailable", lang: "javascript", code: "1+1", engine: "none", exit: -1, error: "no js engine is available"},
-		{name: "ts unavailable", lang: "ts", code: "let x: number = 1", engine: "none", exit: -1, error: "no ts engine is available"},
+		{name: "js", lang: "javascript", code: "console.log(6*7)", stdout: "42\n"},
+		{name: "ts", lang: "ts", code: "const x: number = 2; console.log(x * 21)", stdout: "42\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := runCode(t, a, RunCodeInput{Code: tc.code, Lang: tc.lang})

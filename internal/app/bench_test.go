@@ -3,7 +3,12 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/quro-dev/quro/internal/runcode"
@@ -48,3 +53,113 @@ func BenchmarkRunCodeShellTrue(b *testing.B)   { benchRun(b, "sh", "true") }
 func BenchmarkBareShTrue(b *testing.B)         { benchSpawn(b, "sh", "-c", "true") }
 func BenchmarkRunCodePythonPrint(b *testing.B) { benchRun(b, "python", "print(1)") }
 func BenchmarkBarePythonPrint(b *testing.B)    { benchSpawn(b, "python3", "-c", "print(1)") }
+
+// BenchmarkTerminalExecTrue is a warm terminal_exec round trip through the
+// controller, beside a fresh `bash -c true` and a tmux send-keys/capture
+// round trip (the approach some agent runtimes take):
+//
+//	go test -run '^$' -bench 'Terminal|Bash|Tmux' -benchtime 500x -count 5 ./internal/app/
+func BenchmarkTerminalExecTrue(b *testing.B) {
+	a := newApp(b, nil)
+	args, _ := json.Marshal(TerminalExecInput{Command: "true"})
+	ctx := context.Background()
+	if _, err := a.Controller.Call(ctx, admin, "terminal_exec", args); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := a.Controller.Call(ctx, admin, "terminal_exec", args); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkBashSpawnTrue(b *testing.B) { benchSpawn(b, "bash", "-c", "true") }
+
+func BenchmarkTmuxRoundTrip(b *testing.B) {
+	tmux, err := exec.LookPath("tmux")
+	if err != nil {
+		b.Skip("tmux not installed")
+	}
+	sock := filepath.Join(b.TempDir(), "tmux.sock")
+	run := func(args ...string) string {
+		out, err := exec.Command(tmux, append([]string{"-S", sock}, args...)...).CombinedOutput()
+		if err != nil {
+			b.Fatalf("tmux %v: %v %s", args, err, out)
+		}
+		return string(out)
+	}
+	run("new-session", "-d", "-s", "bench", "bash", "--norc")
+	defer run("kill-server")
+	i := 0
+	b.ResetTimer()
+	for b.Loop() {
+		i++
+		marker := fmt.Sprintf("done-%d", i)
+		run("send-keys", "-t", "bench", "true; echo "+marker, "Enter")
+		// poll the pane until the marker shows, as tmux-driven agents do
+		for !strings.Contains(run("capture-pane", "-p", "-t", "bench"), marker+"\n") {
+		}
+		if i%50 == 0 {
+			run("clear-history", "-t", "bench")
+			run("send-keys", "-t", "bench", "clear", "Enter")
+		}
+	}
+}
+
+// BenchmarkHundredSessions measures terminal_exec across 100 live sessions
+// (round-robin); the closing note reports the RSS of the shells.
+func BenchmarkHundredSessions(b *testing.B) {
+	a := newApp(b, nil)
+	ctx := context.Background()
+	var names []string
+	for i := 0; i < 100; i++ {
+		s, err := a.Sessions.Create(ctx, fmt.Sprintf("s%d", i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		names = append(names, s.Name)
+		args, _ := json.Marshal(TerminalExecInput{Command: "true", Session: s.Name})
+		if _, err := a.Controller.Call(ctx, admin, "terminal_exec", args); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rss := shellsRSS(b, a)
+	i := 0
+	b.ResetTimer()
+	for b.Loop() {
+		args, _ := json.Marshal(TerminalExecInput{Command: "true", Session: names[i%100]})
+		i++
+		if _, err := a.Controller.Call(ctx, admin, "terminal_exec", args); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(rss)/(1<<20), "MiB-rss-100-shells")
+}
+
+// shellsRSS sums the resident memory of every live session shell.
+func shellsRSS(b *testing.B, a *App) int64 {
+	list, _ := a.Sessions.List(context.Background())
+	var total int64
+	for _, s := range list {
+		sh, err := a.Terminals.Shell(s)
+		if err != nil {
+			continue
+		}
+		st := sh.Status()
+		if st.Pid == 0 {
+			continue
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", st.Pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+				total += kb << 10
+			}
+		}
+	}
+	return total
+}

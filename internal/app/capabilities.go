@@ -90,11 +90,14 @@ func (a *App) register(reg *capability.Registry) {
 	reg.Register(capability.New("run_code",
 		"Run or render code and get one result. lang (default python) is one of: "+strings.Join(langs, "; ")+
 			". python and shell really run in the session's sandbox (workspace as working directory, state on disk persists in the session); "+
+			"js and ts run in an embedded QuickJS sandbox (no node; ts is transpiled by esbuild; console, CommonJS require of workspace files, "+
+			"the last expression or module.exports shown as ➡️ result, and a host API Tools.Files/Net/System/calc confined to the workspace; memory capped at 64 MiB; a fresh context per run); "+
 			"html, css, json, xml and svg are validated and rendered as artifacts; compiled languages are shown highlighted and NOT run. "+
 			fmt.Sprintf("The text result shows errors (⚠️), stdout, then stderr (⚠️); stdout is cut to %d KiB and stderr to %d KiB keeping head and tail, ", opts.MaxStdout>>10, opts.MaxStderr>>10)+
 			"with the full output saved in the workspace (stdout_file/stderr_file). "+
 			fmt.Sprintf("On timeout (default %s, at most %s) the whole process tree is killed and the output so far is returned.", opts.DefaultTimeout, opts.MaxTimeout),
 		capability.ScopeExec, a.runCode))
+	a.registerSessions(reg)
 	reg.Register(capability.New("list_capabilities",
 		"List every capability with its description, required scope and input/output JSON schemas.",
 		capability.ScopeRead, func(ctx context.Context, _ Empty) (*CapabilityList, error) {

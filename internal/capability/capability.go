@@ -194,6 +194,7 @@ const (
 	PermissionDenied  Code = "permission_denied"
 	Unauthenticated   Code = "unauthenticated"
 	ResourceExhausted Code = "resource_exhausted"
+	Busy              Code = "busy" // the session is still running something
 	Unavailable       Code = "unavailable"
 	Canceled          Code = "canceled"
 	DeadlineExceeded  Code = "deadline_exceeded"

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"unicode/utf8"
 )
 
@@ -22,6 +23,7 @@ type Capture struct {
 	tailPos    int
 	total      int64
 	spillPath  string
+	root       string // when set, the spill file is opened through os.Root here
 	spillLimit int64
 	spill      *os.File
 	spilled    int64
@@ -35,6 +37,14 @@ func NewCapture(limit int, spillPath string, spillLimit int64) *Capture {
 		limit = 64
 	}
 	return &Capture{limit: limit, spillPath: spillPath, spillLimit: spillLimit}
+}
+
+// Within confines the spill file to the directory root: it is created
+// through os.Root, so a symlink planted by the session's code (say
+// .quro -> /etc) cannot make the server write outside root.
+func (c *Capture) Within(root string) *Capture {
+	c.root = root
+	return c
 }
 
 // Write never fails: a spill problem is reported in the final view.
@@ -97,11 +107,7 @@ func (c *Capture) writeSpill(p []byte) {
 		return
 	}
 	if c.spill == nil {
-		if err := os.MkdirAll(filepath.Dir(c.spillPath), 0o755); err != nil {
-			c.spillErr = err
-			return
-		}
-		f, err := os.OpenFile(c.spillPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		f, err := c.openSpill()
 		if err != nil {
 			c.spillErr = err
 			return
@@ -122,11 +128,49 @@ func (c *Capture) writeSpill(p []byte) {
 	}
 }
 
+func (c *Capture) openSpill() (*os.File, error) {
+	const flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	if c.root == "" {
+		if err := os.MkdirAll(filepath.Dir(c.spillPath), 0o755); err != nil {
+			return nil, err
+		}
+		return os.OpenFile(c.spillPath, flags, 0o644)
+	}
+	rel, err := filepath.Rel(c.root, c.spillPath)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return nil, fmt.Errorf("spill file %s is not inside %s", c.spillPath, c.root)
+	}
+	r, err := os.OpenRoot(c.root)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	if err := r.MkdirAll(filepath.Dir(rel), 0o755); err != nil {
+		return nil, err
+	}
+	return r.OpenFile(rel, flags|syscall.O_NOFOLLOW, 0o644)
+}
+
 // Len is the number of bytes written so far.
 func (c *Capture) Len() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.total
+}
+
+// Snapshot returns the text captured so far, as Finish would show it,
+// without ending the capture.
+func (c *Capture) Snapshot() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tail == nil {
+		t, _ := escapeBytes(c.buf)
+		return t
+	}
+	head, tail := trimPartialEnd(c.buf), trimPartialStart(c.tailBytes())
+	ht, _ := escapeBytes(head)
+	tt, _ := escapeBytes(tail)
+	return ht + fmt.Sprintf("\n… [%s cut from the middle so far] …\n", humanBytes(c.total-int64(len(head))-int64(len(tail)))) + tt
 }
 
 // View is the final, model-safe view of a captured stream.

@@ -131,3 +131,33 @@ func FuzzCapture(f *testing.F) {
 		}
 	})
 }
+
+func TestCaptureSpillRefusesASymlinkOutOfTheRoot(t *testing.T) {
+	ws := t.TempDir()
+	outside := t.TempDir()
+	// the session's code replaces .quro with a link to a host directory
+	if err := os.Symlink(outside, filepath.Join(ws, ".quro")); err != nil {
+		t.Fatal(err)
+	}
+	c := NewCapture(64, filepath.Join(ws, ".quro/outputs/x.stdout"), 1<<20).Within(ws)
+	c.Write(bytes.Repeat([]byte("y"), 1000))
+	v := c.Finish()
+	if v.File != "" || v.FileError == "" {
+		t.Fatalf("spilled through the link: %+v", v)
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Fatalf("wrote outside the workspace: %v", entries)
+	}
+	// a link planted at the file itself is refused too
+	os.Remove(filepath.Join(ws, ".quro"))
+	os.MkdirAll(filepath.Join(ws, ".quro/outputs"), 0o755)
+	target := filepath.Join(outside, "victim")
+	os.WriteFile(target, []byte("keep"), 0o644)
+	os.Symlink(target, filepath.Join(ws, ".quro/outputs/y.stdout"))
+	c = NewCapture(64, filepath.Join(ws, ".quro/outputs/y.stdout"), 1<<20).Within(ws)
+	c.Write(bytes.Repeat([]byte("z"), 1000))
+	c.Finish()
+	if b, _ := os.ReadFile(target); string(b) != "keep" {
+		t.Fatalf("host file overwritten: %q", b)
+	}
+}

@@ -210,8 +210,9 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 
 	runID := newRunID()
 	outDir := in.Session.OutputsDir()
-	stdout := NewCapture(r.opts.MaxStdout, filepath.Join(outDir, runID+".stdout"), r.opts.SpillLimit)
-	stderr := NewCapture(r.opts.MaxStderr, filepath.Join(outDir, runID+".stderr"), r.opts.SpillLimit)
+	ws := in.Session.Workspace()
+	stdout := NewCapture(r.opts.MaxStdout, filepath.Join(outDir, runID+".stdout"), r.opts.SpillLimit).Within(ws)
+	stderr := NewCapture(r.opts.MaxStderr, filepath.Join(outDir, runID+".stderr"), r.opts.SpillLimit).Within(ws)
 
 	start := time.Now()
 	res := r.runChain(ctx, lang, &Request{

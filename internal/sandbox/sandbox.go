@@ -145,6 +145,10 @@ type Spec struct {
 	Stdin          io.Reader // nil means /dev/null
 	Stdout, Stderr io.Writer // nil discards
 	ExtraFiles     []*os.File
+
+	// TTY makes Stdin (a terminal's slave side, an *os.File) the process's
+	// controlling terminal, in a session of its own.
+	TTY bool
 }
 
 // Exit describes how a sandboxed process ended.

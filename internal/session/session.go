@@ -17,6 +17,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/quro-dev/quro/internal/store"
@@ -37,8 +39,9 @@ var (
 )
 
 var (
-	nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-	idRE   = regexp.MustCompile(`^[0-9a-f]{32}$`)
+	nameRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	idRE      = regexp.MustCompile(`^[0-9a-f]{32}$`)
+	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
 // Session is one session. Its fields are a snapshot; the Manager owns the
@@ -49,6 +52,7 @@ type Session struct {
 	CreatedAt  time.Time         `json:"created_at"`
 	LastUsedAt time.Time         `json:"last_used_at"`
 	Env        map[string]string `json:"env,omitempty"`
+	Cwd        string            `json:"cwd,omitempty"`    // the shell's last working directory
 	Network    string            `json:"network"`          // network policy: "none" or "full"
 	Rootfs     string            `json:"rootfs,omitempty"` // rootfs name, "" for the host userland
 	Dir        string            `json:"-"`                // $QURO_DATA/sessions/<id>
@@ -129,9 +133,32 @@ func (m *Manager) Get(ctx context.Context, ref string) (*Session, error) {
 	return s, err
 }
 
+// CreateOptions are the optional settings of a new session.
+type CreateOptions struct {
+	Network string // "none" (default) or "full"
+	Rootfs  string // a rootfs name; "" for the host userland
+}
+
+// Networks are the accepted network policies.
+var Networks = []string{"none", "full"}
+
 // Create makes a new session with a fresh random id. An empty name gets one
 // derived from the id.
 func (m *Manager) Create(ctx context.Context, name string) (*Session, error) {
+	return m.CreateWith(ctx, name, CreateOptions{})
+}
+
+// CreateWith makes a new session with options.
+func (m *Manager) CreateWith(ctx context.Context, name string, o CreateOptions) (*Session, error) {
+	if o.Network == "" {
+		o.Network = "none"
+	}
+	if !slices.Contains(Networks, o.Network) {
+		return nil, fmt.Errorf("%w: network policy %q; use one of %v", ErrBadName, o.Network, Networks)
+	}
+	if o.Rootfs != "" && !nameRE.MatchString(o.Rootfs) {
+		return nil, fmt.Errorf("%w: rootfs name %q", ErrBadName, o.Rootfs)
+	}
 	id, err := newID()
 	if err != nil {
 		return nil, err
@@ -143,7 +170,7 @@ func (m *Manager) Create(ctx context.Context, name string) (*Session, error) {
 		return nil, fmt.Errorf("%w %q: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", ErrBadName, name)
 	}
 	now := time.Now()
-	row := &store.Session{ID: id, Name: name, CreatedAt: now, LastUsedAt: now, Network: "none"}
+	row := &store.Session{ID: id, Name: name, CreatedAt: now, LastUsedAt: now, Network: o.Network, Rootfs: o.Rootfs}
 	s := m.fromRow(row)
 	if err := m.ensureDirs(s); err != nil {
 		return nil, err
@@ -187,6 +214,81 @@ func (m *Manager) Touch(ctx context.Context, s *Session) error {
 	return err
 }
 
+// SetDefault makes s the default session.
+func (m *Manager) SetDefault(ctx context.Context, s *Session) error {
+	return m.store.SetSetting(ctx, defaultKey, s.ID)
+}
+
+// IsDefault reports whether s is the default session.
+func (m *Manager) IsDefault(ctx context.Context, s *Session) bool {
+	id, err := m.store.Setting(ctx, defaultKey)
+	return err == nil && id == s.ID
+}
+
+// SetCwd records the shell's working directory of session id.
+func (m *Manager) SetCwd(ctx context.Context, id, cwd string) error {
+	return m.wrap(m.store.SetSessionCwd(ctx, id, cwd), id)
+}
+
+// Env returns the session's variables as stored.
+func (m *Manager) Env(ctx context.Context, id string) (map[string]string, error) {
+	s, err := m.byID(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if s.Env == nil {
+		s.Env = map[string]string{}
+	}
+	return s.Env, nil
+}
+
+// UpdateEnv applies changes to the session's variables: a nil value unsets.
+// It returns the new set.
+func (m *Manager) UpdateEnv(ctx context.Context, s *Session, changes map[string]*string) (map[string]string, error) {
+	for k, v := range changes {
+		if !envNameRE.MatchString(k) {
+			return nil, fmt.Errorf("%w: variable name %q (letters, digits and _, not starting with a digit)", ErrBadName, k)
+		}
+		if v != nil && strings.ContainsRune(*v, 0) {
+			return nil, fmt.Errorf("%w: the value of %s contains a NUL byte", ErrBadName, k)
+		}
+	}
+	env, err := m.Env(ctx, s.ID)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range changes {
+		if v == nil {
+			delete(env, k)
+		} else {
+			env[k] = *v
+		}
+	}
+	if err := m.wrap(m.store.SetSessionEnv(ctx, s.ID, env), s.ID); err != nil {
+		return nil, err
+	}
+	return env, nil
+}
+
+// Delete removes the session's row and its directory, workspace included.
+// Stop everything running in it first.
+func (m *Manager) Delete(ctx context.Context, s *Session) error {
+	if err := m.wrap(m.store.DeleteSession(ctx, s.ID), s.ID); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(s.Dir); err != nil {
+		return fmt.Errorf("session %s: remove %s: %w", s.Name, s.Dir, err)
+	}
+	return nil
+}
+
+func (m *Manager) wrap(err error, id string) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return err
+}
+
 func (m *Manager) byID(ctx context.Context, id string) (*Session, error) {
 	row, err := m.store.SessionByID(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
@@ -216,6 +318,7 @@ func (m *Manager) fromRow(r *store.Session) *Session {
 		CreatedAt:  r.CreatedAt,
 		LastUsedAt: r.LastUsedAt,
 		Env:        maps.Clone(r.Env),
+		Cwd:        r.Cwd,
 		Network:    r.Network,
 		Rootfs:     r.Rootfs,
 		Dir:        filepath.Join(m.root, r.ID),

@@ -239,3 +239,36 @@ func (s *Store) SetSetting(ctx context.Context, key, value string) error {
 	_, err := s.db.ExecContext(ctx, "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value)
 	return err
 }
+
+// SetSessionCwd records the session shell's working directory.
+func (s *Store) SetSessionCwd(ctx context.Context, id, cwd string) error {
+	return s.updateSession(ctx, "UPDATE sessions SET cwd = ? WHERE id = ?", cwd, id)
+}
+
+// SetSessionEnv replaces the session's variables.
+func (s *Store) SetSessionEnv(ctx context.Context, id string, env map[string]string) error {
+	if env == nil {
+		env = map[string]string{}
+	}
+	b, err := json.Marshal(env)
+	if err != nil {
+		return err
+	}
+	return s.updateSession(ctx, "UPDATE sessions SET env = ? WHERE id = ?", string(b), id)
+}
+
+// SetSessionPolicy records the session's network policy and rootfs.
+func (s *Store) SetSessionPolicy(ctx context.Context, id, network, rootfs string) error {
+	return s.updateSession(ctx, "UPDATE sessions SET network = ?, rootfs = ? WHERE id = ?", network, rootfs, id)
+}
+
+func (s *Store) updateSession(ctx context.Context, q string, args ...any) error {
+	res, err := s.db.ExecContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}

@@ -121,7 +121,7 @@ func Status(code capability.Code) int {
 		return http.StatusBadRequest
 	case capability.NotFound:
 		return http.StatusNotFound
-	case capability.AlreadyExists:
+	case capability.AlreadyExists, capability.Busy:
 		return http.StatusConflict
 	case capability.PermissionDenied:
 		return http.StatusForbidden

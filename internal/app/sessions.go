@@ -1,0 +1,340 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/terminal"
+)
+
+// TerminalExecInput is terminal_exec's input.
+type TerminalExecInput struct {
+	Command   string `json:"command" jsonschema:"shell command line(s) to run in the session's persistent shell"`
+	Session   string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty" jsonschema:"time budget in milliseconds (default 30000); then SIGINT, and 1.2 s later the shell is recreated"`
+	Split     bool   `json:"split,omitempty" jsonschema:"return stderr separately instead of merged into output"`
+}
+
+// SessionRef names a session.
+type SessionRef struct {
+	Session string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
+}
+
+// SendInputInput is send_input's input.
+type SendInputInput struct {
+	Session   string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
+	Data      string `json:"data" jsonschema:"bytes to type: an answer with its newline (\"yes\\n\"); \"\\u0003\" interrupts"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty" jsonschema:"how long to wait for the command to finish or ask again (default 30000)"`
+}
+
+// CreateSessionInput is create_session's input.
+type CreateSessionInput struct {
+	Name    string `json:"name,omitempty" jsonschema:"a name (letters, digits, . _ -); generated when omitted"`
+	Rootfs  string `json:"rootfs,omitempty" jsonschema:"run on this installed rootfs instead of the host userland"`
+	Network string `json:"network,omitempty" jsonschema:"network policy: none (default) or full"`
+}
+
+// SetEnvInput is set_session_env's input.
+type SetEnvInput struct {
+	Session string             `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
+	Env     map[string]*string `json:"env" jsonschema:"variables to set; a null value unsets"`
+}
+
+// ExportLogInput is export_session_log's input.
+type ExportLogInput struct {
+	Session string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
+	Path    string `json:"path,omitempty" jsonschema:"workspace-relative file to write; default .quro/logs/<time>.log"`
+}
+
+// SessionInfo describes a session.
+type SessionInfo struct {
+	ID         string    `json:"id"`
+	Name       string    `json:"name"`
+	Default    bool      `json:"default"`
+	CreatedAt  time.Time `json:"created_at"`
+	LastUsedAt time.Time `json:"last_used_at"`
+	Network    string    `json:"network"`
+	Rootfs     string    `json:"rootfs,omitempty"`
+	Workspace  string    `json:"workspace"`
+	terminal.State
+}
+
+// Text is one line about the session.
+func (s *SessionInfo) Text() string {
+	def := ""
+	if s.Default {
+		def = " (default)"
+	}
+	return fmt.Sprintf("%s %s%s: alive=%v busy=%v mode=%s cwd=%s last_exit=%d network=%s",
+		s.ID, s.Name, def, s.Alive, s.Busy, s.Mode, s.Cwd, s.LastExit, s.Network)
+}
+
+// SessionList is list_sessions' output.
+type SessionList struct {
+	Sessions []*SessionInfo `json:"sessions"`
+}
+
+// Text lists one session per line.
+func (l *SessionList) Text() string {
+	var b strings.Builder
+	for _, s := range l.Sessions {
+		b.WriteString(s.Text() + "\n")
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// EnvOutput is the session's variables.
+type EnvOutput struct {
+	Session string            `json:"session"`
+	Env     map[string]string `json:"env"`
+}
+
+// Text lists K=V lines.
+func (e *EnvOutput) Text() string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(e.Env)) {
+		fmt.Fprintf(&b, "%s=%s\n", k, e.Env[k])
+	}
+	if b.Len() == 0 {
+		return "(no session variables)"
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// Done is the output of capabilities that only act.
+type Done struct {
+	Message string `json:"message"`
+}
+
+// Text is the message.
+func (d *Done) Text() string { return d.Message }
+
+// Screen is read_screen's output.
+type Screen struct {
+	Session string `json:"session"`
+	Cols    int    `json:"cols"`
+	Rows    int    `json:"rows"`
+	Text_   string `json:"screen" jsonschema:"the visible screen, one line per row"`
+}
+
+// Text is the screen.
+func (s *Screen) Text() string { return s.Text_ }
+
+func (a *App) registerSessions(reg *capability.Registry) {
+	reg.Register(capability.New("terminal_exec",
+		"Run a command line in the session's persistent shell (bash) and get {output, exit_code, cwd}. "+
+			"The shell keeps its directory, variables and functions between calls, like a terminal. Exit code and cwd come from the shell itself, never from the output. "+
+			"A command that waits for input returns early with waiting_for_input=true: answer with send_input. "+
+			"On timeout the command gets SIGINT; if it is still running 1.2 s later the shell is killed and recreated in the same directory (interrupt_stage says which). "+
+			"Output (stdout and stderr merged in order) is cut to head and tail when long; output_file keeps it whole.",
+		capability.ScopeExec, a.terminalExec))
+	reg.Register(capability.New("send_input",
+		"Type data into the session: it answers a command that waits for input (then waits for that command like terminal_exec), "+
+			"or, with no command running, goes to the session's interactive terminal (PTY). \"\\u0003\" interrupts the running command.",
+		capability.ScopeExec, a.sendInput))
+	reg.Register(capability.New("create_session",
+		"Create a session: a fresh workspace directory with its own shell, Python state and variables. Returns its id.",
+		capability.ScopeExec, func(ctx context.Context, in CreateSessionInput) (*SessionInfo, error) {
+			s, err := a.Sessions.CreateWith(ctx, in.Name, session.CreateOptions{Network: in.Network, Rootfs: in.Rootfs})
+			if err != nil {
+				return nil, err
+			}
+			return a.sessionInfo(ctx, s), nil
+		}))
+	reg.Register(capability.New("destroy_session",
+		"Destroy a session: kill every process it started and delete its workspace. This cannot be undone.",
+		capability.ScopeAdmin, func(ctx context.Context, in SessionRef) (*Done, error) {
+			if in.Session == "" {
+				return nil, capability.Errorf(capability.InvalidArgument, "name the session to destroy")
+			}
+			s, err := a.Sessions.Get(ctx, in.Session)
+			if err != nil {
+				return nil, err
+			}
+			if err := a.DestroySession(ctx, s); err != nil {
+				return nil, err
+			}
+			return &Done{Message: fmt.Sprintf("session %s (%s) destroyed", s.Name, s.ID)}, nil
+		}))
+	reg.Register(capability.New("get_session_status",
+		"A session's status: alive, busy, cwd, last_exit, mode (pipe/pty), created, last_used, network.",
+		capability.ScopeRead, func(ctx context.Context, in SessionRef) (*SessionInfo, error) {
+			s, err := a.Sessions.Get(ctx, in.Session)
+			if err != nil {
+				return nil, err
+			}
+			return a.sessionInfo(ctx, s), nil
+		}))
+	reg.Register(capability.New("list_sessions",
+		"List every session with its status.",
+		capability.ScopeRead, func(ctx context.Context, _ Empty) (*SessionList, error) {
+			list, err := a.Sessions.List(ctx)
+			if err != nil {
+				return nil, err
+			}
+			out := &SessionList{Sessions: []*SessionInfo{}}
+			for _, s := range list {
+				out.Sessions = append(out.Sessions, a.sessionInfo(ctx, s))
+			}
+			return out, nil
+		}))
+	reg.Register(capability.New("set_default_session",
+		"Make a session the default: the one used when a call names none.",
+		capability.ScopeExec, func(ctx context.Context, in SessionRef) (*SessionInfo, error) {
+			s, err := a.Sessions.Get(ctx, in.Session)
+			if err != nil {
+				return nil, err
+			}
+			if err := a.Sessions.SetDefault(ctx, s); err != nil {
+				return nil, err
+			}
+			return a.sessionInfo(ctx, s), nil
+		}))
+	reg.Register(capability.New("set_session_env",
+		"Set (or, with null, unset) environment variables of a session; they apply from the next command on, in the shell and in run_code.",
+		capability.ScopeExec, func(ctx context.Context, in SetEnvInput) (*EnvOutput, error) {
+			s, err := a.Sessions.Get(ctx, in.Session)
+			if err != nil {
+				return nil, err
+			}
+			env, err := a.Sessions.UpdateEnv(ctx, s, in.Env)
+			if err != nil {
+				return nil, err
+			}
+			return &EnvOutput{Session: s.ID, Env: env}, nil
+		}))
+	reg.Register(capability.New("get_session_env",
+		"The environment variables set on a session with set_session_env.",
+		capability.ScopeRead, func(ctx context.Context, in SessionRef) (*EnvOutput, error) {
+			s, err := a.Sessions.Get(ctx, in.Session)
+			if err != nil {
+				return nil, err
+			}
+			env, err := a.Sessions.Env(ctx, s.ID)
+			if err != nil {
+				return nil, err
+			}
+			return &EnvOutput{Session: s.ID, Env: env}, nil
+		}))
+	reg.Register(capability.New("export_session_log",
+		"Write the session's terminal scrollback to a file in its workspace, with control characters escaped; returns the file's path.",
+		capability.ScopeExec, func(ctx context.Context, in ExportLogInput) (*Done, error) {
+			s, err := a.Sessions.Get(ctx, in.Session)
+			if err != nil {
+				return nil, err
+			}
+			rel, err := a.Terminals.ExportLog(s, in.Path)
+			if err != nil {
+				return nil, err
+			}
+			return &Done{Message: rel}, nil
+		}))
+	reg.Register(capability.New("reset_python",
+		"Forget a session's Python state (variables, imports) by giving it a fresh interpreter; files in the workspace stay.",
+		capability.ScopeExec, func(ctx context.Context, in SessionRef) (*Done, error) {
+			s, err := a.Sessions.Get(ctx, in.Session)
+			if err != nil {
+				return nil, err
+			}
+			if err := a.Python.Reset(ctx, s.ID); err != nil {
+				return nil, err
+			}
+			return &Done{Message: "the Python state of session " + s.Name + " was reset"}, nil
+		}))
+	reg.Register(capability.New("read_screen",
+		"The text on the session's interactive terminal (PTY) screen, as a person would see it; starts the terminal if none runs.",
+		capability.ScopeRead, func(ctx context.Context, in SessionRef) (*Screen, error) {
+			s, err := a.Sessions.Get(ctx, in.Session)
+			if err != nil {
+				return nil, err
+			}
+			p, err := a.Terminals.PTY(s)
+			if err != nil {
+				return nil, err
+			}
+			cols, rows := p.Size()
+			return &Screen{Session: s.ID, Cols: cols, Rows: rows, Text_: p.Screen()}, nil
+		}))
+}
+
+func (a *App) sessionInfo(ctx context.Context, s *session.Session) *SessionInfo {
+	return &SessionInfo{
+		ID: s.ID, Name: s.Name, Default: a.Sessions.IsDefault(ctx, s), CreatedAt: s.CreatedAt, LastUsedAt: s.LastUsedAt,
+		Network: s.Network, Rootfs: s.Rootfs, Workspace: s.Workspace(), State: a.Terminals.State(s),
+	}
+}
+
+// DestroySession stops everything of s and deletes it.
+func (a *App) DestroySession(ctx context.Context, s *session.Session) error {
+	a.Python.Stop(s.ID)
+	a.Terminals.CloseSession(s)
+	return a.Sessions.Delete(ctx, s)
+}
+
+func (a *App) terminalExec(ctx context.Context, in TerminalExecInput) (*terminal.Result, error) {
+	if in.TimeoutMS < 0 || in.TimeoutMS > int64(a.Runner.Options().MaxTimeout/time.Millisecond) {
+		return nil, capability.Errorf(capability.InvalidArgument, "timeout_ms must be between 0 and %d", a.Runner.Options().MaxTimeout.Milliseconds())
+	}
+	s, err := a.Sessions.Get(ctx, in.Session)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.Sessions.Touch(ctx, s); err != nil {
+		return nil, err
+	}
+	res, err := a.Terminals.Exec(ctx, s, in.Command, terminal.ExecOptions{
+		Timeout: time.Duration(in.TimeoutMS) * time.Millisecond, Split: in.Split,
+	})
+	return res, terminalError(err)
+}
+
+func (a *App) sendInput(ctx context.Context, in SendInputInput) (*terminal.Result, error) {
+	if in.Data == "" {
+		return nil, capability.Errorf(capability.InvalidArgument, "data is empty")
+	}
+	s, err := a.Sessions.Get(ctx, in.Session)
+	if err != nil {
+		return nil, err
+	}
+	sh, err := a.Terminals.Shell(s)
+	if err != nil {
+		return nil, terminalError(err)
+	}
+	err = sh.SendInput(in.Data)
+	if errors.Is(err, terminal.ErrNotRunning) {
+		if p, ok := a.Terminals.RunningPTY(s); ok {
+			if _, err := p.Write([]byte(in.Data)); err != nil {
+				return nil, terminalError(err)
+			}
+			return &terminal.Result{Output: "(sent to the interactive terminal; read_screen shows it)", ExitCode: -1, Running: true, Cwd: s.Cwd}, nil
+		}
+		return nil, capability.Errorf(capability.InvalidArgument,
+			"nothing in session %s is waiting for input: no command is running and no interactive terminal is open", s.Name)
+	}
+	if err != nil {
+		return nil, terminalError(err)
+	}
+	res, err := sh.Wait(ctx, time.Duration(in.TimeoutMS)*time.Millisecond)
+	return res, terminalError(err)
+}
+
+func terminalError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, terminal.ErrBusy):
+		return capability.Errorf(capability.Busy, "%v: wait for it, answer it with send_input, or interrupt it with send_input \"\\u0003\"", err)
+	case errors.Is(err, terminal.ErrInvalid):
+		return capability.Errorf(capability.InvalidArgument, "%v", err)
+	case errors.Is(err, terminal.ErrNotRunning):
+		return capability.Errorf(capability.InvalidArgument, "%v", err)
+	}
+	return err
+}

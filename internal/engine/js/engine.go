@@ -1,0 +1,171 @@
+// Package js is run_code's JavaScript and TypeScript engine: QuickJS
+// (modernc.org/quickjs, pure Go, no cgo) embedded in the server, with
+// TypeScript transpiled by esbuild's Go API, a small prelude, and a host API
+// that can only touch the session's own workspace.
+//
+// Every run gets a fresh VM (a new QuickJS runtime and context), so nothing
+// leaks between runs or sessions; state that should last is kept in the
+// workspace. A run is bounded by a memory limit (64 MiB by default:
+// exceeding it is an "out of memory" error of the code, never a crash of the
+// server), by its time budget (the context deadline, enforced by QuickJS's
+// interrupt handler, which also stops a regular expression or a Promise
+// chain that never ends) and by a limit on JS call depth (a stack overflow is
+// a catchable InternalError). A panic inside the engine is recovered and
+// reported as an engine failure; that VM is never used again.
+//
+// What user code sees — console, require, module.exports, timers, Tools,
+// Data — is documented in prelude.go.
+//
+// An Engine is safe for concurrent use: runs share nothing but the compiled
+// prelude.
+package js
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"modernc.org/quickjs"
+
+	"github.com/quro-dev/quro/internal/runcode"
+)
+
+// Options tune an Engine. Zero fields take the defaults in parentheses.
+type Options struct {
+	// MemoryLimit caps the memory of one run's VM, in bytes (64 MiB).
+	MemoryLimit int64
+	// MaxRead is the largest file Tools.Files.read or require loads
+	// (MemoryLimit).
+	MaxRead int64
+	// MaxFetch is the largest response body Tools.Net.fetch returns (8 MiB).
+	MaxFetch int64
+	// Network decides whether the code of session sessionID may fetch u; a
+	// non-nil error refuses, and its text is what the code sees. nil
+	// refuses every request: the session's network policy is "none".
+	Network func(sessionID string, u *url.URL) error
+	// HTTP is the client fetch uses (a client with no cookies and the
+	// default transport). Its CheckRedirect is replaced so that every
+	// redirect is checked by Network too.
+	HTTP *http.Client
+}
+
+func (o *Options) withDefaults() Options {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	if r.MemoryLimit <= 0 {
+		r.MemoryLimit = 64 << 20
+	}
+	if r.MaxRead <= 0 {
+		r.MaxRead = r.MemoryLimit
+	}
+	if r.MaxFetch <= 0 {
+		r.MaxFetch = 8 << 20
+	}
+	if r.HTTP == nil {
+		r.HTTP = &http.Client{}
+	}
+	return r
+}
+
+// Engine runs JavaScript and TypeScript. Use TS for the TypeScript entry of
+// run_code's language matrix.
+type Engine struct {
+	opts     Options
+	prelude  []byte // the prelude, compiled once at preludeLine
+	preludeN int    // its line count
+}
+
+// New returns an Engine. It compiles the prelude once; a failure there is a
+// programmer error and panics.
+func New(opts *Options) *Engine {
+	e := &Engine{opts: opts.withDefaults()}
+	vm, err := quickjs.NewVM()
+	if err != nil {
+		panic("js: new VM: " + err.Error())
+	}
+	defer vm.Close()
+	bc, err := vm.Compile(strings.Repeat("\n", preludeLine-1)+preludeSource, quickjs.EvalGlobal)
+	if err != nil {
+		panic("js: prelude: " + err.Error())
+	}
+	e.prelude = bc
+	e.preludeN = strings.Count(preludeSource, "\n") + 1
+	return e
+}
+
+// MemoryLimit is the memory cap of one run, in bytes.
+func (e *Engine) MemoryLimit() int64 { return e.opts.MemoryLimit }
+
+// Name implements runcode.Engine.
+func (e *Engine) Name() string { return "js/quickjs" }
+
+// Probe implements runcode.Engine: it runs a line of JS in a fresh VM.
+func (e *Engine) Probe(ctx context.Context) error {
+	vm, err := quickjs.NewVM()
+	if err != nil {
+		return fmt.Errorf("quickjs: %w", err)
+	}
+	defer vm.Close()
+	v, err := vm.Eval("[1, 2, 3].map(x => x * 2).join()", quickjs.EvalGlobal)
+	if err != nil {
+		return fmt.Errorf("quickjs: %w", err)
+	}
+	if v != "2,4,6" {
+		return fmt.Errorf("quickjs: unexpected result %v", v)
+	}
+	return nil
+}
+
+// Run implements runcode.Engine. req.Lang "ts" (or "typescript") is
+// transpiled first; anything else runs as JavaScript.
+func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result, error) {
+	ts := req.Lang == "ts" || req.Lang == "typescript"
+	return e.run(ctx, req, ts)
+}
+
+// TS returns the TypeScript face of e: the same engine, named
+// "ts/quickjs+esbuild", that always transpiles.
+func (e *Engine) TS() runcode.Engine { return tsEngine{e} }
+
+type tsEngine struct{ e *Engine }
+
+func (t tsEngine) Name() string                    { return "ts/quickjs+esbuild" }
+func (t tsEngine) Probe(ctx context.Context) error { return t.e.Probe(ctx) }
+func (t tsEngine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result, error) {
+	return t.e.run(ctx, req, true)
+}
+
+// ErrCrashed marks a panic inside the engine, recovered; the run's VM was
+// dropped. Test with errors.Is.
+var ErrCrashed = errors.New("the QuickJS engine crashed")
+
+func (e *Engine) run(ctx context.Context, req *runcode.Request, ts bool) (res *runcode.Result, err error) {
+	if req.Session == nil {
+		return nil, errors.New("js: no session")
+	}
+	ws, err := OpenWorkspace(req.Session.Workspace(), e.opts.MaxRead)
+	if err != nil {
+		return nil, err
+	}
+	defer ws.Close()
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		if req.Timeout <= 0 {
+			return nil, errors.New("js: no time budget: give a deadline or req.Timeout")
+		}
+		deadline = time.Now().Add(req.Timeout)
+	}
+	r := &run{eng: e, ctx: ctx, req: req, ws: ws, ts: ts, deadline: deadline, src: newSources()}
+	defer func() {
+		if p := recover(); p != nil {
+			res, err = nil, fmt.Errorf("%w: %v (the run's VM was discarded)", ErrCrashed, p)
+		}
+	}()
+	return r.main()
+}

@@ -1,0 +1,348 @@
+package js
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"path"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"modernc.org/quickjs"
+)
+
+// host is the one host function the prelude calls: host(op, args...). It
+// runs on the VM's goroutine, in the middle of the user's code. Every file
+// operation goes through r.ws, which confines paths to the workspace.
+func (r *run) host(args []any) (any, error) {
+	if len(args) == 0 {
+		return nil, errors.New("no host operation")
+	}
+	op, _ := args[0].(string)
+	a := args[1:]
+	// Arguments are read defensively: a missing or mistyped one is the zero
+	// value, never a panic in the middle of the engine.
+	str := func(i int) string {
+		if i < len(a) {
+			if s, ok := a[i].(string); ok {
+				return s
+			}
+		}
+		return ""
+	}
+	flag := func(i int) bool {
+		if i < len(a) {
+			b, _ := a[i].(bool)
+			return b
+		}
+		return false
+	}
+	num := func(i int) int {
+		if i < len(a) {
+			n, _ := a[i].(int)
+			return n
+		}
+		return 0
+	}
+	switch op {
+	case "print":
+		w := r.req.Stdout
+		if num(0) == 2 {
+			w = r.req.Stderr
+		}
+		io.WriteString(w, str(1))
+		return nil, nil
+	case "stack":
+		return r.errorText(str(0)), nil
+	case "resolve":
+		p, kind, err := r.resolve(str(0), str(1))
+		if err != nil {
+			return nil, err
+		}
+		return jsonText(map[string]string{"path": p, "kind": kind})
+	case "compileError":
+		e := r.compileErr
+		if e == nil {
+			e = &jsError{Name: "Error", Message: "module could not be compiled"}
+		}
+		return jsonText(e)
+	case "read":
+		rel, err := r.path("read", str(0))
+		if err != nil {
+			return nil, err
+		}
+		b, err := r.ws.ReadFile(rel)
+		if err != nil {
+			return nil, fmt.Errorf("Tools.Files.read: %w", err)
+		}
+		return string(b), nil
+	case "write":
+		rel, err := r.path("write", str(0))
+		if err != nil {
+			return nil, err
+		}
+		data := str(1)
+		if err := r.ws.WriteFile(rel, []byte(data), flag(2)); err != nil {
+			return nil, fmt.Errorf("Tools.Files.write: %w", err)
+		}
+		return len(data), nil
+	case "list":
+		rel, err := r.path("list", str(0))
+		if err != nil {
+			return nil, err
+		}
+		ents, err := r.ws.List(rel)
+		if err != nil {
+			return nil, fmt.Errorf("Tools.Files.list: %w", err)
+		}
+		return jsonText(ents)
+	case "exists":
+		rel, err := r.path("exists", str(0))
+		if err != nil {
+			return nil, err
+		}
+		ok, err := r.ws.Exists(rel)
+		if err != nil {
+			return nil, fmt.Errorf("Tools.Files.exists: %w", err)
+		}
+		return ok, nil
+	case "remove":
+		rel, err := r.path("remove", str(0))
+		if err != nil {
+			return nil, err
+		}
+		if err := r.ws.Remove(rel); err != nil {
+			return nil, fmt.Errorf("Tools.Files.remove: %w", err)
+		}
+		return true, nil
+	case "fetch":
+		return r.fetch(str(0))
+	case "time":
+		now := time.Now()
+		zone, _ := now.Zone()
+		return jsonText(map[string]any{"iso": now.UTC().Format(time.RFC3339Nano), "unix_ms": now.UnixMilli(), "timezone": zone})
+	case "env":
+		env := maps.Clone(r.req.Session.Env)
+		if env == nil {
+			env = map[string]string{}
+		}
+		return jsonText(env)
+	case "platform":
+		lang := "js"
+		if r.ts {
+			lang = "ts"
+		}
+		return jsonText(map[string]any{
+			"os": runtime.GOOS, "arch": runtime.GOARCH, "engine": "quickjs " + quickjs.Version(),
+			"language": lang, "session": r.req.Session.Name,
+			"memory_limit": r.eng.opts.MemoryLimit, "network": r.eng.opts.Network != nil,
+		})
+	case "calc":
+		v, err := Calc(str(0))
+		if err != nil {
+			return nil, fmt.Errorf("Tools.calc: %w", err)
+		}
+		return v, nil
+	}
+	return nil, fmt.Errorf("unknown host operation %q", op)
+}
+
+func jsonText(v any) (string, error) {
+	b, err := json.Marshal(v)
+	return string(b), err
+}
+
+// path applies the workspace rule to a Tools.Files path.
+func (r *run) path(op, p string) (string, error) {
+	rel, err := r.ws.Rel(".", p)
+	if err != nil {
+		return "", fmt.Errorf("Tools.Files.%s: %w", op, err)
+	}
+	return rel, nil
+}
+
+// errorText maps the frames of an error's text (name: message, then the
+// stack) for console output.
+func (r *run) errorText(s string) string {
+	head, rest, ok := strings.Cut(s, "\n")
+	if !ok {
+		return s
+	}
+	frames, _ := r.src.stack(rest)
+	if frames == "" {
+		return head
+	}
+	return head + "\n" + frames
+}
+
+// moduleExts are tried, in order, after a require path as written.
+var moduleExts = []string{".js", ".ts", ".mjs", ".cjs", ".mts", ".cts", ".json"}
+
+// resolve finds the file require(spec) means, from the workspace directory
+// dir: a relative path (or an absolute one inside the workspace), with or
+// without its extension, or a directory with an index file.
+func (r *run) resolve(dir, spec string) (rel, kind string, err error) {
+	quoted := fmt.Sprintf("require(%q)", spec)
+	if !(spec == "." || spec == ".." || strings.HasPrefix(spec, "./") || strings.HasPrefix(spec, "../") || filepath.IsAbs(spec)) {
+		return "", "", fmt.Errorf("%s: only files of the session workspace can be required, by a relative path such as \"./util.js\"; there are no built-in or npm modules (the host API is Tools: Tools.Files, Tools.Net, Tools.System, Tools.calc)", quoted)
+	}
+	base, err := r.ws.Rel(dir, spec)
+	if err != nil {
+		return "", "", fmt.Errorf("%s: %w", quoted, err)
+	}
+	cands := []string{base}
+	for _, e := range moduleExts {
+		cands = append(cands, base+e)
+	}
+	for _, e := range []string{"index.js", "index.ts", "index.json"} {
+		cands = append(cands, path.Join(base, e))
+	}
+	for _, c := range cands {
+		if c == "." {
+			continue
+		}
+		fi, err := r.ws.Stat(c)
+		if errors.Is(err, ErrOutside) {
+			return "", "", fmt.Errorf("%s: %w", quoted, err)
+		}
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		kind := "js"
+		switch path.Ext(c) {
+		case ".json":
+			kind = "json"
+		case ".ts", ".mts", ".cts":
+			kind = "ts"
+		}
+		return c, kind, nil
+	}
+	return "", "", fmt.Errorf("%s: no file %q (nor with %s, nor a directory with an index file) in the workspace", quoted, base, strings.Join(moduleExts, ", "))
+}
+
+// compile is __quro_compile(path): it reads a resolved module, transpiles
+// it when it is TypeScript or an ES module, and evaluates it wrapped in a
+// CommonJS function, at its own line range. It returns the function, or
+// undefined with the reason in r.compileErr.
+func (r *run) compile(rel string) quickjs.Value {
+	r.compileErr = nil
+	b, err := r.ws.ReadFile(rel)
+	if err != nil {
+		r.compileErr = &jsError{Name: "Error", Message: fmt.Sprintf("require: %v", err)}
+		return quickjs.UndefinedValue
+	}
+	original := string(b)
+	code := original
+	var sm *sourceMap
+	ext := path.Ext(rel)
+	ts := ext == ".ts" || ext == ".mts" || ext == ".cts"
+	if ts || esmSyntax.MatchString(code) {
+		t, err := transpile(code, rel, ts)
+		if err != nil {
+			r.compileErr = &jsError{Name: "SyntaxError", Message: "in a required module:\n" + err.Error()}
+			return quickjs.UndefinedValue
+		}
+		code, sm = t.code, t.sm
+	}
+	code = stripShebang(code)
+	pad := r.src.add(rel, original, code, sm, true)
+	text := strings.Repeat("\n", pad) + "(function (exports, require, module, __filename, __dirname) {\n" + code + "\n})"
+	v, err := r.vm.EvalValue(text, quickjs.EvalGlobal)
+	if err != nil {
+		var qe *quickjs.Error
+		if !errors.As(err, &qe) {
+			r.compileErr = &jsError{Name: "Error", Message: err.Error()}
+			return quickjs.UndefinedValue
+		}
+		msg := qe.Message
+		if qe.Name == "" {
+			msg = qe.Error()
+		}
+		if frames, at := r.src.stack(qe.Stack); at != nil {
+			msg += " (" + at.String() + ")\n" + at.excerpt()
+		} else if frames != "" {
+			msg += "\n" + frames
+		}
+		r.compileErr = &jsError{Name: qe.Name, Message: msg}
+		return quickjs.UndefinedValue
+	}
+	return v
+}
+
+var errNoNetwork = errors.New("network access is off for this session (its network policy is \"none\")")
+
+const maxFetches = 100
+
+// fetch performs Tools.Net.fetch. It blocks the VM; its context ends with
+// the run's budget.
+func (r *run) fetch(reqJSON string) (any, error) {
+	var in struct {
+		URL     string            `json:"url"`
+		Method  string            `json:"method"`
+		Headers map[string]string `json:"headers"`
+		Body    string            `json:"body"`
+	}
+	if err := json.Unmarshal([]byte(reqJSON), &in); err != nil {
+		return nil, fmt.Errorf("fetch: %v", err)
+	}
+	u, err := url.Parse(in.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("fetch(%q): only absolute http and https URLs can be fetched", in.URL)
+	}
+	check := func(u *url.URL) error {
+		if r.eng.opts.Network == nil {
+			return errNoNetwork
+		}
+		return r.eng.opts.Network(r.req.Session.ID, u)
+	}
+	if err := check(u); err != nil {
+		return nil, fmt.Errorf("fetch(%q): %w", in.URL, err)
+	}
+	if r.fetches++; r.fetches > maxFetches {
+		return nil, fmt.Errorf("fetch(%q): a run may make at most %d requests", in.URL, maxFetches)
+	}
+	ctx, cancel := context.WithDeadline(r.ctx, r.deadline)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, in.Method, u.String(), strings.NewReader(in.Body))
+	if err != nil {
+		return nil, fmt.Errorf("fetch(%q): %v", in.URL, err)
+	}
+	for k, v := range in.Headers {
+		req.Header.Set(k, v)
+	}
+	client := *r.eng.opts.HTTP
+	client.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return check(req.URL)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("fetch(%q): %v", in.URL, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, r.eng.opts.MaxFetch+1))
+	if err != nil {
+		return nil, fmt.Errorf("fetch(%q): reading the body: %v", in.URL, err)
+	}
+	if int64(len(body)) > r.eng.opts.MaxFetch {
+		return nil, fmt.Errorf("fetch(%q): the response body is larger than %s", in.URL, sizeText(r.eng.opts.MaxFetch))
+	}
+	headers := map[string]string{}
+	for k, v := range resp.Header {
+		headers[k] = strings.Join(v, ", ")
+	}
+	return jsonText(map[string]any{
+		"url": resp.Request.URL.String(), "status": resp.StatusCode,
+		"statusText": strings.TrimSpace(strings.TrimPrefix(resp.Status, fmt.Sprint(resp.StatusCode))),
+		"headers":    headers, "body": string(body),
+	})
+}

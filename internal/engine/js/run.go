@@ -1,0 +1,341 @@
+package js
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"modernc.org/quickjs"
+
+	"github.com/quro-dev/quro/internal/runcode"
+)
+
+// evalAsync is QuickJS's JS_EVAL_FLAG_ASYNC: a global script in which
+// top-level await is allowed; the eval returns a Promise of {value}.
+const evalAsync = 1 << 7
+
+// mainName is the file name of inline code in positions.
+const mainName = "<code>"
+
+// run is one run of user code in one fresh VM. Everything happens on the
+// calling goroutine, except the watcher that interrupts on cancel.
+type run struct {
+	eng      *Engine
+	ctx      context.Context
+	req      *runcode.Request
+	ws       *Workspace
+	ts       bool
+	deadline time.Time
+	src      *sources
+
+	vm         *quickjs.VM
+	ctl        quickjs.Value
+	atoms      map[string]quickjs.Atom
+	compileErr *jsError // why the last __quro_compile failed
+	fetches    int
+}
+
+// jsError is an error as user code sees it.
+type jsError struct {
+	Name    string `json:"name"`
+	Message string `json:"message"`
+}
+
+// errTimeUp is returned when the run's time budget is spent.
+var errTimeUp = errors.New("time budget spent")
+
+// expired reports whether the run must stop: its deadline passed or its
+// caller went away.
+func (r *run) expired() bool {
+	return r.ctx.Err() != nil || !time.Now().Before(r.deadline)
+}
+
+// arm gives the next call into JavaScript what is left of the budget.
+func (r *run) arm() error {
+	left := time.Until(r.deadline)
+	if left <= 0 || r.ctx.Err() != nil {
+		return errTimeUp
+	}
+	return r.vm.SetEvalTimeout(left)
+}
+
+func (r *run) main() (*runcode.Result, error) {
+	code, original := r.req.Code, r.req.Code
+	var sm *sourceMap
+	if r.ts || esmSyntax.MatchString(code) {
+		t, err := transpile(code, mainName, r.ts)
+		if err != nil {
+			var te *transpileError
+			if errors.As(err, &te) {
+				fmt.Fprintln(r.req.Stderr, te.Error())
+				return &runcode.Result{ExitCode: 1}, nil
+			}
+			return nil, err
+		}
+		code, sm = t.code, t.sm
+	}
+	code = stripShebang(code)
+	r.src.add(mainName, original, code, sm, false)
+
+	if err := r.start(); err != nil {
+		return nil, err
+	}
+	defer r.vm.Close()
+	defer r.ctl.Free()
+	stop := r.watch()
+	defer stop()
+
+	if _, err := r.callCtl("setMain", mainName); err != nil {
+		return r.failed(err)
+	}
+	if err := r.arm(); err != nil {
+		return r.timedOut(), nil
+	}
+	p, err := r.vm.EvalValue(code, quickjs.EvalGlobal|evalAsync)
+	if err != nil {
+		return r.failed(err)
+	}
+	_, err = r.callCtl("settle", p)
+	p.Free()
+	if err != nil {
+		return r.failed(err)
+	}
+	return r.finish()
+}
+
+// start creates the VM, registers the host functions and runs the prelude.
+func (r *run) start() error {
+	vm, err := quickjs.NewVM()
+	if err != nil {
+		return fmt.Errorf("quickjs: %w", err)
+	}
+	r.vm = vm
+	r.atoms = map[string]quickjs.Atom{}
+	vm.SetMemoryLimit(uintptr(r.eng.opts.MemoryLimit))
+	if err := vm.RegisterHostFunc("__quro_host", r.host); err != nil {
+		vm.Close()
+		return fmt.Errorf("quickjs: %w", err)
+	}
+	if err := vm.RegisterFunc("__quro_compile", r.compile, false); err != nil {
+		vm.Close()
+		return fmt.Errorf("quickjs: %w", err)
+	}
+	r.src.addPrelude(preludeSource)
+	if err := r.arm(); err != nil {
+		vm.Close()
+		return fmt.Errorf("no time left to start the engine")
+	}
+	ctl, err := vm.EvalBytecodeValue(r.eng.prelude)
+	if err != nil {
+		vm.Close()
+		return fmt.Errorf("quickjs prelude: %w", err)
+	}
+	r.ctl = ctl
+	return nil
+}
+
+// watch interrupts the VM when the caller cancels; the returned func stops
+// watching.
+func (r *run) watch() func() {
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-r.ctx.Done():
+			r.vm.Interrupt()
+		case <-done:
+		}
+	}()
+	return func() { close(done) }
+}
+
+// callCtl calls a method of the prelude's controller.
+func (r *run) callCtl(method string, args ...any) (any, error) {
+	if err := r.arm(); err != nil {
+		return nil, err
+	}
+	a, ok := r.atoms[method]
+	if !ok {
+		var err error
+		if a, err = r.vm.NewAtom(method); err != nil {
+			return nil, err
+		}
+		r.atoms[method] = a
+	}
+	fn, err := r.ctl.GetPropertyValue(a)
+	if err != nil {
+		return nil, err
+	}
+	defer fn.Free()
+	return fn.Call(r.ctl, args...)
+}
+
+// finish runs the event loop (Promise jobs, then timers in time order) until
+// nothing is left, then reports the outcome.
+func (r *run) finish() (*runcode.Result, error) {
+	for {
+		if err := r.arm(); err != nil {
+			return r.timedOut(), nil
+		}
+		if _, err := r.vm.ExecutePendingJobs(); err != nil {
+			return r.failed(err)
+		}
+		v, err := r.callCtl("nextTimer")
+		if err != nil {
+			return r.failed(err)
+		}
+		delay := toFloat(v)
+		if delay < 0 {
+			break
+		}
+		if delay > 0 {
+			wait := time.Duration(delay * float64(time.Millisecond))
+			if left := time.Until(r.deadline); wait > left {
+				res := r.timedOut()
+				res.Error = fmt.Sprintf("timed out: the next timer is due in %s but only %s of the run's %s budget is left; pending timers were not run",
+					wait.Round(time.Millisecond), left.Round(time.Millisecond), r.budget())
+				return res, nil
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-r.ctx.Done():
+				t.Stop()
+				return r.timedOut(), nil
+			}
+		}
+		if _, err := r.callCtl("runTimer"); err != nil {
+			return r.failed(err)
+		}
+	}
+	v, err := r.callCtl("outcome")
+	if err != nil {
+		return r.failed(err)
+	}
+	var out struct {
+		Status string `json:"status"`
+		Result *string
+		Error  *struct {
+			Name    string `json:"name"`
+			Message string `json:"message"`
+			Stack   string `json:"stack"`
+			IsNull  bool   `json:"isNull"`
+		} `json:"error"`
+	}
+	s, _ := v.(string)
+	if err := json.Unmarshal([]byte(s), &out); err != nil {
+		return nil, fmt.Errorf("js: bad outcome from the prelude: %v", err)
+	}
+	switch out.Status {
+	case "fulfilled":
+		if out.Result != nil {
+			fmt.Fprintf(r.req.Stdout, "➡️ %s\n", *out.Result)
+		}
+		return &runcode.Result{}, nil
+	case "rejected":
+		e := out.Error
+		r.report(e.Name, e.Message, e.Stack, e.IsNull)
+		return &runcode.Result{ExitCode: 1}, nil
+	}
+	fmt.Fprintln(r.req.Stderr, "Error: the code's Promise never settled: nothing was left to run (no pending jobs or timers) that could settle it")
+	return &runcode.Result{ExitCode: 1}, nil
+}
+
+func toFloat(v any) float64 {
+	switch x := v.(type) {
+	case int:
+		return float64(x)
+	case float64:
+		return x
+	}
+	return -1
+}
+
+// budget is the run's whole time budget, for messages.
+func (r *run) budget() time.Duration {
+	if r.req.Timeout > 0 {
+		return r.req.Timeout
+	}
+	return time.Until(r.deadline).Round(time.Millisecond)
+}
+
+// timedOut is the result of a run stopped by its deadline or its caller.
+func (r *run) timedOut() *runcode.Result {
+	if r.ctx.Err() != nil && !errors.Is(r.ctx.Err(), context.DeadlineExceeded) {
+		return &runcode.Result{ExitCode: 1, Interrupted: true, Error: "canceled by the caller; the JS engine stopped the code (output so far is kept)"}
+	}
+	return &runcode.Result{ExitCode: 1, TimedOut: true, Interrupted: true,
+		Error: fmt.Sprintf("timed out after %s; the JS engine interrupted the code (output so far is kept)", r.budget().Round(time.Millisecond))}
+}
+
+// failed turns an error that came out of the engine into the result: the
+// run's end if time is up, else the code's uncaught error.
+func (r *run) failed(err error) (*runcode.Result, error) {
+	if errors.Is(err, errTimeUp) || r.expired() {
+		return r.timedOut(), nil
+	}
+	var qe *quickjs.Error
+	if !errors.As(err, &qe) {
+		return nil, fmt.Errorf("quickjs: %w", err)
+	}
+	isNull := qe.Name == "" && qe.Error() == "null"
+	msg := qe.Message
+	if qe.Name == "" {
+		msg = qe.Error()
+	}
+	r.report(qe.Name, msg, qe.Stack, isNull)
+	return &runcode.Result{ExitCode: 1}, nil
+}
+
+// report writes an uncaught error to stderr: its name and message, the
+// stack in the user's files and lines, and the line it happened at.
+func (r *run) report(name, message, stack string, isNull bool) {
+	w := r.req.Stderr
+	limit := sizeText(r.eng.opts.MemoryLimit)
+	switch {
+	case isNull:
+		fmt.Fprintf(w, "Uncaught null: the code most likely ran out of memory: QuickJS throws null when the memory limit of %s is reached and not even an error object can be allocated (or the code threw null itself)\n", limit)
+		return
+	case name == "InternalError" && message == "out of memory":
+		fmt.Fprintf(w, "Uncaught InternalError: out of memory: the code used more than this run's memory limit of %s\n", limit)
+		return
+	}
+	head := "Uncaught "
+	if name == "SyntaxError" {
+		head = ""
+	}
+	switch {
+	case name == "":
+		head += message
+	case message == "":
+		head += name
+	default:
+		head += name + ": " + message
+	}
+	if name == "InternalError" && message == "stack overflow" {
+		head += " (too much recursion)"
+	}
+	frames, at := r.src.stack(stack)
+	io.WriteString(w, head+"\n")
+	if frames != "" {
+		io.WriteString(w, frames+"\n")
+	}
+	if ex := at.excerpt(); ex != "" {
+		io.WriteString(w, ex+"\n")
+	}
+}
+
+// stripShebang blanks a leading "#!" line, keeping line numbers.
+func stripShebang(code string) string {
+	code = strings.TrimPrefix(code, "\ufeff")
+	if strings.HasPrefix(code, "#!") {
+		if i := strings.IndexByte(code, '\n'); i >= 0 {
+			return "//" + code[2:i] + code[i:]
+		}
+		return "//" + code[2:]
+	}
+	return code
+}

@@ -1,0 +1,199 @@
+//go:build !slim
+
+package python
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quro-dev/quro/internal/runcode"
+)
+
+// reportQuantiles adds the median and p95 of ds (in µs) to b's output.
+func reportQuantiles(b *testing.B, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	slices.Sort(ds)
+	q := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))].Nanoseconds()) / 1e3 }
+	b.ReportMetric(q(0.5), "p50-µs")
+	b.ReportMetric(q(0.95), "p95-µs")
+}
+
+func benchRun(b *testing.B, e *Embedded, req *runcode.Request) *runcode.Result {
+	res, err := e.Run(context.Background(), req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return res
+}
+
+// Warm print(1): one message to a resident worker and its reply, with
+// stdout captured.
+func BenchmarkWarmPrint(b *testing.B) {
+	s := newSession(b)
+	var out bytes.Buffer
+	req := &runcode.Request{Code: "print(1)", Session: s, Timeout: time.Minute, Stdout: &out, Stderr: io.Discard}
+	benchRun(b, testEng, req)
+	ds := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for b.Loop() {
+		out.Reset()
+		t := time.Now()
+		benchRun(b, testEng, req)
+		ds = append(ds, time.Since(t))
+		if out.String() != "1\n" {
+			b.Fatalf("out %q", out.String())
+		}
+	}
+	reportQuantiles(b, ds)
+}
+
+// The real interpreter binary started for every run, for comparison.
+func BenchmarkSpawnPrint(b *testing.B) {
+	dir, _, err := testEng.Installed(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	python := dir + "/bin/python3.14"
+	var ds []time.Duration
+	for b.Loop() {
+		t := time.Now()
+		out, err := exec.Command(python, "-I", "-c", "print(1)").Output()
+		ds = append(ds, time.Since(t))
+		if err != nil || string(out) != "1\n" {
+			b.Fatal(err, string(out))
+		}
+	}
+	reportQuantiles(b, ds)
+}
+
+func benchFirstRun(b *testing.B, e *Embedded) {
+	if err := e.Warm(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	var ds []time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		<-e.fillSpare()
+		s := newSession(b)
+		req := &runcode.Request{Code: "print(1)", Session: s, Timeout: time.Minute, Stdout: io.Discard, Stderr: io.Discard}
+		b.StartTimer()
+		t := time.Now()
+		benchRun(b, e, req)
+		ds = append(ds, time.Since(t))
+		b.StopTimer()
+		e.Stop(s.ID)
+		b.StartTimer()
+	}
+	reportQuantiles(b, ds)
+}
+
+// A new session's first run, served by the pre-warmed spare.
+func BenchmarkFirstRunSpare(b *testing.B) {
+	e := NewEmbedded(testData, testSB, nil)
+	defer e.Close()
+	benchFirstRun(b, e)
+}
+
+// A new session's first run, starting the interpreter.
+func BenchmarkFirstRunNoSpare(b *testing.B) {
+	e := NewEmbedded(testData, testSB, &EmbeddedOptions{NoSpare: true})
+	defer e.Close()
+	benchFirstRun(b, e)
+}
+
+// From the cancel (what a timeout does) to the KeyboardInterrupt reply.
+func BenchmarkInterrupt(b *testing.B) {
+	s := newSession(b)
+	var ds []time.Duration
+	for b.Loop() {
+		ctx, cancel := context.WithCancel(context.Background())
+		var once sync.Once
+		var t0 time.Time
+		out := writerFunc(func(p []byte) (int, error) {
+			once.Do(func() { t0 = time.Now(); cancel() })
+			return len(p), nil
+		})
+		var errb bytes.Buffer
+		res, err := testEng.Run(ctx, &runcode.Request{Code: "import time\nprint('go', flush=True)\ntime.sleep(3600)",
+			Session: s, Timeout: time.Hour, Stdout: out, Stderr: &errb})
+		ds = append(ds, time.Since(t0))
+		cancel()
+		if err != nil || !res.Interrupted || res.ExitCode != 130 {
+			b.Fatalf("%v %+v stderr %q", err, res, errb.String())
+		}
+	}
+	reportQuantiles(b, ds)
+}
+
+// Extraction into a new data directory, and the check of an existing one.
+func BenchmarkExtractFirst(b *testing.B) {
+	for b.Loop() {
+		b.StopTimer()
+		dir := b.TempDir()
+		b.StartTimer()
+		if inst, err := ensureInstalled(context.Background(), dir, nil); err != nil || !inst.Extracted {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		os.RemoveAll(dir)
+		b.StartTimer()
+	}
+}
+
+func BenchmarkExtractReused(b *testing.B) {
+	if _, err := ensureInstalled(context.Background(), testData, nil); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if inst, err := ensureInstalled(context.Background(), testData, nil); err != nil || inst.Extracted {
+			b.Fatal(err)
+		}
+	}
+}
+
+// Memory of one idle worker after a run: RSS and PSS (shared pages of
+// libpython counted by share) in MiB.
+func BenchmarkIdleWorkerMemory(b *testing.B) {
+	e := NewEmbedded(testData, testSB, &EmbeddedOptions{NoSpare: true})
+	defer e.Close()
+	var sessions []string
+	for range 8 {
+		s := newSession(b)
+		benchRun(b, e, &runcode.Request{Code: "x = 1", Session: s, Timeout: time.Minute, Stdout: io.Discard, Stderr: io.Discard})
+		sessions = append(sessions, s.ID)
+	}
+	var rss, pss float64
+	for _, id := range sessions {
+		sl, _ := e.slot(id)
+		st, _ := os.ReadFile("/proc/" + strconv.Itoa(sl.worker().pid) + "/smaps_rollup")
+		rss += kbField(string(st), "Rss:")
+		pss += kbField(string(st), "Pss:")
+	}
+	for b.Loop() {
+	}
+	n := float64(len(sessions))
+	b.ReportMetric(rss/n/1024, "RSS-MiB")
+	b.ReportMetric(pss/n/1024, "PSS-MiB")
+	b.ReportMetric(4096/(pss/n/1024), "workers/4GiB")
+}
+
+func kbField(s, name string) float64 {
+	for _, line := range strings.Split(s, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == name {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			return v
+		}
+	}
+	return 0
+}

@@ -1,0 +1,395 @@
+//go:build !slim
+
+package python
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// Embedded is tier 1 of the Python chain: CPython shipped inside the quro
+// binary, extracted once under the data directory, and run as a resident
+// worker process per session, so that a run is a message rather than a
+// process start. A session's globals persist between its runs; a timeout
+// interrupts the code (KeyboardInterrupt) instead of killing the worker.
+//
+// Workers start lazily, one per session, through the sandbox; one spare is
+// kept warm for the next new session. Runs of one session are serialised;
+// runs of different sessions proceed in parallel. All methods are safe for
+// concurrent use. Close stops every worker.
+type Embedded struct {
+	sb      *sandbox.Sandbox
+	dataDir string
+	opts    EmbeddedOptions
+
+	ctx    context.Context // the workers' lifetime
+	cancel context.CancelFunc
+
+	prepMu sync.Mutex
+	cfg    *workerConfig
+	inst   *installation
+
+	mu       sync.Mutex
+	slots    map[string]*slot
+	spare    *worker
+	spareOn  chan struct{} // closed when the spare being started is ready or failed
+	closed   bool
+	spareDir string
+	spareErr error
+	wg       sync.WaitGroup
+}
+
+// slot is one session's place in the registry.
+type slot struct {
+	sem  chan struct{} // held by the run in progress
+	mu   sync.Mutex    // guards writes of w (its holder of sem reads it freely)
+	w    *worker
+	lost string // why the state is gone, to say in the next run
+	idle *time.Timer
+}
+
+// NewEmbedded returns the embedded-CPython engine. Nothing is extracted or
+// started until the first Probe, Warm or Run. opts may be nil.
+func NewEmbedded(dataDir string, sb *sandbox.Sandbox, opts *EmbeddedOptions) *Embedded {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Embedded{
+		sb: sb, dataDir: dataDir, opts: opts.withDefaults(sb),
+		ctx: ctx, cancel: cancel, slots: map[string]*slot{},
+	}
+}
+
+// Name implements runcode.Engine.
+func (e *Embedded) Name() string { return "python/embedded" }
+
+// Probe extracts the interpreter if needed and checks that a worker starts
+// (it is kept as the spare).
+func (e *Embedded) Probe(ctx context.Context) error { return e.Warm(ctx) }
+
+// Warm extracts the interpreter (once per data directory; the first time
+// takes a second or two and reports to the Progress option) and starts the
+// spare worker, waiting until it is ready.
+func (e *Embedded) Warm(ctx context.Context) error {
+	if _, err := e.prepare(ctx); err != nil {
+		return err
+	}
+	if e.opts.NoSpare {
+		w, err := e.start(ctx, nil)
+		if err != nil {
+			return err
+		}
+		w.kill()
+		<-w.done
+		return nil
+	}
+	select {
+	case <-e.fillSpare():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.spare == nil && e.spareErr != nil {
+		return e.spareErr
+	}
+	return nil
+}
+
+// Installed reports where the interpreter is extracted and whether this
+// engine extracted it (false: an existing tree was reused). Extracts first.
+func (e *Embedded) Installed(ctx context.Context) (dir string, extracted bool, err error) {
+	if _, err := e.prepare(ctx); err != nil {
+		return "", false, err
+	}
+	return e.inst.Dir, e.inst.Extracted, nil
+}
+
+func (e *Embedded) prepare(ctx context.Context) (*workerConfig, error) {
+	e.prepMu.Lock()
+	defer e.prepMu.Unlock()
+	if e.cfg != nil {
+		return e.cfg, nil
+	}
+	root := e.opts.InstallRoot
+	if root == "" {
+		root = e.dataDir
+	}
+	inst, err := ensureInstalled(ctx, root, e.opts.Progress)
+	if err != nil {
+		return nil, err
+	}
+	wdir, err := installWorker(ctx, inst, workerSource)
+	if err != nil {
+		return nil, err
+	}
+	spare := filepath.Join(e.dataDir, "python", "spare")
+	if err := os.MkdirAll(spare, 0o755); err != nil {
+		return nil, err
+	}
+	e.inst = inst
+	e.mu.Lock()
+	e.spareDir = spare
+	e.mu.Unlock()
+	e.cfg = &workerConfig{python: inst.Python, workerDir: wdir, limits: e.opts.Limits, drain: e.opts.DrainGrace}
+	return e.cfg, nil
+}
+
+// start starts a worker bound to sess (nil: a spare).
+func (e *Embedded) start(ctx context.Context, sess *session.Session) (*worker, error) {
+	cfg, err := e.prepare(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if sess == nil {
+		e.mu.Lock()
+		dir := e.spareDir
+		e.mu.Unlock()
+		return startWorker(ctx, e.ctx, e.sb, *cfg, true, dir, dir, dir, nil)
+	}
+	// The variables are in the process environment, and the first run sends
+	// them again so that the worker knows which are the session's.
+	return startWorker(ctx, e.ctx, e.sb, *cfg, false, sess.Workspace(), sess.Workspace(), sess.TmpDir(), sess.Env)
+}
+
+// fillSpare starts a spare worker in the background if none is there. The
+// channel is closed when there is a spare or the attempt failed.
+func (e *Embedded) fillSpare() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.spareOn != nil {
+		return e.spareOn
+	}
+	done := make(chan struct{})
+	if e.opts.NoSpare || e.closed || e.spare != nil {
+		close(done)
+		return done
+	}
+	e.spareOn = done
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		w, err := e.start(e.ctx, nil)
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.spareOn = nil
+		defer close(done)
+		e.spareErr = err
+		if err != nil {
+			return
+		}
+		if e.closed {
+			w.kill()
+			return
+		}
+		e.spare = w
+	}()
+	return done
+}
+
+// claim returns a worker for sess: the spare, bound to it, or a new one.
+func (e *Embedded) claim(ctx context.Context, sess *session.Session) (*worker, error) {
+	e.mu.Lock()
+	w := e.spare
+	e.spare = nil
+	e.mu.Unlock()
+	e.fillSpare()
+	if w != nil && w.alive() {
+		if err := w.bind(ctx, sess.Workspace(), sess.Workspace(), sess.TmpDir(), sess.Env); err == nil {
+			return w, nil
+		}
+		w.kill()
+	}
+	return e.start(ctx, sess)
+}
+
+func (e *Embedded) slot(id string) (*slot, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, errors.New("the embedded Python engine is closed")
+	}
+	s := e.slots[id]
+	if s == nil {
+		s = &slot{sem: make(chan struct{}, 1)}
+		e.slots[id] = s
+	}
+	return s, nil
+}
+
+// Run implements runcode.Engine.
+func (e *Embedded) Run(ctx context.Context, req *runcode.Request) (*runcode.Result, error) {
+	if req.Session == nil {
+		return nil, errors.New("no session")
+	}
+	if _, err := e.prepare(ctx); err != nil {
+		return nil, err
+	}
+	s, err := e.slot(req.Session.ID)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return &runcode.Result{ExitCode: -1, Interrupted: true, TimedOut: errors.Is(ctx.Err(), context.DeadlineExceeded),
+			Error: "the session's previous run was still going; this run did not start (" + ctx.Err().Error() + ")"}, nil
+	}
+	defer func() { <-s.sem }()
+	if s.idle != nil {
+		s.idle.Stop()
+	}
+	var notes []string
+	if s.lost != "" {
+		notes = append(notes, s.lost)
+		s.lost = ""
+	}
+	if s.w != nil && !s.w.alive() {
+		notes = append(notes, fmt.Sprintf("the session's Python worker had exited since the last run (status %d); its variables are lost", s.w.exit.Code))
+		s.setWorker(nil)
+	}
+	if s.w == nil {
+		w, err := e.claim(ctx, req.Session)
+		if err != nil {
+			return nil, fmt.Errorf("starting the Python worker: %w", err)
+		}
+		s.setWorker(w)
+	}
+	res, usable := s.w.run(ctx, req, req.Session.Env, runOptions{grace: e.opts.InterruptGrace})
+	if !usable {
+		s.setWorker(nil)
+	}
+	res.Notes = append(notes, res.Notes...)
+	if s.w != nil {
+		s.idle = time.AfterFunc(e.opts.IdleTimeout, func() { e.idleStop(s) })
+	}
+	return res, nil
+}
+
+// idleStop stops s's worker if it is not running anything.
+func (e *Embedded) idleStop(s *slot) {
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		return // a run is in progress; it re-arms the timer
+	}
+	defer func() { <-s.sem }()
+	if s.w != nil {
+		s.w.kill()
+		<-s.w.done
+		s.setWorker(nil)
+		s.lost = fmt.Sprintf("the session's Python worker was stopped after %s without runs; variables and imports of earlier runs are gone", e.opts.IdleTimeout)
+	}
+}
+
+// Reset gives the session a fresh interpreter: its globals, imports and
+// variables are cleared. It waits for a run in progress.
+func (e *Embedded) Reset(ctx context.Context, sessionID string) error {
+	s, err := e.slot(sessionID)
+	if err != nil {
+		return err
+	}
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.sem }()
+	if s.idle != nil {
+		s.idle.Stop()
+	}
+	if s.w != nil {
+		s.w.kill()
+		<-s.w.done
+		s.setWorker(nil)
+	}
+	s.lost = ""
+	return nil
+}
+
+// Stop ends the session's worker now, even in the middle of a run (which
+// then reports that the worker was killed), and forgets the session.
+func (e *Embedded) Stop(sessionID string) {
+	e.mu.Lock()
+	s := e.slots[sessionID]
+	delete(e.slots, sessionID)
+	e.mu.Unlock()
+	if s == nil {
+		return
+	}
+	select {
+	case s.sem <- struct{}{}:
+		if s.idle != nil {
+			s.idle.Stop()
+		}
+		if s.w != nil {
+			s.w.kill()
+			<-s.w.done
+			s.setWorker(nil)
+		}
+		<-s.sem
+	default:
+		// A run holds the slot: end its worker under it; the run reports it.
+		if w := s.worker(); w != nil {
+			w.kill()
+		}
+	}
+}
+
+func (s *slot) worker() *worker {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w
+}
+
+// setWorker is called by the holder of s.sem only.
+func (s *slot) setWorker(w *worker) {
+	s.mu.Lock()
+	s.w = w
+	s.mu.Unlock()
+}
+
+// Close stops every worker, the spare included, and waits for them.
+func (e *Embedded) Close() error {
+	e.mu.Lock()
+	e.closed = true
+	slots := e.slots
+	e.slots = map[string]*slot{}
+	spare := e.spare
+	e.spare = nil
+	e.mu.Unlock()
+	e.cancel() // the sandbox kills each worker's process group
+	for _, s := range slots {
+		if s.idle != nil {
+			s.idle.Stop()
+		}
+		if w := s.worker(); w != nil {
+			<-w.done
+		}
+	}
+	if spare != nil {
+		<-spare.done
+	}
+	e.wg.Wait()
+	return nil
+}
+
+// Sessions is the number of sessions with a live worker (for status).
+func (e *Embedded) Sessions() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, s := range e.slots {
+		if w := s.worker(); w != nil && w.alive() {
+			n++
+		}
+	}
+	return n
+}

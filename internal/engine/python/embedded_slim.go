@@ -1,0 +1,55 @@
+//go:build slim
+
+package python
+
+import (
+	"context"
+	"errors"
+
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
+)
+
+// ErrNotInBuild: this binary was built with -tags slim, without the
+// embedded interpreter.
+var ErrNotInBuild = errors.New("the embedded CPython is not in this build (built with -tags slim); the chain uses the next tier")
+
+// Embedded is the slim build's stand-in for tier 1: it is never available,
+// so the Python chain falls through to the next tier.
+type Embedded struct{}
+
+// NewEmbedded returns the stand-in; its arguments are unused.
+func NewEmbedded(dataDir string, sb *sandbox.Sandbox, opts *EmbeddedOptions) *Embedded {
+	return &Embedded{}
+}
+
+// Name implements runcode.Engine.
+func (e *Embedded) Name() string { return "python/embedded" }
+
+// Probe implements runcode.Engine: always ErrNotInBuild.
+func (e *Embedded) Probe(ctx context.Context) error { return ErrNotInBuild }
+
+// Warm reports ErrNotInBuild.
+func (e *Embedded) Warm(ctx context.Context) error { return ErrNotInBuild }
+
+// Run implements runcode.Engine: always ErrNotInBuild.
+func (e *Embedded) Run(ctx context.Context, req *runcode.Request) (*runcode.Result, error) {
+	return nil, ErrNotInBuild
+}
+
+// Reset has nothing to reset.
+func (e *Embedded) Reset(ctx context.Context, sessionID string) error { return nil }
+
+// Stop has nothing to stop.
+func (e *Embedded) Stop(sessionID string) {}
+
+// Close has nothing to close.
+func (e *Embedded) Close() error { return nil }
+
+// Sessions is always 0.
+func (e *Embedded) Sessions() int { return 0 }
+
+// Installed reports ErrNotInBuild.
+func (e *Embedded) Installed(ctx context.Context) (dir string, extracted bool, err error) {
+	return "", false, ErrNotInBuild
+}

@@ -1,0 +1,60 @@
+package python
+
+import (
+	"time"
+
+	"github.com/quro-dev/quro/internal/sandbox"
+)
+
+// EmbeddedOptions tune the embedded-CPython engine. Zero fields take the
+// defaults in parentheses; a nil *EmbeddedOptions means all defaults.
+type EmbeddedOptions struct {
+	// IdleTimeout stops a session's worker after this long without runs
+	// (15 min); the next run starts a fresh one and says the state was lost.
+	IdleTimeout time.Duration
+	// InterruptGrace is how long code may take to stop after the
+	// KeyboardInterrupt of a timeout before the worker is killed (2 s).
+	InterruptGrace time.Duration
+	// NoSpare turns off the pre-warmed spare worker that spares a new
+	// session's first run the interpreter's start-up.
+	NoSpare bool
+	// Limits for worker processes. Default: the sandbox's limits without
+	// the CPU-time limit, which for a resident process would count its whole
+	// life rather than one run (runs are bounded by their timeouts).
+	Limits *sandbox.Limits
+	// DrainGrace bounds how long output is read after a worker died while a
+	// process it started still holds the pipes (1 s).
+	DrainGrace time.Duration
+	// InstallRoot is the directory whose python/ subdirectory holds the
+	// extracted interpreter (the data directory). Several data directories
+	// may share one installation, as the tests do.
+	InstallRoot string
+	// Progress, if set, is told how the first extraction of the
+	// interpreter goes (bytes written of the total).
+	Progress func(done, total int64)
+}
+
+func (o *EmbeddedOptions) withDefaults(sb *sandbox.Sandbox) EmbeddedOptions {
+	var r EmbeddedOptions
+	if o != nil {
+		r = *o
+	}
+	if r.IdleTimeout <= 0 {
+		r.IdleTimeout = 15 * time.Minute
+	}
+	if r.InterruptGrace <= 0 {
+		r.InterruptGrace = 2 * time.Second
+	}
+	if r.DrainGrace <= 0 {
+		r.DrainGrace = time.Second
+	}
+	if r.Limits == nil {
+		l := sb.Limits()
+		l.CPUSeconds = 0
+		r.Limits = &l
+	} else {
+		l := *r.Limits
+		r.Limits = &l
+	}
+	return r
+}

@@ -1,0 +1,566 @@
+//go:build !slim
+
+package python
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
+)
+
+// workerSource is the worker's Python side, byte-compiled into the
+// interpreter tree on first use.
+//
+//go:embed worker/quro_worker.py
+var workerSource []byte
+
+const workerModule = "quro_worker"
+
+// maxFrame bounds a reply frame (artifacts included).
+const maxFrame = 256 << 20
+
+// frame is a message of the worker protocol (see quro_worker.py).
+type frame struct {
+	Op        string             `json:"op"`
+	ID        int                `json:"id,omitempty"`
+	Pid       int                `json:"pid,omitempty"`
+	Version   string             `json:"version,omitempty"`
+	Status    string             `json:"status,omitempty"`
+	ExitCode  int                `json:"exit_code,omitempty"`
+	Artifacts []runcode.Artifact `json:"artifacts,omitempty"`
+	Killed    []killedProc       `json:"killed,omitempty"`
+	Notes     []string           `json:"notes,omitempty"`
+	Error     string             `json:"error,omitempty"`
+}
+
+type killedProc struct {
+	Pid int    `json:"pid"`
+	Cmd string `json:"cmd"`
+}
+
+// worker is one resident interpreter process.
+type worker struct {
+	proc    *sandbox.Process
+	pid     int
+	req     *os.File // requests, our end
+	replies chan frame
+	out     *stream
+	err     *stream
+	done    chan struct{} // closed when the process has exited and been reaped
+	exit    sandbox.Exit
+	drain   time.Duration
+	runs    int
+	env     map[string]string // session variables last sent
+	started time.Time
+}
+
+// workerConfig is what startWorker needs from the engine.
+type workerConfig struct {
+	python    string
+	workerDir string
+	limits    *sandbox.Limits
+	drain     time.Duration
+}
+
+// startWorker starts an interpreter through the sandbox and waits for its
+// hello. lifetime bounds the process (its group is killed when it ends);
+// ctx bounds only the wait for the hello.
+func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerConfig, spare bool, dir, home, tmp string, env map[string]string) (*worker, error) {
+	var parent, child []*os.File
+	closeAll := func(fs []*os.File) {
+		for _, f := range fs {
+			f.Close()
+		}
+	}
+	pipe := func() (r, w *os.File, err error) { return os.Pipe() }
+	reqR, reqW, err1 := pipe()
+	repR, repW, err2 := pipe()
+	outR, outW, err3 := pipe()
+	errR, errW, err4 := pipe()
+	parent = append(parent, reqW, repR, outR, errR)
+	child = append(child, reqR, repW, outW, errW)
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		closeAll(parent)
+		closeAll(child)
+		return nil, err
+	}
+	dirJSON, _ := json.Marshal(cfg.workerDir)
+	preload := "False"
+	if spare {
+		preload = "True"
+	}
+	boot := fmt.Sprintf("import sys; sys.path.insert(0, %s); import %s as w; del sys.path[0]; w.main(%s)", dirJSON, workerModule, preload)
+	spec := &sandbox.Spec{
+		Args:       []string{cfg.python, "-I", "-u", "-X", "utf8", "-c", boot},
+		Dir:        dir,
+		Home:       home,
+		TmpDir:     tmp,
+		Env:        env,
+		Limits:     cfg.limits,
+		Stdout:     outW,
+		Stderr:     errW,
+		ExtraFiles: []*os.File{reqR, repW}, // fd 3 and fd 4
+	}
+	p, err := sb.Start(lifetime, spec)
+	closeAll(child)
+	if err != nil {
+		closeAll(parent)
+		return nil, err
+	}
+	w := &worker{
+		proc:    p,
+		pid:     p.Cmd.Process.Pid,
+		req:     reqW,
+		replies: make(chan frame, 4),
+		out:     newStream(outR),
+		err:     newStream(errR),
+		done:    make(chan struct{}),
+		drain:   cfg.drain,
+		started: time.Now(),
+	}
+	go w.out.read()
+	go w.err.read()
+	go w.readReplies(repR)
+	go func() {
+		w.exit = p.Wait()
+		reqW.Close()
+		close(w.done)
+	}()
+	select {
+	case f, ok := <-w.replies:
+		if ok && f.Op == "hello" {
+			return w, nil
+		}
+		w.kill()
+		<-w.done
+		return nil, fmt.Errorf("the Python worker did not start: %s", w.startFailure(f.Error))
+	case <-w.done:
+		return nil, fmt.Errorf("the Python worker did not start: %s", w.startFailure(""))
+	case <-ctx.Done():
+		w.kill()
+		<-w.done
+		return nil, ctx.Err()
+	}
+}
+
+// startFailure describes why a worker died before its hello, with what it
+// wrote to stderr.
+func (w *worker) startFailure(msg string) string {
+	<-w.done
+	var b strings.Builder
+	if msg != "" {
+		b.WriteString(msg + "; ")
+	}
+	fmt.Fprintf(&b, "exit status %d", w.exit.Code)
+	if p := w.err.pendingText(); p != "" {
+		b.WriteString(": " + lastLines(p, 8))
+	}
+	return b.String()
+}
+
+func (w *worker) readReplies(r *os.File) {
+	defer close(w.replies)
+	defer r.Close()
+	var head [4]byte
+	for {
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			return
+		}
+		n := binary.BigEndian.Uint32(head[:])
+		if n > maxFrame {
+			return
+		}
+		body := make([]byte, n)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return
+		}
+		var f frame
+		if err := json.Unmarshal(body, &f); err != nil {
+			f = frame{Op: "error", Error: "bad frame from the worker: " + err.Error()}
+		}
+		w.replies <- f
+	}
+}
+
+func (w *worker) send(v any) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 4, 4+len(body))
+	binary.BigEndian.PutUint32(buf, uint32(len(body)))
+	buf = append(buf, body...)
+	_, err = w.req.Write(buf)
+	return err
+}
+
+func (w *worker) alive() bool {
+	select {
+	case <-w.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// kill ends the worker's whole process group.
+func (w *worker) kill() {
+	if w.alive() {
+		syscall.Kill(-w.pid, syscall.SIGKILL)
+	}
+}
+
+// bind makes a spare worker the session's: its directory and variables.
+func (w *worker) bind(ctx context.Context, dir, home, tmp string, env map[string]string) error {
+	msg := map[string]any{"op": "bind", "cwd": dir,
+		"base": map[string]string{"HOME": home, "TMPDIR": tmp}, "env": nonNil(env)}
+	if err := w.send(msg); err != nil {
+		return err
+	}
+	select {
+	case f, ok := <-w.replies:
+		if !ok || f.Op != "bound" {
+			return fmt.Errorf("the Python worker did not take the session (%s)", f.Error)
+		}
+		w.env = nonNil(maps.Clone(env))
+		return nil
+	case <-w.done:
+		return errors.New("the Python worker exited while taking the session")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// runOptions are the engine's knobs a run needs.
+type runOptions struct {
+	grace time.Duration // from SIGINT to kill when the code does not stop
+}
+
+// run runs req in the worker. usable is false when the worker is gone
+// (exited, crashed or killed) and must be replaced.
+func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]string, o runOptions) (res *runcode.Result, usable bool) {
+	w.runs++
+	token := []byte("\x1equro-sync-" + randomHex(16) + "\x1e")
+	res = &runcode.Result{}
+	if n := w.out.begin(req.Stdout, token); n > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("the first %s of stdout were written between runs (by a thread or process of an earlier run)", humanSize(n)))
+	}
+	if n := w.err.begin(req.Stderr, token); n > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("the first %s of stderr were written between runs (by a thread or process of an earlier run)", humanSize(n)))
+	}
+	msg := map[string]any{"op": "run", "id": w.runs, "token": string(token),
+		"code": base64.StdEncoding.EncodeToString([]byte(req.Code))}
+	if w.env == nil || !maps.Equal(env, w.env) {
+		msg["env"] = nonNil(env)
+		w.env = nonNil(maps.Clone(env))
+	}
+	var reply *frame
+	var sentInterrupt, escalated bool
+	var interruptCause error
+	if err := w.send(msg); err == nil {
+		ctxDone := ctx.Done()
+		var graceC <-chan time.Time
+	wait:
+		for {
+			select {
+			case f, ok := <-w.replies:
+				if !ok {
+					break wait
+				}
+				if f.Op == "done" && f.ID == w.runs {
+					reply = &f
+					break wait
+				}
+			case <-w.done:
+				break wait
+			case <-ctxDone:
+				ctxDone = nil
+				sentInterrupt, interruptCause = true, ctx.Err()
+				// The whole group, as a terminal's ^C: a child process the
+				// code waits for stops too.
+				syscall.Kill(-w.pid, syscall.SIGINT)
+				t := time.NewTimer(o.grace)
+				defer t.Stop()
+				graceC = t.C
+			case <-graceC:
+				escalated = true
+				w.kill()
+				<-w.done
+				break wait
+			}
+		}
+	}
+	if reply == nil {
+		// The worker is gone: wait for it to be reaped, then for the output
+		// it left in the pipes (bounded: an escaped process may hold them).
+		w.kill()
+		<-w.done
+	}
+	detached := w.waitStreams(reply != nil)
+	if detached {
+		res.Notes = append(res.Notes, "a process of the run kept its output open; output after the run ended was not read")
+	}
+
+	timedOut := sentInterrupt && errors.Is(interruptCause, context.DeadlineExceeded)
+	res.TimedOut = timedOut
+	res.Interrupted = sentInterrupt
+	if reply != nil {
+		res.ExitCode = reply.ExitCode
+		res.Artifacts = reply.Artifacts
+		res.Notes = append(res.Notes, reply.Notes...)
+		for _, k := range reply.Killed {
+			res.Notes = append(res.Notes, fmt.Sprintf("process %d (%s) was still running when the run ended; it was killed", k.Pid, k.Cmd))
+		}
+		switch {
+		case timedOut:
+			res.Error = fmt.Sprintf("timed out after %s: the code was interrupted with KeyboardInterrupt; the session keeps its variables", req.Timeout.Round(time.Millisecond))
+		case sentInterrupt:
+			res.Error = "canceled by the caller: the code was interrupted with KeyboardInterrupt; the session keeps its variables"
+		case reply.Status == "exit":
+			res.Notes = append(res.Notes, fmt.Sprintf("the code called sys.exit(%d); the worker caught SystemExit and the session keeps its variables", reply.ExitCode))
+		}
+		return res, true
+	}
+
+	// No reply: the worker died or was killed.
+	e := w.exit
+	res.ExitCode = e.Code
+	lost := "the session's variables and imports are lost; the next run starts a fresh interpreter"
+	switch {
+	case escalated && timedOut:
+		res.Error = fmt.Sprintf("timed out after %s and the code did not stop within %s of KeyboardInterrupt: the Python worker was killed; %s",
+			req.Timeout.Round(time.Millisecond), o.grace, lost)
+	case escalated:
+		res.Error = fmt.Sprintf("canceled, and the code did not stop within %s of KeyboardInterrupt: the Python worker was killed; %s", o.grace, lost)
+	case e.Signal != 0:
+		res.Notes = append(res.Notes, fmt.Sprintf("the Python worker was killed by signal %d (%s); %s", int(e.Signal), e.Signal, lost))
+	default:
+		res.Notes = append(res.Notes, fmt.Sprintf("the Python worker process exited with status %d (os._exit() or a fatal error); %s", e.Code, lost))
+	}
+	return res, false
+}
+
+// waitStreams waits until both output streams reached the run's sync token
+// (or their end). After a reply the tokens are already in the pipes; after a
+// death the wait is bounded by the drain grace. It reports whether a stream
+// had to be cut off.
+func (w *worker) waitStreams(replied bool) bool {
+	var timeout <-chan time.Time
+	if !replied {
+		t := time.NewTimer(w.drain)
+		defer t.Stop()
+		timeout = t.C
+	}
+	cut := false
+	for _, s := range []*stream{w.out, w.err} {
+		select {
+		case <-s.synced():
+		case <-timeout:
+			cut = true
+		case <-w.done:
+			if replied {
+				// Died right after replying: its output ends with the pipe.
+				t := time.NewTimer(w.drain)
+				select {
+				case <-s.synced():
+				case <-t.C:
+					cut = true
+				}
+				t.Stop()
+			} else {
+				select {
+				case <-s.synced():
+				case <-timeout:
+					cut = true
+				}
+			}
+		}
+		s.detach()
+	}
+	return cut
+}
+
+// stream routes one of the worker's output pipes: to the current run's
+// writer up to that run's sync token, and into a small bounded buffer
+// between runs (shown at the start of the next run).
+type stream struct {
+	f *os.File
+
+	mu      sync.Mutex
+	sink    io.Writer
+	token   []byte
+	sync    chan struct{}
+	eof     bool
+	pending []byte
+	dropped int64
+}
+
+const maxPending = 64 << 10
+
+func newStream(f *os.File) *stream {
+	s := &stream{f: f, sync: make(chan struct{})}
+	close(s.sync)
+	return s
+}
+
+// begin starts a run: output goes to sink until token. It returns how
+// many bytes written between runs were handed to sink first.
+func (s *stream) begin(sink io.Writer, token []byte) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sink == nil {
+		sink = io.Discard
+	}
+	s.sink, s.token, s.sync = sink, token, make(chan struct{})
+	n := int64(len(s.pending)) + s.dropped
+	if len(s.pending) > 0 {
+		sink.Write(s.pending)
+	}
+	if s.dropped > 0 {
+		fmt.Fprintf(sink, "\n[%s more written between runs were dropped]\n", humanSize(s.dropped))
+	}
+	s.pending, s.dropped = nil, 0
+	if s.eof {
+		s.token = nil
+		close(s.sync)
+	}
+	return n
+}
+
+func (s *stream) synced() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sync
+}
+
+// detach stops writing to the run's sink: nothing reaches it after Run.
+func (s *stream) detach() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sink = nil
+	if s.token != nil {
+		s.token = nil
+		close(s.sync)
+	}
+}
+
+func (s *stream) pendingText() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return string(s.pending)
+}
+
+func (s *stream) read() {
+	defer s.f.Close()
+	const chunk = 64 << 10
+	buf := make([]byte, chunk+256)
+	carry := 0
+	for {
+		n, err := s.f.Read(buf[carry : carry+chunk])
+		if n > 0 {
+			carry = s.feed(buf, carry+n)
+		}
+		if err != nil {
+			s.mu.Lock()
+			s.eof = true
+			if carry > 0 {
+				s.emit(buf[:carry])
+			}
+			if s.token != nil {
+				s.token = nil
+				close(s.sync)
+			}
+			s.mu.Unlock()
+			return
+		}
+	}
+}
+
+// feed handles buf[:n] and returns how many bytes it moved to the front of
+// buf to be looked at again with the next read (a possible token prefix).
+func (s *stream) feed(buf []byte, n int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	data := buf[:n]
+	if s.token == nil {
+		s.emit(data)
+		return 0
+	}
+	if i := bytes.Index(data, s.token); i >= 0 {
+		s.emit(data[:i])
+		rest := data[i+len(s.token):]
+		s.token, s.sink = nil, nil
+		close(s.sync)
+		s.emit(rest)
+		return 0
+	}
+	keep := tokenPrefixAtEnd(data, s.token)
+	s.emit(data[:n-keep])
+	copy(buf, data[n-keep:])
+	return keep
+}
+
+// tokenPrefixAtEnd is the length of the longest end of data that is a
+// proper prefix of token: the bytes that must wait for the next read. Any
+// other output is passed on at once.
+func tokenPrefixAtEnd(data, token []byte) int {
+	from := max(len(data)-(len(token)-1), 0)
+	for j := from; j < len(data); j++ {
+		if data[j] == token[0] && bytes.HasPrefix(token, data[j:]) {
+			return len(data) - j
+		}
+	}
+	return 0
+}
+
+// emit writes p to the run's sink, or keeps it for the next run. Called
+// with s.mu held.
+func (s *stream) emit(p []byte) {
+	if len(p) == 0 {
+		return
+	}
+	if s.sink != nil {
+		s.sink.Write(p)
+		return
+	}
+	room := maxPending - len(s.pending)
+	if room > len(p) {
+		room = len(p)
+	}
+	s.pending = append(s.pending, p[:room]...)
+	s.dropped += int64(len(p) - room)
+}
+
+func humanSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

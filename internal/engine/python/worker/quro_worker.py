@@ -1,0 +1,549 @@
+"""Quro's resident Python worker: one per session, driven by the Go side.
+
+Protocol: requests arrive on fd 3, replies leave on fd 4, each a frame of a
+4-byte big-endian length and a JSON object. Nothing user code prints can
+reach these pipes. fd 1 and fd 2 are pipes read by the Go side; at the end of
+a run the worker flushes every layer (Python streams, C stdio), writes the
+run's sync token to both, and only then sends the reply, so the Go side
+knows where each stream's part of the run ends.
+
+Requests:
+  {"op": "bind", "cwd": DIR, "env": {...}}   adopt a session's directory and
+                                             variables (a pre-warmed spare)
+  {"op": "run", "id": N, "code": BASE64, "token": T, "env": {...}?}
+Replies:
+  {"op": "hello", "pid": PID, "version": "3.14.6"}
+  {"op": "bound"}
+  {"op": "done", "id": N, "status": "ok"|"error"|"interrupted"|"exit",
+   "exit_code": INT, "artifacts": [...], "killed": [...], "notes": [...]}
+
+A timeout reaches the worker as SIGINT; the handler raises KeyboardInterrupt
+only while user code runs, so the worker's own bookkeeping is never cut.
+"""
+
+import ast
+import binascii
+import builtins
+import ctypes
+import io
+import json
+import linecache
+import os
+import signal
+import sys
+import types
+
+REQ_FD = 3
+REP_FD = 4
+PR_SET_CHILD_SUBREAPER = 36
+
+_pid = os.getpid()
+_running = False
+_interrupted = False
+_in_child = False
+_counter = 0
+_artifacts = []
+_session_env_keys = set()
+_libc = None
+_loop = None
+_saved_out = -1
+_saved_err = -1
+_saved_ids = {}
+_stat_fd = -1
+_children_fd = -1
+_orig_stdin = None
+_orig_input = builtins.input
+_main = None
+
+
+# ---- protocol ---------------------------------------------------------------
+
+def _read_exact(n):
+    chunks = []
+    while n > 0:
+        b = os.read(REQ_FD, min(n, 1 << 20))
+        if not b:
+            return None
+        chunks.append(b)
+        n -= len(b)
+    return b"".join(chunks)
+
+
+def _recv():
+    head = _read_exact(4)
+    if head is None:
+        return None
+    body = _read_exact(int.from_bytes(head, "big"))
+    if body is None:
+        return None
+    return json.loads(body)
+
+
+def _send(obj):
+    body = json.dumps(obj).encode()
+    data = memoryview(len(body).to_bytes(4, "big") + body)
+    while data:
+        n = os.write(REP_FD, data)
+        data = data[n:]
+
+
+def _write_all(fd, b):
+    data = memoryview(b)
+    while data:
+        try:
+            n = os.write(fd, data)
+        except InterruptedError:
+            continue
+        data = data[n:]
+
+
+# ---- set-up -----------------------------------------------------------------
+
+def _on_sigint(signum, frame):
+    global _interrupted
+    if _running:
+        _interrupted = True
+        raise KeyboardInterrupt
+    # Between runs (a timeout that raced the end of the run): ignore.
+
+
+def _after_fork_in_child():
+    # A fork of user code must never speak the protocol.
+    global _in_child
+    _in_child = True
+    for fd in (REQ_FD, REP_FD):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _input(prompt=""):
+    if sys.stdin is not _orig_stdin:
+        return _orig_input(prompt)
+    if prompt:
+        sys.stdout.write(str(prompt))
+        sys.stdout.flush()
+    raise EOFError("input() has no standard input here: run_code does not connect stdin "
+                   "(put the data in the code or in a workspace file)")
+
+
+def _setup():
+    global _libc, _saved_out, _saved_err, _orig_stdin, _main
+    for fd in (REQ_FD, REP_FD):
+        os.set_inheritable(fd, False)
+    # Duplicates of the Go-side output pipes, for the sync tokens and for
+    # repairing fd 1/2 if user code closes or redirects them.
+    _saved_out = os.dup(1)
+    _saved_err = os.dup(2)
+    for fd, saved in ((1, _saved_out), (2, _saved_err)):
+        st = os.fstat(saved)
+        _saved_ids[fd] = (st.st_dev, st.st_ino)
+    global _stat_fd, _children_fd
+    try:
+        _stat_fd = os.open("/proc/self/stat", os.O_RDONLY)
+        _children_fd = os.open("/proc/self/task/%d/children" % _pid, os.O_RDONLY)
+    except OSError:
+        _stat_fd = _children_fd = -1
+    _orig_stdin = sys.stdin
+    try:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        # Orphans of user code become our children, so they can be found
+        # and ended with the run instead of escaping to init.
+        _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        # C stdio on a pipe is fully buffered: make printf() from C code
+        # reach fd 1 in order with Python's own (unbuffered, -u) writes.
+        for name in ("stdout", "stderr"):
+            _libc.setvbuf(ctypes.c_void_p.in_dll(_libc, name), None, 2, 0)  # _IONBF
+    except OSError:
+        _libc = None
+    signal.signal(signal.SIGINT, _on_sigint)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    sys.argv = [""]
+    sys.path.insert(0, "")
+    builtins.input = _input
+    builtins.display = display
+    _main = types.ModuleType("__main__")
+    _main.__dict__["__builtins__"] = builtins
+    sys.modules["__main__"] = _main
+    try:
+        import faulthandler
+        faulthandler.enable(file=sys.__stderr__)
+    except Exception:
+        pass
+
+
+def _set_env(env):
+    global _session_env_keys
+    for k in _session_env_keys - set(env):
+        os.environ.pop(k, None)
+    for k, v in env.items():
+        os.environ[k] = v
+    _session_env_keys = set(env)
+
+
+def _bind(msg):
+    cwd = msg.get("cwd")
+    if cwd:
+        os.chdir(cwd)
+    base = msg.get("base") or {}
+    for k, v in base.items():
+        os.environ[k] = v
+    _set_env(msg.get("env") or {})
+    import tempfile
+    tempfile.tempdir = None
+
+
+# ---- rich output --------------------------------------------------------------
+
+_REPRS = (
+    ("_repr_html_", "html", "text/html", "html"),
+    ("_repr_svg_", "svg", "image/svg+xml", "svg"),
+    ("_repr_png_", "png", "image/png", "png"),
+    ("_repr_json_", "json", "application/json", "json"),
+)
+
+
+def _artifact(kind, mime, ext, data):
+    n = len(_artifacts) + 1
+    _artifacts.append({"kind": kind, "mime": mime, "name": "output-%d-%d.%s" % (_counter, n, ext), "data": data})
+
+
+def _rich(obj):
+    """Adds an artifact for obj and returns True if obj has a rich form."""
+    if isinstance(obj, type):
+        return False
+    for meth, kind, mime, ext in _REPRS:
+        f = getattr(obj, meth, None)
+        if not callable(f):
+            continue
+        data = f()
+        if data is None:
+            continue
+        if isinstance(data, tuple):  # (data, metadata)
+            data = data[0]
+        if kind == "png":
+            if isinstance(data, str):
+                data = data.strip()
+            else:
+                data = binascii.b2a_base64(bytes(data), newline=False).decode()
+        elif kind == "json":
+            data = json.dumps(data)
+        elif isinstance(data, bytes):
+            data = data.decode("utf-8", "replace")
+        _artifact(kind, mime, ext, str(data))
+        return True
+    mod = type(obj).__module__ or ""
+    if mod.startswith("matplotlib") and hasattr(obj, "savefig"):
+        buf = io.BytesIO()
+        obj.savefig(buf, format="png", bbox_inches="tight")
+        _artifact("png", "image/png", "png", binascii.b2a_base64(buf.getvalue(), newline=False).decode())
+        return True
+    return False
+
+
+def display(*objs):
+    """Shows objects as rich artifacts (HTML, SVG, PNG, JSON) in the run's
+    result, from their _repr_html_/_repr_svg_/_repr_png_/_repr_json_
+    methods or as a matplotlib figure; anything else is printed as repr()."""
+    for obj in objs:
+        if not _rich(obj):
+            print(repr(obj))
+
+
+def _show_figures():
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    try:
+        for num in plt.get_fignums():
+            _rich(plt.figure(num))
+        plt.close("all")
+    except Exception:
+        pass
+
+
+# ---- a run ------------------------------------------------------------------
+
+def _strip_worker_frames(exc, seen):
+    """Unlinks the worker's own frames from exc's traceback (and from the
+    exceptions it chains), so that tracebacks show user code only."""
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        tbs = []
+        tb = exc.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename != __file__:
+                tbs.append(tb)
+            tb = tb.tb_next
+        for a, b in zip(tbs, tbs[1:]):
+            a.tb_next = b
+        if tbs:
+            tbs[-1].tb_next = None
+        exc.__traceback__ = tbs[0] if tbs else None
+        for sub in getattr(exc, "exceptions", None) or ():
+            _strip_worker_frames(sub, seen)
+        if exc.__cause__ is not None:
+            _strip_worker_frames(exc.__cause__, seen)
+        exc = exc.__context__
+
+
+def _user_traceback(exc):
+    """Prints exc as Python would, without the worker's own frames."""
+    try:
+        _strip_worker_frames(exc, set())
+        sys.last_exc = exc
+        sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, exc.__traceback__
+        import traceback
+        traceback.print_exception(exc, file=sys.stderr)
+        sys.stderr.flush()
+    except BaseException:
+        _write_all(2, ("%s: %s\n" % (type(exc).__name__, _safe_str(exc))).encode("utf-8", "replace"))
+
+
+def _safe_str(exc):
+    try:
+        return str(exc)
+    except BaseException:
+        return "<unprintable>"
+
+
+def _source_text(src):
+    if b"coding" not in src[:512]:
+        return src.decode("utf-8", "surrogateescape")
+    try:
+        from importlib.util import decode_source
+        return decode_source(src)
+    except BaseException:
+        return src.decode("utf-8", "replace")
+
+
+def _execute(src, filename):
+    """Compiles and runs src in the session namespace; the value of a
+    trailing expression goes through sys.displayhook, as in a REPL."""
+    global _running
+    flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    tree = compile(src, filename, "exec", flags, dont_inherit=True)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    ns = _main.__dict__
+    code = compile(tree, filename, "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    _running = True
+    r = eval(code, ns)
+    if r is not None and hasattr(r, "__await__"):
+        r = _run_coroutine(r)
+    if last is not None:
+        code = compile(last, filename, "eval", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+        value = eval(code, ns)
+        if code.co_flags & 0x80:  # CO_COROUTINE: a top-level await
+            value = _run_coroutine(value)
+        _running = False
+        if value is not None:
+            _rich(value)
+            sys.displayhook(value)
+
+
+def _run_coroutine(coro):
+    global _loop
+    import asyncio
+    if _loop is None or _loop.is_closed():
+        _loop = asyncio.new_event_loop()
+    return _loop.run_until_complete(coro)
+
+
+def _flush_streams(notes):
+    for name in ("stdout", "stderr"):
+        s = getattr(sys, name)
+        try:
+            s.flush()
+        except BaseException:
+            pass
+    if _libc is not None:
+        try:
+            _libc.fflush(None)
+        except BaseException:
+            pass
+    # Repair fd 1/2 and sys.stdout/sys.stderr if the run closed them.
+    for fd, saved, name in ((1, _saved_out, "stdout"), (2, _saved_err, "stderr")):
+        try:
+            a = os.fstat(fd)
+            same = (a.st_dev, a.st_ino) == _saved_ids[fd]
+        except OSError:
+            same = False
+        if not same:
+            os.dup2(saved, fd)
+            notes.append("the code closed or redirected file descriptor %d (%s); it was restored" % (fd, name))
+        s = getattr(sys, name)
+        if getattr(s, "closed", True):
+            s = io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8",
+                                 errors="surrogateescape", write_through=True)
+            setattr(sys, name, s)
+            setattr(sys, "__%s__" % name, s)
+            notes.append("the code closed sys.%s; it was reopened" % name)
+
+
+def _end_children():
+    """Kills the processes a run left behind (as subreaper, orphans are our
+    children too) and reaps them. Returns descriptions of those that were
+    still running."""
+    killed = []
+    if _no_children():
+        return killed
+    for _ in range(100):
+        kids = _children(_pid)
+        if not kids:
+            break
+        tree, stack = [], list(kids)
+        while stack:
+            p = stack.pop()
+            tree.append(p)
+            stack.extend(_children(p))
+        for p in tree:
+            state, cmd = _describe(p)
+            if state is not None and state != "Z" and not any(k["pid"] == p for k in killed):
+                killed.append({"pid": p, "cmd": cmd})
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        for p in kids:
+            try:
+                os.waitpid(p, 0)
+            except ChildProcessError:
+                pass
+            except OSError:
+                pass
+    return killed
+
+
+def _no_children():
+    """The common case, in two preads: one thread, and it has no children."""
+    if _stat_fd < 0 or _children_fd < 0:
+        return False
+    try:
+        stat = os.pread(_stat_fd, 4096, 0)
+        threads = int(stat[stat.rindex(b")") + 2:].split()[17])
+        return threads == 1 and not os.pread(_children_fd, 64, 0).strip()
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def _children(pid):
+    out = []
+    try:
+        tasks = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return out
+    for t in tasks:
+        try:
+            with open("/proc/%d/task/%s/children" % (pid, t), "rb") as f:
+                out.extend(int(x) for x in f.read().split())
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def _describe(pid):
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            stat = f.read()
+        state = stat[stat.rindex(b")") + 2:][:1].decode()
+    except (OSError, ValueError):
+        return None, ""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").strip().decode("utf-8", "replace")
+    except OSError:
+        cmd = ""
+    return state, cmd[:200]
+
+
+def _run(msg):
+    global _counter, _running, _interrupted, _artifacts
+    _counter += 1
+    _interrupted = False
+    if "env" in msg:
+        _set_env(msg["env"] or {})
+    src = binascii.a2b_base64(msg["code"])
+    filename = "<run %d>" % _counter
+    lines = _source_text(src).splitlines(True)
+    linecache.cache[filename] = (len(src), None, lines, filename)
+    status, exit_code, notes = "ok", 0, []
+    try:
+        try:
+            _execute(src, filename)
+        finally:
+            _running = False
+        if _in_child:
+            os._exit(0)
+    except SystemExit as e:
+        if _in_child:
+            os._exit(e.code if isinstance(e.code, int) else 1)
+        status = "exit"
+        if e.code is None:
+            exit_code = 0
+        elif isinstance(e.code, int):
+            exit_code = e.code
+        else:
+            exit_code = 1
+            try:
+                print(e.code, file=sys.stderr)
+            except BaseException:
+                pass
+    except KeyboardInterrupt as e:
+        if _in_child:
+            os._exit(130)
+        status = "interrupted" if _interrupted else "error"
+        exit_code = 130 if _interrupted else 1
+        _user_traceback(e)
+    except BaseException as e:
+        if _in_child:
+            os._exit(1)
+        status, exit_code = "error", 1
+        _user_traceback(e)
+    _running = False
+    _show_figures()
+    _flush_streams(notes)
+    killed = _end_children()
+    token = msg["token"].encode()
+    _write_all(_saved_out, token)
+    _write_all(_saved_err, token)
+    arts, _artifacts = _artifacts, []
+    return {"op": "done", "id": msg["id"], "status": status, "exit_code": exit_code,
+            "artifacts": arts, "killed": killed, "notes": notes}
+
+
+def main(preload=False):
+    _setup()
+    if preload:
+        # A spare has time: import what a traceback needs (~40 ms in 3.14)
+        # before it is handed to a session.
+        import traceback  # noqa: F401
+        import tempfile  # noqa: F401
+    _send({"op": "hello", "pid": _pid, "version": sys.version.split()[0]})
+    while True:
+        try:
+            msg = _recv()
+        except KeyboardInterrupt:
+            continue
+        if msg is None:
+            os._exit(0)
+        op = msg.get("op")
+        try:
+            if op == "run":
+                rep = _run(msg)
+            elif op == "bind":
+                _bind(msg)
+                rep = {"op": "bound"}
+            else:
+                rep = {"op": "error", "error": "unknown op %r" % (op,)}
+        except KeyboardInterrupt:
+            # A late interrupt inside the worker's own code: the run is over.
+            rep = {"op": "done", "id": msg.get("id"), "status": "interrupted", "exit_code": 130,
+                   "artifacts": [], "killed": [], "notes": ["interrupted while finishing the run"]}
+            if op == "run":
+                _write_all(_saved_out, msg["token"].encode())
+                _write_all(_saved_err, msg["token"].encode())
+        _send(rep)

@@ -1,0 +1,253 @@
+package terminal
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"sync"
+
+	"github.com/charmbracelet/x/vt"
+	"github.com/creack/pty"
+
+	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// PTYOptions configure a PTY.
+type PTYOptions struct {
+	Sandbox    *sandbox.Sandbox
+	Session    *session.Session
+	Cwd        string
+	Env        map[string]string
+	Cols, Rows int // 120x32 when zero
+	// Scrollback bytes replayed to a viewer that attaches (256 KiB).
+	Scrollback int
+	// ViewerQueue is how many chunks a viewer may lag before it is dropped (256).
+	ViewerQueue int
+}
+
+// PTY is an interactive shell on a pseudo-terminal, for people and for
+// programs that need a terminal (REPLs, editors, top). It keeps a
+// server-side screen model so that an agent can read what a person would
+// see, and a scrollback that a viewer gets replayed when it attaches.
+// Several viewers may attach; a viewer that cannot keep up is dropped rather
+// than slowing the others. Safe for concurrent use.
+type PTY struct {
+	master *os.File
+	proc   *sandbox.Process
+	exited chan struct{}
+	code   int
+
+	emuMu  sync.Mutex // vt.Emulator is not safe for concurrent use
+	emu    *vt.Emulator
+	scroll *Ring
+	queue  int
+
+	mu      sync.Mutex
+	viewers map[*Viewer]struct{}
+	cols    int
+	rows    int
+}
+
+// Viewer receives what the PTY prints. Read from C until it is closed; it
+// is closed when the viewer detaches, is dropped for lagging, or the PTY ends.
+type Viewer struct {
+	C       chan []byte
+	Dropped bool // closed because it fell behind
+	once    sync.Once
+}
+
+func (v *Viewer) close() { v.once.Do(func() { close(v.C) }) }
+
+// StartPTY starts a shell on a new pseudo-terminal in the session's sandbox.
+func StartPTY(opts PTYOptions) (*PTY, error) {
+	if opts.Cols <= 0 || opts.Rows <= 0 {
+		opts.Cols, opts.Rows = 120, 32
+	}
+	if opts.Scrollback <= 0 {
+		opts.Scrollback = 256 << 10
+	}
+	if opts.ViewerQueue <= 0 {
+		opts.ViewerQueue = 256
+	}
+	master, slave, err := pty.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer slave.Close()
+	if err := pty.Setsize(master, &pty.Winsize{Cols: uint16(opts.Cols), Rows: uint16(opts.Rows)}); err != nil {
+		master.Close()
+		return nil, err
+	}
+	prog := []string{"bash", "--login"}
+	if _, err := opts.Sandbox.LookPath("bash"); err != nil {
+		prog = []string{"sh", "-i"}
+	}
+	dir := opts.Cwd
+	if dir == "" {
+		dir = opts.Session.Workspace()
+	}
+	if _, err := os.Stat(dir); err != nil {
+		dir = opts.Session.Workspace()
+	}
+	proc, err := opts.Sandbox.Start(context.Background(), &sandbox.Spec{
+		Args: prog, Dir: dir, Home: opts.Session.Workspace(), TmpDir: opts.Session.TmpDir(),
+		Term: "xterm-256color", Env: opts.Env,
+		Stdin: slave, Stdout: slave, Stderr: slave, TTY: true,
+	})
+	if err != nil {
+		master.Close()
+		return nil, err
+	}
+	p := &PTY{
+		master: master, proc: proc, exited: make(chan struct{}),
+		emu: vt.NewEmulator(opts.Cols, opts.Rows), scroll: NewRing(opts.Scrollback),
+		queue: opts.ViewerQueue, viewers: map[*Viewer]struct{}{}, cols: opts.Cols, rows: opts.Rows,
+	}
+	// The emulator answers terminal queries through its input side; the
+	// attached viewers answer those, so its answers are dropped.
+	go io.Copy(io.Discard, p.emu)
+	go p.read()
+	go func() {
+		e := proc.Wait()
+		p.mu.Lock()
+		p.code = e.Code
+		p.mu.Unlock()
+		close(p.exited)
+		master.Close()
+		// End the drain of the emulator's answers.
+		if pw, ok := p.emu.InputPipe().(*io.PipeWriter); ok {
+			pw.Close()
+		}
+	}()
+	return p, nil
+}
+
+func (p *PTY) read() {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := p.master.Read(buf)
+		if n > 0 {
+			chunk := append([]byte(nil), buf[:n]...)
+			p.emuMu.Lock()
+			p.emu.Write(chunk)
+			p.emuMu.Unlock()
+			p.scroll.Write(chunk)
+			p.mu.Lock()
+			for v := range p.viewers {
+				select {
+				case v.C <- chunk:
+				default: // this viewer fell behind: drop it, not the others
+					v.Dropped = true
+					delete(p.viewers, v)
+					v.close()
+				}
+			}
+			p.mu.Unlock()
+		}
+		if err != nil {
+			p.mu.Lock()
+			for v := range p.viewers {
+				delete(p.viewers, v)
+				v.close()
+			}
+			p.mu.Unlock()
+			return
+		}
+	}
+}
+
+// Attach adds a viewer and returns it with the scrollback to replay first.
+func (p *PTY) Attach() (*Viewer, []byte) { return p.AttachQueue(0) }
+
+// AttachQueue is Attach with the viewer's own lag allowance in chunks (0:
+// the PTY's default).
+func (p *PTY) AttachQueue(queue int) (*Viewer, []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if queue <= 0 {
+		queue = p.queue
+	}
+	v := &Viewer{C: make(chan []byte, queue)}
+	replay := p.scroll.Bytes()
+	select {
+	case <-p.exited:
+		v.close()
+	default:
+		p.viewers[v] = struct{}{}
+	}
+	return v, replay
+}
+
+// Detach removes a viewer.
+func (p *PTY) Detach(v *Viewer) {
+	p.mu.Lock()
+	delete(p.viewers, v)
+	p.mu.Unlock()
+	v.close()
+}
+
+// Write sends raw input (keys, pastes, ^C as \x03, ^D as \x04, arrows as
+// escape sequences) to the terminal.
+func (p *PTY) Write(b []byte) (int, error) {
+	select {
+	case <-p.exited:
+		return 0, ErrClosed
+	default:
+	}
+	return p.master.Write(b)
+}
+
+// Resize changes the terminal size.
+func (p *PTY) Resize(cols, rows int) error {
+	if cols <= 0 || rows <= 0 || cols > 1000 || rows > 1000 {
+		return errors.New("terminal size must be between 1x1 and 1000x1000")
+	}
+	p.mu.Lock()
+	p.cols, p.rows = cols, rows
+	p.mu.Unlock()
+	p.emuMu.Lock()
+	p.emu.Resize(cols, rows)
+	p.emuMu.Unlock()
+	return pty.Setsize(p.master, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)})
+}
+
+// Size returns the terminal size.
+func (p *PTY) Size() (cols, rows int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cols, p.rows
+}
+
+// Screen returns the visible screen as plain text, one line per row.
+func (p *PTY) Screen() string {
+	p.emuMu.Lock()
+	defer p.emuMu.Unlock()
+	return p.emu.String()
+}
+
+// Scrollback returns the bytes kept for replay.
+func (p *PTY) Scrollback() []byte { return p.scroll.Bytes() }
+
+// Alive reports whether the shell still runs.
+func (p *PTY) Alive() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Done is closed when the shell has ended.
+func (p *PTY) Done() <-chan struct{} { return p.exited }
+
+// Close kills the shell and its process group.
+func (p *PTY) Close() {
+	if p.proc.Cmd.Process != nil {
+		p.proc.Cmd.Process.Signal(os.Kill)
+		killGroupOf(p.proc.Cmd.Process.Pid)
+	}
+	<-p.exited
+}

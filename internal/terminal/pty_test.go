@@ -1,0 +1,146 @@
+package terminal
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
+)
+
+func newPTY(t *testing.T) (*PTY, *session.Session) { return newPTYQueue(t, 0) }
+
+func newPTYQueue(t *testing.T, queue int) (*PTY, *session.Session) {
+	t.Helper()
+	sb, err := sandbox.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &session.Session{ID: "0123456789abcdef0123456789abcdef", Name: "t", Dir: t.TempDir()}
+	os.MkdirAll(s.Workspace(), 0o755)
+	os.MkdirAll(s.TmpDir(), 0o755)
+	p, err := StartPTY(PTYOptions{Sandbox: sb, Session: s, Cols: 80, Rows: 24, ViewerQueue: queue, Env: map[string]string{"PS1": "$ "}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p, s
+}
+
+// readUntil reads the viewer until want appears in what it has seen.
+func readUntil(t *testing.T, v *Viewer, seen *strings.Builder, want string) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for !strings.Contains(seen.String(), want) {
+		select {
+		case b, ok := <-v.C:
+			if !ok {
+				t.Fatalf("viewer closed before %q; saw %d bytes", want, seen.Len())
+			}
+			seen.Write(b)
+		case <-deadline:
+			s := seen.String()
+			if len(s) > 2000 {
+				s = s[:1000] + " … " + s[len(s)-1000:]
+			}
+			t.Fatalf("no %q within 30 s; saw %q", want, s)
+		}
+	}
+}
+
+func TestPTYRunsAShellAndKeepsAScreen(t *testing.T) {
+	p, s := newPTY(t)
+	v, _ := p.Attach()
+	var seen strings.Builder
+	p.Write([]byte("cd /tmp && pwd && echo MARK$((6*7))\r"))
+	readUntil(t, v, &seen, "MARK42")
+	// The screen model shows what a person sees.
+	if screen := p.Screen(); !strings.Contains(screen, "MARK42") || !strings.Contains(screen, "/tmp") {
+		t.Fatalf("screen:\n%s", screen)
+	}
+	// A terminal: tty answers, and the size is what was set.
+	seen.Reset()
+	p.Write([]byte("tty; stty size\r"))
+	readUntil(t, v, &seen, "24 80")
+	if !strings.Contains(seen.String(), "/dev/pts/") {
+		t.Errorf("not a tty: %q", seen.String())
+	}
+	if err := p.Resize(100, 30); err != nil {
+		t.Fatal(err)
+	}
+	seen.Reset()
+	p.Write([]byte("stty size\r"))
+	readUntil(t, v, &seen, "30 100")
+	_ = s
+}
+
+func TestPTYInterruptAndReplay(t *testing.T) {
+	p, _ := newPTY(t)
+	v, _ := p.Attach()
+	var seen strings.Builder
+	p.Write([]byte("sleep 1000; echo after-sleep\r"))
+	p.Write([]byte{3}) // ^C
+	p.Write([]byte("echo INTERRUPTED-OK\r"))
+	readUntil(t, v, &seen, "INTERRUPTED-OK\r\n")
+	// A second viewer gets the scrollback replayed.
+	v2, replay := p.Attach()
+	defer p.Detach(v2)
+	if !strings.Contains(string(replay), "INTERRUPTED-OK") {
+		t.Errorf("replay lacks earlier output: %q", replay)
+	}
+}
+
+func TestSlowViewerIsDroppedNotWaitedFor(t *testing.T) {
+	p, _ := newPTY(t)
+	slow, _ := p.AttachQueue(4) // never read
+	fast, _ := p.AttachQueue(1 << 20)
+	var seen strings.Builder
+	// far more than 4 chunks of output
+	p.Write([]byte("seq 1 20000; echo DONE-$((40+2))\r"))
+	readUntil(t, fast, &seen, "DONE-42")
+	// The slow viewer was closed (dropped) long before: draining ends.
+	for range slow.C {
+	}
+	if !slow.Dropped {
+		t.Error("the slow viewer was not dropped")
+	}
+}
+
+func TestPTYEndsWhenTheShellExits(t *testing.T) {
+	p, _ := newPTY(t)
+	p.Write([]byte("exit\r"))
+	<-p.Done()
+	if p.Alive() {
+		t.Fatal("alive after exit")
+	}
+	if _, err := p.Write([]byte("x")); err == nil {
+		t.Error("write after exit succeeded")
+	}
+}
+
+func TestWorkspacePath(t *testing.T) {
+	ws := t.TempDir()
+	os.Symlink("/etc", filepath.Join(ws, "out"))
+	for _, tc := range []struct {
+		rel string
+		ok  bool
+	}{
+		{"a.log", true}, {"logs/new/a.log", true}, {"/etc/passwd", false}, {"../x", false},
+		{"a/../../x", false}, {"out/passwd", false}, {"out", false},
+	} {
+		_, err := WorkspacePath(ws, tc.rel)
+		if (err == nil) != tc.ok {
+			t.Errorf("%q: %v", tc.rel, err)
+		}
+	}
+}
+
+func TestEscapeControl(t *testing.T) {
+	got := EscapeControl([]byte("ok\tline\n\x1b[31mred\x07\xff é"))
+	if got != "ok\tline\n\\x1b[31mred\\x07\\xff é" {
+		t.Errorf("%q", got)
+	}
+}

@@ -1,0 +1,268 @@
+package terminal
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quro-dev/quro/internal/sandbox"
+)
+
+var pidRE = regexp.MustCompile(`\[1\] \d+`)
+
+type envBox struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (e *envBox) get() map[string]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[string]string{}
+	for k, v := range e.m {
+		out[k] = v
+	}
+	return out
+}
+
+func (e *envBox) set(k, v string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.m == nil {
+		e.m = map[string]string{}
+	}
+	e.m[k] = v
+}
+
+func newShell(t *testing.T, mod func(*ShellOptions)) (*Shell, string, *envBox) {
+	t.Helper()
+	sb, err := sandbox.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "workspace")
+	os.MkdirAll(ws, 0o755)
+	env := &envBox{}
+	opts := ShellOptions{Sandbox: sb, Workspace: ws, TmpDir: dir, OutputsDir: filepath.Join(ws, ".quro/outputs"), Env: env.get}
+	if mod != nil {
+		mod(&opts)
+	}
+	s := NewShell(opts)
+	t.Cleanup(s.Close)
+	return s, ws, env
+}
+
+func exec(t *testing.T, s *Shell, cmd string, opts ExecOptions) *Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := s.Exec(ctx, cmd, opts)
+	if err != nil {
+		t.Fatalf("Exec(%q): %v", cmd, err)
+	}
+	return res
+}
+
+// TestTranscript runs a session's worth of commands in one shell; each step
+// checks output, exit code and cwd. Order matters: state carries over.
+func TestTranscript(t *testing.T) {
+	s, ws, _ := newShell(t, nil)
+	steps := []struct {
+		name, cmd string
+		output    string
+		exit      int
+		cwd       string // relative to the workspace; "" means unchanged check skipped
+		restarted bool
+	}{
+		{"echo", "echo hello", "hello\n", 0, ".", false},
+		{"exit code", "false", "", 1, ".", false},
+		{"stderr merged in order", "echo out; echo err >&2; echo out2", "out\nerr\nout2\n", 0, ".", false},
+		{"cd persists", "mkdir -p sub/dir && cd sub/dir && pwd", ws + "/sub/dir\n", 0, "sub/dir", false},
+		{"cwd kept", "pwd", ws + "/sub/dir\n", 0, "sub/dir", false},
+		{"variable persists", "X=42", "", 0, "sub/dir", false},
+		{"variable read", "echo $X", "42\n", 0, "sub/dir", false},
+		{"fake sentinel text", `printf '\000QS0123\000'; echo 'deadbeef:0:/etc'; printf 'x:0:/\000'`, "\\x00QS0123\\x00deadbeef:0:/etc\nx:0:/\\x00", 0, "sub/dir", false},
+		{"writing to fd 3 fails", "echo spoof >&3", "", 1, "sub/dir", false},
+		{"heredoc", "cat <<EOF\nline $X\nEOF", "line 42\n", 0, "sub/dir", false},
+		{"quoted heredoc", "cat <<'EOF'\n$X `x`\nEOF", "$X `x`\n", 0, "sub/dir", false},
+		{"multi-line", "for i in 1 2 3; do\n  echo $i\ndone", "1\n2\n3\n", 0, "sub/dir", false},
+		{"trailing backslash", "echo a \\", "a\n", 0, "sub/dir", false},
+		{"unbalanced quote", "echo 'oops", "", 2, "sub/dir", false},
+		{"background job", "sleep 1000 & echo started", "[1] PID\nstarted\n", 0, "sub/dir", false},
+		{"binary output", `printf 'a\377b\000c'`, `a\xffb\x00c`, 0, "sub/dir", false},
+		{"set -u error", "set -u; echo $UNDEFINED_VAR_Q", "", 1, "sub/dir", false},
+		{"set -u stays", "echo ${X}", "42\n", 0, "sub/dir", false},
+		{"exit kills the shell, cwd restored", "echo bye; exit 7", "bye\nexit\n", 7, "sub/dir", true},
+		{"new shell in the same dir", "pwd", ws + "/sub/dir\n", 0, "sub/dir", false},
+		{"set -e then failure", "set -e; false", "", 1, "sub/dir", true},
+		{"history expansion is off", "echo 'hi!' \"yo!\"", "hi! yo!\n", 0, "sub/dir", false},
+	}
+	for _, st := range steps {
+		res := exec(t, s, st.cmd, ExecOptions{})
+		out := pidRE.ReplaceAllString(res.Output, "[1] PID")
+		if st.name == "unbalanced quote" || st.name == "set -u error" || st.name == "writing to fd 3 fails" {
+			out = "" // bash's own message wording is not part of the contract
+		}
+		if out != st.output || res.ExitCode != st.exit || res.ShellRestarted != st.restarted {
+			t.Errorf("%s: output %q exit %d restarted %v; want %q %d %v (error %q)",
+				st.name, res.Output, res.ExitCode, res.ShellRestarted, st.output, st.exit, st.restarted, res.Error)
+		}
+		if st.cwd != "" && res.Cwd != filepath.Join(ws, st.cwd) {
+			t.Errorf("%s: cwd %q, want %q", st.name, res.Cwd, filepath.Join(ws, st.cwd))
+		}
+		if res.Error != "" {
+			t.Errorf("%s: error %q", st.name, res.Error)
+		}
+	}
+}
+
+func TestEnvAppliesFromTheNextCommand(t *testing.T) {
+	s, _, env := newShell(t, nil)
+	if res := exec(t, s, "echo ${GREETING:-unset}", ExecOptions{}); res.Output != "unset\n" {
+		t.Fatalf("%q", res.Output)
+	}
+	env.set("GREETING", "it's \"quoted\" $HOME")
+	if res := exec(t, s, "echo \"$GREETING\"", ExecOptions{}); res.Output != "it's \"quoted\" $HOME\n" {
+		t.Fatalf("%q", res.Output)
+	}
+	env.mu.Lock()
+	delete(env.m, "GREETING")
+	env.mu.Unlock()
+	if res := exec(t, s, "echo ${GREETING:-unset}", ExecOptions{}); res.Output != "unset\n" {
+		t.Fatalf("after unset: %q", res.Output)
+	}
+}
+
+func TestSplitStreams(t *testing.T) {
+	s, _, _ := newShell(t, nil)
+	res := exec(t, s, "echo out; echo err >&2", ExecOptions{Split: true})
+	if res.Output != "out\n" || res.Stderr != "err\n" {
+		t.Fatalf("%+v", res)
+	}
+	res = exec(t, s, "echo out; echo err >&2", ExecOptions{})
+	if res.Output != "out\nerr\n" || res.Stderr != "" {
+		t.Fatalf("merged again: %+v", res)
+	}
+}
+
+func TestReadWaitsForInputAndSendInputAnswers(t *testing.T) {
+	s, _, _ := newShell(t, nil)
+	res := exec(t, s, "printf 'name? '; read name; echo \"hi $name\"", ExecOptions{})
+	if !res.WaitingForInput || !res.Running || res.Output != "name? " {
+		t.Fatalf("%+v", res)
+	}
+	if _, err := s.Exec(context.Background(), "echo other", ExecOptions{}); !errors.Is(err, ErrBusy) {
+		t.Fatalf("exec while busy: %v", err)
+	}
+	if err := s.SendInput("quro\n"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Wait(context.Background(), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Running || res.ExitCode != 0 || res.Output != "name? hi quro\n" {
+		t.Fatalf("%+v", res)
+	}
+	// A program (not a builtin) waiting on stdin is seen too.
+	res = exec(t, s, "head -n1", ExecOptions{})
+	if !res.WaitingForInput {
+		t.Fatalf("head: %+v", res)
+	}
+	s.SendInput("line\n")
+	if res, _ = s.Wait(context.Background(), 30*time.Second); res.Output != "line\n" {
+		t.Fatalf("%+v", res)
+	}
+	if err := s.SendInput("x"); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("input with nothing running: %v", err)
+	}
+}
+
+func TestSoftInterrupt(t *testing.T) {
+	s, ws, _ := newShell(t, nil)
+	exec(t, s, "cd /tmp", ExecOptions{})
+	res := exec(t, s, "echo before; sleep 1000", ExecOptions{Timeout: 300 * time.Millisecond})
+	// (an interactive shell prints a newline for ^C, as in a terminal)
+	if !res.TimedOut || res.InterruptStage != "soft" || res.ShellRestarted || strings.TrimRight(res.Output, "\n") != "before" || res.ExitCode != 130 {
+		t.Fatalf("%+v", res)
+	}
+	// A loop in the shell itself stops on SIGINT too (interactive shell).
+	res = exec(t, s, "while :; do :; done", ExecOptions{Timeout: 300 * time.Millisecond})
+	if res.InterruptStage != "soft" || res.ShellRestarted {
+		t.Fatalf("loop: %+v", res)
+	}
+	if res := exec(t, s, "pwd", ExecOptions{}); res.Output != "/tmp\n" {
+		t.Fatalf("cwd lost: %q (ws %s)", res.Output, ws)
+	}
+}
+
+func TestHardInterruptRecreatesTheShellInTheLastDirectory(t *testing.T) {
+	s, ws, env := newShell(t, func(o *ShellOptions) { o.Grace = 300 * time.Millisecond })
+	env.set("KEEP", "yes")
+	exec(t, s, "mkdir -p deep && cd deep", ExecOptions{})
+	res := exec(t, s, "trap '' INT; echo stubborn; while :; do :; done", ExecOptions{Timeout: 300 * time.Millisecond})
+	if !res.TimedOut || res.InterruptStage != "hard" || !res.ShellRestarted || res.Output != "stubborn\n" {
+		t.Fatalf("%+v", res)
+	}
+	res = exec(t, s, "pwd; echo $KEEP", ExecOptions{})
+	if res.Output != filepath.Join(ws, "deep")+"\nyes\n" {
+		t.Fatalf("after restart: %q", res.Output)
+	}
+}
+
+func TestInterruptThroughSendInput(t *testing.T) {
+	s, _, _ := newShell(t, nil)
+	res := exec(t, s, "cat", ExecOptions{})
+	if !res.WaitingForInput {
+		t.Fatalf("%+v", res)
+	}
+	s.SendInput("\x03")
+	res, err := s.Wait(context.Background(), 30*time.Second)
+	if err != nil || !res.Interrupted || res.InterruptStage != "soft" {
+		t.Fatalf("%+v %v", res, err)
+	}
+}
+
+func TestOutputFloodIsBounded(t *testing.T) {
+	s, ws, _ := newShell(t, nil)
+	res := exec(t, s, "head -c 100000000 /dev/zero | tr '\\0' x; echo; echo end", ExecOptions{})
+	if !res.Truncated || res.OutputBytes != 100_000_005 || len(res.Output) > 13<<10 || !strings.HasSuffix(res.Output, "x\nend\n") {
+		t.Fatalf("truncated %v bytes %d len %d tail %q", res.Truncated, res.OutputBytes, len(res.Output), res.Output[len(res.Output)-20:])
+	}
+	fi, err := os.Stat(filepath.Join(ws, res.OutputFile))
+	if err != nil || fi.Size() != 100_000_005 {
+		t.Fatalf("full output: %v %v", fi, err)
+	}
+	if res := exec(t, s, "echo next", ExecOptions{}); res.Output != "next\n" {
+		t.Fatalf("framing after the flood: %q", res.Output)
+	}
+}
+
+func TestBadCommands(t *testing.T) {
+	s, _, _ := newShell(t, nil)
+	for _, cmd := range []string{"", "  \n", "echo a\x00b"} {
+		if _, err := s.Exec(context.Background(), cmd, ExecOptions{}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%q: %v", cmd, err)
+		}
+	}
+}
+
+func TestCloseKillsEverything(t *testing.T) {
+	s, ws, _ := newShell(t, nil)
+	exec(t, s, "setsid nohup sleep 1000 >/dev/null 2>&1 & echo $! > "+ws+"/pid", ExecOptions{})
+	st := s.Status()
+	if !st.Alive {
+		t.Fatal("not alive")
+	}
+	s.Close()
+	if s.Status().Alive {
+		t.Fatal("alive after close")
+	}
+}
