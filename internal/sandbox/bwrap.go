@@ -58,6 +58,7 @@ type bwrapBox struct {
 	self     string
 	network  string
 	writable []string // host paths bound read-write at the same path
+	readOnly []string // host paths bound read-only at the same path
 	tmpSize  uint64
 	passwd   string
 	infoFD   string // --info-fd, "" for none
@@ -83,7 +84,13 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--uid", strconv.Itoa(insideUID), "--gid", strconv.Itoa(insideUID),
 		"--hostname", "quro",
-		"--die-with-parent", "--new-session",
+		"--die-with-parent",
+	}
+	if !b.spec.TTY {
+		// No TIOCSTI into a terminal the box was given. A TTY spec keeps
+		// its session (the terminal must stay the controlling one); seccomp
+		// denies TIOCSTI and TIOCLINUX there.
+		a = append(a, "--new-session")
 	}
 	if b.network != NetworkFull {
 		a = append(a, "--unshare-net")
@@ -183,6 +190,17 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 			a = append(a, "--perms", "0755", "--dir", anc[i])
 		}
 		a = append(a, "--bind", w, w)
+	}
+	for _, r := range b.readOnly {
+		var anc []string
+		for d := filepath.Dir(r); !made[d]; d = filepath.Dir(d) {
+			anc = append(anc, d)
+			made[d] = true
+		}
+		for i := len(anc) - 1; i >= 0; i-- {
+			a = append(a, "--perms", "0755", "--dir", anc[i])
+		}
+		a = append(a, "--ro-bind", r, r)
 	}
 	a = append(a, "--chdir", b.spec.Dir)
 	if b.infoFD != "" {

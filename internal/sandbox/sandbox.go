@@ -137,6 +137,11 @@ type Spec struct {
 	// Writable are further host directories of the session bound read-write
 	// at the same path, besides Dir and TmpDir.
 	Writable []string
+	// ReadOnly are host files or directories the run may read and execute
+	// (not write), bound at the same path: an interpreter tree outside the
+	// host userland, the quro binary for a re-executed engine. Never the
+	// data directory as a whole.
+	ReadOnly []string
 	// UID is the unprivileged host uid the run gets when the server runs as
 	// root; 0 derives a stable one from Dir (see SessionUID). Dir, TmpDir
 	// and Writable are handed over to it.
@@ -147,7 +152,10 @@ type Spec struct {
 	ExtraFiles     []*os.File
 
 	// TTY makes Stdin (a terminal's slave side, an *os.File) the process's
-	// controlling terminal, in a session of its own.
+	// controlling terminal, in a session of its own. In the box, bubblewrap
+	// then keeps the session (no --new-session, which would drop the
+	// terminal); seccomp still denies TIOCSTI and TIOCLINUX, which is what
+	// --new-session guards against.
 	TTY bool
 }
 
@@ -197,6 +205,10 @@ type Process struct {
 	errMu   sync.Mutex
 	cg      *runCgroup // the run's cgroups, or nil
 	boxed   bool       // started inside bubblewrap
+	tty     bool       // Spec.TTY
+
+	groupMu sync.Mutex
+	group   int // the inner process group, once found
 }
 
 // Env builds the environment a spec's process sees.
@@ -289,6 +301,16 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 		}
 	}
 
+	var readOnly []string
+	for _, p := range spec.ReadOnly {
+		if !filepath.IsAbs(p) {
+			return nil, fmt.Errorf("%w: read-only path %q is not absolute", ErrInvalidSpec, p)
+		}
+		if p = filepath.Clean(p); exists(p) && !slices.Contains(readOnly, p) {
+			readOnly = append(readOnly, p)
+		}
+	}
+
 	pol := initPolicy{
 		Landlock: s.layers.ok(LayerLandlock),
 		Seccomp:  s.layers.ok(LayerSeccomp),
@@ -304,6 +326,13 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 		pol.ROFiles = append(append(slices.Clone(etcFiles), pythonEtc()...), "/etc/passwd", "/etc/group", "/etc/resolv.conf")
 		if uid != 0 {
 			pol.UID = uid
+		}
+	}
+	for _, p := range readOnly {
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			pol.RO = append(pol.RO, p)
+		} else {
+			pol.ROFiles = append(pol.ROFiles, p)
 		}
 	}
 
@@ -342,7 +371,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 	var goAhead, info *os.File
 	var box *bwrapBox
 	if boxed {
-		box = &bwrapBox{spec: spec, self: s.self, network: network, writable: writable,
+		box = &bwrapBox{spec: spec, self: s.self, network: network, writable: writable, readOnly: readOnly,
 			tmpSize: 256 << 20, passwd: passwdFor(spec.homeDir())}
 		if cg != nil || uid != 0 {
 			ir, iw, err := os.Pipe()
@@ -392,6 +421,12 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 
 	cmd := exec.CommandContext(ctx, s.self)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if spec.TTY {
+		// A new session is also a new process group (pgid = pid); the
+		// terminal on fd 0 becomes its controlling terminal, and stays that
+		// of everything in the box.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Pdeathsig: syscall.SIGKILL}
+	}
 	if boxed {
 		bargs, opened, err := box.args(fds)
 		if err != nil {
@@ -411,7 +446,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 	cmd.Cancel = func() error { return killGroup(cmd) }
 	cmd.WaitDelay = s.drainGrace
 
-	p := &Process{Cmd: cmd, ctx: ctx, drain: s.drainGrace, cg: cg, boxed: boxed}
+	p := &Process{Cmd: cmd, ctx: ctx, drain: s.drainGrace, cg: cg, boxed: boxed, tty: spec.TTY}
 	closeAll := func() {
 		closeChildEnds()
 		closeParentEnds()
@@ -545,6 +580,98 @@ func mapIDs(pid, uid int) error {
 		}
 	}
 	return nil
+}
+
+// Group is the process group of the user's program in host numbering: the
+// group to signal to reach the program and what it runs in the foreground
+// (an interrupt), and the pgrp that /proc shows for them. Without the box
+// it is the started process's own group. In the box it is the session that
+// bubblewrap's --new-session made inside: its leader is the first
+// descendant of bubblewrap that leads a session (the box's pid 1), and the
+// program and its children are in that group. Killing the run as a whole
+// is still killGroup on Cmd (bubblewrap's --die-with-parent and the pid
+// namespace take the rest). For TTY specs the terminal's session is the
+// started process's, so Group is Cmd.Process.Pid; the foreground job is
+// reached through the terminal (^C).
+//
+// Group returns 0 when the process is gone.
+func (p *Process) Group() int {
+	if p.Cmd.Process == nil {
+		return 0
+	}
+	pid := p.Cmd.Process.Pid
+	if !p.boxed || p.tty {
+		return pid
+	}
+	p.groupMu.Lock()
+	defer p.groupMu.Unlock()
+	if p.group == 0 {
+		p.group = innerSessionLeader(pid)
+	}
+	return p.group
+}
+
+// innerSessionLeader returns the first descendant of pid (breadth first)
+// that leads a session, or 0.
+func innerSessionLeader(pid int) int {
+	procs, err := readProcs()
+	if err != nil {
+		return 0
+	}
+	children := map[int][]int{}
+	for _, pr := range procs {
+		children[pr.ppid] = append(children[pr.ppid], pr.pid)
+	}
+	sid := map[int]int{}
+	for _, pr := range procs {
+		sid[pr.pid] = pr.sid
+	}
+	queue := slices.Clone(children[pid])
+	for len(queue) > 0 {
+		c := queue[0]
+		queue = queue[1:]
+		if sid[c] == c {
+			return c
+		}
+		queue = append(queue, children[c]...)
+	}
+	return 0
+}
+
+type procStat struct{ pid, ppid, pgrp, sid int }
+
+// readProcs reads pid, ppid, pgrp and session of every process from /proc
+// (there is no /proc/PID/task/TID/children on every kernel).
+func readProcs() ([]procStat, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []procStat
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp session ...: comm may hold spaces.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 4 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		pgrp, _ := strconv.Atoi(f[2])
+		sid, _ := strconv.Atoi(f[3])
+		out = append(out, procStat{pid: pid, ppid: ppid, pgrp: pgrp, sid: sid})
+	}
+	return out, nil
 }
 
 // homeDir is the spec's HOME.

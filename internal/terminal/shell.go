@@ -274,18 +274,47 @@ func (s *Shell) startLocked() error {
 	if _, err := s.opts.Sandbox.LookPath("bash"); err != nil {
 		prog, isBash = "sh", false
 	}
-	// stdin (framed commands), the commands' input (fd 4), status records
-	// (fd 3), split stderr (fd 5), and one output pipe for fd 1 and 2,
-	// which keeps their interleaving exactly as written.
-	p, err := openPipes(5)
+	cmdR, cmdW, err := os.Pipe()
 	if err != nil {
 		return err
 	}
-	cmdR, cmdW := p[0][0], p[0][1]
-	inR, inW := p[1][0], p[1][1]
-	statusR, statusW := p[2][0], p[2][1]
-	errR, errW := p[3][0], p[3][1]
-	outR, outW := p[4][0], p[4][1]
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		cmdR.Close()
+		cmdW.Close()
+		return err
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		cmdR.Close()
+		cmdW.Close()
+		inR.Close()
+		inW.Close()
+		return err
+	}
+	errR, errW, err := os.Pipe() // fd 5: stderr of commands run with Split
+	if err != nil {
+		cmdR.Close()
+		cmdW.Close()
+		inR.Close()
+		inW.Close()
+		statusR.Close()
+		statusW.Close()
+		return err
+	}
+	// One pipe for fd 1 and 2 keeps their interleaving exactly as written.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		cmdR.Close()
+		cmdW.Close()
+		inR.Close()
+		inW.Close()
+		statusR.Close()
+		statusW.Close()
+		errR.Close()
+		errW.Close()
+		return err
+	}
 	var st syscall.Stat_t
 	syscall.Fstat(int(inR.Fd()), &st)
 
@@ -385,23 +414,6 @@ func (s *Shell) exitCodeAfter(exited chan struct{}) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.exitCode
-}
-
-// openPipes opens n pipes, or none.
-func openPipes(n int) ([][2]*os.File, error) {
-	var ps [][2]*os.File
-	for i := 0; i < n; i++ {
-		r, w, err := os.Pipe()
-		if err != nil {
-			for _, p := range ps {
-				p[0].Close()
-				p[1].Close()
-			}
-			return nil, err
-		}
-		ps = append(ps, [2]*os.File{r, w})
-	}
-	return ps, nil
 }
 
 // readStatus reads NUL-terminated status records and hands each to the
@@ -694,8 +706,10 @@ func (s *Shell) interrupt(r *run) {
 		return
 	}
 	r.interrupted = true
-	pgid := proc.Cmd.Process.Pid
-	syscall.Kill(-pgid, syscall.SIGINT)
+	// The shell's own group: inside the box, not bubblewrap's.
+	if pgid := proc.Group(); pgid > 0 {
+		syscall.Kill(-pgid, syscall.SIGINT)
+	}
 	select {
 	case <-r.status:
 		if !r.died {
@@ -706,7 +720,7 @@ func (s *Shell) interrupt(r *run) {
 	}
 	r.stage = "hard"
 	r.restarted = true
-	syscall.Kill(-pgid, syscall.SIGKILL)
+	killProc(proc)
 	<-exited
 	<-r.status
 }
@@ -720,7 +734,11 @@ func (s *Shell) waitingForInput() bool {
 	if proc == nil || ino == 0 {
 		return false
 	}
-	return blockedOnPipe(proc.Cmd.Process.Pid, ino)
+	pgid := proc.Group()
+	if pgid <= 0 {
+		return false
+	}
+	return blockedOnPipe(pgid, ino)
 }
 
 // Close kills the shell and everything it started.
@@ -735,7 +753,7 @@ func (s *Shell) stopLocked() {
 	if s.proc == nil {
 		return
 	}
-	syscall.Kill(-s.proc.Cmd.Process.Pid, syscall.SIGKILL)
+	killProc(s.proc)
 	s.cmdW.Close()
 	s.inW.Close()
 	if s.closed {
