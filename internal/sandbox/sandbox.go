@@ -113,6 +113,11 @@ func New(opts *Options) (*Sandbox, error) {
 // Isolation is the isolation level: IsolationFull or IsolationMinimal.
 func (s *Sandbox) Isolation() string { return s.isolation }
 
+// Boxed reports whether runs start inside a bubblewrap box: then a process
+// sees only the host paths its Spec names (Dir, TmpDir, Writable,
+// ReadOnly), fixed when it starts.
+func (s *Sandbox) Boxed() bool { return s.layers.ok(LayerNamespaces) }
+
 // Path is the PATH that user code sees.
 func (s *Sandbox) Path() string { return s.path }
 
