@@ -587,6 +587,11 @@ func mapIDs(pid, uid int) error {
 	return nil
 }
 
+// Boxed reports whether the process was started inside bubblewrap. Its
+// exit status then passes through bubblewrap, which reports it only if it
+// is not killed first.
+func (p *Process) Boxed() bool { return p.boxed }
+
 // Group is the process group of the user's program in host numbering: the
 // group to signal to reach the program and what it runs in the foreground
 // (an interrupt), and the pgrp that /proc shows for them. Without the box

@@ -326,8 +326,22 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 	if reply == nil {
 		// The worker is gone: wait for it to be reaped, then for the output
 		// it left in the pipes (bounded: an escaped process may hold them).
-		w.kill()
-		<-w.done
+		// In a box, bubblewrap passes the worker's exit status on and the
+		// box's pid namespace ends with it: killing bubblewrap first would
+		// replace the status with its own SIGKILL. It gets the drain grace.
+		if w.proc.Boxed() {
+			t := time.NewTimer(w.drain)
+			select {
+			case <-w.done:
+			case <-t.C:
+				w.kill()
+				<-w.done
+			}
+			t.Stop()
+		} else {
+			w.kill()
+			<-w.done
+		}
 	}
 	detached := w.waitStreams(reply != nil)
 	if detached {
