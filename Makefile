@@ -8,16 +8,18 @@ LDFLAGS := -s -w -X github.com/quro-dev/quro/internal/version.Version=$(VERSION)
 ADDR    ?= 127.0.0.1:7070
 
 # Debian packages the tests (and the engines) use.
-TEST_PKGS := python3 bash
+TEST_PKGS := python3 bash bubblewrap debootstrap
+# What `make run` needs: the sandbox refuses to run user code without bwrap.
+RUN_PKGS := bubblewrap
 
-.PHONY: all build run test deps test-deps vet fmt-check bench clean
+.PHONY: all build run run-deps test deps test-deps vet fmt-check bench clean
 
 all: build
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/quro
 
-run: build
+run: build run-deps
 	./$(BIN) serve --addr $(ADDR)
 
 # Install what is missing, then check formatting, vet and run every test.
@@ -25,6 +27,9 @@ test: test-deps fmt-check vet
 	$(GO) test -count=1 -timeout 30m ./...
 	# the slim build (no embedded Python) must answer through the rest of the chain
 	$(GO) test -count=1 -tags slim ./internal/engine/python/ ./internal/app/
+
+run-deps:
+	@$(MAKE) --no-print-directory test-deps TEST_PKGS="$(RUN_PKGS)"
 
 test-deps:
 	@missing=""; for p in $(TEST_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

@@ -20,6 +20,7 @@ import (
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
 )
 
 func main() { os.Exit(Main()) }
@@ -52,6 +53,7 @@ type globals struct {
 	stderr    io.Writer
 	maxStdout int
 	maxStderr int
+	isolation string
 }
 
 func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
@@ -72,12 +74,15 @@ capability over HTTP; quro run calls the same controller in-process.`,
 		"data directory (database, sessions, workspaces); env QURO_DATA")
 	root.PersistentFlags().IntVar(&g.maxStdout, "max-stdout", 12<<10, "bytes of stdout kept in a result (head and tail; the rest is saved to a file)")
 	root.PersistentFlags().IntVar(&g.maxStderr, "max-stderr", 4<<10, "bytes of stderr kept in a result")
+	root.PersistentFlags().StringVar(&g.isolation, "isolation", sandbox.IsolationFull,
+		"full: refuse to run user code when an isolation layer is missing; minimal: run with the layers this machine has (logged)")
 	root.AddCommand(newServeCmd(g), newRunCmd(g), newDoctorCmd(g), newVersionCmd(), newSessionCmd(g), newExecCmd(g), newTermCmd(g))
 	return root
 }
 
 func (g *globals) open(ctx context.Context) (*app.App, error) {
-	return app.New(ctx, g.options(nil))
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return app.New(ctx, g.options(log))
 }
 
 // caller is who the CLI is: the local user, with every scope.
@@ -86,9 +91,13 @@ func (g *globals) caller() controller.Caller {
 }
 
 func (g *globals) options(log *slog.Logger) app.Options {
+	if g.isolation == sandbox.IsolationMinimal && log != nil {
+		log.Warn("isolation is minimal: user code runs with whatever isolation layers this machine has; see quro doctor")
+	}
 	return app.Options{DataDir: g.dataDir, Logger: log,
-		Run:    &runcode.Options{MaxStdout: g.maxStdout, MaxStderr: g.maxStderr},
-		Python: &python.EmbeddedOptions{Progress: extractionProgress(g.stderr)},
+		Run:     &runcode.Options{MaxStdout: g.maxStdout, MaxStderr: g.maxStderr},
+		Sandbox: &sandbox.Options{Isolation: g.isolation},
+		Python:  &python.EmbeddedOptions{Progress: extractionProgress(g.stderr)},
 	}
 }
 

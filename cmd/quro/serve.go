@@ -50,7 +50,7 @@ This build has no authentication yet, so it listens on loopback only.`,
 				Handler:           rest.New(a.Controller, &rest.Options{Logger: log}),
 				ReadHeaderTimeout: 10 * time.Second,
 			}
-			log.Info("quro serving", "url", "http://"+ln.Addr().String(), "data", a.DataDir, "version", version.String())
+			log.Info("quro serving", "url", "http://"+ln.Addr().String(), "data", a.DataDir, "version", version.String(), "isolation", a.Sandbox.Isolation())
 			fmt.Fprintf(cmd.OutOrStdout(), "quro listening on http://%s\n", ln.Addr())
 			errc := make(chan error, 1)
 			go func() { errc <- srv.Serve(ln) }()

@@ -144,8 +144,10 @@ func TestRunCodeBadRequests(t *testing.T) {
 
 func TestLargeButAllowedCodeRuns(t *testing.T) {
 	a := newApp(t, nil)
-	// 3 MB: past the kernel's 128 KiB argument limit, so it must not go via argv.
-	py := strings.Repeat("x = 1\n", 3<<20/6) + "print('done')"
+	// 1 MB: past the kernel's 128 KiB argument limit, so it must not go via
+	// argv. (3 MB of statements take CPython more than the run's 1 GiB
+	// memory cgroup to compile.)
+	py := strings.Repeat("x = 1\n", 1<<20/6) + "print('done')"
 	if res := runCode(t, a, RunCodeInput{Code: py}); res.Stdout != "done\n" {
 		t.Errorf("python: %+v", res)
 	}

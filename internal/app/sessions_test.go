@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/quro-dev/quro/internal/capability"
@@ -57,6 +59,7 @@ func TestSessionLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pid from %q: %v", res.Output, err)
 	}
+	pid = hostPID(t, a, pid, info.Workspace)
 	mustCall(t, a, "destroy_session", SessionRef{Session: "work"})
 	waitExit(t, pid)
 	if _, err := os.Stat(info.Workspace); !os.IsNotExist(err) {
@@ -205,11 +208,12 @@ func TestPatrolRestartsTheDefaultShellAndReapsOrphans(t *testing.T) {
 	a := newApp(t, nil)
 	res := texec(t, a, "", "echo $$")
 	pid, _ := strconv.Atoi(strings.TrimSpace(res.Output))
+	def, _ := a.Sessions.Default(context.Background())
 	// kill the default shell from outside
+	pid = hostPID(t, a, pid, def.Workspace())
 	if p, err := os.FindProcess(pid); err == nil {
 		p.Kill()
 	}
-	def, _ := a.Sessions.Default(context.Background())
 	sh, _ := a.Terminals.Shell(def)
 	<-sh.Done()
 	rep := a.Terminals.PatrolOnce(context.Background(), a.patrolHooks())
@@ -219,8 +223,22 @@ func TestPatrolRestartsTheDefaultShellAndReapsOrphans(t *testing.T) {
 	// a leftover directory of a session that no longer exists, with a process in it
 	ghost := filepath.Join(a.DataDir, "sessions", "ffffffffffffffffffffffffffffffff", "workspace")
 	os.MkdirAll(ghost, 0o755)
-	orphan := texec(t, a, "", "cd "+ghost+" && (setsid sleep 1000 >/dev/null 2>&1 & echo $!)")
-	opid, _ := strconv.Atoi(strings.TrimSpace(orphan.Output))
+	var opid int
+	if a.Sandbox.Boxed() {
+		// A box sees no other session's directory and its processes die
+		// with it; the patrol's reaping is for what runs on the host.
+		cmd := exec.Command("sleep", "1000")
+		cmd.Dir = ghost
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go cmd.Wait()
+		opid = cmd.Process.Pid
+	} else {
+		orphan := texec(t, a, "", "cd "+ghost+" && (setsid sleep 1000 >/dev/null 2>&1 & echo $!)")
+		opid, _ = strconv.Atoi(strings.TrimSpace(orphan.Output))
+	}
 	rep = a.Terminals.PatrolOnce(context.Background(), a.patrolHooks())
 	if rep.KilledOrphans < 1 {
 		t.Fatalf("%+v", rep)
@@ -254,4 +272,40 @@ func countFDs(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(entries)
+}
+
+// hostPID returns the host pid of the process that code in a session saw as
+// pid: the same number without a box; in a box, the process whose innermost
+// pid is pid and whose working directory lies in the session's workspace.
+func hostPID(t *testing.T, a *App, pid int, workspace string) int {
+	t.Helper()
+	if !a.Sandbox.Boxed() {
+		return pid
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		hp, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(st), "\n") {
+			f, ok := strings.CutPrefix(line, "NSpid:")
+			if !ok {
+				continue
+			}
+			ns := strings.Fields(f)
+			if len(ns) < 2 || ns[len(ns)-1] != strconv.Itoa(pid) {
+				break
+			}
+			if cwd, _ := os.Readlink("/proc/" + e.Name() + "/cwd"); cwd == workspace || strings.HasPrefix(cwd, workspace+"/") {
+				return hp
+			}
+		}
+	}
+	t.Fatalf("no process %d of the box in %s", pid, workspace)
+	return 0
 }

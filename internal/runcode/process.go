@@ -9,16 +9,22 @@ import (
 
 // ProcessSpec is the sandbox spec for running args in req's session: the
 // workspace as working directory and HOME, the session's tmp directory, its
-// variables, and req's output writers.
+// variables, its network policy, and req's output writers. Inside the box
+// the workspace and tmp directory keep their host paths, so paths in
+// results (stdout_file, …) are valid for the session's code too.
+//
+// The session's rootfs is a name; engines that run on a rootfs set
+// Spec.Rootfs to its directory themselves (see python.Rootfs).
 func ProcessSpec(req *Request, args ...string) *sandbox.Spec {
 	return &sandbox.Spec{
-		Args:   args,
-		Dir:    req.Session.Workspace(),
-		Home:   req.Session.Workspace(),
-		TmpDir: req.Session.TmpDir(),
-		Env:    req.Session.Env,
-		Stdout: req.Stdout,
-		Stderr: req.Stderr,
+		Args:    args,
+		Dir:     req.Session.Workspace(),
+		Home:    req.Session.Workspace(),
+		TmpDir:  req.Session.TmpDir(),
+		Env:     req.Session.Env,
+		Network: req.Session.Network,
+		Stdout:  req.Stdout,
+		Stderr:  req.Stderr,
 	}
 }
 

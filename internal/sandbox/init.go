@@ -1,11 +1,14 @@
 package sandbox
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,12 +17,37 @@ import (
 )
 
 // initArg is the hidden first argument with which the quro binary re-executes
-// itself as the sandbox's init child. The child applies the limits and then
-// execs the user program in its own place, so no Go code of Quro's remains
-// in the process that runs user code.
+// itself as the sandbox's init child (inside the bubblewrap box when that
+// layer is on). The child applies, in this order, the layers that act on
+// the process itself, then execs the user program in its own place, so no Go
+// code of Quro's remains in the process that runs user code:
 //
-// argv: quro __quro_sandbox_init STATUS_FD LIMITS -- PROGRAM ARGS...
+//  1. mark every inherited descriptor from STATUS_FD up close-on-exec;
+//  2. wait for the server's go-ahead (cgroup join) when POLICY asks;
+//  3. rlimits;
+//  4. no_new_privs, then Landlock;
+//  5. seccomp;
+//  6. report "ready" on the status fd, and exec.
+//
+// argv: quro __quro_sandbox_init STATUS_FD LIMITS POLICY -- PROGRAM ARGS...
 const initArg = "__quro_sandbox_init"
+
+// initPolicy is the POLICY argument: what the init child applies.
+type initPolicy struct {
+	Landlock bool     `json:"landlock,omitempty"`
+	Seccomp  bool     `json:"seccomp,omitempty"`
+	Network  string   `json:"network,omitempty"`
+	RO       []string `json:"ro,omitempty"` // read and execute beneath these
+	ROFiles  []string `json:"ro_files,omitempty"`
+	RW       []string `json:"rw,omitempty"` // read, write, execute beneath these
+	ListDirs []string `json:"ls,omitempty"` // only list directories beneath these
+	WaitFD   int      `json:"wait_fd,omitempty"`
+	UID      int      `json:"uid,omitempty"` // switch to this uid and gid before the other layers
+}
+
+// readyByte is what the init child writes on the status fd just before it
+// execs; anything else is the reason it could not.
+const readyByte = 'R'
 
 // The hook runs in package initialisation so that every binary that links
 // the sandbox (quro itself and its test binaries) can serve as the init child.
@@ -36,7 +64,10 @@ func init() {
 
 // initMain returns only when it could not exec the program.
 func initMain(args []string) int {
-	if len(args) < 4 || args[2] != "--" {
+	// Every layer below acts on the calling thread (and Landlock and seccomp
+	// on all threads); the exec must come from the same thread.
+	runtime.LockOSThread()
+	if len(args) < 5 || args[3] != "--" {
 		fmt.Fprintln(os.Stderr, "quro sandbox init: bad arguments")
 		return 127
 	}
@@ -61,7 +92,21 @@ func initMain(args []string) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	prog := args[3:]
+	var pol initPolicy
+	if err := json.Unmarshal([]byte(args[2]), &pol); err != nil {
+		return fail("bad policy: %v", err)
+	}
+	if pol.WaitFD > 0 {
+		// The server moves this process into the run's cgroups, then writes
+		// one byte (or closes the pipe if it could not).
+		var b [1]byte
+		wait := os.NewFile(uintptr(pol.WaitFD), "wait")
+		if n, _ := wait.Read(b[:]); n != 1 {
+			return fail("the server did not let the run start")
+		}
+		wait.Close()
+	}
+	prog := args[4:]
 	path, err := lookPath(prog[0], os.Getenv("PATH"))
 	if err != nil {
 		return fail("%v", err)
@@ -69,8 +114,46 @@ func initMain(args []string) int {
 	if err := limits.apply(); err != nil {
 		return fail("%v", err)
 	}
+	if pol.UID > 0 {
+		if err := dropTo(pol.UID); err != nil {
+			return fail("%v", err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fail("no_new_privs: %v", err)
+	}
+	if pol.Landlock {
+		if err := applyLandlock(&pol); err != nil {
+			return fail("%v", err)
+		}
+	}
+	if pol.Seccomp {
+		if err := installSeccomp(); err != nil {
+			return fail("%v", err)
+		}
+	}
+	status.Write([]byte{readyByte})
 	err = syscall.Exec(path, prog, os.Environ())
-	return fail("exec %s: %v", path, err)
+	// Too late for a start error: say it the way a shell would.
+	fmt.Fprintf(os.Stderr, "quro sandbox: exec %s: %v\n", path, err)
+	if errors.Is(err, syscall.ENOENT) {
+		return 127
+	}
+	return 126
+}
+
+// dropTo makes uid the process's only identity (all threads).
+func dropTo(uid int) error {
+	if err := syscall.Setgroups(nil); err != nil {
+		return fmt.Errorf("setgroups: %w", err)
+	}
+	if err := syscall.Setresgid(uid, uid, uid); err != nil {
+		return fmt.Errorf("setresgid %d: %w", uid, err)
+	}
+	if err := syscall.Setresuid(uid, uid, uid); err != nil {
+		return fmt.Errorf("setresuid %d: %w", uid, err)
+	}
+	return nil
 }
 
 // closeFrom marks every descriptor >= fd close-on-exec.

@@ -16,6 +16,11 @@ type Limits struct {
 	OpenFiles    uint64 // RLIMIT_NOFILE
 	FileSize     uint64 // RLIMIT_FSIZE: largest file the process may write, in bytes
 	Processes    uint64 // RLIMIT_NPROC: counted per uid, so ignored for root (see doctor)
+
+	// Applied by the cgroup layer (not rlimits); zero leaves them unlimited.
+	Memory     uint64 // memory of the whole run in bytes, swap not allowed
+	Tasks      uint64 // processes and threads of the whole run (pids.max)
+	CPUPercent uint64 // CPU quota in percent of one CPU
 }
 
 // DefaultLimits are the limits used when a Spec leaves Limits zero.
@@ -25,7 +30,16 @@ func DefaultLimits() Limits {
 		AddressSpace: 8 << 30,
 		OpenFiles:    1024,
 		FileSize:     1 << 30,
+		Memory:       1 << 30,
+		Tasks:        512,
+		CPUPercent:   100,
 	}
+}
+
+// rlimits returns only the limits the init child applies.
+func (l Limits) rlimits() Limits {
+	return Limits{CPUSeconds: l.CPUSeconds, AddressSpace: l.AddressSpace, OpenFiles: l.OpenFiles,
+		FileSize: l.FileSize, Processes: l.Processes}
 }
 
 // rlimitOrder fixes the wire order of the limits passed to the init child.

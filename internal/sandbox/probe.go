@@ -6,12 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Feature is one isolation mechanism as found on this machine.
@@ -23,29 +21,34 @@ type Feature struct {
 	Detail string `json:"detail"`
 }
 
-// Probe inspects the machine for the isolation features Quro can use. It
-// runs small checks (a user-namespace clone, a bwrap --version) and takes
-// well under a second.
+// Probe reports the isolation layers (outermost first: found on this
+// machine, used for runs or not, and why) followed by the machine facts
+// behind them. Under IsolationFull a missing required layer means no run
+// starts; under IsolationMinimal the run goes ahead without it.
 func (s *Sandbox) Probe(ctx context.Context) []Feature {
-	uid := os.Geteuid()
-	nproc := Feature{Name: "rlimits", Available: true, Used: true,
-		Detail: "cpu, address space, open files, file size applied by the init child"}
-	if uid == 0 {
-		nproc.Detail += "; RLIMIT_NPROC does not bind root (processes are capped by cgroups/pid namespaces where used)"
+	feats := []Feature{{Name: "isolation", Available: true, Used: true, Detail: s.isolationDetail()}}
+	for _, f := range s.Layers() {
+		if !f.Available && s.isolation == IsolationFull && slices.Contains(s.layers.require, f.Name) {
+			f.Detail = "MISSING (runs refused): " + f.Detail
+		}
+		feats = append(feats, f)
 	}
-	return []Feature{
-		{Name: "process group", Available: true, Used: true,
+	return append(feats,
+		Feature{Name: "process group", Available: true, Used: true,
 			Detail: "own process group, parent-death signal, group killed on timeout and at run end"},
-		{Name: "environment", Available: true, Used: true,
+		Feature{Name: "environment", Available: true, Used: true,
 			Detail: "cleared; whitelist PATH HOME LANG TERM TMPDIR plus session variables"},
-		nproc,
 		probeUserNS(ctx, s.self),
-		probeBwrap(ctx),
-		probeLandlock(),
-		probeSeccomp(),
 		probeCgroup2(),
 		probeCgroup1Memory(),
+	)
+}
+
+func (s *Sandbox) isolationDetail() string {
+	if s.isolation == IsolationMinimal {
+		return "minimal: layers the machine lacks are skipped (opted in with --isolation=minimal)"
 	}
+	return "full: a run fails closed when a required layer (" + strings.Join(s.layers.require, ", ") + ") is missing"
 }
 
 func probeUserNS(ctx context.Context, self string) Feature {
@@ -67,51 +70,6 @@ func probeUserNS(ctx context.Context, self string) Feature {
 	}
 	f.Available = true
 	f.Detail = "unprivileged user, pid and mount namespaces can be created"
-	return f
-}
-
-func probeBwrap(ctx context.Context) Feature {
-	f := Feature{Name: "bubblewrap"}
-	path, err := exec.LookPath("bwrap")
-	if err != nil {
-		f.Detail = "bwrap not installed (Debian: apt-get install bubblewrap)"
-		return f
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, path, "--version").Output()
-	if err != nil {
-		f.Detail = path + ": " + err.Error()
-		return f
-	}
-	f.Available = true
-	f.Detail = path + " " + strings.TrimSpace(string(out))
-	return f
-}
-
-func probeLandlock() Feature {
-	f := Feature{Name: "landlock"}
-	abi, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
-	if errno != 0 {
-		f.Detail = "not available: " + errno.Error()
-		return f
-	}
-	f.Available = true
-	f.Detail = "ABI " + strconv.Itoa(int(abi))
-	return f
-}
-
-func probeSeccomp() Feature {
-	f := Feature{Name: "seccomp"}
-	if _, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err != nil {
-		f.Detail = "not available: " + err.Error()
-		return f
-	}
-	f.Available = true
-	f.Detail = "filter mode"
-	if b, err := os.ReadFile("/proc/sys/kernel/seccomp/actions_avail"); err == nil {
-		f.Detail += "; actions: " + strings.TrimSpace(string(b))
-	}
 	return f
 }
 

@@ -16,11 +16,15 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,8 +34,30 @@ import (
 // DefaultPath is the PATH user code sees unless Options say otherwise.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+// Isolation levels (Options.Isolation).
+const (
+	// IsolationFull requires every layer (see Layers); a run fails closed,
+	// with an error naming what is missing and how to get it, when the
+	// machine lacks one.
+	IsolationFull = "full"
+	// IsolationMinimal applies the layers the machine has and skips the
+	// others. It is the explicit opt-out of fail-closed.
+	IsolationMinimal = "minimal"
+)
+
+// Network policies (Spec.Network).
+const (
+	NetworkNone = "none" // no network at all, not even loopback to the server
+	NetworkFull = "full" // the host's network
+)
+
 // Options configure a Sandbox. The zero value is usable.
 type Options struct {
+	// Isolation is IsolationFull (the default) or IsolationMinimal.
+	Isolation string
+	// Require names the layers that must be present under full isolation;
+	// nil means all of Layers.
+	Require []string
 	// Path is the PATH inside the sandbox; default DefaultPath.
 	Path string
 	// Limits replace DefaultLimits for specs that leave Limits zero.
@@ -48,6 +74,8 @@ type Sandbox struct {
 	path       string
 	limits     Limits
 	drainGrace time.Duration
+	isolation  string
+	layers     *layerSet
 }
 
 // New returns a Sandbox. opts may be nil.
@@ -70,8 +98,25 @@ func New(opts *Options) (*Sandbox, error) {
 	if s.drainGrace <= 0 {
 		s.drainGrace = time.Second
 	}
+	switch o.Isolation {
+	case "", IsolationFull:
+		s.isolation = IsolationFull
+	case IsolationMinimal:
+		s.isolation = IsolationMinimal
+	default:
+		return nil, fmt.Errorf("sandbox: isolation %q: want %q or %q", o.Isolation, IsolationFull, IsolationMinimal)
+	}
+	s.layers = findLayers(o.Require)
 	return s, nil
 }
+
+// Isolation is the isolation level: IsolationFull or IsolationMinimal.
+func (s *Sandbox) Isolation() string { return s.isolation }
+
+// Boxed reports whether runs start inside a bubblewrap box: then a process
+// sees only the host paths its Spec names (Dir, TmpDir, Writable,
+// ReadOnly), fixed when it starts.
+func (s *Sandbox) Boxed() bool { return s.layers.ok(LayerNamespaces) }
 
 // Path is the PATH that user code sees.
 func (s *Sandbox) Path() string { return s.path }
@@ -89,12 +134,33 @@ type Spec struct {
 	Env    map[string]string // session variables, layered over the whitelist
 	Limits *Limits           // nil means the Sandbox's limits
 
+	// Network is the network policy: NetworkNone (also for "") or NetworkFull.
+	Network string
+	// Rootfs is the directory of a root filesystem (e.g. a debootstrapped
+	// Debian) whose userland the box shows, read-only, instead of the host's.
+	Rootfs string
+	// Writable are further host directories of the session bound read-write
+	// at the same path, besides Dir and TmpDir.
+	Writable []string
+	// ReadOnly are host files or directories the run may read and execute
+	// (not write), bound at the same path: an interpreter tree outside the
+	// host userland, the quro binary for a re-executed engine. Never the
+	// data directory as a whole.
+	ReadOnly []string
+	// UID is the unprivileged host uid the run gets when the server runs as
+	// root; 0 derives a stable one from Dir (see SessionUID). Dir, TmpDir
+	// and Writable are handed over to it.
+	UID int
+
 	Stdin          io.Reader // nil means /dev/null
 	Stdout, Stderr io.Writer // nil discards
 	ExtraFiles     []*os.File
 
 	// TTY makes Stdin (a terminal's slave side, an *os.File) the process's
-	// controlling terminal, in a session of its own.
+	// controlling terminal, in a session of its own. In the box, bubblewrap
+	// then keeps the session (no --new-session, which would drop the
+	// terminal); seccomp still denies TIOCSTI and TIOCLINUX, which is what
+	// --new-session guards against.
 	TTY bool
 }
 
@@ -108,6 +174,9 @@ type Exit struct {
 	// held the output open after the run ended; its later output was not read.
 	Abandoned bool
 	Duration  time.Duration
+	// OOMKilled is set when the run's memory limit killed one of its
+	// processes.
+	OOMKilled bool
 }
 
 // StartError is an engine-level failure: the sandbox could not start the
@@ -115,11 +184,14 @@ type Exit struct {
 type StartError struct {
 	Program string
 	Reason  string
+	Err     error // the cause, when there is a typed one (e.g. a *LayerError)
 }
 
 func (e *StartError) Error() string {
 	return fmt.Sprintf("cannot start %s: %s", e.Program, e.Reason)
 }
+
+func (e *StartError) Unwrap() error { return e.Err }
 
 // ErrInvalidSpec reports a Spec the caller should not have built.
 var ErrInvalidSpec = errors.New("sandbox: invalid spec")
@@ -136,6 +208,12 @@ type Process struct {
 	pumps   sync.WaitGroup
 	pumpErr error
 	errMu   sync.Mutex
+	cg      *runCgroup // the run's cgroups, or nil
+	boxed   bool       // started inside bubblewrap
+	tty     bool       // Spec.TTY
+
+	groupMu sync.Mutex
+	group   int // the inner process group, once found
 }
 
 // Env builds the environment a spec's process sees.
@@ -170,51 +248,213 @@ func (s *Sandbox) env(spec *Spec) ([]string, error) {
 	return env, nil
 }
 
-// Start starts spec under ctx. When ctx is done the whole process group is
-// killed. An error is either ErrInvalidSpec or a *StartError.
+// Start starts spec under ctx. When ctx is done the whole run is killed.
+// An error is either ErrInvalidSpec or a *StartError (which wraps a
+// *LayerError when full isolation refused to run without a layer).
+//
+// The layers wrap the user program in the order of Layers: the server picks
+// the run's uid and cgroup, bubblewrap builds the box, and the init child
+// inside it applies rlimits, Landlock and seccomp, then execs the program.
 func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 	if len(spec.Args) == 0 || spec.Args[0] == "" {
 		return nil, fmt.Errorf("%w: no program", ErrInvalidSpec)
 	}
-	if spec.Dir == "" {
-		return nil, fmt.Errorf("%w: no working directory", ErrInvalidSpec)
+	if spec.Dir == "" || !filepath.IsAbs(spec.Dir) {
+		return nil, fmt.Errorf("%w: the working directory must be an absolute path", ErrInvalidSpec)
+	}
+	network := spec.Network
+	switch network {
+	case "":
+		network = NetworkNone
+	case NetworkNone, NetworkFull:
+	default:
+		return nil, fmt.Errorf("%w: network policy %q: want %q or %q", ErrInvalidSpec, spec.Network, NetworkNone, NetworkFull)
 	}
 	env, err := s.env(spec)
 	if err != nil {
 		return nil, err
 	}
+	prog := spec.Args[0]
+	startErr := func(err error) error { return &StartError{Program: prog, Reason: err.Error(), Err: err} }
+	if err := s.layers.check(s.isolation); err != nil {
+		return nil, startErr(err)
+	}
 	limits := s.limits
 	if spec.Limits != nil {
 		limits = *spec.Limits
 	}
+	boxed := s.layers.ok(LayerNamespaces)
+	if spec.Rootfs != "" && !boxed {
+		return nil, startErr(errors.New("a rootfs needs the namespaces layer (bubblewrap)"))
+	}
+
+	// The session's own directories: the only writable host paths.
+	writable := []string{spec.Dir}
+	for _, d := range append([]string{spec.TmpDir}, spec.Writable...) {
+		if d != "" && filepath.IsAbs(d) && !slices.Contains(writable, d) && exists(d) {
+			writable = append(writable, d)
+		}
+	}
+	uid := 0
+	if s.layers.root {
+		uid = spec.UID
+		if uid <= 0 {
+			uid = SessionUID(spec.Dir)
+		}
+		if err := handOver(uid, writable...); err != nil {
+			return nil, startErr(err)
+		}
+	}
+
+	var readOnly []string
+	for _, p := range spec.ReadOnly {
+		if !filepath.IsAbs(p) {
+			return nil, fmt.Errorf("%w: read-only path %q is not absolute", ErrInvalidSpec, p)
+		}
+		if p = filepath.Clean(p); exists(p) && !slices.Contains(readOnly, p) {
+			readOnly = append(readOnly, p)
+		}
+	}
+
+	pol := initPolicy{
+		Landlock: s.layers.ok(LayerLandlock),
+		Seccomp:  s.layers.ok(LayerSeccomp),
+		Network:  network,
+		RW:       append(slices.Clone(writable), "/tmp", "/dev/shm"),
+	}
+	if boxed {
+		pol.ListDirs = []string{"/"}
+		pol.RO = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/opt", "/var", "/srv"}
+	} else {
+		// No box: Landlock alone keeps the host's secrets out of reach.
+		pol.RO = append([]string{"/usr", "/proc"}, hostLibDirs...)
+		pol.ROFiles = append(append(slices.Clone(etcFiles), pythonEtc()...), "/etc/passwd", "/etc/group", "/etc/resolv.conf")
+		if uid != 0 {
+			pol.UID = uid
+		}
+	}
+	for _, p := range readOnly {
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			pol.RO = append(pol.RO, p)
+		} else {
+			pol.ROFiles = append(pol.ROFiles, p)
+		}
+	}
 
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
-		return nil, &StartError{Program: spec.Args[0], Reason: err.Error()}
+		return nil, startErr(err)
 	}
 	defer statusR.Close()
-	statusFD := 3 + len(spec.ExtraFiles)
-
-	args := append([]string{s.self, initArg, fmt.Sprint(statusFD), limits.encode(), "--"}, spec.Args...)
-	cmd := exec.CommandContext(ctx, s.self)
-	cmd.Args = args
-	cmd.Env = env
-	cmd.Dir = spec.Dir
-	cmd.ExtraFiles = append(append([]*os.File(nil), spec.ExtraFiles...), statusW)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if spec.TTY {
-		// A new session is also a new process group (pgid = pid).
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Pdeathsig: syscall.SIGKILL}
-	}
-	cmd.Cancel = func() error { return killGroup(cmd) }
-	cmd.WaitDelay = s.drainGrace
-
-	p := &Process{Cmd: cmd, ctx: ctx, drain: s.drainGrace}
-	var childEnds []*os.File
-	closeAll := func() {
+	fds := &fdList{files: slices.Clone(spec.ExtraFiles)}
+	statusFD := fds.add(statusW)
+	childEnds := []*os.File{statusW} // closed in the parent once the child has started
+	closeChildEnds := func() {
 		for _, f := range childEnds {
 			f.Close()
 		}
+		childEnds = nil
+	}
+
+	var cg *runCgroup
+	if s.layers.ok(LayerCgroups) {
+		if cg, err = s.layers.cg.create(limits); err != nil {
+			closeChildEnds()
+			return nil, startErr(err)
+		}
+	}
+	fail := func(err error) (*Process, error) {
+		closeChildEnds()
+		if cg != nil {
+			cg.remove()
+		}
+		return nil, startErr(err)
+	}
+
+	// The go-ahead: the run may only start once it is in its cgroups (and,
+	// when the server is root, once the server has mapped its uid).
+	var goAhead, info *os.File
+	var box *bwrapBox
+	if boxed {
+		box = &bwrapBox{spec: spec, self: s.self, network: network, writable: writable, readOnly: readOnly,
+			tmpSize: 256 << 20, passwd: passwdFor(spec.homeDir())}
+		if cg != nil || uid != 0 {
+			ir, iw, err := os.Pipe()
+			if err != nil {
+				return fail(err)
+			}
+			br, bw, err := os.Pipe()
+			if err != nil {
+				ir.Close()
+				iw.Close()
+				return fail(err)
+			}
+			childEnds = append(childEnds, iw, br)
+			info, goAhead = ir, bw
+			box.infoFD = fds.add(iw)
+			if uid != 0 {
+				box.usernsBlockFD = fds.add(br)
+				box.capSetID = true
+				pol.UID = insideUID
+			} else {
+				box.blockFD = fds.add(br)
+			}
+		}
+	} else if cg != nil {
+		wr, ww, err := os.Pipe()
+		if err != nil {
+			return fail(err)
+		}
+		childEnds = append(childEnds, wr)
+		goAhead = ww
+		pol.WaitFD, _ = strconv.Atoi(fds.add(wr))
+	}
+	closeParentEnds := func() {
+		if info != nil {
+			info.Close()
+		}
+		if goAhead != nil {
+			goAhead.Close()
+		}
+	}
+	polJSON, err := json.Marshal(&pol)
+	if err != nil {
+		closeParentEnds()
+		return fail(err)
+	}
+	initArgs := []string{initArg, statusFD, limits.rlimits().encode(), string(polJSON), "--"}
+
+	cmd := exec.CommandContext(ctx, s.self)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if spec.TTY {
+		// A new session is also a new process group (pgid = pid); the
+		// terminal on fd 0 becomes its controlling terminal, and stays that
+		// of everything in the box.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Pdeathsig: syscall.SIGKILL}
+	}
+	if boxed {
+		bargs, opened, err := box.args(fds)
+		if err != nil {
+			closeParentEnds()
+			return fail(err)
+		}
+		childEnds = append(childEnds, opened...)
+		cmd.Path = s.layers.bwrap
+		cmd.Args = append(append(append([]string{"bwrap"}, bargs...), initPath), append(initArgs, spec.Args...)...)
+		cmd.Dir = "/"
+	} else {
+		cmd.Args = append(append([]string{s.self}, initArgs...), spec.Args...)
+		cmd.Dir = spec.Dir
+	}
+	cmd.Env = env
+	cmd.ExtraFiles = fds.files
+	cmd.Cancel = func() error { return killGroup(cmd) }
+	cmd.WaitDelay = s.drainGrace
+
+	p := &Process{Cmd: cmd, ctx: ctx, drain: s.drainGrace, cg: cg, boxed: boxed, tty: spec.TTY}
+	closeAll := func() {
+		closeChildEnds()
+		closeParentEnds()
 		for _, f := range p.readers {
 			f.Close()
 		}
@@ -230,8 +470,8 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 	default:
 		r, w, err := os.Pipe()
 		if err != nil {
-			statusW.Close()
-			return nil, &StartError{Program: spec.Args[0], Reason: err.Error()}
+			closeAll()
+			return fail(err)
 		}
 		childEnds = append(childEnds, r)
 		cmd.Stdin = r
@@ -250,9 +490,8 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 		default:
 			r, wr, err := os.Pipe()
 			if err != nil {
-				statusW.Close()
 				closeAll()
-				return nil, &StartError{Program: spec.Args[0], Reason: err.Error()}
+				return fail(err)
 			}
 			childEnds = append(childEnds, wr)
 			p.readers = append(p.readers, r)
@@ -263,13 +502,10 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 
 	p.start = time.Now()
 	err = cmd.Start()
-	statusW.Close()
-	for _, f := range childEnds {
-		f.Close()
-	}
+	closeChildEnds()
 	if err != nil {
 		closeAll()
-		return nil, &StartError{Program: spec.Args[0], Reason: err.Error()}
+		return fail(err)
 	}
 	for _, pump := range pumps {
 		p.pumps.Add(1)
@@ -282,14 +518,178 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 		}()
 	}
 
-	// The init child writes a reason to the status pipe if it cannot exec the
-	// user program; a successful exec closes the pipe (close-on-exec) empty.
-	msg, _ := io.ReadAll(statusR)
-	if len(msg) > 0 {
-		p.Wait()
-		return nil, &StartError{Program: spec.Args[0], Reason: string(msg)}
+	if goAhead != nil {
+		pid := cmd.Process.Pid
+		if info != nil {
+			// bubblewrap reports the host pid of the box's first process
+			// and waits on the block fd before it starts anything else.
+			var bi struct {
+				ChildPID int `json:"child-pid"`
+			}
+			err = json.NewDecoder(info).Decode(&bi)
+			pid = bi.ChildPID
+			if err == nil && pid <= 0 {
+				err = errors.New("no child-pid")
+			}
+			if err != nil {
+				err = fmt.Errorf("bubblewrap did not report its child: %v", err)
+			}
+		}
+		if err == nil && boxed && uid != 0 {
+			err = mapIDs(pid, uid)
+		}
+		if err == nil && cg != nil {
+			err = cg.join(pid)
+		}
+		if err == nil {
+			_, err = goAhead.Write([]byte{1})
+		}
+		closeParentEnds()
+		if err != nil {
+			p.Wait()
+			return nil, startErr(err)
+		}
 	}
-	return p, nil
+
+	// The init child writes readyByte just before it execs the program, or
+	// the reason it cannot. Nothing at all means the box itself failed.
+	var buf [4096]byte
+	n, _ := io.ReadAtLeast(statusR, buf[:], 1)
+	if n > 0 && buf[0] == readyByte {
+		return p, nil
+	}
+	rest, _ := io.ReadAll(statusR)
+	msg := string(append(buf[:n], rest...))
+	exit := p.Wait()
+	if msg == "" {
+		if p.ctx.Err() != nil {
+			msg = "canceled while the sandbox was starting"
+		} else {
+			msg = fmt.Sprintf("the sandbox could not be set up (exit status %d; its message, if any, is in stderr)", exit.Code)
+		}
+	}
+	return nil, &StartError{Program: prog, Reason: msg}
+}
+
+// mapIDs writes the user namespace maps of the box whose first process is
+// pid: the run's unprivileged host uid appears as insideUID, and root as
+// root, so that bubblewrap (running as the server, root) can still reach
+// the paths it binds while it builds the box. User code never gets uid 0
+// back: bubblewrap switches to insideUID and drops every capability, and
+// no_new_privs and seccomp stay on.
+func mapIDs(pid, uid int) error {
+	m := fmt.Sprintf("0 0 1\n%d %d 1\n", insideUID, uid)
+	for _, f := range []string{"uid_map", "gid_map"} {
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/%s", pid, f), []byte(m), 0); err != nil {
+			return fmt.Errorf("user namespace %s: %w", f, err)
+		}
+	}
+	return nil
+}
+
+// Boxed reports whether the process was started inside bubblewrap. Its
+// exit status then passes through bubblewrap, which reports it only if it
+// is not killed first.
+func (p *Process) Boxed() bool { return p.boxed }
+
+// Group is the process group of the user's program in host numbering: the
+// group to signal to reach the program and what it runs in the foreground
+// (an interrupt), and the pgrp that /proc shows for them. Without the box
+// it is the started process's own group. In the box it is the session that
+// bubblewrap's --new-session made inside: its leader is the first
+// descendant of bubblewrap that leads a session (the box's pid 1), and the
+// program and its children are in that group. Killing the run as a whole
+// is still killGroup on Cmd (bubblewrap's --die-with-parent and the pid
+// namespace take the rest). For TTY specs the terminal's session is the
+// started process's, so Group is Cmd.Process.Pid; the foreground job is
+// reached through the terminal (^C).
+//
+// Group returns 0 when the process is gone.
+func (p *Process) Group() int {
+	if p.Cmd.Process == nil {
+		return 0
+	}
+	pid := p.Cmd.Process.Pid
+	if !p.boxed || p.tty {
+		return pid
+	}
+	p.groupMu.Lock()
+	defer p.groupMu.Unlock()
+	if p.group == 0 {
+		p.group = innerSessionLeader(pid)
+	}
+	return p.group
+}
+
+// innerSessionLeader returns the first descendant of pid (breadth first)
+// that leads a session, or 0.
+func innerSessionLeader(pid int) int {
+	procs, err := readProcs()
+	if err != nil {
+		return 0
+	}
+	children := map[int][]int{}
+	for _, pr := range procs {
+		children[pr.ppid] = append(children[pr.ppid], pr.pid)
+	}
+	sid := map[int]int{}
+	for _, pr := range procs {
+		sid[pr.pid] = pr.sid
+	}
+	queue := slices.Clone(children[pid])
+	for len(queue) > 0 {
+		c := queue[0]
+		queue = queue[1:]
+		if sid[c] == c {
+			return c
+		}
+		queue = append(queue, children[c]...)
+	}
+	return 0
+}
+
+type procStat struct{ pid, ppid, pgrp, sid int }
+
+// readProcs reads pid, ppid, pgrp and session of every process from /proc
+// (there is no /proc/PID/task/TID/children on every kernel).
+func readProcs() ([]procStat, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []procStat
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp session ...: comm may hold spaces.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 4 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		pgrp, _ := strconv.Atoi(f[2])
+		sid, _ := strconv.Atoi(f[3])
+		out = append(out, procStat{pid: pid, ppid: ppid, pgrp: pgrp, sid: sid})
+	}
+	return out, nil
+}
+
+// homeDir is the spec's HOME.
+func (spec *Spec) homeDir() string {
+	if spec.Home != "" {
+		return spec.Home
+	}
+	return spec.Dir
 }
 
 func (p *Process) pump(w io.Writer, r *os.File) {
@@ -312,8 +712,16 @@ func (p *Process) pump(w io.Writer, r *os.File) {
 // ended.
 func (p *Process) Wait() Exit {
 	waitErr := p.Cmd.Wait()
-	// Nothing of a run outlives it: background jobs left in the group go too.
+	// Nothing of a run outlives it: background jobs left in the group go
+	// too, and everything left in its cgroup (the box's pid namespace died
+	// with bubblewrap already).
 	killGroup(p.Cmd)
+	oom := false
+	if p.cg != nil {
+		oom = p.cg.oomKilled()
+		p.cg.kill()
+		defer p.cg.remove()
+	}
 	if p.stdinW != nil {
 		p.stdinW.Close()
 	}
@@ -326,13 +734,17 @@ func (p *Process) Wait() Exit {
 		r.Close()
 	}
 
-	e := Exit{Duration: time.Since(p.start)}
+	e := Exit{Duration: time.Since(p.start), OOMKilled: oom}
 	if st := p.Cmd.ProcessState; st != nil {
 		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			e.Signal = ws.Signal()
 			e.Code = 128 + int(e.Signal)
 		} else {
 			e.Code = st.ExitCode()
+			// bubblewrap reports a program killed by signal N as 128+N.
+			if p.boxed && e.Code > 128 && e.Code <= 128+64 {
+				e.Signal = syscall.Signal(e.Code - 128)
+			}
 		}
 	} else if waitErr != nil {
 		e.Code = -1

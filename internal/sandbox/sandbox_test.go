@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -14,7 +16,6 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -180,81 +181,73 @@ func TestStdin(t *testing.T) {
 	}
 }
 
+// witness returns a pipe whose write end the run's processes inherit as fd
+// 3: the read end sees end-of-file exactly when every process that could
+// hold it is gone, which tests wait on instead of sleeping or polling pids.
+func witness(t *testing.T) (*os.File, func(*Spec)) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(); w.Close() })
+	return r, func(s *Spec) { s.ExtraFiles = []*os.File{w} }
+}
+
+// waitGone waits until every holder of the witness pipe has exited.
+func waitGone(t *testing.T, r *os.File, w *os.File) {
+	t.Helper()
+	if w != nil {
+		w.Close()
+	}
+	r.SetReadDeadline(time.Now().Add(20 * time.Second))
+	var b [1]byte
+	if _, err := r.Read(b[:]); !errors.Is(err, io.EOF) {
+		t.Fatalf("a process of the run outlived it (read: %v)", err)
+	}
+}
+
 func TestTimeoutKillsTheGroupAndKeepsPartialOutput(t *testing.T) {
 	sb := newSandbox(t)
 	ctx, cancel := context.WithTimeout(testCtx(t), 300*time.Millisecond)
 	defer cancel()
-	pidFile := t.TempDir() + "/pid"
-	out, _, exit := run(t, sb, ctx, "sleep 1000 & echo $! > "+pidFile+"; echo started; wait", nil)
+	r, mod := witness(t)
+	var w *os.File
+	out, _, exit := run(t, sb, ctx, "sleep 1000 & echo started; wait", func(s *Spec) { mod(s); w = s.ExtraFiles[0] })
 	if !exit.TimedOut || out != "started\n" {
 		t.Fatalf("exit %+v output %q", exit, out)
 	}
-	waitGone(t, pidFile)
+	waitGone(t, r, w)
 }
 
 func TestBackgroundJobDoesNotOutliveTheRun(t *testing.T) {
 	sb := newSandbox(t)
-	pidFile := t.TempDir() + "/pid"
-	_, _, exit := run(t, sb, testCtx(t), "sleep 1000 & echo $! > "+pidFile, nil)
+	r, mod := witness(t)
+	var w *os.File
+	_, _, exit := run(t, sb, testCtx(t), "sleep 1000 &", func(s *Spec) { mod(s); w = s.ExtraFiles[0] })
 	if exit.Code != 0 || exit.TimedOut {
 		t.Fatalf("exit %+v", exit)
 	}
-	waitGone(t, pidFile)
+	waitGone(t, r, w)
 }
 
-func TestEscapedProcessIsAbandonedNotWaitedFor(t *testing.T) {
+// A process that leaves the run's process group and session (setsid, nohup)
+// still dies with the run: the box's pid namespace ends with it, and its
+// cgroup is killed.
+func TestEscapedProcessDiesWithTheRun(t *testing.T) {
 	sb, err := New(&Options{DrainGrace: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pidFile := t.TempDir() + "/pid"
-	// setsid leaves the process group; the child keeps stdout open.
-	// The script waits until the child has left the group before it exits.
-	_, _, exit := run(t, sb, testCtx(t), "setsid sh -c 'echo $$ > "+pidFile+"; exec sleep 1000' & while [ ! -s "+pidFile+" ]; do :; done", nil)
-	b, _ := os.ReadFile(pidFile)
-	if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-		defer syscall.Kill(pid, syscall.SIGKILL)
+	r, mod := witness(t)
+	var w *os.File
+	// The script waits until the child has left its session before it exits.
+	_, _, exit := run(t, sb, testCtx(t), "setsid nohup sh -c 'echo $$ > escaped; exec sleep 1000' >/dev/null 2>&1 & while [ ! -s escaped ]; do :; done",
+		func(s *Spec) { mod(s); w = s.ExtraFiles[0] })
+	if exit.Code != 0 {
+		t.Fatalf("exit %+v", exit)
 	}
-	if !exit.Abandoned {
-		t.Errorf("exit %+v: want Abandoned", exit)
-	}
-}
-
-// waitGone waits (on a pidfd, not by sleeping) until the process whose pid
-// is in file has terminated.
-func waitGone(t *testing.T, file string) {
-	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fd, err := unix.PidfdOpen(pid, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return // already gone and reaped
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	for {
-		n, err := unix.Poll(fds, 10_000)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatalf("process %d outlived its run", pid)
-		}
-		return
-	}
+	waitGone(t, r, w)
 }
 
 // countingWriter counts bytes and keeps none: the sandbox must not buffer.
@@ -328,9 +321,35 @@ func TestProbeReportsEveryLayer(t *testing.T) {
 			t.Errorf("%s: no detail", f.Name)
 		}
 	}
-	for _, n := range []string{"rlimits", "user namespaces", "bubblewrap", "landlock", "seccomp", "cgroup v2"} {
+	for _, n := range append([]string{"isolation", "user namespaces", "cgroup v2"}, Layers...) {
 		if !names[n] {
 			t.Errorf("probe does not report %s", n)
+		}
+	}
+}
+
+// BenchmarkSandboxTrue and BenchmarkBareTrue run in one `go test -bench`
+// so that their ratio is the cost of every layer on this machine:
+//
+//	go test -run '^$' -bench 'True$' -benchtime 300x -count 5 ./internal/sandbox/
+func BenchmarkSandboxTrue(b *testing.B) {
+	sb, err := New(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	ctx := context.Background()
+	for b.Loop() {
+		if exit, err := sb.Run(ctx, &Spec{Args: []string{"/bin/true"}, Dir: dir}); err != nil || exit.Code != 0 {
+			b.Fatal(err, exit)
+		}
+	}
+}
+
+func BenchmarkBareTrue(b *testing.B) {
+	for b.Loop() {
+		if err := exec.Command("/bin/true").Run(); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

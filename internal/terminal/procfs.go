@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/quro-dev/quro/internal/sandbox"
 )
 
 // KillProcessesIn kills every process whose working directory or HOME lies
@@ -63,4 +65,14 @@ func inside(p, dir string) bool {
 	return p != "" && (p == dir || strings.HasPrefix(p, dir+"/"))
 }
 
-func killGroupOf(pid int) { syscall.Kill(-pid, syscall.SIGKILL) }
+// killProc kills a sandboxed process: the user's process group (inside
+// the box, when there is one) and the group of the process Quro started
+// (bubblewrap, whose death takes the box's pid namespace with it).
+func killProc(p *sandbox.Process) {
+	if g := p.Group(); g > 0 {
+		syscall.Kill(-g, syscall.SIGKILL)
+	}
+	if p.Cmd.Process != nil {
+		syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
+	}
+}

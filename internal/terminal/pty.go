@@ -247,7 +247,7 @@ func (p *PTY) Done() <-chan struct{} { return p.exited }
 func (p *PTY) Close() {
 	if p.proc.Cmd.Process != nil {
 		p.proc.Cmd.Process.Signal(os.Kill)
-		killGroupOf(p.proc.Cmd.Process.Pid)
+		killProc(p.proc)
 	}
 	<-p.exited
 }

@@ -61,12 +61,18 @@ func TestPTYRunsAShellAndKeepsAScreen(t *testing.T) {
 	if screen := p.Screen(); !strings.Contains(screen, "MARK42") || !strings.Contains(screen, "/tmp") {
 		t.Fatalf("screen:\n%s", screen)
 	}
-	// A terminal: tty answers, and the size is what was set.
+	// A terminal: tty answers, and the size is what was set. In the
+	// bubblewrap box the terminal shows as /dev/console (bubblewrap binds
+	// it there); on the host as /dev/pts/N. It is the controlling terminal
+	// with job control on: the shell leads the foreground group.
 	seen.Reset()
-	p.Write([]byte("tty; stty size\r"))
-	readUntil(t, v, &seen, "24 80")
-	if !strings.Contains(seen.String(), "/dev/pts/") {
-		t.Errorf("not a tty: %q", seen.String())
+	p.Write([]byte("tty; stty size; case $- in *m*) echo JOBS-$((6*7));; esac; ps -o tpgid= -p $$ | awk '$1>0{print \"FG-\" 6*7}'\r"))
+	readUntil(t, v, &seen, "FG-42")
+	if out := seen.String(); !strings.Contains(out, "/dev/pts/") && !strings.Contains(out, "/dev/console") || strings.Contains(out, "not a tty") {
+		t.Errorf("not a tty: %q", out)
+	}
+	if out := seen.String(); !strings.Contains(out, "24 80") || !strings.Contains(out, "JOBS-42") {
+		t.Errorf("size or job control: %q", out)
 	}
 	if err := p.Resize(100, 30); err != nil {
 		t.Fatal(err)

@@ -694,8 +694,10 @@ func (s *Shell) interrupt(r *run) {
 		return
 	}
 	r.interrupted = true
-	pgid := proc.Cmd.Process.Pid
-	syscall.Kill(-pgid, syscall.SIGINT)
+	// The shell's own group: inside the box, not bubblewrap's.
+	if pgid := proc.Group(); pgid > 0 {
+		syscall.Kill(-pgid, syscall.SIGINT)
+	}
 	select {
 	case <-r.status:
 		if !r.died {
@@ -706,7 +708,7 @@ func (s *Shell) interrupt(r *run) {
 	}
 	r.stage = "hard"
 	r.restarted = true
-	syscall.Kill(-pgid, syscall.SIGKILL)
+	killProc(proc)
 	<-exited
 	<-r.status
 }
@@ -720,7 +722,11 @@ func (s *Shell) waitingForInput() bool {
 	if proc == nil || ino == 0 {
 		return false
 	}
-	return blockedOnPipe(proc.Cmd.Process.Pid, ino)
+	pgid := proc.Group()
+	if pgid <= 0 {
+		return false
+	}
+	return blockedOnPipe(pgid, ino)
 }
 
 // Close kills the shell and everything it started.
@@ -735,7 +741,7 @@ func (s *Shell) stopLocked() {
 	if s.proc == nil {
 		return
 	}
-	syscall.Kill(-s.proc.Cmd.Process.Pid, syscall.SIGKILL)
+	killProc(s.proc)
 	s.cmdW.Close()
 	s.inW.Close()
 	if s.closed {

@@ -138,7 +138,7 @@ func (e *Embedded) prepare(ctx context.Context) (*workerConfig, error) {
 	e.mu.Lock()
 	e.spareDir = spare
 	e.mu.Unlock()
-	e.cfg = &workerConfig{python: inst.Python, workerDir: wdir, limits: e.opts.Limits, drain: e.opts.DrainGrace}
+	e.cfg = &workerConfig{python: inst.Python, root: inst.Dir, workerDir: wdir, limits: e.opts.Limits, drain: e.opts.DrainGrace}
 	return e.cfg, nil
 }
 

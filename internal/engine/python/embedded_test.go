@@ -327,8 +327,8 @@ func TestProcessesLeftRunningAreKilled(t *testing.T) {
 			if !hasNote(r, fmt.Sprintf("process %d", pid)) || !hasNote(r, "killed") {
 				t.Fatalf("notes %q", r.Notes)
 			}
-			if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-				t.Fatalf("process %d still exists: %v", pid, err)
+			if hostPid, ok := findProcess(pid, s.Workspace()); ok {
+				t.Fatalf("process %d (host pid %d) still exists", pid, hostPid)
 			}
 			if r = run(t, testEng, s, "print('next')"); r.out != "next\n" {
 				t.Fatalf("next run: %q %q", r.out, r.err)
@@ -452,8 +452,10 @@ func TestBadInput(t *testing.T) {
 		}
 	})
 	t.Run("large code", func(t *testing.T) {
+		// 3 MiB: far beyond a pipe's buffer. (10 MiB of statements take
+		// CPython some 1.3 GB to compile, more than the run's memory cgroup.)
 		var b strings.Builder
-		for i := 0; b.Len() < 10<<20; i++ {
+		for i := 0; b.Len() < 3<<20; i++ {
 			fmt.Fprintf(&b, "v%d = %d\n", i%1000, i)
 		}
 		b.WriteString("print(v7)")
@@ -474,7 +476,7 @@ func TestHugeOutputBoundedMemory(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	ctx := context.Background()
-	res, err := testEng.Run(ctx, &runcode.Request{Code: "import sys\nsys.stdout.write('x' * (1 << 30))\nprint('END')",
+	res, err := testEng.Run(ctx, &runcode.Request{Code: "import sys\nfor _ in range(1024):\n    sys.stdout.write('x' * (1 << 20))\nprint('END')",
 		Session: s, Timeout: 5 * time.Minute, Stdout: out, Stderr: io.Discard})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("%v %+v", err, res)
@@ -491,6 +493,9 @@ func TestHugeOutputBoundedMemory(t *testing.T) {
 }
 
 func TestSpareWorkerServesNewSession(t *testing.T) {
+	if testSB.Boxed() {
+		t.Skip("the sandbox boxes its runs: a boxed spare cannot be bound to a session's workspace, so there is none (see TestNoSpareWhenBoxed)")
+	}
 	e := NewEmbedded(testData, testSB, nil)
 	defer e.Close()
 	if err := e.Warm(context.Background()); err != nil {
@@ -579,3 +584,60 @@ func TestConcurrentSessions(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func TestNoSpareWhenBoxed(t *testing.T) {
+	if !testSB.Boxed() {
+		t.Skip("the sandbox does not box its runs here")
+	}
+	e := NewEmbedded(testData, testSB, nil)
+	defer e.Close()
+	if err := e.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	spare := e.spare
+	e.mu.Unlock()
+	if spare != nil {
+		t.Fatal("a spare worker was started in a box")
+	}
+	s := newSession(t)
+	r := run(t, e, s, "import os; print(os.getcwd())", 0)
+	if want := s.Workspace() + "\n"; r.out != want {
+		t.Fatalf("out %q, want %q", r.out, want)
+	}
+}
+
+// findProcess looks for the process that the code saw as pid: the same
+// host pid without a box; in a box, a process whose innermost pid is pid and
+// whose working directory is the session's workspace. It returns its host
+// pid.
+func findProcess(pid int, workspace string) (int, bool) {
+	if !testSB.Boxed() {
+		return pid, !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		hp, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(st), "\n") {
+			f, ok := strings.CutPrefix(line, "NSpid:")
+			if !ok {
+				continue
+			}
+			ns := strings.Fields(f)
+			if len(ns) < 2 || ns[len(ns)-1] != strconv.Itoa(pid) {
+				break
+			}
+			if cwd, _ := os.Readlink("/proc/" + e.Name() + "/cwd"); cwd == workspace {
+				return hp, true
+			}
+		}
+	}
+	return 0, false
+}

@@ -16,7 +16,8 @@ type EmbeddedOptions struct {
 	// KeyboardInterrupt of a timeout before the worker is killed (2 s).
 	InterruptGrace time.Duration
 	// NoSpare turns off the pre-warmed spare worker that spares a new
-	// session's first run the interpreter's start-up.
+	// session's first run the interpreter's start-up. It is always off
+	// when the sandbox boxes its runs (sandbox.Sandbox.Boxed).
 	NoSpare bool
 	// Limits for worker processes. Default: the sandbox's limits without
 	// the CPU-time limit, which for a resident process would count its whole
@@ -38,6 +39,13 @@ func (o *EmbeddedOptions) withDefaults(sb *sandbox.Sandbox) EmbeddedOptions {
 	var r EmbeddedOptions
 	if o != nil {
 		r = *o
+	}
+	if sb.Boxed() {
+		// A boxed worker sees only the directories it started with: a
+		// spare started in its own directory cannot be bound to a
+		// session's workspace later. Each session's worker starts in its
+		// box on its first run.
+		r.NoSpare = true
 	}
 	if r.IdleTimeout <= 0 {
 		r.IdleTimeout = 15 * time.Minute

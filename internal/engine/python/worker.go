@@ -72,6 +72,7 @@ type worker struct {
 // workerConfig is what startWorker needs from the engine.
 type workerConfig struct {
 	python    string
+	root      string // the interpreter's tree (the worker's code is inside)
 	workerDir string
 	limits    *sandbox.Limits
 	drain     time.Duration
@@ -112,6 +113,7 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 		TmpDir:     tmp,
 		Env:        env,
 		Limits:     cfg.limits,
+		ReadOnly:   []string{cfg.root}, // the interpreter tree, outside the host userland
 		Stdout:     outW,
 		Stderr:     errW,
 		ExtraFiles: []*os.File{reqR, repW}, // fd 3 and fd 4
@@ -221,6 +223,11 @@ func (w *worker) alive() bool {
 // kill ends the worker's whole process group.
 func (w *worker) kill() {
 	if w.alive() {
+		// The user's group in the box, then bubblewrap's (its death takes
+		// the box's pid namespace with it).
+		if g := w.proc.Group(); g > 0 {
+			syscall.Kill(-g, syscall.SIGKILL)
+		}
 		syscall.Kill(-w.pid, syscall.SIGKILL)
 	}
 }
@@ -300,7 +307,11 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 				sentInterrupt, interruptCause = true, ctx.Err()
 				// The whole group, as a terminal's ^C: a child process the
 				// code waits for stops too.
-				syscall.Kill(-w.pid, syscall.SIGINT)
+				// In the box that is the group inside it, never
+				// bubblewrap's own.
+				if g := w.proc.Group(); g > 0 {
+					syscall.Kill(-g, syscall.SIGINT)
+				}
 				t := time.NewTimer(o.grace)
 				defer t.Stop()
 				graceC = t.C
@@ -323,8 +334,22 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 	if reply == nil {
 		// The worker is gone: wait for it to be reaped, then for the output
 		// it left in the pipes (bounded: an escaped process may hold them).
-		w.kill()
-		<-w.done
+		// In a box, bubblewrap passes the worker's exit status on and the
+		// box's pid namespace ends with it: killing bubblewrap first would
+		// replace the status with its own SIGKILL. It gets the drain grace.
+		if w.proc.Boxed() {
+			t := time.NewTimer(w.drain)
+			select {
+			case <-w.done:
+			case <-t.C:
+				w.kill()
+				<-w.done
+			}
+			t.Stop()
+		} else {
+			w.kill()
+			<-w.done
+		}
 	}
 	detached := w.waitStreams(reply != nil)
 	if detached {

@@ -42,7 +42,9 @@ func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result
 		var b [8]byte
 		rand.Read(b[:])
 		script := filepath.Join(req.Session.TmpDir(), "run-"+hex.EncodeToString(b[:])+".sh")
-		if err := os.WriteFile(script, []byte(req.Code), 0o600); err != nil {
+		// Readable by the session's own uid, which runs it; the session's
+		// tmp directory itself is private to that uid (see sandbox.Start).
+		if err := os.WriteFile(script, []byte(req.Code), 0o644); err != nil {
 			return nil, fmt.Errorf("write script: %w", err)
 		}
 		defer os.Remove(script)

@@ -1,0 +1,245 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// The namespace layer: bubblewrap builds the box, then runs the init child
+// inside it. The box has new user, pid, mount, ipc, uts and cgroup
+// namespaces (and a new, empty network namespace under policy "none"), a
+// read-only view of /usr and the /lib and /bin directories, only the /etc
+// files a program needs, a fresh /proc, a minimal /dev, a size-limited
+// private /tmp, and the session's own directories (the workspace first) as
+// the only writable host paths, mounted at their host paths so that paths in
+// results stay valid for the session's code.
+
+// initPath is where the quro binary is bound inside the box.
+const initPath = "/run/quro-init"
+
+// insideUID is the uid (and gid) user code has inside the box; the user
+// namespace maps it to the run's unprivileged host uid.
+const insideUID = 1000
+
+// hostLibDirs are bound (or recreated as the same symlinks) from the host.
+var hostLibDirs = []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+
+// etcFiles is the whole of /etc that user code sees on the host userland:
+// dynamic linking, time zone, name service basics, TLS roots, Debian's
+// alternatives symlinks and Python's configuration. Never passwords,
+// shadow, ssh, sudoers or anything of the server's.
+var etcFiles = []string{
+	"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/timezone",
+	"/etc/nsswitch.conf", "/etc/hosts", "/etc/host.conf", "/etc/gai.conf", "/etc/protocols", "/etc/services",
+	"/etc/mime.types", "/etc/os-release", "/etc/debian_version", "/etc/alternatives",
+	"/etc/ssl", "/etc/ca-certificates", "/etc/ca-certificates.conf", "/etc/inputrc", "/etc/magic",
+	"/etc/bash.bashrc", "/etc/profile", "/etc/environment", "/etc/locale.alias",
+}
+
+// rootfsSkip are top-level entries of a rootfs that the box replaces or
+// leaves out.
+var rootfsSkip = map[string]bool{"proc": true, "sys": true, "dev": true, "tmp": true, "run": true,
+	"boot": true, "media": true, "mnt": true, "home": true, "root": true, "lost+found": true}
+
+// fdList numbers the files passed to a child: file i becomes fd 3+i.
+type fdList struct{ files []*os.File }
+
+func (l *fdList) add(f *os.File) string {
+	l.files = append(l.files, f)
+	return strconv.Itoa(2 + len(l.files))
+}
+
+// bwrapBox describes one box.
+type bwrapBox struct {
+	spec     *Spec
+	self     string
+	network  string
+	writable []string // host paths bound read-write at the same path
+	readOnly []string // host paths bound read-only at the same path
+	tmpSize  uint64
+	passwd   string
+	infoFD   string // --info-fd, "" for none
+	blockFD  string // --block-fd, "" for none
+	// usernsBlockFD is --userns-block-fd: set when the server (root) writes
+	// the box's uid and gid maps itself.
+	usernsBlockFD string
+	capSetID      bool
+}
+
+// args returns bubblewrap's arguments up to and including "--"; the files
+// it needs are added to fds, and also returned so the caller can close its
+// copies once the child has started.
+func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
+	var opened []*os.File
+	fail := func(err error) ([]string, []*os.File, error) {
+		for _, f := range opened {
+			f.Close()
+		}
+		return nil, nil, err
+	}
+	a := []string{
+		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+		"--uid", strconv.Itoa(insideUID), "--gid", strconv.Itoa(insideUID),
+		"--hostname", "quro",
+		"--die-with-parent",
+	}
+	if !b.spec.TTY {
+		// No TIOCSTI into a terminal the box was given. A TTY spec keeps
+		// its session (the terminal must stay the controlling one); seccomp
+		// denies TIOCSTI and TIOCLINUX there.
+		a = append(a, "--new-session")
+	}
+	if b.network != NetworkFull {
+		a = append(a, "--unshare-net")
+	}
+	if b.capSetID {
+		// The init child starts as the box's root only to switch to
+		// insideUID itself (see mapIDs); these two are all it keeps.
+		a = append(a, "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID")
+	}
+	if b.spec.Rootfs == "" {
+		a = append(a, "--perms", "0755", "--dir", "/etc", "--ro-bind", "/usr", "/usr")
+		for _, d := range hostLibDirs {
+			fi, err := os.Lstat(d)
+			switch {
+			case err != nil:
+			case fi.Mode()&os.ModeSymlink != 0:
+				target, err := os.Readlink(d)
+				if err != nil {
+					return fail(err)
+				}
+				a = append(a, "--symlink", target, d)
+			case fi.IsDir():
+				a = append(a, "--ro-bind", d, d)
+			}
+		}
+		for _, f := range etcFiles {
+			if _, err := os.Stat(f); err == nil {
+				a = append(a, "--ro-bind", f, f)
+			}
+		}
+		for _, f := range pythonEtc() {
+			a = append(a, "--ro-bind", f, f)
+		}
+	} else {
+		entries, err := os.ReadDir(b.spec.Rootfs)
+		if err != nil {
+			return fail(fmt.Errorf("rootfs: %w", err))
+		}
+		for _, e := range entries {
+			name := e.Name()
+			if rootfsSkip[name] {
+				continue
+			}
+			src := filepath.Join(b.spec.Rootfs, name)
+			if e.Type()&os.ModeSymlink != 0 {
+				target, err := os.Readlink(src)
+				if err != nil {
+					return fail(err)
+				}
+				a = append(a, "--symlink", target, "/"+name)
+				continue
+			}
+			if !e.IsDir() {
+				continue
+			}
+			a = append(a, "--ro-bind", src, "/"+name)
+		}
+	}
+	if b.network == NetworkFull {
+		for _, f := range []string{"/etc/resolv.conf", "/etc/hosts"} {
+			if _, err := os.Stat(f); err == nil && (b.spec.Rootfs == "" || exists(filepath.Join(b.spec.Rootfs, f))) {
+				a = append(a, "--ro-bind", f, f)
+			}
+		}
+	}
+	if b.passwd != "" {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return fail(err)
+		}
+		// A few hundred bytes: the pipe buffer holds them, nothing blocks.
+		_, err = w.WriteString(b.passwd)
+		w.Close()
+		opened = append(opened, r)
+		if err != nil {
+			return fail(err)
+		}
+		if b.spec.Rootfs == "" || exists(filepath.Join(b.spec.Rootfs, "etc/passwd")) {
+			a = append(a, "--perms", "0644", "--ro-bind-data", fds.add(r), "/etc/passwd")
+		}
+	}
+	size := strconv.FormatUint(b.tmpSize, 10)
+	a = append(a, "--proc", "/proc", "--dev", "/dev",
+		"--perms", "01777", "--size", size, "--tmpfs", "/tmp",
+		"--perms", "01777", "--size", size, "--tmpfs", "/dev/shm")
+	a = append(a, "--ro-bind", b.self, initPath)
+	// The directories leading to the session's paths exist in the box only
+	// as mount points: traversable, empty, read-only to user code.
+	made := map[string]bool{"/": true, "/tmp": true, "/dev": true, "/dev/shm": true, "/proc": true}
+	for _, w := range b.writable {
+		var anc []string
+		for d := filepath.Dir(w); !made[d]; d = filepath.Dir(d) {
+			anc = append(anc, d)
+			made[d] = true
+		}
+		for i := len(anc) - 1; i >= 0; i-- {
+			a = append(a, "--perms", "0755", "--dir", anc[i])
+		}
+		a = append(a, "--bind", w, w)
+	}
+	for _, r := range b.readOnly {
+		var anc []string
+		for d := filepath.Dir(r); !made[d]; d = filepath.Dir(d) {
+			anc = append(anc, d)
+			made[d] = true
+		}
+		for i := len(anc) - 1; i >= 0; i-- {
+			a = append(a, "--perms", "0755", "--dir", anc[i])
+		}
+		a = append(a, "--ro-bind", r, r)
+	}
+	a = append(a, "--chdir", b.spec.Dir)
+	if b.infoFD != "" {
+		a = append(a, "--info-fd", b.infoFD)
+	}
+	if b.blockFD != "" {
+		a = append(a, "--block-fd", b.blockFD)
+	}
+	if b.usernsBlockFD != "" {
+		a = append(a, "--userns-block-fd", b.usernsBlockFD)
+	}
+	return append(a, "--"), opened, nil
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+// pythonEtc lists /etc/python3* (Debian keeps sitecustomize there).
+func pythonEtc() []string {
+	m, _ := filepath.Glob("/etc/python3*")
+	return m
+}
+
+// passwdFor is the /etc/passwd the box sees: root, the user code's own
+// account and nobody, nothing of the host's accounts.
+func passwdFor(home string) string {
+	return "root:x:0:0:root:/root:/bin/sh\n" +
+		"quro:x:" + strconv.Itoa(insideUID) + ":" + strconv.Itoa(insideUID) + ":quro sandbox:" + home + ":/bin/sh\n" +
+		"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+}
+
+// lookBwrap finds bubblewrap.
+func lookBwrap() (string, error) {
+	for _, p := range []string{"/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"} {
+		if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", errors.New("bwrap not installed (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)")
+}

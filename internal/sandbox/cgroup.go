@@ -1,0 +1,312 @@
+package sandbox
+
+import (
+	"bufio"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// The cgroup layer puts every run in a cgroup of its own with a memory limit
+// (swap included, so a memory bomb cannot page the machine to death), a
+// process limit (a fork bomb stops at pids.max) and a CPU quota, and kills
+// the whole cgroup when the run ends.
+//
+// Each controller is taken from cgroup v2 when the server's own cgroup can
+// delegate it, else from a v1 hierarchy: real hosts range from pure v2 to
+// hybrid layouts where v2 is mounted without controllers and memory and
+// pids live in v1. The run cgroups are created beneath the server's own
+// cgroup in each hierarchy, under "quro/".
+
+// cgroupControllers are the controllers Quro uses, in the order they are
+// reported.
+var cgroupControllers = []string{"memory", "pids", "cpu"}
+
+type cgroups struct {
+	base   map[string]string // controller → directory that holds the run cgroups
+	v2     map[string]bool   // controller → base is in the unified hierarchy
+	detail string
+	seq    atomic.Uint64
+}
+
+// openCgroups finds a hierarchy for each controller and creates the "quro"
+// parent there. Controllers that cannot be used are left out; detail says
+// what was found.
+func openCgroups() *cgroups {
+	c := &cgroups{base: map[string]string{}, v2: map[string]bool{}}
+	own := ownCgroups()
+	var notes []string
+	if root := cgroup2Root(); root != "" {
+		if dir, ok := own[""]; ok {
+			got := setupV2(filepath.Join(root, dir))
+			for ctrl, base := range got {
+				c.base[ctrl], c.v2[ctrl] = base, true
+			}
+		}
+	}
+	for _, ctrl := range cgroupControllers {
+		if c.base[ctrl] != "" {
+			notes = append(notes, ctrl+" v2")
+			continue
+		}
+		mnt := v1Mount(ctrl)
+		dir, ok := own[ctrl]
+		if mnt == "" || !ok {
+			notes = append(notes, ctrl+" missing")
+			continue
+		}
+		base := filepath.Join(mnt, dir, "quro")
+		if err := os.Mkdir(base, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			notes = append(notes, fmt.Sprintf("%s v1 not writable (%v)", ctrl, errors.Unwrap(err)))
+			continue
+		}
+		c.base[ctrl] = base
+		notes = append(notes, ctrl+" v1")
+	}
+	c.detail = strings.Join(notes, ", ")
+	return c
+}
+
+// setupV2 makes dir/quro a cgroup whose children can use the controllers
+// dir delegates. It returns the usable controllers.
+func setupV2(dir string) map[string]string {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		return nil
+	}
+	avail := strings.Fields(string(b))
+	if len(avail) == 0 {
+		return nil
+	}
+	base := filepath.Join(dir, "quro")
+	if err := os.Mkdir(base, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	got := map[string]string{}
+	for _, ctrl := range cgroupControllers {
+		if !contains(avail, ctrl) {
+			continue
+		}
+		// Enabling a controller for children fails while dir itself holds
+		// processes (the "no internal processes" rule); then v1 is tried.
+		os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+"+ctrl), 0)
+		if os.WriteFile(filepath.Join(base, "cgroup.subtree_control"), []byte("+"+ctrl), 0) == nil {
+			got[ctrl] = base
+		}
+	}
+	return got
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// ownCgroups maps each v1 controller (and "" for v2) to the server's cgroup
+// path, from /proc/self/cgroup.
+func ownCgroups() map[string]string {
+	out := map[string]string{}
+	f, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[1] == "" {
+			out[""] = parts[2]
+			continue
+		}
+		for _, ctrl := range strings.Split(parts[1], ",") {
+			out[ctrl] = parts[2]
+		}
+	}
+	return out
+}
+
+func v1Mount(ctrl string) string {
+	for _, m := range mounts() {
+		if m.fstype == "cgroup" && contains(strings.Split(m.opts, ","), ctrl) {
+			return m.dir
+		}
+	}
+	return ""
+}
+
+// has reports whether every named controller is usable.
+func (c *cgroups) has(ctrls ...string) bool {
+	for _, ctrl := range ctrls {
+		if c.base[ctrl] == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// runCgroup is the cgroup (one directory per hierarchy) of one run.
+type runCgroup struct {
+	dirs []string // distinct directories, one per hierarchy used
+	v2   string   // the unified one, if any
+	mem  string   // the directory holding the memory controller
+	v2m  bool     // mem is in the unified hierarchy
+}
+
+// create makes the run's cgroups and writes the limits.
+func (c *cgroups) create(lim Limits) (*runCgroup, error) {
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	name := fmt.Sprintf("run-%d-%d-%x", os.Getpid(), c.seq.Add(1), rnd)
+	r := &runCgroup{}
+	made := map[string]bool{}
+	for _, ctrl := range cgroupControllers {
+		base := c.base[ctrl]
+		if base == "" {
+			continue
+		}
+		dir := filepath.Join(base, name)
+		if !made[dir] {
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				r.remove()
+				return nil, fmt.Errorf("cgroup %s: %w", ctrl, err)
+			}
+			made[dir] = true
+			r.dirs = append(r.dirs, dir)
+			if c.v2[ctrl] {
+				r.v2 = dir
+			}
+		}
+		if err := writeLimits(dir, ctrl, c.v2[ctrl], lim); err != nil {
+			r.remove()
+			return nil, err
+		}
+		if ctrl == "memory" {
+			r.mem, r.v2m = dir, c.v2[ctrl]
+		}
+	}
+	return r, nil
+}
+
+func writeLimits(dir, ctrl string, v2 bool, lim Limits) error {
+	w := func(file, val string) error {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(val), 0); err != nil {
+			return fmt.Errorf("cgroup %s: %w", file, err)
+		}
+		return nil
+	}
+	switch {
+	case ctrl == "memory" && lim.Memory > 0 && v2:
+		if err := w("memory.max", strconv.FormatUint(lim.Memory, 10)); err != nil {
+			return err
+		}
+		if _, err := os.Stat(filepath.Join(dir, "memory.swap.max")); err == nil {
+			return w("memory.swap.max", "0")
+		}
+	case ctrl == "memory" && lim.Memory > 0:
+		if err := w("memory.limit_in_bytes", strconv.FormatUint(lim.Memory, 10)); err != nil {
+			return err
+		}
+		// memory+swap equal to memory: no swap. Without swap accounting
+		// the file is missing; swappiness 0 is the next best thing.
+		if _, err := os.Stat(filepath.Join(dir, "memory.memsw.limit_in_bytes")); err == nil {
+			return w("memory.memsw.limit_in_bytes", strconv.FormatUint(lim.Memory, 10))
+		}
+		w("memory.swappiness", "0")
+	case ctrl == "pids" && lim.Tasks > 0:
+		return w("pids.max", strconv.FormatUint(lim.Tasks, 10))
+	case ctrl == "cpu" && lim.CPUPercent > 0 && v2:
+		return w("cpu.max", fmt.Sprintf("%d 100000", lim.CPUPercent*1000))
+	case ctrl == "cpu" && lim.CPUPercent > 0:
+		if err := w("cpu.cfs_period_us", "100000"); err != nil {
+			return err
+		}
+		return w("cpu.cfs_quota_us", strconv.FormatUint(lim.CPUPercent*1000, 10))
+	}
+	return nil
+}
+
+// join moves pid into every cgroup of the run.
+func (r *runCgroup) join(pid int) error {
+	for _, dir := range r.dirs {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("join cgroup %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// oomKilled reports whether the memory limit killed a process of the run.
+func (r *runCgroup) oomKilled() bool {
+	if r.mem == "" {
+		return false
+	}
+	if r.v2m {
+		b, _ := os.ReadFile(filepath.Join(r.mem, "memory.events"))
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == "oom_kill" && f[1] != "0" {
+				return true
+			}
+		}
+		return false
+	}
+	b, _ := os.ReadFile(filepath.Join(r.mem, "memory.oom_control"))
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "oom_kill" && f[1] != "0" {
+			return true
+		}
+	}
+	return false
+}
+
+// kill kills every process left in the run's cgroups: cgroup.kill where
+// the kernel has it, else SIGKILL to each listed process until none is left.
+func (r *runCgroup) kill() {
+	if r.v2 != "" {
+		if os.WriteFile(filepath.Join(r.v2, "cgroup.kill"), []byte("1"), 0) == nil {
+			return
+		}
+	}
+	for _, dir := range r.dirs {
+		for i := 0; i < 100; i++ {
+			b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+			pids := strings.Fields(string(b))
+			if err != nil || len(pids) == 0 {
+				break
+			}
+			for _, p := range pids {
+				if n, err := strconv.Atoi(p); err == nil {
+					syscall.Kill(n, syscall.SIGKILL)
+				}
+			}
+		}
+	}
+}
+
+// remove deletes the run's cgroups. A cgroup can only be removed once its
+// last process has been reaped, which the kernel finishes shortly after the
+// kill; remove retries for a bounded time and leaves it otherwise.
+func (r *runCgroup) remove() {
+	for _, dir := range r.dirs {
+		for i := 0; i < 200; i++ {
+			err := os.Remove(dir)
+			if err == nil || errors.Is(err, os.ErrNotExist) || !errors.Is(err, syscall.EBUSY) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
