@@ -305,13 +305,7 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 			case <-ctxDone:
 				ctxDone = nil
 				sentInterrupt, interruptCause = true, ctx.Err()
-				// The whole group, as a terminal's ^C: a child process the
-				// code waits for stops too.
-				// In the box that is the group inside it, never
-				// bubblewrap's own.
-				if g := w.proc.Group(); g > 0 {
-					syscall.Kill(-g, syscall.SIGINT)
-				}
+				w.interrupt()
 				t := time.NewTimer(o.grace)
 				defer t.Stop()
 				graceC = t.C
@@ -322,7 +316,7 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 				defer r.Stop()
 				resendC = r.C
 			case <-resendC:
-				syscall.Kill(-w.pid, syscall.SIGINT)
+				w.interrupt()
 			case <-graceC:
 				escalated = true
 				w.kill()
@@ -584,6 +578,15 @@ func (s *stream) emit(p []byte) {
 	}
 	s.pending = append(s.pending, p[:room]...)
 	s.dropped += int64(len(p) - room)
+}
+
+// interrupt sends SIGINT to the worker's whole group, as a terminal's ^C:
+// a child process the code waits for stops too. In the box that is the
+// group inside it, never bubblewrap's own.
+func (w *worker) interrupt() {
+	if g := w.proc.Group(); g > 0 {
+		syscall.Kill(-g, syscall.SIGINT)
+	}
 }
 
 // interruptRepeat is how often the SIGINT of a timeout is repeated while
