@@ -143,6 +143,27 @@ func TestTrailingExpression(t *testing.T) {
 	}
 }
 
+// The same source run again takes the worker's compiled-code cache: its
+// value, its traceback and the namespace must be as for a first run.
+func TestRepeatedCodeRunsAlike(t *testing.T) {
+	s := newSession(t)
+	run(t, testEng, s, "n = 0", 0)
+	for i := 1; i <= 3; i++ {
+		r := run(t, testEng, s, "n += 1\nn * 10", 0)
+		if want := fmt.Sprintf("%d\n", i*10); r.out != want {
+			t.Errorf("run %d: got %q, want %q (stderr %q)", i, r.out, want, r.err)
+		}
+		r = run(t, testEng, s, "x = 1\n1 / 0", 0)
+		if !strings.Contains(r.err, "line 2, in <module>") || !strings.Contains(r.err, "1 / 0") || r.ExitCode != 1 {
+			t.Errorf("run %d traceback:\n%s", i, r.err)
+		}
+	}
+	r := run(t, testEng, s, "sorted(k for k in globals() if 'quro' in k)", 0)
+	if r.out != "[]\n" {
+		t.Errorf("worker names leak into the namespace: %q", r.out)
+	}
+}
+
 func TestTracebackPointsAtUserCode(t *testing.T) {
 	s := newSession(t)
 	r := run(t, testEng, s, "def f():\n    return 1 / 0\n\nf()", 0)

@@ -6,13 +6,13 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -197,16 +197,39 @@ func (w *worker) readReplies(r *os.File) {
 	}
 }
 
-func (w *worker) send(v any) error {
+func (w *worker) send(v any) error { return w.sendPayload(v, nil) }
+
+// sendPayload sends v as a frame's JSON; a non-nil payload follows it
+// after a newline as raw bytes (JSON never holds a raw newline).
+func (w *worker) sendPayload(v any, payload []byte) error {
 	body, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, 4, 4+len(body))
-	binary.BigEndian.PutUint32(buf, uint32(len(body)))
+	n := len(body)
+	if payload != nil {
+		n += 1 + len(payload)
+	}
+	if n > math.MaxUint32 {
+		return errors.New("the request is too large for the worker protocol")
+	}
+	buf := make([]byte, 4, 4+n)
+	binary.BigEndian.PutUint32(buf, uint32(n))
 	buf = append(buf, body...)
+	if payload != nil {
+		buf = append(buf, '\n')
+		buf = append(buf, payload...)
+	}
 	_, err = w.req.Write(buf)
 	return err
+}
+
+// runMsg is a run request's JSON; the code follows as the payload.
+type runMsg struct {
+	Op    string `json:"op"`
+	ID    int    `json:"id"`
+	Token string `json:"token"`
+	Env   any    `json:"env,omitempty"` // a map[string]string, even empty, or nil: unchanged
 }
 
 func (w *worker) alive() bool {
@@ -270,16 +293,16 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 	if n := w.err.begin(req.Stderr, token); n > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("the first %s of stderr were written between runs (by a thread or process of an earlier run)", humanSize(n)))
 	}
-	msg := map[string]any{"op": "run", "id": w.runs, "token": string(token),
-		"code": base64.StdEncoding.EncodeToString([]byte(req.Code))}
+	msg := runMsg{Op: "run", ID: w.runs, Token: string(token)}
 	if w.env == nil || !maps.Equal(env, w.env) {
-		msg["env"] = nonNil(env)
+		// Sent even when empty: the worker then drops the old variables.
+		msg.Env = nonNil(env)
 		w.env = nonNil(maps.Clone(env))
 	}
 	var reply *frame
 	var sentInterrupt, escalated bool
 	var interruptCause error
-	if err := w.send(msg); err == nil {
+	if err := w.sendPayload(msg, []byte(req.Code)); err == nil {
 		ctxDone := ctx.Done()
 		var graceC, resendC <-chan time.Time
 	wait:

@@ -1,7 +1,8 @@
 """Quro's resident Python worker: one per session, driven by the Go side.
 
 Protocol: requests arrive on fd 3, replies leave on fd 4, each a frame of a
-4-byte big-endian length and a JSON object. Nothing user code prints can
+4-byte big-endian length and a JSON object. A request's JSON may be followed
+by a newline and a raw payload (a run's code, as bytes: no base64). Nothing user code prints can
 reach these pipes. fd 1 and fd 2 are pipes read by the Go side; at the end of
 a run the worker flushes every layer (Python streams, C stdio), writes the
 run's sync token to both, and only then sends the reply, so the Go side
@@ -10,7 +11,7 @@ knows where each stream's part of the run ends.
 Requests:
   {"op": "bind", "cwd": DIR, "env": {...}}   adopt a session's directory and
                                              variables (a pre-warmed spare)
-  {"op": "run", "id": N, "code": BASE64, "token": T, "env": {...}?}
+  {"op": "run", "id": N, "token": T, "env": {...}?} \n CODE-BYTES
 Replies:
   {"op": "hello", "pid": PID, "version": "3.14.6"}
   {"op": "bound"}
@@ -60,15 +61,28 @@ _main = None
 
 # ---- protocol ---------------------------------------------------------------
 
+_rbuf = b""
+
+
 def _read_exact(n):
-    chunks = []
-    while n > 0:
-        b = os.read(REQ_FD, min(n, 1 << 20))
+    """n bytes from the request pipe; reads ahead (a small frame arrives
+    with its header in one read)."""
+    global _rbuf
+    buf = _rbuf
+    if len(buf) >= n:
+        _rbuf = buf[n:]
+        return buf[:n]
+    chunks = [buf]
+    have = len(buf)
+    while have < n:
+        b = os.read(REQ_FD, max(n - have, 1 << 16))
         if not b:
             return None
         chunks.append(b)
-        n -= len(b)
-    return b"".join(chunks)
+        have += len(b)
+    buf = b"".join(chunks)
+    _rbuf = buf[n:]
+    return buf[:n]
 
 
 def _recv():
@@ -78,7 +92,12 @@ def _recv():
     body = _read_exact(int.from_bytes(head, "big"))
     if body is None:
         return None
-    return json.loads(body)
+    i = body.find(b"\n")
+    if i < 0:
+        return json.loads(body)
+    msg = json.loads(body[:i])
+    msg["payload"] = body[i + 1:]
+    return msg
 
 
 def _send(obj):
@@ -325,30 +344,61 @@ def _source_text(src):
         return src.decode("utf-8", "replace")
 
 
+# The value of a trailing expression is stored under this name by the
+# compiled code and taken out of the namespace right after the run.
+_LAST = "__quro_last_value__"
+_CO_COROUTINE = 0x80
+_FLAGS = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+
+# Compiled code of recent sources: an agent often runs the same code again
+# (a poll, a re-run after fixing a file). Keyed by the source bytes; the code
+# keeps the file name of the run that compiled it, whose source lines stay
+# in linecache, so its tracebacks stay right.
+_code_cache = {}
+_CODE_CACHE_MAX = 64
+_CODE_CACHE_SRC_MAX = 64 << 10
+
+
+def _compile(src, filename):
+    """Returns (code, has_last) for src: one code object whose trailing
+    expression, if any, assigns its value to _LAST."""
+    hit = _code_cache.get(src)
+    if hit is not None:
+        return hit
+    tree = compile(src, filename, "exec", _FLAGS, dont_inherit=True)
+    has_last = False
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        expr = tree.body[-1]
+        target = ast.Name(_LAST, ast.Store())
+        tree.body[-1] = ast.copy_location(ast.Assign([ast.copy_location(target, expr)], expr.value), expr)
+        ast.fix_missing_locations(tree.body[-1])
+        has_last = True
+    code = compile(tree, filename, "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    if len(src) <= _CODE_CACHE_SRC_MAX:
+        if len(_code_cache) >= _CODE_CACHE_MAX:
+            del _code_cache[next(iter(_code_cache))]
+        _code_cache[src] = (code, has_last)
+    return code, has_last
+
+
 def _execute(src, filename):
     """Compiles and runs src in the session namespace; the value of a
     trailing expression goes through sys.displayhook, as in a REPL."""
     global _running, _interrupted
-    flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-    tree = compile(src, filename, "exec", flags, dont_inherit=True)
-    last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Expression(tree.body.pop().value)
+    code, has_last = _compile(src, filename)
     ns = _main.__dict__
-    code = compile(tree, filename, "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    if has_last:
+        ns.pop(_LAST, None)
     _running = True
     if _pending:
         _interrupted = True
         raise KeyboardInterrupt
     r = eval(code, ns)
-    if r is not None and hasattr(r, "__await__"):
+    if code.co_flags & _CO_COROUTINE:
         r = _run_coroutine(r)
-    if last is not None:
-        code = compile(last, filename, "eval", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
-        value = eval(code, ns)
-        if code.co_flags & 0x80:  # CO_COROUTINE: a top-level await
-            value = _run_coroutine(value)
-        _running = False
+    _running = False
+    if has_last:
+        value = ns.pop(_LAST, None)
         if value is not None:
             _rich(value)
             sys.displayhook(value)
@@ -477,10 +527,11 @@ def _run(msg):
     _in_run = True
     if "env" in msg:
         _set_env(msg["env"] or {})
-    src = binascii.a2b_base64(msg["code"])
+    src = msg.get("payload", b"")
     filename = "<run %d>" % _counter
-    lines = _source_text(src).splitlines(True)
-    linecache.cache[filename] = (len(src), None, lines, filename)
+    if src not in _code_cache:
+        lines = _source_text(src).splitlines(True)
+        linecache.cache[filename] = (len(src), None, lines, filename)
     status, exit_code, notes = "ok", 0, []
     try:
         try:
