@@ -45,3 +45,7 @@ bench:
 
 clean:
 	rm -rf bin
+
+# Python round trips beside a Jupyter kernel and an interpreter spawn (see bench/README.md).
+bench-python:
+	$(GO) run ./bench/pyrt
