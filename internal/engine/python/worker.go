@@ -14,6 +14,7 @@ import (
 	"maps"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -224,6 +225,26 @@ func (w *worker) sendPayload(v any, payload []byte) error {
 	return err
 }
 
+// sendRun sends the compact form of a run request that leaves the
+// variables as they are: "R<id> <token>\n<code>" (the token has neither
+// spaces nor newlines).
+func (w *worker) sendRun(id int, token []byte, code string) error {
+	head := strconv.AppendInt([]byte("\x00\x00\x00\x00R"), int64(id), 10)
+	head = append(head, ' ')
+	head = append(head, token...)
+	head = append(head, '\n')
+	n := len(head) - 4 + len(code)
+	if n > math.MaxUint32 {
+		return errors.New("the request is too large for the worker protocol")
+	}
+	buf := make([]byte, 0, len(head)+len(code))
+	buf = append(buf, head...)
+	buf = append(buf, code...)
+	binary.BigEndian.PutUint32(buf, uint32(n))
+	_, err := w.req.Write(buf)
+	return err
+}
+
 // runMsg is a run request's JSON; the code follows as the payload.
 type runMsg struct {
 	Op    string `json:"op"`
@@ -302,7 +323,13 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 	var reply *frame
 	var sentInterrupt, escalated bool
 	var interruptCause error
-	if err := w.sendPayload(msg, []byte(req.Code)); err == nil {
+	var sendErr error
+	if msg.Env == nil {
+		sendErr = w.sendRun(msg.ID, token, req.Code)
+	} else {
+		sendErr = w.sendPayload(msg, []byte(req.Code))
+	}
+	if err := sendErr; err == nil {
 		ctxDone := ctx.Done()
 		var graceC, resendC <-chan time.Time
 	wait:
