@@ -14,6 +14,7 @@ import (
 	"maps"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,7 +106,15 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 	if spare {
 		preload = "True"
 	}
-	boot := fmt.Sprintf("import sys; sys.path.insert(0, %s); import %s as w; del sys.path[0]; w.main(%s)", dirJSON, workerModule, preload)
+	// The session's variables are in the environment already; the worker
+	// learns their names (a JSON list of strings is a Python literal), so the
+	// first run need not send them.
+	keys := slices.Sorted(maps.Keys(env))
+	if keys == nil {
+		keys = []string{}
+	}
+	keysJSON, _ := json.Marshal(keys)
+	boot := fmt.Sprintf("import sys; sys.path.insert(0, %s); import %s as w; del sys.path[0]; w.main(%s, %s)", dirJSON, workerModule, preload, keysJSON)
 	spec := &sandbox.Spec{
 		Args:       []string{cfg.python, "-I", "-u", "-X", "utf8", "-c", boot},
 		Dir:        dir,
@@ -133,6 +142,9 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 		done:    make(chan struct{}),
 		drain:   cfg.drain,
 		started: time.Now(),
+	}
+	if !spare {
+		w.env = nonNil(maps.Clone(env))
 	}
 	go w.out.read()
 	go w.err.read()

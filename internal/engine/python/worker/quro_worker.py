@@ -24,17 +24,19 @@ A timeout reaches the worker as SIGINT; the handler raises KeyboardInterrupt
 only while user code runs, so the worker's own bookkeeping is never cut.
 """
 
-import ast
+# Imports are few and cheap: a worker started for a session (no spare)
+# pays them before its first run. json, traceback, tempfile, asyncio and
+# ctypes proper are imported when needed; C modules stand in for ast,
+# signal and ctypes.
+import _ast
+import _ctypes
+import _signal
 import binascii
 import builtins
-import ctypes
 import io
-import json
 import linecache
 import os
-import signal
 import sys
-import types
 
 REQ_FD = 3
 REP_FD = 4
@@ -59,6 +61,15 @@ _children_fd = -1
 _orig_stdin = None
 _orig_input = builtins.input
 _main = None
+_json_mod = None
+
+
+def _json():
+    global _json_mod
+    if _json_mod is None:
+        import json
+        _json_mod = json
+    return _json_mod
 
 
 # ---- protocol ---------------------------------------------------------------
@@ -96,11 +107,11 @@ def _recv():
         return None
     i = body.find(b"\n")
     if i < 0:
-        return json.loads(body)
+        return _json().loads(body)
     if body[:1] == b"R":
         rid, _, token = body[1:i].partition(b" ")
         return {"op": "run", "id": int(rid), "token": token.decode(), "payload": body[i + 1:]}
-    msg = json.loads(body[:i])
+    msg = _json().loads(body[:i])
     msg["payload"] = body[i + 1:]
     return msg
 
@@ -110,8 +121,10 @@ def _send(obj):
         # The common reply, without the JSON encoder.
         body = b'{"op":"done","id":%d,"status":"%s","exit_code":%d}' % (
             obj["id"], obj["status"].encode(), obj["exit_code"])
+    elif obj.get("op") == "hello":
+        body = b'{"op":"hello","pid":%d,"version":"%s"}' % (obj["pid"], obj["version"].encode())
     else:
-        body = json.dumps(obj).encode()
+        body = _json().dumps(obj).encode()
     data = memoryview(len(body).to_bytes(4, "big") + body)
     while data:
         n = os.write(REP_FD, data)
@@ -163,6 +176,26 @@ def _input(prompt=""):
                    "(put the data in the code or in a workspace file)")
 
 
+class _Lib:
+    """The C library for _ctypes (what ctypes.CDLL(None) is, without
+    importing ctypes: ~10 ms at start-up)."""
+
+    def __init__(self):
+        self._handle = _ctypes.dlopen(None, os.RTLD_NOW)
+
+    def __getattr__(self, name):
+        class F(_ctypes.CFuncPtr):
+            _flags_ = _ctypes.FUNCFLAG_CDECL
+            _restype_ = None
+        f = F((name, self))
+        setattr(self, name, f)
+        return f
+
+
+class _Ptr(_ctypes._SimpleCData):
+    _type_ = "P"
+
+
 def _setup():
     global _libc, _saved_out, _saved_err, _orig_stdin, _main
     for fd in (REQ_FD, REP_FD):
@@ -182,24 +215,24 @@ def _setup():
         _task_fd = _children_fd = -1
     _orig_stdin = sys.stdin
     try:
-        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc = _Lib()
         # Orphans of user code become our children, so they can be found
         # and ended with the run instead of escaping to init.
         _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         # C stdio on a pipe is fully buffered: make printf() from C code
         # reach fd 1 in order with Python's own (unbuffered, -u) writes.
         for name in ("stdout", "stderr"):
-            _libc.setvbuf(ctypes.c_void_p.in_dll(_libc, name), None, 2, 0)  # _IONBF
-    except OSError:
+            _libc.setvbuf(_Ptr.in_dll(_libc, name), None, 2, 0)  # _IONBF
+    except (OSError, AttributeError, ValueError):
         _libc = None
-    signal.signal(signal.SIGINT, _on_sigint)
+    _signal.signal(_signal.SIGINT, _on_sigint)
     os.register_at_fork(after_in_child=_after_fork_in_child)
     os.environ.setdefault("MPLBACKEND", "Agg")
     sys.argv = [""]
     sys.path.insert(0, "")
     builtins.input = _input
     builtins.display = display
-    _main = types.ModuleType("__main__")
+    _main = type(sys)("__main__")
     _main.__dict__["__builtins__"] = builtins
     sys.modules["__main__"] = _main
     try:
@@ -264,7 +297,7 @@ def _rich(obj):
             else:
                 data = binascii.b2a_base64(bytes(data), newline=False).decode()
         elif kind == "json":
-            data = json.dumps(data)
+            data = _json().dumps(data)
         elif isinstance(data, bytes):
             data = data.decode("utf-8", "replace")
         _artifact(kind, mime, ext, str(data))
@@ -358,7 +391,7 @@ def _source_text(src):
 # compiled code and taken out of the namespace right after the run.
 _LAST = "__quro_last_value__"
 _CO_COROUTINE = 0x80
-_FLAGS = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+_FLAGS = _ast.PyCF_ONLY_AST | _ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 
 # Compiled code of recent sources: an agent often runs the same code again
 # (a poll, a re-run after fixing a file). Keyed by the source bytes; the code
@@ -377,13 +410,14 @@ def _compile(src, filename):
         return hit
     tree = compile(src, filename, "exec", _FLAGS, dont_inherit=True)
     has_last = False
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
+    if tree.body and isinstance(tree.body[-1], _ast.Expr):
         expr = tree.body[-1]
-        target = ast.Name(_LAST, ast.Store())
-        tree.body[-1] = ast.copy_location(ast.Assign([ast.copy_location(target, expr)], expr.value), expr)
-        ast.fix_missing_locations(tree.body[-1])
+        loc = {"lineno": expr.lineno, "col_offset": expr.col_offset,
+               "end_lineno": expr.end_lineno, "end_col_offset": expr.end_col_offset}
+        target = _ast.Name(id=_LAST, ctx=_ast.Store(), **loc)
+        tree.body[-1] = _ast.Assign(targets=[target], value=expr.value, **loc)
         has_last = True
-    code = compile(tree, filename, "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    code = compile(tree, filename, "exec", _ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
     if len(src) <= _CODE_CACHE_SRC_MAX:
         if len(_code_cache) >= _CODE_CACHE_MAX:
             del _code_cache[next(iter(_code_cache))]
@@ -474,7 +508,7 @@ def _end_children():
             if state is not None and state != "Z" and not any(k["pid"] == p for k in killed):
                 killed.append({"pid": p, "cmd": cmd})
             try:
-                os.kill(p, signal.SIGKILL)
+                os.kill(p, _signal.SIGKILL)
             except OSError:
                 pass
         for p in kids:
@@ -588,8 +622,12 @@ def _run(msg):
             "artifacts": arts, "killed": killed, "notes": notes}
 
 
-def main(preload=False):
+def main(preload=False, env_keys=()):
+    """preload: a spare (import what a traceback needs now). env_keys: the
+    names of the session's variables already in the environment."""
+    global _session_env_keys
     _setup()
+    _session_env_keys = set(env_keys)
     if preload:
         # A spare has time: import what a traceback needs (~40 ms in 3.14)
         # before it is handed to a session.
