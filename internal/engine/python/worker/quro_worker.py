@@ -633,6 +633,7 @@ def main(preload=False, env_keys=()):
         # before it is handed to a session.
         import traceback  # noqa: F401
         import tempfile  # noqa: F401
+        _json()  # the bind request is JSON
     _send({"op": "hello", "pid": _pid, "version": sys.version.split()[0]})
     while True:
         try:
