@@ -3,6 +3,7 @@
 package python
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	_ "embed"
@@ -59,8 +60,9 @@ type killedProc struct {
 type worker struct {
 	proc    *sandbox.Process
 	pid     int
-	req     *os.File // requests, our end
-	replies chan frame
+	req     *os.File      // requests, our end
+	rep     *os.File      // replies, our end: read by the goroutine that holds the worker
+	repBuf  *bufio.Reader // over rep: a reply's header and body in one read
 	out     *stream
 	err     *stream
 	done    chan struct{} // closed when the process has exited and been reaped
@@ -136,7 +138,8 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 		proc:    p,
 		pid:     p.Cmd.Process.Pid,
 		req:     reqW,
-		replies: make(chan frame, 4),
+		rep:     repR,
+		repBuf:  bufio.NewReaderSize(repR, 64<<10),
 		out:     newStream(outR),
 		err:     newStream(errR),
 		done:    make(chan struct{}),
@@ -148,27 +151,42 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 	}
 	go w.out.read()
 	go w.err.read()
-	go w.readReplies(repR)
 	go func() {
 		w.exit = p.Wait()
 		reqW.Close()
 		close(w.done)
+		// The reply pipe ends when the worker's end closes; a process that
+		// inherited it without close-on-exec (a C-level fork) may hold it
+		// open: a read still waiting after the drain grace is ended.
+		time.AfterFunc(w.drain, func() { repR.Close() })
 	}()
-	select {
-	case f, ok := <-w.replies:
-		if ok && f.Op == "hello" {
-			return w, nil
-		}
-		w.kill()
-		<-w.done
-		return nil, fmt.Errorf("the Python worker did not start: %s", w.startFailure(f.Error))
-	case <-w.done:
-		return nil, fmt.Errorf("the Python worker did not start: %s", w.startFailure(""))
-	case <-ctx.Done():
+	f, err := w.await(ctx)
+	switch {
+	case err == nil && f.Op == "hello":
+		return w, nil
+	case ctx.Err() != nil:
 		w.kill()
 		<-w.done
 		return nil, ctx.Err()
+	case err == nil:
+		w.kill()
+		return nil, fmt.Errorf("the Python worker did not start: %s", w.startFailure(f.Error))
+	default:
+		w.kill()
+		return nil, fmt.Errorf("the Python worker did not start: %s", w.startFailure(""))
 	}
+}
+
+// await reads the next reply, or gives up when ctx ends.
+func (w *worker) await(ctx context.Context) (frame, error) {
+	stop := context.AfterFunc(ctx, func() { w.rep.SetReadDeadline(time.Now()) })
+	f, err := w.readFrame()
+	if !stop() {
+		// ctx ended and a read deadline is (about to be) set: the caller
+		// gives the worker up.
+		return frame{}, ctx.Err()
+	}
+	return f, err
 }
 
 // startFailure describes why a worker died before its hello, with what it
@@ -186,28 +204,28 @@ func (w *worker) startFailure(msg string) string {
 	return b.String()
 }
 
-func (w *worker) readReplies(r *os.File) {
-	defer close(w.replies)
-	defer r.Close()
+// readFrame reads the next reply frame. An error means the worker is gone
+// (its end of the pipe closed, or the pipe was closed after its death) or
+// a deadline ended the wait.
+func (w *worker) readFrame() (frame, error) {
 	var head [4]byte
-	for {
-		if _, err := io.ReadFull(r, head[:]); err != nil {
-			return
-		}
-		n := binary.BigEndian.Uint32(head[:])
-		if n > maxFrame {
-			return
-		}
-		body := make([]byte, n)
-		if _, err := io.ReadFull(r, body); err != nil {
-			return
-		}
-		var f frame
-		if err := json.Unmarshal(body, &f); err != nil {
-			f = frame{Op: "error", Error: "bad frame from the worker: " + err.Error()}
-		}
-		w.replies <- f
+	if _, err := io.ReadFull(w.repBuf, head[:]); err != nil {
+		return frame{}, err
 	}
+	n := binary.BigEndian.Uint32(head[:])
+	if n > maxFrame {
+		w.rep.Close()
+		return frame{}, fmt.Errorf("reply frame of %d bytes", n)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(w.repBuf, body); err != nil {
+		return frame{}, err
+	}
+	var f frame
+	if err := json.Unmarshal(body, &f); err != nil {
+		f = frame{Op: "error", Error: "bad frame from the worker: " + err.Error()}
+	}
+	return f, nil
 }
 
 func (w *worker) send(v any) error { return w.sendPayload(v, nil) }
@@ -288,18 +306,17 @@ func (w *worker) bind(ctx context.Context, dir, home, tmp string, env map[string
 	if err := w.send(msg); err != nil {
 		return err
 	}
-	select {
-	case f, ok := <-w.replies:
-		if !ok || f.Op != "bound" {
-			return fmt.Errorf("the Python worker did not take the session (%s)", f.Error)
-		}
-		w.env = nonNil(maps.Clone(env))
-		return nil
-	case <-w.done:
-		return errors.New("the Python worker exited while taking the session")
-	case <-ctx.Done():
+	f, err := w.await(ctx)
+	switch {
+	case ctx.Err() != nil:
 		return ctx.Err()
+	case err != nil:
+		return errors.New("the Python worker exited while taking the session")
+	case f.Op != "bound":
+		return fmt.Errorf("the Python worker did not take the session (%s)", f.Error)
 	}
+	w.env = nonNil(maps.Clone(env))
+	return nil
 }
 
 func nonNil(m map[string]string) map[string]string {
@@ -333,8 +350,15 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 		w.env = nonNil(maps.Clone(env))
 	}
 	var reply *frame
-	var sentInterrupt, escalated bool
-	var interruptCause error
+	// Set by the interrupter (a goroutine that exists only once ctx ended)
+	// and read when the run is over, under mu.
+	var (
+		mu                       sync.Mutex
+		finished                 bool
+		sentInterrupt, escalated bool
+		interruptCause           error
+	)
+	over := make(chan struct{})
 	var sendErr error
 	if msg.Env == nil {
 		sendErr = w.sendRun(msg.ID, token, req.Code)
@@ -342,46 +366,62 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 		sendErr = w.sendPayload(msg, []byte(req.Code))
 	}
 	if err := sendErr; err == nil {
-		ctxDone := ctx.Done()
-		var graceC, resendC <-chan time.Time
-	wait:
+		stop := context.AfterFunc(ctx, func() {
+			mu.Lock()
+			if finished {
+				mu.Unlock()
+				return
+			}
+			sentInterrupt, interruptCause = true, ctx.Err()
+			// The whole group, as a terminal's ^C: a child process the
+			// code waits for stops too.
+			syscall.Kill(-w.pid, syscall.SIGINT)
+			mu.Unlock()
+			grace := time.NewTimer(o.grace)
+			defer grace.Stop()
+			// A SIGINT that lands before the worker has read the run
+			// request finds no run to interrupt and is dropped; repeat it
+			// (as a person presses ^C again) until the run ends.
+			resend := time.NewTicker(interruptRepeat)
+			defer resend.Stop()
+			for {
+				select {
+				case <-over:
+					return
+				case <-resend.C:
+					mu.Lock()
+					if !finished {
+						syscall.Kill(-w.pid, syscall.SIGINT)
+					}
+					mu.Unlock()
+				case <-grace.C:
+					mu.Lock()
+					if !finished {
+						escalated = true
+						w.kill() // the reply pipe ends with it
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+		// The reply is read here, not handed over by another goroutine.
 		for {
-			select {
-			case f, ok := <-w.replies:
-				if !ok {
-					break wait
-				}
-				if f.Op == "done" && f.ID == w.runs {
-					reply = &f
-					break wait
-				}
-			case <-w.done:
-				break wait
-			case <-ctxDone:
-				ctxDone = nil
-				sentInterrupt, interruptCause = true, ctx.Err()
-				// The whole group, as a terminal's ^C: a child process the
-				// code waits for stops too.
-				syscall.Kill(-w.pid, syscall.SIGINT)
-				t := time.NewTimer(o.grace)
-				defer t.Stop()
-				graceC = t.C
-				// A SIGINT that lands before the worker has read the run
-				// request finds no run to interrupt and is dropped; repeat
-				// it (as a person presses ^C again) until the run ends.
-				r := time.NewTicker(interruptRepeat)
-				defer r.Stop()
-				resendC = r.C
-			case <-resendC:
-				syscall.Kill(-w.pid, syscall.SIGINT)
-			case <-graceC:
-				escalated = true
-				w.kill()
-				<-w.done
-				break wait
+			f, err := w.readFrame()
+			if err != nil {
+				break
+			}
+			if f.Op == "done" && f.ID == w.runs {
+				reply = &f
+				break
 			}
 		}
+		stop()
 	}
+	mu.Lock()
+	finished = true
+	mu.Unlock()
+	close(over)
 	if reply == nil {
 		// The worker is gone: wait for it to be reaped, then for the output
 		// it left in the pipes (bounded: an escaped process may hold them).
