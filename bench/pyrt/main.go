@@ -11,9 +11,10 @@
 //	python3-ipykernel and python3-jupyter-client),
 //
 // (d) a spawn of the embedded interpreter: python3.14 -I -c 'print(1)',
-// (e) interrupt latency: cancel -> KeyboardInterrupt reply for Quro, and
+// (e) interrupt latency: for Quro, from cancelling a run's context (what a
 //
-//	interrupt_kernel -> execute_reply for Jupyter.
+//	timeout does; on the embedded engine, app.Python) to its
+//	KeyboardInterrupt reply; for Jupyter, interrupt_kernel -> execute_reply.
 //
 // It prints medians, p95 and ratios. See bench/README.md.
 package main
@@ -21,6 +22,7 @@ package main
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -96,9 +98,8 @@ func run() error {
 		return err
 	}
 
-	// Jupyter runs in its own process; start it first and let it run while
-	// nothing else is measured? No: the numbers would disturb each other on a
-	// small machine. Each path is measured in turn, in one invocation.
+	// Each path is measured in turn (not in parallel: on a small machine
+	// they would disturb each other), all in this one invocation.
 	var out []series
 
 	// (a) in-process controller.
@@ -197,8 +198,10 @@ func run() error {
 	jver := ""
 	if *jupyter != "" {
 		fmt.Fprintln(os.Stderr, "driving a Jupyter kernel ...")
-		_, self, _, _ := runtime.Caller(0)
-		helper := filepath.Join(filepath.Dir(self), "jupyter_helper.py")
+		helper := filepath.Join(data, "jupyter_helper.py")
+		if err := os.WriteFile(helper, jupyterHelper, 0o644); err != nil {
+			return err
+		}
 		cmd := exec.Command(*jupyter, helper, fmt.Sprint(*nWarm), fmt.Sprint(*nInt))
 		cmd.Env = append(os.Environ(), "PYDEVD_DISABLE_FILE_VALIDATION=1")
 		var stderr bytes.Buffer
@@ -305,6 +308,9 @@ func fmtD(d time.Duration) string {
 	}
 	return fmt.Sprintf("%.2f ms", micro(d)/1e3)
 }
+
+//go:embed jupyter_helper.py
+var jupyterHelper []byte
 
 type writerFunc func([]byte) (int, error)
 
