@@ -250,6 +250,20 @@ func TestSwallowedInterruptEscalates(t *testing.T) {
 	}
 }
 
+// The worker runs with -S and sets up what site would: the builtins exit,
+// quit, help, copyright, credits and license.
+func TestSiteBuiltins(t *testing.T) {
+	s := newSession(t)
+	r := run(t, testEng, s, "print([n for n in ('exit', 'quit', 'help', 'copyright', 'credits', 'license') if not hasattr(__builtins__, n)])\nrepr(exit)", 0)
+	if r.out != "[]\n'Use exit() or Ctrl-D (i.e. EOF) to exit'\n" {
+		t.Fatalf("out %q err %q", r.out, r.err)
+	}
+	r = run(t, testEng, s, "exit(5)", 0)
+	if r.ExitCode != 5 {
+		t.Fatalf("exit(5): %+v err %q", r.Result, r.err)
+	}
+}
+
 func TestSysExitKeepsWorker(t *testing.T) {
 	s := newSession(t)
 	run(t, testEng, s, "v = 9", 0)

@@ -118,7 +118,8 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 	keysJSON, _ := json.Marshal(keys)
 	boot := fmt.Sprintf("import sys; sys.path.insert(0, %s); import %s as w; del sys.path[0]; w.main(%s, %s)", dirJSON, workerModule, preload, keysJSON)
 	spec := &sandbox.Spec{
-		Args:       []string{cfg.python, "-I", "-u", "-X", "utf8", "-c", boot},
+		// -S: the worker does what site would (see _site), faster.
+		Args:       []string{cfg.python, "-I", "-S", "-u", "-X", "utf8", "-c", boot},
 		Dir:        dir,
 		Home:       home,
 		TmpDir:     tmp,

@@ -196,8 +196,35 @@ class _Ptr(_ctypes._SimpleCData):
     _type_ = "P"
 
 
+def _site():
+    """What the site module does for this interpreter, which runs with -S
+    (site's search for site-packages, sitecustomize and usercustomize costs
+    a few ms at start): the builtins exit, quit, help, copyright, credits
+    and license; and, if the tree has a site-packages directory (after a pip
+    install), site itself, as usual."""
+    import _sitebuiltins
+    eof = "Ctrl-D (i.e. EOF)"
+    builtins.quit = _sitebuiltins.Quitter("quit", eof)
+    builtins.exit = _sitebuiltins.Quitter("exit", eof)
+    builtins.help = _sitebuiltins._Helper()
+    builtins.copyright = _sitebuiltins._Printer("copyright", sys.copyright)
+    builtins.credits = _sitebuiltins._Printer(
+        "credits", "Thanks to CWI, CNRI, BeOpen, Zope Corporation, the Python Software Foundation,\n"
+        "and a cast of thousands for supporting Python development.  See www.python.org for more information.")
+    builtins.license = _sitebuiltins._Printer(
+        "license", "See https://www.python.org/psf/license/",
+        ["LICENSE.txt", "LICENSE"], [os.path.dirname(os.__file__), os.getcwd()])
+    lib = os.path.dirname(os.__file__)
+    if (os.path.isdir(os.path.join(lib, "site-packages"))
+            or os.path.exists(os.path.join(lib, "sitecustomize.py"))):
+        import site
+        site.main()
+
+
 def _setup():
     global _libc, _saved_out, _saved_err, _orig_stdin, _main
+    if sys.flags.no_site:
+        _site()
     for fd in (REQ_FD, REP_FD):
         os.set_inheritable(fd, False)
     # Duplicates of the Go-side output pipes, for the sync tokens and for
