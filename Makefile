@@ -50,3 +50,8 @@ bench:
 
 clean:
 	rm -rf bin
+
+# Python round trips beside a Jupyter kernel and an interpreter spawn (see bench/README.md).
+.PHONY: bench-python
+bench-python:
+	$(GO) run ./bench/pyrt

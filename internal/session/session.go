@@ -201,12 +201,22 @@ func (m *Manager) List(ctx context.Context) ([]*Session, error) {
 // Count returns the number of sessions.
 func (m *Manager) Count(ctx context.Context) (int, error) { return m.store.CountSessions(ctx) }
 
-// Touch records that s was used now and makes sure its directories exist.
+// touchEvery is how stale a session's recorded last use may get: a
+// session used again within it is not written to the database again (a
+// write per run would cost a warm run most of its time).
+const touchEvery = time.Second
+
+// Touch records that s was used now (to within touchEvery) and makes sure
+// its directories exist.
 func (m *Manager) Touch(ctx context.Context, s *Session) error {
 	if err := m.ensureDirs(s); err != nil {
 		return err
 	}
-	s.LastUsedAt = time.Now()
+	now := time.Now()
+	if d := now.Sub(s.LastUsedAt); d >= 0 && d < touchEvery {
+		return nil
+	}
+	s.LastUsedAt = now
 	err := m.store.TouchSession(ctx, s.ID, s.LastUsedAt)
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("%w: %s", ErrNotFound, s.ID)

@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -35,6 +36,29 @@ var ErrExists = errors.New("already exists")
 // Store is the embedded database.
 type Store struct {
 	db *sql.DB
+
+	stmtMu sync.Mutex
+	stmts  map[string]*sql.Stmt // prepared once: the queries of every run_code
+}
+
+// stmt returns q prepared (once per Store; database/sql re-prepares it on
+// each connection as needed). Preparing costs SQLite a parse that is most
+// of a small query's time.
+func (s *Store) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
+	if st := s.stmts[q]; st != nil {
+		return st, nil
+	}
+	st, err := s.db.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if s.stmts == nil {
+		s.stmts = map[string]*sql.Stmt{}
+	}
+	s.stmts[q] = st
+	return st, nil
 }
 
 // Open opens (creating if needed) the database at file and migrates it.
@@ -53,7 +77,15 @@ func Open(ctx context.Context, file string) (*Store, error) {
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.stmtMu.Lock()
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	s.stmts = nil
+	s.stmtMu.Unlock()
+	return s.db.Close()
+}
 
 // migrate applies every embedded migration newer than the file's
 // user_version, each in its own transaction together with the version bump.
@@ -167,7 +199,11 @@ func (s *Store) CreateSession(ctx context.Context, sess *Session) error {
 
 // SessionByID returns the session with id.
 func (s *Store) SessionByID(ctx context.Context, id string) (*Session, error) {
-	return scanSession(s.db.QueryRowContext(ctx, "SELECT "+sessionCols+" FROM sessions WHERE id = ?", id))
+	st, err := s.stmt(ctx, "SELECT "+sessionCols+" FROM sessions WHERE id = ?")
+	if err != nil {
+		return nil, err
+	}
+	return scanSession(st.QueryRowContext(ctx, id))
 }
 
 // SessionByName returns the session called name.
@@ -202,7 +238,11 @@ func (s *Store) CountSessions(ctx context.Context) (int, error) {
 
 // TouchSession records a use of the session.
 func (s *Store) TouchSession(ctx context.Context, id string, at time.Time) error {
-	res, err := s.db.ExecContext(ctx, "UPDATE sessions SET last_used_at = ? WHERE id = ?", at.UnixMilli(), id)
+	st, err := s.stmt(ctx, "UPDATE sessions SET last_used_at = ? WHERE id = ?")
+	if err != nil {
+		return err
+	}
+	res, err := st.ExecContext(ctx, at.UnixMilli(), id)
 	if err != nil {
 		return err
 	}
@@ -227,7 +267,11 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 // Setting returns a setting, or ErrNotFound.
 func (s *Store) Setting(ctx context.Context, key string) (string, error) {
 	var v string
-	err := s.db.QueryRowContext(ctx, "SELECT value FROM settings WHERE key = ?", key).Scan(&v)
+	st, err := s.stmt(ctx, "SELECT value FROM settings WHERE key = ?")
+	if err != nil {
+		return "", err
+	}
+	err = st.QueryRowContext(ctx, key).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", ErrNotFound
 	}

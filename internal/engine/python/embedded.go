@@ -154,8 +154,8 @@ func (e *Embedded) start(ctx context.Context, sess *session.Session) (*worker, e
 		e.mu.Unlock()
 		return startWorker(ctx, e.ctx, e.sb, *cfg, true, dir, dir, dir, nil)
 	}
-	// The variables are in the process environment, and the first run sends
-	// them again so that the worker knows which are the session's.
+	// The variables are in the process environment, and the worker is told
+	// their names.
 	return startWorker(ctx, e.ctx, e.sb, *cfg, false, sess.Workspace(), sess.Workspace(), sess.TmpDir(), sess.Env)
 }
 

@@ -143,6 +143,27 @@ func TestTrailingExpression(t *testing.T) {
 	}
 }
 
+// The same source run again takes the worker's compiled-code cache: its
+// value, its traceback and the namespace must be as for a first run.
+func TestRepeatedCodeRunsAlike(t *testing.T) {
+	s := newSession(t)
+	run(t, testEng, s, "n = 0", 0)
+	for i := 1; i <= 3; i++ {
+		r := run(t, testEng, s, "n += 1\nn * 10", 0)
+		if want := fmt.Sprintf("%d\n", i*10); r.out != want {
+			t.Errorf("run %d: got %q, want %q (stderr %q)", i, r.out, want, r.err)
+		}
+		r = run(t, testEng, s, "x = 1\n1 / 0", 0)
+		if !strings.Contains(r.err, "line 2, in <module>") || !strings.Contains(r.err, "1 / 0") || r.ExitCode != 1 {
+			t.Errorf("run %d traceback:\n%s", i, r.err)
+		}
+	}
+	r := run(t, testEng, s, "sorted(k for k in globals() if 'quro' in k)", 0)
+	if r.out != "[]\n" {
+		t.Errorf("worker names leak into the namespace: %q", r.out)
+	}
+}
+
 func TestTracebackPointsAtUserCode(t *testing.T) {
 	s := newSession(t)
 	r := run(t, testEng, s, "def f():\n    return 1 / 0\n\nf()", 0)
@@ -230,6 +251,20 @@ func TestSwallowedInterruptEscalates(t *testing.T) {
 	r = run(t, e, s, "print(2 + 2)\nx", 0)
 	if r.out != "4\n" || !strings.Contains(r.err, "NameError") {
 		t.Fatalf("the next run: out %q err %q", r.out, r.err)
+	}
+}
+
+// The worker runs with -S and sets up what site would: the builtins exit,
+// quit, help, copyright, credits and license.
+func TestSiteBuiltins(t *testing.T) {
+	s := newSession(t)
+	r := run(t, testEng, s, "print([n for n in ('exit', 'quit', 'help', 'copyright', 'credits', 'license') if not hasattr(__builtins__, n)])\nrepr(exit)", 0)
+	if r.out != "[]\n'Use exit() or Ctrl-D (i.e. EOF) to exit'\n" {
+		t.Fatalf("out %q err %q", r.out, r.err)
+	}
+	r = run(t, testEng, s, "exit(5)", 0)
+	if r.ExitCode != 5 {
+		t.Fatalf("exit(5): %+v err %q", r.Result, r.err)
 	}
 }
 

@@ -3,17 +3,20 @@
 package python
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	_ "embed"
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -57,8 +60,9 @@ type killedProc struct {
 type worker struct {
 	proc    *sandbox.Process
 	pid     int
-	req     *os.File // requests, our end
-	replies chan frame
+	req     *os.File      // requests, our end
+	rep     *os.File      // replies, our end: read by the goroutine that holds the worker
+	repBuf  *bufio.Reader // over rep: a reply's header and body in one read
 	out     *stream
 	err     *stream
 	done    chan struct{} // closed when the process has exited and been reaped
@@ -105,9 +109,18 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 	if spare {
 		preload = "True"
 	}
-	boot := fmt.Sprintf("import sys; sys.path.insert(0, %s); import %s as w; del sys.path[0]; w.main(%s)", dirJSON, workerModule, preload)
+	// The session's variables are in the environment already; the worker
+	// learns their names (a JSON list of strings is a Python literal), so the
+	// first run need not send them.
+	keys := slices.Sorted(maps.Keys(env))
+	if keys == nil {
+		keys = []string{}
+	}
+	keysJSON, _ := json.Marshal(keys)
+	boot := fmt.Sprintf("import sys; sys.path.insert(0, %s); import %s as w; del sys.path[0]; w.main(%s, %s)", dirJSON, workerModule, preload, keysJSON)
 	spec := &sandbox.Spec{
-		Args:       []string{cfg.python, "-I", "-u", "-X", "utf8", "-c", boot},
+		// -S: the worker does what site would (see _site), faster.
+		Args:       []string{cfg.python, "-I", "-S", "-u", "-X", "utf8", "-c", boot},
 		Dir:        dir,
 		Home:       home,
 		TmpDir:     tmp,
@@ -128,36 +141,55 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 		proc:    p,
 		pid:     p.Cmd.Process.Pid,
 		req:     reqW,
-		replies: make(chan frame, 4),
+		rep:     repR,
+		repBuf:  bufio.NewReaderSize(repR, 64<<10),
 		out:     newStream(outR),
 		err:     newStream(errR),
 		done:    make(chan struct{}),
 		drain:   cfg.drain,
 		started: time.Now(),
 	}
+	if !spare {
+		w.env = nonNil(maps.Clone(env))
+	}
 	go w.out.read()
 	go w.err.read()
-	go w.readReplies(repR)
 	go func() {
 		w.exit = p.Wait()
 		reqW.Close()
 		close(w.done)
+		// The reply pipe ends when the worker's end closes; a process that
+		// inherited it without close-on-exec (a C-level fork) may hold it
+		// open: a read still waiting after the drain grace is ended.
+		time.AfterFunc(w.drain, func() { repR.Close() })
 	}()
-	select {
-	case f, ok := <-w.replies:
-		if ok && f.Op == "hello" {
-			return w, nil
-		}
-		w.kill()
-		<-w.done
-		return nil, fmt.Errorf("the Python worker did not start: %s", w.startFailure(f.Error))
-	case <-w.done:
-		return nil, fmt.Errorf("the Python worker did not start: %s", w.startFailure(""))
-	case <-ctx.Done():
+	f, err := w.await(ctx)
+	switch {
+	case err == nil && f.Op == "hello":
+		return w, nil
+	case ctx.Err() != nil:
 		w.kill()
 		<-w.done
 		return nil, ctx.Err()
+	case err == nil:
+		w.kill()
+		return nil, fmt.Errorf("the Python worker did not start: %s", w.startFailure(f.Error))
+	default:
+		w.kill()
+		return nil, fmt.Errorf("the Python worker did not start: %s", w.startFailure(""))
 	}
+}
+
+// await reads the next reply, or gives up when ctx ends.
+func (w *worker) await(ctx context.Context) (frame, error) {
+	stop := context.AfterFunc(ctx, func() { w.rep.SetReadDeadline(time.Now()) })
+	f, err := w.readFrame()
+	if !stop() {
+		// ctx ended and a read deadline is (about to be) set: the caller
+		// gives the worker up.
+		return frame{}, ctx.Err()
+	}
+	return f, err
 }
 
 // startFailure describes why a worker died before its hello, with what it
@@ -175,40 +207,83 @@ func (w *worker) startFailure(msg string) string {
 	return b.String()
 }
 
-func (w *worker) readReplies(r *os.File) {
-	defer close(w.replies)
-	defer r.Close()
+// readFrame reads the next reply frame. An error means the worker is gone
+// (its end of the pipe closed, or the pipe was closed after its death) or
+// a deadline ended the wait.
+func (w *worker) readFrame() (frame, error) {
 	var head [4]byte
-	for {
-		if _, err := io.ReadFull(r, head[:]); err != nil {
-			return
-		}
-		n := binary.BigEndian.Uint32(head[:])
-		if n > maxFrame {
-			return
-		}
-		body := make([]byte, n)
-		if _, err := io.ReadFull(r, body); err != nil {
-			return
-		}
-		var f frame
-		if err := json.Unmarshal(body, &f); err != nil {
-			f = frame{Op: "error", Error: "bad frame from the worker: " + err.Error()}
-		}
-		w.replies <- f
+	if _, err := io.ReadFull(w.repBuf, head[:]); err != nil {
+		return frame{}, err
 	}
+	n := binary.BigEndian.Uint32(head[:])
+	if n > maxFrame {
+		w.rep.Close()
+		return frame{}, fmt.Errorf("reply frame of %d bytes", n)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(w.repBuf, body); err != nil {
+		return frame{}, err
+	}
+	var f frame
+	if err := json.Unmarshal(body, &f); err != nil {
+		f = frame{Op: "error", Error: "bad frame from the worker: " + err.Error()}
+	}
+	return f, nil
 }
 
-func (w *worker) send(v any) error {
+func (w *worker) send(v any) error { return w.sendPayload(v, nil) }
+
+// sendPayload sends v as a frame's JSON; a non-nil payload follows it
+// after a newline as raw bytes (JSON never holds a raw newline).
+func (w *worker) sendPayload(v any, payload []byte) error {
 	body, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, 4, 4+len(body))
-	binary.BigEndian.PutUint32(buf, uint32(len(body)))
+	n := len(body)
+	if payload != nil {
+		n += 1 + len(payload)
+	}
+	if n > math.MaxUint32 {
+		return errors.New("the request is too large for the worker protocol")
+	}
+	buf := make([]byte, 4, 4+n)
+	binary.BigEndian.PutUint32(buf, uint32(n))
 	buf = append(buf, body...)
+	if payload != nil {
+		buf = append(buf, '\n')
+		buf = append(buf, payload...)
+	}
 	_, err = w.req.Write(buf)
 	return err
+}
+
+// sendRun sends the compact form of a run request that leaves the
+// variables as they are: "R<id> <token>\n<code>" (the token has neither
+// spaces nor newlines).
+func (w *worker) sendRun(id int, token []byte, code string) error {
+	head := strconv.AppendInt([]byte("\x00\x00\x00\x00R"), int64(id), 10)
+	head = append(head, ' ')
+	head = append(head, token...)
+	head = append(head, '\n')
+	n := len(head) - 4 + len(code)
+	if n > math.MaxUint32 {
+		return errors.New("the request is too large for the worker protocol")
+	}
+	buf := make([]byte, 0, len(head)+len(code))
+	buf = append(buf, head...)
+	buf = append(buf, code...)
+	binary.BigEndian.PutUint32(buf, uint32(n))
+	_, err := w.req.Write(buf)
+	return err
+}
+
+// runMsg is a run request's JSON; the code follows as the payload.
+type runMsg struct {
+	Op    string `json:"op"`
+	ID    int    `json:"id"`
+	Token string `json:"token"`
+	Env   any    `json:"env,omitempty"` // a map[string]string, even empty, or nil: unchanged
 }
 
 func (w *worker) alive() bool {
@@ -239,18 +314,17 @@ func (w *worker) bind(ctx context.Context, dir, home, tmp string, env map[string
 	if err := w.send(msg); err != nil {
 		return err
 	}
-	select {
-	case f, ok := <-w.replies:
-		if !ok || f.Op != "bound" {
-			return fmt.Errorf("the Python worker did not take the session (%s)", f.Error)
-		}
-		w.env = nonNil(maps.Clone(env))
-		return nil
-	case <-w.done:
-		return errors.New("the Python worker exited while taking the session")
-	case <-ctx.Done():
+	f, err := w.await(ctx)
+	switch {
+	case ctx.Err() != nil:
 		return ctx.Err()
+	case err != nil:
+		return errors.New("the Python worker exited while taking the session")
+	case f.Op != "bound":
+		return fmt.Errorf("the Python worker did not take the session (%s)", f.Error)
 	}
+	w.env = nonNil(maps.Clone(env))
+	return nil
 }
 
 func nonNil(m map[string]string) map[string]string {
@@ -277,54 +351,83 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 	if n := w.err.begin(req.Stderr, token); n > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("the first %s of stderr were written between runs (by a thread or process of an earlier run)", humanSize(n)))
 	}
-	msg := map[string]any{"op": "run", "id": w.runs, "token": string(token),
-		"code": base64.StdEncoding.EncodeToString([]byte(req.Code))}
+	msg := runMsg{Op: "run", ID: w.runs, Token: string(token)}
 	if w.env == nil || !maps.Equal(env, w.env) {
-		msg["env"] = nonNil(env)
+		// Sent even when empty: the worker then drops the old variables.
+		msg.Env = nonNil(env)
 		w.env = nonNil(maps.Clone(env))
 	}
 	var reply *frame
-	var sentInterrupt, escalated bool
-	var interruptCause error
-	if err := w.send(msg); err == nil {
-		ctxDone := ctx.Done()
-		var graceC, resendC <-chan time.Time
-	wait:
+	// Set by the interrupter (a goroutine that exists only once ctx ended)
+	// and read when the run is over, under mu.
+	var (
+		mu                       sync.Mutex
+		finished                 bool
+		sentInterrupt, escalated bool
+		interruptCause           error
+	)
+	over := make(chan struct{})
+	var sendErr error
+	if msg.Env == nil {
+		sendErr = w.sendRun(msg.ID, token, req.Code)
+	} else {
+		sendErr = w.sendPayload(msg, []byte(req.Code))
+	}
+	if err := sendErr; err == nil {
+		stop := context.AfterFunc(ctx, func() {
+			mu.Lock()
+			if finished {
+				mu.Unlock()
+				return
+			}
+			sentInterrupt, interruptCause = true, ctx.Err()
+			w.interrupt()
+			mu.Unlock()
+			grace := time.NewTimer(o.grace)
+			defer grace.Stop()
+			// A SIGINT that lands before the worker has read the run
+			// request finds no run to interrupt and is dropped; repeat it
+			// (as a person presses ^C again) until the run ends.
+			resend := time.NewTicker(interruptRepeat)
+			defer resend.Stop()
+			for {
+				select {
+				case <-over:
+					return
+				case <-resend.C:
+					mu.Lock()
+					if !finished {
+						w.interrupt()
+					}
+					mu.Unlock()
+				case <-grace.C:
+					mu.Lock()
+					if !finished {
+						escalated = true
+						w.kill() // the reply pipe ends with it
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+		// The reply is read here, not handed over by another goroutine.
 		for {
-			select {
-			case f, ok := <-w.replies:
-				if !ok {
-					break wait
-				}
-				if f.Op == "done" && f.ID == w.runs {
-					reply = &f
-					break wait
-				}
-			case <-w.done:
-				break wait
-			case <-ctxDone:
-				ctxDone = nil
-				sentInterrupt, interruptCause = true, ctx.Err()
-				w.interrupt()
-				t := time.NewTimer(o.grace)
-				defer t.Stop()
-				graceC = t.C
-				// A SIGINT that lands before the worker has read the run
-				// request finds no run to interrupt and is dropped; repeat
-				// it (as a person presses ^C again) until the run ends.
-				r := time.NewTicker(interruptRepeat)
-				defer r.Stop()
-				resendC = r.C
-			case <-resendC:
-				w.interrupt()
-			case <-graceC:
-				escalated = true
-				w.kill()
-				<-w.done
-				break wait
+			f, err := w.readFrame()
+			if err != nil {
+				break
+			}
+			if f.Op == "done" && f.ID == w.runs {
+				reply = &f
+				break
 			}
 		}
+		stop()
 	}
+	mu.Lock()
+	finished = true
+	mu.Unlock()
+	close(over)
 	if reply == nil {
 		// The worker is gone: wait for it to be reaped, then for the output
 		// it left in the pipes (bounded: an escaped process may hold them).

@@ -1,7 +1,8 @@
 """Quro's resident Python worker: one per session, driven by the Go side.
 
 Protocol: requests arrive on fd 3, replies leave on fd 4, each a frame of a
-4-byte big-endian length and a JSON object. Nothing user code prints can
+4-byte big-endian length and a JSON object. A request's JSON may be followed
+by a newline and a raw payload (a run's code, as bytes: no base64). Nothing user code prints can
 reach these pipes. fd 1 and fd 2 are pipes read by the Go side; at the end of
 a run the worker flushes every layer (Python streams, C stdio), writes the
 run's sync token to both, and only then sends the reply, so the Go side
@@ -10,7 +11,9 @@ knows where each stream's part of the run ends.
 Requests:
   {"op": "bind", "cwd": DIR, "env": {...}}   adopt a session's directory and
                                              variables (a pre-warmed spare)
-  {"op": "run", "id": N, "code": BASE64, "token": T, "env": {...}?}
+  {"op": "run", "id": N, "token": T, "env": {...}?} \n CODE-BYTES
+  R<N> <T> \n CODE-BYTES                    a run that keeps the variables
+                                             (the common case, without JSON)
 Replies:
   {"op": "hello", "pid": PID, "version": "3.14.6"}
   {"op": "bound"}
@@ -21,17 +24,19 @@ A timeout reaches the worker as SIGINT; the handler raises KeyboardInterrupt
 only while user code runs, so the worker's own bookkeeping is never cut.
 """
 
-import ast
+# Imports are few and cheap: a worker started for a session (no spare)
+# pays them before its first run. json, traceback, tempfile, asyncio and
+# ctypes proper are imported when needed; C modules stand in for ast,
+# signal and ctypes.
+import _ast
+import _ctypes
+import _signal
 import binascii
 import builtins
-import ctypes
 import io
-import json
 import linecache
 import os
-import signal
 import sys
-import types
 
 REQ_FD = 3
 REP_FD = 4
@@ -51,24 +56,46 @@ _loop = None
 _saved_out = -1
 _saved_err = -1
 _saved_ids = {}
-_stat_fd = -1
+_task_fd = -1
 _children_fd = -1
 _orig_stdin = None
 _orig_input = builtins.input
 _main = None
+_json_mod = None
+
+
+def _json():
+    global _json_mod
+    if _json_mod is None:
+        import json
+        _json_mod = json
+    return _json_mod
 
 
 # ---- protocol ---------------------------------------------------------------
 
+_rbuf = b""
+
+
 def _read_exact(n):
-    chunks = []
-    while n > 0:
-        b = os.read(REQ_FD, min(n, 1 << 20))
+    """n bytes from the request pipe; reads ahead (a small frame arrives
+    with its header in one read)."""
+    global _rbuf
+    buf = _rbuf
+    if len(buf) >= n:
+        _rbuf = buf[n:]
+        return buf[:n]
+    chunks = [buf]
+    have = len(buf)
+    while have < n:
+        b = os.read(REQ_FD, max(n - have, 1 << 16))
         if not b:
             return None
         chunks.append(b)
-        n -= len(b)
-    return b"".join(chunks)
+        have += len(b)
+    buf = b"".join(chunks)
+    _rbuf = buf[n:]
+    return buf[:n]
 
 
 def _recv():
@@ -78,11 +105,26 @@ def _recv():
     body = _read_exact(int.from_bytes(head, "big"))
     if body is None:
         return None
-    return json.loads(body)
+    i = body.find(b"\n")
+    if i < 0:
+        return _json().loads(body)
+    if body[:1] == b"R":
+        rid, _, token = body[1:i].partition(b" ")
+        return {"op": "run", "id": int(rid), "token": token.decode(), "payload": body[i + 1:]}
+    msg = _json().loads(body[:i])
+    msg["payload"] = body[i + 1:]
+    return msg
 
 
 def _send(obj):
-    body = json.dumps(obj).encode()
+    if obj.get("op") == "done" and not (obj["artifacts"] or obj["killed"] or obj["notes"]):
+        # The common reply, without the JSON encoder.
+        body = b'{"op":"done","id":%d,"status":"%s","exit_code":%d}' % (
+            obj["id"], obj["status"].encode(), obj["exit_code"])
+    elif obj.get("op") == "hello":
+        body = b'{"op":"hello","pid":%d,"version":"%s"}' % (obj["pid"], obj["version"].encode())
+    else:
+        body = _json().dumps(obj).encode()
     data = memoryview(len(body).to_bytes(4, "big") + body)
     while data:
         n = os.write(REP_FD, data)
@@ -134,8 +176,55 @@ def _input(prompt=""):
                    "(put the data in the code or in a workspace file)")
 
 
+class _Lib:
+    """The C library for _ctypes (what ctypes.CDLL(None) is, without
+    importing ctypes: ~10 ms at start-up)."""
+
+    def __init__(self):
+        self._handle = _ctypes.dlopen(None, os.RTLD_NOW)
+
+    def __getattr__(self, name):
+        class F(_ctypes.CFuncPtr):
+            _flags_ = _ctypes.FUNCFLAG_CDECL
+            _restype_ = None
+        f = F((name, self))
+        setattr(self, name, f)
+        return f
+
+
+class _Ptr(_ctypes._SimpleCData):
+    _type_ = "P"
+
+
+def _site():
+    """What the site module does for this interpreter, which runs with -S
+    (site's search for site-packages, sitecustomize and usercustomize costs
+    a few ms at start): the builtins exit, quit, help, copyright, credits
+    and license; and, if the tree has a site-packages directory (after a pip
+    install), site itself, as usual."""
+    import _sitebuiltins
+    eof = "Ctrl-D (i.e. EOF)"
+    builtins.quit = _sitebuiltins.Quitter("quit", eof)
+    builtins.exit = _sitebuiltins.Quitter("exit", eof)
+    builtins.help = _sitebuiltins._Helper()
+    builtins.copyright = _sitebuiltins._Printer("copyright", sys.copyright)
+    builtins.credits = _sitebuiltins._Printer(
+        "credits", "Thanks to CWI, CNRI, BeOpen, Zope Corporation, the Python Software Foundation,\n"
+        "and a cast of thousands for supporting Python development.  See www.python.org for more information.")
+    builtins.license = _sitebuiltins._Printer(
+        "license", "See https://www.python.org/psf/license/",
+        ["LICENSE.txt", "LICENSE"], [os.path.dirname(os.__file__), os.getcwd()])
+    lib = os.path.dirname(os.__file__)
+    if (os.path.isdir(os.path.join(lib, "site-packages"))
+            or os.path.exists(os.path.join(lib, "sitecustomize.py"))):
+        import site
+        site.main()
+
+
 def _setup():
     global _libc, _saved_out, _saved_err, _orig_stdin, _main
+    if sys.flags.no_site:
+        _site()
     for fd in (REQ_FD, REP_FD):
         os.set_inheritable(fd, False)
     # Duplicates of the Go-side output pipes, for the sync tokens and for
@@ -145,32 +234,32 @@ def _setup():
     for fd, saved in ((1, _saved_out), (2, _saved_err)):
         st = os.fstat(saved)
         _saved_ids[fd] = (st.st_dev, st.st_ino)
-    global _stat_fd, _children_fd
+    global _task_fd, _children_fd
     try:
-        _stat_fd = os.open("/proc/self/stat", os.O_RDONLY)
+        _task_fd = os.open("/proc/self/task", os.O_RDONLY | os.O_DIRECTORY)
         _children_fd = os.open("/proc/self/task/%d/children" % _pid, os.O_RDONLY)
     except OSError:
-        _stat_fd = _children_fd = -1
+        _task_fd = _children_fd = -1
     _orig_stdin = sys.stdin
     try:
-        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc = _Lib()
         # Orphans of user code become our children, so they can be found
         # and ended with the run instead of escaping to init.
         _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         # C stdio on a pipe is fully buffered: make printf() from C code
         # reach fd 1 in order with Python's own (unbuffered, -u) writes.
         for name in ("stdout", "stderr"):
-            _libc.setvbuf(ctypes.c_void_p.in_dll(_libc, name), None, 2, 0)  # _IONBF
-    except OSError:
+            _libc.setvbuf(_Ptr.in_dll(_libc, name), None, 2, 0)  # _IONBF
+    except (OSError, AttributeError, ValueError):
         _libc = None
-    signal.signal(signal.SIGINT, _on_sigint)
+    _signal.signal(_signal.SIGINT, _on_sigint)
     os.register_at_fork(after_in_child=_after_fork_in_child)
     os.environ.setdefault("MPLBACKEND", "Agg")
     sys.argv = [""]
     sys.path.insert(0, "")
     builtins.input = _input
     builtins.display = display
-    _main = types.ModuleType("__main__")
+    _main = type(sys)("__main__")
     _main.__dict__["__builtins__"] = builtins
     sys.modules["__main__"] = _main
     try:
@@ -235,7 +324,7 @@ def _rich(obj):
             else:
                 data = binascii.b2a_base64(bytes(data), newline=False).decode()
         elif kind == "json":
-            data = json.dumps(data)
+            data = _json().dumps(data)
         elif isinstance(data, bytes):
             data = data.decode("utf-8", "replace")
         _artifact(kind, mime, ext, str(data))
@@ -325,30 +414,62 @@ def _source_text(src):
         return src.decode("utf-8", "replace")
 
 
+# The value of a trailing expression is stored under this name by the
+# compiled code and taken out of the namespace right after the run.
+_LAST = "__quro_last_value__"
+_CO_COROUTINE = 0x80
+_FLAGS = _ast.PyCF_ONLY_AST | _ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+
+# Compiled code of recent sources: an agent often runs the same code again
+# (a poll, a re-run after fixing a file). Keyed by the source bytes; the code
+# keeps the file name of the run that compiled it, whose source lines stay
+# in linecache, so its tracebacks stay right.
+_code_cache = {}
+_CODE_CACHE_MAX = 64
+_CODE_CACHE_SRC_MAX = 64 << 10
+
+
+def _compile(src, filename):
+    """Returns (code, has_last) for src: one code object whose trailing
+    expression, if any, assigns its value to _LAST."""
+    hit = _code_cache.get(src)
+    if hit is not None:
+        return hit
+    tree = compile(src, filename, "exec", _FLAGS, dont_inherit=True)
+    has_last = False
+    if tree.body and isinstance(tree.body[-1], _ast.Expr):
+        expr = tree.body[-1]
+        loc = {"lineno": expr.lineno, "col_offset": expr.col_offset,
+               "end_lineno": expr.end_lineno, "end_col_offset": expr.end_col_offset}
+        target = _ast.Name(id=_LAST, ctx=_ast.Store(), **loc)
+        tree.body[-1] = _ast.Assign(targets=[target], value=expr.value, **loc)
+        has_last = True
+    code = compile(tree, filename, "exec", _ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    if len(src) <= _CODE_CACHE_SRC_MAX:
+        if len(_code_cache) >= _CODE_CACHE_MAX:
+            del _code_cache[next(iter(_code_cache))]
+        _code_cache[src] = (code, has_last)
+    return code, has_last
+
+
 def _execute(src, filename):
     """Compiles and runs src in the session namespace; the value of a
     trailing expression goes through sys.displayhook, as in a REPL."""
     global _running, _interrupted
-    flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-    tree = compile(src, filename, "exec", flags, dont_inherit=True)
-    last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Expression(tree.body.pop().value)
+    code, has_last = _compile(src, filename)
     ns = _main.__dict__
-    code = compile(tree, filename, "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    if has_last:
+        ns.pop(_LAST, None)
     _running = True
     if _pending:
         _interrupted = True
         raise KeyboardInterrupt
     r = eval(code, ns)
-    if r is not None and hasattr(r, "__await__"):
+    if code.co_flags & _CO_COROUTINE:
         r = _run_coroutine(r)
-    if last is not None:
-        code = compile(last, filename, "eval", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
-        value = eval(code, ns)
-        if code.co_flags & 0x80:  # CO_COROUTINE: a top-level await
-            value = _run_coroutine(value)
-        _running = False
+    _running = False
+    if has_last:
+        value = ns.pop(_LAST, None)
         if value is not None:
             _rich(value)
             sys.displayhook(value)
@@ -414,7 +535,7 @@ def _end_children():
             if state is not None and state != "Z" and not any(k["pid"] == p for k in killed):
                 killed.append({"pid": p, "cmd": cmd})
             try:
-                os.kill(p, signal.SIGKILL)
+                os.kill(p, _signal.SIGKILL)
             except OSError:
                 pass
         for p in kids:
@@ -428,14 +549,14 @@ def _end_children():
 
 
 def _no_children():
-    """The common case, in two preads: one thread, and it has no children."""
-    if _stat_fd < 0 or _children_fd < 0:
+    """The common case, in an fstat and a pread: one thread (procfs counts
+    a process's threads in the link count of its task directory: 2 + N),
+    and it has no children."""
+    if _task_fd < 0 or _children_fd < 0:
         return False
     try:
-        stat = os.pread(_stat_fd, 4096, 0)
-        threads = int(stat[stat.rindex(b")") + 2:].split()[17])
-        return threads == 1 and not os.pread(_children_fd, 64, 0).strip()
-    except (OSError, ValueError, IndexError):
+        return os.fstat(_task_fd).st_nlink == 3 and not os.pread(_children_fd, 64, 0).strip()
+    except OSError:
         return False
 
 
@@ -477,10 +598,11 @@ def _run(msg):
     _in_run = True
     if "env" in msg:
         _set_env(msg["env"] or {})
-    src = binascii.a2b_base64(msg["code"])
+    src = msg.get("payload", b"")
     filename = "<run %d>" % _counter
-    lines = _source_text(src).splitlines(True)
-    linecache.cache[filename] = (len(src), None, lines, filename)
+    if src not in _code_cache:
+        lines = _source_text(src).splitlines(True)
+        linecache.cache[filename] = (len(src), None, lines, filename)
     status, exit_code, notes = "ok", 0, []
     try:
         try:
@@ -527,13 +649,18 @@ def _run(msg):
             "artifacts": arts, "killed": killed, "notes": notes}
 
 
-def main(preload=False):
+def main(preload=False, env_keys=()):
+    """preload: a spare (import what a traceback needs now). env_keys: the
+    names of the session's variables already in the environment."""
+    global _session_env_keys
     _setup()
+    _session_env_keys = set(env_keys)
     if preload:
         # A spare has time: import what a traceback needs (~40 ms in 3.14)
         # before it is handed to a session.
         import traceback  # noqa: F401
         import tempfile  # noqa: F401
+        _json()  # the bind request is JSON
     _send({"op": "hello", "pid": _pid, "version": sys.version.split()[0]})
     while True:
         try:
