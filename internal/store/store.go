@@ -14,11 +14,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -69,11 +71,43 @@ func Open(ctx context.Context, file string) (*Store, error) {
 		return nil, fmt.Errorf("store: open %s: %w", file, err)
 	}
 	s := &Store{db: db}
+	// Opening is serialised across processes: switching a new file to WAL
+	// and migrating it can meet SQLITE_BUSY without the busy handler being
+	// asked when two quro processes (or goroutines) open it at once.
+	unlock, err := lockFile(file + ".lock")
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	defer unlock()
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open %s: %w", file, err)
+	}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: %s: %w", file, err)
 	}
 	return s, nil
+}
+
+// lockFile takes an exclusive flock on path, waiting for other holders.
+func lockFile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // Close closes the database.
