@@ -170,7 +170,7 @@ func (c *Capture) Snapshot() string {
 	head, tail := trimPartialEnd(c.buf), trimPartialStart(c.tailBytes())
 	ht, _ := escapeBytes(head)
 	tt, _ := escapeBytes(tail)
-	return ht + fmt.Sprintf("\n… [%s cut from the middle so far] …\n", humanBytes(c.total-int64(len(head))-int64(len(tail)))) + tt
+	return ht + fmt.Sprintf("\n… [%s cut from the middle so far] …\n", HumanBytes(c.total-int64(len(head))-int64(len(tail)))) + tt
 }
 
 // View is the final, model-safe view of a captured stream.
@@ -204,7 +204,7 @@ func (c *Capture) Finish() View {
 		ht, e1 := escapeBytes(head)
 		tt, e2 := escapeBytes(tail)
 		v.Cut, v.Escaped = true, e1 || e2
-		v.Text = ht + fmt.Sprintf("\n… [%s cut from the middle; %s in all] …\n", humanBytes(cut), humanBytes(c.total)) + tt
+		v.Text = ht + fmt.Sprintf("\n… [%s cut from the middle; %s in all] …\n", HumanBytes(cut), HumanBytes(c.total)) + tt
 	}
 	if c.spill != nil {
 		c.spill.Close()
@@ -260,7 +260,8 @@ func trimPartialStart(b []byte) []byte {
 	return b
 }
 
-func humanBytes(n int64) string {
+// HumanBytes renders a size for people: "12 bytes", "3.4 KiB", "1.2 GiB".
+func HumanBytes(n int64) string {
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))

@@ -57,14 +57,14 @@ func (r *Result) Text() string {
 	if r.Stdout != "" {
 		line(r.Stdout)
 		if r.StdoutFile != "" {
-			line(fmt.Sprintf("(full stdout, %s: %s)", humanBytes(r.StdoutBytes), r.StdoutFile))
+			line(fmt.Sprintf("(full stdout, %s: %s)", HumanBytes(r.StdoutBytes), r.StdoutFile))
 		}
 	}
 	if r.Stderr != "" {
 		line("⚠️ stderr:")
 		line(r.Stderr)
 		if r.StderrFile != "" {
-			line(fmt.Sprintf("(full stderr, %s: %s)", humanBytes(r.StderrBytes), r.StderrFile))
+			line(fmt.Sprintf("(full stderr, %s: %s)", HumanBytes(r.StderrBytes), r.StderrFile))
 		}
 	}
 	if r.Error == "" && r.ExitCode != 0 {
@@ -74,7 +74,7 @@ func (r *Result) Text() string {
 		line("ℹ️ " + n)
 	}
 	for _, a := range r.Artifacts {
-		line(fmt.Sprintf("📎 %s artifact %q (%s)", a.Kind, a.Name, humanBytes(int64(len(a.Data)))))
+		line(fmt.Sprintf("📎 %s artifact %q (%s)", a.Kind, a.Name, HumanBytes(int64(len(a.Data)))))
 	}
 	if b.Len() == 0 {
 		return "(no output)"

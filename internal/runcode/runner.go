@@ -193,7 +193,7 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	}
 	if len(in.Code) > r.opts.MaxCode {
 		return nil, invalidf("code is %s; the limit is %s (write large programs to a file in the workspace and run that)",
-			humanBytes(int64(len(in.Code))), humanBytes(int64(r.opts.MaxCode)))
+			HumanBytes(int64(len(in.Code))), HumanBytes(int64(r.opts.MaxCode)))
 	}
 	timeout := in.Timeout
 	switch {
@@ -283,7 +283,7 @@ func (r *Runner) finish(c *Capture, s *session.Session, truncated *bool, notes *
 			file = v.File
 		}
 		if v.FileBytes < v.Bytes {
-			*notes = append(*notes, fmt.Sprintf("%s file keeps the first %s of %s", stream, humanBytes(v.FileBytes), humanBytes(v.Bytes)))
+			*notes = append(*notes, fmt.Sprintf("%s file keeps the first %s of %s", stream, HumanBytes(v.FileBytes), HumanBytes(v.Bytes)))
 		}
 	}
 	if v.FileError != "" {

@@ -346,10 +346,10 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 	token := []byte("\x1equro-sync-" + randomHex(16) + "\x1e")
 	res = &runcode.Result{}
 	if n := w.out.begin(req.Stdout, token); n > 0 {
-		res.Notes = append(res.Notes, fmt.Sprintf("the first %s of stdout were written between runs (by a thread or process of an earlier run)", humanSize(n)))
+		res.Notes = append(res.Notes, fmt.Sprintf("the first %s of stdout were written between runs (by a thread or process of an earlier run)", runcode.HumanBytes(n)))
 	}
 	if n := w.err.begin(req.Stderr, token); n > 0 {
-		res.Notes = append(res.Notes, fmt.Sprintf("the first %s of stderr were written between runs (by a thread or process of an earlier run)", humanSize(n)))
+		res.Notes = append(res.Notes, fmt.Sprintf("the first %s of stderr were written between runs (by a thread or process of an earlier run)", runcode.HumanBytes(n)))
 	}
 	msg := runMsg{Op: "run", ID: w.runs, Token: string(token)}
 	if w.env == nil || !maps.Equal(env, w.env) {
@@ -569,7 +569,7 @@ func (s *stream) begin(sink io.Writer, token []byte) int64 {
 		sink.Write(s.pending)
 	}
 	if s.dropped > 0 {
-		fmt.Fprintf(sink, "\n[%s more written between runs were dropped]\n", humanSize(s.dropped))
+		fmt.Fprintf(sink, "\n[%s more written between runs were dropped]\n", runcode.HumanBytes(s.dropped))
 	}
 	s.pending, s.dropped = nil, 0
 	if s.eof {
@@ -695,15 +695,3 @@ func (w *worker) interrupt() {
 // interruptRepeat is how often the SIGINT of a timeout is repeated while
 // the run has not ended.
 const interruptRepeat = 250 * time.Millisecond
-
-func humanSize(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d bytes", n)
-}
