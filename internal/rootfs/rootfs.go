@@ -632,3 +632,6 @@ func humanBytes(n int64) string {
 	}
 	return fmt.Sprintf("%d B", n)
 }
+
+// DirIn is where the rootfs directories of a data directory live.
+func DirIn(dataDir string) string { return filepath.Join(dataDir, "rootfs") }
