@@ -172,7 +172,7 @@ func (m *Manager) Status(name string) (*Status, error) {
 	}
 	st := &Status{Name: name, State: Absent, Dir: m.Path(name)}
 	if m.Ready(name) {
-		info, err := m.readInfo(name)
+		info, err := m.Info(name)
 		if err != nil {
 			return nil, err
 		}
@@ -225,7 +225,8 @@ func (m *Manager) List() ([]*Status, error) {
 	return out, nil
 }
 
-func (m *Manager) readInfo(name string) (*Info, error) {
+// Info reads the ready marker of name (an error when it is not ready).
+func (m *Manager) Info(name string) (*Info, error) {
 	b, err := os.ReadFile(filepath.Join(m.Path(name), Marker))
 	if err != nil {
 		return nil, err
@@ -267,7 +268,7 @@ func (m *Manager) Install(ctx context.Context, name string, o InstallOptions, pr
 	defer unlock()
 	if m.Ready(name) {
 		progress("rootfs " + name + " is already installed")
-		return m.readInfo(name)
+		return m.Info(name)
 	}
 	final, part := m.Path(name), m.partial(name)
 	if _, err := os.Stat(final); err == nil {
