@@ -136,18 +136,19 @@ func (p *pythonRun) run(ctx context.Context, in PythonRunInput) (*PythonRunResul
 		return nil, capability.Errorf(capability.InvalidArgument, "session %s: %v", sess.Name, err)
 	}
 	start := time.Now()
-	deadline := start.Add(timeout)
+	runTimeout := timeout
 	if !p.m.Ready(name) {
+		deadline := start.Add(timeout)
 		if err := p.waitInstall(ctx, name, deadline); err != nil {
 			return nil, err
 		}
+		// Installed during this call: the run gets what is left.
+		if runTimeout = time.Until(deadline); runTimeout < pythonRunMinTimeout {
+			return nil, capability.Errorf(capability.DeadlineExceeded,
+				"rootfs %q was installed during this call, which left too little of its timeout to run the code: call python_run again", name)
+		}
 	}
-	remaining := time.Until(deadline)
-	if remaining < pythonRunMinTimeout {
-		return nil, capability.Errorf(capability.DeadlineExceeded,
-			"rootfs %q was installed during this call, which left too little of its timeout to run the code: call python_run again", name)
-	}
-	return p.exec(ctx, sess, name, in.Code, remaining, start)
+	return p.exec(ctx, sess, name, in.Code, runTimeout, start)
 }
 
 // waitInstall starts installing name in the background (or joins the
