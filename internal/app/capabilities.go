@@ -98,6 +98,7 @@ func (a *App) register(reg *capability.Registry) {
 			fmt.Sprintf("On timeout (default %s, at most %s) the whole process tree is killed and the output so far is returned.", opts.DefaultTimeout, opts.MaxTimeout),
 		capability.ScopeExec, a.runCode))
 	a.registerSessions(reg)
+	a.registerPythonRun(reg)
 	reg.Register(capability.New("list_capabilities",
 		"List every capability with its description, required scope and input/output JSON schemas.",
 		capability.ScopeRead, func(ctx context.Context, _ Empty) (*CapabilityList, error) {

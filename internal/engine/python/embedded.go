@@ -67,6 +67,10 @@ func NewEmbedded(dataDir string, sb *sandbox.Sandbox, opts *EmbeddedOptions) *Em
 	}
 }
 
+// ErrRootfsSession is the embedded tier stepping aside for a session that
+// runs on a rootfs.
+var ErrRootfsSession = errors.New("the rootfs tier answers")
+
 // Name implements runcode.Engine.
 func (e *Embedded) Name() string { return "python/embedded" }
 
@@ -228,6 +232,11 @@ func (e *Embedded) slot(id string) (*slot, error) {
 func (e *Embedded) Run(ctx context.Context, req *runcode.Request) (*runcode.Result, error) {
 	if req.Session == nil {
 		return nil, errors.New("no session")
+	}
+	if req.Session.Rootfs != "" {
+		// The session chose a Debian userland (with its packages): the
+		// rootfs tier answers, not the interpreter shipped in quro.
+		return nil, fmt.Errorf("session runs on rootfs %q: %w", req.Session.Rootfs, ErrRootfsSession)
 	}
 	if _, err := e.prepare(ctx); err != nil {
 		return nil, err

@@ -1,0 +1,279 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// python_run's time budget (SPEC §3).
+const (
+	pythonRunDefaultTimeout = 20 * time.Second
+	pythonRunMinTimeout     = time.Second
+	pythonRunMaxTimeout     = 60 * time.Second
+	// A single argv string is limited to 128 KiB by the kernel.
+	pythonRunMaxCode = 120 << 10
+)
+
+// rootfsInstaller replaces debootstrap in tests (nil: debootstrap).
+var rootfsInstaller rootfs.Installer
+
+// PythonRunInput is python_run's input.
+type PythonRunInput struct {
+	Code      string `json:"code" jsonschema:"Python source, run as python3 -I -u -c CODE"`
+	Session   string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty" jsonschema:"time budget in milliseconds, 1000..60000; default 20000"`
+}
+
+// PythonRunResult is python_run's output.
+type PythonRunResult struct {
+	ExitCode   int     `json:"exit_code"`
+	Stdout     string  `json:"stdout"`
+	Stderr     string  `json:"stderr"`
+	TimedOut   bool    `json:"timed_out,omitempty"`
+	Rootfs     string  `json:"rootfs"`
+	Python     string  `json:"python,omitempty"` // the rootfs's python3 package version
+	DurationMS float64 `json:"duration_ms"`
+	Truncated  bool    `json:"truncated,omitempty"`
+	StdoutFile string  `json:"stdout_file,omitempty"`
+	StderrFile string  `json:"stderr_file,omitempty"`
+	Note       string  `json:"note,omitempty"`
+}
+
+// Text is `exit_code=N`, then the stdout and stderr sections.
+func (r *PythonRunResult) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "exit_code=%d\n--- stdout ---\n%s", r.ExitCode, r.Stdout)
+	if r.Stdout != "" && !strings.HasSuffix(r.Stdout, "\n") {
+		b.WriteByte('\n')
+	}
+	b.WriteString("--- stderr ---\n" + r.Stderr)
+	if r.Note != "" {
+		if r.Stderr != "" && !strings.HasSuffix(r.Stderr, "\n") {
+			b.WriteByte('\n')
+		}
+		b.WriteString("--- " + r.Note + " ---")
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// pythonRun holds python_run's state: the rootfs manager and the installs
+// it started on first use.
+type pythonRun struct {
+	a  *App
+	m  *rootfs.Manager
+	mu sync.Mutex
+	// installs are the background installs by name; a finished one stays
+	// until the next call looks at it.
+	installs map[string]*installJob
+}
+
+type installJob struct {
+	start time.Time
+	done  chan struct{}
+	err   error // set before done is closed
+	mu    sync.Mutex
+	last  string // the last progress line
+}
+
+func (j *installJob) lastLine() string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.last
+}
+
+// registerPythonRun declares python_run.
+func (a *App) registerPythonRun(reg *capability.Registry) {
+	m := rootfs.New(rootfs.DirIn(a.DataDir))
+	m.Installer = rootfsInstaller
+	p := &pythonRun{a: a, m: m, installs: map[string]*installJob{}}
+	reg.Register(capability.New("python_run",
+		"Run Python in the full Linux sandbox: python3 -I -u -c CODE inside the session's Debian rootfs (the session's rootfs, else the one named \"default\"), "+
+			"with the workspace as working directory, a cleared environment (a whitelist plus the session's variables) and the session's network policy. "+
+			"Returns exit_code, stdout and stderr (read concurrently; long output keeps head and tail, the full stream is saved in the workspace). "+
+			"timeout_ms is 1000..60000 (default 20000); on timeout the whole process tree is killed and the output so far is returned. "+
+			"A missing rootfs is installed on first use (debootstrap: needs the network, about a minute); a call whose timeout ends first says so and the install continues: call again, or run `quro rootfs install` beforehand. "+
+			"Unlike run_code's python, nothing persists between calls except files.",
+		capability.ScopeExec, p.run))
+}
+
+func (p *pythonRun) run(ctx context.Context, in PythonRunInput) (*PythonRunResult, error) {
+	timeout := time.Duration(in.TimeoutMS) * time.Millisecond
+	switch {
+	case in.TimeoutMS == 0:
+		timeout = pythonRunDefaultTimeout
+	case timeout < pythonRunMinTimeout || timeout > pythonRunMaxTimeout:
+		return nil, capability.Errorf(capability.InvalidArgument, "timeout_ms %d is outside 1000..60000", in.TimeoutMS)
+	}
+	if strings.IndexByte(in.Code, 0) >= 0 {
+		return nil, capability.Errorf(capability.InvalidArgument, "code contains a NUL byte, which a command-line argument cannot carry")
+	}
+	if len(in.Code) > pythonRunMaxCode {
+		return nil, capability.Errorf(capability.InvalidArgument, "code is %d bytes; python_run passes it with -c, limited to %d: use run_code, or write a file and run it", len(in.Code), pythonRunMaxCode)
+	}
+	sess, err := p.a.Sessions.Get(ctx, in.Session)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.a.Sessions.Touch(ctx, sess); err != nil {
+		return nil, err
+	}
+	name := sess.Rootfs
+	if name == "" {
+		name = rootfs.DefaultName
+	}
+	if err := rootfs.CheckName(name); err != nil {
+		return nil, capability.Errorf(capability.InvalidArgument, "session %s: %v", sess.Name, err)
+	}
+	start := time.Now()
+	runTimeout := timeout
+	if !p.m.Ready(name) {
+		deadline := start.Add(timeout)
+		if err := p.waitInstall(ctx, name, deadline); err != nil {
+			return nil, err
+		}
+		// Installed during this call: the run gets what is left.
+		if runTimeout = time.Until(deadline); runTimeout < pythonRunMinTimeout {
+			return nil, capability.Errorf(capability.DeadlineExceeded,
+				"rootfs %q was installed during this call, which left too little of its timeout to run the code: call python_run again", name)
+		}
+	}
+	return p.exec(ctx, sess, name, in.Code, runTimeout, start)
+}
+
+// waitInstall starts installing name in the background (or joins the
+// install already running) and waits for it until deadline.
+func (p *pythonRun) waitInstall(ctx context.Context, name string, deadline time.Time) error {
+	p.mu.Lock()
+	job := p.installs[name]
+	if job != nil {
+		select {
+		case <-job.done:
+			// A finished attempt: a failure is reported once, then retried.
+			delete(p.installs, name)
+			if job.err != nil {
+				p.mu.Unlock()
+				return installError(name, job.err)
+			}
+			job = nil
+		default:
+		}
+	}
+	if job == nil && !p.m.Ready(name) {
+		job = &installJob{start: time.Now(), done: make(chan struct{})}
+		p.installs[name] = job
+		p.a.Log.Info("python_run: installing rootfs on first use", "rootfs", name)
+		go func() {
+			// Detached from the call: the install outlives a call whose
+			// timeout is shorter, and later calls join it.
+			_, err := p.m.Install(context.Background(), name, rootfs.InstallOptions{}, func(line string) {
+				job.mu.Lock()
+				job.last = line
+				job.mu.Unlock()
+			})
+			job.err = err
+			close(job.done)
+			if err != nil {
+				p.a.Log.Warn("python_run: rootfs install failed", "rootfs", name, "err", err)
+			}
+		}()
+	}
+	p.mu.Unlock()
+	if job == nil {
+		return nil // became ready meanwhile
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case <-job.done:
+		p.mu.Lock()
+		if p.installs[name] == job {
+			delete(p.installs, name)
+		}
+		p.mu.Unlock()
+		if job.err != nil {
+			return installError(name, job.err)
+		}
+		return nil
+	case <-ctx.Done():
+		return capability.Errorf(capability.Canceled, "canceled while rootfs %q was being installed (the install goes on)", name)
+	case <-timer.C:
+		last := job.lastLine()
+		if last != "" {
+			last = "; last step: " + last
+		}
+		return capability.Errorf(capability.Unavailable,
+			"rootfs %q is not installed yet: installing it now (started %s ago; debootstrap needs the network and takes about a minute or two%s). "+
+				"The code did not run. Call python_run again when it is done, or run `quro rootfs install %s` first (see `quro rootfs status`).",
+			name, time.Since(job.start).Round(time.Second), last, name)
+	}
+}
+
+func installError(name string, err error) error {
+	if errors.Is(err, rootfs.ErrBusy) {
+		return capability.Errorf(capability.Unavailable,
+			"rootfs %q is being installed by another process; the code did not run. Call python_run again when `quro rootfs status %s` says ready.", name, name)
+	}
+	return capability.Errorf(capability.Unavailable,
+		"rootfs %q is not installed and installing it failed: %v. The code did not run; install it with `quro rootfs install %s` (needs root and the network).", name, err, name)
+}
+
+// exec runs the code in the rootfs name.
+func (p *pythonRun) exec(ctx context.Context, sess *session.Session, name, code string, timeout time.Duration, start time.Time) (*PythonRunResult, error) {
+	opts := p.a.Runner.Options()
+	runID := time.Now().UTC().Format("20060102T150405.000000000")
+	ws := sess.Workspace()
+	outDir := sess.OutputsDir()
+	stdout := runcode.NewCapture(opts.MaxStdout, filepath.Join(outDir, "python_run-"+runID+".stdout"), opts.SpillLimit).Within(ws)
+	stderr := runcode.NewCapture(opts.MaxStderr, filepath.Join(outDir, "python_run-"+runID+".stderr"), opts.SpillLimit).Within(ws)
+	runCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	exit, err := p.a.Sandbox.Run(runCtx, &sandbox.Spec{
+		Args:    []string{"python3", "-I", "-u", "-c", code},
+		Dir:     ws,
+		Home:    ws,
+		TmpDir:  sess.TmpDir(),
+		Env:     sess.Env,
+		Network: sess.Network,
+		Rootfs:  p.m.Path(name),
+		Stdout:  stdout,
+		Stderr:  stderr,
+	})
+	if err != nil {
+		var se *sandbox.StartError
+		if errors.As(err, &se) {
+			return nil, capability.Errorf(capability.Unavailable, "python_run in rootfs %q: %v", name, err)
+		}
+		return nil, err
+	}
+	so, se := stdout.Finish(), stderr.Finish()
+	res := &PythonRunResult{
+		ExitCode: exit.Code, Stdout: so.Text, Stderr: se.Text, TimedOut: exit.TimedOut, Rootfs: name,
+		DurationMS: float64(time.Since(start).Microseconds()) / 1000,
+		Truncated:  so.Cut || se.Cut, StdoutFile: so.File, StderrFile: se.File,
+	}
+	if info, err := p.m.Info(name); err == nil {
+		res.Python = info.Python
+	}
+	switch {
+	case exit.TimedOut:
+		res.Note = fmt.Sprintf("timed out after %s: the whole process tree was killed; the output above is what it wrote before", timeout.Round(time.Millisecond))
+	case exit.Canceled:
+		res.Note = "canceled: the whole process tree was killed"
+	case exit.OOMKilled:
+		res.Note = "killed: the memory limit was reached"
+	case exit.Signal != 0:
+		res.Note = fmt.Sprintf("killed by signal %d (%s)", int(exit.Signal), exit.Signal)
+	}
+	return res, nil
+}

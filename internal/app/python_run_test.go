@@ -1,0 +1,247 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// withInstaller makes the Apps created by f install rootfs with inst.
+func withInstaller(t *testing.T, inst rootfs.Installer) {
+	old := rootfsInstaller
+	rootfsInstaller = inst
+	t.Cleanup(func() { rootfsInstaller = old })
+}
+
+func capCode(err error) capability.Code {
+	var ce *capability.Error
+	if errors.As(err, &ce) {
+		return ce.Code
+	}
+	return ""
+}
+
+func TestPythonRunBadInput(t *testing.T) {
+	a := newApp(t, nil)
+	for _, in := range []PythonRunInput{
+		{Code: "print(1)", TimeoutMS: 999},
+		{Code: "print(1)", TimeoutMS: 60001},
+		{Code: "print(1)", TimeoutMS: -5},
+		{Code: "print('\x00')"},
+		{Code: strings.Repeat("#", 130<<10)},
+	} {
+		if _, err := call(t, a, "python_run", in); capCode(err) != capability.InvalidArgument {
+			t.Errorf("timeout %d, %d bytes: %v, want invalid_argument", in.TimeoutMS, len(in.Code), err)
+		}
+	}
+}
+
+// A missing rootfs is installed in the background on first use; a call
+// whose timeout ends first says so instead of overrunning it, and the
+// install goes on for the next call.
+func TestPythonRunInstallsOnFirstUse(t *testing.T) {
+	release := make(chan struct{})
+	calls := 0
+	withInstaller(t, func(ctx context.Context, target, cache string, o rootfs.InstallOptions, progress func(string)) error {
+		calls++
+		progress("I: fake debootstrap waiting")
+		<-release
+		return os.MkdirAll(filepath.Join(target, "var/lib/dpkg"), 0o755) // no python3: the install fails its check
+	})
+	a := newApp(t, nil)
+	start := time.Now()
+	_, err := call(t, a, "python_run", PythonRunInput{Code: "print(1)", TimeoutMS: 1000})
+	if capCode(err) != capability.Unavailable || !strings.Contains(err.Error(), "installing it now") ||
+		!strings.Contains(err.Error(), "quro rootfs install default") || !strings.Contains(err.Error(), "fake debootstrap waiting") {
+		t.Fatalf("first call: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the first call took %s, beyond its 1 s timeout", d)
+	}
+	m := rootfs.New(rootfs.DirIn(a.DataDir))
+	if st, _ := m.Status("default"); st.State != rootfs.Partial || !st.Installing {
+		t.Errorf("status during the install: %+v", st)
+	}
+	// The next call joins the same install; it fails (no python3 in the
+	// fake), and the failure is reported, never a half-built rootfs run.
+	close(release)
+	_, err = call(t, a, "python_run", PythonRunInput{Code: "print(1)", TimeoutMS: 30000})
+	if capCode(err) != capability.Unavailable || !strings.Contains(err.Error(), "python3 is not in it") {
+		t.Fatalf("second call: %v", err)
+	}
+	if calls != 1 {
+		t.Errorf("installer ran %d times, want 1 (the second call joins)", calls)
+	}
+	if m.Ready("default") {
+		t.Error("a failed install is ready")
+	}
+}
+
+func TestPythonRunInstallFailureIsReported(t *testing.T) {
+	withInstaller(t, func(ctx context.Context, target, cache string, o rootfs.InstallOptions, progress func(string)) error {
+		return errors.New("debootstrap needs root")
+	})
+	a := newApp(t, nil)
+	_, err := call(t, a, "python_run", PythonRunInput{Code: "print(1)"})
+	if capCode(err) != capability.Unavailable || !strings.Contains(err.Error(), "debootstrap needs root") || !strings.Contains(err.Error(), "did not run") {
+		t.Fatalf("python_run: %v", err)
+	}
+}
+
+// testRootfs returns a manager holding a real, ready rootfs "default",
+// built with debootstrap once and kept in $QURO_TEST_ROOTFS (default
+// /var/cache/quro-test-rootfs) for later runs: the first `make test` on a
+// machine pays the install (about 75-90 s, needs root and the network),
+// the others reuse it.
+func testRootfs(t *testing.T) *rootfs.Manager {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("debootstrap needs root")
+	}
+	if _, err := exec.LookPath("debootstrap"); err != nil {
+		t.Skip("debootstrap not installed (make test installs it)")
+	}
+	dir := os.Getenv("QURO_TEST_ROOTFS")
+	if dir == "" {
+		dir = "/var/cache/quro-test-rootfs"
+	}
+	m := rootfs.New(dir)
+	if m.Ready(rootfs.DefaultName) {
+		return m
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	start := time.Now()
+	info, err := m.Install(ctx, rootfs.DefaultName, rootfs.InstallOptions{}, func(line string) {
+		if strings.HasPrefix(line, "I: Retrieving") || strings.HasPrefix(line, "I: Base system") || strings.HasPrefix(line, "rootfs") || strings.HasPrefix(line, "debootstrap") {
+			t.Logf("[%5.1fs] %s", time.Since(start).Seconds(), line)
+		}
+	})
+	if err != nil {
+		t.Fatalf("installing the test rootfs into %s: %v", dir, err)
+	}
+	t.Logf("test rootfs installed in %s: %+v", time.Since(start).Round(time.Second), info)
+	return m
+}
+
+// The one end-to-end test of the rootfs tier: a real debootstrapped Debian,
+// python_run and run_code's python/rootfs engine in it.
+func TestPythonRunInRealRootfs(t *testing.T) {
+	m := testRootfs(t)
+	st, err := m.Status(rootfs.DefaultName)
+	if err != nil || st.State != rootfs.Ready || !strings.HasPrefix(st.Info.Python, "3.") {
+		t.Fatalf("status %+v %v", st, err)
+	}
+	withInstaller(t, func(context.Context, string, string, rootfs.InstallOptions, func(string)) error {
+		t.Error("python_run installed a rootfs that is ready")
+		return errors.New("unexpected")
+	})
+	t.Setenv("QURO_TEST_SECRET", "s3cret-value")
+	data := t.TempDir()
+	if err := os.Symlink(m.Dir, rootfs.DirIn(data)); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(context.Background(), Options{DataDir: data, Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if !a.Sandbox.Boxed() {
+		t.Skip("no bubblewrap box: a rootfs cannot be shown")
+	}
+
+	pyRun := func(in PythonRunInput) *PythonRunResult {
+		t.Helper()
+		reply, err := call(t, a, "python_run", in)
+		if err != nil {
+			t.Fatalf("python_run %q: %v", in.Code, err)
+		}
+		return reply.Output.(*PythonRunResult)
+	}
+	res := pyRun(PythonRunInput{Code: "import os, sys\nprint(sys.version_info[:2], sys.flags.isolated)\n" +
+		"print(open('/etc/debian_version').read().strip())\nprint(sorted(os.environ))\nprint(os.getcwd())\nprint(os.getuid())"})
+	if res.ExitCode != 0 || res.Rootfs != "default" || res.Python == "" {
+		t.Fatalf("%+v", res)
+	}
+	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	if len(lines) != 5 || !strings.HasSuffix(lines[0], " 1") || !strings.HasPrefix(lines[1], "12") {
+		t.Fatalf("stdout %q", res.Stdout)
+	}
+	if strings.Contains(res.Stdout, "QURO_TEST_SECRET") || strings.Contains(lines[2], "QURO_DATA") {
+		t.Errorf("server environment leaked: %s", lines[2])
+	}
+	if lines[4] == "0" {
+		t.Error("python_run runs as root")
+	}
+	text := res.Text()
+	if !strings.HasPrefix(text, "exit_code=0\n--- stdout ---\n") || !strings.Contains(text, "\n--- stderr ---") {
+		t.Errorf("text %q", text)
+	}
+
+	res = pyRun(PythonRunInput{Code: "import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.exit(3)"})
+	if res.ExitCode != 3 || res.Stdout != "out\n" || res.Stderr != "err\n" || res.Text() != "exit_code=3\n--- stdout ---\nout\n--- stderr ---\nerr" {
+		t.Errorf("%+v\n%s", res, res.Text())
+	}
+
+	// The host userland is not there: the rootfs's python, not the host's.
+	res = pyRun(PythonRunInput{Code: "import sys, os; print(sys.executable, os.path.exists('/usr/share/debootstrap'))"})
+	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "False") {
+		t.Errorf("%+v", res)
+	}
+
+	// Timeout: the whole tree is killed, the output so far is kept.
+	start := time.Now()
+	res = pyRun(PythonRunInput{TimeoutMS: 1000, Code: "import subprocess, time\nsubprocess.Popen(['sleep', '60'])\nprint('before', flush=True)\ntime.sleep(60)"})
+	if !res.TimedOut || res.Stdout != "before\n" || !strings.Contains(res.Text(), "timed out after 1s") {
+		t.Errorf("timeout: %+v\n%s", res, res.Text())
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("a 1 s timeout took %s", d)
+	}
+
+	// run_code's tier 2: a session on the rootfs.
+	s, err := a.Sessions.CreateWith(context.Background(), "onroot", sessionCreateOpts("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := python.NewRootfs(a.Sandbox, rootfs.New(rootfs.DirIn(data)))
+	if err := eng.Probe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r, err := eng.Run(ctx, &runcode.Request{Code: "print(open('/etc/debian_version').read().strip())", Session: s, Timeout: 20 * time.Second, Stdout: &out, Stderr: &errb})
+	if err != nil || r.ExitCode != 0 || !strings.HasPrefix(out.String(), "12") {
+		t.Fatalf("python/rootfs: %v %+v %q %q", err, r, out.String(), errb.String())
+	}
+	// Through run_code the embedded interpreter steps aside for the session
+	// on the rootfs, and the chain reaches this tier.
+	if res := runCode(t, a, RunCodeInput{Code: "print(open('/etc/debian_version').read().strip())", Session: "onroot"}); res.Engine != "python/rootfs" || !strings.HasPrefix(res.Stdout, "12") {
+		t.Fatalf("run_code in a rootfs session: %+v", res)
+	}
+	// A session on the host userland is not this tier's: the chain goes on.
+	def, err := a.Sessions.Default(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Run(ctx, &runcode.Request{Code: "print(1)", Session: def, Stdout: &out, Stderr: &errb}); !errors.Is(err, python.ErrNoRootfs) {
+		t.Errorf("host session: %v", err)
+	}
+}
+
+func sessionCreateOpts(rootfsName string) session.CreateOptions {
+	return session.CreateOptions{Rootfs: rootfsName}
+}
