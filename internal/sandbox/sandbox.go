@@ -371,8 +371,9 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 		return nil, startErr(err)
 	}
 
-	// The go-ahead: the run may only start once it is in its cgroups (and,
-	// when the server is root, once the server has mapped its uid).
+	// The go-ahead: the run may only start once it is in its cgroups (unless
+	// it is born in them, see startInside) and, when the server is root,
+	// once the server has mapped its uid.
 	var goAhead, info *os.File
 	var box *bwrapBox
 	if boxed {
@@ -501,8 +502,21 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 	}
 
 	p.start = time.Now()
-	err = cmd.Start()
+	born := false // the first process was born in the run's cgroups
+	if cg != nil {
+		born, err = cg.startInside(cmd.Start)
+	}
+	if !born {
+		err = cmd.Start()
+	}
 	closeChildEnds()
+	if err != nil && cmd.Process != nil {
+		// Started, but the thread that started it could not leave the
+		// run's cgroups (see startInside).
+		closeParentEnds()
+		p.Wait()
+		return nil, startErr(err)
+	}
 	if err != nil {
 		closeAll()
 		return fail(err)
@@ -538,7 +552,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 		if err == nil && boxed && uid != 0 {
 			err = mapIDs(pid, uid)
 		}
-		if err == nil && cg != nil {
+		if err == nil && cg != nil && !born {
 			err = cg.join(pid)
 		}
 		if err == nil {
