@@ -29,6 +29,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/quro-dev/quro/internal/sandbox/boxinit"
 )
 
 // DefaultPath is the PATH user code sees unless Options say otherwise.
@@ -418,12 +420,12 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 			goAhead.Close()
 		}
 	}
-	polJSON, err := json.Marshal(&pol)
+	bpol, err := pol.compile()
 	if err != nil {
 		closeParentEnds()
 		return fail(err)
 	}
-	initArgs := []string{initArg, statusFD, limits.rlimits().encode(), string(polJSON), "--"}
+	initArgs := []string{boxinit.Arg, statusFD, limits.rlimits().encode(), bpol.Encode(), "--"}
 
 	cmd := exec.CommandContext(ctx, s.self)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -565,11 +567,11 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 		}
 	}
 
-	// The init child writes readyByte just before it execs the program, or
+	// The init child writes boxinit.ReadyByte just before it execs the program, or
 	// the reason it cannot. Nothing at all means the box itself failed.
 	var buf [4096]byte
 	n, _ := io.ReadAtLeast(statusR, buf[:], 1)
-	if n > 0 && buf[0] == readyByte {
+	if n > 0 && buf[0] == boxinit.ReadyByte {
 		return p, nil
 	}
 	rest, _ := io.ReadAll(statusR)
