@@ -39,6 +39,10 @@ var etcFiles = []string{
 	"/etc/bash.bashrc", "/etc/profile", "/etc/environment", "/etc/locale.alias",
 }
 
+// etcCopyMax is the largest /etc file copied into the box rather than
+// bound (see bwrapBox.args).
+const etcCopyMax = 1 << 20
+
 // rootfsSkip are top-level entries of a rootfs that the box replaces or
 // leaves out.
 var rootfsSkip = map[string]bool{"proc": true, "sys": true, "dev": true, "tmp": true, "run": true,
@@ -117,9 +121,22 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 			}
 		}
 		for _, f := range etcFiles {
-			if _, err := os.Stat(f); err == nil {
-				a = append(a, "--ro-bind", f, f)
+			fi, err := os.Stat(f)
+			if err != nil {
+				continue
 			}
+			if fi.Mode().IsRegular() && fi.Size() <= etcCopyMax {
+				// A small file is copied into the box's own /etc (root's,
+				// 0444, beneath Landlock's read-only /etc): one write
+				// instead of a bind mount and its read-only remount, each
+				// of which re-reads the mount table (~0.3 ms a file).
+				if fh, err := os.Open(f); err == nil {
+					opened = append(opened, fh)
+					a = append(a, "--perms", "0444", "--file", fds.add(fh), f)
+					continue
+				}
+			}
+			a = append(a, "--ro-bind", f, f)
 		}
 		for _, f := range pythonEtc() {
 			a = append(a, "--ro-bind", f, f)

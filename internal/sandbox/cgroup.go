@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -32,6 +33,7 @@ var cgroupControllers = []string{"memory", "pids", "cpu"}
 type cgroups struct {
 	base   map[string]string // controller → directory that holds the run cgroups
 	v2     map[string]bool   // controller → base is in the unified hierarchy
+	mnt    map[string]string // v1 controller → mount point of its hierarchy
 	detail string
 	seq    atomic.Uint64
 }
@@ -40,7 +42,7 @@ type cgroups struct {
 // parent there. Controllers that cannot be used are left out; detail says
 // what was found.
 func openCgroups() *cgroups {
-	c := &cgroups{base: map[string]string{}, v2: map[string]bool{}}
+	c := &cgroups{base: map[string]string{}, v2: map[string]bool{}, mnt: map[string]string{}}
 	own := ownCgroups()
 	var notes []string
 	if root := cgroup2Root(); root != "" {
@@ -67,7 +69,7 @@ func openCgroups() *cgroups {
 			notes = append(notes, fmt.Sprintf("%s v1 not writable (%v)", ctrl, errors.Unwrap(err)))
 			continue
 		}
-		c.base[ctrl] = base
+		c.base[ctrl], c.mnt[ctrl] = base, mnt
 		notes = append(notes, ctrl+" v1")
 	}
 	c.detail = strings.Join(notes, ", ")
@@ -164,6 +166,9 @@ type runCgroup struct {
 	v2   string   // the unified one, if any
 	mem  string   // the directory holding the memory controller
 	v2m  bool     // mem is in the unified hierarchy
+	// ctrl[i] is a controller of the v1 hierarchy of dirs[i], mnt[i] that
+	// hierarchy's mount point ("" for the unified one).
+	ctrl, mnt []string
 }
 
 // create makes the run's cgroups and writes the limits.
@@ -186,6 +191,8 @@ func (c *cgroups) create(lim Limits) (*runCgroup, error) {
 			}
 			made[dir] = true
 			r.dirs = append(r.dirs, dir)
+			r.ctrl = append(r.ctrl, ctrl)
+			r.mnt = append(r.mnt, c.mnt[ctrl])
 			if c.v2[ctrl] {
 				r.v2 = dir
 			}
@@ -239,6 +246,99 @@ func writeLimits(dir, ctrl string, v2 bool, lim Limits) error {
 	return nil
 }
 
+// startInside runs start (which forks the run's first process) on an OS
+// thread that has moved itself into the run's cgroups first, so the child
+// is born in them and never has to be moved: moving a process (writing its
+// pid to cgroup.procs) takes the kernel's global threadgroup lock, whose
+// writer waits for an RCU grace period (about 10 ms per run), while a
+// thread that moves only itself ("0" to a v1 tasks file) skips that lock.
+// The thread moves back before it serves any other goroutine.
+//
+// It reports ok=false, having done nothing, when the run cannot be started
+// that way (a unified hierarchy is in use, or the thread could not move):
+// then the caller starts the process and joins it as before. An error is
+// start's or, after the process started, that the thread could not move
+// back; the thread is then dropped (it exits with its goroutine; the
+// child's parent-death signal goes with it) and the run must not go on.
+func (r *runCgroup) startInside(start func() error) (ok bool, err error) {
+	if r.v2 != "" || len(r.dirs) == 0 {
+		return false, nil
+	}
+	type result struct {
+		ok  bool
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		home, herr := threadCgroups()
+		if herr != nil {
+			runtime.UnlockOSThread()
+			done <- result{}
+			return
+		}
+		moved := 0
+		back := func() bool {
+			for i := 0; i < moved; i++ {
+				dir := filepath.Join(r.mnt[i], home[r.ctrl[i]])
+				if os.WriteFile(filepath.Join(dir, "tasks"), []byte("0"), 0) != nil {
+					return false
+				}
+			}
+			return true
+		}
+		for i, dir := range r.dirs {
+			if _, known := home[r.ctrl[i]]; !known || r.mnt[i] == "" {
+				break
+			}
+			if os.WriteFile(filepath.Join(dir, "tasks"), []byte("0"), 0) != nil {
+				break
+			}
+			moved++
+		}
+		if moved < len(r.dirs) {
+			if back() {
+				runtime.UnlockOSThread()
+			}
+			// else: stay locked, and the thread ends with this goroutine.
+			done <- result{}
+			return
+		}
+		err := start()
+		if !back() {
+			if err == nil {
+				err = errors.New("cgroup: the starting thread could not leave the run's cgroups")
+			}
+			done <- result{ok: true, err: err}
+			return
+		}
+		runtime.UnlockOSThread()
+		done <- result{ok: true, err: err}
+	}()
+	res := <-done
+	return res.ok, res.err
+}
+
+// threadCgroups maps each v1 controller of the calling thread to its
+// cgroup path, from /proc/thread-self/cgroup.
+func threadCgroups() (map[string]string, error) {
+	b, err := os.ReadFile("/proc/thread-self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || parts[1] == "" {
+			continue
+		}
+		for _, ctrl := range strings.Split(parts[1], ",") {
+			out[ctrl] = parts[2]
+		}
+	}
+	return out, nil
+}
+
 // join moves pid into every cgroup of the run.
 func (r *runCgroup) join(pid int) error {
 	for _, dir := range r.dirs {
@@ -283,14 +383,17 @@ func (r *runCgroup) kill() {
 	for _, dir := range r.dirs {
 		for i := 0; i < 100; i++ {
 			b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-			pids := strings.Fields(string(b))
-			if err != nil || len(pids) == 0 {
-				break
-			}
-			for _, p := range pids {
-				if n, err := strconv.Atoi(p); err == nil {
+			killed := 0
+			for _, p := range strings.Fields(string(b)) {
+				// Never the server: a thread of it that could not leave
+				// after starting the run (see startInside) lists it here.
+				if n, err := strconv.Atoi(p); err == nil && n != os.Getpid() {
 					syscall.Kill(n, syscall.SIGKILL)
+					killed++
 				}
+			}
+			if err != nil || killed == 0 {
+				break
 			}
 		}
 	}

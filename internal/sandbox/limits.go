@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"syscall"
 )
 
 // Limits are the resource limits applied to a sandboxed process with
@@ -44,15 +43,14 @@ func (l Limits) rlimits() Limits {
 
 // rlimitOrder fixes the wire order of the limits passed to the init child.
 var rlimitOrder = []struct {
-	name     string
-	resource int
-	get      func(*Limits) *uint64
+	name string // as boxinit's applyLimits knows it
+	get  func(*Limits) *uint64
 }{
-	{"cpu", syscall.RLIMIT_CPU, func(l *Limits) *uint64 { return &l.CPUSeconds }},
-	{"as", syscall.RLIMIT_AS, func(l *Limits) *uint64 { return &l.AddressSpace }},
-	{"nofile", syscall.RLIMIT_NOFILE, func(l *Limits) *uint64 { return &l.OpenFiles }},
-	{"fsize", syscall.RLIMIT_FSIZE, func(l *Limits) *uint64 { return &l.FileSize }},
-	{"nproc", 6 /* RLIMIT_NPROC */, func(l *Limits) *uint64 { return &l.Processes }},
+	{"cpu", func(l *Limits) *uint64 { return &l.CPUSeconds }},
+	{"as", func(l *Limits) *uint64 { return &l.AddressSpace }},
+	{"nofile", func(l *Limits) *uint64 { return &l.OpenFiles }},
+	{"fsize", func(l *Limits) *uint64 { return &l.FileSize }},
+	{"nproc", func(l *Limits) *uint64 { return &l.Processes }},
 }
 
 // encode renders the limits as "cpu=1,as=2,..." for the init child's argv.
@@ -90,26 +88,4 @@ func decodeLimits(s string) (Limits, error) {
 		}
 	}
 	return l, nil
-}
-
-// apply sets each non-zero limit as both soft and hard limit, never raising
-// a limit above what the process already has.
-func (l Limits) apply() error {
-	for _, r := range rlimitOrder {
-		v := *r.get(&l)
-		if v == 0 {
-			continue
-		}
-		var cur syscall.Rlimit
-		if err := syscall.Getrlimit(r.resource, &cur); err != nil {
-			return fmt.Errorf("getrlimit %s: %w", r.name, err)
-		}
-		if cur.Max != ^uint64(0) && v > cur.Max {
-			v = cur.Max
-		}
-		if err := syscall.Setrlimit(r.resource, &syscall.Rlimit{Cur: v, Max: v}); err != nil {
-			return fmt.Errorf("setrlimit %s=%d: %w", r.name, v, err)
-		}
-	}
-	return nil
 }

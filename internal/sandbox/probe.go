@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/quro-dev/quro/internal/sandbox/boxinit"
 )
 
 // Feature is one isolation mechanism as found on this machine.
@@ -55,7 +57,7 @@ func probeUserNS(ctx context.Context, self string) Feature {
 	f := Feature{Name: "user namespaces"}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, self, initArg+"-probe")
+	cmd := exec.CommandContext(ctx, self, boxinit.ProbeArg)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
 		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}},

@@ -29,6 +29,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/quro-dev/quro/internal/sandbox/boxinit"
 )
 
 // DefaultPath is the PATH user code sees unless Options say otherwise.
@@ -371,8 +373,9 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 		return nil, startErr(err)
 	}
 
-	// The go-ahead: the run may only start once it is in its cgroups (and,
-	// when the server is root, once the server has mapped its uid).
+	// The go-ahead: the run may only start once it is in its cgroups (unless
+	// it is born in them, see startInside) and, when the server is root,
+	// once the server has mapped its uid.
 	var goAhead, info *os.File
 	var box *bwrapBox
 	if boxed {
@@ -417,12 +420,12 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 			goAhead.Close()
 		}
 	}
-	polJSON, err := json.Marshal(&pol)
+	bpol, err := pol.compile()
 	if err != nil {
 		closeParentEnds()
 		return fail(err)
 	}
-	initArgs := []string{initArg, statusFD, limits.rlimits().encode(), string(polJSON), "--"}
+	initArgs := []string{boxinit.Arg, statusFD, limits.rlimits().encode(), bpol.Encode(), "--"}
 
 	cmd := exec.CommandContext(ctx, s.self)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -501,8 +504,21 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 	}
 
 	p.start = time.Now()
-	err = cmd.Start()
+	born := false // the first process was born in the run's cgroups
+	if cg != nil {
+		born, err = cg.startInside(cmd.Start)
+	}
+	if !born {
+		err = cmd.Start()
+	}
 	closeChildEnds()
+	if err != nil && cmd.Process != nil {
+		// Started, but the thread that started it could not leave the
+		// run's cgroups (see startInside).
+		closeParentEnds()
+		p.Wait()
+		return nil, startErr(err)
+	}
 	if err != nil {
 		closeAll()
 		return fail(err)
@@ -538,7 +554,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 		if err == nil && boxed && uid != 0 {
 			err = mapIDs(pid, uid)
 		}
-		if err == nil && cg != nil {
+		if err == nil && cg != nil && !born {
 			err = cg.join(pid)
 		}
 		if err == nil {
@@ -551,11 +567,11 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 		}
 	}
 
-	// The init child writes readyByte just before it execs the program, or
+	// The init child writes boxinit.ReadyByte just before it execs the program, or
 	// the reason it cannot. Nothing at all means the box itself failed.
 	var buf [4096]byte
 	n, _ := io.ReadAtLeast(statusR, buf[:], 1)
-	if n > 0 && buf[0] == readyByte {
+	if n > 0 && buf[0] == boxinit.ReadyByte {
 		return p, nil
 	}
 	rest, _ := io.ReadAll(statusR)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -350,6 +351,46 @@ func BenchmarkBareTrue(b *testing.B) {
 	for b.Loop() {
 		if err := exec.Command("/bin/true").Run(); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// The run's first process is in the run's cgroups from its start, and every
+// thread of the server is back in the server's own cgroups afterwards.
+func TestRunIsBornInItsCgroups(t *testing.T) {
+	sb := newSandbox(t)
+	if !sb.layers.ok(LayerCgroups) {
+		t.Skip("no cgroups layer here")
+	}
+	ctx := testCtx(t)
+	p, err := sb.Start(ctx, &Spec{Args: []string{"sleep", "30"}, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.Cmd.Process.Pid) + "/cgroup")
+	syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
+	p.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ctrl := range []string{"memory", "pids"} {
+		found := false
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.SplitN(line, ":", 3)
+			if len(f) == 3 && (slices.Contains(strings.Split(f[1], ","), ctrl) || f[1] == "" && sb.layers.cg.v2[ctrl]) {
+				found = found || strings.Contains(f[2], "/quro/run-")
+			}
+		}
+		if !found {
+			t.Errorf("%s: the run's first process is not in a run cgroup:\n%s", ctrl, b)
+		}
+	}
+	own, _ := os.ReadFile("/proc/self/cgroup")
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, task := range tasks {
+		got, err := os.ReadFile("/proc/self/task/" + task.Name() + "/cgroup")
+		if err == nil && string(got) != string(own) {
+			t.Errorf("server thread %s is in\n%s\nnot in the server's\n%s", task.Name(), got, own)
 		}
 	}
 }

@@ -1,9 +1,10 @@
 package sandbox
 
 import (
+	"encoding/binary"
 	"fmt"
 	"runtime"
-	"unsafe"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -147,19 +148,18 @@ var auditArch = map[string]uint32{
 	"arm64": unix.AUDIT_ARCH_AARCH64,
 }
 
-// installSeccomp loads the filter on every thread of the calling process.
-// no_new_privs must already be set (the init child sets it first).
-func installSeccomp() error {
+// seccompBytes is the filter in the kernel's struct sock_filter layout, as
+// the init child loads it (boxinit); built once per process.
+var seccompBytes = sync.OnceValues(func() ([]byte, error) {
 	prog, err := seccompProgram()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	_, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
-		unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
-	runtime.KeepAlive(prog)
-	if errno != 0 {
-		return fmt.Errorf("seccomp: %v", errno)
+	b := make([]byte, 0, 8*len(prog))
+	for _, f := range prog {
+		b = binary.LittleEndian.AppendUint16(b, f.Code)
+		b = append(b, f.Jt, f.Jf)
+		b = binary.LittleEndian.AppendUint32(b, f.K)
 	}
-	return nil
-}
+	return b, nil
+})

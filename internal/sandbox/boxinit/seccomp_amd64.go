@@ -1,0 +1,3 @@
+package boxinit
+
+const sysSeccomp = 317
