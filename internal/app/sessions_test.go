@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/sandbox/sandboxtest"
 	"github.com/quro-dev/quro/internal/terminal"
 	"golang.org/x/sys/unix"
 )
@@ -282,30 +283,9 @@ func hostPID(t *testing.T, a *App, pid int, workspace string) int {
 	if !a.Sandbox.Boxed() {
 		return pid
 	}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		hp, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := os.ReadFile("/proc/" + e.Name() + "/status")
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(st), "\n") {
-			f, ok := strings.CutPrefix(line, "NSpid:")
-			if !ok {
-				continue
-			}
-			ns := strings.Fields(f)
-			if len(ns) < 2 || ns[len(ns)-1] != strconv.Itoa(pid) {
-				break
-			}
-			if cwd, _ := os.Readlink("/proc/" + e.Name() + "/cwd"); cwd == workspace || strings.HasPrefix(cwd, workspace+"/") {
-				return hp
-			}
-		}
+	hp, ok := sandboxtest.HostPID(pid, workspace)
+	if !ok {
+		t.Fatalf("no process %d of the box in %s", pid, workspace)
 	}
-	t.Fatalf("no process %d of the box in %s", pid, workspace)
-	return 0
+	return hp
 }

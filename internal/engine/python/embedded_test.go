@@ -20,6 +20,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/sandbox/sandboxtest"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -654,29 +655,5 @@ func findProcess(pid int, workspace string) (int, bool) {
 	if !testSB.Boxed() {
 		return pid, !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 	}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		hp, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := os.ReadFile("/proc/" + e.Name() + "/status")
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(st), "\n") {
-			f, ok := strings.CutPrefix(line, "NSpid:")
-			if !ok {
-				continue
-			}
-			ns := strings.Fields(f)
-			if len(ns) < 2 || ns[len(ns)-1] != strconv.Itoa(pid) {
-				break
-			}
-			if cwd, _ := os.Readlink("/proc/" + e.Name() + "/cwd"); cwd == workspace {
-				return hp, true
-			}
-		}
-	}
-	return 0, false
+	return sandboxtest.HostPID(pid, workspace)
 }
