@@ -311,6 +311,14 @@ func (e *Embedded) Reset(ctx context.Context, sessionID string) error {
 		return ctx.Err()
 	}
 	defer func() { <-s.sem }()
+	s.endWorker()
+	s.lost = ""
+	return nil
+}
+
+// endWorker stops the idle timer and kills the slot's worker, waiting until
+// it is gone. The caller holds the slot's semaphore.
+func (s *slot) endWorker() {
 	if s.idle != nil {
 		s.idle.Stop()
 	}
@@ -319,8 +327,6 @@ func (e *Embedded) Reset(ctx context.Context, sessionID string) error {
 		<-s.w.done
 		s.setWorker(nil)
 	}
-	s.lost = ""
-	return nil
 }
 
 // Stop ends the session's worker now, even in the middle of a run (which
@@ -335,14 +341,7 @@ func (e *Embedded) Stop(sessionID string) {
 	}
 	select {
 	case s.sem <- struct{}{}:
-		if s.idle != nil {
-			s.idle.Stop()
-		}
-		if s.w != nil {
-			s.w.kill()
-			<-s.w.done
-			s.setWorker(nil)
-		}
+		s.endWorker()
 		<-s.sem
 	default:
 		// A run holds the slot: end its worker under it; the run reports it.
