@@ -19,10 +19,27 @@ import (
 
 // Caller says who is calling and through which access path.
 type Caller struct {
-	Path   string           // "rest", "cli", "mcp", "ws"
-	Tenant string           // owner of the caller's sessions ("" in single-user mode)
-	Scope  capability.Scope // the widest scope the caller holds
+	Path    string           // "rest", "cli", "mcp", "ws"
+	Tenant  string           // owner of the caller's sessions ("" in single-user mode)
+	Scope   capability.Scope // the widest scope the caller holds
+	TokenID string           // the token that authenticated the call ("" without auth)
 }
+
+// Record is one finished call, as the audit log and the metrics see it.
+type Record struct {
+	Start      time.Time
+	Caller     Caller
+	Capability string
+	Args       json.RawMessage
+	Outcome    string // "ok" or the error code
+	Duration   time.Duration
+	Output     any               // the structured output when Outcome is "ok"
+	Err        *capability.Error // the error otherwise
+}
+
+// Observer is told of every finished call, after the reply is built and
+// before it is returned. It must not block for long.
+type Observer func(ctx context.Context, r *Record)
 
 type callerKey struct{}
 
@@ -41,8 +58,9 @@ type Reply struct {
 
 // Controller dispatches capability calls. Safe for concurrent use.
 type Controller struct {
-	reg *capability.Registry
-	log *slog.Logger
+	reg       *capability.Registry
+	log       *slog.Logger
+	observers []Observer
 }
 
 // New returns a controller over reg. log may be nil.
@@ -53,6 +71,10 @@ func New(reg *capability.Registry, log *slog.Logger) *Controller {
 	return &Controller{reg: reg, log: log}
 }
 
+// Observe adds fn to the observers of every call. Call it before the
+// controller serves calls; it is not synchronised with Call.
+func (c *Controller) Observe(fn Observer) { c.observers = append(c.observers, fn) }
+
 // Registry returns the capability registry.
 func (c *Controller) Registry() *capability.Registry { return c.reg }
 
@@ -61,13 +83,19 @@ func (c *Controller) Registry() *capability.Registry { return c.reg }
 func (c *Controller) Call(ctx context.Context, caller Caller, name string, args json.RawMessage) (*Reply, error) {
 	start := time.Now()
 	reply, err := c.call(ctx, caller, name, args)
-	outcome := "ok"
+	rec := &Record{Start: start, Caller: caller, Capability: name, Args: args, Outcome: "ok", Duration: time.Since(start)}
 	if err != nil {
-		outcome = string(err.(*capability.Error).Code)
+		rec.Err = err.(*capability.Error)
+		rec.Outcome = string(rec.Err.Code)
+	} else {
+		rec.Output = reply.Output
 	}
 	c.log.LogAttrs(ctx, slog.LevelInfo, "call",
-		slog.String("capability", name), slog.String("path", caller.Path),
-		slog.String("outcome", outcome), slog.Duration("duration", time.Since(start)))
+		slog.String("capability", name), slog.String("path", caller.Path), slog.String("tenant", caller.Tenant),
+		slog.String("outcome", rec.Outcome), slog.Duration("duration", rec.Duration))
+	for _, fn := range c.observers {
+		fn(ctx, rec)
+	}
 	return reply, err
 }
 
