@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quro-dev/quro/internal/audit"
+	"github.com/quro-dev/quro/internal/auth"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/engine/js"
@@ -34,6 +36,15 @@ type Options struct {
 	Sandbox *sandbox.Options
 	JS      *js.Options // nil: defaults (64 MiB, no network)
 	Python  *python.EmbeddedOptions
+	Limits  Limits
+	// AuditKeep is how many audit entries are kept (default 100000).
+	AuditKeep int64
+}
+
+// Limits bound one tenant.
+type Limits struct {
+	SessionsPerTenant int // default 100; negative: no cap
+	RunsPerTenant     int // exec calls in flight, default 16; negative: no cap
 }
 
 // App is one assembled Quro. Close it when done.
@@ -46,6 +57,8 @@ type App struct {
 	Controller *controller.Controller
 	Terminals  *terminal.Manager
 	Python     *python.Embedded // tier 1 of the Python chain: resident workers
+	Tokens     *auth.Tokens
+	Audit      *audit.Log
 	Log        *slog.Logger
 	Started    time.Time
 
@@ -93,6 +106,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		st.Close()
 		return nil, err
 	}
+	sessions.MaxPerTenant = orDefault(opts.Limits.SessionsPerTenant, 100)
 	sb, err := sandbox.New(opts.Sandbox)
 	if err != nil {
 		st.Close()
@@ -102,7 +116,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	pyChain, emb := PythonChain(dir, sb, opts.Python)
 	a := &App{
 		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
-		Python: emb,
+		Python: emb, Tokens: auth.New(st), Audit: audit.New(st, audit.Options{Keep: opts.AuditKeep, Logger: log}),
 		Runner: runcode.New(Languages(sb, pyChain, jsEng), opts.Run),
 	}
 	a.isolation = sync.OnceValue(func() []sandbox.Feature {
@@ -127,14 +141,30 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	reg := capability.NewRegistry()
 	a.register(reg)
 	a.registerJS(reg, jsEng)
+	a.registerAudit(reg)
 	a.Controller = controller.New(reg, log)
+	a.Controller.SetLimits(controller.Limits{RunsPerTenant: orDefault(opts.Limits.RunsPerTenant, 16)})
+	a.Controller.Observe(a.Audit.Observe)
 	return a, nil
 }
 
-// Close stops every session's terminals and releases the store.
+// orDefault is v, or def when v is 0, or 0 (no cap) when v is negative.
+func orDefault(v, def int) int {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
+
+// Close stops every session's terminals, writes the pending audit entries
+// and releases the store.
 func (a *App) Close() error {
 	a.Terminals.Close()
 	a.Python.Close()
+	a.Audit.Close()
 	return a.Store.Close()
 }
 
@@ -145,11 +175,8 @@ func (a *App) Supervise(ctx context.Context, every time.Duration) {
 
 func (a *App) patrolHooks() terminal.PatrolHooks {
 	return terminal.PatrolHooks{
-		Default: a.Sessions.Default,
-		Exists: func(ctx context.Context, id string) bool {
-			_, err := a.Sessions.Get(ctx, id)
-			return err == nil
-		},
+		Default:     a.Sessions.Default,
+		Exists:      a.Sessions.Exists,
 		SessionsDir: filepath.Join(a.DataDir, "sessions"),
 	}
 }

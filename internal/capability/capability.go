@@ -205,6 +205,9 @@ const (
 type Error struct {
 	Code    Code   `json:"code"`
 	Message string `json:"message"`
+	// RetryAfter, for ResourceExhausted, is how many seconds a caller
+	// should wait before trying again (0: not said).
+	RetryAfter int `json:"retry_after_seconds,omitempty"`
 }
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
@@ -61,7 +62,22 @@ type Controller struct {
 	reg       *capability.Registry
 	log       *slog.Logger
 	observers []Observer
+	limits    Limits
+
+	mu       sync.Mutex
+	inFlight map[string]int // exec-scope calls running, by tenant
 }
+
+// Limits bound what one tenant may do at once.
+type Limits struct {
+	// RunsPerTenant caps the exec-scope calls (runs, commands, input) a
+	// tenant may have in flight; more get ResourceExhausted (HTTP 429 with
+	// Retry-After). 0: no cap.
+	RunsPerTenant int
+}
+
+// SetLimits sets the per-tenant limits. Call it before serving calls.
+func (c *Controller) SetLimits(l Limits) { c.limits = l }
 
 // New returns a controller over reg. log may be nil.
 func New(reg *capability.Registry, log *slog.Logger) *Controller {
@@ -107,7 +123,15 @@ func (c *Controller) call(ctx context.Context, caller Caller, name string, args 
 	if !caller.Scope.Covers(capb.Scope) {
 		return nil, capability.Errorf(capability.PermissionDenied, "%s needs scope %q", name, capb.Scope)
 	}
-	out, err := capb.Call(context.WithValue(ctx, callerKey{}, caller), args)
+	if capb.Scope == capability.ScopeExec && c.limits.RunsPerTenant > 0 {
+		release, err := c.acquire(caller.Tenant)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
+	ctx = session.WithTenant(context.WithValue(ctx, callerKey{}, caller), caller.Tenant)
+	out, err := capb.Call(ctx, args)
 	if err != nil {
 		return nil, Classify(err)
 	}
@@ -121,6 +145,30 @@ func (c *Controller) call(ctx context.Context, caller Caller, name string, args 
 	return reply, nil
 }
 
+// acquire counts one more exec call of tenant in flight, or refuses when the
+// tenant is at its limit.
+func (c *Controller) acquire(tenant string) (func(), error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.inFlight[tenant]; n >= c.limits.RunsPerTenant {
+		e := capability.Errorf(capability.ResourceExhausted,
+			"%d runs are already in flight for this tenant (limit %d); wait for one to finish and try again", n, c.limits.RunsPerTenant)
+		e.RetryAfter = 1
+		return nil, e
+	}
+	if c.inFlight == nil {
+		c.inFlight = map[string]int{}
+	}
+	c.inFlight[tenant]++
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.inFlight[tenant]--; c.inFlight[tenant] == 0 {
+			delete(c.inFlight, tenant)
+		}
+	}, nil
+}
+
 // Classify maps an error from any layer to a *capability.Error.
 func Classify(err error) *capability.Error {
 	var ce *capability.Error
@@ -131,6 +179,10 @@ func Classify(err error) *capability.Error {
 		return capability.Errorf(capability.InvalidArgument, "%s", err.Error())
 	case errors.Is(err, session.ErrNotFound):
 		return capability.Errorf(capability.NotFound, "%s", err.Error())
+	case errors.Is(err, session.ErrLimit):
+		e := capability.Errorf(capability.ResourceExhausted, "%s", err.Error())
+		e.RetryAfter = 60
+		return e
 	case errors.Is(err, session.ErrExists):
 		return capability.Errorf(capability.AlreadyExists, "%s", err.Error())
 	case errors.Is(err, context.Canceled):

@@ -36,7 +36,29 @@ var (
 	ErrExists = errors.New("session name already taken")
 	// ErrBadName: the name is not allowed.
 	ErrBadName = errors.New("bad session name")
+	// ErrLimit: the tenant has as many sessions as it may.
+	ErrLimit = errors.New("session limit reached")
 )
+
+type tenantKey struct{}
+
+// WithTenant returns ctx for calls on behalf of tenant. Every lookup by
+// name or id, every list and count, and every new session of a Manager is
+// confined to the tenant of its ctx; a context without one is the local
+// tenant "". Another tenant's session is simply not found.
+func WithTenant(ctx context.Context, tenant string) context.Context {
+	return context.WithValue(ctx, tenantKey{}, tenant)
+}
+
+// TenantFrom returns the tenant of ctx ("" for the local tenant).
+func TenantFrom(ctx context.Context) string {
+	t, _ := ctx.Value(tenantKey{}).(string)
+	return t
+}
+
+// ValidTenant reports whether name may be a tenant name: the local tenant
+// "" or what a session name may be.
+func ValidTenant(name string) bool { return name == "" || nameRE.MatchString(name) }
 
 var (
 	nameRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -55,6 +77,7 @@ type Session struct {
 	Cwd        string            `json:"cwd,omitempty"`    // the shell's last working directory
 	Network    string            `json:"network"`          // network policy: "none" or "full"
 	Rootfs     string            `json:"rootfs,omitempty"` // rootfs name, "" for the host userland
+	Tenant     string            `json:"-"`                // owner; "" for the local tenant
 	Dir        string            `json:"-"`                // $QURO_DATA/sessions/<id>
 }
 
@@ -77,6 +100,10 @@ const OutputsRel = ".quro/outputs"
 type Manager struct {
 	store *store.Store
 	root  string // $QURO_DATA/sessions
+
+	// MaxPerTenant caps the sessions one tenant may have (0: no cap). Set
+	// it before the Manager is used.
+	MaxPerTenant int
 }
 
 // Open returns a Manager over st with session directories under dataDir,
@@ -92,9 +119,20 @@ func Open(ctx context.Context, st *store.Store, dataDir string) (*Manager, error
 	return m, nil
 }
 
-// Default returns the default session, creating it on first use.
+// defaultSetting is the settings key naming the default session of the
+// tenant of ctx.
+func defaultSetting(ctx context.Context) string {
+	if t := TenantFrom(ctx); t != "" {
+		return defaultKey + ":" + t
+	}
+	return defaultKey
+}
+
+// Default returns the default session of ctx's tenant, creating it on
+// first use.
 func (m *Manager) Default(ctx context.Context) (*Session, error) {
-	if id, err := m.store.Setting(ctx, defaultKey); err == nil {
+	key := defaultSetting(ctx)
+	if id, err := m.store.Setting(ctx, key); err == nil {
 		s, err := m.byID(ctx, id)
 		if err == nil || !errors.Is(err, ErrNotFound) {
 			return s, err
@@ -102,14 +140,14 @@ func (m *Manager) Default(ctx context.Context) (*Session, error) {
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}
-	s, err := m.Create(ctx, DefaultName)
+	s, err := m.create(ctx, DefaultName, CreateOptions{}, false)
 	if errors.Is(err, ErrExists) { // another process made it first
 		s, err = m.byName(ctx, DefaultName)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := m.store.SetSetting(ctx, defaultKey, s.ID); err != nil {
+	if err := m.store.SetSetting(ctx, key, s.ID); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -148,8 +186,25 @@ func (m *Manager) Create(ctx context.Context, name string) (*Session, error) {
 	return m.CreateWith(ctx, name, CreateOptions{})
 }
 
-// CreateWith makes a new session with options.
+// CreateWith makes a new session with options, for the tenant of ctx.
 func (m *Manager) CreateWith(ctx context.Context, name string, o CreateOptions) (*Session, error) {
+	return m.create(ctx, name, o, true)
+}
+
+func (m *Manager) create(ctx context.Context, name string, o CreateOptions, capped bool) (*Session, error) {
+	tenant := TenantFrom(ctx)
+	if !ValidTenant(tenant) {
+		return nil, fmt.Errorf("%w: tenant %q", ErrBadName, tenant)
+	}
+	if capped && m.MaxPerTenant > 0 {
+		n, err := m.store.CountSessions(ctx, tenant)
+		if err != nil {
+			return nil, err
+		}
+		if n >= m.MaxPerTenant {
+			return nil, fmt.Errorf("%w: %d sessions of at most %d; destroy one you no longer need", ErrLimit, n, m.MaxPerTenant)
+		}
+	}
 	if o.Network == "" {
 		o.Network = "none"
 	}
@@ -170,7 +225,7 @@ func (m *Manager) CreateWith(ctx context.Context, name string, o CreateOptions) 
 		return nil, fmt.Errorf("%w %q: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", ErrBadName, name)
 	}
 	now := time.Now()
-	row := &store.Session{ID: id, Name: name, CreatedAt: now, LastUsedAt: now, Network: o.Network, Rootfs: o.Rootfs}
+	row := &store.Session{ID: id, Name: name, Tenant: tenant, CreatedAt: now, LastUsedAt: now, Network: o.Network, Rootfs: o.Rootfs}
 	s := m.fromRow(row)
 	if err := m.ensureDirs(s); err != nil {
 		return nil, err
@@ -185,9 +240,9 @@ func (m *Manager) CreateWith(ctx context.Context, name string, o CreateOptions) 
 	return s, nil
 }
 
-// List returns every session, oldest first.
+// List returns the sessions of ctx's tenant, oldest first.
 func (m *Manager) List(ctx context.Context) ([]*Session, error) {
-	rows, err := m.store.Sessions(ctx)
+	rows, err := m.store.Sessions(ctx, TenantFrom(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -198,8 +253,20 @@ func (m *Manager) List(ctx context.Context) ([]*Session, error) {
 	return out, nil
 }
 
-// Count returns the number of sessions.
-func (m *Manager) Count(ctx context.Context) (int, error) { return m.store.CountSessions(ctx) }
+// Count returns the number of sessions of ctx's tenant.
+func (m *Manager) Count(ctx context.Context) (int, error) {
+	return m.store.CountSessions(ctx, TenantFrom(ctx))
+}
+
+// CountAll returns the number of sessions of every tenant.
+func (m *Manager) CountAll(ctx context.Context) (int, error) { return m.store.CountAllSessions(ctx) }
+
+// Exists reports whether a session with id exists, whatever its tenant.
+// It is for the service's own housekeeping, never for callers.
+func (m *Manager) Exists(ctx context.Context, id string) bool {
+	_, err := m.store.SessionByID(ctx, id)
+	return err == nil
+}
 
 // touchEvery is how stale a session's recorded last use may get: a
 // session used again within it is not written to the database again (a
@@ -224,14 +291,14 @@ func (m *Manager) Touch(ctx context.Context, s *Session) error {
 	return err
 }
 
-// SetDefault makes s the default session.
+// SetDefault makes s the default session of its tenant.
 func (m *Manager) SetDefault(ctx context.Context, s *Session) error {
-	return m.store.SetSetting(ctx, defaultKey, s.ID)
+	return m.store.SetSetting(WithTenant(ctx, s.Tenant), defaultSetting(WithTenant(ctx, s.Tenant)), s.ID)
 }
 
-// IsDefault reports whether s is the default session.
+// IsDefault reports whether s is the default session of its tenant.
 func (m *Manager) IsDefault(ctx context.Context, s *Session) bool {
-	id, err := m.store.Setting(ctx, defaultKey)
+	id, err := m.store.Setting(ctx, defaultSetting(WithTenant(ctx, s.Tenant)))
 	return err == nil && id == s.ID
 }
 
@@ -240,9 +307,9 @@ func (m *Manager) SetCwd(ctx context.Context, id, cwd string) error {
 	return m.wrap(m.store.SetSessionCwd(ctx, id, cwd), id)
 }
 
-// Env returns the session's variables as stored.
+// Env returns the variables of session id (whatever its tenant) as stored.
 func (m *Manager) Env(ctx context.Context, id string) (map[string]string, error) {
-	s, err := m.byID(ctx, id)
+	s, err := m.anyByID(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -299,7 +366,17 @@ func (m *Manager) wrap(err error, id string) error {
 	return err
 }
 
+// byID finds session id of ctx's tenant. Another tenant's session is
+// reported exactly as a missing one.
 func (m *Manager) byID(ctx context.Context, id string) (*Session, error) {
+	s, err := m.anyByID(ctx, id)
+	if err == nil && s.Tenant != TenantFrom(ctx) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return s, err
+}
+
+func (m *Manager) anyByID(ctx context.Context, id string) (*Session, error) {
 	row, err := m.store.SessionByID(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
@@ -311,7 +388,7 @@ func (m *Manager) byID(ctx context.Context, id string) (*Session, error) {
 }
 
 func (m *Manager) byName(ctx context.Context, name string) (*Session, error) {
-	row, err := m.store.SessionByName(ctx, name)
+	row, err := m.store.SessionByName(ctx, TenantFrom(ctx), name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
 	}
@@ -331,6 +408,7 @@ func (m *Manager) fromRow(r *store.Session) *Session {
 		Cwd:        r.Cwd,
 		Network:    r.Network,
 		Rootfs:     r.Rootfs,
+		Tenant:     r.Tenant,
 		Dir:        filepath.Join(m.root, r.ID),
 	}
 }

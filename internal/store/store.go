@@ -240,14 +240,18 @@ func (s *Store) SessionByID(ctx context.Context, id string) (*Session, error) {
 	return scanSession(st.QueryRowContext(ctx, id))
 }
 
-// SessionByName returns the session called name.
-func (s *Store) SessionByName(ctx context.Context, name string) (*Session, error) {
-	return scanSession(s.db.QueryRowContext(ctx, "SELECT "+sessionCols+" FROM sessions WHERE name = ?", name))
+// SessionByName returns tenant's session called name.
+func (s *Store) SessionByName(ctx context.Context, tenant, name string) (*Session, error) {
+	st, err := s.stmt(ctx, "SELECT "+sessionCols+" FROM sessions WHERE tenant = ? AND name = ?")
+	if err != nil {
+		return nil, err
+	}
+	return scanSession(st.QueryRowContext(ctx, tenant, name))
 }
 
-// Sessions lists all sessions, oldest first.
-func (s *Store) Sessions(ctx context.Context) ([]*Session, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT "+sessionCols+" FROM sessions ORDER BY created_at, name")
+// Sessions lists tenant's sessions, oldest first.
+func (s *Store) Sessions(ctx context.Context, tenant string) ([]*Session, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT "+sessionCols+" FROM sessions WHERE tenant = ? ORDER BY created_at, name", tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -263,11 +267,36 @@ func (s *Store) Sessions(ctx context.Context) ([]*Session, error) {
 	return out, rows.Err()
 }
 
-// CountSessions returns the number of sessions.
-func (s *Store) CountSessions(ctx context.Context) (int, error) {
+// CountSessions returns the number of tenant's sessions.
+func (s *Store) CountSessions(ctx context.Context, tenant string) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM sessions WHERE tenant = ?", tenant).Scan(&n)
+	return n, err
+}
+
+// CountAllSessions returns the number of sessions of every tenant.
+func (s *Store) CountAllSessions(ctx context.Context) (int, error) {
 	var n int
 	err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM sessions").Scan(&n)
 	return n, err
+}
+
+// AllSessionIDs lists the ids of every tenant's sessions.
+func (s *Store) AllSessionIDs(ctx context.Context) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT id FROM sessions")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
 }
 
 // TouchSession records a use of the session.

@@ -68,7 +68,7 @@ func TestSessions(t *testing.T) {
 	if err := s.CreateSession(ctx, &Session{ID: "id2", Name: "one", CreatedAt: now, LastUsedAt: now}); !errors.Is(err, ErrExists) {
 		t.Fatalf("duplicate name: %v", err)
 	}
-	got, err := s.SessionByName(ctx, "one")
+	got, err := s.SessionByName(ctx, "", "one")
 	if err != nil || got.ID != "id1" || got.Env["A"] != "b" || !got.CreatedAt.Equal(now) {
 		t.Fatalf("%+v %v", got, err)
 	}
@@ -82,7 +82,7 @@ func TestSessions(t *testing.T) {
 	if got, _ := s.SessionByID(ctx, "id1"); !got.LastUsedAt.Equal(later) {
 		t.Errorf("touch: %v", got.LastUsedAt)
 	}
-	if n, _ := s.CountSessions(ctx); n != 1 {
+	if n, _ := s.CountSessions(ctx, ""); n != 1 {
 		t.Errorf("count %d", n)
 	}
 	if err := s.DeleteSession(ctx, "id1"); err != nil {

@@ -1,0 +1,83 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/quro-dev/quro/internal/audit"
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// AuditInput is get_audit_log's input.
+type AuditInput struct {
+	Limit      int    `json:"limit,omitempty" jsonschema:"how many of the latest entries (default 50, at most 1000)"`
+	Capability string `json:"capability,omitempty" jsonschema:"only calls of this capability"`
+	Since      string `json:"since,omitempty" jsonschema:"only calls at or after this time: RFC 3339 (2026-01-02T15:04:05Z) or a duration back from now (90s, 15m, 2h)"`
+}
+
+// AuditLog is get_audit_log's output.
+type AuditLog struct {
+	Entries []audit.Entry `json:"entries" jsonschema:"oldest first"`
+}
+
+// Text lists the entries one per line.
+func (l *AuditLog) Text() string {
+	if len(l.Entries) == 0 {
+		return "no audit entries match"
+	}
+	var b strings.Builder
+	for _, e := range l.Entries {
+		fmt.Fprintf(&b, "#%d %s %s %s %s %.1fms", e.Seq, e.Time.Format(time.RFC3339), e.Path, e.Capability, e.Outcome, e.DurationMS)
+		if e.Args != "" {
+			b.WriteString(" " + e.Args)
+		}
+		if e.Message != "" {
+			b.WriteString(" — " + e.Message)
+		}
+		b.WriteString("\n")
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+func (a *App) registerAudit(reg *capability.Registry) {
+	reg.Register(capability.New("get_audit_log",
+		"Read the audit log of your tenant: every capability call through any access path (REST, MCP, WebSocket, CLI), "+
+			"latest entries last, with time, access path, token id, capability, a summary of the arguments (code and commands as their first line; "+
+			"file contents, environment values and secrets only as their size), outcome (ok or an error code) and duration. "+
+			"Filters: limit (default 50, at most 1000), capability, since (RFC 3339 time or a duration such as 15m).",
+		capability.ScopeRead, func(ctx context.Context, in AuditInput) (*AuditLog, error) {
+			q := audit.Query{Tenant: session.TenantFrom(ctx), Capability: in.Capability, Limit: in.Limit}
+			if in.Limit < 0 || in.Limit > audit.MaxLimit {
+				return nil, capability.Errorf(capability.InvalidArgument, "limit must be between 1 and %d", audit.MaxLimit)
+			}
+			if in.Since != "" {
+				t, err := parseSince(in.Since, time.Now())
+				if err != nil {
+					return nil, err
+				}
+				q.Since = t
+			}
+			entries, err := a.Audit.Entries(ctx, q)
+			if err != nil {
+				return nil, err
+			}
+			if entries == nil {
+				entries = []audit.Entry{}
+			}
+			return &AuditLog{Entries: entries}, nil
+		}))
+}
+
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, capability.Errorf(capability.InvalidArgument,
+		"since %q is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a duration (15m, 2h)", s)
+}

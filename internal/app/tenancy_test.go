@@ -1,0 +1,241 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+)
+
+func tenantCall(t *testing.T, a *App, c controller.Caller, name string, args any) (*controller.Reply, error) {
+	t.Helper()
+	b, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	return a.Controller.Call(ctx, c, name, b)
+}
+
+func wantCode(t *testing.T, err error, code capability.Code) *capability.Error {
+	t.Helper()
+	var ce *capability.Error
+	if !errors.As(err, &ce) || ce.Code != code {
+		t.Fatalf("want %s, got %v", code, err)
+	}
+	return ce
+}
+
+// sessionArgs completes, for every capability that takes a session, an
+// argument set that would be valid for the owner of the session. A new
+// capability with a session argument must be added here, so that tenancy
+// is tested for it.
+var sessionArgs = map[string]map[string]any{
+	"run_code":            {"code": "print(1)"},
+	"python_run":          {"code": "print(1)"},
+	"terminal_exec":       {"command": "true"},
+	"send_input":          {"data": "x\n"},
+	"destroy_session":     {},
+	"get_session_status":  {},
+	"set_default_session": {},
+	"set_session_env":     {"env": map[string]any{"A": "1"}},
+	"get_session_env":     {},
+	"export_session_log":  {"path": "log.txt"},
+	"reset_python":        {},
+	"read_screen":         {},
+	"run_js_file":         {"path": "a.js"},
+	"call_js_function":    {"path": "a.js", "function": "f"},
+	"read_file":           {"path": "a.txt"},
+	"write_file":          {"path": "a.txt", "content": "x"},
+	"list_files":          {},
+	"create_project":      {"template": "shell", "name": "p"},
+}
+
+// Tenant B can neither see nor touch tenant A's sessions, by id or by
+// name, through any capability; its own names and default are its own.
+func TestTenantsAreInvisibleToEachOther(t *testing.T) {
+	a := newApp(t, nil)
+	alice := controller.Caller{Path: "test", Tenant: "alice", Scope: capability.ScopeAdmin, TokenID: "ta"}
+	bob := controller.Caller{Path: "test", Tenant: "bob", Scope: capability.ScopeAdmin, TokenID: "tb"}
+
+	reply, err := tenantCall(t, a, alice, "create_session", CreateSessionInput{Name: "work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := reply.Output.(*SessionInfo)
+	if _, err := tenantCall(t, a, alice, "run_code", RunCodeInput{Lang: "sh", Code: "echo mine > f.txt", Session: "work"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Every capability with a session argument says not found to bob,
+	// for the id and for the name.
+	tested := 0
+	for _, c := range a.Controller.Registry().List() {
+		if _, ok := c.InputSchema.Properties["session"]; !ok {
+			continue
+		}
+		tested++
+		extra, ok := sessionArgs[c.Name]
+		if !ok {
+			t.Errorf("capability %s takes a session but has no entry in sessionArgs", c.Name)
+			continue
+		}
+		for _, ref := range []string{work.ID, "work"} {
+			args := map[string]any{"session": ref}
+			for k, v := range extra {
+				args[k] = v
+			}
+			_, err := tenantCall(t, a, bob, c.Name, args)
+			var ce *capability.Error
+			if !errors.As(err, &ce) || ce.Code != capability.NotFound {
+				t.Errorf("%s on alice's session %s as bob: %v", c.Name, ref, err)
+			} else if strings.Contains(ce.Message, "alice") {
+				t.Errorf("%s: the error names the other tenant: %s", c.Name, ce.Message)
+			}
+		}
+	}
+
+	if tested < 12 {
+		t.Fatalf("only %d capabilities take a session?", tested)
+	}
+
+	reply, err = tenantCall(t, a, bob, "list_sessions", Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range reply.Output.(*SessionList).Sessions {
+		if s.ID == work.ID {
+			t.Fatal("bob lists alice's session")
+		}
+	}
+	// Bob may use the same name; his default session is not alice's.
+	if _, err := tenantCall(t, a, bob, "create_session", CreateSessionInput{Name: "work"}); err != nil {
+		t.Fatalf("bob cannot have his own \"work\": %v", err)
+	}
+	ad, _ := tenantCall(t, a, alice, "get_session_status", SessionRef{})
+	bd, _ := tenantCall(t, a, bob, "get_session_status", SessionRef{})
+	local, _ := tenantCall(t, a, admin, "get_session_status", SessionRef{})
+	ids := map[string]bool{ad.Output.(*SessionInfo).ID: true, bd.Output.(*SessionInfo).ID: true, local.Output.(*SessionInfo).ID: true}
+	if len(ids) != 3 {
+		t.Fatalf("tenants share a default session: %v", ids)
+	}
+	// Alice's session is untouched by all of bob's attempts.
+	if r, err := tenantCall(t, a, alice, "run_code", RunCodeInput{Lang: "sh", Code: "cat f.txt", Session: work.ID}); err != nil ||
+		r.Output.(interface{ Text() string }).Text() == "" || !strings.Contains(r.Text, "mine") {
+		t.Fatalf("alice's session changed: %v %v", r, err)
+	}
+
+	// Each tenant's audit log holds its own calls only.
+	reply, err = tenantCall(t, a, bob, "get_audit_log", AuditInput{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range reply.Output.(*AuditLog).Entries {
+		if e.TokenID != "tb" {
+			t.Fatalf("bob sees %+v", e)
+		}
+	}
+	reply, _ = tenantCall(t, a, alice, "get_audit_log", AuditInput{Capability: "run_code"})
+	entries := reply.Output.(*AuditLog).Entries
+	if len(entries) != 2 || entries[0].Outcome != "ok" || !strings.Contains(entries[0].Args, "echo mine") {
+		t.Fatalf("alice's run_code entries: %+v", entries)
+	}
+}
+
+func TestSessionLimitPerTenant(t *testing.T) {
+	a, err := New(context.Background(), Options{DataDir: t.TempDir(), Python: testPython, Limits: Limits{SessionsPerTenant: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	carol := controller.Caller{Path: "test", Tenant: "carol", Scope: capability.ScopeAdmin}
+	for _, n := range []string{"one", "two"} {
+		if _, err := tenantCall(t, a, carol, "create_session", CreateSessionInput{Name: n}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = tenantCall(t, a, carol, "create_session", CreateSessionInput{Name: "three"})
+	ce := wantCode(t, err, capability.ResourceExhausted)
+	if ce.RetryAfter == 0 || !strings.Contains(ce.Message, "destroy") {
+		t.Fatalf("%+v", ce)
+	}
+	// Another tenant is not held back by carol's sessions.
+	if _, err := tenantCall(t, a, admin, "create_session", CreateSessionInput{Name: "three"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tenantCall(t, a, carol, "destroy_session", SessionRef{Session: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tenantCall(t, a, carol, "create_session", CreateSessionInput{Name: "three"}); err != nil {
+		t.Fatalf("after destroying one: %v", err)
+	}
+}
+
+// With one run allowed per tenant, a second run of the same tenant is
+// refused while the first is in flight; another tenant still runs.
+func TestRunLimitPerTenant(t *testing.T) {
+	a, err := New(context.Background(), Options{DataDir: t.TempDir(), Python: testPython, Limits: Limits{RunsPerTenant: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	dave := controller.Caller{Path: "test", Tenant: "dave", Scope: capability.ScopeExec}
+	// create_session is itself an exec call; it has finished here.
+	reply, err := tenantCall(t, a, dave, "create_session", CreateSessionInput{Name: "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := reply.Output.(*SessionInfo).Workspace
+	started, release := filepath.Join(ws, "started"), filepath.Join(ws, "release")
+	for _, f := range []string{started, release} {
+		if err := syscall.Mkfifo(f, 0o666); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(f, 0o666)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := tenantCall(t, a, dave, "run_code", RunCodeInput{Lang: "sh", Session: "d", Code: "echo up > started; cat release"})
+		done <- err
+	}()
+	// Opening the fifo returns once the run has opened its end: the run
+	// holds dave's one slot now.
+	f, err := os.Open(started)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	_, err = tenantCall(t, a, dave, "terminal_exec", TerminalExecInput{Command: "true", Session: "d"})
+	ce := wantCode(t, err, capability.ResourceExhausted)
+	if ce.RetryAfter != 1 {
+		t.Fatalf("%+v", ce)
+	}
+	// Reading is not a run; another tenant runs.
+	if _, err := tenantCall(t, a, dave, "list_sessions", Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tenantCall(t, a, admin, "run_code", RunCodeInput{Lang: "sh", Code: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(release, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WriteString("go\n")
+	w.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tenantCall(t, a, dave, "terminal_exec", TerminalExecInput{Command: "true", Session: "d"}); err != nil {
+		t.Fatalf("after the first run ended: %v", err)
+	}
+}

@@ -1,0 +1,269 @@
+// Package audit keeps the audit log: one entry for every capability call
+// through any access path, in the embedded store. Entries are written by
+// one goroutine in batches, so a call never waits on the disk; a query
+// first waits until every call before it is written, so a caller always
+// finds its own earlier calls.
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/store"
+)
+
+// Options configure a Log.
+type Options struct {
+	// Keep is how many entries are kept; older ones are deleted
+	// (default 100000; negative keeps everything).
+	Keep   int64
+	Logger *slog.Logger
+}
+
+// Log is the audit log. Close it to write what is pending.
+type Log struct {
+	st   *store.Store
+	keep int64
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	pending []store.AuditEntry
+	flushed []chan struct{} // closed when everything before their request is written
+	wake    chan struct{}
+	closed  bool
+	done    chan struct{}
+}
+
+// New starts the audit log over st.
+func New(st *store.Store, opts Options) *Log {
+	l := &Log{st: st, keep: opts.Keep, log: opts.Logger, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if l.keep == 0 {
+		l.keep = 100000
+	}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	go l.writer()
+	return l
+}
+
+// Observe is the controller observer that records each call.
+func (l *Log) Observe(_ context.Context, r *controller.Record) {
+	e := store.AuditEntry{
+		At: r.Start, Tenant: r.Caller.Tenant, TokenID: r.Caller.TokenID, Path: r.Caller.Path,
+		Capability: bounded(r.Capability, 64), Args: Summarize(r.Args), Outcome: r.Outcome, Duration: r.Duration,
+	}
+	if r.Err != nil {
+		e.Message = bounded(r.Err.Message, 512)
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.pending = append(l.pending, e)
+	l.mu.Unlock()
+	l.poke()
+}
+
+func (l *Log) poke() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Flush waits until every entry recorded before it is in the store.
+func (l *Log) Flush(ctx context.Context) error {
+	ch := make(chan struct{})
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.flushed = append(l.flushed, ch)
+	l.mu.Unlock()
+	l.poke()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close writes what is pending and stops the writer.
+func (l *Log) Close() {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.closed = true
+	l.mu.Unlock()
+	l.poke()
+	<-l.done
+}
+
+func (l *Log) writer() {
+	defer close(l.done)
+	for range l.wake {
+		for {
+			l.mu.Lock()
+			batch, waiters, closed := l.pending, l.flushed, l.closed
+			l.pending, l.flushed = nil, nil
+			l.mu.Unlock()
+			if len(batch) > 0 {
+				if err := l.st.AppendAudit(context.Background(), batch, l.keep); err != nil {
+					l.log.Error("audit log: entries lost", "entries", len(batch), "err", err)
+				}
+			}
+			for _, ch := range waiters {
+				close(ch)
+			}
+			if closed {
+				l.mu.Lock()
+				rest := len(l.pending) + len(l.flushed)
+				l.mu.Unlock()
+				if rest == 0 {
+					return
+				}
+				continue
+			}
+			if len(batch) == 0 && len(waiters) == 0 {
+				break
+			}
+		}
+	}
+}
+
+// Entry is one audit entry as callers see it.
+type Entry struct {
+	Seq        int64     `json:"seq"`
+	Time       time.Time `json:"time"`
+	TokenID    string    `json:"token_id,omitempty"`
+	Path       string    `json:"path" jsonschema:"access path: rest, mcp, ws or cli"`
+	Capability string    `json:"capability"`
+	Args       string    `json:"args" jsonschema:"a bounded summary of the arguments; secrets and contents are left out"`
+	Outcome    string    `json:"outcome" jsonschema:"ok or the error code"`
+	Message    string    `json:"message,omitempty" jsonschema:"the error message"`
+	DurationMS float64   `json:"duration_ms"`
+}
+
+// Query selects entries.
+type Query struct {
+	Tenant     string
+	Capability string
+	Since      time.Time
+	Limit      int // default 50, at most 1000
+}
+
+// MaxLimit is the most entries one query returns.
+const MaxLimit = 1000
+
+// Entries returns the latest entries matching q, oldest first.
+func (l *Log) Entries(ctx context.Context, q Query) ([]Entry, error) {
+	if err := l.Flush(ctx); err != nil {
+		return nil, err
+	}
+	if q.Limit <= 0 {
+		q.Limit = 50
+	}
+	q.Limit = min(q.Limit, MaxLimit)
+	rows, err := l.st.Audit(ctx, store.AuditFilter{Tenant: q.Tenant, Capability: q.Capability, Since: q.Since, Limit: q.Limit})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Entry, len(rows))
+	for i, r := range rows {
+		out[i] = Entry{Seq: r.Seq, Time: r.At.UTC(), TokenID: r.TokenID, Path: r.Path, Capability: r.Capability,
+			Args: r.Args, Outcome: r.Outcome, Message: r.Message, DurationMS: float64(r.Duration.Microseconds()) / 1000}
+	}
+	return out, nil
+}
+
+// secretKeys are argument names whose values are never recorded: what
+// they hold is either a secret or the user's content.
+var secretKeys = []string{"env", "content", "data", "token", "password", "secret", "key", "input", "args"}
+
+// codeKeys hold code or commands: recorded as their first line, bounded.
+var codeKeys = []string{"code", "command"}
+
+// Summarize returns a bounded, secret-free summary of call arguments:
+// scalar fields as they are (strings cut short), code and commands as their
+// first line, and contents, environment values and anything that looks
+// like a secret only as their size.
+func Summarize(args json.RawMessage) string {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(args, &m); err != nil || len(m) == 0 {
+		if len(strings.TrimSpace(string(args))) == 0 || string(args) == "null" || len(m) == 0 && err == nil {
+			return ""
+		}
+		return fmt.Sprintf("(%d bytes, not a JSON object)", len(args))
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		if b.Len() > 0 {
+			b.WriteString(" ")
+		}
+		b.WriteString(bounded(k, 32))
+		b.WriteString("=")
+		b.WriteString(summarizeValue(strings.ToLower(k), m[k]))
+	}
+	return bounded(b.String(), 1024)
+}
+
+func summarizeValue(key string, raw json.RawMessage) string {
+	for _, s := range secretKeys {
+		if strings.Contains(key, s) {
+			return fmt.Sprintf("<%d bytes>", len(raw))
+		}
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		// numbers, booleans, null: short and harmless; objects and arrays
+		// only by size.
+		if t := strings.TrimSpace(string(raw)); len(t) > 0 && (t[0] == '{' || t[0] == '[') {
+			return fmt.Sprintf("<%d bytes>", len(raw))
+		}
+		return bounded(string(raw), 32)
+	}
+	for _, c := range codeKeys {
+		if key == c {
+			first, _, more := strings.Cut(s, "\n")
+			out := bounded(first, 80)
+			if more || len(first) > 80 {
+				out += fmt.Sprintf(" …(%d bytes)", len(s))
+			}
+			return quote(out)
+		}
+	}
+	return quote(bounded(s, 120))
+}
+
+func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// bounded cuts s to at most n bytes on a rune boundary, marking the cut.
+func bounded(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}

@@ -1,0 +1,125 @@
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/store"
+)
+
+func TestSummarizeLeavesSecretsOut(t *testing.T) {
+	for _, tc := range []struct{ args, want, never string }{
+		{`{"code":"print(1)\nprint('secret-ish')","lang":"py"}`, `code="print(1) …(28 bytes)" lang="py"`, "secret-ish"},
+		{`{"session":"s1","env":{"API_KEY":"hunter2"}}`, `env=<21 bytes> session="s1"`, "hunter2"},
+		{`{"session":"s1","path":"a.txt","content":"TOPSECRET"}`, `content=<11 bytes> path="a.txt" session="s1"`, "TOPSECRET"},
+		{`{"session":"s","data":"pass\n"}`, `data=<8 bytes> session="s"`, "pass"},
+		{`{"timeout_ms":500}`, `timeout_ms=500`, ""},
+		{`{}`, ``, ""},
+		{``, ``, ""},
+		{`[1,2]`, `(5 bytes, not a JSON object)`, ""},
+	} {
+		got := Summarize(json.RawMessage(tc.args))
+		if got != tc.want {
+			t.Errorf("%s: got %q want %q", tc.args, got, tc.want)
+		}
+		if tc.never != "" && strings.Contains(got, tc.never) {
+			t.Errorf("%s: secret in %q", tc.args, got)
+		}
+	}
+	huge := `{"code":"` + strings.Repeat("x", 1<<20) + `","name":"` + strings.Repeat("é", 500) + `"}`
+	if got := Summarize(json.RawMessage(huge)); len(got) > 1100 {
+		t.Errorf("summary of 1 MiB is %d bytes", len(got))
+	}
+}
+
+func newLog(t *testing.T, keep int64) (*Log, *store.Store) {
+	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "quro.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := New(st, Options{Keep: keep})
+	t.Cleanup(func() { l.Close(); st.Close() })
+	return l, st
+}
+
+func record(tenant, name string, err *capability.Error) *controller.Record {
+	r := &controller.Record{Start: time.Now(), Caller: controller.Caller{Path: "rest", Tenant: tenant, TokenID: "tok"},
+		Capability: name, Args: json.RawMessage(`{"code":"1+1"}`), Outcome: "ok", Duration: 1500 * time.Microsecond}
+	if err != nil {
+		r.Outcome, r.Err = string(err.Code), err
+	}
+	return r
+}
+
+// A query sees every call recorded before it, though writing is batched.
+func TestEntriesSeeEarlierCalls(t *testing.T) {
+	l, _ := newLog(t, 0)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tenant := []string{"a", "b"}[i%2]
+			l.Observe(ctx, record(tenant, "run_code", nil))
+		}()
+	}
+	wg.Wait()
+	l.Observe(ctx, record("a", "list_sessions", capability.Errorf(capability.NotFound, "no session x")))
+	got, err := l.Entries(ctx, Query{Tenant: "a", Limit: 1000})
+	if err != nil || len(got) != 101 {
+		t.Fatalf("%d entries, %v", len(got), err)
+	}
+	last := got[len(got)-1]
+	if last.Capability != "list_sessions" || last.Outcome != "not_found" || last.Message != "no session x" ||
+		last.TokenID != "tok" || last.Path != "rest" || last.DurationMS != 1.5 || last.Args != `code="1+1"` {
+		t.Fatalf("%+v", last)
+	}
+	got, _ = l.Entries(ctx, Query{Tenant: "b"})
+	if len(got) != 50 {
+		t.Fatalf("default limit gave %d", len(got))
+	}
+	got, _ = l.Entries(ctx, Query{Tenant: "c"})
+	if len(got) != 0 {
+		t.Fatalf("tenant c sees %d", len(got))
+	}
+}
+
+func TestCloseWritesPending(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "quro.db")
+	st, err := store.Open(context.Background(), file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := New(st, Options{})
+	for range 10 {
+		l.Observe(context.Background(), record("", "help", nil))
+	}
+	l.Close()
+	l.Observe(context.Background(), record("", "after close", nil)) // dropped, not a panic
+	rows, err := st.Audit(context.Background(), store.AuditFilter{Limit: 100})
+	st.Close()
+	if err != nil || len(rows) != 10 {
+		t.Fatalf("%d rows after close, %v", len(rows), err)
+	}
+}
+
+func TestKeepBoundsTheLog(t *testing.T) {
+	l, _ := newLog(t, 30)
+	ctx := context.Background()
+	for range 100 {
+		l.Observe(ctx, record("", "help", nil))
+		l.Flush(ctx)
+	}
+	got, _ := l.Entries(ctx, Query{Limit: 1000})
+	if len(got) != 30 || got[len(got)-1].Seq != 100 {
+		t.Fatalf("%d entries, last %+v", len(got), got[len(got)-1])
+	}
+}

@@ -1,0 +1,249 @@
+// Package auth issues and checks Quro's bearer tokens. A token names its
+// tenant and scopes; only a SHA-256 of its secret part is stored, so the
+// database alone cannot be used to call the service.
+//
+// A token reads quro_<id>_<secret>: the id is public (lists, the audit log,
+// revocation) and the secret is 256 random bits, which is why one round of
+// SHA-256 is enough to store it (no password-style stretching is needed for
+// a secret nobody chose).
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quro-dev/quro/internal/api/httpauth"
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/store"
+)
+
+// Scopes are the scopes a token may hold, narrowest first.
+var Scopes = []capability.Scope{capability.ScopeRead, capability.ScopeExec, capability.ScopeAdmin}
+
+// ErrNotFound: no live token has that id.
+var ErrNotFound = errors.New("no such live token")
+
+const prefix = "quro_"
+
+// Tokens issues, lists, revokes and verifies tokens. Safe for concurrent
+// use.
+type Tokens struct {
+	st *store.Store
+
+	mu      sync.Mutex
+	touched map[string]time.Time // last recorded use, to write at most once a minute
+}
+
+// New returns the tokens kept in st.
+func New(st *store.Store) *Tokens { return &Tokens{st: st, touched: map[string]time.Time{}} }
+
+// Info describes a token without its secret.
+type Info struct {
+	ID         string    `json:"id"`
+	Tenant     string    `json:"tenant"`
+	Scopes     []string  `json:"scopes"`
+	Label      string    `json:"label,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+	LastUsedAt time.Time `json:"last_used_at,omitzero"`
+	RevokedAt  time.Time `json:"revoked_at,omitzero"`
+}
+
+// Issued is a new token: Token is shown once and never stored.
+type Issued struct {
+	Info
+	Token string `json:"token"`
+}
+
+// ParseScopes parses "read,exec" into scopes, refusing unknown names.
+func ParseScopes(list string) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(list, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if !slices.Contains(Scopes, capability.Scope(f)) {
+			return nil, fmt.Errorf("unknown scope %q: use read, exec or admin", f)
+		}
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no scope given: use read, exec or admin (comma-separated)")
+	}
+	return out, nil
+}
+
+// Widest returns the widest of scopes; admin covers exec covers read.
+func Widest(scopes []string) capability.Scope {
+	var w capability.Scope
+	for _, s := range Scopes {
+		if slices.Contains(scopes, string(s)) {
+			w = s
+		}
+	}
+	return w
+}
+
+// Create issues a token for tenant with scopes.
+func (t *Tokens) Create(ctx context.Context, tenant string, scopes []string, label string) (*Issued, error) {
+	if !session.ValidTenant(tenant) {
+		return nil, fmt.Errorf("bad tenant name %q: use 1-64 letters, digits, '.', '_' or '-'", tenant)
+	}
+	if _, err := ParseScopes(strings.Join(scopes, ",")); err != nil {
+		return nil, err
+	}
+	var idb [6]byte
+	var secret [32]byte
+	if _, err := rand.Read(idb[:]); err != nil {
+		return nil, err
+	}
+	if _, err := rand.Read(secret[:]); err != nil {
+		return nil, err
+	}
+	sec := base64.RawURLEncoding.EncodeToString(secret[:])
+	row := &store.Token{ID: hex.EncodeToString(idb[:]), Hash: hash(sec), Tenant: tenant, Scopes: scopes,
+		Label: label, CreatedAt: time.Now()}
+	if err := t.st.CreateToken(ctx, row); err != nil {
+		return nil, err
+	}
+	return &Issued{Info: info(row), Token: prefix + row.ID + "_" + sec}, nil
+}
+
+// List returns every token, revoked ones included, without secrets.
+func (t *Tokens) List(ctx context.Context) ([]Info, error) {
+	rows, err := t.st.Tokens(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Info, len(rows))
+	for i, r := range rows {
+		out[i] = info(r)
+	}
+	return out, nil
+}
+
+// Revoke revokes the live token id; it stops working at once.
+func (t *Tokens) Revoke(ctx context.Context, id string) error {
+	// A whole token given by mistake still names its id.
+	bare, _, _ := strings.Cut(strings.TrimPrefix(id, prefix), "_")
+	err := t.st.RevokeToken(ctx, bare, time.Now())
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %q (quro token list shows them)", ErrNotFound, id)
+	}
+	return err
+}
+
+// Verify checks token and returns its caller (Path left for the access
+// path to set). Failures are *capability.Error coded Unauthenticated.
+func (t *Tokens) Verify(ctx context.Context, token string) (controller.Caller, error) {
+	if token == "" {
+		return controller.Caller{}, capability.Errorf(capability.Unauthenticated,
+			"no token: send Authorization: Bearer <token> (the admin token is in the data directory's admin.token; quro token create makes more)")
+	}
+	id, sec, ok := strings.Cut(strings.TrimPrefix(token, prefix), "_")
+	if !strings.HasPrefix(token, prefix) || !ok || id == "" || sec == "" {
+		return controller.Caller{}, capability.Errorf(capability.Unauthenticated, "malformed token: Quro tokens look like quro_<id>_<secret>")
+	}
+	row, err := t.st.TokenByID(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return controller.Caller{}, capability.Errorf(capability.Unauthenticated, "unknown token")
+	}
+	if err != nil {
+		return controller.Caller{}, err
+	}
+	if subtle.ConstantTimeCompare([]byte(row.Hash), []byte(hash(sec))) != 1 {
+		return controller.Caller{}, capability.Errorf(capability.Unauthenticated, "unknown token")
+	}
+	if !row.RevokedAt.IsZero() {
+		return controller.Caller{}, capability.Errorf(capability.Unauthenticated, "token %s was revoked at %s", row.ID, row.RevokedAt.UTC().Format(time.RFC3339))
+	}
+	t.touch(ctx, row.ID)
+	return controller.Caller{Tenant: row.Tenant, Scope: Widest(row.Scopes), TokenID: row.ID}, nil
+}
+
+// HTTP returns the httpauth.Func that verifies a request's bearer token.
+func (t *Tokens) HTTP() httpauth.Func {
+	return func(r *http.Request) (controller.Caller, error) {
+		return t.Verify(r.Context(), httpauth.Bearer(r))
+	}
+}
+
+// EnsureAdmin makes sure someone can administer the service: when no live
+// token exists it issues an admin token for the local tenant and writes it
+// to file (mode 0600). It returns the new token, or "" when tokens exist.
+func (t *Tokens) EnsureAdmin(ctx context.Context, file string) (string, error) {
+	n, err := t.st.CountLiveTokens(ctx)
+	if err != nil || n > 0 {
+		return "", err
+	}
+	iss, err := t.Create(ctx, "", []string{"admin"}, "first admin token")
+	if err != nil {
+		return "", err
+	}
+	if err := writeSecret(file, iss.Token+"\n"); err != nil {
+		t.Revoke(ctx, iss.ID)
+		return "", err
+	}
+	return iss.Token, nil
+}
+
+func writeSecret(file, content string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(file), ".token-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.WriteString(content); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), file)
+}
+
+func (t *Tokens) touch(ctx context.Context, id string) {
+	now := time.Now()
+	t.mu.Lock()
+	last := t.touched[id]
+	fresh := now.Sub(last) < time.Minute
+	if !fresh {
+		t.touched[id] = now
+	}
+	t.mu.Unlock()
+	if !fresh {
+		t.st.TouchToken(context.WithoutCancel(ctx), id, now)
+	}
+}
+
+func hash(secret string) string {
+	h := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(h[:])
+}
+
+func info(r *store.Token) Info {
+	return Info{ID: r.ID, Tenant: r.Tenant, Scopes: r.Scopes, Label: r.Label,
+		CreatedAt: r.CreatedAt, LastUsedAt: r.LastUsedAt, RevokedAt: r.RevokedAt}
+}

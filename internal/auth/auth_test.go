@@ -1,0 +1,152 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/store"
+)
+
+func newTokens(t *testing.T) (*Tokens, *store.Store) {
+	t.Helper()
+	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "quro.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return New(st), st
+}
+
+func wantUnauthenticated(t *testing.T, err error, msg string) {
+	t.Helper()
+	var ce *capability.Error
+	if !errors.As(err, &ce) || ce.Code != capability.Unauthenticated || !strings.Contains(ce.Message, msg) {
+		t.Fatalf("want unauthenticated %q, got %v", msg, err)
+	}
+}
+
+func TestCreateVerifyRevoke(t *testing.T) {
+	ctx := context.Background()
+	tk, st := newTokens(t)
+	iss, err := tk.Create(ctx, "acme", []string{"read", "exec"}, "ci")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(iss.Token, "quro_"+iss.ID+"_") || len(iss.Token) < 50 {
+		t.Fatalf("token %q", iss.Token)
+	}
+	c, err := tk.Verify(ctx, iss.Token)
+	if err != nil || c.Tenant != "acme" || c.Scope != capability.ScopeExec || c.TokenID != iss.ID {
+		t.Fatalf("%+v %v", c, err)
+	}
+	// The database holds no secret: only the hash of the part after the id.
+	row, _ := st.TokenByID(ctx, iss.ID)
+	if strings.Contains(iss.Token, row.Hash) || strings.Contains(row.Hash, iss.Token[len("quro_"+iss.ID+"_"):]) {
+		t.Fatal("the secret is stored")
+	}
+	// A changed secret, a wrong id, garbage, nothing.
+	_, err = tk.Verify(ctx, iss.Token[:len(iss.Token)-1]+"x")
+	wantUnauthenticated(t, err, "unknown token")
+	_, err = tk.Verify(ctx, "quro_ffffffffffff_"+iss.Token[len("quro_"+iss.ID+"_"):])
+	wantUnauthenticated(t, err, "unknown token")
+	_, err = tk.Verify(ctx, "Bearer nonsense")
+	wantUnauthenticated(t, err, "malformed")
+	_, err = tk.Verify(ctx, "")
+	wantUnauthenticated(t, err, "no token")
+
+	if err := tk.Revoke(ctx, iss.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tk.Verify(ctx, iss.Token)
+	wantUnauthenticated(t, err, "revoked")
+	if err := tk.Revoke(ctx, iss.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("second revoke: %v", err)
+	}
+	list, _ := tk.List(ctx)
+	if len(list) != 1 || list[0].RevokedAt.IsZero() || list[0].LastUsedAt.IsZero() {
+		t.Fatalf("%+v", list)
+	}
+}
+
+func TestRevokeByWholeToken(t *testing.T) {
+	ctx := context.Background()
+	tk, _ := newTokens(t)
+	iss, _ := tk.Create(ctx, "", []string{"admin"}, "")
+	if err := tk.Revoke(ctx, iss.Token); err != nil {
+		t.Fatal(err)
+	}
+	_, err := tk.Verify(ctx, iss.Token)
+	wantUnauthenticated(t, err, "revoked")
+}
+
+func TestScopes(t *testing.T) {
+	for in, want := range map[string]capability.Scope{"read": "read", "read,exec": "exec", "exec": "exec", " admin , read": "admin"} {
+		s, err := ParseScopes(in)
+		if err != nil || Widest(s) != want {
+			t.Errorf("%q: %v %v", in, Widest(s), err)
+		}
+	}
+	for _, bad := range []string{"", ",", "root", "read,write"} {
+		if _, err := ParseScopes(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	tk, _ := newTokens(t)
+	if _, err := tk.Create(context.Background(), "a b", []string{"read"}, ""); err == nil {
+		t.Error("bad tenant name accepted")
+	}
+	if _, err := tk.Create(context.Background(), "a", []string{"sudo"}, ""); err == nil {
+		t.Error("bad scope accepted")
+	}
+}
+
+func TestEnsureAdminOnce(t *testing.T) {
+	ctx := context.Background()
+	tk, _ := newTokens(t)
+	file := filepath.Join(t.TempDir(), "admin.token")
+	tok, err := tk.EnsureAdmin(ctx, file)
+	if err != nil || tok == "" {
+		t.Fatalf("%q %v", tok, err)
+	}
+	fi, err := os.Stat(file)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("token file %v %v", fi.Mode(), err)
+	}
+	b, _ := os.ReadFile(file)
+	if strings.TrimSpace(string(b)) != tok {
+		t.Fatal("file does not hold the token")
+	}
+	c, err := tk.Verify(ctx, tok)
+	if err != nil || c.Scope != capability.ScopeAdmin || c.Tenant != "" {
+		t.Fatalf("%+v %v", c, err)
+	}
+	again, err := tk.EnsureAdmin(ctx, file)
+	if err != nil || again != "" {
+		t.Fatalf("second start made a token: %q %v", again, err)
+	}
+	// With every token revoked, the next start issues a new admin token.
+	tk.Revoke(ctx, c.TokenID)
+	if tok2, _ := tk.EnsureAdmin(ctx, file); tok2 == "" || tok2 == tok {
+		t.Fatal("no new admin token after revocation")
+	}
+}
+
+func TestHTTPReadsBearer(t *testing.T) {
+	tk, _ := newTokens(t)
+	iss, _ := tk.Create(context.Background(), "x", []string{"read"}, "")
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("Authorization", "bearer "+iss.Token)
+	c, err := tk.HTTP()(r)
+	if err != nil || c.Tenant != "x" || c.Scope != capability.ScopeRead {
+		t.Fatalf("%+v %v", c, err)
+	}
+	r.Header.Set("Authorization", "Basic "+iss.Token)
+	_, err = tk.HTTP()(r)
+	wantUnauthenticated(t, err, "no token")
+}

@@ -1,0 +1,98 @@
+package store
+
+import (
+	"context"
+	"strings"
+	"time"
+)
+
+// AuditEntry is one row of the audit log.
+type AuditEntry struct {
+	Seq        int64
+	At         time.Time
+	Tenant     string
+	TokenID    string
+	Path       string
+	Capability string
+	Args       string
+	Outcome    string
+	Message    string
+	Duration   time.Duration
+}
+
+// AppendAudit inserts entries in one transaction, then deletes the oldest
+// rows beyond keep (keep ≤ 0 keeps everything).
+func (s *Store) AppendAudit(ctx context.Context, entries []AuditEntry, keep int64) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	ins, err := tx.PrepareContext(ctx, "INSERT INTO audit (at, tenant, token_id, path, capability, args, outcome, message, duration_us) VALUES (?,?,?,?,?,?,?,?,?)")
+	if err != nil {
+		return err
+	}
+	defer ins.Close()
+	for _, e := range entries {
+		if _, err := ins.ExecContext(ctx, e.At.UnixMicro(), e.Tenant, e.TokenID, e.Path, e.Capability,
+			e.Args, e.Outcome, e.Message, e.Duration.Microseconds()); err != nil {
+			return err
+		}
+	}
+	if keep > 0 {
+		if _, err := tx.ExecContext(ctx, "DELETE FROM audit WHERE seq <= (SELECT max(seq) FROM audit) - ?", keep); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// AuditFilter selects audit rows.
+type AuditFilter struct {
+	Tenant     string
+	Capability string    // "" for any
+	Since      time.Time // zero for any
+	Limit      int       // the latest Limit rows
+}
+
+// Audit returns the latest rows matching f, oldest first.
+func (s *Store) Audit(ctx context.Context, f AuditFilter) ([]AuditEntry, error) {
+	q := strings.Builder{}
+	q.WriteString("SELECT seq, at, tenant, token_id, path, capability, args, outcome, message, duration_us FROM audit WHERE tenant = ?")
+	args := []any{f.Tenant}
+	if f.Capability != "" {
+		q.WriteString(" AND capability = ?")
+		args = append(args, f.Capability)
+	}
+	if !f.Since.IsZero() {
+		q.WriteString(" AND at >= ?")
+		args = append(args, f.Since.UnixMicro())
+	}
+	q.WriteString(" ORDER BY seq DESC LIMIT ?")
+	args = append(args, f.Limit)
+	rows, err := s.db.QueryContext(ctx, q.String(), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []AuditEntry
+	for rows.Next() {
+		var (
+			e      AuditEntry
+			at, us int64
+		)
+		if err := rows.Scan(&e.Seq, &at, &e.Tenant, &e.TokenID, &e.Path, &e.Capability, &e.Args, &e.Outcome, &e.Message, &us); err != nil {
+			return nil, err
+		}
+		e.At = time.UnixMicro(at)
+		e.Duration = time.Duration(us) * time.Microsecond
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out, nil
+}
