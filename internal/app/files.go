@@ -1,0 +1,330 @@
+package app
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/project"
+	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/workspace"
+)
+
+// ReadFileInput is read_file's input.
+type ReadFileInput struct {
+	Session string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
+	Path    string `json:"path" jsonschema:"file path relative to the session workspace (an absolute path must lie inside it)"`
+	Offset  int64  `json:"offset,omitempty" jsonschema:"byte offset to start reading at; default 0"`
+	Limit   int64  `json:"limit,omitempty" jsonschema:"read at most this many bytes from offset; default: the whole file"`
+}
+
+// FileContent is read_file's output.
+type FileContent struct {
+	Session  string    `json:"session"`
+	Path     string    `json:"path" jsonschema:"workspace-relative path of the file read"`
+	Encoding string    `json:"encoding" jsonschema:"utf-8 (content is the text) or base64 (content is the bytes, base64-encoded)"`
+	Content  string    `json:"content"`
+	Size     int64     `json:"size" jsonschema:"size of the whole file in bytes"`
+	Offset   int64     `json:"offset" jsonschema:"where content starts in the file"`
+	Length   int64     `json:"length" jsonschema:"bytes of the file in content"`
+	Complete bool      `json:"complete" jsonschema:"content is the whole file"`
+	Mode     string    `json:"mode" jsonschema:"permission bits, octal"`
+	ModTime  time.Time `json:"mtime"`
+}
+
+// Text is the content under a one-line header.
+func (c *FileContent) Text() string {
+	part := ""
+	if !c.Complete {
+		part = fmt.Sprintf(", bytes %d-%d of %d", c.Offset, c.Offset+c.Length, c.Size)
+	}
+	if c.Encoding == "base64" {
+		return fmt.Sprintf("%s (%s, mode %s%s; not UTF-8 text, so base64):\n%s", c.Path, workspace.Human(c.Size), c.Mode, part, c.Content)
+	}
+	return fmt.Sprintf("%s (%s, mode %s%s):\n%s", c.Path, workspace.Human(c.Size), c.Mode, part, c.Content)
+}
+
+// WriteFileInput is write_file's input.
+type WriteFileInput struct {
+	Session  string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
+	Path     string `json:"path" jsonschema:"file path relative to the session workspace (an absolute path must lie inside it)"`
+	Content  string `json:"content" jsonschema:"the file's content (may be empty)"`
+	Encoding string `json:"encoding,omitempty" jsonschema:"utf-8 (default: content is the text) or base64 (content is base64-encoded bytes)"`
+	Append   bool   `json:"append,omitempty" jsonschema:"add content to the end of the file instead of replacing it"`
+}
+
+// FileWritten is write_file's output.
+type FileWritten struct {
+	Session string `json:"session"`
+	Path    string `json:"path" jsonschema:"workspace-relative path of the file written"`
+	Wrote   int64  `json:"wrote" jsonschema:"bytes written"`
+	Size    int64  `json:"size" jsonschema:"the file's size afterwards"`
+	Created bool   `json:"created" jsonschema:"the file is new"`
+	Append  bool   `json:"append"`
+	Mode    string `json:"mode" jsonschema:"permission bits, octal"`
+}
+
+// Text says what happened.
+func (w *FileWritten) Text() string {
+	how := "replaced"
+	switch {
+	case w.Created:
+		how = "created"
+	case w.Append:
+		how = "appended to"
+	}
+	return fmt.Sprintf("%s %s: wrote %s, now %s (mode %s)", how, w.Path, workspace.Human(w.Wrote), workspace.Human(w.Size), w.Mode)
+}
+
+// ListFilesInput is list_files' input.
+type ListFilesInput struct {
+	Session    string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
+	Path       string `json:"path,omitempty" jsonschema:"directory relative to the session workspace; default the workspace itself"`
+	Recursive  bool   `json:"recursive,omitempty" jsonschema:"list subdirectories too, down to depth (default 16 when recursive)"`
+	Depth      int    `json:"depth,omitempty" jsonschema:"levels to list: 1 (default) is the directory's own entries, 2 adds theirs, … at most 16"`
+	MaxEntries int    `json:"max_entries,omitempty" jsonschema:"return at most this many entries (default 1000, at most 10000); truncated says when there were more"`
+}
+
+// FileList is list_files' output.
+type FileList struct {
+	Session   string            `json:"session"`
+	Path      string            `json:"path" jsonschema:"the directory listed, workspace-relative"`
+	Entries   []workspace.Entry `json:"entries" jsonschema:"sorted by path; a directory's entries follow it"`
+	Truncated bool              `json:"truncated" jsonschema:"there were more entries than max_entries"`
+	Skipped   []string          `json:"skipped,omitempty" jsonschema:"directories not descended into, and why"`
+}
+
+// Text is one line per entry.
+func (l *FileList) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d entries", l.Path, len(l.Entries))
+	if l.Truncated {
+		b.WriteString(" (truncated: there are more; list a subdirectory, or raise max_entries)")
+	}
+	b.WriteString("\n")
+	for _, e := range l.Entries {
+		switch e.Type {
+		case "dir":
+			fmt.Fprintf(&b, "%s/\n", e.Path)
+		case "symlink":
+			fmt.Fprintf(&b, "%s -> %s\n", e.Path, e.Target)
+		case "file":
+			fmt.Fprintf(&b, "%s  %s  %s\n", e.Path, workspace.Human(e.Size), e.Mode)
+		default:
+			fmt.Fprintf(&b, "%s  (%s)\n", e.Path, e.Type)
+		}
+	}
+	for _, s := range l.Skipped {
+		fmt.Fprintf(&b, "not listed: %s\n", s)
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// CreateProjectInput is create_project's input.
+type CreateProjectInput struct {
+	Session  string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
+	Template string `json:"template" jsonschema:"python, node or shell"`
+	Name     string `json:"name" jsonschema:"the project's directory, relative to the workspace (letters, digits, . _ -; / for subdirectories); must not exist or be empty"`
+}
+
+// ProjectCreated is create_project's output.
+type ProjectCreated struct {
+	Session string `json:"session"`
+	project.Project
+}
+
+// Text lists the files and how to run the project.
+func (p *ProjectCreated) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "created %s project in %s/: %s\n", p.Template, p.Path, strings.Join(p.Files, ", "))
+	b.WriteString("run it with:\n")
+	for _, r := range p.Run {
+		var args strings.Builder
+		enc := json.NewEncoder(&args)
+		enc.SetEscapeHTML(false) // && stays readable
+		enc.Encode(r.Args)
+		fmt.Fprintf(&b, "- %s: %s %s", r.What, r.Capability, strings.TrimSpace(args.String()))
+		if r.Expect != "" {
+			fmt.Fprintf(&b, " (prints %s)", r.Expect)
+		}
+		b.WriteString("\n")
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+const maxListEntries = 10000
+
+func (a *App) registerFiles(reg *capability.Registry) {
+	maxRead, maxWrite := workspace.Human(workspace.DefaultMaxRead), workspace.Human(workspace.DefaultMaxWrite)
+	paths := "Paths are relative to the session workspace (the working directory of run_code and the terminal); an absolute path must lie inside it. " +
+		"Nothing outside the workspace is reachable: '..' out of it, and symbolic links that point out of it (or are absolute, in the middle of a path), are refused. "
+	reg.Register(capability.New("read_file",
+		"Read a file of the session workspace. UTF-8 text comes back as text (encoding utf-8); anything else (invalid UTF-8, NUL bytes) as base64 (encoding base64). "+
+			"Also returns size, mode and mtime. "+paths+
+			"At most "+maxRead+" come back at once: for a bigger file pass offset and limit (bytes) to read a part; complete says whether content is the whole file "+
+			"(a part cut inside a multi-byte character comes back as base64). A directory is an error: use list_files.",
+		capability.ScopeRead, a.readFile))
+	reg.Register(capability.New("write_file",
+		"Write a file in the session workspace: replaces it (atomically: readers see the old or the new content, never a part), or with append=true adds to its end. "+
+			"Missing parent directories are created. content is text, or base64 with encoding=base64 for bytes. At most "+maxWrite+" per call (append more in further calls). "+
+			"New files get mode 0644 (an existing file keeps its mode) and belong to the session, so its code can change them. "+paths+
+			"A symbolic link inside the workspace is written through.",
+		capability.ScopeExec, a.writeFile))
+	reg.Register(capability.New("list_files",
+		"List a directory of the session workspace (default the workspace itself): each entry's name, path, type (file, dir, symlink, other), size, mode and mtime, sorted by path. "+
+			"By default one level; recursive=true (or depth) goes deeper. At most max_entries (default 1000) come back, with truncated=true when there were more. "+
+			"Symbolic links are shown with their target and never followed. The workspace's .quro directory (the server's cut outputs and logs) is shown but not descended into unless you list it by path. "+
+			paths,
+		capability.ScopeRead, a.listFiles))
+	reg.Register(capability.New("create_project",
+		"Create a small runnable starter project in a new directory of the session workspace, from a template: "+
+			"python (main.py, test_main.py, README.md), node (package.json, index.js, greet.js, test.js, README.md: CommonJS that both node and run_js_file run) or shell (run.sh, executable, README.md). "+
+			"The result lists the files and the exact capability calls that run it and its tests. An existing non-empty directory (or file) of that name is refused.",
+		capability.ScopeExec, a.createProject))
+}
+
+// openWorkspace resolves the session and opens its workspace with the
+// session's uid as the owner of what the server creates, as sandbox.Start
+// hands the workspace over: a root server's runs go under the session's
+// own uid (sandbox.SessionUID of the workspace).
+func (a *App) openWorkspace(ctx context.Context, ref string) (*session.Session, *workspace.FS, error) {
+	sess, err := a.Sessions.Get(ctx, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := workspace.Options{}
+	if os.Geteuid() == 0 {
+		uid := sandbox.SessionUID(sess.Workspace())
+		opts.Owner = &workspace.Owner{UID: uid, GID: uid}
+	}
+	w, err := workspace.Open(sess.Workspace(), opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sess, w, nil
+}
+
+// fileError gives a workspace or project error its capability code.
+func fileError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, workspace.ErrOutside):
+		return capability.Errorf(capability.PermissionDenied, "%v", err)
+	case errors.Is(err, workspace.ErrNotFound):
+		return capability.Errorf(capability.NotFound, "%v", err)
+	case errors.Is(err, project.ErrNotEmpty), errors.Is(err, workspace.ErrExists):
+		return capability.Errorf(capability.AlreadyExists, "%v", err)
+	case errors.Is(err, workspace.ErrIsDir), errors.Is(err, workspace.ErrNotDir), errors.Is(err, workspace.ErrTooLarge),
+		errors.Is(err, workspace.ErrInvalid), errors.Is(err, project.ErrBadName), errors.Is(err, project.ErrUnknownTemplate):
+		return capability.Errorf(capability.InvalidArgument, "%v", err)
+	}
+	return err
+}
+
+func (a *App) readFile(ctx context.Context, in ReadFileInput) (*FileContent, error) {
+	if in.Path == "" {
+		return nil, capability.Errorf(capability.InvalidArgument, "path is empty: name a file (list_files shows what there is)")
+	}
+	sess, w, err := a.openWorkspace(ctx, in.Session)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	c, err := w.Read(in.Path, in.Offset, in.Limit)
+	switch {
+	case errors.Is(err, workspace.ErrIsDir):
+		return nil, capability.Errorf(capability.InvalidArgument, "%v: list_files lists a directory", err)
+	case errors.Is(err, workspace.ErrTooLarge):
+		return nil, capability.Errorf(capability.InvalidArgument,
+			"%v; read it in parts with offset and limit (limit at most %d), or process it with run_code", err, w.Options().MaxRead)
+	case err != nil:
+		return nil, fileError(err)
+	}
+	out := &FileContent{
+		Session: sess.ID, Path: c.Path, Size: c.Size, Offset: c.Offset, Length: int64(len(c.Data)),
+		Complete: c.Complete, Mode: fmt.Sprintf("%04o", c.Mode), ModTime: c.ModTime, Encoding: "utf-8",
+	}
+	if c.Text {
+		out.Content = string(c.Data)
+	} else {
+		out.Encoding, out.Content = "base64", base64.StdEncoding.EncodeToString(c.Data)
+	}
+	return out, nil
+}
+
+func (a *App) writeFile(ctx context.Context, in WriteFileInput) (*FileWritten, error) {
+	if in.Path == "" {
+		return nil, capability.Errorf(capability.InvalidArgument, "path is empty: name the file to write")
+	}
+	data := []byte(in.Content)
+	switch strings.ToLower(in.Encoding) {
+	case "", "utf-8", "utf8", "text":
+	case "base64":
+		var err error
+		if data, err = base64.StdEncoding.DecodeString(in.Content); err != nil {
+			return nil, capability.Errorf(capability.InvalidArgument, "content is not valid base64: %v", err)
+		}
+	default:
+		return nil, capability.Errorf(capability.InvalidArgument, "encoding %q: use utf-8 (the default) or base64", in.Encoding)
+	}
+	sess, w, err := a.openWorkspace(ctx, in.Session)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	res, err := w.Write(in.Path, data, in.Append)
+	if err != nil {
+		return nil, fileError(err)
+	}
+	return &FileWritten{
+		Session: sess.ID, Path: res.Path, Wrote: res.Wrote, Size: res.Size, Created: res.Created,
+		Append: in.Append, Mode: fmt.Sprintf("%04o", res.Mode),
+	}, nil
+}
+
+func (a *App) listFiles(ctx context.Context, in ListFilesInput) (*FileList, error) {
+	if in.Depth < 0 || in.Depth > workspace.MaxDepth {
+		return nil, capability.Errorf(capability.InvalidArgument, "depth must be between 1 and %d", workspace.MaxDepth)
+	}
+	if in.MaxEntries < 0 || in.MaxEntries > maxListEntries {
+		return nil, capability.Errorf(capability.InvalidArgument, "max_entries must be between 1 and %d", maxListEntries)
+	}
+	depth := in.Depth
+	if depth == 0 && in.Recursive {
+		depth = workspace.MaxDepth
+	}
+	sess, w, err := a.openWorkspace(ctx, in.Session)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	l, err := w.List(in.Path, workspace.ListOptions{Depth: depth, MaxEntries: in.MaxEntries})
+	if errors.Is(err, workspace.ErrNotDir) {
+		return nil, capability.Errorf(capability.InvalidArgument, "%v: read_file reads a file", err)
+	}
+	if err != nil {
+		return nil, fileError(err)
+	}
+	return &FileList{Session: sess.ID, Path: l.Path, Entries: l.Entries, Truncated: l.Truncated, Skipped: l.Skipped}, nil
+}
+
+func (a *App) createProject(ctx context.Context, in CreateProjectInput) (*ProjectCreated, error) {
+	sess, w, err := a.openWorkspace(ctx, in.Session)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	p, err := project.Create(w, in.Template, in.Name)
+	if err != nil {
+		return nil, fileError(err)
+	}
+	return &ProjectCreated{Session: sess.ID, Project: *p}, nil
+}

@@ -1,0 +1,6 @@
+// greet returns a greeting for name.
+function greet(name) {
+  return `Hello, ${name}!`;
+}
+
+module.exports = { greet };
