@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/runcode"
 )
 
 func tenantCall(t *testing.T, a *App, c controller.Caller, name string, args any) (*controller.Reply, error) {
@@ -204,14 +207,21 @@ func TestRunLimitPerTenant(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := tenantCall(t, a, dave, "run_code", RunCodeInput{Lang: "sh", Session: "d", Code: "echo up > started; cat release"})
+		r, err := tenantCall(t, a, dave, "run_code", RunCodeInput{Lang: "sh", Session: "d", Code: "echo up > started; read line < release; echo \"$line\""})
+		if err == nil && r.Output.(*runcode.Result).Stdout != "go\n" {
+			err = fmt.Errorf("the run did not finish as planned: %s", r.Text)
+		}
 		done <- err
 	}()
-	// Opening the fifo returns once the run has opened its end: the run
-	// holds dave's one slot now.
+	// Reading the fifo to its end returns once the run has written it: the
+	// run holds dave's one slot now. (Closing before the end would kill the
+	// writer with SIGPIPE.)
 	f, err := os.Open(started)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if b, err := io.ReadAll(f); err != nil || string(b) != "up\n" {
+		t.Fatalf("started: %q %v", b, err)
 	}
 	f.Close()
 	_, err = tenantCall(t, a, dave, "terminal_exec", TerminalExecInput{Command: "true", Session: "d"})
@@ -226,13 +236,16 @@ func TestRunLimitPerTenant(t *testing.T) {
 	if _, err := tenantCall(t, a, admin, "run_code", RunCodeInput{Lang: "sh", Code: "true"}); err != nil {
 		t.Fatal(err)
 	}
-	w, err := os.OpenFile(release, os.O_WRONLY, 0)
+	// Opened read-write, the fifo does not block when the run has died;
+	// it is closed only after the run ended, so cat sees the line.
+	w, err := os.OpenFile(release, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.WriteString("go\n")
+	err = <-done
 	w.Close()
-	if err := <-done; err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tenantCall(t, a, dave, "terminal_exec", TerminalExecInput{Command: "true", Session: "d"}); err != nil {
