@@ -234,8 +234,8 @@ func (p *pythonRun) exec(ctx context.Context, sess *session.Session, name, code 
 	runID := time.Now().UTC().Format("20060102T150405.000000000")
 	ws := sess.Workspace()
 	outDir := sess.OutputsDir()
-	stdout := runcode.NewCapture(opts.MaxStdout, filepath.Join(outDir, "python_run-"+runID+".stdout"), opts.SpillLimit).Within(ws)
-	stderr := runcode.NewCapture(opts.MaxStderr, filepath.Join(outDir, "python_run-"+runID+".stderr"), opts.SpillLimit).Within(ws)
+	stdout := runcode.NewCapture(opts.MaxStdout, filepath.Join(outDir, "python_run-"+runID+".stdout"), opts.SpillLimit).Within(ws).Observed(ctx, "stdout")
+	stderr := runcode.NewCapture(opts.MaxStderr, filepath.Join(outDir, "python_run-"+runID+".stderr"), opts.SpillLimit).Within(ws).Observed(ctx, "stderr")
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	exit, err := p.a.Sandbox.Run(runCtx, &sandbox.Spec{

@@ -28,6 +28,8 @@ type Capture struct {
 	spill      *os.File
 	spilled    int64
 	spillErr   error
+	observe    OutputFunc // told of every write (streaming), or nil
+	stream     string
 }
 
 // NewCapture returns a Capture that keeps limit bytes in memory and spills the
@@ -50,12 +52,22 @@ func (c *Capture) Within(root string) *Capture {
 // Write never fails: a spill problem is reported in the final view.
 func (c *Capture) Write(p []byte) (int, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	n := c.write(p)
+	fn, stream := c.observe, c.stream
+	c.mu.Unlock()
+	// Outside the lock: the observer may take its own locks.
+	if fn != nil && n > 0 {
+		fn(stream, p)
+	}
+	return n, nil
+}
+
+func (c *Capture) write(p []byte) int {
 	n := len(p)
 	c.total += int64(n)
 	if c.tail == nil && len(c.buf)+len(p) <= c.limit {
 		c.buf = append(c.buf, p...)
-		return n, nil
+		return n
 	}
 	head := c.limit - c.limit/2
 	if c.tail == nil {
@@ -75,7 +87,7 @@ func (c *Capture) Write(p []byte) (int, error) {
 		p = p[k:]
 	}
 	c.pushTail(p)
-	return n, nil
+	return n
 }
 
 // pushTail appends p to the tail ring; tailPos counts bytes ever pushed.

@@ -211,8 +211,8 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	runID := newRunID()
 	outDir := in.Session.OutputsDir()
 	ws := in.Session.Workspace()
-	stdout := NewCapture(r.opts.MaxStdout, filepath.Join(outDir, runID+".stdout"), r.opts.SpillLimit).Within(ws)
-	stderr := NewCapture(r.opts.MaxStderr, filepath.Join(outDir, runID+".stderr"), r.opts.SpillLimit).Within(ws)
+	stdout := NewCapture(r.opts.MaxStdout, filepath.Join(outDir, runID+".stdout"), r.opts.SpillLimit).Within(ws).Observed(ctx, "stdout")
+	stderr := NewCapture(r.opts.MaxStderr, filepath.Join(outDir, runID+".stderr"), r.opts.SpillLimit).Within(ws).Observed(ctx, "stderr")
 
 	start := time.Now()
 	res := r.runChain(ctx, lang, &Request{

@@ -240,6 +240,18 @@ func (p *PTY) Alive() bool {
 	}
 }
 
+// ExitCode is the shell's exit status once it has ended (ok false before).
+func (p *PTY) ExitCode() (code int, ok bool) {
+	select {
+	case <-p.exited:
+	default:
+		return 0, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.code, true
+}
+
 // Done is closed when the shell has ended.
 func (p *PTY) Done() <-chan struct{} { return p.exited }
 

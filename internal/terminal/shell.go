@@ -462,9 +462,9 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 		status: make(chan struct{}), synced: make(chan struct{}), errSynced: make(chan struct{}),
 	}
 	id := time.Now().UTC().Format("20060102-150405.000000") + "-" + randomHex(4)
-	r.out = runcode.NewCapture(s.opts.MaxOutput, filepath.Join(s.opts.OutputsDir, "term-"+id+".out"), s.opts.SpillLimit).Within(s.opts.Workspace)
+	r.out = runcode.NewCapture(s.opts.MaxOutput, filepath.Join(s.opts.OutputsDir, "term-"+id+".out"), s.opts.SpillLimit).Within(s.opts.Workspace).Observed(ctx, "stdout")
 	if opts.Split {
-		r.errOut = runcode.NewCapture(s.opts.MaxOutput, filepath.Join(s.opts.OutputsDir, "term-"+id+".err"), s.opts.SpillLimit).Within(s.opts.Workspace)
+		r.errOut = runcode.NewCapture(s.opts.MaxOutput, filepath.Join(s.opts.OutputsDir, "term-"+id+".err"), s.opts.SpillLimit).Within(s.opts.Workspace).Observed(ctx, "stderr")
 		s.errOut.attach(r.errOut, r.token, r.errSynced)
 	} else {
 		close(r.errSynced)

@@ -1,10 +1,13 @@
-// Package rest serves the controller over HTTP/JSON under /v1/. Every
-// capability is reachable as POST /v1/{name} with its input as the JSON body;
-// a few read-only ones also have GET routes. The package only translates:
-// HTTP in, controller call, HTTP out.
+// Package rest serves the controller over HTTP/JSON under /v1/: every
+// capability as POST /v1/{name} with its input as the JSON body, and the
+// resource routes of the table in routes.go (sessions, files, audit), from
+// which GET /v1/openapi.json is generated. The package only translates:
+// HTTP in, controller call, HTTP out. WebSocket routes are in the table too
+// and are handed to Options.WebSocket (package ws).
 package rest
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -21,24 +24,33 @@ type Options struct {
 	// MaxBody is the largest accepted request body (16 MiB).
 	MaxBody int64
 	Logger  *slog.Logger
+	// Access: authentication (httpauth.Open by default), allowed origins
+	// and Host names.
+	Access Access
+	// WebSocket serves the routes whose Body is BodyWebSocket; without it
+	// they answer 404.
+	WebSocket WebSocket
+}
+
+// WebSocket serves the WebSocket routes of the table. It checks access
+// itself (the token may come in a subprotocol).
+type WebSocket interface {
+	ServePTY(w http.ResponseWriter, r *http.Request)
+	ServeStream(w http.ResponseWriter, r *http.Request)
 }
 
 type server struct {
 	ctl     *controller.Controller
 	maxBody int64
 	log     *slog.Logger
-}
-
-// getRoutes are the GET aliases of capabilities that take no arguments.
-var getRoutes = map[string]string{
-	"/v1/capabilities": "list_capabilities",
-	"/v1/status":       "get_service_status",
-	"/v1/help":         "help",
+	access  Access
+	openapi []byte
 }
 
 // New returns the HTTP handler for ctl.
 func New(ctl *controller.Controller, opts *Options) http.Handler {
 	s := &server{ctl: ctl, maxBody: 16 << 20, log: slog.New(slog.DiscardHandler)}
+	var wsh WebSocket
 	if opts != nil {
 		if opts.MaxBody > 0 {
 			s.maxBody = opts.MaxBody
@@ -46,65 +58,150 @@ func New(ctl *controller.Controller, opts *Options) http.Handler {
 		if opts.Logger != nil {
 			s.log = opts.Logger
 		}
+		s.access = opts.Access
+		wsh = opts.WebSocket
 	}
+	doc, err := json.MarshalIndent(OpenAPI(ctl.Registry(), Routes), "", "  ")
+	if err != nil {
+		panic("rest: openapi: " + err.Error()) // the registry's schemas always marshal
+	}
+	s.openapi = doc
 	mux := http.NewServeMux()
-	for path, name := range getRoutes {
-		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) { s.call(w, r, name, nil) })
+	for i := range Routes {
+		rt := &Routes[i]
+		pattern := rt.Method + " " + rt.Pattern
+		if rt.Body == BodyWebSocket {
+			if wsh == nil {
+				continue
+			}
+			if rt.Stream == "pty" {
+				mux.HandleFunc(pattern, wsh.ServePTY)
+			} else {
+				mux.HandleFunc(pattern, wsh.ServeStream)
+			}
+			continue
+		}
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { s.route(w, r, rt) })
 	}
+	mux.HandleFunc("GET /v1/openapi.json", s.serveOpenAPI)
 	mux.HandleFunc("POST /v1/{capability}", s.post)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, capability.Errorf(capability.NotFound,
-			"no route %s %s; POST /v1/{capability} with a JSON body, or GET /v1/capabilities", r.Method, r.URL.Path))
+		if _, ok := s.access.Admit(w, r, "rest"); !ok {
+			return
+		}
+		WriteError(w, http.StatusNotFound, capability.Errorf(capability.NotFound,
+			"no route %s %s; POST /v1/{capability} with a JSON body, or GET /v1/openapi.json for every route", r.Method, r.URL.Path))
 	})
 	return mux
 }
 
+func (s *server) serveOpenAPI(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.access.Admit(w, r, "rest"); !ok {
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(s.openapi)
+}
+
+// route serves one route of the table.
+func (s *server) route(w http.ResponseWriter, r *http.Request, rt *Route) {
+	caller, ok := s.access.Admit(w, r, "rest")
+	if !ok {
+		return
+	}
+	name := rt.capabilityFor(r)
+	capb, ok := s.ctl.Registry().Get(name)
+	if !ok {
+		WriteError(w, http.StatusNotFound, capability.Errorf(capability.NotFound,
+			"%s %s needs capability %s, which this server does not have", rt.Method, rt.Pattern, name))
+		return
+	}
+	var body []byte
+	if rt.Body == BodyJSON && !s.jsonType(w, r) {
+		return
+	}
+	body, ok = s.readBody(w, r)
+	if !ok {
+		return
+	}
+	args, cerr := rt.args(r, capb, body)
+	if cerr != nil {
+		WriteError(w, http.StatusBadRequest, cerr)
+		return
+	}
+	s.call(w, r, caller, name, args, rt.Status)
+}
+
 func (s *server) post(w http.ResponseWriter, r *http.Request) {
+	caller, ok := s.access.Admit(w, r, "rest")
+	if !ok {
+		return
+	}
 	name := r.PathValue("capability")
 	if _, ok := s.ctl.Registry().Get(name); !ok {
-		writeError(w, http.StatusNotFound, capability.Errorf(capability.NotFound,
+		WriteError(w, http.StatusNotFound, capability.Errorf(capability.NotFound,
 			"no capability %q; GET /v1/capabilities lists them", name))
 		return
 	}
-	// curl -d labels its body as a form; the body must still be JSON.
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") &&
-		!strings.HasPrefix(ct, "application/x-www-form-urlencoded") {
-		writeError(w, http.StatusUnsupportedMediaType, capability.Errorf(capability.InvalidArgument,
-			"send the arguments as application/json, not %s", ct))
+	if !s.jsonType(w, r) {
 		return
 	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	if len(bytes.TrimSpace(body)) > 0 && !json.Valid(body) {
+		WriteError(w, http.StatusBadRequest, capability.Errorf(capability.InvalidArgument, "request body is not valid JSON"))
+		return
+	}
+	s.call(w, r, caller, name, body, 0)
+}
+
+// jsonType refuses a body labelled as anything but JSON (415). curl -d
+// labels its body as a form; the body must still be JSON.
+func (s *server) jsonType(w http.ResponseWriter, r *http.Request) bool {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" || strings.HasPrefix(ct, "application/json") || strings.HasPrefix(ct, "application/x-www-form-urlencoded") {
+		return true
+	}
+	WriteError(w, http.StatusUnsupportedMediaType, capability.Errorf(capability.InvalidArgument,
+		"send the arguments as application/json, not %s", ct))
+	return false
+}
+
+// readBody reads the body up to the limit (413 beyond it).
+func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, capability.Errorf(capability.InvalidArgument,
-				"request body is larger than %d bytes", mbe.Limit))
-			return
+			WriteError(w, http.StatusRequestEntityTooLarge, capability.Errorf(capability.InvalidArgument,
+				"request body is larger than %d bytes; put large data in files of the workspace", mbe.Limit))
+			return nil, false
 		}
-		writeError(w, http.StatusBadRequest, capability.Errorf(capability.InvalidArgument, "cannot read body: %v", err))
-		return
+		WriteError(w, http.StatusBadRequest, capability.Errorf(capability.InvalidArgument, "cannot read body: %v", err))
+		return nil, false
 	}
-	if len(strings.TrimSpace(string(body))) > 0 && !json.Valid(body) {
-		writeError(w, http.StatusBadRequest, capability.Errorf(capability.InvalidArgument, "request body is not valid JSON"))
-		return
-	}
-	s.call(w, r, name, body)
+	return body, true
 }
 
-func (s *server) call(w http.ResponseWriter, r *http.Request, name string, body []byte) {
-	caller := controller.Caller{Path: "rest", Scope: capability.ScopeAdmin}
+func (s *server) call(w http.ResponseWriter, r *http.Request, caller controller.Caller, name string, body []byte, status int) {
 	reply, err := s.ctl.Call(r.Context(), caller, name, body)
 	if err != nil {
 		ce := controller.Classify(err)
-		writeError(w, Status(ce.Code), ce)
+		WriteError(w, Status(ce.Code), ce)
 		return
+	}
+	if status == 0 {
+		status = http.StatusOK
 	}
 	if wantsText(r) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(status)
 		io.WriteString(w, reply.Text+"\n")
 		return
 	}
-	writeJSON(w, http.StatusOK, reply.Output)
+	WriteJSON(w, status, reply.Output)
 }
 
 // wantsText is true when the client asks for the model-facing text.
@@ -141,7 +238,8 @@ func Status(code capability.Code) int {
 	return http.StatusInternalServerError
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// WriteJSON writes v as the JSON response.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
@@ -149,6 +247,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc.Encode(v)
 }
 
-func writeError(w http.ResponseWriter, status int, e *capability.Error) {
-	writeJSON(w, status, map[string]any{"error": e})
+// WriteError writes {"error":{"code","message"}}.
+func WriteError(w http.ResponseWriter, status int, e *capability.Error) {
+	WriteJSON(w, status, map[string]any{"error": e})
 }

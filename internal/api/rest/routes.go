@@ -1,0 +1,209 @@
+package rest
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/quro-dev/quro/internal/capability"
+)
+
+// Body says what a route's request body is.
+type Body int
+
+const (
+	// BodyNone: the route takes no body.
+	BodyNone Body = iota
+	// BodyJSON: a JSON object of the capability's input; path parameters
+	// are merged into it.
+	BodyJSON
+	// BodyFile: the raw bytes of a file, sent as the input's "content":
+	// UTF-8 text as it is, anything else base64 with "encoding":"base64".
+	BodyFile
+	// BodyWebSocket: the route upgrades to a WebSocket (see
+	// docs/architecture.md); it is served by Options.WebSocket.
+	BodyWebSocket
+)
+
+// Route is one resource-style route: a method and pattern (net/http
+// syntax) mapped to a capability and to how its arguments are built.
+type Route struct {
+	Method, Pattern string
+	// Capability answers the route. DirCapability, when set, answers it
+	// instead when the {path...} wildcard is empty or ends in "/".
+	Capability    string
+	DirCapability string
+	Summary       string
+	// Path maps a pattern wildcard to the input field it fills.
+	Path map[string]string
+	// Query lists the query parameters that become input fields of the same
+	// name, typed by the input schema ("?limit=5" → {"limit":5}).
+	Query []string
+	Body  Body
+	// Status is the success status (200 when zero).
+	Status int
+	// Stream is, for BodyWebSocket routes, "pty" or "stream".
+	Stream string
+}
+
+// Routes is the route table: every resource route besides POST
+// /v1/{capability}, which serves every capability with its input as the
+// body. OpenAPI is generated from it.
+var Routes = []Route{
+	{Method: "GET", Pattern: "/v1/capabilities", Capability: "list_capabilities", Summary: "List the capabilities"},
+	{Method: "GET", Pattern: "/v1/status", Capability: "get_service_status", Summary: "Service status"},
+	{Method: "GET", Pattern: "/v1/help", Capability: "help", Summary: "A guide for models"},
+	{Method: "GET", Pattern: "/v1/sessions", Capability: "list_sessions", Summary: "List sessions"},
+	{Method: "POST", Pattern: "/v1/sessions", Capability: "create_session", Body: BodyJSON, Status: http.StatusCreated, Summary: "Create a session"},
+	{Method: "GET", Pattern: "/v1/sessions/{id}", Capability: "get_session_status", Path: sessionParam, Summary: "A session's status"},
+	{Method: "DELETE", Pattern: "/v1/sessions/{id}", Capability: "destroy_session", Path: sessionParam, Summary: "Destroy a session"},
+	{Method: "POST", Pattern: "/v1/sessions/{id}/exec", Capability: "terminal_exec", Path: sessionParam, Body: BodyJSON, Summary: "Run a command in the session's shell"},
+	{Method: "POST", Pattern: "/v1/sessions/{id}/input", Capability: "send_input", Path: sessionParam, Body: BodyJSON, Summary: "Type into the session"},
+	{Method: "POST", Pattern: "/v1/sessions/{id}/run", Capability: "run_code", Path: sessionParam, Body: BodyJSON, Summary: "Run code in the session"},
+	{Method: "GET", Pattern: "/v1/sessions/{id}/env", Capability: "get_session_env", Path: sessionParam, Summary: "The session's variables"},
+	{Method: "PUT", Pattern: "/v1/sessions/{id}/env", Capability: "set_session_env", Path: sessionParam, Body: BodyJSON, Summary: "Set or unset the session's variables"},
+	{Method: "GET", Pattern: "/v1/sessions/{id}/files/{path...}", Capability: "read_file", DirCapability: "list_files", Path: fileParams,
+		Summary: "Read a workspace file, or list a directory when the path is empty or ends in /"},
+	{Method: "PUT", Pattern: "/v1/sessions/{id}/files/{path...}", Capability: "write_file", Path: fileParams, Body: BodyFile,
+		Summary: "Write a workspace file from the raw body"},
+	{Method: "GET", Pattern: "/v1/audit", Capability: "get_audit_log", Query: []string{"limit", "capability", "since"}, Summary: "The audit log, latest first"},
+	{Method: "GET", Pattern: "/v1/sessions/{id}/pty", Path: sessionParam, Body: BodyWebSocket, Stream: "pty",
+		Summary: "WebSocket: the session's interactive terminal"},
+	{Method: "GET", Pattern: "/v1/stream/{capability}", Body: BodyWebSocket, Stream: "stream",
+		Summary: "WebSocket: run_code, terminal_exec or python_run with output streamed as it arrives"},
+}
+
+var (
+	sessionParam = map[string]string{"id": "session"}
+	fileParams   = map[string]string{"id": "session", "path": "path"}
+)
+
+// capabilityFor is the capability that answers rt for r.
+func (rt *Route) capabilityFor(r *http.Request) string {
+	if rt.DirCapability != "" {
+		if p := r.PathValue("path"); p == "" || strings.HasSuffix(p, "/") {
+			return rt.DirCapability
+		}
+	}
+	return rt.Capability
+}
+
+// args builds the capability's input for r from the path, the query and
+// body (already read). The error is one the caller must fix.
+func (rt *Route) args(r *http.Request, capb *capability.Capability, body []byte) (json.RawMessage, *capability.Error) {
+	fields := map[string]json.RawMessage{}
+	switch rt.Body {
+	case BodyNone:
+		if len(bytes.TrimSpace(body)) > 0 {
+			return nil, capability.Errorf(capability.InvalidArgument, "%s %s takes no body", rt.Method, rt.Pattern)
+		}
+	case BodyJSON:
+		if len(bytes.TrimSpace(body)) > 0 {
+			if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
+				return nil, capability.Errorf(capability.InvalidArgument, "the body must be a JSON object of %s's arguments", capb.Name)
+			}
+		}
+	case BodyFile:
+		if utf8.Valid(body) {
+			fields["content"], _ = json.Marshal(string(body))
+		} else {
+			fields["content"], _ = json.Marshal(base64.StdEncoding.EncodeToString(body))
+			fields["encoding"] = json.RawMessage(`"base64"`)
+		}
+	}
+	q := r.URL.Query()
+	for name := range q {
+		if name != "format" && !contains(rt.Query, name) {
+			if len(rt.Query) == 0 {
+				return nil, capability.Errorf(capability.InvalidArgument, "%s %s takes no query parameter %q", rt.Method, rt.Pattern, name)
+			}
+			return nil, capability.Errorf(capability.InvalidArgument, "unknown query parameter %q; %s %s takes %s", name, rt.Method, rt.Pattern, strings.Join(rt.Query, ", "))
+		}
+	}
+	for _, name := range rt.Query {
+		if !q.Has(name) {
+			continue
+		}
+		v, err := queryValue(capb, name, q.Get(name))
+		if err != nil {
+			return nil, err
+		}
+		fields[name] = v
+	}
+	for param, field := range rt.Path {
+		val := r.PathValue(param)
+		if param == "path" {
+			if val = strings.TrimSuffix(val, "/"); val == "" {
+				continue // the workspace itself: the capability's default
+			}
+		}
+		enc, _ := json.Marshal(val)
+		if prev, ok := fields[field]; ok {
+			var s string
+			if json.Unmarshal(prev, &s) != nil || s != val {
+				return nil, capability.Errorf(capability.InvalidArgument,
+					"the path gives %s %q but the body gives %s; leave %q out of the body", field, val, prev, field)
+			}
+		}
+		fields[field] = enc
+	}
+	if len(fields) == 0 {
+		return nil, nil
+	}
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return nil, capability.Errorf(capability.InvalidArgument, "%v", err)
+	}
+	return out, nil
+}
+
+// queryValue converts a query string to the JSON type the input schema
+// gives the field.
+func queryValue(capb *capability.Capability, name, raw string) (json.RawMessage, *capability.Error) {
+	typ := "string"
+	if p := capb.InputSchema.Properties[name]; p != nil {
+		typ = p.Type
+		for _, t := range p.Types {
+			if t != "null" {
+				typ = t
+			}
+		}
+	}
+	switch typ {
+	case "integer":
+		n, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil {
+			return nil, capability.Errorf(capability.InvalidArgument, "query parameter %s must be an integer, not %q", name, raw)
+		}
+		return json.RawMessage(strconv.FormatInt(n, 10)), nil
+	case "number":
+		f, err := strconv.ParseFloat(raw, 64)
+		if err != nil {
+			return nil, capability.Errorf(capability.InvalidArgument, "query parameter %s must be a number, not %q", name, raw)
+		}
+		b, _ := json.Marshal(f)
+		return b, nil
+	case "boolean":
+		b, err := strconv.ParseBool(raw)
+		if err != nil {
+			return nil, capability.Errorf(capability.InvalidArgument, "query parameter %s must be true or false, not %q", name, raw)
+		}
+		return json.RawMessage(fmt.Sprint(b)), nil
+	}
+	b, _ := json.Marshal(raw)
+	return b, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
