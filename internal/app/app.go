@@ -18,6 +18,7 @@ import (
 	"github.com/quro-dev/quro/internal/engine/js"
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/engine/shell"
+	"github.com/quro-dev/quro/internal/metrics"
 	"github.com/quro-dev/quro/internal/render"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -46,6 +47,7 @@ type App struct {
 	Controller *controller.Controller
 	Terminals  *terminal.Manager
 	Python     *python.Embedded // tier 1 of the Python chain: resident workers
+	Metrics    *metrics.Metrics // Prometheus metrics of this App (serve mounts Metrics.Handler)
 	Log        *slog.Logger
 	Started    time.Time
 
@@ -93,7 +95,8 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		st.Close()
 		return nil, err
 	}
-	sb, err := sandbox.New(opts.Sandbox)
+	m := metrics.New()
+	sb, err := sandbox.New(sandboxOptions(opts.Sandbox, m))
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -102,7 +105,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	pyChain, emb := PythonChain(dir, sb, opts.Python)
 	a := &App{
 		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
-		Python: emb,
+		Python: emb, Metrics: m,
 		Runner: runcode.New(Languages(sb, pyChain, jsEng), opts.Run),
 	}
 	a.isolation = sync.OnceValue(func() []sandbox.Feature {
@@ -128,6 +131,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	a.register(reg)
 	a.registerJS(reg, jsEng)
 	a.Controller = controller.New(reg, log)
+	a.instrument()
 	return a, nil
 }
 
