@@ -20,6 +20,7 @@ import (
 	"github.com/quro-dev/quro/internal/engine/js"
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/engine/shell"
+	"github.com/quro-dev/quro/internal/metrics"
 	"github.com/quro-dev/quro/internal/render"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -59,6 +60,7 @@ type App struct {
 	Python     *python.Embedded // tier 1 of the Python chain: resident workers
 	Tokens     *auth.Tokens
 	Audit      *audit.Log
+	Metrics    *metrics.Metrics // Prometheus metrics of this App (serve mounts Metrics.Handler)
 	Log        *slog.Logger
 	Started    time.Time
 
@@ -107,7 +109,8 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		return nil, err
 	}
 	sessions.MaxPerTenant = orDefault(opts.Limits.SessionsPerTenant, 100)
-	sb, err := sandbox.New(opts.Sandbox)
+	m := metrics.New()
+	sb, err := sandbox.New(sandboxOptions(opts.Sandbox, m))
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -116,7 +119,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	pyChain, emb := PythonChain(dir, sb, opts.Python)
 	a := &App{
 		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
-		Python: emb, Tokens: auth.New(st), Audit: audit.New(st, audit.Options{Keep: opts.AuditKeep, Logger: log}),
+		Python: emb, Metrics: m, Tokens: auth.New(st), Audit: audit.New(st, audit.Options{Keep: opts.AuditKeep, Logger: log}),
 		Runner: runcode.New(Languages(sb, pyChain, jsEng), opts.Run),
 	}
 	a.isolation = sync.OnceValue(func() []sandbox.Feature {
@@ -145,6 +148,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	a.Controller = controller.New(reg, log)
 	a.Controller.SetLimits(controller.Limits{RunsPerTenant: orDefault(opts.Limits.RunsPerTenant, 16)})
 	a.Controller.Observe(a.Audit.Observe)
+	a.instrument()
 	return a, nil
 }
 

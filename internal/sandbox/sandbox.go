@@ -68,7 +68,23 @@ type Options struct {
 	// group was killed (a process that left the group may hold a pipe open).
 	// Default 1s.
 	DrainGrace time.Duration
+	// OnFailure, when set, is told the reason (one of FailureReasons) each
+	// time Start fails, for metrics. It must not block.
+	OnFailure func(reason string)
 }
+
+// Reasons a Start fails, as Options.OnFailure reports them.
+const (
+	FailInvalidSpec  = "invalid_spec"  // the caller built a bad Spec
+	FailLayerMissing = "layer_missing" // full isolation refused: a layer is missing
+	FailSetup        = "setup"         // the server could not prepare the run (pipes, cgroups, ids, bubblewrap)
+	FailInit         = "init"          // the init child refused (program not found, a limit or policy failed)
+	FailBox          = "box"           // the box ended before the init child said anything
+	FailCanceled     = "canceled"      // the context ended while the run was starting
+)
+
+// FailureReasons lists every reason OnFailure reports.
+var FailureReasons = []string{FailInvalidSpec, FailLayerMissing, FailSetup, FailInit, FailBox, FailCanceled}
 
 // Sandbox starts isolated processes. Create it once with New.
 type Sandbox struct {
@@ -78,6 +94,7 @@ type Sandbox struct {
 	drainGrace time.Duration
 	isolation  string
 	layers     *layerSet
+	onFailure  func(reason string)
 }
 
 // New returns a Sandbox. opts may be nil.
@@ -90,7 +107,7 @@ func New(opts *Options) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: cannot find the quro executable to re-exec: %w", err)
 	}
-	s := &Sandbox{self: self, path: o.Path, limits: DefaultLimits(), drainGrace: o.DrainGrace}
+	s := &Sandbox{self: self, path: o.Path, limits: DefaultLimits(), drainGrace: o.DrainGrace, onFailure: o.OnFailure}
 	if s.path == "" {
 		s.path = DefaultPath
 	}
@@ -187,6 +204,8 @@ type StartError struct {
 	Program string
 	Reason  string
 	Err     error // the cause, when there is a typed one (e.g. a *LayerError)
+
+	from string // FailInit or FailBox when the box itself answered; else FailSetup
 }
 
 func (e *StartError) Error() string {
@@ -258,6 +277,30 @@ func (s *Sandbox) env(spec *Spec) ([]string, error) {
 // the run's uid and cgroup, bubblewrap builds the box, and the init child
 // inside it applies rlimits, Landlock and seccomp, then execs the program.
 func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
+	p, err := s.start(ctx, spec)
+	if err != nil && s.onFailure != nil {
+		s.onFailure(failureReason(ctx, err))
+	}
+	return p, err
+}
+
+// failureReason sorts a Start error into one of FailureReasons.
+func failureReason(ctx context.Context, err error) string {
+	var se *StartError
+	switch {
+	case errors.Is(err, ErrInvalidSpec):
+		return FailInvalidSpec
+	case errors.Is(err, ErrLayerMissing):
+		return FailLayerMissing
+	case ctx.Err() != nil:
+		return FailCanceled
+	case errors.As(err, &se) && se.from != "":
+		return se.from
+	}
+	return FailSetup
+}
+
+func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 	if len(spec.Args) == 0 || spec.Args[0] == "" {
 		return nil, fmt.Errorf("%w: no program", ErrInvalidSpec)
 	}
@@ -577,14 +620,16 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 	rest, _ := io.ReadAll(statusR)
 	msg := string(append(buf[:n], rest...))
 	exit := p.Wait()
+	from := FailInit
 	if msg == "" {
+		from = FailBox
 		if p.ctx.Err() != nil {
 			msg = "canceled while the sandbox was starting"
 		} else {
 			msg = fmt.Sprintf("the sandbox could not be set up (exit status %d; its message, if any, is in stderr)", exit.Code)
 		}
 	}
-	return nil, &StartError{Program: prog, Reason: msg}
+	return nil, &StartError{Program: prog, Reason: msg, from: from}
 }
 
 // mapIDs writes the user namespace maps of the box whose first process is

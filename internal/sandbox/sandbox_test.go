@@ -394,3 +394,29 @@ func TestRunIsBornInItsCgroups(t *testing.T) {
 		}
 	}
 }
+
+func TestOnFailureReportsTheReason(t *testing.T) {
+	var got []string
+	sb, err := New(&Options{OnFailure: func(reason string) { got = append(got, reason) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := sb.Run(testCtx(t), &Spec{Args: []string{"true"}, Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	sb.Run(testCtx(t), &Spec{Args: []string{"true"}, Dir: "relative"})
+	sb.Run(testCtx(t), &Spec{Args: []string{"no-such-program-quro"}, Dir: dir})
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	sb.Run(canceled, &Spec{Args: []string{"true"}, Dir: dir})
+	want := []string{FailInvalidSpec, FailInit, FailCanceled}
+	if !slices.Equal(got, want) {
+		t.Fatalf("reasons %q, want %q (a successful start reports nothing)", got, want)
+	}
+	for _, r := range got {
+		if !slices.Contains(FailureReasons, r) {
+			t.Errorf("%q is not in FailureReasons", r)
+		}
+	}
+}

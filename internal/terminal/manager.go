@@ -165,6 +165,33 @@ func (m *Manager) State(s *session.Session) State {
 	return st
 }
 
+// Live counts the running pipe shells and PTYs of every session.
+func (m *Manager) Live() (shells, ptys int) {
+	var sh []*Shell
+	var pt []*PTY
+	m.mu.Lock()
+	for _, l := range m.live {
+		if l.shell != nil {
+			sh = append(sh, l.shell)
+		}
+		if l.pty != nil {
+			pt = append(pt, l.pty)
+		}
+	}
+	m.mu.Unlock()
+	for _, s := range sh {
+		if s.Status().Alive {
+			shells++
+		}
+	}
+	for _, p := range pt {
+		if p.Alive() {
+			ptys++
+		}
+	}
+	return shells, ptys
+}
+
 // CloseSession stops the session's terminals and kills every process that
 // still lives in its directory.
 func (m *Manager) CloseSession(s *session.Session) int {

@@ -1,0 +1,321 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+)
+
+// Exit statuses of quro call.
+const (
+	callFailed = 1 // the capability returned an error
+	callUsage  = 2 // the command line or the arguments were wrong
+)
+
+func newCallCmd(g *globals) *cobra.Command {
+	var (
+		server, tokenFile string
+		asJSON            bool
+	)
+	cmd := &cobra.Command{
+		Use:   "call CAPABILITY ['{json}' | -]",
+		Short: "Call any capability with JSON arguments, in-process or on a server",
+		Long: `Call one capability with its arguments as a JSON object: the second
+argument, or standard input when it is -, or {} when omitted. It prints the
+text a model reads, or with --json the structured output.
+
+In-process by default, as the local user with every scope. With --server URL
+(or QURO_URL) it POSTs to URL/v1/CAPABILITY instead, sending the token from
+--token-file (or QURO_TOKEN) as a bearer token.
+
+Exit status: 0 when the call succeeded (a program's own exit code is part of
+the output), 1 when the capability returned an error (its code and message
+on stderr), 2 on a usage error.`,
+		Example: `  quro call list_capabilities
+  quro call run_code '{"code":"print(6*7)"}'
+  echo '{"command":"ls"}' | quro call terminal_exec -
+  quro call --json get_service_status
+  QURO_URL=http://127.0.0.1:7070 quro call help`,
+		Args: cobra.ArbitraryArgs, // checked below, to exit with the usage status
+		RunE: func(cmd *cobra.Command, args []string) error {
+			stderr := cmd.ErrOrStderr()
+			if len(args) == 0 || len(args) > 2 {
+				fmt.Fprintf(stderr, "quro call: want CAPABILITY and at most one JSON argument, got %d arguments\n", len(args))
+				fmt.Fprint(stderr, cmd.UsageString())
+				return &exitError{callUsage}
+			}
+			name := args[0]
+			in, err := callArgs(args[1:], g.stdin)
+			if err != nil {
+				fmt.Fprintln(stderr, "quro call:", err)
+				return &exitError{callUsage}
+			}
+			c, err := newCaller(g, server, tokenFile)
+			if err != nil {
+				fmt.Fprintln(stderr, "quro call:", err)
+				return &exitError{callUsage}
+			}
+			defer c.close()
+			out, err := c.call(cmd.Context(), name, in, asJSON)
+			var ce *capability.Error
+			switch {
+			case errors.As(err, &ce):
+				fmt.Fprintf(stderr, "quro call: %s: %s\n", ce.Code, ce.Message)
+				return &exitError{callFailed}
+			case err != nil:
+				fmt.Fprintln(stderr, "quro call:", err)
+				return &exitError{callFailed}
+			}
+			w := cmd.OutOrStdout()
+			io.WriteString(w, out)
+			if !strings.HasSuffix(out, "\n") {
+				io.WriteString(w, "\n")
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&server, "server", "", "base URL of a quro server, e.g. http://127.0.0.1:7070 (env QURO_URL); in-process when empty")
+	f.StringVar(&tokenFile, "token-file", "", "file holding the bearer token for --server (env QURO_TOKEN holds the token itself)")
+	f.BoolVar(&asJSON, "json", false, "print the structured output as JSON instead of the model-facing text")
+	defaultHelp := cmd.HelpFunc()
+	cmd.SetHelpFunc(func(cmd *cobra.Command, args []string) {
+		defaultHelp(cmd, args)
+		listCapabilities(cmd, g, server, tokenFile)
+	})
+	return cmd
+}
+
+// callArgs returns the JSON arguments: the argument, stdin for "-", or {}.
+func callArgs(args []string, stdin io.Reader) (json.RawMessage, error) {
+	src := "{}"
+	from := "the arguments"
+	if len(args) == 1 {
+		src = args[0]
+		if src == "-" {
+			b, err := io.ReadAll(stdin)
+			if err != nil {
+				return nil, fmt.Errorf("reading the arguments from stdin: %w", err)
+			}
+			src, from = string(b), "the arguments on stdin"
+			if strings.TrimSpace(src) == "" {
+				src = "{}"
+			}
+		}
+	}
+	var v any
+	if err := json.Unmarshal([]byte(src), &v); err != nil {
+		return nil, fmt.Errorf("%s are not valid JSON (%v); pass an object such as '{\"code\":\"print(1)\"}'", from, err)
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return nil, fmt.Errorf("%s must be a JSON object, not %s", from, strings.TrimSpace(src))
+	}
+	return json.RawMessage(src), nil
+}
+
+// caller calls a capability and returns what to print.
+type caller interface {
+	call(ctx context.Context, name string, args json.RawMessage, asJSON bool) (string, error)
+	close()
+}
+
+// newCaller picks the server (flag, then QURO_URL) or the in-process App.
+func newCaller(g *globals, server, tokenFile string) (caller, error) {
+	if server == "" {
+		server = os.Getenv("QURO_URL")
+	}
+	if server == "" {
+		return &localCaller{g: g}, nil
+	}
+	token, err := readToken(tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	return &httpCaller{base: strings.TrimRight(server, "/"), token: token}, nil
+}
+
+// readToken reads --token-file, else QURO_TOKEN. The token is never printed.
+func readToken(file string) (string, error) {
+	if file == "" {
+		return strings.TrimSpace(os.Getenv("QURO_TOKEN")), nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("--token-file %s is empty", file)
+	}
+	return tok, nil
+}
+
+// localCaller calls the controller of an App opened in this process.
+type localCaller struct {
+	g  *globals
+	cl func() error
+}
+
+func (c *localCaller) call(ctx context.Context, name string, args json.RawMessage, asJSON bool) (string, error) {
+	a, err := c.g.open(ctx)
+	if err != nil {
+		return "", err
+	}
+	c.cl = a.Close
+	reply, err := a.Controller.Call(ctx, c.g.caller(), name, args)
+	if err != nil {
+		return "", controller.Classify(err)
+	}
+	if !asJSON {
+		return reply.Text, nil
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(reply.Output); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+func (c *localCaller) close() {
+	if c.cl != nil {
+		c.cl()
+	}
+}
+
+// httpCaller POSTs to a quro server's REST API.
+type httpCaller struct {
+	base, token string
+}
+
+func (c *httpCaller) close() {}
+
+func (c *httpCaller) call(ctx context.Context, name string, args json.RawMessage, asJSON bool) (string, error) {
+	accept := "text/plain"
+	if asJSON {
+		accept = "application/json"
+	}
+	body, err := c.do(ctx, http.MethodPost, "/v1/"+name, args, accept)
+	if err != nil {
+		return "", err
+	}
+	if asJSON {
+		var b bytes.Buffer
+		if json.Indent(&b, body, "", "  ") == nil {
+			return b.String(), nil
+		}
+	}
+	return string(body), nil
+}
+
+// do sends one request and returns the body of a 2xx answer; any other
+// answer becomes the *capability.Error the server sent.
+func (c *httpCaller) do(ctx context.Context, method, path string, body []byte, accept string) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, fmt.Errorf("--server %s: %v", c.base, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", accept)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		// The URL error names the method and URL, never the headers.
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer of %s: %w", c.base+path, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return b, nil
+	}
+	var e struct {
+		Error *capability.Error `json:"error"`
+	}
+	if json.Unmarshal(b, &e) == nil && e.Error != nil && e.Error.Code != "" {
+		return nil, e.Error
+	}
+	return nil, fmt.Errorf("%s %s: %s: %s", method, c.base+path, resp.Status, strings.TrimSpace(string(b)))
+}
+
+// listCapabilities ends the help of quro call with the capabilities: the
+// server's when one is named, else the in-process registry's.
+func listCapabilities(cmd *cobra.Command, g *globals, server, tokenFile string) {
+	w := cmd.OutOrStdout()
+	type entry struct{ Name, Scope, Description string }
+	var list []entry
+	if server == "" {
+		server = os.Getenv("QURO_URL")
+	}
+	if server != "" {
+		token, err := readToken(tokenFile)
+		if err != nil {
+			return
+		}
+		c := &httpCaller{base: strings.TrimRight(server, "/"), token: token}
+		b, err := c.do(cmd.Context(), http.MethodGet, "/v1/capabilities", nil, "application/json")
+		var out struct{ Capabilities []entry }
+		if err != nil || json.Unmarshal(b, &out) != nil {
+			fmt.Fprintf(w, "\n(cannot list the capabilities of %s: %v)\n", server, err)
+			return
+		}
+		list = out.Capabilities
+	} else {
+		ctx := cmd.Context()
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		a, err := g.open(ctx)
+		if err != nil {
+			fmt.Fprintf(w, "\n(cannot list the capabilities: %v)\n", err)
+			return
+		}
+		defer a.Close()
+		for _, c := range a.Controller.Registry().List() {
+			list = append(list, entry{c.Name, string(c.Scope), c.Description})
+		}
+	}
+	fmt.Fprintln(w, "\nCapabilities (scope; quro call --json list_capabilities gives their schemas):")
+	width := 0
+	for _, c := range list {
+		width = max(width, len(c.Name))
+	}
+	for _, c := range list {
+		fmt.Fprintf(w, "  %-*s  %-5s  %s\n", width, c.Name, c.Scope, firstSentence(c.Description))
+	}
+}
+
+// firstSentence cuts a description after its first sentence, and that
+// to about a line.
+func firstSentence(s string) string {
+	if i := strings.Index(s, ". "); i >= 0 {
+		s = s[:i+1]
+	}
+	if r := []rune(s); len(r) > 90 {
+		s = strings.TrimRight(string(r[:89]), " ,;:") + "…"
+	}
+	return s
+}

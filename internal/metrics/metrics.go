@@ -1,0 +1,240 @@
+// Package metrics exposes Quro's Prometheus metrics: every controller call
+// (by capability, access path and outcome, with its duration), every run of
+// user code (by engine and outcome), the live sessions, terminals and Python
+// workers, and the sandbox's start failures.
+//
+// Each Metrics has its own registry (never the global default), so several
+// Apps in one process — tests — do not collide. Label values come only from
+// closed sets the code defines: capability names of the registry, access
+// paths, error codes, engine names, outcome and failure reasons. Tenants,
+// session ids and arguments are never labels.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/terminal"
+)
+
+// Run outcomes (the outcome label of quro_runs_total).
+const (
+	RunOK          = "ok"           // the code ran and exited 0
+	RunExitNonzero = "exit_nonzero" // the code ran and failed
+	RunTimeout     = "timeout"      // the run hit its time budget
+	RunInterrupted = "interrupted"  // the run was stopped (cancel, interrupt) before it finished
+	RunError       = "error"        // an engine-level failure: no engine, a crash, a start failure
+	RunRunning     = "running"      // a terminal command still runs (waits for input, or detached)
+)
+
+// Label values that stand for anything outside a closed set.
+const (
+	Unknown = "unknown" // a capability the registry does not have
+	Other   = "other"   // an access path this package does not know
+)
+
+// Paths are the access paths kept as label values; others count as Other.
+var Paths = []string{"cli", "rest", "mcp", "ws", "web"}
+
+// RunReporter is implemented by the structured outputs of runs that this
+// package cannot import (they live above it): it returns the engine name
+// and one of the Run* outcomes.
+type RunReporter interface {
+	RunReport() (engine, outcome string)
+}
+
+// Sources are read at every scrape for the gauges. A nil source leaves its
+// gauge out.
+type Sources struct {
+	Sessions      func(ctx context.Context) (int, error) // sessions in the store
+	Terminals     func() (shells, ptys int)              // running pipe shells and PTYs
+	PythonWorkers func() int                             // resident Python workers
+}
+
+// Metrics holds Quro's collectors and their registry. Safe for concurrent use.
+type Metrics struct {
+	reg      *prometheus.Registry
+	calls    *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	runs     *prometheus.CounterVec
+	sandbox  *prometheus.CounterVec
+	known    func(name string) bool
+}
+
+// DurationBuckets are the call duration histogram's buckets, in seconds:
+// 100µs to 60s.
+var DurationBuckets = []float64{
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+}
+
+// New returns Metrics on a fresh registry with the Go and process
+// collectors.
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quro_calls_total",
+			Help: "Capability calls by capability, access path and outcome (ok or the error code).",
+		}, []string{"capability", "path", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "quro_call_duration_seconds",
+			Help:    "Duration of capability calls by capability and access path.",
+			Buckets: DurationBuckets,
+		}, []string{"capability", "path"}),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quro_runs_total",
+			Help: "Runs of user code by capability, engine and outcome (ok, exit_nonzero, timeout, interrupted, error, running).",
+		}, []string{"capability", "engine", "outcome"}),
+		sandbox: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quro_sandbox_start_failures_total",
+			Help: "Sandbox starts that failed, by reason.",
+		}, []string{"reason"}),
+		known: func(string) bool { return true },
+	}
+	for _, r := range sandbox.FailureReasons {
+		m.sandbox.WithLabelValues(r) // present at 0 from the start
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.calls, m.duration, m.runs, m.sandbox,
+	)
+	return m
+}
+
+// Registry returns the registry, e.g. to gather in tests.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the metrics in the Prometheus exposition format (for
+// /metrics).
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Instrument registers m as an observer of every call of ctl; capability
+// names outside ctl's registry are counted as Unknown. Call it once, before
+// ctl serves calls.
+func (m *Metrics) Instrument(ctl *controller.Controller) {
+	reg := ctl.Registry()
+	m.known = func(name string) bool { _, ok := reg.Get(name); return ok }
+	ctl.Observe(m.Observe)
+}
+
+// Observe counts one finished call (a controller.Observer).
+func (m *Metrics) Observe(_ context.Context, r *controller.Record) {
+	name := r.Capability
+	if !m.known(name) {
+		name = Unknown
+	}
+	path := r.Caller.Path
+	if !slices.Contains(Paths, path) {
+		path = Other
+	}
+	m.calls.WithLabelValues(name, path, outcome(r)).Inc()
+	m.duration.WithLabelValues(name, path).Observe(r.Duration.Seconds())
+	if r.Output != nil {
+		if engine, out, ok := RunOf(r.Output); ok {
+			m.runs.WithLabelValues(name, engine, out).Inc()
+		}
+	}
+}
+
+// outcome is "ok" or the error code, which is one of capability's codes.
+func outcome(r *controller.Record) string {
+	if r.Err == nil {
+		return "ok"
+	}
+	return string(r.Err.Code)
+}
+
+// RunOf returns the engine and outcome of a capability's structured output
+// when it is a run of code: a *runcode.Result, a *terminal.Result, or a
+// RunReporter.
+func RunOf(out any) (engine, outcome string, ok bool) {
+	switch r := out.(type) {
+	case *runcode.Result:
+		return r.Engine, Outcome(r.ExitCode, r.TimedOut, r.Interrupted, r.Error != ""), true
+	case *terminal.Result:
+		if r.Running && !r.TimedOut && !r.Interrupted && r.Error == "" {
+			return "terminal", RunRunning, true
+		}
+		return "terminal", Outcome(r.ExitCode, r.TimedOut, r.Interrupted, r.Error != ""), true
+	case RunReporter:
+		engine, outcome = r.RunReport()
+		return engine, outcome, true
+	}
+	return "", "", false
+}
+
+// Outcome sorts a finished run: a timeout first (it also interrupts), then
+// an interruption, an engine error, a non-zero exit, else ok.
+func Outcome(exitCode int, timedOut, interrupted, failed bool) string {
+	switch {
+	case timedOut:
+		return RunTimeout
+	case interrupted:
+		return RunInterrupted
+	case failed:
+		return RunError
+	case exitCode != 0:
+		return RunExitNonzero
+	}
+	return RunOK
+}
+
+// SandboxFailure counts one failed sandbox start (a sandbox.Options.OnFailure).
+func (m *Metrics) SandboxFailure(reason string) {
+	if !slices.Contains(sandbox.FailureReasons, reason) {
+		reason = Other
+	}
+	m.sandbox.WithLabelValues(reason).Inc()
+}
+
+// Watch registers the gauges read from src at every scrape. Call it once.
+func (m *Metrics) Watch(src Sources) {
+	m.reg.MustRegister(&gauges{src: src})
+}
+
+var (
+	sessionsDesc  = prometheus.NewDesc("quro_sessions", "Sessions in the store.", nil, nil)
+	terminalsDesc = prometheus.NewDesc("quro_terminals", "Running terminals by kind (shell: the pipe shell; pty: the interactive terminal).", []string{"kind"}, nil)
+	pythonDesc    = prometheus.NewDesc("quro_python_workers", "Resident embedded-Python workers (one per session that ran Python recently).", nil, nil)
+)
+
+// gauges reads Sources when scraped.
+type gauges struct{ src Sources }
+
+func (g *gauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- sessionsDesc
+	ch <- terminalsDesc
+	ch <- pythonDesc
+}
+
+func (g *gauges) Collect(ch chan<- prometheus.Metric) {
+	if g.src.Sessions != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		n, err := g.src.Sessions(ctx)
+		cancel()
+		if err == nil { // else the gauge is absent from this scrape
+			ch <- prometheus.MustNewConstMetric(sessionsDesc, prometheus.GaugeValue, float64(n))
+		}
+	}
+	if g.src.Terminals != nil {
+		shells, ptys := g.src.Terminals()
+		ch <- prometheus.MustNewConstMetric(terminalsDesc, prometheus.GaugeValue, float64(shells), "shell")
+		ch <- prometheus.MustNewConstMetric(terminalsDesc, prometheus.GaugeValue, float64(ptys), "pty")
+	}
+	if g.src.PythonWorkers != nil {
+		ch <- prometheus.MustNewConstMetric(pythonDesc, prometheus.GaugeValue, float64(g.src.PythonWorkers()))
+	}
+}
