@@ -76,7 +76,7 @@ capability over HTTP; quro run calls the same controller in-process.`,
 	root.PersistentFlags().IntVar(&g.maxStderr, "max-stderr", 4<<10, "bytes of stderr kept in a result")
 	root.PersistentFlags().StringVar(&g.isolation, "isolation", sandbox.IsolationFull,
 		"full: refuse to run user code when an isolation layer is missing; minimal: run with the layers this machine has (logged)")
-	root.AddCommand(newServeCmd(g), newRunCmd(g), newDoctorCmd(g), newVersionCmd(), newSessionCmd(g), newExecCmd(g), newTermCmd(g), newRootfsCmd(g))
+	root.AddCommand(newServeCmd(g), newRunCmd(g), newDoctorCmd(g), newVersionCmd(), newSessionCmd(g), newExecCmd(g), newTermCmd(g), newRootfsCmd(g), newMCPCmd(g))
 	return root
 }
 
