@@ -7,8 +7,9 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/quro-dev/quro/internal/version.Version=$(VERSION)
 ADDR    ?= 127.0.0.1:7070
 
-# Debian packages the tests (and the engines) use.
-TEST_PKGS := python3 bash bubblewrap debootstrap
+# Debian packages the tests (and the engines) use. nodejs and npm run the
+# official TypeScript MCP client against quro (test/mcp-ts).
+TEST_PKGS := python3 bash bubblewrap debootstrap nodejs npm
 # What `make run` needs: the sandbox refuses to run user code without bwrap.
 RUN_PKGS := bubblewrap
 
@@ -22,17 +23,27 @@ build:
 run: build run-deps
 	./$(BIN) serve --addr $(ADDR)
 
+# The TypeScript MCP client's packages, installed from package-lock.json
+# when node_modules is missing or the lock file changed.
+TS_STAMP := test/mcp-ts/node_modules/.quro-installed
+
 # Install what is missing, then check formatting, vet and run every test.
-test: test-deps fmt-check vet
+test: test-deps $(TS_STAMP) fmt-check vet
 	$(GO) test -count=1 -timeout 30m ./...
 	# the slim build (no embedded Python) must answer through the rest of the chain
-	$(GO) test -count=1 -tags slim ./internal/engine/python/ ./internal/app/
+	$(GO) test -count=1 -tags slim ./internal/engine/python/ ./internal/app/ ./internal/api/mcp/
+
+$(TS_STAMP): test/mcp-ts/package.json test/mcp-ts/package-lock.json | test-deps
+	npm ci --prefix test/mcp-ts --no-audit --no-fund
+	touch $@
 
 run-deps:
 	@$(MAKE) --no-print-directory test-deps TEST_PKGS="$(RUN_PKGS)"
 
+# A package counts as there when dpkg has it or its command is on PATH (a
+# node installed otherwise, e.g. a nodejs that bundles npm, is not replaced).
 test-deps:
-	@missing=""; for p in $(TEST_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for p in $(TEST_PKGS); do dpkg -s $$p >/dev/null 2>&1 || command -v $$p >/dev/null || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -62,14 +63,20 @@ type Capability struct {
 // without omitempty are required. New panics on a programmer error (a type
 // that has no schema).
 func New[In, Out any](name, description string, scope Scope, h func(ctx context.Context, in In) (Out, error)) *Capability {
-	in, err := jsonschema.For[In](nil)
+	in, err := jsonschema.For[In](schemaOptions)
 	if err != nil {
 		panic(fmt.Sprintf("capability %s: input schema: %v", name, err))
 	}
 	in.AdditionalProperties = &jsonschema.Schema{Not: &jsonschema.Schema{}}
-	out, err := jsonschema.For[Out](nil)
+	out, err := jsonschema.For[Out](schemaOptions)
 	if err != nil {
 		panic(fmt.Sprintf("capability %s: output schema: %v", name, err))
+	}
+	// A successful call always returns a value, so the output of a pointer
+	// type is an object, never null. MCP requires an output schema whose
+	// root is {"type":"object"}, and clients check it.
+	if len(out.Types) == 2 && slices.Contains(out.Types, "null") && slices.Contains(out.Types, "object") {
+		out.Types, out.Type = nil, "object"
 	}
 	resolved, err := in.Resolve(nil)
 	if err != nil {
@@ -93,6 +100,12 @@ func New[In, Out any](name, description string, scope Scope, h func(ctx context.
 		},
 	}
 }
+
+// schemaOptions derive the schemas: a json.RawMessage is any JSON value
+// (left to itself it would be an array of bytes).
+var schemaOptions = &jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
+	reflect.TypeFor[json.RawMessage](): {},
+}}
 
 // Call decodes args strictly (unknown fields and trailing data are errors),
 // validates them against the input schema and runs the handler.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -94,5 +95,22 @@ func TestScopes(t *testing.T) {
 		if got := tc.have.Covers(tc.need); got != tc.ok {
 			t.Errorf("%q covers %q = %v", tc.have, tc.need, got)
 		}
+	}
+}
+
+// A pointer output is an object (a success always has a value), and a
+// json.RawMessage field accepts any JSON value, not an array of bytes.
+func TestSchemaShapes(t *testing.T) {
+	type rawIn struct {
+		Args []json.RawMessage `json:"args,omitempty"`
+	}
+	c := New("raw", "Raw.", ScopeRead, func(ctx context.Context, i rawIn) (*out, error) {
+		return &out{Greeting: fmt.Sprint(len(i.Args))}, nil
+	})
+	if c.OutputSchema.Type != "object" || c.OutputSchema.Types != nil {
+		t.Errorf("output root type %q %v, want object", c.OutputSchema.Type, c.OutputSchema.Types)
+	}
+	if _, err := c.Call(context.Background(), json.RawMessage(`{"args":[1,"two",{"three":3},null,[4]]}`)); err != nil {
+		t.Errorf("any JSON values as args: %v", err)
 	}
 }

@@ -1,0 +1,273 @@
+// Package mcp serves the controller over the Model Context Protocol, on
+// stdio and on streamable HTTP, with the official Go SDK. Every capability
+// of the registry is one MCP tool — name, description, input and output
+// schema taken from the registry as they are. The package only translates:
+// a tool call in, a controller call, a tool result out.
+//
+// A result carries the model-facing text as text content and the output as
+// structured content; run_code's artifacts follow as more content (PNG and
+// SVG as images, HTML and the rest as embedded resources). A failure of the
+// call (a *capability.Error) is a tool result with isError set and a text
+// naming the code, as MCP wants for tool execution errors; a tool that does
+// not exist stays a protocol error.
+package mcp
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/version"
+)
+
+// Path is the access path MCP callers carry (controller.Caller.Path).
+const Path = "mcp"
+
+// Options configure the MCP server. nil means defaults.
+type Options struct {
+	Logger *slog.Logger
+	// ProgressEvery is how often a call whose client gave a progress token
+	// is told that it is still running (1 s).
+	ProgressEvery time.Duration
+	// SessionTimeout closes an MCP session over HTTP that saw no request for
+	// this long (30 min); a call in flight keeps it open.
+	SessionTimeout time.Duration
+}
+
+func (o *Options) withDefaults() Options {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	if r.Logger == nil {
+		r.Logger = slog.New(slog.DiscardHandler)
+	}
+	if r.ProgressEvery <= 0 {
+		r.ProgressEvery = time.Second
+	}
+	if r.SessionTimeout <= 0 {
+		r.SessionTimeout = 30 * time.Minute
+	}
+	return r
+}
+
+// LocalCaller is who a local stdio client is: the machine's user, with
+// every scope, like the CLI.
+var LocalCaller = controller.Caller{Path: Path, Scope: capability.ScopeAdmin}
+
+// NewServer returns an MCP server exposing every capability of ctl, called
+// as caller (its Path is set to "mcp").
+func NewServer(ctl *controller.Controller, caller controller.Caller, opts *Options) *mcp.Server {
+	caller.Path = Path
+	return newServer(ctl, caller, opts.withDefaults(), "")
+}
+
+// ServeStdio serves one MCP session on r and w (a client's pipes: standard
+// input and output for `quro mcp`) as the local caller, until the client
+// closes its end or ctx ends.
+func ServeStdio(ctx context.Context, ctl *controller.Controller, r io.Reader, w io.Writer, opts *Options) error {
+	s := NewServer(ctl, LocalCaller, opts)
+	t := &mcp.IOTransport{Reader: io.NopCloser(r), Writer: nopWriteCloser{w}}
+	return s.Run(ctx, t)
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
+
+// tool is one capability as the server calls it.
+type tool struct {
+	ctl    *controller.Controller
+	name   string
+	caller controller.Caller
+	output *jsonschema.Resolved // nil when the schema cannot be resolved
+	opts   Options
+}
+
+// newServer builds the server; a non-empty sessionID is the id of the one
+// HTTP session it will serve.
+func newServer(ctl *controller.Controller, caller controller.Caller, opts Options, sessionID string) *mcp.Server {
+	var getID func() string
+	if sessionID != "" {
+		getID = func() string { return sessionID }
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "quro", Title: "Quro", Version: version.String()}, &mcp.ServerOptions{
+		Logger:       opts.Logger,
+		GetSessionID: getID,
+		Instructions: "Quro runs code (run_code: Python, JS/TS, shell; html/svg/json rendered as artifacts) and drives " +
+			"persistent terminals (terminal_exec) in isolated sessions. The help tool is a short guide.",
+	})
+	for _, c := range ctl.Registry().List() {
+		t := &tool{ctl: ctl, name: c.Name, caller: caller, opts: opts}
+		if r, err := c.OutputSchema.Resolve(nil); err == nil {
+			t.output = r
+		} else {
+			opts.Logger.Error("mcp: output schema does not resolve; outputs go unchecked", "tool", c.Name, "err", err)
+		}
+		s.AddTool(&mcp.Tool{
+			Name: c.Name, Description: c.Description,
+			InputSchema: c.InputSchema, OutputSchema: c.OutputSchema,
+			Annotations: annotations(c),
+		}, t.call)
+	}
+	return s
+}
+
+// annotations are the hints MCP clients show: read-only capabilities, and
+// those that destroy.
+func annotations(c *capability.Capability) *mcp.ToolAnnotations {
+	a := &mcp.ToolAnnotations{ReadOnlyHint: c.Scope == capability.ScopeRead}
+	if c.Scope == capability.ScopeAdmin {
+		yes := true
+		a.DestructiveHint = &yes
+	}
+	return a
+}
+
+func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
+		stop := t.progress(ctx, req.Session, tok)
+		defer stop()
+	}
+	reply, err := t.ctl.Call(ctx, t.caller, t.name, req.Params.Arguments)
+	if err != nil {
+		return errorResult(controller.Classify(err)), nil
+	}
+	structured, err := json.Marshal(reply.Output)
+	if err == nil && t.output != nil {
+		err = validate(t.output, structured)
+	}
+	if err != nil {
+		// The registry promises this schema; a client that checks it would
+		// reject the whole result, so say plainly what went wrong.
+		t.opts.Logger.Error("mcp: output does not match its schema", "tool", t.name, "err", err)
+		res := errorResult(capability.Errorf(capability.Internal, "the output of %s does not match its schema: %v", t.name, err))
+		res.Content = append(res.Content, &mcp.TextContent{Text: reply.Text})
+		return res, nil
+	}
+	res := &mcp.CallToolResult{
+		Content:           []mcp.Content{&mcp.TextContent{Text: reply.Text}},
+		StructuredContent: json.RawMessage(structured),
+	}
+	if r, ok := reply.Output.(*runcode.Result); ok {
+		res.Content = append(res.Content, artifacts(r)...)
+	}
+	return res, nil
+}
+
+func validate(s *jsonschema.Resolved, data []byte) error {
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	return s.Validate(v)
+}
+
+// errorResult is a failed call as MCP wants a tool execution error: a
+// result with isError, for the model to read and act on.
+func errorResult(e *capability.Error) *mcp.CallToolResult {
+	return &mcp.CallToolResult{
+		IsError: true,
+		Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("⚠️ error %s: %s", e.Code, e.Message)}},
+		Meta:    mcp.Meta{"quro/error": e},
+	}
+}
+
+// artifacts maps run_code's artifacts to content: PNG and SVG are images,
+// everything else (HTML pages, JSON, text) an embedded resource with its
+// media type. A PNG whose data is not base64 is skipped; the text names it.
+func artifacts(r *runcode.Result) []mcp.Content {
+	var out []mcp.Content
+	for _, a := range r.Artifacts {
+		switch a.Kind {
+		case "png":
+			b, err := base64.StdEncoding.DecodeString(a.Data)
+			if err != nil {
+				continue
+			}
+			out = append(out, &mcp.ImageContent{Data: b, MIMEType: "image/png"})
+		case "svg":
+			out = append(out, &mcp.ImageContent{Data: []byte(a.Data), MIMEType: "image/svg+xml"})
+		default:
+			mime := a.MIME
+			if a.Kind == "html" {
+				mime = "text/html"
+			} else if mime == "" {
+				mime = "text/plain"
+			}
+			out = append(out, &mcp.EmbeddedResource{Resource: &mcp.ResourceContents{
+				URI:      artifactURI(r.Session, a.Name),
+				MIMEType: mime,
+				Text:     a.Data,
+			}})
+		}
+	}
+	return out
+}
+
+func artifactURI(session, name string) string {
+	return "quro://sessions/" + url.PathEscape(session) + "/artifacts/" + url.PathEscape(name)
+}
+
+// progress tells the client every ProgressEvery that the call still runs,
+// until the returned stop is called; stop returns once no notification can
+// follow, so none arrives after the result.
+func (t *tool) progress(ctx context.Context, ss *mcp.ServerSession, token any) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		start := time.Now()
+		tick := time.NewTicker(t.opts.ProgressEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case now := <-tick.C:
+				elapsed := now.Sub(start)
+				err := ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+					ProgressToken: token,
+					Progress:      elapsed.Seconds(),
+					Message:       fmt.Sprintf("%s running for %s", t.name, elapsed.Round(100*time.Millisecond)),
+				})
+				if err != nil && ctx.Err() == nil {
+					t.opts.Logger.Debug("mcp: progress notification failed", "tool", t.name, "err", err)
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// describe is a one-line summary of a caller for logs.
+func describe(c controller.Caller) string {
+	var parts []string
+	if c.Tenant != "" {
+		parts = append(parts, "tenant="+c.Tenant)
+	}
+	if c.TokenID != "" {
+		parts = append(parts, "token="+c.TokenID)
+	}
+	parts = append(parts, "scope="+string(c.Scope))
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,318 @@
+package mcp_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/quro-dev/quro/internal/app"
+	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/rootfs"
+)
+
+// testPython shares one extracted interpreter between the test data
+// directories, as in internal/app's tests.
+var testPython = &python.EmbeddedOptions{InstallRoot: filepath.Join(os.TempDir(), "quro-test-python")}
+
+// testRootfs is the ready Debian rootfs that internal/app's tests build
+// once per machine ($QURO_TEST_ROOTFS, default /var/cache/quro-test-rootfs),
+// or "" when there is none (these tests never install one).
+func testRootfs() string {
+	dir := os.Getenv("QURO_TEST_ROOTFS")
+	if dir == "" {
+		dir = "/var/cache/quro-test-rootfs"
+	}
+	if _, err := exec.LookPath("bwrap"); err != nil || !rootfs.New(dir).Ready(rootfs.DefaultName) {
+		return ""
+	}
+	return dir
+}
+
+// dataDir returns a fresh data directory that sees the test rootfs, if any.
+func dataDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if rfs := testRootfs(); rfs != "" {
+		if err := os.Symlink(rfs, rootfs.DirIn(dir)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func newApp(t *testing.T) *app.App {
+	t.Helper()
+	a, err := app.New(context.Background(), app.Options{DataDir: dataDir(t), Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
+// call is one tool call of a plan.
+type call struct {
+	Name      string         `json:"name"`
+	Arguments map[string]any `json:"arguments"`
+}
+
+// plan is what every client (Go over HTTP and stdio, TypeScript over both)
+// does: the setup calls, then every listed tool once with its arguments.
+type plan struct {
+	Setup []call                    `json:"setup"`
+	Calls map[string]map[string]any `json:"calls"`
+}
+
+// toolCase is how one tool is called and what its result must show.
+type toolCase struct {
+	args  map[string]any
+	check func(o *outcome) error
+}
+
+// cases is the table of every capability, keyed by tool name. A capability
+// that is registered but missing here fails the tests: add its row.
+func cases() (setup []call, table map[string]toolCase) {
+	setup = []call{
+		{"create_session", map[string]any{"name": "s1"}},
+		{"create_session", map[string]any{"name": "doomed"}},
+		{"set_session_env", map[string]any{"session": "s1", "env": map[string]any{"QURO_T": "1"}}},
+		{"terminal_exec", map[string]any{"session": "s1", "command": `printf 'exports.add = (a, b) => a + b;\n' > mod.js && printf 'console.log("hi from js")\n' > main.js`}},
+		{"read_screen", map[string]any{"session": "s1"}}, // starts the PTY that send_input types into
+	}
+	pyRun := toolCase{
+		args:  map[string]any{"session": "s1", "code": "print(6*7)"},
+		check: field("stdout", "42\n"),
+	}
+	if testRootfs() == "" {
+		// Without a ready rootfs a valid call would start a debootstrap;
+		// the call still goes through MCP and comes back as a tool error.
+		pyRun = toolCase{
+			args:  map[string]any{"session": "s1", "code": "print(6*7)", "timeout_ms": 999},
+			check: toolError("invalid_argument"),
+		}
+	}
+	table = map[string]toolCase{
+		"call_js_function": {map[string]any{"session": "s1", "path": "mod.js", "function": "add", "args": []any{20, 22}}, text("42")},
+		"create_session":   {map[string]any{"name": "fresh"}, field("name", "fresh")},
+		"destroy_session":  {map[string]any{"session": "doomed"}, text("destroyed")},
+		"export_session_log": {map[string]any{"session": "s1"}, func(o *outcome) error {
+			if !strings.HasPrefix(fmt.Sprint(o.Structured["message"]), ".quro/logs/") {
+				return fmt.Errorf("message %v", o.Structured["message"])
+			}
+			return nil
+		}},
+		"get_service_status": {map[string]any{}, func(o *outcome) error {
+			if pid, _ := o.Structured["pid"].(float64); pid <= 0 {
+				return fmt.Errorf("pid %v", o.Structured["pid"])
+			}
+			return nil
+		}},
+		"get_session_env":    {map[string]any{"session": "s1"}, text("QURO_T=1")},
+		"get_session_status": {map[string]any{"session": "s1"}, field("name", "s1")},
+		"help":               {map[string]any{}, text("run_code")},
+		"list_capabilities": {map[string]any{}, func(o *outcome) error {
+			if caps, _ := o.Structured["capabilities"].([]any); len(caps) < 2 {
+				return fmt.Errorf("capabilities %v", o.Structured["capabilities"])
+			}
+			return nil
+		}},
+		"list_sessions": {map[string]any{}, text(" s1")},
+		"python_run":    pyRun,
+		"read_screen": {map[string]any{"session": "s1"}, func(o *outcome) error {
+			if rows, _ := o.Structured["rows"].(float64); rows <= 0 {
+				return fmt.Errorf("rows %v", o.Structured["rows"])
+			}
+			return nil
+		}},
+		"reset_python":        {map[string]any{"session": "s1"}, text("reset")},
+		"run_code":            {map[string]any{"session": "s1", "code": "print(6*7)"}, all(text("42"), field("stdout", "42\n"))},
+		"run_js_file":         {map[string]any{"session": "s1", "path": "main.js"}, field("stdout", "hi from js\n")},
+		"send_input":          {map[string]any{"session": "s1", "data": "echo typed\n"}, text("interactive terminal")},
+		"set_default_session": {map[string]any{"session": "s1"}, field("default", "true")},
+		"set_session_env":     {map[string]any{"session": "s1", "env": map[string]any{"B": "2"}}, text("B=2")},
+		"terminal_exec":       {map[string]any{"session": "s1", "command": "echo $((6*7))"}, all(field("output", "42\n"), field("exit_code", "0"))},
+	}
+	return setup, table
+}
+
+func (p *plan) fromTable(setup []call, table map[string]toolCase) {
+	p.Setup = setup
+	p.Calls = map[string]map[string]any{}
+	for name, c := range table {
+		p.Calls[name] = c.args
+	}
+}
+
+func text(sub string) func(o *outcome) error {
+	return func(o *outcome) error {
+		if !strings.Contains(o.text(), sub) {
+			return fmt.Errorf("text %q does not contain %q", o.text(), sub)
+		}
+		return nil
+	}
+}
+
+func field(name, want string) func(o *outcome) error {
+	return func(o *outcome) error {
+		if got := fmt.Sprint(o.Structured[name]); got != want {
+			return fmt.Errorf("structured %s = %q, want %q", name, got, want)
+		}
+		return nil
+	}
+}
+
+func all(checks ...func(o *outcome) error) func(o *outcome) error {
+	return func(o *outcome) error {
+		for _, c := range checks {
+			if err := c(o); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// toolError expects a tool execution error naming code.
+func toolError(code string) func(o *outcome) error {
+	return func(o *outcome) error {
+		if !o.IsError || !strings.Contains(o.text(), "error "+code+":") {
+			return fmt.Errorf("want a tool error %s, got isError=%v %q", code, o.IsError, o.text())
+		}
+		return nil
+	}
+}
+
+// outcome is a tool result as it came over the wire, whichever client got it.
+type outcome struct {
+	IsError    bool           `json:"isError"`
+	Content    []content      `json:"content"`
+	Structured map[string]any `json:"structuredContent"`
+	// Protocol is set when the call failed as a protocol error (the
+	// TypeScript client reports those instead of a result).
+	Protocol string `json:"protocolError"`
+}
+
+type content struct {
+	Type     string `json:"type"`
+	Text     string `json:"text"`
+	MIMEType string `json:"mimeType"`
+	Data     string `json:"data"`
+	Resource *struct {
+		URI      string `json:"uri"`
+		MIMEType string `json:"mimeType"`
+		Text     string `json:"text"`
+	} `json:"resource"`
+}
+
+func (o *outcome) text() string {
+	var parts []string
+	for _, c := range o.Content {
+		if c.Type == "text" {
+			parts = append(parts, c.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// listedTool is a tool as tools/list showed it.
+type listedTool struct {
+	Name         string          `json:"name"`
+	OutputSchema json.RawMessage `json:"outputSchema"`
+}
+
+// run is what a client saw when it carried out a plan.
+type run struct {
+	Tools   []listedTool        `json:"tools"`
+	Missing []string            `json:"missing"` // listed tools the plan had no arguments for
+	Setup   []*outcome          `json:"setup"`
+	Results map[string]*outcome `json:"results"`
+}
+
+// checkRun checks what a client saw against the registry and the table:
+// the tools listed are exactly the registered capabilities, every one has a
+// row in the table, and every call's result passes its row's check and
+// agrees with the tool's output schema.
+func checkRun(t *testing.T, registered []string, r *run) {
+	t.Helper()
+	_, table := cases()
+	var listed []string
+	for _, tl := range r.Tools {
+		listed = append(listed, tl.Name)
+	}
+	slices.Sort(listed)
+	if !slices.Equal(listed, registered) {
+		t.Errorf("tools listed %v\nregistered     %v", listed, registered)
+	}
+	for _, name := range registered {
+		if _, ok := table[name]; !ok {
+			t.Errorf("capability %s has no row in the MCP test table (cases in plan_test.go): add one", name)
+		}
+	}
+	if len(r.Missing) > 0 {
+		t.Errorf("the client had no arguments for %v", r.Missing)
+	}
+	for i, o := range r.Setup {
+		if o.IsError || o.Protocol != "" {
+			t.Errorf("setup call %d failed: %s %s", i, o.Protocol, o.text())
+		}
+	}
+	for _, tl := range r.Tools {
+		o, c := r.Results[tl.Name], table[tl.Name]
+		if o == nil || c.check == nil {
+			if c.check != nil {
+				t.Errorf("%s: no result", tl.Name)
+			}
+			continue
+		}
+		if o.Protocol != "" {
+			t.Errorf("%s: protocol error: %s", tl.Name, o.Protocol)
+			continue
+		}
+		if err := c.check(o); err != nil {
+			t.Errorf("%s: %v", tl.Name, err)
+		}
+		if o.IsError {
+			continue
+		}
+		if o.text() == "" {
+			t.Errorf("%s: no text content", tl.Name)
+		}
+		var s jsonschema.Schema
+		if err := json.Unmarshal(tl.OutputSchema, &s); err != nil {
+			t.Errorf("%s: output schema: %v", tl.Name, err)
+			continue
+		}
+		if s.Type != "object" {
+			t.Errorf("%s: output schema root type %q %v, MCP wants object", tl.Name, s.Type, s.Types)
+		}
+		rs, err := s.Resolve(nil)
+		if err != nil {
+			t.Errorf("%s: output schema: %v", tl.Name, err)
+			continue
+		}
+		if o.Structured == nil {
+			t.Errorf("%s: no structured content", tl.Name)
+		} else if err := rs.Validate(map[string]any(o.Structured)); err != nil {
+			t.Errorf("%s: structured content does not match the output schema: %v", tl.Name, err)
+		}
+	}
+}
+
+// pngCode shows an object whose _repr_png_ is a 1×1 PNG built by hand.
+const pngCode = `import struct, zlib
+def chunk(kind, data):
+    return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data))
+class Dot:
+    def _repr_png_(self):
+        return (b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 1, 1, 8, 0, 0, 0, 0))
+                + chunk(b'IDAT', zlib.compress(b'\x00\x00')) + chunk(b'IEND', b''))
+Dot()
+`
