@@ -64,7 +64,9 @@ func TestCallExitStatus(t *testing.T) {
 
 // TestCallServer calls a real `quro serve` over HTTP.
 func TestCallServer(t *testing.T) {
-	base := startServer(t)
+	srv := startServer(t)
+	base := srv.url
+	t.Setenv("QURO_TOKEN", srv.token)
 	t.Setenv("QURO_URL", "") // only the flag names the server here
 	out, errs, code := quro(t, "", "call", "--server", base, "run_code", `{"code":"print(6*7)"}`)
 	if code != 0 || out != "42\n" || errs != "" {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,14 +30,29 @@ func TestScripts(t *testing.T) {
 	})
 }
 
-// startServer runs `quro serve --addr 127.0.0.1:0` in-process and returns
-// its base URL; the server stops when the test ends.
-func startServer(t *testing.T) string {
+// server is a running `quro serve`.
+type server struct {
+	url   string // http://127.0.0.1:PORT
+	token string // the first admin token it printed ("" with --no-auth)
+	data  string // its data directory
+}
+
+// startServer runs `quro serve --addr 127.0.0.1:0` in-process with extra
+// flags and returns its base URL and admin token; the server stops when
+// the test ends.
+func startServer(t *testing.T, flags ...string) *server {
+	t.Helper()
+	return startServerIn(t, t.TempDir(), flags...)
+}
+
+// startServerIn is startServer on the data directory data.
+func startServerIn(t *testing.T, data string, flags ...string) *server {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	root := newRoot(strings.NewReader(""), pw, io.Discard)
-	root.SetArgs([]string{"serve", "--addr", "127.0.0.1:0", "--data", t.TempDir()})
+	srv := &server{data: data}
+	root.SetArgs(append([]string{"serve", "--addr", "127.0.0.1:0", "--data", srv.data}, flags...))
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx); pw.Close() }()
 	t.Cleanup(func() {
@@ -45,16 +61,23 @@ func startServer(t *testing.T) string {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	if err != nil {
-		t.Fatalf("serve printed no address: %v", err)
+	br := bufio.NewReader(pr)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("serve printed no address: %v", err)
+		}
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "quro_") {
+			srv.token = line
+		}
+		if url, ok := strings.CutPrefix(line, "quro listening on "); ok {
+			srv.url = url
+			break
+		}
 	}
-	go io.Copy(io.Discard, pr)
-	url, ok := strings.CutPrefix(strings.TrimSpace(line), "quro listening on ")
-	if !ok {
-		t.Fatalf("unexpected first line %q", line)
-	}
-	return url
+	go io.Copy(io.Discard, br)
+	return srv
 }
 
 type httpResult struct {
@@ -86,7 +109,8 @@ func do(t *testing.T, method, url, ctype, body string, hdr ...string) httpResult
 }
 
 func TestHTTPServer(t *testing.T) {
-	base := startServer(t)
+	srv := startServer(t)
+	base := srv.url
 	const js = "application/json"
 	for _, tc := range []struct {
 		name, method, path, ctype, body string
@@ -116,7 +140,7 @@ func TestHTTPServer(t *testing.T) {
 		{"too large", "POST", "/v1/run_code", js, `{"code":"` + strings.Repeat("x", 17<<20) + `"}`, nil, 413, "larger than"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := do(t, tc.method, base+tc.path, tc.ctype, tc.body, tc.hdr...)
+			r := do(t, tc.method, base+tc.path, tc.ctype, tc.body, append(tc.hdr, "Authorization", "Bearer "+srv.token)...)
 			if r.status != tc.status || !strings.Contains(r.body, tc.want) {
 				t.Fatalf("%d %s\nwant %d containing %q", r.status, trim(r.body), tc.status, tc.want)
 			}
@@ -129,6 +153,122 @@ func TestHTTPServer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestServeAuth: the first start prints an admin token and keeps it in a
+// 0600 file; every access path refuses a missing, wrong, revoked or
+// under-scoped token, and a foreign browser origin.
+func TestServeAuth(t *testing.T) {
+	srv := startServer(t)
+	if !strings.HasPrefix(srv.token, "quro_") {
+		t.Fatalf("no admin token printed: %q", srv.token)
+	}
+	file := filepath.Join(srv.data, AdminTokenFile)
+	fi, err := os.Stat(file)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("%s: %v %v", file, fi, err)
+	}
+	if b, _ := os.ReadFile(file); strings.TrimSpace(string(b)) != srv.token {
+		t.Fatal("the token file does not hold the printed token")
+	}
+	admin := []string{"Authorization", "Bearer " + srv.token}
+	// A reader of tenant acme and an exec token of tenant acme.
+	reader, _, code := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "acme", "--scopes", "read")
+	runner, _, code2 := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "acme", "--scopes", "read,exec")
+	if code != 0 || code2 != 0 {
+		t.Fatal("token create failed")
+	}
+	reader, runner = strings.TrimSpace(reader), strings.TrimSpace(runner)
+	const js = "application/json"
+	run := `{"code":"echo ok","lang":"sh"}`
+	for _, tc := range []struct {
+		name, method, path, body string
+		hdr                      []string
+		status                   int
+		want                     string
+	}{
+		{"no token", "POST", "/v1/run_code", run, nil, 401, "no token"},
+		{"garbage token", "POST", "/v1/run_code", run, []string{"Authorization", "Bearer xyz"}, 401, "malformed"},
+		{"wrong secret", "POST", "/v1/run_code", run, []string{"Authorization", "Bearer " + srv.token + "x"}, 401, "unknown token"},
+		{"admin runs", "POST", "/v1/run_code", run, admin, 200, `"stdout":"ok\n"`},
+		{"reader cannot run", "POST", "/v1/run_code", run, []string{"Authorization", "Bearer " + reader}, 403, `needs scope \"exec\"`},
+		{"reader lists", "GET", "/v1/sessions", "", []string{"Authorization", "Bearer " + reader}, 200, `"sessions"`},
+		{"runner runs", "POST", "/v1/run_code", run, []string{"Authorization", "Bearer " + runner}, 200, `"stdout":"ok\n"`},
+		{"runner cannot destroy", "DELETE", "/v1/sessions/default", "", []string{"Authorization", "Bearer " + runner}, 403, "admin"},
+		{"foreign origin", "POST", "/v1/run_code", run, append([]string{"Origin", "https://evil.example"}, admin...), 403, "origin"},
+		{"metrics need a token", "GET", "/metrics", "", nil, 401, "no token"},
+		{"metrics", "GET", "/metrics", "", []string{"Authorization", "Bearer " + reader}, 200, "quro_calls_total"},
+		{"mcp needs a token", "POST", "/mcp", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, nil, 401, "no token"},
+		{"mcp refuses a foreign origin", "POST", "/mcp", `{}`, append([]string{"Origin", "https://evil.example"}, admin...), 403, "origin"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctype := ""
+			if tc.body != "" {
+				ctype = js
+			}
+			r := do(t, tc.method, srv.url+tc.path, ctype, tc.body, tc.hdr...)
+			if r.status != tc.status || !strings.Contains(r.body, tc.want) {
+				t.Fatalf("%d %s\nwant %d containing %q", r.status, trim(r.body), tc.status, tc.want)
+			}
+		})
+	}
+	// The runner's session is acme's: the admin (local tenant) does not see it.
+	r := do(t, "POST", srv.url+"/v1/sessions", js, `{"name":"acme-work"}`, "Authorization", "Bearer "+runner)
+	if r.status != 201 {
+		t.Fatalf("create as acme: %d %s", r.status, r.body)
+	}
+	if r := do(t, "GET", srv.url+"/v1/sessions/acme-work", "", "", admin...); r.status != 404 {
+		t.Fatalf("local tenant sees acme's session: %d %s", r.status, r.body)
+	}
+	// Revoked: refused at once, with the reason.
+	list, _, _ := quro(t, "", "token", "list", "--json", "--data", srv.data)
+	var infos []struct{ ID, Tenant string }
+	if err := json.Unmarshal([]byte(list), &infos); err != nil || len(infos) != 3 {
+		t.Fatalf("token list: %v %s", err, list)
+	}
+	runnerID := strings.SplitN(strings.TrimPrefix(runner, "quro_"), "_", 2)[0]
+	if out, errs, code := quro(t, "", "token", "revoke", runnerID, "--data", srv.data); code != 0 {
+		t.Fatalf("revoke: %s %s", out, errs)
+	}
+	if r := do(t, "POST", srv.url+"/v1/run_code", js, run, "Authorization", "Bearer "+runner); r.status != 401 || !strings.Contains(r.body, "revoked") {
+		t.Fatalf("revoked token: %d %s", r.status, r.body)
+	}
+	// The audit log of the local tenant holds the admin's calls with the
+	// token id and path, and none of acme's.
+	out, errs, code := quro(t, "", "audit", "--data", srv.data, "--json", "--capability", "run_code")
+	if code != 0 || !strings.Contains(out, `"path": "rest"`) || strings.Contains(out, runnerID) {
+		t.Fatalf("audit: %d %s %s", code, out, errs)
+	}
+	out, _, _ = quro(t, "", "audit", "--data", srv.data, "--tenant", "acme")
+	if !strings.Contains(out, "create_session ok") || !strings.Contains(out, "run_code permission_denied") {
+		t.Fatalf("acme's audit:\n%s", out)
+	}
+}
+
+// A second start prints no token: the first is still live.
+func TestServeSecondStartPrintsNoToken(t *testing.T) {
+	srv := startServer(t)
+	again := startServerIn(t, srv.data)
+	if again.token != "" {
+		t.Fatal("a second admin token was printed")
+	}
+	if r := do(t, "GET", again.url+"/v1/status", "", "", "Authorization", "Bearer "+srv.token); r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+}
+
+func TestServeNoAuthOnLoopbackOnly(t *testing.T) {
+	srv := startServer(t, "--no-auth")
+	if srv.token != "" {
+		t.Fatal("--no-auth printed a token")
+	}
+	if r := do(t, "POST", srv.url+"/v1/run_code", "application/json", `{"code":"echo free","lang":"sh"}`); r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	_, errs, code := quro(t, "", "serve", "--no-auth", "--addr", "0.0.0.0:0", "--data", t.TempDir())
+	if code == 0 || !strings.Contains(errs, "not a loopback address") {
+		t.Fatalf("--no-auth on 0.0.0.0: %d %s", code, errs)
 	}
 }
 

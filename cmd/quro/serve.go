@@ -7,31 +7,49 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/quro-dev/quro/internal/api/httpauth"
+	quromcp "github.com/quro-dev/quro/internal/api/mcp"
 	"github.com/quro-dev/quro/internal/api/rest"
+	"github.com/quro-dev/quro/internal/api/ws"
 	"github.com/quro-dev/quro/internal/app"
+	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/version"
 )
 
+// AdminTokenFile is where the first admin token is kept, in the data
+// directory, readable by its owner only.
+const AdminTokenFile = "admin.token"
+
 func newServeCmd(g *globals) *cobra.Command {
 	var (
-		addr   string
-		patrol time.Duration
+		addr           string
+		patrol         time.Duration
+		noAuth         bool
+		origins, hosts []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve every capability over HTTP/JSON",
-		Long: `Serve the capabilities over HTTP/JSON under /v1/:
-  POST /v1/{capability}   e.g. POST /v1/run_code {"code":"print(1)"}
-  GET  /v1/capabilities   GET /v1/status   GET /v1/help
-This build has no authentication yet, so it listens on loopback only.`,
+		Short: "Serve every capability over HTTP: REST, WebSocket, MCP and metrics",
+		Long: `Serve the capabilities over HTTP:
+  /v1/...        REST (POST /v1/{capability}, /v1/sessions/..., /v1/openapi.json)
+                 and WebSocket (/v1/sessions/{id}/pty, /v1/stream/{capability})
+  /mcp           MCP over streamable HTTP
+  /metrics       Prometheus metrics
+Every request needs "Authorization: Bearer <token>". On the first start an
+admin token for the local tenant is created, printed once and kept in
+<data>/admin.token (mode 0600); quro token create makes more.
+--no-auth trusts every caller and is refused unless the address is loopback.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkLoopback(addr); err != nil {
-				return err
+			if noAuth {
+				if err := checkLoopback(addr); err != nil {
+					return err
+				}
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			a, err := app.New(cmd.Context(), g.options(log))
@@ -39,6 +57,20 @@ This build has no authentication yet, so it listens on loopback only.`,
 				return err
 			}
 			defer a.Close()
+			authFn := httpauth.Func(httpauth.Open)
+			if noAuth {
+				log.Warn("authentication is off (--no-auth): every local caller is the admin of the local tenant")
+			} else {
+				authFn = a.Tokens.HTTP()
+				file := filepath.Join(a.DataDir, AdminTokenFile)
+				tok, err := a.Tokens.EnsureAdmin(cmd.Context(), file)
+				if err != nil {
+					return fmt.Errorf("creating the first admin token: %w", err)
+				}
+				if tok != "" {
+					fmt.Fprintf(cmd.OutOrStdout(), "quro: the first admin token (shown once; kept in %s):\n%s\n", file, tok)
+				}
+			}
 			ln, err := net.Listen("tcp", addr)
 			if err != nil {
 				return err
@@ -46,11 +78,19 @@ This build has no authentication yet, so it listens on loopback only.`,
 			// Probe engines and isolation now, not on the first request.
 			go a.Status(context.WithoutCancel(cmd.Context()))
 			go a.Supervise(cmd.Context(), patrol)
+
+			access := rest.Access{Auth: authFn, Origins: origins, Hosts: hosts}
+			wsrv := ws.New(a.Controller, ws.Options{Access: access, PTY: a.OpenPTY, Logger: log})
+			mux := http.NewServeMux()
+			mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: access, WebSocket: wsrv}))
+			mux.Handle("/mcp", guard(access, quromcp.Handler(a.Controller, authFn, &quromcp.Options{Logger: log})))
+			mux.Handle("GET /metrics", guard(access, requireAuth(authFn, a.Metrics.Handler())))
 			srv := &http.Server{
-				Handler:           rest.New(a.Controller, &rest.Options{Logger: log}),
+				Handler:           mux,
 				ReadHeaderTimeout: 10 * time.Second,
 			}
-			log.Info("quro serving", "url", "http://"+ln.Addr().String(), "data", a.DataDir, "version", version.String(), "isolation", a.Sandbox.Isolation())
+			log.Info("quro serving", "url", "http://"+ln.Addr().String(), "data", a.DataDir, "version", version.String(),
+				"isolation", a.Sandbox.Isolation(), "auth", !noAuth)
 			fmt.Fprintf(cmd.OutOrStdout(), "quro listening on http://%s\n", ln.Addr())
 			errc := make(chan error, 1)
 			go func() { errc <- srv.Serve(ln) }()
@@ -62,19 +102,51 @@ This build has no authentication yet, so it listens on loopback only.`,
 			log.Info("shutting down")
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if err := srv.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			err = srv.Shutdown(ctx)
+			wsrv.Wait() // hijacked WebSocket connections are not Shutdown's
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 				return err
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:7070", "listen address (loopback only in this build)")
+	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:7070", "listen address")
+	cmd.Flags().BoolVar(&noAuth, "no-auth", false, "trust every caller (admin, local tenant); only on a loopback address")
+	cmd.Flags().StringSliceVar(&origins, "allow-origin", nil, "browser origins allowed besides the server's own (https://ui.example:8443; * for any)")
+	cmd.Flags().StringSliceVar(&hosts, "allow-host", nil, "Host names the server answers to besides loopback names and its address (* for any)")
 	cmd.Flags().DurationVar(&patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
 	return cmd
 }
 
-// checkLoopback refuses to listen beyond loopback while there is no
-// authentication: anyone who can reach the port could run code.
+// guard refuses foreign browser origins and unknown Host names before h.
+func guard(access rest.Access, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if e := access.Check(r); e != nil {
+			rest.WriteError(w, http.StatusForbidden, e)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// requireAuth lets through callers that authenticate (any scope).
+func requireAuth(auth httpauth.Func, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := auth(r); err != nil {
+			var ce *capability.Error
+			if !errors.As(err, &ce) {
+				ce = capability.Errorf(capability.Unauthenticated, "%v", err)
+			}
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			rest.WriteError(w, rest.Status(ce.Code), ce)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// checkLoopback refuses a non-loopback address for a server without
+// authentication: anyone who could reach the port could run code.
 func checkLoopback(addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -85,7 +157,7 @@ func checkLoopback(addr string) error {
 	}
 	ip := net.ParseIP(host)
 	if ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("--addr %q is not a loopback address: this build has no authentication, so quro serve listens only on 127.0.0.1 or ::1", addr)
+		return fmt.Errorf("--addr %q is not a loopback address: --no-auth would let anyone who reaches it run code; use 127.0.0.1 or ::1, or drop --no-auth and use tokens", addr)
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ func sandboxOptions(opts *sandbox.Options, m *metrics.Metrics) *sandbox.Options 
 func (a *App) instrument() {
 	a.Metrics.Instrument(a.Controller)
 	a.Metrics.Watch(metrics.Sources{
-		Sessions:      a.Sessions.Count,
+		Sessions:      a.Sessions.CountAll,
 		Terminals:     a.Terminals.Live,
 		PythonWorkers: a.Python.Sessions,
 	})

@@ -6,12 +6,12 @@ import (
 	"github.com/quro-dev/quro/internal/terminal"
 )
 
-// OpenPTY returns the interactive terminal (PTY) of session id (an id or a
-// name), starting it when none runs. It checks nothing about the caller:
-// an access path authorizes through the controller first — the WebSocket
-// calls get_session_status as the caller and passes the id it returned.
+// OpenPTY returns the interactive terminal (PTY) of session id, starting
+// it when none runs. It checks nothing about the caller: an access path
+// authorizes through the controller first — the WebSocket calls
+// get_session_status as the caller and passes the id it returned.
 func (a *App) OpenPTY(ctx context.Context, id string) (*terminal.PTY, error) {
-	s, err := a.Sessions.Get(ctx, id)
+	s, err := a.Sessions.ByIDAnyTenant(ctx, id)
 	if err != nil {
 		return nil, err
 	}

@@ -261,6 +261,13 @@ func (m *Manager) Count(ctx context.Context) (int, error) {
 // CountAll returns the number of sessions of every tenant.
 func (m *Manager) CountAll(ctx context.Context) (int, error) { return m.store.CountAllSessions(ctx) }
 
+// ByIDAnyTenant finds session id whatever its tenant. It is for access
+// paths that have already authorized the caller through the controller
+// (which resolved the id as the caller) and for housekeeping.
+func (m *Manager) ByIDAnyTenant(ctx context.Context, id string) (*Session, error) {
+	return m.anyByID(ctx, id)
+}
+
 // Exists reports whether a session with id exists, whatever its tenant.
 // It is for the service's own housekeeping, never for callers.
 func (m *Manager) Exists(ctx context.Context, id string) bool {

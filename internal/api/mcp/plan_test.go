@@ -139,6 +139,19 @@ func cases() (setup []call, table map[string]toolCase) {
 		"set_default_session": {map[string]any{"session": "s1"}, field("default", "true")},
 		"set_session_env":     {map[string]any{"session": "s1", "env": map[string]any{"B": "2"}}, text("B=2")},
 		"terminal_exec":       {map[string]any{"session": "s1", "command": "echo $((6*7))"}, all(field("output", "42\n"), field("exit_code", "0"))},
+		"read_file":           {map[string]any{"session": "s1", "path": "main.js"}, text("hi from js")},
+		"write_file":          {map[string]any{"session": "s1", "path": "notes/w.txt", "content": "written"}, field("path", "notes/w.txt")},
+		"list_files":          {map[string]any{"session": "s1"}, text("mod.js")},
+		"create_project":      {map[string]any{"session": "s1", "template": "shell", "name": "proj"}, text("run.sh")},
+		"get_audit_log": {map[string]any{"limit": 1000}, func(o *outcome) error {
+			entries, _ := o.Structured["entries"].([]any)
+			for _, e := range entries {
+				if m, _ := e.(map[string]any); m["path"] == "mcp" && m["capability"] == "create_session" {
+					return nil
+				}
+			}
+			return fmt.Errorf("no create_session entry from mcp in %d entries", len(entries))
+		}},
 	}
 	return setup, table
 }

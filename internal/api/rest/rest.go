@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/quro-dev/quro/internal/capability"
@@ -247,7 +248,11 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	enc.Encode(v)
 }
 
-// WriteError writes {"error":{"code","message"}}.
+// WriteError writes {"error":{"code","message"}}, with Retry-After when the
+// error says how long to wait.
 func WriteError(w http.ResponseWriter, status int, e *capability.Error) {
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
 	WriteJSON(w, status, map[string]any{"error": e})
 }
