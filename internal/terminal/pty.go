@@ -93,6 +93,10 @@ func StartPTY(opts PTYOptions) (*PTY, error) {
 	}
 	proc, err := opts.Sandbox.Start(context.Background(), &sandbox.Spec{
 		Args: prog, Dir: dir, Home: opts.Session.Workspace(), TmpDir: opts.Session.TmpDir(),
+		// The session's uid and the whole workspace, whichever
+		// subdirectory the terminal starts in: a uid derived from the
+		// starting directory would take that directory over.
+		UID: sandbox.SessionUID(opts.Session.Workspace()), Writable: []string{opts.Session.Workspace()},
 		Term: "xterm-256color", Env: opts.Env,
 		Stdin: slave, Stdout: slave, Stderr: slave, TTY: true,
 	})

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -112,6 +113,44 @@ func TestSlowViewerIsDroppedNotWaitedFor(t *testing.T) {
 	}
 	if !slow.Dropped {
 		t.Error("the slow viewer was not dropped")
+	}
+}
+
+// A terminal that starts in a subdirectory of the workspace runs as the
+// session's uid, may write the whole workspace, and leaves the
+// subdirectory's owner alone.
+func TestPTYStartedInASubdirectory(t *testing.T) {
+	sb, err := sandbox.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &session.Session{ID: "0123456789abcdef0123456789abcdef", Name: "t", Dir: t.TempDir()}
+	sub := filepath.Join(s.Workspace(), "sub")
+	os.MkdirAll(sub, 0o755)
+	os.MkdirAll(s.TmpDir(), 0o755)
+	p, err := StartPTY(PTYOptions{Sandbox: sb, Session: s, Cwd: sub, Cols: 80, Rows: 24, Env: map[string]string{"PS1": "$ "}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	v, _ := p.Attach()
+	var seen strings.Builder
+	p.Write([]byte("pwd; touch ../up.txt && echo WROTE-$((6*7))\r"))
+	readUntil(t, v, &seen, "WROTE-42")
+	if !strings.Contains(seen.String(), "/sub") {
+		t.Errorf("not started in sub: %q", seen.String())
+	}
+	if os.Geteuid() == 0 {
+		want := sandbox.SessionUID(s.Workspace())
+		for _, f := range []string{sub, filepath.Join(s.Workspace(), "up.txt")} {
+			fi, err := os.Stat(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if uid := int(fi.Sys().(*syscall.Stat_t).Uid); uid != want {
+				t.Errorf("%s belongs to %d, not the session's uid %d", f, uid, want)
+			}
+		}
 	}
 }
 

@@ -34,6 +34,8 @@ func tokenAuth(r *http.Request) (controller.Caller, error) {
 		return controller.Caller{Tenant: "alice", Scope: capability.ScopeExec}, nil
 	case "read-token":
 		return controller.Caller{Tenant: "alice", Scope: capability.ScopeRead}, nil
+	case "bob-token":
+		return controller.Caller{Tenant: "bob", Scope: capability.ScopeAdmin}, nil
 	}
 	return controller.Caller{}, capability.Errorf(capability.Unauthenticated, "a valid token is needed")
 }
@@ -68,7 +70,7 @@ func ctxT(t *testing.T) context.Context {
 func (e *env) session(t *testing.T, name string) *app.SessionInfo {
 	t.Helper()
 	args, _ := json.Marshal(map[string]string{"name": name})
-	reply, err := e.a.Controller.Call(context.Background(), controller.Caller{Scope: capability.ScopeAdmin}, "create_session", args)
+	reply, err := e.a.Controller.Call(context.Background(), controller.Caller{Tenant: "alice", Scope: capability.ScopeAdmin}, "create_session", args)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,6 +224,8 @@ func TestAccessBeforeUpgrade(t *testing.T) {
 		{"rebound host", pty, withToken, http.Header{"Host": {"evil.example"}}, 403},
 		{"read scope cannot type", pty, []string{ws.Protocol, ws.BearerPrefix + "read-token"}, nil, 403},
 		{"unknown session", "/v1/sessions/ghost/pty", withToken, nil, 404},
+		{"another tenant's session by id", pty, []string{ws.Protocol, ws.BearerPrefix + "bob-token"}, nil, 404},
+		{"another tenant's session by name", "/v1/sessions/acc/pty", []string{ws.Protocol, ws.BearerPrefix + "bob-token"}, nil, 404},
 		{"stream of a capability that does not stream", "/v1/stream/list_sessions", withToken, nil, 404},
 		{"stream needs its scope", "/v1/stream/run_code", []string{ws.Protocol, ws.BearerPrefix + "read-token"}, nil, 403},
 	} {
