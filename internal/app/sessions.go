@@ -173,7 +173,7 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			return a.sessionInfo(ctx, s), nil
 		}))
 	reg.Register(capability.New("list_sessions",
-		"List every session with its status.",
+		"List your sessions (only your tenant's), oldest first, each with its status: id, name, default or not, network policy, rootfs, shell alive or busy, mode, working directory and last exit code.",
 		capability.ScopeRead, func(ctx context.Context, _ Empty) (*SessionList, error) {
 			list, err := a.Sessions.List(ctx)
 			if err != nil {
