@@ -32,6 +32,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -59,6 +60,7 @@ func main() {
 type series struct {
 	name string
 	ds   []time.Duration
+	cpu  time.Duration // this process's CPU time (client and server, user+system) over the calls
 }
 
 func (s series) q(p float64) time.Duration {
@@ -118,6 +120,7 @@ func run() error {
 	per := max(1, *nLat / *blocks)
 	for range *blocks {
 		for i, p := range paths {
+			c0 := cpuTime()
 			for range per {
 				t := time.Now()
 				if err := p.f(); err != nil {
@@ -125,6 +128,7 @@ func run() error {
 				}
 				lat[i].ds = append(lat[i].ds, time.Since(t))
 			}
+			lat[i].cpu += cpuTime() - c0
 		}
 	}
 
@@ -223,7 +227,7 @@ func report(lat []series, loads []load) {
 	fmt.Printf("Quro service benchmark: %s/%s, %d CPUs, %s, %s; runs per tenant %s\n\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format(time.RFC3339), runsLimit())
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run_code print(1)\tn\tmedian\tp95\toverhead (median)\tratio (median)\t")
+	fmt.Fprintln(tw, "run_code print(1)\tn\tmedian\tp95\toverhead (median)\tratio (median)\tGo CPU/call\t")
 	base := lat[0].q(0.5)
 	for i, s := range lat {
 		over, ratio := "", ""
@@ -231,9 +235,11 @@ func report(lat []series, loads []load) {
 			over = fmtSigned(s.q(0.5) - base)
 			ratio = fmt.Sprintf("%.2fx", float64(s.q(0.5))/float64(base))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", s.name, len(s.ds), fmtD(s.q(0.5)), fmtD(s.q(0.95)), over, ratio)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", s.name, len(s.ds), fmtD(s.q(0.5)), fmtD(s.q(0.95)), over, ratio,
+			fmtD(s.cpu/time.Duration(len(s.ds))))
 	}
 	tw.Flush()
+	fmt.Println("(Go CPU/call: this process's user+system CPU, client and server, per call; the Python worker is another process)")
 	fmt.Println()
 	tw = tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "REST, %d concurrent clients\trequests\trequests/s\tp50\tp99\terrors\t\n", *clients)
@@ -262,7 +268,8 @@ func runsLimit() string {
 func writeJSON(path string, lat []series, loads []load) error {
 	out := map[string]any{}
 	for _, s := range lat {
-		out[s.name] = map[string]any{"n": len(s.ds), "median_us": micro(s.q(0.5)), "p95_us": micro(s.q(0.95))}
+		out[s.name] = map[string]any{"n": len(s.ds), "median_us": micro(s.q(0.5)), "p95_us": micro(s.q(0.95)),
+			"go_cpu_per_call_us": micro(s.cpu / time.Duration(len(s.ds)))}
 	}
 	for _, l := range loads {
 		m := map[string]any{"requests": l.n, "errors": l.errs, "rps": l.rps(),
@@ -277,6 +284,15 @@ func writeJSON(path string, lat []series, loads []load) error {
 		return err
 	}
 	return os.WriteFile(path, data, 0o644)
+}
+
+// cpuTime is the user+system CPU time this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func micro(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
