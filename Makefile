@@ -66,3 +66,9 @@ clean:
 .PHONY: bench-python
 bench-python:
 	$(GO) run ./bench/pyrt
+
+# run_code over REST and MCP against in-process on one loopback server, and
+# 16-client REST throughput (see bench/README.md).
+.PHONY: bench-service
+bench-service:
+	$(GO) run ./bench/service

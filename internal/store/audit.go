@@ -23,24 +23,33 @@ type AuditEntry struct {
 // AppendAudit inserts entries in one transaction, then deletes the oldest
 // rows beyond keep (keep ≤ 0 keeps everything).
 func (s *Store) AppendAudit(ctx context.Context, entries []AuditEntry, keep int64) error {
+	// Both statements are prepared once per Store (a batch is usually one
+	// call's entry, and parsing them was most of the batch's work).
+	ins, err := s.stmt(ctx, "INSERT INTO audit (at, tenant, token_id, path, capability, args, outcome, message, duration_us) VALUES (?,?,?,?,?,?,?,?,?)")
+	if err != nil {
+		return err
+	}
+	trim, err := s.stmt(ctx, "DELETE FROM audit WHERE seq <= (SELECT max(seq) FROM audit) - ?")
+	if err != nil {
+		return err
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	ins, err := tx.PrepareContext(ctx, "INSERT INTO audit (at, tenant, token_id, path, capability, args, outcome, message, duration_us) VALUES (?,?,?,?,?,?,?,?,?)")
-	if err != nil {
-		return err
-	}
-	defer ins.Close()
+	txIns := tx.StmtContext(ctx, ins)
+	defer txIns.Close()
 	for _, e := range entries {
-		if _, err := ins.ExecContext(ctx, e.At.UnixMicro(), e.Tenant, e.TokenID, e.Path, e.Capability,
+		if _, err := txIns.ExecContext(ctx, e.At.UnixMicro(), e.Tenant, e.TokenID, e.Path, e.Capability,
 			e.Args, e.Outcome, e.Message, e.Duration.Microseconds()); err != nil {
 			return err
 		}
 	}
 	if keep > 0 {
-		if _, err := tx.ExecContext(ctx, "DELETE FROM audit WHERE seq <= (SELECT max(seq) FROM audit) - ?", keep); err != nil {
+		txTrim := tx.StmtContext(ctx, trim)
+		defer txTrim.Close()
+		if _, err := txTrim.ExecContext(ctx, keep); err != nil {
 			return err
 		}
 	}
