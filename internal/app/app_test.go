@@ -35,13 +35,19 @@ func newApp(t testing.TB, run *runcode.Options) *App {
 
 func call(t testing.TB, a *App, name string, args any) (*controller.Reply, error) {
 	t.Helper()
+	return callAs(t, a, admin, name, args)
+}
+
+// callAs calls capability name with args (marshalled to JSON) as c.
+func callAs(t testing.TB, a *App, c controller.Caller, name string, args any) (*controller.Reply, error) {
+	t.Helper()
 	b, err := json.Marshal(args)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	return a.Controller.Call(ctx, admin, name, b)
+	return a.Controller.Call(ctx, c, name, b)
 }
 
 func runCode(t testing.TB, a *App, in RunCodeInput) *runcode.Result {

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,23 +10,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/runcode"
 )
-
-func tenantCall(t *testing.T, a *App, c controller.Caller, name string, args any) (*controller.Reply, error) {
-	t.Helper()
-	b, err := json.Marshal(args)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	return a.Controller.Call(ctx, c, name, b)
-}
 
 func wantCode(t *testing.T, err error, code capability.Code) *capability.Error {
 	t.Helper()
@@ -70,12 +57,12 @@ func TestTenantsAreInvisibleToEachOther(t *testing.T) {
 	alice := controller.Caller{Path: "test", Tenant: "alice", Scope: capability.ScopeAdmin, TokenID: "ta"}
 	bob := controller.Caller{Path: "test", Tenant: "bob", Scope: capability.ScopeAdmin, TokenID: "tb"}
 
-	reply, err := tenantCall(t, a, alice, "create_session", CreateSessionInput{Name: "work"})
+	reply, err := callAs(t, a, alice, "create_session", CreateSessionInput{Name: "work"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	work := reply.Output.(*SessionInfo)
-	if _, err := tenantCall(t, a, alice, "run_code", RunCodeInput{Lang: "sh", Code: "echo mine > f.txt", Session: "work"}); err != nil {
+	if _, err := callAs(t, a, alice, "run_code", RunCodeInput{Lang: "sh", Code: "echo mine > f.txt", Session: "work"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -97,7 +84,7 @@ func TestTenantsAreInvisibleToEachOther(t *testing.T) {
 			for k, v := range extra {
 				args[k] = v
 			}
-			_, err := tenantCall(t, a, bob, c.Name, args)
+			_, err := callAs(t, a, bob, c.Name, args)
 			var ce *capability.Error
 			if !errors.As(err, &ce) || ce.Code != capability.NotFound {
 				t.Errorf("%s on alice's session %s as bob: %v", c.Name, ref, err)
@@ -111,7 +98,7 @@ func TestTenantsAreInvisibleToEachOther(t *testing.T) {
 		t.Fatalf("only %d capabilities take a session?", tested)
 	}
 
-	reply, err = tenantCall(t, a, bob, "list_sessions", Empty{})
+	reply, err = callAs(t, a, bob, "list_sessions", Empty{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,24 +108,24 @@ func TestTenantsAreInvisibleToEachOther(t *testing.T) {
 		}
 	}
 	// Bob may use the same name; his default session is not alice's.
-	if _, err := tenantCall(t, a, bob, "create_session", CreateSessionInput{Name: "work"}); err != nil {
+	if _, err := callAs(t, a, bob, "create_session", CreateSessionInput{Name: "work"}); err != nil {
 		t.Fatalf("bob cannot have his own \"work\": %v", err)
 	}
-	ad, _ := tenantCall(t, a, alice, "get_session_status", SessionRef{})
-	bd, _ := tenantCall(t, a, bob, "get_session_status", SessionRef{})
-	local, _ := tenantCall(t, a, admin, "get_session_status", SessionRef{})
+	ad, _ := callAs(t, a, alice, "get_session_status", SessionRef{})
+	bd, _ := callAs(t, a, bob, "get_session_status", SessionRef{})
+	local, _ := callAs(t, a, admin, "get_session_status", SessionRef{})
 	ids := map[string]bool{ad.Output.(*SessionInfo).ID: true, bd.Output.(*SessionInfo).ID: true, local.Output.(*SessionInfo).ID: true}
 	if len(ids) != 3 {
 		t.Fatalf("tenants share a default session: %v", ids)
 	}
 	// Alice's session is untouched by all of bob's attempts.
-	if r, err := tenantCall(t, a, alice, "run_code", RunCodeInput{Lang: "sh", Code: "cat f.txt", Session: work.ID}); err != nil ||
+	if r, err := callAs(t, a, alice, "run_code", RunCodeInput{Lang: "sh", Code: "cat f.txt", Session: work.ID}); err != nil ||
 		r.Output.(interface{ Text() string }).Text() == "" || !strings.Contains(r.Text, "mine") {
 		t.Fatalf("alice's session changed: %v %v", r, err)
 	}
 
 	// Each tenant's audit log holds its own calls only.
-	reply, err = tenantCall(t, a, bob, "get_audit_log", AuditInput{Limit: 1000})
+	reply, err = callAs(t, a, bob, "get_audit_log", AuditInput{Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +134,7 @@ func TestTenantsAreInvisibleToEachOther(t *testing.T) {
 			t.Fatalf("bob sees %+v", e)
 		}
 	}
-	reply, _ = tenantCall(t, a, alice, "get_audit_log", AuditInput{Capability: "run_code"})
+	reply, _ = callAs(t, a, alice, "get_audit_log", AuditInput{Capability: "run_code"})
 	entries := reply.Output.(*AuditLog).Entries
 	if len(entries) != 2 || entries[0].Outcome != "ok" || !strings.Contains(entries[0].Args, "echo mine") {
 		t.Fatalf("alice's run_code entries: %+v", entries)
@@ -162,23 +149,23 @@ func TestSessionLimitPerTenant(t *testing.T) {
 	t.Cleanup(func() { a.Close() })
 	carol := controller.Caller{Path: "test", Tenant: "carol", Scope: capability.ScopeAdmin}
 	for _, n := range []string{"one", "two"} {
-		if _, err := tenantCall(t, a, carol, "create_session", CreateSessionInput{Name: n}); err != nil {
+		if _, err := callAs(t, a, carol, "create_session", CreateSessionInput{Name: n}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_, err = tenantCall(t, a, carol, "create_session", CreateSessionInput{Name: "three"})
+	_, err = callAs(t, a, carol, "create_session", CreateSessionInput{Name: "three"})
 	ce := wantCode(t, err, capability.ResourceExhausted)
 	if ce.RetryAfter == 0 || !strings.Contains(ce.Message, "destroy") {
 		t.Fatalf("%+v", ce)
 	}
 	// Another tenant is not held back by carol's sessions.
-	if _, err := tenantCall(t, a, admin, "create_session", CreateSessionInput{Name: "three"}); err != nil {
+	if _, err := callAs(t, a, admin, "create_session", CreateSessionInput{Name: "three"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tenantCall(t, a, carol, "destroy_session", SessionRef{Session: "one"}); err != nil {
+	if _, err := callAs(t, a, carol, "destroy_session", SessionRef{Session: "one"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tenantCall(t, a, carol, "create_session", CreateSessionInput{Name: "three"}); err != nil {
+	if _, err := callAs(t, a, carol, "create_session", CreateSessionInput{Name: "three"}); err != nil {
 		t.Fatalf("after destroying one: %v", err)
 	}
 }
@@ -193,7 +180,7 @@ func TestRunLimitPerTenant(t *testing.T) {
 	t.Cleanup(func() { a.Close() })
 	dave := controller.Caller{Path: "test", Tenant: "dave", Scope: capability.ScopeExec}
 	// create_session is itself an exec call; it has finished here.
-	reply, err := tenantCall(t, a, dave, "create_session", CreateSessionInput{Name: "d"})
+	reply, err := callAs(t, a, dave, "create_session", CreateSessionInput{Name: "d"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +194,7 @@ func TestRunLimitPerTenant(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		r, err := tenantCall(t, a, dave, "run_code", RunCodeInput{Lang: "sh", Session: "d", Code: "echo up > started; read line < release; echo \"$line\""})
+		r, err := callAs(t, a, dave, "run_code", RunCodeInput{Lang: "sh", Session: "d", Code: "echo up > started; read line < release; echo \"$line\""})
 		if err == nil && r.Output.(*runcode.Result).Stdout != "go\n" {
 			err = fmt.Errorf("the run did not finish as planned: %s", r.Text)
 		}
@@ -224,16 +211,16 @@ func TestRunLimitPerTenant(t *testing.T) {
 		t.Fatalf("started: %q %v", b, err)
 	}
 	f.Close()
-	_, err = tenantCall(t, a, dave, "terminal_exec", TerminalExecInput{Command: "true", Session: "d"})
+	_, err = callAs(t, a, dave, "terminal_exec", TerminalExecInput{Command: "true", Session: "d"})
 	ce := wantCode(t, err, capability.ResourceExhausted)
 	if ce.RetryAfter != 1 {
 		t.Fatalf("%+v", ce)
 	}
 	// Reading is not a run; another tenant runs.
-	if _, err := tenantCall(t, a, dave, "list_sessions", Empty{}); err != nil {
+	if _, err := callAs(t, a, dave, "list_sessions", Empty{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tenantCall(t, a, admin, "run_code", RunCodeInput{Lang: "sh", Code: "true"}); err != nil {
+	if _, err := callAs(t, a, admin, "run_code", RunCodeInput{Lang: "sh", Code: "true"}); err != nil {
 		t.Fatal(err)
 	}
 	// Opened read-write, the fifo does not block when the run has died;
@@ -248,7 +235,7 @@ func TestRunLimitPerTenant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tenantCall(t, a, dave, "terminal_exec", TerminalExecInput{Command: "true", Session: "d"}); err != nil {
+	if _, err := callAs(t, a, dave, "terminal_exec", TerminalExecInput{Command: "true", Session: "d"}); err != nil {
 		t.Fatalf("after the first run ended: %v", err)
 	}
 }
