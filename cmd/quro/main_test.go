@@ -234,6 +234,13 @@ func TestServeAuth(t *testing.T) {
 	if r := do(t, "POST", srv.url+"/v1/run_code", js, run, "Authorization", "Bearer "+runner); r.status != 401 || !strings.Contains(r.body, "revoked") {
 		t.Fatalf("revoked token: %d %s", r.status, r.body)
 	}
+	// An unknown capability is refused, and recorded all the same.
+	if r := do(t, "POST", srv.url+"/v1/no_such_thing", js, `{}`, admin...); r.status != 404 {
+		t.Fatalf("unknown capability: %d %s", r.status, r.body)
+	}
+	if out, _, _ := quro(t, "", "audit", "--data", srv.data, "--capability", "no_such_thing"); !strings.Contains(out, "rest no_such_thing not_found") {
+		t.Fatalf("the unknown capability is not in the audit log:\n%s", out)
+	}
 	// The audit log of the local tenant holds the admin's calls with the
 	// token id and path, and none of acme's.
 	out, errs, code := quro(t, "", "audit", "--data", srv.data, "--json", "--capability", "run_code")

@@ -140,8 +140,9 @@ func (s *server) post(w http.ResponseWriter, r *http.Request) {
 	}
 	name := r.PathValue("capability")
 	if _, ok := s.ctl.Registry().Get(name); !ok {
-		WriteError(w, http.StatusNotFound, capability.Errorf(capability.NotFound,
-			"no capability %q; GET /v1/capabilities lists them", name))
+		// Refused before the body is read, but through the controller, so
+		// that the audit log and the metrics see the attempt too.
+		s.call(w, r, caller, name, nil, 0)
 		return
 	}
 	if !s.jsonType(w, r) {
