@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/quro-dev/quro/internal/api/insession"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
@@ -132,9 +135,7 @@ type caller interface {
 
 // newCaller picks the server (flag, then QURO_URL) or the in-process App.
 func newCaller(g *globals, server, tokenFile string) (caller, error) {
-	if server == "" {
-		server = os.Getenv("QURO_URL")
-	}
+	server = serverURL(server)
 	if server == "" {
 		return &localCaller{g: g}, nil
 	}
@@ -142,7 +143,34 @@ func newCaller(g *globals, server, tokenFile string) (caller, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &httpCaller{base: strings.TrimRight(server, "/"), token: token}, nil
+	return newHTTPCaller(server, token), nil
+}
+
+// serverURL is the server to call: the flag, else QURO_URL, else — in a
+// session's box — the server's in-session socket, else "" (in-process).
+func serverURL(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if u := os.Getenv("QURO_URL"); u != "" {
+		return u
+	}
+	if fi, err := os.Stat(insession.SocketInBox); err == nil && fi.Mode().Type() == os.ModeSocket {
+		return "unix://" + insession.SocketInBox
+	}
+	return ""
+}
+
+// newHTTPCaller calls server: an http(s) URL, or unix:///path/to.sock.
+func newHTTPCaller(server, token string) *httpCaller {
+	if path, ok := strings.CutPrefix(server, "unix://"); ok {
+		tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", path)
+		}}
+		return &httpCaller{base: "http://localhost", token: token, client: &http.Client{Transport: tr}, name: server}
+	}
+	base := strings.TrimRight(server, "/")
+	return &httpCaller{base: base, token: token, client: http.DefaultClient, name: base}
 }
 
 // readToken reads --token-file, else QURO_TOKEN. The token is never printed.
@@ -199,6 +227,8 @@ func (c *localCaller) close() {
 // httpCaller POSTs to a quro server's REST API.
 type httpCaller struct {
 	base, token string
+	name        string // the server as given, for messages
+	client      *http.Client
 }
 
 func (c *httpCaller) close() {}
@@ -230,7 +260,7 @@ func (c *httpCaller) do(ctx context.Context, method, path string, body []byte, a
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return nil, fmt.Errorf("--server %s: %v", c.base, err)
+		return nil, fmt.Errorf("--server %s: %v", c.name, err)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -239,7 +269,7 @@ func (c *httpCaller) do(ctx context.Context, method, path string, body []byte, a
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.client.Do(req)
 	if err != nil {
 		// The URL error names the method and URL, never the headers.
 		return nil, err
@@ -267,15 +297,12 @@ func listCapabilities(cmd *cobra.Command, g *globals, server, tokenFile string) 
 	w := cmd.OutOrStdout()
 	type entry struct{ Name, Scope, Description string }
 	var list []entry
-	if server == "" {
-		server = os.Getenv("QURO_URL")
-	}
-	if server != "" {
+	if server = serverURL(server); server != "" {
 		token, err := readToken(tokenFile)
 		if err != nil {
 			return
 		}
-		c := &httpCaller{base: strings.TrimRight(server, "/"), token: token}
+		c := newHTTPCaller(server, token)
 		b, err := c.do(cmd.Context(), http.MethodGet, "/v1/capabilities", nil, "application/json")
 		var out struct{ Capabilities []entry }
 		if err != nil || json.Unmarshal(b, &out) != nil {

@@ -298,3 +298,49 @@ func trim(s string) string {
 	}
 	return s
 }
+
+// TestInSessionCall: code in a session calls the service back with quro
+// call, as its own session, without a token; it reaches nothing else.
+func TestInSessionCall(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("in-session calls need the server to run as root (a uid per session); this test runs as uid", os.Geteuid())
+	}
+	srv := startServer(t)
+	admin := []string{"Authorization", "Bearer " + srv.token}
+	const js = "application/json"
+	if r := do(t, "POST", srv.url+"/v1/sessions", js, `{"name":"inner"}`, admin...); r.status != 201 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	run := func(code string) string {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"lang": "sh", "session": "inner", "code": code})
+		r := do(t, "POST", srv.url+"/v1/run_code", js, string(body), append([]string{"Accept", "text/plain"}, admin...)...)
+		if r.status != 200 {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+		return r.body
+	}
+	out := run(`quro call run_code '{"code":"print(6*7)"}'; echo "exit=$?"`)
+	if !strings.Contains(out, "42") || !strings.Contains(out, "exit=0") {
+		t.Fatalf("quro call inside the session:\n%s", out)
+	}
+	// It is the session itself: the default is inner, the list holds only
+	// it, and the default session of the tenant is out of reach.
+	out = run(`quro call --json get_session_status | grep '"name"'; quro call list_sessions; quro call get_session_status '{"session":"default"}'; echo "exit=$?"`)
+	if !strings.Contains(out, `"name": "inner"`) || strings.Contains(out, " default") && !strings.Contains(out, "not_found") || !strings.Contains(out, "exit=1") {
+		t.Fatalf("confinement:\n%s", out)
+	}
+	out = run(`quro call create_session '{"name":"escape","network":"full"}'; echo "exit=$?"`)
+	if !strings.Contains(out, "permission_denied") || !strings.Contains(out, "exit=1") {
+		t.Fatalf("a session made a session:\n%s", out)
+	}
+	out = run(`quro call destroy_session '{"session":"inner"}'; echo "exit=$?"`)
+	if !strings.Contains(out, "permission_denied") {
+		t.Fatalf("a session destroyed itself:\n%s", out)
+	}
+	// The calls are in the audit log under the session's name for itself.
+	out, _, _ = quro(t, "", "audit", "--data", srv.data, "--json", "--capability", "create_session")
+	if !strings.Contains(out, `"token_id": "session:`) || !strings.Contains(out, `"outcome": "permission_denied"`) {
+		t.Fatalf("audit:\n%s", out)
+	}
+}

@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/quro-dev/quro/internal/api/httpauth"
+	"github.com/quro-dev/quro/internal/api/insession"
 	quromcp "github.com/quro-dev/quro/internal/api/mcp"
 	"github.com/quro-dev/quro/internal/api/rest"
 	"github.com/quro-dev/quro/internal/api/ws"
@@ -52,11 +54,32 @@ admin token for the local tenant is created, printed once and kept in
 				}
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			a, err := app.New(cmd.Context(), g.options(log))
+			data, err := filepath.Abs(g.dataDir)
+			if err != nil {
+				return err
+			}
+			opts := g.options(log)
+			// Every box sees the in-session socket, so code in a session
+			// can call back (quro call) as its own session.
+			opts.Sandbox.Binds = append(opts.Sandbox.Binds, insession.Bind(data))
+			a, err := app.New(cmd.Context(), opts)
 			if err != nil {
 				return err
 			}
 			defer a.Close()
+			sockPath := insession.SocketPath(a.DataDir)
+			sock, err := insession.Listen(sockPath)
+			if err != nil {
+				return fmt.Errorf("in-session socket: %w", err)
+			}
+			defer os.Remove(sockPath)
+			resolver := &insession.Resolver{Sessions: a.Sessions}
+			go func() {
+				h := rest.New(a.Controller, &rest.Options{Logger: log, Access: rest.Access{Auth: resolver.Auth}})
+				if err := insession.Serve(cmd.Context(), sock, h); err != nil {
+					log.Error("in-session calls stopped", "err", err)
+				}
+			}()
 			authFn := httpauth.Func(httpauth.Open)
 			if noAuth {
 				log.Warn("authentication is off (--no-auth): every local caller is the admin of the local tenant")

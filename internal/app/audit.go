@@ -8,6 +8,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/audit"
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -50,6 +51,10 @@ func (a *App) registerAudit(reg *capability.Registry) {
 			"Filters: limit (default 50, at most 1000), capability, since (RFC 3339 time or a duration such as 15m).",
 		capability.ScopeRead, func(ctx context.Context, in AuditInput) (*AuditLog, error) {
 			q := audit.Query{Tenant: session.TenantFrom(ctx), Capability: in.Capability, Limit: in.Limit}
+			if c, ok := controller.CallerFrom(ctx); ok && c.Session != "" {
+				// Code in a session sees only its own calls back.
+				q.TokenID = c.TokenID
+			}
 			if in.Limit < 0 || in.Limit > audit.MaxLimit {
 				return nil, capability.Errorf(capability.InvalidArgument, "limit must be between 1 and %d", audit.MaxLimit)
 			}

@@ -161,6 +161,7 @@ type Entry struct {
 // Query selects entries.
 type Query struct {
 	Tenant     string
+	TokenID    string // only this token's calls ("" for all of the tenant's)
 	Capability string
 	Since      time.Time
 	Limit      int // default 50, at most 1000
@@ -178,7 +179,7 @@ func (l *Log) Entries(ctx context.Context, q Query) ([]Entry, error) {
 		q.Limit = 50
 	}
 	q.Limit = min(q.Limit, MaxLimit)
-	rows, err := l.st.Audit(ctx, store.AuditFilter{Tenant: q.Tenant, Capability: q.Capability, Since: q.Since, Limit: q.Limit})
+	rows, err := l.st.Audit(ctx, store.AuditFilter{Tenant: q.Tenant, TokenID: q.TokenID, Capability: q.Capability, Since: q.Since, Limit: q.Limit})
 	if err != nil {
 		return nil, err
 	}

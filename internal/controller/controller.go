@@ -24,6 +24,10 @@ type Caller struct {
 	Tenant  string           // owner of the caller's sessions ("" in single-user mode)
 	Scope   capability.Scope // the widest scope the caller holds
 	TokenID string           // the token that authenticated the call ("" without auth)
+	// Session, when set, confines the caller to that session (code in a
+	// session calling back): it is the default, the only one visible, and
+	// no session can be created.
+	Session string
 }
 
 // Record is one finished call, as the audit log and the metrics see it.
@@ -131,6 +135,9 @@ func (c *Controller) call(ctx context.Context, caller Caller, name string, args 
 		defer release()
 	}
 	ctx = session.WithTenant(context.WithValue(ctx, callerKey{}, caller), caller.Tenant)
+	if caller.Session != "" {
+		ctx = session.WithOnly(ctx, caller.Session)
+	}
 	out, err := capb.Call(ctx, args)
 	if err != nil {
 		return nil, Classify(err)
@@ -183,6 +190,8 @@ func Classify(err error) *capability.Error {
 		e := capability.Errorf(capability.ResourceExhausted, "%s", err.Error())
 		e.RetryAfter = 60
 		return e
+	case errors.Is(err, session.ErrConfined):
+		return capability.Errorf(capability.PermissionDenied, "%s", err.Error())
 	case errors.Is(err, session.ErrExists):
 		return capability.Errorf(capability.AlreadyExists, "%s", err.Error())
 	case errors.Is(err, context.Canceled):

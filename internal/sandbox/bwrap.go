@@ -17,8 +17,13 @@ import (
 // the only writable host paths, mounted at their host paths so that paths in
 // results stay valid for the session's code.
 
-// initPath is where the quro binary is bound inside the box.
-const initPath = "/run/quro-init"
+// initPath is where the quro binary is bound inside the box: the init
+// child runs from it, and it is on the box's PATH (BinDir) so that code in
+// a session can run `quro call`.
+const initPath = BinDir + "/quro"
+
+// BinDir is the directory of the quro binary inside a box.
+const BinDir = "/run/quro/bin"
 
 // insideUID is the uid (and gid) user code has inside the box; the user
 // namespace maps it to the run's unprivileged host uid.
@@ -63,6 +68,7 @@ type bwrapBox struct {
 	network  string
 	writable []string // host paths bound read-write at the same path
 	readOnly []string // host paths bound read-only at the same path
+	binds    []Bind   // host paths bound read-only elsewhere
 	tmpSize  uint64
 	passwd   string
 	infoFD   string // --info-fd, "" for none
@@ -193,7 +199,15 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 	a = append(a, "--proc", "/proc", "--dev", "/dev",
 		"--perms", "01777", "--size", size, "--tmpfs", "/tmp",
 		"--perms", "01777", "--size", size, "--tmpfs", "/dev/shm")
+	// Made explicitly so that they are traversable by the run's uid (the
+	// parents bubblewrap makes for a bind are not).
+	a = append(a, "--perms", "0755", "--dir", filepath.Dir(BinDir), "--perms", "0755", "--dir", BinDir)
 	a = append(a, "--ro-bind", b.self, initPath)
+	for _, bd := range b.binds {
+		// -try: a missing source (a server socket not there yet) leaves
+		// the box without it rather than refusing the run.
+		a = append(a, "--ro-bind-try", bd.Src, bd.Dst)
+	}
 	// The directories leading to the session's paths exist in the box only
 	// as mount points: traversable, empty, read-only to user code.
 	made := map[string]bool{"/": true, "/tmp": true, "/dev": true, "/dev/shm": true, "/proc": true}

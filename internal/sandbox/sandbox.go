@@ -34,7 +34,7 @@ import (
 )
 
 // DefaultPath is the PATH user code sees unless Options say otherwise.
-const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:" + BinDir
 
 // Isolation levels (Options.Isolation).
 const (
@@ -71,7 +71,14 @@ type Options struct {
 	// OnFailure, when set, is told the reason (one of FailureReasons) each
 	// time Start fails, for metrics. It must not block.
 	OnFailure func(reason string)
+	// Binds are host paths bound read-only into every box at another
+	// path, such as the server's in-session API socket. A missing source
+	// is skipped. Without a box (minimal isolation) they are absent.
+	Binds []Bind
 }
+
+// Bind is a host path Src seen at Dst inside a box.
+type Bind struct{ Src, Dst string }
 
 // Reasons a Start fails, as Options.OnFailure reports them.
 const (
@@ -95,6 +102,7 @@ type Sandbox struct {
 	isolation  string
 	layers     *layerSet
 	onFailure  func(reason string)
+	binds      []Bind
 }
 
 // New returns a Sandbox. opts may be nil.
@@ -107,7 +115,8 @@ func New(opts *Options) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: cannot find the quro executable to re-exec: %w", err)
 	}
-	s := &Sandbox{self: self, path: o.Path, limits: DefaultLimits(), drainGrace: o.DrainGrace, onFailure: o.OnFailure}
+	s := &Sandbox{self: self, path: o.Path, limits: DefaultLimits(), drainGrace: o.DrainGrace, onFailure: o.OnFailure,
+		binds: slices.Clone(o.Binds)}
 	if s.path == "" {
 		s.path = DefaultPath
 	}
@@ -369,7 +378,7 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 	}
 	if boxed {
 		pol.ListDirs = []string{"/"}
-		pol.RO = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/opt", "/var", "/srv"}
+		pol.RO = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/opt", "/var", "/srv", "/run/quro"}
 	} else {
 		// No box: Landlock alone keeps the host's secrets out of reach.
 		pol.RO = append([]string{"/usr", "/proc"}, hostLibDirs...)
@@ -422,7 +431,7 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 	var goAhead, info *os.File
 	var box *bwrapBox
 	if boxed {
-		box = &bwrapBox{spec: spec, self: s.self, network: network, writable: writable, readOnly: readOnly,
+		box = &bwrapBox{spec: spec, self: s.self, network: network, writable: writable, readOnly: readOnly, binds: s.binds,
 			tmpSize: 256 << 20, passwd: passwdFor(spec.homeDir())}
 		if cg != nil || uid != 0 {
 			ir, iw, err := os.Pipe()

@@ -38,7 +38,23 @@ var (
 	ErrBadName = errors.New("bad session name")
 	// ErrLimit: the tenant has as many sessions as it may.
 	ErrLimit = errors.New("session limit reached")
+	// ErrConfined: a caller confined to one session may not make others.
+	ErrConfined = errors.New("confined to its own session")
 )
+
+type onlyKey struct{}
+
+// WithOnly confines the calls under ctx to session id: it is the default
+// session, the only one found and listed, and no session can be created.
+// Code calling back from inside a session gets such a context.
+func WithOnly(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, onlyKey{}, id)
+}
+
+func onlyFrom(ctx context.Context) string {
+	id, _ := ctx.Value(onlyKey{}).(string)
+	return id
+}
 
 type tenantKey struct{}
 
@@ -131,6 +147,9 @@ func defaultSetting(ctx context.Context) string {
 // Default returns the default session of ctx's tenant, creating it on
 // first use.
 func (m *Manager) Default(ctx context.Context) (*Session, error) {
+	if only := onlyFrom(ctx); only != "" {
+		return m.byID(ctx, only)
+	}
 	key := defaultSetting(ctx)
 	if id, err := m.store.Setting(ctx, key); err == nil {
 		s, err := m.byID(ctx, id)
@@ -157,6 +176,13 @@ func (m *Manager) Default(ctx context.Context) (*Session, error) {
 func (m *Manager) Get(ctx context.Context, ref string) (*Session, error) {
 	if ref == "" {
 		return m.Default(ctx)
+	}
+	if only := onlyFrom(ctx); only != "" {
+		s, err := m.byID(ctx, only)
+		if err != nil || ref == s.ID || ref == s.Name {
+			return s, err
+		}
+		return nil, fmt.Errorf("%w: %q (code in a session reaches only its own session)", ErrNotFound, ref)
 	}
 	if idRE.MatchString(ref) {
 		s, err := m.byID(ctx, ref)
@@ -192,6 +218,9 @@ func (m *Manager) CreateWith(ctx context.Context, name string, o CreateOptions) 
 }
 
 func (m *Manager) create(ctx context.Context, name string, o CreateOptions, capped bool) (*Session, error) {
+	if onlyFrom(ctx) != "" {
+		return nil, fmt.Errorf("%w: code running in a session cannot create sessions", ErrConfined)
+	}
 	tenant := TenantFrom(ctx)
 	if !ValidTenant(tenant) {
 		return nil, fmt.Errorf("%w: tenant %q", ErrBadName, tenant)
@@ -242,6 +271,13 @@ func (m *Manager) create(ctx context.Context, name string, o CreateOptions, capp
 
 // List returns the sessions of ctx's tenant, oldest first.
 func (m *Manager) List(ctx context.Context) ([]*Session, error) {
+	if onlyFrom(ctx) != "" {
+		s, err := m.Default(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return []*Session{s}, nil
+	}
 	rows, err := m.store.Sessions(ctx, TenantFrom(ctx))
 	if err != nil {
 		return nil, err
@@ -255,6 +291,9 @@ func (m *Manager) List(ctx context.Context) ([]*Session, error) {
 
 // Count returns the number of sessions of ctx's tenant.
 func (m *Manager) Count(ctx context.Context) (int, error) {
+	if onlyFrom(ctx) != "" {
+		return 1, nil
+	}
 	return m.store.CountSessions(ctx, TenantFrom(ctx))
 }
 
@@ -266,6 +305,22 @@ func (m *Manager) CountAll(ctx context.Context) (int, error) { return m.store.Co
 // (which resolved the id as the caller) and for housekeeping.
 func (m *Manager) ByIDAnyTenant(ctx context.Context, id string) (*Session, error) {
 	return m.anyByID(ctx, id)
+}
+
+// AllTenants lists every tenant's sessions. It is for the service's own
+// housekeeping, never for callers.
+func (m *Manager) AllTenants(ctx context.Context) ([]*Session, error) {
+	ids, err := m.store.AllSessionIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Session, 0, len(ids))
+	for _, id := range ids {
+		if s, err := m.anyByID(ctx, id); err == nil {
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }
 
 // Exists reports whether a session with id exists, whatever its tenant.

@@ -99,3 +99,40 @@ func TestTouchRecreatesMissingDirectories(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestConfinedToOneSession(t *testing.T) {
+	m := manager(t, t.TempDir())
+	ctx := WithTenant(context.Background(), "acme")
+	mine, err := m.Create(ctx, "mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := m.Create(ctx, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := WithOnly(ctx, mine.ID)
+	for _, ref := range []string{"", "mine", mine.ID} {
+		if s, err := m.Get(in, ref); err != nil || s.ID != mine.ID {
+			t.Errorf("Get(%q) = %v, %v", ref, s, err)
+		}
+	}
+	for _, ref := range []string{"other", other.ID, "default"} {
+		if _, err := m.Get(in, ref); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Get(%q) reached beyond the session: %v", ref, err)
+		}
+	}
+	if list, _ := m.List(in); len(list) != 1 || list[0].ID != mine.ID {
+		t.Errorf("List: %v", list)
+	}
+	if n, _ := m.Count(in); n != 1 {
+		t.Errorf("Count %d", n)
+	}
+	if _, err := m.Create(in, "escape"); !errors.Is(err, ErrConfined) {
+		t.Errorf("Create: %v", err)
+	}
+	// Another tenant's id stays unknown even when confined to it.
+	if _, err := m.Get(WithOnly(WithTenant(context.Background(), "evil"), mine.ID), ""); !errors.Is(err, ErrNotFound) {
+		t.Errorf("confined to another tenant's session: %v", err)
+	}
+}

@@ -60,6 +60,7 @@ func (s *Store) AppendAudit(ctx context.Context, entries []AuditEntry, keep int6
 type AuditFilter struct {
 	Tenant     string
 	Capability string    // "" for any
+	TokenID    string    // "" for any
 	Since      time.Time // zero for any
 	Limit      int       // the latest Limit rows
 }
@@ -72,6 +73,10 @@ func (s *Store) Audit(ctx context.Context, f AuditFilter) ([]AuditEntry, error) 
 	if f.Capability != "" {
 		q.WriteString(" AND capability = ?")
 		args = append(args, f.Capability)
+	}
+	if f.TokenID != "" {
+		q.WriteString(" AND token_id = ?")
+		args = append(args, f.TokenID)
 	}
 	if !f.Since.IsZero() {
 		q.WriteString(" AND at >= ?")
