@@ -14,6 +14,7 @@ import (
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -182,6 +183,26 @@ func TestInstallPackagesInRealRootfs(t *testing.T) {
 	}
 	if pr := reply.Output.(*PythonRunResult); !strings.HasPrefix(pr.Stdout, "refused") || strings.HasSuffix(strings.TrimSpace(pr.Stdout), "\n0") {
 		t.Errorf("a session wrote the rootfs: %+v", pr)
+	}
+
+	// The install box: root of the rootfs, and of nothing else it shows.
+	var box strings.Builder
+	cur, _ := os.ReadFile("/proc/sys/vm/swappiness")
+	bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer bcancel()
+	exit, err := a.Sandbox.Run(bctx, &sandbox.Spec{
+		Args: []string{"sh", "-c", `id -u; touch /usr/share/quro-probe && echo usr-writable
+echo ` + strings.TrimSpace(string(cur)) + ` > /proc/sys/vm/swappiness && echo SYSCTL-WRITTEN
+ls /root /home 2>&1 | head -2; ls ` + data + ` 2>&1 | head -1; grep -c . /proc/self/status >/dev/null && echo done`},
+		Dir: t.TempDir(), Network: "none", Rootfs: rootfs.New(rootfs.DirIn(data)).Path("default"), RootfsAdmin: true,
+		Stdout: &box, Stderr: &box,
+	})
+	if err != nil || exit.Code != 0 {
+		t.Fatalf("install box: %v %+v %s", err, exit, box.String())
+	}
+	if out := box.String(); !strings.Contains(out, "0\nusr-writable\n") || strings.Contains(out, "SYSCTL-WRITTEN") ||
+		strings.Contains(out, "quro.db") || !strings.HasSuffix(out, "done\n") {
+		t.Errorf("install box saw:\n%s", out)
 	}
 
 	// Concurrent installs into one rootfs wait for each other (two apts at

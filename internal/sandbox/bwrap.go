@@ -221,6 +221,14 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 	a = append(a, "--proc", "/proc", "--dev", "/dev",
 		"--perms", "01777", "--size", size, "--tmpfs", "/tmp",
 		"--perms", "01777", "--size", size, "--tmpfs", "/dev/shm")
+	if b.admin {
+		// The box's root is host uid 0, which the kernel lets write the
+		// sysctls of mode 0644 whatever the namespace (bubblewrap covers
+		// /proc/sys only when it finds it writable while it builds the box,
+		// which it does not as root of a new namespace). Landlock refuses
+		// it too.
+		a = append(a, "--ro-bind", "/proc/sys", "/proc/sys")
+	}
 	a = append(a, "--ro-bind", b.self, initPath)
 	// The directories leading to the session's paths exist in the box only
 	// as mount points: traversable, empty, read-only to user code.
