@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/runcode"
 )
 
 func newRootfsCmd(g *globals) *cobra.Command {
@@ -115,6 +117,41 @@ network, and takes a minute or two; an interrupted install resumes.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(install, status, remove)
+	var pkgTimeout time.Duration
+	installPkgs := &cobra.Command{
+		Use:   "install-packages NAME PACKAGE...",
+		Short: "Install Debian packages into a rootfs with apt (shared by every session on it)",
+		Long: `Runs apt-get update (when the lists are missing or older than a day) and
+apt-get install -y --no-install-recommends --no-remove PACKAGE... inside the
+rootfs, in a box where the rootfs is writable and the network is the host's.
+The packages persist: every session on the rootfs has them. Installs into
+one rootfs run one at a time. Needs root (like rootfs install). Sessions do
+the same with the install_packages capability.`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := g.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			out := cmd.OutOrStdout()
+			ctx := runcode.WithOutput(cmd.Context(), func(_ string, p []byte) { out.Write(p) })
+			res, err := a.InstallPackages(ctx, args[0], args[1:], pkgTimeout, nil)
+			if err != nil {
+				return err
+			}
+			text := res.Text()
+			if i := strings.Index(text, "\n--- apt output ---"); i >= 0 {
+				text = text[:i] // the output was streamed already
+			}
+			fmt.Fprintln(out, text)
+			if res.ExitCode != 0 || res.TimedOut {
+				return fmt.Errorf("apt-get failed (exit code %d)", res.ExitCode)
+			}
+			return nil
+		},
+	}
+	installPkgs.Flags().DurationVar(&pkgTimeout, "timeout", 30*time.Minute, "time budget for waiting, apt-get update and install")
+	cmd.AddCommand(install, status, remove, installPkgs)
 	return cmd
 }

@@ -99,6 +99,7 @@ func (a *App) register(reg *capability.Registry) {
 		capability.ScopeExec, a.runCode))
 	a.registerSessions(reg)
 	a.registerPythonRun(reg)
+	a.registerPackages(reg)
 	a.registerFiles(reg)
 	reg.Register(capability.New("list_capabilities",
 		"List every capability with its description, required scope and input/output JSON schemas.",

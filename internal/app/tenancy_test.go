@@ -32,6 +32,7 @@ func wantCode(t *testing.T, err error, code capability.Code) *capability.Error {
 var sessionArgs = map[string]map[string]any{
 	"run_code":            {"code": "print(1)"},
 	"python_run":          {"code": "print(1)"},
+	"install_packages":    {"packages": []string{"jq"}},
 	"terminal_exec":       {"command": "true"},
 	"send_input":          {"data": "x\n"},
 	"destroy_session":     {},

@@ -99,6 +99,12 @@ type Info struct {
 	Python      string    `json:"python,omitempty"` // version of the python3 package, "" when absent
 	InstalledAt time.Time `json:"installed_at"`
 	Seconds     float64   `json:"seconds"` // how long the install took
+	// Added are the packages installed later with apt (install_packages,
+	// `quro rootfs install-packages`), in the order asked for.
+	Added []string `json:"added_packages,omitempty"`
+	// ListsUpdated is when `apt-get update` last succeeded through
+	// AddPackages' caller; zero when it never ran after the build.
+	ListsUpdated time.Time `json:"lists_updated,omitempty"`
 }
 
 // Installer builds a userland into target, an empty directory that exists,
@@ -348,6 +354,104 @@ func (m *Manager) Remove(name string) error {
 		if err := removeAll(d); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// Lock takes the lock of name that Install and Remove take, waiting for
+// it until ctx ends (then the error wraps ErrBusy). Whoever changes a
+// ready rootfs (package installs) holds it, so that changes of one rootfs
+// run one at a time and never during an install or a removal.
+func (m *Manager) Lock(ctx context.Context, name string) (unlock func(), err error) {
+	if err := CheckName(name); err != nil {
+		return nil, err
+	}
+	for {
+		unlock, err := m.tryLock(name)
+		if !errors.Is(err, ErrBusy) {
+			return unlock, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (waited until %v)", err, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// AddPackages records pkgs in the marker of the ready rootfs name, as
+// packages installed after it was built, and listsUpdated (unless zero) as
+// when its apt lists were last updated. The caller holds Lock.
+func (m *Manager) AddPackages(name string, pkgs []string, listsUpdated time.Time) error {
+	info, err := m.Info(name)
+	if err != nil {
+		return err
+	}
+	if !listsUpdated.IsZero() {
+		info.ListsUpdated = listsUpdated.UTC()
+	}
+	for _, p := range pkgs {
+		if !slices.Contains(info.Added, p) {
+			info.Added = append(info.Added, p)
+		}
+	}
+	b, err := json.MarshalIndent(info, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileSync(filepath.Join(m.Path(name), Marker), append(b, '\n'))
+}
+
+// Installed lists the packages dpkg says are installed in the rootfs
+// directory root, with their versions.
+func Installed(root string) map[string]string {
+	out := map[string]string{}
+	f, err := os.Open(filepath.Join(root, "var/lib/dpkg/status"))
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	var cur, ver, status string
+	flush := func() {
+		if cur != "" && strings.HasSuffix(status, " installed") {
+			out[cur] = ver
+		}
+		cur, ver, status = "", "", ""
+	}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			flush()
+		case strings.HasPrefix(line, "Package: "):
+			cur = strings.TrimPrefix(line, "Package: ")
+		case strings.HasPrefix(line, "Version: "):
+			ver = strings.TrimPrefix(line, "Version: ")
+		case strings.HasPrefix(line, "Status: "):
+			status = strings.TrimPrefix(line, "Status:")
+		}
+	}
+	flush()
+	return out
+}
+
+// packageRE is a Debian package name (Debian Policy §5.6.1: lower case
+// letters, digits, + - and ., at least two characters, starting with a
+// letter or digit), optionally with an architecture (:amd64) and a version
+// (=1.6-2.1, Policy §5.6.12: digits, letters, . + ~ - and : for the
+// epoch, starting with a digit). Nothing that starts with '-' or holds a
+// space, so a name can never be read as an option.
+var packageRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]{1,127}(:[a-z0-9][a-z0-9-]{0,31})?(=[0-9][A-Za-z0-9.+~:-]{0,127})?$`)
+
+// ErrBadPackage reports a package name that is not a Debian one.
+var ErrBadPackage = errors.New("not a Debian package name (lower-case letters, digits, + - .; optionally NAME=VERSION)")
+
+// CheckPackage validates one package argument for apt-get install.
+func CheckPackage(p string) error {
+	if !packageRE.MatchString(p) {
+		return fmt.Errorf("%q: %w", p, ErrBadPackage)
 	}
 	return nil
 }

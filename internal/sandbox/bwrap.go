@@ -44,6 +44,18 @@ var etcFiles = []string{
 	"/etc/bash.bashrc", "/etc/profile", "/etc/environment", "/etc/locale.alias",
 }
 
+// AdminCaps are the capabilities a RootfsAdmin box keeps, in its own user
+// namespace: owning and moving files of any mapped uid (dpkg unpacks as
+// root:root, man:man…; apt hands its downloads to _apt), and switching to
+// _apt and back. Not CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_MKNOD or any other.
+var AdminCaps = []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID",
+	"CAP_SETUID", "CAP_SETGID", "CAP_KILL"}
+
+// rootfsAdminRW are the directories a RootfsAdmin box may write beneath
+// (Landlock), besides the usual ones: a Debian system's, never /proc or
+// /dev. /bin, /sbin and /lib are symlinks into /usr on a merged-usr tree.
+var rootfsAdminRW = []string{"/usr", "/etc", "/var", "/opt", "/srv", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+
 // etcCopyMax is the largest /etc file copied into the box rather than
 // bound (see bwrapBox.args).
 const etcCopyMax = 1 << 20
@@ -77,6 +89,7 @@ type bwrapBox struct {
 	// the box's uid and gid maps itself.
 	usernsBlockFD string
 	capSetID      bool
+	admin         bool // Spec.RootfsAdmin
 }
 
 // args returns bubblewrap's arguments up to and including "--"; the files
@@ -90,9 +103,13 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 		}
 		return nil, nil, err
 	}
+	id := strconv.Itoa(insideUID)
+	if b.admin {
+		id = "0"
+	}
 	a := []string{
 		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-		"--uid", strconv.Itoa(insideUID), "--gid", strconv.Itoa(insideUID),
+		"--uid", id, "--gid", id,
 		"--hostname", "quro",
 		"--die-with-parent",
 	}
@@ -109,6 +126,13 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 		// The init child starts as the box's root only to switch to
 		// insideUID itself (see mapIDs); these two are all it keeps.
 		a = append(a, "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID")
+	}
+	if b.admin {
+		// The program itself is the box's root: these, in the box's user
+		// namespace only, are what apt and dpkg use.
+		for _, c := range AdminCaps {
+			a = append(a, "--cap-add", c)
+		}
 	}
 	if b.spec.Rootfs == "" {
 		a = append(a, "--perms", "0755", "--dir", "/etc", "--ro-bind", "/usr", "/usr")
@@ -169,7 +193,11 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 			if !e.IsDir() {
 				continue
 			}
-			a = append(a, "--ro-bind", src, "/"+name)
+			if b.admin {
+				a = append(a, "--bind", src, "/"+name)
+			} else {
+				a = append(a, "--ro-bind", src, "/"+name)
+			}
 		}
 	}
 	if b.network == NetworkFull {
@@ -199,6 +227,14 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 	a = append(a, "--proc", "/proc", "--dev", "/dev",
 		"--perms", "01777", "--size", size, "--tmpfs", "/tmp",
 		"--perms", "01777", "--size", size, "--tmpfs", "/dev/shm")
+	if b.admin {
+		// The box's root is host uid 0, which the kernel lets write the
+		// sysctls of mode 0644 whatever the namespace (bubblewrap covers
+		// /proc/sys only when it finds it writable while it builds the box,
+		// which it does not as root of a new namespace). Landlock refuses
+		// it too.
+		a = append(a, "--ro-bind", "/proc/sys", "/proc/sys")
+	}
 	// Made explicitly so that they are traversable by the run's uid (the
 	// parents bubblewrap makes for a bind are not).
 	a = append(a, "--perms", "0755", "--dir", filepath.Dir(BinDir), "--perms", "0755", "--dir", BinDir)

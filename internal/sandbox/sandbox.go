@@ -167,6 +167,18 @@ type Spec struct {
 	// Rootfs is the directory of a root filesystem (e.g. a debootstrapped
 	// Debian) whose userland the box shows, read-only, instead of the host's.
 	Rootfs string
+	// RootfsAdmin runs the program as the root of Rootfs, to change it
+	// (package installs): Rootfs is bound read-write, the user namespace
+	// maps host uids and gids 0..65535 to themselves (the owners of a
+	// debootstrapped tree's files: root, _apt, man…), the program runs as
+	// uid 0 of that namespace with only the capabilities apt and dpkg need
+	// (AdminCaps), and Landlock lets it write beneath the rootfs's system
+	// directories. Every other layer stays on: cgroups, pid/mount/ipc/uts
+	// namespaces (and net unless Network is full), rlimits, Landlock,
+	// seccomp, no host path but Rootfs, Dir and TmpDir. It needs a server
+	// running as root and the box. Never for user code: the program runs
+	// as host uid 0 inside a user namespace (see docs/security.md).
+	RootfsAdmin bool
 	// Writable are further host directories of the session bound read-write
 	// at the same path, besides Dir and TmpDir.
 	Writable []string
@@ -341,6 +353,10 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 	if spec.Rootfs != "" && !boxed {
 		return nil, startErr(errors.New("a rootfs needs the namespaces layer (bubblewrap)"))
 	}
+	admin := spec.RootfsAdmin
+	if admin && (spec.Rootfs == "" || !s.layers.root) {
+		return nil, startErr(errors.New("changing a rootfs needs a rootfs, the box and a server running as root"))
+	}
 
 	// The session's own directories: the only writable host paths.
 	writable := []string{spec.Dir}
@@ -350,7 +366,7 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 		}
 	}
 	uid := 0
-	if s.layers.root {
+	if s.layers.root && !admin {
 		uid = spec.UID
 		if uid <= 0 {
 			uid = SessionUID(spec.Dir)
@@ -375,6 +391,9 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 		Seccomp:  s.layers.ok(LayerSeccomp),
 		Network:  network,
 		RW:       append(slices.Clone(writable), "/tmp", "/dev/shm"),
+	}
+	if admin {
+		pol.RW = append(pol.RW, rootfsAdminRW...)
 	}
 	if boxed {
 		pol.ListDirs = []string{"/"}
@@ -432,8 +451,11 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 	var box *bwrapBox
 	if boxed {
 		box = &bwrapBox{spec: spec, self: s.self, network: network, writable: writable, readOnly: readOnly, binds: s.binds,
-			tmpSize: 256 << 20, passwd: passwdFor(spec.homeDir())}
-		if cg != nil || uid != 0 {
+			tmpSize: 256 << 20, passwd: passwdFor(spec.homeDir()), admin: admin}
+		if admin {
+			box.passwd = "" // the rootfs's own accounts, which dpkg may change
+		}
+		if cg != nil || uid != 0 || admin {
 			ir, iw, err := os.Pipe()
 			if err != nil {
 				return fail(err)
@@ -447,11 +469,14 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 			childEnds = append(childEnds, iw, br)
 			info, goAhead = ir, bw
 			box.infoFD = fds.add(iw)
-			if uid != 0 {
+			switch {
+			case admin:
+				box.usernsBlockFD = fds.add(br)
+			case uid != 0:
 				box.usernsBlockFD = fds.add(br)
 				box.capSetID = true
 				pol.UID = insideUID
-			} else {
+			default:
 				box.blockFD = fds.add(br)
 			}
 		}
@@ -603,7 +628,9 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 				err = fmt.Errorf("bubblewrap did not report its child: %v", err)
 			}
 		}
-		if err == nil && boxed && uid != 0 {
+		if err == nil && admin {
+			err = mapAdminIDs(pid)
+		} else if err == nil && boxed && uid != 0 {
 			err = mapIDs(pid, uid)
 		}
 		if err == nil && cg != nil && !born {
@@ -649,6 +676,23 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 // no_new_privs and seccomp stay on.
 func mapIDs(pid, uid int) error {
 	m := fmt.Sprintf("0 0 1\n%d %d 1\n", insideUID, uid)
+	for _, f := range []string{"uid_map", "gid_map"} {
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/%s", pid, f), []byte(m), 0); err != nil {
+			return fmt.Errorf("user namespace %s: %w", f, err)
+		}
+	}
+	return nil
+}
+
+// adminIDs is how many uids and gids, from 0, a RootfsAdmin box maps to
+// themselves: every id a Debian system gives its files (nobody is 65534).
+const adminIDs = 65536
+
+// mapAdminIDs writes the identity maps of a RootfsAdmin box: host uids and
+// gids 0..adminIDs-1 are themselves inside, so dpkg can own files as root,
+// _apt, man… exactly as debootstrap left them.
+func mapAdminIDs(pid int) error {
+	m := fmt.Sprintf("0 0 %d\n", adminIDs)
 	for _, f := range []string{"uid_map", "gid_map"} {
 		if err := os.WriteFile(fmt.Sprintf("/proc/%d/%s", pid, f), []byte(m), 0); err != nil {
 			return fmt.Errorf("user namespace %s: %w", f, err)

@@ -176,7 +176,7 @@ func routeOperation(reg *capability.Registry, rt *Route) (map[string]any, bool) 
 		op["description"] = websocketDescription[rt.Stream]
 		if rt.Stream == "stream" {
 			op["parameters"] = []any{map[string]any{"name": "capability", "in": "path", "required": true,
-				"schema": map[string]any{"type": "string", "enum": []string{"run_code", "terminal_exec", "python_run"}}}}
+				"schema": map[string]any{"type": "string", "enum": []string{"run_code", "terminal_exec", "python_run", "install_packages"}}}}
 		}
 		op["responses"] = map[string]any{
 			"101":     map[string]any{"description": "switching to the WebSocket protocol quro.v1"},

@@ -75,7 +75,7 @@ var Routes = []Route{
 	{Method: "GET", Pattern: "/v1/sessions/{id}/pty", Path: sessionParam, Body: BodyWebSocket, Stream: "pty",
 		Summary: "WebSocket: the session's interactive terminal"},
 	{Method: "GET", Pattern: "/v1/stream/{capability}", Body: BodyWebSocket, Stream: "stream",
-		Summary: "WebSocket: run_code, terminal_exec or python_run with output streamed as it arrives"},
+		Summary: "WebSocket: run_code, terminal_exec, python_run or install_packages with output streamed as it arrives"},
 }
 
 var (

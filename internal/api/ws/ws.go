@@ -32,7 +32,7 @@ const Protocol = "quro.v1"
 const BearerPrefix = "quro.bearer."
 
 // Streamable are the capabilities GET /v1/stream/{capability} runs.
-var Streamable = []string{"run_code", "terminal_exec", "python_run"}
+var Streamable = []string{"run_code", "terminal_exec", "python_run", "install_packages"}
 
 // Options configure a Server.
 type Options struct {

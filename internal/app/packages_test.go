@@ -1,0 +1,278 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// Bad package names never reach apt: each is refused before anything
+// else, whatever the session.
+func TestInstallPackagesBadInput(t *testing.T) {
+	a := newApp(t, nil)
+	for _, pkgs := range [][]string{
+		nil, {}, {"-o", "APT::Get::AllowUnauthenticated=1"}, {"-oAPT::Sandbox::User=root"}, {"foo;rm"}, {"foo bar"},
+		{"jq", "--reinstall"}, {"Jq"}, {"j"}, {"jq=-1"}, {"jq=1.6 x"}, {"../jq"}, {"jq\n"}, {"$(id)"},
+		{"jq", "a*"}, make([]string, 65),
+	} {
+		_, err := call(t, a, "install_packages", InstallPackagesInput{Packages: pkgs})
+		if capCode(err) != capability.InvalidArgument {
+			t.Errorf("%q: %v, want invalid_argument", pkgs, err)
+		}
+	}
+	for _, ok := range []string{"jq", "python3-numpy", "g++", "libc6:amd64", "jq=1.6-2.1+deb12u2", "tzdata=2024a-0+deb12u1", "libstdc++6=1:12.2.0-14"} {
+		if err := rootfs.CheckPackage(ok); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	if _, err := call(t, a, "install_packages", InstallPackagesInput{Packages: []string{"jq"}, TimeoutMS: 5000}); capCode(err) != capability.InvalidArgument {
+		t.Errorf("timeout 5000: %v", err)
+	}
+	// The host userland is not a rootfs.
+	_, err := call(t, a, "install_packages", InstallPackagesInput{Packages: []string{"jq"}})
+	if capCode(err) != capability.InvalidArgument || !strings.Contains(err.Error(), "rootfs=NAME") {
+		t.Errorf("host session: %v", err)
+	}
+}
+
+// A session with network none is told what it needs, and apt is never
+// started: here the rootfs's lock is held, so a call that went as far as
+// apt would wait for it instead of answering at once.
+func TestInstallPackagesNeedsNetwork(t *testing.T) {
+	a := newApp(t, nil)
+	m := rootfs.New(rootfs.DirIn(a.DataDir))
+	if err := os.MkdirAll(m.Path("default"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(m.Path("default"), rootfs.Marker), []byte(`{"name":"default"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := m.Lock(context.Background(), "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	if _, err := a.Sessions.CreateWith(context.Background(), "offline", session.CreateOptions{Rootfs: "default"}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = call(t, a, "install_packages", InstallPackagesInput{Session: "offline", Packages: []string{"jq"}, TimeoutMS: 60000})
+	if capCode(err) != capability.PermissionDenied || !strings.Contains(err.Error(), "network full") ||
+		!strings.Contains(err.Error(), "create_session") || !strings.Contains(err.Error(), "apt was not started") {
+		t.Fatalf("network none: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the refusal took %s: it waited for the rootfs", d)
+	}
+}
+
+// copyTestRootfs gives a data directory holding a private copy of the
+// shared test rootfs, so that installing packages never changes the cache.
+func copyTestRootfs(t *testing.T) string {
+	t.Helper()
+	m := testRootfs(t)
+	data := t.TempDir()
+	if err := os.MkdirAll(rootfs.DirIn(data), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if out, err := exec.Command("cp", "-a", "--reflink=auto", m.Path(rootfs.DefaultName), rootfs.DirIn(data)+"/").CombinedOutput(); err != nil {
+		t.Fatalf("copying the test rootfs: %v\n%s", err, out)
+	}
+	t.Logf("rootfs copied in %s", time.Since(start).Round(time.Millisecond))
+	return data
+}
+
+// The end-to-end test: a real install through install_packages into a
+// copy of the test rootfs, used by a new session; concurrent installs
+// wait for each other; the shared cache is untouched.
+func TestInstallPackagesInRealRootfs(t *testing.T) {
+	cache := testRootfs(t)
+	cacheStatus, err := os.ReadFile(filepath.Join(cache.Path(rootfs.DefaultName), "var/lib/dpkg/status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := copyTestRootfs(t)
+	a, err := New(context.Background(), Options{DataDir: data, Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if !a.Sandbox.Boxed() {
+		t.Skip("no bubblewrap box: a rootfs cannot be shown")
+	}
+	ctx := context.Background()
+	if _, err := a.Sessions.CreateWith(ctx, "apt", session.CreateOptions{Rootfs: "default", Network: "full"}); err != nil {
+		t.Fatal(err)
+	}
+	install := func(ctx context.Context, pkgs ...string) *InstallPackagesResult {
+		t.Helper()
+		b, _ := json.Marshal(InstallPackagesInput{Session: "apt", Packages: pkgs})
+		start := time.Now()
+		reply, err := a.Controller.Call(ctx, admin, "install_packages", b)
+		if err != nil {
+			t.Fatalf("install_packages %v: %v", pkgs, err)
+		}
+		res := reply.Output.(*InstallPackagesResult)
+		t.Logf("install_packages %v: %s (updated=%v, waited %.0f ms)", pkgs, time.Since(start).Round(time.Millisecond), res.Updated, res.WaitedMS)
+		if res.ExitCode != 0 {
+			t.Fatalf("install_packages %v: %s", pkgs, reply.Text)
+		}
+		return res
+	}
+
+	// Progress reaches the observer while apt runs.
+	var mu sync.Mutex
+	var streamed strings.Builder
+	obs := runcode.WithOutput(ctx, func(_ string, p []byte) {
+		mu.Lock()
+		streamed.Write(p)
+		mu.Unlock()
+	})
+	res := install(obs, "jq")
+	if !res.Updated || !strings.Contains(strings.Join(res.Installed, ","), "jq ") || !strings.Contains(res.Output, "Setting up jq") {
+		t.Fatalf("%+v", res)
+	}
+	mu.Lock()
+	if !strings.Contains(streamed.String(), "Unpacking jq") {
+		t.Errorf("streamed %q", streamed.String())
+	}
+	mu.Unlock()
+	if text := res.Text(); !strings.HasPrefix(text, "installed into rootfs default: ") || !strings.Contains(text, "--- apt output ---") {
+		t.Errorf("text %q", text)
+	}
+	info, err := rootfs.New(rootfs.DirIn(data)).Info("default")
+	if err != nil || len(info.Added) != 1 || info.Added[0] != "jq" || info.ListsUpdated.IsZero() {
+		t.Errorf("marker %+v %v", info, err)
+	}
+	// Installing it again changes nothing, and the fresh lists are not
+	// fetched again.
+	if res := install(ctx, "jq"); res.Updated || len(res.Installed) != 0 || !strings.HasPrefix(res.Text(), "already installed") {
+		t.Errorf("again: %+v", res)
+	}
+
+	// A new session on the rootfs, with no network, has it.
+	if _, err := a.Sessions.CreateWith(ctx, "later", session.CreateOptions{Rootfs: "default"}); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := call(t, a, "python_run", PythonRunInput{Session: "later",
+		Code: "import subprocess\nprint(subprocess.run(['jq', '-c', '.a'], input='{\"a\":[1,2]}', capture_output=True, text=True).stdout)"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr := reply.Output.(*PythonRunResult); pr.ExitCode != 0 || strings.TrimSpace(pr.Stdout) != "[1,2]" {
+		t.Fatalf("jq in a new session: %+v", pr)
+	}
+	// Its own code cannot change the rootfs: read-only, and not root.
+	reply, err = call(t, a, "python_run", PythonRunInput{Session: "later",
+		Code: "import os\ntry:\n    open('/usr/bin/jq', 'a')\nexcept OSError as e:\n    print('refused', e.errno)\nprint(os.getuid())"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr := reply.Output.(*PythonRunResult); !strings.HasPrefix(pr.Stdout, "refused") || strings.HasSuffix(strings.TrimSpace(pr.Stdout), "\n0") {
+		t.Errorf("a session wrote the rootfs: %+v", pr)
+	}
+
+	// The install box: root of the rootfs, and of nothing else it shows.
+	var box strings.Builder
+	cur, _ := os.ReadFile("/proc/sys/vm/swappiness")
+	bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer bcancel()
+	exit, err := a.Sandbox.Run(bctx, &sandbox.Spec{
+		Args: []string{"sh", "-c", `id -u; touch /usr/share/quro-probe && echo usr-writable
+echo ` + strings.TrimSpace(string(cur)) + ` > /proc/sys/vm/swappiness && echo SYSCTL-WRITTEN
+ls /root /home 2>&1 | head -2; ls ` + data + ` 2>&1 | head -1; grep -c . /proc/self/status >/dev/null && echo done`},
+		Dir: t.TempDir(), Network: "none", Rootfs: rootfs.New(rootfs.DirIn(data)).Path("default"), RootfsAdmin: true,
+		Stdout: &box, Stderr: &box,
+	})
+	if err != nil || exit.Code != 0 {
+		t.Fatalf("install box: %v %+v %s", err, exit, box.String())
+	}
+	if out := box.String(); !strings.Contains(out, "0\nusr-writable\n") || strings.Contains(out, "SYSCTL-WRITTEN") ||
+		strings.Contains(out, "quro.db") || !strings.HasSuffix(out, "done\n") {
+		t.Errorf("install box saw:\n%s", out)
+	}
+
+	// Concurrent installs into one rootfs wait for each other (two apts at
+	// once would fail on dpkg's lock); both succeed.
+	var wg sync.WaitGroup
+	results := make([]*InstallPackagesResult, 2)
+	for i, p := range []string{"sl", "tree"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = install(ctx, p)
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	if results[0].WaitedMS < 100 && results[1].WaitedMS < 100 {
+		t.Errorf("neither install waited: %.0f ms, %.0f ms", results[0].WaitedMS, results[1].WaitedMS)
+	}
+
+	// The shared cache is as it was.
+	if now, err := os.ReadFile(filepath.Join(cache.Path(rootfs.DefaultName), "var/lib/dpkg/status")); err != nil || string(now) != string(cacheStatus) || strings.Contains(string(now), "Package: jq\n") {
+		t.Errorf("the shared test rootfs changed")
+	}
+}
+
+// A call waits for the rootfs lock held by someone else, and goes on once
+// it is released.
+func TestInstallPackagesWaitsForTheLock(t *testing.T) {
+	data := copyTestRootfs(t)
+	a, err := New(context.Background(), Options{DataDir: data, Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	m := rootfs.New(rootfs.DirIn(data))
+	unlock, err := m.Lock(context.Background(), "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	var res *InstallPackagesResult
+	go func() {
+		var err error
+		res, err = a.InstallPackages(ctx, "default", []string{"sl"}, time.Minute, nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("returned while the lock was held: %v", err)
+	case <-time.After(time.Second):
+	}
+	unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if res.WaitedMS < 1000 || res.ExitCode != 0 {
+		t.Errorf("%+v", res)
+	}
+	// A timeout while waiting is a clear deadline_exceeded.
+	unlock, err = m.Lock(context.Background(), "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	_, err = a.InstallPackages(ctx, "default", []string{"sl"}, 300*time.Millisecond, nil)
+	if capCode(err) != capability.DeadlineExceeded || !strings.Contains(err.Error(), "another install") {
+		t.Errorf("timeout while waiting: %v", err)
+	}
+}
