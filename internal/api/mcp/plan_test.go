@@ -140,9 +140,12 @@ func cases() (setup []call, table map[string]toolCase) {
 		"set_session_env":     {map[string]any{"session": "s1", "env": map[string]any{"B": "2"}}, text("B=2")},
 		"terminal_exec":       {map[string]any{"session": "s1", "command": "echo $((6*7))"}, all(field("output", "42\n"), field("exit_code", "0"))},
 		"read_file":           {map[string]any{"session": "s1", "path": "main.js"}, text("hi from js")},
-		"write_file":          {map[string]any{"session": "s1", "path": "notes/w.txt", "content": "written"}, field("path", "notes/w.txt")},
-		"list_files":          {map[string]any{"session": "s1"}, text("mod.js")},
-		"create_project":      {map[string]any{"session": "s1", "template": "shell", "name": "proj"}, text("run.sh")},
+		// s1 runs on the host userland: the call is refused before apt,
+		// and comes back as a tool error (real installs: internal/app).
+		"install_packages": {map[string]any{"session": "s1", "packages": []string{"jq"}}, toolError("invalid_argument")},
+		"write_file":       {map[string]any{"session": "s1", "path": "notes/w.txt", "content": "written"}, field("path", "notes/w.txt")},
+		"list_files":       {map[string]any{"session": "s1"}, text("mod.js")},
+		"create_project":   {map[string]any{"session": "s1", "template": "shell", "name": "proj"}, text("run.sh")},
 		"get_audit_log": {map[string]any{"limit": 1000}, func(o *outcome) error {
 			entries, _ := o.Structured["entries"].([]any)
 			for _, e := range entries {
