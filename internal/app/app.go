@@ -22,6 +22,7 @@ import (
 	"github.com/quro-dev/quro/internal/engine/shell"
 	"github.com/quro-dev/quro/internal/metrics"
 	"github.com/quro-dev/quro/internal/render"
+	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
@@ -120,7 +121,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	a := &App{
 		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
 		Python: emb, Metrics: m, Tokens: auth.New(st), Audit: audit.New(st, audit.Options{Keep: opts.AuditKeep, Logger: log}),
-		Runner: runcode.New(Languages(sb, pyChain, jsEng), opts.Run),
+		Runner: runcode.New(Languages(sb, pyChain, jsEng, RootfsDir(dir)), opts.Run),
 	}
 	a.isolation = sync.OnceValue(func() []sandbox.Feature {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -140,6 +141,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 			}
 		},
 		MaxOutput: runOpts.MaxStdout, SpillLimit: runOpts.SpillLimit,
+		Rootfs: RootfsDir(dir),
 	})
 	reg := capability.NewRegistry()
 	a.register(reg)
@@ -185,18 +187,34 @@ func (a *App) patrolHooks() terminal.PatrolHooks {
 	}
 }
 
+// RootfsDir resolves the rootfs names of sessions under dataDir to their
+// directories, refusing one that is not installed and ready.
+func RootfsDir(dataDir string) func(name string) (string, error) {
+	m := rootfs.New(rootfs.DirIn(dataDir))
+	return func(name string) (string, error) {
+		if err := rootfs.CheckName(name); err != nil {
+			return "", err
+		}
+		if !m.Ready(name) {
+			return "", fmt.Errorf("%w: the session runs on rootfs %q, which is not installed: run quro rootfs install %s (python_run installs it too)",
+				runcode.ErrInvalid, name, name)
+		}
+		return m.Path(name), nil
+	}
+}
+
 // Isolation reports the machine's isolation features (probed once).
 func (a *App) Isolation() []sandbox.Feature { return a.isolation() }
 
 // Languages declares run_code's language matrix and engine chains.
-func Languages(sb *sandbox.Sandbox, pythonChain []runcode.Engine, jsEng *js.Engine) []runcode.Language {
+func Languages(sb *sandbox.Sandbox, pythonChain []runcode.Engine, jsEng *js.Engine, rootfsDir func(string) (string, error)) []runcode.Language {
 	code := render.Code{}
 	langs := []runcode.Language{
 		{Name: "python", Aliases: []string{"py", "py3", "python3"}, Runs: true,
 			Chain: pythonChain},
 		{Name: "js", Aliases: []string{"javascript", "node", "mjs", "cjs"}, Runs: true, Chain: []runcode.Engine{jsEng}},
 		{Name: "ts", Aliases: []string{"typescript"}, Runs: true, Chain: []runcode.Engine{jsEng.TS()}},
-		{Name: "shell", Aliases: []string{"sh", "bash"}, Runs: true, Chain: []runcode.Engine{shell.New(sb)}},
+		{Name: "shell", Aliases: []string{"sh", "bash"}, Runs: true, Chain: []runcode.Engine{shell.New(sb, rootfsDir)}},
 		{Name: "html", Aliases: []string{"htm", "markup"}, Chain: []runcode.Engine{render.HTML{}}},
 		{Name: "json", Chain: []runcode.Engine{render.JSON{}}},
 		{Name: "css", Chain: []runcode.Engine{render.CSS{}}},

@@ -16,6 +16,7 @@ import (
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/terminal"
 )
 
 // withInstaller makes the Apps created by f install rootfs with inst.
@@ -244,4 +245,59 @@ func TestPythonRunInRealRootfs(t *testing.T) {
 
 func sessionCreateOpts(rootfsName string) session.CreateOptions {
 	return session.CreateOptions{Rootfs: rootfsName}
+}
+
+// A session on a rootfs runs its shell, its terminal and run_code's shell
+// in that rootfs, and with its own network policy; a session whose rootfs
+// is missing gets a clear error.
+func TestRootfsSessionTerminalsAndNetwork(t *testing.T) {
+	m := testRootfs(t)
+	data := t.TempDir()
+	if err := os.Symlink(m.Dir, rootfs.DirIn(data)); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(context.Background(), Options{DataDir: data, Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if !a.Sandbox.Boxed() {
+		t.Skip("no bubblewrap box: a rootfs cannot be shown")
+	}
+	for _, in := range []CreateSessionInput{{Name: "onrootfs", Rootfs: "default"}, {Name: "host"}, {Name: "net", Network: "full"}, {Name: "gone", Rootfs: "missing"}} {
+		if _, err := call(t, a, "create_session", in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// bubblewrap is on the host, never in the debootstrapped rootfs.
+	const where = "test -e /usr/bin/bwrap && echo on-host || echo on-rootfs"
+	exec := func(sess, cmd string) string {
+		t.Helper()
+		reply, err := call(t, a, "terminal_exec", TerminalExecInput{Session: sess, Command: cmd})
+		if err != nil {
+			t.Fatalf("%s: %v", sess, err)
+		}
+		return reply.Output.(*terminal.Result).Output
+	}
+	if got := exec("onrootfs", where); got != "on-rootfs\n" {
+		t.Errorf("terminal_exec on a rootfs session: %q", got)
+	}
+	if got := exec("host", where); got != "on-host\n" {
+		t.Errorf("terminal_exec on a host session: %q", got)
+	}
+	if r := runCode(t, a, RunCodeInput{Session: "onrootfs", Lang: "sh", Code: where}); r.Stdout != "on-rootfs\n" {
+		t.Errorf("run_code sh on a rootfs session: %+v", r)
+	}
+	// Network: only lo without it; the host's interfaces with it.
+	ifaces := "tail -n +3 /proc/net/dev | wc -l"
+	if got := exec("host", ifaces); got != "1\n" {
+		t.Errorf("network none sees %s interfaces", got)
+	}
+	if got := exec("net", ifaces); got == "1\n" {
+		t.Errorf("network full sees only lo")
+	}
+	_, err = call(t, a, "terminal_exec", TerminalExecInput{Session: "gone", Command: "true"})
+	if err == nil || !strings.Contains(err.Error(), `rootfs "missing", which is not installed`) {
+		t.Fatalf("missing rootfs: %v", err)
+	}
 }

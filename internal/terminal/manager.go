@@ -31,6 +31,9 @@ type ManagerOptions struct {
 	Scrollback int
 	// IdleStop stops a shell unused this long (30 min); it restarts on use.
 	IdleStop time.Duration
+	// Rootfs resolves a session's rootfs name to its directory (nil:
+	// sessions on a rootfs cannot have terminals).
+	Rootfs func(name string) (string, error)
 }
 
 // Manager owns the live terminals of every session: its pipe shell and its
@@ -76,6 +79,10 @@ func (m *Manager) get(s *session.Session) (*live, error) {
 		m.live[s.ID] = l
 	}
 	if l.shell == nil {
+		rootfs, err := m.rootfsDir(s)
+		if err != nil {
+			return nil, err
+		}
 		id := s.ID
 		cwd := s.Cwd
 		if !filepath.IsAbs(cwd) {
@@ -83,6 +90,7 @@ func (m *Manager) get(s *session.Session) (*live, error) {
 		}
 		l.shell = NewShell(ShellOptions{
 			Sandbox: m.opts.Sandbox, Workspace: s.Workspace(), TmpDir: s.TmpDir(), OutputsDir: s.OutputsDir(),
+			Network: s.Network, Rootfs: rootfs,
 			Cwd:   cwd,
 			Env:   func() map[string]string { return m.opts.Env(id) },
 			OnCwd: func(cwd string) { m.setCwd(id, cwd) },
@@ -91,6 +99,17 @@ func (m *Manager) get(s *session.Session) (*live, error) {
 		})
 	}
 	return l, nil
+}
+
+// rootfsDir is the directory of s's rootfs, "" for the host userland.
+func (m *Manager) rootfsDir(s *session.Session) (string, error) {
+	if s.Rootfs == "" {
+		return "", nil
+	}
+	if m.opts.Rootfs == nil {
+		return "", fmt.Errorf("%w: the session runs on rootfs %q, which this server cannot give a terminal", ErrInvalid, s.Rootfs)
+	}
+	return m.opts.Rootfs(s.Rootfs)
 }
 
 func (m *Manager) setCwd(id, cwd string) {
@@ -416,7 +435,11 @@ func (m *Manager) PTY(s *session.Session) (*PTY, error) {
 		return l.pty, nil
 	}
 	cwd := l.sess.Cwd
-	p, err := StartPTY(PTYOptions{Sandbox: m.opts.Sandbox, Session: l.sess, Cwd: cwd, Env: m.opts.Env(s.ID)})
+	rootfs, err := m.rootfsDir(l.sess)
+	if err != nil {
+		return nil, err
+	}
+	p, err := StartPTY(PTYOptions{Sandbox: m.opts.Sandbox, Session: l.sess, Cwd: cwd, Env: m.opts.Env(s.ID), Rootfs: rootfs})
 	if err != nil {
 		return nil, err
 	}

@@ -16,10 +16,13 @@ import (
 
 // PTYOptions configure a PTY.
 type PTYOptions struct {
-	Sandbox    *sandbox.Sandbox
-	Session    *session.Session
-	Cwd        string
-	Env        map[string]string
+	Sandbox *sandbox.Sandbox
+	Session *session.Session
+	Cwd     string
+	Env     map[string]string
+	// Rootfs is the directory of the session's root filesystem ("" for
+	// the host userland); the network policy is the session's.
+	Rootfs     string
 	Cols, Rows int // 120x32 when zero
 	// Scrollback bytes replayed to a viewer that attaches (256 KiB).
 	Scrollback int
@@ -97,6 +100,7 @@ func StartPTY(opts PTYOptions) (*PTY, error) {
 		// subdirectory the terminal starts in: a uid derived from the
 		// starting directory would take that directory over.
 		UID: sandbox.SessionUID(opts.Session.Workspace()), Writable: []string{opts.Session.Workspace()},
+		Network: opts.Session.Network, Rootfs: opts.Rootfs,
 		Term: "xterm-256color", Env: opts.Env,
 		Stdin: slave, Stdout: slave, Stderr: slave, TTY: true,
 	})

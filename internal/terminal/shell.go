@@ -60,6 +60,9 @@ type ShellOptions struct {
 	Sandbox *sandbox.Sandbox
 	// Workspace is the working directory and HOME; TmpDir is TMPDIR.
 	Workspace, TmpDir string
+	// Network is the session's network policy; Rootfs the directory of
+	// its root filesystem ("" for the host userland).
+	Network, Rootfs string
 	// OutputsDir receives full outputs that were cut.
 	OutputsDir string
 	// Cwd to start in (a previous session's last directory); default Workspace.
@@ -302,6 +305,7 @@ func (s *Shell) startLocked() error {
 	env["PS1"], env["PS2"], env["PS4"] = "", "", ""
 	proc, err := s.opts.Sandbox.Start(context.Background(), &sandbox.Spec{
 		Args: args, Dir: s.opts.Workspace, Home: s.opts.Workspace, TmpDir: s.opts.TmpDir,
+		Network: s.opts.Network, Rootfs: s.opts.Rootfs,
 		Env:    env,
 		Stdin:  cmdR,
 		Stdout: outW, Stderr: outW,

@@ -20,11 +20,16 @@ const maxArg = 100 << 10
 
 // Engine runs shell code with sh.
 type Engine struct {
-	sb *sandbox.Sandbox
+	sb     *sandbox.Sandbox
+	rootfs func(name string) (string, error)
 }
 
-// New returns the shell engine.
-func New(sb *sandbox.Sandbox) *Engine { return &Engine{sb: sb} }
+// New returns the shell engine. rootfs resolves a session's rootfs name to
+// its directory, so that sessions on a rootfs run there (nil: such
+// sessions are refused).
+func New(sb *sandbox.Sandbox, rootfs func(name string) (string, error)) *Engine {
+	return &Engine{sb: sb, rootfs: rootfs}
+}
 
 // Name implements runcode.Engine.
 func (e *Engine) Name() string { return "shell/sh" }
@@ -50,7 +55,18 @@ func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result
 		defer os.Remove(script)
 		args = []string{"sh", script}
 	}
-	exit, err := e.sb.Run(ctx, runcode.ProcessSpec(req, args...))
+	spec := runcode.ProcessSpec(req, args...)
+	if name := req.Session.Rootfs; name != "" {
+		if e.rootfs == nil {
+			return nil, fmt.Errorf("the session runs on rootfs %q, which this engine cannot use", name)
+		}
+		dir, err := e.rootfs(name)
+		if err != nil {
+			return nil, err
+		}
+		spec.Rootfs = dir
+	}
+	exit, err := e.sb.Run(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
