@@ -32,6 +32,9 @@ func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code
 
 // Main runs the CLI and returns the process exit status.
 func Main() int {
+	if name := shimName(); name != "" {
+		return aptShim(name, os.Args[1:], os.Stdout, os.Stderr)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := newRoot(os.Stdin, os.Stdout, os.Stderr)

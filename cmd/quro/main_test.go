@@ -7,16 +7,21 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/quro-dev/quro/internal/rootfs"
 )
 
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){"quro": func() { os.Exit(Main()) }})
+	main := func() { os.Exit(Main()) }
+	// apt-get and apt: the names the binary stands in for apt in a box.
+	testscript.Main(m, map[string]func(){"quro": main, "apt-get": main, "apt": main})
 }
 
 // TestScripts runs the CLI transcripts in testdata/script.
@@ -342,5 +347,62 @@ func TestInSessionCall(t *testing.T) {
 	out, _, _ = quro(t, "", "audit", "--data", srv.data, "--json", "--capability", "create_session")
 	if !strings.Contains(out, `"token_id": "session:`) || !strings.Contains(out, `"outcome": "permission_denied"`) {
 		t.Fatalf("audit:\n%s", out)
+	}
+}
+
+// TestAptInsideARootfsSession: `apt-get install` typed in a session on a
+// rootfs installs through the server into the rootfs (a copy of the test
+// one), under the session's network policy, and the package then serves
+// a new session of that rootfs.
+func TestAptInsideARootfsSession(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (a uid per session, and the rootfs install box)")
+	}
+	cache := os.Getenv("QURO_TEST_ROOTFS")
+	if cache == "" {
+		cache = "/var/cache/quro-test-rootfs"
+	}
+	if !rootfs.New(cache).Ready(rootfs.DefaultName) {
+		t.Skip("no test rootfs in " + cache + " yet (internal/app's tests build it)")
+	}
+	data := t.TempDir()
+	if err := os.MkdirAll(rootfs.DirIn(data), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-a", "--reflink=auto", rootfs.New(cache).Path(rootfs.DefaultName), rootfs.DirIn(data)+"/").CombinedOutput(); err != nil {
+		t.Fatalf("copying the test rootfs: %v %s", err, out)
+	}
+	srv := startServerIn(t, data)
+	admin := []string{"Authorization", "Bearer " + srv.token}
+	const js = "application/json"
+	for _, body := range []string{`{"name":"deb","rootfs":"default","network":"full"}`, `{"name":"offline","rootfs":"default"}`} {
+		if r := do(t, "POST", srv.url+"/v1/sessions", js, body, admin...); r.status != 201 {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+	}
+	exec := func(sess, cmd string) string {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"command": cmd, "timeout_ms": 600000})
+		r := do(t, "POST", srv.url+"/v1/sessions/"+sess+"/exec", js, string(body), admin...)
+		if r.status != 200 {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+		var res struct{ Output string }
+		json.Unmarshal([]byte(r.body), &res)
+		return res.Output
+	}
+	if out := exec("offline", "apt-get install -y sl; echo exit=$?"); !strings.Contains(out, "network") || !strings.Contains(out, "exit=100") {
+		t.Fatalf("apt-get without network:\n%s", out)
+	}
+	if out := exec("deb", "apt-get install -y jq; echo exit=$?; jq --version"); !strings.Contains(out, "exit=0") || !strings.Contains(out, "jq-1.") {
+		t.Fatalf("apt-get install in the session:\n%s", out)
+	}
+	// Another session of the rootfs, even without network, has it.
+	if out := exec("offline", "echo '{\"a\":[1,2]}' | jq -c .a"); !strings.Contains(out, "[1,2]") {
+		t.Fatalf("jq in another session:\n%s", out)
+	}
+	// Other apt commands are apt's own.
+	if out := exec("offline", "apt-cache policy jq | head -2"); !strings.Contains(out, "Installed:") {
+		t.Fatalf("apt-cache:\n%s", out)
 	}
 }

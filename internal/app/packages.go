@@ -80,7 +80,7 @@ func (a *App) registerPackages(reg *capability.Registry) {
 		"Install Debian packages into the session's rootfs with apt: `apt-get install -y --no-install-recommends --no-remove PACKAGES` "+
 			"(after `apt-get update` when the package lists are missing or older than a day). "+
 			"The packages persist in the rootfs and are shared: every session on that rootfs, now and later, can use them. "+
-			"This is the way to install system packages: inside a session's own shell, run_code or python_run the rootfs is read-only and apt-get install fails. "+
+			"This is the way system packages are installed: the rootfs is read-only to a session's own code, and `apt-get install`/`apt install` typed in a session of quro serve asks for this same capability. "+
 			"The session must run on a rootfs (create_session rootfs=NAME) and have network full (create_session network=full); with network none nothing is started. "+
 			"Installs into one rootfs run one at a time: a call waits for the one before. apt's progress streams as output; the result lists what dpkg newly installed and apt's output. "+
 			"Packages are Debian names, optionally NAME=VERSION; nothing already installed is removed or downgraded. timeout_ms 10000..1800000, default 600000.",

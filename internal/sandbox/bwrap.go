@@ -25,6 +25,11 @@ const initPath = BinDir + "/quro"
 // BinDir is the directory of the quro binary inside a box.
 const BinDir = "/run/quro/bin"
 
+// BinNames are further names of the quro binary in BinDir: started as
+// apt-get or apt, it asks the server to install packages into the
+// session's read-only rootfs (cmd/quro's apt stand-in).
+var BinNames = []string{"apt-get", "apt"}
+
 // insideUID is the uid (and gid) user code has inside the box; the user
 // namespace maps it to the run's unprivileged host uid.
 const insideUID = 1000
@@ -239,6 +244,11 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 	// parents bubblewrap makes for a bind are not).
 	a = append(a, "--perms", "0755", "--dir", filepath.Dir(BinDir), "--perms", "0755", "--dir", BinDir)
 	a = append(a, "--ro-bind", b.self, initPath)
+	if !b.admin {
+		for _, n := range BinNames {
+			a = append(a, "--ro-bind", b.self, BinDir+"/"+n)
+		}
+	}
 	for _, bd := range b.binds {
 		// -try: a missing source (a server socket not there yet) leaves
 		// the box without it rather than refusing the run.

@@ -34,7 +34,9 @@ import (
 )
 
 // DefaultPath is the PATH user code sees unless Options say otherwise.
-const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:" + BinDir
+// BinDir comes first: it holds quro itself and its stand-ins for apt-get
+// and apt (see BinNames).
+const DefaultPath = BinDir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // Isolation levels (Options.Isolation).
 const (
