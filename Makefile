@@ -8,16 +8,17 @@ LDFLAGS := -s -w -X github.com/quro-dev/quro/internal/version.Version=$(VERSION)
 ADDR    ?= 127.0.0.1:7070
 
 # Debian packages the tests (and the engines) use. nodejs and npm run the
-# official TypeScript MCP client against quro (test/mcp-ts).
-TEST_PKGS := python3 bash bubblewrap debootstrap nodejs npm
+# official TypeScript MCP client against quro (test/mcp-ts) and build the
+# web UI; chromium is the headless browser of the UI's end-to-end test.
+TEST_PKGS := python3 bash bubblewrap debootstrap nodejs npm chromium
 # What `make run` needs: the sandbox refuses to run user code without bwrap.
 RUN_PKGS := bubblewrap
 
-.PHONY: all build run run-deps test deps test-deps vet fmt-check bench clean
+.PHONY: all build run run-deps test deps test-deps vet fmt-check bench clean ui web web-check
 
 all: build
 
-build:
+build: ui
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/quro
 
 run: build run-deps
@@ -27,8 +28,38 @@ run: build run-deps
 # when node_modules is missing or the lock file changed.
 TS_STAMP := test/mcp-ts/node_modules/.quro-installed
 
-# Install what is missing, then check formatting, vet and run every test.
-test: test-deps $(TS_STAMP) fmt-check vet
+# The web UI: sources in web/, built by esbuild into internal/web/dist,
+# which is committed (go build, vet and test work on a clean clone without
+# node) and embedded into the binary. dist/.sources is the SHA-256 of the
+# sources it was built from: `make ui` (part of build) rebuilds only when
+# they changed, whatever the files' times after a clone.
+WEB_STAMP := web/node_modules/.quro-installed
+WEB_SRCS  := web/build.mjs web/package.json web/package-lock.json web/tsconfig.json $(sort $(wildcard web/src/*.ts web/src/*.css web/static/*))
+WEB_SUM    = cat $(WEB_SRCS) | sha256sum | cut -d' ' -f1
+
+ui:
+	@if [ "$$($(WEB_SUM))" != "$$(cat internal/web/dist/.sources 2>/dev/null)" ]; then \
+		echo "web/ changed since internal/web/dist was built: rebuilding"; \
+		$(MAKE) --no-print-directory web; \
+	fi
+
+web: $(WEB_STAMP)
+	node web/build.mjs
+	$(WEB_SUM) > internal/web/dist/.sources
+
+# Type-check the UI's TypeScript (esbuild only strips the types).
+web-check: $(WEB_STAMP)
+	cd web && ./node_modules/.bin/tsc -p .
+
+$(WEB_STAMP): web/package.json web/package-lock.json
+	@$(MAKE) --no-print-directory test-deps TEST_PKGS="nodejs npm"
+	npm ci --prefix web --no-audit --no-fund
+	touch $@
+
+# Install what is missing, then check formatting, vet and run every test
+# (internal/web checks that the committed dist is what web/ builds to;
+# cmd/quro's TestWebUI drives the UI in headless Chromium).
+test: test-deps $(TS_STAMP) $(WEB_STAMP) web-check fmt-check vet
 	$(GO) test -count=1 -timeout 30m ./...
 	# the slim build (no embedded Python) must answer through the rest of the chain
 	$(GO) test -count=1 -tags slim ./internal/engine/python/ ./internal/app/ ./internal/api/mcp/

@@ -21,6 +21,7 @@ import (
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/version"
+	"github.com/quro-dev/quro/internal/web"
 )
 
 // AdminTokenFile is where the first admin token is kept, in the data
@@ -42,6 +43,7 @@ func newServeCmd(g *globals) *cobra.Command {
                  and WebSocket (/v1/sessions/{id}/pty, /v1/stream/{capability})
   /mcp           MCP over streamable HTTP
   /metrics       Prometheus metrics
+  /              the web UI (sign in with a token)
 Every request needs "Authorization: Bearer <token>". On the first start an
 admin token for the local tenant is created, printed once and kept in
 <data>/admin.token (mode 0600); quro token create makes more.
@@ -108,6 +110,11 @@ admin token for the local tenant is created, printed once and kept in
 			mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: access, WebSocket: wsrv}))
 			mux.Handle("/mcp", guard(access, quromcp.Handler(a.Controller, authFn, &quromcp.Options{Logger: log})))
 			mux.Handle("GET /metrics", guard(access, requireAuth(authFn, a.Metrics.Handler())))
+			// The web UI: public static files, no token needed to load them
+			// (it calls /v1/ like any other client, with the user's token).
+			// Only the Host is checked: the sandboxed artifact frame loads
+			// its script with "Origin: null".
+			mux.Handle("/", hostGuard(access, web.Handler()))
 			srv := &http.Server{
 				Handler:           mux,
 				ReadHeaderTimeout: 10 * time.Second,
@@ -145,6 +152,17 @@ admin token for the local tenant is created, printed once and kept in
 func guard(access rest.Access, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if e := access.Check(r); e != nil {
+			rest.WriteError(w, http.StatusForbidden, e)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// hostGuard refuses unknown Host names (DNS rebinding) before h.
+func hostGuard(access rest.Access, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if e := access.CheckHost(r); e != nil {
 			rest.WriteError(w, http.StatusForbidden, e)
 			return
 		}

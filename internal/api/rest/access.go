@@ -38,13 +38,24 @@ func (a Access) auth() httpauth.Func {
 // this server does not answer to. It runs before authentication and before
 // a WebSocket upgrade.
 func (a Access) Check(r *http.Request) *capability.Error {
-	if !a.hostAllowed(r) {
-		return capability.Errorf(capability.PermissionDenied,
-			"Host %q is not a name of this server; use its address, or start the server with that name allowed", r.Host)
+	if e := a.CheckHost(r); e != nil {
+		return e
 	}
 	if origin := r.Header.Get("Origin"); origin != "" && !a.originAllowed(r, origin) {
 		return capability.Errorf(capability.PermissionDenied,
 			"origin %s may not use this server (same-origin only); start the server with that origin allowed", origin)
+	}
+	return nil
+}
+
+// CheckHost refuses a request to a Host name this server does not answer
+// to (the defence against DNS rebinding), whatever its origin. Check does
+// this and more; CheckHost alone suits public static files, such as the
+// web UI's, which a sandboxed frame (Origin: null) must be able to load.
+func (a Access) CheckHost(r *http.Request) *capability.Error {
+	if !a.hostAllowed(r) {
+		return capability.Errorf(capability.PermissionDenied,
+			"Host %q is not a name of this server; use its address, or start the server with that name allowed", r.Host)
 	}
 	return nil
 }

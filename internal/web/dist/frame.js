@@ -1,0 +1,1 @@
+"use strict";(()=>{var n=!1;window.addEventListener("message",e=>{if(n||e.source!==window.parent)return;let t=e.data?.html;typeof t=="string"&&(n=!0,document.open(),document.write(t),document.close())});window.parent.postMessage({type:"quro-frame-ready"},"*");})();

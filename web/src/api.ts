@@ -1,0 +1,132 @@
+// The REST and WebSocket client. The token lives in sessionStorage (this
+// tab only, gone when it closes), travels as "Authorization: Bearer" on
+// REST calls and as the quro.bearer.<token> subprotocol on WebSockets
+// (browsers cannot set headers there) — never in a URL, never logged.
+
+const KEY = 'quro.token';
+
+export function token(): string | null {
+  return sessionStorage.getItem(KEY);
+}
+
+export function setToken(t: string | null): void {
+  if (t) sessionStorage.setItem(KEY, t);
+  else sessionStorage.removeItem(KEY);
+}
+
+export class APIError extends Error {
+  constructor(public status: number, public code: string, message: string) {
+    super(message);
+  }
+}
+
+// onUnauthenticated is called when the server refuses the token.
+export let onUnauthenticated: () => void = () => {};
+export function setOnUnauthenticated(f: () => void): void {
+  onUnauthenticated = f;
+}
+
+export async function api<T = unknown>(method: string, path: string, body?: unknown, tok = token()): Promise<T> {
+  const headers: Record<string, string> = { Accept: 'application/json' };
+  if (tok) headers.Authorization = `Bearer ${tok}`;
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const r = await fetch(path, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+    credentials: 'omit',
+    cache: 'no-store',
+  });
+  const text = await r.text();
+  let data: unknown = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    /* not JSON: keep the text for the error */
+  }
+  if (!r.ok) {
+    const e = (data as { error?: { code?: string; message?: string } } | null)?.error;
+    // A refused stored token signs the tab out; a token being tried does not.
+    if (r.status === 401 && tok !== null && tok === token()) onUnauthenticated();
+    throw new APIError(r.status, e?.code ?? String(r.status), e?.message ?? (text || r.statusText));
+  }
+  return data as T;
+}
+
+export function wsURL(path: string): string {
+  const u = new URL(path, location.href);
+  u.protocol = u.protocol === 'https:' ? 'wss:' : 'ws:';
+  return u.toString();
+}
+
+export function openSocket(path: string): WebSocket {
+  const ws = new WebSocket(wsURL(path), ['quro.v1', `quro.bearer.${token() ?? ''}`]);
+  ws.binaryType = 'arraybuffer';
+  return ws;
+}
+
+export interface Session {
+  id: string;
+  name: string;
+  default: boolean;
+  created_at: string;
+  last_used_at: string;
+  network: string;
+  workspace: string;
+  alive: boolean;
+  busy: boolean;
+  cwd: string;
+  last_exit: number;
+  mode: string;
+  restarts: number;
+  rootfs?: string;
+}
+
+export interface Artifact {
+  kind: string;
+  mime: string;
+  name: string;
+  data: string;
+}
+
+export interface RunResult {
+  session: string;
+  lang: string;
+  engine: string;
+  exit_code: number;
+  stdout: string;
+  stderr: string;
+  error: string;
+  timed_out: boolean;
+  interrupted: boolean;
+  truncated: boolean;
+  duration_ms: number;
+  artifacts: Artifact[] | null;
+  stdout_file?: string;
+  stderr_file?: string;
+  notes?: string[];
+}
+
+export interface AuditEntry {
+  seq: number;
+  time: string;
+  token_id?: string;
+  path: string;
+  capability: string;
+  args: string;
+  outcome: string;
+  message?: string;
+  duration_ms: number;
+}
+
+export interface Status {
+  pid: number;
+  version: string;
+  started_at: string;
+  uptime_seconds: number;
+  data_dir: string;
+  sessions: number;
+  default_session: string;
+  engines: { lang: string; tier: number; engine: string; available: boolean; reason?: string }[] | null;
+  isolation: { name: string; available: boolean; used: boolean; detail: string }[] | null;
+}
