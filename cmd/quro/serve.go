@@ -149,20 +149,15 @@ admin token for the local tenant is created, printed once and kept in
 }
 
 // guard refuses foreign browser origins and unknown Host names before h.
-func guard(access rest.Access, h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if e := access.Check(r); e != nil {
-			rest.WriteError(w, http.StatusForbidden, e)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}
+func guard(access rest.Access, h http.Handler) http.Handler { return refuse(access.Check, h) }
 
 // hostGuard refuses unknown Host names (DNS rebinding) before h.
-func hostGuard(access rest.Access, h http.Handler) http.Handler {
+func hostGuard(access rest.Access, h http.Handler) http.Handler { return refuse(access.CheckHost, h) }
+
+// refuse answers 403 when check finds fault with a request, else runs h.
+func refuse(check func(*http.Request) *capability.Error, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if e := access.CheckHost(r); e != nil {
+		if e := check(r); e != nil {
 			rest.WriteError(w, http.StatusForbidden, e)
 			return
 		}

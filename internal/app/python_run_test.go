@@ -137,6 +137,25 @@ func testRootfs(t *testing.T) *rootfs.Manager {
 	return m
 }
 
+// appOnRootfs is an App whose data directory sees the rootfs of m (linked,
+// never copied: tests must not change it).
+func appOnRootfs(t *testing.T, m *rootfs.Manager) *App {
+	t.Helper()
+	data := t.TempDir()
+	if err := os.Symlink(m.Dir, rootfs.DirIn(data)); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(context.Background(), Options{DataDir: data, Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if !a.Sandbox.Boxed() {
+		t.Skip("no bubblewrap box: a rootfs cannot be shown")
+	}
+	return a
+}
+
 // The one end-to-end test of the rootfs tier: a real debootstrapped Debian,
 // python_run and run_code's python/rootfs engine in it.
 func TestPythonRunInRealRootfs(t *testing.T) {
@@ -150,18 +169,7 @@ func TestPythonRunInRealRootfs(t *testing.T) {
 		return errors.New("unexpected")
 	})
 	t.Setenv("QURO_TEST_SECRET", "s3cret-value")
-	data := t.TempDir()
-	if err := os.Symlink(m.Dir, rootfs.DirIn(data)); err != nil {
-		t.Fatal(err)
-	}
-	a, err := New(context.Background(), Options{DataDir: data, Python: testPython})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	if !a.Sandbox.Boxed() {
-		t.Skip("no bubblewrap box: a rootfs cannot be shown")
-	}
+	a := appOnRootfs(t, m)
 
 	pyRun := func(in PythonRunInput) *PythonRunResult {
 		t.Helper()
@@ -217,7 +225,7 @@ func TestPythonRunInRealRootfs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := python.NewRootfs(a.Sandbox, rootfs.New(rootfs.DirIn(data)))
+	eng := python.NewRootfs(a.Sandbox, rootfs.New(rootfs.DirIn(a.DataDir)))
 	if err := eng.Probe(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -251,19 +259,7 @@ func sessionCreateOpts(rootfsName string) session.CreateOptions {
 // in that rootfs, and with its own network policy; a session whose rootfs
 // is missing gets a clear error.
 func TestRootfsSessionTerminalsAndNetwork(t *testing.T) {
-	m := testRootfs(t)
-	data := t.TempDir()
-	if err := os.Symlink(m.Dir, rootfs.DirIn(data)); err != nil {
-		t.Fatal(err)
-	}
-	a, err := New(context.Background(), Options{DataDir: data, Python: testPython})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	if !a.Sandbox.Boxed() {
-		t.Skip("no bubblewrap box: a rootfs cannot be shown")
-	}
+	a := appOnRootfs(t, testRootfs(t))
 	for _, in := range []CreateSessionInput{{Name: "onrootfs", Rootfs: "default"}, {Name: "host"}, {Name: "net", Network: "full"}, {Name: "gone", Rootfs: "missing"}} {
 		if _, err := call(t, a, "create_session", in); err != nil {
 			t.Fatal(err)
@@ -296,7 +292,7 @@ func TestRootfsSessionTerminalsAndNetwork(t *testing.T) {
 	if got := exec("net", ifaces); got == "1\n" {
 		t.Errorf("network full sees only lo")
 	}
-	_, err = call(t, a, "terminal_exec", TerminalExecInput{Session: "gone", Command: "true"})
+	_, err := call(t, a, "terminal_exec", TerminalExecInput{Session: "gone", Command: "true"})
 	if err == nil || !strings.Contains(err.Error(), `rootfs "missing", which is not installed`) {
 		t.Fatalf("missing rootfs: %v", err)
 	}
