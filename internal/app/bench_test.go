@@ -163,3 +163,23 @@ func shellsRSS(b *testing.B, a *App) int64 {
 	}
 	return total
 }
+
+// BenchmarkPythonRunRootfs is python_run print(1) in the Debian rootfs (a
+// fresh boxed python3 -I each call), beside BenchmarkBarePythonPrint:
+//
+//	go test -run '^$' -bench 'PythonRunRootfs|BarePythonPrint' -benchtime 50x -count 5 ./internal/app/
+func BenchmarkPythonRunRootfs(b *testing.B) {
+	a := appOnRootfs(b, testRootfs(b))
+	args, _ := json.Marshal(PythonRunInput{Code: "print(1)"})
+	ctx := context.Background()
+	b.ResetTimer()
+	for b.Loop() {
+		reply, err := a.Controller.Call(ctx, admin, "python_run", args)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res := reply.Output.(*PythonRunResult); res.ExitCode != 0 || res.Stdout != "1\n" {
+			b.Fatalf("%+v", res)
+		}
+	}
+}

@@ -106,7 +106,7 @@ func TestPythonRunInstallFailureIsReported(t *testing.T) {
 // /var/cache/quro-test-rootfs) for later runs: the first `make test` on a
 // machine pays the install (about 75-90 s, needs root and the network),
 // the others reuse it.
-func testRootfs(t *testing.T) *rootfs.Manager {
+func testRootfs(t testing.TB) *rootfs.Manager {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("debootstrap needs root")
@@ -139,7 +139,7 @@ func testRootfs(t *testing.T) *rootfs.Manager {
 
 // appOnRootfs is an App whose data directory sees the rootfs of m (linked,
 // never copied: tests must not change it).
-func appOnRootfs(t *testing.T, m *rootfs.Manager) *App {
+func appOnRootfs(t testing.TB, m *rootfs.Manager) *App {
 	t.Helper()
 	data := t.TempDir()
 	if err := os.Symlink(m.Dir, rootfs.DirIn(data)); err != nil {
