@@ -564,12 +564,19 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 		dst *io.Writer
 	}{{spec.Stdout, &cmd.Stdout}, {spec.Stderr, &cmd.Stderr}}
 	var pumps []func()
-	for _, o := range outputs {
+	for i, o := range outputs {
 		switch w := o.w.(type) {
 		case nil:
 		case *os.File:
 			*o.dst = w
 		default:
+			if i == 1 && sameWriter(spec.Stdout, spec.Stderr) {
+				// One writer for both: one pipe, as os/exec does, so the
+				// writer is never written from two goroutines and keeps
+				// the order in which the program wrote.
+				cmd.Stderr = cmd.Stdout
+				continue
+			}
 			r, wr, err := os.Pipe()
 			if err != nil {
 				closeAll()
@@ -895,4 +902,15 @@ func killGroup(cmd *exec.Cmd) error {
 		return os.ErrProcessDone
 	}
 	return err
+}
+
+// sameWriter reports whether a and b are the same writer (false when
+// their type cannot be compared).
+func sameWriter(a, b io.Writer) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a != nil && a == b
 }

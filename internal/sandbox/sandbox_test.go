@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -418,5 +419,25 @@ func TestOnFailureReportsTheReason(t *testing.T) {
 		if !slices.Contains(FailureReasons, r) {
 			t.Errorf("%q is not in FailureReasons", r)
 		}
+	}
+}
+
+// One writer for stdout and stderr gets one pipe: everything arrives, in
+// the order the program wrote it, and the writer (a plain strings.Builder)
+// is never written from two goroutines (go test -race).
+func TestOneWriterForBothStreams(t *testing.T) {
+	sb := newSandbox(t)
+	var both strings.Builder
+	script := `i=0; while [ $i -lt 200 ]; do echo out$i; echo err$i >&2; i=$((i+1)); done`
+	exit, err := sb.Run(testCtx(t), &Spec{Args: []string{"sh", "-c", script}, Dir: t.TempDir(), Stdout: &both, Stderr: &both})
+	if err != nil || exit.Code != 0 {
+		t.Fatalf("%v %+v", err, exit)
+	}
+	var want strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&want, "out%d\nerr%d\n", i, i)
+	}
+	if both.String() != want.String() {
+		t.Fatalf("merged output out of order or incomplete (%d of %d bytes)", both.Len(), want.Len())
 	}
 }
