@@ -277,7 +277,7 @@ func (c *httpCaller) do(ctx context.Context, method, path string, body []byte, a
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("reading the answer of %s: %w", c.base+path, err)
+		return nil, fmt.Errorf("reading the answer of %s%s: %w", c.name, path, err)
 	}
 	if resp.StatusCode/100 == 2 {
 		return b, nil
@@ -288,7 +288,7 @@ func (c *httpCaller) do(ctx context.Context, method, path string, body []byte, a
 	if json.Unmarshal(b, &e) == nil && e.Error != nil && e.Error.Code != "" {
 		return nil, e.Error
 	}
-	return nil, fmt.Errorf("%s %s: %s: %s", method, c.base+path, resp.Status, strings.TrimSpace(string(b)))
+	return nil, fmt.Errorf("%s %s%s: %s: %s", method, c.name, path, resp.Status, strings.TrimSpace(string(b)))
 }
 
 // listCapabilities ends the help of quro call with the capabilities: the

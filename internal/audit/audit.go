@@ -203,11 +203,11 @@ var codeKeys = []string{"code", "command"}
 // first line, and contents, environment values and anything that looks
 // like a secret only as their size.
 func Summarize(args json.RawMessage) string {
+	if t := strings.TrimSpace(string(args)); t == "" || t == "null" {
+		return ""
+	}
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal(args, &m); err != nil || len(m) == 0 {
-		if len(strings.TrimSpace(string(args))) == 0 || string(args) == "null" || len(m) == 0 && err == nil {
-			return ""
-		}
+	if err := json.Unmarshal(args, &m); err != nil {
 		return fmt.Sprintf("(%d bytes, not a JSON object)", len(args))
 	}
 	keys := make([]string, 0, len(m))

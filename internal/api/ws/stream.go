@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -32,7 +33,7 @@ func (s *Server) ServeStream(w http.ResponseWriter, r *http.Request) {
 	}
 	name := r.PathValue("capability")
 	capb, ok := s.ctl.Registry().Get(name)
-	if !ok || !contains(Streamable, name) {
+	if !ok || !slices.Contains(Streamable, name) {
 		rest.WriteError(w, http.StatusNotFound, capability.Errorf(capability.NotFound,
 			"%q cannot be streamed; stream one of %s", name, strings.Join(Streamable, ", ")))
 		return

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -106,7 +107,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request) (controller.Calle
 		}
 	}
 	if token != "" {
-		if !contains(offered, Protocol) {
+		if !slices.Contains(offered, Protocol) {
 			rest.WriteError(w, http.StatusBadRequest, capability.Errorf(capability.InvalidArgument,
 				"offer the subprotocol %s beside %s<token>", Protocol, BearerPrefix))
 			return controller.Caller{}, false
@@ -129,15 +130,6 @@ func subprotocols(r *http.Request) []string {
 		}
 	}
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func (s *Server) accept(w http.ResponseWriter, r *http.Request) (*websocket.Conn, error) {
