@@ -29,18 +29,7 @@ const realApt = "/usr/bin/"
 // network policy — and the packages then serve every session of that
 // rootfs. Anything but install goes to the real apt unchanged.
 func aptShim(name string, args []string, stdout, stderr io.Writer) int {
-	verb, pkgs := "", []string(nil)
-	for _, a := range args {
-		switch {
-		case strings.HasPrefix(a, "-"):
-			// options such as -y, -q, --no-install-recommends: the server
-			// always installs non-interactively without recommends.
-		case verb == "":
-			verb = a
-		default:
-			pkgs = append(pkgs, a)
-		}
-	}
+	verb, pkgs := parseApt(args)
 	if verb != "install" || len(pkgs) == 0 {
 		real := realApt + name
 		if err := syscall.Exec(real, append([]string{name}, args...), os.Environ()); err != nil {
@@ -62,11 +51,10 @@ func aptShim(name string, args []string, stdout, stderr io.Writer) int {
 		return 100
 	}
 	var res struct {
-		Rootfs    string   `json:"rootfs"`
-		ExitCode  int      `json:"exit_code"`
-		TimedOut  bool     `json:"timed_out"`
-		Output    string   `json:"output"`
-		Installed []string `json:"installed"`
+		Rootfs   string `json:"rootfs"`
+		ExitCode int    `json:"exit_code"`
+		TimedOut bool   `json:"timed_out"`
+		Output   string `json:"output"`
 	}
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		fmt.Fprintf(stderr, "%s: the server's answer: %v\n", name, err)
@@ -79,6 +67,28 @@ func aptShim(name string, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "quro: rootfs %s now has %s (for every session on it)\n", res.Rootfs, strings.Join(pkgs, " "))
 	return 0
+}
+
+// aptValueOptions are apt options whose value is the next argument.
+var aptValueOptions = []string{"-o", "--option", "-t", "--target-release", "--default-release", "-c", "--config-file", "-a", "--host-architecture"}
+
+// parseApt finds apt's verb and the packages after it, skipping options
+// (and the values of those that take one). The server installs
+// non-interactively without recommends whatever the options say.
+func parseApt(args []string) (verb string, pkgs []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case slices.Contains(aptValueOptions, a):
+			i++
+		case strings.HasPrefix(a, "-"):
+		case verb == "":
+			verb = a
+		default:
+			pkgs = append(pkgs, a)
+		}
+	}
+	return verb, pkgs
 }
 
 // shimName is the apt name the binary was started as, or "".
