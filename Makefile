@@ -78,7 +78,7 @@ test-deps:
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-		$$SUDO apt-get update -qq && $$SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 
 vet:
