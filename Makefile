@@ -14,7 +14,7 @@ TEST_PKGS := python3 bash bubblewrap debootstrap nodejs npm chromium
 # What `make run` needs: the sandbox refuses to run user code without bwrap.
 RUN_PKGS := bubblewrap
 
-.PHONY: all build run run-deps test deps test-deps vet fmt-check bench clean ui web web-check
+.PHONY: all build run run-deps test test-install deps test-deps vet fmt-check bench clean ui web web-check
 
 all: build
 
@@ -59,7 +59,7 @@ $(WEB_STAMP): web/package.json web/package-lock.json
 # Install what is missing, then check formatting, vet and run every test
 # (internal/web checks that the committed dist is what web/ builds to;
 # cmd/quro's TestWebUI drives the UI in headless Chromium).
-test: test-deps $(TS_STAMP) $(WEB_STAMP) web-check fmt-check vet
+test: test-install test-deps $(TS_STAMP) $(WEB_STAMP) web-check fmt-check vet
 	$(GO) test -count=1 -timeout 30m ./...
 	# the slim build (no embedded Python) must answer through the rest of the chain
 	$(GO) test -count=1 -tags slim ./internal/engine/python/ ./internal/app/ ./internal/api/mcp/
@@ -67,6 +67,12 @@ test: test-deps $(TS_STAMP) $(WEB_STAMP) web-check fmt-check vet
 $(TS_STAMP): test/mcp-ts/package.json test/mcp-ts/package-lock.json | test-deps
 	npm ci --prefix test/mcp-ts --no-audit --no-fund
 	touch $@
+
+# The package step itself, run against stand-ins for apt-get, dpkg and sudo
+# as root and as a sudo user: CI's machine usually has the packages
+# already, which would hide a broken install command.
+test-install:
+	bash test/install/test.sh
 
 run-deps:
 	@$(MAKE) --no-print-directory test-deps TEST_PKGS="$(RUN_PKGS)"
