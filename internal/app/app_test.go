@@ -126,8 +126,12 @@ func TestRunCodeBadRequests(t *testing.T) {
 		{"missing session", `{"code":"print(1)","session":"nope"}`, capability.NotFound, `session not found: "nope"`},
 		{"unknown field", `{"code":"x","langg":"py"}`, capability.InvalidArgument, "langg"},
 		{"wrong type", `{"code":1}`, capability.InvalidArgument, "code"},
-		{"negative timeout", `{"code":"x","timeout_ms":-5}`, capability.InvalidArgument, "negative"},
-		{"huge timeout", `{"code":"x","timeout_ms":99999999999}`, capability.InvalidArgument, "above the limit"},
+		{"negative timeout", `{"code":"x","timeout_ms":-5}`, capability.InvalidArgument, "timeout_ms -5 is outside 1..600000"},
+		{"huge timeout", `{"code":"x","timeout_ms":99999999999}`, capability.InvalidArgument, "timeout_ms 99999999999 is outside 1..600000"},
+		// Past what time.Duration holds in milliseconds: once overflowed
+		// into "must not be negative".
+		{"overflowing timeout", `{"code":"x","timeout_ms":9223372036854775807}`, capability.InvalidArgument, "is outside 1..600000"},
+		{"timeout that wraps into range", `{"code":"x","timeout_ms":9223372036855}`, capability.InvalidArgument, "is outside 1..600000"},
 		{"malformed", `{"code":`, capability.InvalidArgument, "bad arguments"},
 		{"trailing data", `{"code":"x"} {}`, capability.InvalidArgument, "after the JSON object"},
 	} {

@@ -52,7 +52,7 @@ var refusedEnvPrefixes = map[string]string{
 // start-up (LD_*, MALLOC_*, GLIBC_TUNABLES, GCONV_PATH, BASH_ENV…), nor
 // TMPDIR, which the server sets.
 func CheckEnvName(name string) error {
-	if !validEnvName(name) {
+	if !ValidEnvName(name) {
 		return fmt.Errorf("variable name %q is not allowed: use letters, digits and _, not starting with a digit", name)
 	}
 	if why, ok := refusedEnvNames[name]; ok {
@@ -66,7 +66,9 @@ func CheckEnvName(name string) error {
 	return nil
 }
 
-func validEnvName(name string) bool {
+// ValidEnvName reports whether name is an identifier: letters, digits and _,
+// not starting with a digit.
+func ValidEnvName(name string) bool {
 	if name == "" {
 		return false
 	}
