@@ -153,7 +153,7 @@ type Entry struct {
 	Path       string    `json:"path" jsonschema:"access path: rest, mcp, ws or cli"`
 	Capability string    `json:"capability"`
 	Args       string    `json:"args" jsonschema:"a bounded summary of the arguments; secrets and contents are left out"`
-	Outcome    string    `json:"outcome" jsonschema:"ok or the error code"`
+	Outcome    string    `json:"outcome" jsonschema:"ok; timeout or canceled when the call's run was stopped before it finished; or the error code"`
 	Message    string    `json:"message,omitempty" jsonschema:"the error message"`
 	DurationMS float64   `json:"duration_ms"`
 }
