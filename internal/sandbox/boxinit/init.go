@@ -29,10 +29,13 @@ import (
 //
 //  1. mark every inherited descriptor from STATUS_FD up close-on-exec;
 //  2. wait for the server's go-ahead (cgroup join) when POLICY asks;
-//  3. rlimits;
-//  4. the uid switch, no_new_privs, then Landlock;
-//  5. seccomp;
-//  6. report ReadyByte on the status fd, and exec.
+//  3. read the program's environment from POLICY's env_fd (see EncodeEnv;
+//     the init child's own environment is the server's fixed one);
+//  4. rlimits;
+//  5. the uid switch, the program's lookup in its own PATH, no_new_privs,
+//     then Landlock;
+//  6. seccomp;
+//  7. report ReadyByte on the status fd, and exec with that environment.
 //
 // argv: quro __quro_sandbox_init STATUS_FD LIMITS POLICY -- PROGRAM ARGS...
 const Arg = "__quro_sandbox_init"
