@@ -14,6 +14,7 @@ import (
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/terminal"
 )
 
 var admin = controller.Caller{Path: "test", Scope: capability.ScopeAdmin}
@@ -126,8 +127,12 @@ func TestRunCodeBadRequests(t *testing.T) {
 		{"missing session", `{"code":"print(1)","session":"nope"}`, capability.NotFound, `session not found: "nope"`},
 		{"unknown field", `{"code":"x","langg":"py"}`, capability.InvalidArgument, "langg"},
 		{"wrong type", `{"code":1}`, capability.InvalidArgument, "code"},
-		{"negative timeout", `{"code":"x","timeout_ms":-5}`, capability.InvalidArgument, "negative"},
-		{"huge timeout", `{"code":"x","timeout_ms":99999999999}`, capability.InvalidArgument, "above the limit"},
+		{"negative timeout", `{"code":"x","timeout_ms":-5}`, capability.InvalidArgument, "timeout_ms -5 is outside 1..600000"},
+		{"huge timeout", `{"code":"x","timeout_ms":99999999999}`, capability.InvalidArgument, "timeout_ms 99999999999 is outside 1..600000"},
+		// Past what time.Duration holds in milliseconds: once overflowed
+		// into "must not be negative".
+		{"overflowing timeout", `{"code":"x","timeout_ms":9223372036854775807}`, capability.InvalidArgument, "is outside 1..600000"},
+		{"timeout that wraps into range", `{"code":"x","timeout_ms":9223372036855}`, capability.InvalidArgument, "is outside 1..600000"},
 		{"malformed", `{"code":`, capability.InvalidArgument, "bad arguments"},
 		{"trailing data", `{"code":"x"} {}`, capability.InvalidArgument, "after the JSON object"},
 	} {
@@ -237,15 +242,37 @@ func TestSessionsAreSeparate(t *testing.T) {
 	}
 }
 
+// TestServerEnvironmentDoesNotReachUserCode: a canary variable of the
+// server's own environment is in no process a session can see (the
+// environ of every process in /proc of the box, /proc/1 included), in the
+// shell, run_code's shell or Python, while the session's own variables
+// are there. The sandbox's TestHelpersGetAFixedEnvironment checks the
+// processes a box cannot read (bubblewrap's) from the host.
 func TestServerEnvironmentDoesNotReachUserCode(t *testing.T) {
-	t.Setenv("QURO_SECRET_TOKEN", "s3cr3t")
+	t.Setenv("QURO_SECRET_TOKEN", "s3cr3t-canary-77")
 	a := newApp(t, nil)
-	for _, tc := range []struct{ lang, code string }{
-		{"sh", "env"},
-		{"python", "import os; print(dict(os.environ))"},
+	v := "session-value"
+	if _, err := call(t, a, "set_session_env", SetEnvInput{Env: map[string]*string{"MINE": &v}}); err != nil {
+		t.Fatal(err)
+	}
+	all := `for f in /proc/[0-9]*/environ; do echo "== $f"; tr '\0' '\n' < $f; done 2>&1; cat /proc/1/environ 2>&1; env`
+	texec := func(cmd string) string {
+		reply, err := call(t, a, "terminal_exec", TerminalExecInput{Command: cmd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reply.Output.(*terminal.Result).Output
+	}
+	for _, tc := range []struct{ name, out string }{
+		{"shell", texec(all)},
+		{"sh", runCode(t, a, RunCodeInput{Code: all, Lang: "sh"}).Stdout},
+		{"python", runCode(t, a, RunCodeInput{Code: "import os\nfor p in os.listdir('/proc'):\n  try: print(p, open('/proc/'+p+'/environ','rb').read())\n  except (OSError, ValueError) as e: print(p, e)\nprint(dict(os.environ))"}).Stdout},
 	} {
-		if res := runCode(t, a, RunCodeInput{Code: tc.code, Lang: tc.lang}); strings.Contains(res.Stdout, "s3cr3t") {
-			t.Errorf("%s sees the server's environment", tc.lang)
+		if strings.Contains(tc.out, "s3cr3t-canary-77") {
+			t.Errorf("%s sees the server's environment:\n%s", tc.name, tc.out)
+		}
+		if !strings.Contains(tc.out, "MINE=session-value") && !strings.Contains(tc.out, "'MINE': 'session-value'") {
+			t.Errorf("%s lacks the session variable:\n%s", tc.name, tc.out)
 		}
 	}
 }

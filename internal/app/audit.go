@@ -47,7 +47,8 @@ func (a *App) registerAudit(reg *capability.Registry) {
 	reg.Register(capability.New("get_audit_log",
 		"Read the audit log of your tenant: every capability call through any access path (REST, MCP, WebSocket, CLI), "+
 			"latest entries last, with time, access path, token id, capability, a summary of the arguments (code and commands as their first line; "+
-			"file contents, environment values and secrets only as their size), outcome (ok or an error code) and duration. "+
+			"environment variables by name; file contents, environment values and secrets only as their size), "+
+			"outcome (ok; timeout or canceled for a run that was stopped; or an error code) and duration. "+
 			"Filters: limit (default 50, at most 1000), capability, since (RFC 3339 time or a duration such as 15m).",
 		capability.ScopeRead, func(ctx context.Context, in AuditInput) (*AuditLog, error) {
 			q := audit.Query{Tenant: session.TenantFrom(ctx), Capability: in.Capability, Limit: in.Limit}
@@ -74,6 +75,18 @@ func (a *App) registerAudit(reg *capability.Registry) {
 			}
 			return &AuditLog{Entries: entries}, nil
 		}))
+}
+
+// StoppedBy implements controller.Stopper: a python_run whose process
+// tree was killed by its timeout or a cancel is audited as such, not ok.
+func (r *PythonRunResult) StoppedBy() string {
+	switch {
+	case r.TimedOut:
+		return controller.OutcomeTimeout
+	case strings.HasPrefix(r.Note, "canceled"):
+		return controller.OutcomeCanceled
+	}
+	return ""
 }
 
 func parseSince(s string, now time.Time) (time.Time, error) {

@@ -132,8 +132,9 @@ func (a *App) register(reg *capability.Registry) {
 }
 
 func (a *App) runCode(ctx context.Context, in RunCodeInput) (*runcode.Result, error) {
-	if in.TimeoutMS < 0 {
-		return nil, capability.Errorf(capability.InvalidArgument, "timeout_ms must not be negative")
+	timeout, err := runcode.MillisTimeout(in.TimeoutMS, 0, a.Runner.Options().MaxTimeout)
+	if err != nil {
+		return nil, err
 	}
 	// Resolve the language first: an unknown one is an error even before
 	// the session is looked at.
@@ -148,7 +149,7 @@ func (a *App) runCode(ctx context.Context, in RunCodeInput) (*runcode.Result, er
 		return nil, err
 	}
 	return a.Runner.Run(ctx, runcode.Input{
-		Code: in.Code, Lang: in.Lang, Session: sess, Timeout: time.Duration(in.TimeoutMS) * time.Millisecond,
+		Code: in.Code, Lang: in.Lang, Session: sess, Timeout: timeout,
 	})
 }
 

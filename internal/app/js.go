@@ -56,8 +56,8 @@ func (a *App) registerJS(reg *capability.Registry, eng *js.Engine) {
 }
 
 func (a *App) runJSEntry(ctx context.Context, ref, path string, timeoutMS int64, code func(rel string) (string, error)) (*runcode.Result, error) {
-	if timeoutMS < 0 {
-		return nil, capability.Errorf(capability.InvalidArgument, "timeout_ms must not be negative")
+	if _, err := runcode.MillisTimeout(timeoutMS, 0, a.Runner.Options().MaxTimeout); err != nil {
+		return nil, err
 	}
 	sess, err := a.Sessions.Get(ctx, ref)
 	if err != nil {

@@ -62,7 +62,8 @@ func TestMetricsCountCallsAndRuns(t *testing.T) {
 
 	f := metricstest.Scrape(t, a.Metrics.Handler())
 	expect(t, f,
-		want{"quro_calls_total", []string{"capability", "run_code", "path", "cli", "outcome", "ok"}, 4},
+		want{"quro_calls_total", []string{"capability", "run_code", "path", "cli", "outcome", "ok"}, 3},
+		want{"quro_calls_total", []string{"capability", "run_code", "path", "cli", "outcome", "timeout"}, 1},
 		want{"quro_calls_total", []string{"capability", "run_code", "path", "cli", "outcome", "invalid_argument"}, 1},
 		want{"quro_calls_total", []string{"capability", "unknown", "path", "cli", "outcome", "not_found"}, 1},
 		want{"quro_calls_total", []string{"capability", "terminal_exec", "path", "cli", "outcome", "ok"}, 1},

@@ -88,12 +88,12 @@ func (a *App) registerPackages(reg *capability.Registry) {
 }
 
 func (a *App) installPackagesCap(ctx context.Context, in InstallPackagesInput) (*InstallPackagesResult, error) {
-	timeout := time.Duration(in.TimeoutMS) * time.Millisecond
-	switch {
-	case in.TimeoutMS == 0:
+	timeout, err := runcode.MillisTimeout(in.TimeoutMS, packagesMinTimeout, packagesMaxTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if timeout == 0 {
 		timeout = packagesDefaultTimeout
-	case timeout < packagesMinTimeout || timeout > packagesMaxTimeout:
-		return nil, capability.Errorf(capability.InvalidArgument, "timeout_ms %d is outside 10000..1800000", in.TimeoutMS)
 	}
 	if err := checkPackages(in.Packages); err != nil {
 		return nil, err

@@ -108,12 +108,12 @@ func (a *App) registerPythonRun(reg *capability.Registry) {
 }
 
 func (p *pythonRun) run(ctx context.Context, in PythonRunInput) (*PythonRunResult, error) {
-	timeout := time.Duration(in.TimeoutMS) * time.Millisecond
-	switch {
-	case in.TimeoutMS == 0:
+	timeout, err := runcode.MillisTimeout(in.TimeoutMS, pythonRunMinTimeout, pythonRunMaxTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if timeout == 0 {
 		timeout = pythonRunDefaultTimeout
-	case timeout < pythonRunMinTimeout || timeout > pythonRunMaxTimeout:
-		return nil, capability.Errorf(capability.InvalidArgument, "timeout_ms %d is outside 1000..60000", in.TimeoutMS)
 	}
 	if strings.IndexByte(in.Code, 0) >= 0 {
 		return nil, capability.Errorf(capability.InvalidArgument, "code contains a NUL byte, which a command-line argument cannot carry")

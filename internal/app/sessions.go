@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/terminal"
 )
@@ -149,10 +152,16 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			return a.sessionInfo(ctx, s), nil
 		}))
 	reg.Register(capability.New("destroy_session",
-		"Destroy a session: kill every process it started and delete its workspace. This cannot be undone.",
-		capability.ScopeAdmin, func(ctx context.Context, in SessionRef) (*Done, error) {
+		"Destroy one of your sessions: kill every process it started and delete its workspace. This cannot be undone.",
+		capability.ScopeExec, func(ctx context.Context, in SessionRef) (*Done, error) {
 			if in.Session == "" {
 				return nil, capability.Errorf(capability.InvalidArgument, "name the session to destroy")
+			}
+			// Exec scope may destroy what it could create: its tenant's
+			// sessions (Get finds no other). Code in a session can neither
+			// create nor destroy one, not even its own.
+			if c, ok := controller.CallerFrom(ctx); ok && c.Session != "" {
+				return nil, capability.Errorf(capability.PermissionDenied, "code in a session cannot destroy sessions")
 			}
 			s, err := a.Sessions.Get(ctx, in.Session)
 			if err != nil {
@@ -198,8 +207,14 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			return a.sessionInfo(ctx, s), nil
 		}))
 	reg.Register(capability.New("set_session_env",
-		"Set (or, with null, unset) environment variables of a session; they apply from the next command on, in the shell and in run_code.",
+		"Set (or, with null, unset) environment variables of a session; they apply from the next command on, in the shell and in run_code. "+
+			"Names are identifiers (letters, digits, _); those the dynamic loader, libc or a shell obey at start-up "+
+			"(LD_*, MALLOC_*, GLIBC_TUNABLES, GCONV_PATH, LOCPATH, NLSPATH, HOSTALIASES, RES_OPTIONS, LOCALDOMAIN, BASH_ENV, ENV, SHELLOPTS…) "+
+			"and TMPDIR (set by the server) are refused.",
 		capability.ScopeExec, func(ctx context.Context, in SetEnvInput) (*EnvOutput, error) {
+			if err := checkEnvChanges(in.Env); err != nil {
+				return nil, err
+			}
 			s, err := a.Sessions.Get(ctx, in.Session)
 			if err != nil {
 				return nil, err
@@ -249,19 +264,40 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			return &Done{Message: "the Python state of session " + s.Name + " was reset"}, nil
 		}))
 	reg.Register(capability.New("read_screen",
-		"The text on the session's interactive terminal (PTY) screen, as a person would see it; starts the terminal if none runs.",
+		"The text on the session's interactive terminal (PTY) screen, as a person would see it; starts the terminal if none runs "+
+			"(only for a caller with exec scope: read scope starts nothing).",
 		capability.ScopeRead, func(ctx context.Context, in SessionRef) (*Screen, error) {
 			s, err := a.Sessions.Get(ctx, in.Session)
 			if err != nil {
 				return nil, err
 			}
-			p, err := a.Terminals.PTY(s)
-			if err != nil {
-				return nil, err
+			p, running := a.Terminals.RunningPTY(s)
+			if !running {
+				if c, ok := controller.CallerFrom(ctx); ok && !c.Scope.Covers(capability.ScopeExec) {
+					return nil, capability.Errorf(capability.InvalidArgument,
+						"no interactive terminal is running in session %s, and read scope starts nothing: a caller with exec scope starts one (read_screen, or send_input)", s.Name)
+				}
+				if p, err = a.Terminals.PTY(s); err != nil {
+					return nil, err
+				}
 			}
 			cols, rows := p.Size()
 			return &Screen{Session: s.ID, Cols: cols, Rows: rows, Text_: p.Screen()}, nil
 		}))
+}
+
+// checkEnvChanges refuses, before anything is stored, a variable the
+// sandbox would not let a session set (sandbox.CheckEnvName). Unsetting
+// one (null) is allowed, so a variable stored before a name was refused
+// can be removed.
+func checkEnvChanges(changes map[string]*string) error {
+	for _, k := range slices.Sorted(maps.Keys(changes)) {
+		err := sandbox.CheckEnvName(k)
+		if err != nil && (changes[k] != nil || !sandbox.ValidEnvName(k)) {
+			return capability.Errorf(capability.InvalidArgument, "%v; nothing was changed", err)
+		}
+	}
+	return nil
 }
 
 func (a *App) sessionInfo(ctx context.Context, s *session.Session) *SessionInfo {
@@ -279,8 +315,9 @@ func (a *App) DestroySession(ctx context.Context, s *session.Session) error {
 }
 
 func (a *App) terminalExec(ctx context.Context, in TerminalExecInput) (*terminal.Result, error) {
-	if in.TimeoutMS < 0 || in.TimeoutMS > int64(a.Runner.Options().MaxTimeout/time.Millisecond) {
-		return nil, capability.Errorf(capability.InvalidArgument, "timeout_ms must be between 0 and %d", a.Runner.Options().MaxTimeout.Milliseconds())
+	timeout, err := runcode.MillisTimeout(in.TimeoutMS, 0, a.Runner.Options().MaxTimeout)
+	if err != nil {
+		return nil, err
 	}
 	s, err := a.Sessions.Get(ctx, in.Session)
 	if err != nil {
@@ -290,7 +327,7 @@ func (a *App) terminalExec(ctx context.Context, in TerminalExecInput) (*terminal
 		return nil, err
 	}
 	res, err := a.Terminals.Exec(ctx, s, in.Command, terminal.ExecOptions{
-		Timeout: time.Duration(in.TimeoutMS) * time.Millisecond, Split: in.Split,
+		Timeout: timeout, Split: in.Split,
 	})
 	return res, terminalError(err)
 }
@@ -298,6 +335,10 @@ func (a *App) terminalExec(ctx context.Context, in TerminalExecInput) (*terminal
 func (a *App) sendInput(ctx context.Context, in SendInputInput) (*terminal.Result, error) {
 	if in.Data == "" {
 		return nil, capability.Errorf(capability.InvalidArgument, "data is empty")
+	}
+	timeout, err := runcode.MillisTimeout(in.TimeoutMS, 0, a.Runner.Options().MaxTimeout)
+	if err != nil {
+		return nil, err
 	}
 	s, err := a.Sessions.Get(ctx, in.Session)
 	if err != nil {
@@ -321,7 +362,7 @@ func (a *App) sendInput(ctx context.Context, in SendInputInput) (*terminal.Resul
 	if err != nil {
 		return nil, terminalError(err)
 	}
-	res, err := sh.Wait(ctx, time.Duration(in.TimeoutMS)*time.Millisecond)
+	res, err := sh.Wait(ctx, timeout)
 	return res, terminalError(err)
 }
 

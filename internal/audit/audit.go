@@ -153,7 +153,7 @@ type Entry struct {
 	Path       string    `json:"path" jsonschema:"access path: rest, mcp, ws or cli"`
 	Capability string    `json:"capability"`
 	Args       string    `json:"args" jsonschema:"a bounded summary of the arguments; secrets and contents are left out"`
-	Outcome    string    `json:"outcome" jsonschema:"ok or the error code"`
+	Outcome    string    `json:"outcome" jsonschema:"ok; timeout or canceled when the call's run was stopped before it finished; or the error code"`
 	Message    string    `json:"message,omitempty" jsonschema:"the error message"`
 	DurationMS float64   `json:"duration_ms"`
 }
@@ -200,8 +200,9 @@ var codeKeys = []string{"code", "command"}
 
 // Summarize returns a bounded, secret-free summary of call arguments:
 // scalar fields as they are (strings cut short), code and commands as their
-// first line, and contents, environment values and anything that looks
-// like a secret only as their size.
+// first line, environment variables by their names, and contents,
+// environment values and anything that looks like a secret only as their
+// size.
 func Summarize(args json.RawMessage) string {
 	if t := strings.TrimSpace(string(args)); t == "" || t == "null" {
 		return ""
@@ -228,6 +229,19 @@ func Summarize(args json.RawMessage) string {
 }
 
 func summarizeValue(key string, raw json.RawMessage) string {
+	if key == "env" {
+		// Environment variables: the names (what was set or unset matters
+		// to whoever reads the log), never the values.
+		var vars map[string]json.RawMessage
+		if json.Unmarshal(raw, &vars) == nil && vars != nil {
+			names := make([]string, 0, len(vars))
+			for k := range vars {
+				names = append(names, quote(bounded(k, 64)))
+			}
+			sort.Strings(names)
+			return fmt.Sprintf("names[%s] <values redacted, %d bytes>", strings.Join(names, ","), len(raw))
+		}
+	}
 	for _, s := range secretKeys {
 		if strings.Contains(key, s) {
 			return fmt.Sprintf("<%d bytes>", len(raw))

@@ -17,7 +17,9 @@ import (
 func TestSummarizeLeavesSecretsOut(t *testing.T) {
 	for _, tc := range []struct{ args, want, never string }{
 		{`{"code":"print(1)\nprint('secret-ish')","lang":"py"}`, `code="print(1) …(28 bytes)" lang="py"`, "secret-ish"},
-		{`{"session":"s1","env":{"API_KEY":"hunter2"}}`, `env=<21 bytes> session="s1"`, "hunter2"},
+		{`{"session":"s1","env":{"API_KEY":"hunter2"}}`, `env=names["API_KEY"] <values redacted, 21 bytes> session="s1"`, "hunter2"},
+		{`{"env":{"LD_PRELOAD":"/w/x.so","OLD":null}}`, `env=names["LD_PRELOAD","OLD"] <values redacted, 35 bytes>`, "x.so"},
+		{`{"env":"LD_PRELOAD=/w/x.so"}`, `env=<20 bytes>`, "x.so"},
 		{`{"session":"s1","path":"a.txt","content":"TOPSECRET"}`, `content=<11 bytes> path="a.txt" session="s1"`, "TOPSECRET"},
 		{`{"session":"s","data":"pass\n"}`, `data=<8 bytes> session="s"`, "pass"},
 		{`{"timeout_ms":500}`, `timeout_ms=500`, ""},

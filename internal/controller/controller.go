@@ -16,6 +16,7 @@ import (
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/terminal"
 )
 
 // Caller says who is calling and through which access path.
@@ -36,10 +37,50 @@ type Record struct {
 	Caller     Caller
 	Capability string
 	Args       json.RawMessage
-	Outcome    string // "ok" or the error code
+	Outcome    string // "ok", OutcomeTimeout, OutcomeCanceled or the error code
 	Duration   time.Duration
-	Output     any               // the structured output when Outcome is "ok"
+	Output     any               // the structured output when the call returned one (Err is nil)
 	Err        *capability.Error // the error otherwise
+}
+
+// Outcomes of a call that returned a result but whose run did not finish:
+// its time budget ran out, or the call was canceled (the client went
+// away), and the run was killed.
+const (
+	OutcomeTimeout  = "timeout"
+	OutcomeCanceled = "canceled"
+)
+
+// Stopper is implemented by a capability's output that reports a run:
+// StoppedBy is OutcomeTimeout or OutcomeCanceled when the run was stopped
+// before it finished, else "".
+type Stopper interface{ StoppedBy() string }
+
+// outcomeOf is the outcome of a call that returned out under ctx.
+func outcomeOf(ctx context.Context, out any) string {
+	stopped := ""
+	switch r := out.(type) {
+	case Stopper:
+		stopped = r.StoppedBy()
+	case *runcode.Result:
+		switch {
+		case r.TimedOut:
+			stopped = OutcomeTimeout
+		case r.Interrupted:
+			stopped = OutcomeCanceled
+		}
+	case *terminal.Result:
+		switch {
+		case r.TimedOut:
+			stopped = OutcomeTimeout
+		case r.Interrupted && ctx.Err() != nil:
+			stopped = OutcomeCanceled
+		}
+	}
+	if stopped == "" {
+		return "ok"
+	}
+	return stopped
 }
 
 // Observer is told of every finished call, after the reply is built and
@@ -109,6 +150,7 @@ func (c *Controller) Call(ctx context.Context, caller Caller, name string, args 
 		rec.Outcome = string(rec.Err.Code)
 	} else {
 		rec.Output = reply.Output
+		rec.Outcome = outcomeOf(ctx, reply.Output)
 	}
 	c.log.LogAttrs(ctx, slog.LevelInfo, "call",
 		slog.String("capability", name), slog.String("path", caller.Path), slog.String("tenant", caller.Tenant),

@@ -149,12 +149,16 @@ func (m *Metrics) Observe(_ context.Context, r *controller.Record) {
 	}
 }
 
-// outcome is "ok" or the error code, which is one of capability's codes.
+// outcome is "ok", controller.OutcomeTimeout or OutcomeCanceled, or the
+// error code, which is one of capability's codes.
 func outcome(r *controller.Record) string {
-	if r.Err == nil {
-		return "ok"
+	if r.Err != nil {
+		return string(r.Err.Code)
 	}
-	return string(r.Err.Code)
+	if r.Outcome != "" {
+		return r.Outcome // "ok", or a run stopped by its timeout or a cancel
+	}
+	return "ok"
 }
 
 // RunOf returns the engine and outcome of a capability's structured output

@@ -15,7 +15,10 @@ import (
 // its own place, so no Go code of Quro's remains in the process that runs
 // user code. The server compiles what it applies (compile below), so the
 // child needs no package of its own beyond a few small standard ones, and
-// starts before the binary's heavy package initialisers.
+// starts before the binary's heavy package initialisers. bubblewrap and
+// the init child run with HelperEnv only; the program's environment
+// reaches the init child in a sealed memfd (boxinit.Policy.EnvFD) and is
+// applied by its final execve alone.
 
 // initPolicy is what the server wants the init child to apply.
 type initPolicy struct {

@@ -5,7 +5,10 @@
 //   - runs in its own process group, killed as a group on timeout and when the
 //     run ends, with a parent-death signal so it never outlives the server;
 //   - sees a cleared environment: a fixed whitelist (PATH, HOME, LANG, TERM,
-//     TMPDIR) plus the session's own variables, never the server's;
+//     TMPDIR) plus the session's own variables, never the server's; the
+//     privileged helpers that build the box (bubblewrap, the init child)
+//     get only HelperEnv, and the program's environment reaches the init
+//     child through a sealed memfd, applied at its final execve only;
 //   - starts in the session workspace;
 //   - runs under rlimits applied by a re-exec'd child of the quro binary itself
 //     (see init.go), which then execs the user program.
@@ -156,13 +159,17 @@ func (s *Sandbox) Limits() Limits { return s.limits }
 
 // Spec describes one sandboxed process.
 type Spec struct {
-	Args   []string          // program and arguments; Args[0] is looked up in the sandbox PATH
-	Dir    string            // working directory (the session workspace); required
-	Home   string            // HOME; default Dir
-	TmpDir string            // TMPDIR; default Dir
-	Term   string            // TERM; default "dumb"
-	Env    map[string]string // session variables, layered over the whitelist
-	Limits *Limits           // nil means the Sandbox's limits
+	Args   []string // program and arguments; Args[0] is looked up in the sandbox PATH
+	Dir    string   // working directory (the session workspace); required
+	Home   string   // HOME; default Dir
+	TmpDir string   // TMPDIR; default Dir
+	Term   string   // TERM; default "dumb"
+	// Env are the session variables, layered over the whitelist. They
+	// reach the user program only: never bubblewrap or the init child,
+	// which run with HelperEnv. With RootfsAdmin the program is
+	// privileged, and names CheckEnvName refuses are refused here.
+	Env    map[string]string
+	Limits *Limits // nil means the Sandbox's limits
 
 	// Network is the network policy: NetworkNone (also for "") or NetworkFull.
 	Network string
@@ -282,6 +289,12 @@ func (s *Sandbox) env(spec *Spec) ([]string, error) {
 	for k, v := range spec.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
 			return nil, fmt.Errorf("%w: bad environment variable %q", ErrInvalidSpec, k)
+		}
+		if spec.RootfsAdmin {
+			// The program itself is the box's root: nothing may steer it.
+			if err := CheckEnvName(k); err != nil {
+				return nil, fmt.Errorf("%w: %v", ErrInvalidSpec, err)
+			}
 		}
 		vars[k] = v
 	}
@@ -424,6 +437,16 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 	fds := &fdList{files: slices.Clone(spec.ExtraFiles)}
 	statusFD := fds.add(statusW)
 	childEnds := []*os.File{statusW} // closed in the parent once the child has started
+	envF, err := envFile(env)
+	if err != nil {
+		statusW.Close()
+		if errors.Is(err, ErrInvalidSpec) {
+			return nil, err
+		}
+		return nil, startErr(err)
+	}
+	childEnds = append(childEnds, envF)
+	envFD, _ := strconv.Atoi(fds.add(envF))
 	closeChildEnds := func() {
 		for _, f := range childEnds {
 			f.Close()
@@ -504,6 +527,7 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 		closeParentEnds()
 		return fail(err)
 	}
+	bpol.EnvFD = envFD
 	initArgs := []string{boxinit.Arg, statusFD, limits.rlimits().encode(), bpol.Encode(), "--"}
 
 	cmd := exec.CommandContext(ctx, s.self)
@@ -528,7 +552,10 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 		cmd.Args = append(append([]string{s.self}, initArgs...), spec.Args...)
 		cmd.Dir = spec.Dir
 	}
-	cmd.Env = env
+	// bubblewrap and the init child run as the server's user (host root)
+	// until the init child's uid switch: they get a fixed environment, and
+	// the program's own (env) only through envF.
+	cmd.Env = slices.Clone(HelperEnv)
 	cmd.ExtraFiles = fds.files
 	cmd.Cancel = func() error { return killGroup(cmd) }
 	cmd.WaitDelay = s.drainGrace

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 	_ "unsafe" // go:linkname
 
@@ -319,14 +320,48 @@ func extractFile(path string, e manifestEntry) (int64, error) {
 func compileTree(ctx context.Context, python, lib, tmpRoot, finalRoot string) error {
 	// This runs Quro's own interpreter on its own standard library, not user
 	// code, so it does not go through the sandbox.
-	cmd := exec.CommandContext(ctx, python, "-I", "-m", "compileall", "-q", "-j", "0",
+	out, err := runHelper(ctx, python, "-I", "-m", "compileall", "-q", "-j", "0",
 		"-s", tmpRoot, "-p", finalRoot, lib)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"}
-	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("byte-compiling the standard library: %v: %s", err, strings.TrimSpace(lastLines(string(out), 10)))
+		return fmt.Errorf("byte-compiling the standard library: %w: %s", err, strings.TrimSpace(lastLines(string(out), 10)))
 	}
 	return nil
+}
+
+// helperEnv is the whole environment of the interpreter runs above: fixed,
+// nothing of the server's or of a session's (PYTHON* variables would steer
+// them).
+var helperEnv = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"}
+
+// helperWaitDelay bounds how long a helper's output is read once it was
+// killed or has exited: a process that left its group may hold the pipe.
+const helperWaitDelay = 5 * time.Second
+
+// runHelper runs the interpreter for the server's own work (compileall) and
+// returns its combined output. compileall -j 0 starts a worker per core:
+// the run gets a process group of its own, killed as a whole when ctx
+// ends, so no worker outlives it holding the output pipe (which once kept
+// the first run waiting for minutes after the parent alone was killed).
+func runHelper(ctx context.Context, python string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, python, args...)
+	cmd.Env = helperEnv
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error {
+		// The group's leader is not reaped before Cancel returns, so its
+		// pid still names the group.
+		err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		if errors.Is(err, syscall.ESRCH) {
+			return os.ErrProcessDone
+		}
+		return err
+	}
+	cmd.WaitDelay = helperWaitDelay
+	out, err := cmd.CombinedOutput()
+	if err != nil && ctx.Err() != nil {
+		err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
+	return out, err
 }
 
 // installWorker writes the worker module (worker.py, embedded in the
@@ -356,9 +391,7 @@ func installWorker(ctx context.Context, inst *installation, source []byte) (stri
 	if err := os.WriteFile(filepath.Join(tmp, workerModule+".py"), source, 0o644); err != nil {
 		return "", err
 	}
-	cmd := exec.CommandContext(ctx, inst.Python, "-I", "-m", "compileall", "-q", "-s", tmp, "-p", dir, tmp)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"}
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := runHelper(ctx, inst.Python, "-I", "-m", "compileall", "-q", "-s", tmp, "-p", dir, tmp); err != nil {
 		return "", fmt.Errorf("byte-compiling the worker: %v: %s", err, strings.TrimSpace(lastLines(string(out), 10)))
 	}
 	if err := os.WriteFile(filepath.Join(tmp, completeMarker), []byte("ok\n"), 0o644); err != nil {

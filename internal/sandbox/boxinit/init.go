@@ -29,10 +29,13 @@ import (
 //
 //  1. mark every inherited descriptor from STATUS_FD up close-on-exec;
 //  2. wait for the server's go-ahead (cgroup join) when POLICY asks;
-//  3. rlimits;
-//  4. the uid switch, no_new_privs, then Landlock;
-//  5. seccomp;
-//  6. report ReadyByte on the status fd, and exec.
+//  3. read the program's environment from POLICY's env_fd (see EncodeEnv;
+//     the init child's own environment is the server's fixed one);
+//  4. rlimits;
+//  5. the uid switch, the program's lookup in its own PATH, no_new_privs,
+//     then Landlock;
+//  6. seccomp;
+//  7. report ReadyByte on the status fd, and exec with that environment.
 //
 // argv: quro __quro_sandbox_init STATUS_FD LIMITS POLICY -- PROGRAM ARGS...
 const Arg = "__quro_sandbox_init"
@@ -55,7 +58,13 @@ type Rule struct {
 // the server. It travels in argv as Encode renders it.
 type Policy struct {
 	WaitFD int
-	UID    int // switch to this uid and gid before the other layers
+	// EnvFD is a descriptor (a sealed memfd) holding the user program's
+	// environment in EncodeEnv's form; 0: the program gets an empty one.
+	// The init child and bubblewrap themselves run with a fixed
+	// environment the server built: session variables reach only the
+	// program, through execve, after every privilege is dropped.
+	EnvFD int
+	UID   int // switch to this uid and gid before the other layers
 	// Landlock: the handled access rights (LLFS == 0: no Landlock), the
 	// rights a rule on a non-directory may keep, and the rules in order.
 	LLFS, LLNet, LLScoped, LLFileMask uint64
@@ -76,6 +85,9 @@ func (p *Policy) Encode() string {
 	}
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
 	field("wait_fd", strconv.Itoa(p.WaitFD))
+	if p.EnvFD > 0 {
+		field("env_fd", strconv.Itoa(p.EnvFD))
+	}
 	field("uid", strconv.Itoa(p.UID))
 	field("ll", u(p.LLFS)+","+u(p.LLNet)+","+u(p.LLScoped)+","+u(p.LLFileMask))
 	for _, r := range p.Rules {
@@ -130,6 +142,8 @@ func DecodePolicy(s string) (*Policy, error) {
 		case "rule":
 		case "wait_fd":
 			p.WaitFD, err = strconv.Atoi(v)
+		case "env_fd":
+			p.EnvFD, err = strconv.Atoi(v)
 		case "uid":
 			p.UID, err = strconv.Atoi(v)
 		case "ll":
@@ -218,10 +232,14 @@ func initMain(args []string) int {
 		}
 		wait.Close()
 	}
-	prog := args[4:]
-	path, err := LookPath(prog[0], os.Getenv("PATH"))
-	if err != nil {
-		return fail(err)
+	// The program's environment: read here, handed to nothing but the
+	// final execve. This process itself keeps the fixed one it started
+	// with (the loader and the Go runtime already read it).
+	var env []string
+	if pol.EnvFD > 0 {
+		if env, err = readEnv(pol.EnvFD); err != nil {
+			return fail(err)
+		}
 	}
 	if err := applyLimits(args[1]); err != nil {
 		return fail(err)
@@ -230,6 +248,13 @@ func initMain(args []string) int {
 		if err := dropTo(pol.UID); err != nil {
 			return fail(err)
 		}
+	}
+	// Looked up in the program's own PATH, as execvp would, once this
+	// process is the program's uid.
+	prog := args[4:]
+	path, err := LookPath(prog[0], lookupEnv(env, "PATH"))
+	if err != nil {
+		return fail(err)
 	}
 	if err := noNewPrivs(); err != nil {
 		return fail(err)
@@ -245,7 +270,7 @@ func initMain(args []string) int {
 		}
 	}
 	status.Write([]byte{ReadyByte})
-	err = syscall.Exec(path, prog, os.Environ())
+	err = syscall.Exec(path, prog, env)
 	// Too late for a start error: say it the way a shell would.
 	os.Stderr.WriteString("quro sandbox: exec " + path + ": " + err.Error() + "\n")
 	if errors.Is(err, syscall.ENOENT) {
