@@ -100,3 +100,19 @@ func TestOversizeFrameIsNotAllocated(t *testing.T) {
 		t.Fatalf("refusing the frame allocated %d bytes", grew)
 	}
 }
+
+// A frame within maxFrame whose body never comes must not make the server
+// reserve what its header announced.
+func TestAnnouncedFrameIsNotReservedUpFront(t *testing.T) {
+	w := frameReader(t, append(binary.BigEndian.AppendUint32(nil, maxFrame), `{"op":"x"`...))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := w.readFrame()
+	runtime.ReadMemStats(&after)
+	if err == nil {
+		t.Fatal("a truncated frame was accepted")
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+		t.Fatalf("reading 9 bytes of a frame that announced %d allocated %d bytes", maxFrame, grew)
+	}
+}

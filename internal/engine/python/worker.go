@@ -220,10 +220,16 @@ func (w *worker) readFrame() (frame, error) {
 		w.rep.Close()
 		return frame{}, fmt.Errorf("reply frame of %d bytes", n)
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(w.repBuf, body); err != nil {
+	// Grow the body as bytes arrive: a box that announces 256 MiB and
+	// sends nothing must not make the server reserve 256 MiB.
+	var buf bytes.Buffer
+	if m, err := io.CopyN(&buf, w.repBuf, int64(n)); err != nil {
+		if err == io.EOF && m < int64(n) {
+			err = io.ErrUnexpectedEOF
+		}
 		return frame{}, err
 	}
+	body := buf.Bytes()
 	var f frame
 	if err := json.Unmarshal(body, &f); err != nil {
 		f = frame{Op: "error", Error: "bad frame from the worker: " + err.Error()}
