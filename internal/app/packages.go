@@ -152,9 +152,9 @@ func checkPackages(pkgs []string) error {
 		n, arch, ver := rootfs.SplitPackage(p)
 		switch {
 		case strings.HasSuffix(p, "-"):
-			return capability.Errorf(capability.InvalidArgument, "%q ends in '-', which apt-get reads as \"remove this package\": install_packages only installs; name packages exactly", p)
+			return capability.Errorf(capability.InvalidArgument, "%q ends in '-', which apt-get reads as \"remove this package\": install_packages only installs; name packages exactly; nothing was installed", p)
 		case strings.HasSuffix(p, "+") && (arch != "" || ver != ""):
-			return capability.Errorf(capability.InvalidArgument, "%q ends in '+', which apt-get reads as a marker, not part of the version or architecture: name packages exactly", p)
+			return capability.Errorf(capability.InvalidArgument, "%q ends in '+', which apt-get reads as a marker, not part of the version or architecture: name packages exactly; nothing was installed", p)
 		case n == "":
 			return capability.Errorf(capability.InvalidArgument, "%q has no package name", p)
 		}
