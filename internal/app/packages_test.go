@@ -26,7 +26,7 @@ func TestInstallPackagesBadInput(t *testing.T) {
 	for _, pkgs := range [][]string{
 		nil, {}, {"-o", "APT::Get::AllowUnauthenticated=1"}, {"-oAPT::Sandbox::User=root"}, {"foo;rm"}, {"foo bar"},
 		{"jq", "--reinstall"}, {"Jq"}, {"j"}, {"jq=-1"}, {"jq=1.6 x"}, {"../jq"}, {"jq\n"}, {"$(id)"},
-		{"jq", "a*"}, make([]string, 65),
+		{"jq", "a*"}, make([]string, 65), {"jq-"}, {"coreutils-"}, {"sl=5.02-1+"}, {"sl:amd64+"}, {"cowsa?"}, {"a|b"}, {"^jq$"}, {"[jq]"},
 	} {
 		_, err := call(t, a, "install_packages", InstallPackagesInput{Packages: pkgs})
 		if capCode(err) != capability.InvalidArgument {
@@ -45,6 +45,40 @@ func TestInstallPackagesBadInput(t *testing.T) {
 	_, err := call(t, a, "install_packages", InstallPackagesInput{Packages: []string{"jq"}})
 	if capCode(err) != capability.InvalidArgument || !strings.Contains(err.Error(), "rootfs=NAME") {
 		t.Errorf("host session: %v", err)
+	}
+}
+
+// apt's simulated plan is read strictly: a removal, a name apt read as a
+// pattern or as another package, or a named package apt would not install
+// refuses the install.
+func TestAptPlanCheck(t *testing.T) {
+	installed := map[string]string{"libc6": "2.36-9", "python3.11": "3.11.2-6"}
+	for _, tc := range []struct {
+		out  string
+		pkgs []string
+		want string // "" accepted
+	}{
+		{"Inst jq (1.6-2.1 Debian:12/stable [amd64])\nInst libjq1 (1.6)\nConf libjq1 (1.6)\nConf jq (1.6)\n", []string{"jq"}, ""},
+		{"", []string{"python3.11"}, ""},
+		{"", []string{"libc6=2.36-9"}, ""},
+		{"", []string{"libc6=2.36-8"}, "would not install libc6=2.36-8"},
+		{"Inst libc6:i386 (2.36)\nConf libc6:i386 (2.36)\n", []string{"libc6:i386"}, ""},
+		{"Remv libsystemd0 [252]\nInst libelogind0 (252)\nConf libelogind0 (252)\n", []string{"libelogind0"}, "would remove libsystemd0"},
+		{"Purg foo [1]\nInst bar (1)\nConf bar (1)\n", []string{"bar"}, "would remove foo"},
+		{"Note, selecting 'cowsay' for regex 'cowsa.'\nInst cowsay (3)\nConf cowsay (3)\n", []string{"cowsay"}, "read a name as something else"},
+		{"Inst cowsay (3)\nConf cowsay (3)\n", []string{"sl"}, "would not install sl"},
+		{"Inst sl (5)\n", []string{"sl"}, "configures none"},
+	} {
+		p, err := parseAptPlan(tc.out, false)
+		if err == nil {
+			err = p.check(tc.pkgs, installed)
+		}
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%q %q: %v, want %q", tc.out, tc.pkgs, err, tc.want)
+		}
+	}
+	if _, err := parseAptPlan("Inst x (1)\n", true); err == nil {
+		t.Error("a cut plan was trusted")
 	}
 }
 
@@ -361,6 +395,14 @@ func TestInstallPackagesLiteralNamesNoRemovalAndRepair(t *testing.T) {
 		t.Fatal("a refused removal changed dpkg's status")
 	}
 
+	// An exact name holding a '.' (a regex character to apt) is taken
+	// literally: python3.11 is installed, so nothing changes.
+	if res, err := install(installTok, "python3.11"); err != nil || res.ExitCode != 0 || len(res.Installed)+len(res.Upgraded) != 0 {
+		t.Fatalf("python3.11: %+v %v", res, err)
+	}
+	if status() != orig {
+		t.Fatal("installing an installed package changed dpkg's status")
+	}
 	// A real install with the install scope works.
 	res, err := install(installTok, "sl")
 	if err != nil || res.ExitCode != 0 || len(res.Unsettled) != 0 || !strings.Contains(strings.Join(res.Installed, ","), "sl ") {

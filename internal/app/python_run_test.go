@@ -350,3 +350,29 @@ func TestRootfsSessionTerminalsAndNetwork(t *testing.T) {
 		t.Fatalf("missing rootfs: %v", err)
 	}
 }
+
+// create_session refuses a rootfs that is not installed, listing the
+// installed ones and how to install it, and creates nothing.
+func TestCreateSessionRefusesAMissingRootfs(t *testing.T) {
+	a := newApp(t, nil)
+	m := rootfs.New(rootfs.DirIn(a.DataDir))
+	if err := os.MkdirAll(m.Path("other"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(m.Path("other"), rootfs.Marker), []byte(`{"name":"other"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := call(t, a, "create_session", CreateSessionInput{Name: "s", Rootfs: "missing"})
+	if capCode(err) != capability.NotFound || !strings.Contains(err.Error(), "installed: other") || !strings.Contains(err.Error(), "quro rootfs install missing") {
+		t.Fatalf("missing rootfs: %v", err)
+	}
+	if _, err := a.Sessions.Get(context.Background(), "s"); err == nil {
+		t.Fatal("the refused session exists")
+	}
+	if _, err := call(t, a, "create_session", CreateSessionInput{Name: "bad", Rootfs: "../x"}); capCode(err) != capability.InvalidArgument {
+		t.Fatalf("bad rootfs name: %v", err)
+	}
+	if _, err := call(t, a, "create_session", CreateSessionInput{Name: "s", Rootfs: "other"}); err != nil {
+		t.Fatalf("installed rootfs: %v", err)
+	}
+}
