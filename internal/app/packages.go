@@ -254,6 +254,16 @@ func (a *App) InstallPackages(ctx context.Context, name string, pkgs []string, t
 		return e, err
 	}
 	ok := func(e sandbox.Exit) bool { return e.Code == 0 && !e.TimedOut && !e.Canceled }
+	// refuse ends the call before the install; lists fetched on the way
+	// are recorded, so the next call does not fetch them again.
+	refuse := func(err error) (*InstallPackagesResult, error) {
+		if !updated.IsZero() {
+			if merr := m.AddPackages(name, nil, updated); merr != nil {
+				a.Log.Warn("install_packages: could not update the rootfs marker", "rootfs", name, "err", merr)
+			}
+		}
+		return nil, err
+	}
 	var exit sandbox.Exit
 	if time.Since(info.ListsUpdated) > aptListsMaxAge {
 		exit, err = update()
@@ -270,7 +280,7 @@ func (a *App) InstallPackages(ctx context.Context, name string, pkgs []string, t
 				}
 				break
 			}
-			return nil, refusal
+			return refuse(refusal)
 		}
 		// What apt would do, before it does it: nothing may be removed,
 		// and apt must install exactly the packages named (and their
@@ -295,7 +305,7 @@ func (a *App) InstallPackages(ctx context.Context, name string, pkgs []string, t
 			perr = plan.check(pkgs, before)
 		}
 		if perr != nil {
-			return nil, capability.Errorf(capability.InvalidArgument, "install_packages into rootfs %q refused: %v; nothing was installed", name, perr)
+			return refuse(capability.Errorf(capability.InvalidArgument, "install_packages into rootfs %q refused: %v; nothing was installed", name, perr))
 		}
 		fmt.Fprintf(out, "apt would install %d packages and remove none\n", len(plan.Inst))
 		exit, err = apt(install...)
@@ -406,18 +416,13 @@ func checkAvailable(root, rootfsName string, pkgs []string) (refusal error, unkn
 	}
 	// Installed packages count as offered: apt knows them from dpkg's
 	// status even when no list does.
-	if f, err := os.Open(filepath.Join(root, "var/lib/dpkg/status")); err == nil {
-		st := rootfs.Available{}
-		perr := rootfs.ParsePackages(io.LimitReader(f, 1<<30), st)
-		f.Close()
-		if perr == nil {
-			for k, o := range st {
-				if av[k] == nil {
-					av[k] = o
-				} else {
-					av[k].Archs = append(av[k].Archs, o.Archs...)
-					av[k].Versions = append(av[k].Versions, o.Versions...)
-				}
+	if st, err := rootfs.DpkgStatus(root); err == nil {
+		for k, o := range st {
+			if av[k] == nil {
+				av[k] = o
+			} else {
+				av[k].Archs = append(av[k].Archs, o.Archs...)
+				av[k].Versions = append(av[k].Versions, o.Versions...)
 			}
 		}
 	}

@@ -83,6 +83,26 @@ func AptLists(root string) (Available, int, error) {
 	return av, n, nil
 }
 
+// DpkgStatus reads the packages dpkg's status in root lists (any state),
+// as AptLists reads the lists: beneath root, a regular file, bounded.
+func DpkgStatus(root string) (Available, error) {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	f, err := openRegular(r, "var/lib/dpkg/status")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	av := Available{}
+	if err := ParsePackages(io.LimitReader(f, listFileMax), av); err != nil {
+		return nil, err
+	}
+	return av, nil
+}
+
 // openRegular opens name beneath r for reading, refusing a symlink as the
 // last component and anything but a regular file.
 func openRegular(r *os.Root, name string) (*os.File, error) {
