@@ -22,12 +22,15 @@ var aptNames = sandbox.BinNames
 // realApt is where the rootfs keeps apt itself.
 const realApt = "/usr/bin/"
 
-// aptShim makes `apt-get install PKG…` typed in a session work: the rootfs
-// is read-only to the session, so the install is asked of the server
-// (install_packages, over the in-session socket, as this session), which
-// runs apt in a box that may write the rootfs — under the session's
-// network policy — and the packages then serve every session of that
-// rootfs. Anything but install goes to the real apt unchanged.
+// aptShim answers `apt-get install PKG…` typed in a session: the rootfs is
+// read-only to the session, so the install is asked of the server
+// (install_packages, over the in-session socket, as this session). The
+// session calls with scope exec, and install_packages needs install (the
+// rootfs is shared by every session and tenant on it), so the server
+// refuses and the stand-in says who can install instead. A server that
+// gave a session install (not done: see docs/security.md) would run apt
+// in the install box under the session's network policy. Anything but
+// install goes to the real apt unchanged.
 func aptShim(name string, args []string, stdout, stderr io.Writer) int {
 	in, pkgs, ok := aptInstallRequest(args)
 	if !ok {

@@ -93,7 +93,7 @@ func (a *App) registerPackages(reg *capability.Registry) {
 		"Install Debian packages into the session's rootfs with apt: `apt-get install -y --no-install-recommends --no-remove PACKAGES` "+
 			"(after `apt-get update` when the package lists are missing or older than a day). "+
 			"The packages persist in the rootfs and are shared: every session on that rootfs, now and later, can use them. "+
-			"This is the way system packages are installed: the rootfs is read-only to a session's own code, and `apt-get install`/`apt install` typed in a session of quro serve asks for this same capability. "+
+			"This is the way system packages are installed: the rootfs is read-only to a session's own code, and `apt-get install` typed in a session is refused (code in a session calls with scope exec), saying to ask for this capability. "+
 			"The session must run on a rootfs (create_session rootfs=NAME) and have network full (create_session network=full); with network none nothing is started. "+
 			"Installs into one rootfs run one at a time: a call waits for the one before. apt's progress streams as output; the result lists what dpkg newly installed and apt's output. "+
 			"Packages are exact Debian package names (matched literally against the rootfs's apt lists: no patterns), optionally NAME:ARCH and NAME=VERSION; an unknown name is refused before apt runs. apt's plan is simulated first: an install that would remove or downgrade anything is refused. Needs scope install (or admin). timeout_ms 10000..1800000, default 600000.",
