@@ -181,10 +181,11 @@ func TestServeAuth(t *testing.T) {
 	// A reader of tenant acme and an exec token of tenant acme.
 	reader, _, code := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "acme", "--scopes", "read")
 	runner, _, code2 := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "acme", "--scopes", "read,exec")
-	if code != 0 || code2 != 0 {
+	installer, _, code3 := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "acme", "--scopes", "read,exec,install")
+	if code != 0 || code2 != 0 || code3 != 0 {
 		t.Fatal("token create failed")
 	}
-	reader, runner = strings.TrimSpace(reader), strings.TrimSpace(runner)
+	reader, runner, installer = strings.TrimSpace(reader), strings.TrimSpace(runner), strings.TrimSpace(installer)
 	const js = "application/json"
 	run := `{"code":"echo ok","lang":"sh"}`
 	for _, tc := range []struct {
@@ -200,6 +201,10 @@ func TestServeAuth(t *testing.T) {
 		{"reader cannot run", "POST", "/v1/run_code", run, []string{"Authorization", "Bearer " + reader}, 403, `needs scope \"exec\"`},
 		{"reader lists", "GET", "/v1/sessions", "", []string{"Authorization", "Bearer " + reader}, 200, `"sessions"`},
 		{"runner runs", "POST", "/v1/run_code", run, []string{"Authorization", "Bearer " + runner}, 200, `"stdout":"ok\n"`},
+		// Changing a shared rootfs is not exec's: install (or admin) only.
+		{"runner cannot install", "POST", "/v1/install_packages", `{"packages":["cowsa."]}`, []string{"Authorization", "Bearer " + runner}, 403, `needs scope \"install\"`},
+		{"installer passes the scope check", "POST", "/v1/install_packages", `{"packages":["jq"]}`, []string{"Authorization", "Bearer " + installer}, 400, "rootfs=NAME"},
+		{"installer cannot repair", "POST", "/v1/repair_rootfs", `{"rootfs":"default"}`, []string{"Authorization", "Bearer " + installer}, 403, `needs scope \"admin\"`},
 		{"runner cannot destroy", "DELETE", "/v1/sessions/default", "", []string{"Authorization", "Bearer " + runner}, 403, "admin"},
 		{"foreign origin", "POST", "/v1/run_code", run, append([]string{"Origin", "https://evil.example"}, admin...), 403, "origin"},
 		{"metrics need a token", "GET", "/metrics", "", nil, 401, "no token"},
@@ -229,7 +234,7 @@ func TestServeAuth(t *testing.T) {
 	// Revoked: refused at once, with the reason.
 	list, _, _ := quro(t, "", "token", "list", "--json", "--data", srv.data)
 	var infos []struct{ ID, Tenant string }
-	if err := json.Unmarshal([]byte(list), &infos); err != nil || len(infos) != 3 {
+	if err := json.Unmarshal([]byte(list), &infos); err != nil || len(infos) != 4 {
 		t.Fatalf("token list: %v %s", err, list)
 	}
 	runnerID := strings.SplitN(strings.TrimPrefix(runner, "quro_"), "_", 2)[0]
