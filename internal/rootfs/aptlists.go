@@ -2,6 +2,7 @@ package rootfs
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -144,43 +145,62 @@ func ParsePackages(r io.Reader, av Available) error {
 		name, arch, ver = "", "", ""
 		return nil
 	}
-	return eachLine(r, func(line string) error {
-		line = strings.TrimRight(line, "\r")
-		switch {
-		case line == "":
+	return eachLine(r, func(line []byte) error {
+		line = bytes.TrimRight(line, "\r")
+		field := func(prefix string) (string, bool) {
+			if !bytes.HasPrefix(line, []byte(prefix)) {
+				return "", false
+			}
+			return string(bytes.TrimSpace(line[len(prefix):])), true
+		}
+		if len(line) == 0 {
 			return flush()
-		case strings.HasPrefix(line, "Package:"):
-			name = strings.TrimSpace(line[len("Package:"):])
-		case strings.HasPrefix(line, "Architecture:"):
-			arch = strings.TrimSpace(line[len("Architecture:"):])
-		case strings.HasPrefix(line, "Version:"):
-			ver = strings.TrimSpace(line[len("Version:"):])
+		}
+		switch line[0] { // only these fields are kept: most lines are not looked at twice
+		case 'P':
+			if v, ok := field("Package:"); ok {
+				name = v
+			}
+		case 'A':
+			if v, ok := field("Architecture:"); ok {
+				arch = v
+			}
+		case 'V':
+			if v, ok := field("Version:"); ok {
+				ver = v
+			}
 		}
 		return nil
 	}, flush)
 }
 
-// eachLine calls fn with each line of r (without its newline), skipping
-// lines longer than listLineMax, then end.
-func eachLine(r io.Reader, fn func(string) error, end func() error) error {
+// eachLine calls fn with each line of r (without its newline; valid only
+// during the call), skipping lines longer than listLineMax, then end.
+func eachLine(r io.Reader, fn func([]byte) error, end func() error) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var long bool // in a line too long to keep
 	var buf []byte
 	for {
 		chunk, err := br.ReadSlice('\n')
-		if len(buf)+len(chunk) > listLineMax {
-			long, buf = true, buf[:0]
-		} else if !long {
-			buf = append(buf, chunk...)
-		}
+		line := chunk
 		switch {
-		case err == bufio.ErrBufferFull:
-			continue
-		case err != nil && err != io.EOF:
+		case err == bufio.ErrBufferFull || len(buf) > 0:
+			// A line longer than the reader's buffer: gathered in buf.
+			if len(buf)+len(chunk) > listLineMax {
+				long, buf = true, buf[:0]
+			} else if !long {
+				buf = append(buf, chunk...)
+			}
+			if err == bufio.ErrBufferFull {
+				continue
+			}
+			line = buf
+		}
+		if err != nil && err != io.EOF {
 			return err
 		}
-		if !long && len(buf) > 0 {
-			if e := fn(strings.TrimSuffix(string(buf), "\n")); e != nil {
+		if !long && len(line) > 0 {
+			if e := fn(bytes.TrimSuffix(line, []byte("\n"))); e != nil {
 				return e
 			}
 		}
@@ -299,7 +319,8 @@ func Unsettled(root string) ([]string, error) {
 		name, status = "", ""
 		return nil
 	}
-	err = eachLine(io.LimitReader(f, listFileMax), func(line string) error {
+	err = eachLine(io.LimitReader(f, listFileMax), func(b []byte) error {
+		line := string(b)
 		switch {
 		case line == "":
 			return flush()
