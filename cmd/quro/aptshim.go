@@ -22,15 +22,18 @@ var aptNames = sandbox.BinNames
 // realApt is where the rootfs keeps apt itself.
 const realApt = "/usr/bin/"
 
-// aptShim makes `apt-get install PKG…` typed in a session work: the rootfs
-// is read-only to the session, so the install is asked of the server
-// (install_packages, over the in-session socket, as this session), which
-// runs apt in a box that may write the rootfs — under the session's
-// network policy — and the packages then serve every session of that
-// rootfs. Anything but install goes to the real apt unchanged.
+// aptShim answers `apt-get install PKG…` typed in a session: the rootfs is
+// read-only to the session, so the install is asked of the server
+// (install_packages, over the in-session socket, as this session). The
+// session calls with scope exec, and install_packages needs install (the
+// rootfs is shared by every session and tenant on it), so the server
+// refuses and the stand-in says who can install instead. A server that
+// gave a session install (not done: see docs/security.md) would run apt
+// in the install box under the session's network policy. Anything but
+// install goes to the real apt unchanged.
 func aptShim(name string, args []string, stdout, stderr io.Writer) int {
-	verb, pkgs := parseApt(args)
-	if verb != "install" || len(pkgs) == 0 {
+	in, pkgs, ok := aptInstallRequest(args)
+	if !ok {
 		real := realApt + name
 		if err := syscall.Exec(real, append([]string{name}, args...), os.Environ()); err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", name, err)
@@ -42,11 +45,20 @@ func aptShim(name string, args []string, stdout, stderr io.Writer) int {
 			name, strings.Join(pkgs, " "))
 		return 100
 	}
-	in, _ := json.Marshal(map[string]any{"packages": pkgs})
 	c := newHTTPCaller("unix://"+insession.SocketInBox, "")
 	fmt.Fprintf(stdout, "quro: installing %s into the session's rootfs through the server (install_packages)\n", strings.Join(pkgs, " "))
 	out, err := c.call(context.Background(), "install_packages", in, true)
 	if err != nil {
+		if strings.Contains(err.Error(), "permission_denied") && strings.Contains(err.Error(), "needs scope") {
+			// The decision (docs/security.md): code in a session calls as
+			// the session, with scope exec, and exec does not cover
+			// install: a rootfs is shared by every session and tenant on
+			// it, so its code cannot change it.
+			fmt.Fprintf(stderr, "%s: nothing was installed: this session may not change its rootfs, which every session on it shares. "+
+				"A caller with scope install (or admin) can: install_packages packages=[%s] session=<this session>, "+
+				"or an operator runs `quro rootfs install-packages ROOTFS %s`\n", name, strings.Join(pkgs, ","), strings.Join(pkgs, " "))
+			return 100
+		}
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 100
 	}
@@ -69,6 +81,27 @@ func aptShim(name string, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// aptInstallRequest turns the argv of apt-get/apt typed in a box into
+// the arguments of an install_packages call, or ok false when it is not
+// an install of at least one package (it then goes to the real apt). Only
+// the packages cross: apt's options are the server's own, whatever the
+// box asked. The server checks every name again (grammar, exact match in
+// the rootfs's lists, apt's simulated plan); this only never lets an
+// option pass as a package.
+func aptInstallRequest(args []string) (req []byte, pkgs []string, ok bool) {
+	verb, pkgs := parseApt(args)
+	if verb != "install" || len(pkgs) == 0 {
+		return nil, nil, false
+	}
+	req, err := json.Marshal(struct {
+		Packages []string `json:"packages"`
+	}{pkgs})
+	if err != nil {
+		return nil, nil, false
+	}
+	return req, pkgs, true
+}
+
 // aptValueOptions are apt options whose value is the next argument.
 var aptValueOptions = []string{"-o", "--option", "-t", "--target-release", "--default-release", "-c", "--config-file", "-a", "--host-architecture"}
 
@@ -81,6 +114,7 @@ func parseApt(args []string) (verb string, pkgs []string) {
 		switch {
 		case slices.Contains(aptValueOptions, a):
 			i++
+		case a == "":
 		case strings.HasPrefix(a, "-"):
 		case verb == "":
 			verb = a

@@ -181,10 +181,11 @@ func TestServeAuth(t *testing.T) {
 	// A reader of tenant acme and an exec token of tenant acme.
 	reader, _, code := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "acme", "--scopes", "read")
 	runner, _, code2 := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "acme", "--scopes", "read,exec")
-	if code != 0 || code2 != 0 {
+	installer, _, code3 := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "acme", "--scopes", "read,exec,install")
+	if code != 0 || code2 != 0 || code3 != 0 {
 		t.Fatal("token create failed")
 	}
-	reader, runner = strings.TrimSpace(reader), strings.TrimSpace(runner)
+	reader, runner, installer = strings.TrimSpace(reader), strings.TrimSpace(runner), strings.TrimSpace(installer)
 	const js = "application/json"
 	run := `{"code":"echo ok","lang":"sh"}`
 	for _, tc := range []struct {
@@ -200,6 +201,10 @@ func TestServeAuth(t *testing.T) {
 		{"reader cannot run", "POST", "/v1/run_code", run, []string{"Authorization", "Bearer " + reader}, 403, `needs scope \"exec\"`},
 		{"reader lists", "GET", "/v1/sessions", "", []string{"Authorization", "Bearer " + reader}, 200, `"sessions"`},
 		{"runner runs", "POST", "/v1/run_code", run, []string{"Authorization", "Bearer " + runner}, 200, `"stdout":"ok\n"`},
+		// Changing a shared rootfs is not exec's: install (or admin) only.
+		{"runner cannot install", "POST", "/v1/install_packages", `{"packages":["cowsa."]}`, []string{"Authorization", "Bearer " + runner}, 403, `needs scope \"install\"`},
+		{"installer passes the scope check", "POST", "/v1/install_packages", `{"packages":["jq"]}`, []string{"Authorization", "Bearer " + installer}, 400, "rootfs=NAME"},
+		{"installer cannot repair", "POST", "/v1/repair_rootfs", `{"rootfs":"default"}`, []string{"Authorization", "Bearer " + installer}, 403, `needs scope \"admin\"`},
 		{"runner cannot destroy", "DELETE", "/v1/sessions/default", "", []string{"Authorization", "Bearer " + runner}, 403, "admin"},
 		{"foreign origin", "POST", "/v1/run_code", run, append([]string{"Origin", "https://evil.example"}, admin...), 403, "origin"},
 		{"metrics need a token", "GET", "/metrics", "", nil, 401, "no token"},
@@ -229,7 +234,7 @@ func TestServeAuth(t *testing.T) {
 	// Revoked: refused at once, with the reason.
 	list, _, _ := quro(t, "", "token", "list", "--json", "--data", srv.data)
 	var infos []struct{ ID, Tenant string }
-	if err := json.Unmarshal([]byte(list), &infos); err != nil || len(infos) != 3 {
+	if err := json.Unmarshal([]byte(list), &infos); err != nil || len(infos) != 4 {
 		t.Fatalf("token list: %v %s", err, list)
 	}
 	runnerID := strings.SplitN(strings.TrimPrefix(runner, "quro_"), "_", 2)[0]
@@ -351,9 +356,11 @@ func TestInSessionCall(t *testing.T) {
 }
 
 // TestAptInsideARootfsSession: `apt-get install` typed in a session on a
-// rootfs installs through the server into the rootfs (a copy of the test
-// one), under the session's network policy, and the package then serves
-// a new session of that rootfs.
+// rootfs is refused with what to do instead: code in a session calls as
+// the session, with scope exec, and changing a rootfs every session (and
+// tenant) on it shares needs scope install. A caller with install then
+// installs for the session, through the server, into the rootfs (a copy
+// of the test one), and the package serves every session of that rootfs.
 func TestAptInsideARootfsSession(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (a uid per session, and the rootfs install box)")
@@ -391,11 +398,15 @@ func TestAptInsideARootfsSession(t *testing.T) {
 		json.Unmarshal([]byte(r.body), &res)
 		return res.Output
 	}
-	if out := exec("offline", "apt-get install -y sl; echo exit=$?"); !strings.Contains(out, "network") || !strings.Contains(out, "exit=100") {
-		t.Fatalf("apt-get without network:\n%s", out)
+	for _, sess := range []string{"offline", "deb"} {
+		if out := exec(sess, "apt-get install -y jq; echo exit=$?; command -v jq || echo no-jq"); !strings.Contains(out, "this session may not change its rootfs") ||
+			!strings.Contains(out, "scope install") || !strings.Contains(out, "exit=100") || !strings.Contains(out, "no-jq") {
+			t.Fatalf("apt-get install in session %s:\n%s", sess, out)
+		}
 	}
-	if out := exec("deb", "apt-get install -y jq; echo exit=$?; jq --version"); !strings.Contains(out, "exit=0") || !strings.Contains(out, "jq-1.") {
-		t.Fatalf("apt-get install in the session:\n%s", out)
+	// A caller with install scope (here admin) installs for the session.
+	if r := do(t, "POST", srv.url+"/v1/install_packages", js, `{"session":"deb","packages":["jq"]}`, admin...); r.status != 200 || !strings.Contains(r.body, `"exit_code":0`) {
+		t.Fatalf("install_packages: %d %s", r.status, r.body)
 	}
 	// Another session of the rootfs, even without network, has it.
 	if out := exec("offline", "echo '{\"a\":[1,2]}' | jq -c .a"); !strings.Contains(out, "[1,2]") {

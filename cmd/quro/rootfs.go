@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 )
@@ -152,6 +153,42 @@ the same with the install_packages capability.`,
 		},
 	}
 	installPkgs.Flags().DurationVar(&pkgTimeout, "timeout", 30*time.Minute, "time budget for waiting, apt-get update and install")
-	cmd.AddCommand(install, status, remove, installPkgs)
+	var repairTimeout time.Duration
+	repair := &cobra.Command{
+		Use:   "repair NAME",
+		Short: "Settle a rootfs an install left half-configured (dpkg --configure -a, apt-get -f install --no-remove)",
+		Long: `Runs dpkg --configure -a, then apt-get -f install -y --no-remove, in the
+rootfs's install box under its lock, and says which packages were not fully
+installed before and after. install_packages refuses a rootfs in that state
+(it would fail for every tenant). It is the repair_rootfs capability (scope
+admin), called as the local admin and recorded in the audit log.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := g.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			out := cmd.OutOrStdout()
+			ctx := runcode.WithOutput(cmd.Context(), func(_ string, p []byte) { out.Write(p) })
+			in, _ := json.Marshal(app.RepairRootfsInput{Rootfs: args[0], TimeoutMS: repairTimeout.Milliseconds()})
+			reply, err := a.Controller.Call(ctx, g.caller(), "repair_rootfs", in)
+			if err != nil {
+				return err
+			}
+			res := reply.Output.(*app.RepairRootfsResult)
+			text := res.Text()
+			if i := strings.Index(text, "\n--- output ---"); i >= 0 {
+				text = text[:i] // the output was streamed already
+			}
+			fmt.Fprintln(out, text)
+			if res.ExitCode != 0 || len(res.After) > 0 {
+				return fmt.Errorf("rootfs %s is not repaired", args[0])
+			}
+			return nil
+		},
+	}
+	repair.Flags().DurationVar(&repairTimeout, "timeout", 10*time.Minute, "time budget for waiting and the repair (10s..30m)")
+	cmd.AddCommand(install, status, remove, installPkgs, repair)
 	return cmd
 }

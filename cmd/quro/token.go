@@ -35,7 +35,9 @@ func newTokenCmd(g *globals) *cobra.Command {
 		Long: `Tokens authenticate calls to quro serve (REST, MCP, WebSocket). Each
 belongs to a tenant, whose sessions, files and audit entries no other tenant
 sees, and holds scopes: read (status, lists, output), exec (running code and
-commands), admin (destroying sessions, everything). Only a hash is stored:
+commands), install (install_packages and installing a missing rootfs: changes
+a rootfs every tenant on it shares; exec does not imply it), admin
+(destroying sessions, repairing a rootfs, everything). Only a hash is stored:
 a token is shown once, when it is created.`,
 	}
 	var tenant, scopes, label string
@@ -68,7 +70,7 @@ a token is shown once, when it is created.`,
 		},
 	}
 	create.Flags().StringVar(&tenant, "tenant", "", `tenant the token acts for ("" is the local tenant, whose sessions the CLI sees)`)
-	create.Flags().StringVar(&scopes, "scopes", "read,exec", "comma-separated scopes: read, exec, admin")
+	create.Flags().StringVar(&scopes, "scopes", "read,exec", "comma-separated scopes: read, exec, install, admin")
 	create.Flags().StringVar(&label, "label", "", "a note to recognise the token by in lists")
 	create.Flags().BoolVar(&asJSON, "json", false, "print the token and its details as JSON")
 

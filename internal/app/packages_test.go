@@ -6,12 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -25,7 +27,7 @@ func TestInstallPackagesBadInput(t *testing.T) {
 	for _, pkgs := range [][]string{
 		nil, {}, {"-o", "APT::Get::AllowUnauthenticated=1"}, {"-oAPT::Sandbox::User=root"}, {"foo;rm"}, {"foo bar"},
 		{"jq", "--reinstall"}, {"Jq"}, {"j"}, {"jq=-1"}, {"jq=1.6 x"}, {"../jq"}, {"jq\n"}, {"$(id)"},
-		{"jq", "a*"}, make([]string, 65),
+		{"jq", "a*"}, make([]string, 65), {"jq-"}, {"coreutils-"}, {"sl=5.02-1+"}, {"sl:amd64+"}, {"cowsa?"}, {"a|b"}, {"^jq$"}, {"[jq]"},
 	} {
 		_, err := call(t, a, "install_packages", InstallPackagesInput{Packages: pkgs})
 		if capCode(err) != capability.InvalidArgument {
@@ -44,6 +46,40 @@ func TestInstallPackagesBadInput(t *testing.T) {
 	_, err := call(t, a, "install_packages", InstallPackagesInput{Packages: []string{"jq"}})
 	if capCode(err) != capability.InvalidArgument || !strings.Contains(err.Error(), "rootfs=NAME") {
 		t.Errorf("host session: %v", err)
+	}
+}
+
+// apt's simulated plan is read strictly: a removal, a name apt read as a
+// pattern or as another package, or a named package apt would not install
+// refuses the install.
+func TestAptPlanCheck(t *testing.T) {
+	installed := map[string]string{"libc6": "2.36-9", "python3.11": "3.11.2-6"}
+	for _, tc := range []struct {
+		out  string
+		pkgs []string
+		want string // "" accepted
+	}{
+		{"Inst jq (1.6-2.1 Debian:12/stable [amd64])\nInst libjq1 (1.6)\nConf libjq1 (1.6)\nConf jq (1.6)\n", []string{"jq"}, ""},
+		{"", []string{"python3.11"}, ""},
+		{"", []string{"libc6=2.36-9"}, ""},
+		{"", []string{"libc6=2.36-8"}, "would not install libc6=2.36-8"},
+		{"Inst libc6:i386 (2.36)\nConf libc6:i386 (2.36)\n", []string{"libc6:i386"}, ""},
+		{"Remv libsystemd0 [252]\nInst libelogind0 (252)\nConf libelogind0 (252)\n", []string{"libelogind0"}, "would remove libsystemd0"},
+		{"Purg foo [1]\nInst bar (1)\nConf bar (1)\n", []string{"bar"}, "would remove foo"},
+		{"Note, selecting 'cowsay' for regex 'cowsa.'\nInst cowsay (3)\nConf cowsay (3)\n", []string{"cowsay"}, "read a name as something else"},
+		{"Inst cowsay (3)\nConf cowsay (3)\n", []string{"sl"}, "would not install sl"},
+		{"Inst sl (5)\n", []string{"sl"}, "configures none"},
+	} {
+		p, err := parseAptPlan(tc.out, false)
+		if err == nil {
+			err = p.check(tc.pkgs, installed)
+		}
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%q %q: %v, want %q", tc.out, tc.pkgs, err, tc.want)
+		}
+	}
+	if _, err := parseAptPlan("Inst x (1)\n", true); err == nil {
+		t.Error("a cut plan was trusted")
 	}
 }
 
@@ -274,5 +310,154 @@ func TestInstallPackagesWaitsForTheLock(t *testing.T) {
 	_, err = a.InstallPackages(ctx, "default", []string{"sl"}, 300*time.Millisecond, nil)
 	if capCode(err) != capability.DeadlineExceeded || !strings.Contains(err.Error(), "another install") {
 		t.Errorf("timeout while waiting: %v", err)
+	}
+}
+
+// The attack of the security report, on a real rootfs with real apt: a
+// name apt would read as a pattern (cowsa. matched a hundred packages), a
+// remove/install marker, an architecture or version the lists do not
+// have, and a package whose install would remove one other sessions use
+// are all refused before apt changes anything; an exec token may not
+// install at all. Then a package left unpacked (half-installed) makes
+// installs refused until repair_rootfs (admin only) settles it.
+func TestInstallPackagesLiteralNamesNoRemovalAndRepair(t *testing.T) {
+	data := copyTestRootfs(t)
+	a, err := New(context.Background(), Options{DataDir: data, Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if !a.Sandbox.Boxed() {
+		t.Skip("no bubblewrap box: a rootfs cannot be shown")
+	}
+	ctx := context.Background()
+	token := func(scopes ...string) controller.Caller {
+		t.Helper()
+		iss, err := a.Tokens.Create(ctx, "acme", scopes, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := a.Tokens.Verify(ctx, iss.Token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	execTok, installTok := token("read", "exec"), token("read", "exec", "install")
+	if _, err := a.Controller.Call(ctx, execTok, "create_session", json.RawMessage(`{"name":"apt","rootfs":"default","network":"full"}`)); err != nil {
+		t.Fatal(err)
+	}
+	root := rootfs.New(rootfs.DirIn(data)).Path("default")
+	status := func() string {
+		b, err := os.ReadFile(filepath.Join(root, "var/lib/dpkg/status"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	orig := status()
+	install := func(c controller.Caller, pkgs ...string) (*InstallPackagesResult, error) {
+		b, _ := json.Marshal(InstallPackagesInput{Session: "apt", Packages: pkgs})
+		reply, err := a.Controller.Call(ctx, c, "install_packages", b)
+		if err != nil {
+			return nil, err
+		}
+		return reply.Output.(*InstallPackagesResult), nil
+	}
+
+	// exec does not cover install.
+	if _, err := install(execTok, "sl"); capCode(err) != capability.PermissionDenied || !strings.Contains(err.Error(), `needs scope "install"`) {
+		t.Fatalf("exec token: %v", err)
+	}
+	for _, tc := range []struct{ pkg, want string }{
+		{"cowsa.", "did you mean cowsay"},
+		{"python3.1.", "not a package"},
+		{"jq-", "remove this package"},
+		{"sl:i386", "not offered for architecture i386"},
+		{"sl=0.0-1", "no version 0.0-1"},
+		{"cowsay+", "not a package"},
+		{"sl=5.02-1+", "ends in '+'"},
+	} {
+		_, err := install(installTok, tc.pkg)
+		if capCode(err) != capability.InvalidArgument || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "nothing was installed") {
+			t.Errorf("%q: %v, want invalid_argument with %q", tc.pkg, err, tc.want)
+		}
+	}
+	if status() != orig {
+		t.Fatal("a refused name changed dpkg's status")
+	}
+	// How long reading the lists takes (each install does it once).
+	listStart := time.Now()
+	av, files, err := rootfs.AptLists(root)
+	if err != nil || files == 0 || !av.Has("cowsay") {
+		t.Fatalf("lists: %d files, %v", files, err)
+	}
+	t.Logf("apt lists: %d files, %d names, read in %s", files, len(av), time.Since(listStart).Round(time.Millisecond))
+	// libelogind0 conflicts with libsystemd0, which apt itself needs:
+	// apt's plan would remove it, so nothing runs.
+	if _, err := install(installTok, "libelogind0"); capCode(err) != capability.InvalidArgument ||
+		!strings.Contains(err.Error(), "would remove") || !strings.Contains(err.Error(), "libsystemd0") {
+		t.Errorf("a removing install: %v", err)
+	}
+	if status() != orig {
+		t.Fatal("a refused removal changed dpkg's status")
+	}
+
+	// An exact name holding a '.' (a regex character to apt) is taken
+	// literally: python3.11 is installed, so nothing changes.
+	if res, err := install(installTok, "python3.11"); err != nil || res.ExitCode != 0 || len(res.Installed)+len(res.Upgraded) != 0 {
+		t.Fatalf("python3.11: %+v %v", res, err)
+	}
+	if status() != orig {
+		t.Fatal("installing an installed package changed dpkg's status")
+	}
+	// A real install with the install scope works (with the native
+	// architecture named: apt takes it as it is).
+	sl := "sl"
+	if runtime.GOARCH == "amd64" {
+		sl = "sl:amd64"
+	}
+	res, err := install(installTok, sl)
+	if err != nil || res.ExitCode != 0 || len(res.Unsettled) != 0 || !strings.Contains(strings.Join(res.Installed, ","), "sl ") {
+		t.Fatalf("sl: %+v %v", res, err)
+	}
+	// Break it the way an interrupted install does: sl unpacked, not
+	// configured.
+	var box strings.Builder
+	exit, err := a.Sandbox.Run(ctx, &sandbox.Spec{
+		Args: []string{"sh", "-c", "dpkg -r sl && dpkg --unpack /var/cache/apt/archives/sl_*.deb"},
+		Dir:  t.TempDir(), Network: "none", Rootfs: root, RootfsAdmin: true, Stdout: &box, Stderr: &box,
+	})
+	if err != nil || exit.Code != 0 {
+		t.Fatalf("breaking sl: %v %+v %s", err, exit, box.String())
+	}
+	if bad, err := rootfs.Unsettled(root); err != nil || len(bad) != 1 || bad[0] != "sl (unpacked)" {
+		t.Fatalf("unsettled: %q %v", bad, err)
+	}
+	broken := status()
+	if _, err := install(installTok, "tree"); capCode(err) != capability.Unavailable || !strings.Contains(err.Error(), "sl (unpacked)") ||
+		!strings.Contains(err.Error(), "quro rootfs repair default") {
+		t.Errorf("install on a half-installed rootfs: %v", err)
+	}
+	if status() != broken {
+		t.Fatal("the refused install changed dpkg's status")
+	}
+	// Repair is admin's.
+	if _, err := a.Controller.Call(ctx, installTok, "repair_rootfs", json.RawMessage(`{"rootfs":"default"}`)); capCode(err) != capability.PermissionDenied {
+		t.Errorf("repair with install scope: %v", err)
+	}
+	reply, err := a.Controller.Call(ctx, admin, "repair_rootfs", json.RawMessage(`{"rootfs":"default"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr := reply.Output.(*RepairRootfsResult)
+	if rr.ExitCode != 0 || len(rr.Before) != 1 || len(rr.After) != 0 || !strings.Contains(reply.Text, "repaired: sl (unpacked) now installed") {
+		t.Fatalf("repair: %+v\n%s", rr, reply.Text)
+	}
+	if _, ok := rootfs.Installed(root)["sl"]; !ok {
+		t.Error("sl is not installed after the repair")
+	}
+	if res, err := install(installTok, "tree"); err != nil || res.ExitCode != 0 {
+		t.Errorf("install after the repair: %+v %v", res, err)
 	}
 }

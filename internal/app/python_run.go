@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -102,7 +103,7 @@ func (a *App) registerPythonRun(reg *capability.Registry) {
 			"with the workspace as working directory, a cleared environment (a whitelist plus the session's variables) and the session's network policy. "+
 			"Returns exit_code, stdout and stderr (read concurrently; long output keeps head and tail, the full stream is saved in the workspace). "+
 			"timeout_ms is 1000..60000 (default 20000); on timeout the whole process tree is killed and the output so far is returned. "+
-			"A missing rootfs is installed on first use (debootstrap: needs the network, about a minute); a call whose timeout ends first says so and the install continues: call again, or run `quro rootfs install` beforehand. "+
+			"A missing rootfs is installed on first use only for a caller with scope install or admin (debootstrap: needs the network, about a minute); a call whose timeout ends first says so and the install continues: call again, or run `quro rootfs install` beforehand. "+
 			"Unlike run_code's python, nothing persists between calls except files.",
 		capability.ScopeExec, p.run))
 }
@@ -138,6 +139,15 @@ func (p *pythonRun) run(ctx context.Context, in PythonRunInput) (*PythonRunResul
 	start := time.Now()
 	runTimeout := timeout
 	if !p.m.Ready(name) {
+		// Installing downloads a Debian userland from the host's network
+		// and creates a rootfs every tenant may then use: only for a
+		// caller that may change rootfses, never implicitly for exec.
+		if c, ok := controller.CallerFrom(ctx); !ok || !c.Scope.Covers(capability.ScopeInstall) {
+			return nil, capability.Errorf(capability.PermissionDenied,
+				"rootfs %q is not installed, and python_run installs a missing rootfs (debootstrap downloads it from the network) only for a caller with scope install or admin; "+
+					"nothing was downloaded and the code did not run. An operator runs `quro rootfs install %s` (or a caller with scope install calls python_run once); "+
+					"or create a session on an installed rootfs (`quro rootfs status` lists them)", name, name)
+		}
 		deadline := start.Add(timeout)
 		if err := p.waitInstall(ctx, name, deadline); err != nil {
 			return nil, err
@@ -149,6 +159,19 @@ func (p *pythonRun) run(ctx context.Context, in PythonRunInput) (*PythonRunResul
 		}
 	}
 	return p.exec(ctx, sess, name, in.Code, runTimeout, start)
+}
+
+// checkRootfsReady refuses a rootfs name that is not installed, listing
+// the installed ones and how to install it (create_session names one).
+func (a *App) checkRootfsReady(name string) error {
+	if err := rootfs.CheckName(name); err != nil {
+		return capability.Errorf(capability.InvalidArgument, "%v", err)
+	}
+	m := rootfs.New(rootfs.DirIn(a.DataDir))
+	if !m.Ready(name) {
+		return missingRootfs(m, name)
+	}
+	return nil
 }
 
 // waitInstall starts installing name in the background (or joins the

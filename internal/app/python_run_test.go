@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
@@ -87,6 +89,46 @@ func TestPythonRunInstallsOnFirstUse(t *testing.T) {
 	}
 	if m.Ready("default") {
 		t.Error("a failed install is ready")
+	}
+}
+
+// An exec caller never makes the host download a rootfs: python_run
+// refuses before the installer runs, says how to install it, and leaves
+// no trace in the rootfs directory; a caller with install (beside exec)
+// does start it.
+func TestPythonRunNeverInstallsForExec(t *testing.T) {
+	calls := 0
+	withInstaller(t, func(ctx context.Context, target, cache string, o rootfs.InstallOptions, progress func(string)) error {
+		calls++
+		return errors.New("fake debootstrap ran")
+	})
+	a := newApp(t, nil)
+	ctx := context.Background()
+	s, err := a.Sessions.CreateWith(ctx, "offline", session.CreateOptions{}) // network none
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []controller.Caller{
+		{Path: "test", Scope: capability.ScopeExec},
+		{Path: "insession", Scope: capability.ScopeExec, Session: s.ID}, // code in a session calling back
+	} {
+		b, _ := json.Marshal(PythonRunInput{Code: "print(1)", Session: "offline"})
+		_, err := a.Controller.Call(ctx, c, "python_run", b)
+		if capCode(err) != capability.PermissionDenied || !strings.Contains(err.Error(), "scope install or admin") ||
+			!strings.Contains(err.Error(), "quro rootfs install default") || !strings.Contains(err.Error(), "nothing was downloaded") {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+	if calls != 0 {
+		t.Fatalf("the installer ran %d times for callers without install", calls)
+	}
+	if ents, _ := os.ReadDir(rootfs.DirIn(a.DataDir)); len(ents) != 0 {
+		t.Errorf("the rootfs directory holds %v", ents)
+	}
+	b, _ := json.Marshal(PythonRunInput{Code: "print(1)"})
+	_, err = a.Controller.Call(ctx, controller.Caller{Path: "test", Scope: "exec,install"}, "python_run", b)
+	if calls != 1 || capCode(err) != capability.Unavailable || !strings.Contains(err.Error(), "fake debootstrap ran") {
+		t.Errorf("exec,install caller: %d installs, %v", calls, err)
 	}
 }
 
@@ -260,10 +302,21 @@ func sessionCreateOpts(rootfsName string) session.CreateOptions {
 // is missing gets a clear error.
 func TestRootfsSessionTerminalsAndNetwork(t *testing.T) {
 	a := appOnRootfs(t, testRootfs(t))
-	for _, in := range []CreateSessionInput{{Name: "onrootfs", Rootfs: "default"}, {Name: "host"}, {Name: "net", Network: "full"}, {Name: "gone", Rootfs: "missing"}} {
+	for _, in := range []CreateSessionInput{{Name: "onrootfs", Rootfs: "default"}, {Name: "host"}, {Name: "net", Network: "full"}} {
 		if _, err := call(t, a, "create_session", in); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A session naming a rootfs that is not installed is refused at
+	// create, with the installed ones and how to install it.
+	_, err := call(t, a, "create_session", CreateSessionInput{Name: "gone", Rootfs: "missing"})
+	if capCode(err) != capability.NotFound || !strings.Contains(err.Error(), "installed: default") || !strings.Contains(err.Error(), "quro rootfs install missing") {
+		t.Fatalf("create_session on a missing rootfs: %v", err)
+	}
+	// One whose rootfs went away later (created beneath the capability
+	// here) gets a clear error when it runs.
+	if _, err := a.Sessions.CreateWith(context.Background(), "gone", session.CreateOptions{Rootfs: "missing"}); err != nil {
+		t.Fatal(err)
 	}
 	// bubblewrap is on the host, never in the debootstrapped rootfs.
 	const where = "test -e /usr/bin/bwrap && echo on-host || echo on-rootfs"
@@ -292,8 +345,34 @@ func TestRootfsSessionTerminalsAndNetwork(t *testing.T) {
 	if got := exec("net", ifaces); got == "1\n" {
 		t.Errorf("network full sees only lo")
 	}
-	_, err := call(t, a, "terminal_exec", TerminalExecInput{Session: "gone", Command: "true"})
+	_, err = call(t, a, "terminal_exec", TerminalExecInput{Session: "gone", Command: "true"})
 	if err == nil || !strings.Contains(err.Error(), `rootfs "missing", which is not installed`) {
 		t.Fatalf("missing rootfs: %v", err)
+	}
+}
+
+// create_session refuses a rootfs that is not installed, listing the
+// installed ones and how to install it, and creates nothing.
+func TestCreateSessionRefusesAMissingRootfs(t *testing.T) {
+	a := newApp(t, nil)
+	m := rootfs.New(rootfs.DirIn(a.DataDir))
+	if err := os.MkdirAll(m.Path("other"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(m.Path("other"), rootfs.Marker), []byte(`{"name":"other"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := call(t, a, "create_session", CreateSessionInput{Name: "s", Rootfs: "missing"})
+	if capCode(err) != capability.NotFound || !strings.Contains(err.Error(), "installed: other") || !strings.Contains(err.Error(), "quro rootfs install missing") {
+		t.Fatalf("missing rootfs: %v", err)
+	}
+	if _, err := a.Sessions.Get(context.Background(), "s"); err == nil {
+		t.Fatal("the refused session exists")
+	}
+	if _, err := call(t, a, "create_session", CreateSessionInput{Name: "bad", Rootfs: "../x"}); capCode(err) != capability.InvalidArgument {
+		t.Fatalf("bad rootfs name: %v", err)
+	}
+	if _, err := call(t, a, "create_session", CreateSessionInput{Name: "s", Rootfs: "other"}); err != nil {
+		t.Fatalf("installed rootfs: %v", err)
 	}
 }

@@ -145,6 +145,11 @@ func (a *App) registerSessions(reg *capability.Registry) {
 	reg.Register(capability.New("create_session",
 		"Create a session: a fresh workspace directory with its own shell, Python state and variables. Returns its id.",
 		capability.ScopeExec, func(ctx context.Context, in CreateSessionInput) (*SessionInfo, error) {
+			if in.Rootfs != "" {
+				if err := a.checkRootfsReady(in.Rootfs); err != nil {
+					return nil, err
+				}
+			}
 			s, err := a.Sessions.CreateWith(ctx, in.Name, session.CreateOptions{Network: in.Network, Rootfs: in.Rootfs})
 			if err != nil {
 				return nil, err

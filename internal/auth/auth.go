@@ -32,8 +32,9 @@ import (
 	"github.com/quro-dev/quro/internal/store"
 )
 
-// Scopes are the scopes a token may hold, narrowest first.
-var Scopes = []capability.Scope{capability.ScopeRead, capability.ScopeExec, capability.ScopeAdmin}
+// Scopes are the scopes a token may hold, narrowest first (install is
+// beside exec: neither covers the other; admin covers both).
+var Scopes = []capability.Scope{capability.ScopeRead, capability.ScopeExec, capability.ScopeInstall, capability.ScopeAdmin}
 
 // ErrNotFound: no live token has that id.
 var ErrNotFound = errors.New("no such live token")
@@ -78,27 +79,35 @@ func ParseScopes(list string) ([]string, error) {
 			continue
 		}
 		if !slices.Contains(Scopes, capability.Scope(f)) {
-			return nil, fmt.Errorf("unknown scope %q: use read, exec or admin", f)
+			return nil, fmt.Errorf("unknown scope %q: use read, exec, install or admin", f)
 		}
 		if !slices.Contains(out, f) {
 			out = append(out, f)
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no scope given: use read, exec or admin (comma-separated)")
+		return nil, fmt.Errorf("no scope given: use read, exec, install or admin (comma-separated)")
 	}
 	return out, nil
 }
 
-// Widest returns the widest of scopes; admin covers exec covers read.
+// Widest returns what scopes amount to: admin when held (it covers all);
+// else exec and install, each when held, as a set ("exec,install"); else
+// read. exec and install each cover read.
 func Widest(scopes []string) capability.Scope {
-	var w capability.Scope
-	for _, s := range Scopes {
+	if slices.Contains(scopes, string(capability.ScopeAdmin)) {
+		return capability.ScopeAdmin
+	}
+	var set []string
+	for _, s := range []capability.Scope{capability.ScopeExec, capability.ScopeInstall} {
 		if slices.Contains(scopes, string(s)) {
-			w = s
+			set = append(set, string(s))
 		}
 	}
-	return w
+	if len(set) == 0 && slices.Contains(scopes, string(capability.ScopeRead)) {
+		return capability.ScopeRead
+	}
+	return capability.Scope(strings.Join(set, ","))
 }
 
 // Create issues a token for tenant with scopes.

@@ -86,7 +86,8 @@ func TestRevokeByWholeToken(t *testing.T) {
 }
 
 func TestScopes(t *testing.T) {
-	for in, want := range map[string]capability.Scope{"read": "read", "read,exec": "exec", "exec": "exec", " admin , read": "admin"} {
+	for in, want := range map[string]capability.Scope{"read": "read", "read,exec": "exec", "exec": "exec", " admin , read": "admin",
+		"read,exec,install": "exec,install", "install,exec": "exec,install", "install": "install", "install,admin": "admin"} {
 		s, err := ParseScopes(in)
 		if err != nil || Widest(s) != want {
 			t.Errorf("%q: %v %v", in, Widest(s), err)

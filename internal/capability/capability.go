@@ -20,25 +20,39 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 )
 
-// Scope is the permission a caller needs to use a capability.
+// Scope is the permission a caller needs to use a capability. A caller's
+// scope may also be a comma-separated set ("exec,install"): install is
+// not part of the read ⊂ exec ⊂ admin chain, so a token can hold exec
+// without it, or both.
 type Scope string
 
 const (
 	ScopeRead  Scope = "read"  // status, lists, output
 	ScopeExec  Scope = "exec"  // running code and commands
-	ScopeAdmin Scope = "admin" // tokens, destroying
+	ScopeAdmin Scope = "admin" // tokens, destroying, repairing a rootfs
+	// ScopeInstall changes a shared rootfs (install_packages, installing a
+	// missing rootfs on first use): what it adds every session of that
+	// rootfs sees, across tenants, so exec does not imply it.
+	ScopeInstall Scope = "install"
 )
 
-// Covers reports whether a caller holding s may use a capability needing need:
-// admin covers everything, exec covers read.
+// Covers reports whether a caller holding s (one scope or a
+// comma-separated set) may use a capability needing need: admin covers
+// everything, exec covers read, install covers read.
 func (s Scope) Covers(need Scope) bool {
-	switch s {
-	case ScopeAdmin:
-		return true
-	case ScopeExec:
-		return need == ScopeExec || need == ScopeRead
-	case ScopeRead:
-		return need == ScopeRead
+	for _, h := range strings.Split(string(s), ",") {
+		switch Scope(h) {
+		case ScopeAdmin:
+			return true
+		case ScopeExec, ScopeInstall:
+			if need == Scope(h) || need == ScopeRead {
+				return true
+			}
+		case ScopeRead:
+			if need == ScopeRead {
+				return true
+			}
+		}
 	}
 	return false
 }

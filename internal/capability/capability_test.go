@@ -91,6 +91,11 @@ func TestScopes(t *testing.T) {
 	}{
 		{ScopeAdmin, ScopeExec, true}, {ScopeAdmin, ScopeRead, true}, {ScopeExec, ScopeRead, true},
 		{ScopeExec, ScopeAdmin, false}, {ScopeRead, ScopeExec, false}, {"", ScopeRead, false},
+		// install is beside exec, not beneath it: only admin or install itself covers it.
+		{ScopeExec, ScopeInstall, false}, {ScopeRead, ScopeInstall, false}, {ScopeAdmin, ScopeInstall, true},
+		{ScopeInstall, ScopeInstall, true}, {ScopeInstall, ScopeRead, true}, {ScopeInstall, ScopeExec, false},
+		{"exec,install", ScopeInstall, true}, {"exec,install", ScopeExec, true}, {"exec,install", ScopeAdmin, false},
+		{"read,install", ScopeExec, false}, {"exec,", ScopeInstall, false}, {",", ScopeRead, false}, {"execinstall", ScopeExec, false},
 	} {
 		if got := tc.have.Covers(tc.need); got != tc.ok {
 			t.Errorf("%q covers %q = %v", tc.have, tc.need, got)

@@ -406,7 +406,13 @@ func (m *Manager) AddPackages(name string, pkgs []string, listsUpdated time.Time
 // directory root, with their versions.
 func Installed(root string) map[string]string {
 	out := map[string]string{}
-	f, err := os.Open(filepath.Join(root, "var/lib/dpkg/status"))
+	// Beneath root, never through a symlink out of it (see AptLists).
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return out
+	}
+	defer r.Close()
+	f, err := openRegular(r, "var/lib/dpkg/status")
 	if err != nil {
 		return out
 	}

@@ -143,6 +143,7 @@ func cases() (setup []call, table map[string]toolCase) {
 		// s1 runs on the host userland: the call is refused before apt,
 		// and comes back as a tool error (real installs: internal/app).
 		"install_packages": {map[string]any{"session": "s1", "packages": []string{"jq"}}, toolError("invalid_argument")},
+		"repair_rootfs":    {map[string]any{"rootfs": "none-here"}, toolError("not_found")},
 		"write_file":       {map[string]any{"session": "s1", "path": "notes/w.txt", "content": "written"}, field("path", "notes/w.txt")},
 		"list_files":       {map[string]any{"session": "s1"}, text("mod.js")},
 		"create_project":   {map[string]any{"session": "s1", "template": "shell", "name": "proj"}, text("run.sh")},
