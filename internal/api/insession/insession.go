@@ -194,8 +194,11 @@ func NewServer(ctx context.Context, dataDir string, sessions *session.Manager, h
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{dataDir: dataDir, sessions: sessions, handler: h, log: log, ctx: ctx, live: map[string]*socket{}}
-	if old, err := filepath.Glob(filepath.Join(SocketDir(dataDir), "*.sock")); err == nil {
-		for _, p := range old {
+	old, _ := filepath.Glob(filepath.Join(SocketDir(dataDir), "*.sock"))
+	// run/api.sock: the one socket of every session, before sessions had
+	// their own.
+	for _, p := range append(old, filepath.Join(dataDir, "run", "api.sock")) {
+		if fi, err := os.Lstat(p); err == nil && fi.Mode().Type() == os.ModeSocket {
 			os.Remove(p)
 		}
 	}
