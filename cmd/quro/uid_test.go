@@ -95,6 +95,12 @@ func TestUIDCollisionCannotCrossTenants(t *testing.T) {
 		return r.body
 	}
 	asC5, asC23 := token("c5"), token("c23")
+	// The status waits for the engine probes the server started (the
+	// Python one extracts into the data directory), so none still writes
+	// there when the test ends.
+	if r := do(t, "POST", srv.url+"/v1/get_service_status", js, `{}`, asC5...); r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
 
 	// c5 still reaches its own file through its socket (the check below
 	// would pass for a socket that answered nobody).
