@@ -124,6 +124,24 @@ touch mine`
 	if int(st.Uid) == oldUID || int(st.Uid) < store.UIDFirst || int(st.Uid) >= store.UIDLimit {
 		t.Fatalf("c23's code runs as uid %d (c5's is %d)", st.Uid, oldUID)
 	}
+	c23UID := int(st.Uid)
+	// The session's terminal shell and its resident Python worker run
+	// under its uid too, with its own socket.
+	r := do(t, "POST", srv.url+"/v1/terminal_exec", js, `{"session":"work","command":"touch via-term; quro call --json get_session_status | grep '\"id\"'"}`,
+		append([]string{"Accept", "text/plain"}, asC23...)...)
+	if r.status != 200 || !strings.Contains(r.body, c23) || strings.Contains(r.body, c5) {
+		t.Fatalf("terminal of c23: %d %s", r.status, r.body)
+	}
+	body, _ := json.Marshal(map[string]any{"lang": "python", "session": "work",
+		"code": "import os; open('via-py', 'w').close(); print(os.path.exists('/run/quro/api.sock'))"})
+	if r := do(t, "POST", srv.url+"/v1/run_code", js, string(body), append([]string{"Accept", "text/plain"}, asC23...)...); r.status != 200 || !strings.Contains(r.body, "True") {
+		t.Fatalf("python of c23: %d %s", r.status, r.body)
+	}
+	for _, f := range []string{"via-term", "via-py"} {
+		if err := syscall.Stat(filepath.Join(root, c23, "workspace", f), &st); err != nil || int(st.Uid) != c23UID {
+			t.Fatalf("%s: uid %d (want c23's %d), %v", f, st.Uid, c23UID, err)
+		}
+	}
 	if err := syscall.Stat(filepath.Join(root, c5, "workspace", "secret.txt"), &st); err != nil || int(st.Uid) != oldUID {
 		t.Fatalf("c5's file changed hands: uid %d, %v", st.Uid, err)
 	}
