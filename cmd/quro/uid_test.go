@@ -147,9 +147,7 @@ touch mine`
 	}
 
 	// The new allocator, told to hand out c5's uid again, does not.
-	old := store.UIDCandidate
-	store.UIDCandidate = func() int { return oldUID }
-	t.Cleanup(func() { store.UIDCandidate = old })
+	t.Cleanup(store.SetUIDCandidate(func() int { return oldUID }))
 	asC7 := token("c7")
 	if r := do(t, "POST", srv.url+"/v1/sessions", js, `{"name":"work"}`, asC7...); r.status != 201 {
 		t.Fatalf("%d %s", r.status, r.body)

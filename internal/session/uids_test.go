@@ -166,9 +166,7 @@ func TestUpgradeSplitsCollidingUIDs(t *testing.T) {
 }
 
 func forceUID(t *testing.T, u int) {
-	old := store.UIDCandidate
-	store.UIDCandidate = func() int { return u }
-	t.Cleanup(func() { store.UIDCandidate = old })
+	t.Cleanup(store.SetUIDCandidate(func() int { return u }))
 }
 
 // A destroyed session's uid is not given to a new session while a process

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"sync/atomic"
 )
 
 // Session uids are taken from [UIDFirst, UIDLimit): above the ranges
@@ -17,17 +18,37 @@ const (
 	UIDLimit = 3_000_000
 )
 
-// UIDCandidate proposes a uid for a new session; the allocation takes it
+// uidCandidate proposes a uid for a new session; the allocation takes it
 // only when no session has it and no destroyed session still holds it,
 // and otherwise asks again, a few times, before it takes the lowest free
-// uid. The default draws uniformly from [UIDFirst, UIDLimit). Tests
-// replace it to force a collision.
-var UIDCandidate = func() int {
+// uid. The default draws uniformly from [UIDFirst, UIDLimit).
+var uidCandidate atomic.Pointer[func() int]
+
+func randomUID() int {
 	n, err := rand.Int(rand.Reader, big.NewInt(UIDLimit-UIDFirst))
 	if err != nil {
 		return UIDFirst
 	}
 	return UIDFirst + int(n.Int64())
+}
+
+// SetUIDCandidate makes f propose the uids of new sessions (nil: random)
+// and returns a function that puts the previous proposer back. It is for
+// tests, to force a collision: whatever f proposes, a session never gets
+// a taken uid.
+func SetUIDCandidate(f func() int) (restore func()) {
+	old := uidCandidate.Swap(&f)
+	if f == nil {
+		uidCandidate.Store(nil)
+	}
+	return func() { uidCandidate.Store(old) }
+}
+
+func nextCandidate() int {
+	if f := uidCandidate.Load(); f != nil && *f != nil {
+		return (*f)()
+	}
+	return randomUID()
 }
 
 // ErrNoUID: every uid of the range is taken.
@@ -46,7 +67,7 @@ func uidTaken(ctx context.Context, tx *sql.Tx, uid int) (bool, error) {
 // lowest free one.
 func allocUID(ctx context.Context, tx *sql.Tx) (int, error) {
 	for range 8 {
-		u := UIDCandidate()
+		u := nextCandidate()
 		if u < UIDFirst || u >= UIDLimit {
 			continue
 		}

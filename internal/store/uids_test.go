@@ -13,9 +13,7 @@ import (
 
 // forceCandidate makes every uid proposal u for the rest of the test.
 func forceCandidate(t *testing.T, u int) {
-	old := UIDCandidate
-	UIDCandidate = func() int { return u }
-	t.Cleanup(func() { UIDCandidate = old })
+	t.Cleanup(SetUIDCandidate(func() int { return u }))
 }
 
 func newSession(t *testing.T, s *Store, id, tenant string) *Session {
