@@ -51,6 +51,9 @@ func SocketPath(dataDir, id string) string { return filepath.Join(SocketDir(data
 // uid may connect to (as the server is root; otherwise only the server's
 // uid can anyway). The directory holding it is the server's alone.
 func Listen(path string, uid int) (net.Listener, error) {
+	if len(path) > maxSocketPath {
+		return nil, fmt.Errorf("socket path %s is %d bytes, longer than the %d a unix socket may have: use a shorter data directory", path, len(path), maxSocketPath)
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
@@ -74,6 +77,10 @@ func Listen(path string, uid int) (net.Listener, error) {
 	}
 	return ln, nil
 }
+
+// maxSocketPath is the longest path a unix socket may have on Linux
+// (sun_path is 108 bytes, with the NUL).
+const maxSocketPath = 107
 
 type credKey struct{}
 

@@ -204,3 +204,12 @@ func (r *recorder) WriteHeader(c int) {
 		r.code = c
 	}
 }
+
+// A data directory too deep for a socket path is refused with a message
+// that says so, not bind's "invalid argument".
+func TestListenRefusesTooLongAPath(t *testing.T) {
+	_, err := insession.Listen(filepath.Join(t.TempDir(), strings.Repeat("d", 120), "x.sock"), 0)
+	if err == nil || !strings.Contains(err.Error(), "shorter data directory") {
+		t.Fatalf("%v", err)
+	}
+}
