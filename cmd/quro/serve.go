@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -56,32 +55,18 @@ admin token for the local tenant is created, printed once and kept in
 				}
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			data, err := filepath.Abs(g.dataDir)
-			if err != nil {
-				return err
-			}
 			opts := g.options(log)
-			// Every box sees the in-session socket, so code in a session
-			// can call back (quro call) as its own session.
-			opts.Sandbox.Binds = append(opts.Sandbox.Binds, insession.Bind(data))
 			a, err := app.New(cmd.Context(), opts)
 			if err != nil {
 				return err
 			}
 			defer a.Close()
-			sockPath := insession.SocketPath(a.DataDir)
-			sock, err := insession.Listen(sockPath)
-			if err != nil {
-				return fmt.Errorf("in-session socket: %w", err)
-			}
-			defer os.Remove(sockPath)
+			// Each session's boxes get a socket of that session's, so its
+			// code can call back (quro call) as its own session.
 			resolver := &insession.Resolver{Sessions: a.Sessions}
-			go func() {
-				h := rest.New(a.Controller, &rest.Options{Logger: log, Access: rest.Access{Auth: resolver.Auth}})
-				if err := insession.Serve(cmd.Context(), sock, h); err != nil {
-					log.Error("in-session calls stopped", "err", err)
-				}
-			}()
+			inSession := insession.NewServer(cmd.Context(), a.DataDir, a.Sessions,
+				rest.New(a.Controller, &rest.Options{Logger: log, Access: rest.Access{Auth: resolver.Auth}}), log)
+			defer inSession.Close()
 			authFn := httpauth.Func(httpauth.Open)
 			if noAuth {
 				log.Warn("authentication is off (--no-auth): every local caller is the admin of the local tenant")

@@ -12,7 +12,6 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/project"
-	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/workspace"
 )
@@ -193,7 +192,7 @@ func (a *App) registerFiles(reg *capability.Registry) {
 // openWorkspace resolves the session and opens its workspace with the
 // session's uid as the owner of what the server creates, as sandbox.Start
 // hands the workspace over: a root server's runs go under the session's
-// own uid (sandbox.SessionUID of the workspace).
+// own uid (session.Session.UID).
 func (a *App) openWorkspace(ctx context.Context, ref string) (*session.Session, *workspace.FS, error) {
 	sess, err := a.Sessions.Get(ctx, ref)
 	if err != nil {
@@ -201,7 +200,7 @@ func (a *App) openWorkspace(ctx context.Context, ref string) (*session.Session, 
 	}
 	opts := workspace.Options{}
 	if os.Geteuid() == 0 {
-		uid := sandbox.SessionUID(sess.Workspace())
+		uid := sess.UID
 		opts.Owner = &workspace.Owner{UID: uid, GID: uid}
 	}
 	w, err := workspace.Open(sess.Workspace(), opts)

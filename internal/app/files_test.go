@@ -13,7 +13,6 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/runcode"
-	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/terminal"
 )
 
@@ -68,7 +67,7 @@ func TestWriteFileThenCodeChangesIt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		uid := sandbox.SessionUID(sess.Workspace())
+		uid := sess.UID
 		for _, p := range []string{"notes", "notes/a.txt"} {
 			fi, err := os.Stat(filepath.Join(sess.Workspace(), p))
 			if err != nil {

@@ -268,6 +268,8 @@ func (p *pythonRun) exec(ctx context.Context, sess *session.Session, name, code 
 		TmpDir:  sess.TmpDir(),
 		Env:     sess.Env,
 		Network: sess.Network,
+		UID:     sess.UID,
+		Binds:   sess.Binds(),
 		Rootfs:  p.m.Path(name),
 		Stdout:  stdout,
 		Stderr:  stderr,

@@ -23,6 +23,8 @@ func ProcessSpec(req *Request, args ...string) *sandbox.Spec {
 		TmpDir:  req.Session.TmpDir(),
 		Env:     req.Session.Env,
 		Network: req.Session.Network,
+		UID:     req.Session.UID,
+		Binds:   req.Session.Binds(),
 		Stdout:  req.Stdout,
 		Stderr:  req.Stderr,
 	}

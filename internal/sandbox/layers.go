@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -193,12 +194,27 @@ const (
 	uidRange = 1_000_000
 )
 
-// SessionUID is the unprivileged host uid of the session whose workspace is
-// dir, stable across restarts.
-func SessionUID(dir string) int {
+// AnonymousUID is the uid of a run that belongs to no session (Spec.UID 0
+// on a Sandbox not made by ForSession), derived from its directory dir. It
+// lies above the session range [uidBase, uidBase+uidRange), so it is never
+// a session's: sessions get their uids from the store (session.Session.UID),
+// unique, and a run of a session always names it. A hash of the path was
+// once the session's uid; hashes collide, and two sessions with one uid
+// could act as each other.
+func AnonymousUID(dir string) int {
 	h := fnv.New32a()
 	h.Write([]byte(filepath.Clean(dir)))
-	return uidBase + int(h.Sum32()%uidRange)
+	return uidBase + uidRange + int(h.Sum32()%uidRange)
+}
+
+// ForSession returns a Sandbox like s whose runs, unless their Spec says
+// otherwise, go under uid and whose boxes also get binds: for code that
+// builds its Specs without knowing the session (a session's shell).
+func (s *Sandbox) ForSession(uid int, binds []Bind) *Sandbox {
+	c := *s
+	c.uid = uid
+	c.binds = append(slices.Clone(s.binds), binds...)
+	return &c
 }
 
 // handOver makes dirs belong to uid (recursively, the first time) and

@@ -18,6 +18,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -108,6 +109,7 @@ type Sandbox struct {
 	layers     *layerSet
 	onFailure  func(reason string)
 	binds      []Bind
+	uid        int // see ForSession
 }
 
 // New returns a Sandbox. opts may be nil.
@@ -197,9 +199,13 @@ type Spec struct {
 	// data directory as a whole.
 	ReadOnly []string
 	// UID is the unprivileged host uid the run gets when the server runs as
-	// root; 0 derives a stable one from Dir (see SessionUID). Dir, TmpDir
-	// and Writable are handed over to it.
+	// root: the session's own (session.Session.UID). 0 takes the uid of a
+	// ForSession sandbox, else one outside the session range derived from
+	// Dir (see AnonymousUID). Dir, TmpDir and Writable are handed over to it.
 	UID int
+	// Binds are host paths bound read-only into this run's box besides
+	// Options.Binds: the session's own in-session socket.
+	Binds []Bind
 
 	Stdin          io.Reader // nil means /dev/null
 	Stdout, Stderr io.Writer // nil discards
@@ -382,10 +388,7 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 	}
 	uid := 0
 	if s.layers.root && !admin {
-		uid = spec.UID
-		if uid <= 0 {
-			uid = SessionUID(spec.Dir)
-		}
+		uid = cmp.Or(max(spec.UID, 0), s.uid, AnonymousUID(spec.Dir))
 		if err := handOver(uid, writable...); err != nil {
 			return nil, startErr(err)
 		}
@@ -475,7 +478,7 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 	var goAhead, info *os.File
 	var box *bwrapBox
 	if boxed {
-		box = &bwrapBox{spec: spec, self: s.self, network: network, writable: writable, readOnly: readOnly, binds: s.binds,
+		box = &bwrapBox{spec: spec, self: s.self, network: network, writable: writable, readOnly: readOnly, binds: append(slices.Clone(s.binds), spec.Binds...),
 			tmpSize: 256 << 20, passwd: passwdFor(spec.homeDir()), admin: admin}
 		if admin {
 			box.passwd = "" // the rootfs's own accounts, which dpkg may change

@@ -19,8 +19,10 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/store"
 )
 
@@ -95,6 +97,27 @@ type Session struct {
 	Rootfs     string            `json:"rootfs,omitempty"` // rootfs name, "" for the host userland
 	Tenant     string            `json:"-"`                // owner; "" for the local tenant
 	Dir        string            `json:"-"`                // $QURO_DATA/sessions/<id>
+	// UID is the session's own host uid, allocated by the store: no
+	// other session has it, and it is not given to another session until
+	// every process and file of this one is gone. Runs of the session go
+	// under it when the server is root (sandbox.Spec.UID).
+	UID int `json:"-"`
+
+	m *Manager
+}
+
+// Binds are the host paths bound into every box of the session
+// (sandbox.Spec.Binds): its own in-session socket, which the hook set with
+// Manager.SetBoxHooks creates on first use. None without a hook.
+func (s *Session) Binds() []sandbox.Bind {
+	if s == nil || s.m == nil {
+		return nil
+	}
+	h := s.m.hooks.Load()
+	if h == nil || h.Binds == nil {
+		return nil
+	}
+	return h.Binds(s)
 }
 
 // Workspace is the session's working directory: the only host directory its
@@ -120,7 +143,22 @@ type Manager struct {
 	// MaxPerTenant caps the sessions one tenant may have (0: no cap). Set
 	// it before the Manager is used.
 	MaxPerTenant int
+
+	hooks atomic.Pointer[BoxHooks]
 }
+
+// BoxHooks tie a session's boxes to services outside the package: the
+// in-session socket.
+type BoxHooks struct {
+	// Binds returns the binds of the session's boxes (see Session.Binds).
+	Binds func(*Session) []sandbox.Bind
+	// Destroyed is told when the session's row is gone, before its
+	// directory is removed and its uid released.
+	Destroyed func(*Session)
+}
+
+// SetBoxHooks sets the hooks (nil: none).
+func (m *Manager) SetBoxHooks(h *BoxHooks) { m.hooks.Store(h) }
 
 // Open returns a Manager over st with session directories under dataDir,
 // creating the default session if there is none.
@@ -128,6 +166,9 @@ func Open(ctx context.Context, st *store.Store, dataDir string) (*Manager, error
 	m := &Manager{store: st, root: filepath.Join(dataDir, "sessions")}
 	if err := os.MkdirAll(m.root, 0o755); err != nil {
 		return nil, fmt.Errorf("session: %w", err)
+	}
+	if err := m.settleUIDs(ctx); err != nil {
+		return nil, fmt.Errorf("session uids: %w", err)
 	}
 	if _, err := m.Default(ctx); err != nil {
 		return nil, err
@@ -266,6 +307,7 @@ func (m *Manager) create(ctx context.Context, name string, o CreateOptions, capp
 		}
 		return nil, fmt.Errorf("session: %w", err)
 	}
+	s.UID = row.UID
 	return s, nil
 }
 
@@ -410,14 +452,21 @@ func (m *Manager) UpdateEnv(ctx context.Context, s *Session, changes map[string]
 }
 
 // Delete removes the session's row and its directory, workspace included.
-// Stop everything running in it first.
+// Stop everything running in it first. Its uid stays reserved until no
+// process runs under it and the directory is gone (see reapUIDs): a
+// process of the session that outlived the stop keeps the uid from being
+// given to a new session.
 func (m *Manager) Delete(ctx context.Context, s *Session) error {
-	if err := m.wrap(m.store.DeleteSession(ctx, s.ID), s.ID); err != nil {
-		return err
+	if _, err := m.store.DeleteSession(ctx, s.ID); err != nil {
+		return m.wrap(err, s.ID)
+	}
+	if h := m.hooks.Load(); h != nil && h.Destroyed != nil {
+		h.Destroyed(s)
 	}
 	if err := os.RemoveAll(s.Dir); err != nil {
 		return fmt.Errorf("session %s: remove %s: %w", s.Name, s.Dir, err)
 	}
+	m.reapUIDs(ctx)
 	return nil
 }
 
@@ -472,6 +521,8 @@ func (m *Manager) fromRow(r *store.Session) *Session {
 		Rootfs:     r.Rootfs,
 		Tenant:     r.Tenant,
 		Dir:        filepath.Join(m.root, r.ID),
+		UID:        r.UID,
+		m:          m,
 	}
 }
 

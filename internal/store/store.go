@@ -64,7 +64,15 @@ func (s *Store) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
 }
 
 // Open opens (creating if needed) the database at file and migrates it.
+//
+// The database and its -wal and -shm files are private to the server
+// (0600): they hold token hashes, the audit log and every session's
+// variables. SQLite gives the -wal and -shm files the mode of the database
+// file, which is made (or corrected to) 0600 before SQLite opens it.
 func Open(ctx context.Context, file string) (*Store, error) {
+	if err := privateFiles(file); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
 	dsn := "file:" + file + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
@@ -89,6 +97,22 @@ func Open(ctx context.Context, file string) (*Store, error) {
 		return nil, fmt.Errorf("store: %s: %w", file, err)
 	}
 	return s, nil
+}
+
+// privateFiles creates file if needed and makes it and its SQLite
+// companions owner-only.
+func privateFiles(file string) error {
+	f, err := os.OpenFile(file, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	for _, p := range []string{file, file + "-wal", file + "-shm", file + "-journal"} {
+		if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 // lockFile takes an exclusive flock on path, waiting for other holders.
@@ -189,9 +213,12 @@ type Session struct {
 	Env        map[string]string
 	Network    string
 	Rootfs     string
+	// UID is the session's host uid, unique among sessions and retired
+	// uids (see AllocUID); 0 only for a schema-2 row not yet given one.
+	UID int
 }
 
-const sessionCols = "id, name, tenant, created_at, last_used_at, cwd, env, network, rootfs"
+const sessionCols = "id, name, tenant, created_at, last_used_at, cwd, env, network, rootfs, coalesce(uid, 0)"
 
 func scanSession(row interface{ Scan(...any) error }) (*Session, error) {
 	var (
@@ -199,7 +226,7 @@ func scanSession(row interface{ Scan(...any) error }) (*Session, error) {
 		created, used int64
 		env           string
 	)
-	if err := row.Scan(&s.ID, &s.Name, &s.Tenant, &created, &used, &s.Cwd, &env, &s.Network, &s.Rootfs); err != nil {
+	if err := row.Scan(&s.ID, &s.Name, &s.Tenant, &created, &used, &s.Cwd, &env, &s.Network, &s.Rootfs, &s.UID); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, ErrNotFound
 		}
@@ -213,7 +240,10 @@ func scanSession(row interface{ Scan(...any) error }) (*Session, error) {
 	return &s, nil
 }
 
-// CreateSession inserts a session. A taken name gives ErrExists.
+// CreateSession inserts a session and allocates its uid, in one
+// transaction: sess.UID is set to a uid no other session has and no
+// destroyed session still holds (see AllocUID). A taken name gives
+// ErrExists.
 func (s *Store) CreateSession(ctx context.Context, sess *Session) error {
 	env, err := json.Marshal(sess.Env)
 	if err != nil {
@@ -222,13 +252,44 @@ func (s *Store) CreateSession(ctx context.Context, sess *Session) error {
 	if sess.Env == nil {
 		env = []byte("{}")
 	}
-	_, err = s.db.ExecContext(ctx, "INSERT INTO sessions ("+sessionCols+") VALUES (?,?,?,?,?,?,?,?,?)",
-		sess.ID, sess.Name, sess.Tenant, sess.CreatedAt.UnixMilli(), sess.LastUsedAt.UnixMilli(),
-		sess.Cwd, string(env), sess.Network, sess.Rootfs)
-	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
+	// A uid taken between the check and the insert cannot happen inside the
+	// (immediate) transaction, but the UNIQUE constraint is the last word:
+	// on a uid conflict the allocation is tried again.
+	for range 3 {
+		err = s.inTx(ctx, func(tx *sql.Tx) error {
+			uid, err := allocUID(ctx, tx)
+			if err != nil {
+				return err
+			}
+			_, err = tx.ExecContext(ctx, "INSERT INTO sessions (id, name, tenant, created_at, last_used_at, cwd, env, network, rootfs, uid) VALUES (?,?,?,?,?,?,?,?,?,?)",
+				sess.ID, sess.Name, sess.Tenant, sess.CreatedAt.UnixMilli(), sess.LastUsedAt.UnixMilli(),
+				sess.Cwd, string(env), sess.Network, sess.Rootfs, uid)
+			if err == nil {
+				sess.UID = uid
+			}
+			return err
+		})
+		if err == nil || !strings.Contains(err.Error(), "UNIQUE constraint failed: sessions.uid") {
+			break
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: sessions.tenant") {
 		return fmt.Errorf("session %q: %w", sess.Name, ErrExists)
 	}
 	return err
+}
+
+// inTx runs f in a transaction, committed when f returns nil.
+func (s *Store) inTx(ctx context.Context, f func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := f(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // SessionByID returns the session with id.
@@ -315,16 +376,33 @@ func (s *Store) TouchSession(ctx context.Context, id string, at time.Time) error
 	return nil
 }
 
-// DeleteSession removes the session row.
-func (s *Store) DeleteSession(ctx context.Context, id string) error {
-	res, err := s.db.ExecContext(ctx, "DELETE FROM sessions WHERE id = ?", id)
-	if err != nil {
+// DeleteSession removes the session row and, in the same transaction,
+// reserves its uid in retired_uids: no new session gets the uid until
+// ReleaseUID says every process and file of this one is gone. It returns
+// the uid (0 for a row that had none).
+func (s *Store) DeleteSession(ctx context.Context, id string) (uid int, err error) {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		var u sql.NullInt64
+		if err := tx.QueryRowContext(ctx, "SELECT uid FROM sessions WHERE id = ?", id).Scan(&u); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return ErrNotFound
+			}
+			return err
+		}
+		if u.Valid {
+			if _, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO retired_uids (uid, session_id, retired_at) VALUES (?, ?, ?)",
+				u.Int64, id, time.Now().UnixMilli()); err != nil {
+				return err
+			}
+			uid = int(u.Int64)
+		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM uid_handovers WHERE session_id = ?", id); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, "DELETE FROM sessions WHERE id = ?", id)
 		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return ErrNotFound
-	}
-	return nil
+	})
+	return uid, err
 }
 
 // Setting returns a setting, or ErrNotFound.

@@ -85,10 +85,10 @@ func TestSessions(t *testing.T) {
 	if n, _ := s.CountSessions(ctx, ""); n != 1 {
 		t.Errorf("count %d", n)
 	}
-	if err := s.DeleteSession(ctx, "id1"); err != nil {
-		t.Fatal(err)
+	if uid, err := s.DeleteSession(ctx, "id1"); err != nil || uid != in.UID {
+		t.Fatalf("delete: uid %d (want %d), %v", uid, in.UID, err)
 	}
-	if err := s.DeleteSession(ctx, "id1"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.DeleteSession(ctx, "id1"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("delete twice: %v", err)
 	}
 }

@@ -99,7 +99,7 @@ func StartPTY(opts PTYOptions) (*PTY, error) {
 		// The session's uid and the whole workspace, whichever
 		// subdirectory the terminal starts in: a uid derived from the
 		// starting directory would take that directory over.
-		UID: sandbox.SessionUID(opts.Session.Workspace()), Writable: []string{opts.Session.Workspace()},
+		UID: opts.Session.UID, Binds: opts.Session.Binds(), Writable: []string{opts.Session.Workspace()},
 		Network: opts.Session.Network, Rootfs: opts.Rootfs,
 		Term: "xterm-256color", Env: opts.Env,
 		Stdin: slave, Stdout: slave, Stderr: slave, TTY: true,

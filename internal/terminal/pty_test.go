@@ -124,7 +124,7 @@ func TestPTYStartedInASubdirectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &session.Session{ID: "0123456789abcdef0123456789abcdef", Name: "t", Dir: t.TempDir()}
+	s := &session.Session{ID: "0123456789abcdef0123456789abcdef", Name: "t", Dir: t.TempDir(), UID: 2_999_998}
 	sub := filepath.Join(s.Workspace(), "sub")
 	os.MkdirAll(sub, 0o755)
 	os.MkdirAll(s.TmpDir(), 0o755)
@@ -141,7 +141,7 @@ func TestPTYStartedInASubdirectory(t *testing.T) {
 		t.Errorf("not started in sub: %q", seen.String())
 	}
 	if os.Geteuid() == 0 {
-		want := sandbox.SessionUID(s.Workspace())
+		want := s.UID
 		for _, f := range []string{sub, filepath.Join(s.Workspace(), "up.txt")} {
 			fi, err := os.Stat(f)
 			if err != nil {

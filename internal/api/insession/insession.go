@@ -1,9 +1,15 @@
 // Package insession lets code running in a session call the service back,
-// the way an agent does (`quro call` inside a terminal). The server listens
-// on one unix socket that the sandbox binds into every box at SocketInBox;
-// the kernel tells the server the uid of each connecting process
-// (SO_PEERCRED), and since every session runs under a uid of its own, the
-// uid names the session. No token is involved, so none can leak from a box.
+// the way an agent does (`quro call` inside a terminal). Every session has
+// a unix socket of its own (SocketPath), made when the session's first box
+// needs it (Server.Binds) and bound into that session's boxes only, at
+// SocketInBox; it is closed and removed when the session is destroyed.
+//
+// A request is the session's whose socket it came in on, and only when the
+// kernel says (SO_PEERCRED) that the connecting process runs under that
+// session's uid — which the store gives to no other session (see
+// session.Session.UID). Both are checked on every request against the
+// store: there is no map from uids to sessions that could go stale. No
+// token is involved, so none can leak from a box.
 //
 // The caller it resolves is the session's tenant with the exec scope,
 // confined to that one session (controller.Caller.Session): code in a
@@ -16,10 +22,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sync"
 	"syscall"
 
@@ -32,18 +40,21 @@ import (
 // SocketInBox is where the socket is inside every box.
 const SocketInBox = "/run/quro/api.sock"
 
-// SocketPath is the socket's host path under the data directory.
-func SocketPath(dataDir string) string { return filepath.Join(dataDir, "run", "api.sock") }
+// SocketDir is the directory of the sessions' sockets under the data
+// directory.
+func SocketDir(dataDir string) string { return filepath.Join(dataDir, "run", "s") }
 
-// Bind is the sandbox bind that puts the socket of dataDir into boxes.
-func Bind(dataDir string) sandbox.Bind {
-	return sandbox.Bind{Src: SocketPath(dataDir), Dst: SocketInBox}
-}
+// SocketPath is the host path of session id's socket under dataDir.
+func SocketPath(dataDir, id string) string { return filepath.Join(SocketDir(dataDir), id+".sock") }
 
-// Listen makes the socket at path (replacing a stale one) that every
-// session uid may connect to.
-func Listen(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+// Listen makes a unix socket at path (replacing a stale one) that only
+// uid may connect to (as the server is root; otherwise only the server's
+// uid can anyway). The directory holding it is the server's alone.
+func Listen(path string, uid int) (net.Listener, error) {
+	if len(path) > maxSocketPath {
+		return nil, fmt.Errorf("socket path %s is %d bytes, longer than the %d a unix socket may have: use a shorter data directory", path, len(path), maxSocketPath)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
 	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() == os.ModeSocket {
@@ -53,20 +64,38 @@ func Listen(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Connecting needs write permission on the socket; who connects is
-	// decided by the peer uid, not by the file's mode.
-	if err := os.Chmod(path, 0o666); err != nil {
+	// Connecting needs write permission on the socket: only the session's
+	// uid has it. The peer uid is checked on every request all the same.
+	err = os.Chmod(path, 0o600)
+	if err == nil && os.Geteuid() == 0 && uid > 0 {
+		err = os.Lchown(path, uid, uid)
+	}
+	if err != nil {
 		ln.Close()
+		os.Remove(path)
 		return nil, err
 	}
 	return ln, nil
 }
 
+// maxSocketPath is the longest path a unix socket may have on Linux
+// (sun_path is 108 bytes, with the NUL).
+const maxSocketPath = 107
+
 type credKey struct{}
 
 // ConnContext records the peer credentials of a unix connection in the
-// context of its requests (http.Server.ConnContext).
+// context of its requests (http.Server.ConnContext). A connection wrapped
+// by a listener (one with a NetConn method, as tls.Conn has) is unwrapped
+// to its unix connection first.
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	for range 8 {
+		w, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		c = w.NetConn()
+	}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return ctx
@@ -82,64 +111,190 @@ func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	}); err != nil || cerr != nil {
 		return ctx
 	}
+	return WithPeer(ctx, cred)
+}
+
+// WithPeer returns ctx for a request whose connecting process has cred.
+// ConnContext sets it from the kernel; tests set it themselves.
+func WithPeer(ctx context.Context, cred *syscall.Ucred) context.Context {
 	return context.WithValue(ctx, credKey{}, cred)
 }
 
-// Resolver finds the session of a peer uid.
-type Resolver struct {
-	Sessions *session.Manager
+type sessionKey struct{}
 
-	mu    sync.Mutex
-	byUID map[int]string // session uid → session id
+// ForSession returns h for requests that came in on the socket of session
+// id: the session a request may act as.
+func ForSession(id string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, id)))
+	})
 }
 
-// Auth is the httpauth.Func of the in-session socket.
+// Resolver authenticates requests on the sessions' sockets.
+type Resolver struct {
+	Sessions *session.Manager
+}
+
+func unauthenticated(format string, args ...any) error {
+	return capability.Errorf(capability.Unauthenticated, format, args...)
+}
+
+// Auth is the httpauth.Func of the sessions' sockets. The session is the
+// one whose socket the request came in on (ForSession), looked up in the
+// store now; the connecting process must run under that session's uid.
 func (r *Resolver) Auth(req *http.Request) (controller.Caller, error) {
 	cred, ok := req.Context().Value(credKey{}).(*syscall.Ucred)
-	if !ok {
-		return controller.Caller{}, capability.Errorf(capability.Unauthenticated, "not a connection on the in-session socket")
+	if !ok || cred == nil {
+		return controller.Caller{}, unauthenticated("not a connection on an in-session socket")
+	}
+	id, _ := req.Context().Value(sessionKey{}).(string)
+	if id == "" {
+		return controller.Caller{}, unauthenticated("not a session's socket")
 	}
 	uid := int(cred.Uid)
 	if uid == os.Geteuid() {
-		return controller.Caller{}, capability.Errorf(capability.Unauthenticated,
+		return controller.Caller{}, unauthenticated(
 			"calls from inside a session need the server to run as root, so that each session has a uid of its own")
 	}
-	s, err := r.find(req.Context(), uid)
+	s, err := r.Sessions.ByIDAnyTenant(req.Context(), id)
+	if errors.Is(err, session.ErrNotFound) {
+		return controller.Caller{}, unauthenticated("this socket's session was destroyed")
+	}
 	if err != nil {
 		return controller.Caller{}, err
+	}
+	if s.UID <= 0 || uid != s.UID {
+		return controller.Caller{}, unauthenticated("the calling process (uid %d) is not of the session whose socket this is", uid)
 	}
 	return controller.Caller{Tenant: s.Tenant, Scope: capability.ScopeExec, TokenID: "session:" + s.ID[:12], Session: s.ID}, nil
 }
 
-func (r *Resolver) find(ctx context.Context, uid int) (*session.Session, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if id, ok := r.byUID[uid]; ok {
-		if s, err := r.Sessions.ByIDAnyTenant(ctx, id); err == nil {
-			return s, nil
+// Server runs the sessions' sockets: it makes a session's socket the first
+// time one of its boxes is built and serves it (with Serve) until the
+// session is destroyed or the server's context ends.
+type Server struct {
+	dataDir  string
+	sessions *session.Manager
+	handler  http.Handler
+	log      *slog.Logger
+	ctx      context.Context
+
+	mu     sync.Mutex
+	live   map[string]*socket // session id → its socket
+	closed bool
+	wg     sync.WaitGroup
+}
+
+type socket struct {
+	path   string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewServer returns the server of the sessions' sockets under dataDir,
+// serving h (whose authentication is a Resolver's Auth) until ctx ends,
+// and ties it to sessions (session.Manager.SetBoxHooks): a session's
+// boxes get its socket, and destroying the session closes it. Sockets
+// left by an earlier server are removed. log may be nil.
+func NewServer(ctx context.Context, dataDir string, sessions *session.Manager, h http.Handler, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{dataDir: dataDir, sessions: sessions, handler: h, log: log, ctx: ctx, live: map[string]*socket{}}
+	old, _ := filepath.Glob(filepath.Join(SocketDir(dataDir), "*.sock"))
+	// run/api.sock: the one socket of every session, before sessions had
+	// their own.
+	for _, p := range append(old, filepath.Join(dataDir, "run", "api.sock")) {
+		if fi, err := os.Lstat(p); err == nil && fi.Mode().Type() == os.ModeSocket {
+			os.Remove(p)
 		}
 	}
-	all, err := r.Sessions.AllTenants(ctx)
+	sessions.SetBoxHooks(&session.BoxHooks{Binds: s.Binds, Destroyed: s.Destroyed})
+	return s
+}
+
+// Binds returns the bind that puts sess's socket at SocketInBox in its
+// boxes, making and serving the socket if it is not yet. A session that
+// no longer exists gets none; so does every session when the socket
+// cannot be made (the error is logged): its code then cannot call back.
+func (s *Server) Binds(sess *session.Session) []sandbox.Bind {
+	if !idPattern.MatchString(sess.ID) || sess.UID <= 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	if sk := s.live[sess.ID]; sk != nil {
+		return []sandbox.Bind{{Src: sk.path, Dst: SocketInBox}}
+	}
+	// Checked under mu: Destroyed, which takes mu, runs after the row is
+	// gone, so a socket made here is either seen and closed by it or never
+	// made.
+	if !s.sessions.Exists(s.ctx, sess.ID) {
+		return nil
+	}
+	path := SocketPath(s.dataDir, sess.ID)
+	ln, err := Listen(path, sess.UID)
 	if err != nil {
-		return nil, err
+		s.log.Error("cannot make the in-session socket; the session's code cannot call back", "session", sess.ID, "err", err)
+		return nil
 	}
-	r.byUID = map[int]string{}
-	clash := map[int]bool{}
-	for _, s := range all {
-		u := sandbox.SessionUID(s.Workspace())
-		if _, dup := r.byUID[u]; dup {
-			clash[u] = true
+	ctx, cancel := context.WithCancel(s.ctx)
+	sk := &socket{path: path, cancel: cancel, done: make(chan struct{})}
+	s.live[sess.ID] = sk
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(sk.done)
+		if err := Serve(ctx, ln, ForSession(sess.ID, s.handler)); err != nil && ctx.Err() == nil {
+			s.log.Error("in-session calls stopped", "session", sess.ID, "err", err)
 		}
-		r.byUID[u] = s.ID
+	}()
+	return []sandbox.Bind{{Src: path, Dst: SocketInBox}}
+}
+
+var idPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// Destroyed closes sess's socket, its connections included, and removes
+// it.
+func (s *Server) Destroyed(sess *session.Session) {
+	s.mu.Lock()
+	sk := s.live[sess.ID]
+	delete(s.live, sess.ID)
+	s.mu.Unlock()
+	if sk == nil {
+		os.Remove(SocketPath(s.dataDir, sess.ID))
+		return
 	}
-	if clash[uid] {
-		return nil, capability.Errorf(capability.Unauthenticated, "two sessions share uid %d; cannot tell which is calling", uid)
+	sk.cancel()
+	<-sk.done
+	os.Remove(sk.path)
+}
+
+// Sockets is the number of sessions' sockets being served.
+func (s *Server) Sockets() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.live)
+}
+
+// Close stops every socket and removes them; sessions' boxes get none
+// after it.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	live := s.live
+	s.live = map[string]*socket{}
+	s.mu.Unlock()
+	for _, sk := range live {
+		sk.cancel()
 	}
-	id, ok := r.byUID[uid]
-	if !ok {
-		return nil, capability.Errorf(capability.Unauthenticated, "uid %d is not a session's", uid)
+	s.wg.Wait()
+	for _, sk := range live {
+		os.Remove(sk.path)
 	}
-	return r.Sessions.ByIDAnyTenant(ctx, id)
 }
 
 // Serve serves h on ln for code in sessions until ctx ends.
