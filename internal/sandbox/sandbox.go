@@ -77,6 +77,10 @@ type Options struct {
 	// path, such as the server's in-session API socket. A missing source
 	// is skipped. Without a box (minimal isolation) they are absent.
 	Binds []Bind
+	// Tenant, when set, names the tenant a run belongs to (from its Spec's
+	// Dir) and its ceilings: the run's cgroups are made beneath the
+	// tenant's (see tenant.go). ok=false: the run has no tenant cgroup.
+	Tenant func(dir string) (t Tenant, ok bool)
 }
 
 // Bind is a host path Src seen at Dst inside a box.
@@ -105,6 +109,7 @@ type Sandbox struct {
 	layers     *layerSet
 	onFailure  func(reason string)
 	binds      []Bind
+	tenant     func(dir string) (Tenant, bool)
 }
 
 // New returns a Sandbox. opts may be nil.
@@ -118,7 +123,7 @@ func New(opts *Options) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox: cannot find the quro executable to re-exec: %w", err)
 	}
 	s := &Sandbox{self: self, path: o.Path, limits: DefaultLimits(), drainGrace: o.DrainGrace, onFailure: o.OnFailure,
-		binds: slices.Clone(o.Binds)}
+		binds: slices.Clone(o.Binds), tenant: o.Tenant}
 	if s.path == "" {
 		s.path = DefaultPath
 	}
@@ -433,7 +438,17 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 
 	var cg *runCgroup
 	if s.layers.ok(LayerCgroups) {
-		if cg, err = s.layers.cg.create(limits); err != nil {
+		var tenant *Tenant
+		if s.tenant != nil {
+			if t, ok := s.tenant(spec.Dir); ok {
+				tenant = &t
+				if err := s.layers.cg.admit(tenant); err != nil {
+					closeChildEnds()
+					return nil, startErr(err)
+				}
+			}
+		}
+		if cg, err = s.layers.cg.create(limits, tenant); err != nil {
 			closeChildEnds()
 			return nil, startErr(err)
 		}
