@@ -193,6 +193,19 @@ func (d *Disks) Grow(dir string, size int64) error {
 	return err
 }
 
+// Unmount unmounts dir's image, keeping it (a server that stops; Remount
+// brings it back). A busy filesystem is detached and freed when its last
+// user is gone.
+func (d *Disks) Unmount(dir string) error {
+	if !d.Has(dir) || !Mounted(dir) {
+		return nil
+	}
+	if err := syscall.Unmount(dir, 0); err != nil {
+		return syscall.Unmount(dir, syscall.MNT_DETACH)
+	}
+	return nil
+}
+
 // Remove unmounts dir and deletes its image. Stop every process of the
 // session first: a busy filesystem is detached (MNT_DETACH) and freed when
 // its last user is gone.
@@ -251,11 +264,11 @@ func (d *Disks) Note(sessionDir string) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nquro: this session's disk quota of %s is full (%s used by workspace, tmp and saved outputs together)",
-		human(u.Quota), human(u.Used))
+		Human(u.Quota), Human(u.Used))
 	if big := Biggest(sessionDir, 5); len(big) > 0 {
 		b.WriteString("; the biggest directories:")
 		for _, e := range big {
-			fmt.Fprintf(&b, " %s %s,", e.Path, human(e.Bytes))
+			fmt.Fprintf(&b, " %s %s,", e.Path, Human(e.Bytes))
 		}
 		s := strings.TrimSuffix(b.String(), ",")
 		b.Reset()
@@ -313,7 +326,8 @@ func Biggest(sessionDir string, n int) []Entry {
 	return out
 }
 
-func human(n int64) string {
+// Human renders bytes as B, KiB, MiB or GiB.
+func Human(n int64) string {
 	switch {
 	case n >= 1<<30 && n%(1<<30) == 0:
 		return fmt.Sprintf("%d GiB", n>>30)

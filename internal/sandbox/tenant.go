@@ -29,8 +29,17 @@ type Tenant struct {
 }
 
 // ErrTenantCeiling is wrapped by the error of a Start refused because the
-// tenant is at one of its ceilings.
+// tenant is at one of its ceilings (a *CeilingError).
 var ErrTenantCeiling = errors.New("tenant ceiling reached")
+
+// CeilingError says which ceiling a tenant is at, and what to do.
+type CeilingError struct {
+	Ceiling string // "memory" or "tasks"
+	Message string
+}
+
+func (e *CeilingError) Error() string        { return e.Message }
+func (e *CeilingError) Is(target error) bool { return target == ErrTenantCeiling }
 
 // TenantCgroupName is the name of a tenant's cgroup beneath quro/.
 func TenantCgroupName(tenant string) string {
@@ -212,12 +221,12 @@ func (c *cgroups) admit(t *Tenant) error {
 	u := c.usage(t.Name)
 	who := DisplayTenant(t.Name)
 	if lim := t.Limits.Memory; lim > 0 && u.Memory+lim/50 >= lim {
-		return fmt.Errorf("%w: %s is at its memory ceiling of %s (%s held by its running processes): destroy idle sessions or stop background processes, or ask an admin to raise it (quro tenant limits set --memory)",
-			ErrTenantCeiling, who, humanBytes(lim), humanBytes(u.Memory))
+		return &CeilingError{"memory", fmt.Sprintf("%s is at its memory ceiling of %s (%s held by its running processes): destroy idle sessions or stop background processes, or ask an admin to raise it (quro tenant limits set --memory)",
+			who, humanBytes(lim), humanBytes(u.Memory))}
 	}
 	if lim := t.Limits.Tasks; lim > 0 && u.Tasks+8 >= lim {
-		return fmt.Errorf("%w: %s is at its process ceiling of %d (%d processes and threads running): stop background processes or destroy idle sessions, or ask an admin to raise it (quro tenant limits set --tasks)",
-			ErrTenantCeiling, who, lim, u.Tasks)
+		return &CeilingError{"tasks", fmt.Sprintf("%s is at its process ceiling of %d (%d processes and threads running): stop background processes or destroy idle sessions, or ask an admin to raise it (quro tenant limits set --tasks)",
+			who, lim, u.Tasks)}
 	}
 	return nil
 }
@@ -349,4 +358,13 @@ func (s *Sandbox) TenantUsage(tenant string) (u TenantUsage, ok bool) {
 		return u, false
 	}
 	return s.layers.cg.usage(tenant), true
+}
+
+// Admit reports whether a run of t would be refused now (a *CeilingError),
+// for callers that refuse a call before they start anything.
+func (s *Sandbox) Admit(t Tenant) error {
+	if !s.layers.ok(LayerCgroups) {
+		return nil
+	}
+	return s.layers.cg.admit(&t)
 }
