@@ -34,6 +34,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		patrol         time.Duration
 		noAuth         bool
 		origins, hosts []string
+		tenantLimits   app.TenantLimits
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -61,6 +62,7 @@ admin token for the local tenant is created, printed once and kept in
 				return err
 			}
 			opts := g.options(log)
+			opts.Limits.Tenant = tenantLimits
 			// Every box sees the in-session socket, so code in a session
 			// can call back (quro call) as its own session.
 			opts.Sandbox.Binds = append(opts.Sandbox.Binds, insession.Bind(data))
@@ -145,6 +147,7 @@ admin token for the local tenant is created, printed once and kept in
 	cmd.Flags().StringSliceVar(&origins, "allow-origin", nil, "browser origins allowed besides the server's own (https://ui.example:8443; * for any)")
 	cmd.Flags().StringSliceVar(&hosts, "allow-host", nil, "Host names the server answers to besides loopback names and its address (* for any)")
 	cmd.Flags().DurationVar(&patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
+	tenantLimitFlags(cmd, "tenant-", &tenantLimits) // defaults of every tenant; quro tenant limits set overrides one
 	return cmd
 }
 

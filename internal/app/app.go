@@ -120,7 +120,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	tl := &tenants{store: st, sessions: func() *session.Manager { return sessions }, root: filepath.Join(dir, "sessions"),
 		defaults: opts.Limits.Tenant.or(TenantLimits{Memory: DefaultTenantMemory, Tasks: DefaultTenantTasks,
 			CPUPercent: DefaultTenantCPUPercent, Sessions: int64(sessions.MaxPerTenant), Disk: DefaultDiskQuota}),
-		disks: quota.Open(dir), limits: map[string]TenantLimits{}, ofID: map[string]string{}}
+		disks: quota.Open(dir), ofID: map[string]string{}}
 	sessions.MaxFor = tl.maxSessions
 	sessions.Disk.Prepare, sessions.Disk.Release = tl.prepare, tl.release
 	if err := tl.adopt(ctx); err != nil {
@@ -191,9 +191,7 @@ func (a *App) Close() error {
 	a.Terminals.Close()
 	a.Python.Close()
 	a.Audit.Close()
-	if err := a.tenants.unmountAll(context.Background()); err != nil {
-		a.Log.Warn("session disks", "err", err)
-	}
+	a.tenants.disks.UnmountMine()
 	return a.Store.Close()
 }
 

@@ -67,35 +67,39 @@ type tenants struct {
 	disks    *quota.Disks
 
 	mu       sync.Mutex
-	limits   map[string]TenantLimits // tenant → its overrides (settings), cached
-	ofID     map[string]string       // session id → tenant
-	noQuotas int                     // sessions without an image (made before quotas, or where images fail)
+	ofID     map[string]string // session id → tenant
+	noQuotas int               // sessions without an image (made before quotas, or where images fail)
 }
 
 func tenantKey(tenant string) string { return "tenant_limits/" + tenant }
 
 // Limits are tenant's effective ceilings.
 func (t *tenants) Limits(ctx context.Context, tenant string) TenantLimits {
-	t.mu.Lock()
-	own, ok := t.limits[tenant]
-	t.mu.Unlock()
-	if !ok {
-		if v, err := t.store.Setting(ctx, tenantKey(tenant)); err == nil {
-			json.Unmarshal([]byte(v), &own)
-		}
-		t.mu.Lock()
-		t.limits[tenant] = own
-		t.mu.Unlock()
-	}
-	return own.or(t.defaults)
+	return TenantOverrides(ctx, t.store, tenant).or(t.defaults)
 }
 
-// Own are the overrides set for tenant (zero fields: the defaults).
-func (t *tenants) Own(ctx context.Context, tenant string) TenantLimits {
-	t.Limits(ctx, tenant)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.limits[tenant]
+// TenantOverrides are the ceilings an admin set for tenant (zero fields:
+// the server's defaults). They are read at each use, so that quro tenant
+// limits set, from another process, applies to the next run.
+func TenantOverrides(ctx context.Context, st *store.Store, tenant string) TenantLimits {
+	var own TenantLimits
+	if v, err := st.Setting(ctx, tenantKey(tenant)); err == nil {
+		json.Unmarshal([]byte(v), &own)
+	}
+	return own
+}
+
+// SetTenantLimits stores tenant's ceilings (zero fields: the defaults of
+// the server; negative: none). A larger disk quota grows the tenant's
+// sessions.
+func (a *App) SetTenantLimits(ctx context.Context, tenant string, l TenantLimits) error {
+	return a.tenants.Set(ctx, tenant, l)
+}
+
+// TenantLimitsOf are tenant's own ceilings (zero: default) and the
+// effective ones.
+func (a *App) TenantLimitsOf(ctx context.Context, tenant string) (own, eff TenantLimits) {
+	return TenantOverrides(ctx, a.Store, tenant), a.tenants.Limits(ctx, tenant)
 }
 
 // Set stores tenant's overrides. A larger disk quota grows the tenant's
@@ -117,9 +121,6 @@ func (t *tenants) Set(ctx context.Context, tenant string, l TenantLimits) error 
 	if err := t.store.SetSetting(ctx, tenantKey(tenant), string(b)); err != nil {
 		return err
 	}
-	t.mu.Lock()
-	t.limits[tenant] = l
-	t.mu.Unlock()
 	eff := l.or(t.defaults)
 	if eff.Disk > 0 && t.disks.Enforced() == nil {
 		list, err := t.sessions().List(session.WithTenant(ctx, tenant))
@@ -167,8 +168,13 @@ func (t *tenants) sessionDir(dir string) (id, sdir string, ok bool) {
 
 // forRun is sandbox.Options.Tenant: the tenant of a run in dir.
 func (t *tenants) forRun(dir string) (sandbox.Tenant, bool) {
-	id, _, ok := t.sessionDir(dir)
+	id, sdir, ok := t.sessionDir(dir)
 	if !ok {
+		return sandbox.Tenant{}, false
+	}
+	// Another process (a CLI that stopped) may have unmounted the
+	// session's image: a run never writes beneath it.
+	if err := t.disks.Remount(sdir); err != nil {
 		return sandbox.Tenant{}, false
 	}
 	tenant, ok := t.tenantOf(id)
@@ -248,22 +254,6 @@ func (t *tenants) adopt(ctx context.Context) error {
 	t.mu.Lock()
 	t.noQuotas = none
 	t.mu.Unlock()
-	return errors.Join(errs...)
-}
-
-// unmountAll unmounts every session's image (the server stops).
-func (t *tenants) unmountAll(ctx context.Context) error {
-	if t.disks.Enforced() != nil {
-		return nil
-	}
-	list, err := t.sessions().AllTenants(ctx)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, s := range list {
-		errs = append(errs, t.disks.Unmount(s.Dir))
-	}
 	return errors.Join(errs...)
 }
 

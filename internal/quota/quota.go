@@ -27,7 +27,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -35,12 +37,15 @@ import (
 type Disks struct {
 	dir    string // $QURO_DATA/disks
 	usable error  // nil when images can be used here
+
+	mu   sync.Mutex
+	mine map[string]bool // session directories this process mounted
 }
 
 // Open prepares the images directory of dataDir and probes whether images
 // can be made and mounted.
 func Open(dataDir string) *Disks {
-	d := &Disks{dir: filepath.Join(dataDir, "disks")}
+	d := &Disks{dir: filepath.Join(dataDir, "disks"), mine: map[string]bool{}}
 	d.usable = d.probe()
 	return d
 }
@@ -117,7 +122,29 @@ func (d *Disks) Create(dir string, size int64) error {
 func (d *Disks) mount(img, dir string) error {
 	// nodev, nosuid: a file the box made must never be a device or a
 	// set-uid program for the host.
-	return run("mount", "-t", "ext4", "-o", "loop,nodev,nosuid,noatime", img, dir)
+	// mount(8) reuses the loop device of an image that is mounted
+	// elsewhere already, so the filesystem is never mounted twice from two
+	// devices.
+	if err := run("mount", "-t", "ext4", "-o", "loop,nodev,nosuid,noatime", img, dir); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.mine[dir] = true
+	d.mu.Unlock()
+	return nil
+}
+
+// UnmountMine unmounts the images this process mounted and no process
+// uses (a server or CLI that stops; whoever runs a session next mounts it
+// again). A busy one stays mounted.
+func (d *Disks) UnmountMine() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for dir := range d.mine {
+		if syscall.Unmount(dir, 0) == nil || !Mounted(dir) {
+			delete(d.mine, dir)
+		}
+	}
 }
 
 // Has reports whether dir has an image.
@@ -193,19 +220,6 @@ func (d *Disks) Grow(dir string, size int64) error {
 	return err
 }
 
-// Unmount unmounts dir's image, keeping it (a server that stops; Remount
-// brings it back). A busy filesystem is detached and freed when its last
-// user is gone.
-func (d *Disks) Unmount(dir string) error {
-	if !d.Has(dir) || !Mounted(dir) {
-		return nil
-	}
-	if err := syscall.Unmount(dir, 0); err != nil {
-		return syscall.Unmount(dir, syscall.MNT_DETACH)
-	}
-	return nil
-}
-
 // Remove unmounts dir and deletes its image. Stop every process of the
 // session first: a busy filesystem is detached (MNT_DETACH) and freed when
 // its last user is gone.
@@ -217,6 +231,9 @@ func (d *Disks) Remove(dir string) error {
 			}
 		}
 	}
+	d.mu.Lock()
+	delete(d.mine, dir)
+	d.mu.Unlock()
 	if err := os.Remove(d.image(dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
@@ -354,4 +371,35 @@ func output(name string, args ...string) (string, error) {
 		return "", fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(out.String()))
 	}
 	return strings.TrimSpace(out.String()), nil
+}
+
+// ParseSize reads a size such as 2G, 2GiB, 512M, 1.5G or 1048576 (bytes);
+// K, M, G, T are powers of 1024. "none" or -1 is -1 (no limit).
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(strings.ToUpper(s))
+	if t == "NONE" || t == "-1" {
+		return -1, nil
+	}
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'K':
+			mult = 1 << 10
+		case 'M':
+			mult = 1 << 20
+		case 'G':
+			mult = 1 << 30
+		case 'T':
+			mult = 1 << 40
+		}
+		if mult > 1 {
+			t = t[:n-1]
+		}
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || f < 0 || f*float64(mult) >= 1<<62 {
+		return 0, fmt.Errorf("size %q: want bytes or a number with K, M, G or T (powers of 1024), e.g. 2G", s)
+	}
+	return int64(f * float64(mult)), nil
 }
