@@ -136,3 +136,27 @@ func BenchmarkCreate(b *testing.B) {
 }
 
 func syscallUnmount(dir string) error { return syscall.Unmount(dir, 0) }
+
+// BenchmarkManySessions keeps b.N session images (2 GiB, sparse) mounted at
+// once, to see how loop devices scale (-benchtime 1000x: 1,000 sessions).
+func BenchmarkManySessions(b *testing.B) {
+	d, data := newDisks(b)
+	var dirs []string
+	b.Cleanup(func() {
+		for _, dir := range dirs {
+			d.Remove(dir)
+		}
+	})
+	for i := 0; i < b.N; i++ {
+		dir := filepath.Join(data, "sessions", fmt.Sprint(i))
+		if err := d.Create(dir, 2<<30); err != nil {
+			b.Fatalf("session %d: %v", i, err)
+		}
+		dirs = append(dirs, dir)
+	}
+	b.StopTimer()
+	var st syscall.Statfs_t
+	syscall.Statfs(d.dir, &st)
+	out, _ := output("du", "-sk", d.dir)
+	b.Logf("%d images mounted; disk used by the images: %s KiB", b.N, strings.Fields(out)[0])
+}

@@ -181,7 +181,7 @@ type runCgroup struct {
 func (c *cgroups) create(lim Limits, t *Tenant) (*runCgroup, error) {
 	var rnd [6]byte
 	rand.Read(rnd[:])
-	name := fmt.Sprintf("run-%d-%d-%x", os.Getpid(), c.seq.Add(1), rnd)
+	name := fmt.Sprintf("run-%d-%d-%x%s", os.Getpid(), c.seq.Add(1), rnd, pidNSTag())
 	if t != nil {
 		tdir, err := c.tenant(t)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -303,19 +304,35 @@ func (c *cgroups) reapStale() []string {
 	return removed
 }
 
-// runOwner parses the server pid out of a run cgroup's name.
+// runOwner parses the server pid out of a run cgroup's name,
+// run-<pid>-<seq>-<random>[-n<pid namespace>]. A cgroup made by a server
+// of another pid namespace (another container sharing the hierarchy) is
+// never ours to judge: its pid means nothing here.
 func runOwner(name string) (int, bool) {
 	rest, ok := strings.CutPrefix(name, "run-")
 	if !ok {
 		return 0, false
 	}
-	p, _, ok := strings.Cut(rest, "-")
+	p, tail, ok := strings.Cut(rest, "-")
 	if !ok {
+		return 0, false
+	}
+	if i := strings.LastIndex(tail, "-n"); i >= 0 && "-n"+tail[i+2:] != pidNSTag() {
 		return 0, false
 	}
 	pid, err := strconv.Atoi(p)
 	return pid, err == nil && pid > 0
 }
+
+// pidNSTag is "-n<inode of the server's pid namespace>", or "" when it
+// cannot be read.
+var pidNSTag = sync.OnceValue(func() string {
+	var st syscall.Stat_t
+	if syscall.Stat("/proc/self/ns/pid", &st) != nil {
+		return ""
+	}
+	return fmt.Sprintf("-n%d", st.Ino)
+})
 
 func alive(pid int) bool {
 	return syscall.Kill(pid, 0) != syscall.ESRCH

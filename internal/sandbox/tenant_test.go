@@ -161,7 +161,7 @@ time.sleep(%d)
 // tenant's process ceiling, and another tenant can still start processes.
 func TestTenantProcessCeilingSpansSessions(t *testing.T) {
 	const ceiling = 80
-	e := newTenantEnv(t, Limits{Tasks: ceiling})
+	e := newTenantEnv(t, Limits{Tasks: ceiling, CPUPercent: 150})
 	a1 := e.hold(t, e.dir(t, "a", "s1"), `for i in $(seq 50); do sleep 1000 & done; echo HELD; wait`)
 	if !strings.Contains(a1.ready, "HELD") {
 		t.Fatalf("the first session of A could not start 50 processes: %q", a1.ready+a1.rest())
@@ -175,6 +175,11 @@ func TestTenantProcessCeilingSpansSessions(t *testing.T) {
 	}
 	if strings.Contains(out, "started 100") || u.TasksPeak > ceiling {
 		t.Fatalf("the second session was not stopped at A's ceiling of %d (usage %+v): %q %q", ceiling, u, out, errOut)
+	}
+	if base := e.sb.layers.cg.base["cpu"]; base != "" && !e.sb.layers.cg.v2["cpu"] {
+		if q := readUint(filepath.Join(base, TenantCgroupName(e.a), "cpu.cfs_quota_us")); q != 150000 {
+			t.Errorf("A's CPU ceiling in the kernel is a quota of %d µs per 100 ms, want 150000", q)
+		}
 	}
 	// B, with the same ceiling, starts its 50 while A holds its own.
 	out, errOut, _ = run(t, e.sb, testCtx(t), `for i in $(seq 50); do sleep 1000 & done; echo B-OK`, func(s *Spec) { s.Dir = e.dir(t, "b", "s1") })
@@ -221,8 +226,10 @@ func TestStaleRunCgroupsAreReaped(t *testing.T) {
 	}
 	pid := dead.Process.Pid
 	tenantDir := TenantCgroupName(fmt.Sprintf("stale-%d", os.Getpid()))
-	stale := []string{fmt.Sprintf("run-%d-1-x", pid), filepath.Join(tenantDir, fmt.Sprintf("run-%d-2-y", pid))}
+	stale := []string{fmt.Sprintf("run-%d-1-x", pid), filepath.Join(tenantDir, fmt.Sprintf("run-%d-2-y%s", pid, pidNSTag()))}
 	kept := "run-1-keep-" + strconv.Itoa(os.Getpid()) // pid 1 is alive
+	// A dead pid of another pid namespace (another container) is not ours.
+	otherNS := fmt.Sprintf("run-%d-3-z-n1", pid)
 	victim := exec.Command("sleep", "1000")
 	if err := victim.Start(); err != nil {
 		t.Fatal(err)
@@ -233,11 +240,12 @@ func TestStaleRunCgroupsAreReaped(t *testing.T) {
 		victim.Process.Kill()
 		for _, base := range c.base {
 			os.Remove(filepath.Join(base, kept))
+			os.Remove(filepath.Join(base, otherNS))
 			os.Remove(filepath.Join(base, tenantDir))
 		}
 	})
 	for _, ctrl := range []string{"memory", "pids"} {
-		for _, d := range append(stale, kept) {
+		for _, d := range append(stale, kept, otherNS) {
 			if err := os.MkdirAll(filepath.Join(c.base[ctrl], d), 0o755); err != nil {
 				t.Fatal(err)
 			}
@@ -259,6 +267,9 @@ func TestStaleRunCgroupsAreReaped(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(c.base[ctrl], kept)); err != nil {
 			t.Errorf("%s: the cgroup of a live pid was removed: %v", ctrl, err)
+		}
+		if _, err := os.Stat(filepath.Join(c.base[ctrl], otherNS)); err != nil {
+			t.Errorf("%s: the cgroup of another pid namespace was removed: %v", ctrl, err)
 		}
 	}
 }
