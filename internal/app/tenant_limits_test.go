@@ -115,3 +115,22 @@ func TestSpilledOutputsCountAgainstTheDiskQuota(t *testing.T) {
 		t.Errorf("quro_session_disks{full} = %v, want 1", v)
 	}
 }
+
+// BenchmarkTenantOfRun measures what the tenant layer adds to each run
+// before the box starts: finding the session's tenant and ceilings, the
+// mount check, and the admission read of the tenant's cgroup.
+func BenchmarkTenantOfRun(b *testing.B) {
+	a := newApp(b, nil)
+	s, err := a.Sessions.Default(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t, ok := a.tenants.forRun(s.Workspace())
+		if !ok {
+			b.Fatal("no tenant")
+		}
+		a.Sandbox.Admit(t)
+	}
+}

@@ -219,7 +219,20 @@ func (c *cgroups) usage(tenant string) TenantUsage {
 // whatever admit says; admit only turns "the run would die at once" into an
 // error the caller can read.
 func (c *cgroups) admit(t *Tenant) error {
-	u := c.usage(t.Name)
+	// Only the two counters admit needs: this runs before every run.
+	var u TenantUsage
+	name := TenantCgroupName(t.Name)
+	if base := c.base["memory"]; base != "" && t.Limits.Memory > 0 {
+		st := readKV(filepath.Join(base, name, "memory.stat"))
+		if c.v2["memory"] {
+			u.Memory = st["anon"] + st["shmem"]
+		} else {
+			u.Memory = st["total_rss"] + st["total_shmem"]
+		}
+	}
+	if base := c.base["pids"]; base != "" && t.Limits.Tasks > 0 {
+		u.Tasks = readUint(filepath.Join(base, name, "pids.current"))
+	}
 	who := DisplayTenant(t.Name)
 	if lim := t.Limits.Memory; lim > 0 && u.Memory+lim/50 >= lim {
 		return &CeilingError{"memory", fmt.Sprintf("%s is at its memory ceiling of %s (%s held by its running processes): destroy idle sessions or stop background processes, or ask an admin to raise it (quro tenant limits set --memory)",
