@@ -33,6 +33,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		patrol         time.Duration
 		noAuth         bool
 		origins, hosts []string
+		tenantLimits   app.TenantLimits
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -56,6 +57,7 @@ admin token for the local tenant is created, printed once and kept in
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			opts := g.options(log)
+			opts.Limits.Tenant = tenantLimits
 			a, err := app.New(cmd.Context(), opts)
 			if err != nil {
 				return err
@@ -130,6 +132,7 @@ admin token for the local tenant is created, printed once and kept in
 	cmd.Flags().StringSliceVar(&origins, "allow-origin", nil, "browser origins allowed besides the server's own (https://ui.example:8443; * for any)")
 	cmd.Flags().StringSliceVar(&hosts, "allow-host", nil, "Host names the server answers to besides loopback names and its address (* for any)")
 	cmd.Flags().DurationVar(&patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
+	tenantLimitFlags(cmd, "tenant-", &tenantLimits) // defaults of every tenant; quro tenant limits set overrides one
 	return cmd
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/engine/shell"
 	"github.com/quro-dev/quro/internal/metrics"
+	"github.com/quro-dev/quro/internal/quota"
 	"github.com/quro-dev/quro/internal/render"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
@@ -47,6 +48,11 @@ type Options struct {
 type Limits struct {
 	SessionsPerTenant int // default 100; negative: no cap
 	RunsPerTenant     int // exec calls in flight, default 16; negative: no cap
+	// Tenant are the default ceilings of every tenant (see TenantLimits;
+	// zero fields: DefaultTenantMemory, DefaultTenantTasks,
+	// DefaultTenantCPUPercent, DefaultDiskQuota; negative: none). An admin
+	// overrides them per tenant (quro tenant limits set).
+	Tenant TenantLimits
 }
 
 // App is one assembled Quro. Close it when done.
@@ -66,6 +72,7 @@ type App struct {
 	Started    time.Time
 
 	isolation func() []sandbox.Feature
+	tenants   *tenants
 }
 
 // DefaultDataDir is $QURO_DATA, else $XDG_DATA_HOME/quro, else
@@ -110,8 +117,19 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		return nil, err
 	}
 	sessions.MaxPerTenant = orDefault(opts.Limits.SessionsPerTenant, 100)
+	tl := &tenants{store: st, sessions: func() *session.Manager { return sessions }, root: filepath.Join(dir, "sessions"),
+		defaults: opts.Limits.Tenant.or(TenantLimits{Memory: DefaultTenantMemory, Tasks: DefaultTenantTasks,
+			CPUPercent: DefaultTenantCPUPercent, Sessions: int64(sessions.MaxPerTenant), Disk: DefaultDiskQuota}),
+		disks: quota.Open(dir), ofID: map[string]string{}}
+	sessions.MaxFor = tl.maxSessions
+	sessions.Disk.Prepare, sessions.Disk.Release = tl.prepare, tl.release
+	if err := tl.adopt(ctx); err != nil {
+		log.Warn("session disks", "err", err)
+	}
 	m := metrics.New()
-	sb, err := sandbox.New(sandboxOptions(opts.Sandbox, m))
+	sbo := sandboxOptions(opts.Sandbox, m)
+	sbo.Tenant, sbo.Note = tl.forRun, tl.note
+	sb, err := sandbox.New(sbo)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -121,7 +139,8 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	a := &App{
 		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
 		Python: emb, Metrics: m, Tokens: auth.New(st), Audit: audit.New(st, audit.Options{Keep: opts.AuditKeep, Logger: log}),
-		Runner: runcode.New(Languages(sb, pyChain, jsEng, RootfsDir(dir)), opts.Run),
+		Runner:  runcode.New(Languages(sb, pyChain, jsEng, RootfsDir(dir)), opts.Run),
+		tenants: tl,
 	}
 	a.isolation = sync.OnceValue(func() []sandbox.Feature {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -151,6 +170,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	a.Controller.SetLimits(controller.Limits{RunsPerTenant: orDefault(opts.Limits.RunsPerTenant, 16)})
 	a.Controller.Observe(a.Audit.Observe)
 	a.instrument()
+	a.Metrics.WatchTenants(a.tenantGauges)
 	return a, nil
 }
 
@@ -171,6 +191,7 @@ func (a *App) Close() error {
 	a.Terminals.Close()
 	a.Python.Close()
 	a.Audit.Close()
+	a.tenants.disks.UnmountMine()
 	return a.Store.Close()
 }
 

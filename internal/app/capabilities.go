@@ -58,6 +58,7 @@ type Status struct {
 	DefaultSession string                 `json:"default_session"`
 	Engines        []runcode.EngineStatus `json:"engines"`
 	Isolation      []sandbox.Feature      `json:"isolation"`
+	Tenant         *TenantStatus          `json:"tenant" jsonschema:"the calling tenant's ceilings and what it uses now"`
 }
 
 // Text summarises the status.
@@ -72,6 +73,9 @@ func (s *Status) Text() string {
 			state = "unavailable: " + e.Reason
 		}
 		fmt.Fprintf(&b, "  %s tier %d %s: %s\n", e.Lang, e.Tier, e.Engine, state)
+	}
+	if t := s.Tenant; t != nil {
+		b.WriteString(t.Text() + "\n")
 	}
 	return strings.TrimRight(b.String(), "\n")
 }
@@ -114,7 +118,7 @@ func (a *App) register(reg *capability.Registry) {
 			return out, nil
 		}))
 	reg.Register(capability.New("get_service_status",
-		"Service status: pid, version, uptime, number of sessions, the engines of each language with their availability, and the isolation features of the machine.",
+		"Service status: pid, version, uptime, number of sessions, the engines of each language with their availability, the isolation features of the machine, and your tenant's ceilings (memory, processes, CPU, sessions, disk per session) with what it uses now.",
 		capability.ScopeRead, func(ctx context.Context, _ Empty) (*Status, error) { return a.Status(ctx) }))
 	reg.Register(capability.New("help",
 		"A short guide to Quro for models: what each capability does and which languages run_code accepts.",
@@ -148,6 +152,9 @@ func (a *App) runCode(ctx context.Context, in RunCodeInput) (*runcode.Result, er
 	if err := a.Sessions.Touch(ctx, sess); err != nil {
 		return nil, err
 	}
+	if err := a.admit(ctx, sess); err != nil {
+		return nil, err
+	}
 	return a.Runner.Run(ctx, runcode.Input{
 		Code: in.Code, Lang: in.Lang, Session: sess, Timeout: timeout,
 	})
@@ -163,10 +170,14 @@ func (a *App) Status(ctx context.Context) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
+	ts, err := a.TenantStatus(ctx)
+	if err != nil {
+		return nil, err
+	}
 	return &Status{
 		PID: os.Getpid(), Version: version.String(), StartedAt: a.Started,
 		UptimeSeconds: time.Since(a.Started).Seconds(), DataDir: a.DataDir,
 		Sessions: n, DefaultSession: def.ID,
-		Engines: a.Runner.Engines(), Isolation: a.Isolation(),
+		Engines: a.Runner.Engines(), Isolation: a.Isolation(), Tenant: ts,
 	}, nil
 }

@@ -68,6 +68,7 @@ type Metrics struct {
 	runs     *prometheus.CounterVec
 	sandbox  *prometheus.CounterVec
 	known    func(name string) bool
+	refusals *prometheus.CounterVec // see WatchTenants
 }
 
 // DurationBuckets are the call duration histogram's buckets, in seconds:

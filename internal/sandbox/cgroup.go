@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -36,6 +37,9 @@ type cgroups struct {
 	mnt    map[string]string // v1 controller → mount point of its hierarchy
 	detail string
 	seq    atomic.Uint64
+
+	mu      sync.Mutex
+	tenants map[string]Limits // tenant cgroup name → the ceilings last written
 }
 
 // openCgroups finds a hierarchy for each controller and creates the "quro"
@@ -73,6 +77,7 @@ func openCgroups() *cgroups {
 		notes = append(notes, ctrl+" v1")
 	}
 	c.detail = strings.Join(notes, ", ")
+	c.reapStale()
 	return c
 }
 
@@ -171,11 +176,19 @@ type runCgroup struct {
 	ctrl, mnt []string
 }
 
-// create makes the run's cgroups and writes the limits.
-func (c *cgroups) create(lim Limits) (*runCgroup, error) {
+// create makes the run's cgroups and writes the limits. With a tenant, the
+// run's cgroups are made beneath the tenant's (see tenant.go).
+func (c *cgroups) create(lim Limits, t *Tenant) (*runCgroup, error) {
 	var rnd [6]byte
 	rand.Read(rnd[:])
-	name := fmt.Sprintf("run-%d-%d-%x", os.Getpid(), c.seq.Add(1), rnd)
+	name := fmt.Sprintf("run-%d-%d-%x%s", os.Getpid(), c.seq.Add(1), rnd, pidNSTag())
+	if t != nil {
+		tdir, err := c.tenant(t)
+		if err != nil {
+			return nil, err
+		}
+		name = filepath.Join(tdir, name)
+	}
 	r := &runCgroup{}
 	made := map[string]bool{}
 	for _, ctrl := range cgroupControllers {

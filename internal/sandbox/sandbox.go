@@ -81,6 +81,14 @@ type Options struct {
 	// path, such as the server's in-session API socket. A missing source
 	// is skipped. Without a box (minimal isolation) they are absent.
 	Binds []Bind
+	// Tenant, when set, names the tenant a run belongs to (from its Spec's
+	// Dir) and its ceilings: the run's cgroups are made beneath the
+	// tenant's (see tenant.go). ok=false: the run has no tenant cgroup.
+	Tenant func(dir string) (t Tenant, ok bool)
+	// Note, when set, is asked after each run ends for text to append to
+	// its stderr (e.g. that the session's disk quota is full, and what
+	// filled it), given the run's Dir.
+	Note func(dir string) string
 }
 
 // Bind is a host path Src seen at Dst inside a box.
@@ -110,6 +118,8 @@ type Sandbox struct {
 	onFailure  func(reason string)
 	binds      []Bind
 	uid        int // see ForSession
+	tenant     func(dir string) (Tenant, bool)
+	note       func(dir string) string
 }
 
 // New returns a Sandbox. opts may be nil.
@@ -123,7 +133,7 @@ func New(opts *Options) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox: cannot find the quro executable to re-exec: %w", err)
 	}
 	s := &Sandbox{self: self, path: o.Path, limits: DefaultLimits(), drainGrace: o.DrainGrace, onFailure: o.OnFailure,
-		binds: slices.Clone(o.Binds)}
+		binds: slices.Clone(o.Binds), tenant: o.Tenant, note: o.Note}
 	if s.path == "" {
 		s.path = DefaultPath
 	}
@@ -271,6 +281,9 @@ type Process struct {
 
 	groupMu sync.Mutex
 	group   int // the inner process group, once found
+
+	note func() string // Options.Note for this run, or nil
+	errW io.Writer     // Spec.Stderr
 }
 
 // Env builds the environment a spec's process sees.
@@ -459,7 +472,17 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 
 	var cg *runCgroup
 	if s.layers.ok(LayerCgroups) {
-		if cg, err = s.layers.cg.create(limits); err != nil {
+		var tenant *Tenant
+		if s.tenant != nil {
+			if t, ok := s.tenant(spec.Dir); ok {
+				tenant = &t
+				if err := s.layers.cg.admit(tenant); err != nil {
+					closeChildEnds()
+					return nil, startErr(err)
+				}
+			}
+		}
+		if cg, err = s.layers.cg.create(limits, tenant); err != nil {
 			closeChildEnds()
 			return nil, startErr(err)
 		}
@@ -563,7 +586,10 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 	cmd.Cancel = func() error { return killGroup(cmd) }
 	cmd.WaitDelay = s.drainGrace
 
-	p := &Process{Cmd: cmd, ctx: ctx, drain: s.drainGrace, cg: cg, boxed: boxed, tty: spec.TTY}
+	p := &Process{Cmd: cmd, ctx: ctx, drain: s.drainGrace, cg: cg, boxed: boxed, tty: spec.TTY, errW: spec.Stderr}
+	if s.note != nil {
+		p.note = func() string { return s.note(spec.Dir) }
+	}
 	closeAll := func() {
 		closeChildEnds()
 		closeParentEnds()
@@ -885,6 +911,11 @@ func (p *Process) Wait() Exit {
 	p.pumps.Wait()
 	for _, r := range p.readers {
 		r.Close()
+	}
+	if p.note != nil && p.errW != nil {
+		if n := p.note(); n != "" {
+			io.WriteString(p.errW, n)
+		}
 	}
 
 	e := Exit{Duration: time.Since(p.start), OOMKilled: oom}

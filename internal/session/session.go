@@ -143,6 +143,16 @@ type Manager struct {
 	// MaxPerTenant caps the sessions one tenant may have (0: no cap). Set
 	// it before the Manager is used.
 	MaxPerTenant int
+	// MaxFor, when set, gives a tenant's cap instead of MaxPerTenant.
+	MaxFor func(tenant string) int
+	// Disk, when set, gives each session directory a filesystem of its
+	// own (a disk quota): Prepare makes and mounts it at the directory
+	// before its subdirectories are made, Release unmounts and deletes it
+	// before the directory is removed.
+	Disk struct {
+		Prepare func(tenant, dir string) error
+		Release func(dir string) error
+	}
 
 	hooks atomic.Pointer[BoxHooks]
 }
@@ -266,13 +276,17 @@ func (m *Manager) create(ctx context.Context, name string, o CreateOptions, capp
 	if !ValidTenant(tenant) {
 		return nil, fmt.Errorf("%w: tenant %q", ErrBadName, tenant)
 	}
-	if capped && m.MaxPerTenant > 0 {
+	maxN := m.MaxPerTenant
+	if m.MaxFor != nil {
+		maxN = m.MaxFor(tenant)
+	}
+	if capped && maxN > 0 {
 		n, err := m.store.CountSessions(ctx, tenant)
 		if err != nil {
 			return nil, err
 		}
-		if n >= m.MaxPerTenant {
-			return nil, fmt.Errorf("%w: %d sessions of at most %d; destroy one you no longer need", ErrLimit, n, m.MaxPerTenant)
+		if n >= maxN {
+			return nil, fmt.Errorf("%w: %d sessions of at most %d; destroy one you no longer need", ErrLimit, n, maxN)
 		}
 	}
 	if o.Network == "" {
@@ -297,11 +311,23 @@ func (m *Manager) create(ctx context.Context, name string, o CreateOptions, capp
 	now := time.Now()
 	row := &store.Session{ID: id, Name: name, Tenant: tenant, CreatedAt: now, LastUsedAt: now, Network: o.Network, Rootfs: o.Rootfs}
 	s := m.fromRow(row)
+	if m.Disk.Prepare != nil {
+		if err := m.Disk.Prepare(tenant, s.Dir); err != nil {
+			return nil, err
+		}
+	}
+	release := func() {
+		if m.Disk.Release != nil {
+			m.Disk.Release(s.Dir)
+		}
+		os.RemoveAll(s.Dir)
+	}
 	if err := m.ensureDirs(s); err != nil {
+		release()
 		return nil, err
 	}
 	if err := m.store.CreateSession(ctx, row); err != nil {
-		os.RemoveAll(s.Dir)
+		release()
 		if errors.Is(err, store.ErrExists) {
 			return nil, fmt.Errorf("%w: %q", ErrExists, name)
 		}
@@ -462,6 +488,11 @@ func (m *Manager) Delete(ctx context.Context, s *Session) error {
 	}
 	if h := m.hooks.Load(); h != nil && h.Destroyed != nil {
 		h.Destroyed(s)
+	}
+	if m.Disk.Release != nil {
+		if err := m.Disk.Release(s.Dir); err != nil {
+			return fmt.Errorf("session %s: %w", s.Name, err)
+		}
 	}
 	if err := os.RemoveAll(s.Dir); err != nil {
 		return fmt.Errorf("session %s: remove %s: %w", s.Name, s.Dir, err)

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/quro-dev/quro/internal/app"
+	"github.com/quro-dev/quro/internal/quota"
+)
+
+// sizeFlag is a byte size flag (2G, 512M, none).
+type sizeFlag struct{ v *int64 }
+
+func (f sizeFlag) String() string {
+	if f.v == nil || *f.v == 0 {
+		return "0"
+	}
+	return quota.Human(*f.v)
+}
+func (f sizeFlag) Set(s string) error {
+	n, err := quota.ParseSize(s)
+	if err == nil {
+		*f.v = n
+	}
+	return err
+}
+func (f sizeFlag) Type() string { return "size" }
+
+// tenantLimitFlags adds the ceiling flags to cmd, prefixed by prefix.
+func tenantLimitFlags(cmd *cobra.Command, prefix string, l *app.TenantLimits) {
+	f := cmd.Flags()
+	f.Var(sizeFlag{&l.Memory}, prefix+"memory", "memory of all of a tenant's processes together, no swap (e.g. 8G; none; 0: the default, 8G; kernel-enforced by a tenant cgroup)")
+	f.Int64Var(&l.Tasks, prefix+"tasks", 0, "processes and threads of a tenant together (-1: none; 0: the default, 4096; kernel-enforced)")
+	f.Int64Var(&l.CPUPercent, prefix+"cpu", 0, "CPU of a tenant together, in percent of one CPU (-1: none; 0: the default, 200; kernel-enforced)")
+	f.Var(sizeFlag{&l.Disk}, map[bool]string{true: "disk-quota", false: "disk"}[prefix == "tenant-"], "disk of each session: workspace, tmp and saved outputs together (e.g. 2G; 0: the default, 2G; kernel-enforced by an ext4 image per session when the server is root)")
+}
+
+func newTenantCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "tenant", Short: "Show and set the ceilings of a tenant"}
+	limits := &cobra.Command{Use: "limits", Short: "A tenant's ceilings: memory, processes, CPU, sessions, disk per session"}
+	var tenant string
+	var asJSON bool
+	var l app.TenantLimits
+	show := &cobra.Command{
+		Use: "show", Short: "Show a tenant's ceilings (own and effective)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := g.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			own, eff := a.TenantLimitsOf(cmd.Context(), tenant)
+			if asJSON {
+				b, _ := json.MarshalIndent(map[string]any{"tenant": tenant, "own": own, "effective": eff}, "", "  ")
+				fmt.Fprintln(cmd.OutOrStdout(), string(b))
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "memory %s, tasks %s, cpu %s%%, sessions %s, disk per session %s\n",
+				bytesOrNone(eff.Memory), numOrNone(eff.Tasks), numOrNone(eff.CPUPercent), numOrNone(eff.Sessions), bytesOrNone(eff.Disk))
+			return nil
+		},
+	}
+	set := &cobra.Command{
+		Use: "set", Short: "Set a tenant's ceilings (flags not given keep the server's defaults)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := g.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			own, _ := a.TenantLimitsOf(cmd.Context(), tenant)
+			fl := cmd.Flags()
+			for name, dst := range map[string]*int64{"memory": &own.Memory, "tasks": &own.Tasks, "cpu": &own.CPUPercent, "sessions": &own.Sessions, "disk": &own.Disk} {
+				if fl.Changed(name) {
+					src := map[string]int64{"memory": l.Memory, "tasks": l.Tasks, "cpu": l.CPUPercent, "sessions": l.Sessions, "disk": l.Disk}[name]
+					*dst = src
+				}
+			}
+			return a.SetTenantLimits(cmd.Context(), tenant, own)
+		},
+	}
+	tenantLimitFlags(set, "", &l)
+	set.Flags().Int64Var(&l.Sessions, "sessions", 0, "sessions of a tenant at once (-1: none)")
+	for _, c := range []*cobra.Command{show, set} {
+		c.Flags().StringVar(&tenant, "tenant", "", `the tenant ("" is the local tenant)`)
+	}
+	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	limits.AddCommand(show, set)
+	cmd.AddCommand(limits)
+	return cmd
+}
+
+func bytesOrNone(v int64) string {
+	if v <= 0 {
+		return "none"
+	}
+	return quota.Human(v)
+}
+
+func numOrNone(v int64) string {
+	if v <= 0 {
+		return "none"
+	}
+	return fmt.Sprint(v)
+}

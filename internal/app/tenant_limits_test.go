@@ -1,0 +1,136 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/metrics/metricstest"
+	"github.com/quro-dev/quro/internal/runcode"
+)
+
+// The attack of the report: a tenant leaves background processes running
+// in one session's terminal (they outlive the call) and starts more from
+// another session. The tenant's process ceiling holds across sessions:
+// the next exec call is refused with resource_exhausted and a message
+// naming the ceiling, get_service_status shows the tenant its usage, the
+// metrics count it without naming it, and another tenant runs as before.
+func TestTenantCeilingAcrossSessionsThroughTheController(t *testing.T) {
+	a, err := New(context.Background(), Options{DataDir: t.TempDir(), Python: testPython,
+		Limits: Limits{Tenant: TenantLimits{Disk: 64 << 20}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if _, ok := a.Sandbox.TenantUsage(""); !ok {
+		t.Skip("no cgroups layer here")
+	}
+	acmeName := fmt.Sprintf("acme-%d", os.Getpid())
+	acme := controller.Caller{Path: "test", Tenant: acmeName, Scope: capability.ScopeAdmin, TokenID: "ta"}
+	bob := controller.Caller{Path: "test", Tenant: fmt.Sprintf("bob-%d", os.Getpid()), Scope: capability.ScopeAdmin, TokenID: "tb"}
+	if err := a.SetTenantLimits(context.Background(), acmeName, TenantLimits{Tasks: 64}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"s1", "s2"} {
+		if _, err := callAs(t, a, acme, "create_session", CreateSessionInput{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 60 background processes stay in s1's persistent shell.
+	if _, err := callAs(t, a, acme, "terminal_exec", TerminalExecInput{Session: "s1", Command: "for i in $(seq 60); do sleep 1000 & done; echo held"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = callAs(t, a, acme, "run_code", RunCodeInput{Session: "s2", Lang: "shell", Code: "echo hi"})
+	ce := wantCode(t, err, capability.ResourceExhausted)
+	for _, want := range []string{"tenant " + acmeName, "process ceiling of 64", "quro tenant limits set"} {
+		if !strings.Contains(ce.Message, want) {
+			t.Errorf("the refusal %q does not say %q", ce.Message, want)
+		}
+	}
+	reply, err := callAs(t, a, acme, "get_service_status", Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := reply.Output.(*Status)
+	if st.Tenant == nil || st.Tenant.Tenant != acmeName || st.Tenant.Limits.Tasks != 64 || st.Tenant.Tasks < 56 || !strings.Contains(reply.Text, "processes") {
+		t.Errorf("status does not show acme's ceiling and usage: %+v\n%s", st.Tenant, reply.Text)
+	}
+	f := metricstest.Scrape(t, a.Metrics.Handler())
+	if v, _ := f.Value("quro_tenants_at_ceiling", "ceiling", "tasks"); v != 1 {
+		t.Errorf("quro_tenants_at_ceiling{tasks} = %v, want 1", v)
+	}
+	if v, _ := f.Value("quro_tenant_ceiling_refusals_total", "ceiling", "tasks"); v != 1 {
+		t.Errorf("quro_tenant_ceiling_refusals_total{tasks} = %v, want 1", v)
+	}
+	// Bob is not charged for acme's processes.
+	reply, err = callAs(t, a, bob, "run_code", RunCodeInput{Lang: "shell", Code: "for i in $(seq 60); do sleep 1 & done; echo bob-ok"})
+	if err != nil || !strings.Contains(reply.Output.(*runcode.Result).Stdout, "bob-ok") {
+		t.Fatalf("bob: %v %+v", err, reply)
+	}
+	// Destroying the busy session frees acme.
+	if _, err := callAs(t, a, acme, "destroy_session", SessionRef{Session: "s1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := callAs(t, a, acme, "run_code", RunCodeInput{Session: "s2", Lang: "shell", Code: "echo hi"}); err != nil {
+		t.Fatalf("after destroying s1, acme is still refused: %v", err)
+	}
+}
+
+// Outputs the server spills count against the session's disk quota, and a
+// run that fills it reads what filled it.
+func TestSpilledOutputsCountAgainstTheDiskQuota(t *testing.T) {
+	a, err := New(context.Background(), Options{DataDir: t.TempDir(), Python: testPython,
+		Limits: Limits{Tenant: TenantLimits{Disk: 64 << 20}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if err := a.tenants.disks.Enforced(); err != nil {
+		t.Skipf("no kernel disk quota here: %v", err)
+	}
+	// 40 MiB of stdout: cut in the result, saved whole in the workspace.
+	res := runCode(t, a, RunCodeInput{Lang: "shell", Code: "head -c 40M /dev/zero | tr '\\0' x"})
+	if res.StdoutFile == "" {
+		t.Fatalf("the output was not saved: %+v", res.Notes)
+	}
+	res = runCode(t, a, RunCodeInput{Lang: "shell", Code: "head -c 40M /dev/zero > fill; echo rc=$?"})
+	for _, want := range []string{"No space left on device", "disk quota of 64 MiB is full", "workspace/.quro/outputs"} {
+		if !strings.Contains(res.Stderr+res.Stdout, want) {
+			t.Errorf("the run that filled the quota does not read %q:\nstdout %q\nstderr %q", want, res.Stdout, res.Stderr)
+		}
+	}
+	reply, err := call(t, a, "get_service_status", Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := reply.Output.(*Status).Tenant; len(st.DiskFullIn) != 1 || st.DiskUsedBytes < 50<<20 {
+		t.Errorf("status does not show the full disk: %+v", st)
+	}
+	f := metricstest.Scrape(t, a.Metrics.Handler())
+	if v, _ := f.Value("quro_session_disks", "state", "full"); v != 1 {
+		t.Errorf("quro_session_disks{full} = %v, want 1", v)
+	}
+}
+
+// BenchmarkTenantOfRun measures what the tenant layer adds to each run
+// before the box starts: finding the session's tenant and ceilings, the
+// mount check, and the admission read of the tenant's cgroup.
+func BenchmarkTenantOfRun(b *testing.B) {
+	a := newApp(b, nil)
+	s, err := a.Sessions.Default(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t, ok := a.tenants.forRun(s.Workspace())
+		if !ok {
+			b.Fatal("no tenant")
+		}
+		a.Sandbox.Admit(t)
+	}
+}

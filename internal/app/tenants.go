@@ -1,0 +1,399 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/metrics"
+	"github.com/quro-dev/quro/internal/quota"
+	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/store"
+)
+
+// TenantLimits are one tenant's ceilings. In Options.Limits they are the
+// defaults; an admin overrides them per tenant (quro tenant limits set),
+// kept in the settings table. Zero means "the default"; negative, no
+// ceiling.
+type TenantLimits struct {
+	Memory     int64 `json:"memory_bytes,omitempty"` // all of the tenant's processes together, no swap (kernel: tenant cgroup)
+	Tasks      int64 `json:"tasks,omitempty"`        // processes and threads together (kernel: pids.max of the tenant cgroup)
+	CPUPercent int64 `json:"cpu_percent,omitempty"`  // CPU quota in percent of one CPU (kernel: CFS quota of the tenant cgroup)
+	Sessions   int64 `json:"sessions,omitempty"`     // sessions at once (admission)
+	Disk       int64 `json:"disk_bytes,omitempty"`   // disk quota of each session: workspace, tmp and saved outputs (kernel: one ext4 image per session)
+}
+
+// Default tenant ceilings.
+const (
+	DefaultTenantMemory     = 8 << 30
+	DefaultTenantTasks      = 4096
+	DefaultTenantCPUPercent = 200
+	DefaultDiskQuota        = 2 << 30
+)
+
+// or fills t's zero fields from def.
+func (t TenantLimits) or(def TenantLimits) TenantLimits {
+	pick := func(v, d int64) int64 {
+		if v == 0 {
+			return d
+		}
+		return v
+	}
+	return TenantLimits{Memory: pick(t.Memory, def.Memory), Tasks: pick(t.Tasks, def.Tasks),
+		CPUPercent: pick(t.CPUPercent, def.CPUPercent), Sessions: pick(t.Sessions, def.Sessions), Disk: pick(t.Disk, def.Disk)}
+}
+
+func pos(v int64) uint64 {
+	if v < 0 {
+		return 0
+	}
+	return uint64(v)
+}
+
+// tenants resolves each run's tenant and ceilings for the sandbox and the
+// session manager, and keeps each session on its disk image.
+type tenants struct {
+	store    *store.Store
+	sessions func() *session.Manager
+	root     string // $QURO_DATA/sessions
+	defaults TenantLimits
+	disks    *quota.Disks
+
+	mu       sync.Mutex
+	ofID     map[string]string // session id → tenant
+	noQuotas int               // sessions without an image (made before quotas, or where images fail)
+}
+
+func tenantKey(tenant string) string { return "tenant_limits/" + tenant }
+
+// Limits are tenant's effective ceilings.
+func (t *tenants) Limits(ctx context.Context, tenant string) TenantLimits {
+	return TenantOverrides(ctx, t.store, tenant).or(t.defaults)
+}
+
+// TenantOverrides are the ceilings an admin set for tenant (zero fields:
+// the server's defaults). They are read at each use, so that quro tenant
+// limits set, from another process, applies to the next run.
+func TenantOverrides(ctx context.Context, st *store.Store, tenant string) TenantLimits {
+	var own TenantLimits
+	if v, err := st.Setting(ctx, tenantKey(tenant)); err == nil {
+		json.Unmarshal([]byte(v), &own)
+	}
+	return own
+}
+
+// SetTenantLimits stores tenant's ceilings (zero fields: the defaults of
+// the server; negative: none). A larger disk quota grows the tenant's
+// sessions.
+func (a *App) SetTenantLimits(ctx context.Context, tenant string, l TenantLimits) error {
+	return a.tenants.Set(ctx, tenant, l)
+}
+
+// TenantLimitsOf are tenant's own ceilings (zero: default) and the
+// effective ones.
+func (a *App) TenantLimitsOf(ctx context.Context, tenant string) (own, eff TenantLimits) {
+	return TenantOverrides(ctx, a.Store, tenant), a.tenants.Limits(ctx, tenant)
+}
+
+// Set stores tenant's overrides. A larger disk quota grows the tenant's
+// existing sessions; a smaller one applies to its new sessions.
+func (t *tenants) Set(ctx context.Context, tenant string, l TenantLimits) error {
+	if !session.ValidTenant(tenant) {
+		return fmt.Errorf("%w: tenant %q", session.ErrBadName, tenant)
+	}
+	if l.Disk > 0 && l.Disk < 8<<20 {
+		return fmt.Errorf("%w: a disk quota must be at least 8 MiB", session.ErrBadName)
+	}
+	if l.Memory > 0 && l.Memory < 64<<20 {
+		return fmt.Errorf("%w: a memory ceiling must be at least 64 MiB", session.ErrBadName)
+	}
+	if l.Tasks > 0 && l.Tasks < 32 {
+		return fmt.Errorf("%w: a process ceiling must be at least 32", session.ErrBadName)
+	}
+	b, _ := json.Marshal(l)
+	if err := t.store.SetSetting(ctx, tenantKey(tenant), string(b)); err != nil {
+		return err
+	}
+	eff := l.or(t.defaults)
+	if eff.Disk > 0 && t.disks.Enforced() == nil {
+		list, err := t.sessions().List(session.WithTenant(ctx, tenant))
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, s := range list {
+			if t.disks.Has(s.Dir) {
+				errs = append(errs, t.disks.Grow(s.Dir, eff.Disk))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	return nil
+}
+
+// tenantOf finds the tenant of session id.
+func (t *tenants) tenantOf(id string) (string, bool) {
+	t.mu.Lock()
+	tenant, ok := t.ofID[id]
+	t.mu.Unlock()
+	if ok {
+		return tenant, true
+	}
+	s, err := t.sessions().ByIDAnyTenant(context.Background(), id)
+	if err != nil {
+		return "", false
+	}
+	t.mu.Lock()
+	t.ofID[id] = s.Tenant
+	t.mu.Unlock()
+	return s.Tenant, true
+}
+
+// sessionDir is the session directory holding dir, if dir is in one.
+func (t *tenants) sessionDir(dir string) (id, sdir string, ok bool) {
+	rel, err := filepath.Rel(t.root, dir)
+	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+		return "", "", false
+	}
+	id = strings.SplitN(rel, string(filepath.Separator), 2)[0]
+	return id, filepath.Join(t.root, id), true
+}
+
+// forRun is sandbox.Options.Tenant: the tenant of a run in dir.
+func (t *tenants) forRun(dir string) (sandbox.Tenant, bool) {
+	id, sdir, ok := t.sessionDir(dir)
+	if !ok {
+		return sandbox.Tenant{}, false
+	}
+	// Another process (a CLI that stopped) may have unmounted the
+	// session's image: a run never writes beneath it.
+	if err := t.disks.Remount(sdir); err != nil {
+		return sandbox.Tenant{}, false
+	}
+	tenant, ok := t.tenantOf(id)
+	if !ok {
+		return sandbox.Tenant{}, false
+	}
+	l := t.Limits(context.Background(), tenant)
+	return sandbox.Tenant{Name: tenant, Limits: sandbox.Limits{Memory: pos(l.Memory), Tasks: pos(l.Tasks), CPUPercent: pos(l.CPUPercent)}}, true
+}
+
+// note is sandbox.Options.Note: what to tell a run whose disk is full.
+func (t *tenants) note(dir string) string {
+	if _, sdir, ok := t.sessionDir(dir); ok {
+		return t.disks.Note(sdir)
+	}
+	return ""
+}
+
+// maxSessions is session.Manager.MaxFor.
+func (t *tenants) maxSessions(tenant string) int {
+	return int(pos(t.Limits(context.Background(), tenant).Sessions))
+}
+
+// prepare is session.Manager.Disk.Prepare: a new session gets an image
+// of its tenant's disk quota.
+func (t *tenants) prepare(tenant, dir string) error {
+	size := t.Limits(context.Background(), tenant).Disk
+	if size <= 0 || t.disks.Enforced() != nil {
+		return nil
+	}
+	return t.disks.Create(dir, size)
+}
+
+// release is session.Manager.Disk.Release.
+func (t *tenants) release(dir string) error {
+	if !t.disks.Has(dir) {
+		return nil
+	}
+	return t.disks.Remove(dir)
+}
+
+// adopt runs at start: every session's image is mounted again, and a
+// session without one (made before quotas, such as the default session
+// Open just made) gets one when its directory holds nothing yet; the
+// others keep running without a kernel quota, counted in the status.
+func (t *tenants) adopt(ctx context.Context) error {
+	if t.disks.Enforced() != nil {
+		return nil
+	}
+	list, err := t.sessions().AllTenants(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	none := 0
+	for _, s := range list {
+		switch {
+		case t.disks.Has(s.Dir):
+			errs = append(errs, t.disks.Remount(s.Dir))
+		case emptySession(s):
+			size := t.Limits(ctx, s.Tenant).Disk
+			if size <= 0 {
+				continue
+			}
+			if err := t.disks.Create(s.Dir, size); err != nil {
+				errs = append(errs, err)
+				none++
+				continue
+			}
+			for _, d := range []string{s.Workspace(), s.TmpDir()} {
+				errs = append(errs, mkdir(d))
+			}
+		default:
+			none++
+		}
+	}
+	t.mu.Lock()
+	t.noQuotas = none
+	t.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// admit refuses an exec call of a tenant at its memory or process ceiling
+// with resource_exhausted (HTTP 429) and what to do.
+func (a *App) admit(ctx context.Context, s *session.Session) error {
+	t, ok := a.tenants.forRun(s.Workspace())
+	if !ok {
+		return nil
+	}
+	var ce *sandbox.CeilingError
+	if err := a.Sandbox.Admit(t); errors.As(err, &ce) {
+		a.Metrics.TenantRefusal(ce.Ceiling)
+		e := capability.Errorf(capability.ResourceExhausted, "%s", ce.Message)
+		e.RetryAfter = 30
+		return e
+	}
+	return nil
+}
+
+// gauges counts, over every tenant and session, those at a ceiling.
+func (a *App) tenantGauges() metrics.TenantGauges {
+	var g metrics.TenantGauges
+	ctx := context.Background()
+	list, err := a.Sessions.AllTenants(ctx)
+	if err != nil {
+		return g
+	}
+	seen := map[string]bool{}
+	for _, s := range list {
+		if u, ok := a.tenants.disks.Usage(s.Dir); !ok {
+			g.DisksNone++
+		} else if u.Full() {
+			g.DisksFull++
+		} else {
+			g.DisksOK++
+		}
+		if seen[s.Tenant] {
+			continue
+		}
+		seen[s.Tenant] = true
+		t, ok := a.tenants.forRun(s.Workspace())
+		if !ok {
+			continue
+		}
+		var ce *sandbox.CeilingError
+		if errors.As(a.Sandbox.Admit(t), &ce) {
+			if ce.Ceiling == "memory" {
+				g.AtMemoryCeiling++
+			} else {
+				g.AtTaskCeiling++
+			}
+		}
+	}
+	return g
+}
+
+func mkdir(d string) error { return os.MkdirAll(d, 0o755) }
+
+// emptySession reports whether s's directory holds nothing but empty
+// workspace and tmp directories (a session just made), and removes those
+// so that an image can be mounted there.
+func emptySession(s *session.Session) bool {
+	ents, err := os.ReadDir(s.Dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		if e.Name() != "workspace" && e.Name() != "tmp" || !e.IsDir() {
+			return false
+		}
+		if sub, err := os.ReadDir(filepath.Join(s.Dir, e.Name())); err != nil || len(sub) > 0 {
+			return false
+		}
+	}
+	for _, e := range ents {
+		os.Remove(filepath.Join(s.Dir, e.Name()))
+	}
+	return true
+}
+
+// TenantStatus is a tenant's ceilings and what it uses now.
+type TenantStatus struct {
+	Tenant string       `json:"tenant"`
+	Limits TenantLimits `json:"limits" jsonschema:"effective ceilings; 0 or negative: none"`
+	// Now: what the tenant's processes and sessions hold.
+	MemoryBytes     uint64   `json:"memory_bytes" jsonschema:"resident memory of all the tenant's processes (page cache excluded)"`
+	MemoryPeakBytes uint64   `json:"memory_peak_bytes,omitempty"`
+	Tasks           uint64   `json:"tasks" jsonschema:"processes and threads of the tenant"`
+	Sessions        int      `json:"sessions"`
+	DiskUsedBytes   int64    `json:"disk_used_bytes" jsonschema:"bytes used on the tenant's session disks"`
+	DiskFullIn      []string `json:"disk_full_sessions,omitempty" jsonschema:"sessions whose disk quota is full"`
+	DiskQuota       string   `json:"disk_quota" jsonschema:"how the disk quota is enforced here"`
+	Enforced        bool     `json:"kernel_enforced" jsonschema:"memory, process and CPU ceilings are enforced by the kernel (cgroups)"`
+}
+
+// TenantStatus reports the ceilings and usage of ctx's tenant.
+func (a *App) TenantStatus(ctx context.Context) (*TenantStatus, error) {
+	tenant := session.TenantFrom(ctx)
+	list, err := a.Sessions.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := &TenantStatus{Tenant: tenant, Limits: a.tenants.Limits(ctx, tenant), Sessions: len(list), DiskQuota: a.tenants.disks.Method()}
+	if u, ok := a.Sandbox.TenantUsage(tenant); ok {
+		st.Enforced = true
+		st.MemoryBytes, st.MemoryPeakBytes, st.Tasks = u.Memory, u.MemoryPeak, u.Tasks
+	}
+	for _, s := range list {
+		if u, ok := a.tenants.disks.Usage(s.Dir); ok {
+			st.DiskUsedBytes += u.Used
+			if u.Full() {
+				st.DiskFullIn = append(st.DiskFullIn, s.Name)
+			}
+		}
+	}
+	return st, nil
+}
+
+// Text is a few lines about the tenant's ceilings and usage.
+func (t *TenantStatus) Text() string {
+	lim := func(v int64, f func(int64) string) string {
+		if v <= 0 {
+			return "none"
+		}
+		return f(v)
+	}
+	bytes := func(v int64) string { return quota.Human(v) }
+	num := func(v int64) string { return fmt.Sprint(v) }
+	s := fmt.Sprintf("%s: memory %s of %s, processes %d of %s, CPU %s%%, sessions %d of %s, disk %s used, %s per session (%s)",
+		sandbox.DisplayTenant(t.Tenant), quota.Human(int64(t.MemoryBytes)), lim(t.Limits.Memory, bytes), t.Tasks, lim(t.Limits.Tasks, num),
+		lim(t.Limits.CPUPercent, num), t.Sessions, lim(t.Limits.Sessions, num), quota.Human(t.DiskUsedBytes), lim(t.Limits.Disk, bytes), t.DiskQuota)
+	if len(t.DiskFullIn) > 0 {
+		s += "; disk full in: " + strings.Join(t.DiskFullIn, ", ")
+	}
+	if !t.Enforced {
+		s += "; memory, process and CPU ceilings are NOT enforced here (no cgroups)"
+	}
+	return s
+}

@@ -1,0 +1,405 @@
+// Package quota bounds the disk a session may fill, in the kernel.
+//
+// Each session directory ($QURO_DATA/sessions/<id>: workspace, tmp and the
+// spilled outputs under workspace/.quro/outputs) is its own ext4
+// filesystem: a sparse image file ($QURO_DATA/disks/<id>.img) loop-mounted
+// at the session directory. A write beyond the image's size fails with
+// ENOSPC inside the box, whoever writes (the session's code, or the server
+// spilling an output), and other sessions, on other images, keep writing.
+//
+// Why images: ext4 and xfs project quotas would be cheaper (no loop
+// device, no mount), but they need the filesystem to be made or converted
+// with the project quota feature (mkfs.ext4 -O quota,project, or
+// tune2fs on an unmounted filesystem), which a data directory on the host's
+// root filesystem rarely has. Images need only root, a loop device and
+// mkfs.ext4, and their size can grow with the session's quota (resize2fs
+// online). Without root (or without those tools), Probe says so and no
+// quota is enforced by the kernel; callers then measure usage instead
+// (Usage) and refuse by admission.
+package quota
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// Disks manages the images of the sessions of one data directory.
+type Disks struct {
+	dir    string // $QURO_DATA/disks
+	usable error  // nil when images can be used here
+
+	mu   sync.Mutex
+	mine map[string]bool // session directories this process mounted
+}
+
+// Open prepares the images directory of dataDir and probes whether images
+// can be made and mounted.
+func Open(dataDir string) *Disks {
+	d := &Disks{dir: filepath.Join(dataDir, "disks"), mine: map[string]bool{}}
+	d.usable = d.probe()
+	return d
+}
+
+func (d *Disks) probe() error {
+	if os.Geteuid() != 0 {
+		return errors.New("the server is not root: it cannot mount a per-session disk image")
+	}
+	for _, tool := range []string{"mkfs.ext4", "mount", "umount", "resize2fs", "losetup"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s is missing (apt-get install e2fsprogs mount)", tool)
+		}
+	}
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		return fmt.Errorf("no loop devices: %v", err)
+	}
+	if err := os.MkdirAll(d.dir, 0o700); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Enforced reports whether the kernel enforces quotas here; when not, the
+// error says why.
+func (d *Disks) Enforced() error { return d.usable }
+
+// Method names the mechanism, for status and doctor.
+func (d *Disks) Method() string {
+	if d.usable != nil {
+		return "none (" + d.usable.Error() + ")"
+	}
+	return "ext4 image per session, loop-mounted"
+}
+
+func (d *Disks) image(sessionDir string) string {
+	return filepath.Join(d.dir, filepath.Base(sessionDir)+".img")
+}
+
+// Create makes an image of size bytes for the session directory dir (which
+// must not exist yet, or be empty) and mounts it there.
+func (d *Disks) Create(dir string, size int64) error {
+	if d.usable != nil {
+		return d.usable
+	}
+	if size < 8<<20 {
+		return fmt.Errorf("disk quota %d bytes: at least 8 MiB", size)
+	}
+	img := d.image(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(img, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("disk image: %w", err)
+	}
+	err = f.Truncate(size)
+	f.Close()
+	if err == nil {
+		// No reserved blocks (the server writes spilled outputs as root),
+		// lazy init and a small journal keep the image sparse and quick.
+		err = run("mkfs.ext4", "-q", "-F", "-m", "0", "-J", "size=4",
+			"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=0:0", img)
+	}
+	if err == nil {
+		err = d.mount(img, dir)
+	}
+	if err != nil {
+		os.Remove(img)
+		return fmt.Errorf("session disk: %w", err)
+	}
+	return nil
+}
+
+func (d *Disks) mount(img, dir string) error {
+	// nodev, nosuid: a file the box made must never be a device or a
+	// set-uid program for the host.
+	// mount(8) reuses the loop device of an image that is mounted
+	// elsewhere already, so the filesystem is never mounted twice from two
+	// devices.
+	if err := run("mount", "-t", "ext4", "-o", "loop,nodev,nosuid,noatime", img, dir); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.mine[dir] = true
+	d.mu.Unlock()
+	return nil
+}
+
+// UnmountMine unmounts the images this process mounted and no process
+// uses (a server or CLI that stops; whoever runs a session next mounts it
+// again). A busy one stays mounted.
+func (d *Disks) UnmountMine() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for dir := range d.mine {
+		if syscall.Unmount(dir, 0) == nil || !Mounted(dir) {
+			delete(d.mine, dir)
+		}
+	}
+}
+
+// Has reports whether dir has an image.
+func (d *Disks) Has(dir string) bool {
+	_, err := os.Stat(d.image(dir))
+	return err == nil
+}
+
+// Mounted reports whether dir is a mount point (its image is mounted).
+func Mounted(dir string) bool {
+	var a, b syscall.Stat_t
+	if syscall.Stat(dir, &a) != nil || syscall.Stat(filepath.Dir(dir), &b) != nil {
+		return false
+	}
+	return a.Dev != b.Dev
+}
+
+// Remount mounts dir's image again if it has one and it is not mounted
+// (after a restart of the machine or a server killed mid-way).
+func (d *Disks) Remount(dir string) error {
+	if d.usable != nil || !d.Has(dir) || Mounted(dir) {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return d.mount(d.image(dir), dir)
+}
+
+// Grow makes dir's filesystem size bytes, if that is larger (shrinking a
+// mounted ext4 is not possible; a smaller quota applies to new sessions).
+// It resizes online when the server may (CAP_SYS_RESOURCE), else it
+// unmounts, resizes and mounts again, which needs the session idle: a busy
+// one keeps its size and an error says so.
+func (d *Disks) Grow(dir string, size int64) error {
+	img := d.image(dir)
+	fi, err := os.Stat(img)
+	if err != nil || fi.Size() >= size {
+		return err
+	}
+	if err := os.Truncate(img, size); err != nil {
+		return err
+	}
+	if !Mounted(dir) {
+		return run("resize2fs", img)
+	}
+	dev, err := output("findmnt", "-n", "-o", "SOURCE", "--mountpoint", dir)
+	if err != nil {
+		return err
+	}
+	if err := run("losetup", "-c", dev); err != nil {
+		return err
+	}
+	online := run("resize2fs", dev)
+	if online == nil {
+		return nil
+	}
+	if err := syscall.Unmount(dir, 0); err != nil {
+		return fmt.Errorf("the session's disk grows when it is idle (online resizing failed: %v; unmount: %v)", online, err)
+	}
+	// e2fsck exits 1 when it corrected something, which is fine here.
+	err = run("e2fsck", "-f", "-p", img)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 1 {
+		err = nil
+	}
+	if err == nil {
+		err = run("resize2fs", img)
+	}
+	if merr := d.mount(img, dir); merr != nil {
+		return merr
+	}
+	return err
+}
+
+// Remove unmounts dir and deletes its image. Stop every process of the
+// session first: a busy filesystem is detached (MNT_DETACH) and freed when
+// its last user is gone.
+func (d *Disks) Remove(dir string) error {
+	if Mounted(dir) {
+		if err := syscall.Unmount(dir, 0); err != nil {
+			if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+				return fmt.Errorf("unmount %s: %w", dir, err)
+			}
+		}
+	}
+	d.mu.Lock()
+	delete(d.mine, dir)
+	d.mu.Unlock()
+	if err := os.Remove(d.image(dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Usage is how full a session's filesystem is.
+type Usage struct {
+	Quota int64 // the image's size
+	Used  int64 // bytes in files and directories
+	Free  int64 // bytes that can still be written
+}
+
+// Usage reads dir's filesystem; ok is false when dir is not on an image.
+func (d *Disks) Usage(dir string) (u Usage, ok bool) {
+	if !Mounted(dir) || !d.Has(dir) {
+		return u, false
+	}
+	var st syscall.Statfs_t
+	if syscall.Statfs(dir, &st) != nil {
+		return u, false
+	}
+	fi, err := os.Stat(d.image(dir))
+	if err != nil {
+		return u, false
+	}
+	u.Quota = fi.Size()
+	u.Used = int64(st.Blocks-st.Bfree) * st.Bsize
+	u.Free = int64(st.Bavail) * st.Bsize
+	return u, true
+}
+
+// Full reports whether less than 1% (at least 1 MiB) of dir's image is free.
+func (u Usage) Full() bool {
+	return u.Free < max(u.Quota/100, 1<<20)
+}
+
+// Note is the message appended to the output of a run in session dir when
+// its disk quota is full; "" when it is not. It names the quota and the
+// biggest directories, so that the model knows what to delete.
+func (d *Disks) Note(sessionDir string) string {
+	u, ok := d.Usage(sessionDir)
+	if !ok || !u.Full() {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nquro: this session's disk quota of %s is full (%s used by workspace, tmp and saved outputs together)",
+		Human(u.Quota), Human(u.Used))
+	if big := Biggest(sessionDir, 5); len(big) > 0 {
+		b.WriteString("; the biggest directories:")
+		for _, e := range big {
+			fmt.Fprintf(&b, " %s %s,", e.Path, Human(e.Bytes))
+		}
+		s := strings.TrimSuffix(b.String(), ",")
+		b.Reset()
+		b.WriteString(s)
+	}
+	b.WriteString(". Writes fail with \"No space left on device\" until you delete files you no longer need (rm), or an admin raises the quota (quro serve --disk-quota, or quro tenant limits set --disk).\n")
+	return b.String()
+}
+
+// Entry is a directory and the bytes beneath it.
+type Entry struct {
+	Path  string // relative to the session directory, e.g. workspace/data
+	Bytes int64
+}
+
+// Biggest returns the n directories (two levels deep: workspace/x, tmp/y,
+// workspace/.quro/outputs) that hold the most bytes beneath sessionDir. It
+// stops counting after 200,000 files.
+func Biggest(sessionDir string, n int) []Entry {
+	sizes := map[string]int64{}
+	files := 0
+	filepath.WalkDir(sessionDir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || files > 200000 {
+			return fs.SkipDir
+		}
+		if e.Type().IsRegular() {
+			files++
+			rel, _ := filepath.Rel(sessionDir, p)
+			parts := strings.Split(rel, string(filepath.Separator))
+			key := parts[0]
+			if len(parts) > 2 {
+				key = filepath.Join(parts[0], parts[1])
+				if parts[1] == ".quro" && len(parts) > 3 {
+					key = filepath.Join(parts[0], parts[1], parts[2])
+				}
+			}
+			if info, err := e.Info(); err == nil {
+				if st, ok := info.Sys().(*syscall.Stat_t); ok {
+					sizes[key] += st.Blocks * 512
+				} else {
+					sizes[key] += info.Size()
+				}
+			}
+		}
+		return nil
+	})
+	var out []Entry
+	for k, v := range sizes {
+		out = append(out, Entry{k, v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Bytes > out[j].Bytes })
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
+}
+
+// Human renders bytes as B, KiB, MiB or GiB.
+func Human(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func run(name string, args ...string) error {
+	_, err := output(name, args...)
+	return err
+}
+
+func output(name string, args ...string) (string, error) {
+	var out bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(out.String()))
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
+// ParseSize reads a size such as 2G, 2GiB, 512M, 1.5G or 1048576 (bytes);
+// K, M, G, T are powers of 1024. "none" or -1 is -1 (no limit).
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(strings.ToUpper(s))
+	if t == "NONE" || t == "-1" {
+		return -1, nil
+	}
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'K':
+			mult = 1 << 10
+		case 'M':
+			mult = 1 << 20
+		case 'G':
+			mult = 1 << 30
+		case 'T':
+			mult = 1 << 40
+		}
+		if mult > 1 {
+			t = t[:n-1]
+		}
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || f < 0 || f*float64(mult) >= 1<<62 {
+		return 0, fmt.Errorf("size %q: want bytes or a number with K, M, G or T (powers of 1024), e.g. 2G", s)
+	}
+	return int64(f * float64(mult)), nil
+}

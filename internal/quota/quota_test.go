@@ -1,0 +1,162 @@
+package quota
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/quro-dev/quro/internal/sandbox"
+)
+
+func newDisks(t testing.TB) (*Disks, string) {
+	t.Helper()
+	data := t.TempDir()
+	d := Open(data)
+	if err := d.Enforced(); err != nil {
+		t.Skipf("no kernel-enforced quota here: %v", err)
+	}
+	return d, data
+}
+
+// session makes a session directory with a quota of size bytes.
+func session(t testing.TB, d *Disks, data, id string, size int64) string {
+	t.Helper()
+	dir := filepath.Join(data, "sessions", id)
+	if err := d.Create(dir, size); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.Remove(dir); err != nil {
+			t.Error(err)
+		}
+	})
+	for _, sub := range []string{"workspace/.quro/outputs", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// Writes from a real box beyond the session's quota fail with ENOSPC, the
+// run's output says which quota is full and what fills it, outputs the
+// server spilled count, and another session keeps writing.
+func TestQuotaStopsWritesInTheBox(t *testing.T) {
+	d, data := newDisks(t)
+	s1 := session(t, d, data, "s1", 64<<20)
+	s2 := session(t, d, data, "s2", 64<<20)
+	// The server spilled 20 MiB of a run's output into s1.
+	if err := os.WriteFile(filepath.Join(s1, "workspace/.quro/outputs/r1.stdout"), bytes.Repeat([]byte("x"), 20<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := sandbox.New(&sandbox.Options{Note: func(dir string) string { return d.Note(filepath.Dir(dir)) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	run := func(dir, script string) string {
+		var out bytes.Buffer
+		_, err := sb.Run(ctx, &sandbox.Spec{Args: []string{"sh", "-c", script}, Dir: filepath.Join(dir, "workspace"),
+			TmpDir: filepath.Join(dir, "tmp"), Stdout: &out, Stderr: &out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	out := run(s1, `mkdir -p data; head -c 30M /dev/zero > "$TMPDIR/t"; head -c 100M /dev/zero > data/big; echo rc=$?; du -sm data/big`)
+	for _, want := range []string{"No space left on device", "disk quota of 64 MiB is full", "workspace/data", "workspace/.quro/outputs", "tmp ", "--disk-quota"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the output of the run that filled its quota does not say %q:\n%s", want, out)
+		}
+	}
+	var mb int
+	if i := strings.Index(out, "rc="); i >= 0 {
+		fmt.Sscanf(out[strings.Index(out[i:], "\n")+i+1:], "%d", &mb)
+	}
+	if mb == 0 || mb > 64-20-30 {
+		t.Errorf("data/big is %d MiB: the spilled outputs and tmp should have left at most 14 MiB of 64:\n%s", mb, out)
+	}
+	if out := run(s2, `head -c 40M /dev/zero > f && echo WROTE`); !strings.Contains(out, "WROTE") || strings.Contains(out, "quota") {
+		t.Errorf("another session could not write 40 MiB of its own 64: %q", out)
+	}
+	// Once the session deletes, it writes again and the note is gone.
+	if out := run(s1, `rm -f data/big "$TMPDIR/t" && head -c 5M /dev/zero > small && echo WROTE`); !strings.Contains(out, "WROTE") || strings.Contains(out, "quota") {
+		t.Errorf("after rm the session could not write: %q", out)
+	}
+}
+
+// The image is remounted after an unmount (a restart), and grows.
+func TestQuotaRemountAndGrow(t *testing.T) {
+	d, data := newDisks(t)
+	s := session(t, d, data, "s", 32<<20)
+	os.WriteFile(filepath.Join(s, "workspace", "keep"), []byte("kept"), 0o644)
+	if err := syscallUnmount(s); err != nil {
+		t.Fatal(err)
+	}
+	if Mounted(s) {
+		t.Fatal("still mounted")
+	}
+	if err := d.Remount(s); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(s, "workspace", "keep")); string(b) != "kept" {
+		t.Fatalf("after remount: %q %v", b, err)
+	}
+	if err := d.Grow(s, 96<<20); err != nil {
+		t.Fatal(err)
+	}
+	u, ok := d.Usage(s)
+	if !ok || u.Quota != 96<<20 || u.Free < 64<<20 {
+		t.Fatalf("after growing to 96 MiB: %+v %v", u, ok)
+	}
+}
+
+// BenchmarkCreate measures making and mounting one session image (2 GiB,
+// sparse) and removing it.
+func BenchmarkCreate(b *testing.B) {
+	d, data := newDisks(b)
+	for i := 0; i < b.N; i++ {
+		dir := filepath.Join(data, "sessions", fmt.Sprint(i))
+		if err := d.Create(dir, 2<<30); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if err := d.Remove(dir); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+func syscallUnmount(dir string) error { return syscall.Unmount(dir, 0) }
+
+// BenchmarkManySessions keeps b.N session images (2 GiB, sparse) mounted at
+// once, to see how loop devices scale (-benchtime 1000x: 1,000 sessions).
+func BenchmarkManySessions(b *testing.B) {
+	d, data := newDisks(b)
+	var dirs []string
+	b.Cleanup(func() {
+		for _, dir := range dirs {
+			d.Remove(dir)
+		}
+	})
+	for i := 0; i < b.N; i++ {
+		dir := filepath.Join(data, "sessions", fmt.Sprint(i))
+		if err := d.Create(dir, 2<<30); err != nil {
+			b.Fatalf("session %d: %v", i, err)
+		}
+		dirs = append(dirs, dir)
+	}
+	b.StopTimer()
+	var st syscall.Statfs_t
+	syscall.Statfs(d.dir, &st)
+	out, _ := output("du", "-sk", d.dir)
+	b.Logf("%d images mounted; disk used by the images: %s KiB", b.N, strings.Fields(out)[0])
+}

@@ -1,0 +1,275 @@
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// tenantEnv is a sandbox whose runs belong to tenant "a" (directories under
+// a/) or "b" (under b/), with the given ceilings, each tenant named uniquely
+// so that parallel test processes never share a tenant cgroup.
+type tenantEnv struct {
+	sb       *Sandbox
+	root     string
+	a, b     string // tenant names
+	aLimits  Limits
+	bLimits  Limits
+	sessions map[string]string
+}
+
+func newTenantEnv(t *testing.T, lim Limits) *tenantEnv {
+	t.Helper()
+	e := &tenantEnv{root: t.TempDir(), aLimits: lim, bLimits: lim}
+	sfx := fmt.Sprintf("%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-"))
+	e.a, e.b = "a-"+sfx, "b-"+sfx
+	sb, err := New(&Options{Tenant: func(dir string) (Tenant, bool) {
+		rel, err := filepath.Rel(e.root, dir)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			return Tenant{}, false
+		}
+		switch strings.SplitN(rel, "/", 2)[0] {
+		case "a":
+			return Tenant{Name: e.a, Limits: e.aLimits}, true
+		case "b":
+			return Tenant{Name: e.b, Limits: e.bLimits}, true
+		}
+		return Tenant{}, false
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.layers.check(IsolationFull); err != nil {
+		t.Fatalf("the tenant tests need every layer: %v", err)
+	}
+	e.sb = sb
+	t.Cleanup(func() {
+		for _, n := range []string{e.a, e.b} {
+			for _, base := range sb.layers.cg.base {
+				os.Remove(filepath.Join(base, TenantCgroupName(n)))
+			}
+		}
+	})
+	return e
+}
+
+// dir makes a session directory of tenant ("a" or "b").
+func (e *tenantEnv) dir(t *testing.T, tenant, session string) string {
+	d := filepath.Join(e.root, tenant, session)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// holder is a long-lived run (like a terminal or a Python worker) that
+// did something and holds it; ready is its first line of output.
+type holder struct {
+	p     *Process
+	ready string
+	out   *bufio.Reader
+	done  chan struct{} // closed when the run has ended
+	exit  Exit
+}
+
+func (e *tenantEnv) hold(t *testing.T, dir, script string) *holder {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p, err := e.sb.Start(ctx, &Spec{Args: []string{"sh", "-c", script}, Dir: dir, Stdout: w, Stderr: w})
+	w.Close()
+	if err != nil {
+		r.Close()
+		cancel()
+		t.Fatalf("Start: %v", err)
+	}
+	h := &holder{p: p, out: bufio.NewReader(r), done: make(chan struct{})}
+	go func() { h.exit = p.Wait(); close(h.done) }()
+	t.Cleanup(func() {
+		cancel()
+		<-h.done
+		r.Close()
+	})
+	h.ready, _ = h.out.ReadString('\n')
+	return h
+}
+
+// rest reads the holder's output to its end.
+func (h *holder) rest() string {
+	b, _ := io.ReadAll(h.out)
+	return string(b)
+}
+
+// A tenant's background processes count against its memory ceiling
+// across sessions: a second session of tenant A that allocates while a
+// first one holds memory is stopped by the kernel in A's tenant cgroup
+// (OOM), while tenant B, with the same ceiling, allocates as much at the
+// same time.
+func TestTenantMemoryCeilingSpansSessions(t *testing.T) {
+	e := newTenantEnv(t, Limits{Memory: 256 << 20, Tasks: 1000})
+	const alloc = `python3 -c "
+import sys, time
+b = bytearray(%d << 20)
+for i in range(0, len(b), 4096): b[i] = 1
+print('ALLOCATED', flush=True)
+time.sleep(%d)
+"`
+	a1 := e.hold(t, e.dir(t, "a", "s1"), fmt.Sprintf(alloc, 170, 1000))
+	if !strings.Contains(a1.ready, "ALLOCATED") {
+		t.Fatalf("the first session of A could not allocate 170 MiB: %q", a1.ready+a1.rest())
+	}
+	// B is not charged for A's memory.
+	out, errOut, _ := run(t, e.sb, testCtx(t), fmt.Sprintf(alloc, 170, 0), func(s *Spec) { s.Dir = e.dir(t, "b", "s1") })
+	if !strings.Contains(out, "ALLOCATED") {
+		t.Fatalf("tenant B was charged for A's memory: %q %q", out, errOut)
+	}
+	// A's second session pushes A over its ceiling.
+	out, errOut, exit := run(t, e.sb, testCtx(t), fmt.Sprintf(alloc, 170, 0), func(s *Spec) { s.Dir = e.dir(t, "a", "s2") })
+	u, _ := e.sb.TenantUsage(e.a)
+	if u.MemoryPeak < 250<<20 || u.MemoryPeak > 256<<20 {
+		t.Fatalf("A's memory ceiling was not what stopped the kernel tenant cgroup (usage %+v); second run: %q %q %+v", u, out, errOut, exit)
+	}
+	if u.MemoryLimit != 256<<20 {
+		t.Errorf("A's memory ceiling in the kernel is %d, want %d", u.MemoryLimit, 256<<20)
+	}
+	if strings.Contains(out, "ALLOCATED") {
+		// The kernel chose the first session's process (the largest then).
+		select {
+		case <-a1.done:
+		default:
+			t.Fatalf("both sessions of A hold 170 MiB under a 256 MiB ceiling: %+v", u)
+		}
+	}
+	if ub, _ := e.sb.TenantUsage(e.b); ub.MemoryPeak >= 256<<20 {
+		t.Errorf("tenant B reached its ceiling: %+v", ub)
+	}
+}
+
+// A fork bomb split across two sessions of one tenant stops at the
+// tenant's process ceiling, and another tenant can still start processes.
+func TestTenantProcessCeilingSpansSessions(t *testing.T) {
+	const ceiling = 80
+	e := newTenantEnv(t, Limits{Tasks: ceiling, CPUPercent: 150})
+	a1 := e.hold(t, e.dir(t, "a", "s1"), `for i in $(seq 50); do sleep 1000 & done; echo HELD; wait`)
+	if !strings.Contains(a1.ready, "HELD") {
+		t.Fatalf("the first session of A could not start 50 processes: %q", a1.ready+a1.rest())
+	}
+	// The second session forks until the kernel refuses.
+	out, errOut, _ := run(t, e.sb, testCtx(t), `n=0; while [ $n -lt 100 ]; do sleep 1000 & n=$((n+1)); done 2>/dev/null; echo started $n; cat /sys/fs/cgroup/pids.current 2>/dev/null; true`,
+		func(s *Spec) { s.Dir = e.dir(t, "a", "s2") })
+	u, _ := e.sb.TenantUsage(e.a)
+	if u.TasksLimit != ceiling {
+		t.Fatalf("A's pids ceiling in the kernel is %d, want %d", u.TasksLimit, ceiling)
+	}
+	if strings.Contains(out, "started 100") || u.TasksPeak > ceiling {
+		t.Fatalf("the second session was not stopped at A's ceiling of %d (usage %+v): %q %q", ceiling, u, out, errOut)
+	}
+	if base := e.sb.layers.cg.base["cpu"]; base != "" && !e.sb.layers.cg.v2["cpu"] {
+		if q := readUint(filepath.Join(base, TenantCgroupName(e.a), "cpu.cfs_quota_us")); q != 150000 {
+			t.Errorf("A's CPU ceiling in the kernel is a quota of %d µs per 100 ms, want 150000", q)
+		}
+	}
+	// B, with the same ceiling, starts its 50 while A holds its own.
+	out, errOut, _ = run(t, e.sb, testCtx(t), `for i in $(seq 50); do sleep 1000 & done; echo B-OK`, func(s *Spec) { s.Dir = e.dir(t, "b", "s1") })
+	if !strings.Contains(out, "B-OK") || errOut != "" {
+		t.Fatalf("tenant B was stopped by A's processes: %q %q", out, errOut)
+	}
+}
+
+// A tenant at its process ceiling is refused at Start with a message that
+// names the tenant, the ceiling and what to do.
+func TestTenantAtCeilingIsRefusedWithAClearMessage(t *testing.T) {
+	const ceiling = 40
+	e := newTenantEnv(t, Limits{Tasks: ceiling})
+	a1 := e.hold(t, e.dir(t, "a", "s1"), `for i in $(seq 36); do sleep 1000 & done; echo HELD; wait`)
+	if !strings.Contains(a1.ready, "HELD") {
+		t.Fatalf("holder: %q", a1.ready+a1.rest())
+	}
+	var out bytes.Buffer
+	_, err := e.sb.Run(testCtx(t), &Spec{Args: []string{"true"}, Dir: e.dir(t, "a", "s2"), Stdout: &out})
+	if !errors.Is(err, ErrTenantCeiling) {
+		t.Fatalf("Run = %v, want ErrTenantCeiling", err)
+	}
+	for _, want := range []string{"tenant " + e.a, "process ceiling of 40", "quro tenant limits set"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the message %q does not say %q", err, want)
+		}
+	}
+	if _, err := e.sb.Run(testCtx(t), &Spec{Args: []string{"true"}, Dir: e.dir(t, "b", "s1")}); err != nil {
+		t.Fatalf("tenant B refused: %v", err)
+	}
+}
+
+// Run cgroups of a server that died (SIGKILL leaves them) are killed and
+// removed when a server starts; those of a live pid are kept.
+func TestStaleRunCgroupsAreReaped(t *testing.T) {
+	sb := newSandbox(t)
+	c := sb.layers.cg
+	if !c.has("memory", "pids") {
+		t.Skip("no cgroups layer here")
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pid := dead.Process.Pid
+	tenantDir := TenantCgroupName(fmt.Sprintf("stale-%d", os.Getpid()))
+	stale := []string{fmt.Sprintf("run-%d-1-x", pid), filepath.Join(tenantDir, fmt.Sprintf("run-%d-2-y%s", pid, pidNSTag()))}
+	kept := "run-1-keep-" + strconv.Itoa(os.Getpid()) // pid 1 is alive
+	// A dead pid of another pid namespace (another container) is not ours.
+	otherNS := fmt.Sprintf("run-%d-3-z-n1", pid)
+	victim := exec.Command("sleep", "1000")
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	gone := make(chan error, 1)
+	go func() { gone <- victim.Wait() }()
+	t.Cleanup(func() {
+		victim.Process.Kill()
+		for _, base := range c.base {
+			os.Remove(filepath.Join(base, kept))
+			os.Remove(filepath.Join(base, otherNS))
+			os.Remove(filepath.Join(base, tenantDir))
+		}
+	})
+	for _, ctrl := range []string{"memory", "pids"} {
+		for _, d := range append(stale, kept, otherNS) {
+			if err := os.MkdirAll(filepath.Join(c.base[ctrl], d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The victim sits in the nested stale cgroup.
+		if err := os.WriteFile(filepath.Join(c.base[ctrl], stale[1], "cgroup.procs"), []byte(strconv.Itoa(victim.Process.Pid)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.reapStale()
+	if err := <-gone; err == nil {
+		t.Fatal("the process in the stale cgroup exited by itself")
+	}
+	for _, ctrl := range []string{"memory", "pids"} {
+		for _, d := range stale {
+			if _, err := os.Stat(filepath.Join(c.base[ctrl], d)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s: stale cgroup %s is still there (%v)", ctrl, d, err)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(c.base[ctrl], kept)); err != nil {
+			t.Errorf("%s: the cgroup of a live pid was removed: %v", ctrl, err)
+		}
+		if _, err := os.Stat(filepath.Join(c.base[ctrl], otherNS)); err != nil {
+			t.Errorf("%s: the cgroup of another pid namespace was removed: %v", ctrl, err)
+		}
+	}
+}
