@@ -1,0 +1,124 @@
+package mcp_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	quromcp "github.com/quro-dev/quro/internal/api/mcp"
+)
+
+// rawInitialize opens an MCP session with one initialize POST, as an
+// attacker would, and returns its id.
+func rawInitialize(t *testing.T, url, token string) string {
+	t.Helper()
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"flood","version":"1"}}}`
+	resp := rawPost(t, url, token, "", body)
+	id := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != 200 || id == "" {
+		t.Fatalf("initialize: %d %q", resp.StatusCode, id)
+	}
+	return id
+}
+
+func rawPost(t *testing.T, url, token, session, body string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	if session != "" {
+		req.Header.Set("Mcp-Session-Id", session)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(strings.NewReader(string(b)))
+	return resp
+}
+
+func bodyOf(r *http.Response) string { b, _ := io.ReadAll(r.Body); return string(b) }
+
+// TestHTTPSessionCaps: a read token that initializes sessions without end
+// holds at most its cap; a new session over the cap evicts the least
+// recently used idle one (404 afterwards), per caller and in all; the
+// sessions in use and fresh clients keep working.
+func TestHTTPSessionCaps(t *testing.T) {
+	a := newApp(t)
+	h := quromcp.Handler(a.Controller, tokens, &quromcp.Options{MaxSessions: 5, MaxSessionsPerCaller: 3})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	count := func() int { return h.(quromcp.Counter).Count() }
+
+	// The flood: 200 initializes by the read token. Its sessions never
+	// pass 3, and the earliest are gone.
+	var ids []string
+	for range 200 {
+		ids = append(ids, rawInitialize(t, srv.URL, "ro"))
+		if n := count(); n > 3 {
+			t.Fatalf("%d sessions held after %d initializes; the cap is 3", n, len(ids))
+		}
+	}
+	ping := `{"jsonrpc":"2.0","id":2,"method":"ping"}`
+	if r := rawPost(t, srv.URL, "ro", ids[0], ping); r.StatusCode != 404 || !strings.Contains(bodyOf(r), "initialize a new one") {
+		t.Fatalf("the first flooded session: %d", r.StatusCode)
+	}
+	if r := rawPost(t, srv.URL, "ro", ids[199], ping); r.StatusCode != 200 {
+		t.Fatalf("the last flooded session: %d %s", r.StatusCode, bodyOf(r))
+	}
+
+	// The admin's SDK clients: the least recently used idle one goes.
+	admin := &bearer{}
+	admin.token.Store("admin")
+	var cs []*mcp.ClientSession
+	for range 3 {
+		c, err := connectHTTP(t, srv.URL, admin, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	// The total (5) is reached: ro keeps 2 of its 3 (its oldest went).
+	if n := count(); n != 5 {
+		t.Fatalf("%d sessions held, want 5", n)
+	}
+	if r := rawPost(t, srv.URL, "ro", ids[197], ping); r.StatusCode != 404 {
+		t.Fatalf("ro's least recently used session survived the total cap: %d", r.StatusCode)
+	}
+	// cs[0] used last: cs[1] is now the admin's least recently used.
+	if o, err := callTool(t, cs[0], "get_service_status", nil); err != nil || o.IsError {
+		t.Fatalf("%v %+v", err, o)
+	}
+	fresh, err := connectHTTP(t, srv.URL, admin, nil) // evicts cs[1] (its own cap)
+	if err != nil {
+		t.Fatalf("a fresh client: %v", err)
+	}
+	if n := count(); n != 5 {
+		t.Fatalf("%d sessions held, want 5", n)
+	}
+	if r := rawPost(t, srv.URL, "admin", cs[1].ID(), ping); r.StatusCode != 404 {
+		t.Fatalf("the least recently used admin session was not evicted: %d %s", r.StatusCode, bodyOf(r))
+	}
+	if _, err := callTool(t, cs[1], "get_service_status", nil); err == nil {
+		t.Fatal("a call on an evicted session succeeded")
+	}
+	for _, c := range []*mcp.ClientSession{cs[0], cs[2], fresh} {
+		if o, err := callTool(t, c, "get_service_status", nil); err != nil || o.IsError {
+			t.Fatalf("session %s: %v %+v", c.ID(), err, o)
+		}
+	}
+	// Ending sessions frees their places at once.
+	for _, c := range []*mcp.ClientSession{cs[0], cs[2], fresh} {
+		c.Close()
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("%d sessions held after the admin's closed, want ro's 2", n)
+	}
+}
