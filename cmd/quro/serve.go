@@ -109,7 +109,8 @@ admin token for the local tenant is created, printed once and kept in
 			mux := http.NewServeMux()
 			mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: access, WebSocket: wsrv}))
 			mux.Handle("/mcp", guard(access, quromcp.Handler(a.Controller, authFn, &quromcp.Options{Logger: log})))
-			mux.Handle("GET /metrics", guard(access, requireAuth(authFn, a.Metrics.Handler())))
+			// Metrics count every tenant's calls: the admin's alone.
+			mux.Handle("GET /metrics", guard(access, requireScope(authFn, capability.ScopeAdmin, a.Metrics.Handler())))
 			// The web UI: public static files, no token needed to load them
 			// (it calls /v1/ like any other client, with the user's token).
 			// Only the Host is checked: the sandboxed artifact frame loads
@@ -165,16 +166,23 @@ func refuse(check func(*http.Request) *capability.Error, h http.Handler) http.Ha
 	})
 }
 
-// requireAuth lets through callers that authenticate (any scope).
-func requireAuth(auth httpauth.Func, h http.Handler) http.Handler {
+// requireScope lets through callers that authenticate with a scope that
+// covers need; others get 401 (no or bad credentials) or 403.
+func requireScope(auth httpauth.Func, need capability.Scope, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := auth(r); err != nil {
+		caller, err := auth(r)
+		if err != nil {
 			var ce *capability.Error
 			if !errors.As(err, &ce) {
 				ce = capability.Errorf(capability.Unauthenticated, "%v", err)
 			}
 			w.Header().Set("WWW-Authenticate", "Bearer")
 			rest.WriteError(w, rest.Status(ce.Code), ce)
+			return
+		}
+		if !caller.Scope.Covers(need) {
+			rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
+				"%s needs scope %q (it shows every tenant's counts); this token has %q", r.URL.Path, need, caller.Scope))
 			return
 		}
 		h.ServeHTTP(w, r)
