@@ -20,6 +20,7 @@ import (
 	"github.com/quro-dev/quro/internal/api/ws"
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/connlimit"
 	"github.com/quro-dev/quro/internal/version"
 	"github.com/quro-dev/quro/internal/web"
 )
@@ -34,6 +35,8 @@ func newServeCmd(g *globals) *cobra.Command {
 		patrol         time.Duration
 		noAuth         bool
 		origins, hosts []string
+		maxConns       int
+		maxConnsPerIP  int
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -69,12 +72,19 @@ admin token for the local tenant is created, printed once and kept in
 				return err
 			}
 			defer a.Close()
+			fdLimit := raiseFileLimit(log)
+			caps := connCaps(fdLimit, maxConns, maxConnsPerIP)
 			sockPath := insession.SocketPath(a.DataDir)
-			sock, err := insession.Listen(sockPath)
+			rawSock, err := insession.Listen(sockPath)
 			if err != nil {
 				return fmt.Errorf("in-session socket: %w", err)
 			}
 			defer os.Remove(sockPath)
+			sockLimits := insession.InSessionLimits(log)
+			sockLimits.Max = min(sockLimits.Max, caps.insession)
+			sockLimits.PerPeer = min(sockLimits.PerPeer, max(1, sockLimits.Max/8))
+			sock := connlimit.New(rawSock, sockLimits)
+			watchConns(a.Metrics, sock)
 			resolver := &insession.Resolver{Sessions: a.Sessions}
 			go func() {
 				h := rest.New(a.Controller, &rest.Options{Logger: log, Access: rest.Access{Auth: resolver.Auth}})
@@ -96,10 +106,16 @@ admin token for the local tenant is created, printed once and kept in
 					fmt.Fprintf(cmd.OutOrStdout(), "quro: the first admin token (shown once; kept in %s):\n%s\n", file, tok)
 				}
 			}
-			ln, err := net.Listen("tcp", addr)
+			rawLn, err := net.Listen("tcp", addr)
 			if err != nil {
 				return err
 			}
+			ln := connlimit.New(rawLn, connlimit.Options{
+				Name: "http", Max: caps.max, PerPeer: caps.perIP, Evict: true,
+				Refusal: connlimit.HTTPRefusal("HTTP"), Logger: log,
+			})
+			watchConns(a.Metrics, ln)
+			go watchFDs(cmd.Context(), log, fdLimit, patrol)
 			// Probe engines and isolation now, not on the first request.
 			go a.Status(context.WithoutCancel(cmd.Context()))
 			go a.Supervise(cmd.Context(), patrol)
@@ -116,10 +132,10 @@ admin token for the local tenant is created, printed once and kept in
 			// Only the Host is checked: the sandboxed artifact frame loads
 			// its script with "Origin: null".
 			mux.Handle("/", hostGuard(access, web.Handler()))
-			srv := &http.Server{
-				Handler:           mux,
-				ReadHeaderTimeout: 10 * time.Second,
-			}
+			srv := connlimit.NewServer(mux, connlimit.HTTPOptions{
+				Authenticated: authenticated(authFn, noAuth),
+				Long:          longRequest,
+			})
 			log.Info("quro serving", "url", "http://"+ln.Addr().String(), "data", a.DataDir, "version", version.String(),
 				"isolation", a.Sandbox.Isolation(), "auth", !noAuth)
 			fmt.Fprintf(cmd.OutOrStdout(), "quro listening on http://%s\n", ln.Addr())
@@ -145,6 +161,8 @@ admin token for the local tenant is created, printed once and kept in
 	cmd.Flags().BoolVar(&noAuth, "no-auth", false, "trust every caller (admin, local tenant); only on a loopback address")
 	cmd.Flags().StringSliceVar(&origins, "allow-origin", nil, "browser origins allowed besides the server's own (https://ui.example:8443; * for any)")
 	cmd.Flags().StringSliceVar(&hosts, "allow-host", nil, "Host names the server answers to besides loopback names and its address (* for any)")
+	cmd.Flags().IntVar(&maxConns, "max-conns", 4096, "most HTTP connections held at once (lowered to fit the open-file limit); over it, the oldest connection that sent no authenticated request is closed")
+	cmd.Flags().IntVar(&maxConnsPerIP, "max-conns-per-ip", 256, "most HTTP connections of one client address (an IPv6 /64)")
 	cmd.Flags().DurationVar(&patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
 	return cmd
 }

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"syscall"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/connlimit"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
@@ -143,8 +145,24 @@ func (r *Resolver) find(ctx context.Context, uid int) (*session.Session, error) 
 }
 
 // Serve serves h on ln for code in sessions until ctx ends.
+//
+// Code in a box is hostile, so the server holds nothing for it without a
+// bound: ln is capped (a *connlimit.Listener as given, else wrapped with
+// InSessionLimits) in all and per peer uid, so a background process of one
+// session cannot take the server's descriptors; headers, bodies, idle
+// keep-alive connections and responses have connlimit's timeouts.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
-	srv := &http.Server{Handler: h, ConnContext: ConnContext}
+	if _, ok := ln.(*connlimit.Listener); !ok {
+		ln = connlimit.New(ln, InSessionLimits(nil))
+	}
+	srv := connlimit.NewServer(h, connlimit.HTTPOptions{
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if lc, ok := c.(*connlimit.Conn); ok {
+				c = lc.NetConn() // the *net.UnixConn, for SO_PEERCRED
+			}
+			return ConnContext(ctx, c)
+		},
+	})
 	go func() {
 		<-ctx.Done()
 		srv.Close()
@@ -154,4 +172,13 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 		return nil
 	}
 	return fmt.Errorf("in-session socket: %w", err)
+}
+
+// InSessionLimits are the in-session socket's connection limits: 1024 in
+// all, 32 per peer uid (so per session); over them a connection is
+// refused, never another's evicted (a uid cannot be forged, so one session
+// cannot take another's share).
+func InSessionLimits(log *slog.Logger) connlimit.Options {
+	return connlimit.Options{Name: "insession", Max: 1024, PerPeer: 32, Peer: connlimit.PeerUID,
+		Refusal: connlimit.HTTPRefusal("in-session"), Logger: log}
 }
