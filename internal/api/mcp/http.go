@@ -219,6 +219,10 @@ func (h *httpHandler) admit(caller controller.Caller) (p *pin, evicted []*pin, e
 	p = &pin{id: rand.Text(), caller: caller, busy: 1}
 	p.server = newServer(h.ctl, caller, h.opts, p.id)
 	h.pins[p.id] = p
+	if c = h.callers[caller]; c == nil { // an eviction may have dropped it
+		c = &callerPins{idle: list.New()}
+		h.callers[caller] = c
+	}
 	c.n++
 	for _, e := range evicted {
 		h.opts.Logger.Info("mcp: idle session evicted for a new one", "owner", describe(e.caller), "caller", describe(caller))

@@ -1,7 +1,10 @@
 package mcp_test
 
 import (
+	"bufio"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -120,5 +123,55 @@ func TestHTTPSessionCaps(t *testing.T) {
 	}
 	if n := count(); n != 2 {
 		t.Fatalf("%d sessions held after the admin's closed, want ro's 2", n)
+	}
+}
+
+// A session with a request in flight is not evicted: when every session
+// under the cap is busy, a new one is refused with 429 and a reason; once
+// the request ends, the new one evicts it.
+func TestHTTPSessionCapBusy(t *testing.T) {
+	a := newApp(t)
+	h := quromcp.Handler(a.Controller, tokens, &quromcp.Options{MaxSessionsPerCaller: 1})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	id := rawInitialize(t, srv.URL, "admin")
+
+	// A POST on the session whose body is not sent yet: the server asks
+	// for it (100 Continue) once the request is under way.
+	c, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ping := `{"jsonrpc":"2.0","id":2,"method":"ping"}`
+	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer admin\r\nMcp-Session-Id: %s\r\nContent-Type: application/json\r\n"+
+		"Accept: application/json, text/event-stream\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n", id, len(ping))
+	br := bufio.NewReader(c)
+	if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, "100 Continue") {
+		t.Fatalf("%q %v", line, err)
+	}
+	r := rawPost(t, srv.URL, "admin", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`)
+	if body := bodyOf(r); r.StatusCode != 429 || !strings.Contains(body, "in flight") {
+		t.Fatalf("a new session over the cap with the only one busy: %d %s", r.StatusCode, body)
+	}
+	// The request ends; now the new session evicts the idle one.
+	io.WriteString(c, ping)
+	br.ReadString('\n') // the blank line after 100 Continue
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the busy request: %v %v", resp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	second := rawInitialize(t, srv.URL, "admin")
+	if r := rawPost(t, srv.URL, "admin", id, ping); r.StatusCode != 404 {
+		t.Fatalf("the old session after it went idle: %d", r.StatusCode)
+	}
+	// And the books still hold: a third evicts the second.
+	rawInitialize(t, srv.URL, "admin")
+	if r := rawPost(t, srv.URL, "admin", second, ping); r.StatusCode != 404 {
+		t.Fatalf("the second session: %d", r.StatusCode)
+	}
+	if n := h.(quromcp.Counter).Count(); n != 1 {
+		t.Fatalf("%d sessions held; the cap is 1", n)
 	}
 }
