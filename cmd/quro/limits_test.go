@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +15,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // settled waits for the server's start-up probe of the engines (it
@@ -297,5 +301,38 @@ func TestInSessionSocketFlood(t *testing.T) {
 	}
 	if out := <-flood; !strings.Contains(out, "released") || !strings.Contains(out, "exit=0") {
 		t.Fatalf("flood script:\n%s", out)
+	}
+}
+
+type bearerRT string
+
+func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+string(b))
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestServeMCPThroughTheLimits: an MCP client over streamable HTTP (POSTs
+// answered as event streams, the standing GET stream) works through the
+// real server's connection handling, and its connection is trusted.
+func TestServeMCPThroughTheLimits(t *testing.T) {
+	srv := startServer(t)
+	settled(t, srv)
+	client := mcp.NewClient(&mcp.Implementation{Name: "limits-test", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.url + "/mcp", HTTPClient: &http.Client{Transport: bearerRT(srv.token)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	for range 3 {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"code": "echo ok", "lang": "sh"}})
+		if err != nil || res.IsError {
+			t.Fatalf("%v %+v", err, res)
+		}
+	}
+	if tr := metricValues(t, srv, `quro_connections{listener="http",state="trusted"}`); len(tr) != 1 || tr[0] < 1 {
+		t.Fatalf("trusted connections: %v", tr)
 	}
 }
