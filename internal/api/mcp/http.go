@@ -1,10 +1,12 @@
 package mcp
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"io"
 	"net/http"
 	"sync"
 
@@ -98,7 +100,7 @@ type pin struct {
 	idleOwn *list.Element // in callerPins.idle, when idle
 }
 
-// Count returns the MCP sessions held (for tests and metrics).
+// Count returns the MCP sessions held (for tests).
 func (h *httpHandler) Count() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -156,21 +158,36 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.sdk.ServeHTTP(w, r) // the SDK answers 400: no session id
 		return
 	}
-	// A POST without a session opens one: take its place under the caps
-	// first, so serverFor (called by the SDK within this request) has it.
-	p, evicted, err := h.admit(caller)
-	closeAll(evicted)
-	if err != nil {
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusTooManyRequests, controller.Classify(err))
-		return
+	// A POST without a session: the SDK serves it on a session of its own,
+	// kept if the POST is an initialize. Only an initialize takes a place
+	// under the caps (evicting if need be), before the SDK calls serverFor;
+	// anything else — a client's probe for a newer protocol, which the SDK
+	// refuses — gets a server for this request only.
+	var p *pin
+	admitted := opensSession(r)
+	if admitted {
+		var evicted []*pin
+		p, evicted, err = h.admit(caller)
+		closeAll(evicted)
+		if err != nil {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusTooManyRequests, controller.Classify(err))
+			return
+		}
+	} else {
+		p = &pin{id: rand.Text(), caller: caller}
+		p.server = newServer(h.ctl, caller, h.opts, p.id)
+		defer closeAll([]*pin{p})
 	}
 	h.sdk.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), newSessionKey{}, p)))
+	if !admitted {
+		return // closed by the deferred closeAll
+	}
 	var ss *mcp.ServerSession
 	for s := range p.server.Sessions() {
 		ss = s
 	}
-	if ss == nil { // not an initialize, or it failed: nothing to keep
+	if ss == nil { // the initialize failed: nothing to keep
 		h.mu.Lock()
 		h.forget(p)
 		h.mu.Unlock()
@@ -183,6 +200,39 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.forget(p)
 		h.mu.Unlock()
 	}()
+}
+
+// opensSession reports whether r (a POST without a session id) is an
+// initialize, in the protocols that keep sessions (before 2026-07-28). It
+// reads the body (at most the SDK's limit) and puts it back.
+func opensSession(r *http.Request) bool {
+	if v := r.Header.Get("Mcp-Protocol-Version"); v >= "2026-07-28" {
+		return false
+	}
+	if r.Body == nil {
+		return false
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, mcp.DefaultMaxRequestBodyBytes+1))
+	r.Body.Close()
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	if err != nil {
+		return false
+	}
+	var msgs []struct {
+		Method string `json:"method"`
+	}
+	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '{' {
+		b = append(append([]byte{'['}, t...), ']')
+	}
+	if json.Unmarshal(b, &msgs) != nil {
+		return false
+	}
+	for _, m := range msgs {
+		if m.Method == "initialize" {
+			return true
+		}
+	}
+	return false
 }
 
 // admit makes room for a new session of caller and holds it, busy, until

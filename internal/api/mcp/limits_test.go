@@ -76,6 +76,25 @@ func TestHTTPSessionCaps(t *testing.T) {
 	if r := rawPost(t, srv.URL, "ro", ids[199], ping); r.StatusCode != 200 {
 		t.Fatalf("the last flooded session: %d %s", r.StatusCode, bodyOf(r))
 	}
+	// A POST without a session that is no initialize takes no place, nor
+	// does the Go SDK client's first probe (a newer protocol, refused):
+	// the least recently used session is still there after them.
+	rawPost(t, srv.URL, "ro", "", ping)
+	probe, _ := http.NewRequest("POST", srv.URL, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2026-07-28","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`))
+	probe.Header.Set("Content-Type", "application/json")
+	probe.Header.Set("Accept", "application/json, text/event-stream")
+	probe.Header.Set("Authorization", "Bearer ro")
+	probe.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+	if resp, err := http.DefaultClient.Do(probe); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
+	if r := rawPost(t, srv.URL, "ro", ids[197], ping); r.StatusCode != 200 || count() != 3 {
+		t.Fatalf("a request that opened no session evicted one: %d, %d held", r.StatusCode, count())
+	}
+	// ids[197] was just used: ids[198] is now the least recently used.
+	ids[197], ids[198] = ids[198], ids[197]
 
 	// The admin's SDK clients: the least recently used idle one goes.
 	admin := &bearer{}
@@ -90,6 +109,12 @@ func TestHTTPSessionCaps(t *testing.T) {
 	}
 	// The total (5) is reached: ro keeps 2 of its 3 (its oldest went).
 	if n := count(); n != 5 {
+		for _, id := range ids[196:] {
+			t.Logf("ro %s: %d", id, rawPost(t, srv.URL, "ro", id, ping).StatusCode)
+		}
+		for _, c := range cs {
+			t.Logf("admin %s: %d", c.ID(), rawPost(t, srv.URL, "admin", c.ID(), ping).StatusCode)
+		}
 		t.Fatalf("%d sessions held, want 5", n)
 	}
 	if r := rawPost(t, srv.URL, "ro", ids[197], ping); r.StatusCode != 404 {
