@@ -208,7 +208,9 @@ func TestServeAuth(t *testing.T) {
 		{"runner cannot destroy", "DELETE", "/v1/sessions/default", "", []string{"Authorization", "Bearer " + runner}, 403, "admin"},
 		{"foreign origin", "POST", "/v1/run_code", run, append([]string{"Origin", "https://evil.example"}, admin...), 403, "origin"},
 		{"metrics need a token", "GET", "/metrics", "", nil, 401, "no token"},
-		{"metrics", "GET", "/metrics", "", []string{"Authorization", "Bearer " + reader}, 200, "quro_calls_total"},
+		{"metrics are the admin's", "GET", "/metrics", "", []string{"Authorization", "Bearer " + reader}, 403, `needs scope \"admin\"`},
+		{"metrics refuse an exec token", "GET", "/metrics", "", []string{"Authorization", "Bearer " + runner}, 403, "every tenant"},
+		{"metrics", "GET", "/metrics", "", admin, 200, "quro_calls_total"},
 		{"mcp needs a token", "POST", "/mcp", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, nil, 401, "no token"},
 		{"mcp refuses a foreign origin", "POST", "/mcp", `{}`, append([]string{"Origin", "https://evil.example"}, admin...), 403, "origin"},
 	} {

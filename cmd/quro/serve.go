@@ -19,6 +19,8 @@ import (
 	"github.com/quro-dev/quro/internal/api/ws"
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/connlimit"
+	"github.com/quro-dev/quro/internal/metrics"
 	"github.com/quro-dev/quro/internal/version"
 	"github.com/quro-dev/quro/internal/web"
 )
@@ -34,6 +36,8 @@ func newServeCmd(g *globals) *cobra.Command {
 		noAuth         bool
 		origins, hosts []string
 		tenantLimits   app.TenantLimits
+		maxConns       int
+		maxConnsPerIP  int
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -63,12 +67,19 @@ admin token for the local tenant is created, printed once and kept in
 				return err
 			}
 			defer a.Close()
+			fdLimit := raiseFileLimit(log)
+			caps := connCaps(fdLimit, maxConns, maxConnsPerIP)
 			// Each session's boxes get a socket of that session's, so its
 			// code can call back (quro call) as its own session.
 			resolver := &insession.Resolver{Sessions: a.Sessions}
 			inSession := insession.NewServer(cmd.Context(), a.DataDir, a.Sessions,
 				rest.New(a.Controller, &rest.Options{Logger: log, Access: rest.Access{Auth: resolver.Auth}}), log)
 			defer inSession.Close()
+			inSession.Limit(caps.insession)
+			a.Metrics.WatchConnections("insession", func() metrics.ConnStats {
+				held, max := inSession.Held()
+				return metrics.ConnStats{Open: held, Max: max}
+			})
 			authFn := httpauth.Func(httpauth.Open)
 			if noAuth {
 				log.Warn("authentication is off (--no-auth): every local caller is the admin of the local tenant")
@@ -83,10 +94,16 @@ admin token for the local tenant is created, printed once and kept in
 					fmt.Fprintf(cmd.OutOrStdout(), "quro: the first admin token (shown once; kept in %s):\n%s\n", file, tok)
 				}
 			}
-			ln, err := net.Listen("tcp", addr)
+			rawLn, err := net.Listen("tcp", addr)
 			if err != nil {
 				return err
 			}
+			ln := connlimit.New(rawLn, connlimit.Options{
+				Name: "http", Max: caps.max, PerPeer: caps.perIP, Evict: true,
+				Refusal: connlimit.HTTPRefusal("HTTP"), Logger: log,
+			})
+			watchConns(a.Metrics, ln)
+			go watchFDs(cmd.Context(), log, fdLimit, patrol)
 			// Probe engines and isolation now, not on the first request.
 			go a.Status(context.WithoutCancel(cmd.Context()))
 			go a.Supervise(cmd.Context(), patrol)
@@ -96,16 +113,17 @@ admin token for the local tenant is created, printed once and kept in
 			mux := http.NewServeMux()
 			mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: access, WebSocket: wsrv}))
 			mux.Handle("/mcp", guard(access, quromcp.Handler(a.Controller, authFn, &quromcp.Options{Logger: log})))
-			mux.Handle("GET /metrics", guard(access, requireAuth(authFn, a.Metrics.Handler())))
+			// Metrics count every tenant's calls: the admin's alone.
+			mux.Handle("GET /metrics", guard(access, requireScope(authFn, capability.ScopeAdmin, a.Metrics.Handler())))
 			// The web UI: public static files, no token needed to load them
 			// (it calls /v1/ like any other client, with the user's token).
 			// Only the Host is checked: the sandboxed artifact frame loads
 			// its script with "Origin: null".
 			mux.Handle("/", hostGuard(access, web.Handler()))
-			srv := &http.Server{
-				Handler:           mux,
-				ReadHeaderTimeout: 10 * time.Second,
-			}
+			srv := connlimit.NewServer(mux, connlimit.HTTPOptions{
+				Authenticated: authenticated(authFn, noAuth),
+				Long:          longRequest,
+			})
 			log.Info("quro serving", "url", "http://"+ln.Addr().String(), "data", a.DataDir, "version", version.String(),
 				"isolation", a.Sandbox.Isolation(), "auth", !noAuth)
 			fmt.Fprintf(cmd.OutOrStdout(), "quro listening on http://%s\n", ln.Addr())
@@ -131,6 +149,8 @@ admin token for the local tenant is created, printed once and kept in
 	cmd.Flags().BoolVar(&noAuth, "no-auth", false, "trust every caller (admin, local tenant); only on a loopback address")
 	cmd.Flags().StringSliceVar(&origins, "allow-origin", nil, "browser origins allowed besides the server's own (https://ui.example:8443; * for any)")
 	cmd.Flags().StringSliceVar(&hosts, "allow-host", nil, "Host names the server answers to besides loopback names and its address (* for any)")
+	cmd.Flags().IntVar(&maxConns, "max-conns", 4096, "most HTTP connections held at once (lowered to fit the open-file limit); over it, the oldest connection that sent no authenticated request is closed")
+	cmd.Flags().IntVar(&maxConnsPerIP, "max-conns-per-ip", 256, "most HTTP connections of one client address (an IPv6 /64)")
 	cmd.Flags().DurationVar(&patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
 	tenantLimitFlags(cmd, "tenant-", &tenantLimits) // defaults of every tenant; quro tenant limits set overrides one
 	return cmd
@@ -153,16 +173,23 @@ func refuse(check func(*http.Request) *capability.Error, h http.Handler) http.Ha
 	})
 }
 
-// requireAuth lets through callers that authenticate (any scope).
-func requireAuth(auth httpauth.Func, h http.Handler) http.Handler {
+// requireScope lets through callers that authenticate with a scope that
+// covers need; others get 401 (no or bad credentials) or 403.
+func requireScope(auth httpauth.Func, need capability.Scope, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := auth(r); err != nil {
+		caller, err := auth(r)
+		if err != nil {
 			var ce *capability.Error
 			if !errors.As(err, &ce) {
 				ce = capability.Errorf(capability.Unauthenticated, "%v", err)
 			}
 			w.Header().Set("WWW-Authenticate", "Bearer")
 			rest.WriteError(w, rest.Status(ce.Code), ce)
+			return
+		}
+		if !caller.Scope.Covers(need) {
+			rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
+				"%s needs scope %q (it shows every tenant's counts); this token has %q", r.URL.Path, need, caller.Scope))
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -14,6 +14,7 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,6 +70,7 @@ type Metrics struct {
 	sandbox  *prometheus.CounterVec
 	known    func(name string) bool
 	refusals *prometheus.CounterVec // see WatchTenants
+	conns    connGauges
 }
 
 // DurationBuckets are the call duration histogram's buckets, in seconds:
@@ -241,5 +243,63 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 	}
 	if g.src.PythonWorkers != nil {
 		ch <- prometheus.MustNewConstMetric(pythonDesc, prometheus.GaugeValue, float64(g.src.PythonWorkers()))
+	}
+}
+
+// ConnStats are a listener's connection counts, for WatchConnections.
+type ConnStats struct {
+	Open, Pending             int    // connections held; of them without an authenticated request yet
+	Max                       int    // the listener's cap (0: none)
+	RefusedTotal, RefusedPeer uint64 // refused since the start: listener full; peer over its share
+	Evicted                   uint64 // pending connections closed to make room for newer ones
+}
+
+var (
+	connsDesc   = prometheus.NewDesc("quro_connections", "Connections held by a listener (http: the TCP server; insession: the in-session socket), by state (trusted: a request authenticated on it; pending: none yet).", []string{"listener", "state"}, nil)
+	connMaxDesc = prometheus.NewDesc("quro_connections_max", "The connection cap of a listener.", []string{"listener"}, nil)
+	refusedDesc = prometheus.NewDesc("quro_connections_refused_total", "Connections refused at accept by a listener, by reason (total: the listener was full; peer: the peer had its share).", []string{"listener", "reason"}, nil)
+	evictedDesc = prometheus.NewDesc("quro_connections_evicted_total", "Connections without an authenticated request closed by a listener to make room for newer ones.", []string{"listener"}, nil)
+)
+
+// WatchConnections registers the gauges of a listener named name, read
+// from stats at every scrape. Call it once per name. The process's open
+// file descriptors and their limit are process_open_fds and
+// process_max_fds.
+func (m *Metrics) WatchConnections(name string, stats func() ConnStats) {
+	m.conns.once.Do(func() { m.reg.MustRegister(&m.conns) })
+	m.conns.mu.Lock()
+	defer m.conns.mu.Unlock()
+	m.conns.names = append(m.conns.names, name)
+	m.conns.stats = append(m.conns.stats, stats)
+}
+
+// connGauges collects the listeners' counts (one collector: the
+// descriptions can be registered once only).
+type connGauges struct {
+	once  sync.Once
+	mu    sync.Mutex
+	names []string
+	stats []func() ConnStats
+}
+
+func (g *connGauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- connsDesc
+	ch <- connMaxDesc
+	ch <- refusedDesc
+	ch <- evictedDesc
+}
+
+func (g *connGauges) Collect(ch chan<- prometheus.Metric) {
+	g.mu.Lock()
+	names, stats := slices.Clone(g.names), slices.Clone(g.stats)
+	g.mu.Unlock()
+	for i, name := range names {
+		s := stats[i]()
+		ch <- prometheus.MustNewConstMetric(connsDesc, prometheus.GaugeValue, float64(s.Open-s.Pending), name, "trusted")
+		ch <- prometheus.MustNewConstMetric(connsDesc, prometheus.GaugeValue, float64(s.Pending), name, "pending")
+		ch <- prometheus.MustNewConstMetric(connMaxDesc, prometheus.GaugeValue, float64(s.Max), name)
+		ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(s.RefusedTotal), name, "total")
+		ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(s.RefusedPeer), name, "peer")
+		ch <- prometheus.MustNewConstMetric(evictedDesc, prometheus.CounterValue, float64(s.Evicted), name)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"syscall"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/connlimit"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
@@ -183,6 +184,7 @@ type Server struct {
 	live   map[string]*socket // session id → its socket
 	closed bool
 	wg     sync.WaitGroup
+	limits connlimit.Options // every socket's, with one Shared budget
 }
 
 type socket struct {
@@ -200,7 +202,12 @@ func NewServer(ctx context.Context, dataDir string, sessions *session.Manager, h
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{dataDir: dataDir, sessions: sessions, handler: h, log: log, ctx: ctx, live: map[string]*socket{}}
+	s := &Server{dataDir: dataDir, sessions: sessions, handler: h, log: log, ctx: ctx, live: map[string]*socket{},
+		limits: InSessionLimits(log)}
+	// One total for every session's socket: each socket is its own
+	// listener, and a thousand sessions × PerPeer must not reach the fd
+	// limit.
+	s.limits.Shared = connlimit.NewBudget(s.limits.Max)
 	old, _ := filepath.Glob(filepath.Join(SocketDir(dataDir), "*.sock"))
 	// run/api.sock: the one socket of every session, before sessions had
 	// their own.
@@ -242,13 +249,14 @@ func (s *Server) Binds(sess *session.Session) []sandbox.Bind {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
+	limited := connlimit.New(ln, s.limits)
 	sk := &socket{path: path, cancel: cancel, done: make(chan struct{})}
 	s.live[sess.ID] = sk
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		defer close(sk.done)
-		if err := Serve(ctx, ln, ForSession(sess.ID, s.handler)); err != nil && ctx.Err() == nil {
+		if err := Serve(ctx, limited, ForSession(sess.ID, s.handler)); err != nil && ctx.Err() == nil {
 			s.log.Error("in-session calls stopped", "session", sess.ID, "err", err)
 		}
 	}()
@@ -271,6 +279,24 @@ func (s *Server) Destroyed(sess *session.Session) {
 	sk.cancel()
 	<-sk.done
 	os.Remove(sk.path)
+}
+
+// Limit sets the most connections all sessions' sockets hold together
+// (InSessionLimits' Max by default). Call it before any session's box
+// starts.
+func (s *Server) Limit(max int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limits.Max = max
+	s.limits.Shared = connlimit.NewBudget(max)
+}
+
+// Held is the number of connections the sessions' sockets hold, and the
+// most they may.
+func (s *Server) Held() (held, max int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.limits.Shared.Held(), s.limits.Max
 }
 
 // Sockets is the number of sessions' sockets being served.
@@ -298,8 +324,24 @@ func (s *Server) Close() {
 }
 
 // Serve serves h on ln for code in sessions until ctx ends.
+//
+// Code in a box is hostile, so the server holds nothing for it without a
+// bound: ln is capped (a *connlimit.Listener as given, else wrapped with
+// InSessionLimits) in all and per peer uid, so a background process of one
+// session cannot take the server's descriptors; headers, bodies, idle
+// keep-alive connections and responses have connlimit's timeouts.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
-	srv := &http.Server{Handler: h, ConnContext: ConnContext}
+	if _, ok := ln.(*connlimit.Listener); !ok {
+		ln = connlimit.New(ln, InSessionLimits(nil))
+	}
+	srv := connlimit.NewServer(h, connlimit.HTTPOptions{
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if lc, ok := c.(*connlimit.Conn); ok {
+				c = lc.NetConn() // the *net.UnixConn, for SO_PEERCRED
+			}
+			return ConnContext(ctx, c)
+		},
+	})
 	go func() {
 		<-ctx.Done()
 		srv.Close()
@@ -309,4 +351,13 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 		return nil
 	}
 	return fmt.Errorf("in-session socket: %w", err)
+}
+
+// InSessionLimits are the in-session socket's connection limits: 1024 in
+// all, 32 per peer uid (so per session); over them a connection is
+// refused, never another's evicted (a uid cannot be forged, so one session
+// cannot take another's share).
+func InSessionLimits(log *slog.Logger) connlimit.Options {
+	return connlimit.Options{Name: "insession", Max: 1024, PerPeer: 32, Peer: connlimit.PeerUID,
+		Refusal: connlimit.HTTPRefusal("in-session"), Logger: log}
 }

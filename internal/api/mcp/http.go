@@ -1,12 +1,14 @@
 package mcp
 
 import (
+	"bytes"
+	"container/list"
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"io"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -34,8 +36,26 @@ const sessionHeader = "Mcp-Session-Id"
 // (another tenant, token or scope) is refused with 403 before the SDK sees
 // it. So every call runs as the caller its own request authenticated as,
 // and no request ever gets another's identity.
+//
+// Sessions are bounded: each holds a server of its own, so at most
+// MaxSessionsPerCaller are kept per caller and MaxSessions in all. A new
+// session over a cap evicts the least recently used idle session (of the
+// caller, or of anyone when the total is reached) — one with no POST or
+// DELETE in flight; a standing GET event stream does not keep a session
+// busy. A later request on an evicted session gets 404, as for any ended
+// session, and the client starts a new one. When every session under the
+// cap is busy, the new one is refused with 429. The bookkeeping is O(1) per
+// request: a map by session id and least-recently-used lists of the idle
+// sessions, in all and per caller.
 func Handler(ctl *controller.Controller, auth httpauth.Func, opts *Options) http.Handler {
-	h := &httpHandler{ctl: ctl, auth: auth, opts: opts.withDefaults(), pins: map[string]*pin{}}
+	o := opts.withDefaults()
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = DefaultMaxSessions
+	}
+	if o.MaxSessionsPerCaller <= 0 {
+		o.MaxSessionsPerCaller = DefaultMaxSessionsPerCaller
+	}
+	h := &httpHandler{ctl: ctl, auth: auth, opts: o, pins: map[string]*pin{}, callers: map[controller.Caller]*callerPins{}, idle: list.New()}
 	h.sdk = mcp.NewStreamableHTTPHandler(h.serverFor, &mcp.StreamableHTTPOptions{
 		Logger:         h.opts.Logger,
 		SessionTimeout: h.opts.SessionTimeout,
@@ -43,24 +63,54 @@ func Handler(ctl *controller.Controller, auth httpauth.Func, opts *Options) http
 	return h
 }
 
+// The session caps when Options leave them 0. A session costs about 250 kB.
+const (
+	DefaultMaxSessions          = 512
+	DefaultMaxSessionsPerCaller = 32
+)
+
 type httpHandler struct {
 	ctl  *controller.Controller
 	auth httpauth.Func
 	opts Options
 	sdk  *mcp.StreamableHTTPHandler
 
-	mu   sync.Mutex
-	pins map[string]*pin // by MCP session id
+	mu      sync.Mutex
+	pins    map[string]*pin // by MCP session id: the sessions held (and those being opened)
+	callers map[controller.Caller]*callerPins
+	idle    *list.List // of *pin: the idle sessions, most recently used first
 }
 
-// pin is the caller an MCP session belongs to.
+// callerPins are the sessions of one caller.
+type callerPins struct {
+	n    int        // sessions held
+	idle *list.List // of *pin, most recently used first
+}
+
+// pin is an MCP session: the caller it belongs to and its server. All its
+// fields but id, caller and server are under httpHandler.mu.
 type pin struct {
-	caller  controller.Caller
-	server  *mcp.Server
-	created time.Time
+	id     string
+	caller controller.Caller
+	server *mcp.Server
+
+	busy    int           // POST and DELETE requests in flight
+	gone    bool          // forgotten: evicted or ended
+	idleAll *list.Element // in httpHandler.idle, when idle
+	idleOwn *list.Element // in callerPins.idle, when idle
 }
 
-type callerKey struct{}
+// Count returns the MCP sessions held (for tests).
+func (h *httpHandler) Count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.pins)
+}
+
+// Counter is implemented by the handler Handler returns.
+type Counter interface{ Count() int }
+
+type newSessionKey struct{}
 
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	caller, err := h.auth(r)
@@ -76,59 +126,227 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if id := r.Header.Get(sessionHeader); id != "" {
 		h.mu.Lock()
 		p := h.pins[id]
+		ok := p != nil && p.caller == caller
+		// A POST or DELETE uses the session; the GET of its event stream,
+		// which stands open, does not.
+		if ok && r.Method != http.MethodGet {
+			h.use(p)
+		}
 		h.mu.Unlock()
 		switch {
 		case p == nil:
-			// Unknown (or ended) session: the client starts a new one.
-			writeError(w, http.StatusNotFound, capability.Errorf(capability.NotFound, "no MCP session %q: initialize a new one", id))
+			// Unknown (ended or evicted) session: the client starts a new one.
+			writeError(w, http.StatusNotFound, capability.Errorf(capability.NotFound, "no MCP session %q (it ended, timed out or was evicted): initialize a new one", id))
 			return
-		case p.caller != caller:
+		case !ok:
 			h.opts.Logger.Warn("mcp: request for a session of another caller refused", "caller", describe(caller), "owner", describe(p.caller))
 			writeError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied, "this MCP session belongs to another caller"))
 			return
 		}
+		if r.Method != http.MethodGet {
+			defer h.done(p)
+		}
 		h.sdk.ServeHTTP(w, r)
+		if r.Method == http.MethodDelete {
+			h.mu.Lock()
+			h.forget(p) // ended: its place is free now, not when Wait returns
+			h.mu.Unlock()
+		}
 		return
 	}
-	// No session yet: serverFor (called by the SDK within this request, if
-	// the message opens a session) builds the session's server for caller.
-	h.sdk.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, caller)))
+	if r.Method != http.MethodPost {
+		h.sdk.ServeHTTP(w, r) // the SDK answers 400: no session id
+		return
+	}
+	// A POST without a session: the SDK serves it on a session of its own,
+	// kept if the POST is an initialize. Only an initialize takes a place
+	// under the caps (evicting if need be), before the SDK calls serverFor;
+	// anything else — a client's probe for a newer protocol, which the SDK
+	// refuses — gets a server for this request only.
+	var p *pin
+	admitted := opensSession(r)
+	if admitted {
+		var evicted []*pin
+		p, evicted, err = h.admit(caller)
+		closeAll(evicted)
+		if err != nil {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusTooManyRequests, controller.Classify(err))
+			return
+		}
+	} else {
+		p = &pin{id: rand.Text(), caller: caller}
+		p.server = newServer(h.ctl, caller, h.opts, p.id)
+		defer closeAll([]*pin{p})
+	}
+	h.sdk.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), newSessionKey{}, p)))
+	if !admitted {
+		return // closed by the deferred closeAll
+	}
+	var ss *mcp.ServerSession
+	for s := range p.server.Sessions() {
+		ss = s
+	}
+	if ss == nil { // the initialize failed: nothing to keep
+		h.mu.Lock()
+		h.forget(p)
+		h.mu.Unlock()
+		return
+	}
+	h.done(p)
+	go func() {
+		ss.Wait() // closed: by the client, the idle timeout or an eviction
+		h.mu.Lock()
+		h.forget(p)
+		h.mu.Unlock()
+	}()
 }
 
-// serverFor is the SDK's getServer: it is called once per new MCP session,
-// synchronously within the request that opens it.
-func (h *httpHandler) serverFor(r *http.Request) *mcp.Server {
-	caller, ok := r.Context().Value(callerKey{}).(controller.Caller)
-	if !ok {
-		return nil // not through ServeHTTP: the SDK answers 400
+// opensSession reports whether r (a POST without a session id) is an
+// initialize, in the protocols that keep sessions (before 2026-07-28). It
+// reads the body (at most the SDK's limit) and puts it back.
+func opensSession(r *http.Request) bool {
+	if v := r.Header.Get("Mcp-Protocol-Version"); v >= "2026-07-28" {
+		return false
 	}
-	id := rand.Text()
-	s := newServer(h.ctl, caller, h.opts, id)
+	if r.Body == nil {
+		return false
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, mcp.DefaultMaxRequestBodyBytes+1))
+	r.Body.Close()
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	if err != nil {
+		return false
+	}
+	var msgs []struct {
+		Method string `json:"method"`
+	}
+	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '{' {
+		b = append(append([]byte{'['}, t...), ']')
+	}
+	if json.Unmarshal(b, &msgs) != nil {
+		return false
+	}
+	for _, m := range msgs {
+		if m.Method == "initialize" {
+			return true
+		}
+	}
+	return false
+}
+
+// admit makes room for a new session of caller and holds it, busy, until
+// done; it returns the sessions evicted for it, to close. Over a cap with
+// no idle session to evict, it fails with ResourceExhausted.
+func (h *httpHandler) admit(caller controller.Caller) (p *pin, evicted []*pin, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.prune()
-	h.pins[id] = &pin{caller: caller, server: s, created: time.Now()}
-	h.opts.Logger.Debug("mcp: new session", "caller", describe(caller))
-	return s
+	c := h.callers[caller]
+	if c == nil {
+		c = &callerPins{idle: list.New()}
+		h.callers[caller] = c
+	}
+	if c.n >= h.opts.MaxSessionsPerCaller {
+		e := c.idle.Back()
+		if e == nil {
+			h.dropCaller(caller, c)
+			return nil, nil, capability.Errorf(capability.ResourceExhausted,
+				"this token has %d MCP sessions open, each with a call in flight: end one (DELETE /mcp with its Mcp-Session-Id) or wait for a call to finish", c.n)
+		}
+		evicted = append(evicted, e.Value.(*pin))
+		h.forget(e.Value.(*pin))
+	}
+	if len(h.pins) >= h.opts.MaxSessions {
+		e := h.idle.Back()
+		if e == nil {
+			h.dropCaller(caller, c)
+			return nil, evicted, capability.Errorf(capability.ResourceExhausted,
+				"the server holds %d MCP sessions, each with a call in flight: retry when one finishes", len(h.pins))
+		}
+		evicted = append(evicted, e.Value.(*pin))
+		h.forget(e.Value.(*pin))
+	}
+	p = &pin{id: rand.Text(), caller: caller, busy: 1}
+	p.server = newServer(h.ctl, caller, h.opts, p.id)
+	h.pins[p.id] = p
+	if c = h.callers[caller]; c == nil { // an eviction may have dropped it
+		c = &callerPins{idle: list.New()}
+		h.callers[caller] = c
+	}
+	c.n++
+	for _, e := range evicted {
+		h.opts.Logger.Info("mcp: idle session evicted for a new one", "owner", describe(e.caller), "caller", describe(caller))
+	}
+	return p, evicted, nil
 }
 
-// prune forgets the pins of sessions that ended (closed, timed out, or
-// never initialised). A young pin is kept: its session may still be
-// connecting. Called with h.mu held.
-func (h *httpHandler) prune() {
-	for id, p := range h.pins {
-		if time.Since(p.created) < time.Minute {
-			continue
-		}
-		alive := false
-		for range p.server.Sessions() {
-			alive = true
-			break
-		}
-		if !alive {
-			delete(h.pins, id)
+// use marks a POST or DELETE on p: busy (off the idle lists) until done.
+// Called with h.mu.
+func (h *httpHandler) use(p *pin) {
+	if p.idleAll != nil {
+		h.idle.Remove(p.idleAll)
+		h.callers[p.caller].idle.Remove(p.idleOwn)
+		p.idleAll, p.idleOwn = nil, nil
+	}
+	p.busy++
+}
+
+// done ends a busy request on p; idle again, p goes first in the lists
+// (the most recently used).
+func (h *httpHandler) done(p *pin) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p.busy--
+	if p.busy == 0 && !p.gone && p.idleAll == nil {
+		c := h.callers[p.caller]
+		p.idleAll, p.idleOwn = h.idle.PushFront(p), c.idle.PushFront(p)
+	}
+}
+
+// forget drops p from the bookkeeping (once). Called with h.mu.
+func (h *httpHandler) forget(p *pin) {
+	if p.gone {
+		return
+	}
+	p.gone = true
+	delete(h.pins, p.id)
+	c := h.callers[p.caller]
+	if p.idleAll != nil {
+		h.idle.Remove(p.idleAll)
+		c.idle.Remove(p.idleOwn)
+		p.idleAll, p.idleOwn = nil, nil
+	}
+	c.n--
+	h.dropCaller(p.caller, c)
+}
+
+// dropCaller forgets a caller without sessions. Called with h.mu.
+func (h *httpHandler) dropCaller(caller controller.Caller, c *callerPins) {
+	if c.n == 0 {
+		delete(h.callers, caller)
+	}
+}
+
+// closeAll closes the SDK sessions of evicted pins (ending their event
+// streams and calls).
+func closeAll(pins []*pin) {
+	for _, p := range pins {
+		for ss := range p.server.Sessions() {
+			ss.Close()
 		}
 	}
+}
+
+// serverFor is the SDK's getServer: the server of the session that the
+// request opens (admitted by ServeHTTP), or nil for any other request (the
+// SDK then answers 400 where it needs one).
+func (h *httpHandler) serverFor(r *http.Request) *mcp.Server {
+	p, ok := r.Context().Value(newSessionKey{}).(*pin)
+	if !ok {
+		return nil
+	}
+	h.opts.Logger.Debug("mcp: new session", "caller", describe(p.caller))
+	return p.server
 }
 
 func writeError(w http.ResponseWriter, status int, e *capability.Error) {

@@ -45,6 +45,9 @@ type Options struct {
 	// SessionTimeout closes an MCP session over HTTP that saw no request for
 	// this long (30 min); a call in flight keeps it open.
 	SessionTimeout time.Duration
+	// MaxSessions and MaxSessionsPerCaller cap the MCP sessions over HTTP
+	// held at once, in all (512) and per caller (32); see Handler.
+	MaxSessions, MaxSessionsPerCaller int
 }
 
 func (o *Options) withDefaults() Options {

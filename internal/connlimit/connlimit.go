@@ -1,0 +1,382 @@
+// Package connlimit caps the connections a listener holds, in all and per
+// peer, so that nobody can hold the server's file descriptors: a
+// connection over a cap is answered at once (a short 503, when the
+// listener has one to say) and closed, before the server spends anything
+// on it.
+//
+// A peer is what the listener says it is: the remote IP for TCP (an IPv6
+// /64, which one host usually owns whole), the uid of the connecting
+// process for a unix socket (SO_PEERCRED, which the peer cannot forge).
+//
+// Connections that have not yet authenticated a request are "pending";
+// with Options.Evict, a new connection over a cap does not wait for a
+// free slot but takes the one of the oldest pending connection (of its
+// peer, or of anyone when the total is reached), which is closed. An
+// attacker without a token — even one who connects from many addresses,
+// as anyone on the host can from 127/8 — can fill the slots, but cannot
+// keep an authenticated client out: that client's connection is the
+// newest, and once its first request authenticates (Handler marks it,
+// Conn.Trust) it is never evicted. Only when every slot is held by a
+// trusted connection is a new one refused.
+package connlimit
+
+import (
+	"container/list"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Options are a Listener's limits.
+type Options struct {
+	// Name names the listener in logs and metrics ("http", "insession").
+	Name string
+	// Max is the most connections held at once (0: no limit).
+	Max int
+	// PerPeer is the most connections of one peer (0: no limit).
+	PerPeer int
+	// Shared, when set, is a budget this listener shares with others (the
+	// sessions' sockets, one listener each, share one total): a connection
+	// also needs a place in it.
+	Shared *Budget
+	// Evict lets a connection over a cap take the slot of the oldest
+	// pending (not yet trusted) one instead of being refused.
+	Evict bool
+	// Peer names the peer of a connection; nil: PeerIP.
+	Peer func(net.Conn) string
+	// Refusal is written to a refused connection before it is closed (nil:
+	// nothing, just the close).
+	Refusal []byte
+	// Logger gets a warning when connections are refused or evicted (at
+	// most one a minute) and when the listener gets near its limit.
+	Logger *slog.Logger
+}
+
+// HTTPRefusal is a complete HTTP/1.1 503 answer for Options.Refusal.
+func HTTPRefusal(name string) []byte {
+	body := fmt.Sprintf(`{"error":{"code":"unavailable","message":"the %s listener is at its connection limit; close idle connections or retry later"}}`+"\n", name)
+	return []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
+		strconv.Itoa(len(body)) + "\r\n\r\n" + body)
+}
+
+// Budget is a count of connections shared by several listeners
+// (Options.Shared), so that many small listeners still hold at most Max in
+// all.
+type Budget struct {
+	max int64
+	n   atomic.Int64
+}
+
+// NewBudget returns a budget of max connections (max > 0).
+func NewBudget(max int) *Budget { return &Budget{max: int64(max)} }
+
+// Held is the number of connections holding a place.
+func (b *Budget) Held() int { return int(b.n.Load()) }
+
+func (b *Budget) take() bool {
+	if b == nil {
+		return true
+	}
+	if b.n.Add(1) > b.max {
+		b.n.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (b *Budget) give() {
+	if b != nil {
+		b.n.Add(-1)
+	}
+}
+
+// Refusal reasons (the reason label of the refused counter).
+const (
+	RefusedTotal = "total" // the listener was full
+	RefusedPeer  = "peer"  // the peer had its share
+)
+
+// Listener is a net.Listener that holds at most the connections its
+// Options allow. Accepted connections are *Conn.
+type Listener struct {
+	net.Listener
+	opts Options
+
+	mu       sync.Mutex
+	open     int              // connections held
+	perPeer  map[string]*peer // by peer key
+	pending  *list.List       // of *Conn not yet trusted, newest first
+	nearFull bool             // warned about being near full
+
+	refusedTotal, refusedPeer, evicted atomic.Uint64
+	lastWarn                           atomic.Int64 // unix nanos of the last warning
+}
+
+// peer is one peer's connections.
+type peer struct {
+	n       int
+	pending *list.List // of *Conn not yet trusted, newest first
+}
+
+// New wraps ln.
+func New(ln net.Listener, opts Options) *Listener {
+	if opts.Peer == nil {
+		opts.Peer = PeerIP
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Listener{Listener: ln, opts: opts, perPeer: map[string]*peer{}, pending: list.New()}
+}
+
+// Accept returns the next connection within the limits; those over them
+// are refused and closed on the way (or, with Evict, take the place of an
+// older pending one, which is closed).
+func (l *Listener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		lc := &Conn{Conn: c, l: l, peer: l.opts.Peer(c)}
+		victims, why := l.admit(lc)
+		for _, v := range victims {
+			v.Conn.Close() // its server goroutine sees the error and lets go
+		}
+		if len(victims) > 0 {
+			l.warn("connlimit: evicting the oldest connections that sent no authenticated request", "peer", lc.peer)
+		}
+		if why != "" {
+			l.refuse(c, lc.peer, why)
+			continue
+		}
+		return lc, nil
+	}
+}
+
+// admit takes a slot for c, evicting pending connections if need be (the
+// victims, to close, are already out of the books); why is the refusal
+// reason when there is no slot.
+func (l *Listener) admit(c *Conn) (victims []*Conn, why string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	max, per := l.opts.Max, l.opts.PerPeer
+	p := l.perPeer[c.peer]
+	if p == nil {
+		p = &peer{pending: list.New()}
+		l.perPeer[c.peer] = p
+	}
+	if per > 0 && p.n >= per {
+		if !l.opts.Evict || p.pending.Len() == 0 {
+			l.dropPeer(c.peer, p)
+			return nil, RefusedPeer
+		}
+		v := p.pending.Back().Value.(*Conn)
+		l.releaseLocked(v)
+		victims = append(victims, v)
+	}
+	if max > 0 && l.open >= max {
+		if !l.opts.Evict || l.pending.Len() == 0 {
+			l.dropPeer(c.peer, p)
+			return victims, RefusedTotal
+		}
+		v := l.pending.Back().Value.(*Conn)
+		l.releaseLocked(v)
+		victims = append(victims, v)
+	}
+	if !l.opts.Shared.take() {
+		l.dropPeer(c.peer, p)
+		l.evicted.Add(uint64(len(victims)))
+		return victims, RefusedTotal
+	}
+	l.evicted.Add(uint64(len(victims)))
+	if p = l.perPeer[c.peer]; p == nil { // an eviction may have dropped it
+		p = &peer{pending: list.New()}
+		l.perPeer[c.peer] = p
+	}
+	l.open++
+	p.n++
+	c.all, c.own = l.pending.PushFront(c), p.pending.PushFront(c)
+	if max > 0 && !l.nearFull && l.open >= max*9/10 {
+		l.nearFull = true
+		l.opts.Logger.Warn("connlimit: listener near its connection limit", "listener", l.opts.Name, "open", l.open, "max", max)
+	}
+	return victims, ""
+}
+
+// releaseLocked frees c's slot (once). Called with l.mu.
+func (l *Listener) releaseLocked(c *Conn) {
+	if c.released {
+		return
+	}
+	c.released = true
+	l.opts.Shared.give()
+	l.open--
+	p := l.perPeer[c.peer]
+	p.n--
+	if c.all != nil {
+		l.pending.Remove(c.all)
+		p.pending.Remove(c.own)
+		c.all, c.own = nil, nil
+	}
+	l.dropPeer(c.peer, p)
+	if l.nearFull && l.open < l.opts.Max*8/10 {
+		l.nearFull = false
+	}
+}
+
+func (l *Listener) dropPeer(key string, p *peer) {
+	if p.n == 0 {
+		delete(l.perPeer, key)
+	}
+}
+
+func (l *Listener) refuse(c net.Conn, key, why string) {
+	if why == RefusedPeer {
+		l.refusedPeer.Add(1)
+	} else {
+		l.refusedTotal.Add(1)
+	}
+	if len(l.opts.Refusal) > 0 {
+		// A fresh socket's send buffer is empty: this does not block, and
+		// the deadline makes sure of it.
+		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		c.Write(l.opts.Refusal)
+	}
+	c.Close()
+	l.warn("connlimit: refusing connections", "reason", why, "peer", key)
+}
+
+// warn logs msg at most once a minute, with the listener's counts.
+func (l *Listener) warn(msg string, args ...any) {
+	now := time.Now().UnixNano()
+	if last := l.lastWarn.Load(); now-last > int64(time.Minute) && l.lastWarn.CompareAndSwap(last, now) {
+		s := l.Stats()
+		l.opts.Logger.Warn(msg, append(args, "listener", l.opts.Name, "open", s.Open, "max", l.opts.Max, "per_peer", l.opts.PerPeer,
+			"refused_total", s.RefusedTotal, "refused_peer", s.RefusedPeer, "evicted", s.Evicted)...)
+	}
+}
+
+// Stats are a Listener's counts.
+type Stats struct {
+	Open, Pending             int    // connections held; of them not yet trusted
+	Peers                     int    // peers with connections
+	RefusedTotal, RefusedPeer uint64 // refused since the start, by reason
+	Evicted                   uint64 // pending connections closed for newer ones
+}
+
+// Stats returns the current counts.
+func (l *Listener) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return Stats{Open: l.open, Pending: l.pending.Len(), Peers: len(l.perPeer),
+		RefusedTotal: l.refusedTotal.Load(), RefusedPeer: l.refusedPeer.Load(), Evicted: l.evicted.Load()}
+}
+
+// Options returns the limits in force (after New's adjustments).
+func (l *Listener) Options() Options { return l.opts }
+
+// Conn is an accepted connection; closing it frees its slot (once).
+type Conn struct {
+	net.Conn
+	l    *Listener
+	peer string
+
+	// Under l.mu:
+	released bool
+	all, own *list.Element // in the pending lists, until trusted
+}
+
+// Close frees the connection's slot and closes it.
+func (c *Conn) Close() error {
+	c.l.mu.Lock()
+	c.l.releaseLocked(c)
+	c.l.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// CloseWrite shuts down the writing side, when the connection has one
+// (TCP and unix do): the HTTP server then tells a client it answered with
+// "Connection: close" that it is done, before the full close.
+func (c *Conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// Trust marks the connection as having authenticated a request: it is
+// never evicted for a newer one.
+func (c *Conn) Trust() {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	if c.all != nil {
+		c.l.pending.Remove(c.all)
+		c.l.perPeer[c.peer].pending.Remove(c.own)
+		c.all, c.own = nil, nil
+	}
+}
+
+// Trusted reports whether Trust was called (or the connection is gone).
+func (c *Conn) Trusted() bool {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	return c.all == nil
+}
+
+// Peer is the connection's peer key.
+func (c *Conn) Peer() string { return c.peer }
+
+// NetConn is the wrapped connection (a *net.TCPConn, *net.UnixConn).
+func (c *Conn) NetConn() net.Conn { return c.Conn }
+
+// PeerIP keys a connection by its remote IP: an IPv4 address, or the /64
+// of an IPv6 one.
+func PeerIP(c net.Conn) string {
+	var ip net.IP
+	switch a := c.RemoteAddr().(type) {
+	case *net.TCPAddr:
+		ip = a.IP
+	default:
+		host, _, err := net.SplitHostPort(c.RemoteAddr().String())
+		if err != nil {
+			return c.RemoteAddr().String()
+		}
+		ip = net.ParseIP(host)
+	}
+	if v4 := ip.To4(); v4 != nil {
+		return v4.String()
+	}
+	if len(ip) == net.IPv6len {
+		return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+	}
+	return c.RemoteAddr().String()
+}
+
+// PeerUID keys a unix-socket connection by the uid of the process that
+// connected (SO_PEERCRED, read once at accept); other connections by
+// PeerIP. A connection whose credentials cannot be read shares the key
+// "uid:?".
+func PeerUID(c net.Conn) string {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return PeerIP(c)
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return "uid:?"
+	}
+	var cred *syscall.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil || cerr != nil {
+		return "uid:?"
+	}
+	return "uid:" + strconv.FormatUint(uint64(cred.Uid), 10)
+}

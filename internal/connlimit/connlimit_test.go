@@ -1,0 +1,214 @@
+package connlimit_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quro-dev/quro/internal/connlimit"
+)
+
+// serve starts the package's server on a capped loopback listener: /public
+// answers anyone, everything else needs "Bearer good" (401 otherwise).
+func serve(t *testing.T, opts connlimit.Options, ho connlimit.HTTPOptions) (*connlimit.Listener, string) {
+	t.Helper()
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := connlimit.New(raw, opts)
+	good := func(r *http.Request) bool { return r.Header.Get("Authorization") == "Bearer good" }
+	ho.Authenticated = good
+	srv := connlimit.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/public" && !good(r) {
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, "no token\n")
+			return
+		}
+		io.WriteString(w, "ok\n")
+	}), ho)
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln, raw.Addr().String()
+}
+
+// dial connects from the loopback address from (127.x.y.z).
+func dial(t *testing.T, from, to string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	c, err := d.Dial("tcp", to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// roundTrip sends a request on c and reads its response.
+func roundTrip(t *testing.T, c net.Conn, br *bufio.Reader, path, token string) (*http.Response, string) {
+	t.Helper()
+	req := "GET " + path + " HTTP/1.1\r\nHost: x\r\n"
+	if token != "" {
+		req += "Authorization: Bearer " + token + "\r\n"
+	}
+	if _, err := io.WriteString(c, req+"\r\n"); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// closedByServer waits until the server closes c (EOF or reset), having
+// sent nothing but, perhaps, a refusal.
+func closedByServer(t *testing.T, c net.Conn) string {
+	t.Helper()
+	b, err := io.ReadAll(c)
+	if err != nil && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("read: %v", err)
+	}
+	return string(b)
+}
+
+// An attacker without a token, from one address or many, fills the slots
+// with half-sent headers and idle keep-alive connections; each new
+// connection closes the oldest of them, so an authenticated client always
+// gets in and, once authenticated, stays. Only trusted connections make
+// the listener refuse.
+func TestEvictsUnauthenticatedForNewcomers(t *testing.T) {
+	ln, addr := serve(t, connlimit.Options{Max: 8, PerPeer: 4, Evict: true, Refusal: connlimit.HTTPRefusal("test")}, connlimit.HTTPOptions{})
+
+	// One address: half-sent headers. Past 4, each new one closes that
+	// address's oldest.
+	var one []net.Conn
+	for range 10 {
+		c := dial(t, "127.0.0.1", addr)
+		io.WriteString(c, "GET /public HTTP/1.1\r\nHost: x\r\n")
+		one = append(one, c)
+	}
+	for i, c := range one[:6] {
+		if got := closedByServer(t, c); got != "" {
+			t.Fatalf("evicted connection %d got %q", i, got)
+		}
+	}
+	if s := ln.Stats(); s.Open != 4 || s.Pending != 4 || s.Evicted != 6 {
+		t.Fatalf("after one address's flood: %+v", s)
+	}
+
+	// Many addresses (127.0.1.x), idle keep-alive after a public answer:
+	// the total stays at 8.
+	var many []net.Conn
+	for i := range 20 {
+		c := dial(t, fmt.Sprintf("127.0.1.%d", i+1), addr)
+		if resp, body := roundTrip(t, c, bufio.NewReader(c), "/public", ""); resp.StatusCode != 200 || body != "ok\n" {
+			t.Fatalf("public: %d %q", resp.StatusCode, body)
+		}
+		many = append(many, c)
+		if s := ln.Stats(); s.Open > 8 {
+			t.Fatalf("%d connections held; the cap is 8", s.Open)
+		}
+	}
+	for _, c := range many[:12] {
+		closedByServer(t, c)
+	}
+
+	// The admin gets in from the flooded address, and stays through
+	// another flood.
+	admin := dial(t, "127.0.0.1", addr)
+	abr := bufio.NewReader(admin)
+	if resp, body := roundTrip(t, admin, abr, "/v1/x", "good"); resp.StatusCode != 200 || body != "ok\n" {
+		t.Fatalf("admin: %d %q", resp.StatusCode, body)
+	}
+	var more []net.Conn
+	for i := range 20 {
+		c := dial(t, fmt.Sprintf("127.0.2.%d", i+1), addr)
+		io.WriteString(c, "GET /public HTTP/1.1\r\n")
+		more = append(more, c)
+	}
+	for _, c := range more[:13] { // 7 pending slots are left beside the admin
+		closedByServer(t, c)
+	}
+	if resp, body := roundTrip(t, admin, abr, "/v1/x", "good"); resp.StatusCode != 200 || body != "ok\n" {
+		t.Fatalf("admin after the flood: %d %q", resp.StatusCode, body)
+	}
+	if s := ln.Stats(); s.Open != 8 || s.Pending != 7 {
+		t.Fatalf("after the floods: %+v", s)
+	}
+
+	// Trusted connections are never evicted: with all 8 trusted, a new
+	// one is refused at once with a 503.
+	for i := range 7 {
+		c := dial(t, fmt.Sprintf("127.0.3.%d", i+1), addr)
+		if resp, _ := roundTrip(t, c, bufio.NewReader(c), "/v1/x", "good"); resp.StatusCode != 200 {
+			t.Fatalf("trusted %d: %d", i, resp.StatusCode)
+		}
+	}
+	c := dial(t, "127.0.4.1", addr)
+	if got := closedByServer(t, c); !strings.HasPrefix(got, "HTTP/1.1 503") || !strings.Contains(got, "connection limit") {
+		t.Fatalf("over the cap with every slot trusted: %q", got)
+	}
+	if s := ln.Stats(); s.Open != 8 || s.Pending != 0 || s.RefusedTotal != 1 {
+		t.Fatalf("all trusted: %+v", s)
+	}
+}
+
+// Without eviction (the in-session socket), a peer over its share is
+// refused, and other peers are not affected.
+func TestPerPeerRefusal(t *testing.T) {
+	ln, addr := serve(t, connlimit.Options{Max: 10, PerPeer: 3, Refusal: connlimit.HTTPRefusal("test")}, connlimit.HTTPOptions{})
+	var held []net.Conn
+	for range 3 {
+		c := dial(t, "127.0.0.1", addr)
+		io.WriteString(c, "GET /public HTTP/1.1\r\n")
+		held = append(held, c)
+	}
+	for range 5 {
+		c := dial(t, "127.0.0.1", addr)
+		if got := closedByServer(t, c); !strings.HasPrefix(got, "HTTP/1.1 503") {
+			t.Fatalf("over the peer's share: %q", got)
+		}
+	}
+	c := dial(t, "127.0.0.2", addr)
+	if resp, _ := roundTrip(t, c, bufio.NewReader(c), "/v1/x", "good"); resp.StatusCode != 200 {
+		t.Fatalf("another peer: %d", resp.StatusCode)
+	}
+	if s := ln.Stats(); s.RefusedPeer != 5 {
+		t.Fatalf("%+v", s)
+	}
+}
+
+// A client without credentials holds nothing once answered: the 401
+// closes the connection. Half-sent headers and idle keep-alive
+// connections end at their timeouts.
+func TestTimeoutsAndCloseOn401(t *testing.T) {
+	_, addr := serve(t, connlimit.Options{Max: 10}, connlimit.HTTPOptions{HeaderTimeout: 100 * time.Millisecond, IdleTimeout: 100 * time.Millisecond})
+	c := dial(t, "127.0.0.1", addr)
+	br := bufio.NewReader(c)
+	resp, _ := roundTrip(t, c, br, "/v1/x", "")
+	if resp.StatusCode != 401 || !resp.Close {
+		t.Fatalf("tokenless: %d close=%v", resp.StatusCode, resp.Close)
+	}
+	if rest, err := io.ReadAll(br); len(rest) != 0 || err != nil {
+		t.Fatalf("after the 401: %q %v", rest, err)
+	}
+	half := dial(t, "127.0.0.1", addr)
+	io.WriteString(half, "GET /public HTTP/1.1\r\nHost: x\r\n")
+	closedByServer(t, half) // the header timeout
+	idle := dial(t, "127.0.0.1", addr)
+	ibr := bufio.NewReader(idle)
+	if resp, _ := roundTrip(t, idle, ibr, "/public", ""); resp.StatusCode != 200 || resp.Close {
+		t.Fatalf("public: %d close=%v", resp.StatusCode, resp.Close)
+	}
+	if rest, err := io.ReadAll(ibr); len(rest) != 0 || err != nil { // the idle timeout
+		t.Fatalf("idle: %q %v", rest, err)
+	}
+}
