@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -210,5 +211,46 @@ func TestTimeoutsAndCloseOn401(t *testing.T) {
 	}
 	if rest, err := io.ReadAll(ibr); len(rest) != 0 || err != nil { // the idle timeout
 		t.Fatalf("idle: %q %v", rest, err)
+	}
+}
+
+// Listeners sharing a Budget hold at most its size together (the
+// sessions' sockets: one listener each, one total), and a place freed on
+// one is usable on another.
+func TestSharedBudgetSpansListeners(t *testing.T) {
+	b := connlimit.NewBudget(2)
+	opts := connlimit.Options{Name: "shared", PerPeer: 2, Shared: b, Refusal: connlimit.HTTPRefusal("shared")}
+	_, addr1 := serve(t, opts, connlimit.HTTPOptions{})
+	ln2, addr2 := serve(t, opts, connlimit.HTTPOptions{})
+
+	c1 := dial(t, "127.0.0.1", addr1)
+	r1 := bufio.NewReader(c1)
+	if resp, _ := roundTrip(t, c1, r1, "/public", ""); resp.StatusCode != 200 {
+		t.Fatalf("first: %d", resp.StatusCode)
+	}
+	c2 := dial(t, "127.0.0.2", addr2)
+	if resp, _ := roundTrip(t, c2, bufio.NewReader(c2), "/public", ""); resp.StatusCode != 200 {
+		t.Fatalf("second: %d", resp.StatusCode)
+	}
+	if b.Held() != 2 {
+		t.Fatalf("held %d, want 2", b.Held())
+	}
+	// Over the shared total: refused on the second listener, though it
+	// holds only one connection of its own.
+	c3 := dial(t, "127.0.0.3", addr2)
+	if got := closedByServer(t, c3); !strings.Contains(got, "503") {
+		t.Fatalf("third connection got %q, want a 503 refusal", got)
+	}
+	if s := ln2.Stats(); s.RefusedTotal != 1 {
+		t.Fatalf("listener 2 stats %+v, want one refusal for the total", s)
+	}
+	// Freeing a place on the first listener lets the second take it.
+	c1.Close()
+	for b.Held() != 1 {
+		runtime.Gosched() // the server goroutine notices the close
+	}
+	c4 := dial(t, "127.0.0.4", addr2)
+	if resp, _ := roundTrip(t, c4, bufio.NewReader(c4), "/public", ""); resp.StatusCode != 200 {
+		t.Fatalf("after a close: %d", resp.StatusCode)
 	}
 }
