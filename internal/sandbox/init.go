@@ -21,6 +21,7 @@ import (
 type initPolicy struct {
 	Landlock bool
 	Seccomp  bool
+	Caps     []string // the box's capabilities, which the seccomp profile depends on
 	Network  string
 	RO       []string // read and execute beneath these
 	ROFiles  []string
@@ -40,7 +41,7 @@ func (p *initPolicy) compile() (*boxinit.Policy, error) {
 		}
 	}
 	if p.Seccomp {
-		prog, err := seccompBytes()
+		prog, err := seccompBytes(p.Caps)
 		if err != nil {
 			return nil, err
 		}
