@@ -343,6 +343,41 @@ func TestSeccompWorkloadGo(t *testing.T) {
 	}
 }
 
+// The quro binary itself in the box: quro call runs the controller
+// in-process (SQLite, the session store, files, QuickJS and esbuild for
+// run_code ts, the sandbox), and its run_code of shell reaches bubblewrap, whose new user namespace the filter refuses: a box
+// cannot nest boxes, and quro says so instead of crashing. quro call
+// --server dials over TCP.
+func TestSeccompWorkloadQuroCall(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go toolchain to build quro")
+	}
+	bin := filepath.Join(t.TempDir(), "quro")
+	if out, err := exec.Command(gobin, "build", "-o", bin, "github.com/quro-dev/quro/cmd/quro").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v %s", err, out)
+	}
+	out, exit := boxRun(t, fullSandbox(t), testCtx(t), t.TempDir(), `set -e
+"$QURO" version
+"$QURO" call --data "$PWD/data" --isolation minimal run_code '{"lang":"sh","code":"echo nested"}'
+"$QURO" call --data "$PWD/data" write_file '{"path":"f.txt","content":"from quro"}'
+"$QURO" call --data "$PWD/data" read_file '{"path":"f.txt"}'
+"$QURO" call --data "$PWD/data" run_code '{"lang":"ts","code":"const n: number = 6*7; console.log(\"js\", n)"}'
+"$QURO" call --data "$PWD/data" list_sessions '{}' >/dev/null
+"$QURO" call --server http://127.0.0.1:1 help 2>&1 | grep -o 'connection refused'`,
+		func(s *Spec) {
+			s.Env = map[string]string{"QURO": bin}
+			s.ReadOnly = []string{bin}
+			s.Network = NetworkFull
+		})
+	t.Logf("exit %+v\n%s", exit, out)
+	for _, want := range []string{"quro dev", "No permissions to create new namespace", "from quro", "js 42", "connection refused"} {
+		if exit.Code != 0 || !strings.Contains(out, want) {
+			t.Errorf("exit %d, output lacks %q", exit.Code, want)
+		}
+	}
+}
+
 // pythonStdlibTests are CPython test modules (with unittest -m patterns
 // where a module is minutes long) that cover processes, threads, sockets,
 // polling, memory maps, signals and files. Left out: test_resource (it
