@@ -24,6 +24,7 @@ import (
 type initPolicy struct {
 	Landlock bool
 	Seccomp  bool
+	Caps     []string // the box's capabilities, which the seccomp profile depends on
 	Network  string
 	RO       []string // read and execute beneath these
 	ROFiles  []string
@@ -43,7 +44,7 @@ func (p *initPolicy) compile() (*boxinit.Policy, error) {
 		}
 	}
 	if p.Seccomp {
-		prog, err := seccompBytes()
+		prog, err := seccompBytes(p.Caps)
 		if err != nil {
 			return nil, err
 		}

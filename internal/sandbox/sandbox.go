@@ -425,6 +425,7 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 	}
 	if admin {
 		pol.RW = append(pol.RW, rootfsAdminRW...)
+		pol.Caps = AdminCaps
 	}
 	if boxed {
 		pol.ListDirs = []string{"/"}
