@@ -127,6 +127,12 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 	if b.network != NetworkFull {
 		a = append(a, "--unshare-net")
 	}
+	if b.capSetID || b.admin {
+		// bubblewrap run by host root keeps every capability for the box's
+		// root, and --cap-add adds to that set: drop them all first, so
+		// the lists below are all the box holds.
+		a = append(a, "--cap-drop", "ALL")
+	}
 	if b.capSetID {
 		// The init child starts as the box's root only to switch to
 		// insideUID itself (see mapIDs); these two are all it keeps.

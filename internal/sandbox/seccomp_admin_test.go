@@ -2,12 +2,15 @@ package sandbox
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // adminProbeC reports the install box's effective capabilities and what the
@@ -30,7 +33,7 @@ int main(void) {
 	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
 	struct __user_cap_data_struct d[2];
 	if (syscall(SYS_capget, &h, d) != 0) { perror("capget"); return 1; }
-	printf("capeff=%x%08x\n", d[1].effective, d[0].effective);
+	printf("capeff=%llx\n", ((unsigned long long)d[1].effective << 32) | d[0].effective);
 	printf("dac_read_search=%d chown=%d sys_admin=%d uid=%d\n", !!(d[0].effective & (1 << CAP_DAC_READ_SEARCH)),
 		!!(d[0].effective & (1 << CAP_CHOWN)), !!(d[0].effective & (1 << CAP_SYS_ADMIN)), getuid());
 	struct { struct file_handle fh; unsigned char b[128]; } fh = {.fh.handle_bytes = 128};
@@ -87,10 +90,19 @@ func TestSeccompInstallBoxKeepsDenials(t *testing.T) {
 	}
 	out := run(sb)
 	t.Logf("under the filter:\n%s", out)
-	// Whatever else the box holds (bubblewrap leaves the box's root more
-	// than AdminCaps: see the report), the filter was compiled for
-	// AdminCaps and its denials hold.
-	for _, want := range []string{"dac_read_search=1 chown=1 ", " uid=0",
+	// The box holds AdminCaps and nothing else (bubblewrap, run by host
+	// root, would leave the box's root every capability without the
+	// --cap-drop ALL before them); the filter was compiled for AdminCaps
+	// and its denials hold on top.
+	var want uint64
+	for _, c := range []uint{unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_DAC_READ_SEARCH, unix.CAP_FOWNER,
+		unix.CAP_FSETID, unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL} {
+		want |= 1 << c
+	}
+	if !strings.Contains(out, fmt.Sprintf("capeff=%x\n", want)) {
+		t.Errorf("install box capabilities: want exactly AdminCaps (capeff=%x)\n%s", want, out)
+	}
+	for _, want := range []string{"dac_read_search=1 chown=1 sys_admin=0", " uid=0",
 		"name_to_handle_at=1 open_by_handle_at=1 chroot=1 unshare=1 mount=1 vsock=1", "fchown=0"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("install box lacks %q", want)
