@@ -2,22 +2,30 @@
 // agents drive command by command (Shell), and a PTY for people and
 // interactive programs (PTY).
 //
-// Shell framing. Each command is sent to an interactive bash (sh when bash
-// is missing) on its standard input, wrapped so that, when the command is
-// done, the shell itself writes "<nonce>:<exit>:<cwd>\x00" to file
-// descriptor 3 — a status channel that the command does not inherit — with a
-// fresh random nonce per command. Completion, exit code and working
-// directory come only from that record, never from the output, so nothing a
-// command prints can fake them. The command's own standard input is a
-// separate pipe (send_input writes there), so a command that reads input
-// cannot swallow the framing.
+// Shell framing. Each command is sent to a resident interactive bash on its
+// standard input, wrapped so that the command runs in a subshell — a child
+// process — that first closes every descriptor but stdin (the commands' own
+// input pipe), stdout, stderr and the state pipe. When the subshell has
+// exited, the resident shell writes "<nonce>:<exit>:<marker>\x00" to file
+// descriptor 3, the status channel, which no command's process holds.
+// Completion and exit code come only from that record: the exit code is the
+// subshell's real exit status. The resident shell never runs user code, and
+// it runs from an execute-only copy of bash (see sealed.go), so it is not
+// dumpable: a command (same uid) cannot reach its descriptors or memory
+// through /proc, and neither can it reach those of the command subshells,
+// which are forks of it.
+//
+// Shell state (cwd, variables, functions, aliases, options, traps, umask)
+// is carried from one subshell to the next as an opaque blob: the subshell
+// dumps it to the state pipe (fd 6) when the command ends, the server keeps
+// it, and the next subshell evaluates it before the command. The resident
+// shell only stores it in a variable (see records.go for which blob counts).
 //
 // A Shell runs one command at a time and is safe for concurrent use: a
 // second Exec while a command runs gets ErrBusy.
 package terminal
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -49,6 +57,8 @@ var (
 	ErrClosed = errors.New("the shell is closed")
 	// ErrInvalid marks bad input (a NUL byte in a command).
 	ErrInvalid = errors.New("invalid argument")
+	// ErrNoBash: the box has no bash, which the session shell needs.
+	ErrNoBash = errors.New("the session shell needs bash, and this box has none: install it (apt-get install bash) or use the terminal (PTY), which runs sh")
 )
 
 // DefaultGrace is how long a soft interrupt (SIGINT) has before the shell is
@@ -163,9 +173,9 @@ type Shell struct {
 	exitCode int
 	cwd      string
 	exported map[string]string
+	state    string // the last command's shell state, for the next one
 	cur      *run
 	closed   bool
-	isBash   bool
 	restarts int
 	lastExit int
 	lastUsed time.Time
@@ -180,9 +190,18 @@ type run struct {
 	synced       chan struct{} // closed when the output sync token was seen
 	errSynced    chan struct{}
 	exitCode     int
-	cwd          string
 	died         bool
 	once         sync.Once
+
+	// The state stream (see records.go).
+	stateNonce  string
+	smu         sync.Mutex
+	marker      string        // from the status record
+	last        *stateEvent   // the last state with stateNonce
+	ends        []markedState // end markers seen before the status record
+	final       *stateEvent   // the state before the end marker
+	stateSynced chan struct{}
+	stateOnce   sync.Once
 
 	intrMu      sync.Mutex // held for a whole interrupt; complete waits on it
 	interrupted bool
@@ -273,14 +292,15 @@ func (s *Shell) startLocked() error {
 		return nil
 	}
 	s.stopLocked()
-	prog, isBash := "bash", true
-	if _, err := s.opts.Sandbox.LookPath("bash"); err != nil {
-		prog, isBash = "sh", false
+	bash, err := s.bashPath()
+	if err != nil {
+		return err
 	}
 	// stdin (framed commands), the commands' input (fd 4), status records
-	// (fd 3), split stderr (fd 5), and one output pipe for fd 1 and 2,
-	// which keeps their interleaving exactly as written.
-	p, err := openPipes(5)
+	// (fd 3), split stderr (fd 5), the state stream (fd 6), and one output
+	// pipe for fd 1 and 2, which keeps their interleaving exactly as
+	// written.
+	p, err := openPipes(6)
 	if err != nil {
 		return err
 	}
@@ -289,15 +309,13 @@ func (s *Shell) startLocked() error {
 	statusR, statusW := p[2][0], p[2][1]
 	errR, errW := p[3][0], p[3][1]
 	outR, outW := p[4][0], p[4][1]
+	stateR, stateW := p[5][0], p[5][1]
 	var st syscall.Stat_t
 	syscall.Fstat(int(inR.Fd()), &st)
 
 	s.out = &router{scroll: s.opts.Scrollback}
 	s.errOut = &router{scroll: s.opts.Scrollback}
-	args := []string{prog, "-i"}
-	if isBash {
-		args = []string{"bash", "--norc", "--noprofile", "--noediting", "-i"}
-	}
+	args := []string{bash, "--norc", "--noprofile", "--noediting", "-i"}
 	env := maps.Clone(s.opts.Env())
 	if env == nil {
 		env = map[string]string{}
@@ -309,30 +327,36 @@ func (s *Shell) startLocked() error {
 		Env:    env,
 		Stdin:  cmdR,
 		Stdout: outW, Stderr: outW,
-		// fd 3: status records; fd 4: the commands' input; fd 5: split stderr.
-		ExtraFiles: []*os.File{statusW, inR, errW},
+		// fd 3: status records; fd 4: the commands' input; fd 5: split
+		// stderr; fd 6: the state stream.
+		ExtraFiles: []*os.File{statusW, inR, errW, stateW},
+		ReadOnly:   []string{bash},
 	})
 	cmdR.Close()
 	statusW.Close()
 	inR.Close()
 	errW.Close()
 	outW.Close()
+	stateW.Close()
 	if err != nil {
 		cmdW.Close()
 		inW.Close()
 		statusR.Close()
 		errR.Close()
 		outR.Close()
+		stateR.Close()
 		return err
 	}
-	s.proc, s.cmdW, s.inW, s.inInode, s.isBash = proc, cmdW, inW, st.Ino, isBash
+	s.proc, s.cmdW, s.inW, s.inInode = proc, cmdW, inW, st.Ino
 	s.exited = make(chan struct{})
 	s.exported = map[string]string{}
+	s.state = ""
 	for k, v := range env {
 		s.exported[k] = v
 	}
 	exited := s.exited
-	go s.readStatus(bufio.NewReader(statusR), exited)
+	go s.readStatus(statusR)
+	go s.readState(stateR)
 	s.outR, s.errR = outR, errR
 	out, errOut := s.out, s.errOut
 	go func() {
@@ -358,11 +382,10 @@ func (s *Shell) startLocked() error {
 		}
 	}()
 	// The first framed command sets the shell up and goes to the last cwd.
-	setup := "set +o history 2>/dev/null; unset HISTFILE; trap - INT\n"
-	if isBash {
-		setup = "set +H; " + setup
-	}
+	setup := "set +H; set +o history 2>/dev/null; unset HISTFILE; trap - INT\n"
 	setup += "cd -- " + shellQuote(s.cwd) + " 2>/dev/null || cd\n"
+	delim := "QURO_" + randomHex(16)
+	setup += "IFS= read -r -d '' __quro_lib <<'" + delim + "' || :\n" + shellLib + delim + "\n"
 	// Wait until the shell has read the setup, so that what it prints on
 	// start (job-control warnings) is not taken for a command's output.
 	token := "\x00QS" + randomHex(16) + "\x00"
@@ -408,28 +431,111 @@ func openPipes(n int) ([][2]*os.File, error) {
 	return ps, nil
 }
 
-// readStatus reads NUL-terminated status records and hands each to the
-// command whose nonce it carries.
-func (s *Shell) readStatus(r *bufio.Reader, exited chan struct{}) {
+// bashPath returns the host path of the sealed bash for this shell's box.
+func (s *Shell) bashPath() (string, error) {
+	src := "/usr/bin/bash"
+	if s.opts.Rootfs == "" {
+		p, err := s.opts.Sandbox.LookPath("bash")
+		if err != nil {
+			return "", ErrNoBash
+		}
+		src = p
+	} else if _, err := os.Stat(filepath.Join(s.opts.Rootfs, src)); err != nil {
+		src = "/bin/bash"
+	}
+	p, err := sealedBash(s.opts.Rootfs, src)
+	if err != nil && errors.Is(err, os.ErrNotExist) {
+		return "", ErrNoBash
+	}
+	return p, err
+}
+
+// readStatus reads the status records and hands each to the command whose
+// nonce it carries.
+func (s *Shell) readStatus(rd io.ReadCloser) {
+	defer rd.Close()
+	cr := newChunkReader(rd, maxStatusChunk)
 	for {
-		rec, err := r.ReadString(0)
+		chunk, overflow, err := cr.next()
 		if err != nil {
 			return
 		}
-		rec = strings.TrimSuffix(rec, "\x00")
-		nonce, rest, ok1 := strings.Cut(rec, ":")
-		code, cwd, ok2 := strings.Cut(rest, ":")
-		n, err := strconv.Atoi(code)
-		if !ok1 || !ok2 || err != nil {
+		rec, ok := parseStatus(chunk)
+		if overflow || !ok {
 			continue
 		}
 		s.mu.Lock()
 		cur := s.cur
 		s.mu.Unlock()
-		if cur != nil && cur.nonce == nonce {
-			cur.finish(func() { cur.exitCode, cur.cwd = n, cwd })
+		if cur == nil || cur.nonce != rec.nonce {
+			continue
 		}
+		cur.smu.Lock()
+		if cur.marker == "" {
+			cur.marker = rec.marker
+			for _, e := range cur.ends {
+				if e.marker == rec.marker {
+					cur.syncState(e.state)
+				}
+			}
+		}
+		cur.smu.Unlock()
+		cur.finish(func() { cur.exitCode = rec.code })
 	}
+}
+
+// readState reads the state stream (see records.go).
+func (s *Shell) readState(rd io.ReadCloser) {
+	defer rd.Close()
+	cr := newChunkReader(rd, maxStateBlob+1)
+	var p stateParser
+	for {
+		chunk, overflow, err := cr.next()
+		if err != nil {
+			return
+		}
+		ev := p.feed(chunk, overflow)
+		if ev == nil {
+			continue
+		}
+		s.mu.Lock()
+		cur := s.cur
+		s.mu.Unlock()
+		if cur == nil {
+			continue
+		}
+		cur.smu.Lock()
+		switch {
+		case ev.kind == 'S' && ev.nonce == cur.stateNonce:
+			cur.last = ev
+		case ev.kind == 'E' && cur.marker != "":
+			if ev.marker == cur.marker {
+				cur.syncState(cur.last)
+			}
+		case ev.kind == 'E':
+			// Before the status record. The resident shell's marker is
+			// the last one before it, but the command may have written
+			// markers of its own: keep the latest few.
+			cur.ends = append(cur.ends, markedState{ev.marker, cur.last})
+			if len(cur.ends) > 64 {
+				cur.ends = cur.ends[1:]
+			}
+		}
+		cur.smu.Unlock()
+	}
+}
+
+type markedState struct {
+	marker string
+	state  *stateEvent
+}
+
+// syncState fixes the command's state; smu is held.
+func (r *run) syncState(st *stateEvent) {
+	r.stateOnce.Do(func() {
+		r.final = st
+		close(r.stateSynced)
+	})
 }
 
 func (r *run) finish(set func()) {
@@ -461,9 +567,10 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 		return nil, err
 	}
 	r := &run{
-		nonce: randomHex(16), token: "\x00QS" + randomHex(16) + "\x00",
+		nonce: randomHex(16), token: "\x00QS" + randomHex(16) + "\x00", stateNonce: randomHex(16),
 		start:  time.Now(),
 		status: make(chan struct{}), synced: make(chan struct{}), errSynced: make(chan struct{}),
+		stateSynced: make(chan struct{}),
 	}
 	id := time.Now().UTC().Format("20060102-150405.000000") + "-" + randomHex(4)
 	r.out = runcode.NewCapture(s.opts.MaxOutput, filepath.Join(s.opts.OutputsDir, "term-"+id+".out"), s.opts.SpillLimit).Within(s.opts.Workspace).Observed(ctx, "stdout")
@@ -487,26 +594,39 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 	return s.wait(ctx, r, timeout)
 }
 
-// frame wraps command for the shell: load it verbatim through a quoted
-// heredoc, export the session variables, run it with fd 3 and 5 closed and
-// stdin from fd 4, then write the sync token to the output and the status
-// record to fd 3.
+// frame wraps command for the resident shell: load it and the last state
+// verbatim through quoted heredocs (the resident shell only stores them),
+// run the subshell, then write the state stream's end marker, the sync
+// token to the output and the status record to fd 3.
 func (s *Shell) frame(command string, r *run, split bool) string {
 	var b strings.Builder
-	delim := "QURO_" + randomHex(16)
-	if s.isBash {
-		b.WriteString("IFS= read -r -d '' __quro_c <<'" + delim + "' || :\n")
-	} else {
-		b.WriteString("__quro_c=$(cat <<'" + delim + "'\n")
+	heredoc := func(name, text string) {
+		delim := "QURO_" + randomHex(16)
+		for strings.Contains(text, delim) {
+			delim = "QURO_" + randomHex(16)
+		}
+		b.WriteString("IFS= read -r -d '' " + name + " <<'" + delim + "' || :\n")
+		b.WriteString(text)
+		if !strings.HasSuffix(text, "\n") {
+			b.WriteByte('\n')
+		}
+		b.WriteString(delim + "\n")
 	}
-	b.WriteString(command)
-	if !strings.HasSuffix(command, "\n") {
-		b.WriteByte('\n')
+	heredoc("__quro_c", command)
+	heredoc("__quro_s", s.state)
+	// The subshell: drop every descriptor but its stdin (the commands'
+	// input), stdout, stderr and the state stream before anything else
+	// runs in it — with exec, which keeps no saved copies.
+	b.WriteString("(\nexec 0<&4")
+	if split {
+		b.WriteString(" 2>&5")
 	}
-	b.WriteString(delim + "\n")
-	if !s.isBash {
-		b.WriteString(")\n")
-	}
+	b.WriteString("\nfor __quro_f in /proc/self/fd/*; do __quro_f=${__quro_f##*/}; case $__quro_f in 0|1|2|6) ;; *) exec {__quro_f}>&- ;; esac; done\n")
+	b.WriteString("__quro_n=" + r.stateNonce + "\n")
+	b.WriteString("builtin cd -- " + shellQuote(s.cwd) + " 2>/dev/null || :\n")
+	b.WriteString("builtin trap __quro_int INT\n")
+	b.WriteString("builtin eval \"$__quro_s\" 2>/dev/null; builtin unset __quro_s\n")
+	b.WriteString("builtin eval \"$__quro_lib\"; builtin trap __quro_exit EXIT\n")
 	env := s.opts.Env()
 	keys := slices.Sorted(maps.Keys(env))
 	for _, k := range keys {
@@ -514,30 +634,29 @@ func (s *Shell) frame(command string, r *run, split bool) string {
 			continue
 		}
 		if old, ok := s.exported[k]; !ok || old != env[k] {
-			b.WriteString("export " + k + "=" + shellQuote(env[k]) + "\n")
+			b.WriteString("builtin export " + k + "=" + shellQuote(env[k]) + " 2>/dev/null || :\n")
 		}
 	}
 	for k := range s.exported {
 		if _, ok := env[k]; !ok && validName(k) && !strings.HasPrefix(k, "PS") {
-			b.WriteString("unset " + k + "\n")
+			b.WriteString("builtin unset " + k + " 2>/dev/null || :\n")
 		}
 	}
 	s.exported = maps.Clone(env)
 	if s.exported == nil {
 		s.exported = map[string]string{}
 	}
-	if split {
-		b.WriteString("eval \"$__quro_c\" 3>&- 2>&5 5>&- <&4 4<&-\n")
-	} else {
-		b.WriteString("eval \"$__quro_c\" 3>&- 5>&- <&4 4<&-\n")
-	}
+	b.WriteString("builtin eval \"$__quro_c\"\n__quro_dump k $? \"$@\"\n)\n")
+	// Back in the resident shell. The marker is drawn only now, after the
+	// subshell exited: nothing the command left behind can know it.
 	b.WriteString("__quro_e=$?\n")
+	b.WriteString("__quro_m=${SRANDOM:-$RANDOM}${SRANDOM:-$RANDOM}${SRANDOM:-$RANDOM}${SRANDOM:-$RANDOM}; builtin printf '\\0E%s\\0' \"$__quro_m\" >&6\n")
 	tok := octalEscape(r.token)
-	b.WriteString("printf '" + tok + "'\n")
+	b.WriteString("builtin printf '" + tok + "'\n")
 	if split {
-		b.WriteString("printf '" + tok + "' >&5\n")
+		b.WriteString("builtin printf '" + tok + "' >&5\n")
 	}
-	b.WriteString("printf '%s:%d:%s\\000' " + r.nonce + " \"$__quro_e\" \"$PWD\" >&3\n")
+	b.WriteString("builtin printf '%s:%d:%s\\000' " + r.nonce + " \"$__quro_e\" \"$__quro_m\" >&3\n")
 	return b.String()
 }
 
@@ -638,31 +757,59 @@ func (s *Shell) complete(r *run) *Result {
 		case <-done:
 		case <-time.After(2 * time.Second):
 		}
-	} else {
+	}
+	var st *stateEvent
+	if !r.died {
 		// The token follows the command's output; wait for it so that no
-		// output is left in the pipe. A command that redirected the shell's
-		// own stdout permanently (exec >file) takes the token with it.
+		// output is left in the pipe.
 		for _, c := range []chan struct{}{r.synced, r.errSynced} {
 			select {
 			case <-c:
 			case <-time.After(2 * time.Second):
-				res.Error = "the command's output could not be synchronised (was the shell's stdout redirected with exec?); some output may appear with the next command"
+				res.Error = "the command's output could not be synchronised; some output may appear with the next command"
 			}
 		}
+		// The resident shell wrote the end marker before the status
+		// record: it is in the state pipe already.
+		select {
+		case <-r.stateSynced:
+		case <-time.After(2 * time.Second):
+		}
+		r.smu.Lock()
+		st = r.final
+		r.smu.Unlock()
 	}
 	s.mu.Lock()
 	s.out.detach()
 	s.errOut.detach()
-	if r.died {
+	switch {
+	case r.died:
+	case st == nil:
+		// The subshell ended without its state (killed, or it closed the
+		// state pipe): what it changed is lost, as if the shell had died.
+		res.Error = "the command's shell state (variables, functions, directory) could not be kept; the shell was restarted"
+	case st.big:
+		res.Error = fmt.Sprintf("the shell state (variables, functions, aliases) grew over %d MiB and could not be kept; the shell was restarted", maxStateBlob>>20)
+	case st.exited:
+		// exit, or set -e: the command ended its shell, as it would in a
+		// terminal; a new one starts in the last directory.
+	default:
+		s.state = st.blob
+		if st.cwd != s.cwd {
+			s.cwd = st.cwd
+			if s.opts.OnCwd != nil {
+				defer s.opts.OnCwd(st.cwd)
+			}
+		}
+	}
+	if r.died || st == nil || st.big || st.exited {
 		res.ShellRestarted = true
 		s.restarts++
+		if !r.died {
+			s.stopLocked()
+		}
 		if err := s.startLocked(); err != nil {
 			res.Error = "the shell died and could not be restarted: " + err.Error()
-		}
-	} else if r.cwd != "" && r.cwd != s.cwd {
-		s.cwd = r.cwd
-		if s.opts.OnCwd != nil {
-			defer s.opts.OnCwd(r.cwd)
 		}
 	}
 	res.Cwd = s.cwd

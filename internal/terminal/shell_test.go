@@ -95,7 +95,7 @@ func TestTranscript(t *testing.T) {
 		{"multi-line", "for i in 1 2 3; do\n  echo $i\ndone", "1\n2\n3\n", 0, "sub/dir", false},
 		{"trailing backslash", "echo a \\", "a\n", 0, "sub/dir", false},
 		{"unbalanced quote", "echo 'oops", "", 2, "sub/dir", false},
-		{"background job", "sleep 1000 & echo started", "[1] PID\nstarted\n", 0, "sub/dir", false},
+		{"background job", "sleep 1000 & echo started", "started\n", 0, "sub/dir", false},
 		{"binary output", `printf 'a\377b\000c'`, `a\xffb\x00c`, 0, "sub/dir", false},
 		{"set -u error", "set -u; echo $UNDEFINED_VAR_Q", "", 1, "sub/dir", false},
 		{"set -u stays", "echo ${X}", "42\n", 0, "sub/dir", false},

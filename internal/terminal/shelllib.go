@@ -1,0 +1,67 @@
+package terminal
+
+import "strings"
+
+// shellLib is defined in every command's subshell (the resident shell keeps
+// its text in a variable and never runs it itself).
+//
+// __quro_dump MODE STATUS [ARGS...] writes the subshell's state to the
+// state pipe and exits with STATUS: MODE k keeps the state for the next
+// command, x says the command ended its shell (exit, set -e) and the next
+// command gets a new one. Variables that bash maintains itself are left
+// out; the shell options come last so that set -e or set -u do not apply
+// while the next subshell restores the rest.
+//
+// __quro_exit is the EXIT trap: the command exited (exit, set -e, set -u,
+// a fatal error). exit and set -e end the shell as they would in a
+// terminal (the next command gets a new one, in the last directory); the
+// exit function marks the first, since bash tells the trap nothing. __quro_int is the SIGINT trap: the interrupt ends the
+// command, as it would in an interactive shell, and keeps what it changed.
+var shellLib = `__quro_dump() {
+builtin local __quro_m=$1 __quro_st=$2 __quro_v
+builtin shift 2
+builtin trap - EXIT
+{
+builtin printf '\0S%s:%s:%s\0B' "$__quro_n" "$__quro_m" "$PWD"
+if [[ $__quro_m == k ]]; then
+for __quro_v in ` + varPrefixes() + `; do
+case $__quro_v in
+__quro_*|_|BASH|BASHOPTS|BASHPID|BASH_ALIASES|BASH_ARGC|BASH_ARGV|BASH_ARGV0|BASH_CMDS|BASH_COMMAND|BASH_EXECUTION_STRING|BASH_LINENO|BASH_REMATCH|BASH_SOURCE|BASH_SUBSHELL|BASH_VERSINFO|BASH_VERSION|COMP_WORDBREAKS|DIRSTACK|EPOCHREALTIME|EPOCHSECONDS|EUID|FUNCNAME|GROUPS|HISTCMD|LINENO|PIPESTATUS|PPID|PWD|RANDOM|SECONDS|SHELLOPTS|SHLVL|SRANDOM|UID) ;;
+*) builtin declare -p -- "$__quro_v" ;;
+esac
+done
+builtin declare -f
+builtin alias -p
+builtin printf 'builtin set --'; builtin printf ' %q' "$@"; builtin printf '\n'
+builtin umask -p
+builtin trap -p
+builtin shopt -p
+builtin set +o
+fi
+builtin printf '\0'
+} >&6 2>/dev/null
+builtin exit "$__quro_st"
+}
+__quro_exit() {
+builtin local __quro_st=$? __quro_m=k
+if [[ ${__quro_x-} == 1 ]]; then __quro_m=x; builtin printf 'exit\n' >&2; fi
+case $- in *e*) __quro_m=x ;; esac
+__quro_dump "$__quro_m" "$__quro_st"
+}
+exit() {
+__quro_x=1
+builtin exit "$@"
+}
+__quro_int() {
+__quro_dump k 130
+}
+`
+
+// varPrefixes expands to every variable name: "${!a@}" … "${!_@}".
+func varPrefixes() string {
+	var b strings.Builder
+	for _, c := range "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_" {
+		b.WriteString(`"${!` + string(c) + `@}" `)
+	}
+	return strings.TrimSpace(b.String())
+}
