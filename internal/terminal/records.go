@@ -1,7 +1,6 @@
 package terminal
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"path/filepath"
@@ -35,40 +34,54 @@ const (
 	maxCwd       = 4096
 )
 
-// chunkReader splits a stream at NUL bytes. A chunk longer than max is
-// returned empty with overflow set (its bytes are dropped as they come).
-type chunkReader struct {
-	r   *bufio.Reader
-	max int
-	buf []byte
+// splitter splits a stream at NUL bytes as it comes. A chunk longer than
+// max is handed on empty with overflow set (its bytes are dropped as they
+// come, so memory stays bounded).
+type splitter struct {
+	max      int
+	buf      []byte
+	overflow bool
 }
 
-func newChunkReader(r io.Reader, max int) *chunkReader {
-	return &chunkReader{r: bufio.NewReaderSize(r, 64<<10), max: max}
-}
-
-func (c *chunkReader) next() (chunk []byte, overflow bool, err error) {
-	c.buf = c.buf[:0]
-	for {
-		part, err := c.r.ReadSlice(0)
-		if !overflow {
-			if len(c.buf)+len(part) > c.max+1 {
-				overflow = true
-				c.buf = c.buf[:0]
+// feed takes the next bytes of the stream and calls fn for each complete
+// chunk.
+func (sp *splitter) feed(b []byte, fn func(chunk []byte, overflow bool)) {
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, 0)
+		part := b
+		if i >= 0 {
+			part = b[:i]
+		}
+		if !sp.overflow {
+			if len(sp.buf)+len(part) > sp.max {
+				sp.overflow = true
+				sp.buf = sp.buf[:0]
 			} else {
-				c.buf = append(c.buf, part...)
+				sp.buf = append(sp.buf, part...)
 			}
 		}
-		switch err {
-		case nil:
-			if overflow {
-				return nil, true, nil
-			}
-			return c.buf[:len(c.buf)-1], false, nil
-		case bufio.ErrBufferFull:
-			continue
-		default:
-			return nil, false, err
+		if i < 0 {
+			return
+		}
+		if sp.overflow {
+			fn(nil, true)
+		} else {
+			fn(sp.buf, false)
+		}
+		sp.buf, sp.overflow = sp.buf[:0], false
+		b = b[i+1:]
+	}
+}
+
+// readChunks reads r to its end through a splitter.
+func readChunks(r io.Reader, max int, fn func(chunk []byte, overflow bool)) {
+	sp := splitter{max: max}
+	buf := make([]byte, 4096)
+	for {
+		n, err := r.Read(buf)
+		sp.feed(buf[:n], fn)
+		if err != nil {
+			return
 		}
 	}
 }

@@ -300,8 +300,16 @@ func (s *Shell) startLocked() error {
 	// (fd 3), split stderr (fd 5), the state stream (fd 6), and one output
 	// pipe for fd 1 and 2, which keeps their interleaving exactly as
 	// written.
-	p, err := openPipes(6)
+	p, err := openPipes(5)
 	if err != nil {
+		return err
+	}
+	stateR, stateW, err := stateSocket()
+	if err != nil {
+		for _, pp := range p {
+			pp[0].Close()
+			pp[1].Close()
+		}
 		return err
 	}
 	cmdR, cmdW := p[0][0], p[0][1]
@@ -309,7 +317,6 @@ func (s *Shell) startLocked() error {
 	statusR, statusW := p[2][0], p[2][1]
 	errR, errW := p[3][0], p[3][1]
 	outR, outW := p[4][0], p[4][1]
-	stateR, stateW := p[5][0], p[5][1]
 	var st syscall.Stat_t
 	syscall.Fstat(int(inR.Fd()), &st)
 
@@ -356,7 +363,8 @@ func (s *Shell) startLocked() error {
 	}
 	exited := s.exited
 	go s.readStatus(statusR)
-	go s.readState(stateR)
+	hello := "\x00R" + randomHex(16) + "\x00"
+	go s.readState(stateR, hello)
 	s.outR, s.errR = outR, errR
 	out, errOut := s.out, s.errOut
 	go func() {
@@ -383,6 +391,7 @@ func (s *Shell) startLocked() error {
 	}()
 	// The first framed command sets the shell up and goes to the last cwd.
 	setup := "set +H; set +o history 2>/dev/null; unset HISTFILE; trap - INT\n"
+	setup += "builtin printf '" + octalEscape(hello) + "' >&6\n"
 	setup += "cd -- " + shellQuote(s.cwd) + " 2>/dev/null || cd\n"
 	delim := "QURO_" + randomHex(16)
 	setup += "IFS= read -r -d '' __quro_lib <<'" + delim + "' || :\n" + shellLib + delim + "\n"
@@ -404,6 +413,25 @@ func (s *Shell) startLocked() error {
 	}
 	s.out.detach()
 	return nil
+}
+
+// stateSocket returns the two ends of the state stream: a Unix stream
+// socket whose reading end (the server's) receives each writer's
+// credentials.
+func stateSocket() (r, w *os.File, err error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := syscall.SetsockoptInt(fds[0], syscall.SOL_SOCKET, syscall.SO_PASSCRED, 1); err != nil {
+		syscall.Close(fds[0])
+		syscall.Close(fds[1])
+		return nil, nil, err
+	}
+	// Only the box writes; the box only writes.
+	syscall.Shutdown(fds[0], syscall.SHUT_WR)
+	syscall.SetNonblock(fds[0], true)
+	return os.NewFile(uintptr(fds[0]), "state"), os.NewFile(uintptr(fds[1]), "state"), nil
 }
 
 // exitCodeAfter reads the exit code once exited is closed.
@@ -454,21 +482,16 @@ func (s *Shell) bashPath() (string, error) {
 // nonce it carries.
 func (s *Shell) readStatus(rd io.ReadCloser) {
 	defer rd.Close()
-	cr := newChunkReader(rd, maxStatusChunk)
-	for {
-		chunk, overflow, err := cr.next()
-		if err != nil {
-			return
-		}
+	readChunks(rd, maxStatusChunk, func(chunk []byte, overflow bool) {
 		rec, ok := parseStatus(chunk)
 		if overflow || !ok {
-			continue
+			return
 		}
 		s.mu.Lock()
 		cur := s.cur
 		s.mu.Unlock()
 		if cur == nil || cur.nonce != rec.nonce {
-			continue
+			return
 		}
 		cur.smu.Lock()
 		if cur.marker == "" {
@@ -481,47 +504,117 @@ func (s *Shell) readStatus(rd io.ReadCloser) {
 		}
 		cur.smu.Unlock()
 		cur.finish(func() { cur.exitCode = rec.code })
+	})
+}
+
+// readState reads the state socket (see records.go). Every read carries
+// the writer's pid (SO_PASSCRED), and the kernel never glues the bytes of
+// two writers into one read: only the resident shell's bytes (it says
+// hello first, before any command) and the current subshell's (which says
+// hello with the command's state nonce before any user code runs) count.
+// The command's other processes — background jobs that know the nonce —
+// write into the void.
+func (s *Shell) readState(f *os.File, hello string) {
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, syscall.CmsgSpace(syscall.SizeofUcred))
+	rpid := 0
+	rsp := splitter{max: maxHeaderChunk}
+	var cur *run
+	cpid := 0
+	csp := splitter{max: maxStateBlob + 1}
+	var cp stateParser
+	for {
+		var n, oobn int
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			n, oobn, _, _, rerr = syscall.Recvmsg(int(fd), buf, oob, syscall.MSG_DONTWAIT)
+			return rerr != syscall.EAGAIN
+		})
+		if err != nil || (rerr != nil && rerr != syscall.EINTR) || (n == 0 && rerr == nil) {
+			return
+		}
+		pid := senderPid(oob[:oobn])
+		data := buf[:n]
+		if pid <= 0 {
+			continue
+		}
+		if rpid == 0 {
+			if !bytes.HasPrefix(data, []byte(hello)) {
+				continue
+			}
+			rpid, data = pid, data[len(hello):]
+		}
+		s.mu.Lock()
+		c := s.cur
+		s.mu.Unlock()
+		if c == nil {
+			continue
+		}
+		if pid == rpid {
+			rsp.feed(data, func(chunk []byte, overflow bool) {
+				var p stateParser
+				if ev := p.feed(chunk, overflow); ev != nil && ev.kind == 'E' {
+					c.endMarker(ev.marker)
+				}
+			})
+			continue
+		}
+		if c != cur {
+			cur, cpid, csp, cp = c, 0, splitter{max: maxStateBlob + 1}, stateParser{}
+		}
+		if cpid == 0 {
+			h := "\x00H" + c.stateNonce + "\x00"
+			if !bytes.HasPrefix(data, []byte(h)) {
+				continue
+			}
+			cpid, data = pid, data[len(h):]
+		}
+		if pid != cpid {
+			continue
+		}
+		csp.feed(data, func(chunk []byte, overflow bool) {
+			if ev := cp.feed(chunk, overflow); ev != nil && ev.kind == 'S' && ev.nonce == c.stateNonce {
+				c.smu.Lock()
+				c.last = ev
+				c.smu.Unlock()
+			}
+		})
 	}
 }
 
-// readState reads the state stream (see records.go).
-func (s *Shell) readState(rd io.ReadCloser) {
-	defer rd.Close()
-	cr := newChunkReader(rd, maxStateBlob+1)
-	var p stateParser
-	for {
-		chunk, overflow, err := cr.next()
-		if err != nil {
-			return
+// senderPid returns the pid in an SCM_CREDENTIALS message, or 0.
+func senderPid(oob []byte) int {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return 0
+	}
+	for _, m := range msgs {
+		if cred, err := syscall.ParseUnixCredentials(&m); err == nil {
+			return int(cred.Pid)
 		}
-		ev := p.feed(chunk, overflow)
-		if ev == nil {
-			continue
+	}
+	return 0
+}
+
+// endMarker takes an end marker written by the resident shell.
+func (r *run) endMarker(m string) {
+	r.smu.Lock()
+	defer r.smu.Unlock()
+	if r.marker != "" {
+		if m == r.marker {
+			r.syncState(r.last)
 		}
-		s.mu.Lock()
-		cur := s.cur
-		s.mu.Unlock()
-		if cur == nil {
-			continue
-		}
-		cur.smu.Lock()
-		switch {
-		case ev.kind == 'S' && ev.nonce == cur.stateNonce:
-			cur.last = ev
-		case ev.kind == 'E' && cur.marker != "":
-			if ev.marker == cur.marker {
-				cur.syncState(cur.last)
-			}
-		case ev.kind == 'E':
-			// Before the status record. The resident shell's marker is
-			// the last one before it, but the command may have written
-			// markers of its own: keep the latest few.
-			cur.ends = append(cur.ends, markedState{ev.marker, cur.last})
-			if len(cur.ends) > 64 {
-				cur.ends = cur.ends[1:]
-			}
-		}
-		cur.smu.Unlock()
+		return
+	}
+	// Before the status record: keep the latest few.
+	r.ends = append(r.ends, markedState{m, r.last})
+	if len(r.ends) > 64 {
+		r.ends = r.ends[1:]
 	}
 }
 
@@ -622,7 +715,7 @@ func (s *Shell) frame(command string, r *run, split bool) string {
 		b.WriteString(" 2>&5")
 	}
 	b.WriteString("\nfor __quro_f in /proc/self/fd/*; do __quro_f=${__quro_f##*/}; case $__quro_f in 0|1|2|6) ;; *) exec {__quro_f}>&- ;; esac; done\n")
-	b.WriteString("__quro_n=" + r.stateNonce + "\n")
+	b.WriteString("__quro_n=" + r.stateNonce + "; builtin printf '\\0H%s\\0' \"$__quro_n\" >&6\n")
 	b.WriteString("builtin cd -- " + shellQuote(s.cwd) + " 2>/dev/null || :\n")
 	b.WriteString("builtin trap __quro_int INT\n")
 	b.WriteString("builtin eval \"$__quro_s\" 2>/dev/null; builtin unset __quro_s\n")

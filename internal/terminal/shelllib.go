@@ -15,8 +15,9 @@ import "strings"
 // __quro_exit is the EXIT trap: the command exited (exit, set -e, set -u,
 // a fatal error). exit and set -e end the shell as they would in a
 // terminal (the next command gets a new one, in the last directory); the
-// exit function marks the first, since bash tells the trap nothing. __quro_int is the SIGINT trap: the interrupt ends the
-// command, as it would in an interactive shell, and keeps what it changed.
+// exit function marks the first, since bash tells the trap nothing.
+// __quro_int is the SIGINT trap: the interrupt ends the command, as it
+// would in an interactive shell, and keeps what it changed.
 var shellLib = `__quro_dump() {
 builtin local __quro_m=$1 __quro_st=$2 __quro_v
 builtin shift 2
