@@ -293,6 +293,9 @@ func (s *Shell) startLocked() error {
 	}
 	s.stopLocked()
 	bash, err := s.bashPath()
+	if errors.Is(err, ErrNoBash) {
+		return s.noBash()
+	}
 	if err != nil {
 		return err
 	}
@@ -457,6 +460,25 @@ func openPipes(n int) ([][2]*os.File, error) {
 		ps = append(ps, [2]*os.File{r, w})
 	}
 	return ps, nil
+}
+
+// noBash refuses to start without bash. There is no fallback to sh: a
+// POSIX sh can neither dump its functions nor run a command apart from the
+// status channel the way the protocol needs. The box is still started
+// with "bash", so that the sandbox reports (and counts) the start failure
+// as it sees it; should it start after all, it is killed at once, since it
+// would not be the sealed copy.
+func (s *Shell) noBash() error {
+	proc, err := s.opts.Sandbox.Start(context.Background(), &sandbox.Spec{
+		Args: []string{"bash", "--version"}, Dir: s.opts.Workspace, Home: s.opts.Workspace, TmpDir: s.opts.TmpDir,
+		Network: s.opts.Network, Rootfs: s.opts.Rootfs,
+	})
+	if err == nil {
+		killProc(proc)
+		proc.Wait()
+		return ErrNoBash
+	}
+	return fmt.Errorf("%w (%v)", ErrNoBash, err)
 }
 
 // bashPath returns the host path of the sealed bash for this shell's box.

@@ -101,6 +101,7 @@ func TestTranscript(t *testing.T) {
 		{"set -u stays", "echo ${X}", "42\n", 0, "sub/dir", false},
 		{"exit kills the shell, cwd restored", "echo bye; exit 7", "bye\nexit\n", 7, "sub/dir", true},
 		{"new shell in the same dir", "pwd", ws + "/sub/dir\n", 0, "sub/dir", false},
+		{"plain exit keeps the status", "X=1; (exit 5); exit", "exit\n", 5, "sub/dir", true},
 		{"set -e then failure", "set -e; false", "", 1, "sub/dir", true},
 		{"history expansion is off", "echo 'hi!' \"yo!\"", "hi! yo!\n", 0, "sub/dir", false},
 	}
@@ -264,5 +265,31 @@ func TestCloseKillsEverything(t *testing.T) {
 	s.Close()
 	if s.Status().Alive {
 		t.Fatal("alive after close")
+	}
+}
+
+// BenchmarkShellExec is a warm `true` through the shell: framing, the
+// subshell, its state dump and restore, the status record.
+//
+//	go test -run '^$' -bench ShellExec -benchtime 300x -count 3 ./internal/terminal/
+func BenchmarkShellExec(b *testing.B) {
+	sb, err := sandbox.New(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	ws := filepath.Join(dir, "workspace")
+	os.MkdirAll(ws, 0o755)
+	s := NewShell(ShellOptions{Sandbox: sb, Workspace: ws, TmpDir: dir, OutputsDir: filepath.Join(ws, ".quro/outputs")})
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.Exec(ctx, "x=1; f() { :; }", ExecOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		res, err := s.Exec(ctx, "true", ExecOptions{})
+		if err != nil || res.ExitCode != 0 {
+			b.Fatal(res, err)
+		}
 	}
 }

@@ -50,7 +50,9 @@ case $- in *e*) __quro_m=x ;; esac
 __quro_dump "$__quro_m" "$__quro_st"
 }
 exit() {
+builtin local __quro_st=$?
 __quro_x=1
+(($#)) || builtin set -- "$__quro_st"
 builtin exit "$@"
 }
 __quro_int() {
