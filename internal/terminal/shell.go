@@ -44,6 +44,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 )
@@ -173,7 +175,8 @@ type Shell struct {
 	exitCode int
 	cwd      string
 	exported map[string]string
-	state    string // the last command's shell state, for the next one
+	state    string   // the last command's shell state, for the next one
+	stateIn  *os.File // a memfd the next subshell reads it from (fd 7)
 	cur      *run
 	closed   bool
 	restarts int
@@ -308,6 +311,14 @@ func (s *Shell) startLocked() error {
 		return err
 	}
 	stateR, stateW, err := stateSocket()
+	var stateIn *os.File
+	if err == nil {
+		stateIn, err = memfd("quro-shell-state")
+		if err != nil {
+			stateR.Close()
+			stateW.Close()
+		}
+	}
 	if err != nil {
 		for _, pp := range p {
 			pp[0].Close()
@@ -338,8 +349,8 @@ func (s *Shell) startLocked() error {
 		Stdin:  cmdR,
 		Stdout: outW, Stderr: outW,
 		// fd 3: status records; fd 4: the commands' input; fd 5: split
-		// stderr; fd 6: the state stream.
-		ExtraFiles: []*os.File{statusW, inR, errW, stateW},
+		// stderr; fd 6: the state stream; fd 7: the state to restore.
+		ExtraFiles: []*os.File{statusW, inR, errW, stateW, stateIn},
 		ReadOnly:   []string{bash},
 	})
 	cmdR.Close()
@@ -355,12 +366,13 @@ func (s *Shell) startLocked() error {
 		errR.Close()
 		outR.Close()
 		stateR.Close()
+		stateIn.Close()
 		return err
 	}
 	s.proc, s.cmdW, s.inW, s.inInode = proc, cmdW, inW, st.Ino
 	s.exited = make(chan struct{})
 	s.exported = map[string]string{}
-	s.state = ""
+	s.state, s.stateIn = "", stateIn
 	for k, v := range env {
 		s.exported[k] = v
 	}
@@ -435,6 +447,15 @@ func stateSocket() (r, w *os.File, err error) {
 	syscall.Shutdown(fds[0], syscall.SHUT_WR)
 	syscall.SetNonblock(fds[0], true)
 	return os.NewFile(uintptr(fds[0]), "state"), os.NewFile(uintptr(fds[1]), "state"), nil
+}
+
+// memfd returns an anonymous, seekable in-memory file.
+func memfd(name string) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd: %w", err)
+	}
+	return os.NewFile(uintptr(fd), name), nil
 }
 
 // exitCodeAfter reads the exit code once exited is closed.
@@ -700,7 +721,22 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 	s.lastUsed = r.start
 	script := s.frame(command, r, opts.Split)
 	w := s.cmdW
+	// The subshell reads the state from fd 7, a memfd it shares with the
+	// resident shell (a regular file: bash reads it in blocks, where a
+	// pipe costs one read per byte). Only this server writes it, between
+	// commands; the subshell closes it before any user code runs.
+	err := s.stateIn.Truncate(0)
+	if err == nil {
+		_, err = s.stateIn.WriteAt([]byte(s.state), 0)
+	}
+	if err == nil {
+		_, err = s.stateIn.Seek(0, io.SeekStart)
+	}
 	s.mu.Unlock()
+	if err != nil {
+		r.finish(func() { r.died, r.exitCode = true, -1 })
+		return s.wait(ctx, r, timeout)
+	}
 
 	if _, err := io.WriteString(w, script); err != nil {
 		// The shell died before it could read the command.
@@ -728,11 +764,10 @@ func (s *Shell) frame(command string, r *run, split bool) string {
 		b.WriteString(delim + "\n")
 	}
 	heredoc("__quro_c", command)
-	heredoc("__quro_s", s.state)
 	// The subshell: drop every descriptor but its stdin (the commands'
 	// input), stdout, stderr and the state stream before anything else
 	// runs in it — with exec, which keeps no saved copies.
-	b.WriteString("(\nexec 0<&4")
+	b.WriteString("(\nIFS= builtin read -r -d '' -u 7 __quro_s\nexec 0<&4")
 	if split {
 		b.WriteString(" 2>&5")
 	}
@@ -1010,6 +1045,7 @@ func (s *Shell) stopLocked() {
 	killProc(s.proc)
 	s.cmdW.Close()
 	s.inW.Close()
+	s.stateIn.Close()
 	if s.closed {
 		// Nothing more will be read: a process that escaped the group
 		// must not keep the readers alive.

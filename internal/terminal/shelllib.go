@@ -10,7 +10,9 @@ import "strings"
 // command, x says the command ended its shell (exit, set -e) and the next
 // command gets a new one. Variables that bash maintains itself are left
 // out; the shell options come last so that set -e or set -u do not apply
-// while the next subshell restores the rest.
+// while the next subshell restores the rest. The variables go out in one
+// declare -p: a write per variable would wake the server a hundred times
+// per command.
 //
 // __quro_exit is the EXIT trap: the command exited (exit, set -e, set -u,
 // a fatal error). exit and set -e end the shell as they would in a
@@ -20,17 +22,21 @@ import "strings"
 // would in an interactive shell, and keeps what it changed.
 var shellLib = `__quro_dump() {
 builtin local __quro_m=$1 __quro_st=$2 __quro_v
+builtin local -a __quro_a; __quro_a=()
 builtin shift 2
 builtin trap - EXIT
-{
-builtin printf '\0S%s:%s:%s\0B' "$__quro_n" "$__quro_m" "$PWD"
 if [[ $__quro_m == k ]]; then
 for __quro_v in ` + varPrefixes() + `; do
 case $__quro_v in
 __quro_*|_|BASH|BASHOPTS|BASHPID|BASH_ALIASES|BASH_ARGC|BASH_ARGV|BASH_ARGV0|BASH_CMDS|BASH_COMMAND|BASH_EXECUTION_STRING|BASH_LINENO|BASH_REMATCH|BASH_SOURCE|BASH_SUBSHELL|BASH_VERSINFO|BASH_VERSION|COMP_WORDBREAKS|DIRSTACK|EPOCHREALTIME|EPOCHSECONDS|EUID|FUNCNAME|GROUPS|HISTCMD|LINENO|PIPESTATUS|PPID|PWD|RANDOM|SECONDS|SHELLOPTS|SHLVL|SRANDOM|UID) ;;
-*) builtin declare -p -- "$__quro_v" ;;
+*) __quro_a+=("$__quro_v") ;;
 esac
 done
+fi
+{
+builtin printf '\0S%s:%s:%s\0B' "$__quro_n" "$__quro_m" "$PWD"
+if [[ $__quro_m == k ]]; then
+builtin declare -p -- "${__quro_a[@]}"
 builtin declare -f
 builtin alias -p
 builtin printf 'builtin set --'; builtin printf ' %q' "$@"; builtin printf '\n'
