@@ -293,3 +293,48 @@ func BenchmarkShellExec(b *testing.B) {
 		}
 	}
 }
+
+// TestStateCarriesOver: each command runs in a fresh subshell, so what a
+// command sets must come back in the next one: variables of every kind,
+// functions, aliases, positional parameters, umask, traps, shell options,
+// the directory — and what bash keeps itself must not be frozen.
+func TestStateCarriesOver(t *testing.T) {
+	s, ws, _ := newShell(t, nil)
+	set := `mkdir -p d && cd d
+s="it's a \"test\" $HOME"$'\n'"line2"
+declare -a arr=(1 "two words" '')
+declare -A m=([k]="v w" [x]=1)
+declare -i n=5
+export EX=exported
+declare -r RO=fixed
+declare -n ref=s
+declare -l low=MiXeD
+f() { echo "f:$1"; }
+alias hi='echo alias-hi'
+set -- p1 "p 2"
+umask 027
+trap 'echo usr1' USR1
+shopt -s extglob nullglob
+shopt -u sourcepath
+set -o noglob
+set -u
+r1=$RANDOM`
+	if res := exec(t, s, set, ExecOptions{}); res.ExitCode != 0 || res.Error != "" {
+		t.Fatalf("%+v", res)
+	}
+	check := `echo "$s"; echo "${#arr[@]}:${arr[1]}:${arr[2]}"; echo "${m[k]}|${m[x]}"; n+=1; echo $n
+printenv EX; echo $RO; echo "$ref"; echo $low; f x; hi; echo "$#:$1:$2"; umask; trap -p USR1
+shopt -q extglob && shopt -q nullglob && ! shopt -q sourcepath && echo shopts
+[[ $- == *f* && $- == *u* ]] && echo setopts; pwd; [[ $RANDOM != "$r1" || $RANDOM != "$r1" ]] && echo random`
+	res := exec(t, s, check, ExecOptions{})
+	want := "it's a \"test\" " + ws + "\nline2\n3:two words:\n" + "v w|1\n6\nexported\nfixed\nit's a \"test\" " + ws + "\nline2\nmixed\nf:x\nalias-hi\n2:p1:p 2\n0027\ntrap -- 'echo usr1' SIGUSR1\nshopts\nsetopts\n" + ws + "/d\nrandom\n"
+	if res.Output != want || res.ExitCode != 0 {
+		t.Fatalf("state lost:\n%s\nwant:\n%s(exit %d, error %q)", res.Output, want, res.ExitCode, res.Error)
+	}
+	// Options go back as well: the next command sees them off.
+	res = exec(t, s, "set +u +f; shopt -u extglob; unset -f f; unalias hi; set --", ExecOptions{})
+	res = exec(t, s, `echo "$-" $#; shopt -q extglob || echo noext; type f hi 2>&1 | wc -l`, ExecOptions{})
+	if strings.Contains(strings.Fields(res.Output)[0], "u") || !strings.Contains(res.Output, " 0\nnoext\n2\n") {
+		t.Fatalf("after turning things off: %q", res.Output)
+	}
+}

@@ -10,9 +10,13 @@ import "strings"
 // command, x says the command ended its shell (exit, set -e) and the next
 // command gets a new one. Variables that bash maintains itself are left
 // out; the shell options come last so that set -e or set -u do not apply
-// while the next subshell restores the rest. The variables go out in one
-// declare -p: a write per variable would wake the server a hundred times
-// per command.
+// while the next subshell restores the rest; functions come before
+// aliases, which would otherwise expand inside them. Bash writes its
+// builtins' output a line at a time, and each write to the state socket
+// wakes the server: so the dump is built in variables (${v@A}, the alias
+// table, $BASHOPTS and $SHELLOPTS against the resident shell's) and only
+// arrays, namerefs, functions, umask and traps are printed by builtins.
+// The library's own functions are unset first, so they are not dumped.
 //
 // __quro_exit is the EXIT trap: the command exited (exit, set -e, set -u,
 // a fatal error). exit and set -e end the shell as they would in a
@@ -21,29 +25,52 @@ import "strings"
 // __quro_int is the SIGINT trap: the interrupt ends the command, as it
 // would in an interactive shell, and keeps what it changed.
 var shellLib = `__quro_dump() {
-builtin local __quro_m=$1 __quro_st=$2 __quro_v
+builtin local __quro_m=$1 __quro_st=$2 __quro_v __quro_x __quro_o= __quro_r= __quro_p=
 builtin local -a __quro_a; __quro_a=()
 builtin shift 2
 builtin trap - EXIT
+builtin unset -f __quro_exit __quro_int exit __quro_dump
 if [[ $__quro_m == k ]]; then
 for __quro_v in ` + varPrefixes() + `; do
 case $__quro_v in
 __quro_*|_|BASH|BASHOPTS|BASHPID|BASH_ALIASES|BASH_ARGC|BASH_ARGV|BASH_ARGV0|BASH_CMDS|BASH_COMMAND|BASH_EXECUTION_STRING|BASH_LINENO|BASH_REMATCH|BASH_SOURCE|BASH_SUBSHELL|BASH_VERSINFO|BASH_VERSION|COMP_WORDBREAKS|DIRSTACK|EPOCHREALTIME|EPOCHSECONDS|EUID|FUNCNAME|GROUPS|HISTCMD|LINENO|PIPESTATUS|PPID|PWD|RANDOM|SECONDS|SHELLOPTS|SHLVL|SRANDOM|UID) ;;
-*) __quro_a+=("$__quro_v") ;;
+*)
+__quro_x=${!__quro_v@a}
+if [[ -R $__quro_v || $__quro_x == *[aA]* ]]; then
+__quro_a+=("$__quro_v")
+else
+__quro_x=${!__quro_v@A}
+[[ -n $__quro_x ]] && __quro_o+=$__quro_x$'\n'
+fi
+;;
 esac
 done
+for __quro_v in "${!BASH_ALIASES[@]}"; do
+__quro_r+="builtin alias -- ${__quro_v@Q}=${BASH_ALIASES[$__quro_v]@Q}"$'\n'
+done
+__quro_x=
+(($#)) && builtin printf -v __quro_x ' %q' "$@"
+__quro_r+="builtin set --$__quro_x"$'\n'
+[[ -n $BASHOPTS ]] && __quro_p+="builtin shopt -s ${BASHOPTS//:/ }"$'\n'
+__quro_x=
+for __quro_v in ${__quro_shopt0//:/ }; do [[ :$BASHOPTS: == *:$__quro_v:* ]] || __quro_x+=" $__quro_v"; done
+[[ -n $__quro_x ]] && __quro_p+="builtin shopt -u$__quro_x"$'\n'
+__quro_x=
+for __quro_v in ${__quro_setopt0//:/ }; do [[ :$SHELLOPTS: == *:$__quro_v:* ]] || __quro_x+=" +o $__quro_v"; done
+[[ -n $__quro_x ]] && __quro_p+="builtin set$__quro_x"$'\n'
+__quro_x=
+for __quro_v in ${SHELLOPTS//:/ }; do __quro_x+=" -o $__quro_v"; done
+[[ -n $__quro_x ]] && __quro_p+="builtin set$__quro_x"$'\n'
 fi
 {
-builtin printf '\0S%s:%s:%s\0B' "$__quro_n" "$__quro_m" "$PWD"
+builtin printf '\0S%s:%s:%s\0B%s' "$__quro_n" "$__quro_m" "$PWD" "$__quro_o"
 if [[ $__quro_m == k ]]; then
-builtin declare -p -- "${__quro_a[@]}"
+((${#__quro_a[@]})) && builtin declare -p -- "${__quro_a[@]}"
 builtin declare -f
-builtin alias -p
-builtin printf 'builtin set --'; builtin printf ' %q' "$@"; builtin printf '\n'
+builtin printf '%s' "$__quro_r"
 builtin umask -p
 builtin trap -p
-builtin shopt -p
-builtin set +o
+builtin printf '%s' "$__quro_p"
 fi
 builtin printf '\0'
 } >&6 2>/dev/null
