@@ -16,8 +16,10 @@ import (
 // of the command's subshell ($? after it), so a command cannot choose it
 // except by exiting with it.
 //
-// State (fd 6, written by the command's subshell, so by user code as much
-// as by Quro's dump): "S<state nonce>:<mode>:<cwd>" then "B<blob>", where
+// State (fd 6, a Unix socket whose reads carry the writer's pid: only the
+// resident shell's bytes and the current subshell's count, see
+// Shell.readState; the subshell runs user code, so its bytes are as much
+// the command's as Quro's dump): "S<state nonce>:<mode>:<cwd>" then "B<blob>", where
 // the blob is the shell state (variables, functions, aliases, options,
 // traps) that the next command's subshell evaluates; and "E<marker>",
 // which the resident shell writes once the subshell has exited. The state

@@ -5,7 +5,7 @@
 // Shell framing. Each command is sent to a resident interactive bash on its
 // standard input, wrapped so that the command runs in a subshell — a child
 // process — that first closes every descriptor but stdin (the commands' own
-// input pipe), stdout, stderr and the state pipe. When the subshell has
+// input pipe), stdout, stderr and the state socket. When the subshell has
 // exited, the resident shell writes "<nonce>:<exit>:<marker>\x00" to file
 // descriptor 3, the status channel, which no command's process holds.
 // Completion and exit code come only from that record: the exit code is the
@@ -17,9 +17,10 @@
 //
 // Shell state (cwd, variables, functions, aliases, options, traps, umask)
 // is carried from one subshell to the next as an opaque blob: the subshell
-// dumps it to the state pipe (fd 6) when the command ends, the server keeps
-// it, and the next subshell evaluates it before the command. The resident
-// shell only stores it in a variable (see records.go for which blob counts).
+// dumps it to the state socket (fd 6) when the command ends, the server
+// keeps it and puts it in a memfd (fd 7) that the next subshell reads and
+// evaluates before the command. The resident shell never evaluates it (see
+// records.go for which blob counts, and shelllib.go for the dump).
 //
 // A Shell runs one command at a time and is safe for concurrent use: a
 // second Exec while a command runs gets ErrBusy.
