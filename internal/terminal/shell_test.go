@@ -338,3 +338,20 @@ shopt -q extglob && shopt -q nullglob && ! shopt -q sourcepath && echo shopts
 		t.Fatalf("after turning things off: %q", res.Output)
 	}
 }
+
+// TestNoBashIsRefusedClearly: without bash there is no shell (a POSIX sh
+// cannot carry the state, and running commands in the status writer is
+// what the forgery needed); the error says so and what to do.
+func TestNoBashIsRefusedClearly(t *testing.T) {
+	sb, err := sandbox.New(&sandbox.Options{Path: "/nonexistent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s := NewShell(ShellOptions{Sandbox: sb, Workspace: dir, TmpDir: dir, OutputsDir: dir})
+	defer s.Close()
+	_, err = s.Exec(context.Background(), "echo never", ExecOptions{})
+	if !errors.Is(err, ErrNoBash) || !strings.Contains(err.Error(), "apt-get install bash") {
+		t.Fatalf("%v", err)
+	}
+}
