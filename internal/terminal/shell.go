@@ -411,8 +411,7 @@ func (s *Shell) startLocked() error {
 	setup += "cd -- " + shellQuote(s.cwd) + " 2>/dev/null || cd\n"
 	delim := "QURO_" + randomHex(16)
 	setup += "IFS= read -r -d '' __quro_lib <<'" + delim + "' || :\n" + shellLib + delim + "\n"
-	// The resident shell's options, against which a subshell's are dumped.
-	setup += "__quro_shopt0=$BASHOPTS; __quro_setopt0=$SHELLOPTS\n"
+	setup += shellBaseline
 	// Wait until the shell has read the setup, so that what it prints on
 	// start (job-control warnings) is not taken for a command's output.
 	token := "\x00QS" + randomHex(16) + "\x00"

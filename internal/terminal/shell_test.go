@@ -337,6 +337,14 @@ shopt -q extglob && shopt -q nullglob && ! shopt -q sourcepath && echo shopts
 	if strings.Contains(strings.Fields(res.Output)[0], "u") || !strings.Contains(res.Output, " 0\nnoext\n2\n") {
 		t.Fatalf("after turning things off: %q", res.Output)
 	}
+	// IFS, which the dump splits with its own.
+	exec(t, s, "IFS=,", ExecOptions{})
+	if res := exec(t, s, `echo "[$IFS]"; unset IFS`, ExecOptions{}); res.Output != "[,]\n" {
+		t.Fatalf("IFS: %q", res.Output)
+	}
+	if res := exec(t, s, `[[ -v IFS ]] || echo unset`, ExecOptions{}); res.Output != "unset\n" {
+		t.Fatalf("unset IFS: %q", res.Output)
+	}
 }
 
 // TestNoBashIsRefusedClearly: without bash there is no shell (a POSIX sh
