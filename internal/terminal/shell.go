@@ -939,7 +939,7 @@ func (s *Shell) complete(r *run) *Result {
 	case st == nil:
 		// The subshell ended without its state (killed, or it closed the
 		// state pipe): what it changed is lost, as if the shell had died.
-		res.Error = "the command's shell state (variables, functions, directory) could not be kept; the shell was restarted"
+		res.Error = "the command's subshell ended without handing back its state (killed, replaced by exec, or it exited under an EXIT trap of its own): the shell was restarted in the last directory, and variables and functions not set with set_session_env were lost"
 	case st.big:
 		res.Error = fmt.Sprintf("the shell state (variables, functions, aliases) grew over %d MiB and could not be kept; the shell was restarted", maxStateBlob>>20)
 	case st.exited:
