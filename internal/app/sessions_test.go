@@ -56,7 +56,8 @@ func TestSessionLifecycle(t *testing.T) {
 	}
 	// destroy kills everything, including a process that left the shell's group
 	res := texec(t, a, "work", "setsid nohup sleep 1000 >/dev/null 2>&1 & echo $!")
-	pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(strings.Split(res.Output, "\n")[1], "")))
+	lines := strings.Split(strings.TrimSpace(res.Output), "\n")
+	pid, err := strconv.Atoi(lines[len(lines)-1])
 	if err != nil {
 		t.Fatalf("pid from %q: %v", res.Output, err)
 	}

@@ -2,22 +2,31 @@
 // agents drive command by command (Shell), and a PTY for people and
 // interactive programs (PTY).
 //
-// Shell framing. Each command is sent to an interactive bash (sh when bash
-// is missing) on its standard input, wrapped so that, when the command is
-// done, the shell itself writes "<nonce>:<exit>:<cwd>\x00" to file
-// descriptor 3 — a status channel that the command does not inherit — with a
-// fresh random nonce per command. Completion, exit code and working
-// directory come only from that record, never from the output, so nothing a
-// command prints can fake them. The command's own standard input is a
-// separate pipe (send_input writes there), so a command that reads input
-// cannot swallow the framing.
+// Shell framing. Each command is sent to a resident interactive bash on its
+// standard input, wrapped so that the command runs in a subshell — a child
+// process — that first closes every descriptor but stdin (the commands' own
+// input pipe), stdout, stderr and the state socket. When the subshell has
+// exited, the resident shell writes "<nonce>:<exit>:<marker>\x00" to file
+// descriptor 3, the status channel, which no command's process holds.
+// Completion and exit code come only from that record: the exit code is the
+// subshell's real exit status. The resident shell never runs user code, and
+// it runs from an execute-only copy of bash (see sealed.go), so it is not
+// dumpable: a command (same uid) cannot reach its descriptors or memory
+// through /proc, and neither can it reach those of the command subshells,
+// which are forks of it.
+//
+// Shell state (cwd, variables, functions, aliases, options, traps, umask)
+// is carried from one subshell to the next as an opaque blob: the subshell
+// dumps it to the state socket (fd 6) when the command ends, the server
+// keeps it and puts it in a memfd (fd 7) that the next subshell reads and
+// evaluates before the command. The resident shell never evaluates it (see
+// records.go for which blob counts, and shelllib.go for the dump).
 //
 // A Shell runs one command at a time and is safe for concurrent use: a
 // second Exec while a command runs gets ErrBusy.
 package terminal
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -36,6 +45,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 )
@@ -49,6 +60,8 @@ var (
 	ErrClosed = errors.New("the shell is closed")
 	// ErrInvalid marks bad input (a NUL byte in a command).
 	ErrInvalid = errors.New("invalid argument")
+	// ErrNoBash: the box has no bash, which the session shell needs.
+	ErrNoBash = errors.New("the session shell needs bash, and this box has none: install it (apt-get install bash) or use the terminal (PTY), which runs sh")
 )
 
 // DefaultGrace is how long a soft interrupt (SIGINT) has before the shell is
@@ -163,9 +176,10 @@ type Shell struct {
 	exitCode int
 	cwd      string
 	exported map[string]string
+	state    string   // the last command's shell state, for the next one
+	stateIn  *os.File // a memfd the next subshell reads it from (fd 7)
 	cur      *run
 	closed   bool
-	isBash   bool
 	restarts int
 	lastExit int
 	lastUsed time.Time
@@ -180,9 +194,18 @@ type run struct {
 	synced       chan struct{} // closed when the output sync token was seen
 	errSynced    chan struct{}
 	exitCode     int
-	cwd          string
 	died         bool
 	once         sync.Once
+
+	// The state stream (see records.go).
+	stateNonce  string
+	smu         sync.Mutex
+	marker      string        // from the status record
+	last        *stateEvent   // the last state with stateNonce
+	ends        []markedState // end markers seen before the status record
+	final       *stateEvent   // the state before the end marker
+	stateSynced chan struct{}
+	stateOnce   sync.Once
 
 	intrMu      sync.Mutex // held for a whole interrupt; complete waits on it
 	interrupted bool
@@ -273,15 +296,35 @@ func (s *Shell) startLocked() error {
 		return nil
 	}
 	s.stopLocked()
-	prog, isBash := "bash", true
-	if _, err := s.opts.Sandbox.LookPath("bash"); err != nil {
-		prog, isBash = "sh", false
+	bash, err := s.bashPath()
+	if errors.Is(err, ErrNoBash) {
+		return s.noBash()
+	}
+	if err != nil {
+		return err
 	}
 	// stdin (framed commands), the commands' input (fd 4), status records
-	// (fd 3), split stderr (fd 5), and one output pipe for fd 1 and 2,
-	// which keeps their interleaving exactly as written.
+	// (fd 3), split stderr (fd 5), the state stream (fd 6), and one output
+	// pipe for fd 1 and 2, which keeps their interleaving exactly as
+	// written.
 	p, err := openPipes(5)
 	if err != nil {
+		return err
+	}
+	stateR, stateW, err := stateSocket()
+	var stateIn *os.File
+	if err == nil {
+		stateIn, err = memfd("quro-shell-state")
+		if err != nil {
+			stateR.Close()
+			stateW.Close()
+		}
+	}
+	if err != nil {
+		for _, pp := range p {
+			pp[0].Close()
+			pp[1].Close()
+		}
 		return err
 	}
 	cmdR, cmdW := p[0][0], p[0][1]
@@ -294,10 +337,7 @@ func (s *Shell) startLocked() error {
 
 	s.out = &router{scroll: s.opts.Scrollback}
 	s.errOut = &router{scroll: s.opts.Scrollback}
-	args := []string{prog, "-i"}
-	if isBash {
-		args = []string{"bash", "--norc", "--noprofile", "--noediting", "-i"}
-	}
+	args := []string{bash, "--norc", "--noprofile", "--noediting", "-i"}
 	env := maps.Clone(s.opts.Env())
 	if env == nil {
 		env = map[string]string{}
@@ -309,30 +349,38 @@ func (s *Shell) startLocked() error {
 		Env:    env,
 		Stdin:  cmdR,
 		Stdout: outW, Stderr: outW,
-		// fd 3: status records; fd 4: the commands' input; fd 5: split stderr.
-		ExtraFiles: []*os.File{statusW, inR, errW},
+		// fd 3: status records; fd 4: the commands' input; fd 5: split
+		// stderr; fd 6: the state stream; fd 7: the state to restore.
+		ExtraFiles: []*os.File{statusW, inR, errW, stateW, stateIn},
+		ReadOnly:   []string{bash},
 	})
 	cmdR.Close()
 	statusW.Close()
 	inR.Close()
 	errW.Close()
 	outW.Close()
+	stateW.Close()
 	if err != nil {
 		cmdW.Close()
 		inW.Close()
 		statusR.Close()
 		errR.Close()
 		outR.Close()
+		stateR.Close()
+		stateIn.Close()
 		return err
 	}
-	s.proc, s.cmdW, s.inW, s.inInode, s.isBash = proc, cmdW, inW, st.Ino, isBash
+	s.proc, s.cmdW, s.inW, s.inInode = proc, cmdW, inW, st.Ino
 	s.exited = make(chan struct{})
 	s.exported = map[string]string{}
+	s.state, s.stateIn = "", stateIn
 	for k, v := range env {
 		s.exported[k] = v
 	}
 	exited := s.exited
-	go s.readStatus(bufio.NewReader(statusR), exited)
+	go s.readStatus(statusR)
+	hello := "\x00R" + randomHex(16) + "\x00"
+	go s.readState(stateR, hello)
 	s.outR, s.errR = outR, errR
 	out, errOut := s.out, s.errOut
 	go func() {
@@ -358,11 +406,12 @@ func (s *Shell) startLocked() error {
 		}
 	}()
 	// The first framed command sets the shell up and goes to the last cwd.
-	setup := "set +o history 2>/dev/null; unset HISTFILE; trap - INT\n"
-	if isBash {
-		setup = "set +H; " + setup
-	}
+	setup := "set +H; set +o history 2>/dev/null; unset HISTFILE; trap - INT\n"
+	setup += "builtin printf '" + octalEscape(hello) + "' >&6\n"
 	setup += "cd -- " + shellQuote(s.cwd) + " 2>/dev/null || cd\n"
+	delim := "QURO_" + randomHex(16)
+	setup += "IFS= read -r -d '' __quro_lib <<'" + delim + "' || :\n" + shellLib + delim + "\n"
+	setup += shellBaseline
 	// Wait until the shell has read the setup, so that what it prints on
 	// start (job-control warnings) is not taken for a command's output.
 	token := "\x00QS" + randomHex(16) + "\x00"
@@ -381,6 +430,34 @@ func (s *Shell) startLocked() error {
 	}
 	s.out.detach()
 	return nil
+}
+
+// stateSocket returns the two ends of the state stream: a Unix stream
+// socket whose reading end (the server's) receives each writer's
+// credentials.
+func stateSocket() (r, w *os.File, err error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := syscall.SetsockoptInt(fds[0], syscall.SOL_SOCKET, syscall.SO_PASSCRED, 1); err != nil {
+		syscall.Close(fds[0])
+		syscall.Close(fds[1])
+		return nil, nil, err
+	}
+	// Only the box writes; the box only writes.
+	syscall.Shutdown(fds[0], syscall.SHUT_WR)
+	syscall.SetNonblock(fds[0], true)
+	return os.NewFile(uintptr(fds[0]), "state"), os.NewFile(uintptr(fds[1]), "state"), nil
+}
+
+// memfd returns an anonymous, seekable in-memory file.
+func memfd(name string) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd: %w", err)
+	}
+	return os.NewFile(uintptr(fd), name), nil
 }
 
 // exitCodeAfter reads the exit code once exited is closed.
@@ -408,28 +485,195 @@ func openPipes(n int) ([][2]*os.File, error) {
 	return ps, nil
 }
 
-// readStatus reads NUL-terminated status records and hands each to the
-// command whose nonce it carries.
-func (s *Shell) readStatus(r *bufio.Reader, exited chan struct{}) {
-	for {
-		rec, err := r.ReadString(0)
+// noBash refuses to start without bash. There is no fallback to sh: a
+// POSIX sh can neither dump its functions nor run a command apart from the
+// status channel the way the protocol needs. The box is still started
+// with "bash", so that the sandbox reports (and counts) the start failure
+// as it sees it; should it start after all, it is killed at once, since it
+// would not be the sealed copy.
+func (s *Shell) noBash() error {
+	proc, err := s.opts.Sandbox.Start(context.Background(), &sandbox.Spec{
+		Args: []string{"bash", "--version"}, Dir: s.opts.Workspace, Home: s.opts.Workspace, TmpDir: s.opts.TmpDir,
+		Network: s.opts.Network, Rootfs: s.opts.Rootfs,
+	})
+	if err == nil {
+		killProc(proc)
+		proc.Wait()
+		return ErrNoBash
+	}
+	return fmt.Errorf("%w (%v)", ErrNoBash, err)
+}
+
+// bashPath returns the host path of the sealed bash for this shell's box.
+func (s *Shell) bashPath() (string, error) {
+	src := "/usr/bin/bash"
+	if s.opts.Rootfs == "" {
+		p, err := s.opts.Sandbox.LookPath("bash")
 		if err != nil {
-			return
+			return "", ErrNoBash
 		}
-		rec = strings.TrimSuffix(rec, "\x00")
-		nonce, rest, ok1 := strings.Cut(rec, ":")
-		code, cwd, ok2 := strings.Cut(rest, ":")
-		n, err := strconv.Atoi(code)
-		if !ok1 || !ok2 || err != nil {
-			continue
+		src = p
+	} else if _, err := os.Stat(filepath.Join(s.opts.Rootfs, src)); err != nil {
+		src = "/bin/bash"
+	}
+	p, err := sealedBash(s.opts.Rootfs, src)
+	if err != nil && errors.Is(err, os.ErrNotExist) {
+		return "", ErrNoBash
+	}
+	return p, err
+}
+
+// readStatus reads the status records and hands each to the command whose
+// nonce it carries.
+func (s *Shell) readStatus(rd io.ReadCloser) {
+	defer rd.Close()
+	readChunks(rd, maxStatusChunk, func(chunk []byte, overflow bool) {
+		rec, ok := parseStatus(chunk)
+		if overflow || !ok {
+			return
 		}
 		s.mu.Lock()
 		cur := s.cur
 		s.mu.Unlock()
-		if cur != nil && cur.nonce == nonce {
-			cur.finish(func() { cur.exitCode, cur.cwd = n, cwd })
+		if cur == nil || cur.nonce != rec.nonce {
+			return
+		}
+		cur.smu.Lock()
+		if cur.marker == "" {
+			cur.marker = rec.marker
+			for _, e := range cur.ends {
+				if e.marker == rec.marker {
+					cur.syncState(e.state)
+				}
+			}
+		}
+		cur.smu.Unlock()
+		cur.finish(func() { cur.exitCode = rec.code })
+	})
+}
+
+// readState reads the state socket (see records.go). Every read carries
+// the writer's pid (SO_PASSCRED), and the kernel never glues the bytes of
+// two writers into one read: only the resident shell's bytes (it says
+// hello first, before any command) and the current subshell's (which says
+// hello with the command's state nonce before any user code runs) count.
+// The command's other processes — background jobs that know the nonce —
+// write into the void.
+func (s *Shell) readState(f *os.File, hello string) {
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, syscall.CmsgSpace(syscall.SizeofUcred))
+	rpid := 0
+	rsp := splitter{max: maxHeaderChunk}
+	var cur *run
+	cpid := 0
+	csp := splitter{max: maxStateBlob + 1}
+	var cp stateParser
+	for {
+		var n, oobn int
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			n, oobn, _, _, rerr = syscall.Recvmsg(int(fd), buf, oob, syscall.MSG_DONTWAIT)
+			return rerr != syscall.EAGAIN
+		})
+		if err != nil || (rerr != nil && rerr != syscall.EINTR) || (n == 0 && rerr == nil) {
+			return
+		}
+		pid := senderPid(oob[:oobn])
+		data := buf[:n]
+		if pid <= 0 {
+			continue
+		}
+		if rpid == 0 {
+			if !bytes.HasPrefix(data, []byte(hello)) {
+				continue
+			}
+			rpid, data = pid, data[len(hello):]
+		}
+		s.mu.Lock()
+		c := s.cur
+		s.mu.Unlock()
+		if c == nil {
+			continue
+		}
+		if pid == rpid {
+			rsp.feed(data, func(chunk []byte, overflow bool) {
+				var p stateParser
+				if ev := p.feed(chunk, overflow); ev != nil && ev.kind == 'E' {
+					c.endMarker(ev.marker)
+				}
+			})
+			continue
+		}
+		if c != cur {
+			cur, cpid, csp, cp = c, 0, splitter{max: maxStateBlob + 1}, stateParser{}
+		}
+		if cpid == 0 {
+			h := "\x00H" + c.stateNonce + "\x00"
+			if !bytes.HasPrefix(data, []byte(h)) {
+				continue
+			}
+			cpid, data = pid, data[len(h):]
+		}
+		if pid != cpid {
+			continue
+		}
+		csp.feed(data, func(chunk []byte, overflow bool) {
+			if ev := cp.feed(chunk, overflow); ev != nil && ev.kind == 'S' && ev.nonce == c.stateNonce {
+				c.smu.Lock()
+				c.last = ev
+				c.smu.Unlock()
+			}
+		})
+	}
+}
+
+// senderPid returns the pid in an SCM_CREDENTIALS message, or 0.
+func senderPid(oob []byte) int {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return 0
+	}
+	for _, m := range msgs {
+		if cred, err := syscall.ParseUnixCredentials(&m); err == nil {
+			return int(cred.Pid)
 		}
 	}
+	return 0
+}
+
+// endMarker takes an end marker written by the resident shell.
+func (r *run) endMarker(m string) {
+	r.smu.Lock()
+	defer r.smu.Unlock()
+	if r.marker != "" {
+		if m == r.marker {
+			r.syncState(r.last)
+		}
+		return
+	}
+	// Before the status record: keep the latest few.
+	r.ends = append(r.ends, markedState{m, r.last})
+	if len(r.ends) > 64 {
+		r.ends = r.ends[1:]
+	}
+}
+
+type markedState struct {
+	marker string
+	state  *stateEvent
+}
+
+// syncState fixes the command's state; smu is held.
+func (r *run) syncState(st *stateEvent) {
+	r.stateOnce.Do(func() {
+		r.final = st
+		close(r.stateSynced)
+	})
 }
 
 func (r *run) finish(set func()) {
@@ -461,9 +705,10 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 		return nil, err
 	}
 	r := &run{
-		nonce: randomHex(16), token: "\x00QS" + randomHex(16) + "\x00",
+		nonce: randomHex(16), token: "\x00QS" + randomHex(16) + "\x00", stateNonce: randomHex(16),
 		start:  time.Now(),
 		status: make(chan struct{}), synced: make(chan struct{}), errSynced: make(chan struct{}),
+		stateSynced: make(chan struct{}),
 	}
 	id := time.Now().UTC().Format("20060102-150405.000000") + "-" + randomHex(4)
 	r.out = runcode.NewCapture(s.opts.MaxOutput, filepath.Join(s.opts.OutputsDir, "term-"+id+".out"), s.opts.SpillLimit).Within(s.opts.Workspace).Observed(ctx, "stdout")
@@ -478,7 +723,22 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 	s.lastUsed = r.start
 	script := s.frame(command, r, opts.Split)
 	w := s.cmdW
+	// The subshell reads the state from fd 7, a memfd it shares with the
+	// resident shell (a regular file: bash reads it in blocks, where a
+	// pipe costs one read per byte). Only this server writes it, between
+	// commands; the subshell closes it before any user code runs.
+	err := s.stateIn.Truncate(0)
+	if err == nil {
+		_, err = s.stateIn.WriteAt([]byte(s.state), 0)
+	}
+	if err == nil {
+		_, err = s.stateIn.Seek(0, io.SeekStart)
+	}
 	s.mu.Unlock()
+	if err != nil {
+		r.finish(func() { r.died, r.exitCode = true, -1 })
+		return s.wait(ctx, r, timeout)
+	}
 
 	if _, err := io.WriteString(w, script); err != nil {
 		// The shell died before it could read the command.
@@ -487,26 +747,38 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 	return s.wait(ctx, r, timeout)
 }
 
-// frame wraps command for the shell: load it verbatim through a quoted
-// heredoc, export the session variables, run it with fd 3 and 5 closed and
-// stdin from fd 4, then write the sync token to the output and the status
-// record to fd 3.
+// frame wraps command for the resident shell: load it and the last state
+// verbatim through quoted heredocs (the resident shell only stores them),
+// run the subshell, then write the state stream's end marker, the sync
+// token to the output and the status record to fd 3.
 func (s *Shell) frame(command string, r *run, split bool) string {
 	var b strings.Builder
-	delim := "QURO_" + randomHex(16)
-	if s.isBash {
-		b.WriteString("IFS= read -r -d '' __quro_c <<'" + delim + "' || :\n")
-	} else {
-		b.WriteString("__quro_c=$(cat <<'" + delim + "'\n")
+	heredoc := func(name, text string) {
+		delim := "QURO_" + randomHex(16)
+		for strings.Contains(text, delim) {
+			delim = "QURO_" + randomHex(16)
+		}
+		b.WriteString("IFS= read -r -d '' " + name + " <<'" + delim + "' || :\n")
+		b.WriteString(text)
+		if !strings.HasSuffix(text, "\n") {
+			b.WriteByte('\n')
+		}
+		b.WriteString(delim + "\n")
 	}
-	b.WriteString(command)
-	if !strings.HasSuffix(command, "\n") {
-		b.WriteByte('\n')
+	heredoc("__quro_c", command)
+	// The subshell: drop every descriptor but its stdin (the commands'
+	// input), stdout, stderr and the state stream before anything else
+	// runs in it — with exec, which keeps no saved copies.
+	b.WriteString("(\nIFS= builtin read -r -d '' -u 7 __quro_s\nexec 0<&4")
+	if split {
+		b.WriteString(" 2>&5")
 	}
-	b.WriteString(delim + "\n")
-	if !s.isBash {
-		b.WriteString(")\n")
-	}
+	b.WriteString("\nfor __quro_f in /proc/self/fd/*; do __quro_f=${__quro_f##*/}; case $__quro_f in 0|1|2|6) ;; *) exec {__quro_f}>&- ;; esac; done\n")
+	b.WriteString("__quro_n=" + r.stateNonce + "; builtin printf '\\0H%s\\0' \"$__quro_n\" >&6\n")
+	b.WriteString("builtin cd -- " + shellQuote(s.cwd) + " 2>/dev/null || :\n")
+	b.WriteString("builtin trap __quro_int INT\n")
+	b.WriteString("builtin eval \"$__quro_s\" 2>/dev/null; builtin unset __quro_s\n")
+	b.WriteString("builtin eval \"$__quro_lib\"; builtin trap __quro_exit EXIT\n")
 	env := s.opts.Env()
 	keys := slices.Sorted(maps.Keys(env))
 	for _, k := range keys {
@@ -514,30 +786,29 @@ func (s *Shell) frame(command string, r *run, split bool) string {
 			continue
 		}
 		if old, ok := s.exported[k]; !ok || old != env[k] {
-			b.WriteString("export " + k + "=" + shellQuote(env[k]) + "\n")
+			b.WriteString("builtin export " + k + "=" + shellQuote(env[k]) + " 2>/dev/null || :\n")
 		}
 	}
 	for k := range s.exported {
 		if _, ok := env[k]; !ok && validName(k) && !strings.HasPrefix(k, "PS") {
-			b.WriteString("unset " + k + "\n")
+			b.WriteString("builtin unset " + k + " 2>/dev/null || :\n")
 		}
 	}
 	s.exported = maps.Clone(env)
 	if s.exported == nil {
 		s.exported = map[string]string{}
 	}
-	if split {
-		b.WriteString("eval \"$__quro_c\" 3>&- 2>&5 5>&- <&4 4<&-\n")
-	} else {
-		b.WriteString("eval \"$__quro_c\" 3>&- 5>&- <&4 4<&-\n")
-	}
+	b.WriteString("builtin eval \"$__quro_c\"\n__quro_dump k $? \"$@\"\n)\n")
+	// Back in the resident shell. The marker is drawn only now, after the
+	// subshell exited: nothing the command left behind can know it.
 	b.WriteString("__quro_e=$?\n")
+	b.WriteString("__quro_m=${SRANDOM:-$RANDOM}${SRANDOM:-$RANDOM}${SRANDOM:-$RANDOM}${SRANDOM:-$RANDOM}; builtin printf '\\0E%s\\0' \"$__quro_m\" >&6\n")
 	tok := octalEscape(r.token)
-	b.WriteString("printf '" + tok + "'\n")
+	b.WriteString("builtin printf '" + tok + "'\n")
 	if split {
-		b.WriteString("printf '" + tok + "' >&5\n")
+		b.WriteString("builtin printf '" + tok + "' >&5\n")
 	}
-	b.WriteString("printf '%s:%d:%s\\000' " + r.nonce + " \"$__quro_e\" \"$PWD\" >&3\n")
+	b.WriteString("builtin printf '%s:%d:%s\\000' " + r.nonce + " \"$__quro_e\" \"$__quro_m\" >&3\n")
 	return b.String()
 }
 
@@ -638,31 +909,59 @@ func (s *Shell) complete(r *run) *Result {
 		case <-done:
 		case <-time.After(2 * time.Second):
 		}
-	} else {
+	}
+	var st *stateEvent
+	if !r.died {
 		// The token follows the command's output; wait for it so that no
-		// output is left in the pipe. A command that redirected the shell's
-		// own stdout permanently (exec >file) takes the token with it.
+		// output is left in the pipe.
 		for _, c := range []chan struct{}{r.synced, r.errSynced} {
 			select {
 			case <-c:
 			case <-time.After(2 * time.Second):
-				res.Error = "the command's output could not be synchronised (was the shell's stdout redirected with exec?); some output may appear with the next command"
+				res.Error = "the command's output could not be synchronised; some output may appear with the next command"
 			}
 		}
+		// The resident shell wrote the end marker before the status
+		// record: it is in the state pipe already.
+		select {
+		case <-r.stateSynced:
+		case <-time.After(2 * time.Second):
+		}
+		r.smu.Lock()
+		st = r.final
+		r.smu.Unlock()
 	}
 	s.mu.Lock()
 	s.out.detach()
 	s.errOut.detach()
-	if r.died {
+	switch {
+	case r.died:
+	case st == nil:
+		// The subshell ended without its state (killed, or it closed the
+		// state pipe): what it changed is lost, as if the shell had died.
+		res.Error = "the command's subshell ended without handing back its state (killed, replaced by exec, or it exited under an EXIT trap of its own): the shell was restarted in the last directory, and variables and functions not set with set_session_env were lost"
+	case st.big:
+		res.Error = fmt.Sprintf("the shell state (variables, functions, aliases) grew over %d MiB and could not be kept; the shell was restarted", maxStateBlob>>20)
+	case st.exited:
+		// exit, or set -e: the command ended its shell, as it would in a
+		// terminal; a new one starts in the last directory.
+	default:
+		s.state = st.blob
+		if st.cwd != s.cwd {
+			s.cwd = st.cwd
+			if s.opts.OnCwd != nil {
+				defer s.opts.OnCwd(st.cwd)
+			}
+		}
+	}
+	if r.died || st == nil || st.big || st.exited {
 		res.ShellRestarted = true
 		s.restarts++
+		if !r.died {
+			s.stopLocked()
+		}
 		if err := s.startLocked(); err != nil {
 			res.Error = "the shell died and could not be restarted: " + err.Error()
-		}
-	} else if r.cwd != "" && r.cwd != s.cwd {
-		s.cwd = r.cwd
-		if s.opts.OnCwd != nil {
-			defer s.opts.OnCwd(r.cwd)
 		}
 	}
 	res.Cwd = s.cwd
@@ -748,6 +1047,7 @@ func (s *Shell) stopLocked() {
 	killProc(s.proc)
 	s.cmdW.Close()
 	s.inW.Close()
+	s.stateIn.Close()
 	if s.closed {
 		// Nothing more will be read: a process that escaped the group
 		// must not keep the readers alive.

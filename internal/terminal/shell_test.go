@@ -95,12 +95,13 @@ func TestTranscript(t *testing.T) {
 		{"multi-line", "for i in 1 2 3; do\n  echo $i\ndone", "1\n2\n3\n", 0, "sub/dir", false},
 		{"trailing backslash", "echo a \\", "a\n", 0, "sub/dir", false},
 		{"unbalanced quote", "echo 'oops", "", 2, "sub/dir", false},
-		{"background job", "sleep 1000 & echo started", "[1] PID\nstarted\n", 0, "sub/dir", false},
+		{"background job", "sleep 1000 & echo started", "started\n", 0, "sub/dir", false},
 		{"binary output", `printf 'a\377b\000c'`, `a\xffb\x00c`, 0, "sub/dir", false},
 		{"set -u error", "set -u; echo $UNDEFINED_VAR_Q", "", 1, "sub/dir", false},
 		{"set -u stays", "echo ${X}", "42\n", 0, "sub/dir", false},
 		{"exit kills the shell, cwd restored", "echo bye; exit 7", "bye\nexit\n", 7, "sub/dir", true},
 		{"new shell in the same dir", "pwd", ws + "/sub/dir\n", 0, "sub/dir", false},
+		{"plain exit keeps the status", "X=1; (exit 5); exit", "exit\n", 5, "sub/dir", true},
 		{"set -e then failure", "set -e; false", "", 1, "sub/dir", true},
 		{"history expansion is off", "echo 'hi!' \"yo!\"", "hi! yo!\n", 0, "sub/dir", false},
 	}
@@ -264,5 +265,101 @@ func TestCloseKillsEverything(t *testing.T) {
 	s.Close()
 	if s.Status().Alive {
 		t.Fatal("alive after close")
+	}
+}
+
+// BenchmarkShellExec is a warm `true` through the shell: framing, the
+// subshell, its state dump and restore, the status record.
+//
+//	go test -run '^$' -bench ShellExec -benchtime 300x -count 3 ./internal/terminal/
+func BenchmarkShellExec(b *testing.B) {
+	sb, err := sandbox.New(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	ws := filepath.Join(dir, "workspace")
+	os.MkdirAll(ws, 0o755)
+	s := NewShell(ShellOptions{Sandbox: sb, Workspace: ws, TmpDir: dir, OutputsDir: filepath.Join(ws, ".quro/outputs")})
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.Exec(ctx, "x=1; f() { :; }", ExecOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		res, err := s.Exec(ctx, "true", ExecOptions{})
+		if err != nil || res.ExitCode != 0 {
+			b.Fatal(res, err)
+		}
+	}
+}
+
+// TestStateCarriesOver: each command runs in a fresh subshell, so what a
+// command sets must come back in the next one: variables of every kind,
+// functions, aliases, positional parameters, umask, traps, shell options,
+// the directory — and what bash keeps itself must not be frozen.
+func TestStateCarriesOver(t *testing.T) {
+	s, ws, _ := newShell(t, nil)
+	set := `mkdir -p d && cd d
+s="it's a \"test\" $HOME"$'\n'"line2"
+declare -a arr=(1 "two words" '')
+declare -A m=([k]="v w" [x]=1)
+declare -i n=5
+export EX=exported
+declare -r RO=fixed
+declare -n ref=s
+declare -l low=MiXeD
+f() { echo "f:$1"; }
+alias hi='echo alias-hi'
+set -- p1 "p 2"
+umask 027
+trap 'echo usr1' USR1
+shopt -s extglob nullglob
+shopt -u sourcepath
+set -o noglob
+set -u
+r1=$RANDOM`
+	if res := exec(t, s, set, ExecOptions{}); res.ExitCode != 0 || res.Error != "" {
+		t.Fatalf("%+v", res)
+	}
+	check := `echo "$s"; echo "${#arr[@]}:${arr[1]}:${arr[2]}"; echo "${m[k]}|${m[x]}"; n+=1; echo $n
+printenv EX; echo $RO; echo "$ref"; echo $low; f x; hi; echo "$#:$1:$2"; umask; trap -p USR1
+shopt -q extglob && shopt -q nullglob && ! shopt -q sourcepath && echo shopts
+[[ $- == *f* && $- == *u* ]] && echo setopts; pwd; [[ $RANDOM != "$r1" || $RANDOM != "$r1" ]] && echo random`
+	res := exec(t, s, check, ExecOptions{})
+	want := "it's a \"test\" " + ws + "\nline2\n3:two words:\n" + "v w|1\n6\nexported\nfixed\nit's a \"test\" " + ws + "\nline2\nmixed\nf:x\nalias-hi\n2:p1:p 2\n0027\ntrap -- 'echo usr1' SIGUSR1\nshopts\nsetopts\n" + ws + "/d\nrandom\n"
+	if res.Output != want || res.ExitCode != 0 {
+		t.Fatalf("state lost:\n%s\nwant:\n%s(exit %d, error %q)", res.Output, want, res.ExitCode, res.Error)
+	}
+	// Options go back as well: the next command sees them off.
+	res = exec(t, s, "set +u +f; shopt -u extglob; unset -f f; unalias hi; set --", ExecOptions{})
+	res = exec(t, s, `echo "$-" $#; shopt -q extglob || echo noext; type f hi 2>&1 | wc -l`, ExecOptions{})
+	if strings.Contains(strings.Fields(res.Output)[0], "u") || !strings.Contains(res.Output, " 0\nnoext\n2\n") {
+		t.Fatalf("after turning things off: %q", res.Output)
+	}
+	// IFS, which the dump splits with its own.
+	exec(t, s, "IFS=,", ExecOptions{})
+	if res := exec(t, s, `echo "[$IFS]"; unset IFS`, ExecOptions{}); res.Output != "[,]\n" {
+		t.Fatalf("IFS: %q", res.Output)
+	}
+	if res := exec(t, s, `[[ -v IFS ]] || echo unset`, ExecOptions{}); res.Output != "unset\n" {
+		t.Fatalf("unset IFS: %q", res.Output)
+	}
+}
+
+// TestNoBashIsRefusedClearly: without bash there is no shell (a POSIX sh
+// cannot carry the state, and running commands in the status writer is
+// what the forgery needed); the error says so and what to do.
+func TestNoBashIsRefusedClearly(t *testing.T) {
+	sb, err := sandbox.New(&sandbox.Options{Path: "/nonexistent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s := NewShell(ShellOptions{Sandbox: sb, Workspace: dir, TmpDir: dir, OutputsDir: dir})
+	defer s.Close()
+	_, err = s.Exec(context.Background(), "echo never", ExecOptions{})
+	if !errors.Is(err, ErrNoBash) || !strings.Contains(err.Error(), "apt-get install bash") {
+		t.Fatalf("%v", err)
 	}
 }

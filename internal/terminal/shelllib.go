@@ -1,0 +1,141 @@
+package terminal
+
+import "strings"
+
+// shellLib is defined in every command's subshell (the resident shell keeps
+// its text in a variable and never runs it itself).
+//
+// __quro_dump MODE STATUS [ARGS...] writes the subshell's state to the
+// state pipe and exits with STATUS: MODE k keeps the state for the next
+// command, x says the command ended its shell (exit, set -e) and the next
+// command gets a new one. Variables that bash maintains itself are left
+// out; the shell options come last so that set -e or set -u do not apply
+// while the next subshell restores the rest. Only what differs from the
+// resident shell (see shellBaseline) is dumped: a subshell is its fork and
+// has the rest already. Functions come before
+// aliases, which would otherwise expand inside them. Bash writes its
+// builtins' output a line at a time, and each write to the state socket
+// wakes the server: so the dump is built in variables (${v@A}, the alias
+// table, $BASHOPTS and $SHELLOPTS against the resident shell's) and only
+// arrays, namerefs, functions, umask and traps are printed by builtins.
+// The library's own functions are unset first, so they are not dumped.
+//
+// __quro_exit is the EXIT trap: the command exited (exit, set -e, set -u,
+// a fatal error). exit and set -e end the shell as they would in a
+// terminal (the next command gets a new one, in the last directory); the
+// exit function marks the first, since bash tells the trap nothing.
+// __quro_int is the SIGINT trap: the interrupt ends the command, as it
+// would in an interactive shell, and keeps what it changed.
+var shellLib = `__quro_dump() {
+builtin local __quro_m=$1 __quro_st=$2 __quro_v __quro_x __quro_o= __quro_r= __quro_p=
+builtin local -a __quro_a; __quro_a=()
+builtin shift 2
+builtin trap - EXIT
+builtin unset -f __quro_exit __quro_int exit __quro_dump
+if [[ $__quro_m == k ]]; then
+# IFS first: the loop below splits with its own.
+if [[ -v IFS ]]; then
+__quro_x=${IFS@A}
+[[ $__quro_x != "${__quro_base[IFS]-}" ]] && __quro_o+=$__quro_x$'\n'
+else
+__quro_o+=$'builtin unset -v IFS\n'
+fi
+builtin local IFS=$' \t\n'
+# The names in one go: a "${!a@}" per letter costs more than this fork.
+for __quro_v in $(builtin compgen -v); do
+[[ $__quro_v == __quro_* || $__quro_v == IFS || -n ${__quro_own[$__quro_v]-} ]] && continue
+__quro_x=${!__quro_v@a}
+if [[ -R $__quro_v || $__quro_x == *[aA]* ]]; then
+__quro_a+=("$__quro_v")
+else
+__quro_x=${!__quro_v@A}
+[[ -n $__quro_x && $__quro_x != "${__quro_base[$__quro_v]-}" ]] && __quro_o+=$__quro_x$'\n'
+fi
+done
+for __quro_v in "${!__quro_base[@]}"; do
+[[ $__quro_v == IFS || -v $__quro_v ]] || __quro_o+="builtin unset -v $__quro_v"$'\n'
+done
+for __quro_v in "${!BASH_ALIASES[@]}"; do
+__quro_r+="builtin alias -- ${__quro_v@Q}=${BASH_ALIASES[$__quro_v]@Q}"$'\n'
+done
+__quro_x=
+(($#)) && builtin printf -v __quro_x ' %q' "$@"
+__quro_r+="builtin set --$__quro_x"$'\n'
+__quro_x=
+for __quro_v in ${BASHOPTS//:/ }; do [[ :$__quro_shopt0: == *:$__quro_v:* ]] || __quro_x+=" $__quro_v"; done
+[[ -n $__quro_x ]] && __quro_p+="builtin shopt -s$__quro_x"$'\n'
+__quro_x=
+for __quro_v in ${__quro_shopt0//:/ }; do [[ :$BASHOPTS: == *:$__quro_v:* ]] || __quro_x+=" $__quro_v"; done
+[[ -n $__quro_x ]] && __quro_p+="builtin shopt -u$__quro_x"$'\n'
+__quro_x=
+for __quro_v in ${__quro_setopt0//:/ }; do [[ :$SHELLOPTS: == *:$__quro_v:* ]] || __quro_x+=" +o $__quro_v"; done
+for __quro_v in ${SHELLOPTS//:/ }; do [[ :$__quro_setopt0: == *:$__quro_v:* ]] || __quro_x+=" -o $__quro_v"; done
+[[ -n $__quro_x ]] && __quro_p+="builtin set$__quro_x"$'\n'
+fi
+{
+builtin printf '\0S%s:%s:%s\0B%s' "$__quro_n" "$__quro_m" "$PWD" "$__quro_o"
+if [[ $__quro_m == k ]]; then
+((${#__quro_a[@]})) && builtin declare -p -- "${__quro_a[@]}"
+builtin declare -f
+builtin printf '%s' "$__quro_r"
+builtin umask -p
+builtin trap -p
+builtin printf '%s' "$__quro_p"
+fi
+builtin printf '\0'
+} >&6 2>/dev/null
+builtin exit "$__quro_st"
+}
+__quro_exit() {
+builtin local __quro_st=$? __quro_m=k
+if [[ ${__quro_x-} == 1 ]]; then __quro_m=x; builtin printf 'exit\n' >&2; fi
+case $- in *e*) __quro_m=x ;; esac
+__quro_dump "$__quro_m" "$__quro_st"
+}
+exit() {
+builtin local __quro_st=$?
+__quro_x=1
+(($#)) || builtin set -- "$__quro_st"
+builtin exit "$@"
+}
+__quro_int() {
+__quro_dump k 130
+}
+`
+
+// bashOwnVars are the variables that bash keeps itself, never carried
+// over (nor are Quro's own, __quro_*). The dump looks them up in an
+// associative array: a case with this many patterns cost more than the
+// rest of the dump.
+var bashOwnVars = strings.Fields("_ BASH BASHOPTS BASHPID BASH_ALIASES BASH_ARGC BASH_ARGV BASH_ARGV0 BASH_CMDS BASH_COMMAND BASH_EXECUTION_STRING BASH_LINENO BASH_REMATCH BASH_SOURCE BASH_SUBSHELL BASH_VERSINFO BASH_VERSION COMP_WORDBREAKS DIRSTACK EPOCHREALTIME EPOCHSECONDS EUID FUNCNAME GROUPS HISTCMD LINENO PIPESTATUS PPID PWD RANDOM SECONDS SHELLOPTS SHLVL SRANDOM UID")
+
+func ownVarsTable() string {
+	var b strings.Builder
+	b.WriteString("declare -A __quro_own=(")
+	for _, v := range bashOwnVars {
+		b.WriteString("[" + v + "]=1 ")
+	}
+	b.WriteString(")\n")
+	return b.String()
+}
+
+// shellBaseline runs once in the resident shell, on its own pristine
+// variables (no user code has run): the declarations and options that
+// every subshell inherits anyway, so that a dump carries only what a
+// command changed. Values are stored, never evaluated.
+var shellBaseline = ownVarsTable() + `__quro_shopt0=$BASHOPTS; __quro_setopt0=$SHELLOPTS
+declare -A __quro_base=()
+for __quro_v in ` + varPrefixes() + `; do
+[[ $__quro_v == __quro_* || -n ${__quro_own[$__quro_v]-} ]] && continue
+[[ -R $__quro_v || ${!__quro_v@a} == *[aA]* ]] || __quro_base[$__quro_v]=${!__quro_v@A}
+done
+`
+
+// varPrefixes expands to every variable name: "${!a@}" … "${!_@}".
+func varPrefixes() string {
+	var b strings.Builder
+	for _, c := range "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_" {
+		b.WriteString(`"${!` + string(c) + `@}" `)
+	}
+	return strings.TrimSpace(b.String())
+}
