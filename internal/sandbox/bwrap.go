@@ -135,8 +135,11 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 	}
 	if b.capSetID {
 		// The init child starts as the box's root only to switch to
-		// insideUID itself (see mapIDs); these two are all it keeps.
-		a = append(a, "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID")
+		// insideUID itself (see mapIDs): SETUID and SETGID for that, and
+		// DAC_READ_SEARCH because bubblewrap and the init child reach the
+		// session's 0700 directories (chdir, Landlock's rules) before the
+		// switch. The switch to a non-zero uid clears them all.
+		a = append(a, "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_DAC_READ_SEARCH")
 	}
 	if b.admin {
 		// The program itself is the box's root: these, in the box's user

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -439,5 +441,29 @@ func TestOneWriterForBothStreams(t *testing.T) {
 	}
 	if both.String() != want.String() {
 		t.Fatalf("merged output out of order or incomplete (%d of %d bytes)", both.Len(), want.Len())
+	}
+}
+
+// User code holds no capability, and its bounding set is the few the init
+// child needed to switch to the box's uid: never SYS_ADMIN or the rest of
+// the set bubblewrap gives the box's root when run by host root.
+func TestUserCodeCapabilities(t *testing.T) {
+	sb := fullSandbox(t)
+	out, _, _ := run(t, sb, testCtx(t), "grep ^Cap /proc/self/status", nil)
+	caps := map[string]uint64{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		caps[k] = n
+	}
+	if caps["CapEff"] != 0 || caps["CapPrm"] != 0 || caps["CapAmb"] != 0 {
+		t.Errorf("user code holds capabilities:\n%s", out)
+	}
+	allowed := uint64(1)<<unix.CAP_SETUID | 1<<unix.CAP_SETGID | 1<<unix.CAP_DAC_READ_SEARCH
+	if b := caps["CapBnd"]; b&^allowed != 0 {
+		t.Errorf("bounding set %x has more than SETUID, SETGID and DAC_READ_SEARCH (%x)", b, allowed)
 	}
 }
