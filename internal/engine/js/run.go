@@ -237,6 +237,12 @@ func (r *run) finish() (*runcode.Result, error) {
 		return &runcode.Result{}, nil
 	case "rejected":
 		e := out.Error
+		if interrupted(e.Name, e.Message) {
+			// The engine's interrupt (our deadline) landed in a Promise job
+			// and rejected the code's Promise: still a timeout, whichever
+			// clock noticed first.
+			return r.timedOut(), nil
+		}
 		r.report(e.Name, e.Message, e.Stack, e.IsNull)
 		return &runcode.Result{ExitCode: 1}, nil
 	}
@@ -281,6 +287,9 @@ func (r *run) failed(err error) (*runcode.Result, error) {
 	if !errors.As(err, &qe) {
 		return nil, fmt.Errorf("quickjs: %w", err)
 	}
+	if interrupted(qe.Name, qe.Message) {
+		return r.timedOut(), nil
+	}
 	isNull := qe.Name == "" && qe.Error() == "null"
 	msg := qe.Message
 	if qe.Name == "" {
@@ -288,6 +297,14 @@ func (r *run) failed(err error) (*runcode.Result, error) {
 	}
 	r.report(qe.Name, msg, qe.Stack, isNull)
 	return &runcode.Result{ExitCode: 1}, nil
+}
+
+// interrupted reports whether an error is QuickJS's interrupt, which only
+// the run's deadline or its caller's cancel raise (SetEvalTimeout, watch).
+// Its timer and r.deadline are read at slightly different moments, so
+// expired() may still be false when it lands.
+func interrupted(name, message string) bool {
+	return name == "InternalError" && message == "interrupted"
 }
 
 // report writes an uncaught error to stderr: its name and message, the
