@@ -122,10 +122,16 @@ type Screen struct {
 	Cols    int    `json:"cols"`
 	Rows    int    `json:"rows"`
 	Text_   string `json:"screen" jsonschema:"the visible screen, one line per row"`
+	Open    bool   `json:"open" jsonschema:"an interactive terminal runs; false: none is open and the screen is empty"`
 }
 
 // Text is the screen.
-func (s *Screen) Text() string { return s.Text_ }
+func (s *Screen) Text() string {
+	if !s.Open {
+		return "(no interactive terminal is open in this session, so its screen is empty; terminal_exec runs commands without one)"
+	}
+	return s.Text_
+}
 
 func (a *App) registerSessions(reg *capability.Registry) {
 	reg.Register(capability.New("terminal_exec",
@@ -249,18 +255,13 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			return &Done{Message: "the Python state of session " + s.Name + " was reset"}, nil
 		}))
 	reg.Register(capability.New("read_screen",
-		"The text on the session's interactive terminal (PTY) screen, as a person would see it; starts the terminal if none runs.",
+		"The text on the session's interactive terminal (PTY) screen, as a person would see it. Reading starts nothing: with no terminal open the screen is empty.",
 		capability.ScopeRead, func(ctx context.Context, in SessionRef) (*Screen, error) {
 			s, err := a.Sessions.Get(ctx, in.Session)
 			if err != nil {
 				return nil, err
 			}
-			p, err := a.Terminals.PTY(s)
-			if err != nil {
-				return nil, err
-			}
-			cols, rows := p.Size()
-			return &Screen{Session: s.ID, Cols: cols, Rows: rows, Text_: p.Screen()}, nil
+			return a.screen(s), nil
 		}))
 }
 
