@@ -238,7 +238,7 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			}
 			rel, err := a.Terminals.ExportLog(s, in.Path)
 			if err != nil {
-				return nil, err
+				return nil, terminalError(err)
 			}
 			return &Done{Message: rel}, nil
 		}))
