@@ -3,7 +3,6 @@ package terminal
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
 	"sync"
 	"time"
@@ -122,9 +121,6 @@ func StartPTY(opts PTYOptions) (*PTY, error) {
 		model: newModel(opts.Cols, opts.Rows, opts.ModelBudget), scroll: NewRing(opts.Scrollback),
 		queue: opts.ViewerQueue, viewers: map[*Viewer]struct{}{}, cols: opts.Cols, rows: opts.Rows,
 	}
-	// The emulator answers terminal queries through its input side; the
-	// attached viewers answer those, so its answers are dropped.
-	go io.Copy(io.Discard, p.model.emu)
 	go p.model.run()
 	go p.read()
 	go func() {
@@ -133,11 +129,7 @@ func StartPTY(opts PTYOptions) (*PTY, error) {
 		p.code = e.Code
 		p.mu.Unlock()
 		close(p.exited)
-		master.Close()
-		// End the drain of the emulator's answers.
-		if pw, ok := p.model.emu.InputPipe().(*io.PipeWriter); ok {
-			pw.Close()
-		}
+		master.Close() // the reader ends, and then the screen model
 	}()
 	return p, nil
 }

@@ -1,6 +1,7 @@
 package terminal
 
 import (
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,7 @@ type ModelStats struct {
 	Clamped int64 // sequence counts cut to the screen
 	// RepeatCells is how many cells REP (CSI n b) printed in all.
 	RepeatCells int64
+	Panics      int64 // emulator panics recovered (the screen started over)
 }
 
 type model struct {
@@ -58,7 +60,7 @@ type model struct {
 	ended   bool
 	notify  chan struct{} // closed and replaced after every parsed piece
 
-	read, parsed, dropped, clamped, repeat atomic.Int64
+	read, parsed, dropped, clamped, repeat, panics atomic.Int64
 }
 
 func modelSize(cols, rows int) (int, int) {
@@ -70,10 +72,26 @@ func newModel(cols, rows int, budget time.Duration) *model {
 		budget = modelWindow / 5
 	}
 	m := &model{budget: min(budget, modelWindow), wake: make(chan struct{}, 1), notify: make(chan struct{})}
-	m.emu = vt.NewEmulator(modelSize(cols, rows))
-	m.emu.SetScrollbackSize(modelScrollback)
-	clampCounts(m.emu, func(n int) { m.clamped.Add(int64(n)) }, func(n int) { m.repeat.Add(int64(n)) })
+	m.emu = m.newEmulator(modelSize(cols, rows))
 	return m
+}
+
+func (m *model) newEmulator(cols, rows int) *vt.Emulator {
+	e := vt.NewEmulator(cols, rows)
+	e.SetScrollbackSize(modelScrollback)
+	clampCounts(e, func(n int) { m.clamped.Add(int64(n)) }, func(n int) { m.repeat.Add(int64(n)) })
+	// The emulator answers terminal queries on a pipe, synchronously; the
+	// viewers answer those, so its answers are drained and dropped until
+	// closeInput.
+	go io.Copy(io.Discard, e)
+	return e
+}
+
+// closeInput ends the drain of e's answers.
+func closeInput(e *vt.Emulator) {
+	if pw, ok := e.InputPipe().(*io.PipeWriter); ok {
+		pw.Close()
+	}
 }
 
 // clampCounts hooks the emulator's CSI dispatch: for every sequence whose
@@ -184,6 +202,9 @@ func (m *model) run() {
 		m.pmu.Unlock()
 		if n == 0 {
 			if ended {
+				m.mu.Lock()
+				closeInput(m.emu)
+				m.mu.Unlock()
 				m.signal()
 				return
 			}
@@ -199,13 +220,27 @@ func (m *model) run() {
 			window, spent = time.Now(), 0
 		}
 		t0 := time.Now()
-		m.mu.Lock()
-		m.emu.Write(piece)
-		m.mu.Unlock()
+		m.write(piece)
 		spent += time.Since(t0)
 		m.parsed.Add(int64(n))
 		m.signal()
 	}
+}
+
+// write parses b. A panic of the emulator on hostile input must not take
+// the server down: the model starts over on a blank screen of the same
+// size, and the panic is counted.
+func (m *model) write(b []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	defer func() {
+		if p := recover(); p != nil {
+			m.panics.Add(1)
+			closeInput(m.emu)
+			m.emu = m.newEmulator(m.emu.Width(), m.emu.Height())
+		}
+	}()
+	m.emu.Write(b)
 }
 
 func (m *model) signal() {
@@ -236,5 +271,5 @@ func (m *model) resize(cols, rows int) {
 
 func (m *model) stats() ModelStats {
 	return ModelStats{Read: m.read.Load(), Parsed: m.parsed.Load(), Dropped: m.dropped.Load(),
-		Clamped: m.clamped.Load(), RepeatCells: m.repeat.Load()}
+		Clamped: m.clamped.Load(), RepeatCells: m.repeat.Load(), Panics: m.panics.Load()}
 }
