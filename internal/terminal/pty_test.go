@@ -225,7 +225,7 @@ func TestPTYRepeatFloodIsClampedToTheScreen(t *testing.T) {
 	// The whole CPU for the model: this test is about the work per byte, not
 	// the time budget (under -race on a loaded machine 20% is slow to wait for).
 	p, _ := newPTYOpts(t, PTYOptions{ModelBudget: modelWindow}) // 80x24
-	v, _ := p.Attach()
+	v, _ := p.AttachQueue(1 << 20)                              // a viewer that may lag: the output is ~100 KB in small chunks
 	var seen strings.Builder
 	const floods = 2000
 	// Each round: a REP, an insert, a scroll, tab walks, an erase, all with

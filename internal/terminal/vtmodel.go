@@ -33,6 +33,7 @@ const (
 	modelMaxRows    = 150
 	modelPiece      = 256
 	modelPending    = 256 << 10
+	modelTail       = 4 << 10 // parsed after the shell ended, over budget
 	modelWindow     = 100 * time.Millisecond
 	modelScrollback = 16 // lines; read_screen shows the screen, the Ring keeps history
 )
@@ -213,6 +214,20 @@ func (m *model) run() {
 		}
 		if now := time.Now(); now.Sub(window) >= modelWindow {
 			window, spent = now, 0
+		} else if spent >= m.budget && ended {
+			// The shell has ended and the model has spent its budget: only
+			// the last modelTail bytes (the final screen) are still parsed,
+			// so no goroutine keeps parsing a flood after the terminal.
+			m.pmu.Lock()
+			over := len(m.pending) - modelTail
+			if over > 0 {
+				m.dropped.Add(int64(over + n))
+				m.pending = m.pending[over:]
+			}
+			m.pmu.Unlock()
+			if over > 0 {
+				continue // piece is older than the tail kept
+			}
 		} else if spent >= m.budget {
 			// Over budget: rest until the window ends. The queue keeps
 			// filling (and dropping its oldest bytes) meanwhile.

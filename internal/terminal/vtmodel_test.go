@@ -82,17 +82,19 @@ func TestModelQueueIsBounded(t *testing.T) {
 	}
 	m.feed([]byte("LAST"))
 	st := m.stats()
-	if len(m.pending) > modelPending || st.Dropped != int64(20*len(chunk)+4-modelPending) || st.Read != int64(20*len(chunk)+4) {
+	if len(m.pending) != modelPending || st.Dropped != int64(20*len(chunk)+4-modelPending) || st.Read != int64(20*len(chunk)+4) {
 		t.Fatalf("queue %d bytes, %+v", len(m.pending), st)
 	}
 	if !bytes.HasSuffix(m.pending, []byte("LAST")) {
 		t.Fatal("the latest output was dropped")
 	}
+	// The shell ended: what is queued is parsed, or, past the budget,
+	// dropped up to the last modelTail bytes; the final screen stays.
 	go m.run()
 	m.end()
 	for {
 		changed := m.changed()
-		if m.stats().Parsed == modelPending {
+		if st := m.stats(); st.Parsed+st.Dropped == st.Read {
 			break
 		}
 		<-changed
