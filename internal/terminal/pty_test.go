@@ -114,6 +114,9 @@ func TestPTYInterruptAndReplay(t *testing.T) {
 	p, _ := newPTY(t)
 	v, _ := p.Attach()
 	var seen strings.Builder
+	// The prompt first: a ^C that comes while bash still reads its profile,
+	// before it handles SIGINT, ends the shell.
+	readUntil(t, v, &seen, "$ ")
 	p.Write([]byte("sleep 1000; echo after-sleep\r"))
 	p.Write([]byte{3}) // ^C
 	p.Write([]byte("echo INTERRUPTED-OK\r"))
