@@ -282,3 +282,96 @@ func TestFileCapabilitiesDeclared(t *testing.T) {
 		}
 	}
 }
+
+// A 10,000-character path was a 500: the kernel's ENAMETOOLONG came back
+// unclassified. Every path-taking capability now answers invalid_argument
+// (HTTP 400) saying the path is too long.
+func TestPathTooLongIsInvalidArgument(t *testing.T) {
+	a := newApp(t, nil)
+	long := strings.Repeat("a", 10000)
+	longName := "d/" + strings.Repeat("b", 300)
+	for _, tc := range []struct {
+		name string
+		args any
+	}{
+		{"read_file", ReadFileInput{Path: long}},
+		{"read_file", ReadFileInput{Path: longName}},
+		{"write_file", WriteFileInput{Path: long, Content: "x"}},
+		{"write_file", WriteFileInput{Path: longName, Content: "x"}},
+		{"list_files", ListFilesInput{Path: long}},
+		{"run_js_file", RunJSFileInput{Path: long + ".js"}},
+		{"call_js_function", CallJSFunctionInput{Path: longName + ".js", Function: "f"}},
+		{"export_session_log", ExportLogInput{Path: long}},
+	} {
+		_, err := call(t, a, tc.name, tc.args)
+		var ce *capability.Error
+		if !errors.As(err, &ce) || ce.Code != capability.InvalidArgument || !strings.Contains(ce.Message, "too long") {
+			t.Errorf("%s: %v, want invalid_argument saying the path is too long", tc.name, err)
+		}
+	}
+}
+
+// The attack: session code planted a FIFO; Tools.Files.read on it hung
+// the run forever, past timeout_ms, holding one of the tenant's 16 call
+// slots, and after 16 such calls the tenant got 429 for good. Now each read,
+// write and list of the FIFO (and of a link out) fails at once with a clear
+// error and frees its slot: 20 calls in a row, then a normal call, all
+// answered, none resource_exhausted.
+func TestJSFilesOnAFIFODoNotHoldSlots(t *testing.T) {
+	a := newApp(t, nil)
+	runShell(t, a, "mkfifo fifo && ln -s /etc/passwd pw && printf 'module.exports.f = () => Tools.Files.read(\"fifo\")\\n' > m.js")
+	codes := []string{
+		"Tools.Files.read('fifo')",
+		"Tools.Files.write('fifo', 'x')",
+		"Tools.Files.write('fifo', 'x', {append: true})",
+		"Tools.Files.list('fifo')",
+		"Tools.Files.read('pw')",
+	}
+	for i := range 20 {
+		code := codes[i%len(codes)]
+		reply, err := call(t, a, "run_code", RunCodeInput{Code: code, Lang: "js", TimeoutMS: 60000})
+		if err != nil {
+			t.Fatalf("attempt %d (%s): %v", i+1, code, err)
+		}
+		res := reply.Output.(*runcode.Result)
+		if res.ExitCode != 1 || res.TimedOut || !strings.Contains(res.Stderr, "Tools.Files.") ||
+			!(strings.Contains(res.Stderr, "not a regular file") || strings.Contains(res.Stderr, "not a directory") || strings.Contains(res.Stderr, "outside the session workspace")) {
+			t.Fatalf("attempt %d (%s): %+v", i+1, code, res)
+		}
+	}
+	reply, err := call(t, a, "call_js_function", CallJSFunctionInput{Path: "m.js", Function: "f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := reply.Output.(*runcode.Result); res.ExitCode != 1 || !strings.Contains(res.Stderr, `"fifo" is not a regular file (named pipe)`) {
+		t.Fatalf("%+v", res)
+	}
+	if res := runCode(t, a, RunCodeInput{Code: "6 * 7", Lang: "js"}); !strings.Contains(res.Stdout, "42") {
+		t.Fatalf("%+v", res)
+	}
+}
+
+// What the JS engine writes belongs to the session, as what write_file
+// writes: the session's code (its own uid in the box) appends to it and
+// replaces the directory's content.
+func TestJSWritesBelongToTheSession(t *testing.T) {
+	a := newApp(t, nil)
+	res := runCode(t, a, RunCodeInput{Code: "Tools.Files.write('js/out/a.txt', 'from js'); 1", Lang: "js"})
+	if res.ExitCode != 0 {
+		t.Fatalf("%+v", res)
+	}
+	runShell(t, a, "echo ' and the shell' >> js/out/a.txt && touch js/out/b && rm js/out/b && cat js/out/a.txt")
+	if os.Geteuid() == 0 {
+		def, _ := a.Sessions.Default(t.Context())
+		want := def.UID
+		for _, p := range []string{"js", "js/out", "js/out/a.txt"} {
+			fi, err := os.Stat(filepath.Join(def.Workspace(), p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if uid := int(fi.Sys().(*syscall.Stat_t).Uid); uid != want {
+				t.Errorf("%s belongs to %d, not the session's uid %d", p, uid, want)
+			}
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/engine/js"
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/workspace"
 )
 
 // RunJSFileInput is run_js_file's input.
@@ -70,7 +71,7 @@ func (a *App) runJSEntry(ctx context.Context, ref, path string, timeoutMS int64,
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return nil, capability.Errorf(capability.NotFound, "%v", err)
-	case errors.Is(err, js.ErrOutside):
+	case errors.Is(err, workspace.ErrOutside):
 		return nil, capability.Errorf(capability.PermissionDenied, "%v", err)
 	case err != nil:
 		return nil, capability.Errorf(capability.InvalidArgument, "%v", err)

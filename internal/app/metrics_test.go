@@ -102,13 +102,15 @@ func TestMetricsGaugesFollowSessions(t *testing.T) {
 	if _, err := cliCall(t, a, "create_session", CreateSessionInput{Name: "m1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cliCall(t, a, "create_session", CreateSessionInput{Name: "m2"}); err != nil {
+	m2, err := cliCall(t, a, "create_session", CreateSessionInput{Name: "m2"})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cliCall(t, a, "terminal_exec", TerminalExecInput{Session: "m1", Command: "true"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cliCall(t, a, "read_screen", SessionRef{Session: "m2"}); err != nil {
+	// read_screen starts nothing; the terminal WebSocket opens a PTY.
+	if _, err := a.OpenPTY(context.Background(), m2.Output.(*SessionInfo).ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cliCall(t, a, "run_code", RunCodeInput{Session: "m1", Code: "x = 1"}); err != nil {

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 
+	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/terminal"
 )
 
@@ -16,4 +17,15 @@ func (a *App) OpenPTY(ctx context.Context, id string) (*terminal.PTY, error) {
 		return nil, err
 	}
 	return a.Terminals.PTY(s)
+}
+
+// screen is read_screen's answer: the running PTY's screen, or an empty
+// screen of the default size when none runs. A read starts nothing.
+func (a *App) screen(s *session.Session) *Screen {
+	p, ok := a.Terminals.RunningPTY(s)
+	if !ok {
+		return &Screen{Session: s.ID, Cols: terminal.DefaultCols, Rows: terminal.DefaultRows}
+	}
+	cols, rows := p.Size()
+	return &Screen{Session: s.ID, Cols: cols, Rows: rows, Text_: p.Screen(), Open: true}
 }

@@ -125,10 +125,16 @@ type Screen struct {
 	Cols    int    `json:"cols"`
 	Rows    int    `json:"rows"`
 	Text_   string `json:"screen" jsonschema:"the visible screen, one line per row"`
+	Open    bool   `json:"open" jsonschema:"an interactive terminal runs; false: none is open and the screen is empty"`
 }
 
 // Text is the screen.
-func (s *Screen) Text() string { return s.Text_ }
+func (s *Screen) Text() string {
+	if !s.Open {
+		return "(no interactive terminal is open in this session, so its screen is empty; terminal_exec runs commands without one)"
+	}
+	return s.Text_
+}
 
 func (a *App) registerSessions(reg *capability.Registry) {
 	reg.Register(capability.New("terminal_exec",
@@ -252,7 +258,7 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			}
 			rel, err := a.Terminals.ExportLog(s, in.Path)
 			if err != nil {
-				return nil, err
+				return nil, terminalError(err)
 			}
 			return &Done{Message: rel}, nil
 		}))
@@ -269,25 +275,21 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			return &Done{Message: "the Python state of session " + s.Name + " was reset"}, nil
 		}))
 	reg.Register(capability.New("read_screen",
-		"The text on the session's interactive terminal (PTY) screen, as a person would see it; starts the terminal if none runs "+
-			"(only for a caller with exec scope: read scope starts nothing).",
+		"The text on the session's interactive terminal (PTY) screen, as a person would see it. A caller with exec scope starts the terminal "+
+			"if none runs; read scope starts nothing (with no terminal open, the screen is empty and open is false).",
 		capability.ScopeRead, func(ctx context.Context, in SessionRef) (*Screen, error) {
 			s, err := a.Sessions.Get(ctx, in.Session)
 			if err != nil {
 				return nil, err
 			}
-			p, running := a.Terminals.RunningPTY(s)
-			if !running {
-				if c, ok := controller.CallerFrom(ctx); ok && !c.Scope.Covers(capability.ScopeExec) {
-					return nil, capability.Errorf(capability.InvalidArgument,
-						"no interactive terminal is running in session %s, and read scope starts nothing: a caller with exec scope starts one (read_screen, or send_input)", s.Name)
-				}
-				if p, err = a.Terminals.PTY(s); err != nil {
-					return nil, err
+			if _, running := a.Terminals.RunningPTY(s); !running {
+				if c, ok := controller.CallerFrom(ctx); !ok || c.Scope.Covers(capability.ScopeExec) {
+					if _, err := a.Terminals.PTY(s); err != nil {
+						return nil, terminalError(err)
+					}
 				}
 			}
-			cols, rows := p.Size()
-			return &Screen{Session: s.ID, Cols: cols, Rows: rows, Text_: p.Screen()}, nil
+			return a.screen(s), nil
 		}))
 }
 

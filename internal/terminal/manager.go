@@ -13,6 +13,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
+	qws "github.com/quro-dev/quro/internal/workspace"
 )
 
 // ManagerOptions configure a Manager.
@@ -379,6 +380,9 @@ func (m *Manager) ExportLog(s *session.Session, rel string) (string, error) {
 func WorkspacePath(workspace, rel string) (string, error) {
 	if filepath.IsAbs(rel) {
 		return "", fmt.Errorf("%w: path %q must be relative to the workspace", ErrInvalid, rel)
+	}
+	if err := qws.CheckLength(rel); err != nil {
+		return "", fmt.Errorf("%w: %s", ErrInvalid, strings.TrimSuffix(err.Error(), ": "+qws.ErrInvalid.Error()))
 	}
 	clean := filepath.Clean(rel)
 	if clean == ".." || strings.HasPrefix(clean, "../") {

@@ -3,15 +3,20 @@ package terminal
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
 	"sync"
+	"time"
 
-	"github.com/charmbracelet/x/vt"
 	"github.com/creack/pty"
 
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
+)
+
+// The size of a new PTY when none is asked for.
+const (
+	DefaultCols = 120
+	DefaultRows = 32
 )
 
 // PTYOptions configure a PTY.
@@ -28,6 +33,10 @@ type PTYOptions struct {
 	Scrollback int
 	// ViewerQueue is how many chunks a viewer may lag before it is dropped (256).
 	ViewerQueue int
+	// ModelBudget is the parse time the screen model may spend in every
+	// 100 ms (20 ms): a flood beyond it is dropped from the model, never
+	// from the scrollback or the viewers.
+	ModelBudget time.Duration
 }
 
 // PTY is an interactive shell on a pseudo-terminal, for people and for
@@ -42,8 +51,7 @@ type PTY struct {
 	exited chan struct{}
 	code   int
 
-	emuMu  sync.Mutex // vt.Emulator is not safe for concurrent use
-	emu    *vt.Emulator
+	model  *model
 	scroll *Ring
 	queue  int
 
@@ -66,7 +74,7 @@ func (v *Viewer) close() { v.once.Do(func() { close(v.C) }) }
 // StartPTY starts a shell on a new pseudo-terminal in the session's sandbox.
 func StartPTY(opts PTYOptions) (*PTY, error) {
 	if opts.Cols <= 0 || opts.Rows <= 0 {
-		opts.Cols, opts.Rows = 120, 32
+		opts.Cols, opts.Rows = DefaultCols, DefaultRows
 	}
 	if opts.Scrollback <= 0 {
 		opts.Scrollback = 256 << 10
@@ -110,12 +118,10 @@ func StartPTY(opts PTYOptions) (*PTY, error) {
 	}
 	p := &PTY{
 		master: master, proc: proc, exited: make(chan struct{}),
-		emu: vt.NewEmulator(opts.Cols, opts.Rows), scroll: NewRing(opts.Scrollback),
+		model: newModel(opts.Cols, opts.Rows, opts.ModelBudget), scroll: NewRing(opts.Scrollback),
 		queue: opts.ViewerQueue, viewers: map[*Viewer]struct{}{}, cols: opts.Cols, rows: opts.Rows,
 	}
-	// The emulator answers terminal queries through its input side; the
-	// attached viewers answer those, so its answers are dropped.
-	go io.Copy(io.Discard, p.emu)
+	go p.model.run()
 	go p.read()
 	go func() {
 		e := proc.Wait()
@@ -123,11 +129,7 @@ func StartPTY(opts PTYOptions) (*PTY, error) {
 		p.code = e.Code
 		p.mu.Unlock()
 		close(p.exited)
-		master.Close()
-		// End the drain of the emulator's answers.
-		if pw, ok := p.emu.InputPipe().(*io.PipeWriter); ok {
-			pw.Close()
-		}
+		master.Close() // the reader ends, and then the screen model
 	}()
 	return p, nil
 }
@@ -138,9 +140,7 @@ func (p *PTY) read() {
 		n, err := p.master.Read(buf)
 		if n > 0 {
 			chunk := append([]byte(nil), buf[:n]...)
-			p.emuMu.Lock()
-			p.emu.Write(chunk)
-			p.emuMu.Unlock()
+			p.model.feed(chunk)
 			p.scroll.Write(chunk)
 			p.mu.Lock()
 			for v := range p.viewers {
@@ -155,6 +155,7 @@ func (p *PTY) read() {
 			p.mu.Unlock()
 		}
 		if err != nil {
+			p.model.end()
 			p.mu.Lock()
 			for v := range p.viewers {
 				delete(p.viewers, v)
@@ -215,9 +216,7 @@ func (p *PTY) Resize(cols, rows int) error {
 	p.mu.Lock()
 	p.cols, p.rows = cols, rows
 	p.mu.Unlock()
-	p.emuMu.Lock()
-	p.emu.Resize(cols, rows)
-	p.emuMu.Unlock()
+	p.model.resize(cols, rows)
 	return pty.Setsize(p.master, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)})
 }
 
@@ -228,12 +227,16 @@ func (p *PTY) Size() (cols, rows int) {
 	return p.cols, p.rows
 }
 
-// Screen returns the visible screen as plain text, one line per row.
-func (p *PTY) Screen() string {
-	p.emuMu.Lock()
-	defer p.emuMu.Unlock()
-	return p.emu.String()
-}
+// Screen returns the visible screen as plain text, one line per row, as
+// far as the screen model has parsed the output (see vtmodel.go).
+func (p *PTY) Screen() string { return p.model.screen() }
+
+// ModelStats reports what the screen model parsed, dropped and clamped.
+func (p *PTY) ModelStats() ModelStats { return p.model.stats() }
+
+// ScreenChanged returns a channel closed when the screen model next parses
+// a piece of output (or has parsed all of it after the shell ended).
+func (p *PTY) ScreenChanged() <-chan struct{} { return p.model.changed() }
 
 // Scrollback returns the bytes kept for replay.
 func (p *PTY) Scrollback() []byte { return p.scroll.Bytes() }

@@ -16,6 +16,13 @@ func newPTY(t *testing.T) (*PTY, *session.Session) { return newPTYQueue(t, 0) }
 
 func newPTYQueue(t *testing.T, queue int) (*PTY, *session.Session) {
 	t.Helper()
+	return newPTYOpts(t, PTYOptions{ViewerQueue: queue})
+}
+
+// newPTYOpts starts an 80x24 PTY with opts (sandbox, session, size and
+// prompt filled in).
+func newPTYOpts(t *testing.T, opts PTYOptions) (*PTY, *session.Session) {
+	t.Helper()
 	sb, err := sandbox.New(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -23,7 +30,8 @@ func newPTYQueue(t *testing.T, queue int) (*PTY, *session.Session) {
 	s := &session.Session{ID: "0123456789abcdef0123456789abcdef", Name: "t", Dir: t.TempDir()}
 	os.MkdirAll(s.Workspace(), 0o755)
 	os.MkdirAll(s.TmpDir(), 0o755)
-	p, err := StartPTY(PTYOptions{Sandbox: sb, Session: s, Cols: 80, Rows: 24, ViewerQueue: queue, Env: map[string]string{"PS1": "$ "}})
+	opts.Sandbox, opts.Session, opts.Cols, opts.Rows, opts.Env = sb, s, 80, 24, map[string]string{"PS1": "$ "}
+	p, err := StartPTY(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +60,24 @@ func readUntil(t *testing.T, v *Viewer, seen *strings.Builder, want string) {
 	}
 }
 
+// screenUntil waits, on the screen model's parse events, until the screen
+// shows want, and returns it.
+func screenUntil(t *testing.T, p *PTY, want string) string {
+	t.Helper()
+	deadline := time.After(2 * time.Minute)
+	for {
+		changed := p.ScreenChanged()
+		if s := p.Screen(); strings.Contains(s, want) {
+			return s
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("no %q on the screen within 2 min (%+v):\n%s", want, p.ModelStats(), p.Screen())
+		}
+	}
+}
+
 func TestPTYRunsAShellAndKeepsAScreen(t *testing.T) {
 	p, s := newPTY(t)
 	v, _ := p.Attach()
@@ -59,7 +85,7 @@ func TestPTYRunsAShellAndKeepsAScreen(t *testing.T) {
 	p.Write([]byte("cd /tmp && pwd && echo MARK$((6*7))\r"))
 	readUntil(t, v, &seen, "MARK42")
 	// The screen model shows what a person sees.
-	if screen := p.Screen(); !strings.Contains(screen, "MARK42") || !strings.Contains(screen, "/tmp") {
+	if screen := screenUntil(t, p, "MARK42"); !strings.Contains(screen, "/tmp") {
 		t.Fatalf("screen:\n%s", screen)
 	}
 	// A terminal: tty answers, and the size is what was set. In the
@@ -88,6 +114,9 @@ func TestPTYInterruptAndReplay(t *testing.T) {
 	p, _ := newPTY(t)
 	v, _ := p.Attach()
 	var seen strings.Builder
+	// The prompt first: a ^C that comes while bash still reads its profile,
+	// before it handles SIGINT, ends the shell.
+	readUntil(t, v, &seen, "$ ")
 	p.Write([]byte("sleep 1000; echo after-sleep\r"))
 	p.Write([]byte{3}) // ^C
 	p.Write([]byte("echo INTERRUPTED-OK\r"))
@@ -188,4 +217,39 @@ func TestEscapeControl(t *testing.T) {
 	if got != "ok\tline\n\\x1b[31mred\\x07\\xff é" {
 		t.Errorf("%q", got)
 	}
+}
+
+// The attack: ESC[65535b (REP) made the screen model print 65,535 cells
+// for 8 bytes. Through a real shell on a real PTY, a flood of REPs and
+// other counts is cut to the screen: REP prints at most a screen width,
+// the screen shows what a terminal of this size shows, and read_screen
+// answers with the final screen.
+func TestPTYRepeatFloodIsClampedToTheScreen(t *testing.T) {
+	// The whole CPU for the model: this test is about the work per byte, not
+	// the time budget (under -race on a loaded machine 20% is slow to wait for).
+	p, _ := newPTYOpts(t, PTYOptions{ModelBudget: modelWindow}) // 80x24
+	v, _ := p.AttachQueue(1 << 20)                              // a viewer that may lag: the output is ~100 KB in small chunks
+	var seen strings.Builder
+	const floods = 2000
+	// Each round: a REP, an insert, a scroll, tab walks, an erase, all with
+	// the largest counts; then a clean screen with one REP line on it.
+	p.Write([]byte(`for i in $(seq ` + "2000" + `); do printf 'x\033[65535b\033[65535@\033[65535S\033[65535I\033[65535Z\033[65535X\033[99999999999L'; done; ` +
+		`printf '\033[2J\033[3;1Hy\033[65535bZ\033[6;1HDONE-%s\n' $((40+2))` + "\r"))
+	readUntil(t, v, &seen, "DONE-42")
+	screen := screenUntil(t, p, "DONE-42")
+	rows := strings.Split(screen, "\n")
+	// y and 80 repeats: 80 y's on row 3, the 81st y and Z wrapped to row 4.
+	if len(rows) < 5 || rows[2] != strings.Repeat("y", 80) || !strings.HasPrefix(rows[3], "yZ") {
+		t.Fatalf("screen:\n%s", screen)
+	}
+	st := p.ModelStats()
+	// Every REP printed at most one screen width (80 cells; the command
+	// line echoed holds none: its ESC is the text \033).
+	if st.RepeatCells > (floods+1)*80 || st.RepeatCells < 80 {
+		t.Fatalf("REP printed %d cells for %d sequences: %+v", st.RepeatCells, floods+1, st)
+	}
+	if st.Clamped < floods*6 {
+		t.Fatalf("counts not clamped: %+v", st)
+	}
+	t.Logf("%+v", st)
 }

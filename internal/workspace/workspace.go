@@ -112,6 +112,9 @@ func (w *FS) Rel(p string) (string, error) {
 	if p == "" {
 		return ".", nil
 	}
+	if err := CheckLength(p); err != nil {
+		return "", err
+	}
 	rel := filepath.ToSlash(p)
 	if filepath.IsAbs(p) {
 		c := filepath.Clean(p)
@@ -129,6 +132,29 @@ func (w *FS) Rel(p string) (string, error) {
 		return "", fmt.Errorf("%q leads out of the session workspace: %w", p, ErrOutside)
 	}
 	return rel, nil
+}
+
+// The kernel's limits on a path (PATH_MAX) and on one name in it
+// (NAME_MAX): past them a call fails with ENAMETOOLONG.
+const (
+	MaxPath = 4095
+	MaxName = 255
+)
+
+// CheckLength refuses a path the kernel would refuse as too long (an
+// error wrapping ErrInvalid), with a message that says which limit it is
+// over.
+func CheckLength(p string) error {
+	if len(p) > MaxPath {
+		return fmt.Errorf("path is too long: %d bytes, over the %d bytes a path may have: %w", len(p), MaxPath, ErrInvalid)
+	}
+	for name := range strings.SplitSeq(filepath.ToSlash(p), "/") {
+		if len(name) > MaxName {
+			return fmt.Errorf("path is too long: the name %q… is %d bytes, over the %d bytes one file or directory name may have: %w",
+				name[:32], len(name), MaxName, ErrInvalid)
+		}
+	}
+	return nil
 }
 
 func within(dir, p string) (string, bool) {
@@ -156,6 +182,10 @@ func explain(rel string, err error) error {
 		return fmt.Errorf("%q: a part of the path is a file, not a directory: %w", rel, ErrNotDir)
 	case errors.Is(err, syscall.EISDIR):
 		return fmt.Errorf("%q %w", rel, ErrIsDir)
+	case errors.Is(err, syscall.ENXIO):
+		return fmt.Errorf("%q is not a regular file (a named pipe or a device with nothing behind it): %w", rel, ErrInvalid)
+	case errors.Is(err, syscall.ENAMETOOLONG):
+		return fmt.Errorf("%.64q…: path is too long (at most %d bytes, %d per name): %w", rel, MaxPath, MaxName, ErrInvalid)
 	case errors.Is(err, syscall.ELOOP):
 		return fmt.Errorf("%q: too many levels of symbolic links: %w", rel, ErrInvalid)
 	case errors.Is(err, fs.ErrPermission):
@@ -351,7 +381,8 @@ func (w *FS) replace(rel string, data []byte, mode fs.FileMode) error {
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	base := path.Base(rel)
-	tmp := "." + base + ".quro-tmp-" + hex.EncodeToString(rnd[:])
+	// The temporary name keeps under NAME_MAX whatever base's length.
+	tmp := "." + base[:min(len(base), MaxName-64)] + ".quro-tmp-" + hex.EncodeToString(rnd[:])
 	// O_EXCL: never opens an existing file, nor follows a link planted there.
 	f, err := dir.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -541,4 +572,40 @@ func typeName(m fs.FileMode) string {
 		return "device"
 	}
 	return "other"
+}
+
+// Exists reports whether p exists (a symbolic link that stays inside is
+// followed; a dangling one does not exist). A path that leads out of the
+// workspace is an error, not false.
+func (w *FS) Exists(p string) (bool, error) {
+	rel, err := w.Rel(p)
+	if err != nil {
+		return false, err
+	}
+	if _, err := w.root.Stat(rel); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return false, explain(rel, err)
+	}
+	return true, nil
+}
+
+// Remove removes p: a file, a symbolic link (never its target), or a
+// directory with everything in it. The workspace itself cannot be removed.
+func (w *FS) Remove(p string) (string, error) {
+	rel, err := w.Rel(p)
+	if err != nil {
+		return "", err
+	}
+	if rel == "." {
+		return "", fmt.Errorf("cannot remove the workspace itself: %w", ErrInvalid)
+	}
+	if _, err := w.root.Lstat(rel); err != nil {
+		return "", explain(rel, err)
+	}
+	if err := w.root.RemoveAll(rel); err != nil {
+		return "", explain(rel, err)
+	}
+	return rel, nil
 }

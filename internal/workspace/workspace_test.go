@@ -527,3 +527,79 @@ func TestSymlinkSwapRaceWriteAndList(t *testing.T) {
 		t.Fatalf("files appeared outside: %v", ents)
 	}
 }
+
+func TestExistsAndRemove(t *testing.T) {
+	w, ws, outside := setup(t, Options{})
+	write(t, filepath.Join(ws, "d/f"), "x")
+	symlink(t, outside, filepath.Join(ws, "out"))
+	symlink(t, filepath.Join(outside, "secret"), filepath.Join(ws, "secretlink"))
+	for p, want := range map[string]bool{"d": true, "d/f": true, "nope": false, "d/nope": false} {
+		if ok, err := w.Exists(p); err != nil || ok != want {
+			t.Errorf("Exists(%q) = %v, %v", p, ok, err)
+		}
+	}
+	_, err := w.Exists("out/secret")
+	wantErr(t, err, ErrOutside, "symbolic link")
+	_, err = w.Exists("../outside/secret")
+	wantErr(t, err, ErrOutside, "leads out")
+	// Removing a link removes the link, never what it points to.
+	for _, p := range []string{"out", "secretlink", "d"} {
+		if _, err := w.Remove(p); err != nil {
+			t.Fatalf("Remove(%q): %v", p, err)
+		}
+		if _, err := os.Lstat(filepath.Join(ws, p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is still there: %v", p, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(outside, "secret")); err != nil || string(b) != "SECRET" {
+		t.Fatalf("outside touched: %q %v", b, err)
+	}
+	_, err = w.Remove(".")
+	wantErr(t, err, ErrInvalid, "cannot remove the workspace itself")
+	_, err = w.Remove("nope")
+	wantErr(t, err, ErrNotFound, "no such file")
+	_, err = w.Remove("../outside")
+	wantErr(t, err, ErrOutside, "leads out")
+}
+
+// A path over the kernel's limits is an invalid argument that says so, in
+// every operation, not an unclassified ENAMETOOLONG.
+func TestPathTooLong(t *testing.T) {
+	w, _, _ := setup(t, Options{})
+	long := strings.Repeat("a", 10000)
+	name := "d/" + strings.Repeat("b", 256)
+	for _, p := range []string{long, name} {
+		_, err := w.Read(p, 0, 0)
+		wantErr(t, err, ErrInvalid, "path is too long")
+		_, err = w.Write(p, []byte("x"), false)
+		wantErr(t, err, ErrInvalid, "path is too long")
+		_, err = w.List(p, ListOptions{})
+		wantErr(t, err, ErrInvalid, "path is too long")
+		_, err = w.Exists(p)
+		wantErr(t, err, ErrInvalid, "path is too long")
+		_, err = w.Remove(p)
+		wantErr(t, err, ErrInvalid, "path is too long")
+		_, _, err = w.Stat(p)
+		wantErr(t, err, ErrInvalid, "path is too long")
+	}
+	// Just under the limits is a path like any other.
+	ok := strings.Repeat("c", MaxName)
+	if _, err := w.Write(ok, []byte("x"), false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A FIFO is never opened for blocking I/O: reads, writes and appends are
+// refused at once, also with no reader on the other end (ENXIO).
+func TestFIFORefused(t *testing.T) {
+	w, ws, _ := setup(t, Options{})
+	if err := syscall.Mkfifo(filepath.Join(ws, "fifo"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	_, err := w.Read("fifo", 0, 0)
+	wantErr(t, err, ErrInvalid, "not a regular file (named pipe)")
+	_, err = w.Write("fifo", []byte("x"), false)
+	wantErr(t, err, ErrInvalid, "not a regular file (named pipe)")
+	_, err = w.Write("fifo", []byte("x"), true)
+	wantErr(t, err, ErrInvalid, "not a regular file")
+}

@@ -149,7 +149,7 @@ func (e *Engine) run(ctx context.Context, req *runcode.Request, ts bool) (res *r
 	if req.Session == nil {
 		return nil, errors.New("js: no session")
 	}
-	ws, err := OpenWorkspace(req.Session.Workspace(), e.opts.MaxRead)
+	ws, err := e.openWorkspace(req.Session.Workspace(), req.Session.UID)
 	if err != nil {
 		return nil, err
 	}

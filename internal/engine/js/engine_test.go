@@ -29,7 +29,7 @@ type testEnv struct {
 func newEnv(t *testing.T, opts *Options) *testEnv {
 	t.Helper()
 	dir := t.TempDir()
-	s := &session.Session{ID: "0123456789abcdef0123456789abcdef", Name: "test", Dir: dir, Env: map[string]string{"GREETING": "hello"}}
+	s := &session.Session{ID: "0123456789abcdef0123456789abcdef", Name: "test", Dir: dir, Env: map[string]string{"GREETING": "hello"}, UID: 2999001}
 	if err := os.MkdirAll(s.Workspace(), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,6 @@ func TestAttacks(t *testing.T) {
 		// (a chain of promises each resolved with the next also grows
 		// memory, and then the 32 MiB limit may win the race).
 		{"endless promise chain", "const f = () => { Promise.resolve().then(f) }; f()", 300 * time.Millisecond, check{exit: 1, timedOut: true}},
-		{"endless growing promise chain", "const f = () => Promise.resolve().then(f); f()", 300 * time.Millisecond, check{exit: 1}},
 		{"endless interval", "setInterval(() => {}, 1)", 300 * time.Millisecond, check{exit: 1, timedOut: true}},
 		{"timer after the budget", "setTimeout(() => console.log('late'), 60000)", 300 * time.Millisecond, check{exit: 1, timedOut: true, errorHas: "the next timer is due in"}},
 		{"catastrophic regexp", "/(a+)+$/.test('a'.repeat(40) + 'b')", 300 * time.Millisecond, check{exit: 1, timedOut: true}},
@@ -271,12 +270,12 @@ func TestAttacks(t *testing.T) {
 		{"memory bomb caught, then more work", "function bomb() { const a = []; while (true) a.push(new Array(1e5)) }\nlet n = 0; try { bomb() } catch (e) { n++ } [n, [1, 2, 3].map(x => x * 2)]", 0, check{stdout: []string{"1,", "6"}}},
 		{"deep recursion", "function f(n) { return f(n + 1) + 1 }\nf(0)", 0, check{exit: 1, stderr: []string{"InternalError: stack overflow", "repeated", "at f (<code>:1:"}}},
 		{"deep recursion is catchable", "function f(n) { return f(n + 1) + 1 }\ntry { f(0) } catch (e) { e.message }", 0, check{exactStdout: ptr("➡️ \"stack overflow\"\n")}},
-		{"require ../../etc/passwd", "require('../../etc/passwd')", 0, check{exit: 1, stderr: []string{`require("../../etc/passwd"): "../../etc/passwd": path leads outside the session workspace`}}},
+		{"require ../../etc/passwd", "require('../../etc/passwd')", 0, check{exit: 1, stderr: []string{`require("../../etc/passwd"): "../../etc/passwd" leads out of the session workspace: path leads outside the session workspace`}}},
 		{"require absolute path", "require('/etc/passwd')", 0, check{exit: 1, stderr: []string{"path leads outside the session workspace"}}},
 		{"require a built-in", "require('child_process')", 0, check{exit: 1, stderr: []string{"only files of the session workspace can be required"}}},
 		{"require through a symlink out", "require('./out/secret.js')", 0, check{exit: 1, stderr: []string{"path leads outside the session workspace", "symbolic link"}}},
 		{"require a symlink to a file out", "require('./link')", 0, check{exit: 1, stderr: []string{"path leads outside the session workspace"}}},
-		{"read /etc/shadow", "Tools.Files.read('/etc/shadow')", 0, check{exit: 1, stderr: []string{`Tools.Files.read: "/etc/shadow": path leads outside the session workspace`}}},
+		{"read /etc/shadow", "Tools.Files.read('/etc/shadow')", 0, check{exit: 1, stderr: []string{`Tools.Files.read: "/etc/shadow" is not inside the session workspace`, "path leads outside the session workspace"}}},
 		{"read with ..", "Tools.Files.read('a/../../x')", 0, check{exit: 1, stderr: []string{"path leads outside the session workspace"}}},
 		{"read through a symlink out", "Tools.Files.read('out/secret.js')", 0, check{exit: 1, stderr: []string{"path leads outside the session workspace"}}},
 		{"list through a symlink out", "Tools.Files.list('out')", 0, check{exit: 1, stderr: []string{"path leads outside the session workspace"}}},

@@ -6,6 +6,8 @@ import (
 	"path"
 	"regexp"
 	"strings"
+
+	"github.com/quro-dev/quro/internal/workspace"
 )
 
 // The two workspace entry points (run a file, call an exported function)
@@ -17,12 +19,12 @@ import (
 // CheckFile checks that rel names a JavaScript or TypeScript file inside the
 // workspace dir and returns it clean and workspace-relative.
 func CheckFile(dir, p string) (string, error) {
-	ws, err := OpenWorkspace(dir, 0)
+	ws, err := workspace.Open(dir, workspace.Options{})
 	if err != nil {
 		return "", err
 	}
 	defer ws.Close()
-	rel, err := ws.Rel(".", p)
+	rel, err := wsRel(ws, ".", p)
 	if err != nil {
 		return "", err
 	}
@@ -31,7 +33,7 @@ func CheckFile(dir, p string) (string, error) {
 	default:
 		return "", fmt.Errorf("%q is not a .js or .ts file", p)
 	}
-	fi, err := ws.Stat(rel)
+	_, fi, err := ws.Stat(rel)
 	if err != nil {
 		return "", err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"net/http"
 	"net/url"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"modernc.org/quickjs"
+
+	"github.com/quro-dev/quro/internal/workspace"
 )
 
 // host is the one host function the prelude calls: host(op, args...). It
@@ -74,54 +77,38 @@ func (r *run) host(args []any) (any, error) {
 		}
 		return jsonText(e)
 	case "read":
-		rel, err := r.path("read", str(0))
-		if err != nil {
-			return nil, err
-		}
-		b, err := r.ws.ReadFile(rel)
-		if err != nil {
-			return nil, fmt.Errorf("Tools.Files.read: %w", err)
-		}
-		return string(b), nil
+		return r.file("read", str(0), func(rel string) (any, error) {
+			c, err := r.ws.Read(rel, 0, 0)
+			if err != nil {
+				return nil, err
+			}
+			return string(c.Data), nil
+		})
 	case "write":
-		rel, err := r.path("write", str(0))
-		if err != nil {
-			return nil, err
-		}
 		data := str(1)
-		if err := r.ws.WriteFile(rel, []byte(data), flag(2)); err != nil {
-			return nil, fmt.Errorf("Tools.Files.write: %w", err)
-		}
-		return len(data), nil
+		return r.file("write", str(0), func(rel string) (any, error) {
+			if _, err := r.ws.Write(rel, []byte(data), flag(2)); err != nil {
+				return nil, err
+			}
+			return len(data), nil
+		})
 	case "list":
-		rel, err := r.path("list", str(0))
-		if err != nil {
-			return nil, err
-		}
-		ents, err := r.ws.List(rel)
-		if err != nil {
-			return nil, fmt.Errorf("Tools.Files.list: %w", err)
-		}
-		return jsonText(ents)
+		return r.file("list", str(0), func(rel string) (any, error) {
+			ents, err := list(r.ws, rel)
+			if err != nil {
+				return nil, err
+			}
+			return jsonText(ents)
+		})
 	case "exists":
-		rel, err := r.path("exists", str(0))
-		if err != nil {
-			return nil, err
-		}
-		ok, err := r.ws.Exists(rel)
-		if err != nil {
-			return nil, fmt.Errorf("Tools.Files.exists: %w", err)
-		}
-		return ok, nil
+		return r.file("exists", str(0), func(rel string) (any, error) { return r.ws.Exists(rel) })
 	case "remove":
-		rel, err := r.path("remove", str(0))
-		if err != nil {
-			return nil, err
-		}
-		if err := r.ws.Remove(rel); err != nil {
-			return nil, fmt.Errorf("Tools.Files.remove: %w", err)
-		}
-		return true, nil
+		return r.file("remove", str(0), func(rel string) (any, error) {
+			if _, err := r.ws.Remove(rel); err != nil {
+				return nil, err
+			}
+			return true, nil
+		})
 	case "fetch":
 		return r.fetch(str(0))
 	case "time":
@@ -159,13 +146,51 @@ func jsonText(v any) (string, error) {
 	return string(b), err
 }
 
-// path applies the workspace rule to a Tools.Files path.
-func (r *run) path(op, p string) (string, error) {
-	rel, err := r.ws.Rel(".", p)
-	if err != nil {
-		return "", fmt.Errorf("Tools.Files.%s: %w", op, err)
+// file runs the Tools.Files operation op on the path p of the code, bound
+// to the run's deadline (see bounded); its errors name the operation.
+func (r *run) file(op, p string, fn func(rel string) (any, error)) (any, error) {
+	v, err := r.bounded(func() (any, error) {
+		rel, err := wsRel(r.ws, ".", p)
+		if err != nil {
+			return nil, err
+		}
+		return fn(rel)
+	})
+	if err != nil && !errors.Is(err, errTimeUp) {
+		return nil, fmt.Errorf("Tools.Files.%s: %w", op, err)
 	}
-	return rel, nil
+	return v, err
+}
+
+// bounded runs fn, a host operation that may block in the kernel (file
+// I/O), and returns when it does or when the run's deadline passes or its
+// caller goes away, whichever comes first. Host functions run on the VM's
+// goroutine, where QuickJS's interrupt handler cannot reach: without this a
+// call that blocks would keep the run, and its slot, past timeout_ms. An
+// operation left behind finishes (or fails on the closed workspace) on its
+// own goroutine; the run ends as timed out.
+func (r *run) bounded(fn func() (any, error)) (any, error) {
+	if r.expired() {
+		return nil, errTimeUp
+	}
+	type result struct {
+		v   any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := fn()
+		done <- result{v, err}
+	}()
+	t := time.NewTimer(time.Until(r.deadline))
+	defer t.Stop()
+	select {
+	case res := <-done:
+		return res.v, res.err
+	case <-t.C:
+	case <-r.ctx.Done():
+	}
+	return nil, errTimeUp
 }
 
 // errorText maps the frames of an error's text (name: message, then the
@@ -193,7 +218,7 @@ func (r *run) resolve(dir, spec string) (rel, kind string, err error) {
 	if !(spec == "." || spec == ".." || strings.HasPrefix(spec, "./") || strings.HasPrefix(spec, "../") || filepath.IsAbs(spec)) {
 		return "", "", fmt.Errorf("%s: only files of the session workspace can be required, by a relative path such as \"./util.js\"; there are no built-in or npm modules (the host API is Tools: Tools.Files, Tools.Net, Tools.System, Tools.calc)", quoted)
 	}
-	base, err := r.ws.Rel(dir, spec)
+	base, err := wsRel(r.ws, dir, spec)
 	if err != nil {
 		return "", "", fmt.Errorf("%s: %w", quoted, err)
 	}
@@ -208,8 +233,15 @@ func (r *run) resolve(dir, spec string) (rel, kind string, err error) {
 		if c == "." {
 			continue
 		}
-		fi, err := r.ws.Stat(c)
-		if errors.Is(err, ErrOutside) {
+		v, err := r.bounded(func() (any, error) {
+			_, fi, err := r.ws.Stat(c)
+			return fi, err
+		})
+		if errors.Is(err, errTimeUp) {
+			return "", "", err
+		}
+		fi, _ := v.(fs.FileInfo)
+		if isOutside(err) {
 			return "", "", fmt.Errorf("%s: %w", quoted, err)
 		}
 		if err != nil || !fi.Mode().IsRegular() {
@@ -233,12 +265,12 @@ func (r *run) resolve(dir, spec string) (rel, kind string, err error) {
 // undefined with the reason in r.compileErr.
 func (r *run) compile(rel string) quickjs.Value {
 	r.compileErr = nil
-	b, err := r.ws.ReadFile(rel)
+	c, err := r.bounded(func() (any, error) { return r.ws.Read(rel, 0, 0) })
 	if err != nil {
 		r.compileErr = &jsError{Name: "Error", Message: fmt.Sprintf("require: %v", err)}
 		return quickjs.UndefinedValue
 	}
-	original := string(b)
+	original := string(c.(*workspace.Content).Data)
 	code := original
 	var sm *sourceMap
 	ext := path.Ext(rel)
@@ -334,7 +366,7 @@ func (r *run) fetch(reqJSON string) (any, error) {
 		return nil, fmt.Errorf("fetch(%q): reading the body: %v", in.URL, err)
 	}
 	if int64(len(body)) > r.eng.opts.MaxFetch {
-		return nil, fmt.Errorf("fetch(%q): the response body is larger than %s", in.URL, sizeText(r.eng.opts.MaxFetch))
+		return nil, fmt.Errorf("fetch(%q): the response body is larger than %s", in.URL, workspace.Human(r.eng.opts.MaxFetch))
 	}
 	headers := map[string]string{}
 	for k, v := range resp.Header {

@@ -3,10 +3,11 @@ package js
 import (
 	"errors"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/quro-dev/quro/internal/workspace"
 )
 
 func TestCalc(t *testing.T) {
@@ -67,7 +68,7 @@ func FuzzCalc(f *testing.F) {
 
 func TestWorkspaceRel(t *testing.T) {
 	dir := t.TempDir()
-	w, err := OpenWorkspace(dir, 1<<20)
+	w, err := workspace.Open(dir, workspace.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,52 +82,28 @@ func TestWorkspaceRel(t *testing.T) {
 		{"lib", "./x.js", "lib/x.js", false},
 		{"lib", "../x.js", "x.js", false},
 		{".", ".", ".", false},
-		{".", filepath.Join(w.dir, "in.txt"), "in.txt", false},
+		{".", filepath.Join(w.Dir(), "in.txt"), "in.txt", false},
 		{".", "..", "", true},
 		{"lib", "../../x", "", true},
 		{".", "/etc/passwd", "", true},
-		{".", w.dir + "-other/x", "", true},
+		{".", w.Dir() + "-other/x", "", true},
 	}
 	for _, tc := range tests {
-		got, err := w.Rel(tc.base, tc.p)
+		got, err := wsRel(w, tc.base, tc.p)
 		if tc.outside {
 			if !errors.Is(err, ErrOutside) {
-				t.Errorf("Rel(%q, %q) = %q, %v; want ErrOutside", tc.base, tc.p, got, err)
+				t.Errorf("wsRel(%q, %q) = %q, %v; want ErrOutside", tc.base, tc.p, got, err)
 			}
 			continue
 		}
 		if err != nil || got != tc.want {
-			t.Errorf("Rel(%q, %q) = %q, %v; want %q", tc.base, tc.p, got, err, tc.want)
+			t.Errorf("wsRel(%q, %q) = %q, %v; want %q", tc.base, tc.p, got, err, tc.want)
 		}
 	}
-	if _, err := w.Rel(".", "a\x00b"); err == nil {
-		t.Error("a NUL byte was accepted")
-	}
-}
-
-func TestWorkspaceLimits(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "big"), make([]byte, 2048), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("big", filepath.Join(dir, "inside-link")); err != nil {
-		t.Fatal(err)
-	}
-	w, err := OpenWorkspace(dir, 1024)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if _, err := w.ReadFile("big"); err == nil || !strings.Contains(err.Error(), "larger than the 1 KiB") {
-		t.Errorf("read over the limit: %v", err)
-	}
-	// A link that stays inside is followed.
-	if fi, err := w.Stat("inside-link"); err != nil || fi.Size() != 2048 {
-		t.Errorf("inside link: %v", err)
-	}
-	ents, err := w.List(".")
-	if err != nil || len(ents) != 2 || ents[1].Type != "symlink" {
-		t.Errorf("list: %+v, %v", ents, err)
+	for _, bad := range []string{"a\x00b", ""} {
+		if _, err := wsRel(w, ".", bad); !errors.Is(err, workspace.ErrInvalid) {
+			t.Errorf("%q: %v", bad, err)
+		}
 	}
 }
 

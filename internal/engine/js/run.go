@@ -12,6 +12,7 @@ import (
 	"modernc.org/quickjs"
 
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/workspace"
 )
 
 // evalAsync is QuickJS's JS_EVAL_FLAG_ASYNC: a global script in which
@@ -27,7 +28,7 @@ type run struct {
 	eng      *Engine
 	ctx      context.Context
 	req      *runcode.Request
-	ws       *Workspace
+	ws       *workspace.FS
 	ts       bool
 	deadline time.Time
 	src      *sources
@@ -311,7 +312,7 @@ func interrupted(name, message string) bool {
 // stack in the user's files and lines, and the line it happened at.
 func (r *run) report(name, message, stack string, isNull bool) {
 	w := r.req.Stderr
-	limit := sizeText(r.eng.opts.MemoryLimit)
+	limit := workspace.Human(r.eng.opts.MemoryLimit)
 	switch {
 	case isNull:
 		fmt.Fprintf(w, "Uncaught null: the code most likely ran out of memory: QuickJS throws null when the memory limit of %s is reached and not even an error object can be allocated (or the code threw null itself)\n", limit)
