@@ -54,6 +54,12 @@ func TestTenantCeilingAcrossSessionsThroughTheController(t *testing.T) {
 			t.Errorf("the refusal %q does not say %q", ce.Message, want)
 		}
 	}
+	// Every path that starts a box says the same, as a 429: s2's shell
+	// cannot start either.
+	_, err = callAs(t, a, acme, "terminal_exec", TerminalExecInput{Session: "s2", Command: "echo hi"})
+	if ce := wantCode(t, err, capability.ResourceExhausted); !strings.Contains(ce.Message, "process ceiling of 70") {
+		t.Errorf("terminal_exec's refusal %q does not name the ceiling", ce.Message)
+	}
 	reply, err := callAs(t, a, acme, "get_service_status", Empty{})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/terminal"
 )
@@ -231,6 +232,12 @@ func Classify(err error) *capability.Error {
 	case errors.Is(err, session.ErrLimit):
 		e := capability.Errorf(capability.ResourceExhausted, "%s", err.Error())
 		e.RetryAfter = 60
+		return e
+	case errors.Is(err, sandbox.ErrTenantCeiling):
+		// A box refused at start because its tenant is at a ceiling
+		// (terminal_exec, python_run…: run_code says so itself).
+		e := capability.Errorf(capability.ResourceExhausted, "%s", err.Error())
+		e.RetryAfter = 30
 		return e
 	case errors.Is(err, session.ErrConfined):
 		return capability.Errorf(capability.PermissionDenied, "%s", err.Error())
