@@ -205,7 +205,7 @@ func TestServeAuth(t *testing.T) {
 		{"runner cannot install", "POST", "/v1/install_packages", `{"packages":["cowsa."]}`, []string{"Authorization", "Bearer " + runner}, 403, `needs scope \"install\"`},
 		{"installer passes the scope check", "POST", "/v1/install_packages", `{"packages":["jq"]}`, []string{"Authorization", "Bearer " + installer}, 400, "rootfs=NAME"},
 		{"installer cannot repair", "POST", "/v1/repair_rootfs", `{"rootfs":"default"}`, []string{"Authorization", "Bearer " + installer}, 403, `needs scope \"admin\"`},
-		{"runner cannot destroy", "DELETE", "/v1/sessions/default", "", []string{"Authorization", "Bearer " + runner}, 403, "admin"},
+		{"reader cannot destroy", "DELETE", "/v1/sessions/default", "", []string{"Authorization", "Bearer " + reader}, 403, `needs scope \"exec\"`},
 		{"foreign origin", "POST", "/v1/run_code", run, append([]string{"Origin", "https://evil.example"}, admin...), 403, "origin"},
 		{"metrics need a token", "GET", "/metrics", "", nil, 401, "no token"},
 		{"metrics are the admin's", "GET", "/metrics", "", []string{"Authorization", "Bearer " + reader}, 403, `needs scope \"admin\"`},

@@ -77,8 +77,9 @@ admin token for the local tenant is created, printed once and kept in
 			defer inSession.Close()
 			inSession.Limit(caps.insession)
 			a.Metrics.WatchConnections("insession", func() metrics.ConnStats {
-				held, max := inSession.Held()
-				return metrics.ConnStats{Open: held, Max: max}
+				st := inSession.Stats()
+				return metrics.ConnStats{Open: st.Open, Pending: st.Pending, Max: caps.insession,
+					RefusedTotal: st.RefusedTotal, RefusedPeer: st.RefusedPeer, Evicted: st.Evicted}
 			})
 			authFn := httpauth.Func(httpauth.Open)
 			if noAuth {

@@ -185,9 +185,11 @@ type Server struct {
 	closed bool
 	wg     sync.WaitGroup
 	limits connlimit.Options // every socket's, with one Shared budget
+	gone   connlimit.Stats   // the refusals and evictions of sockets closed since
 }
 
 type socket struct {
+	ln     *connlimit.Listener
 	path   string
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -250,7 +252,7 @@ func (s *Server) Binds(sess *session.Session) []sandbox.Bind {
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	limited := connlimit.New(ln, s.limits)
-	sk := &socket{path: path, cancel: cancel, done: make(chan struct{})}
+	sk := &socket{ln: limited, path: path, cancel: cancel, done: make(chan struct{})}
 	s.live[sess.ID] = sk
 	s.wg.Add(1)
 	go func() {
@@ -278,7 +280,36 @@ func (s *Server) Destroyed(sess *session.Session) {
 	}
 	sk.cancel()
 	<-sk.done
+	s.retire(sk)
 	os.Remove(sk.path)
+}
+
+// retire keeps the counters of a socket that is closed.
+func (s *Server) retire(sk *socket) {
+	st := sk.ln.Stats()
+	s.mu.Lock()
+	s.gone.RefusedTotal += st.RefusedTotal
+	s.gone.RefusedPeer += st.RefusedPeer
+	s.gone.Evicted += st.Evicted
+	s.mu.Unlock()
+}
+
+// Stats are the connection counts of every session's socket together:
+// those held now, and the refusals and evictions since the server started.
+func (s *Server) Stats() connlimit.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.gone
+	st.Open, st.Pending = 0, 0
+	for _, sk := range s.live {
+		x := sk.ln.Stats()
+		st.Open += x.Open
+		st.Pending += x.Pending
+		st.RefusedTotal += x.RefusedTotal
+		st.RefusedPeer += x.RefusedPeer
+		st.Evicted += x.Evicted
+	}
+	return st
 }
 
 // Limit sets the most connections all sessions' sockets hold together
@@ -289,14 +320,6 @@ func (s *Server) Limit(max int) {
 	defer s.mu.Unlock()
 	s.limits.Max = max
 	s.limits.Shared = connlimit.NewBudget(max)
-}
-
-// Held is the number of connections the sessions' sockets hold, and the
-// most they may.
-func (s *Server) Held() (held, max int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.limits.Shared.Held(), s.limits.Max
 }
 
 // Sockets is the number of sessions' sockets being served.
