@@ -235,13 +235,15 @@ func Languages(sb *sandbox.Sandbox, pythonChain []runcode.Engine, jsEng *js.Engi
 			Chain: pythonChain},
 		{Name: "js", Aliases: []string{"javascript", "node", "mjs", "cjs"}, Runs: true, Chain: []runcode.Engine{jsEng}},
 		{Name: "ts", Aliases: []string{"typescript"}, Runs: true, Chain: []runcode.Engine{jsEng.TS()}},
-		{Name: "shell", Aliases: []string{"sh", "bash"}, Runs: true, Chain: []runcode.Engine{shell.New(sb, rootfsDir)}},
+	}
+	langs = append(langs, shell.Languages(sb, rootfsDir)...)
+	langs = append(langs, []runcode.Language{
 		{Name: "html", Aliases: []string{"htm", "markup"}, Chain: []runcode.Engine{render.HTML{}}},
 		{Name: "json", Chain: []runcode.Engine{render.JSON{}}},
 		{Name: "css", Chain: []runcode.Engine{render.CSS{}}},
 		{Name: "xml", Chain: []runcode.Engine{render.XML{}}},
 		{Name: "svg", Chain: []runcode.Engine{render.XML{SVGOnly: true}}},
-	}
+	}...)
 	shown := []struct {
 		name    string
 		aliases []string

@@ -78,7 +78,7 @@ func TestRunCodeLanguages(t *testing.T) {
 		{name: "python sys.exit", code: "import sys; sys.exit(3)", exit: 3},
 		{name: "python NUL in source", code: "print(1)\x00", stderr: "null bytes", exit: 1},
 		{name: "shell", lang: "sh", code: "echo out; echo err >&2; exit 4", engine: "shell/sh", stdout: "out\n", stderr: "err\n", exit: 4},
-		{name: "bash alias", lang: "bash", code: "printf '%s' hi", stdout: "hi"},
+		{name: "bash", lang: "bash", code: "printf '%s' hi", engine: "shell/bash", stdout: "hi"},
 		{name: "html", lang: "htm", code: "<b>x</b>", engine: "render/html", artifact: "html"},
 		{name: "json", lang: "json", code: `{"a":1}`, stdout: "\"a\": 1", artifact: "html"},
 		{name: "json invalid", lang: "json", code: `{"a":}`, stderr: "line 1, column 6", exit: 1},
@@ -123,7 +123,7 @@ func TestRunCodeBadRequests(t *testing.T) {
 	}{
 		{"empty code", `{"code":""}`, capability.InvalidArgument, "code is empty"},
 		{"no code", `{}`, capability.InvalidArgument, "code"},
-		{"unknown lang", `{"code":"x","lang":"cobol"}`, capability.InvalidArgument, "supported: python, js, ts, shell, html"},
+		{"unknown lang", `{"code":"x","lang":"cobol"}`, capability.InvalidArgument, "supported: python, js, ts, shell, bash, sh, html"},
 		{"missing session", `{"code":"print(1)","session":"nope"}`, capability.NotFound, `session not found: "nope"`},
 		{"unknown field", `{"code":"x","langg":"py"}`, capability.InvalidArgument, "langg"},
 		{"wrong type", `{"code":1}`, capability.InvalidArgument, "code"},

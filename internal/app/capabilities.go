@@ -93,7 +93,8 @@ func (a *App) register(reg *capability.Registry) {
 	opts := a.Runner.Options()
 	reg.Register(capability.New("run_code",
 		"Run or render code and get one result. lang (default python) is one of: "+strings.Join(langs, "; ")+
-			". python and shell really run in the session's sandbox (workspace as working directory, state on disk persists in the session); "+
+			". python and the shells really run in the session's sandbox (workspace as working directory, state on disk persists in the session); "+
+			"bash runs bash (an error if the box has none), sh runs POSIX sh, shell runs bash when the box has it and sh otherwise — the result's engine says which (shell/bash, shell/sh); "+
 			"js and ts run in an embedded QuickJS sandbox (no node; ts is transpiled by esbuild; console, CommonJS require of workspace files, "+
 			"the last expression or module.exports shown as ➡️ result, and a host API Tools.Files/Net/System/calc confined to the workspace; memory capped at 64 MiB; a fresh context per run); "+
 			"html, css, json, xml and svg are validated and rendered as artifacts; compiled languages are shown highlighted and NOT run. "+

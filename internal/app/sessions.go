@@ -257,6 +257,11 @@ func (a *App) registerSessions(reg *capability.Registry) {
 				return nil, err
 			}
 			rel, err := a.Terminals.ExportLog(s, in.Path)
+			if errors.Is(err, terminal.ErrInvalid) {
+				// A path outside the workspace, or one that cannot be
+				// written: the caller's to fix, not a server failure.
+				return nil, capability.Errorf(capability.InvalidArgument, "%s", err.Error())
+			}
 			if err != nil {
 				return nil, terminalError(err)
 			}

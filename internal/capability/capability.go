@@ -12,10 +12,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
 )
@@ -101,14 +104,8 @@ func New[In, Out any](name, description string, scope Scope, h func(ctx context.
 		InputSchema: in, OutputSchema: out, input: resolved,
 		handler: func(ctx context.Context, args json.RawMessage) (any, error) {
 			var v In
-			if err := decodeStrict(args, &v); err != nil {
-				return nil, Errorf(InvalidArgument, "bad arguments for %s: %v", name, err)
-			}
-			var generic any
-			if err := json.Unmarshal(normalize(args), &generic); err == nil {
-				if err := resolved.Validate(generic); err != nil {
-					return nil, Errorf(InvalidArgument, "bad arguments for %s: %v", name, err)
-				}
+			if err := checkArgs(name, in, resolved, args, &v); err != nil {
+				return nil, err
 			}
 			return h(ctx, v)
 		},
@@ -137,20 +134,201 @@ func normalize(args json.RawMessage) json.RawMessage {
 	return args
 }
 
+// checkArgs decodes args into v and validates them against the input
+// schema, with errors a model can act on: where the JSON is broken, which
+// required fields are missing and what they are, which known field an
+// unknown one was probably meant to be.
+func checkArgs(name string, schema *jsonschema.Schema, resolved *jsonschema.Resolved, args json.RawMessage, v any) *Error {
+	bad := func(err error) *Error {
+		return Errorf(InvalidArgument, "bad arguments for %s: %v", name, err)
+	}
+	if err := decodeStrict(args, v); err != nil {
+		var uf *unknownFieldError
+		if errors.As(err, &uf) {
+			return bad(errors.New(uf.describe(schema)))
+		}
+		return bad(err)
+	}
+	var generic any
+	if err := json.Unmarshal(normalize(args), &generic); err != nil {
+		return bad(err)
+	}
+	if obj, ok := generic.(map[string]any); ok {
+		// encoding/json matches field names in any case, so "Code" got
+		// past decodeStrict: the schema's names are exact.
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
+			if _, ok := schema.Properties[k]; !ok {
+				return bad(errors.New((&unknownFieldError{k}).describe(schema)))
+			}
+		}
+		var missing []string
+		for _, f := range schema.Required {
+			if _, ok := obj[f]; !ok {
+				missing = append(missing, f)
+			}
+		}
+		if len(missing) > 0 {
+			return Errorf(InvalidArgument, "%s", MissingFields(name, schema, missing))
+		}
+	}
+	if err := resolved.Validate(generic); err != nil {
+		return bad(errors.New(strings.TrimPrefix(err.Error(), "validating root: ")))
+	}
+	return nil
+}
+
+// MissingFields says, in words, which required fields of a capability's
+// input are missing: `run_code needs "code" (the source code to run)`.
+func MissingFields(name string, schema *jsonschema.Schema, missing []string) string {
+	parts := make([]string, len(missing))
+	for i, f := range missing {
+		parts[i] = strconv.Quote(f)
+		if p := schema.Properties[f]; p != nil && p.Description != "" {
+			parts[i] += " (" + p.Description + ")"
+		}
+	}
+	list := parts[0]
+	if n := len(parts); n > 1 {
+		list = strings.Join(parts[:n-1], ", ") + " and " + parts[n-1]
+	}
+	return name + " needs " + list
+}
+
+// unknownFieldError is a field the input type does not have.
+type unknownFieldError struct{ field string }
+
+func (e *unknownFieldError) Error() string { return fmt.Sprintf("unknown field %q", e.field) }
+
+// describe names the closest known field, or lists them all.
+func (e *unknownFieldError) describe(schema *jsonschema.Schema) string {
+	known := slices.Sorted(maps.Keys(schema.Properties))
+	if s := Closest(e.field, known); s != "" {
+		return fmt.Sprintf("unknown field %q; did you mean %q?", e.field, s)
+	}
+	if len(known) == 0 {
+		return fmt.Sprintf("unknown field %q; this capability takes no arguments", e.field)
+	}
+	return fmt.Sprintf("unknown field %q; the fields are %s", e.field, strings.Join(known, ", "))
+}
+
+// Closest returns the candidate nearest to s (a typo, a different case, a
+// prefix such as "timeout" for "timeout_ms"), or "" when none is close.
+func Closest(s string, candidates []string) string {
+	best, bestD := "", -1
+	ls := strings.ToLower(s)
+	for _, c := range candidates {
+		lc := strings.ToLower(c)
+		d := editDistance(ls, lc)
+		if lc == ls {
+			d = 0
+		} else if short, long := min(len(ls), len(lc)), max(len(ls), len(lc)); short >= 3 && 2*short >= long &&
+			(strings.HasPrefix(lc, ls) || strings.HasPrefix(ls, lc)) {
+			d = 1
+		}
+		if d > max(1, min(len(s), len(c))/3) {
+			continue
+		}
+		if bestD < 0 || d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// JSONError describes an error of decoding data as JSON for a person: a
+// syntax error says where (line and column, counted from 1), the end of
+// data before the value is complete says so.
+func JSONError(data []byte, err error) error {
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &se):
+		if strings.Contains(se.Error(), "end of JSON input") {
+			return endedEarly(data)
+		}
+		line, col := Position(data, se.Offset)
+		return fmt.Errorf("invalid JSON at line %d, column %d: %s", line, col, se.Error())
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return endedEarly(data)
+	}
+	return err
+}
+
+func endedEarly(data []byte) error {
+	t := bytes.TrimRight(data, " \t\r\n")
+	line, col := Position(append(t[:len(t):len(t)], ' '), int64(len(t)+1))
+	return fmt.Errorf("invalid JSON: it ends at line %d, column %d before the value is complete (a missing }, ] or \")", line, col)
+}
+
+// Position turns a byte offset of data into a line and column, both
+// counted from 1. json.SyntaxError's offset counts the bytes read before
+// the error, the offending byte included: that byte's column.
+func Position(data []byte, offset int64) (line, col int) {
+	offset = max(0, min(offset, int64(len(data))))
+	before := data[:offset]
+	if offset > 0 {
+		before = data[:offset-1] // the offending byte itself
+	}
+	line = bytes.Count(before, []byte("\n")) + 1
+	col = utf8.RuneCount(before[bytes.LastIndexByte(before, '\n')+1:]) + 1
+	return line, col
+}
+
 func decodeStrict(args json.RawMessage, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(normalize(args)))
+	data := normalize(args)
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return fmt.Errorf("field %q must be %s, not %s", te.Field, kindName(te.Type), te.Value)
+		if errors.As(err, &te) {
+			if te.Field != "" {
+				return fmt.Errorf("field %q must be %s, not %s", te.Field, kindName(te.Type), te.Value)
+			}
+			return fmt.Errorf("the arguments must be a JSON object, not %s", jsonKind(te.Value))
 		}
-		return err
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			if name, err := strconv.Unquote(f); err == nil {
+				return &unknownFieldError{name}
+			}
+		}
+		return JSONError(data, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("unexpected data after the JSON object")
 	}
 	return nil
+}
+
+func jsonKind(v string) string {
+	switch v {
+	case "array", "object":
+		return "an " + v
+	case "string", "number":
+		return "a " + v
+	case "bool":
+		return "true or false"
+	}
+	return v
 }
 
 func kindName(t reflect.Type) string {

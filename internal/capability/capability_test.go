@@ -119,3 +119,71 @@ func TestSchemaShapes(t *testing.T) {
 		t.Errorf("any JSON values as args: %v", err)
 	}
 }
+
+type runIn struct {
+	Code      string `json:"code" jsonschema:"the source to run"`
+	Lang      string `json:"lang,omitempty" jsonschema:"language"`
+	Session   string `json:"session" jsonschema:"session id or name"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+}
+
+func runner() *Capability {
+	return New("run_code", "Run code.", ScopeExec, func(ctx context.Context, i runIn) (out, error) {
+		return out{Greeting: i.Code}, nil
+	})
+}
+
+// TestErrorsSayWhatToFix: each kind of bad argument gets a message that
+// says what to change, in the words a model can act on.
+func TestErrorsSayWhatToFix(t *testing.T) {
+	c := runner()
+	for _, tc := range []struct{ args, want string }{
+		{``, `run_code needs "code" (the source to run) and "session" (session id or name)`},
+		{`{}`, `run_code needs "code" (the source to run) and "session" (session id or name)`},
+		{`{"code":"1"}`, `run_code needs "session" (session id or name)`},
+		{`{"code":"1","session":"s","lang_":"sh"}`, `unknown field "lang_"; did you mean "lang"?`},
+		{`{"code":"1","session":"s","Code":"x"}`, `unknown field "Code"; did you mean "code"?`},
+		{`{"code":"1","session":"s","timeout":5}`, `unknown field "timeout"; did you mean "timeout_ms"?`},
+		{`{"code":"1","session":"s","zzzzzz":5}`, `unknown field "zzzzzz"; the fields are code, lang, session, timeout_ms`},
+		{"{\n  \"code\": \"1\",\n  \"session\": \"s\"\n  \"lang\": \"sh\"\n}", `invalid JSON at line 4, column 3: invalid character '"' after object key:value pair`},
+		{`{"code":"1",}`, `invalid JSON at line 1, column 13: invalid character '}'`},
+		{"{\"code\":\n\"1\"", `invalid JSON: it ends at line 2, column 4 before the value is complete`},
+		{`"print(1)"`, `the arguments must be a JSON object, not a string`},
+		{`[1]`, `the arguments must be a JSON object, not an array`},
+	} {
+		_, err := c.Call(context.Background(), json.RawMessage(tc.args))
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Code != InvalidArgument || !strings.Contains(ce.Message, tc.want) {
+			t.Errorf("%q: got %v; want invalid_argument containing %q", tc.args, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "validating root") {
+			t.Errorf("%q: schema-validator jargon leaked: %v", tc.args, err)
+		}
+	}
+}
+
+func TestPosition(t *testing.T) {
+	for _, tc := range []struct {
+		data      string
+		off       int64
+		line, col int
+	}{
+		{`{x`, 2, 1, 2},
+		{"{\n x", 4, 2, 2},
+		{"{\"é\":1,x", 9, 1, 8}, // columns count characters, not bytes
+		{``, 0, 1, 1},
+	} {
+		if l, c := Position([]byte(tc.data), tc.off); l != tc.line || c != tc.col {
+			t.Errorf("Position(%q, %d) = %d:%d, want %d:%d", tc.data, tc.off, l, c, tc.line, tc.col)
+		}
+	}
+}
+
+func TestClosest(t *testing.T) {
+	known := []string{"code", "lang", "session", "timeout_ms"}
+	for in, want := range map[string]string{"lang_": "lang", "sesion": "session", "LANG": "lang", "timeout": "timeout_ms", "x": "", "language_model": ""} {
+		if got := Closest(in, known); got != want {
+			t.Errorf("Closest(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

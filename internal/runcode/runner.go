@@ -241,7 +241,7 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 		}
 		return &Result{Engine: "none", ExitCode: -1, Error: msg}
 	}
-	var why []string
+	var why, runFailed []string
 	for _, e := range lang.Chain {
 		if err := r.probes[e](); err != nil {
 			why = append(why, e.Name()+": "+err.Error())
@@ -252,6 +252,12 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 		cancel()
 		if err == nil {
 			res.Engine = e.Name()
+			if len(runFailed) > 0 {
+				// An engine the chain prefers could not run this code
+				// here (e.g. no bash in the session's rootfs): say so, as
+				// the code may have been written for it.
+				res.Notes = append(res.Notes, "ran with "+e.Name()+" because "+strings.Join(runFailed, "; "))
+			}
 			return res
 		}
 		if stdout.Len() > 0 || stderr.Len() > 0 {
@@ -264,6 +270,7 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 			return res
 		}
 		why = append(why, e.Name()+": "+err.Error())
+		runFailed = append(runFailed, e.Name()+": "+err.Error())
 	}
 	return &Result{Engine: "none", ExitCode: -1,
 		Error: "no " + lang.Name + " engine could run the code (" + strings.Join(why, "; ") + ")"}

@@ -177,3 +177,30 @@ func TestResultText(t *testing.T) {
 		}
 	}
 }
+
+// TestFallbackAtRunTimeIsNoted: when a preferred engine cannot run this
+// code here (bash missing from a session's rootfs) and the next one runs
+// it, the result says so; a probe failure (the engine is absent from the
+// server altogether) is not repeated on every run.
+func TestFallbackAtRunTimeIsNoted(t *testing.T) {
+	var ran []string
+	r := New([]Language{{Name: "shell", Chain: []Engine{
+		&scripted{name: "shell/bash", err: errors.New("the session's rootfs has no bash"), ran: &ran},
+		&scripted{name: "shell/sh", output: "ok", ran: &ran},
+	}}}, nil)
+	res, err := r.Run(context.Background(), Input{Code: "echo ok", Lang: "shell", Session: testSession(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Engine != "shell/sh" || len(res.Notes) != 1 || res.Notes[0] != "ran with shell/sh because shell/bash: the session's rootfs has no bash" {
+		t.Errorf("engine %s notes %q", res.Engine, res.Notes)
+	}
+	r = New([]Language{{Name: "shell", Chain: []Engine{
+		&scripted{name: "shell/bash", probe: errors.New("absent"), ran: &ran},
+		&scripted{name: "shell/sh", output: "ok", ran: &ran},
+	}}}, nil)
+	res, _ = r.Run(context.Background(), Input{Code: "echo ok", Lang: "shell", Session: testSession(t)})
+	if res.Engine != "shell/sh" || len(res.Notes) != 0 {
+		t.Errorf("probe failure: engine %s notes %q", res.Engine, res.Notes)
+	}
+}

@@ -113,6 +113,7 @@ type Result struct {
 	// answer with send_input.
 	WaitingForInput bool    `json:"waiting_for_input" jsonschema:"the command is blocked reading input; answer with send_input"`
 	TimedOut        bool    `json:"timed_out" jsonschema:"the command hit its timeout and was interrupted"`
+	TimeoutMS       int64   `json:"timeout_ms,omitempty" jsonschema:"the timeout the command hit, when timed_out"`
 	Interrupted     bool    `json:"interrupted" jsonschema:"the command was interrupted"`
 	InterruptStage  string  `json:"interrupt_stage,omitempty" jsonschema:"soft: SIGINT stopped it; hard: the shell was killed and recreated in the same directory"`
 	ShellRestarted  bool    `json:"shell_restarted" jsonschema:"the shell died (exit, set -e, a crash) or was killed, and a new one was started in the last directory"`
@@ -152,10 +153,37 @@ func (r *Result) Text() string {
 	default:
 		fmt.Fprintf(&b, "[exit %d] %s\n", r.ExitCode, r.Cwd)
 	}
-	if r.ShellRestarted {
+	switch {
+	case r.Interrupted:
+		b.WriteString(r.interruptText() + "\n")
+	case r.ShellRestarted:
 		b.WriteString("ℹ️ the shell was restarted in " + r.Cwd + "; shell variables and functions not set with set_session_env were lost\n")
 	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// interruptText says why the command stopped, how (SIGINT, or killed
+// with the shell), and what of the shell's state survived.
+func (r *Result) interruptText() string {
+	what := "⏹️ interrupted"
+	if r.TimedOut {
+		what = "⏱️ timed out"
+		if r.TimeoutMS > 0 {
+			what += " after " + (time.Duration(r.TimeoutMS) * time.Millisecond).String()
+		}
+	}
+	lost := "; shell variables and functions not set with set_session_env were lost"
+	switch {
+	case r.InterruptStage == "hard":
+		return what + ": the command did not stop on SIGINT, so it was killed and the shell rebuilt in " + r.Cwd +
+			" (its directory before this command)" + lost
+	case r.ShellRestarted:
+		return what + ": the command was sent SIGINT (Ctrl-C) and its shell did not survive; a new one was started in " + r.Cwd + lost
+	case r.InterruptStage == "soft":
+		return what + ": the command was stopped with SIGINT (Ctrl-C); the shell kept its directory " + r.Cwd +
+			" and the variables the command set"
+	}
+	return what
 }
 
 // Shell is one resident shell.
@@ -833,7 +861,7 @@ func (s *Shell) wait(ctx context.Context, r *run, timeout time.Duration) (*Resul
 		case <-timer.C:
 			s.interrupt(r)
 			res := s.complete(r)
-			res.TimedOut = true
+			res.TimedOut, res.TimeoutMS = true, timeout.Milliseconds()
 			return res, nil
 		case <-tick.C:
 			if s.waitingForInput() {

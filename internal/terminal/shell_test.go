@@ -194,6 +194,16 @@ func TestSoftInterrupt(t *testing.T) {
 	if !res.TimedOut || res.InterruptStage != "soft" || res.ShellRestarted || strings.TrimRight(res.Output, "\n") != "before" || res.ExitCode != 130 {
 		t.Fatalf("%+v", res)
 	}
+	// What the model reads says it timed out, after how long, what was
+	// done and that the state was kept.
+	if txt := res.Text(); !strings.Contains(txt, "[exit 130] /tmp\n⏱️ timed out after 300ms: the command was stopped with SIGINT (Ctrl-C); the shell kept its directory /tmp and the variables the command set") {
+		t.Fatalf("text:\n%s", txt)
+	}
+	// Variables the interrupted command set are kept, as the text says.
+	exec(t, s, "KEPT=1; sleep 1000", ExecOptions{Timeout: 300 * time.Millisecond})
+	if res := exec(t, s, "echo kept=$KEPT", ExecOptions{}); res.Output != "kept=1\n" {
+		t.Fatalf("variable of the interrupted command: %q", res.Output)
+	}
 	// A loop in the shell itself stops on SIGINT too (interactive shell).
 	res = exec(t, s, "while :; do :; done", ExecOptions{Timeout: 300 * time.Millisecond})
 	if res.InterruptStage != "soft" || res.ShellRestarted {
@@ -211,6 +221,11 @@ func TestHardInterruptRecreatesTheShellInTheLastDirectory(t *testing.T) {
 	res := exec(t, s, "trap '' INT; echo stubborn; while :; do :; done", ExecOptions{Timeout: 300 * time.Millisecond})
 	if !res.TimedOut || res.InterruptStage != "hard" || !res.ShellRestarted || res.Output != "stubborn\n" {
 		t.Fatalf("%+v", res)
+	}
+	deep := filepath.Join(ws, "deep")
+	if txt := res.Text(); !strings.Contains(txt, "⏱️ timed out after 300ms: the command did not stop on SIGINT, so it was killed and the shell rebuilt in "+deep+
+		" (its directory before this command); shell variables and functions not set with set_session_env were lost") {
+		t.Fatalf("text:\n%s", txt)
 	}
 	res = exec(t, s, "pwd; echo $KEEP", ExecOptions{})
 	if res.Output != filepath.Join(ws, "deep")+"\nyes\n" {
@@ -361,5 +376,25 @@ func TestNoBashIsRefusedClearly(t *testing.T) {
 	_, err = s.Exec(context.Background(), "echo never", ExecOptions{})
 	if !errors.Is(err, ErrNoBash) || !strings.Contains(err.Error(), "apt-get install bash") {
 		t.Fatalf("%v", err)
+	}
+}
+
+func TestInterruptText(t *testing.T) {
+	for _, tc := range []struct {
+		res  Result
+		want string
+	}{
+		{Result{ExitCode: 130, Cwd: "/w", Interrupted: true, InterruptStage: "soft"},
+			"[exit 130] /w\n⏹️ interrupted: the command was stopped with SIGINT (Ctrl-C); the shell kept its directory /w and the variables the command set"},
+		{Result{ExitCode: 130, Cwd: "/w", Interrupted: true, TimedOut: true, TimeoutMS: 30000, InterruptStage: "soft", ShellRestarted: true},
+			"[exit 130] /w\n⏱️ timed out after 30s: the command was sent SIGINT (Ctrl-C) and its shell did not survive; a new one was started in /w; shell variables and functions not set with set_session_env were lost"},
+		{Result{ExitCode: 137, Cwd: "/w", Interrupted: true, TimedOut: true, TimeoutMS: 1500, InterruptStage: "hard", ShellRestarted: true},
+			"[exit 137] /w\n⏱️ timed out after 1.5s: the command did not stop on SIGINT, so it was killed and the shell rebuilt in /w (its directory before this command); shell variables and functions not set with set_session_env were lost"},
+		{Result{ExitCode: 0, Cwd: "/w", ShellRestarted: true},
+			"[exit 0] /w\nℹ️ the shell was restarted in /w; shell variables and functions not set with set_session_env were lost"},
+	} {
+		if got := tc.res.Text(); got != tc.want {
+			t.Errorf("got:\n%s\nwant:\n%s", got, tc.want)
+		}
 	}
 }

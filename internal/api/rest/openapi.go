@@ -19,6 +19,38 @@ var ErrorCodes = []capability.Code{
 	capability.Canceled, capability.DeadlineExceeded, capability.Internal,
 }
 
+// statusDocs are the error statuses, in order, with their codes and
+// meaning; StatusDoc renders them for the OpenAPI document (and the README
+// repeats them).
+var statusDocs = []struct {
+	status  int
+	code    string
+	meaning string
+}{
+	{400, "invalid_argument", "bad input (the message says which field and why)"},
+	{401, "unauthenticated", "no or bad token"},
+	{403, "permission_denied", "missing scope or foreign origin"},
+	{404, "not_found", "unknown session, capability or route (also another tenant's session)"},
+	{405, "invalid_argument", "the path exists but not with this method; the Allow header lists the methods it takes"},
+	{409, "already_exists / busy", "a session of that name exists already, or the session is still running something"},
+	{413, "invalid_argument", "body over the limit (16 MiB)"},
+	{415, "invalid_argument", "body not labelled as JSON"},
+	{429, "resource_exhausted", "a tenant limit, with Retry-After"},
+	{499, "canceled", "the caller went away"},
+	{500, "internal", "a failure of the server"},
+	{503, "unavailable", "an engine or the service is not available"},
+	{504, "deadline_exceeded", "the call ran out of time"},
+}
+
+// StatusDoc lists the error statuses: "400 invalid_argument: bad input; ...".
+func StatusDoc() string {
+	parts := make([]string, len(statusDocs))
+	for i, d := range statusDocs {
+		parts[i] = strconv.Itoa(d.status) + " " + d.code + ": " + d.meaning
+	}
+	return "Statuses: " + strings.Join(parts, "; ") + "."
+}
+
 // OpenAPI generates the OpenAPI 3.1 document of the routes and of POST
 // /v1/{capability} for every capability of reg. Schemas come from the
 // registry: each capability's input and output are components named
@@ -99,7 +131,7 @@ func OpenAPI(reg *capability.Registry, routes []Route) map[string]any {
 			},
 			"responses": map[string]any{
 				"Error": map[string]any{
-					"description": "the call failed; error.code is stable, error.message says what to do",
+					"description": "the call failed; error.code is stable, error.message says what to do. " + StatusDoc(),
 					"content":     map[string]any{"application/json": map[string]any{"schema": ref("Error")}},
 				},
 			},

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 
@@ -90,10 +91,49 @@ func New(ctl *controller.Controller, opts *Options) http.Handler {
 		if _, ok := s.access.Admit(w, r, "rest"); !ok {
 			return
 		}
+		if allow := s.allowed(mux, r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			WriteError(w, http.StatusMethodNotAllowed, capability.Errorf(capability.InvalidArgument,
+				"%s does not take %s; it takes %s (GET /v1/openapi.json lists every route)", r.URL.Path, r.Method, strings.Join(allow, ", ")))
+			return
+		}
 		WriteError(w, http.StatusNotFound, capability.Errorf(capability.NotFound,
 			"no route %s %s; POST /v1/{capability} with a JSON body, or GET /v1/openapi.json for every route", r.Method, r.URL.Path))
 	})
 	return mux
+}
+
+// methods are the methods a route of the table may have.
+var methods = []string{"GET", "PUT", "POST", "DELETE", "PATCH"}
+
+// allowed lists the methods that have a route for r's path, when r's own
+// method has none (the catch-all answered): the mux matches the path
+// with each method in turn. POST /v1/{capability} counts only for a
+// capability the server has.
+func (s *server) allowed(mux *http.ServeMux, r *http.Request) []string {
+	var allow []string
+	for _, m := range methods {
+		if m == r.Method {
+			continue
+		}
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		_, pattern := mux.Handler(probe)
+		if pattern == "" || pattern == "/v1/" {
+			continue
+		}
+		if pattern == "POST /v1/{capability}" {
+			name := strings.TrimPrefix(path.Clean(r.URL.Path), "/v1/")
+			if _, ok := s.ctl.Registry().Get(name); !ok {
+				continue
+			}
+		}
+		allow = append(allow, m)
+		if m == "GET" {
+			allow = append(allow, "HEAD")
+		}
+	}
+	return allow
 }
 
 func (s *server) serveOpenAPI(w http.ResponseWriter, r *http.Request) {
@@ -152,11 +192,20 @@ func (s *server) post(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if len(bytes.TrimSpace(body)) > 0 && !json.Valid(body) {
-		WriteError(w, http.StatusBadRequest, capability.Errorf(capability.InvalidArgument, "request body is not valid JSON"))
-		return
+	if len(bytes.TrimSpace(body)) > 0 {
+		var v any
+		if err := json.Unmarshal(body, &v); err != nil {
+			WriteError(w, http.StatusBadRequest, capability.Errorf(capability.InvalidArgument, "request body is %s", notJSON(body, err)))
+			return
+		}
 	}
 	s.call(w, r, caller, name, body, 0)
+}
+
+// notJSON says where body stops being JSON: "not valid JSON at line 2,
+// column 5: invalid character ...".
+func notJSON(body []byte, err error) string {
+	return "not valid JSON" + strings.TrimPrefix(capability.JSONError(body, err).Error(), "invalid JSON")
 }
 
 // jsonType refuses a body labelled as anything but JSON (415). curl -d

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -141,7 +142,7 @@ func TestSessionRoutes(t *testing.T) {
 		{"post any capability", "POST", "/v1/get_session_status", js, `{"session":"` + id + `"}`, nil, 200, `"name":"work"`},
 
 		{"unknown field", "POST", s + "/exec", js, `{"command":"true","bogus":1}`, nil, 400, `unknown field \"bogus\"`},
-		{"malformed", "POST", s + "/exec", js, `{"command":`, nil, 400, "must be a JSON object"},
+		{"malformed", "POST", s + "/exec", js, `{"command":`, nil, 400, "not valid JSON: it ends at line 1, column 12"},
 		{"not an object", "POST", s + "/exec", js, `["echo"]`, nil, 400, "must be a JSON object"},
 		{"wrong type", "POST", s + "/exec", js, `{"command":5}`, nil, 400, `field \"command\" must be a string`},
 		{"too large", "POST", s + "/exec", js, `{"command":"echo ` + strings.Repeat("x", 5000) + `"}`, nil, 413, "larger than 4096 bytes"},
@@ -287,4 +288,89 @@ func trim(s string) string {
 		return s[:400] + "…"
 	}
 	return s
+}
+
+// TestRequestErrorsSayWhatToFix sends the mistakes a newcomer makes to the
+// real handler of the real app and checks the answer names the fix.
+func TestRequestErrorsSayWhatToFix(t *testing.T) {
+	data := t.TempDir()
+	a, err := app.New(context.Background(), app.Options{DataDir: data, Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	srv := httptest.NewServer(rest.New(a.Controller, nil))
+	defer srv.Close()
+	const js = "application/json"
+	created := do(t, "POST", srv.URL+"/v1/sessions", js, `{"name":"dup"}`)
+	if created.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", created.status, created.body)
+	}
+	s := "/v1/sessions/" + created.json(t)["id"].(string)
+
+	run(t, srv.URL, []check{
+		{"invalid JSON says where", "POST", "/v1/run_code", js, "{\n  \"code\": \"print(1)\",\n  \"lang\": \"python\",,\n}", nil, 400,
+			`request body is not valid JSON at line 3, column 20: invalid character ','`},
+		{"JSON that ends early", "POST", "/v1/run_code", js, `{"code":"print(1)"`, nil, 400,
+			`not valid JSON: it ends at line 1, column 19 before the value is complete`},
+		{"invalid JSON on a resource route", "POST", s + "/run", js, "{\"code\":\n'x'}", nil, 400,
+			`the body is not valid JSON at line 2, column 1: invalid character '\\''`},
+		{"empty body names the required field", "POST", "/v1/run_code", js, ``, nil, 400,
+			`run_code needs \"code\" (the source code to run or render)`},
+		{"empty object names the required field", "POST", s + "/exec", js, `{}`, nil, 400, `terminal_exec needs \"command\"`},
+		{"unknown field names the closest", "POST", "/v1/run_code", js, `{"code":"1","lang_":"python"}`, nil, 400,
+			`unknown field \"lang_\"; did you mean \"lang\"?`},
+		{"unknown field in another case", "POST", s + "/run", js, `{"Code":"1"}`, nil, 400, `unknown field \"Code\"; did you mean \"code\"?`},
+		{"no validator jargon", "POST", "/v1/create_session", js, `{"name":5}`, nil, 400, `field \"name\" must be a string`},
+		{"duplicate name is 409", "POST", "/v1/sessions", js, `{"name":"dup"}`, nil, 409, `"already_exists"`},
+		{"export outside the workspace is 400", "POST", "/v1/export_session_log", js, `{"session":"dup","path":"../../escaped.log"}`, nil, 400,
+			`leaves the workspace`},
+		{"export to an absolute path is 400", "POST", "/v1/export_session_log", js, `{"session":"dup","path":"/etc/escaped.log"}`, nil, 400,
+			`must be relative to the workspace`},
+		{"export inside works", "POST", "/v1/export_session_log", js, `{"session":"dup","path":"logs/x.log"}`, nil, 200, `logs/x.log`},
+	})
+	for _, tc := range []struct {
+		method, path, allow string
+	}{
+		{"DELETE", "/v1/capabilities", "GET, HEAD"},
+		{"GET", "/v1/run_code", "POST"},
+		{"PATCH", s, "GET, HEAD, DELETE"},
+		{"POST", s + "/env", "GET, HEAD, PUT"},
+		{"DELETE", "/v1/openapi.json", "GET, HEAD"},
+	} {
+		r := do(t, tc.method, srv.URL+tc.path, "", "")
+		if r.status != http.StatusMethodNotAllowed || r.header.Get("Allow") != tc.allow || !strings.Contains(r.body, "it takes "+tc.allow) {
+			t.Errorf("%s %s: %d Allow=%q %s; want 405 with Allow %q", tc.method, tc.path, r.status, r.header.Get("Allow"), trim(r.body), tc.allow)
+		}
+	}
+	// A path no method serves stays 404, and so does an unknown capability.
+	for _, p := range []string{"/v1/nope", s + "/nothing"} {
+		if r := do(t, "GET", srv.URL+p, "", ""); r.status != http.StatusNotFound || r.header.Get("Allow") != "" {
+			t.Errorf("GET %s: %d Allow=%q; want 404", p, r.status, r.header.Get("Allow"))
+		}
+	}
+	filepath.WalkDir(data, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Name() == "escaped.log" {
+			t.Errorf("the export escaped the workspace: %s", p)
+		}
+		return nil
+	})
+}
+
+// TestStatusDocCoversEveryCode: every error code's status is in the
+// documented list, 409 included, so the docs cannot fall behind Status.
+func TestStatusDocCoversEveryCode(t *testing.T) {
+	doc := rest.StatusDoc()
+	for _, code := range rest.ErrorCodes {
+		found := false
+		for _, part := range strings.Split(strings.TrimSuffix(strings.TrimPrefix(doc, "Statuses: "), "."), "; ") {
+			head, _, _ := strings.Cut(part, ":")
+			if strings.HasPrefix(head, strconv.Itoa(rest.Status(code))+" ") && strings.Contains(head, string(code)) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("status %d (%s) is not documented in %q", rest.Status(code), code, doc)
+		}
+	}
 }

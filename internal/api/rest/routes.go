@@ -104,6 +104,10 @@ func (rt *Route) args(r *http.Request, capb *capability.Capability, body []byte)
 		}
 	case BodyJSON:
 		if len(bytes.TrimSpace(body)) > 0 {
+			var v any
+			if err := json.Unmarshal(body, &v); err != nil {
+				return nil, capability.Errorf(capability.InvalidArgument, "the body is %s; it must be a JSON object of %s's arguments", notJSON(body, err), capb.Name)
+			}
 			if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
 				return nil, capability.Errorf(capability.InvalidArgument, "the body must be a JSON object of %s's arguments", capb.Name)
 			}
