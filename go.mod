@@ -15,6 +15,7 @@ require (
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/opencontainers/runtime-spec v1.2.1
 	github.com/rogpeppe/go-internal v1.16.0
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2
 	github.com/spf13/cobra v1.10.2
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.50.0
@@ -22,6 +23,8 @@ require (
 	modernc.org/quickjs v0.27.0
 	modernc.org/sqlite v1.62.0
 )
+
+require golang.org/x/text v0.42.0 // indirect
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
