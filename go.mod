@@ -11,6 +11,7 @@ require (
 	github.com/go-python/gpython v0.2.0
 	github.com/google/jsonschema-go v0.4.3
 	github.com/kluctl/go-embed-python v0.0.0-3.14.6-20260610-1
+	github.com/mark3labs/mcp-go v1.2.1
 	github.com/moby/profiles/seccomp v0.3.0
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/opencontainers/runtime-spec v1.2.1
@@ -24,7 +25,10 @@ require (
 	modernc.org/sqlite v1.62.0
 )
 
-require golang.org/x/text v0.42.0 // indirect
+require (
+	github.com/spf13/cast v1.7.1 // indirect
+	golang.org/x/text v0.42.0 // indirect
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
