@@ -71,8 +71,9 @@ func nonNull(s *jsonschema.Schema) (string, bool) {
 
 // Structured is out as JSON that matches the capability's output schema:
 // where the schema (tightened) says a property is an array, a null (a nil
-// Go slice) becomes []; a null property that the schema does not allow
-// (a nil pointer, not required) is left out. Access paths that promise
+// Go slice) becomes []; a required object's null (a nil map) becomes {};
+// any other null property the schema does not allow (a nil pointer, not
+// required) is left out. Access paths that promise
 // the output schema (MCP's structuredContent) send this.
 func (c *Capability) Structured(out any) (json.RawMessage, error) {
 	b, err := json.Marshal(out)
@@ -107,9 +108,12 @@ func fillNulls(s *jsonschema.Schema, v any) bool {
 				continue
 			}
 			if val == nil && p.Type != "" && p.Type != "null" {
-				if p.Type == "array" {
+				switch {
+				case p.Type == "array":
 					v[name] = []any{}
-				} else {
+				case p.Type == "object" && slices.Contains(s.Required, name):
+					v[name] = map[string]any{} // a nil map
+				default:
 					delete(v, name)
 				}
 				changed = true
