@@ -11,16 +11,23 @@ require (
 	github.com/go-python/gpython v0.2.0
 	github.com/google/jsonschema-go v0.4.3
 	github.com/kluctl/go-embed-python v0.0.0-3.14.6-20260610-1
+	github.com/mark3labs/mcp-go v1.2.1
 	github.com/moby/profiles/seccomp v0.3.0
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/opencontainers/runtime-spec v1.2.1
 	github.com/rogpeppe/go-internal v1.16.0
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2
 	github.com/spf13/cobra v1.10.2
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.50.0
 	golang.org/x/term v0.48.0
 	modernc.org/quickjs v0.27.0
 	modernc.org/sqlite v1.62.0
+)
+
+require (
+	github.com/spf13/cast v1.7.1 // indirect
+	golang.org/x/text v0.42.0 // indirect
 )
 
 require (

@@ -85,10 +85,12 @@ func New[In, Out any](name, description string, scope Scope, h func(ctx context.
 		panic(fmt.Sprintf("capability %s: input schema: %v", name, err))
 	}
 	in.AdditionalProperties = &jsonschema.Schema{Not: &jsonschema.Schema{}}
+	tighten(in)
 	out, err := jsonschema.For[Out](schemaOptions)
 	if err != nil {
 		panic(fmt.Sprintf("capability %s: output schema: %v", name, err))
 	}
+	tighten(out)
 	// A successful call always returns a value, so the output of a pointer
 	// type is an object, never null. MCP requires an output schema whose
 	// root is {"type":"object"}, and clients check it.
@@ -111,12 +113,6 @@ func New[In, Out any](name, description string, scope Scope, h func(ctx context.
 		},
 	}
 }
-
-// schemaOptions derive the schemas: a json.RawMessage is any JSON value
-// (left to itself it would be an array of bytes).
-var schemaOptions = &jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
-	reflect.TypeFor[json.RawMessage](): {},
-}}
 
 // Call decodes args strictly (unknown fields and trailing data are errors),
 // validates them against the input schema and runs the handler.

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -163,6 +164,9 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// under the caps (evicting if need be), before the SDK calls serverFor;
 	// anything else — a client's probe for a newer protocol, which the SDK
 	// refuses — gets a server for this request only.
+	if refuseModernDiscover(w, r) {
+		return
+	}
 	var p *pin
 	admitted := opensSession(r)
 	if admitted {
@@ -206,7 +210,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // initialize, in the protocols that keep sessions (before 2026-07-28). It
 // reads the body (at most the SDK's limit) and puts it back.
 func opensSession(r *http.Request) bool {
-	if v := r.Header.Get("Mcp-Protocol-Version"); v >= "2026-07-28" {
+	if v := r.Header.Get("Mcp-Protocol-Version"); v >= modernVersion {
 		return false
 	}
 	if r.Body == nil {
@@ -233,6 +237,53 @@ func opensSession(r *http.Request) bool {
 		}
 	}
 	return false
+}
+
+// modernVersion is the first protocol version without sessions
+// (2026-07-28): the SDK's stateful streamable HTTP transport, which keeps
+// the sessions this handler pins callers to, does not serve it.
+const modernVersion = "2026-07-28"
+
+// refuseModernDiscover answers a server/discover probe made at a protocol
+// version this transport does not serve with the error the specification
+// wants for it (UnsupportedProtocolVersionError, -32022, naming the versions
+// it does serve), and reports whether it did. The SDK would instead answer
+// the probe with a success whose supportedVersions leaves the probed version
+// out (go-sdk issue #1025), and a client that reads that success as "yes"
+// (mark3labs/mcp-go v1.2.1) goes on to send 2026-07-28 requests that all
+// fail; on this error it falls back to initialize, as the spec says.
+func refuseModernDiscover(w http.ResponseWriter, r *http.Request) bool {
+	v := r.Header.Get("Mcp-Protocol-Version")
+	if v < modernVersion || r.Body == nil {
+		return false
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, mcp.DefaultMaxRequestBodyBytes+1))
+	r.Body.Close()
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	if err != nil || json.Unmarshal(b, &msg) != nil || msg.Method != "server/discover" || len(msg.ID) == 0 {
+		return false
+	}
+	var supported []string
+	for _, sv := range mcp.SupportedProtocolVersions() {
+		if sv < modernVersion {
+			supported = append(supported, sv)
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	json.NewEncoder(w).Encode(map[string]any{
+		"jsonrpc": "2.0", "id": msg.ID,
+		"error": map[string]any{
+			"code":    mcp.CodeUnsupportedProtocolVersion,
+			"message": "protocol version " + strconv.Quote(v) + " is not supported over this transport (it keeps sessions): initialize with one of the supported versions",
+			"data":    mcp.UnsupportedProtocolVersionData{Supported: supported, Requested: v},
+		},
+	})
+	return true
 }
 
 // admit makes room for a new session of caller and holds it, busy, until

@@ -96,6 +96,7 @@ type tool struct {
 	ctl    *controller.Controller
 	name   string
 	caller controller.Caller
+	cap    *capability.Capability
 	output *jsonschema.Resolved // nil when the schema cannot be resolved
 	opts   Options
 }
@@ -114,7 +115,7 @@ func newServer(ctl *controller.Controller, caller controller.Caller, opts Option
 			"persistent terminals (terminal_exec) in isolated sessions. The help tool is a short guide.",
 	})
 	for _, c := range ctl.Registry().List() {
-		t := &tool{ctl: ctl, name: c.Name, caller: caller, opts: opts}
+		t := &tool{ctl: ctl, name: c.Name, caller: caller, cap: c, opts: opts}
 		if r, err := c.OutputSchema.Resolve(nil); err == nil {
 			t.output = r
 		} else {
@@ -149,7 +150,8 @@ func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	if err != nil {
 		return errorResult(controller.Classify(err)), nil
 	}
-	structured, err := json.Marshal(reply.Output)
+	// The output as its schema says it: a nil list is [], not null.
+	structured, err := t.cap.Structured(reply.Output)
 	if err == nil && t.output != nil {
 		err = validate(t.output, structured)
 	}

@@ -335,10 +335,16 @@ func TestHTTPAuth(t *testing.T) {
 	}
 }
 
-// A client that cancels its call kills the run's processes; the session
-// goes on.
+// A client that cancels its call kills the run's processes; the call is
+// audited and counted as canceled, not ok; the session goes on.
 func TestCancelKillsTheRun(t *testing.T) {
 	a := newApp(t)
+	finished := make(chan controller.Record, 16)
+	a.Controller.Observe(func(_ context.Context, r *controller.Record) {
+		if r.Capability == "run_code" {
+			finished <- *r
+		}
+	})
 	var progress atomic.Pointer[chan struct{}]
 	opts := &mcp.ClientOptions{ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
 		if ch := progress.Load(); ch != nil {
@@ -411,9 +417,48 @@ func TestCancelKillsTheRun(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("the run's process %d is still alive 30 s after the cancel (%v)", host, err)
 	}
+	// The server finishes the canceled call after the client gave up on it.
+	if r := <-finished; r.Outcome != controller.OutcomeCanceled || r.Caller.Path != "mcp" {
+		t.Fatalf("the canceled call finished as %q (path %q)", r.Outcome, r.Caller.Path)
+	}
+	checkCanceledRecorded(t, a, cs)
 
 	if o, err := callTool(t, cs, "run_code", map[string]any{"code": "echo after", "lang": "shell"}); err != nil || o.IsError || !strings.Contains(o.text(), "after") {
 		t.Fatalf("the next call: %v %+v", err, o)
+	}
+}
+
+// checkCanceledRecorded reads the audit log over MCP and scrapes /metrics:
+// the one run_code call so far was canceled.
+func checkCanceledRecorded(t *testing.T, a *app.App, cs *mcp.ClientSession) {
+	t.Helper()
+	o, err := callTool(t, cs, "get_audit_log", map[string]any{"capability": "run_code"})
+	if err != nil || o.IsError {
+		t.Fatalf("get_audit_log: %v %+v", err, o)
+	}
+	entries, _ := o.Structured["entries"].([]any)
+	if len(entries) != 1 {
+		t.Fatalf("audit entries for run_code: %v", entries)
+	}
+	if e := entries[0].(map[string]any); e["outcome"] != "canceled" || e["path"] != "mcp" {
+		t.Fatalf("the canceled call is audited as %v", e)
+	}
+	srv := httptest.NewServer(a.Metrics.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var lines []string
+	for _, l := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(l, "quro_calls_total{") && strings.Contains(l, `capability="run_code"`) {
+			lines = append(lines, l)
+		}
+	}
+	if want := `quro_calls_total{capability="run_code",outcome="canceled",path="mcp"} 1`; len(lines) != 1 || lines[0] != want {
+		t.Fatalf("metrics for run_code: %q, want %q", lines, want)
 	}
 }
 
