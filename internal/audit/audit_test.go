@@ -32,6 +32,8 @@ func TestSummarizeLeavesSecretsOut(t *testing.T) {
 		{`{"args":[1, 2]}`, `args=<6 bytes>`, ""},
 		{`{"code":"print('a\u003cb')\nx"}`, `code="print('a<b') …(14 bytes)"`, ""},
 		{`{"name":"tab\there\u2028\u0000"}`, `name="tab\there\u2028\u0000"`, ""},
+		// A terminal escape stays escaped: the log is read on terminals.
+		{`{"command":"echo \u001b[2J\u001b]0;pwned\u0007"}`, `command="echo \u001b[2J\u001b]0;pwned\u0007"`, "\x1b"},
 		{`{}`, ``, ""},
 		{``, ``, ""},
 		{`[1,2]`, `(5 bytes, not a JSON object)`, ""},
