@@ -109,28 +109,20 @@ func (g *globals) options(log *slog.Logger) app.Options {
 
 // extractionProgress shows the one-time preparation of the embedded Python
 // (extraction and byte-compiling, on the first run on a data directory) on
-// stderr: on a terminal as one line updated in place, otherwise a line per
-// stage.
+// stderr when it is a terminal, as one line updated in place. Elsewhere
+// stderr stays the program's alone (scripts check it is empty).
 func extractionProgress(w io.Writer) func(msg string) {
 	f, ok := w.(*os.File)
-	tty := ok && term.IsTerminal(int(f.Fd()))
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return nil
+	}
 	var mu sync.Mutex
-	last := ""
 	return func(msg string) {
 		mu.Lock()
 		defer mu.Unlock()
-		stage := strings.TrimRight(msg, "0123456789% ")
-		switch {
-		case tty:
-			fmt.Fprintf(w, "\r\033[Kquro: %s", msg)
-			if strings.Contains(msg, "ready") {
-				fmt.Fprintln(w)
-			}
-		case strings.Contains(msg, "ready"):
-			fmt.Fprintf(w, "quro: %s\n", msg)
-		case stage != last:
-			fmt.Fprintf(w, "quro: %s…\n", stage)
+		fmt.Fprintf(f, "\r\033[Kquro: %s", msg)
+		if strings.Contains(msg, "ready (") {
+			fmt.Fprintln(f)
 		}
-		last = stage
 	}
 }
