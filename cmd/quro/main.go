@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -101,29 +103,25 @@ func (g *globals) options(log *slog.Logger) app.Options {
 	return app.Options{DataDir: g.dataDir, Logger: log,
 		Run:     &runcode.Options{MaxStdout: g.maxStdout, MaxStderr: g.maxStderr},
 		Sandbox: &sandbox.Options{Isolation: g.isolation},
-		Python:  &python.EmbeddedOptions{Progress: extractionProgress(g.stderr)},
+		Python:  &python.EmbeddedOptions{Status: extractionProgress(g.stderr)},
 	}
 }
 
-// extractionProgress shows the first extraction of the embedded Python on
-// a terminal (it happens once per data directory).
-func extractionProgress(w io.Writer) func(done, total int64) {
+// extractionProgress shows the one-time preparation of the embedded Python
+// (extraction and byte-compiling, on the first run on a data directory) on
+// stderr when it is a terminal, as one line updated in place. Elsewhere
+// stderr stays the program's alone (scripts check it is empty).
+func extractionProgress(w io.Writer) func(msg string) {
 	f, ok := w.(*os.File)
 	if !ok || !term.IsTerminal(int(f.Fd())) {
 		return nil
 	}
-	last := -1
-	return func(done, total int64) {
-		if total <= 0 {
-			return
-		}
-		pct := int(done * 100 / total)
-		if pct == last {
-			return
-		}
-		last = pct
-		fmt.Fprintf(f, "\rquro: extracting the embedded Python (once) %3d%%", pct)
-		if done >= total {
+	var mu sync.Mutex
+	return func(msg string) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(f, "\r\033[Kquro: %s", msg)
+		if strings.Contains(msg, "ready (") {
 			fmt.Fprintln(f)
 		}
 	}

@@ -325,5 +325,6 @@ func (a *App) createProject(ctx context.Context, in CreateProjectInput) (*Projec
 	if err != nil {
 		return nil, fileError(err)
 	}
+	p.InSession(sess.ID)
 	return &ProjectCreated{Session: sess.ID, Project: *p}, nil
 }

@@ -203,14 +203,19 @@ func TestFileAPIRefusals(t *testing.T) {
 	}
 }
 
-// Each template, created and then run exactly as its result says.
+// Each template, created in a session other than the default and then run
+// exactly as its result says: the calls name that session (the project's
+// files exist only in its workspace), so they work copied as they are.
 func TestCreateProjectRuns(t *testing.T) {
 	a := newApp(t, nil)
 	_, nodeErr := a.Sandbox.LookPath("node")
+	if _, err := call(t, a, "create_session", CreateSessionInput{Name: "projects"}); err != nil {
+		t.Fatal(err)
+	}
 	for _, tmpl := range []string{"python", "node", "shell"} {
 		t.Run(tmpl, func(t *testing.T) {
 			name := "proj-" + tmpl
-			reply, err := call(t, a, "create_project", CreateProjectInput{Template: tmpl, Name: name})
+			reply, err := call(t, a, "create_project", CreateProjectInput{Session: "projects", Template: tmpl, Name: name})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -218,7 +223,13 @@ func TestCreateProjectRuns(t *testing.T) {
 			if p.Path != name || len(p.Run) == 0 || !strings.Contains(reply.Text, "run it with") || !strings.Contains(reply.Text, " && ") {
 				t.Fatalf("%+v\n%s", p, reply.Text)
 			}
+			if n := strings.Count(reply.Text, `"session":"`+p.Session+`"`); n != len(p.Run) {
+				t.Fatalf("%d of %d hints name session %s:\n%s", n, len(p.Run), p.Session, reply.Text)
+			}
 			for _, r := range p.Run {
+				if r.Args["session"] != p.Session {
+					t.Fatalf("%s %v: not in session %s", r.Capability, r.Args, p.Session)
+				}
 				if strings.Contains(r.What, "node") && strings.HasPrefix(r.Capability, "terminal") && nodeErr != nil {
 					t.Logf("skipped %q: no node in the sandbox", r.What)
 					continue
@@ -245,7 +256,7 @@ func TestCreateProjectRuns(t *testing.T) {
 				}
 			}
 			// A second time is refused: the directory is no longer empty.
-			_, err = call(t, a, "create_project", CreateProjectInput{Template: tmpl, Name: name})
+			_, err = call(t, a, "create_project", CreateProjectInput{Session: "projects", Template: tmpl, Name: name})
 			var ce *capability.Error
 			if !errors.As(err, &ce) || ce.Code != capability.AlreadyExists {
 				t.Fatalf("%v", err)
@@ -253,10 +264,10 @@ func TestCreateProjectRuns(t *testing.T) {
 		})
 	}
 	// The brief ways too: exec() in the session's Python and run_code shell.
-	if res := runCode(t, a, RunCodeInput{Code: "exec(open('proj-python/main.py').read())"}); !strings.Contains(res.Stdout, "Hello, proj-python!") {
+	if res := runCode(t, a, RunCodeInput{Session: "projects", Code: "exec(open('proj-python/main.py').read())"}); !strings.Contains(res.Stdout, "Hello, proj-python!") {
 		t.Errorf("%+v", res)
 	}
-	if res := runShell(t, a, "sh proj-shell/run.sh && python3 proj-python/main.py"); res.Stdout != "Hello, proj-shell!\nHello, proj-python!\n" {
+	if res := runCode(t, a, RunCodeInput{Session: "projects", Lang: "sh", Code: "sh proj-shell/run.sh && python3 proj-python/main.py"}); res.Stdout != "Hello, proj-shell!\nHello, proj-python!\n" {
 		t.Errorf("%+v", res)
 	}
 }

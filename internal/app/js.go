@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
@@ -80,7 +81,13 @@ func (a *App) runJSEntry(ctx context.Context, ref, path string, timeoutMS int64,
 	if err != nil {
 		return nil, capability.Errorf(capability.InvalidArgument, "%v", err)
 	}
-	return a.Runner.Run(ctx, runcode.Input{
+	res, err := a.Runner.Run(ctx, runcode.Input{
 		Code: src, Lang: "js", Session: sess, Timeout: time.Duration(timeoutMS) * time.Millisecond,
 	})
+	// The entry line is JavaScript whatever the file; the result says what
+	// the file was written in (its TypeScript is transpiled on require).
+	if err == nil && (strings.HasSuffix(rel, ".ts") || strings.HasSuffix(rel, ".mts") || strings.HasSuffix(rel, ".cts")) {
+		res.Lang = "ts"
+	}
+	return res, err
 }

@@ -7,6 +7,7 @@ package audit
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -223,28 +224,55 @@ func Summarize(args json.RawMessage) string {
 		}
 		b.WriteString(bounded(k, 32))
 		b.WriteString("=")
-		b.WriteString(summarizeValue(strings.ToLower(k), m[k]))
+		b.WriteString(summarizeValue(strings.ToLower(k), m[k], base64Encoded(m["encoding"])))
 	}
 	return bounded(b.String(), 1024)
 }
 
-func summarizeValue(key string, raw json.RawMessage) string {
+// base64Encoded says whether a call's encoding argument is base64 (as
+// write_file's), so that its content's size is that of the decoded bytes.
+func base64Encoded(raw json.RawMessage) bool {
+	var s string
+	return raw != nil && json.Unmarshal(raw, &s) == nil && strings.EqualFold(s, "base64")
+}
+
+// size is the byte size of a value as the caller meant it: a string's
+// decoded text (or, b64, the bytes its base64 stands for), not its JSON
+// encoding with quotes and escapes; anything else its JSON.
+func size(raw json.RawMessage, b64 bool) int {
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return len(strings.TrimSpace(string(raw)))
+	}
+	if b64 {
+		if b, err := base64.StdEncoding.DecodeString(s); err == nil {
+			return len(b)
+		}
+	}
+	return len(s)
+}
+
+func summarizeValue(key string, raw json.RawMessage, b64 bool) string {
 	if key == "env" {
 		// Environment variables: the names (what was set or unset matters
 		// to whoever reads the log), never the values.
 		var vars map[string]json.RawMessage
 		if json.Unmarshal(raw, &vars) == nil && vars != nil {
 			names := make([]string, 0, len(vars))
-			for k := range vars {
+			n := 0
+			for k, v := range vars {
 				names = append(names, quote(bounded(k, 64)))
+				if strings.TrimSpace(string(v)) != "null" { // null unsets
+					n += size(v, false)
+				}
 			}
 			sort.Strings(names)
-			return fmt.Sprintf("names[%s] <values redacted, %d bytes>", strings.Join(names, ","), len(raw))
+			return fmt.Sprintf("names[%s] <values redacted, %d bytes>", strings.Join(names, ","), n)
 		}
 	}
 	for _, s := range secretKeys {
 		if strings.Contains(key, s) {
-			return fmt.Sprintf("<%d bytes>", len(raw))
+			return fmt.Sprintf("<%d bytes>", size(raw, b64 && key == "content"))
 		}
 	}
 	var s string
@@ -269,7 +297,16 @@ func summarizeValue(key string, raw json.RawMessage) string {
 	return quote(bounded(s, 120))
 }
 
-func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
+// quote makes s one double-quoted line: quotes, backslashes and control
+// characters escaped, but <, > and & as written (json.Marshal's HTML
+// escapes would show `a \u003e b` for `a > b`).
+func quote(s string) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(s)
+	return strings.TrimSuffix(b.String(), "\n")
+}
 
 // bounded cuts s to at most n bytes on a rune boundary, marking the cut.
 func bounded(s string, n int) string {

@@ -17,12 +17,23 @@ import (
 func TestSummarizeLeavesSecretsOut(t *testing.T) {
 	for _, tc := range []struct{ args, want, never string }{
 		{`{"code":"print(1)\nprint('secret-ish')","lang":"py"}`, `code="print(1) …(28 bytes)" lang="py"`, "secret-ish"},
-		{`{"session":"s1","env":{"API_KEY":"hunter2"}}`, `env=names["API_KEY"] <values redacted, 21 bytes> session="s1"`, "hunter2"},
-		{`{"env":{"LD_PRELOAD":"/w/x.so","OLD":null}}`, `env=names["LD_PRELOAD","OLD"] <values redacted, 35 bytes>`, "x.so"},
-		{`{"env":"LD_PRELOAD=/w/x.so"}`, `env=<20 bytes>`, "x.so"},
-		{`{"session":"s1","path":"a.txt","content":"TOPSECRET"}`, `content=<11 bytes> path="a.txt" session="s1"`, "TOPSECRET"},
-		{`{"session":"s","data":"pass\n"}`, `data=<8 bytes> session="s"`, "pass"},
+		{`{"session":"s1","env":{"API_KEY":"hunter2"}}`, `env=names["API_KEY"] <values redacted, 7 bytes> session="s1"`, "hunter2"},
+		{`{"env":{"LD_PRELOAD":"/w/x.so","OLD":null}}`, `env=names["LD_PRELOAD","OLD"] <values redacted, 7 bytes>`, "x.so"},
+		{`{"env":"LD_PRELOAD=/w/x.so"}`, `env=<18 bytes>`, "x.so"},
+		{`{"session":"s1","path":"a.txt","content":"TOPSECRET"}`, `content=<9 bytes> path="a.txt" session="s1"`, "TOPSECRET"},
+		{`{"session":"s","data":"pass\n"}`, `data=<5 bytes> session="s"`, "pass"},
 		{`{"timeout_ms":500}`, `timeout_ms=500`, ""},
+		// Text as written, not HTML-escaped; sizes of the content, not its JSON.
+		{`{"command":"ls -l > out.txt && cat <in"}`, `command="ls -l > out.txt && cat <in"`, `\u003e`},
+		{`{"path":"notes/a&b.txt","content":"hello\n"}`, `content=<6 bytes> path="notes/a&b.txt"`, `\u0026`},
+		{`{"path":"é.txt","content":"é\u00e9\"\\"}`, `content=<6 bytes> path="é.txt"`, ""},
+		{`{"content":"aGVsbG8K","encoding":"base64"}`, `content=<6 bytes> encoding="base64"`, ""},
+		{`{"content":"not base64!","encoding":"base64"}`, `content=<11 bytes> encoding="base64"`, ""},
+		{`{"args":[1, 2]}`, `args=<6 bytes>`, ""},
+		{`{"code":"print('a\u003cb')\nx"}`, `code="print('a<b') …(14 bytes)"`, ""},
+		{`{"name":"tab\there\u2028\u0000"}`, `name="tab\there\u2028\u0000"`, ""},
+		// A terminal escape stays escaped: the log is read on terminals.
+		{`{"command":"echo \u001b[2J\u001b]0;pwned\u0007"}`, `command="echo \u001b[2J\u001b]0;pwned\u0007"`, "\x1b"},
 		{`{}`, ``, ""},
 		{``, ``, ""},
 		{`[1,2]`, `(5 bytes, not a JSON object)`, ""},

@@ -177,6 +177,21 @@ func Create(w *workspace.FS, tmpl, name string) (*Project, error) {
 	return p, nil
 }
 
+// InSession puts the session into every run's arguments, so that each call
+// runs the project where it was created even when copied by a client whose
+// default session is another one (the capabilities' session argument
+// defaults to the default session).
+func (p *Project) InSession(session string) {
+	for i, r := range p.Run {
+		args := make(map[string]any, len(r.Args)+1)
+		for k, v := range r.Args {
+			args[k] = v
+		}
+		args["session"] = session
+		p.Run[i].Args = args
+	}
+}
+
 // fill puts the project's name into a template file: __NAME__ is the name
 // as given, __PKG__ its last part in lower case (an npm package name).
 func fill(b []byte, name string) []byte {

@@ -100,3 +100,28 @@ func TestCreateRefusals(t *testing.T) {
 		t.Fatalf("created outside: %v", ents)
 	}
 }
+
+// The runs name the session they were created in, without touching the
+// template's own argument maps (shared by every Create).
+func TestInSession(t *testing.T) {
+	w, _ := open(t)
+	p, err := Create(w, "node", "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.InSession("s-1")
+	for _, r := range p.Run {
+		if r.Args["session"] != "s-1" {
+			t.Fatalf("%+v", r)
+		}
+	}
+	q, err := Create(w, "node", "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range q.Run {
+		if _, ok := r.Args["session"]; ok {
+			t.Fatalf("a fresh project inherited a session: %+v", r)
+		}
+	}
+}

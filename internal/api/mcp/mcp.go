@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/progress"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/version"
 )
@@ -143,7 +145,11 @@ func annotations(c *capability.Capability) *mcp.ToolAnnotations {
 
 func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
-		stop := t.progress(ctx, req.Session, tok)
+		// What the call reports (the first run's preparation of the
+		// embedded Python) goes into the next notification.
+		var latest atomic.Pointer[string]
+		ctx = progress.With(ctx, func(msg string) { latest.Store(&msg) })
+		stop := t.progress(ctx, req.Session, tok, &latest)
 		defer stop()
 	}
 	reply, err := t.ctl.Call(ctx, t.caller, t.name, req.Params.Arguments)
@@ -230,7 +236,7 @@ func artifactURI(session, name string) string {
 // progress tells the client every ProgressEvery that the call still runs,
 // until the returned stop is called; stop returns once no notification can
 // follow, so none arrives after the result.
-func (t *tool) progress(ctx context.Context, ss *mcp.ServerSession, token any) (stop func()) {
+func (t *tool) progress(ctx context.Context, ss *mcp.ServerSession, token any, latest *atomic.Pointer[string]) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -247,10 +253,14 @@ func (t *tool) progress(ctx context.Context, ss *mcp.ServerSession, token any) (
 				return
 			case now := <-tick.C:
 				elapsed := now.Sub(start)
+				msg := fmt.Sprintf("%s running for %s", t.name, elapsed.Round(100*time.Millisecond))
+				if m := latest.Load(); m != nil {
+					msg += ": " + *m
+				}
 				err := ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
 					ProgressToken: token,
 					Progress:      elapsed.Seconds(),
-					Message:       fmt.Sprintf("%s running for %s", t.name, elapsed.Round(100*time.Millisecond)),
+					Message:       msg,
 				})
 				if err != nil && ctx.Err() == nil {
 					t.opts.Logger.Debug("mcp: progress notification failed", "tool", t.name, "err", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/quro-dev/quro/internal/api/rest"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/progress"
 	"github.com/quro-dev/quro/internal/runcode"
 )
 
@@ -23,7 +24,9 @@ const argsTimeout = 30 * time.Second
 
 // ServeStream runs a capability with its output streamed: the client sends
 // the input as the first text message; the server sends output messages as
-// output arrives, then the result (or the error) and closes. The run is
+// output arrives (and progress messages, {"type":"progress","message":...},
+// while a slow first step such as preparing the embedded Python goes on),
+// then the result (or the error) and closes. The run is
 // canceled when the client closes the socket or sends {"type":"cancel"}.
 func (s *Server) ServeStream(w http.ResponseWriter, r *http.Request) {
 	defer s.track()()
@@ -68,6 +71,7 @@ func (s *Server) stream(parent context.Context, c *websocket.Conn, caller contro
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
 	runCtx = runcode.WithOutput(runCtx, q.add)
+	runCtx = progress.With(runCtx, q.setProgress)
 
 	readDone := make(chan struct{})
 	go func() {
@@ -138,6 +142,9 @@ func (s *sender) send(m *message) {
 // flush sends what q holds; at the end it also sends the incomplete
 // UTF-8 kept back from a chunk's end.
 func (s *sender) flush(q *outQueue, end bool) {
+	if msg := q.takeProgress(); msg != "" {
+		s.send(&message{Type: "progress", Message: msg})
+	}
 	chunks, dropped := q.take()
 	if s.carry == nil {
 		s.carry = map[string][]byte{}
@@ -191,6 +198,27 @@ type outQueue struct {
 	dropped int64
 	closed  bool
 	ready   chan struct{}
+	// progress is the latest of what the call reported (the first run's
+	// preparation of the embedded Python), not yet sent.
+	progress string
+}
+
+func (q *outQueue) setProgress(msg string) {
+	q.mu.Lock()
+	q.progress = msg
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (q *outQueue) takeProgress() string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	msg := q.progress
+	q.progress = ""
+	return msg
 }
 
 func (q *outQueue) add(stream string, p []byte) {

@@ -45,7 +45,7 @@ wait
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- compileTree(ctx, fake, dir, dir, dir) }()
+	go func() { done <- compileTree(ctx, fake, dir, dir, dir, 1, func(string, int64, int64) {}) }()
 
 	f, err := os.Open(fifo) // blocks until the script opens it
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quro-dev/quro/internal/progress"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
@@ -35,8 +36,7 @@ type Embedded struct {
 	cancel context.CancelFunc
 
 	prepMu sync.Mutex
-	cfg    *workerConfig
-	inst   *installation
+	prep   *preparation // the latest; replaced when it failed
 
 	mu       sync.Mutex
 	slots    map[string]*slot
@@ -74,13 +74,27 @@ var ErrRootfsSession = errors.New("the rootfs tier answers")
 // Name implements runcode.Engine.
 func (e *Embedded) Name() string { return "python/embedded" }
 
-// Probe extracts the interpreter if needed and checks that a worker starts
-// (it is kept as the spare).
-func (e *Embedded) Probe(ctx context.Context) error { return e.Warm(ctx) }
+// Probe checks that a worker starts (it is kept as the spare). On a data
+// directory where the interpreter is not prepared yet, it starts that in
+// the background and returns nil at once: the preparation takes 10 s or
+// more on a busy machine, and a probe's deadline must neither cut it nor
+// rank this tier as unavailable for the server's life. Runs wait for it,
+// reporting progress (see progress.With).
+func (e *Embedded) Probe(ctx context.Context) error {
+	p := e.preparation()
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return p.err
+		}
+		return e.Warm(ctx)
+	default:
+		return nil
+	}
+}
 
-// Warm extracts the interpreter (once per data directory; the first time
-// takes a second or two and reports to the Progress option) and starts the
-// spare worker, waiting until it is ready.
+// Warm extracts the interpreter (once per data directory; see prepare) and
+// starts the spare worker, waiting until it is ready.
 func (e *Embedded) Warm(ctx context.Context) error {
 	if _, err := e.prepare(ctx); err != nil {
 		return err
@@ -113,37 +127,173 @@ func (e *Embedded) Installed(ctx context.Context) (dir string, extracted bool, e
 	if _, err := e.prepare(ctx); err != nil {
 		return "", false, err
 	}
-	return e.inst.Dir, e.inst.Extracted, nil
+	p := e.preparation()
+	return p.inst.Dir, p.inst.Extracted, nil
 }
 
-func (e *Embedded) prepare(ctx context.Context) (*workerConfig, error) {
+// preparation is the one-time work before the first worker: extracting the
+// interpreter into the data directory (once per directory, under a flock
+// shared with other quro processes) and byte-compiling it. It runs once per
+// engine, in the background, for every caller: whoever arrives while it
+// runs waits for the same one and is told its progress.
+type preparation struct {
+	done chan struct{} // closed when cfg, inst and err are set
+	cfg  *workerConfig
+	inst *installation
+	err  error
+
+	mu    sync.Mutex
+	msg   string // the latest progress message
+	next  int
+	subs  map[int]func(string)
+	start time.Time
+}
+
+// preparing is the start of every progress message.
+const preparing = "preparing the embedded Python (first run on this data directory): "
+
+// step turns the extraction's steps into messages, one per percent.
+func (p *preparation) step(report func(string)) Step {
+	var last string
+	return func(stage string, done, total int64) {
+		msg := preparing + stage
+		if total > 0 {
+			msg += fmt.Sprintf(" %d%%", done*100/total)
+		}
+		if msg == last {
+			return
+		}
+		last = msg
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.msg = msg
+		for _, f := range p.subs {
+			f(msg)
+		}
+		if report != nil {
+			report(msg)
+		}
+	}
+}
+
+// subscribe sends f the progress from now on (the latest message at once);
+// after the returned cancel, f is not called again.
+func (p *preparation) subscribe(f func(string)) (cancel func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.subs == nil {
+		p.subs = map[int]func(string){}
+	}
+	id := p.next
+	p.next++
+	p.subs[id] = f
+	if p.msg != "" {
+		f(p.msg)
+	}
+	return func() {
+		p.mu.Lock()
+		delete(p.subs, id)
+		p.mu.Unlock()
+	}
+}
+
+// preparation returns the engine's preparation, starting it when none ran
+// yet or the last one failed.
+func (e *Embedded) preparation() *preparation {
 	e.prepMu.Lock()
 	defer e.prepMu.Unlock()
-	if e.cfg != nil {
-		return e.cfg, nil
+	if p := e.prep; p != nil {
+		select {
+		case <-p.done:
+			if p.err == nil {
+				return p
+			}
+		default:
+			return p
+		}
 	}
+	p := &preparation{done: make(chan struct{}), start: time.Now()}
+	e.prep = p
+	e.mu.Lock()
+	closed := e.closed
+	if !closed {
+		e.wg.Add(1)
+	}
+	e.mu.Unlock()
+	if closed {
+		p.err = errors.New("the embedded Python engine is closed")
+		close(p.done)
+		return p
+	}
+	go func() {
+		defer e.wg.Done()
+		p.cfg, p.inst, p.err = e.prepareOnce(e.ctx, p)
+		if p.err == nil && p.inst.Extracted {
+			p.step(e.opts.Status)(fmt.Sprintf("ready (%.1f s)", time.Since(p.start).Seconds()), 0, 0)
+		}
+		close(p.done)
+		if p.err == nil && !e.opts.NoSpare {
+			e.fillSpare()
+		}
+	}()
+	return p
+}
+
+// prepare waits for the engine's preparation (see preparation), or for
+// ctx; meanwhile its progress goes to ctx's progress reporter.
+func (e *Embedded) prepare(ctx context.Context) (*workerConfig, error) {
+	p := e.preparation()
+	select {
+	case <-p.done:
+		return p.cfg, p.err
+	default:
+	}
+	if f := progress.From(ctx); f != nil {
+		defer p.subscribe(f)()
+	}
+	select {
+	case <-p.done:
+		return p.cfg, p.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", errPreparing, ctx.Err())
+	}
+}
+
+// errPreparing is a run that ended while the interpreter was still being
+// prepared.
+var errPreparing = errors.New("the embedded Python is still being prepared (extracted and byte-compiled, once per data directory; it goes on in the background)")
+
+func (e *Embedded) prepareOnce(ctx context.Context, p *preparation) (*workerConfig, *installation, error) {
 	root := e.opts.InstallRoot
 	if root == "" {
 		root = e.dataDir
 	}
-	inst, err := ensureInstalled(ctx, root, e.opts.Progress)
+	step := p.step(e.opts.Status)
+	if e.opts.Progress != nil {
+		status := step
+		step = func(stage string, done, total int64) {
+			if stage == stepExtracting {
+				e.opts.Progress(done, total)
+			}
+			status(stage, done, total)
+		}
+	}
+	inst, err := ensureInstalled(ctx, root, step)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	wdir, err := installWorker(ctx, inst, workerSource)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	spare := filepath.Join(e.dataDir, "python", "spare")
 	if err := os.MkdirAll(spare, 0o755); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	e.inst = inst
 	e.mu.Lock()
 	e.spareDir = spare
 	e.mu.Unlock()
-	e.cfg = &workerConfig{python: inst.Python, root: inst.Dir, workerDir: wdir, limits: e.opts.Limits, drain: e.opts.DrainGrace}
-	return e.cfg, nil
+	return &workerConfig{python: inst.Python, root: inst.Dir, workerDir: wdir, limits: e.opts.Limits, drain: e.opts.DrainGrace}, inst, nil
 }
 
 // start starts a worker bound to sess (nil: a spare).
@@ -238,7 +388,12 @@ func (e *Embedded) Run(ctx context.Context, req *runcode.Request) (*runcode.Resu
 		// rootfs tier answers, not the interpreter shipped in quro.
 		return nil, fmt.Errorf("session runs on rootfs %q: %w", req.Session.Rootfs, ErrRootfsSession)
 	}
-	if _, err := e.prepare(ctx); err != nil {
+	if _, err := e.prepare(ctx); errors.Is(err, errPreparing) {
+		// Not an engine failure for the next tier to answer: the run
+		// did not start, and a retry will find the interpreter ready.
+		return &runcode.Result{ExitCode: -1, TimedOut: errors.Is(err, context.DeadlineExceeded),
+			Error: err.Error() + "; this run did not start: run it again in a few seconds"}, nil
+	} else if err != nil {
 		return nil, err
 	}
 	s, err := e.slot(req.Session.ID)

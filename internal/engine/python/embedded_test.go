@@ -425,7 +425,8 @@ class Plain:
     def __repr__(self): return "Plain()"
 display(H(), S(), P(), Plain())
 H()`
-	r := run(t, testEng, newSession(t), code, 0)
+	s := newSession(t)
+	r := run(t, testEng, s, code, 0)
 	if r.ExitCode != 0 {
 		t.Fatalf("err %q", r.err)
 	}
@@ -444,8 +445,13 @@ H()`
 			t.Errorf("artifact %d: %+v, want %+v", i, a, w)
 		}
 	}
-	if !strings.HasPrefix(r.out, "Plain()\n") {
-		t.Errorf("plain objects are printed: %q", r.out)
+	// The trailing H() is shown once, as its artifact: no text repr too.
+	if r.out != "Plain()\n" {
+		t.Errorf("plain objects are printed, rich ones not: %q", r.out)
+	}
+	// It is still _ for the next run, as a REPL's value.
+	if r = run(t, testEng, s, "type(_).__name__", 0); r.out != "'H'\n" || len(r.Artifacts) != 0 {
+		t.Errorf("_ after a rich value: %q %+v", r.out, r.Artifacts)
 	}
 }
 

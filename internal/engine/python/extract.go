@@ -3,6 +3,7 @@
 package python
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/rand"
@@ -51,8 +52,17 @@ type manifestEntry struct {
 	Compressed bool        `json:"compressed,omitempty"`
 }
 
-// Progress reports extraction progress: done of total bytes written.
-type Progress func(done, total int64)
+// Step reports how the one-time preparation of the interpreter goes:
+// stage stepWaiting (for another process preparing it; done and total 0),
+// stepExtracting (done of total bytes written) or stepCompiling (done of
+// total standard-library modules byte-compiled).
+type Step func(stage string, done, total int64)
+
+const (
+	stepWaiting    = "waiting for another quro process preparing it"
+	stepExtracting = "extracting"
+	stepCompiling  = "compiling the standard library"
+)
 
 // installation is an extracted interpreter tree.
 type installation struct {
@@ -124,7 +134,10 @@ var srcdirVersion = regexp.MustCompile(`(?m)^abs_srcdir=\s*\S*/Python-([0-9]+\.[
 // extracting it first when it is missing, from another version, or damaged.
 // It holds an exclusive flock on dataDir/python/.lock meanwhile, so that
 // several quro processes sharing a data directory extract it once.
-func ensureInstalled(ctx context.Context, dataDir string, progress Progress) (*installation, error) {
+func ensureInstalled(ctx context.Context, dataDir string, step Step) (*installation, error) {
+	if step == nil {
+		step = func(string, int64, int64) {}
+	}
 	m, err := readManifest()
 	if err != nil {
 		return nil, err
@@ -148,7 +161,7 @@ func ensureInstalled(ctx context.Context, dataDir string, progress Progress) (*i
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, fmt.Errorf("python data directory: %w", err)
 	}
-	unlock, err := lockFile(filepath.Join(root, ".lock"))
+	unlock, err := lockFile(filepath.Join(root, ".lock"), func() { step(stepWaiting, 0, 0) })
 	if err != nil {
 		return nil, err
 	}
@@ -164,12 +177,12 @@ func ensureInstalled(ctx context.Context, dataDir string, progress Progress) (*i
 		}
 	}
 	tmp := filepath.Join(root, ".extract-"+randomHex(6))
-	if err := extractTree(ctx, tmp, m, progress); err != nil {
+	if err := extractTree(ctx, tmp, m, step); err != nil {
 		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("extracting the embedded interpreter: %w", err)
 	}
 	tmpPython := filepath.Join(tmp, "bin", "python"+short)
-	if err := compileTree(ctx, tmpPython, filepath.Join(tmp, "lib", "python"+short), tmp, inst.Dir); err != nil {
+	if err := compileTree(ctx, tmpPython, filepath.Join(tmp, "lib", "python"+short), tmp, inst.Dir, compiledModules(m, short), step); err != nil {
 		os.RemoveAll(tmp)
 		return nil, err
 	}
@@ -231,7 +244,7 @@ func intact(dir string, m *manifest) error {
 
 // extractTree writes the embedded tree into dir (which must not exist),
 // keeping symlinks as links.
-func extractTree(ctx context.Context, dir string, m *manifest, progress Progress) error {
+func extractTree(ctx context.Context, dir string, m *manifest, step Step) error {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return err
 	}
@@ -241,9 +254,7 @@ func extractTree(ctx context.Context, dir string, m *manifest, progress Progress
 			total += e.Size
 		}
 	}
-	if progress != nil {
-		progress(0, total)
-	}
+	step(stepExtracting, 0, total)
 	for _, e := range m.Files {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -271,9 +282,7 @@ func extractTree(ctx context.Context, dir string, m *manifest, progress Progress
 			if err != nil {
 				return err
 			}
-			if progress != nil {
-				progress(done, total)
-			}
+			step(stepExtracting, done, total)
 		}
 	}
 	return nil
@@ -313,18 +322,46 @@ func extractFile(path string, e manifestEntry) (int64, error) {
 	return n, err
 }
 
+// noCompile matches the standard-library paths compileTree skips: GUI and
+// packaging modules that code in a box never imports (no display, no
+// ensurepip: packages come through the install scope) and tests. They
+// still work, compiled on import as without a cache.
+var noCompile = regexp.MustCompile(`/(tkinter|turtledemo|idlelib|lib2to3|ensurepip|test|tests|idle_test)/|/turtle\.py$`)
+
+// compiledModules counts the .py files compileTree compiles: the total of
+// its progress.
+func compiledModules(m *manifest, short string) int64 {
+	var n int64
+	lib := "lib/python" + short + "/"
+	for _, e := range m.Files {
+		if e.Mode.IsRegular() && strings.HasPrefix(e.Name, lib) && strings.HasSuffix(e.Name, ".py") && !noCompile.MatchString("/"+e.Name) {
+			n++
+		}
+	}
+	return n
+}
+
 // compileTree byte-compiles the standard library once, so that a fresh
 // interpreter does not spend ~100 ms compiling what it imports (the
 // archive ships without .pyc). Paths recorded in the .pyc files are those
-// of the final directory, not the temporary one.
-func compileTree(ctx context.Context, python, lib, tmpRoot, finalRoot string) error {
+// of the final directory, not the temporary one. Progress is counted from
+// compileall's "Compiling '...'" lines, of total.
+func compileTree(ctx context.Context, python, lib, tmpRoot, finalRoot string, total int64, step Step) error {
 	// This runs Quro's own interpreter on its own standard library, not user
 	// code, so it does not go through the sandbox.
-	out, err := runHelper(ctx, python, "-I", "-m", "compileall", "-q", "-j", "0",
+	var done int64
+	step(stepCompiling, 0, total)
+	out, err := runHelper(ctx, func(line string) {
+		if strings.HasPrefix(line, "Compiling ") {
+			done++
+			step(stepCompiling, min(done, total), total)
+		}
+	}, python, "-I", "-m", "compileall", "-j", "0", "-x", noCompile.String(),
 		"-s", tmpRoot, "-p", finalRoot, lib)
 	if err != nil {
 		return fmt.Errorf("byte-compiling the standard library: %w: %s", err, strings.TrimSpace(lastLines(string(out), 10)))
 	}
+	step(stepCompiling, total, total)
 	return nil
 }
 
@@ -342,7 +379,9 @@ const helperWaitDelay = 5 * time.Second
 // the run gets a process group of its own, killed as a whole when ctx
 // ends, so no worker outlives it holding the output pipe (which once kept
 // the first run waiting for minutes after the parent alone was killed).
-func runHelper(ctx context.Context, python string, args ...string) ([]byte, error) {
+//
+// Each line of the output goes to onLine as it comes, when set.
+func runHelper(ctx context.Context, onLine func(string), python string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, python, args...)
 	cmd.Env = helperEnv
 	cmd.Dir = "/"
@@ -357,7 +396,10 @@ func runHelper(ctx context.Context, python string, args ...string) ([]byte, erro
 		return err
 	}
 	cmd.WaitDelay = helperWaitDelay
-	out, err := cmd.CombinedOutput()
+	lw := &lineWriter{onLine: onLine}
+	cmd.Stdout, cmd.Stderr = lw, lw // one writer: exec calls it from one goroutine at a time
+	err := cmd.Run()
+	out := lw.buf.Bytes()
 	if err != nil && ctx.Err() != nil {
 		err = fmt.Errorf("%w (%v)", ctx.Err(), err)
 	}
@@ -374,7 +416,7 @@ func installWorker(ctx context.Context, inst *installation, source []byte) (stri
 	if _, err := os.Stat(filepath.Join(dir, completeMarker)); err == nil {
 		return dir, nil
 	}
-	unlock, err := lockFile(filepath.Join(filepath.Dir(inst.Dir), ".lock"))
+	unlock, err := lockFile(filepath.Join(filepath.Dir(inst.Dir), ".lock"), nil)
 	if err != nil {
 		return "", err
 	}
@@ -391,7 +433,7 @@ func installWorker(ctx context.Context, inst *installation, source []byte) (stri
 	if err := os.WriteFile(filepath.Join(tmp, workerModule+".py"), source, 0o644); err != nil {
 		return "", err
 	}
-	if out, err := runHelper(ctx, inst.Python, "-I", "-m", "compileall", "-q", "-s", tmp, "-p", dir, tmp); err != nil {
+	if out, err := runHelper(ctx, nil, inst.Python, "-I", "-m", "compileall", "-q", "-s", tmp, "-p", dir, tmp); err != nil {
 		return "", fmt.Errorf("byte-compiling the worker: %v: %s", err, strings.TrimSpace(lastLines(string(out), 10)))
 	}
 	if err := os.WriteFile(filepath.Join(tmp, completeMarker), []byte("ok\n"), 0o644); err != nil {
@@ -403,11 +445,39 @@ func installWorker(ctx context.Context, inst *installation, source []byte) (stri
 	return dir, nil
 }
 
-// lockFile takes an exclusive flock on path, creating it.
-func lockFile(path string) (func(), error) {
+// lineWriter keeps a helper's output and hands each complete line to
+// onLine.
+type lineWriter struct {
+	buf     bytes.Buffer
+	onLine  func(string)
+	scanned int // bytes of buf already handed out
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.buf.Write(p)
+	if w.onLine == nil {
+		return len(p), nil
+	}
+	for {
+		rest := w.buf.Bytes()[w.scanned:]
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		w.onLine(string(rest[:i]))
+		w.scanned += i + 1
+	}
+}
+
+// lockFile takes an exclusive flock on path, creating it. waiting, if
+// set, is called first when another holds the lock.
+func lockFile(path string, waiting func()) (func(), error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, err
+	}
+	if waiting != nil && errors.Is(unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB), unix.EWOULDBLOCK) {
+		waiting()
 	}
 	for {
 		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)

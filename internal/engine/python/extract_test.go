@@ -19,14 +19,20 @@ func TestExtraction(t *testing.T) {
 	var wg sync.WaitGroup
 	insts := make([]*installation, 2)
 	errs := make([]error, 2)
-	var progressed bool
+	// Each extractor's steps: the stages it reached, whole.
+	finished := make([]map[string]bool, 2)
 	for i := range insts {
 		wg.Add(1)
+		finished[i] = map[string]bool{}
 		go func() {
 			defer wg.Done()
-			insts[i], errs[i] = ensureInstalled(ctx, dir, func(done, total int64) {
-				if done == total && total > 0 {
-					progressed = true
+			insts[i], errs[i] = ensureInstalled(ctx, dir, func(stage string, done, total int64) {
+				if done > total {
+					t.Errorf("%s: %d of %d", stage, done, total)
+				}
+				finished[i][stage] = finished[i][stage] || (done == total && total > 0)
+				if stage == stepWaiting {
+					finished[i][stage] = true
 				}
 			})
 		}()
@@ -40,8 +46,15 @@ func TestExtraction(t *testing.T) {
 	if insts[0].Extracted == insts[1].Extracted || insts[0].Dir != insts[1].Dir {
 		t.Fatalf("want exactly one extraction into one tree: %+v %+v", insts[0], insts[1])
 	}
-	if !progressed {
-		t.Error("no progress reported")
+	// The extractor reported both stages to their end; the other, if it
+	// found the lock held, that it waited, and nothing else.
+	for i, inst := range insts {
+		switch {
+		case inst.Extracted && (!finished[i][stepExtracting] || !finished[i][stepCompiling]):
+			t.Errorf("extractor's progress: %v", finished[i])
+		case !inst.Extracted && (finished[i][stepExtracting] || finished[i][stepCompiling]):
+			t.Errorf("the waiter reported work: %v", finished[i])
+		}
 	}
 	inst := insts[0]
 	if fi, err := os.Lstat(filepath.Join(inst.Dir, "bin", "python3")); err != nil || fi.Mode().Type() != os.ModeSymlink {

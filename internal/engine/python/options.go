@@ -33,6 +33,12 @@ type EmbeddedOptions struct {
 	// Progress, if set, is told how the first extraction of the
 	// interpreter goes (bytes written of the total).
 	Progress func(done, total int64)
+	// Status, if set, is told how the one-time preparation of the
+	// interpreter goes, as lines such as "preparing the embedded Python
+	// (first run on this data directory): compiling the standard library
+	// 40%" (about one a percent), whichever call started it. A call's own
+	// progress reporter (progress.With) gets the same lines while it waits.
+	Status func(msg string)
 }
 
 func (o *EmbeddedOptions) withDefaults(sb *sandbox.Sandbox) EmbeddedOptions {

@@ -454,7 +454,8 @@ def _compile(src, filename):
 
 def _execute(src, filename):
     """Compiles and runs src in the session namespace; the value of a
-    trailing expression goes through sys.displayhook, as in a REPL."""
+    trailing expression is shown: as an artifact when it has a rich form,
+    else through sys.displayhook, as in a REPL."""
     global _running, _interrupted
     code, has_last = _compile(src, filename)
     ns = _main.__dict__
@@ -471,8 +472,13 @@ def _execute(src, filename):
     if has_last:
         value = ns.pop(_LAST, None)
         if value is not None:
-            _rich(value)
-            sys.displayhook(value)
+            # One representation, as Jupyter shows: a value with a rich
+            # form becomes an artifact only; its text repr is printed only
+            # when it has none. Either way it is _ afterwards.
+            if _rich(value):
+                builtins._ = value
+            else:
+                sys.displayhook(value)
 
 
 def _run_coroutine(coro):
