@@ -29,7 +29,7 @@ import (
 // left stale: the file is owned by the CLI's user (or the CLI is root) and
 // writable by nobody else, the pid in it is alive and the same user's, and
 // every socket listening where a connection to the address would land
-// belongs to that user (see findServer).
+// belongs to that user, who also owns the data directory (see findServer).
 
 // ServeMarker is <data>/run/serve.json.
 const ServeMarker = "run/serve.json"
@@ -118,6 +118,9 @@ func findServer(dataDir string) (*liveServer, error) {
 	owner := int(st.Uid)
 	if owner != me && me != 0 {
 		return nil, fmt.Errorf("%s belongs to uid %d, not to you", file, owner)
+	}
+	if dfi, err := os.Stat(dataDir); err != nil || int(dfi.Sys().(*syscall.Stat_t).Uid) != owner {
+		return nil, fmt.Errorf("%s does not belong to the owner of %s", file, dataDir)
 	}
 	if fi.Mode().Perm()&0o022 != 0 {
 		return nil, fmt.Errorf("%s is writable by others (%v)", file, fi.Mode().Perm())
