@@ -103,8 +103,13 @@ func TestCLIThroughTheRunningServer(t *testing.T) {
 	if code != 4 || out != "out\n" || !strings.Contains(errs, "err\n") || !strings.Contains(errs, "exit code 4") {
 		t.Fatalf("sh: %d %q %q", code, out, errs)
 	}
-	if paths := auditPaths(t, srv.data, "run_code"); len(paths) != 3 || strings.Join(paths, ",") != "rest,rest,rest" {
-		t.Fatalf("run_code audit paths %v, want rest ×3", paths)
+	// Settings of an in-process App do not reach the server: it says so.
+	out, errs, code = cli(t, "run", "--data", srv.data, "--max-stdout", "100", "-c", "print(z)")
+	if code != 0 || out != "41\n" || !strings.Contains(errs, "--max-stdout applies in-process only") {
+		t.Fatalf("--max-stdout: %d %q %q", code, out, errs)
+	}
+	if paths := auditPaths(t, srv.data, "run_code"); len(paths) != 4 || strings.Join(paths, ",") != "rest,rest,rest,rest" {
+		t.Fatalf("run_code audit paths %v, want rest ×4", paths)
 	}
 
 	// Sessions: made, listed, given variables and destroyed on the server.
@@ -486,5 +491,28 @@ func TestCallTokenMessages(t *testing.T) {
 	out, errs, code = quro(t, "", "run", "--data", empty, "-c", "print(1)")
 	if code != 1 || !strings.Contains(errs, "--token-file FILE") {
 		t.Fatalf("run: %d %q %q", code, out, errs)
+	}
+}
+
+// TestTermInProcess: without a server quro term runs the terminal itself;
+// Ctrl-] ends it, and the shell's exit status is quro term's.
+func TestTermInProcess(t *testing.T) {
+	data := t.TempDir()
+	cmd, f, r := startTerm(t, 24, 80, "--data", data)
+	r.waitFor(t, `\[quro: session default; Ctrl-\] detaches\]`)
+	f.Write([]byte("echo in-$((40+2))\r"))
+	r.waitFor(t, `in-42`)
+	f.Write([]byte{detachKey})
+	r.waitFor(t, `detached; the in-process terminal ends with this command`)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("quro term after detaching: %v", err)
+	}
+	cmd, f, r = startTerm(t, 24, 80, "--data", data)
+	r.waitFor(t, `\[quro: session default`)
+	f.Write([]byte("exit 5\r"))
+	r.waitFor(t, `the shell exited with status 5`)
+	var ee *exec.ExitError
+	if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 5 {
+		t.Fatalf("quro term exit status: %v, want 5", err)
 	}
 }
