@@ -91,6 +91,7 @@ func auditPaths(t *testing.T, data, capability string) []string {
 // the data directory and never printed.
 func TestCLIThroughTheRunningServer(t *testing.T) {
 	srv := startServer(t)
+	settled(t, srv)
 	if out, errs, code := cli(t, "run", "--data", srv.data, "-c", "z = 41"); code != 0 {
 		t.Fatalf("z = 41: %d %q %q", code, out, errs)
 	}
@@ -396,6 +397,7 @@ func startTerm(t *testing.T, rows, cols uint16, args ...string) (*exec.Cmd, *os.
 // term's.
 func TestTermThroughTheServer(t *testing.T) {
 	srv := startServer(t)
+	settled(t, srv)
 	cmd, f, r := startTerm(t, 30, 90, "--data", srv.data)
 	r.waitFor(t, `\[quro: session default; Ctrl-\] detaches\]`)
 	f.Write([]byte("K=kept; echo hi-$((6*7))\r"))
@@ -449,6 +451,8 @@ func TestTermThroughTheServer(t *testing.T) {
 func TestCallTokenMessages(t *testing.T) {
 	srv := startServer(t)
 	other := startServer(t)
+	settled(t, srv)
+	settled(t, other)
 	t.Setenv("QURO_URL", "")
 	t.Setenv("QURO_TOKEN", "")
 	empty := t.TempDir()
