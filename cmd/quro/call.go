@@ -7,14 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
-
-	"github.com/quro-dev/quro/internal/api/insession"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
@@ -27,10 +23,7 @@ const (
 )
 
 func newCallCmd(g *globals) *cobra.Command {
-	var (
-		server, tokenFile string
-		asJSON            bool
-	)
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "call CAPABILITY ['{json}' | -]",
 		Short: "Call any capability with JSON arguments, in-process or on a server",
@@ -38,9 +31,12 @@ func newCallCmd(g *globals) *cobra.Command {
 argument, or standard input when it is -, or {} when omitted. It prints the
 text a model reads, or with --json the structured output.
 
-In-process by default, as the local user with every scope. With --server URL
-(or QURO_URL) it POSTs to URL/v1/CAPABILITY instead, sending the token from
---token-file (or QURO_TOKEN) as a bearer token.
+It goes through a server when there is one: --server URL (or QURO_URL),
+else the server running on the data directory (quro serve --data DIR), and
+POSTs to URL/v1/CAPABILITY with a bearer token: --token-file FILE, else
+QURO_TOKEN, else — for the server running on the data directory — its
+admin.token. Without a server it runs in-process, as the local user with
+every scope.
 
 Exit status: 0 when the call succeeded (a program's own exit code is part of
 the output), 1 when the capability returned an error (its code and message
@@ -64,7 +60,7 @@ on stderr), 2 on a usage error.`,
 				fmt.Fprintln(stderr, "quro call:", err)
 				return &exitError{callUsage}
 			}
-			c, err := newCaller(g, server, tokenFile)
+			c, err := newCaller(g)
 			if err != nil {
 				fmt.Fprintln(stderr, "quro call:", err)
 				return &exitError{callUsage}
@@ -89,13 +85,12 @@ on stderr), 2 on a usage error.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&server, "server", "", "base URL of a quro server, e.g. http://127.0.0.1:7070 (env QURO_URL); in-process when empty")
-	f.StringVar(&tokenFile, "token-file", "", "file holding the bearer token for --server (env QURO_TOKEN holds the token itself)")
+	g.serverFlags(cmd, false)
 	f.BoolVar(&asJSON, "json", false, "print the structured output as JSON instead of the model-facing text")
 	defaultHelp := cmd.HelpFunc()
 	cmd.SetHelpFunc(func(cmd *cobra.Command, args []string) {
 		defaultHelp(cmd, args)
-		listCapabilities(cmd, g, server, tokenFile)
+		listCapabilities(cmd, g)
 	})
 	return cmd
 }
@@ -133,60 +128,31 @@ type caller interface {
 	close()
 }
 
-// newCaller picks the server (flag, then QURO_URL) or the in-process App.
-func newCaller(g *globals, server, tokenFile string) (caller, error) {
-	server = serverURL(server)
-	if server == "" {
-		return &localCaller{g: g}, nil
-	}
-	token, err := readToken(tokenFile)
+// newCaller picks the server (see target) or the in-process App.
+func newCaller(g *globals) (caller, error) {
+	t, err := g.target()
 	if err != nil {
 		return nil, err
 	}
-	return newHTTPCaller(server, token), nil
+	if t.url == "" {
+		return &localCaller{g: g}, nil
+	}
+	return newTargetCaller(t), nil
 }
 
-// serverURL is the server to call: the flag, else QURO_URL, else — in a
-// session's box — the server's in-session socket, else "" (in-process).
-func serverURL(flag string) string {
-	if flag != "" {
-		return flag
-	}
-	if u := os.Getenv("QURO_URL"); u != "" {
-		return u
-	}
-	if fi, err := os.Stat(insession.SocketInBox); err == nil && fi.Mode().Type() == os.ModeSocket {
-		return "unix://" + insession.SocketInBox
-	}
-	return ""
+// newHTTPCaller calls server (an http(s) URL, or unix:///path/to.sock)
+// with token.
+func newHTTPCaller(server, tok string) *httpCaller {
+	return newTargetCaller(&target{url: server, token: token{tok, "the caller"}})
 }
 
-// newHTTPCaller calls server: an http(s) URL, or unix:///path/to.sock.
-func newHTTPCaller(server, token string) *httpCaller {
-	if path, ok := strings.CutPrefix(server, "unix://"); ok {
-		tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", path)
-		}}
-		return &httpCaller{base: "http://localhost", token: token, client: &http.Client{Transport: tr}, name: server}
+// newTargetCaller calls the server of t.
+func newTargetCaller(t *target) *httpCaller {
+	if path, ok := strings.CutPrefix(t.url, "unix://"); ok {
+		return &httpCaller{base: "http://localhost", t: t, client: &http.Client{Transport: unixTransport(path)}, name: t.url}
 	}
-	base := strings.TrimRight(server, "/")
-	return &httpCaller{base: base, token: token, client: http.DefaultClient, name: base}
-}
-
-// readToken reads --token-file, else QURO_TOKEN. The token is never printed.
-func readToken(file string) (string, error) {
-	if file == "" {
-		return strings.TrimSpace(os.Getenv("QURO_TOKEN")), nil
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", fmt.Errorf("--token-file: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("--token-file %s is empty", file)
-	}
-	return tok, nil
+	base := strings.TrimRight(t.url, "/")
+	return &httpCaller{base: base, t: t, client: http.DefaultClient, name: base}
 }
 
 // localCaller calls the controller of an App opened in this process.
@@ -226,9 +192,10 @@ func (c *localCaller) close() {
 
 // httpCaller POSTs to a quro server's REST API.
 type httpCaller struct {
-	base, token string
-	name        string // the server as given, for messages
-	client      *http.Client
+	base   string
+	t      *target
+	name   string // the server as given, for messages
+	client *http.Client
 }
 
 func (c *httpCaller) close() {}
@@ -266,8 +233,8 @@ func (c *httpCaller) do(ctx context.Context, method, path string, body []byte, a
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", accept)
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+	if c.t.token.value != "" {
+		req.Header.Set("Authorization", "Bearer "+c.t.token.value)
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {
@@ -286,6 +253,9 @@ func (c *httpCaller) do(ctx context.Context, method, path string, body []byte, a
 		Error *capability.Error `json:"error"`
 	}
 	if json.Unmarshal(b, &e) == nil && e.Error != nil && e.Error.Code != "" {
+		if resp.StatusCode == http.StatusUnauthorized {
+			return nil, c.authMessage(e.Error)
+		}
 		return nil, e.Error
 	}
 	return nil, fmt.Errorf("%s %s%s: %s: %s", method, c.name, path, resp.Status, strings.TrimSpace(string(b)))
@@ -293,20 +263,19 @@ func (c *httpCaller) do(ctx context.Context, method, path string, body []byte, a
 
 // listCapabilities ends the help of quro call with the capabilities: the
 // server's when one is named, else the in-process registry's.
-func listCapabilities(cmd *cobra.Command, g *globals, server, tokenFile string) {
+func listCapabilities(cmd *cobra.Command, g *globals) {
 	w := cmd.OutOrStdout()
 	type entry struct{ Name, Scope, Description string }
 	var list []entry
-	if server = serverURL(server); server != "" {
-		token, err := readToken(tokenFile)
+	if t, err := g.target(); err != nil || t.url != "" {
 		if err != nil {
 			return
 		}
-		c := newHTTPCaller(server, token)
+		c := newTargetCaller(t)
 		b, err := c.do(cmd.Context(), http.MethodGet, "/v1/capabilities", nil, "application/json")
 		var out struct{ Capabilities []entry }
 		if err != nil || json.Unmarshal(b, &out) != nil {
-			fmt.Fprintf(w, "\n(cannot list the capabilities of %s: %v)\n", server, err)
+			fmt.Fprintf(w, "\n(cannot list the capabilities of %s: %v)\n", c.name, err)
 			return
 		}
 		list = out.Capabilities

@@ -59,6 +59,8 @@ type globals struct {
 	maxStdout int
 	maxStderr int
 	isolation string
+	// server and tokenFile are --server and --token-file (see target).
+	server, tokenFile string
 }
 
 func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {

@@ -13,8 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quro-dev/quro/internal/app"
-	"github.com/quro-dev/quro/internal/capability"
-	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/runcode"
 )
 
@@ -26,11 +24,19 @@ func newRunCmd(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "run [FILE]",
-		Short: "Run code through run_code, in-process",
-		Long: `Run code from -c, a file, or standard input through the same controller
-that quro serve uses. The language is --lang, else the file's extension, else
-python. The exit status is the program's; 124 when it timed out, 125 when no
-engine could run it.`,
+		Short: "Run code through run_code, on the running server or in-process",
+		Long: `Run code from -c, a file, or standard input through run_code. The language
+is --lang, else the file's extension, else python.
+
+When a server runs on the data directory (quro serve), or one is named with
+--server or QURO_URL, the code runs there: in the server's sessions, whose
+Python variables persist from one quro run to the next. Otherwise it runs
+in-process, and Python variables last as long as this command.
+
+The program's stdout is printed on stdout and its stderr on stderr; quro's
+own remarks (errors, the exit code, notes, artifacts) go to stderr. --json
+prints the whole result on stdout instead. The exit status is the
+program's; 124 when it timed out, 125 when no engine could run it.`,
 		Example: `  quro run -c 'print(6*7)'
   quro run script.sh
   echo '{"a":1}' | quro run --lang json`,
@@ -43,25 +49,23 @@ engine could run it.`,
 			if lang == "" {
 				lang = guessed
 			}
-			a, err := g.open(cmd.Context())
+			b, err := g.backend(cmd)
 			if err != nil {
 				return err
 			}
-			defer a.Close()
-			in, _ := json.Marshal(app.RunCodeInput{Code: src, Lang: lang, Session: sess, TimeoutMS: timeout.Milliseconds()})
-			reply, err := a.Controller.Call(cmd.Context(), controller.Caller{Path: "cli", Scope: capability.ScopeAdmin}, "run_code", in)
-			if err != nil {
+			defer b.close()
+			res := &runcode.Result{}
+			in := app.RunCodeInput{Code: src, Lang: lang, Session: sess, TimeoutMS: timeout.Milliseconds()}
+			if err := b.output(cmd.Context(), "run_code", in, res); err != nil {
 				return err
 			}
-			res := reply.Output.(*runcode.Result)
-			out := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(out)
+				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetEscapeHTML(false)
 				enc.SetIndent("", "  ")
 				enc.Encode(res)
 			} else {
-				fmt.Fprintln(out, reply.Text)
+				printRun(cmd.OutOrStdout(), cmd.ErrOrStderr(), res, b.app != nil)
 			}
 			switch {
 			case res.TimedOut:
@@ -80,7 +84,47 @@ engine could run it.`,
 	f.StringVarP(&sess, "session", "s", "", "session id or name (default session when empty)")
 	f.DurationVarP(&timeout, "timeout", "t", 0, "time budget, e.g. 5s (default 30s)")
 	f.BoolVar(&asJSON, "json", false, "print the structured result as JSON")
+	g.serverFlags(cmd, false)
 	return cmd
+}
+
+// printRun prints a result in text mode: the program's stdout on out, its
+// stderr and every remark on errw, in the order of runcode.Result.Text.
+// inProcess adds that Python variables do not outlive this command.
+func printRun(out, errw io.Writer, r *runcode.Result, inProcess bool) {
+	line := func(w io.Writer, s string) {
+		io.WriteString(w, s)
+		if !strings.HasSuffix(s, "\n") {
+			io.WriteString(w, "\n")
+		}
+	}
+	if r.Error != "" {
+		line(errw, "⚠️ error: "+r.Error)
+		if inProcess && strings.Contains(r.Error, "keeps its variables") {
+			line(errw, "ℹ️ in-process (no server runs on the data directory), the session's variables last only as long as this command; with quro serve running they persist between runs")
+		}
+	}
+	if r.Stdout != "" {
+		line(out, r.Stdout)
+	}
+	if r.Stderr != "" {
+		line(errw, r.Stderr)
+	}
+	if r.StdoutFile != "" {
+		line(errw, fmt.Sprintf("(full stdout, %s: %s)", runcode.HumanBytes(r.StdoutBytes), r.StdoutFile))
+	}
+	if r.StderrFile != "" {
+		line(errw, fmt.Sprintf("(full stderr, %s: %s)", runcode.HumanBytes(r.StderrBytes), r.StderrFile))
+	}
+	if r.Error == "" && r.ExitCode != 0 {
+		line(errw, fmt.Sprintf("⚠️ exit code %d", r.ExitCode))
+	}
+	for _, n := range r.Notes {
+		line(errw, "ℹ️ "+n)
+	}
+	for _, a := range r.Artifacts {
+		line(errw, fmt.Sprintf("📎 %s artifact %q (%s)", a.Kind, a.Name, runcode.HumanBytes(int64(len(a.Data)))))
+	}
 }
 
 // readCode takes the code from -c, a file, or stdin, and guesses the

@@ -127,6 +127,9 @@ admin token for the local tenant is created, printed once and kept in
 			})
 			log.Info("quro serving", "url", "http://"+ln.Addr().String(), "data", a.DataDir, "version", version.String(),
 				"isolation", a.Sandbox.Isolation(), "auth", !noAuth)
+			// <data>/run/serve.json: the CLI on this data directory goes
+			// through this server (written before the address is printed).
+			defer writeServeMarker(a.DataDir, ln.Addr(), log)()
 			fmt.Fprintf(cmd.OutOrStdout(), "quro listening on http://%s\n", ln.Addr())
 			errc := make(chan error, 1)
 			go func() { errc <- srv.Serve(ln) }()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -10,28 +11,38 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quro-dev/quro/internal/app"
-	"github.com/quro-dev/quro/internal/controller"
 )
 
-// callCap opens the app, calls a capability with args and returns the reply.
-func (g *globals) callCap(cmd *cobra.Command, name string, args any) (*controller.Reply, error) {
-	a, err := g.open(cmd.Context())
+// sessionOutput calls a capability through the command's backend (the
+// running server, else in-process) and decodes its output into out.
+func (g *globals) sessionOutput(cmd *cobra.Command, name string, in, out any) error {
+	b, err := g.backend(cmd)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer a.Close()
-	in, err := json.Marshal(args)
+	defer b.close()
+	return b.output(cmd.Context(), name, in, out)
+}
+
+// sessionText is sessionOutput for the text a model reads.
+func (g *globals) sessionText(cmd *cobra.Command, name string, in any) (string, error) {
+	b, err := g.backend(cmd)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	return a.Controller.Call(cmd.Context(), g.caller(), name, in)
+	defer b.close()
+	return b.text(cmd.Context(), name, in)
 }
 
 func newSessionCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "session",
 		Short: "Create, list, inspect and destroy sessions; set their variables",
+		Long: `Create, list, inspect and destroy sessions; set their variables. These
+commands go through the server running on the data directory (or the one
+named by --server or QURO_URL) when there is one, else run in-process.`,
 	}
+	g.serverFlags(cmd, true)
 	var network, rootfs string
 	create := &cobra.Command{
 		Use:   "create [NAME]",
@@ -42,11 +53,10 @@ func newSessionCmd(g *globals) *cobra.Command {
 			if len(args) == 1 {
 				in.Name = args[0]
 			}
-			reply, err := g.callCap(cmd, "create_session", in)
-			if err != nil {
+			s := &app.SessionInfo{}
+			if err := g.sessionOutput(cmd, "create_session", in, s); err != nil {
 				return err
 			}
-			s := reply.Output.(*app.SessionInfo)
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", s.ID, s.Name)
 			return nil
 		},
@@ -58,13 +68,13 @@ func newSessionCmd(g *globals) *cobra.Command {
 		Short: "List sessions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			reply, err := g.callCap(cmd, "list_sessions", struct{}{})
-			if err != nil {
+			var list app.SessionList
+			if err := g.sessionOutput(cmd, "list_sessions", struct{}{}, &list); err != nil {
 				return err
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tNAME\tDEFAULT\tALIVE\tCWD\tLAST EXIT\tLAST USED")
-			for _, s := range reply.Output.(*app.SessionList).Sessions {
+			for _, s := range list.Sessions {
 				d := ""
 				if s.Default {
 					d = "*"
@@ -78,24 +88,28 @@ func newSessionCmd(g *globals) *cobra.Command {
 		Short: "Show a session's status",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			reply, err := g.callCap(cmd, "get_session_status", app.SessionRef{Session: first(args)})
-			if err != nil {
+			var status json.RawMessage
+			if err := g.sessionOutput(cmd, "get_session_status", app.SessionRef{Session: first(args)}, &status); err != nil {
 				return err
 			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			return enc.Encode(reply.Output)
+			var b bytes.Buffer
+			if err := json.Indent(&b, status, "", "  "); err != nil {
+				return err
+			}
+			b.WriteByte('\n')
+			_, err := b.WriteTo(cmd.OutOrStdout())
+			return err
 		},
 	}, &cobra.Command{
 		Use:   "destroy SESSION",
 		Short: "Destroy a session: kill its processes and delete its workspace",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			reply, err := g.callCap(cmd, "destroy_session", app.SessionRef{Session: args[0]})
+			text, err := g.sessionText(cmd, "destroy_session", app.SessionRef{Session: args[0]})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), reply.Text)
+			fmt.Fprintln(cmd.OutOrStdout(), text)
 			return nil
 		},
 	}, &cobra.Command{
@@ -103,7 +117,7 @@ func newSessionCmd(g *globals) *cobra.Command {
 		Short: "Make SESSION the default session",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, err := g.callCap(cmd, "set_default_session", app.SessionRef{Session: args[0]})
+			_, err := g.sessionText(cmd, "set_default_session", app.SessionRef{Session: args[0]})
 			return err
 		},
 	}, &cobra.Command{
@@ -111,10 +125,10 @@ func newSessionCmd(g *globals) *cobra.Command {
 		Short: "Show a session's variables, or set them (KEY= with nothing after = unsets)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var reply *controller.Reply
+			var text string
 			var err error
 			if len(args) == 1 {
-				reply, err = g.callCap(cmd, "get_session_env", app.SessionRef{Session: args[0]})
+				text, err = g.sessionText(cmd, "get_session_env", app.SessionRef{Session: args[0]})
 			} else {
 				changes := map[string]*string{}
 				for _, kv := range args[1:] {
@@ -128,12 +142,12 @@ func newSessionCmd(g *globals) *cobra.Command {
 						changes[k] = &v
 					}
 				}
-				reply, err = g.callCap(cmd, "set_session_env", app.SetEnvInput{Session: args[0], Env: changes})
+				text, err = g.sessionText(cmd, "set_session_env", app.SetEnvInput{Session: args[0], Env: changes})
 			}
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), reply.Text)
+			fmt.Fprintln(cmd.OutOrStdout(), text)
 			return nil
 		},
 	})
