@@ -9,8 +9,9 @@
 # SUDO empty ran the assignment as a command) stays green there and fails on
 # every fresh machine. This runs the real snippet every time.
 #
-# Then `make install` (PREFIX, DESTDIR, without go on PATH) and the
-# installed quro answering an MCP client started as the README says.
+# Then `make install` (PREFIX, DESTDIR, without go on PATH), the
+# installed quro answering an MCP client started as the README says, and
+# docs/deploy.md's systemd unit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
@@ -140,6 +141,22 @@ else
 	echo "FAIL install DESTDIR=$dest PREFIX=/opt/quro without go"
 	cat "$work/out"
 	fail=1
+fi
+
+# docs/deploy.md's systemd unit, as written there (its ExecStart pointed
+# at the quro installed above): systemd-analyze verify exits 0 even on an
+# unknown key or a bad value, so any word from it is a failure.
+if command -v systemd-analyze >/dev/null && [ -x "$prefix/bin/quro" ]; then
+	awk '/^```ini$/{f=1;next} /^```$/{f=0} f' docs/deploy.md | sed "s#/usr/local/bin/quro#$prefix/bin/quro#" >"$work/quro.service"
+	if grep -q '^ExecStart=' "$work/quro.service" && systemd-analyze verify "$work/quro.service" >"$work/out" 2>&1 && [ ! -s "$work/out" ]; then
+		echo "ok   docs/deploy.md unit passes systemd-analyze verify"
+	else
+		echo "FAIL docs/deploy.md unit:"
+		cat "$work/out" "$work/quro.service"
+		fail=1
+	fi
+else
+	echo "skip docs/deploy.md unit: no systemd-analyze"
 fi
 
 [ "$fail" = 0 ] || exit 1
