@@ -84,7 +84,7 @@ func (q *nonRootQuro) run2(t *testing.T, join []string, args ...string) (stdout,
 	t.Helper()
 	argv := append([]string{"-c", `for p in $QURO_TEST_JOIN; do echo $$ > "$p" || exit 97; done; exec "$@"`, "sh",
 		"setpriv", fmt.Sprintf("--reuid=%d", nobody), fmt.Sprintf("--regid=%d", nobody), "--clear-groups",
-		"env", "-i", "HOME=" + q.home, "PATH=/usr/bin:/bin", "QURO_DATA=" + filepath.Join(q.home, "data"), q.bin}, args...)
+		"env", "-i", "HOME=" + q.home, "TMPDIR=" + q.home, "PATH=/usr/bin:/bin", "QURO_DATA=" + filepath.Join(q.home, "data"), q.bin}, args...)
 	cmd := exec.Command("sh", argv...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "QURO_TEST_JOIN=" + strings.Join(join, " ")}
 	var out, errOut bytes.Buffer
