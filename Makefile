@@ -6,6 +6,10 @@ BIN     := bin/quro
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/quro-dev/quro/internal/version.Version=$(VERSION)
 ADDR    ?= 127.0.0.1:7070
+# `make install`: $(DESTDIR)$(PREFIX)/bin/quro, so that `quro` (and an MCP
+# client config of {"command": "quro", "args": ["mcp"]}) finds it on PATH.
+PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
 
 # Debian packages the tests (and the engines) use. nodejs and npm run the
 # official TypeScript MCP client against quro (test/mcp-ts) and build the
@@ -17,12 +21,24 @@ TEST_PKGS := python3 bash bubblewrap debootstrap nodejs npm chromium gcc libc6-d
 # What `make run` needs: the sandbox refuses to run user code without bwrap.
 RUN_PKGS := bubblewrap
 
-.PHONY: all build run run-deps test test-install fuzz deps test-deps vet fmt-check bench clean ui web web-check
+.PHONY: all build install uninstall run run-deps test test-install fuzz deps test-deps vet fmt-check bench clean ui web web-check
 
 all: build
 
 build: ui
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/quro
+
+# Builds first when go is on PATH; without it (`sudo make install`, where
+# sudo's PATH has no go) it installs the bin/quro that `make build` made.
+install:
+	@if command -v $(GO) >/dev/null 2>&1; then $(MAKE) --no-print-directory build; \
+	elif [ -x $(BIN) ]; then echo "$(GO) is not on PATH: installing the $(BIN) built before"; \
+	else echo "$(GO) is not on PATH and there is no $(BIN): run make build first (as a user with go)" >&2; exit 1; fi
+	install -d "$(DESTDIR)$(BINDIR)"
+	install -m 0755 $(BIN) "$(DESTDIR)$(BINDIR)/quro"
+
+uninstall:
+	rm -f "$(DESTDIR)$(BINDIR)/quro"
 
 run: build run-deps
 	./$(BIN) serve --addr $(ADDR)
@@ -81,7 +97,8 @@ fuzz:
 
 # The package step itself, run against stand-ins for apt-get, dpkg and sudo
 # as root and as a sudo user: CI's machine usually has the packages
-# already, which would hide a broken install command.
+# already, which would hide a broken install command. Then `make install`
+# into a temporary PREFIX and DESTDIR.
 test-install:
 	bash test/install/test.sh
 

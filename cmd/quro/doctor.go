@@ -3,8 +3,14 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"text/tabwriter"
 
+	"github.com/quro-dev/quro/internal/quota"
+	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/spf13/cobra"
 )
 
@@ -24,17 +30,22 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			engines := doctorEngines(st.Engines, st.DataDir)
+			isolation := append(slices.Clone(st.Isolation), diskQuotaRow(st.DataDir))
 			out := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"version": st.Version, "data_dir": st.DataDir, "engines": st.Engines, "isolation": st.Isolation})
+				return enc.Encode(map[string]any{"version": st.Version, "data_dir": st.DataDir, "engines": engines, "isolation": isolation})
 			}
 			fmt.Fprintf(out, "quro %s, data %s\n\nENGINES\n", st.Version, st.DataDir)
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "LANG\tTIER\tENGINE\tSTATUS")
-			for _, e := range st.Engines {
+			for _, e := range engines {
 				status := "ok"
+				if e.Available && e.Reason != "" {
+					status = "ok, " + e.Reason
+				}
 				if !e.Available {
 					status = "unavailable: " + e.Reason
 				}
@@ -44,7 +55,7 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			fmt.Fprintln(out, "\nISOLATION")
 			tw = tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "FEATURE\tON MACHINE\tUSED\tDETAIL")
-			for _, f := range st.Isolation {
+			for _, f := range isolation {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Name, yesNo(f.Available), yesNo(f.Used), f.Detail)
 			}
 			return tw.Flush()
@@ -59,4 +70,47 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+// doctorEngines is the engine chains as a run gets them. The rootfs tier
+// is probed once as "can the box show a rootfs"; whether it runs anything
+// depends on a rootfs being installed (and the session created on it), so
+// doctor says which are, or how to install one.
+func doctorEngines(in []runcode.EngineStatus, dataDir string) []runcode.EngineStatus {
+	out := slices.Clone(in)
+	for i, e := range out {
+		if e.Engine != "python/rootfs" || !e.Available {
+			continue
+		}
+		var ready []string
+		list, err := rootfs.New(rootfs.DirIn(dataDir)).List()
+		for _, r := range list {
+			if r.State == rootfs.Ready {
+				ready = append(ready, r.Name)
+			}
+		}
+		switch {
+		case err != nil:
+			out[i].Available, out[i].Reason = false, "cannot list the installed rootfs: "+err.Error()
+		case len(ready) == 0:
+			out[i].Available, out[i].Reason = false, "not installed — quro rootfs install NAME (as root; e.g. `quro rootfs install default`), then sessions created with --rootfs NAME run their Python on it"
+		default:
+			out[i].Reason = "installed: " + strings.Join(ready, ", ") + " (used by sessions created with --rootfs NAME)"
+		}
+	}
+	return out
+}
+
+// diskQuotaRow says whether each session's directory gets a disk of its
+// own (a loop-mounted image), which needs root, loop devices and e2fsprogs.
+func diskQuotaRow(dataDir string) sandbox.Feature {
+	d := quota.Open(dataDir)
+	f := sandbox.Feature{Name: "disk quota", Detail: d.Method()}
+	if d.Enforced() == nil {
+		f.Available, f.Used = true, true
+		f.Detail += ": a session cannot fill more than its tenant's disk per session"
+	} else {
+		f.Detail += "; usage is measured and new writes refused by admission instead"
+	}
+	return f
 }

@@ -70,7 +70,11 @@ func openCgroups() *cgroups {
 		}
 		base := filepath.Join(mnt, dir, "quro")
 		if err := os.Mkdir(base, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			notes = append(notes, fmt.Sprintf("%s v1 not writable (%v)", ctrl, errors.Unwrap(err)))
+			notes = append(notes, fmt.Sprintf("%s v1 not writable (%v)", ctrl, err))
+			continue
+		}
+		if err := probeCgroupDir(base); err != nil {
+			notes = append(notes, fmt.Sprintf("%s v1 not writable (%v)", ctrl, err))
 			continue
 		}
 		c.base[ctrl], c.mnt[ctrl] = base, mnt
@@ -94,6 +98,9 @@ func setupV2(dir string) map[string]string {
 	}
 	base := filepath.Join(dir, "quro")
 	if err := os.Mkdir(base, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	if probeCgroupDir(base) != nil {
 		return nil
 	}
 	got := map[string]string{}
@@ -200,7 +207,7 @@ func (c *cgroups) create(lim Limits, t *Tenant) (*runCgroup, error) {
 		if !made[dir] {
 			if err := os.Mkdir(dir, 0o755); err != nil {
 				r.remove()
-				return nil, fmt.Errorf("cgroup %s: %w", ctrl, err)
+				return nil, cgroupError(fmt.Errorf("cgroup %s: %w", ctrl, err))
 			}
 			made[dir] = true
 			r.dirs = append(r.dirs, dir)
@@ -224,7 +231,7 @@ func (c *cgroups) create(lim Limits, t *Tenant) (*runCgroup, error) {
 func writeLimits(dir, ctrl string, v2 bool, lim Limits) error {
 	w := func(file, val string) error {
 		if err := os.WriteFile(filepath.Join(dir, file), []byte(val), 0); err != nil {
-			return fmt.Errorf("cgroup %s: %w", file, err)
+			return cgroupError(fmt.Errorf("cgroup %s: %w", file, err))
 		}
 		return nil
 	}

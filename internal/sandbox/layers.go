@@ -84,14 +84,14 @@ func findLayers(require []string) *layerSet {
 			cg.Detail += " (no cpu quota: rlimit cpu time still applies)"
 		}
 	} else {
-		cg.Detail += " — need memory and pids controllers writable by the server (run quro as root, or delegate a cgroup v2 subtree with memory and pids, e.g. systemd Delegate=yes)"
+		cg.Detail += " — runs need memory and pids cgroups the server (uid " + strconv.Itoa(os.Geteuid()) + ") can create: " + cgroupFix
 	}
 	add(cg)
 
 	ns := Feature{Name: LayerNamespaces}
 	if path, err := lookBwrap(); err != nil {
 		ns.Detail = err.Error()
-	} else if why := userNSBlocked(); why != "" {
+	} else if why := userNSFailure(path); why != "" {
 		ns.Detail = path + " found, but " + why
 	} else {
 		l.bwrap = path

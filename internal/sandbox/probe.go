@@ -3,10 +3,15 @@ package sandbox
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -40,10 +45,52 @@ func (s *Sandbox) Probe(ctx context.Context) []Feature {
 			Detail: "own process group, parent-death signal, group killed on timeout and at run end"},
 		Feature{Name: "environment", Available: true, Used: true,
 			Detail: "cleared; whitelist PATH HOME LANG TERM TMPDIR plus session variables"},
-		probeUserNS(ctx, s.self),
-		probeCgroup2(),
-		probeCgroup1Memory(),
+		s.userNSRow(ctx),
+		s.cgroup2Row(),
+		s.cgroup1MemoryRow(),
 	)
+}
+
+// userNSRow is the machine fact behind the namespaces layer: bubblewrap
+// puts every box in a user namespace of its own, so they are used exactly
+// when the namespaces layer is.
+func (s *Sandbox) userNSRow(ctx context.Context) Feature {
+	f := probeUserNS(ctx, s.self)
+	f.Used = s.layers.ok(LayerNamespaces)
+	if f.Used {
+		f.Detail += "; bubblewrap gives each box its own (with pid, mount, ipc, uts, cgroup and net)"
+	} else if f.Available {
+		f.Detail += "; not used: no box without the namespaces layer"
+	}
+	return f
+}
+
+// cgroup2Row says whether the unified hierarchy is there and which of the
+// run controllers the cgroups layer takes from it.
+func (s *Sandbox) cgroup2Row() Feature {
+	f := probeCgroup2()
+	var used []string
+	for _, ctrl := range cgroupControllers {
+		if s.layers.cg.v2[ctrl] {
+			used = append(used, ctrl)
+		}
+	}
+	if len(used) > 0 {
+		f.Used = true
+		f.Detail += "; runs use " + strings.Join(used, " ") + " from it"
+	}
+	return f
+}
+
+// cgroup1MemoryRow says whether a v1 memory hierarchy is there and whether
+// runs get their memory limit from it.
+func (s *Sandbox) cgroup1MemoryRow() Feature {
+	f := probeCgroup1Memory()
+	if base := s.layers.cg.base["memory"]; base != "" && !s.layers.cg.v2["memory"] {
+		f.Used = true
+		f.Detail += "; runs' memory cgroups are made under " + base
+	}
+	return f
 }
 
 func (s *Sandbox) isolationDetail() string {
@@ -64,15 +111,37 @@ func probeUserNS(ctx context.Context, self string) Feature {
 		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}},
 	}
 	if err := cmd.Run(); err != nil {
-		f.Detail = "cannot create a user+pid+mount namespace: " + err.Error()
-		if b, _ := os.ReadFile("/proc/sys/user/max_user_namespaces"); strings.TrimSpace(string(b)) == "0" {
-			f.Detail += " (user.max_user_namespaces is 0)"
+		f.Detail = "cannot create a user+pid+mount namespace as uid " + strconv.Itoa(os.Geteuid()) + ": " + err.Error()
+		if why := userNSBlocked(); why != "" {
+			f.Detail += " (" + why + ")"
 		}
 		return f
 	}
 	f.Available = true
-	f.Detail = "unprivileged user, pid and mount namespaces can be created"
+	f.Detail = "a user+pid+mount namespace was created as uid " + strconv.Itoa(os.Geteuid())
 	return f
+}
+
+// userNSFailure says why bubblewrap, at path, cannot make the user
+// namespace of a box, or "" when it can: the sysctls that forbid it, then
+// a real attempt (a kernel or security module can refuse without any
+// sysctl saying so). A setuid-root bubblewrap does not need unprivileged
+// user namespaces, so only the sysctls count for it.
+func userNSFailure(path string) string {
+	if why := userNSBlocked(); why != "" {
+		return why
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSetuid != 0 {
+		return ""
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	if f := probeUserNS(context.Background(), self); !f.Available {
+		return f.Detail
+	}
+	return ""
 }
 
 // cgroup2Root finds the cgroup v2 mount: /sys/fs/cgroup on unified hosts,
@@ -138,4 +207,43 @@ func mounts() []mount {
 		}
 	}
 	return ms
+}
+
+// probeCgroupDir checks that runs can get cgroups under base: it makes a
+// child cgroup there and removes it again, as each run will. A base that
+// exists is not enough: one made by root (an earlier server, or a root
+// `quro` on this machine) is not writable by a server running as another
+// user, whose runs would then fail on their first mkdir.
+func probeCgroupDir(base string) error {
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	dir := filepath.Join(base, fmt.Sprintf("probe-%d-%x", os.Getpid(), rnd))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	return os.Remove(dir)
+}
+
+// cgroupFix is what to do when the server cannot make cgroups: the ways to
+// get the cgroups layer, and what --isolation=minimal gives up instead.
+//
+// A delegated cgroup v2 subtree (systemd Delegate=yes) is not offered: the
+// server would have to leave its own cgroup first (the kernel enables
+// controllers for children only in a cgroup without processes of its
+// own), which it does not do yet.
+const cgroupFix = "run quro as root; or give the user running quro cgroups of its own " +
+	"(as root, in each v1 hierarchy memory, pids and cpu: mkdir a cgroup, chown -R it to the user, " +
+	"and start quro with its process in them); " +
+	"or start quro with --isolation=minimal, which runs without per-run memory, process and CPU limits " +
+	"(a memory or fork bomb is then stopped only by the rlimits: address space and CPU time per process) " +
+	"and without killing a run's leftover processes as a whole"
+
+// cgroupError adds the fix to an error of making or writing a cgroup when
+// the kernel said the server may not (the cgroup became unwritable after
+// the server started, e.g. chowned back to root).
+func cgroupError(err error) error {
+	if errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("%w (the server, uid %d, may not make cgroups there: %s)", err, os.Geteuid(), cgroupFix)
+	}
+	return err
 }

@@ -345,9 +345,10 @@ func TestSeccompWorkloadGo(t *testing.T) {
 
 // The quro binary itself in the box: quro call runs the controller
 // in-process (SQLite, the session store, files, QuickJS and esbuild for
-// run_code ts, the sandbox), and its run_code of shell reaches bubblewrap, whose new user namespace the filter refuses: a box
-// cannot nest boxes, and quro says so instead of crashing. quro call
-// --server dials over TCP.
+// run_code ts, the sandbox). Its probe for a user namespace meets the
+// filter: a box cannot nest boxes, so full isolation refuses the nested
+// run and says why instead of crashing, and minimal runs it without a box
+// (still inside this one). quro call --server dials over TCP.
 func TestSeccompWorkloadQuroCall(t *testing.T) {
 	gobin, err := exec.LookPath("go")
 	if err != nil {
@@ -359,6 +360,7 @@ func TestSeccompWorkloadQuroCall(t *testing.T) {
 	}
 	out, exit := boxRun(t, fullSandbox(t), testCtx(t), t.TempDir(), `set -e
 "$QURO" version
+"$QURO" call --data "$PWD/data" run_code '{"lang":"sh","code":"echo nested-full"}' 2>&1 || true
 "$QURO" call --data "$PWD/data" --isolation minimal run_code '{"lang":"sh","code":"echo nested"}'
 "$QURO" call --data "$PWD/data" write_file '{"path":"f.txt","content":"from quro"}'
 "$QURO" call --data "$PWD/data" read_file '{"path":"f.txt"}'
@@ -371,10 +373,13 @@ func TestSeccompWorkloadQuroCall(t *testing.T) {
 			s.Network = NetworkFull
 		})
 	t.Logf("exit %+v\n%s", exit, out)
-	for _, want := range []string{"quro dev", "No permissions to create new namespace", "from quro", "js 42", "connection refused"} {
+	for _, want := range []string{"quro dev", "cannot create a user+pid+mount namespace", "nested\n", "from quro", "js 42", "connection refused"} {
 		if exit.Code != 0 || !strings.Contains(out, want) {
 			t.Errorf("exit %d, output lacks %q", exit.Code, want)
 		}
+	}
+	if strings.Contains(out, "nested-full\n") {
+		t.Errorf("a nested run went ahead under full isolation without its box:\n%s", out)
 	}
 }
 

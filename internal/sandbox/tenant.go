@@ -75,7 +75,7 @@ func (c *cgroups) tenant(t *Tenant) (string, error) {
 		dir := filepath.Join(base, name)
 		if !done[dir] {
 			if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-				return "", fmt.Errorf("tenant cgroup %s: %w", ctrl, err)
+				return "", cgroupError(fmt.Errorf("tenant cgroup %s: %w", ctrl, err))
 			}
 			done[dir] = true
 			if c.v2[ctrl] {
@@ -104,7 +104,7 @@ func (c *cgroups) tenant(t *Tenant) (string, error) {
 func writeCeiling(dir, ctrl string, v2 bool, lim Limits) error {
 	w := func(file, val string) error {
 		if err := os.WriteFile(filepath.Join(dir, file), []byte(val), 0); err != nil {
-			return fmt.Errorf("tenant cgroup %s: %w", file, err)
+			return cgroupError(fmt.Errorf("tenant cgroup %s: %w", file, err))
 		}
 		return nil
 	}

@@ -8,6 +8,10 @@
 # so a broken install command (once: `$SUDO DEBIAN_FRONTEND=… apt-get` with
 # SUDO empty ran the assignment as a command) stays green there and fails on
 # every fresh machine. This runs the real snippet every time.
+#
+# Then `make install` (PREFIX, DESTDIR, without go on PATH), the
+# installed quro answering an MCP client started as the README says, and
+# docs/deploy.md's systemd unit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
@@ -91,6 +95,68 @@ if [ -s "$log" ]; then
 	fail=1
 else
 	echo "ok   installed"
+fi
+
+# make install: bin/quro at $(PREFIX)/bin/quro, so that the README's MCP
+# client config ({"command": "quro", "args": ["mcp"]}) starts it from PATH.
+prefix="$work/prefix"
+if "$make" -s --no-print-directory -C "$repo" install PREFIX="$prefix" >"$work/out" 2>&1 &&
+	[ -x "$prefix/bin/quro" ]; then
+	echo "ok   install PREFIX"
+else
+	echo "FAIL install PREFIX: no executable $prefix/bin/quro"
+	cat "$work/out"
+	fail=1
+fi
+# An MCP client as the README configures it: "quro" found on PATH, JSON-RPC
+# over its stdin and stdout, answered one message at a time.
+if [ -x "$prefix/bin/quro" ]; then
+	coproc MCP { PATH="$prefix/bin:/usr/bin:/bin" QURO_DATA="$work/data" timeout 120 quro mcp 2>"$work/mcp.err"; }
+	echo '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"install-test","version":"1"}}}' >&"${MCP[1]}"
+	read -r init <&"${MCP[0]}" || init=
+	echo '{"jsonrpc":"2.0","method":"notifications/initialized"}' >&"${MCP[1]}"
+	echo '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_code","arguments":{"lang":"sh","code":"echo mcp-$((6*7))"}}}' >&"${MCP[1]}"
+	read -r call <&"${MCP[0]}" || call=
+	exec {MCP[1]}>&-
+	wait "$MCP_PID" || true
+	if [[ $init == *'"serverInfo":{"name":"quro"'* && $call == *'"text":"mcp-42'* ]]; then
+		echo "ok   installed quro answers MCP on stdio"
+	else
+		echo "FAIL installed quro over MCP stdio"
+		echo "initialize: $init"
+		echo "run_code: $call"
+		cat "$work/mcp.err"
+		fail=1
+	fi
+fi
+# DESTDIR stages the install under another root (packaging), and without
+# go on PATH (sudo's PATH) the bin/quro built above is installed as is.
+dest="$work/dest"
+if env PATH="/usr/bin:/bin" "$make" -s --no-print-directory -C "$repo" install DESTDIR="$dest" PREFIX=/opt/quro GO=quro-no-go >"$work/out" 2>&1 &&
+	cmp -s "$repo/bin/quro" "$dest/opt/quro/bin/quro" && [ ! -e /opt/quro/bin/quro ] &&
+	"$make" -s --no-print-directory -C "$repo" uninstall DESTDIR="$dest" PREFIX=/opt/quro >>"$work/out" 2>&1 &&
+	[ ! -e "$dest/opt/quro/bin/quro" ]; then
+	echo "ok   install DESTDIR, without go; uninstall"
+else
+	echo "FAIL install DESTDIR=$dest PREFIX=/opt/quro without go"
+	cat "$work/out"
+	fail=1
+fi
+
+# docs/deploy.md's systemd unit, as written there (its ExecStart pointed
+# at the quro installed above): systemd-analyze verify exits 0 even on an
+# unknown key or a bad value, so any word from it is a failure.
+if command -v systemd-analyze >/dev/null && [ -x "$prefix/bin/quro" ]; then
+	awk '/^```ini$/{f=1;next} /^```$/{f=0} f' docs/deploy.md | sed "s#/usr/local/bin/quro#$prefix/bin/quro#" >"$work/quro.service"
+	if grep -q '^ExecStart=' "$work/quro.service" && systemd-analyze verify "$work/quro.service" >"$work/out" 2>&1 && [ ! -s "$work/out" ]; then
+		echo "ok   docs/deploy.md unit passes systemd-analyze verify"
+	else
+		echo "FAIL docs/deploy.md unit:"
+		cat "$work/out" "$work/quro.service"
+		fail=1
+	fi
+else
+	echo "skip docs/deploy.md unit: no systemd-analyze"
 fi
 
 [ "$fail" = 0 ] || exit 1
