@@ -9,7 +9,8 @@ ADDR    ?= 127.0.0.1:7070
 
 # Debian packages the tests (and the engines) use. nodejs and npm run the
 # official TypeScript MCP client against quro (test/mcp-ts) and build the
-# web UI; chromium is the headless browser of the UI's end-to-end test;
+# web UI (Debian 12's node 18 is enough); chromium is the headless browser
+# of the UI's end-to-end test (cmd/quro's TestWebUI drives it from Go);
 # gcc and libc6-dev build the sandbox tests' probes (an LD_PRELOAD library,
 # static programs); libpython3.11-testsuite is the CPython test suite run
 # in a box under the seccomp filter.
