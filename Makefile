@@ -13,8 +13,9 @@ ADDR    ?= 127.0.0.1:7070
 # of the UI's end-to-end test (cmd/quro's TestWebUI drives it from Go);
 # gcc and libc6-dev build the sandbox tests' probes (an LD_PRELOAD library,
 # static programs); libpython3.11-testsuite is the CPython test suite run
-# in a box under the seccomp filter.
-TEST_PKGS := python3 bash bubblewrap debootstrap nodejs npm chromium gcc libc6-dev libpython3.11-testsuite
+# in a box under the seccomp filter. curl runs the README's examples
+# (cmd/quro's TestREADME).
+TEST_PKGS := python3 bash bubblewrap debootstrap nodejs npm chromium curl gcc libc6-dev libpython3.11-testsuite
 # What `make run` needs: the sandbox refuses to run user code without bwrap.
 RUN_PKGS := bubblewrap
 
