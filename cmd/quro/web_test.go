@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 )
@@ -549,9 +550,26 @@ func (e *e2e) waitScreen(pred func([]string) bool, what string) {
 // waitFrameText waits until the element sel in the artifact frame has the
 // text want. A sandboxed frame without allow-same-origin has an opaque
 // origin, which Chromium may put in a process of its own: then it is a
-// target of its own and is read through it; otherwise through the page.
+// target of its own (listed once Chromium has made it: the wait is on the
+// browser's target events) and is read through it; otherwise through the
+// page.
 func (e *e2e) waitFrameText(sel, want string) {
 	pred := fmt.Sprintf(`document.querySelector(%q)?.textContent === %q`, sel, want)
+	ctx, stop := context.WithCancel(e.sctx)
+	defer stop()
+	targets := make(chan struct{}, 1)
+	err := chromedp.ListenBrowser(ctx, func(ev any) {
+		switch ev.(type) {
+		case *target.EventTargetCreated, *target.EventTargetInfoChanged, *target.EventAttachedToTarget:
+			select {
+			case targets <- struct{}{}:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		e.fail("listen to the browser's targets: %v", err)
+	}
 	for {
 		infos, err := chromedp.Targets(e.sctx)
 		if err != nil {
@@ -569,8 +587,6 @@ func (e *e2e) waitFrameText(sel, want string) {
 				return
 			}
 		}
-		// In the page's process: the frame's document is its contentDocument
-		// only when same-origin, which it is not; find its execution context.
 		nodes := run(e, "find the artifact frame", chromedp.Nodes(chromedp.CSS("#play-artifacts iframe.artifact-frame")))
 		if len(nodes) > 0 && nodes[0].ContentDocument != nil {
 			if _, err := chromedp.Run(e.sctx, chromedp.Poll[chromedp.Void](pred, chromedp.WithPollingMutation(), chromedp.WithPollingTimeout(0), chromedp.WithPollingInFrame(nodes[0]))); err != nil {
@@ -579,7 +595,11 @@ func (e *e2e) waitFrameText(sel, want string) {
 			e.t.Logf("     the artifact frame (in the page's process) shows %s = %q", sel, want)
 			return
 		}
-		e.fail("the artifact frame is neither a target of its own nor in the page (%d frame nodes)", len(nodes))
+		select {
+		case <-targets:
+		case <-e.sctx.Done():
+			e.fail("the artifact frame never became a target nor a document of the page (%d frame nodes)", len(nodes))
+		}
 	}
 }
 
