@@ -13,11 +13,13 @@ BINDIR  ?= $(PREFIX)/bin
 
 # Debian packages the tests (and the engines) use. nodejs and npm run the
 # official TypeScript MCP client against quro (test/mcp-ts) and build the
-# web UI; chromium is the headless browser of the UI's end-to-end test;
+# web UI (Debian 12's node 18 is enough); chromium is the headless browser
+# of the UI's end-to-end test (cmd/quro's TestWebUI drives it from Go);
 # gcc and libc6-dev build the sandbox tests' probes (an LD_PRELOAD library,
 # static programs); libpython3.11-testsuite is the CPython test suite run
-# in a box under the seccomp filter.
-TEST_PKGS := python3 bash bubblewrap debootstrap nodejs npm chromium gcc libc6-dev libpython3.11-testsuite
+# in a box under the seccomp filter. curl runs the README's examples
+# (cmd/quro's TestREADME).
+TEST_PKGS := python3 bash bubblewrap debootstrap nodejs npm chromium curl gcc libc6-dev libpython3.11-testsuite
 # What `make run` needs: the sandbox refuses to run user code without bwrap.
 RUN_PKGS := bubblewrap
 

@@ -5,6 +5,8 @@ go 1.26.8
 require (
 	github.com/alecthomas/chroma/v2 v2.27.0
 	github.com/charmbracelet/x/vt v0.1.0
+	github.com/chromedp/cdproto v0.159.0
+	github.com/chromedp/chromedp v0.23.0
 	github.com/creack/pty v1.1.24
 	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/evanw/esbuild v0.28.2
@@ -25,6 +27,8 @@ require (
 	modernc.org/sqlite v1.62.0
 )
 
+require github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+
 require (
 	github.com/spf13/cast v1.7.1 // indirect
 	golang.org/x/text v0.42.0 // indirect
@@ -42,7 +46,7 @@ require (
 	github.com/charmbracelet/x/windows v0.2.2 // indirect
 	github.com/clipperhouse/displaywidth v0.11.0 // indirect
 	github.com/clipperhouse/uax29/v2 v2.7.0 // indirect
-	github.com/coder/websocket v1.8.15 // indirect
+	github.com/coder/websocket v1.8.15
 	github.com/dlclark/regexp2/v2 v2.2.1 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/gofrs/flock v0.13.0 // indirect
