@@ -19,7 +19,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
-	"github.com/chromedp/cdproto/target"
+	cdptarget "github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 )
@@ -560,7 +560,7 @@ func (e *e2e) waitFrameText(sel, want string) {
 	targets := make(chan struct{}, 1)
 	err := chromedp.ListenBrowser(ctx, func(ev any) {
 		switch ev.(type) {
-		case *target.EventTargetCreated, *target.EventTargetInfoChanged, *target.EventAttachedToTarget:
+		case *cdptarget.EventTargetCreated, *cdptarget.EventTargetInfoChanged, *cdptarget.EventAttachedToTarget:
 			select {
 			case targets <- struct{}{}:
 			default:
