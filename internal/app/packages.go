@@ -182,31 +182,12 @@ func (a *App) InstallPackages(ctx context.Context, name string, pkgs []string, t
 	if err := checkPackages(pkgs); err != nil {
 		return nil, err
 	}
-	if err := rootfs.CheckName(name); err != nil {
-		return nil, capability.Errorf(capability.InvalidArgument, "%v", err)
-	}
-	m := rootfs.New(rootfs.DirIn(a.DataDir))
-	if !m.Ready(name) {
-		return nil, missingRootfs(m, name)
-	}
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	unlock, err := m.Lock(ctx, name)
+	m, ctx, lk, err := a.lockRootfs(ctx, name, timeout, "installed")
 	if err != nil {
-		if errors.Is(err, rootfs.ErrBusy) {
-			if errors.Is(ctx.Err(), context.Canceled) {
-				return nil, capability.Errorf(capability.Canceled, "canceled while waiting for another change of rootfs %q", name)
-			}
-			return nil, capability.Errorf(capability.DeadlineExceeded,
-				"rootfs %q was still being changed by another install (or installed, or removed) after %s, this call's timeout; nothing was installed: try again", name, timeout)
-		}
 		return nil, err
 	}
-	defer unlock()
-	if !m.Ready(name) { // removed while this call waited
-		return nil, missingRootfs(m, name)
-	}
+	defer lk.done()
+	start := lk.start
 	res := &InstallPackagesResult{Rootfs: name, Packages: pkgs, Installed: []string{}, WaitedMS: millis(time.Since(start))}
 	info, err := m.Info(name)
 	if err != nil {
@@ -569,31 +550,58 @@ func (a *App) registerRepair(reg *capability.Registry) {
 		}))
 }
 
+// rootfsLock is what lockRootfs holds: call it to let go.
+type rootfsLock struct {
+	unlock, cancel func()
+	start          time.Time // when the wait for the lock began
+}
+
+func (l *rootfsLock) done() { l.unlock(); l.cancel() }
+
+// lockRootfs checks the rootfs name, waits for its lock within timeout
+// (ctx gets that deadline) and checks again that it is ready: the one way
+// install_packages and repair_rootfs start changing a shared rootfs. what
+// says, in a refusal, what did not happen ("installed", "repaired").
+func (a *App) lockRootfs(ctx context.Context, name string, timeout time.Duration, what string) (*rootfs.Manager, context.Context, *rootfsLock, error) {
+	if err := rootfs.CheckName(name); err != nil {
+		return nil, nil, nil, capability.Errorf(capability.InvalidArgument, "%v", err)
+	}
+	m := rootfs.New(rootfs.DirIn(a.DataDir))
+	if !m.Ready(name) {
+		return nil, nil, nil, missingRootfs(m, name)
+	}
+	l := &rootfsLock{start: time.Now()}
+	ctx, l.cancel = context.WithTimeout(ctx, timeout)
+	unlock, err := m.Lock(ctx, name)
+	if err != nil {
+		l.cancel()
+		if errors.Is(err, rootfs.ErrBusy) {
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return nil, nil, nil, capability.Errorf(capability.Canceled, "canceled while waiting for another change of rootfs %q", name)
+			}
+			return nil, nil, nil, capability.Errorf(capability.DeadlineExceeded,
+				"rootfs %q was still being changed by another install (or repair, or removal) after %s, this call's timeout; nothing was %s: try again", name, timeout, what)
+		}
+		return nil, nil, nil, err
+	}
+	l.unlock = unlock
+	if !m.Ready(name) { // removed while this call waited
+		l.done()
+		return nil, nil, nil, missingRootfs(m, name)
+	}
+	return m, ctx, l, nil
+}
+
 // RepairRootfs runs `dpkg --configure -a` and `apt-get -f install -y
 // --no-remove` in the install box of the ready rootfs name, under its
 // lock, and reports what dpkg shows unsettled before and after.
 func (a *App) RepairRootfs(ctx context.Context, name string, timeout time.Duration) (*RepairRootfsResult, error) {
-	if err := rootfs.CheckName(name); err != nil {
-		return nil, capability.Errorf(capability.InvalidArgument, "%v", err)
-	}
-	m := rootfs.New(rootfs.DirIn(a.DataDir))
-	if !m.Ready(name) {
-		return nil, missingRootfs(m, name)
-	}
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	unlock, err := m.Lock(ctx, name)
+	m, ctx, lk, err := a.lockRootfs(ctx, name, timeout, "repaired")
 	if err != nil {
-		if errors.Is(err, rootfs.ErrBusy) {
-			return nil, capability.Errorf(capability.DeadlineExceeded, "rootfs %q was still being changed by another install after %s; nothing was repaired: try again", name, timeout)
-		}
 		return nil, err
 	}
-	defer unlock()
-	if !m.Ready(name) {
-		return nil, missingRootfs(m, name)
-	}
+	defer lk.done()
+	start := lk.start
 	root := m.Path(name)
 	res := &RepairRootfsResult{Rootfs: name, Before: []string{}, After: []string{}}
 	if res.Before, err = rootfs.Unsettled(root); err != nil {
