@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // The resident shell must be non-dumpable: its commands run as the same uid
@@ -68,12 +69,8 @@ func sealedBash(rootfs, src string) (string, error) {
 		}
 	}
 	if sealed.dir == "" {
-		d, err := os.MkdirTemp("", "quro-sealed-")
+		d, err := sealedDir()
 		if err != nil {
-			return "", err
-		}
-		// Traversable by the boxes' uids, listable by nobody else.
-		if err := os.Chmod(d, 0o711); err != nil {
 			return "", err
 		}
 		sealed.dir, sealed.paths = d, map[string]string{}
@@ -92,6 +89,8 @@ func sealedBash(rootfs, src string) (string, error) {
 	}
 	p := filepath.Join(sealed.dir, "bash-"+hex.EncodeToString(h.Sum(nil))[:24])
 	if err == nil {
+		// Named by its content: another server's copy of the same bash is
+		// this one, so the rename replaces it with the same bytes.
 		err = os.Rename(tmp.Name(), p)
 	}
 	if err != nil {
@@ -100,4 +99,40 @@ func sealedBash(rootfs, src string) (string, error) {
 	}
 	sealed.paths[key] = p
 	return p, nil
+}
+
+// sealedDir is the directory of the sealed copies: one per user,
+// <tmp>/quro-sealed-<euid>, shared by every server process of that user
+// (the copies are named by their content), so that servers and test runs
+// do not each leave a copy of bash behind. It is used only when it is a
+// real directory (not a link) of this user that nobody else may write;
+// otherwise, as before, a fresh one per process.
+func sealedDir() (string, error) {
+	d := filepath.Join(os.TempDir(), fmt.Sprintf("quro-sealed-%d", os.Geteuid()))
+	if err := os.Mkdir(d, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
+		return freshSealedDir()
+	}
+	fi, err := os.Lstat(d)
+	if err != nil || !fi.IsDir() || fi.Mode().Perm()&0o022 != 0 {
+		return freshSealedDir()
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+		return freshSealedDir()
+	}
+	// Traversable by the boxes' uids, listable by nobody else.
+	if err := os.Chmod(d, 0o711); err != nil {
+		return "", err
+	}
+	return d, nil
+}
+
+func freshSealedDir() (string, error) {
+	d, err := os.MkdirTemp("", "quro-sealed-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(d, 0o711); err != nil {
+		return "", err
+	}
+	return d, nil
 }
