@@ -82,7 +82,7 @@ $(WEB_STAMP): web/package.json web/package-lock.json
 # cmd/quro's TestWebUI drives the UI in headless Chromium).
 test: test-install test-deps $(TS_STAMP) $(WEB_STAMP) web-check fmt-check vet
 	$(GO) test -count=1 -timeout 30m ./...
-	FUZZTIME=3s bash test/fuzz/run.sh
+	FUZZTIME=20000x bash test/fuzz/run.sh
 	# the slim build (no embedded Python) must answer through the rest of the chain
 	$(GO) test -count=1 -tags slim ./internal/engine/python/ ./internal/app/ ./internal/api/mcp/
 
@@ -91,11 +91,11 @@ $(TS_STAMP): test/mcp-ts/package.json test/mcp-ts/package-lock.json | test-deps
 	touch $@
 
 # Every fuzz target of a parser that reads bytes a box or a tenant
-# controls, a minute each (make test gives them 3 s; go test alone runs
+# controls, a minute each (make test gives them 20,000 inputs; go test alone runs
 # only their seed corpora).
 FUZZTIME ?= 60s
 fuzz:
-	FUZZTIME=$(FUZZTIME) bash test/fuzz/run.sh
+	FUZZTIME=$(FUZZTIME) FUZZCOUNT_SLOW=20000x bash test/fuzz/run.sh
 
 # The package step itself, run against stand-ins for apt-get, dpkg and sudo
 # as root and as a sudo user: CI's machine usually has the packages
