@@ -23,7 +23,7 @@ TEST_PKGS := python3 bash bubblewrap debootstrap nodejs npm chromium curl gcc li
 # What `make run` needs: the sandbox refuses to run user code without bwrap.
 RUN_PKGS := bubblewrap
 
-.PHONY: all build install uninstall run run-deps test test-install fuzz deps test-deps vet fmt-check bench clean ui web web-check
+.PHONY: all build install uninstall run run-deps test test-install fuzz deps test-deps vet fmt-check tidy-check bench clean ui web web-check
 
 all: build
 
@@ -80,7 +80,7 @@ $(WEB_STAMP): web/package.json web/package-lock.json
 # Install what is missing, then check formatting, vet and run every test
 # (internal/web checks that the committed dist is what web/ builds to;
 # cmd/quro's TestWebUI drives the UI in headless Chromium).
-test: test-install test-deps $(TS_STAMP) $(WEB_STAMP) web-check fmt-check vet
+test: test-install test-deps $(TS_STAMP) $(WEB_STAMP) web-check fmt-check tidy-check vet
 	$(GO) test -count=1 -timeout 30m ./...
 	FUZZTIME=20000x bash test/fuzz/run.sh
 	# the slim build (no embedded Python) must answer through the rest of the chain
@@ -119,6 +119,10 @@ test-deps:
 
 vet:
 	$(GO) vet ./...
+
+# go.mod and go.sum say exactly what the code imports.
+tidy-check:
+	$(GO) mod tidy -diff
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
