@@ -87,12 +87,7 @@ func AptLists(root string) (Available, int, error) {
 // DpkgStatus reads the packages dpkg's status in root lists (any state),
 // as AptLists reads the lists: beneath root, a regular file, bounded.
 func DpkgStatus(root string) (Available, error) {
-	r, err := os.OpenRoot(root)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	f, err := openRegular(r, "var/lib/dpkg/status")
+	f, err := openDpkgStatus(root)
 	if err != nil {
 		return nil, err
 	}
@@ -290,12 +285,7 @@ func SplitPackage(p string) (name, arch, version string) {
 // (quro rootfs repair) settles it. A status file that cannot be read is an
 // error: a rootfs whose state is unknown is not called clean.
 func Unsettled(root string) ([]string, error) {
-	r, err := os.OpenRoot(root)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	f, err := openRegular(r, "var/lib/dpkg/status")
+	f, err := openDpkgStatus(root)
 	if err != nil {
 		return nil, err
 	}
@@ -336,4 +326,15 @@ func Unsettled(root string) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// openDpkgStatus opens dpkg's status file beneath root (never through a
+// link out of it), a regular file.
+func openDpkgStatus(root string) (*os.File, error) {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return openRegular(r, "var/lib/dpkg/status")
 }
