@@ -311,19 +311,16 @@ func trim(s string) string {
 	return s
 }
 
-// TestInSessionCall: code in a session calls the service back with quro
-// call, as its own session, without a token; it reaches nothing else.
-func TestInSessionCall(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("in-session calls need the server to run as root (a uid per session); this test runs as uid", os.Geteuid())
-	}
-	srv := startServer(t)
+// innerSession creates the session "inner" on srv as the admin and returns
+// a function that runs sh code in it through REST, answering the text.
+func innerSession(t *testing.T, srv *server) func(code string) string {
+	t.Helper()
 	admin := []string{"Authorization", "Bearer " + srv.token}
 	const js = "application/json"
 	if r := do(t, "POST", srv.url+"/v1/sessions", js, `{"name":"inner"}`, admin...); r.status != 201 {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
-	run := func(code string) string {
+	return func(code string) string {
 		t.Helper()
 		body, _ := json.Marshal(map[string]any{"lang": "sh", "session": "inner", "code": code})
 		r := do(t, "POST", srv.url+"/v1/run_code", js, string(body), append([]string{"Accept", "text/plain"}, admin...)...)
@@ -332,6 +329,16 @@ func TestInSessionCall(t *testing.T) {
 		}
 		return r.body
 	}
+}
+
+// TestInSessionCall: code in a session calls the service back with quro
+// call, as its own session, without a token; it reaches nothing else.
+func TestInSessionCall(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("in-session calls need the server to run as root (a uid per session); this test runs as uid", os.Geteuid())
+	}
+	srv := startServer(t)
+	run := innerSession(t, srv)
 	out := run(`quro call run_code '{"code":"print(6*7)"}'; echo "exit=$?"`)
 	if !strings.Contains(out, "42") || !strings.Contains(out, "exit=0") {
 		t.Fatalf("quro call inside the session:\n%s", out)

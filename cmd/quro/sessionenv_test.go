@@ -24,18 +24,7 @@ func TestInSessionEnvCannotReachTheLoader(t *testing.T) {
 	srv := startServer(t)
 	admin := []string{"Authorization", "Bearer " + srv.token}
 	const js = "application/json"
-	if r := do(t, "POST", srv.url+"/v1/sessions", js, `{"name":"inner"}`, admin...); r.status != 201 {
-		t.Fatalf("%d %s", r.status, r.body)
-	}
-	run := func(code string) string {
-		t.Helper()
-		body, _ := json.Marshal(map[string]any{"lang": "sh", "session": "inner", "code": code})
-		r := do(t, "POST", srv.url+"/v1/run_code", js, string(body), append([]string{"Accept", "text/plain"}, admin...)...)
-		if r.status != 200 {
-			t.Fatalf("%d %s", r.status, r.body)
-		}
-		return r.body
-	}
+	run := innerSession(t, srv)
 	// A first Python run waits for the server's interpreter extraction,
 	// which must not be cut short by the end of the test.
 	body, _ := json.Marshal(map[string]any{"lang": "python", "session": "inner", "code": "print(6*7)"})
