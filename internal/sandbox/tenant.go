@@ -12,8 +12,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/quro-dev/quro/internal/quota"
 )
 
 // Tenant cgroups: every run of a tenant is made beneath one cgroup of that
@@ -247,8 +245,19 @@ func (c *cgroups) admit(t *Tenant) error {
 	return nil
 }
 
-// humanBytes renders a size as the disk quota's messages do.
-func humanBytes(n uint64) string { return quota.Human(int64(n)) }
+func humanBytes(n uint64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}
 
 func readUint(file string) uint64 {
 	b, _ := os.ReadFile(file)
