@@ -269,6 +269,7 @@ func (p *pythonRun) exec(ctx context.Context, sess *session.Session, name, code 
 		Env:     sess.Env,
 		Network: sess.Network,
 		UID:     sess.UID,
+		Session: sess.ID,
 		Binds:   sess.Binds(),
 		Rootfs:  p.m.Path(name),
 		Stdout:  stdout,

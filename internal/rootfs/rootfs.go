@@ -36,6 +36,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/quro-dev/quro/internal/sandbox"
 )
 
 // DefaultName is the rootfs python_run uses for sessions that name none.
@@ -635,14 +637,11 @@ func Debootstrap(ctx context.Context, target, cacheDir string, o InstallOptions,
 	args := []string{"--variant=minbase", "--include=" + strings.Join(o.Packages, ","),
 		"--cache-dir=" + cacheDir, o.Suite, target, o.Mirror}
 	progress("debootstrap " + strings.Join(args, " "))
-	cmd := exec.CommandContext(ctx, path, args...)
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8", "DEBIAN_FRONTEND=noninteractive"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// On cancel, kill debootstrap and whatever it started (dpkg in the chroot).
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
 	r, w := io.Pipe()
-	cmd.Stdout, cmd.Stderr = w, w
+	// On cancel, debootstrap's whole group goes: whatever it started (dpkg
+	// in the chroot) too.
+	h := &sandbox.Helper{Path: path, Args: args, Stdout: w, Stderr: w,
+		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8", "DEBIAN_FRONTEND=noninteractive"}}
 	lines := make(chan struct{})
 	var last []string
 	go func() {
@@ -658,7 +657,7 @@ func Debootstrap(ctx context.Context, target, cacheDir string, o InstallOptions,
 		}
 		io.Copy(io.Discard, r)
 	}()
-	err = cmd.Run()
+	err = sandbox.RunHelper(ctx, h)
 	w.Close()
 	<-lines
 	if err != nil {

@@ -24,6 +24,7 @@ func ProcessSpec(req *Request, args ...string) *sandbox.Spec {
 		Env:     req.Session.Env,
 		Network: req.Session.Network,
 		UID:     req.Session.UID,
+		Session: req.Session.ID,
 		Binds:   req.Session.Binds(),
 		Stdout:  req.Stdout,
 		Stderr:  req.Stderr,

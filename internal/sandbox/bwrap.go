@@ -95,6 +95,7 @@ type bwrapBox struct {
 	usernsBlockFD string
 	capSetID      bool
 	admin         bool // Spec.RootfsAdmin
+	asPID1        bool // the command is the box's pid 1 (a session box's init)
 }
 
 // args returns bubblewrap's arguments up to and including "--"; the files
@@ -118,6 +119,9 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 		"--hostname", "quro",
 		"--die-with-parent",
 	}
+	if b.asPID1 {
+		a = append(a, "--as-pid-1")
+	}
 	if !b.spec.TTY {
 		// No TIOCSTI into a terminal the box was given. A TTY spec keeps
 		// its session (the terminal must stay the controlling one); seccomp
@@ -140,6 +144,11 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 		// session's 0700 directories (chdir, Landlock's rules) before the
 		// switch. The switch to a non-zero uid clears them all.
 		a = append(a, "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_DAC_READ_SEARCH")
+		if b.asPID1 {
+			// A session box's init (the box's root) signals the processes
+			// it spawned, which run as insideUID.
+			a = append(a, "--cap-add", "CAP_KILL")
+		}
 	}
 	if b.admin {
 		// The program itself is the box's root: these, in the box's user

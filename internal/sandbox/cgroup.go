@@ -29,7 +29,12 @@ import (
 
 // cgroupControllers are the controllers Quro uses, in the order they are
 // reported.
-var cgroupControllers = []string{"memory", "pids", "cpu"}
+var cgroupControllers = []string{"memory", "pids", "cpu", "cpuacct", "freezer"}
+
+// optionalControllers are used where found but not required by the layer:
+// CPU accounting (v1: cpuacct; v2's cpu.stat has it) and the freezer that
+// pauses a session box (v2: cgroup.freeze, no controller).
+var optionalControllers = map[string]bool{"cpuacct": true, "freezer": true}
 
 type cgroups struct {
 	base   map[string]string // controller → directory that holds the run cgroups
@@ -65,7 +70,9 @@ func openCgroups() *cgroups {
 		mnt := v1Mount(ctrl)
 		dir, ok := own[ctrl]
 		if mnt == "" || !ok {
-			notes = append(notes, ctrl+" missing")
+			if !optionalControllers[ctrl] {
+				notes = append(notes, ctrl+" missing")
+			}
 			continue
 		}
 		base := filepath.Join(mnt, dir, "quro")
@@ -181,6 +188,7 @@ type runCgroup struct {
 	// ctrl[i] is a controller of the v1 hierarchy of dirs[i], mnt[i] that
 	// hierarchy's mount point ("" for the unified one).
 	ctrl, mnt []string
+	byCtrl    map[string]string // controller → its directory
 }
 
 // create makes the run's cgroups and writes the limits. With a tenant, the
@@ -196,7 +204,7 @@ func (c *cgroups) create(lim Limits, t *Tenant) (*runCgroup, error) {
 		}
 		name = filepath.Join(tdir, name)
 	}
-	r := &runCgroup{}
+	r := &runCgroup{byCtrl: map[string]string{}}
 	made := map[string]bool{}
 	for _, ctrl := range cgroupControllers {
 		base := c.base[ctrl]
@@ -204,6 +212,7 @@ func (c *cgroups) create(lim Limits, t *Tenant) (*runCgroup, error) {
 			continue
 		}
 		dir := filepath.Join(base, name)
+		r.byCtrl[ctrl] = dir
 		if !made[dir] {
 			if err := os.Mkdir(dir, 0o755); err != nil {
 				r.remove()

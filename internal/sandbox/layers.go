@@ -208,10 +208,12 @@ func AnonymousUID(dir string) int {
 }
 
 // ForSession returns a Sandbox like s whose runs, unless their Spec says
-// otherwise, go under uid and whose boxes also get binds: for code that
-// builds its Specs without knowing the session (a session's shell).
-func (s *Sandbox) ForSession(uid int, binds []Bind) *Sandbox {
+// otherwise, belong to session id (its box, see Spec.Session), go under uid
+// and whose boxes also get binds: for code that builds its Specs without
+// knowing the session (a session's shell).
+func (s *Sandbox) ForSession(id string, uid int, binds []Bind) *Sandbox {
 	c := *s
+	c.session = id
 	c.uid = uid
 	c.binds = append(slices.Clone(s.binds), binds...)
 	return &c

@@ -85,6 +85,15 @@ type Options struct {
 	// Dir) and its ceilings: the run's cgroups are made beneath the
 	// tenant's (see tenant.go). ok=false: the run has no tenant cgroup.
 	Tenant func(dir string) (t Tenant, ok bool)
+	// SessionBoxes gives each session one box for its lifetime (see
+	// box.go): the runs of a Spec that names its Session are spawned in
+	// it. Without the namespaces layer it has no effect.
+	SessionBoxes bool
+	// BoxReadOnly are host paths every session box shows read-only at the
+	// same path, besides what its first run names: where the server puts
+	// interpreters and tools that later runs of the session name in
+	// Spec.ReadOnly (a directory bound now shows what is made in it later).
+	BoxReadOnly []string
 	// Note, when set, is asked after each run ends for text to append to
 	// its stderr (e.g. that the session's disk quota is full, and what
 	// filled it), given the run's Dir.
@@ -117,7 +126,9 @@ type Sandbox struct {
 	layers     *layerSet
 	onFailure  func(reason string)
 	binds      []Bind
-	uid        int // see ForSession
+	uid        int    // see ForSession
+	session    string // see ForSession
+	boxes      *boxRegistry
 	tenant     func(dir string) (Tenant, bool)
 	note       func(dir string) string
 }
@@ -152,6 +163,9 @@ func New(opts *Options) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox: isolation %q: want %q or %q", o.Isolation, IsolationFull, IsolationMinimal)
 	}
 	s.layers = findLayers(o.Require)
+	if o.SessionBoxes {
+		s.boxes = &boxRegistry{boxes: map[string]*boxEntry{}, readOnly: slices.Clone(o.BoxReadOnly)}
+	}
 	return s, nil
 }
 
@@ -216,6 +230,10 @@ type Spec struct {
 	// Binds are host paths bound read-only into this run's box besides
 	// Options.Binds: the session's own in-session socket.
 	Binds []Bind
+	// Session names the session box the run is spawned in (see box.go);
+	// "" takes the one of a ForSession sandbox, else the run gets a box of
+	// its own.
+	Session string
 
 	Stdin          io.Reader // nil means /dev/null
 	Stdout, Stderr io.Writer // nil discards
@@ -284,6 +302,14 @@ type Process struct {
 
 	note func() string // Options.Note for this run, or nil
 	errW io.Writer     // Spec.Stderr
+
+	// In a session box (Cmd is nil):
+	bx        *Box
+	boxID     string        // the box init's name for it
+	pid       int           // the program's host pid
+	ended     chan struct{} // closed once the box init reported its end
+	boxExit   boxExit
+	oomBefore uint64 // the box cgroup's OOM kills when it started
 }
 
 // Env builds the environment a spec's process sees.
@@ -356,192 +382,282 @@ func failureReason(ctx context.Context, err error) string {
 }
 
 func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
+	pl, err := s.prepare(spec)
+	if err != nil {
+		return nil, err
+	}
+	if bx, err := s.boxFor(ctx, pl); err != nil {
+		return nil, pl.startErr(err)
+	} else if bx != nil {
+		return bx.spawn(ctx, pl)
+	}
+	return s.startOneShot(ctx, pl)
+}
+
+// plan is a Spec checked and prepared, whatever launches it: a box of its
+// own (startOneShot) or the session's box (Box.spawn).
+type plan struct {
+	spec     *Spec
+	prog     string
+	env      []string
+	limits   Limits
+	network  string
+	boxed    bool // inside bubblewrap
+	admin    bool // Spec.RootfsAdmin
+	writable []string
+	readOnly []string
+	uid      int // the host uid, 0 when the server is not root (or admin)
+	pol      initPolicy
+}
+
+func (pl *plan) startErr(err error) error {
+	return &StartError{Program: pl.prog, Reason: err.Error(), Err: err}
+}
+
+// prepare is the first step of a start: check the spec, build the
+// program's environment, choose its uid (handing the session's directories
+// to it) and the policy the init child applies.
+func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 	if len(spec.Args) == 0 || spec.Args[0] == "" {
 		return nil, fmt.Errorf("%w: no program", ErrInvalidSpec)
 	}
 	if spec.Dir == "" || !filepath.IsAbs(spec.Dir) {
 		return nil, fmt.Errorf("%w: the working directory must be an absolute path", ErrInvalidSpec)
 	}
-	network := spec.Network
-	switch network {
+	pl := &plan{spec: spec, prog: spec.Args[0], network: spec.Network}
+	switch pl.network {
 	case "":
-		network = NetworkNone
+		pl.network = NetworkNone
 	case NetworkNone, NetworkFull:
 	default:
 		return nil, fmt.Errorf("%w: network policy %q: want %q or %q", ErrInvalidSpec, spec.Network, NetworkNone, NetworkFull)
 	}
-	env, err := s.env(spec)
-	if err != nil {
+	var err error
+	if pl.env, err = s.env(spec); err != nil {
 		return nil, err
 	}
-	prog := spec.Args[0]
-	startErr := func(err error) error { return &StartError{Program: prog, Reason: err.Error(), Err: err} }
 	if err := s.layers.check(s.isolation); err != nil {
-		return nil, startErr(err)
+		return nil, pl.startErr(err)
 	}
-	limits := s.limits
+	pl.limits = s.limits
 	if spec.Limits != nil {
-		limits = *spec.Limits
+		pl.limits = *spec.Limits
 	}
-	boxed := s.layers.ok(LayerNamespaces)
-	if spec.Rootfs != "" && !boxed {
-		return nil, startErr(errors.New("a rootfs needs the namespaces layer (bubblewrap)"))
+	pl.boxed = s.layers.ok(LayerNamespaces)
+	if spec.Rootfs != "" && !pl.boxed {
+		return nil, pl.startErr(errors.New("a rootfs needs the namespaces layer (bubblewrap)"))
 	}
-	admin := spec.RootfsAdmin
-	if admin && (spec.Rootfs == "" || !s.layers.root) {
-		return nil, startErr(errors.New("changing a rootfs needs a rootfs, the box and a server running as root"))
+	pl.admin = spec.RootfsAdmin
+	if pl.admin && (spec.Rootfs == "" || !s.layers.root) {
+		return nil, pl.startErr(errors.New("changing a rootfs needs a rootfs, the box and a server running as root"))
 	}
 
 	// The session's own directories: the only writable host paths.
-	writable := []string{spec.Dir}
+	pl.writable = []string{spec.Dir}
 	for _, d := range append([]string{spec.TmpDir}, spec.Writable...) {
-		if d != "" && filepath.IsAbs(d) && !slices.Contains(writable, d) && exists(d) {
-			writable = append(writable, d)
+		if d != "" && filepath.IsAbs(d) && !slices.Contains(pl.writable, d) && exists(d) {
+			pl.writable = append(pl.writable, d)
 		}
 	}
-	uid := 0
-	if s.layers.root && !admin {
-		uid = cmp.Or(max(spec.UID, 0), s.uid, AnonymousUID(spec.Dir))
-		if err := handOver(uid, writable...); err != nil {
-			return nil, startErr(err)
+	if s.layers.root && !pl.admin {
+		pl.uid = cmp.Or(max(spec.UID, 0), s.uid, AnonymousUID(spec.Dir))
+		if err := handOver(pl.uid, pl.writable...); err != nil {
+			return nil, pl.startErr(err)
 		}
 	}
-
-	var readOnly []string
 	for _, p := range spec.ReadOnly {
 		if !filepath.IsAbs(p) {
 			return nil, fmt.Errorf("%w: read-only path %q is not absolute", ErrInvalidSpec, p)
 		}
-		if p = filepath.Clean(p); exists(p) && !slices.Contains(readOnly, p) {
-			readOnly = append(readOnly, p)
+		if p = filepath.Clean(p); exists(p) && !slices.Contains(pl.readOnly, p) {
+			pl.readOnly = append(pl.readOnly, p)
 		}
 	}
 
 	pol := initPolicy{
 		Landlock: s.layers.ok(LayerLandlock),
 		Seccomp:  s.layers.ok(LayerSeccomp),
-		Network:  network,
-		RW:       append(slices.Clone(writable), "/tmp", "/dev/shm"),
+		Network:  pl.network,
+		RW:       append(slices.Clone(pl.writable), "/tmp", "/dev/shm"),
 	}
-	if admin {
+	if pl.admin {
 		pol.RW = append(pol.RW, rootfsAdminRW...)
 		pol.Caps = AdminCaps
 	}
-	if boxed {
+	if pl.boxed {
 		pol.ListDirs = []string{"/"}
 		pol.RO = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/opt", "/var", "/srv", "/run/quro"}
+		if pl.uid != 0 {
+			// bubblewrap hands the box to the init child as the box's
+			// root; the child switches to insideUID.
+			pol.UID = insideUID
+		}
 	} else {
 		// No box: Landlock alone keeps the host's secrets out of reach.
 		pol.RO = append([]string{"/usr", "/proc"}, hostLibDirs...)
 		pol.ROFiles = append(append(slices.Clone(etcFiles), pythonEtc()...), "/etc/passwd", "/etc/group", "/etc/resolv.conf")
-		if uid != 0 {
-			pol.UID = uid
-		}
+		pol.UID = pl.uid
 	}
-	for _, p := range readOnly {
+	for _, p := range pl.readOnly {
 		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
 			pol.RO = append(pol.RO, p)
 		} else {
 			pol.ROFiles = append(pol.ROFiles, p)
 		}
 	}
+	pl.pol = pol
+	return pl, nil
+}
 
+// plumbing is the second step: the descriptors a started program gets
+// (stdio, the spec's ExtraFiles, the status channel, its environment) and
+// the pipes the server reads its output from.
+type plumbing struct {
+	fds       *fdList     // the child's descriptors from 3 on
+	stdio     [3]*os.File // the child's 0, 1, 2; nil: /dev/null
+	childEnds []*os.File  // the server's copies of what the child holds, closed once it started
+	statusR   *os.File    // the server's end of the status channel
+	envFD     int
+	statusFD  string
+	pumps     []func()
+}
+
+// plumb builds pb for pl and records in p the pipes p owns (its output
+// readers, its stdin writer). status is the child's end of the status
+// channel and statusR the server's.
+func (pl *plan) plumb(p *Process, statusR, statusW *os.File) (*plumbing, error) {
+	spec := pl.spec
+	pb := &plumbing{fds: &fdList{files: slices.Clone(spec.ExtraFiles)}, statusR: statusR, childEnds: []*os.File{statusW}}
+	pb.statusFD = pb.fds.add(statusW)
+	envF, err := envFile(pl.env)
+	if err != nil {
+		return pb, err
+	}
+	pb.childEnds = append(pb.childEnds, envF)
+	pb.envFD, _ = strconv.Atoi(pb.fds.add(envF))
+
+	switch in := spec.Stdin.(type) {
+	case nil:
+	case *os.File:
+		pb.stdio[0] = in
+	default:
+		r, w, err := os.Pipe()
+		if err != nil {
+			return pb, err
+		}
+		pb.childEnds = append(pb.childEnds, r)
+		pb.stdio[0] = r
+		p.stdinW = w
+	}
+	for i, w := range []io.Writer{spec.Stdout, spec.Stderr} {
+		switch w := w.(type) {
+		case nil:
+		case *os.File:
+			pb.stdio[1+i] = w
+		default:
+			if i == 1 && sameWriter(spec.Stdout, spec.Stderr) {
+				// One writer for both: one pipe, as os/exec does, so the
+				// writer is never written from two goroutines and keeps
+				// the order in which the program wrote.
+				pb.stdio[2] = pb.stdio[1]
+				continue
+			}
+			r, wr, err := os.Pipe()
+			if err != nil {
+				return pb, err
+			}
+			pb.childEnds = append(pb.childEnds, wr)
+			p.readers = append(p.readers, r)
+			pb.stdio[1+i] = wr
+			pb.pumps = append(pb.pumps, func() { p.pump(w, r) })
+		}
+	}
+	return pb, nil
+}
+
+// closeChildEnds closes the server's copies of the child's descriptors.
+func (pb *plumbing) closeChildEnds() {
+	for _, f := range pb.childEnds {
+		f.Close()
+	}
+	pb.childEnds = nil
+}
+
+// run starts the output pumps and the stdin copy once the child holds its
+// ends.
+func (pb *plumbing) run(p *Process, stdin io.Reader) {
+	for _, pump := range pb.pumps {
+		p.pumps.Add(1)
+		go pump()
+	}
+	if p.stdinW != nil {
+		go func() {
+			io.Copy(p.stdinW, stdin)
+			p.stdinW.Close()
+		}()
+	}
+}
+
+// closeParent closes what p holds of a start that failed.
+func (p *Process) closeParent() {
+	for _, f := range p.readers {
+		f.Close()
+	}
+	if p.stdinW != nil {
+		p.stdinW.Close()
+	}
+}
+
+// initArgs is the init child's argv after the binary: the status fd, the
+// rlimits, the compiled policy, then the program.
+func (pl *plan) initArgs(pb *plumbing) ([]string, error) {
+	bpol, err := pl.pol.compile()
+	if err != nil {
+		return nil, err
+	}
+	bpol.EnvFD = pb.envFD
+	return append([]string{boxinit.Arg, pb.statusFD, pl.limits.rlimits().encode(), bpol.Encode(), "--"}, pl.spec.Args...), nil
+}
+
+// startOneShot launches pl in a box of its own (or, without the namespaces
+// layer, directly): its own cgroups, bubblewrap, the uid maps, the
+// go-ahead, then the handshake with the init child.
+func (s *Sandbox) startOneShot(ctx context.Context, pl *plan) (*Process, error) {
+	spec, admin, uid := pl.spec, pl.admin, pl.uid
+	p := &Process{ctx: ctx, drain: s.drainGrace, boxed: pl.boxed, tty: spec.TTY, errW: spec.Stderr}
+	if s.note != nil {
+		p.note = func() string { return s.note(spec.Dir) }
+	}
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
-		return nil, startErr(err)
+		return nil, pl.startErr(err)
 	}
 	defer statusR.Close()
-	fds := &fdList{files: slices.Clone(spec.ExtraFiles)}
-	statusFD := fds.add(statusW)
-	childEnds := []*os.File{statusW} // closed in the parent once the child has started
-	envF, err := envFile(env)
+	pb, err := pl.plumb(p, statusR, statusW)
 	if err != nil {
-		statusW.Close()
+		pb.closeChildEnds()
+		p.closeParent()
 		if errors.Is(err, ErrInvalidSpec) {
 			return nil, err
 		}
-		return nil, startErr(err)
-	}
-	childEnds = append(childEnds, envF)
-	envFD, _ := strconv.Atoi(fds.add(envF))
-	closeChildEnds := func() {
-		for _, f := range childEnds {
-			f.Close()
-		}
-		childEnds = nil
+		return nil, pl.startErr(err)
 	}
 
 	var cg *runCgroup
 	if s.layers.ok(LayerCgroups) {
-		var tenant *Tenant
-		if s.tenant != nil {
-			if t, ok := s.tenant(spec.Dir); ok {
-				tenant = &t
-				if err := s.layers.cg.admit(tenant); err != nil {
-					closeChildEnds()
-					return nil, startErr(err)
-				}
-			}
+		tenant, err := s.admitTenant(spec.Dir)
+		if err == nil {
+			cg, err = s.layers.cg.create(pl.limits, tenant)
 		}
-		if cg, err = s.layers.cg.create(limits, tenant); err != nil {
-			closeChildEnds()
-			return nil, startErr(err)
-		}
-	}
-	fail := func(err error) (*Process, error) {
-		closeChildEnds()
-		if cg != nil {
-			cg.remove()
-		}
-		return nil, startErr(err)
-	}
-
-	// The go-ahead: the run may only start once it is in its cgroups (unless
-	// it is born in them, see startInside) and, when the server is root,
-	// once the server has mapped its uid.
-	var goAhead, info *os.File
-	var box *bwrapBox
-	if boxed {
-		box = &bwrapBox{spec: spec, self: s.self, network: network, writable: writable, readOnly: readOnly, binds: append(slices.Clone(s.binds), spec.Binds...),
-			tmpSize: 256 << 20, passwd: passwdFor(spec.homeDir()), admin: admin}
-		if admin {
-			box.passwd = "" // the rootfs's own accounts, which dpkg may change
-		}
-		if cg != nil || uid != 0 || admin {
-			ir, iw, err := os.Pipe()
-			if err != nil {
-				return fail(err)
-			}
-			br, bw, err := os.Pipe()
-			if err != nil {
-				ir.Close()
-				iw.Close()
-				return fail(err)
-			}
-			childEnds = append(childEnds, iw, br)
-			info, goAhead = ir, bw
-			box.infoFD = fds.add(iw)
-			switch {
-			case admin:
-				box.usernsBlockFD = fds.add(br)
-			case uid != 0:
-				box.usernsBlockFD = fds.add(br)
-				box.capSetID = true
-				pol.UID = insideUID
-			default:
-				box.blockFD = fds.add(br)
-			}
-		}
-	} else if cg != nil {
-		wr, ww, err := os.Pipe()
 		if err != nil {
-			return fail(err)
+			pb.closeChildEnds()
+			p.closeParent()
+			return nil, pl.startErr(err)
 		}
-		childEnds = append(childEnds, wr)
-		goAhead = ww
-		pol.WaitFD, _ = strconv.Atoi(fds.add(wr))
 	}
-	closeParentEnds := func() {
+	p.cg = cg
+	var goAhead, info *os.File
+	closeGo := func() {
 		if info != nil {
 			info.Close()
 		}
@@ -549,13 +665,51 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 			goAhead.Close()
 		}
 	}
-	bpol, err := pol.compile()
+	fail := func(err error) (*Process, error) {
+		pb.closeChildEnds()
+		closeGo()
+		p.closeParent()
+		if cg != nil {
+			cg.remove()
+		}
+		return nil, pl.startErr(err)
+	}
+
+	// The go-ahead: the run may only start once it is in its cgroups (unless
+	// it is born in them, see startInside) and, when the server is root,
+	// once the server has mapped its uid.
+	var box *bwrapBox
+	if pl.boxed {
+		box = s.bwrapFor(pl, spec)
+		if cg != nil || uid != 0 || admin {
+			ir, iw, br, bw, err := pipes2()
+			if err != nil {
+				return fail(err)
+			}
+			pb.childEnds = append(pb.childEnds, iw, br)
+			info, goAhead = ir, bw
+			box.infoFD = pb.fds.add(iw)
+			switch {
+			case admin || uid != 0:
+				box.usernsBlockFD = pb.fds.add(br)
+				box.capSetID = !admin
+			default:
+				box.blockFD = pb.fds.add(br)
+			}
+		}
+	} else if cg != nil {
+		wr, ww, err := os.Pipe()
+		if err != nil {
+			return fail(err)
+		}
+		pb.childEnds = append(pb.childEnds, wr)
+		goAhead = ww
+		pl.pol.WaitFD, _ = strconv.Atoi(pb.fds.add(wr))
+	}
+	initArgs, err := pl.initArgs(pb)
 	if err != nil {
-		closeParentEnds()
 		return fail(err)
 	}
-	bpol.EnvFD = envFD
-	initArgs := []string{boxinit.Arg, statusFD, limits.rlimits().encode(), bpol.Encode(), "--"}
 
 	cmd := exec.CommandContext(ctx, s.self)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -565,86 +719,39 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 		// of everything in the box.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Pdeathsig: syscall.SIGKILL}
 	}
-	if boxed {
-		bargs, opened, err := box.args(fds)
+	if pl.boxed {
+		bargs, opened, err := box.args(pb.fds)
 		if err != nil {
-			closeParentEnds()
 			return fail(err)
 		}
-		childEnds = append(childEnds, opened...)
+		pb.childEnds = append(pb.childEnds, opened...)
 		cmd.Path = s.layers.bwrap
-		cmd.Args = append(append(append([]string{"bwrap"}, bargs...), initPath), append(initArgs, spec.Args...)...)
+		cmd.Args = append(append([]string{"bwrap"}, bargs...), append([]string{initPath}, initArgs...)...)
 		cmd.Dir = "/"
 	} else {
-		cmd.Args = append(append([]string{s.self}, initArgs...), spec.Args...)
+		cmd.Args = append([]string{s.self}, initArgs...)
 		cmd.Dir = spec.Dir
 	}
 	// bubblewrap and the init child run as the server's user (host root)
 	// until the init child's uid switch: they get a fixed environment, and
-	// the program's own (env) only through envF.
+	// the program's own only through its env memfd.
 	cmd.Env = slices.Clone(HelperEnv)
-	cmd.ExtraFiles = fds.files
+	cmd.ExtraFiles = pb.fds.files
+	for i, f := range pb.stdio {
+		if f != nil {
+			switch i {
+			case 0:
+				cmd.Stdin = f
+			case 1:
+				cmd.Stdout = f
+			case 2:
+				cmd.Stderr = f
+			}
+		}
+	}
 	cmd.Cancel = func() error { return killGroup(cmd) }
 	cmd.WaitDelay = s.drainGrace
-
-	p := &Process{Cmd: cmd, ctx: ctx, drain: s.drainGrace, cg: cg, boxed: boxed, tty: spec.TTY, errW: spec.Stderr}
-	if s.note != nil {
-		p.note = func() string { return s.note(spec.Dir) }
-	}
-	closeAll := func() {
-		closeChildEnds()
-		closeParentEnds()
-		for _, f := range p.readers {
-			f.Close()
-		}
-		if p.stdinW != nil {
-			p.stdinW.Close()
-		}
-	}
-
-	switch in := spec.Stdin.(type) {
-	case nil:
-	case *os.File:
-		cmd.Stdin = in
-	default:
-		r, w, err := os.Pipe()
-		if err != nil {
-			closeAll()
-			return fail(err)
-		}
-		childEnds = append(childEnds, r)
-		cmd.Stdin = r
-		p.stdinW = w
-	}
-	outputs := []struct {
-		w   io.Writer
-		dst *io.Writer
-	}{{spec.Stdout, &cmd.Stdout}, {spec.Stderr, &cmd.Stderr}}
-	var pumps []func()
-	for i, o := range outputs {
-		switch w := o.w.(type) {
-		case nil:
-		case *os.File:
-			*o.dst = w
-		default:
-			if i == 1 && sameWriter(spec.Stdout, spec.Stderr) {
-				// One writer for both: one pipe, as os/exec does, so the
-				// writer is never written from two goroutines and keeps
-				// the order in which the program wrote.
-				cmd.Stderr = cmd.Stdout
-				continue
-			}
-			r, wr, err := os.Pipe()
-			if err != nil {
-				closeAll()
-				return fail(err)
-			}
-			childEnds = append(childEnds, wr)
-			p.readers = append(p.readers, r)
-			*o.dst = wr
-			pumps = append(pumps, func() { p.pump(w, r) })
-		}
-	}
+	p.Cmd = cmd
 
 	p.start = time.Now()
 	born := false // the first process was born in the run's cgroups
@@ -654,49 +761,27 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 	if !born {
 		err = cmd.Start()
 	}
-	closeChildEnds()
+	pb.closeChildEnds()
 	if err != nil && cmd.Process != nil {
 		// Started, but the thread that started it could not leave the
 		// run's cgroups (see startInside).
-		closeParentEnds()
+		closeGo()
 		p.Wait()
-		return nil, startErr(err)
+		return nil, pl.startErr(err)
 	}
 	if err != nil {
-		closeAll()
 		return fail(err)
 	}
-	for _, pump := range pumps {
-		p.pumps.Add(1)
-		go pump()
-	}
-	if p.stdinW != nil {
-		go func() {
-			io.Copy(p.stdinW, spec.Stdin)
-			p.stdinW.Close()
-		}()
-	}
+	pb.run(p, spec.Stdin)
 
 	if goAhead != nil {
 		pid := cmd.Process.Pid
 		if info != nil {
-			// bubblewrap reports the host pid of the box's first process
-			// and waits on the block fd before it starts anything else.
-			var bi struct {
-				ChildPID int `json:"child-pid"`
-			}
-			err = json.NewDecoder(info).Decode(&bi)
-			pid = bi.ChildPID
-			if err == nil && pid <= 0 {
-				err = errors.New("no child-pid")
-			}
-			if err != nil {
-				err = fmt.Errorf("bubblewrap did not report its child: %v", err)
-			}
+			pid, err = childPID(info)
 		}
 		if err == nil && admin {
 			err = mapAdminIDs(pid)
-		} else if err == nil && boxed && uid != 0 {
+		} else if err == nil && pl.boxed && uid != 0 {
 			err = mapIDs(pid, uid)
 		}
 		if err == nil && cg != nil && !born {
@@ -705,22 +790,32 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 		if err == nil {
 			_, err = goAhead.Write([]byte{1})
 		}
-		closeParentEnds()
+		closeGo()
 		if err != nil {
 			p.Wait()
-			return nil, startErr(err)
+			return nil, pl.startErr(err)
 		}
 	}
+	return p, p.handshake(pl.prog, statusR)
+}
 
-	// The init child writes boxinit.ReadyByte just before it execs the program, or
-	// the reason it cannot. Nothing at all means the box itself failed.
+// handshake is the last step of a start: the init child writes
+// boxinit.ReadyByte just before it execs the program, or the reason it
+// cannot. Nothing at all means the box itself failed. On failure the
+// process has been waited for.
+func (p *Process) handshake(prog string, statusR *os.File) error {
 	var buf [4096]byte
 	n, _ := io.ReadAtLeast(statusR, buf[:], 1)
 	if n > 0 && buf[0] == boxinit.ReadyByte {
-		return p, nil
+		return nil
 	}
 	rest, _ := io.ReadAll(statusR)
-	msg := string(append(buf[:n], rest...))
+	return p.startFailed(prog, string(append(buf[:n], rest...)))
+}
+
+// startFailed waits for a process whose init child did not exec the
+// program and says why.
+func (p *Process) startFailed(prog, msg string) error {
 	exit := p.Wait()
 	from := FailInit
 	if msg == "" {
@@ -731,7 +826,61 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 			msg = fmt.Sprintf("the sandbox could not be set up (exit status %d; its message, if any, is in stderr)", exit.Code)
 		}
 	}
-	return nil, &StartError{Program: prog, Reason: msg, from: from}
+	return &StartError{Program: prog, Reason: msg, from: from}
+}
+
+// admitTenant returns the tenant of a run in dir, checked against its
+// ceilings, or nil when runs have no tenant cgroup.
+func (s *Sandbox) admitTenant(dir string) (*Tenant, error) {
+	if s.tenant == nil {
+		return nil, nil
+	}
+	t, ok := s.tenant(dir)
+	if !ok {
+		return nil, nil
+	}
+	if err := s.layers.cg.admit(&t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// bwrapFor describes the box of pl.
+func (s *Sandbox) bwrapFor(pl *plan, spec *Spec) *bwrapBox {
+	box := &bwrapBox{spec: spec, self: s.self, network: pl.network, writable: pl.writable, readOnly: pl.readOnly,
+		binds: append(slices.Clone(s.binds), spec.Binds...), tmpSize: 256 << 20, passwd: passwdFor(spec.homeDir()), admin: pl.admin}
+	if pl.admin {
+		box.passwd = "" // the rootfs's own accounts, which dpkg may change
+	}
+	return box
+}
+
+// pipes2 makes two pipes: info (read, write) and block (read, write).
+func pipes2() (ir, iw, br, bw *os.File, err error) {
+	if ir, iw, err = os.Pipe(); err != nil {
+		return
+	}
+	if br, bw, err = os.Pipe(); err != nil {
+		ir.Close()
+		iw.Close()
+	}
+	return
+}
+
+// childPID reads the host pid of the box's first process, which
+// bubblewrap reports on its info fd before it waits on its block fd.
+func childPID(info io.Reader) (int, error) {
+	var bi struct {
+		ChildPID int `json:"child-pid"`
+	}
+	err := json.NewDecoder(info).Decode(&bi)
+	if err == nil && bi.ChildPID <= 0 {
+		err = errors.New("no child-pid")
+	}
+	if err != nil {
+		return 0, fmt.Errorf("bubblewrap did not report its child: %v", err)
+	}
+	return bi.ChildPID, nil
 }
 
 // mapIDs writes the user namespace maps of the box whose first process is
@@ -786,6 +935,14 @@ func (p *Process) Boxed() bool { return p.boxed }
 //
 // Group returns 0 when the process is gone.
 func (p *Process) Group() int {
+	if p.bx != nil {
+		select {
+		case <-p.ended:
+			return 0
+		default:
+			return p.pid
+		}
+	}
 	if p.Cmd.Process == nil {
 		return 0
 	}
@@ -891,6 +1048,9 @@ func (p *Process) pump(w io.Writer, r *os.File) {
 // group, drains its output (bounded by the drain grace) and reports how it
 // ended.
 func (p *Process) Wait() Exit {
+	if p.bx != nil {
+		return p.waitBox()
+	}
 	waitErr := p.Cmd.Wait()
 	// Nothing of a run outlives it: background jobs left in the group go
 	// too, and everything left in its cgroup (the box's pid namespace died
@@ -902,24 +1062,8 @@ func (p *Process) Wait() Exit {
 		p.cg.kill()
 		defer p.cg.remove()
 	}
-	if p.stdinW != nil {
-		p.stdinW.Close()
-	}
-	deadline := time.Now().Add(p.drain)
-	for _, r := range p.readers {
-		r.SetReadDeadline(deadline)
-	}
-	p.pumps.Wait()
-	for _, r := range p.readers {
-		r.Close()
-	}
-	if p.note != nil && p.errW != nil {
-		if n := p.note(); n != "" {
-			io.WriteString(p.errW, n)
-		}
-	}
-
-	e := Exit{Duration: time.Since(p.start), OOMKilled: oom}
+	e := p.finish()
+	e.OOMKilled = oom
 	if st := p.Cmd.ProcessState; st != nil {
 		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			e.Signal = ws.Signal()
@@ -934,16 +1078,48 @@ func (p *Process) Wait() Exit {
 	} else if waitErr != nil {
 		e.Code = -1
 	}
-	switch p.ctx.Err() {
-	case context.DeadlineExceeded:
-		e.TimedOut = true
-	case context.Canceled:
-		e.Canceled = true
-	}
-	p.errMu.Lock()
-	e.Abandoned = errors.Is(p.pumpErr, os.ErrDeadlineExceeded)
-	p.errMu.Unlock()
 	return e
+}
+
+// Pid is the host pid of the process Quro started: the program itself in
+// a session box, else bubblewrap (or, without the box, the program).
+func (p *Process) Pid() int {
+	if p.bx != nil {
+		return p.pid
+	}
+	if p.Cmd == nil || p.Cmd.Process == nil {
+		return 0
+	}
+	return p.Cmd.Process.Pid
+}
+
+// InBox reports whether the process was spawned in a session box.
+func (p *Process) InBox() bool { return p.bx != nil }
+
+// Signal sends sig to the program's process group: what an interrupt
+// (^C) reaches, the program and what it runs in the foreground.
+func (p *Process) Signal(sig syscall.Signal) {
+	if p.bx != nil {
+		select {
+		case <-p.ended:
+		default:
+			p.bx.signal(p.boxID, sig, true)
+		}
+		return
+	}
+	if g := p.Group(); g > 0 {
+		syscall.Kill(-g, sig)
+	}
+}
+
+// Kill kills the run: the program's process group and, for a box of its
+// own, bubblewrap's (whose death takes the box's pid namespace with it).
+// Wait still reports the end.
+func (p *Process) Kill() {
+	p.Signal(syscall.SIGKILL)
+	if p.bx == nil && p.Cmd != nil && p.Cmd.Process != nil {
+		syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
+	}
 }
 
 // Run starts spec and waits for it.

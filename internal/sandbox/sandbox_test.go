@@ -24,12 +24,15 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// newSandbox is a Sandbox as the server makes it: with session boxes, so
+// the tests' runs (through run, which names a session) are spawned in one.
 func newSandbox(t *testing.T) *Sandbox {
 	t.Helper()
-	sb, err := New(nil)
+	sb, err := New(&Options{SessionBoxes: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(sb.CloseBoxes)
 	return sb
 }
 
@@ -43,7 +46,7 @@ func testCtx(t *testing.T) context.Context {
 func run(t *testing.T, sb *Sandbox, ctx context.Context, script string, mod func(*Spec)) (string, string, Exit) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	spec := &Spec{Args: []string{"sh", "-c", script}, Dir: t.TempDir(), Stdout: &stdout, Stderr: &stderr}
+	spec := &Spec{Args: []string{"sh", "-c", script}, Dir: t.TempDir(), Stdout: &stdout, Stderr: &stderr, Session: "test-" + t.Name()}
 	if mod != nil {
 		mod(spec)
 	}

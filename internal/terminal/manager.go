@@ -90,7 +90,7 @@ func (m *Manager) get(s *session.Session) (*live, error) {
 			cwd = s.Workspace()
 		}
 		l.shell = NewShell(ShellOptions{
-			Sandbox: m.opts.Sandbox.ForSession(s.UID, s.Binds()), Workspace: s.Workspace(), TmpDir: s.TmpDir(), OutputsDir: s.OutputsDir(),
+			Sandbox: m.opts.Sandbox.ForSession(s.ID, s.UID, s.Binds()), Workspace: s.Workspace(), TmpDir: s.TmpDir(), OutputsDir: s.OutputsDir(),
 			Network: s.Network, Rootfs: rootfs,
 			Cwd:   cwd,
 			Env:   func() map[string]string { return m.opts.Env(id) },

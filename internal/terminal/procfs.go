@@ -65,14 +65,6 @@ func inside(p, dir string) bool {
 	return p != "" && (p == dir || strings.HasPrefix(p, dir+"/"))
 }
 
-// killProc kills a sandboxed process: the user's process group (inside
-// the box, when there is one) and the group of the process Quro started
-// (bubblewrap, whose death takes the box's pid namespace with it).
-func killProc(p *sandbox.Process) {
-	if g := p.Group(); g > 0 {
-		syscall.Kill(-g, syscall.SIGKILL)
-	}
-	if p.Cmd.Process != nil {
-		syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
-	}
-}
+// killProc kills a sandboxed process and its process group (the sandbox
+// owns how).
+func killProc(p *sandbox.Process) { p.Kill() }

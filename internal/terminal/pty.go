@@ -107,7 +107,7 @@ func StartPTY(opts PTYOptions) (*PTY, error) {
 		// The session's uid and the whole workspace, whichever
 		// subdirectory the terminal starts in: a uid derived from the
 		// starting directory would take that directory over.
-		UID: opts.Session.UID, Binds: opts.Session.Binds(), Writable: []string{opts.Session.Workspace()},
+		UID: opts.Session.UID, Session: opts.Session.ID, Binds: opts.Session.Binds(), Writable: []string{opts.Session.Workspace()},
 		Network: opts.Session.Network, Rootfs: opts.Rootfs,
 		Term: "xterm-256color", Env: opts.Env,
 		Stdin: slave, Stdout: slave, Stderr: slave, TTY: true,
@@ -268,9 +268,6 @@ func (p *PTY) Done() <-chan struct{} { return p.exited }
 
 // Close kills the shell and its process group.
 func (p *PTY) Close() {
-	if p.proc.Cmd.Process != nil {
-		p.proc.Cmd.Process.Signal(os.Kill)
-		killProc(p.proc)
-	}
+	p.proc.Kill()
 	<-p.exited
 }

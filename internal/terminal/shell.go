@@ -279,7 +279,7 @@ func (s *Shell) Status() Status {
 	defer s.mu.Unlock()
 	st := Status{Alive: s.aliveLocked(), Busy: s.cur != nil, Cwd: s.cwd, LastExit: s.lastExit, Restarts: s.restarts, LastUsed: s.lastUsed}
 	if st.Alive {
-		st.Pid = s.proc.Cmd.Process.Pid
+		st.Pid = s.proc.Pid()
 	}
 	return st
 }
@@ -1026,9 +1026,7 @@ func (s *Shell) interrupt(r *run) {
 	}
 	r.interrupted = true
 	// The shell's own group: inside the box, not bubblewrap's.
-	if pgid := proc.Group(); pgid > 0 {
-		syscall.Kill(-pgid, syscall.SIGINT)
-	}
+	proc.Signal(syscall.SIGINT)
 	select {
 	case <-r.status:
 		if !r.died {

@@ -310,7 +310,7 @@ func (e *Embedded) start(ctx context.Context, sess *session.Session) (*worker, e
 	}
 	// The variables are in the process environment, and the worker is told
 	// their names.
-	return startWorker(ctx, e.ctx, e.sb.ForSession(sess.UID, sess.Binds()), *cfg, false, sess.Workspace(), sess.Workspace(), sess.TmpDir(), sess.Env)
+	return startWorker(ctx, e.ctx, e.sb.ForSession(sess.ID, sess.UID, sess.Binds()), *cfg, false, sess.Workspace(), sess.Workspace(), sess.TmpDir(), sess.Env)
 }
 
 // fillSpare starts a spare worker in the background if none is there. The

@@ -15,11 +15,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"time"
 	_ "unsafe" // go:linkname
 
@@ -27,6 +25,8 @@ import (
 	// internal data package; importing it links that data in.
 	_ "github.com/kluctl/go-embed-python/python"
 	"golang.org/x/sys/unix"
+
+	"github.com/quro-dev/quro/internal/sandbox"
 )
 
 // embeddedFS is the interpreter tree of github.com/kluctl/go-embed-python
@@ -382,28 +382,10 @@ const helperWaitDelay = 5 * time.Second
 //
 // Each line of the output goes to onLine as it comes, when set.
 func runHelper(ctx context.Context, onLine func(string), python string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, python, args...)
-	cmd.Env = helperEnv
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error {
-		// The group's leader is not reaped before Cancel returns, so its
-		// pid still names the group.
-		err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		if errors.Is(err, syscall.ESRCH) {
-			return os.ErrProcessDone
-		}
-		return err
-	}
-	cmd.WaitDelay = helperWaitDelay
 	lw := &lineWriter{onLine: onLine}
-	cmd.Stdout, cmd.Stderr = lw, lw // one writer: exec calls it from one goroutine at a time
-	err := cmd.Run()
-	out := lw.buf.Bytes()
-	if err != nil && ctx.Err() != nil {
-		err = fmt.Errorf("%w (%v)", ctx.Err(), err)
-	}
-	return out, err
+	err := sandbox.RunHelper(ctx, &sandbox.Helper{Path: python, Args: args, Env: helperEnv,
+		Stdout: lw, Stderr: lw, WaitDelay: helperWaitDelay})
+	return lw.buf.Bytes(), err
 }
 
 // installWorker writes the worker module (worker.py, embedded in the

@@ -139,7 +139,7 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 	}
 	w := &worker{
 		proc:    p,
-		pid:     p.Cmd.Process.Pid,
+		pid:     p.Pid(),
 		req:     reqW,
 		rep:     repR,
 		repBuf:  bufio.NewReaderSize(repR, 64<<10),
@@ -304,12 +304,7 @@ func (w *worker) alive() bool {
 // kill ends the worker's whole process group.
 func (w *worker) kill() {
 	if w.alive() {
-		// The user's group in the box, then bubblewrap's (its death takes
-		// the box's pid namespace with it).
-		if g := w.proc.Group(); g > 0 {
-			syscall.Kill(-g, syscall.SIGKILL)
-		}
-		syscall.Kill(-w.pid, syscall.SIGKILL)
+		w.proc.Kill()
 	}
 }
 
@@ -693,9 +688,7 @@ func (s *stream) emit(p []byte) {
 // a child process the code waits for stops too. In the box that is the
 // group inside it, never bubblewrap's own.
 func (w *worker) interrupt() {
-	if g := w.proc.Group(); g > 0 {
-		syscall.Kill(-g, syscall.SIGINT)
-	}
+	w.proc.Signal(syscall.SIGINT)
 }
 
 // interruptRepeat is how often the SIGINT of a timeout is repeated while

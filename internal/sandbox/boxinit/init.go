@@ -189,6 +189,8 @@ func init() {
 			os.Exit(initMain(os.Args[2:]))
 		case ProbeArg:
 			os.Exit(0)
+		case BoxArg:
+			os.Exit(boxMain(os.Args[2:]))
 		}
 	}
 }

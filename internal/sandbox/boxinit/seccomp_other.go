@@ -2,4 +2,8 @@
 
 package boxinit
 
+import "syscall"
+
 const sysSeccomp = -1
+
+const sysWaitidNum = syscall.SYS_WAITID

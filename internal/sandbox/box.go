@@ -1,0 +1,795 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/quro-dev/quro/internal/sandbox/boxinit"
+)
+
+// The session box: one bubblewrap box per session for the session's
+// lifetime. Its first process is the box init (boxinit.BoxArg), pid 1 of
+// the box's pid namespace; every process of the session (the resident
+// shell, the PTY's shell, the Python worker, one-shot runs) is spawned by
+// it on the server's request over a private socket, each through the init
+// child, which applies rlimits, the uid switch, no_new_privs, Landlock and
+// seccomp per process as in a box of its own. The namespaces (user, pid,
+// mount, ipc, uts, network), the mounts and the cgroup are the box's, made
+// once: a spawn costs a fork and two execs instead of a new box.
+//
+// Spec.Session names the box a run goes to (ForSession sets it for a
+// session's code). A spec that the box cannot hold — another uid, network
+// policy, rootfs, or a host path the box does not show — gets a new box
+// when the old one is idle, else a box of its own (counted in BoxStats).
+
+// Box is a session's box. Its methods are safe for concurrent use.
+type Box struct {
+	s     *Sandbox
+	key   string
+	shape boxShape
+	cmd   *exec.Cmd // bubblewrap
+	pid1  int       // the box init's host pid
+	cg    *runCgroup
+	ctl   *net.UnixConn
+
+	sendMu sync.Mutex
+	mu     sync.Mutex
+	procs  map[string]*Process // spawned, not yet reported exited
+	seq    uint64
+	frozen bool
+	closed bool
+	dead   chan struct{} // closed when bubblewrap has exited
+	start  time.Time
+	limits Limits
+}
+
+// boxShape is what a box is made of; a spec fits a box when its own shape
+// is contained in it.
+type boxShape struct {
+	uid      int
+	network  string
+	rootfs   string
+	home     string
+	writable []string
+	readOnly []string
+	binds    []Bind
+}
+
+func (pl *plan) shape(s *Sandbox) boxShape {
+	return boxShape{uid: pl.uid, network: pl.network, rootfs: pl.spec.Rootfs, home: pl.spec.homeDir(),
+		writable: pl.writable, readOnly: pl.readOnly, binds: append(slices.Clone(s.binds), pl.spec.Binds...)}
+}
+
+// holds reports whether a box of shape b can run a spec of shape x.
+func (b *boxShape) holds(x *boxShape) bool {
+	if b.uid != x.uid || b.network != x.network || b.rootfs != x.rootfs || b.home != x.home {
+		return false
+	}
+	for _, w := range x.writable {
+		if !slices.Contains(b.writable, w) {
+			return false
+		}
+	}
+	for _, r := range x.readOnly {
+		if !slices.ContainsFunc(b.readOnly, func(d string) bool { return r == d || isBeneath(r, d) }) {
+			return false
+		}
+	}
+	for _, bd := range x.binds {
+		if !slices.Contains(b.binds, bd) {
+			return false
+		}
+	}
+	return true
+}
+
+func isBeneath(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !filepath.IsAbs(rel) && !startsDotDot(rel)
+}
+
+func startsDotDot(rel string) bool { return len(rel) >= 3 && rel[:3] == "../" }
+
+// boxRegistry holds the session boxes of a Sandbox (and of the Sandboxes
+// ForSession derives from it).
+type boxRegistry struct {
+	mu       sync.Mutex
+	boxes    map[string]*boxEntry
+	readOnly []string // Options.BoxReadOnly
+	outside  uint64   // runs of a session that got a box of their own
+}
+
+type boxEntry struct {
+	ready chan struct{} // closed once box/err are set
+	box   *Box
+	err   error
+}
+
+// BoxStats counts the session boxes.
+type BoxStats struct {
+	Open    int    // boxes alive
+	Outside uint64 // runs of a session that did not fit its box and got one of their own
+}
+
+// BoxStats reports how many session boxes are open.
+func (s *Sandbox) BoxStats() BoxStats {
+	r := s.boxes
+	if r == nil {
+		return BoxStats{}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return BoxStats{Open: len(r.boxes), Outside: r.outside}
+}
+
+// boxFor returns the session box pl runs in, making it on first use, or
+// nil when pl runs in a box of its own: no session named, no box layer, a
+// rootfs change (install_packages), or a spec the busy box cannot hold.
+func (s *Sandbox) boxFor(ctx context.Context, pl *plan) (*Box, error) {
+	r := s.boxes
+	key := pl.spec.Session
+	if key == "" {
+		key = s.session
+	}
+	if r == nil || key == "" || !pl.boxed || pl.admin {
+		return nil, nil
+	}
+	want := pl.shape(s)
+	for {
+		r.mu.Lock()
+		e := r.boxes[key]
+		if e == nil {
+			e = &boxEntry{ready: make(chan struct{})}
+			r.boxes[key] = e
+			r.mu.Unlock()
+			e.box, e.err = s.openBox(key, pl, want)
+			close(e.ready)
+			if e.err != nil {
+				r.mu.Lock()
+				if r.boxes[key] == e {
+					delete(r.boxes, key)
+				}
+				r.mu.Unlock()
+			}
+			return e.box, e.err
+		}
+		r.mu.Unlock()
+		select {
+		case <-e.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if e.err != nil {
+			return nil, e.err
+		}
+		bx := e.box
+		if bx.shape.holds(&want) && bx.alive() {
+			return bx, nil
+		}
+		if bx.alive() && bx.busy() {
+			r.mu.Lock()
+			r.outside++
+			r.mu.Unlock()
+			return nil, nil
+		}
+		// An idle box of another shape (or a dead one): replace it.
+		bx.Close()
+	}
+}
+
+// CloseBox ends the box of session key, if it has one: every process in
+// it is killed with the box's pid namespace, and its cgroup removed.
+func (s *Sandbox) CloseBox(key string) {
+	if bx := s.Box(key); bx != nil {
+		bx.Close()
+	}
+}
+
+// Box returns the open box of session key, or nil.
+func (s *Sandbox) Box(key string) *Box {
+	r := s.boxes
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	e := r.boxes[key]
+	r.mu.Unlock()
+	if e == nil {
+		return nil
+	}
+	<-e.ready
+	return e.box
+}
+
+// openBox builds the box of session key shaped for pl: its cgroup under
+// the tenant's, bubblewrap with the box init as pid 1, the uid maps.
+func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
+	for _, p := range s.boxes.readOnly {
+		if p = filepath.Clean(p); filepath.IsAbs(p) && exists(p) && !slices.Contains(shape.readOnly, p) {
+			shape.readOnly = append(shape.readOnly, p)
+		}
+	}
+	if !slices.Contains(shape.readOnly, s.self) {
+		shape.readOnly = append(shape.readOnly, s.self)
+	}
+	bx := &Box{s: s, key: key, shape: shape, procs: map[string]*Process{}, dead: make(chan struct{}), limits: pl.limits}
+	if s.layers.ok(LayerCgroups) {
+		tenant, err := s.admitTenant(pl.spec.Dir)
+		if err == nil {
+			bx.cg, err = s.layers.cg.create(pl.limits, tenant)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	fail := func(err error) (*Box, error) {
+		if bx.cg != nil {
+			bx.cg.kill()
+			bx.cg.remove()
+		}
+		return nil, err
+	}
+	pair, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fail(err)
+	}
+	mine, theirs := os.NewFile(uintptr(pair[0]), "box-ctl"), os.NewFile(uintptr(pair[1]), "box-ctl-init")
+	defer theirs.Close()
+	c, err := net.FileConn(mine)
+	mine.Close()
+	if err != nil {
+		return fail(err)
+	}
+	bx.ctl = c.(*net.UnixConn)
+
+	spec := *pl.spec
+	spec.TTY = false
+	bpl := *pl
+	bpl.spec = &spec
+	bpl.writable, bpl.readOnly = shape.writable, shape.readOnly
+	b := s.bwrapFor(&bpl, &spec)
+	b.binds = shape.binds
+	b.asPID1 = true
+	fds := &fdList{}
+	ctlFD := fds.add(theirs)
+	ir, iw, br, bw, err := pipes2()
+	if err != nil {
+		bx.ctl.Close()
+		return fail(err)
+	}
+	defer ir.Close()
+	defer bw.Close()
+	childEnds := []*os.File{iw, br}
+	b.infoFD = fds.add(iw)
+	if pl.uid != 0 {
+		b.usernsBlockFD = fds.add(br)
+		b.capSetID = true
+	} else {
+		b.blockFD = fds.add(br)
+	}
+	bargs, opened, err := b.args(fds)
+	childEnds = append(childEnds, opened...)
+	closeChildEnds := func() {
+		for _, f := range childEnds {
+			f.Close()
+		}
+	}
+	if err != nil {
+		closeChildEnds()
+		bx.ctl.Close()
+		return fail(err)
+	}
+	cmd := exec.Command(s.layers.bwrap)
+	cmd.Args = append(append([]string{"bwrap"}, bargs...), initPath, boxinit.BoxArg, ctlFD)
+	cmd.Dir = "/"
+	cmd.Env = slices.Clone(HelperEnv)
+	cmd.ExtraFiles = fds.files
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	bx.cmd = cmd
+	born := false
+	if bx.cg != nil {
+		born, err = bx.cg.startInside(cmd.Start)
+	}
+	if !born {
+		err = cmd.Start()
+	}
+	closeChildEnds()
+	if err != nil {
+		bx.ctl.Close()
+		if cmd.Process != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+		return fail(err)
+	}
+	bx.start = time.Now()
+	go func() {
+		cmd.Wait()
+		close(bx.dead)
+		bx.ctl.Close()
+	}()
+	pid, err := childPID(ir)
+	if err == nil && pl.uid != 0 {
+		err = mapIDs(pid, pl.uid)
+	}
+	if err == nil && bx.cg != nil && !born {
+		err = bx.cg.join(pid)
+	}
+	if err == nil {
+		_, err = bw.Write([]byte{1})
+	}
+	if err != nil {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-bx.dead
+		return fail(fmt.Errorf("session box: %w", err))
+	}
+	bx.pid1 = pid
+	go bx.read()
+	return bx, nil
+}
+
+func (bx *Box) alive() bool {
+	select {
+	case <-bx.dead:
+		return false
+	default:
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	return !bx.closed
+}
+
+func (bx *Box) busy() bool {
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	return len(bx.procs) > 0
+}
+
+// Procs is how many spawned processes of the box are running.
+func (bx *Box) Procs() int {
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	return len(bx.procs)
+}
+
+// read takes the box init's messages until the box ends; then every
+// process still running is reported lost.
+func (bx *Box) read() {
+	buf := make([]byte, 256)
+	for {
+		n, _, _, _, err := bx.ctl.ReadMsgUnix(buf, nil)
+		if err != nil || n == 0 {
+			break
+		}
+		kind, f, err := boxinit.DecodeMsg(buf[:n])
+		if err != nil || len(f) < 1 {
+			continue
+		}
+		bx.mu.Lock()
+		p := bx.procs[f[0]]
+		bx.mu.Unlock()
+		if p == nil {
+			continue
+		}
+		switch kind {
+		case boxinit.MsgStarted:
+		case boxinit.MsgFailed:
+			if len(f) == 2 {
+				p.boxEnded(boxExit{failed: f[1]})
+			}
+		case boxinit.MsgExited:
+			if len(f) == 2 {
+				ws, _ := strconv.Atoi(f[1])
+				p.boxEnded(boxExit{ws: syscall.WaitStatus(ws)})
+			}
+		}
+	}
+	bx.mu.Lock()
+	bx.closed = true
+	left := make([]*Process, 0, len(bx.procs))
+	for _, p := range bx.procs {
+		left = append(left, p)
+	}
+	bx.mu.Unlock()
+	for _, p := range left {
+		p.boxEnded(boxExit{lost: true})
+	}
+}
+
+// send writes one message to the box init.
+func (bx *Box) send(msg []byte, files []*os.File) error {
+	var oob []byte
+	if len(files) > 0 {
+		fds := make([]int, len(files))
+		for i, f := range files {
+			fds[i] = int(f.Fd())
+		}
+		oob = syscall.UnixRights(fds...)
+	}
+	bx.sendMu.Lock()
+	defer bx.sendMu.Unlock()
+	_, _, err := bx.ctl.WriteMsgUnix(msg, oob, nil)
+	return err
+}
+
+// signal sends sig to spawned process id (group: its process group).
+func (bx *Box) signal(id string, sig syscall.Signal, group bool) {
+	g := "0"
+	if group {
+		g = "1"
+	}
+	bx.send(boxinit.EncodeMsg(boxinit.MsgSignal, id, strconv.Itoa(int(sig)), g), nil)
+}
+
+// Close ends the box in one step: SIGKILL to its init, pid 1 of its pid
+// namespace, takes every process of the box with it; then its cgroup is
+// emptied and removed. Processes still running report Exit.Lost... as
+// killed by SIGKILL.
+func (bx *Box) Close() {
+	bx.mu.Lock()
+	bx.closed = true
+	frozen := bx.frozen
+	bx.mu.Unlock()
+	r := bx.s.boxes
+	r.mu.Lock()
+	if e := r.boxes[bx.key]; e != nil && e.box == bx {
+		delete(r.boxes, bx.key)
+	}
+	r.mu.Unlock()
+	if bx.cmd.Process != nil {
+		syscall.Kill(bx.pid1, syscall.SIGKILL)
+		syscall.Kill(-bx.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	if frozen && bx.cg != nil {
+		// A frozen process dies only once thawed.
+		bx.cg.thaw()
+	}
+	<-bx.dead
+	if bx.cg != nil {
+		bx.cg.kill()
+		bx.cg.remove()
+	}
+}
+
+// Done is closed when the box has ended.
+func (bx *Box) Done() <-chan struct{} { return bx.dead }
+
+// spawn starts pl in the box: the init child of pl, forked by the box
+// init with pl's descriptors, then the same handshake as a box of its own.
+func (bx *Box) spawn(ctx context.Context, pl *plan) (*Process, error) {
+	s, spec := bx.s, pl.spec
+	p := &Process{ctx: ctx, drain: s.drainGrace, boxed: true, tty: spec.TTY, errW: spec.Stderr,
+		bx: bx, ended: make(chan struct{})}
+	if s.note != nil {
+		p.note = func() string { return s.note(spec.Dir) }
+	}
+	statusR, statusW, err := credPair()
+	if err != nil {
+		return nil, pl.startErr(err)
+	}
+	defer statusR.Close()
+	pb, err := pl.plumb(p, statusR, statusW)
+	if err == nil {
+		var args []string
+		if args, err = pl.initArgs(pb); err == nil {
+			err = bx.launch(p, pl, pb, args)
+		}
+	}
+	pb.closeChildEnds()
+	if err != nil {
+		p.closeParent()
+		if errors.Is(err, ErrInvalidSpec) {
+			return nil, err
+		}
+		return nil, pl.startErr(err)
+	}
+	pb.run(p, spec.Stdin)
+	go func() {
+		select {
+		case <-ctx.Done():
+			bx.signal(p.boxID, syscall.SIGKILL, true)
+		case <-p.ended:
+		}
+	}()
+	pid, msg, ready := readStatus(statusR)
+	p.pid = pid
+	if ready {
+		return p, nil
+	}
+	p.Wait()
+	from := FailInit
+	if msg == "" {
+		from = FailBox
+		switch {
+		case p.boxExit.failed != "":
+			msg = p.boxExit.failed
+		case ctx.Err() != nil:
+			msg = "canceled while the sandbox was starting"
+		default:
+			msg = "the session box ended while the program was starting"
+		}
+	}
+	return nil, &StartError{Program: pl.prog, Reason: msg, from: from}
+}
+
+// launch registers p and asks the box init to spawn it.
+func (bx *Box) launch(p *Process, pl *plan, pb *plumbing, args []string) error {
+	files := make([]*os.File, 0, 3+len(pb.fds.files))
+	for _, f := range pb.stdio {
+		if f == nil {
+			f = devNull()
+			if f == nil {
+				return errors.New("cannot open /dev/null")
+			}
+		}
+		files = append(files, f)
+	}
+	files = append(files, pb.fds.files...)
+	if len(files) > boxinit.MaxMsgFDs {
+		return fmt.Errorf("%w: too many descriptors (%d)", ErrInvalidSpec, len(files))
+	}
+	tty := "0"
+	if pl.spec.TTY {
+		tty = "1"
+	}
+	bx.mu.Lock()
+	if bx.closed {
+		bx.mu.Unlock()
+		return errors.New("the session box was closed")
+	}
+	if bx.frozen {
+		bx.mu.Unlock()
+		return ErrPaused
+	}
+	bx.seq++
+	p.boxID = strconv.FormatUint(bx.seq, 10)
+	bx.procs[p.boxID] = p
+	if bx.cg != nil {
+		p.oomBefore = bx.cg.oomKills()
+	}
+	bx.mu.Unlock()
+	argv := append([]string{p.boxID, pl.spec.Dir, tty, initPath}, args...)
+	msg := boxinit.EncodeMsg(boxinit.MsgSpawn, argv...)
+	if len(msg) > boxinit.MaxMsg {
+		bx.forget(p)
+		return fmt.Errorf("%w: the program's arguments and policy are %d bytes; the limit is %d", ErrInvalidSpec, len(msg), boxinit.MaxMsg)
+	}
+	p.start = time.Now()
+	if err := bx.send(msg, files); err != nil {
+		bx.forget(p)
+		return fmt.Errorf("session box: %w", err)
+	}
+	return nil
+}
+
+func (bx *Box) forget(p *Process) {
+	bx.mu.Lock()
+	delete(bx.procs, p.boxID)
+	bx.mu.Unlock()
+}
+
+var devNullOnce = sync.OnceValue(func() *os.File {
+	f, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	return f
+})
+
+func devNull() *os.File { return devNullOnce() }
+
+// boxExit is how the box init reported a spawned process's end.
+type boxExit struct {
+	ws     syscall.WaitStatus
+	failed string // the box init could not fork or exec the init child
+	lost   bool   // the box ended first
+}
+
+// boxEnded records how p ended (once).
+func (p *Process) boxEnded(e boxExit) {
+	p.bx.mu.Lock()
+	if p.bx.procs[p.boxID] != p {
+		p.bx.mu.Unlock()
+		return
+	}
+	delete(p.bx.procs, p.boxID)
+	p.bx.mu.Unlock()
+	p.boxExit = e
+	close(p.ended)
+}
+
+// credPair is a stream socket pair whose first end receives its peer's
+// credentials: the init child's status channel in a session box, so that
+// the server learns the program's host pid from the kernel.
+func credPair() (mine, theirs *os.File, err error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := syscall.SetsockoptInt(fds[0], syscall.SOL_SOCKET, syscall.SO_PASSCRED, 1); err != nil {
+		syscall.Close(fds[0])
+		syscall.Close(fds[1])
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(fds[0]), "status"), os.NewFile(uintptr(fds[1]), "status-child"), nil
+}
+
+// readStatus reads the init child's status channel: ready, or the reason
+// it could not exec, and the host pid of the process that wrote it.
+func readStatus(f *os.File) (pid int, msg string, ready bool) {
+	fd := int(f.Fd())
+	buf := make([]byte, 4096)
+	oob := make([]byte, syscall.CmsgSpace(syscall.SizeofUcred))
+	var out []byte
+	for len(out) < 64<<10 {
+		n, oobn, _, _, err := syscall.Recvmsg(fd, buf, oob, 0)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			break
+		}
+		if pid == 0 && oobn > 0 {
+			if msgs, err := syscall.ParseSocketControlMessage(oob[:oobn]); err == nil {
+				for _, m := range msgs {
+					if c, err := syscall.ParseUnixCredentials(&m); err == nil {
+						pid = int(c.Pid)
+					}
+				}
+			}
+		}
+		if len(out) == 0 && buf[0] == boxinit.ReadyByte {
+			return pid, "", true
+		}
+		out = append(out, buf[:n]...)
+	}
+	return pid, string(out), false
+}
+
+// waitBox is Wait for a process spawned in a session box.
+func (p *Process) waitBox() Exit {
+	<-p.ended
+	oom := false
+	if p.bx.cg != nil {
+		oom = p.bx.cg.oomKills() > p.oomBefore
+	}
+	e := p.finish()
+	e.OOMKilled = oom
+	switch {
+	case p.boxExit.lost:
+		e.Code, e.Signal = 128+int(syscall.SIGKILL), syscall.SIGKILL
+	case p.boxExit.failed != "":
+		e.Code = -1
+	case p.boxExit.ws.Signaled():
+		e.Signal = p.boxExit.ws.Signal()
+		e.Code = 128 + int(e.Signal)
+	default:
+		e.Code = p.boxExit.ws.ExitStatus()
+	}
+	return e
+}
+
+// finish closes stdin, drains the output (bounded by the drain grace),
+// appends the note, and fills in what every Exit has.
+func (p *Process) finish() Exit {
+	if p.stdinW != nil {
+		p.stdinW.Close()
+	}
+	deadline := time.Now().Add(p.drain)
+	for _, r := range p.readers {
+		r.SetReadDeadline(deadline)
+	}
+	p.pumps.Wait()
+	for _, r := range p.readers {
+		r.Close()
+	}
+	if p.note != nil && p.errW != nil {
+		if n := p.note(); n != "" {
+			io.WriteString(p.errW, n)
+		}
+	}
+	e := Exit{Duration: time.Since(p.start)}
+	switch p.ctx.Err() {
+	case context.DeadlineExceeded:
+		e.TimedOut = true
+	case context.Canceled:
+		e.Canceled = true
+	}
+	p.errMu.Lock()
+	e.Abandoned = errors.Is(p.pumpErr, os.ErrDeadlineExceeded)
+	p.errMu.Unlock()
+	return e
+}
+
+// ErrPaused is a spawn into a paused box.
+var ErrPaused = errors.New("the session is paused: resume it first")
+
+// Pause freezes every process of the box (the cgroup freezer): they keep
+// their memory and state and use no CPU until Resume.
+func (bx *Box) Pause() error {
+	if bx.cg == nil || !bx.cg.canFreeze() {
+		return errNoFreezer
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	if bx.closed {
+		return errors.New("the session box was closed")
+	}
+	if bx.frozen {
+		return nil
+	}
+	if err := bx.cg.freeze(); err != nil {
+		bx.cg.thaw()
+		return err
+	}
+	bx.frozen = true
+	return nil
+}
+
+// Resume thaws a paused box.
+func (bx *Box) Resume() error {
+	if bx.cg == nil {
+		return errNoFreezer
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	if !bx.frozen {
+		return nil
+	}
+	if err := bx.cg.thaw(); err != nil {
+		return err
+	}
+	bx.frozen = false
+	return nil
+}
+
+// Paused reports whether the box is frozen.
+func (bx *Box) Paused() bool {
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	return bx.frozen
+}
+
+// CanPause reports whether this machine can freeze the box.
+func (bx *Box) CanPause() bool { return bx.cg != nil && bx.cg.canFreeze() }
+
+// Usage is what the box's processes use now (zero without the cgroup
+// layer).
+func (bx *Box) Usage() Usage {
+	if bx.cg == nil {
+		return Usage{}
+	}
+	return bx.cg.usage()
+}
+
+// Limits are the box's cgroup limits (memory, tasks, CPU) and the rlimits
+// its first run had.
+func (bx *Box) Limits() Limits { return bx.limits }
+
+// CloseBoxes ends every session box (the server's shutdown).
+func (s *Sandbox) CloseBoxes() {
+	r := s.boxes
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	var all []*boxEntry
+	for _, e := range r.boxes {
+		all = append(all, e)
+	}
+	r.mu.Unlock()
+	for _, e := range all {
+		<-e.ready
+		if e.box != nil {
+			e.box.Close()
+		}
+	}
+}

@@ -1,0 +1,172 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func newBoxSandbox(t *testing.T) *Sandbox {
+	t.Helper()
+	sb, err := New(&Options{SessionBoxes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sb.Boxed() {
+		t.Skip("no bubblewrap box here")
+	}
+	t.Cleanup(sb.CloseBoxes)
+	return sb
+}
+
+// boxSpec is a spec of session key in dir.
+func boxSpec(key, dir string, out *bytes.Buffer, script string) *Spec {
+	return &Spec{Args: []string{"sh", "-c", script}, Dir: dir, Session: key, UID: 2_500_000 + len(key), Stdout: out, Stderr: out}
+}
+
+func TestSessionBoxRunsShareOneBox(t *testing.T) {
+	sb := newBoxSandbox(t)
+	dir := t.TempDir()
+	ns := func() string {
+		var out bytes.Buffer
+		exit, err := sb.Run(testCtx(t), boxSpec("s1", dir, &out, "readlink /proc/self/ns/pid /proc/self/ns/mnt /proc/self/ns/net; id -u"))
+		if err != nil || exit.Code != 0 {
+			t.Fatalf("run: %v %+v %s", err, exit, out.String())
+		}
+		return out.String()
+	}
+	a, b := ns(), ns()
+	if a != b {
+		t.Errorf("two runs of one session saw different namespaces:\n%s\n%s", a, b)
+	}
+	if !strings.HasSuffix(a, "1000\n") {
+		t.Errorf("runs as %q, want uid 1000 inside", a)
+	}
+	bx := sb.Box("s1")
+	if bx == nil {
+		t.Fatal("no box for s1")
+	}
+	if bx.Procs() != 0 {
+		t.Errorf("%d processes still registered after their runs", bx.Procs())
+	}
+	// Exit codes and signals come from the box init's wait status.
+	for _, tc := range []struct {
+		script string
+		code   int
+		sig    syscall.Signal
+	}{{"exit 3", 3, 0}, {"kill -KILL $$", 137, syscall.SIGKILL}, {"kill -TERM $$", 143, syscall.SIGTERM}} {
+		var out bytes.Buffer
+		exit, err := sb.Run(testCtx(t), boxSpec("s1", dir, &out, tc.script))
+		if err != nil || exit.Code != tc.code || exit.Signal != tc.sig {
+			t.Errorf("%q: %v code %d signal %v, want %d %v", tc.script, err, exit.Code, exit.Signal, tc.code, tc.sig)
+		}
+	}
+}
+
+func TestSessionBoxBackgroundProcessLivesUntilClose(t *testing.T) {
+	sb := newBoxSandbox(t)
+	dir := t.TempDir()
+	var out bytes.Buffer
+	// setsid leaves the run's process group: it outlives the run, in the
+	// box. The run ends once the sleeper is in its own session.
+	exit, err := sb.Run(testCtx(t), boxSpec("bg", dir, &out, "mkfifo p; setsid sh -c 'echo >p; exec sleep 1000' </dev/null >/dev/null 2>&1 & read x <p"))
+	if err != nil || exit.Code != 0 {
+		t.Fatalf("run: %v %+v %s", err, exit, out.String())
+	}
+	bx := sb.Box("bg")
+	if bx.Usage().Tasks == 0 && bx.cg != nil {
+		if _, ok := bx.cg.dir("pids"); ok {
+			t.Errorf("the box's cgroup counts no task though sleep runs in it")
+		}
+	}
+	// Find the sleep on the host: a process whose cgroup is the box's.
+	var sleeper int
+	procs, _ := readProcs()
+	for _, p := range procs {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/cmdline")
+		if string(b) == "sleep\x001000\x00" {
+			if fi, err := os.Stat("/proc/" + strconv.Itoa(p.pid)); err == nil && fi.Sys().(*syscall.Stat_t).Uid == uint32(2_500_000+len("bg")) {
+				sleeper = p.pid
+			}
+		}
+	}
+	if sleeper == 0 {
+		t.Fatal("the background sleep is not running after its run ended")
+	}
+	pidfd, err := pidfdOpen(sleeper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(pidfd)
+	sb.CloseBox("bg")
+	waitPidfd(t, pidfd)
+	if sb.Box("bg") != nil {
+		t.Error("the box is still registered after CloseBox")
+	}
+}
+
+func TestSessionBoxTimeoutKillsTheRun(t *testing.T) {
+	sb := newBoxSandbox(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(testCtx(t))
+	var out bytes.Buffer
+	p, err := sb.Start(ctx, boxSpec("to", dir, &out, "echo started; exec sleep 1000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	exit := p.Wait()
+	if !exit.Canceled || exit.Signal != syscall.SIGKILL {
+		t.Errorf("exit %+v, want canceled by SIGKILL", exit)
+	}
+	// The box stays usable.
+	out.Reset()
+	exit, err = sb.Run(testCtx(t), boxSpec("to", dir, &out, "echo again"))
+	if err != nil || out.String() != "again\n" {
+		t.Errorf("after a cancel: %v %+v %q", err, exit, out.String())
+	}
+}
+
+func TestSessionBoxStartErrors(t *testing.T) {
+	sb := newBoxSandbox(t)
+	dir := t.TempDir()
+	var out bytes.Buffer
+	spec := boxSpec("err", dir, &out, "")
+	spec.Args = []string{"no-such-program-quro"}
+	_, err := sb.Run(testCtx(t), spec)
+	if err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("a missing program: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "x"), []byte("hi"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if _, err := sb.Run(testCtx(t), boxSpec("err", dir, &out, "cat x")); err != nil || out.String() != "hi" {
+		t.Errorf("after a failed start: %v %q", err, out.String())
+	}
+}
+
+func pidfdOpen(pid int) (int, error) { return unix.PidfdOpen(pid, 0) }
+
+// waitPidfd waits until the process of pidfd has exited.
+func waitPidfd(t *testing.T, pidfd int) {
+	t.Helper()
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 30_000)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n != 1 {
+			t.Fatalf("the process did not end: %v", err)
+		}
+		return
+	}
+}

@@ -1,0 +1,268 @@
+package boxinit
+
+import (
+	"errors"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"unsafe"
+)
+
+// BoxArg is the hidden first argument with which the quro binary runs as
+// the init (pid 1) of a session box: bubblewrap builds the box once for
+// the session's lifetime and execs this as its first and only process.
+// It holds no user code and applies no layer to itself; it spawns every
+// process of the session on the server's request, each through the init
+// child (Arg), which applies the layers and execs the program:
+//
+//	quro __quro_box CTL_FD
+//
+// CTL_FD is one end of a SOCK_SEQPACKET socket pair whose other end the
+// server holds. Messages (see EncodeMsg) in both directions:
+//
+//	server → box:  MsgSpawn id dir tty argv...   (SCM_RIGHTS: the child's fds 0..n-1)
+//	               MsgSignal id signal group
+//	box → server:  MsgStarted id pid             (pid in the box's namespace)
+//	               MsgFailed id reason
+//	               MsgExited id wait-status
+//
+// Every spawned process leads a session of its own (so its process group
+// is its pid, and it has no controlling terminal unless tty is "1", when
+// fd 0 becomes it). When a spawned process exits, its process group is
+// killed before it is reaped, so nothing of a run that stayed in its group
+// outlives it and the group's number cannot be reused in between. As pid 1
+// the box init also reaps orphans. When the server's end closes, the box
+// init exits, and the kernel kills everything in its pid namespace.
+const BoxArg = "__quro_box"
+
+// Message kinds of the box protocol.
+const (
+	MsgSpawn   = 's'
+	MsgSignal  = 'k'
+	MsgStarted = 'p'
+	MsgFailed  = 'f'
+	MsgExited  = 'x'
+)
+
+// MaxMsg is the largest message either side sends: an argv with the init
+// child's policy (Landlock rules, a seccomp program in hex) fits with room.
+const MaxMsg = 1 << 20
+
+// MaxMsgFDs is the most descriptors one spawn may carry.
+const MaxMsgFDs = 64
+
+// EncodeMsg renders a message: the kind, then each field followed by NUL.
+func EncodeMsg(kind byte, fields ...string) []byte {
+	n := 1
+	for _, f := range fields {
+		n += len(f) + 1
+	}
+	b := make([]byte, 0, n)
+	b = append(b, kind)
+	for _, f := range fields {
+		b = append(b, f...)
+		b = append(b, 0)
+	}
+	return b
+}
+
+// DecodeMsg splits a message into its kind and fields.
+func DecodeMsg(b []byte) (kind byte, fields []string, err error) {
+	if len(b) < 1 {
+		return 0, nil, errors.New("empty message")
+	}
+	kind, b = b[0], b[1:]
+	for len(b) > 0 {
+		i := 0
+		for i < len(b) && b[i] != 0 {
+			i++
+		}
+		if i == len(b) {
+			return 0, nil, errors.New("unterminated field")
+		}
+		fields = append(fields, string(b[:i]))
+		b = b[i+1:]
+	}
+	return kind, fields, nil
+}
+
+const (
+	pAll         = 0
+	wNoWait      = 0x1000000
+	prSetDumpabl = 4
+)
+
+type boxInit struct {
+	ctl  int
+	mu   sync.Mutex
+	byID map[string]int // id → pid of a spawned process not yet reaped
+	ids  map[int]string // pid → id
+	kick chan struct{}  // a process was spawned: the reaper may have children again
+	send sync.Mutex
+}
+
+func boxMain(args []string) int {
+	if len(args) != 1 {
+		os.Stderr.WriteString("quro box: bad arguments\n")
+		return 127
+	}
+	ctl, err := strconv.Atoi(args[0])
+	if err != nil || ctl < 3 {
+		os.Stderr.WriteString("quro box: bad control fd\n")
+		return 127
+	}
+	// Nothing spawned inherits the control socket or anything else of
+	// this process's: ForkExec passes only the fds a spawn names.
+	closeFrom(ctl)
+	// Not dumpable: no process of the box (another uid anyway) may open
+	// its /proc files, ptrace it or take its descriptors.
+	syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpabl, 0, 0)
+	b := &boxInit{ctl: ctl, byID: map[string]int{}, ids: map[int]string{}, kick: make(chan struct{}, 1)}
+	go b.reap()
+	buf := make([]byte, MaxMsg)
+	oob := make([]byte, syscall.CmsgSpace(MaxMsgFDs*4))
+	for {
+		n, oobn, _, _, err := syscall.Recvmsg(ctl, buf, oob, syscall.MSG_CMSG_CLOEXEC)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			// The server is gone or let the box go: so does everything in it.
+			return 0
+		}
+		var fds []int
+		if oobn > 0 {
+			if msgs, err := syscall.ParseSocketControlMessage(oob[:oobn]); err == nil {
+				for _, m := range msgs {
+					if f, err := syscall.ParseUnixRights(&m); err == nil {
+						fds = append(fds, f...)
+					}
+				}
+			}
+		}
+		kind, fields, err := DecodeMsg(buf[:n])
+		if err != nil {
+			closeAll(fds)
+			continue
+		}
+		switch kind {
+		case MsgSpawn:
+			b.spawn(fields, fds)
+		case MsgSignal:
+			closeAll(fds)
+			b.signal(fields)
+		default:
+			closeAll(fds)
+		}
+	}
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		syscall.Close(fd)
+	}
+}
+
+func (b *boxInit) reply(kind byte, fields ...string) {
+	b.send.Lock()
+	defer b.send.Unlock()
+	syscall.Sendmsg(b.ctl, EncodeMsg(kind, fields...), nil, nil, 0)
+}
+
+// spawn: id, dir, tty, argv...
+func (b *boxInit) spawn(f []string, fds []int) {
+	defer closeAll(fds)
+	if len(f) < 4 {
+		if len(f) > 0 {
+			b.reply(MsgFailed, f[0], "bad spawn request")
+		}
+		return
+	}
+	id, dir, tty, argv := f[0], f[1], f[2] == "1", f[3:]
+	files := make([]uintptr, len(fds))
+	for i, fd := range fds {
+		files[i] = uintptr(fd)
+	}
+	attr := &syscall.ProcAttr{Dir: dir, Env: syscall.Environ(), Files: files,
+		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: tty && len(fds) > 0, Ctty: 0}}
+	b.mu.Lock()
+	pid, err := syscall.ForkExec(argv[0], argv, attr)
+	if err == nil {
+		b.byID[id], b.ids[pid] = pid, id
+	}
+	b.mu.Unlock()
+	if err != nil {
+		b.reply(MsgFailed, id, "spawn "+argv[0]+": "+err.Error())
+		return
+	}
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+	b.reply(MsgStarted, id, strconv.Itoa(pid))
+}
+
+// signal: id, signal, group ("1": the process's group).
+func (b *boxInit) signal(f []string) {
+	if len(f) != 3 {
+		return
+	}
+	sig, err := strconv.Atoi(f[1])
+	if err != nil || sig <= 0 || sig > 64 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// Only a process not yet reaped: its pid, and its group's, are still
+	// its own.
+	pid, ok := b.byID[f[0]]
+	if !ok {
+		return
+	}
+	if f[2] == "1" {
+		syscall.Kill(-pid, syscall.Signal(sig))
+	} else {
+		syscall.Kill(pid, syscall.Signal(sig))
+	}
+}
+
+// reap waits for every child: a spawned one's group is killed, then it is
+// reaped and its status reported; orphans that pid 1 inherits are reaped.
+func (b *boxInit) reap() {
+	for {
+		// siginfo_t: si_signo, si_errno, si_code (int32 each), padding,
+		// then si_pid at offset 16 on 64-bit Linux.
+		var info [128]byte
+		_, _, errno := syscall.Syscall6(sysWaitidNum, pAll, 0, uintptr(unsafe.Pointer(&info[0])), syscall.WEXITED|wNoWait, 0, 0)
+		switch errno {
+		case 0:
+		case syscall.EINTR:
+			continue
+		case syscall.ECHILD:
+			<-b.kick
+			continue
+		default:
+			return
+		}
+		pid := int(*(*int32)(unsafe.Pointer(&info[16])))
+		b.mu.Lock()
+		id, spawned := b.ids[pid]
+		if spawned {
+			delete(b.ids, pid)
+			delete(b.byID, id)
+			syscall.Kill(-pid, syscall.SIGKILL)
+		}
+		var ws syscall.WaitStatus
+		for {
+			_, err := syscall.Wait4(pid, &ws, 0, nil)
+			if err != syscall.EINTR {
+				break
+			}
+		}
+		b.mu.Unlock()
+		if spawned {
+			b.reply(MsgExited, id, strconv.Itoa(int(ws)))
+		}
+	}
+}
