@@ -42,6 +42,9 @@ type Options struct {
 	Limits  Limits
 	// AuditKeep is how many audit entries are kept (default 100000).
 	AuditKeep int64
+	// AutoPause pauses a session's box after it was unused this long
+	// (default DefaultAutoPause; negative: never).
+	AutoPause time.Duration
 }
 
 // Limits bound one tenant.
@@ -73,6 +76,9 @@ type App struct {
 
 	isolation func() []sandbox.Feature
 	tenants   *tenants
+
+	inflight       inflight      // calls running per session (boxes.go)
+	autoPauseAfter time.Duration // Options.AutoPause
 }
 
 // DefaultDataDir is $QURO_DATA, else $XDG_DATA_HOME/quro, else
@@ -129,6 +135,18 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	m := metrics.New()
 	sbo := sandboxOptions(opts.Sandbox, m)
 	sbo.Tenant, sbo.Note = tl.forRun, tl.note
+	// One box per session: every process of a session is spawned in it.
+	// What later runs name read-only must be visible in a box made
+	// earlier: the embedded interpreters' directory (made now, filled on
+	// first use) and the sealed copies of bash.
+	sbo.SessionBoxes = true
+	pyDir := filepath.Join(dir, "python")
+	if err := os.MkdirAll(pyDir, 0o755); err == nil {
+		sbo.BoxReadOnly = append(sbo.BoxReadOnly, pyDir)
+	}
+	if d, err := terminal.SealedDir(); err == nil {
+		sbo.BoxReadOnly = append(sbo.BoxReadOnly, d)
+	}
 	sb, err := sandbox.New(sbo)
 	if err != nil {
 		st.Close()
@@ -141,6 +159,12 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		Python: emb, Metrics: m, Tokens: auth.New(st), Audit: audit.New(st, audit.Options{Keep: opts.AuditKeep, Logger: log}),
 		Runner:  runcode.New(Languages(sb, pyChain, jsEng, RootfsDir(dir)), opts.Run),
 		tenants: tl,
+
+		inflight:       inflight{n: map[string]int{}},
+		autoPauseAfter: opts.AutoPause,
+	}
+	if a.autoPauseAfter == 0 {
+		a.autoPauseAfter = DefaultAutoPause
 	}
 	a.isolation = sync.OnceValue(func() []sandbox.Feature {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -166,6 +190,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	a.register(reg)
 	a.registerJS(reg, jsEng)
 	a.registerAudit(reg)
+	a.registerBoxes(reg)
 	a.Controller = controller.New(reg, log)
 	a.Controller.SetLimits(controller.Limits{RunsPerTenant: orDefault(opts.Limits.RunsPerTenant, 16)})
 	a.Controller.Observe(a.Audit.Observe)
@@ -188,6 +213,7 @@ func orDefault(v, def int) int {
 // Close stops every session's terminals, writes the pending audit entries
 // and releases the store.
 func (a *App) Close() error {
+	a.Sandbox.CloseBoxes()
 	a.Terminals.Close()
 	a.Python.Close()
 	a.Audit.Close()
@@ -197,7 +223,17 @@ func (a *App) Close() error {
 
 // Supervise runs the supervisor patrol until ctx ends.
 func (a *App) Supervise(ctx context.Context, every time.Duration) {
-	a.Terminals.Patrol(ctx, every, a.patrolHooks())
+	go a.Terminals.Patrol(ctx, every, a.patrolHooks())
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			a.autoPause(ctx)
+		}
+	}
 }
 
 func (a *App) patrolHooks() terminal.PatrolHooks {
@@ -205,6 +241,12 @@ func (a *App) patrolHooks() terminal.PatrolHooks {
 		Default:     a.Sessions.Default,
 		Exists:      a.Sessions.Exists,
 		SessionsDir: filepath.Join(a.DataDir, "sessions"),
+		// A paused session's shell stays: it costs no CPU, and its state
+		// is what the pause keeps.
+		Paused: func(id string) bool {
+			bx := a.Sandbox.Box(id)
+			return bx != nil && bx.Paused()
+		},
 	}
 }
 

@@ -150,9 +150,11 @@ func (a *App) runCode(ctx context.Context, in RunCodeInput) (*runcode.Result, er
 	if err != nil {
 		return nil, err
 	}
-	if err := a.Sessions.Touch(ctx, sess); err != nil {
+	release, err := a.useSession(ctx, sess)
+	if err != nil {
 		return nil, err
 	}
+	defer release()
 	if err := a.admit(ctx, sess); err != nil {
 		return nil, err
 	}

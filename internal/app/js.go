@@ -65,9 +65,11 @@ func (a *App) runJSEntry(ctx context.Context, ref, path string, timeoutMS int64,
 	if err != nil {
 		return nil, err
 	}
-	if err := a.Sessions.Touch(ctx, sess); err != nil {
+	release, err := a.useSession(ctx, sess)
+	if err != nil {
 		return nil, err
 	}
+	defer release()
 	rel, err := js.CheckFile(sess.Workspace(), path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):

@@ -32,6 +32,7 @@ func (a *App) instrument() {
 		Sessions:      a.Sessions.CountAll,
 		Terminals:     a.Terminals.Live,
 		PythonWorkers: a.Python.Sessions,
+		Boxes:         a.boxGauges,
 	})
 }
 

@@ -125,9 +125,11 @@ func (a *App) installPackagesCap(ctx context.Context, in InstallPackagesInput) (
 			"session %s has network %q, and apt needs the network: create a session with network full (create_session rootfs=%s network=full) to install packages; apt was not started",
 			sess.Name, sess.Network, sess.Rootfs)
 	}
-	if err := a.Sessions.Touch(ctx, sess); err != nil {
+	release, err := a.useSession(ctx, sess)
+	if err != nil {
 		return nil, err
 	}
+	defer release()
 	return a.InstallPackages(ctx, sess.Rootfs, in.Packages, timeout, &SpillTo{
 		Dir:  sess.Workspace(),
 		File: filepath.Join(sess.OutputsDir(), "install_packages-"+time.Now().UTC().Format("20060102T150405.000000000")+".log"),

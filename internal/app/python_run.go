@@ -126,9 +126,11 @@ func (p *pythonRun) run(ctx context.Context, in PythonRunInput) (*PythonRunResul
 	if err != nil {
 		return nil, err
 	}
-	if err := p.a.Sessions.Touch(ctx, sess); err != nil {
+	release, err := p.a.useSession(ctx, sess)
+	if err != nil {
 		return nil, err
 	}
+	defer release()
 	name := sess.Rootfs
 	if name == "" {
 		name = rootfs.DefaultName

@@ -67,6 +67,9 @@ type SessionInfo struct {
 	Rootfs     string    `json:"rootfs,omitempty"`
 	Workspace  string    `json:"workspace"`
 	terminal.State
+	// Resources are what the session's box uses now and its limits; nil
+	// when nothing of the session runs.
+	Resources *SessionResources `json:"resources,omitempty"`
 }
 
 // Text is one line about the session.
@@ -316,11 +319,15 @@ func (a *App) sessionInfo(ctx context.Context, s *session.Session) *SessionInfo 
 	return &SessionInfo{
 		ID: s.ID, Name: s.Name, Default: a.Sessions.IsDefault(ctx, s), CreatedAt: s.CreatedAt, LastUsedAt: s.LastUsedAt,
 		Network: s.Network, Rootfs: s.Rootfs, Workspace: s.Workspace(), State: a.Terminals.State(s),
+		Resources: a.resources(s),
 	}
 }
 
 // DestroySession stops everything of s and deletes it.
 func (a *App) DestroySession(ctx context.Context, s *session.Session) error {
+	// The box first: one kill of its pid namespace ends every process of
+	// the session; the worker and the terminals then only tidy up.
+	a.Sandbox.CloseBox(s.ID)
 	a.Python.Stop(s.ID)
 	a.Terminals.CloseSession(s)
 	return a.Sessions.Delete(ctx, s)
@@ -335,9 +342,11 @@ func (a *App) terminalExec(ctx context.Context, in TerminalExecInput) (*terminal
 	if err != nil {
 		return nil, err
 	}
-	if err := a.Sessions.Touch(ctx, s); err != nil {
+	release, err := a.useSession(ctx, s)
+	if err != nil {
 		return nil, err
 	}
+	defer release()
 	res, err := a.Terminals.Exec(ctx, s, in.Command, terminal.ExecOptions{
 		Timeout: timeout, Split: in.Split,
 	})

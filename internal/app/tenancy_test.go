@@ -42,6 +42,8 @@ var sessionArgs = map[string]map[string]any{
 	"get_session_env":     {},
 	"export_session_log":  {"path": "log.txt"},
 	"reset_python":        {},
+	"pause_session":       {},
+	"resume_session":      {},
 	"read_screen":         {},
 	"run_js_file":         {"path": "a.js"},
 	"call_js_function":    {"path": "a.js", "function": "f"},

@@ -59,6 +59,15 @@ type Sources struct {
 	Sessions      func(ctx context.Context) (int, error) // sessions in the store
 	Terminals     func() (shells, ptys int)              // running pipe shells and PTYs
 	PythonWorkers func() int                             // resident Python workers
+	Boxes         func() BoxStats                        // session boxes
+}
+
+// BoxStats are the session boxes' gauges.
+type BoxStats struct {
+	Open, Paused int
+	MemoryBytes  uint64 // charged to all boxes
+	Tasks        uint64 // processes and threads in all boxes
+	Outside      uint64 // runs of a session that got a box of their own (counter)
 }
 
 // Metrics holds Quro's collectors and their registry. Safe for concurrent use.
@@ -216,6 +225,10 @@ var (
 	sessionsDesc  = prometheus.NewDesc("quro_sessions", "Sessions in the store.", nil, nil)
 	terminalsDesc = prometheus.NewDesc("quro_terminals", "Running terminals by kind (shell: the pipe shell; pty: the interactive terminal).", []string{"kind"}, nil)
 	pythonDesc    = prometheus.NewDesc("quro_python_workers", "Resident embedded-Python workers (one per session that ran Python recently).", nil, nil)
+	boxesDesc     = prometheus.NewDesc("quro_session_boxes", "Session boxes by state (running, paused).", []string{"state"}, nil)
+	boxMemDesc    = prometheus.NewDesc("quro_session_box_memory_bytes", "Memory charged to all session boxes.", nil, nil)
+	boxTasksDesc  = prometheus.NewDesc("quro_session_box_tasks", "Processes and threads in all session boxes.", nil, nil)
+	boxOutDesc    = prometheus.NewDesc("quro_session_box_outside_runs_total", "Runs of a session that did not fit its box and got a box of their own.", nil, nil)
 )
 
 // gauges reads Sources when scraped.
@@ -225,6 +238,10 @@ func (g *gauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sessionsDesc
 	ch <- terminalsDesc
 	ch <- pythonDesc
+	ch <- boxesDesc
+	ch <- boxMemDesc
+	ch <- boxTasksDesc
+	ch <- boxOutDesc
 }
 
 func (g *gauges) Collect(ch chan<- prometheus.Metric) {
@@ -243,6 +260,14 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 	}
 	if g.src.PythonWorkers != nil {
 		ch <- prometheus.MustNewConstMetric(pythonDesc, prometheus.GaugeValue, float64(g.src.PythonWorkers()))
+	}
+	if g.src.Boxes != nil {
+		b := g.src.Boxes()
+		ch <- prometheus.MustNewConstMetric(boxesDesc, prometheus.GaugeValue, float64(b.Open-b.Paused), "running")
+		ch <- prometheus.MustNewConstMetric(boxesDesc, prometheus.GaugeValue, float64(b.Paused), "paused")
+		ch <- prometheus.MustNewConstMetric(boxMemDesc, prometheus.GaugeValue, float64(b.MemoryBytes))
+		ch <- prometheus.MustNewConstMetric(boxTasksDesc, prometheus.GaugeValue, float64(b.Tasks))
+		ch <- prometheus.MustNewConstMetric(boxOutDesc, prometheus.CounterValue, float64(b.Outside))
 	}
 }
 

@@ -223,11 +223,13 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 	if !slices.Contains(shape.readOnly, s.self) {
 		shape.readOnly = append(shape.readOnly, s.self)
 	}
-	bx := &Box{s: s, key: key, shape: shape, procs: map[string]*Process{}, dead: make(chan struct{}), limits: pl.limits}
+	// The box's cgroup holds the session's budget (the Sandbox's limits),
+	// whatever the run that made it: each run keeps its own rlimits.
+	bx := &Box{s: s, key: key, shape: shape, procs: map[string]*Process{}, dead: make(chan struct{}), limits: s.limits}
 	if s.layers.ok(LayerCgroups) {
 		tenant, err := s.admitTenant(pl.spec.Dir)
 		if err == nil {
-			bx.cg, err = s.layers.cg.create(pl.limits, tenant)
+			bx.cg, err = s.layers.cg.create(s.limits, tenant)
 		}
 		if err != nil {
 			return nil, err
@@ -792,4 +794,22 @@ func (s *Sandbox) CloseBoxes() {
 			e.box.Close()
 		}
 	}
+}
+
+// SessionBoxes reports whether runs of a session are spawned in its box.
+func (s *Sandbox) SessionBoxes() bool { return s.boxes != nil && s.Boxed() }
+
+// BoxKeys lists the sessions that have an open box.
+func (s *Sandbox) BoxKeys() []string {
+	r := s.boxes
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keys := make([]string, 0, len(r.boxes))
+	for k := range r.boxes {
+		keys = append(keys, k)
+	}
+	return keys
 }

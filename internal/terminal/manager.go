@@ -227,6 +227,12 @@ func (m *Manager) CloseSession(s *session.Session) int {
 			l.pty.Close()
 		}
 	}
+	if m.opts.Sandbox.SessionBoxes() {
+		// Everything of the session ran in its box, which the caller
+		// closed; runs outside it (a spec the box could not hold) were
+		// killed with their own cgroup when they ended.
+		return 0
+	}
 	return KillProcessesIn(s.Dir)
 }
 
@@ -271,6 +277,8 @@ type PatrolHooks struct {
 	Exists func(ctx context.Context, id string) bool
 	// SessionsDir is $QURO_DATA/sessions.
 	SessionsDir string
+	// Paused reports whether a session is paused: its idle shell is kept.
+	Paused func(id string) bool
 }
 
 // PatrolReport says what one patrol did.
@@ -300,8 +308,8 @@ func (m *Manager) PatrolOnce(ctx context.Context, p PatrolHooks) PatrolReport {
 	now := time.Now()
 	m.mu.Lock()
 	var idle []*Shell
-	for _, l := range m.live {
-		if l.shell == nil {
+	for id, l := range m.live {
+		if l.shell == nil || (p.Paused != nil && p.Paused(id)) {
 			continue
 		}
 		if st := l.shell.Status(); st.Alive && !st.Busy && now.Sub(st.LastUsed) > m.opts.IdleStop {
@@ -459,4 +467,10 @@ func (m *Manager) RunningPTY(s *session.Session) (*PTY, bool) {
 		return l.pty, true
 	}
 	return nil, false
+}
+
+// Watched reports whether someone is attached to the session's PTY.
+func (m *Manager) Watched(s *session.Session) bool {
+	p, ok := m.RunningPTY(s)
+	return ok && p.Viewers() > 0
 }

@@ -271,3 +271,10 @@ func (p *PTY) Close() {
 	p.proc.Kill()
 	<-p.exited
 }
+
+// Viewers is how many viewers are attached.
+func (p *PTY) Viewers() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.viewers)
+}

@@ -136,3 +136,19 @@ func freshSealedDir() (string, error) {
 	}
 	return d, nil
 }
+
+// SealedDir is the directory of the sealed copies of bash (made now if
+// need be): a session box binds it read-only, so a shell started in the
+// box later finds its copy there.
+func SealedDir() (string, error) {
+	sealed.mu.Lock()
+	defer sealed.mu.Unlock()
+	if sealed.dir == "" {
+		d, err := sealedDir()
+		if err != nil {
+			return "", err
+		}
+		sealed.dir, sealed.paths = d, map[string]string{}
+	}
+	return sealed.dir, nil
+}

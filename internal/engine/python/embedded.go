@@ -61,8 +61,14 @@ type slot struct {
 // started until the first Probe, Warm or Run. opts may be nil.
 func NewEmbedded(dataDir string, sb *sandbox.Sandbox, opts *EmbeddedOptions) *Embedded {
 	ctx, cancel := context.WithCancel(context.Background())
+	o := opts.withDefaults(sb)
+	if sb.SessionBoxes() {
+		// A spare worker would run in a box of its own, and a session's
+		// worker belongs in the session's box.
+		o.NoSpare = true
+	}
 	return &Embedded{
-		sb: sb, dataDir: dataDir, opts: opts.withDefaults(sb),
+		sb: sb, dataDir: dataDir, opts: o,
 		ctx: ctx, cancel: cancel, slots: map[string]*slot{},
 	}
 }

@@ -1,0 +1,220 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/metrics"
+	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// Session boxes as the app sees them: every process of a session runs in
+// its one box (sandbox.Box); here a session is paused and resumed as a
+// whole, auto-paused when idle, and its resources reported.
+
+// DefaultAutoPause is how long a session may sit idle before its box is
+// paused (Options.AutoPause).
+const DefaultAutoPause = 10 * time.Minute
+
+// inflight counts the calls running in each session, so that auto-pause
+// never freezes a session in the middle of a call.
+type inflight struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// useSession marks s used by a call until release: it records the use,
+// counts the call in flight, and resumes the session's box if it was
+// paused (a paused session wakes on use).
+func (a *App) useSession(ctx context.Context, s *session.Session) (release func(), err error) {
+	if err := a.Sessions.Touch(ctx, s); err != nil {
+		return nil, err
+	}
+	a.inflight.mu.Lock()
+	a.inflight.n[s.ID]++
+	a.inflight.mu.Unlock()
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			a.inflight.mu.Lock()
+			if a.inflight.n[s.ID]--; a.inflight.n[s.ID] <= 0 {
+				delete(a.inflight.n, s.ID)
+			}
+			a.inflight.mu.Unlock()
+		})
+	}
+	if bx := a.Sandbox.Box(s.ID); bx != nil && bx.Paused() {
+		if err := bx.Resume(); err != nil {
+			release()
+			return nil, fmt.Errorf("resume the paused session: %w", err)
+		}
+		a.Log.Info("session resumed on use", "session", s.ID)
+	}
+	return release, nil
+}
+
+func (a *App) callsIn(id string) int {
+	a.inflight.mu.Lock()
+	defer a.inflight.mu.Unlock()
+	return a.inflight.n[id]
+}
+
+// PauseResult is pause_session's and resume_session's answer.
+type PauseResult struct {
+	Session string `json:"session"`
+	Paused  bool   `json:"paused"`
+	// Took is how long the freeze or thaw took, in milliseconds.
+	Took float64 `json:"took_ms"`
+	Note string  `json:"note,omitempty"`
+}
+
+// Text is the model-facing answer.
+func (r *PauseResult) Text() string {
+	state := "running"
+	if r.Paused {
+		state = "paused"
+	}
+	s := fmt.Sprintf("session %s is %s (%.1f ms)", r.Session, state, r.Took)
+	if r.Note != "" {
+		s += "\n" + r.Note
+	}
+	return s
+}
+
+const pauseNote = "A paused session keeps its processes, memory, Python variables, shell state and files, and uses no CPU; " +
+	"any call that runs something in it resumes it. A paused session does not survive a restart of the server: its processes end, its files stay."
+
+func (a *App) registerBoxes(reg *capability.Registry) {
+	reg.Register(capability.New("pause_session",
+		"Freeze every process of a session (the whole box: shell, terminal, Python worker, background jobs) keeping their memory and state, so it uses no CPU. "+
+			"Resume with resume_session or by running anything in it. Processes, Python variables and shell state survive a pause but not a restart of the server. "+
+			"Refused while a call is running in the session.",
+		capability.ScopeExec, func(ctx context.Context, in SessionRef) (*PauseResult, error) {
+			s, err := a.Sessions.Get(ctx, in.Session)
+			if err != nil {
+				return nil, err
+			}
+			if n := a.callsIn(s.ID); n > 0 {
+				return nil, capability.Errorf(capability.Busy, "session %s has %d call(s) running: wait for them or cancel them, then pause", s.ID, n)
+			}
+			bx := a.Sandbox.Box(s.ID)
+			if bx == nil {
+				return &PauseResult{Session: s.ID, Note: "nothing runs in the session, so it uses no CPU or memory already; its files are kept"}, nil
+			}
+			start := time.Now()
+			if err := bx.Pause(); err != nil {
+				return nil, capability.Errorf(capability.Unavailable, "pause: %v", err)
+			}
+			return &PauseResult{Session: s.ID, Paused: true, Took: ms(time.Since(start)), Note: pauseNote}, nil
+		}))
+	reg.Register(capability.New("resume_session",
+		"Resume a paused session: its processes go on where they stopped (Python variables, shell cwd and variables, running jobs intact).",
+		capability.ScopeExec, func(ctx context.Context, in SessionRef) (*PauseResult, error) {
+			s, err := a.Sessions.Get(ctx, in.Session)
+			if err != nil {
+				return nil, err
+			}
+			bx := a.Sandbox.Box(s.ID)
+			if bx == nil || !bx.Paused() {
+				return &PauseResult{Session: s.ID, Note: "the session was not paused"}, nil
+			}
+			start := time.Now()
+			if err := bx.Resume(); err != nil {
+				return nil, capability.Errorf(capability.Unavailable, "resume: %v", err)
+			}
+			return &PauseResult{Session: s.ID, Took: ms(time.Since(start))}, nil
+		}))
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// autoPause pauses the box of every session unused for a.autoPauseAfter
+// with no call running and no terminal viewer attached.
+func (a *App) autoPause(ctx context.Context) int {
+	if a.autoPauseAfter <= 0 {
+		return 0
+	}
+	paused := 0
+	for _, id := range a.Sandbox.BoxKeys() {
+		bx := a.Sandbox.Box(id)
+		if bx == nil || bx.Paused() || !bx.CanPause() {
+			continue
+		}
+		s, err := a.Sessions.ByIDAnyTenant(ctx, id)
+		if err != nil || time.Since(s.LastUsedAt) < a.autoPauseAfter || a.Terminals.Watched(s) {
+			continue
+		}
+		a.inflight.mu.Lock()
+		if a.inflight.n[id] == 0 {
+			// Under the lock: a call that starts now waits, then resumes.
+			if err := bx.Pause(); err == nil {
+				paused++
+				a.Log.Info("session auto-paused", "session", id, "idle", time.Since(s.LastUsedAt).Round(time.Second))
+			} else if !errors.Is(err, sandbox.ErrPaused) {
+				a.Log.Warn("auto-pause", "session", id, "err", err)
+			}
+		}
+		a.inflight.mu.Unlock()
+	}
+	return paused
+}
+
+// SessionResources is what a session's box uses and may use.
+type SessionResources struct {
+	Paused          bool    `json:"paused"`
+	Processes       int     `json:"processes"` // processes the server started in the box and still tracks
+	MemoryBytes     uint64  `json:"memory_bytes"`
+	MemoryLimit     uint64  `json:"memory_limit"`
+	Tasks           uint64  `json:"tasks"`
+	TasksLimit      uint64  `json:"tasks_limit"`
+	CPUSeconds      float64 `json:"cpu_seconds"`
+	CPUPercentLimit uint64  `json:"cpu_percent_limit"`
+	DiskBytes       int64   `json:"disk_bytes,omitempty"`
+	DiskLimit       int64   `json:"disk_limit,omitempty"`
+}
+
+// resources reads s's box without waking it; nil when s has no box.
+func (a *App) resources(s *session.Session) *SessionResources {
+	r := &SessionResources{}
+	if u, ok := a.tenants.disks.Usage(s.Dir); ok {
+		r.DiskBytes, r.DiskLimit = u.Used, u.Quota
+	}
+	bx := a.Sandbox.Box(s.ID)
+	if bx == nil {
+		if r.DiskLimit == 0 {
+			return nil
+		}
+		return r
+	}
+	u, l := bx.Usage(), bx.Limits()
+	r.Paused, r.Processes = bx.Paused(), bx.Procs()
+	r.MemoryBytes, r.MemoryLimit = u.MemoryBytes, l.Memory
+	r.Tasks, r.TasksLimit = u.Tasks, l.Tasks
+	r.CPUSeconds, r.CPUPercentLimit = u.CPUSeconds, l.CPUPercent
+	return r
+}
+
+// boxGauges feeds /metrics.
+func (a *App) boxGauges() metrics.BoxStats {
+	var st metrics.BoxStats
+	for _, id := range a.Sandbox.BoxKeys() {
+		bx := a.Sandbox.Box(id)
+		if bx == nil {
+			continue
+		}
+		st.Open++
+		if bx.Paused() {
+			st.Paused++
+		}
+		u := bx.Usage()
+		st.MemoryBytes += u.MemoryBytes
+		st.Tasks += u.Tasks
+	}
+	st.Outside = a.Sandbox.BoxStats().Outside
+	return st
+}
