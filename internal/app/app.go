@@ -140,7 +140,11 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	// earlier: the embedded interpreters' directory (made now, filled on
 	// first use) and the sealed copies of bash.
 	sbo.SessionBoxes = true
-	pyDir := filepath.Join(dir, "python")
+	pyRoot := dir
+	if opts.Python != nil && opts.Python.InstallRoot != "" {
+		pyRoot = opts.Python.InstallRoot
+	}
+	pyDir := filepath.Join(pyRoot, "python")
 	if err := os.MkdirAll(pyDir, 0o755); err == nil {
 		sbo.BoxReadOnly = append(sbo.BoxReadOnly, pyDir)
 	}

@@ -170,3 +170,67 @@ func waitPidfd(t *testing.T, pidfd int) {
 		return
 	}
 }
+
+// TestAttackSessionBoxInit: a process spawned in the session box tries to
+// reach the box's init (pid 1, which holds the control socket and the
+// capabilities to spawn) and the server: signal it, ptrace it, read its
+// /proc files, take its descriptors. Every attempt fails, the box keeps
+// spawning, and the server's processes are not even visible.
+func TestAttackSessionBoxInit(t *testing.T) {
+	e := newAttackEnv(t)
+	ctx := testCtx(t)
+	script := `
+for s in KILL TERM STOP INT; do kill -$s 1 2>/dev/null && echo "SIGNALLED-$s"; done
+cat /proc/1/environ >/dev/null 2>&1 && echo READ-ENVIRON
+ls /proc/1/fd >/dev/null 2>&1 && echo LISTED-FDS
+cat /proc/1/maps >/dev/null 2>&1 && echo READ-MAPS
+readlink /proc/1/exe >/dev/null 2>&1 && echo READ-EXE
+for f in /proc/1/fd/*; do cat "$f" >/dev/null 2>&1 && echo "OPENED-$f"; done
+python3 - <<'PY'
+` + pyErrno + `
+PTRACE_ATTACH, PTRACE_SEIZE = 16, 0x4206
+for req in (PTRACE_ATTACH, PTRACE_SEIZE):
+    if libc.ptrace(req, 1, 0, 0) == 0:
+        print("PTRACED", req)
+# pidfd_open + pidfd_getfd: steal the control socket.
+fd = libc.syscall(434, 1, 0)
+if fd >= 0:
+    for n in range(3, 64):
+        if libc.syscall(438, fd, n, 0) >= 0:
+            print("STOLE-FD", n)
+PY
+ls /proc | grep -E '^[0-9]+$' | while read p; do
+  tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null; echo " [$p]"
+done
+echo DONE`
+	out, exit := e.attack(t, ctx, script, nil)
+	// (The script's own text shows in the cmdline listing: only lines that
+	// start with a marker count.)
+	for _, line := range strings.Split(out, "\n") {
+		for _, bad := range []string{"SIGNALLED", "READ-ENVIRON", "LISTED-FDS", "READ-MAPS", "READ-EXE", "OPENED-", "PTRACED", "STOLE-FD"} {
+			if strings.HasPrefix(line, bad) {
+				t.Errorf("the attack reached the box init: %s", line)
+			}
+		}
+	}
+	if !strings.Contains(out, "DONE") || exit.Code != 0 {
+		t.Fatalf("the attack did not run to its end: %+v\n%s", exit, out)
+	}
+	// The box's /proc holds the box init and the attack's own processes:
+	// nothing of the server (this test binary runs only as the box init).
+	self, _ := os.Executable()
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, filepath.Base(self)) || (strings.Contains(line, "__quro_box") && !strings.HasSuffix(line, " [1]")) {
+			t.Errorf("a process of the server is visible in the box: %q", line)
+		}
+	}
+	if !strings.Contains(out, "__quro_box") {
+		t.Errorf("the box init is not pid 1 of the box:\n%s", out)
+	}
+	// The init survived and still spawns.
+	out, exit = e.attack(t, ctx, "echo still", nil)
+	if out != "still\n" || exit.Code != 0 {
+		t.Fatalf("the box no longer spawns after the attack: %q %+v", out, exit)
+	}
+	e.stillAnswers(t)
+}

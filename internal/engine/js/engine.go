@@ -43,9 +43,10 @@ type Options struct {
 	MaxRead int64
 	// MaxFetch is the largest response body Tools.Net.fetch returns (8 MiB).
 	MaxFetch int64
-	// Network decides whether the code of session sessionID may fetch u; a
-	// non-nil error refuses, and its text is what the code sees. nil
-	// refuses every request: the session's network policy is "none".
+	// Network decides whether the code of session sessionID may fetch u,
+	// once the session's network policy ("full") allows the network at all;
+	// a non-nil error refuses, and its text is what the code sees. nil:
+	// the session's policy alone decides.
 	Network func(sessionID string, u *url.URL) error
 	// HTTP is the client fetch uses (a client with no cookies and the
 	// default transport). Its CheckRedirect is replaced so that every

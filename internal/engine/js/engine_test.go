@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -412,6 +413,7 @@ func TestFetch(t *testing.T) {
 		}
 		return nil
 	}})
+	e.sess.Network = sandbox.NetworkFull
 	o := e.run(t, "js", "const r = await fetch("+jsString(srv.URL+"/json")+", {method: 'POST', body: {a: 1}});\n[r.status, r.ok, r.headers.get('content-type'), (await r.json()).method]")
 	check{stdout: []string{"200,", "true,", `"application/json"`, `"POST"`}}.verify(t, o)
 	o = e.run(t, "js", "await fetch("+jsString(srv.URL+"/redirect")+")")

@@ -18,6 +18,7 @@ import (
 
 	"modernc.org/quickjs"
 
+	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/workspace"
 )
 
@@ -129,7 +130,7 @@ func (r *run) host(args []any) (any, error) {
 		return jsonText(map[string]any{
 			"os": runtime.GOOS, "arch": runtime.GOARCH, "engine": "quickjs " + quickjs.Version(),
 			"language": lang, "session": r.req.Session.Name,
-			"memory_limit": r.eng.opts.MemoryLimit, "network": r.eng.opts.Network != nil,
+			"memory_limit": r.eng.opts.MemoryLimit, "network": r.req.Session.Network == sandbox.NetworkFull,
 		})
 	case "calc":
 		v, err := Calc(str(0))
@@ -329,8 +330,13 @@ func (r *run) fetch(reqJSON string) (any, error) {
 		return nil, fmt.Errorf("fetch(%q): only absolute http and https URLs can be fetched", in.URL)
 	}
 	check := func(u *url.URL) error {
-		if r.eng.opts.Network == nil {
+		// The session's network policy, as for every process of its box;
+		// then the server's own rule, if it has one.
+		if r.req.Session.Network != sandbox.NetworkFull {
 			return errNoNetwork
+		}
+		if r.eng.opts.Network == nil {
+			return nil
 		}
 		return r.eng.opts.Network(r.req.Session.ID, u)
 	}

@@ -312,11 +312,11 @@ func (e *Embedded) start(ctx context.Context, sess *session.Session) (*worker, e
 		e.mu.Lock()
 		dir := e.spareDir
 		e.mu.Unlock()
-		return startWorker(ctx, e.ctx, e.sb, *cfg, true, dir, dir, dir, nil)
+		return startWorker(ctx, e.ctx, e.sb, *cfg, true, dir, dir, dir, nil, sandbox.NetworkNone)
 	}
 	// The variables are in the process environment, and the worker is told
 	// their names.
-	return startWorker(ctx, e.ctx, e.sb.ForSession(sess.ID, sess.UID, sess.Binds()), *cfg, false, sess.Workspace(), sess.Workspace(), sess.TmpDir(), sess.Env)
+	return startWorker(ctx, e.ctx, e.sb.ForSession(sess.ID, sess.UID, sess.Binds()), *cfg, false, sess.Workspace(), sess.Workspace(), sess.TmpDir(), sess.Env, sess.Network)
 }
 
 // fillSpare starts a spare worker in the background if none is there. The

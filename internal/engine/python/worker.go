@@ -85,7 +85,7 @@ type workerConfig struct {
 // startWorker starts an interpreter through the sandbox and waits for its
 // hello. lifetime bounds the process (its group is killed when it ends);
 // ctx bounds only the wait for the hello.
-func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerConfig, spare bool, dir, home, tmp string, env map[string]string) (*worker, error) {
+func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerConfig, spare bool, dir, home, tmp string, env map[string]string, network string) (*worker, error) {
 	var parent, child []*os.File
 	closeAll := func(fs []*os.File) {
 		for _, f := range fs {
@@ -123,6 +123,7 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 		Args:       []string{cfg.python, "-I", "-S", "-u", "-X", "utf8", "-c", boot},
 		Dir:        dir,
 		Home:       home,
+		Network:    network, // the session's, as for every process of its box
 		TmpDir:     tmp,
 		Env:        env,
 		Limits:     cfg.limits,

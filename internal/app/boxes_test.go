@@ -1,0 +1,284 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/quro-dev/quro/internal/capability"
+)
+
+func needBoxes(t *testing.T, a *App) {
+	t.Helper()
+	if !a.Sandbox.SessionBoxes() || os.Geteuid() != 0 {
+		t.Skip("needs session boxes and root")
+	}
+}
+
+func newSession(t *testing.T, a *App, name, network string) *SessionInfo {
+	t.Helper()
+	return mustCall(t, a, "create_session", CreateSessionInput{Name: name, Network: network}).(*SessionInfo)
+}
+
+func status(t *testing.T, a *App, id string) *SessionInfo {
+	t.Helper()
+	return mustCall(t, a, "get_session_status", SessionRef{Session: id}).(*SessionInfo)
+}
+
+// TestEverySessionProcessIsInItsBox: the resident shell, the Python
+// worker and one-shot runs of a session share one pid namespace — its
+// box's — and another session's differs.
+func TestEverySessionProcessIsInItsBox(t *testing.T) {
+	a := newApp(t, nil)
+	needBoxes(t, a)
+	s := newSession(t, a, "one", "")
+	other := newSession(t, a, "two", "")
+	ns := func(sess, lang, code string) string {
+		res := runCode(t, a, RunCodeInput{Session: sess, Lang: lang, Code: code})
+		if res.ExitCode != 0 {
+			t.Fatalf("%s: %+v", lang, res)
+		}
+		return strings.TrimSpace(res.Stdout)
+	}
+	py := ns(s.ID, "python", "import os; print(os.readlink('/proc/self/ns/pid'))")
+	sh := ns(s.ID, "sh", "readlink /proc/self/ns/pid")
+	term := strings.TrimSpace(texec(t, a, s.ID, "readlink /proc/self/ns/pid").Output)
+	if py != sh || sh != term {
+		t.Errorf("one session, several pid namespaces: python %s, sh %s, terminal %s", py, sh, term)
+	}
+	if o := ns(other.ID, "sh", "readlink /proc/self/ns/pid"); o == sh {
+		t.Errorf("two sessions share the pid namespace %s", o)
+	}
+	if got := a.Sandbox.BoxStats().Outside; got != 0 {
+		t.Errorf("%d runs did not fit their session's box", got)
+	}
+	st := status(t, a, s.ID)
+	if st.Resources == nil || st.Resources.Processes < 2 || st.Resources.MemoryLimit == 0 || st.Resources.TasksLimit == 0 {
+		t.Errorf("status resources %+v: want the shell and the worker, and the box's limits", st.Resources)
+	}
+}
+
+// TestSessionNetworkEverywhere: the session's policy holds for the
+// embedded Python worker, JS's fetch and shell runs alike: "full" reaches
+// a loopback server of the host, "none" reaches nothing.
+func TestSessionNetworkEverywhere(t *testing.T) {
+	a := newApp(t, nil)
+	needBoxes(t, a)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello-from-host") })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	url := "http://" + ln.Addr().String() + "/"
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	codes := map[string]string{
+		"python": "import urllib.request\nprint(urllib.request.urlopen(" + strconv.Quote(url) + ", timeout=10).read().decode())",
+		"js":     "const r = await fetch(" + strconv.Quote(url) + "); console.log(await r.text())",
+		"bash":   "exec 3<>/dev/tcp/127.0.0.1/" + port + " && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3",
+	}
+	for _, policy := range []string{"full", "none"} {
+		s := newSession(t, a, "net-"+policy, policy)
+		for lang, code := range codes {
+			res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: lang, Code: code})
+			reached := strings.Contains(res.Stdout, "hello-from-host")
+			if policy == "full" && !reached {
+				t.Errorf("%s with network full did not reach the host's loopback server: %+v", lang, res)
+			}
+			if policy == "none" && (reached || res.ExitCode == 0) {
+				t.Errorf("%s with network none: %+v", lang, res)
+			}
+		}
+	}
+}
+
+// findProc returns the host pid of the process of uid whose command line
+// contains marker.
+func findProc(t *testing.T, uid int, marker string) int {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		fi, err := os.Stat("/proc/" + e.Name())
+		if err != nil || int(fi.Sys().(*syscall.Stat_t).Uid) != uid {
+			continue
+		}
+		b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if strings.Contains(string(b), marker) {
+			return pid
+		}
+	}
+	t.Fatalf("no process of uid %d runs %q", uid, marker)
+	return 0
+}
+
+// TestBackgroundProcessIsTheSessionsUntilDestroy: a process a run left
+// behind (setsid, out of its group) stays in the session's box: its memory
+// counts against the session, and destroying the session kills it.
+func TestBackgroundProcessIsTheSessionsUntilDestroy(t *testing.T) {
+	a := newApp(t, nil)
+	needBoxes(t, a)
+	s := newSession(t, a, "bg", "")
+	sess, err := a.Sessions.ByIDAnyTenant(context.Background(), s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 150 MiB touched, then the run ends once the hog is ready (a FIFO,
+	// no sleep): the hog is in its own session, so it outlives the run.
+	const hog = "import time; x = bytearray(150 << 20); x[::4096] = b'1' * len(x[::4096]); open('ready', 'w').close(); open('go').read(); time.sleep(100000)  # quro-hog"
+	res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "sh", Code: "mkfifo go; setsid python3 -c \"" + hog + "\" </dev/null >/dev/null 2>&1 & " +
+		"echo > go; while [ ! -e ready ]; do :; done; echo started"})
+	if strings.TrimSpace(res.Stdout) != "started" {
+		t.Fatalf("run: %+v", res)
+	}
+	pid := findProc(t, sess.UID, "quro-hog")
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pidfd)
+	st := status(t, a, s.ID)
+	if st.Resources == nil || st.Resources.MemoryBytes < 150<<20 {
+		t.Errorf("the session's memory does not count its background process: %+v", st.Resources)
+	}
+	mustCall(t, a, "destroy_session", SessionRef{Session: s.ID})
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	if n, err := unix.Poll(fds, 30_000); n != 1 || err != nil {
+		t.Fatalf("the background process outlived its session's destroy: %v", err)
+	}
+}
+
+// TestPauseAndResume: a paused session keeps its Python variables, shell
+// state and running processes, answers its status without waking, and
+// wakes on use.
+func TestPauseAndResume(t *testing.T) {
+	a := newApp(t, nil)
+	needBoxes(t, a)
+	s := newSession(t, a, "p", "")
+	if res := runCode(t, a, RunCodeInput{Session: s.ID, Code: "x = 41"}); res.ExitCode != 0 {
+		t.Fatal(res)
+	}
+	texec(t, a, s.ID, "mkdir -p sub; cd sub; export KEPT=yes; (while :; do :; done) & echo $! > spinner.pid")
+	p := mustCall(t, a, "pause_session", SessionRef{Session: s.ID}).(*PauseResult)
+	if !p.Paused {
+		t.Fatalf("pause: %+v", p)
+	}
+	bx := a.Sandbox.Box(s.ID)
+	sess, err := a.Sessions.ByIDAnyTenant(context.Background(), s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1Freezer := false
+	if _, err := os.Stat("/sys/fs/cgroup/freezer/quro"); err == nil {
+		v1Freezer = true
+	}
+	frozenTasks := func() {
+		t.Helper()
+		if !v1Freezer {
+			return
+		}
+		// The v1 freezer shows each frozen task in state D: every process
+		// of the session, the busy spinner too.
+		pids := procsOfUID(sess.UID)
+		if len(pids) < 3 {
+			t.Errorf("only %d processes of the session found", len(pids))
+		}
+		for _, pid := range pids {
+			b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+			f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+			if len(f) > 0 && f[0] != "D" {
+				t.Errorf("process %d of the paused session is in state %s, not frozen", pid, f[0])
+			}
+		}
+	}
+	frozenTasks()
+	st := status(t, a, s.ID)
+	frozenTasks()
+	if st.Resources == nil || !st.Resources.Paused || !bx.Paused() {
+		t.Errorf("status of a paused session: %+v; the status call must not wake it", st.Resources)
+	}
+	if _, err := call(t, a, "pause_session", SessionRef{Session: s.ID}); err != nil {
+		t.Errorf("pausing a paused session: %v", err)
+	}
+	// Use wakes it, with everything where it was.
+	if res := runCode(t, a, RunCodeInput{Session: s.ID, Code: "print(x + 1)"}); strings.TrimSpace(res.Stdout) != "42" {
+		t.Errorf("Python after resume: %+v", res)
+	}
+	if bx.Paused() {
+		t.Error("still paused after a run")
+	}
+	out := texec(t, a, s.ID, "pwd; echo $KEPT; kill -0 $(cat spinner.pid) && echo spinning").Output
+	if !strings.Contains(out, "/sub\nyes\nspinning") {
+		t.Errorf("shell after resume: %q", out)
+	}
+	// And explicitly.
+	mustCall(t, a, "pause_session", SessionRef{Session: s.ID})
+	r := mustCall(t, a, "resume_session", SessionRef{Session: s.ID}).(*PauseResult)
+	if r.Paused || bx.Paused() {
+		t.Errorf("resume: %+v", r)
+	}
+}
+
+func procsOfUID(uid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join("/proc", e.Name())); err == nil && int(fi.Sys().(*syscall.Stat_t).Uid) == uid {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// TestPauseRefusedDuringACall: a call in flight is never frozen.
+func TestPauseRefusedDuringACall(t *testing.T) {
+	a := newApp(t, nil)
+	needBoxes(t, a)
+	s := newSession(t, a, "busy", "")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	started := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b := []byte(`{"session":"` + s.ID + `","lang":"sh","code":"mkfifo f; echo > started; cat f"}`)
+		close(started)
+		a.Controller.Call(ctx, admin, "run_code", b)
+	}()
+	<-started
+	// Wait until the run is in flight: the FIFO's writer end opens.
+	for a.callsIn(s.ID) == 0 {
+		select {
+		case <-done:
+			t.Fatal("the run ended early")
+		default:
+		}
+		runtime.Gosched()
+	}
+	_, err := call(t, a, "pause_session", SessionRef{Session: s.ID})
+	var ce *capability.Error
+	if !errors.As(err, &ce) || ce.Code != capability.Busy {
+		t.Errorf("pause during a call: %v, want busy", err)
+	}
+	cancel()
+	<-done
+}
