@@ -38,6 +38,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		tenantLimits   app.TenantLimits
 		maxConns       int
 		maxConnsPerIP  int
+		autoPause      time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -62,6 +63,7 @@ admin token for the local tenant is created, printed once and kept in
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			opts := g.options(log)
 			opts.Limits.Tenant = tenantLimits
+			opts.AutoPause = autoPause
 			a, err := app.New(cmd.Context(), opts)
 			if err != nil {
 				return err
@@ -156,6 +158,7 @@ admin token for the local tenant is created, printed once and kept in
 	cmd.Flags().IntVar(&maxConns, "max-conns", 4096, "most HTTP connections held at once (lowered to fit the open-file limit); over it, the oldest connection that sent no authenticated request is closed")
 	cmd.Flags().IntVar(&maxConnsPerIP, "max-conns-per-ip", 256, "most HTTP connections of one client address (an IPv6 /64)")
 	cmd.Flags().DurationVar(&patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
+	cmd.Flags().DurationVar(&autoPause, "auto-pause", app.DefaultAutoPause, "pause a session's box (freeze its processes, keep their state) after it is unused this long; 0 or negative: never")
 	tenantLimitFlags(cmd, "tenant-", &tenantLimits) // defaults of every tenant; quro tenant limits set overrides one
 	return cmd
 }

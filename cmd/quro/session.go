@@ -113,6 +113,30 @@ named by --server or QURO_URL) when there is one, else run in-process.`,
 			return nil
 		},
 	}, &cobra.Command{
+		Use:   "pause [SESSION]",
+		Short: "Pause a session: freeze its processes, keeping their memory and state (any run resumes it)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			text, err := g.sessionText(cmd, "pause_session", app.SessionRef{Session: first(args)})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), text)
+			return nil
+		},
+	}, &cobra.Command{
+		Use:   "resume [SESSION]",
+		Short: "Resume a paused session",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			text, err := g.sessionText(cmd, "resume_session", app.SessionRef{Session: first(args)})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), text)
+			return nil
+		},
+	}, &cobra.Command{
 		Use:   "default SESSION",
 		Short: "Make SESSION the default session",
 		Args:  cobra.ExactArgs(1),

@@ -570,6 +570,19 @@ func (e *e2e) waitFrameText(sel, want string) {
 	if err != nil {
 		e.fail("listen to the browser's targets: %v", err)
 	}
+	// A frame of the page whose document is there but whose script
+	// context is not yet: wait for the page's next execution context.
+	err = chromedp.Listen(ctx, func(ev any) {
+		if _, ok := ev.(*runtime.EventExecutionContextCreated); ok {
+			select {
+			case targets <- struct{}{}:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		e.fail("listen to the page's events: %v", err)
+	}
 	for {
 		infos, err := chromedp.Targets(e.sctx)
 		if err != nil {
@@ -589,11 +602,16 @@ func (e *e2e) waitFrameText(sel, want string) {
 		}
 		nodes := run(e, "find the artifact frame", chromedp.Nodes(chromedp.CSS("#play-artifacts iframe.artifact-frame")))
 		if len(nodes) > 0 && nodes[0].ContentDocument != nil {
-			if _, err := chromedp.Run(e.sctx, chromedp.Poll[chromedp.Void](pred, chromedp.WithPollingMutation(), chromedp.WithPollingTimeout(0), chromedp.WithPollingInFrame(nodes[0]))); err != nil {
+			_, err := chromedp.Run(e.sctx, chromedp.Poll[chromedp.Void](pred, chromedp.WithPollingMutation(), chromedp.WithPollingTimeout(0), chromedp.WithPollingInFrame(nodes[0])))
+			if err == nil {
+				e.t.Logf("     the artifact frame (in the page's process) shows %s = %q", sel, want)
+				return
+			}
+			if !strings.Contains(err.Error(), "executionContextId") {
 				e.fail("artifact frame never showed %s = %q: %v", sel, want, err)
 			}
-			e.t.Logf("     the artifact frame (in the page's process) shows %s = %q", sel, want)
-			return
+			// The frame's script context is not made yet: the select
+			// below waits for it.
 		}
 		select {
 		case <-targets:

@@ -43,7 +43,7 @@ type Options struct {
 	// AuditKeep is how many audit entries are kept (default 100000).
 	AuditKeep int64
 	// AutoPause pauses a session's box after it was unused this long
-	// (default DefaultAutoPause; negative: never).
+	// (0: DefaultAutoPause; negative: never).
 	AutoPause time.Duration
 }
 
