@@ -53,6 +53,10 @@ type Limits struct {
 	// DefaultTenantCPUPercent, DefaultDiskQuota; negative: none). An admin
 	// overrides them per tenant (quro tenant limits set).
 	Tenant TenantLimits
+	// Snapshots caps the snapshots one tenant holds (default 32) and
+	// SnapshotBytes their bytes (default 8 GiB); negative: no cap.
+	Snapshots     int
+	SnapshotBytes int64
 }
 
 // App is one assembled Quro. Close it when done.
@@ -73,6 +77,7 @@ type App struct {
 
 	isolation func() []sandbox.Feature
 	tenants   *tenants
+	limits    Limits
 }
 
 // DefaultDataDir is $QURO_DATA, else $XDG_DATA_HOME/quro, else
@@ -140,7 +145,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
 		Python: emb, Metrics: m, Tokens: auth.New(st), Audit: audit.New(st, audit.Options{Keep: opts.AuditKeep, Logger: log}),
 		Runner:  runcode.New(Languages(sb, pyChain, jsEng, RootfsDir(dir)), opts.Run),
-		tenants: tl,
+		tenants: tl, limits: opts.Limits,
 	}
 	a.isolation = sync.OnceValue(func() []sandbox.Feature {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
