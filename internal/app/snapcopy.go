@@ -73,6 +73,10 @@ func (s *copyStats) skip(rel, why string) {
 	}
 }
 
+// copyRaceHook, when set (by tests), runs between an entry's stat and its
+// open: the moment a swap by the session's code would matter.
+var copyRaceHook func(rel string)
+
 // reflinkOK turns false once the filesystem says it cannot clone: every
 // later file goes straight to copy_file_range.
 var reflinkOK atomic.Bool
@@ -169,6 +173,9 @@ func (c *copier) entry(srcFd, dstFd int, name, rel string, depth int) error {
 			return nil // removed while copied
 		}
 		return fmt.Errorf("%s: %w", rel, err)
+	}
+	if copyRaceHook != nil {
+		copyRaceHook(rel)
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:

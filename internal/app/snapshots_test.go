@@ -1,0 +1,399 @@
+package app
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/terminal"
+)
+
+func shIn(t *testing.T, a *App, sess, code string) *runcode.Result {
+	t.Helper()
+	return runCode(t, a, RunCodeInput{Lang: "sh", Session: sess, Code: code})
+}
+
+func snapshot(t *testing.T, a *App, in SnapshotInput) *SnapshotInfo {
+	t.Helper()
+	reply, err := call(t, a, "snapshot_session", in)
+	if err != nil {
+		t.Fatalf("snapshot_session %+v: %v", in, err)
+	}
+	return reply.Output.(*SnapshotInfo)
+}
+
+func fork(t *testing.T, a *App, in ForkInput) *ForkResult {
+	t.Helper()
+	reply, err := call(t, a, "fork_session", in)
+	if err != nil {
+		t.Fatalf("fork_session %+v: %v", in, err)
+	}
+	return reply.Output.(*ForkResult)
+}
+
+func sessionNames(t *testing.T, a *App) []string {
+	t.Helper()
+	reply, err := call(t, a, "list_sessions", Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range reply.Output.(*SessionList).Sessions {
+		names = append(names, s.Name)
+	}
+	return names
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// The session's code leaves links to /etc/passwd and out of the
+// workspace, a FIFO, a private directory, a set-uid file and a hard link.
+// The snapshot copies the links as links (the server reads nothing through
+// them), skips the FIFO and says so, drops the set-uid bit; the forks get
+// the files, the variables, the working directory and the network policy,
+// are independent of each other and of the source, and carry no Python
+// state.
+func TestSnapshotAndFork(t *testing.T) {
+	a := newApp(t, nil)
+	if _, err := call(t, a, "create_session", CreateSessionInput{Name: "src", Network: "full"}); err != nil {
+		t.Fatal(err)
+	}
+	v := "bar"
+	if _, err := call(t, a, "set_session_env", SetEnvInput{Session: "src", Env: map[string]*string{"FOO": &v}}); err != nil {
+		t.Fatal(err)
+	}
+	res := shIn(t, a, "src", `set -e
+mkdir -p sub/private && chmod 700 sub/private && echo secret > sub/private/s.txt
+echo hello > a.txt && ln a.txt hard.txt
+ln -s /etc/passwd passwd-link
+ln -s ../../../../../../../../etc/hostname up-link
+mkfifo fifo
+echo x > suid && chmod 4755 suid
+chmod 2750 sub
+stat -c %a suid sub`)
+	if res.ExitCode != 0 || res.Stdout != "4755\n2750\n" {
+		t.Fatalf("setup: %+v", res)
+	}
+	if _, err := call(t, a, "terminal_exec", TerminalExecInput{Session: "src", Command: "cd sub"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := call(t, a, "run_code", RunCodeInput{Session: "src", Code: "x = 41"}); err != nil {
+		t.Fatal(err)
+	}
+
+	snap := snapshot(t, a, SnapshotInput{Session: "src", Name: "s1"})
+	if snap.Symlinks != 2 || snap.Hardlinks != 1 || !slices.Contains(snap.Skipped, "fifo (fifo)") || snap.SkippedCount != 1 {
+		t.Errorf("snapshot: %+v", snap)
+	}
+	if snap.Cwd != "sub" || snap.Network != "full" || !slices.Contains(snap.EnvNames, "FOO") {
+		t.Errorf("settings not snapshotted: %+v", snap)
+	}
+	reply, _ := call(t, a, "snapshot_session", SnapshotInput{Session: "src", Name: "s1"})
+	if reply != nil {
+		t.Error("a second snapshot of the same name was taken")
+	}
+	if text := snap.Text(); !strings.Contains(text, "NOT included: running processes, Python variables") || !strings.Contains(text, "skipped 1: fifo (fifo)") {
+		t.Errorf("the result's text does not say what is left out:\n%s", text)
+	}
+	for _, want := range []string{"running processes", "Python variables", "shell variables", "FIFOs"} {
+		if !strings.Contains(snap.NotIncluded, want) {
+			t.Errorf("not_included does not say %q: %s", want, snap.NotIncluded)
+		}
+	}
+	// On the host: the snapshot is private, links are links, no set-uid.
+	sdir := filepath.Join(a.DataDir, "snapshots", snap.ID)
+	if fi, err := os.Stat(sdir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("snapshot directory: %v %v", fi, err)
+	}
+	checkCopy(t, filepath.Join(sdir, "workspace"), -1)
+
+	out := fork(t, a, ForkInput{Snapshot: "s1", Count: 3, NamePrefix: "f"})
+	if len(out.Copies) != 3 {
+		t.Fatalf("fork: %+v", out)
+	}
+	for i, c := range out.Copies {
+		if !c.OK || c.Name != "f-"+string(rune('1'+i)) || c.Index != i+1 {
+			t.Errorf("copy %d: %+v", i, c)
+		}
+		s, err := a.Sessions.Get(context.Background(), c.Session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkCopy(t, s.Workspace(), s.UID)
+		if s.Network != "full" || s.Env["FOO"] != "bar" || s.Cwd != filepath.Join(s.Workspace(), "sub") {
+			t.Errorf("%s: network %q env %v cwd %q", s.Name, s.Network, s.Env, s.Cwd)
+		}
+	}
+	// Inside the fork's box: the files, the links as links, no FIFO, the
+	// variables and the directory; the link out of the workspace leads
+	// nowhere the box could not already see.
+	res = shIn(t, a, "f-1", `cat a.txt sub/private/s.txt; readlink passwd-link up-link; stat -c %a suid sub sub/private
+[ -p fifo ] && echo fifo || echo no-fifo; [ hard.txt -ef a.txt ] && echo linked; echo "FOO=$FOO"`)
+	want := "hello\nsecret\n/etc/passwd\n../../../../../../../../etc/hostname\n755\n750\n700\nno-fifo\nlinked\nFOO=bar\n"
+	if res.Stdout != want {
+		t.Errorf("in the fork:\n%s\nwant\n%s\nstderr %s", res.Stdout, want, res.Stderr)
+	}
+	term, err := call(t, a, "terminal_exec", TerminalExecInput{Session: "f-1", Command: "pwd"})
+	if err != nil || !strings.HasSuffix(strings.TrimSpace(term.Output.(*terminal.Result).Output), "/sub") {
+		t.Errorf("the fork's shell does not start in sub: %v %+v", err, term)
+	}
+	// No Python state crossed.
+	py := runCode(t, a, RunCodeInput{Session: "f-1", Code: "print(globals().get('x'))"})
+	if strings.TrimSpace(py.Stdout) != "None" {
+		t.Errorf("a Python variable crossed into the fork: %q", py.Stdout)
+	}
+	// Independent: a write in f-1 changes neither f-2 nor the source.
+	shIn(t, a, "f-1", "echo changed > a.txt")
+	for _, s := range []string{"f-2", "f-3", "src"} {
+		if got := shIn(t, a, s, "cat a.txt").Stdout; got != "hello\n" {
+			t.Errorf("%s's a.txt is %q after f-1 wrote its own", s, got)
+		}
+	}
+	// A snapshot outlives its forks' changes and can be deleted; the
+	// forks keep their files.
+	if _, err := call(t, a, "delete_snapshot", SnapshotRef{Snapshot: "s1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(sdir); !os.IsNotExist(err) {
+		t.Errorf("the snapshot's files outlived it: %v", err)
+	}
+	if got := shIn(t, a, "f-2", "cat a.txt").Stdout; got != "hello\n" {
+		t.Errorf("f-2 lost its files with the snapshot: %q", got)
+	}
+	// fork {session}: snapshot and fork in one call, the snapshot gone
+	// after.
+	out = fork(t, a, ForkInput{Session: "f-1", NamePrefix: "g"})
+	if len(out.Copies) != 1 || shIn(t, a, "g-1", "cat a.txt").Stdout != "changed\n" {
+		t.Errorf("fork of a session: %+v", out)
+	}
+	if list, _ := call(t, a, "list_snapshots", Empty{}); len(list.Output.(*SnapshotList).Snapshots) != 0 {
+		t.Errorf("the snapshot of fork {session} was kept: %s", list.Text)
+	}
+}
+
+// checkCopy checks a copied workspace on the host: links are links (with
+// the targets the session's code gave them), the FIFO is not there, no file
+// is set-uid or set-gid, and everything belongs to uid (when >= 0 and the
+// server is root).
+func checkCopy(t *testing.T, ws string, uid int) {
+	t.Helper()
+	for name, target := range map[string]string{"passwd-link": "/etc/passwd", "up-link": "../../../../../../../../etc/hostname"} {
+		fi, err := os.Lstat(filepath.Join(ws, name))
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			t.Errorf("%s: %s is not a link: %v %v", ws, name, fi, err)
+			continue
+		}
+		if got, _ := os.Readlink(filepath.Join(ws, name)); got != target {
+			t.Errorf("%s -> %q, want %q", name, got, target)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "fifo")); !os.IsNotExist(err) {
+		t.Errorf("the FIFO was copied: %v", err)
+	}
+	filepath.WalkDir(ws, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		fi, _ := os.Lstat(p)
+		if fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid) != 0 {
+			t.Errorf("%s keeps a set-uid or set-gid bit: %v", p, fi.Mode())
+		}
+		if st := fi.Sys().(*syscall.Stat_t); uid >= 0 && os.Geteuid() == 0 && int(st.Uid) != uid {
+			t.Errorf("%s belongs to uid %d, not the session's %d", p, st.Uid, uid)
+		}
+		return nil
+	})
+	if b, err := os.ReadFile(filepath.Join(ws, "sub", "private", "s.txt")); err != nil || string(b) != "secret\n" {
+		t.Errorf("sub/private/s.txt: %q %v", b, err)
+	}
+}
+
+// leftovers lists what is under the data directory's sessions, disks and
+// snapshots directories.
+func leftovers(t *testing.T, a *App) (sessions, disks, snaps []string) {
+	t.Helper()
+	return dirNames(t, filepath.Join(a.DataDir, "sessions")), dirNames(t, filepath.Join(a.DataDir, "disks")),
+		dirNames(t, filepath.Join(a.DataDir, "snapshots"))
+}
+
+// A fork that cannot make every copy makes none: with room for two more
+// sessions, count=3 fails on the third and destroys the first two; with a
+// disk quota smaller than the snapshot, the first copy fails ENOSPC. No
+// session, directory or disk image is left behind, and the error says
+// which copy failed and why.
+func TestForkIsAllOrNothing(t *testing.T) {
+	a, err := New(context.Background(), Options{DataDir: t.TempDir(), Python: testPython,
+		Limits: Limits{SessionsPerTenant: 4, Tenant: TenantLimits{Disk: 32 << 20}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if _, err := call(t, a, "create_session", CreateSessionInput{Name: "src"}); err != nil {
+		t.Fatal(err)
+	}
+	if res := shIn(t, a, "src", "head -c 20M /dev/urandom > big && echo 1 > small"); res.ExitCode != 0 {
+		t.Fatalf("%+v", res)
+	}
+	snapshot(t, a, SnapshotInput{Session: "src", Name: "s"})
+	before := sessionNames(t, a)
+	bs, bd, _ := leftovers(t, a)
+
+	_, err = call(t, a, "fork_session", ForkInput{Snapshot: "s", Count: 3, NamePrefix: "f"})
+	ce := wantCode(t, err, capability.ResourceExhausted)
+	for _, want := range []string{"copy 3 of 3 failed", "session limit reached", "(f-1, f-2) were destroyed"} {
+		if !strings.Contains(ce.Message, want) {
+			t.Errorf("the error %q does not say %q", ce.Message, want)
+		}
+	}
+	after := sessionNames(t, a)
+	as, ad, _ := leftovers(t, a)
+	if !slices.Equal(before, after) || !slices.Equal(bs, as) || !slices.Equal(bd, ad) {
+		t.Errorf("the failed fork left something:\nsessions %v → %v\ndirs %v → %v\ndisks %v → %v", before, after, bs, as, bd, ad)
+	}
+	// Two fit.
+	if out := fork(t, a, ForkInput{Snapshot: "s", Count: 2, NamePrefix: "ok"}); len(out.Copies) != 2 {
+		t.Fatalf("%+v", out)
+	}
+	for _, n := range []string{"ok-1", "ok-2"} {
+		if _, err := call(t, a, "destroy_session", SessionRef{Session: n}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if err := a.tenants.disks.Enforced(); err != nil {
+		t.Skipf("no kernel disk quota here: %v", err)
+	}
+	// New sessions get 16 MiB disks: the 20 MiB snapshot does not fit.
+	if err := a.SetTenantLimits(context.Background(), "", TenantLimits{Disk: 16 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = call(t, a, "fork_session", ForkInput{Snapshot: "s", Count: 2, NamePrefix: "q"})
+	ce = wantCode(t, err, capability.ResourceExhausted)
+	for _, want := range []string{"copy 1 of 2 failed", "disk is full", "(q-1) were destroyed"} {
+		if !strings.Contains(ce.Message, want) {
+			t.Errorf("the error %q does not say %q", ce.Message, want)
+		}
+	}
+	as, ad, _ = leftovers(t, a)
+	if after := sessionNames(t, a); !slices.Equal(before, after) || !slices.Equal(bs, as) || !slices.Equal(bd, ad) {
+		t.Errorf("the fork that hit the quota left something:\nsessions %v → %v\ndirs %v → %v\ndisks %v → %v", before, after, bs, as, bd, ad)
+	}
+}
+
+// A tenant holds at most Limits.Snapshots snapshots and
+// Limits.SnapshotBytes bytes of them; a snapshot larger than the
+// per-session disk quota cannot be taken. A refusal leaves no files.
+func TestSnapshotCeilings(t *testing.T) {
+	a, err := New(context.Background(), Options{DataDir: t.TempDir(), Python: testPython,
+		Limits: Limits{Snapshots: 2, SnapshotBytes: 3 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	shIn(t, a, "", "head -c 1M /dev/zero > one")
+	snapshot(t, a, SnapshotInput{Name: "a"})
+	snapshot(t, a, SnapshotInput{Name: "b"})
+	_, err = call(t, a, "snapshot_session", SnapshotInput{Name: "c"})
+	if ce := wantCode(t, err, capability.ResourceExhausted); !strings.Contains(ce.Message, "you hold 2 snapshots") {
+		t.Errorf("count ceiling: %s", ce.Message)
+	}
+	if _, err := call(t, a, "delete_snapshot", SnapshotRef{Snapshot: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	// 1 MiB held, 2 MiB left: a 2.5 MiB workspace does not fit.
+	shIn(t, a, "", "head -c 1536K /dev/zero > two")
+	_, err = call(t, a, "snapshot_session", SnapshotInput{Name: "c"})
+	if ce := wantCode(t, err, capability.ResourceExhausted); !strings.Contains(ce.Message, "larger than what your snapshots may still hold") {
+		t.Errorf("bytes ceiling: %s", ce.Message)
+	}
+	if _, _, snaps := leftovers(t, a); len(snaps) != 1 {
+		t.Errorf("refused snapshots left files: %v", snaps)
+	}
+	list, _ := call(t, a, "list_snapshots", Empty{})
+	if l := list.Output.(*SnapshotList).Snapshots; len(l) != 1 || l[0].Name != "a" || !l[0].Complete || l[0].SizeBytes != 1<<20 {
+		t.Errorf("list: %s", list.Text)
+	}
+
+	// The per-session disk quota bounds one snapshot, also where no
+	// image enforces it (hard links are stored once, so they do not
+	// multiply it).
+	b, err := New(context.Background(), Options{DataDir: t.TempDir(), Python: testPython,
+		Limits: Limits{Tenant: TenantLimits{Disk: 8 << 20}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	shIn(t, b, "", "head -c 3M /dev/zero > f; for i in $(seq 20); do ln f f$i; done")
+	if s := snapshot(t, b, SnapshotInput{Name: "links"}); s.SizeBytes != 3<<20 || s.Hardlinks != 20 {
+		t.Errorf("hard links: %+v", s)
+	}
+	shIn(t, b, "", "rm f*; truncate -s 1G sparse")
+	_, err = call(t, b, "snapshot_session", SnapshotInput{Name: "sparse"})
+	if ce := wantCode(t, err, capability.ResourceExhausted); !strings.Contains(ce.Message, "larger than your per-session disk quota") {
+		t.Errorf("a sparse file larger than the quota: %s", ce.Message)
+	}
+}
+
+// Bad input is refused with what to do, and nothing is made.
+func TestSnapshotBadInput(t *testing.T) {
+	a := newApp(t, nil)
+	for _, tc := range []struct {
+		name string
+		args any
+		code capability.Code
+		want string
+	}{
+		{"snapshot_session", SnapshotInput{Name: "../x"}, capability.InvalidArgument, "use 1-64 letters"},
+		{"snapshot_session", SnapshotInput{Name: strings.Repeat("a", 32)}, capability.InvalidArgument, "use 1-64 letters"},
+		{"snapshot_session", SnapshotInput{Session: "ghost"}, capability.NotFound, "ghost"},
+		{"fork_session", ForkInput{}, capability.InvalidArgument, "give a snapshot"},
+		{"fork_session", ForkInput{Snapshot: "x", Session: "y"}, capability.InvalidArgument, "not both"},
+		{"fork_session", ForkInput{Snapshot: "x", Count: 17}, capability.InvalidArgument, "1 to 16"},
+		{"fork_session", ForkInput{Snapshot: "x", Count: -1}, capability.InvalidArgument, "1 to 16"},
+		{"fork_session", ForkInput{Snapshot: "ghost"}, capability.NotFound, `snapshot "ghost" not found`},
+		{"fork_session", ForkInput{Snapshot: strings.Repeat("0", 32)}, capability.NotFound, "not found"},
+		{"delete_snapshot", SnapshotRef{}, capability.InvalidArgument, "name the snapshot"},
+		{"delete_snapshot", SnapshotRef{Snapshot: "ghost"}, capability.NotFound, "not found"},
+	} {
+		_, err := call(t, a, tc.name, tc.args)
+		if ce := wantCode(t, err, tc.code); !strings.Contains(ce.Message, tc.want) {
+			t.Errorf("%s %+v: %q does not say %q", tc.name, tc.args, ce.Message, tc.want)
+		}
+	}
+	snapshot(t, a, SnapshotInput{Name: "s"})
+	_, err := call(t, a, "fork_session", ForkInput{Snapshot: "s", NamePrefix: "bad/name"})
+	if ce := wantCode(t, err, capability.InvalidArgument); !strings.Contains(ce.Message, "copy 1 of 1 failed") {
+		t.Errorf("bad prefix: %s", ce.Message)
+	}
+	if names := sessionNames(t, a); len(names) != 1 {
+		t.Errorf("sessions after refusals: %v", names)
+	}
+	// Code calling back from a session can do none of it.
+	def, _ := a.Sessions.Default(context.Background())
+	inside := controller.Caller{Path: "insession", Scope: capability.ScopeExec, Session: def.ID}
+	for name, args := range map[string]any{"snapshot_session": SnapshotInput{}, "fork_session": ForkInput{Snapshot: "s"},
+		"list_snapshots": Empty{}, "delete_snapshot": SnapshotRef{Snapshot: "s"}} {
+		_, err := callAs(t, a, inside, name, args)
+		wantCode(t, err, capability.PermissionDenied)
+	}
+}
