@@ -397,3 +397,131 @@ func TestSnapshotBadInput(t *testing.T) {
 		wantCode(t, err, capability.PermissionDenied)
 	}
 }
+
+// checkNothingFromOutside walks a snapshot's workspace on the host: every
+// regular file must hold what the session wrote ("inside\n"), and no more
+// than the few entries the session made may be there.
+func checkNothingFromOutside(t *testing.T, ws string) (entries int) {
+	t.Helper()
+	filepath.WalkDir(ws, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		if p == ws {
+			return nil
+		}
+		entries++
+		rel, _ := filepath.Rel(ws, p)
+		if d.Type().IsRegular() {
+			if b, _ := os.ReadFile(p); string(b) != "inside\n" {
+				t.Errorf("%s in the snapshot holds %.40q: read from outside the workspace", rel, b)
+			}
+		}
+		return nil
+	})
+	if entries > 12 {
+		t.Errorf("the snapshot holds %d entries, more than the session made", entries)
+	}
+	return entries
+}
+
+// The swap happens exactly between the copy's stat of an entry and its
+// open: a directory becomes a link to /, a file a link to /etc/passwd,
+// another file a FIFO. Nothing from outside is copied, the copy does not
+// hang on the FIFO, and the swapped entries are reported.
+func TestSnapshotSwapBetweenStatAndOpen(t *testing.T) {
+	a := newApp(t, nil)
+	shIn(t, a, "", "mkdir d && echo inside > d/marker && echo inside > f && echo inside > g")
+	def, _ := a.Sessions.Default(context.Background())
+	ws := def.Workspace()
+	copyRaceHook = func(rel string) {
+		var err error
+		switch rel {
+		case "d":
+			if err = os.Rename(filepath.Join(ws, "d"), filepath.Join(ws, "d.moved")); err == nil {
+				err = os.Symlink("/", filepath.Join(ws, "d"))
+			}
+		case "f":
+			if err = os.Remove(filepath.Join(ws, "f")); err == nil {
+				err = os.Symlink("/etc/passwd", filepath.Join(ws, "f"))
+			}
+		case "g":
+			if err = os.Remove(filepath.Join(ws, "g")); err == nil {
+				err = syscall.Mkfifo(filepath.Join(ws, "g"), 0o644)
+			}
+		}
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { copyRaceHook = nil }()
+	s := snapshot(t, a, SnapshotInput{Name: "raced"})
+	copyRaceHook = nil
+	for _, want := range []string{"d (changed while copied)", "f (changed while copied)", "g (changed while copied)"} {
+		if !slices.Contains(s.Skipped, want) {
+			t.Errorf("skipped %v does not hold %q", s.Skipped, want)
+		}
+	}
+	checkNothingFromOutside(t, filepath.Join(a.DataDir, "snapshots", s.ID, "workspace"))
+	// The next snapshot copies the links as links.
+	s = snapshot(t, a, SnapshotInput{Name: "after"})
+	snapWS := filepath.Join(a.DataDir, "snapshots", s.ID, "workspace")
+	checkNothingFromOutside(t, snapWS)
+	for name, target := range map[string]string{"d": "/", "f": "/etc/passwd"} {
+		if got, err := os.Readlink(filepath.Join(snapWS, name)); err != nil || got != target {
+			t.Errorf("%s: %q %v", name, got, err)
+		}
+	}
+}
+
+// The attack from the session itself: its code swaps a directory for a
+// link to / and a file for a link to /etc/passwd, in a loop, in the
+// background, while snapshots are taken. No snapshot holds anything from
+// outside the workspace.
+func TestSnapshotWhileTheSessionSwapsLinks(t *testing.T) {
+	a := newApp(t, nil)
+	if _, err := call(t, a, "create_session", CreateSessionInput{Name: "racer"}); err != nil {
+		t.Fatal(err)
+	}
+	start := `mkdir d && echo inside > d/marker && echo inside > f
+( echo inside > started; while :; do
+    mv d d.real; ln -s / d; rm d; mv d.real d
+    ln -s /etc/passwd f.new && mv -f f.new f; echo inside > f.new && mv -f f.new f
+  done ) >/dev/null 2>&1 &
+while [ ! -e started ]; do :; done; echo up`
+	reply, err := call(t, a, "terminal_exec", TerminalExecInput{Session: "racer", Command: start})
+	if err != nil || !strings.Contains(reply.Output.(*terminal.Result).Output, "up") {
+		t.Fatalf("the loop did not start: %v %+v", err, reply)
+	}
+	t.Cleanup(func() { call(t, a, "destroy_session", SessionRef{Session: "racer"}) })
+	seen := map[string]int{}
+	for i := range 30 {
+		s := snapshot(t, a, SnapshotInput{Session: "racer", Name: "r" + string(rune('a'+i%26)) + string(rune('a'+i/26))})
+		ws := filepath.Join(a.DataDir, "snapshots", s.ID, "workspace")
+		checkNothingFromOutside(t, ws)
+		for _, name := range []string{"d", "f"} {
+			fi, err := os.Lstat(filepath.Join(ws, name))
+			switch {
+			case err != nil:
+				seen[name+" absent"]++
+			case fi.Mode()&fs.ModeSymlink != 0:
+				seen[name+" link"]++
+			default:
+				seen[name+" "+fi.Mode().Type().String()]++
+			}
+		}
+		seen[fmtSkipped(s)]++
+		if _, err := call(t, a, "delete_snapshot", SnapshotRef{Snapshot: s.ID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("what the snapshots caught: %v", seen)
+}
+
+func fmtSkipped(s *SnapshotInfo) string {
+	if s.SkippedCount == 0 {
+		return "nothing skipped"
+	}
+	return "skipped " + strings.Join(s.Skipped, ",")
+}
