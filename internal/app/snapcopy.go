@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path"
-	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -77,12 +76,6 @@ func (s *copyStats) skip(rel, why string) {
 // open: the moment a swap by the session's code would matter.
 var copyRaceHook func(rel string)
 
-// reflinkOK turns false once the filesystem says it cannot clone: every
-// later file goes straight to copy_file_range.
-var reflinkOK atomic.Bool
-
-func init() { reflinkOK.Store(true) }
-
 type inode struct{ dev, ino uint64 }
 
 type copier struct {
@@ -91,6 +84,10 @@ type copier struct {
 	st    copyStats
 	dstFd int              // the destination's top directory
 	links map[inode]string // first copy of each multiply-linked file, relative to dstFd
+	// noClone is set once the filesystems say they cannot clone between
+	// the source and the destination (one copy stays on one pair): every
+	// later file goes straight to copy_file_range.
+	noClone bool
 }
 
 // copyTree copies the tree at src into the existing empty directory dst,
@@ -274,7 +271,7 @@ func (c *copier) file(srcFd, dstFd int, name, rel string) error {
 	dst := os.NewFile(uintptr(out), rel)
 	defer dst.Close()
 	cloned := false
-	if reflinkOK.Load() {
+	if !c.noClone {
 		switch err := unix.IoctlFileClone(out, in); {
 		case err == nil:
 			cloned = true
@@ -284,7 +281,7 @@ func (c *copier) file(srcFd, dstFd int, name, rel string) error {
 			}
 		case errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.EXDEV), errors.Is(err, unix.ENOTTY),
 			errors.Is(err, unix.ENOSYS):
-			reflinkOK.Store(false)
+			c.noClone = true
 		}
 		// Other errors (EINVAL on a file being written, say) fall back to
 		// a copy of this file only.
