@@ -37,8 +37,8 @@ func (g *globals) sessionText(cmd *cobra.Command, name string, in any) (string, 
 func newSessionCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "session",
-		Short: "Create, list, inspect and destroy sessions; set their variables",
-		Long: `Create, list, inspect and destroy sessions; set their variables. These
+		Short: "Create, list, inspect, snapshot, fork and destroy sessions; set their variables",
+		Long: `Create, list, inspect, snapshot, fork and destroy sessions; set their variables. These
 commands go through the server running on the data directory (or the one
 named by --server or QURO_URL) when there is one, else run in-process.`,
 	}
@@ -175,6 +175,7 @@ named by --server or QURO_URL) when there is one, else run in-process.`,
 			return nil
 		},
 	})
+	cmd.AddCommand(snapshotCmds(g)...)
 	return cmd
 }
 

@@ -56,6 +56,10 @@ type Limits struct {
 	// DefaultTenantCPUPercent, DefaultDiskQuota; negative: none). An admin
 	// overrides them per tenant (quro tenant limits set).
 	Tenant TenantLimits
+	// Snapshots caps the snapshots one tenant holds (default 32) and
+	// SnapshotBytes their bytes (default 8 GiB); negative: no cap.
+	Snapshots     int
+	SnapshotBytes int64
 }
 
 // App is one assembled Quro. Close it when done.
@@ -76,6 +80,7 @@ type App struct {
 
 	isolation func() []sandbox.Feature
 	tenants   *tenants
+	limits    Limits
 
 	inflight       inflight      // calls running per session (boxes.go)
 	autoPauseAfter time.Duration // Options.AutoPause
@@ -162,7 +167,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
 		Python: emb, Metrics: m, Tokens: auth.New(st), Audit: audit.New(st, audit.Options{Keep: opts.AuditKeep, Logger: log}),
 		Runner:  runcode.New(Languages(sb, pyChain, jsEng, RootfsDir(dir)), opts.Run),
-		tenants: tl,
+		tenants: tl, limits: opts.Limits,
 
 		inflight:       inflight{n: map[string]int{}},
 		autoPauseAfter: opts.AutoPause,

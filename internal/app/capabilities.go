@@ -103,6 +103,7 @@ func (a *App) register(reg *capability.Registry) {
 			fmt.Sprintf("On timeout (default %s, at most %s) the whole process tree is killed and the output so far is returned.", opts.DefaultTimeout, opts.MaxTimeout),
 		capability.ScopeExec, a.runCode))
 	a.registerSessions(reg)
+	a.registerSnapshots(reg)
 	a.registerPythonRun(reg)
 	a.registerPackages(reg)
 	a.registerFiles(reg)

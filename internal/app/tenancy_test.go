@@ -51,6 +51,8 @@ var sessionArgs = map[string]map[string]any{
 	"write_file":          {"path": "a.txt", "content": "x"},
 	"list_files":          {},
 	"create_project":      {"template": "shell", "name": "p"},
+	"snapshot_session":    {"name": "snap"},
+	"fork_session":        {"count": 1},
 }
 
 // Tenant B can neither see nor touch tenant A's sessions, by id or by

@@ -86,6 +86,8 @@ func cases() (setup []call, table map[string]toolCase) {
 		{"set_session_env", map[string]any{"session": "s1", "env": map[string]any{"QURO_T": "1"}}},
 		{"terminal_exec", map[string]any{"session": "s1", "command": `printf 'exports.add = (a, b) => a + b;\n' > mod.js && printf 'console.log("hi from js")\n' > main.js`}},
 		{"read_screen", map[string]any{"session": "s1"}}, // starts the PTY that send_input types into
+		{"snapshot_session", map[string]any{"session": "s1", "name": "snap"}},
+		{"snapshot_session", map[string]any{"session": "s1", "name": "gone"}},
 	}
 	pyRun := toolCase{
 		args:  map[string]any{"session": "s1", "code": "print(6*7)"},
@@ -145,6 +147,10 @@ func cases() (setup []call, table map[string]toolCase) {
 		"install_packages": {map[string]any{"session": "s1", "packages": []string{"jq"}}, toolError("invalid_argument")},
 		"repair_rootfs":    {map[string]any{"rootfs": "none-here"}, toolError("not_found")},
 		"write_file":       {map[string]any{"session": "s1", "path": "notes/w.txt", "content": "written"}, field("path", "notes/w.txt")},
+		"snapshot_session": {map[string]any{"session": "s1", "name": "snap2"}, text("NOT included: running processes")},
+		"fork_session":     {map[string]any{"snapshot": "snap", "name_prefix": "forked"}, text("forked-1")},
+		"list_snapshots":   {map[string]any{}, text("snapshot snap ")},
+		"delete_snapshot":  {map[string]any{"snapshot": "gone"}, text("deleted")},
 		"list_files":       {map[string]any{"session": "s1"}, text("mod.js")},
 		"create_project":   {map[string]any{"session": "s1", "template": "shell", "name": "proj"}, text("run.sh")},
 		"get_audit_log": {map[string]any{"limit": 1000}, func(o *outcome) error {

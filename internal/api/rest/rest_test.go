@@ -156,6 +156,12 @@ func TestSessionRoutes(t *testing.T) {
 		{"unknown capability", "POST", "/v1/nope", js, `{}`, nil, 404, "no capability"},
 		{"audit", "GET", "/v1/audit?limit=1&capability=create_session", "", "", nil, 200, `"capability":"create_session"`},
 
+		{"snapshot", "POST", s + "/snapshots", js, `{"name":"snap1"}`, nil, 201, `"name":"snap1"`},
+		{"list snapshots", "GET", "/v1/snapshots", "", "", nil, 200, `"session_name":"work"`},
+		{"fork", "POST", "/v1/snapshots/snap1/fork", js, `{"count":2,"name_prefix":"f"}`, nil, 201, `"name":"f-2"`},
+		{"fork a missing snapshot", "POST", "/v1/snapshots/ghost/fork", js, `{}`, nil, 404, `snapshot \"ghost\" not found`},
+		{"delete snapshot", "DELETE", "/v1/snapshots/snap1", "", "", nil, 200, "deleted"},
+		{"deleted snapshot is gone", "DELETE", "/v1/snapshots/snap1", "", "", nil, 404, "not_found"},
 		{"destroy", "DELETE", "/v1/sessions/" + other, "", "", nil, 200, "destroyed"},
 		{"destroyed is gone", "GET", "/v1/sessions/" + other, "", "", nil, 404, "not_found"},
 	})

@@ -71,6 +71,12 @@ var Routes = []Route{
 		Summary: "Read a workspace file, or list a directory when the path is empty or ends in /"},
 	{Method: "PUT", Pattern: "/v1/sessions/{id}/files/{path...}", Capability: "write_file", Path: fileParams, Body: BodyFile,
 		Summary: "Write a workspace file from the raw body"},
+	{Method: "POST", Pattern: "/v1/sessions/{id}/snapshots", Capability: "snapshot_session", Path: sessionParam, Body: BodyJSON, Status: http.StatusCreated,
+		Summary: "Snapshot the session's workspace and settings"},
+	{Method: "GET", Pattern: "/v1/snapshots", Capability: "list_snapshots", Summary: "List snapshots"},
+	{Method: "DELETE", Pattern: "/v1/snapshots/{id}", Capability: "delete_snapshot", Path: snapshotParam, Summary: "Delete a snapshot"},
+	{Method: "POST", Pattern: "/v1/snapshots/{id}/fork", Capability: "fork_session", Path: snapshotParam, Body: BodyJSON, Status: http.StatusCreated,
+		Summary: "Make new sessions from a snapshot, all or nothing"},
 	{Method: "GET", Pattern: "/v1/audit", Capability: "get_audit_log", Query: []string{"limit", "capability", "since"}, Summary: "The audit log, latest first"},
 	{Method: "GET", Pattern: "/v1/sessions/{id}/pty", Path: sessionParam, Body: BodyWebSocket, Stream: "pty",
 		Summary: "WebSocket: the session's interactive terminal"},
@@ -79,8 +85,9 @@ var Routes = []Route{
 }
 
 var (
-	sessionParam = map[string]string{"id": "session"}
-	fileParams   = map[string]string{"id": "session", "path": "path"}
+	sessionParam  = map[string]string{"id": "session"}
+	snapshotParam = map[string]string{"id": "snapshot"}
+	fileParams    = map[string]string{"id": "session", "path": "path"}
 )
 
 // capabilityFor is the capability that answers rt for r.
