@@ -170,7 +170,7 @@ func (a *App) registerSnapshots(reg *capability.Registry) {
 	reg.Register(capability.New("snapshot_session",
 		"Snapshot a session: copy its workspace and settings so that fork_session can make new sessions from it. "+
 			"Included: "+snapshotIncluded+". NOT included: "+snapshotNotIncluded+"; a fork starts fresh processes. "+
-			"Symbolic links are copied as links and never followed. The copy is not atomic: files the session's code changes meanwhile may be caught half-way. "+
+			"Symbolic links are copied as links and never followed. The copy is not atomic: files the session's code changes meanwhile may be caught half-way; pause_session first for a consistent copy (a snapshot does not wake a paused session). "+
 			fmt.Sprintf("A snapshot is at most your per-session disk quota; you hold at most %d snapshots (delete_snapshot frees one). ", orDefault(a.limits.Snapshots, DefaultSnapshotsPerTenant))+
 			"Returns the snapshot's id, size, file count and what was skipped.",
 		capability.ScopeExec, a.snapshotSession))
