@@ -233,7 +233,7 @@ func (m *Manager) CloseSession(s *session.Session) int {
 		// killed with their own cgroup when they ended.
 		return 0
 	}
-	return KillProcessesIn(s.Dir)
+	return sandbox.KillProcessesIn(s.Dir)
 }
 
 // Close stops every terminal.
@@ -326,7 +326,7 @@ func (m *Manager) PatrolOnce(ctx context.Context, p PatrolHooks) PatrolReport {
 		entries, _ := os.ReadDir(p.SessionsDir)
 		for _, e := range entries {
 			if e.IsDir() && !p.Exists(ctx, e.Name()) {
-				rep.KilledOrphans += KillProcessesIn(filepath.Join(p.SessionsDir, e.Name()))
+				rep.KilledOrphans += sandbox.KillProcessesIn(filepath.Join(p.SessionsDir, e.Name()))
 			}
 		}
 	}
