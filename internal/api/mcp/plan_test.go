@@ -134,7 +134,11 @@ func cases() (setup []call, table map[string]toolCase) {
 			}
 			return nil
 		}},
-		"reset_python":        {map[string]any{"session": "s1"}, text("reset")},
+		"reset_python": {map[string]any{"session": "s1"}, text("reset")},
+		// Whatever order the table runs in, s1 is paused (or has no box
+		// yet) and the next call on it resumes it.
+		"pause_session":       {map[string]any{"session": "s1"}, text("session ")},
+		"resume_session":      {map[string]any{"session": "s1"}, text("session ")},
 		"run_code":            {map[string]any{"session": "s1", "code": "print(6*7)"}, all(text("42"), field("stdout", "42\n"))},
 		"run_js_file":         {map[string]any{"session": "s1", "path": "main.js"}, field("stdout", "hi from js\n")},
 		"send_input":          {map[string]any{"session": "s1", "data": "echo typed\n"}, text("interactive terminal")},

@@ -50,6 +50,7 @@ type Embedded struct {
 
 // slot is one session's place in the registry.
 type slot struct {
+	id   string        // the session's
 	sem  chan struct{} // held by the run in progress
 	mu   sync.Mutex    // guards writes of w (its holder of sem reads it freely)
 	w    *worker
@@ -378,7 +379,7 @@ func (e *Embedded) slot(id string) (*slot, error) {
 	}
 	s := e.slots[id]
 	if s == nil {
-		s = &slot{sem: make(chan struct{}, 1)}
+		s = &slot{id: id, sem: make(chan struct{}, 1)}
 		e.slots[id] = s
 	}
 	return s, nil
@@ -443,7 +444,9 @@ func (e *Embedded) Run(ctx context.Context, req *runcode.Request) (*runcode.Resu
 	return res, nil
 }
 
-// idleStop stops s's worker if it is not running anything.
+// idleStop stops s's worker if it is not running anything. A paused
+// session keeps its worker: the pause is what keeps an idle session's
+// state at no CPU cost (see sandbox.Box.Pause).
 func (e *Embedded) idleStop(s *slot) {
 	select {
 	case s.sem <- struct{}{}:
@@ -451,6 +454,10 @@ func (e *Embedded) idleStop(s *slot) {
 		return // a run is in progress; it re-arms the timer
 	}
 	defer func() { <-s.sem }()
+	if bx := e.sb.Box(s.id); bx != nil && bx.Paused() {
+		s.idle = time.AfterFunc(e.opts.IdleTimeout, func() { e.idleStop(s) })
+		return
+	}
 	if s.w != nil {
 		s.w.kill()
 		<-s.w.done
