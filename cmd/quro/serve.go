@@ -39,6 +39,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		maxConns       int
 		maxConnsPerIP  int
 		autoPause      time.Duration
+		prestart       bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -64,6 +65,7 @@ admin token for the local tenant is created, printed once and kept in
 			opts := g.options(log)
 			opts.Limits.Tenant = tenantLimits
 			opts.AutoPause = autoPause
+			opts.PrestartPython = prestart
 			a, err := app.New(cmd.Context(), opts)
 			if err != nil {
 				return err
@@ -159,6 +161,7 @@ admin token for the local tenant is created, printed once and kept in
 	cmd.Flags().IntVar(&maxConnsPerIP, "max-conns-per-ip", 256, "most HTTP connections of one client address (an IPv6 /64)")
 	cmd.Flags().DurationVar(&patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
 	cmd.Flags().DurationVar(&autoPause, "auto-pause", app.DefaultAutoPause, "pause a session's box (freeze its processes, keep their state) after it is unused this long; 0 or negative: never")
+	cmd.Flags().BoolVar(&prestart, "prestart-python", true, "start a new session's Python worker as the session is created, so that its first Python run finds it ready")
 	tenantLimitFlags(cmd, "tenant-", &tenantLimits) // defaults of every tenant; quro tenant limits set overrides one
 	return cmd
 }

@@ -45,6 +45,10 @@ type Options struct {
 	// AutoPause pauses a session's box after it was unused this long
 	// (0: DefaultAutoPause; negative: never).
 	AutoPause time.Duration
+	// PrestartPython starts a new session's Python worker (in its box)
+	// as the session is created, so that its first Python run finds it
+	// ready (quro serve sets it; it costs a worker per session).
+	PrestartPython bool
 }
 
 // Limits bound one tenant.
@@ -84,6 +88,7 @@ type App struct {
 
 	inflight       inflight      // calls running per session (boxes.go)
 	autoPauseAfter time.Duration // Options.AutoPause
+	prestart       bool          // Options.PrestartPython
 }
 
 // DefaultDataDir is $QURO_DATA, else $XDG_DATA_HOME/quro, else
@@ -171,6 +176,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 
 		inflight:       inflight{n: map[string]int{}},
 		autoPauseAfter: opts.AutoPause,
+		prestart:       opts.PrestartPython,
 	}
 	if a.autoPauseAfter == 0 {
 		a.autoPauseAfter = DefaultAutoPause

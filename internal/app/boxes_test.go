@@ -282,3 +282,36 @@ func TestPauseRefusedDuringACall(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestPrestartedWorker: with PrestartPython, create_session starts the
+// session's worker in its box, and the first run uses that worker.
+func TestPrestartedWorker(t *testing.T) {
+	a, err := New(context.Background(), Options{DataDir: t.TempDir(), Python: testPython, PrestartPython: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	needBoxes(t, a)
+	s := newSession(t, a, "pre", "")
+	res := runCode(t, a, RunCodeInput{Session: s.ID, Code: "import os; print(os.readlink('/proc/self/ns/pid'))"})
+	if res.ExitCode != 0 {
+		t.Fatal(res)
+	}
+	if n := a.Python.Sessions(); n != 1 {
+		t.Errorf("%d workers, want the prestarted one only", n)
+	}
+	if st := status(t, a, s.ID); st.Resources == nil || st.Resources.Processes != 1 {
+		t.Errorf("status %+v: want one process (the worker) in the box", st.Resources)
+	}
+	sh := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "sh", Code: "readlink /proc/self/ns/pid"})
+	if sh.Stdout != res.Stdout {
+		t.Errorf("the prestarted worker is not in the session's box: %q vs %q", res.Stdout, sh.Stdout)
+	}
+	// A session destroyed while its worker is being prestarted leaves no box.
+	d := newSession(t, a, "gone", "")
+	mustCall(t, a, "destroy_session", SessionRef{Session: d.ID})
+	a.Python.Close() // waits for the prestart
+	if bx := a.Sandbox.Box(d.ID); bx != nil {
+		t.Error("a destroyed session's prestarted worker left its box open")
+	}
+}

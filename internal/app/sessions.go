@@ -163,6 +163,9 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			if err != nil {
 				return nil, err
 			}
+			if a.prestart {
+				a.Python.Prestart(s)
+			}
 			return a.sessionInfo(ctx, s), nil
 		}))
 	reg.Register(capability.New("destroy_session",
@@ -327,7 +330,9 @@ func (a *App) sessionInfo(ctx context.Context, s *session.Session) *SessionInfo 
 func (a *App) DestroySession(ctx context.Context, s *session.Session) error {
 	// The box first: one kill of its pid namespace ends every process of
 	// the session; the worker and the terminals then only tidy up.
-	a.Sandbox.CloseBox(s.ID)
+	// For good: a run racing with the destroy (a prestarted worker) cannot
+	// make the session a new box.
+	a.Sandbox.EndSession(s.ID)
 	a.Python.Stop(s.ID)
 	a.Terminals.CloseSession(s)
 	return a.Sessions.Delete(ctx, s)

@@ -108,7 +108,17 @@ type boxRegistry struct {
 	boxes    map[string]*boxEntry
 	readOnly []string // Options.BoxReadOnly
 	outside  uint64   // runs of a session that got a box of their own
+	// ended are sessions whose boxes EndSession closed for good (the most
+	// recent maxEnded), so that a run racing with a destroy cannot make a
+	// new box for a session that is gone.
+	ended      map[string]bool
+	endedOrder []string
 }
+
+const maxEnded = 4096
+
+// ErrSessionEnded is a run for a session whose box was ended for good.
+var ErrSessionEnded = errors.New("the session was destroyed")
 
 type boxEntry struct {
 	ready chan struct{} // closed once box/err are set
@@ -148,6 +158,10 @@ func (s *Sandbox) boxFor(ctx context.Context, pl *plan) (*Box, error) {
 	want := pl.shape(s)
 	for {
 		r.mu.Lock()
+		if r.ended[key] {
+			r.mu.Unlock()
+			return nil, ErrSessionEnded
+		}
 		e := r.boxes[key]
 		if e == nil {
 			e = &boxEntry{ready: make(chan struct{})}
@@ -194,6 +208,31 @@ func (s *Sandbox) CloseBox(key string) {
 	if bx := s.Box(key); bx != nil {
 		bx.Close()
 	}
+}
+
+// EndSession closes the box of session key for good: no run of that
+// session makes a box again (a run racing with the session's destroy
+// fails instead).
+func (s *Sandbox) EndSession(key string) {
+	r := s.boxes
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	if r.ended == nil {
+		r.ended = map[string]bool{}
+	}
+	if !r.ended[key] {
+		r.ended[key] = true
+		r.endedOrder = append(r.endedOrder, key)
+		if len(r.endedOrder) > maxEnded {
+			delete(r.ended, r.endedOrder[0])
+			r.endedOrder = r.endedOrder[1:]
+		}
+	}
+	r.mu.Unlock()
+	// Any box registered before the mark is closed here; none after it.
+	s.CloseBox(key)
 }
 
 // Box returns the open box of session key, or nil.

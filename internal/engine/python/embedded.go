@@ -569,3 +569,49 @@ func (e *Embedded) Sessions() int {
 	}
 	return n
 }
+
+// Prestart starts sess's worker in the background when it has none, so
+// that the session's first Python run finds it ready (the worker is
+// spawned in the session's box like any other). A run that comes first
+// waits for it instead of starting another. Nothing happens for a session
+// on a rootfs, or once the engine is closed.
+func (e *Embedded) Prestart(sess *session.Session) {
+	if sess.Rootfs != "" {
+		return
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	e.wg.Add(1)
+	e.mu.Unlock()
+	go func() {
+		defer e.wg.Done()
+		if _, err := e.prepare(e.ctx); err != nil {
+			return
+		}
+		s, err := e.slot(sess.ID)
+		if err != nil {
+			return
+		}
+		select {
+		case s.sem <- struct{}{}:
+		case <-e.ctx.Done():
+			return
+		}
+		defer func() { <-s.sem }()
+		e.mu.Lock()
+		gone := e.slots[sess.ID] != s // Stop ran meanwhile
+		e.mu.Unlock()
+		if gone || s.w != nil {
+			return
+		}
+		w, err := e.claim(e.ctx, sess)
+		if err != nil {
+			return
+		}
+		s.setWorker(w)
+		s.idle = time.AfterFunc(e.opts.IdleTimeout, func() { e.idleStop(s) })
+	}()
+}

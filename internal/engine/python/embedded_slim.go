@@ -8,6 +8,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
 )
 
 // ErrNotInBuild: this binary was built with -tags slim, without the
@@ -53,3 +54,6 @@ func (e *Embedded) Sessions() int { return 0 }
 func (e *Embedded) Installed(ctx context.Context) (dir string, extracted bool, err error) {
 	return "", false, ErrNotInBuild
 }
+
+// Prestart does nothing: there is no embedded interpreter.
+func (e *Embedded) Prestart(sess *session.Session) {}
