@@ -3,12 +3,14 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -233,4 +235,52 @@ echo DONE`
 		t.Fatalf("the box no longer spawns after the attack: %q %+v", out, exit)
 	}
 	e.stillAnswers(t)
+}
+
+// TestInterruptThenKill: Interrupt is the one way to stop a run in two
+// stages, in a session box as in a box of its own: a program that stops
+// on SIGINT is not killed; one that ignores it is killed after the grace.
+func TestInterruptThenKill(t *testing.T) {
+	sb := newBoxSandbox(t)
+	for _, key := range []string{"intr", ""} {
+		for _, tc := range []struct {
+			script string
+			killed bool
+		}{
+			{"echo ready; exec sleep 1000", false},
+			{"trap '' INT; echo ready; while :; do sleep 1; done", true},
+		} {
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := boxSpec(key, t.TempDir(), nil, tc.script)
+			spec.Stdout, spec.Stderr = w, w
+			p, err := sb.Start(testCtx(t), spec)
+			w.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 6)
+			if _, err := io.ReadFull(r, buf); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan struct{})
+			var exit Exit
+			go func() { exit = p.Wait(); close(exited) }()
+			killed := p.Interrupt(syscall.SIGINT, 50*time.Millisecond, 500*time.Millisecond, exited)
+			<-exited
+			r.Close()
+			if killed != tc.killed {
+				t.Errorf("box %q, %q: killed %v, want %v (exit %+v)", key, tc.script, killed, tc.killed, exit)
+			}
+			want := syscall.SIGINT
+			if tc.killed {
+				want = syscall.SIGKILL
+			}
+			if exit.Signal != want {
+				t.Errorf("box %q, %q: ended by %v, want %v", key, tc.script, exit.Signal, want)
+			}
+		}
+	}
 }

@@ -1112,6 +1112,40 @@ func (p *Process) Signal(sig syscall.Signal) {
 	}
 }
 
+// Interrupt asks the program to stop as a person at a terminal would: sig
+// to its process group now and, when every > 0, again every `every` (a
+// signal that lands before the program is ready for it is lost), until
+// settled is ready; if grace passes first, the run is killed (Kill) and
+// Interrupt reports true. It returns once settled is ready or the run
+// was killed; a receive from settled is consumed.
+func (p *Process) Interrupt(sig syscall.Signal, every, grace time.Duration, settled <-chan struct{}) (killed bool) {
+	p.Signal(sig)
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	var tick <-chan time.Time
+	if every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-settled:
+			return false
+		case <-tick:
+			p.Signal(sig)
+		case <-deadline.C:
+			select {
+			case <-settled:
+				return false
+			default:
+			}
+			p.Kill()
+			return true
+		}
+	}
+}
+
 // Kill kills the run: the program's process group and, for a box of its
 // own, bubblewrap's (whose death takes the box's pid namespace with it).
 // Wait still reports the end.

@@ -1025,15 +1025,11 @@ func (s *Shell) interrupt(r *run) {
 		return
 	}
 	r.interrupted = true
-	// The shell's own group: inside the box, not bubblewrap's.
-	proc.Signal(syscall.SIGINT)
-	select {
-	case <-r.status:
-		if !r.died {
-			r.stage = "soft"
-			return
-		}
-	case <-time.After(s.opts.Grace):
+	// ^C to the shell's own group (in the box, never bubblewrap's); after
+	// the grace the shell is killed.
+	if !proc.Interrupt(syscall.SIGINT, 0, s.opts.Grace, r.status) && !r.died {
+		r.stage = "soft"
+		return
 	}
 	r.stage = "hard"
 	r.restarted = true

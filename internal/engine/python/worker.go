@@ -383,34 +383,16 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 				return
 			}
 			sentInterrupt, interruptCause = true, ctx.Err()
-			w.interrupt()
 			mu.Unlock()
-			grace := time.NewTimer(o.grace)
-			defer grace.Stop()
 			// A SIGINT that lands before the worker has read the run
-			// request finds no run to interrupt and is dropped; repeat it
-			// (as a person presses ^C again) until the run ends.
-			resend := time.NewTicker(interruptRepeat)
-			defer resend.Stop()
-			for {
-				select {
-				case <-over:
-					return
-				case <-resend.C:
-					mu.Lock()
-					if !finished {
-						w.interrupt()
-					}
-					mu.Unlock()
-				case <-grace.C:
-					mu.Lock()
-					if !finished {
-						escalated = true
-						w.kill() // the reply pipe ends with it
-					}
-					mu.Unlock()
-					return
-				}
+			// request finds no run to interrupt and is dropped: it is
+			// repeated (as a person presses ^C again) until the run ends;
+			// after the grace the worker is killed (the reply pipe ends
+			// with it).
+			if w.proc.Interrupt(syscall.SIGINT, interruptRepeat, o.grace, over) {
+				mu.Lock()
+				escalated = true
+				mu.Unlock()
 			}
 		})
 		// The reply is read here, not handed over by another goroutine.
@@ -428,8 +410,8 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 	}
 	mu.Lock()
 	finished = true
+	close(over) // under mu: no interrupt after the run is finished
 	mu.Unlock()
-	close(over)
 	if reply == nil {
 		// The worker is gone: wait for it to be reaped, then for the output
 		// it left in the pipes (bounded: an escaped process may hold them).
@@ -683,13 +665,6 @@ func (s *stream) emit(p []byte) {
 	}
 	s.pending = append(s.pending, p[:room]...)
 	s.dropped += int64(len(p) - room)
-}
-
-// interrupt sends SIGINT to the worker's whole group, as a terminal's ^C:
-// a child process the code waits for stops too. In the box that is the
-// group inside it, never bubblewrap's own.
-func (w *worker) interrupt() {
-	w.proc.Signal(syscall.SIGINT)
 }
 
 // interruptRepeat is how often the SIGINT of a timeout is repeated while
