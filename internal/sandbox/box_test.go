@@ -5,7 +5,9 @@ import (
 	"context"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -282,5 +284,65 @@ func TestInterruptThenKill(t *testing.T) {
 				t.Errorf("box %q, %q: ended by %v, want %v", key, tc.script, exit.Signal, want)
 			}
 		}
+	}
+}
+
+// BenchmarkSpawn: `true` spawned in a warm session box, against a box of
+// its own per run (the path before session boxes) and a bare fork-exec.
+//
+//	go test -run '^$' -bench BenchmarkSpawn -benchtime 200x ./internal/sandbox/
+//
+// QURO_BENCH_GAP=50ms waits that long (untimed) between runs, as an agent
+// does between calls; back to back, each run also pays for starting the
+// next run's zygote.
+func BenchmarkSpawn(b *testing.B) {
+	spawnGap, _ := time.ParseDuration(os.Getenv("QURO_BENCH_GAP"))
+	sb, err := New(&Options{SessionBoxes: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if !sb.Boxed() {
+		b.Skip("no bubblewrap box here")
+	}
+	defer sb.CloseBoxes()
+	dir := b.TempDir()
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		run  func() error
+	}{
+		{"session-box", func() error {
+			_, err := sb.Run(ctx, &Spec{Args: []string{"true"}, Dir: dir, Session: "bench", UID: 2_600_000})
+			return err
+		}},
+		{"own-box", func() error {
+			_, err := sb.Run(ctx, &Spec{Args: []string{"true"}, Dir: dir, UID: 2_600_000})
+			return err
+		}},
+		{"fork-exec", func() error { return exec.Command("/bin/true").Run() }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			if err := c.run(); err != nil { // warm: the session box is made
+				b.Fatal(err)
+			}
+			times := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if spawnGap > 0 {
+					// An agent thinks between runs: the box's zygote is
+					// ready by then. Not timed.
+					b.StopTimer()
+					time.Sleep(spawnGap)
+					b.StartTimer()
+				}
+				start := time.Now()
+				if err := c.run(); err != nil {
+					b.Fatal(err)
+				}
+				times = append(times, time.Since(start))
+			}
+			slices.Sort(times)
+			b.ReportMetric(float64(times[len(times)/2].Microseconds()), "p50-µs")
+		})
 	}
 }

@@ -94,12 +94,15 @@ const (
 )
 
 type boxInit struct {
-	ctl  int
-	mu   sync.Mutex
-	byID map[string]int // id → pid of a spawned process not yet reaped
-	ids  map[int]string // pid → id
-	kick chan struct{}  // a process was spawned: the reaper may have children again
-	send sync.Mutex
+	ctl       int
+	self      string // the quro binary in the box (for zygotes)
+	zyg       *zygote
+	lastSpawn uint64
+	mu        sync.Mutex
+	byID      map[string]int // id → pid of a spawned process not yet reaped
+	ids       map[int]string // pid → id
+	kick      chan struct{}  // a process was spawned: the reaper may have children again
+	send      sync.Mutex
 }
 
 func boxMain(args []string) int {
@@ -118,7 +121,7 @@ func boxMain(args []string) int {
 	// Not dumpable: no process of the box (another uid anyway) may open
 	// its /proc files, ptrace it or take its descriptors.
 	syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpabl, 0, 0)
-	b := &boxInit{ctl: ctl, byID: map[string]int{}, ids: map[int]string{}, kick: make(chan struct{}, 1)}
+	b := &boxInit{ctl: ctl, self: os.Args[0], byID: map[string]int{}, ids: map[int]string{}, kick: make(chan struct{}, 1)}
 	go b.reap()
 	buf := make([]byte, MaxMsg)
 	oob := make([]byte, syscall.CmsgSpace(MaxMsgFDs*4))
@@ -148,7 +151,7 @@ func boxMain(args []string) int {
 		}
 		switch kind {
 		case MsgSpawn:
-			b.spawn(fields, fds)
+			b.spawn(buf[:n], fields, fds)
 		case MsgSignal:
 			closeAll(fds)
 			b.signal(fields)
@@ -170,8 +173,10 @@ func (b *boxInit) reply(kind byte, fields ...string) {
 	syscall.Sendmsg(b.ctl, EncodeMsg(kind, fields...), nil, nil, 0)
 }
 
-// spawn: id, dir, tty, argv...
-func (b *boxInit) spawn(f []string, fds []int) {
+// spawn: id, dir, tty, argv... The zygote takes it when there is one
+// (the request without its id); else the init child is forked and
+// exec'd here.
+func (b *boxInit) spawn(msg []byte, f []string, fds []int) {
 	defer closeAll(fds)
 	if len(f) < 4 {
 		if len(f) > 0 {
@@ -180,14 +185,20 @@ func (b *boxInit) spawn(f []string, fds []int) {
 		return
 	}
 	id, dir, tty, argv := f[0], f[1], f[2] == "1", f[3:]
-	files := make([]uintptr, len(fds))
-	for i, fd := range fds {
-		files[i] = uintptr(fd)
-	}
-	attr := &syscall.ProcAttr{Dir: dir, Env: syscall.Environ(), Files: files,
-		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: tty && len(fds) > 0, Ctty: 0}}
 	b.mu.Lock()
-	pid, err := syscall.ForkExec(argv[0], argv, attr)
+	// The request as the zygote reads it: the kind, then the fields after
+	// the id.
+	pid := b.handOff(append([]byte{MsgSpawn}, msg[2+len(id):]...), fds)
+	var err error
+	if pid == 0 {
+		files := make([]uintptr, len(fds))
+		for i, fd := range fds {
+			files[i] = uintptr(fd)
+		}
+		attr := &syscall.ProcAttr{Dir: dir, Env: syscall.Environ(), Files: files,
+			Sys: &syscall.SysProcAttr{Setsid: true, Setctty: tty && len(fds) > 0, Ctty: 0}}
+		pid, err = syscall.ForkExec(argv[0], argv, attr)
+	}
 	if err == nil {
 		b.byID[id], b.ids[pid] = pid, id
 	}
@@ -201,6 +212,11 @@ func (b *boxInit) spawn(f []string, fds []int) {
 	default:
 	}
 	b.reply(MsgStarted, id, strconv.Itoa(pid))
+	// The next spawn's zygote, after this one's answer.
+	b.mu.Lock()
+	b.startZygote()
+	b.armZygoteIdle()
+	b.mu.Unlock()
 }
 
 // signal: id, signal, group ("1": the process's group).
@@ -247,6 +263,11 @@ func (b *boxInit) reap() {
 		}
 		pid := int(*(*int32)(unsafe.Pointer(&info[16])))
 		b.mu.Lock()
+		if b.zyg != nil && b.zyg.pid == pid {
+			// The zygote died unused.
+			syscall.Close(b.zyg.sock)
+			b.zyg = nil
+		}
 		id, spawned := b.ids[pid]
 		if spawned {
 			delete(b.ids, pid)

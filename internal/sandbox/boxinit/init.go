@@ -191,6 +191,8 @@ func init() {
 			os.Exit(0)
 		case BoxArg:
 			os.Exit(boxMain(os.Args[2:]))
+		case ZygoteArg:
+			os.Exit(zygoteMain(os.Args[2:]))
 		}
 	}
 }
@@ -384,16 +386,19 @@ func installSeccomp(prog []byte) error {
 	return nil
 }
 
-// dropTo makes uid the process's only identity (all threads).
+// dropTo makes uid the calling thread's only identity. Only this thread:
+// it is the one that execs the program, and exec ends every other thread
+// of the process (which run no code of the user's); package syscall's
+// Setresuid would stop every thread of the Go runtime three times over.
 func dropTo(uid int) error {
-	if err := syscall.Setgroups(nil); err != nil {
-		return errors.New("setgroups: " + err.Error())
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_SETGROUPS, 0, 0, 0); errno != 0 {
+		return errors.New("setgroups: " + errno.Error())
 	}
-	if err := syscall.Setresgid(uid, uid, uid); err != nil {
-		return errors.New("setresgid " + strconv.Itoa(uid) + ": " + err.Error())
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_SETRESGID, uintptr(uid), uintptr(uid), uintptr(uid)); errno != 0 {
+		return errors.New("setresgid " + strconv.Itoa(uid) + ": " + errno.Error())
 	}
-	if err := syscall.Setresuid(uid, uid, uid); err != nil {
-		return errors.New("setresuid " + strconv.Itoa(uid) + ": " + err.Error())
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); errno != 0 {
+		return errors.New("setresuid " + strconv.Itoa(uid) + ": " + errno.Error())
 	}
 	return nil
 }
