@@ -60,6 +60,16 @@ func TestEverySessionProcessIsInItsBox(t *testing.T) {
 	if o := ns(other.ID, "sh", "readlink /proc/self/ns/pid"); o == sh {
 		t.Errorf("two sessions share the pid namespace %s", o)
 	}
+	// The interactive terminal, started in a subdirectory of the
+	// workspace (the shell's cwd), is spawned in the same box.
+	texec(t, a, s.ID, "mkdir -p sub && cd sub")
+	before := a.Sandbox.Box(s.ID).Procs()
+	if _, err := a.OpenPTY(context.Background(), s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Sandbox.Box(s.ID).Procs(); got != before+1 {
+		t.Errorf("the PTY's shell is not in the session's box: %d processes there, was %d", got, before)
+	}
 	if got := a.Sandbox.BoxStats().Outside; got != 0 {
 		t.Errorf("%d runs did not fit their session's box", got)
 	}

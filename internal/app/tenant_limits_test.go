@@ -32,24 +32,31 @@ func TestTenantCeilingAcrossSessionsThroughTheController(t *testing.T) {
 	acmeName := fmt.Sprintf("acme-%d", os.Getpid())
 	acme := controller.Caller{Path: "test", Tenant: acmeName, Scope: capability.ScopeAdmin, TokenID: "ta"}
 	bob := controller.Caller{Path: "test", Tenant: fmt.Sprintf("bob-%d", os.Getpid()), Scope: capability.ScopeAdmin, TokenID: "tb"}
-	if err := a.SetTenantLimits(context.Background(), acmeName, TenantLimits{Tasks: 70}); err != nil {
-		t.Fatal(err)
-	}
 	for _, name := range []string{"s1", "s2"} {
 		if _, err := callAs(t, a, acme, "create_session", CreateSessionInput{Name: name}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// 60 background processes stay in s1's persistent shell (with bwrap,
-	// the resident bash and the command's subshell, about 63 tasks: the
-	// ceiling of 70 leaves room for the loop itself, and admission keeps a
-	// margin of 8, so the next run is refused).
+	// s1's box and shell first: what they hold (bubblewrap, the box's
+	// init and its zygote, the resident bash) is the base.
+	if _, err := callAs(t, a, acme, "terminal_exec", TerminalExecInput{Session: "s1", Command: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	base, _ := a.Sandbox.TenantUsage(acmeName)
+	// 60 background processes stay in s1's persistent shell, with the
+	// command's subshell: the ceiling leaves room for them, and admission
+	// keeps a margin of 8, so the next box is refused.
+	ceiling := int64(base.Tasks) + 60 + 5
+	if err := a.SetTenantLimits(context.Background(), acmeName, TenantLimits{Tasks: ceiling}); err != nil {
+		t.Fatal(err)
+	}
+	ceilingText := fmt.Sprintf("process ceiling of %d", ceiling)
 	if _, err := callAs(t, a, acme, "terminal_exec", TerminalExecInput{Session: "s1", Command: "for i in $(seq 60); do sleep 1000 & done; echo held"}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = callAs(t, a, acme, "run_code", RunCodeInput{Session: "s2", Lang: "shell", Code: "echo hi"})
 	ce := wantCode(t, err, capability.ResourceExhausted)
-	for _, want := range []string{"tenant " + acmeName, "process ceiling of 70", "quro tenant limits set"} {
+	for _, want := range []string{"tenant " + acmeName, ceilingText, "quro tenant limits set"} {
 		if !strings.Contains(ce.Message, want) {
 			t.Errorf("the refusal %q does not say %q", ce.Message, want)
 		}
@@ -57,7 +64,7 @@ func TestTenantCeilingAcrossSessionsThroughTheController(t *testing.T) {
 	// Every path that starts a box says the same, as a 429: s2's shell
 	// cannot start either.
 	_, err = callAs(t, a, acme, "terminal_exec", TerminalExecInput{Session: "s2", Command: "echo hi"})
-	if ce := wantCode(t, err, capability.ResourceExhausted); !strings.Contains(ce.Message, "process ceiling of 70") {
+	if ce := wantCode(t, err, capability.ResourceExhausted); !strings.Contains(ce.Message, ceilingText) {
 		t.Errorf("terminal_exec's refusal %q does not name the ceiling", ce.Message)
 	}
 	reply, err := callAs(t, a, acme, "get_service_status", Empty{})
@@ -65,7 +72,7 @@ func TestTenantCeilingAcrossSessionsThroughTheController(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := reply.Output.(*Status)
-	if st.Tenant == nil || st.Tenant.Tenant != acmeName || st.Tenant.Limits.Tasks != 70 || st.Tenant.Tasks < 62 || !strings.Contains(reply.Text, "processes") {
+	if st.Tenant == nil || st.Tenant.Tenant != acmeName || st.Tenant.Limits.Tasks != ceiling || st.Tenant.Tasks < base.Tasks+60 || !strings.Contains(reply.Text, "processes") {
 		t.Errorf("status does not show acme's ceiling and usage: %+v\n%s", st.Tenant, reply.Text)
 	}
 	f := metricstest.Scrape(t, a.Metrics.Handler())

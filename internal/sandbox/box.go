@@ -77,7 +77,9 @@ func (b *boxShape) holds(x *boxShape) bool {
 		return false
 	}
 	for _, w := range x.writable {
-		if !slices.Contains(b.writable, w) {
+		// A directory beneath one the box binds read-write (a terminal
+		// started in a subdirectory of the workspace) is in the box.
+		if !slices.ContainsFunc(b.writable, func(d string) bool { return w == d || isBeneath(w, d) }) {
 			return false
 		}
 	}
