@@ -109,6 +109,7 @@ type results struct {
 	pyBoxCPU       [3]float64 // the box's cpu_seconds over the same
 	destroySeq     *series    // 4
 	destroySeqWall time.Duration
+	destroySteps   []*series // 4: in-process breakdown
 	destroyPar     time.Duration
 	destroyParN    int
 	idle           *idleResult // 5
@@ -540,6 +541,48 @@ func destroy(ctx context.Context, b *bed, r *results) error {
 	}
 	r.destroySeqWall = time.Since(start)
 
+	// Where a destroy's time goes: the same steps as App.DestroySession,
+	// called in-process one by one and timed, on a few more sessions.
+	k := min(m, 30)
+	fmt.Fprintf(os.Stderr, "4: breakdown on %d sessions (in-process) ...\n", k)
+	if ids, err = makeSessions(ctx, b, k, *clients, prime); err != nil {
+		destroyAll(ctx, b, ids, *clients)
+		return err
+	}
+	a := b.App
+	steps := []*series{{name: "  Sandbox.CloseBox (kill the box, wait, cgroup)"}, {name: "  Python.Stop"},
+		{name: "  Terminals.CloseSession"}, {name: "  Sessions.Delete (row, disk, files, uids)"}, {name: "    of which Disk.Release (umount, loop)"}}
+	release := a.Sessions.Disk.Release
+	var relD time.Duration
+	if release != nil {
+		a.Sessions.Disk.Release = func(dir string) error {
+			t := time.Now()
+			err := release(dir)
+			relD = time.Since(t)
+			return err
+		}
+		defer func() { a.Sessions.Disk.Release = release }()
+	}
+	for _, id := range ids {
+		s, err := a.Sessions.ByIDAnyTenant(ctx, id)
+		if err != nil {
+			return err
+		}
+		fs := []func(){func() { a.Sandbox.CloseBox(s.ID) }, func() { a.Python.Stop(s.ID) }, func() { a.Terminals.CloseSession(s) },
+			func() {
+				if err := a.Sessions.Delete(ctx, s); err != nil {
+					fmt.Fprintln(os.Stderr, "delete:", err)
+				}
+			}}
+		for i, f := range fs {
+			t := time.Now()
+			f()
+			steps[i].ds = append(steps[i].ds, time.Since(t))
+		}
+		steps[4].ds = append(steps[4].ds, relD)
+	}
+	r.destroySteps = steps
+
 	fmt.Fprintf(os.Stderr, "4: making %d sessions again ...\n", m)
 	if ids, err = makeSessions(ctx, b, m, *clients, prime); err != nil {
 		destroyAll(ctx, b, ids, *clients)
@@ -676,6 +719,9 @@ func report(r *results) {
 			fmtD(r.destroySeqWall*1000/time.Duration(len(s.ds))))
 		fmt.Fprintf(tw, "destroy_session, %d concurrent clients\t%d\t%s (wall/n)\t\t%s\t%s\t\n", *clients, r.destroyParN,
 			fmtD(r.destroyPar/time.Duration(r.destroyParN)), fmtD(r.destroyPar), fmtD(r.destroyPar*1000/time.Duration(r.destroyParN)))
+		for _, st := range r.destroySteps {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\t\t\n", st.name, len(st.ds), fmtD(st.q(0.5)), fmtD(st.q(0.95)))
+		}
 		tw.Flush()
 		fmt.Printf("goal ≤ 5 ms per session: %s; 1000 in ≤ 5 s: sequential %s, concurrent %s (extrapolated from %d)\n\n",
 			verdict(s.q(0.5), 5*time.Millisecond), verdict(r.destroySeqWall*1000/time.Duration(len(s.ds)), 5*time.Second),
@@ -747,6 +793,9 @@ func writeJSON(path string, r *results) error {
 		out["python_thread_cpu_seconds"] = map[string]any{"box": r.pyBoxCPU, "worker": r.pyCPU, "phases": "1 s each: running, paused, resumed"}
 	}
 	put(r.destroySeq)
+	for _, st := range r.destroySteps {
+		put(st)
+	}
 	if r.destroySeq != nil {
 		out["destroy_sequential_total_us"] = micro(r.destroySeqWall)
 		out["destroy_concurrent"] = map[string]any{"clients": *clients, "sessions": r.destroyParN, "total_us": micro(r.destroyPar)}
