@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -339,31 +338,42 @@ func cpuOf(comm string) (float64, int) {
 	return float64(ticks) / 100, n // USER_HZ is 100 on Linux
 }
 
-// pss is a process's proportional set size (smaps_rollup's Pss), bytes.
-func pss(pid int) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+// pss is a process's proportional set size (smaps_rollup's Pss) and its
+// private memory (Private_Clean + Private_Dirty), bytes.
+func pss(pid int) (pss, private int64, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "Pss:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10, err
+	found := false
+	for l := range strings.Lines(string(data)) {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "Pss:":
+			pss, found = kb<<10, true
+		case "Private_Clean:", "Private_Dirty:":
+			private += kb << 10
 		}
 	}
-	return 0, fmt.Errorf("pid %d: no Pss line", pid)
+	if !found {
+		return 0, 0, fmt.Errorf("pid %d: no Pss line", pid)
+	}
+	return pss, private, nil
 }
 
 // pssReport is the PSS of this process (the server) and of every process
 // below it, by command name.
 type pssReport struct {
-	Server int64            `json:"server_bytes"`
-	Boxes  int64            `json:"boxes_bytes"`
-	Procs  int              `json:"box_processes"`
-	ByComm map[string]int64 `json:"by_comm_bytes"`
-	NComm  map[string]int   `json:"by_comm_processes"`
+	Server   int64            `json:"server_bytes"`
+	Boxes    int64            `json:"boxes_bytes"`
+	Procs    int              `json:"box_processes"`
+	ByComm   map[string]int64 `json:"by_comm_bytes"`
+	PrivComm map[string]int64 `json:"by_comm_private_bytes"`
+	NComm    map[string]int   `json:"by_comm_processes"`
 }
 
 func measurePSS() (*pssReport, error) {
@@ -371,8 +381,8 @@ func measurePSS() (*pssReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &pssReport{ByComm: map[string]int64{}, NComm: map[string]int{}}
-	if r.Server, err = pss(os.Getpid()); err != nil {
+	r := &pssReport{ByComm: map[string]int64{}, NComm: map[string]int{}, PrivComm: map[string]int64{}}
+	if r.Server, _, err = pss(os.Getpid()); err != nil {
 		return nil, err
 	}
 	for i, p := range descendants(procs, os.Getpid()) {
@@ -380,7 +390,7 @@ func measurePSS() (*pssReport, error) {
 			args, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.pid))
 			fmt.Fprintf(os.Stderr, "   pid %d ppid %d %s: %.150s\n", p.pid, p.ppid, p.comm, bytes.ReplaceAll(args, []byte{0}, []byte{' '}))
 		}
-		v, err := pss(p.pid)
+		v, priv, err := pss(p.pid)
 		if err != nil {
 			continue // ended meanwhile, or a kernel thread
 		}
@@ -388,6 +398,7 @@ func measurePSS() (*pssReport, error) {
 		r.Procs++
 		r.ByComm[p.comm] += v
 		r.NComm[p.comm]++
+		r.PrivComm[p.comm] += priv
 	}
 	return r, nil
 }

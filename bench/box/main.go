@@ -31,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"sort"
@@ -124,6 +125,11 @@ type idleResult struct {
 	AvailAfter        int64
 	DestroyAll        time.Duration
 	ServerBeforeBytes int64
+	ServerAfterGC     int64
+	HeapBefore        uint64
+	HeapInuse         uint64
+	GoroutinesBefore  int
+	Goroutines        int
 }
 
 func run() error {
@@ -609,6 +615,9 @@ func idle(ctx context.Context, b *bed, r *results) error {
 		return err
 	}
 	ir.ServerBeforeBytes = before.Server
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	ir.HeapBefore, ir.GoroutinesBefore = ms.HeapInuse, runtime.NumGoroutine()
 	fmt.Fprintf(os.Stderr, "5: making %d idle sessions (terminal_exec true and run_code print(1) in each) ...\n", n)
 	start := time.Now()
 	ids, err := makeSessions(ctx, b, n, *clients, func(id string) error {
@@ -625,6 +634,12 @@ func idle(ctx context.Context, b *bed, r *results) error {
 	ir.AvailAfter = memAvailable()
 	if ir.PSS, err = measurePSS(); err != nil {
 		return err
+	}
+	runtime.ReadMemStats(&ms)
+	ir.HeapInuse, ir.Goroutines = ms.HeapInuse, runtime.NumGoroutine()
+	debug.FreeOSMemory() // a GC, then the heap's free pages back to the kernel
+	if after, err := measurePSS(); err == nil {
+		ir.ServerAfterGC = after.Server
 	}
 	fmt.Fprintf(os.Stderr, "5: destroying them ...\n")
 	start = time.Now()
@@ -732,27 +747,33 @@ func report(r *results) {
 		fmt.Printf("5. %d idle sessions (shell + Python worker each), made in %s, destroyed in %s (%d clients)\n", ir.N,
 			fmtD(ir.Make), fmtD(ir.DestroyAll), *clients)
 		tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "PSS\tprocesses\ttotal\tper session\t")
-		fmt.Fprintf(tw, "server process (before: %s)\t1\t%s\t%s (growth)\t\n", mib(ir.ServerBeforeBytes), mib(p.Server),
-			mib((p.Server-ir.ServerBeforeBytes)/int64(ir.N)))
+		fmt.Fprintln(tw, "PSS\tprocesses\ttotal\tper session\tprivate per session\t")
+		fmt.Fprintf(tw, "server process (before: %s)\t1\t%s\t%s (growth)\t\t\n", mib(ir.ServerBeforeBytes), mib(p.Server),
+			kib((p.Server-ir.ServerBeforeBytes)/int64(ir.N)))
+		fmt.Fprintf(tw, "  server after runtime.GC + FreeOSMemory\t1\t%s\t%s (growth)\t\t\n", mib(ir.ServerAfterGC),
+			kib((ir.ServerAfterGC-ir.ServerBeforeBytes)/int64(ir.N)))
+		fmt.Fprintf(tw, "  server Go heap in use, goroutines\t\t%s, %d\t%s, %.1f (growth)\t\t\n", mib(int64(ir.HeapInuse)), ir.Goroutines,
+			kib((int64(ir.HeapInuse)-int64(ir.HeapBefore))/int64(ir.N)), float64(ir.Goroutines-ir.GoroutinesBefore)/float64(ir.N))
 		var comms []string
 		for c := range p.ByComm {
 			comms = append(comms, c)
 		}
 		sort.Slice(comms, func(i, j int) bool { return p.ByComm[comms[i]] > p.ByComm[comms[j]] })
 		for _, c := range comms {
-			fmt.Fprintf(tw, "  in the boxes: %s\t%d\t%s\t%s\t\n", c, p.NComm[c], mib(p.ByComm[c]), kib(p.ByComm[c]/int64(ir.N)))
+			fmt.Fprintf(tw, "  in the boxes: %s\t%d\t%s\t%s\t%s\t\n", c, p.NComm[c], mib(p.ByComm[c]), kib(p.ByComm[c]/int64(ir.N)),
+				kib(p.PrivComm[c]/int64(ir.N)))
 		}
-		fmt.Fprintf(tw, "every box process\t%d\t%s\t%s\t\n", p.Procs, mib(p.Boxes), kib(p.Boxes/int64(ir.N)))
+		fmt.Fprintf(tw, "every box process\t%d\t%s\t%s\t\t\n", p.Procs, mib(p.Boxes), kib(p.Boxes/int64(ir.N)))
 		all := p.Boxes + p.Server
-		fmt.Fprintf(tw, "boxes + server\t%d\t%s\t%s\t\n", p.Procs+1, mib(all), kib(all/int64(ir.N)))
-		fmt.Fprintf(tw, "MemAvailable drop (whole machine, noisy)\t\t%s\t%s\t\n", mib(ir.AvailBefore-ir.AvailAfter),
+		fmt.Fprintf(tw, "boxes + server\t%d\t%s\t%s\t\t\n", p.Procs+1, mib(all), kib(all/int64(ir.N)))
+		fmt.Fprintf(tw, "MemAvailable drop (whole machine, noisy)\t\t%s\t%s\t\t\n", mib(ir.AvailBefore-ir.AvailAfter),
 			kib((ir.AvailBefore-ir.AvailAfter)/int64(ir.N)))
 		tw.Flush()
-		at1000 := p.Boxes/int64(ir.N)*1000 + p.Server
+		at1000 := all
 		how := "measured"
 		if ir.N != 1000 {
-			how = fmt.Sprintf("extrapolated from %d: box PSS per session × 1000 + the server", ir.N)
+			at1000 = (p.Boxes+p.Server-ir.ServerBeforeBytes)/int64(ir.N)*1000 + ir.ServerBeforeBytes
+			how = fmt.Sprintf("extrapolated from %d: (box PSS + server growth) per session × 1000 + the server before", ir.N)
 		}
 		fmt.Printf("goal 1000 idle sessions ≤ 4 GiB PSS: %s at 1000, %s (%s)\n\n", gib(at1000), how,
 			map[bool]string{true: "met", false: "NOT met"}[at1000 <= 4<<30])
