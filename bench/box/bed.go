@@ -373,6 +373,7 @@ type pssReport struct {
 	Procs    int              `json:"box_processes"`
 	ByComm   map[string]int64 `json:"by_comm_bytes"`
 	PrivComm map[string]int64 `json:"by_comm_private_bytes"`
+	Threads  map[string]int   `json:"by_comm_threads"`
 	NComm    map[string]int   `json:"by_comm_processes"`
 }
 
@@ -381,7 +382,7 @@ func measurePSS() (*pssReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &pssReport{ByComm: map[string]int64{}, NComm: map[string]int{}, PrivComm: map[string]int64{}}
+	r := &pssReport{ByComm: map[string]int64{}, NComm: map[string]int{}, PrivComm: map[string]int64{}, Threads: map[string]int{}}
 	if r.Server, _, err = pss(os.Getpid()); err != nil {
 		return nil, err
 	}
@@ -399,6 +400,14 @@ func measurePSS() (*pssReport, error) {
 		r.ByComm[p.comm] += v
 		r.NComm[p.comm]++
 		r.PrivComm[p.comm] += priv
+		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid)); err == nil {
+			for l := range strings.Lines(string(st)) {
+				if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+					n, _ := strconv.Atoi(strings.TrimSpace(v))
+					r.Threads[p.comm] += n
+				}
+			}
+		}
 	}
 	return r, nil
 }

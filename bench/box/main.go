@@ -57,6 +57,7 @@ var (
 	disk      = flag.Int64("disk", 0, "each session's disk quota in bytes (0: the default ext4 image per session; -1: none, no loop device)")
 	jsonPath  = flag.String("json", "", "also write the figures as JSON to this file")
 	treeLines = flag.Int("tree", 0, "5: print this many of the box processes found (pid, parent, command line)")
+	memProf   = flag.String("memprofile", "", "5: write a heap profile of the server, the idle sessions made, to this file")
 	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the whole run (server and client) to this file")
 )
 
@@ -132,6 +133,8 @@ type idleResult struct {
 	Goroutines        int
 }
 
+var reported bool
+
 func run() error {
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "box: not root: the boxes run with less isolation than in production; run as root")
@@ -162,6 +165,13 @@ func run() error {
 		return fmt.Errorf("the sandbox does not run session boxes here (bwrap missing, or no isolation?)")
 	}
 	var r results
+	defer func() {
+		if !reported {
+			fmt.Println("(a part failed; what was measured before it:)")
+			r.outside = b.App.Sandbox.BoxStats().Outside
+			report(&r)
+		}
+	}()
 	if part(1) {
 		if err := oneShot(ctx, b, &r); err != nil {
 			return fmt.Errorf("1 (one-shot): %w", err)
@@ -189,6 +199,7 @@ func run() error {
 	}
 	r.outside = b.App.Sandbox.BoxStats().Outside
 	report(&r)
+	reported = true
 	if *jsonPath != "" {
 		return writeJSON(*jsonPath, &r)
 	}
@@ -638,6 +649,12 @@ func idle(ctx context.Context, b *bed, r *results) error {
 	runtime.ReadMemStats(&ms)
 	ir.HeapInuse, ir.Goroutines = ms.HeapInuse, runtime.NumGoroutine()
 	debug.FreeOSMemory() // a GC, then the heap's free pages back to the kernel
+	if *memProf != "" {
+		if f, err := os.Create(*memProf); err == nil {
+			pprof.WriteHeapProfile(f)
+			f.Close()
+		}
+	}
 	if after, err := measurePSS(); err == nil {
 		ir.ServerAfterGC = after.Server
 	}
@@ -747,8 +764,8 @@ func report(r *results) {
 		fmt.Printf("5. %d idle sessions (shell + Python worker each), made in %s, destroyed in %s (%d clients)\n", ir.N,
 			fmtD(ir.Make), fmtD(ir.DestroyAll), *clients)
 		tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "PSS\tprocesses\ttotal\tper session\tprivate per session\t")
-		fmt.Fprintf(tw, "server process (before: %s)\t1\t%s\t%s (growth)\t\t\n", mib(ir.ServerBeforeBytes), mib(p.Server),
+		fmt.Fprintln(tw, "PSS\tprocesses\ttotal\tper session\tprivate per session\tthreads per session\t")
+		fmt.Fprintf(tw, "server process (before: %s)\t1\t%s\t%s (growth)\t\t\t\n", mib(ir.ServerBeforeBytes), mib(p.Server),
 			kib((p.Server-ir.ServerBeforeBytes)/int64(ir.N)))
 		fmt.Fprintf(tw, "  server after runtime.GC + FreeOSMemory\t1\t%s\t%s (growth)\t\t\n", mib(ir.ServerAfterGC),
 			kib((ir.ServerAfterGC-ir.ServerBeforeBytes)/int64(ir.N)))
@@ -760,8 +777,8 @@ func report(r *results) {
 		}
 		sort.Slice(comms, func(i, j int) bool { return p.ByComm[comms[i]] > p.ByComm[comms[j]] })
 		for _, c := range comms {
-			fmt.Fprintf(tw, "  in the boxes: %s\t%d\t%s\t%s\t%s\t\n", c, p.NComm[c], mib(p.ByComm[c]), kib(p.ByComm[c]/int64(ir.N)),
-				kib(p.PrivComm[c]/int64(ir.N)))
+			fmt.Fprintf(tw, "  in the boxes: %s\t%d\t%s\t%s\t%s\t%.1f\t\n", c, p.NComm[c], mib(p.ByComm[c]), kib(p.ByComm[c]/int64(ir.N)),
+				kib(p.PrivComm[c]/int64(ir.N)), float64(p.Threads[c])/float64(ir.N))
 		}
 		fmt.Fprintf(tw, "every box process\t%d\t%s\t%s\t\t\n", p.Procs, mib(p.Boxes), kib(p.Boxes/int64(ir.N)))
 		all := p.Boxes + p.Server
