@@ -187,7 +187,7 @@ func run() error {
 			return fmt.Errorf("3 (pause/resume): %w", err)
 		}
 	}
-	if part(4) && *nDestroy > 0 {
+	if part(4) && *nDestroy > 1 {
 		if err := destroy(ctx, b, &r); err != nil {
 			return fmt.Errorf("4 (destroy): %w", err)
 		}
@@ -550,7 +550,7 @@ func destroy(ctx context.Context, b *bed, r *results) error {
 	// called in-process one by one and timed, on the first few sessions
 	// (while the others are still there: some steps cost more with more
 	// sessions); the rest are destroyed over REST.
-	k := min(m, 30)
+	k := min(30, m/2) // the rest (at least half) go through REST
 	fmt.Fprintf(os.Stderr, "4: destroying %d of them step by step (in-process) ...\n", k)
 	a := b.App
 	steps := []*series{{name: "  Sandbox.CloseBox (kill the box, wait, cgroup)"}, {name: "  Python.Stop"},
@@ -749,7 +749,9 @@ func report(r *results) {
 			fmtD(r.destroySeqWall*1000/time.Duration(len(s.ds))))
 		fmt.Fprintf(tw, "destroy_session, %d concurrent clients\t%d\t%s (wall/n)\t\t%s\t%s\t\n", *clients, r.destroyParN,
 			fmtD(r.destroyPar/time.Duration(r.destroyParN)), fmtD(r.destroyPar), fmtD(r.destroyPar*1000/time.Duration(r.destroyParN)))
-		fmt.Fprintf(tw, "in-process, step by step, first %d of them (the others still open):\t\t\t\t\t\t\n", len(r.destroySteps[0].ds))
+		if len(r.destroySteps) > 0 && len(r.destroySteps[0].ds) > 0 {
+			fmt.Fprintf(tw, "in-process, step by step, first %d of them (the others still open):\t\t\t\t\t\t\n", len(r.destroySteps[0].ds))
+		}
 		for _, st := range r.destroySteps {
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\t\t\n", st.name, len(st.ds), fmtD(st.q(0.5)), fmtD(st.q(0.95)))
 		}
