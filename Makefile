@@ -143,3 +143,10 @@ bench-python:
 .PHONY: bench-service
 bench-service:
 	$(GO) run ./bench/service
+
+# The session box over REST: a one-shot run beside bwrap alone, a session's
+# first Python run, pause/resume, destroy, and (-idle N) idle memory; run as
+# root (see bench/README.md). Flags through BOXFLAGS, e.g. BOXFLAGS='-idle 300'.
+.PHONY: bench-box
+bench-box:
+	$(GO) run ./bench/box $(BOXFLAGS)

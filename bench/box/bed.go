@@ -1,0 +1,413 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/quro-dev/quro/internal/api/rest"
+	"github.com/quro-dev/quro/internal/app"
+	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
+)
+
+// bed is one real App served over REST on a loopback listener the way
+// `quro serve` serves it (cmd/quro/serve.go), as bench/service does: a real
+// exec token from the store, verified on every request. Every session of
+// the App runs in its session box (app.New turns SessionBoxes on). MCP,
+// WebSocket and /metrics are not mounted: nothing here uses them.
+//
+// The admission ceilings (sessions per tenant, the tenant's tasks, memory
+// and session count) are lifted so that hundreds of sessions can be made;
+// the per-box limits and everything else stay the shipped defaults.
+// Auto-pause is off so that a long run is not paused under the bench.
+type bed struct {
+	App   *app.App
+	Token string
+	URL   string // http://127.0.0.1:port
+
+	srv    *http.Server
+	client *http.Client // keep-alive, bearer token
+}
+
+// newBed assembles the App in dataDir with the embedded interpreter
+// extracted under install (and warmed), issues an exec token and listens
+// on 127.0.0.1:0. disk is each session's disk quota (0: the default image,
+// negative: none).
+func newBed(ctx context.Context, dataDir, install string, disk int64) (*bed, error) {
+	a, err := app.New(ctx, app.Options{
+		DataDir: dataDir,
+		Python:  &python.EmbeddedOptions{InstallRoot: install},
+		// The interpreter lives outside the data directory here (shared
+		// with the tests), so every box must show it, as app.New does
+		// for the data directory's own python/: else a session's Python
+		// worker does not fit a box its shell opened first and runs in a
+		// box of its own (sandbox.BoxStats.Outside).
+		Sandbox:   &sandbox.Options{BoxReadOnly: []string{install}},
+		AutoPause: -1,
+		Limits: app.Limits{SessionsPerTenant: -1,
+			Tenant: app.TenantLimits{Sessions: -1, Tasks: -1, Memory: -1, Disk: disk}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	b := &bed{App: a}
+	if err := b.start(ctx); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *bed) start(ctx context.Context) error {
+	a := b.App
+	if err := a.Python.Warm(ctx); err != nil {
+		return err
+	}
+	iss, err := a.Tokens.Create(ctx, "", []string{"exec"}, "bench")
+	if err != nil {
+		return err
+	}
+	b.Token = iss.Token
+	log := slog.New(slog.DiscardHandler)
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: rest.Access{Auth: a.Tokens.HTTP()}}))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	b.URL = "http://" + ln.Addr().String()
+	b.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go b.srv.Serve(ln)
+	b.client = &http.Client{Transport: &bearer{token: b.Token, rt: &http.Transport{
+		MaxIdleConns: 64, MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute,
+	}}}
+	return nil
+}
+
+// Close ends the server and the App (which closes every box).
+func (b *bed) Close() {
+	if b.srv != nil {
+		b.srv.Close()
+	}
+	b.App.Close()
+}
+
+// bearer adds the token to every request, as an agent's HTTP client does.
+type bearer struct {
+	token string
+	rt    http.RoundTripper
+}
+
+func (t *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+t.token)
+	return t.rt.RoundTrip(r)
+}
+
+// call is POST /v1/{capability} with in as JSON; the answer is decoded
+// into out (when not nil).
+func (b *bed) call(ctx context.Context, capability string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL+"/v1/"+capability, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return err
+	}
+	data, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: HTTP %d: %s", capability, resp.StatusCode, bytes.TrimSpace(data))
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(data, out)
+}
+
+func mustJSON(v any) []byte {
+	data, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return data
+}
+
+// runBody is run_code's body: code in lang ("" is Python) in session.
+func runBody(session, lang, code string) []byte {
+	return mustJSON(app.RunCodeInput{Session: session, Lang: lang, Code: code})
+}
+
+// run is run_code with a prepared body; the run must exit 0 with stdout want.
+func (b *bed) run(ctx context.Context, body []byte, want string) error {
+	var r runcode.Result
+	if err := b.call(ctx, "run_code", body, &r); err != nil {
+		return err
+	}
+	if r.ExitCode != 0 || r.Error != "" || r.Stdout != want {
+		return fmt.Errorf("run_code: exit %d, error %q, stdout %q (want %q), stderr %q", r.ExitCode, r.Error, r.Stdout, want, r.Stderr)
+	}
+	return nil
+}
+
+// createSession is create_session over REST; it returns the session's id.
+func (b *bed) createSession(ctx context.Context) (string, error) {
+	var s app.SessionInfo
+	if err := b.call(ctx, "create_session", []byte(`{}`), &s); err != nil {
+		return "", err
+	}
+	return s.ID, nil
+}
+
+func refBody(session string) []byte { return mustJSON(app.SessionRef{Session: session}) }
+
+func (b *bed) destroySession(ctx context.Context, id string) error {
+	return b.call(ctx, "destroy_session", refBody(id), nil)
+}
+
+// pause and resume are pause_session and resume_session; the answer says
+// whether the session is paused afterwards and how long the server took.
+func (b *bed) pause(ctx context.Context, body []byte) (*app.PauseResult, error) {
+	var r app.PauseResult
+	if err := b.call(ctx, "pause_session", body, &r); err != nil {
+		return nil, err
+	}
+	if !r.Paused {
+		return nil, fmt.Errorf("pause_session: not paused: %s", r.Note)
+	}
+	return &r, nil
+}
+
+func (b *bed) resume(ctx context.Context, body []byte) (*app.PauseResult, error) {
+	var r app.PauseResult
+	if err := b.call(ctx, "resume_session", body, &r); err != nil {
+		return nil, err
+	}
+	if r.Paused || r.Note != "" {
+		return nil, fmt.Errorf("resume_session: paused=%v, note %q", r.Paused, r.Note)
+	}
+	return &r, nil
+}
+
+// resources is get_session_status's resources of a session.
+func (b *bed) resources(ctx context.Context, id string) (*app.SessionResources, error) {
+	var s app.SessionInfo
+	if err := b.call(ctx, "get_session_status", refBody(id), &s); err != nil {
+		return nil, err
+	}
+	if s.Resources == nil {
+		return nil, fmt.Errorf("get_session_status of %s: no resources (no box?)", id)
+	}
+	return s.Resources, nil
+}
+
+// terminalExec runs command in the session's shell; it must exit 0.
+func (b *bed) terminalExec(ctx context.Context, id, command string) error {
+	var out struct {
+		ExitCode int    `json:"exit_code"`
+		Output   string `json:"output"`
+	}
+	if err := b.call(ctx, "terminal_exec", mustJSON(app.TerminalExecInput{Session: id, Command: command}), &out); err != nil {
+		return err
+	}
+	if out.ExitCode != 0 {
+		return fmt.Errorf("terminal_exec %q: exit %d, output %q", command, out.ExitCode, out.Output)
+	}
+	return nil
+}
+
+// The two baselines of a one-shot run, exec'd by the bench itself.
+
+// bwrapTrue is `bwrap --unshare-all --ro-bind / / true`.
+func bwrapTrue() error {
+	return exec.Command("bwrap", "--unshare-all", "--ro-bind", "/", "/", "true").Run()
+}
+
+// forkTrue is a bare fork-exec of /bin/true.
+func forkTrue() error { return exec.Command("/bin/true").Run() }
+
+// heapCode makes a 100 MiB bytearray x and writes one byte in every page,
+// so that all of it is resident.
+const heapCode = "x = bytearray(100*1024*1024)\nx[::4096] = b'1' * len(x[::4096])\nprint(len(x))"
+
+const heapLen = "104857600\n"
+
+// Proportional set size of the processes of the boxes.
+
+// procInfo is one process of /proc.
+type procInfo struct {
+	pid, ppid int
+	comm      string
+}
+
+func readProcs() (map[int]procInfo, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]procInfo{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // gone
+		}
+		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+		s := string(data)
+		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || close < open {
+			continue
+		}
+		f := strings.Fields(s[close+1:])
+		if len(f) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		out[pid] = procInfo{pid: pid, ppid: ppid, comm: s[open+1 : close]}
+	}
+	return out, nil
+}
+
+// descendants are every process below root (root excluded): here, every
+// bwrap the server started and everything in its box.
+func descendants(procs map[int]procInfo, root int) []procInfo {
+	kids := map[int][]int{}
+	for _, p := range procs {
+		kids[p.ppid] = append(kids[p.ppid], p.pid)
+	}
+	var out []procInfo
+	queue := slices.Clone(kids[root])
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		out = append(out, procs[pid])
+		queue = append(queue, kids[pid]...)
+	}
+	return out
+}
+
+// cpuOf is the CPU time (user+system) of every process below this one
+// named comm, in seconds.
+func cpuOf(comm string) (float64, int) {
+	procs, err := readProcs()
+	if err != nil {
+		return 0, 0
+	}
+	var ticks int64
+	n := 0
+	for _, p := range descendants(procs, os.Getpid()) {
+		if p.comm != comm {
+			continue
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid))
+		if err != nil {
+			continue
+		}
+		s := string(data)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 13 {
+			continue
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64) // field 14 of stat
+		st, _ := strconv.ParseInt(f[12], 10, 64) // field 15
+		ticks += ut + st
+		n++
+	}
+	return float64(ticks) / 100, n // USER_HZ is 100 on Linux
+}
+
+// pss is a process's proportional set size (smaps_rollup's Pss) and its
+// private memory (Private_Clean + Private_Dirty), bytes.
+func pss(pid int) (pss, private int64, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	found := false
+	for l := range strings.Lines(string(data)) {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "Pss:":
+			pss, found = kb<<10, true
+		case "Private_Clean:", "Private_Dirty:":
+			private += kb << 10
+		}
+	}
+	if !found {
+		return 0, 0, fmt.Errorf("pid %d: no Pss line", pid)
+	}
+	return pss, private, nil
+}
+
+// pssReport is the PSS of this process (the server) and of every process
+// below it, by command name.
+type pssReport struct {
+	Server   int64            `json:"server_bytes"`
+	Boxes    int64            `json:"boxes_bytes"`
+	Procs    int              `json:"box_processes"`
+	ByComm   map[string]int64 `json:"by_comm_bytes"`
+	PrivComm map[string]int64 `json:"by_comm_private_bytes"`
+	Threads  map[string]int   `json:"by_comm_threads"`
+	NComm    map[string]int   `json:"by_comm_processes"`
+}
+
+func measurePSS() (*pssReport, error) {
+	procs, err := readProcs()
+	if err != nil {
+		return nil, err
+	}
+	r := &pssReport{ByComm: map[string]int64{}, NComm: map[string]int{}, PrivComm: map[string]int64{}, Threads: map[string]int{}}
+	if r.Server, _, err = pss(os.Getpid()); err != nil {
+		return nil, err
+	}
+	for i, p := range descendants(procs, os.Getpid()) {
+		if i < *treeLines {
+			args, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.pid))
+			fmt.Fprintf(os.Stderr, "   pid %d ppid %d %s: %.150s\n", p.pid, p.ppid, p.comm, bytes.ReplaceAll(args, []byte{0}, []byte{' '}))
+		}
+		v, priv, err := pss(p.pid)
+		if err != nil {
+			continue // ended meanwhile, or a kernel thread
+		}
+		r.Boxes += v
+		r.Procs++
+		r.ByComm[p.comm] += v
+		r.NComm[p.comm]++
+		r.PrivComm[p.comm] += priv
+		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid)); err == nil {
+			for l := range strings.Lines(string(st)) {
+				if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+					n, _ := strconv.Atoi(strings.TrimSpace(v))
+					r.Threads[p.comm] += n
+				}
+			}
+		}
+	}
+	return r, nil
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The benchmarks share one served App (see bed.go), so that one
+// `go test -bench` run gives every path on the same machine at the same
+// time; each reports its median as p50-µs beside ns/op (run as root):
+//
+//	go test -run '^$' -bench . -benchtime 200x ./bench/box/
+//
+// and with a CPU profile of server and client together:
+//
+//	go test -run '^$' -bench RunShREST -benchtime 1000x -cpuprofile /tmp/box.prof ./bench/box/
+
+var shared struct {
+	once sync.Once
+	b    *bed
+	sh   string // a session whose box is made, for sh true
+	heap string // a session holding the 100 MiB heap, for pause/resume
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.b != nil {
+		shared.b.Close()
+		os.RemoveAll(shared.b.App.DataDir)
+	}
+	os.Exit(code)
+}
+
+func testBed(b *testing.B) *bed {
+	shared.once.Do(func() {
+		ctx := context.Background()
+		dir, err := os.MkdirTemp("", "quro-bench-box-")
+		if err != nil {
+			shared.err = err
+			return
+		}
+		install := filepath.Join(os.TempDir(), "quro-test-python") // shared with the tests
+		if shared.b, shared.err = newBed(ctx, dir, install, 0); shared.err != nil {
+			return
+		}
+		t := shared.b
+		if shared.sh, shared.err = t.createSession(ctx); shared.err != nil {
+			return
+		}
+		if shared.heap, shared.err = t.createSession(ctx); shared.err != nil {
+			return
+		}
+		shared.err = t.run(ctx, runBody(shared.heap, "", heapCode), heapLen)
+	})
+	if shared.err != nil {
+		b.Fatal(shared.err)
+	}
+	return shared.b
+}
+
+// loop warms f up, then times each call and reports the median.
+func loop(b *testing.B, f func() error) {
+	for range 20 {
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ds := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for b.Loop() {
+		t := time.Now()
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(t))
+	}
+	b.StopTimer()
+	b.ReportMetric(p50(ds), "p50-µs")
+}
+
+func p50(ds []time.Duration) float64 {
+	slices.Sort(ds)
+	return float64(ds[len(ds)/2].Nanoseconds()) / 1e3
+}
+
+// BenchmarkRunShREST is POST /v1/run_code {"lang":"sh","code":"true"} on
+// a session whose box is already made.
+func BenchmarkRunShREST(b *testing.B) {
+	t := testBed(b)
+	body := runBody(shared.sh, "sh", "true")
+	loop(b, func() error { return t.run(context.Background(), body, "") })
+}
+
+// BenchmarkBwrapTrue is `bwrap --unshare-all --ro-bind / / true` exec'd
+// directly: the cost of a box of its own per run.
+func BenchmarkBwrapTrue(b *testing.B) {
+	testBed(b) // the same machine state as the REST benchmark
+	loop(b, bwrapTrue)
+}
+
+// BenchmarkForkExecTrue is a bare fork-exec of /bin/true.
+func BenchmarkForkExecTrue(b *testing.B) {
+	testBed(b)
+	loop(b, forkTrue)
+}
+
+// BenchmarkPauseResume is pause_session then resume_session over REST of a
+// session holding a 100 MiB Python heap; every 50 cycles the heap is
+// checked. It reports the median of the pair (p50-µs) and of each call.
+func BenchmarkPauseResume(b *testing.B) {
+	t := testBed(b)
+	ctx := context.Background()
+	ref := refBody(shared.heap)
+	check := runBody(shared.heap, "", "print(len(x))")
+	var pause, resume, both []time.Duration
+	cycle := func(i int) {
+		t0 := time.Now()
+		if _, err := t.pause(ctx, ref); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := t.resume(ctx, ref); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		pause, resume, both = append(pause, t1.Sub(t0)), append(resume, t2.Sub(t1)), append(both, t2.Sub(t0))
+		if i%50 == 0 {
+			b.StopTimer()
+			if err := t.run(ctx, check, heapLen); err != nil {
+				b.Fatalf("after resume: %v", err)
+			}
+			b.StartTimer()
+		}
+	}
+	for i := range 5 {
+		cycle(i + 1)
+	}
+	pause, resume, both = nil, nil, nil
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		cycle(i)
+		i++
+	}
+	b.StopTimer()
+	if err := t.run(ctx, check, heapLen); err != nil {
+		b.Fatalf("after the last resume: %v", err)
+	}
+	b.ReportMetric(p50(both), "p50-µs")
+	b.ReportMetric(p50(pause), "pause-p50-µs")
+	b.ReportMetric(p50(resume), "resume-p50-µs")
+}
