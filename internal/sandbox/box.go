@@ -490,15 +490,20 @@ func (bx *Box) Close() {
 		delete(r.boxes, bx.key)
 	}
 	r.mu.Unlock()
-	if bx.cmd.Process != nil {
-		syscall.Kill(bx.pid1, syscall.SIGKILL)
-		syscall.Kill(-bx.cmd.Process.Pid, syscall.SIGKILL)
-	}
+	// The init first: bubblewrap, its parent, reaps it and exits with it.
+	// Killing bubblewrap first would leave the init to the host's pid 1 to
+	// reap.
+	syscall.Kill(bx.pid1, syscall.SIGKILL)
 	if frozen && bx.cg != nil {
 		// A frozen process dies only once thawed.
 		bx.cg.thaw()
 	}
-	<-bx.dead
+	select {
+	case <-bx.dead:
+	case <-time.After(5 * time.Second):
+		syscall.Kill(-bx.cmd.Process.Pid, syscall.SIGKILL)
+		<-bx.dead
+	}
 	if bx.cg != nil {
 		bx.cg.kill()
 		bx.cg.remove()

@@ -19,6 +19,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -155,6 +156,9 @@ type Manager struct {
 	}
 
 	hooks atomic.Pointer[BoxHooks]
+
+	reapMu   sync.Mutex
+	lastReap time.Time
 }
 
 // BoxHooks tie a session's boxes to services outside the package: the
@@ -497,9 +501,24 @@ func (m *Manager) Delete(ctx context.Context, s *Session) error {
 	if err := os.RemoveAll(s.Dir); err != nil {
 		return fmt.Errorf("session %s: remove %s: %w", s.Name, s.Dir, err)
 	}
-	m.reapUIDs(ctx)
+	// The uid goes back to the pool once nothing of it is left: a scan of
+	// every process on the machine, so at most once per reapEvery however
+	// many sessions are destroyed (a uid left reserved is looked at again
+	// on the next destroy and the next open).
+	m.reapMu.Lock()
+	due := time.Since(m.lastReap) >= reapEvery
+	if due {
+		m.lastReap = time.Now()
+	}
+	m.reapMu.Unlock()
+	if due {
+		m.reapUIDs(ctx)
+	}
 	return nil
 }
+
+// reapEvery is the least time between two scans for uids to release.
+const reapEvery = time.Second
 
 func (m *Manager) wrap(err error, id string) error {
 	if errors.Is(err, store.ErrNotFound) {

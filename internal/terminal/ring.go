@@ -10,14 +10,34 @@ type Ring struct {
 	size int
 }
 
-// NewRing returns a ring of size bytes.
-func NewRing(size int) *Ring { return &Ring{buf: make([]byte, size), size: size} }
+// NewRing returns a ring of size bytes. Its memory grows with what is
+// written, up to size: an idle terminal holds only what it printed.
+func NewRing(size int) *Ring { return &Ring{size: size} }
 
 // Write never fails.
 func (r *Ring) Write(p []byte) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := len(p)
+	if len(r.buf) < r.size {
+		// Not yet full (nothing fell out: pos == len(buf)).
+		need := r.pos + len(p)
+		if need > r.size {
+			need = r.size
+		}
+		if need > cap(r.buf) {
+			// Doubling, never past size.
+			nb := make([]byte, len(r.buf), min(r.size, max(2*cap(r.buf), need, 4096)))
+			copy(nb, r.buf)
+			r.buf = nb
+		}
+		if r.pos+len(p) <= r.size {
+			r.buf = append(r.buf, p...)
+			r.pos += len(p)
+			return n, nil
+		}
+		r.buf = r.buf[:r.size]
+	}
 	if len(p) > r.size {
 		r.pos += len(p) - r.size
 		p = p[len(p)-r.size:]
