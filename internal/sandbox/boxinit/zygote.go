@@ -124,12 +124,13 @@ func zygoteMain(args []string) int {
 		return 127
 	}
 	// The descriptors to 0..n-1, as ForkExec would put them: first all
-	// above any of those numbers, then each in its place (without
+	// at n or above (the lowest free numbers there: growing the
+	// descriptor table of a process with threads waits for an RCU grace
+	// period, milliseconds), then each in its place (without
 	// close-on-exec).
-	const high = 1 << 10
 	tmp := make([]int, len(fds))
 	for i, fd := range fds {
-		nfd, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, high)
+		nfd, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, uintptr(len(fds)))
 		if errno != 0 {
 			return 127
 		}
