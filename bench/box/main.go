@@ -616,6 +616,9 @@ func destroy(ctx context.Context, b *bed, r *results) error {
 }
 
 // 5. The memory of idle sessions.
+// zygoteWait outlasts a box's unused zygote (boxinit.zygoteIdle, 30 s).
+const zygoteWait = 32 * time.Second
+
 func idle(ctx context.Context, b *bed, r *results) error {
 	n := *nIdle
 	ir := &idleResult{N: n, AvailBefore: memAvailable()}
@@ -640,6 +643,10 @@ func idle(ctx context.Context, b *bed, r *results) error {
 		destroyAll(ctx, b, ids, *clients)
 		return err
 	}
+	// Idle means idle: a box keeps a zygote (a started init child) for
+	// 30 s after its last spawn; wait until they are let go.
+	fmt.Fprintf(os.Stderr, "5: waiting %s for the boxes' zygotes to be let go ...\n", zygoteWait)
+	time.Sleep(zygoteWait)
 	ir.AvailAfter = memAvailable()
 	if ir.PSS, err = measurePSS(); err != nil {
 		return err

@@ -336,7 +336,11 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 	cmd := exec.Command(s.layers.bwrap)
 	cmd.Args = append(append([]string{"bwrap"}, bargs...), initPath, boxinit.BoxArg, ctlFD)
 	cmd.Dir = "/"
-	cmd.Env = slices.Clone(HelperEnv)
+	// The box init, its zygotes and init children are Go programs that
+	// mostly wait: one P each is all they use (fewer threads against the
+	// session's pids budget, less memory per box). The user program never
+	// sees it: it gets its own environment from the init child.
+	cmd.Env = append(slices.Clone(HelperEnv), "GOMAXPROCS=1")
 	cmd.ExtraFiles = fds.files
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	bx.cmd = cmd
