@@ -26,6 +26,15 @@ func needBoxes(t *testing.T, a *App) {
 	}
 }
 
+// needEmbedded skips in a build without the embedded Python (-tags slim):
+// the test is about the resident worker.
+func needEmbedded(t *testing.T, _ *App) {
+	t.Helper()
+	if wantPython != "python/embedded" {
+		t.Skip("no embedded Python in this build")
+	}
+}
+
 func newSession(t *testing.T, a *App, name, network string) *SessionInfo {
 	t.Helper()
 	return mustCall(t, a, "create_session", CreateSessionInput{Name: name, Network: network}).(*SessionInfo)
@@ -179,6 +188,7 @@ func TestBackgroundProcessIsTheSessionsUntilDestroy(t *testing.T) {
 func TestPauseAndResume(t *testing.T) {
 	a := newApp(t, nil)
 	needBoxes(t, a)
+	needEmbedded(t, a)
 	s := newSession(t, a, "p", "")
 	if res := runCode(t, a, RunCodeInput{Session: s.ID, Code: "x = 41"}); res.ExitCode != 0 {
 		t.Fatal(res)
@@ -302,6 +312,7 @@ func TestPrestartedWorker(t *testing.T) {
 	}
 	t.Cleanup(func() { a.Close() })
 	needBoxes(t, a)
+	needEmbedded(t, a)
 	s := newSession(t, a, "pre", "")
 	res := runCode(t, a, RunCodeInput{Session: s.ID, Code: "import os; print(os.readlink('/proc/self/ns/pid'))"})
 	if res.ExitCode != 0 {

@@ -662,16 +662,28 @@ func (p *Process) boxEnded(e boxExit) {
 // credentials: the init child's status channel in a session box, so that
 // the server learns the program's host pid from the kernel.
 func credPair() (mine, theirs *os.File, err error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	m, t, err := CredSocketPair()
 	if err != nil {
 		return nil, nil, err
+	}
+	return os.NewFile(uintptr(m), "status"), os.NewFile(uintptr(t), "status-child"), nil
+}
+
+// CredSocketPair is a Unix stream socket pair (close-on-exec) whose first
+// end receives, with every message, its writer's credentials (pid, uid)
+// translated by the kernel into the receiver's namespaces: how the server
+// knows which process in a box wrote.
+func CredSocketPair() (mine, theirs int, err error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, -1, err
 	}
 	if err := syscall.SetsockoptInt(fds[0], syscall.SOL_SOCKET, syscall.SO_PASSCRED, 1); err != nil {
 		syscall.Close(fds[0])
 		syscall.Close(fds[1])
-		return nil, nil, err
+		return -1, -1, err
 	}
-	return os.NewFile(uintptr(fds[0]), "status"), os.NewFile(uintptr(fds[1]), "status-child"), nil
+	return fds[0], fds[1], nil
 }
 
 // readStatus reads the init child's status channel: ready, or the reason

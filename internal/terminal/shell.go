@@ -464,19 +464,14 @@ func (s *Shell) startLocked() error {
 // socket whose reading end (the server's) receives each writer's
 // credentials.
 func stateSocket() (r, w *os.File, err error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	mine, theirs, err := sandbox.CredSocketPair()
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := syscall.SetsockoptInt(fds[0], syscall.SOL_SOCKET, syscall.SO_PASSCRED, 1); err != nil {
-		syscall.Close(fds[0])
-		syscall.Close(fds[1])
-		return nil, nil, err
-	}
 	// Only the box writes; the box only writes.
-	syscall.Shutdown(fds[0], syscall.SHUT_WR)
-	syscall.SetNonblock(fds[0], true)
-	return os.NewFile(uintptr(fds[0]), "state"), os.NewFile(uintptr(fds[1]), "state"), nil
+	syscall.Shutdown(mine, syscall.SHUT_WR)
+	syscall.SetNonblock(mine, true)
+	return os.NewFile(uintptr(mine), "state"), os.NewFile(uintptr(theirs), "state"), nil
 }
 
 // memfd returns an anonymous, seekable in-memory file.
