@@ -76,12 +76,14 @@ func openCgroups() *cgroups {
 			continue
 		}
 		base := filepath.Join(mnt, dir, "quro")
-		if err := os.Mkdir(base, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			notes = append(notes, fmt.Sprintf("%s v1 not writable (%v)", ctrl, err))
-			continue
+		err := os.Mkdir(base, 0o755)
+		if err == nil || errors.Is(err, os.ErrExist) {
+			err = probeCgroupDir(base)
 		}
-		if err := probeCgroupDir(base); err != nil {
-			notes = append(notes, fmt.Sprintf("%s v1 not writable (%v)", ctrl, err))
+		if err != nil {
+			if !optionalControllers[ctrl] {
+				notes = append(notes, fmt.Sprintf("%s v1 not writable (%v)", ctrl, err))
+			}
 			continue
 		}
 		c.base[ctrl], c.mnt[ctrl] = base, mnt
