@@ -2,14 +2,12 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/metrics"
-	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -155,7 +153,7 @@ func (a *App) autoPause(ctx context.Context) int {
 			if err := bx.Pause(); err == nil {
 				paused++
 				a.Log.Info("session auto-paused", "session", id, "idle", time.Since(s.LastUsedAt).Round(time.Second))
-			} else if !errors.Is(err, sandbox.ErrPaused) {
+			} else {
 				a.Log.Warn("auto-pause", "session", id, "err", err)
 			}
 		}

@@ -50,7 +50,6 @@ type Box struct {
 	frozen bool
 	closed bool
 	dead   chan struct{} // closed when bubblewrap has exited
-	start  time.Time
 	limits Limits
 }
 
@@ -79,12 +78,12 @@ func (b *boxShape) holds(x *boxShape) bool {
 	for _, w := range x.writable {
 		// A directory beneath one the box binds read-write (a terminal
 		// started in a subdirectory of the workspace) is in the box.
-		if !slices.ContainsFunc(b.writable, func(d string) bool { return w == d || isBeneath(w, d) }) {
+		if !slices.ContainsFunc(b.writable, func(d string) bool { return beneath(w, d) }) {
 			return false
 		}
 	}
 	for _, r := range x.readOnly {
-		if !slices.ContainsFunc(b.readOnly, func(d string) bool { return r == d || isBeneath(r, d) }) {
+		if !slices.ContainsFunc(b.readOnly, func(d string) bool { return beneath(r, d) }) {
 			return false
 		}
 	}
@@ -95,13 +94,6 @@ func (b *boxShape) holds(x *boxShape) bool {
 	}
 	return true
 }
-
-func isBeneath(p, dir string) bool {
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !filepath.IsAbs(rel) && !startsDotDot(rel)
-}
-
-func startsDotDot(rel string) bool { return len(rel) >= 3 && rel[:3] == "../" }
 
 // boxRegistry holds the session boxes of a Sandbox (and of the Sandboxes
 // ForSession derives from it).
@@ -193,7 +185,7 @@ func (s *Sandbox) boxFor(ctx context.Context, pl *plan) (*Box, error) {
 		if bx.shape.holds(&want) && bx.alive() {
 			return bx, nil
 		}
-		if bx.alive() && bx.busy() {
+		if bx.alive() && bx.Procs() > 0 {
 			r.mu.Lock()
 			r.outside++
 			r.mu.Unlock()
@@ -360,7 +352,6 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 		}
 		return fail(err)
 	}
-	bx.start = time.Now()
 	go func() {
 		cmd.Wait()
 		close(bx.dead)
@@ -395,12 +386,6 @@ func (bx *Box) alive() bool {
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
 	return !bx.closed
-}
-
-func (bx *Box) busy() bool {
-	bx.mu.Lock()
-	defer bx.mu.Unlock()
-	return len(bx.procs) > 0
 }
 
 // Procs is how many spawned processes of the box are running.
@@ -481,8 +466,7 @@ func (bx *Box) signal(id string, sig syscall.Signal, group bool) {
 
 // Close ends the box in one step: SIGKILL to its init, pid 1 of its pid
 // namespace, takes every process of the box with it; then its cgroup is
-// emptied and removed. Processes still running report Exit.Lost... as
-// killed by SIGKILL.
+// emptied and removed. Processes still running end as killed by SIGKILL.
 func (bx *Box) Close() {
 	bx.mu.Lock()
 	bx.closed = true
@@ -631,12 +615,12 @@ func (bx *Box) forget(p *Process) {
 	bx.mu.Unlock()
 }
 
-var devNullOnce = sync.OnceValue(func() *os.File {
+// devNull is the server's /dev/null, opened once, for the stdio a spec
+// leaves unset.
+var devNull = sync.OnceValue(func() *os.File {
 	f, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	return f
 })
-
-func devNull() *os.File { return devNullOnce() }
 
 // boxExit is how the box init reported a spawned process's end.
 type boxExit struct {

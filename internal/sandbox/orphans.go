@@ -59,6 +59,11 @@ func procHome(pid int) string {
 	return ""
 }
 
+// beneath reports whether path p is dir or lies beneath it.
 func beneath(p, dir string) bool {
-	return p != "" && (p == dir || strings.HasPrefix(p, dir+"/"))
+	if p == "" {
+		return false
+	}
+	p, dir = filepath.Clean(p), filepath.Clean(dir)
+	return p == dir || strings.HasPrefix(p, dir+"/") || dir == "/"
 }

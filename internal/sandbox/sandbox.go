@@ -1093,9 +1093,6 @@ func (p *Process) Pid() int {
 	return p.Cmd.Process.Pid
 }
 
-// InBox reports whether the process was spawned in a session box.
-func (p *Process) InBox() bool { return p.bx != nil }
-
 // Signal sends sig to the program's process group: what an interrupt
 // (^C) reaches, the program and what it runs in the foreground.
 func (p *Process) Signal(sig syscall.Signal) {
