@@ -426,12 +426,8 @@ func (e *Embedded) Run(ctx context.Context, req *runcode.Request) (*runcode.Resu
 		notes = append(notes, fmt.Sprintf("the session's Python worker had exited since the last run (status %d); its variables are lost", s.w.exit.Code))
 		s.setWorker(nil)
 	}
-	if s.w == nil {
-		w, err := e.claim(ctx, req.Session)
-		if err != nil {
-			return nil, fmt.Errorf("starting the Python worker: %w", err)
-		}
-		s.setWorker(w)
+	if err := e.ensureWorker(ctx, s, req.Session); err != nil {
+		return nil, fmt.Errorf("starting the Python worker: %w", err)
 	}
 	res, usable := s.w.run(ctx, req, req.Session.Env, runOptions{grace: e.opts.InterruptGrace})
 	if !usable {
@@ -439,9 +435,28 @@ func (e *Embedded) Run(ctx context.Context, req *runcode.Request) (*runcode.Resu
 	}
 	res.Notes = append(notes, res.Notes...)
 	if s.w != nil {
-		s.idle = time.AfterFunc(e.opts.IdleTimeout, func() { e.idleStop(s) })
+		e.armIdle(s)
 	}
 	return res, nil
+}
+
+// ensureWorker gives s a worker for sess when it has none. Called by the
+// holder of s.sem.
+func (e *Embedded) ensureWorker(ctx context.Context, s *slot, sess *session.Session) error {
+	if s.w != nil {
+		return nil
+	}
+	w, err := e.claim(ctx, sess)
+	if err != nil {
+		return err
+	}
+	s.setWorker(w)
+	return nil
+}
+
+// armIdle (re)starts s's idle timer. Called by the holder of s.sem.
+func (e *Embedded) armIdle(s *slot) {
+	s.idle = time.AfterFunc(e.opts.IdleTimeout, func() { e.idleStop(s) })
 }
 
 // idleStop stops s's worker if it is not running anything. A paused
@@ -455,7 +470,7 @@ func (e *Embedded) idleStop(s *slot) {
 	}
 	defer func() { <-s.sem }()
 	if bx := e.sb.Box(s.id); bx != nil && bx.Paused() {
-		s.idle = time.AfterFunc(e.opts.IdleTimeout, func() { e.idleStop(s) })
+		e.armIdle(s)
 		return
 	}
 	if s.w != nil {
@@ -607,11 +622,8 @@ func (e *Embedded) Prestart(sess *session.Session) {
 		if gone || s.w != nil {
 			return
 		}
-		w, err := e.claim(e.ctx, sess)
-		if err != nil {
-			return
+		if e.ensureWorker(e.ctx, s, sess) == nil {
+			e.armIdle(s)
 		}
-		s.setWorker(w)
-		s.idle = time.AfterFunc(e.opts.IdleTimeout, func() { e.idleStop(s) })
 	}()
 }
