@@ -33,6 +33,7 @@ while read -r pkg targets; do
 	done
 done <<'LIST'
 ./internal/sandbox/boxinit FuzzParseEnv
+./internal/sandbox/boxinit FuzzBoxMsg
 ./internal/engine/python FuzzReadFrame
 ./internal/terminal FuzzStatusRecord FuzzStateStream FuzzVTModel:slow
 ./internal/api/insession FuzzInSessionRequest:slow

@@ -26,3 +26,25 @@ func TestPolicyRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// FuzzBoxMsg: a box protocol message decodes to what was encoded, and any
+// byte string either decodes or is refused, never panics.
+func FuzzBoxMsg(f *testing.F) {
+	f.Add(byte(MsgSpawn), "1", "/work/dir", "0")
+	f.Add(byte(MsgExited), "17", "", "\xff")
+	f.Fuzz(func(t *testing.T, kind byte, a, b, c string) {
+		fields := []string{a, b, c}
+		for _, x := range fields {
+			for i := 0; i < len(x); i++ {
+				if x[i] == 0 {
+					t.Skip("a field holds no NUL")
+				}
+			}
+		}
+		k, got, err := DecodeMsg(EncodeMsg(kind, fields...))
+		if err != nil || k != kind || !reflect.DeepEqual(got, fields) {
+			t.Fatalf("round trip of %q: %c %q %v", fields, k, got, err)
+		}
+		DecodeMsg([]byte(a)) // arbitrary bytes: an error or fields, no panic
+	})
+}
