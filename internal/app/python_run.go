@@ -17,7 +17,7 @@ import (
 	"github.com/quro-dev/quro/internal/session"
 )
 
-// python_run's time budget (SPEC §3).
+// python_run's time budget.
 const (
 	pythonRunDefaultTimeout = 20 * time.Second
 	pythonRunMinTimeout     = time.Second

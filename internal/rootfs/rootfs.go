@@ -1,5 +1,5 @@
 // Package rootfs installs and manages the Debian userlands that sessions
-// can run on (SPEC §6): `quro rootfs install` builds one with debootstrap
+// can run on (docs/architecture.md, Packages): `quro rootfs install` builds one with debootstrap
 // into $QURO_DATA/rootfs/<name>/, and the sandbox shows its top-level
 // directories read-only in place of the host userland (sandbox.Spec.Rootfs).
 //

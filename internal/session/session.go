@@ -1,10 +1,21 @@
 // Package session holds Quro's sessions: a named, persistent place where
-// code runs, with its own workspace directory, variables and (later) its
-// resident interpreters and shells.
+// code runs. A Session belongs to one tenant and has its own unique uid
+// (leased from the store, never reused while its files may exist), a
+// workspace and tmp directory, environment variables, a network policy, an
+// optional rootfs and a working directory that survives restarts.
 //
 // Sessions live as rows in the store and as directories under
-// $QURO_DATA/sessions/<id>/. The Manager keeps a default session that is used
-// whenever a caller names none. A Manager is safe for concurrent use.
+// $QURO_DATA/sessions/<id>/ (on the session's disk image; see
+// internal/quota). A context carries the calling tenant (WithTenant) and,
+// for code calling back from inside a session, the one session it may see
+// (WithOnly): Get, List and Default never return another tenant's session.
+// The Manager keeps a default session per tenant, used whenever a caller
+// names none, and tells the App through BoxHooks when a session is created
+// or deleted so that its box, disk and processes follow. What runs in a
+// session (its box, shells, Python worker) is not held here but by the
+// sandbox, terminal and engine packages, keyed by the session's id.
+//
+// A Manager is safe for concurrent use.
 package session
 
 import (

@@ -1,6 +1,9 @@
 // Package store is Quro's embedded database: one SQLite file (pure Go,
-// modernc.org/sqlite) holding sessions and settings, with schema migrations
-// applied in order on open.
+// modernc.org/sqlite) holding sessions (with their tenant, uid, network,
+// rootfs, env and cwd), retired session uids, bearer tokens (only a hash of
+// each secret), the audit log, snapshots and settings (the default session,
+// tenants' limits). Schema migrations in migrations/*.sql are applied in
+// order on open, each in one transaction, tracked by PRAGMA user_version.
 //
 // A Store is safe for concurrent use, also by several quro processes on the
 // same file (WAL journal, busy timeout).

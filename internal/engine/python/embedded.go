@@ -23,7 +23,8 @@ import (
 // process start. A session's globals persist between its runs; a timeout
 // interrupts the code (KeyboardInterrupt) instead of killing the worker.
 //
-// Workers start lazily, one per session, through the sandbox; one spare is
+// Workers start lazily, one per session, through the sandbox (or at the
+// session's creation with Prestart); without session boxes one spare is
 // kept warm for the next new session. Runs of one session are serialised;
 // runs of different sessions proceed in parallel. All methods are safe for
 // concurrent use. Close stops every worker.

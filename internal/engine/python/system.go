@@ -1,6 +1,6 @@
-// Package python holds run_code's Python engines, tried in order as a chain
-// (SPEC §2). This file is the system tier: the host's python3, run once per
-// call under the sandbox.
+// This file is the system tier of the Python chain: the host's python3, run
+// once per call under the sandbox.
+
 package python
 
 import (
