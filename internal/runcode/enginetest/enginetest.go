@@ -179,9 +179,10 @@ func (s *suite) exitCode(t *testing.T) {
 func (s *suite) timeout(t *testing.T) {
 	sess := s.target.NewSession(t)
 	// A first run starts whatever the engine starts per session (a worker),
-	// so that the budget below is spent on the loop, not on a cold start.
+	// so that the 3 s budget below is spent on the loop, not on a cold
+	// start: the loop must have printed before the budget ends.
 	s.warm(t, sess)
-	r := s.run(t, context.Background(), sess, s.caps.Loop, 2*time.Second)
+	r := s.run(t, context.Background(), sess, s.caps.Loop, 3*time.Second)
 	if !r.TimedOut || !r.Interrupted || !strings.Contains(r.Error, "timed out") {
 		t.Errorf("loop past its timeout: want timed_out, interrupted and an error saying \"timed out\"; %s", dump(r))
 	}
@@ -222,7 +223,9 @@ func (s *suite) cancel(t *testing.T) {
 			}
 		}
 	})
-	r := s.run(t, ctx, sess, s.caps.Loop, 5*time.Minute)
+	// The budget is a minute: an engine that ignores the cancel fails here
+	// as timed out, rather than hanging the suite.
+	r := s.run(t, ctx, sess, s.caps.Loop, time.Minute)
 	if !r.Interrupted || r.TimedOut || r.Error == "" {
 		t.Errorf("canceled loop: want interrupted, not timed out, with an error; %s", dump(r))
 	}
