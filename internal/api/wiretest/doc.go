@@ -48,7 +48,8 @@
 // Values that change from run to run are replaced by placeholders before
 // the comparison, by these rules and no others:
 //
-//   - a string value of a JSON key "id" (or ending in "_id"), and the
+//   - a string value of a JSON key "id", "session" or ending in "_id" (in
+//     an answer, where "session" is the session's id), and the
 //     Mcp-Session-Id header, is an identifier: the first one seen becomes
 //     $ID1, the next $ID2, … (the MCP session $MCP_SESSION); every later
 //     occurrence of that string, anywhere (paths, texts), becomes the same

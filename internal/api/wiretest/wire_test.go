@@ -147,7 +147,7 @@ func (n *norm) collect(key string, v any) {
 			n.collect(key, e)
 		}
 	case string:
-		if key == "id" || strings.HasSuffix(key, "_id") {
+		if key == "id" || key == "session" || strings.HasSuffix(key, "_id") {
 			n.id(v)
 		}
 	}
