@@ -3,8 +3,8 @@
 // and the WebSocket routes (/v1/stream/{capability}, /v1/sessions/{id}/pty).
 // Each transcript, testdata/wire/NAME.txtar, is a sequence of exchanges
 // that the test replays against a real server (a real App on a fresh data
-// directory, the handlers mounted as `quro serve` mounts them, a real HTTP
-// listener); the server's answers, normalized, must equal the recorded
+// directory, the handlers mounted as `quro serve --no-auth` mounts them,
+// a real HTTP listener); the server's answers, normalized, must equal the recorded
 // ones. A change to any status, recorded header, field, value or error
 // text fails the test; when the change is intended, rewrite the answers:
 //
@@ -29,9 +29,10 @@
 //
 // A body is the section's text after the header lines and blank line,
 // without its last newline. COND is what ends the reading of the answer:
-// "close" (the server closes the socket) or a message type ("hello",
+// "close" (the server closes the socket), a message type ("hello",
 // "result", "error", "exit"): reading stops after the first text message
-// of that type.
+// of that type, or, for a dial only, "none": nothing is read after the
+// upgrade.
 //
 // The answer of an HTTP request is the status, the recorded headers
 // (Content-Type, Allow, Location, Mcp-Session-Id, WWW-Authenticate,
