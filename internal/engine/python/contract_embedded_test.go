@@ -1,0 +1,13 @@
+//go:build !slim
+
+package python
+
+import (
+	"testing"
+
+	"github.com/quro-dev/quro/internal/sandbox"
+)
+
+// contractEmbedded is the package tests' shared embedded engine (extracted
+// once per test binary by TestMain).
+func contractEmbedded(t *testing.T, _ *sandbox.Sandbox) *Embedded { return testEng }

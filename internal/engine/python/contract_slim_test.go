@@ -1,0 +1,15 @@
+//go:build slim
+
+package python
+
+import (
+	"testing"
+
+	"github.com/quro-dev/quro/internal/sandbox"
+)
+
+// contractEmbedded is the slim build's stand-in, whose Probe fails with
+// ErrNotInBuild: the contract suite skips it saying so.
+func contractEmbedded(t *testing.T, sb *sandbox.Sandbox) *Embedded {
+	return NewEmbedded(t.TempDir(), sb, nil)
+}

@@ -1,0 +1,90 @@
+package python
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/runcode/enginetest"
+	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// pythonCaps are the contract snippets of Python 3. The embedded worker
+// shows the value of a last bare expression, as a notebook does, so the
+// snippets end with statements.
+func pythonCaps(stateful bool) enginetest.Caps {
+	return enginetest.Caps{
+		Lang:       "python",
+		Stateful:   stateful,
+		Print:      "import sys\nprint('contract-out')\nprint('contract-err', file=sys.stderr)",
+		Exit:       "import sys\nprint('bye')\nsys.exit(3)",
+		ExitCode:   3,
+		Loop:       "import sys\nprint('before-loop')\nsys.stdout.flush()\nwhile True:\n    pass",
+		Huge:       "for i in range(100000):\n    print(i)",
+		BadUTF8:    "import sys\n_ = sys.stdout.buffer.write(b'a\\xff\\xfeb\\n')",
+		BadUTF8Raw: []byte("a\xff\xfeb\n"),
+		SetVar:     "x = 42",
+		GetVar:     "print(globals().get('x', 'unset'))",
+	}
+}
+
+// contractSession is a session for the contract suite, on the host
+// userland or on the rootfs named rootfsName.
+func contractSession(rootfsName string) func(t *testing.T) *session.Session {
+	return func(t *testing.T) *session.Session {
+		t.Helper()
+		var b [8]byte
+		rand.Read(b[:])
+		s := &session.Session{ID: "c" + hex.EncodeToString(b[:]), Dir: filepath.Join(t.TempDir(), "session"), Rootfs: rootfsName}
+		for _, d := range []string{s.Workspace(), s.TmpDir()} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return s
+	}
+}
+
+// TestContract runs the run_code engine contract over every tier of the
+// Python chain that can run here: the embedded worker (stateful; not in
+// the slim build), the rootfs's python3 (when the test rootfs is
+// installed, see internal/app's testRootfs), the host's python3 and
+// gpython (stateless, one process per run).
+func TestContract(t *testing.T) {
+	sb, err := sandbox.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("embedded", func(t *testing.T) {
+		e := contractEmbedded(t, sb)
+		enginetest.Run(t, enginetest.Target{Engine: e, NewSession: func(t *testing.T) *session.Session {
+			s := contractSession("")(t)
+			t.Cleanup(func() { e.Stop(s.ID) })
+			return s
+		}}, pythonCaps(true))
+	})
+	t.Run("rootfs", func(t *testing.T) {
+		dir := os.Getenv("QURO_TEST_ROOTFS")
+		if dir == "" {
+			dir = "/var/cache/quro-test-rootfs"
+		}
+		m := rootfs.New(dir)
+		if !m.Ready(rootfs.DefaultName) {
+			t.Skipf("no test rootfs %q in %s (internal/app's tests install it; QURO_TEST_ROOTFS moves it)", rootfs.DefaultName, dir)
+		}
+		enginetest.Run(t, enginetest.Target{Engine: NewRootfs(sb, m), NewSession: contractSession(rootfs.DefaultName)}, pythonCaps(false))
+	})
+	t.Run("system", func(t *testing.T) {
+		enginetest.Run(t, enginetest.Target{Engine: NewSystem(sb), NewSession: contractSession("")}, pythonCaps(false))
+	})
+	t.Run("gpython", func(t *testing.T) {
+		caps := pythonCaps(false)
+		caps.BadUTF8 = ""
+		caps.Missing = map[string]string{"bad UTF-8": "gpython has no sys.stdout.buffer and its str cannot hold bytes that are not UTF-8"}
+		enginetest.Run(t, enginetest.Target{Engine: NewGPython(sb), NewSession: contractSession("")}, caps)
+	})
+}

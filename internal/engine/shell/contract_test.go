@@ -1,0 +1,38 @@
+package shell_test
+
+import (
+	"testing"
+
+	"github.com/quro-dev/quro/internal/engine/shell"
+	"github.com/quro-dev/quro/internal/runcode/enginetest"
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// shellCaps are the contract snippets of a POSIX shell (bash and sh alike).
+func shellCaps(lang string) enginetest.Caps {
+	return enginetest.Caps{
+		Lang:       lang,
+		Print:      "echo contract-out; echo contract-err >&2",
+		Exit:       "echo bye; exit 3",
+		ExitCode:   3,
+		Loop:       "echo before-loop; while :; do :; done",
+		Huge:       "i=0; while [ $i -lt 100000 ]; do echo $i; i=$((i+1)); done",
+		BadUTF8:    `printf 'a\377\376b\n'`,
+		BadUTF8Raw: []byte("a\xff\xfeb\n"),
+		SetVar:     "x=42",
+		GetVar:     `echo "${x:-unset}"`,
+	}
+}
+
+// TestContract runs the run_code engine contract over shell/bash and
+// shell/sh, each a fresh process per run in the box (stateless).
+func TestContract(t *testing.T) {
+	sb := newSandbox(t)
+	newSess := func(t *testing.T) *session.Session { return newSession(t, "") }
+	t.Run("bash", func(t *testing.T) {
+		enginetest.Run(t, enginetest.Target{Engine: shell.Bash(sb, nil), NewSession: newSess}, shellCaps("bash"))
+	})
+	t.Run("sh", func(t *testing.T) {
+		enginetest.Run(t, enginetest.Target{Engine: shell.New(sb, nil), NewSession: newSess}, shellCaps("sh"))
+	})
+}
