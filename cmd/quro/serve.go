@@ -114,9 +114,9 @@ admin token for the local tenant is created, printed once and kept in
 			go a.Supervise(cmd.Context(), patrol)
 
 			access := rest.Access{Auth: authFn, Origins: origins, Hosts: hosts}
-			wsrv := ws.New(a.Controller, ws.Options{Access: access, PTY: a.OpenPTY, Logger: log})
+			wsrv := ws.New(a.Controller, &ws.Options{Access: access, PTY: a.OpenPTY, Logger: log})
 			mux := http.NewServeMux()
-			mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: access, WebSocket: wsrv}))
+			mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: access, WebSocket: wsrv.Handlers()}))
 			mux.Handle("/mcp", guard(access, quromcp.Handler(a.Controller, authFn, &quromcp.Options{Logger: log})))
 			// Metrics count every tenant's calls: the admin's alone.
 			mux.Handle("GET /metrics", guard(access, requireScope(authFn, capability.ScopeAdmin, a.Metrics.Handler())))
