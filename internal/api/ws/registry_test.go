@@ -94,3 +94,22 @@ func TestPTYByName(t *testing.T) {
 		t.Fatalf("hello %s, want session %s", raw, s.ID)
 	}
 }
+
+// TestEveryWebSocketRouteHasAHandler: each kind of WebSocket route in the
+// REST table is served by this package.
+func TestEveryWebSocketRouteHasAHandler(t *testing.T) {
+	h := ws.New(controller.New(capability.NewRegistry(), nil), nil).Handlers()
+	n := 0
+	for _, rt := range rest.Routes {
+		if rt.WebSocket == "" {
+			continue
+		}
+		n++
+		if h[rt.WebSocket] == nil {
+			t.Errorf("%s %s: no handler for %q", rt.Method, rt.Pattern, rt.WebSocket)
+		}
+	}
+	if n == 0 {
+		t.Error("the table has no WebSocket route")
+	}
+}

@@ -36,8 +36,11 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("capability")
 	capb, ok := s.ctl.Registry().Get(name)
 	if !ok || !capb.Streams {
-		rest.WriteError(w, http.StatusNotFound, capability.Errorf(capability.NotFound,
-			"%q cannot be streamed; stream one of %s", name, strings.Join(s.ctl.Registry().Streaming(), ", ")))
+		msg := "this server has no capability that streams its output"
+		if names := s.ctl.Registry().Streaming(); len(names) > 0 {
+			msg = "stream one of " + strings.Join(names, ", ")
+		}
+		rest.WriteError(w, http.StatusNotFound, capability.Errorf(capability.NotFound, "%q cannot be streamed; %s", name, msg))
 		return
 	}
 	if !caller.Scope.Covers(capb.Scope) {
