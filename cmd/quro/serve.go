@@ -77,9 +77,9 @@ admin token for the local tenant is created, printed once and kept in
 			// code can call back (quro call) as its own session.
 			resolver := &insession.Resolver{Sessions: a.Sessions}
 			inSession := insession.NewServer(cmd.Context(), a.DataDir, a.Sessions,
-				rest.New(a.Controller, &rest.Options{Logger: log, Access: rest.Access{Auth: resolver.Auth}}), log)
+				rest.New(a.Controller, &rest.Options{Logger: log, Access: rest.Access{Auth: resolver.Auth}}),
+				&insession.Options{Logger: log, MaxConns: caps.insession})
 			defer inSession.Close()
-			inSession.Limit(caps.insession)
 			a.Metrics.WatchConnections("insession", func() metrics.ConnStats {
 				st := inSession.Stats()
 				return metrics.ConnStats{Open: st.Open, Pending: st.Pending, Max: caps.insession,
@@ -103,7 +103,7 @@ admin token for the local tenant is created, printed once and kept in
 			if err != nil {
 				return err
 			}
-			ln := connlimit.New(rawLn, connlimit.Options{
+			ln := connlimit.New(rawLn, &connlimit.Options{
 				Name: "http", Max: caps.max, PerPeer: caps.perIP, Evict: true,
 				Refusal: connlimit.HTTPRefusal("HTTP"), Logger: log,
 			})
@@ -114,9 +114,9 @@ admin token for the local tenant is created, printed once and kept in
 			go a.Supervise(cmd.Context(), patrol)
 
 			access := rest.Access{Auth: authFn, Origins: origins, Hosts: hosts}
-			wsrv := ws.New(a.Controller, ws.Options{Access: access, PTY: a.OpenPTY, Logger: log})
+			wsrv := ws.New(a.Controller, &ws.Options{Access: access, PTY: a.OpenPTY, Logger: log})
 			mux := http.NewServeMux()
-			mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: access, WebSocket: wsrv}))
+			mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: access, WebSocket: wsrv.Handlers()}))
 			mux.Handle("/mcp", guard(access, quromcp.Handler(a.Controller, authFn, &quromcp.Options{Logger: log})))
 			// Metrics count every tenant's calls: the admin's alone.
 			mux.Handle("GET /metrics", guard(access, requireScope(authFn, capability.ScopeAdmin, a.Metrics.Handler())))
@@ -125,7 +125,7 @@ admin token for the local tenant is created, printed once and kept in
 			// Only the Host is checked: the sandboxed artifact frame loads
 			// its script with "Origin: null".
 			mux.Handle("/", hostGuard(access, web.Handler()))
-			srv := connlimit.NewServer(mux, connlimit.HTTPOptions{
+			srv := connlimit.NewServer(mux, &connlimit.HTTPOptions{
 				Authenticated: authenticated(authFn, noAuth),
 				Long:          longRequest,
 			})

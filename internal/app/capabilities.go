@@ -101,7 +101,7 @@ func (a *App) register(reg *capability.Registry) {
 			fmt.Sprintf("The text result shows errors (⚠️), stdout, then stderr (⚠️); stdout is cut to %d KiB and stderr to %d KiB keeping head and tail, ", opts.MaxStdout>>10, opts.MaxStderr>>10)+
 			"with the full output saved in the workspace (stdout_file/stderr_file). "+
 			fmt.Sprintf("On timeout (default %s, at most %s) the whole process tree is killed and the output so far is returned.", opts.DefaultTimeout, opts.MaxTimeout),
-		capability.ScopeExec, a.runCode))
+		capability.ScopeExec, a.runCode).Streaming())
 	a.registerSessions(reg)
 	a.registerSnapshots(reg)
 	a.registerPythonRun(reg)

@@ -97,7 +97,7 @@ func (a *App) registerPackages(reg *capability.Registry) {
 			"The session must run on a rootfs (create_session rootfs=NAME) and have network full (create_session network=full); with network none nothing is started. "+
 			"Installs into one rootfs run one at a time: a call waits for the one before. apt's progress streams as output; the result lists what dpkg newly installed and apt's output. "+
 			"Packages are exact Debian package names (matched literally against the rootfs's apt lists: no patterns), optionally NAME:ARCH and NAME=VERSION; an unknown name is refused before apt runs. apt's plan is simulated first: an install that would remove or downgrade anything is refused. Needs scope install (or admin). timeout_ms 10000..1800000, default 600000.",
-		capability.ScopeInstall, a.installPackagesCap))
+		capability.ScopeInstall, a.installPackagesCap).Streaming())
 	a.registerRepair(reg)
 }
 

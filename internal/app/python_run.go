@@ -105,7 +105,7 @@ func (a *App) registerPythonRun(reg *capability.Registry) {
 			"timeout_ms is 1000..60000 (default 20000); on timeout the whole process tree is killed and the output so far is returned. "+
 			"A missing rootfs is installed on first use only for a caller with scope install or admin (debootstrap: needs the network, about a minute); a call whose timeout ends first says so and the install continues: call again, or run `quro rootfs install` beforehand. "+
 			"Unlike run_code's python, nothing persists between calls except files.",
-		capability.ScopeExec, p.run))
+		capability.ScopeExec, p.run).Streaming())
 }
 
 func (p *pythonRun) run(ctx context.Context, in PythonRunInput) (*PythonRunResult, error) {

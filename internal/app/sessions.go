@@ -82,6 +82,10 @@ func (s *SessionInfo) Text() string {
 		s.ID, s.Name, def, s.Alive, s.Busy, s.Mode, s.Cwd, s.LastExit, s.Network)
 }
 
+// SessionID is the session's id (the WebSocket terminal route finds the
+// session through get_session_status, as its caller).
+func (s *SessionInfo) SessionID() string { return s.ID }
+
 // SessionList is list_sessions' output.
 type SessionList struct {
 	Sessions []*SessionInfo `json:"sessions"`
@@ -146,7 +150,7 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			"A command that waits for input returns early with waiting_for_input=true: answer with send_input. "+
 			"On timeout the command gets SIGINT; if it is still running 1.2 s later the shell is killed and recreated in the same directory (interrupt_stage says which). "+
 			"Output (stdout and stderr merged in order) is cut to head and tail when long; output_file keeps it whole.",
-		capability.ScopeExec, a.terminalExec))
+		capability.ScopeExec, a.terminalExec).Streaming())
 	reg.Register(capability.New("send_input",
 		"Type data into the session: it answers a command that waits for input (then waits for that command like terminal_exec), "+
 			"or, with no command running, goes to the session's interactive terminal (PTY). \"\\u0003\" interrupts the running command.",

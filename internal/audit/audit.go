@@ -21,7 +21,7 @@ import (
 	"github.com/quro-dev/quro/internal/store"
 )
 
-// Options configure a Log.
+// Options configure a Log. nil means defaults.
 type Options struct {
 	// Keep is how many entries are kept; older ones are deleted
 	// (default 100000; negative keeps everything).
@@ -44,7 +44,11 @@ type Log struct {
 }
 
 // New starts the audit log over st.
-func New(st *store.Store, opts Options) *Log {
+func New(st *store.Store, o *Options) *Log {
+	var opts Options
+	if o != nil {
+		opts = *o
+	}
 	l := &Log{st: st, keep: opts.Keep, log: opts.Logger, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	if l.keep == 0 {
 		l.keep = 100000

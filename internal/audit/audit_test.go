@@ -57,7 +57,7 @@ func newLog(t *testing.T, keep int64) (*Log, *store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := New(st, Options{Keep: keep})
+	l := New(st, &Options{Keep: keep})
 	t.Cleanup(func() { l.Close(); st.Close() })
 	return l, st
 }
@@ -111,7 +111,7 @@ func TestCloseWritesPending(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := New(st, Options{})
+	l := New(st, nil)
 	for range 10 {
 		l.Observe(context.Background(), record("", "help", nil))
 	}

@@ -70,6 +70,11 @@ type Capability struct {
 	Scope        Scope
 	InputSchema  *jsonschema.Schema
 	OutputSchema *jsonschema.Schema
+	// Streams: the handler reports output as it arrives, to the
+	// runcode.OutputFunc of its context, so an access path may pass it on
+	// before the result (GET /v1/stream/{capability}). Declared at
+	// registration with Streaming.
+	Streams bool
 
 	input   *jsonschema.Resolved
 	handler func(ctx context.Context, args json.RawMessage) (any, error)
@@ -112,6 +117,13 @@ func New[In, Out any](name, description string, scope Scope, h func(ctx context.
 			return h(ctx, v)
 		},
 	}
+}
+
+// Streaming declares that c reports its output as it arrives (Streams)
+// and returns c: reg.Register(capability.New(...).Streaming()).
+func (c *Capability) Streaming() *Capability {
+	c.Streams = true
+	return c
 }
 
 // Call decodes args strictly (unknown fields and trailing data are errors),
@@ -374,6 +386,18 @@ func (r *Registry) List() []*Capability {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// Streaming returns the sorted names of the capabilities that stream
+// their output (Capability.Streams).
+func (r *Registry) Streaming() []string {
+	var n []string
+	for _, c := range r.List() {
+		if c.Streams {
+			n = append(n, c.Name)
+		}
+	}
+	return n
 }
 
 // Names returns the sorted capability names.

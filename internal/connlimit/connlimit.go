@@ -32,7 +32,7 @@ import (
 	"time"
 )
 
-// Options are a Listener's limits.
+// Options are a Listener's limits. nil means defaults: no limit.
 type Options struct {
 	// Name names the listener in logs and metrics ("http", "insession").
 	Name string
@@ -124,7 +124,11 @@ type peer struct {
 }
 
 // New wraps ln.
-func New(ln net.Listener, opts Options) *Listener {
+func New(ln net.Listener, o *Options) *Listener {
+	var opts Options
+	if o != nil {
+		opts = *o
+	}
 	if opts.Peer == nil {
 		opts.Peer = PeerIP
 	}

@@ -17,7 +17,7 @@ import (
 
 // serve starts the package's server on a capped loopback listener: /public
 // answers anyone, everything else needs "Bearer good" (401 otherwise).
-func serve(t *testing.T, opts connlimit.Options, ho connlimit.HTTPOptions) (*connlimit.Listener, string) {
+func serve(t *testing.T, opts *connlimit.Options, ho *connlimit.HTTPOptions) (*connlimit.Listener, string) {
 	t.Helper()
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -25,7 +25,11 @@ func serve(t *testing.T, opts connlimit.Options, ho connlimit.HTTPOptions) (*con
 	}
 	ln := connlimit.New(raw, opts)
 	good := func(r *http.Request) bool { return r.Header.Get("Authorization") == "Bearer good" }
-	ho.Authenticated = good
+	var h connlimit.HTTPOptions
+	if ho != nil {
+		h = *ho
+	}
+	h.Authenticated = good
 	srv := connlimit.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/public" && !good(r) {
 			w.WriteHeader(http.StatusUnauthorized)
@@ -33,7 +37,7 @@ func serve(t *testing.T, opts connlimit.Options, ho connlimit.HTTPOptions) (*con
 			return
 		}
 		io.WriteString(w, "ok\n")
-	}), ho)
+	}), &h)
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return ln, raw.Addr().String()
@@ -86,7 +90,7 @@ func closedByServer(t *testing.T, c net.Conn) string {
 // gets in and, once authenticated, stays. Only trusted connections make
 // the listener refuse.
 func TestEvictsUnauthenticatedForNewcomers(t *testing.T) {
-	ln, addr := serve(t, connlimit.Options{Max: 8, PerPeer: 4, Evict: true, Refusal: connlimit.HTTPRefusal("test")}, connlimit.HTTPOptions{})
+	ln, addr := serve(t, &connlimit.Options{Max: 8, PerPeer: 4, Evict: true, Refusal: connlimit.HTTPRefusal("test")}, nil)
 
 	// One address: half-sent headers. Past 4, each new one closes that
 	// address's oldest.
@@ -165,7 +169,7 @@ func TestEvictsUnauthenticatedForNewcomers(t *testing.T) {
 // Without eviction (the in-session socket), a peer over its share is
 // refused, and other peers are not affected.
 func TestPerPeerRefusal(t *testing.T) {
-	ln, addr := serve(t, connlimit.Options{Max: 10, PerPeer: 3, Refusal: connlimit.HTTPRefusal("test")}, connlimit.HTTPOptions{})
+	ln, addr := serve(t, &connlimit.Options{Max: 10, PerPeer: 3, Refusal: connlimit.HTTPRefusal("test")}, nil)
 	var held []net.Conn
 	for range 3 {
 		c := dial(t, "127.0.0.1", addr)
@@ -191,7 +195,7 @@ func TestPerPeerRefusal(t *testing.T) {
 // closes the connection. Half-sent headers and idle keep-alive
 // connections end at their timeouts.
 func TestTimeoutsAndCloseOn401(t *testing.T) {
-	_, addr := serve(t, connlimit.Options{Max: 10}, connlimit.HTTPOptions{HeaderTimeout: 100 * time.Millisecond, IdleTimeout: 100 * time.Millisecond})
+	_, addr := serve(t, &connlimit.Options{Max: 10}, &connlimit.HTTPOptions{HeaderTimeout: 100 * time.Millisecond, IdleTimeout: 100 * time.Millisecond})
 	c := dial(t, "127.0.0.1", addr)
 	br := bufio.NewReader(c)
 	resp, _ := roundTrip(t, c, br, "/v1/x", "")
@@ -219,9 +223,9 @@ func TestTimeoutsAndCloseOn401(t *testing.T) {
 // one is usable on another.
 func TestSharedBudgetSpansListeners(t *testing.T) {
 	b := connlimit.NewBudget(2)
-	opts := connlimit.Options{Name: "shared", PerPeer: 2, Shared: b, Refusal: connlimit.HTTPRefusal("shared")}
-	_, addr1 := serve(t, opts, connlimit.HTTPOptions{})
-	ln2, addr2 := serve(t, opts, connlimit.HTTPOptions{})
+	opts := &connlimit.Options{Name: "shared", PerPeer: 2, Shared: b, Refusal: connlimit.HTTPRefusal("shared")}
+	_, addr1 := serve(t, opts, nil)
+	ln2, addr2 := serve(t, opts, nil)
 
 	c1 := dial(t, "127.0.0.1", addr1)
 	r1 := bufio.NewReader(c1)
@@ -252,5 +256,32 @@ func TestSharedBudgetSpansListeners(t *testing.T) {
 	c4 := dial(t, "127.0.0.4", addr2)
 	if resp, _ := roundTrip(t, c4, bufio.NewReader(c4), "/public", ""); resp.StatusCode != 200 {
 		t.Fatalf("after a close: %d", resp.StatusCode)
+	}
+}
+
+// TestNilOptionsAreDefaults: nil options mean no limit and the package's
+// timeouts, as for every constructor of the project.
+func TestNilOptionsAreDefaults(t *testing.T) {
+	ln, addr := serve(t, nil, nil)
+	if o := ln.Options(); o.Max != 0 || o.PerPeer != 0 || o.Peer == nil || o.Logger == nil {
+		t.Errorf("options %+v", o)
+	}
+	for i := range 3 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, "GET /public HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 12)
+		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "HTTP/1.1 200" {
+			t.Fatalf("connection %d: %q %v", i, buf, err)
+		}
+	}
+	srv := connlimit.NewServer(http.NotFoundHandler(), nil)
+	if srv.ReadHeaderTimeout != connlimit.HeaderTimeout || srv.IdleTimeout != connlimit.IdleTimeout {
+		t.Errorf("timeouts %v %v", srv.ReadHeaderTimeout, srv.IdleTimeout)
 	}
 }

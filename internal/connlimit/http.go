@@ -16,7 +16,7 @@ const (
 	WriteTimeout  = 45 * time.Minute // to take a response (the longest call, install_packages, lasts 30 min at most)
 )
 
-// HTTPOptions tune Handler and NewServer.
+// HTTPOptions tune Handler and NewServer. nil means defaults.
 type HTTPOptions struct {
 	// Authenticated reports whether r carries valid credentials; the
 	// first such request on a connection makes it trusted (Conn.Trust),
@@ -34,7 +34,11 @@ type HTTPOptions struct {
 	ConnContext func(ctx context.Context, c net.Conn) context.Context
 }
 
-func (o HTTPOptions) withDefaults() HTTPOptions {
+func (p *HTTPOptions) withDefaults() HTTPOptions {
+	var o HTTPOptions
+	if p != nil {
+		o = *p
+	}
 	if o.HeaderTimeout <= 0 {
 		o.HeaderTimeout = HeaderTimeout
 	}
@@ -67,10 +71,10 @@ func (o HTTPOptions) withDefaults() HTTPOptions {
 //
 // The server has no ReadTimeout: it would stay on the connection while the
 // handler runs, and end long calls.
-func NewServer(h http.Handler, o HTTPOptions) *http.Server {
-	o = o.withDefaults()
+func NewServer(h http.Handler, opts *HTTPOptions) *http.Server {
+	o := opts.withDefaults()
 	return &http.Server{
-		Handler:           Handler(h, o),
+		Handler:           handler(h, o),
 		ReadHeaderTimeout: o.HeaderTimeout,
 		IdleTimeout:       o.IdleTimeout,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
@@ -97,8 +101,11 @@ func ConnOf(r *http.Request) *Conn {
 //     client without credentials holds nothing once answered;
 //   - the request's body must arrive within BodyTimeout and its response
 //     be taken within WriteTimeout, unless it is Long.
-func Handler(h http.Handler, o HTTPOptions) http.Handler {
-	o = o.withDefaults()
+func Handler(h http.Handler, opts *HTTPOptions) http.Handler {
+	return handler(h, opts.withDefaults())
+}
+
+func handler(h http.Handler, o HTTPOptions) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c := ConnOf(r); c != nil && !c.Trusted() && o.Authenticated(r) {
 			c.Trust()

@@ -195,17 +195,30 @@ type socket struct {
 	done   chan struct{}
 }
 
+// Options configure a Server. nil means defaults.
+type Options struct {
+	Logger *slog.Logger
+	// MaxConns is the most connections all sessions' sockets hold
+	// together (1024); each session's own share is 32 (see limits).
+	MaxConns int
+}
+
 // NewServer returns the server of the sessions' sockets under dataDir,
 // serving h (whose authentication is a Resolver's Auth) until ctx ends,
 // and ties it to sessions (session.Manager.SetBoxHooks): a session's
 // boxes get its socket, and destroying the session closes it. Sockets
-// left by an earlier server are removed. log may be nil.
-func NewServer(ctx context.Context, dataDir string, sessions *session.Manager, h http.Handler, log *slog.Logger) *Server {
+// left by an earlier server are removed.
+func NewServer(ctx context.Context, dataDir string, sessions *session.Manager, h http.Handler, o *Options) *Server {
+	var opts Options
+	if o != nil {
+		opts = *o
+	}
+	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{dataDir: dataDir, sessions: sessions, handler: h, log: log, ctx: ctx, live: map[string]*socket{},
-		limits: InSessionLimits(log)}
+		limits: limits(log, opts.MaxConns)}
 	// One total for every session's socket: each socket is its own
 	// listener, and a thousand sessions × PerPeer must not reach the fd
 	// limit.
@@ -251,7 +264,7 @@ func (s *Server) Binds(sess *session.Session) []sandbox.Bind {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
-	limited := connlimit.New(ln, s.limits)
+	limited := connlimit.New(ln, &s.limits)
 	sk := &socket{ln: limited, path: path, cancel: cancel, done: make(chan struct{})}
 	s.live[sess.ID] = sk
 	s.wg.Add(1)
@@ -312,16 +325,6 @@ func (s *Server) Stats() connlimit.Stats {
 	return st
 }
 
-// Limit sets the most connections all sessions' sockets hold together
-// (InSessionLimits' Max by default). Call it before any session's box
-// starts.
-func (s *Server) Limit(max int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.limits.Max = max
-	s.limits.Shared = connlimit.NewBudget(max)
-}
-
 // Sockets is the number of sessions' sockets being served.
 func (s *Server) Sockets() int {
 	s.mu.Lock()
@@ -350,14 +353,15 @@ func (s *Server) Close() {
 //
 // Code in a box is hostile, so the server holds nothing for it without a
 // bound: ln is capped (a *connlimit.Listener as given, else wrapped with
-// InSessionLimits) in all and per peer uid, so a background process of one
+// the default limits) in all and per peer uid, so a background process of one
 // session cannot take the server's descriptors; headers, bodies, idle
 // keep-alive connections and responses have connlimit's timeouts.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	if _, ok := ln.(*connlimit.Listener); !ok {
-		ln = connlimit.New(ln, InSessionLimits(nil))
+		l := limits(nil, 0)
+		ln = connlimit.New(ln, &l)
 	}
-	srv := connlimit.NewServer(h, connlimit.HTTPOptions{
+	srv := connlimit.NewServer(h, &connlimit.HTTPOptions{
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if lc, ok := c.(*connlimit.Conn); ok {
 				c = lc.NetConn() // the *net.UnixConn, for SO_PEERCRED
@@ -376,11 +380,14 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	return fmt.Errorf("in-session socket: %w", err)
 }
 
-// InSessionLimits are the in-session socket's connection limits: 1024 in
-// all, 32 per peer uid (so per session); over them a connection is
+// limits are the in-session sockets' connection limits: max in all (1024
+// when 0), 32 per peer uid (so per session); over them a connection is
 // refused, never another's evicted (a uid cannot be forged, so one session
 // cannot take another's share).
-func InSessionLimits(log *slog.Logger) connlimit.Options {
-	return connlimit.Options{Name: "insession", Max: 1024, PerPeer: 32, Peer: connlimit.PeerUID,
+func limits(log *slog.Logger, max int) connlimit.Options {
+	if max <= 0 {
+		max = 1024
+	}
+	return connlimit.Options{Name: "insession", Max: max, PerPeer: 32, Peer: connlimit.PeerUID,
 		Refusal: connlimit.HTTPRefusal("in-session"), Logger: log}
 }

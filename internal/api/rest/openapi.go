@@ -1,7 +1,7 @@
 package rest
 
 import (
-	"encoding/json"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -84,8 +84,8 @@ func OpenAPI(reg *capability.Registry, routes []Route) map[string]any {
 		paths[path][strings.ToLower(method)] = op
 	}
 	for _, c := range reg.List() {
-		schemas[c.Name+".input"] = schemaMap(c.InputSchema)
-		schemas[c.Name+".output"] = schemaMap(c.OutputSchema)
+		schemas[c.Name+".input"] = c.InputSchema
+		schemas[c.Name+".output"] = c.OutputSchema
 		op := map[string]any{
 			"operationId":  c.Name,
 			"summary":      firstSentence(c.Description),
@@ -161,7 +161,7 @@ func routeOperation(reg *capability.Registry, rt *Route) (map[string]any, bool) 
 		p := map[string]any{"name": name, "in": "path", "required": true, "schema": map[string]any{"type": "string"}}
 		if field := rt.Path[name]; capb != nil && field != "" {
 			if s, ok := capb.InputSchema.Properties[field]; ok {
-				p["schema"] = schemaMap(s)
+				p["schema"] = s
 			}
 			p["description"] = "fills the input field " + field
 		}
@@ -173,12 +173,15 @@ func routeOperation(reg *capability.Registry, rt *Route) (map[string]any, bool) 
 	for _, name := range rt.Query {
 		p := map[string]any{"name": name, "in": "query", "required": false, "schema": map[string]any{"type": "string"}}
 		if s, ok := capb.InputSchema.Properties[name]; ok {
-			p["schema"] = schemaMap(s)
+			p["schema"] = s
 		}
 		params = append(params, p)
 	}
 	if params != nil {
 		op["parameters"] = params
+	}
+	if rt.WebSocket != "" {
+		return websocketOperation(reg, rt, op)
 	}
 	status := "200"
 	if rt.Status != 0 {
@@ -186,12 +189,14 @@ func routeOperation(reg *capability.Registry, rt *Route) (map[string]any, bool) 
 	}
 	switch rt.Body {
 	case BodyJSON:
-		schema := ref(capb.Name + ".input")
+		var schema any = ref(capb.Name + ".input")
+		required := capb.HasRequiredInput()
 		if len(rt.Path) > 0 {
-			schema = withoutFields(capb.InputSchema, rt.Path)
+			body := withoutFields(capb.InputSchema, rt.Path)
+			schema, required = body, len(body.Required) > 0
 		}
 		op["requestBody"] = map[string]any{
-			"required": len(capb.InputSchema.Required) > len(rt.Path),
+			"required": required,
 			"content":  map[string]any{"application/json": map[string]any{"schema": schema}},
 		}
 	case BodyFile:
@@ -203,18 +208,6 @@ func routeOperation(reg *capability.Registry, rt *Route) (map[string]any, bool) 
 				"text/plain":               map[string]any{"schema": map[string]any{"type": "string"}},
 			},
 		}
-	case BodyWebSocket:
-		op["x-quro-websocket"] = rt.Stream
-		op["description"] = websocketDescription[rt.Stream]
-		if rt.Stream == "stream" {
-			op["parameters"] = []any{map[string]any{"name": "capability", "in": "path", "required": true,
-				"schema": map[string]any{"type": "string", "enum": []string{"run_code", "terminal_exec", "python_run", "install_packages"}}}}
-		}
-		op["responses"] = map[string]any{
-			"101":     map[string]any{"description": "switching to the WebSocket protocol quro.v1"},
-			"default": ref2("Error"),
-		}
-		return op, true
 	}
 	var out any = ref(capb.Name + ".output")
 	if rt.DirCapability != "" {
@@ -227,12 +220,33 @@ func routeOperation(reg *capability.Registry, rt *Route) (map[string]any, bool) 
 	return op, true
 }
 
-var websocketDescription = map[string]string{
-	"pty": "Upgrade to a WebSocket attached to the session's interactive terminal. Binary frames carry terminal bytes both ways; " +
+// websocketOperation completes op for a WebSocket route. The stream route
+// lists the capabilities of reg that stream; with none it is left out.
+func websocketOperation(reg *capability.Registry, rt *Route, op map[string]any) (map[string]any, bool) {
+	op["x-quro-websocket"] = string(rt.WebSocket)
+	op["description"] = websocketDescription[rt.WebSocket]
+	if rt.WebSocket == WebSocketStream {
+		streaming := reg.Streaming()
+		if len(streaming) == 0 {
+			return nil, false
+		}
+		op["parameters"] = []any{map[string]any{"name": "capability", "in": "path", "required": true,
+			"description": "a capability that streams its output",
+			"schema":      map[string]any{"type": "string", "enum": streaming}}}
+	}
+	op["responses"] = map[string]any{
+		"101":     map[string]any{"description": "switching to the WebSocket protocol quro.v1"},
+		"default": ref2("Error"),
+	}
+	return op, true
+}
+
+var websocketDescription = map[WebSocket]string{
+	WebSocketPTY: "Upgrade to a WebSocket attached to the session's interactive terminal. Binary frames carry terminal bytes both ways; " +
 		"text frames carry JSON control messages: the client sends {\"type\":\"resize\",\"cols\":N,\"rows\":M}; the server sends " +
 		"{\"type\":\"hello\",...} first, then the scrollback as binary, and {\"type\":\"exit\",\"code\":N} when the shell ends. " +
 		"A viewer that falls behind is closed with code 1013.",
-	"stream": "Upgrade to a WebSocket, send the capability's input as the first text message, and receive " +
+	WebSocketStream: "Upgrade to a WebSocket, send the capability's input as the first text message, and receive " +
 		"{\"type\":\"output\",\"stream\":\"stdout\"|\"stderr\",\"data\":\"...\"} as output arrives, then " +
 		"{\"type\":\"result\",\"output\":{...},\"text\":\"...\"} or {\"type\":\"error\",\"error\":{...}}. Closing the socket cancels the run.",
 }
@@ -253,32 +267,17 @@ func ref2(name string) map[string]any {
 	return map[string]any{"$ref": "#/components/responses/" + name}
 }
 
-// schemaMap turns a schema into plain JSON values.
-func schemaMap(s *jsonschema.Schema) map[string]any {
-	b, err := json.Marshal(s)
-	if err != nil {
-		panic(err)
-	}
-	var m map[string]any
-	json.Unmarshal(b, &m)
-	return m
-}
-
-// withoutFields is s without the properties that path parameters fill.
-func withoutFields(s *jsonschema.Schema, path map[string]string) map[string]any {
-	m := schemaMap(s)
-	props, _ := m["properties"].(map[string]any)
-	req, _ := m["required"].([]any)
+// withoutFields is a copy of s without the properties that path
+// parameters fill.
+func withoutFields(s *jsonschema.Schema, path map[string]string) *jsonschema.Schema {
+	c := *s
+	c.Properties = maps.Clone(s.Properties)
+	c.Required = slices.Clone(s.Required)
 	for _, field := range path {
-		delete(props, field)
-		req = slices.DeleteFunc(req, func(v any) bool { return v == field })
+		delete(c.Properties, field)
+		c.Required = slices.DeleteFunc(c.Required, func(f string) bool { return f == field })
 	}
-	if len(req) > 0 {
-		m["required"] = req
-	} else {
-		delete(m, "required")
-	}
-	return m
+	return &c
 }
 
 // openAPIPath turns a net/http pattern into an OpenAPI path template.

@@ -31,7 +31,7 @@ func TestOpenAPIDocument(t *testing.T) {
 			reg.Register(c)
 		}
 	}
-	srv := httptest.NewServer(rest.New(controller.New(reg, nil), &rest.Options{WebSocket: nopWS{}}))
+	srv := httptest.NewServer(rest.New(controller.New(reg, nil), &rest.Options{WebSocket: nopWS}))
 	defer srv.Close()
 	r := do(t, "GET", srv.URL+"/v1/openapi.json", "", "")
 	if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "application/json") {
@@ -134,9 +134,12 @@ func TestOpenAPIDocument(t *testing.T) {
 			t.Errorf("route %s %s is not in the document", rt.Method, rt.Pattern)
 			continue
 		}
-		if rt.Body == rest.BodyWebSocket {
+		if rt.WebSocket != "" {
 			if get(op, "responses", "101") == nil {
 				t.Errorf("%s: no 101", rt.Pattern)
+			}
+			if get(op, "x-quro-websocket") != string(rt.WebSocket) {
+				t.Errorf("%s: x-quro-websocket %v, want %q", rt.Pattern, get(op, "x-quro-websocket"), rt.WebSocket)
 			}
 			continue
 		}
@@ -188,10 +191,10 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 }
 
-type nopWS struct{}
-
-func (nopWS) ServePTY(w http.ResponseWriter, r *http.Request)    {}
-func (nopWS) ServeStream(w http.ResponseWriter, r *http.Request) {}
+var nopWS = map[rest.WebSocket]http.Handler{
+	rest.WebSocketPTY:    http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}),
+	rest.WebSocketStream: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}),
+}
 
 func plain(v any) any {
 	b, _ := json.Marshal(v)

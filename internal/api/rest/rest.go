@@ -3,7 +3,7 @@
 // resource routes of the table in routes.go (sessions, files, audit), from
 // which GET /v1/openapi.json is generated. The package only translates:
 // HTTP in, controller call, HTTP out. WebSocket routes are in the table too
-// and are handed to Options.WebSocket (package ws).
+// and are handed to their handlers in Options.WebSocket (package ws).
 package rest
 
 import (
@@ -29,16 +29,11 @@ type Options struct {
 	// Access: authentication (httpauth.Open by default), allowed origins
 	// and Host names.
 	Access Access
-	// WebSocket serves the routes whose Body is BodyWebSocket; without it
-	// they answer 404.
-	WebSocket WebSocket
-}
-
-// WebSocket serves the WebSocket routes of the table. It checks access
-// itself (the token may come in a subprotocol).
-type WebSocket interface {
-	ServePTY(w http.ResponseWriter, r *http.Request)
-	ServeStream(w http.ResponseWriter, r *http.Request)
+	// WebSocket serves the WebSocket routes of the table, each by the
+	// handler of its Route.WebSocket (ws.Server.Handlers); a route without
+	// one answers 404. The handlers check access themselves (the token
+	// may come in a subprotocol).
+	WebSocket map[WebSocket]http.Handler
 }
 
 type server struct {
@@ -52,7 +47,7 @@ type server struct {
 // New returns the HTTP handler for ctl.
 func New(ctl *controller.Controller, opts *Options) http.Handler {
 	s := &server{ctl: ctl, maxBody: 16 << 20, log: slog.New(slog.DiscardHandler)}
-	var wsh WebSocket
+	var wsh map[WebSocket]http.Handler
 	if opts != nil {
 		if opts.MaxBody > 0 {
 			s.maxBody = opts.MaxBody
@@ -72,14 +67,9 @@ func New(ctl *controller.Controller, opts *Options) http.Handler {
 	for i := range Routes {
 		rt := &Routes[i]
 		pattern := rt.Method + " " + rt.Pattern
-		if rt.Body == BodyWebSocket {
-			if wsh == nil {
-				continue
-			}
-			if rt.Stream == "pty" {
-				mux.HandleFunc(pattern, wsh.ServePTY)
-			} else {
-				mux.HandleFunc(pattern, wsh.ServeStream)
+		if rt.WebSocket != "" {
+			if h := wsh[rt.WebSocket]; h != nil {
+				mux.Handle(pattern, h)
 			}
 			continue
 		}

@@ -25,9 +25,19 @@ const (
 	// BodyFile: the raw bytes of a file, sent as the input's "content":
 	// UTF-8 text as it is, anything else base64 with "encoding":"base64".
 	BodyFile
-	// BodyWebSocket: the route upgrades to a WebSocket (see
-	// docs/architecture.md); it is served by Options.WebSocket.
-	BodyWebSocket
+)
+
+// WebSocket names what a WebSocket route of the table serves; the handler
+// of each is Options.WebSocket[name] (package ws provides them). The value
+// is the route's x-quro-websocket in the OpenAPI document.
+type WebSocket string
+
+const (
+	// WebSocketPTY: the session's interactive terminal.
+	WebSocketPTY WebSocket = "pty"
+	// WebSocketStream: a run of a capability that streams its output
+	// (capability.Capability.Streams), named by the {capability} wildcard.
+	WebSocketStream WebSocket = "stream"
 )
 
 // Route is one resource-style route: a method and pattern (net/http
@@ -47,8 +57,10 @@ type Route struct {
 	Body  Body
 	// Status is the success status (200 when zero).
 	Status int
-	// Stream is, for BodyWebSocket routes, "pty" or "stream".
-	Stream string
+	// WebSocket, when set, makes the route a WebSocket upgrade served by
+	// Options.WebSocket[WebSocket] (see docs/architecture.md) instead of a
+	// capability call.
+	WebSocket WebSocket
 }
 
 // Routes is the route table: every resource route besides POST
@@ -78,10 +90,10 @@ var Routes = []Route{
 	{Method: "POST", Pattern: "/v1/snapshots/{id}/fork", Capability: "fork_session", Path: snapshotParam, Body: BodyJSON, Status: http.StatusCreated,
 		Summary: "Make new sessions from a snapshot, all or nothing"},
 	{Method: "GET", Pattern: "/v1/audit", Capability: "get_audit_log", Query: []string{"limit", "capability", "since"}, Summary: "The audit log, latest first"},
-	{Method: "GET", Pattern: "/v1/sessions/{id}/pty", Path: sessionParam, Body: BodyWebSocket, Stream: "pty",
+	{Method: "GET", Pattern: "/v1/sessions/{id}/pty", Path: sessionParam, WebSocket: WebSocketPTY,
 		Summary: "WebSocket: the session's interactive terminal"},
-	{Method: "GET", Pattern: "/v1/stream/{capability}", Body: BodyWebSocket, Stream: "stream",
-		Summary: "WebSocket: run_code, terminal_exec, python_run or install_packages with output streamed as it arrives"},
+	{Method: "GET", Pattern: "/v1/stream/{capability}", WebSocket: WebSocketStream,
+		Summary: "WebSocket: run a capability that streams, with its output as it arrives"},
 }
 
 var (

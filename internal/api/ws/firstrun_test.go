@@ -31,7 +31,7 @@ func TestFirstRunStreamsProgress(t *testing.T) {
 	}
 	t.Cleanup(func() { a.Close() })
 	access := rest.Access{Auth: tokenAuth}
-	srv := httptest.NewServer(rest.New(a.Controller, &rest.Options{Access: access, WebSocket: ws.New(a.Controller, ws.Options{Access: access})}))
+	srv := httptest.NewServer(rest.New(a.Controller, &rest.Options{Access: access, WebSocket: ws.New(a.Controller, &ws.Options{Access: access}).Handlers()}))
 	t.Cleanup(srv.Close)
 	e := &env{a: a, srv: srv, url: "ws" + strings.TrimPrefix(srv.URL, "http")}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -18,8 +19,12 @@ import (
 // closed by it, while the PTY has long since dropped it as a viewer.
 const writeTimeout = 10 * time.Second
 
-// ServePTY attaches a WebSocket to the session's interactive terminal.
-func (s *Server) ServePTY(w http.ResponseWriter, r *http.Request) {
+// sessionOutput is an output about one session, as get_session_status's
+// (app.SessionInfo) is: SessionID is the session's id.
+type sessionOutput interface{ SessionID() string }
+
+// servePTY attaches a WebSocket to the session's interactive terminal.
+func (s *Server) servePTY(w http.ResponseWriter, r *http.Request) {
 	defer s.track()()
 	caller, ok := s.admit(w, r)
 	if !ok {
@@ -39,8 +44,15 @@ func (s *Server) ServePTY(w http.ResponseWriter, r *http.Request) {
 		writeCallError(w, err)
 		return
 	}
-	id := sessionID(reply.Output)
-	if id == "" || s.opts.PTY == nil {
+	so, ok := reply.Output.(sessionOutput)
+	if !ok || so.SessionID() == "" {
+		s.log.Error("ws: get_session_status's output names no session", "output", fmt.Sprintf("%T", reply.Output))
+		rest.WriteError(w, http.StatusInternalServerError, capability.Errorf(capability.Internal,
+			"get_session_status answered with no session id; the interactive terminal cannot be found"))
+		return
+	}
+	id := so.SessionID()
+	if s.opts.PTY == nil {
 		rest.WriteError(w, http.StatusServiceUnavailable, capability.Errorf(capability.Unavailable, "this server has no interactive terminals"))
 		return
 	}
@@ -55,15 +67,6 @@ func (s *Server) ServePTY(w http.ResponseWriter, r *http.Request) {
 	}
 	defer c.CloseNow()
 	s.attach(r.Context(), c, p, id)
-}
-
-func sessionID(out any) string {
-	b, _ := json.Marshal(out)
-	var v struct {
-		ID string `json:"id"`
-	}
-	json.Unmarshal(b, &v)
-	return v.ID
 }
 
 func (s *Server) attach(parent context.Context, c *websocket.Conn, p *terminal.PTY, id string) {

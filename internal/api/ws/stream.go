@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,13 +21,13 @@ import (
 // argsTimeout is how long the server waits for the first message.
 const argsTimeout = 30 * time.Second
 
-// ServeStream runs a capability with its output streamed: the client sends
+// serveStream runs a capability with its output streamed: the client sends
 // the input as the first text message; the server sends output messages as
 // output arrives (and progress messages, {"type":"progress","message":...},
 // while a slow first step such as preparing the embedded Python goes on),
 // then the result (or the error) and closes. The run is
 // canceled when the client closes the socket or sends {"type":"cancel"}.
-func (s *Server) ServeStream(w http.ResponseWriter, r *http.Request) {
+func (s *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	defer s.track()()
 	caller, ok := s.admit(w, r)
 	if !ok {
@@ -36,9 +35,12 @@ func (s *Server) ServeStream(w http.ResponseWriter, r *http.Request) {
 	}
 	name := r.PathValue("capability")
 	capb, ok := s.ctl.Registry().Get(name)
-	if !ok || !slices.Contains(Streamable, name) {
-		rest.WriteError(w, http.StatusNotFound, capability.Errorf(capability.NotFound,
-			"%q cannot be streamed; stream one of %s", name, strings.Join(Streamable, ", ")))
+	if !ok || !capb.Streams {
+		msg := "this server has no capability that streams its output"
+		if names := s.ctl.Registry().Streaming(); len(names) > 0 {
+			msg = "stream one of " + strings.Join(names, ", ")
+		}
+		rest.WriteError(w, http.StatusNotFound, capability.Errorf(capability.NotFound, "%q cannot be streamed; %s", name, msg))
 		return
 	}
 	if !caller.Scope.Covers(capb.Scope) {

@@ -32,10 +32,7 @@ const Protocol = "quro.v1"
 // "quro.v1" and "quro.bearer.<token>"; the server selects quro.v1.
 const BearerPrefix = "quro.bearer."
 
-// Streamable are the capabilities GET /v1/stream/{capability} runs.
-var Streamable = []string{"run_code", "terminal_exec", "python_run", "install_packages"}
-
-// Options configure a Server.
+// Options configure a Server. nil means defaults.
 type Options struct {
 	// Access is shared with the REST handler: auth, origins, hosts.
 	Access rest.Access
@@ -55,7 +52,9 @@ type Options struct {
 	MaxMessage int64
 }
 
-// Server serves the WebSocket routes. It implements rest.WebSocket.
+// Server serves the WebSocket routes (Handlers). GET /v1/stream/{capability}
+// runs the capabilities the registry declares as streaming
+// (capability.Capability.Streams).
 type Server struct {
 	ctl    *controller.Controller
 	opts   Options
@@ -65,7 +64,11 @@ type Server struct {
 }
 
 // New returns a Server for ctl.
-func New(ctl *controller.Controller, opts Options) *Server {
+func New(ctl *controller.Controller, o *Options) *Server {
+	var opts Options
+	if o != nil {
+		opts = *o
+	}
 	if opts.StreamBuffer <= 0 {
 		opts.StreamBuffer = 1 << 20
 	}
@@ -77,6 +80,15 @@ func New(ctl *controller.Controller, opts Options) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{ctl: ctl, opts: opts, log: log}
+}
+
+// Handlers are the server's handlers of the REST table's WebSocket routes,
+// for rest.Options.WebSocket.
+func (s *Server) Handlers() map[rest.WebSocket]http.Handler {
+	return map[rest.WebSocket]http.Handler{
+		rest.WebSocketPTY:    http.HandlerFunc(s.servePTY),
+		rest.WebSocketStream: http.HandlerFunc(s.serveStream),
+	}
 }
 
 // Active is the number of handlers running.

@@ -55,8 +55,8 @@ func setup(t *testing.T) *env {
 	}
 	t.Cleanup(func() { a.Close() })
 	access := rest.Access{Auth: tokenAuth}
-	w := ws.New(a.Controller, ws.Options{Access: access, PTY: a.OpenPTY})
-	srv := httptest.NewServer(rest.New(a.Controller, &rest.Options{Access: access, WebSocket: w}))
+	w := ws.New(a.Controller, &ws.Options{Access: access, PTY: a.OpenPTY})
+	srv := httptest.NewServer(rest.New(a.Controller, &rest.Options{Access: access, WebSocket: w.Handlers()}))
 	t.Cleanup(srv.Close)
 	return &env{a: a, ws: w, srv: srv, url: "ws" + strings.TrimPrefix(srv.URL, "http")}
 }
