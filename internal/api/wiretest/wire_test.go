@@ -62,9 +62,9 @@ func server(t *testing.T) (*httptest.Server, string) {
 	}
 	t.Cleanup(func() { a.Close() })
 	access := rest.Access{Auth: httpauth.Open}
-	wsrv := ws.New(a.Controller, ws.Options{Access: access, PTY: a.OpenPTY})
+	wsrv := ws.New(a.Controller, &ws.Options{Access: access, PTY: a.OpenPTY})
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Access: access, WebSocket: wsrv}))
+	mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Access: access, WebSocket: wsrv.Handlers()}))
 	mux.Handle("/mcp", quromcp.Handler(a.Controller, httpauth.Open, nil))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
