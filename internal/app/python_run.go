@@ -11,6 +11,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -71,9 +72,10 @@ func (r *PythonRunResult) Text() string {
 // pythonRun holds python_run's state: the rootfs manager and the installs
 // it started on first use.
 type pythonRun struct {
-	a  *App
-	m  *rootfs.Manager
-	mu sync.Mutex
+	a   *App
+	m   *rootfs.Manager
+	eng *python.Rootfs // runs the code: the same path as run_code's tier 2
+	mu  sync.Mutex
 	// installs are the background installs by name; a finished one stays
 	// until the next call looks at it.
 	installs map[string]*installJob
@@ -97,7 +99,7 @@ func (j *installJob) lastLine() string {
 func (a *App) registerPythonRun(reg *capability.Registry) {
 	m := rootfs.New(rootfs.DirIn(a.DataDir))
 	m.Installer = rootfsInstaller
-	p := &pythonRun{a: a, m: m, installs: map[string]*installJob{}}
+	p := &pythonRun{a: a, m: m, eng: python.NewRootfs(a.Sandbox, m), installs: map[string]*installJob{}}
 	reg.Register(capability.New("python_run",
 		"Run Python in the full Linux sandbox: python3 -I -u -c CODE inside the session's Debian rootfs (the session's rootfs, else the one named \"default\"), "+
 			"with the workspace as working directory, a cleared environment (a whitelist plus the session's variables) and the session's network policy. "+
@@ -253,7 +255,8 @@ func installError(name string, err error) error {
 		"rootfs %q is not installed and installing it failed: %v. The code did not run; install it with `quro rootfs install %s` (needs root and the network).", name, err, name)
 }
 
-// exec runs the code in the rootfs name.
+// exec runs the code in the rootfs name through run_code's rootfs engine
+// (python.Rootfs.RunIn) and shapes its result.
 func (p *pythonRun) exec(ctx context.Context, sess *session.Session, name, code string, timeout time.Duration, start time.Time) (*PythonRunResult, error) {
 	opts := p.a.Runner.Options()
 	runID := time.Now().UTC().Format("20060102T150405.000000000")
@@ -263,20 +266,9 @@ func (p *pythonRun) exec(ctx context.Context, sess *session.Session, name, code 
 	stderr := runcode.NewCapture(opts.MaxStderr, filepath.Join(outDir, "python_run-"+runID+".stderr"), opts.SpillLimit).Within(ws).Observed(ctx, "stderr")
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	exit, err := p.a.Sandbox.Run(runCtx, &sandbox.Spec{
-		Args:    []string{"python3", "-I", "-u", "-c", code},
-		Dir:     ws,
-		Home:    ws,
-		TmpDir:  sess.TmpDir(),
-		Env:     sess.Env,
-		Network: sess.Network,
-		UID:     sess.UID,
-		Session: sess.ID,
-		Binds:   sess.Binds(),
-		Rootfs:  p.m.Path(name),
-		Stdout:  stdout,
-		Stderr:  stderr,
-	})
+	r, err := p.eng.RunIn(runCtx, name, &runcode.Request{
+		Code: code, Lang: "python", Session: sess, Timeout: timeout, Stdout: stdout, Stderr: stderr,
+	}, python.ViaArg)
 	if err != nil {
 		var se *sandbox.StartError
 		if errors.As(err, &se) {
@@ -286,22 +278,19 @@ func (p *pythonRun) exec(ctx context.Context, sess *session.Session, name, code 
 	}
 	so, se := stdout.Finish(), stderr.Finish()
 	res := &PythonRunResult{
-		ExitCode: exit.Code, Stdout: so.Text, Stderr: se.Text, TimedOut: exit.TimedOut, Rootfs: name,
+		ExitCode: r.ExitCode, Stdout: so.Text, Stderr: se.Text, TimedOut: r.TimedOut, Rootfs: name,
 		DurationMS: float64(time.Since(start).Microseconds()) / 1000,
 		Truncated:  so.Cut || se.Cut, StdoutFile: so.File, StderrFile: se.File,
 	}
+	// The engine's words for a timeout, a cancel, the memory limit or a
+	// signal (runcode.ExitResult), as one line.
+	notes := r.Notes
+	if r.Error != "" {
+		notes = append([]string{r.Error}, notes...)
+	}
+	res.Note = strings.Join(notes, "; ")
 	if info, err := p.m.Info(name); err == nil {
 		res.Python = info.Python
-	}
-	switch {
-	case exit.TimedOut:
-		res.Note = fmt.Sprintf("timed out after %s: the whole process tree was killed; the output above is what it wrote before", timeout.Round(time.Millisecond))
-	case exit.Canceled:
-		res.Note = "canceled: the whole process tree was killed"
-	case exit.OOMKilled:
-		res.Note = "killed: the memory limit was reached"
-	case exit.Signal != 0:
-		res.Note = fmt.Sprintf("killed by signal %d (%s)", int(exit.Signal), exit.Signal)
 	}
 	return res, nil
 }
