@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -71,33 +71,17 @@ func (r *PythonRunResult) Text() string {
 // pythonRun holds python_run's state: the rootfs manager and the installs
 // it started on first use.
 type pythonRun struct {
-	a  *App
-	m  *rootfs.Manager
-	mu sync.Mutex
-	// installs are the background installs by name; a finished one stays
-	// until the next call looks at it.
-	installs map[string]*installJob
-}
-
-type installJob struct {
-	start time.Time
-	done  chan struct{}
-	err   error // set before done is closed
-	mu    sync.Mutex
-	last  string // the last progress line
-}
-
-func (j *installJob) lastLine() string {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.last
+	a        *App
+	m        *rootfs.Manager
+	eng      *python.Rootfs // runs the code: the same path as run_code's tier 2
+	installs *rootfs.OnFirstUse
 }
 
 // registerPythonRun declares python_run.
 func (a *App) registerPythonRun(reg *capability.Registry) {
 	m := rootfs.New(rootfs.DirIn(a.DataDir))
 	m.Installer = rootfsInstaller
-	p := &pythonRun{a: a, m: m, installs: map[string]*installJob{}}
+	p := &pythonRun{a: a, m: m, eng: python.NewRootfs(a.Sandbox, m), installs: &rootfs.OnFirstUse{M: m, Log: a.Log}}
 	reg.Register(capability.New("python_run",
 		"Run Python in the full Linux sandbox: python3 -I -u -c CODE inside the session's Debian rootfs (the session's rootfs, else the one named \"default\"), "+
 			"with the workspace as working directory, a cleared environment (a whitelist plus the session's variables) and the session's network policy. "+
@@ -177,71 +161,27 @@ func (a *App) checkRootfsReady(name string) error {
 }
 
 // waitInstall starts installing name in the background (or joins the
-// install already running) and waits for it until deadline.
+// install already running) and waits for it until deadline
+// (rootfs.OnFirstUse), saying what the call should do next.
 func (p *pythonRun) waitInstall(ctx context.Context, name string, deadline time.Time) error {
-	p.mu.Lock()
-	job := p.installs[name]
-	if job != nil {
-		select {
-		case <-job.done:
-			// A finished attempt: a failure is reported once, then retried.
-			delete(p.installs, name)
-			if job.err != nil {
-				p.mu.Unlock()
-				return installError(name, job.err)
-			}
-			job = nil
-		default:
-		}
-	}
-	if job == nil && !p.m.Ready(name) {
-		job = &installJob{start: time.Now(), done: make(chan struct{})}
-		p.installs[name] = job
-		p.a.Log.Info("python_run: installing rootfs on first use", "rootfs", name)
-		go func() {
-			// Detached from the call: the install outlives a call whose
-			// timeout is shorter, and later calls join it.
-			_, err := p.m.Install(context.Background(), name, rootfs.InstallOptions{}, func(line string) {
-				job.mu.Lock()
-				job.last = line
-				job.mu.Unlock()
-			})
-			job.err = err
-			close(job.done)
-			if err != nil {
-				p.a.Log.Warn("python_run: rootfs install failed", "rootfs", name, "err", err)
-			}
-		}()
-	}
-	p.mu.Unlock()
-	if job == nil {
-		return nil // became ready meanwhile
-	}
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	select {
-	case <-job.done:
-		p.mu.Lock()
-		if p.installs[name] == job {
-			delete(p.installs, name)
-		}
-		p.mu.Unlock()
-		if job.err != nil {
-			return installError(name, job.err)
-		}
+	err := p.installs.Wait(ctx, name, deadline)
+	var pending *rootfs.PendingError
+	switch {
+	case err == nil:
 		return nil
-	case <-ctx.Done():
-		return capability.Errorf(capability.Canceled, "canceled while rootfs %q was being installed (the install goes on)", name)
-	case <-timer.C:
-		last := job.lastLine()
+	case errors.As(err, &pending):
+		last := pending.Last
 		if last != "" {
 			last = "; last step: " + last
 		}
 		return capability.Errorf(capability.Unavailable,
 			"rootfs %q is not installed yet: installing it now (started %s ago; debootstrap needs the network and takes about a minute or two%s). "+
 				"The code did not run. Call python_run again when it is done, or run `quro rootfs install %s` first (see `quro rootfs status`).",
-			name, time.Since(job.start).Round(time.Second), last, name)
+			name, time.Since(pending.Started).Round(time.Second), last, name)
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return capability.Errorf(capability.Canceled, "canceled while rootfs %q was being installed (the install goes on)", name)
 	}
+	return installError(name, err)
 }
 
 func installError(name string, err error) error {
@@ -253,7 +193,8 @@ func installError(name string, err error) error {
 		"rootfs %q is not installed and installing it failed: %v. The code did not run; install it with `quro rootfs install %s` (needs root and the network).", name, err, name)
 }
 
-// exec runs the code in the rootfs name.
+// exec runs the code in the rootfs name through run_code's rootfs engine
+// (python.Rootfs.RunIn) and shapes its result.
 func (p *pythonRun) exec(ctx context.Context, sess *session.Session, name, code string, timeout time.Duration, start time.Time) (*PythonRunResult, error) {
 	opts := p.a.Runner.Options()
 	runID := time.Now().UTC().Format("20060102T150405.000000000")
@@ -263,20 +204,9 @@ func (p *pythonRun) exec(ctx context.Context, sess *session.Session, name, code 
 	stderr := runcode.NewCapture(opts.MaxStderr, filepath.Join(outDir, "python_run-"+runID+".stderr"), opts.SpillLimit).Within(ws).Observed(ctx, "stderr")
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	exit, err := p.a.Sandbox.Run(runCtx, &sandbox.Spec{
-		Args:    []string{"python3", "-I", "-u", "-c", code},
-		Dir:     ws,
-		Home:    ws,
-		TmpDir:  sess.TmpDir(),
-		Env:     sess.Env,
-		Network: sess.Network,
-		UID:     sess.UID,
-		Session: sess.ID,
-		Binds:   sess.Binds(),
-		Rootfs:  p.m.Path(name),
-		Stdout:  stdout,
-		Stderr:  stderr,
-	})
+	r, err := p.eng.RunIn(runCtx, name, &runcode.Request{
+		Code: code, Lang: "python", Session: sess, Timeout: timeout, Stdout: stdout, Stderr: stderr,
+	}, python.ViaArg)
 	if err != nil {
 		var se *sandbox.StartError
 		if errors.As(err, &se) {
@@ -286,22 +216,19 @@ func (p *pythonRun) exec(ctx context.Context, sess *session.Session, name, code 
 	}
 	so, se := stdout.Finish(), stderr.Finish()
 	res := &PythonRunResult{
-		ExitCode: exit.Code, Stdout: so.Text, Stderr: se.Text, TimedOut: exit.TimedOut, Rootfs: name,
+		ExitCode: r.ExitCode, Stdout: so.Text, Stderr: se.Text, TimedOut: r.TimedOut, Rootfs: name,
 		DurationMS: float64(time.Since(start).Microseconds()) / 1000,
 		Truncated:  so.Cut || se.Cut, StdoutFile: so.File, StderrFile: se.File,
 	}
+	// The engine's words for a timeout, a cancel, the memory limit or a
+	// signal (runcode.ExitResult), as one line.
+	notes := r.Notes
+	if r.Error != "" {
+		notes = append([]string{r.Error}, notes...)
+	}
+	res.Note = strings.Join(notes, "; ")
 	if info, err := p.m.Info(name); err == nil {
 		res.Python = info.Python
-	}
-	switch {
-	case exit.TimedOut:
-		res.Note = fmt.Sprintf("timed out after %s: the whole process tree was killed; the output above is what it wrote before", timeout.Round(time.Millisecond))
-	case exit.Canceled:
-		res.Note = "canceled: the whole process tree was killed"
-	case exit.OOMKilled:
-		res.Note = "killed: the memory limit was reached"
-	case exit.Signal != 0:
-		res.Note = fmt.Sprintf("killed by signal %d (%s)", int(exit.Signal), exit.Signal)
 	}
 	return res, nil
 }

@@ -31,7 +31,8 @@ func ProcessSpec(req *Request, args ...string) *sandbox.Spec {
 	}
 }
 
-// ExitResult turns how a sandboxed process ended into a Result.
+// ExitResult turns how a sandboxed process ended into a Result: the one
+// wording of a timeout, a cancel, the memory limit and a killing signal.
 func ExitResult(e sandbox.Exit, timeout time.Duration) *Result {
 	res := &Result{ExitCode: e.Code}
 	switch {
@@ -41,6 +42,8 @@ func ExitResult(e sandbox.Exit, timeout time.Duration) *Result {
 	case e.Canceled:
 		res.Interrupted = true
 		res.Error = "canceled by the caller; the process group was killed"
+	case e.OOMKilled:
+		res.Notes = append(res.Notes, "killed: the memory limit was reached")
 	case e.Signal != 0:
 		res.Notes = append(res.Notes, fmt.Sprintf("killed by signal %d (%s)", int(e.Signal), e.Signal))
 	}

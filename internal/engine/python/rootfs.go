@@ -56,18 +56,56 @@ func (r *Rootfs) Run(ctx context.Context, req *runcode.Request) (*runcode.Result
 	if !r.m.Ready(name) {
 		return nil, fmt.Errorf("rootfs %q is not installed (quro rootfs install %s)", name, name)
 	}
+	res, err := r.RunIn(ctx, name, req, ViaStdin)
+	if err != nil {
+		return nil, err
+	}
+	res.Notes = append(res.Notes, "ran in rootfs "+name)
+	return res, nil
+}
+
+// Via is how RunIn hands the code to python3.
+type Via int
+
+const (
+	// ViaStdin runs `python3 -I -u -` with the code on stdin: no size
+	// limit, and input() meets end-of-file (run_code).
+	ViaStdin Via = iota
+	// ViaArg runs `python3 -I -u -c CODE`: the code is one argument, so
+	// the kernel limits it to 128 KiB (python_run's documented form).
+	ViaArg
+)
+
+// RunIn runs req.Code with the python3 of the rootfs name, which the
+// caller has found ready (it need not be the session's own: python_run
+// falls back to "default"), in req.Session's box: its workspace as working
+// directory and HOME, its tmp directory, variables, network policy, uid and
+// binds, with the rootfs's userland in place of the host's. The output goes
+// to req's writers; ctx bounds the run (req.Timeout is the budget it
+// reports). How the process ended becomes a runcode.Result by
+// runcode.ExitResult (timeout, cancel, memory limit, signal); the error is
+// the sandbox's, e.g. a *sandbox.StartError when python3 cannot start.
+//
+// This is the one way code runs on a rootfs's python3: run_code's tier 2
+// (Run) and python_run both come here.
+func (r *Rootfs) RunIn(ctx context.Context, name string, req *runcode.Request, via Via) (*runcode.Result, error) {
 	if i := strings.IndexByte(req.Code, 0); i >= 0 {
+		// Python would stop reading a script on stdin at the NUL, and an
+		// argument cannot carry one: say what Python says for such source.
 		fmt.Fprintf(req.Stderr, "SyntaxError: source code cannot contain null bytes (first at line %d)\n", strings.Count(req.Code[:i], "\n")+1)
 		return &runcode.Result{ExitCode: 1}, nil
 	}
-	spec := runcode.ProcessSpec(req, "python3", "-I", "-u", "-")
+	var spec *sandbox.Spec
+	if via == ViaArg {
+		spec = runcode.ProcessSpec(req, "python3", "-I", "-u", "-c", req.Code)
+	} else {
+		spec = runcode.ProcessSpec(req, "python3", "-I", "-u", "-")
+		spec.Stdin = strings.NewReader(req.Code)
+	}
 	spec.Rootfs = r.m.Path(name)
-	spec.Stdin = strings.NewReader(req.Code)
 	exit, err := r.sb.Run(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
-	res := runcode.ExitResult(exit, req.Timeout)
-	res.Notes = append(res.Notes, "ran in rootfs "+name)
-	return res, nil
+	return runcode.ExitResult(exit, req.Timeout), nil
 }

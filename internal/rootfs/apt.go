@@ -1,0 +1,543 @@
+package rootfs
+
+// This file drives apt inside a ready rootfs: installing packages into it
+// and settling what an interrupted install left. install_packages and
+// repair_rootfs (internal/app/packages.go) and `quro rootfs
+// install-packages` come here; they check their inputs and shape the
+// results.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/quro-dev/quro/internal/sandbox"
+)
+
+const (
+	// ListsMaxAge is how old the apt lists may be before an install runs
+	// `apt-get update` first.
+	ListsMaxAge = 24 * time.Hour
+	// simulateMax bounds the output of `apt-get -s install` kept to read
+	// its plan.
+	simulateMax = 8 << 20
+)
+
+var (
+	// ErrRefused reports an install refused for what it asked: a name,
+	// architecture or version the apt lists do not have, or an apt plan
+	// that would remove a package, read a name as another or leave one
+	// out. apt changed nothing; the caller changes the request.
+	ErrRefused = errors.New("rootfs: install refused")
+	// ErrUnsettled reports a rootfs where dpkg left packages not fully
+	// installed: installs are refused until Apt.Repair settles it.
+	ErrUnsettled = errors.New("rootfs: packages not fully installed")
+	// ErrUnreadable reports a rootfs whose dpkg status or apt lists cannot
+	// be read.
+	ErrUnreadable = errors.New("rootfs: dpkg's status or apt's lists cannot be read")
+)
+
+// kindError is an error of a kind (ErrRefused, ErrBadPackage, …) with its
+// own message.
+type kindError struct {
+	kind error
+	msg  string
+}
+
+func (e *kindError) Error() string        { return e.msg }
+func (e *kindError) Is(target error) bool { return target == e.kind }
+
+func errorf(kind error, format string, a ...any) error {
+	return &kindError{kind, fmt.Sprintf(format, a...)}
+}
+
+// WaitError reports that waiting for the lock of a rootfs another
+// install, repair or removal held ended first: the call's timeout passed,
+// or it was canceled. It is ErrBusy.
+type WaitError struct {
+	Name     string
+	Timeout  time.Duration
+	Canceled bool // canceled by the caller; else the timeout passed
+}
+
+func (e *WaitError) Error() string {
+	if e.Canceled {
+		return fmt.Sprintf("canceled while waiting for another change of rootfs %q", e.Name)
+	}
+	return fmt.Sprintf("rootfs %q was still being changed by another install (or repair, or removal) after %s, this call's timeout", e.Name, e.Timeout)
+}
+
+func (e *WaitError) Unwrap() error { return ErrBusy }
+
+// CheckAptArg validates one package argument of Apt.Install: CheckPackage,
+// and none of apt-get install's suffix markers. apt-get reads a trailing
+// '-' as "remove this" and a trailing '+' as "install this" (after an
+// architecture or version it would cut those): only a bare name that
+// exists may end in '+' (g++), which the check against the lists settles.
+// The error is ErrBadPackage.
+func CheckAptArg(p string) error {
+	if err := CheckPackage(p); err != nil {
+		return err
+	}
+	n, arch, ver := SplitPackage(p)
+	switch {
+	case strings.HasSuffix(p, "-"):
+		return errorf(ErrBadPackage, "%q ends in '-', which apt-get reads as \"remove this package\": packages are only installed here; name packages exactly; nothing was installed", p)
+	case strings.HasSuffix(p, "+") && (arch != "" || ver != ""):
+		return errorf(ErrBadPackage, "%q ends in '+', which apt-get reads as a marker, not part of the version or architecture: name packages exactly; nothing was installed", p)
+	case n == "":
+		return errorf(ErrBadPackage, "%q has no package name", p)
+	}
+	return nil
+}
+
+// Apt runs apt-get and dpkg in the install box of the ready rootfses of
+// M: the rootfs writable (sandbox.Spec.RootfsAdmin), the host's network,
+// and a scratch working directory beside the rootfs (never in it, never a
+// session's). Every change holds the rootfs's lock (Manager.Lock), so that
+// changes of one rootfs run one at a time and never during an install or a
+// removal. Whoever calls it has checked that the caller may use the
+// network: this is the server fetching Debian packages, like Install.
+type Apt struct {
+	M  *Manager
+	SB *sandbox.Sandbox
+	// Log is told what cannot be reported otherwise (a marker that could
+	// not be updated, packages left unsettled); nil: slog.Default().
+	Log *slog.Logger
+}
+
+func (a *Apt) log() *slog.Logger {
+	if a.Log == nil {
+		return slog.Default()
+	}
+	return a.Log
+}
+
+// InstallResult is what Apt.Install did.
+type InstallResult struct {
+	// Installed are the packages dpkg newly lists (dependencies too), as
+	// "name version", sorted; Upgraded those whose version changed, as
+	// "name old -> new".
+	Installed, Upgraded []string
+	// Updated says `apt-get update` ran (the lists were missing or older
+	// than ListsMaxAge, or the install could not find a package).
+	Updated bool
+	// Unsettled are the packages dpkg left not fully installed, as "name
+	// (state)": the rootfs needs Repair before the next install.
+	Unsettled []string
+	// Exit is how the last apt-get ended: a timeout or a cancel is here,
+	// not an error.
+	Exit sandbox.Exit
+	// Waited is how long the call waited for the rootfs's lock; Duration
+	// the whole call, the wait included.
+	Waited, Duration time.Duration
+}
+
+// Install installs pkgs (each accepted by CheckAptArg) into the ready
+// rootfs name: `apt-get update` when the lists are older than ListsMaxAge
+// (or were never updated since the build, or a package is not found);
+// then each name is matched literally against the lists, apt's plan is
+// simulated and must remove nothing and install exactly what was named;
+// then `apt-get install --no-remove`. The lock is waited for, and all of it
+// runs, within timeout. apt's output goes to out as it runs.
+//
+// Errors: ErrBadName, ErrBadPackage, ErrNotInstalled, a *WaitError,
+// ErrUnsettled, ErrUnreadable, ErrRefused (apt changed nothing), or the
+// sandbox's (a *sandbox.StartError when apt cannot start).
+func (a *Apt) Install(ctx context.Context, name string, pkgs []string, timeout time.Duration, out io.Writer) (*InstallResult, error) {
+	if len(pkgs) == 0 {
+		return nil, errorf(ErrBadPackage, "name at least one package")
+	}
+	for _, p := range pkgs {
+		if err := CheckAptArg(p); err != nil {
+			return nil, err
+		}
+	}
+	ctx, l, err := a.lock(ctx, name, timeout)
+	if err != nil {
+		return nil, err
+	}
+	defer l.done()
+	res := &InstallResult{Installed: []string{}, Waited: time.Since(l.start)}
+	info, err := a.M.Info(name)
+	if err != nil {
+		return nil, err
+	}
+	root := a.M.Path(name)
+	// A rootfs left half-configured (by an earlier install, or anything
+	// else) fails every install: say so and how to settle it instead.
+	if bad, err := Unsettled(root); err != nil {
+		return nil, errorf(ErrUnreadable, "rootfs %q: dpkg's status cannot be read (%v); nothing was installed", name, err)
+	} else if len(bad) > 0 {
+		return nil, errorf(ErrUnsettled,
+			"rootfs %q has packages dpkg did not finish installing: %s. Nothing was installed: an admin settles it with `quro rootfs repair %s` (or repair_rootfs rootfs=%s)",
+			name, strings.Join(bad, ", "), name, name)
+	}
+	before := Installed(root)
+
+	scratch, err := os.MkdirTemp(a.M.Dir, ".apt-"+name+"-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(scratch)
+	apt := func(args ...string) (sandbox.Exit, error) {
+		return a.inBox(ctx, root, scratch, out, nil, "apt-get", args...)
+	}
+	opts := []string{"-y", "--no-install-recommends",
+		"-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold"}
+	install := append(append(slices.Clone(opts), "--no-remove", "install"), pkgs...)
+	var updated time.Time
+	update := func() (sandbox.Exit, error) {
+		res.Updated = true
+		e, err := apt("update")
+		if err == nil && e.Code == 0 {
+			updated = time.Now()
+		}
+		return e, err
+	}
+	ok := func(e sandbox.Exit) bool { return e.Code == 0 && !e.TimedOut && !e.Canceled }
+	// refuse ends the call before the install; lists fetched on the way
+	// are recorded, so the next call does not fetch them again.
+	refuse := func(err error) (*InstallResult, error) {
+		if !updated.IsZero() {
+			if merr := a.M.AddPackages(name, nil, updated); merr != nil {
+				a.log().Warn("apt install: could not update the rootfs marker", "rootfs", name, "err", merr)
+			}
+		}
+		return nil, err
+	}
+	var exit sandbox.Exit
+	if time.Since(info.ListsUpdated) > ListsMaxAge {
+		exit, err = update()
+	}
+	for err == nil && ok(exit) {
+		// Names are matched literally, against the lists apt has: an
+		// unknown one never reaches apt, where it could be read as a
+		// pattern (cowsa. is a regex for a hundred packages).
+		if refusal, unknown := checkAvailable(root, name, pkgs); refusal != nil {
+			if unknown && !res.Updated && ctx.Err() == nil {
+				// Lists a day old can miss a package or a version.
+				if exit, err = update(); err == nil && ok(exit) {
+					continue
+				}
+				break
+			}
+			return refuse(refusal)
+		}
+		// What apt would do, before it does it: nothing may be removed,
+		// and apt must install exactly the packages named (and their
+		// dependencies), never a match of a pattern.
+		sim := &limitedBuffer{max: simulateMax}
+		fmt.Fprintf(out, "$ apt-get -s install %s\n", strings.Join(pkgs, " "))
+		exit, err = a.inBox(ctx, root, scratch, io.Discard, sim, "apt-get", append(append(slices.Clone(opts), "-s", "install"), pkgs...)...)
+		if err != nil {
+			break
+		}
+		if !ok(exit) {
+			out.Write(sim.Bytes())
+			if !res.Updated && ctx.Err() == nil {
+				if exit, err = update(); err == nil && ok(exit) {
+					continue
+				}
+			}
+			break
+		}
+		plan, perr := parseAptPlan(sim.String(), sim.over)
+		if perr == nil {
+			perr = plan.check(pkgs, before)
+		}
+		if perr != nil {
+			return refuse(errorf(ErrRefused, "the install into rootfs %q was refused: %v; nothing was installed", name, perr))
+		}
+		fmt.Fprintf(out, "apt would install %d packages and remove none\n", len(plan.Inst))
+		exit, err = apt(install...)
+		if err == nil && exit.Code != 0 && !res.Updated && ctx.Err() == nil {
+			// A version the mirror no longer has: update once and try
+			// again, from the check of the names.
+			if exit, err = update(); err == nil && ok(exit) {
+				continue
+			}
+		}
+		break
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.Exit = exit
+	after := Installed(root)
+	if bad, uerr := Unsettled(root); uerr != nil || len(bad) > 0 {
+		if uerr != nil {
+			bad = []string{"dpkg's status cannot be read: " + uerr.Error()}
+		}
+		res.Unsettled = bad
+		a.log().Warn("apt install left packages not fully installed", "rootfs", name, "unsettled", bad)
+	}
+	for _, p := range slices.Sorted(maps.Keys(after)) {
+		switch old, ok := before[p]; {
+		case !ok:
+			res.Installed = append(res.Installed, p+" "+after[p])
+		case old != after[p]:
+			res.Upgraded = append(res.Upgraded, p+" "+old+" -> "+after[p])
+		}
+	}
+	var added []string
+	if exit.Code == 0 && !exit.TimedOut {
+		added = pkgs
+	}
+	if err := a.M.AddPackages(name, added, updated); err != nil {
+		a.log().Warn("apt install: could not update the rootfs marker", "rootfs", name, "err", err)
+	}
+	res.Duration = time.Since(l.start)
+	return res, nil
+}
+
+// RepairResult is what Apt.Repair did.
+type RepairResult struct {
+	// Before and After are the packages dpkg shows as not fully
+	// installed, as "name (state)", before and after the repair.
+	Before, After []string
+	Exit          sandbox.Exit // of the last step that ran
+	Duration      time.Duration
+}
+
+// Repair runs `dpkg --configure -a` and `apt-get -f install -y
+// --no-remove` in the install box of the ready rootfs name, under its lock
+// (waited for within timeout, like all of it), and reports what dpkg shows
+// unsettled before and after. Nothing is removed. Output goes to out.
+//
+// Errors: ErrBadName, ErrNotInstalled, a *WaitError, ErrUnreadable, or the
+// sandbox's.
+func (a *Apt) Repair(ctx context.Context, name string, timeout time.Duration, out io.Writer) (*RepairResult, error) {
+	ctx, l, err := a.lock(ctx, name, timeout)
+	if err != nil {
+		return nil, err
+	}
+	defer l.done()
+	root := a.M.Path(name)
+	res := &RepairResult{}
+	if res.Before, err = Unsettled(root); err != nil {
+		return nil, errorf(ErrUnreadable, "rootfs %q: dpkg's status cannot be read: %v", name, err)
+	}
+	scratch, err := os.MkdirTemp(a.M.Dir, ".repair-"+name+"-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(scratch)
+	exit, err := a.inBox(ctx, root, scratch, out, nil, "dpkg", "--force-confdef", "--force-confold", "--configure", "-a")
+	if err == nil && exit.Code == 0 && !exit.TimedOut {
+		exit, err = a.inBox(ctx, root, scratch, out, nil, "apt-get", "-f", "-y", "--no-install-recommends", "--no-remove",
+			"-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold", "install")
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.Exit = exit
+	if res.After, err = Unsettled(root); err != nil {
+		res.After = []string{"dpkg's status cannot be read: " + err.Error()}
+	}
+	if res.Before == nil {
+		res.Before = []string{}
+	}
+	if res.After == nil {
+		res.After = []string{}
+	}
+	res.Duration = time.Since(l.start)
+	return res, nil
+}
+
+// aptLock is what lock holds: call done to let go.
+type aptLock struct {
+	unlock, cancel func()
+	start          time.Time // when the wait for the lock began
+}
+
+func (l *aptLock) done() { l.unlock(); l.cancel() }
+
+// lock checks the rootfs name, waits for its lock within timeout (the
+// context returned has that deadline) and checks again that it is ready:
+// the one way Install and Repair start changing a shared rootfs.
+func (a *Apt) lock(ctx context.Context, name string, timeout time.Duration) (context.Context, *aptLock, error) {
+	if err := CheckName(name); err != nil {
+		return nil, nil, err
+	}
+	if !a.M.Ready(name) {
+		return nil, nil, fmt.Errorf("%w: %q", ErrNotInstalled, name)
+	}
+	l := &aptLock{start: time.Now()}
+	ctx, l.cancel = context.WithTimeout(ctx, timeout)
+	unlock, err := a.M.Lock(ctx, name)
+	if err != nil {
+		l.cancel()
+		if errors.Is(err, ErrBusy) {
+			return nil, nil, &WaitError{Name: name, Timeout: timeout, Canceled: errors.Is(ctx.Err(), context.Canceled)}
+		}
+		return nil, nil, err
+	}
+	l.unlock = unlock
+	if !a.M.Ready(name) { // removed while this call waited
+		l.done()
+		return nil, nil, fmt.Errorf("%w: %q", ErrNotInstalled, name)
+	}
+	return ctx, l, nil
+}
+
+// inBox runs prog (apt-get, dpkg) with args in the install box of the
+// rootfs root: writable rootfs, host network, working directory scratch.
+// Its output goes to out, and to tee as well when not nil.
+func (a *Apt) inBox(ctx context.Context, root, scratch string, out io.Writer, tee io.Writer, prog string, args ...string) (sandbox.Exit, error) {
+	if prog == "apt-get" {
+		args = append([]string{"-q", "-o", "APT::Color=0", "-o", "Dpkg::Use-Pty=0"}, args...)
+	}
+	if out != io.Discard {
+		fmt.Fprintf(out, "$ %s %s\n", prog, strings.Join(args, " "))
+	}
+	w := out
+	if tee != nil {
+		w = io.MultiWriter(out, tee)
+	}
+	return a.SB.Run(ctx, &sandbox.Spec{
+		Args:        append([]string{prog}, args...),
+		Dir:         scratch,
+		Env:         map[string]string{"DEBIAN_FRONTEND": "noninteractive", "DEBCONF_NONINTERACTIVE_SEEN": "true"},
+		Network:     sandbox.NetworkFull,
+		Rootfs:      root,
+		RootfsAdmin: true,
+		Stdout:      w,
+		Stderr:      w,
+	})
+}
+
+// limitedBuffer keeps the first max bytes written to it and notes that
+// more came.
+type limitedBuffer struct {
+	bytes.Buffer
+	max  int
+	over bool
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.Len(); len(p) > room {
+		b.over = true
+		b.Buffer.Write(p[:max(room, 0)])
+		return len(p), nil
+	}
+	return b.Buffer.Write(p)
+}
+
+// checkAvailable checks each package argument against the apt lists of
+// the rootfs root (and dpkg's status): its name must be offered exactly,
+// its architecture and version too when given. It returns the refusal
+// (ErrRefused, or ErrUnreadable), and whether it is only that something is
+// unknown (fresher lists may know it).
+func checkAvailable(root, rootfsName string, pkgs []string) (refusal error, unknown bool) {
+	av, files, err := AptLists(root)
+	if err != nil {
+		return errorf(ErrUnreadable, "rootfs %q: its apt lists cannot be read (%v); nothing was installed", rootfsName, err), false
+	}
+	// Installed packages count as offered: apt knows them from dpkg's
+	// status even when no list does.
+	if st, err := DpkgStatus(root); err == nil {
+		for k, o := range st {
+			if av[k] == nil {
+				av[k] = o
+			} else {
+				av[k].Archs = append(av[k].Archs, o.Archs...)
+				av[k].Versions = append(av[k].Versions, o.Versions...)
+			}
+		}
+	}
+	var problems []string
+	for _, p := range pkgs {
+		n, arch, ver := SplitPackage(p)
+		o := av[n]
+		switch {
+		case o == nil:
+			msg := fmt.Sprintf("%q is not a package in rootfs %s's apt lists", n, rootfsName)
+			if near := av.Closest(n, 3); len(near) > 0 {
+				msg += " (did you mean " + strings.Join(near, ", ") + "?)"
+			}
+			problems = append(problems, msg)
+			unknown = true
+		case arch != "" && !slices.Contains(o.Archs, arch) && !slices.Contains(o.Archs, "all"):
+			problems = append(problems, fmt.Sprintf("%q: package %s is not offered for architecture %s (offered: %s)", p, n, arch, strings.Join(o.Archs, ", ")))
+			unknown = true
+		case ver != "" && !slices.Contains(o.Versions, ver):
+			problems = append(problems, fmt.Sprintf("%q: package %s has no version %s in the lists (known: %s)", p, n, ver, strings.Join(o.Versions[:min(5, len(o.Versions))], ", ")))
+			unknown = true
+		}
+	}
+	if len(problems) == 0 {
+		return nil, false
+	}
+	hint := "names are matched literally (no patterns, globs or +/- suffixes): use exact Debian package names"
+	if files == 0 {
+		hint = "rootfs " + rootfsName + " has no apt lists yet (apt-get update found none)"
+	}
+	return errorf(ErrRefused, "%s; %s; nothing was installed", strings.Join(problems, "; "), hint), unknown
+}
+
+// aptPlan is what `apt-get -s install` says apt would do.
+type aptPlan struct {
+	Inst, Remv, Conf []string // package names (without :arch)
+	Notes            []string // "Note, selecting …" lines: apt read a name as something else
+}
+
+// parseAptPlan reads the simulation's output. over says it was cut, and
+// then it is not trusted.
+func parseAptPlan(out string, over bool) (*aptPlan, error) {
+	if over {
+		return nil, fmt.Errorf("apt's simulated plan is longer than %d bytes", simulateMax)
+	}
+	p := &aptPlan{}
+	for line := range strings.Lines(out) {
+		line = strings.TrimRight(line, "\r\n")
+		verb, rest, _ := strings.Cut(line, " ")
+		pkg, _, _ := strings.Cut(rest, " ")
+		pkg, _, _ = strings.Cut(pkg, ":")
+		switch verb {
+		case "Inst":
+			p.Inst = append(p.Inst, pkg)
+		case "Conf":
+			p.Conf = append(p.Conf, pkg)
+		case "Remv", "Purg":
+			p.Remv = append(p.Remv, pkg)
+		case "Note,":
+			p.Notes = append(p.Notes, line)
+		}
+	}
+	return p, nil
+}
+
+// check refuses a plan that removes anything, that apt reached by reading
+// a name as a pattern or as another package, or that leaves out a
+// package asked for that is not installed yet.
+func (p *aptPlan) check(pkgs []string, installed map[string]string) error {
+	if len(p.Remv) > 0 {
+		return fmt.Errorf("apt would remove %s, which other sessions of this rootfs may use", strings.Join(p.Remv, ", "))
+	}
+	if len(p.Notes) > 0 {
+		return fmt.Errorf("apt read a name as something else (%s)", strings.Join(p.Notes, "; "))
+	}
+	for _, a := range pkgs {
+		n, _, ver := SplitPackage(a)
+		if slices.Contains(p.Inst, n) {
+			continue
+		}
+		if v, ok := installed[n]; ok && (ver == "" || ver == v) {
+			continue
+		}
+		return fmt.Errorf("apt would not install %s as named", a)
+	}
+	if len(p.Inst) > 0 && len(p.Conf) == 0 {
+		return fmt.Errorf("apt's plan installs %d packages but configures none", len(p.Inst))
+	}
+	return nil
+}
