@@ -77,11 +77,11 @@ type App struct {
 	Terminals  *terminal.Manager
 	Python     *python.Embedded // tier 1 of the Python chain: resident workers
 	Tokens     *auth.Tokens
-	Audit      *audit.Log
 	Metrics    *metrics.Metrics // Prometheus metrics of this App (serve mounts Metrics.Handler)
 	Log        *slog.Logger
 	Started    time.Time
 
+	auditLog  *audit.Log // written by the controller's observer; read by get_audit_log
 	isolation func() []sandbox.Feature
 	tenants   *tenants
 	limits    Limits
@@ -170,7 +170,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	pyChain, emb := PythonChain(dir, sb, opts.Python)
 	a := &App{
 		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
-		Python: emb, Metrics: m, Tokens: auth.New(st), Audit: audit.New(st, audit.Options{Keep: opts.AuditKeep, Logger: log}),
+		Python: emb, Metrics: m, Tokens: auth.New(st), auditLog: audit.New(st, audit.Options{Keep: opts.AuditKeep, Logger: log}),
 		Runner:  runcode.New(Languages(sb, pyChain, jsEng, RootfsDir(dir)), opts.Run),
 		tenants: tl, limits: opts.Limits,
 
@@ -206,9 +206,13 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	a.registerJS(reg, jsEng)
 	a.registerAudit(reg)
 	a.registerBoxes(reg)
+	a.registerTokens(reg)
+	a.registerTenantLimits(reg)
+	a.registerRootfs(reg)
+	a.registerOpenTerminal(reg)
 	a.Controller = controller.New(reg, log)
 	a.Controller.SetLimits(controller.Limits{RunsPerTenant: orDefault(opts.Limits.RunsPerTenant, 16)})
-	a.Controller.Observe(a.Audit.Observe)
+	a.Controller.Observe(a.auditLog.Observe)
 	a.instrument()
 	a.Metrics.WatchTenants(a.tenantGauges)
 	return a, nil
@@ -231,7 +235,7 @@ func (a *App) Close() error {
 	a.Sandbox.CloseBoxes()
 	a.Terminals.Close()
 	a.Python.Close()
-	a.Audit.Close()
+	a.auditLog.Close()
 	a.tenants.disks.UnmountMine()
 	return a.Store.Close()
 }
