@@ -46,12 +46,11 @@ func newTenantCmd(g *globals) *cobra.Command {
 	show := &cobra.Command{
 		Use: "show", Short: "Show a tenant's ceilings (own and effective)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := g.open(cmd.Context())
-			if err != nil {
+			var info app.TenantLimitsInfo
+			if err := g.operatorOutput(cmd, "get_tenant_limits", app.TenantLimitsInput{Tenant: tenant}, &info); err != nil {
 				return err
 			}
-			defer a.Close()
-			own, eff := a.TenantLimitsOf(cmd.Context(), tenant)
+			own, eff := info.Own, info.Effective
 			if asJSON {
 				b, _ := json.MarshalIndent(map[string]any{"tenant": tenant, "own": own, "effective": eff}, "", "  ")
 				fmt.Fprintln(cmd.OutOrStdout(), string(b))
@@ -65,12 +64,18 @@ func newTenantCmd(g *globals) *cobra.Command {
 	set := &cobra.Command{
 		Use: "set", Short: "Set a tenant's ceilings (flags not given keep the server's defaults)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := g.open(cmd.Context())
+			b, err := g.operatorBackend(cmd)
 			if err != nil {
 				return err
 			}
-			defer a.Close()
-			own, _ := a.TenantLimitsOf(cmd.Context(), tenant)
+			defer b.close()
+			// set_tenant_limits takes the whole set: the flags given
+			// change the tenant's own ceilings, the others stay.
+			var info app.TenantLimitsInfo
+			if err := b.output(cmd.Context(), "get_tenant_limits", app.TenantLimitsInput{Tenant: tenant}, &info); err != nil {
+				return err
+			}
+			own := info.Own
 			fl := cmd.Flags()
 			for name, dst := range map[string]*int64{"memory": &own.Memory, "tasks": &own.Tasks, "cpu": &own.CPUPercent, "sessions": &own.Sessions, "disk": &own.Disk} {
 				if fl.Changed(name) {
@@ -78,7 +83,13 @@ func newTenantCmd(g *globals) *cobra.Command {
 					*dst = src
 				}
 			}
-			return a.SetTenantLimits(cmd.Context(), tenant, own)
+			in := app.SetTenantLimitsInput{Tenant: tenant, Memory: own.Memory, Tasks: own.Tasks, CPUPercent: own.CPUPercent, Sessions: own.Sessions, Disk: own.Disk}
+			text, err := b.text(cmd.Context(), "set_tenant_limits", in)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), text)
+			return nil
 		},
 	}
 	tenantLimitFlags(set, "", &l)
@@ -87,6 +98,9 @@ func newTenantCmd(g *globals) *cobra.Command {
 		c.Flags().StringVar(&tenant, "tenant", "", `the tenant ("" is the local tenant)`)
 	}
 	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	annotate(show, "get_tenant_limits")
+	annotate(set, "get_tenant_limits", "set_tenant_limits")
+	g.serverFlags(cmd, true)
 	limits.AddCommand(show, set)
 	cmd.AddCommand(limits)
 	return cmd
