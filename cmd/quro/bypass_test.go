@@ -4,8 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"go/ast"
+	"go/importer"
+	"go/parser"
+	gotoken "go/token"
+	"go/types"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -316,4 +323,109 @@ func auditSince(t *testing.T, data string, seq int64) []store.AuditEntry {
 		}
 	}
 	return out
+}
+
+// parts are the types below the controller: a command that reaches one
+// changes state unaudited. Only an access path's wiring (serve.go) may
+// hold them; rootfs.Manager is read (status) where named in partReads.
+var parts = map[string]bool{
+	"github.com/quro-dev/quro/internal/store.Store":            true,
+	"github.com/quro-dev/quro/internal/session.Manager":        true,
+	"github.com/quro-dev/quro/internal/auth.Tokens":            true,
+	"github.com/quro-dev/quro/internal/terminal.Manager":       true,
+	"github.com/quro-dev/quro/internal/sandbox.Sandbox":        true,
+	"github.com/quro-dev/quro/internal/runcode.Runner":         true,
+	"github.com/quro-dev/quro/internal/engine/python.Embedded": true,
+	"github.com/quro-dev/quro/internal/rootfs.Manager":         true,
+}
+
+// partReads are the methods of parts that only read.
+var partReads = map[string]bool{
+	"rootfs.Manager.Status": true, "rootfs.Manager.List": true, "rootfs.Manager.Ready": true,
+	"rootfs.Manager.Path": true, "rootfs.Manager.Info": true, "rootfs.Manager.Dir": true,
+}
+
+// appUses are the members of app.App a command may use, by file ("*":
+// any file): the controller and what only reads or runs the process.
+var appUses = map[string]map[string]bool{
+	"*": {"Controller": true, "Close": true, "DataDir": true, "Log": true, "Started": true, "Status": true, "Supervise": true},
+	// The server wires its access paths: the in-session resolver and
+	// server, the token check, the WebSocket terminal (after the
+	// controller resolved the session), metrics and the log line.
+	"serve.go": {"Sessions": true, "Tokens": true, "OpenPTY": true, "Metrics": true, "Sandbox": true},
+	// quro term attaches to the PTY open_terminal started.
+	"term.go": {"OpenPTY": true},
+}
+
+// TestBypassNoPartsOutsideTheController type-checks the CLI's own code
+// and fails on a use of a part below the controller (the store, the
+// session or terminal manager, the token table, the sandbox, the rootfs
+// manager's changes…) or of an App member other than the controller,
+// outside the access paths' wiring in serve.go.
+func TestBypassNoPartsOutsideTheController(t *testing.T) {
+	out, err := exec.Command("go", "list", "-export", "-deps", "-f", "{{.ImportPath}}={{.Export}}", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -export: %v", err)
+	}
+	export := map[string]string{}
+	for _, l := range strings.Split(string(out), "\n") {
+		if p, f, ok := strings.Cut(l, "="); ok && f != "" {
+			export[p] = f
+		}
+	}
+	fset := gotoken.NewFileSet()
+	names, _ := filepath.Glob("*.go")
+	var files []*ast.File
+	for _, n := range names {
+		if strings.HasSuffix(n, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, n, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	conf := types.Config{Importer: importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
+		f, ok := export[path]
+		if !ok {
+			return nil, fmt.Errorf("no export data for %s", path)
+		}
+		return os.Open(f)
+	})}
+	info := &types.Info{Selections: map[*ast.SelectorExpr]*types.Selection{}}
+	if _, err := conf.Check("main", fset, files, info); err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for sel, s := range info.Selections {
+		recv := s.Recv()
+		if p, ok := recv.(*types.Pointer); ok {
+			recv = p.Elem()
+		}
+		named, ok := recv.(*types.Named)
+		if !ok || named.Obj().Pkg() == nil {
+			continue
+		}
+		typ := named.Obj().Pkg().Path() + "." + named.Obj().Name()
+		pos := fset.Position(sel.Pos())
+		file := filepath.Base(pos.Filename)
+		member := s.Obj().Name()
+		switch {
+		case typ == "github.com/quro-dev/quro/internal/app.App":
+			checked++
+			if !appUses["*"][member] && !appUses[file][member] {
+				t.Errorf("%s: App.%s reaches a part below the controller: call a capability through the backend (Controller.Call) instead", pos, member)
+			}
+		case parts[typ]:
+			checked++
+			short := named.Obj().Pkg().Name() + "." + named.Obj().Name() + "." + member
+			if file != "serve.go" && !partReads[short] {
+				t.Errorf("%s: %s changes state behind the controller: call a capability instead", pos, short)
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("only %d uses of App and its parts found; the check is broken", checked)
+	}
 }

@@ -67,6 +67,15 @@ type Limits struct {
 }
 
 // App is one assembled Quro. Close it when done.
+//
+// Every change of state goes through Controller.Call, which checks the
+// caller's scope, confines it to its tenant and records the call in the
+// audit log. The parts below it (Store, Sessions, Sandbox, Runner,
+// Terminals, Python, Tokens) are exported for an access path's wiring
+// (quro serve: the in-session server, the token check, the WebSocket
+// terminal) and for tests and benchmarks that set up state; a command
+// never uses them (cmd/quro's TestBypassNoPartsOutsideTheController
+// fails on one that does). The audit log is not exported at all.
 type App struct {
 	DataDir    string
 	Store      *store.Store
