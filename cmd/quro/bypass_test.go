@@ -352,7 +352,7 @@ var appUses = map[string]map[string]bool{
 	// The server wires its access paths: the in-session resolver and
 	// server, the token check, the WebSocket terminal (after the
 	// controller resolved the session), metrics and the log line.
-	"serve.go": {"Sessions": true, "Tokens": true, "OpenPTY": true, "Metrics": true, "Sandbox": true},
+	"serve.go": {"Sessions": true, "Authenticate": true, "EnsureAdminToken": true, "OpenPTY": true, "Metrics": true, "Sandbox": true},
 	// quro term attaches to the PTY open_terminal started.
 	"term.go": {"OpenPTY": true},
 }

@@ -89,9 +89,9 @@ admin token for the local tenant is created, printed once and kept in
 			if noAuth {
 				log.Warn("authentication is off (--no-auth): every local caller is the admin of the local tenant")
 			} else {
-				authFn = a.Tokens.HTTP()
+				authFn = a.Authenticate()
 				file := filepath.Join(a.DataDir, AdminTokenFile)
-				tok, err := a.Tokens.EnsureAdmin(cmd.Context(), file)
+				tok, err := a.EnsureAdminToken(cmd.Context(), file)
 				if err != nil {
 					return fmt.Errorf("creating the first admin token: %w", err)
 				}

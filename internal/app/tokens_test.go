@@ -27,7 +27,7 @@ func TestTokenCapabilitiesTenancy(t *testing.T) {
 	if bobTok.Tenant != "bob" || !strings.HasPrefix(bobTok.Token, "quro_"+bobTok.ID+"_") || !strings.Contains(reply.Text, bobTok.Token) {
 		t.Fatalf("created: %+v\n%s", bobTok, reply.Text)
 	}
-	if c, err := a.Tokens.Verify(t.Context(), bobTok.Token); err != nil || c.Tenant != "bob" || c.Scope != capability.ScopeRead {
+	if c, err := a.VerifyToken(t.Context(), bobTok.Token); err != nil || c.Tenant != "bob" || c.Scope != capability.ScopeRead {
 		t.Fatalf("the new token verifies as %+v, %v", c, err)
 	}
 
@@ -69,13 +69,13 @@ func TestTokenCapabilitiesTenancy(t *testing.T) {
 	// Revoking: another tenant's token is not found, as its sessions are.
 	_, err = callAs(t, a, alice, "revoke_token", RevokeTokenInput{ID: bobTok.ID})
 	wantCode(t, err, capability.NotFound)
-	if _, err := a.Tokens.Verify(t.Context(), bobTok.Token); err != nil {
+	if _, err := a.VerifyToken(t.Context(), bobTok.Token); err != nil {
 		t.Fatalf("bob's token stopped working: %v", err)
 	}
 	if _, err := callAs(t, a, alice, "revoke_token", RevokeTokenInput{ID: aliceTok.Token}); err != nil {
 		t.Fatalf("alice revokes her own (given whole): %v", err)
 	}
-	if _, err := a.Tokens.Verify(t.Context(), aliceTok.Token); err == nil {
+	if _, err := a.VerifyToken(t.Context(), aliceTok.Token); err == nil {
 		t.Fatal("a revoked token still verifies")
 	}
 	_, err = callAs(t, a, alice, "revoke_token", RevokeTokenInput{ID: aliceTok.ID})
