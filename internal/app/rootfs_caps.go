@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 )
@@ -18,8 +19,8 @@ import (
 // InstallRootfsInput is install_rootfs' input.
 type InstallRootfsInput struct {
 	Rootfs string `json:"rootfs,omitempty" jsonschema:"the rootfs name (letters, digits, '.', '_', '-'); default: default"`
-	Suite  string `json:"suite,omitempty" jsonschema:"the Debian suite; default: the one quro was built for"`
-	Mirror string `json:"mirror,omitempty" jsonschema:"the Debian mirror URL; default: the host's apt sources, else deb.debian.org"`
+	Suite  string `json:"suite,omitempty" jsonschema:"the Debian suite; default: the one quro was built for (scope admin to choose another)"`
+	Mirror string `json:"mirror,omitempty" jsonschema:"the Debian mirror URL; default: the host's apt sources, else deb.debian.org (scope admin to choose another)"`
 }
 
 // RootfsRef names a rootfs.
@@ -62,11 +63,18 @@ func (a *App) registerRootfs(reg *capability.Registry) {
 	reg.Register(capability.New("install_rootfs",
 		"Build a Debian rootfs (debootstrap --variant=minbase, with python3, python3-pip and ca-certificates) under the data directory, "+
 			"for sessions created with rootfs=NAME. Needs the server to run as root and the network; takes a minute or two; "+
-			"an interrupted install resumes; an installed one is left as it is. Progress streams as output. Needs scope install (or admin).",
+			"an interrupted install resumes; an installed one is left as it is. Progress streams as output. Needs scope install (or admin); "+
+			"choosing the suite or the mirror needs scope admin.",
 		capability.ScopeInstall, func(ctx context.Context, in InstallRootfsInput) (*rootfs.Status, error) {
 			name, err := rootfsName(in.Rootfs)
 			if err != nil {
 				return nil, err
+			}
+			// What every tenant on the rootfs will run comes from the
+			// suite and the mirror: choosing them is the admin's.
+			if c, ok := controller.CallerFrom(ctx); (in.Suite != "" || in.Mirror != "") && (!ok || !c.Scope.Covers(capability.ScopeAdmin)) {
+				return nil, capability.Errorf(capability.PermissionDenied,
+					"choosing the suite or the mirror needs scope admin; leave them out for the defaults")
 			}
 			if _, err := manager.Install(ctx, name, rootfs.InstallOptions{Suite: in.Suite, Mirror: in.Mirror}, progressLines(ctx)); err != nil {
 				return nil, err
