@@ -38,7 +38,12 @@ func tenantLimitFlags(cmd *cobra.Command, prefix string, l *app.TenantLimits) {
 }
 
 func newTenantCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "tenant", Short: "Show and set the ceilings of a tenant"}
+	cmd := &cobra.Command{Use: "tenant", Short: "Show and set the ceilings of a tenant",
+		Long: `Show and set a tenant's ceilings: the capabilities get_tenant_limits and
+set_tenant_limits, recorded in the audit log. They run in-process on the
+data directory as its operator (an admin of the local tenant, who alone sets
+ceilings); with --server or QURO_URL they go through that server as the
+tenant of the token given to it.`}
 	limits := &cobra.Command{Use: "limits", Short: "A tenant's ceilings: memory, processes, CPU, sessions, disk per session"}
 	var tenant string
 	var asJSON bool
