@@ -86,8 +86,9 @@ When the shell exits, quro term exits with its status.`,
 		},
 	}
 	g.serverFlags(cmd, false)
-	// In-process: open_terminal; on a server: get_session_status, then
-	// the WebSocket route, which the server audits.
+	// In-process: open_terminal (and get_session_status for the name);
+	// on a server: get_session_status, which is also how the server's
+	// WebSocket route authorizes the attach.
 	return annotate(cmd, "open_terminal", "get_session_status")
 }
 
