@@ -77,14 +77,14 @@ func (b *bed) start(ctx context.Context) error {
 	if err := a.Python.Warm(ctx); err != nil {
 		return err
 	}
-	iss, err := a.Tokens.Create(ctx, "", []string{"exec"}, "bench")
+	iss, err := a.CreateToken(ctx, "bench", "", []string{"exec"}, "bench")
 	if err != nil {
 		return err
 	}
 	b.Token = iss.Token
 	log := slog.New(slog.DiscardHandler)
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: rest.Access{Auth: a.Tokens.HTTP()}}))
+	mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: rest.Access{Auth: a.Authenticate()}}))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err

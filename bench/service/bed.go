@@ -59,18 +59,18 @@ func (b *bed) start(ctx context.Context) error {
 	if err := a.Python.Warm(ctx); err != nil {
 		return err
 	}
-	iss, err := a.Tokens.Create(ctx, "", []string{"exec"}, "bench")
+	iss, err := a.CreateToken(ctx, "bench", "", []string{"exec"}, "bench")
 	if err != nil {
 		return err
 	}
 	b.Token = iss.Token
-	if b.Caller, err = a.Tokens.Verify(ctx, iss.Token); err != nil {
+	if b.Caller, err = a.VerifyToken(ctx, iss.Token); err != nil {
 		return err
 	}
 	b.Caller.Path = "bench"
 
 	log := slog.New(slog.DiscardHandler)
-	authFn := a.Tokens.HTTP()
+	authFn := a.Authenticate()
 	access := rest.Access{Auth: authFn}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: access}))

@@ -53,5 +53,5 @@ log when asked with --tenant.`,
 	cmd.Flags().StringVar(&in.Since, "since", "", "only calls since this RFC 3339 time or duration ago (15m, 2h)")
 	cmd.Flags().StringVar(&tenant, "tenant", "", "the tenant whose log to show (default: the local tenant)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	return annotate(cmd, "get_audit_log")
 }

@@ -153,6 +153,28 @@ func (g *globals) backend(cmd *cobra.Command) (*backend, error) {
 	return b, nil
 }
 
+// operatorBackend is the backend of an operator's command (quro token,
+// quro tenant): the App on the data directory, in this process — whoever
+// holds the data directory is the operator, even when no token of the
+// server is at hand — unless --server or QURO_URL names a server, which
+// then acts for the token it is given.
+func (g *globals) operatorBackend(cmd *cobra.Command) (*backend, error) {
+	if g.server == "" && os.Getenv("QURO_URL") == "" {
+		return g.localBackend(cmd)
+	}
+	return g.backend(cmd)
+}
+
+// localBackend is the App on the data directory, in this process, called
+// as the local admin (quro rootfs: the host's rootfs directory).
+func (g *globals) localBackend(cmd *cobra.Command) (*backend, error) {
+	a, err := g.open(cmd.Context())
+	if err != nil {
+		return nil, err
+	}
+	return &backend{g: g, app: a}, nil
+}
+
 func (b *backend) close() {
 	if b.app != nil {
 		b.app.Close()

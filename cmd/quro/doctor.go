@@ -62,7 +62,7 @@ func newDoctorCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
-	return cmd
+	return local(cmd, "reads the engines and isolation features of this machine; changes nothing")
 }
 
 func yesNo(b bool) string {

@@ -64,5 +64,5 @@ It runs on the server running on the data directory, or the one named by
 	cmd.Flags().DurationVarP(&timeout, "timeout", "t", 0, "time budget, e.g. 10s (default 30s)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the structured result as JSON")
 	g.serverFlags(cmd, false)
-	return cmd
+	return annotate(cmd, "terminal_exec")
 }

@@ -33,5 +33,5 @@ error. quro serve offers the same tools over streamable HTTP at /mcp.`,
 		},
 	}
 	cmd.Flags().DurationVar(&patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
-	return cmd
+	return local(cmd, "an access path: serves the controller as MCP on stdio; every tool call is audited with path mcp")
 }

@@ -41,23 +41,11 @@ network, and takes a minute or two; an interrupted install resumes.`,
 			if len(args) == 1 {
 				name = args[0]
 			}
-			m, err := manager()
-			if err != nil {
+			var st rootfs.Status
+			if err := g.rootfsCall(cmd, "install_rootfs", app.InstallRootfsInput{Rootfs: name, Suite: o.Suite, Mirror: o.Mirror}, &st); err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			start := time.Now()
-			_, err = m.Install(cmd.Context(), name, o, func(line string) {
-				fmt.Fprintf(out, "[%5.1fs] %s\n", time.Since(start).Seconds(), line)
-			})
-			if err != nil {
-				return err
-			}
-			st, err := m.Status(name)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(out, st.Text())
+			fmt.Fprintln(cmd.OutOrStdout(), st.Text())
 			return nil
 		},
 	}
@@ -107,14 +95,11 @@ network, and takes a minute or two; an interrupted install resumes.`,
 		Short: "Delete a rootfs (ready or partial)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := manager()
-			if err != nil {
+			var done app.Done
+			if err := g.rootfsCall(cmd, "remove_rootfs", app.RootfsRef{Rootfs: args[0]}, &done); err != nil {
 				return err
 			}
-			if err := m.Remove(args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "removed rootfs %s\n", args[0])
+			fmt.Fprintln(cmd.OutOrStdout(), done.Message)
 			return nil
 		},
 	}
@@ -130,17 +115,12 @@ one rootfs run one at a time. Needs root (like rootfs install). Sessions do
 the same with the install_packages capability.`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a, err := g.open(cmd.Context())
-			if err != nil {
+			var res app.InstallPackagesResult
+			in := app.InstallRootfsPackagesInput{Rootfs: args[0], Packages: args[1:], TimeoutMS: pkgTimeout.Milliseconds()}
+			if err := g.rootfsCall(cmd, "install_rootfs_packages", in, &res); err != nil {
 				return err
 			}
-			defer a.Close()
 			out := cmd.OutOrStdout()
-			ctx := runcode.WithOutput(cmd.Context(), func(_ string, p []byte) { out.Write(p) })
-			res, err := a.InstallPackages(ctx, args[0], args[1:], pkgTimeout, nil)
-			if err != nil {
-				return err
-			}
 			text := res.Text()
 			if i := strings.Index(text, "\n--- apt output ---"); i >= 0 {
 				text = text[:i] // the output was streamed already
@@ -164,19 +144,11 @@ installed before and after. install_packages refuses a rootfs in that state
 admin), called as the local admin and recorded in the audit log.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a, err := g.open(cmd.Context())
-			if err != nil {
+			var res app.RepairRootfsResult
+			if err := g.rootfsCall(cmd, "repair_rootfs", app.RepairRootfsInput{Rootfs: args[0], TimeoutMS: repairTimeout.Milliseconds()}, &res); err != nil {
 				return err
 			}
-			defer a.Close()
 			out := cmd.OutOrStdout()
-			ctx := runcode.WithOutput(cmd.Context(), func(_ string, p []byte) { out.Write(p) })
-			in, _ := json.Marshal(app.RepairRootfsInput{Rootfs: args[0], TimeoutMS: repairTimeout.Milliseconds()})
-			reply, err := a.Controller.Call(ctx, g.caller(), "repair_rootfs", in)
-			if err != nil {
-				return err
-			}
-			res := reply.Output.(*app.RepairRootfsResult)
 			text := res.Text()
 			if i := strings.Index(text, "\n--- output ---"); i >= 0 {
 				text = text[:i] // the output was streamed already
@@ -189,6 +161,24 @@ admin), called as the local admin and recorded in the audit log.`,
 		},
 	}
 	repair.Flags().DurationVar(&repairTimeout, "timeout", 10*time.Minute, "time budget for waiting and the repair (10s..30m)")
+	annotate(install, "install_rootfs")
+	local(status, "reads the rootfs directory; changes nothing")
+	annotate(remove, "remove_rootfs")
+	annotate(installPkgs, "install_rootfs_packages")
+	annotate(repair, "repair_rootfs")
 	cmd.AddCommand(install, status, remove, installPkgs, repair)
 	return cmd
+}
+
+// rootfsCall calls a rootfs capability in-process, as the operator, with
+// its progress and apt's output streamed to stdout as they come.
+func (g *globals) rootfsCall(cmd *cobra.Command, name string, in, out any) error {
+	b, err := g.localBackend(cmd)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	w := cmd.OutOrStdout()
+	ctx := runcode.WithOutput(cmd.Context(), func(_ string, p []byte) { w.Write(p) })
+	return b.output(ctx, name, in, out)
 }

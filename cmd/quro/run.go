@@ -85,7 +85,7 @@ program's; 124 when it timed out, 125 when no engine could run it.`,
 	f.DurationVarP(&timeout, "timeout", "t", 0, "time budget, e.g. 5s (default 30s)")
 	f.BoolVar(&asJSON, "json", false, "print the structured result as JSON")
 	g.serverFlags(cmd, false)
-	return cmd
+	return annotate(cmd, "run_code")
 }
 
 // printRun prints a result in text mode: the program's stdout on out, its

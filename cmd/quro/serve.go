@@ -89,9 +89,9 @@ admin token for the local tenant is created, printed once and kept in
 			if noAuth {
 				log.Warn("authentication is off (--no-auth): every local caller is the admin of the local tenant")
 			} else {
-				authFn = a.Tokens.HTTP()
+				authFn = a.Authenticate()
 				file := filepath.Join(a.DataDir, AdminTokenFile)
-				tok, err := a.Tokens.EnsureAdmin(cmd.Context(), file)
+				tok, err := a.EnsureAdminToken(cmd.Context(), file)
 				if err != nil {
 					return fmt.Errorf("creating the first admin token: %w", err)
 				}
@@ -163,7 +163,7 @@ admin token for the local tenant is created, printed once and kept in
 	cmd.Flags().DurationVar(&autoPause, "auto-pause", app.DefaultAutoPause, "pause a session's box (freeze its processes, keep their state) after it is unused this long; 0 or negative: never")
 	cmd.Flags().BoolVar(&prestart, "prestart-python", true, "start a new session's Python worker as the session is created, so that its first Python run finds it ready")
 	tenantLimitFlags(cmd, "tenant-", &tenantLimits) // defaults of every tenant; quro tenant limits set overrides one
-	return cmd
+	return local(cmd, "an access path: serves the controller over REST, MCP and WebSocket; every call through it is audited with its path")
 }
 
 // guard refuses foreign browser origins and unknown Host names before h.

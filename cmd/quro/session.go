@@ -176,7 +176,19 @@ named by --server or QURO_URL) when there is one, else run in-process.`,
 		},
 	})
 	cmd.AddCommand(snapshotCmds(g)...)
+	for _, c := range cmd.Commands() {
+		annotate(c, sessionCapabilities[c.Name()]...)
+	}
 	return cmd
+}
+
+// sessionCapabilities are what each quro session command calls.
+var sessionCapabilities = map[string][]string{
+	"create": {"create_session"}, "list": {"list_sessions"}, "status": {"get_session_status"},
+	"destroy": {"destroy_session"}, "pause": {"pause_session"}, "resume": {"resume_session"},
+	"default": {"set_default_session"}, "env": {"get_session_env", "set_session_env"},
+	"snapshot": {"snapshot_session"}, "fork": {"fork_session"}, "snapshots": {"list_snapshots"},
+	"snapshot-delete": {"delete_snapshot"},
 }
 
 func first(args []string) string {

@@ -38,7 +38,12 @@ func tenantLimitFlags(cmd *cobra.Command, prefix string, l *app.TenantLimits) {
 }
 
 func newTenantCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "tenant", Short: "Show and set the ceilings of a tenant"}
+	cmd := &cobra.Command{Use: "tenant", Short: "Show and set the ceilings of a tenant",
+		Long: `Show and set a tenant's ceilings: the capabilities get_tenant_limits and
+set_tenant_limits, recorded in the audit log. They run in-process on the
+data directory as its operator (an admin of the local tenant, who alone sets
+ceilings); with --server or QURO_URL they go through that server as the
+tenant of the token given to it.`}
 	limits := &cobra.Command{Use: "limits", Short: "A tenant's ceilings: memory, processes, CPU, sessions, disk per session"}
 	var tenant string
 	var asJSON bool
@@ -46,12 +51,11 @@ func newTenantCmd(g *globals) *cobra.Command {
 	show := &cobra.Command{
 		Use: "show", Short: "Show a tenant's ceilings (own and effective)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := g.open(cmd.Context())
-			if err != nil {
+			var info app.TenantLimitsInfo
+			if err := g.operatorOutput(cmd, "get_tenant_limits", app.TenantLimitsInput{Tenant: tenant}, &info); err != nil {
 				return err
 			}
-			defer a.Close()
-			own, eff := a.TenantLimitsOf(cmd.Context(), tenant)
+			own, eff := info.Own, info.Effective
 			if asJSON {
 				b, _ := json.MarshalIndent(map[string]any{"tenant": tenant, "own": own, "effective": eff}, "", "  ")
 				fmt.Fprintln(cmd.OutOrStdout(), string(b))
@@ -65,12 +69,18 @@ func newTenantCmd(g *globals) *cobra.Command {
 	set := &cobra.Command{
 		Use: "set", Short: "Set a tenant's ceilings (flags not given keep the server's defaults)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := g.open(cmd.Context())
+			b, err := g.operatorBackend(cmd)
 			if err != nil {
 				return err
 			}
-			defer a.Close()
-			own, _ := a.TenantLimitsOf(cmd.Context(), tenant)
+			defer b.close()
+			// set_tenant_limits takes the whole set: the flags given
+			// change the tenant's own ceilings, the others stay.
+			var info app.TenantLimitsInfo
+			if err := b.output(cmd.Context(), "get_tenant_limits", app.TenantLimitsInput{Tenant: tenant}, &info); err != nil {
+				return err
+			}
+			own := info.Own
 			fl := cmd.Flags()
 			for name, dst := range map[string]*int64{"memory": &own.Memory, "tasks": &own.Tasks, "cpu": &own.CPUPercent, "sessions": &own.Sessions, "disk": &own.Disk} {
 				if fl.Changed(name) {
@@ -78,7 +88,13 @@ func newTenantCmd(g *globals) *cobra.Command {
 					*dst = src
 				}
 			}
-			return a.SetTenantLimits(cmd.Context(), tenant, own)
+			in := app.SetTenantLimitsInput{Tenant: tenant, Memory: own.Memory, Tasks: own.Tasks, CPUPercent: own.CPUPercent, Sessions: own.Sessions, Disk: own.Disk}
+			text, err := b.text(cmd.Context(), "set_tenant_limits", in)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), text)
+			return nil
 		},
 	}
 	tenantLimitFlags(set, "", &l)
@@ -87,6 +103,9 @@ func newTenantCmd(g *globals) *cobra.Command {
 		c.Flags().StringVar(&tenant, "tenant", "", `the tenant ("" is the local tenant)`)
 	}
 	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	annotate(show, "get_tenant_limits")
+	annotate(set, "get_tenant_limits", "set_tenant_limits")
+	g.serverFlags(cmd, true)
 	limits.AddCommand(show, set)
 	cmd.AddCommand(limits)
 	return cmd

@@ -53,22 +53,26 @@ When the shell exits, quro term exits with its status.`,
 			var ts termSession
 			var name string
 			if t.url == "" {
-				a, err := g.open(cmd.Context())
+				b, err := g.localBackend(cmd)
 				if err != nil {
 					return err
 				}
-				defer a.Close()
-				s, err := a.Sessions.Get(cmd.Context(), first(args))
-				if err != nil {
+				defer b.close()
+				// Opening the terminal is the open_terminal capability
+				// (audited, the session looked up as the caller), then
+				// this process attaches to the PTY it started, as the
+				// WebSocket route does on a server.
+				var scr app.Screen
+				if err := b.output(cmd.Context(), "open_terminal", app.SessionRef{Session: first(args)}, &scr); err != nil {
 					return err
 				}
-				p, err := a.Terminals.PTY(s)
+				p, err := b.app.OpenPTY(cmd.Context(), scr.Session)
 				if err != nil {
 					return err
 				}
 				lt := newLocalTerm(p)
 				defer lt.p.Detach(lt.v)
-				ts, name = lt, s.Name
+				ts, name = lt, sessionName(cmd, b, scr.Session)
 			} else {
 				c := newTargetCaller(t)
 				rt, err := dialTerm(cmd.Context(), c, first(args))
@@ -82,7 +86,20 @@ When the shell exits, quro term exits with its status.`,
 		},
 	}
 	g.serverFlags(cmd, false)
-	return cmd
+	// In-process: open_terminal (and get_session_status for the name);
+	// on a server: get_session_status, which is also how the server's
+	// WebSocket route authorizes the attach.
+	return annotate(cmd, "open_terminal", "get_session_status")
+}
+
+// sessionName is the name of session id for the banner (the id when the
+// status cannot be read).
+func sessionName(cmd *cobra.Command, b *backend, id string) string {
+	var s app.SessionInfo
+	if err := b.output(cmd.Context(), "get_session_status", app.SessionRef{Session: id}, &s); err != nil || s.Name == "" {
+		return id
+	}
+	return s.Name
 }
 
 // termSession is an attached terminal, in-process or on a server.

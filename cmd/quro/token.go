@@ -1,32 +1,17 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/auth"
-	"github.com/quro-dev/quro/internal/store"
 )
-
-// openTokens opens just the store: managing tokens needs no engines.
-func (g *globals) openTokens(ctx context.Context) (*auth.Tokens, func(), error) {
-	if err := os.MkdirAll(g.dataDir, 0o700); err != nil {
-		return nil, nil, err
-	}
-	st, err := store.Open(ctx, filepath.Join(g.dataDir, "quro.db"))
-	if err != nil {
-		return nil, nil, err
-	}
-	return auth.New(st), func() { st.Close() }, nil
-}
 
 func newTokenCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
@@ -38,10 +23,17 @@ sees, and holds scopes: read (status, lists, output), exec (running code and
 commands), install (install_packages and installing a missing rootfs: changes
 a rootfs every tenant on it shares; exec does not imply it), admin
 (destroying sessions, repairing a rootfs, everything). Only a hash is stored:
-a token is shown once, when it is created.`,
+a token is shown once, when it is created.
+
+These commands are the capabilities create_token, list_tokens and
+revoke_token, recorded in the audit log. They run in-process on the data
+directory as its operator (an admin of the local tenant, who manages every
+tenant's tokens); with --server or QURO_URL they go through that server as
+the tenant of the token given to it.`,
 	}
 	var tenant, scopes, label string
 	var asJSON bool
+	var listTenant string
 	create := &cobra.Command{
 		Use:   "create",
 		Short: "Create a token and print it (once) on stdout",
@@ -51,17 +43,12 @@ a token is shown once, when it is created.`,
 			if err != nil {
 				return err
 			}
-			t, done, err := g.openTokens(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			iss, err := t.Create(cmd.Context(), tenant, list, label)
-			if err != nil {
+			var iss app.CreatedToken
+			if err := g.operatorOutput(cmd, "create_token", app.CreateTokenInput{Tenant: tenant, Scopes: list, Label: label}, &iss); err != nil {
 				return err
 			}
 			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(iss)
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(iss.Issued)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), iss.Token)
 			fmt.Fprintf(cmd.ErrOrStderr(), "token %s for tenant %q with scopes %s; it is not shown again\n",
@@ -79,15 +66,11 @@ a token is shown once, when it is created.`,
 		Short: "List tokens (ids, tenants, scopes; never the secrets)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			t, done, err := g.openTokens(cmd.Context())
-			if err != nil {
+			var l app.TokenList
+			if err := g.operatorOutput(cmd, "list_tokens", app.ListTokensInput{Tenant: listTenant}, &l); err != nil {
 				return err
 			}
-			defer done()
-			infos, err := t.List(cmd.Context())
-			if err != nil {
-				return err
-			}
+			infos := l.Tokens
 			if asJSON {
 				if infos == nil {
 					infos = []auth.Info{}
@@ -112,24 +95,28 @@ a token is shown once, when it is created.`,
 		},
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	list.Flags().StringVar(&listTenant, "tenant", "*", `only this tenant's tokens ("" is the local tenant; * every tenant's)`)
 
 	revoke := &cobra.Command{
 		Use:   "revoke ID",
 		Short: "Revoke a token: it stops working at once",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, done, err := g.openTokens(cmd.Context())
-			if err != nil {
+			// Only the id is sent (and audited): a whole token given by
+			// mistake names its id, and its secret goes no further.
+			id, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimSpace(args[0]), "quro_"), "_")
+			var done app.Done
+			if err := g.operatorOutput(cmd, "revoke_token", app.RevokeTokenInput{ID: id}, &done); err != nil {
 				return err
 			}
-			defer done()
-			if err := t.Revoke(cmd.Context(), args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "revoked %s\n", args[0])
+			fmt.Fprintf(cmd.OutOrStdout(), "revoked %s\n", id)
 			return nil
 		},
 	}
+	annotate(create, "create_token")
+	annotate(list, "list_tokens")
+	annotate(revoke, "revoke_token")
+	g.serverFlags(cmd, true)
 	cmd.AddCommand(create, list, revoke)
 	return cmd
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quro-dev/quro/internal/api/httpauth"
 	"github.com/quro-dev/quro/internal/audit"
 	"github.com/quro-dev/quro/internal/auth"
 	"github.com/quro-dev/quro/internal/capability"
@@ -67,6 +68,17 @@ type Limits struct {
 }
 
 // App is one assembled Quro. Close it when done.
+//
+// Every change of state goes through Controller.Call, which checks the
+// caller's scope, confines it to its tenant and records the call in the
+// audit log. The parts below it (Store, Sessions, Sandbox, Runner,
+// Terminals, Python) are exported for an access path's wiring
+// (quro serve: the in-session server, the token check, the WebSocket
+// terminal) and for tests and benchmarks that set up state; a command
+// never uses them (cmd/quro's TestBypassNoPartsOutsideTheController
+// fails on one that does). The audit log and the token table are not
+// exported at all: tokens change through create_token and revoke_token
+// only, besides the first admin token (EnsureAdminToken).
 type App struct {
 	DataDir    string
 	Store      *store.Store
@@ -76,12 +88,12 @@ type App struct {
 	Controller *controller.Controller
 	Terminals  *terminal.Manager
 	Python     *python.Embedded // tier 1 of the Python chain: resident workers
-	Tokens     *auth.Tokens
-	Audit      *audit.Log
 	Metrics    *metrics.Metrics // Prometheus metrics of this App (serve mounts Metrics.Handler)
 	Log        *slog.Logger
 	Started    time.Time
 
+	auditLog  *audit.Log   // written by the controller's observer; read by get_audit_log
+	tokens    *auth.Tokens // changed by create_token and revoke_token (tokens.go) alone
 	isolation func() []sandbox.Feature
 	tenants   *tenants
 	limits    Limits
@@ -170,7 +182,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	pyChain, emb := PythonChain(dir, sb, opts.Python)
 	a := &App{
 		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
-		Python: emb, Metrics: m, Tokens: auth.New(st), Audit: audit.New(st, &audit.Options{Keep: opts.AuditKeep, Logger: log}),
+		Python: emb, Metrics: m, tokens: auth.New(st), auditLog: audit.New(st, &audit.Options{Keep: opts.AuditKeep, Logger: log}),
 		Runner:  runcode.New(Languages(sb, pyChain, jsEng, RootfsDir(dir)), opts.Run),
 		tenants: tl, limits: opts.Limits,
 
@@ -206,9 +218,13 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	a.registerJS(reg, jsEng)
 	a.registerAudit(reg)
 	a.registerBoxes(reg)
+	a.registerTokens(reg)
+	a.registerTenantLimits(reg)
+	a.registerRootfs(reg)
+	a.registerOpenTerminal(reg)
 	a.Controller = controller.New(reg, log)
 	a.Controller.SetLimits(controller.Limits{RunsPerTenant: orDefault(opts.Limits.RunsPerTenant, 16)})
-	a.Controller.Observe(a.Audit.Observe)
+	a.Controller.Observe(a.auditLog.Observe)
 	a.instrument()
 	a.Metrics.WatchTenants(a.tenantGauges)
 	return a, nil
@@ -231,7 +247,7 @@ func (a *App) Close() error {
 	a.Sandbox.CloseBoxes()
 	a.Terminals.Close()
 	a.Python.Close()
-	a.Audit.Close()
+	a.auditLog.Close()
 	a.tenants.disks.UnmountMine()
 	return a.Store.Close()
 }
@@ -279,6 +295,24 @@ func RootfsDir(dataDir string) func(name string) (string, error) {
 		}
 		return m.Path(name), nil
 	}
+}
+
+// Authenticate is the check of a request's bearer token, for an access
+// path over HTTP (quro serve's REST, MCP and WebSocket).
+func (a *App) Authenticate() httpauth.Func { return a.tokens.HTTP() }
+
+// VerifyToken returns the caller a bearer token stands for (Path left for
+// the access path to set).
+func (a *App) VerifyToken(ctx context.Context, token string) (controller.Caller, error) {
+	return a.tokens.Verify(ctx, token)
+}
+
+// EnsureAdminToken makes sure someone can administer the server: on a
+// data directory with no live token it issues an admin token for the
+// local tenant, writes it to file (mode 0600) and returns it (quro
+// serve's first start); else it returns "".
+func (a *App) EnsureAdminToken(ctx context.Context, file string) (string, error) {
+	return a.tokens.EnsureAdmin(ctx, file)
 }
 
 // Isolation reports the machine's isolation features (probed once).

@@ -66,7 +66,7 @@ func (a *App) registerAudit(reg *capability.Registry) {
 				}
 				q.Since = t
 			}
-			entries, err := a.Audit.Entries(ctx, q)
+			entries, err := a.auditLog.Entries(ctx, q)
 			if err != nil {
 				return nil, err
 			}

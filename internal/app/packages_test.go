@@ -299,11 +299,11 @@ func TestInstallPackagesLiteralNamesNoRemovalAndRepair(t *testing.T) {
 	ctx := context.Background()
 	token := func(scopes ...string) controller.Caller {
 		t.Helper()
-		iss, err := a.Tokens.Create(ctx, "acme", scopes, "")
+		iss, err := a.tokens.Create(ctx, "acme", scopes, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := a.Tokens.Verify(ctx, iss.Token)
+		c, err := a.VerifyToken(ctx, iss.Token)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -53,6 +53,7 @@ var sessionArgs = map[string]map[string]any{
 	"create_project":      {"template": "shell", "name": "p"},
 	"snapshot_session":    {"name": "snap"},
 	"fork_session":        {"count": 1},
+	"open_terminal":       {},
 }
 
 // Tenant B can neither see nor touch tenant A's sessions, by id or by

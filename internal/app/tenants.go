@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/metrics"
 	"github.com/quro-dev/quro/internal/quota"
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -396,4 +397,87 @@ func (t *TenantStatus) Text() string {
 		s += "; memory, process and CPU ceilings are NOT enforced here (no cgroups)"
 	}
 	return s
+}
+
+// TenantLimitsInput is get_tenant_limits' input.
+type TenantLimitsInput struct {
+	Tenant string `json:"tenant,omitempty" jsonschema:"the tenant; default: your own. Only the operator (an admin of the local tenant) names another"`
+}
+
+// SetTenantLimitsInput is set_tenant_limits' input: the tenant's ceilings,
+// all of them (a field left out or 0 is the server's default again).
+type SetTenantLimitsInput struct {
+	Tenant     string `json:"tenant,omitempty" jsonschema:"the tenant whose ceilings to set (\"\" or omitted: the local tenant)"`
+	Memory     int64  `json:"memory_bytes,omitempty" jsonschema:"memory of all of the tenant's processes together, no swap, in bytes (at least 64 MiB; 0: the default; negative: none)"`
+	Tasks      int64  `json:"tasks,omitempty" jsonschema:"processes and threads of the tenant together (at least 32; 0: the default; negative: none)"`
+	CPUPercent int64  `json:"cpu_percent,omitempty" jsonschema:"CPU of the tenant together, in percent of one CPU (0: the default; negative: none)"`
+	Sessions   int64  `json:"sessions,omitempty" jsonschema:"sessions of the tenant at once (0: the default; negative: none)"`
+	Disk       int64  `json:"disk_bytes,omitempty" jsonschema:"disk quota of each session of the tenant, in bytes (at least 8 MiB; 0: the default; negative: none)"`
+}
+
+// TenantLimitsInfo is what get_tenant_limits and set_tenant_limits answer.
+type TenantLimitsInfo struct {
+	Tenant    string       `json:"tenant"`
+	Own       TenantLimits `json:"own" jsonschema:"the ceilings set for this tenant (absent or 0: the server's default; negative: none)"`
+	Effective TenantLimits `json:"effective" jsonschema:"the ceilings that apply (absent or negative: none)"`
+}
+
+// Text says the effective ceilings.
+func (t *TenantLimitsInfo) Text() string {
+	e := t.Effective
+	bytes := func(v int64) string {
+		if v <= 0 {
+			return "none"
+		}
+		return quota.Human(v)
+	}
+	num := func(v int64) string {
+		if v <= 0 {
+			return "none"
+		}
+		return fmt.Sprint(v)
+	}
+	return fmt.Sprintf("tenant %q: memory %s, tasks %s, cpu %s%%, sessions %s, disk per session %s",
+		t.Tenant, bytes(e.Memory), num(e.Tasks), num(e.CPUPercent), num(e.Sessions), bytes(e.Disk))
+}
+
+func (a *App) tenantLimitsInfo(ctx context.Context, tenant string) *TenantLimitsInfo {
+	own, eff := a.TenantLimitsOf(ctx, tenant)
+	return &TenantLimitsInfo{Tenant: tenant, Own: own, Effective: eff}
+}
+
+// registerTenantLimits declares get_tenant_limits (a tenant reads its own
+// ceilings) and set_tenant_limits (the operator's alone: a tenant's
+// ceilings protect the other tenants, so no tenant raises its own).
+func (a *App) registerTenantLimits(reg *capability.Registry) {
+	reg.Register(capability.New("get_tenant_limits",
+		"Show a tenant's ceilings: memory, processes and CPU of all its processes together, sessions at once and disk per session, "+
+			"as set for it (own) and as they apply (effective). Your own tenant's; the operator (an admin of the local tenant) may name any tenant.",
+		capability.ScopeRead, func(ctx context.Context, in TenantLimitsInput) (*TenantLimitsInfo, error) {
+			c, ok := controller.CallerFrom(ctx)
+			if !ok {
+				return nil, capability.Errorf(capability.PermissionDenied, "no caller")
+			}
+			tenant, err := forTenant(c, in.Tenant, "reading")
+			if err != nil {
+				return nil, err
+			}
+			return a.tenantLimitsInfo(ctx, tenant), nil
+		}))
+	reg.Register(capability.New("set_tenant_limits",
+		"Set a tenant's ceilings (the operator's alone: an admin of the local tenant, e.g. quro tenant limits set on the server's host). "+
+			"The input is the whole set: a field left out or 0 is the server's default, a negative one no ceiling. "+
+			"They apply to the tenant's next runs; a larger disk quota also grows its existing sessions. Needs scope admin.",
+		capability.ScopeAdmin, func(ctx context.Context, in SetTenantLimitsInput) (*TenantLimitsInfo, error) {
+			c, ok := controller.CallerFrom(ctx)
+			if !ok || !operator(c) {
+				return nil, capability.Errorf(capability.PermissionDenied,
+					"a tenant's ceilings are set by the operator (an admin of the local tenant, e.g. quro tenant limits set on the server's host)")
+			}
+			l := TenantLimits{Memory: in.Memory, Tasks: in.Tasks, CPUPercent: in.CPUPercent, Sessions: in.Sessions, Disk: in.Disk}
+			if err := a.tenants.Set(ctx, in.Tenant, l); err != nil {
+				return nil, err
+			}
+			return a.tenantLimitsInfo(ctx, in.Tenant), nil
+		}))
 }

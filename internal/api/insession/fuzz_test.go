@@ -50,7 +50,7 @@ func FuzzInSessionRequest(f *testing.F) {
 	if _, err := a.Sessions.UpdateEnv(ctx, alpha, map[string]*string{"ALPHA_KEY": &v}); err != nil {
 		f.Fatal(err)
 	}
-	admin, err := a.Tokens.Create(ctx, "", []string{"admin"}, "fuzz")
+	admin, err := a.CreateToken(ctx, "test", "", []string{"admin"}, "fuzz")
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -157,6 +157,26 @@ func cases() (setup []call, table map[string]toolCase) {
 		"delete_snapshot":  {map[string]any{"snapshot": "gone"}, text("deleted")},
 		"list_files":       {map[string]any{"session": "s1"}, text("mod.js")},
 		"create_project":   {map[string]any{"session": "s1", "template": "shell", "name": "proj"}, text("run.sh")},
+		"open_terminal":    {map[string]any{"session": "s1"}, field("open", "true")},
+		// Tokens: the plan's caller is the local admin (the operator).
+		"create_token": {map[string]any{"tenant": "plan", "scopes": []string{"read"}, "label": "plan"}, all(text("quro_"), field("tenant", "plan"))},
+		"list_tokens": {map[string]any{"tenant": "*"}, func(o *outcome) error {
+			if _, ok := o.Structured["tokens"].([]any); !ok {
+				return fmt.Errorf("tokens %v", o.Structured["tokens"])
+			}
+			if strings.Contains(o.text(), "quro_") {
+				return fmt.Errorf("list_tokens shows a secret: %s", o.text())
+			}
+			return nil
+		}},
+		"revoke_token":      {map[string]any{"id": "0123456789ab"}, toolError("not_found")},
+		"get_tenant_limits": {map[string]any{}, text("memory")},
+		"set_tenant_limits": {map[string]any{"tenant": "plan", "tasks": 64}, text("tasks 64")},
+		// No rootfs is built or changed here: a bad name, and one that is
+		// not installed, come back as tool errors.
+		"install_rootfs":          {map[string]any{"rootfs": "a.b"}, toolError("invalid_argument")},
+		"remove_rootfs":           {map[string]any{"rootfs": "none-here"}, toolError("not_found")},
+		"install_rootfs_packages": {map[string]any{"rootfs": "none-here", "packages": []string{"jq"}}, toolError("not_found")},
 		"get_audit_log": {map[string]any{"limit": 1000}, func(o *outcome) error {
 			entries, _ := o.Structured["entries"].([]any)
 			for _, e := range entries {
