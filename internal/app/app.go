@@ -98,9 +98,10 @@ type App struct {
 	tenants   *tenants
 	limits    Limits
 
-	inflight       inflight      // calls running per session (boxes.go)
-	autoPauseAfter time.Duration // Options.AutoPause
-	prestart       bool          // Options.PrestartPython
+	inflight       inflight         // calls running per session (boxes.go)
+	autoPauseAfter time.Duration    // Options.AutoPause
+	prestart       bool             // Options.PrestartPython
+	copyHook       func(rel string) // tests: workspace.CopyOptions.BeforeOpen of snapshots
 }
 
 // DefaultDataDir is $QURO_DATA, else $XDG_DATA_HOME/quro, else

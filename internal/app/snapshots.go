@@ -20,9 +20,10 @@ import (
 	"github.com/quro-dev/quro/internal/quota"
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/store"
+	"github.com/quro-dev/quro/internal/workspace"
 )
 
-// Snapshots: snapshot_session copies a session's workspace (copyTree) and
+// Snapshots: snapshot_session copies a session's workspace (workspace.CopyTree) and
 // settings to $QURO_DATA/snapshots/<id>/{workspace,meta.json}, recorded in
 // the store for its tenant; fork_session makes new sessions from one, all
 // or nothing. Where the bytes are accounted: a snapshot's files are on the
@@ -223,7 +224,7 @@ func notInSession(ctx context.Context) error {
 	return nil
 }
 
-func snapshotInfo(r *store.Snapshot, st *copyStats) *SnapshotInfo {
+func snapshotInfo(r *store.Snapshot, st *workspace.CopyStats) *SnapshotInfo {
 	info := &SnapshotInfo{
 		ID: r.ID, Name: r.Name, Session: r.SourceID, SessionName: r.SourceName, CreatedAt: r.CreatedAt,
 		SizeBytes: r.Size, Files: r.Files, Complete: r.Complete, Network: r.Network, Rootfs: r.Rootfs, Cwd: r.Cwd,
@@ -308,7 +309,7 @@ func (a *App) snapshotSession(ctx context.Context, in SnapshotInput) (*SnapshotI
 }
 
 // takeSnapshot copies s's workspace and settings into a new snapshot.
-func (a *App) takeSnapshot(ctx context.Context, s *session.Session, name string) (*store.Snapshot, *copyStats, error) {
+func (a *App) takeSnapshot(ctx context.Context, s *session.Session, name string) (*store.Snapshot, *workspace.CopyStats, error) {
 	id, err := newSnapshotID()
 	if err != nil {
 		return nil, nil, err
@@ -375,7 +376,7 @@ func (a *App) takeSnapshot(ctx context.Context, s *session.Session, name string)
 		return nil, nil, err
 	}
 	dir := filepath.Join(a.snapshotsDir(), id)
-	fail := func(err error) (*store.Snapshot, *copyStats, error) {
+	fail := func(err error) (*store.Snapshot, *workspace.CopyStats, error) {
 		removeTree(dir)
 		a.Store.DeleteSnapshot(context.WithoutCancel(ctx), tenant, id)
 		return nil, nil, err
@@ -392,8 +393,8 @@ func (a *App) takeSnapshot(ctx context.Context, s *session.Session, name string)
 	}
 	// Owned by the server (uid -1): nobody else reaches into the 0700
 	// snapshot directory, and no mode bit it keeps is set-uid or set-gid.
-	st, err := copyTree(ctx, s.Workspace(), ws, copyOpts{Budget: budget, UID: -1})
-	if errors.Is(err, errBudget) {
+	st, err := workspace.CopyTree(ctx, s.Workspace(), ws, workspace.CopyOptions{Budget: budget, UID: -1, BeforeOpen: a.copyHook})
+	if errors.Is(err, workspace.ErrBudget) {
 		limit := "your per-session disk quota"
 		if maxBytes > 0 && budget == maxBytes-used {
 			limit = fmt.Sprintf("what your snapshots may still hold (%s of %s)", quota.Human(budget), quota.Human(maxBytes))
@@ -432,7 +433,7 @@ func copyError(what string, err error) error {
 	switch {
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT):
 		return capability.Errorf(capability.ResourceExhausted, "%s: the disk is full (%v)", what, err)
-	case errors.Is(err, errTooDeep), errors.Is(err, errTooMany):
+	case errors.Is(err, workspace.ErrTooDeep), errors.Is(err, workspace.ErrTooMany):
 		return capability.Errorf(capability.InvalidArgument, "%s: %v", what, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
@@ -574,7 +575,7 @@ func (a *App) restore(ctx context.Context, snap *store.Snapshot, src string, s *
 	}
 	// The new session's workspace is on its own disk image: the copy
 	// counts against its quota, and one that does not fit fails ENOSPC.
-	_, err := copyTree(ctx, src, s.Workspace(), copyOpts{UID: uid, Strict: true})
+	_, err := workspace.CopyTree(ctx, src, s.Workspace(), workspace.CopyOptions{UID: uid, Strict: true})
 	if err != nil {
 		return copyError("copy the workspace into session "+s.Name, err)
 	}

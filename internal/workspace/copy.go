@@ -1,4 +1,4 @@
-package app
+package workspace
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// copyTree copies the tree of a workspace written by session code (hostile)
+// CopyTree copies the tree of a workspace written by session code (hostile)
 // for snapshots and forks. It walks from directory file descriptors with
 // openat(O_NOFOLLOW) and fstatat(AT_SYMLINK_NOFOLLOW): no symbolic link is
 // ever followed, not even one that stays inside the tree (os.Root would
@@ -28,9 +28,9 @@ import (
 // The destination is the server's own (a snapshot's directory, or the
 // workspace of a session just made, in which no code ran yet), and is
 // written through descriptors too, with O_EXCL.
-type copyOpts struct {
+type CopyOptions struct {
 	// Budget caps the bytes of regular files copied (0: none): past it
-	// the copy fails with errBudget.
+	// the copy fails with ErrBudget.
 	Budget int64
 	// UID, when >= 0, owns everything made (the target session's uid);
 	// -1 leaves the server as the owner.
@@ -39,6 +39,9 @@ type copyOpts struct {
 	// that vanishes or changes type fails the copy instead of being
 	// skipped.
 	Strict bool
+	// BeforeOpen, when set (by tests), runs between an entry's stat and
+	// its open: the moment a swap by the session's code would matter.
+	BeforeOpen func(rel string)
 }
 
 // Bounds of a tree a copy accepts: deeper or larger trees fail the copy
@@ -49,14 +52,18 @@ const (
 	copyMaxSkipped = 20 // skipped entries named in a result; the rest are counted
 )
 
+// Errors of CopyTree, wrapped with the path where the copy stopped.
 var (
-	errBudget  = errors.New("the files are larger than allowed")
-	errTooDeep = errors.New("the tree is too deep")
-	errTooMany = errors.New("the tree has too many entries")
+	// ErrBudget: the regular files are larger than CopyOptions.Budget.
+	ErrBudget = errors.New("the files are larger than allowed")
+	// ErrTooDeep: the tree is deeper than 256 levels.
+	ErrTooDeep = errors.New("the tree is too deep")
+	// ErrTooMany: the tree has more than 2^20 entries.
+	ErrTooMany = errors.New("the tree has too many entries")
 )
 
-// copyStats is what a copy did.
-type copyStats struct {
+// CopyStats is what a copy did.
+type CopyStats struct {
 	Files, Dirs, Symlinks, Hardlinks int
 	Bytes                            int64
 	Reflinked                        int
@@ -65,23 +72,19 @@ type copyStats struct {
 	entries                          int
 }
 
-func (s *copyStats) skip(rel, why string) {
+func (s *CopyStats) skip(rel, why string) {
 	s.SkippedCount++
 	if len(s.Skipped) < copyMaxSkipped {
 		s.Skipped = append(s.Skipped, rel+" ("+why+")")
 	}
 }
 
-// copyRaceHook, when set (by tests), runs between an entry's stat and its
-// open: the moment a swap by the session's code would matter.
-var copyRaceHook func(rel string)
-
 type inode struct{ dev, ino uint64 }
 
 type copier struct {
 	ctx   context.Context
-	o     copyOpts
-	st    copyStats
+	o     CopyOptions
+	st    CopyStats
 	dstFd int              // the destination's top directory
 	links map[inode]string // first copy of each multiply-linked file, relative to dstFd
 	// noClone is set once the filesystems say they cannot clone between
@@ -90,9 +93,9 @@ type copier struct {
 	noClone bool
 }
 
-// copyTree copies the tree at src into the existing empty directory dst,
+// CopyTree copies the tree at src into the existing empty directory dst,
 // and gives dst src's mode and mtime (and the owner o.UID).
-func copyTree(ctx context.Context, src, dst string, o copyOpts) (*copyStats, error) {
+func CopyTree(ctx context.Context, src, dst string, o CopyOptions) (*CopyStats, error) {
 	srcFd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", src, err)
@@ -133,7 +136,7 @@ func (c *copier) finishDir(fd int, st *unix.Stat_t) error {
 
 func (c *copier) dir(srcFd, dstFd int, rel string, depth int) error {
 	if depth >= copyMaxDepth {
-		return fmt.Errorf("%s: %w (more than %d levels)", rel, errTooDeep, copyMaxDepth)
+		return fmt.Errorf("%s: %w (more than %d levels)", rel, ErrTooDeep, copyMaxDepth)
 	}
 	dup, err := unix.Dup(srcFd)
 	if err != nil {
@@ -162,7 +165,7 @@ func (c *copier) entry(srcFd, dstFd int, name, rel string, depth int) error {
 		return err
 	}
 	if c.st.entries++; c.st.entries > copyMaxEntries {
-		return fmt.Errorf("%w (more than %d)", errTooMany, copyMaxEntries)
+		return fmt.Errorf("%w (more than %d)", ErrTooMany, copyMaxEntries)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(srcFd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -171,8 +174,8 @@ func (c *copier) entry(srcFd, dstFd int, name, rel string, depth int) error {
 		}
 		return fmt.Errorf("%s: %w", rel, err)
 	}
-	if copyRaceHook != nil {
-		copyRaceHook(rel)
+	if c.o.BeforeOpen != nil {
+		c.o.BeforeOpen(rel)
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
@@ -262,7 +265,7 @@ func (c *copier) file(srcFd, dstFd int, name, rel string) error {
 	}
 	size := st.Size
 	if c.o.Budget > 0 && c.st.Bytes+size > c.o.Budget {
-		return fmt.Errorf("%s: %w", rel, errBudget)
+		return fmt.Errorf("%s: %w", rel, ErrBudget)
 	}
 	out, err := unix.Openat(dstFd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -289,7 +292,7 @@ func (c *copier) file(srcFd, dstFd int, name, rel string) error {
 	if cloned {
 		c.st.Reflinked++
 		if c.o.Budget > 0 && c.st.Bytes+size > c.o.Budget {
-			return fmt.Errorf("%s: %w", rel, errBudget)
+			return fmt.Errorf("%s: %w", rel, ErrBudget)
 		}
 	} else {
 		// The session may be writing the file: copy what it held at the
