@@ -425,7 +425,7 @@ func (s *Shell) spawn(cwd string) (*shellProc, error) {
 	}
 	go s.readStatus(statusR)
 	hello := "\x00R" + randomHex(16) + "\x00"
-	go s.readState(stateR, hello)
+	go s.readState(sp, stateR, hello)
 	go func() {
 		defer errR.Close()
 		io.Copy(sp.errOut, errR)

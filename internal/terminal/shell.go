@@ -411,7 +411,7 @@ func (s *Shell) readStatus(rd io.ReadCloser) {
 // hello with the command's state nonce before any user code runs) count.
 // The command's other processes — background jobs that know the nonce —
 // write into the void.
-func (s *Shell) readState(f *os.File, hello string) {
+func (s *Shell) readState(sp *shellProc, f *os.File, hello string) {
 	defer f.Close()
 	rc, err := f.SyscallConn()
 	if err != nil {
@@ -449,8 +449,8 @@ func (s *Shell) readState(f *os.File, hello string) {
 		s.mu.Lock()
 		c := s.cur
 		s.mu.Unlock()
-		if c == nil {
-			continue
+		if c == nil || c.sp != sp {
+			continue // no command, or one of another process of the shell
 		}
 		if pid == rpid {
 			rsp.feed(data, func(chunk []byte, overflow bool) {
@@ -823,6 +823,7 @@ func (s *Shell) collect(r *run) {
 		}
 	}
 	var st *stateEvent
+	newCwd := ""
 	if !r.died {
 		// The token follows the command's output; wait for it so that no
 		// output is left in the pipe.
@@ -861,9 +862,7 @@ func (s *Shell) collect(r *run) {
 		sp.blob = st.blob
 		if st.cwd != s.cwd {
 			s.cwd = st.cwd
-			if s.opts.OnCwd != nil {
-				defer s.opts.OnCwd(st.cwd)
-			}
+			newCwd = st.cwd
 		}
 	}
 	if s.state == StateRunning && (r.died || st == nil || st.big || st.exited) {
@@ -899,6 +898,10 @@ func (s *Shell) collect(r *run) {
 		s.setStateLocked(StateIdle)
 	}
 	s.mu.Unlock()
+	if newCwd != "" && s.opts.OnCwd != nil {
+		// Before the result is out: who reads it may read the stored cwd.
+		s.opts.OnCwd(newCwd)
+	}
 	v := r.out.Finish()
 	res.Output, res.OutputBytes, res.Truncated = v.Text, v.Bytes, v.Cut
 	res.OutputFile = relTo(s.opts.Workspace, v.File)
