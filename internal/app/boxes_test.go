@@ -376,16 +376,22 @@ func TestDestroyEndsTheCallsInFlight(t *testing.T) {
 	}
 	term := start("terminal_exec", `{"session":"`+s.ID+`","command":"echo > term; trap '' INT; sleep 1000","timeout_ms":300000}`)
 	run := start("run_code", `{"session":"`+s.ID+`","lang":"sh","code":"echo > run; trap '' INT TERM; sleep 1000","timeout_ms":300000}`)
-	// Both are in flight once their command opened its FIFO.
+	// Both are in flight once their command wrote to its FIFO (read to
+	// the end: a writer left without a reader dies of SIGPIPE).
 	for _, f := range []string{"term", "run"} {
-		fh, err := os.Open(filepath.Join(sess.Workspace(), f))
-		if err != nil {
+		if _, err := os.ReadFile(filepath.Join(sess.Workspace(), f)); err != nil {
 			t.Fatal(err)
 		}
-		fh.Close()
 	}
 	if n := a.callsIn(s.ID); n != 2 {
-		t.Fatalf("%d calls in flight, want 2 (%v)", n, a.inflight.n)
+		for name, c := range map[string]chan answer{"terminal_exec": term, "run_code": run} {
+			select {
+			case got := <-c:
+				t.Errorf("%s answered before the destroy: %v %+v", name, got.err, got.reply)
+			default:
+			}
+		}
+		t.Fatalf("%d calls in flight, want 2", n)
 	}
 
 	mustCall(t, a, "destroy_session", SessionRef{Session: s.ID})

@@ -223,11 +223,11 @@ func TestCloseWhileACommandRuns(t *testing.T) {
 				res, err := s.Exec(context.Background(), "echo > started; trap '' INT; sleep 1000", ExecOptions{Timeout: 10 * time.Minute})
 				done <- out{res, err}
 			}()
-			f, err := os.Open(fifo) // returns once the command opened it
-			if err != nil {
+			// Read to the end (a writer left without a reader dies of
+			// SIGPIPE): the command is past its echo.
+			if _, err := os.ReadFile(fifo); err != nil {
 				t.Fatal(err)
 			}
-			f.Close()
 			s.mu.Lock()
 			pids := s.sp.proc.CgroupPids()
 			s.mu.Unlock()
