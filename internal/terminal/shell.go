@@ -23,7 +23,12 @@
 // records.go for which blob counts, and shelllib.go for the dump).
 //
 // A Shell runs one command at a time and is safe for concurrent use: a
-// second Exec while a command runs gets ErrBusy.
+// second Exec while a command runs gets ErrBusy. Its life (idle, starting,
+// ready, running, closing, closed) is the state machine of lifecycle.go;
+// Close returns once no call is in flight in it, and a call that raced
+// with it gets ErrClosed. While a command runs, the shell looks every
+// 100 ms whether it waits for input, over the processes of its own box
+// only (procfs.go).
 package terminal
 
 import (
