@@ -89,6 +89,9 @@ func (m *Manager) get(s *session.Session) (*live, error) {
 		l = &live{sess: s, scroll: NewRing(m.opts.Scrollback)}
 		m.live[s.ID] = l
 	}
+	if l.shell != nil && l.shell.State() >= StateClosing {
+		l.shell = nil // stopped as idle: a fresh one, in the stored cwd
+	}
 	if l.shell == nil {
 		rootfs, err := m.rootfsDir(s)
 		if err != nil {
@@ -151,7 +154,7 @@ func (m *Manager) Exec(ctx context.Context, s *session.Session, command string, 
 			return nil, err
 		}
 		res, err := sh.Exec(ctx, command, opts)
-		if errors.Is(err, ErrClosed) && sh.State() == StateClosed && m.replaced(s, sh) {
+		if errors.Is(err, ErrClosed) && sh.State() == StateClosed && m.open(s) {
 			// Stopped as idle between the lookup and the command: the
 			// next lookup gives a fresh shell.
 			continue
@@ -160,12 +163,12 @@ func (m *Manager) Exec(ctx context.Context, s *session.Session, command string, 
 	}
 }
 
-// replaced reports whether sh is no longer s's shell while s lives on.
-func (m *Manager) replaced(s *session.Session, sh *Shell) bool {
+// open reports whether s may have terminals: neither s nor the manager
+// was closed.
+func (m *Manager) open(s *session.Session) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	l := m.live[s.ID]
-	return !m.closed && !m.ended[s.ID] && (l == nil || l.shell != sh)
+	return !m.closed && !m.ended[s.ID]
 }
 
 // State is what the manager knows of a session's terminals.

@@ -60,7 +60,7 @@ var (
 	// ErrNotRunning: there is no command to send input to or to wait for.
 	ErrNotRunning = errors.New("no command is running in the session's shell")
 	// ErrClosed: the shell was closed (its session was destroyed).
-	ErrClosed = errors.New("the shell is closed")
+	ErrClosed = errors.New("the shell was closed")
 	// ErrInvalid marks bad input (a NUL byte in a command).
 	ErrInvalid = errors.New("invalid argument")
 	// ErrNoBash: the box has no bash, which the session shell needs.
