@@ -382,3 +382,52 @@ func BenchmarkInputDetection(b *testing.B) {
 		})
 	}
 }
+
+// TestEndOfACommandIsKeptForWait: a command answered by send_input may end
+// before the caller's Wait; Wait still returns its end, once.
+func TestEndOfACommandIsKeptForWait(t *testing.T) {
+	s, _, _ := newShell(t, nil)
+	if res := exec(t, s, "read x; echo got $x", ExecOptions{}); !res.WaitingForInput {
+		t.Fatalf("%+v", res)
+	}
+	if err := s.SendInput("late\n"); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.waitLocked(context.Background(), func() bool { return s.state == StateReady })
+	s.mu.Unlock()
+	res, err := s.Wait(context.Background(), time.Minute)
+	if err != nil || res.Output != "got late\n" || res.Running {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if _, err := s.Wait(context.Background(), time.Minute); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("second wait: %v", err)
+	}
+}
+
+// TestIdleStopNeverTakesARunningShell: CloseIfIdle checks and closes in
+// one step: a shell running a command (even one waiting for input) is
+// kept, a ready one past the cutoff is closed.
+func TestIdleStopNeverTakesARunningShell(t *testing.T) {
+	s, _, _ := newShell(t, nil)
+	future := time.Now().Add(time.Hour)
+	if s.CloseIfIdle(future) {
+		t.Fatal("closed a shell that never started")
+	}
+	if res := exec(t, s, "read x", ExecOptions{}); !res.WaitingForInput {
+		t.Fatalf("%+v", res)
+	}
+	if s.CloseIfIdle(future) || s.State() != StateRunning {
+		t.Fatalf("closed a running shell: %v", s.State())
+	}
+	s.SendInput("\n")
+	if _, err := s.Wait(context.Background(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if s.CloseIfIdle(time.Now().Add(-time.Hour)) {
+		t.Fatal("closed a shell used within the idle time")
+	}
+	if !s.CloseIfIdle(future) || s.State() != StateClosed || s.Status().Alive {
+		t.Fatalf("idle shell not closed: %v %+v", s.State(), s.Status())
+	}
+}
