@@ -19,41 +19,139 @@ import (
 // paused (Options.AutoPause).
 const DefaultAutoPause = 10 * time.Minute
 
-// inflight counts the calls running in each session, so that auto-pause
-// never freezes a session in the middle of a call.
+// inflight tracks the calls running in each session, so that auto-pause
+// never freezes a session in the middle of a call, and so that destroying
+// a session first ends the calls running in it.
 type inflight struct {
-	mu sync.Mutex
-	n  map[string]int
+	mu    sync.Mutex
+	n     map[string]int
+	calls map[string]map[*sessionCall]bool
+	// gone are sessions being or having been destroyed (the most recent
+	// maxGone): a call that looked the session up before the destroy is
+	// refused instead of running in it.
+	gone      map[string]bool
+	goneOrder []string
+	// drained[id] is closed when the last call of a session being
+	// destroyed has returned.
+	drained map[string]chan struct{}
+}
+
+const maxGone = 4096
+
+// sessionCall is one call in flight in a session.
+type sessionCall struct {
+	cancel context.CancelCauseFunc
+}
+
+// destroyGrace bounds how long a destroy waits for the calls it canceled to
+// return before it ends the session's box under them.
+const destroyGrace = 10 * time.Second
+
+// errDestroyed is the answer of a call that raced with its session's destroy.
+func errDestroyed(s *session.Session) error {
+	return capability.Errorf(capability.NotFound, "session %s was destroyed while this call ran: what it started was stopped and its files are gone; create a session (create_session) to go on", s.Name)
 }
 
 // useSession marks s used by a call until release: it records the use,
 // counts the call in flight, and resumes the session's box if it was
-// paused (a paused session wakes on use).
-func (a *App) useSession(ctx context.Context, s *session.Session) (release func(), err error) {
-	if err := a.Sessions.Touch(ctx, s); err != nil {
-		return nil, err
+// paused (a paused session wakes on use). The call runs under the context
+// it returns, which a destroy of s cancels (its cause: the session was
+// destroyed). A session being destroyed refuses new calls.
+func (a *App) useSession(ctx context.Context, s *session.Session) (_ context.Context, release func(), err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	c := &sessionCall{cancel: cancel}
+	in := &a.inflight
+	in.mu.Lock()
+	if in.gone[s.ID] {
+		in.mu.Unlock()
+		cancel(nil)
+		return nil, nil, capability.Errorf(capability.NotFound, "session %s was destroyed", s.Name)
 	}
-	a.inflight.mu.Lock()
-	a.inflight.n[s.ID]++
-	a.inflight.mu.Unlock()
+	in.n[s.ID]++
+	if in.calls == nil {
+		in.calls = map[string]map[*sessionCall]bool{}
+	}
+	if in.calls[s.ID] == nil {
+		in.calls[s.ID] = map[*sessionCall]bool{}
+	}
+	in.calls[s.ID][c] = true
+	in.mu.Unlock()
 	var once sync.Once
 	release = func() {
 		once.Do(func() {
-			a.inflight.mu.Lock()
-			if a.inflight.n[s.ID]--; a.inflight.n[s.ID] <= 0 {
-				delete(a.inflight.n, s.ID)
+			in.mu.Lock()
+			delete(in.calls[s.ID], c)
+			if len(in.calls[s.ID]) == 0 {
+				delete(in.calls, s.ID)
 			}
-			a.inflight.mu.Unlock()
+			if in.n[s.ID]--; in.n[s.ID] <= 0 {
+				delete(in.n, s.ID)
+				if d := in.drained[s.ID]; d != nil {
+					close(d)
+					delete(in.drained, s.ID)
+				}
+			}
+			in.mu.Unlock()
+			cancel(nil)
 		})
+	}
+	if err := a.Sessions.Touch(ctx, s); err != nil {
+		release()
+		return nil, nil, err
 	}
 	if bx := a.Sandbox.Box(s.ID); bx != nil && bx.Paused() {
 		if err := bx.Resume(); err != nil {
 			release()
-			return nil, fmt.Errorf("resume the paused session: %w", err)
+			return nil, nil, fmt.Errorf("resume the paused session: %w", err)
 		}
 		a.Log.Info("session resumed on use", "session", s.ID)
 	}
-	return release, nil
+	return ctx, release, nil
+}
+
+// endCalls ends the calls in flight in session s before it is destroyed:
+// from now on new calls are refused, those running are canceled (their
+// cause: errDestroyed), and it waits — at most grace — until they have
+// returned. It reports how many were still running after the grace.
+func (a *App) endCalls(s *session.Session, grace time.Duration) int {
+	in := &a.inflight
+	in.mu.Lock()
+	if in.gone == nil {
+		in.gone = map[string]bool{}
+	}
+	if !in.gone[s.ID] {
+		in.gone[s.ID] = true
+		in.goneOrder = append(in.goneOrder, s.ID)
+		if len(in.goneOrder) > maxGone {
+			delete(in.gone, in.goneOrder[0])
+			in.goneOrder = in.goneOrder[1:]
+		}
+	}
+	var drained chan struct{}
+	if in.n[s.ID] > 0 {
+		if in.drained == nil {
+			in.drained = map[string]chan struct{}{}
+		}
+		if drained = in.drained[s.ID]; drained == nil {
+			drained = make(chan struct{})
+			in.drained[s.ID] = drained
+		}
+	}
+	for c := range in.calls[s.ID] {
+		c.cancel(errDestroyed(s))
+	}
+	in.mu.Unlock()
+	if drained == nil {
+		return 0
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-drained:
+		return 0
+	case <-t.C:
+		return a.callsIn(s.ID)
+	}
 }
 
 func (a *App) callsIn(id string) int {

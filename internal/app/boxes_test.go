@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
 )
 
 func needBoxes(t *testing.T, a *App) {
@@ -334,5 +336,91 @@ func TestPrestartedWorker(t *testing.T) {
 	a.Python.Close() // waits for the prestart
 	if bx := a.Sandbox.Box(d.ID); bx != nil {
 		t.Error("a destroyed session's prestarted worker left its box open")
+	}
+}
+
+// TestDestroyEndsTheCallsInFlight: destroying a session while a terminal
+// command (deaf to SIGINT) and a run are in flight in it cancels them and
+// waits for them: when destroy_session returns, both have returned — the
+// terminal call with a clear "destroyed" error (not found) —, nothing of
+// the session runs, and a call that looked the session up before the
+// destroy is refused instead of running in it.
+func TestDestroyEndsTheCallsInFlight(t *testing.T) {
+	a := newApp(t, nil)
+	needBoxes(t, a)
+	ctx := context.Background()
+	s := newSession(t, a, "doomed", "")
+	sess, err := a.Sessions.ByIDAnyTenant(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	texec(t, a, s.ID, "true") // the box and its shell
+	for _, f := range []string{"term", "run"} {
+		p := filepath.Join(sess.Workspace(), f)
+		if err := syscall.Mkfifo(p, 0o666); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, 0o666)
+	}
+	type answer struct {
+		reply *controller.Reply
+		err   error
+	}
+	start := func(name, args string) chan answer {
+		c := make(chan answer, 1)
+		go func() {
+			r, err := a.Controller.Call(ctx, admin, name, json.RawMessage(args))
+			c <- answer{r, err}
+		}()
+		return c
+	}
+	term := start("terminal_exec", `{"session":"`+s.ID+`","command":"echo > term; trap '' INT; sleep 1000","timeout_ms":300000}`)
+	run := start("run_code", `{"session":"`+s.ID+`","lang":"sh","code":"echo > run; trap '' INT TERM; sleep 1000","timeout_ms":300000}`)
+	// Both are in flight once their command wrote to its FIFO (read to
+	// the end: a writer left without a reader dies of SIGPIPE).
+	for _, f := range []string{"term", "run"} {
+		if _, err := os.ReadFile(filepath.Join(sess.Workspace(), f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := a.callsIn(s.ID); n != 2 {
+		for name, c := range map[string]chan answer{"terminal_exec": term, "run_code": run} {
+			select {
+			case got := <-c:
+				t.Errorf("%s answered before the destroy: %v %+v", name, got.err, got.reply)
+			default:
+			}
+		}
+		t.Fatalf("%d calls in flight, want 2", n)
+	}
+
+	mustCall(t, a, "destroy_session", SessionRef{Session: s.ID})
+	var ce *capability.Error
+	select {
+	case got := <-term:
+		if !errors.As(got.err, &ce) || ce.Code != capability.NotFound || !strings.Contains(ce.Message, "destroyed") {
+			t.Errorf("terminal_exec under destroy: %v %+v", got.err, got.reply)
+		}
+	default:
+		t.Error("destroy_session returned while terminal_exec still ran")
+	}
+	select {
+	case got := <-run:
+		t.Logf("run_code under destroy: %v %+v", got.err, got.reply)
+	default:
+		t.Error("destroy_session returned while run_code still ran")
+	}
+	if left := procsOfUID(sess.UID); len(left) > 0 {
+		t.Errorf("processes of the session still run after its destroy: %v", left)
+	}
+	if a.Sandbox.Box(s.ID) != nil {
+		t.Error("the session still has a box")
+	}
+	// A call that looked the session up before the destroy.
+	if _, _, err := a.useSession(ctx, sess); !errors.As(err, &ce) || ce.Code != capability.NotFound {
+		t.Errorf("a call on the destroyed session: %v", err)
+	}
+	if a.callsIn(s.ID) != 0 {
+		t.Errorf("%d calls still counted", a.callsIn(s.ID))
 	}
 }

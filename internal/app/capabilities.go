@@ -151,7 +151,7 @@ func (a *App) runCode(ctx context.Context, in RunCodeInput) (*runcode.Result, er
 	if err != nil {
 		return nil, err
 	}
-	release, err := a.useSession(ctx, sess)
+	ctx, release, err := a.useSession(ctx, sess)
 	if err != nil {
 		return nil, err
 	}

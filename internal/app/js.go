@@ -65,7 +65,7 @@ func (a *App) runJSEntry(ctx context.Context, ref, path string, timeoutMS int64,
 	if err != nil {
 		return nil, err
 	}
-	release, err := a.useSession(ctx, sess)
+	ctx, release, err := a.useSession(ctx, sess)
 	if err != nil {
 		return nil, err
 	}

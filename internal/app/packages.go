@@ -115,7 +115,7 @@ func (a *App) installPackagesCap(ctx context.Context, in InstallPackagesInput) (
 			"session %s has network %q, and apt needs the network: create a session with network full (create_session rootfs=%s network=full) to install packages; apt was not started",
 			sess.Name, sess.Network, sess.Rootfs)
 	}
-	release, err := a.useSession(ctx, sess)
+	ctx, release, err := a.useSession(ctx, sess)
 	if err != nil {
 		return nil, err
 	}

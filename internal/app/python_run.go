@@ -110,7 +110,7 @@ func (p *pythonRun) run(ctx context.Context, in PythonRunInput) (*PythonRunResul
 	if err != nil {
 		return nil, err
 	}
-	release, err := p.a.useSession(ctx, sess)
+	ctx, release, err := p.a.useSession(ctx, sess)
 	if err != nil {
 		return nil, err
 	}

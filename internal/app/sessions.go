@@ -332,7 +332,13 @@ func (a *App) sessionInfo(ctx context.Context, s *session.Session) *SessionInfo 
 
 // DestroySession stops everything of s and deletes it.
 func (a *App) DestroySession(ctx context.Context, s *session.Session) error {
-	// The box first: one kill of its pid namespace ends every process of
+	// The calls running in the session first: refuse new ones, cancel
+	// those in flight and wait (bounded) until they have returned, so that
+	// none runs on in a session that is gone (see endCalls).
+	if n := a.endCalls(s, destroyGrace); n > 0 {
+		a.Log.Warn("destroy: calls still running after the grace; their session's box ends under them", "session", s.ID, "calls", n)
+	}
+	// Then the box: one kill of its pid namespace ends every process of
 	// the session; the worker and the terminals then only tidy up.
 	// For good: a run racing with the destroy (a prestarted worker) cannot
 	// make the session a new box.
@@ -351,7 +357,7 @@ func (a *App) terminalExec(ctx context.Context, in TerminalExecInput) (*terminal
 	if err != nil {
 		return nil, err
 	}
-	release, err := a.useSession(ctx, s)
+	ctx, release, err := a.useSession(ctx, s)
 	if err != nil {
 		return nil, err
 	}

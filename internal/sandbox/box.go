@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -858,4 +859,32 @@ func (s *Sandbox) BoxKeys() []string {
 		keys = append(keys, k)
 	}
 	return keys
+}
+
+// CgroupPids lists the host pids of the processes in p's cgroup — its
+// session box's, or the box of its own that it runs in — from one read of
+// cgroup.procs: what looking at "the processes of this box" costs without
+// walking the host's /proc. It is nil when p has no cgroup (the cgroup
+// layer is off), empty once the cgroup is gone. The server's own pid,
+// which a thread of it starting a run may leave listed, is never in it.
+func (p *Process) CgroupPids() []int {
+	cg := p.cg
+	if p.bx != nil {
+		cg = p.bx.cg
+	}
+	if cg == nil || len(cg.dirs) == 0 {
+		return nil
+	}
+	dir := cg.byCtrl["pids"]
+	if dir == "" {
+		dir = cg.dirs[0]
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	pids := []int{}
+	for _, f := range strings.Fields(string(b)) {
+		if n, err := strconv.Atoi(f); err == nil && n != os.Getpid() {
+			pids = append(pids, n)
+		}
+	}
+	return pids
 }

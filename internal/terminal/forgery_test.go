@@ -126,7 +126,7 @@ func TestCommandCannotForgeItsResult(t *testing.T) {
 	exec(t, s, "true", ExecOptions{})
 	// The resident shell's protocol pipes, seen from the host.
 	s.mu.Lock()
-	g := s.proc.Group()
+	g := s.sp.proc.Group()
 	s.mu.Unlock()
 	kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", g, g))
 	rpid := 0

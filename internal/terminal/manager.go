@@ -45,7 +45,14 @@ type Manager struct {
 	mu     sync.Mutex
 	live   map[string]*live
 	closed bool
+	// ended are the sessions CloseSession closed (the most recent
+	// maxEnded): a call racing with their destroy must not give them new
+	// terminals.
+	ended      map[string]bool
+	endedOrder []string
 }
+
+const maxEnded = 4096
 
 type live struct {
 	sess   *session.Session
@@ -74,10 +81,16 @@ func (m *Manager) get(s *session.Session) (*live, error) {
 	if m.closed {
 		return nil, ErrClosed
 	}
+	if m.ended[s.ID] {
+		return nil, fmt.Errorf("%w: session %s was destroyed", ErrClosed, s.Name)
+	}
 	l := m.live[s.ID]
 	if l == nil {
 		l = &live{sess: s, scroll: NewRing(m.opts.Scrollback)}
 		m.live[s.ID] = l
+	}
+	if l.shell != nil && l.shell.State() >= StateClosing {
+		l.shell = nil // stopped as idle: a fresh one, in the stored cwd
 	}
 	if l.shell == nil {
 		rootfs, err := m.rootfsDir(s)
@@ -135,11 +148,27 @@ func (m *Manager) Shell(s *session.Session) (*Shell, error) {
 
 // Exec runs command in the session's shell.
 func (m *Manager) Exec(ctx context.Context, s *session.Session, command string, opts ExecOptions) (*Result, error) {
-	sh, err := m.Shell(s)
-	if err != nil {
-		return nil, err
+	for {
+		sh, err := m.Shell(s)
+		if err != nil {
+			return nil, err
+		}
+		res, err := sh.Exec(ctx, command, opts)
+		if errors.Is(err, ErrClosed) && sh.State() == StateClosed && m.open(s) {
+			// Stopped as idle between the lookup and the command: the
+			// next lookup gives a fresh shell.
+			continue
+		}
+		return res, err
 	}
-	return sh.Exec(ctx, command, opts)
+}
+
+// open reports whether s may have terminals: neither s nor the manager
+// was closed.
+func (m *Manager) open(s *session.Session) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return !m.closed && !m.ended[s.ID]
 }
 
 // State is what the manager knows of a session's terminals.
@@ -218,6 +247,17 @@ func (m *Manager) CloseSession(s *session.Session) int {
 	m.mu.Lock()
 	l := m.live[s.ID]
 	delete(m.live, s.ID)
+	if m.ended == nil {
+		m.ended = map[string]bool{}
+	}
+	if !m.ended[s.ID] {
+		m.ended[s.ID] = true
+		m.endedOrder = append(m.endedOrder, s.ID)
+		if len(m.endedOrder) > maxEnded {
+			delete(m.ended, m.endedOrder[0])
+			m.endedOrder = m.endedOrder[1:]
+		}
+	}
 	m.mu.Unlock()
 	if l != nil {
 		if l.shell != nil {
@@ -305,22 +345,28 @@ func (m *Manager) PatrolOnce(ctx context.Context, p PatrolHooks) PatrolReport {
 			}
 		}
 	}
-	now := time.Now()
+	cutoff := time.Now().Add(-m.opts.IdleStop)
 	m.mu.Lock()
-	var idle []*Shell
+	var shells []*Shell
 	for id, l := range m.live {
-		if l.shell == nil || (p.Paused != nil && p.Paused(id)) {
-			continue
-		}
-		if st := l.shell.Status(); st.Alive && !st.Busy && now.Sub(st.LastUsed) > m.opts.IdleStop {
-			idle = append(idle, l.shell)
-			l.shell = nil // a fresh one starts, in the stored cwd, on next use
+		if l.shell != nil && (p.Paused == nil || !p.Paused(id)) {
+			shells = append(shells, l.shell)
 		}
 	}
 	m.mu.Unlock()
-	for _, sh := range idle {
-		sh.Close()
-		rep.StoppedIdle++
+	for _, sh := range shells {
+		// The check and the close are one step in the shell: a command
+		// that starts first keeps it.
+		if sh.CloseIfIdle(cutoff) {
+			rep.StoppedIdle++
+			m.mu.Lock()
+			for _, l := range m.live {
+				if l.shell == sh {
+					l.shell = nil // a fresh one starts, in the stored cwd, on next use
+				}
+			}
+			m.mu.Unlock()
+		}
 	}
 	if p.SessionsDir != "" && p.Exists != nil {
 		entries, _ := os.ReadDir(p.SessionsDir)

@@ -23,7 +23,12 @@
 // records.go for which blob counts, and shelllib.go for the dump).
 //
 // A Shell runs one command at a time and is safe for concurrent use: a
-// second Exec while a command runs gets ErrBusy.
+// second Exec while a command runs gets ErrBusy. Its life (idle, starting,
+// ready, running, closing, closed) is the state machine of lifecycle.go;
+// Close returns once no call is in flight in it, and a call that raced
+// with it gets ErrClosed. While a command runs, the shell looks every
+// 100 ms whether it waits for input, over the processes of its own box
+// only (procfs.go).
 package terminal
 
 import (
@@ -37,9 +42,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -57,7 +60,7 @@ var (
 	// ErrNotRunning: there is no command to send input to or to wait for.
 	ErrNotRunning = errors.New("no command is running in the session's shell")
 	// ErrClosed: the shell was closed (its session was destroyed).
-	ErrClosed = errors.New("the shell is closed")
+	ErrClosed = errors.New("the shell was closed")
 	// ErrInvalid marks bad input (a NUL byte in a command).
 	ErrInvalid = errors.New("invalid argument")
 	// ErrNoBash: the box has no bash, which the session shell needs.
@@ -186,35 +189,31 @@ func (r *Result) interruptText() string {
 	return what
 }
 
-// Shell is one resident shell.
+// Shell is one resident shell. Its life is the state machine of
+// lifecycle.go.
 type Shell struct {
 	opts ShellOptions
 
-	mu       sync.Mutex
-	proc     *sandbox.Process
-	cmdW     *os.File // the shell's standard input: framed commands
-	inW      *os.File // the commands' standard input
-	inInode  uint64
-	out      *router
-	errOut   *router
-	outR     *os.File // parent ends of the output pipes, closed by Close
-	errR     *os.File
-	outDone  chan struct{} // closed when the output pipe reached end of file
-	exited   chan struct{} // closed when proc has exited
-	exitCode int
+	mu      sync.Mutex
+	state   ShellState
+	changed chan struct{} // closed and replaced on every change (waitLocked)
+	closing chan struct{} // closed when the shell moves to closing
+	calls   int           // calls in flight and run collectors; closed waits for none
+	sp      *shellProc    // the process, when there is one
+	cur     *run          // the command running (state running)
+	last    *run          // the last command, until a waiter took its result
+
 	cwd      string
-	exported map[string]string
-	state    string   // the last command's shell state, for the next one
-	stateIn  *os.File // a memfd the next subshell reads it from (fd 7)
-	cur      *run
-	closed   bool
 	restarts int
 	lastExit int
 	lastUsed time.Time
+
+	closeOnce sync.Once
 }
 
 // run is one command in flight.
 type run struct {
+	sp           *shellProc // the process it runs in
 	nonce, token string
 	out, errOut  *runcode.Capture
 	start        time.Time
@@ -235,10 +234,16 @@ type run struct {
 	stateSynced chan struct{}
 	stateOnce   sync.Once
 
-	intrMu      sync.Mutex // held for a whole interrupt; complete waits on it
+	intrMu      sync.Mutex // held for a whole interrupt; collect waits on it
 	interrupted bool
 	stage       string
 	restarted   bool
+
+	// Set by collect before done is closed.
+	done      chan struct{}
+	res       *Result
+	closed    bool // it ended because the shell was closed
+	delivered bool // a waiter returned its result (the Shell's mu)
 }
 
 // NewShell returns a shell; the process starts on first use.
@@ -259,7 +264,7 @@ func NewShell(opts ShellOptions) *Shell {
 	if cwd == "" {
 		cwd = opts.Workspace
 	}
-	return &Shell{opts: opts, cwd: cwd}
+	return &Shell{opts: opts, cwd: cwd, changed: make(chan struct{}), closing: make(chan struct{})}
 }
 
 // Status is a snapshot of the shell's state.
@@ -277,23 +282,11 @@ type Status struct {
 func (s *Shell) Status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Status{Alive: s.aliveLocked(), Busy: s.cur != nil, Cwd: s.cwd, LastExit: s.lastExit, Restarts: s.restarts, LastUsed: s.lastUsed}
-	if st.Alive {
-		st.Pid = s.proc.Pid()
+	st := Status{Busy: s.state == StateRunning, Cwd: s.cwd, LastExit: s.lastExit, Restarts: s.restarts, LastUsed: s.lastUsed}
+	if s.sp != nil && s.sp.alive() {
+		st.Alive, st.Pid = true, s.sp.proc.Pid()
 	}
 	return st
-}
-
-func (s *Shell) aliveLocked() bool {
-	if s.proc == nil {
-		return false
-	}
-	select {
-	case <-s.exited:
-		return false
-	default:
-		return true
-	}
 }
 
 // Done is closed when the current shell process has exited (a closed
@@ -301,163 +294,12 @@ func (s *Shell) aliveLocked() bool {
 func (s *Shell) Done() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.exited == nil {
+	if s.sp == nil {
 		c := make(chan struct{})
 		close(c)
 		return c
 	}
-	return s.exited
-}
-
-// Start starts the shell process if it is not running.
-func (s *Shell) Start() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.startLocked()
-}
-
-func (s *Shell) startLocked() error {
-	if s.closed {
-		return ErrClosed
-	}
-	if s.aliveLocked() {
-		return nil
-	}
-	s.stopLocked()
-	bash, err := s.bashPath()
-	if errors.Is(err, ErrNoBash) {
-		return s.noBash()
-	}
-	if err != nil {
-		return err
-	}
-	// stdin (framed commands), the commands' input (fd 4), status records
-	// (fd 3), split stderr (fd 5), the state stream (fd 6), and one output
-	// pipe for fd 1 and 2, which keeps their interleaving exactly as
-	// written.
-	p, err := openPipes(5)
-	if err != nil {
-		return err
-	}
-	stateR, stateW, err := stateSocket()
-	var stateIn *os.File
-	if err == nil {
-		stateIn, err = memfd("quro-shell-state")
-		if err != nil {
-			stateR.Close()
-			stateW.Close()
-		}
-	}
-	if err != nil {
-		for _, pp := range p {
-			pp[0].Close()
-			pp[1].Close()
-		}
-		return err
-	}
-	cmdR, cmdW := p[0][0], p[0][1]
-	inR, inW := p[1][0], p[1][1]
-	statusR, statusW := p[2][0], p[2][1]
-	errR, errW := p[3][0], p[3][1]
-	outR, outW := p[4][0], p[4][1]
-	var st syscall.Stat_t
-	syscall.Fstat(int(inR.Fd()), &st)
-
-	s.out = &router{scroll: s.opts.Scrollback}
-	s.errOut = &router{scroll: s.opts.Scrollback}
-	args := []string{bash, "--norc", "--noprofile", "--noediting", "-i"}
-	env := maps.Clone(s.opts.Env())
-	if env == nil {
-		env = map[string]string{}
-	}
-	env["PS1"], env["PS2"], env["PS4"] = "", "", ""
-	proc, err := s.opts.Sandbox.Start(context.Background(), &sandbox.Spec{
-		Args: args, Dir: s.opts.Workspace, Home: s.opts.Workspace, TmpDir: s.opts.TmpDir,
-		Network: s.opts.Network, Rootfs: s.opts.Rootfs,
-		Env:    env,
-		Stdin:  cmdR,
-		Stdout: outW, Stderr: outW,
-		// fd 3: status records; fd 4: the commands' input; fd 5: split
-		// stderr; fd 6: the state stream; fd 7: the state to restore.
-		ExtraFiles: []*os.File{statusW, inR, errW, stateW, stateIn},
-		ReadOnly:   []string{bash},
-	})
-	cmdR.Close()
-	statusW.Close()
-	inR.Close()
-	errW.Close()
-	outW.Close()
-	stateW.Close()
-	if err != nil {
-		cmdW.Close()
-		inW.Close()
-		statusR.Close()
-		errR.Close()
-		outR.Close()
-		stateR.Close()
-		stateIn.Close()
-		return err
-	}
-	s.proc, s.cmdW, s.inW, s.inInode = proc, cmdW, inW, st.Ino
-	s.exited = make(chan struct{})
-	s.exported = map[string]string{}
-	s.state, s.stateIn = "", stateIn
-	for k, v := range env {
-		s.exported[k] = v
-	}
-	exited := s.exited
-	go s.readStatus(statusR)
-	hello := "\x00R" + randomHex(16) + "\x00"
-	go s.readState(stateR, hello)
-	s.outR, s.errR = outR, errR
-	out, errOut := s.out, s.errOut
-	go func() {
-		defer errR.Close()
-		io.Copy(errOut, errR)
-	}()
-	outDone := make(chan struct{})
-	s.outDone = outDone
-	go func() {
-		defer close(outDone)
-		defer outR.Close()
-		io.Copy(out, outR)
-	}()
-	go func() {
-		e := proc.Wait()
-		s.mu.Lock()
-		s.exitCode = e.Code
-		cur := s.cur
-		s.mu.Unlock()
-		close(exited)
-		if cur != nil {
-			cur.finish(func() { cur.died, cur.exitCode = true, e.Code })
-		}
-	}()
-	// The first framed command sets the shell up and goes to the last cwd.
-	setup := "set +H; set +o history 2>/dev/null; unset HISTFILE; trap - INT\n"
-	setup += "builtin printf '" + octalEscape(hello) + "' >&6\n"
-	setup += "cd -- " + shellQuote(s.cwd) + " 2>/dev/null || cd\n"
-	delim := "QURO_" + randomHex(16)
-	setup += "IFS= read -r -d '' __quro_lib <<'" + delim + "' || :\n" + shellLib + delim + "\n"
-	setup += shellBaseline
-	// Wait until the shell has read the setup, so that what it prints on
-	// start (job-control warnings) is not taken for a command's output.
-	token := "\x00QS" + randomHex(16) + "\x00"
-	setup += "printf '" + octalEscape(token) + "'\n"
-	ready := make(chan struct{})
-	s.out.attach(nil, token, ready)
-	if _, err := io.WriteString(cmdW, setup); err != nil {
-		return fmt.Errorf("shell setup: %w", err)
-	}
-	select {
-	case <-ready:
-	case <-exited:
-		return fmt.Errorf("the shell exited while starting (code %d)", s.exitCodeAfter(exited))
-	case <-time.After(10 * time.Second):
-		return errors.New("the shell did not start within 10 s")
-	}
-	s.out.detach()
-	return nil
+	return s.sp.exited
 }
 
 // stateSocket returns the two ends of the state stream: a Unix stream
@@ -481,14 +323,6 @@ func memfd(name string) (*os.File, error) {
 		return nil, fmt.Errorf("memfd: %w", err)
 	}
 	return os.NewFile(uintptr(fd), name), nil
-}
-
-// exitCodeAfter reads the exit code once exited is closed.
-func (s *Shell) exitCodeAfter(exited chan struct{}) int {
-	<-exited
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.exitCode
 }
 
 // openPipes opens n pipes, or none.
@@ -582,7 +416,7 @@ func (s *Shell) readStatus(rd io.ReadCloser) {
 // hello with the command's state nonce before any user code runs) count.
 // The command's other processes — background jobs that know the nonce —
 // write into the void.
-func (s *Shell) readState(f *os.File, hello string) {
+func (s *Shell) readState(sp *shellProc, f *os.File, hello string) {
 	defer f.Close()
 	rc, err := f.SyscallConn()
 	if err != nil {
@@ -620,8 +454,8 @@ func (s *Shell) readState(f *os.File, hello string) {
 		s.mu.Lock()
 		c := s.cur
 		s.mu.Unlock()
-		if c == nil {
-			continue
+		if c == nil || c.sp != sp {
+			continue // no command, or one of another process of the shell
 		}
 		if pid == rpid {
 			rsp.feed(data, func(chunk []byte, overflow bool) {
@@ -719,52 +553,57 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 		timeout = 30 * time.Second
 	}
 	s.mu.Lock()
-	if s.cur != nil {
-		s.mu.Unlock()
-		return nil, ErrBusy
-	}
-	if err := s.startLocked(); err != nil {
+	if err := s.enterLocked(); err != nil {
 		s.mu.Unlock()
 		return nil, err
 	}
+	defer s.leave()
+	if err := s.claimLocked(ctx); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	// The shell is running: this command owns its process.
+	sp := s.sp
 	r := &run{
+		sp:    sp,
 		nonce: randomHex(16), token: "\x00QS" + randomHex(16) + "\x00", stateNonce: randomHex(16),
 		start:  time.Now(),
 		status: make(chan struct{}), synced: make(chan struct{}), errSynced: make(chan struct{}),
-		stateSynced: make(chan struct{}),
+		stateSynced: make(chan struct{}), done: make(chan struct{}),
 	}
 	id := time.Now().UTC().Format("20060102-150405.000000") + "-" + randomHex(4)
 	r.out = runcode.NewCapture(s.opts.MaxOutput, filepath.Join(s.opts.OutputsDir, "term-"+id+".out"), s.opts.SpillLimit).Within(s.opts.Workspace).Observed(ctx, "stdout")
 	if opts.Split {
 		r.errOut = runcode.NewCapture(s.opts.MaxOutput, filepath.Join(s.opts.OutputsDir, "term-"+id+".err"), s.opts.SpillLimit).Within(s.opts.Workspace).Observed(ctx, "stderr")
-		s.errOut.attach(r.errOut, r.token, r.errSynced)
+		sp.errOut.attach(r.errOut, r.token, r.errSynced)
 	} else {
 		close(r.errSynced)
 	}
-	s.out.attach(r.out, r.token, r.synced)
-	s.cur = r
+	sp.out.attach(r.out, r.token, r.synced)
+	s.cur, s.last = r, r
 	s.lastUsed = r.start
 	script := s.frame(command, r, opts.Split)
-	w := s.cmdW
 	// The subshell reads the state from fd 7, a memfd it shares with the
 	// resident shell (a regular file: bash reads it in blocks, where a
 	// pipe costs one read per byte). Only this server writes it, between
 	// commands; the subshell closes it before any user code runs.
-	err := s.stateIn.Truncate(0)
+	err := sp.stateIn.Truncate(0)
 	if err == nil {
-		_, err = s.stateIn.WriteAt([]byte(s.state), 0)
+		_, err = sp.stateIn.WriteAt([]byte(sp.blob), 0)
 	}
 	if err == nil {
-		_, err = s.stateIn.Seek(0, io.SeekStart)
+		_, err = sp.stateIn.Seek(0, io.SeekStart)
 	}
+	// The collector ends the run whoever waits for it; it counts as a call
+	// in flight, so that the shell is closed only once it is done.
+	s.calls++
+	go s.collect(r)
 	s.mu.Unlock()
-	if err != nil {
-		r.finish(func() { r.died, r.exitCode = true, -1 })
-		return s.wait(ctx, r, timeout)
+	if err == nil {
+		_, err = io.WriteString(sp.cmdW, script)
 	}
-
-	if _, err := io.WriteString(w, script); err != nil {
-		// The shell died before it could read the command.
+	if err != nil {
+		// The shell died (or was closed) before it could read the command.
 		r.finish(func() { r.died, r.exitCode = true, -1 })
 	}
 	return s.wait(ctx, r, timeout)
@@ -808,18 +647,18 @@ func (s *Shell) frame(command string, r *run, split bool) string {
 		if !validName(k) {
 			continue
 		}
-		if old, ok := s.exported[k]; !ok || old != env[k] {
+		if old, ok := r.sp.exported[k]; !ok || old != env[k] {
 			b.WriteString("builtin export " + k + "=" + shellQuote(env[k]) + " 2>/dev/null || :\n")
 		}
 	}
-	for k := range s.exported {
+	for k := range r.sp.exported {
 		if _, ok := env[k]; !ok && validName(k) && !strings.HasPrefix(k, "PS") {
 			b.WriteString("builtin unset " + k + " 2>/dev/null || :\n")
 		}
 	}
-	s.exported = maps.Clone(env)
-	if s.exported == nil {
-		s.exported = map[string]string{}
+	r.sp.exported = maps.Clone(env)
+	if r.sp.exported == nil {
+		r.sp.exported = map[string]string{}
 	}
 	b.WriteString("builtin eval \"$__quro_c\"\n__quro_dump k $? \"$@\"\n)\n")
 	// Back in the resident shell. The marker is drawn only now, after the
@@ -846,20 +685,32 @@ func (s *Shell) wait(ctx context.Context, r *run, timeout time.Duration) (*Resul
 	blockedTicks := 0
 	for {
 		select {
-		case <-r.status:
-			return s.complete(r), nil
+		case <-r.done:
+			return s.result(r)
 		case <-ctx.Done():
 			s.interrupt(r)
-			res := s.complete(r)
-			res.Error = "canceled by the caller; the command was interrupted"
-			return res, nil
+			<-r.done
+			if cause := context.Cause(ctx); !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+				// Canceled for a reason of the caller's (its session was
+				// destroyed): that is the answer.
+				s.deliver(r)
+				return nil, fmt.Errorf("%w (the command was interrupted)", cause)
+			}
+			res, err := s.result(r)
+			if err == nil {
+				res.Error = "canceled by the caller; the command was interrupted"
+			}
+			return res, err
 		case <-timer.C:
 			s.interrupt(r)
-			res := s.complete(r)
-			res.TimedOut, res.TimeoutMS = true, timeout.Milliseconds()
-			return res, nil
+			<-r.done
+			res, err := s.result(r)
+			if err == nil {
+				res.TimedOut, res.TimeoutMS = true, timeout.Milliseconds()
+			}
+			return res, err
 		case <-tick.C:
-			if s.waitingForInput() {
+			if r.sp.waitingForInput() {
 				blockedTicks++
 			} else {
 				blockedTicks = 0
@@ -871,10 +722,36 @@ func (s *Shell) wait(ctx context.Context, r *run, timeout time.Duration) (*Resul
 	}
 }
 
-// Wait waits for the running command after send_input.
+// result is r's result, once done, for one waiter (a copy).
+func (s *Shell) result(r *run) (*Result, error) {
+	s.deliver(r)
+	if r.closed {
+		return nil, fmt.Errorf("%w while the command ran (its session was destroyed, or the server is stopping)", ErrClosed)
+	}
+	res := *r.res
+	return &res, nil
+}
+
+// deliver notes that a waiter returned r's end.
+func (s *Shell) deliver(r *run) {
+	s.mu.Lock()
+	r.delivered = true
+	s.mu.Unlock()
+}
+
+// Wait waits for the running command after send_input — or returns the
+// end of the last one, if it ended since and no one has had it yet.
 func (s *Shell) Wait(ctx context.Context, timeout time.Duration) (*Result, error) {
 	s.mu.Lock()
+	if err := s.enterLocked(); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	defer s.leave()
 	r := s.cur
+	if r == nil && s.last != nil && !s.last.delivered {
+		r = s.last
+	}
 	s.mu.Unlock()
 	if r == nil {
 		return nil, ErrNotRunning
@@ -887,11 +764,21 @@ func (s *Shell) Wait(ctx context.Context, timeout time.Duration) (*Result, error
 
 // SendInput writes data to the running command's standard input. "\x03"
 // alone interrupts the command (pipes have no line discipline, so ^C is
-// turned into the two-stage interrupt here).
+// turned into the two-stage interrupt here). Input for a command that
+// ended since its last result was read is dropped: Wait returns its end.
 func (s *Shell) SendInput(data string) error {
 	s.mu.Lock()
-	r, w := s.cur, s.inW
+	if err := s.enterLocked(); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	defer s.leave()
+	r := s.cur
+	ended := r == nil && s.last != nil && !s.last.delivered
 	s.mu.Unlock()
+	if ended {
+		return nil
+	}
 	if r == nil {
 		return ErrNotRunning
 	}
@@ -899,8 +786,13 @@ func (s *Shell) SendInput(data string) error {
 		s.interrupt(r)
 		return nil
 	}
-	_, err := io.WriteString(w, data)
-	return err
+	if _, err := io.WriteString(r.sp.inW, data); err != nil {
+		if s.State() >= StateClosing {
+			return ErrClosed
+		}
+		return err
+	}
+	return nil
 }
 
 // partial reports a command that is still running, with its output so far
@@ -915,25 +807,28 @@ func (s *Shell) partial(r *run, waiting bool) *Result {
 	}
 }
 
-// complete finishes r once its status arrived (or the shell died): drain
-// its output up to the sync token, restart a dead shell, build the result.
-func (s *Shell) complete(r *run) *Result {
+// collect ends r once its status arrived (or its shell died): drain its
+// output up to the sync token, keep the state it handed back, restart a
+// shell that died, and move the shell back to ready. It is the only one to
+// end a run, whoever waits for it (Exec, Wait, or no one). It runs as a
+// counted call.
+func (s *Shell) collect(r *run) {
+	defer s.leave()
 	<-r.status
+	sp := r.sp
 	r.intrMu.Lock()
 	res := &Result{ExitCode: r.exitCode, Interrupted: r.interrupted, InterruptStage: r.stage, ShellRestarted: r.restarted}
 	r.intrMu.Unlock()
 	if r.died {
 		// The shell is gone and the sandbox killed its group: what it
 		// printed last is still in the pipe until end of file.
-		s.mu.Lock()
-		done := s.outDone
-		s.mu.Unlock()
 		select {
-		case <-done:
+		case <-sp.outDone:
 		case <-time.After(2 * time.Second):
 		}
 	}
 	var st *stateEvent
+	newCwd := ""
 	if !r.died {
 		// The token follows the command's output; wait for it so that no
 		// output is left in the pipe.
@@ -955,8 +850,8 @@ func (s *Shell) complete(r *run) *Result {
 		r.smu.Unlock()
 	}
 	s.mu.Lock()
-	s.out.detach()
-	s.errOut.detach()
+	sp.out.detach()
+	sp.errOut.detach()
 	switch {
 	case r.died:
 	case st == nil:
@@ -969,28 +864,49 @@ func (s *Shell) complete(r *run) *Result {
 		// exit, or set -e: the command ended its shell, as it would in a
 		// terminal; a new one starts in the last directory.
 	default:
-		s.state = st.blob
+		sp.blob = st.blob
 		if st.cwd != s.cwd {
 			s.cwd = st.cwd
-			if s.opts.OnCwd != nil {
-				defer s.opts.OnCwd(st.cwd)
-			}
+			newCwd = st.cwd
 		}
 	}
-	if r.died || st == nil || st.big || st.exited {
+	if s.state == StateRunning && (r.died || st == nil || st.big || st.exited) {
 		res.ShellRestarted = true
 		s.restarts++
-		if !r.died {
-			s.stopLocked()
-		}
-		if err := s.startLocked(); err != nil {
+		s.sp = nil
+		cwd := s.cwd
+		s.mu.Unlock()
+		sp.stop(false)
+		nsp, err := s.spawn(cwd)
+		s.mu.Lock()
+		switch {
+		case err != nil:
 			res.Error = "the shell died and could not be restarted: " + err.Error()
+		case s.state != StateRunning:
+			// Closed meanwhile: the new shell goes too.
+			s.mu.Unlock()
+			nsp.stop(true)
+			s.mu.Lock()
+		default:
+			s.sp = nsp
 		}
 	}
 	res.Cwd = s.cwd
 	s.lastExit = res.ExitCode
 	s.cur = nil
+	switch {
+	case s.state != StateRunning:
+		r.closed = true
+	case s.sp != nil:
+		s.setStateLocked(StateReady)
+	default:
+		s.setStateLocked(StateIdle)
+	}
 	s.mu.Unlock()
+	if newCwd != "" && s.opts.OnCwd != nil {
+		// Before the result is out: who reads it may read the stored cwd.
+		s.opts.OnCwd(newCwd)
+	}
 	v := r.out.Finish()
 	res.Output, res.OutputBytes, res.Truncated = v.Text, v.Bytes, v.Cut
 	res.OutputFile = relTo(s.opts.Workspace, v.File)
@@ -1000,22 +916,22 @@ func (s *Shell) complete(r *run) *Result {
 		res.Truncated = res.Truncated || ev.Cut
 	}
 	res.DurationMS = ms(time.Since(r.start))
-	return res
+	r.res = res
+	close(r.done)
 }
 
 // interrupt stops r in two stages: SIGINT to the shell's process group, then
 // after the grace period the shell is killed (its status arrives as a death
-// and complete restarts it in the last directory).
+// and collect restarts it in the last directory).
 func (s *Shell) interrupt(r *run) {
-	s.mu.Lock()
-	proc := s.proc
-	exited := s.exited
-	s.mu.Unlock()
-	if proc == nil {
-		return
-	}
+	proc := r.sp.proc
 	r.intrMu.Lock()
 	defer r.intrMu.Unlock()
+	select {
+	case <-r.status:
+		return // ended already: no stray ^C for the shell
+	default:
+	}
 	if r.interrupted {
 		return
 	}
@@ -1029,53 +945,8 @@ func (s *Shell) interrupt(r *run) {
 	r.stage = "hard"
 	r.restarted = true
 	killProc(proc)
-	<-exited
+	<-r.sp.exited
 	<-r.status
-}
-
-// waitingForInput reports whether a process of the shell's group is blocked
-// reading the commands' input pipe.
-func (s *Shell) waitingForInput() bool {
-	s.mu.Lock()
-	proc, ino := s.proc, s.inInode
-	s.mu.Unlock()
-	if proc == nil || ino == 0 {
-		return false
-	}
-	pgid := proc.Group()
-	if pgid <= 0 {
-		return false
-	}
-	return blockedOnPipe(pgid, ino)
-}
-
-// Close kills the shell and everything it started.
-func (s *Shell) Close() {
-	s.mu.Lock()
-	s.closed = true
-	s.stopLocked()
-	s.mu.Unlock()
-}
-
-func (s *Shell) stopLocked() {
-	if s.proc == nil {
-		return
-	}
-	killProc(s.proc)
-	s.cmdW.Close()
-	s.inW.Close()
-	s.stateIn.Close()
-	if s.closed {
-		// Nothing more will be read: a process that escaped the group
-		// must not keep the readers alive.
-		s.outR.Close()
-		s.errR.Close()
-	}
-	exited := s.exited
-	s.mu.Unlock()
-	<-exited
-	s.mu.Lock()
-	s.proc = nil
 }
 
 // router hands the shell's output to the current command's capture and
@@ -1150,64 +1021,6 @@ func (r *router) emit(p []byte) {
 	}
 	if r.scroll != nil {
 		r.scroll.Write(p)
-	}
-}
-
-// blockedOnPipe reports whether a process in the process group pgid sits in
-// read(2) on the pipe with inode ino.
-func blockedOnPipe(pgid int, ino uint64) bool {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return false
-	}
-	want := fmt.Sprintf("pipe:[%d]", ino)
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp ...: comm may hold spaces, so cut at ')'.
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) < 3 || f[2] != strconv.Itoa(pgid) || f[0] != "S" {
-			continue
-		}
-		sc, err := os.ReadFile("/proc/" + e.Name() + "/syscall")
-		if err != nil {
-			continue
-		}
-		sf := strings.Fields(string(sc))
-		if len(sf) < 2 || !readSyscalls[sf[0]] {
-			continue
-		}
-		fd, err := strconv.ParseInt(strings.TrimPrefix(sf[1], "0x"), 16, 64)
-		if err != nil {
-			continue
-		}
-		if link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", pid, fd)); err == nil && link == want {
-			return true
-		}
-	}
-	return false
-}
-
-// readSyscalls are the read(2)-family syscall numbers as /proc/PID/syscall
-// shows them.
-var readSyscalls = map[string]bool{}
-
-func init() {
-	switch runtime.GOARCH {
-	case "amd64":
-		readSyscalls = map[string]bool{"0": true, "17": true, "19": true} // read, pread64, readv
-	case "arm64":
-		readSyscalls = map[string]bool{"63": true, "65": true, "67": true}
 	}
 }
 

@@ -1,0 +1,478 @@
+package terminal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/quro-dev/quro/internal/sandbox"
+)
+
+// The life of a Shell is an explicit state machine. Every change of state
+// goes through setStateLocked, which refuses a transition the table below
+// does not list and wakes everyone waiting on the shell; who may touch the
+// shell's process follows from the state:
+//
+//	idle ──▶ starting ──▶ ready ◀──▶ running
+//	  ▲         │           │           │
+//	  └─────────┴───────────┴───────────┘   (the process ended / failed to start)
+//	every one of them ──▶ closing ──▶ closed
+//
+// starting: the call that moved the shell there starts its process (no lock
+// held) and is the only one to publish it. running: one command owns the
+// process; its collector (collect) ends the run, restarts a shell that died,
+// and moves back to ready. closing and closed only ever go forward: once
+// Close began, no transition leads back to a usable shell, so a start or a
+// restart that finishes after it kills what it made instead of publishing
+// it. closed is reached when the process is gone and no call is in flight.
+
+// ShellState is where a Shell is in its life.
+type ShellState int
+
+const (
+	// StateIdle: no shell process (not started yet, or it ended between
+	// commands); the next command starts one.
+	StateIdle ShellState = iota
+	// StateStarting: a shell process is being started.
+	StateStarting
+	// StateReady: the shell process waits for a command.
+	StateReady
+	// StateRunning: a command runs.
+	StateRunning
+	// StateClosing: Close began; new calls are refused and those in flight
+	// are ending.
+	StateClosing
+	// StateClosed: the process is gone and no call is in flight.
+	StateClosed
+)
+
+var stateNames = [...]string{"idle", "starting", "ready", "running", "closing", "closed"}
+
+func (st ShellState) String() string {
+	if st >= 0 && int(st) < len(stateNames) {
+		return stateNames[st]
+	}
+	return fmt.Sprintf("ShellState(%d)", int(st))
+}
+
+// transitions lists the states each state may move to.
+var transitions = [...][]ShellState{
+	StateIdle:     {StateStarting, StateClosing},
+	StateStarting: {StateReady, StateIdle, StateClosing},
+	StateReady:    {StateRunning, StateIdle, StateClosing},
+	StateRunning:  {StateReady, StateIdle, StateClosing},
+	StateClosing:  {StateClosed},
+	StateClosed:   nil,
+}
+
+// setStateLocked moves the shell to st if its state allows it, wakes every
+// waiter, and reports whether it did. s.mu is held.
+func (s *Shell) setStateLocked(st ShellState) bool {
+	if !slices.Contains(transitions[s.state], st) {
+		return false
+	}
+	s.state = st
+	if st == StateClosing {
+		close(s.closing)
+	}
+	s.broadcastLocked()
+	return true
+}
+
+// broadcastLocked wakes every waitLocked.
+func (s *Shell) broadcastLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// waitLocked waits until ok holds (checked with s.mu held; released while
+// waiting) or ctx ends.
+func (s *Shell) waitLocked(ctx context.Context, ok func() bool) error {
+	for !ok() {
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			s.mu.Lock()
+			return context.Cause(ctx)
+		}
+		s.mu.Lock()
+	}
+	return nil
+}
+
+// State reports where the shell is in its life.
+func (s *Shell) State() ShellState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state
+}
+
+// enterLocked counts a call in flight, or refuses it once Close began.
+// Every successful enterLocked is paired with a leave.
+func (s *Shell) enterLocked() error {
+	if s.state >= StateClosing {
+		return ErrClosed
+	}
+	s.calls++
+	return nil
+}
+
+// leave ends a call counted by enterLocked.
+func (s *Shell) leave() {
+	s.mu.Lock()
+	s.calls--
+	if s.calls == 0 {
+		s.broadcastLocked()
+	}
+	s.mu.Unlock()
+}
+
+// shellProc is one resident bash and its plumbing. A Shell has at most one
+// at a time (s.sp), replaced as a whole when it ends.
+type shellProc struct {
+	proc     *sandbox.Process
+	cmdW     *os.File // the shell's standard input: framed commands
+	inW      *os.File // the commands' standard input
+	inInode  uint64   // the inode of the commands' input pipe
+	out      *router
+	errOut   *router
+	outR     *os.File      // parent ends of the output pipes
+	errR     *os.File      //
+	outDone  chan struct{} // closed when the output pipe reached end of file
+	exited   chan struct{} // closed when proc has exited
+	exitCode int           // set before exited is closed
+	stateIn  *os.File      // a memfd the next subshell reads the state from (fd 7)
+
+	// Under the Shell's mu:
+	exported map[string]string // the variables exported to this process
+	blob     string            // the last command's shell state, for the next one
+}
+
+func (sp *shellProc) alive() bool {
+	select {
+	case <-sp.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// release closes the server's writing ends (the process is gone or going).
+func (sp *shellProc) release() {
+	sp.cmdW.Close()
+	sp.inW.Close()
+	sp.stateIn.Close()
+}
+
+// stop kills the process and what it runs, closes the server's ends (the
+// readers too when final: a process that escaped the group must not keep
+// them alive) and waits until the process has exited.
+func (sp *shellProc) stop(final bool) {
+	killProc(sp.proc)
+	sp.release()
+	if final {
+		sp.outR.Close()
+		sp.errR.Close()
+	}
+	<-sp.exited
+}
+
+// Start starts the shell process if it is not running.
+func (s *Shell) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enterLocked(); err != nil {
+		return err
+	}
+	defer func() {
+		s.calls--
+		if s.calls == 0 {
+			s.broadcastLocked()
+		}
+	}()
+	for {
+		switch s.state {
+		case StateRunning:
+			return nil
+		case StateReady:
+			if s.sp.alive() {
+				return nil
+			}
+			s.dropLocked()
+		default:
+			if err := s.prepareLocked(context.Background()); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// claimLocked makes the shell run a command: it starts the process if
+// needed and moves the shell to running. The caller is a counted call.
+func (s *Shell) claimLocked(ctx context.Context) error {
+	for {
+		switch s.state {
+		case StateRunning:
+			return ErrBusy
+		case StateReady:
+			if !s.sp.alive() {
+				// It ended between commands, before its end was seen.
+				s.dropLocked()
+				continue
+			}
+			s.setStateLocked(StateRunning)
+			return nil
+		default:
+			if err := s.prepareLocked(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// prepareLocked moves an idle shell to ready by starting its process, waits
+// for a start in progress, and refuses a closing shell.
+func (s *Shell) prepareLocked(ctx context.Context) error {
+	switch s.state {
+	case StateClosing, StateClosed:
+		return ErrClosed
+	case StateStarting:
+		return s.waitLocked(ctx, func() bool { return s.state != StateStarting })
+	case StateIdle:
+		s.setStateLocked(StateStarting)
+		cwd := s.cwd
+		s.mu.Unlock()
+		sp, err := s.spawn(cwd)
+		s.mu.Lock()
+		if err != nil {
+			if !s.setStateLocked(StateIdle) {
+				return ErrClosed
+			}
+			return err
+		}
+		if !s.setStateLocked(StateReady) {
+			// Closed while starting: what was started goes.
+			s.mu.Unlock()
+			sp.stop(true)
+			s.mu.Lock()
+			return ErrClosed
+		}
+		s.sp = sp
+	}
+	return nil
+}
+
+// dropLocked forgets a process that ended while the shell was ready.
+func (s *Shell) dropLocked() {
+	if s.sp != nil {
+		s.sp.release()
+		s.sp = nil
+	}
+	s.setStateLocked(StateIdle)
+}
+
+// processEnded is told when sp has exited: a ready shell becomes idle, and
+// a command running in it ends as a death.
+func (s *Shell) processEnded(sp *shellProc) {
+	s.mu.Lock()
+	cur := s.cur
+	if cur != nil && cur.sp != sp {
+		cur = nil
+	}
+	if s.sp == sp && s.state == StateReady {
+		s.dropLocked()
+	}
+	s.mu.Unlock()
+	if cur != nil {
+		cur.finish(func() { cur.died, cur.exitCode = true, sp.exitCode })
+	}
+}
+
+// Close kills the shell and everything it started, and returns once no
+// call is in flight in it any more (closed). Safe to call more than once
+// and from any goroutine.
+func (s *Shell) Close() {
+	s.mu.Lock()
+	s.setStateLocked(StateClosing) // refused when closing already
+	s.mu.Unlock()
+	s.closeOnce.Do(s.teardown)
+	s.mu.Lock()
+	s.waitLocked(context.Background(), func() bool { return s.state == StateClosed })
+	s.mu.Unlock()
+}
+
+// CloseIfIdle closes the shell if its process waits for a command, no call
+// is in flight and it was last used before cutoff; it reports whether it
+// did. The check and the move to closing are one step: no command can
+// start in between.
+func (s *Shell) CloseIfIdle(cutoff time.Time) bool {
+	s.mu.Lock()
+	if s.state != StateReady || s.calls > 0 || !s.lastUsed.Before(cutoff) || !s.setStateLocked(StateClosing) {
+		s.mu.Unlock()
+		return false
+	}
+	s.mu.Unlock()
+	s.Close()
+	return true
+}
+
+// teardown runs once the shell is closing: kill the process, wait for the
+// calls in flight (they end on their own once the process is gone), then
+// closed.
+func (s *Shell) teardown() {
+	s.mu.Lock()
+	sp := s.sp
+	s.mu.Unlock()
+	if sp != nil {
+		sp.stop(true)
+	}
+	s.mu.Lock()
+	s.waitLocked(context.Background(), func() bool { return s.calls == 0 })
+	s.sp = nil
+	s.setStateLocked(StateClosed)
+	s.mu.Unlock()
+}
+
+// spawn starts a resident shell in cwd and waits until it has read its
+// setup. It touches nothing of s but its options: the caller publishes the
+// process (or stops it).
+func (s *Shell) spawn(cwd string) (*shellProc, error) {
+	bash, err := s.bashPath()
+	if errors.Is(err, ErrNoBash) {
+		return nil, s.noBash()
+	}
+	if err != nil {
+		return nil, err
+	}
+	// stdin (framed commands), the commands' input (fd 4), status records
+	// (fd 3), split stderr (fd 5), the state stream (fd 6), and one output
+	// pipe for fd 1 and 2, which keeps their interleaving exactly as
+	// written.
+	p, err := openPipes(5)
+	if err != nil {
+		return nil, err
+	}
+	stateR, stateW, err := stateSocket()
+	var stateIn *os.File
+	if err == nil {
+		stateIn, err = memfd("quro-shell-state")
+		if err != nil {
+			stateR.Close()
+			stateW.Close()
+		}
+	}
+	if err != nil {
+		for _, pp := range p {
+			pp[0].Close()
+			pp[1].Close()
+		}
+		return nil, err
+	}
+	cmdR, cmdW := p[0][0], p[0][1]
+	inR, inW := p[1][0], p[1][1]
+	statusR, statusW := p[2][0], p[2][1]
+	errR, errW := p[3][0], p[3][1]
+	outR, outW := p[4][0], p[4][1]
+	var st syscall.Stat_t
+	syscall.Fstat(int(inR.Fd()), &st)
+
+	args := []string{bash, "--norc", "--noprofile", "--noediting", "-i"}
+	env := maps.Clone(s.opts.Env())
+	if env == nil {
+		env = map[string]string{}
+	}
+	env["PS1"], env["PS2"], env["PS4"] = "", "", ""
+	proc, err := s.opts.Sandbox.Start(context.Background(), &sandbox.Spec{
+		Args: args, Dir: s.opts.Workspace, Home: s.opts.Workspace, TmpDir: s.opts.TmpDir,
+		Network: s.opts.Network, Rootfs: s.opts.Rootfs,
+		Env:    env,
+		Stdin:  cmdR,
+		Stdout: outW, Stderr: outW,
+		// fd 3: status records; fd 4: the commands' input; fd 5: split
+		// stderr; fd 6: the state stream; fd 7: the state to restore.
+		ExtraFiles: []*os.File{statusW, inR, errW, stateW, stateIn},
+		ReadOnly:   []string{bash},
+	})
+	cmdR.Close()
+	statusW.Close()
+	inR.Close()
+	errW.Close()
+	outW.Close()
+	stateW.Close()
+	if err != nil {
+		cmdW.Close()
+		inW.Close()
+		statusR.Close()
+		errR.Close()
+		outR.Close()
+		stateR.Close()
+		stateIn.Close()
+		return nil, err
+	}
+	sp := &shellProc{
+		proc: proc, cmdW: cmdW, inW: inW, inInode: st.Ino,
+		out: &router{scroll: s.opts.Scrollback}, errOut: &router{scroll: s.opts.Scrollback},
+		outR: outR, errR: errR, outDone: make(chan struct{}), exited: make(chan struct{}),
+		stateIn: stateIn, exported: env,
+	}
+	go s.readStatus(statusR)
+	hello := "\x00R" + randomHex(16) + "\x00"
+	go s.readState(sp, stateR, hello)
+	go func() {
+		defer errR.Close()
+		io.Copy(sp.errOut, errR)
+	}()
+	go func() {
+		defer close(sp.outDone)
+		defer outR.Close()
+		io.Copy(sp.out, outR)
+	}()
+	go func() {
+		e := proc.Wait()
+		sp.exitCode = e.Code
+		close(sp.exited)
+		s.processEnded(sp)
+	}()
+	// The first framed command sets the shell up and goes to the last cwd.
+	setup := "set +H; set +o history 2>/dev/null; unset HISTFILE; trap - INT\n"
+	setup += "builtin printf '" + octalEscape(hello) + "' >&6\n"
+	setup += "cd -- " + shellQuote(cwd) + " 2>/dev/null || cd\n"
+	delim := "QURO_" + randomHex(16)
+	setup += "IFS= read -r -d '' __quro_lib <<'" + delim + "' || :\n" + shellLib + delim + "\n"
+	setup += shellBaseline
+	// Wait until the shell has read the setup, so that what it prints on
+	// start (job-control warnings) is not taken for a command's output.
+	token := "\x00QS" + randomHex(16) + "\x00"
+	setup += "printf '" + octalEscape(token) + "'\n"
+	ready := make(chan struct{})
+	sp.out.attach(nil, token, ready)
+	timer := time.NewTimer(10 * time.Second)
+	defer timer.Stop()
+	if _, err = io.WriteString(cmdW, setup); err != nil {
+		err = fmt.Errorf("shell setup: %w", err)
+	} else {
+		select {
+		case <-ready:
+		case <-sp.exited:
+			err = fmt.Errorf("the shell exited while starting (code %d)", sp.exitCode)
+		case <-s.closing:
+			err = ErrClosed
+		case <-timer.C:
+			err = errors.New("the shell did not start within 10 s")
+		}
+	}
+	if err != nil {
+		sp.stop(true)
+		return nil, err
+	}
+	sp.out.detach()
+	return sp, nil
+}
