@@ -49,6 +49,9 @@ type Options struct {
 	// as the session is created, so that its first Python run finds it
 	// ready (quro serve sets it; it costs a worker per session).
 	PrestartPython bool
+	// Observers are told of every call after the audit log and the
+	// metrics (tests watch calls with them).
+	Observers []controller.Observer
 }
 
 // Limits bound one tenant.
@@ -206,9 +209,11 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	a.registerJS(reg, jsEng)
 	a.registerAudit(reg)
 	a.registerBoxes(reg)
-	a.Controller = controller.New(reg, log)
-	a.Controller.SetLimits(controller.Limits{RunsPerTenant: orDefault(opts.Limits.RunsPerTenant, 16)})
-	a.Controller.Observe(a.Audit.Observe)
+	a.Controller = controller.New(reg, &controller.Options{
+		Logger:    log,
+		Limits:    controller.Limits{RunsPerTenant: orDefault(opts.Limits.RunsPerTenant, 16)},
+		Observers: append([]controller.Observer{a.Audit.Observe, a.Metrics.Observer(reg)}, opts.Observers...),
+	})
 	a.instrument()
 	a.Metrics.WatchTenants(a.tenantGauges)
 	return a, nil

@@ -103,6 +103,25 @@ type Reply struct {
 	Text   string
 }
 
+// Options configure a controller. A nil *Options, and every zero field,
+// means the default.
+type Options struct {
+	// Logger gets one line per call (nil: discarded).
+	Logger *slog.Logger
+	// Limits bound what one tenant may do at once (zero: no limits).
+	Limits Limits
+	// Observers are told of every finished call, in order.
+	Observers []Observer
+}
+
+// Limits bound what one tenant may do at once.
+type Limits struct {
+	// RunsPerTenant caps the exec-scope calls (runs, commands, input) a
+	// tenant may have in flight; more get ResourceExhausted (HTTP 429 with
+	// Retry-After). 0: no cap.
+	RunsPerTenant int
+}
+
 // Controller dispatches capability calls. Safe for concurrent use.
 type Controller struct {
 	reg       *capability.Registry
@@ -114,28 +133,17 @@ type Controller struct {
 	inFlight map[string]int // exec-scope calls running, by tenant
 }
 
-// Limits bound what one tenant may do at once.
-type Limits struct {
-	// RunsPerTenant caps the exec-scope calls (runs, commands, input) a
-	// tenant may have in flight; more get ResourceExhausted (HTTP 429 with
-	// Retry-After). 0: no cap.
-	RunsPerTenant int
-}
-
-// SetLimits sets the per-tenant limits. Call it before serving calls.
-func (c *Controller) SetLimits(l Limits) { c.limits = l }
-
-// New returns a controller over reg. log may be nil.
-func New(reg *capability.Registry, log *slog.Logger) *Controller {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+// New returns a controller over reg configured by opts (nil: defaults).
+func New(reg *capability.Registry, opts *Options) *Controller {
+	if opts == nil {
+		opts = &Options{}
 	}
-	return &Controller{reg: reg, log: log}
+	c := &Controller{reg: reg, log: opts.Logger, limits: opts.Limits, observers: append([]Observer(nil), opts.Observers...)}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	return c
 }
-
-// Observe adds fn to the observers of every call. Call it before the
-// controller serves calls; it is not synchronised with Call.
-func (c *Controller) Observe(fn Observer) { c.observers = append(c.observers, fn) }
 
 // Registry returns the capability registry.
 func (c *Controller) Registry() *capability.Registry { return c.reg }
