@@ -209,6 +209,9 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("wait: %w", context.DeadlineExceeded), capability.DeadlineExceeded, []string{"out of time"}, false},
 		{&sandbox.StartError{Program: "python3", Reason: "not found"}, capability.Unavailable, []string{"cannot start python3: not found"}, false},
 		{&sandbox.LayerError{}, capability.Unavailable, []string{"isolation"}, false},
+		// The cause decides before the kind: a start refused at a ceiling.
+		{&sandbox.StartError{Program: "bash", Reason: "tasks ceiling", Err: &sandbox.CeilingError{Ceiling: "tasks", Message: "at most 32"}},
+			capability.ResourceExhausted, []string{"cannot start bash"}, true},
 	} {
 		ce := controller.Classify(tc.err)
 		if ce.Code != tc.code || (ce.RetryAfter > 0) != tc.retry {
@@ -276,9 +279,15 @@ func TestInternalErrorIsLoggedNotLeaked(t *testing.T) {
 		}
 	}
 	// Two internal errors get different ids.
-	a, b := controller.Classify(errors.New("x")), controller.Classify(errors.New("x"))
-	if a.Message == b.Message {
-		t.Errorf("two internal errors share an id: %q", a.Message)
+	boom := capability.New("boom", "fails", capability.ScopeRead, func(ctx context.Context, in empty) (*controller.Reply, error) {
+		return nil, errors.New("x")
+	})
+	ctl := controller.New(newRegistry(t, boom), nil)
+	caller := controller.Caller{Scope: capability.ScopeRead}
+	_, a := ctl.Call(context.Background(), caller, "boom", nil)
+	_, b := ctl.Call(context.Background(), caller, "boom", nil)
+	if a.Error() == b.Error() {
+		t.Errorf("two internal errors share an id: %v", a)
 	}
 }
 
