@@ -20,6 +20,7 @@ import (
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/connlimit"
+	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/metrics"
 	"github.com/quro-dev/quro/internal/version"
 	"github.com/quro-dev/quro/internal/web"
@@ -189,10 +190,7 @@ func requireScope(auth httpauth.Func, need capability.Scope, h http.Handler) htt
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		caller, err := auth(r)
 		if err != nil {
-			var ce *capability.Error
-			if !errors.As(err, &ce) {
-				ce = capability.Errorf(capability.Unauthenticated, "%v", err)
-			}
+			ce := controller.Classify(err)
 			w.Header().Set("WWW-Authenticate", "Bearer")
 			rest.WriteError(w, rest.Status(ce.Code), ce)
 			return

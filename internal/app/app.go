@@ -50,6 +50,9 @@ type Options struct {
 	// as the session is created, so that its first Python run finds it
 	// ready (quro serve sets it; it costs a worker per session).
 	PrestartPython bool
+	// Observers are told of every call after the audit log and the
+	// metrics (tests watch calls with them).
+	Observers []controller.Observer
 }
 
 // Limits bound one tenant.
@@ -223,9 +226,11 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	a.registerTenantLimits(reg)
 	a.registerRootfs(reg)
 	a.registerOpenTerminal(reg)
-	a.Controller = controller.New(reg, log)
-	a.Controller.SetLimits(controller.Limits{RunsPerTenant: orDefault(opts.Limits.RunsPerTenant, 16)})
-	a.Controller.Observe(a.auditLog.Observe)
+	a.Controller = controller.New(reg, &controller.Options{
+		Logger:    log,
+		Limits:    controller.Limits{RunsPerTenant: orDefault(opts.Limits.RunsPerTenant, 16)},
+		Observers: append([]controller.Observer{a.auditLog.Observe, a.Metrics.Observer(reg)}, opts.Observers...),
+	})
 	a.instrument()
 	a.Metrics.WatchTenants(a.tenantGauges)
 	return a, nil

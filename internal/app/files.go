@@ -210,24 +210,6 @@ func (a *App) openWorkspace(ctx context.Context, ref string) (*session.Session, 
 	return sess, w, nil
 }
 
-// fileError gives a workspace or project error its capability code.
-func fileError(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, workspace.ErrOutside):
-		return capability.Errorf(capability.PermissionDenied, "%v", err)
-	case errors.Is(err, workspace.ErrNotFound):
-		return capability.Errorf(capability.NotFound, "%v", err)
-	case errors.Is(err, project.ErrNotEmpty), errors.Is(err, workspace.ErrExists):
-		return capability.Errorf(capability.AlreadyExists, "%v", err)
-	case errors.Is(err, workspace.ErrIsDir), errors.Is(err, workspace.ErrNotDir), errors.Is(err, workspace.ErrTooLarge),
-		errors.Is(err, workspace.ErrInvalid), errors.Is(err, project.ErrBadName), errors.Is(err, project.ErrUnknownTemplate):
-		return capability.Errorf(capability.InvalidArgument, "%v", err)
-	}
-	return err
-}
-
 func (a *App) readFile(ctx context.Context, in ReadFileInput) (*FileContent, error) {
 	if in.Path == "" {
 		return nil, capability.Errorf(capability.InvalidArgument, "path is empty: name a file (list_files shows what there is)")
@@ -240,12 +222,11 @@ func (a *App) readFile(ctx context.Context, in ReadFileInput) (*FileContent, err
 	c, err := w.Read(in.Path, in.Offset, in.Limit)
 	switch {
 	case errors.Is(err, workspace.ErrIsDir):
-		return nil, capability.Errorf(capability.InvalidArgument, "%v: list_files lists a directory", err)
+		return nil, fmt.Errorf("%w: list_files lists a directory", err)
 	case errors.Is(err, workspace.ErrTooLarge):
-		return nil, capability.Errorf(capability.InvalidArgument,
-			"%v; read it in parts with offset and limit (limit at most %d), or process it with run_code", err, w.Options().MaxRead)
+		return nil, fmt.Errorf("%w; read it in parts with offset and limit (limit at most %d), or process it with run_code", err, w.Options().MaxRead)
 	case err != nil:
-		return nil, fileError(err)
+		return nil, err
 	}
 	out := &FileContent{
 		Session: sess.ID, Path: c.Path, Size: c.Size, Offset: c.Offset, Length: int64(len(c.Data)),
@@ -281,7 +262,7 @@ func (a *App) writeFile(ctx context.Context, in WriteFileInput) (*FileWritten, e
 	defer w.Close()
 	res, err := w.Write(in.Path, data, in.Append)
 	if err != nil {
-		return nil, fileError(err)
+		return nil, err
 	}
 	return &FileWritten{
 		Session: sess.ID, Path: res.Path, Wrote: res.Wrote, Size: res.Size, Created: res.Created,
@@ -307,10 +288,10 @@ func (a *App) listFiles(ctx context.Context, in ListFilesInput) (*FileList, erro
 	defer w.Close()
 	l, err := w.List(in.Path, workspace.ListOptions{Depth: depth, MaxEntries: in.MaxEntries})
 	if errors.Is(err, workspace.ErrNotDir) {
-		return nil, capability.Errorf(capability.InvalidArgument, "%v: read_file reads a file", err)
+		return nil, fmt.Errorf("%w: read_file reads a file", err)
 	}
 	if err != nil {
-		return nil, fileError(err)
+		return nil, err
 	}
 	return &FileList{Session: sess.ID, Path: l.Path, Entries: l.Entries, Truncated: l.Truncated, Skipped: l.Skipped}, nil
 }
@@ -323,7 +304,7 @@ func (a *App) createProject(ctx context.Context, in CreateProjectInput) (*Projec
 	defer w.Close()
 	p, err := project.Create(w, in.Template, in.Name)
 	if err != nil {
-		return nil, fileError(err)
+		return nil, err
 	}
 	p.InSession(sess.ID)
 	return &ProjectCreated{Session: sess.ID, Project: *p}, nil

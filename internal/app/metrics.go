@@ -24,10 +24,9 @@ func sandboxOptions(opts *sandbox.Options, m *metrics.Metrics) *sandbox.Options 
 	return &o
 }
 
-// instrument feeds a.Metrics: every controller call, and the gauges of
-// sessions, terminals and Python workers.
+// instrument feeds a.Metrics the gauges of sessions, terminals and Python
+// workers (every controller call reaches it as an observer).
 func (a *App) instrument() {
-	a.Metrics.Instrument(a.Controller)
 	a.Metrics.Watch(metrics.Sources{
 		Sessions:      a.Sessions.CountAll,
 		Terminals:     a.Terminals.Live,

@@ -163,7 +163,7 @@ func TestMetricsCountSandboxFailures(t *testing.T) {
 	f := metricstest.Scrape(t, a.Metrics.Handler())
 	expect(t, f,
 		want{"quro_runs_total", []string{"capability", "run_code", "engine", "none", "outcome", "error"}, 1},
-		want{"quro_calls_total", []string{"capability", "terminal_exec", "path", "cli", "outcome", "internal"}, 1},
+		want{"quro_calls_total", []string{"capability", "terminal_exec", "path", "cli", "outcome", "unavailable"}, 1},
 		want{"quro_sandbox_start_failures_total", []string{"reason", "init"}, float64(len(seen))},
 	)
 	if len(seen) == 0 || seen[0] != sandbox.FailInit {

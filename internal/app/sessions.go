@@ -266,14 +266,11 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			if err != nil {
 				return nil, err
 			}
+			// A path outside the workspace, or one that cannot be
+			// written, is a terminal.ErrInvalid: the caller's to fix.
 			rel, err := a.Terminals.ExportLog(s, in.Path)
-			if errors.Is(err, terminal.ErrInvalid) {
-				// A path outside the workspace, or one that cannot be
-				// written: the caller's to fix, not a server failure.
-				return nil, capability.Errorf(capability.InvalidArgument, "%s", err.Error())
-			}
 			if err != nil {
-				return nil, terminalError(err)
+				return nil, err
 			}
 			return &Done{Message: rel}, nil
 		}))
@@ -300,7 +297,7 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			if _, running := a.Terminals.RunningPTY(s); !running {
 				if c, ok := controller.CallerFrom(ctx); !ok || c.Scope.Covers(capability.ScopeExec) {
 					if _, err := a.Terminals.PTY(s); err != nil {
-						return nil, terminalError(err)
+						return nil, err
 					}
 				}
 			}
@@ -362,10 +359,9 @@ func (a *App) terminalExec(ctx context.Context, in TerminalExecInput) (*terminal
 		return nil, err
 	}
 	defer release()
-	res, err := a.Terminals.Exec(ctx, s, in.Command, terminal.ExecOptions{
+	return a.Terminals.Exec(ctx, s, in.Command, terminal.ExecOptions{
 		Timeout: timeout, Split: in.Split,
 	})
-	return res, terminalError(err)
 }
 
 func (a *App) sendInput(ctx context.Context, in SendInputInput) (*terminal.Result, error) {
@@ -382,13 +378,13 @@ func (a *App) sendInput(ctx context.Context, in SendInputInput) (*terminal.Resul
 	}
 	sh, err := a.Terminals.Shell(s)
 	if err != nil {
-		return nil, terminalError(err)
+		return nil, err
 	}
 	err = sh.SendInput(in.Data)
 	if errors.Is(err, terminal.ErrNotRunning) {
 		if p, ok := a.Terminals.RunningPTY(s); ok {
 			if _, err := p.Write([]byte(in.Data)); err != nil {
-				return nil, terminalError(err)
+				return nil, err
 			}
 			return &terminal.Result{Output: "(sent to the interactive terminal; read_screen shows it)", ExitCode: -1, Running: true, Cwd: s.Cwd}, nil
 		}
@@ -396,22 +392,7 @@ func (a *App) sendInput(ctx context.Context, in SendInputInput) (*terminal.Resul
 			"nothing in session %s is waiting for input: no command is running and no interactive terminal is open", s.Name)
 	}
 	if err != nil {
-		return nil, terminalError(err)
+		return nil, err
 	}
-	res, err := sh.Wait(ctx, timeout)
-	return res, terminalError(err)
-}
-
-func terminalError(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, terminal.ErrBusy):
-		return capability.Errorf(capability.Busy, "%v: wait for it, answer it with send_input, or interrupt it with send_input \"\\u0003\"", err)
-	case errors.Is(err, terminal.ErrInvalid):
-		return capability.Errorf(capability.InvalidArgument, "%v", err)
-	case errors.Is(err, terminal.ErrNotRunning):
-		return capability.Errorf(capability.InvalidArgument, "%v", err)
-	}
-	return err
+	return sh.Wait(ctx, timeout)
 }

@@ -119,6 +119,12 @@ func TestSpilledOutputsCountAgainstTheDiskQuota(t *testing.T) {
 			t.Errorf("the run that filled the quota does not read %q:\nstdout %q\nstderr %q", want, res.Stdout, res.Stderr)
 		}
 	}
+	// The server's own write into the full workspace is the tenant's to
+	// fix (resource_exhausted, saying so), not a server failure.
+	_, err = call(t, a, "write_file", WriteFileInput{Path: "more", Content: strings.Repeat("x", 1<<20)})
+	if ce := wantCode(t, err, capability.ResourceExhausted); !strings.Contains(ce.Message, "no space left on the session's disk") {
+		t.Errorf("write_file into the full disk: %q", ce.Message)
+	}
 	reply, err := call(t, a, "get_service_status", Empty{})
 	if err != nil {
 		t.Fatal(err)

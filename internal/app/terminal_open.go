@@ -19,8 +19,13 @@ func (a *App) registerOpenTerminal(reg *capability.Registry) {
 			if err != nil {
 				return nil, err
 			}
+			_, release, err := a.useSession(ctx, s) // resumes a paused box; a destroy waits for this call
+			if err != nil {
+				return nil, err
+			}
+			defer release()
 			if _, err := a.Terminals.PTY(s); err != nil {
-				return nil, terminalError(err)
+				return nil, err
 			}
 			return a.screen(s), nil
 		}))

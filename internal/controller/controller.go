@@ -1,21 +1,20 @@
 // Package controller is the one controller every access path calls: it
 // checks the caller's scope, dispatches to the capability, records the
 // outcome in the log, and turns every failure into a *capability.Error with
-// a stable code. Access paths translate that code into their own status and
-// never start processes themselves.
+// a stable code (Classify, from the one table in errors.go). Access paths
+// translate that code into their own status and never start processes
+// themselves.
 package controller
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/runcode"
-	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/terminal"
 )
@@ -103,6 +102,26 @@ type Reply struct {
 	Text   string
 }
 
+// Options configure a controller. A nil *Options, and every zero field,
+// means the default.
+type Options struct {
+	// Logger gets one line per call and the details of every internal
+	// error (nil: discarded).
+	Logger *slog.Logger
+	// Limits bound what one tenant may do at once (zero: no limits).
+	Limits Limits
+	// Observers are told of every finished call, in order.
+	Observers []Observer
+}
+
+// Limits bound what one tenant may do at once.
+type Limits struct {
+	// RunsPerTenant caps the exec-scope calls (runs, commands, input) a
+	// tenant may have in flight; more get ResourceExhausted (HTTP 429 with
+	// Retry-After). 0: no cap.
+	RunsPerTenant int
+}
+
 // Controller dispatches capability calls. Safe for concurrent use.
 type Controller struct {
 	reg       *capability.Registry
@@ -114,41 +133,33 @@ type Controller struct {
 	inFlight map[string]int // exec-scope calls running, by tenant
 }
 
-// Limits bound what one tenant may do at once.
-type Limits struct {
-	// RunsPerTenant caps the exec-scope calls (runs, commands, input) a
-	// tenant may have in flight; more get ResourceExhausted (HTTP 429 with
-	// Retry-After). 0: no cap.
-	RunsPerTenant int
-}
-
-// SetLimits sets the per-tenant limits. Call it before serving calls.
-func (c *Controller) SetLimits(l Limits) { c.limits = l }
-
-// New returns a controller over reg. log may be nil.
-func New(reg *capability.Registry, log *slog.Logger) *Controller {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+// New returns a controller over reg configured by opts (nil: defaults).
+func New(reg *capability.Registry, opts *Options) *Controller {
+	if opts == nil {
+		opts = &Options{}
 	}
-	return &Controller{reg: reg, log: log}
+	c := &Controller{reg: reg, log: opts.Logger, limits: opts.Limits, observers: append([]Observer(nil), opts.Observers...)}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	return c
 }
-
-// Observe adds fn to the observers of every call. Call it before the
-// controller serves calls; it is not synchronised with Call.
-func (c *Controller) Observe(fn Observer) { c.observers = append(c.observers, fn) }
 
 // Registry returns the capability registry.
 func (c *Controller) Registry() *capability.Registry { return c.reg }
 
 // Call runs capability name with args for caller. The error, if any, is a
-// *capability.Error.
+// *capability.Error; an internal one says only its id, under which the
+// cause is logged.
 func (c *Controller) Call(ctx context.Context, caller Caller, name string, args json.RawMessage) (*Reply, error) {
 	start := time.Now()
 	reply, err := c.call(ctx, caller, name, args)
 	rec := &Record{Start: start, Caller: caller, Capability: name, Args: args, Outcome: "ok", Duration: time.Since(start)}
 	if err != nil {
-		rec.Err = err.(*capability.Error)
+		rec.Err = classify(ctx, c.log, err, slog.String("capability", name), slog.String("path", caller.Path),
+			slog.String("tenant", caller.Tenant), slog.String("session", caller.Session))
 		rec.Outcome = string(rec.Err.Code)
+		err = rec.Err
 	} else {
 		rec.Output = reply.Output
 		rec.Outcome = outcomeOf(ctx, reply.Output)
@@ -183,7 +194,7 @@ func (c *Controller) call(ctx context.Context, caller Caller, name string, args 
 	}
 	out, err := capb.Call(ctx, args)
 	if err != nil {
-		return nil, Classify(err)
+		return nil, err
 	}
 	reply := &Reply{Output: out}
 	if t, ok := out.(capability.Texter); ok {
@@ -217,36 +228,4 @@ func (c *Controller) acquire(tenant string) (func(), error) {
 			delete(c.inFlight, tenant)
 		}
 	}, nil
-}
-
-// Classify maps an error from any layer to a *capability.Error.
-func Classify(err error) *capability.Error {
-	var ce *capability.Error
-	switch {
-	case errors.As(err, &ce):
-		return ce
-	case errors.Is(err, runcode.ErrInvalid), errors.Is(err, session.ErrBadName):
-		return capability.Errorf(capability.InvalidArgument, "%s", err.Error())
-	case errors.Is(err, session.ErrNotFound):
-		return capability.Errorf(capability.NotFound, "%s", err.Error())
-	case errors.Is(err, session.ErrLimit):
-		e := capability.Errorf(capability.ResourceExhausted, "%s", err.Error())
-		e.RetryAfter = 60
-		return e
-	case errors.Is(err, sandbox.ErrTenantCeiling):
-		// A box refused at start because its tenant is at a ceiling
-		// (terminal_exec, python_run…: run_code says so itself).
-		e := capability.Errorf(capability.ResourceExhausted, "%s", err.Error())
-		e.RetryAfter = 30
-		return e
-	case errors.Is(err, session.ErrConfined):
-		return capability.Errorf(capability.PermissionDenied, "%s", err.Error())
-	case errors.Is(err, session.ErrExists):
-		return capability.Errorf(capability.AlreadyExists, "%s", err.Error())
-	case errors.Is(err, context.Canceled):
-		return capability.Errorf(capability.Canceled, "the call was canceled")
-	case errors.Is(err, context.DeadlineExceeded):
-		return capability.Errorf(capability.DeadlineExceeded, "the call ran out of time")
-	}
-	return capability.Errorf(capability.Internal, "%s", err.Error())
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -133,13 +134,12 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }
 
-// Instrument registers m as an observer of every call of ctl; capability
-// names outside ctl's registry are counted as Unknown. Call it once, before
-// ctl serves calls.
-func (m *Metrics) Instrument(ctl *controller.Controller) {
-	reg := ctl.Registry()
+// Observer returns m's observer of the calls of a controller over reg
+// (controller.Options.Observers); capability names outside reg are counted
+// as Unknown. Call it once.
+func (m *Metrics) Observer(reg *capability.Registry) controller.Observer {
 	m.known = func(name string) bool { _, ok := reg.Get(name); return ok }
-	ctl.Observe(m.Observe)
+	return m.Observe
 }
 
 // Observe counts one finished call (a controller.Observer).

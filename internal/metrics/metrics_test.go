@@ -50,9 +50,8 @@ func TestObserveKeepsLabelsBounded(t *testing.T) {
 	reg.Register(capability.New("echo", "echo", capability.ScopeRead, func(ctx context.Context, in struct{}) (*runcode.Result, error) {
 		return &runcode.Result{Engine: "shell/sh", ExitCode: 1}, nil
 	}))
-	ctl := controller.New(reg, nil)
 	m := metrics.New()
-	m.Instrument(ctl)
+	ctl := controller.New(reg, &controller.Options{Observers: []controller.Observer{m.Observer(reg)}})
 	ctx := context.Background()
 	tenant := controller.Caller{Path: "rest", Tenant: "alice", Scope: capability.ScopeAdmin, TokenID: "tok-1"}
 	ctl.Call(ctx, tenant, "echo", json.RawMessage(`{}`))

@@ -174,11 +174,16 @@ func (d *Disks) Remount(dir string) error {
 	return d.mount(d.image(dir), dir)
 }
 
+// ErrNotGrown is Grow's error when the session's disk is in use and the
+// server cannot resize it online: the image was made larger, and its
+// filesystem grows when the session is idle.
+var ErrNotGrown = errors.New("the session's disk grows when it is idle")
+
 // Grow makes dir's filesystem size bytes, if that is larger (shrinking a
 // mounted ext4 is not possible; a smaller quota applies to new sessions).
 // It resizes online when the server may (CAP_SYS_RESOURCE), else it
 // unmounts, resizes and mounts again, which needs the session idle: a busy
-// one keeps its size and an error says so.
+// one keeps its size and the error wraps ErrNotGrown.
 func (d *Disks) Grow(dir string, size int64) error {
 	img := d.image(dir)
 	fi, err := os.Stat(img)
@@ -203,7 +208,7 @@ func (d *Disks) Grow(dir string, size int64) error {
 		return nil
 	}
 	if err := syscall.Unmount(dir, 0); err != nil {
-		return fmt.Errorf("the session's disk grows when it is idle (online resizing failed: %v; unmount: %v)", online, err)
+		return fmt.Errorf("%w (online resizing failed: %v; unmount: %v)", ErrNotGrown, online, err)
 	}
 	// e2fsck exits 1 when it corrected something, which is fine here.
 	err = run("e2fsck", "-f", "-p", img)

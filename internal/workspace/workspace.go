@@ -44,6 +44,11 @@ var (
 	ErrTooLarge = errors.New("too large")
 	ErrExists   = fmt.Errorf("already exists (%w)", fs.ErrExist)
 	ErrInvalid  = errors.New("invalid argument")
+	// ErrPermission: the file's permissions refuse the server (code in
+	// the session changed them).
+	ErrPermission = errors.New("permission denied")
+	// ErrNoSpace: the session's disk (its quota) is full.
+	ErrNoSpace = errors.New("no space left on the session's disk: remove files it no longer needs")
 )
 
 // Owner is the uid and gid that files and directories the server creates
@@ -189,7 +194,9 @@ func explain(rel string, err error) error {
 	case errors.Is(err, syscall.ELOOP):
 		return fmt.Errorf("%q: too many levels of symbolic links: %w", rel, ErrInvalid)
 	case errors.Is(err, fs.ErrPermission):
-		return fmt.Errorf("%q: permission denied", rel)
+		return fmt.Errorf("%q: %w", rel, ErrPermission)
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return fmt.Errorf("%q: %w", rel, ErrNoSpace)
 	}
 	switch {
 	case pe != nil:

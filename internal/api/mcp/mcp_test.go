@@ -125,9 +125,8 @@ func runPlan(t *testing.T, cs *mcp.ClientSession) *run {
 // Every capability over streamable HTTP with the Go SDK client, then
 // artifacts, errors and an unknown tool.
 func TestHTTPEveryTool(t *testing.T) {
-	a := newApp(t)
 	var paths sync.Map
-	a.Controller.Observe(func(_ context.Context, r *controller.Record) { paths.Store(r.Caller.Path, true) })
+	a := newApp(t, func(_ context.Context, r *controller.Record) { paths.Store(r.Caller.Path, true) })
 	cs, err := connectHTTP(t, serveHTTP(t, a, httpOpen, nil), http.DefaultTransport, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -223,10 +222,9 @@ func tokens(r *http.Request) (controller.Caller, error) {
 }
 
 func TestHTTPAuth(t *testing.T) {
-	a := newApp(t)
 	var mu sync.Mutex
 	var records []controller.Record
-	a.Controller.Observe(func(_ context.Context, r *controller.Record) {
+	a := newApp(t, func(_ context.Context, r *controller.Record) {
 		mu.Lock()
 		defer mu.Unlock()
 		records = append(records, *r)
@@ -338,9 +336,8 @@ func TestHTTPAuth(t *testing.T) {
 // A client that cancels its call kills the run's processes; the call is
 // audited and counted as canceled, not ok; the session goes on.
 func TestCancelKillsTheRun(t *testing.T) {
-	a := newApp(t)
 	finished := make(chan controller.Record, 16)
-	a.Controller.Observe(func(_ context.Context, r *controller.Record) {
+	a := newApp(t, func(_ context.Context, r *controller.Record) {
 		if r.Capability == "run_code" {
 			finished <- *r
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/quro-dev/quro/internal/app"
+	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/rootfs"
 )
@@ -48,9 +49,9 @@ func dataDir(t *testing.T) string {
 	return dir
 }
 
-func newApp(t *testing.T) *app.App {
+func newApp(t *testing.T, observers ...controller.Observer) *app.App {
 	t.Helper()
-	a, err := app.New(context.Background(), app.Options{DataDir: dataDir(t), Python: testPython})
+	a, err := app.New(context.Background(), app.Options{DataDir: dataDir(t), Python: testPython, Observers: observers})
 	if err != nil {
 		t.Fatal(err)
 	}

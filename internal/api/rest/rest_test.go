@@ -26,9 +26,9 @@ import (
 // in internal/app.
 var testPython = &python.EmbeddedOptions{InstallRoot: filepath.Join(os.TempDir(), "quro-test-python")}
 
-func newApp(t testing.TB) *app.App {
+func newApp(t testing.TB, observers ...controller.Observer) *app.App {
 	t.Helper()
-	a, err := app.New(context.Background(), app.Options{DataDir: t.TempDir(), Python: testPython})
+	a, err := app.New(context.Background(), app.Options{DataDir: t.TempDir(), Python: testPython, Observers: observers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,10 +104,9 @@ func run(t *testing.T, base string, checks []check) {
 }
 
 func TestSessionRoutes(t *testing.T) {
-	a := newApp(t)
 	var mu sync.Mutex
 	var paths []string
-	a.Controller.Observe(func(_ context.Context, r *controller.Record) {
+	a := newApp(t, func(_ context.Context, r *controller.Record) {
 		mu.Lock()
 		paths = append(paths, r.Caller.Path)
 		mu.Unlock()

@@ -1,0 +1,384 @@
+package controller_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/project"
+	"github.com/quro-dev/quro/internal/quota"
+	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/terminal"
+	"github.com/quro-dev/quro/internal/workspace"
+)
+
+type empty struct{}
+
+type fails struct {
+	Kind string `json:"kind"`
+}
+
+// failures are what the "fail" capability returns, by kind.
+var failures = map[string]error{}
+
+func newRegistry(t *testing.T, extra ...*capability.Capability) *capability.Registry {
+	t.Helper()
+	reg := capability.NewRegistry()
+	reg.Register(capability.New("peek", "read something", capability.ScopeRead, func(ctx context.Context, in empty) (*controller.Reply, error) {
+		c, _ := controller.CallerFrom(ctx)
+		return &controller.Reply{Text: c.Tenant}, nil
+	}))
+	reg.Register(capability.New("destroy", "admin only", capability.ScopeAdmin, func(ctx context.Context, in empty) (*controller.Reply, error) {
+		return &controller.Reply{}, nil
+	}))
+	reg.Register(capability.New("install", "install only", capability.ScopeInstall, func(ctx context.Context, in empty) (*controller.Reply, error) {
+		return &controller.Reply{}, nil
+	}))
+	for _, c := range extra {
+		reg.Register(c)
+	}
+	return reg
+}
+
+func code(t *testing.T, err error) capability.Code {
+	t.Helper()
+	if err == nil {
+		return ""
+	}
+	var ce *capability.Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("%v (%T) is not a *capability.Error", err, err)
+	}
+	return ce.Code
+}
+
+func TestScope(t *testing.T) {
+	ctl := controller.New(newRegistry(t), nil)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		scope capability.Scope
+		name  string
+		want  capability.Code
+	}{
+		{capability.ScopeRead, "peek", ""},
+		{capability.ScopeRead, "destroy", capability.PermissionDenied},
+		{capability.ScopeRead, "install", capability.PermissionDenied},
+		{capability.ScopeExec, "peek", ""},
+		{capability.ScopeExec, "destroy", capability.PermissionDenied},
+		{capability.ScopeExec, "install", capability.PermissionDenied},
+		{capability.ScopeInstall, "install", ""},
+		{"exec,install", "install", ""},
+		{capability.ScopeAdmin, "destroy", ""},
+		{capability.ScopeAdmin, "install", ""},
+		{"", "peek", capability.PermissionDenied},
+		{capability.ScopeAdmin, "no_such_capability", capability.NotFound},
+	} {
+		_, err := ctl.Call(ctx, controller.Caller{Path: "rest", Scope: tc.scope}, tc.name, nil)
+		if got := code(t, err); got != tc.want {
+			t.Errorf("scope %q calling %s: got %q (%v), want %q", tc.scope, tc.name, got, err, tc.want)
+		}
+		if tc.want == capability.PermissionDenied && !strings.Contains(err.Error(), "needs scope") {
+			t.Errorf("scope %q calling %s: %v does not say which scope it needs", tc.scope, tc.name, err)
+		}
+	}
+	// The handler sees its caller.
+	reply, err := ctl.Call(ctx, controller.Caller{Tenant: "alice", Scope: capability.ScopeRead}, "peek", nil)
+	if err != nil || reply.Output.(*controller.Reply).Text != "alice" {
+		t.Errorf("CallerFrom in the handler: %+v %v", reply, err)
+	}
+}
+
+// TestRunsPerTenant: a tenant at its limit of exec calls in flight is
+// refused with ResourceExhausted and a Retry-After; others are not; a
+// finished call frees its place; read calls are not counted.
+func TestRunsPerTenant(t *testing.T) {
+	entered := make(chan string)
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	hold := capability.New("hold", "runs until released", capability.ScopeExec, func(ctx context.Context, in empty) (*controller.Reply, error) {
+		c, _ := controller.CallerFrom(ctx)
+		entered <- c.Tenant
+		<-release
+		return &controller.Reply{}, nil
+	})
+	quick := capability.New("quick", "runs at once", capability.ScopeExec, func(ctx context.Context, in empty) (*controller.Reply, error) {
+		return &controller.Reply{}, nil
+	})
+	ctl := controller.New(newRegistry(t, hold, quick), &controller.Options{Limits: controller.Limits{RunsPerTenant: 2}})
+	ctx := context.Background()
+	alice := controller.Caller{Path: "rest", Tenant: "alice", Scope: capability.ScopeExec}
+	bob := controller.Caller{Path: "mcp", Tenant: "bob", Scope: capability.ScopeExec}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := ctl.Call(ctx, alice, "hold", nil)
+			errs <- err
+		}()
+		<-entered
+	}
+	_, err := ctl.Call(ctx, alice, "quick", nil)
+	var ce *capability.Error
+	if !errors.As(err, &ce) || ce.Code != capability.ResourceExhausted || ce.RetryAfter <= 0 || !strings.Contains(ce.Message, "limit 2") {
+		t.Fatalf("a third call of alice: %#v, want resource_exhausted with a Retry-After naming the limit", err)
+	}
+	if _, err := ctl.Call(ctx, bob, "quick", nil); err != nil {
+		t.Errorf("bob is refused because of alice: %v", err)
+	}
+	if _, err := ctl.Call(ctx, alice, "peek", nil); err != nil {
+		t.Errorf("a read call of alice at her exec limit: %v", err)
+	}
+	free()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a held call: %v", err)
+		}
+	}
+	for range 3 {
+		if _, err := ctl.Call(ctx, alice, "quick", nil); err != nil {
+			t.Fatalf("alice after her calls finished: %v", err)
+		}
+	}
+}
+
+// TestClassify: every kind of domain error gets its code, keeps its text
+// (which names what it is about) and its hint; a *capability.Error passes
+// through as it is.
+func TestClassify(t *testing.T) {
+	own := capability.Errorf(capability.InvalidArgument, "depth must be between 1 and 16")
+	for _, tc := range []struct {
+		err   error
+		code  capability.Code
+		texts []string
+		retry bool
+	}{
+		{own, capability.InvalidArgument, []string{"depth must be"}, false},
+		{fmt.Errorf("fork: %w", own), capability.InvalidArgument, []string{"depth must be"}, false},
+		{fmt.Errorf("%w: %q (list sessions to see the names)", session.ErrNotFound, "work"), capability.NotFound, []string{`"work"`, "list sessions"}, false},
+		{fmt.Errorf("%w: %q", session.ErrExists, "work"), capability.AlreadyExists, []string{`"work"`}, false},
+		{fmt.Errorf("%w: network policy %q", session.ErrBadName, "x"), capability.InvalidArgument, []string{"network policy"}, false},
+		{fmt.Errorf("%w: 3 sessions of at most 3", session.ErrLimit), capability.ResourceExhausted, []string{"at most 3"}, true},
+		{session.ErrConfined, capability.PermissionDenied, []string{"confined"}, false},
+		{sandbox.ErrSessionEnded, capability.NotFound, []string{"destroyed"}, false},
+		{fmt.Errorf("run: %w", sandbox.ErrPaused), capability.Busy, []string{"paused", "resume_session"}, false},
+		{&sandbox.CeilingError{Ceiling: "memory", Message: "tenant memory ceiling of 1 GiB reached"}, capability.ResourceExhausted, []string{"1 GiB"}, true},
+		{fmt.Errorf("%q: %w", "f", workspace.ErrNoSpace), capability.ResourceExhausted, []string{`"f"`, "disk"}, false},
+		{fmt.Errorf("%w (online resizing failed)", quota.ErrNotGrown), capability.Busy, []string{"idle"}, false},
+		{fmt.Errorf("unknown language %q: %w", "cobol", runcode.ErrInvalid), capability.InvalidArgument, []string{"cobol"}, false},
+		{fmt.Errorf("%q leads out of the session workspace: %w", "../x", workspace.ErrOutside), capability.PermissionDenied, []string{"../x"}, false},
+		{fmt.Errorf("%q: %w", "x", workspace.ErrPermission), capability.PermissionDenied, []string{`"x"`}, false},
+		{fmt.Errorf("%q: %w", "x", workspace.ErrNotFound), capability.NotFound, []string{`"x"`}, false},
+		{fmt.Errorf("%q %w", "x", workspace.ErrExists), capability.AlreadyExists, []string{`"x"`}, false},
+		{fmt.Errorf("%w: %q is a file", project.ErrNotEmpty, "p"), capability.AlreadyExists, []string{`"p"`}, false},
+		{fmt.Errorf("%w: list_files lists a directory", fmt.Errorf("%q %w", "d", workspace.ErrIsDir)), capability.InvalidArgument, []string{"list_files"}, false},
+		{fmt.Errorf("%q: %w", "f", workspace.ErrNotDir), capability.InvalidArgument, nil, false},
+		{fmt.Errorf("%q: %w", "f", workspace.ErrTooLarge), capability.InvalidArgument, nil, false},
+		{fmt.Errorf("%q: %w", "f", workspace.ErrInvalid), capability.InvalidArgument, nil, false},
+		{fmt.Errorf("%w: the name is empty", project.ErrBadName), capability.InvalidArgument, []string{"empty"}, false},
+		{fmt.Errorf("%w %q", project.ErrUnknownTemplate, "cobol"), capability.InvalidArgument, []string{"cobol"}, false},
+		{terminal.ErrBusy, capability.Busy, []string{"still running", `send_input "\u0003"`}, false},
+		{terminal.ErrInvalid, capability.InvalidArgument, nil, false},
+		{terminal.ErrNotRunning, capability.InvalidArgument, []string{"no command"}, false},
+		{fmt.Errorf("%w (cannot start bash)", terminal.ErrNoBash), capability.Unavailable, []string{"apt-get install bash"}, false},
+		{terminal.ErrClosed, capability.Unavailable, []string{"destroyed"}, false},
+		{fmt.Errorf("%w: %q", rootfs.ErrBadName, "a b"), capability.InvalidArgument, nil, false},
+		{fmt.Errorf("%w: %q", rootfs.ErrBadPackage, "-x"), capability.InvalidArgument, nil, false},
+		{fmt.Errorf("%w: %q", rootfs.ErrNotInstalled, "r"), capability.NotFound, nil, false},
+		{rootfs.ErrBusy, capability.Busy, []string{"try again"}, false},
+		{fmt.Errorf("wait: %w", context.Canceled), capability.Canceled, []string{"canceled"}, false},
+		{fmt.Errorf("wait: %w", context.DeadlineExceeded), capability.DeadlineExceeded, []string{"out of time"}, false},
+		{&sandbox.StartError{Program: "python3", Reason: "not found"}, capability.Unavailable, []string{"cannot start python3: not found"}, false},
+		{&sandbox.LayerError{}, capability.Unavailable, []string{"isolation"}, false},
+		// The cause decides before the kind: a start refused at a ceiling.
+		{&sandbox.StartError{Program: "bash", Reason: "tasks ceiling", Err: &sandbox.CeilingError{Ceiling: "tasks", Message: "at most 32"}},
+			capability.ResourceExhausted, []string{"cannot start bash"}, true},
+	} {
+		ce := controller.Classify(tc.err)
+		if ce.Code != tc.code || (ce.RetryAfter > 0) != tc.retry {
+			t.Errorf("%v: got %s (retry after %d), want %s (retry after: %v)", tc.err, ce.Code, ce.RetryAfter, tc.code, tc.retry)
+		}
+		for _, s := range tc.texts {
+			if !strings.Contains(ce.Message, s) {
+				t.Errorf("%v: message %q lacks %q", tc.err, ce.Message, s)
+			}
+		}
+	}
+	if ce := controller.Classify(own); ce != own {
+		t.Errorf("a *capability.Error is not passed through: %#v", ce)
+	}
+}
+
+var idRE = regexp.MustCompile(`^internal error \(id ([0-9a-f]{8})\); the server log has the details$`)
+
+// TestInternalErrorIsLoggedNotLeaked: an error the table does not know
+// reaches the client as an id only; the log has the id with the cause,
+// the capability, the tenant and the access path.
+func TestInternalErrorIsLoggedNotLeaked(t *testing.T) {
+	const secret = "open /var/lib/quro/store.db: disk I/O error"
+	var causes = []error{
+		errors.New(secret),
+		fmt.Errorf("save: %w", errors.New(secret)),
+		// A server file's fs.ErrNotExist is not a workspace's not found.
+		fmt.Errorf("open /var/lib/quro/store.db: %w", fs.ErrNotExist),
+	}
+	for i, cause := range causes {
+		boom := capability.New("boom", "fails", capability.ScopeRead, func(ctx context.Context, in empty) (*controller.Reply, error) {
+			return nil, cause
+		})
+		var logged bytes.Buffer
+		var records []*controller.Record
+		ctl := controller.New(newRegistry(t, boom), &controller.Options{
+			Logger:    slog.New(slog.NewJSONHandler(&logged, nil)),
+			Observers: []controller.Observer{func(_ context.Context, r *controller.Record) { records = append(records, r) }},
+		})
+		_, err := ctl.Call(context.Background(), controller.Caller{Path: "mcp", Tenant: "alice", Scope: capability.ScopeRead}, "boom", nil)
+		var ce *capability.Error
+		if !errors.As(err, &ce) || ce.Code != capability.Internal {
+			t.Fatalf("cause %d: got %v, want an internal error", i, err)
+		}
+		m := idRE.FindStringSubmatch(ce.Message)
+		if m == nil || strings.Contains(err.Error(), "quro") {
+			t.Fatalf("cause %d: the client reads %q", i, ce.Message)
+		}
+		if len(records) != 1 || records[0].Err != ce || records[0].Outcome != "internal" {
+			t.Errorf("cause %d: the observer saw %+v", i, records)
+		}
+		var entry map[string]any
+		for line := range strings.Lines(logged.String()) {
+			var e map[string]any
+			if err := json.Unmarshal([]byte(line), &e); err != nil {
+				t.Fatal(err)
+			}
+			if e["id"] == m[1] {
+				entry = e
+			}
+		}
+		if entry == nil || entry["level"] != "ERROR" || entry["err"] != cause.Error() ||
+			entry["capability"] != "boom" || entry["tenant"] != "alice" || entry["path"] != "mcp" {
+			t.Errorf("cause %d: no log entry for id %s with the cause, capability, tenant and path:\n%s", i, m[1], logged.String())
+		}
+	}
+	// Two internal errors get different ids.
+	boom := capability.New("boom", "fails", capability.ScopeRead, func(ctx context.Context, in empty) (*controller.Reply, error) {
+		return nil, errors.New("x")
+	})
+	ctl := controller.New(newRegistry(t, boom), nil)
+	caller := controller.Caller{Scope: capability.ScopeRead}
+	_, a := ctl.Call(context.Background(), caller, "boom", nil)
+	_, b := ctl.Call(context.Background(), caller, "boom", nil)
+	if a.Error() == b.Error() {
+		t.Errorf("two internal errors share an id: %v", a)
+	}
+}
+
+type stopped string
+
+func (s stopped) StoppedBy() string { return string(s) }
+
+// TestObserversSeeEveryOutcome: every call, failed or not, reaches every
+// observer in order with its outcome: ok, the code of its error, or
+// timeout / canceled for a run that was stopped.
+func TestObserversSeeEveryOutcome(t *testing.T) {
+	outs := map[string]any{
+		"ok":              &runcode.Result{ExitCode: 1},
+		"run_timeout":     &runcode.Result{TimedOut: true},
+		"run_canceled":    &runcode.Result{Interrupted: true},
+		"term_timeout":    &terminal.Result{TimedOut: true},
+		"term_interrupt":  &terminal.Result{Interrupted: true}, // by send_input, the call itself went on
+		"stopper_timeout": stopped(controller.OutcomeTimeout),
+		"stopper_ok":      stopped(""),
+	}
+	reg := newRegistry(t, capability.New("out", "returns an output", capability.ScopeExec, func(ctx context.Context, in fails) (any, error) {
+		return outs[in.Kind], nil
+	}), capability.New("fail", "fails", capability.ScopeExec, func(ctx context.Context, in fails) (any, error) {
+		switch in.Kind {
+		case "canceled":
+			<-ctx.Done()
+			return nil, ctx.Err()
+		case "busy":
+			return nil, terminal.ErrBusy
+		}
+		return nil, errors.New("boom")
+	}), capability.New("term", "a terminal result under a canceled call", capability.ScopeExec, func(ctx context.Context, in empty) (*terminal.Result, error) {
+		<-ctx.Done()
+		return &terminal.Result{Interrupted: true}, nil
+	}))
+	type seen struct {
+		observer int
+		name     string
+		outcome  string
+		code     capability.Code
+	}
+	var got []seen
+	observer := func(i int) controller.Observer {
+		return func(_ context.Context, r *controller.Record) {
+			s := seen{observer: i, name: r.Capability, outcome: r.Outcome}
+			if r.Err != nil {
+				s.code = r.Err.Code
+			}
+			if (r.Err == nil) == (r.Output == nil) {
+				t.Errorf("%s: a record with output %v and error %v", r.Capability, r.Output, r.Err)
+			}
+			got = append(got, s)
+		}
+	}
+	ctl := controller.New(reg, &controller.Options{Observers: []controller.Observer{observer(1), observer(2)}})
+	caller := controller.Caller{Path: "ws", Scope: capability.ScopeExec}
+	call := func(ctx context.Context, name string, args string) {
+		ctl.Call(ctx, caller, name, json.RawMessage(args))
+	}
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	ctx := context.Background()
+
+	var want []seen
+	expect := func(name, outcome string, code capability.Code) {
+		want = append(want, seen{1, name, outcome, code}, seen{2, name, outcome, code})
+	}
+	for _, kind := range []string{"ok", "run_timeout", "run_canceled", "term_timeout", "term_interrupt", "stopper_timeout", "stopper_ok"} {
+		call(ctx, "out", `{"kind":"`+kind+`"}`)
+		outcome := map[string]string{"run_timeout": "timeout", "run_canceled": "canceled", "term_timeout": "timeout", "stopper_timeout": "timeout"}[kind]
+		if outcome == "" {
+			outcome = "ok"
+		}
+		expect("out", outcome, "")
+	}
+	call(canceled, "term", `{}`)
+	expect("term", "canceled", "")
+	call(canceled, "fail", `{"kind":"canceled"}`)
+	expect("fail", "canceled", capability.Canceled)
+	call(ctx, "fail", `{"kind":"busy"}`)
+	expect("fail", "busy", capability.Busy)
+	call(ctx, "fail", `{"kind":"other"}`)
+	expect("fail", "internal", capability.Internal)
+	call(ctx, "fail", `{"kind":1}`)
+	expect("fail", "invalid_argument", capability.InvalidArgument)
+	call(ctx, "destroy", `{}`)
+	expect("destroy", "permission_denied", capability.PermissionDenied)
+	call(ctx, "nothing", `{}`)
+	expect("nothing", "not_found", capability.NotFound)
+
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the observers saw\n%v\nwant\n%v", got, want)
+	}
+}

@@ -1,0 +1,152 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/project"
+	"github.com/quro-dev/quro/internal/quota"
+	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/terminal"
+	"github.com/quro-dev/quro/internal/workspace"
+)
+
+// class gives the errors it matches a code. The client reads the error's
+// own text (which names the path, session or value) followed by hint.
+type class struct {
+	match func(error) bool
+	code  capability.Code
+	hint  string // appended after ": "
+	text  string // replaces the error's text when set
+	retry int    // RetryAfter seconds, for ResourceExhausted
+}
+
+func is(target error) func(error) bool {
+	return func(err error) bool { return errors.Is(err, target) }
+}
+
+func as[T error]() func(error) bool {
+	return func(err error) bool {
+		var t T
+		return errors.As(err, &t)
+	}
+}
+
+// classes is the one table from the errors of the domain packages to
+// codes, first match wins. Handlers return the domain error (wrapped with
+// context by fmt.Errorf %w where useful) and never classify it themselves;
+// capability.Errorf is for the checks a handler makes itself. An error
+// matching no class is Internal: its text stays in the server log.
+var classes = []class{
+	// Sessions.
+	{match: is(session.ErrNotFound), code: capability.NotFound},
+	{match: is(session.ErrExists), code: capability.AlreadyExists},
+	{match: is(session.ErrBadName), code: capability.InvalidArgument},
+	{match: is(session.ErrLimit), code: capability.ResourceExhausted, retry: 60},
+	{match: is(session.ErrConfined), code: capability.PermissionDenied},
+	{match: is(sandbox.ErrSessionEnded), code: capability.NotFound},
+	{match: is(sandbox.ErrPaused), code: capability.Busy, hint: "resume_session resumes it"},
+	// A box refused at start because its tenant is at a ceiling
+	// (terminal_exec, python_run…: run_code says so itself).
+	{match: is(sandbox.ErrTenantCeiling), code: capability.ResourceExhausted, retry: 30},
+	// The session's disk.
+	{match: is(workspace.ErrNoSpace), code: capability.ResourceExhausted},
+	{match: is(quota.ErrNotGrown), code: capability.Busy},
+
+	// Runs.
+	{match: is(runcode.ErrInvalid), code: capability.InvalidArgument},
+
+	// Files in the workspace, and projects.
+	{match: is(workspace.ErrOutside), code: capability.PermissionDenied},
+	{match: is(workspace.ErrPermission), code: capability.PermissionDenied},
+	{match: is(workspace.ErrNotFound), code: capability.NotFound},
+	{match: is(workspace.ErrExists), code: capability.AlreadyExists},
+	{match: is(project.ErrNotEmpty), code: capability.AlreadyExists},
+	{match: is(workspace.ErrIsDir), code: capability.InvalidArgument},
+	{match: is(workspace.ErrNotDir), code: capability.InvalidArgument},
+	{match: is(workspace.ErrTooLarge), code: capability.InvalidArgument},
+	{match: is(workspace.ErrInvalid), code: capability.InvalidArgument},
+	{match: is(project.ErrBadName), code: capability.InvalidArgument},
+	{match: is(project.ErrUnknownTemplate), code: capability.InvalidArgument},
+
+	// The session shell and terminal.
+	{match: is(terminal.ErrBusy), code: capability.Busy,
+		hint: `wait for it, answer it with send_input, or interrupt it with send_input "\u0003"`},
+	{match: is(terminal.ErrInvalid), code: capability.InvalidArgument},
+	{match: is(terminal.ErrNotRunning), code: capability.InvalidArgument},
+	{match: is(terminal.ErrNoBash), code: capability.Unavailable},
+	{match: is(terminal.ErrClosed), code: capability.Unavailable, hint: "its session was destroyed, or the server is stopping"},
+
+	// Rootfs names and packages.
+	{match: is(rootfs.ErrBadName), code: capability.InvalidArgument},
+	{match: is(rootfs.ErrBadPackage), code: capability.InvalidArgument},
+	{match: is(rootfs.ErrNotInstalled), code: capability.NotFound},
+	{match: is(rootfs.ErrBusy), code: capability.Busy, hint: "try again when it is done"},
+
+	// The call itself.
+	{match: is(context.Canceled), code: capability.Canceled, text: "the call was canceled"},
+	{match: is(context.DeadlineExceeded), code: capability.DeadlineExceeded, text: "the call ran out of time"},
+
+	// The sandbox could not start a program (not found, an isolation
+	// layer missing on this machine): its text says what and why.
+	{match: as[*sandbox.StartError](), code: capability.Unavailable},
+	{match: is(sandbox.ErrLayerMissing), code: capability.Unavailable},
+}
+
+// lookup is the *capability.Error of err by the table, or nil when no
+// class matches.
+func lookup(err error) *capability.Error {
+	var ce *capability.Error
+	if errors.As(err, &ce) {
+		return ce
+	}
+	for _, c := range classes {
+		if !c.match(err) {
+			continue
+		}
+		msg := err.Error()
+		switch {
+		case c.text != "":
+			msg = c.text
+		case c.hint != "":
+			msg += ": " + c.hint
+		}
+		e := capability.Errorf(c.code, "%s", msg)
+		e.RetryAfter = c.retry
+		return e
+	}
+	return nil
+}
+
+// Classify maps an error from any layer to a *capability.Error by the one
+// table (classes). An error the table does not know is an Internal one: it
+// is logged with a short random id on slog's default logger (the
+// controller's own calls log on its Logger, with the capability, tenant and
+// access path), and the client reads only that id, never the error's text,
+// which may name server paths or internals.
+func Classify(err error) *capability.Error {
+	return classify(context.Background(), slog.Default(), err)
+}
+
+func classify(ctx context.Context, log *slog.Logger, err error, attrs ...slog.Attr) *capability.Error {
+	if e := lookup(err); e != nil {
+		return e
+	}
+	id := newID()
+	log.LogAttrs(ctx, slog.LevelError, "internal error", append(attrs, slog.String("id", id), slog.String("err", err.Error()))...)
+	return capability.Errorf(capability.Internal, "internal error (id %s); the server log has the details", id)
+}
+
+// newID is a short random id naming one internal error in the log.
+func newID() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
