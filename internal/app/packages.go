@@ -167,7 +167,7 @@ func (a *App) InstallPackages(ctx context.Context, name string, pkgs []string, t
 	out.Observed(ctx, "stdout")
 	r, err := a.apt().Install(ctx, name, pkgs, timeout, out)
 	if err != nil {
-		return nil, a.aptError(err, name, "installed", "install_packages in rootfs %q")
+		return nil, a.aptError(err, name, "install_packages in rootfs %q")
 	}
 	view := out.Finish()
 	if r.Exit.Canceled {
@@ -187,25 +187,16 @@ func (a *App) apt() *rootfs.Apt {
 	return &rootfs.Apt{M: rootfs.New(rootfs.DirIn(a.DataDir)), SB: a.Sandbox, Log: a.Log}
 }
 
-// aptError gives an error of rootfs.Apt its capability code. what says, in
-// a refusal, what did not happen ("installed", "repaired"); startFmt
-// prefixes a sandbox start failure (with the rootfs name).
-func (a *App) aptError(err error, name, what, startFmt string) error {
-	var we *rootfs.WaitError
+// aptError adds what the caller needs to an error of rootfs.Apt; its code
+// comes from the controller's table. prefix names the call (with the
+// rootfs name) before a sandbox start failure.
+func (a *App) aptError(err error, name, prefix string) error {
 	var se *sandbox.StartError
 	switch {
-	case errors.As(err, &we) && we.Canceled:
-		return capability.Errorf(capability.Canceled, "%v", err)
-	case errors.As(err, &we):
-		return capability.Errorf(capability.DeadlineExceeded, "%v; nothing was %s: try again", err, what)
 	case errors.Is(err, rootfs.ErrNotInstalled):
 		return missingRootfs(rootfs.New(rootfs.DirIn(a.DataDir)), name)
-	case errors.Is(err, rootfs.ErrBadName), errors.Is(err, rootfs.ErrBadPackage), errors.Is(err, rootfs.ErrRefused):
-		return capability.Errorf(capability.InvalidArgument, "%v", err)
-	case errors.Is(err, rootfs.ErrUnsettled), errors.Is(err, rootfs.ErrUnreadable):
-		return capability.Errorf(capability.Unavailable, "%v", err)
 	case errors.As(err, &se):
-		return capability.Errorf(capability.Unavailable, startFmt+": %v", name, err)
+		return fmt.Errorf(prefix+": %w", name, err)
 	}
 	return err
 }
@@ -272,7 +263,7 @@ func (a *App) RepairRootfs(ctx context.Context, name string, timeout time.Durati
 	out.Observed(ctx, "stdout")
 	r, err := a.apt().Repair(ctx, name, timeout, out)
 	if err != nil {
-		return nil, a.aptError(err, name, "repaired", "repair_rootfs %q")
+		return nil, a.aptError(err, name, "repair_rootfs %q")
 	}
 	return &RepairRootfsResult{
 		Rootfs: name, Before: r.Before, After: r.After, ExitCode: r.Exit.Code, TimedOut: r.Exit.TimedOut,

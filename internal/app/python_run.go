@@ -184,13 +184,13 @@ func (p *pythonRun) waitInstall(ctx context.Context, name string, deadline time.
 	return installError(name, err)
 }
 
+// installError says what a failed install on first use means for the
+// call; its code is the cause's (rootfs.ErrBusy, rootfs.ErrInstallFailed).
 func installError(name string, err error) error {
 	if errors.Is(err, rootfs.ErrBusy) {
-		return capability.Errorf(capability.Unavailable,
-			"rootfs %q is being installed by another process; the code did not run. Call python_run again when `quro rootfs status %s` says ready.", name, name)
+		return fmt.Errorf("rootfs %q is being installed by another process; the code did not run. Call python_run again when `quro rootfs status %s` says ready (%w)", name, name, err)
 	}
-	return capability.Errorf(capability.Unavailable,
-		"rootfs %q is not installed and installing it failed: %v. The code did not run; install it with `quro rootfs install %s` (needs root and the network).", name, err, name)
+	return fmt.Errorf("rootfs %q is not installed and installing it failed; the code did not run. Install it with `quro rootfs install %s` (needs root and the network). %w", name, name, err)
 }
 
 // exec runs the code in the rootfs name through run_code's rootfs engine

@@ -28,12 +28,13 @@ func withInstaller(t *testing.T, inst rootfs.Installer) {
 	t.Cleanup(func() { rootfsInstaller = old })
 }
 
+// capCode is the code a client reads for err: the controller's
+// classification (err from a method called directly is a domain error).
 func capCode(err error) capability.Code {
-	var ce *capability.Error
-	if errors.As(err, &ce) {
-		return ce.Code
+	if err == nil {
+		return ""
 	}
-	return ""
+	return controller.Classify(err).Code
 }
 
 func TestPythonRunBadInput(t *testing.T) {

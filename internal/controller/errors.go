@@ -84,11 +84,19 @@ var classes = []class{
 	{match: is(terminal.ErrNoBash), code: capability.Unavailable},
 	{match: is(terminal.ErrClosed), code: capability.Unavailable, hint: "its session was destroyed, or the server is stopping"},
 
-	// Rootfs names and packages.
+	// Rootfs names, packages and changes. A wait for another change of
+	// the rootfs that ran out of the call's time (or was canceled) comes
+	// before ErrBusy, which it wraps.
 	{match: is(rootfs.ErrBadName), code: capability.InvalidArgument},
 	{match: is(rootfs.ErrBadPackage), code: capability.InvalidArgument},
+	{match: is(rootfs.ErrRefused), code: capability.InvalidArgument},
 	{match: is(rootfs.ErrNotInstalled), code: capability.NotFound},
+	{match: waitError(true), code: capability.Canceled},
+	{match: waitError(false), code: capability.DeadlineExceeded, hint: "nothing was changed: try again"},
 	{match: is(rootfs.ErrBusy), code: capability.Busy, hint: "try again when it is done"},
+	{match: is(rootfs.ErrUnsettled), code: capability.Unavailable},
+	{match: is(rootfs.ErrUnreadable), code: capability.Unavailable},
+	{match: is(rootfs.ErrInstallFailed), code: capability.Unavailable},
 
 	// The call itself.
 	{match: is(context.Canceled), code: capability.Canceled, text: "the call was canceled"},
@@ -98,6 +106,14 @@ var classes = []class{
 	// layer missing on this machine): its text says what and why.
 	{match: as[*sandbox.StartError](), code: capability.Unavailable},
 	{match: is(sandbox.ErrLayerMissing), code: capability.Unavailable},
+}
+
+// waitError matches a *rootfs.WaitError that was (or was not) canceled.
+func waitError(canceled bool) func(error) bool {
+	return func(err error) bool {
+		var we *rootfs.WaitError
+		return errors.As(err, &we) && we.Canceled == canceled
+	}
 }
 
 // lookup is the *capability.Error of err by the table, or nil when no

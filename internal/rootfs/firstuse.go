@@ -2,6 +2,7 @@ package rootfs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -90,6 +91,9 @@ func (f *OnFirstUse) Wait(ctx context.Context, name string, deadline time.Time) 
 				job.last = line
 				job.mu.Unlock()
 			})
+			if err != nil && !errors.Is(err, ErrBusy) {
+				err = fmt.Errorf("%w: %w", ErrInstallFailed, err)
+			}
 			job.err = err
 			close(job.done)
 			if err != nil {

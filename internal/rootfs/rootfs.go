@@ -77,6 +77,10 @@ var ErrBusy = errors.New("rootfs: another process is installing or removing it")
 // ErrNotInstalled reports a rootfs that is not ready.
 var ErrNotInstalled = errors.New("rootfs: not installed")
 
+// ErrInstallFailed wraps the failure of an install on first use
+// (OnFirstUse): debootstrap's or the network's reason, for the caller.
+var ErrInstallFailed = errors.New("rootfs: installing failed")
+
 // CheckName validates a rootfs name.
 func CheckName(name string) error {
 	if !nameRE.MatchString(name) {

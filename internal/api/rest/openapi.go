@@ -37,7 +37,7 @@ var statusDocs = []struct {
 	{415, "invalid_argument", "body not labelled as JSON"},
 	{429, "resource_exhausted", "a tenant limit, with Retry-After"},
 	{499, "canceled", "the caller went away"},
-	{500, "internal", "a failure of the server"},
+	{500, "internal", "a failure of the server (the message carries an id to find in the server log)"},
 	{503, "unavailable", "an engine or the service is not available"},
 	{504, "deadline_exceeded", "the call ran out of time"},
 }
