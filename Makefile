@@ -80,11 +80,17 @@ $(WEB_STAMP): web/package.json web/package-lock.json
 # Install what is missing, then check formatting, vet and run every test
 # (internal/web checks that the committed dist is what web/ builds to;
 # cmd/quro's TestWebUI drives the UI in headless Chromium).
-# The fuzz run (compiling and fuzzing, mostly CPU) and the slim build's
-# tests (no embedded Python: the rest of the chain must answer; mostly
-# waiting on boxes) go side by side; the fuzz log is printed when both end.
+# The end-to-end packages, longest first (minutes each on a 2-core machine).
+SLOW_PKGS := internal/sandbox internal/engine/python internal/app cmd/quro internal/api/mcp
+
+# go test runs packages in the order named, GOMAXPROCS at a time: the
+# longest (SLOW_PKGS, longest first) start first so that none of them is
+# left running alone at the end. The fuzz run (compiling and fuzzing,
+# mostly CPU) and the slim build's tests (no embedded Python: the rest of
+# the chain must answer; mostly waiting on boxes) then go side by side;
+# the fuzz log is printed when both end.
 test: test-install test-deps $(TS_STAMP) $(WEB_STAMP) web-check fmt-check tidy-check vet
-	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -count=1 -timeout 30m $(addprefix ./,$(addsuffix /,$(SLOW_PKGS))) ./...
 	@log=$$(mktemp); trap 'rm -f $$log' EXIT; \
 	FUZZTIME=20000x bash test/fuzz/run.sh >$$log 2>&1 & fuzz=$$!; \
 	echo "fuzz targets: 20000 inputs each (test/fuzz/run.sh), beside the slim build's tests"; \
@@ -96,7 +102,6 @@ test: test-install test-deps $(TS_STAMP) $(WEB_STAMP) web-check fmt-check tidy-c
 # out, and run by make test only: the end-to-end packages SLOW_PKGS (the
 # CLI and server, the assembled app, MCP over the wire, the embedded
 # Python, and the sandbox with its workload and attack suites).
-SLOW_PKGS := cmd/quro internal/app internal/api/mcp internal/engine/python internal/sandbox
 test-short:
 	$(GO) test -short -count=1 $$($(GO) list ./... | grep -v -E '/($(subst $() ,|,$(SLOW_PKGS)))$$')
 
