@@ -81,7 +81,7 @@ $(WEB_STAMP): web/package.json web/package-lock.json
 # (internal/web checks that the committed dist is what web/ builds to;
 # cmd/quro's TestWebUI drives the UI in headless Chromium).
 # The end-to-end packages, longest first (minutes each on a 2-core machine).
-SLOW_PKGS := internal/sandbox internal/engine/python internal/app cmd/quro internal/api/mcp
+SLOW_PKGS := internal/app internal/sandbox internal/engine/python cmd/quro internal/api/mcp
 
 # go test runs packages in the order named, GOMAXPROCS at a time: the
 # longest (SLOW_PKGS, longest first) start first so that none of them is
