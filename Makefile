@@ -77,12 +77,13 @@ $(WEB_STAMP): web/package.json web/package-lock.json
 	npm ci --prefix web --no-audit --no-fund
 	touch $@
 
-# Install what is missing, then check formatting, vet and run every test
-# (internal/web checks that the committed dist is what web/ builds to;
-# cmd/quro's TestWebUI drives the UI in headless Chromium).
 # The end-to-end packages, longest first (minutes each on a 2-core machine).
 SLOW_PKGS := internal/app internal/sandbox internal/engine/python cmd/quro internal/api/mcp
 
+# Install what is missing, then check formatting, vet and run every test
+# (internal/web checks that the committed dist is what web/ builds to;
+# cmd/quro's TestWebUI drives the UI in headless Chromium).
+#
 # go test runs packages in the order named, GOMAXPROCS at a time: the
 # longest (SLOW_PKGS, longest first) start first so that none of them is
 # left running alone at the end. The fuzz run (compiling and fuzzing,
