@@ -90,6 +90,7 @@ func auditPaths(t *testing.T, data, capability string) []string {
 // calls are the server's (audited as rest), with the admin token read from
 // the data directory and never printed.
 func TestCLIThroughTheRunningServer(t *testing.T) {
+	t.Parallel()
 	srv := startServer(t)
 	settled(t, srv)
 	if out, errs, code := cli(t, "run", "--data", srv.data, "-c", "z = 41"); code != 0 {
@@ -157,6 +158,7 @@ func TestCLIThroughTheRunningServer(t *testing.T) {
 // and pid when it listens and removes it when it stops; without it the CLI
 // runs in-process again.
 func TestServeMarkerLifecycle(t *testing.T) {
+	t.Parallel()
 	data := t.TempDir()
 	cmd := exec.Command(quroBin(t), "serve", "--addr", "127.0.0.1:0", "--data", data)
 	cmd.Env = cliEnv()

@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +23,64 @@ import (
 func TestMain(m *testing.M) {
 	main := func() { os.Exit(Main()) }
 	// apt-get and apt: the names the binary stands in for apt in a box.
-	testscript.Main(m, map[string]func(){"quro": main, "apt-get": main, "apt": main})
+	testscript.Main(removingSharedPython{m}, map[string]func(){"quro": main, "apt-get": main, "apt": main})
+}
+
+// The tests that change nothing process-wide (environment variables, the
+// working directory, signal handlers) and count nothing host-wide run in
+// parallel (t.Parallel), each with its own data directory and port; go
+// test runs them after the serial ones, so no t.Setenv overlaps them.
+
+// removingSharedPython runs the tests, then removes sharedPython's tree.
+type removingSharedPython struct{ m *testing.M }
+
+func (r removingSharedPython) Run() int {
+	code := r.m.Run()
+	if sharedPython.dir != "" {
+		os.RemoveAll(sharedPython.dir)
+	}
+	return code
+}
+
+// sharedPython is the embedded Python extracted and byte-compiled once for
+// the test binary. A server on a fresh data directory does that in its
+// start-up probe, tens of CPU seconds each time; startServerIn gives each
+// data directory a hard-linked copy of this one instead, as the server
+// finds it from its second start on. The extraction itself is tested by
+// internal/engine/python (TestExtraction, TestFirstRunPreparesOnceWithProgress),
+// by the first run here, and by TestScripts' fresh data directories.
+var sharedPython struct {
+	once sync.Once
+	dir  string // holds python/
+	err  string
+}
+
+// seedPython links the shared Python into data, unless it has one.
+func seedPython(t *testing.T, data string) {
+	t.Helper()
+	if _, err := os.Lstat(filepath.Join(data, "python")); err == nil {
+		return
+	}
+	sharedPython.once.Do(func() {
+		dir, err := os.MkdirTemp("", "quro-cmd-test-python-")
+		if err != nil {
+			sharedPython.err = err.Error()
+			return
+		}
+		sharedPython.dir = dir
+		if out, errs, code := cli(t, "run", "--data", dir, "-c", "print(6 * 7)"); code != 0 || out != "42\n" {
+			sharedPython.err = fmt.Sprintf("the first Python run: exit %d %q %q", code, out, errs)
+		}
+	})
+	if sharedPython.err != "" {
+		t.Fatalf("extracting the shared Python: %s", sharedPython.err)
+	}
+	if out, err := exec.Command("cp", "-al", filepath.Join(sharedPython.dir, "python"), filepath.Join(data, "python")).CombinedOutput(); err != nil {
+		t.Fatalf("linking the shared Python into %s: %v %s", data, err, out)
+	}
+	// The lock file is each data directory's own (a link would make one
+	// lock of them all).
+	os.Remove(filepath.Join(data, "python", ".lock"))
 }
 
 // TestScripts runs the CLI transcripts in testdata/script.
@@ -53,6 +112,7 @@ func startServer(t *testing.T, flags ...string) *server {
 // startServerIn is startServer on the data directory data.
 func startServerIn(t *testing.T, data string, flags ...string) *server {
 	t.Helper()
+	seedPython(t, data)
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	root := newRoot(strings.NewReader(""), pw, io.Discard)
@@ -114,6 +174,7 @@ func do(t *testing.T, method, url, ctype, body string, hdr ...string) httpResult
 }
 
 func TestHTTPServer(t *testing.T) {
+	t.Parallel()
 	srv := startServer(t)
 	base := srv.url
 	const js = "application/json"
@@ -334,6 +395,7 @@ func innerSession(t *testing.T, srv *server) func(code string) string {
 // TestInSessionCall: code in a session calls the service back with quro
 // call, as its own session, without a token; it reaches nothing else.
 func TestInSessionCall(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("in-session calls need the server to run as root (a uid per session); this test runs as uid", os.Geteuid())
 	}
@@ -371,6 +433,7 @@ func TestInSessionCall(t *testing.T) {
 // installs for the session, through the server, into the rootfs (a copy
 // of the test one), and the package serves every session of that rootfs.
 func TestAptInsideARootfsSession(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (a uid per session, and the rootfs install box)")
 	}

@@ -42,6 +42,7 @@ import (
 // quro may hold 7070) and later lines get the port it chose. `make`
 // lines (make run, make test) are how the suite itself runs, not run here.
 func TestREADME(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 // next run. Each is refused with invalid_argument naming the variable,
 // nothing is stored, and the library never loads, in or out of a box.
 func TestInSessionEnvCannotReachTheLoader(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("in-session calls need the server to run as root (a uid per session); this test runs as uid", os.Geteuid())
 	}

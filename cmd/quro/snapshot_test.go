@@ -12,6 +12,7 @@ import (
 // found"; ta's snapshot is untouched and tb's own of the same name is
 // its own.
 func TestSnapshotsAreTheirTenants(t *testing.T) {
+	t.Parallel()
 	srv := startServer(t)
 	tok := func(tenant string) []string {
 		out, errs, code := quro(t, "", "token", "create", "--data", srv.data, "--tenant", tenant, "--scopes", "read,exec")

@@ -33,6 +33,7 @@ func schema2UID(ws string) int {
 // a new session of tenant c7, which gets a uid of its own and is just as
 // confined.
 func TestUIDCollisionCannotCrossTenants(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("in-session calls need the server to run as root (a uid per session)")
 	}

@@ -41,6 +41,7 @@ const chromium = "/usr/bin/chromium"
 // $QURO_E2E_OUT (a temporary folder by default; docs/ui/ holds the ones
 // docs/ui.md shows).
 func TestWebUI(t *testing.T) {
+	t.Parallel()
 	if _, err := os.Stat(chromium); err != nil {
 		t.Skip("\n\n*** SKIPPED: the web UI's browser test needs " + chromium + " (apt-get install chromium).\n" +
 			"*** make test installs it; without it the UI is not tested in a browser. ***\n\n")

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -363,7 +364,7 @@ func TestManyConnectsLeaveNothingBehind(t *testing.T) {
 	c.CloseNow()
 	e.ws.Wait()
 	http.DefaultClient.CloseIdleConnections()
-	fds := countFDs(t)
+	fds := openFDs(t)
 	ignore := goleak.IgnoreCurrent()
 
 	for i := range 1000 {
@@ -385,28 +386,44 @@ func TestManyConnectsLeaveNothingBehind(t *testing.T) {
 	if n := e.ws.Active(); n != 0 {
 		t.Fatalf("%d handlers still active", n)
 	}
-	if got := countFDs(t); got > fds {
-		t.Errorf("open files: %d before, %d after", fds, got)
+	if got := openFDs(t); len(got) > len(fds) {
+		t.Errorf("open files: %d before, %d after; new: %v", len(fds), len(got), newFDs(fds, got))
 	}
 	goleak.VerifyNone(t, ignore)
 }
 
-// countFDs counts the test process's open descriptors, leaving out the
-// database's: the SQLite pool opens a connection (quro.db, -wal, -shm)
-// when concurrent calls need one and keeps it idle, which is no leak of a
-// WebSocket handler.
-func countFDs(t *testing.T) int {
+// openFDs maps the test process's open descriptors to what they are
+// (their /proc/self/fd link: a file's path, socket:[inode], pipe:[inode],
+// anon_inode:[eventpoll], ...), leaving out the database's: the SQLite
+// pool opens another connection (quro.db, -wal, -shm) when concurrent
+// calls need one and keeps it idle, which is no leak of a WebSocket
+// handler. A descriptor whose link cannot be read (closed between the
+// listing and the read, e.g. the listing's own) is not counted.
+func openFDs(t *testing.T) map[string]string {
 	entries, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	fds := map[string]string{}
 	for _, e := range entries {
 		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
-		if err == nil && strings.Contains(filepath.Base(target), "quro.db") {
+		if err != nil || strings.HasPrefix(filepath.Base(target), "quro.db") {
 			continue
 		}
-		n++
+		fds[e.Name()] = target
 	}
-	return n
+	return fds
+}
+
+// newFDs lists the descriptors of after that were not open (as the same
+// thing) before, for the failure message.
+func newFDs(before, after map[string]string) []string {
+	var out []string
+	for fd, target := range after {
+		if before[fd] != target {
+			out = append(out, fd+" -> "+target)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
