@@ -1,6 +1,7 @@
 // This file is tier 2 of the Python chain (SPEC §2): python3 inside the
 // session's Debian rootfs (see internal/rootfs), run once per call under
 // the sandbox with the rootfs's userland in place of the host's.
+
 package python
 
 import (
