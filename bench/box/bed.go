@@ -91,7 +91,7 @@ func (b *bed) start(ctx context.Context) error {
 	}
 	b.URL = "http://" + ln.Addr().String()
 	b.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go b.srv.Serve(ln)
+	go func() { _ = b.srv.Serve(ln) }() // http.ErrServerClosed, at Close
 	b.client = &http.Client{Transport: &bearer{token: b.Token, rt: &http.Transport{
 		MaxIdleConns: 64, MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute,
 	}}}

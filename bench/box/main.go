@@ -88,13 +88,6 @@ func (s *series) q(p float64) time.Duration {
 	return d[int(p*float64(len(d)-1))]
 }
 
-func (s *series) total() (t time.Duration) {
-	for _, d := range s.ds {
-		t += d
-	}
-	return t
-}
-
 // results gathers what is printed and written as JSON.
 type results struct {
 	one            []*series // 1
@@ -212,7 +205,7 @@ func oneShot(ctx context.Context, b *bed, r *results) error {
 	if err != nil {
 		return err
 	}
-	defer b.destroySession(ctx, id)
+	defer func() { _ = b.destroySession(ctx, id) }() // best effort: the measurement's error is the one to report
 	body := runBody(id, "sh", "true")
 	paths := []struct {
 		s *series
@@ -325,7 +318,7 @@ func pauseResume(ctx context.Context, b *bed, r *results) error {
 	if err != nil {
 		return err
 	}
-	defer b.destroySession(ctx, id)
+	defer func() { _ = b.destroySession(ctx, id) }() // best effort: the measurement's error is the one to report
 	if err := b.run(ctx, runBody(id, "", heapCode), heapLen); err != nil {
 		return err
 	}
@@ -540,7 +533,7 @@ func destroy(ctx context.Context, b *bed, r *results) error {
 	fmt.Fprintf(os.Stderr, "4: making %d sessions, each with a box ...\n", m)
 	ids, err := makeSessions(ctx, b, m, *clients, prime)
 	if err != nil {
-		destroyAll(ctx, b, ids, *clients)
+		_ = destroyAll(ctx, b, ids, *clients) // best effort: err is the one to report
 		return err
 	}
 	if n := len(b.App.Sandbox.BoxKeys()); n < m {
@@ -600,7 +593,7 @@ func destroy(ctx context.Context, b *bed, r *results) error {
 
 	fmt.Fprintf(os.Stderr, "4: making %d sessions again ...\n", m)
 	if ids, err = makeSessions(ctx, b, m, *clients, prime); err != nil {
-		destroyAll(ctx, b, ids, *clients)
+		_ = destroyAll(ctx, b, ids, *clients) // best effort: err is the one to report
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "4: destroying them from %d concurrent clients ...\n", *clients)
@@ -640,7 +633,7 @@ func idle(ctx context.Context, b *bed, r *results) error {
 	})
 	ir.Make = time.Since(start)
 	if err != nil {
-		destroyAll(ctx, b, ids, *clients)
+		_ = destroyAll(ctx, b, ids, *clients) // best effort: err is the one to report
 		return err
 	}
 	// Idle means idle: a box keeps a zygote (a started init child) for
@@ -655,9 +648,15 @@ func idle(ctx context.Context, b *bed, r *results) error {
 	ir.HeapInuse, ir.Goroutines = ms.HeapInuse, runtime.NumGoroutine()
 	debug.FreeOSMemory() // a GC, then the heap's free pages back to the kernel
 	if *memProf != "" {
-		if f, err := os.Create(*memProf); err == nil {
-			pprof.WriteHeapProfile(f)
-			f.Close()
+		f, err := os.Create(*memProf)
+		if err == nil {
+			err = pprof.WriteHeapProfile(f)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil { // say so, and still destroy the sessions
+			fmt.Fprintf(os.Stderr, "-memprofile: %v\n", err)
 		}
 	}
 	if after, err := measurePSS(); err == nil {

@@ -128,7 +128,7 @@ func run() error {
 		return err
 	}
 	srv := &http.Server{Handler: rest.New(a.Controller, nil)}
-	go srv.Serve(ln)
+	go func() { _ = srv.Serve(ln) }() // http.ErrServerClosed, at Close
 	defer srv.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	url := "http://" + ln.Addr().String() + "/v1/run_code"
@@ -211,17 +211,14 @@ func run() error {
 			return fmt.Errorf("jupyter helper: %v\n%s", err, stderr.String())
 		}
 		var r struct {
-			Reply, Idle, Interrupt []float64
-			Python                 string
+			Reply     []float64 `json:"execute_reply_us"`
+			Idle      []float64 `json:"execute_output_idle_us"`
+			Interrupt []float64 `json:"interrupt_us"`
+			Python    string    `json:"python"`
 		}
-		var raw map[string]json.RawMessage
-		if err := json.Unmarshal(b, &raw); err != nil {
+		if err := json.Unmarshal(b, &r); err != nil {
 			return fmt.Errorf("jupyter helper output: %v: %s", err, b)
 		}
-		json.Unmarshal(raw["execute_reply_us"], &r.Reply)
-		json.Unmarshal(raw["execute_output_idle_us"], &r.Idle)
-		json.Unmarshal(raw["interrupt_us"], &r.Interrupt)
-		json.Unmarshal(raw["python"], &r.Python)
 		jver = r.Python
 		jr = series{"jupyter execute -> execute_reply (print(1))", us(r.Reply)}
 		jo = series{"jupyter execute -> output + idle (print(1))", us(r.Idle)}

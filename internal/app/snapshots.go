@@ -284,9 +284,10 @@ func removeTree(dir string) error {
 	if err := os.RemoveAll(dir); err == nil || os.Geteuid() == 0 {
 		return err
 	}
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+	// Best effort, both: the RemoveAll after it says what could not go.
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if d != nil && d.IsDir() {
-			os.Chmod(p, 0o700)
+			_ = os.Chmod(p, 0o700)
 		}
 		return nil
 	})
@@ -377,8 +378,9 @@ func (a *App) takeSnapshot(ctx context.Context, s *session.Session, name string)
 	}
 	dir := filepath.Join(a.snapshotsDir(), id)
 	fail := func(err error) (*store.Snapshot, *workspace.CopyStats, error) {
-		removeTree(dir)
-		a.Store.DeleteSnapshot(context.WithoutCancel(ctx), tenant, id)
+		// Clean-up of a snapshot that failed: err is the one to report.
+		_ = removeTree(dir)
+		_ = a.Store.DeleteSnapshot(context.WithoutCancel(ctx), tenant, id)
 		return nil, nil, err
 	}
 	if err := os.MkdirAll(a.snapshotsDir(), 0o700); err != nil {
@@ -485,7 +487,7 @@ func (a *App) forkSession(ctx context.Context, in ForkInput) (*ForkResult, error
 		if err != nil {
 			return nil, err
 		}
-		defer a.deleteSnapshot(context.WithoutCancel(ctx), snap)
+		defer func() { _ = a.deleteSnapshot(context.WithoutCancel(ctx), snap) }() // a throwaway snapshot: the fork's result is the answer
 	} else {
 		var err error
 		if snap, err = a.findSnapshot(ctx, in.Snapshot); err != nil {

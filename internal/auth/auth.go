@@ -36,7 +36,7 @@ import (
 // beside exec: neither covers the other; admin covers both).
 var Scopes = []capability.Scope{capability.ScopeRead, capability.ScopeExec, capability.ScopeInstall, capability.ScopeAdmin}
 
-// ErrNotFound: no live token has that id.
+// ErrNotFound means no live token has that id.
 var ErrNotFound = errors.New("no such live token")
 
 const prefix = "quro_"
@@ -207,7 +207,10 @@ func (t *Tokens) EnsureAdmin(ctx context.Context, file string) (string, error) {
 		return "", err
 	}
 	if err := writeSecret(file, iss.Token+"\n"); err != nil {
-		t.Revoke(ctx, iss.ID)
+		// A token whose secret no one holds must not stay valid.
+		if rerr := t.Revoke(ctx, iss.ID); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("revoking the unsaved token %s: %w", iss.ID, rerr))
+		}
 		return "", err
 	}
 	return iss.Token, nil
@@ -243,7 +246,7 @@ func (t *Tokens) touch(ctx context.Context, id string) {
 	}
 	t.mu.Unlock()
 	if !fresh {
-		t.st.TouchToken(context.WithoutCancel(ctx), id, now)
+		_ = t.st.TouchToken(context.WithoutCancel(ctx), id, now) // last-used is a hint: the call it times goes on
 	}
 }
 

@@ -17,8 +17,10 @@ import (
 // page, and says plainly that it was not run.
 type Code struct{}
 
+// Name is the engine's name in a run's result.
 func (Code) Name() string { return "render/code" }
 
+// Probe reports the engine available: it is pure Go and needs nothing.
 func (Code) Probe(context.Context) error { return nil }
 
 // lexerNames maps run_code language names to chroma lexer names.
@@ -26,6 +28,7 @@ var lexerNames = map[string]string{
 	"cpp": "c++", "csharp": "c#", "objc": "objective-c",
 }
 
+// Run renders req.Code, in req.Lang, as a highlighted page.
 func (Code) Run(_ context.Context, req *runcode.Request) (*runcode.Result, error) {
 	name := req.Lang
 	if n, ok := lexerNames[name]; ok {

@@ -16,9 +16,13 @@ import (
 // and returns a preview page applying it to a set of sample elements.
 type CSS struct{}
 
-func (CSS) Name() string                { return "render/css" }
+// Name is the engine's name in a run's result.
+func (CSS) Name() string { return "render/css" }
+
+// Probe reports the engine available: it is pure Go and needs nothing.
 func (CSS) Probe(context.Context) error { return nil }
 
+// Run previews req.Code on sample elements.
 func (CSS) Run(_ context.Context, req *runcode.Request) (*runcode.Result, error) {
 	if err := checkCSS(req.Code); err != nil {
 		return userError(req.Stderr, "%s", err), nil
@@ -103,6 +107,7 @@ type XML struct {
 	SVGOnly bool
 }
 
+// Name is the engine's name in a run's result.
 func (x XML) Name() string {
 	if x.SVGOnly {
 		return "render/svg"
@@ -110,8 +115,10 @@ func (x XML) Name() string {
 	return "render/xml"
 }
 
+// Probe reports the engine available: it is pure Go and needs nothing.
 func (XML) Probe(context.Context) error { return nil }
 
+// Run checks req.Code as XML (SVG with SVGOnly) and shows its tree.
 func (x XML) Run(_ context.Context, req *runcode.Request) (*runcode.Result, error) {
 	tree, root, err := xmlTree(req.Code)
 	if err != nil {

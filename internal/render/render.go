@@ -64,8 +64,13 @@ func excerpt(src string, line, col int) string {
 // HTML returns the given page as an artifact.
 type HTML struct{}
 
-func (HTML) Name() string                { return "render/html" }
+// Name is the engine's name in a run's result.
+func (HTML) Name() string { return "render/html" }
+
+// Probe reports the engine available: it is pure Go and needs nothing.
 func (HTML) Probe(context.Context) error { return nil }
+
+// Run returns req.Code as an HTML artifact.
 func (HTML) Run(_ context.Context, req *runcode.Request) (*runcode.Result, error) {
 	return &runcode.Result{Artifacts: []runcode.Artifact{{
 		Kind: "html", MIME: "text/html", Name: "page.html", Data: req.Code,

@@ -528,7 +528,7 @@ func writeFileSync(path string, data []byte) error {
 
 func syncDir(dir string) {
 	if d, err := os.Open(dir); err == nil {
-		d.Sync()
+		_ = d.Sync() // best effort: a crash before it may lose the rename, and a missing file reads as not there
 		d.Close()
 	}
 }
@@ -537,7 +537,7 @@ func syncDir(dir string) {
 // followed), as an approximation of its disk use.
 func dirBytes(dir string) int64 {
 	var n int64
-	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error { // it returns only nil: an approximation
 		if err == nil && d.Type().IsRegular() {
 			if fi, err := d.Info(); err == nil {
 				n += fi.Size()
@@ -659,14 +659,16 @@ func Debootstrap(ctx context.Context, target, cacheDir string, o InstallOptions,
 				last = last[1:]
 			}
 		}
-		io.Copy(io.Discard, r)
+		_, _ = io.Copy(io.Discard, r) // drain past an over-long line so debootstrap never blocks on the pipe
 	}()
 	err = sandbox.RunHelper(ctx, h)
 	w.Close()
 	<-lines
 	if err != nil {
 		// Killed half-way, debootstrap leaves its chroot's mounts behind.
-		unmountUnder(target)
+		if uerr := unmountUnder(target); uerr != nil {
+			err = errors.Join(err, uerr)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("debootstrap: %w; last output:\n%s", err, strings.Join(last, "\n"))
@@ -724,10 +726,10 @@ func unescapeMount(s string) string {
 func unmountUnder(dir string) error {
 	mps, err := mountsUnder(dir)
 	if err != nil || len(mps) == 0 {
-		return nil // no mountinfo: nothing we could have mounted either
+		return nil //nolint:nilerr // no mountinfo: nothing we could have mounted either
 	}
 	for _, mp := range mps {
-		syscall.Unmount(mp, syscall.MNT_DETACH)
+		_ = syscall.Unmount(mp, syscall.MNT_DETACH) // what stays mounted is checked below
 	}
 	if left, _ := mountsUnder(dir); len(left) > 0 {
 		return fmt.Errorf("rootfs: %s is still mounted; unmount it before removing %s", left[0], dir)

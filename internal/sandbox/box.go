@@ -349,12 +349,14 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 		bx.ctl.Close()
 		if cmd.Process != nil {
 			cmd.Process.Kill()
-			cmd.Wait()
+			_ = cmd.Wait() // reaps it; err says what failed
 		}
 		return fail(err)
 	}
 	go func() {
-		cmd.Wait()
+		// bubblewrap's exit is the box's end, however it ended: each
+		// process's own status reaches the server over the control socket.
+		_ = cmd.Wait()
 		close(bx.dead)
 		bx.ctl.Close()
 	}()
@@ -462,7 +464,9 @@ func (bx *Box) signal(id string, sig syscall.Signal, group bool) {
 	if group {
 		g = "1"
 	}
-	bx.send(boxinit.EncodeMsg(boxinit.MsgSignal, id, strconv.Itoa(int(sig)), g), nil)
+	// Best effort, like kill(2) on a process that may be gone: a send
+	// fails only when the box is, and its processes died with it.
+	_ = bx.send(boxinit.EncodeMsg(boxinit.MsgSignal, id, strconv.Itoa(int(sig)), g), nil)
 }
 
 // Close ends the box in one step: SIGKILL to its init, pid 1 of its pid
@@ -484,8 +488,9 @@ func (bx *Box) Close() {
 	// reap.
 	syscall.Kill(bx.pid1, syscall.SIGKILL)
 	if frozen && bx.cg != nil {
-		// A frozen process dies only once thawed.
-		bx.cg.thaw()
+		// A frozen process dies only once thawed. If it cannot be, the
+		// wait below gives up after 5 s and the cgroup's removal says so.
+		_ = bx.cg.thaw()
 	}
 	select {
 	case <-bx.dead:
@@ -742,7 +747,7 @@ func (p *Process) finish() Exit {
 	}
 	if p.note != nil && p.errW != nil {
 		if n := p.note(); n != "" {
-			io.WriteString(p.errW, n)
+			_, _ = io.WriteString(p.errW, n) // the run's stderr sink: where it goes is its writer's business
 		}
 	}
 	e := Exit{Duration: time.Since(p.start)}
@@ -776,7 +781,7 @@ func (bx *Box) Pause() error {
 		return nil
 	}
 	if err := bx.cg.freeze(); err != nil {
-		bx.cg.thaw()
+		_ = bx.cg.thaw() // undo a half-done freeze; err is what failed
 		return err
 	}
 	bx.frozen = true

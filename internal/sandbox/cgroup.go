@@ -119,7 +119,7 @@ func setupV2(dir string) map[string]string {
 		}
 		// Enabling a controller for children fails while dir itself holds
 		// processes (the "no internal processes" rule); then v1 is tried.
-		os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+"+ctrl), 0)
+		_ = os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+"+ctrl), 0)
 		if os.WriteFile(filepath.Join(base, "cgroup.subtree_control"), []byte("+"+ctrl), 0) == nil {
 			got[ctrl] = base
 		}
@@ -263,7 +263,7 @@ func writeLimits(dir, ctrl string, v2 bool, lim Limits) error {
 		if _, err := os.Stat(filepath.Join(dir, "memory.memsw.limit_in_bytes")); err == nil {
 			return w("memory.memsw.limit_in_bytes", strconv.FormatUint(lim.Memory, 10))
 		}
-		w("memory.swappiness", "0")
+		_ = w("memory.swappiness", "0") // best effort, as above
 	case ctrl == "pids" && lim.Tasks > 0:
 		return w("pids.max", strconv.FormatUint(lim.Tasks, 10))
 	case ctrl == "cpu" && lim.CPUPercent > 0 && v2:

@@ -138,7 +138,7 @@ func (r *runCgroup) setFrozen(on bool) error {
 		}
 		if on {
 			// v1 retries a stuck freeze when written again.
-			os.WriteFile(file, []byte(want), 0)
+			_ = os.WriteFile(file, []byte(want), 0) // the check above is the answer
 		}
 		time.Sleep(wait)
 	}

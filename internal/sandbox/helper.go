@@ -57,7 +57,7 @@ func RunHelper(ctx context.Context, h *Helper) error {
 	err = cmd.Wait()
 	// What the helper left running in its group (compileall's workers)
 	// goes with it.
-	killGroup(cmd)
+	_ = killGroup(cmd) // best effort: the group may be gone already (ESRCH)
 	if err != nil && ctx.Err() != nil {
 		err = fmt.Errorf("%w (%v)", ctx.Err(), err)
 	}

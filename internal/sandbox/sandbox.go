@@ -592,7 +592,9 @@ func (pb *plumbing) run(p *Process, stdin io.Reader) {
 	}
 	if p.stdinW != nil {
 		go func() {
-			io.Copy(p.stdinW, stdin)
+			// A program that exits without reading all of stdin breaks
+			// the pipe: not an error of the run.
+			_, _ = io.Copy(p.stdinW, stdin)
 			p.stdinW.Close()
 		}()
 	}
@@ -796,7 +798,8 @@ func (s *Sandbox) startOneShot(ctx context.Context, pl *plan) (*Process, error) 
 			return nil, pl.startErr(err)
 		}
 	}
-	return p, p.handshake(pl.prog, statusR)
+	err = p.handshake(pl.prog, statusR)
+	return p, err
 }
 
 // handshake is the last step of a start: the init child writes
@@ -1055,7 +1058,7 @@ func (p *Process) Wait() Exit {
 	// Nothing of a run outlives it: background jobs left in the group go
 	// too, and everything left in its cgroup (the box's pid namespace died
 	// with bubblewrap already).
-	killGroup(p.Cmd)
+	_ = killGroup(p.Cmd) // best effort: the group may be gone already (ESRCH)
 	oom := false
 	if p.cg != nil {
 		oom = p.cg.oomKilled()

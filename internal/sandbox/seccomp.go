@@ -216,7 +216,7 @@ func seccompPolicy(caps []string) (map[uint32]*scHandler, error) {
 	// Every call the profile names, for any capability, architecture or
 	// kernel, and does not grant this box: EPERM, as the profile says.
 	for _, r := range mobyseccomp.DefaultProfile().Syscalls {
-		for _, name := range append(slices.Clone(r.Names), r.Name) {
+		for _, name := range append(slices.Clone(r.Names), r.Name) { //nolint:staticcheck // SA1019: a profile may still name a call the old way
 			if nr, ok := info.SyscallNames[name]; ok {
 				handler(uint32(nr))
 			}

@@ -44,15 +44,15 @@ const DefaultName = "default"
 const defaultKey = "default_session"
 
 var (
-	// ErrNotFound: no session has that id or name.
+	// ErrNotFound means no session has that id or name.
 	ErrNotFound = errors.New("session not found")
-	// ErrExists: the name is taken.
+	// ErrExists means the name is taken.
 	ErrExists = errors.New("session name already taken")
-	// ErrBadName: the name is not allowed.
+	// ErrBadName means the name is not allowed.
 	ErrBadName = errors.New("bad session name")
-	// ErrLimit: the tenant has as many sessions as it may.
+	// ErrLimit means the tenant has as many sessions as it may.
 	ErrLimit = errors.New("session limit reached")
-	// ErrConfined: a caller confined to one session may not make others.
+	// ErrConfined means a caller confined to one session may not make others.
 	ErrConfined = errors.New("confined to its own session")
 )
 
@@ -333,7 +333,7 @@ func (m *Manager) create(ctx context.Context, name string, o CreateOptions, capp
 	}
 	release := func() {
 		if m.Disk.Release != nil {
-			m.Disk.Release(s.Dir)
+			_ = m.Disk.Release(s.Dir) // clean-up of a create that fails: its error is the one to report
 		}
 		os.RemoveAll(s.Dir)
 	}

@@ -55,7 +55,7 @@ func (m *Manager) settleUIDs(ctx context.Context) error {
 	for _, h := range hs {
 		row, err := m.store.SessionByID(ctx, h.SessionID)
 		if errors.Is(err, store.ErrNotFound) {
-			m.store.HandoverDone(ctx, h.SessionID)
+			_ = m.store.HandoverDone(ctx, h.SessionID) // if not, the next start finds it again and retries
 			continue
 		}
 		if err != nil {
@@ -128,7 +128,7 @@ func (m *Manager) reapUIDs(ctx context.Context) {
 		if busy[r.UID] {
 			continue
 		}
-		m.store.ReleaseUID(ctx, r.UID)
+		_ = m.store.ReleaseUID(ctx, r.UID) // if not, it stays retired and the next pass retries
 	}
 }
 

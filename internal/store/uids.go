@@ -51,7 +51,7 @@ func nextCandidate() int {
 	return randomUID()
 }
 
-// ErrNoUID: every uid of the range is taken.
+// ErrNoUID means every uid of the range is taken.
 var ErrNoUID = errors.New("no free session uid")
 
 // uidTaken reports whether a session has uid or a destroyed session still

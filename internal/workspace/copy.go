@@ -253,7 +253,7 @@ func (c *copier) file(srcFd, dstFd int, name, rel string) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return c.changed(rel, unix.ENXIO)
 	}
-	key := inode{uint64(st.Dev), st.Ino}
+	key := inode{uint64(st.Dev), st.Ino} //nolint:unconvert // Stat_t.Dev is not uint64 on every architecture
 	if st.Nlink > 1 {
 		if first, ok := c.links[key]; ok {
 			if err := unix.Linkat(c.dstFd, first, c.dstFd, rel, 0); err != nil {

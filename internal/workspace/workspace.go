@@ -396,13 +396,13 @@ func (w *FS) replace(rel string, data []byte, mode fs.FileMode) error {
 		return explain(rel, err)
 	}
 	if err := w.finish(rel, f, data, mode); err != nil {
-		dir.Remove(tmp)
+		_ = dir.Remove(tmp) // clean-up; the error to report is err
 		return err
 	}
 	// Rename replaces what is at rel itself (a link planted there since the
 	// check is replaced, not followed).
 	if err := dir.Rename(tmp, base); err != nil {
-		dir.Remove(tmp)
+		_ = dir.Remove(tmp) // clean-up; the error to report is err
 		if errors.Is(err, syscall.EISDIR) || errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.ENOTEMPTY) {
 			return fmt.Errorf("%q %w", rel, ErrIsDir)
 		}
@@ -442,7 +442,7 @@ func (w *FS) resolveLinks(rel string) (string, error) {
 	for range 40 {
 		fi, err := w.root.Lstat(rel)
 		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
-			return rel, nil
+			return rel, nil //nolint:nilerr // not a link (or gone): the open through the root that follows reports it
 		}
 		target, err := w.root.Readlink(rel)
 		if err != nil {

@@ -3,7 +3,6 @@ package js
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -69,6 +68,3 @@ func list(ws *workspace.FS, rel string) ([]listEntry, error) {
 
 // isOutside reports an error of a path that leads out of the workspace.
 func isOutside(err error) bool { return errors.Is(err, workspace.ErrOutside) }
-
-// isNotExist reports an error of a path that does not exist.
-func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }

@@ -61,7 +61,7 @@ func (r *run) host(args []any) (any, error) {
 		if num(0) == 2 {
 			w = r.req.Stderr
 		}
-		io.WriteString(w, str(1))
+		_, _ = io.WriteString(w, str(1)) // the run's output: nowhere else to report a failed write
 		return nil, nil
 	case "stack":
 		return r.errorText(str(0)), nil
@@ -135,7 +135,7 @@ func (r *run) host(args []any) (any, error) {
 	case "calc":
 		v, err := Calc(str(0))
 		if err != nil {
-			return nil, fmt.Errorf("Tools.calc: %w", err)
+			return nil, fmt.Errorf("Tools.calc: %w", err) //nolint:staticcheck // ST1005: the JS name the code called
 		}
 		return v, nil
 	}

@@ -120,7 +120,7 @@ func pythonVersion(m *manifest) (full, short string) {
 		if err != nil {
 			break
 		}
-		if m := srcdirVersion.FindSubmatch(b); m != nil && strings.HasPrefix(string(m[1]), short+".") {
+		if m := srcdirVersion.FindSubmatch(b); len(m) > 1 && strings.HasPrefix(string(m[1]), short+".") {
 			full = string(m[1])
 		}
 		break
@@ -472,7 +472,7 @@ func lockFile(path string, waiting func()) (func(), error) {
 		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}
 	return func() {
-		unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN) // and if not, the Close releases it
 		f.Close()
 	}, nil
 }

@@ -2,6 +2,7 @@ package python
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -69,14 +70,17 @@ func gpythonMain(stdin io.Reader, stderr io.Writer) int {
 
 // systemExitCode maps SystemExit(arg) to an exit status as CPython does.
 func systemExitCode(err error, stderr io.Writer) int {
-	var exc *py.Exception
-	switch e := err.(type) {
-	case py.ExceptionInfo:
-		exc, _ = e.Value.(*py.Exception)
-	case *py.ExceptionInfo:
-		exc, _ = e.Value.(*py.Exception)
-	case *py.Exception:
-		exc = e
+	var (
+		exc  *py.Exception
+		info py.ExceptionInfo
+		ptr  *py.ExceptionInfo
+	)
+	switch {
+	case errors.As(err, &info):
+		exc, _ = info.Value.(*py.Exception)
+	case errors.As(err, &ptr):
+		exc, _ = ptr.Value.(*py.Exception)
+	case errors.As(err, &exc):
 	}
 	if exc == nil {
 		return 1

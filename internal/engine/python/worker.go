@@ -92,7 +92,7 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 			f.Close()
 		}
 	}
-	pipe := func() (r, w *os.File, err error) { return os.Pipe() }
+	pipe := os.Pipe
 	reqR, reqW, err1 := pipe()
 	repR, repW, err2 := pipe()
 	outR, outW, err3 := pipe()
@@ -225,7 +225,7 @@ func (w *worker) readFrame() (frame, error) {
 	// sends nothing must not make the server reserve 256 MiB.
 	var buf bytes.Buffer
 	if m, err := io.CopyN(&buf, w.repBuf, int64(n)); err != nil {
-		if err == io.EOF && m < int64(n) {
+		if errors.Is(err, io.EOF) && m < int64(n) {
 			err = io.ErrUnexpectedEOF
 		}
 		return frame{}, err
@@ -550,7 +550,7 @@ func (s *stream) begin(sink io.Writer, token []byte) int64 {
 	s.sink, s.token, s.sync = sink, token, make(chan struct{})
 	n := int64(len(s.pending)) + s.dropped
 	if len(s.pending) > 0 {
-		sink.Write(s.pending)
+		_, _ = sink.Write(s.pending) // the run's output sink: nowhere else to report a failed write
 	}
 	if s.dropped > 0 {
 		fmt.Fprintf(sink, "\n[%s more written between runs were dropped]\n", runcode.HumanBytes(s.dropped))
@@ -656,7 +656,7 @@ func (s *stream) emit(p []byte) {
 		return
 	}
 	if s.sink != nil {
-		s.sink.Write(p)
+		_, _ = s.sink.Write(p) // as in begin
 		return
 	}
 	room := maxPending - len(s.pending)

@@ -117,10 +117,16 @@ func boxMain(args []string) int {
 	}
 	// Nothing spawned inherits the control socket or anything else of
 	// this process's: ForkExec passes only the fds a spawn names.
-	closeFrom(ctl)
+	if err := closeFrom(ctl); err != nil {
+		os.Stderr.WriteString("quro box: close inherited descriptors: " + err.Error() + "\n")
+		return 127
+	}
 	// Not dumpable: no process of the box (another uid anyway) may open
 	// its /proc files, ptrace it or take its descriptors.
-	syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpabl, 0, 0)
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpabl, 0, 0); errno != 0 {
+		os.Stderr.WriteString("quro box: prctl(PR_SET_DUMPABLE, 0): " + errno.Error() + "\n")
+		return 127
+	}
 	b := &boxInit{ctl: ctl, self: os.Args[0], byID: map[string]int{}, ids: map[int]string{}, kick: make(chan struct{}, 1)}
 	go b.reap()
 	buf := make([]byte, MaxMsg)
@@ -170,7 +176,9 @@ func closeAll(fds []int) {
 func (b *boxInit) reply(kind byte, fields ...string) {
 	b.send.Lock()
 	defer b.send.Unlock()
-	syscall.Sendmsg(b.ctl, EncodeMsg(kind, fields...), nil, nil, 0)
+	// A reply that cannot be sent has no one to read it: the server is
+	// gone, and the next Recvmsg ends the box.
+	_ = syscall.Sendmsg(b.ctl, EncodeMsg(kind, fields...), nil, nil, 0)
 }
 
 // spawn: id, dir, tty, argv... The zygote takes it when there is one

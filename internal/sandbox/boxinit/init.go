@@ -213,7 +213,7 @@ func initMain(args []string) int {
 	}
 	status := os.NewFile(uintptr(fd), "status")
 	fail := func(err error) int {
-		status.WriteString(err.Error())
+		_, _ = status.WriteString(err.Error()) // the server reads it as the reason; if it is gone, so is the reader
 		return 127
 	}
 	// Descriptors the server inherited without close-on-exec must not reach
@@ -273,7 +273,7 @@ func initMain(args []string) int {
 			return fail(err)
 		}
 	}
-	status.Write([]byte{ReadyByte})
+	_, _ = status.Write([]byte{ReadyByte}) // a server that went away learns nothing either way
 	err = syscall.Exec(path, prog, env)
 	// Too late for a start error: say it the way a shell would.
 	os.Stderr.WriteString("quro sandbox: exec " + path + ": " + err.Error() + "\n")

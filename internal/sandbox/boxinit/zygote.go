@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// The zygote: the box init keeps one init child started ahead (the quro
-// binary re-executed and its Go runtime up) while the box is in use, so
+// ZygoteArg is the argument that makes quro a zygote. The zygote: the
+// box init keeps one init child started ahead (the quro binary
+// re-executed and its Go runtime up) while the box is in use, so
 // that a spawn costs a message and the program's own exec instead of an
 // exec of quro first. It waits on its own socket pair with the box init
 // for one spawn request — the same fields and descriptors as MsgSpawn —
