@@ -203,8 +203,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		return sb.Probe(ctx)
 	})
 	runOpts := a.Runner.Options()
-	a.Terminals = terminal.NewManager(terminal.ManagerOptions{
-		Sandbox: sb,
+	a.Terminals = terminal.NewManager(sb, &terminal.ManagerOptions{
 		Env: func(id string) map[string]string {
 			env, _ := sessions.Env(context.Background(), id)
 			return env

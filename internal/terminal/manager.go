@@ -16,9 +16,9 @@ import (
 	qws "github.com/quro-dev/quro/internal/workspace"
 )
 
-// ManagerOptions configure a Manager.
+// ManagerOptions configure a Manager; nil or zero fields take the
+// defaults.
 type ManagerOptions struct {
-	Sandbox *sandbox.Sandbox
 	// Env returns a session's stored variables.
 	Env func(id string) map[string]string
 	// OnCwd records a session's new working directory.
@@ -40,6 +40,7 @@ type ManagerOptions struct {
 // Manager owns the live terminals of every session: its pipe shell and its
 // PTY. Safe for concurrent use.
 type Manager struct {
+	sb   *sandbox.Sandbox
 	opts ManagerOptions
 
 	mu     sync.Mutex
@@ -61,8 +62,12 @@ type live struct {
 	pty    *PTY
 }
 
-// NewManager returns a Manager.
-func NewManager(opts ManagerOptions) *Manager {
+// NewManager returns a Manager whose terminals run in sb.
+func NewManager(sb *sandbox.Sandbox, o *ManagerOptions) *Manager {
+	var opts ManagerOptions
+	if o != nil {
+		opts = *o
+	}
 	if opts.Scrollback <= 0 {
 		opts.Scrollback = 1 << 20
 	}
@@ -72,7 +77,7 @@ func NewManager(opts ManagerOptions) *Manager {
 	if opts.Env == nil {
 		opts.Env = func(string) map[string]string { return nil }
 	}
-	return &Manager{opts: opts, live: map[string]*live{}}
+	return &Manager{sb: sb, opts: opts, live: map[string]*live{}}
 }
 
 func (m *Manager) get(s *session.Session) (*live, error) {
@@ -103,7 +108,7 @@ func (m *Manager) get(s *session.Session) (*live, error) {
 			cwd = s.Workspace()
 		}
 		l.shell = NewShell(ShellOptions{
-			Sandbox: m.opts.Sandbox.ForSession(s.ID, s.UID, s.Binds()), Workspace: s.Workspace(), TmpDir: s.TmpDir(), OutputsDir: s.OutputsDir(),
+			Sandbox: m.sb.ForSession(s.ID, s.UID, s.Binds()), Workspace: s.Workspace(), TmpDir: s.TmpDir(), OutputsDir: s.OutputsDir(),
 			Network: s.Network, Rootfs: rootfs,
 			Cwd:   cwd,
 			Env:   func() map[string]string { return m.opts.Env(id) },
@@ -267,7 +272,7 @@ func (m *Manager) CloseSession(s *session.Session) int {
 			l.pty.Close()
 		}
 	}
-	if m.opts.Sandbox.SessionBoxes() {
+	if m.sb.SessionBoxes() {
 		// Everything of the session ran in its box, which the caller
 		// closed; runs outside it (a spec the box could not hold) were
 		// killed with their own cgroup when they ended.
@@ -497,7 +502,7 @@ func (m *Manager) PTY(s *session.Session) (*PTY, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := StartPTY(PTYOptions{Sandbox: m.opts.Sandbox, Session: l.sess, Cwd: cwd, Env: m.opts.Env(s.ID), Rootfs: rootfs})
+	p, err := StartPTY(PTYOptions{Sandbox: m.sb, Session: l.sess, Cwd: cwd, Env: m.opts.Env(s.ID), Rootfs: rootfs})
 	if err != nil {
 		return nil, err
 	}
