@@ -48,9 +48,8 @@ type bed struct {
 // on 127.0.0.1:0. disk is each session's disk quota (0: the default image,
 // negative: none).
 func newBed(ctx context.Context, dataDir, install string, disk int64) (*bed, error) {
-	a, err := app.New(ctx, app.Options{
-		DataDir: dataDir,
-		Python:  &python.EmbeddedOptions{InstallRoot: install},
+	a, err := app.New(ctx, dataDir, &app.Options{
+		Python: &python.EmbeddedOptions{InstallRoot: install},
 		// The interpreter lives outside the data directory here (shared
 		// with the tests), so every box must show it, as app.New does
 		// for the data directory's own python/: else a session's Python

@@ -84,7 +84,7 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(data)
-	a, err := app.New(ctx, app.Options{DataDir: data, Python: &python.EmbeddedOptions{InstallRoot: *install}})
+	a, err := app.New(ctx, data, &app.Options{Python: &python.EmbeddedOptions{InstallRoot: *install}})
 	if err != nil {
 		return err
 	}

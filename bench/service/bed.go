@@ -42,7 +42,7 @@ type bed struct {
 // extracted under install, issues an exec token for the local tenant,
 // listens on 127.0.0.1:0 and connects one MCP client session.
 func newBed(ctx context.Context, dataDir, install string, limits app.Limits) (*bed, error) {
-	a, err := app.New(ctx, app.Options{DataDir: dataDir, Python: &python.EmbeddedOptions{InstallRoot: install}, Limits: limits})
+	a, err := app.New(ctx, dataDir, &app.Options{Python: &python.EmbeddedOptions{InstallRoot: install}, Limits: limits})
 	if err != nil {
 		return nil, err
 	}

@@ -58,7 +58,7 @@ func annotatedCapabilities(cmd *cobra.Command) []string {
 // (it changes nothing, or it is an access path) — not both, not neither —
 // and every capability it names exists.
 func TestBypassEveryCommandIsClassified(t *testing.T) {
-	a, err := app.New(context.Background(), app.Options{DataDir: t.TempDir()})
+	a, err := app.New(context.Background(), t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,7 @@ capability over HTTP; quro run calls the same controller in-process.`,
 
 func (g *globals) open(ctx context.Context) (*app.App, error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return app.New(ctx, g.options(log))
+	return app.New(ctx, g.dataDir, g.options(log))
 }
 
 // caller is who the CLI is: the local user, with every scope.
@@ -98,11 +98,11 @@ func (g *globals) caller() controller.Caller {
 	return controller.Caller{Path: "cli", Scope: capability.ScopeAdmin}
 }
 
-func (g *globals) options(log *slog.Logger) app.Options {
+func (g *globals) options(log *slog.Logger) *app.Options {
 	if g.isolation == sandbox.IsolationMinimal && log != nil {
 		log.Warn("isolation is minimal: user code runs with whatever isolation layers this machine has; see quro doctor")
 	}
-	return app.Options{DataDir: g.dataDir, Logger: log,
+	return &app.Options{Logger: log,
 		Run:     &runcode.Options{MaxStdout: g.maxStdout, MaxStderr: g.maxStderr},
 		Sandbox: &sandbox.Options{Isolation: g.isolation},
 		Python:  &python.EmbeddedOptions{Status: extractionProgress(g.stderr)},

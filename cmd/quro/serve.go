@@ -67,7 +67,7 @@ admin token for the local tenant is created, printed once and kept in
 			opts.Limits.Tenant = tenantLimits
 			opts.AutoPause = autoPause
 			opts.PrestartPython = prestart
-			a, err := app.New(cmd.Context(), opts)
+			a, err := app.New(cmd.Context(), g.dataDir, opts)
 			if err != nil {
 				return err
 			}

@@ -32,9 +32,8 @@ import (
 	"github.com/quro-dev/quro/internal/terminal"
 )
 
-// Options configure an App. Only DataDir is required.
+// Options configure an App; nil or zero fields take the defaults.
 type Options struct {
-	DataDir string
 	Logger  *slog.Logger
 	Run     *runcode.Options
 	Sandbox *sandbox.Options
@@ -123,12 +122,16 @@ func DefaultDataDir() string {
 	return filepath.Join(home, ".local", "share", "quro")
 }
 
-// New opens the data directory and assembles an App.
-func New(ctx context.Context, opts Options) (*App, error) {
-	if opts.DataDir == "" {
+// New opens the data directory dataDir and assembles an App.
+func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
+	if dataDir == "" {
 		return nil, fmt.Errorf("app: no data directory")
 	}
-	dir, err := filepath.Abs(opts.DataDir)
+	var opts Options
+	if o != nil {
+		opts = *o
+	}
+	dir, err := filepath.Abs(dataDir)
 	if err != nil {
 		return nil, err
 	}

@@ -26,7 +26,7 @@ var testPython = &python.EmbeddedOptions{InstallRoot: filepath.Join(os.TempDir()
 
 func newApp(t testing.TB, run *runcode.Options) *App {
 	t.Helper()
-	a, err := New(context.Background(), Options{DataDir: t.TempDir(), Run: run, Python: testPython})
+	a, err := New(context.Background(), t.TempDir(), &Options{Run: run, Python: testPython})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -308,7 +308,7 @@ func TestPauseRefusedDuringACall(t *testing.T) {
 // TestPrestartedWorker: with PrestartPython, create_session starts the
 // session's worker in its box, and the first run uses that worker.
 func TestPrestartedWorker(t *testing.T) {
-	a, err := New(context.Background(), Options{DataDir: t.TempDir(), Python: testPython, PrestartPython: true})
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, PrestartPython: true})
 	if err != nil {
 		t.Fatal(err)
 	}

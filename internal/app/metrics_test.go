@@ -142,7 +142,7 @@ func TestMetricsGaugesFollowSessions(t *testing.T) {
 
 func TestMetricsCountSandboxFailures(t *testing.T) {
 	var seen []string
-	a, err := New(context.Background(), Options{DataDir: t.TempDir(), Python: testPython,
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
 		Sandbox: &sandbox.Options{Path: "/nonexistent", OnFailure: func(r string) { seen = append(seen, r) }}})
 	if err != nil {
 		t.Fatal(err)

@@ -107,7 +107,7 @@ func TestInstallPackagesInRealRootfs(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := copyTestRootfs(t)
-	a, err := New(context.Background(), Options{DataDir: data, Python: testPython})
+	a, err := New(context.Background(), data, &Options{Python: testPython})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ ls /root /home 2>&1 | head -2; ls ` + data + ` 2>&1 | head -1; grep -c . /proc/s
 // it is released.
 func TestInstallPackagesWaitsForTheLock(t *testing.T) {
 	data := copyTestRootfs(t)
-	a, err := New(context.Background(), Options{DataDir: data, Python: testPython})
+	a, err := New(context.Background(), data, &Options{Python: testPython})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +288,7 @@ func TestInstallPackagesWaitsForTheLock(t *testing.T) {
 // installs refused until repair_rootfs (admin only) settles it.
 func TestInstallPackagesLiteralNamesNoRemovalAndRepair(t *testing.T) {
 	data := copyTestRootfs(t)
-	a, err := New(context.Background(), Options{DataDir: data, Python: testPython})
+	a, err := New(context.Background(), data, &Options{Python: testPython})
 	if err != nil {
 		t.Fatal(err)
 	}

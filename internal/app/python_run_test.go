@@ -188,7 +188,7 @@ func appOnRootfs(t testing.TB, m *rootfs.Manager) *App {
 	if err := os.Symlink(m.Dir, rootfs.DirIn(data)); err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(context.Background(), Options{DataDir: data, Python: testPython})
+	a, err := New(context.Background(), data, &Options{Python: testPython})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -130,7 +130,7 @@ func TestEnvAppliesToShellAndRunCode(t *testing.T) {
 
 func TestSessionsSurviveARestart(t *testing.T) {
 	dir := t.TempDir()
-	a, err := New(context.Background(), Options{DataDir: dir, Python: testPython})
+	a, err := New(context.Background(), dir, &Options{Python: testPython})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestSessionsSurviveARestart(t *testing.T) {
 	texec(t, a, "keep", "mkdir -p a/b && cd a/b && echo data > f.txt")
 	a.Close()
 
-	b, err := New(context.Background(), Options{DataDir: dir, Python: testPython})
+	b, err := New(context.Background(), dir, &Options{Python: testPython})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -244,7 +244,7 @@ func leftovers(t *testing.T, a *App) (sessions, disks, snaps []string) {
 // session, directory or disk image is left behind, and the error says
 // which copy failed and why.
 func TestForkIsAllOrNothing(t *testing.T) {
-	a, err := New(context.Background(), Options{DataDir: t.TempDir(), Python: testPython,
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
 		Limits: Limits{SessionsPerTenant: 4, Tenant: TenantLimits{Disk: 32 << 20}}})
 	if err != nil {
 		t.Fatal(err)
@@ -306,7 +306,7 @@ func TestForkIsAllOrNothing(t *testing.T) {
 // Limits.SnapshotBytes bytes of them; a snapshot larger than the
 // per-session disk quota cannot be taken. A refusal leaves no files.
 func TestSnapshotCeilings(t *testing.T) {
-	a, err := New(context.Background(), Options{DataDir: t.TempDir(), Python: testPython,
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
 		Limits: Limits{Snapshots: 2, SnapshotBytes: 3 << 20}})
 	if err != nil {
 		t.Fatal(err)
@@ -339,7 +339,7 @@ func TestSnapshotCeilings(t *testing.T) {
 	// The per-session disk quota bounds one snapshot, also where no
 	// image enforces it (hard links are stored once, so they do not
 	// multiply it).
-	b, err := New(context.Background(), Options{DataDir: t.TempDir(), Python: testPython,
+	b, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
 		Limits: Limits{Tenant: TenantLimits{Disk: 8 << 20}}})
 	if err != nil {
 		t.Fatal(err)

@@ -148,7 +148,7 @@ func TestTenantsAreInvisibleToEachOther(t *testing.T) {
 }
 
 func TestSessionLimitPerTenant(t *testing.T) {
-	a, err := New(context.Background(), Options{DataDir: t.TempDir(), Python: testPython, Limits: Limits{SessionsPerTenant: 2}})
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Limits: Limits{SessionsPerTenant: 2}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestSessionLimitPerTenant(t *testing.T) {
 // With one run allowed per tenant, a second run of the same tenant is
 // refused while the first is in flight; another tenant still runs.
 func TestRunLimitPerTenant(t *testing.T) {
-	a, err := New(context.Background(), Options{DataDir: t.TempDir(), Python: testPython, Limits: Limits{RunsPerTenant: 1}})
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Limits: Limits{RunsPerTenant: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 // naming the ceiling, get_service_status shows the tenant its usage, the
 // metrics count it without naming it, and another tenant runs as before.
 func TestTenantCeilingAcrossSessionsThroughTheController(t *testing.T) {
-	a, err := New(context.Background(), Options{DataDir: t.TempDir(), Python: testPython,
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
 		Limits: Limits{Tenant: TenantLimits{Disk: 64 << 20}}})
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +99,7 @@ func TestTenantCeilingAcrossSessionsThroughTheController(t *testing.T) {
 // Outputs the server spills count against the session's disk quota, and a
 // run that fills it reads what filled it.
 func TestSpilledOutputsCountAgainstTheDiskQuota(t *testing.T) {
-	a, err := New(context.Background(), Options{DataDir: t.TempDir(), Python: testPython,
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
 		Limits: Limits{Tenant: TenantLimits{Disk: 64 << 20}}})
 	if err != nil {
 		t.Fatal(err)

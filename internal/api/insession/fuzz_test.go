@@ -28,7 +28,7 @@ import (
 // the secret in its workspace or its variables.
 func FuzzInSessionRequest(f *testing.F) {
 	ctx := context.Background()
-	a, err := app.New(ctx, app.Options{DataDir: f.TempDir(),
+	a, err := app.New(ctx, f.TempDir(), &app.Options{
 		Python: &python.EmbeddedOptions{InstallRoot: filepath.Join(os.TempDir(), "quro-test-python")}})
 	if err != nil {
 		f.Fatal(err)

@@ -26,7 +26,7 @@ import (
 // client has been told; then the run completes.
 func TestFirstRunProgressNotifications(t *testing.T) {
 	root := t.TempDir()
-	a, err := app.New(context.Background(), app.Options{DataDir: dataDir(t), Python: &python.EmbeddedOptions{InstallRoot: root}})
+	a, err := app.New(context.Background(), dataDir(t), &app.Options{Python: &python.EmbeddedOptions{InstallRoot: root}})
 	if err != nil {
 		t.Fatal(err)
 	}

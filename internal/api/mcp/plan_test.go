@@ -51,7 +51,7 @@ func dataDir(t *testing.T) string {
 
 func newApp(t *testing.T, observers ...controller.Observer) *app.App {
 	t.Helper()
-	a, err := app.New(context.Background(), app.Options{DataDir: dataDir(t), Python: testPython, Observers: observers})
+	a, err := app.New(context.Background(), dataDir(t), &app.Options{Python: testPython, Observers: observers})
 	if err != nil {
 		t.Fatal(err)
 	}

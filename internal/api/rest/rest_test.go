@@ -28,7 +28,7 @@ var testPython = &python.EmbeddedOptions{InstallRoot: filepath.Join(os.TempDir()
 
 func newApp(t testing.TB, observers ...controller.Observer) *app.App {
 	t.Helper()
-	a, err := app.New(context.Background(), app.Options{DataDir: t.TempDir(), Python: testPython, Observers: observers})
+	a, err := app.New(context.Background(), t.TempDir(), &app.Options{Python: testPython, Observers: observers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +299,7 @@ func trim(s string) string {
 // real handler of the real app and checks the answer names the fix.
 func TestRequestErrorsSayWhatToFix(t *testing.T) {
 	data := t.TempDir()
-	a, err := app.New(context.Background(), app.Options{DataDir: data, Python: testPython})
+	a, err := app.New(context.Background(), data, &app.Options{Python: testPython})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ var (
 func server(t *testing.T) (*httptest.Server, string) {
 	t.Helper()
 	data := t.TempDir()
-	a, err := app.New(context.Background(), app.Options{DataDir: data, Python: testPython})
+	a, err := app.New(context.Background(), data, &app.Options{Python: testPython})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 // another quro process would, until the client has been told.
 func TestFirstRunStreamsProgress(t *testing.T) {
 	root := t.TempDir()
-	a, err := app.New(context.Background(), app.Options{DataDir: t.TempDir(), Python: &python.EmbeddedOptions{InstallRoot: root}})
+	a, err := app.New(context.Background(), t.TempDir(), &app.Options{Python: &python.EmbeddedOptions{InstallRoot: root}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ type env struct {
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	a, err := app.New(context.Background(), app.Options{DataDir: t.TempDir(), Python: testPython})
+	a, err := app.New(context.Background(), t.TempDir(), &app.Options{Python: testPython})
 	if err != nil {
 		t.Fatal(err)
 	}
