@@ -8,6 +8,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/metrics"
+	"github.com/quro-dev/quro/internal/recent"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -26,17 +27,14 @@ type inflight struct {
 	mu    sync.Mutex
 	n     map[string]int
 	calls map[string]map[*sessionCall]bool
-	// gone are sessions being or having been destroyed (the most recent
-	// maxGone): a call that looked the session up before the destroy is
-	// refused instead of running in it.
-	gone      map[string]bool
-	goneOrder []string
+	// gone are sessions being or having been destroyed: a call that
+	// looked the session up before the destroy is refused instead of
+	// running in it.
+	gone recent.Set
 	// drained[id] is closed when the last call of a session being
 	// destroyed has returned.
 	drained map[string]chan struct{}
 }
-
-const maxGone = 4096
 
 // sessionCall is one call in flight in a session.
 type sessionCall struct {
@@ -62,7 +60,7 @@ func (a *App) useSession(ctx context.Context, s *session.Session) (_ context.Con
 	c := &sessionCall{cancel: cancel}
 	in := &a.inflight
 	in.mu.Lock()
-	if in.gone[s.ID] {
+	if in.gone.Has(s.ID) {
 		in.mu.Unlock()
 		cancel(nil)
 		return nil, nil, capability.Errorf(capability.NotFound, "session %s was destroyed", s.Name)
@@ -116,17 +114,7 @@ func (a *App) useSession(ctx context.Context, s *session.Session) (_ context.Con
 func (a *App) endCalls(s *session.Session, grace time.Duration) int {
 	in := &a.inflight
 	in.mu.Lock()
-	if in.gone == nil {
-		in.gone = map[string]bool{}
-	}
-	if !in.gone[s.ID] {
-		in.gone[s.ID] = true
-		in.goneOrder = append(in.goneOrder, s.ID)
-		if len(in.goneOrder) > maxGone {
-			delete(in.gone, in.goneOrder[0])
-			in.goneOrder = in.goneOrder[1:]
-		}
-	}
+	in.gone.Add(s.ID)
 	var drained chan struct{}
 	if in.n[s.ID] > 0 {
 		if in.drained == nil {

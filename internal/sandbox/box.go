@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/quro-dev/quro/internal/recent"
 	"github.com/quro-dev/quro/internal/sandbox/boxinit"
 )
 
@@ -103,14 +104,11 @@ type boxRegistry struct {
 	boxes    map[string]*boxEntry
 	readOnly []string // Options.BoxReadOnly
 	outside  uint64   // runs of a session that got a box of their own
-	// ended are sessions whose boxes EndSession closed for good (the most
-	// recent maxEnded), so that a run racing with a destroy cannot make a
-	// new box for a session that is gone.
-	ended      map[string]bool
-	endedOrder []string
+	// ended are sessions whose boxes EndSession closed for good, so that
+	// a run racing with a destroy cannot make a new box for a session that
+	// is gone.
+	ended recent.Set
 }
-
-const maxEnded = 4096
 
 // ErrSessionEnded is a run for a session whose box was ended for good.
 var ErrSessionEnded = errors.New("the session was destroyed")
@@ -153,7 +151,7 @@ func (s *Sandbox) boxFor(ctx context.Context, pl *plan) (*Box, error) {
 	want := pl.shape(s)
 	for {
 		r.mu.Lock()
-		if r.ended[key] {
+		if r.ended.Has(key) {
 			r.mu.Unlock()
 			return nil, ErrSessionEnded
 		}
@@ -214,17 +212,7 @@ func (s *Sandbox) EndSession(key string) {
 		return
 	}
 	r.mu.Lock()
-	if r.ended == nil {
-		r.ended = map[string]bool{}
-	}
-	if !r.ended[key] {
-		r.ended[key] = true
-		r.endedOrder = append(r.endedOrder, key)
-		if len(r.endedOrder) > maxEnded {
-			delete(r.ended, r.endedOrder[0])
-			r.endedOrder = r.endedOrder[1:]
-		}
-	}
+	r.ended.Add(key)
 	r.mu.Unlock()
 	// Any box registered before the mark is closed here; none after it.
 	s.CloseBox(key)

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/quro-dev/quro/internal/recent"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 	qws "github.com/quro-dev/quro/internal/workspace"
@@ -46,14 +47,10 @@ type Manager struct {
 	mu     sync.Mutex
 	live   map[string]*live
 	closed bool
-	// ended are the sessions CloseSession closed (the most recent
-	// maxEnded): a call racing with their destroy must not give them new
-	// terminals.
-	ended      map[string]bool
-	endedOrder []string
+	// ended are the sessions CloseSession closed: a call racing with
+	// their destroy must not give them new terminals.
+	ended recent.Set
 }
-
-const maxEnded = 4096
 
 type live struct {
 	sess   *session.Session
@@ -86,7 +83,7 @@ func (m *Manager) get(s *session.Session) (*live, error) {
 	if m.closed {
 		return nil, ErrClosed
 	}
-	if m.ended[s.ID] {
+	if m.ended.Has(s.ID) {
 		return nil, fmt.Errorf("%w: session %s was destroyed", ErrClosed, s.Name)
 	}
 	l := m.live[s.ID]
@@ -173,7 +170,7 @@ func (m *Manager) Exec(ctx context.Context, s *session.Session, command string, 
 func (m *Manager) open(s *session.Session) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return !m.closed && !m.ended[s.ID]
+	return !m.closed && !m.ended.Has(s.ID)
 }
 
 // State is what the manager knows of a session's terminals.
@@ -252,17 +249,7 @@ func (m *Manager) CloseSession(s *session.Session) int {
 	m.mu.Lock()
 	l := m.live[s.ID]
 	delete(m.live, s.ID)
-	if m.ended == nil {
-		m.ended = map[string]bool{}
-	}
-	if !m.ended[s.ID] {
-		m.ended[s.ID] = true
-		m.endedOrder = append(m.endedOrder, s.ID)
-		if len(m.endedOrder) > maxEnded {
-			delete(m.ended, m.endedOrder[0])
-			m.endedOrder = m.endedOrder[1:]
-		}
-	}
+	m.ended.Add(s.ID)
 	m.mu.Unlock()
 	if l != nil {
 		if l.shell != nil {
