@@ -138,8 +138,8 @@ func TestBypassStateChangesAreAudited(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer st.Close()
-			if got := app.TenantOverrides(context.Background(), st, "acme"); got.Tasks != 64 {
-				t.Fatalf("acme's ceilings after set: %+v", got)
+			if got, err := app.TenantOverrides(context.Background(), st, "acme"); err != nil || got.Tasks != 64 {
+				t.Fatalf("acme's ceilings after set: %+v %v", got, err)
 			}
 		}},
 		{args: []string{"tenant", "limits", "set", "--tenant", "acme", "--tasks", "3"}, calls: []string{"set_tenant_limits"}, fails: "invalid_argument"},

@@ -76,12 +76,13 @@ on stderr), 2 on a usage error.`,
 				fmt.Fprintln(stderr, "quro call:", err)
 				return &exitError{callFailed}
 			}
-			w := cmd.OutOrStdout()
-			io.WriteString(w, out)
 			if !strings.HasSuffix(out, "\n") {
-				io.WriteString(w, "\n")
+				out += "\n"
 			}
-			return nil
+			// An answer that did not reach stdout (a full disk, a closed
+			// pipe) is a failed command, not a silent success.
+			_, err = io.WriteString(cmd.OutOrStdout(), out)
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -187,7 +188,7 @@ func (c *localCaller) call(ctx context.Context, name string, args json.RawMessag
 
 func (c *localCaller) close() {
 	if c.cl != nil {
-		c.cl()
+		_ = c.cl() // like every deferred Close: the call has its answer
 	}
 }
 

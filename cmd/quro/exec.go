@@ -44,7 +44,9 @@ It runs on the server running on the data directory, or the one named by
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
-				enc.Encode(res)
+				if err := enc.Encode(res); err != nil {
+					return err // the result did not reach stdout
+				}
 			} else {
 				fmt.Fprint(cmd.OutOrStdout(), res.Output)
 				if res.Error != "" || res.WaitingForInput || res.ShellRestarted || res.TimedOut {

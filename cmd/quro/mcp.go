@@ -27,7 +27,7 @@ error. quro serve offers the same tools over streamable HTTP at /mcp.`,
 				return err
 			}
 			defer a.Close()
-			go a.Status(context.WithoutCancel(cmd.Context()))
+			go func() { _, _ = a.Status(context.WithoutCancel(cmd.Context())) }() // a warm-up: nobody waits for its answer
 			go a.Supervise(cmd.Context(), patrol)
 			return quromcp.ServeStdio(cmd.Context(), a.Controller, cmd.InOrStdin(), cmd.OutOrStdout(), &quromcp.Options{Logger: a.Log})
 		},

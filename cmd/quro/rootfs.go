@@ -179,6 +179,10 @@ func (g *globals) rootfsCall(cmd *cobra.Command, name string, in, out any) error
 	}
 	defer b.close()
 	w := cmd.OutOrStdout()
-	ctx := runcode.WithOutput(cmd.Context(), func(_ string, p []byte) { w.Write(p) })
+	ctx := runcode.WithOutput(cmd.Context(), func(_ string, p []byte) {
+		// Progress only: an install goes on when stdout went away, and its
+		// outcome is the call's answer.
+		_, _ = w.Write(p)
+	})
 	return b.output(ctx, name, in, out)
 }

@@ -63,9 +63,11 @@ program's; 124 when it timed out, 125 when no engine could run it.`,
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetEscapeHTML(false)
 				enc.SetIndent("", "  ")
-				enc.Encode(res)
-			} else {
-				printRun(cmd.OutOrStdout(), cmd.ErrOrStderr(), res, b.app != nil)
+				if err := enc.Encode(res); err != nil {
+					return err // the result did not reach stdout
+				}
+			} else if err := printRun(cmd.OutOrStdout(), cmd.ErrOrStderr(), res, b.app != nil); err != nil {
+				return err
 			}
 			switch {
 			case res.TimedOut:
@@ -90,22 +92,27 @@ program's; 124 when it timed out, 125 when no engine could run it.`,
 
 // printRun prints a result in text mode: the program's stdout on out, its
 // stderr and every remark on errw, in the order of runcode.Result.Text.
-// inProcess adds that Python variables do not outlive this command.
-func printRun(out, errw io.Writer, r *runcode.Result, inProcess bool) {
-	line := func(w io.Writer, s string) {
-		io.WriteString(w, s)
+// inProcess adds that Python variables do not outlive this command. It
+// returns the error of a write to out: output that did not reach stdout (a
+// full disk, a closed pipe) fails the command. Remarks on errw are best
+// effort, like the rest of the CLI's messages.
+func printRun(out, errw io.Writer, r *runcode.Result, inProcess bool) error {
+	lined := func(s string) string {
 		if !strings.HasSuffix(s, "\n") {
-			io.WriteString(w, "\n")
+			s += "\n"
 		}
+		return s
 	}
+	line := func(w io.Writer, s string) { _, _ = io.WriteString(w, lined(s)) }
 	if r.Error != "" {
 		line(errw, "⚠️ error: "+r.Error)
 		if inProcess && strings.Contains(r.Error, "keeps its variables") {
 			line(errw, "ℹ️ in-process (no server runs on the data directory), the session's variables last only as long as this command; with quro serve running they persist between runs")
 		}
 	}
+	var outErr error
 	if r.Stdout != "" {
-		line(out, r.Stdout)
+		_, outErr = io.WriteString(out, lined(r.Stdout))
 	}
 	if r.Stderr != "" {
 		line(errw, r.Stderr)
@@ -125,6 +132,7 @@ func printRun(out, errw io.Writer, r *runcode.Result, inProcess bool) {
 	for _, a := range r.Artifacts {
 		line(errw, fmt.Sprintf("📎 %s artifact %q (%s)", a.Kind, a.Name, runcode.HumanBytes(int64(len(a.Data)))))
 	}
+	return outErr
 }
 
 // readCode takes the code from -c, a file, or stdin, and guesses the

@@ -111,7 +111,7 @@ admin token for the local tenant is created, printed once and kept in
 			watchConns(a.Metrics, ln)
 			go watchFDs(cmd.Context(), log, fdLimit, patrol)
 			// Probe engines and isolation now, not on the first request.
-			go a.Status(context.WithoutCancel(cmd.Context()))
+			go func() { _, _ = a.Status(context.WithoutCancel(cmd.Context())) }() // a warm-up: nobody waits for its answer
 			go a.Supervise(cmd.Context(), patrol)
 
 			access := rest.Access{Auth: authFn, Origins: origins, Hosts: hosts}

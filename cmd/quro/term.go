@@ -124,7 +124,11 @@ func runTerm(ctx context.Context, in *os.File, out, errw io.Writer, ts termSessi
 	if err != nil {
 		return err
 	}
-	defer term.Restore(int(in.Fd()), old)
+	defer func() {
+		if err := term.Restore(int(in.Fd()), old); err != nil {
+			fmt.Fprintf(errw, "quro: the terminal could not be restored (%v); the command reset restores it\n", err)
+		}
+	}()
 	fmt.Fprintf(errw, "[quro: session %s; Ctrl-] detaches]\r\n", name)
 
 	winch := make(chan os.Signal, 1)
@@ -212,7 +216,9 @@ func newLocalTerm(p *terminal.PTY) *localTerm {
 
 func (t *localTerm) Output() <-chan []byte { return t.out }
 func (t *localTerm) Write(b []byte)        { t.p.Write(b) }
-func (t *localTerm) Resize(cols, rows int) { t.p.Resize(cols, rows) }
+func (t *localTerm) Resize(cols, rows int) {
+	_ = t.p.Resize(cols, rows) // a size it refuses (over 1000x1000) keeps the current one
+}
 func (t *localTerm) End() (int, error) {
 	if t.v.Dropped {
 		return 0, errors.New("this terminal fell behind the shell's output and was dropped")

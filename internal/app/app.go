@@ -155,7 +155,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	tl := &tenants{store: st, sessions: func() *session.Manager { return sessions }, root: filepath.Join(dir, "sessions"),
 		defaults: opts.Limits.Tenant.or(TenantLimits{Memory: DefaultTenantMemory, Tasks: DefaultTenantTasks,
 			CPUPercent: DefaultTenantCPUPercent, Sessions: int64(sessions.MaxPerTenant), Disk: DefaultDiskQuota}),
-		disks: quota.Open(dir), ofID: map[string]string{}}
+		disks: quota.Open(dir), log: log, ofID: map[string]string{}}
 	sessions.MaxFor = tl.maxSessions
 	sessions.Disk.Prepare, sessions.Disk.Release = tl.prepare, tl.release
 	if err := tl.adopt(ctx); err != nil {

@@ -148,7 +148,8 @@ func (p *ProjectCreated) Text() string {
 		var args strings.Builder
 		enc := json.NewEncoder(&args)
 		enc.SetEscapeHTML(false) // && stays readable
-		enc.Encode(r.Args)
+		// The template's own arguments (strings, numbers, bools) encode.
+		_ = enc.Encode(r.Args)
 		fmt.Fprintf(&b, "- %s: %s %s", r.What, r.Capability, strings.TrimSpace(args.String()))
 		if r.Expect != "" {
 			fmt.Fprintf(&b, " (prints %s)", r.Expect)

@@ -67,9 +67,8 @@ func TestSessionLifecycle(t *testing.T) {
 	if _, err := os.Stat(info.Workspace); !os.IsNotExist(err) {
 		t.Errorf("workspace survived destroy: %v", err)
 	}
-	if _, err := call(t, a, "get_session_status", SessionRef{Session: "work"}); err == nil || err.(*capability.Error).Code != capability.NotFound {
-		t.Errorf("destroyed session still found: %v", err)
-	}
+	_, err = call(t, a, "get_session_status", SessionRef{Session: "work"})
+	wantCode(t, err, capability.NotFound) // the destroyed session is gone
 	// a fresh default session takes over
 	if res := texec(t, a, "", "echo back"); res.Output != "back\n" {
 		t.Fatalf("%+v", res)
@@ -167,7 +166,8 @@ func TestTerminalExecBadInput(t *testing.T) {
 		{`{"cmd":"true"}`, capability.InvalidArgument},
 	} {
 		_, err := a.Controller.Call(context.Background(), admin, "terminal_exec", json.RawMessage(tc.args))
-		if ce, ok := err.(*capability.Error); !ok || ce.Code != tc.code {
+		var ce *capability.Error
+		if !errors.As(err, &ce) || ce.Code != tc.code {
 			t.Errorf("%s: %v, want %s", tc.args, err, tc.code)
 		}
 	}
@@ -176,9 +176,8 @@ func TestTerminalExecBadInput(t *testing.T) {
 	if !res.WaitingForInput {
 		t.Fatalf("%+v", res)
 	}
-	if _, err := call(t, a, "terminal_exec", TerminalExecInput{Command: "true"}); err == nil || err.(*capability.Error).Code != capability.Busy {
-		t.Fatalf("busy: %v", err)
-	}
+	_, err := call(t, a, "terminal_exec", TerminalExecInput{Command: "true"})
+	wantCode(t, err, capability.Busy)
 	res = mustCall(t, a, "send_input", SendInputInput{Data: "v\n"}).(*terminal.Result)
 	if res.Running || res.ExitCode != 0 {
 		t.Fatalf("%+v", res)

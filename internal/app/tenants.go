@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,6 +67,7 @@ type tenants struct {
 	root     string // $QURO_DATA/sessions
 	defaults TenantLimits
 	disks    *quota.Disks
+	log      *slog.Logger
 
 	mu       sync.Mutex
 	ofID     map[string]string // session id → tenant
@@ -74,20 +76,34 @@ type tenants struct {
 
 func tenantKey(tenant string) string { return "tenant_limits/" + tenant }
 
-// Limits are tenant's effective ceilings.
+// Limits are tenant's effective ceilings. Overrides that cannot be read
+// are logged, and the server's defaults apply in their place.
 func (t *tenants) Limits(ctx context.Context, tenant string) TenantLimits {
-	return TenantOverrides(ctx, t.store, tenant).or(t.defaults)
+	own, err := TenantOverrides(ctx, t.store, tenant)
+	if err != nil && ctx.Err() == nil {
+		t.log.Error("tenant ceilings: the server's defaults apply", "tenant", tenant, "err", err)
+	}
+	return own.or(t.defaults)
 }
 
 // TenantOverrides are the ceilings an admin set for tenant (zero fields:
 // the server's defaults). They are read at each use, so that quro tenant
-// limits set, from another process, applies to the next run.
-func TenantOverrides(ctx context.Context, st *store.Store, tenant string) TenantLimits {
-	var own TenantLimits
-	if v, err := st.Setting(ctx, tenantKey(tenant)); err == nil {
-		json.Unmarshal([]byte(v), &own)
+// limits set, from another process, applies to the next run. An error says
+// they could not be read (the store failed, or the stored value is not the
+// JSON that SetTenantLimits writes); the overrides are then zero.
+func TenantOverrides(ctx context.Context, st *store.Store, tenant string) (TenantLimits, error) {
+	v, err := st.Setting(ctx, tenantKey(tenant))
+	if errors.Is(err, store.ErrNotFound) {
+		return TenantLimits{}, nil
 	}
-	return own
+	if err != nil {
+		return TenantLimits{}, fmt.Errorf("tenant %q: reading its ceilings: %w", tenant, err)
+	}
+	var own TenantLimits
+	if err := json.Unmarshal([]byte(v), &own); err != nil {
+		return TenantLimits{}, fmt.Errorf("tenant %q: its stored ceilings are unreadable (%v); set them again with quro tenant limits set", tenant, err)
+	}
+	return own, nil
 }
 
 // SetTenantLimits stores tenant's ceilings (zero fields: the defaults of
@@ -98,9 +114,13 @@ func (a *App) SetTenantLimits(ctx context.Context, tenant string, l TenantLimits
 }
 
 // TenantLimitsOf are tenant's own ceilings (zero: default) and the
-// effective ones.
-func (a *App) TenantLimitsOf(ctx context.Context, tenant string) (own, eff TenantLimits) {
-	return TenantOverrides(ctx, a.Store, tenant), a.tenants.Limits(ctx, tenant)
+// effective ones, or why its own cannot be read.
+func (a *App) TenantLimitsOf(ctx context.Context, tenant string) (own, eff TenantLimits, err error) {
+	own, err = TenantOverrides(ctx, a.Store, tenant)
+	if err != nil {
+		return TenantLimits{}, TenantLimits{}, err
+	}
+	return own, own.or(a.tenants.defaults), nil
 }
 
 // Set stores tenant's overrides. A larger disk quota grows the tenant's
@@ -204,7 +224,7 @@ func (t *tenants) maxSessions(tenant string) int {
 func (t *tenants) prepare(tenant, dir string) error {
 	size := t.Limits(context.Background(), tenant).Disk
 	if size <= 0 || t.disks.Enforced() != nil {
-		return nil
+		return nil //nolint:nilerr // no kernel quota here (the status says why): the session goes without an image
 	}
 	return t.disks.Create(dir, size)
 }
@@ -223,7 +243,7 @@ func (t *tenants) release(dir string) error {
 // others keep running without a kernel quota, counted in the status.
 func (t *tenants) adopt(ctx context.Context) error {
 	if t.disks.Enforced() != nil {
-		return nil
+		return nil //nolint:nilerr // no kernel quota here (the status says why): no image to mount
 	}
 	list, err := t.sessions().AllTenants(ctx)
 	if err != nil {
@@ -385,11 +405,10 @@ func (t *TenantStatus) Text() string {
 		}
 		return f(v)
 	}
-	bytes := func(v int64) string { return quota.Human(v) }
 	num := func(v int64) string { return fmt.Sprint(v) }
 	s := fmt.Sprintf("%s: memory %s of %s, processes %d of %s, CPU %s%%, sessions %d of %s, disk %s used, %s per session (%s)",
-		sandbox.DisplayTenant(t.Tenant), quota.Human(int64(t.MemoryBytes)), lim(t.Limits.Memory, bytes), t.Tasks, lim(t.Limits.Tasks, num),
-		lim(t.Limits.CPUPercent, num), t.Sessions, lim(t.Limits.Sessions, num), quota.Human(t.DiskUsedBytes), lim(t.Limits.Disk, bytes), t.DiskQuota)
+		sandbox.DisplayTenant(t.Tenant), quota.Human(int64(t.MemoryBytes)), lim(t.Limits.Memory, quota.Human), t.Tasks, lim(t.Limits.Tasks, num),
+		lim(t.Limits.CPUPercent, num), t.Sessions, lim(t.Limits.Sessions, num), quota.Human(t.DiskUsedBytes), lim(t.Limits.Disk, quota.Human), t.DiskQuota)
 	if len(t.DiskFullIn) > 0 {
 		s += "; disk full in: " + strings.Join(t.DiskFullIn, ", ")
 	}
@@ -441,9 +460,12 @@ func (t *TenantLimitsInfo) Text() string {
 		t.Tenant, bytes(e.Memory), num(e.Tasks), num(e.CPUPercent), num(e.Sessions), bytes(e.Disk))
 }
 
-func (a *App) tenantLimitsInfo(ctx context.Context, tenant string) *TenantLimitsInfo {
-	own, eff := a.TenantLimitsOf(ctx, tenant)
-	return &TenantLimitsInfo{Tenant: tenant, Own: own, Effective: eff}
+func (a *App) tenantLimitsInfo(ctx context.Context, tenant string) (*TenantLimitsInfo, error) {
+	own, eff, err := a.TenantLimitsOf(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	return &TenantLimitsInfo{Tenant: tenant, Own: own, Effective: eff}, nil
 }
 
 // registerTenantLimits declares get_tenant_limits (a tenant reads its own
@@ -462,7 +484,7 @@ func (a *App) registerTenantLimits(reg *capability.Registry) {
 			if err != nil {
 				return nil, err
 			}
-			return a.tenantLimitsInfo(ctx, tenant), nil
+			return a.tenantLimitsInfo(ctx, tenant)
 		}))
 	reg.Register(capability.New("set_tenant_limits",
 		"Set a tenant's ceilings (the operator's alone: an admin of the local tenant, e.g. quro tenant limits set on the server's host). "+
@@ -478,6 +500,6 @@ func (a *App) registerTenantLimits(reg *capability.Registry) {
 			if err := a.tenants.Set(ctx, in.Tenant, l); err != nil {
 				return nil, err
 			}
-			return a.tenantLimitsInfo(ctx, in.Tenant), nil
+			return a.tenantLimitsInfo(ctx, in.Tenant)
 		}))
 }

@@ -308,7 +308,7 @@ func quote(s string) string {
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	enc.Encode(s)
+	_ = enc.Encode(s) // a string into a strings.Builder: it cannot fail
 	return strings.TrimSuffix(b.String(), "\n")
 }
 

@@ -29,6 +29,7 @@ import (
 // without it, or both.
 type Scope string
 
+// The scopes: read ⊂ exec ⊂ admin, and install beside them.
 const (
 	ScopeRead  Scope = "read"  // status, lists, output
 	ScopeExec  Scope = "exec"  // running code and commands
@@ -412,6 +413,7 @@ func (r *Registry) Names() []string {
 // Code is a stable error code that access paths translate into a status.
 type Code string
 
+// The codes; rest.Status maps each to its HTTP status.
 const (
 	InvalidArgument   Code = "invalid_argument"
 	NotFound          Code = "not_found"

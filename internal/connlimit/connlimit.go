@@ -250,7 +250,7 @@ func (l *Listener) refuse(c net.Conn, key, why string) {
 		// A fresh socket's send buffer is empty: this does not block, and
 		// the deadline makes sure of it.
 		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-		c.Write(l.opts.Refusal)
+		_, _ = c.Write(l.opts.Refusal) // a courtesy: the connection closes either way
 	}
 	c.Close()
 	l.warn("connlimit: refusing connections", "reason", why, "peer", key)

@@ -189,6 +189,17 @@ func TestPerPeerRefusal(t *testing.T) {
 	if s := ln.Stats(); s.RefusedPeer != 5 {
 		t.Fatalf("%+v", s)
 	}
+	// Without eviction, the peer's own connections were never touched:
+	// each still completes its request.
+	for i, c := range held {
+		if _, err := io.WriteString(c, "Host: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 12)
+		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "HTTP/1.1 200" {
+			t.Fatalf("held connection %d: %q %v", i, buf, err)
+		}
+	}
 }
 
 // A client without credentials holds nothing once answered: the 401
@@ -271,7 +282,7 @@ func TestNilOptionsAreDefaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		t.Cleanup(func() { c.Close() }) // all three stay open: no limit
 		if _, err := io.WriteString(c, "GET /public HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 			t.Fatal(err)
 		}

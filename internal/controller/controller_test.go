@@ -31,9 +31,6 @@ type fails struct {
 	Kind string `json:"kind"`
 }
 
-// failures are what the "fail" capability returns, by kind.
-var failures = map[string]error{}
-
 func newRegistry(t *testing.T, extra ...*capability.Capability) *capability.Registry {
 	t.Helper()
 	reg := capability.NewRegistry()

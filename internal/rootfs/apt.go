@@ -242,7 +242,7 @@ func (a *Apt) Install(ctx context.Context, name string, pkgs []string, timeout t
 			break
 		}
 		if !ok(exit) {
-			out.Write(sim.Bytes())
+			_, _ = out.Write(sim.Bytes()) // progress for the caller, as the lines printed to out above
 			if !res.Updated && ctx.Err() == nil {
 				if exit, err = update(); err == nil && ok(exit) {
 					continue

@@ -178,15 +178,14 @@ func eachLine(r io.Reader, fn func([]byte) error, end func() error) error {
 	for {
 		chunk, err := br.ReadSlice('\n')
 		line := chunk
-		switch {
-		case err == bufio.ErrBufferFull || len(buf) > 0:
+		if errors.Is(err, bufio.ErrBufferFull) || len(buf) > 0 {
 			// A line longer than the reader's buffer: gathered in buf.
 			if len(buf)+len(chunk) > listLineMax {
 				long, buf = true, buf[:0]
 			} else if !long {
 				buf = append(buf, chunk...)
 			}
-			if err == bufio.ErrBufferFull {
+			if errors.Is(err, bufio.ErrBufferFull) {
 				continue
 			}
 			line = buf

@@ -55,15 +55,15 @@ import (
 )
 
 var (
-	// ErrBusy: the shell is still running a command.
+	// ErrBusy means the shell is still running a command.
 	ErrBusy = errors.New("the session's shell is still running a command")
-	// ErrNotRunning: there is no command to send input to or to wait for.
+	// ErrNotRunning means there is no command to send input to or to wait for.
 	ErrNotRunning = errors.New("no command is running in the session's shell")
-	// ErrClosed: the shell was closed (its session was destroyed).
+	// ErrClosed means the shell was closed (its session was destroyed).
 	ErrClosed = errors.New("the shell was closed")
 	// ErrInvalid marks bad input (a NUL byte in a command).
 	ErrInvalid = errors.New("invalid argument")
-	// ErrNoBash: the box has no bash, which the session shell needs.
+	// ErrNoBash means the box has no bash, which the session shell needs.
 	ErrNoBash = errors.New("the session shell needs bash, and this box has none: install it (apt-get install bash) or use the terminal (PTY), which runs sh")
 )
 
@@ -95,7 +95,7 @@ type ShellOptions struct {
 	MaxOutput  int
 	SpillLimit int64
 	// Scrollback receives everything the shell prints, for log export.
-	Scrollback io.Writer
+	Scrollback *Ring
 }
 
 // ExecOptions tune one command.
@@ -311,8 +311,16 @@ func stateSocket() (r, w *os.File, err error) {
 		return nil, nil, err
 	}
 	// Only the box writes; the box only writes.
-	syscall.Shutdown(mine, syscall.SHUT_WR)
-	syscall.SetNonblock(mine, true)
+	if err := syscall.Shutdown(mine, syscall.SHUT_WR); err != nil {
+		syscall.Close(mine)
+		syscall.Close(theirs)
+		return nil, nil, fmt.Errorf("state socket: shutdown: %w", err)
+	}
+	if err := syscall.SetNonblock(mine, true); err != nil {
+		syscall.Close(mine)
+		syscall.Close(theirs)
+		return nil, nil, fmt.Errorf("state socket: %w", err)
+	}
 	return os.NewFile(uintptr(mine), "state"), os.NewFile(uintptr(theirs), "state"), nil
 }
 
@@ -958,7 +966,7 @@ type router struct {
 	token  []byte
 	synced chan struct{}
 	carry  []byte // a tail that may be the start of the token
-	scroll io.Writer
+	scroll *Ring
 }
 
 func (r *router) attach(c *runcode.Capture, token string, synced chan struct{}) {

@@ -347,7 +347,9 @@ shopt -q extglob && shopt -q nullglob && ! shopt -q sourcepath && echo shopts
 		t.Fatalf("state lost:\n%s\nwant:\n%s(exit %d, error %q)", res.Output, want, res.ExitCode, res.Error)
 	}
 	// Options go back as well: the next command sees them off.
-	res = exec(t, s, "set +u +f; shopt -u extglob; unset -f f; unalias hi; set --", ExecOptions{})
+	if res := exec(t, s, "set +u +f; shopt -u extglob; unset -f f; unalias hi; set --", ExecOptions{}); res.ExitCode != 0 || res.Error != "" {
+		t.Fatalf("turning things off: %+v", res)
+	}
 	res = exec(t, s, `echo "$-" $#; shopt -q extglob || echo noext; type f hi 2>&1 | wc -l`, ExecOptions{})
 	if strings.Contains(strings.Fields(res.Output)[0], "u") || !strings.Contains(res.Output, " 0\nnoext\n2\n") {
 		t.Fatalf("after turning things off: %q", res.Output)

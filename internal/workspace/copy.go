@@ -11,23 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// CopyTree copies the tree of a workspace written by session code (hostile)
-// for snapshots and forks. It walks from directory file descriptors with
-// openat(O_NOFOLLOW) and fstatat(AT_SYMLINK_NOFOLLOW): no symbolic link is
-// ever followed, not even one that stays inside the tree (os.Root would
-// follow those, and a directory swapped for a link to "." would loop), so
-// a link swapped in at any moment is copied as a link or makes its entry
-// skipped, and nothing outside the tree is read. Symbolic links are copied
-// as links; FIFOs, sockets and devices are skipped and reported; hard
-// links between files of the tree stay hard links (a file linked 1000
-// times is stored once); modes are kept without the set-uid, set-gid and
-// sticky bits of files; mtimes are kept. Regular files are cloned
-// (FICLONE) where the filesystem can, else copied with copy_file_range
-// (os.File.ReadFrom).
-//
-// The destination is the server's own (a snapshot's directory, or the
-// workspace of a session just made, in which no code ran yet), and is
-// written through descriptors too, with O_EXCL.
+// CopyOptions tunes a CopyTree.
 type CopyOptions struct {
 	// Budget caps the bytes of regular files copied (0: none): past it
 	// the copy fails with ErrBudget.
@@ -95,6 +79,24 @@ type copier struct {
 
 // CopyTree copies the tree at src into the existing empty directory dst,
 // and gives dst src's mode and mtime (and the owner o.UID).
+//
+// The tree is a workspace written by session code (hostile), copied for
+// snapshots and forks. CopyTree walks from directory file descriptors with
+// openat(O_NOFOLLOW) and fstatat(AT_SYMLINK_NOFOLLOW): no symbolic link is
+// ever followed, not even one that stays inside the tree (os.Root would
+// follow those, and a directory swapped for a link to "." would loop), so
+// a link swapped in at any moment is copied as a link or makes its entry
+// skipped, and nothing outside the tree is read. Symbolic links are copied
+// as links; FIFOs, sockets and devices are skipped and reported; hard
+// links between files of the tree stay hard links (a file linked 1000
+// times is stored once); modes are kept without the set-uid, set-gid and
+// sticky bits of files; mtimes are kept. Regular files are cloned
+// (FICLONE) where the filesystem can, else copied with copy_file_range
+// (os.File.ReadFrom).
+//
+// The destination is the server's own (a snapshot's directory, or the
+// workspace of a session just made, in which no code ran yet), and is
+// written through descriptors too, with O_EXCL.
 func CopyTree(ctx context.Context, src, dst string, o CopyOptions) (*CopyStats, error) {
 	srcFd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {

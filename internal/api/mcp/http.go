@@ -199,7 +199,9 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.done(p)
 	go func() {
-		ss.Wait() // closed: by the client, the idle timeout or an eviction
+		// Closed by the client, the idle timeout or an eviction: forgotten
+		// the same way whatever Wait says.
+		_ = ss.Wait()
 		h.mu.Lock()
 		h.forget(p)
 		h.mu.Unlock()

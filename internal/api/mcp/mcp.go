@@ -171,7 +171,7 @@ func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	}
 	res := &mcp.CallToolResult{
 		Content:           []mcp.Content{&mcp.TextContent{Text: reply.Text}},
-		StructuredContent: json.RawMessage(structured),
+		StructuredContent: structured,
 	}
 	if r, ok := reply.Output.(*runcode.Result); ok {
 		res.Content = append(res.Content, artifacts(r)...)

@@ -348,11 +348,11 @@ func checkRun(t *testing.T, registered []string, r *run) {
 		}
 		if o.Structured == nil {
 			t.Errorf("%s: no structured content", tl.Name)
-		} else if err := rs.Validate(map[string]any(o.Structured)); err != nil {
+		} else if err := rs.Validate(o.Structured); err != nil {
 			t.Errorf("%s: structured content does not match the output schema: %v", tl.Name, err)
 		} else if ss, err := compileStrict(tl.OutputSchema); err != nil {
 			t.Errorf("%s: output schema: %v", tl.Name, err)
-		} else if err := ss.Validate(map[string]any(o.Structured)); err != nil {
+		} else if err := ss.Validate(o.Structured); err != nil {
 			// A second, independent validator, as a strict client has.
 			t.Errorf("%s: structured content does not match the output schema (strict validator): %v", tl.Name, err)
 		}

@@ -17,12 +17,12 @@ import (
 type Body int
 
 const (
-	// BodyNone: the route takes no body.
+	// BodyNone means the route takes no body.
 	BodyNone Body = iota
-	// BodyJSON: a JSON object of the capability's input; path parameters
+	// BodyJSON is a JSON object of the capability's input; path parameters
 	// are merged into it.
 	BodyJSON
-	// BodyFile: the raw bytes of a file, sent as the input's "content":
+	// BodyFile is the raw bytes of a file, sent as the input's "content":
 	// UTF-8 text as it is, anything else base64 with "encoding":"base64".
 	BodyFile
 )
@@ -33,9 +33,9 @@ const (
 type WebSocket string
 
 const (
-	// WebSocketPTY: the session's interactive terminal.
+	// WebSocketPTY is the session's interactive terminal.
 	WebSocketPTY WebSocket = "pty"
-	// WebSocketStream: a run of a capability that streams its output
+	// WebSocketStream is a run of a capability that streams its output
 	// (capability.Capability.Streams), named by the {capability} wildcard.
 	WebSocketStream WebSocket = "stream"
 )
