@@ -411,7 +411,8 @@ func runOnTerminal(t *testing.T, dir string, env []string, code string, key byte
 	p.Close()
 	<-done
 	rc := 0
-	if ee, ok := werr.(*exec.ExitError); ok {
+	var ee *exec.ExitError
+	if errors.As(werr, &ee) {
 		rc = ee.ExitCode()
 	} else if werr != nil {
 		t.Fatalf("%s: %v", code, werr)

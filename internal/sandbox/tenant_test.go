@@ -19,12 +19,11 @@ import (
 // a/) or "b" (under b/), with the given ceilings, each tenant named uniquely
 // so that parallel test processes never share a tenant cgroup.
 type tenantEnv struct {
-	sb       *Sandbox
-	root     string
-	a, b     string // tenant names
-	aLimits  Limits
-	bLimits  Limits
-	sessions map[string]string
+	sb      *Sandbox
+	root    string
+	a, b    string // tenant names
+	aLimits Limits
+	bLimits Limits
 }
 
 func newTenantEnv(t *testing.T, lim Limits) *tenantEnv {

@@ -97,14 +97,13 @@ func (e *testEnv) run(t *testing.T, lang, code string) outcome {
 
 // check is one expectation on a run.
 type check struct {
-	exit         int
-	timedOut     bool
-	stdout       []string // substrings of stdout
-	stderr       []string // substrings of stderr
-	notStderr    []string
-	errorHas     string // substring of res.Error
-	exactStdout  *string
-	exactNoError bool
+	exit        int
+	timedOut    bool
+	stdout      []string // substrings of stdout
+	stderr      []string // substrings of stderr
+	notStderr   []string
+	errorHas    string // substring of res.Error
+	exactStdout *string
 }
 
 func (c check) verify(t *testing.T, o outcome) {

@@ -66,7 +66,7 @@ wait
 		if err != nil {
 			t.Fatalf("pidfd %d: %v", pid, err)
 		}
-		defer unix.Close(fd)
+		t.Cleanup(func() { unix.Close(fd) })
 		pidfds = append(pidfds, fd)
 	}
 	if len(pidfds) != 4 {
