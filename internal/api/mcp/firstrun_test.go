@@ -53,7 +53,9 @@ func TestFirstRunProgressNotifications(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	params := &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"lang": "python", "code": "6 * 7"}}
+	// The run's time budget covers preparing the interpreter, which on a
+	// loaded machine takes longer than the default 30 s.
+	params := &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"lang": "python", "code": "6 * 7", "timeout_ms": 600000}}
 	params.SetProgressToken("first")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -49,7 +49,9 @@ func TestFirstRunStreamsProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.CloseNow()
-	c.Write(ctxT(t), websocket.MessageText, mustJSON(map[string]any{"code": "print(6 * 7)"}))
+	// The run's time budget covers preparing the interpreter, which on a
+	// loaded machine takes longer than the default 30 s.
+	c.Write(ctxT(t), websocket.MessageText, mustJSON(map[string]any{"code": "print(6 * 7)", "timeout_ms": 600000}))
 	_, raw, m := readMsg(t, c)
 	if m.Type != "progress" || !strings.Contains(m.Message, "preparing the embedded Python") || !strings.Contains(m.Message, "waiting for another quro process") {
 		t.Fatalf("first message %s, want progress", raw)
