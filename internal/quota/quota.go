@@ -20,6 +20,7 @@ package quota
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -171,7 +172,15 @@ func (d *Disks) Remount(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	return d.mount(d.image(dir), dir)
+	img := d.image(dir)
+	// A disk Grow could not grow while it was in use grows now, unless
+	// its filesystem still lives in another mount namespace.
+	if d.short(img) && !attached(img) {
+		if err := resizeOffline(img); err != nil {
+			return fmt.Errorf("growing the session's disk: %w", err)
+		}
+	}
+	return d.mount(img, dir)
 }
 
 // ErrNotGrown is Grow's error when the session's disk is in use and the
@@ -187,14 +196,21 @@ var ErrNotGrown = errors.New("the session's disk grows when it is idle")
 func (d *Disks) Grow(dir string, size int64) error {
 	img := d.image(dir)
 	fi, err := os.Stat(img)
-	if err != nil || fi.Size() >= size {
+	if err != nil {
 		return err
 	}
-	if err := os.Truncate(img, size); err != nil {
-		return err
+	if fi.Size() < size {
+		if err := os.Truncate(img, size); err != nil {
+			return err
+		}
+	} else if !d.short(img) {
+		return nil // the image and its filesystem are that large already
 	}
 	if !Mounted(dir) {
-		return run("resize2fs", img)
+		if attached(img) {
+			return fmt.Errorf("%w (the filesystem is in use in another mount namespace)", ErrNotGrown)
+		}
+		return resizeOffline(img)
 	}
 	dev, err := output("findmnt", "-n", "-o", "SOURCE", "--mountpoint", dir)
 	if err != nil {
@@ -210,19 +226,90 @@ func (d *Disks) Grow(dir string, size int64) error {
 	if err := syscall.Unmount(dir, 0); err != nil {
 		return fmt.Errorf("%w (online resizing failed: %v; unmount: %v)", ErrNotGrown, online, err)
 	}
-	// e2fsck exits 1 when it corrected something, which is fine here.
-	err = run("e2fsck", "-f", "-p", img)
-	var ee *exec.ExitError
-	if errors.As(err, &ee) && ee.ExitCode() == 1 {
-		err = nil
+	// The filesystem may still be mounted in another mount namespace (a
+	// box made while it was mounted here holds a copy of the mount): then
+	// its loop device stays bound, and checking or resizing the image under
+	// the live filesystem would corrupt it. Mount it back (mount reuses the
+	// bound loop device, so the same filesystem) and grow it when idle.
+	if loopBound(dev) {
+		if merr := d.mount(img, dir); merr != nil {
+			return merr
+		}
+		return fmt.Errorf("%w (online resizing failed: %v; the filesystem is still in use in another mount namespace)", ErrNotGrown, online)
 	}
-	if err == nil {
-		err = run("resize2fs", img)
-	}
+	err = resizeOffline(img)
 	if merr := d.mount(img, dir); merr != nil {
 		return merr
 	}
 	return err
+}
+
+// resizeOffline checks img's filesystem and grows it to the image's size.
+// Nothing may have it mounted, in any mount namespace.
+func resizeOffline(img string) error {
+	// e2fsck exits 1 when it corrected something, which is fine here.
+	err := run("e2fsck", "-f", "-p", img)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 1 {
+		err = nil
+	}
+	if err != nil {
+		return err
+	}
+	return run("resize2fs", img)
+}
+
+// growSlack is how much smaller than its image a filesystem may be and
+// count as grown: resize2fs leaves out a last block group too small for
+// its own metadata.
+const growSlack = 1 << 20
+
+// short reports whether img's filesystem is smaller than the image (a
+// Grow that could not resize it yet).
+func (d *Disks) short(img string) bool {
+	fi, err := os.Stat(img)
+	if err != nil {
+		return false
+	}
+	n, err := fsSize(img)
+	return err == nil && n < fi.Size()-growSlack
+}
+
+// fsSize is the size of the ext4 filesystem in img, from its superblock.
+func fsSize(img string) (int64, error) {
+	f, err := os.Open(img)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var sb [1024]byte
+	if _, err := f.ReadAt(sb[:], 1024); err != nil {
+		return 0, err
+	}
+	le := binary.LittleEndian
+	if le.Uint16(sb[0x38:]) != 0xEF53 {
+		return 0, fmt.Errorf("%s: no ext4 superblock", img)
+	}
+	blocks := uint64(le.Uint32(sb[0x4:]))
+	if le.Uint32(sb[0x60:])&0x80 != 0 { // INCOMPAT_64BIT: the high half of the count
+		blocks |= uint64(le.Uint32(sb[0x150:])) << 32
+	}
+	return int64(blocks) << (10 + le.Uint32(sb[0x18:])), nil
+}
+
+// attached reports whether a loop device is bound to img: its filesystem
+// is mounted somewhere, maybe in another mount namespace.
+func attached(img string) bool {
+	out, err := output("losetup", "-j", img)
+	return err != nil || strings.TrimSpace(out) != ""
+}
+
+// loopBound reports whether the loop device dev (/dev/loopN) still has a
+// backing file: after its filesystem was unmounted here, another mount of
+// it lives on (an autoclear loop device is released with its last user).
+func loopBound(dev string) bool {
+	_, err := os.Stat(filepath.Join("/sys/block", filepath.Base(dev), "loop", "backing_file"))
+	return err == nil
 }
 
 // Remove unmounts dir and deletes its image. Stop every process of the

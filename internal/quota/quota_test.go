@@ -1,10 +1,13 @@
 package quota
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -115,6 +118,77 @@ func TestQuotaRemountAndGrow(t *testing.T) {
 	u, ok := d.Usage(s)
 	if !ok || u.Quota != 96<<20 || u.Free < 64<<20 {
 		t.Fatalf("after growing to 96 MiB: %+v %v", u, ok)
+	}
+}
+
+// A box made while a session's disk was mounted holds a copy of that mount
+// in its own mount namespace. Growing the disk offline then must not check
+// or resize the image under the filesystem that still lives there (that
+// corrupts it): the disk stays mounted, its files intact, and it grows when
+// it is mounted next, once the other namespace is gone.
+func TestGrowLeavesAFilesystemInUseElsewhereAlone(t *testing.T) {
+	d, data := newDisks(t)
+	s := session(t, d, data, "s", 32<<20)
+	if err := os.WriteFile(filepath.Join(s, "workspace", "keep"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", "echo ready; exec cat")
+	stdin, err := holder.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Skipf("unshare: %v", err)
+	}
+	t.Cleanup(func() { stdin.Close(); holder.Wait() })
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
+		t.Fatalf("the namespace holder said %q, %v", line, err)
+	}
+
+	err = d.Grow(s, 96<<20)
+	u, ok := d.Usage(s)
+	if err == nil {
+		if !ok || u.Quota != 96<<20 || u.Free < 64<<20 {
+			t.Fatalf("Grow said it grew the disk, but it reads %+v %v", u, ok)
+		}
+		t.Skip("the disk grew online here (CAP_SYS_RESOURCE): the offline path was not taken")
+	}
+	if !errors.Is(err, ErrNotGrown) {
+		t.Fatalf("Grow with the filesystem alive in another namespace: %v, want ErrNotGrown", err)
+	}
+	if !Mounted(s) {
+		t.Fatal("the disk is no longer mounted")
+	}
+	if b, err := os.ReadFile(filepath.Join(s, "workspace", "keep")); string(b) != "kept" {
+		t.Fatalf("after the refused grow: %q %v", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(s, "workspace", "more"), []byte("more"), 0o644); err != nil {
+		t.Fatalf("the disk cannot be written after the refused grow: %v", err)
+	}
+
+	// The other namespace ends; the session's disk is unmounted (the
+	// server stopped) and mounted again: it grows then, its files kept.
+	stdin.Close()
+	if err := holder.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscallUnmount(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Remount(s); err != nil {
+		t.Fatal(err)
+	}
+	if u, ok := d.Usage(s); !ok || u.Quota != 96<<20 || u.Free < 64<<20 {
+		t.Fatalf("after growing to 96 MiB: %+v %v", u, ok)
+	}
+	for name, want := range map[string]string{"keep": "kept", "more": "more"} {
+		if b, err := os.ReadFile(filepath.Join(s, "workspace", name)); string(b) != want {
+			t.Errorf("after growing, %s: %q %v", name, b, err)
+		}
 	}
 }
 
