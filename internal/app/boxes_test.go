@@ -19,6 +19,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/terminal"
 )
 
 func needBoxes(t *testing.T, a *App) {
@@ -253,6 +254,29 @@ func TestPauseAndResume(t *testing.T) {
 	r := mustCall(t, a, "resume_session", SessionRef{Session: s.ID}).(*PauseResult)
 	if r.Paused || bx.Paused() {
 		t.Errorf("resume: %+v", r)
+	}
+}
+
+// A command waiting for input in a paused session gets its answer:
+// send_input resumes the box like any call that runs something.
+func TestSendInputResumesAPausedSession(t *testing.T) {
+	a := newApp(t, nil)
+	needBoxes(t, a)
+	s := newSession(t, a, "asks", "")
+	res := mustCall(t, a, "terminal_exec", TerminalExecInput{Session: s.ID, Command: "read x; echo got $x", TimeoutMS: 20000}).(*terminal.Result)
+	if !res.WaitingForInput {
+		t.Fatalf("the command does not wait for input: %+v", res)
+	}
+	mustCall(t, a, "pause_session", SessionRef{Session: s.ID})
+	if bx := a.Sandbox.Box(s.ID); bx == nil || !bx.Paused() {
+		t.Fatal("the session is not paused")
+	}
+	res = mustCall(t, a, "send_input", SendInputInput{Session: s.ID, Data: "hi\n", TimeoutMS: 20000}).(*terminal.Result)
+	if res.Running || res.ExitCode != 0 || !strings.Contains(res.Output, "got hi") {
+		t.Fatalf("the answer to a paused session's command: %+v", res)
+	}
+	if a.Sandbox.Box(s.ID).Paused() {
+		t.Error("still paused after send_input")
 	}
 }
 

@@ -376,6 +376,13 @@ func (a *App) sendInput(ctx context.Context, in SendInputInput) (*terminal.Resul
 	if err != nil {
 		return nil, err
 	}
+	// Like any call that runs something: a paused box is resumed (the
+	// command answering needs to run), and a destroy waits for this call.
+	ctx, release, err := a.useSession(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	sh, err := a.Terminals.Shell(s)
 	if err != nil {
 		return nil, err
