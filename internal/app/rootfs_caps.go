@@ -64,17 +64,17 @@ func (a *App) registerRootfs(reg *capability.Registry) {
 		"Build a Debian rootfs (debootstrap --variant=minbase, with python3, python3-pip and ca-certificates) under the data directory, "+
 			"for sessions created with rootfs=NAME. Needs the server to run as root and the network; takes a minute or two; "+
 			"an interrupted install resumes; an installed one is left as it is. Progress streams as output. Needs scope install (or admin); "+
-			"choosing the suite or the mirror needs scope admin.",
+			"choosing the suite or the mirror is the operator's (an admin of the local tenant).",
 		capability.ScopeInstall, func(ctx context.Context, in InstallRootfsInput) (*rootfs.Status, error) {
 			name, err := rootfsName(in.Rootfs)
 			if err != nil {
 				return nil, err
 			}
 			// What every tenant on the rootfs will run comes from the
-			// suite and the mirror: choosing them is the admin's.
-			if c, ok := controller.CallerFrom(ctx); (in.Suite != "" || in.Mirror != "") && (!ok || !c.Scope.Covers(capability.ScopeAdmin)) {
+			// suite and the mirror: choosing them is the operator's.
+			if c, ok := controller.CallerFrom(ctx); (in.Suite != "" || in.Mirror != "") && (!ok || !operator(c)) {
 				return nil, capability.Errorf(capability.PermissionDenied,
-					"choosing the suite or the mirror needs scope admin; leave them out for the defaults")
+					"choosing the suite or the mirror is the operator's (an admin of the local tenant); leave them out for the defaults")
 			}
 			if _, err := manager.Install(ctx, name, rootfs.InstallOptions{Suite: in.Suite, Mirror: in.Mirror}, progressLines(ctx)); err != nil {
 				return nil, err
@@ -82,8 +82,13 @@ func (a *App) registerRootfs(reg *capability.Registry) {
 			return manager.Status(name)
 		}))
 	reg.Register(capability.New("remove_rootfs",
-		"Delete a rootfs, ready or partial: every session on it stops working. Needs scope admin.",
+		"Delete a rootfs, ready or partial: every session on it, of every tenant, stops working. "+
+			"Only the operator (an admin of the local tenant) may.",
 		capability.ScopeAdmin, func(ctx context.Context, in RootfsRef) (*Done, error) {
+			if c, ok := controller.CallerFrom(ctx); !ok || !operator(c) {
+				return nil, capability.Errorf(capability.PermissionDenied,
+					"a rootfs is shared by every tenant: only the operator (an admin of the local tenant) removes one")
+			}
 			name, err := rootfsName(in.Rootfs)
 			if err != nil {
 				return nil, err

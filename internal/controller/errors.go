@@ -90,6 +90,7 @@ var classes = []class{
 	{match: is(rootfs.ErrBadName), code: capability.InvalidArgument},
 	{match: is(rootfs.ErrBadPackage), code: capability.InvalidArgument},
 	{match: is(rootfs.ErrRefused), code: capability.InvalidArgument},
+	{match: is(rootfs.ErrBadOption), code: capability.InvalidArgument},
 	{match: is(rootfs.ErrNotInstalled), code: capability.NotFound},
 	{match: waitError(true), code: capability.Canceled},
 	{match: waitError(false), code: capability.DeadlineExceeded, hint: "nothing was changed: try again"},

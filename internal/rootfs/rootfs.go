@@ -68,6 +68,27 @@ const (
 // collide with a partial or hidden entry).
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 
+// ErrBadOption reports a suite or mirror Install does not take: a suite
+// is a Debian codename (debootstrap sources a script of that name, so
+// nothing else may reach it), a mirror an http(s) URL.
+var ErrBadOption = errors.New("rootfs: invalid suite or mirror")
+
+var (
+	suiteRe  = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+	mirrorRe = regexp.MustCompile(`^https?://[A-Za-z0-9][A-Za-z0-9._:@%/~+-]*$`)
+)
+
+// checkOptions refuses a suite or mirror that is not plainly one.
+func checkOptions(o InstallOptions) error {
+	if !suiteRe.MatchString(o.Suite) {
+		return fmt.Errorf("%w: suite %q is not a Debian codename (lower-case letters, digits and -, e.g. bookworm)", ErrBadOption, o.Suite)
+	}
+	if !mirrorRe.MatchString(o.Mirror) || strings.Contains(o.Mirror, "..") {
+		return fmt.Errorf("%w: mirror %q is not an http(s) URL such as %s", ErrBadOption, o.Mirror, DefaultMirror)
+	}
+	return nil
+}
+
 // ErrBadName reports an invalid rootfs name.
 var ErrBadName = errors.New("rootfs: invalid name (letters, digits, _ and -; at most 64)")
 
@@ -269,6 +290,9 @@ func (m *Manager) Install(ctx context.Context, name string, o InstallOptions, pr
 	}
 	if len(o.Packages) == 0 {
 		o.Packages = DefaultPackages
+	}
+	if err := checkOptions(o); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(m.Dir, 0o755); err != nil {
 		return nil, err
