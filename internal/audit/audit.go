@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -200,6 +201,10 @@ func (l *Log) Entries(ctx context.Context, q Query) ([]Entry, error) {
 // they hold is either a secret or the user's content.
 var secretKeys = []string{"env", "content", "data", "token", "password", "secret", "key", "input", "args"}
 
+// tokenRe matches a bearer token, quro_<hex id>_<base64url secret>, in
+// any string argument; the secret part is replaced.
+var tokenRe = regexp.MustCompile(`(quro_[0-9a-fA-F]+_)[A-Za-z0-9_-]+`)
+
 // codeKeys hold code or commands: recorded as their first line, bounded.
 var codeKeys = []string{"code", "command"}
 
@@ -282,12 +287,15 @@ func summarizeValue(key string, raw json.RawMessage, b64 bool) string {
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		// numbers, booleans, null: short and harmless; objects and arrays
-		// only by size.
+		// only by size (a token inside one is never shown).
 		if t := strings.TrimSpace(string(raw)); len(t) > 0 && (t[0] == '{' || t[0] == '[') {
 			return fmt.Sprintf("<%d bytes>", len(raw))
 		}
 		return bounded(string(raw), 32)
 	}
+	// A whole bearer token pasted where its id was asked for (revoke_token),
+	// or into code or a command: its id stays, its secret never does.
+	s = tokenRe.ReplaceAllString(s, "${1}<secret redacted>")
 	for _, c := range codeKeys {
 		if key == c {
 			first, _, more := strings.Cut(s, "\n")

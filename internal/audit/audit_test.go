@@ -34,6 +34,10 @@ func TestSummarizeLeavesSecretsOut(t *testing.T) {
 		{`{"name":"tab\there\u2028\u0000"}`, `name="tab\there\u2028\u0000"`, ""},
 		// A terminal escape stays escaped: the log is read on terminals.
 		{`{"command":"echo \u001b[2J\u001b]0;pwned\u0007"}`, `command="echo \u001b[2J\u001b]0;pwned\u0007"`, "\x1b"},
+		// A whole token where its id was asked for, or in a command: the id
+		// stays (it names the token), the secret never.
+		{`{"id":"quro_0a1b2c3d4e5f_S3cr3t-_partOfIt"}`, `id="quro_0a1b2c3d4e5f_<secret redacted>"`, "S3cr3t"},
+		{`{"command":"curl -H 'Authorization: Bearer quro_ab12_Zz9-x_y' x"}`, `command="curl -H 'Authorization: Bearer quro_ab12_<secret redacted>' x"`, "Zz9"},
 		{`{}`, ``, ""},
 		{``, ``, ""},
 		{`[1,2]`, `(5 bytes, not a JSON object)`, ""},
