@@ -32,6 +32,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Disks manages the images of the sessions of one data directory.
@@ -102,8 +104,12 @@ func (d *Disks) Create(dir string, size int64) error {
 	if err != nil {
 		return fmt.Errorf("disk image: %w", err)
 	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		os.Remove(img)
+		return fmt.Errorf("disk image: %w", err)
+	}
 	err = f.Truncate(size)
-	f.Close()
 	if err == nil {
 		// No reserved blocks (the server writes spilled outputs as root),
 		// lazy init and a small journal keep the image sparse and quick.
@@ -120,12 +126,29 @@ func (d *Disks) Create(dir string, size int64) error {
 	return nil
 }
 
+// lock takes the image's lock (an flock on the image file, so it holds
+// across quro processes and between goroutines): whoever mounts, checks,
+// resizes or removes an image holds it, so that no two of these run at
+// once on one image. unlock releases it.
+func lock(img string) (unlock func(), err error) {
+	f, err := os.Open(img)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
 func (d *Disks) mount(img, dir string) error {
 	// nodev, nosuid: a file the box made must never be a device or a
 	// set-uid program for the host.
 	// mount(8) reuses the loop device of an image that is mounted
 	// elsewhere already, so the filesystem is never mounted twice from two
-	// devices.
+	// devices — unless two mounts race, which the image's lock (lock)
+	// prevents: every caller holds it.
 	if err := run("mount", "-t", "ext4", "-o", "loop,nodev,nosuid,noatime", img, dir); err != nil {
 		return err
 	}
@@ -173,6 +196,14 @@ func (d *Disks) Remount(dir string) error {
 		return err
 	}
 	img := d.image(dir)
+	unlock, err := lock(img)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if Mounted(dir) {
+		return nil // mounted by another call meanwhile
+	}
 	// A disk Grow could not grow while it was in use grows now, unless
 	// its filesystem still lives in another mount namespace.
 	if d.short(img) && !attached(img) {
@@ -195,6 +226,11 @@ var ErrNotGrown = errors.New("the session's disk grows when it is idle")
 // one keeps its size and the error wraps ErrNotGrown.
 func (d *Disks) Grow(dir string, size int64) error {
 	img := d.image(dir)
+	unlock, err := lock(img)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	fi, err := os.Stat(img)
 	if err != nil {
 		return err
@@ -316,6 +352,9 @@ func loopBound(dev string) bool {
 // session first: a busy filesystem is detached (MNT_DETACH) and freed when
 // its last user is gone.
 func (d *Disks) Remove(dir string) error {
+	if unlock, err := lock(d.image(dir)); err == nil {
+		defer unlock()
+	}
 	if Mounted(dir) {
 		if err := syscall.Unmount(dir, 0); err != nil {
 			if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {

@@ -192,6 +192,70 @@ func TestGrowLeavesAFilesystemInUseElsewhereAlone(t *testing.T) {
 	}
 }
 
+// Runs of a session mount its disk again when they find it unmounted, and
+// several may at once, with a grow besides: the image's lock makes one of
+// them mount it, through one loop device (two would be two independent
+// filesystems on one image), and the grow waits instead of checking the
+// image while it is being mounted. The filesystem is intact afterwards.
+func TestConcurrentRemountsAndGrowMountOnce(t *testing.T) {
+	d, data := newDisks(t)
+	s := session(t, d, data, "s", 32<<20)
+	if err := os.WriteFile(filepath.Join(s, "workspace", "keep"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	img := d.image(s)
+	for round := range 4 {
+		if err := syscallUnmount(s); err != nil {
+			t.Fatal(err)
+		}
+		// A grow that could not run: the image is larger than its
+		// filesystem, so the next mount grows it first.
+		if err := os.Truncate(img, int64(40+8*round)<<20); err != nil {
+			t.Fatal(err)
+		}
+		start := make(chan struct{})
+		errs := make(chan error, 9)
+		for range 8 {
+			go func() { <-start; errs <- d.Remount(s) }()
+		}
+		go func() { <-start; errs <- d.Grow(s, int64(40+8*round)<<20) }()
+		close(start)
+		for range 9 {
+			if err := <-errs; err != nil {
+				t.Errorf("round %d: %v", round, err)
+			}
+		}
+		out, err := exec.Command("losetup", "-j", img).Output()
+		if n := strings.Count(strings.TrimSpace(string(out)), "\n") + 1; err != nil || n != 1 {
+			t.Fatalf("round %d: the image is on %d loop devices: %s %v", round, n, out, err)
+		}
+		if b, err := os.ReadFile(filepath.Join(s, "workspace", "keep")); string(b) != "kept" {
+			t.Fatalf("round %d: %q %v", round, b, err)
+		}
+	}
+	if err := syscallUnmount(s); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("e2fsck", "-f", "-n", img).CombinedOutput(); err != nil {
+		t.Fatalf("the filesystem is damaged: %v\n%s", err, out)
+	}
+	if u := mustFsSize(t, img); u < 64<<20 {
+		t.Errorf("the filesystem is %d bytes, not grown to the image's 64 MiB", u)
+	}
+	if err := d.Remount(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustFsSize(t *testing.T, img string) int64 {
+	t.Helper()
+	n, err := fsSize(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // BenchmarkCreate measures making and mounting one session image (2 GiB,
 // sparse) and removing it.
 func BenchmarkCreate(b *testing.B) {
