@@ -56,6 +56,28 @@ func errDestroyed(s *session.Session) error {
 // it returns, which a destroy of s cancels (its cause: the session was
 // destroyed). A session being destroyed refuses new calls.
 func (a *App) useSession(ctx context.Context, s *session.Session) (_ context.Context, release func(), err error) {
+	ctx, release, err = a.holdSession(ctx, s)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := a.Sessions.Touch(ctx, s); err != nil {
+		release()
+		return nil, nil, err
+	}
+	if bx := a.Sandbox.Box(s.ID); bx != nil && bx.Paused() {
+		if err := bx.Resume(); err != nil {
+			release()
+			return nil, nil, fmt.Errorf("resume the paused session: %w", err)
+		}
+		a.Log.Info("session resumed on use", "session", s.ID)
+	}
+	return ctx, release, nil
+}
+
+// holdSession counts a call in flight in s, as useSession does, without
+// touching or resuming it (a snapshot reads a paused session as it is): a
+// destroy cancels the context it returns and waits for release.
+func (a *App) holdSession(ctx context.Context, s *session.Session) (_ context.Context, release func(), err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	c := &sessionCall{cancel: cancel}
 	in := &a.inflight
@@ -92,17 +114,6 @@ func (a *App) useSession(ctx context.Context, s *session.Session) (_ context.Con
 			in.mu.Unlock()
 			cancel(nil)
 		})
-	}
-	if err := a.Sessions.Touch(ctx, s); err != nil {
-		release()
-		return nil, nil, err
-	}
-	if bx := a.Sandbox.Box(s.ID); bx != nil && bx.Paused() {
-		if err := bx.Resume(); err != nil {
-			release()
-			return nil, nil, fmt.Errorf("resume the paused session: %w", err)
-		}
-		a.Log.Info("session resumed on use", "session", s.ID)
 	}
 	return ctx, release, nil
 }

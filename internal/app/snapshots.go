@@ -326,6 +326,14 @@ func (a *App) takeSnapshot(ctx context.Context, s *session.Session, name string)
 		return nil, nil, capability.Errorf(capability.InvalidArgument,
 			"snapshot name %q: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit (and not 32 hex digits, which is an id)", name)
 	}
+	// A destroy of s waits for the copy (or cancels it) before it removes
+	// the session's disk: the copy never reads a half-deleted workspace
+	// nor mounts a disk being removed.
+	ctx, release, err := a.holdSession(ctx, s)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer release()
 	// The session's image may have been unmounted by another process
 	// that stopped: the workspace is read beneath it, never the empty
 	// directory under the mount point.
