@@ -539,7 +539,7 @@ func destroy(ctx context.Context, b *bed, r *results) error {
 	if n := len(b.App.Sandbox.BoxKeys()); n < m {
 		return fmt.Errorf("%d sessions made but only %d boxes open", m, n)
 	}
-	// Where a destroy's time goes: the same steps as App.DestroySession,
+	// Where a destroy's time goes: the same steps as destroy_session (App.destroySession),
 	// called in-process one by one and timed, on the first few sessions
 	// (while the others are still there: some steps cost more with more
 	// sessions); the rest are destroyed over REST.

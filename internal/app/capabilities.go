@@ -174,7 +174,7 @@ func (a *App) Status(ctx context.Context) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	ts, err := a.TenantStatus(ctx)
+	ts, err := a.tenantStatus(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -120,7 +120,7 @@ func (a *App) installPackagesCap(ctx context.Context, in InstallPackagesInput) (
 		return nil, err
 	}
 	defer release()
-	return a.InstallPackages(ctx, sess.Rootfs, in.Packages, timeout, &SpillTo{
+	return a.installPackages(ctx, sess.Rootfs, in.Packages, timeout, &spillTo{
 		Dir:  sess.Workspace(),
 		File: filepath.Join(sess.OutputsDir(), "install_packages-"+time.Now().UTC().Format("20060102T150405.000000000")+".log"),
 	})
@@ -141,11 +141,11 @@ func checkPackages(pkgs []string) error {
 	return nil
 }
 
-// SpillTo is where apt's whole output goes when the result has to cut it:
+// spillTo is where apt's whole output goes when the result has to cut it:
 // File, confined to the directory Dir (a session workspace).
-type SpillTo struct{ Dir, File string }
+type spillTo struct{ Dir, File string }
 
-// InstallPackages installs pkgs into the ready rootfs name with apt
+// installPackages installs pkgs into the ready rootfs name with apt
 // (rootfs.Apt.Install: literal names, a simulated plan that removes
 // nothing, the rootfs's lock waited for within timeout). apt's output goes
 // to the context's observer (runcode.WithOutput) as it runs, and into the
@@ -154,7 +154,7 @@ type SpillTo struct{ Dir, File string }
 //
 // The caller checks that the network policy allows it: this is the server
 // fetching Debian packages for a rootfs, like `quro rootfs install`.
-func (a *App) InstallPackages(ctx context.Context, name string, pkgs []string, timeout time.Duration, spill *SpillTo) (*InstallPackagesResult, error) {
+func (a *App) installPackages(ctx context.Context, name string, pkgs []string, timeout time.Duration, spill *spillTo) (*InstallPackagesResult, error) {
 	if err := checkPackages(pkgs); err != nil {
 		return nil, err
 	}
@@ -250,15 +250,15 @@ func (a *App) registerRepair(reg *capability.Registry) {
 			case timeout < packagesMinTimeout || timeout > packagesMaxTimeout:
 				return nil, capability.Errorf(capability.InvalidArgument, "timeout_ms %d is outside 10000..1800000", in.TimeoutMS)
 			}
-			return a.RepairRootfs(ctx, in.Rootfs, timeout)
+			return a.repairRootfs(ctx, in.Rootfs, timeout)
 		}))
 }
 
-// RepairRootfs runs `dpkg --configure -a` and `apt-get -f install -y
+// repairRootfs runs `dpkg --configure -a` and `apt-get -f install -y
 // --no-remove` in the install box of the ready rootfs name, under its
 // lock (rootfs.Apt.Repair), and reports what dpkg shows unsettled before
 // and after.
-func (a *App) RepairRootfs(ctx context.Context, name string, timeout time.Duration) (*RepairRootfsResult, error) {
+func (a *App) repairRootfs(ctx context.Context, name string, timeout time.Duration) (*RepairRootfsResult, error) {
 	out := runcode.NewCapture(aptOutputMax, "", 0)
 	out.Observed(ctx, "stdout")
 	r, err := a.apt().Repair(ctx, name, timeout, out)

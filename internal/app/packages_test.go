@@ -252,7 +252,7 @@ func TestInstallPackagesWaitsForTheLock(t *testing.T) {
 	var res *InstallPackagesResult
 	go func() {
 		var err error
-		res, err = a.InstallPackages(ctx, "default", []string{"sl"}, time.Minute, nil)
+		res, err = a.installPackages(ctx, "default", []string{"sl"}, time.Minute, nil)
 		done <- err
 	}()
 	select {
@@ -273,7 +273,7 @@ func TestInstallPackagesWaitsForTheLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unlock()
-	_, err = a.InstallPackages(ctx, "default", []string{"sl"}, 300*time.Millisecond, nil)
+	_, err = a.installPackages(ctx, "default", []string{"sl"}, 300*time.Millisecond, nil)
 	if capCode(err) != capability.DeadlineExceeded || !strings.Contains(err.Error(), "another install") {
 		t.Errorf("timeout while waiting: %v", err)
 	}

@@ -122,6 +122,6 @@ func (a *App) registerRootfs(reg *capability.Registry) {
 			if timeout == 0 {
 				timeout = packagesDefaultTimeout
 			}
-			return a.InstallPackages(ctx, name, in.Packages, timeout, nil)
+			return a.installPackages(ctx, name, in.Packages, timeout, nil)
 		}))
 }

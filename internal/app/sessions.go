@@ -188,7 +188,7 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			if err != nil {
 				return nil, err
 			}
-			if err := a.DestroySession(ctx, s); err != nil {
+			if err := a.destroySession(ctx, s); err != nil {
 				return nil, err
 			}
 			return &Done{Message: fmt.Sprintf("session %s (%s) destroyed", s.Name, s.ID)}, nil
@@ -327,8 +327,8 @@ func (a *App) sessionInfo(ctx context.Context, s *session.Session) *SessionInfo 
 	}
 }
 
-// DestroySession stops everything of s and deletes it.
-func (a *App) DestroySession(ctx context.Context, s *session.Session) error {
+// destroySession stops everything of s and deletes it.
+func (a *App) destroySession(ctx context.Context, s *session.Session) error {
 	// The calls running in the session first: refuse new ones, cancel
 	// those in flight and wait (bounded) until they have returned, so that
 	// none runs on in a session that is gone (see endCalls).

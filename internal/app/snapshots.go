@@ -524,7 +524,7 @@ func (a *App) forkSession(ctx context.Context, in ForkInput) (*ForkResult, error
 		cctx := context.WithoutCancel(ctx)
 		var undone []string
 		for _, s := range made {
-			if derr := a.DestroySession(cctx, s); derr != nil {
+			if derr := a.destroySession(cctx, s); derr != nil {
 				a.Log.Warn("fork: cannot destroy a copy", "session", s.ID, "err", derr)
 			}
 			undone = append(undone, s.Name)

@@ -286,7 +286,7 @@ func TestForkIsAllOrNothing(t *testing.T) {
 		t.Skipf("no kernel disk quota here: %v", err)
 	}
 	// New sessions get 16 MiB disks: the 20 MiB snapshot does not fit.
-	if err := a.SetTenantLimits(context.Background(), "", TenantLimits{Disk: 16 << 20}); err != nil {
+	if err := a.setTenantLimits(context.Background(), "", TenantLimits{Disk: 16 << 20}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = call(t, a, "fork_session", ForkInput{Snapshot: "s", Count: 2, NamePrefix: "q"})

@@ -47,7 +47,7 @@ func TestTenantCeilingAcrossSessionsThroughTheController(t *testing.T) {
 	// command's subshell: the ceiling leaves room for them, and admission
 	// keeps a margin of 8, so the next box is refused.
 	ceiling := int64(base.Tasks) + 60 + 5
-	if err := a.SetTenantLimits(context.Background(), acmeName, TenantLimits{Tasks: ceiling}); err != nil {
+	if err := a.setTenantLimits(context.Background(), acmeName, TenantLimits{Tasks: ceiling}); err != nil {
 		t.Fatal(err)
 	}
 	ceilingText := fmt.Sprintf("process ceiling of %d", ceiling)

@@ -90,7 +90,7 @@ func (t *tenants) Limits(ctx context.Context, tenant string) TenantLimits {
 // the server's defaults). They are read at each use, so that quro tenant
 // limits set, from another process, applies to the next run. An error says
 // they could not be read (the store failed, or the stored value is not the
-// JSON that SetTenantLimits writes); the overrides are then zero.
+// JSON that set_tenant_limits writes); the overrides are then zero.
 func TenantOverrides(ctx context.Context, st *store.Store, tenant string) (TenantLimits, error) {
 	v, err := st.Setting(ctx, tenantKey(tenant))
 	if errors.Is(err, store.ErrNotFound) {
@@ -106,16 +106,16 @@ func TenantOverrides(ctx context.Context, st *store.Store, tenant string) (Tenan
 	return own, nil
 }
 
-// SetTenantLimits stores tenant's ceilings (zero fields: the defaults of
+// setTenantLimits stores tenant's ceilings (zero fields: the defaults of
 // the server; negative: none). A larger disk quota grows the tenant's
 // sessions.
-func (a *App) SetTenantLimits(ctx context.Context, tenant string, l TenantLimits) error {
+func (a *App) setTenantLimits(ctx context.Context, tenant string, l TenantLimits) error {
 	return a.tenants.Set(ctx, tenant, l)
 }
 
-// TenantLimitsOf are tenant's own ceilings (zero: default) and the
+// tenantLimitsOf are tenant's own ceilings (zero: default) and the
 // effective ones, or why its own cannot be read.
-func (a *App) TenantLimitsOf(ctx context.Context, tenant string) (own, eff TenantLimits, err error) {
+func (a *App) tenantLimitsOf(ctx context.Context, tenant string) (own, eff TenantLimits, err error) {
 	own, err = TenantOverrides(ctx, a.Store, tenant)
 	if err != nil {
 		return TenantLimits{}, TenantLimits{}, err
@@ -374,8 +374,8 @@ type TenantStatus struct {
 	Enforced        bool     `json:"kernel_enforced" jsonschema:"memory, process and CPU ceilings are enforced by the kernel (cgroups)"`
 }
 
-// TenantStatus reports the ceilings and usage of ctx's tenant.
-func (a *App) TenantStatus(ctx context.Context) (*TenantStatus, error) {
+// tenantStatus reports the ceilings and usage of ctx's tenant.
+func (a *App) tenantStatus(ctx context.Context) (*TenantStatus, error) {
 	tenant := session.TenantFrom(ctx)
 	list, err := a.Sessions.List(ctx)
 	if err != nil {
@@ -461,7 +461,7 @@ func (t *TenantLimitsInfo) Text() string {
 }
 
 func (a *App) tenantLimitsInfo(ctx context.Context, tenant string) (*TenantLimitsInfo, error) {
-	own, eff, err := a.TenantLimitsOf(ctx, tenant)
+	own, eff, err := a.tenantLimitsOf(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
