@@ -251,7 +251,7 @@ func (a *App) registerRepair(reg *capability.Registry) {
 				return nil, capability.Errorf(capability.InvalidArgument, "timeout_ms %d is outside 10000..1800000", in.TimeoutMS)
 			}
 			return a.repairRootfs(ctx, in.Rootfs, timeout)
-		}))
+		}).Streaming())
 }
 
 // repairRootfs runs `dpkg --configure -a` and `apt-get -f install -y

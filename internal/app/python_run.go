@@ -13,7 +13,6 @@ import (
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
-	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -208,11 +207,9 @@ func (p *pythonRun) exec(ctx context.Context, sess *session.Session, name, code 
 		Code: code, Lang: "python", Session: sess, Timeout: timeout, Stdout: stdout, Stderr: stderr,
 	}, python.ViaArg)
 	if err != nil {
-		var se *sandbox.StartError
-		if errors.As(err, &se) {
-			return nil, capability.Errorf(capability.Unavailable, "python_run in rootfs %q: %v", name, err)
-		}
-		return nil, err
+		// Its code is the controller's table's: a box refused at the
+		// tenant's ceiling is resource_exhausted, a start failure unavailable.
+		return nil, fmt.Errorf("python_run in rootfs %q: %w", name, err)
 	}
 	so, se := stdout.Finish(), stderr.Finish()
 	res := &PythonRunResult{

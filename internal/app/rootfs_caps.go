@@ -80,7 +80,7 @@ func (a *App) registerRootfs(reg *capability.Registry) {
 				return nil, err
 			}
 			return manager.Status(name)
-		}))
+		}).Streaming())
 	reg.Register(capability.New("remove_rootfs",
 		"Delete a rootfs, ready or partial: every session on it, of every tenant, stops working. "+
 			"Only the operator (an admin of the local tenant) may.",
@@ -123,5 +123,5 @@ func (a *App) registerRootfs(reg *capability.Registry) {
 				timeout = packagesDefaultTimeout
 			}
 			return a.installPackages(ctx, name, in.Packages, timeout, nil)
-		}))
+		}).Streaming())
 }

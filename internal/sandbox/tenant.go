@@ -290,7 +290,28 @@ func readKV(file string) map[string]uint64 {
 // cgroup than killing another server's runs. It returns the directories
 // removed.
 func (c *cgroups) reapStale() []string {
+	// A session paused when its server died left its processes frozen,
+	// and a frozen process dies of SIGKILL only once thawed: first every
+	// process of every stale run gets SIGKILL and every stale run is
+	// thawed, so that they die without running a step of their own (the
+	// freezer is one of several hierarchies, and the others' removal
+	// waits for those processes to go).
+	c.eachStale(func(dir string, v2 bool) {
+		killTree(dir)
+		thawTree(dir, v2)
+	})
 	var removed []string
+	c.eachStale(func(dir string, v2 bool) {
+		if removeCgroupTree(dir, v2) == nil {
+			removed = append(removed, dir)
+		}
+	})
+	return removed
+}
+
+// eachStale calls fn with every run cgroup of a server that is gone, in
+// every hierarchy: directly under quro/ or under a tenant's cgroup.
+func (c *cgroups) eachStale(fn func(dir string, v2 bool)) {
 	seen := map[string]bool{}
 	for _, ctrl := range cgroupControllers {
 		base := c.base[ctrl]
@@ -312,14 +333,43 @@ func (c *cgroups) reapStale() []string {
 				if !e.IsDir() || !ok || pid == os.Getpid() || alive(pid) {
 					continue
 				}
-				dir := filepath.Join(parent, e.Name())
-				if removeCgroupTree(dir, c.v2[ctrl]) == nil {
-					removed = append(removed, dir)
-				}
+				fn(filepath.Join(parent, e.Name()), c.v2[ctrl])
 			}
 		}
 	}
-	return removed
+}
+
+// killTree sends SIGKILL once to every process in dir and the cgroups
+// beneath it (never the server itself).
+func killTree(dir string) {
+	subs, _ := os.ReadDir(dir)
+	for _, e := range subs {
+		if e.IsDir() {
+			killTree(filepath.Join(dir, e.Name()))
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	for _, p := range strings.Fields(string(b)) {
+		if n, err := strconv.Atoi(p); err == nil && n != os.Getpid() {
+			_ = syscall.Kill(n, syscall.SIGKILL) // gone already is fine
+		}
+	}
+}
+
+// thawTree thaws dir and the cgroups beneath it, where they can be frozen
+// (a v1 freezer.state, or v2's cgroup.freeze).
+func thawTree(dir string, v2 bool) {
+	subs, _ := os.ReadDir(dir)
+	for _, e := range subs {
+		if e.IsDir() {
+			thawTree(filepath.Join(dir, e.Name()), v2)
+		}
+	}
+	if v2 {
+		_ = os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte("0"), 0) // absent where the kernel has no v2 freezer
+	} else {
+		_ = os.WriteFile(filepath.Join(dir, "freezer.state"), []byte("THAWED"), 0) // only the freezer hierarchy has it
+	}
 }
 
 // runOwner parses the server pid out of a run cgroup's name,

@@ -275,3 +275,61 @@ func TestStaleRunCgroupsAreReaped(t *testing.T) {
 		}
 	}
 }
+
+// A session paused when its server was killed leaves its processes frozen
+// in a stale run cgroup. A frozen process dies of SIGKILL only once
+// thawed: the reaper kills and thaws them, so the next server starts
+// promptly and nothing of the old session lives on.
+func TestStaleFrozenRunIsReaped(t *testing.T) {
+	sb := newSandbox(t)
+	c := sb.layers.cg
+	if !c.has("memory", "pids") || c.base["freezer"] == "" || c.v2["freezer"] {
+		t.Skip("no v1 freezer here (cgroup v2's freezer lets SIGKILL through)")
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := fmt.Sprintf("run-%d-1-frozen%s", dead.Process.Pid, pidNSTag())
+	victim := exec.Command("sleep", "1000")
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	gone := make(chan error, 1)
+	go func() { gone <- victim.Wait() }()
+	r := &runCgroup{byCtrl: map[string]string{}}
+	for _, ctrl := range []string{"memory", "pids", "freezer"} {
+		d := filepath.Join(c.base[ctrl], stale)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		r.byCtrl[ctrl] = d
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(victim.Process.Pid)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_ = r.thaw()
+		victim.Process.Kill()
+		for _, d := range r.byCtrl {
+			os.Remove(d)
+		}
+	})
+	if err := r.freeze(); err != nil {
+		t.Fatal(err)
+	}
+	c.reapStale()
+	select {
+	case err := <-gone:
+		if err == nil {
+			t.Fatal("the frozen process exited by itself")
+		}
+	case <-testCtx(t).Done():
+		t.Fatal("the frozen process of the stale run is still alive after the reaper")
+	}
+	for ctrl, d := range r.byCtrl {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: stale cgroup %s is still there (%v)", ctrl, d, err)
+		}
+	}
+}
