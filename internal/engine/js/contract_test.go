@@ -39,9 +39,9 @@ func TestContract(t *testing.T) {
 		return s
 	}
 	t.Run("js", func(t *testing.T) {
-		enginetest.Run(t, enginetest.Target{Engine: e, NewSession: newSess}, jsCaps("js"))
+		enginetest.Run(t, enginetest.Target{Engine: e, NewSession: newSess, Required: true}, jsCaps("js"))
 	})
 	t.Run("ts", func(t *testing.T) {
-		enginetest.Run(t, enginetest.Target{Engine: e.TS(), NewSession: newSess}, jsCaps("ts"))
+		enginetest.Run(t, enginetest.Target{Engine: e.TS(), NewSession: newSess, Required: true}, jsCaps("ts"))
 	})
 }

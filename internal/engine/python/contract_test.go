@@ -65,7 +65,7 @@ func TestContract(t *testing.T) {
 			s := contractSession("")(t)
 			t.Cleanup(func() { e.Stop(s.ID) })
 			return s
-		}}, pythonCaps(true))
+		}, Required: embeddedInBuild}, pythonCaps(true))
 	})
 	t.Run("rootfs", func(t *testing.T) {
 		dir := os.Getenv("QURO_TEST_ROOTFS")
@@ -79,12 +79,12 @@ func TestContract(t *testing.T) {
 		enginetest.Run(t, enginetest.Target{Engine: NewRootfs(sb, m), NewSession: contractSession(rootfs.DefaultName)}, pythonCaps(false))
 	})
 	t.Run("system", func(t *testing.T) {
-		enginetest.Run(t, enginetest.Target{Engine: NewSystem(sb), NewSession: contractSession("")}, pythonCaps(false))
+		enginetest.Run(t, enginetest.Target{Engine: NewSystem(sb), NewSession: contractSession(""), Required: true}, pythonCaps(false))
 	})
 	t.Run("gpython", func(t *testing.T) {
 		caps := pythonCaps(false)
 		caps.BadUTF8 = ""
 		caps.Missing = map[string]string{"bad UTF-8": "gpython has no sys.stdout.buffer and its str cannot hold bytes that are not UTF-8"}
-		enginetest.Run(t, enginetest.Target{Engine: NewGPython(sb), NewSession: contractSession("")}, caps)
+		enginetest.Run(t, enginetest.Target{Engine: NewGPython(sb), NewSession: contractSession(""), Required: true}, caps)
 	})
 }

@@ -30,9 +30,9 @@ func TestContract(t *testing.T) {
 	sb := newSandbox(t)
 	newSess := func(t *testing.T) *session.Session { return newSession(t, "") }
 	t.Run("bash", func(t *testing.T) {
-		enginetest.Run(t, enginetest.Target{Engine: shell.Bash(sb, nil), NewSession: newSess}, shellCaps("bash"))
+		enginetest.Run(t, enginetest.Target{Engine: shell.Bash(sb, nil), NewSession: newSess, Required: true}, shellCaps("bash"))
 	})
 	t.Run("sh", func(t *testing.T) {
-		enginetest.Run(t, enginetest.Target{Engine: shell.New(sb, nil), NewSession: newSess}, shellCaps("sh"))
+		enginetest.Run(t, enginetest.Target{Engine: shell.New(sb, nil), NewSession: newSess, Required: true}, shellCaps("sh"))
 	})
 }

@@ -83,6 +83,10 @@ const Limit = 1 << 10
 type Target struct {
 	Engine     runcode.Engine
 	NewSession func(t *testing.T) *session.Session
+	// Required: the engine must run on every machine make test runs on
+	// (its parts are in TEST_PKGS or in the binary), so a failed Probe
+	// fails the suite instead of skipping it.
+	Required bool
 }
 
 // Run runs the contract over target, each check a subtest.
@@ -93,6 +97,9 @@ func Run(t *testing.T, target Target, caps Caps) {
 	err := e.Probe(ctx)
 	cancel()
 	if err != nil {
+		if target.Required {
+			t.Fatalf("%s cannot run here, but every test machine has what it needs: %v", e.Name(), err)
+		}
 		t.Skipf("%s cannot run here: %v", e.Name(), err)
 	}
 	s := &suite{target: target, caps: caps, runner: runcode.New([]runcode.Language{
