@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
@@ -163,6 +164,7 @@ func TestRunsPerTenant(t *testing.T) {
 // through as it is.
 func TestClassify(t *testing.T) {
 	own := capability.Errorf(capability.InvalidArgument, "depth must be between 1 and 16")
+	covered := map[int]bool{}
 	for _, tc := range []struct {
 		err   error
 		code  capability.Code
@@ -202,6 +204,13 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("%w: %q", rootfs.ErrBadPackage, "-x"), capability.InvalidArgument, nil, false},
 		{fmt.Errorf("%w: %q", rootfs.ErrNotInstalled, "r"), capability.NotFound, nil, false},
 		{rootfs.ErrBusy, capability.Busy, []string{"try again"}, false},
+		{fmt.Errorf("%w: sl (no such package)", rootfs.ErrRefused), capability.InvalidArgument, []string{"sl"}, false},
+		{fmt.Errorf("%w: suite %q", rootfs.ErrBadOption, "../x"), capability.InvalidArgument, []string{"suite"}, false},
+		{fmt.Errorf("%w: sl (unpacked)", rootfs.ErrUnsettled), capability.Unavailable, []string{"unpacked"}, false},
+		{fmt.Errorf("%w (status)", rootfs.ErrUnreadable), capability.Unavailable, nil, false},
+		{fmt.Errorf("%w: debootstrap: exit 1", rootfs.ErrInstallFailed), capability.Unavailable, []string{"debootstrap"}, false},
+		{&rootfs.WaitError{Name: "r", Canceled: true}, capability.Canceled, []string{"canceled"}, false},
+		{&rootfs.WaitError{Name: "r", Timeout: time.Second}, capability.DeadlineExceeded, []string{"another install", "try again"}, false},
 		{fmt.Errorf("wait: %w", context.Canceled), capability.Canceled, []string{"canceled"}, false},
 		{fmt.Errorf("wait: %w", context.DeadlineExceeded), capability.DeadlineExceeded, []string{"out of time"}, false},
 		{&sandbox.StartError{Program: "python3", Reason: "not found"}, capability.Unavailable, []string{"cannot start python3: not found"}, false},
@@ -210,6 +219,7 @@ func TestClassify(t *testing.T) {
 		{&sandbox.StartError{Program: "bash", Reason: "tasks ceiling", Err: &sandbox.CeilingError{Ceiling: "tasks", Message: "at most 32"}},
 			capability.ResourceExhausted, []string{"cannot start bash"}, true},
 	} {
+		covered[controller.ClassOf(tc.err)] = true
 		ce := controller.Classify(tc.err)
 		if ce.Code != tc.code || (ce.RetryAfter > 0) != tc.retry {
 			t.Errorf("%v: got %s (retry after %d), want %s (retry after: %v)", tc.err, ce.Code, ce.RetryAfter, tc.code, tc.retry)
@@ -222,6 +232,11 @@ func TestClassify(t *testing.T) {
 	}
 	if ce := controller.Classify(own); ce != own {
 		t.Errorf("a *capability.Error is not passed through: %#v", ce)
+	}
+	for i := range controller.NumClasses() {
+		if !covered[i] {
+			t.Errorf("class %d of the table (internal/controller/errors.go) has no case here", i)
+		}
 	}
 }
 
