@@ -337,12 +337,16 @@ var parts = map[string]bool{
 	"github.com/quro-dev/quro/internal/runcode.Runner":         true,
 	"github.com/quro-dev/quro/internal/engine/python.Embedded": true,
 	"github.com/quro-dev/quro/internal/rootfs.Manager":         true,
+	"github.com/quro-dev/quro/internal/rootfs.Apt":             true,
+	"github.com/quro-dev/quro/internal/quota.Disks":            true,
+	"github.com/quro-dev/quro/internal/workspace.FS":           true,
 }
 
 // partReads are the methods of parts that only read.
 var partReads = map[string]bool{
 	"rootfs.Manager.Status": true, "rootfs.Manager.List": true, "rootfs.Manager.Ready": true,
 	"rootfs.Manager.Path": true, "rootfs.Manager.Info": true, "rootfs.Manager.Dir": true,
+	"quota.Disks.Enforced": true, "quota.Disks.Method": true, "quota.Disks.Has": true, "quota.Disks.Usage": true, "quota.Disks.Note": true,
 }
 
 // appUses are the members of app.App a command may use, by file ("*":
