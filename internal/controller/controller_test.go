@@ -240,7 +240,7 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-var idRE = regexp.MustCompile(`^internal error \(id ([0-9a-f]{8})\); the server log has the details$`)
+var idRE = regexp.MustCompile(`^internal error \(id ([0-9a-f]{8})\): the server failed, not the call; try again, and if it goes on, give the operator this id \(the server log has the details\)$`)
 
 // TestInternalErrorIsLoggedNotLeaked: an error the table does not know
 // reaches the client as an id only; the log has the id with the cause,

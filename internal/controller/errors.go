@@ -96,12 +96,12 @@ var classes = []class{
 	{match: waitError(false), code: capability.DeadlineExceeded, hint: "nothing was changed: try again"},
 	{match: is(rootfs.ErrBusy), code: capability.Busy, hint: "try again when it is done"},
 	{match: is(rootfs.ErrUnsettled), code: capability.Unavailable},
-	{match: is(rootfs.ErrUnreadable), code: capability.Unavailable},
+	{match: is(rootfs.ErrUnreadable), code: capability.Unavailable, hint: "repair_rootfs, or the operator, can settle it"},
 	{match: is(rootfs.ErrInstallFailed), code: capability.Unavailable},
 
 	// The call itself.
 	{match: is(context.Canceled), code: capability.Canceled, text: "the call was canceled"},
-	{match: is(context.DeadlineExceeded), code: capability.DeadlineExceeded, text: "the call ran out of time"},
+	{match: is(context.DeadlineExceeded), code: capability.DeadlineExceeded, text: "the call ran out of time (where it takes timeout_ms, a larger one gives it longer)"},
 
 	// The sandbox could not start a program (not found, an isolation
 	// layer missing on this machine): its text says what and why.
@@ -158,7 +158,7 @@ func classify(ctx context.Context, log *slog.Logger, err error, attrs ...slog.At
 	}
 	id := newID()
 	log.LogAttrs(ctx, slog.LevelError, "internal error", append(attrs, slog.String("id", id), slog.String("err", err.Error()))...)
-	return capability.Errorf(capability.Internal, "internal error (id %s); the server log has the details", id)
+	return capability.Errorf(capability.Internal, "internal error (id %s): the server failed, not the call; try again, and if it goes on, give the operator this id (the server log has the details)", id)
 }
 
 // newID is a short random id naming one internal error in the log.
