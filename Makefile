@@ -103,7 +103,7 @@ test: test-install test-deps $(TS_STAMP) $(WEB_STAMP) web-check fmt-check tidy-c
 # out, and run by make test only: the end-to-end packages SLOW_PKGS (the
 # CLI and server, the assembled app, MCP over the wire, the embedded
 # Python, and the sandbox with its workload and attack suites).
-test-short:
+test-short: test-deps
 	$(GO) test -short -count=1 $$($(GO) list ./... | grep -v -E '/($(subst $() ,|,$(SLOW_PKGS)))$$')
 
 # The flake hunt: STRESS_PKGS, each test STRESS_COUNT times (-short: not
@@ -116,9 +116,9 @@ STRESS_PKGS  ?= ./internal/api/... ./internal/engine/... ./internal/terminal/ ./
 STRESS_COUNT ?= 5
 test-stress: test-deps
 	@$(MAKE) --no-print-directory test-deps TEST_PKGS=stress-ng
-	@stress-ng --cpu 0 --quiet & load=$$!; \
-	$(GO) test -short -count=$(STRESS_COUNT) -timeout 90m $(STRESS_PKGS); rc=$$?; \
-	kill $$load; wait $$load 2>/dev/null; exit $$rc
+	@stress-ng --cpu 0 --quiet --timeout 100m & load=$$!; \
+	trap 'kill $$load 2>/dev/null' EXIT INT TERM; \
+	$(GO) test -short -count=$(STRESS_COUNT) -timeout 90m $(STRESS_PKGS)
 
 $(TS_STAMP): test/mcp-ts/package.json test/mcp-ts/package-lock.json | test-deps
 	npm ci --prefix test/mcp-ts --no-audit --no-fund

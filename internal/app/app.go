@@ -1,7 +1,16 @@
 // Package app assembles one running Quro: it opens the data directory and
 // store, the session manager, the sandbox, the engines and their chains, and
-// declares the capabilities on a controller. Every access path (the HTTP
-// server, the CLI, later MCP) is built on an App; nothing else wires parts.
+// declares the capabilities on a controller. Every access path (REST, the
+// WebSocket, MCP, the in-session socket, the CLI) is built on an App and
+// calls capabilities through its Controller; nothing else wires parts.
+//
+// The capabilities are declared one file per domain (sessions.go,
+// files.go, boxes.go, snapshots.go, packages.go, python_run.go, js.go,
+// tokens.go, tenants.go, rootfs_caps.go, terminal_open.go, audit.go, and
+// capabilities.go for run_code and the service). A handler checks its
+// input, calls the package it drives and shapes the result; it returns
+// domain errors, which the controller classifies. App starts no process
+// itself.
 package app
 
 import (

@@ -1,7 +1,9 @@
 // Package workspace is the server's own access to a session workspace: the
-// file API (read_file, write_file, list_files) and project templates use it.
+// file API (read_file, write_file, list_files) and project templates use FS,
+// snapshots and forks CopyTree (copy.go, which walks from directory
+// descriptors with O_NOFOLLOW and follows no link at all).
 //
-// Every operation goes through an os.Root opened at the workspace, so a path
+// Every operation of FS goes through an os.Root opened at the workspace, so a path
 // is resolved one component at a time beneath the workspace directory by the
 // kernel (openat with O_NOFOLLOW and checks on each link): a ".." or a
 // symbolic link that leads out of the workspace is refused, also when the

@@ -16,6 +16,8 @@
 //  4. GPython: a pure-Go subset of Python, run in a re-executed quro child
 //     so that a timeout can kill it.
 //
-// Every process is started through internal/sandbox; nothing here signals
-// or waits for a process except through sandbox.Process.
+// Every run of code is started through internal/sandbox, and nothing here
+// signals or waits for one except through sandbox.Process. (System's Probe
+// asks the host's python3 for its version directly: the server's own
+// check, with no user code.)
 package python
