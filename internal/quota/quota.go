@@ -190,7 +190,7 @@ func Mounted(dir string) bool {
 // (after a restart of the machine or a server killed mid-way).
 func (d *Disks) Remount(dir string) error {
 	if d.usable != nil || !d.Has(dir) || Mounted(dir) {
-		return nil //nolint:nilerr // d.usable is why this server uses no images: then there is nothing to remount
+		return nil // no images on this server (d.usable says why), none to remount, or mounted already
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
