@@ -5,43 +5,28 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
-	"github.com/quro-dev/quro/internal/api/rest"
+	"github.com/quro-dev/quro/bench/internal/benchbed"
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 )
 
-// bed is one real App served over REST on a loopback listener the way
-// `quro serve` serves it (cmd/quro/serve.go), as bench/service does: a real
-// exec token from the store, verified on every request. Every session of
-// the App runs in its session box (app.New turns SessionBoxes on). MCP,
-// WebSocket and /metrics are not mounted: nothing here uses them.
+// bed is one real App served over REST (benchbed), whose every session
+// runs in its session box (app.New turns SessionBoxes on).
 //
 // The admission ceilings (sessions per tenant, the tenant's tasks, memory
 // and session count) are lifted so that hundreds of sessions can be made;
 // the per-box limits and everything else stay the shipped defaults.
 // Auto-pause is off so that a long run is not paused under the bench.
-type bed struct {
-	App   *app.App
-	Token string
-	URL   string // http://127.0.0.1:port
-
-	srv    *http.Server
-	client *http.Client // keep-alive, bearer token
-}
+type bed struct{ *benchbed.Bed }
 
 // newBed assembles the App in dataDir with the embedded interpreter
 // extracted under install (and warmed), issues an exec token and listens
@@ -63,84 +48,11 @@ func newBed(ctx context.Context, dataDir, install string, disk int64) (*bed, err
 	if err != nil {
 		return nil, err
 	}
-	b := &bed{App: a}
-	if err := b.start(ctx); err != nil {
-		b.Close()
+	b, err := benchbed.Serve(ctx, a, false)
+	if err != nil {
 		return nil, err
 	}
-	return b, nil
-}
-
-func (b *bed) start(ctx context.Context) error {
-	a := b.App
-	if err := a.Python.Warm(ctx); err != nil {
-		return err
-	}
-	iss, err := a.CreateToken(ctx, "bench", "", []string{"exec"}, "bench")
-	if err != nil {
-		return err
-	}
-	b.Token = iss.Token
-	log := slog.New(slog.DiscardHandler)
-	mux := http.NewServeMux()
-	mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: rest.Access{Auth: a.Authenticate()}}))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	b.URL = "http://" + ln.Addr().String()
-	b.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = b.srv.Serve(ln) }() // http.ErrServerClosed, at Close
-	b.client = &http.Client{Transport: &bearer{token: b.Token, rt: &http.Transport{
-		MaxIdleConns: 64, MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute,
-	}}}
-	return nil
-}
-
-// Close ends the server and the App (which closes every box).
-func (b *bed) Close() {
-	if b.srv != nil {
-		b.srv.Close()
-	}
-	b.App.Close()
-}
-
-// bearer adds the token to every request, as an agent's HTTP client does.
-type bearer struct {
-	token string
-	rt    http.RoundTripper
-}
-
-func (t *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+t.token)
-	return t.rt.RoundTrip(r)
-}
-
-// call is POST /v1/{capability} with in as JSON; the answer is decoded
-// into out (when not nil).
-func (b *bed) call(ctx context.Context, capability string, body []byte, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL+"/v1/"+capability, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := b.client.Do(req)
-	if err != nil {
-		return err
-	}
-	data, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: HTTP %d: %s", capability, resp.StatusCode, bytes.TrimSpace(data))
-	}
-	if out == nil {
-		return nil
-	}
-	return json.Unmarshal(data, out)
+	return &bed{b}, nil
 }
 
 func mustJSON(v any) []byte {
@@ -159,7 +71,7 @@ func runBody(session, lang, code string) []byte {
 // run is run_code with a prepared body; the run must exit 0 with stdout want.
 func (b *bed) run(ctx context.Context, body []byte, want string) error {
 	var r runcode.Result
-	if err := b.call(ctx, "run_code", body, &r); err != nil {
+	if err := b.Post(ctx, "run_code", body, &r); err != nil {
 		return err
 	}
 	if r.ExitCode != 0 || r.Error != "" || r.Stdout != want {
@@ -171,7 +83,7 @@ func (b *bed) run(ctx context.Context, body []byte, want string) error {
 // createSession is create_session over REST; it returns the session's id.
 func (b *bed) createSession(ctx context.Context) (string, error) {
 	var s app.SessionInfo
-	if err := b.call(ctx, "create_session", []byte(`{}`), &s); err != nil {
+	if err := b.Post(ctx, "create_session", []byte(`{}`), &s); err != nil {
 		return "", err
 	}
 	return s.ID, nil
@@ -180,14 +92,14 @@ func (b *bed) createSession(ctx context.Context) (string, error) {
 func refBody(session string) []byte { return mustJSON(app.SessionRef{Session: session}) }
 
 func (b *bed) destroySession(ctx context.Context, id string) error {
-	return b.call(ctx, "destroy_session", refBody(id), nil)
+	return b.Post(ctx, "destroy_session", refBody(id), nil)
 }
 
 // pause and resume are pause_session and resume_session; the answer says
 // whether the session is paused afterwards and how long the server took.
 func (b *bed) pause(ctx context.Context, body []byte) (*app.PauseResult, error) {
 	var r app.PauseResult
-	if err := b.call(ctx, "pause_session", body, &r); err != nil {
+	if err := b.Post(ctx, "pause_session", body, &r); err != nil {
 		return nil, err
 	}
 	if !r.Paused {
@@ -198,7 +110,7 @@ func (b *bed) pause(ctx context.Context, body []byte) (*app.PauseResult, error) 
 
 func (b *bed) resume(ctx context.Context, body []byte) (*app.PauseResult, error) {
 	var r app.PauseResult
-	if err := b.call(ctx, "resume_session", body, &r); err != nil {
+	if err := b.Post(ctx, "resume_session", body, &r); err != nil {
 		return nil, err
 	}
 	if r.Paused || r.Note != "" {
@@ -210,7 +122,7 @@ func (b *bed) resume(ctx context.Context, body []byte) (*app.PauseResult, error)
 // resources is get_session_status's resources of a session.
 func (b *bed) resources(ctx context.Context, id string) (*app.SessionResources, error) {
 	var s app.SessionInfo
-	if err := b.call(ctx, "get_session_status", refBody(id), &s); err != nil {
+	if err := b.Post(ctx, "get_session_status", refBody(id), &s); err != nil {
 		return nil, err
 	}
 	if s.Resources == nil {
@@ -225,7 +137,7 @@ func (b *bed) terminalExec(ctx context.Context, id, command string) error {
 		ExitCode int    `json:"exit_code"`
 		Output   string `json:"output"`
 	}
-	if err := b.call(ctx, "terminal_exec", mustJSON(app.TerminalExecInput{Session: id, Command: command}), &out); err != nil {
+	if err := b.Post(ctx, "terminal_exec", mustJSON(app.TerminalExecInput{Session: id, Command: command}), &out); err != nil {
 		return err
 	}
 	if out.ExitCode != 0 {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/quro-dev/quro/bench/internal/benchbed"
 )
 
 // The benchmarks share one served App (see bed.go), so that one
@@ -64,50 +66,25 @@ func testBed(b *testing.B) *bed {
 	return shared.b
 }
 
-// loop warms f up, then times each call and reports the median.
-func loop(b *testing.B, f func() error) {
-	for range 20 {
-		if err := f(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	ds := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for b.Loop() {
-		t := time.Now()
-		if err := f(); err != nil {
-			b.Fatal(err)
-		}
-		ds = append(ds, time.Since(t))
-	}
-	b.StopTimer()
-	b.ReportMetric(p50(ds), "p50-µs")
-}
-
-func p50(ds []time.Duration) float64 {
-	slices.Sort(ds)
-	return float64(ds[len(ds)/2].Nanoseconds()) / 1e3
-}
-
 // BenchmarkRunShREST is POST /v1/run_code {"lang":"sh","code":"true"} on
 // a session whose box is already made.
 func BenchmarkRunShREST(b *testing.B) {
 	t := testBed(b)
 	body := runBody(shared.sh, "sh", "true")
-	loop(b, func() error { return t.run(context.Background(), body, "") })
+	benchbed.Loop(b, func() error { return t.run(context.Background(), body, "") })
 }
 
 // BenchmarkBwrapTrue is `bwrap --unshare-all --ro-bind / / true` exec'd
 // directly: the cost of a box of its own per run.
 func BenchmarkBwrapTrue(b *testing.B) {
 	testBed(b) // the same machine state as the REST benchmark
-	loop(b, bwrapTrue)
+	benchbed.Loop(b, bwrapTrue)
 }
 
 // BenchmarkForkExecTrue is a bare fork-exec of /bin/true.
 func BenchmarkForkExecTrue(b *testing.B) {
 	testBed(b)
-	loop(b, forkTrue)
+	benchbed.Loop(b, forkTrue)
 }
 
 // BenchmarkPauseResume is pause_session then resume_session over REST of a
@@ -155,4 +132,9 @@ func BenchmarkPauseResume(b *testing.B) {
 	b.ReportMetric(p50(both), "p50-µs")
 	b.ReportMetric(p50(pause), "pause-p50-µs")
 	b.ReportMetric(p50(resume), "resume-p50-µs")
+}
+
+func p50(ds []time.Duration) float64 {
+	slices.Sort(ds)
+	return benchbed.Micro(ds[len(ds)/2])
 }

@@ -39,9 +39,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/quro-dev/quro/bench/internal/benchbed"
 )
 
 var (
@@ -226,7 +227,7 @@ func oneShot(ctx context.Context, b *bed, r *results) error {
 	per := max(1, *nOne / *blocks)
 	for range *blocks {
 		for _, p := range paths {
-			c0 := cpuTime()
+			c0 := benchbed.CPUTime()
 			for range per {
 				t := time.Now()
 				if err := p.f(); err != nil {
@@ -234,7 +235,7 @@ func oneShot(ctx context.Context, b *bed, r *results) error {
 				}
 				p.s.ds = append(p.s.ds, time.Since(t))
 			}
-			p.s.cpu += cpuTime() - c0
+			p.s.cpu += benchbed.CPUTime() - c0
 		}
 	}
 	for _, p := range paths {
@@ -818,7 +819,7 @@ func writeJSON(path string, r *results) error {
 	out := map[string]any{"load_average": loadAvg(), "outside_runs": r.outside, "time": time.Now().UTC().Format(time.RFC3339), "uid": os.Geteuid()}
 	put := func(s *series) {
 		if s != nil && len(s.ds) > 0 {
-			out[s.name] = map[string]any{"n": len(s.ds), "median_us": micro(s.q(0.5)), "p95_us": micro(s.q(0.95))}
+			out[s.name] = map[string]any{"n": len(s.ds), "median_us": benchbed.Micro(s.q(0.5)), "p95_us": benchbed.Micro(s.q(0.95))}
 		}
 	}
 	for _, s := range r.one {
@@ -842,8 +843,8 @@ func writeJSON(path string, r *results) error {
 		put(st)
 	}
 	if r.destroySeq != nil {
-		out["destroy_sequential_total_us"] = micro(r.destroySeqWall)
-		out["destroy_concurrent"] = map[string]any{"clients": *clients, "sessions": r.destroyParN, "total_us": micro(r.destroyPar)}
+		out["destroy_sequential_total_us"] = benchbed.Micro(r.destroySeqWall)
+		out["destroy_concurrent"] = map[string]any{"clients": *clients, "sessions": r.destroyParN, "total_us": benchbed.Micro(r.destroyPar)}
 	}
 	if r.idle != nil {
 		out["idle"] = r.idle
@@ -855,23 +856,12 @@ func writeJSON(path string, r *results) error {
 	return os.WriteFile(path, data, 0o644)
 }
 
-// cpuTime is the user+system CPU time this process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func micro(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-
 func fmtD(d time.Duration) string {
 	switch {
 	case d < time.Millisecond && d > -time.Millisecond:
-		return fmt.Sprintf("%.0f µs", micro(d))
+		return fmt.Sprintf("%.0f µs", benchbed.Micro(d))
 	case d < time.Second:
-		return fmt.Sprintf("%.2f ms", micro(d)/1e3)
+		return fmt.Sprintf("%.2f ms", benchbed.Micro(d)/1e3)
 	}
 	return fmt.Sprintf("%.2f s", d.Seconds())
 }

@@ -1,41 +1,24 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"strings"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	quromcp "github.com/quro-dev/quro/internal/api/mcp"
-	"github.com/quro-dev/quro/internal/api/rest"
+	"github.com/quro-dev/quro/bench/internal/benchbed"
 	"github.com/quro-dev/quro/internal/app"
-	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/runcode"
 )
 
-// bed is one real App served on a loopback listener the way `quro serve`
-// serves it (cmd/quro/serve.go): token authentication from the store on
-// every request, REST under /v1/ and MCP streamable HTTP at /mcp, behind the
-// same origin/Host check. The WebSocket routes and /metrics are left out:
-// nothing here uses them.
+// bed is one real App served with REST and MCP (benchbed), and one MCP
+// client session connected to it.
 type bed struct {
-	App    *app.App
-	Token  string
-	Caller controller.Caller // what the token authenticates as, for in-process calls
-	URL    string            // http://127.0.0.1:port
-
-	srv    *http.Server
-	client *http.Client // keep-alive, bearer token
-	mcp    *mcp.ClientSession
+	*benchbed.Bed
+	mcp *mcp.ClientSession
 }
 
 // newBed assembles the App in dataDir with the embedded interpreter
@@ -46,56 +29,17 @@ func newBed(ctx context.Context, dataDir, install string, limits app.Limits) (*b
 	if err != nil {
 		return nil, err
 	}
-	b := &bed{App: a}
-	if err := b.start(ctx); err != nil {
+	served, err := benchbed.Serve(ctx, a, true)
+	if err != nil {
+		return nil, err
+	}
+	b := &bed{Bed: served}
+	mc := mcp.NewClient(&mcp.Implementation{Name: "quro-bench", Version: "1"}, nil)
+	if b.mcp, err = mc.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: b.URL + "/mcp", HTTPClient: b.Client}, nil); err != nil {
 		b.Close()
 		return nil, err
 	}
 	return b, nil
-}
-
-func (b *bed) start(ctx context.Context) error {
-	a := b.App
-	if err := a.Python.Warm(ctx); err != nil {
-		return err
-	}
-	iss, err := a.CreateToken(ctx, "bench", "", []string{"exec"}, "bench")
-	if err != nil {
-		return err
-	}
-	b.Token = iss.Token
-	if b.Caller, err = a.VerifyToken(ctx, iss.Token); err != nil {
-		return err
-	}
-	b.Caller.Path = "bench"
-
-	log := slog.New(slog.DiscardHandler)
-	authFn := a.Authenticate()
-	access := rest.Access{Auth: authFn}
-	mux := http.NewServeMux()
-	mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: access}))
-	mcpH := quromcp.Handler(a.Controller, authFn, &quromcp.Options{Logger: log})
-	mux.Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if e := access.Check(r); e != nil { // serve.go's guard
-			rest.WriteError(w, http.StatusForbidden, e)
-			return
-		}
-		mcpH.ServeHTTP(w, r)
-	}))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	b.URL = "http://" + ln.Addr().String()
-	b.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = b.srv.Serve(ln) }() // http.ErrServerClosed, at Close
-
-	b.client = &http.Client{Transport: &bearer{token: b.Token, rt: &http.Transport{
-		MaxIdleConns: 64, MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute,
-	}}}
-	mc := mcp.NewClient(&mcp.Implementation{Name: "quro-bench", Version: "1"}, nil)
-	b.mcp, err = mc.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: b.URL + "/mcp", HTTPClient: b.client}, nil)
-	return err
 }
 
 // Close ends the MCP session, the server and the App.
@@ -103,22 +47,7 @@ func (b *bed) Close() {
 	if b.mcp != nil {
 		b.mcp.Close()
 	}
-	if b.srv != nil {
-		b.srv.Close()
-	}
-	b.App.Close()
-}
-
-// bearer adds the token to every request, as an agent's HTTP client does.
-type bearer struct {
-	token string
-	rt    http.RoundTripper
-}
-
-func (t *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+t.token)
-	return t.rt.RoundTrip(r)
+	b.Bed.Close()
 }
 
 // runArgs is run_code's input for print(1), in session (default when "").
@@ -138,28 +67,11 @@ func (b *bed) InProcess(ctx context.Context, args []byte) error {
 
 // REST is POST /v1/{capability} with body, decoded like a client would.
 func (b *bed) REST(ctx context.Context, capability string, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL+"/v1/"+capability, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := b.client.Do(req)
-	if err != nil {
-		return err
-	}
-	data, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: HTTP %d: %s", capability, resp.StatusCode, bytes.TrimSpace(data))
-	}
 	if capability != "run_code" {
-		return nil
+		return b.Post(ctx, capability, body, nil)
 	}
 	var res runcode.Result
-	if err := json.Unmarshal(data, &res); err != nil {
+	if err := b.Post(ctx, capability, body, &res); err != nil {
 		return err
 	}
 	return checkResult(&res)

@@ -32,10 +32,10 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"github.com/quro-dev/quro/bench/internal/benchbed"
 	"github.com/quro-dev/quro/internal/app"
 )
 
@@ -120,7 +120,7 @@ func run() error {
 	per := max(1, *nLat / *blocks)
 	for range *blocks {
 		for i, p := range paths {
-			c0 := cpuTime()
+			c0 := benchbed.CPUTime()
 			for range per {
 				t := time.Now()
 				if err := p.f(); err != nil {
@@ -128,7 +128,7 @@ func run() error {
 				}
 				lat[i].ds = append(lat[i].ds, time.Since(t))
 			}
-			lat[i].cpu += cpuTime() - c0
+			lat[i].cpu += benchbed.CPUTime() - c0
 		}
 	}
 
@@ -268,12 +268,12 @@ func runsLimit() string {
 func writeJSON(path string, lat []series, loads []load) error {
 	out := map[string]any{}
 	for _, s := range lat {
-		out[s.name] = map[string]any{"n": len(s.ds), "median_us": micro(s.q(0.5)), "p95_us": micro(s.q(0.95)),
-			"go_cpu_per_call_us": micro(s.cpu / time.Duration(len(s.ds)))}
+		out[s.name] = map[string]any{"n": len(s.ds), "median_us": benchbed.Micro(s.q(0.5)), "p95_us": benchbed.Micro(s.q(0.95)),
+			"go_cpu_per_call_us": benchbed.Micro(s.cpu / time.Duration(len(s.ds)))}
 	}
 	for _, l := range loads {
 		m := map[string]any{"requests": l.n, "errors": l.errs, "rps": l.rps(),
-			"p50_us": micro(l.lat.q(0.5)), "p99_us": micro(l.lat.q(0.99))}
+			"p50_us": benchbed.Micro(l.lat.q(0.5)), "p99_us": benchbed.Micro(l.lat.q(0.99))}
 		if l.firstErr != nil {
 			m["first_error"] = l.firstErr.Error()
 		}
@@ -286,22 +286,11 @@ func writeJSON(path string, lat []series, loads []load) error {
 	return os.WriteFile(path, data, 0o644)
 }
 
-// cpuTime is the user+system CPU time this process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func micro(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-
 func fmtD(d time.Duration) string {
 	if d < time.Millisecond && d > -time.Millisecond {
-		return fmt.Sprintf("%.0f µs", micro(d))
+		return fmt.Sprintf("%.0f µs", benchbed.Micro(d))
 	}
-	return fmt.Sprintf("%.2f ms", micro(d)/1e3)
+	return fmt.Sprintf("%.2f ms", benchbed.Micro(d)/1e3)
 }
 
 func fmtSigned(d time.Duration) string {

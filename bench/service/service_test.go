@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/quro-dev/quro/bench/internal/benchbed"
 	"github.com/quro-dev/quro/internal/app"
 )
 
@@ -54,43 +53,22 @@ func testBed(b *testing.B) *bed {
 	return shared.b
 }
 
-// loop warms f up, then times each call and reports the median.
-func loop(b *testing.B, f func() error) {
-	for range 20 {
-		if err := f(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	ds := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for b.Loop() {
-		t := time.Now()
-		if err := f(); err != nil {
-			b.Fatal(err)
-		}
-		ds = append(ds, time.Since(t))
-	}
-	b.StopTimer()
-	slices.Sort(ds)
-	b.ReportMetric(float64(ds[len(ds)/2].Nanoseconds())/1e3, "p50-µs")
-}
-
 func BenchmarkRunCodeInProcess(b *testing.B) {
 	t := testBed(b)
 	args := runArgs("")
-	loop(b, func() error { return t.InProcess(context.Background(), args) })
+	benchbed.Loop(b, func() error { return t.InProcess(context.Background(), args) })
 }
 
 func BenchmarkRunCodeREST(b *testing.B) {
 	t := testBed(b)
 	args := runArgs("")
-	loop(b, func() error { return t.REST(context.Background(), "run_code", args) })
+	benchbed.Loop(b, func() error { return t.REST(context.Background(), "run_code", args) })
 }
 
 func BenchmarkRunCodeMCP(b *testing.B) {
 	t := testBed(b)
 	args := map[string]any{"code": "print(1)"}
-	loop(b, func() error { return t.MCP(context.Background(), args) })
+	benchbed.Loop(b, func() error { return t.MCP(context.Background(), args) })
 }
 
 // BenchmarkRunCodeREST16 is 16 concurrent REST clients, each on its own
