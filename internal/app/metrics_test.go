@@ -44,7 +44,7 @@ func TestMetricsCountCallsAndRuns(t *testing.T) {
 		{Lang: "sh", Code: "echo ok"},
 		{Lang: "sh", Code: "echo ok again"},
 		{Lang: "sh", Code: "exit 3"},
-		{Lang: "sh", Code: "echo before; sleep 30", TimeoutMS: 300},
+		{Lang: "sh", Code: "echo before; sleep 30", TimeoutMS: 2000}, // the budget covers the box's start too
 	} {
 		if _, err := cliCall(t, a, "run_code", in); err != nil {
 			t.Fatalf("%q: %v", in.Code, err)

@@ -19,7 +19,7 @@ import (
 // timeout and canceled, not ok.
 func TestStoppedRunsAreAuditedAsSuch(t *testing.T) {
 	a := newApp(t, nil)
-	reply, err := cliCall(t, a, "run_code", RunCodeInput{Lang: "sh", Code: "echo before; sleep 30", TimeoutMS: 300})
+	reply, err := cliCall(t, a, "run_code", RunCodeInput{Lang: "sh", Code: "echo before; sleep 30", TimeoutMS: 2000}) // the budget covers the box's start too
 	if err != nil || !reply.Output.(*runcode.Result).TimedOut {
 		t.Fatalf("%v %+v", err, reply)
 	}
