@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/quro-dev/quro/internal/sandbox/sandboxtest"
 )
 
 func newBoxSandbox(t *testing.T) *Sandbox {
@@ -79,8 +81,10 @@ func TestSessionBoxBackgroundProcessLivesUntilClose(t *testing.T) {
 	dir := t.TempDir()
 	var out bytes.Buffer
 	// setsid leaves the run's process group: it outlives the run, in the
-	// box. The run ends once the sleeper is in its own session.
-	exit, err := sb.Run(testCtx(t), boxSpec("bg", dir, &out, "mkfifo p; setsid sh -c 'echo >p; exec sleep 1000' </dev/null >/dev/null 2>&1 & read x <p"))
+	// box. The run ends once the sleeper is in its own session; it prints
+	// the sleeper's pid in the box (the shell's, which then execs sleep),
+	// so the test need not race the exec to recognise it.
+	exit, err := sb.Run(testCtx(t), boxSpec("bg", dir, &out, "mkfifo p; setsid sh -c 'echo $$ >p; exec sleep 1000' </dev/null >/dev/null 2>&1 & read x <p; echo $x"))
 	if err != nil || exit.Code != 0 {
 		t.Fatalf("run: %v %+v %s", err, exit, out.String())
 	}
@@ -90,19 +94,18 @@ func TestSessionBoxBackgroundProcessLivesUntilClose(t *testing.T) {
 			t.Errorf("the box's cgroup counts no task though sleep runs in it")
 		}
 	}
-	// Find the sleep on the host: a process whose cgroup is the box's.
-	var sleeper int
-	procs, _ := readProcs()
-	for _, p := range procs {
-		b, _ := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/cmdline")
-		if string(b) == "sleep\x001000\x00" {
-			if fi, err := os.Stat("/proc/" + strconv.Itoa(p.pid)); err == nil && fi.Sys().(*syscall.Stat_t).Uid == uint32(2_500_000+len("bg")) {
-				sleeper = p.pid
-			}
-		}
+	inner, err := strconv.Atoi(strings.TrimSpace(out.String()))
+	if err != nil {
+		t.Fatalf("the run printed %q, want the sleeper's pid", out.String())
 	}
-	if sleeper == 0 {
+	// Find the sleeper on the host: the process the box sees as inner,
+	// working in dir, running as the session's uid.
+	sleeper, ok := sandboxtest.HostPID(inner, dir)
+	if !ok {
 		t.Fatal("the background sleep is not running after its run ended")
+	}
+	if fi, err := os.Stat("/proc/" + strconv.Itoa(sleeper)); err != nil || fi.Sys().(*syscall.Stat_t).Uid != uint32(2_500_000+len("bg")) {
+		t.Fatalf("the sleeper %d does not run as the session's uid: %v", sleeper, err)
 	}
 	pidfd, err := pidfdOpen(sleeper)
 	if err != nil {
