@@ -149,7 +149,7 @@ admin token for the local tenant is created, printed once and kept in
 				Authenticated: authenticated(authFn, noAuth),
 				Long:          longRequest,
 			})
-			srv.Handler = accessLog(loggers.access, srv.Handler)
+			loggers.serve(srv)
 			log.Info("quro serving", "url", "http://"+ln.Addr().String(), "data", a.DataDir, "version", version.String(),
 				"isolation", a.Sandbox.Isolation(), "auth", !noAuth)
 			// <data>/run/serve.json: the CLI on this data directory goes

@@ -270,6 +270,14 @@ func (l *limiter) summarize() {
 	}
 }
 
+// serve puts srv's own error lines (TLS handshakes, broken requests: a
+// client can cause one per connection) on the bounded log, at warn, and
+// the access log, if on, in front of its handler.
+func (l *serveLoggers) serve(srv *http.Server) {
+	srv.ErrorLog = slog.NewLogLogger(l.log.Handler(), slog.LevelWarn)
+	srv.Handler = accessLog(l.access, srv.Handler)
+}
+
 // accessLog logs one line per request on log, after it is answered. The
 // path is logged without its query (which may carry anything a client
 // chose); no header is logged (tokens); the tenant is the one the request

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -295,5 +296,52 @@ func TestServeLogFlagsChecked(t *testing.T) {
 		if code == 0 || !strings.Contains(errs, args[0]) {
 			t.Errorf("%v: exit %d, %q", args, code, errs)
 		}
+	}
+}
+
+// TestQuietBoundsEachMessage: at info and above, each message logs its
+// burst, then one line a second; the rest is counted and summed up, with
+// the ids of the suppressed lines (internal errors), and the count is
+// exact. Debug lines and other messages are not held back.
+func TestQuietBoundsEachMessage(t *testing.T) {
+	var buf syncBuffer
+	q := newQuiet(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}), 10, 1, time.Hour)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	q.lim.now = func() time.Time { return now }
+	log := slog.New(q).With("path", "rest")
+	for i := range 500 {
+		log.Error("internal error", "id", fmt.Sprintf("id%03d", i), "err", fmt.Sprintf("cause %d", i))
+		log.Debug("call", "n", i)
+	}
+	log.Warn("another message")
+	now = now.Add(2 * time.Second) // two more tokens
+	log.Error("internal error", "id", "late1")
+	log.Error("internal error", "id", "late2")
+	log.Error("internal error", "id", "late3") // suppressed
+	q.close()
+	lines := logLines(t, buf.b.String(), true)
+	if got := count(lines, "msg", "call"); got != 500 {
+		t.Errorf("%d debug lines of 500", got)
+	}
+	if got := count(lines, "msg", "another message"); got != 1 {
+		t.Errorf("another message: %d lines", got)
+	}
+	shown := count(lines, "msg", "internal error")
+	if shown != 12 || count(lines, "msg", "internal error", "id", "late2") != 1 {
+		t.Errorf("%d internal errors shown, want the burst of 10 and 2 a token each", shown)
+	}
+	var sum map[string]string
+	for _, l := range lines {
+		if l["msg"] == "repeated log lines suppressed" {
+			if sum != nil {
+				t.Fatalf("two summaries: %v, %v", sum, l)
+			}
+			sum = l
+		}
+	}
+	ids := strings.Split(sum["ids"], ",")
+	if sum["line"] != "internal error" || sum["level"] != "ERROR" || sum["suppressed"] != "491" ||
+		len(ids) != logSummaryIDs || ids[0] != "id010" || sum["ids_not_listed"] != "391" || sum["last_err"] != "cause 499" {
+		t.Errorf("summary: %v", sum)
 	}
 }

@@ -41,7 +41,8 @@ func servePprof(addr string, auth httpauth.Func, log *slog.Logger, stdout io.Wri
 	// Loopback Host names only (DNS rebinding), then an admin token.
 	h := hostGuard(rest.Access{}, requireScope(auth, capability.ScopeAdmin, mux))
 	// No write timeout: a CPU profile or a trace takes its ?seconds=.
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
