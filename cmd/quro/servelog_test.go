@@ -9,8 +9,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -40,10 +44,21 @@ func startLogServer(t *testing.T, flags ...string) *logServer {
 	t.Helper()
 	data := t.TempDir()
 	seedPython(t, data)
+	var stderr syncBuffer
+	return startLogServerOn(t, data, &stderr, func() string {
+		stderr.mu.Lock()
+		defer stderr.mu.Unlock()
+		return stderr.b.String()
+	}, flags...)
+}
+
+// startLogServerOn is startLogServer on data, with stderr on w; stop
+// returns what read returns.
+func startLogServerOn(t testing.TB, data string, w io.Writer, read func() string, flags ...string) *logServer {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	var stderr syncBuffer
-	root := newRoot(strings.NewReader(""), pw, &stderr)
+	root := newRoot(strings.NewReader(""), pw, w)
 	root.SetArgs(append([]string{"serve", "--addr", "127.0.0.1:0", "--data", data}, flags...))
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx); pw.Close() }()
@@ -55,9 +70,7 @@ func startLogServer(t *testing.T, flags ...string) *logServer {
 				t.Errorf("serve: %v", err)
 			}
 		})
-		stderr.mu.Lock()
-		defer stderr.mu.Unlock()
-		return stderr.b.String()
+		return read()
 	}
 	t.Cleanup(func() { stop() })
 	srv := &logServer{server: &server{data: data}, stop: stop}
@@ -80,11 +93,18 @@ func startLogServer(t *testing.T, flags ...string) *logServer {
 		}
 	}
 	go io.Copy(io.Discard, br)
+	if srv.token == "" { // printed on the first start only
+		tok, err := os.ReadFile(filepath.Join(data, AdminTokenFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.token = strings.TrimSpace(string(tok))
+	}
 	return srv
 }
 
 // calls makes n list_capabilities calls over one keep-alive connection.
-func calls(t *testing.T, url, token string, n int) {
+func calls(t testing.TB, url, token string, n int) {
 	t.Helper()
 	client := &http.Client{Timeout: time.Minute}
 	for range n {
@@ -343,5 +363,83 @@ func TestQuietBoundsEachMessage(t *testing.T) {
 	if sum["line"] != "internal error" || sum["level"] != "ERROR" || sum["suppressed"] != "491" ||
 		len(ids) != logSummaryIDs || ids[0] != "id010" || sum["ids_not_listed"] != "391" || sum["last_err"] != "cause 499" {
 		t.Errorf("summary: %v", sum)
+	}
+}
+
+// BenchmarkServeLogPerCall: warm run_code print(1) calls over REST with a
+// keep-alive client, against quro serve whose stderr is a pipe that a
+// reader drains (as journald does): at the default level (no line per
+// call), at debug (one line per call, as every call logged before), and
+// with the access log. log-B/op is the log's bytes per call.
+//
+//	go test ./cmd/quro/ -run '^$' -bench BenchmarkServeLogPerCall -benchtime 2000x -count 5
+func BenchmarkServeLogPerCall(b *testing.B) {
+	// The embedded Python, extracted once, linked into each data directory
+	// (as seedPython does).
+	shared := b.TempDir()
+	root := newRoot(strings.NewReader(""), io.Discard, io.Discard)
+	root.SetArgs([]string{"run", "--data", shared, "-c", "print(1)"})
+	if err := root.Execute(); err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name  string
+		flags []string
+	}{
+		{"info", nil},
+		{"debug", []string{"--log-level", "debug"}},
+		{"access-log", []string{"--access-log"}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			data := b.TempDir()
+			if out, err := exec.Command("cp", "-al", filepath.Join(shared, "python"), filepath.Join(data, "python")).CombinedOutput(); err != nil {
+				b.Fatalf("%v %s", err, out)
+			}
+			os.Remove(filepath.Join(data, "python", ".lock"))
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				b.Fatal(err)
+			}
+			var logged atomic.Int64
+			drained := make(chan struct{})
+			go func() {
+				defer close(drained)
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := pr.Read(buf)
+					logged.Add(int64(n))
+					if err != nil {
+						return
+					}
+				}
+			}()
+			srv := startLogServerOn(b, data, pw, func() string { pw.Close(); <-drained; return "" }, bc.flags...)
+			client := &http.Client{Timeout: time.Minute}
+			call := func() {
+				req, _ := http.NewRequest("POST", srv.url+"/v1/run_code", strings.NewReader(`{"code":"print(1)"}`))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer "+srv.token)
+				resp, err := client.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					b.Fatalf("run_code: %d %s", resp.StatusCode, body)
+				}
+			}
+			for range 20 { // the session's worker, warm
+				call()
+			}
+			before := logged.Load()
+			b.ResetTimer()
+			for b.Loop() {
+				call()
+			}
+			b.StopTimer()
+			srv.stop()
+			b.ReportMetric(float64(logged.Load()-before)/float64(b.N), "log-B/op")
+		})
 	}
 }
