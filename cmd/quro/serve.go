@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -41,6 +40,8 @@ func newServeCmd(g *globals) *cobra.Command {
 		maxConnsPerIP  int
 		autoPause      time.Duration
 		prestart       bool
+		logs           logFlags
+		pprofAddr      string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -62,7 +63,17 @@ admin token for the local tenant is created, printed once and kept in
 					return err
 				}
 			}
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			if pprofAddr != "" {
+				if err := checkPprofAddr(pprofAddr); err != nil {
+					return err
+				}
+			}
+			loggers, err := logs.loggers(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer loggers.close()
+			log := loggers.log
 			opts := g.options(log)
 			opts.Limits.Tenant = tenantLimits
 			opts.AutoPause = autoPause
@@ -100,6 +111,14 @@ admin token for the local tenant is created, printed once and kept in
 					fmt.Fprintf(cmd.OutOrStdout(), "quro: the first admin token (shown once; kept in %s):\n%s\n", file, tok)
 				}
 			}
+			if pprofAddr != "" {
+				stop, err := servePprof(pprofAddr, authFn, log, cmd.OutOrStdout())
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
+			authFn = notingTenant(authFn) // for the access log
 			rawLn, err := net.Listen("tcp", addr)
 			if err != nil {
 				return err
@@ -130,6 +149,7 @@ admin token for the local tenant is created, printed once and kept in
 				Authenticated: authenticated(authFn, noAuth),
 				Long:          longRequest,
 			})
+			loggers.serve(srv)
 			log.Info("quro serving", "url", "http://"+ln.Addr().String(), "data", a.DataDir, "version", version.String(),
 				"isolation", a.Sandbox.Isolation(), "auth", !noAuth)
 			// <data>/run/serve.json: the CLI on this data directory goes
@@ -163,6 +183,8 @@ admin token for the local tenant is created, printed once and kept in
 	cmd.Flags().DurationVar(&patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
 	cmd.Flags().DurationVar(&autoPause, "auto-pause", app.DefaultAutoPause, "pause a session's box (freeze its processes, keep their state) after it is unused this long; 0 or negative: never")
 	cmd.Flags().BoolVar(&prestart, "prestart-python", true, "start a new session's Python worker as the session is created, so that its first Python run finds it ready")
+	logs.register(cmd)
+	cmd.Flags().StringVar(&pprofAddr, "pprof", "", "serve Go's profiler (/debug/pprof/) on this loopback address (127.0.0.1:6060), to admin tokens only; off by default")
 	tenantLimitFlags(cmd, "tenant-", &tenantLimits) // defaults of every tenant; quro tenant limits set overrides one
 	return local(cmd, "an access path: serves the controller over REST, MCP and WebSocket; every call through it is audited with its path")
 }

@@ -105,8 +105,8 @@ type Reply struct {
 // Options configure a controller. A nil *Options, and every zero field,
 // means the default.
 type Options struct {
-	// Logger gets one line per call and the details of every internal
-	// error (nil: discarded).
+	// Logger gets one line per call (at debug) and the details of every
+	// internal error, with its id (at error) (nil: discarded).
 	Logger *slog.Logger
 	// Limits bound what one tenant may do at once (zero: no limits).
 	Limits Limits
@@ -164,7 +164,9 @@ func (c *Controller) Call(ctx context.Context, caller Caller, name string, args 
 		rec.Output = reply.Output
 		rec.Outcome = outcomeOf(ctx, reply.Output)
 	}
-	c.log.LogAttrs(ctx, slog.LevelInfo, "call",
+	// One line per call, at debug: at info, a busy server would log a line
+	// per call (quro serve's --access-log logs requests at info).
+	c.log.LogAttrs(ctx, slog.LevelDebug, "call",
 		slog.String("capability", name), slog.String("path", caller.Path), slog.String("tenant", caller.Tenant),
 		slog.String("outcome", rec.Outcome), slog.Duration("duration", rec.Duration))
 	for _, fn := range c.observers {
