@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -46,11 +47,12 @@ func TestExtraction(t *testing.T) {
 	if insts[0].Extracted == insts[1].Extracted || insts[0].Dir != insts[1].Dir {
 		t.Fatalf("want exactly one extraction into one tree: %+v %+v", insts[0], insts[1])
 	}
-	// The extractor reported both stages to their end; the other, if it
-	// found the lock held, that it waited, and nothing else.
+	// The extractor reported the extraction to its end, and no compiling
+	// (the standard library ships compiled); the other, if it found the
+	// lock held, that it waited, and nothing else.
 	for i, inst := range insts {
 		switch {
-		case inst.Extracted && (!finished[i][stepExtracting] || !finished[i][stepCompiling]):
+		case inst.Extracted && (!finished[i][stepExtracting] || finished[i][stepCompiling]):
 			t.Errorf("extractor's progress: %v", finished[i])
 		case !inst.Extracted && (finished[i][stepExtracting] || finished[i][stepCompiling]):
 			t.Errorf("the waiter reported work: %v", finished[i])
@@ -88,6 +90,41 @@ func TestExtraction(t *testing.T) {
 	if err != nil || !fixed.Extracted {
 		t.Fatalf("a truncated binary must be re-extracted: %+v %v", fixed, err)
 	}
+	// And so are a truncated and a missing .pyc, which the interpreter
+	// would use without looking at the source (unchecked-hash).
+	pyc := filepath.Join(inst.Dir, "lib", "python3.14", "json", "__pycache__", "decoder.cpython-314.pyc")
+	if err := os.Truncate(pyc, 20); err != nil {
+		t.Fatal(err)
+	}
+	if err := intact(inst.Dir, mustManifest(t)); err == nil || !strings.Contains(err.Error(), "decoder.cpython-314.pyc has changed") {
+		t.Fatalf("a truncated .pyc: intact says %v", err)
+	}
+	fixed, err = ensureInstalled(ctx, dir, nil)
+	if err != nil || !fixed.Extracted {
+		t.Fatalf("a truncated .pyc must be re-extracted: %+v %v", fixed, err)
+	}
+	if err := os.Remove(pyc); err != nil {
+		t.Fatal(err)
+	}
+	if err := intact(inst.Dir, mustManifest(t)); err == nil {
+		t.Fatal("a missing .pyc: intact says nothing")
+	}
+	fixed, err = ensureInstalled(ctx, dir, nil)
+	if err != nil || !fixed.Extracted {
+		t.Fatalf("a missing .pyc must be re-extracted: %+v %v", fixed, err)
+	}
+	if fi, err := os.Stat(pyc); err != nil || fi.Size() < 100 {
+		t.Fatalf("the .pyc is back: %v %v", fi, err)
+	}
+}
+
+func mustManifest(t *testing.T) *manifest {
+	t.Helper()
+	m, err := readManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 func TestPythonVersion(t *testing.T) {
