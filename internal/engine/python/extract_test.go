@@ -3,8 +3,11 @@
 package python
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -135,5 +138,82 @@ func TestPythonVersion(t *testing.T) {
 	full, short := pythonVersion(m)
 	if short != "3.14" || full != "3.14.6" {
 		t.Fatalf("version %q %q", full, short)
+	}
+}
+
+// TestExtractionTwoProcesses: two processes (this test binary again) start
+// on one fresh data directory at the same moment (released together from
+// a pipe): the directory's flock lets one extract while the other waits,
+// and both then run the interpreter they got, importing from the shipped
+// .pyc files.
+func TestExtractionTwoProcesses(t *testing.T) {
+	dir := t.TempDir()
+	type proc struct {
+		cmd  *exec.Cmd
+		gate io.WriteCloser
+		out  bytes.Buffer
+	}
+	procs := make([]*proc, 2)
+	for i := range procs {
+		p := &proc{cmd: exec.Command(os.Args[0], "-test.run=^TestExtractionHelperProcess$", "-test.count=1")}
+		p.cmd.Env = append(os.Environ(), "QURO_TEST_EXTRACT_DIR="+dir)
+		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+		var err error
+		if p.gate, err = p.cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs[i] = p
+	}
+	for _, p := range procs {
+		p.gate.Close()
+	}
+	extracted := 0
+	for i, p := range procs {
+		if err := p.cmd.Wait(); err != nil {
+			t.Fatalf("process %d: %v\n%s", i, err, p.out.String())
+		}
+		if !strings.Contains(p.out.String(), "imported 1\n") {
+			t.Fatalf("process %d did not run the interpreter:\n%s", i, p.out.String())
+		}
+		if strings.Contains(p.out.String(), "extracted true\n") {
+			extracted++
+		}
+	}
+	if extracted != 1 {
+		t.Fatalf("%d processes extracted:\n%s\n%s", extracted, procs[0].out.String(), procs[1].out.String())
+	}
+}
+
+// TestExtractionHelperProcess is one process of TestExtractionTwoProcesses
+// (it does nothing when run otherwise): it waits for its stdin to close,
+// prepares the interpreter in the given directory, and imports a few
+// modules with it, bytecode writing on (-v shows the .pyc used).
+func TestExtractionHelperProcess(t *testing.T) {
+	dir := os.Getenv("QURO_TEST_EXTRACT_DIR")
+	if dir == "" {
+		t.Skip("a helper of TestExtractionTwoProcesses")
+	}
+	io.Copy(io.Discard, os.Stdin)
+	inst, err := ensureInstalled(context.Background(), dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(inst.Python, "-I", "-v", "-c", "import json, decimal; print('imported', json.loads('1'))")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v: %s", err, lastLines(stderr.String(), 10))
+	}
+	if !strings.Contains(stderr.String(), "decimal.cpython-314.pyc matches") {
+		t.Fatalf("decimal not from its .pyc: %s", lastLines(stderr.String(), 10))
+	}
+	os.Stdout.Write(out)
+	if inst.Extracted {
+		os.Stdout.WriteString("extracted true\n")
 	}
 }
