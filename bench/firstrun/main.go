@@ -37,6 +37,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -275,8 +276,10 @@ func procCPU(pid int) time.Duration {
 	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
 	var ticks int64
 	for _, i := range []int{11, 12, 13, 14} { // fields 14-17, counted from 3
-		var n int64
-		fmt.Sscan(f[i], &n)
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return 0
+		}
 		ticks += n
 	}
 	return time.Duration(ticks) * 10 * time.Millisecond

@@ -122,7 +122,7 @@ func extractPrecompiled(ctx context.Context, dir, short string, hdr *Precompiled
 			return nil, err
 		}
 		th, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
