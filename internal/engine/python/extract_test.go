@@ -5,6 +5,7 @@ package python
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -215,5 +216,30 @@ func TestExtractionHelperProcess(t *testing.T) {
 	os.Stdout.Write(out)
 	if inst.Extracted {
 		os.Stdout.WriteString("extracted true\n")
+	}
+}
+
+// TestCanceledExtraction: the parallel extraction stops when its context
+// ends (here at its first progress): the error says so, no tree is
+// installed and no temporary one is left behind; the next call extracts.
+func TestCanceledExtraction(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := ensureInstalled(ctx, dir, func(stage string, done, total int64) {
+		if stage == stepExtracting && done > 0 {
+			cancel()
+		}
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled extraction: %v", err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, "python"))
+	if len(entries) != 1 || entries[0].Name() != ".lock" {
+		t.Fatalf("left in the data directory: %v", entries)
+	}
+	inst, err := ensureInstalled(context.Background(), dir, nil)
+	if err != nil || !inst.Extracted {
+		t.Fatalf("after a canceled extraction: %+v %v", inst, err)
 	}
 }
