@@ -23,12 +23,19 @@ TEST_PKGS := python3 bash bubblewrap debootstrap nodejs npm chromium curl gcc li
 # What `make run` needs: the sandbox refuses to run user code without bwrap.
 RUN_PKGS := bubblewrap
 
-.PHONY: all build install uninstall run run-deps test test-short test-stress test-install fuzz deps test-deps vet lint fmt-check tidy-check bench clean ui web web-check
+.PHONY: stdlib-pyc all build install uninstall run run-deps test test-short test-stress test-install fuzz deps test-deps vet lint fmt-check tidy-check bench clean ui web web-check
 
 all: build
 
 build: ui
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/quro
+
+# The embedded interpreter's standard library, byte-compiled by it into
+# internal/engine/python/precompiled/ (committed, ~4 MB; reproducible):
+# run after changing the go-embed-python version. Without a matching
+# archive, a fresh data directory's first Python run compiles it (seconds).
+stdlib-pyc:
+	cd internal/engine/python && $(GO) generate .
 
 # Builds first when go is on PATH; without it (`sudo make install`, where
 # sudo's PATH has no go) it installs the bin/quro that `make build` made.

@@ -3,9 +3,14 @@
 package python
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -46,11 +51,12 @@ func TestExtraction(t *testing.T) {
 	if insts[0].Extracted == insts[1].Extracted || insts[0].Dir != insts[1].Dir {
 		t.Fatalf("want exactly one extraction into one tree: %+v %+v", insts[0], insts[1])
 	}
-	// The extractor reported both stages to their end; the other, if it
-	// found the lock held, that it waited, and nothing else.
+	// The extractor reported the extraction to its end, and no compiling
+	// (the standard library ships compiled); the other, if it found the
+	// lock held, that it waited, and nothing else.
 	for i, inst := range insts {
 		switch {
-		case inst.Extracted && (!finished[i][stepExtracting] || !finished[i][stepCompiling]):
+		case inst.Extracted && (!finished[i][stepExtracting] || finished[i][stepCompiling]):
 			t.Errorf("extractor's progress: %v", finished[i])
 		case !inst.Extracted && (finished[i][stepExtracting] || finished[i][stepCompiling]):
 			t.Errorf("the waiter reported work: %v", finished[i])
@@ -88,6 +94,41 @@ func TestExtraction(t *testing.T) {
 	if err != nil || !fixed.Extracted {
 		t.Fatalf("a truncated binary must be re-extracted: %+v %v", fixed, err)
 	}
+	// And so are a truncated and a missing .pyc, which the interpreter
+	// would use without looking at the source (unchecked-hash).
+	pyc := filepath.Join(inst.Dir, "lib", "python3.14", "json", "__pycache__", "decoder.cpython-314.pyc")
+	if err := os.Truncate(pyc, 20); err != nil {
+		t.Fatal(err)
+	}
+	if err := intact(inst.Dir, mustManifest(t)); err == nil || !strings.Contains(err.Error(), "decoder.cpython-314.pyc has changed") {
+		t.Fatalf("a truncated .pyc: intact says %v", err)
+	}
+	fixed, err = ensureInstalled(ctx, dir, nil)
+	if err != nil || !fixed.Extracted {
+		t.Fatalf("a truncated .pyc must be re-extracted: %+v %v", fixed, err)
+	}
+	if err := os.Remove(pyc); err != nil {
+		t.Fatal(err)
+	}
+	if err := intact(inst.Dir, mustManifest(t)); err == nil {
+		t.Fatal("a missing .pyc: intact says nothing")
+	}
+	fixed, err = ensureInstalled(ctx, dir, nil)
+	if err != nil || !fixed.Extracted {
+		t.Fatalf("a missing .pyc must be re-extracted: %+v %v", fixed, err)
+	}
+	if fi, err := os.Stat(pyc); err != nil || fi.Size() < 100 {
+		t.Fatalf("the .pyc is back: %v %v", fi, err)
+	}
+}
+
+func mustManifest(t *testing.T) *manifest {
+	t.Helper()
+	m, err := readManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 func TestPythonVersion(t *testing.T) {
@@ -98,5 +139,107 @@ func TestPythonVersion(t *testing.T) {
 	full, short := pythonVersion(m)
 	if short != "3.14" || full != "3.14.6" {
 		t.Fatalf("version %q %q", full, short)
+	}
+}
+
+// TestExtractionTwoProcesses: two processes (this test binary again) start
+// on one fresh data directory at the same moment (released together from
+// a pipe): the directory's flock lets one extract while the other waits,
+// and both then run the interpreter they got, importing from the shipped
+// .pyc files.
+func TestExtractionTwoProcesses(t *testing.T) {
+	dir := t.TempDir()
+	type proc struct {
+		cmd  *exec.Cmd
+		gate io.WriteCloser
+		out  bytes.Buffer
+	}
+	procs := make([]*proc, 2)
+	for i := range procs {
+		p := &proc{cmd: exec.Command(os.Args[0], "-test.run=^TestExtractionHelperProcess$", "-test.count=1")}
+		p.cmd.Env = append(os.Environ(), "QURO_TEST_EXTRACT_DIR="+dir)
+		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+		var err error
+		if p.gate, err = p.cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs[i] = p
+	}
+	for _, p := range procs {
+		p.gate.Close()
+	}
+	extracted := 0
+	for i, p := range procs {
+		if err := p.cmd.Wait(); err != nil {
+			t.Fatalf("process %d: %v\n%s", i, err, p.out.String())
+		}
+		if !strings.Contains(p.out.String(), "imported 1\n") {
+			t.Fatalf("process %d did not run the interpreter:\n%s", i, p.out.String())
+		}
+		if strings.Contains(p.out.String(), "extracted true\n") {
+			extracted++
+		}
+	}
+	if extracted != 1 {
+		t.Fatalf("%d processes extracted:\n%s\n%s", extracted, procs[0].out.String(), procs[1].out.String())
+	}
+}
+
+// TestExtractionHelperProcess is one process of TestExtractionTwoProcesses
+// (it does nothing when run otherwise): it waits for its stdin to close,
+// prepares the interpreter in the given directory, and imports a few
+// modules with it, bytecode writing on (-v shows the .pyc used).
+func TestExtractionHelperProcess(t *testing.T) {
+	dir := os.Getenv("QURO_TEST_EXTRACT_DIR")
+	if dir == "" {
+		t.Skip("a helper of TestExtractionTwoProcesses")
+	}
+	io.Copy(io.Discard, os.Stdin)
+	inst, err := ensureInstalled(context.Background(), dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(inst.Python, "-I", "-v", "-c", "import json, decimal; print('imported', json.loads('1'))")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v: %s", err, lastLines(stderr.String(), 10))
+	}
+	if !strings.Contains(stderr.String(), "decimal.cpython-314.pyc matches") {
+		t.Fatalf("decimal not from its .pyc: %s", lastLines(stderr.String(), 10))
+	}
+	os.Stdout.Write(out)
+	if inst.Extracted {
+		os.Stdout.WriteString("extracted true\n")
+	}
+}
+
+// TestCanceledExtraction: the parallel extraction stops when its context
+// ends (here at its first progress): the error says so, no tree is
+// installed and no temporary one is left behind; the next call extracts.
+func TestCanceledExtraction(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := ensureInstalled(ctx, dir, func(stage string, done, total int64) {
+		if stage == stepExtracting && done > 0 {
+			cancel()
+		}
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled extraction: %v", err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, "python"))
+	if len(entries) != 1 || entries[0].Name() != ".lock" {
+		t.Fatalf("left in the data directory: %v", entries)
+	}
+	inst, err := ensureInstalled(context.Background(), dir, nil)
+	if err != nil || !inst.Extracted {
+		t.Fatalf("after a canceled extraction: %+v %v", inst, err)
 	}
 }
