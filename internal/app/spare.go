@@ -63,6 +63,7 @@ type spares struct {
 	closed  bool
 	ready   map[spareKey][]*spare
 	filling map[spareKey]int
+	waiting map[spareKey]int       // create_session calls waiting for a fill
 	wanted  map[spareKey]time.Time // templates with spares, by last demand
 	changed chan struct{}          // closed (and replaced) when a fill ends
 }
@@ -86,7 +87,7 @@ func (a *App) openSpares(ctx context.Context, per int) *spares {
 	a.removeStaleSpares(ctx)
 	pctx, cancel := context.WithCancel(context.Background())
 	p := &spares{a: a, per: per, lock: lock, ctx: pctx, cancel: cancel,
-		ready: map[spareKey][]*spare{}, filling: map[spareKey]int{}, wanted: map[spareKey]time.Time{},
+		ready: map[spareKey][]*spare{}, filling: map[spareKey]int{}, waiting: map[spareKey]int{}, wanted: map[spareKey]time.Time{},
 		changed: make(chan struct{})}
 	p.refill(spareKey{tenant: "", network: "none"})
 	return p
@@ -140,21 +141,45 @@ func (p *spares) claim(ctx context.Context, in CreateSessionInput) (*session.Ses
 	key := spareKey{tenant, network}
 	limits := p.a.tenants.Limits(ctx, tenant)
 	defer p.refill(key)
+	giveUp := time.NewTimer(spareWait)
+	defer giveUp.Stop()
 	for {
-		s, next, err := p.claimOne(ctx, key, limits, in.Name)
+		sp, fill := p.take(key)
+		if sp == nil {
+			if fill == nil {
+				return nil, nil
+			}
+			// A spare being made is the quicker way: it started before.
+			expired := false
+			select {
+			case <-fill:
+			case <-giveUp.C:
+				expired = true
+			case <-ctx.Done():
+			}
+			p.mu.Lock()
+			p.waiting[key]--
+			p.mu.Unlock()
+			if expired || ctx.Err() != nil {
+				return nil, nil
+			}
+			continue
+		}
+		p.refill(key) // now, not after the claim
+		s, next, err := p.claimOne(ctx, key, sp, limits, in.Name)
 		if !next {
 			return s, err
 		}
 	}
 }
 
-// claimOne takes a spare of key and claims it; next: it was unfit and
+// spareWait bounds how long create_session waits for a spare being made
+// (when none is ready) before it makes the session itself.
+const spareWait = time.Second
+
+// claimOne claims sp, taken from the pool; next: it was unfit and
 // discarded, try another.
-func (p *spares) claimOne(ctx context.Context, key spareKey, limits TenantLimits, name string) (_ *session.Session, next bool, _ error) {
-	sp := p.take(key)
-	if sp == nil {
-		return nil, false, nil
-	}
+func (p *spares) claimOne(ctx context.Context, key spareKey, sp *spare, limits TenantLimits, name string) (_ *session.Session, next bool, _ error) {
 	defer p.wg.Done() // take's
 	if sp.limits != limits {
 		p.discard(sp)
@@ -184,21 +209,30 @@ func (p *spares) claimOne(ctx context.Context, key spareKey, limits TenantLimits
 // take removes a spare of key from the pool; nil when there is none. Once
 // taken, a spare is claimed, put back or discarded by its taker alone,
 // which then calls p.wg.Done (close waits for it).
-func (p *spares) take(key spareKey) *spare {
+//
+// With none ready, fill is a channel closed when a fill ends, for the
+// caller to wait on and take again, when a spare of key is being made
+// that no other caller waits for (the caller then counts in
+// p.waiting[key] until it stops waiting); else nil.
+func (p *spares) take(key spareKey) (sp *spare, fill <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil
+		return nil, nil
 	}
 	p.wanted[key] = time.Now()
 	list := p.ready[key]
 	if len(list) == 0 {
-		return nil
+		if p.filling[key] > p.waiting[key] {
+			p.waiting[key]++
+			return nil, p.changed
+		}
+		return nil, nil
 	}
-	sp := list[0]
+	sp = list[0]
 	p.ready[key] = list[1:]
 	p.wg.Add(1)
-	return sp
+	return sp, nil
 }
 
 // put returns an unclaimed spare to the pool.
