@@ -25,7 +25,8 @@ import (
 //
 // Workers start lazily, one per session, through the sandbox (or at the
 // session's creation with Prestart); without session boxes one spare is
-// kept warm for the next new session. Runs of one session are serialised;
+// kept warm for the next new session. With session boxes a spare worker
+// lives in a spare session's box (StartSpare): the App keeps those. Runs of one session are serialised;
 // runs of different sessions proceed in parallel. All methods are safe for
 // concurrent use. Close stops every worker.
 type Embedded struct {
@@ -66,7 +67,8 @@ func NewEmbedded(dataDir string, sb *sandbox.Sandbox, opts *EmbeddedOptions) *Em
 	o := opts.withDefaults(sb)
 	if sb.SessionBoxes() {
 		// A spare worker would run in a box of its own, and a session's
-		// worker belongs in the session's box.
+		// worker belongs in the session's box: the spare is a whole spare
+		// session instead (StartSpare).
 		o.NoSpare = true
 	}
 	return &Embedded{
