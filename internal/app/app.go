@@ -252,7 +252,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	})
 	a.instrument()
 	a.Metrics.WatchTenants(a.tenantGauges)
-	if opts.SpareSessions > 0 && sb.SessionBoxes() {
+	if opts.SpareSessions > 0 && sb.SessionBoxes() && emb.KeepsSpares() {
 		a.spares = a.openSpares(ctx, opts.SpareSessions)
 	}
 	return a, nil

@@ -66,7 +66,14 @@ type spares struct {
 	waiting map[spareKey]int       // create_session calls waiting for a fill
 	wanted  map[spareKey]time.Time // templates with spares, by last demand
 	changed chan struct{}          // closed (and replaced) when a fill ends
+	failed  map[spareKey]time.Time // the last fill that failed, per template
 }
+
+// spareRetry is how long after a failed fill no other starts for its
+// template (a tenant at its ceiling, an interpreter that does not start):
+// else every create_session would pay a row, a disk image and a box for
+// nothing.
+const spareRetry = 5 * time.Second
 
 // openSpares starts the pool, first filled for the local tenant's
 // sessions without network. One quro process of a data directory keeps
@@ -88,7 +95,7 @@ func (a *App) openSpares(ctx context.Context, per int) *spares {
 	pctx, cancel := context.WithCancel(context.Background())
 	p := &spares{a: a, per: per, lock: lock, ctx: pctx, cancel: cancel,
 		ready: map[spareKey][]*spare{}, filling: map[spareKey]int{}, waiting: map[spareKey]int{}, wanted: map[spareKey]time.Time{},
-		changed: make(chan struct{})}
+		changed: make(chan struct{}), failed: map[spareKey]time.Time{}}
 	p.refill(spareKey{tenant: "", network: "none"})
 	return p
 }
@@ -285,6 +292,9 @@ func (p *spares) refill(key spareKey) {
 		delete(p.ready, old)
 		delete(p.wanted, old)
 	}
+	if t, ok := p.failed[key]; ok && time.Since(t) < spareRetry {
+		return
+	}
 	for n := len(p.ready[key]) + p.filling[key]; n < p.per; n++ {
 		p.filling[key]++
 		p.wg.Add(1)
@@ -303,10 +313,12 @@ func (p *spares) fill(key spareKey) {
 	p.changed = make(chan struct{})
 	if err != nil {
 		if p.ctx.Err() == nil {
+			p.failed[key] = time.Now()
 			p.a.Log.Warn("spare session not made", "tenant", key.tenant, "network", key.network, "err", err)
 		}
 		return
 	}
+	delete(p.failed, key)
 	if p.closed || p.wanted[key].IsZero() || len(p.ready[key]) >= p.per {
 		p.discardLocked(sp)
 		return

@@ -25,7 +25,10 @@ import (
 func newSpareApp(t *testing.T, per int) (*App, string) {
 	t.Helper()
 	dir := t.TempDir()
-	a, err := New(context.Background(), dir, &Options{Python: testPython, SpareSessions: per})
+	// No tenant ceilings: the local tenant's cgroup is the machine's,
+	// and other tests' processes must not keep the spares from starting.
+	a, err := New(context.Background(), dir, &Options{Python: testPython, SpareSessions: per,
+		Limits: Limits{Tenant: TenantLimits{Tasks: -1, Memory: -1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +243,7 @@ func TestSpareOfAnotherTemplateIsNotGiven(t *testing.T) {
 	// The local tenant's limits change: its spare, made under the old
 	// ones, is not given; the refill is made under the new ones.
 	ctx := context.Background()
-	if err := a.tenants.Set(ctx, "", TenantLimits{Memory: 1 << 30}); err != nil {
+	if err := a.tenants.Set(ctx, "", TenantLimits{Memory: 64 << 30}); err != nil {
 		t.Fatal(err)
 	}
 	changed := mustCall(t, a, "create_session", CreateSessionInput{Name: "after"}).(*SessionInfo)

@@ -631,6 +631,10 @@ func (e *Embedded) Prestart(sess *session.Session) {
 	}()
 }
 
+// KeepsSpares reports that StartSpare can start workers (not so in the
+// slim build).
+func (e *Embedded) KeepsSpares() bool { return true }
+
 // StartSpare starts the worker of sess, a spare session (see
 // session.SpareTenant), in the session's box like any session's worker,
 // and waits until it is ready. It imports ahead what a first run needs,
