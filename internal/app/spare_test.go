@@ -299,7 +299,7 @@ func TestSparesAreGoneAfterClose(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer unix.Close(fd)
+			t.Cleanup(func() { unix.Close(fd) })
 			procs = append(procs, proc{pid, fd})
 		}
 		if _, err := os.Stat(sp.Dir); err != nil {
