@@ -42,6 +42,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		prestart       bool
 		logs           logFlags
 		pprofAddr      string
+		spares         int
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -78,6 +79,7 @@ admin token for the local tenant is created, printed once and kept in
 			opts.Limits.Tenant = tenantLimits
 			opts.AutoPause = autoPause
 			opts.PrestartPython = prestart
+			opts.SpareSessions = spares
 			a, err := app.New(cmd.Context(), g.dataDir, opts)
 			if err != nil {
 				return err
@@ -183,6 +185,7 @@ admin token for the local tenant is created, printed once and kept in
 	cmd.Flags().IntVar(&maxConnsPerIP, "max-conns-per-ip", 256, "most HTTP connections of one client address (an IPv6 /64)")
 	cmd.Flags().DurationVar(&patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
 	cmd.Flags().DurationVar(&autoPause, "auto-pause", app.DefaultAutoPause, "pause a session's box (freeze its processes, keep their state) after it is unused this long; 0 or negative: never")
+	cmd.Flags().IntVar(&spares, "spare-sessions", 1, "spare sessions (a box and a started Python worker each, about 12 MiB) kept ready per tenant and network policy, so that a new session's first Python run finds them; 0: none")
 	cmd.Flags().BoolVar(&prestart, "prestart-python", true, "start a new session's Python worker as the session is created, so that its first Python run finds it ready")
 	logs.register(cmd)
 	cmd.Flags().StringVar(&pprofAddr, "pprof", "", "serve Go's profiler (/debug/pprof/) on this loopback address (127.0.0.1:6060), to admin tokens only; off by default")

@@ -58,6 +58,13 @@ type Options struct {
 	// as the session is created, so that its first Python run finds it
 	// ready (quro serve sets it; it costs a worker per session).
 	PrestartPython bool
+	// SpareSessions is how many spare sessions are kept ready per box
+	// template (tenant, its limits, network policy; see spare.go): each
+	// is a session box with a started Python worker, made in the
+	// background, that create_session claims, so that the new session's
+	// first Python run finds both ready. Each costs a box and a worker
+	// (about 12 MiB PSS) while it waits. 0: none (quro serve keeps 1).
+	SpareSessions int
 	// Observers are told of every call after the audit log and the
 	// metrics (tests watch calls with them).
 	Observers []controller.Observer
@@ -112,6 +119,7 @@ type App struct {
 	inflight       inflight         // calls running per session (boxes.go)
 	autoPauseAfter time.Duration    // Options.AutoPause
 	prestart       bool             // Options.PrestartPython
+	spares         *spares          // Options.SpareSessions; nil: none
 	copyHook       func(rel string) // tests: workspace.CopyOptions.BeforeOpen of snapshots
 }
 
@@ -244,6 +252,9 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	})
 	a.instrument()
 	a.Metrics.WatchTenants(a.tenantGauges)
+	if opts.SpareSessions > 0 && sb.SessionBoxes() && emb.KeepsSpares() {
+		a.spares = a.openSpares(ctx, opts.SpareSessions)
+	}
 	return a, nil
 }
 
@@ -258,9 +269,10 @@ func orDefault(v, def int) int {
 	return v
 }
 
-// Close stops every session's terminals, writes the pending audit entries
-// and releases the store.
+// Close destroys the spare sessions, stops every session's terminals,
+// writes the pending audit entries and releases the store.
 func (a *App) Close() error {
+	a.spares.close()
 	a.Sandbox.CloseBoxes()
 	a.Terminals.Close()
 	a.Python.Close()

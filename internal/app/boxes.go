@@ -241,7 +241,9 @@ func (a *App) autoPause(ctx context.Context) int {
 			continue
 		}
 		s, err := a.Sessions.ByIDAnyTenant(ctx, id)
-		if err != nil || time.Since(s.LastUsedAt) < a.autoPauseAfter || a.Terminals.Watched(s) {
+		// A spare session waits for its claim running: its worker is
+		// blocked on a read, and a claim must not wait for a thaw.
+		if err != nil || s.Tenant == session.SpareTenant || time.Since(s.LastUsedAt) < a.autoPauseAfter || a.Terminals.Watched(s) {
 			continue
 		}
 		a.inflight.mu.Lock()

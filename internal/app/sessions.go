@@ -163,7 +163,16 @@ func (a *App) registerSessions(reg *capability.Registry) {
 					return nil, err
 				}
 			}
-			s, err := a.Sessions.CreateWith(ctx, in.Name, session.CreateOptions{Network: in.Network, Rootfs: in.Rootfs})
+			// A spare session of the same template, with its box and
+			// Python worker ready, if there is one (spare.go).
+			s, err := a.spares.claim(ctx, in)
+			if err != nil {
+				return nil, err
+			}
+			if s != nil {
+				return a.sessionInfo(ctx, s), nil
+			}
+			s, err = a.Sessions.CreateWith(ctx, in.Name, session.CreateOptions{Network: in.Network, Rootfs: in.Rootfs})
 			if err != nil {
 				return nil, err
 			}

@@ -25,7 +25,8 @@ import (
 //
 // Workers start lazily, one per session, through the sandbox (or at the
 // session's creation with Prestart); without session boxes one spare is
-// kept warm for the next new session. Runs of one session are serialised;
+// kept warm for the next new session. With session boxes a spare worker
+// lives in a spare session's box (StartSpare): the App keeps those. Runs of one session are serialised;
 // runs of different sessions proceed in parallel. All methods are safe for
 // concurrent use. Close stops every worker.
 type Embedded struct {
@@ -66,7 +67,8 @@ func NewEmbedded(dataDir string, sb *sandbox.Sandbox, opts *EmbeddedOptions) *Em
 	o := opts.withDefaults(sb)
 	if sb.SessionBoxes() {
 		// A spare worker would run in a box of its own, and a session's
-		// worker belongs in the session's box.
+		// worker belongs in the session's box: the spare is a whole spare
+		// session instead (StartSpare).
 		o.NoSpare = true
 	}
 	return &Embedded{
@@ -627,4 +629,109 @@ func (e *Embedded) Prestart(sess *session.Session) {
 			e.armIdle(s)
 		}
 	}()
+}
+
+// KeepsSpares reports that StartSpare can start workers (not so in the
+// slim build).
+func (e *Embedded) KeepsSpares() bool { return true }
+
+// StartSpare starts the worker of sess, a spare session (see
+// session.SpareTenant), in the session's box like any session's worker,
+// and waits until it is ready. It imports ahead what a first run needs,
+// and no idle timer runs until Claimed: a spare waits however long it
+// takes to be claimed. Session boxes make this the server's spare
+// worker: the worker's directories, uid, box and network are its
+// session's from the start, so it is never rebound.
+func (e *Embedded) StartSpare(ctx context.Context, sess *session.Session) error {
+	if sess.Rootfs != "" {
+		return ErrRootfsSession
+	}
+	cfg, err := e.prepare(ctx)
+	if err != nil {
+		return err
+	}
+	s, err := e.slot(sess.ID)
+	if err != nil {
+		return err
+	}
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.sem }()
+	e.mu.Lock()
+	gone := e.slots[sess.ID] != s // Stop ran meanwhile
+	e.mu.Unlock()
+	if gone {
+		return errors.New("the spare session was stopped")
+	}
+	if s.w != nil {
+		return nil
+	}
+	w, err := startWorker(ctx, e.ctx, e.sb.ForSession(sess.ID, sess.UID, sess.Binds()), *cfg, true,
+		sess.Workspace(), sess.Workspace(), sess.TmpDir(), sess.Env, sess.Network)
+	if err != nil {
+		return err
+	}
+	s.setWorker(w)
+	return nil
+}
+
+// BindSpare checks, before spare session sess is claimed, that the worker
+// StartSpare started is alive, answers and has run nothing, binding it to
+// the session's directories and variables (a round trip through the
+// worker). An error: the spare is unfit (its worker is then ended).
+func (e *Embedded) BindSpare(ctx context.Context, sess *session.Session) error {
+	e.mu.Lock()
+	s := e.slots[sess.ID]
+	e.mu.Unlock()
+	if s == nil {
+		return errors.New("the spare session has no worker")
+	}
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		return errors.New("the spare session's worker is in use")
+	}
+	defer func() { <-s.sem }()
+	switch {
+	case s.w == nil || !s.w.alive():
+		return errors.New("the spare session's worker has exited")
+	case s.w.runs > 0:
+		return errors.New("the spare session's worker has run code")
+	}
+	if err := s.w.bind(ctx, sess.Workspace(), sess.Workspace(), sess.TmpDir(), sess.Env); err != nil {
+		s.w.kill()
+		return err
+	}
+	return nil
+}
+
+// Claimed tells the engine that the spare session id is now a session's:
+// its worker's idle timer runs from now. A worker that died meanwhile is
+// forgotten without a note: the session's first run starts another.
+func (e *Embedded) Claimed(id string) {
+	e.mu.Lock()
+	s := e.slots[id]
+	e.mu.Unlock()
+	if s == nil {
+		return
+	}
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		return // a run holds it (the session was found already): it arms the timer
+	}
+	defer func() { <-s.sem }()
+	if s.w == nil {
+		return
+	}
+	if !s.w.alive() {
+		s.setWorker(nil)
+		return
+	}
+	if s.idle == nil {
+		e.armIdle(s)
+	}
 }

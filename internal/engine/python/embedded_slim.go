@@ -57,3 +57,15 @@ func (e *Embedded) Installed(ctx context.Context) (dir string, extracted bool, e
 
 // Prestart does nothing: there is no embedded interpreter.
 func (e *Embedded) Prestart(sess *session.Session) {}
+
+// KeepsSpares is false: there is no embedded interpreter.
+func (e *Embedded) KeepsSpares() bool { return false }
+
+// StartSpare reports ErrNotInBuild.
+func (e *Embedded) StartSpare(ctx context.Context, sess *session.Session) error { return ErrNotInBuild }
+
+// BindSpare reports ErrNotInBuild.
+func (e *Embedded) BindSpare(ctx context.Context, sess *session.Session) error { return ErrNotInBuild }
+
+// Claimed does nothing.
+func (e *Embedded) Claimed(id string) {}

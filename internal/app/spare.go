@@ -1,0 +1,386 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// Spare sessions: a session's first Python run pays for its box (~20 ms)
+// and for the interpreter's start (~25 ms). With Options.SpareSessions the
+// App keeps, per box template, that many spare sessions made ahead of
+// demand in the background: a real session row of session.SpareTenant (a
+// uid allocated as any session's, its directories, its tenant's disk
+// image), its box, and its Python worker started and ready. create_session
+// whose template matches claims one: the new session is the spare (its
+// id, uid, directories, box and worker), renamed and handed to the tenant
+// in one store update that succeeds once, and a refill starts in the
+// background; else the session is made as before.
+//
+// A template is what a box fixes when it is made, beyond what is the
+// spare's own (uid, directories, in-session socket): the tenant (the box's
+// cgroup is under the tenant's, and the disk image has the tenant's
+// quota), the tenant's limits when the spare was made, and the network
+// policy. Sessions on a rootfs get no spare. A spare has never run anyone's
+// code: its worker imported only the interpreter's own modules, its
+// environment and workspace are empty and new. A spare whose tenant's
+// limits changed, or whose worker died, is discarded instead of claimed.
+// Discarded spares, and every spare when the App closes, are destroyed as
+// a session is: box killed, worker stopped, row deleted (the uid retired),
+// disk image and directories removed.
+
+// maxSpareTemplates bounds the templates with spares: a template
+// wanted less recently than that many others loses its spares.
+const maxSpareTemplates = 8
+
+// spareKey names a template; the tenant's limits are checked on claim.
+type spareKey struct{ tenant, network string }
+
+// spare is one spare session and the tenant limits it was made under.
+type spare struct {
+	s      *session.Session
+	limits TenantLimits
+}
+
+// spares is the App's pool of spare sessions.
+type spares struct {
+	a    *App
+	per  int      // spares kept per template
+	lock *os.File // spares.lock, held while the pool lives
+
+	ctx    context.Context // the fills' lifetime
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	closed  bool
+	ready   map[spareKey][]*spare
+	filling map[spareKey]int
+	waiting map[spareKey]int       // create_session calls waiting for a fill
+	wanted  map[spareKey]time.Time // templates with spares, by last demand
+	changed chan struct{}          // closed (and replaced) when a fill ends
+	failed  map[spareKey]time.Time // the last fill that failed, per template
+}
+
+// spareRetry is how long after a failed fill no other starts for its
+// template (a tenant at its ceiling, an interpreter that does not start):
+// else every create_session would pay a row, a disk image and a box for
+// nothing.
+const spareRetry = 5 * time.Second
+
+// openSpares starts the pool, first filled for the local tenant's
+// sessions without network. One quro process of a data directory keeps
+// spares (it holds spares.lock): it removes those a process that did not
+// close left behind, and no other process (a CLI command, a second
+// server) touches its spares. nil when another process has the lock.
+func (a *App) openSpares(ctx context.Context, per int) *spares {
+	lock, err := os.OpenFile(filepath.Join(a.DataDir, "spares.lock"), os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		a.Log.Warn("no spare sessions", "err", err)
+		return nil
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		a.Log.Info("no spare sessions: another quro process of this data directory keeps them", "err", err)
+		return nil
+	}
+	a.removeStaleSpares(ctx)
+	pctx, cancel := context.WithCancel(context.Background())
+	p := &spares{a: a, per: per, lock: lock, ctx: pctx, cancel: cancel,
+		ready: map[spareKey][]*spare{}, filling: map[spareKey]int{}, waiting: map[spareKey]int{}, wanted: map[spareKey]time.Time{},
+		changed: make(chan struct{}), failed: map[spareKey]time.Time{}}
+	p.refill(spareKey{tenant: "", network: "none"})
+	return p
+}
+
+// removeStaleSpares deletes the spare sessions a process that did not
+// close left behind (their processes ended with it).
+func (a *App) removeStaleSpares(ctx context.Context) {
+	list, err := a.Sessions.Spares(ctx)
+	if err != nil {
+		a.Log.Warn("spare sessions", "err", err)
+		return
+	}
+	for _, s := range list {
+		a.destroySpare(s)
+	}
+}
+
+// destroySpare ends spare s as destroy_session ends a session: its box
+// and worker, then its row (the uid is retired), disk image and
+// directories.
+func (a *App) destroySpare(s *session.Session) {
+	// Only a spare: never a session a claim gave a tenant.
+	if cur, err := a.Sessions.ByIDAnyTenant(context.Background(), s.ID); err == nil && cur.Tenant != session.SpareTenant {
+		a.Log.Error("not destroying a claimed session as a spare", "session", s.ID)
+		return
+	}
+	a.Sandbox.EndSession(s.ID)
+	a.Python.Stop(s.ID)
+	if err := a.Sessions.Delete(context.Background(), s); err != nil {
+		a.Log.Warn("spare session not removed", "session", s.ID, "err", err)
+	}
+}
+
+// claim returns a spare of the template create_session asks for, claimed
+// for ctx's tenant under in.Name, or nil when there is none (the caller
+// makes the session as usual). An error is the caller's to report (a name
+// taken, the tenant's session cap): the spare stays in the pool.
+func (p *spares) claim(ctx context.Context, in CreateSessionInput) (*session.Session, error) {
+	if p == nil || in.Rootfs != "" {
+		return nil, nil
+	}
+	network := in.Network
+	if network == "" {
+		network = "none"
+	}
+	if !slices.Contains(session.Networks, network) {
+		return nil, nil // refused by the usual path, with its message
+	}
+	tenant := session.TenantFrom(ctx)
+	key := spareKey{tenant, network}
+	limits := p.a.tenants.Limits(ctx, tenant)
+	defer p.refill(key)
+	giveUp := time.NewTimer(spareWait)
+	defer giveUp.Stop()
+	for {
+		sp, fill := p.take(key)
+		if sp == nil {
+			if fill == nil {
+				return nil, nil
+			}
+			// A spare being made is the quicker way: it started before.
+			expired := false
+			select {
+			case <-fill:
+			case <-giveUp.C:
+				expired = true
+			case <-ctx.Done():
+			}
+			p.mu.Lock()
+			p.waiting[key]--
+			p.mu.Unlock()
+			if expired || ctx.Err() != nil {
+				return nil, nil
+			}
+			continue
+		}
+		p.refill(key) // now, not after the claim
+		s, next, err := p.claimOne(ctx, key, sp, limits, in.Name)
+		if !next {
+			return s, err
+		}
+	}
+}
+
+// spareWait bounds how long create_session waits for a spare being made
+// (when none is ready) before it makes the session itself.
+const spareWait = time.Second
+
+// claimOne claims sp, taken from the pool; next: it was unfit and
+// discarded, try another.
+func (p *spares) claimOne(ctx context.Context, key spareKey, sp *spare, limits TenantLimits, name string) (_ *session.Session, next bool, _ error) {
+	defer p.wg.Done() // take's
+	if sp.limits != limits {
+		p.discard(sp)
+		return nil, true, nil
+	}
+	if err := p.a.Python.BindSpare(ctx, sp.s); err != nil {
+		p.a.Log.Warn("spare session unfit", "session", sp.s.ID, "err", err)
+		p.discard(sp)
+		return nil, true, nil
+	}
+	s, err := p.a.Sessions.Claim(ctx, sp.s, name)
+	switch {
+	case err == nil:
+		p.a.Python.Claimed(s.ID)
+		return s, false, nil
+	case errors.Is(err, session.ErrExists), errors.Is(err, session.ErrLimit),
+		errors.Is(err, session.ErrBadName), errors.Is(err, session.ErrConfined):
+		p.put(key, sp) // unchanged: the update did not happen
+		return nil, false, err
+	default:
+		p.a.Log.Warn("spare session not claimed", "session", sp.s.ID, "err", err)
+		p.discard(sp)
+		return nil, true, nil
+	}
+}
+
+// take removes a spare of key from the pool; nil when there is none. Once
+// taken, a spare is claimed, put back or discarded by its taker alone,
+// which then calls p.wg.Done (close waits for it).
+//
+// With none ready, fill is a channel closed when a fill ends, for the
+// caller to wait on and take again, when a spare of key is being made
+// that no other caller waits for (the caller then counts in
+// p.waiting[key] until it stops waiting); else nil.
+func (p *spares) take(key spareKey) (sp *spare, fill <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, nil
+	}
+	p.wanted[key] = time.Now()
+	list := p.ready[key]
+	if len(list) == 0 {
+		if p.filling[key] > p.waiting[key] {
+			p.waiting[key]++
+			return nil, p.changed
+		}
+		return nil, nil
+	}
+	sp = list[0]
+	p.ready[key] = list[1:]
+	p.wg.Add(1)
+	return sp, nil
+}
+
+// put returns an unclaimed spare to the pool.
+func (p *spares) put(key spareKey, sp *spare) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.wanted[key].IsZero() || len(p.ready[key]) >= p.per {
+		p.discardLocked(sp)
+		return
+	}
+	p.ready[key] = append(p.ready[key], sp)
+}
+
+// discard destroys sp in the background.
+func (p *spares) discard(sp *spare) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.discardLocked(sp)
+}
+
+func (p *spares) discardLocked(sp *spare) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.a.destroySpare(sp.s)
+	}()
+}
+
+// refill starts making spares of key until the pool has p.per of them
+// (those being made included). The template wanted least recently loses
+// its spares when more than maxSpareTemplates have some.
+func (p *spares) refill(key spareKey) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.wanted[key] = time.Now()
+	for len(p.wanted) > maxSpareTemplates {
+		var old spareKey
+		var at time.Time
+		for k, t := range p.wanted {
+			if k != key && (at.IsZero() || t.Before(at)) {
+				old, at = k, t
+			}
+		}
+		for _, sp := range p.ready[old] {
+			p.discardLocked(sp)
+		}
+		delete(p.ready, old)
+		delete(p.wanted, old)
+	}
+	if t, ok := p.failed[key]; ok && time.Since(t) < spareRetry {
+		return
+	}
+	for n := len(p.ready[key]) + p.filling[key]; n < p.per; n++ {
+		p.filling[key]++
+		p.wg.Add(1)
+		go p.fill(key)
+	}
+}
+
+// fill makes one spare of key and adds it to the pool.
+func (p *spares) fill(key spareKey) {
+	defer p.wg.Done()
+	sp, err := p.make(key)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.filling[key]--
+	close(p.changed)
+	p.changed = make(chan struct{})
+	if err != nil {
+		if p.ctx.Err() == nil {
+			p.failed[key] = time.Now()
+			p.a.Log.Warn("spare session not made", "tenant", key.tenant, "network", key.network, "err", err)
+		}
+		return
+	}
+	delete(p.failed, key)
+	if p.closed || p.wanted[key].IsZero() || len(p.ready[key]) >= p.per {
+		p.discardLocked(sp)
+		return
+	}
+	p.ready[key] = append(p.ready[key], sp)
+}
+
+// make makes a spare session of key with its box and a started worker.
+func (p *spares) make(key spareKey) (*spare, error) {
+	a := p.a
+	limits := a.tenants.Limits(p.ctx, key.tenant)
+	s, err := a.Sessions.CreateSpare(p.ctx, key.tenant, key.network)
+	if err != nil {
+		return nil, err
+	}
+	// Its box's cgroup goes under the tenant's, and admission counts it
+	// with the tenant's, from the first process on: the session's row
+	// names the spare tenant until the claim.
+	a.tenants.mu.Lock()
+	a.tenants.ofID[s.ID] = key.tenant
+	a.tenants.mu.Unlock()
+	err = a.Python.StartSpare(p.ctx, s)
+	if err == nil && a.tenants.Limits(p.ctx, key.tenant) != limits {
+		err = errors.New("the tenant's limits changed while the spare was made")
+	}
+	if err != nil {
+		a.destroySpare(s)
+		return nil, err
+	}
+	return &spare{s: s, limits: limits}, nil
+}
+
+// close destroys every spare and waits until the pool's work has ended.
+func (p *spares) close() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.closed = true
+	for _, list := range p.ready {
+		for _, sp := range list {
+			p.discardLocked(sp)
+		}
+	}
+	p.ready = map[spareKey][]*spare{}
+	p.mu.Unlock()
+	p.cancel() // a spare being made is destroyed by its fill
+	p.wg.Wait()
+	p.lock.Close()
+}
+
+// SpareSessions reports the spare sessions ready now, for status and tests.
+func (a *App) SpareSessions() int {
+	p := a.spares
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, list := range p.ready {
+		n += len(list)
+	}
+	return n
+}

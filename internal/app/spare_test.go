@@ -1,0 +1,388 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/store"
+	"golang.org/x/sys/unix"
+)
+
+// Spare sessions (spare.go), on a real App: real boxes, real workers.
+
+func newSpareApp(t *testing.T, per int) (*App, string) {
+	t.Helper()
+	dir := t.TempDir()
+	// No tenant ceilings: the local tenant's cgroup is the machine's,
+	// and other tests' processes must not keep the spares from starting.
+	a, err := New(context.Background(), dir, &Options{Python: testPython, SpareSessions: per,
+		Limits: Limits{Tenant: TenantLimits{Tasks: -1, Memory: -1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if a.spares == nil {
+		t.Skip("no session boxes here: no spare sessions")
+	}
+	return a, dir
+}
+
+var localNone = spareKey{tenant: "", network: "none"}
+
+// waitSpares waits until the pool holds n spares of key, and returns them
+// (left in the pool).
+func waitSpares(t *testing.T, a *App, key spareKey, n int) []*session.Session {
+	t.Helper()
+	hang := time.NewTimer(3 * time.Minute) // a guard against a hang, not a measurement
+	defer hang.Stop()
+	for {
+		p := a.spares
+		p.mu.Lock()
+		var out []*session.Session
+		for _, sp := range p.ready[key] {
+			out = append(out, sp.s)
+		}
+		filling, changed := p.filling[key], p.changed
+		p.mu.Unlock()
+		if len(out) >= n {
+			return out
+		}
+		if filling == 0 {
+			t.Fatalf("%d spares of %+v, none being made", len(out), key)
+		}
+		select {
+		case <-changed:
+		case <-hang.C:
+			t.Fatalf("no spare of %+v after 3 minutes", key)
+		}
+	}
+}
+
+// uidProcs are the host pids whose real uid is uid.
+func uidProcs(t *testing.T, uid int) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if f, ok := strings.CutPrefix(line, "Uid:"); ok {
+				if fs := strings.Fields(f); len(fs) > 0 && fs[0] == strconv.Itoa(uid) {
+					out = append(out, pid)
+				}
+				break
+			}
+		}
+	}
+	return out
+}
+
+func fileUID(t *testing.T, path string) int {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(fi.Sys().(*syscall.Stat_t).Uid)
+}
+
+func TestSpareIsClaimedAsTheNewSession(t *testing.T) {
+	a, _ := newSpareApp(t, 1)
+	sp := waitSpares(t, a, localNone, 1)[0]
+	list := mustCall(t, a, "list_sessions", Empty{}).(*SessionList)
+	if len(list.Sessions) != 1 { // the default session only: a spare is nobody's
+		t.Fatalf("a spare is listed: %+v", list.Sessions)
+	}
+	info := mustCall(t, a, "create_session", CreateSessionInput{Name: "work"}).(*SessionInfo)
+	if info.ID != sp.ID || info.Name != "work" || info.Network != "none" || info.Workspace != sp.Workspace() {
+		t.Fatalf("the spare %s was not claimed: %+v", sp.ID, info)
+	}
+	s, err := a.Sessions.Get(session.WithTenant(context.Background(), ""), "work")
+	if err != nil || s.ID != sp.ID || s.UID != sp.UID || s.Tenant != "" {
+		t.Fatalf("%+v %v", s, err)
+	}
+	// The session's variables and workspace, under the session's uid, in
+	// the worker the spare started (no second worker, no second box).
+	v := "v1"
+	mustCall(t, a, "set_session_env", SetEnvInput{Session: "work", Env: map[string]*string{"WHO": &v}})
+	res := runCode(t, a, RunCodeInput{Session: "work", Code: "import os\nopen('mine.txt', 'w').write('x')\nprint(os.environ['WHO'], os.environ['HOME'] == os.environ['TMPDIR'])"})
+	if res.ExitCode != 0 || res.Stdout != "v1 False\n" {
+		t.Fatalf("%+v", res)
+	}
+	if got := fileUID(t, filepath.Join(info.Workspace, "mine.txt")); got != sp.UID {
+		t.Fatalf("the run wrote as uid %d, the session's is %d", got, sp.UID)
+	}
+	if n := a.Sandbox.BoxStats().Outside; n != 0 {
+		t.Fatalf("%d runs outside their session's box", n)
+	}
+	bx := a.Sandbox.Box(sp.ID)
+	if bx == nil {
+		t.Fatal("the claimed session has no box")
+	}
+	// The next session is another: its own id, uid, directory and box
+	// (the refill's spare, or made as usual).
+	other := mustCall(t, a, "create_session", CreateSessionInput{Name: "other"}).(*SessionInfo)
+	o, err := a.Sessions.Get(session.WithTenant(context.Background(), ""), "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.ID == sp.ID || o.UID == sp.UID || other.Workspace == info.Workspace {
+		t.Fatalf("two sessions share a spare: %+v %+v", info, other)
+	}
+	res = runCode(t, a, RunCodeInput{Session: "other", Code: "import os\nprint(os.environ.get('WHO', 'none'), os.path.exists('mine.txt'))"})
+	if res.Stdout != "none False\n" {
+		t.Fatalf("the other session sees the first's state: %+v", res)
+	}
+	if ob := a.Sandbox.Box(other.ID); ob == nil || ob == bx {
+		t.Fatal("the other session shares the first's box")
+	}
+	if got := fileUID(t, other.Workspace); got != o.UID {
+		t.Fatalf("other's workspace belongs to %d, not %d", got, o.UID)
+	}
+}
+
+func TestSpareIsNeverClaimedTwice(t *testing.T) {
+	a, _ := newSpareApp(t, 2)
+	spares := waitSpares(t, a, localNone, 2)
+	// Two create_session at once: two sessions, never one spare twice.
+	var wg sync.WaitGroup
+	infos := make([]*SessionInfo, 2)
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Go(func() {
+			r, err := call(t, a, "create_session", CreateSessionInput{Name: "c" + strconv.Itoa(i)})
+			errs[i] = err
+			if err == nil {
+				infos[i] = r.Output.(*SessionInfo)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if infos[0].ID == infos[1].ID {
+		t.Fatalf("one session twice: %+v", infos)
+	}
+	ids := []string{spares[0].ID, spares[1].ID}
+	for _, in := range infos {
+		if !slices.Contains(ids, in.ID) {
+			t.Errorf("session %s is no spare of %v", in.ID, ids)
+		}
+	}
+	// The store's own guard: a spare row changes hands once.
+	waitSpares(t, a, localNone, 1)
+	taken, _ := a.spares.take(localNone)
+	defer a.spares.wg.Done()
+	sp := taken.s
+	ctxA := session.WithTenant(context.Background(), "alice")
+	if _, err := a.Sessions.Claim(ctxA, sp, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Sessions.Claim(session.WithTenant(context.Background(), "bob"), sp, "b1"); !errors.Is(err, session.ErrClaimed) {
+		t.Fatalf("a spare claimed twice: %v", err)
+	}
+	got, err := a.Sessions.Get(ctxA, "a1")
+	if err != nil || got.ID != sp.ID {
+		t.Fatalf("%+v %v", got, err)
+	}
+}
+
+func TestSpareOfAnotherTemplateIsNotGiven(t *testing.T) {
+	a, _ := newSpareApp(t, 1)
+	sp := waitSpares(t, a, localNone, 1)[0]
+	bob := controller.Caller{Path: "test", Tenant: "bob", Scope: capability.ScopeExec, TokenID: "tb"}
+	// Another tenant.
+	r, err := callAs(t, a, bob, "create_session", CreateSessionInput{Name: "b1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Output.(*SessionInfo).ID == sp.ID {
+		t.Fatal("bob got the local tenant's spare")
+	}
+	// Another network policy.
+	full := mustCall(t, a, "create_session", CreateSessionInput{Name: "net", Network: "full"}).(*SessionInfo)
+	if full.ID == sp.ID {
+		t.Fatal("a session with network got a spare without")
+	}
+	// Bob's template has a spare now, made in bob's cgroup with bob's
+	// disk quota; the next of bob's sessions is it.
+	bobSp := waitSpares(t, a, spareKey{tenant: "bob", network: "none"}, 1)[0]
+	if tn, ok := a.tenants.forRun(bobSp.Workspace()); !ok || tn.Name != "bob" {
+		t.Fatalf("bob's spare runs as tenant %+v", tn)
+	}
+	r, err = callAs(t, a, bob, "create_session", CreateSessionInput{Name: "b2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Output.(*SessionInfo).ID != bobSp.ID {
+		t.Fatal("bob's second session did not get bob's spare")
+	}
+	// The local tenant's limits change: its spare, made under the old
+	// ones, is not given; the refill is made under the new ones.
+	ctx := context.Background()
+	if err := a.tenants.Set(ctx, "", TenantLimits{Memory: 64 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	changed := mustCall(t, a, "create_session", CreateSessionInput{Name: "after"}).(*SessionInfo)
+	if changed.ID == sp.ID {
+		t.Fatal("a spare made under other limits was given")
+	}
+	next := waitSpares(t, a, localNone, 1)[0]
+	if next.ID == sp.ID {
+		t.Fatal("the stale spare is still in the pool")
+	}
+	if got := mustCall(t, a, "create_session", CreateSessionInput{Name: "fresh"}).(*SessionInfo); got.ID != next.ID {
+		t.Fatal("the spare made under the new limits was not given")
+	}
+}
+
+func TestSpareWithADeadWorkerIsNotGiven(t *testing.T) {
+	a, _ := newSpareApp(t, 1)
+	sp := waitSpares(t, a, localNone, 1)[0]
+	var worker int
+	for _, pid := range uidProcs(t, sp.UID) {
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); strings.Contains(string(b), "quro_worker") {
+			worker = pid
+		}
+	}
+	if worker == 0 {
+		t.Fatalf("no worker among the spare's processes %v", uidProcs(t, sp.UID))
+	}
+	if err := syscall.Kill(worker, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, worker)
+	info := mustCall(t, a, "create_session", CreateSessionInput{Name: "after"}).(*SessionInfo)
+	if info.ID == sp.ID {
+		t.Fatal("a spare whose worker died was given")
+	}
+	if res := runCode(t, a, RunCodeInput{Session: "after", Code: "print(6*7)"}); res.Stdout != "42\n" {
+		t.Fatalf("%+v", res)
+	}
+}
+
+func TestSparesAreGoneAfterClose(t *testing.T) {
+	a, dir := newSpareApp(t, 2)
+	spares := waitSpares(t, a, localNone, 2)
+	type proc struct{ pid, fd int }
+	var procs []proc
+	for _, sp := range spares {
+		pids := uidProcs(t, sp.UID)
+		if len(pids) == 0 {
+			t.Fatalf("spare %s: no process runs as its uid %d", sp.ID, sp.UID)
+		}
+		for _, pid := range pids {
+			fd, err := unix.PidfdOpen(pid, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { unix.Close(fd) })
+			procs = append(procs, proc{pid, fd})
+		}
+		if _, err := os.Stat(sp.Dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		for {
+			n, err := unix.Poll([]unix.PollFd{{Fd: int32(p.fd), Events: unix.POLLIN}}, 10_000)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil || n != 1 {
+				t.Errorf("process %d of a spare is alive after Close (%v)", p.pid, err)
+			}
+			break
+		}
+	}
+	st, err := store.Open(context.Background(), filepath.Join(dir, "quro.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	retired, err := st.RetiredUIDs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sp := range spares {
+		if _, err := os.Stat(sp.Dir); !os.IsNotExist(err) {
+			t.Errorf("spare %s: directory left: %v", sp.ID, err)
+		}
+		if _, err := st.SessionByID(context.Background(), sp.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("spare %s: row left: %v", sp.ID, err)
+		}
+		if a.tenants.disks.Has(sp.Dir) {
+			t.Errorf("spare %s: disk image left", sp.ID)
+		}
+		// Retired (until nothing of it is left) or released already.
+		if slices.ContainsFunc(retired, func(r store.Retired) bool { return r.UID == sp.UID && r.SessionID != sp.ID }) {
+			t.Errorf("spare %s: uid %d retired for another session", sp.ID, sp.UID)
+		}
+	}
+	if left, err := st.Sessions(context.Background(), session.SpareTenant); err != nil || len(left) != 0 {
+		t.Fatalf("spare rows left: %v %v", left, err)
+	}
+}
+
+// A server that did not close leaves spare rows: the next one with spares
+// removes them; a process without spares leaves them to it.
+func TestStaleSparesAreRemovedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	a, err := New(context.Background(), dir, &Options{Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, err := a.Sessions.CreateSpare(context.Background(), "", "none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	b, err := New(context.Background(), dir, &Options{Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Sessions.ByIDAnyTenant(context.Background(), stale.ID); err != nil {
+		t.Fatalf("a process without spares removed one: %v", err)
+	}
+	b.Close()
+	c, err := New(context.Background(), dir, &Options{Python: testPython, SpareSessions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.spares == nil {
+		t.Skip("no session boxes here")
+	}
+	if _, err := c.Sessions.ByIDAnyTenant(context.Background(), stale.ID); !errors.Is(err, session.ErrNotFound) {
+		t.Fatalf("the stale spare is still there: %v", err)
+	}
+	if _, err := os.Stat(stale.Dir); !os.IsNotExist(err) {
+		t.Fatalf("the stale spare's directory is still there: %v", err)
+	}
+}

@@ -1,0 +1,70 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"testing"
+)
+
+// A spare is nobody's until claimed, and claimed once, with the checks of
+// a create.
+func TestSpareIsNobodysUntilClaimedOnce(t *testing.T) {
+	m := manager(t, t.TempDir())
+	bg := context.Background()
+	sp, err := m.CreateSpare(bg, "acme", "none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp.UID <= 0 || sp.Tenant != SpareTenant || ValidTenant(SpareTenant) {
+		t.Fatalf("%+v", sp)
+	}
+	acme := WithTenant(bg, "acme")
+	for _, ctx := range []context.Context{bg, acme} {
+		if _, err := m.Get(ctx, sp.ID); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("a spare is found: %v", err)
+		}
+		if n, _ := m.Count(ctx); n > 1 { // the default session only
+			t.Fatalf("a spare is counted: %d", n)
+		}
+	}
+	if list, err := m.Spares(bg); err != nil || len(list) != 1 || list[0].ID != sp.ID {
+		t.Fatalf("%v %v", list, err)
+	}
+	if _, err := m.Claim(WithOnly(acme, sp.ID), sp, "x"); !errors.Is(err, ErrConfined) {
+		t.Fatalf("code in a session claimed a spare: %v", err)
+	}
+	if _, err := m.Claim(acme, sp, "../x"); !errors.Is(err, ErrBadName) {
+		t.Fatalf("bad name: %v", err)
+	}
+	m.MaxPerTenant = 1
+	if _, err := m.Create(acme, "first"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Claim(acme, sp, "work"); !errors.Is(err, ErrLimit) {
+		t.Fatalf("the session cap does not apply: %v", err)
+	}
+	m.MaxPerTenant = 0
+	if _, err := m.Claim(acme, sp, "first"); !errors.Is(err, ErrExists) {
+		t.Fatalf("a taken name: %v", err)
+	}
+	s, err := m.Claim(acme, sp, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ID != sp.ID || s.UID != sp.UID || s.Dir != sp.Dir || s.Tenant != "acme" || s.Name != "s-"+sp.ID[:8] {
+		t.Fatalf("%+v", s)
+	}
+	got, err := m.Get(acme, s.Name)
+	if err != nil || got.ID != sp.ID || got.UID != sp.UID {
+		t.Fatalf("%+v %v", got, err)
+	}
+	if _, err := m.Claim(WithTenant(bg, "other"), sp, "y"); !errors.Is(err, ErrClaimed) {
+		t.Fatalf("claimed twice: %v", err)
+	}
+	if _, err := m.Get(WithTenant(bg, "other"), "y"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("%v", err)
+	}
+	if list, _ := m.Spares(bg); len(list) != 0 {
+		t.Fatalf("still a spare: %v", list)
+	}
+}
