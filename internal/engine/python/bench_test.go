@@ -197,3 +197,78 @@ func kbField(s, name string) float64 {
 	}
 	return 0
 }
+
+// printLoopCode is the loop: a million lines, about 6.9 MB.
+const printLoopCode = "for i in range(10**6): print(i)"
+
+// countWriter counts what it is given, as a sink that keeps up with any
+// producer.
+type countWriter struct{ n int64 }
+
+func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
+
+// The print loop through a resident worker in its box (the engine's Run,
+// output streamed to a sink) against the same interpreter binary started
+// plainly, its stdout a pipe that Go drains (Python's own buffering), in
+// the same run and alternating. Reported: the medians of both (the plain
+// one includes the interpreter's start, a spawn-print is reported too) and
+// their ratio.
+//
+//	go test -run '^$' -bench PrintLoop -benchtime 7x ./internal/engine/python/
+func BenchmarkPrintLoop(b *testing.B) {
+	dir, _, err := testEng.Installed(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	python := dir + "/bin/python3.14"
+	s := newSession(b)
+	const want = 6888890
+	runWorker := func() time.Duration {
+		var out countWriter
+		var errb bytes.Buffer
+		t := time.Now()
+		res := benchRun(b, testEng, &runcode.Request{Code: printLoopCode, Session: s, Timeout: 10 * time.Minute, Stdout: &out, Stderr: &errb})
+		d := time.Since(t)
+		if res.ExitCode != 0 || out.n != want {
+			b.Fatalf("worker: exit %d, %d bytes, stderr %q", res.ExitCode, out.n, errb.String())
+		}
+		return d
+	}
+	runPlain := func(code string, n int64) time.Duration {
+		cmd := exec.Command(python, "-I", "-c", code)
+		r, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		t := time.Now()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		var out countWriter
+		buf := make([]byte, 64<<10)
+		if _, err := io.CopyBuffer(&out, r, buf); err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Wait(); err != nil || out.n != n {
+			b.Fatalf("plain: %v, %d bytes", err, out.n)
+		}
+		return time.Since(t)
+	}
+	runWorker() // the worker starts
+	var ws, ps, ss []time.Duration
+	for b.Loop() {
+		ws = append(ws, runWorker())
+		ps = append(ps, runPlain(printLoopCode, want))
+		ss = append(ss, runPlain("print(1)", 2))
+	}
+	med := func(ds []time.Duration) float64 {
+		slices.Sort(ds)
+		return float64(ds[len(ds)/2].Microseconds()) / 1e3
+	}
+	w, p, sp := med(ws), med(ps), med(ss)
+	b.ReportMetric(w, "worker-ms")
+	b.ReportMetric(p, "pipe-ms")
+	b.ReportMetric(sp, "spawn-ms")
+	b.ReportMetric(w/p, "worker/pipe")
+	b.ReportMetric(w/(p-sp), "worker/(pipe-spawn)")
+}
