@@ -165,6 +165,7 @@ for i in range(400):
     print("e%d" % i, file=sys.stderr)
     sys.stdout.buffer.write(b"b%d\n" % i)
     sys.stdout.write("t%d\n" % i)
+    sys.stdout.buffer.write(b"B%d\n" % i)
     os.write(2, b"w%d\n" % i)
     sys.stdout.write("u%d\n" % i)
     sys.stderr.buffer.write(b"x%d\n" % i)
@@ -180,7 +181,7 @@ os.close(saved)
 print("end")`
 	var want strings.Builder
 	for i := range 400 {
-		fmt.Fprintf(&want, "o%d\ne%d\nb%d\nt%d\nw%d\nu%d\nx%d\n", i, i, i, i, i, i, i)
+		fmt.Fprintf(&want, "o%d\ne%d\nb%d\nt%d\nB%d\nw%d\nu%d\nx%d\n", i, i, i, i, i, i, i, i)
 		if i%100 == 0 {
 			fmt.Fprintf(&want, "p%d\ns%d\nq%d\nc%d\nr%d\ny%d\n", i, i, i, i, i, i)
 		}
