@@ -93,15 +93,18 @@ func run() error {
 	if err := b.Post(ctx, "create_session", []byte(`{}`), &s); err != nil {
 		return err
 	}
-	// The loop, then its own wall and CPU time on stderr (after a flush, so
-	// the time includes the writes): where the time goes, inside the
-	// interpreter or around it.
+	// The loop, then its own wall and CPU time and the time it waited for a
+	// CPU (run queue, /proc/self/schedstat) on stderr, after a flush, so the
+	// time includes the writes: where the time goes, inside the
+	// interpreter, waiting for a CPU (a box's CPU share), or waiting for the
+	// pipe (the rest).
 	loop := "for i in range(" + strconv.Itoa(*lines) + "): print(i)"
 	if *control {
 		loop = "for i in range(" + strconv.Itoa(*lines) + "): str(i)"
 	}
-	code := "import sys, time\nt, c = time.perf_counter(), time.process_time()\n" + loop +
-		"\nsys.stdout.flush()\nprint(\"%.1f %.1f\" % ((time.perf_counter() - t) * 1e3, (time.process_time() - c) * 1e3), file=sys.stderr)"
+	code := "import sys, time\nq = lambda: int(open(\"/proc/self/schedstat\").read().split()[1])\n" +
+		"t, c, w = time.perf_counter(), time.process_time(), q()\n" + loop +
+		"\nsys.stdout.flush()\nprint(\"%.1f %.1f %.1f\" % ((time.perf_counter() - t) * 1e3, (time.process_time() - c) * 1e3, (q() - w) / 1e6), file=sys.stderr)"
 	var want int64
 	for i := range *lines * (1 - b2i(*control)) {
 		want += int64(len(strconv.Itoa(i))) + 1
@@ -178,10 +181,7 @@ func run() error {
 	fmt.Printf("  python3.14 -c, stdout a pipe Go drains     median %8.1f ms\n", pm)
 	fmt.Printf("  python3.14 -c pass (start alone)           median %8.1f ms\n", sm)
 	fmt.Printf("  ratio REST / plain %.2f, REST / (plain - start) %.2f, REST / REST sh %.2f\n", rm/pm, rm/(pm-sm), rm/shm)
-	rw, rc := medInner(restIn)
-	shw, shc := medInner(shIn)
-	pw, pc := medInner(plainIn)
-	fmt.Printf("  the loop as timed by itself: in the worker %.1f ms (CPU %.1f ms), in sh in the box %.1f ms (CPU %.1f ms), plain %.1f ms (CPU %.1f ms)\n", rw, rc, shw, shc, pw, pc)
+	fmt.Printf("  the loop as timed by itself:\n    in the worker  %s\n    sh in the box  %s\n    plain          %s\n", medInner(restIn), medInner(shIn), medInner(plainIn))
 	if *jsonPath != "" {
 		out, _ := json.MarshalIndent(map[string]any{
 			"lines": *lines, "bytes": want, "rounds": *rounds,
@@ -210,26 +210,25 @@ func post(ctx context.Context, b *benchbed.Bed, body []byte, want int64, in *[]i
 }
 
 // inner is the loop's own wall and CPU time in ms, from its stderr.
-type inner struct{ wall, cpu float64 }
+type inner struct{ wall, cpu, wait float64 }
 
 func parseInner(s string) inner {
 	var in inner
-	fmt.Sscanf(s, "%f %f", &in.wall, &in.cpu)
+	fmt.Sscanf(s, "%f %f %f", &in.wall, &in.cpu, &in.wait)
 	return in
 }
 
-func medInner(xs []inner) (wall, cpu float64) {
+// medInner is the medians of the loop's own figures.
+func medInner(xs []inner) string {
 	if len(xs) == 0 {
-		return 0, 0
+		return "-"
 	}
-	w := make([]float64, len(xs))
-	c := make([]float64, len(xs))
-	for i, x := range xs {
-		w[i], c[i] = x.wall, x.cpu
+	var w, c, q []float64
+	for _, x := range xs {
+		w, c, q = append(w, x.wall), append(c, x.cpu), append(q, x.wait)
 	}
-	slices.Sort(w)
-	slices.Sort(c)
-	return w[len(w)/2], c[len(c)/2]
+	m := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	return fmt.Sprintf("%.0f ms (CPU %.0f, waiting for a CPU %.0f)", m(w), m(c), m(q))
 }
 
 func b2i(b bool) int {

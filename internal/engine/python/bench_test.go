@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
 )
 
 // reportQuantiles adds the median and p95 of ds (in µs) to b's output.
@@ -209,10 +210,12 @@ func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); retur
 
 // The print loop through a resident worker in its box (the engine's Run,
 // output streamed to a sink) against the same interpreter binary started
-// plainly, its stdout a pipe that Go drains (Python's own buffering), in
-// the same run and alternating. Reported: the medians of both (the plain
-// one includes the interpreter's start, a spawn-print is reported too) and
-// their ratio.
+// plainly, its stdout a pipe that Go drains (Python's own buffering), and
+// the same started in a box of the same sandbox (same limits and cgroup
+// placement: on a loaded machine a box's CPU share is far below a plain
+// process's), in the same run and alternating. Reported: the medians (the
+// plain ones include the interpreter's start; a spawn-print is reported
+// too) and the ratios.
 //
 //	go test -run '^$' -bench PrintLoop -benchtime 7x ./internal/engine/python/
 func BenchmarkPrintLoop(b *testing.B) {
@@ -254,20 +257,38 @@ func BenchmarkPrintLoop(b *testing.B) {
 		}
 		return time.Since(t)
 	}
+	runBoxed := func() time.Duration {
+		var out countWriter
+		t := time.Now()
+		p, err := testSB.Start(context.Background(), &sandbox.Spec{
+			Args: []string{python, "-I", "-c", printLoopCode}, Dir: s.Workspace(), TmpDir: s.TmpDir(),
+			ReadOnly: []string{dir}, Stdout: &out,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if e := p.Wait(); e.Code != 0 || out.n != want {
+			b.Fatalf("boxed: %+v, %d bytes", e, out.n)
+		}
+		return time.Since(t)
+	}
 	runWorker() // the worker starts
-	var ws, ps, ss []time.Duration
+	var ws, ps, bs, ss []time.Duration
 	for b.Loop() {
 		ws = append(ws, runWorker())
 		ps = append(ps, runPlain(printLoopCode, want))
+		bs = append(bs, runBoxed())
 		ss = append(ss, runPlain("print(1)", 2))
 	}
 	med := func(ds []time.Duration) float64 {
 		slices.Sort(ds)
 		return float64(ds[len(ds)/2].Microseconds()) / 1e3
 	}
-	w, p, sp := med(ws), med(ps), med(ss)
+	w, p, bx, sp := med(ws), med(ps), med(bs), med(ss)
 	b.ReportMetric(w, "worker-ms")
 	b.ReportMetric(p, "pipe-ms")
+	b.ReportMetric(bx, "boxed-pipe-ms")
+	b.ReportMetric(w/bx, "worker/boxed-pipe")
 	b.ReportMetric(sp, "spawn-ms")
 	b.ReportMetric(w/p, "worker/pipe")
 	b.ReportMetric(w/(p-sp), "worker/(pipe-spawn)")

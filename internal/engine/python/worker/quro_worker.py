@@ -93,6 +93,7 @@ _flusher = False      # the flush thread runs
 _live = False         # a run's output phase: the flush thread ticks
 _gate = _thread.allocate_lock()  # held while no run is in progress
 _wake = _thread.allocate_lock()  # released to make the flush thread flush now
+_raw_lock = _thread.RLock()      # one writer of a raw stream at a time
 _os_write = os.write
 _os_exit = os._exit
 _os_abort = os.abort
@@ -213,14 +214,18 @@ def _after_fork_in_child():
 # ---- output -----------------------------------------------------------------
 
 def _write_raw(f, b):
-    """All of b to the raw file f (a pipe may take a part)."""
+    """All of b to the raw file f (a pipe may take a part), one writer at a
+    time: a pipe does not keep a write of more than 4 KiB whole when it has
+    to wait for room, so two threads' flushes could splice into each other.
+    (Reentrant: a signal handler's flush in the writing thread.)"""
     m = memoryview(b).cast("B")
     total = len(m)
-    while m:
-        n = io.FileIO.write(f, m)
-        if n is None:  # made non-blocking by the code, and full
-            return total - len(m)
-        m = m[n:]
+    with _raw_lock:
+        while m:
+            n = io.FileIO.write(f, m)
+            if n is None:  # made non-blocking by the code, and full
+                return total - len(m)
+            m = m[n:]
     return total
 
 
@@ -320,23 +325,29 @@ def _flush_all():
 
 def _fork_quietly(fork):
     """os.fork and os.forkpty warn (DeprecationWarning) that a process with
-    threads forks: the flush thread is the worker's, not the code's, and
+    threads forks. The flush thread is the worker's, not the code's, and
     holds no lock at a fork (the at-fork hook flushes first), so the warning
-    is for the code's own threads only."""
+    is dropped when it is the only other thread, and otherwise given again
+    as the code's (called from this wrapper, it would count as the
+    worker's, which Python's default filters do not show)."""
     def f():
         _flush_out()
-        if _task_fd >= 0 and _flusher:
-            try:
-                own = os.fstat(_task_fd).st_nlink == 4
-            except OSError:
-                own = False
-            if own:
-                import warnings
-                with warnings.catch_warnings():
-                    warnings.filterwarnings("ignore", message=r".*multi-threaded, use of fork",
-                                            category=DeprecationWarning)
-                    return fork()
-        return fork()
+        import warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            r = fork()
+        if caught:
+            own = False
+            if _task_fd >= 0 and _flusher:
+                try:
+                    own = os.fstat(_task_fd).st_nlink == 4
+                except OSError:
+                    pass
+            for w in caught:
+                if own and issubclass(w.category, DeprecationWarning) and "multi-threaded" in str(w.message):
+                    continue
+                warnings.warn(w.message, w.category, stacklevel=2)
+        return r
     f.__name__ = fork.__name__
     f.__qualname__ = fork.__qualname__
     f.__doc__ = fork.__doc__
