@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
 )
 
 // reportQuantiles adds the median and p95 of ds (in µs) to b's output.
@@ -196,4 +197,99 @@ func kbField(s, name string) float64 {
 		}
 	}
 	return 0
+}
+
+// printLoopCode is the loop: a million lines, about 6.9 MB.
+const printLoopCode = "for i in range(10**6): print(i)"
+
+// countWriter counts what it is given, as a sink that keeps up with any
+// producer.
+type countWriter struct{ n int64 }
+
+func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
+
+// The print loop through a resident worker in its box (the engine's Run,
+// output streamed to a sink) against the same interpreter binary started
+// plainly, its stdout a pipe that Go drains (Python's own buffering), and
+// the same started in a box of the same sandbox (same limits and cgroup
+// placement: on a loaded machine a box's CPU share is far below a plain
+// process's), in the same run and alternating. Reported: the medians (the
+// plain ones include the interpreter's start; a spawn-print is reported
+// too) and the ratios.
+//
+//	go test -run '^$' -bench PrintLoop -benchtime 7x ./internal/engine/python/
+func BenchmarkPrintLoop(b *testing.B) {
+	dir, _, err := testEng.Installed(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	python := dir + "/bin/python3.14"
+	s := newSession(b)
+	const want = 6888890
+	runWorker := func() time.Duration {
+		var out countWriter
+		var errb bytes.Buffer
+		t := time.Now()
+		res := benchRun(b, testEng, &runcode.Request{Code: printLoopCode, Session: s, Timeout: 10 * time.Minute, Stdout: &out, Stderr: &errb})
+		d := time.Since(t)
+		if res.ExitCode != 0 || out.n != want {
+			b.Fatalf("worker: exit %d, %d bytes, stderr %q", res.ExitCode, out.n, errb.String())
+		}
+		return d
+	}
+	runPlain := func(code string, n int64) time.Duration {
+		cmd := exec.Command(python, "-I", "-c", code)
+		r, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		t := time.Now()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		var out countWriter
+		buf := make([]byte, 64<<10)
+		if _, err := io.CopyBuffer(&out, r, buf); err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Wait(); err != nil || out.n != n {
+			b.Fatalf("plain: %v, %d bytes", err, out.n)
+		}
+		return time.Since(t)
+	}
+	runBoxed := func() time.Duration {
+		var out countWriter
+		t := time.Now()
+		p, err := testSB.Start(context.Background(), &sandbox.Spec{
+			Args: []string{python, "-I", "-c", printLoopCode}, Dir: s.Workspace(), TmpDir: s.TmpDir(),
+			ReadOnly: []string{dir}, Stdout: &out,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if e := p.Wait(); e.Code != 0 || out.n != want {
+			b.Fatalf("boxed: %+v, %d bytes", e, out.n)
+		}
+		return time.Since(t)
+	}
+	runWorker() // the worker starts
+	var ws, ps, bs, ss []time.Duration
+	for b.Loop() {
+		ws = append(ws, runWorker())
+		ps = append(ps, runPlain(printLoopCode, want))
+		bs = append(bs, runBoxed())
+		ss = append(ss, runPlain("print(1)", 2))
+	}
+	med := func(ds []time.Duration) float64 {
+		slices.Sort(ds)
+		return float64(ds[len(ds)/2].Microseconds()) / 1e3
+	}
+	w, p, bx, sp := med(ws), med(ps), med(bs), med(ss)
+	b.ReportMetric(w, "worker-ms")
+	b.ReportMetric(p, "pipe-ms")
+	b.ReportMetric(bx, "boxed-pipe-ms")
+	b.ReportMetric(w/bx, "worker/boxed-pipe")
+	b.ReportMetric(sp, "spawn-ms")
+	b.ReportMetric(w/p, "worker/pipe")
+	b.ReportMetric(w/(p-sp), "worker/(pipe-spawn)")
 }

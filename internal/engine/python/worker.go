@@ -34,6 +34,12 @@ var workerSource []byte
 
 const workerModule = "quro_worker"
 
+// workerFlushInterval is how often a worker flushes its buffered stdout
+// while a run is in progress: the most a printed line waits before it
+// reaches the run's sink (see quro_worker.py). Zero: no flush thread, only
+// the flushes at the events (a test knob, to see those alone).
+var workerFlushInterval = 20 * time.Millisecond
+
 // maxFrame bounds a reply frame (artifacts included).
 const maxFrame = 256 << 20
 
@@ -117,7 +123,8 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 		keys = []string{}
 	}
 	keysJSON, _ := json.Marshal(keys)
-	boot := fmt.Sprintf("import sys; sys.path.insert(0, %s); import %s as w; del sys.path[0]; w.main(%s, %s)", dirJSON, workerModule, preload, keysJSON)
+	boot := fmt.Sprintf("import sys; sys.path.insert(0, %s); import %s as w; del sys.path[0]; w.main(%s, %s, %d)",
+		dirJSON, workerModule, preload, keysJSON, workerFlushInterval.Milliseconds())
 	spec := &sandbox.Spec{
 		// -S: the worker does what site would (see _site), faster.
 		Args:       []string{cfg.python, "-I", "-S", "-u", "-X", "utf8", "-c", boot},

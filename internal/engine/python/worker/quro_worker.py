@@ -22,6 +22,26 @@ Replies:
 
 A timeout reaches the worker as SIGINT; the handler raises KeyboardInterrupt
 only while user code runs, so the worker's own bookkeeping is never cut.
+
+Output. sys.stdout is buffered (its text layer keeps up to 64 KiB; a write
+through sys.stdout.buffer sends that text first, so the order holds): a loop
+of prints costs what it costs into any pipe, not a system call per print.
+sys.stderr is unbuffered and flushes stdout before each write, so the order
+of the two streams' writes is the order of the code's calls. Stdout is
+flushed:
+  - by a thread, every flush interval (20 ms) while a run is in progress,
+    so a line printed by running or blocked code reaches the Go side within
+    the interval (the thread is parked between runs, when stdout is
+    line-buffered instead: output of a thread left running goes out as it
+    comes);
+  - at the end of a run, before the sync tokens and the reply;
+  - before input() (and its prompt), a KeyboardInterrupt, a traceback or any
+    write to stderr, os.write() to fd 1 or 2, os._exit() and os.abort();
+  - before what hands the descriptors to other code or may block, seen
+    through an audit hook: time.sleep, os.system, subprocess, posix_spawn,
+    exec, fork, kill, ctypes calls (C code writes fd 1 itself).
+What is lost when the process dies at once (SIGKILL from outside, a
+segfault in C code) is at most the last flush interval of stdout.
 """
 
 # Imports are few and cheap: a worker started for a session (no spare)
@@ -31,6 +51,7 @@ only while user code runs, so the worker's own bookkeeping is never cut.
 import _ast
 import _ctypes
 import _signal
+import _thread
 import binascii
 import builtins
 import io
@@ -62,6 +83,22 @@ _orig_stdin = None
 _orig_input = builtins.input
 _main = None
 _json_mod = None
+
+# Output (see the module's doc).
+_OUT_BUFFER = 64 << 10
+_out = None           # the worker's sys.stdout (buffered)
+_err = None           # the worker's sys.stderr (unbuffered)
+_flush_interval = 0.02
+_flusher = False      # the flush thread runs
+_live = False         # a run's output phase: the flush thread ticks
+_gate = _thread.allocate_lock()  # held while no run is in progress
+_wake = _thread.allocate_lock()  # released to make the flush thread flush now
+_raw_lock = _thread.RLock()      # one writer of a raw stream at a time
+_os_write = os.write
+_os_exit = os._exit
+_os_abort = os.abort
+_os_fork = os.fork
+_os_forkpty = getattr(os, "forkpty", None)
 
 
 def _json():
@@ -127,7 +164,7 @@ def _send(obj):
         body = _json().dumps(obj).encode()
     data = memoryview(len(body).to_bytes(4, "big") + body)
     while data:
-        n = os.write(REP_FD, data)
+        n = _os_write(REP_FD, data)
         data = data[n:]
 
 
@@ -135,7 +172,7 @@ def _write_all(fd, b):
     data = memoryview(b)
     while data:
         try:
-            n = os.write(fd, data)
+            n = _os_write(fd, data)
         except InterruptedError:
             continue
         data = data[n:]
@@ -147,6 +184,9 @@ def _on_sigint(signum, frame):
     global _interrupted, _pending
     if _running:
         _interrupted = True
+        # Code that swallows the KeyboardInterrupt may be killed after the
+        # grace: what it printed goes out now.
+        _flush_out()
         raise KeyboardInterrupt
     if _in_run:
         # The run's request is read but its code has not started (it is
@@ -164,14 +204,198 @@ def _after_fork_in_child():
             os.close(fd)
         except OSError:
             pass
+    # The flush thread is not forked: the child's stdout goes out by line.
+    try:
+        _out.reconfigure(line_buffering=True)
+    except Exception:
+        pass
+
+
+# ---- output -----------------------------------------------------------------
+
+def _write_raw(f, b):
+    """All of b to the raw file f (a pipe may take a part), one writer at a
+    time: a pipe does not keep a write of more than 4 KiB whole when it has
+    to wait for room, so two threads' flushes could splice into each other.
+    (Reentrant: a signal handler's flush in the writing thread.)"""
+    m = memoryview(b).cast("B")
+    total = len(m)
+    with _raw_lock:
+        while m:
+            n = io.FileIO.write(f, m)
+            if n is None:  # made non-blocking by the code, and full
+                return total - len(m)
+            m = m[n:]
+    return total
+
+
+class _OutRaw(io.FileIO):
+    """fd 1 under sys.stdout's text layer, which keeps up to _OUT_BUFFER
+    bytes of text and then writes them here. A direct write (through
+    sys.stdout.buffer) sends the text kept first, so the order holds. (The
+    text layer takes its text out before it writes it here: the nested flush
+    finds nothing.)"""
+
+    def write(self, b):
+        _flush_out()
+        return _write_raw(self, b)
+
+
+class _ErrRaw(io.FileIO):
+    """fd 2, unbuffered; stdout's text goes out first, so the two streams
+    keep the order of the calls that wrote them."""
+
+    def write(self, b):
+        _flush_out()
+        return _write_raw(self, b)
+
+
+def _make_out():
+    raw = _OutRaw(1, "w", closefd=False)
+    raw.name = "<stdout>"
+    # Not write_through: the text layer's own buffer is what makes a print
+    # cheap (a write-through layer costs a call into the layer below per
+    # print, ~3x the CPU of the loop).
+    t = io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape")
+    t._CHUNK_SIZE = _OUT_BUFFER
+    return t
+
+
+def _make_err():
+    raw = _ErrRaw(2, "w", closefd=False)
+    raw.name = "<stderr>"
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="backslashreplace", write_through=True)
+
+
+def _flush_out():
+    """Flushes the worker's stdout; never raises (it may run in a signal
+    handler or an audit hook, in the middle of a write)."""
+    o = _out
+    if o is None:
+        return
+    try:
+        o.flush()
+    except Exception:
+        pass
+
+
+# Audit events before which stdout is flushed: other code (a child process,
+# C code) gets the descriptors, or the code may block for long.
+_FLUSH_EVENTS = frozenset((
+    "time.sleep", "os.system", "subprocess.Popen", "os.posix_spawn", "os.exec",
+    "os.fork", "os.forkpty", "os.kill", "os.killpg", "signal.pthread_kill",
+    "ctypes.call_function",
+))
+
+
+def _audit(event, args):
+    if event in _FLUSH_EVENTS:
+        _flush_out()
+
+
+def _write(fd, data, /):
+    if fd == 1 or fd == 2:
+        _flush_out()
+    return _os_write(fd, data)
+
+
+def _exit(n, /):
+    _flush_all()
+    _os_exit(n)
+
+
+def _abort():
+    _flush_all()
+    _os_abort()
+
+
+def _flush_all():
+    _flush_out()
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except Exception:
+            pass
+    if _libc is not None:
+        try:
+            _libc.fflush(None)
+        except BaseException:
+            pass
+
+
+def _fork_quietly(fork):
+    """os.fork and os.forkpty warn (DeprecationWarning) that a process with
+    threads forks. The flush thread is the worker's, not the code's, and
+    holds no lock at a fork (the at-fork hook flushes first), so the warning
+    is dropped when it is the only other thread, and otherwise given again
+    as the code's (called from this wrapper, it would count as the
+    worker's, which Python's default filters do not show)."""
+    def f():
+        _flush_out()
+        import warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            r = fork()
+        if caught:
+            own = False
+            if _task_fd >= 0 and _flusher:
+                try:
+                    own = os.fstat(_task_fd).st_nlink == 4
+                except OSError:
+                    pass
+            for w in caught:
+                if own and issubclass(w.category, DeprecationWarning) and "multi-threaded" in str(w.message):
+                    continue
+                warnings.warn(w.message, w.category, stacklevel=2)
+        return r
+    f.__name__ = fork.__name__
+    f.__qualname__ = fork.__qualname__
+    f.__doc__ = fork.__doc__
+    return f
+
+
+def _flush_loop():
+    """The flush thread: while a run is in progress, flushes stdout every
+    flush interval (or at once when woken)."""
+    try:
+        _signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals())
+    except Exception:
+        pass
+    while True:
+        try:
+            _gate.acquire()
+            _gate.release()
+            while _live:
+                _wake.acquire(True, _flush_interval)
+                _flush_out()
+        except BaseException:
+            pass
+
+
+def _output_live(on):
+    """Starts (a run begins) or ends (its output is over) the flush
+    thread's ticking; between runs stdout is line-buffered."""
+    global _live
+    if on == _live:
+        return
+    _live = on
+    try:
+        _out.reconfigure(line_buffering=not on)
+    except Exception:
+        pass
+    if _flusher:
+        if on:
+            _gate.release()
+        else:
+            _gate.acquire()
 
 
 def _input(prompt=""):
     if sys.stdin is not _orig_stdin:
-        return _orig_input(prompt)
+        return _orig_input(prompt)  # flushes stdout itself
     if prompt:
         sys.stdout.write(str(prompt))
-        sys.stdout.flush()
+    _flush_all()
     raise EOFError("input() has no standard input here: run_code does not connect stdin "
                    "(put the data in the code or in a workspace file)")
 
@@ -221,10 +445,21 @@ def _site():
         site.main()
 
 
-def _setup():
+def _setup(flush_ms):
     global _libc, _saved_out, _saved_err, _orig_stdin, _main
+    global _out, _err, _flush_interval, _flusher
     if sys.flags.no_site:
         _site()
+    _out, _err = _make_out(), _make_err()
+    sys.stdout = sys.__stdout__ = _out
+    sys.stderr = sys.__stderr__ = _err
+    _flush_interval = flush_ms / 1000.0
+    _gate.acquire()
+    _wake.acquire()
+    if flush_ms > 0:
+        _thread.start_new_thread(_flush_loop, ())
+        _flusher = True
+    _out.reconfigure(line_buffering=True)  # between runs
     for fd in (REQ_FD, REP_FD):
         os.set_inheritable(fd, False)
     # Duplicates of the Go-side output pipes, for the sync tokens and for
@@ -253,7 +488,14 @@ def _setup():
     except (OSError, AttributeError, ValueError):
         _libc = None
     _signal.signal(_signal.SIGINT, _on_sigint)
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_flush_out, after_in_child=_after_fork_in_child)
+    os.write = _write
+    os._exit = _exit
+    os.abort = _abort
+    os.fork = _fork_quietly(_os_fork)
+    if _os_forkpty is not None:
+        os.forkpty = _fork_quietly(_os_forkpty)
+    sys.addaudithook(_audit)
     os.environ.setdefault("MPLBACKEND", "Agg")
     sys.argv = [""]
     sys.path.insert(0, "")
@@ -490,8 +732,8 @@ def _run_coroutine(coro):
 
 
 def _flush_streams(notes):
-    for name in ("stdout", "stderr"):
-        s = getattr(sys, name)
+    global _out, _err
+    for s in (sys.stdout, sys.stderr, _out):
         try:
             s.flush()
         except BaseException:
@@ -513,8 +755,10 @@ def _flush_streams(notes):
             notes.append("the code closed or redirected file descriptor %d (%s); it was restored" % (fd, name))
         s = getattr(sys, name)
         if getattr(s, "closed", True):
-            s = io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8",
-                                 errors="surrogateescape", write_through=True)
+            if fd == 1:
+                s = _out = _make_out()
+            else:
+                s = _err = _make_err()
             setattr(sys, name, s)
             setattr(sys, "__%s__" % name, s)
             notes.append("the code closed sys.%s; it was reopened" % name)
@@ -561,7 +805,8 @@ def _no_children():
     if _task_fd < 0 or _children_fd < 0:
         return False
     try:
-        return os.fstat(_task_fd).st_nlink == 3 and not os.pread(_children_fd, 64, 0).strip()
+        threads = 2 if _flusher else 1
+        return os.fstat(_task_fd).st_nlink == 2 + threads and not os.pread(_children_fd, 64, 0).strip()
     except OSError:
         return False
 
@@ -610,16 +855,17 @@ def _run(msg):
         lines = _source_text(src).splitlines(True)
         linecache.cache[filename] = (len(src), None, lines, filename)
     status, exit_code, notes = "ok", 0, []
+    _output_live(True)
     try:
         try:
             _execute(src, filename)
         finally:
             _running = False
         if _in_child:
-            os._exit(0)
+            _exit(0)
     except SystemExit as e:
         if _in_child:
-            os._exit(e.code if isinstance(e.code, int) else 1)
+            _exit(e.code if isinstance(e.code, int) else 1)
         status = "exit"
         if e.code is None:
             exit_code = 0
@@ -633,19 +879,20 @@ def _run(msg):
                 pass
     except KeyboardInterrupt as e:
         if _in_child:
-            os._exit(130)
+            _exit(130)
         status = "interrupted" if _interrupted else "error"
         exit_code = 130 if _interrupted else 1
         _user_traceback(e)
     except BaseException as e:
         if _in_child:
-            os._exit(1)
+            _exit(1)
         status, exit_code = "error", 1
         _user_traceback(e)
     _running = False
     _in_run = False
     _show_figures()
     _flush_streams(notes)
+    _output_live(False)
     killed = _end_children()
     token = msg["token"].encode()
     _write_all(_saved_out, token)
@@ -655,11 +902,13 @@ def _run(msg):
             "artifacts": arts, "killed": killed, "notes": notes}
 
 
-def main(preload=False, env_keys=()):
+def main(preload=False, env_keys=(), flush_ms=20):
     """preload: a spare (import what a traceback needs now). env_keys: the
-    names of the session's variables already in the environment."""
+    names of the session's variables already in the environment. flush_ms:
+    the flush interval of stdout while a run is in progress (0: no flush
+    thread; the tests use it to see the other flushes alone)."""
     global _session_env_keys
-    _setup()
+    _setup(flush_ms)
     _session_env_keys = set(env_keys)
     if preload:
         # A spare has time: import what a traceback needs (~40 ms in 3.14)
@@ -674,7 +923,7 @@ def main(preload=False, env_keys=()):
         except KeyboardInterrupt:
             continue
         if msg is None:
-            os._exit(0)
+            _exit(0)
         op = msg.get("op")
         try:
             if op == "run":
@@ -686,6 +935,8 @@ def main(preload=False, env_keys=()):
                 rep = {"op": "error", "error": "unknown op %r" % (op,)}
         except KeyboardInterrupt:
             # A late interrupt inside the worker's own code: the run is over.
+            _flush_streams([])
+            _output_live(False)
             rep = {"op": "done", "id": msg.get("id"), "status": "interrupted", "exit_code": 130,
                    "artifacts": [], "killed": [], "notes": ["interrupted while finishing the run"]}
             if op == "run":
