@@ -29,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -47,11 +48,24 @@ var (
 	runs     = flag.Int("runs-per-tenant", 0, "the controller's exec calls in flight per tenant (0: the default, 16)")
 	install  = flag.String("install", filepath.Join(os.TempDir(), "quro-test-python"), "where the embedded interpreter is extracted (shared with the tests)")
 	jsonPath = flag.String("json", "", "also write the figures as JSON to this file")
+	cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of the whole run (server and clients: one process) to this file")
 )
 
 func main() {
 	flag.Parse()
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "service: cpu profile:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "service:", err)
 		os.Exit(1)
 	}

@@ -84,7 +84,7 @@ func (s *Store) Audit(ctx context.Context, f AuditFilter) ([]AuditEntry, error) 
 	}
 	q.WriteString(" ORDER BY seq DESC LIMIT ?")
 	args = append(args, f.Limit)
-	rows, err := s.db.QueryContext(ctx, q.String(), args...)
+	rows, err := s.query(ctx, q.String(), args...)
 	if err != nil {
 		return nil, err
 	}
