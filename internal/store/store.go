@@ -176,6 +176,7 @@ func Open(ctx context.Context, file string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: %s: %w", file, err)
 	}
+	s.bump() // a migration may have changed rows other processes cached
 	return s, nil
 }
 
