@@ -126,9 +126,20 @@ func (l *Log) Observe(_ context.Context, r *controller.Record) {
 
 // add queues e, waiting up to l.wait for room when l.max entries wait.
 func (l *Log) add(e store.AuditEntry) {
-	var timer *time.Timer
+	var (
+		timer   *time.Timer
+		expired bool
+	)
 	l.mu.Lock()
 	for !l.closed && len(l.pending) >= l.max {
+		if expired {
+			l.lost[e.Tenant]++
+			l.mu.Unlock()
+			if n := l.lostAll.Add(1); n == 1 || n%1000 == 0 {
+				l.log.Error("audit log: entries lost, the writer is behind (disk slow or database locked)", "lost_total", n, "pending", l.max)
+			}
+			return
+		}
 		if timer == nil {
 			timer = time.NewTimer(l.wait)
 			defer timer.Stop()
@@ -137,19 +148,10 @@ func (l *Log) add(e store.AuditEntry) {
 		l.mu.Unlock()
 		select {
 		case <-room:
-			l.mu.Lock()
-			continue
 		case <-timer.C:
+			expired = true
 		}
 		l.mu.Lock()
-		if !l.closed && len(l.pending) >= l.max {
-			l.lost[e.Tenant]++
-			l.mu.Unlock()
-			if n := l.lostAll.Add(1); n == 1 || n%1000 == 0 {
-				l.log.Error("audit log: entries lost, the writer is behind (disk slow or database locked)", "lost_total", n, "pending", l.max)
-			}
-			return
-		}
 	}
 	if l.closed {
 		l.mu.Unlock()
