@@ -38,6 +38,7 @@ import (
 
 	"github.com/quro-dev/quro/bench/internal/benchbed"
 	"github.com/quro-dev/quro/internal/app"
+	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/store"
 )
 
@@ -49,6 +50,7 @@ var (
 	runs     = flag.Int("runs-per-tenant", 0, "the controller's exec calls in flight per tenant (0: the default, 16)")
 	install  = flag.String("install", filepath.Join(os.TempDir(), "quro-test-python"), "where the embedded interpreter is extracted (shared with the tests)")
 	jsonPath = flag.String("json", "", "also write the figures as JSON to this file")
+	tenant   = flag.String("tenant", "", "the bench token's tenant (\"\": the local tenant, whose process ceiling every quro on the machine shares)")
 	cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of the whole run (server and clients: one process) to this file")
 )
 
@@ -112,7 +114,8 @@ type load struct {
 func (l load) rps() float64 { return float64(l.n-l.errs) / l.wall.Seconds() }
 
 func run() error {
-	ctx := context.Background()
+	benchbed.Tenant = *tenant
+	ctx := session.WithTenant(context.Background(), *tenant)
 	data, err := os.MkdirTemp("", "quro-bench-service-")
 	if err != nil {
 		return err
