@@ -45,8 +45,9 @@ type Store struct {
 	db    *sql.DB
 	cache *cache // nil when the generation file could not be mapped: every read goes to SQLite
 
-	conns atomic.Int64 // SQLite connections opened
-	stmts atomic.Int64 // statements and transactions run
+	conns  atomic.Int64 // SQLite connections opened
+	stmts  atomic.Int64 // statements and transactions run, audit batches aside
+	audits atomic.Int64 // audit batches written
 
 	stmtMu   sync.Mutex
 	prepared map[string]*sql.Stmt // prepared once: the queries of every run_code
@@ -54,13 +55,14 @@ type Store struct {
 
 // Stats counts the Store's work since it was opened.
 type Stats struct {
-	ConnsOpened int64 // SQLite connections opened (each applies the pragmas and parses the schema)
-	Statements  int64 // statements and transactions run on SQLite
+	ConnsOpened  int64 // SQLite connections opened (each applies the pragmas and parses the schema)
+	Statements   int64 // statements and transactions run on SQLite, audit batches aside
+	AuditBatches int64 // audit batches written (one transaction each, off the request path)
 }
 
 // Stats returns the counts so far.
 func (s *Store) Stats() Stats {
-	return Stats{ConnsOpened: s.conns.Load(), Statements: s.stmts.Load()}
+	return Stats{ConnsOpened: s.conns.Load(), Statements: s.stmts.Load(), AuditBatches: s.audits.Load()}
 }
 
 // bump tells every process sharing the file that sessions, tokens or
@@ -113,6 +115,11 @@ const maxIdleConns = 16
 // of a small query's time.
 func (s *Store) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
 	s.stmts.Add(1) // each caller runs it once
+	return s.prepare(ctx, q)
+}
+
+// prepare is stmt without the count.
+func (s *Store) prepare(ctx context.Context, q string) (*sql.Stmt, error) {
 	s.stmtMu.Lock()
 	defer s.stmtMu.Unlock()
 	if st := s.prepared[q]; st != nil {
