@@ -61,6 +61,7 @@ func loopDB(b *testing.B, t *bed, f func() error) {
 	benchbed.Loop(b, f)
 	db1 := t.App.Store.Stats()
 	b.ReportMetric(float64(db1.Statements-db0.Statements)/float64(b.N+20), "sqlite-stmts/op")
+	b.ReportMetric(float64(db1.AuditBatches-db0.AuditBatches)/float64(b.N+20), "audit-batches/op")
 	b.ReportMetric(float64(db1.ConnsOpened-db0.ConnsOpened), "sqlite-conns")
 }
 
@@ -116,5 +117,6 @@ func BenchmarkRunCodeREST16(b *testing.B) {
 	b.ReportMetric(float64(l.errs), "errors")
 	db1 := t.App.Store.Stats()
 	b.ReportMetric(float64(db1.Statements-db0.Statements)/float64(b.N), "sqlite-stmts/op")
+	b.ReportMetric(float64(db1.AuditBatches-db0.AuditBatches)/float64(b.N), "audit-batches/op")
 	b.ReportMetric(float64(db1.ConnsOpened-db0.ConnsOpened), "sqlite-conns")
 }
