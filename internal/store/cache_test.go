@@ -273,3 +273,59 @@ func TestCacheAgeBound(t *testing.T) {
 		t.Fatalf("an unannounced revoke outlived the cache's age bound: %+v %v", tok, err)
 	}
 }
+
+// BenchmarkWarmLookups is what a warm call asks the store (its token, its
+// session by name, the tenant's default-session and ceilings settings),
+// from the cache and, for comparison, from SQLite (the cache switched
+// off), with the statements each ran:
+//
+//	go test -run '^$' -bench WarmLookups -benchtime 20000x ./internal/store/
+func BenchmarkWarmLookups(b *testing.B) {
+	ctx := context.Background()
+	for _, cached := range []bool{true, false} {
+		name := "cached"
+		if !cached {
+			name = "sqlite"
+		}
+		b.Run(name, func(b *testing.B) {
+			s, err := Open(ctx, filepath.Join(b.TempDir(), "quro.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			if !cached {
+				s.cache = nil
+			}
+			now := time.Now()
+			if err := s.CreateToken(ctx, &Token{ID: "t1", Hash: "h", Tenant: "acme", CreatedAt: now}); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.CreateSession(ctx, &Session{ID: "id1", Name: "work", Tenant: "acme", CreatedAt: now, LastUsedAt: now, Network: "none"}); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.SetSetting(ctx, "default_session:acme", "id1"); err != nil {
+				b.Fatal(err)
+			}
+			st0 := s.Stats()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := s.TokenByID(ctx, "t1"); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.SessionByName(ctx, "acme", "work"); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.Setting(ctx, "default_session:acme"); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.Setting(ctx, "tenant_limits:acme"); !errors.Is(err, ErrNotFound) {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			st1 := s.Stats()
+			b.ReportMetric(float64(st1.Statements-st0.Statements)/float64(b.N), "stmts/op")
+			b.ReportMetric(float64(st1.ConnsOpened-st0.ConnsOpened), "conns")
+		})
+	}
+}
