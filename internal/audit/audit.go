@@ -47,7 +47,7 @@ const (
 
 // linger is how long the writer lets a burst of entries gather before it
 // writes them in one transaction (a query's Flush does not wait for it).
-const linger = 2 * time.Millisecond
+const linger = 10 * time.Millisecond
 
 // GapCapability and GapOutcome mark the entry that stands for entries
 // lost when the writer fell behind (see Options.Wait).

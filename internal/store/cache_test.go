@@ -329,3 +329,48 @@ func BenchmarkWarmLookups(b *testing.B) {
 		})
 	}
 }
+
+// TestUnchangedCwdWritesNothing: a terminal's unchanged directory, reported
+// after each command, is not written again (a write would empty every
+// process's cache); a changed one is, and another Store sees it.
+func TestUnchangedCwdWritesNothing(t *testing.T) {
+	longCache(t)
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "quro.db")
+	a, b := open(t, file), open(t, file)
+	now := time.Now()
+	if err := a.CreateSession(ctx, &Session{ID: "id1", Name: "w", CreatedAt: now, LastUsedAt: now, Network: "none"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetSessionCwd(ctx, "id1", "/w/x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.SessionByID(ctx, "id1"); err != nil { // cached with /w/x
+		t.Fatal(err)
+	}
+	gen := a.cache.gen.load()
+	for range 3 {
+		if err := a.SetSessionCwd(ctx, "id1", "/w/x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.cache.gen.load() != gen {
+		t.Fatal("an unchanged cwd was written")
+	}
+	if err := a.SetSessionCwd(ctx, "id1", "/w/y"); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := b.SessionByID(ctx, "id1"); err != nil || s.Cwd != "/w/y" {
+		t.Fatalf("%+v %v", s, err)
+	}
+	// Changed by another process, then set back here: written.
+	if err := b.SetSessionCwd(ctx, "id1", "/w/z"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetSessionCwd(ctx, "id1", "/w/y"); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := b.SessionByID(ctx, "id1"); err != nil || s.Cwd != "/w/y" {
+		t.Fatalf("%+v %v", s, err)
+	}
+}

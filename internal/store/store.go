@@ -565,7 +565,16 @@ func (s *Store) SetSetting(ctx context.Context, key, value string) error {
 }
 
 // SetSessionCwd records the session shell's working directory.
+//
+// A terminal reports its directory after every command, mostly unchanged:
+// when the cached row (current, see cache.go) already has cwd, nothing is
+// written, and the caches of every process stay warm.
 func (s *Store) SetSessionCwd(ctx context.Context, id, cwd string) error {
+	if s.cache != nil {
+		if row, _ := s.cache.sessionByID(id); row != nil && row.Cwd == cwd {
+			return nil
+		}
+	}
 	return s.updateSession(ctx, "UPDATE sessions SET cwd = ? WHERE id = ?", cwd, id)
 }
 
