@@ -65,10 +65,10 @@ func main() {
 			fmt.Fprintln(os.Stderr, "service: cpu profile:", err)
 			os.Exit(1)
 		}
-		defer pprof.StopCPUProfile()
 	}
-	if err := run(); err != nil {
-		pprof.StopCPUProfile()
+	err := run()
+	pprof.StopCPUProfile() // a no-op without -cpuprofile
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "service:", err)
 		os.Exit(1)
 	}

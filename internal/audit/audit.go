@@ -130,6 +130,11 @@ func (l *Log) add(e store.AuditEntry) {
 		timer   *time.Timer
 		expired bool
 	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	l.mu.Lock()
 	for !l.closed && len(l.pending) >= l.max {
 		if expired {
@@ -142,7 +147,6 @@ func (l *Log) add(e store.AuditEntry) {
 		}
 		if timer == nil {
 			timer = time.NewTimer(l.wait)
-			defer timer.Stop()
 		}
 		room := l.room
 		l.mu.Unlock()
