@@ -29,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,8 @@ import (
 
 	"github.com/quro-dev/quro/bench/internal/benchbed"
 	"github.com/quro-dev/quro/internal/app"
+	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/store"
 )
 
 var (
@@ -47,11 +50,25 @@ var (
 	runs     = flag.Int("runs-per-tenant", 0, "the controller's exec calls in flight per tenant (0: the default, 16)")
 	install  = flag.String("install", filepath.Join(os.TempDir(), "quro-test-python"), "where the embedded interpreter is extracted (shared with the tests)")
 	jsonPath = flag.String("json", "", "also write the figures as JSON to this file")
+	tenant   = flag.String("tenant", "", "the bench token's tenant (\"\": the local tenant, whose process ceiling every quro on the machine shares)")
+	cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of the whole run (server and clients: one process) to this file")
 )
 
 func main() {
 	flag.Parse()
-	if err := run(); err != nil {
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "service: cpu profile:", err)
+			os.Exit(1)
+		}
+	}
+	err := run()
+	pprof.StopCPUProfile() // a no-op without -cpuprofile
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "service:", err)
 		os.Exit(1)
 	}
@@ -61,6 +78,23 @@ type series struct {
 	name string
 	ds   []time.Duration
 	cpu  time.Duration // this process's CPU time (client and server, user+system) over the calls
+	db   store.Stats   // the store's SQLite work over the calls
+}
+
+func (s *series) addDB(before, after store.Stats) {
+	s.db.ConnsOpened += after.ConnsOpened - before.ConnsOpened
+	s.db.Statements += after.Statements - before.Statements
+	s.db.AuditBatches += after.AuditBatches - before.AuditBatches
+}
+
+// perCall is SQLite statements per call (audit batches aside), and
+// audit batches per call.
+func (s series) perCall() (stmts, audits float64) {
+	if len(s.ds) == 0 {
+		return 0, 0
+	}
+	n := float64(len(s.ds))
+	return float64(s.db.Statements) / n, float64(s.db.AuditBatches) / n
 }
 
 func (s series) q(p float64) time.Duration {
@@ -83,7 +117,8 @@ type load struct {
 func (l load) rps() float64 { return float64(l.n-l.errs) / l.wall.Seconds() }
 
 func run() error {
-	ctx := context.Background()
+	benchbed.Tenant = *tenant
+	ctx := session.WithTenant(context.Background(), *tenant)
 	data, err := os.MkdirTemp("", "quro-bench-service-")
 	if err != nil {
 		return err
@@ -120,7 +155,7 @@ func run() error {
 	per := max(1, *nLat / *blocks)
 	for range *blocks {
 		for i, p := range paths {
-			c0 := benchbed.CPUTime()
+			c0, db0 := benchbed.CPUTime(), b.App.Store.Stats()
 			for range per {
 				t := time.Now()
 				if err := p.f(); err != nil {
@@ -129,6 +164,7 @@ func run() error {
 				lat[i].ds = append(lat[i].ds, time.Since(t))
 			}
 			lat[i].cpu += benchbed.CPUTime() - c0
+			lat[i].addDB(db0, b.App.Store.Stats())
 		}
 	}
 
@@ -170,10 +206,13 @@ func run() error {
 			}
 		}
 		fmt.Fprintf(os.Stderr, "throughput: %s, %d clients, %d requests ...\n", v.name, *clients, *requests)
-		loads = append(loads, hammer(v.name, *clients, *requests, func(c int) error {
+		db0 := b.App.Store.Stats()
+		l := hammer(v.name, *clients, *requests, func(c int) error {
 			name, body := v.req(c)
 			return b.REST(ctx, name, body)
-		}))
+		})
+		l.lat.addDB(db0, b.App.Store.Stats())
+		loads = append(loads, l)
 	}
 
 	report(lat, loads)
@@ -227,7 +266,7 @@ func report(lat []series, loads []load) {
 	fmt.Printf("Quro service benchmark: %s/%s, %d CPUs, %s, %s; runs per tenant %s\n\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format(time.RFC3339), runsLimit())
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run_code print(1)\tn\tmedian\tp95\toverhead (median)\tratio (median)\tGo CPU/call\t")
+	fmt.Fprintln(tw, "run_code print(1)\tn\tmedian\tp95\toverhead (median)\tratio (median)\tGo CPU/call\tSQLite stmts/call\taudit batches/call\tconns opened\t")
 	base := lat[0].q(0.5)
 	for i, s := range lat {
 		over, ratio := "", ""
@@ -235,17 +274,21 @@ func report(lat []series, loads []load) {
 			over = fmtSigned(s.q(0.5) - base)
 			ratio = fmt.Sprintf("%.2fx", float64(s.q(0.5))/float64(base))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", s.name, len(s.ds), fmtD(s.q(0.5)), fmtD(s.q(0.95)), over, ratio,
-			fmtD(s.cpu/time.Duration(len(s.ds))))
+		st, ab := s.perCall()
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%.3f\t%.3f\t%d\t\n", s.name, len(s.ds), fmtD(s.q(0.5)), fmtD(s.q(0.95)), over, ratio,
+			fmtD(s.cpu/time.Duration(len(s.ds))), st, ab, s.db.ConnsOpened)
 	}
 	tw.Flush()
-	fmt.Println("(Go CPU/call: this process's user+system CPU, client and server, per call; the Python worker is another process)")
+	fmt.Println("(Go CPU/call: this process's user+system CPU, client and server, per call; the Python worker is another process.")
+	fmt.Println(" SQLite stmts/call: statements and transactions the store ran, audit batches aside; audit batches/call: the audit")
+	fmt.Println(" writer's transactions, off the request path; conns opened: new SQLite connections)")
 	fmt.Println()
 	tw = tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "REST, %d concurrent clients\trequests\trequests/s\tp50\tp99\terrors\t\n", *clients)
+	fmt.Fprintf(tw, "REST, %d concurrent clients\trequests\trequests/s\tp50\tp99\terrors\tSQLite stmts/call\taudit batches/call\tconns opened\t\n", *clients)
 	for _, l := range loads {
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%d (%.2f%%)\t\n", l.name, l.n, l.rps(), fmtD(l.lat.q(0.5)), fmtD(l.lat.q(0.99)),
-			l.errs, 100*float64(l.errs)/float64(l.n))
+		st, ab := l.lat.perCall()
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%d (%.2f%%)\t%.3f\t%.3f\t%d\t\n", l.name, l.n, l.rps(), fmtD(l.lat.q(0.5)), fmtD(l.lat.q(0.99)),
+			l.errs, 100*float64(l.errs)/float64(l.n), st, ab, l.lat.db.ConnsOpened)
 	}
 	tw.Flush()
 	for _, l := range loads {
@@ -268,12 +311,16 @@ func runsLimit() string {
 func writeJSON(path string, lat []series, loads []load) error {
 	out := map[string]any{}
 	for _, s := range lat {
+		st, ab := s.perCall()
 		out[s.name] = map[string]any{"n": len(s.ds), "median_us": benchbed.Micro(s.q(0.5)), "p95_us": benchbed.Micro(s.q(0.95)),
-			"go_cpu_per_call_us": benchbed.Micro(s.cpu / time.Duration(len(s.ds)))}
+			"go_cpu_per_call_us":         benchbed.Micro(s.cpu / time.Duration(len(s.ds))),
+			"sqlite_statements_per_call": st, "audit_batches_per_call": ab, "sqlite_conns_opened": s.db.ConnsOpened}
 	}
 	for _, l := range loads {
+		st, ab := l.lat.perCall()
 		m := map[string]any{"requests": l.n, "errors": l.errs, "rps": l.rps(),
-			"p50_us": benchbed.Micro(l.lat.q(0.5)), "p99_us": benchbed.Micro(l.lat.q(0.99))}
+			"p50_us": benchbed.Micro(l.lat.q(0.5)), "p99_us": benchbed.Micro(l.lat.q(0.99)),
+			"sqlite_statements_per_call": st, "audit_batches_per_call": ab, "sqlite_conns_opened": l.lat.db.ConnsOpened}
 		if l.firstErr != nil {
 			m["first_error"] = l.firstErr.Error()
 		}

@@ -53,16 +53,28 @@ func testBed(b *testing.B) *bed {
 	return shared.b
 }
 
+// loopDB is benchbed.Loop reporting also the store's SQLite statements
+// per call (sqlite-stmts/op, the 20 warm-up calls included) and the
+// connections it opened (sqlite-conns).
+func loopDB(b *testing.B, t *bed, f func() error) {
+	db0 := t.App.Store.Stats()
+	benchbed.Loop(b, f)
+	db1 := t.App.Store.Stats()
+	b.ReportMetric(float64(db1.Statements-db0.Statements)/float64(b.N+20), "sqlite-stmts/op")
+	b.ReportMetric(float64(db1.AuditBatches-db0.AuditBatches)/float64(b.N+20), "audit-batches/op")
+	b.ReportMetric(float64(db1.ConnsOpened-db0.ConnsOpened), "sqlite-conns")
+}
+
 func BenchmarkRunCodeInProcess(b *testing.B) {
 	t := testBed(b)
 	args := runArgs("")
-	benchbed.Loop(b, func() error { return t.InProcess(context.Background(), args) })
+	loopDB(b, t, func() error { return t.InProcess(context.Background(), args) })
 }
 
 func BenchmarkRunCodeREST(b *testing.B) {
 	t := testBed(b)
 	args := runArgs("")
-	benchbed.Loop(b, func() error { return t.REST(context.Background(), "run_code", args) })
+	loopDB(b, t, func() error { return t.REST(context.Background(), "run_code", args) })
 }
 
 func BenchmarkRunCodeMCP(b *testing.B) {
@@ -92,6 +104,7 @@ func BenchmarkRunCodeREST16(b *testing.B) {
 		}
 		bodies = append(bodies, body)
 	}
+	db0 := t.App.Store.Stats()
 	b.ResetTimer()
 	l := hammer("rest16", clients, b.N, func(c int) error { return t.REST(context.Background(), "run_code", bodies[c]) })
 	b.StopTimer()
@@ -102,4 +115,8 @@ func BenchmarkRunCodeREST16(b *testing.B) {
 	b.ReportMetric(float64(l.lat.q(0.5).Nanoseconds())/1e3, "p50-µs")
 	b.ReportMetric(float64(l.lat.q(0.99).Nanoseconds())/1e3, "p99-µs")
 	b.ReportMetric(float64(l.errs), "errors")
+	db1 := t.App.Store.Stats()
+	b.ReportMetric(float64(db1.Statements-db0.Statements)/float64(b.N), "sqlite-stmts/op")
+	b.ReportMetric(float64(db1.AuditBatches-db0.AuditBatches)/float64(b.N), "audit-batches/op")
+	b.ReportMetric(float64(db1.ConnsOpened-db0.ConnsOpened), "sqlite-conns")
 }

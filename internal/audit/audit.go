@@ -1,8 +1,8 @@
 // Package audit keeps the audit log: one entry for every capability call
 // through any access path, in the embedded store. Entries are written by
-// one goroutine in batches, so a call never waits on the disk; a query
-// first waits until every call before it is written, so a caller always
-// finds its own earlier calls.
+// one goroutine in batches, so a call never waits on the disk (up to a
+// bound: see Log); a query first waits until every call before it is
+// written, so a caller always finds its own earlier calls.
 package audit
 
 import (
@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -28,20 +29,58 @@ type Options struct {
 	// (default 100000; negative keeps everything).
 	Keep   int64
 	Logger *slog.Logger
+	// MaxPending bounds the entries waiting for the writer (default
+	// DefaultMaxPending). With the batch being written, at most twice
+	// this many entries are held in memory however slow the disk.
+	MaxPending int
+	// Wait is how long a call waits for room when MaxPending entries are
+	// waiting (default DefaultWait). After it, its entry is dropped and
+	// counted: the log then holds a gap entry with the count.
+	Wait time.Duration
 }
 
+// DefaultMaxPending and DefaultWait are the defaults of Options.
+const (
+	DefaultMaxPending = 8192
+	DefaultWait       = time.Second
+)
+
+// linger is how long the writer lets a burst of entries gather before it
+// writes them in one transaction (a query's Flush does not wait for it).
+const linger = 10 * time.Millisecond
+
+// GapCapability and GapOutcome mark the entry that stands for entries
+// lost when the writer fell behind (see Options.Wait).
+const (
+	GapCapability = "audit_gap"
+	GapOutcome    = "lost"
+)
+
 // Log is the audit log. Close it to write what is pending.
+//
+// Entries go to one writer goroutine, so a call does not wait on the disk.
+// When the disk is slow (or the database locked by another process) the
+// entries waiting for it are bounded: at MaxPending a call waits for room
+// (backpressure) up to Wait, then its entry is dropped, counted per tenant
+// and logged, and the writer records a gap entry with the count in that
+// tenant's log as soon as it can write again. Nothing is lost silently.
 type Log struct {
-	st   *store.Store
-	keep int64
-	log  *slog.Logger
+	st      *store.Store
+	keep    int64
+	log     *slog.Logger
+	max     int
+	wait    time.Duration
+	wake    chan struct{} // an entry is pending
+	urgent  chan struct{} // a Flush or Close waits: no lingering
+	done    chan struct{}
+	lostAll atomic.Int64
 
 	mu      sync.Mutex
 	pending []store.AuditEntry
 	flushed []chan struct{} // closed when everything before their request is written
-	wake    chan struct{}
+	room    chan struct{}   // closed (and replaced) when the writer takes the pending entries
+	lost    map[string]int  // per tenant, entries dropped since the last gap entry
 	closed  bool
-	done    chan struct{}
 }
 
 // New starts the audit log over st.
@@ -50,9 +89,17 @@ func New(st *store.Store, o *Options) *Log {
 	if o != nil {
 		opts = *o
 	}
-	l := &Log{st: st, keep: opts.Keep, log: opts.Logger, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	l := &Log{st: st, keep: opts.Keep, log: opts.Logger, max: opts.MaxPending, wait: opts.Wait,
+		wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1), done: make(chan struct{}),
+		room: make(chan struct{}), lost: map[string]int{}}
 	if l.keep == 0 {
 		l.keep = 100000
+	}
+	if l.max <= 0 {
+		l.max = DefaultMaxPending
+	}
+	if l.wait <= 0 {
+		l.wait = DefaultWait
 	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
@@ -60,6 +107,10 @@ func New(st *store.Store, o *Options) *Log {
 	go l.writer()
 	return l
 }
+
+// Lost returns how many entries were dropped because the writer fell
+// behind, since the Log started (each is also counted in a gap entry).
+func (l *Log) Lost() int64 { return l.lostAll.Load() }
 
 // Observe is the controller observer that records each call.
 func (l *Log) Observe(_ context.Context, r *controller.Record) {
@@ -70,19 +121,54 @@ func (l *Log) Observe(_ context.Context, r *controller.Record) {
 	if r.Err != nil {
 		e.Message = bounded(r.Err.Message, 512)
 	}
+	l.add(e)
+}
+
+// add queues e, waiting up to l.wait for room when l.max entries wait.
+func (l *Log) add(e store.AuditEntry) {
+	var (
+		timer   *time.Timer
+		expired bool
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	l.mu.Lock()
+	for !l.closed && len(l.pending) >= l.max {
+		if expired {
+			l.lost[e.Tenant]++
+			l.mu.Unlock()
+			if n := l.lostAll.Add(1); n == 1 || n%1000 == 0 {
+				l.log.Error("audit log: entries lost, the writer is behind (disk slow or database locked)", "lost_total", n, "pending", l.max)
+			}
+			return
+		}
+		if timer == nil {
+			timer = time.NewTimer(l.wait)
+		}
+		room := l.room
+		l.mu.Unlock()
+		select {
+		case <-room:
+		case <-timer.C:
+			expired = true
+		}
+		l.mu.Lock()
+	}
 	if l.closed {
 		l.mu.Unlock()
 		return
 	}
 	l.pending = append(l.pending, e)
 	l.mu.Unlock()
-	l.poke()
+	poke(l.wake)
 }
 
-func (l *Log) poke() {
+func poke(ch chan struct{}) {
 	select {
-	case l.wake <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
@@ -97,7 +183,7 @@ func (l *Log) Flush(ctx context.Context) error {
 	}
 	l.flushed = append(l.flushed, ch)
 	l.mu.Unlock()
-	l.poke()
+	poke(l.urgent)
 	select {
 	case <-ch:
 		return nil
@@ -114,30 +200,50 @@ func (l *Log) Close() {
 		return
 	}
 	l.closed = true
+	close(l.room) // callers waiting for room give up their wait
+	l.room = make(chan struct{})
 	l.mu.Unlock()
-	l.poke()
+	poke(l.urgent)
 	<-l.done
 }
 
 func (l *Log) writer() {
 	defer close(l.done)
-	for range l.wake {
+	for {
+		select {
+		case <-l.wake:
+			// Let a burst gather into one transaction, unless someone waits.
+			t := time.NewTimer(linger)
+			select {
+			case <-t.C:
+			case <-l.urgent:
+			}
+			t.Stop()
+		case <-l.urgent:
+		}
 		for {
 			l.mu.Lock()
 			batch, waiters, closed := l.pending, l.flushed, l.closed
 			l.pending, l.flushed = nil, nil
-			l.mu.Unlock()
-			if len(batch) > 0 {
-				if err := l.st.AppendAudit(context.Background(), batch, l.keep); err != nil {
-					l.log.Error("audit log: entries lost", "entries", len(batch), "err", err)
-				}
+			close(l.room) // room again for callers waiting at the cap
+			l.room = make(chan struct{})
+			for tenant, n := range l.lost {
+				batch = append(batch, store.AuditEntry{At: time.Now(), Tenant: tenant, Path: "audit",
+					Capability: GapCapability, Outcome: GapOutcome,
+					Message: fmt.Sprintf("%d audit entries of this tenant were lost here: the audit writer fell behind (disk slow or database locked) and the calls could not wait longer", n)})
 			}
+			clear(l.lost)
+			l.mu.Unlock()
+			written := len(batch) == 0 || l.write(batch)
 			for _, ch := range waiters {
 				close(ch)
 			}
 			if closed {
+				if !written {
+					return // closing, and the store refuses: what is lost was logged
+				}
 				l.mu.Lock()
-				rest := len(l.pending) + len(l.flushed)
+				rest := len(l.pending) + len(l.flushed) + len(l.lost)
 				l.mu.Unlock()
 				if rest == 0 {
 					return
@@ -149,6 +255,40 @@ func (l *Log) writer() {
 			}
 		}
 	}
+}
+
+// write stores batch, trying again a few times when the store fails
+// (SQLite gives up on a lock after its busy timeout); entries it cannot
+// write are counted as lost, so that a gap entry records them.
+func (l *Log) write(batch []store.AuditEntry) bool {
+	var err error
+	for attempt := range 3 {
+		if attempt > 0 {
+			time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
+		}
+		if err = l.st.AppendAudit(context.Background(), batch, l.keep); err == nil {
+			return true
+		}
+	}
+	l.log.Error("audit log: entries lost", "entries", len(batch), "err", err)
+	l.mu.Lock()
+	for _, e := range batch {
+		if e.Capability != GapCapability {
+			l.lost[e.Tenant]++
+			l.lostAll.Add(1)
+		} else {
+			l.lost[e.Tenant] += gapCount(e.Message)
+		}
+	}
+	l.mu.Unlock()
+	return false
+}
+
+// gapCount reads the count back from a gap entry's message.
+func gapCount(msg string) int {
+	var n int
+	_, _ = fmt.Sscanf(msg, "%d ", &n) // the message is ours: it starts with the count
+	return n
 }
 
 // Entry is one audit entry as callers see it.

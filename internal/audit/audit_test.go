@@ -2,7 +2,9 @@ package audit
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -138,5 +140,137 @@ func TestKeepBoundsTheLog(t *testing.T) {
 	got, _ := l.Entries(ctx, Query{Limit: 1000})
 	if len(got) != 30 || got[len(got)-1].Seq != 100 {
 		t.Fatalf("%d entries, last %+v", len(got), got[len(got)-1])
+	}
+}
+
+// holdWriteLock takes SQLite's write lock on file from a connection of its
+// own (another process would do the same): the audit writer's
+// transactions wait behind it, as behind a disk that does not keep up.
+// The returned func releases it.
+func holdWriteLock(t *testing.T, file string) func() {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+file+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	released := false
+	release := func() {
+		if released {
+			return
+		}
+		released = true
+		if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+			t.Error(err)
+		}
+		conn.Close()
+		db.Close()
+	}
+	t.Cleanup(release)
+	return release
+}
+
+func (l *Log) pendingLen() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.pending)
+}
+
+// TestPendingBoundedUnderAHeldWriteLock: with the database's write lock
+// held elsewhere, the entries waiting never exceed MaxPending; calls past
+// the bound wait, then their entries are dropped and counted; once the
+// lock goes, the log holds what was kept and a gap entry with the count,
+// and kept + lost is every call.
+func TestPendingBoundedUnderAHeldWriteLock(t *testing.T) {
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "quro.db")
+	st, err := store.Open(ctx, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const max, calls = 4, 30
+	l := New(st, &Options{MaxPending: max, Wait: time.Millisecond})
+	defer l.Close()
+	release := holdWriteLock(t, file)
+	for i := range calls {
+		l.Observe(ctx, &controller.Record{Caller: controller.Caller{Tenant: "acme"}, Capability: "run_code",
+			Args: json.RawMessage(fmt.Sprintf(`{"code":"print(%d)"}`, i)), Outcome: "ok", Start: time.Now()})
+		if n := l.pendingLen(); n > max {
+			t.Fatalf("%d entries pending after call %d, bound %d", n, i, max)
+		}
+	}
+	// At most one batch (≤ max) is in the writer's hands, ≤ max wait.
+	lost := l.Lost()
+	if lost < calls-2*max {
+		t.Fatalf("%d lost of %d calls with at most %d held", lost, calls, 2*max)
+	}
+	release()
+	got, err := l.Entries(ctx, Query{Tenant: "acme", Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One gap entry per batch that followed losses (the first calls past
+	// the bound may be dropped while the writer still lingers before its
+	// first batch): their counts add up to Lost.
+	kept, gapped := 0, 0
+	for _, e := range got {
+		switch e.Capability {
+		case "run_code":
+			kept++
+		case GapCapability:
+			n := gapCount(e.Message)
+			if e.Outcome != GapOutcome || n <= 0 || !strings.HasPrefix(e.Message, fmt.Sprintf("%d audit entries", n)) {
+				t.Errorf("gap entry %+v", e)
+			}
+			gapped += n
+		}
+	}
+	if int64(gapped) != lost || int64(kept)+lost != calls {
+		t.Fatalf("%d kept + %d lost (%d in gap entries) != %d calls: %+v", kept, lost, gapped, calls, got)
+	}
+}
+
+// TestFullLogWaitsForRoom: a call at the bound waits for the writer (back
+// pressure) and loses nothing when the writer catches up within Wait.
+func TestFullLogWaitsForRoom(t *testing.T) {
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "quro.db")
+	st, err := store.Open(ctx, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const max = 2
+	l := New(st, &Options{MaxPending: max, Wait: time.Hour})
+	defer l.Close()
+	release := holdWriteLock(t, file)
+	rec := func() *controller.Record {
+		return &controller.Record{Caller: controller.Caller{Tenant: "acme"}, Capability: "ping", Outcome: "ok", Start: time.Now()}
+	}
+	// Fill: the writer takes a batch and blocks on the lock; then the
+	// pending entries reach the bound.
+	for l.pendingLen() < max {
+		l.Observe(ctx, rec())
+	}
+	done := make(chan struct{})
+	go func() {
+		l.Observe(ctx, rec()) // blocks: no room until the lock goes
+		close(done)
+	}()
+	release()
+	<-done
+	if err := l.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l.Lost() != 0 {
+		t.Fatalf("%d lost", l.Lost())
 	}
 }

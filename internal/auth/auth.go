@@ -46,8 +46,9 @@ const prefix = "quro_"
 type Tokens struct {
 	st *store.Store
 
-	mu      sync.Mutex
-	touched map[string]time.Time // last recorded use, to write at most once a minute
+	mu       sync.Mutex
+	touched  map[string]time.Time // last recorded use, to write at most once a minute
+	touching sync.WaitGroup       // last-use writes under way
 }
 
 // New returns the tokens kept in st.
@@ -137,6 +138,7 @@ func (t *Tokens) Create(ctx context.Context, tenant string, scopes []string, lab
 
 // List returns every token, revoked ones included, without secrets.
 func (t *Tokens) List(ctx context.Context) ([]Info, error) {
+	t.touching.Wait() // a use recorded before the list shows in it
 	rows, err := t.st.Tokens(ctx)
 	if err != nil {
 		return nil, err
@@ -170,6 +172,8 @@ func (t *Tokens) Verify(ctx context.Context, token string) (controller.Caller, e
 	if !strings.HasPrefix(token, prefix) || !ok || id == "" || sec == "" {
 		return controller.Caller{}, capability.Errorf(capability.Unauthenticated, "malformed token: Quro tokens look like quro_<id>_<secret>")
 	}
+	// From the store's cache on a warm server: no SQLite, and a revoke
+	// by any process sharing the data directory is seen by the next call.
 	row, err := t.st.TokenByID(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return controller.Caller{}, capability.Errorf(capability.Unauthenticated, "unknown token")
@@ -246,7 +250,9 @@ func (t *Tokens) touch(ctx context.Context, id string) {
 	}
 	t.mu.Unlock()
 	if !fresh {
-		_ = t.st.TouchToken(context.WithoutCancel(ctx), id, now) // last-used is a hint: the call it times goes on
+		// Off the request path: last-used is a hint, at most one write a
+		// minute per token, and the call it times goes on without it.
+		t.touching.Go(func() { _ = t.st.TouchToken(context.WithoutCancel(ctx), id, now) })
 	}
 }
 

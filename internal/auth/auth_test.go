@@ -3,8 +3,10 @@ package auth
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -150,4 +152,80 @@ func TestHTTPReadsBearer(t *testing.T) {
 	r.Header.Set("Authorization", "Basic "+iss.Token)
 	_, err = tk.HTTP()(r)
 	wantUnauthenticated(t, err, "no token")
+}
+
+// TestRevokeByAnotherStoreRefusedAtOnce: the server's Tokens (warm, its
+// token cached) and a second Store on the same file, as `quro token
+// revoke` opens it: the request after the revoke is refused.
+func TestRevokeByAnotherStoreRefusedAtOnce(t *testing.T) {
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "quro.db")
+	st1, err := store.Open(ctx, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st1.Close()
+	server := New(st1)
+	iss, err := server.Create(ctx, "acme", []string{"exec"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := server.Verify(ctx, iss.Token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st2, err := store.Open(ctx, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	if err := New(st2).Revoke(ctx, iss.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = server.Verify(ctx, iss.Token)
+	wantUnauthenticated(t, err, "was revoked")
+}
+
+// TestRevokeByAnotherProcessRefusedAtOnce: the same with a real second
+// process (this test binary re-executed) revoking through Tokens.Revoke.
+func TestRevokeByAnotherProcessRefusedAtOnce(t *testing.T) {
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "quro.db")
+	st, err := store.Open(ctx, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	server := New(st)
+	iss, err := server.Create(ctx, "acme", []string{"exec"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := server.Verify(ctx, iss.Token); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "QURO_AUTH_TEST_REVOKE="+file, "QURO_AUTH_TEST_REVOKE_ID="+iss.ID)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("revoking process: %v: %s", err, out)
+	}
+	_, err = server.Verify(ctx, iss.Token)
+	wantUnauthenticated(t, err, "was revoked")
+}
+
+func TestMain(m *testing.M) {
+	if file := os.Getenv("QURO_AUTH_TEST_REVOKE"); file != "" {
+		st, err := store.Open(context.Background(), file)
+		if err == nil {
+			err = New(st).Revoke(context.Background(), os.Getenv("QURO_AUTH_TEST_REVOKE_ID"))
+			st.Close()
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "revoking process:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
 }

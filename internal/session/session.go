@@ -15,6 +15,11 @@
 // session (its box, shells, Python worker) is not held here but by the
 // sandbox, terminal and engine packages, keyed by the session's id.
 //
+// Lookups by id or name, the default session and IsDefault are served by
+// the store from memory on a warm server (no SQLite); a session created,
+// destroyed or changed by any quro process sharing the data directory is
+// seen by the next lookup (see store's cache.go).
+//
 // A Manager is safe for concurrent use.
 package session
 
@@ -415,7 +420,9 @@ func (m *Manager) Exists(ctx context.Context, id string) bool {
 
 // touchEvery is how stale a session's recorded last use may get: a
 // session used again within it is not written to the database again (a
-// write per run would cost a warm run most of its time).
+// write per run would cost a warm run most of its time). The store's
+// cached row takes the new time when it is written, so the next lookup's
+// LastUsedAt (which this throttle and the idle auto-pause read) is current.
 const touchEvery = time.Second
 
 // Touch records that s was used now (to within touchEvery) and makes sure

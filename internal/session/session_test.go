@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/quro-dev/quro/internal/store"
 )
@@ -134,5 +135,92 @@ func TestConfinedToOneSession(t *testing.T) {
 	// Another tenant's id stays unknown even when confined to it.
 	if _, err := m.Get(WithOnly(WithTenant(context.Background(), "evil"), mine.ID), ""); !errors.Is(err, ErrNotFound) {
 		t.Errorf("confined to another tenant's session: %v", err)
+	}
+}
+
+// TestAnotherProcessesChangesSeenAtOnce: two Managers on one data
+// directory, each with its own Store (two quro processes): a session
+// destroyed, created or made the default by one is what the other finds
+// next, though it had the old rows in its cache.
+func TestAnotherProcessesChangesSeenAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	ctx := WithTenant(context.Background(), "acme")
+	m1, m2 := manager(t, dir), manager(t, dir)
+	old, err := m1.Create(ctx, "work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // cached by name, by id, and the default
+		if s, err := m1.Get(ctx, "work"); err != nil || s.ID != old.ID {
+			t.Fatalf("%+v %v", s, err)
+		}
+		if _, err := m1.Get(ctx, old.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	def, err := m1.Default(ctx)
+	if err != nil || !m1.IsDefault(ctx, def) || m1.IsDefault(ctx, old) {
+		t.Fatalf("default %+v %v", def, err)
+	}
+
+	if err := m2.Delete(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := m1.Get(ctx, "work"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("destroyed by another process, still found by name: %+v %v", s, err)
+	}
+	if s, err := m1.Get(ctx, old.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("destroyed by another process, still found by id: %+v %v", s, err)
+	}
+	fresh, err := m2.Create(ctx, "work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := m1.Get(ctx, "work"); err != nil || s.ID != fresh.ID {
+		t.Fatalf("made by another process: %+v %v", s, err)
+	}
+	if err := m2.SetDefault(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := m1.Get(ctx, ""); err != nil || s.ID != fresh.ID || !m1.IsDefault(ctx, fresh) || m1.IsDefault(ctx, def) {
+		t.Fatalf("default set by another process: %+v %v", s, err)
+	}
+	if _, err := m1.Get(ctx, old.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatal("the destroyed session came back")
+	}
+}
+
+// TestTouchWritesAtMostOncePerInterval: a session used again and again is
+// written to the store once per touchEvery, not per call, and the warm
+// lookups that precede each use read no SQLite.
+func TestTouchWritesAtMostOncePerInterval(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	m := manager(t, dir)
+	s, err := m.Create(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.LastUsedAt = time.Time{} // due
+	if err := m.Touch(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	before := m.store.Stats().Statements
+	start := time.Now()
+	calls := 0
+	for time.Since(start) < touchEvery/2 && calls < 200 {
+		got, err := m.Get(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Touch(ctx, got); err != nil {
+			t.Fatal(err)
+		}
+		calls++
+	}
+	// Within half an interval at most one write falls due (the cache's
+	// own refill every second is a read or two).
+	if n := m.store.Stats().Statements - before; n > 4 {
+		t.Fatalf("%d statements for %d warm uses", n, calls)
 	}
 }

@@ -25,11 +25,12 @@ type AuditEntry struct {
 func (s *Store) AppendAudit(ctx context.Context, entries []AuditEntry, keep int64) error {
 	// Both statements are prepared once per Store (a batch is usually one
 	// call's entry, and parsing them was most of the batch's work).
-	ins, err := s.stmt(ctx, "INSERT INTO audit (at, tenant, token_id, path, capability, args, outcome, message, duration_us) VALUES (?,?,?,?,?,?,?,?,?)")
+	s.audits.Add(1)
+	ins, err := s.prepare(ctx, "INSERT INTO audit (at, tenant, token_id, path, capability, args, outcome, message, duration_us) VALUES (?,?,?,?,?,?,?,?,?)")
 	if err != nil {
 		return err
 	}
-	trim, err := s.stmt(ctx, "DELETE FROM audit WHERE seq <= (SELECT max(seq) FROM audit) - ?")
+	trim, err := s.prepare(ctx, "DELETE FROM audit WHERE seq <= (SELECT max(seq) FROM audit) - ?")
 	if err != nil {
 		return err
 	}
@@ -84,7 +85,7 @@ func (s *Store) Audit(ctx context.Context, f AuditFilter) ([]AuditEntry, error) 
 	}
 	q.WriteString(" ORDER BY seq DESC LIMIT ?")
 	args = append(args, f.Limit)
-	rows, err := s.db.QueryContext(ctx, q.String(), args...)
+	rows, err := s.query(ctx, q.String(), args...)
 	if err != nil {
 		return nil, err
 	}

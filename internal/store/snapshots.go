@@ -127,24 +127,24 @@ func (s *Store) FinishSnapshot(ctx context.Context, id string, size int64, files
 
 // SnapshotUsage is how many snapshots tenant holds and their bytes.
 func (s *Store) SnapshotUsage(ctx context.Context, tenant string) (n int, bytes int64, err error) {
-	err = s.db.QueryRowContext(ctx, "SELECT count(*), coalesce(sum(size), 0) FROM snapshots WHERE tenant = ?", tenant).Scan(&n, &bytes)
+	err = s.queryRow(ctx, "SELECT count(*), coalesce(sum(size), 0) FROM snapshots WHERE tenant = ?", tenant).Scan(&n, &bytes)
 	return n, bytes, err
 }
 
 // SnapshotByID returns the snapshot with id, whatever its tenant: the
 // caller checks the tenant.
 func (s *Store) SnapshotByID(ctx context.Context, id string) (*Snapshot, error) {
-	return scanSnapshot(s.db.QueryRowContext(ctx, "SELECT "+snapshotCols+" FROM snapshots WHERE id = ?", id))
+	return scanSnapshot(s.queryRow(ctx, "SELECT "+snapshotCols+" FROM snapshots WHERE id = ?", id))
 }
 
 // SnapshotByName returns tenant's snapshot called name.
 func (s *Store) SnapshotByName(ctx context.Context, tenant, name string) (*Snapshot, error) {
-	return scanSnapshot(s.db.QueryRowContext(ctx, "SELECT "+snapshotCols+" FROM snapshots WHERE tenant = ? AND name = ?", tenant, name))
+	return scanSnapshot(s.queryRow(ctx, "SELECT "+snapshotCols+" FROM snapshots WHERE tenant = ? AND name = ?", tenant, name))
 }
 
 // Snapshots lists tenant's snapshots, oldest first.
 func (s *Store) Snapshots(ctx context.Context, tenant string) ([]*Snapshot, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT "+snapshotCols+" FROM snapshots WHERE tenant = ? ORDER BY created_at, name", tenant)
+	rows, err := s.query(ctx, "SELECT "+snapshotCols+" FROM snapshots WHERE tenant = ? ORDER BY created_at, name", tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +163,7 @@ func (s *Store) Snapshots(ctx context.Context, tenant string) ([]*Snapshot, erro
 // AllSnapshotIDs lists the ids of every tenant's snapshots (for the
 // service's own housekeeping).
 func (s *Store) AllSnapshotIDs(ctx context.Context) (map[string]bool, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT id FROM snapshots")
+	rows, err := s.query(ctx, "SELECT id FROM snapshots")
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +182,7 @@ func (s *Store) AllSnapshotIDs(ctx context.Context) (map[string]bool, error) {
 // DeleteSnapshot removes the snapshot row of tenant with id. Another
 // tenant's snapshot is ErrNotFound, as a missing one.
 func (s *Store) DeleteSnapshot(ctx context.Context, tenant, id string) error {
-	res, err := s.db.ExecContext(ctx, "DELETE FROM snapshots WHERE id = ? AND tenant = ?", id, tenant)
+	res, err := s.exec(ctx, "DELETE FROM snapshots WHERE id = ? AND tenant = ?", id, tenant)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -23,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,29 +42,97 @@ var ErrExists = errors.New("already exists")
 
 // Store is the embedded database.
 type Store struct {
-	db *sql.DB
+	db    *sql.DB
+	cache *cache // nil when the generation file could not be mapped: every read goes to SQLite
 
-	stmtMu sync.Mutex
-	stmts  map[string]*sql.Stmt // prepared once: the queries of every run_code
+	conns  atomic.Int64 // SQLite connections opened
+	stmts  atomic.Int64 // statements and transactions run, audit batches aside
+	audits atomic.Int64 // audit batches written
+
+	stmtMu   sync.Mutex
+	prepared map[string]*sql.Stmt // prepared once: the queries of every run_code
 }
+
+// Stats counts the Store's work since it was opened.
+type Stats struct {
+	ConnsOpened  int64 // SQLite connections opened (each applies the pragmas and parses the schema)
+	Statements   int64 // statements and transactions run on SQLite, audit batches aside
+	AuditBatches int64 // audit batches written (one transaction each, off the request path)
+}
+
+// Stats returns the counts so far.
+func (s *Store) Stats() Stats {
+	return Stats{ConnsOpened: s.conns.Load(), Statements: s.stmts.Load(), AuditBatches: s.audits.Load()}
+}
+
+// bump tells every process sharing the file that sessions, tokens or
+// settings changed (see cache.go): called after the change is committed,
+// whatever the outcome (an extra bump only costs a cache refill).
+func (s *Store) bump() {
+	if s.cache != nil {
+		s.cache.gen.bump()
+	}
+}
+
+func (s *Store) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	s.stmts.Add(1)
+	return s.db.ExecContext(ctx, q, args...)
+}
+
+func (s *Store) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	s.stmts.Add(1)
+	return s.db.QueryContext(ctx, q, args...)
+}
+
+func (s *Store) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	s.stmts.Add(1)
+	return s.db.QueryRowContext(ctx, q, args...)
+}
+
+// connector opens SQLite connections through the registered driver,
+// counting them.
+type connector struct {
+	drv driver.Driver
+	dsn string
+	n   *atomic.Int64
+}
+
+func (c connector) Connect(context.Context) (driver.Conn, error) {
+	c.n.Add(1)
+	return c.drv.Open(c.dsn)
+}
+
+func (c connector) Driver() driver.Driver { return c.drv }
+
+// maxIdleConns is how many SQLite connections the pool keeps open between
+// uses. database/sql's default of 2 made a busy server open (pragmas and
+// schema parse included) a new connection every few requests; connections
+// are never retired for age or idleness either.
+const maxIdleConns = 16
 
 // stmt returns q prepared (once per Store; database/sql re-prepares it on
 // each connection as needed). Preparing costs SQLite a parse that is most
 // of a small query's time.
 func (s *Store) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	s.stmts.Add(1) // each caller runs it once
+	return s.prepare(ctx, q)
+}
+
+// prepare is stmt without the count.
+func (s *Store) prepare(ctx context.Context, q string) (*sql.Stmt, error) {
 	s.stmtMu.Lock()
 	defer s.stmtMu.Unlock()
-	if st := s.stmts[q]; st != nil {
+	if st := s.prepared[q]; st != nil {
 		return st, nil
 	}
 	st, err := s.db.PrepareContext(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	if s.stmts == nil {
-		s.stmts = map[string]*sql.Stmt{}
+	if s.prepared == nil {
+		s.prepared = map[string]*sql.Stmt{}
 	}
-	s.stmts[q] = st
+	s.prepared[q] = st
 	return st, nil
 }
 
@@ -77,11 +147,25 @@ func Open(ctx context.Context, file string) (*Store, error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	dsn := "file:" + file + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-	db, err := sql.Open("sqlite", dsn)
+	// The pragmas are in the DSN: applied once, when a connection opens.
+	reg, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", file, err)
 	}
-	s := &Store{db: db}
+	drv := reg.Driver()
+	reg.Close()
+	s := &Store{}
+	db := sql.OpenDB(connector{drv: drv, dsn: dsn, n: &s.conns})
+	db.SetMaxIdleConns(maxIdleConns)
+	db.SetConnMaxIdleTime(0)
+	db.SetConnMaxLifetime(0)
+	s.db = db
+	if gen, err := openGeneration(file + "-gen"); err == nil {
+		s.cache = &cache{gen: gen}
+	} else {
+		// Correct without it, only slower: every read queries SQLite.
+		fmt.Fprintf(os.Stderr, "store: %s: no cache: %v\n", file, err)
+	}
 	// Opening is serialised across processes: switching a new file to WAL
 	// and migrating it can meet SQLITE_BUSY without the busy handler being
 	// asked when two quro processes (or goroutines) open it at once.
@@ -99,6 +183,7 @@ func Open(ctx context.Context, file string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: %s: %w", file, err)
 	}
+	s.bump() // a migration may have changed rows other processes cached
 	return s, nil
 }
 
@@ -110,7 +195,7 @@ func privateFiles(file string) error {
 		return err
 	}
 	f.Close()
-	for _, p := range []string{file, file + "-wal", file + "-shm", file + "-journal"} {
+	for _, p := range []string{file, file + "-wal", file + "-shm", file + "-journal", file + "-gen"} {
 		if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
@@ -140,10 +225,10 @@ func lockFile(path string) (func(), error) {
 // Close closes the database.
 func (s *Store) Close() error {
 	s.stmtMu.Lock()
-	for _, st := range s.stmts {
+	for _, st := range s.prepared {
 		st.Close()
 	}
-	s.stmts = nil
+	s.prepared = nil
 	s.stmtMu.Unlock()
 	return s.db.Close()
 }
@@ -201,7 +286,7 @@ func (s *Store) applyMigration(ctx context.Context, version int, body string) er
 // SchemaVersion reports the applied schema version.
 func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 	var v int
-	err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
+	err := s.queryRow(ctx, "PRAGMA user_version").Scan(&v)
 	return v, err
 }
 
@@ -258,6 +343,7 @@ func (s *Store) CreateSession(ctx context.Context, sess *Session) error {
 	// A uid taken between the check and the insert cannot happen inside the
 	// (immediate) transaction, but the UNIQUE constraint is the last word:
 	// on a uid conflict the allocation is tried again.
+	defer s.bump() // a cached name lookup that missed must now find it
 	for range 3 {
 		err = s.inTx(ctx, func(tx *sql.Tx) error {
 			uid, err := allocUID(ctx, tx)
@@ -284,6 +370,7 @@ func (s *Store) CreateSession(ctx context.Context, sess *Session) error {
 
 // inTx runs f in a transaction, committed when f returns nil.
 func (s *Store) inTx(ctx context.Context, f func(*sql.Tx) error) error {
+	s.stmts.Add(1)
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -296,26 +383,50 @@ func (s *Store) inTx(ctx context.Context, f func(*sql.Tx) error) error {
 }
 
 // SessionByID returns the session with id.
+// From memory when cached (see cache.go).
 func (s *Store) SessionByID(ctx context.Context, id string) (*Session, error) {
+	var epoch uint64
+	if s.cache != nil {
+		var hit *Session
+		if hit, epoch = s.cache.sessionByID(id); hit != nil {
+			return hit, nil
+		}
+	}
 	st, err := s.stmt(ctx, "SELECT "+sessionCols+" FROM sessions WHERE id = ?")
 	if err != nil {
 		return nil, err
 	}
-	return scanSession(st.QueryRowContext(ctx, id))
+	row, err := scanSession(st.QueryRowContext(ctx, id))
+	if err == nil && s.cache != nil {
+		s.cache.putSession(epoch, row)
+	}
+	return row, err
 }
 
 // SessionByName returns tenant's session called name.
+// From memory when cached (see cache.go).
 func (s *Store) SessionByName(ctx context.Context, tenant, name string) (*Session, error) {
+	var epoch uint64
+	if s.cache != nil {
+		var hit *Session
+		if hit, epoch = s.cache.sessionByName(tenant, name); hit != nil {
+			return hit, nil
+		}
+	}
 	st, err := s.stmt(ctx, "SELECT "+sessionCols+" FROM sessions WHERE tenant = ? AND name = ?")
 	if err != nil {
 		return nil, err
 	}
-	return scanSession(st.QueryRowContext(ctx, tenant, name))
+	row, err := scanSession(st.QueryRowContext(ctx, tenant, name))
+	if err == nil && s.cache != nil {
+		s.cache.putSession(epoch, row)
+	}
+	return row, err
 }
 
 // Sessions lists tenant's sessions, oldest first.
 func (s *Store) Sessions(ctx context.Context, tenant string) ([]*Session, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT "+sessionCols+" FROM sessions WHERE tenant = ? ORDER BY created_at, name", tenant)
+	rows, err := s.query(ctx, "SELECT "+sessionCols+" FROM sessions WHERE tenant = ? ORDER BY created_at, name", tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -334,20 +445,20 @@ func (s *Store) Sessions(ctx context.Context, tenant string) ([]*Session, error)
 // CountSessions returns the number of tenant's sessions.
 func (s *Store) CountSessions(ctx context.Context, tenant string) (int, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM sessions WHERE tenant = ?", tenant).Scan(&n)
+	err := s.queryRow(ctx, "SELECT count(*) FROM sessions WHERE tenant = ?", tenant).Scan(&n)
 	return n, err
 }
 
 // CountAllSessions returns the number of sessions of every tenant.
 func (s *Store) CountAllSessions(ctx context.Context) (int, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM sessions").Scan(&n)
+	err := s.queryRow(ctx, "SELECT count(*) FROM sessions").Scan(&n)
 	return n, err
 }
 
 // AllSessionIDs lists the ids of every tenant's sessions.
 func (s *Store) AllSessionIDs(ctx context.Context) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT id FROM sessions")
+	rows, err := s.query(ctx, "SELECT id FROM sessions")
 	if err != nil {
 		return nil, err
 	}
@@ -376,6 +487,9 @@ func (s *Store) TouchSession(ctx context.Context, id string, at time.Time) error
 	if n, _ := res.RowsAffected(); n == 0 {
 		return ErrNotFound
 	}
+	if s.cache != nil {
+		s.cache.touched(id, at) // no bump: nothing is found by its last use
+	}
 	return nil
 }
 
@@ -384,6 +498,7 @@ func (s *Store) TouchSession(ctx context.Context, id string, at time.Time) error
 // ReleaseUID says every process and file of this one is gone. It returns
 // the uid (0 for a row that had none).
 func (s *Store) DeleteSession(ctx context.Context, id string) (uid int, err error) {
+	defer s.bump()
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		var u sql.NullInt64
 		if err := tx.QueryRowContext(ctx, "SELECT uid FROM sessions WHERE id = ?", id).Scan(&u); err != nil {
@@ -409,7 +524,21 @@ func (s *Store) DeleteSession(ctx context.Context, id string) (uid int, err erro
 }
 
 // Setting returns a setting, or ErrNotFound.
+// From memory when cached (see cache.go), an absent one too.
 func (s *Store) Setting(ctx context.Context, key string) (string, error) {
+	var epoch uint64
+	if s.cache != nil {
+		var (
+			hit settingVal
+			ok  bool
+		)
+		if hit, ok, epoch = s.cache.setting(key); ok {
+			if !hit.found {
+				return "", ErrNotFound
+			}
+			return hit.v, nil
+		}
+	}
 	var v string
 	st, err := s.stmt(ctx, "SELECT value FROM settings WHERE key = ?")
 	if err != nil {
@@ -417,19 +546,35 @@ func (s *Store) Setting(ctx context.Context, key string) (string, error) {
 	}
 	err = st.QueryRowContext(ctx, key).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
+		if s.cache != nil {
+			s.cache.putSetting(epoch, key, settingVal{})
+		}
 		return "", ErrNotFound
+	}
+	if err == nil && s.cache != nil {
+		s.cache.putSetting(epoch, key, settingVal{v: v, found: true})
 	}
 	return v, err
 }
 
 // SetSetting stores a setting.
 func (s *Store) SetSetting(ctx context.Context, key, value string) error {
-	_, err := s.db.ExecContext(ctx, "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value)
+	defer s.bump()
+	_, err := s.exec(ctx, "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value)
 	return err
 }
 
 // SetSessionCwd records the session shell's working directory.
+//
+// A terminal reports its directory after every command, mostly unchanged:
+// when the cached row (current, see cache.go) already has cwd, nothing is
+// written, and the caches of every process stay warm.
 func (s *Store) SetSessionCwd(ctx context.Context, id, cwd string) error {
+	if s.cache != nil {
+		if row, _ := s.cache.sessionByID(id); row != nil && row.Cwd == cwd {
+			return nil
+		}
+	}
 	return s.updateSession(ctx, "UPDATE sessions SET cwd = ? WHERE id = ?", cwd, id)
 }
 
@@ -451,7 +596,8 @@ func (s *Store) SetSessionPolicy(ctx context.Context, id, network, rootfs string
 }
 
 func (s *Store) updateSession(ctx context.Context, q string, args ...any) error {
-	res, err := s.db.ExecContext(ctx, q, args...)
+	defer s.bump()
+	res, err := s.exec(ctx, q, args...)
 	if err != nil {
 		return err
 	}

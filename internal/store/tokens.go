@@ -49,7 +49,8 @@ func scanToken(row interface{ Scan(...any) error }) (*Token, error) {
 
 // CreateToken inserts a token.
 func (s *Store) CreateToken(ctx context.Context, t *Token) error {
-	_, err := s.db.ExecContext(ctx, "INSERT INTO tokens (id, hash, tenant, scopes, label, created_at) VALUES (?,?,?,?,?,?)",
+	defer s.bump()
+	_, err := s.exec(ctx, "INSERT INTO tokens (id, hash, tenant, scopes, label, created_at) VALUES (?,?,?,?,?,?)",
 		t.ID, t.Hash, t.Tenant, strings.Join(t.Scopes, ","), t.Label, t.CreatedAt.UnixMilli())
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
 		return ErrExists
@@ -58,17 +59,30 @@ func (s *Store) CreateToken(ctx context.Context, t *Token) error {
 }
 
 // TokenByID returns the token with id, revoked or not.
+// From memory when cached (see cache.go): a revocation by any process
+// sharing the file is seen by the next call.
 func (s *Store) TokenByID(ctx context.Context, id string) (*Token, error) {
+	var epoch uint64
+	if s.cache != nil {
+		var hit *Token
+		if hit, epoch = s.cache.token(id); hit != nil {
+			return hit, nil
+		}
+	}
 	st, err := s.stmt(ctx, "SELECT "+tokenCols+" FROM tokens WHERE id = ?")
 	if err != nil {
 		return nil, err
 	}
-	return scanToken(st.QueryRowContext(ctx, id))
+	row, err := scanToken(st.QueryRowContext(ctx, id))
+	if err == nil && s.cache != nil {
+		s.cache.putToken(epoch, row)
+	}
+	return row, err
 }
 
 // Tokens lists every token, oldest first.
 func (s *Store) Tokens(ctx context.Context) ([]*Token, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT "+tokenCols+" FROM tokens ORDER BY created_at, id")
+	rows, err := s.query(ctx, "SELECT "+tokenCols+" FROM tokens ORDER BY created_at, id")
 	if err != nil {
 		return nil, err
 	}
@@ -87,14 +101,15 @@ func (s *Store) Tokens(ctx context.Context) ([]*Token, error) {
 // CountLiveTokens returns the number of tokens not revoked.
 func (s *Store) CountLiveTokens(ctx context.Context) (int, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM tokens WHERE revoked_at = 0").Scan(&n)
+	err := s.queryRow(ctx, "SELECT count(*) FROM tokens WHERE revoked_at = 0").Scan(&n)
 	return n, err
 }
 
 // RevokeToken marks the token revoked at at. Revoking twice is an error
 // (ErrNotFound), so a typo in an id is not silently accepted.
 func (s *Store) RevokeToken(ctx context.Context, id string, at time.Time) error {
-	res, err := s.db.ExecContext(ctx, "UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at = 0", at.UnixMilli(), id)
+	defer s.bump() // after the commit: the next Verify anywhere rereads it
+	res, err := s.exec(ctx, "UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at = 0", at.UnixMilli(), id)
 	if err != nil {
 		return err
 	}

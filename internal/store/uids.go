@@ -103,6 +103,7 @@ func allocUID(ctx context.Context, tx *sql.Tx) (int, error) {
 // are recorded in uid_handovers (their directories still belong to the
 // legacy uid, which another session now has) and returned.
 func (s *Store) AssignUIDs(ctx context.Context, legacy func(id string) int) (moved []string, err error) {
+	defer s.bump()
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		moved = nil
 		rows, err := tx.QueryContext(ctx, "SELECT id FROM sessions WHERE uid IS NULL ORDER BY created_at, id")
@@ -156,7 +157,7 @@ type Handover struct {
 
 // Handovers lists the pending handovers.
 func (s *Store) Handovers(ctx context.Context) ([]Handover, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT session_id, old_uid FROM uid_handovers ORDER BY session_id")
+	rows, err := s.query(ctx, "SELECT session_id, old_uid FROM uid_handovers ORDER BY session_id")
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +175,7 @@ func (s *Store) Handovers(ctx context.Context) ([]Handover, error) {
 
 // HandoverDone records that the session's directories belong to its uid.
 func (s *Store) HandoverDone(ctx context.Context, sessionID string) error {
-	_, err := s.db.ExecContext(ctx, "DELETE FROM uid_handovers WHERE session_id = ?", sessionID)
+	_, err := s.exec(ctx, "DELETE FROM uid_handovers WHERE session_id = ?", sessionID)
 	return err
 }
 
@@ -187,7 +188,7 @@ type Retired struct {
 
 // RetiredUIDs lists the reserved uids of destroyed sessions.
 func (s *Store) RetiredUIDs(ctx context.Context) ([]Retired, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT uid, session_id FROM retired_uids ORDER BY uid")
+	rows, err := s.query(ctx, "SELECT uid, session_id FROM retired_uids ORDER BY uid")
 	if err != nil {
 		return nil, err
 	}
@@ -207,6 +208,6 @@ func (s *Store) RetiredUIDs(ctx context.Context) ([]Retired, error) {
 // it only once no process runs under it and the session's files are
 // removed.
 func (s *Store) ReleaseUID(ctx context.Context, uid int) error {
-	_, err := s.db.ExecContext(ctx, "DELETE FROM retired_uids WHERE uid = ?", uid)
+	_, err := s.exec(ctx, "DELETE FROM retired_uids WHERE uid = ?", uid)
 	return err
 }

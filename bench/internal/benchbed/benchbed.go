@@ -26,6 +26,11 @@ import (
 	"github.com/quro-dev/quro/internal/controller"
 )
 
+// Tenant is the tenant of the token Serve issues ("": the local tenant).
+// A tenant of its own keeps a benchmark off the process and memory
+// ceilings of the local tenant, which every quro on the machine shares.
+var Tenant = ""
+
 // Bed is an App served over HTTP on 127.0.0.1.
 type Bed struct {
 	App    *app.App
@@ -54,7 +59,7 @@ func (b *Bed) start(ctx context.Context, withMCP bool) error {
 	if err := a.Python.Warm(ctx); err != nil {
 		return err
 	}
-	iss, err := a.CreateToken(ctx, "bench", "", []string{"exec"}, "bench")
+	iss, err := a.CreateToken(ctx, "bench", Tenant, []string{"exec"}, "bench")
 	if err != nil {
 		return err
 	}
