@@ -164,6 +164,11 @@ func (r *Resolver) Auth(req *http.Request) (controller.Caller, error) {
 	if err != nil {
 		return controller.Caller{}, err
 	}
+	if s.Tenant == session.SpareTenant {
+		// A spare is nobody's until claimed: only the server's own worker
+		// runs in its box, and no caller may act as the spare's tenant.
+		return controller.Caller{}, unauthenticated("this socket's session is a spare no tenant has claimed yet")
+	}
 	if s.UID <= 0 || uid != s.UID {
 		return controller.Caller{}, unauthenticated("the calling process (uid %d) is not of the session whose socket this is", uid)
 	}

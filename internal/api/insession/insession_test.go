@@ -178,6 +178,15 @@ func TestResolverChecksEveryRequest(t *testing.T) {
 			t.Errorf("%s: %d %q", tc.name, code, out)
 		}
 	}
+	// A spare session (nobody's until claimed) answers nobody, not even
+	// its own uid: it would otherwise be a caller of the tenant "-spare".
+	spare, err := m.CreateSpare(context.Background(), "c5", "none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, code := ask(spare.ID, spare.UID, true); code != http.StatusUnauthorized || strings.Contains(out, "session=") {
+		t.Errorf("a spare's own uid on its socket: %d %q", code, out)
+	}
 	if err := m.Delete(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
