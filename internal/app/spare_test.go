@@ -115,6 +115,12 @@ func TestSpareIsClaimedAsTheNewSession(t *testing.T) {
 	if len(list.Sessions) != 1 { // the default session only: a spare is nobody's
 		t.Fatalf("a spare is listed: %+v", list.Sessions)
 	}
+	if n, err := a.Sessions.CountAll(context.Background()); err != nil || n != 1 { // the metric quro_sessions
+		t.Fatalf("a spare is counted: %d %v", n, err)
+	}
+	if g := a.tenantGauges(); g.DisksOK+g.DisksFull+g.DisksNone != 1 {
+		t.Fatalf("a spare's disk is counted: %+v", g)
+	}
 	info := mustCall(t, a, "create_session", CreateSessionInput{Name: "work"}).(*SessionInfo)
 	if info.ID != sp.ID || info.Name != "work" || info.Network != "none" || info.Workspace != sp.Workspace() {
 		t.Fatalf("the spare %s was not claimed: %+v", sp.ID, info)

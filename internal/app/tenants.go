@@ -305,6 +305,9 @@ func (a *App) tenantGauges() metrics.TenantGauges {
 	}
 	seen := map[string]bool{}
 	for _, s := range list {
+		if s.Tenant == session.SpareTenant {
+			continue // nobody's yet: counted once claimed
+		}
 		if u, ok := a.tenants.disks.Usage(s.Dir); !ok {
 			g.DisksNone++
 		} else if u.Full() {

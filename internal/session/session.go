@@ -385,8 +385,16 @@ func (m *Manager) Count(ctx context.Context) (int, error) {
 	return m.store.CountSessions(ctx, TenantFrom(ctx))
 }
 
-// CountAll returns the number of sessions of every tenant.
-func (m *Manager) CountAll(ctx context.Context) (int, error) { return m.store.CountAllSessions(ctx) }
+// CountAll returns the number of sessions of every tenant (spares, which
+// are nobody's yet, are not counted).
+func (m *Manager) CountAll(ctx context.Context) (int, error) {
+	n, err := m.store.CountAllSessions(ctx)
+	if err != nil {
+		return 0, err
+	}
+	spares, err := m.store.CountSessions(ctx, SpareTenant)
+	return n - spares, err
+}
 
 // ByIDAnyTenant finds session id whatever its tenant. It is for access
 // paths that have already authorized the caller through the controller
