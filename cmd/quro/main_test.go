@@ -44,7 +44,7 @@ func (r removingSharedPython) Run() int {
 
 // sharedPython is the embedded Python extracted and byte-compiled once for
 // the test binary. A server on a fresh data directory does that in its
-// start-up probe, tens of CPU seconds each time; startServerIn gives each
+// start-up, seconds of CPU each time; startServerIn gives each
 // data directory a hard-linked copy of this one instead, as the server
 // finds it from its second start on. The extraction itself is tested by
 // internal/engine/python (TestExtraction, TestFirstRunPreparesOnceWithProgress),
