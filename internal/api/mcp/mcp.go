@@ -77,7 +77,8 @@ var LocalCaller = controller.Caller{Path: Path, Scope: capability.ScopeAdmin}
 // as caller (its Path is set to "mcp").
 func NewServer(ctl *controller.Controller, caller controller.Caller, opts *Options) *mcp.Server {
 	caller.Path = Path
-	return newServer(ctl, caller, opts.withDefaults(), "")
+	s, _ := newServer(ctl, caller, opts.withDefaults(), "")
+	return s
 }
 
 // ServeStdio serves one MCP session on r and w (a client's pipes: standard
@@ -103,9 +104,9 @@ type tool struct {
 	opts   Options
 }
 
-// newServer builds the server; a non-empty sessionID is the id of the one
-// HTTP session it will serve.
-func newServer(ctl *controller.Controller, caller controller.Caller, opts Options, sessionID string) *mcp.Server {
+// newServer builds the server and returns its tools by name; a non-empty
+// sessionID is the id of the one HTTP session it will serve.
+func newServer(ctl *controller.Controller, caller controller.Caller, opts Options, sessionID string) (*mcp.Server, map[string]*tool) {
 	var getID func() string
 	if sessionID != "" {
 		getID = func() string { return sessionID }
@@ -116,8 +117,10 @@ func newServer(ctl *controller.Controller, caller controller.Caller, opts Option
 		Instructions: "Quro runs code (run_code: Python, JS/TS, shell; html/svg/json rendered as artifacts) and drives " +
 			"persistent terminals (terminal_exec) in isolated sessions. The help tool is a short guide.",
 	})
+	tools := map[string]*tool{}
 	for _, c := range ctl.Registry().List() {
 		t := &tool{ctl: ctl, name: c.Name, caller: caller, cap: c, opts: opts}
+		tools[c.Name] = t
 		if r, err := c.OutputSchema.Resolve(nil); err == nil {
 			t.output = r
 		} else {
@@ -129,7 +132,7 @@ func newServer(ctl *controller.Controller, caller controller.Caller, opts Option
 			Annotations: annotations(c),
 		}, t.call)
 	}
-	return s
+	return s, tools
 }
 
 // annotations are the hints MCP clients show: read-only capabilities, and
