@@ -47,7 +47,9 @@ func newServedBed(tb testing.TB, opts *quromcp.Options) *servedBed {
 			tb.Fatal(err)
 		}
 	}
-	iss, err := a.CreateToken(ctx, "bench", "", []string{"exec"}, "bench")
+	// A tenant of its own: the local tenant's process ceiling is shared by
+	// every quro on the machine (one cgroup per tenant name).
+	iss, err := a.CreateToken(ctx, "bench", "mcp-bench", []string{"exec"}, "bench")
 	if err != nil {
 		tb.Fatal(err)
 	}

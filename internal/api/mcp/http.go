@@ -83,10 +83,11 @@ const (
 )
 
 type httpHandler struct {
-	ctl  *controller.Controller
-	auth httpauth.Func
-	opts Options
-	sdk  *mcp.StreamableHTTPHandler
+	ctl     *controller.Controller
+	auth    httpauth.Func
+	opts    Options
+	sdk     *mcp.StreamableHTTPHandler
+	schemas schemas // resolved once for every session's server
 
 	mu      sync.Mutex
 	pins    map[string]*pin // by MCP session id: the sessions held (and those being opened)
@@ -208,7 +209,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	} else {
 		p = &pin{id: rand.Text(), caller: caller}
-		p.server, _ = newServer(h.ctl, caller, h.opts, p.id)
+		p.server, _ = newServer(h.ctl, caller, h.opts, p.id, &h.schemas)
 		defer closeAll([]*pin{p})
 	}
 	h.sdk.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), newSessionKey{}, p)))
@@ -349,7 +350,7 @@ func (h *httpHandler) admit(caller controller.Caller) (p *pin, evicted []*pin, e
 		h.forget(e.Value.(*pin))
 	}
 	p = &pin{id: rand.Text(), caller: caller, busy: 1, calls: map[string]context.CancelFunc{}}
-	p.server, p.tools = newServer(h.ctl, caller, h.opts, p.id)
+	p.server, p.tools = newServer(h.ctl, caller, h.opts, p.id, &h.schemas)
 	h.pins[p.id] = p
 	if c = h.callers[caller]; c == nil { // an eviction may have dropped it
 		c = &callerPins{idle: list.New()}
