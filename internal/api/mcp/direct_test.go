@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sys/unix"
 
 	quromcp "github.com/quro-dev/quro/internal/api/mcp"
@@ -136,6 +137,55 @@ func TestHTTPDirectCall(t *testing.T) {
 			t.Fatalf("a call without params was served: %+v", r.Result)
 		}
 	})
+}
+
+// recordTypes records the Content-Type of each answer to a POST.
+type recordTypes struct {
+	mu    sync.Mutex
+	types []string
+}
+
+func (rt *recordTypes) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err == nil && r.Method == http.MethodPost {
+		rt.mu.Lock()
+		rt.types = append(rt.types, resp.Header.Get("Content-Type"))
+		rt.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (rt *recordTypes) last() string {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.types[len(rt.types)-1]
+}
+
+// The official Go client's plain calls take the direct path (a JSON
+// answer), and its calls with a progress token the SDK's event stream.
+func TestHTTPDirectCallGoClient(t *testing.T) {
+	a := newApp(t)
+	rt := &recordTypes{}
+	cs, err := connectHTTP(t, serveHTTP(t, a, httpOpen, nil), rt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := callTool(t, cs, "help", nil); err != nil || o.IsError || o.text() == "" {
+		t.Fatalf("%v %+v", err, o)
+	}
+	if ct := rt.last(); ct != "application/json" {
+		t.Fatalf("a plain call was answered as %q", ct)
+	}
+	params := &mcp.CallToolParams{Name: "help", Arguments: map[string]any{}}
+	params.SetProgressToken("p")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if res, err := cs.CallTool(ctx, params); err != nil || res.IsError {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if ct := rt.last(); ct != "text/event-stream" {
+		t.Fatalf("a call with a progress token was answered as %q", ct)
+	}
 }
 
 // notifications/cancelled naming a direct call ends it, with the connection
