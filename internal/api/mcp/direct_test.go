@@ -189,8 +189,32 @@ func TestHTTPDirectCallGoClient(t *testing.T) {
 }
 
 // notifications/cancelled naming a direct call ends it, with the connection
-// that carries the call still open, and kills the run's processes.
+// that carries the call still open, and kills the run's processes; so does
+// the end of the session (DELETE), as for a call the SDK serves.
 func TestHTTPDirectCallCancelled(t *testing.T) {
+	t.Run("notifications/cancelled", func(t *testing.T) {
+		directCallCancelled(t, func(s *rawSession) {
+			resp, data, err := s.post(context.Background(), []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"long","reason":"test"}}`))
+			if err != nil || resp.StatusCode != http.StatusAccepted {
+				t.Fatalf("notifications/cancelled: %v %v %s", err, resp, data)
+			}
+		})
+	})
+	t.Run("DELETE", func(t *testing.T) {
+		directCallCancelled(t, func(s *rawSession) {
+			req, _ := http.NewRequest(http.MethodDelete, s.url, nil)
+			req.Header.Set("Authorization", "Bearer "+s.token)
+			req.Header.Set("Mcp-Session-Id", s.id)
+			resp, err := s.client.Do(req)
+			if err != nil || resp.StatusCode != http.StatusNoContent {
+				t.Fatalf("DELETE: %v %v", err, resp)
+			}
+			resp.Body.Close()
+		})
+	})
+}
+
+func directCallCancelled(t *testing.T, cancel func(*rawSession)) {
 	a := newApp(t)
 	s := rawConnect(t, http.DefaultClient, serveHTTP(t, a, tokens, nil), "admin")
 	st := rawRPC(t, s, "admin", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_session_status","arguments":{}}}`)
@@ -232,15 +256,12 @@ func TestHTTPDirectCallCancelled(t *testing.T) {
 	}
 	defer unix.Close(fd)
 
-	resp, data, err := s.post(context.Background(), []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"long","reason":"test"}}`))
-	if err != nil || resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("notifications/cancelled: %v %v %s", err, resp, data)
-	}
+	cancel(s)
 	var ans answer
 	select {
 	case ans = <-done:
 	case <-time.After(time.Minute):
-		t.Fatal("the call still runs a minute after notifications/cancelled")
+		t.Fatal("the call still runs a minute after it was canceled")
 	}
 	var r rpcAnswer
 	if ans.err != nil || json.Unmarshal(ans.data, &r) != nil || r.Result == nil || !strings.Contains(r.Result.text(), "canceled by the caller") {

@@ -419,6 +419,13 @@ func (h *httpHandler) forget(p *pin) {
 	if p.timer != nil {
 		p.timer.Stop()
 	}
+	// Its direct calls end with it, as the SDK's calls end with their
+	// session.
+	p.callsMu.Lock()
+	for _, cancel := range p.calls {
+		cancel()
+	}
+	p.callsMu.Unlock()
 	delete(h.pins, p.id)
 	c := h.callers[p.caller]
 	if p.idleAll != nil {
