@@ -54,9 +54,11 @@ const sessionHeader = "Mcp-Session-Id"
 // DELETE in flight; a standing GET event stream does not keep a session
 // busy. A later request on an evicted session gets 404, as for any ended
 // session, and the client starts a new one. When every session under the
-// cap is busy, the new one is refused with 429. The bookkeeping is O(1) per
-// request: a map by session id and least-recently-used lists of the idle
-// sessions, in all and per caller. A session idle (no POST or DELETE in
+// cap is busy, the new one is refused with 429. The bookkeeping is a map
+// by session id and least-recently-used lists of the idle sessions, in all
+// and per caller, ordered by when their last request began; a request
+// costs O(1) but for passing, when it ends, the sessions used since it
+// began. A session idle (no POST or DELETE in
 // flight) for Options.SessionTimeout is closed here too.
 func Handler(ctl *controller.Controller, auth httpauth.Func, opts *Options) http.Handler {
 	o := opts.withDefaults()
@@ -93,6 +95,7 @@ type httpHandler struct {
 	pins    map[string]*pin // by MCP session id: the sessions held (and those being opened)
 	callers map[controller.Caller]*callerPins
 	idle    *list.List // of *pin: the idle sessions, most recently used first
+	clock   uint64     // counts the POSTs and DELETEs begun (pin.used)
 }
 
 // callerPins are the sessions of one caller.
@@ -117,6 +120,7 @@ type pin struct {
 	gone    bool          // forgotten: evicted, ended or timed out
 	idleAll *list.Element // in httpHandler.idle, when idle
 	idleOwn *list.Element // in callerPins.idle, when idle
+	used    uint64        // httpHandler.clock when its last request began
 	timer   *time.Timer   // the idle timeout, armed while idle
 	idleGen uint64        // counts the idle periods; the timer ends only its own
 }
@@ -349,7 +353,8 @@ func (h *httpHandler) admit(caller controller.Caller) (p *pin, evicted []*pin, e
 		evicted = append(evicted, e.Value.(*pin))
 		h.forget(e.Value.(*pin))
 	}
-	p = &pin{id: rand.Text(), caller: caller, busy: 1, calls: map[string]context.CancelFunc{}}
+	h.clock++
+	p = &pin{id: rand.Text(), caller: caller, busy: 1, used: h.clock, calls: map[string]context.CancelFunc{}}
 	p.server, p.tools = newServer(h.ctl, caller, h.opts, p.id, &h.schemas)
 	h.pins[p.id] = p
 	if c = h.callers[caller]; c == nil { // an eviction may have dropped it
@@ -375,18 +380,23 @@ func (h *httpHandler) use(p *pin) {
 		p.timer.Stop()
 	}
 	p.idleGen++
+	h.clock++
+	p.used = h.clock
 	p.busy++
 }
 
-// done ends a busy request on p; idle again, p goes first in the lists
-// (the most recently used).
+// done ends a busy request on p; idle again, p goes back in the lists in
+// the order requests began: its answer may have reached the client, and
+// the client gone on to use another session, before done runs, and that
+// session is the more recently used. Only sessions whose requests began
+// after p's are passed (usually none).
 func (h *httpHandler) done(p *pin) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	p.busy--
 	if p.busy == 0 && !p.gone && p.idleAll == nil {
 		c := h.callers[p.caller]
-		p.idleAll, p.idleOwn = h.idle.PushFront(p), c.idle.PushFront(p)
+		p.idleAll, p.idleOwn = insertByUse(h.idle, p), insertByUse(c.idle, p)
 		p.idleGen++
 		gen := p.idleGen
 		if p.timer != nil {
@@ -394,6 +404,19 @@ func (h *httpHandler) done(p *pin) {
 		}
 		p.timer = time.AfterFunc(h.opts.SessionTimeout, func() { h.expire(p, gen) })
 	}
+}
+
+// insertByUse puts p into l (most recently used first) after the pins
+// used later than p.
+func insertByUse(l *list.List, p *pin) *list.Element {
+	e := l.Front()
+	for e != nil && e.Value.(*pin).used > p.used {
+		e = e.Next()
+	}
+	if e == nil {
+		return l.PushBack(p)
+	}
+	return l.InsertBefore(p, e)
 }
 
 // expire ends p after SessionTimeout without a POST or DELETE, unless p
