@@ -148,6 +148,16 @@ func acceptsJSONAndStream(values []string) bool {
 // did; false leaves the request (body intact) to the SDK.
 func (h *httpHandler) serveDirect(w http.ResponseWriter, r *http.Request, p *pin, c *directCall) bool {
 	ss := p.session.Load()
+	if ss == nil {
+		// The client may send its next request as soon as it has read the
+		// answer to initialize, before ServeHTTP records the session.
+		for s := range p.server.Sessions() {
+			ss = s
+		}
+		if ss != nil {
+			p.session.Store(ss)
+		}
+	}
 	t := p.tools[c.name]
 	if ss == nil || t == nil || ss.InitializeParams() == nil {
 		return false // not initialized yet, or an unknown tool: the SDK's errors
