@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -38,6 +40,13 @@ const sessionHeader = "Mcp-Session-Id"
 // it. So every call runs as the caller its own request authenticated as,
 // and no request ever gets another's identity.
 //
+// A plain tools/call — no progress token or other _meta, one message, on
+// an initialized session — is served directly by this handler (see
+// serveDirect), on the request's goroutine, and answered with one JSON
+// object; the SDK serves everything else, including every call that may
+// stream (progress notifications need the event stream). Both run the
+// same tool handler with the session's caller, after the same checks.
+//
 // Sessions are bounded: each holds a server of its own, so at most
 // MaxSessionsPerCaller are kept per caller and MaxSessions in all. A new
 // session over a cap evicts the least recently used idle session (of the
@@ -45,9 +54,12 @@ const sessionHeader = "Mcp-Session-Id"
 // DELETE in flight; a standing GET event stream does not keep a session
 // busy. A later request on an evicted session gets 404, as for any ended
 // session, and the client starts a new one. When every session under the
-// cap is busy, the new one is refused with 429. The bookkeeping is O(1) per
-// request: a map by session id and least-recently-used lists of the idle
-// sessions, in all and per caller.
+// cap is busy, the new one is refused with 429. The bookkeeping is a map
+// by session id and least-recently-used lists of the idle sessions, in all
+// and per caller, ordered by when their last request began; a request
+// costs O(1) but for passing, when it ends, the sessions used since it
+// began. A session idle (no POST or DELETE in
+// flight) for Options.SessionTimeout is closed here too.
 func Handler(ctl *controller.Controller, auth httpauth.Func, opts *Options) http.Handler {
 	o := opts.withDefaults()
 	if o.MaxSessions <= 0 {
@@ -57,9 +69,11 @@ func Handler(ctl *controller.Controller, auth httpauth.Func, opts *Options) http
 		o.MaxSessionsPerCaller = DefaultMaxSessionsPerCaller
 	}
 	h := &httpHandler{ctl: ctl, auth: auth, opts: o, pins: map[string]*pin{}, callers: map[controller.Caller]*callerPins{}, idle: list.New()}
+	// No SessionTimeout for the SDK: the calls served directly (see
+	// serveDirect) never reach it, so it would close sessions in use. The
+	// idle timeout is kept here instead, with the rest of the bookkeeping.
 	h.sdk = mcp.NewStreamableHTTPHandler(h.serverFor, &mcp.StreamableHTTPOptions{
-		Logger:         h.opts.Logger,
-		SessionTimeout: h.opts.SessionTimeout,
+		Logger: h.opts.Logger,
 	})
 	return h
 }
@@ -71,15 +85,17 @@ const (
 )
 
 type httpHandler struct {
-	ctl  *controller.Controller
-	auth httpauth.Func
-	opts Options
-	sdk  *mcp.StreamableHTTPHandler
+	ctl     *controller.Controller
+	auth    httpauth.Func
+	opts    Options
+	sdk     *mcp.StreamableHTTPHandler
+	schemas schemas // resolved once for every session's server
 
 	mu      sync.Mutex
 	pins    map[string]*pin // by MCP session id: the sessions held (and those being opened)
 	callers map[controller.Caller]*callerPins
 	idle    *list.List // of *pin: the idle sessions, most recently used first
+	clock   uint64     // counts the POSTs and DELETEs begun (pin.used)
 }
 
 // callerPins are the sessions of one caller.
@@ -88,17 +104,25 @@ type callerPins struct {
 	idle *list.List // of *pin, most recently used first
 }
 
-// pin is an MCP session: the caller it belongs to and its server. All its
-// fields but id, caller and server are under httpHandler.mu.
+// pin is an MCP session: the caller it belongs to and its server. The
+// fields from busy on are under httpHandler.mu.
 type pin struct {
-	id     string
-	caller controller.Caller
-	server *mcp.Server
+	id      string
+	caller  controller.Caller
+	server  *mcp.Server
+	tools   map[string]*tool                  // the server's, by name (serveDirect)
+	session atomic.Pointer[mcp.ServerSession] // once initialize has answered
+
+	callsMu sync.Mutex
+	calls   map[string]context.CancelFunc // the direct calls in flight, by JSON-RPC id
 
 	busy    int           // POST and DELETE requests in flight
-	gone    bool          // forgotten: evicted or ended
+	gone    bool          // forgotten: evicted, ended or timed out
 	idleAll *list.Element // in httpHandler.idle, when idle
 	idleOwn *list.Element // in callerPins.idle, when idle
+	used    uint64        // httpHandler.clock when its last request began
+	timer   *time.Timer   // the idle timeout, armed while idle
+	idleGen uint64        // counts the idle periods; the timer ends only its own
 }
 
 // Count returns the MCP sessions held (for tests).
@@ -147,6 +171,15 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			defer h.done(p)
 		}
+		if r.Method == http.MethodPost {
+			if c := parseDirectCall(r); c != nil {
+				if h.serveDirect(w, r, p, c) {
+					return
+				}
+			} else {
+				cancelDirect(r, p)
+			}
+		}
 		h.sdk.ServeHTTP(w, r)
 		if r.Method == http.MethodDelete {
 			h.mu.Lock()
@@ -180,7 +213,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	} else {
 		p = &pin{id: rand.Text(), caller: caller}
-		p.server = newServer(h.ctl, caller, h.opts, p.id)
+		p.server, _ = newServer(h.ctl, caller, h.opts, p.id, &h.schemas)
 		defer closeAll([]*pin{p})
 	}
 	h.sdk.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), newSessionKey{}, p)))
@@ -197,6 +230,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.mu.Unlock()
 		return
 	}
+	p.session.Store(ss)
 	h.done(p)
 	go func() {
 		// Closed by the client, the idle timeout or an eviction: forgotten
@@ -319,8 +353,9 @@ func (h *httpHandler) admit(caller controller.Caller) (p *pin, evicted []*pin, e
 		evicted = append(evicted, e.Value.(*pin))
 		h.forget(e.Value.(*pin))
 	}
-	p = &pin{id: rand.Text(), caller: caller, busy: 1}
-	p.server = newServer(h.ctl, caller, h.opts, p.id)
+	h.clock++
+	p = &pin{id: rand.Text(), caller: caller, busy: 1, used: h.clock, calls: map[string]context.CancelFunc{}}
+	p.server, p.tools = newServer(h.ctl, caller, h.opts, p.id, &h.schemas)
 	h.pins[p.id] = p
 	if c = h.callers[caller]; c == nil { // an eviction may have dropped it
 		c = &callerPins{idle: list.New()}
@@ -341,19 +376,61 @@ func (h *httpHandler) use(p *pin) {
 		h.callers[p.caller].idle.Remove(p.idleOwn)
 		p.idleAll, p.idleOwn = nil, nil
 	}
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	p.idleGen++
+	h.clock++
+	p.used = h.clock
 	p.busy++
 }
 
-// done ends a busy request on p; idle again, p goes first in the lists
-// (the most recently used).
+// done ends a busy request on p; idle again, p goes back in the lists in
+// the order requests began: its answer may have reached the client, and
+// the client gone on to use another session, before done runs, and that
+// session is the more recently used. Only sessions whose requests began
+// after p's are passed (usually none).
 func (h *httpHandler) done(p *pin) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	p.busy--
 	if p.busy == 0 && !p.gone && p.idleAll == nil {
 		c := h.callers[p.caller]
-		p.idleAll, p.idleOwn = h.idle.PushFront(p), c.idle.PushFront(p)
+		p.idleAll, p.idleOwn = insertByUse(h.idle, p), insertByUse(c.idle, p)
+		p.idleGen++
+		gen := p.idleGen
+		if p.timer != nil {
+			p.timer.Stop()
+		}
+		p.timer = time.AfterFunc(h.opts.SessionTimeout, func() { h.expire(p, gen) })
 	}
+}
+
+// insertByUse puts p into l (most recently used first) after the pins
+// used later than p.
+func insertByUse(l *list.List, p *pin) *list.Element {
+	e := l.Front()
+	for e != nil && e.Value.(*pin).used > p.used {
+		e = e.Next()
+	}
+	if e == nil {
+		return l.PushBack(p)
+	}
+	return l.InsertBefore(p, e)
+}
+
+// expire ends p after SessionTimeout without a POST or DELETE, unless p
+// was used since the timer of idle period gen was armed.
+func (h *httpHandler) expire(p *pin, gen uint64) {
+	h.mu.Lock()
+	if p.gone || p.busy > 0 || p.idleGen != gen {
+		h.mu.Unlock()
+		return
+	}
+	h.forget(p)
+	h.mu.Unlock()
+	h.opts.Logger.Debug("mcp: idle session closed", "owner", describe(p.caller), "after", h.opts.SessionTimeout)
+	closeAll([]*pin{p})
 }
 
 // forget drops p from the bookkeeping (once). Called with h.mu.
@@ -362,6 +439,16 @@ func (h *httpHandler) forget(p *pin) {
 		return
 	}
 	p.gone = true
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	// Its direct calls end with it, as the SDK's calls end with their
+	// session.
+	p.callsMu.Lock()
+	for _, cancel := range p.calls {
+		cancel()
+	}
+	p.callsMu.Unlock()
 	delete(h.pins, p.id)
 	c := h.callers[p.caller]
 	if p.idleAll != nil {

@@ -77,7 +77,8 @@ var LocalCaller = controller.Caller{Path: Path, Scope: capability.ScopeAdmin}
 // as caller (its Path is set to "mcp").
 func NewServer(ctl *controller.Controller, caller controller.Caller, opts *Options) *mcp.Server {
 	caller.Path = Path
-	return newServer(ctl, caller, opts.withDefaults(), "")
+	s, _ := newServer(ctl, caller, opts.withDefaults(), "", &schemas{})
+	return s
 }
 
 // ServeStdio serves one MCP session on r and w (a client's pipes: standard
@@ -103,9 +104,35 @@ type tool struct {
 	opts   Options
 }
 
-// newServer builds the server; a non-empty sessionID is the id of the one
-// HTTP session it will serve.
-func newServer(ctl *controller.Controller, caller controller.Caller, opts Options, sessionID string) *mcp.Server {
+// schemas are the capabilities' output schemas resolved, once for all the
+// servers of a handler (resolving them all took most of a new session's
+// server).
+type schemas struct {
+	mu sync.Mutex
+	m  map[*capability.Capability]*jsonschema.Resolved // nil: does not resolve
+}
+
+func (s *schemas) output(c *capability.Capability, log *slog.Logger) *jsonschema.Resolved {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.m[c]; ok {
+		return r
+	}
+	r, err := c.OutputSchema.Resolve(nil)
+	if err != nil {
+		log.Error("mcp: output schema does not resolve; outputs go unchecked", "tool", c.Name, "err", err)
+		r = nil
+	}
+	if s.m == nil {
+		s.m = map[*capability.Capability]*jsonschema.Resolved{}
+	}
+	s.m[c] = r
+	return r
+}
+
+// newServer builds the server and returns its tools by name; a non-empty
+// sessionID is the id of the one HTTP session it will serve.
+func newServer(ctl *controller.Controller, caller controller.Caller, opts Options, sessionID string, sc *schemas) (*mcp.Server, map[string]*tool) {
 	var getID func() string
 	if sessionID != "" {
 		getID = func() string { return sessionID }
@@ -116,20 +143,17 @@ func newServer(ctl *controller.Controller, caller controller.Caller, opts Option
 		Instructions: "Quro runs code (run_code: Python, JS/TS, shell; html/svg/json rendered as artifacts) and drives " +
 			"persistent terminals (terminal_exec) in isolated sessions. The help tool is a short guide.",
 	})
+	tools := map[string]*tool{}
 	for _, c := range ctl.Registry().List() {
-		t := &tool{ctl: ctl, name: c.Name, caller: caller, cap: c, opts: opts}
-		if r, err := c.OutputSchema.Resolve(nil); err == nil {
-			t.output = r
-		} else {
-			opts.Logger.Error("mcp: output schema does not resolve; outputs go unchecked", "tool", c.Name, "err", err)
-		}
+		t := &tool{ctl: ctl, name: c.Name, caller: caller, cap: c, opts: opts, output: sc.output(c, opts.Logger)}
+		tools[c.Name] = t
 		s.AddTool(&mcp.Tool{
 			Name: c.Name, Description: c.Description,
 			InputSchema: c.InputSchema, OutputSchema: c.OutputSchema,
 			Annotations: annotations(c),
 		}, t.call)
 	}
-	return s
+	return s, tools
 }
 
 // annotations are the hints MCP clients show: read-only capabilities, and

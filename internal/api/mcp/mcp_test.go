@@ -334,24 +334,22 @@ func TestHTTPAuth(t *testing.T) {
 }
 
 // A client that cancels its call kills the run's processes; the call is
-// audited and counted as canceled, not ok; the session goes on.
+// audited and counted as canceled, not ok; the session goes on. Both ways a
+// call is served: streamed by the SDK (the call has a progress token) and
+// directly (a plain call, answered as JSON).
 func TestCancelKillsTheRun(t *testing.T) {
+	t.Run("streamed", func(t *testing.T) { cancelKillsTheRun(t, true) })
+	t.Run("direct", func(t *testing.T) { cancelKillsTheRun(t, false) })
+}
+
+func cancelKillsTheRun(t *testing.T, withProgress bool) {
 	finished := make(chan controller.Record, 16)
 	a := newApp(t, func(_ context.Context, r *controller.Record) {
 		if r.Capability == "run_code" {
 			finished <- *r
 		}
 	})
-	var progress atomic.Pointer[chan struct{}]
-	opts := &mcp.ClientOptions{ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
-		if ch := progress.Load(); ch != nil {
-			select {
-			case *ch <- struct{}{}:
-			default:
-			}
-		}
-	}}
-	cs, err := connectHTTP(t, serveHTTP(t, a, httpOpen, &quromcp.Options{ProgressEvery: 100 * time.Millisecond}), http.DefaultTransport, opts)
+	cs, err := connectHTTP(t, serveHTTP(t, a, httpOpen, &quromcp.Options{ProgressEvery: 100 * time.Millisecond}), http.DefaultTransport, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,35 +358,34 @@ func TestCancelKillsTheRun(t *testing.T) {
 		t.Fatalf("%v %+v", err, st)
 	}
 	ws := st.Structured["workspace"].(string)
-	pidFile := filepath.Join(ws, "pid.txt")
+	fifo := filepath.Join(ws, "pid.fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 
-	ticks := make(chan struct{}, 1)
-	progress.Store(&ticks)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
 		params := &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{
-			"lang": "shell", "code": "echo $$ > pid.txt; sleep 300", "timeout_ms": 600000,
+			"lang": "shell", "code": "echo $$ > pid.fifo; sleep 300", "timeout_ms": 600000,
 		}}
-		params.SetProgressToken("cancel-me")
+		if withProgress {
+			params.SetProgressToken("cancel-me")
+		}
 		_, err := cs.CallTool(ctx, params)
 		done <- err
 	}()
-	// Each progress notification is a moment to look for the pid file.
-	var pid int
-	guard := time.After(time.Minute)
-	for pid == 0 {
-		select {
-		case <-ticks:
-			if b, err := os.ReadFile(pidFile); err == nil && strings.HasSuffix(string(b), "\n") {
-				pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-			}
-		case err := <-done:
-			t.Fatalf("the run ended before it was canceled: %v", err)
-		case <-guard:
-			t.Fatal("no pid file after a minute")
-		}
+	// Opening the FIFO waits for the run to open it: then the run is on.
+	f, err := os.Open(fifo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(f)
+	f.Close()
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("the run wrote %q", b)
 	}
 	host := pid
 	if hp, ok := sandboxtest.HostPID(pid, ws); ok {

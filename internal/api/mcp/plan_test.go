@@ -38,7 +38,7 @@ func testRootfs() string {
 }
 
 // dataDir returns a fresh data directory that sees the test rootfs, if any.
-func dataDir(t *testing.T) string {
+func dataDir(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
 	if rfs := testRootfs(); rfs != "" {
