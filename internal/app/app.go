@@ -181,6 +181,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	m := metrics.New()
 	sbo := sandboxOptions(opts.Sandbox, m)
 	sbo.Tenant, sbo.Note = tl.forRun, tl.note
+	sbo.TenantScope = dir // tenants are the data directory's
 	// One box per session: every process of a session is spawned in it.
 	// What later runs name read-only must be visible in a box made
 	// earlier: the embedded interpreters' directory (made now, filled on
@@ -276,6 +277,7 @@ func (a *App) Close() error {
 	a.Sandbox.CloseBoxes()
 	a.Terminals.Close()
 	a.Python.Close()
+	a.Sandbox.ReleaseTenants()
 	a.auditLog.Close()
 	a.tenants.disks.UnmountMine()
 	return a.Store.Close()

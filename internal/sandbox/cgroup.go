@@ -43,8 +43,43 @@ type cgroups struct {
 	detail string
 	seq    atomic.Uint64
 
+	scope string // Options.TenantScope, set before the first run
+
 	mu      sync.Mutex
 	tenants map[string]Limits // tenant cgroup name → the ceilings last written
+}
+
+// forget drops a tenant cgroup from what c made, so that the next run
+// makes it again (another server of the scope removed it when it closed).
+func (c *cgroups) forget(name string) {
+	c.mu.Lock()
+	delete(c.tenants, name)
+	c.mu.Unlock()
+}
+
+// releaseTenants removes the tenant cgroups c made that are empty now (no
+// process, no run beneath): a server leaves no cgroup behind for its data
+// directory. One still in use (a process of another server of the scope)
+// stays; that server makes it again if it is gone when it next runs.
+func (c *cgroups) releaseTenants() {
+	c.mu.Lock()
+	names := make([]string, 0, len(c.tenants))
+	for name := range c.tenants {
+		names = append(names, name)
+	}
+	c.tenants = nil
+	c.mu.Unlock()
+	seen := map[string]bool{}
+	for _, ctrl := range cgroupControllers {
+		base := c.base[ctrl]
+		if base == "" || seen[base] {
+			continue
+		}
+		seen[base] = true
+		for _, name := range names {
+			_ = os.Remove(filepath.Join(base, name)) // EBUSY while in use
+		}
+	}
 }
 
 // openCgroups finds a hierarchy for each controller and creates the "quro"
@@ -205,7 +240,23 @@ func (c *cgroups) create(lim Limits, t *Tenant) (*runCgroup, error) {
 			return nil, err
 		}
 		name = filepath.Join(tdir, name)
+		r, err := c.make(name, lim)
+		if errors.Is(err, os.ErrNotExist) {
+			// The tenant's cgroup was removed by another server of the
+			// scope as it closed: make it again, once.
+			c.forget(tdir)
+			if _, err := c.tenant(t); err != nil {
+				return nil, err
+			}
+			r, err = c.make(name, lim)
+		}
+		return r, err
 	}
+	return c.make(name, lim)
+}
+
+// make makes the run cgroup name in each hierarchy and writes its limits.
+func (c *cgroups) make(name string, lim Limits) (*runCgroup, error) {
 	r := &runCgroup{byCtrl: map[string]string{}}
 	made := map[string]bool{}
 	for _, ctrl := range cgroupControllers {

@@ -85,6 +85,11 @@ type Options struct {
 	// Dir) and its ceilings: the run's cgroups are made beneath the
 	// tenant's (see tenant.go). ok=false: the run has no tenant cgroup.
 	Tenant func(dir string) (t Tenant, ok bool)
+	// TenantScope names the servers whose tenants are the same tenants:
+	// the data directory. Tenant cgroups are per scope (TenantCgroupName),
+	// so a tenant of one data directory never counts against the ceilings
+	// of the same name in another's. "" is one scope of its own.
+	TenantScope string
 	// SessionBoxes gives each session one box for its lifetime (see
 	// box.go): the runs of a Spec that names its Session are spawned in
 	// it. Without the namespaces layer it has no effect.
@@ -163,6 +168,9 @@ func New(opts *Options) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox: isolation %q: want %q or %q", o.Isolation, IsolationFull, IsolationMinimal)
 	}
 	s.layers = findLayers(o.Require)
+	if s.layers.cg != nil {
+		s.layers.cg.scope = o.TenantScope
+	}
 	if o.SessionBoxes {
 		s.boxes = &boxRegistry{boxes: map[string]*boxEntry{}, readOnly: slices.Clone(o.BoxReadOnly)}
 	}

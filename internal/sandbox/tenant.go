@@ -44,9 +44,17 @@ func (e *CeilingError) Error() string { return e.Message }
 // Is makes errors.Is(err, ErrTenantCeiling) true for every CeilingError.
 func (e *CeilingError) Is(target error) bool { return target == ErrTenantCeiling }
 
-// TenantCgroupName is the name of a tenant's cgroup beneath quro/.
-func TenantCgroupName(tenant string) string {
-	h := sha256.Sum256([]byte("quro-tenant\x00" + tenant))
+// TenantCgroupName is the name of a tenant's cgroup beneath quro/, for
+// the servers of scope (Options.TenantScope: their data directory). A
+// tenant of one data directory shares nothing with the same name in
+// another's: two servers on one machine, or the tests of two packages,
+// never count against each other's ceilings.
+func TenantCgroupName(scope, tenant string) string {
+	key := "quro-tenant\x00" + tenant
+	if scope != "" {
+		key = "quro-tenant\x00" + scope + "\x00" + tenant
+	}
+	h := sha256.Sum256([]byte(key))
 	return "tenant-" + hex.EncodeToString(h[:8])
 }
 
@@ -61,7 +69,7 @@ func DisplayTenant(tenant string) string {
 // tenant makes the tenant's cgroups (once) and writes its ceilings when
 // they changed. It returns the cgroup name, relative to each base.
 func (c *cgroups) tenant(t *Tenant) (string, error) {
-	name := TenantCgroupName(t.Name)
+	name := TenantCgroupName(c.scope, t.Name)
 	want := Limits{Memory: t.Limits.Memory, Tasks: t.Limits.Tasks, CPUPercent: t.Limits.CPUPercent}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -193,7 +201,7 @@ type TenantUsage struct {
 
 // usage reads a tenant's cgroups.
 func (c *cgroups) usage(tenant string) TenantUsage {
-	name := TenantCgroupName(tenant)
+	name := TenantCgroupName(c.scope, tenant)
 	var u TenantUsage
 	if base := c.base["memory"]; base != "" {
 		dir := filepath.Join(base, name)
@@ -226,7 +234,7 @@ func (c *cgroups) usage(tenant string) TenantUsage {
 func (c *cgroups) admit(t *Tenant) error {
 	// Only the two counters admit needs: this runs before every run.
 	var u TenantUsage
-	name := TenantCgroupName(t.Name)
+	name := TenantCgroupName(c.scope, t.Name)
 	if base := c.base["memory"]; base != "" && t.Limits.Memory > 0 {
 		st := readKV(filepath.Join(base, name, "memory.stat"))
 		if c.v2["memory"] {
@@ -443,6 +451,15 @@ func (s *Sandbox) TenantUsage(tenant string) (u TenantUsage, ok bool) {
 		return u, false
 	}
 	return s.layers.cg.usage(tenant), true
+}
+
+// ReleaseTenants removes the tenant cgroups this Sandbox made that are
+// empty now. Call it when the server is done (its boxes closed), so that
+// no cgroup of its data directory is left behind.
+func (s *Sandbox) ReleaseTenants() {
+	if s.layers.ok(LayerCgroups) {
+		s.layers.cg.releaseTenants()
+	}
 }
 
 // Admit reports whether a run of t would be refused now (a *CeilingError),

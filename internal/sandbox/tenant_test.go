@@ -54,7 +54,7 @@ func newTenantEnv(t *testing.T, lim Limits) *tenantEnv {
 	t.Cleanup(func() {
 		for _, n := range []string{e.a, e.b} {
 			for _, base := range sb.layers.cg.base {
-				os.Remove(filepath.Join(base, TenantCgroupName(n)))
+				os.Remove(filepath.Join(base, TenantCgroupName("", n)))
 			}
 		}
 	})
@@ -179,7 +179,7 @@ func TestTenantProcessCeilingSpansSessions(t *testing.T) {
 		t.Fatalf("the second session was not stopped at A's ceiling of %d (usage %+v): %q %q", ceiling, u, out, errOut)
 	}
 	if base := e.sb.layers.cg.base["cpu"]; base != "" && !e.sb.layers.cg.v2["cpu"] {
-		if q := readUint(filepath.Join(base, TenantCgroupName(e.a), "cpu.cfs_quota_us")); q != 150000 {
+		if q := readUint(filepath.Join(base, TenantCgroupName("", e.a), "cpu.cfs_quota_us")); q != 150000 {
 			t.Errorf("A's CPU ceiling in the kernel is a quota of %d µs per 100 ms, want 150000", q)
 		}
 	}
@@ -227,7 +227,7 @@ func TestStaleRunCgroupsAreReaped(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := dead.Process.Pid
-	tenantDir := TenantCgroupName(fmt.Sprintf("stale-%d", os.Getpid()))
+	tenantDir := TenantCgroupName("", fmt.Sprintf("stale-%d", os.Getpid()))
 	stale := []string{fmt.Sprintf("run-%d-1-x", pid), filepath.Join(tenantDir, fmt.Sprintf("run-%d-2-y%s", pid, pidNSTag()))}
 	kept := "run-1-keep-" + strconv.Itoa(os.Getpid()) // pid 1 is alive
 	// A dead pid of another pid namespace (another container) is not ours.
@@ -331,5 +331,64 @@ func TestStaleFrozenRunIsReaped(t *testing.T) {
 		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s: stale cgroup %s is still there (%v)", ctrl, d, err)
 		}
+	}
+}
+
+// Tenants are their data directory's: two servers (Sandboxes of two
+// scopes) with a tenant of the same name keep separate cgroups, so one's
+// processes never count against the other's ceilings, and a server that
+// closes removes its tenant cgroups once they are empty.
+func TestTenantCgroupsArePerScope(t *testing.T) {
+	name := fmt.Sprintf("scoped-%d", os.Getpid())
+	newScoped := func(scope string) (*Sandbox, string) {
+		root := t.TempDir()
+		sb, err := New(&Options{TenantScope: scope, Tenant: func(string) (Tenant, bool) {
+			return Tenant{Name: name, Limits: Limits{Tasks: 1000}}, true
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sb.layers.ok(LayerCgroups) {
+			t.Skip("no cgroups here")
+		}
+		return sb, root
+	}
+	one, dir1 := newScoped(t.TempDir())
+	two, _ := newScoped(t.TempDir())
+	e := &tenantEnv{sb: one}
+	h := e.hold(t, dir1, "echo ready; exec sleep 1000")
+	if h.ready != "ready\n" {
+		t.Fatalf("holder: %q", h.ready+h.rest())
+	}
+	if u, _ := one.TenantUsage(name); u.Tasks == 0 && one.layers.cg.base["pids"] != "" {
+		t.Fatalf("the holder is not counted in its own server's tenant: %+v", u)
+	}
+	if u, _ := two.TenantUsage(name); u.Tasks != 0 {
+		t.Fatalf("another data directory's tenant of the same name counts the holder: %+v", u)
+	}
+	// Closing while the holder runs leaves its tenant cgroup (in use);
+	// once it has ended, a close removes it.
+	one.ReleaseTenants()
+	dirs := func() (n int) {
+		for _, base := range one.layers.cg.base {
+			if _, err := os.Stat(filepath.Join(base, TenantCgroupName(one.layers.cg.scope, name))); err == nil {
+				n++
+			}
+		}
+		return n
+	}
+	if dirs() == 0 {
+		t.Fatal("a tenant cgroup in use was removed")
+	}
+	h.p.Kill()
+	<-h.done
+	// The run's own cgroup is gone once Wait returned; the tenant's is
+	// made again by the next run, then released for good.
+	if _, _, exit := run(t, one, testCtx(t), "true", func(s *Spec) { s.Dir = dir1 }); exit.Code != 0 {
+		t.Fatalf("a run after a release: %+v", exit)
+	}
+	one.ReleaseTenants()
+	if n := dirs(); n != 0 {
+		t.Fatalf("%d tenant cgroups left after the server closed", n)
 	}
 }
