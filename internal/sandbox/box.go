@@ -324,6 +324,8 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 	cmd.Env = append(slices.Clone(HelperEnv), "GOMAXPROCS=1")
 	cmd.ExtraFiles = fds.files
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var pidfd int
+	askPidfd(cmd, &pidfd)
 	bx.cmd = cmd
 	born := false
 	if bx.cg != nil {
@@ -333,18 +335,24 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 		err = cmd.Start()
 	}
 	closeChildEnds()
+	var exit *exitWatch
+	if cmd.Process != nil {
+		exit = watchExit(pidfd)
+	}
 	if err != nil {
 		bx.ctl.Close()
 		if cmd.Process != nil {
 			cmd.Process.Kill()
-			_ = cmd.Wait() // reaps it; err says what failed
+			_ = waitCmd(cmd, exit) // reaps it; err says what failed
 		}
 		return fail(err)
 	}
 	go func() {
 		// bubblewrap's exit is the box's end, however it ended: each
 		// process's own status reaches the server over the control socket.
-		_ = cmd.Wait()
+		// The goroutine waits in the poller, not on a thread of its own
+		// for the box's whole life (see exitWatch).
+		_ = waitCmd(cmd, exit)
 		close(bx.dead)
 		bx.ctl.Close()
 	}()
@@ -644,6 +652,13 @@ func credPair() (mine, theirs *os.File, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// Non-blocking, so that the server's end is read through the poller
+	// (readStatus) and a start that waits for its status holds no thread.
+	if err := syscall.SetNonblock(m, true); err != nil {
+		syscall.Close(m)
+		syscall.Close(t)
+		return nil, nil, err
+	}
 	return os.NewFile(uintptr(m), "status"), os.NewFile(uintptr(t), "status-child"), nil
 }
 
@@ -667,16 +682,26 @@ func CredSocketPair() (mine, theirs int, err error) {
 // readStatus reads the init child's status channel: ready, or the reason
 // it could not exec, and the host pid of the process that wrote it.
 func readStatus(f *os.File) (pid int, msg string, ready bool) {
-	fd := int(f.Fd())
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err.Error(), false
+	}
 	buf := make([]byte, 4096)
 	oob := make([]byte, syscall.CmsgSpace(syscall.SizeofUcred))
 	var out []byte
 	for len(out) < 64<<10 {
-		n, oobn, _, _, err := syscall.Recvmsg(fd, buf, oob, 0)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil || n == 0 {
+		var n, oobn int
+		var rerr error
+		// In the poller: the goroutine parks until the init child writes
+		// or closes its end.
+		if err := rc.Read(func(fd uintptr) bool {
+			for {
+				n, oobn, _, _, rerr = syscall.Recvmsg(int(fd), buf, oob, syscall.MSG_DONTWAIT)
+				if rerr != syscall.EINTR {
+					return rerr != syscall.EAGAIN
+				}
+			}
+		}); err != nil || rerr != nil || n == 0 {
 			break
 		}
 		if pid == 0 && oobn > 0 {

@@ -294,6 +294,7 @@ type Process struct {
 	pumpErr error
 	errMu   sync.Mutex
 	cg      *runCgroup // the run's cgroups, or nil
+	exit    *exitWatch // Cmd's pidfd in the poller, or nil
 	boxed   bool       // started inside bubblewrap
 	tty     bool       // Spec.TTY
 
@@ -753,6 +754,8 @@ func (s *Sandbox) startOneShot(ctx context.Context, pl *plan) (*Process, error) 
 	}
 	cmd.Cancel = func() error { return killGroup(cmd) }
 	cmd.WaitDelay = s.drainGrace
+	var pidfd int
+	askPidfd(cmd, &pidfd)
 	p.Cmd = cmd
 
 	p.start = time.Now()
@@ -764,6 +767,9 @@ func (s *Sandbox) startOneShot(ctx context.Context, pl *plan) (*Process, error) 
 		err = cmd.Start()
 	}
 	pb.closeChildEnds()
+	if cmd.Process != nil {
+		p.exit = watchExit(pidfd)
+	}
 	if err != nil && cmd.Process != nil {
 		// Started, but the thread that started it could not leave the
 		// run's cgroups (see startInside).
@@ -1054,7 +1060,7 @@ func (p *Process) Wait() Exit {
 	if p.bx != nil {
 		return p.waitBox()
 	}
-	waitErr := p.Cmd.Wait()
+	waitErr := waitCmd(p.Cmd, p.exit)
 	// Nothing of a run outlives it: background jobs left in the group go
 	// too, and everything left in its cgroup (the box's pid namespace died
 	// with bubblewrap already).

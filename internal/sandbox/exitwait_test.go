@@ -1,0 +1,129 @@
+package sandbox
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// osThreads is this process's OS thread count.
+func osThreads(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// goroutinesIn is how many goroutines have fn on their stack.
+func goroutinesIn(fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return bytes.Count(buf[:n], []byte(fn))
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// TestWaitingHoldsNoThread: n runs live at once, each with a goroutine in
+// Wait, then end one by one. The server's OS threads must not grow by
+// about n: a goroutine that waits for a process parks in the poller (on
+// the run's pidfd) instead of blocking a thread in waitid, and the Go
+// runtime never gives back a thread it once made, so before this a
+// thousand waits left a thousand threads for good.
+func TestWaitingHoldsNoThread(t *testing.T) {
+	const n = 100
+	sb := newSandbox(t)
+	ctx := longCtx(t, 5*time.Minute) // n starts in a row, on a loaded machine
+	start := func() (*Process, *os.File) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		// One-shot (no Session): a box of its own, waited on by Wait.
+		p, err := sb.Start(ctx, &Spec{Args: []string{"cat"}, Dir: t.TempDir(), Stdin: r})
+		if err != nil {
+			w.Close()
+			t.Fatal(err)
+		}
+		return p, w
+	}
+	// A first run, so that what any start needs once is there.
+	p, w := start()
+	w.Close()
+	p.Wait()
+	runtime.GC()
+	base := osThreads(t)
+
+	procs, stdins := make([]*Process, n), make([]*os.File, n)
+	for i := range n {
+		procs[i], stdins[i] = start()
+	}
+	done := make([]chan Exit, n)
+	for i, p := range procs {
+		done[i] = make(chan Exit, 1)
+		go func() { done[i] <- p.Wait() }()
+	}
+	// Every goroutine has entered Wait (where it either parks or blocks
+	// in waitid) before any run ends.
+	for goroutinesIn("sandbox.(*Process).Wait(") < n {
+		runtime.Gosched()
+	}
+	live := osThreads(t)
+	for i := range n {
+		stdins[i].Close() // cat ends at EOF
+		if e := <-done[i]; e.Code != 0 {
+			t.Errorf("run %d: exit %+v", i, e)
+		}
+	}
+	after := osThreads(t)
+	t.Logf("OS threads: %d before, %d with %d runs waited on, %d after they ended", base, live, n, after)
+	if grew := max(live, after) - base; grew > n/4 {
+		t.Errorf("the server's OS threads grew by %d with %d runs waited on (%d before, %d live, %d after): a thread per wait",
+			grew, n, base, live, after)
+	}
+}
+
+// TestSessionBoxesHoldNoThread: n session boxes open at once, then
+// closed. A box's end is waited for all its life (bubblewrap's exit), in
+// the poller: the OS threads do not grow by about n.
+func TestSessionBoxesHoldNoThread(t *testing.T) {
+	const n = 40
+	sb := newBoxSandbox(t)
+	ctx := longCtx(t, 5*time.Minute)
+	runIn := func(key string) {
+		var out bytes.Buffer
+		exit, err := sb.Run(ctx, boxSpec(key, t.TempDir(), &out, "true"))
+		if err != nil || exit.Code != 0 {
+			t.Fatalf("run in %s: %v %+v %s", key, err, exit, out.String())
+		}
+	}
+	runIn("threads-warm")
+	sb.CloseBox("threads-warm")
+	runtime.GC()
+	base := osThreads(t)
+	for i := range n {
+		runIn(fmt.Sprintf("threads-%d", i))
+	}
+	// Every box's waiting goroutine has entered its wait.
+	for goroutinesIn("os/exec.(*Cmd).Wait(")+goroutinesIn("sandbox.(*exitWatch).wait(") < n {
+		runtime.Gosched()
+	}
+	live := osThreads(t)
+	for i := range n {
+		sb.CloseBox(fmt.Sprintf("threads-%d", i))
+	}
+	after := osThreads(t)
+	t.Logf("OS threads: %d before, %d with %d boxes open, %d after they closed", base, live, n, after)
+	if grew := max(live, after) - base; grew > n/4 {
+		t.Errorf("the server's OS threads grew by %d with %d session boxes open (%d before, %d live, %d after): a thread per box",
+			grew, n, base, live, after)
+	}
+}
