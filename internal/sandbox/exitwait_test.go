@@ -1,12 +1,19 @@
 package sandbox
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // osThreads is this process's OS thread count.
@@ -125,5 +132,139 @@ func TestSessionBoxesHoldNoThread(t *testing.T) {
 	if grew := max(live, after) - base; grew > n/4 {
 		t.Errorf("the server's OS threads grew by %d with %d session boxes open (%d before, %d live, %d after): a thread per box",
 			grew, n, base, live, after)
+	}
+}
+
+// killedServerEnv makes the test binary a server for
+// TestKilledServerLeavesNoBoxProcess: it opens a session box and a
+// one-shot run, both sleeping, after a burst of concurrent runs (so that
+// the forks are spread over the runtime's threads), says "ready" and
+// waits to be killed.
+const killedServerEnv = "QURO_SANDBOX_TEST_KILLED_SERVER"
+
+func init() {
+	if dir := os.Getenv(killedServerEnv); dir != "" {
+		os.Exit(killedServer(dir))
+	}
+}
+
+func killedServer(dir string) int {
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "killed server:", err)
+		return 1
+	}
+	sb, err := New(&Options{SessionBoxes: true})
+	if err != nil {
+		return fail(err)
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			spec := &Spec{Args: []string{"true"}, Dir: dir}
+			if i%2 == 0 {
+				spec.Session = fmt.Sprintf("burst-%d", i)
+			}
+			_, _ = sb.Run(ctx, spec)
+		})
+	}
+	wg.Wait()
+	for _, session := range []string{"killed", ""} {
+		if _, err := sb.Start(ctx, &Spec{Args: []string{"sleep", "1000"}, Dir: dir, Session: session}); err != nil {
+			return fail(err)
+		}
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, os.Stdin) // until killed
+	return 0
+}
+
+// TestKilledServerLeavesNoBoxProcess: a server killed with SIGKILL runs no
+// cleanup, yet no process it started outlives it (bubblewrap's
+// parent-death signal, tied to the thread that forked it, --die-with-parent,
+// and a box init that ends with its control socket), also after a burst
+// of concurrent starts and with every wait parked in the poller.
+func TestKilledServerLeavesNoBoxProcess(t *testing.T) {
+	if !newBoxSandbox(t).Boxed() {
+		t.Skip("no bubblewrap box here")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := exec.Command(self, "-test.run=^$")
+	srv.Env = append(os.Environ(), killedServerEnv+"="+t.TempDir())
+	srv.Stderr = os.Stderr
+	stdin, err := srv.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	out, err := srv.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if line != "ready\n" {
+		srv.Process.Kill()
+		srv.Wait()
+		t.Fatalf("the server did not start its runs (%q)", line)
+	}
+	procs, err := readProcs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := map[int]int{}
+	for _, p := range procs {
+		parent[p.pid] = p.ppid
+	}
+	below := func(pid int) bool {
+		for pid > 1 {
+			if pid = parent[pid]; pid == srv.Process.Pid {
+				return true
+			}
+		}
+		return false
+	}
+	var pidfds []int
+	var names []string
+	for _, p := range procs {
+		if !below(p.pid) {
+			continue
+		}
+		fd, err := pidfdOpen(p.pid)
+		if err != nil {
+			continue // ended meanwhile
+		}
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p.pid))
+		pidfds = append(pidfds, fd)
+		names = append(names, fmt.Sprintf("%d %s", p.pid, bytes.TrimSpace(comm)))
+	}
+	defer func() {
+		for _, fd := range pidfds {
+			unix.Close(fd)
+		}
+	}()
+	// bubblewrap and the box's init and sleep, twice (session box, one-shot).
+	if len(pidfds) < 4 {
+		t.Fatalf("the server's runs are not there: %v", names)
+	}
+	srv.Process.Kill()
+	srv.Wait()
+	for i, fd := range pidfds {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			n, err := unix.Poll(fds, 30_000)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil || n != 1 {
+				t.Errorf("process %s outlived its killed server", names[i])
+			}
+			break
+		}
 	}
 }
