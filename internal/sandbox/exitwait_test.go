@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"testing"
 	"time"
@@ -266,5 +267,49 @@ func TestKilledServerLeavesNoBoxProcess(t *testing.T) {
 			}
 			break
 		}
+	}
+}
+
+// TestBurstOfClosesGivesMemoryBack: once the open boxes fell to half of
+// their peak and the closes stopped, the server gives its free memory back
+// to the kernel (one forced GC and scavenge, debug.FreeOSMemory) instead
+// of keeping it until the runtime's paced scavenger gets to it.
+func TestBurstOfClosesGivesMemoryBack(t *testing.T) {
+	const n = 8
+	sb := newBoxSandbox(t)
+	ctx := longCtx(t, 5*time.Minute)
+	gave := make(chan struct{}, 1)
+	sb.boxes.mu.Lock()
+	sb.boxes.minPeak = n
+	sb.boxes.gaveBack = func() { gave <- struct{}{} }
+	sb.boxes.mu.Unlock()
+	forced := func() uint64 {
+		s := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	for i := range n {
+		var out bytes.Buffer
+		if exit, err := sb.Run(ctx, boxSpec(fmt.Sprintf("burst-%d", i), t.TempDir(), &out, "true")); err != nil || exit.Code != 0 {
+			t.Fatalf("run: %v %+v %s", err, exit, out.String())
+		}
+	}
+	before := forced()
+	for i := range n {
+		sb.CloseBox(fmt.Sprintf("burst-%d", i))
+	}
+	select {
+	case <-gave:
+	case <-ctx.Done():
+		t.Fatal("the burst of closes gave no memory back")
+	}
+	if forced() == before {
+		t.Error("no forced GC ran")
+	}
+	sb.boxes.mu.Lock()
+	peak, empty := sb.boxes.peak, len(sb.boxes.boxes) == 0
+	sb.boxes.mu.Unlock()
+	if peak != 0 || !empty {
+		t.Errorf("after the give-back: peak %d, boxes empty %v; want 0, true", peak, empty)
 	}
 }

@@ -309,6 +309,7 @@ type Process struct {
 	boxID     string        // the box init's name for it
 	pid       int           // the program's host pid
 	ended     chan struct{} // closed once the box init reported its end
+	unwatch   func() bool   // stops the ctx watch (context.AfterFunc); set and taken under bx.mu
 	boxExit   boxExit
 	oomBefore uint64 // the box cgroup's OOM kills when it started
 }
