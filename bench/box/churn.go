@@ -20,7 +20,7 @@ var (
 	nChurn    = flag.Int("churn", 1000, "6: sessions created, used and destroyed")
 	churnIdle = flag.Duration("churnidle", 2*time.Minute, "6: at most this long, after the destroys and a GC, for the runtime to give free memory back by itself")
 	churnGor  = flag.String("churngoroutines", "", "6: write the goroutines (grouped by stack) with the sessions live to this file")
-	churnProf = flag.String("churnprofile", "", "6: write a heap profile of the server, the sessions destroyed, to this file")
+	churnProf = flag.String("churnprofile", "", "6: write a heap profile of the server, the sessions destroyed, to this file (and with them live to FILE.live)")
 )
 
 // churnPoint is the server process at one moment.
@@ -30,6 +30,9 @@ type churnPoint struct {
 	HeapInuse  uint64 `json:"heap_inuse_bytes"`
 	StackInuse uint64 `json:"stack_inuse_bytes"`
 	Goroutines int    `json:"goroutines"`
+	// Meta is the runtime's own memory (span structures, GC metadata,
+	// profiling buckets, the rest): kept at its peak size, never returned.
+	Meta uint64 `json:"runtime_meta_bytes"`
 }
 
 type churnResult struct {
@@ -59,7 +62,8 @@ func point() churnPoint {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	p, _, _ := pss(os.Getpid())
-	return churnPoint{Threads: threads(), PSS: p, HeapInuse: ms.HeapInuse, StackInuse: ms.StackInuse, Goroutines: runtime.NumGoroutine()}
+	return churnPoint{Threads: threads(), PSS: p, HeapInuse: ms.HeapInuse, StackInuse: ms.StackInuse, Goroutines: runtime.NumGoroutine(),
+		Meta: ms.MSpanSys + ms.MCacheSys + ms.BuckHashSys + ms.GCSys + ms.OtherSys}
 }
 
 // boxProcs is how many processes are left below this one.
@@ -115,6 +119,9 @@ func churn(ctx context.Context, b *bed, r *results) error {
 	ids, err = makeSessions(ctx, b, n, *clients, use)
 	cr.Make = time.Since(start)
 	cr.Live = point()
+	if *churnProf != "" {
+		writeHeapProfile(*churnProf + ".live")
+	}
 	if *churnGor != "" {
 		if f, err := os.Create(*churnGor); err == nil {
 			_ = pprof.Lookup("goroutine").WriteTo(f, 1) // best effort: a diagnosis aid
@@ -150,16 +157,7 @@ func churn(ctx context.Context, b *bed, r *results) error {
 	debug.FreeOSMemory()
 	cr.Freed = point()
 	if *churnProf != "" {
-		f, err := os.Create(*churnProf)
-		if err == nil {
-			err = pprof.WriteHeapProfile(f)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "-churnprofile: %v\n", err)
-		}
+		writeHeapProfile(*churnProf)
 	}
 	r.churn = cr
 	return nil
@@ -169,15 +167,15 @@ func reportChurn(cr *churnResult) {
 	fmt.Printf("6. %d sessions made and used (%d clients) in %s, destroyed in %s; box processes gone %s later (%d left)\n",
 		cr.N, *clients, fmtD(cr.Make), fmtD(cr.Destroy), fmtD(cr.Settle), cr.Leftover)
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "server process\tOS threads\tPSS\tGo heap in use\tGo stacks\tgoroutines\t")
+	fmt.Fprintln(tw, "server process\tOS threads\tPSS\tGo heap in use\tGo stacks\truntime metadata\tgoroutines\t")
 	for _, row := range []struct {
 		name string
 		p    churnPoint
 	}{{"start (after a warm-up round)", cr.Start}, {fmt.Sprintf("%d sessions live", cr.N), cr.Live},
 		{"all destroyed, after runtime.GC", cr.After}, {fmt.Sprintf("  then %s idle (the runtime's scavenger)", fmtD(cr.IdleFor)), cr.Idle},
 		{"  then debug.FreeOSMemory", cr.Freed}} {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t\n", row.name, row.p.Threads, mib(row.p.PSS), mib(int64(row.p.HeapInuse)),
-			mib(int64(row.p.StackInuse)), row.p.Goroutines)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t\n", row.name, row.p.Threads, mib(row.p.PSS), mib(int64(row.p.HeapInuse)),
+			mib(int64(row.p.StackInuse)), mib(int64(row.p.Meta)), row.p.Goroutines)
 	}
 	tw.Flush()
 	ratio := func(a, b int64) float64 { return float64(a) / float64(b) }
@@ -205,4 +203,19 @@ func churnOn() bool {
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "churn" })
 	return set || (*only != "" && part(6))
+}
+
+// writeHeapProfile writes the heap profile (-churnprofile, and .live with
+// the sessions live); a failure is only said.
+func writeHeapProfile(path string) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.WriteHeapProfile(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "-churnprofile: %v\n", err)
+	}
 }
