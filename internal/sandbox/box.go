@@ -123,12 +123,13 @@ type boxRegistry struct {
 // A burst of closes gives the server's freed memory back to the kernel.
 // The runtime does so by itself only slowly (its scavenger is paced to
 // about 1 % of the CPU and aims at the heap goal of the last GC, which an
-// idle server runs every two minutes): with a thousand sessions destroyed,
-// the server's PSS was 11 times what it started with after a GC, and 40
-// destroyed left it 1.27 times after 20 s. So once the open boxes have
-// fallen to half of a peak of at least giveBackPeak, and no box has closed
-// for giveBackQuiet, debug.FreeOSMemory runs: one forced GC and the free
-// pages returned, once per burst.
+// idle server runs every two minutes): right after a thousand sessions
+// were destroyed and a GC, the server's PSS was 10 to 14 times what it
+// started with, and it took the scavenger tens of seconds to give most of
+// it back (40 destroyed still left 1.27 times after 20 s). So once the
+// open boxes have fallen to half of a peak of at least giveBackPeak, and
+// no box has closed for giveBackQuiet, debug.FreeOSMemory runs: one forced
+// GC and the free pages returned, once per burst.
 const (
 	giveBackPeak  = 64
 	giveBackQuiet = 2 * time.Second
