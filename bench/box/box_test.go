@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"testing"
@@ -137,4 +139,52 @@ func BenchmarkPauseResume(b *testing.B) {
 func p50(ds []time.Duration) float64 {
 	slices.Sort(ds)
 	return benchbed.Micro(ds[len(ds)/2])
+}
+
+// BenchmarkSessionChurn makes b.N sessions (8 clients), uses each once
+// (terminal_exec true, run_code print(1)), destroys them all, and reports
+// what the server kept: its OS threads and PSS after (a GC, and the
+// give-back a burst of box closes triggers) over before, and the threads
+// while all b.N were live. Part 6 of the served bench (-only 6) is the
+// same at 1000 with the figures printed:
+//
+//	go test -run '^$' -bench SessionChurn -benchtime 200x ./bench/box/
+func BenchmarkSessionChurn(b *testing.B) {
+	t := testBed(b)
+	ctx := context.Background()
+	use := func(id string) error {
+		if err := t.terminalExec(ctx, id, "true"); err != nil {
+			return err
+		}
+		return t.run(ctx, runBody(id, "", "print(1)"), "1\n")
+	}
+	// A warm-up round as wide as the clients (the threads a server uses
+	// for 8 concurrent calls are made once and kept, by design).
+	ids, err := makeSessions(ctx, t, 8, 8, use)
+	if derr := destroyAll(ctx, t, ids, 8); err == nil {
+		err = derr
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	settle()
+	runtime.GC()
+	start := point()
+	b.ResetTimer()
+	ids, err = makeSessions(ctx, t, b.N, 8, use)
+	live := point()
+	if derr := destroyAll(ctx, t, ids, 8); err == nil {
+		err = derr
+	}
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	settle()
+	runtime.GC()
+	debug.FreeOSMemory() // as the server's give-back does 2 s after a burst of ≥ 64 box closes
+	after := point()
+	b.ReportMetric(float64(live.Threads-start.Threads), "threads-live-growth")
+	b.ReportMetric(float64(after.Threads)/float64(start.Threads), "threads-after/start")
+	b.ReportMetric(float64(after.PSS)/float64(start.PSS), "pss-after/start")
 }

@@ -20,7 +20,10 @@
 //  4. destroy_session of sessions that each have a box: sequential, and
 //     from 8 concurrent clients;
 //  5. (-idle N) the PSS of N idle sessions, each with its shell and its
-//     Python worker resident.
+//     Python worker resident;
+//  6. (-churn N, only with -only 6 or -churn set) the server's OS threads
+//     and PSS at the start, with N sessions live (each used once), and
+//     after all of them are destroyed (churn.go).
 package main
 
 import (
@@ -108,8 +111,9 @@ type results struct {
 	destroySteps   []*series // 4: in-process breakdown
 	destroyPar     time.Duration
 	destroyParN    int
-	idle           *idleResult // 5
-	outside        uint64      // runs of a session that did not fit its box (sandbox.BoxStats)
+	idle           *idleResult  // 5
+	churn          *churnResult // 6
+	outside        uint64       // runs of a session that did not fit its box (sandbox.BoxStats)
 }
 
 type idleResult struct {
@@ -189,6 +193,11 @@ func run() error {
 	if part(5) && *nIdle > 0 {
 		if err := idle(ctx, b, &r); err != nil {
 			return fmt.Errorf("5 (idle memory): %w", err)
+		}
+	}
+	if churnOn() {
+		if err := churn(ctx, b, &r); err != nil {
+			return fmt.Errorf("6 (threads and memory after sessions go): %w", err)
 		}
 	}
 	r.outside = b.App.Sandbox.BoxStats().Outside
@@ -803,6 +812,9 @@ func report(r *results) {
 		fmt.Printf("goal 1000 idle sessions ≤ 4 GiB PSS: %s at 1000, %s (%s)\n\n", gib(at1000), how,
 			map[bool]string{true: "met", false: "NOT met"}[at1000 <= 4<<30])
 	}
+	if r.churn != nil {
+		reportChurn(r.churn)
+	}
 }
 
 func frozen(r *results) string {
@@ -849,6 +861,7 @@ func writeJSON(path string, r *results) error {
 	if r.idle != nil {
 		out["idle"] = r.idle
 	}
+	churnJSON(out, r.churn)
 	data, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -108,6 +110,65 @@ type boxRegistry struct {
 	// a run racing with a destroy cannot make a new box for a session that
 	// is gone.
 	ended recent.Set
+
+	// peak is the most boxes open at once since memory was last given
+	// back; giveBack is pending while a burst of closes goes on.
+	peak     int
+	giveBack *time.Timer
+	pending  bool
+	minPeak  int    // giveBackPeak; lower in tests
+	gaveBack func() // called after each give-back; for tests
+}
+
+// A burst of closes gives the server's freed memory back to the kernel.
+// The runtime does so by itself only slowly (its scavenger is paced to
+// about 1 % of the CPU and aims at the heap goal of the last GC, which an
+// idle server runs every two minutes): right after a thousand sessions
+// were destroyed and a GC, the server's PSS was 10 to 14 times what it
+// started with, and it took the scavenger tens of seconds to give most of
+// it back (40 destroyed still left 1.27 times after 20 s). So once the
+// open boxes have fallen to half of a peak of at least giveBackPeak, and
+// no box has closed for giveBackQuiet, debug.FreeOSMemory runs: one forced
+// GC and the free pages returned, once per burst.
+const (
+	giveBackPeak  = 64
+	giveBackQuiet = 2 * time.Second
+)
+
+// opened notes a box made; r.mu is held.
+func (r *boxRegistry) opened() {
+	r.peak = max(r.peak, len(r.boxes))
+}
+
+// closed notes a box gone from r.boxes; r.mu is held.
+func (r *boxRegistry) closed() {
+	if len(r.boxes) == 0 {
+		// A map keeps the buckets of its largest size: start afresh.
+		r.boxes = map[string]*boxEntry{}
+	}
+	switch {
+	case r.pending:
+		r.giveBack.Reset(giveBackQuiet)
+	case r.peak >= cmp.Or(r.minPeak, giveBackPeak) && len(r.boxes) <= r.peak/2:
+		r.pending = true
+		if r.giveBack == nil {
+			r.giveBack = time.AfterFunc(giveBackQuiet, r.freeMemory)
+		} else {
+			r.giveBack.Reset(giveBackQuiet)
+		}
+	}
+}
+
+func (r *boxRegistry) freeMemory() {
+	r.mu.Lock()
+	r.pending = false
+	r.peak = len(r.boxes)
+	done := r.gaveBack
+	r.mu.Unlock()
+	debug.FreeOSMemory()
+	if done != nil {
+		done()
+	}
 }
 
 // ErrSessionEnded is a run for a session whose box was ended for good.
@@ -159,6 +220,7 @@ func (s *Sandbox) boxFor(ctx context.Context, pl *plan) (*Box, error) {
 		if e == nil {
 			e = &boxEntry{ready: make(chan struct{})}
 			r.boxes[key] = e
+			r.opened()
 			r.mu.Unlock()
 			e.box, e.err = s.openBox(key, pl, want)
 			close(e.ready)
@@ -166,6 +228,7 @@ func (s *Sandbox) boxFor(ctx context.Context, pl *plan) (*Box, error) {
 				r.mu.Lock()
 				if r.boxes[key] == e {
 					delete(r.boxes, key)
+					r.closed()
 				}
 				r.mu.Unlock()
 			}
@@ -324,6 +387,8 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 	cmd.Env = append(slices.Clone(HelperEnv), "GOMAXPROCS=1")
 	cmd.ExtraFiles = fds.files
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var pidfd int
+	askPidfd(cmd, &pidfd)
 	bx.cmd = cmd
 	born := false
 	if bx.cg != nil {
@@ -333,18 +398,24 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 		err = cmd.Start()
 	}
 	closeChildEnds()
+	var exit *exitWatch
+	if cmd.Process != nil {
+		exit = watchExit(pidfd)
+	}
 	if err != nil {
 		bx.ctl.Close()
 		if cmd.Process != nil {
 			cmd.Process.Kill()
-			_ = cmd.Wait() // reaps it; err says what failed
+			_ = waitCmd(cmd, exit) // reaps it; err says what failed
 		}
 		return fail(err)
 	}
 	go func() {
 		// bubblewrap's exit is the box's end, however it ended: each
 		// process's own status reaches the server over the control socket.
-		_ = cmd.Wait()
+		// The goroutine waits in the poller, not on a thread of its own
+		// for the box's whole life (see exitWatch).
+		_ = waitCmd(cmd, exit)
 		close(bx.dead)
 		bx.ctl.Close()
 	}()
@@ -469,6 +540,7 @@ func (bx *Box) Close() {
 	r.mu.Lock()
 	if e := r.boxes[bx.key]; e != nil && e.box == bx {
 		delete(r.boxes, bx.key)
+		r.closed()
 	}
 	r.mu.Unlock()
 	// The init first: bubblewrap, its parent, reaps it and exits with it.
@@ -525,13 +597,24 @@ func (bx *Box) spawn(ctx context.Context, pl *plan) (*Process, error) {
 		return nil, pl.startErr(err)
 	}
 	pb.run(p, spec.Stdin)
-	go func() {
+	// No goroutine waits for ctx for the whole run (a session's shell and
+	// Python worker run as long as the session): AfterFunc starts one only
+	// when ctx ends first.
+	stop := context.AfterFunc(ctx, func() {
 		select {
-		case <-ctx.Done():
-			bx.signal(p.boxID, syscall.SIGKILL, true)
 		case <-p.ended:
+		default:
+			bx.signal(p.boxID, syscall.SIGKILL, true)
 		}
-	}()
+	})
+	bx.mu.Lock()
+	select {
+	case <-p.ended:
+		stop()
+	default:
+		p.unwatch = stop // boxEnded calls it
+	}
+	bx.mu.Unlock()
 	pid, msg, ready := readStatus(statusR)
 	p.pid = pid
 	if ready {
@@ -631,9 +714,13 @@ func (p *Process) boxEnded(e boxExit) {
 		return
 	}
 	delete(p.bx.procs, p.boxID)
-	p.bx.mu.Unlock()
 	p.boxExit = e
 	close(p.ended)
+	unwatch := p.unwatch
+	p.bx.mu.Unlock()
+	if unwatch != nil {
+		unwatch()
+	}
 }
 
 // credPair is a stream socket pair whose first end receives its peer's
@@ -642,6 +729,13 @@ func (p *Process) boxEnded(e boxExit) {
 func credPair() (mine, theirs *os.File, err error) {
 	m, t, err := CredSocketPair()
 	if err != nil {
+		return nil, nil, err
+	}
+	// Non-blocking, so that the server's end is read through the poller
+	// (readStatus) and a start that waits for its status holds no thread.
+	if err := syscall.SetNonblock(m, true); err != nil {
+		syscall.Close(m)
+		syscall.Close(t)
 		return nil, nil, err
 	}
 	return os.NewFile(uintptr(m), "status"), os.NewFile(uintptr(t), "status-child"), nil
@@ -667,16 +761,26 @@ func CredSocketPair() (mine, theirs int, err error) {
 // readStatus reads the init child's status channel: ready, or the reason
 // it could not exec, and the host pid of the process that wrote it.
 func readStatus(f *os.File) (pid int, msg string, ready bool) {
-	fd := int(f.Fd())
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err.Error(), false
+	}
 	buf := make([]byte, 4096)
 	oob := make([]byte, syscall.CmsgSpace(syscall.SizeofUcred))
 	var out []byte
 	for len(out) < 64<<10 {
-		n, oobn, _, _, err := syscall.Recvmsg(fd, buf, oob, 0)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil || n == 0 {
+		var n, oobn int
+		var rerr error
+		// In the poller: the goroutine parks until the init child writes
+		// or closes its end.
+		if err := rc.Read(func(fd uintptr) bool {
+			for {
+				n, oobn, _, _, rerr = syscall.Recvmsg(int(fd), buf, oob, syscall.MSG_DONTWAIT)
+				if rerr != syscall.EINTR {
+					return rerr != syscall.EAGAIN
+				}
+			}
+		}); err != nil || rerr != nil || n == 0 {
 			break
 		}
 		if pid == 0 && oobn > 0 {

@@ -50,11 +50,13 @@ func RunHelper(ctx context.Context, h *Helper) error {
 	if cmd.WaitDelay <= 0 {
 		cmd.WaitDelay = 5 * time.Second
 	}
+	var pidfd int
+	askPidfd(cmd, &pidfd)
 	err := cmd.Start()
 	if err != nil {
 		return err
 	}
-	err = cmd.Wait()
+	err = waitCmd(cmd, watchExit(pidfd))
 	// What the helper left running in its group (compileall's workers)
 	// goes with it.
 	_ = killGroup(cmd) // best effort: the group may be gone already (ESRCH)

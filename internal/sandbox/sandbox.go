@@ -302,6 +302,7 @@ type Process struct {
 	pumpErr error
 	errMu   sync.Mutex
 	cg      *runCgroup // the run's cgroups, or nil
+	exit    *exitWatch // Cmd's pidfd in the poller, or nil
 	boxed   bool       // started inside bubblewrap
 	tty     bool       // Spec.TTY
 
@@ -316,6 +317,7 @@ type Process struct {
 	boxID     string        // the box init's name for it
 	pid       int           // the program's host pid
 	ended     chan struct{} // closed once the box init reported its end
+	unwatch   func() bool   // stops the ctx watch (context.AfterFunc); set and taken under bx.mu
 	boxExit   boxExit
 	oomBefore uint64 // the box cgroup's OOM kills when it started
 }
@@ -761,6 +763,8 @@ func (s *Sandbox) startOneShot(ctx context.Context, pl *plan) (*Process, error) 
 	}
 	cmd.Cancel = func() error { return killGroup(cmd) }
 	cmd.WaitDelay = s.drainGrace
+	var pidfd int
+	askPidfd(cmd, &pidfd)
 	p.Cmd = cmd
 
 	p.start = time.Now()
@@ -772,6 +776,9 @@ func (s *Sandbox) startOneShot(ctx context.Context, pl *plan) (*Process, error) 
 		err = cmd.Start()
 	}
 	pb.closeChildEnds()
+	if cmd.Process != nil {
+		p.exit = watchExit(pidfd)
+	}
 	if err != nil && cmd.Process != nil {
 		// Started, but the thread that started it could not leave the
 		// run's cgroups (see startInside).
@@ -1062,7 +1069,7 @@ func (p *Process) Wait() Exit {
 	if p.bx != nil {
 		return p.waitBox()
 	}
-	waitErr := p.Cmd.Wait()
+	waitErr := waitCmd(p.Cmd, p.exit)
 	// Nothing of a run outlives it: background jobs left in the group go
 	// too, and everything left in its cgroup (the box's pid namespace died
 	// with bubblewrap already).
