@@ -448,3 +448,27 @@ func TestDestroyEndsTheCallsInFlight(t *testing.T) {
 		t.Errorf("%d calls still counted", a.callsIn(s.ID))
 	}
 }
+
+// TestDestroyForgetsTheSessionsTenant: what the App keeps per session goes
+// with the session (the map of session ids to tenants grew with every
+// session a server ever had).
+func TestDestroyForgetsTheSessionsTenant(t *testing.T) {
+	a := newApp(t, nil)
+	needBoxes(t, a)
+	count := func() int {
+		a.tenants.mu.Lock()
+		defer a.tenants.mu.Unlock()
+		return len(a.tenants.ofID)
+	}
+	before := count()
+	for i := range 3 {
+		s := newSession(t, a, fmt.Sprintf("gone%d", i), "")
+		if res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "sh", Code: "true"}); res.ExitCode != 0 {
+			t.Fatalf("run: %+v", res)
+		}
+		mustCall(t, a, "destroy_session", SessionRef{Session: s.ID})
+	}
+	if n := count(); n != before {
+		t.Fatalf("%d session tenants kept after their sessions were destroyed (%d before)", n, before)
+	}
+}

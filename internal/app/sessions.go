@@ -351,7 +351,11 @@ func (a *App) destroySession(ctx context.Context, s *session.Session) error {
 	a.Sandbox.EndSession(s.ID)
 	a.Python.Stop(s.ID)
 	a.Terminals.CloseSession(s)
-	return a.Sessions.Delete(ctx, s)
+	err := a.Sessions.Delete(ctx, s)
+	if err == nil {
+		a.tenants.forget(s.ID)
+	}
+	return err
 }
 
 func (a *App) terminalExec(ctx context.Context, in TerminalExecInput) (*terminal.Result, error) {

@@ -126,7 +126,9 @@ func (a *App) destroySpare(s *session.Session) {
 	a.Python.Stop(s.ID)
 	if err := a.Sessions.Delete(context.Background(), s); err != nil {
 		a.Log.Warn("spare session not removed", "session", s.ID, "err", err)
+		return
 	}
+	a.tenants.forget(s.ID)
 }
 
 // claim returns a spare of the template create_session asks for, claimed

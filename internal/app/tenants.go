@@ -177,6 +177,14 @@ func (t *tenants) tenantOf(id string) (string, bool) {
 	return s.Tenant, true
 }
 
+// forget drops session id from the tenant map once the session is gone
+// (a server that had a thousand sessions kept a thousand entries).
+func (t *tenants) forget(id string) {
+	t.mu.Lock()
+	delete(t.ofID, id)
+	t.mu.Unlock()
+}
+
 // sessionDir is the session directory holding dir, if dir is in one.
 func (t *tenants) sessionDir(dir string) (id, sdir string, ok bool) {
 	rel, err := filepath.Rel(t.root, dir)
