@@ -56,7 +56,7 @@ type Options struct {
 	// redirect is checked by Network too.
 	HTTP *http.Client
 	// Spares is how many prepared VMs the Engine keeps ready (2); each
-	// holds about half a MiB. Negative: none, every run makes its VM.
+	// holds about 0.25 MiB. Negative: none, every run makes its VM.
 	Spares int
 	// TranspileCache caps the memory of cached transpiles, in bytes
 	// (16 MiB). Negative: no cache.

@@ -24,8 +24,8 @@ import (
 // stateless), so the pool changes no semantics: a prepared VM is the same
 // fresh VM a run used to make for itself, made earlier.
 //
-// The pool holds at most Options.Spares VMs (2 by default; about 0.5 MiB of
-// memory each, see TestPreparedVMSize), filled in the background when no
+// The pool holds at most Options.Spares VMs (2 by default; about 0.25 MiB of
+// memory each, see BenchmarkPrepare), filled in the background when no
 // run is in progress (see pool); the first run of an Engine makes its own.
 // When the pool is empty a run prepares its VM itself, as before.
 
@@ -151,9 +151,17 @@ func (p *pool) take() (*prepared, error) {
 // done hands the VM of a run that ended over to be closed, off the run's
 // path when the queue has room.
 func (p *pool) done(v *prepared) {
-	select {
-	case p.dead <- v:
-	default:
+	p.mu.Lock()
+	queued := false
+	if !p.closed {
+		select {
+		case p.dead <- v:
+			queued = true
+		default:
+		}
+	}
+	p.mu.Unlock()
+	if !queued {
 		v.close()
 	}
 	p.end()
