@@ -134,17 +134,20 @@ func newPool(n int, prepare func() (*prepared, error)) *pool {
 
 // take returns a prepared VM for a run that is starting: a spare if there
 // is one, else one made now. The run must call done with it when it ends.
-func (p *pool) take() (*prepared, error) {
+func (p *pool) take() (v *prepared, err error) {
 	p.active.Add(1)
+	ok := false
+	defer func() {
+		if !ok { // an error, or a panic in the engine: no run to end
+			p.end()
+		}
+	}()
 	select {
-	case v := <-p.spares:
-		return v, nil
+	case v = <-p.spares:
 	default:
+		v, err = p.prepare()
 	}
-	v, err := p.prepare()
-	if err != nil {
-		p.end()
-	}
+	ok = err == nil
 	return v, err
 }
 
