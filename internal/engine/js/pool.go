@@ -17,7 +17,7 @@ import (
 // loaded and the host functions registered, but bound to no run. A run takes
 // one, binds it to itself (its session's workspace, env and network policy
 // reach the VM only through the run the host functions find at call time),
-// and the VM is closed after that one run, on another goroutine; it is never
+// and the VM is closed after that one run, in the background; it is never
 // put back, so nothing a run does to its globals, the built-in prototypes or
 // the prelude's objects can reach another run, of the same session or any
 // other. JS keeps no state between runs (the engine contract's state rule:
@@ -27,7 +27,10 @@ import (
 // The pool holds at most Options.Spares VMs (2 by default; about 0.25 MiB of
 // memory each, see BenchmarkPrepare), filled in the background when no
 // run is in progress (see pool); the first run of an Engine makes its own.
-// When the pool is empty a run prepares its VM itself, as before.
+// When the pool is empty a run prepares its VM itself, as before. Besides
+// the spares, at most maxDead finished runs' VMs wait to be closed, each
+// holding what its run left (up to the memory limit), until no run is in
+// progress; a run that finds that queue full closes its VM itself.
 
 // prepared is a VM with the prelude loaded, waiting for its one run.
 type prepared struct {
@@ -126,7 +129,7 @@ type pool struct {
 
 // maxDead bounds the VMs waiting to be closed; a run that finds the queue
 // full closes its VM itself.
-const maxDead = 4
+const maxDead = 2
 
 func newPool(n int, prepare func() (*prepared, error)) *pool {
 	return &pool{prepare: prepare, spares: make(chan *prepared, max(n, 0)), dead: make(chan *prepared, maxDead)}
