@@ -30,7 +30,10 @@ import (
 	"github.com/quro-dev/quro/internal/runcode"
 )
 
-var gap = flag.Duration("gap", 2*time.Millisecond, "pause between the calls of the Paced benchmarks")
+var (
+	gap         = flag.Duration("gap", 2*time.Millisecond, "pause between the calls of the Paced benchmarks")
+	tenantTasks = flag.Int64("tenant-tasks", 0, "the tenant's process ceiling (app.TenantLimits.Tasks; 0: the default, -1: none, for a machine whose shared local tenant is over it)")
+)
 
 // tsSnippet is a small TypeScript snippet: an interface, typed arrow
 // functions, a generic, a class with a private field.
@@ -68,7 +71,8 @@ func bed(b *testing.B) *benchbed.Bed {
 			return
 		}
 		install := filepath.Join(os.TempDir(), "quro-test-python") // shared with the tests
-		a, err := app.New(ctx, dir, &app.Options{Python: &python.EmbeddedOptions{InstallRoot: install}})
+		limits := app.Limits{Tenant: app.TenantLimits{Tasks: *tenantTasks}}
+		a, err := app.New(ctx, dir, &app.Options{Python: &python.EmbeddedOptions{InstallRoot: install}, Limits: limits})
 		if err != nil {
 			shared.err = err
 			return
