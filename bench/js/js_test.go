@@ -167,3 +167,4 @@ func BenchmarkTSRESTPaced(b *testing.B)            { loop(b, *gap, rest(bed(b), 
 func BenchmarkTSRESTBackToBack(b *testing.B)       { loop(b, 0, rest(bed(b), tsSmall)) }
 func BenchmarkTSInProcessPaced(b *testing.B)       { loop(b, *gap, inProcess(bed(b), tsSmall)) }
 func BenchmarkPythonRESTPaced(b *testing.B)        { loop(b, *gap, rest(bed(b), pyPrint)) }
+func BenchmarkPythonInProcessPaced(b *testing.B)   { loop(b, *gap, inProcess(bed(b), pyPrint)) }
