@@ -7,12 +7,14 @@
 // leaks between runs or sessions; state that should last is kept in the
 // workspace. The VMs are prepared ahead, a few at a time, and each is closed
 // after its one run (see pool.go); TypeScript transpiles are cached by a
-// hash of the source (see cache.go). A run is bounded by a memory limit (64 MiB by default:
-// exceeding it is an "out of memory" error of the code, never a crash of the
-// server), by its time budget (the context deadline, enforced by QuickJS's
-// interrupt handler, which also stops a regular expression or a Promise
-// chain that never ends) and by a limit on JS call depth (a stack overflow is
-// a catchable InternalError). A panic inside the engine is recovered and
+// hash of the source (see cache.go).
+//
+// A run is bounded by a memory limit (64 MiB by default: exceeding it is an
+// "out of memory" error of the code, never a crash of the server), by its
+// time budget (the context deadline, enforced by QuickJS's interrupt
+// handler, which also stops a regular expression or a Promise chain that
+// never ends) and by a limit on JS call depth (a stack overflow is a
+// catchable InternalError). A panic inside the engine is recovered and
 // reported as an engine failure; that VM is never used again.
 //
 // What user code sees — console, require, module.exports, timers, Tools,
