@@ -5,19 +5,24 @@
 //
 // Every run gets a fresh VM (a new QuickJS runtime and context), so nothing
 // leaks between runs or sessions; state that should last is kept in the
-// workspace. A run is bounded by a memory limit (64 MiB by default:
-// exceeding it is an "out of memory" error of the code, never a crash of the
-// server), by its time budget (the context deadline, enforced by QuickJS's
-// interrupt handler, which also stops a regular expression or a Promise
-// chain that never ends) and by a limit on JS call depth (a stack overflow is
-// a catchable InternalError). A panic inside the engine is recovered and
+// workspace. The VMs are prepared ahead, a few at a time, and each is closed
+// after its one run (see pool.go); TypeScript transpiles are cached by a
+// hash of the source (see cache.go).
+//
+// A run is bounded by a memory limit (64 MiB by default: exceeding it is an
+// "out of memory" error of the code, never a crash of the server), by its
+// time budget (the context deadline, enforced by QuickJS's interrupt
+// handler, which also stops a regular expression or a Promise chain that
+// never ends) and by a limit on JS call depth (a stack overflow is a
+// catchable InternalError). A panic inside the engine is recovered and
 // reported as an engine failure; that VM is never used again.
 //
 // What user code sees — console, require, module.exports, timers, Tools,
 // Data — is documented in prelude.go.
 //
 // An Engine is safe for concurrent use: runs share nothing but the compiled
-// prelude.
+// prelude, the pool of prepared VMs (each used by one run only) and the
+// transpile cache (immutable results).
 package js
 
 import (
@@ -52,6 +57,12 @@ type Options struct {
 	// default transport). Its CheckRedirect is replaced so that every
 	// redirect is checked by Network too.
 	HTTP *http.Client
+	// Spares is how many prepared VMs the Engine keeps ready (2); each
+	// holds about 0.25 MiB. Negative: none, every run makes its VM.
+	Spares int
+	// TranspileCache caps the memory of cached transpiles, in bytes
+	// (16 MiB). Negative: no cache.
+	TranspileCache int64
 }
 
 func (o *Options) withDefaults() Options {
@@ -71,6 +82,12 @@ func (o *Options) withDefaults() Options {
 	if r.HTTP == nil {
 		r.HTTP = &http.Client{}
 	}
+	if r.Spares == 0 {
+		r.Spares = 2
+	}
+	if r.TranspileCache == 0 {
+		r.TranspileCache = 16 << 20
+	}
 	return r
 }
 
@@ -80,6 +97,8 @@ type Engine struct {
 	opts     Options
 	prelude  []byte // the prelude, compiled once at preludeLine
 	preludeN int    // its line count
+	pool     *pool
+	cache    *transpileCache
 }
 
 // New returns an Engine. It compiles the prelude once; a failure there is a
@@ -97,7 +116,16 @@ func New(opts *Options) *Engine {
 	}
 	e.prelude = bc
 	e.preludeN = strings.Count(preludeSource, "\n") + 1
+	e.pool = newPool(e.opts.Spares, e.prepare)
+	e.cache = newTranspileCache(e.opts.TranspileCache)
 	return e
+}
+
+// Close frees the prepared VMs the Engine keeps. Runs still work after it
+// (each makes its own VM); Close is for an Engine that is dropped.
+func (e *Engine) Close() error {
+	e.pool.close()
+	return nil
 }
 
 // MemoryLimit is the memory cap of one run, in bytes.

@@ -277,7 +277,7 @@ func (r *run) compile(rel string) quickjs.Value {
 	ext := path.Ext(rel)
 	ts := ext == ".ts" || ext == ".mts" || ext == ".cts"
 	if ts || esmSyntax.MatchString(code) {
-		t, err := transpile(code, rel, ts)
+		t, err := r.eng.cache.transpile(code, rel, ts)
 		if err != nil {
 			r.compileErr = &jsError{Name: "SyntaxError", Message: "in a required module:\n" + err.Error()}
 			return quickjs.UndefinedValue

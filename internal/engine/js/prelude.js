@@ -8,6 +8,9 @@
 (function (host, compile) {
   'use strict';
   const G = globalThis;
+  // The prelude's own JSON: the code may replace JSON's methods, which must
+  // not change what the host is told or how its answers are read.
+  const { stringify, parse } = JSON;
   delete G.__quro_host;
   delete G.__quro_compile;
 
@@ -63,7 +66,7 @@
   function pretty(v) {
     if (typeof v === 'number' && !Number.isFinite(v)) return String(v);
     const p = plain(v, []);
-    return JSON.stringify(p, null, 2);
+    return stringify(p, null, 2);
   }
 
   // inspect is console.log's form of one argument.
@@ -73,10 +76,10 @@
     if (v === undefined) return 'undefined';
     if (typeof v !== 'object' || v === null) {
       const p = plain(v, []);
-      return typeof p === 'string' ? p : JSON.stringify(p);
+      return typeof p === 'string' ? p : stringify(p);
     }
-    const one = JSON.stringify(plain(v, []));
-    return one.length <= 80 ? one : JSON.stringify(plain(v, []), null, 2);
+    const one = stringify(plain(v, []));
+    return one.length <= 80 ? one : stringify(plain(v, []), null, 2);
   }
 
   function errorText(e) {
@@ -137,17 +140,17 @@
   function makeRequire(dir) {
     function require(spec) {
       if (typeof spec !== 'string') throw new TypeError('require: the module name must be a string');
-      const r = JSON.parse(call('resolve', dir, spec));
+      const r = parse(call('resolve', dir, spec));
       const cached = cache[r.path];
       if (cached) return cached.exports;
       const module = { id: r.path, filename: r.path, exports: {}, loaded: false };
       cache[r.path] = module;
       try {
         if (r.kind === 'json') {
-          module.exports = JSON.parse(call('read', r.path));
+          module.exports = parse(call('read', r.path));
         } else {
           const fn = compile(r.path);
-          if (typeof fn !== 'function') throw makeError(JSON.parse(call('compileError')));
+          if (typeof fn !== 'function') throw makeError(parse(call('compileError')));
           module.require = makeRequire(dirOf(r.path));
           fn.call(module.exports, module.exports, module.require, module, r.path, dirOf(r.path));
         }
@@ -158,7 +161,7 @@
       }
       return module.exports;
     }
-    require.resolve = (spec) => JSON.parse(call('resolve', dir, String(spec))).path;
+    require.resolve = (spec) => parse(call('resolve', dir, String(spec))).path;
     require.cache = cache;
     return require;
   }
@@ -177,10 +180,10 @@
   const Files = Object.freeze({
     read: (path) => call('read', str(path, 'path')),
     write: (path, data, opts) => {
-      const text = typeof data === 'string' ? data : JSON.stringify(plain(data, []), null, 2);
+      const text = typeof data === 'string' ? data : stringify(plain(data, []), null, 2);
       return call('write', str(path, 'path'), text, !!(opts && opts.append));
     },
-    list: (path) => JSON.parse(call('list', path === undefined ? '.' : str(path, 'path'))),
+    list: (path) => parse(call('list', path === undefined ? '.' : str(path, 'path'))),
     exists: (path) => call('exists', str(path, 'path')),
     remove: (path) => call('remove', str(path, 'path')),
   });
@@ -194,9 +197,9 @@
         url: String(url),
         method: o.method ? String(o.method) : 'GET',
         headers,
-        body: o.body === undefined || o.body === null ? '' : typeof o.body === 'string' ? o.body : JSON.stringify(o.body),
+        body: o.body === undefined || o.body === null ? '' : typeof o.body === 'string' ? o.body : stringify(o.body),
       };
-      const r = JSON.parse(call('fetch', JSON.stringify(req)));
+      const r = parse(call('fetch', stringify(req)));
       const lower = {};
       for (const [k, v] of Object.entries(r.headers)) lower[k.toLowerCase()] = v;
       resolve(Object.freeze({
@@ -206,18 +209,18 @@
         ok: r.status >= 200 && r.status < 300,
         headers: Object.freeze({ get: (name) => { const v = lower[String(name).toLowerCase()]; return v === undefined ? null : v; }, entries: () => Object.entries(lower) }),
         text: async () => r.body,
-        json: async () => JSON.parse(r.body),
+        json: async () => parse(r.body),
       }));
     });
   }
 
   const System = Object.freeze({
-    time: () => JSON.parse(call('time')),
+    time: () => parse(call('time')),
     env: (name) => {
-      const env = JSON.parse(call('env'));
+      const env = parse(call('env'));
       return name === undefined ? env : (Object.prototype.hasOwnProperty.call(env, name) ? env[name] : undefined);
     },
-    platform: () => JSON.parse(call('platform')),
+    platform: () => parse(call('platform')),
   });
 
   G.Tools = Object.freeze({
@@ -294,7 +297,7 @@
       return { name: String(e.name || 'Error'), message: String(e.message), stack: String(e.stack || '') };
     }
     let text;
-    try { text = typeof e === 'string' ? JSON.stringify(e) : inspect(e); } catch (_) { text = String(e); }
+    try { text = typeof e === 'string' ? stringify(e) : inspect(e); } catch (_) { text = String(e); }
     return { name: '', message: text, stack: '', isNull: e === null };
   }
 
@@ -352,7 +355,7 @@
         }
         if (v !== undefined) out.result = pretty(v);
       }
-      return JSON.stringify(out);
+      return stringify(out);
     },
   };
 })(__quro_host, __quro_compile)

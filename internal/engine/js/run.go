@@ -33,6 +33,7 @@ type run struct {
 	deadline time.Time
 	src      *sources
 
+	prep       *prepared
 	vm         *quickjs.VM
 	ctl        quickjs.Value
 	atoms      map[string]quickjs.Atom
@@ -68,7 +69,7 @@ func (r *run) main() (*runcode.Result, error) {
 	code, original := r.req.Code, r.req.Code
 	var sm *sourceMap
 	if r.ts || esmSyntax.MatchString(code) {
-		t, err := transpile(code, mainName, r.ts)
+		t, err := r.eng.cache.transpile(code, mainName, r.ts)
 		if err != nil {
 			var te *transpileError
 			if errors.As(err, &te) {
@@ -85,8 +86,8 @@ func (r *run) main() (*runcode.Result, error) {
 	if err := r.start(); err != nil {
 		return nil, err
 	}
-	defer r.vm.Close()
-	defer r.ctl.Free()
+	// The VM serves this run only: it is closed after it, never reused.
+	defer r.eng.pool.done(r.prep)
 	stop := r.watch()
 	defer stop()
 
@@ -108,34 +109,20 @@ func (r *run) main() (*runcode.Result, error) {
 	return r.finish()
 }
 
-// start creates the VM, registers the host functions and runs the prelude.
+// start takes a prepared VM (prelude loaded, see pool.go) and binds it to
+// this run.
 func (r *run) start() error {
-	vm, err := quickjs.NewVM()
+	p, err := r.eng.pool.take()
 	if err != nil {
-		return fmt.Errorf("quickjs: %w", err)
+		return err
 	}
-	r.vm = vm
+	if err := p.bind(r); err != nil {
+		r.eng.pool.done(p)
+		return err
+	}
+	r.vm, r.ctl, r.prep = p.vm, p.ctl, p
 	r.atoms = map[string]quickjs.Atom{}
-	vm.SetMemoryLimit(uintptr(r.eng.opts.MemoryLimit))
-	if err := vm.RegisterHostFunc("__quro_host", r.host); err != nil {
-		vm.Close()
-		return fmt.Errorf("quickjs: %w", err)
-	}
-	if err := vm.RegisterFunc("__quro_compile", r.compile, false); err != nil {
-		vm.Close()
-		return fmt.Errorf("quickjs: %w", err)
-	}
 	r.src.addPrelude(preludeSource)
-	if err := r.arm(); err != nil {
-		vm.Close()
-		return fmt.Errorf("no time left to start the engine")
-	}
-	ctl, err := vm.EvalBytecodeValue(r.eng.prelude)
-	if err != nil {
-		vm.Close()
-		return fmt.Errorf("quickjs prelude: %w", err)
-	}
-	r.ctl = ctl
 	return nil
 }
 
