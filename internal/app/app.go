@@ -115,6 +115,7 @@ type App struct {
 	isolation func() []sandbox.Feature
 	tenants   *tenants
 	limits    Limits
+	js        *js.Engine // its prepared VMs are freed by Close
 
 	inflight       inflight         // calls running per session (boxes.go)
 	autoPauseAfter time.Duration    // Options.AutoPause
@@ -209,7 +210,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
 		Python: emb, Metrics: m, tokens: auth.New(st), auditLog: audit.New(st, &audit.Options{Keep: opts.AuditKeep, Logger: log}),
 		Runner:  runcode.New(Languages(sb, pyChain, jsEng, RootfsDir(dir)), opts.Run),
-		tenants: tl, limits: opts.Limits,
+		tenants: tl, limits: opts.Limits, js: jsEng,
 
 		inflight:       inflight{n: map[string]int{}},
 		autoPauseAfter: opts.AutoPause,
@@ -277,6 +278,7 @@ func (a *App) Close() error {
 	a.Sandbox.CloseBoxes()
 	a.Terminals.Close()
 	a.Python.Close()
+	a.js.Close()
 	a.Sandbox.ReleaseTenants()
 	a.auditLog.Close()
 	a.tenants.disks.UnmountMine()
