@@ -135,7 +135,11 @@ func run() error {
 		}
 		d := time.Since(t)
 		if code != "pass" {
-			plainIn = append(plainIn, parseInner(errb.String()))
+			in, err := parseInner(errb.String())
+			if err != nil {
+				return 0, err
+			}
+			plainIn = append(plainIn, in)
 		}
 		return d, nil
 	}
@@ -205,17 +209,23 @@ func post(ctx context.Context, b *benchbed.Bed, body []byte, want int64, in *[]i
 	if r.ExitCode != 0 || r.Error != "" || r.StdoutBytes != want {
 		return 0, fmt.Errorf("run_code: exit %d, error %q, %d bytes of stdout (want %d), stderr %q", r.ExitCode, r.Error, r.StdoutBytes, want, r.Stderr)
 	}
-	*in = append(*in, parseInner(r.Stderr))
+	got, err := parseInner(r.Stderr)
+	if err != nil {
+		return 0, err
+	}
+	*in = append(*in, got)
 	return d, nil
 }
 
 // inner is the loop's own wall and CPU time in ms, from its stderr.
 type inner struct{ wall, cpu, wait float64 }
 
-func parseInner(s string) inner {
+func parseInner(s string) (inner, error) {
 	var in inner
-	fmt.Sscanf(s, "%f %f %f", &in.wall, &in.cpu, &in.wait)
-	return in
+	if _, err := fmt.Sscanf(s, "%f %f %f", &in.wall, &in.cpu, &in.wait); err != nil {
+		return in, fmt.Errorf("the loop's own figures (wall, cpu, wait ms) on its stderr: %q: %w", s, err)
+	}
+	return in, nil
 }
 
 // medInner is the medians of the loop's own figures.
