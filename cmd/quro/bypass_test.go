@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"go/ast"
+	"go/build"
 	"go/importer"
 	"go/parser"
 	gotoken "go/token"
@@ -356,7 +357,7 @@ var appUses = map[string]map[string]bool{
 	// The server wires its access paths: the in-session resolver and
 	// server, the token check, the WebSocket terminal (after the
 	// controller resolved the session), metrics and the log line.
-	"serve.go": {"Sessions": true, "Authenticate": true, "EnsureAdminToken": true, "OpenPTY": true, "Metrics": true, "Sandbox": true},
+	"serve.go": {"Sessions": true, "Authenticate": true, "EnsureAdminToken": true, "OpenPTY": true, "Metrics": true, "Sandbox": true, "PreparePython": true},
 	// quro term attaches to the PTY open_terminal started.
 	"term.go": {"OpenPTY": true},
 }
@@ -382,6 +383,10 @@ func TestBypassNoPartsOutsideTheController(t *testing.T) {
 	var files []*ast.File
 	for _, n := range names {
 		if strings.HasSuffix(n, "_test.go") {
+			continue
+		}
+		// The files of this build only (serve_python_slim.go is -tags slim's).
+		if ok, err := build.Default.MatchFile(".", n); err != nil || !ok {
 			continue
 		}
 		f, err := parser.ParseFile(fset, n, nil, 0)

@@ -85,7 +85,7 @@ admin token for the local tenant is created, printed once and kept in
 				return err
 			}
 			defer a.Close()
-			go prepareEmbeddedPython(cmd.Context(), a.Python, log) // in the background from the start, logged (serve_python.go)
+			go a.PreparePython(cmd.Context()) // in the background from the start, logged
 			fdLimit := raiseFileLimit(log)
 			caps := connCaps(fdLimit, maxConns, maxConnsPerIP)
 			// Each session's boxes get a socket of that session's, so its

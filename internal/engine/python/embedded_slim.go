@@ -4,16 +4,11 @@ package python
 
 import (
 	"context"
-	"errors"
 
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 )
-
-// ErrNotInBuild: this binary was built with -tags slim, without the
-// embedded interpreter.
-var ErrNotInBuild = errors.New("the embedded CPython is not in this build (built with -tags slim); the chain uses the next tier")
 
 // Embedded is the slim build's stand-in for tier 1: it is never available,
 // so the Python chain falls through to the next tier.

@@ -1,6 +1,7 @@
 package python
 
 import (
+	"errors"
 	"time"
 
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -72,3 +73,7 @@ func (o *EmbeddedOptions) withDefaults(sb *sandbox.Sandbox) EmbeddedOptions {
 	}
 	return r
 }
+
+// ErrNotInBuild: this binary was built with -tags slim, without the
+// embedded interpreter.
+var ErrNotInBuild = errors.New("the embedded CPython is not in this build (built with -tags slim); the chain uses the next tier")
