@@ -243,10 +243,11 @@ func TestServeAuth(t *testing.T) {
 	reader, _, code := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "acme", "--scopes", "read")
 	runner, _, code2 := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "acme", "--scopes", "read,exec")
 	installer, _, code3 := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "acme", "--scopes", "read,exec,install")
-	if code != 0 || code2 != 0 || code3 != 0 {
+	acmeAdmin, _, code4 := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "acme", "--scopes", "admin")
+	if code != 0 || code2 != 0 || code3 != 0 || code4 != 0 {
 		t.Fatal("token create failed")
 	}
-	reader, runner, installer = strings.TrimSpace(reader), strings.TrimSpace(runner), strings.TrimSpace(installer)
+	reader, runner, installer, acmeAdmin = strings.TrimSpace(reader), strings.TrimSpace(runner), strings.TrimSpace(installer), strings.TrimSpace(acmeAdmin)
 	const js = "application/json"
 	run := `{"code":"echo ok","lang":"sh"}`
 	for _, tc := range []struct {
@@ -269,7 +270,8 @@ func TestServeAuth(t *testing.T) {
 		{"reader cannot destroy", "DELETE", "/v1/sessions/default", "", []string{"Authorization", "Bearer " + reader}, 403, `needs scope \"exec\"`},
 		{"foreign origin", "POST", "/v1/run_code", run, append([]string{"Origin", "https://evil.example"}, admin...), 403, "origin"},
 		{"metrics need a token", "GET", "/metrics", "", nil, 401, "no token"},
-		{"metrics are the admin's", "GET", "/metrics", "", []string{"Authorization", "Bearer " + reader}, 403, `needs scope \"admin\"`},
+		{"metrics are the operator's", "GET", "/metrics", "", []string{"Authorization", "Bearer " + reader}, 403, "needs the operator's token"},
+		{"metrics refuse another tenant's admin", "GET", "/metrics", "", []string{"Authorization", "Bearer " + acmeAdmin}, 403, "every tenant"},
 		{"metrics refuse an exec token", "GET", "/metrics", "", []string{"Authorization", "Bearer " + runner}, 403, "every tenant"},
 		{"metrics", "GET", "/metrics", "", admin, 200, "quro_calls_total"},
 		{"mcp needs a token", "POST", "/mcp", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, nil, 401, "no token"},
@@ -297,7 +299,7 @@ func TestServeAuth(t *testing.T) {
 	// Revoked: refused at once, with the reason.
 	list, _, _ := quro(t, "", "token", "list", "--json", "--data", srv.data)
 	var infos []struct{ ID, Tenant string }
-	if err := json.Unmarshal([]byte(list), &infos); err != nil || len(infos) != 4 {
+	if err := json.Unmarshal([]byte(list), &infos); err != nil || len(infos) != 5 {
 		t.Fatalf("token list: %v %s", err, list)
 	}
 	runnerID := strings.SplitN(strings.TrimPrefix(runner, "quro_"), "_", 2)[0]

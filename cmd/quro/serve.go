@@ -142,7 +142,7 @@ admin token for the local tenant is created, printed once and kept in
 			mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: access, WebSocket: wsrv.Handlers()}))
 			mux.Handle("/mcp", guard(access, quromcp.Handler(a.Controller, authFn, &quromcp.Options{Logger: log})))
 			// Metrics count every tenant's calls: the admin's alone.
-			mux.Handle("GET /metrics", guard(access, requireScope(authFn, capability.ScopeAdmin, a.Metrics.Handler())))
+			mux.Handle("GET /metrics", guard(access, requireOperator(authFn, "/metrics shows every tenant's counts", a.Metrics.Handler())))
 			// The web UI: public static files, no token needed to load them
 			// (it calls /v1/ like any other client, with the user's token).
 			// Only the Host is checked: the sandboxed artifact frame loads
@@ -212,7 +212,11 @@ func refuse(check func(*http.Request) *capability.Error, h http.Handler) http.Ha
 
 // requireScope lets through callers that authenticate with a scope that
 // covers need; others get 401 (no or bad credentials) or 403.
-func requireScope(auth httpauth.Func, need capability.Scope, h http.Handler) http.Handler {
+// requireOperator serves h to the operator alone: an admin token of the
+// local tenant (what `quro serve` writes to admin.token), never a session
+// calling back. What h shows is the whole server's (why), so another
+// tenant's admin is refused too.
+func requireOperator(auth httpauth.Func, why string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		caller, err := auth(r)
 		if err != nil {
@@ -221,9 +225,10 @@ func requireScope(auth httpauth.Func, need capability.Scope, h http.Handler) htt
 			rest.WriteError(w, rest.Status(ce.Code), ce)
 			return
 		}
-		if !caller.Scope.Covers(need) {
+		if !caller.Scope.Covers(capability.ScopeAdmin) || caller.Tenant != "" || caller.Session != "" {
 			rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
-				"%s needs scope %q (it shows every tenant's counts); this token has %q", r.URL.Path, need, caller.Scope))
+				"%s needs the operator's token (scope \"admin\" of the local tenant: %s); this token has scope %q of tenant %q",
+				r.URL.Path, why, caller.Scope, caller.Tenant))
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -13,11 +13,10 @@ import (
 
 	"github.com/quro-dev/quro/internal/api/httpauth"
 	"github.com/quro-dev/quro/internal/api/rest"
-	"github.com/quro-dev/quro/internal/capability"
 )
 
 // servePprof serves Go's profiler (net/http/pprof) on its own listener at
-// addr, which must be a loopback address, to admin tokens only: profiles
+// addr, which must be a loopback address, to the operator only: profiles
 // show the server's code paths, its goroutines' stacks and its command
 // line. The main listener never serves it. The returned stop ends it.
 func servePprof(addr string, auth httpauth.Func, log *slog.Logger, stdout io.Writer) (stop func(), err error) {
@@ -38,8 +37,9 @@ func servePprof(addr string, auth httpauth.Func, log *slog.Logger, stdout io.Wri
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	// Loopback Host names only (DNS rebinding), then an admin token.
-	h := hostGuard(rest.Access{}, requireScope(auth, capability.ScopeAdmin, mux))
+	// Loopback Host names only (DNS rebinding), then the operator's token:
+	// stacks and heaps hold every tenant's work.
+	h := hostGuard(rest.Access{}, requireOperator(auth, "profiles show every tenant's work", mux))
 	// No write timeout: a CPU profile or a trace takes its ?seconds=.
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -50,7 +50,7 @@ func servePprof(addr string, auth httpauth.Func, log *slog.Logger, stdout io.Wri
 			log.Error("pprof listener stopped", "err", err)
 		}
 	}()
-	fmt.Fprintf(stdout, "quro profiler on http://%s/debug/pprof/ (admin tokens only)\n", ln.Addr())
+	fmt.Fprintf(stdout, "quro profiler on http://%s/debug/pprof/ (the operator's token only)\n", ln.Addr())
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()

@@ -13,8 +13,9 @@ import (
 )
 
 // TestServePprof: --pprof serves the profiler on its own loopback
-// listener to admin tokens only (401 without a token, 403 with an exec
-// one); a 1 s CPU profile parses; the main listener does not serve it.
+// listener to the operator only (401 without a token, 403 with an exec
+// one or another tenant's admin token: profiles hold every tenant's work);
+// a 1 s CPU profile parses; the main listener does not serve it.
 func TestServePprof(t *testing.T) {
 	srv := startLogServer(t, "--pprof", "127.0.0.1:0")
 	if srv.pprof == "" {
@@ -37,6 +38,13 @@ func TestServePprof(t *testing.T) {
 	}
 	if r := do(t, "GET", goroutines, "", "", "Authorization", "Bearer "+runner); r.status != 403 || !strings.Contains(r.body, "admin") {
 		t.Errorf("exec token: %d %s", r.status, r.body)
+	}
+	acme, _, code := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "acme", "--scopes", "admin")
+	if acme = strings.TrimSpace(acme); code != 0 || acme == "" {
+		t.Fatal("token create failed")
+	}
+	if r := do(t, "GET", goroutines, "", "", "Authorization", "Bearer "+acme); r.status != 403 || !strings.Contains(r.body, "operator") {
+		t.Errorf("another tenant's admin token: %d %s", r.status, r.body)
 	}
 	// A foreign Host name (DNS rebinding) is refused even with the token.
 	req, _ := http.NewRequest("GET", goroutines, nil)
