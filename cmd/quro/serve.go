@@ -188,7 +188,7 @@ admin token for the local tenant is created, printed once and kept in
 	cmd.Flags().IntVar(&spares, "spare-sessions", 1, "spare sessions (a box and a started Python worker each, about 12 MiB) kept ready per tenant and network policy, so that a new session's first Python run finds them; 0: none")
 	cmd.Flags().BoolVar(&prestart, "prestart-python", true, "start a new session's Python worker as the session is created, so that its first Python run finds it ready")
 	logs.register(cmd)
-	cmd.Flags().StringVar(&pprofAddr, "pprof", "", "serve Go's profiler (/debug/pprof/) on this loopback address (127.0.0.1:6060), to admin tokens only; off by default")
+	cmd.Flags().StringVar(&pprofAddr, "pprof", "", "serve Go's profiler (/debug/pprof/) on this loopback address (127.0.0.1:6060), to the operator's token only; off by default")
 	tenantLimitFlags(cmd, "tenant-", &tenantLimits) // defaults of every tenant; quro tenant limits set overrides one
 	return local(cmd, "an access path: serves the controller over REST, MCP and WebSocket; every call through it is audited with its path")
 }
