@@ -48,11 +48,16 @@ type Tokens struct {
 
 	mu       sync.Mutex
 	touched  map[string]time.Time // last recorded use, to write at most once a minute
-	touching sync.WaitGroup       // last-use writes under way
+	touching int                  // last-use writes under way
+	idle     *sync.Cond           // on mu: signalled when touching falls to 0
 }
 
 // New returns the tokens kept in st.
-func New(st *store.Store) *Tokens { return &Tokens{st: st, touched: map[string]time.Time{}} }
+func New(st *store.Store) *Tokens {
+	t := &Tokens{st: st, touched: map[string]time.Time{}}
+	t.idle = sync.NewCond(&t.mu)
+	return t
+}
 
 // Info describes a token without its secret.
 type Info struct {
@@ -138,7 +143,14 @@ func (t *Tokens) Create(ctx context.Context, tenant string, scopes []string, lab
 
 // List returns every token, revoked ones included, without secrets.
 func (t *Tokens) List(ctx context.Context) ([]Info, error) {
-	t.touching.Wait() // a use recorded before the list shows in it
+	// A use recorded before the list shows in it. (A counter under mu, not
+	// a WaitGroup: requests start writes while a list waits, and a
+	// WaitGroup's Add from zero during a Wait panics.)
+	t.mu.Lock()
+	for t.touching > 0 {
+		t.idle.Wait()
+	}
+	t.mu.Unlock()
 	rows, err := t.st.Tokens(ctx)
 	if err != nil {
 		return nil, err
@@ -247,12 +259,20 @@ func (t *Tokens) touch(ctx context.Context, id string) {
 	fresh := now.Sub(last) < time.Minute
 	if !fresh {
 		t.touched[id] = now
+		t.touching++
 	}
 	t.mu.Unlock()
 	if !fresh {
 		// Off the request path: last-used is a hint, at most one write a
 		// minute per token, and the call it times goes on without it.
-		t.touching.Go(func() { _ = t.st.TouchToken(context.WithoutCancel(ctx), id, now) })
+		go func() {
+			_ = t.st.TouchToken(context.WithoutCancel(ctx), id, now)
+			t.mu.Lock()
+			if t.touching--; t.touching == 0 {
+				t.idle.Broadcast()
+			}
+			t.mu.Unlock()
+		}()
 	}
 }
 

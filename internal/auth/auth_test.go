@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/quro-dev/quro/internal/capability"
@@ -228,4 +229,60 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
+}
+
+// TestListWhileUsesAreRecorded: lists wait for the last-use writes under
+// way while requests start new ones. (With a WaitGroup, an Add from zero
+// during a Wait panicked and took the server down.)
+func TestListWhileUsesAreRecorded(t *testing.T) {
+	ctx := context.Background()
+	tk, _ := newTokens(t)
+	var secrets []string
+	for i := range 400 {
+		iss, err := tk.Create(ctx, "acme", []string{"read"}, fmt.Sprint(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		secrets = append(secrets, iss.Token)
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := w; i < len(secrets); i += 4 { // each token's first use starts a write
+				if _, err := tk.Verify(ctx, secrets[i]); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	stop := make(chan struct{})
+	var lists sync.WaitGroup
+	for range 4 {
+		lists.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := tk.List(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	lists.Wait()
+	list, err := tk.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range list {
+		if in.LastUsedAt.IsZero() {
+			t.Fatalf("token %s used before the list, listed as never used", in.ID)
+		}
+	}
 }
