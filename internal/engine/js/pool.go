@@ -119,11 +119,12 @@ func (p *prepared) close() {
 // stream of runs the pool stays empty and each run makes and closes its
 // own VM, as without a pool.
 type pool struct {
-	prepare  func() (*prepared, error)
-	spares   chan *prepared
-	dead     chan *prepared // VMs of finished runs, to close
-	active   atomic.Int32   // runs in progress
-	timerSet atomic.Bool    // a kick after quietDelay is scheduled
+	prepare    func() (*prepared, error)
+	spares     chan *prepared
+	dead       chan *prepared // VMs of finished runs, to close
+	active     atomic.Int32   // runs in progress
+	timerSet   atomic.Bool    // a kick after quietDelay is scheduled
+	prepFailed atomic.Bool    // the last preparation failed: none until a run ends
 
 	mu      sync.Mutex
 	cond    *sync.Cond // on mu: the background goroutine stopped
@@ -188,6 +189,9 @@ func (p *pool) done(v *prepared) {
 // end marks a run's end; after the last one the background work starts,
 // quietDelay later, if no run started meanwhile.
 func (p *pool) end() {
+	// A run ended: a preparation that failed (memory pressure, a limit too
+	// small for the prelude) is tried again, once, after it.
+	p.prepFailed.Store(false)
 	if p.active.Add(-1) != 0 || !p.pending() || !p.timerSet.CompareAndSwap(false, true) {
 		return
 	}
@@ -201,7 +205,7 @@ func (p *pool) end() {
 
 // pending reports whether there is background work.
 func (p *pool) pending() bool {
-	return len(p.dead) > 0 || len(p.spares) < cap(p.spares)
+	return len(p.dead) > 0 || (len(p.spares) < cap(p.spares) && !p.prepFailed.Load())
 }
 
 // kick starts the background goroutine unless it runs already, there is
@@ -247,7 +251,10 @@ func (p *pool) step() bool {
 	}
 	v, err := p.prepare()
 	if err != nil {
-		return false // a run makes its own VM and reports the error
+		// A run makes its own VM and reports the error. No more tries
+		// until a run ends: the goroutine would otherwise spin on it.
+		p.prepFailed.Store(true)
+		return false
 	}
 	if !p.put(v) {
 		v.close()

@@ -1,10 +1,12 @@
 package js
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"modernc.org/quickjs"
@@ -176,4 +178,29 @@ func TestBindOnce(t *testing.T) {
 	}
 	p.close()
 	check{exactStdout: ptr("➡️ 2\n")}.verify(t, e.run(t, "js", "1+1"))
+}
+
+// TestPoolStopsOnAFailedPreparation: a preparation that fails (memory
+// pressure, a limit too small for the prelude) is not retried in a loop by
+// the background goroutine (it burned a core), only again after a run.
+func TestPoolStopsOnAFailedPreparation(t *testing.T) {
+	var calls atomic.Int64
+	p := newPool(1, func() (*prepared, error) {
+		calls.Add(1)
+		return nil, errors.New("out of memory")
+	})
+	defer p.close()
+	p.kick()
+	p.wait()
+	first := calls.Load()
+	p.kick() // nothing pending: no goroutine, no try
+	p.wait()
+	if n := calls.Load(); first != 1 || n != 1 {
+		t.Fatalf("preparations tried: %d, then %d; want one", first, n)
+	}
+	p.active.Add(1) // a run starts and ends: the next quiet time tries again
+	p.end()
+	if !p.pending() {
+		t.Fatal("after a run the failed preparation is not tried again")
+	}
 }
