@@ -269,12 +269,17 @@ def _make_err():
 
 def _flush_out():
     """Flushes the worker's stdout; never raises (it may run in a signal
-    handler or an audit hook, in the middle of a write)."""
+    handler or an audit hook, in the middle of a write). The raw lock is
+    held from before the text layer hands its text out until it is written:
+    a flush that took text first writes it first (the flush thread, taking
+    a chunk, could otherwise be overtaken by the main thread's next chunk or
+    by the run's sync token)."""
     o = _out
     if o is None:
         return
     try:
-        o.flush()
+        with _raw_lock:
+            o.flush()
     except Exception:
         pass
 
@@ -895,8 +900,9 @@ def _run(msg):
     _output_live(False)
     killed = _end_children()
     token = msg["token"].encode()
-    _write_all(_saved_out, token)
-    _write_all(_saved_err, token)
+    with _raw_lock:  # after any flush still writing the run's output
+        _write_all(_saved_out, token)
+        _write_all(_saved_err, token)
     arts, _artifacts = _artifacts, []
     return {"op": "done", "id": msg["id"], "status": status, "exit_code": exit_code,
             "artifacts": arts, "killed": killed, "notes": notes}
