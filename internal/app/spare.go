@@ -167,7 +167,9 @@ func (p *spares) claim(ctx context.Context, in CreateSessionInput) (*session.Ses
 			case <-ctx.Done():
 			}
 			p.mu.Lock()
-			p.waiting[key]--
+			if p.waiting[key]--; p.waiting[key] == 0 {
+				delete(p.waiting, key) // one entry per tenant ever seen, else
+			}
 			p.mu.Unlock()
 			if expired || ctx.Err() != nil {
 				return nil, nil
@@ -194,7 +196,13 @@ func (p *spares) claimOne(ctx context.Context, key spareKey, sp *spare, limits T
 		p.discard(sp)
 		return nil, true, nil
 	}
-	if err := p.a.Python.BindSpare(ctx, sp.s); err != nil {
+	// A spare's worker answers a bind at once; one that does not (its box
+	// starved of CPU by the tenant's quota) is unfit, and the session is
+	// made the usual way rather than waiting for it.
+	bctx, cancel := context.WithTimeout(ctx, spareWait)
+	err := p.a.Python.BindSpare(bctx, sp.s)
+	cancel()
+	if err != nil {
 		p.a.Log.Warn("spare session unfit", "session", sp.s.ID, "err", err)
 		p.discard(sp)
 		return nil, true, nil
@@ -293,6 +301,7 @@ func (p *spares) refill(key spareKey) {
 		}
 		delete(p.ready, old)
 		delete(p.wanted, old)
+		delete(p.failed, old)
 	}
 	if t, ok := p.failed[key]; ok && time.Since(t) < spareRetry {
 		return
@@ -310,7 +319,9 @@ func (p *spares) fill(key spareKey) {
 	sp, err := p.make(key)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.filling[key]--
+	if p.filling[key]--; p.filling[key] == 0 {
+		delete(p.filling, key)
+	}
 	close(p.changed)
 	p.changed = make(chan struct{})
 	if err != nil {
@@ -339,9 +350,7 @@ func (p *spares) make(key spareKey) (*spare, error) {
 	// Its box's cgroup goes under the tenant's, and admission counts it
 	// with the tenant's, from the first process on: the session's row
 	// names the spare tenant until the claim.
-	a.tenants.mu.Lock()
-	a.tenants.ofID[s.ID] = key.tenant
-	a.tenants.mu.Unlock()
+	a.tenants.remember(s.ID, key.tenant)
 	err = a.Python.StartSpare(p.ctx, s)
 	if err == nil && a.tenants.Limits(p.ctx, key.tenant) != limits {
 		err = errors.New("the tenant's limits changed while the spare was made")

@@ -177,6 +177,14 @@ func (t *tenants) tenantOf(id string) (string, bool) {
 	return s.Tenant, true
 }
 
+// remember records the tenant of session id before its row says so (a
+// spare's box belongs to the tenant it is made for).
+func (t *tenants) remember(id, tenant string) {
+	t.mu.Lock()
+	t.ofID[id] = tenant
+	t.mu.Unlock()
+}
+
 // forget drops session id from the tenant map once the session is gone
 // (a server that had a thousand sessions kept a thousand entries).
 func (t *tenants) forget(id string) {
