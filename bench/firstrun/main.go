@@ -55,7 +55,7 @@ var (
 	modes   = flag.String("modes", "now,ready", "modes to measure: now (run sent at the server's start), ready (after the preparation)")
 	tmpRoot = flag.String("tmp", os.TempDir(), "where the fresh data directories are made")
 	timeout = flag.Duration("timeout", 2*time.Minute, "bound of one server's start and first run")
-	tenant  = flag.String("tenant", "bench-firstrun", "tenant of the runs (a token made with `quro token create` before the server starts); empty: the local tenant, with the first admin token. A tenant of its own keeps the runs clear of the process ceiling of the machine-wide local tenant's cgroup, which other quro servers on a shared machine fill")
+	tenant  = flag.String("tenant", "bench-firstrun", "tenant of the runs (a token made with `quro token create` before the server starts); empty: the local tenant, with the first admin token")
 )
 
 func main() {

@@ -32,7 +32,7 @@ import (
 
 var (
 	gap         = flag.Duration("gap", 2*time.Millisecond, "pause between the calls of the Paced benchmarks")
-	tenantTasks = flag.Int64("tenant-tasks", 0, "the tenant's process ceiling (app.TenantLimits.Tasks; 0: the default, -1: none, for a machine whose shared local tenant is over it)")
+	tenantTasks = flag.Int64("tenant-tasks", 0, "the tenant's process ceiling (app.TenantLimits.Tasks; 0: the default, -1: none)")
 )
 
 // tsSnippet is a small TypeScript snippet: an interface, typed arrow

@@ -50,7 +50,7 @@ var (
 	runs     = flag.Int("runs-per-tenant", 0, "the controller's exec calls in flight per tenant (0: the default, 16)")
 	install  = flag.String("install", filepath.Join(os.TempDir(), "quro-test-python"), "where the embedded interpreter is extracted (shared with the tests)")
 	jsonPath = flag.String("json", "", "also write the figures as JSON to this file")
-	tenant   = flag.String("tenant", "", "the bench token's tenant (\"\": the local tenant, whose process ceiling every quro on the machine shares)")
+	tenant   = flag.String("tenant", "", "the bench token's tenant (\"\": the local tenant)")
 	cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of the whole run (server and clients: one process) to this file")
 )
 

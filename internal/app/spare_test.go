@@ -25,10 +25,8 @@ import (
 func newSpareApp(t *testing.T, per int) (*App, string) {
 	t.Helper()
 	dir := t.TempDir()
-	// No tenant ceilings: the local tenant's cgroup is the machine's,
-	// and other tests' processes must not keep the spares from starting.
-	a, err := New(context.Background(), dir, &Options{Python: testPython, SpareSessions: per,
-		Limits: Limits{Tenant: TenantLimits{Tasks: -1, Memory: -1}}})
+	// The shipped tenant ceilings: a spare counts in its tenant's budget.
+	a, err := New(context.Background(), dir, &Options{Python: testPython, SpareSessions: per})
 	if err != nil {
 		t.Fatal(err)
 	}
