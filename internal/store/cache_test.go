@@ -374,3 +374,15 @@ func TestUnchangedCwdWritesNothing(t *testing.T) {
 		t.Fatalf("%+v %v", s, err)
 	}
 }
+
+// TestOpeningEmptiesNoCache: every quro command opens the store; one that
+// migrates nothing leaves the running server's cache alone.
+func TestOpeningEmptiesNoCache(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "quro.db")
+	a := open(t, file)
+	before := a.cache.gen.load()
+	open(t, file)
+	if after := a.cache.gen.load(); after != before {
+		t.Fatalf("opening the store again moved the generation %d → %d", before, after)
+	}
+}

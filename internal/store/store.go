@@ -179,11 +179,14 @@ func Open(ctx context.Context, file string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: open %s: %w", file, err)
 	}
-	if err := s.migrate(ctx); err != nil {
+	migrated, err := s.migrate(ctx)
+	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: %s: %w", file, err)
 	}
-	s.bump() // a migration may have changed rows other processes cached
+	if migrated {
+		s.bump() // a migration may have changed rows other processes cached
+	}
 	return s, nil
 }
 
@@ -234,53 +237,57 @@ func (s *Store) Close() error {
 }
 
 // migrate applies every embedded migration newer than the file's
-// user_version, each in its own transaction together with the version bump.
-func (s *Store) migrate(ctx context.Context) error {
+// user_version, each in its own transaction together with the version bump,
+// and reports whether it applied any. (Each quro command opens the store:
+// one that migrated nothing must not empty a running server's cache.)
+func (s *Store) migrate(ctx context.Context) (migrated bool, err error) {
 	names, err := fs.Glob(migrationFS, "migrations/*.sql")
 	if err != nil {
-		return err
+		return false, err
 	}
 	sort.Strings(names)
 	for _, name := range names {
 		num, _, _ := strings.Cut(path.Base(name), "_")
 		version, err := strconv.Atoi(num)
 		if err != nil {
-			return fmt.Errorf("migration %s: bad name", name)
+			return migrated, fmt.Errorf("migration %s: bad name", name)
 		}
 		body, err := migrationFS.ReadFile(name)
 		if err != nil {
-			return err
+			return migrated, err
 		}
-		if err := s.applyMigration(ctx, version, string(body)); err != nil {
-			return fmt.Errorf("migration %s: %w", name, err)
+		applied, err := s.applyMigration(ctx, version, string(body))
+		if err != nil {
+			return migrated, fmt.Errorf("migration %s: %w", name, err)
 		}
+		migrated = migrated || applied
 	}
-	return nil
+	return migrated, nil
 }
 
-func (s *Store) applyMigration(ctx context.Context, version int, body string) error {
+func (s *Store) applyMigration(ctx context.Context, version int, body string) (applied bool, err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer tx.Rollback()
 	var current int
 	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&current); err != nil {
-		return err
+		return false, err
 	}
 	if current >= version {
-		return nil
+		return false, nil
 	}
 	if current != version-1 {
-		return fmt.Errorf("database is at schema %d, cannot apply %d", current, version)
+		return false, fmt.Errorf("database is at schema %d, cannot apply %d", current, version)
 	}
 	if _, err := tx.ExecContext(ctx, body); err != nil {
-		return err
+		return false, err
 	}
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", version)); err != nil {
-		return err
+		return false, err
 	}
-	return tx.Commit()
+	return true, tx.Commit()
 }
 
 // SchemaVersion reports the applied schema version.
