@@ -431,7 +431,13 @@ func (h *httpHandler) expire(p *pin, gen uint64) {
 	h.mu.Unlock()
 	h.opts.Logger.Debug("mcp: idle session closed", "owner", describe(p.caller), "after", h.opts.SessionTimeout)
 	closeAll([]*pin{p})
+	if f := idleClosed.Load(); f != nil {
+		(*f)()
+	}
 }
+
+// idleClosed, when set (tests), is called after an idle session was closed.
+var idleClosed atomic.Pointer[func()]
 
 // forget drops p from the bookkeeping (once). Called with h.mu.
 func (h *httpHandler) forget(p *pin) {

@@ -1,0 +1,8 @@
+package mcp
+
+// OnIdleClosed has f called after each idle session the handlers close,
+// until the test ends (the returned func restores the previous hook).
+func OnIdleClosed(f func()) (restore func()) {
+	old := idleClosed.Swap(&f)
+	return func() { idleClosed.Store(old) }
+}
