@@ -21,8 +21,8 @@ import (
 func (a *App) PreparePython(ctx context.Context) {
 	start := time.Now()
 	started := false
-	serving := ctx
-	ctx = progress.With(context.WithoutCancel(ctx), func(msg string) {
+	serving := ctx // canceled when the server stops: the extraction stops too, leaving nothing half-made
+	ctx = progress.With(ctx, func(msg string) {
 		if !started {
 			started = true
 			a.Log.Info("preparing the embedded Python (first start on this data directory)")
