@@ -74,6 +74,6 @@ func (o *EmbeddedOptions) withDefaults(sb *sandbox.Sandbox) EmbeddedOptions {
 	return r
 }
 
-// ErrNotInBuild: this binary was built with -tags slim, without the
+// ErrNotInBuild is the error of a binary built with -tags slim, without the
 // embedded interpreter.
 var ErrNotInBuild = errors.New("the embedded CPython is not in this build (built with -tags slim); the chain uses the next tier")
