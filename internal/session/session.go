@@ -288,13 +288,16 @@ func (m *Manager) CreateWith(ctx context.Context, name string, o CreateOptions) 
 	return m.create(ctx, name, o, true)
 }
 
-func (m *Manager) create(ctx context.Context, name string, o CreateOptions, capped bool) (*Session, error) {
+// mayCreate checks that ctx's caller may make one more session (not code
+// in a session, a valid tenant, under the tenant's cap when capped) and
+// returns the tenant.
+func (m *Manager) mayCreate(ctx context.Context, capped bool) (string, error) {
 	if onlyFrom(ctx) != "" {
-		return nil, fmt.Errorf("%w: code running in a session cannot create sessions", ErrConfined)
+		return "", fmt.Errorf("%w: code running in a session cannot create sessions", ErrConfined)
 	}
 	tenant := TenantFrom(ctx)
 	if !ValidTenant(tenant) {
-		return nil, fmt.Errorf("%w: tenant %q", ErrBadName, tenant)
+		return "", fmt.Errorf("%w: tenant %q", ErrBadName, tenant)
 	}
 	maxN := m.MaxPerTenant
 	if m.MaxFor != nil {
@@ -303,36 +306,32 @@ func (m *Manager) create(ctx context.Context, name string, o CreateOptions, capp
 	if capped && maxN > 0 {
 		n, err := m.store.CountSessions(ctx, tenant)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		if n >= maxN {
-			return nil, fmt.Errorf("%w: %d sessions of at most %d; destroy one you no longer need", ErrLimit, n, maxN)
+			return "", fmt.Errorf("%w: %d sessions of at most %d; destroy one you no longer need", ErrLimit, n, maxN)
 		}
 	}
-	if o.Network == "" {
-		o.Network = "none"
-	}
-	if !slices.Contains(Networks, o.Network) {
-		return nil, fmt.Errorf("%w: network policy %q; use one of %v", ErrBadName, o.Network, Networks)
-	}
-	if o.Rootfs != "" && !nameRE.MatchString(o.Rootfs) {
-		return nil, fmt.Errorf("%w: rootfs name %q", ErrBadName, o.Rootfs)
-	}
-	id, err := newID()
-	if err != nil {
-		return nil, err
-	}
+	return tenant, nil
+}
+
+// sessionName is name, or one made from id when empty, checked.
+func sessionName(name, id string) (string, error) {
 	if name == "" {
 		name = "s-" + id[:8]
 	}
 	if !nameRE.MatchString(name) || idRE.MatchString(name) {
-		return nil, fmt.Errorf("%w %q: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", ErrBadName, name)
+		return "", fmt.Errorf("%w %q: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", ErrBadName, name)
 	}
-	now := time.Now()
-	row := &store.Session{ID: id, Name: name, Tenant: tenant, CreatedAt: now, LastUsedAt: now, Network: o.Network, Rootfs: o.Rootfs}
+	return name, nil
+}
+
+// materialize makes row's directories and disk image (of diskTenant's
+// quota) and stores row; on an error nothing of it is left.
+func (m *Manager) materialize(ctx context.Context, row *store.Session, diskTenant string) (*Session, error) {
 	s := m.fromRow(row)
 	if m.Disk.Prepare != nil {
-		if err := m.Disk.Prepare(tenant, s.Dir); err != nil {
+		if err := m.Disk.Prepare(diskTenant, s.Dir); err != nil {
 			return nil, err
 		}
 	}
@@ -349,12 +348,38 @@ func (m *Manager) create(ctx context.Context, name string, o CreateOptions, capp
 	if err := m.store.CreateSession(ctx, row); err != nil {
 		release()
 		if errors.Is(err, store.ErrExists) {
-			return nil, fmt.Errorf("%w: %q", ErrExists, name)
+			return nil, fmt.Errorf("%w: %q", ErrExists, row.Name)
 		}
 		return nil, fmt.Errorf("session: %w", err)
 	}
 	s.UID = row.UID
 	return s, nil
+}
+
+func (m *Manager) create(ctx context.Context, name string, o CreateOptions, capped bool) (*Session, error) {
+	tenant, err := m.mayCreate(ctx, capped)
+	if err != nil {
+		return nil, err
+	}
+	if o.Network == "" {
+		o.Network = "none"
+	}
+	if !slices.Contains(Networks, o.Network) {
+		return nil, fmt.Errorf("%w: network policy %q; use one of %v", ErrBadName, o.Network, Networks)
+	}
+	if o.Rootfs != "" && !nameRE.MatchString(o.Rootfs) {
+		return nil, fmt.Errorf("%w: rootfs name %q", ErrBadName, o.Rootfs)
+	}
+	id, err := newID()
+	if err != nil {
+		return nil, err
+	}
+	if name, err = sessionName(name, id); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	row := &store.Session{ID: id, Name: name, Tenant: tenant, CreatedAt: now, LastUsedAt: now, Network: o.Network, Rootfs: o.Rootfs}
+	return m.materialize(ctx, row, tenant)
 }
 
 // List returns the sessions of ctx's tenant, oldest first.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/quro-dev/quro/internal/store"
@@ -27,28 +26,7 @@ func (m *Manager) CreateSpare(ctx context.Context, tenant, network string) (*Ses
 	}
 	now := time.Now()
 	row := &store.Session{ID: id, Name: "spare-" + id[:8], Tenant: SpareTenant, CreatedAt: now, LastUsedAt: now, Network: network}
-	s := m.fromRow(row)
-	if m.Disk.Prepare != nil {
-		if err := m.Disk.Prepare(tenant, s.Dir); err != nil {
-			return nil, err
-		}
-	}
-	release := func() {
-		if m.Disk.Release != nil {
-			_ = m.Disk.Release(s.Dir) // the create's error is the one to report
-		}
-		os.RemoveAll(s.Dir)
-	}
-	if err := m.ensureDirs(s); err != nil {
-		release()
-		return nil, err
-	}
-	if err := m.store.CreateSession(ctx, row); err != nil {
-		release()
-		return nil, fmt.Errorf("session: %w", err)
-	}
-	s.UID = row.UID
-	return s, nil
+	return m.materialize(ctx, row, tenant)
 }
 
 // Spares lists the spare sessions (a server that stopped without closing
@@ -64,34 +42,15 @@ var ErrClaimed = errors.New("the spare session was claimed already")
 // when empty), with the checks of CreateWith. A spare is claimed once:
 // the row changes hands in one update that only a spare row passes.
 func (m *Manager) Claim(ctx context.Context, spare *Session, name string) (*Session, error) {
-	if onlyFrom(ctx) != "" {
-		return nil, fmt.Errorf("%w: code running in a session cannot create sessions", ErrConfined)
-	}
 	if spare.Tenant != SpareTenant {
 		return nil, ErrClaimed
 	}
-	tenant := TenantFrom(ctx)
-	if !ValidTenant(tenant) {
-		return nil, fmt.Errorf("%w: tenant %q", ErrBadName, tenant)
+	tenant, err := m.mayCreate(ctx, true)
+	if err != nil {
+		return nil, err
 	}
-	maxN := m.MaxPerTenant
-	if m.MaxFor != nil {
-		maxN = m.MaxFor(tenant)
-	}
-	if maxN > 0 {
-		n, err := m.store.CountSessions(ctx, tenant)
-		if err != nil {
-			return nil, err
-		}
-		if n >= maxN {
-			return nil, fmt.Errorf("%w: %d sessions of at most %d; destroy one you no longer need", ErrLimit, n, maxN)
-		}
-	}
-	if name == "" {
-		name = "s-" + spare.ID[:8]
-	}
-	if !nameRE.MatchString(name) || idRE.MatchString(name) {
-		return nil, fmt.Errorf("%w %q: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", ErrBadName, name)
+	if name, err = sessionName(name, spare.ID); err != nil {
+		return nil, err
 	}
 	now := time.Now()
 	switch err := m.store.ClaimSession(ctx, spare.ID, SpareTenant, tenant, name, now); {
