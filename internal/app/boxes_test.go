@@ -280,6 +280,8 @@ func TestSendInputResumesAPausedSession(t *testing.T) {
 	}
 }
 
+// procsOfUID are the host pids whose real uid is uid (from their status:
+// a process that is not dumpable has a /proc directory owned by root).
 func procsOfUID(uid int) []int {
 	var out []int
 	ents, _ := os.ReadDir("/proc")
@@ -288,8 +290,17 @@ func procsOfUID(uid int) []int {
 		if err != nil {
 			continue
 		}
-		if fi, err := os.Stat(filepath.Join("/proc", e.Name())); err == nil && int(fi.Sys().(*syscall.Stat_t).Uid) == uid {
-			out = append(out, pid)
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if f, ok := strings.CutPrefix(line, "Uid:"); ok {
+				if fs := strings.Fields(f); len(fs) > 0 && fs[0] == strconv.Itoa(uid) {
+					out = append(out, pid)
+				}
+				break
+			}
 		}
 	}
 	return out

@@ -68,35 +68,6 @@ func waitSpares(t *testing.T, a *App, key spareKey, n int) []*session.Session {
 	}
 }
 
-// uidProcs are the host pids whose real uid is uid.
-func uidProcs(t *testing.T, uid int) []int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
-		if err != nil {
-			continue
-		}
-		for line := range strings.SplitSeq(string(b), "\n") {
-			if f, ok := strings.CutPrefix(line, "Uid:"); ok {
-				if fs := strings.Fields(f); len(fs) > 0 && fs[0] == strconv.Itoa(uid) {
-					out = append(out, pid)
-				}
-				break
-			}
-		}
-	}
-	return out
-}
-
 func fileUID(t *testing.T, path string) int {
 	t.Helper()
 	fi, err := os.Stat(path)
@@ -267,13 +238,13 @@ func TestSpareWithADeadWorkerIsNotGiven(t *testing.T) {
 	a, _ := newSpareApp(t, 1)
 	sp := waitSpares(t, a, localNone, 1)[0]
 	var worker int
-	for _, pid := range uidProcs(t, sp.UID) {
+	for _, pid := range procsOfUID(sp.UID) {
 		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); strings.Contains(string(b), "quro_worker") {
 			worker = pid
 		}
 	}
 	if worker == 0 {
-		t.Fatalf("no worker among the spare's processes %v", uidProcs(t, sp.UID))
+		t.Fatalf("no worker among the spare's processes %v", procsOfUID(sp.UID))
 	}
 	if err := syscall.Kill(worker, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -294,7 +265,7 @@ func TestSparesAreGoneAfterClose(t *testing.T) {
 	type proc struct{ pid, fd int }
 	var procs []proc
 	for _, sp := range spares {
-		pids := uidProcs(t, sp.UID)
+		pids := procsOfUID(sp.UID)
 		if len(pids) == 0 {
 			t.Fatalf("spare %s: no process runs as its uid %d", sp.ID, sp.UID)
 		}
