@@ -23,7 +23,7 @@ TEST_PKGS := python3 bash bubblewrap debootstrap nodejs npm chromium curl gcc li
 # What `make run` needs: the sandbox refuses to run user code without bwrap.
 RUN_PKGS := bubblewrap
 
-.PHONY: stdlib-pyc all build install uninstall run run-deps test test-short test-stress test-install fuzz deps test-deps vet lint fmt-check tidy-check bench clean ui web web-check
+.PHONY: e2b-gen stdlib-pyc all build install uninstall run run-deps test test-short test-stress test-install fuzz deps test-deps vet lint fmt-check tidy-check bench clean ui web web-check
 
 all: build
 
@@ -169,11 +169,29 @@ GOLANGCI := $(GO) tool -modfile=tools/golangci/go.mod golangci-lint
 lint:
 	$(GOLANGCI) run ./...
 
+# The E2B envd API's Go code, generated from the protos copied verbatim from
+# E2B's spec/envd (internal/api/e2b/proto/README.md) with protoc (Debian's
+# protobuf-compiler) and the plugins pinned in tools/protogen. A developer
+# runs it after changing a proto and commits the output; CI never generates.
+E2B_GEN := internal/api/e2b/gen
+E2B_PKG := github.com/quro-dev/quro/$(E2B_GEN)
+e2b-gen:
+	command -v protoc >/dev/null || { echo "make e2b-gen needs protoc: apt-get install protobuf-compiler"; exit 1; }
+	tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \
+	cd tools/protogen && $(GO) build -o $$tmp/ connectrpc.com/connect/cmd/protoc-gen-connect-go google.golang.org/protobuf/cmd/protoc-gen-go && cd ../.. && \
+	rm -rf $(E2B_GEN) && mkdir -p $(E2B_GEN) && \
+	M="Mprocess/process.proto=$(E2B_PKG)/process,Mfilesystem/filesystem.proto=$(E2B_PKG)/filesystem" && \
+	PATH=$$tmp:$$PATH protoc -I internal/api/e2b/proto \
+		--go_out=$(E2B_GEN) --go_opt=paths=source_relative,$$M \
+		--connect-go_out=$(E2B_GEN) --connect-go_opt=paths=source_relative,$$M \
+		process/process.proto filesystem/filesystem.proto
+
 # go.mod and go.sum say exactly what the code imports; tools/golangci's say
 # exactly what the pinned linter needs.
 tidy-check:
 	$(GO) mod tidy -diff
 	cd tools/golangci && $(GO) mod tidy -diff
+	cd tools/protogen && $(GO) mod tidy -diff
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -43,6 +43,8 @@ func newServeCmd(g *globals) *cobra.Command {
 		logs           logFlags
 		pprofAddr      string
 		spares         int
+		e2bOn          bool
+		e2bDomain      string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -52,6 +54,9 @@ func newServeCmd(g *globals) *cobra.Command {
                  and WebSocket (/v1/sessions/{id}/pty, /v1/stream/{capability})
   /mcp           MCP over streamable HTTP
   /metrics       Prometheus metrics
+  /e2b/...       E2B's API, for the e2b SDKs (docs/e2b.md; requests with an
+                 E2b-Sandbox-Id header go to that sandbox's envd or code
+                 interpreter)
   /              the web UI (sign in with a token)
 Every request needs "Authorization: Bearer <token>". On the first start an
 admin token for the local tenant is created, printed once and kept in
@@ -136,6 +141,9 @@ admin token for the local tenant is created, printed once and kept in
 			go func() { _, _ = a.Status(context.WithoutCancel(cmd.Context())) }() // a warm-up: nobody waits for its answer
 			go a.Supervise(cmd.Context(), patrol)
 
+			if e2bOn && e2bDomain != "" {
+				hosts = append(hosts, "api."+e2bDomain, "*."+e2bDomain)
+			}
 			access := rest.Access{Auth: authFn, Origins: origins, Hosts: hosts}
 			wsrv := ws.New(a.Controller, &ws.Options{Access: access, PTY: a.OpenPTY, Logger: log})
 			mux := http.NewServeMux()
@@ -148,9 +156,37 @@ admin token for the local tenant is created, printed once and kept in
 			// Only the Host is checked: the sandboxed artifact frame loads
 			// its script with "Origin: null".
 			mux.Handle("/", hostGuard(access, web.Handler()))
-			srv := connlimit.NewServer(mux, &connlimit.HTTPOptions{
-				Authenticated: authenticated(authFn, noAuth),
-				Long:          longRequest,
+			var handler http.Handler = mux
+			long, authed := longRequest, authenticated(authFn, noAuth)
+			if e2bOn {
+				// E2B's SDKs (docs/e2b.md): the control plane under /e2b
+				// (or api.DOMAIN), a sandbox's envd and code interpreter
+				// by their headers (or PORT-ID.DOMAIN), ahead of Quro's
+				// own routes.
+				es, err := e2bServer(a, log, e2bDomain, noAuth)
+				if err != nil {
+					return err
+				}
+				eh := hostGuard(access, es)
+				handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if es.Match(r) {
+						eh.ServeHTTP(w, r)
+						return
+					}
+					mux.ServeHTTP(w, r)
+				})
+				long = func(r *http.Request) bool { return es.Long(r) || longRequest(r) }
+				quroAuthed := authed
+				authed = func(r *http.Request) bool {
+					if es.Match(r) {
+						return es.Authenticated(r)
+					}
+					return quroAuthed(r)
+				}
+			}
+			srv := connlimit.NewServer(handler, &connlimit.HTTPOptions{
+				Authenticated: authed,
+				Long:          long,
 			})
 			loggers.serve(srv)
 			log.Info("quro serving", "url", "http://"+ln.Addr().String(), "data", a.DataDir, "version", version.String(),
@@ -188,6 +224,8 @@ admin token for the local tenant is created, printed once and kept in
 	cmd.Flags().IntVar(&spares, "spare-sessions", 1, "spare sessions (a box and a started Python worker each, about 12 MiB) kept ready per tenant and network policy, so that a new session's first Python run finds them; 0: none")
 	cmd.Flags().BoolVar(&prestart, "prestart-python", true, "start a new session's Python worker as the session is created, so that its first Python run finds it ready")
 	logs.register(cmd)
+	cmd.Flags().BoolVar(&e2bOn, "e2b", true, "serve E2B's APIs, so that code using the e2b and @e2b/code-interpreter SDKs runs here (docs/e2b.md): the control plane at /e2b, sandboxes by the E2b-Sandbox-Id header")
+	cmd.Flags().StringVar(&e2bDomain, "e2b-domain", "", "also route E2B requests by host, as E2B's cloud: api.DOMAIN and PORT-ID.DOMAIN (needs wildcard DNS and, for the SDKs' https URLs, TLS in front)")
 	cmd.Flags().StringVar(&pprofAddr, "pprof", "", "serve Go's profiler (/debug/pprof/) on this loopback address (127.0.0.1:6060), to the operator's token only; off by default")
 	tenantLimitFlags(cmd, "tenant-", &tenantLimits) // defaults of every tenant; quro tenant limits set overrides one
 	return local(cmd, "an access path: serves the controller over REST, MCP and WebSocket; every call through it is audited with its path")

@@ -45,7 +45,7 @@ const (
 )
 
 // Paths are the access paths kept as label values; others count as Other.
-var Paths = []string{"cli", "rest", "mcp", "ws", "web"}
+var Paths = []string{"cli", "rest", "mcp", "ws", "web", "e2b"}
 
 // RunReporter is implemented by the structured outputs of runs that this
 // package cannot import (they live above it): it returns the engine name

@@ -83,6 +83,12 @@ func (a Access) hostAllowed(r *http.Request) bool {
 		if h == "*" || strings.EqualFold(h, host) {
 			return true
 		}
+		// "*.example.com": every name below example.com (E2B's
+		// PORT-ID.DOMAIN sandbox hosts).
+		if sub, ok := strings.CutPrefix(h, "*."); ok && len(host) > len(sub)+1 &&
+			strings.EqualFold(host[len(host)-len(sub)-1:], "."+sub) {
+			return true
+		}
 	}
 	return false
 }

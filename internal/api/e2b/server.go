@@ -1,0 +1,429 @@
+package e2b
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+)
+
+// The ports of a sandbox the SDKs address: envd and the code interpreter.
+const (
+	EnvdPort   = 49983
+	InterpPort = 49999
+)
+
+// EnvdVersion is the envd version the control plane reports for every
+// sandbox. The SDKs turn features on and off by it (e2b's
+// src/envd/versions.ts), so it names the newest envd whose features Quro
+// serves; docs/e2b.md lists them.
+const EnvdVersion = "0.5.7"
+
+// Headers the SDKs send with every request to a sandbox when
+// E2B_SANDBOX_URL is set (one URL for every sandbox).
+const (
+	HeaderSandboxID   = "E2b-Sandbox-Id"
+	HeaderSandboxPort = "E2b-Sandbox-Port"
+	headerAccessToken = "X-Access-Token"
+	headerTraffic     = "E2B-Traffic-Access-Token"
+	headerAPIKey      = "X-API-KEY"
+)
+
+// PathAccess is the access path of every call made through this package,
+// as the audit log and the metrics name it.
+const PathAccess = "e2b"
+
+// Options configure a Server. Every zero field means the default.
+type Options struct {
+	// Logger gets the failures that are the server's (nil: discarded).
+	Logger *slog.Logger
+	// Prefix is the path under which the control plane is served when
+	// the request is not routed by host (default "/e2b"): the SDKs keep
+	// the path of E2B_API_URL.
+	Prefix string
+	// Domain, when set, also routes by host: api.DOMAIN is the control
+	// plane and PORT-ID.DOMAIN a sandbox's port, as E2B's own hosts.
+	Domain string
+	// APIKey names the caller of an API key (X-API-KEY): a Quro token.
+	// nil: every caller is the local admin (quro serve --no-auth).
+	APIKey func(ctx context.Context, key string) (controller.Caller, error)
+	// Sandbox returns the tenant of the live session id, whatever the
+	// caller, or an error when there is none (required).
+	Sandbox func(ctx context.Context, id string) (tenant string, err error)
+	// Secret keys the sandboxes' access tokens (HMAC-SHA256): at least 32
+	// random bytes, kept by the server (required).
+	Secret []byte
+	// Version is the Quro version that unsupported features name.
+	Version string
+}
+
+// Server serves the E2B planes. Safe for concurrent use.
+type Server struct {
+	ctrl *controller.Controller
+	opts Options
+	log  *slog.Logger
+
+	api    *http.ServeMux // the control plane, paths without the prefix
+	envd   *http.ServeMux // a sandbox's envd (port 49983)
+	interp *http.ServeMux // a sandbox's code interpreter (port 49999)
+}
+
+// New returns a Server calling ctrl.
+func New(ctrl *controller.Controller, opts *Options) (*Server, error) {
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.Prefix == "" {
+		o.Prefix = "/e2b"
+	}
+	o.Prefix = "/" + strings.Trim(o.Prefix, "/")
+	o.Domain = strings.Trim(strings.ToLower(o.Domain), ".")
+	if o.Sandbox == nil {
+		return nil, errors.New("e2b: Options.Sandbox is required")
+	}
+	if len(o.Secret) < 32 {
+		return nil, errors.New("e2b: Options.Secret must be at least 32 bytes")
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{ctrl: ctrl, opts: o, log: log,
+		api: http.NewServeMux(), envd: http.NewServeMux(), interp: http.NewServeMux()}
+	s.controlRoutes(s.api)
+	s.envdProcessRoutes(s.envd)
+	s.envdFSRoutes(s.envd)
+	s.interpRoutes(s.interp)
+	s.api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.unsupported(w, r.Method+" "+r.URL.Path+" of E2B's API")
+	})
+	s.envd.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.unsupported(w, r.Method+" "+r.URL.Path+" of envd")
+	})
+	s.interp.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.unsupported(w, r.Method+" "+r.URL.Path+" of the code interpreter")
+	})
+	return s, nil
+}
+
+// plane is where a request goes.
+type plane int
+
+const (
+	planeNone plane = iota
+	planeAPI
+	planeSandbox
+)
+
+// target is what a request addresses.
+type target struct {
+	plane plane
+	path  string // the path within the plane
+	id    string // the sandbox (planeSandbox)
+	port  int    // the sandbox's port (planeSandbox)
+}
+
+// route says what r addresses.
+func (s *Server) route(r *http.Request) target {
+	if id := r.Header.Get(HeaderSandboxID); id != "" {
+		port, err := strconv.Atoi(r.Header.Get(HeaderSandboxPort))
+		if err != nil {
+			port = -1
+		}
+		return target{plane: planeSandbox, path: r.URL.Path, id: id, port: port}
+	}
+	if s.opts.Domain != "" {
+		host := strings.ToLower(r.Host)
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		if host == "api."+s.opts.Domain {
+			return target{plane: planeAPI, path: r.URL.Path}
+		}
+		if label, ok := strings.CutSuffix(host, "."+s.opts.Domain); ok && !strings.Contains(label, ".") {
+			if p, id, ok := strings.Cut(label, "-"); ok {
+				port, err := strconv.Atoi(p)
+				if err != nil {
+					port = -1
+				}
+				return target{plane: planeSandbox, path: r.URL.Path, id: id, port: port}
+			}
+		}
+	}
+	if rest, ok := strings.CutPrefix(r.URL.Path, s.opts.Prefix); ok && (rest == "" || rest[0] == '/') {
+		if rest == "" {
+			rest = "/"
+		}
+		return target{plane: planeAPI, path: rest}
+	}
+	return target{}
+}
+
+// Match reports whether r is for this server (quro serve sends it here
+// before its own routes).
+func (s *Server) Match(r *http.Request) bool { return s.route(r).plane != planeNone }
+
+// Long reports the requests that may last as long as their client wants:
+// the server streams (Connect server streams, /execute) and uploads. The
+// HTTP server's write timeout does not apply to them.
+func (s *Server) Long(r *http.Request) bool {
+	t := s.route(r)
+	if t.plane != planeSandbox {
+		return false
+	}
+	switch {
+	case t.path == "/execute", t.path == "/files",
+		t.path == "/process.Process/Start", t.path == "/process.Process/Connect",
+		t.path == "/process.Process/StreamInput", t.path == "/filesystem.Filesystem/WatchDir":
+		return true
+	}
+	return false
+}
+
+// Authenticated reports whether r carries a valid credential: an access
+// token of the sandbox it addresses, or an API key. Connections that sent
+// one are not evicted for newer ones.
+func (s *Server) Authenticated(r *http.Request) bool {
+	t := s.route(r)
+	switch t.plane {
+	case planeAPI:
+		if s.opts.APIKey == nil {
+			return true
+		}
+		key := apiKey(r)
+		if key == "" {
+			return false
+		}
+		_, err := s.opts.APIKey(r.Context(), key)
+		return err == nil
+	case planeSandbox:
+		return s.tokenOK(t.id, r)
+	}
+	return false
+}
+
+// ServeHTTP serves a request Match accepted.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	t := s.route(r)
+	switch t.plane {
+	case planeAPI:
+		s.serveAPI(w, r, t)
+	case planeSandbox:
+		s.serveSandbox(w, r, t)
+	default:
+		writeJSONError(w, http.StatusNotFound, "not an E2B request")
+	}
+}
+
+func apiKey(r *http.Request) string {
+	if k := r.Header.Get(headerAPIKey); k != "" {
+		return strings.TrimSpace(k)
+	}
+	h := r.Header.Get("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, t target) {
+	caller := controller.Caller{Scope: capability.ScopeAdmin}
+	if s.opts.APIKey != nil {
+		key := apiKey(r)
+		if key == "" {
+			writeJSONError(w, http.StatusUnauthorized, "an API key is required: set E2B_API_KEY to a Quro token (quro token create)")
+			return
+		}
+		c, err := s.opts.APIKey(r.Context(), key)
+		if err != nil {
+			writeJSONError(w, http.StatusUnauthorized, "invalid API key: "+messageOf(err))
+			return
+		}
+		caller = c
+	}
+	caller.Path = PathAccess
+	r2 := r.Clone(withCaller(r.Context(), caller))
+	r2.URL.Path = t.path
+	r2.URL.RawPath = ""
+	s.api.ServeHTTP(w, r2)
+}
+
+// validID: Quro session ids are 32 lowercase hex digits; anything else
+// names no sandbox (and never reaches a lookup).
+func validID(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, t target) {
+	// E2B's proxy answers 502 for a sandbox that is not running; the
+	// SDKs read 502 as "the sandbox is gone" (isRunning() false, a
+	// broken stream becomes "the sandbox was killed").
+	if !validID(t.id) {
+		writeJSONError(w, http.StatusBadGateway, "sandbox not found: "+strconv.Quote(t.id)+" is not a sandbox id")
+		return
+	}
+	tenant, err := s.opts.Sandbox(r.Context(), t.id)
+	if err != nil {
+		writeJSONError(w, http.StatusBadGateway, "sandbox "+t.id+" not found (killed, timed out, or never made)")
+		return
+	}
+	var mux *http.ServeMux
+	switch t.port {
+	case EnvdPort:
+		mux = s.envd
+	case InterpPort:
+		mux = s.interp
+	default:
+		writeJSONError(w, http.StatusBadGateway, fmt.Sprintf(
+			"port %d of sandbox %s: Quro %s serves only envd (%d) and the code interpreter (%d); it does not forward other ports (getHost)",
+			t.port, t.id, s.version(), EnvdPort, InterpPort))
+		return
+	}
+	open := t.port == EnvdPort && t.path == "/health" || t.port == InterpPort && t.path == "/health"
+	if !open && !s.tokenOK(t.id, r) && !(t.port == EnvdPort && t.path == "/files" && s.signatureOK(t.id, r)) {
+		writeJSONError(w, http.StatusUnauthorized,
+			"this sandbox needs its access token (X-Access-Token: the envdAccessToken that create and connect return) or a signed URL")
+		return
+	}
+	caller := controller.Caller{Path: PathAccess, Tenant: tenant, Scope: capability.ScopeExec, Session: t.id}
+	r2 := r.Clone(withCaller(r.Context(), caller))
+	r2.URL.Path = t.path
+	r2.URL.RawPath = ""
+	mux.ServeHTTP(w, r2)
+}
+
+// AccessToken is sandbox id's access token: the SDKs send it as
+// X-Access-Token to envd and as E2B-Traffic-Access-Token to the code
+// interpreter. It is derived (HMAC-SHA256 of the id under the server's
+// secret), so nothing is stored and it dies with the secret.
+func (s *Server) AccessToken(id string) string {
+	m := hmac.New(sha256.New, s.opts.Secret)
+	m.Write([]byte("quro e2b access token\x00" + id))
+	return "qa_" + hex.EncodeToString(m.Sum(nil))
+}
+
+func (s *Server) tokenOK(id string, r *http.Request) bool {
+	tok := r.Header.Get(headerAccessToken)
+	if tok == "" {
+		tok = r.Header.Get(headerTraffic)
+	}
+	if tok == "" || !validID(id) {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(tok), []byte(s.AccessToken(id))) == 1
+}
+
+// signatureOK checks a signed /files URL (the SDK's uploadUrl and
+// downloadUrl): signature = "v1_" + base64(sha256("path:op:user:token[:exp]"))
+// without padding, op "read" for GET and "write" for POST, and
+// signature_expiration (unix seconds) not past.
+func (s *Server) signatureOK(id string, r *http.Request) bool {
+	q := r.URL.Query()
+	sig := q.Get("signature")
+	if sig == "" {
+		return false
+	}
+	op := "read"
+	if r.Method == http.MethodPost {
+		op = "write"
+	}
+	raw := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + s.AccessToken(id)
+	if exp := q.Get("signature_expiration"); exp != "" {
+		n, err := strconv.ParseInt(exp, 10, 64)
+		if err != nil || time.Now().Unix() > n {
+			return false
+		}
+		raw += ":" + exp
+	}
+	sum := sha256.Sum256([]byte(raw))
+	want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+	return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
+}
+
+type callerKey struct{}
+
+func withCaller(ctx context.Context, c controller.Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// callerOf is the caller this package resolved for the request of ctx.
+func callerOf(ctx context.Context) controller.Caller {
+	c, _ := ctx.Value(callerKey{}).(controller.Caller)
+	return c
+}
+
+// sandboxOf is the sandbox (session id) a sandbox-plane request addresses.
+func sandboxOf(ctx context.Context) string { return callerOf(ctx).Session }
+
+// call calls capability name with in as its arguments, as the request's
+// caller, and decodes its output into out (nil: dropped). A failure is a
+// *capability.Error.
+func (s *Server) call(ctx context.Context, name string, in, out any) error {
+	args, err := json.Marshal(in)
+	if err != nil {
+		return capability.Errorf(capability.Internal, "encoding %s's arguments: %v", name, err)
+	}
+	reply, err := s.ctrl.Call(ctx, callerOf(ctx), name, args)
+	if err != nil {
+		return err
+	}
+	if out == nil {
+		return nil
+	}
+	b, err := json.Marshal(reply.Output)
+	if err != nil {
+		return capability.Errorf(capability.Internal, "encoding %s's output: %v", name, err)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return capability.Errorf(capability.Internal, "decoding %s's output: %v", name, err)
+	}
+	return nil
+}
+
+// user is the envd user a request names (Authorization: Basic
+// base64("user:")), "" when it names none.
+func user(r *http.Request) string {
+	u, _, ok := r.BasicAuth()
+	if !ok {
+		return ""
+	}
+	return u
+}
+
+func (s *Server) version() string {
+	if s.opts.Version == "" {
+		return "(unknown version)"
+	}
+	return s.opts.Version
+}
+
+// drain reads what is left of a request body, bounded, so that the
+// connection can be reused.
+func drain(r *http.Request) {
+	_, _ = io.CopyN(io.Discard, r.Body, 64<<10)
+}
