@@ -1,0 +1,68 @@
+package e2b_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/quro-dev/quro/internal/api/e2b"
+)
+
+func get(t *testing.T, c *http.Client, url string, hdr ...string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	if c == nil {
+		c = http.DefaultClient
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// The edges of the access path: who may reach what, and what a request
+// for nothing known gets.
+func TestRoutingAndCredentials(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	other := newEnv(t, nil) // another server: another secret
+	checks := []struct {
+		name   string
+		client *http.Client
+		path   string
+		hdr    []string
+		status int
+		want   string
+	}{
+		{"api without a key", nil, "/e2b/v2/sandboxes", nil, 401, "API key is required"},
+		{"api with a wrong key", nil, "/e2b/v2/sandboxes", []string{"X-API-KEY", "quro_000000000000_nope"}, 401, "invalid API key"},
+		{"api feature unknown", nil, "/e2b/volumes", []string{"X-API-KEY", e.Key}, 501, "is not supported by Quro test"},
+		{"sandbox id malformed", nil, "/health", []string{e2b.HeaderSandboxID, "../x", e2b.HeaderSandboxPort, "49983"}, 502, "not a sandbox id"},
+		{"sandbox unknown", nil, "/health", []string{e2b.HeaderSandboxID, strings.Repeat("ab", 16), e2b.HeaderSandboxPort, "49983"}, 502, "not found"},
+		{"sandbox without token", nil, "/files?path=x", []string{e2b.HeaderSandboxID, id, e2b.HeaderSandboxPort, "49983"}, 401, "access token"},
+		{"sandbox with another server's token", other.sandboxClient(id, e2b.EnvdPort), "/files?path=x", nil, 401, "access token"},
+		{"sandbox port not served", nil, "/", []string{e2b.HeaderSandboxID, id, e2b.HeaderSandboxPort, "8080"}, 502, "does not forward other ports"},
+		{"not an e2b request", nil, "/v1/x", nil, http.StatusTeapot, "not an E2B request"},
+	}
+	for _, c := range checks {
+		t.Run(c.name, func(t *testing.T) {
+			status, body := get(t, c.client, e.URL+c.path, c.hdr...)
+			if status != c.status || !strings.Contains(body, c.want) {
+				t.Fatalf("%d %s; want %d containing %q", status, body, c.status, c.want)
+			}
+			if status != http.StatusTeapot && !strings.HasPrefix(body, `{"code":`) {
+				t.Fatalf("error body is not E2B's {code,message}: %s", body)
+			}
+		})
+	}
+}
