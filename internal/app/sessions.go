@@ -81,7 +81,8 @@ func lifetime(timeoutS int64) (time.Time, error) {
 	case timeoutS > int64(MaxSessionTimeout/time.Second):
 		return time.Time{}, capability.Errorf(capability.InvalidArgument, "timeout_s is %d: at most %d (366 days); 0 means no lifetime", timeoutS, int64(MaxSessionTimeout/time.Second))
 	}
-	return time.Now().Add(time.Duration(timeoutS) * time.Second), nil
+	// Milliseconds: what the store keeps, so that every answer agrees.
+	return time.Now().Add(time.Duration(timeoutS) * time.Second).Truncate(time.Millisecond), nil
 }
 
 // createOptions checks in's settings, before anything is made.
