@@ -70,13 +70,13 @@ func (s *Server) controlRoutes(m *http.ServeMux) {
 	m.HandleFunc("POST /sandboxes/{id}/resume", s.withSandbox(s.resumeSandbox))
 	m.HandleFunc("GET /sandboxes/{id}/metrics", s.withSandbox(s.sandboxMetrics))
 	m.HandleFunc("GET /sandboxes/metrics", s.manyMetrics)
+	m.HandleFunc("POST /sandboxes/{id}/fork", s.withSandbox(s.forkSandbox))
 
 	for pattern, feature := range map[string]string{
 		"GET /sandboxes/{id}/logs":       "sandbox logs (E2B's envd system log; Quro's audit log has the calls: quro audit)",
 		"GET /v2/sandboxes/{id}/logs":    "sandbox logs (E2B's envd system log; Quro's audit log has the calls: quro audit)",
 		"POST /sandboxes/{id}/snapshots": "snapshots as templates (Quro has snapshot_session and fork_session, which E2B's templates do not map onto)",
 		"GET /snapshots":                 "listing snapshots as templates",
-		"POST /sandboxes/{id}/fork":      "forking a sandbox through E2B's API (Quro's fork_session does it)",
 		"PUT /sandboxes/{id}/network":    "updating a sandbox's network rules",
 		"/templates":                     "templates (Quro's are rootfs names: quro rootfs install)",
 		"/templates/":                    "templates (Quro's are rootfs names: quro rootfs install)",
@@ -830,4 +830,59 @@ func (s *Server) manyMetrics(w http.ResponseWriter, r *http.Request) {
 		out.Sandboxes[id] = x.metric(now)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// forkSandbox is E2B's fork through Quro's fork_session: each new
+// sandbox gets a copy of the workspace, variables, working directory,
+// network policy and rootfs, but not the running processes or memory
+// (docs/e2b.md: partial). All or nothing, as fork_session; each copy gets
+// a lifetime of timeout (E2B's default: 15 s).
+func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request, id string) {
+	var b struct {
+		Timeout *int64 `json:"timeout"`
+		Count   *int   `json:"count"`
+	}
+	if !readBody(w, r, &b) {
+		return
+	}
+	seconds, count := int64(15), 1
+	if b.Timeout != nil {
+		seconds = *b.Timeout
+	}
+	if b.Count != nil {
+		count = *b.Count
+	}
+	if seconds <= 0 {
+		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("timeout %d: give the forks' lifetime in seconds (more than 0)", seconds))
+		return
+	}
+	ctx := r.Context()
+	x, err := s.status(ctx, id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var out struct {
+		Copies []struct {
+			Session string `json:"session"`
+		} `json:"copies"`
+	}
+	if err := s.call(ctx, "fork_session", map[string]any{"session": id, "count": count}, &out); err != nil {
+		writeError(w, err)
+		return
+	}
+	type result struct {
+		Sandbox *sandboxJSON `json:"sandbox,omitempty"`
+		Error   *errorBody   `json:"error,omitempty"`
+	}
+	res := []result{}
+	for _, c := range out.Copies {
+		if err := s.setLifetime(ctx, c.Session, seconds); err != nil {
+			res = append(res, result{Error: &errorBody{Code: statusOf(err), Message: messageOf(err)}})
+			continue
+		}
+		sb := s.sandbox(c.Session, x.template())
+		res = append(res, result{Sandbox: &sb})
+	}
+	writeJSON(w, http.StatusCreated, res)
 }

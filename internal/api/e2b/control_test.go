@@ -456,7 +456,6 @@ func TestControlMetricsAndUnsupported(t *testing.T) {
 		{"GET", "/sandboxes/" + id + "/logs", "sandbox logs"},
 		{"GET", "/v2/sandboxes/" + id + "/logs", "sandbox logs"},
 		{"POST", "/sandboxes/" + id + "/snapshots", "snapshots"},
-		{"POST", "/sandboxes/" + id + "/fork", "fork"},
 		{"PUT", "/sandboxes/" + id + "/network", "network"},
 		{"POST", "/v3/templates", "templates"},
 		{"GET", "/volumes", "volumes"},
@@ -502,6 +501,7 @@ func TestControlTenantsCannotReachEachOther(t *testing.T) {
 		{"POST", "/sandboxes/" + id + "/pause", nil},
 		{"POST", "/sandboxes/" + id + "/resume", map[string]any{"timeout": 1}},
 		{"GET", "/sandboxes/" + id + "/metrics", nil},
+		{"POST", "/sandboxes/" + id + "/fork", map[string]any{"count": 1}},
 	} {
 		a := e.api(t, evil, c.method, c.path, c.body)
 		a.want(t, http.StatusNotFound, "not found")
@@ -519,4 +519,30 @@ func TestControlTenantsCannotReachEachOther(t *testing.T) {
 	}
 	// A bad key: 401.
 	e.api(t, "e2b_"+strings.Repeat("0", 76), "GET", "/v2/sandboxes", nil).want(t, http.StatusUnauthorized, "")
+}
+
+// fork copies the workspace into new sandboxes, each with a lifetime.
+func TestControlFork(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t, map[string]any{"templateID": "base", "timeout": 600, "envVars": map[string]string{"FROM": "parent"}}).SandboxID
+	a := e.api(t, e.Key, "POST", "/sandboxes/"+id+"/fork", map[string]any{"count": 2, "timeout": 120})
+	a.want(t, http.StatusCreated, "")
+	var res []struct {
+		Sandbox *sandboxAnswer `json:"sandbox"`
+		Error   any            `json:"error"`
+	}
+	a.json(t, &res)
+	if len(res) != 2 {
+		t.Fatalf("fork: %s", a.body)
+	}
+	for _, r := range res {
+		if r.Sandbox == nil || r.Error != nil || r.Sandbox.SandboxID == id || r.Sandbox.EnvdAccessToken != e.Server.AccessToken(r.Sandbox.SandboxID) {
+			t.Fatalf("fork result: %s", a.body)
+		}
+		d := e.info(t, r.Sandbox.SandboxID)
+		if d.EndAt.After(time.Now().Add(121*time.Second)) || d.EndAt.Before(time.Now().Add(60*time.Second)) {
+			t.Fatalf("fork's endAt %v, want about 120 s from now", d.EndAt)
+		}
+	}
+	e.api(t, e.Key, "POST", "/sandboxes/"+id+"/fork", map[string]any{"count": 99}).want(t, 400, "")
 }
