@@ -121,6 +121,7 @@ type App struct {
 	autoPauseAfter time.Duration    // Options.AutoPause
 	prestart       bool             // Options.PrestartPython
 	spares         *spares          // Options.SpareSessions; nil: none
+	life           *lifetimes       // the patrol of session lifetimes (lifetime.go)
 	copyHook       func(rel string) // tests: workspace.CopyOptions.BeforeOpen of snapshots
 }
 
@@ -257,6 +258,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	if opts.SpareSessions > 0 && sb.SessionBoxes() && emb.KeepsSpares() {
 		a.spares = a.openSpares(ctx, opts.SpareSessions)
 	}
+	a.startLifetimes()
 	return a, nil
 }
 
@@ -274,6 +276,7 @@ func orDefault(v, def int) int {
 // Close destroys the spare sessions, stops every session's terminals,
 // writes the pending audit entries and releases the store.
 func (a *App) Close() error {
+	a.stopLifetimes()
 	a.spares.close()
 	a.Sandbox.CloseBoxes()
 	a.Terminals.Close()
