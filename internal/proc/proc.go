@@ -72,8 +72,8 @@ type Config struct {
 
 // Size is a terminal's size.
 type Size struct {
-	Cols int `json:"cols"`
-	Rows int `json:"rows"`
+	Cols int `json:"cols" jsonschema:"columns"`
+	Rows int `json:"rows" jsonschema:"rows"`
 }
 
 // Start describes a process to start.
