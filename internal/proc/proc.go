@@ -191,6 +191,14 @@ func (v *Viewer) Process() *Process { return v.p }
 // its session).
 func (p *Process) Pid() int { return p.pid }
 
+// HostPid is the process's pid on the host (0 before it started).
+func (p *Process) HostPid() int {
+	if p.sp == nil {
+		return 0
+	}
+	return p.sp.Pid()
+}
+
 // Done is closed when the process has ended and its output was delivered.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
