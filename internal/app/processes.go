@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"path"
 	"strings"
 	"time"
 
@@ -33,7 +34,7 @@ type StartProcessInput struct {
 	Cmd     string            `json:"cmd" jsonschema:"the program (looked up in PATH), e.g. /bin/bash"`
 	Args    []string          `json:"args,omitempty" jsonschema:"its arguments, e.g. [\"-c\", \"npm start\"]"`
 	Env     map[string]string `json:"env,omitempty" jsonschema:"variables over the session's"`
-	Cwd     string            `json:"cwd,omitempty" jsonschema:"working directory as the box sees it; default the workspace"`
+	Cwd     string            `json:"cwd,omitempty" jsonschema:"working directory as the box sees it, relative ones from the workspace; default the workspace (/home/user in a session box)"`
 	Tag     string            `json:"tag,omitempty" jsonschema:"a name to find the process by later"`
 	Stdin   bool              `json:"stdin,omitempty" jsonschema:"keep its stdin open for send_process_input (else /dev/null)"`
 	// PTY runs the process on a pseudo-terminal of that size.
@@ -265,8 +266,18 @@ func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessR
 		return nil, err
 	}
 	defer release()
+	// In a session box the workspace is also /home/user: the process
+	// starts there (and relative directories are taken from there) with
+	// HOME /home/user, as E2B's sandboxes do; the box's sh enters it.
+	home, dir := s.Workspace(), in.Cwd
+	if a.Sandbox.Boxed() {
+		home = sandbox.HomeUser
+		if !path.IsAbs(dir) {
+			dir = path.Join(sandbox.HomeUser, dir)
+		}
+	}
 	base := &sandbox.Spec{
-		Dir: s.Workspace(), Home: s.Workspace(), TmpDir: s.TmpDir(),
+		Dir: s.Workspace(), Home: home, TmpDir: s.TmpDir(),
 		Env: s.Env, Network: s.Network, UID: s.UID, Session: s.ID, Binds: s.Binds(),
 	}
 	if s.Rootfs != "" {
@@ -278,7 +289,7 @@ func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessR
 	}
 	p, v, err := a.procs.Start(ctx, a.Sandbox.ForSession(s.ID, s.UID, s.Binds()), base, s.ID, &proc.Start{
 		Config: proc.Config{Cmd: in.Cmd, Args: in.Args, Env: in.Env, Cwd: in.Cwd},
-		Tag:    in.Tag, Stdin: in.Stdin, PTY: in.PTY, Timeout: time.Duration(in.TimeoutMS) * time.Millisecond,
+		Tag:    in.Tag, Dir: dir, Stdin: in.Stdin, PTY: in.PTY, Timeout: time.Duration(in.TimeoutMS) * time.Millisecond,
 	})
 	if err != nil {
 		return nil, err

@@ -209,6 +209,16 @@ func TestProcessEnds(t *testing.T) {
 	if res.Stdout != "/tmp\n" || res.ExitCode != 0 {
 		t.Fatalf("cwd /tmp: %+v", res)
 	}
+	if a.Sandbox.Boxed() {
+		res = mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "sh", Args: []string{"-c", `pwd; echo "$HOME"; mkdir sub`}}).(*ProcessResult)
+		if res.Stdout != "/home/user\n/home/user\n" {
+			t.Fatalf("default directory and HOME: %+v", res)
+		}
+		res = mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "pwd", Cwd: "sub"}).(*ProcessResult)
+		if res.Stdout != "/home/user/sub\n" {
+			t.Fatalf("relative cwd: %+v", res)
+		}
+	}
 	res = mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "pwd", Cwd: "/nowhere"}).(*ProcessResult)
 	if res.ExitCode == 0 || !strings.Contains(res.Stderr, "/nowhere") {
 		t.Fatalf("cwd /nowhere: %+v", res)

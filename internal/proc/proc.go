@@ -80,6 +80,9 @@ type Size struct {
 type Start struct {
 	Config
 	Tag string
+	// Dir is the working directory as the box sees it ("": the spec's
+	// Dir); Config.Cwd is only what the caller asked for, as reported.
+	Dir string
 	// Stdin keeps a pipe to the process's stdin open (SendInput,
 	// CloseStdin); else its stdin is /dev/null.
 	Stdin bool
@@ -310,12 +313,12 @@ func (t *Table) Start(ctx context.Context, sb *sandbox.Sandbox, base *sandbox.Sp
 
 	spec := *base
 	spec.Args = append([]string{st.Cmd}, st.Args...)
-	if st.Cwd != "" {
+	if st.Dir != "" {
 		// The working directory is entered inside the box, by the
 		// box's own sh: the server never resolves a path the session
 		// chose (Spec.Dir is the workspace, which the sandbox binds
 		// and hands over).
-		spec.Args = append([]string{"/bin/sh", "-c", `cd -- "$0" || exit 1; exec "$@"`, st.Cwd}, spec.Args...)
+		spec.Args = append([]string{"/bin/sh", "-c", `cd -- "$0" || exit 1; exec "$@"`, st.Dir}, spec.Args...)
 	}
 	env := map[string]string{}
 	for k, v := range base.Env {
