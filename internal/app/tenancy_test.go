@@ -55,6 +55,13 @@ var sessionArgs = map[string]map[string]any{
 	"snapshot_session":    {"name": "snap"},
 	"fork_session":        {"count": 1},
 	"open_terminal":       {},
+	"start_process":       {"cmd": "true"},
+	"connect_process":     {"pid": 1},
+	"list_processes":      {},
+	"send_process_input":  {"pid": 1, "data": "x"},
+	"close_process_stdin": {"pid": 1},
+	"signal_process":      {"pid": 1},
+	"resize_process":      {"pid": 1, "cols": 80, "rows": 24},
 }
 
 // Tenant B can neither see nor touch tenant A's sessions, by id or by

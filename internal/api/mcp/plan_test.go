@@ -160,6 +160,15 @@ func cases() (setup []call, table map[string]toolCase) {
 		"list_files":       {map[string]any{"session": "s1"}, text("mod.js")},
 		"create_project":   {map[string]any{"session": "s1", "template": "shell", "name": "proj"}, text("run.sh")},
 		"open_terminal":    {map[string]any{"session": "s1"}, field("open", "true")},
+		// Background processes: one that ends within the call; the
+		// others name a pid that runs nowhere.
+		"start_process":       {map[string]any{"session": "s1", "cmd": "sh", "args": []string{"-c", "echo $((6*7))"}}, all(field("exit_code", "0"), field("stdout", "42\n"))},
+		"connect_process":     {map[string]any{"session": "s1", "pid": 999999}, toolError("not_found")},
+		"list_processes":      {map[string]any{"session": "s1"}, text("process")},
+		"send_process_input":  {map[string]any{"session": "s1", "pid": 999999, "data": "x"}, toolError("not_found")},
+		"close_process_stdin": {map[string]any{"session": "s1", "pid": 999999}, toolError("not_found")},
+		"signal_process":      {map[string]any{"session": "s1", "pid": 999999, "signal": "SIGKILL"}, toolError("not_found")},
+		"resize_process":      {map[string]any{"session": "s1", "pid": 999999, "cols": 80, "rows": 24}, toolError("not_found")},
 		// Tokens: the plan's caller is the local admin (the operator).
 		"create_token": {map[string]any{"tenant": "plan", "scopes": []string{"read"}, "label": "plan"}, all(text("quro_"), field("tenant", "plan"))},
 		"list_tokens": {map[string]any{"tenant": "*"}, func(o *outcome) error {
