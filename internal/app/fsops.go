@@ -11,6 +11,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/workspace"
 )
 
@@ -160,6 +161,10 @@ func (a *App) openFS(ctx context.Context, ref string) (string, *workspace.FS, er
 	if err != nil {
 		return "", nil, err
 	}
+	return a.openSessionFS(sess)
+}
+
+func (a *App) openSessionFS(sess *session.Session) (string, *workspace.FS, error) {
 	opts := workspace.Options{}
 	uid := os.Geteuid()
 	if uid == 0 {
@@ -260,7 +265,18 @@ func (a *App) watchDir(ctx context.Context, in WatchDirInput) (*Watched, error) 
 	if timeout == 0 && observe == nil {
 		timeout = defaultWatchTimeout
 	}
-	id, w, err := a.openFS(ctx, in.Session)
+	sess, err := a.Sessions.Get(ctx, in.Session)
+	if err != nil {
+		return nil, err
+	}
+	// A call in flight in the session: destroying the session ends the
+	// watch (and its hold on the workspace) before the workspace goes.
+	ctx, release, err := a.holdSession(ctx, sess)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	id, w, err := a.openSessionFS(sess)
 	if err != nil {
 		return nil, err
 	}
@@ -301,7 +317,11 @@ func (a *App) watchDir(ctx context.Context, in WatchDirInput) (*Watched, error) 
 	case err != nil:
 		return nil, err
 	case ctx.Err() != nil:
-		// The caller went away: what was seen is still the answer.
+		// The session was destroyed: say so. Else the caller went away,
+		// and what was seen is still the answer.
+		if cause := context.Cause(ctx); !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+			return nil, cause
+		}
 	}
 	return out, nil
 }

@@ -97,7 +97,7 @@ func (w *FS) Watch(ctx context.Context, p string, o WatchOptions, fn func(Event)
 		return err
 	}
 	if o.Recursive {
-		if err := wt.addTree(""); err != nil {
+		if err := wt.addTree("", nil); err != nil {
 			return err
 		}
 	}
@@ -169,7 +169,9 @@ func (wt *watcher) add(dir string, top bool) error {
 
 // addTree watches the subdirectories of dir, depth first, never through a
 // link. The server's own .quro at the top of the workspace is left out.
-func (wt *watcher) addTree(dir string) error {
+// found, when set, is told of every entry (made in a new directory before
+// its watch was in place).
+func (wt *watcher) addTree(dir string, found func(rel string)) error {
 	d, err := wt.w.root.OpenFile(path.Join(wt.base, dir), os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil //nolint:nilerr // gone or swapped meanwhile: nothing below to watch
@@ -177,17 +179,20 @@ func (wt *watcher) addTree(dir string) error {
 	ents, _ := d.ReadDir(-1)
 	d.Close()
 	for _, e := range ents {
-		if !e.IsDir() { // DirEntry types come from getdents: a link is not a dir
-			continue
-		}
 		sub := path.Join(dir, e.Name())
 		if wt.base == "." && sub == Internal {
+			continue
+		}
+		if found != nil {
+			found(sub)
+		}
+		if !e.IsDir() { // DirEntry types come from getdents: a link is not a dir
 			continue
 		}
 		if err := wt.add(sub, false); err != nil {
 			return err
 		}
-		if err := wt.addTree(sub); err != nil {
+		if err := wt.addTree(sub, found); err != nil {
 			return err
 		}
 	}
@@ -231,10 +236,12 @@ func (wt *watcher) handle(wd int32, mask uint32, name string, fn func(Event)) (e
 			if err := wt.add(rel, false); err != nil {
 				return true, err
 			}
-			// What was made in it before the watch was in place.
-			if err := wt.addTree(rel); err != nil {
+			fn(wt.event(rel, EventCreate))
+			// What was made in it before its watch was in place.
+			if err := wt.addTree(rel, func(sub string) { fn(wt.event(sub, EventCreate)) }); err != nil {
 				return true, err
 			}
+			return false, nil
 		}
 	case mask&syscall.IN_DELETE != 0:
 		typ = EventRemove
@@ -247,12 +254,18 @@ func (wt *watcher) handle(wd int32, mask uint32, name string, fn func(Event)) (e
 	default:
 		return false, nil
 	}
+	fn(wt.event(rel, typ))
+	return false, nil
+}
+
+// event is an Event about rel (relative to the watched directory), with
+// its entry when asked for.
+func (wt *watcher) event(rel, typ string) Event {
 	ev := Event{Name: rel, Type: typ}
 	if wt.o.IncludeEntry && typ != EventRemove && typ != EventRename {
 		if e, err := wt.w.Info(path.Join(wt.base, rel)); err == nil {
 			ev.Entry = e
 		}
 	}
-	fn(ev)
-	return false, nil
+	return ev
 }
