@@ -108,6 +108,7 @@ func (a *App) register(reg *capability.Registry) {
 	a.registerPackages(reg)
 	a.registerFiles(reg)
 	a.registerProcesses(reg)
+	a.registerFSOps(reg)
 	reg.Register(capability.New("list_capabilities",
 		"List every capability with its description, required scope and input/output JSON schemas.",
 		capability.ScopeRead, func(ctx context.Context, _ Empty) (*CapabilityList, error) {

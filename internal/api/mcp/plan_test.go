@@ -86,6 +86,8 @@ func cases() (setup []call, table map[string]toolCase) {
 		{"create_session", map[string]any{"name": "doomed"}},
 		{"set_session_env", map[string]any{"session": "s1", "env": map[string]any{"QURO_T": "1"}}},
 		{"terminal_exec", map[string]any{"session": "s1", "command": `printf 'exports.add = (a, b) => a + b;\n' > mod.js && printf 'console.log("hi from js")\n' > main.js`}},
+		{"write_file", map[string]any{"session": "s1", "path": "tomove.txt", "content": "m"}},
+		{"write_file", map[string]any{"session": "s1", "path": "toremove.txt", "content": "r"}},
 		{"read_screen", map[string]any{"session": "s1"}}, // starts the PTY that send_input types into
 		{"snapshot_session", map[string]any{"session": "s1", "name": "snap"}},
 		{"snapshot_session", map[string]any{"session": "s1", "name": "gone"}},
@@ -158,6 +160,11 @@ func cases() (setup []call, table map[string]toolCase) {
 		"list_snapshots":   {map[string]any{}, text("snapshot snap ")},
 		"delete_snapshot":  {map[string]any{"snapshot": "gone"}, text("deleted")},
 		"list_files":       {map[string]any{"session": "s1"}, text("mod.js")},
+		"stat_file":        {map[string]any{"session": "s1", "path": "main.js"}, text("main.js: file -rw-r--r--")},
+		"make_dir":         {map[string]any{"session": "s1", "path": "made/dir"}, text("made/dir: dir drwxr-xr-x")},
+		"move_file":        {map[string]any{"session": "s1", "source": "tomove.txt", "destination": "moved/m.txt"}, text("moved/m.txt: file")},
+		"remove_file":      {map[string]any{"session": "s1", "path": "toremove.txt"}, text("removed toremove.txt")},
+		"watch_dir":        {map[string]any{"session": "s1", "timeout_ms": 1}, text("change(s)")},
 		"create_project":   {map[string]any{"session": "s1", "template": "shell", "name": "proj"}, text("run.sh")},
 		"open_terminal":    {map[string]any{"session": "s1"}, field("open", "true")},
 		// Background processes: one that ends within the call; the
