@@ -115,7 +115,8 @@ type App struct {
 	isolation func() []sandbox.Feature
 	tenants   *tenants
 	limits    Limits
-	js        *js.Engine // its prepared VMs are freed by Close
+	js        *js.Engine   // its prepared VMs are freed by Close
+	contexts  codeContexts // code contexts of every session (contexts.go)
 
 	inflight       inflight         // calls running per session (boxes.go)
 	autoPauseAfter time.Duration    // Options.AutoPause
