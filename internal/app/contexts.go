@@ -453,16 +453,6 @@ func (a *App) runBashContext(ctx context.Context, s *session.Session, c *CodeCon
 		DurationMS: float64(time.Since(start).Microseconds()) / 1000,
 		Context:    c.ID, ExecutionCount: n,
 	}
-	if fn := runcode.OutputFrom(ctx); fn != nil {
-		// The shell answers when the command is over: its output is
-		// reported then.
-		if r.Output != "" {
-			fn("stdout", []byte(r.Output))
-		}
-		if r.Stderr != "" {
-			fn("stderr", []byte(r.Stderr))
-		}
-	}
 	return res, nil
 }
 

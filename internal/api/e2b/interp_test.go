@@ -410,3 +410,32 @@ func TestInterpHealth(t *testing.T) {
 		t.Errorf("/health: %s %q", resp.Status, got)
 	}
 }
+
+// JavaScript keeps its state across runs of a context, TypeScript runs in
+// the same kind of VM, and bash runs in the session's resident shell.
+func TestExecuteJSAndBash(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	e.execute(t, id, map[string]any{"code": "let x = 41; function inc(v) { return v + 1 }", "language": "js"})
+	lines := e.execute(t, id, map[string]any{"code": "console.log('hi'); inc(x)", "language": "javascript"})
+	if r := ofType(lines, "result"); len(r) != 1 || r[0]["text"] != "42" || r[0]["is_main_result"] != true || stdoutOf(lines) != "hi\n" {
+		t.Errorf("js: %v", lines)
+	}
+	if c := ofType(lines, "number_of_executions"); len(c) != 1 || c[0]["execution_count"] != 2.0 {
+		t.Errorf("js count: %v", lines)
+	}
+	lines = e.execute(t, id, map[string]any{"code": "throw new RangeError('nope')", "language": "js"})
+	if errs := ofType(lines, "error"); len(errs) != 1 || errs[0]["name"] != "RangeError" || errs[0]["value"] != "nope" {
+		t.Errorf("js error: %v", lines)
+	}
+	c := e.createContext(t, id, map[string]any{"language": "ts"})
+	lines = e.execute(t, id, map[string]any{"code": "const s: string = 'typed'; s", "context_id": c})
+	if r := ofType(lines, "result"); len(r) != 1 || r[0]["text"] != "typed" {
+		t.Errorf("ts: %v", lines)
+	}
+	e.execute(t, id, map[string]any{"code": "export GREETING=hello", "language": "bash"})
+	lines = e.execute(t, id, map[string]any{"code": "echo $GREETING", "language": "bash"})
+	if stdoutOf(lines) != "hello\n" {
+		t.Errorf("bash: %v", lines)
+	}
+}
