@@ -116,8 +116,9 @@ type App struct {
 	isolation func() []sandbox.Feature
 	tenants   *tenants
 	limits    Limits
-	js        *js.Engine  // its prepared VMs are freed by Close
-	procs     *proc.Table // the sessions' background processes (processes.go)
+	js        *js.Engine   // its prepared VMs are freed by Close
+	procs     *proc.Table  // the sessions' background processes (processes.go)
+	contexts  codeContexts // code contexts of every session (contexts.go)
 
 	inflight       inflight         // calls running per session (boxes.go)
 	autoPauseAfter time.Duration    // Options.AutoPause

@@ -501,6 +501,7 @@ func (a *App) destroySession(ctx context.Context, s *session.Session) error {
 	a.Sandbox.EndSession(s.ID)
 	a.procs.EndSession(s.ID)
 	a.Python.Stop(s.ID)
+	a.forgetContexts(s.ID)
 	a.Terminals.CloseSession(s)
 	err := a.Sessions.Delete(ctx, s)
 	if err == nil {

@@ -67,6 +67,11 @@ var sessionArgs = map[string]map[string]any{
 	"close_process_stdin": {"pid": 1},
 	"signal_process":      {"pid": 1},
 	"resize_process":      {"pid": 1, "cols": 80, "rows": 24},
+	// An id bob could not know either way: the session is what is refused.
+	"create_code_context":  {"language": "python"},
+	"list_code_contexts":   {},
+	"restart_code_context": {"id": "0b9d1c1e-0000-0000-0000-000000000000"},
+	"remove_code_context":  {"id": "0b9d1c1e-0000-0000-0000-000000000000"},
 }
 
 // Tenant B can neither see nor touch tenant A's sessions, by id or by

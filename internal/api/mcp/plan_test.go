@@ -176,6 +176,11 @@ func cases() (setup []call, table map[string]toolCase) {
 		"close_process_stdin": {map[string]any{"session": "s1", "pid": 999999}, toolError("not_found")},
 		"signal_process":      {map[string]any{"session": "s1", "pid": 999999, "signal": "SIGKILL"}, toolError("not_found")},
 		"resize_process":      {map[string]any{"session": "s1", "pid": 999999, "cols": 80, "rows": 24}, toolError("not_found")},
+		// Code contexts (the runs in them: internal/app, internal/api/e2b).
+		"create_code_context":  {map[string]any{"session": "s1", "language": "js"}, all(field("language", "javascript"), field("cwd", "/home/user"))},
+		"list_code_contexts":   {map[string]any{"session": "s1"}, all(text("python"), text("(default)"))},
+		"restart_code_context": {map[string]any{"session": "s1", "id": "no-such-context"}, toolError("not_found")},
+		"remove_code_context":  {map[string]any{"session": "s1", "id": "no-such-context"}, toolError("not_found")},
 		// Tokens: the plan's caller is the local admin (the operator).
 		"create_token": {map[string]any{"tenant": "plan", "scopes": []string{"read"}, "label": "plan"}, all(text("quro_"), field("tenant", "plan"))},
 		"list_tokens": {map[string]any{"tenant": "*"}, func(o *outcome) error {
