@@ -224,6 +224,12 @@ clean:
 bench-python:
 	$(GO) run ./bench/pyrt
 
+# E2B's SDK (create + first runCode + kill, warm runCode) beside Quro's own
+# REST on one quro serve (see bench/README.md); needs test/e2b's SDKs.
+.PHONY: bench-e2b
+bench-e2b: $(E2B_STAMP)
+	$(GO) run ./bench/e2b $(E2BFLAGS)
+
 # run_code over REST and MCP against in-process on one loopback server, and
 # 16-client REST throughput (see bench/README.md).
 .PHONY: bench-service
