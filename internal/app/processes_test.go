@@ -251,6 +251,11 @@ func TestProcessLimitAndDestroy(t *testing.T) {
 	}
 
 	var pidfds []int
+	defer func() {
+		for _, fd := range pidfds {
+			unix.Close(fd)
+		}
+	}()
 	for _, info := range a.procs.List(s.ID) {
 		p, err := a.procs.Get(s.ID, proc.Selector{Pid: info.Pid})
 		if err != nil {
@@ -260,7 +265,6 @@ func TestProcessLimitAndDestroy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer unix.Close(fd)
 		pidfds = append(pidfds, fd)
 	}
 	mustCall(t, a, "destroy_session", SessionRef{Session: s.ID})
