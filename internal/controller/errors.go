@@ -50,6 +50,8 @@ var classes = []class{
 	{match: is(session.ErrNotFound), code: capability.NotFound},
 	{match: is(session.ErrExists), code: capability.AlreadyExists},
 	{match: is(session.ErrBadName), code: capability.InvalidArgument},
+	{match: is(session.ErrBadMetadata), code: capability.InvalidArgument},
+	{match: is(session.ErrBadLifetime), code: capability.InvalidArgument},
 	{match: is(session.ErrLimit), code: capability.ResourceExhausted, retry: 60},
 	{match: is(session.ErrConfined), code: capability.PermissionDenied},
 	{match: is(sandbox.ErrSessionEnded), code: capability.NotFound},
