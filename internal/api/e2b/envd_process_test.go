@@ -3,6 +3,7 @@ package e2b_test
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/quro-dev/quro/internal/api/e2b/gen/process"
 	"github.com/quro-dev/quro/internal/api/e2b/gen/process/processconnect"
 	"github.com/quro-dev/quro/internal/app"
+	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 )
 
@@ -473,5 +475,37 @@ func TestEnvdProcessesAreTheSandboxs(t *testing.T) {
 	}
 	if end, _, _ := ev.end(t); end.GetStatus() != "signal: terminated" || end.GetExitCode() != -1 {
 		t.Fatalf("A's process after A's SIGTERM: %v", end)
+	}
+}
+
+// A sandbox killed under a running command: the stream ends as a dropped
+// connection ("terminated", which makes the SDK probe the sandbox's
+// health), and only once the sandbox is gone, so that the probe finds it
+// gone and the SDK says it was killed.
+func TestEnvdSandboxKilledDuringRun(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	ev := e.start(t, id, bash("echo up; exec sleep 100000", false), nil)
+	ev.startPid(t)
+	ev.until(t, "stdout", "up\n")
+	destroyed := make(chan error, 1)
+	go func() {
+		_, err := e.App.Controller.Call(context.Background(),
+			controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeExec}, "destroy_session", json.RawMessage(`{"session":"`+id+`"}`))
+		destroyed <- err
+	}()
+	for e := range ev.c {
+		if e.GetEnd() != nil {
+			t.Fatalf("an end event for a killed sandbox: %v", e)
+		}
+	}
+	if codeOf(ev.err) != connect.CodeUnknown || !strings.Contains(ev.err.Error(), "terminated") {
+		t.Fatalf("stream error %v, want unknown: terminated", ev.err)
+	}
+	if _, err := e.App.Sessions.ByIDAnyTenant(context.Background(), id); err == nil {
+		t.Fatal("the stream ended while the sandbox still existed: the SDK's health probe would find it running")
+	}
+	if err := <-destroyed; err != nil {
+		t.Fatal(err)
 	}
 }
