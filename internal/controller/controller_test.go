@@ -16,6 +16,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/project"
 	"github.com/quro-dev/quro/internal/quota"
 	"github.com/quro-dev/quro/internal/rootfs"
@@ -200,6 +201,11 @@ func TestClassify(t *testing.T) {
 		{terminal.ErrNotRunning, capability.InvalidArgument, []string{"no command"}, false},
 		{fmt.Errorf("%w (cannot start bash)", terminal.ErrNoBash), capability.Unavailable, []string{"apt-get install bash"}, false},
 		{terminal.ErrClosed, capability.Unavailable, []string{"destroyed"}, false},
+		{fmt.Errorf("%w: no running process with pid 7", proc.ErrNotFound), capability.NotFound, []string{"pid 7"}, false},
+		{fmt.Errorf("%w: the session already runs 64 processes", proc.ErrTooMany), capability.ResourceExhausted, []string{"64 processes"}, true},
+		{fmt.Errorf("%w: process 7 has no stdin", proc.ErrInvalid), capability.InvalidArgument, []string{"no stdin"}, false},
+		{fmt.Errorf("%w: detached 1024 KiB behind", proc.ErrLagged), capability.ResourceExhausted, []string{"1024 KiB"}, false},
+		{proc.ErrClosed, capability.Unavailable, []string{"destroyed"}, false},
 		{fmt.Errorf("%w: %q", rootfs.ErrBadName, "a b"), capability.InvalidArgument, nil, false},
 		{fmt.Errorf("%w: %q", rootfs.ErrBadPackage, "-x"), capability.InvalidArgument, nil, false},
 		{fmt.Errorf("%w: %q", rootfs.ErrNotInstalled, "r"), capability.NotFound, nil, false},
