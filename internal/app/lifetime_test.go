@@ -155,7 +155,11 @@ func TestSessionLifetimePauses(t *testing.T) {
 		t.Skip("this machine cannot freeze a box")
 	}
 	mustCall(t, a, "set_session_timeout", SetTimeoutInput{Session: s.ID, TimeoutS: 1})
-	waitFor(t, "the session paused", func() bool { return status(t, a, s.ID).SessionState == StatePaused })
+	// Paused, then its lifetime removed (two steps: wait for both).
+	waitFor(t, "the session paused", func() bool {
+		st := status(t, a, s.ID)
+		return st.SessionState == StatePaused && st.ExpiresAt == nil
+	})
 	st := status(t, a, s.ID)
 	if st.ExpiresAt != nil || gone(a, s.ID) {
 		t.Fatalf("paused session: %+v", st)

@@ -397,7 +397,10 @@ func TestControlPauseConnect(t *testing.T) {
 	}
 	// The timeout with autoPause pauses it.
 	e.api(t, e.Key, "POST", "/sandboxes/"+id+"/timeout", map[string]any{"timeout": 1}).want(t, http.StatusNoContent, "")
-	waitFor(t, "the sandbox paused at its timeout", func() bool { return e.info(t, id).State == "paused" })
+	waitFor(t, "the sandbox paused at its timeout", func() bool {
+		d := e.info(t, id)
+		return d.State == "paused" && d.EndAt.Year() == 9999
+	})
 	a := e.api(t, e.Key, "GET", "/v2/sandboxes?state=paused", nil)
 	var l []listed
 	a.json(t, &l)
