@@ -31,6 +31,7 @@ import (
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/engine/shell"
 	"github.com/quro-dev/quro/internal/metrics"
+	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/quota"
 	"github.com/quro-dev/quro/internal/render"
 	"github.com/quro-dev/quro/internal/rootfs"
@@ -115,7 +116,9 @@ type App struct {
 	isolation func() []sandbox.Feature
 	tenants   *tenants
 	limits    Limits
-	js        *js.Engine // its prepared VMs are freed by Close
+	js        *js.Engine   // its prepared VMs are freed by Close
+	procs     *proc.Table  // the sessions' background processes (processes.go)
+	contexts  codeContexts // code contexts of every session (contexts.go)
 
 	inflight       inflight         // calls running per session (boxes.go)
 	autoPauseAfter time.Duration    // Options.AutoPause
@@ -216,6 +219,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 		inflight:       inflight{n: map[string]int{}},
 		autoPauseAfter: opts.AutoPause,
 		prestart:       opts.PrestartPython,
+		procs:          proc.New(proc.Options{}),
 	}
 	if a.autoPauseAfter == 0 {
 		a.autoPauseAfter = DefaultAutoPause
@@ -278,6 +282,7 @@ func orDefault(v, def int) int {
 func (a *App) Close() error {
 	a.stopLifetimes()
 	a.spares.close()
+	a.procs.Close()
 	a.Sandbox.CloseBoxes()
 	a.Terminals.Close()
 	a.Python.Close()

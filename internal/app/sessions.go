@@ -499,7 +499,9 @@ func (a *App) destroySession(ctx context.Context, s *session.Session) error {
 	// For good: a run racing with the destroy (a prestarted worker) cannot
 	// make the session a new box.
 	a.Sandbox.EndSession(s.ID)
+	a.procs.EndSession(s.ID)
 	a.Python.Stop(s.ID)
+	a.forgetContexts(s.ID)
 	a.Terminals.CloseSession(s)
 	err := a.Sessions.Delete(ctx, s)
 	if err == nil {

@@ -51,10 +51,27 @@ var sessionArgs = map[string]map[string]any{
 	"read_file":           {"path": "a.txt"},
 	"write_file":          {"path": "a.txt", "content": "x"},
 	"list_files":          {},
+	"stat_file":           {"path": "a.txt"},
+	"make_dir":            {"path": "d"},
+	"move_file":           {"source": "a.txt", "destination": "b.txt"},
+	"remove_file":         {"path": "a.txt"},
+	"watch_dir":           {"timeout_ms": 1},
 	"create_project":      {"template": "shell", "name": "p"},
 	"snapshot_session":    {"name": "snap"},
 	"fork_session":        {"count": 1},
 	"open_terminal":       {},
+	"start_process":       {"cmd": "true"},
+	"connect_process":     {"pid": 1},
+	"list_processes":      {},
+	"send_process_input":  {"pid": 1, "data": "x"},
+	"close_process_stdin": {"pid": 1},
+	"signal_process":      {"pid": 1},
+	"resize_process":      {"pid": 1, "cols": 80, "rows": 24},
+	// An id bob could not know either way: the session is what is refused.
+	"create_code_context":  {"language": "python"},
+	"list_code_contexts":   {},
+	"restart_code_context": {"id": "0b9d1c1e-0000-0000-0000-000000000000"},
+	"remove_code_context":  {"id": "0b9d1c1e-0000-0000-0000-000000000000"},
 }
 
 // Tenant B can neither see nor touch tenant A's sessions, by id or by

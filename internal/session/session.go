@@ -136,17 +136,25 @@ type Session struct {
 }
 
 // Binds are the host paths bound into every box of the session
-// (sandbox.Spec.Binds): its own in-session socket, which the hook set with
-// Manager.SetBoxHooks creates on first use. None without a hook.
+// (sandbox.Spec.Binds): its workspace again at sandbox.HomeUser
+// (read-write), and its own in-session socket, which the hook set with
+// Manager.SetBoxHooks creates on first use (none without a hook).
 func (s *Session) Binds() []sandbox.Bind {
-	if s == nil || s.m == nil {
+	if s == nil {
 		return nil
+	}
+	var home []sandbox.Bind
+	if filepath.IsAbs(s.Dir) {
+		home = []sandbox.Bind{{Src: s.Workspace(), Dst: sandbox.HomeUser, Writable: true}}
+	}
+	if s.m == nil {
+		return home
 	}
 	h := s.m.hooks.Load()
 	if h == nil || h.Binds == nil {
-		return nil
+		return home
 	}
-	return h.Binds(s)
+	return append(home, h.Binds(s)...)
 }
 
 // Workspace is the session's working directory: the only host directory its
