@@ -140,7 +140,11 @@ func (a *App) pauseExpired(ctx context.Context, s *session.Session) bool {
 			}
 		}
 	}
-	// Nothing runs in a session without a box: it is as good as paused.
+	// A session without a box is marked paused all the same: nothing runs
+	// in it until it is resumed or used.
+	if err := a.Sessions.SetPaused(ctx, s, true); err != nil && !errors.Is(err, session.ErrNotFound) {
+		a.Log.Warn("session lifetimes", "session", s.ID, "err", err)
+	}
 	if err := a.Sessions.SetLifetime(ctx, s, time.Time{}, ""); err != nil && !errors.Is(err, session.ErrNotFound) {
 		a.Log.Warn("session lifetimes", "session", s.ID, "err", err)
 	}

@@ -221,3 +221,42 @@ func TestSpareClaimedWithLifetime(t *testing.T) {
 		t.Fatalf("the spare's worker lacks the session's env: %+v", res)
 	}
 }
+
+// A session with nothing running in it is paused all the same: its state
+// says so, also after a restart, until it is resumed or used.
+func TestPauseWithoutABoxIsAState(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	a, err := New(ctx, dir, &Options{Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "idle"}).(*SessionInfo)
+	if a.Sandbox.Box(s.ID) != nil {
+		t.Fatal("a new session has a box already")
+	}
+	if r := mustCall(t, a, "pause_session", SessionRef{Session: s.ID}).(*PauseResult); !r.Paused {
+		t.Fatalf("pause: %+v", r)
+	}
+	if st := status(t, a, s.ID); st.SessionState != StatePaused {
+		t.Fatalf("after pause: %s", st.SessionState)
+	}
+	a.Close()
+	b, err := New(ctx, dir, &Options{Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if st := status(t, b, s.ID); st.SessionState != StatePaused {
+		t.Fatalf("after a restart: %s", st.SessionState)
+	}
+	// Used, it runs again.
+	mustCall(t, b, "terminal_exec", TerminalExecInput{Session: s.ID, Command: "true"})
+	if st := status(t, b, s.ID); st.SessionState != StateRunning {
+		t.Fatalf("after use: %s", st.SessionState)
+	}
+	mustCall(t, b, "pause_session", SessionRef{Session: s.ID})
+	if r := mustCall(t, b, "resume_session", SessionRef{Session: s.ID}).(*PauseResult); r.Paused || status(t, b, s.ID).SessionState != StateRunning {
+		t.Fatalf("resume: %+v", r)
+	}
+}

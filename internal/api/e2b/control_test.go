@@ -549,3 +549,19 @@ func TestControlFork(t *testing.T) {
 	}
 	e.api(t, e.Key, "POST", "/sandboxes/"+id+"/fork", map[string]any{"count": 99}).want(t, 400, "")
 }
+
+// A sandbox with nothing running in it (no command yet) pauses too, as
+// the SDK's scenario does right after create.
+func TestControlPauseFresh(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t, map[string]any{"templateID": "base", "timeout": 600}).SandboxID
+	e.api(t, e.Key, "POST", "/sandboxes/"+id+"/pause", nil).want(t, http.StatusNoContent, "")
+	if d := e.info(t, id); d.State != "paused" {
+		t.Fatalf("after pause: %+v", d)
+	}
+	e.api(t, e.Key, "POST", "/sandboxes/"+id+"/pause", nil).want(t, http.StatusConflict, "already paused")
+	e.api(t, e.Key, "POST", "/v2/sandboxes/"+id+"/connect", map[string]any{"timeout": 60}).want(t, http.StatusCreated, "")
+	if d := e.info(t, id); d.State != "running" || d.EndAt.Year() == 9999 {
+		t.Fatalf("after connect: %+v", d)
+	}
+}
