@@ -321,6 +321,39 @@ func TestControlListFiltersAndPages(t *testing.T) {
 			t.Fatalf("%s on no page (%d pages)", id, pages)
 		}
 	}
+	// The default order, newest first, one a page, filtered: each once, and
+	// no X-Next-Token with the last.
+	seen = map[string]bool{}
+	next, pages = "", 0
+	for {
+		q := "?limit=1&state=running&metadata=" + sdkMetadata(map[string]string{"group": "a b=c"})
+		if next != "" {
+			q += "&nextToken=" + url.QueryEscape(next)
+		}
+		l, a := list(q)
+		pages++
+		if len(l) != 1 || seen[l[0].SandboxID] || pages > 3 {
+			t.Fatalf("page %d: %+v (seen %v)", pages, l, seen)
+		}
+		seen[l[0].SandboxID] = true
+		if want := group[3-pages]; l[0].SandboxID != want {
+			t.Fatalf("page %d: %s, want %s (newest first)", pages, l[0].SandboxID, want)
+		}
+		if next = a.header.Get("X-Next-Token"); next == "" {
+			break
+		}
+	}
+	if pages != 3 {
+		t.Fatalf("%d pages of the 3 sandboxes", pages)
+	}
+	// startedAfter is inclusive.
+	first := e.info(t, group[0])
+	if l, _ := list("?startedAfter=" + url.QueryEscape(first.StartedAt.Format(time.RFC3339Nano)) + "&metadata=" + sdkMetadata(map[string]string{"n": "0"})); len(l) != 1 {
+		t.Fatalf("startedAfter its own start: %+v", l)
+	}
+	if l, _ := list("?startedAfter=" + url.QueryEscape(first.StartedAt.Add(time.Second).Format(time.RFC3339Nano)) + "&metadata=" + sdkMetadata(map[string]string{"n": "0"})); len(l) != 0 {
+		t.Fatalf("startedAfter a second after its start: %+v", l)
+	}
 	// v1 lists the running sandboxes.
 	a = e.api(t, e.Key, "GET", "/sandboxes", nil)
 	a.want(t, 200, "")
