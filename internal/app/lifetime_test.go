@@ -109,6 +109,7 @@ func TestSessionMetadataEnvAndFilters(t *testing.T) {
 // extends it, and 0 removes it.
 func TestSessionLifetimeDestroys(t *testing.T) {
 	a := newApp(t, nil)
+	a.startLifetimes() // as Supervise does
 	short := mustCall(t, a, "create_session", CreateSessionInput{Name: "short", TimeoutS: 1}).(*SessionInfo)
 	if short.ExpiresAt == nil || short.OnTimeout != session.ExpiryDestroy {
 		t.Fatalf("no lifetime: %+v", short)
@@ -147,6 +148,7 @@ func TestSessionLifetimeNotSetFromInside(t *testing.T) {
 // processes and memory kept) and leaves the session, with no lifetime.
 func TestSessionLifetimePauses(t *testing.T) {
 	a := newApp(t, nil)
+	a.startLifetimes() // as Supervise does
 	needBoxes(t, a)
 	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "nap", TimeoutS: 3600, OnTimeout: session.ExpiryPause}).(*SessionInfo)
 	// A box with a process in it.
@@ -200,6 +202,12 @@ func TestSessionLifetimeEndedAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
+	if gone(b, s.ID) {
+		t.Fatal("opening the data directory (as a one-shot CLI command does) ended a session: only a server's patrol may")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	go b.Supervise(ctx, time.Minute) // the server's start
 	waitFor(t, "the stale session destroyed at start", func() bool { return gone(b, s.ID) })
 }
 

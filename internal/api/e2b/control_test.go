@@ -364,6 +364,14 @@ func TestControlListFiltersAndPages(t *testing.T) {
 	}
 }
 
+// supervise runs the App's patrols (session lifetimes among them) as
+// quro serve does, until the test ends.
+func (e *env) supervise(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go e.App.Supervise(ctx, time.Minute)
+}
+
 // waitFor polls cond until it holds; the deadline is a guard against a
 // hang, not a measurement.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -379,6 +387,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestControlTimeouts(t *testing.T) {
 	e := newEnv(t, nil)
+	e.supervise(t)
 	// A sandbox whose timeout passes is killed: the API then answers 404.
 	short := e.create(t, map[string]any{"templateID": "base", "timeout": 1}).SandboxID
 	long := e.create(t, map[string]any{"templateID": "base", "timeout": 1}).SandboxID
@@ -416,6 +425,7 @@ func TestControlTimeouts(t *testing.T) {
 
 func TestControlPauseConnect(t *testing.T) {
 	e := newEnv(t, nil)
+	e.supervise(t)
 	id := e.create(t, map[string]any{"templateID": "base", "timeout": 600, "autoPause": true}).SandboxID
 	if d := e.info(t, id); d.Lifecycle.OnTimeout != "pause" {
 		t.Fatalf("lifecycle %+v", d.Lifecycle)
