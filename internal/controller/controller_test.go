@@ -177,6 +177,8 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("%w: %q (list sessions to see the names)", session.ErrNotFound, "work"), capability.NotFound, []string{`"work"`, "list sessions"}, false},
 		{fmt.Errorf("%w: %q", session.ErrExists, "work"), capability.AlreadyExists, []string{`"work"`}, false},
 		{fmt.Errorf("%w: network policy %q", session.ErrBadName, "x"), capability.InvalidArgument, []string{"network policy"}, false},
+		{fmt.Errorf("%w: 65 pairs, at most 64", session.ErrBadMetadata), capability.InvalidArgument, []string{"at most 64"}, false},
+		{fmt.Errorf("%w: on expiry %q", session.ErrBadLifetime, "x"), capability.InvalidArgument, []string{"on expiry"}, false},
 		{fmt.Errorf("%w: 3 sessions of at most 3", session.ErrLimit), capability.ResourceExhausted, []string{"at most 3"}, true},
 		{session.ErrConfined, capability.PermissionDenied, []string{"confined"}, false},
 		{sandbox.ErrSessionEnded, capability.NotFound, []string{"destroyed"}, false},
