@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path"
 	"strings"
@@ -146,8 +145,10 @@ func (wt *watcher) add(dir string, top bool) error {
 	rel := path.Join(wt.base, dir)
 	d, err := wt.w.root.OpenFile(rel, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		if !top && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ELOOP)) {
-			return nil // gone or swapped for a link meanwhile: nothing to watch
+		if !top {
+			// Gone, or swapped for a link (os.Root refuses one out,
+			// O_NOFOLLOW any other) meanwhile: nothing to watch.
+			return nil
 		}
 		return explain(rel, err)
 	}
