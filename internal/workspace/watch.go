@@ -30,11 +30,11 @@ type Event struct {
 // DefaultMaxWatches bounds the directories one recursive Watch watches.
 const DefaultMaxWatches = 1024
 
-// ErrWatchEnded: the watched directory was removed or moved (the
+// ErrWatchEnded says the watched directory was removed or moved (the
 // session's workspace is gone when the session was destroyed).
 var ErrWatchEnded = errors.New("the watched directory was removed or moved away; the watch ended")
 
-// ErrOverflow: changes came faster than they were read; some were lost.
+// ErrOverflow says changes came faster than they were read; some were lost.
 var ErrOverflow = errors.New("changes came faster than they were read and some were lost (the kernel's event queue overflowed); the watch ended: watch a smaller directory, or read events faster")
 
 // WatchOptions configure a Watch.

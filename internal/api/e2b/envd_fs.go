@@ -388,6 +388,9 @@ func (f *fsService) startWatch(ctx context.Context, in watchIn) *watchRun {
 	return wr
 }
 
+// wait waits for the call's end and returns its error.
+func (wr *watchRun) wait() error { return <-wr.done }
+
 // endError is why a watch that ran ended by itself (nil: its caller went).
 func (wr *watchRun) endError(err error) error {
 	select {
@@ -437,7 +440,7 @@ func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[filesyste
 		case r := <-wr.reports:
 			if err := send(r); err != nil {
 				cancel()
-				<-wr.done
+				_ = wr.wait()
 				return err
 			}
 		case err := <-wr.done:
@@ -463,7 +466,7 @@ func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[filesyste
 			if started {
 				if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Keepalive{Keepalive: &filesystem.WatchDirResponse_KeepAlive{}}}); err != nil {
 					cancel()
-					<-wr.done
+					_ = wr.wait()
 					return err
 				}
 			}
@@ -811,7 +814,7 @@ func (f *fsService) store(ctx context.Context, rel string, src io.Reader) (*writ
 			path0 = out.Path
 			rel = out.Path // a link written through: the rest goes where the first chunk went
 		}
-		if rerr != nil {
+		if n < len(buf) { // the end of the upload
 			break
 		}
 	}
@@ -862,7 +865,7 @@ func (f *fsService) upload(w http.ResponseWriter, r *http.Request) {
 		mr := multipart.NewReader(body, params["boundary"])
 		for {
 			part, err := mr.NextPart()
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {
