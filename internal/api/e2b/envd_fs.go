@@ -116,8 +116,12 @@ type wsEntry struct {
 func (e *wsEntry) info() *filesystem.EntryInfo {
 	perm, _ := strconv.ParseUint(e.Mode, 8, 32)
 	mode := fs.FileMode(perm)
+	name := e.Name
+	if e.Path == "." || e.Path == "" {
+		name = path.Base(Home) // the home itself
+	}
 	out := &filesystem.EntryInfo{
-		Name: e.Name, Path: fromWorkspace(e.Path), Size: e.Size,
+		Name: name, Path: fromWorkspace(e.Path), Size: e.Size,
 		Permissions: e.Permissions, Owner: e.Owner, Group: e.Group,
 	}
 	switch e.Type {

@@ -82,6 +82,10 @@ func TestEnvdFilesystemRPC(t *testing.T) {
 		en.GetType() != filesystem.FileType_FILE_TYPE_FILE || en.GetPermissions() != "-rw-r--r--" || en.GetMode() != 0o644 || en.GetModifiedTime() == nil {
 		t.Fatalf("%v", en)
 	}
+	if st, err := c.Stat(ctx, rpc(&filesystem.StatRequest{Path: "/home/user/"})); err != nil || st.Msg.GetEntry().GetName() != "user" ||
+		st.Msg.GetEntry().GetPath() != "/home/user" || st.Msg.GetEntry().GetType() != filesystem.FileType_FILE_TYPE_DIRECTORY {
+		t.Fatalf("%v %v", st, err)
+	}
 	// Relative paths are taken from the home.
 	if st, err = c.Stat(ctx, rpc(&filesystem.StatRequest{Path: "a/rel"})); err != nil ||
 		st.Msg.GetEntry().GetType() != filesystem.FileType_FILE_TYPE_SYMLINK || st.Msg.GetEntry().GetSymlinkTarget() != "b/f.txt" {
