@@ -395,7 +395,9 @@ func TestEnvdWatchDir(t *testing.T) {
 	if ev := seen["EVENT_TYPE_CREATE sub/a.txt"]; ev == nil || ev.GetEntry().GetPath() != "/home/user/w/sub/a.txt" {
 		t.Fatalf("%v", seen)
 	}
-	if seen["EVENT_TYPE_CREATE sub"] == nil || seen["EVENT_TYPE_WRITE sub/a.txt"] == nil {
+	// (a.txt may be written before sub's own watch is in place: then its
+	// create is reported, from the listing of the new sub, but no write.)
+	if seen["EVENT_TYPE_CREATE sub"] == nil {
 		t.Fatalf("%v", seen)
 	}
 	cancel()
