@@ -833,6 +833,12 @@ func (f *fsService) upload(w http.ResponseWriter, r *http.Request) {
 	if !f.httpUser(w, r) {
 		return
 	}
+	for k := range r.Header {
+		if strings.HasPrefix(k, "X-Metadata-") {
+			f.s.unsupported(w, "file metadata ("+k+" headers, envd 0.6.2)")
+			return
+		}
+	}
 	ctx := r.Context()
 	q := r.URL.Query().Get("path")
 	fail := func(err error) {

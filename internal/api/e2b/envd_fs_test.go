@@ -349,6 +349,10 @@ func TestEnvdFilesUploadDownload(t *testing.T) {
 			t.Errorf("%s ?%s: %d %s, want %d with %q", tc.method, tc.query, res.StatusCode, body, tc.status, tc.msg)
 		}
 	}
+	res, body = e.filesReq(t, id, "POST", "path=m", "application/octet-stream", strings.NewReader("x"), map[string]string{"X-Metadata-Owner": "me"})
+	if res.StatusCode != 501 || !strings.Contains(string(body), "file metadata") || !strings.Contains(string(body), "Quro test") {
+		t.Errorf("metadata: %d %s", res.StatusCode, body)
+	}
 	if out := e.shell(t, id, "test -e /etc/quro-planted || echo none; head -c 5 /etc/passwd"); out != "none\nroot:" {
 		t.Fatalf("%q", out)
 	}
