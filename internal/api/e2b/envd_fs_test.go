@@ -409,6 +409,25 @@ func TestEnvdWatchDir(t *testing.T) {
 	}
 	stream.Close()
 
+	// Killing the sandbox ends a watch on it (the stream ends with an
+	// error, it does not hang).
+	defer func() {
+		s2, err := c.WatchDir(context.Background(), rpc(&filesystem.WatchDirRequest{Path: "/home/user"}))
+		if err != nil || !s2.Receive() || s2.Msg().GetStart() == nil {
+			t.Fatalf("second watch: %v %v", err, s2.Err())
+		}
+		args, _ := json.Marshal(map[string]any{"session": id})
+		if _, err := e.App.Controller.Call(context.Background(), controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeExec}, "destroy_session", args); err != nil {
+			t.Fatal(err)
+		}
+		for s2.Receive() {
+		}
+		if s2.Err() == nil {
+			t.Fatal("the watch of a killed sandbox ended without an error")
+		}
+		t.Logf("watch after the kill: %v", s2.Err())
+		s2.Close()
+	}()
 	// A watch on a link out, or outside the home, is refused before start.
 	for _, p := range []string{"/home/user/w/out", "/etc"} {
 		s, err := c.WatchDir(context.Background(), rpc(&filesystem.WatchDirRequest{Path: p}))
