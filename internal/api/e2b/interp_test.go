@@ -439,3 +439,30 @@ func TestExecuteJSAndBash(t *testing.T) {
 		t.Errorf("bash: %v", lines)
 	}
 }
+
+// Contexts start in /home/user, the workspace as every session box shows
+// it (E2B's cwd and bash tests).
+func TestExecuteCwd(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	lines := e.execute(t, id, map[string]any{"code": "import os\nos.getcwd()"})
+	if r := ofType(lines, "result"); len(r) != 1 || r[0]["text"] != "/home/user" {
+		t.Errorf("python's cwd: %v", lines)
+	}
+	if out := stdoutOf(e.execute(t, id, map[string]any{"code": "!pwd"})); out != "/home/user\n" {
+		t.Errorf("!pwd: %q", out)
+	}
+	c := e.createContext(t, id, map[string]any{"cwd": "/home/user/sub"})
+	s, err := e.App.Sessions.ByIDAnyTenant(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.execute(t, id, map[string]any{"code": "import os\nos.mkdir('sub')"})
+	lines = e.execute(t, id, map[string]any{"code": "import os\nopen('f.txt', 'w').write('x')\nos.getcwd()", "context_id": c})
+	if r := ofType(lines, "result"); len(r) != 1 || r[0]["text"] != "/home/user/sub" {
+		t.Errorf("a context's cwd: %v", lines)
+	}
+	if _, err := os.Stat(filepath.Join(s.Workspace(), "sub", "f.txt")); err != nil {
+		t.Errorf("the file written in /home/user/sub: %v", err)
+	}
+}
