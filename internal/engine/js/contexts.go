@@ -25,7 +25,7 @@ import (
 // The caps on kept VMs (each up to Options.MemoryLimit).
 const (
 	MaxContextsPerSession = 4
-	MaxContexts           = 64
+	MaxContexts           = 32
 )
 
 // ErrContextLimit refuses a new JS context past a cap. Test with
