@@ -147,3 +147,28 @@ func TestContextInterrupt(t *testing.T) {
 type writerFunc func(p []byte)
 
 func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
+
+// The kept VMs live in the server's memory: however many sessions ask,
+// the server holds at most MaxContexts.
+func TestContextServerCap(t *testing.T) {
+	e := New(nil)
+	defer e.Close()
+	var last *session.Session
+	for i := range MaxContexts / MaxContextsPerSession {
+		last = newSession(t, "s"+string(rune('a'+i)))
+		for j := range MaxContextsPerSession {
+			runKept(t, e, last, "js", string(rune('a'+j)), "1")
+		}
+	}
+	var out, errb bytes.Buffer
+	_, err := e.Run(context.Background(), &runcode.Request{Code: "1", Lang: "js", Session: newSession(t, "late"), Timeout: time.Minute,
+		Stdout: &out, Stderr: &errb, Context: &runcode.ContextRun{ID: "a"}})
+	if !errors.Is(err, ErrContextLimit) {
+		t.Fatalf("past the server's cap: %v", err)
+	}
+	// A run_code run (no context) is not refused.
+	if _, err := e.Run(context.Background(), &runcode.Request{Code: "1", Lang: "js", Session: last, Timeout: time.Minute,
+		Stdout: &out, Stderr: &errb}); err != nil {
+		t.Fatal(err)
+	}
+}
