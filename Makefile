@@ -23,7 +23,7 @@ TEST_PKGS := python3 bash bubblewrap debootstrap nodejs npm chromium curl gcc li
 # What `make run` needs: the sandbox refuses to run user code without bwrap.
 RUN_PKGS := bubblewrap
 
-.PHONY: e2b-gen stdlib-pyc all build install uninstall run run-deps test test-short test-stress test-install fuzz deps test-deps vet lint fmt-check tidy-check bench clean ui web web-check
+.PHONY: e2b-gen e2b-suite stdlib-pyc all build install uninstall run run-deps test test-short test-stress test-install fuzz deps test-deps vet lint fmt-check tidy-check bench clean ui web web-check
 
 all: build
 
@@ -97,7 +97,7 @@ SLOW_PKGS := internal/app internal/sandbox internal/engine/python cmd/quro inter
 # mostly CPU) and the slim build's tests (no embedded Python: the rest of
 # the chain must answer; mostly waiting on boxes) then go side by side;
 # the fuzz log is printed when both end.
-test: test-install test-deps $(TS_STAMP) $(WEB_STAMP) web-check fmt-check tidy-check vet lint
+test: test-install test-deps $(TS_STAMP) $(E2B_STAMP) $(WEB_STAMP) web-check fmt-check tidy-check vet lint
 	$(GO) test -count=1 -timeout 30m $(addprefix ./,$(addsuffix /,$(SLOW_PKGS))) ./...
 	@log=$$(mktemp); trap 'rm -f $$log' EXIT; \
 	FUZZTIME=20000x bash test/fuzz/run.sh >$$log 2>&1 & fuzz=$$!; \
@@ -130,6 +130,23 @@ test-stress: test-deps
 $(TS_STAMP): test/mcp-ts/package.json test/mcp-ts/package-lock.json | test-deps
 	npm ci --prefix test/mcp-ts --no-audit --no-fund
 	touch $@
+
+# E2B's SDKs (e2b, @e2b/code-interpreter, pinned in test/e2b's lock file),
+# the clients of cmd/quro's TestE2BSDK; installed as test/mcp-ts's are.
+# They want node >= 20.18.1 (Debian 12's nodejs is 18: install a newer one).
+E2B_STAMP := test/e2b/node_modules/.quro-installed
+$(E2B_STAMP): test/e2b/package.json test/e2b/package-lock.json | test-deps
+	npm ci --prefix test/e2b --no-audit --no-fund
+	touch $@
+
+# E2B's own JS test suites against a fresh quro serve, with the tests that
+# need E2B's cloud listed in test/e2b/skips.txt; prints pass/fail/skip per
+# test file. Not part of make test (minutes). SUITE is E2B's packages/js-sdk
+# tree or the code interpreter's js/ tree (test/e2b/README.md), e.g.
+# make e2b-suite SUITE=/path/to/E2B/packages/js-sdk
+e2b-suite: build
+	@[ -n "$(SUITE)" ] || { echo "usage: make e2b-suite SUITE=<E2B's packages/js-sdk or code-interpreter's js/ tree> [SUITE_ARGS=...]" >&2; exit 2; }
+	bash test/e2b/run-suite.sh "$(SUITE)" $(SUITE_ARGS)
 
 # Every fuzz target of a parser that reads bytes a box or a tenant
 # controls, a minute each (make test gives them 20,000 inputs; go test alone runs
@@ -206,6 +223,12 @@ clean:
 .PHONY: bench-python
 bench-python:
 	$(GO) run ./bench/pyrt
+
+# E2B's SDK (create + first runCode + kill, warm runCode) beside Quro's own
+# REST on one quro serve (see bench/README.md); needs test/e2b's SDKs.
+.PHONY: bench-e2b
+bench-e2b: $(E2B_STAMP)
+	$(GO) run ./bench/e2b $(E2BFLAGS)
 
 # run_code over REST and MCP against in-process on one loopback server, and
 # 16-client REST throughput (see bench/README.md).

@@ -111,6 +111,8 @@ func (a *App) register(reg *capability.Registry) {
 	a.registerPythonRun(reg)
 	a.registerPackages(reg)
 	a.registerFiles(reg)
+	a.registerProcesses(reg)
+	a.registerFSOps(reg)
 	a.registerContexts(reg)
 	reg.Register(capability.New("list_capabilities",
 		"List every capability with its description, required scope and input/output JSON schemas.",

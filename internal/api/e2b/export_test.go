@@ -1,4 +1,4 @@
 package e2b
 
-// KeepaliveEvery lets the tests see keepalives without waiting 5 s.
-var KeepaliveEvery = &keepaliveEvery
+// ExecuteKeepalive lets the tests see keepalives without waiting 5 s.
+var ExecuteKeepalive = &executeKeepalive

@@ -21,9 +21,9 @@ import (
 // A context is a Quro code context of the sandbox's session
 // (create_code_context…); a run is run_code with rich results.
 
-// keepaliveEvery is how long /execute stays silent before it sends a
+// executeKeepalive is how long /execute stays silent before it sends a
 // keepalive line (E2B's server: 5 s). A variable for the tests.
-var keepaliveEvery = 5 * time.Second
+var executeKeepalive = 5 * time.Second
 
 // maxExecuteBody bounds /execute's JSON (the code is at most run_code's
 // 4 MiB, escaped).
@@ -213,7 +213,7 @@ func resultLine(rr runcode.RichResult) map[string]any {
 // ndjson streams /execute's lines: one JSON object per line, never a
 // blank one, in the order they are made, from a goroutine of its own so
 // that the run never waits for the client; a keepalive after each
-// keepaliveEvery of silence.
+// executeKeepalive of silence.
 type ndjson struct {
 	w http.ResponseWriter
 
@@ -322,7 +322,7 @@ func (n *ndjson) close() {
 func (n *ndjson) write() {
 	defer close(n.done)
 	rc := http.NewResponseController(n.w)
-	t := time.NewTimer(keepaliveEvery)
+	t := time.NewTimer(executeKeepalive)
 	defer t.Stop()
 	header := false
 	broken := false
@@ -384,7 +384,7 @@ func (n *ndjson) write() {
 				default:
 				}
 			}
-			t.Reset(keepaliveEvery)
+			t.Reset(executeKeepalive)
 		}
 	}
 }

@@ -205,9 +205,9 @@ None`
 // A line printed before the code blocks reaches the client while the run
 // goes on, and keepalives come during the silence.
 func TestExecuteStreams(t *testing.T) {
-	old := *e2b.KeepaliveEvery
-	*e2b.KeepaliveEvery = 20 * time.Millisecond
-	t.Cleanup(func() { *e2b.KeepaliveEvery = old })
+	old := *e2b.ExecuteKeepalive
+	*e2b.ExecuteKeepalive = 20 * time.Millisecond
+	t.Cleanup(func() { *e2b.ExecuteKeepalive = old })
 	e := newEnv(t, nil)
 	id := e.newSession(t)
 	s, err := e.App.Sessions.ByIDAnyTenant(context.Background(), id)

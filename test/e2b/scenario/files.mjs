@@ -1,0 +1,115 @@
+// files: write/read (text, every byte value, blob, stream), write many,
+// list, exists, getInfo, makeDir, rename, remove, watchDir; /home/user
+// and relative paths name the same files.
+import assert from 'node:assert/strict'
+import { Sandbox, FileType, FilesystemEventType, NotFoundError } from 'e2b'
+import { check, rejects, tag, waitFor } from './check.mjs'
+
+const all = Uint8Array.from({ length: 256 }, (_, i) => i)
+const sbx = await Sandbox.create({ metadata: { scenario: tag(), area: 'files' } })
+try {
+  await check('files.write a text file answers its /home/user path', async () => {
+    const w = await sbx.files.write('/home/user/hello.txt', 'hello, sandbox\n')
+    assert.equal(w.path, '/home/user/hello.txt')
+    assert.equal(w.name, 'hello.txt')
+    assert.equal(w.type, FileType.FILE)
+  })
+
+  await check('files.read text, by absolute and by relative path', async () => {
+    assert.equal(await sbx.files.read('/home/user/hello.txt'), 'hello, sandbox\n')
+    assert.equal(await sbx.files.read('hello.txt'), 'hello, sandbox\n')
+  })
+
+  await check('upload and download every byte value (bytes, blob, stream)', async () => {
+    const w = await sbx.files.write('/home/user/bin/all.bin', all.buffer)
+    assert.equal(w.path, '/home/user/bin/all.bin')
+    assert.deepEqual(await sbx.files.read('/home/user/bin/all.bin', { format: 'bytes' }), all)
+    const blob = await sbx.files.read('/home/user/bin/all.bin', { format: 'blob' })
+    assert.deepEqual(new Uint8Array(await blob.arrayBuffer()), all)
+    const stream = await sbx.files.read('/home/user/bin/all.bin', { format: 'stream' })
+    const chunks = []
+    for await (const c of stream) chunks.push(...c)
+    assert.deepEqual(Uint8Array.from(chunks), all)
+    // A Blob upload, read back as bytes.
+    await sbx.files.write('/home/user/bin/blob.bin', new Blob([all]))
+    assert.deepEqual(await sbx.files.read('/home/user/bin/blob.bin', { format: 'bytes' }), all)
+  })
+
+  await check('files.write many files in one call', async () => {
+    const infos = await sbx.files.write([
+      { path: '/home/user/many/a.txt', data: 'A' },
+      { path: '/home/user/many/b.bin', data: all.buffer },
+    ])
+    assert.deepEqual(infos.map((i) => i.path).sort(), ['/home/user/many/a.txt', '/home/user/many/b.bin'])
+    assert.equal(await sbx.files.read('/home/user/many/a.txt'), 'A')
+    assert.deepEqual(await sbx.files.read('/home/user/many/b.bin', { format: 'bytes' }), all)
+  })
+
+  await check('files.list', async () => {
+    const entries = await sbx.files.list('/home/user/many')
+    assert.deepEqual(entries.map((e) => [e.name, e.path, e.type]).sort(), [
+      ['a.txt', '/home/user/many/a.txt', FileType.FILE],
+      ['b.bin', '/home/user/many/b.bin', FileType.FILE],
+    ])
+    assert.equal(entries.find((e) => e.name === 'b.bin').size, 256)
+    const top = await sbx.files.list('/home/user')
+    assert.ok(top.some((e) => e.name === 'many' && e.type === FileType.DIR), `no dir "many" in ${top.map((e) => e.name)}`)
+  })
+
+  await check('files.makeDir, exists', async () => {
+    assert.equal(await sbx.files.makeDir('/home/user/made/deep'), true)
+    assert.equal(await sbx.files.makeDir('/home/user/made/deep'), false, 'a second makeDir answers false')
+    assert.equal(await sbx.files.exists('/home/user/made/deep'), true)
+    assert.equal(await sbx.files.exists('/home/user/made/nothing'), false)
+  })
+
+  await check('files.getInfo', async () => {
+    const f = await sbx.files.getInfo('/home/user/hello.txt')
+    assert.equal(f.name, 'hello.txt')
+    assert.equal(f.path, '/home/user/hello.txt')
+    assert.equal(f.type, FileType.FILE)
+    assert.equal(f.size, 'hello, sandbox\n'.length)
+    const d = await sbx.files.getInfo('/home/user/made')
+    assert.equal(d.type, FileType.DIR)
+  })
+
+  await check('files.rename', async () => {
+    await sbx.files.write('/home/user/old.txt', 'moved')
+    const e = await sbx.files.rename('/home/user/old.txt', '/home/user/made/new.txt')
+    assert.equal(e.path, '/home/user/made/new.txt')
+    assert.equal(await sbx.files.exists('/home/user/old.txt'), false)
+    assert.equal(await sbx.files.read('/home/user/made/new.txt'), 'moved')
+  })
+
+  await check('files.remove, and reading a missing file is a NotFoundError', async () => {
+    await sbx.files.remove('/home/user/made')
+    assert.equal(await sbx.files.exists('/home/user/made'), false)
+    await rejects(() => sbx.files.read('/home/user/made/new.txt'), NotFoundError, 'read after remove')
+  })
+
+  await check('files.watchDir reports a write in the directory', async () => {
+    await sbx.files.makeDir('/home/user/watched')
+    const seen = waitFor((ev) => ev.name === 'x.txt' && (ev.type === FilesystemEventType.WRITE || ev.type === FilesystemEventType.CREATE))
+    const h = await sbx.files.watchDir('/home/user/watched', (ev) => seen.feed(ev))
+    try {
+      await sbx.files.write('/home/user/watched/x.txt', 'x')
+      await seen.promise
+    } finally {
+      await h.stop()
+    }
+  })
+
+  await check('files.watchDir recursive reports a write in a subdirectory', async () => {
+    await sbx.files.makeDir('/home/user/watched2/sub')
+    const seen = waitFor((ev) => ev.name === 'sub/y.txt')
+    const h = await sbx.files.watchDir('/home/user/watched2', (ev) => seen.feed(ev), { recursive: true })
+    try {
+      await sbx.files.write('/home/user/watched2/sub/y.txt', 'y')
+      await seen.promise
+    } finally {
+      await h.stop()
+    }
+  })
+} finally {
+  await sbx.kill()
+}
