@@ -25,7 +25,6 @@ var e2bAreaSkip = map[string]string{
 	"commands": "envd's process.Process (internal/api/e2b/envd_process.go) is not built yet",
 	"pty":      "envd's process.Process with a PTY (internal/api/e2b/envd_process.go) is not built yet",
 	"files":    "envd's filesystem.Filesystem and /files (internal/api/e2b/envd_fs.go) are not built yet",
-	"code":     "the code interpreter (internal/api/e2b/interp.go) is not built yet",
 }
 
 // TestE2BSDK runs E2B's own SDKs (npm e2b 2.51.0, @e2b/code-interpreter
