@@ -466,3 +466,41 @@ func TestExecuteCwd(t *testing.T) {
 		t.Errorf("the file written in /home/user/sub: %v", err)
 	}
 }
+
+// A run stopped because its sandbox was killed ends with the connection
+// reset, not with a normal end: the SDK then finds /health answering 502
+// and says the sandbox was killed (E2B's killedSandbox test).
+func TestExecuteSandboxKilled(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	resp := e.interp(t, context.Background(), id, "POST", "/execute", map[string]any{
+		"code": "print('ready', flush=True)\nimport time\ntime.sleep(300)"})
+	defer resp.Body.Close()
+	lr := newLineReader(t, resp)
+	if l := lr.nextData(); l == nil || l["text"] != "ready\n" {
+		t.Fatalf("first line: %v", l)
+	}
+	if _, err := e.App.Controller.Call(context.Background(), controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeExec},
+		"destroy_session", json.RawMessage(`{"session":"`+id+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for l := lr.next(); l != nil; l = lr.next() {
+		if l["type"] == "end_of_execution" {
+			t.Fatalf("the stream ended normally: %v", l)
+		}
+	}
+	if lr.sc.Err() == nil {
+		t.Error("the stream ended without an error: the SDK would take the run as finished")
+	}
+	req, _ := http.NewRequest("GET", e.URL+"/health", nil)
+	req.Header.Set(e2b.HeaderSandboxID, id)
+	req.Header.Set(e2b.HeaderSandboxPort, "49983")
+	h, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Body.Close()
+	if h.StatusCode != http.StatusBadGateway {
+		t.Errorf("/health after the kill: %s", h.Status)
+	}
+}
