@@ -6,7 +6,10 @@ package js
 // (QuickJS's async global eval, as every run), not as a module, so that
 // its top-level let, const, class and function declarations stay in the
 // VM's global scope for the next run; redeclaring a let or const is a
-// SyntaxError, as in a browser console. A context's VM has the engine's
+// SyntaxError, as in a browser console. Each run in a context also sees
+// a small process object (process.env: the session's variables and the
+// run's own; process.cwd(): the context's directory), as E2B's Node
+// kernel has; run_code's fresh VMs have none. A context's VM has the engine's
 // memory limit, serves one run at a time, and is closed when the context
 // is dropped (restart, removal, the session's destroy) or the Engine
 // closed. A session holds at most MaxContextsPerSession of them and the

@@ -172,3 +172,23 @@ func TestContextServerCap(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A context's runs see process.env (with the run's own variables) and
+// process.cwd(), as E2B's Node kernel; run_code's plain runs do not.
+func TestContextProcess(t *testing.T) {
+	e := New(nil)
+	defer e.Close()
+	s := newSession(t, "proc")
+	var out, errb bytes.Buffer
+	res, err := e.Run(context.Background(), &runcode.Request{Code: "[process.env.WHO, process.env.FOO, process.cwd()].join(' ')", Lang: "js", Session: s,
+		Timeout: time.Minute, Stdout: &out, Stderr: &errb, Context: &runcode.ContextRun{ID: "p", Rich: true, Dir: "/home/user", Env: map[string]string{"FOO": "bar"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mainText(ctxRun{Result: res}); got != `"proc bar /home/user"` {
+		t.Errorf("process: %s (%+v %q)", got, res.Exception, errb.String())
+	}
+	if r := runKept(t, e, s, "js", "p", "String(process.env.FOO)"); mainText(r) != `"undefined"` {
+		t.Errorf("the run's variable outlived it: %s", mainText(r))
+	}
+}

@@ -135,6 +135,13 @@ func (r *run) main0() (*runcode.Result, error) {
 		if _, err := r.callCtl("reset"); err != nil {
 			return r.failed(err)
 		}
+		dir := r.req.Context.Dir
+		if dir == "" {
+			dir = "/home/user"
+		}
+		if _, err := r.callCtl("nodeProcess", dir); err != nil {
+			return r.failed(err)
+		}
 	} else {
 		if err := r.start(); err != nil {
 			return nil, err
