@@ -452,6 +452,9 @@ func TestExecuteCwd(t *testing.T) {
 	if out := stdoutOf(e.execute(t, id, map[string]any{"code": "!pwd"})); out != "/home/user\n" {
 		t.Errorf("!pwd: %q", out)
 	}
+	if out := stdoutOf(e.execute(t, id, map[string]any{"code": "pwd", "language": "bash"})); out != "/home/user\n" {
+		t.Errorf("bash's pwd: %q", out)
+	}
 	c := e.createContext(t, id, map[string]any{"cwd": "/home/user/sub"})
 	s, err := e.App.Sessions.ByIDAnyTenant(context.Background(), id)
 	if err != nil {
