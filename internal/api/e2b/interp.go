@@ -145,7 +145,8 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	ctx := runcode.WithOutput(r.Context(), out.output)
 	var res runcode.Result
 	err := s.call(ctx, "run_code", in, &res)
-	stopped := err != nil && asCapError(err).Code == capability.Canceled || err == nil && res.Interrupted && !res.TimedOut
+	restarted := err == nil && res.Exception != nil && res.Exception.Name == runcode.RestartedException().Name
+	stopped := err != nil && asCapError(err).Code == capability.Canceled || err == nil && res.Interrupted && !res.TimedOut && !restarted
 	if stopped && r.Context().Err() == nil {
 		// Stopped, and not by this client: the sandbox was killed (its
 		// calls are canceled) or the server is closing. E2B's client sees

@@ -507,3 +507,38 @@ func TestExecuteSandboxKilled(t *testing.T) {
 		t.Errorf("/health after the kill: %s", h.Status)
 	}
 }
+
+// Restarting a context stops the run in it (E2B's restart restarts the
+// kernel): the run's stream ends with a ContextRestarting error, and the
+// context starts afresh.
+func TestRestartStopsTheRun(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	for _, lang := range []string{"python", "javascript"} {
+		c := e.createContext(t, id, map[string]any{"language": lang})
+		code := "kept = 1\nwhile True:\n    kept += 1\n    if kept == 1000:\n        print('looping', flush=True)"
+		if lang == "javascript" {
+			code = "var kept = 1; while (true) { kept++; if (kept === 1000) console.log('looping') }"
+		}
+		resp := e.interp(t, context.Background(), id, "POST", "/execute", map[string]any{"context_id": c, "code": code})
+		lr := newLineReader(t, resp)
+		if l := lr.nextData(); l == nil || l["text"] != "looping\n" {
+			t.Fatalf("%s: first line: %v", lang, l)
+		}
+		if r := e.interp(t, context.Background(), id, "POST", "/contexts/"+c+"/restart", nil); r.StatusCode != 200 {
+			t.Fatalf("%s: restart: %s %s", lang, r.Status, textOf(t, r))
+		}
+		rest := lr.all()
+		resp.Body.Close()
+		if errs := ofType(rest, "error"); len(errs) != 1 || errs[0]["name"] != "ContextRestarting" || rest[len(rest)-1]["type"] != "end_of_execution" {
+			t.Errorf("%s: the stopped run's end: %v (%v)", lang, rest, lr.sc.Err())
+		}
+		probe := "'kept' in globals()"
+		if lang == "javascript" {
+			probe = "typeof kept !== 'undefined'"
+		}
+		if r := ofType(e.execute(t, id, map[string]any{"context_id": c, "code": probe}), "result"); len(r) != 1 || (r[0]["text"] != "False" && r[0]["text"] != "false") {
+			t.Errorf("%s: after the restart: %v", lang, r)
+		}
+	}
+}

@@ -23,6 +23,8 @@ import (
 	"sync"
 
 	"modernc.org/quickjs"
+
+	"github.com/quro-dev/quro/internal/runcode"
 )
 
 // The caps on kept VMs (each up to Options.MemoryLimit).
@@ -42,6 +44,9 @@ type jsContext struct {
 	count int
 	gone  bool                    // dropped: a run that waited for mu makes no new VM
 	atoms map[string]quickjs.Atom // the controller's method names in prep's VM
+
+	cancelMu  sync.Mutex
+	cancelRun context.CancelCauseFunc // the run in progress's, or nil
 }
 
 type contextKey struct{ session, id string }
@@ -97,6 +102,12 @@ func (e *Engine) DropContext(ctx context.Context, session, id string) error {
 	if c == nil {
 		return nil
 	}
+	// A run in progress is stopped (E2B's restart stops the kernel).
+	c.cancelMu.Lock()
+	if c.cancelRun != nil {
+		c.cancelRun(runcode.ErrContextRestarted)
+	}
+	c.cancelMu.Unlock()
 	c.drop()
 	return nil
 }
