@@ -54,6 +54,9 @@ type CodeContext struct {
 	Default  bool   `json:"default,omitempty" jsonschema:"the session's default context of its language (run_code with context \"default\")"`
 
 	runs int // bash contexts: the execution count (the engines count the others)
+	// bash contexts: the first run (and the first after a restart) goes
+	// to the context's directory first.
+	moved bool
 }
 
 // CodeContextInput is create_code_context's input.
@@ -278,7 +281,9 @@ func (a *App) createCodeContext(ctx context.Context, in CodeContextInput) (*Code
 	if err != nil {
 		return nil, err
 	}
+	a.contexts.mu.Lock()
 	out := *c
+	a.contexts.mu.Unlock()
 	return &out, nil
 }
 
@@ -304,8 +309,10 @@ func (a *App) restartCodeContext(ctx context.Context, in CodeContextRef) (*CodeC
 	if err := a.dropContextState(ctx, s, c); err != nil {
 		return nil, err
 	}
-	c.runs = 0
+	a.contexts.mu.Lock()
+	c.runs, c.moved = 0, false
 	out := *c
+	a.contexts.mu.Unlock()
 	return &out, nil
 }
 
@@ -432,6 +439,14 @@ func (a *App) runBashContext(ctx context.Context, s *session.Session, c *CodeCon
 		b.WriteString("\n" + code + "\n)")
 		cmd = b.String()
 	}
+	a.contexts.mu.Lock()
+	if !c.moved {
+		// The shell is the session's: it stays where the context's code
+		// takes it, as a bash kernel does.
+		cmd = "cd -- " + shellQuote(c.Cwd) + " 2>/dev/null\n" + cmd
+		c.moved = true
+	}
+	a.contexts.mu.Unlock()
 	ctx, release, err := a.useSession(ctx, s)
 	if err != nil {
 		return nil, err

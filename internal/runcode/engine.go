@@ -2,6 +2,7 @@ package runcode
 
 import (
 	"context"
+	"errors"
 	"io"
 	"time"
 
@@ -57,6 +58,17 @@ type ContextRun struct {
 	Rich bool
 	// Env is set for this run only and restored after it.
 	Env map[string]string
+}
+
+// ErrContextRestarted is the cause of a run's cancel when its code
+// context is restarted or removed under it: the engine stops the run and
+// reports Result.Exception named ContextRestarting (E2B's name).
+var ErrContextRestarted = errors.New("the code context was restarted or removed while this code ran; it was interrupted")
+
+// RestartedException is the Exception of a run stopped by
+// ErrContextRestarted.
+func RestartedException() *Exception {
+	return &Exception{Name: "ContextRestarting", Value: ErrContextRestarted.Error(), Traceback: ErrContextRestarted.Error()}
 }
 
 // ContextEngine is an engine that keeps code contexts: the runner hands

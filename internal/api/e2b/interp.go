@@ -145,6 +145,17 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	ctx := runcode.WithOutput(r.Context(), out.output)
 	var res runcode.Result
 	err := s.call(ctx, "run_code", in, &res)
+	restarted := err == nil && res.Exception != nil && res.Exception.Name == runcode.RestartedException().Name
+	stopped := err != nil && asCapError(err).Code == capability.Canceled || err == nil && res.Interrupted && !res.TimedOut && !restarted
+	if stopped && r.Context().Err() == nil {
+		// Stopped, and not by this client: the sandbox was killed (its
+		// calls are canceled) or the server is closing. E2B's client sees
+		// its connection reset, then asks /health (502 now) and says
+		// "the sandbox was killed"; a stream that ended normally would
+		// look like a run that finished.
+		out.abort()
+		panic(http.ErrAbortHandler)
+	}
 	out.flushCarry()
 	if err != nil {
 		out.line(map[string]any{"type": "error", "name": "QuroError", "value": messageOf(err), "traceback": messageOf(err)})
@@ -314,6 +325,19 @@ func (n *ndjson) close() {
 		case n.wake <- struct{}{}:
 		default:
 		}
+	}
+	n.mu.Unlock()
+	<-n.done
+}
+
+// abort ends the stream without writing what is queued.
+func (n *ndjson) abort() {
+	n.mu.Lock()
+	n.closed = true
+	n.queue = nil
+	select {
+	case n.wake <- struct{}{}:
+	default:
 	}
 	n.mu.Unlock()
 	<-n.done

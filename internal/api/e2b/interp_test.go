@@ -439,3 +439,106 @@ func TestExecuteJSAndBash(t *testing.T) {
 		t.Errorf("bash: %v", lines)
 	}
 }
+
+// Contexts start in /home/user, the workspace as every session box shows
+// it (E2B's cwd and bash tests).
+func TestExecuteCwd(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	lines := e.execute(t, id, map[string]any{"code": "import os\nos.getcwd()"})
+	if r := ofType(lines, "result"); len(r) != 1 || r[0]["text"] != "/home/user" {
+		t.Errorf("python's cwd: %v", lines)
+	}
+	if out := stdoutOf(e.execute(t, id, map[string]any{"code": "!pwd"})); out != "/home/user\n" {
+		t.Errorf("!pwd: %q", out)
+	}
+	if out := stdoutOf(e.execute(t, id, map[string]any{"code": "pwd", "language": "bash"})); out != "/home/user\n" {
+		t.Errorf("bash's pwd: %q", out)
+	}
+	c := e.createContext(t, id, map[string]any{"cwd": "/home/user/sub"})
+	s, err := e.App.Sessions.ByIDAnyTenant(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.execute(t, id, map[string]any{"code": "import os\nos.mkdir('sub')"})
+	lines = e.execute(t, id, map[string]any{"code": "import os\nopen('f.txt', 'w').write('x')\nos.getcwd()", "context_id": c})
+	if r := ofType(lines, "result"); len(r) != 1 || r[0]["text"] != "/home/user/sub" {
+		t.Errorf("a context's cwd: %v", lines)
+	}
+	if _, err := os.Stat(filepath.Join(s.Workspace(), "sub", "f.txt")); err != nil {
+		t.Errorf("the file written in /home/user/sub: %v", err)
+	}
+}
+
+// A run stopped because its sandbox was killed ends with the connection
+// reset, not with a normal end: the SDK then finds /health answering 502
+// and says the sandbox was killed (E2B's killedSandbox test).
+func TestExecuteSandboxKilled(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	resp := e.interp(t, context.Background(), id, "POST", "/execute", map[string]any{
+		"code": "print('ready', flush=True)\nimport time\ntime.sleep(300)"})
+	defer resp.Body.Close()
+	lr := newLineReader(t, resp)
+	if l := lr.nextData(); l == nil || l["text"] != "ready\n" {
+		t.Fatalf("first line: %v", l)
+	}
+	if _, err := e.App.Controller.Call(context.Background(), controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeExec},
+		"destroy_session", json.RawMessage(`{"session":"`+id+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for l := lr.next(); l != nil; l = lr.next() {
+		if l["type"] == "end_of_execution" {
+			t.Fatalf("the stream ended normally: %v", l)
+		}
+	}
+	if lr.sc.Err() == nil {
+		t.Error("the stream ended without an error: the SDK would take the run as finished")
+	}
+	req, _ := http.NewRequest("GET", e.URL+"/health", nil)
+	req.Header.Set(e2b.HeaderSandboxID, id)
+	req.Header.Set(e2b.HeaderSandboxPort, "49983")
+	h, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Body.Close()
+	if h.StatusCode != http.StatusBadGateway {
+		t.Errorf("/health after the kill: %s", h.Status)
+	}
+}
+
+// Restarting a context stops the run in it (E2B's restart restarts the
+// kernel): the run's stream ends with a ContextRestarting error, and the
+// context starts afresh.
+func TestRestartStopsTheRun(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	for _, lang := range []string{"python", "javascript"} {
+		c := e.createContext(t, id, map[string]any{"language": lang})
+		code := "kept = 1\nwhile True:\n    kept += 1\n    if kept == 1000:\n        print('looping', flush=True)"
+		if lang == "javascript" {
+			code = "var kept = 1; while (true) { kept++; if (kept === 1000) console.log('looping') }"
+		}
+		resp := e.interp(t, context.Background(), id, "POST", "/execute", map[string]any{"context_id": c, "code": code})
+		lr := newLineReader(t, resp)
+		if l := lr.nextData(); l == nil || l["text"] != "looping\n" {
+			t.Fatalf("%s: first line: %v", lang, l)
+		}
+		if r := e.interp(t, context.Background(), id, "POST", "/contexts/"+c+"/restart", nil); r.StatusCode != 200 {
+			t.Fatalf("%s: restart: %s %s", lang, r.Status, textOf(t, r))
+		}
+		rest := lr.all()
+		resp.Body.Close()
+		if errs := ofType(rest, "error"); len(errs) != 1 || errs[0]["name"] != "ContextRestarting" || rest[len(rest)-1]["type"] != "end_of_execution" {
+			t.Errorf("%s: the stopped run's end: %v (%v)", lang, rest, lr.sc.Err())
+		}
+		probe := "'kept' in globals()"
+		if lang == "javascript" {
+			probe = "typeof kept !== 'undefined'"
+		}
+		if r := ofType(e.execute(t, id, map[string]any{"context_id": c, "code": probe}), "result"); len(r) != 1 || (r[0]["text"] != "False" && r[0]["text"] != "false") {
+			t.Errorf("%s: after the restart: %v", lang, r)
+		}
+	}
+}

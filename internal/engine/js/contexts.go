@@ -6,7 +6,10 @@ package js
 // (QuickJS's async global eval, as every run), not as a module, so that
 // its top-level let, const, class and function declarations stay in the
 // VM's global scope for the next run; redeclaring a let or const is a
-// SyntaxError, as in a browser console. A context's VM has the engine's
+// SyntaxError, as in a browser console. Each run in a context also sees
+// a small process object (process.env: the session's variables and the
+// run's own; process.cwd(): the context's directory), as E2B's Node
+// kernel has; run_code's fresh VMs have none. A context's VM has the engine's
 // memory limit, serves one run at a time, and is closed when the context
 // is dropped (restart, removal, the session's destroy) or the Engine
 // closed. A session holds at most MaxContextsPerSession of them and the
@@ -20,12 +23,14 @@ import (
 	"sync"
 
 	"modernc.org/quickjs"
+
+	"github.com/quro-dev/quro/internal/runcode"
 )
 
 // The caps on kept VMs (each up to Options.MemoryLimit).
 const (
 	MaxContextsPerSession = 4
-	MaxContexts           = 64
+	MaxContexts           = 32
 )
 
 // ErrContextLimit refuses a new JS context past a cap. Test with
@@ -39,6 +44,9 @@ type jsContext struct {
 	count int
 	gone  bool                    // dropped: a run that waited for mu makes no new VM
 	atoms map[string]quickjs.Atom // the controller's method names in prep's VM
+
+	cancelMu  sync.Mutex
+	cancelRun context.CancelCauseFunc // the run in progress's, or nil
 }
 
 type contextKey struct{ session, id string }
@@ -94,6 +102,12 @@ func (e *Engine) DropContext(ctx context.Context, session, id string) error {
 	if c == nil {
 		return nil
 	}
+	// A run in progress is stopped (E2B's restart stops the kernel).
+	c.cancelMu.Lock()
+	if c.cancelRun != nil {
+		c.cancelRun(runcode.ErrContextRestarted)
+	}
+	c.cancelMu.Unlock()
 	c.drop()
 	return nil
 }

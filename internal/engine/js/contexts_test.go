@@ -147,3 +147,48 @@ func TestContextInterrupt(t *testing.T) {
 type writerFunc func(p []byte)
 
 func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
+
+// The kept VMs live in the server's memory: however many sessions ask,
+// the server holds at most MaxContexts.
+func TestContextServerCap(t *testing.T) {
+	e := New(nil)
+	defer e.Close()
+	var last *session.Session
+	for i := range MaxContexts / MaxContextsPerSession {
+		last = newSession(t, "s"+string(rune('a'+i)))
+		for j := range MaxContextsPerSession {
+			runKept(t, e, last, "js", string(rune('a'+j)), "1")
+		}
+	}
+	var out, errb bytes.Buffer
+	_, err := e.Run(context.Background(), &runcode.Request{Code: "1", Lang: "js", Session: newSession(t, "late"), Timeout: time.Minute,
+		Stdout: &out, Stderr: &errb, Context: &runcode.ContextRun{ID: "a"}})
+	if !errors.Is(err, ErrContextLimit) {
+		t.Fatalf("past the server's cap: %v", err)
+	}
+	// A run_code run (no context) is not refused.
+	if _, err := e.Run(context.Background(), &runcode.Request{Code: "1", Lang: "js", Session: last, Timeout: time.Minute,
+		Stdout: &out, Stderr: &errb}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A context's runs see process.env (with the run's own variables) and
+// process.cwd(), as E2B's Node kernel; run_code's plain runs do not.
+func TestContextProcess(t *testing.T) {
+	e := New(nil)
+	defer e.Close()
+	s := newSession(t, "proc")
+	var out, errb bytes.Buffer
+	res, err := e.Run(context.Background(), &runcode.Request{Code: "[process.env.WHO, process.env.FOO, process.cwd()].join(' ')", Lang: "js", Session: s,
+		Timeout: time.Minute, Stdout: &out, Stderr: &errb, Context: &runcode.ContextRun{ID: "p", Rich: true, Dir: "/home/user", Env: map[string]string{"FOO": "bar"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mainText(ctxRun{Result: res}); got != `"proc bar /home/user"` {
+		t.Errorf("process: %s (%+v %q)", got, res.Exception, errb.String())
+	}
+	if r := runKept(t, e, s, "js", "p", "String(process.env.FOO)"); mainText(r) != `"undefined"` {
+		t.Errorf("the run's variable outlived it: %s", mainText(r))
+	}
+}

@@ -310,6 +310,13 @@
       state.main = undefined;
       timers.clear();
     },
+    // nodeProcess gives a code context's run a small process object, as
+    // E2B's JavaScript kernel (Node) has: process.env (the session's
+    // variables and the run's own) and process.cwd() (the context's
+    // directory). run_code's fresh VMs have no process.
+    nodeProcess(cwd) {
+      G.process = { env: parse(call('env')), cwd: () => cwd, platform: 'linux', argv: [] };
+    },
     // setMain defines require, module, exports, __filename and __dirname
     // for the main script.
     setMain(filename) {

@@ -96,11 +96,24 @@ func (r *run) main() (*runcode.Result, error) {
 		c.count++
 		count = c.count
 		r.kept = c
+		ctx, cancel := context.WithCancelCause(r.ctx)
+		defer cancel(nil)
+		r.ctx = ctx
+		c.cancelMu.Lock()
+		c.cancelRun = cancel
+		c.cancelMu.Unlock()
+		defer func() {
+			c.cancelMu.Lock()
+			c.cancelRun = nil
+			c.cancelMu.Unlock()
+		}()
 	}
 	res, err := r.main0()
 	if res != nil {
 		res.ExecutionCount = count
-		res.Exception = r.exc
+		if res.Exception == nil {
+			res.Exception = r.exc
+		}
 	}
 	return res, err
 }
@@ -133,6 +146,13 @@ func (r *run) main0() (*runcode.Result, error) {
 		}
 		defer func() { r.prep.run = nil }()
 		if _, err := r.callCtl("reset"); err != nil {
+			return r.failed(err)
+		}
+		dir := r.req.Context.Dir
+		if dir == "" {
+			dir = "/home/user"
+		}
+		if _, err := r.callCtl("nodeProcess", dir); err != nil {
 			return r.failed(err)
 		}
 	} else {
@@ -335,6 +355,9 @@ func (r *run) budget() time.Duration {
 
 // timedOut is the result of a run stopped by its deadline or its caller.
 func (r *run) timedOut() *runcode.Result {
+	if errors.Is(context.Cause(r.ctx), runcode.ErrContextRestarted) {
+		return &runcode.Result{ExitCode: 1, Interrupted: true, Error: runcode.ErrContextRestarted.Error(), Exception: runcode.RestartedException()}
+	}
 	if r.ctx.Err() != nil && !errors.Is(r.ctx.Err(), context.DeadlineExceeded) {
 		return &runcode.Result{ExitCode: 1, Interrupted: true, Error: "canceled by the caller; the JS engine stopped the code (output so far is kept)"}
 	}

@@ -215,3 +215,21 @@ func (n *notify) Write(p []byte) (int, error) {
 	n.f(p)
 	return n.Buffer.Write(p)
 }
+
+// A notebook cell's "!command" line runs the command in a shell (E2B's
+// kernel is IPython); valid Python with a "!" line in a string is left
+// alone, and plain runs never read it so.
+func TestRichShellLines(t *testing.T) {
+	s := newSession(t)
+	bg := context.Background()
+	r := runCtx(t, bg, s, runcode.ContextRun{ID: "sh", Rich: true}, "print('py')\n!echo from-shell\nif True:\n    !echo indented")
+	if r.out != "py\nfrom-shell\nindented\n" || r.Exception != nil {
+		t.Errorf("shell lines: %q %q %+v", r.out, r.err, r.Exception)
+	}
+	if r := runCtx(t, bg, s, runcode.ContextRun{ID: "sh", Rich: true}, "x = '''\n!not a command\n'''\nprint(x.strip())"); r.out != "!not a command\n" {
+		t.Errorf("a string: %q %q", r.out, r.err)
+	}
+	if r := run(t, testEng, s, "!echo no"); !strings.Contains(r.err, "SyntaxError") || r.out != "" {
+		t.Errorf("plain run: %q %q", r.out, r.err)
+	}
+}

@@ -58,6 +58,9 @@ type slot struct {
 	w    *worker
 	lost string // why the state is gone, to say in the next run
 	idle *time.Timer
+	// The code context of the run in progress and its cancel (under mu).
+	runCtx    string
+	cancelRun context.CancelCauseFunc
 }
 
 // NewEmbedded returns the embedded-CPython engine. Nothing is extracted or
@@ -432,6 +435,20 @@ func (e *Embedded) Run(ctx context.Context, req *runcode.Request) (*runcode.Resu
 	if err := e.ensureWorker(ctx, s, req.Session); err != nil {
 		return nil, fmt.Errorf("starting the Python worker: %w", err)
 	}
+	if c := req.Context; c != nil && c.ID != "" {
+		// A restart or removal of the context interrupts this run.
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		s.mu.Lock()
+		s.runCtx, s.cancelRun = c.ID, cancel
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			s.runCtx, s.cancelRun = "", nil
+			s.mu.Unlock()
+		}()
+	}
 	res, usable := s.w.run(ctx, req, req.Session.Env, runOptions{grace: e.opts.InterruptGrace})
 	if !usable {
 		s.setWorker(nil)
@@ -746,8 +763,19 @@ func (e *Embedded) DropContext(ctx context.Context, sessionID, id string) error 
 	}
 	select {
 	case s.sem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	default:
+		// A run in this context is interrupted (E2B's restart stops the
+		// kernel); a run in another context is waited for.
+		s.mu.Lock()
+		if s.runCtx == id && s.cancelRun != nil {
+			s.cancelRun(runcode.ErrContextRestarted)
+		}
+		s.mu.Unlock()
+		select {
+		case s.sem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	defer func() { <-s.sem }()
 	w := s.w

@@ -410,7 +410,7 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 				mu.Unlock()
 				return
 			}
-			sentInterrupt, interruptCause = true, ctx.Err()
+			sentInterrupt, interruptCause = true, context.Cause(ctx)
 			mu.Unlock()
 			// A SIGINT that lands before the worker has read the run
 			// request finds no run to interrupt and is dropped: it is
@@ -481,6 +481,9 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 		switch {
 		case timedOut:
 			res.Error = fmt.Sprintf("timed out after %s: the code was interrupted with KeyboardInterrupt; the session keeps its variables", req.Timeout.Round(time.Millisecond))
+		case sentInterrupt && errors.Is(interruptCause, runcode.ErrContextRestarted):
+			res.Error = runcode.ErrContextRestarted.Error()
+			res.Exception = runcode.RestartedException()
 		case sentInterrupt:
 			res.Error = "canceled by the caller: the code was interrupted with KeyboardInterrupt; the session keeps its variables"
 		case reply.Status == "exit":

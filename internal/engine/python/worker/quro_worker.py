@@ -815,12 +815,39 @@ def _compile(src, filename):
     return code, has_last
 
 
+def _shell_lines(src):
+    """src with its "!command" lines made calls of the shell, or None when
+    it has none."""
+    lines = _source_text(src).splitlines(True)
+    found = False
+    for i, line in enumerate(lines):
+        body = line.lstrip()
+        if body.startswith("!"):
+            indent = line[:len(line) - len(body)]
+            cmd = body[1:].rstrip("\r\n")
+            lines[i] = "%s__import__('subprocess').run(%r, shell=True)\n" % (indent, cmd)
+            found = True
+    if not found:
+        return None
+    return "".join(lines).encode()
+
+
 def _execute(src, filename, ns):
     """Compiles and runs src in the namespace ns; the value of a trailing
     expression is shown: as an artifact when it has a rich form, else
     through sys.displayhook, as in a REPL (rich mode: as the main result)."""
     global _running, _interrupted
-    code, has_last = _compile(src, filename)
+    try:
+        code, has_last = _compile(src, filename)
+    except SyntaxError:
+        # Rich mode (a notebook cell): IPython's "!command" lines run the
+        # command in a shell, as E2B's kernel does. Only code that is not
+        # Python as it stands is read so: a "!" line inside a string of
+        # valid code stays what it is.
+        shell = _shell_lines(src) if _rich_mode else None
+        if shell is None:
+            raise
+        code, has_last = _compile(shell, filename)
     if has_last:
         ns.pop(_LAST, None)
     _running = True

@@ -1,0 +1,84 @@
+package app
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/quro-dev/quro/internal/capability"
+)
+
+// Code contexts through the capabilities: a Python context is its own
+// namespace (not run_code's), restart clears it, remove forgets it, and a
+// context id names nothing in another session.
+func TestCodeContexts(t *testing.T) {
+	a := newApp(t, nil)
+	s1 := mustCall(t, a, "create_session", CreateSessionInput{Name: "c1"}).(*SessionInfo)
+	s2 := mustCall(t, a, "create_session", CreateSessionInput{Name: "c2"}).(*SessionInfo)
+	c := mustCall(t, a, "create_code_context", CodeContextInput{Session: s1.ID}).(*CodeContext)
+	if c.Language != "python" || c.Cwd != "/home/user" || c.Session != s1.ID {
+		t.Fatalf("context: %+v", c)
+	}
+	runCode(t, a, RunCodeInput{Session: s1.ID, Code: "x = 'plain'"})
+	runCode(t, a, RunCodeInput{Session: s1.ID, Context: c.ID, Code: "x = 'ctx'"})
+	if r := runCode(t, a, RunCodeInput{Session: s1.ID, Code: "print(x)"}); r.Stdout != "plain\n" {
+		t.Errorf("run_code's namespace: %q %q", r.Stdout, r.Stderr)
+	}
+	r := runCode(t, a, RunCodeInput{Session: s1.ID, Context: c.ID, Rich: true, Code: "import os\n(x, os.getcwd())"})
+	if len(r.Results) != 1 || r.Results[0].Data["text/plain"] != "('ctx', '/home/user')" || r.Context != c.ID || r.ExecutionCount != 2 {
+		t.Errorf("the context: %+v", r)
+	}
+	// Another session, even of the same tenant, has no such context.
+	_, err := call(t, a, "run_code", RunCodeInput{Session: s2.ID, Context: c.ID, Code: "print(x)"})
+	var ce *capability.Error
+	if !errors.As(err, &ce) || ce.Code != capability.NotFound {
+		t.Errorf("context of s1 in s2: %v", err)
+	}
+	// A language the context does not run.
+	if _, err := call(t, a, "run_code", RunCodeInput{Session: s1.ID, Context: c.ID, Lang: "js", Code: "1"}); !errors.As(err, &ce) || ce.Code != capability.InvalidArgument {
+		t.Errorf("js in a python context: %v", err)
+	}
+	mustCall(t, a, "restart_code_context", CodeContextRef{Session: s1.ID, ID: c.ID})
+	if r := runCode(t, a, RunCodeInput{Session: s1.ID, Context: c.ID, Rich: true, Code: "x"}); r.Exception == nil || r.Exception.Name != "NameError" {
+		t.Errorf("after restart: %+v", r)
+	}
+	mustCall(t, a, "remove_code_context", CodeContextRef{Session: s1.ID, ID: c.ID})
+	if _, err := call(t, a, "run_code", RunCodeInput{Session: s1.ID, Context: c.ID, Code: "1"}); !errors.As(err, &ce) || ce.Code != capability.NotFound {
+		t.Errorf("removed context: %v", err)
+	}
+	list := mustCall(t, a, "list_code_contexts", SessionRef{Session: s1.ID}).(*CodeContextList)
+	if len(list.Contexts) != 2 || !list.Contexts[0].Default || !list.Contexts[1].Default {
+		t.Errorf("list: %+v", list.Contexts)
+	}
+	// The cap.
+	for range MaxCodeContexts - 2 {
+		mustCall(t, a, "create_code_context", CodeContextInput{Session: s1.ID, Language: "bash"})
+	}
+	if _, err := call(t, a, "create_code_context", CodeContextInput{Session: s1.ID}); !errors.As(err, &ce) || ce.Code != capability.ResourceExhausted {
+		t.Errorf("past the cap: %v", err)
+	}
+	// Bad input names what to fix.
+	if _, err := call(t, a, "create_code_context", CodeContextInput{Session: s2.ID, Language: "r"}); !errors.As(err, &ce) || !strings.Contains(ce.Message, "python, javascript") {
+		t.Errorf("language r: %v", err)
+	}
+	if _, err := call(t, a, "run_code", RunCodeInput{Session: s2.ID, Code: "1", Env: map[string]string{"LD_PRELOAD": "/x.so"}}); !errors.As(err, &ce) || ce.Code != capability.InvalidArgument {
+		t.Errorf("LD_PRELOAD: %v", err)
+	}
+}
+
+// A session's JavaScript VMs end with it.
+func TestJSContextsEndWithTheSession(t *testing.T) {
+	a := newApp(t, nil)
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "jsc"}).(*SessionInfo)
+	r := runCode(t, a, RunCodeInput{Session: s.ID, Context: "default", Lang: "js", Rich: true, Code: "let kept = 1; kept"})
+	if len(r.Results) != 1 || r.Results[0].Data["text/plain"] != "1" {
+		t.Fatalf("js: %+v", r)
+	}
+	if n := a.js.Contexts(); n != 1 {
+		t.Fatalf("%d JS contexts", n)
+	}
+	mustCall(t, a, "destroy_session", SessionRef{Session: s.ID})
+	if n := a.js.Contexts(); n != 0 {
+		t.Errorf("%d JS contexts after the destroy", n)
+	}
+}
