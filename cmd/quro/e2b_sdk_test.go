@@ -26,6 +26,7 @@ var e2bAreaSkip = map[string]string{
 	"pty":      "envd's process.Process with a PTY (internal/api/e2b/envd_process.go) is not built yet",
 	"files":    "envd's filesystem.Filesystem and /files (internal/api/e2b/envd_fs.go) are not built yet",
 	"code":     "the code interpreter (internal/api/e2b/interp.go) is not built yet",
+	"code-js":  "the code interpreter's JavaScript contexts (internal/api/e2b/interp.go) are not built yet",
 }
 
 // TestE2BSDK runs E2B's own SDKs (npm e2b 2.51.0, @e2b/code-interpreter
@@ -41,7 +42,7 @@ func TestE2BSDK(t *testing.T) {
 	if _, err := exec.LookPath("node"); err != nil {
 		t.Skip("node is not on PATH (make test-deps installs it)")
 	}
-	areas := []string{"control", "commands", "pty", "files", "code"}
+	areas := []string{"control", "commands", "pty", "files", "code", "code-js"}
 	all := os.Getenv("QURO_E2B_SDK_ALL") != ""
 	var run []string
 	for _, area := range areas {
