@@ -62,8 +62,14 @@ func TestE2BSDK(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("token create: %s", errs)
 	}
+	// Another tenant's, which must find nothing of the first one's.
+	other, errs, code := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "sdk-other", "--scopes", "read,exec")
+	if code != 0 {
+		t.Fatalf("token create: %s", errs)
+	}
 	env := append(os.Environ(),
 		"E2B_API_KEY="+strings.TrimSpace(key),
+		"E2B_OTHER_API_KEY="+strings.TrimSpace(other),
 		"E2B_API_URL="+srv.url+"/e2b",
 		"E2B_SANDBOX_URL="+srv.url,
 	)
