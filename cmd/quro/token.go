@@ -23,7 +23,9 @@ sees, and holds scopes: read (status, lists, output), exec (running code and
 commands), install (install_packages and installing a missing rootfs: changes
 a rootfs every tenant on it shares; exec does not imply it), admin
 (destroying sessions, repairing a rootfs, everything). Only a hash is stored:
-a token is shown once, when it is created.
+a token is shown once, when it is created. quro token create --e2b prints it
+in the form E2B's SDKs accept as E2B_API_KEY (e2b_<hex>), which names the same
+token.
 
 These commands are the capabilities create_token, list_tokens and
 revoke_token, recorded in the audit log. They run in-process on the data
@@ -32,7 +34,7 @@ tenant's tokens); with --server or QURO_URL they go through that server as
 the tenant of the token given to it.`,
 	}
 	var tenant, scopes, label string
-	var asJSON bool
+	var asJSON, e2bForm bool
 	var listTenant string
 	create := &cobra.Command{
 		Use:   "create",
@@ -50,7 +52,19 @@ the tenant of the token given to it.`,
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(iss.Issued)
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), iss.Token)
+			if e2bForm {
+				// Through an older server the answer has no E2B form:
+				// the token has one all the same.
+				key := iss.E2BKey
+				if key == "" {
+					if key, err = auth.E2BForm(iss.Token); err != nil {
+						return err
+					}
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), key)
+			} else {
+				fmt.Fprintln(cmd.OutOrStdout(), iss.Token)
+			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "token %s for tenant %q with scopes %s; it is not shown again\n",
 				iss.ID, iss.Tenant, strings.Join(iss.Scopes, ","))
 			return nil
@@ -60,6 +74,7 @@ the tenant of the token given to it.`,
 	create.Flags().StringVar(&scopes, "scopes", "read,exec", "comma-separated scopes: read, exec, install, admin")
 	create.Flags().StringVar(&label, "label", "", "a note to recognise the token by in lists")
 	create.Flags().BoolVar(&asJSON, "json", false, "print the token and its details as JSON")
+	create.Flags().BoolVar(&e2bForm, "e2b", false, "print the token in the form E2B's SDKs accept as E2B_API_KEY (e2b_<hex>; the same token)")
 
 	list := &cobra.Command{
 		Use:   "list",
@@ -104,7 +119,7 @@ the tenant of the token given to it.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// Only the id is sent (and audited): a whole token given by
 			// mistake names its id, and its secret goes no further.
-			id, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimSpace(args[0]), "quro_"), "_")
+			id := auth.TokenID(strings.TrimSpace(args[0]))
 			var done app.Done
 			if err := g.operatorOutput(cmd, "revoke_token", app.RevokeTokenInput{ID: id}, &done); err != nil {
 				return err

@@ -31,6 +31,7 @@ import (
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/engine/shell"
 	"github.com/quro-dev/quro/internal/metrics"
+	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/quota"
 	"github.com/quro-dev/quro/internal/render"
 	"github.com/quro-dev/quro/internal/rootfs"
@@ -115,12 +116,15 @@ type App struct {
 	isolation func() []sandbox.Feature
 	tenants   *tenants
 	limits    Limits
-	js        *js.Engine // its prepared VMs are freed by Close
+	js        *js.Engine   // its prepared VMs are freed by Close
+	procs     *proc.Table  // the sessions' background processes (processes.go)
+	contexts  codeContexts // code contexts of every session (contexts.go)
 
 	inflight       inflight         // calls running per session (boxes.go)
 	autoPauseAfter time.Duration    // Options.AutoPause
 	prestart       bool             // Options.PrestartPython
 	spares         *spares          // Options.SpareSessions; nil: none
+	life           *lifetimes       // the patrol of session lifetimes (lifetime.go)
 	copyHook       func(rel string) // tests: workspace.CopyOptions.BeforeOpen of snapshots
 }
 
@@ -215,6 +219,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 		inflight:       inflight{n: map[string]int{}},
 		autoPauseAfter: opts.AutoPause,
 		prestart:       opts.PrestartPython,
+		procs:          proc.New(proc.Options{}),
 	}
 	if a.autoPauseAfter == 0 {
 		a.autoPauseAfter = DefaultAutoPause
@@ -257,6 +262,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	if opts.SpareSessions > 0 && sb.SessionBoxes() && emb.KeepsSpares() {
 		a.spares = a.openSpares(ctx, opts.SpareSessions)
 	}
+	a.startLifetimes()
 	return a, nil
 }
 
@@ -274,7 +280,9 @@ func orDefault(v, def int) int {
 // Close destroys the spare sessions, stops every session's terminals,
 // writes the pending audit entries and releases the store.
 func (a *App) Close() error {
+	a.stopLifetimes()
 	a.spares.close()
+	a.procs.Close()
 	a.Sandbox.CloseBoxes()
 	a.Terminals.Close()
 	a.Python.Close()

@@ -483,3 +483,25 @@ func TestDestroyForgetsTheSessionsTenant(t *testing.T) {
 		t.Fatalf("%d session tenants kept after their sessions were destroyed (%d before)", n, before)
 	}
 }
+
+// Every process of a session sees its workspace at /home/user too (E2B's
+// home): the shell, Python and what they start; and only its own.
+func TestWorkspaceIsAlsoHomeUser(t *testing.T) {
+	a := newApp(t, nil)
+	needBoxes(t, a)
+	s1 := newSession(t, a, "home-1", "")
+	s2 := newSession(t, a, "home-2", "")
+	mustCall(t, a, "write_file", WriteFileInput{Session: s1.ID, Path: "mine.txt", Content: "one"})
+	mustCall(t, a, "write_file", WriteFileInput{Session: s2.ID, Path: "mine.txt", Content: "two"})
+	if r := texec(t, a, s1.ID, "cat /home/user/mine.txt && echo made > /home/user/from-shell"); !strings.HasPrefix(r.Output, "one") {
+		t.Fatalf("shell: %+v", r)
+	}
+	res := runCode(t, a, RunCodeInput{Session: s2.ID, Lang: "python", Code: "print(open('/home/user/mine.txt').read())"})
+	if strings.TrimSpace(res.Stdout) != "two" {
+		t.Fatalf("python in the second session: %+v", res)
+	}
+	got := mustCall(t, a, "read_file", ReadFileInput{Session: s1.ID, Path: "from-shell"}).(*FileContent)
+	if strings.TrimSpace(got.Content) != "made" {
+		t.Fatalf("a write to /home/user is not in the workspace: %+v", got)
+	}
+}

@@ -18,7 +18,11 @@ type RunCodeInput struct {
 	Code      string `json:"code" jsonschema:"the source code to run or render"`
 	Lang      string `json:"lang,omitempty" jsonschema:"language or alias; default python"`
 	Session   string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
-	TimeoutMS int64  `json:"timeout_ms,omitempty" jsonschema:"time budget in milliseconds; default 30000"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty" jsonschema:"time budget in milliseconds; default 30000; -1: the longest allowed"`
+	// Code contexts (contexts.go).
+	Context string            `json:"context,omitempty" jsonschema:"run in this code context (create_code_context; \"default\": the session's default context of lang); python, js/ts and bash only"`
+	Rich    bool              `json:"rich,omitempty" jsonschema:"notebook results: the last expression's value and display() outputs in results (the value is not printed), an exception in exception (not a traceback on stderr), the execution_count"`
+	Env     map[string]string `json:"env,omitempty" jsonschema:"variables for this run only (set before it, restored after)"`
 }
 
 // Empty is the input of capabilities that take no arguments.
@@ -107,6 +111,9 @@ func (a *App) register(reg *capability.Registry) {
 	a.registerPythonRun(reg)
 	a.registerPackages(reg)
 	a.registerFiles(reg)
+	a.registerProcesses(reg)
+	a.registerFSOps(reg)
+	a.registerContexts(reg)
 	reg.Register(capability.New("list_capabilities",
 		"List every capability with its description, required scope and input/output JSON schemas.",
 		capability.ScopeRead, func(ctx context.Context, _ Empty) (*CapabilityList, error) {
@@ -138,18 +145,41 @@ func (a *App) register(reg *capability.Registry) {
 }
 
 func (a *App) runCode(ctx context.Context, in RunCodeInput) (*runcode.Result, error) {
-	timeout, err := runcode.MillisTimeout(in.TimeoutMS, 0, a.Runner.Options().MaxTimeout)
-	if err != nil {
+	var timeout time.Duration
+	var err error
+	if in.TimeoutMS == -1 {
+		timeout = a.Runner.Options().MaxTimeout
+	} else if timeout, err = runcode.MillisTimeout(in.TimeoutMS, 0, a.Runner.Options().MaxTimeout); err != nil {
 		return nil, err
 	}
-	// Resolve the language first: an unknown one is an error even before
-	// the session is looked at.
-	if _, err := a.Runner.Resolve(in.Lang); err != nil {
+	if in.Context == "" {
+		// Resolve the language first: an unknown one is an error even
+		// before the session is looked at.
+		if _, err := a.Runner.Resolve(in.Lang); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkRunEnv(in.Env); err != nil {
 		return nil, err
 	}
 	sess, err := a.Sessions.Get(ctx, in.Session)
 	if err != nil {
 		return nil, err
+	}
+	var cr *runcode.ContextRun
+	lang := in.Lang
+	if in.Context != "" {
+		c, l, err := a.contextRun(sess, in.Context, in.Lang)
+		if err != nil {
+			return nil, err
+		}
+		if c.Language == ctxBash {
+			return a.runBashContext(ctx, sess, c, in.Code, in.Env, timeout)
+		}
+		lang = l
+		cr = &runcode.ContextRun{ID: c.ID, Dir: c.Cwd, Rich: in.Rich, Env: in.Env}
+	} else if in.Rich || len(in.Env) > 0 {
+		cr = &runcode.ContextRun{Rich: in.Rich, Env: in.Env}
 	}
 	ctx, release, err := a.useSession(ctx, sess)
 	if err != nil {
@@ -159,9 +189,13 @@ func (a *App) runCode(ctx context.Context, in RunCodeInput) (*runcode.Result, er
 	if err := a.admit(ctx, sess); err != nil {
 		return nil, err
 	}
-	return a.Runner.Run(ctx, runcode.Input{
-		Code: in.Code, Lang: in.Lang, Session: sess, Timeout: timeout,
+	res, err := a.Runner.Run(ctx, runcode.Input{
+		Code: in.Code, Lang: lang, Session: sess, Timeout: timeout, Context: cr,
 	})
+	if res != nil && cr != nil && cr.ID != "" {
+		res.Context = cr.ID
+	}
+	return res, err
 }
 
 // Status reports the service status.

@@ -39,9 +39,73 @@ type SendInputInput struct {
 
 // CreateSessionInput is create_session's input.
 type CreateSessionInput struct {
-	Name    string `json:"name,omitempty" jsonschema:"a name (letters, digits, . _ -); generated when omitted"`
-	Rootfs  string `json:"rootfs,omitempty" jsonschema:"run on this installed rootfs instead of the host userland"`
-	Network string `json:"network,omitempty" jsonschema:"network policy: none (default) or full"`
+	Name      string            `json:"name,omitempty" jsonschema:"a name (letters, digits, . _ -); generated when omitted"`
+	Rootfs    string            `json:"rootfs,omitempty" jsonschema:"run on this installed rootfs instead of the host userland"`
+	Network   string            `json:"network,omitempty" jsonschema:"network policy: none (default) or full"`
+	Env       map[string]string `json:"env,omitempty" jsonschema:"the session's first environment variables (as set_session_env sets them)"`
+	Metadata  map[string]string `json:"metadata,omitempty" jsonschema:"labels to find the session by (list_sessions filters on them): at most 64 pairs, keys up to 128 bytes, values up to 1024"`
+	TimeoutS  int64             `json:"timeout_s,omitempty" jsonschema:"lifetime in seconds from now: then the server destroys the session (or pauses it, on_timeout); 0 or omitted: no lifetime"`
+	OnTimeout string            `json:"on_timeout,omitempty" jsonschema:"what happens when the lifetime ends: destroy (default) or pause"`
+}
+
+// SetTimeoutInput is set_session_timeout's input.
+type SetTimeoutInput struct {
+	Session   string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
+	TimeoutS  int64  `json:"timeout_s" jsonschema:"the session's lifetime in seconds from now (shorter or longer than before); 0 removes the lifetime"`
+	OnTimeout string `json:"on_timeout,omitempty" jsonschema:"what happens when it ends: destroy or pause; omitted keeps the session's current choice (destroy by default)"`
+}
+
+// ListSessionsInput is list_sessions' input.
+type ListSessionsInput struct {
+	Metadata map[string]string `json:"metadata,omitempty" jsonschema:"only the sessions whose metadata has every one of these pairs"`
+	State    []string          `json:"state,omitempty" jsonschema:"only sessions in one of these states: running, paused"`
+}
+
+// Session states (SessionInfo.State).
+const (
+	StateRunning = "running"
+	StatePaused  = "paused"
+)
+
+// MaxSessionTimeout bounds a session's lifetime.
+const MaxSessionTimeout = 366 * 24 * time.Hour
+
+// lifetime is the end of a lifetime of timeoutS seconds from now (zero
+// for 0), checked.
+func lifetime(timeoutS int64) (time.Time, error) {
+	switch {
+	case timeoutS < 0:
+		return time.Time{}, capability.Errorf(capability.InvalidArgument, "timeout_s is %d: give a lifetime in seconds (0: none)", timeoutS)
+	case timeoutS == 0:
+		return time.Time{}, nil
+	case timeoutS > int64(MaxSessionTimeout/time.Second):
+		return time.Time{}, capability.Errorf(capability.InvalidArgument, "timeout_s is %d: at most %d (366 days); 0 means no lifetime", timeoutS, int64(MaxSessionTimeout/time.Second))
+	}
+	// Milliseconds: what the store keeps, so that every answer agrees.
+	return time.Now().Add(time.Duration(timeoutS) * time.Second).Truncate(time.Millisecond), nil
+}
+
+// createOptions checks in's settings, before anything is made.
+func createOptions(in CreateSessionInput) (session.CreateOptions, error) {
+	o := session.CreateOptions{Network: in.Network, Rootfs: in.Rootfs, Env: in.Env, Metadata: in.Metadata, OnExpiry: in.OnTimeout}
+	changes := make(map[string]*string, len(in.Env))
+	for k, v := range in.Env {
+		changes[k] = &v
+	}
+	if err := checkEnvChanges(changes); err != nil {
+		return o, err
+	}
+	if err := session.CheckMetadata(in.Metadata); err != nil {
+		return o, err
+	}
+	switch in.OnTimeout {
+	case "", session.ExpiryDestroy, session.ExpiryPause:
+	default:
+		return o, capability.Errorf(capability.InvalidArgument, "on_timeout %q: use destroy or pause", in.OnTimeout)
+	}
+	var err error
+	o.ExpiresAt, err = lifetime(in.TimeoutS)
+	return o, err
 }
 
 // SetEnvInput is set_session_env's input.
@@ -66,6 +130,14 @@ type SessionInfo struct {
 	Network    string    `json:"network"`
 	Rootfs     string    `json:"rootfs,omitempty"`
 	Workspace  string    `json:"workspace"`
+	// State is running or paused (pause_session, or a lifetime that
+	// ended with on_timeout pause).
+	SessionState string            `json:"state"`
+	Metadata     map[string]string `json:"metadata,omitempty"`
+	// ExpiresAt ends the session's lifetime (absent: none); OnTimeout is
+	// what happens then.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	OnTimeout string     `json:"on_timeout,omitempty"`
 	terminal.State
 	// Resources are what the session's box uses now and its limits; nil
 	// when nothing of the session runs.
@@ -78,8 +150,15 @@ func (s *SessionInfo) Text() string {
 	if s.Default {
 		def = " (default)"
 	}
-	return fmt.Sprintf("%s %s%s: alive=%v busy=%v mode=%s cwd=%s last_exit=%d network=%s",
-		s.ID, s.Name, def, s.Alive, s.Busy, s.Mode, s.Cwd, s.LastExit, s.Network)
+	line := fmt.Sprintf("%s %s%s: %s alive=%v busy=%v mode=%s cwd=%s last_exit=%d network=%s",
+		s.ID, s.Name, def, s.SessionState, s.Alive, s.Busy, s.Mode, s.Cwd, s.LastExit, s.Network)
+	if s.ExpiresAt != nil {
+		line += fmt.Sprintf(" expires=%s (then %s)", s.ExpiresAt.UTC().Format(time.RFC3339), s.OnTimeout)
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Metadata)) {
+		line += fmt.Sprintf(" %s=%q", k, s.Metadata[k])
+	}
+	return line
 }
 
 // SessionID is the session's id (the WebSocket terminal route finds the
@@ -156,8 +235,14 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			"or, with no command running, goes to the session's interactive terminal (PTY). \"\\u0003\" interrupts the running command.",
 		capability.ScopeExec, a.sendInput))
 	reg.Register(capability.New("create_session",
-		"Create a session: a fresh workspace directory with its own shell, Python state and variables. Returns its id.",
+		"Create a session: a fresh workspace directory with its own shell, Python state and variables. Returns its id. "+
+			"Optionally with its first environment variables, metadata labels (to find it by in list_sessions) and a lifetime "+
+			"(timeout_s: the server destroys it, or pauses it with on_timeout pause, when the time is up; set_session_timeout changes it).",
 		capability.ScopeExec, func(ctx context.Context, in CreateSessionInput) (*SessionInfo, error) {
+			o, err := createOptions(in)
+			if err != nil {
+				return nil, err
+			}
 			if in.Rootfs != "" {
 				if err := a.checkRootfsReady(in.Rootfs); err != nil {
 					return nil, err
@@ -165,17 +250,19 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			}
 			// A spare session of the same template, with its box and
 			// Python worker ready, if there is one (spare.go).
-			s, err := a.spares.claim(ctx, in)
+			s, err := a.spares.claim(ctx, in, o)
 			if err != nil {
 				return nil, err
 			}
 			if s != nil {
+				a.lifetimeChanged(s.ExpiresAt)
 				return a.sessionInfo(ctx, s), nil
 			}
-			s, err = a.Sessions.CreateWith(ctx, in.Name, session.CreateOptions{Network: in.Network, Rootfs: in.Rootfs})
+			s, err = a.Sessions.CreateWith(ctx, in.Name, o)
 			if err != nil {
 				return nil, err
 			}
+			a.lifetimeChanged(s.ExpiresAt)
 			if a.prestart {
 				a.Python.Prestart(s)
 			}
@@ -203,7 +290,7 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			return &Done{Message: fmt.Sprintf("session %s (%s) destroyed", s.Name, s.ID)}, nil
 		}))
 	reg.Register(capability.New("get_session_status",
-		"A session's status: alive, busy, cwd, last_exit, mode (pipe/pty), created, last_used, network.",
+		"A session's status: state (running/paused), alive, busy, cwd, last_exit, mode (pipe/pty), created, last_used, network, metadata, expires_at (the end of its lifetime, if it has one) and its box's resources.",
 		capability.ScopeRead, func(ctx context.Context, in SessionRef) (*SessionInfo, error) {
 			s, err := a.Sessions.Get(ctx, in.Session)
 			if err != nil {
@@ -212,17 +299,57 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			return a.sessionInfo(ctx, s), nil
 		}))
 	reg.Register(capability.New("list_sessions",
-		"List your sessions (only your tenant's), oldest first, each with its status: id, name, default or not, network policy, rootfs, shell alive or busy, mode, working directory and last exit code.",
-		capability.ScopeRead, func(ctx context.Context, _ Empty) (*SessionList, error) {
+		"List your sessions (only your tenant's), oldest first, each with its status: id, name, default or not, state (running/paused), network policy, rootfs, metadata, "+
+			"end of lifetime, shell alive or busy, mode, working directory and last exit code. "+
+			"Filter by metadata (every given pair must match) and by state.",
+		capability.ScopeRead, func(ctx context.Context, in ListSessionsInput) (*SessionList, error) {
+			for _, st := range in.State {
+				if st != StateRunning && st != StatePaused {
+					return nil, capability.Errorf(capability.InvalidArgument, "state %q: use running or paused", st)
+				}
+			}
 			list, err := a.Sessions.List(ctx)
 			if err != nil {
 				return nil, err
 			}
 			out := &SessionList{Sessions: []*SessionInfo{}}
 			for _, s := range list {
-				out.Sessions = append(out.Sessions, a.sessionInfo(ctx, s))
+				if !metadataMatches(s.Metadata, in.Metadata) {
+					continue
+				}
+				info := a.sessionInfo(ctx, s)
+				if len(in.State) > 0 && !slices.Contains(in.State, info.SessionState) {
+					continue
+				}
+				out.Sessions = append(out.Sessions, info)
 			}
 			return out, nil
+		}))
+	reg.Register(capability.New("set_session_timeout",
+		"Set a session's lifetime: timeout_s seconds from now (shorter or longer than before; 0 removes it). When it ends the server destroys the session, "+
+			"or pauses it with on_timeout pause (a paused session resumes when used). Code in a session cannot change its own lifetime.",
+		capability.ScopeExec, func(ctx context.Context, in SetTimeoutInput) (*SessionInfo, error) {
+			if c, ok := controller.CallerFrom(ctx); ok && c.Session != "" {
+				return nil, capability.Errorf(capability.PermissionDenied, "code in a session cannot change a session's lifetime")
+			}
+			switch in.OnTimeout {
+			case "", session.ExpiryDestroy, session.ExpiryPause:
+			default:
+				return nil, capability.Errorf(capability.InvalidArgument, "on_timeout %q: use destroy or pause", in.OnTimeout)
+			}
+			end, err := lifetime(in.TimeoutS)
+			if err != nil {
+				return nil, err
+			}
+			s, err := a.Sessions.Get(ctx, in.Session)
+			if err != nil {
+				return nil, err
+			}
+			if err := a.Sessions.SetLifetime(ctx, s, end, in.OnTimeout); err != nil {
+				return nil, err
+			}
+			a.lifetimeChanged(end)
+			return a.sessionInfo(ctx, s), nil
 		}))
 	reg.Register(capability.New("set_default_session",
 		"Make a session the default: the one used when a call names none.",
@@ -328,12 +455,35 @@ func checkEnvChanges(changes map[string]*string) error {
 	return nil
 }
 
+// metadataMatches reports whether md has every pair of want.
+func metadataMatches(md, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := md[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
 func (a *App) sessionInfo(ctx context.Context, s *session.Session) *SessionInfo {
-	return &SessionInfo{
+	info := &SessionInfo{
 		ID: s.ID, Name: s.Name, Default: a.Sessions.IsDefault(ctx, s), CreatedAt: s.CreatedAt, LastUsedAt: s.LastUsedAt,
 		Network: s.Network, Rootfs: s.Rootfs, Workspace: s.Workspace(), State: a.Terminals.State(s),
-		Resources: a.resources(s),
+		Resources: a.resources(s), Metadata: s.Metadata,
 	}
+	info.SessionState = StateRunning
+	if bx := a.Sandbox.Box(s.ID); bx != nil && bx.Paused() {
+		info.SessionState = StatePaused
+	}
+	if !s.ExpiresAt.IsZero() {
+		t := s.ExpiresAt.UTC()
+		info.ExpiresAt = &t
+		info.OnTimeout = session.ExpiryDestroy
+		if s.OnExpiry == session.ExpiryPause {
+			info.OnTimeout = session.ExpiryPause
+		}
+	}
+	return info
 }
 
 // destroySession stops everything of s and deletes it.
@@ -349,7 +499,9 @@ func (a *App) destroySession(ctx context.Context, s *session.Session) error {
 	// For good: a run racing with the destroy (a prestarted worker) cannot
 	// make the session a new box.
 	a.Sandbox.EndSession(s.ID)
+	a.procs.EndSession(s.ID)
 	a.Python.Stop(s.ID)
+	a.forgetContexts(s.ID)
 	a.Terminals.CloseSession(s)
 	err := a.Sessions.Delete(ctx, s)
 	if err == nil {

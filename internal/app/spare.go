@@ -135,7 +135,7 @@ func (a *App) destroySpare(s *session.Session) {
 // for ctx's tenant under in.Name, or nil when there is none (the caller
 // makes the session as usual). An error is the caller's to report (a name
 // taken, the tenant's session cap): the spare stays in the pool.
-func (p *spares) claim(ctx context.Context, in CreateSessionInput) (*session.Session, error) {
+func (p *spares) claim(ctx context.Context, in CreateSessionInput, o session.CreateOptions) (*session.Session, error) {
 	if p == nil || in.Rootfs != "" {
 		return nil, nil
 	}
@@ -177,7 +177,7 @@ func (p *spares) claim(ctx context.Context, in CreateSessionInput) (*session.Ses
 			continue
 		}
 		p.refill(key) // now, not after the claim
-		s, next, err := p.claimOne(ctx, key, sp, limits, in.Name)
+		s, next, err := p.claimOne(ctx, key, sp, limits, in.Name, o)
 		if !next {
 			return s, err
 		}
@@ -188,9 +188,9 @@ func (p *spares) claim(ctx context.Context, in CreateSessionInput) (*session.Ses
 // (when none is ready) before it makes the session itself.
 const spareWait = time.Second
 
-// claimOne claims sp, taken from the pool; next: it was unfit and
-// discarded, try another.
-func (p *spares) claimOne(ctx context.Context, key spareKey, sp *spare, limits TenantLimits, name string) (_ *session.Session, next bool, _ error) {
+// claimOne claims sp, taken from the pool, with o's env, metadata and
+// lifetime; next: it was unfit and discarded, try another.
+func (p *spares) claimOne(ctx context.Context, key spareKey, sp *spare, limits TenantLimits, name string, o session.CreateOptions) (_ *session.Session, next bool, _ error) {
 	defer p.wg.Done() // take's
 	if sp.limits != limits {
 		p.discard(sp)
@@ -199,21 +199,26 @@ func (p *spares) claimOne(ctx context.Context, key spareKey, sp *spare, limits T
 	// A spare's worker answers a bind at once; one that does not (its box
 	// starved of CPU by the tenant's quota) is unfit, and the session is
 	// made the usual way rather than waiting for it.
+	// The worker starts the claimed session's runs: it gets the
+	// session's first variables now.
+	bound := *sp.s
+	bound.Env = o.Env
 	bctx, cancel := context.WithTimeout(ctx, spareWait)
-	err := p.a.Python.BindSpare(bctx, sp.s)
+	err := p.a.Python.BindSpare(bctx, &bound)
 	cancel()
 	if err != nil {
 		p.a.Log.Warn("spare session unfit", "session", sp.s.ID, "err", err)
 		p.discard(sp)
 		return nil, true, nil
 	}
-	s, err := p.a.Sessions.Claim(ctx, sp.s, name)
+	s, err := p.a.Sessions.Claim(ctx, sp.s, name, o)
 	switch {
 	case err == nil:
 		p.a.Python.Claimed(s.ID)
 		return s, false, nil
 	case errors.Is(err, session.ErrExists), errors.Is(err, session.ErrLimit),
-		errors.Is(err, session.ErrBadName), errors.Is(err, session.ErrConfined):
+		errors.Is(err, session.ErrBadName), errors.Is(err, session.ErrConfined),
+		errors.Is(err, session.ErrBadMetadata), errors.Is(err, session.ErrBadLifetime):
 		p.put(key, sp) // unchanged: the update did not happen
 		return nil, false, err
 	default:

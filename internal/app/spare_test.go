@@ -173,10 +173,10 @@ func TestSpareIsNeverClaimedTwice(t *testing.T) {
 	defer a.spares.wg.Done()
 	sp := taken.s
 	ctxA := session.WithTenant(context.Background(), "alice")
-	if _, err := a.Sessions.Claim(ctxA, sp, "a1"); err != nil {
+	if _, err := a.Sessions.Claim(ctxA, sp, "a1", session.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Sessions.Claim(session.WithTenant(context.Background(), "bob"), sp, "b1"); !errors.Is(err, session.ErrClaimed) {
+	if _, err := a.Sessions.Claim(session.WithTenant(context.Background(), "bob"), sp, "b1", session.CreateOptions{}); !errors.Is(err, session.ErrClaimed) {
 		t.Fatalf("a spare claimed twice: %v", err)
 	}
 	got, err := a.Sessions.Get(ctxA, "a1")

@@ -74,6 +74,9 @@ type Info struct {
 type Issued struct {
 	Info
 	Token string `json:"token"`
+	// E2BKey is the same token in the form E2B's SDKs accept as an API
+	// key (E2BForm).
+	E2BKey string `json:"e2b_key,omitempty"`
 }
 
 // ParseScopes parses "read,exec" into scopes, refusing unknown names.
@@ -138,7 +141,12 @@ func (t *Tokens) Create(ctx context.Context, tenant string, scopes []string, lab
 	if err := t.st.CreateToken(ctx, row); err != nil {
 		return nil, err
 	}
-	return &Issued{Info: info(row), Token: prefix + row.ID + "_" + sec}, nil
+	tok := prefix + row.ID + "_" + sec
+	e2b, err := E2BForm(tok)
+	if err != nil {
+		return nil, err
+	}
+	return &Issued{Info: info(row), Token: tok, E2BKey: e2b}, nil
 }
 
 // List returns every token, revoked ones included, without secrets.
@@ -165,7 +173,7 @@ func (t *Tokens) List(ctx context.Context) ([]Info, error) {
 // Revoke revokes the live token id; it stops working at once.
 func (t *Tokens) Revoke(ctx context.Context, id string) error {
 	// A whole token given by mistake still names its id.
-	bare, _, _ := strings.Cut(strings.TrimPrefix(id, prefix), "_")
+	bare := TokenID(id)
 	err := t.st.RevokeToken(ctx, bare, time.Now())
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("%w: %q (quro token list shows them)", ErrNotFound, id)
@@ -179,6 +187,13 @@ func (t *Tokens) Verify(ctx context.Context, token string) (controller.Caller, e
 	if token == "" {
 		return controller.Caller{}, capability.Errorf(capability.Unauthenticated,
 			"no token: send Authorization: Bearer <token> (the admin token is in the data directory's admin.token; quro token create makes more)")
+	}
+	if strings.HasPrefix(token, e2bPrefix) {
+		q, err := fromE2B(token)
+		if err != nil {
+			return controller.Caller{}, capability.Errorf(capability.Unauthenticated, "%v", err)
+		}
+		token = q
 	}
 	id, sec, ok := strings.Cut(strings.TrimPrefix(token, prefix), "_")
 	if !strings.HasPrefix(token, prefix) || !ok || id == "" || sec == "" {

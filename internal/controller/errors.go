@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/project"
 	"github.com/quro-dev/quro/internal/quota"
 	"github.com/quro-dev/quro/internal/rootfs"
@@ -49,6 +50,8 @@ var classes = []class{
 	{match: is(session.ErrNotFound), code: capability.NotFound},
 	{match: is(session.ErrExists), code: capability.AlreadyExists},
 	{match: is(session.ErrBadName), code: capability.InvalidArgument},
+	{match: is(session.ErrBadMetadata), code: capability.InvalidArgument},
+	{match: is(session.ErrBadLifetime), code: capability.InvalidArgument},
 	{match: is(session.ErrLimit), code: capability.ResourceExhausted, retry: 60},
 	{match: is(session.ErrConfined), code: capability.PermissionDenied},
 	{match: is(sandbox.ErrSessionEnded), code: capability.NotFound},
@@ -83,6 +86,13 @@ var classes = []class{
 	{match: is(terminal.ErrNotRunning), code: capability.InvalidArgument},
 	{match: is(terminal.ErrNoBash), code: capability.Unavailable},
 	{match: is(terminal.ErrClosed), code: capability.Unavailable, hint: "its session was destroyed, or the server is stopping"},
+
+	// Background processes (start_process and the calls on them).
+	{match: is(proc.ErrNotFound), code: capability.NotFound},
+	{match: is(proc.ErrTooMany), code: capability.ResourceExhausted, retry: 5},
+	{match: is(proc.ErrInvalid), code: capability.InvalidArgument},
+	{match: is(proc.ErrLagged), code: capability.ResourceExhausted},
+	{match: is(proc.ErrClosed), code: capability.Unavailable, hint: "its session was destroyed, or the server is stopping"},
 
 	// Rootfs names, packages and changes. A wait for another change of
 	// the rootfs that ran out of the call's time (or was canceled) comes

@@ -33,4 +33,38 @@ type Request struct {
 	Timeout time.Duration
 	Stdout  io.Writer
 	Stderr  io.Writer
+	// Context, when not nil, is a code-context run (only a ContextEngine
+	// gets one).
+	Context *ContextRun
+}
+
+// Code contexts (E2B's code interpreter and Quro's code contexts): a run
+// may name a context, a state of its own (variables, working directory,
+// execution count) kept by the engine, and ask for the notebook form of
+// its output (Rich): the last expression's value and display() calls as
+// results, an exception as a structured error.
+
+// ContextRun is the part of a Request about code contexts; nil: a plain
+// run_code run in the session's default state.
+type ContextRun struct {
+	// ID names the context: its state is created on first use. Empty:
+	// the session's default state (what run_code uses).
+	ID string
+	// Dir is the context's working directory when the run creates it.
+	Dir string
+	// Rich asks for results (Result.Results, Result.Exception,
+	// Result.ExecutionCount) instead of printed values and tracebacks.
+	Rich bool
+	// Env is set for this run only and restored after it.
+	Env map[string]string
+}
+
+// ContextEngine is an engine that keeps code contexts: the runner hands
+// it the runs that name one (or ask for results); other engines of the
+// chain are skipped for those.
+type ContextEngine interface {
+	Engine
+	// DropContext forgets the state of context id of session (a later
+	// run starts it afresh). Unknown ids are no error.
+	DropContext(ctx context.Context, session, id string) error
 }

@@ -39,6 +39,29 @@ type Result struct {
 	StdoutFile string   `json:"stdout_file,omitempty" jsonschema:"workspace-relative file with the full raw stdout, when cut or escaped"`
 	StderrFile string   `json:"stderr_file,omitempty" jsonschema:"workspace-relative file with the full raw stderr, when cut or escaped"`
 	Notes      []string `json:"notes,omitempty" jsonschema:"remarks about the run, e.g. that code was shown but not run"`
+
+	// Code-context runs (run_code with context or rich) only.
+	Context        string       `json:"context,omitempty" jsonschema:"the code context the code ran in"`
+	Results        []RichResult `json:"results,omitempty" jsonschema:"rich mode: the last expression's value (main) and display() outputs, in order"`
+	Exception      *Exception   `json:"exception,omitempty" jsonschema:"rich mode: the exception the code raised, instead of a traceback on stderr"`
+	ExecutionCount int          `json:"execution_count,omitempty" jsonschema:"how many runs the context has had, this one included"`
+}
+
+// RichResult is a value a rich-mode run showed: the last expression's
+// (Main) or a display() call's, in every form it has.
+type RichResult struct {
+	Main bool `json:"main,omitempty" jsonschema:"the value of the code's last expression (else a display() output)"`
+	// Data maps a media type to the content: text for text/*,
+	// image/svg+xml and application/javascript; base64 for image/png,
+	// image/jpeg and application/pdf; a JSON value for application/json.
+	Data map[string]any `json:"data" jsonschema:"media type → content: text/plain (always), text/html, text/markdown, image/svg+xml, image/png (base64), image/jpeg (base64), application/pdf (base64), text/latex, application/json (a JSON value), application/javascript"`
+}
+
+// Exception is the exception a rich-mode run ended with.
+type Exception struct {
+	Name      string `json:"name" jsonschema:"the exception's class, e.g. ZeroDivisionError"`
+	Value     string `json:"value" jsonschema:"its message"`
+	Traceback string `json:"traceback" jsonschema:"the traceback as Python prints it, the worker's own frames left out"`
 }
 
 // Text renders the result for a model, with one template for every engine:

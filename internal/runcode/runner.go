@@ -179,6 +179,9 @@ type Input struct {
 	Lang    string
 	Session *session.Session
 	Timeout time.Duration // 0 means the default
+	// Context makes it a code-context run (see ContextRun); the code
+	// may then be empty, as a notebook cell may.
+	Context *ContextRun
 }
 
 // Run runs in. The error is ErrInvalid-wrapped for a bad request; every
@@ -188,7 +191,7 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if strings.TrimSpace(in.Code) == "" {
+	if strings.TrimSpace(in.Code) == "" && in.Context == nil {
 		return nil, invalidf("code is empty: pass the %s source to run in \"code\"", lang.Name)
 	}
 	if len(in.Code) > r.opts.MaxCode {
@@ -217,7 +220,7 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	start := time.Now()
 	res := r.runChain(ctx, lang, &Request{
 		Code: in.Code, Lang: lang.Name, Session: in.Session, Timeout: timeout,
-		Stdout: stdout, Stderr: stderr,
+		Stdout: stdout, Stderr: stderr, Context: in.Context,
 	}, stdout, stderr)
 	res.DurationMS = float64(time.Since(start).Microseconds()) / 1000
 	res.Session = in.Session.ID
@@ -243,6 +246,10 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 	}
 	var why, runFailed []string
 	for _, e := range lang.Chain {
+		if _, ok := e.(ContextEngine); req.Context != nil && !ok {
+			why = append(why, e.Name()+": keeps no code contexts")
+			continue
+		}
 		if err := r.probes[e](); err != nil {
 			why = append(why, e.Name()+": "+err.Error())
 			continue
@@ -274,6 +281,22 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 	}
 	return &Result{Engine: "none", ExitCode: -1,
 		Error: "no " + lang.Name + " engine could run the code (" + strings.Join(why, "; ") + ")"}
+}
+
+// DropContext forgets context id of session in every engine of lang's
+// chain that keeps contexts.
+func (r *Runner) DropContext(ctx context.Context, lang, session, id string) error {
+	l, err := r.Resolve(lang)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range l.Chain {
+		if ce, ok := e.(ContextEngine); ok {
+			errs = append(errs, ce.DropContext(ctx, session, id))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // finish turns a capture into the result's text, size and file fields.

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -347,5 +348,44 @@ func BenchmarkSpawn(b *testing.B) {
 			slices.Sort(times)
 			b.ReportMetric(float64(times[len(times)/2].Microseconds()), "p50-µs")
 		})
+	}
+}
+
+// A writable bind is the run's own directory under another name (the
+// workspace at /home/user): what the box writes there is in the directory,
+// cd works, and Landlock lets it write.
+func TestWritableBindIsTheDirectoryAgain(t *testing.T) {
+	sb := newSandbox(t)
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	out, errOut, exit := run(t, sb, ctx,
+		`cd /home/user && echo hi > made-inside && mkdir -p sub && ls -d "$PWD" && cat /home/user/seen-from-host`,
+		func(s *Spec) {
+			s.Dir = dir
+			s.Binds = []Bind{{Src: dir, Dst: HomeUser, Writable: true}}
+			if err := os.WriteFile(filepath.Join(dir, "seen-from-host"), []byte("host\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		})
+	if exit.Code != 0 || out != "/home/user\nhost\n" {
+		t.Fatalf("exit %d, out %q, err %q", exit.Code, out, errOut)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "made-inside")); err != nil || string(b) != "hi\n" {
+		t.Fatalf("the write through /home/user is not in the directory: %q %v", b, err)
+	}
+}
+
+// Attack: a writable bind of a host path that is not the run's own
+// directory would hand the box more of the host; it is refused before
+// anything starts.
+func TestWritableBindOutsideTheRunIsRefused(t *testing.T) {
+	sb := newSandbox(t)
+	ctx := testCtx(t)
+	for _, src := range []string{"/etc", t.TempDir(), "relative/dir"} {
+		_, err := sb.Run(ctx, &Spec{Args: []string{"true"}, Dir: t.TempDir(), Session: "test-" + t.Name(),
+			Binds: []Bind{{Src: src, Dst: HomeUser, Writable: true}}})
+		if !errors.Is(err, ErrInvalidSpec) {
+			t.Fatalf("writable bind of %s: %v, want ErrInvalidSpec", src, err)
+		}
 	}
 }

@@ -85,7 +85,7 @@ type bwrapBox struct {
 	network  string
 	writable []string // host paths bound read-write at the same path
 	readOnly []string // host paths bound read-only at the same path
-	binds    []Bind   // host paths bound read-only elsewhere
+	binds    []Bind   // host paths bound elsewhere (read-only unless Writable)
 	tmpSize  uint64
 	passwd   string
 	infoFD   string // --info-fd, "" for none
@@ -268,6 +268,9 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 		}
 	}
 	for _, bd := range b.binds {
+		if bd.Writable {
+			continue // after the session's own directories, below
+		}
 		// -try: a missing source (a server socket not there yet) leaves
 		// the box without it rather than refusing the run.
 		a = append(a, "--ro-bind-try", bd.Src, bd.Dst)
@@ -296,6 +299,22 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 			a = append(a, "--perms", "0755", "--dir", anc[i])
 		}
 		a = append(a, "--ro-bind", r, r)
+	}
+	for _, bd := range b.binds {
+		if !bd.Writable {
+			continue
+		}
+		// Another name for a writable directory (checked by prepare):
+		// the workspace at /home/user.
+		var anc []string
+		for d := filepath.Dir(bd.Dst); !made[d]; d = filepath.Dir(d) {
+			anc = append(anc, d)
+			made[d] = true
+		}
+		for i := len(anc) - 1; i >= 0; i-- {
+			a = append(a, "--perms", "0755", "--dir", anc[i])
+		}
+		a = append(a, "--bind", bd.Src, bd.Dst)
 	}
 	a = append(a, "--chdir", b.spec.Dir)
 	if b.infoFD != "" {

@@ -105,8 +105,19 @@ type Options struct {
 	Note func(dir string) string
 }
 
-// Bind is a host path Src seen at Dst inside a box.
-type Bind struct{ Src, Dst string }
+// Bind is a host path Src seen at Dst inside a box: read-only, or, when
+// Writable, read-write (a writable bind's Src must lie in one of the run's
+// own writable directories, its Dir, TmpDir or Writable: it is another
+// name for them, never more host).
+type Bind struct {
+	Src, Dst string
+	Writable bool
+}
+
+// HomeUser is where every session box also shows its workspace,
+// read-write: E2B's SDKs and the code written for them expect the home
+// directory /home/user (see docs/e2b.md).
+const HomeUser = "/home/user"
 
 // Reasons a Start fails, as Options.OnFailure reports them.
 const (
@@ -235,8 +246,9 @@ type Spec struct {
 	// ForSession sandbox, else one outside the session range derived from
 	// Dir (see AnonymousUID). Dir, TmpDir and Writable are handed over to it.
 	UID int
-	// Binds are host paths bound read-only into this run's box besides
-	// Options.Binds: the session's own in-session socket.
+	// Binds are host paths bound into this run's box besides
+	// Options.Binds: the session's own in-session socket (read-only), its
+	// workspace at HomeUser (writable).
 	Binds []Bind
 	// Session names the session box the run is spawned in (see box.go);
 	// "" takes the one of a ForSession sandbox, else the run gets a box of
@@ -489,6 +501,19 @@ func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 		Seccomp:  s.layers.ok(LayerSeccomp),
 		Network:  pl.network,
 		RW:       append(slices.Clone(pl.writable), "/tmp", "/dev/shm"),
+	}
+	for _, bd := range append(slices.Clone(s.binds), spec.Binds...) {
+		if !bd.Writable {
+			continue
+		}
+		// Another name for one of the run's own writable directories,
+		// never more of the host.
+		if !filepath.IsAbs(bd.Src) || !filepath.IsAbs(bd.Dst) ||
+			!slices.ContainsFunc(pl.writable, func(d string) bool { return beneath(filepath.Clean(bd.Src), d) }) {
+			return nil, fmt.Errorf("%w: writable bind %q is not within the run's writable directories", ErrInvalidSpec, bd.Src)
+		}
+		// Landlock's rules hold for inodes, whatever the name: the rule
+		// for the directory covers it at Dst too.
 	}
 	if pl.admin {
 		pol.RW = append(pol.RW, rootfsAdminRW...)

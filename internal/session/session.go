@@ -38,6 +38,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/store"
@@ -59,6 +61,10 @@ var (
 	ErrLimit = errors.New("session limit reached")
 	// ErrConfined means a caller confined to one session may not make others.
 	ErrConfined = errors.New("confined to its own session")
+	// ErrBadMetadata means metadata out of bounds (see CheckMetadata).
+	ErrBadMetadata = errors.New("bad session metadata")
+	// ErrBadLifetime means a lifetime or its end action is not allowed.
+	ErrBadLifetime = errors.New("bad session lifetime")
 )
 
 type onlyKey struct{}
@@ -119,22 +125,36 @@ type Session struct {
 	// every process and file of this one is gone. Runs of the session go
 	// under it when the server is root (sandbox.Spec.UID).
 	UID int `json:"-"`
+	// Metadata are the caller's labels (nil: none), see CheckMetadata.
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// ExpiresAt ends the session's lifetime (zero: none): the server then
+	// destroys it, or pauses it when OnExpiry is ExpiryPause.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	OnExpiry  string    `json:"on_expiry,omitempty"`
 
 	m *Manager
 }
 
 // Binds are the host paths bound into every box of the session
-// (sandbox.Spec.Binds): its own in-session socket, which the hook set with
-// Manager.SetBoxHooks creates on first use. None without a hook.
+// (sandbox.Spec.Binds): its workspace again at sandbox.HomeUser
+// (read-write), and its own in-session socket, which the hook set with
+// Manager.SetBoxHooks creates on first use (none without a hook).
 func (s *Session) Binds() []sandbox.Bind {
-	if s == nil || s.m == nil {
+	if s == nil {
 		return nil
+	}
+	var home []sandbox.Bind
+	if filepath.IsAbs(s.Dir) {
+		home = []sandbox.Bind{{Src: s.Workspace(), Dst: sandbox.HomeUser, Writable: true}}
+	}
+	if s.m == nil {
+		return home
 	}
 	h := s.m.hooks.Load()
 	if h == nil || h.Binds == nil {
-		return nil
+		return home
 	}
-	return h.Binds(s)
+	return append(home, h.Binds(s)...)
 }
 
 // Workspace is the session's working directory: the only host directory its
@@ -272,6 +292,99 @@ func (m *Manager) Get(ctx context.Context, ref string) (*Session, error) {
 type CreateOptions struct {
 	Network string // "none" (default) or "full"
 	Rootfs  string // a rootfs name; "" for the host userland
+	// Env are its first variables (names as UpdateEnv checks them).
+	Env map[string]string
+	// Metadata are its labels (CheckMetadata).
+	Metadata map[string]string
+	// ExpiresAt ends its lifetime (zero: none); OnExpiry says what then.
+	ExpiresAt time.Time
+	OnExpiry  string
+}
+
+// What the server does with a session whose lifetime ended.
+const (
+	ExpiryDestroy = "destroy" // stored as ""
+	ExpiryPause   = "pause"
+)
+
+// The bounds of a session's metadata.
+const (
+	MaxMetadataPairs = 64
+	MaxMetadataKey   = 128  // bytes
+	MaxMetadataValue = 1024 // bytes
+)
+
+// CheckMetadata refuses metadata a session may not have: more than
+// MaxMetadataPairs pairs, an empty key, a key or value longer than its
+// bound, or one that is not valid UTF-8 or holds a control character.
+func CheckMetadata(md map[string]string) error {
+	if len(md) > MaxMetadataPairs {
+		return fmt.Errorf("%w: %d pairs, at most %d", ErrBadMetadata, len(md), MaxMetadataPairs)
+	}
+	for _, k := range slices.Sorted(maps.Keys(md)) {
+		v := md[k]
+		switch {
+		case k == "":
+			return fmt.Errorf("%w: a key is empty", ErrBadMetadata)
+		case len(k) > MaxMetadataKey:
+			return fmt.Errorf("%w: key %.32q… is %d bytes, at most %d", ErrBadMetadata, k, len(k), MaxMetadataKey)
+		case len(v) > MaxMetadataValue:
+			return fmt.Errorf("%w: the value of %q is %d bytes, at most %d", ErrBadMetadata, k, len(v), MaxMetadataValue)
+		case !printable(k):
+			return fmt.Errorf("%w: key %q is not printable UTF-8", ErrBadMetadata, k)
+		case !printable(v):
+			return fmt.Errorf("%w: the value of %q is not printable UTF-8 (no control characters)", ErrBadMetadata, k)
+		}
+	}
+	return nil
+}
+
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// expiryAction is o's end action as stored ("" or "pause"), checked.
+func expiryAction(a string) (string, error) {
+	switch a {
+	case "", ExpiryDestroy:
+		return "", nil
+	case ExpiryPause:
+		return ExpiryPause, nil
+	}
+	return "", fmt.Errorf("%w: on expiry %q: use %s or %s", ErrBadLifetime, a, ExpiryDestroy, ExpiryPause)
+}
+
+// checkEnv checks the names and values of env as UpdateEnv does.
+func checkEnv(env map[string]string) error {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if !envNameRE.MatchString(k) {
+			return fmt.Errorf("%w: variable name %q (letters, digits and _, not starting with a digit)", ErrBadName, k)
+		}
+		if strings.ContainsRune(env[k], 0) {
+			return fmt.Errorf("%w: the value of %s contains a NUL byte", ErrBadName, k)
+		}
+	}
+	return nil
+}
+
+// checkExtras checks o's env, metadata and end action; it returns the
+// stored form of the end action.
+func (o *CreateOptions) checkExtras() (string, error) {
+	if err := checkEnv(o.Env); err != nil {
+		return "", err
+	}
+	if err := CheckMetadata(o.Metadata); err != nil {
+		return "", err
+	}
+	return expiryAction(o.OnExpiry)
 }
 
 // Networks are the accepted network policies.
@@ -370,6 +483,10 @@ func (m *Manager) create(ctx context.Context, name string, o CreateOptions, capp
 	if o.Rootfs != "" && !nameRE.MatchString(o.Rootfs) {
 		return nil, fmt.Errorf("%w: rootfs name %q", ErrBadName, o.Rootfs)
 	}
+	onExpiry, err := o.checkExtras()
+	if err != nil {
+		return nil, err
+	}
 	id, err := newID()
 	if err != nil {
 		return nil, err
@@ -378,7 +495,8 @@ func (m *Manager) create(ctx context.Context, name string, o CreateOptions, capp
 		return nil, err
 	}
 	now := time.Now()
-	row := &store.Session{ID: id, Name: name, Tenant: tenant, CreatedAt: now, LastUsedAt: now, Network: o.Network, Rootfs: o.Rootfs}
+	row := &store.Session{ID: id, Name: name, Tenant: tenant, CreatedAt: now, LastUsedAt: now, Network: o.Network, Rootfs: o.Rootfs,
+		Env: maps.Clone(o.Env), Metadata: maps.Clone(o.Metadata), ExpiresAt: o.ExpiresAt, OnExpiry: onExpiry}
 	return m.materialize(ctx, row, tenant)
 }
 
@@ -532,6 +650,56 @@ func (m *Manager) UpdateEnv(ctx context.Context, s *Session, changes map[string]
 	return env, nil
 }
 
+// SetLifetime sets when s's lifetime ends (zero: it has none) and what
+// happens then (ExpiryDestroy, ExpiryPause; "" keeps s's current action).
+func (m *Manager) SetLifetime(ctx context.Context, s *Session, expiresAt time.Time, onExpiry string) error {
+	if onExpiry == "" {
+		onExpiry = s.OnExpiry
+	}
+	a, err := expiryAction(onExpiry)
+	if err != nil {
+		return err
+	}
+	if err := m.wrap(m.store.SetSessionLifetime(ctx, s.ID, expiresAt, a), s.ID); err != nil {
+		return err
+	}
+	s.ExpiresAt, s.OnExpiry = expiresAt, a
+	return nil
+}
+
+// SetMetadata replaces s's metadata (CheckMetadata).
+func (m *Manager) SetMetadata(ctx context.Context, s *Session, md map[string]string) error {
+	if err := CheckMetadata(md); err != nil {
+		return err
+	}
+	if err := m.wrap(m.store.SetSessionMetadata(ctx, s.ID, md), s.ID); err != nil {
+		return err
+	}
+	s.Metadata = maps.Clone(md)
+	return nil
+}
+
+// Expired lists the sessions, of every tenant, whose lifetime ended by
+// now, soonest first. It is for the server's own housekeeping.
+func (m *Manager) Expired(ctx context.Context, now time.Time) ([]*Session, error) {
+	ids, err := m.store.ExpiredSessions(ctx, now)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Session, 0, len(ids))
+	for _, id := range ids {
+		if s, err := m.anyByID(ctx, id); err == nil {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// NextExpiry is the soonest end of a session's lifetime (zero: none).
+func (m *Manager) NextExpiry(ctx context.Context) (time.Time, error) {
+	return m.store.NextExpiry(ctx)
+}
+
 // Delete removes the session's row and its directory, workspace included.
 // Stop everything running in it first. Its uid stays reserved until no
 // process runs under it and the directory is gone (see reapUIDs): a
@@ -623,6 +791,9 @@ func (m *Manager) fromRow(r *store.Session) *Session {
 		Tenant:     r.Tenant,
 		Dir:        filepath.Join(m.root, r.ID),
 		UID:        r.UID,
+		Metadata:   maps.Clone(r.Metadata),
+		ExpiresAt:  r.ExpiresAt,
+		OnExpiry:   r.OnExpiry,
 		m:          m,
 	}
 }

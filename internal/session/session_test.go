@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -222,5 +223,22 @@ func TestTouchWritesAtMostOncePerInterval(t *testing.T) {
 	// own refill every second is a read or two).
 	if n := m.store.Stats().Statements - before; n > 4 {
 		t.Fatalf("%d statements for %d warm uses", n, calls)
+	}
+}
+
+// CheckMetadata's bounds, including what JSON cannot carry (a Go caller
+// can): invalid UTF-8.
+func TestCheckMetadata(t *testing.T) {
+	ok := map[string]string{"team": "a", "note": "é ok"}
+	if err := CheckMetadata(ok); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []map[string]string{
+		{"k": "\xff"}, {"\xff": "v"}, {"k": "a\x00b"}, {"": "v"},
+		{strings.Repeat("k", MaxMetadataKey+1): "v"}, {"k": strings.Repeat("v", MaxMetadataValue+1)},
+	} {
+		if err := CheckMetadata(bad); !errors.Is(err, ErrBadMetadata) {
+			t.Errorf("%q: %v", bad, err)
+		}
 	}
 }

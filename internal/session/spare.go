@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/quro-dev/quro/internal/store"
@@ -39,9 +40,11 @@ func (m *Manager) Spares(ctx context.Context) ([]*Session, error) {
 var ErrClaimed = errors.New("the spare session was claimed already")
 
 // Claim makes spare a new session of ctx's tenant named name (generated
-// when empty), with the checks of CreateWith. A spare is claimed once:
-// the row changes hands in one update that only a spare row passes.
-func (m *Manager) Claim(ctx context.Context, spare *Session, name string) (*Session, error) {
+// when empty), with the checks of CreateWith and o's env, metadata and
+// lifetime (its Network and Rootfs are the spare's already). A spare is
+// claimed once: the row changes hands, with those settings, in one update
+// that only a spare row passes.
+func (m *Manager) Claim(ctx context.Context, spare *Session, name string, o CreateOptions) (*Session, error) {
 	if spare.Tenant != SpareTenant {
 		return nil, ErrClaimed
 	}
@@ -52,8 +55,13 @@ func (m *Manager) Claim(ctx context.Context, spare *Session, name string) (*Sess
 	if name, err = sessionName(name, spare.ID); err != nil {
 		return nil, err
 	}
+	onExpiry, err := o.checkExtras()
+	if err != nil {
+		return nil, err
+	}
 	now := time.Now()
-	switch err := m.store.ClaimSession(ctx, spare.ID, SpareTenant, tenant, name, now); {
+	set := &store.Session{Env: o.Env, Metadata: o.Metadata, ExpiresAt: o.ExpiresAt, OnExpiry: onExpiry}
+	switch err := m.store.ClaimSession(ctx, spare.ID, SpareTenant, tenant, name, now, set); {
 	case errors.Is(err, store.ErrExists):
 		return nil, fmt.Errorf("%w: %q", ErrExists, name)
 	case errors.Is(err, store.ErrNotFound):
@@ -63,5 +71,6 @@ func (m *Manager) Claim(ctx context.Context, spare *Session, name string) (*Sess
 	}
 	s := *spare
 	s.Tenant, s.Name, s.CreatedAt, s.LastUsedAt = tenant, name, now, now
+	s.Env, s.Metadata, s.ExpiresAt, s.OnExpiry = maps.Clone(o.Env), maps.Clone(o.Metadata), o.ExpiresAt, onExpiry
 	return &s, nil
 }

@@ -30,24 +30,24 @@ func TestSpareIsNobodysUntilClaimedOnce(t *testing.T) {
 	if list, err := m.Spares(bg); err != nil || len(list) != 1 || list[0].ID != sp.ID {
 		t.Fatalf("%v %v", list, err)
 	}
-	if _, err := m.Claim(WithOnly(acme, sp.ID), sp, "x"); !errors.Is(err, ErrConfined) {
+	if _, err := m.Claim(WithOnly(acme, sp.ID), sp, "x", CreateOptions{}); !errors.Is(err, ErrConfined) {
 		t.Fatalf("code in a session claimed a spare: %v", err)
 	}
-	if _, err := m.Claim(acme, sp, "../x"); !errors.Is(err, ErrBadName) {
+	if _, err := m.Claim(acme, sp, "../x", CreateOptions{}); !errors.Is(err, ErrBadName) {
 		t.Fatalf("bad name: %v", err)
 	}
 	m.MaxPerTenant = 1
 	if _, err := m.Create(acme, "first"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Claim(acme, sp, "work"); !errors.Is(err, ErrLimit) {
+	if _, err := m.Claim(acme, sp, "work", CreateOptions{}); !errors.Is(err, ErrLimit) {
 		t.Fatalf("the session cap does not apply: %v", err)
 	}
 	m.MaxPerTenant = 0
-	if _, err := m.Claim(acme, sp, "first"); !errors.Is(err, ErrExists) {
+	if _, err := m.Claim(acme, sp, "first", CreateOptions{}); !errors.Is(err, ErrExists) {
 		t.Fatalf("a taken name: %v", err)
 	}
-	s, err := m.Claim(acme, sp, "")
+	s, err := m.Claim(acme, sp, "", CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestSpareIsNobodysUntilClaimedOnce(t *testing.T) {
 	if err != nil || got.ID != sp.ID || got.UID != sp.UID {
 		t.Fatalf("%+v %v", got, err)
 	}
-	if _, err := m.Claim(WithTenant(bg, "other"), sp, "y"); !errors.Is(err, ErrClaimed) {
+	if _, err := m.Claim(WithTenant(bg, "other"), sp, "y", CreateOptions{}); !errors.Is(err, ErrClaimed) {
 		t.Fatalf("claimed twice: %v", err)
 	}
 	if _, err := m.Get(WithTenant(bg, "other"), "y"); !errors.Is(err, ErrNotFound) {

@@ -94,6 +94,7 @@ func (c *cache) enter() uint64 {
 func cloneSession(s *Session) *Session {
 	c := *s
 	c.Env = maps.Clone(s.Env)
+	c.Metadata = maps.Clone(s.Metadata)
 	return &c
 }
 

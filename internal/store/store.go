@@ -311,17 +311,50 @@ type Session struct {
 	// UID is the session's host uid, unique among sessions and retired
 	// uids (see AllocUID); 0 only for a schema-2 row not yet given one.
 	UID int
+	// Metadata is the caller's labels of the session (nil: none).
+	Metadata map[string]string
+	// ExpiresAt ends the session's lifetime (zero: it has none).
+	ExpiresAt time.Time
+	// OnExpiry is what happens then: "" (destroy) or "pause".
+	OnExpiry string
 }
 
-const sessionCols = "id, name, tenant, created_at, last_used_at, cwd, env, network, rootfs, coalesce(uid, 0)"
+const sessionCols = "id, name, tenant, created_at, last_used_at, cwd, env, network, rootfs, coalesce(uid, 0), metadata, expires_at, on_expiry"
+
+// unixMilli is t in unix milliseconds, 0 for the zero time.
+func unixMilli(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// fromMilli is the inverse of unixMilli.
+func fromMilli(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+// jsonObject encodes m as a JSON object ({} for nil).
+func jsonObject(m map[string]string) (string, error) {
+	if m == nil {
+		return "{}", nil
+	}
+	b, err := json.Marshal(m)
+	return string(b), err
+}
 
 func scanSession(row interface{ Scan(...any) error }) (*Session, error) {
 	var (
 		s             Session
 		created, used int64
-		env           string
+		env, meta     string
+		expires       int64
 	)
-	if err := row.Scan(&s.ID, &s.Name, &s.Tenant, &created, &used, &s.Cwd, &env, &s.Network, &s.Rootfs, &s.UID); err != nil {
+	if err := row.Scan(&s.ID, &s.Name, &s.Tenant, &created, &used, &s.Cwd, &env, &s.Network, &s.Rootfs, &s.UID,
+		&meta, &expires, &s.OnExpiry); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, ErrNotFound
 		}
@@ -332,6 +365,13 @@ func scanSession(row interface{ Scan(...any) error }) (*Session, error) {
 	if err := json.Unmarshal([]byte(env), &s.Env); err != nil {
 		return nil, fmt.Errorf("session %s: bad env: %w", s.ID, err)
 	}
+	if err := json.Unmarshal([]byte(meta), &s.Metadata); err != nil {
+		return nil, fmt.Errorf("session %s: bad metadata: %w", s.ID, err)
+	}
+	if len(s.Metadata) == 0 {
+		s.Metadata = nil
+	}
+	s.ExpiresAt = fromMilli(expires)
 	return &s, nil
 }
 
@@ -347,6 +387,10 @@ func (s *Store) CreateSession(ctx context.Context, sess *Session) error {
 	if sess.Env == nil {
 		env = []byte("{}")
 	}
+	meta, err := jsonObject(sess.Metadata)
+	if err != nil {
+		return err
+	}
 	// A uid taken between the check and the insert cannot happen inside the
 	// (immediate) transaction, but the UNIQUE constraint is the last word:
 	// on a uid conflict the allocation is tried again.
@@ -357,9 +401,9 @@ func (s *Store) CreateSession(ctx context.Context, sess *Session) error {
 			if err != nil {
 				return err
 			}
-			_, err = tx.ExecContext(ctx, "INSERT INTO sessions (id, name, tenant, created_at, last_used_at, cwd, env, network, rootfs, uid) VALUES (?,?,?,?,?,?,?,?,?,?)",
+			_, err = tx.ExecContext(ctx, "INSERT INTO sessions (id, name, tenant, created_at, last_used_at, cwd, env, network, rootfs, uid, metadata, expires_at, on_expiry) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
 				sess.ID, sess.Name, sess.Tenant, sess.CreatedAt.UnixMilli(), sess.LastUsedAt.UnixMilli(),
-				sess.Cwd, string(env), sess.Network, sess.Rootfs, uid)
+				sess.Cwd, string(env), sess.Network, sess.Rootfs, uid, meta, unixMilli(sess.ExpiresAt), sess.OnExpiry)
 			if err == nil {
 				sess.UID = uid
 			}

@@ -19,6 +19,10 @@ type Entry struct {
 	Mode    string    `json:"mode" jsonschema:"permission bits, octal"`
 	ModTime time.Time `json:"mtime"`
 	Target  string    `json:"target,omitempty" jsonschema:"where a symlink points (not followed)"`
+	// Permissions is the mode as ls shows it ("-rw-r--r--", "drwxr-xr-x").
+	Permissions string `json:"permissions,omitempty" jsonschema:"the mode as ls -l shows it"`
+	Owner       string `json:"owner,omitempty" jsonschema:"the owning user as the session box names it"`
+	Group       string `json:"group,omitempty" jsonschema:"the owning group as the session box names it"`
 }
 
 // Listing is what List returns.
@@ -86,9 +90,7 @@ func (w *FS) walk(l *Listing, dir string, depth int, o ListOptions) {
 		p := path.Join(dir, d.Name())
 		e := Entry{Name: d.Name(), Path: p, Type: "other"}
 		if fi, err := d.Info(); err == nil { // lstat, relative to the open directory
-			e.Mode = fmt.Sprintf("%04o", fi.Mode().Perm())
-			e.ModTime = fi.ModTime()
-			e.Type = typeName(fi.Mode())
+			w.describe(&e, fi)
 			switch e.Type {
 			case "file":
 				e.Size = fi.Size()
@@ -98,9 +100,6 @@ func (w *FS) walk(l *Listing, dir string, depth int, o ListOptions) {
 			}
 		} else if errors.Is(err, fs.ErrNotExist) {
 			continue // removed meanwhile
-		}
-		if e.Type == "symlink" {
-			e.Target, _ = w.root.Readlink(p)
 		}
 		l.Entries = append(l.Entries, e)
 		if e.Type != "dir" || depth >= o.Depth {

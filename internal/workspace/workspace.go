@@ -63,6 +63,7 @@ type Options struct {
 	MaxRead  int64  // 0 means DefaultMaxRead
 	MaxWrite int64  // 0 means DefaultMaxWrite
 	Owner    *Owner // nil leaves new files to the server's uid
+	Names    Names  // the box's names of owners (Entry.Owner, Group); nil: numbers
 }
 
 // FS is one session workspace opened for confined access. Safe for

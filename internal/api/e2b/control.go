@@ -1,7 +1,888 @@
 package e2b
 
-import "net/http"
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+)
+
+// The control plane: E2B's REST API (E2B_API_URL), sandboxes' lifecycle.
+// A sandbox is a Quro session of the caller's tenant (the API key's): every
+// operation is a capability call as that caller, so tenancy, scopes,
+// limits and the audit log are the controller's as on every access path.
+//
+// Mapping, in short (docs/e2b.md has the matrix):
+//   - templateID base and code-interpreter-v1 (and the other names of E2B's
+//     default templates) are the default userland; another name is the
+//     installed rootfs of that name.
+//   - timeout is the session's lifetime (set_session_timeout); autoPause
+//     makes its end a pause instead of a destroy. connect and refreshes only
+//     extend a lifetime, setTimeout sets it, a pause removes it (a paused
+//     sandbox waits, as on E2B, until it is resumed or killed).
+//   - allow_internet_access true is network policy "full", false or absent
+//     "none" (Quro's default: no network unless asked for); network
+//     allow/deny rules cannot be honoured and are refused.
+//   - a session with no lifetime (made through Quro's own API) has endAt
+//     9999-12-31T23:59:59Z.
+
+// clientID is what the control plane answers for E2B's deprecated clientID.
+const clientID = "quro"
+
+// neverEnds is endAt of a session with no lifetime.
+var neverEnds = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+
+// defaultTemplates are the names of E2B's own templates: Quro's default
+// userland stands for them.
+var defaultTemplates = []string{"base", "code-interpreter-v1", "code-interpreter", "code-interpreter-beta", "desktop"}
+
+// maxBody bounds a control-plane request body.
+const maxBody = 1 << 20
+
+// listLimit is the default and the largest page of a list.
+const listLimit = 100
 
 // controlRoutes serves E2B's control plane (the REST API of
 // E2B_API_URL): sandboxes' lifecycle.
-func (s *Server) controlRoutes(m *http.ServeMux) {}
+func (s *Server) controlRoutes(m *http.ServeMux) {
+	m.HandleFunc("POST /sandboxes", s.createSandbox(false))
+	m.HandleFunc("POST /v2/sandboxes", s.createSandbox(true))
+	m.HandleFunc("GET /sandboxes", s.listSandboxes(false))
+	m.HandleFunc("GET /v2/sandboxes", s.listSandboxes(true))
+	m.HandleFunc("GET /sandboxes/{id}", s.withSandbox(s.getSandbox))
+	m.HandleFunc("DELETE /sandboxes/{id}", s.withSandbox(s.killSandbox))
+	m.HandleFunc("POST /sandboxes/{id}/timeout", s.withSandbox(s.setTimeout))
+	m.HandleFunc("POST /sandboxes/{id}/refreshes", s.withSandbox(s.refresh))
+	m.HandleFunc("POST /sandboxes/{id}/connect", s.withSandbox(s.connectSandbox))
+	m.HandleFunc("POST /v2/sandboxes/{id}/connect", s.withSandbox(s.connectSandbox))
+	m.HandleFunc("POST /sandboxes/{id}/pause", s.withSandbox(s.pauseSandbox))
+	m.HandleFunc("POST /sandboxes/{id}/resume", s.withSandbox(s.resumeSandbox))
+	m.HandleFunc("GET /sandboxes/{id}/metrics", s.withSandbox(s.sandboxMetrics))
+	m.HandleFunc("GET /sandboxes/metrics", s.manyMetrics)
+	m.HandleFunc("POST /sandboxes/{id}/fork", s.withSandbox(s.forkSandbox))
+
+	for pattern, feature := range map[string]string{
+		"GET /sandboxes/{id}/logs":       "sandbox logs (E2B's envd system log; Quro's audit log has the calls: quro audit)",
+		"GET /v2/sandboxes/{id}/logs":    "sandbox logs (E2B's envd system log; Quro's audit log has the calls: quro audit)",
+		"POST /sandboxes/{id}/snapshots": "snapshots as templates (Quro has snapshot_session and fork_session, which E2B's templates do not map onto)",
+		"GET /snapshots":                 "listing snapshots as templates",
+		"PUT /sandboxes/{id}/network":    "updating a sandbox's network rules",
+		"/templates":                     "templates (Quro's are rootfs names: quro rootfs install)",
+		"/templates/":                    "templates (Quro's are rootfs names: quro rootfs install)",
+		"/v2/templates":                  "templates (Quro's are rootfs names: quro rootfs install)",
+		"/v2/templates/":                 "templates (Quro's are rootfs names: quro rootfs install)",
+		"/v3/templates":                  "templates (Quro's are rootfs names: quro rootfs install)",
+		"/v3/templates/":                 "templates (Quro's are rootfs names: quro rootfs install)",
+		"/volumes":                       "volumes",
+		"/volumes/":                      "volumes",
+		"/volumecontent/":                "volumes",
+		"/secrets":                       "secrets",
+		"/secrets/":                      "secrets",
+		"/teams/":                        "team metrics",
+	} {
+		m.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			drain(r)
+			s.unsupported(w, feature)
+		})
+	}
+}
+
+// sandboxJSON is E2B's Sandbox (create and connect answer it).
+type sandboxJSON struct {
+	SandboxID          string  `json:"sandboxID"`
+	TemplateID         string  `json:"templateID"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken"`
+	TrafficAccessToken string  `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+}
+
+// listedJSON is E2B's ListedSandbox.
+type listedJSON struct {
+	SandboxID    string            `json:"sandboxID"`
+	TemplateID   string            `json:"templateID"`
+	ClientID     string            `json:"clientID"`
+	Metadata     map[string]string `json:"metadata"`
+	StartedAt    time.Time         `json:"startedAt"`
+	EndAt        time.Time         `json:"endAt"`
+	State        string            `json:"state"`
+	CPUCount     int               `json:"cpuCount"`
+	MemoryMB     int               `json:"memoryMB"`
+	DiskSizeMB   int               `json:"diskSizeMB"`
+	EnvdVersion  string            `json:"envdVersion"`
+	VolumeMounts []struct{}        `json:"volumeMounts"`
+}
+
+// detailJSON is E2B's SandboxDetail.
+type detailJSON struct {
+	listedJSON
+	EnvdAccessToken     string        `json:"envdAccessToken"`
+	Domain              *string       `json:"domain"`
+	AllowInternetAccess bool          `json:"allowInternetAccess"`
+	Lifecycle           lifecycleJSON `json:"lifecycle"`
+}
+
+type lifecycleJSON struct {
+	OnTimeout  string `json:"onTimeout"` // kill or pause
+	AutoResume bool   `json:"autoResume"`
+}
+
+// metricJSON is E2B's SandboxMetric.
+type metricJSON struct {
+	Timestamp     time.Time `json:"timestamp"`
+	TimestampUnix int64     `json:"timestampUnix"`
+	CPUCount      int       `json:"cpuCount"`
+	CPUUsedPct    float64   `json:"cpuUsedPct"`
+	MemUsed       uint64    `json:"memUsed"`
+	MemTotal      uint64    `json:"memTotal"`
+	MemCache      uint64    `json:"memCache"`
+	DiskUsed      int64     `json:"diskUsed"`
+	DiskTotal     int64     `json:"diskTotal"`
+}
+
+// session is what the control plane reads of get_session_status's and
+// list_sessions' answers.
+type session struct {
+	ID        string            `json:"id"`
+	CreatedAt time.Time         `json:"created_at"`
+	Network   string            `json:"network"`
+	Rootfs    string            `json:"rootfs"`
+	State     string            `json:"state"`
+	Metadata  map[string]string `json:"metadata"`
+	ExpiresAt *time.Time        `json:"expires_at"`
+	OnTimeout string            `json:"on_timeout"`
+	Resources *struct {
+		Paused          bool    `json:"paused"`
+		MemoryBytes     uint64  `json:"memory_bytes"`
+		MemoryLimit     uint64  `json:"memory_limit"`
+		CPUSeconds      float64 `json:"cpu_seconds"`
+		CPUPercentLimit uint64  `json:"cpu_percent_limit"`
+		DiskBytes       int64   `json:"disk_bytes"`
+		DiskLimit       int64   `json:"disk_limit"`
+	} `json:"resources"`
+}
+
+func (x *session) template() string {
+	if x.Rootfs == "" {
+		return "base"
+	}
+	return x.Rootfs
+}
+
+func (x *session) endAt() time.Time {
+	if x.ExpiresAt == nil {
+		return neverEnds
+	}
+	return x.ExpiresAt.UTC()
+}
+
+func (x *session) cpuCount() int {
+	if x.Resources == nil || x.Resources.CPUPercentLimit == 0 {
+		return 1
+	}
+	return max(1, int(math.Ceil(float64(x.Resources.CPUPercentLimit)/100)))
+}
+
+func (x *session) listed() listedJSON {
+	l := listedJSON{SandboxID: x.ID, TemplateID: x.template(), ClientID: clientID, Metadata: x.Metadata,
+		StartedAt: x.CreatedAt.UTC(), EndAt: x.endAt(), State: x.State, CPUCount: x.cpuCount(),
+		EnvdVersion: EnvdVersion, VolumeMounts: []struct{}{}}
+	if l.Metadata == nil {
+		l.Metadata = map[string]string{}
+	}
+	if r := x.Resources; r != nil {
+		l.MemoryMB = int(r.MemoryLimit >> 20)
+		l.DiskSizeMB = int(r.DiskLimit >> 20)
+	}
+	return l
+}
+
+func (s *Server) domain() *string {
+	if s.opts.Domain == "" {
+		return nil
+	}
+	d := s.opts.Domain
+	return &d
+}
+
+func (s *Server) sandbox(id, template string) sandboxJSON {
+	tok := s.AccessToken(id)
+	return sandboxJSON{SandboxID: id, TemplateID: template, ClientID: clientID, EnvdVersion: EnvdVersion,
+		EnvdAccessToken: tok, TrafficAccessToken: tok, Domain: s.domain()}
+}
+
+// readBody decodes the JSON body of r into v; an empty body leaves v as
+// it is.
+func readBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over %d bytes", maxBody))
+		return false
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return true
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		writeJSONError(w, http.StatusBadRequest, "the request body is not the JSON this endpoint takes: "+err.Error())
+		return false
+	}
+	return true
+}
+
+// newSandboxBody is E2B's NewSandbox and NewSandboxV2.
+type newSandboxBody struct {
+	TemplateID          string                  `json:"templateID"`
+	Metadata            map[string]string       `json:"metadata"`
+	EnvVars             map[string]string       `json:"envVars"`
+	Timeout             *int64                  `json:"timeout"`
+	AutoPause           bool                    `json:"autoPause"`
+	AutoPauseMemory     *bool                   `json:"autoPauseMemory"`
+	AutoResume          *struct{ Enabled bool } `json:"autoResume"`
+	Secure              *bool                   `json:"secure"`
+	AllowInternetAccess *bool                   `json:"allow_internet_access"`
+	Network             *struct {
+		AllowOut           []string        `json:"allowOut"`
+		DenyOut            []string        `json:"denyOut"`
+		AllowPublicTraffic *bool           `json:"allowPublicTraffic"`
+		MaskRequestHost    string          `json:"maskRequestHost"`
+		Rules              json.RawMessage `json:"rules"`
+		EgressProxy        json.RawMessage `json:"egressProxy"`
+		HTTPSPorts         []int           `json:"httpsPorts"`
+	} `json:"network"`
+	IAM          json.RawMessage   `json:"iam"`
+	MCP          json.RawMessage   `json:"mcp"`
+	VolumeMounts []json.RawMessage `json:"volumeMounts"`
+}
+
+func present(raw json.RawMessage) bool {
+	t := strings.TrimSpace(string(raw))
+	return t != "" && t != "null" && t != "{}" && t != "[]"
+}
+
+// unsupportedCreate names the first option of b Quro cannot honour.
+func unsupportedCreate(b *newSandboxBody) string {
+	if n := b.Network; n != nil {
+		switch {
+		case len(n.AllowOut) > 0 || len(n.DenyOut) > 0 || present(n.Rules):
+			return "network allow/deny rules (network.allowOut, denyOut, rules; Quro's network policy is all or nothing: allow_internet_access)"
+		case n.MaskRequestHost != "":
+			return "network.maskRequestHost"
+		case present(n.EgressProxy):
+			return "network.egressProxy"
+		case len(n.HTTPSPorts) > 0:
+			return "network.httpsPorts (Quro does not forward a sandbox's ports)"
+		}
+	}
+	switch {
+	case present(b.IAM):
+		return "workload identity (iam)"
+	case present(b.MCP):
+		return "the MCP gateway (mcp)"
+	case len(b.VolumeMounts) > 0:
+		return "volumes (volumeMounts)"
+	}
+	return ""
+}
+
+func (s *Server) createSandbox(v2 bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var b newSandboxBody
+		if !readBody(w, r, &b) {
+			return
+		}
+		if b.TemplateID == "" {
+			writeJSONError(w, http.StatusBadRequest, "templateID is required: base (or code-interpreter-v1) is Quro's default userland; another name is an installed rootfs")
+			return
+		}
+		if f := unsupportedCreate(&b); f != "" {
+			s.unsupported(w, f)
+			return
+		}
+		// E2B's defaults: 15 s for v1, 300 s for v2 (the SDKs always send one).
+		timeout := int64(15)
+		if v2 {
+			timeout = 300
+		}
+		if b.Timeout != nil {
+			timeout = *b.Timeout
+		}
+		if timeout <= 0 {
+			writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("timeout is %d: give the sandbox's lifetime in seconds (more than 0)", timeout))
+			return
+		}
+		in := map[string]any{"timeout_s": timeout}
+		if b.AutoPause {
+			in["on_timeout"] = "pause"
+		}
+		if !slices.Contains(defaultTemplates, b.TemplateID) {
+			in["rootfs"] = b.TemplateID
+		}
+		if b.AllowInternetAccess != nil && *b.AllowInternetAccess {
+			in["network"] = "full"
+		}
+		if len(b.Metadata) > 0 {
+			in["metadata"] = b.Metadata
+		}
+		if len(b.EnvVars) > 0 {
+			in["env"] = b.EnvVars
+		}
+		var out session
+		if err := s.call(r.Context(), "create_session", in, &out); err != nil {
+			ce := asCapError(err)
+			if ce.Code == capability.NotFound && in["rootfs"] != nil {
+				writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("template %q: %s; %s are Quro's default userland",
+					b.TemplateID, ce.Message, strings.Join(defaultTemplates, ", ")))
+				return
+			}
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, s.sandbox(out.ID, b.TemplateID))
+	}
+}
+
+// listQuery is what GET /sandboxes and /v2/sandboxes filter by.
+type listQuery struct {
+	metadata     map[string]string
+	states       []string
+	template     string
+	startedAfter time.Time
+	asc          bool
+	limit        int
+	after        *cursor
+}
+
+// cursor is the position after the last sandbox of a page: X-Next-Token
+// and nextToken carry it (opaque to clients).
+type cursor struct {
+	at time.Time
+	id string
+}
+
+func (c cursor) token() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.at.UnixNano(), 10) + ":" + c.id))
+}
+
+func parseCursor(tok string) (*cursor, error) {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return nil, errors.New("nextToken is not one this server gave")
+	}
+	ns, id, ok := strings.Cut(string(b), ":")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil || !validID(id) {
+		return nil, errors.New("nextToken is not one this server gave")
+	}
+	return &cursor{at: time.Unix(0, n), id: id}, nil
+}
+
+// before reports whether a sorts before b in the list's order.
+func (q *listQuery) before(a, b cursor) bool {
+	if !a.at.Equal(b.at) {
+		return a.at.Before(b.at) == q.asc
+	}
+	return (a.id < b.id) == q.asc
+}
+
+func parseList(r *http.Request, v2 bool) (*listQuery, error) {
+	v := r.URL.Query()
+	q := &listQuery{limit: listLimit}
+	if md := v.Get("metadata"); md != "" {
+		// The SDKs send metadata=<k=v&k2=v2, form-encoded>, whose keys and
+		// values are percent-encoded once more (encodeURIComponent).
+		pairs, err := url.ParseQuery(md)
+		if err != nil {
+			return nil, fmt.Errorf("metadata %q is not key=value pairs joined by &: %v", md, err)
+		}
+		q.metadata = map[string]string{}
+		for k, vs := range pairs {
+			key, err1 := url.QueryUnescape(k)
+			val, err2 := url.QueryUnescape(vs[len(vs)-1])
+			if err1 != nil || err2 != nil {
+				key, val = k, vs[len(vs)-1]
+			}
+			q.metadata[key] = val
+		}
+	}
+	for _, st := range v["state"] {
+		for _, one := range strings.Split(st, ",") {
+			switch one = strings.TrimSpace(one); one {
+			case "running", "paused":
+				q.states = append(q.states, one)
+			case "":
+			default:
+				return nil, fmt.Errorf("state %q: use running or paused", one)
+			}
+		}
+	}
+	if !v2 {
+		q.states = []string{"running"} // the v1 list is of running sandboxes
+	}
+	q.template = v.Get("template")
+	if sa := v.Get("startedAfter"); sa != "" {
+		t, err := time.Parse(time.RFC3339Nano, sa)
+		if err != nil {
+			return nil, fmt.Errorf("startedAfter %q is not an RFC 3339 time", sa)
+		}
+		q.startedAfter = t
+	}
+	switch o := v.Get("order"); o {
+	case "", "desc":
+	case "asc":
+		q.asc = true
+	default:
+		return nil, fmt.Errorf("order %q: use asc or desc", o)
+	}
+	if l := v.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > listLimit {
+			return nil, fmt.Errorf("limit %q: give a number from 1 to %d", l, listLimit)
+		}
+		q.limit = n
+	}
+	if t := v.Get("nextToken"); t != "" {
+		c, err := parseCursor(t)
+		if err != nil {
+			return nil, err
+		}
+		q.after = c
+	}
+	return q, nil
+}
+
+func (s *Server) listSandboxes(v2 bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q, err := parseList(r, v2)
+		if err != nil {
+			writeJSONError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		in := map[string]any{}
+		if len(q.metadata) > 0 {
+			in["metadata"] = q.metadata
+		}
+		if len(q.states) > 0 {
+			in["state"] = q.states
+		}
+		var out struct {
+			Sessions []*session `json:"sessions"`
+		}
+		if err := s.call(r.Context(), "list_sessions", in, &out); err != nil {
+			writeError(w, err)
+			return
+		}
+		var all []*session
+		running := 0
+		for _, x := range out.Sessions {
+			if q.template != "" && x.template() != q.template {
+				continue
+			}
+			if !q.startedAfter.IsZero() && !x.CreatedAt.After(q.startedAfter) {
+				continue
+			}
+			if x.State == "running" {
+				running++
+			}
+			all = append(all, x)
+		}
+		key := func(x *session) cursor { return cursor{at: x.CreatedAt, id: x.ID} }
+		slices.SortFunc(all, func(a, b *session) int {
+			switch {
+			case q.before(key(a), key(b)):
+				return -1
+			case q.before(key(b), key(a)):
+				return 1
+			}
+			return 0
+		})
+		page := []listedJSON{}
+		var last *session
+		more := false
+		for _, x := range all {
+			if q.after != nil && !q.before(*q.after, key(x)) {
+				continue
+			}
+			if len(page) == q.limit {
+				more = true
+				break
+			}
+			page = append(page, x.listed())
+			last = x
+		}
+		w.Header().Set("X-Total-Running", strconv.Itoa(running))
+		if more && v2 {
+			w.Header().Set("X-Next-Token", key(last).token())
+		}
+		writeJSON(w, http.StatusOK, page)
+	}
+}
+
+// withSandbox checks the {id} of the path (a session id: 32 hex digits;
+// never a session's name, nor "" for the default session) before h.
+func (s *Server) withSandbox(h func(w http.ResponseWriter, r *http.Request, id string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		if !validID(id) {
+			drain(r)
+			writeJSONError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found: sandbox ids are 32 hex digits", id))
+			return
+		}
+		h(w, r, id)
+	}
+}
+
+func (s *Server) status(ctx context.Context, id string) (*session, error) {
+	var out session
+	if err := s.call(ctx, "get_session_status", map[string]any{"session": id}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, id string) {
+	x, err := s.status(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	onTimeout := "kill"
+	if x.OnTimeout == "pause" {
+		onTimeout = "pause"
+	}
+	writeJSON(w, http.StatusOK, detailJSON{
+		listedJSON: x.listed(), EnvdAccessToken: s.AccessToken(id), Domain: s.domain(),
+		AllowInternetAccess: x.Network == "full",
+		// Any use of a paused Quro session resumes it.
+		Lifecycle: lifecycleJSON{OnTimeout: onTimeout, AutoResume: true},
+	})
+}
+
+func (s *Server) killSandbox(w http.ResponseWriter, r *http.Request, id string) {
+	drain(r)
+	if err := s.call(r.Context(), "destroy_session", map[string]any{"session": id}, nil); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// timeoutBody is E2B's {timeout} (seconds) of setTimeout, connect and
+// resume; refreshes has {duration}.
+type timeoutBody struct {
+	Timeout  *int64 `json:"timeout"`
+	Duration *int64 `json:"duration"`
+}
+
+func (s *Server) setLifetime(ctx context.Context, id string, seconds int64) error {
+	return s.call(ctx, "set_session_timeout", map[string]any{"session": id, "timeout_s": seconds}, nil)
+}
+
+// extend makes the lifetime of x end no sooner than seconds from now: a
+// lifetime that ends later, or none, is kept (E2B's connect and refresh
+// never shorten one).
+func (s *Server) extend(ctx context.Context, x *session, seconds int64) error {
+	if seconds <= 0 || x.ExpiresAt == nil || !x.ExpiresAt.Before(time.Now().Add(time.Duration(seconds)*time.Second)) {
+		return nil
+	}
+	return s.setLifetime(ctx, x.ID, seconds)
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, id string) {
+	var b timeoutBody
+	if !readBody(w, r, &b) {
+		return
+	}
+	if b.Timeout == nil {
+		writeJSONError(w, http.StatusBadRequest, "timeout (seconds from now) is required")
+		return
+	}
+	if err := s.setLifetime(r.Context(), id, *b.Timeout); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request, id string) {
+	var b timeoutBody
+	if !readBody(w, r, &b) {
+		return
+	}
+	seconds := int64(60) // E2B's default refresh
+	if b.Duration != nil {
+		seconds = *b.Duration
+	}
+	if seconds < 0 || seconds > 3600 {
+		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("duration %d: give 0 to 3600 seconds", seconds))
+		return
+	}
+	x, err := s.status(r.Context(), id)
+	if err == nil {
+		err = s.extend(r.Context(), x, seconds)
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// connectSandbox resumes a paused sandbox (201) or finds it running (200)
+// and answers its Sandbox; the lifetime is then at least timeout.
+func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request, id string) {
+	var b timeoutBody
+	if !readBody(w, r, &b) {
+		return
+	}
+	seconds := int64(300)
+	if b.Timeout != nil {
+		seconds = *b.Timeout
+	}
+	if seconds < 0 {
+		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("timeout %d: give seconds from now", seconds))
+		return
+	}
+	ctx := r.Context()
+	x, err := s.status(ctx, id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	status := http.StatusOK
+	if x.State == "paused" {
+		if err := s.call(ctx, "resume_session", map[string]any{"session": id}, nil); err != nil {
+			writeError(w, err)
+			return
+		}
+		status = http.StatusCreated
+		// A pause removed the lifetime: the resumed sandbox gets one
+		// again, as on E2B.
+		if seconds > 0 {
+			err = s.setLifetime(ctx, id, seconds)
+		}
+	} else {
+		err = s.extend(ctx, x, seconds)
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, status, s.sandbox(id, x.template()))
+}
+
+func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request, id string) {
+	drain(r)
+	ctx := r.Context()
+	x, err := s.status(ctx, id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if x.State == "paused" {
+		writeJSONError(w, http.StatusConflict, "sandbox "+id+" is already paused")
+		return
+	}
+	if err := s.call(ctx, "pause_session", map[string]any{"session": id}, nil); err != nil {
+		writeError(w, err)
+		return
+	}
+	// A paused sandbox waits until it is resumed or killed (E2B's
+	// semantics): its lifetime ends with the pause; connect sets another.
+	if x.ExpiresAt != nil {
+		if err := s.setLifetime(ctx, id, 0); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// resumeSandbox is E2B's deprecated POST /sandboxes/{id}/resume: 409 when
+// the sandbox is not paused; else it resumes it, with a lifetime of
+// timeout (default 15 s, E2B's).
+func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request, id string) {
+	var b struct {
+		Timeout   *int64 `json:"timeout"`
+		AutoPause *bool  `json:"autoPause"`
+	}
+	if !readBody(w, r, &b) {
+		return
+	}
+	seconds := int64(15)
+	if b.Timeout != nil {
+		seconds = *b.Timeout
+	}
+	if seconds <= 0 {
+		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("timeout %d: give the lifetime in seconds (more than 0)", seconds))
+		return
+	}
+	ctx := r.Context()
+	x, err := s.status(ctx, id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if x.State != "paused" {
+		writeJSONError(w, http.StatusConflict, "sandbox "+id+" is not paused")
+		return
+	}
+	if err := s.call(ctx, "resume_session", map[string]any{"session": id}, nil); err != nil {
+		writeError(w, err)
+		return
+	}
+	in := map[string]any{"session": id, "timeout_s": seconds}
+	if b.AutoPause != nil {
+		in["on_timeout"] = map[bool]string{true: "pause", false: "destroy"}[*b.AutoPause]
+	}
+	if err := s.call(ctx, "set_session_timeout", in, nil); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.sandbox(id, x.template()))
+}
+
+// metric is one sample of x's box now. cpuUsedPct is not measured (0):
+// Quro reads the CPU time used, not a rate.
+func (x *session) metric(now time.Time) metricJSON {
+	m := metricJSON{Timestamp: now.UTC(), TimestampUnix: now.Unix(), CPUCount: x.cpuCount()}
+	if r := x.Resources; r != nil {
+		m.MemUsed, m.MemTotal = r.MemoryBytes, r.MemoryLimit
+		m.DiskUsed, m.DiskTotal = r.DiskBytes, r.DiskLimit
+	}
+	return m
+}
+
+// sandboxMetrics answers one sample, now (Quro keeps no history), or none
+// when now is outside [start, end].
+func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request, id string) {
+	now := time.Now()
+	inRange := true
+	for _, p := range []string{"start", "end"} {
+		v := r.URL.Query().Get(p)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			writeJSONError(w, http.StatusBadRequest, p+" is not a unix time in seconds: "+strconv.Quote(v))
+			return
+		}
+		if p == "start" && now.Unix() < n || p == "end" && now.Unix() > n {
+			inRange = false
+		}
+	}
+	x, err := s.status(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := []metricJSON{}
+	if inRange {
+		out = append(out, x.metric(now))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// manyMetrics is GET /sandboxes/metrics?sandbox_ids=a,b: the latest
+// sample of each (of the caller's sandboxes; others are left out, as
+// unknown ones).
+func (s *Server) manyMetrics(w http.ResponseWriter, r *http.Request) {
+	var ids []string
+	for _, v := range r.URL.Query()["sandbox_ids"] {
+		for _, id := range strings.Split(v, ",") {
+			if id = strings.TrimSpace(id); id != "" {
+				ids = append(ids, id)
+			}
+		}
+	}
+	if len(ids) == 0 || len(ids) > listLimit {
+		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("sandbox_ids: give 1 to %d sandbox ids, comma-separated", listLimit))
+		return
+	}
+	now := time.Now()
+	out := struct {
+		Sandboxes map[string]metricJSON `json:"sandboxes"`
+	}{Sandboxes: map[string]metricJSON{}}
+	for _, id := range ids {
+		if !validID(id) {
+			continue
+		}
+		x, err := s.status(r.Context(), id)
+		if err != nil {
+			if asCapError(err).Code == capability.NotFound {
+				continue
+			}
+			writeError(w, err)
+			return
+		}
+		out.Sandboxes[id] = x.metric(now)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// forkSandbox is E2B's fork through Quro's fork_session: each new
+// sandbox gets a copy of the workspace, variables, working directory,
+// network policy and rootfs, but not the running processes or memory
+// (docs/e2b.md: partial). All or nothing, as fork_session; each copy gets
+// a lifetime of timeout (E2B's default: 15 s).
+func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request, id string) {
+	var b struct {
+		Timeout *int64 `json:"timeout"`
+		Count   *int   `json:"count"`
+	}
+	if !readBody(w, r, &b) {
+		return
+	}
+	seconds, count := int64(15), 1
+	if b.Timeout != nil {
+		seconds = *b.Timeout
+	}
+	if b.Count != nil {
+		count = *b.Count
+	}
+	if seconds <= 0 {
+		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("timeout %d: give the forks' lifetime in seconds (more than 0)", seconds))
+		return
+	}
+	ctx := r.Context()
+	x, err := s.status(ctx, id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var out struct {
+		Copies []struct {
+			Session string `json:"session"`
+		} `json:"copies"`
+	}
+	if err := s.call(ctx, "fork_session", map[string]any{"session": id, "count": count}, &out); err != nil {
+		writeError(w, err)
+		return
+	}
+	type result struct {
+		Sandbox *sandboxJSON `json:"sandbox,omitempty"`
+		Error   *errorBody   `json:"error,omitempty"`
+	}
+	res := []result{}
+	for _, c := range out.Copies {
+		if err := s.setLifetime(ctx, c.Session, seconds); err != nil {
+			res = append(res, result{Error: &errorBody{Code: statusOf(err), Message: messageOf(err)}})
+			continue
+		}
+		sb := s.sandbox(c.Session, x.template())
+		res = append(res, result{Sandbox: &sb})
+	}
+	writeJSON(w, http.StatusCreated, res)
+}

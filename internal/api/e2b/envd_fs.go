@@ -1,7 +1,927 @@
 package e2b
 
-import "net/http"
+import (
+	"compress/gzip"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem"
+	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem/filesystemconnect"
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/runcode"
+)
+
+// envd's filesystem: filesystem.Filesystem over Connect-RPC, GET and POST
+// /files, GET /health. Every operation is a capability call (stat_file,
+// make_dir, move_file, list_files, remove_file, watch_dir, read_file,
+// write_file) as the sandbox's caller, so it reaches only that session's
+// workspace, through internal/workspace.
+//
+// Paths: E2B's /home/user (the sandbox user's home and working
+// directory) is the session workspace; "/home/user/<rel>", "~/<rel>" and
+// relative paths name <rel> in it, and answers carry /home/user/<rel>
+// back. Any other absolute path is refused with a message saying so.
+
+// Home is where E2B's paths see the session workspace.
+const Home = "/home/user"
+
+// The transfer bounds of /files: bytes move to and from the workspace in
+// chunks of transferChunk (one read_file or write_file call each, under
+// their 8 MiB bound), a file of at most maxTransfer.
+const (
+	transferChunk = 4 << 20
+	maxTransfer   = 1 << 30
+)
+
+// Bounds of the polling watchers (CreateWatcher, the Python SDK's
+// watch_dir): per sandbox, and events kept between two polls.
+const (
+	maxWatchersPerSandbox = 16
+	maxWatcherEvents      = 10000
+	watcherLinger         = time.Minute // an ended watcher's events wait this long for a poll
+)
+
+// envdUsers are the envd users a request may name: E2B's default
+// sandbox user, or none. The session has one user; "root" and others are
+// refused rather than silently served as it.
+func userOK(u string) bool { return u == "" || u == "user" }
+
+func userError(u string) string {
+	return fmt.Sprintf("user %q: a Quro sandbox has one user, \"user\" (the session's own, which owns its files); Quro %%s does not run as %q", u, u)
+}
+
+// toWorkspace maps an E2B path to a workspace-relative one.
+func toWorkspace(p string) (string, error) {
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		p = Home + p[1:]
+	}
+	if !strings.HasPrefix(p, "/") {
+		if p == "" {
+			return ".", nil
+		}
+		return p, nil // relative: taken from the home, the workspace (which refuses ".." out)
+	}
+	c := path.Clean(p)
+	if c == Home {
+		return ".", nil
+	}
+	if rest, ok := strings.CutPrefix(c, Home+"/"); ok {
+		return rest, nil
+	}
+	return "", capability.Errorf(capability.InvalidArgument,
+		"%q is outside %s: Quro's file API reaches only the sandbox user's home directory %s (the session workspace, where commands and code run); "+
+			"give a path under it or relative to it (other directories, such as /tmp, are reached only by commands run in the sandbox)", p, Home, Home)
+}
+
+// fromWorkspace is the E2B path of a workspace-relative one.
+func fromWorkspace(rel string) string {
+	if rel == "" || rel == "." {
+		return Home
+	}
+	return Home + "/" + rel
+}
+
+// wsEntry is a workspace entry as the file capabilities answer it.
+type wsEntry struct {
+	Name        string    `json:"name"`
+	Path        string    `json:"path"`
+	Type        string    `json:"type"`
+	Size        int64     `json:"size"`
+	Mode        string    `json:"mode"`
+	ModTime     time.Time `json:"mtime"`
+	Target      string    `json:"target"`
+	Permissions string    `json:"permissions"`
+	Owner       string    `json:"owner"`
+	Group       string    `json:"group"`
+}
+
+func (e *wsEntry) info() *filesystem.EntryInfo {
+	perm, _ := strconv.ParseUint(e.Mode, 8, 32)
+	mode := fs.FileMode(perm)
+	out := &filesystem.EntryInfo{
+		Name: e.Name, Path: fromWorkspace(e.Path), Size: e.Size,
+		Permissions: e.Permissions, Owner: e.Owner, Group: e.Group,
+	}
+	switch e.Type {
+	case "file":
+		out.Type = filesystem.FileType_FILE_TYPE_FILE
+	case "dir":
+		out.Type = filesystem.FileType_FILE_TYPE_DIRECTORY
+		mode |= fs.ModeDir
+	case "symlink":
+		out.Type = filesystem.FileType_FILE_TYPE_SYMLINK
+		mode |= fs.ModeSymlink
+		t := e.Target
+		out.SymlinkTarget = &t
+	}
+	out.Mode = uint32(mode) // as envd: Go's os.FileMode bits
+	if !e.ModTime.IsZero() {
+		out.ModifiedTime = timestamppb.New(e.ModTime)
+	}
+	return out
+}
+
+// fileInfoOut is stat_file's, make_dir's and move_file's output.
+type fileInfoOut struct {
+	Entry   *wsEntry `json:"entry"`
+	Existed bool     `json:"existed"`
+}
+
+type fsService struct {
+	s        *Server
+	watchers *watchers
+}
 
 // envdFSRoutes serves envd's filesystem.Filesystem (Connect-RPC), GET and
 // POST /files and GET /health.
-func (s *Server) envdFSRoutes(m *http.ServeMux) {}
+func (s *Server) envdFSRoutes(m *http.ServeMux) {
+	f := &fsService{s: s, watchers: &watchers{byID: map[string]*pollWatcher{}}}
+	p, h := filesystemconnect.NewFilesystemHandler(f)
+	m.Handle(p, h)
+	m.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
+		drain(r)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	m.HandleFunc("/files", func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+			f.download(w, r)
+		case http.MethodPost:
+			f.upload(w, r)
+		default:
+			drain(r)
+			s.unsupported(w, r.Method+" /files of envd (GET downloads, POST uploads)")
+		}
+	})
+}
+
+// rpcUser refuses an envd user other than the sandbox's own.
+func (f *fsService) rpcUser(h http.Header) error {
+	r := http.Request{Header: h}
+	if u := user(&r); !userOK(u) {
+		return rpcErrorf(connect.CodePermissionDenied, fmt.Sprintf(userError(u), f.s.version()))
+	}
+	return nil
+}
+
+func (f *fsService) rpcPath(h http.Header, p string) (string, error) {
+	if err := f.rpcUser(h); err != nil {
+		return "", err
+	}
+	rel, err := toWorkspace(p)
+	if err != nil {
+		return "", rpcError(err)
+	}
+	return rel, nil
+}
+
+func (f *fsService) entryCall(ctx context.Context, name string, in any) (*fileInfoOut, error) {
+	var out fileInfoOut
+	if err := f.s.call(ctx, name, in, &out); err != nil {
+		return nil, rpcError(err)
+	}
+	if out.Entry == nil {
+		return nil, rpcErrorf(connect.CodeInternal, name+" described nothing")
+	}
+	return &out, nil
+}
+
+type pathIn struct {
+	Session string `json:"session"`
+	Path    string `json:"path"`
+}
+
+func (f *fsService) Stat(ctx context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
+	rel, err := f.rpcPath(req.Header(), req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	out, err := f.entryCall(ctx, "stat_file", pathIn{sandboxOf(ctx), rel})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&filesystem.StatResponse{Entry: out.Entry.info()}), nil
+}
+
+func (f *fsService) MakeDir(ctx context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
+	rel, err := f.rpcPath(req.Header(), req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	out, err := f.entryCall(ctx, "make_dir", pathIn{sandboxOf(ctx), rel})
+	if err != nil {
+		return nil, err
+	}
+	if out.Existed {
+		// envd's answer, which the SDKs turn into makeDir() == false.
+		return nil, rpcErrorf(connect.CodeAlreadyExists, "directory "+fromWorkspace(out.Entry.Path)+" already exists")
+	}
+	return connect.NewResponse(&filesystem.MakeDirResponse{Entry: out.Entry.info()}), nil
+}
+
+func (f *fsService) Move(ctx context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
+	src, err := f.rpcPath(req.Header(), req.Msg.GetSource())
+	if err != nil {
+		return nil, err
+	}
+	dst, err := f.rpcPath(req.Header(), req.Msg.GetDestination())
+	if err != nil {
+		return nil, err
+	}
+	out, err := f.entryCall(ctx, "move_file", struct {
+		Session     string `json:"session"`
+		Source      string `json:"source"`
+		Destination string `json:"destination"`
+	}{sandboxOf(ctx), src, dst})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&filesystem.MoveResponse{Entry: out.Entry.info()}), nil
+}
+
+// maxListEntries is list_files' own bound: a listing with more is
+// refused rather than cut short.
+const maxListEntries = 10000
+
+func (f *fsService) ListDir(ctx context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
+	rel, err := f.rpcPath(req.Header(), req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	depth := int(min(req.Msg.GetDepth(), 1<<16))
+	if depth == 0 {
+		depth = 1
+	}
+	var out struct {
+		Entries   []*wsEntry `json:"entries"`
+		Truncated bool       `json:"truncated"`
+	}
+	if err := f.s.call(ctx, "list_files", struct {
+		Session    string `json:"session"`
+		Path       string `json:"path"`
+		Depth      int    `json:"depth"`
+		MaxEntries int    `json:"max_entries"`
+	}{sandboxOf(ctx), rel, depth, maxListEntries}, &out); err != nil {
+		return nil, rpcError(err)
+	}
+	if out.Truncated {
+		return nil, rpcErrorf(connect.CodeResourceExhausted, fmt.Sprintf(
+			"%s has more than %d entries down to depth %d, more than Quro %s lists at once: list a subdirectory, or with a smaller depth",
+			fromWorkspace(rel), maxListEntries, depth, f.s.version()))
+	}
+	res := &filesystem.ListDirResponse{Entries: make([]*filesystem.EntryInfo, 0, len(out.Entries))}
+	for _, e := range out.Entries {
+		res.Entries = append(res.Entries, e.info())
+	}
+	return connect.NewResponse(res), nil
+}
+
+func (f *fsService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
+	rel, err := f.rpcPath(req.Header(), req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	if err := f.s.call(ctx, "remove_file", pathIn{sandboxOf(ctx), rel}, nil); err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&filesystem.RemoveResponse{}), nil
+}
+
+// watchEvent is a workspace.Event as watch_dir reports it.
+type watchEvent struct {
+	Name  string   `json:"name"`
+	Type  string   `json:"type"`
+	Entry *wsEntry `json:"entry"`
+}
+
+var eventTypes = map[string]filesystem.EventType{
+	"create": filesystem.EventType_EVENT_TYPE_CREATE,
+	"write":  filesystem.EventType_EVENT_TYPE_WRITE,
+	"remove": filesystem.EventType_EVENT_TYPE_REMOVE,
+	"rename": filesystem.EventType_EVENT_TYPE_RENAME,
+	"chmod":  filesystem.EventType_EVENT_TYPE_CHMOD,
+}
+
+func (e *watchEvent) proto() *filesystem.FilesystemEvent {
+	ev := &filesystem.FilesystemEvent{Name: e.Name, Type: eventTypes[e.Type]}
+	if e.Entry != nil {
+		ev.Entry = e.Entry.info()
+	}
+	return ev
+}
+
+type watchIn struct {
+	Session      string `json:"session"`
+	Path         string `json:"path"`
+	Recursive    bool   `json:"recursive"`
+	IncludeEntry bool   `json:"include_entry"`
+}
+
+// watchOut is watch_dir's output, as far as it matters here.
+type watchOut struct {
+	Ended string `json:"ended"`
+}
+
+// watchRun is one watch_dir call in the background, its reports handed
+// over a bounded channel (an observer must not block: a consumer that
+// falls behind by more than the channel ends the watch, overflowed).
+type watchRun struct {
+	reports  chan report
+	done     chan error // the call's error, once
+	out      watchOut
+	overflow chan struct{} // closed when reports overflowed
+	once     sync.Once
+}
+
+type report struct {
+	ready bool
+	event *watchEvent
+}
+
+// startWatch starts watch_dir as ctx's caller; the watch ends with ctx.
+func (f *fsService) startWatch(ctx context.Context, in watchIn) *watchRun {
+	ctx, cancel := context.WithCancel(ctx)
+	wr := &watchRun{reports: make(chan report, 4096), done: make(chan error, 1), overflow: make(chan struct{})}
+	observe := func(stream string, p []byte) {
+		var r report
+		switch stream {
+		case "ready":
+			r.ready = true
+		case "event":
+			var e watchEvent
+			if json.Unmarshal(p, &e) != nil {
+				return
+			}
+			r.event = &e
+		default:
+			return
+		}
+		select {
+		case wr.reports <- r:
+		default:
+			wr.once.Do(func() { close(wr.overflow) })
+			cancel()
+		}
+	}
+	go func() {
+		defer cancel()
+		wr.done <- f.s.call(runcode.WithOutput(ctx, observe), "watch_dir", in, &wr.out)
+	}()
+	return wr
+}
+
+// endError is why a watch that ran ended by itself (nil: its caller went).
+func (wr *watchRun) endError(err error) error {
+	select {
+	case <-wr.overflow:
+		return rpcErrorf(connect.CodeResourceExhausted, "the watch ended: changes came faster than they were read and some would have been lost; watch a smaller directory")
+	default:
+	}
+	if err != nil {
+		return rpcError(err)
+	}
+	if wr.out.Ended != "" {
+		return rpcErrorf(connect.CodeNotFound, wr.out.Ended)
+	}
+	return nil
+}
+
+// keepaliveEvery is the interval of WatchDir's keepalive messages: the
+// SDK's Keepalive-Ping-Interval (seconds), else envd's default, 90 s.
+func keepaliveEvery(h http.Header) time.Duration {
+	if n, err := strconv.Atoi(h.Get("Keepalive-Ping-Interval")); err == nil && n > 0 {
+		return time.Duration(min(n, 3600)) * time.Second
+	}
+	return 90 * time.Second
+}
+
+func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
+	rel, err := f.rpcPath(req.Header(), req.Msg.GetPath())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wr := f.startWatch(ctx, watchIn{sandboxOf(ctx), rel, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry()})
+	tick := time.NewTicker(keepaliveEvery(req.Header()))
+	defer tick.Stop()
+	started := false
+	send := func(r report) error {
+		if r.ready {
+			started = true
+			return stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Start{Start: &filesystem.WatchDirResponse_StartEvent{}}}) //nolint:protogetter // building a message
+		}
+		tick.Reset(keepaliveEvery(req.Header()))
+		return stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: r.event.proto()}})
+	}
+	for {
+		select {
+		case r := <-wr.reports:
+			if err := send(r); err != nil {
+				cancel()
+				<-wr.done
+				return err
+			}
+		case err := <-wr.done:
+			for { // what was reported before the end goes out first
+				select {
+				case r := <-wr.reports:
+					if serr := send(r); serr != nil {
+						return serr
+					}
+					continue
+				default:
+				}
+				break
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !started && err == nil {
+				return rpcErrorf(connect.CodeInternal, "the watch ended before it started")
+			}
+			return wr.endError(err)
+		case <-tick.C:
+			if started {
+				if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Keepalive{Keepalive: &filesystem.WatchDirResponse_KeepAlive{}}}); err != nil {
+					cancel()
+					<-wr.done
+					return err
+				}
+			}
+		}
+	}
+}
+
+// watchers are the polling watchers of every sandbox (CreateWatcher):
+// a watch_dir call each, running until RemoveWatcher, its directory goes
+// (as when the sandbox is killed: its workspace is removed), or it
+// overflows.
+type watchers struct {
+	mu   sync.Mutex
+	byID map[string]*pollWatcher
+}
+
+type pollWatcher struct {
+	sandbox string
+	cancel  context.CancelFunc
+	mu      sync.Mutex
+	events  []*filesystem.FilesystemEvent
+	ended   error // why it ended, once it did
+	done    bool
+}
+
+func (f *fsService) CreateWatcher(ctx context.Context, req *connect.Request[filesystem.CreateWatcherRequest]) (*connect.Response[filesystem.CreateWatcherResponse], error) {
+	rel, err := f.rpcPath(req.Header(), req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	sb := sandboxOf(ctx)
+	var rnd [16]byte
+	_, _ = rand.Read(rnd[:])
+	id := hex.EncodeToString(rnd[:])
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	pw := &pollWatcher{sandbox: sb, cancel: cancel}
+	f.watchers.mu.Lock()
+	n := 0
+	for _, w := range f.watchers.byID {
+		if w.sandbox == sb {
+			n++
+		}
+	}
+	if n >= maxWatchersPerSandbox {
+		f.watchers.mu.Unlock()
+		cancel()
+		return nil, rpcErrorf(connect.CodeResourceExhausted, fmt.Sprintf(
+			"this sandbox has %d watchers, the most Quro %s keeps: remove one (RemoveWatcher, or stop() the watch handle) first", n, f.s.version()))
+	}
+	f.watchers.byID[id] = pw
+	f.watchers.mu.Unlock()
+
+	wr := f.startWatch(wctx, watchIn{sb, rel, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry()})
+	// Wait until the watch is in place (or failed): changes made after
+	// CreateWatcher returns are reported.
+	select {
+	case r := <-wr.reports:
+		if !r.ready {
+			pw.add(r.event)
+		}
+	case err := <-wr.done:
+		f.watchers.drop(id)
+		cancel()
+		if err == nil {
+			err = wr.endError(nil)
+		}
+		if err == nil {
+			err = rpcErrorf(connect.CodeInternal, "the watch ended before it started")
+		}
+		return nil, rpcError(err)
+	}
+	go func() {
+		for {
+			select {
+			case r := <-wr.reports:
+				if r.event != nil && !pw.add(r.event) {
+					cancel()
+				}
+			case err := <-wr.done:
+				for {
+					select {
+					case r := <-wr.reports:
+						if r.event != nil {
+							pw.add(r.event)
+						}
+						continue
+					default:
+					}
+					break
+				}
+				pw.mu.Lock()
+				pw.done = true
+				if pw.ended == nil {
+					pw.ended = wr.endError(err)
+				}
+				if pw.ended == nil {
+					pw.ended = rpcErrorf(connect.CodeNotFound, "the watcher was removed")
+				}
+				pw.mu.Unlock()
+				time.AfterFunc(watcherLinger, func() { f.watchers.drop(id) })
+				return
+			}
+		}
+	}()
+	return connect.NewResponse(&filesystem.CreateWatcherResponse{WatcherId: id}), nil
+}
+
+// add keeps e for the next poll; false when the watcher holds its most.
+func (pw *pollWatcher) add(e *watchEvent) bool {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	if len(pw.events) >= maxWatcherEvents {
+		if pw.ended == nil {
+			pw.ended = rpcErrorf(connect.CodeResourceExhausted, fmt.Sprintf(
+				"the watcher ended: %d events came without a poll and more would have been lost; poll more often (GetWatcherEvents)", maxWatcherEvents))
+		}
+		return false
+	}
+	pw.events = append(pw.events, e.proto())
+	return true
+}
+
+func (ws *watchers) drop(id string) {
+	ws.mu.Lock()
+	w := ws.byID[id]
+	delete(ws.byID, id)
+	ws.mu.Unlock()
+	if w != nil {
+		w.cancel()
+	}
+}
+
+// get is watcher id of the request's sandbox (another sandbox's is not
+// found).
+func (ws *watchers) get(ctx context.Context, id string) (*pollWatcher, error) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w := ws.byID[id]
+	if w == nil || w.sandbox != sandboxOf(ctx) {
+		return nil, rpcErrorf(connect.CodeNotFound, "watcher "+strconv.Quote(id)+" not found (removed, ended a minute ago, or never made in this sandbox)")
+	}
+	return w, nil
+}
+
+func (f *fsService) GetWatcherEvents(ctx context.Context, req *connect.Request[filesystem.GetWatcherEventsRequest]) (*connect.Response[filesystem.GetWatcherEventsResponse], error) {
+	if err := f.rpcUser(req.Header()); err != nil {
+		return nil, err
+	}
+	w, err := f.watchers.get(ctx, req.Msg.GetWatcherId())
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	events := w.events
+	w.events = nil
+	done, ended := w.done, w.ended
+	w.mu.Unlock()
+	if len(events) == 0 && done {
+		f.watchers.drop(req.Msg.GetWatcherId())
+		return nil, ended
+	}
+	return connect.NewResponse(&filesystem.GetWatcherEventsResponse{Events: events}), nil
+}
+
+func (f *fsService) RemoveWatcher(ctx context.Context, req *connect.Request[filesystem.RemoveWatcherRequest]) (*connect.Response[filesystem.RemoveWatcherResponse], error) {
+	if err := f.rpcUser(req.Header()); err != nil {
+		return nil, err
+	}
+	if _, err := f.watchers.get(ctx, req.Msg.GetWatcherId()); err != nil {
+		return nil, err
+	}
+	f.watchers.drop(req.Msg.GetWatcherId())
+	return connect.NewResponse(&filesystem.RemoveWatcherResponse{}), nil
+}
+
+// httpUser checks the envd user of a /files request: its username
+// parameter, else its Basic auth user.
+func (f *fsService) httpUser(w http.ResponseWriter, r *http.Request) bool {
+	u := r.URL.Query().Get("username")
+	if u == "" {
+		u = user(r)
+	}
+	if !userOK(u) {
+		drain(r)
+		writeJSONError(w, http.StatusUnauthorized, fmt.Sprintf(userError(u), f.s.version()))
+		return false
+	}
+	return true
+}
+
+// writeFileError answers a failed file call; a full disk is envd's 507
+// (the SDK's NotEnoughSpaceError).
+func writeFileError(w http.ResponseWriter, err error) {
+	if strings.Contains(messageOf(err), "no space left") {
+		writeJSONError(w, http.StatusInsufficientStorage, messageOf(err))
+		return
+	}
+	writeError(w, err)
+}
+
+type readOut struct {
+	Path     string `json:"path"`
+	Encoding string `json:"encoding"`
+	Content  string `json:"content"`
+	Size     int64  `json:"size"`
+	Length   int64  `json:"length"`
+	Complete bool   `json:"complete"`
+}
+
+func (c *readOut) bytes() ([]byte, error) {
+	if c.Encoding == "base64" {
+		return base64.StdEncoding.DecodeString(c.Content)
+	}
+	return []byte(c.Content), nil
+}
+
+func (f *fsService) readChunk(ctx context.Context, rel string, off int64) (*readOut, []byte, error) {
+	var c readOut
+	if err := f.s.call(ctx, "read_file", struct {
+		Session string `json:"session"`
+		Path    string `json:"path"`
+		Offset  int64  `json:"offset"`
+		Limit   int64  `json:"limit"`
+	}{sandboxOf(ctx), rel, off, transferChunk}, &c); err != nil {
+		return nil, nil, err
+	}
+	b, err := c.bytes()
+	if err != nil {
+		return nil, nil, capability.Errorf(capability.Internal, "read_file's content: %v", err)
+	}
+	return &c, b, nil
+}
+
+// download is GET /files: the file's bytes, read in chunks.
+func (f *fsService) download(w http.ResponseWriter, r *http.Request) {
+	if !f.httpUser(w, r) {
+		return
+	}
+	rel, err := toWorkspace(r.URL.Query().Get("path"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx := r.Context()
+	c, b, err := f.readChunk(ctx, rel, 0)
+	if err != nil {
+		writeFileError(w, err)
+		return
+	}
+	if c.Size > maxTransfer {
+		writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf(
+			"%s is %d bytes, over the %d bytes (1 GiB) Quro %s sends through /files: read it in parts (read_file with offset and limit) or process it with a command in the sandbox",
+			fromWorkspace(c.Path), c.Size, int64(maxTransfer), f.s.version()))
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(c.Path)}))
+	var out io.Writer = w
+	if acceptsGzip(r) {
+		h.Set("Content-Encoding", "gzip")
+		h.Add("Vary", "Accept-Encoding")
+		gz := gzip.NewWriter(w)
+		defer gz.Close()
+		out = gz
+	} else if c.Complete {
+		h.Set("Content-Length", strconv.Itoa(len(b)))
+	}
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return
+	}
+	off := int64(0)
+	for {
+		if _, err := out.Write(b); err != nil {
+			return // the client went away
+		}
+		off += int64(len(b))
+		if c.Complete || len(b) == 0 || off >= c.Size {
+			return
+		}
+		if off >= maxTransfer {
+			panic(http.ErrAbortHandler) // grew past the bound: a cut body, never a silently short file
+		}
+		p := c.Path
+		if c, b, err = f.readChunk(ctx, p, off); err != nil {
+			f.s.log.Warn("e2b: reading a file on", "path", p, "offset", off, "err", err)
+			panic(http.ErrAbortHandler) // the status is out: only a cut body says it failed
+		}
+	}
+}
+
+func acceptsGzip(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		enc, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if strings.EqualFold(strings.TrimSpace(enc), "gzip") && !strings.Contains(strings.ReplaceAll(params, " ", ""), "q=0") {
+			return true
+		}
+	}
+	return false
+}
+
+// writeInfo is one element of POST /files' answer.
+type writeInfo struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Path string `json:"path"`
+}
+
+// errTooBig: an upload over maxTransfer.
+var errTooBig = errors.New("too big")
+
+// store writes src to rel in chunks: the first replaces the file, the
+// next are appended. A file over one chunk is thus visible in parts while
+// it is written (one chunk is atomic).
+func (f *fsService) store(ctx context.Context, rel string, src io.Reader) (*writeInfo, error) {
+	buf := make([]byte, transferChunk)
+	var total int64
+	var path0 string
+	for first := true; ; first = false {
+		n, rerr := io.ReadFull(src, buf)
+		if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
+			return nil, capability.Errorf(capability.InvalidArgument, "reading the upload of %s: %v", fromWorkspace(rel), rerr)
+		}
+		if n == 0 && !first {
+			break
+		}
+		total += int64(n)
+		if total > maxTransfer {
+			return nil, errTooBig
+		}
+		var out struct {
+			Path string `json:"path"`
+		}
+		if err := f.s.call(ctx, "write_file", struct {
+			Session  string `json:"session"`
+			Path     string `json:"path"`
+			Content  string `json:"content"`
+			Encoding string `json:"encoding"`
+			Append   bool   `json:"append"`
+		}{sandboxOf(ctx), rel, base64.StdEncoding.EncodeToString(buf[:n]), "base64", !first}, &out); err != nil {
+			return nil, err
+		}
+		if first {
+			path0 = out.Path
+			rel = out.Path // a link written through: the rest goes where the first chunk went
+		}
+		if rerr != nil {
+			break
+		}
+	}
+	return &writeInfo{Name: path.Base(path0), Type: "file", Path: fromWorkspace(path0)}, nil
+}
+
+// upload is POST /files: multipart/form-data (a part named "file" per
+// file, its filename the target path) or a raw body with ?path=
+// (application/octet-stream, gzip with Content-Encoding: gzip).
+func (f *fsService) upload(w http.ResponseWriter, r *http.Request) {
+	defer drain(r)
+	if !f.httpUser(w, r) {
+		return
+	}
+	ctx := r.Context()
+	q := r.URL.Query().Get("path")
+	fail := func(err error) {
+		if errors.Is(err, errTooBig) {
+			writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf(
+				"the upload is over the %d bytes (1 GiB) Quro %s takes per file through /files: split it", int64(maxTransfer), f.s.version()))
+			return
+		}
+		writeFileError(w, err)
+	}
+	var body io.Reader = r.Body
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+	case "gzip":
+		gz, err := gzip.NewReader(r.Body)
+		if err != nil {
+			writeJSONError(w, http.StatusBadRequest, "the body is not gzip data (Content-Encoding: gzip): "+err.Error())
+			return
+		}
+		defer gz.Close()
+		body = gz
+	default:
+		writeJSONError(w, http.StatusUnsupportedMediaType, "Content-Encoding "+strconv.Quote(enc)+": Quro takes gzip or none")
+		return
+	}
+	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	results := []writeInfo{}
+	switch mt {
+	case "multipart/form-data":
+		if params["boundary"] == "" {
+			writeJSONError(w, http.StatusBadRequest, "multipart/form-data without a boundary")
+			return
+		}
+		mr := multipart.NewReader(body, params["boundary"])
+		for {
+			part, err := mr.NextPart()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				writeJSONError(w, http.StatusBadRequest, "reading the multipart body: "+err.Error())
+				return
+			}
+			if part.FormName() != "file" {
+				part.Close()
+				continue
+			}
+			// The filename is the target path: read it from the header,
+			// as part.FileName() keeps only its last element.
+			_, dp, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+			target := dp["filename"]
+			if target == "" {
+				target = q
+			}
+			if target == "" {
+				part.Close()
+				writeJSONError(w, http.StatusBadRequest, "a file part without a filename, and no path parameter: name the target path in the part's filename")
+				return
+			}
+			rel, err := toWorkspace(target)
+			if err != nil {
+				part.Close()
+				writeError(w, err)
+				return
+			}
+			info, err := f.store(ctx, rel, part)
+			part.Close()
+			if err != nil {
+				fail(err)
+				return
+			}
+			results = append(results, *info)
+		}
+		if len(results) == 0 {
+			writeJSONError(w, http.StatusBadRequest, `no file in the multipart body: send each file as a part named "file" whose filename is its path`)
+			return
+		}
+	case "application/octet-stream", "":
+		if q == "" {
+			writeJSONError(w, http.StatusBadRequest, "an application/octet-stream upload needs the target in the path parameter (?path=/home/user/…)")
+			return
+		}
+		rel, err := toWorkspace(q)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		info, err := f.store(ctx, rel, body)
+		if err != nil {
+			fail(err)
+			return
+		}
+		results = append(results, *info)
+	default:
+		writeJSONError(w, http.StatusUnsupportedMediaType, "Content-Type "+strconv.Quote(mt)+": upload as multipart/form-data (parts named \"file\") or application/octet-stream with ?path=")
+		return
+	}
+	writeJSON(w, http.StatusOK, results)
+}

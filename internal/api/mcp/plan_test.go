@@ -86,6 +86,8 @@ func cases() (setup []call, table map[string]toolCase) {
 		{"create_session", map[string]any{"name": "doomed"}},
 		{"set_session_env", map[string]any{"session": "s1", "env": map[string]any{"QURO_T": "1"}}},
 		{"terminal_exec", map[string]any{"session": "s1", "command": `printf 'exports.add = (a, b) => a + b;\n' > mod.js && printf 'console.log("hi from js")\n' > main.js`}},
+		{"write_file", map[string]any{"session": "s1", "path": "tomove.txt", "content": "m"}},
+		{"write_file", map[string]any{"session": "s1", "path": "toremove.txt", "content": "r"}},
 		{"read_screen", map[string]any{"session": "s1"}}, // starts the PTY that send_input types into
 		{"snapshot_session", map[string]any{"session": "s1", "name": "snap"}},
 		{"snapshot_session", map[string]any{"session": "s1", "name": "gone"}},
@@ -145,6 +147,7 @@ func cases() (setup []call, table map[string]toolCase) {
 		"send_input":          {map[string]any{"session": "s1", "data": "echo typed\n"}, text("interactive terminal")},
 		"set_default_session": {map[string]any{"session": "s1"}, field("default", "true")},
 		"set_session_env":     {map[string]any{"session": "s1", "env": map[string]any{"B": "2"}}, text("B=2")},
+		"set_session_timeout": {map[string]any{"session": "s1", "timeout_s": 3600}, text(" expires=")},
 		"terminal_exec":       {map[string]any{"session": "s1", "command": "echo $((6*7))"}, all(field("output", "42\n"), field("exit_code", "0"))},
 		"read_file":           {map[string]any{"session": "s1", "path": "main.js"}, text("hi from js")},
 		// s1 runs on the host userland: the call is refused before apt,
@@ -157,8 +160,27 @@ func cases() (setup []call, table map[string]toolCase) {
 		"list_snapshots":   {map[string]any{}, text("snapshot snap ")},
 		"delete_snapshot":  {map[string]any{"snapshot": "gone"}, text("deleted")},
 		"list_files":       {map[string]any{"session": "s1"}, text("mod.js")},
+		"stat_file":        {map[string]any{"session": "s1", "path": "main.js"}, text("main.js: file -rw-r--r--")},
+		"make_dir":         {map[string]any{"session": "s1", "path": "made/dir"}, text("made/dir: dir drwxr-xr-x")},
+		"move_file":        {map[string]any{"session": "s1", "source": "tomove.txt", "destination": "moved/m.txt"}, text("moved/m.txt: file")},
+		"remove_file":      {map[string]any{"session": "s1", "path": "toremove.txt"}, text("removed toremove.txt")},
+		"watch_dir":        {map[string]any{"session": "s1", "timeout_ms": 1}, text("change(s)")},
 		"create_project":   {map[string]any{"session": "s1", "template": "shell", "name": "proj"}, text("run.sh")},
 		"open_terminal":    {map[string]any{"session": "s1"}, field("open", "true")},
+		// Background processes: one that ends within the call; the
+		// others name a pid that runs nowhere.
+		"start_process":       {map[string]any{"session": "s1", "cmd": "sh", "args": []string{"-c", "echo $((6*7))"}}, all(field("exit_code", "0"), field("stdout", "42\n"))},
+		"connect_process":     {map[string]any{"session": "s1", "pid": 999999}, toolError("not_found")},
+		"list_processes":      {map[string]any{"session": "s1"}, text("process")},
+		"send_process_input":  {map[string]any{"session": "s1", "pid": 999999, "data": "x"}, toolError("not_found")},
+		"close_process_stdin": {map[string]any{"session": "s1", "pid": 999999}, toolError("not_found")},
+		"signal_process":      {map[string]any{"session": "s1", "pid": 999999, "signal": "SIGKILL"}, toolError("not_found")},
+		"resize_process":      {map[string]any{"session": "s1", "pid": 999999, "cols": 80, "rows": 24}, toolError("not_found")},
+		// Code contexts (the runs in them: internal/app, internal/api/e2b).
+		"create_code_context":  {map[string]any{"session": "s1", "language": "js"}, all(field("language", "javascript"), field("cwd", "/home/user"))},
+		"list_code_contexts":   {map[string]any{"session": "s1"}, all(text("python"), text("(default)"))},
+		"restart_code_context": {map[string]any{"session": "s1", "id": "no-such-context"}, toolError("not_found")},
+		"remove_code_context":  {map[string]any{"session": "s1", "id": "no-such-context"}, toolError("not_found")},
 		// Tokens: the plan's caller is the local admin (the operator).
 		"create_token": {map[string]any{"tenant": "plan", "scopes": []string{"read"}, "label": "plan"}, all(text("quro_"), field("tenant", "plan"))},
 		"list_tokens": {map[string]any{"tenant": "*"}, func(o *outcome) error {

@@ -99,6 +99,7 @@ type Engine struct {
 	preludeN int    // its line count
 	pool     *pool
 	cache    *transpileCache
+	ctxs     contexts // kept VMs of code contexts (contexts.go)
 }
 
 // New returns an Engine. It compiles the prelude once; a failure there is a
@@ -125,6 +126,7 @@ func New(opts *Options) *Engine {
 // (each makes its own VM); Close is for an Engine that is dropped.
 func (e *Engine) Close() error {
 	e.pool.close()
+	e.closeContexts()
 	return nil
 }
 

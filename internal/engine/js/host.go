@@ -121,6 +121,9 @@ func (r *run) host(args []any) (any, error) {
 		if env == nil {
 			env = map[string]string{}
 		}
+		if c := r.req.Context; c != nil {
+			maps.Copy(env, c.Env) // this run's own variables
+		}
 		return jsonText(env)
 	case "platform":
 		lang := "js"

@@ -302,6 +302,14 @@
   }
 
   return {
+    // reset makes a kept VM (a code context) ready for its next run.
+    reset() {
+      state.status = 'pending';
+      state.value = undefined;
+      state.error = undefined;
+      state.main = undefined;
+      timers.clear();
+    },
     // setMain defines require, module, exports, __filename and __dirname
     // for the main script.
     setMain(filename) {

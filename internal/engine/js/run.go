@@ -39,7 +39,13 @@ type run struct {
 	atoms      map[string]quickjs.Atom
 	compileErr *jsError // why the last __quro_compile failed
 	fetches    int
+
+	kept *jsContext         // the code context whose VM this run uses, or nil
+	exc  *runcode.Exception // rich mode: the code's uncaught error
 }
+
+// rich reports whether the run reports its value and error as results.
+func (r *run) rich() bool { return r.req.Context != nil && r.req.Context.Rich }
 
 // jsError is an error as user code sees it.
 type jsError struct {
@@ -66,6 +72,40 @@ func (r *run) arm() error {
 }
 
 func (r *run) main() (*runcode.Result, error) {
+	var count int
+	if cr := r.req.Context; cr != nil && cr.ID != "" {
+		c, err := r.eng.context(r.req.Session.ID, cr.ID)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.gone {
+			return nil, errors.New("js: the code context was removed while this run waited for it")
+		}
+		defer func() {
+			if p := recover(); p != nil {
+				// The VM may be in any state: the context starts afresh.
+				if c.prep != nil {
+					c.prep.close()
+					c.prep = nil
+				}
+				panic(p)
+			}
+		}()
+		c.count++
+		count = c.count
+		r.kept = c
+	}
+	res, err := r.main0()
+	if res != nil {
+		res.ExecutionCount = count
+		res.Exception = r.exc
+	}
+	return res, err
+}
+
+func (r *run) main0() (*runcode.Result, error) {
 	code, original := r.req.Code, r.req.Code
 	var sm *sourceMap
 	if r.ts || esmSyntax.MatchString(code) {
@@ -73,7 +113,11 @@ func (r *run) main() (*runcode.Result, error) {
 		if err != nil {
 			var te *transpileError
 			if errors.As(err, &te) {
-				fmt.Fprintln(r.req.Stderr, te.Error())
+				if r.rich() {
+					r.exc = &runcode.Exception{Name: "SyntaxError", Value: te.Error(), Traceback: te.Error()}
+				} else {
+					fmt.Fprintln(r.req.Stderr, te.Error())
+				}
 				return &runcode.Result{ExitCode: 1}, nil
 			}
 			return nil, err
@@ -83,11 +127,21 @@ func (r *run) main() (*runcode.Result, error) {
 	code = stripShebang(code)
 	r.src.add(mainName, original, code, sm, false)
 
-	if err := r.start(); err != nil {
-		return nil, err
+	if r.kept != nil {
+		if err := r.startKept(); err != nil {
+			return nil, err
+		}
+		defer func() { r.prep.run = nil }()
+		if _, err := r.callCtl("reset"); err != nil {
+			return r.failed(err)
+		}
+	} else {
+		if err := r.start(); err != nil {
+			return nil, err
+		}
+		// The VM serves this run only: it is closed after it, never reused.
+		defer r.eng.pool.done(r.prep)
 	}
-	// The VM serves this run only: it is closed after it, never reused.
-	defer r.eng.pool.done(r.prep)
 	stop := r.watch()
 	defer stop()
 
@@ -122,6 +176,26 @@ func (r *run) start() error {
 	}
 	r.vm, r.ctl, r.prep = p.vm, p.ctl, p
 	r.atoms = map[string]quickjs.Atom{}
+	r.src.addPrelude(preludeSource)
+	return nil
+}
+
+// startKept binds the VM of the run's code context (made on its first
+// run) to this run.
+func (r *run) startKept() error {
+	c := r.kept
+	if c.prep == nil {
+		p, err := r.eng.prepare()
+		if err != nil {
+			return err
+		}
+		p.taken.Store(true)
+		c.prep = p
+		c.atoms = map[string]quickjs.Atom{}
+	}
+	c.prep.run = r
+	r.vm, r.ctl, r.prep = c.prep.vm, c.prep.ctl, c.prep
+	r.atoms = c.atoms
 	r.src.addPrelude(preludeSource)
 	return nil
 }
@@ -219,6 +293,9 @@ func (r *run) finish() (*runcode.Result, error) {
 	}
 	switch out.Status {
 	case "fulfilled":
+		if out.Result != nil && r.rich() {
+			return &runcode.Result{Results: []runcode.RichResult{{Main: true, Data: map[string]any{"text/plain": *out.Result}}}}, nil
+		}
 		if out.Result != nil {
 			fmt.Fprintf(r.req.Stdout, "➡️ %s\n", *out.Result)
 		}
@@ -299,6 +376,17 @@ func interrupted(name, message string) bool {
 // stack in the user's files and lines, and the line it happened at.
 func (r *run) report(name, message, stack string, isNull bool) {
 	w := r.req.Stderr
+	if r.rich() {
+		var b strings.Builder
+		w = &b
+		defer func() {
+			n := name
+			if n == "" {
+				n = "Error"
+			}
+			r.exc = &runcode.Exception{Name: n, Value: message, Traceback: strings.TrimRight(b.String(), "\n")}
+		}()
+	}
 	limit := workspace.Human(r.eng.opts.MemoryLimit)
 	switch {
 	case isNull:

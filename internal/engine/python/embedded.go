@@ -735,3 +735,39 @@ func (e *Embedded) Claimed(id string) {
 		e.armIdle(s)
 	}
 }
+
+// DropContext implements runcode.ContextEngine: the worker forgets code
+// context id (a later run starts it afresh). It waits for a run in
+// progress. A session without a worker has no context state to drop.
+func (e *Embedded) DropContext(ctx context.Context, sessionID, id string) error {
+	s, err := e.slot(sessionID)
+	if err != nil {
+		return err
+	}
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.sem }()
+	w := s.w
+	if w == nil || !w.alive() {
+		return nil
+	}
+	if err := w.send(map[string]string{"op": "drop", "ctx": id}); err != nil {
+		return fmt.Errorf("the Python worker is gone: %w", err)
+	}
+	f, err := w.await(ctx)
+	switch {
+	case ctx.Err() != nil:
+		// The reply is still to come and would be read as a run's:
+		// the worker cannot be trusted to be in step any more.
+		w.kill()
+		return ctx.Err()
+	case err != nil:
+		return errors.New("the Python worker exited while dropping the context")
+	case f.Op != "dropped":
+		return fmt.Errorf("the Python worker did not drop the context (%s)", f.Error)
+	}
+	return nil
+}

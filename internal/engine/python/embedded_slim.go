@@ -39,6 +39,9 @@ func (e *Embedded) Reset(ctx context.Context, sessionID string) error { return n
 // Stop has nothing to stop.
 func (e *Embedded) Stop(sessionID string) {}
 
+// DropContext implements runcode.ContextEngine.
+func (e *Embedded) DropContext(ctx context.Context, sessionID, id string) error { return nil }
+
 // Close has nothing to close.
 func (e *Embedded) Close() error { return nil }
 

@@ -55,6 +55,10 @@ type frame struct {
 	Killed    []killedProc       `json:"killed,omitempty"`
 	Notes     []string           `json:"notes,omitempty"`
 	Error     string             `json:"error,omitempty"`
+	// Code-context runs (runcode.ContextRun).
+	Results []runcode.RichResult `json:"results,omitempty"`
+	Exc     *runcode.Exception   `json:"exc,omitempty"`
+	Count   int                  `json:"count,omitempty"`
 }
 
 type killedProc struct {
@@ -298,6 +302,13 @@ type runMsg struct {
 	ID    int    `json:"id"`
 	Token string `json:"token"`
 	Env   any    `json:"env,omitempty"` // a map[string]string, even empty, or nil: unchanged
+	// A code-context run (see quro_worker.py).
+	CX   bool              `json:"cx,omitempty"` // a context run: the reply has its count and results
+	Ctx  *string           `json:"ctx,omitempty"`
+	Cwd  string            `json:"cwd,omitempty"`
+	WS   string            `json:"ws,omitempty"`
+	Rich bool              `json:"rich,omitempty"`
+	Renv map[string]string `json:"renv,omitempty"`
 }
 
 func (w *worker) alive() bool {
@@ -376,8 +387,18 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 		interruptCause           error
 	)
 	over := make(chan struct{})
+	if c := req.Context; c != nil {
+		if c.ID != "" {
+			msg.Ctx = &c.ID
+			msg.Cwd = c.Dir
+			msg.WS = req.Session.Workspace()
+		}
+		msg.CX = true
+		msg.Rich = c.Rich
+		msg.Renv = c.Env
+	}
 	var sendErr error
-	if msg.Env == nil {
+	if msg.Env == nil && req.Context == nil {
 		sendErr = w.sendRun(msg.ID, token, req.Code)
 	} else {
 		sendErr = w.sendPayload(msg, []byte(req.Code))
@@ -451,6 +472,9 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 		res.ExitCode = reply.ExitCode
 		res.Artifacts = reply.Artifacts
 		res.Notes = append(res.Notes, reply.Notes...)
+		res.Results = reply.Results
+		res.Exception = reply.Exc
+		res.ExecutionCount = reply.Count
 		for _, k := range reply.Killed {
 			res.Notes = append(res.Notes, fmt.Sprintf("process %d (%s) was still running when the run ended; it was killed", k.Pid, k.Cmd))
 		}

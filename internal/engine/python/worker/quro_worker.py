@@ -14,11 +14,25 @@ Requests:
   {"op": "run", "id": N, "token": T, "env": {...}?} \n CODE-BYTES
   R<N> <T> \n CODE-BYTES                    a run that keeps the variables
                                              (the common case, without JSON)
+  A run's JSON may also carry, for a code context (E2B's code interpreter),
+  "cx": true (the reply then has the count and results) and:
+    "ctx": ID      run in context ID: a namespace, working directory and
+                   execution count of its own, made on first use ("cwd":
+                   its directory; "ws": the workspace, where /home/user/...
+                   goes when the box has no /home/user)
+    "rich": true   the last expression's value and display() calls become
+                   results (mime bundles), an exception a structured error
+                   (not a traceback on stderr)
+    "renv": {...}  variables set for this run only, restored after it
+  {"op": "drop", "ctx": ID}                 forget context ID
 Replies:
   {"op": "hello", "pid": PID, "version": "3.14.6"}
   {"op": "bound"}
   {"op": "done", "id": N, "status": "ok"|"error"|"interrupted"|"exit",
-   "exit_code": INT, "artifacts": [...], "killed": [...], "notes": [...]}
+   "exit_code": INT, "artifacts": [...], "killed": [...], "notes": [...],
+   "results": [{"main": BOOL, "data": {MIME: ...}}]?, "exc": {"name",
+   "value", "traceback"}?, "count": N?}      (the last three: context runs)
+  {"op": "dropped"}
 
 A timeout reaches the worker as SIGINT; the handler raises KeyboardInterrupt
 only while user code runs, so the worker's own bookkeeping is never cut.
@@ -83,6 +97,12 @@ _orig_stdin = None
 _orig_input = builtins.input
 _main = None
 _json_mod = None
+# Code contexts: id -> [module, cwd, execution count]; the default
+# namespace (_main) counts in _default_count.
+_ctxs = {}
+_default_count = 0
+_rich_mode = False  # the run in progress is a rich one
+_results = []       # its results (mime bundles)
 
 # Output (see the module's doc).
 _OUT_BUFFER = 64 << 10
@@ -154,7 +174,7 @@ def _recv():
 
 
 def _send(obj):
-    if obj.get("op") == "done" and not (obj["artifacts"] or obj["killed"] or obj["notes"]):
+    if obj.get("op") == "done" and not (obj["artifacts"] or obj["killed"] or obj["notes"] or "count" in obj):
         # The common reply, without the JSON encoder.
         body = b'{"op":"done","id":%d,"status":"%s","exit_code":%d}' % (
             obj["id"], obj["status"].encode(), obj["exit_code"])
@@ -590,8 +610,86 @@ def display(*objs):
     result, from their _repr_html_/_repr_svg_/_repr_png_/_repr_json_
     methods or as a matplotlib figure; anything else is printed as repr()."""
     for obj in objs:
-        if not _rich(obj):
+        if _rich_mode:
+            _results.append({"data": _bundle(obj)})
+        elif not _rich(obj):
             print(repr(obj))
+
+
+# Rich mode (code contexts): a value's mime bundle, as Jupyter builds it
+# from the _repr_*_ methods. Text forms stay text, binary ones are base64,
+# application/json a JSON value.
+_MIMES = (
+    ("_repr_html_", "text/html"),
+    ("_repr_markdown_", "text/markdown"),
+    ("_repr_svg_", "image/svg+xml"),
+    ("_repr_png_", "image/png"),
+    ("_repr_jpeg_", "image/jpeg"),
+    ("_repr_pdf_", "application/pdf"),
+    ("_repr_latex_", "text/latex"),
+    ("_repr_json_", "application/json"),
+    ("_repr_javascript_", "application/javascript"),
+)
+_BINARY = ("image/png", "image/jpeg", "application/pdf")
+
+
+def _mime_value(mime, data):
+    if isinstance(data, tuple):  # (data, metadata)
+        data = data[0]
+    if mime in _BINARY:
+        if isinstance(data, str):
+            return data.strip()
+        return binascii.b2a_base64(bytes(data), newline=False).decode()
+    if mime == "application/json":
+        if isinstance(data, (str, bytes)):
+            return _json().loads(data)
+        _json().dumps(data)  # refuses what is not JSON
+        return data
+    if isinstance(data, bytes):
+        return data.decode("utf-8", "replace")
+    return str(data)
+
+
+def _bundle(obj):
+    """obj's forms: text/plain (its repr) always, the others it has."""
+    try:
+        text = repr(obj)
+    except BaseException as e:
+        text = "<repr failed: %s>" % _safe_str(e)
+    b = {"text/plain": text}
+    if isinstance(obj, type):
+        return b
+    mb = getattr(obj, "_repr_mimebundle_", None)
+    if callable(mb):
+        try:
+            data = mb()
+            if isinstance(data, tuple):
+                data = data[0]
+            for mime, v in (data or {}).items():
+                b[mime] = _mime_value(mime, v)
+        except Exception:
+            pass
+    for meth, mime in _MIMES:
+        if mime in b:
+            continue
+        f = getattr(obj, meth, None)
+        if not callable(f):
+            continue
+        try:
+            data = f()
+            if data is not None:
+                b[mime] = _mime_value(mime, data)
+        except Exception:
+            pass
+    mod = type(obj).__module__ or ""
+    if mod.startswith("matplotlib") and hasattr(obj, "savefig") and "image/png" not in b:
+        try:
+            buf = io.BytesIO()
+            obj.savefig(buf, format="png", bbox_inches="tight")
+            b["image/png"] = binascii.b2a_base64(buf.getvalue(), newline=False).decode()
+        except Exception:
+            pass
+    return b
 
 
 def _show_figures():
@@ -600,7 +698,11 @@ def _show_figures():
         return
     try:
         for num in plt.get_fignums():
-            _rich(plt.figure(num))
+            fig = plt.figure(num)
+            if _rich_mode:
+                _results.append({"data": _bundle(fig)})
+            else:
+                _rich(fig)
         plt.close("all")
     except Exception:
         pass
@@ -642,6 +744,20 @@ def _user_traceback(exc):
         sys.stderr.flush()
     except BaseException:
         _write_all(2, ("%s: %s\n" % (type(exc).__name__, _safe_str(exc))).encode("utf-8", "replace"))
+
+
+def _exception(exc):
+    """exc as a structured error (rich mode), its traceback as Python
+    prints it without the worker's frames."""
+    try:
+        _strip_worker_frames(exc, set())
+        sys.last_exc = exc
+        sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, exc.__traceback__
+        import traceback
+        tb = "".join(traceback.format_exception(exc))
+    except BaseException:
+        tb = "%s: %s\n" % (type(exc).__name__, _safe_str(exc))
+    return {"name": type(exc).__name__, "value": _safe_str(exc), "traceback": tb}
 
 
 def _safe_str(exc):
@@ -699,13 +815,12 @@ def _compile(src, filename):
     return code, has_last
 
 
-def _execute(src, filename):
-    """Compiles and runs src in the session namespace; the value of a
-    trailing expression is shown: as an artifact when it has a rich form,
-    else through sys.displayhook, as in a REPL."""
+def _execute(src, filename, ns):
+    """Compiles and runs src in the namespace ns; the value of a trailing
+    expression is shown: as an artifact when it has a rich form, else
+    through sys.displayhook, as in a REPL (rich mode: as the main result)."""
     global _running, _interrupted
     code, has_last = _compile(src, filename)
-    ns = _main.__dict__
     if has_last:
         ns.pop(_LAST, None)
     _running = True
@@ -718,7 +833,10 @@ def _execute(src, filename):
     _running = False
     if has_last:
         value = ns.pop(_LAST, None)
-        if value is not None:
+        if value is not None and _rich_mode:
+            builtins._ = value
+            _results.append({"main": True, "data": _bundle(value)})
+        elif value is not None:
             # One representation, as Jupyter shows: a value with a rich
             # form becomes an artifact only; its text repr is printed only
             # when it has none. Either way it is _ afterwards.
@@ -846,24 +964,91 @@ def _describe(pid):
     return state, cmd[:200]
 
 
+def _enter_context(msg, notes):
+    """Switches to the run's context (namespace, cwd, env); returns what
+    _leave_context needs to switch back."""
+    global _default_count
+    cid = msg.get("ctx")
+    saved_env = {}
+    for k, v in (msg.get("renv") or {}).items():
+        saved_env[k] = os.environ.get(k)
+        os.environ[k] = v
+    if cid is None:
+        _default_count += 1
+        return None, _main.__dict__, _default_count, None, saved_env
+    c = _ctxs.get(cid)
+    if c is None:
+        m = type(sys)("__main__")
+        m.__dict__["__builtins__"] = builtins
+        c = _ctxs[cid] = [m, msg.get("cwd") or "", 0]
+    c[2] += 1
+    try:
+        prev = os.getcwd()
+    except OSError:
+        prev = None
+    if c[1]:
+        try:
+            os.chdir(c[1])
+        except OSError as e:
+            alt = None
+            ws = msg.get("ws")
+            if ws and (c[1] == "/home/user" or c[1].startswith("/home/user/")):
+                alt = ws + c[1][len("/home/user"):]
+            try:
+                if alt is None:
+                    raise e
+                os.chdir(alt)
+                c[1] = alt
+            except OSError:
+                notes.append("the context's directory %s is not usable (%s); the run stays in %s"
+                             % (c[1], e.strerror, prev))
+    sys.modules["__main__"] = c[0]
+    return c, c[0].__dict__, c[2], prev, saved_env
+
+
+def _leave_context(c, prev, saved_env):
+    if c is not None:
+        try:
+            c[1] = os.getcwd()
+        except OSError:
+            pass
+        sys.modules["__main__"] = _main
+        if prev is not None:
+            try:
+                os.chdir(prev)
+            except OSError:
+                pass
+    for k, v in saved_env.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 def _run(msg):
     global _counter, _running, _interrupted, _artifacts, _in_run, _pending
+    global _rich_mode, _results
     _counter += 1
     _interrupted = False
     _pending = False
     _in_run = True
     if "env" in msg:
         _set_env(msg["env"] or {})
+    contextual = bool(msg.get("cx"))
+    _rich_mode = bool(msg.get("rich"))
+    _results = []
+    exc_info = None
     src = msg.get("payload", b"")
     filename = "<run %d>" % _counter
     if src not in _code_cache:
         lines = _source_text(src).splitlines(True)
         linecache.cache[filename] = (len(src), None, lines, filename)
     status, exit_code, notes = "ok", 0, []
+    c, ns, count, prev, saved_env = _enter_context(msg, notes)
     _output_live(True)
     try:
         try:
-            _execute(src, filename)
+            _execute(src, filename, ns)
         finally:
             _running = False
         if _in_child:
@@ -887,15 +1072,23 @@ def _run(msg):
             _exit(130)
         status = "interrupted" if _interrupted else "error"
         exit_code = 130 if _interrupted else 1
-        _user_traceback(e)
+        if _rich_mode:
+            exc_info = _exception(e)
+        else:
+            _user_traceback(e)
     except BaseException as e:
         if _in_child:
             _exit(1)
         status, exit_code = "error", 1
-        _user_traceback(e)
+        if _rich_mode:
+            exc_info = _exception(e)
+        else:
+            _user_traceback(e)
     _running = False
     _in_run = False
     _show_figures()
+    _leave_context(c, prev, saved_env)
+    _rich_mode = False
     _flush_streams(notes)
     _output_live(False)
     killed = _end_children()
@@ -904,8 +1097,14 @@ def _run(msg):
         _write_all(_saved_out, token)
         _write_all(_saved_err, token)
     arts, _artifacts = _artifacts, []
-    return {"op": "done", "id": msg["id"], "status": status, "exit_code": exit_code,
-            "artifacts": arts, "killed": killed, "notes": notes}
+    rep = {"op": "done", "id": msg["id"], "status": status, "exit_code": exit_code,
+           "artifacts": arts, "killed": killed, "notes": notes}
+    if contextual:
+        rep["count"] = count
+        rep["results"], _results = _results, []
+        if exc_info is not None:
+            rep["exc"] = exc_info
+    return rep
 
 
 def main(preload=False, env_keys=(), flush_ms=20):
@@ -934,6 +1133,9 @@ def main(preload=False, env_keys=(), flush_ms=20):
         try:
             if op == "run":
                 rep = _run(msg)
+            elif op == "drop":
+                _ctxs.pop(msg.get("ctx"), None)
+                rep = {"op": "dropped"}
             elif op == "bind":
                 _bind(msg)
                 rep = {"op": "bound"}

@@ -1,0 +1,548 @@
+package e2b_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quro-dev/quro/internal/app"
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+)
+
+// The control plane over real HTTP: status codes, field names and the
+// semantics the SDKs rely on (sdk src/sandbox/sandboxApi.ts).
+
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (a answer) json(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(a.body, v); err != nil {
+		t.Fatalf("%d %s: %v", a.status, a.body, err)
+	}
+}
+
+// api calls the control plane with key (X-API-KEY) and a JSON body (nil:
+// none).
+func (e *env) api(t *testing.T, key, method, path string, body any) answer {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, e.URL+"/e2b"+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-API-KEY", key)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return answer{resp.StatusCode, resp.Header, b}
+}
+
+// want checks the status and, for an error, E2B's {code, message} with
+// message containing sub.
+func (a answer) want(t *testing.T, status int, sub string) {
+	t.Helper()
+	if a.status != status {
+		t.Fatalf("status %d, want %d: %s", a.status, status, a.body)
+	}
+	if status >= 400 {
+		var eb struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}
+		a.json(t, &eb)
+		if eb.Code != status || !strings.Contains(eb.Message, sub) {
+			t.Fatalf("error %+v, want code %d and %q", eb, status, sub)
+		}
+		if status == http.StatusNotImplemented && !strings.Contains(eb.Message, "not supported by Quro test") {
+			t.Fatalf("unsupported without Quro's version: %+v", eb)
+		}
+	}
+}
+
+type sandboxAnswer struct {
+	SandboxID          string  `json:"sandboxID"`
+	TemplateID         string  `json:"templateID"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken"`
+	TrafficAccessToken string  `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+}
+
+type listed struct {
+	SandboxID   string            `json:"sandboxID"`
+	TemplateID  string            `json:"templateID"`
+	ClientID    string            `json:"clientID"`
+	Metadata    map[string]string `json:"metadata"`
+	StartedAt   time.Time         `json:"startedAt"`
+	EndAt       time.Time         `json:"endAt"`
+	State       string            `json:"state"`
+	CPUCount    int               `json:"cpuCount"`
+	MemoryMB    *int              `json:"memoryMB"`
+	DiskSizeMB  *int              `json:"diskSizeMB"`
+	EnvdVersion string            `json:"envdVersion"`
+}
+
+type detail struct {
+	listed
+	EnvdAccessToken string `json:"envdAccessToken"`
+	Lifecycle       struct {
+		OnTimeout  string `json:"onTimeout"`
+		AutoResume bool   `json:"autoResume"`
+	} `json:"lifecycle"`
+}
+
+var semver = regexp.MustCompile(`^\d+\.\d+\.\d+$`)
+
+func (e *env) create(t *testing.T, body map[string]any) sandboxAnswer {
+	t.Helper()
+	a := e.api(t, e.Key, "POST", "/v2/sandboxes", body)
+	a.want(t, http.StatusCreated, "")
+	var sb sandboxAnswer
+	a.json(t, &sb)
+	return sb
+}
+
+func (e *env) info(t *testing.T, id string) detail {
+	t.Helper()
+	a := e.api(t, e.Key, "GET", "/sandboxes/"+id, nil)
+	a.want(t, http.StatusOK, "")
+	var d detail
+	a.json(t, &d)
+	return d
+}
+
+// otherKey is an API key of another tenant, with every scope the first has.
+func (e *env) otherKey(t *testing.T) string {
+	t.Helper()
+	tok, err := e.App.CreateToken(context.Background(), "cli", "t2", []string{"read", "exec"}, "intruder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.E2BKey
+}
+
+func TestControlCreateInfoKill(t *testing.T) {
+	e := newEnv(t, nil)
+	before := time.Now()
+	sb := e.create(t, map[string]any{"templateID": "base", "timeout": 600,
+		"metadata": map[string]string{"user": "ada"}, "envVars": map[string]string{"GREETING": "hi"}})
+	if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(sb.SandboxID) || !semver.MatchString(sb.EnvdVersion) ||
+		sb.EnvdAccessToken != e.Server.AccessToken(sb.SandboxID) || sb.TrafficAccessToken != sb.EnvdAccessToken ||
+		sb.ClientID == "" || sb.TemplateID != "base" || sb.Domain != nil {
+		t.Fatalf("create: %+v", sb)
+	}
+	d := e.info(t, sb.SandboxID)
+	if d.SandboxID != sb.SandboxID || d.State != "running" || d.Metadata["user"] != "ada" || d.TemplateID != "base" ||
+		d.EnvdAccessToken != sb.EnvdAccessToken || d.Lifecycle.OnTimeout != "kill" || !semver.MatchString(d.EnvdVersion) ||
+		d.CPUCount < 1 || d.MemoryMB == nil || d.DiskSizeMB == nil {
+		t.Fatalf("info: %+v", d)
+	}
+	if d.StartedAt.Before(before.Add(-time.Second)) || d.EndAt.Before(before.Add(590*time.Second)) || d.EndAt.After(time.Now().Add(601*time.Second)) {
+		t.Fatalf("startedAt %v endAt %v (created at %v with 600 s)", d.StartedAt, d.EndAt, before)
+	}
+	// The session has the sandbox's variables.
+	reply, err := e.App.Controller.Call(context.Background(), controller.Caller{Path: "test", Tenant: e.Tenant, Scope: capability.ScopeRead},
+		"get_session_env", json.RawMessage(`{"session":"`+sb.SandboxID+`"}`))
+	if err != nil || reply.Output.(*app.EnvOutput).Env["GREETING"] != "hi" {
+		t.Fatalf("env: %+v %v", reply, err)
+	}
+	// v1 create (SDK ≤ 2.45) answers the same shape.
+	v1 := e.api(t, e.Key, "POST", "/sandboxes", map[string]any{"templateID": "code-interpreter-v1", "timeout": 60, "secure": true})
+	v1.want(t, http.StatusCreated, "")
+	var sb1 sandboxAnswer
+	v1.json(t, &sb1)
+	if sb1.EnvdAccessToken != e.Server.AccessToken(sb1.SandboxID) || !semver.MatchString(sb1.EnvdVersion) {
+		t.Fatalf("v1 create: %+v", sb1)
+	}
+
+	// Kill: 204, then 404 as E2B's JSON (the SDK's kill returns false).
+	e.api(t, e.Key, "DELETE", "/sandboxes/"+sb.SandboxID, nil).want(t, http.StatusNoContent, "")
+	e.api(t, e.Key, "DELETE", "/sandboxes/"+sb.SandboxID, nil).want(t, http.StatusNotFound, "not found")
+	e.api(t, e.Key, "GET", "/sandboxes/"+sb.SandboxID, nil).want(t, http.StatusNotFound, "not found")
+	// An id is an id: a session's name, even the default one's, names no
+	// sandbox (the tenant has a default session now).
+	if _, err := e.App.Controller.Call(context.Background(), controller.Caller{Path: "test", Tenant: e.Tenant, Scope: capability.ScopeRead},
+		"get_session_status", json.RawMessage(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	e.api(t, e.Key, "GET", "/sandboxes/default", nil).want(t, http.StatusNotFound, "32 hex digits")
+	e.api(t, e.Key, "DELETE", "/sandboxes/default", nil).want(t, http.StatusNotFound, "32 hex digits")
+}
+
+func TestControlCreateRefusals(t *testing.T) {
+	e := newEnv(t, nil)
+	count := func() int {
+		a := e.api(t, e.Key, "GET", "/v2/sandboxes", nil)
+		a.want(t, http.StatusOK, "")
+		var l []listed
+		a.json(t, &l)
+		return len(l)
+	}
+	n := count()
+	many := map[string]string{}
+	for i := range 65 {
+		many[fmt.Sprint("k", i)] = "v"
+	}
+	for _, tc := range []struct {
+		body   map[string]any
+		status int
+		sub    string
+	}{
+		{map[string]any{"templateID": "no-such-template"}, 400, `template "no-such-template"`},
+		{map[string]any{}, 400, "templateID is required"},
+		{map[string]any{"templateID": "base", "metadata": many}, 400, "at most 64"},
+		{map[string]any{"templateID": "base", "envVars": map[string]string{"LD_PRELOAD": "/tmp/x.so"}}, 400, "LD_PRELOAD"},
+		{map[string]any{"templateID": "base", "timeout": 0}, 400, "timeout"},
+		{map[string]any{"templateID": "base", "network": map[string]any{"denyOut": []string{"10.0.0.0/8"}}}, 501, "network allow/deny rules"},
+		{map[string]any{"templateID": "base", "volumeMounts": []any{map[string]string{"name": "v", "path": "/data"}}}, 501, "volumes"},
+	} {
+		e.api(t, e.Key, "POST", "/v2/sandboxes", tc.body).want(t, tc.status, tc.sub)
+	}
+	a := e.api(t, e.Key, "POST", "/v2/sandboxes", nil)
+	a.want(t, 400, "templateID")
+	req, _ := http.NewRequest("POST", e.URL+"/e2b/v2/sandboxes", strings.NewReader("{not json"))
+	req.Header.Set("X-API-KEY", e.Key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Fatalf("bad JSON: %d", resp.StatusCode)
+	}
+	if got := count(); got != n {
+		t.Fatalf("refused creates made sandboxes: %d → %d", n, got)
+	}
+}
+
+// sdkMetadata is the metadata query parameter as the JS SDK builds it:
+// URLSearchParams of encodeURIComponent'd keys and values.
+func sdkMetadata(md map[string]string) string {
+	v := url.Values{}
+	for k, val := range md {
+		v.Set(url.PathEscape(k), url.PathEscape(val))
+	}
+	return url.QueryEscape(v.Encode())
+}
+
+func TestControlListFiltersAndPages(t *testing.T) {
+	e := newEnv(t, nil)
+	var group []string
+	for i := range 3 {
+		group = append(group, e.create(t, map[string]any{"templateID": "base", "timeout": 600,
+			"metadata": map[string]string{"group": "a b=c", "n": fmt.Sprint(i)}}).SandboxID)
+	}
+	other := e.create(t, map[string]any{"templateID": "base", "timeout": 600, "metadata": map[string]string{"group": "z"}}).SandboxID
+
+	list := func(q string) ([]listed, answer) {
+		a := e.api(t, e.Key, "GET", "/v2/sandboxes"+q, nil)
+		a.want(t, http.StatusOK, "")
+		var l []listed
+		a.json(t, &l)
+		return l, a
+	}
+	l, a := list("?metadata=" + sdkMetadata(map[string]string{"group": "a b=c"}))
+	if len(l) != 3 || a.header.Get("X-Next-Token") != "" {
+		t.Fatalf("metadata filter: %+v (next %q)", l, a.header.Get("X-Next-Token"))
+	}
+	for _, x := range l {
+		if x.Metadata["group"] != "a b=c" || x.State != "running" || x.ClientID == "" || x.EnvdVersion == "" || x.StartedAt.IsZero() {
+			t.Fatalf("listed: %+v", x)
+		}
+	}
+	if l, _ := list("?metadata=" + sdkMetadata(map[string]string{"group": "a b=c", "n": "1"})); len(l) != 1 || l[0].SandboxID != group[1] {
+		t.Fatalf("two pairs: %+v", l)
+	}
+	if l, _ := list("?state=paused"); len(l) != 0 {
+		t.Fatalf("paused: %+v", l)
+	}
+	if l, _ := list("?state=running,paused&metadata=" + sdkMetadata(map[string]string{"group": "z"})); len(l) != 1 || l[0].SandboxID != other {
+		t.Fatalf("state and metadata: %+v", l)
+	}
+	e.api(t, e.Key, "GET", "/v2/sandboxes?state=sleeping", nil).want(t, 400, "running or paused")
+	e.api(t, e.Key, "GET", "/v2/sandboxes?limit=0", nil).want(t, 400, "limit")
+	e.api(t, e.Key, "GET", "/v2/sandboxes?nextToken=garbage", nil).want(t, 400, "nextToken")
+
+	// Pages of 2, oldest first: every sandbox once, X-Next-Token until the last page.
+	seen := map[string]bool{}
+	next, pages := "", 0
+	for {
+		q := "?order=asc&limit=2"
+		if next != "" {
+			q += "&nextToken=" + url.QueryEscape(next)
+		}
+		l, a := list(q)
+		pages++
+		for _, x := range l {
+			if seen[x.SandboxID] {
+				t.Fatalf("%s on two pages", x.SandboxID)
+			}
+			seen[x.SandboxID] = true
+		}
+		if next = a.header.Get("X-Next-Token"); next == "" {
+			break
+		}
+		if len(l) != 2 || pages > 10 {
+			t.Fatalf("page %d: %d items, next %q", pages, len(l), next)
+		}
+	}
+	for _, id := range append(group, other) {
+		if !seen[id] {
+			t.Fatalf("%s on no page (%d pages)", id, pages)
+		}
+	}
+	// v1 lists the running sandboxes.
+	a = e.api(t, e.Key, "GET", "/sandboxes", nil)
+	a.want(t, 200, "")
+	var v1 []listed
+	a.json(t, &v1)
+	if len(v1) < 4 {
+		t.Fatalf("v1 list: %+v", v1)
+	}
+}
+
+// waitFor polls cond until it holds; the deadline is a guard against a
+// hang, not a measurement.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after 20 s", what)
+		}
+		time.Sleep(10 * time.Millisecond) // a poll interval, not a wait for something to settle
+	}
+}
+
+func TestControlTimeouts(t *testing.T) {
+	e := newEnv(t, nil)
+	// A sandbox whose timeout passes is killed: the API then answers 404.
+	short := e.create(t, map[string]any{"templateID": "base", "timeout": 1}).SandboxID
+	long := e.create(t, map[string]any{"templateID": "base", "timeout": 1}).SandboxID
+	// setTimeout extends (and may shorten) from now.
+	e.api(t, e.Key, "POST", "/sandboxes/"+long+"/timeout", map[string]any{"timeout": 3600}).want(t, http.StatusNoContent, "")
+	waitFor(t, "the timed-out sandbox killed", func() bool {
+		return e.api(t, e.Key, "GET", "/sandboxes/"+short, nil).status == http.StatusNotFound
+	})
+	d := e.info(t, long)
+	if d.EndAt.Before(time.Now().Add(3500 * time.Second)) {
+		t.Fatalf("endAt %v after setTimeout 3600", d.EndAt)
+	}
+	// connect and refreshes never shorten a lifetime.
+	a := e.api(t, e.Key, "POST", "/v2/sandboxes/"+long+"/connect", map[string]any{"timeout": 10})
+	a.want(t, http.StatusOK, "")
+	var sb sandboxAnswer
+	a.json(t, &sb)
+	if sb.SandboxID != long || sb.EnvdAccessToken != e.Server.AccessToken(long) || !semver.MatchString(sb.EnvdVersion) {
+		t.Fatalf("connect: %+v", sb)
+	}
+	e.api(t, e.Key, "POST", "/sandboxes/"+long+"/refreshes", map[string]any{"duration": 5}).want(t, http.StatusNoContent, "")
+	if d2 := e.info(t, long); !d2.EndAt.Equal(d.EndAt) {
+		t.Fatalf("connect/refresh shortened the lifetime: %v → %v", d.EndAt, d2.EndAt)
+	}
+	// ...but extend one that ends sooner.
+	e.api(t, e.Key, "POST", "/sandboxes/"+long+"/timeout", map[string]any{"timeout": 30}).want(t, http.StatusNoContent, "")
+	e.api(t, e.Key, "POST", "/sandboxes/"+long+"/connect", map[string]any{"timeout": 900}).want(t, http.StatusOK, "")
+	if d3 := e.info(t, long); d3.EndAt.Before(time.Now().Add(800 * time.Second)) {
+		t.Fatalf("connect did not extend: %v", d3.EndAt)
+	}
+	e.api(t, e.Key, "POST", "/sandboxes/"+long+"/timeout", map[string]any{"timeout": -1}).want(t, 400, "timeout_s")
+	e.api(t, e.Key, "POST", "/sandboxes/"+long+"/timeout", nil).want(t, 400, "timeout")
+	e.api(t, e.Key, "POST", "/sandboxes/"+short+"/timeout", map[string]any{"timeout": 60}).want(t, 404, "not found")
+}
+
+func TestControlPauseConnect(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t, map[string]any{"templateID": "base", "timeout": 600, "autoPause": true}).SandboxID
+	if d := e.info(t, id); d.Lifecycle.OnTimeout != "pause" {
+		t.Fatalf("lifecycle %+v", d.Lifecycle)
+	}
+	// A box with a shell in it, so there is something to freeze.
+	if _, err := e.App.Controller.Call(context.Background(), controller.Caller{Path: "test", Tenant: e.Tenant, Scope: capability.ScopeExec},
+		"terminal_exec", json.RawMessage(`{"session":"`+id+`","command":"X=kept"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if bx := e.App.Sandbox.Box(id); bx == nil || !bx.CanPause() {
+		t.Skip("this machine cannot freeze a box")
+	}
+	// The timeout with autoPause pauses it.
+	e.api(t, e.Key, "POST", "/sandboxes/"+id+"/timeout", map[string]any{"timeout": 1}).want(t, http.StatusNoContent, "")
+	waitFor(t, "the sandbox paused at its timeout", func() bool { return e.info(t, id).State == "paused" })
+	a := e.api(t, e.Key, "GET", "/v2/sandboxes?state=paused", nil)
+	var l []listed
+	a.json(t, &l)
+	if len(l) != 1 || l[0].SandboxID != id {
+		t.Fatalf("paused list: %+v", l)
+	}
+	// Already paused: 409 (the SDK's pause returns false).
+	e.api(t, e.Key, "POST", "/sandboxes/"+id+"/pause", nil).want(t, http.StatusConflict, "already paused")
+	// connect resumes it (201) with a new lifetime.
+	e.api(t, e.Key, "POST", "/v2/sandboxes/"+id+"/connect", map[string]any{"timeout": 300}).want(t, http.StatusCreated, "")
+	if d := e.info(t, id); d.State != "running" || d.EndAt.After(time.Now().Add(301*time.Second)) || d.EndAt.Before(time.Now().Add(200*time.Second)) {
+		t.Fatalf("after connect: %+v", d)
+	}
+	// pause: 204, and a paused sandbox has no lifetime (it waits to be resumed or killed).
+	e.api(t, e.Key, "POST", "/sandboxes/"+id+"/pause", nil).want(t, http.StatusNoContent, "")
+	if d := e.info(t, id); d.State != "paused" || d.EndAt.Year() != 9999 {
+		t.Fatalf("after pause: %+v", d)
+	}
+	// resume (deprecated): 201, then 409 when it is not paused.
+	e.api(t, e.Key, "POST", "/sandboxes/"+id+"/resume", map[string]any{"timeout": 60}).want(t, http.StatusCreated, "")
+	e.api(t, e.Key, "POST", "/sandboxes/"+id+"/resume", map[string]any{"timeout": 60}).want(t, http.StatusConflict, "not paused")
+	// The v1 connect of a running sandbox: 200.
+	e.api(t, e.Key, "POST", "/sandboxes/"+id+"/connect", map[string]any{"timeout": 60}).want(t, http.StatusOK, "")
+}
+
+func TestControlMetricsAndUnsupported(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t, map[string]any{"templateID": "base", "timeout": 600}).SandboxID
+	a := e.api(t, e.Key, "GET", "/sandboxes/"+id+"/metrics", nil)
+	a.want(t, 200, "")
+	var m []map[string]any
+	a.json(t, &m)
+	if len(m) != 1 {
+		t.Fatalf("metrics: %s", a.body)
+	}
+	for _, f := range []string{"timestamp", "timestampUnix", "cpuCount", "cpuUsedPct", "memUsed", "memTotal", "memCache", "diskUsed", "diskTotal"} {
+		if _, ok := m[0][f]; !ok {
+			t.Fatalf("metric lacks %s: %s", f, a.body)
+		}
+	}
+	a = e.api(t, e.Key, "GET", "/sandboxes/"+id+"/metrics?start=1&end=2", nil)
+	a.want(t, 200, "")
+	if strings.TrimSpace(string(a.body)) != "[]" {
+		t.Fatalf("metrics of 1970: %s", a.body)
+	}
+	a = e.api(t, e.Key, "GET", "/sandboxes/metrics?sandbox_ids="+id+",ffffffffffffffffffffffffffffffff", nil)
+	a.want(t, 200, "")
+	var many struct {
+		Sandboxes map[string]map[string]any `json:"sandboxes"`
+	}
+	a.json(t, &many)
+	if len(many.Sandboxes) != 1 || many.Sandboxes[id] == nil {
+		t.Fatalf("metrics of many: %s", a.body)
+	}
+	for _, c := range []struct{ method, path, sub string }{
+		{"GET", "/sandboxes/" + id + "/logs", "sandbox logs"},
+		{"GET", "/v2/sandboxes/" + id + "/logs", "sandbox logs"},
+		{"POST", "/sandboxes/" + id + "/snapshots", "snapshots"},
+		{"PUT", "/sandboxes/" + id + "/network", "network"},
+		{"POST", "/v3/templates", "templates"},
+		{"GET", "/volumes", "volumes"},
+		{"PUT", "/sandboxes", "PUT /sandboxes"}, // a method not served: 501, not a bare 405
+	} {
+		e.api(t, e.Key, c.method, c.path, nil).want(t, http.StatusNotImplemented, c.sub)
+	}
+}
+
+// Another tenant's key (in the E2B form) neither sees nor touches the
+// first tenant's sandboxes: every route answers 404, as for a sandbox that
+// does not exist, and changes nothing.
+func TestControlTenantsCannotReachEachOther(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t, map[string]any{"templateID": "base", "timeout": 600, "metadata": map[string]string{"owner": "t1"}}).SandboxID
+	before := e.info(t, id)
+	evil := e.otherKey(t)
+	if !regexp.MustCompile(`^e2b_[0-9a-f]+$`).MatchString(evil) {
+		t.Fatalf("E2B-form key %q", evil)
+	}
+	// The key works: it lists its own (none of t1's).
+	a := e.api(t, evil, "GET", "/v2/sandboxes?metadata="+sdkMetadata(map[string]string{"owner": "t1"}), nil)
+	a.want(t, 200, "")
+	var l []listed
+	a.json(t, &l)
+	if len(l) != 0 {
+		t.Fatalf("another tenant lists t1's sandbox: %s", a.body)
+	}
+	a = e.api(t, evil, "GET", "/sandboxes", nil)
+	if strings.Contains(string(a.body), id) {
+		t.Fatalf("v1 list shows t1's sandbox to t2: %s", a.body)
+	}
+	for _, c := range []struct {
+		method, path string
+		body         any
+	}{
+		{"GET", "/sandboxes/" + id, nil},
+		{"DELETE", "/sandboxes/" + id, nil},
+		{"POST", "/sandboxes/" + id + "/timeout", map[string]any{"timeout": 1}},
+		{"POST", "/sandboxes/" + id + "/refreshes", map[string]any{"duration": 3600}},
+		{"POST", "/v2/sandboxes/" + id + "/connect", map[string]any{"timeout": 1}},
+		{"POST", "/sandboxes/" + id + "/connect", map[string]any{"timeout": 1}},
+		{"POST", "/sandboxes/" + id + "/pause", nil},
+		{"POST", "/sandboxes/" + id + "/resume", map[string]any{"timeout": 1}},
+		{"GET", "/sandboxes/" + id + "/metrics", nil},
+		{"POST", "/sandboxes/" + id + "/fork", map[string]any{"count": 1}},
+	} {
+		a := e.api(t, evil, c.method, c.path, c.body)
+		a.want(t, http.StatusNotFound, "not found")
+		if strings.Contains(string(a.body), e.Server.AccessToken(id)) {
+			t.Fatalf("%s %s leaks the access token", c.method, c.path)
+		}
+	}
+	a = e.api(t, evil, "GET", "/sandboxes/metrics?sandbox_ids="+id, nil)
+	if strings.Contains(string(a.body), id) {
+		t.Fatalf("metrics of t1's sandbox for t2: %s", a.body)
+	}
+	after := e.info(t, id)
+	if !after.EndAt.Equal(before.EndAt) || after.State != before.State {
+		t.Fatalf("t2 changed t1's sandbox: %+v → %+v", before, after)
+	}
+	// A bad key: 401.
+	e.api(t, "e2b_"+strings.Repeat("0", 76), "GET", "/v2/sandboxes", nil).want(t, http.StatusUnauthorized, "")
+}
+
+// fork copies the workspace into new sandboxes, each with a lifetime.
+func TestControlFork(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t, map[string]any{"templateID": "base", "timeout": 600, "envVars": map[string]string{"FROM": "parent"}}).SandboxID
+	a := e.api(t, e.Key, "POST", "/sandboxes/"+id+"/fork", map[string]any{"count": 2, "timeout": 120})
+	a.want(t, http.StatusCreated, "")
+	var res []struct {
+		Sandbox *sandboxAnswer `json:"sandbox"`
+		Error   any            `json:"error"`
+	}
+	a.json(t, &res)
+	if len(res) != 2 {
+		t.Fatalf("fork: %s", a.body)
+	}
+	for _, r := range res {
+		if r.Sandbox == nil || r.Error != nil || r.Sandbox.SandboxID == id || r.Sandbox.EnvdAccessToken != e.Server.AccessToken(r.Sandbox.SandboxID) {
+			t.Fatalf("fork result: %s", a.body)
+		}
+		d := e.info(t, r.Sandbox.SandboxID)
+		if d.EndAt.After(time.Now().Add(121*time.Second)) || d.EndAt.Before(time.Now().Add(60*time.Second)) {
+			t.Fatalf("fork's endAt %v, want about 120 s from now", d.EndAt)
+		}
+	}
+	e.api(t, e.Key, "POST", "/sandboxes/"+id+"/fork", map[string]any{"count": 99}).want(t, 400, "")
+}

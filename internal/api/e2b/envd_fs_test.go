@@ -1,0 +1,472 @@
+package e2b_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/quro-dev/quro/internal/api/e2b"
+	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem"
+	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem/filesystemconnect"
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+)
+
+// fsClient is the SDK's filesystem client of sandbox id: Connect with the
+// JSON codec.
+func (e *env) fsClient(id string) filesystemconnect.FilesystemClient {
+	return filesystemconnect.NewFilesystemClient(e.sandboxClient(id, e2b.EnvdPort), e.URL, connect.WithProtoJSON())
+}
+
+// rpc is a request as the SDK sends it: with the envd user "user".
+func rpc[T any](msg *T) *connect.Request[T] {
+	r := connect.NewRequest(msg)
+	r.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("user:")))
+	return r
+}
+
+// shell runs a command in sandbox id's box through the controller, as
+// the session's tenant.
+func (e *env) shell(t *testing.T, id, code string) string {
+	t.Helper()
+	args, _ := json.Marshal(map[string]any{"session": id, "lang": "sh", "code": code})
+	reply, err := e.App.Controller.Call(context.Background(),
+		controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeExec}, "run_code", args)
+	if err != nil {
+		t.Fatalf("%q: %v", code, err)
+	}
+	b, _ := json.Marshal(reply.Output)
+	var out struct {
+		Stdout   string `json:"stdout"`
+		Stderr   string `json:"stderr"`
+		ExitCode int    `json:"exit_code"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil || out.ExitCode != 0 {
+		t.Fatalf("%q: %s (%v)", code, b, err)
+	}
+	return out.Stdout
+}
+
+func wantConnect(t *testing.T, err error, code connect.Code, msg string) {
+	t.Helper()
+	if connect.CodeOf(err) != code || !strings.Contains(err.Error(), msg) {
+		t.Fatalf("want %v with %q, got %v", code, msg, err)
+	}
+}
+
+func TestEnvdFilesystemRPC(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	c := e.fsClient(id)
+	ctx := context.Background()
+	e.shell(t, id, "mkdir -p a/b && printf hello > a/b/f.txt && ln -s /etc evil && ln -s b/f.txt a/rel")
+
+	st, err := c.Stat(ctx, rpc(&filesystem.StatRequest{Path: "/home/user/a/b/f.txt"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if en := st.Msg.GetEntry(); en.GetPath() != "/home/user/a/b/f.txt" || en.GetName() != "f.txt" || en.GetSize() != 5 ||
+		en.GetType() != filesystem.FileType_FILE_TYPE_FILE || en.GetPermissions() != "-rw-r--r--" || en.GetMode() != 0o644 || en.GetModifiedTime() == nil {
+		t.Fatalf("%v", en)
+	}
+	// Relative paths are taken from the home.
+	if st, err = c.Stat(ctx, rpc(&filesystem.StatRequest{Path: "a/rel"})); err != nil ||
+		st.Msg.GetEntry().GetType() != filesystem.FileType_FILE_TYPE_SYMLINK || st.Msg.GetEntry().GetSymlinkTarget() != "b/f.txt" {
+		t.Fatalf("%v %v", st, err)
+	}
+	_, err = c.Stat(ctx, rpc(&filesystem.StatRequest{Path: "/home/user/nope"}))
+	wantConnect(t, err, connect.CodeNotFound, "nope")
+
+	// MakeDir: new, then AlreadyExists (the SDK's false).
+	md, err := c.MakeDir(ctx, rpc(&filesystem.MakeDirRequest{Path: "/home/user/x/y"}))
+	if err != nil || md.Msg.GetEntry().GetType() != filesystem.FileType_FILE_TYPE_DIRECTORY || md.Msg.GetEntry().GetPath() != "/home/user/x/y" {
+		t.Fatalf("%v %v", md, err)
+	}
+	_, err = c.MakeDir(ctx, rpc(&filesystem.MakeDirRequest{Path: "/home/user/x/y"}))
+	wantConnect(t, err, connect.CodeAlreadyExists, "already exists")
+	if out := e.shell(t, id, "touch x/y/by-code && ls x/y"); out != "by-code\n" {
+		t.Fatalf("the session's code cannot write into a made directory: %q", out)
+	}
+
+	ls, err := c.ListDir(ctx, rpc(&filesystem.ListDirRequest{Path: "/home/user/a", Depth: 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, en := range ls.Msg.GetEntries() {
+		paths = append(paths, en.GetPath())
+	}
+	if strings.Join(paths, " ") != "/home/user/a/b /home/user/a/b/f.txt /home/user/a/rel" {
+		t.Fatalf("%v", paths)
+	}
+	if ls, err = c.ListDir(ctx, rpc(&filesystem.ListDirRequest{Path: "/home/user/a", Depth: 1})); err != nil || len(ls.Msg.GetEntries()) != 2 {
+		t.Fatalf("%v %v", ls, err)
+	}
+
+	mv, err := c.Move(ctx, rpc(&filesystem.MoveRequest{Source: "/home/user/a/b/f.txt", Destination: "/home/user/moved/g.txt"}))
+	if err != nil || mv.Msg.GetEntry().GetPath() != "/home/user/moved/g.txt" {
+		t.Fatalf("%v %v", mv, err)
+	}
+	if _, err := c.Remove(ctx, rpc(&filesystem.RemoveRequest{Path: "/home/user/a"})); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Remove(ctx, rpc(&filesystem.RemoveRequest{Path: "/home/user/a"}))
+	wantConnect(t, err, connect.CodeNotFound, "a")
+	if out := e.shell(t, id, "ls; cat moved/g.txt"); out != "evil\nmoved\nx\nhello" {
+		t.Fatalf("%q", out)
+	}
+
+	// Attacks: paths outside the home, through a link the box planted, a
+	// user other than the sandbox's.
+	for _, tc := range []struct {
+		call func() error
+		code connect.Code
+		msg  string
+	}{
+		{func() error { _, err := c.Stat(ctx, rpc(&filesystem.StatRequest{Path: "/etc/passwd"})); return err }, connect.CodeInvalidArgument, "only the sandbox user's home directory /home/user"},
+		{func() error {
+			_, err := c.Stat(ctx, rpc(&filesystem.StatRequest{Path: "/home/user/../../etc/passwd"}))
+			return err
+		}, connect.CodeInvalidArgument, "outside /home/user"},
+		{func() error {
+			_, err := c.Stat(ctx, rpc(&filesystem.StatRequest{Path: "../../etc/passwd"}))
+			return err
+		}, connect.CodePermissionDenied, "outside"},
+		{func() error {
+			_, err := c.Stat(ctx, rpc(&filesystem.StatRequest{Path: "/home/user/evil/passwd"}))
+			return err
+		}, connect.CodePermissionDenied, "symbolic link"},
+		{func() error {
+			_, err := c.ListDir(ctx, rpc(&filesystem.ListDirRequest{Path: "/home/user/evil", Depth: 1}))
+			return err
+		}, connect.CodePermissionDenied, "symbolic link"},
+		{func() error {
+			_, err := c.Remove(ctx, rpc(&filesystem.RemoveRequest{Path: "/home/user/evil/passwd"}))
+			return err
+		}, connect.CodePermissionDenied, "symbolic link"},
+		{func() error {
+			_, err := c.Move(ctx, rpc(&filesystem.MoveRequest{Source: "/home/user/evil/passwd", Destination: "/home/user/h"}))
+			return err
+		}, connect.CodePermissionDenied, "symbolic link"},
+		{func() error {
+			_, err := c.MakeDir(ctx, rpc(&filesystem.MakeDirRequest{Path: "/home/user/evil/quro-made"}))
+			return err
+		}, connect.CodePermissionDenied, "symbolic link"},
+		{func() error {
+			r := connect.NewRequest(&filesystem.StatRequest{Path: "moved"})
+			r.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("root:")))
+			_, err := c.Stat(ctx, r)
+			return err
+		}, connect.CodePermissionDenied, `user "root"`},
+	} {
+		wantConnect(t, tc.call(), tc.code, tc.msg)
+	}
+	// Remove of the link itself removes the link, not /etc.
+	if _, err := c.Remove(ctx, rpc(&filesystem.RemoveRequest{Path: "evil"})); err != nil {
+		t.Fatal(err)
+	}
+	if out := e.shell(t, id, "test -f /etc/passwd && echo still"); out != "still\n" {
+		t.Fatalf("%q", out)
+	}
+	// Another sandbox's token cannot reach this one.
+	other := e.newSession(t)
+	wrong := filesystemconnect.NewFilesystemClient(&http.Client{Transport: sandboxTransport{id: id, port: e2b.EnvdPort, token: e.Server.AccessToken(other)}},
+		e.URL, connect.WithProtoJSON())
+	_, err = wrong.Stat(ctx, rpc(&filesystem.StatRequest{Path: "moved"}))
+	wantConnect(t, err, connect.CodeUnauthenticated, "")
+}
+
+// upload posts body to /files of sandbox id.
+func (e *env) filesReq(t *testing.T, id, method, query, contentType string, body io.Reader, hdr map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, e.URL+"/files?"+query, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	// A plain transport: gzip answers arrive as sent.
+	tr := &http.Transport{DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: sandboxTransportOver{sandboxTransport{id: id, port: e2b.EnvdPort, token: e.Server.AccessToken(id)}, tr}}
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, b
+}
+
+type sandboxTransportOver struct {
+	s  sandboxTransport
+	rt http.RoundTripper
+}
+
+func (s sandboxTransportOver) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(e2b.HeaderSandboxID, s.s.id)
+	r.Header.Set(e2b.HeaderSandboxPort, "49983")
+	r.Header.Set("X-Access-Token", s.s.token)
+	return s.rt.RoundTrip(r)
+}
+
+func TestEnvdFilesUploadDownload(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	big := make([]byte, 9<<20+12345) // three chunks of /files' transfers
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+
+	// Multipart, two files (the SDK's writeFiles): the filenames are the paths.
+	var mp bytes.Buffer
+	mw := multipart.NewWriter(&mp)
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{"/home/user/bin/all.bin", all}, {"deep/er/big.bin", big}} {
+		pw, err := mw.CreateFormFile("file", f.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pw.Write(f.data)
+	}
+	mw.Close()
+	res, body := e.filesReq(t, id, "POST", "username=user", mw.FormDataContentType(), &mp, nil)
+	if res.StatusCode != 200 {
+		t.Fatalf("%d %s", res.StatusCode, body)
+	}
+	var infos []map[string]string
+	if err := json.Unmarshal(body, &infos); err != nil || len(infos) != 2 ||
+		infos[0]["path"] != "/home/user/bin/all.bin" || infos[0]["name"] != "all.bin" || infos[0]["type"] != "file" ||
+		infos[1]["path"] != "/home/user/deep/er/big.bin" {
+		t.Fatalf("%s (%v)", body, err)
+	}
+	// The box sees the bytes (and owns the files: it can append).
+	if out := e.shell(t, id, "sha256sum < bin/all.bin | cut -c1-16; wc -c < deep/er/big.bin; echo x >> deep/er/big.bin"); out != "40aff2e9d2d8922e\n"+strconv.Itoa(len(big))+"\n" {
+		t.Fatalf("%q", out)
+	}
+	e.shell(t, id, "truncate -s "+strconv.Itoa(len(big))+" deep/er/big.bin")
+
+	// Downloads, plain and gzip.
+	for _, tc := range []struct {
+		path string
+		want []byte
+	}{{"/home/user/bin/all.bin", all}, {"deep/er/big.bin", big}} {
+		res, got := e.filesReq(t, id, "GET", "path="+url.QueryEscape(tc.path)+"&username=user", "", nil, nil)
+		if res.StatusCode != 200 || res.Header.Get("Content-Type") != "application/octet-stream" || !bytes.Equal(got, tc.want) {
+			t.Fatalf("GET %s: %d %s, %d bytes", tc.path, res.StatusCode, res.Header.Get("Content-Type"), len(got))
+		}
+		res, got = e.filesReq(t, id, "GET", "path="+url.QueryEscape(tc.path), "", nil, map[string]string{"Accept-Encoding": "gzip"})
+		if res.StatusCode != 200 || res.Header.Get("Content-Encoding") != "gzip" {
+			t.Fatalf("GET gzip %s: %d %v", tc.path, res.StatusCode, res.Header)
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(got))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plain, err := io.ReadAll(zr); err != nil || !bytes.Equal(plain, tc.want) {
+			t.Fatalf("gunzipped %s: %d bytes, %v", tc.path, len(plain), err)
+		}
+	}
+
+	// Octet-stream, gzip-encoded, over an existing file.
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(all)
+	zw.Close()
+	res, body = e.filesReq(t, id, "POST", "path=/home/user/deep/er/big.bin", "application/octet-stream", &gz, map[string]string{"Content-Encoding": "gzip"})
+	if res.StatusCode != 200 || !strings.Contains(string(body), `"path":"/home/user/deep/er/big.bin"`) {
+		t.Fatalf("%d %s", res.StatusCode, body)
+	}
+	if _, got := e.filesReq(t, id, "GET", "path=deep/er/big.bin", "", nil, nil); !bytes.Equal(got, all) {
+		t.Fatalf("overwritten: %d bytes", len(got))
+	}
+	// Empty files.
+	if res, body = e.filesReq(t, id, "POST", "path=empty", "application/octet-stream", strings.NewReader(""), nil); res.StatusCode != 200 {
+		t.Fatalf("%d %s", res.StatusCode, body)
+	}
+	if res, body = e.filesReq(t, id, "GET", "path=empty", "", nil, nil); res.StatusCode != 200 || len(body) != 0 || res.Header.Get("Content-Length") != "0" {
+		t.Fatalf("%d %q %v", res.StatusCode, body, res.Header)
+	}
+
+	// Errors, as envd's JSON {code, message}.
+	e.shell(t, id, "ln -s /etc/passwd pw && ln -s /etc etc")
+	for _, tc := range []struct {
+		method, query, ct string
+		body              string
+		status            int
+		msg               string
+	}{
+		{"GET", "path=/home/user/nope", "", "", 404, "nope"},
+		{"GET", "path=/etc/passwd", "", "", 400, "only the sandbox user's home directory /home/user"},
+		{"GET", "path=pw", "", "", 403, "outside"},
+		{"GET", "path=etc/shadow", "", "", 403, "outside"},
+		{"GET", "path=empty&username=root", "", "", 401, `user "root"`},
+		{"POST", "path=etc/quro-planted", "application/octet-stream", "pwned", 403, "outside"},
+		{"POST", "path=pw", "application/octet-stream", "pwned", 403, "outside"},
+		{"POST", "path=/tmp/x", "application/octet-stream", "x", 400, "/home/user"},
+		{"POST", "", "application/octet-stream", "x", 400, "path parameter"},
+		{"POST", "path=x", "text/plain", "x", 415, "multipart/form-data"},
+		{"POST", "path=x", "multipart/form-data; boundary=zz", "--zz--\r\n", 400, `part named "file"`},
+		{"PUT", "path=x", "", "", 501, "PUT /files"},
+	} {
+		res, body := e.filesReq(t, id, tc.method, tc.query, tc.ct, strings.NewReader(tc.body), nil)
+		var eb struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}
+		if res.StatusCode != tc.status || json.Unmarshal(body, &eb) != nil || eb.Code != tc.status || !strings.Contains(eb.Message, tc.msg) {
+			t.Errorf("%s ?%s: %d %s, want %d with %q", tc.method, tc.query, res.StatusCode, body, tc.status, tc.msg)
+		}
+	}
+	if out := e.shell(t, id, "test -e /etc/quro-planted || echo none; head -c 5 /etc/passwd"); out != "none\nroot:" {
+		t.Fatalf("%q", out)
+	}
+	// /health is open and empty.
+	req, _ := http.NewRequest("GET", e.URL+"/health", nil)
+	req.Header.Set(e2b.HeaderSandboxID, id)
+	req.Header.Set(e2b.HeaderSandboxPort, "49983")
+	hres, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hres.Body.Close()
+	if hres.StatusCode != http.StatusNoContent {
+		t.Fatalf("/health: %d", hres.StatusCode)
+	}
+}
+
+// WatchDir streams start first, then the changes a process in the box
+// makes, until the client goes.
+func TestEnvdWatchDir(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	c := e.fsClient(id)
+	e.shell(t, id, "mkdir w")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := c.WatchDir(ctx, rpc(&filesystem.WatchDirRequest{Path: "/home/user/w", Recursive: true, IncludeEntry: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() || stream.Msg().GetStart() == nil {
+		t.Fatalf("first message %v (%v), want start", stream.Msg(), stream.Err())
+	}
+	e.shell(t, id, "mkdir w/sub && printf hi > w/sub/a.txt && ln -s /etc w/out")
+	seen := map[string]*filesystem.FilesystemEvent{}
+	for seen["EVENT_TYPE_CREATE out"] == nil {
+		if !stream.Receive() {
+			t.Fatalf("stream ended: %v", stream.Err())
+		}
+		if ev := stream.Msg().GetFilesystem(); ev != nil {
+			seen[ev.GetType().String()+" "+ev.GetName()] = ev
+		}
+	}
+	if ev := seen["EVENT_TYPE_CREATE sub/a.txt"]; ev == nil || ev.GetEntry().GetPath() != "/home/user/w/sub/a.txt" {
+		t.Fatalf("%v", seen)
+	}
+	if seen["EVENT_TYPE_CREATE sub"] == nil || seen["EVENT_TYPE_WRITE sub/a.txt"] == nil {
+		t.Fatalf("%v", seen)
+	}
+	cancel()
+	for stream.Receive() {
+	}
+	stream.Close()
+
+	// A watch on a link out, or outside the home, is refused before start.
+	for _, p := range []string{"/home/user/w/out", "/etc"} {
+		s, err := c.WatchDir(context.Background(), rpc(&filesystem.WatchDirRequest{Path: p}))
+		if err == nil {
+			if s.Receive() {
+				t.Fatalf("watch %s: %v", p, s.Msg())
+			}
+			err = s.Err()
+			s.Close()
+		}
+		if code := connect.CodeOf(err); code != connect.CodePermissionDenied && code != connect.CodeInvalidArgument {
+			t.Fatalf("watch %s: %v", p, err)
+		}
+	}
+}
+
+// The Python SDK's polling watcher: events kept between polls, per
+// sandbox, until removed.
+func TestEnvdPollingWatcher(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	c := e.fsClient(id)
+	ctx := context.Background()
+	cw, err := c.CreateWatcher(ctx, rpc(&filesystem.CreateWatcherRequest{Path: "/home/user"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wid := cw.Msg.GetWatcherId()
+	e.shell(t, id, "printf x > polled.txt")
+	var got []string
+	// The SDK polls; so does this test, until the change is there (the
+	// watcher reads the kernel's events on its own goroutine).
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(strings.Join(got, " "), "EVENT_TYPE_WRITE polled.txt"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("events %v", got)
+		}
+		ev, err := c.GetWatcherEvents(ctx, rpc(&filesystem.GetWatcherEventsRequest{WatcherId: wid}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range ev.Msg.GetEvents() {
+			got = append(got, x.GetType().String()+" "+x.GetName())
+		}
+		if len(ev.Msg.GetEvents()) == 0 {
+			time.Sleep(5 * time.Millisecond) // a poll interval, as the SDK's
+		}
+	}
+	// Another sandbox does not see it.
+	other := e.fsClient(e.newSession(t))
+	_, err = other.GetWatcherEvents(ctx, rpc(&filesystem.GetWatcherEventsRequest{WatcherId: wid}))
+	wantConnect(t, err, connect.CodeNotFound, "not found")
+	_, err = other.RemoveWatcher(ctx, rpc(&filesystem.RemoveWatcherRequest{WatcherId: wid}))
+	wantConnect(t, err, connect.CodeNotFound, "not found")
+	if _, err := c.RemoveWatcher(ctx, rpc(&filesystem.RemoveWatcherRequest{WatcherId: wid})); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.GetWatcherEvents(ctx, rpc(&filesystem.GetWatcherEventsRequest{WatcherId: wid}))
+	wantConnect(t, err, connect.CodeNotFound, "not found")
+	// Bounded per sandbox.
+	var last error
+	for range 17 {
+		_, last = c.CreateWatcher(ctx, rpc(&filesystem.CreateWatcherRequest{Path: "/home/user"}))
+	}
+	wantConnect(t, last, connect.CodeResourceExhausted, "16 watchers")
+	// Killing the sandbox ends its watchers (their hold on the workspace
+	// too: the destroy removes it).
+	args, _ := json.Marshal(map[string]any{"session": id})
+	if _, err := e.App.Controller.Call(ctx, controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeExec}, "destroy_session", args); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,4 @@
+package e2b
+
+// ExecuteKeepalive lets the tests see keepalives without waiting 5 s.
+var ExecuteKeepalive = &executeKeepalive

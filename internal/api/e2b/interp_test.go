@@ -1,0 +1,441 @@
+package e2b_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/quro-dev/quro/internal/api/e2b"
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+)
+
+// interp posts to the code interpreter of sandbox id.
+func (e *env) interp(t testing.TB, ctx context.Context, id, method, path string, body any) *http.Response {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, e.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := e.sandboxClient(id, e2b.InterpPort).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// lineReader reads /execute's NDJSON, checking each line as the SDK's
+// readLines + JSON.parse would.
+type lineReader struct {
+	t  testing.TB
+	sc *bufio.Scanner
+}
+
+func newLineReader(t testing.TB, resp *http.Response) *lineReader {
+	t.Helper()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("/execute: %s %s", resp.Status, b)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/x-ndjson" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	return &lineReader{t: t, sc: sc}
+}
+
+// next is the next line, nil at the end of the stream.
+func (l *lineReader) next() map[string]any {
+	l.t.Helper()
+	if !l.sc.Scan() {
+		return nil
+	}
+	raw := l.sc.Bytes()
+	if len(bytes.TrimSpace(raw)) == 0 {
+		l.t.Fatal("a blank line: the SDK's JSON.parse fails on it")
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		l.t.Fatalf("line %q: %v", raw, err)
+	}
+	return m
+}
+
+// nextData is the next line that is not a keepalive.
+func (l *lineReader) nextData() map[string]any {
+	l.t.Helper()
+	m := l.next()
+	for m != nil && m["type"] == "keepalive" {
+		m = l.next()
+	}
+	return m
+}
+
+// all reads the rest of the stream, keepalives left out.
+func (l *lineReader) all() []map[string]any {
+	var out []map[string]any
+	for m := l.next(); m != nil; m = l.next() {
+		if m["type"] != "keepalive" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (e *env) execute(t testing.TB, id string, body map[string]any) []map[string]any {
+	t.Helper()
+	resp := e.interp(t, context.Background(), id, "POST", "/execute", body)
+	defer resp.Body.Close()
+	return newLineReader(t, resp).all()
+}
+
+func ofType(lines []map[string]any, typ string) []map[string]any {
+	var out []map[string]any
+	for _, l := range lines {
+		if l["type"] == typ {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func stdoutOf(lines []map[string]any) string {
+	var b strings.Builder
+	for _, l := range ofType(lines, "stdout") {
+		b.WriteString(l["text"].(string))
+	}
+	return b.String()
+}
+
+func TestExecuteNDJSON(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	lines := e.execute(t, id, map[string]any{"code": "print('hi')\nx = 41\nx + 1"})
+	if len(lines) != 4 {
+		t.Fatalf("lines: %v", lines)
+	}
+	if l := lines[0]; l["type"] != "stdout" || l["text"] != "hi\n" {
+		t.Errorf("stdout line: %v", l)
+	} else if _, err := time.Parse(time.RFC3339Nano, l["timestamp"].(string)); err != nil {
+		t.Errorf("timestamp: %v", err)
+	}
+	if l := lines[1]; l["type"] != "result" || l["text"] != "42" || l["is_main_result"] != true || len(l["extra"].(map[string]any)) != 0 {
+		t.Errorf("result line: %v", l)
+	}
+	if l := lines[2]; l["type"] != "number_of_executions" || l["execution_count"] != 1.0 {
+		t.Errorf("count line: %v", l)
+	}
+	if l := lines[3]; l["type"] != "end_of_execution" {
+		t.Errorf("last line: %v", l)
+	}
+	// The default python context keeps its state; the count goes on; a
+	// string's quotes are stripped as E2B's server does.
+	lines = e.execute(t, id, map[string]any{"code": "str(x)", "language": "python"})
+	if r := ofType(lines, "result"); len(r) != 1 || r[0]["text"] != "41" {
+		t.Errorf("second run: %v", lines)
+	}
+	if c := ofType(lines, "number_of_executions"); len(c) != 1 || c[0]["execution_count"] != 2.0 {
+		t.Errorf("second run's count: %v", lines)
+	}
+	// The default context is not run_code's own namespace.
+	if out, err := e.App.Controller.Call(context.Background(), controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeExec}, "run_code", json.RawMessage(`{"session":"`+id+`","code":"print('x' in globals())"}`)); err != nil || !strings.Contains(out.Text, "False") {
+		t.Errorf("run_code's namespace sees the E2B context's x: %v %v", out, err)
+	}
+}
+
+func TestExecuteDisplayAndErrors(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	code := `class Img:
+    def _repr_png_(self): return b"\x89PNG\r\n"
+    def _repr_html_(self): return "<i>img</i>"
+class Pic:
+    def _repr_svg_(self): return "<svg/>"
+display(Img())
+display(Pic())
+None`
+	lines := e.execute(t, id, map[string]any{"code": code})
+	res := ofType(lines, "result")
+	if len(res) != 2 {
+		t.Fatalf("results: %v", lines)
+	}
+	if res[0]["png"] != base64.StdEncoding.EncodeToString([]byte("\x89PNG\r\n")) || res[0]["html"] != "<i>img</i>" || res[0]["is_main_result"] != false {
+		t.Errorf("png/html result: %v", res[0])
+	}
+	if res[1]["svg"] != "<svg/>" || res[1]["is_main_result"] != false || res[1]["text"] == nil {
+		t.Errorf("svg result: %v", res[1])
+	}
+	lines = e.execute(t, id, map[string]any{"code": "print('before')\ndef f():\n    return 1/0\nf()"})
+	errs := ofType(lines, "error")
+	if len(errs) != 1 {
+		t.Fatalf("error lines: %v", lines)
+	}
+	if errs[0]["name"] != "ZeroDivisionError" || errs[0]["value"] != "division by zero" ||
+		!strings.Contains(errs[0]["traceback"].(string), "return 1/0") {
+		t.Errorf("error: %v", errs[0])
+	}
+	if s := ofType(lines, "stderr"); len(s) != 0 {
+		t.Errorf("the traceback is also on stderr: %v", s)
+	}
+	if stdoutOf(lines) != "before\n" {
+		t.Errorf("stdout: %v", lines)
+	}
+}
+
+// A line printed before the code blocks reaches the client while the run
+// goes on, and keepalives come during the silence.
+func TestExecuteStreams(t *testing.T) {
+	old := *e2b.ExecuteKeepalive
+	*e2b.ExecuteKeepalive = 20 * time.Millisecond
+	t.Cleanup(func() { *e2b.ExecuteKeepalive = old })
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	s, err := e.App.Sessions.ByIDAnyTenant(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(s.Workspace(), "release")
+	if err := syscall.Mkfifo(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	resp := e.interp(t, context.Background(), id, "POST", "/execute", map[string]any{
+		"code": "print('ready')\nprint(open('release').read())"})
+	defer resp.Body.Close()
+	lr := newLineReader(t, resp)
+	l := lr.nextData() // keepalives come while the worker starts
+	if l == nil || l["type"] != "stdout" || l["text"] != "ready\n" {
+		t.Fatalf("first line: %v", l)
+	}
+	// The run is blocked on the FIFO: wait for a keepalive.
+	for l := lr.next(); ; l = lr.next() {
+		if l == nil {
+			t.Fatal("the stream ended while the run was blocked")
+		}
+		if l["type"] == "keepalive" {
+			break
+		}
+		t.Fatalf("while blocked: %v", l)
+	}
+	if err := os.WriteFile(fifo, []byte("go"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	rest := lr.all()
+	if stdoutOf(rest) != "go\n" || rest[len(rest)-1]["type"] != "end_of_execution" {
+		t.Errorf("after the release: %v", rest)
+	}
+}
+
+// A client that goes away interrupts its run (E2B's semantics); the
+// context keeps its state.
+func TestExecuteDisconnectInterrupts(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	c := e.createContext(t, id, map[string]any{"language": "python"})
+	e.execute(t, id, map[string]any{"code": "n = 0", "context_id": c})
+	ctx, cancel := context.WithCancel(context.Background())
+	resp := e.interp(t, ctx, id, "POST", "/execute", map[string]any{"context_id": c,
+		"code": "while True:\n    n += 1\n    if n == 1000:\n        print('looping', flush=True)"})
+	lr := newLineReader(t, resp)
+	if l := lr.nextData(); l == nil || l["text"] != "looping\n" {
+		t.Fatalf("first line: %v", l)
+	}
+	cancel()
+	resp.Body.Close()
+	// The next run in the context waits for the interrupted one to end.
+	a := ofType(e.execute(t, id, map[string]any{"code": "n", "context_id": c}), "result")
+	b := ofType(e.execute(t, id, map[string]any{"code": "n", "context_id": c}), "result")
+	if len(a) != 1 || len(b) != 1 || len(a[0]["text"].(string)) < 4 || a[0]["text"] != b[0]["text"] {
+		t.Errorf("the loop went on or the state was lost: %v then %v", a, b)
+	}
+}
+
+func (e *env) createContext(t testing.TB, id string, body map[string]any) string {
+	t.Helper()
+	resp := e.interp(t, context.Background(), id, "POST", "/contexts", body)
+	defer resp.Body.Close()
+	var c struct{ ID, Language, Cwd string }
+	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || resp.StatusCode != 200 || c.ID == "" {
+		t.Fatalf("POST /contexts: %s %+v %v", resp.Status, c, err)
+	}
+	return c.ID
+}
+
+func textOf(t testing.TB, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestContextsCRUD(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	bg := context.Background()
+	c := e.createContext(t, id, map[string]any{"language": "python", "cwd": "/home/user"})
+
+	resp := e.interp(t, bg, id, "GET", "/contexts", nil)
+	var list []struct{ ID, Language, Cwd string }
+	if err := json.Unmarshal([]byte(textOf(t, resp)), &list); err != nil {
+		t.Fatal(err)
+	}
+	langs := map[string]int{}
+	seen := false
+	for _, x := range list {
+		langs[x.Language]++
+		seen = seen || x.ID == c && x.Cwd == "/home/user"
+	}
+	if !seen || langs["python"] != 2 || langs["javascript"] != 1 {
+		t.Errorf("GET /contexts: %+v", list)
+	}
+
+	e.execute(t, id, map[string]any{"code": "v = 'kept'", "context_id": c})
+	if r := ofType(e.execute(t, id, map[string]any{"code": "v", "context_id": c}), "result"); len(r) != 1 || r[0]["text"] != "kept" {
+		t.Errorf("state in the context: %v", r)
+	}
+	// Isolated from the default context.
+	if errs := ofType(e.execute(t, id, map[string]any{"code": "v"}), "error"); len(errs) != 1 || errs[0]["name"] != "NameError" {
+		t.Errorf("the default context sees v: %v", errs)
+	}
+	// Restart: a fresh namespace under the same id.
+	if resp := e.interp(t, bg, id, "POST", "/contexts/"+c+"/restart", nil); resp.StatusCode != 200 {
+		t.Errorf("restart: %s %s", resp.Status, textOf(t, resp))
+	}
+	if errs := ofType(e.execute(t, id, map[string]any{"code": "v", "context_id": c}), "error"); len(errs) != 1 || errs[0]["name"] != "NameError" {
+		t.Errorf("after the restart: %v", errs)
+	}
+	// Both a context and a language: 400, as E2B's server.
+	if resp := e.interp(t, bg, id, "POST", "/execute", map[string]any{"code": "1", "context_id": c, "language": "python"}); resp.StatusCode != 400 ||
+		textOf(t, resp) != "Only one of context_id or language can be provided" {
+		t.Errorf("context and language: %s", resp.Status)
+	}
+	if resp := e.interp(t, bg, id, "POST", "/execute", map[string]any{"code": "1", "language": "r"}); resp.StatusCode != 400 ||
+		!strings.Contains(textOf(t, resp), `language "r" is not supported by Quro test`) {
+		t.Errorf("language r: %s", resp.Status)
+	}
+	// Removed: 404 with E2B's text.
+	if resp := e.interp(t, bg, id, "DELETE", "/contexts/"+c, nil); resp.StatusCode != 200 {
+		t.Errorf("delete: %s %s", resp.Status, textOf(t, resp))
+	}
+	resp = e.interp(t, bg, id, "POST", "/execute", map[string]any{"code": "1", "context_id": c})
+	if got := textOf(t, resp); resp.StatusCode != 404 || got != "Context "+c+" not found" {
+		t.Errorf("execute in a removed context: %s %q", resp.Status, got)
+	}
+	for _, p := range []string{"/contexts/" + c + "/restart"} {
+		if resp := e.interp(t, bg, id, "POST", p, nil); resp.StatusCode != 404 {
+			t.Errorf("POST %s: %s", p, resp.Status)
+		}
+	}
+	if resp := e.interp(t, bg, id, "DELETE", "/contexts/"+c, nil); resp.StatusCode != 404 {
+		t.Errorf("second delete: %s", resp.Status)
+	}
+}
+
+// A context id is its sandbox's: another sandbox (even of the same
+// tenant, with its own valid token) cannot run in it.
+func TestContextsAreTheSandboxes(t *testing.T) {
+	e := newEnv(t, nil)
+	a, b := e.newSession(t), e.newSession(t)
+	c := e.createContext(t, a, map[string]any{})
+	e.execute(t, a, map[string]any{"code": "secret = 1", "context_id": c})
+	resp := e.interp(t, context.Background(), b, "POST", "/execute", map[string]any{"code": "secret", "context_id": c})
+	if got := textOf(t, resp); resp.StatusCode != 404 {
+		t.Errorf("sandbox b ran in a's context: %s %q", resp.Status, got)
+	}
+	// And without the access token nothing runs.
+	req, _ := http.NewRequest("POST", e.URL+"/execute", strings.NewReader(`{"code":"1"}`))
+	req.Header.Set(e2b.HeaderSandboxID, a)
+	req.Header.Set(e2b.HeaderSandboxPort, "49999")
+	r2, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.StatusCode != 401 {
+		t.Errorf("without a token: %s", r2.Status)
+	}
+	r2.Body.Close()
+}
+
+func TestExecuteEnvVars(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	lines := e.execute(t, id, map[string]any{"code": "import os\nos.environ.get('E2B_T')", "env_vars": map[string]string{"E2B_T": "only now"}})
+	if r := ofType(lines, "result"); len(r) != 1 || r[0]["text"] != "only now" {
+		t.Errorf("during: %v", lines)
+	}
+	lines = e.execute(t, id, map[string]any{"code": "import os\nstr(os.environ.get('E2B_T'))"})
+	if r := ofType(lines, "result"); len(r) != 1 || r[0]["text"] != "None" {
+		t.Errorf("after: %v", lines)
+	}
+	// A variable the sandbox refuses is an error naming it; nothing runs.
+	lines = e.execute(t, id, map[string]any{"code": "print('ran')", "env_vars": map[string]string{"LD_PRELOAD": "/tmp/x.so"}})
+	if errs := ofType(lines, "error"); len(errs) != 1 || !strings.Contains(errs[0]["value"].(string), "LD_PRELOAD") || stdoutOf(lines) != "" {
+		t.Errorf("LD_PRELOAD: %v", lines)
+	}
+}
+
+func TestInterpHealth(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	req, _ := http.NewRequest("GET", e.URL+"/health", nil)
+	req.Header.Set(e2b.HeaderSandboxID, id)
+	req.Header.Set(e2b.HeaderSandboxPort, "49999")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := textOf(t, resp); resp.StatusCode != 200 || strings.TrimSpace(got) != `"OK"` {
+		t.Errorf("/health: %s %q", resp.Status, got)
+	}
+}
+
+// JavaScript keeps its state across runs of a context, TypeScript runs in
+// the same kind of VM, and bash runs in the session's resident shell.
+func TestExecuteJSAndBash(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	e.execute(t, id, map[string]any{"code": "let x = 41; function inc(v) { return v + 1 }", "language": "js"})
+	lines := e.execute(t, id, map[string]any{"code": "console.log('hi'); inc(x)", "language": "javascript"})
+	if r := ofType(lines, "result"); len(r) != 1 || r[0]["text"] != "42" || r[0]["is_main_result"] != true || stdoutOf(lines) != "hi\n" {
+		t.Errorf("js: %v", lines)
+	}
+	if c := ofType(lines, "number_of_executions"); len(c) != 1 || c[0]["execution_count"] != 2.0 {
+		t.Errorf("js count: %v", lines)
+	}
+	lines = e.execute(t, id, map[string]any{"code": "throw new RangeError('nope')", "language": "js"})
+	if errs := ofType(lines, "error"); len(errs) != 1 || errs[0]["name"] != "RangeError" || errs[0]["value"] != "nope" {
+		t.Errorf("js error: %v", lines)
+	}
+	c := e.createContext(t, id, map[string]any{"language": "ts"})
+	lines = e.execute(t, id, map[string]any{"code": "const s: string = 'typed'; s", "context_id": c})
+	if r := ofType(lines, "result"); len(r) != 1 || r[0]["text"] != "typed" {
+		t.Errorf("ts: %v", lines)
+	}
+	e.execute(t, id, map[string]any{"code": "export GREETING=hello", "language": "bash"})
+	lines = e.execute(t, id, map[string]any{"code": "echo $GREETING", "language": "bash"})
+	if stdoutOf(lines) != "hello\n" {
+		t.Errorf("bash: %v", lines)
+	}
+}

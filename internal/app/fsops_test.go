@@ -1,0 +1,141 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/workspace"
+)
+
+// make_dir, move_file and remove_file work on what the session's code
+// made, and what they make belongs to the session: its code writes into a
+// directory make_dir made. stat_file names owners as the box does.
+func TestFileOpsWithTheSessionsCode(t *testing.T) {
+	a := newApp(t, nil)
+	d := fileCall[*FileInfo](t, a, "make_dir", PathInput{Path: "made/deep"})
+	if d.Existed || d.Entry.Type != "dir" || d.Entry.Path != "made/deep" {
+		t.Fatalf("%+v", d.Entry)
+	}
+	if again := fileCall[*FileInfo](t, a, "make_dir", PathInput{Path: "made/deep"}); !again.Existed {
+		t.Fatalf("second make_dir: %+v", again)
+	}
+	runShell(t, a, "echo from-code > made/deep/f.txt && ln -s /etc/passwd made/link")
+	st := fileCall[*FileInfo](t, a, "stat_file", PathInput{Path: "made/deep/f.txt"})
+	if st.Entry.Size != 10 || st.Entry.Type != "file" || st.Entry.Permissions != "-rw-r--r--" {
+		t.Fatalf("%+v", st.Entry)
+	}
+	if os.Geteuid() == 0 && (st.Entry.Owner != "quro" || st.Entry.Group != "quro") {
+		t.Fatalf("owner %q:%q, want the box's name of the session's user, quro", st.Entry.Owner, st.Entry.Group)
+	}
+	if l := fileCall[*FileInfo](t, a, "stat_file", PathInput{Path: "made/link"}); l.Entry.Type != "symlink" || l.Entry.Target != "/etc/passwd" {
+		t.Fatalf("%+v", l.Entry)
+	}
+	m := fileCall[*FileInfo](t, a, "move_file", MoveFileInput{Source: "made/deep/f.txt", Destination: "other/g.txt"})
+	if m.Entry.Path != "other/g.txt" {
+		t.Fatalf("%+v", m.Entry)
+	}
+	if res := runShell(t, a, "cat other/g.txt && echo more >> other/g.txt && touch other/new"); res.Stdout != "from-code\n" {
+		t.Fatalf("%+v", res)
+	}
+	if os.Geteuid() == 0 {
+		sess, err := a.Sessions.Get(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{"made", "made/deep", "other"} {
+			fi, err := os.Stat(filepath.Join(sess.Workspace(), p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != sess.UID {
+				t.Errorf("%s belongs to uid %d, want the session's %d", p, st.Uid, sess.UID)
+			}
+		}
+	}
+	// remove_file removes the link, not /etc/passwd, and whole trees.
+	fileCall[*Removed](t, a, "remove_file", PathInput{Path: "made/link"})
+	fileCall[*Removed](t, a, "remove_file", PathInput{Path: "other"})
+	if _, err := os.Stat("/etc/passwd"); err != nil {
+		t.Fatal(err)
+	}
+	if res := runShell(t, a, "ls -A other made 2>&1; true"); res.Stdout != "ls: cannot access 'other': No such file or directory\nmade:\ndeep\n" {
+		t.Fatalf("%q", res.Stdout)
+	}
+	for _, tc := range []struct {
+		name string
+		args any
+		code capability.Code
+	}{
+		{"stat_file", PathInput{Path: "nope"}, capability.NotFound},
+		{"stat_file", PathInput{Path: "/etc/passwd"}, capability.PermissionDenied},
+		{"move_file", MoveFileInput{Source: "made", Destination: "../x"}, capability.PermissionDenied},
+		{"remove_file", PathInput{Path: ""}, capability.InvalidArgument},
+		{"remove_file", PathInput{Path: "."}, capability.InvalidArgument},
+		{"make_dir", PathInput{Path: "made/deep/../../.."}, capability.PermissionDenied},
+	} {
+		_, err := call(t, a, tc.name, tc.args)
+		wantCode(t, err, tc.code)
+	}
+}
+
+// watch_dir streams the changes the session's code makes, to a streaming
+// caller, as they happen: "ready" first, then one event per change.
+func TestWatchDirStreamsTheSessionsChanges(t *testing.T) {
+	a := newApp(t, nil)
+	fileCall[*FileInfo](t, a, "make_dir", PathInput{Path: "w"})
+	type out struct {
+		stream string
+		data   []byte
+	}
+	ch := make(chan out, 1000)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ctx = runcode.WithOutput(ctx, func(stream string, p []byte) { ch <- out{stream, append([]byte(nil), p...)} })
+	done := make(chan error, 1)
+	var reply *Watched
+	go func() {
+		r, err := a.Controller.Call(ctx, admin, "watch_dir", json.RawMessage(`{"path":"w","recursive":true,"include_entry":true}`))
+		if err == nil {
+			reply = r.Output.(*Watched)
+		}
+		done <- err
+	}()
+	if o := <-ch; o.stream != WatchStreamReady {
+		t.Fatalf("first %q %s", o.stream, o.data)
+	}
+	runShell(t, a, "mkdir w/sub && echo hi > w/sub/a.txt")
+	seen := map[string]bool{}
+	for !seen["create w/sub/a.txt"] {
+		o := <-ch
+		var e workspace.Event
+		if err := json.Unmarshal(o.data, &e); err != nil || o.stream != WatchStreamEvent {
+			t.Fatalf("%q %s: %v", o.stream, o.data, err)
+		}
+		key := e.Type + " " + e.Name
+		if e.Entry != nil {
+			key = e.Type + " " + e.Entry.Path
+		}
+		seen[key] = true
+	}
+	if !seen["create w/sub"] {
+		t.Fatalf("events %v", seen)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		// The caller went away: the controller may say so.
+		t.Logf("watch_dir after cancel: %v", err)
+	} else if len(reply.Events) < 2 {
+		t.Fatalf("%+v", reply)
+	}
+	// Without a stream the watch is bounded by timeout_ms.
+	w := fileCall[*Watched](t, a, "watch_dir", WatchDirInput{Path: "w", TimeoutMS: 1})
+	if w.Path != "w" {
+		t.Fatalf("%+v", w)
+	}
+}

@@ -1,0 +1,219 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/store"
+)
+
+// Session metadata, lifetimes and the patrol that ends them (lifetime.go),
+// on a real App: real store, real boxes.
+
+// waitFor polls cond until it holds; the deadline is a guard against a
+// hang, not a measurement.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after 20 s", what)
+		}
+		time.Sleep(10 * time.Millisecond) // a poll interval, not a wait for something to settle
+	}
+}
+
+func gone(a *App, id string) bool {
+	_, err := a.Sessions.ByIDAnyTenant(context.Background(), id)
+	return errors.Is(err, session.ErrNotFound)
+}
+
+func TestSessionMetadataEnvAndFilters(t *testing.T) {
+	a := newApp(t, nil)
+	one := mustCall(t, a, "create_session", CreateSessionInput{Name: "one", Metadata: map[string]string{"team": "a", "role": "web"},
+		Env: map[string]string{"GREETING": "hi"}}).(*SessionInfo)
+	mustCall(t, a, "create_session", CreateSessionInput{Name: "two", Metadata: map[string]string{"team": "a"}})
+	mustCall(t, a, "create_session", CreateSessionInput{Name: "three"})
+	if one.Metadata["role"] != "web" || one.SessionState != StateRunning || one.ExpiresAt != nil {
+		t.Fatalf("created: %+v", one)
+	}
+	env := mustCall(t, a, "get_session_env", SessionRef{Session: "one"}).(*EnvOutput)
+	if env.Env["GREETING"] != "hi" {
+		t.Fatalf("env %v", env.Env)
+	}
+	names := func(in ListSessionsInput) string {
+		l := mustCall(t, a, "list_sessions", in).(*SessionList)
+		var n []string
+		for _, s := range l.Sessions {
+			n = append(n, s.Name)
+		}
+		return strings.Join(n, ",")
+	}
+	if got := names(ListSessionsInput{Metadata: map[string]string{"team": "a"}}); got != "one,two" {
+		t.Fatalf("team=a: %s", got)
+	}
+	if got := names(ListSessionsInput{Metadata: map[string]string{"team": "a", "role": "web"}}); got != "one" {
+		t.Fatalf("team=a role=web: %s", got)
+	}
+	if got := names(ListSessionsInput{State: []string{StatePaused}}); got != "" {
+		t.Fatalf("paused: %s", got)
+	}
+	if _, err := call(t, a, "list_sessions", ListSessionsInput{State: []string{"sleeping"}}); err == nil || !strings.Contains(err.Error(), "running or paused") {
+		t.Fatalf("bad state: %v", err)
+	}
+
+	// Out of bounds: refused with what to fix, and nothing is made.
+	before := len(mustCall(t, a, "list_sessions", ListSessionsInput{}).(*SessionList).Sessions)
+	many := map[string]string{}
+	for i := range session.MaxMetadataPairs + 1 {
+		many[fmt.Sprint("k", i)] = "v"
+	}
+	for _, tc := range []struct {
+		in   CreateSessionInput
+		want string
+	}{
+		{CreateSessionInput{Metadata: many}, "at most 64"},
+		{CreateSessionInput{Metadata: map[string]string{strings.Repeat("k", 129): "v"}}, "at most 128"},
+		{CreateSessionInput{Metadata: map[string]string{"k": strings.Repeat("v", 1025)}}, "at most 1024"},
+		{CreateSessionInput{Metadata: map[string]string{"": "v"}}, "empty"},
+		{CreateSessionInput{Metadata: map[string]string{"k": "a\nb"}}, "control"},
+		{CreateSessionInput{Env: map[string]string{"LD_PRELOAD": "/x.so"}}, "LD_PRELOAD"},
+		{CreateSessionInput{Env: map[string]string{"1A": "x"}}, "1A"},
+		{CreateSessionInput{TimeoutS: -1}, "timeout_s"},
+		{CreateSessionInput{TimeoutS: 400 * 24 * 3600}, "at most"},
+		{CreateSessionInput{OnTimeout: "explode"}, "destroy or pause"},
+	} {
+		_, err := call(t, a, "create_session", tc.in)
+		if err == nil {
+			t.Errorf("%+v: accepted", tc.in)
+			continue
+		}
+		ce := wantCode(t, err, capability.InvalidArgument)
+		if !strings.Contains(ce.Message, tc.want) {
+			t.Errorf("%+v: %q lacks %q", tc.in, ce.Message, tc.want)
+		}
+	}
+	if after := len(mustCall(t, a, "list_sessions", ListSessionsInput{}).(*SessionList).Sessions); after != before {
+		t.Fatalf("refused creates left sessions: %d → %d", before, after)
+	}
+}
+
+// A lifetime ends in a destroy, promptly; set_session_timeout shortens and
+// extends it, and 0 removes it.
+func TestSessionLifetimeDestroys(t *testing.T) {
+	a := newApp(t, nil)
+	short := mustCall(t, a, "create_session", CreateSessionInput{Name: "short", TimeoutS: 1}).(*SessionInfo)
+	if short.ExpiresAt == nil || short.OnTimeout != session.ExpiryDestroy {
+		t.Fatalf("no lifetime: %+v", short)
+	}
+	kept := mustCall(t, a, "create_session", CreateSessionInput{Name: "kept", TimeoutS: 1}).(*SessionInfo)
+	mustCall(t, a, "set_session_timeout", SetTimeoutInput{Session: "kept", TimeoutS: 0})
+	long := mustCall(t, a, "create_session", CreateSessionInput{Name: "long", TimeoutS: 3600}).(*SessionInfo)
+	shortened := mustCall(t, a, "set_session_timeout", SetTimeoutInput{Session: "long", TimeoutS: 1}).(*SessionInfo)
+	if shortened.ExpiresAt == nil || !shortened.ExpiresAt.Before(*long.ExpiresAt) {
+		t.Fatalf("not shortened: %v → %v", long.ExpiresAt, shortened.ExpiresAt)
+	}
+	waitFor(t, "the expired sessions destroyed", func() bool { return gone(a, short.ID) && gone(a, long.ID) })
+	st := status(t, a, kept.ID)
+	if st.ExpiresAt != nil {
+		t.Fatalf("a removed lifetime is back: %+v", st)
+	}
+	// The session whose lifetime was removed outlived the others' end.
+	if gone(a, kept.ID) {
+		t.Fatal("a session with no lifetime was destroyed")
+	}
+}
+
+// Code in a session cannot extend (or end) its own lifetime.
+func TestSessionLifetimeNotSetFromInside(t *testing.T) {
+	a := newApp(t, nil)
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "boxed", TimeoutS: 600}).(*SessionInfo)
+	inside := controller.Caller{Path: "insession", Scope: capability.ScopeExec, Session: s.ID}
+	_, err := callAs(t, a, inside, "set_session_timeout", SetTimeoutInput{Session: s.ID, TimeoutS: 0})
+	wantCode(t, err, capability.PermissionDenied)
+	if st := status(t, a, s.ID); st.ExpiresAt == nil || !st.ExpiresAt.Equal(*s.ExpiresAt) {
+		t.Fatalf("lifetime changed from inside: %v → %v", s.ExpiresAt, st.ExpiresAt)
+	}
+}
+
+// A lifetime that ends with pause freezes the session's box (its
+// processes and memory kept) and leaves the session, with no lifetime.
+func TestSessionLifetimePauses(t *testing.T) {
+	a := newApp(t, nil)
+	needBoxes(t, a)
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "nap", TimeoutS: 3600, OnTimeout: session.ExpiryPause}).(*SessionInfo)
+	// A box with a process in it.
+	mustCall(t, a, "terminal_exec", TerminalExecInput{Session: s.ID, Command: "X=kept"})
+	if bx := a.Sandbox.Box(s.ID); bx == nil || !bx.CanPause() {
+		t.Skip("this machine cannot freeze a box")
+	}
+	mustCall(t, a, "set_session_timeout", SetTimeoutInput{Session: s.ID, TimeoutS: 1})
+	waitFor(t, "the session paused", func() bool { return status(t, a, s.ID).SessionState == StatePaused })
+	st := status(t, a, s.ID)
+	if st.ExpiresAt != nil || gone(a, s.ID) {
+		t.Fatalf("paused session: %+v", st)
+	}
+	l := mustCall(t, a, "list_sessions", ListSessionsInput{State: []string{StatePaused}}).(*SessionList)
+	if len(l.Sessions) != 1 || l.Sessions[0].ID != s.ID {
+		t.Fatalf("paused list: %+v", l.Sessions)
+	}
+	// Used again, it resumes where it was.
+	res := mustCall(t, a, "terminal_exec", TerminalExecInput{Session: s.ID, Command: "echo $X"})
+	if out := fmt.Sprint(res); !strings.Contains(out, "kept") {
+		t.Fatalf("after resume: %s", out)
+	}
+}
+
+// Sessions whose lifetime ended while no server ran are ended when the
+// next one starts.
+func TestSessionLifetimeEndedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	a, err := New(ctx, dir, &Options{Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "stale", TimeoutS: 3600}).(*SessionInfo)
+	a.Close()
+	// The lifetime ends while the server is down.
+	st, err := store.Open(ctx, dir+"/quro.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetSessionLifetime(ctx, s.ID, time.Now().Add(-time.Minute), ""); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	b, err := New(ctx, dir, &Options{Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	waitFor(t, "the stale session destroyed at start", func() bool { return gone(b, s.ID) })
+}
+
+// A spare is still claimed when the new session has metadata, env and a
+// lifetime, and gets them.
+func TestSpareClaimedWithLifetime(t *testing.T) {
+	a, _ := newSpareApp(t, 1)
+	spares := waitSpares(t, a, localNone, 1)
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "quick", TimeoutS: 600, OnTimeout: session.ExpiryPause,
+		Metadata: map[string]string{"from": "spare"}, Env: map[string]string{"SPARE_VAR": "yes"}}).(*SessionInfo)
+	if s.ID != spares[0].ID {
+		t.Fatalf("made %s, not the spare %s", s.ID, spares[0].ID)
+	}
+	if s.ExpiresAt == nil || s.OnTimeout != session.ExpiryPause || s.Metadata["from"] != "spare" {
+		t.Fatalf("claimed: %+v", s)
+	}
+	res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "python", Code: "import os; print(os.environ.get('SPARE_VAR'))"})
+	if !strings.Contains(res.Stdout, "yes") {
+		t.Fatalf("the spare's worker lacks the session's env: %+v", res)
+	}
+}

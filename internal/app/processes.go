@@ -1,0 +1,357 @@
+package app
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/proc"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// Background processes of a session (internal/proc): programs an agent
+// starts, watches, feeds and stops, that outlive the call that started
+// them; E2B's envd process service is built on them.
+
+// ProcessSelector names a process of a session: by pid, or by tag.
+type ProcessSelector struct {
+	Session string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
+	Pid     int    `json:"pid,omitempty" jsonschema:"the process's pid (as start_process and list_processes report it)"`
+	Tag     string `json:"tag,omitempty" jsonschema:"the tag it was started with, when no pid is given"`
+}
+
+func (s ProcessSelector) sel() proc.Selector { return proc.Selector{Pid: s.Pid, Tag: s.Tag} }
+
+// StartProcessInput is start_process's input.
+type StartProcessInput struct {
+	Session string            `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
+	Cmd     string            `json:"cmd" jsonschema:"the program (looked up in PATH), e.g. /bin/bash"`
+	Args    []string          `json:"args,omitempty" jsonschema:"its arguments, e.g. [\"-c\", \"npm start\"]"`
+	Env     map[string]string `json:"env,omitempty" jsonschema:"variables over the session's"`
+	Cwd     string            `json:"cwd,omitempty" jsonschema:"working directory as the box sees it, relative ones from the workspace; default the workspace (/home/user in a session box)"`
+	Tag     string            `json:"tag,omitempty" jsonschema:"a name to find the process by later"`
+	Stdin   bool              `json:"stdin,omitempty" jsonschema:"keep its stdin open for send_process_input (else /dev/null)"`
+	// PTY runs the process on a pseudo-terminal of that size.
+	PTY        *proc.Size `json:"pty,omitempty" jsonschema:"run it on a terminal of cols x rows (output stream pty)"`
+	TimeoutMS  int64      `json:"timeout_ms,omitempty" jsonschema:"kill it after this many milliseconds; 0 (default) never"`
+	Background bool       `json:"background,omitempty" jsonschema:"return as soon as it runs instead of when it ends"`
+}
+
+// ProcessResult is start_process's and connect_process's answer: how the
+// process ended, or that it still runs.
+type ProcessResult struct {
+	Pid     int    `json:"pid"`
+	Tag     string `json:"tag,omitempty"`
+	Running bool   `json:"running" jsonschema:"it still runs (background, or the caller went away first)"`
+	proc.End
+	// Output kept for callers that do not stream: the last 64 KiB.
+	Stdout string `json:"stdout,omitempty"`
+	Stderr string `json:"stderr,omitempty"`
+	PTY    string `json:"pty,omitempty"`
+}
+
+// Text summarises the result.
+func (r *ProcessResult) Text() string {
+	var b strings.Builder
+	if r.Running {
+		fmt.Fprintf(&b, "process %d is running", r.Pid)
+	} else {
+		fmt.Fprintf(&b, "process %d ended: %s", r.Pid, r.Status)
+	}
+	for _, o := range []struct{ name, s string }{{"stdout", r.Stdout}, {"stderr", r.Stderr}, {"terminal", r.PTY}} {
+		if o.s != "" {
+			fmt.Fprintf(&b, "\n%s:\n%s", o.name, strings.TrimRight(o.s, "\n"))
+		}
+	}
+	return b.String()
+}
+
+// ProcessList is list_processes' answer.
+type ProcessList struct {
+	Processes []proc.Info `json:"processes"`
+}
+
+// Text lists the processes.
+func (l *ProcessList) Text() string {
+	if len(l.Processes) == 0 {
+		return "no processes running"
+	}
+	var b strings.Builder
+	for _, p := range l.Processes {
+		fmt.Fprintf(&b, "%d", p.Pid)
+		if p.Tag != "" {
+			fmt.Fprintf(&b, " [%s]", p.Tag)
+		}
+		fmt.Fprintf(&b, " %s %s\n", p.Config.Cmd, strings.Join(p.Config.Args, " "))
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// ProcessInputInput is send_process_input's input.
+type ProcessInputInput struct {
+	ProcessSelector
+	Data       string `json:"data,omitempty" jsonschema:"text to write"`
+	DataBase64 string `json:"data_base64,omitempty" jsonschema:"bytes to write, base64 (instead of data)"`
+}
+
+// SignalProcessInput is signal_process's input.
+type SignalProcessInput struct {
+	ProcessSelector
+	Signal string `json:"signal,omitempty" jsonschema:"SIGTERM (default), SIGKILL, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGSTOP or SIGCONT"`
+}
+
+// ResizeProcessInput is resize_process's input.
+type ResizeProcessInput struct {
+	ProcessSelector
+	Cols int `json:"cols" jsonschema:"columns"`
+	Rows int `json:"rows" jsonschema:"rows"`
+}
+
+// ProcessDone is the answer of the calls that act on a process.
+type ProcessDone struct {
+	Pid     int    `json:"pid"`
+	Message string `json:"message"`
+}
+
+// Text is the message.
+func (d *ProcessDone) Text() string { return d.Message }
+
+// outputKeep is how much of each stream a result keeps.
+const outputKeep = 64 << 10
+
+type tail struct{ b []byte }
+
+func (t *tail) add(p []byte) {
+	t.b = append(t.b, p...)
+	if len(t.b) > 2*outputKeep {
+		t.b = append(t.b[:0:0], t.b[len(t.b)-outputKeep:]...)
+	}
+}
+
+func (t *tail) String() string {
+	if len(t.b) > outputKeep {
+		return string(t.b[len(t.b)-outputKeep:])
+	}
+	return string(t.b)
+}
+
+func (a *App) registerProcesses(reg *capability.Registry) {
+	reg.Register(capability.New("start_process",
+		"Start a program in the session's sandbox as a background process that outlives this call: a server, a watcher, a long build, a REPL. "+
+			"It gets a pid (and an optional tag) to find it by; its output streams while the call lasts and it keeps running if the caller goes away "+
+			"(only timeout_ms, signal_process or the end of the session stop it). stdin:true keeps its stdin open for send_process_input; "+
+			"pty runs it on a terminal (resize_process). The call returns when the process ends (exit code, status, the last 64 KiB of output), "+
+			fmt.Sprintf("or at once with background:true. A session runs at most %d processes.", proc.DefaultMax),
+		capability.ScopeExec, a.startProcess).Streaming())
+	reg.Register(capability.New("connect_process",
+		"Follow a running background process of the session (by pid or tag): its output from now on (nothing before is replayed) streams "+
+			"until it ends, and the call returns how it ended. Leaving does not stop it.",
+		capability.ScopeRead, a.connectProcess).Streaming())
+	reg.Register(capability.New("list_processes",
+		"List the running background processes of the session (start_process): pid, tag, program, arguments, variables, directory.",
+		capability.ScopeRead, func(ctx context.Context, in SessionRef) (*ProcessList, error) {
+			s, release, err := a.processSession(ctx, in.Session)
+			if err != nil {
+				return nil, err
+			}
+			defer release()
+			return &ProcessList{Processes: a.procs.List(s.ID)}, nil
+		}))
+	reg.Register(capability.New("send_process_input",
+		"Write to a background process's stdin (started with stdin:true) or to its terminal (pty: keys, ^C as \\u0003).",
+		capability.ScopeExec, func(ctx context.Context, in ProcessInputInput) (*ProcessDone, error) {
+			data := []byte(in.Data)
+			if in.DataBase64 != "" {
+				if in.Data != "" {
+					return nil, capability.Errorf(capability.InvalidArgument, "give data or data_base64, not both")
+				}
+				b, err := base64.StdEncoding.DecodeString(in.DataBase64)
+				if err != nil {
+					return nil, capability.Errorf(capability.InvalidArgument, "data_base64 is not base64: %v", err)
+				}
+				data = b
+			}
+			return a.onProcess(ctx, in.ProcessSelector, func(p *proc.Process) (string, error) {
+				if len(data) == 0 {
+					return "nothing to send", nil
+				}
+				return fmt.Sprintf("sent %d bytes", len(data)), p.SendInput(data)
+			})
+		}))
+	reg.Register(capability.New("close_process_stdin",
+		"Close a background process's stdin (started with stdin:true): it reads end of file.",
+		capability.ScopeExec, func(ctx context.Context, in ProcessSelector) (*ProcessDone, error) {
+			return a.onProcess(ctx, in, func(p *proc.Process) (string, error) { return "stdin closed", p.CloseStdin() })
+		}))
+	reg.Register(capability.New("signal_process",
+		"Send a signal to a background process and its process group: SIGTERM (default) asks it to stop, SIGKILL kills it.",
+		capability.ScopeExec, func(ctx context.Context, in SignalProcessInput) (*ProcessDone, error) {
+			name := strings.ToUpper(in.Signal)
+			if name == "" {
+				name = "SIGTERM"
+			}
+			if !strings.HasPrefix(name, "SIG") {
+				name = "SIG" + name
+			}
+			sig, ok := proc.Signals[name]
+			if !ok {
+				return nil, capability.Errorf(capability.InvalidArgument, "signal %q: use SIGTERM, SIGKILL, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGSTOP or SIGCONT", in.Signal)
+			}
+			return a.onProcess(ctx, in.ProcessSelector, func(p *proc.Process) (string, error) {
+				p.Signal(sig)
+				return fmt.Sprintf("%s sent", name), nil
+			})
+		}))
+	reg.Register(capability.New("resize_process",
+		"Resize the terminal of a background process started with a pty.",
+		capability.ScopeExec, func(ctx context.Context, in ResizeProcessInput) (*ProcessDone, error) {
+			return a.onProcess(ctx, in.ProcessSelector, func(p *proc.Process) (string, error) {
+				return fmt.Sprintf("resized to %dx%d", in.Cols, in.Rows), p.Resize(in.Cols, in.Rows)
+			})
+		}))
+}
+
+// processSession resolves the caller's session and marks it used (a
+// paused box resumes) until release.
+func (a *App) processSession(ctx context.Context, ref string) (*session.Session, func(), error) {
+	s, err := a.Sessions.Get(ctx, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	_, release, err := a.useSession(ctx, s)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, release, nil
+}
+
+func (a *App) onProcess(ctx context.Context, in ProcessSelector, do func(p *proc.Process) (string, error)) (*ProcessDone, error) {
+	s, release, err := a.processSession(ctx, in.Session)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	p, err := a.procs.Get(s.ID, in.sel())
+	if err != nil {
+		return nil, err
+	}
+	msg, err := do(p)
+	if err != nil {
+		return nil, err
+	}
+	return &ProcessDone{Pid: p.Pid(), Message: msg}, nil
+}
+
+func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessResult, error) {
+	if in.TimeoutMS < 0 {
+		return nil, capability.Errorf(capability.InvalidArgument, "timeout_ms %d is negative: give 0 for no timeout", in.TimeoutMS)
+	}
+	for k, v := range in.Env {
+		if strings.ContainsRune(v, 0) {
+			return nil, capability.Errorf(capability.InvalidArgument, "variable %s holds a NUL byte", k)
+		}
+	}
+	s, err := a.Sessions.Get(ctx, in.Session)
+	if err != nil {
+		return nil, err
+	}
+	ctx, release, err := a.useSession(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	// In a session box the workspace is also /home/user: the process
+	// starts there (and relative directories are taken from there) with
+	// HOME /home/user, as E2B's sandboxes do; the box's sh enters it.
+	home, dir := s.Workspace(), in.Cwd
+	if a.Sandbox.Boxed() {
+		home = sandbox.HomeUser
+		if !path.IsAbs(dir) {
+			dir = path.Join(sandbox.HomeUser, dir)
+		}
+	}
+	base := &sandbox.Spec{
+		Dir: s.Workspace(), Home: home, TmpDir: s.TmpDir(),
+		Env: s.Env, Network: s.Network, UID: s.UID, Session: s.ID, Binds: s.Binds(),
+	}
+	if s.Rootfs != "" {
+		dir, err := RootfsDir(a.DataDir)(s.Rootfs)
+		if err != nil {
+			return nil, err
+		}
+		base.Rootfs = dir
+	}
+	p, v, err := a.procs.Start(ctx, a.Sandbox.ForSession(s.ID, s.UID, s.Binds()), base, s.ID, &proc.Start{
+		Config: proc.Config{Cmd: in.Cmd, Args: in.Args, Env: in.Env, Cwd: in.Cwd},
+		Tag:    in.Tag, Dir: dir, Stdin: in.Stdin, PTY: in.PTY, Timeout: time.Duration(in.TimeoutMS) * time.Millisecond,
+	})
+	if err != nil {
+		return nil, err
+	}
+	proc.Started(ctx, p.Pid())
+	if in.Background {
+		v.Detach()
+		return &ProcessResult{Pid: p.Pid(), Tag: in.Tag, Running: true}, nil
+	}
+	return a.follow(ctx, p, v, in.Tag)
+}
+
+func (a *App) connectProcess(ctx context.Context, in ProcessSelector) (*ProcessResult, error) {
+	s, err := a.Sessions.Get(ctx, in.Session)
+	if err != nil {
+		return nil, err
+	}
+	ctx, release, err := a.useSession(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	p, err := a.procs.Get(s.ID, in.sel())
+	if err != nil {
+		return nil, err
+	}
+	v, ok := p.Attach()
+	if !ok {
+		return nil, fmt.Errorf("%w: process %d has just ended", proc.ErrNotFound, p.Pid())
+	}
+	proc.Started(ctx, p.Pid())
+	return a.follow(ctx, p, v, p.Info().Tag)
+}
+
+// follow hands v's output to the caller's stream until the process ends
+// or the caller goes away (the process runs on).
+func (a *App) follow(ctx context.Context, p *proc.Process, v *proc.Viewer, tag string) (*ProcessResult, error) {
+	defer v.Detach()
+	out := runcode.OutputFrom(ctx)
+	var kept [3]tail
+	idx := map[string]int{"stdout": 0, "stderr": 1, "pty": 2}
+	res := &ProcessResult{Pid: p.Pid(), Tag: tag}
+	for {
+		select {
+		case ev, ok := <-v.C:
+			if !ok {
+				if v.Dropped() {
+					return nil, fmt.Errorf("%w: this caller read the output of process %d too slowly and was detached after %d chunks; the process still runs: connect_process follows it again",
+						proc.ErrLagged, p.Pid(), proc.DefaultQueue)
+				}
+				res.End = p.End()
+				res.Stdout, res.Stderr, res.PTY = kept[0].String(), kept[1].String(), kept[2].String()
+				return res, nil
+			}
+			kept[idx[ev.Stream]].add(ev.Data)
+			if out != nil {
+				out(ev.Stream, ev.Data)
+			}
+		case <-ctx.Done():
+			res.Running = true
+			res.Stdout, res.Stderr, res.PTY = kept[0].String(), kept[1].String(), kept[2].String()
+			return res, nil
+		}
+	}
+}

@@ -1,0 +1,217 @@
+//go:build !slim
+
+package python
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// runIn runs code in code context c (nil ID: the default namespace), with
+// an observer that sees the output as it comes.
+func runCtx(t testing.TB, ctx context.Context, s *session.Session, c runcode.ContextRun, code string) ran {
+	t.Helper()
+	var out, errb bytes.Buffer
+	res, err := testEng.Run(ctx, &runcode.Request{Code: code, Lang: "python", Session: s, Timeout: time.Minute,
+		Stdout: &out, Stderr: &errb, Context: &c})
+	if err != nil {
+		t.Fatalf("Run(%q): engine error: %v", code, err)
+	}
+	return ran{res, out.String(), errb.String()}
+}
+
+func TestContextsAreIsolated(t *testing.T) {
+	s := newSession(t)
+	bg := context.Background()
+	run(t, testEng, s, "x = 'default'")
+	runCtx(t, bg, s, runcode.ContextRun{ID: "a"}, "x = 'a'")
+	runCtx(t, bg, s, runcode.ContextRun{ID: "b"}, "y = 'b'")
+	if r := run(t, testEng, s, "print(x, 'y' in globals())"); r.out != "default False\n" {
+		t.Errorf("the default namespace: %q %q", r.out, r.err)
+	}
+	if r := runCtx(t, bg, s, runcode.ContextRun{ID: "a"}, "print(x, 'y' in globals())"); r.out != "a False\n" {
+		t.Errorf("context a: %q %q", r.out, r.err)
+	}
+	if r := runCtx(t, bg, s, runcode.ContextRun{ID: "b"}, "print('x' in globals(), y)"); r.out != "False b\n" {
+		t.Errorf("context b: %q %q", r.out, r.err)
+	}
+	// The execution count is the context's own.
+	if r := runCtx(t, bg, s, runcode.ContextRun{ID: "a"}, "1"); r.ExecutionCount != 3 {
+		t.Errorf("context a's count: %d, want 3", r.ExecutionCount)
+	}
+	// Dropped: a fresh namespace under the same id.
+	if err := testEng.DropContext(bg, s.ID, "a"); err != nil {
+		t.Fatal(err)
+	}
+	r := runCtx(t, bg, s, runcode.ContextRun{ID: "a"}, "print('x' in globals())")
+	if r.out != "False\n" || r.ExecutionCount != 1 {
+		t.Errorf("after the drop: %q count %d", r.out, r.ExecutionCount)
+	}
+	if r := runCtx(t, bg, s, runcode.ContextRun{ID: "b"}, "print(y)"); r.out != "b\n" {
+		t.Errorf("context b after a's drop: %q %q", r.out, r.err)
+	}
+}
+
+func TestContextDirectory(t *testing.T) {
+	s := newSession(t)
+	bg := context.Background()
+	sub := filepath.Join(s.Workspace(), "sub")
+	if err := os.Mkdir(sub, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	// /home/user is the workspace (the box binds it there; without that
+	// bind the worker maps it).
+	r := runCtx(t, bg, s, runcode.ContextRun{ID: "c", Dir: "/home/user/sub"}, "import os\nprint(os.path.realpath(os.getcwd()))\nos.chdir('..')")
+	if got := strings.TrimSpace(r.out); got != "/home/user/sub" && got != mustReal(t, sub) {
+		t.Errorf("the context's directory: %q (stderr %q, notes %q)", r.out, r.err, r.Notes)
+	}
+	// The default namespace keeps its own directory; the context keeps the
+	// one its code moved to.
+	if r := run(t, testEng, s, "import os\nprint(os.path.realpath(os.getcwd()))"); strings.TrimSpace(r.out) != mustReal(t, s.Workspace()) {
+		t.Errorf("the default directory: %q", r.out)
+	}
+	r = runCtx(t, bg, s, runcode.ContextRun{ID: "c"}, "import os\nprint(os.path.realpath(os.getcwd()))")
+	if got := strings.TrimSpace(r.out); got != "/home/user" && got != mustReal(t, s.Workspace()) {
+		t.Errorf("the context's directory after its chdir: %q", r.out)
+	}
+}
+
+func mustReal(t testing.TB, p string) string {
+	t.Helper()
+	r, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestRichResults(t *testing.T) {
+	s := newSession(t)
+	bg := context.Background()
+	rich := runcode.ContextRun{ID: "r", Rich: true}
+	code := `class H:
+    def _repr_html_(self): return "<b>hi</b>"
+    def _repr_png_(self): return b"\x89PNG"
+    def __repr__(self): return "H()"
+print("printed")
+display(H())
+x = 6 * 7
+x`
+	r := runCtx(t, bg, s, rich, code)
+	if r.out != "printed\n" || r.err != "" {
+		t.Errorf("stdout %q stderr %q: the last value must not be printed", r.out, r.err)
+	}
+	if len(r.Results) != 2 {
+		t.Fatalf("results: %+v", r.Results)
+	}
+	d, m := r.Results[0], r.Results[1]
+	if d.Main || d.Data["text/html"] != "<b>hi</b>" || d.Data["text/plain"] != "H()" ||
+		d.Data["image/png"] != base64.StdEncoding.EncodeToString([]byte("\x89PNG")) {
+		t.Errorf("display(): %+v", d)
+	}
+	if !m.Main || m.Data["text/plain"] != "42" || len(m.Data) != 1 {
+		t.Errorf("the main result: %+v", m)
+	}
+	// A statement as the last line (or None) is no result.
+	if r := runCtx(t, bg, s, rich, "y = 1\nNone"); len(r.Results) != 0 {
+		t.Errorf("results of a run without a value: %+v", r.Results)
+	}
+	// The plain run_code form is as before: the value printed.
+	if r := run(t, testEng, s, "6 * 7"); r.out != "42\n" || r.Results != nil || r.ExecutionCount != 0 {
+		t.Errorf("plain run: %q %+v %d", r.out, r.Results, r.ExecutionCount)
+	}
+}
+
+func TestRichException(t *testing.T) {
+	s := newSession(t)
+	bg := context.Background()
+	r := runCtx(t, bg, s, runcode.ContextRun{ID: "e", Rich: true}, "print('before')\ndef f():\n    return 1 / 0\nf()")
+	if r.Exception == nil {
+		t.Fatalf("no exception: %+v", r.Result)
+	}
+	e := r.Exception
+	if e.Name != "ZeroDivisionError" || e.Value != "division by zero" ||
+		!strings.Contains(e.Traceback, "return 1 / 0") || !strings.Contains(e.Traceback, "ZeroDivisionError: division by zero") ||
+		strings.Contains(e.Traceback, "quro_worker") {
+		t.Errorf("exception: %+v", e)
+	}
+	if r.err != "" || r.out != "before\n" {
+		t.Errorf("the traceback must not be on stderr too: stdout %q stderr %q", r.out, r.err)
+	}
+	// A syntax error is one too.
+	if r := runCtx(t, bg, s, runcode.ContextRun{ID: "e", Rich: true}, "def ("); r.Exception == nil || r.Exception.Name != "SyntaxError" {
+		t.Errorf("syntax error: %+v", r.Exception)
+	}
+}
+
+func TestContextEnvIsRestored(t *testing.T) {
+	s := newSession(t)
+	s.Env = map[string]string{"KEEP": "session"}
+	bg := context.Background()
+	c := runcode.ContextRun{ID: "v", Env: map[string]string{"ONLY_NOW": "1", "KEEP": "run"}}
+	if r := runCtx(t, bg, s, c, "import os\nprint(os.environ.get('ONLY_NOW'), os.environ['KEEP'])"); r.out != "1 run\n" {
+		t.Errorf("during the run: %q %q", r.out, r.err)
+	}
+	if r := runCtx(t, bg, s, runcode.ContextRun{ID: "v"}, "import os\nprint(os.environ.get('ONLY_NOW'), os.environ['KEEP'])"); r.out != "None session\n" {
+		t.Errorf("after the run: %q %q", r.out, r.err)
+	}
+}
+
+// An interrupt (the client of /execute went away) stops the run and keeps
+// the context's state.
+func TestContextInterruptKeepsState(t *testing.T) {
+	s := newSession(t)
+	bg := context.Background()
+	c := runcode.ContextRun{ID: "i", Rich: true}
+	runCtx(t, bg, s, c, "n = 0")
+	ctx, cancel := context.WithCancel(bg)
+	started := make(chan struct{})
+	var once bool
+	done := make(chan ran)
+	go func() {
+		var errb bytes.Buffer
+		out := &notify{f: func(p []byte) {
+			if !once && bytes.Contains(p, []byte("looping")) {
+				once = true
+				close(started)
+			}
+		}}
+		res, err := testEng.Run(ctx, &runcode.Request{Code: "while True:\n    n += 1\n    if n == 1000:\n        print('looping', flush=True)", Lang: "python",
+			Session: s, Timeout: time.Minute, Stdout: out, Stderr: &errb, Context: &c})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- ran{Result: res, err: errb.String()}
+	}()
+	<-started
+	cancel()
+	r := <-done
+	if !r.Interrupted || r.Exception == nil || r.Exception.Name != "KeyboardInterrupt" {
+		t.Fatalf("interrupted %v exception %+v", r.Interrupted, r.Exception)
+	}
+	a := runCtx(t, bg, s, c, "n")
+	b := runCtx(t, bg, s, c, "n")
+	if len(a.Results) != 1 || len(b.Results) != 1 || len(a.Results[0].Data["text/plain"].(string)) < 4 ||
+		a.Results[0].Data["text/plain"] != b.Results[0].Data["text/plain"] {
+		t.Errorf("the loop did not stop or the state was lost: %+v then %+v", a.Results, b.Results)
+	}
+}
+
+type notify struct {
+	bytes.Buffer
+	f func([]byte)
+}
+
+func (n *notify) Write(p []byte) (int, error) {
+	n.f(p)
+	return n.Buffer.Write(p)
+}

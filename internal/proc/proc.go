@@ -1,0 +1,721 @@
+// Package proc keeps the background processes of sessions: programs an
+// agent (or an E2B client) starts in a session's box, that outlive the
+// call that started them, with a pid, an optional tag, a stdin pipe or a
+// pseudo-terminal, and output fanned out to every viewer attached.
+//
+// Every process is started through internal/sandbox, in the session's
+// box, as every other run; this package only keeps the table, the pipes
+// and the viewers. A session has at most Options.Max live processes; a
+// process leaves the table when it ends.
+package proc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/quro-dev/quro/internal/sandbox"
+)
+
+// Errors of the table; internal/controller/errors.go classifies them.
+var (
+	// ErrNotFound: no live process of the session has that pid or tag
+	// (it never ran there, or it has ended).
+	ErrNotFound = errors.New("no such process")
+	// ErrTooMany: the session runs its maximum of processes.
+	ErrTooMany = errors.New("too many processes")
+	// ErrInvalid: a request the process cannot take (input to a process
+	// without stdin, a resize of one without a terminal, a bad signal).
+	ErrInvalid = errors.New("invalid process request")
+	// ErrLagged: a viewer read the output too slowly and was detached
+	// (the process runs on).
+	ErrLagged = errors.New("output reader fell behind")
+	// ErrClosed: the session's processes were ended (destroyed session,
+	// server stopping).
+	ErrClosed = errors.New("the session's processes were ended")
+)
+
+// DefaultMax is how many processes a session may run at once.
+const DefaultMax = 64
+
+// DefaultQueue is how many output chunks (each at most 32 KiB) a viewer
+// may lag behind before it is detached.
+const DefaultQueue = 1024
+
+// inputTimeout bounds a write to a process's stdin or terminal that the
+// process does not read.
+const inputTimeout = 10 * time.Second
+
+// Options configure a Table.
+type Options struct {
+	Max   int // live processes per session (DefaultMax)
+	Queue int // chunks a viewer may lag (DefaultQueue)
+}
+
+// Config is what a process runs, as the caller asked for it.
+type Config struct {
+	Cmd  string            `json:"cmd"`
+	Args []string          `json:"args,omitempty"`
+	Env  map[string]string `json:"env,omitempty"`
+	Cwd  string            `json:"cwd,omitempty"`
+}
+
+// Size is a terminal's size.
+type Size struct {
+	Cols int `json:"cols" jsonschema:"columns"`
+	Rows int `json:"rows" jsonschema:"rows"`
+}
+
+// Start describes a process to start.
+type Start struct {
+	Config
+	Tag string
+	// Dir is the working directory as the box sees it ("": the spec's
+	// Dir); Config.Cwd is only what the caller asked for, as reported.
+	Dir string
+	// Stdin keeps a pipe to the process's stdin open (SendInput,
+	// CloseStdin); else its stdin is /dev/null.
+	Stdin bool
+	// PTY, when set, runs the process on a new pseudo-terminal of that
+	// size: its output is the terminal's (stream "pty"), input goes to
+	// the terminal.
+	PTY *Size
+	// Timeout kills the process when it passes (0: never).
+	Timeout time.Duration
+}
+
+// Event is a piece of output: Stream is "stdout", "stderr" or "pty".
+type Event struct {
+	Stream string
+	Data   []byte
+}
+
+// End is how a process ended, in the words of E2B's envd (which are Go's
+// os.ProcessState's): ExitCode is -1 when a signal killed it.
+type End struct {
+	ExitCode int    `json:"exit_code"`
+	Exited   bool   `json:"exited"`
+	Status   string `json:"status"`
+	Error    string `json:"error,omitempty"`
+}
+
+// Info describes a live process.
+type Info struct {
+	Pid    int    `json:"pid"`
+	Tag    string `json:"tag,omitempty"`
+	Config Config `json:"config"`
+	PTY    bool   `json:"pty,omitempty"`
+	Stdin  bool   `json:"stdin,omitempty"`
+}
+
+// Table is the processes of every session. Safe for concurrent use.
+type Table struct {
+	max, queue int
+
+	mu       sync.Mutex
+	sessions map[string]map[int]*Process // session id → pid → process
+	pending  map[string]int              // starts under way per session
+	closed   bool
+}
+
+// New returns an empty table.
+func New(o Options) *Table {
+	if o.Max <= 0 {
+		o.Max = DefaultMax
+	}
+	if o.Queue <= 0 {
+		o.Queue = DefaultQueue
+	}
+	return &Table{max: o.Max, queue: o.Queue, sessions: map[string]map[int]*Process{}, pending: map[string]int{}}
+}
+
+// Process is a live (or just ended) process of a session.
+type Process struct {
+	t       *Table
+	session string
+	pid     int
+	tag     string
+	config  Config
+	tty     bool
+	sp      *sandbox.Process
+
+	inMu   sync.Mutex
+	stdin  *os.File // the stdin pipe's write end, or nil
+	master *os.File // the terminal's master side, or nil
+
+	mu      sync.Mutex
+	viewers map[*Viewer]struct{}
+	done    chan struct{}
+	end     End
+}
+
+// Viewer receives a process's output from the moment it attached. Read C
+// until it is closed: then Dropped says whether it fell behind (the
+// process runs on), else the process ended (Process.End).
+type Viewer struct {
+	C       <-chan Event
+	c       chan Event
+	p       *Process
+	dropped bool // under p.mu
+}
+
+// Dropped reports whether the viewer was detached for falling behind.
+func (v *Viewer) Dropped() bool {
+	v.p.mu.Lock()
+	defer v.p.mu.Unlock()
+	return v.dropped
+}
+
+// Detach stops v (its channel is closed).
+func (v *Viewer) Detach() {
+	v.p.mu.Lock()
+	defer v.p.mu.Unlock()
+	if _, ok := v.p.viewers[v]; ok {
+		delete(v.p.viewers, v)
+		close(v.c)
+	}
+}
+
+// Process is the process v watches.
+func (v *Viewer) Process() *Process { return v.p }
+
+// Pid is the process's pid as the processes of its session see it (the
+// pid in the box's pid namespace; the host pid when the run has no box of
+// its session).
+func (p *Process) Pid() int { return p.pid }
+
+// HostPid is the process's pid on the host (0 before it started).
+func (p *Process) HostPid() int {
+	if p.sp == nil {
+		return 0
+	}
+	return p.sp.Pid()
+}
+
+// Done is closed when the process has ended and its output was delivered.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// End is how the process ended (valid once Done is closed).
+func (p *Process) End() End {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.end
+}
+
+// Info describes p.
+func (p *Process) Info() Info {
+	p.inMu.Lock()
+	stdin := p.stdin != nil
+	p.inMu.Unlock()
+	return Info{Pid: p.pid, Tag: p.tag, Config: p.config, PTY: p.tty, Stdin: stdin}
+}
+
+// Attach adds a viewer that gets the output from now on (nothing of
+// before is replayed). ok is false when the process has already ended.
+func (p *Process) Attach() (v *Viewer, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.done:
+		return nil, false
+	default:
+	}
+	return p.attachLocked(), true
+}
+
+func (p *Process) attachLocked() *Viewer {
+	c := make(chan Event, p.t.queue)
+	v := &Viewer{C: c, c: c, p: p}
+	p.viewers[v] = struct{}{}
+	return v
+}
+
+// emit hands a chunk to every viewer without waiting: a viewer whose
+// queue is full is detached (Dropped), never the process nor the others
+// slowed down.
+func (p *Process) emit(stream string, b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	ev := Event{Stream: stream, Data: slices.Clone(b)}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for v := range p.viewers {
+		select {
+		case v.c <- ev:
+		default:
+			v.dropped = true
+			delete(p.viewers, v)
+			close(v.c)
+		}
+	}
+}
+
+// streamWriter is the sandbox's Stdout or Stderr of a process: it never
+// blocks.
+type streamWriter struct {
+	p      *Process
+	stream string
+}
+
+func (w streamWriter) Write(b []byte) (int, error) {
+	w.p.emit(w.stream, b)
+	return len(b), nil
+}
+
+type startedKey struct{}
+
+// WithStarted returns a context under which a start calls fn with the
+// process's pid once it runs, before any of its output is handed on: an
+// access path that must name the pid first (E2B's start event) learns it
+// there.
+func WithStarted(ctx context.Context, fn func(pid int)) context.Context {
+	return context.WithValue(ctx, startedKey{}, fn)
+}
+
+// Started calls the function WithStarted put in ctx, if any.
+func Started(ctx context.Context, pid int) {
+	if fn, ok := ctx.Value(startedKey{}).(func(pid int)); ok && fn != nil {
+		fn(pid)
+	}
+}
+
+// Start starts a process of session in sb (a sandbox of the session, see
+// sandbox.Sandbox.ForSession) from base, a spec the caller filled with
+// the session's directories, uid, variables, network and rootfs; Start
+// sets its program, stdio and terminal. The process runs until it ends,
+// is signaled, its timeout passes or its session's processes are ended:
+// ctx only bounds the start. The returned viewer was attached before the
+// process started, so it sees all of its output.
+func (t *Table) Start(ctx context.Context, sb *sandbox.Sandbox, base *sandbox.Spec, session string, st *Start) (*Process, *Viewer, error) {
+	if st.Cmd == "" {
+		return nil, nil, fmt.Errorf("%w: cmd is empty: name the program to run (e.g. /bin/bash with args [\"-c\", \"…\"])", ErrInvalid)
+	}
+	if st.PTY != nil {
+		if err := checkSize(st.PTY.Cols, st.PTY.Rows); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := t.reserve(session); err != nil {
+		return nil, nil, err
+	}
+	defer t.unreserve(session)
+
+	spec := *base
+	spec.Args = append([]string{st.Cmd}, st.Args...)
+	if st.Dir != "" {
+		// The working directory is entered inside the box, by the
+		// box's own sh: the server never resolves a path the session
+		// chose (Spec.Dir is the workspace, which the sandbox binds
+		// and hands over).
+		spec.Args = append([]string{"/bin/sh", "-c", `cd -- "$0" || exit 1; exec "$@"`, st.Dir}, spec.Args...)
+	}
+	env := map[string]string{}
+	for k, v := range base.Env {
+		env[k] = v
+	}
+	for k, v := range st.Env {
+		if err := sandbox.CheckEnvName(k); err != nil {
+			return nil, nil, fmt.Errorf("%w: environment variable %q: %v", ErrInvalid, k, err)
+		}
+		env[k] = v
+	}
+	spec.Env = env
+
+	p := &Process{t: t, session: session, tag: st.Tag, config: st.Config, tty: st.PTY != nil,
+		viewers: map[*Viewer]struct{}{}, done: make(chan struct{})}
+	v := p.attachLocked()
+
+	var closeAfter []*os.File
+	var master *os.File
+	if st.PTY != nil {
+		m, slave, err := pty.Open()
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := pty.Setsize(m, &pty.Winsize{Cols: uint16(st.PTY.Cols), Rows: uint16(st.PTY.Rows)}); err != nil {
+			m.Close()
+			slave.Close()
+			return nil, nil, err
+		}
+		master = m
+		closeAfter = append(closeAfter, slave)
+		spec.Stdin, spec.Stdout, spec.Stderr, spec.TTY = slave, slave, slave, true
+		if spec.Term == "" || spec.Term == "dumb" {
+			spec.Term = "xterm-256color"
+		}
+	} else {
+		spec.Stdout = streamWriter{p, "stdout"}
+		spec.Stderr = streamWriter{p, "stderr"}
+		spec.Stdin = nil
+		if st.Stdin {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return nil, nil, err
+			}
+			closeAfter = append(closeAfter, r)
+			spec.Stdin = r
+			p.stdin = w
+		}
+	}
+	runCtx, cancel := context.Background(), context.CancelFunc(func() {})
+	if st.Timeout > 0 {
+		runCtx, cancel = context.WithTimeout(runCtx, st.Timeout)
+	}
+	// A start that the caller gave up on still ends: the sandbox kills
+	// what it started under runCtx alone.
+	if err := ctx.Err(); err != nil {
+		cancel()
+		closeAll(closeAfter, master, p.stdin)
+		return nil, nil, err
+	}
+	sp, err := sb.Start(runCtx, &spec)
+	for _, f := range closeAfter {
+		f.Close()
+	}
+	if err != nil {
+		cancel()
+		closeAll(nil, master, p.stdin)
+		return nil, nil, err
+	}
+	p.sp, p.master = sp, master
+	p.pid = innerPid(sp.Pid())
+
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		sp.Kill()
+		go func() { sp.Wait(); cancel() }()
+		closeAll(nil, master, p.stdin)
+		return nil, nil, ErrClosed
+	}
+	procs := t.sessions[session]
+	if procs == nil {
+		procs = map[int]*Process{}
+		t.sessions[session] = procs
+	}
+	if procs[p.pid] != nil {
+		p.pid = sp.Pid() // the inner pid was unreadable and clashes: the host's
+	}
+	procs[p.pid] = p
+	t.mu.Unlock()
+
+	var reading sync.WaitGroup
+	if master != nil {
+		reading.Add(1)
+		go func() {
+			defer reading.Done()
+			p.readPTY()
+		}()
+	}
+	go func() {
+		e := sp.Wait()
+		cancel()
+		if master != nil {
+			// The terminal's last output: read until its slave side is
+			// closed everywhere (EIO), bounded for a child that keeps it.
+			_ = master.SetReadDeadline(time.Now().Add(2 * time.Second))
+			reading.Wait()
+			master.Close()
+		}
+		p.inMu.Lock()
+		if p.stdin != nil {
+			p.stdin.Close()
+			p.stdin = nil
+		}
+		p.inMu.Unlock()
+		t.finish(p, endOf(e))
+	}()
+	return p, v, nil
+}
+
+func closeAll(fs []*os.File, more ...*os.File) {
+	for _, f := range append(fs, more...) {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+func (p *Process) readPTY() {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := p.master.Read(buf)
+		if n > 0 {
+			p.emit("pty", buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// finish records p's end, closes its viewers and takes it out of the table.
+func (t *Table) finish(p *Process, e End) {
+	t.mu.Lock()
+	if procs := t.sessions[p.session]; procs[p.pid] == p {
+		delete(procs, p.pid)
+		if len(procs) == 0 {
+			delete(t.sessions, p.session)
+		}
+	}
+	t.mu.Unlock()
+	p.mu.Lock()
+	p.end = e
+	for v := range p.viewers {
+		delete(p.viewers, v)
+		close(v.c)
+	}
+	close(p.done)
+	p.mu.Unlock()
+}
+
+// endOf says how a run ended as envd does (Go's ProcessState): "exit
+// status N", or "signal: NAME" with exit code -1.
+func endOf(e sandbox.Exit) End {
+	if e.Signal != 0 {
+		s := "signal: " + e.Signal.String()
+		return End{ExitCode: -1, Status: s, Error: s}
+	}
+	if e.Code < 0 {
+		return End{ExitCode: -1, Status: "the process could not be run", Error: "the process could not be run"}
+	}
+	s := "exit status " + strconv.Itoa(e.Code)
+	end := End{ExitCode: e.Code, Exited: true, Status: s}
+	if e.Code != 0 {
+		end.Error = s
+	}
+	return end
+}
+
+// innerPid is the pid that host pid has in its innermost pid namespace
+// (the box's), from /proc/PID/status's NSpid; host when it cannot be read.
+func innerPid(host int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(host) + "/status")
+	if err != nil {
+		return host
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				return host
+			}
+			if n, err := strconv.Atoi(f[len(f)-1]); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	return host
+}
+
+func (t *Table) reserve(session string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
+	if n := len(t.sessions[session]) + t.pending[session]; n >= t.max {
+		return fmt.Errorf("%w: the session already runs %d processes (the limit); end one (signal_process) first", ErrTooMany, n)
+	}
+	t.pending[session]++
+	return nil
+}
+
+func (t *Table) unreserve(session string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.pending[session]--; t.pending[session] <= 0 {
+		delete(t.pending, session)
+	}
+}
+
+// Selector names a process: by pid, or by tag when Pid is 0.
+type Selector struct {
+	Pid int    `json:"pid,omitempty"`
+	Tag string `json:"tag,omitempty"`
+}
+
+func (s Selector) String() string {
+	if s.Pid == 0 && s.Tag != "" {
+		return "tag " + strconv.Quote(s.Tag)
+	}
+	return "pid " + strconv.Itoa(s.Pid)
+}
+
+// Get returns the live process of session that sel names.
+func (t *Table) Get(session string, sel Selector) (*Process, error) {
+	if sel.Pid == 0 && sel.Tag == "" {
+		return nil, fmt.Errorf("%w: name the process by pid or by tag", ErrInvalid)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	procs := t.sessions[session]
+	if sel.Pid != 0 {
+		if p := procs[sel.Pid]; p != nil {
+			return p, nil
+		}
+	} else {
+		pids := make([]int, 0, len(procs))
+		for pid, p := range procs {
+			if p.tag == sel.Tag {
+				pids = append(pids, pid)
+			}
+		}
+		if len(pids) > 0 {
+			return procs[slices.Min(pids)], nil
+		}
+	}
+	return nil, fmt.Errorf("%w: no running process with %s in this session (it has ended, or never ran here); list_processes lists them", ErrNotFound, sel)
+}
+
+// List describes the live processes of session, by pid.
+func (t *Table) List(session string) []Info {
+	t.mu.Lock()
+	procs := make([]*Process, 0, len(t.sessions[session]))
+	for _, p := range t.sessions[session] {
+		procs = append(procs, p)
+	}
+	t.mu.Unlock()
+	out := make([]Info, 0, len(procs))
+	for _, p := range procs {
+		out = append(out, p.Info())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Pid < out[j].Pid })
+	return out
+}
+
+// Count is how many processes session runs.
+func (t *Table) Count(session string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.sessions[session])
+}
+
+// SendInput writes b to the process's stdin, or to its terminal.
+func (p *Process) SendInput(b []byte) error {
+	p.inMu.Lock()
+	defer p.inMu.Unlock()
+	f := p.stdin
+	if p.master != nil {
+		f = p.master
+	}
+	if f == nil {
+		select {
+		case <-p.done:
+			return fmt.Errorf("%w: process %d has ended", ErrNotFound, p.pid)
+		default:
+		}
+		return fmt.Errorf("%w: process %d has no stdin: it was started without stdin, or its stdin was closed (start it with stdin true to feed it)", ErrInvalid, p.pid)
+	}
+	if err := f.SetWriteDeadline(time.Now().Add(inputTimeout)); err != nil && !errors.Is(err, os.ErrNoDeadline) {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return fmt.Errorf("%w: process %d did not read its input for %s (its buffer is full)", ErrInvalid, p.pid, inputTimeout)
+		case errors.Is(err, syscall.EPIPE), errors.Is(err, os.ErrClosed), errors.Is(err, syscall.EIO):
+			return fmt.Errorf("%w: process %d no longer reads its input (it closed its stdin or has ended)", ErrInvalid, p.pid)
+		}
+		return err
+	}
+	return nil
+}
+
+// CloseStdin closes the process's stdin pipe: it reads EOF.
+func (p *Process) CloseStdin() error {
+	p.inMu.Lock()
+	defer p.inMu.Unlock()
+	if p.master != nil {
+		return fmt.Errorf("%w: process %d runs on a terminal, which has no stdin pipe to close: send ^D (\\x04) as input for EOF", ErrInvalid, p.pid)
+	}
+	if p.stdin == nil {
+		return fmt.Errorf("%w: process %d has no open stdin (started without stdin, or closed already)", ErrInvalid, p.pid)
+	}
+	err := p.stdin.Close()
+	p.stdin = nil
+	return err
+}
+
+// Signals that Signal sends, by name.
+var Signals = map[string]syscall.Signal{
+	"SIGTERM": syscall.SIGTERM, "SIGKILL": syscall.SIGKILL, "SIGINT": syscall.SIGINT, "SIGHUP": syscall.SIGHUP,
+	"SIGQUIT": syscall.SIGQUIT, "SIGUSR1": syscall.SIGUSR1, "SIGUSR2": syscall.SIGUSR2,
+	"SIGSTOP": syscall.SIGSTOP, "SIGCONT": syscall.SIGCONT,
+}
+
+// Signal sends sig to the process's process group.
+func (p *Process) Signal(sig syscall.Signal) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	if sig == syscall.SIGKILL {
+		p.sp.Kill()
+		return
+	}
+	p.sp.Signal(sig)
+}
+
+// Resize changes the size of the process's terminal.
+func (p *Process) Resize(cols, rows int) error {
+	if err := checkSize(cols, rows); err != nil {
+		return err
+	}
+	p.inMu.Lock()
+	defer p.inMu.Unlock()
+	if p.master == nil {
+		return fmt.Errorf("%w: process %d has no terminal to resize (start it with a pty)", ErrInvalid, p.pid)
+	}
+	return pty.Setsize(p.master, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)})
+}
+
+func checkSize(cols, rows int) error {
+	if cols <= 0 || rows <= 0 || cols > 1000 || rows > 1000 {
+		return fmt.Errorf("%w: a terminal size must be between 1x1 and 1000x1000, not %dx%d", ErrInvalid, cols, rows)
+	}
+	return nil
+}
+
+// EndSession kills every process of session and waits until they have
+// ended.
+func (t *Table) EndSession(session string) {
+	t.mu.Lock()
+	procs := make([]*Process, 0, len(t.sessions[session]))
+	for _, p := range t.sessions[session] {
+		procs = append(procs, p)
+	}
+	t.mu.Unlock()
+	for _, p := range procs {
+		p.Signal(syscall.SIGKILL)
+	}
+	for _, p := range procs {
+		<-p.done
+	}
+}
+
+// Close kills every process of every session and refuses new ones.
+func (t *Table) Close() {
+	t.mu.Lock()
+	t.closed = true
+	var ids []string
+	for id := range t.sessions {
+		ids = append(ids, id)
+	}
+	t.mu.Unlock()
+	for _, id := range ids {
+		t.EndSession(id)
+	}
+}

@@ -1,0 +1,263 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestInfo(t *testing.T) {
+	w, ws, outside := setup(t, Options{Names: func(uid, gid uint32) (string, string) { return "u", "g" }})
+	write(t, filepath.Join(ws, "d/f.txt"), "hello")
+	if err := os.Chmod(filepath.Join(ws, "d/f.txt"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	symlink(t, filepath.Join(outside, "secret"), filepath.Join(ws, "out"))
+	e, err := w.Info("d/f.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Name != "f.txt" || e.Path != "d/f.txt" || e.Type != "file" || e.Size != 5 || e.Permissions != "-rw-r-----" || e.Owner != "u" || e.Group != "g" || e.ModTime.IsZero() {
+		t.Fatalf("file: %+v", e)
+	}
+	if e, err = w.Info("d"); err != nil || e.Type != "dir" || e.Permissions[0] != 'd' {
+		t.Fatalf("dir: %+v %v", e, err)
+	}
+	// A link out is described as a link, never followed.
+	if e, err = w.Info("out"); err != nil || e.Type != "symlink" || e.Target != filepath.Join(outside, "secret") || e.Size != 0 || e.Permissions[0] != 'l' {
+		t.Fatalf("link: %+v %v", e, err)
+	}
+	_, err = w.Info("out/x")
+	wantErr(t, err, ErrOutside, "out")
+	_, err = w.Info("nope")
+	wantErr(t, err, ErrNotFound, "nope")
+}
+
+func TestMakeDir(t *testing.T) {
+	w, ws, outside := setup(t, Options{})
+	e, existed, err := w.MakeDir("a/b/c")
+	if err != nil || existed || e.Type != "dir" || e.Path != "a/b/c" {
+		t.Fatalf("%+v %v %v", e, existed, err)
+	}
+	if _, existed, err = w.MakeDir("a/b"); err != nil || !existed {
+		t.Fatalf("again: %v %v", existed, err)
+	}
+	write(t, filepath.Join(ws, "file"), "x")
+	_, _, err = w.MakeDir("file")
+	wantErr(t, err, ErrNotDir, "file")
+	// A link to a directory outside: neither "existed" nor made there.
+	symlink(t, outside, filepath.Join(ws, "out"))
+	_, _, err = w.MakeDir("out/new")
+	wantErr(t, err, ErrOutside, "out")
+	_, _, err = w.MakeDir("out")
+	wantErr(t, err, ErrOutside, "out")
+	if _, err := os.Stat(filepath.Join(outside, "new")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a directory appeared outside: %v", err)
+	}
+}
+
+func TestMove(t *testing.T) {
+	w, ws, outside := setup(t, Options{})
+	write(t, filepath.Join(ws, "a.txt"), "A")
+	e, err := w.Move("a.txt", "sub/dir/b.txt")
+	if err != nil || e.Path != "sub/dir/b.txt" || e.Size != 1 {
+		t.Fatalf("%+v %v", e, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "sub/dir/b.txt")); string(b) != "A" {
+		t.Fatalf("moved content %q", b)
+	}
+	// Out through a link to a directory outside, either way: refused.
+	symlink(t, outside, filepath.Join(ws, "out"))
+	_, err = w.Move("sub/dir/b.txt", "out/stolen")
+	wantErr(t, err, ErrOutside, "out")
+	_, err = w.Move("out/secret", "mine")
+	wantErr(t, err, ErrOutside, "out")
+	_, err = w.Move("../outside/secret", "mine")
+	wantErr(t, err, ErrOutside, "..")
+	// A link is moved itself, not what it points to.
+	if _, err = w.Move("out", "moved-link"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(filepath.Join(ws, "moved-link")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("moved link: %v %v", fi, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(outside, "secret")); string(b) != "SECRET" {
+		t.Fatalf("the outside secret changed: %q", b)
+	}
+	_, err = w.Move("sub", "sub/inner")
+	wantErr(t, err, ErrInvalid, "into itself")
+	_, err = w.Move("nope", "x")
+	wantErr(t, err, ErrNotFound, "nope")
+}
+
+// A session swaps a directory for a link out while the server moves and
+// removes through it: nothing outside changes.
+func TestSymlinkSwapRaceMoveAndRemove(t *testing.T) {
+	w, ws, outside := setup(t, Options{})
+	os.Mkdir(filepath.Join(ws, "real"), 0o755)
+	stop := flip(t, filepath.Join(ws, "dirlink"), filepath.Join(ws, "real"), outside)
+	defer stop()
+	for range 500 {
+		write(t, filepath.Join(ws, "src"), "pwned")
+		w.Move("src", "dirlink/secret")
+		w.Move("dirlink/secret", "got")
+		w.Remove("dirlink/secret")
+		w.MakeDir("dirlink/made")
+	}
+	stop()
+	if b, _ := os.ReadFile(filepath.Join(outside, "secret")); string(b) != "SECRET" {
+		t.Fatalf("the outside secret changed: %q", b)
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 1 {
+		t.Fatalf("files appeared outside: %v", ents)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "got")); err == nil && string(b) == "SECRET" {
+		t.Fatal("the outside secret was moved in")
+	}
+}
+
+func TestRemoveALinkNotItsTarget(t *testing.T) {
+	w, ws, outside := setup(t, Options{})
+	symlink(t, outside, filepath.Join(ws, "out"))
+	if _, err := w.Remove("out"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := w.Remove("../outside")
+	wantErr(t, err, ErrOutside, "..")
+	if b, _ := os.ReadFile(filepath.Join(outside, "secret")); string(b) != "SECRET" {
+		t.Fatalf("the outside secret is gone: %q", b)
+	}
+}
+
+// watch runs a Watch in the background and hands its events over a
+// channel; it returns once the watches are in place.
+func watch(t *testing.T, w *FS, p string, o WatchOptions) (events chan Event, done chan error, cancel func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	events, done = make(chan Event, 1000), make(chan error, 1)
+	ready := make(chan struct{})
+	o.Ready = func() { close(ready) }
+	go func() {
+		done <- w.Watch(ctx, p, o, func(e Event) { events <- e })
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("watch %q: %v", p, err)
+	}
+	t.Cleanup(cancel)
+	return events, done, cancel
+}
+
+// next is the next event that matches name and type.
+func next(t *testing.T, events chan Event, name, typ string) Event {
+	t.Helper()
+	for e := range events {
+		if e.Name == name && e.Type == typ {
+			return e
+		}
+	}
+	t.Fatal("the watch ended")
+	return Event{}
+}
+
+func TestWatch(t *testing.T) {
+	w, ws, _ := setup(t, Options{})
+	os.Mkdir(filepath.Join(ws, "d"), 0o755)
+	events, done, cancel := watch(t, w, "d", WatchOptions{Recursive: true, IncludeEntry: true})
+	write(t, filepath.Join(ws, "d/a.txt"), "hi")
+	if e := next(t, events, "a.txt", EventCreate); e.Entry == nil || e.Entry.Path != "d/a.txt" {
+		t.Fatalf("create: %+v", e)
+	}
+	next(t, events, "a.txt", EventWrite)
+	os.Chmod(filepath.Join(ws, "d/a.txt"), 0o600)
+	next(t, events, "a.txt", EventChmod)
+	// A new subdirectory is watched too (recursive).
+	os.Mkdir(filepath.Join(ws, "d/sub"), 0o755)
+	next(t, events, "sub", EventCreate)
+	write(t, filepath.Join(ws, "d/sub/deep.txt"), "x")
+	next(t, events, "sub/deep.txt", EventCreate)
+	os.Rename(filepath.Join(ws, "d/a.txt"), filepath.Join(ws, "d/b.txt"))
+	next(t, events, "a.txt", EventRename)
+	next(t, events, "b.txt", EventCreate)
+	os.Remove(filepath.Join(ws, "d/b.txt"))
+	next(t, events, "b.txt", EventRemove)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The watched directory goes (as when the session is destroyed): the
+// watch ends by itself.
+func TestWatchEndsWithTheDirectory(t *testing.T) {
+	w, ws, _ := setup(t, Options{})
+	os.MkdirAll(filepath.Join(ws, "d/e"), 0o755)
+	_, done, _ := watch(t, w, "d", WatchOptions{Recursive: true})
+	if err := os.RemoveAll(filepath.Join(ws, "d")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrWatchEnded) {
+		t.Fatalf("watch ended with %v", err)
+	}
+}
+
+// Links out are neither watched at the start nor followed when they
+// appear: changes outside are never reported.
+func TestWatchNeverLeadsOut(t *testing.T) {
+	w, ws, outside := setup(t, Options{})
+	symlink(t, outside, filepath.Join(ws, "out"))
+	ctx := context.Background()
+	err := w.Watch(ctx, "out", WatchOptions{}, func(Event) {})
+	wantErr(t, err, ErrOutside, "out")
+	err = w.Watch(ctx, "../outside", WatchOptions{}, func(Event) {})
+	wantErr(t, err, ErrOutside, "..")
+
+	events, _, cancel := watch(t, w, ".", WatchOptions{Recursive: true})
+	defer cancel()
+	symlink(t, outside, filepath.Join(ws, "later"))
+	next(t, events, "later", EventCreate)
+	write(t, filepath.Join(outside, "changed"), "x")
+	// A marker written after the outside change: every event before it
+	// has been read by then, and none may be about the outside.
+	write(t, filepath.Join(ws, "marker"), "m")
+	for e := range events {
+		if strings.Contains(e.Name, "changed") || strings.HasPrefix(e.Name, "out/") || strings.HasPrefix(e.Name, "later/") {
+			t.Fatalf("an outside change was reported: %+v", e)
+		}
+		if e.Name == "marker" {
+			break
+		}
+	}
+}
+
+// A directory is swapped for a link out while a recursive watch adds it:
+// the watch never reaches outside.
+func TestWatchSwapRace(t *testing.T) {
+	w, ws, outside := setup(t, Options{})
+	os.Mkdir(filepath.Join(ws, "real"), 0o755)
+	events, _, cancel := watch(t, w, ".", WatchOptions{Recursive: true})
+	defer cancel()
+	for i := range 200 {
+		d := filepath.Join(ws, "swap")
+		os.Mkdir(d, 0o755)
+		os.Remove(d)
+		symlink(t, outside, d)
+		os.Remove(d)
+		_ = i
+	}
+	write(t, filepath.Join(outside, "changed"), "x")
+	write(t, filepath.Join(ws, "marker"), "m")
+	for e := range events {
+		if strings.Contains(e.Name, "changed") {
+			t.Fatalf("an outside change was reported: %+v", e)
+		}
+		if e.Name == "marker" {
+			break
+		}
+	}
+}
