@@ -21,12 +21,8 @@ const e2bDir = "../../test/e2b"
 // with the missing piece. Delete an area's line when it lands.
 // QURO_E2B_SDK_ALL=1 runs them all the same (to see where they stand).
 var e2bAreaSkip = map[string]string{
-	"control":  "the control plane (internal/api/e2b/control.go) is not built yet",
 	"commands": "envd's process.Process (internal/api/e2b/envd_process.go) is not built yet",
 	"pty":      "envd's process.Process with a PTY (internal/api/e2b/envd_process.go) is not built yet",
-	"files":    "envd's filesystem.Filesystem and /files (internal/api/e2b/envd_fs.go) are not built yet",
-	"code":     "the code interpreter (internal/api/e2b/interp.go) is not built yet",
-	"code-js":  "the code interpreter's JavaScript contexts (internal/api/e2b/interp.go) are not built yet",
 }
 
 // TestE2BSDK runs E2B's own SDKs (npm e2b 2.51.0, @e2b/code-interpreter
