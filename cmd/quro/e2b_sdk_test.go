@@ -20,10 +20,7 @@ const e2bDir = "../../test/e2b"
 // e2bAreaSkip names the scenario areas whose server side is not built yet,
 // with the missing piece. Delete an area's line when it lands.
 // QURO_E2B_SDK_ALL=1 runs them all the same (to see where they stand).
-var e2bAreaSkip = map[string]string{
-	"commands": "envd's process.Process (internal/api/e2b/envd_process.go) is not built yet",
-	"pty":      "envd's process.Process with a PTY (internal/api/e2b/envd_process.go) is not built yet",
-}
+var e2bAreaSkip = map[string]string{}
 
 // TestE2BSDK runs E2B's own SDKs (npm e2b 2.51.0, @e2b/code-interpreter
 // 2.8.0, unchanged) against a real `quro serve`, with only the three

@@ -33,15 +33,15 @@ func e2bServer(a *app.App, log *slog.Logger, domain string, noAuth bool) (*e2b.S
 		Domain:  domain,
 		Secret:  secret,
 		Version: version.String(),
-		Sandbox: func(ctx context.Context, id string) (string, error) {
+		Sandbox: func(ctx context.Context, id string) (e2b.Sandbox, error) {
 			s, err := a.Sessions.ByIDAnyTenant(ctx, id)
 			if err != nil {
-				return "", err
+				return e2b.Sandbox{}, err
 			}
 			if s.Tenant == session.SpareTenant {
-				return "", session.ErrNotFound
+				return e2b.Sandbox{}, session.ErrNotFound
 			}
-			return s.Tenant, nil
+			return e2b.Sandbox{Tenant: s.Tenant, Paused: s.Paused}, nil
 		},
 	}
 	if !noAuth {

@@ -124,7 +124,7 @@ type App struct {
 	autoPauseAfter time.Duration    // Options.AutoPause
 	prestart       bool             // Options.PrestartPython
 	spares         *spares          // Options.SpareSessions; nil: none
-	life           *lifetimes       // the patrol of session lifetimes (lifetime.go)
+	life           lifetimes        // the patrol of session lifetimes (lifetime.go)
 	copyHook       func(rel string) // tests: workspace.CopyOptions.BeforeOpen of snapshots
 }
 
@@ -262,7 +262,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	if opts.SpareSessions > 0 && sb.SessionBoxes() && emb.KeepsSpares() {
 		a.spares = a.openSpares(ctx, opts.SpareSessions)
 	}
-	a.startLifetimes()
+	a.life.wake = make(chan struct{}, 1)
 	return a, nil
 }
 
@@ -293,8 +293,10 @@ func (a *App) Close() error {
 	return a.Store.Close()
 }
 
-// Supervise runs the supervisor patrol until ctx ends.
+// Supervise runs the supervisor patrol until ctx ends, and the patrol
+// of session lifetimes (lifetime.go) until Close.
 func (a *App) Supervise(ctx context.Context, every time.Duration) {
+	a.startLifetimes()
 	go a.Terminals.Patrol(ctx, every, a.patrolHooks())
 	t := time.NewTicker(every)
 	defer t.Stop()

@@ -71,6 +71,12 @@ func (a *App) useSession(ctx context.Context, s *session.Session) (_ context.Con
 		}
 		a.Log.Info("session resumed on use", "session", s.ID)
 	}
+	if s.Paused { // paused with no box, or before a restart: used now
+		if err := a.Sessions.SetPaused(ctx, s, false); err != nil {
+			release()
+			return nil, nil, err
+		}
+	}
 	return ctx, release, nil
 }
 
@@ -199,11 +205,19 @@ func (a *App) registerBoxes(reg *capability.Registry) {
 			}
 			bx := a.Sandbox.Box(s.ID)
 			if bx == nil {
-				return &PauseResult{Session: s.ID, Note: "nothing runs in the session, so it uses no CPU or memory already; its files are kept"}, nil
+				// Nothing to freeze: the session is marked paused (its
+				// state says so, also after a restart) until resumed or used.
+				if err := a.Sessions.SetPaused(ctx, s, true); err != nil {
+					return nil, err
+				}
+				return &PauseResult{Session: s.ID, Paused: true, Note: "nothing runs in the session, so it uses no CPU or memory already; it is marked paused, its files are kept, and any use resumes it"}, nil
 			}
 			start := time.Now()
 			if err := bx.Pause(); err != nil {
 				return nil, capability.Errorf(capability.Unavailable, "pause: %v", err)
+			}
+			if err := a.Sessions.SetPaused(ctx, s, true); err != nil {
+				return nil, err
 			}
 			return &PauseResult{Session: s.ID, Paused: true, Took: ms(time.Since(start)), Note: pauseNote}, nil
 		}))
@@ -216,11 +230,21 @@ func (a *App) registerBoxes(reg *capability.Registry) {
 			}
 			bx := a.Sandbox.Box(s.ID)
 			if bx == nil || !bx.Paused() {
+				was := s.Paused
+				if err := a.Sessions.SetPaused(ctx, s, false); err != nil {
+					return nil, err
+				}
+				if was {
+					return &PauseResult{Session: s.ID, Note: "resumed (nothing was running in it)"}, nil
+				}
 				return &PauseResult{Session: s.ID, Note: "the session was not paused"}, nil
 			}
 			start := time.Now()
 			if err := bx.Resume(); err != nil {
 				return nil, capability.Errorf(capability.Unavailable, "resume: %v", err)
+			}
+			if err := a.Sessions.SetPaused(ctx, s, false); err != nil {
+				return nil, err
 			}
 			return &PauseResult{Session: s.ID, Took: ms(time.Since(start))}, nil
 		}))

@@ -99,7 +99,8 @@ func (wd *Watched) Text() string {
 
 // Streams watch_dir reports to the context's runcode.OutputFunc: "ready"
 // once the watch is in place (a change made after it is reported), then
-// one "event" per change, its JSON (a workspace.Event).
+// one "event" per change: its JSON (a workspace.Event) on one line, so
+// that a stream that joins its chunks (the WebSocket) carries NDJSON.
 const (
 	WatchStreamReady = "ready"
 	WatchStreamEvent = "event"
@@ -299,7 +300,7 @@ func (a *App) watchDir(ctx context.Context, in WatchDirInput) (*Watched, error) 
 	err = w.Watch(wctx, in.Path, o, func(e workspace.Event) {
 		if observe != nil {
 			if b, err := json.Marshal(e); err == nil {
-				observe(WatchStreamEvent, b)
+				observe(WatchStreamEvent, append(b, '\n'))
 			}
 		}
 		if len(out.Events) >= in.MaxEvents {

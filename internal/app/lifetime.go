@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/quro-dev/quro/internal/session"
@@ -14,8 +15,11 @@ import (
 // expires_at, by a timer set to the soonest end in the store. Changes made
 // through this App reset the timer at once (lifetimeChanged); those made
 // by another quro process on the same data directory are seen within
-// lifetimeRecheck. The first look is at start, so the sessions whose
-// lifetime ended while no server ran are ended then.
+// lifetimeRecheck. The patrol runs in the server (Supervise: quro serve,
+// quro mcp), which holds the sessions' boxes, never in a one-shot CLI
+// command: a destroy there would leave the server's box of the session
+// running. Its first look is at start, so the sessions whose lifetime
+// ended while no server ran are ended then.
 
 // lifetimeRecheck bounds how long a lifetime set by another process on
 // the same data directory may go unseen.
@@ -25,32 +29,48 @@ const lifetimeRecheck = time.Second
 // calls run in it (a box is never frozen under a running call).
 const pauseRetry = 100 * time.Millisecond
 
+// lifetimes is the patrol's state; wake is made with the App, so that
+// lifetimeChanged needs no lock.
 type lifetimes struct {
-	wake   chan struct{} // a lifetime was set: look again now
-	cancel context.CancelFunc
-	done   chan struct{}
+	wake chan struct{} // a lifetime was set: look again now
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
-// startLifetimes starts the patrol; Close stops it.
+// startLifetimes starts the patrol once (Supervise); Close stops it.
 func (a *App) startLifetimes() {
-	ctx, cancel := context.WithCancel(context.Background())
-	a.life = &lifetimes{wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
-	go a.lifetimePatrol(ctx)
-}
-
-// stopLifetimes stops the patrol and waits for it.
-func (a *App) stopLifetimes() {
-	if a.life == nil {
+	l := &a.life
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.started || l.closed {
 		return
 	}
-	a.life.cancel()
-	<-a.life.done
+	ctx, cancel := context.WithCancel(context.Background())
+	l.started, l.cancel, l.done = true, cancel, make(chan struct{})
+	go a.lifetimePatrol(ctx, l.done)
+}
+
+// stopLifetimes stops the patrol and waits for it; none starts after.
+func (a *App) stopLifetimes() {
+	l := &a.life
+	l.mu.Lock()
+	l.closed = true
+	cancel, done := l.cancel, l.done
+	l.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
 }
 
 // lifetimeChanged tells the patrol that a lifetime now ends at end (a
 // removed one, zero, needs no look).
 func (a *App) lifetimeChanged(end time.Time) {
-	if end.IsZero() || a.life == nil {
+	if end.IsZero() {
 		return
 	}
 	select {
@@ -59,8 +79,8 @@ func (a *App) lifetimeChanged(end time.Time) {
 	}
 }
 
-func (a *App) lifetimePatrol(ctx context.Context) {
-	defer close(a.life.done)
+func (a *App) lifetimePatrol(ctx context.Context, done chan struct{}) {
+	defer close(done)
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -140,7 +160,11 @@ func (a *App) pauseExpired(ctx context.Context, s *session.Session) bool {
 			}
 		}
 	}
-	// Nothing runs in a session without a box: it is as good as paused.
+	// A session without a box is marked paused all the same: nothing runs
+	// in it until it is resumed or used.
+	if err := a.Sessions.SetPaused(ctx, s, true); err != nil && !errors.Is(err, session.ErrNotFound) {
+		a.Log.Warn("session lifetimes", "session", s.ID, "err", err)
+	}
 	if err := a.Sessions.SetLifetime(ctx, s, time.Time{}, ""); err != nil && !errors.Is(err, session.ErrNotFound) {
 		a.Log.Warn("session lifetimes", "session", s.ID, "err", err)
 	}

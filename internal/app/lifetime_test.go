@@ -109,6 +109,7 @@ func TestSessionMetadataEnvAndFilters(t *testing.T) {
 // extends it, and 0 removes it.
 func TestSessionLifetimeDestroys(t *testing.T) {
 	a := newApp(t, nil)
+	a.startLifetimes() // as Supervise does
 	short := mustCall(t, a, "create_session", CreateSessionInput{Name: "short", TimeoutS: 1}).(*SessionInfo)
 	if short.ExpiresAt == nil || short.OnTimeout != session.ExpiryDestroy {
 		t.Fatalf("no lifetime: %+v", short)
@@ -147,6 +148,7 @@ func TestSessionLifetimeNotSetFromInside(t *testing.T) {
 // processes and memory kept) and leaves the session, with no lifetime.
 func TestSessionLifetimePauses(t *testing.T) {
 	a := newApp(t, nil)
+	a.startLifetimes() // as Supervise does
 	needBoxes(t, a)
 	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "nap", TimeoutS: 3600, OnTimeout: session.ExpiryPause}).(*SessionInfo)
 	// A box with a process in it.
@@ -155,7 +157,11 @@ func TestSessionLifetimePauses(t *testing.T) {
 		t.Skip("this machine cannot freeze a box")
 	}
 	mustCall(t, a, "set_session_timeout", SetTimeoutInput{Session: s.ID, TimeoutS: 1})
-	waitFor(t, "the session paused", func() bool { return status(t, a, s.ID).SessionState == StatePaused })
+	// Paused, then its lifetime removed (two steps: wait for both).
+	waitFor(t, "the session paused", func() bool {
+		st := status(t, a, s.ID)
+		return st.SessionState == StatePaused && st.ExpiresAt == nil
+	})
 	st := status(t, a, s.ID)
 	if st.ExpiresAt != nil || gone(a, s.ID) {
 		t.Fatalf("paused session: %+v", st)
@@ -196,6 +202,12 @@ func TestSessionLifetimeEndedAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
+	if gone(b, s.ID) {
+		t.Fatal("opening the data directory (as a one-shot CLI command does) ended a session: only a server's patrol may")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	go b.Supervise(ctx, time.Minute) // the server's start
 	waitFor(t, "the stale session destroyed at start", func() bool { return gone(b, s.ID) })
 }
 
@@ -215,5 +227,44 @@ func TestSpareClaimedWithLifetime(t *testing.T) {
 	res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "python", Code: "import os; print(os.environ.get('SPARE_VAR'))"})
 	if !strings.Contains(res.Stdout, "yes") {
 		t.Fatalf("the spare's worker lacks the session's env: %+v", res)
+	}
+}
+
+// A session with nothing running in it is paused all the same: its state
+// says so, also after a restart, until it is resumed or used.
+func TestPauseWithoutABoxIsAState(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	a, err := New(ctx, dir, &Options{Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "idle"}).(*SessionInfo)
+	if a.Sandbox.Box(s.ID) != nil {
+		t.Fatal("a new session has a box already")
+	}
+	if r := mustCall(t, a, "pause_session", SessionRef{Session: s.ID}).(*PauseResult); !r.Paused {
+		t.Fatalf("pause: %+v", r)
+	}
+	if st := status(t, a, s.ID); st.SessionState != StatePaused {
+		t.Fatalf("after pause: %s", st.SessionState)
+	}
+	a.Close()
+	b, err := New(ctx, dir, &Options{Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if st := status(t, b, s.ID); st.SessionState != StatePaused {
+		t.Fatalf("after a restart: %s", st.SessionState)
+	}
+	// Used, it runs again.
+	mustCall(t, b, "terminal_exec", TerminalExecInput{Session: s.ID, Command: "true"})
+	if st := status(t, b, s.ID); st.SessionState != StateRunning {
+		t.Fatalf("after use: %s", st.SessionState)
+	}
+	mustCall(t, b, "pause_session", SessionRef{Session: s.ID})
+	if r := mustCall(t, b, "resume_session", SessionRef{Session: s.ID}).(*PauseResult); r.Paused || status(t, b, s.ID).SessionState != StateRunning {
+		t.Fatalf("resume: %+v", r)
 	}
 }

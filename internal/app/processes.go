@@ -122,6 +122,10 @@ type ProcessDone struct {
 // Text is the message.
 func (d *ProcessDone) Text() string { return d.Message }
 
+// maxProcessTimeoutMS is the largest timeout_ms: the largest
+// Connect-Timeout-Ms (10 digits).
+const maxProcessTimeoutMS = 9_999_999_999
+
 // outputKeep is how much of each stream a result keeps.
 const outputKeep = 64 << 10
 
@@ -249,8 +253,8 @@ func (a *App) onProcess(ctx context.Context, in ProcessSelector, do func(p *proc
 }
 
 func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessResult, error) {
-	if in.TimeoutMS < 0 {
-		return nil, capability.Errorf(capability.InvalidArgument, "timeout_ms %d is negative: give 0 for no timeout", in.TimeoutMS)
+	if in.TimeoutMS < 0 || in.TimeoutMS > maxProcessTimeoutMS {
+		return nil, capability.Errorf(capability.InvalidArgument, "timeout_ms %d is outside 0..%d (milliseconds; 0 for no timeout)", in.TimeoutMS, int64(maxProcessTimeoutMS))
 	}
 	for k, v := range in.Env {
 		if strings.ContainsRune(v, 0) {
@@ -316,9 +320,9 @@ func (a *App) connectProcess(ctx context.Context, in ProcessSelector) (*ProcessR
 	if err != nil {
 		return nil, err
 	}
-	v, ok := p.Attach()
-	if !ok {
-		return nil, fmt.Errorf("%w: process %d has just ended", proc.ErrNotFound, p.Pid())
+	v, err := p.Attach()
+	if err != nil {
+		return nil, err
 	}
 	proc.Started(ctx, p.Pid())
 	return a.follow(ctx, p, v, p.Info().Tag)
@@ -337,8 +341,8 @@ func (a *App) follow(ctx context.Context, p *proc.Process, v *proc.Viewer, tag s
 		case ev, ok := <-v.C:
 			if !ok {
 				if v.Dropped() {
-					return nil, fmt.Errorf("%w: this caller read the output of process %d too slowly and was detached after %d chunks; the process still runs: connect_process follows it again",
-						proc.ErrLagged, p.Pid(), proc.DefaultQueue)
+					return nil, fmt.Errorf("%w: this caller read the output of process %d too slowly and was detached %d KiB behind; the process still runs: connect_process follows it again",
+						proc.ErrLagged, p.Pid(), proc.DefaultQueue>>10)
 				}
 				res.End = p.End()
 				res.Stdout, res.Stderr, res.PTY = kept[0].String(), kept[1].String(), kept[2].String()
@@ -348,6 +352,7 @@ func (a *App) follow(ctx context.Context, p *proc.Process, v *proc.Viewer, tag s
 			if out != nil {
 				out(ev.Stream, ev.Data)
 			}
+			v.Consumed(len(ev.Data))
 		case <-ctx.Done():
 			res.Running = true
 			res.Stdout, res.Stderr, res.PTY = kept[0].String(), kept[1].String(), kept[2].String()

@@ -251,6 +251,11 @@ func TestProcessLimitAndDestroy(t *testing.T) {
 	}
 
 	var pidfds []int
+	defer func() {
+		for _, fd := range pidfds {
+			unix.Close(fd)
+		}
+	}()
 	for _, info := range a.procs.List(s.ID) {
 		p, err := a.procs.Get(s.ID, proc.Selector{Pid: info.Pid})
 		if err != nil {
@@ -260,7 +265,6 @@ func TestProcessLimitAndDestroy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer unix.Close(fd)
 		pidfds = append(pidfds, fd)
 	}
 	mustCall(t, a, "destroy_session", SessionRef{Session: s.ID})
@@ -386,5 +390,46 @@ func TestSlowViewerIsDetached(t *testing.T) {
 		t.Fatalf("the other viewer: %+v", fast.res)
 	} else if fast.err != nil && codeOf(fast.err) != capability.ResourceExhausted {
 		t.Fatalf("the other viewer: %v", fast.err)
+	}
+}
+
+// TestProcessBadInput: what a caller chooses is bounded, and refused with
+// a reason: tag length, timeout, a too large command, viewers per process.
+func TestProcessBadInput(t *testing.T) {
+	a := newApp(t, nil)
+	s := newSession(t, a, "bad", "")
+	for name, in := range map[string]StartProcessInput{
+		"long tag":         {Session: s.ID, Cmd: "true", Tag: strings.Repeat("t", proc.MaxTag+1)},
+		"negative timeout": {Session: s.ID, Cmd: "true", TimeoutMS: -1},
+		"huge timeout":     {Session: s.ID, Cmd: "true", TimeoutMS: 1 << 62},
+		"huge argument":    {Session: s.ID, Cmd: "echo", Args: []string{strings.Repeat("a", 2<<20)}},
+		"no program":       {Session: s.ID},
+		"bad pty":          {Session: s.ID, Cmd: "true", PTY: &proc.Size{Cols: 0, Rows: 5000}},
+	} {
+		_, err := call(t, a, "start_process", in)
+		if codeOf(err) != capability.InvalidArgument {
+			t.Errorf("%s: %v (want invalid_argument)", name, err)
+		}
+	}
+	if n := a.procs.Count(s.ID); n != 0 {
+		t.Fatalf("%d processes after refused starts", n)
+	}
+
+	res := mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "sleep", Args: []string{"100000"}, Background: true}).(*ProcessResult)
+	var viewers []*streamCall
+	for range proc.MaxViewers {
+		v := startStream(t, a, admin, "connect_process", ProcessSelector{Session: s.ID, Pid: res.Pid})
+		v.pid(t)
+		viewers = append(viewers, v)
+	}
+	_, err := call(t, a, "connect_process", ProcessSelector{Session: s.ID, Pid: res.Pid})
+	if codeOf(err) != capability.ResourceExhausted {
+		t.Fatalf("viewer %d: %v", proc.MaxViewers+1, err)
+	}
+	mustCall(t, a, "signal_process", SignalProcessInput{ProcessSelector: ProcessSelector{Session: s.ID, Pid: res.Pid}, Signal: "KILL"})
+	for _, v := range viewers {
+		if end := v.wait(t); end.Status != "signal: killed" {
+			t.Fatalf("a viewer's end: %+v", end)
+		}
 	}
 }

@@ -472,7 +472,7 @@ func (a *App) sessionInfo(ctx context.Context, s *session.Session) *SessionInfo 
 		Resources: a.resources(s), Metadata: s.Metadata,
 	}
 	info.SessionState = StateRunning
-	if bx := a.Sandbox.Box(s.ID); bx != nil && bx.Paused() {
+	if bx := a.Sandbox.Box(s.ID); s.Paused || bx != nil && bx.Paused() {
 		info.SessionState = StatePaused
 	}
 	if !s.ExpiresAt.IsZero() {

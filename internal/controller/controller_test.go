@@ -16,6 +16,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/project"
 	"github.com/quro-dev/quro/internal/quota"
 	"github.com/quro-dev/quro/internal/rootfs"
@@ -176,6 +177,8 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("%w: %q (list sessions to see the names)", session.ErrNotFound, "work"), capability.NotFound, []string{`"work"`, "list sessions"}, false},
 		{fmt.Errorf("%w: %q", session.ErrExists, "work"), capability.AlreadyExists, []string{`"work"`}, false},
 		{fmt.Errorf("%w: network policy %q", session.ErrBadName, "x"), capability.InvalidArgument, []string{"network policy"}, false},
+		{fmt.Errorf("%w: 65 pairs, at most 64", session.ErrBadMetadata), capability.InvalidArgument, []string{"at most 64"}, false},
+		{fmt.Errorf("%w: on expiry %q", session.ErrBadLifetime, "x"), capability.InvalidArgument, []string{"on expiry"}, false},
 		{fmt.Errorf("%w: 3 sessions of at most 3", session.ErrLimit), capability.ResourceExhausted, []string{"at most 3"}, true},
 		{session.ErrConfined, capability.PermissionDenied, []string{"confined"}, false},
 		{sandbox.ErrSessionEnded, capability.NotFound, []string{"destroyed"}, false},
@@ -200,6 +203,11 @@ func TestClassify(t *testing.T) {
 		{terminal.ErrNotRunning, capability.InvalidArgument, []string{"no command"}, false},
 		{fmt.Errorf("%w (cannot start bash)", terminal.ErrNoBash), capability.Unavailable, []string{"apt-get install bash"}, false},
 		{terminal.ErrClosed, capability.Unavailable, []string{"destroyed"}, false},
+		{fmt.Errorf("%w: no running process with pid 7", proc.ErrNotFound), capability.NotFound, []string{"pid 7"}, false},
+		{fmt.Errorf("%w: the session already runs 64 processes", proc.ErrTooMany), capability.ResourceExhausted, []string{"64 processes"}, true},
+		{fmt.Errorf("%w: process 7 has no stdin", proc.ErrInvalid), capability.InvalidArgument, []string{"no stdin"}, false},
+		{fmt.Errorf("%w: detached 1024 KiB behind", proc.ErrLagged), capability.ResourceExhausted, []string{"1024 KiB"}, false},
+		{proc.ErrClosed, capability.Unavailable, []string{"destroyed"}, false},
 		{fmt.Errorf("%w: %q", rootfs.ErrBadName, "a b"), capability.InvalidArgument, nil, false},
 		{fmt.Errorf("%w: %q", rootfs.ErrBadPackage, "-x"), capability.InvalidArgument, nil, false},
 		{fmt.Errorf("%w: %q", rootfs.ErrNotInstalled, "r"), capability.NotFound, nil, false},

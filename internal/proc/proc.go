@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -48,9 +49,18 @@ var (
 // DefaultMax is how many processes a session may run at once.
 const DefaultMax = 64
 
-// DefaultQueue is how many output chunks (each at most 32 KiB) a viewer
-// may lag behind before it is detached.
-const DefaultQueue = 1024
+// DefaultQueue is how many bytes of output a viewer may lag behind
+// before it is detached.
+const DefaultQueue = 1 << 20
+
+// maxQueuedChunks bounds the chunks queued for one viewer, however small.
+const maxQueuedChunks = 4096
+
+// MaxViewers is how many viewers a process may have at once.
+const MaxViewers = 16
+
+// MaxTag is the longest tag, in bytes.
+const MaxTag = 256
 
 // inputTimeout bounds a write to a process's stdin or terminal that the
 // process does not read.
@@ -59,7 +69,7 @@ const inputTimeout = 10 * time.Second
 // Options configure a Table.
 type Options struct {
 	Max   int // live processes per session (DefaultMax)
-	Queue int // chunks a viewer may lag (DefaultQueue)
+	Queue int // bytes a viewer may lag (DefaultQueue)
 }
 
 // Config is what a process runs, as the caller asked for it.
@@ -167,7 +177,12 @@ type Viewer struct {
 	c       chan Event
 	p       *Process
 	dropped bool // under p.mu
+	queued  atomic.Int64
 }
+
+// Consumed tells that the reader of C is done with an event of n bytes:
+// they no longer count against the viewer's queue.
+func (v *Viewer) Consumed(n int) { v.queued.Add(-int64(n)) }
 
 // Dropped reports whether the viewer was detached for falling behind.
 func (v *Viewer) Dropped() bool {
@@ -221,20 +236,24 @@ func (p *Process) Info() Info {
 }
 
 // Attach adds a viewer that gets the output from now on (nothing of
-// before is replayed). ok is false when the process has already ended.
-func (p *Process) Attach() (v *Viewer, ok bool) {
+// before is replayed). It fails with ErrNotFound when the process has
+// already ended, ErrTooMany when it has MaxViewers.
+func (p *Process) Attach() (*Viewer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
 	case <-p.done:
-		return nil, false
+		return nil, fmt.Errorf("%w: process %d has just ended", ErrNotFound, p.pid)
 	default:
 	}
-	return p.attachLocked(), true
+	if len(p.viewers) >= MaxViewers {
+		return nil, fmt.Errorf("%w: process %d already has %d viewers (the limit); end one first", ErrTooMany, p.pid, MaxViewers)
+	}
+	return p.attachLocked(), nil
 }
 
 func (p *Process) attachLocked() *Viewer {
-	c := make(chan Event, p.t.queue)
+	c := make(chan Event, maxQueuedChunks)
 	v := &Viewer{C: c, c: c, p: p}
 	p.viewers[v] = struct{}{}
 	return v
@@ -251,13 +270,16 @@ func (p *Process) emit(stream string, b []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for v := range p.viewers {
-		select {
-		case v.c <- ev:
-		default:
-			v.dropped = true
-			delete(p.viewers, v)
-			close(v.c)
+		if v.queued.Add(int64(len(b))) <= int64(p.t.queue) {
+			select {
+			case v.c <- ev:
+				continue
+			default:
+			}
 		}
+		v.dropped = true
+		delete(p.viewers, v)
+		close(v.c)
 	}
 }
 
@@ -300,6 +322,9 @@ func Started(ctx context.Context, pid int) {
 func (t *Table) Start(ctx context.Context, sb *sandbox.Sandbox, base *sandbox.Spec, session string, st *Start) (*Process, *Viewer, error) {
 	if st.Cmd == "" {
 		return nil, nil, fmt.Errorf("%w: cmd is empty: name the program to run (e.g. /bin/bash with args [\"-c\", \"…\"])", ErrInvalid)
+	}
+	if len(st.Tag) > MaxTag {
+		return nil, nil, fmt.Errorf("%w: the tag is %d bytes; at most %d", ErrInvalid, len(st.Tag), MaxTag)
 	}
 	if st.PTY != nil {
 		if err := checkSize(st.PTY.Cols, st.PTY.Rows); err != nil {
@@ -386,6 +411,11 @@ func (t *Table) Start(ctx context.Context, sb *sandbox.Sandbox, base *sandbox.Sp
 	if err != nil {
 		cancel()
 		closeAll(nil, master, p.stdin)
+		if errors.Is(err, sandbox.ErrInvalidSpec) {
+			// What the caller chose does not fit (arguments or
+			// variables too large, a bad variable).
+			return nil, nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
 		return nil, nil, err
 	}
 	p.sp, p.master = sp, master

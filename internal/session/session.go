@@ -131,6 +131,10 @@ type Session struct {
 	// destroys it, or pauses it when OnExpiry is ExpiryPause.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	OnExpiry  string    `json:"on_expiry,omitempty"`
+	// Paused: the session was paused (SetPaused) and not resumed or used
+	// since. Its box, if it has one, is frozen; a restart ends the box
+	// but not this.
+	Paused bool `json:"paused,omitempty"`
 
 	m *Manager
 }
@@ -667,6 +671,18 @@ func (m *Manager) SetLifetime(ctx context.Context, s *Session, expiresAt time.Ti
 	return nil
 }
 
+// SetPaused records whether s is paused (a no-op when it is recorded so).
+func (m *Manager) SetPaused(ctx context.Context, s *Session, paused bool) error {
+	if s.Paused == paused {
+		return nil
+	}
+	if err := m.wrap(m.store.SetSessionPaused(ctx, s.ID, paused), s.ID); err != nil {
+		return err
+	}
+	s.Paused = paused
+	return nil
+}
+
 // SetMetadata replaces s's metadata (CheckMetadata).
 func (m *Manager) SetMetadata(ctx context.Context, s *Session, md map[string]string) error {
 	if err := CheckMetadata(md); err != nil {
@@ -794,6 +810,7 @@ func (m *Manager) fromRow(r *store.Session) *Session {
 		Metadata:   maps.Clone(r.Metadata),
 		ExpiresAt:  r.ExpiresAt,
 		OnExpiry:   r.OnExpiry,
+		Paused:     r.Paused,
 		m:          m,
 	}
 }

@@ -13,6 +13,11 @@ func (s *Store) SetSessionLifetime(ctx context.Context, id string, expiresAt tim
 	return s.updateSession(ctx, "UPDATE sessions SET expires_at = ?, on_expiry = ? WHERE id = ?", unixMilli(expiresAt), onExpiry, id)
 }
 
+// SetSessionPaused records whether the session is paused.
+func (s *Store) SetSessionPaused(ctx context.Context, id string, paused bool) error {
+	return s.updateSession(ctx, "UPDATE sessions SET paused = ? WHERE id = ?", paused, id)
+}
+
 // SetSessionMetadata replaces the session's metadata.
 func (s *Store) SetSessionMetadata(ctx context.Context, id string, md map[string]string) error {
 	meta, err := jsonObject(md)

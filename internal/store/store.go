@@ -317,9 +317,11 @@ type Session struct {
 	ExpiresAt time.Time
 	// OnExpiry is what happens then: "" (destroy) or "pause".
 	OnExpiry string
+	// Paused: the session was paused and not resumed or used since.
+	Paused bool
 }
 
-const sessionCols = "id, name, tenant, created_at, last_used_at, cwd, env, network, rootfs, coalesce(uid, 0), metadata, expires_at, on_expiry"
+const sessionCols = "id, name, tenant, created_at, last_used_at, cwd, env, network, rootfs, coalesce(uid, 0), metadata, expires_at, on_expiry, paused"
 
 // unixMilli is t in unix milliseconds, 0 for the zero time.
 func unixMilli(t time.Time) int64 {
@@ -354,7 +356,7 @@ func scanSession(row interface{ Scan(...any) error }) (*Session, error) {
 		expires       int64
 	)
 	if err := row.Scan(&s.ID, &s.Name, &s.Tenant, &created, &used, &s.Cwd, &env, &s.Network, &s.Rootfs, &s.UID,
-		&meta, &expires, &s.OnExpiry); err != nil {
+		&meta, &expires, &s.OnExpiry, &s.Paused); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, ErrNotFound
 		}

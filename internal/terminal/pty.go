@@ -95,15 +95,17 @@ func StartPTY(opts PTYOptions) (*PTY, error) {
 	if _, err := opts.Sandbox.LookPath("bash"); err != nil {
 		prog = []string{"sh", "-i"}
 	}
-	dir := opts.Cwd
-	if dir == "" {
-		dir = opts.Session.Workspace()
-	}
-	if _, err := os.Stat(dir); err != nil {
-		dir = opts.Session.Workspace()
+	// The recorded cwd is the session's choice (the shell's directory
+	// after its last command: anything the box can cd to, /usr
+	// included). The server never resolves it: the spec's Dir — which the
+	// sandbox binds read-write and hands to the session's uid — is the
+	// workspace, and the box's own sh enters the cwd (staying in the
+	// workspace when it cannot).
+	if opts.Cwd != "" && opts.Cwd != opts.Session.Workspace() {
+		prog = append([]string{"sh", "-c", `cd -- "$0" 2>/dev/null; exec "$@"`, opts.Cwd}, prog...)
 	}
 	proc, err := opts.Sandbox.Start(context.Background(), &sandbox.Spec{
-		Args: prog, Dir: dir, Home: opts.Session.Workspace(), TmpDir: opts.Session.TmpDir(),
+		Args: prog, Dir: opts.Session.Workspace(), Home: opts.Session.Workspace(), TmpDir: opts.Session.TmpDir(),
 		// The session's uid and the whole workspace, whichever
 		// subdirectory the terminal starts in: a uid derived from the
 		// starting directory would take that directory over.

@@ -256,3 +256,46 @@ func TestPTYRepeatFloodIsClampedToTheScreen(t *testing.T) {
 	}
 	t.Logf("%+v", st)
 }
+
+// Attack: the recorded cwd is the session's choice — `cd /usr` in
+// terminal_exec records /usr. A terminal opened there must not make that
+// directory the run's writable directory: the sandbox binds the spec's Dir
+// read-write and hands it (recursively) to the session's uid, which took
+// host directories over. The terminal starts in it, nothing is handed.
+func TestPTYInAForeignDirectoryTakesNothingOver(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the hand-over to the session's uid happens as root only")
+	}
+	sb, err := sandbox.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &session.Session{ID: "0123456789abcdef0123456789abcdee", Name: "t", Dir: t.TempDir(), UID: 2_999_997}
+	os.MkdirAll(s.Workspace(), 0o755)
+	os.MkdirAll(s.TmpDir(), 0o755)
+	victim := filepath.Join(t.TempDir(), "host-dir") // root's, like /usr
+	if err := os.MkdirAll(victim, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(victim, "f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := StartPTY(PTYOptions{Sandbox: sb, Session: s, Cwd: victim, Cols: 80, Rows: 24, Env: map[string]string{"PS1": "$ "}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	v, _ := p.Attach()
+	var seen strings.Builder
+	p.Write([]byte("echo IN-$((6*7))-$(pwd)\r"))
+	readUntil(t, v, &seen, "IN-42-")
+	for _, f := range []string{victim, filepath.Join(victim, "f")} {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 0 || fi.Mode().Perm() == 0o700 {
+			t.Fatalf("%s was handed to the session: uid %d mode %v", f, st.Uid, fi.Mode())
+		}
+	}
+}

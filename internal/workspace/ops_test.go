@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -157,6 +158,9 @@ func watch(t *testing.T, w *FS, p string, o WatchOptions) (events chan Event, do
 func next(t *testing.T, events chan Event, name, typ string) Event {
 	t.Helper()
 	for e := range events {
+		if strings.HasPrefix(e.Name, "watch ended") {
+			t.Fatal(e.Name)
+		}
 		if e.Name == name && e.Type == typ {
 			return e
 		}
@@ -235,26 +239,47 @@ func TestWatchNeverLeadsOut(t *testing.T) {
 	}
 }
 
-// A directory is swapped for a link out while a recursive watch adds it:
-// the watch never reaches outside.
+// A directory is swapped for a link out between its creation and the
+// moment a recursive watch adds it (the watch is held in its callback
+// meanwhile, so the swap always wins): the watch never reaches outside.
 func TestWatchSwapRace(t *testing.T) {
 	w, ws, outside := setup(t, Options{})
-	os.Mkdir(filepath.Join(ws, "real"), 0o755)
-	events, _, cancel := watch(t, w, ".", WatchOptions{Recursive: true})
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	for i := range 200 {
-		d := filepath.Join(ws, "swap")
-		os.Mkdir(d, 0o755)
-		os.Remove(d)
-		symlink(t, outside, d)
-		os.Remove(d)
-		_ = i
+	events, hold := make(chan Event, 1000), make(chan struct{})
+	ready := make(chan struct{})
+	held := false
+	go func() {
+		err := w.Watch(ctx, ".", WatchOptions{Recursive: true, Ready: func() { close(ready) }}, func(e Event) {
+			if !held {
+				held = true
+				<-hold
+			}
+			events <- e
+		})
+		if ctx.Err() == nil {
+			events <- Event{Name: "watch ended: " + fmt.Sprint(err)}
+		}
+		close(events)
+	}()
+	<-ready
+	write(t, filepath.Join(ws, "first"), "1") // the watch now waits in its callback
+	d := filepath.Join(ws, "swap")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
 	}
+	os.Remove(d)
+	symlink(t, outside, d)
+	os.Mkdir(filepath.Join(ws, "real"), 0o755)
+	os.Remove(filepath.Join(ws, "real"))
+	symlink(t, "../outside", filepath.Join(ws, "real"))
+	close(hold)
+	next(t, events, "swap", EventCreate)
 	write(t, filepath.Join(outside, "changed"), "x")
 	write(t, filepath.Join(ws, "marker"), "m")
 	for e := range events {
-		if strings.Contains(e.Name, "changed") {
-			t.Fatalf("an outside change was reported: %+v", e)
+		if strings.Contains(e.Name, "changed") || strings.HasPrefix(e.Name, "watch ended") {
+			t.Fatalf("an outside change was reported, or the watch ended: %+v", e)
 		}
 		if e.Name == "marker" {
 			break

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path"
 	"strings"
@@ -31,11 +30,11 @@ type Event struct {
 // DefaultMaxWatches bounds the directories one recursive Watch watches.
 const DefaultMaxWatches = 1024
 
-// ErrWatchEnded: the watched directory was removed or moved (the
+// ErrWatchEnded says the watched directory was removed or moved (the
 // session's workspace is gone when the session was destroyed).
 var ErrWatchEnded = errors.New("the watched directory was removed or moved away; the watch ended")
 
-// ErrOverflow: changes came faster than they were read; some were lost.
+// ErrOverflow says changes came faster than they were read; some were lost.
 var ErrOverflow = errors.New("changes came faster than they were read and some were lost (the kernel's event queue overflowed); the watch ended: watch a smaller directory, or read events faster")
 
 // WatchOptions configure a Watch.
@@ -146,8 +145,10 @@ func (wt *watcher) add(dir string, top bool) error {
 	rel := path.Join(wt.base, dir)
 	d, err := wt.w.root.OpenFile(rel, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		if !top && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ELOOP)) {
-			return nil // gone or swapped for a link meanwhile: nothing to watch
+		if !top {
+			// Gone, or swapped for a link (os.Root refuses one out,
+			// O_NOFOLLOW any other) meanwhile: nothing to watch.
+			return nil
 		}
 		return explain(rel, err)
 	}

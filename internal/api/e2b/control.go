@@ -390,8 +390,11 @@ func parseCursor(tok string) (*cursor, error) {
 
 // before reports whether a sorts before b in the list's order.
 func (q *listQuery) before(a, b cursor) bool {
-	if !a.at.Equal(b.at) {
+	switch {
+	case !a.at.Equal(b.at):
 		return a.at.Before(b.at) == q.asc
+	case a.id == b.id:
+		return false
 	}
 	return (a.id < b.id) == q.asc
 }
@@ -489,7 +492,7 @@ func (s *Server) listSandboxes(v2 bool) http.HandlerFunc {
 			if q.template != "" && x.template() != q.template {
 				continue
 			}
-			if !q.startedAfter.IsZero() && !x.CreatedAt.After(q.startedAfter) {
+			if !q.startedAfter.IsZero() && x.CreatedAt.Before(q.startedAfter) { // inclusive, as E2B's
 				continue
 			}
 			if x.State == "running" {

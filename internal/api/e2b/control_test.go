@@ -321,6 +321,39 @@ func TestControlListFiltersAndPages(t *testing.T) {
 			t.Fatalf("%s on no page (%d pages)", id, pages)
 		}
 	}
+	// The default order, newest first, one a page, filtered: each once, and
+	// no X-Next-Token with the last.
+	seen = map[string]bool{}
+	next, pages = "", 0
+	for {
+		q := "?limit=1&state=running&metadata=" + sdkMetadata(map[string]string{"group": "a b=c"})
+		if next != "" {
+			q += "&nextToken=" + url.QueryEscape(next)
+		}
+		l, a := list(q)
+		pages++
+		if len(l) != 1 || seen[l[0].SandboxID] || pages > 3 {
+			t.Fatalf("page %d: %+v (seen %v)", pages, l, seen)
+		}
+		seen[l[0].SandboxID] = true
+		if want := group[3-pages]; l[0].SandboxID != want {
+			t.Fatalf("page %d: %s, want %s (newest first)", pages, l[0].SandboxID, want)
+		}
+		if next = a.header.Get("X-Next-Token"); next == "" {
+			break
+		}
+	}
+	if pages != 3 {
+		t.Fatalf("%d pages of the 3 sandboxes", pages)
+	}
+	// startedAfter is inclusive.
+	first := e.info(t, group[0])
+	if l, _ := list("?startedAfter=" + url.QueryEscape(first.StartedAt.Format(time.RFC3339Nano)) + "&metadata=" + sdkMetadata(map[string]string{"n": "0"})); len(l) != 1 {
+		t.Fatalf("startedAfter its own start: %+v", l)
+	}
+	if l, _ := list("?startedAfter=" + url.QueryEscape(first.StartedAt.Add(time.Second).Format(time.RFC3339Nano)) + "&metadata=" + sdkMetadata(map[string]string{"n": "0"})); len(l) != 0 {
+		t.Fatalf("startedAfter a second after its start: %+v", l)
+	}
 	// v1 lists the running sandboxes.
 	a = e.api(t, e.Key, "GET", "/sandboxes", nil)
 	a.want(t, 200, "")
@@ -329,6 +362,14 @@ func TestControlListFiltersAndPages(t *testing.T) {
 	if len(v1) < 4 {
 		t.Fatalf("v1 list: %+v", v1)
 	}
+}
+
+// supervise runs the App's patrols (session lifetimes among them) as
+// quro serve does, until the test ends.
+func (e *env) supervise(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go e.App.Supervise(ctx, time.Minute)
 }
 
 // waitFor polls cond until it holds; the deadline is a guard against a
@@ -346,6 +387,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestControlTimeouts(t *testing.T) {
 	e := newEnv(t, nil)
+	e.supervise(t)
 	// A sandbox whose timeout passes is killed: the API then answers 404.
 	short := e.create(t, map[string]any{"templateID": "base", "timeout": 1}).SandboxID
 	long := e.create(t, map[string]any{"templateID": "base", "timeout": 1}).SandboxID
@@ -383,6 +425,7 @@ func TestControlTimeouts(t *testing.T) {
 
 func TestControlPauseConnect(t *testing.T) {
 	e := newEnv(t, nil)
+	e.supervise(t)
 	id := e.create(t, map[string]any{"templateID": "base", "timeout": 600, "autoPause": true}).SandboxID
 	if d := e.info(t, id); d.Lifecycle.OnTimeout != "pause" {
 		t.Fatalf("lifecycle %+v", d.Lifecycle)
@@ -397,7 +440,10 @@ func TestControlPauseConnect(t *testing.T) {
 	}
 	// The timeout with autoPause pauses it.
 	e.api(t, e.Key, "POST", "/sandboxes/"+id+"/timeout", map[string]any{"timeout": 1}).want(t, http.StatusNoContent, "")
-	waitFor(t, "the sandbox paused at its timeout", func() bool { return e.info(t, id).State == "paused" })
+	waitFor(t, "the sandbox paused at its timeout", func() bool {
+		d := e.info(t, id)
+		return d.State == "paused" && d.EndAt.Year() == 9999
+	})
 	a := e.api(t, e.Key, "GET", "/v2/sandboxes?state=paused", nil)
 	var l []listed
 	a.json(t, &l)
@@ -545,4 +591,20 @@ func TestControlFork(t *testing.T) {
 		}
 	}
 	e.api(t, e.Key, "POST", "/sandboxes/"+id+"/fork", map[string]any{"count": 99}).want(t, 400, "")
+}
+
+// A sandbox with nothing running in it (no command yet) pauses too, as
+// the SDK's scenario does right after create.
+func TestControlPauseFresh(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t, map[string]any{"templateID": "base", "timeout": 600}).SandboxID
+	e.api(t, e.Key, "POST", "/sandboxes/"+id+"/pause", nil).want(t, http.StatusNoContent, "")
+	if d := e.info(t, id); d.State != "paused" {
+		t.Fatalf("after pause: %+v", d)
+	}
+	e.api(t, e.Key, "POST", "/sandboxes/"+id+"/pause", nil).want(t, http.StatusConflict, "already paused")
+	e.api(t, e.Key, "POST", "/v2/sandboxes/"+id+"/connect", map[string]any{"timeout": 60}).want(t, http.StatusCreated, "")
+	if d := e.info(t, id); d.State != "running" || d.EndAt.Year() == 9999 {
+		t.Fatalf("after connect: %+v", d)
+	}
 }

@@ -64,15 +64,15 @@ func newEnv(t testing.TB, opts *app.Options) *env {
 		APIKey: func(ctx context.Context, key string) (controller.Caller, error) {
 			return a.VerifyToken(ctx, key)
 		},
-		Sandbox: func(ctx context.Context, id string) (string, error) {
+		Sandbox: func(ctx context.Context, id string) (e2b.Sandbox, error) {
 			s, err := a.Sessions.ByIDAnyTenant(ctx, id)
 			if err != nil {
-				return "", err
+				return e2b.Sandbox{}, err
 			}
 			if s.Tenant == session.SpareTenant {
-				return "", session.ErrNotFound
+				return e2b.Sandbox{}, session.ErrNotFound
 			}
-			return s.Tenant, nil
+			return e2b.Sandbox{Tenant: s.Tenant, Paused: s.Paused}, nil
 		},
 	})
 	if err != nil {

@@ -116,8 +116,12 @@ type wsEntry struct {
 func (e *wsEntry) info() *filesystem.EntryInfo {
 	perm, _ := strconv.ParseUint(e.Mode, 8, 32)
 	mode := fs.FileMode(perm)
+	name := e.Name
+	if e.Path == "." || e.Path == "" {
+		name = path.Base(Home) // the home itself
+	}
 	out := &filesystem.EntryInfo{
-		Name: e.Name, Path: fromWorkspace(e.Path), Size: e.Size,
+		Name: name, Path: fromWorkspace(e.Path), Size: e.Size,
 		Permissions: e.Permissions, Owner: e.Owner, Group: e.Group,
 	}
 	switch e.Type {
@@ -388,6 +392,9 @@ func (f *fsService) startWatch(ctx context.Context, in watchIn) *watchRun {
 	return wr
 }
 
+// wait waits for the call's end and returns its error.
+func (wr *watchRun) wait() error { return <-wr.done }
+
 // endError is why a watch that ran ended by itself (nil: its caller went).
 func (wr *watchRun) endError(err error) error {
 	select {
@@ -437,7 +444,7 @@ func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[filesyste
 		case r := <-wr.reports:
 			if err := send(r); err != nil {
 				cancel()
-				<-wr.done
+				_ = wr.wait()
 				return err
 			}
 		case err := <-wr.done:
@@ -463,7 +470,7 @@ func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[filesyste
 			if started {
 				if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Keepalive{Keepalive: &filesystem.WatchDirResponse_KeepAlive{}}}); err != nil {
 					cancel()
-					<-wr.done
+					_ = wr.wait()
 					return err
 				}
 			}
@@ -811,7 +818,7 @@ func (f *fsService) store(ctx context.Context, rel string, src io.Reader) (*writ
 			path0 = out.Path
 			rel = out.Path // a link written through: the rest goes where the first chunk went
 		}
-		if rerr != nil {
+		if n < len(buf) { // the end of the upload
 			break
 		}
 	}
@@ -825,6 +832,12 @@ func (f *fsService) upload(w http.ResponseWriter, r *http.Request) {
 	defer drain(r)
 	if !f.httpUser(w, r) {
 		return
+	}
+	for k := range r.Header {
+		if strings.HasPrefix(k, "X-Metadata-") {
+			f.s.unsupported(w, "file metadata ("+k+" headers, envd 0.6.2)")
+			return
+		}
 	}
 	ctx := r.Context()
 	q := r.URL.Query().Get("path")
@@ -862,7 +875,7 @@ func (f *fsService) upload(w http.ResponseWriter, r *http.Request) {
 		mr := multipart.NewReader(body, params["boundary"])
 		for {
 			part, err := mr.NextPart()
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {

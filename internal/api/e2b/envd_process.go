@@ -1,6 +1,435 @@
 package e2b
 
-import "net/http"
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/quro-dev/quro/internal/api/e2b/gen/process"
+	"github.com/quro-dev/quro/internal/api/e2b/gen/process/processconnect"
+	"github.com/quro-dev/quro/internal/proc"
+	"github.com/quro-dev/quro/internal/runcode"
+)
+
+// envd's process service (process.Process) on the session's background
+// processes: Start and Connect stream the capabilities start_process and
+// connect_process (start{pid} first, then data, keepalives, end last);
+// the unary methods are list_processes, send_process_input,
+// close_process_stdin, signal_process and resize_process.
+
+// headerKeepalive names the seconds without output after which a stream
+// gets a keepalive event (the SDKs send 50; envd's default is 90).
+const headerKeepalive = "Keepalive-Ping-Interval"
+
+const defaultKeepalive = 90 * time.Second
 
 // envdProcessRoutes serves envd's process.Process (Connect-RPC).
-func (s *Server) envdProcessRoutes(m *http.ServeMux) {}
+func (s *Server) envdProcessRoutes(m *http.ServeMux) {
+	path, h := processconnect.NewProcessHandler(&processService{s: s})
+	m.Handle(path, h)
+}
+
+type processService struct{ s *Server }
+
+var _ processconnect.ProcessHandler = (*processService)(nil)
+
+// The capabilities' arguments and answers, as internal/app has them.
+type procSelector struct {
+	Session string `json:"session"`
+	Pid     int    `json:"pid,omitempty"`
+	Tag     string `json:"tag,omitempty"`
+}
+
+type procSize struct {
+	Cols int `json:"cols"`
+	Rows int `json:"rows"`
+}
+
+type procStart struct {
+	Session   string            `json:"session"`
+	Cmd       string            `json:"cmd"`
+	Args      []string          `json:"args,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Cwd       string            `json:"cwd,omitempty"`
+	Tag       string            `json:"tag,omitempty"`
+	Stdin     bool              `json:"stdin,omitempty"`
+	PTY       *procSize         `json:"pty,omitempty"`
+	TimeoutMS int64             `json:"timeout_ms,omitempty"`
+}
+
+type procResult struct {
+	Pid      int    `json:"pid"`
+	Running  bool   `json:"running"`
+	ExitCode int    `json:"exit_code"`
+	Exited   bool   `json:"exited"`
+	Status   string `json:"status"`
+	Error    string `json:"error"`
+}
+
+type procInfo struct {
+	Pid    int    `json:"pid"`
+	Tag    string `json:"tag"`
+	Config struct {
+		Cmd  string            `json:"cmd"`
+		Args []string          `json:"args"`
+		Env  map[string]string `json:"env"`
+		Cwd  string            `json:"cwd"`
+	} `json:"config"`
+}
+
+// checkUser refuses an envd user other than the sandbox's own: Quro runs
+// every process of a session as its one unprivileged user.
+func checkUser(h http.Header) error {
+	switch u := user(&http.Request{Header: h}); u {
+	case "", "user":
+		return nil
+	default:
+		return rpcErrorf(connect.CodePermissionDenied, "Quro runs every process as the sandbox's one user (\"user\", uid of the session); user "+
+			strconv.Quote(u)+" (root or another) is not available: drop the user option")
+	}
+}
+
+// selector turns E2B's process selector into the capabilities' one.
+func selector(ctx context.Context, sel *process.ProcessSelector) (procSelector, error) {
+	out := procSelector{Session: sandboxOf(ctx)}
+	switch v := sel.GetSelector().(type) {
+	case *process.ProcessSelector_Pid:
+		out.Pid = int(v.Pid)
+		if out.Pid <= 0 {
+			return out, rpcErrorf(connect.CodeInvalidArgument, "process.pid must be a pid above 0")
+		}
+	case *process.ProcessSelector_Tag:
+		out.Tag = v.Tag
+		if out.Tag == "" {
+			return out, rpcErrorf(connect.CodeInvalidArgument, "process.tag is empty")
+		}
+	default:
+		return out, rpcErrorf(connect.CodeInvalidArgument, "name the process: process.pid or process.tag")
+	}
+	return out, nil
+}
+
+// eventStream sends a stream's events: from the call's goroutine (start,
+// data, end) and from the keepalive's, one at a time.
+type eventStream struct {
+	mu     sync.Mutex
+	send   func(*process.ProcessEvent) error
+	err    error              // the first failed send: the client is gone
+	cancel context.CancelFunc // ends the call when a send fails
+	kick   chan struct{}      // output went out: the keepalive waits anew
+	stop   chan struct{}
+	done   sync.WaitGroup
+}
+
+func (es *eventStream) emit(ev *process.ProcessEvent) {
+	es.mu.Lock()
+	defer es.mu.Unlock()
+	if es.err != nil {
+		return
+	}
+	if err := es.send(ev); err != nil {
+		es.err = err
+		es.cancel()
+	}
+}
+
+// keepalive sends a keepalive event whenever every passes without output.
+func (es *eventStream) keepalive(every time.Duration) {
+	es.done.Add(1)
+	go func() {
+		defer es.done.Done()
+		t := time.NewTimer(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-es.stop:
+				return
+			case <-es.kick:
+				t.Reset(every)
+			case <-t.C:
+				es.emit(&process.ProcessEvent{Event: &process.ProcessEvent_Keepalive{Keepalive: &process.ProcessEvent_KeepAlive{}}})
+				t.Reset(every)
+			}
+		}
+	}()
+}
+
+func keepaliveInterval(h http.Header) time.Duration {
+	if n, err := strconv.Atoi(h.Get(headerKeepalive)); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	return defaultKeepalive
+}
+
+// follow runs a streaming process capability and sends its events.
+// killOnDeadline says what the request's deadline (Connect-Timeout-Ms)
+// meant: the process was killed (Start), or only the stream ends
+// (Connect).
+func (p *processService) follow(ctx context.Context, h http.Header, name string, in any, killOnDeadline bool, send func(*process.ProcessEvent) error) error {
+	callCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	es := &eventStream{send: send, cancel: cancel, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	defer es.done.Wait()
+	defer close(es.stop)
+	every := keepaliveInterval(h)
+	callCtx = proc.WithStarted(callCtx, func(pid int) {
+		es.emit(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: uint32(pid)}}})
+		es.keepalive(every)
+	})
+	callCtx = runcode.WithOutput(callCtx, func(stream string, b []byte) {
+		d := &process.ProcessEvent_DataEvent{}
+		switch stream {
+		case "stdout":
+			d.Output = &process.ProcessEvent_DataEvent_Stdout{Stdout: b}
+		case "stderr":
+			d.Output = &process.ProcessEvent_DataEvent_Stderr{Stderr: b}
+		case "pty":
+			d.Output = &process.ProcessEvent_DataEvent_Pty{Pty: b}
+		default:
+			return
+		}
+		es.emit(&process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: d}})
+		select {
+		case es.kick <- struct{}{}:
+		default:
+		}
+	})
+	var out procResult
+	err := p.s.call(callCtx, name, in, &out)
+	if err != nil {
+		return rpcError(err)
+	}
+	if cerr := ctx.Err(); cerr != nil || out.Running {
+		switch {
+		case errors.Is(cerr, context.DeadlineExceeded) && killOnDeadline:
+			return rpcErrorf(connect.CodeDeadlineExceeded, "the command's timeout (timeoutMs, Connect-Timeout-Ms) passed: process "+strconv.Itoa(out.Pid)+" was killed")
+		case errors.Is(cerr, context.DeadlineExceeded):
+			return rpcErrorf(connect.CodeDeadlineExceeded, "the connection's timeout (timeoutMs) passed; process "+strconv.Itoa(out.Pid)+" runs on")
+		case cerr != nil:
+			return rpcErrorf(connect.CodeCanceled, "the request was canceled; process "+strconv.Itoa(out.Pid)+" runs on")
+		}
+		es.mu.Lock()
+		serr := es.err
+		es.mu.Unlock()
+		if serr != nil {
+			return serr
+		}
+		// Only a destroy of the session ends the call so: its calls are
+		// ended first, then its box. E2B's client sees a killed sandbox
+		// as a dropped connection ("terminated") and then probes its
+		// health; wait (bounded) until the sandbox is gone, so that the
+		// probe finds it gone.
+		p.waitGone(ctx)
+		return rpcErrorf(connect.CodeUnknown, "terminated: sandbox "+sandboxOf(ctx)+" was killed while process "+strconv.Itoa(out.Pid)+" ran")
+	}
+	end := &process.ProcessEvent_EndEvent{ExitCode: int32(out.ExitCode), Exited: out.Exited, Status: out.Status}
+	if out.Error != "" {
+		end.Error = &out.Error
+	}
+	es.emit(&process.ProcessEvent{Event: &process.ProcessEvent_End{End: end}})
+	es.mu.Lock()
+	defer es.mu.Unlock()
+	return es.err
+}
+
+// waitGone waits until the request's sandbox no longer exists, at most
+// goneWait.
+func (p *processService) waitGone(ctx context.Context) {
+	deadline := time.NewTimer(goneWait)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := p.s.opts.Sandbox(ctx, sandboxOf(ctx)); err != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// goneWait bounds waitGone: a destroy waits up to 10 s for the calls it
+// ended before it ends the box and deletes the session.
+const goneWait = 30 * time.Second
+
+func (p *processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
+	if err := checkUser(req.Header()); err != nil {
+		return err
+	}
+	cfg := req.Msg.GetProcess()
+	if cfg.GetCmd() == "" {
+		return rpcErrorf(connect.CodeInvalidArgument, "process.cmd is empty: name the program to run")
+	}
+	in := procStart{Session: sandboxOf(ctx), Cmd: cfg.GetCmd(), Args: cfg.GetArgs(), Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), Tag: req.Msg.GetTag(),
+		// Absent means on, as envd's proto says (older SDKs).
+		Stdin: req.Msg.Stdin == nil || req.Msg.GetStdin()}
+	if t := req.Header().Get("Connect-Timeout-Ms"); t != "" {
+		ms, err := strconv.ParseInt(t, 10, 64)
+		if err != nil || ms < 0 {
+			return rpcErrorf(connect.CodeInvalidArgument, "Connect-Timeout-Ms "+strconv.Quote(t)+" is not a number of milliseconds")
+		}
+		in.TimeoutMS = ms
+	}
+	if pt := req.Msg.GetPty(); pt != nil {
+		in.PTY = &procSize{Cols: int(pt.GetSize().GetCols()), Rows: int(pt.GetSize().GetRows())}
+	}
+	return p.follow(ctx, req.Header(), "start_process", in, true, func(ev *process.ProcessEvent) error {
+		return stream.Send(&process.StartResponse{Event: ev})
+	})
+}
+
+func (p *processService) Connect(ctx context.Context, req *connect.Request[process.ConnectRequest], stream *connect.ServerStream[process.ConnectResponse]) error {
+	sel, err := selector(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return err
+	}
+	return p.follow(ctx, req.Header(), "connect_process", sel, false, func(ev *process.ProcessEvent) error {
+		return stream.Send(&process.ConnectResponse{Event: ev})
+	})
+}
+
+func (p *processService) List(ctx context.Context, req *connect.Request[process.ListRequest]) (*connect.Response[process.ListResponse], error) {
+	var out struct {
+		Processes []procInfo `json:"processes"`
+	}
+	if err := p.s.call(ctx, "list_processes", procSelector{Session: sandboxOf(ctx)}, &out); err != nil {
+		return nil, rpcError(err)
+	}
+	res := &process.ListResponse{Processes: make([]*process.ProcessInfo, 0, len(out.Processes))}
+	for _, pi := range out.Processes {
+		info := &process.ProcessInfo{Pid: uint32(pi.Pid), Config: &process.ProcessConfig{Cmd: pi.Config.Cmd, Args: pi.Config.Args, Envs: pi.Config.Env}}
+		if pi.Config.Cwd != "" {
+			cwd := pi.Config.Cwd
+			info.Config.Cwd = &cwd
+		}
+		if pi.Tag != "" {
+			tag := pi.Tag
+			info.Tag = &tag
+		}
+		res.Processes = append(res.Processes, info)
+	}
+	return connect.NewResponse(res), nil
+}
+
+// sendInput writes one ProcessInput (stdin or pty bytes) to sel.
+func (p *processService) sendInput(ctx context.Context, sel procSelector, in *process.ProcessInput) error {
+	var data []byte
+	switch v := in.GetInput().(type) {
+	case *process.ProcessInput_Stdin:
+		data = v.Stdin
+	case *process.ProcessInput_Pty:
+		data = v.Pty
+	default:
+		return rpcErrorf(connect.CodeInvalidArgument, "input is empty: send input.stdin or input.pty")
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	args := struct {
+		procSelector
+		DataBase64 string `json:"data_base64"`
+	}{sel, base64.StdEncoding.EncodeToString(data)}
+	if err := p.s.call(ctx, "send_process_input", args, nil); err != nil {
+		return rpcError(err)
+	}
+	return nil
+}
+
+func (p *processService) SendInput(ctx context.Context, req *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error) {
+	sel, err := selector(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if err := p.sendInput(ctx, sel, req.Msg.GetInput()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&process.SendInputResponse{}), nil
+}
+
+func (p *processService) StreamInput(ctx context.Context, stream *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error) {
+	var sel *procSelector
+	for stream.Receive() {
+		switch ev := stream.Msg().GetEvent().(type) {
+		case *process.StreamInputRequest_Start:
+			s, err := selector(ctx, ev.Start.GetProcess())
+			if err != nil {
+				return nil, err
+			}
+			sel = &s
+		case *process.StreamInputRequest_Data:
+			if sel == nil {
+				return nil, rpcErrorf(connect.CodeInvalidArgument, "the input stream must begin with a start event naming the process")
+			}
+			if err := p.sendInput(ctx, *sel, ev.Data.GetInput()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&process.StreamInputResponse{}), nil
+}
+
+func (p *processService) SendSignal(ctx context.Context, req *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error) {
+	sel, err := selector(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	var name string
+	switch req.Msg.GetSignal() {
+	case process.Signal_SIGNAL_SIGKILL:
+		name = "SIGKILL"
+	case process.Signal_SIGNAL_SIGTERM:
+		name = "SIGTERM"
+	default:
+		return nil, rpcErrorf(connect.CodeInvalidArgument, "signal "+req.Msg.GetSignal().String()+": send SIGNAL_SIGTERM or SIGNAL_SIGKILL")
+	}
+	args := struct {
+		procSelector
+		Signal string `json:"signal"`
+	}{sel, name}
+	if err := p.s.call(ctx, "signal_process", args, nil); err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&process.SendSignalResponse{}), nil
+}
+
+func (p *processService) CloseStdin(ctx context.Context, req *connect.Request[process.CloseStdinRequest]) (*connect.Response[process.CloseStdinResponse], error) {
+	sel, err := selector(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if err := p.s.call(ctx, "close_process_stdin", sel, nil); err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&process.CloseStdinResponse{}), nil
+}
+
+func (p *processService) Update(ctx context.Context, req *connect.Request[process.UpdateRequest]) (*connect.Response[process.UpdateResponse], error) {
+	sel, err := selector(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if pt := req.Msg.GetPty(); pt != nil {
+		args := struct {
+			procSelector
+			procSize
+		}{sel, procSize{Cols: int(pt.GetSize().GetCols()), Rows: int(pt.GetSize().GetRows())}}
+		if err := p.s.call(ctx, "resize_process", args, nil); err != nil {
+			return nil, rpcError(err)
+		}
+	}
+	return connect.NewResponse(&process.UpdateResponse{}), nil
+}

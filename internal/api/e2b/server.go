@@ -62,14 +62,24 @@ type Options struct {
 	// APIKey names the caller of an API key (X-API-KEY): a Quro token.
 	// nil: every caller is the local admin (quro serve --no-auth).
 	APIKey func(ctx context.Context, key string) (controller.Caller, error)
-	// Sandbox returns the tenant of the live session id, whatever the
-	// caller, or an error when there is none (required).
-	Sandbox func(ctx context.Context, id string) (tenant string, err error)
+	// Sandbox describes the live session id, whatever the caller, or
+	// returns an error when there is none (required).
+	Sandbox func(ctx context.Context, id string) (Sandbox, error)
 	// Secret keys the sandboxes' access tokens (HMAC-SHA256): at least 32
 	// random bytes, kept by the server (required).
 	Secret []byte
 	// Version is the Quro version that unsupported features name.
 	Version string
+}
+
+// Sandbox is what the sandbox plane needs to know of a session.
+type Sandbox struct {
+	Tenant string // its owner
+	// Paused: the session was paused (pause_session, or a lifetime that
+	// ends in a pause). envd's /health answers 502 for it, as E2B's proxy
+	// does, so the SDKs' isRunning() is false; any other request resumes
+	// it (Quro resumes a paused session on use: E2B's autoResume).
+	Paused bool
 }
 
 // Server serves the E2B planes. Safe for concurrent use.
@@ -287,11 +297,16 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, t target) 
 		writeJSONError(w, http.StatusBadGateway, "sandbox not found: "+strconv.Quote(t.id)+" is not a sandbox id")
 		return
 	}
-	tenant, err := s.opts.Sandbox(r.Context(), t.id)
+	sb, err := s.opts.Sandbox(r.Context(), t.id)
 	if err != nil {
 		writeJSONError(w, http.StatusBadGateway, "sandbox "+t.id+" not found (killed, timed out, or never made)")
 		return
 	}
+	if sb.Paused && t.path == "/health" {
+		writeJSONError(w, http.StatusBadGateway, "sandbox "+t.id+" is paused: connect resumes it (as does any other request to it)")
+		return
+	}
+	tenant := sb.Tenant
 	var mux *http.ServeMux
 	switch t.port {
 	case EnvdPort:

@@ -1,12 +1,16 @@
 package e2b_test
 
 import (
+	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/quro-dev/quro/internal/api/e2b"
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
 )
 
 func get(t *testing.T, c *http.Client, url string, hdr ...string) (int, string) {
@@ -64,5 +68,29 @@ func TestRoutingAndCredentials(t *testing.T) {
 				t.Fatalf("error body is not E2B's {code,message}: %s", body)
 			}
 		})
+	}
+}
+
+// A paused sandbox is not running to the SDKs (envd's /health answers
+// 502, as E2B's proxy does) until something resumes it.
+func TestHealthOfAPausedSandbox(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	caller := controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeExec}
+	health := func() (int, string) { return get(t, e.sandboxClient(id, e2b.EnvdPort), e.URL+"/health") }
+	if status, body := health(); status == http.StatusBadGateway {
+		t.Fatalf("a running sandbox: %d %s", status, body)
+	}
+	if _, err := e.App.Controller.Call(context.Background(), caller, "pause_session", json.RawMessage(`{"session":"`+id+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if status, body := health(); status != http.StatusBadGateway || !strings.Contains(body, "paused") {
+		t.Fatalf("a paused sandbox: %d %s", status, body)
+	}
+	if _, err := e.App.Controller.Call(context.Background(), caller, "resume_session", json.RawMessage(`{"session":"`+id+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if status, body := health(); status == http.StatusBadGateway {
+		t.Fatalf("a resumed sandbox: %d %s", status, body)
 	}
 }
