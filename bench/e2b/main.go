@@ -221,7 +221,7 @@ func startServe(bin, data string) (*serve, error) {
 			break
 		}
 	}
-	go io.Copy(io.Discard, br)
+	go func() { _, _ = io.Copy(io.Discard, br) }() // the rest of its output, unread
 	return s, nil
 }
 

@@ -35,7 +35,13 @@ func TestE2BSDK(t *testing.T) {
 	if _, err := exec.LookPath("node"); err != nil {
 		t.Skip("node is not on PATH (make test-deps installs it)")
 	}
-	areas := []string{"control", "commands", "pty", "files", "code"}
+	// The SDKs need node >= 20.18.1 (their package.json's engines);
+	// Debian 12's nodejs is 18.
+	if out, err := exec.Command("node", "-p", `const [a, b, c] = process.versions.node.split(".").map(Number); a > 20 || (a == 20 && (b > 18 || (b == 18 && c >= 1)))`).Output(); err != nil || strings.TrimSpace(string(out)) != "true" {
+		v, _ := exec.Command("node", "--version").Output()
+		t.Skip("\n\n*** SKIPPED: E2B's SDKs need node >= 20.18.1; this node is " + strings.TrimSpace(string(v)) + ". ***\n\n")
+	}
+	areas := []string{"control", "commands", "pty", "files", "code", "code-js"}
 	all := os.Getenv("QURO_E2B_SDK_ALL") != ""
 	var run []string
 	for _, area := range areas {
@@ -55,8 +61,14 @@ func TestE2BSDK(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("token create: %s", errs)
 	}
+	// Another tenant's, which must find nothing of the first one's.
+	other, errs, code := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "sdk-other", "--scopes", "read,exec")
+	if code != 0 {
+		t.Fatalf("token create: %s", errs)
+	}
 	env := append(os.Environ(),
 		"E2B_API_KEY="+strings.TrimSpace(key),
+		"E2B_OTHER_API_KEY="+strings.TrimSpace(other),
 		"E2B_API_URL="+srv.url+"/e2b",
 		"E2B_SANDBOX_URL="+srv.url,
 	)

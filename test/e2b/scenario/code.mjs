@@ -1,5 +1,5 @@
-// The code interpreter (@e2b/code-interpreter): runCode in Python and
-// JavaScript with state kept across calls, the main result, display()
+// The code interpreter (@e2b/code-interpreter): runCode in Python with
+// state kept across calls, the main result, display()
 // results (html, svg, png), errors with a traceback, streamed stdout,
 // per-call envs, timeouts, and code contexts.
 import assert from 'node:assert/strict'
@@ -96,21 +96,6 @@ try {
   await check('runCode past its timeoutMs is a TimeoutError; the sandbox goes on', async () => {
     await rejects(() => sbx.runCode('import time\ntime.sleep(600)', { timeoutMs: 1_000 }), TimeoutError, 'sleep 600 with timeoutMs 1000')
     assert.equal((await sbx.runCode('x')).text, '41', 'state survives the abandoned run')
-  })
-
-  await check('runCode javascript keeps state across calls', async () => {
-    const a = await sbx.runCode('var jsv = 20; jsv + 1', { language: 'js' })
-    assert.equal(a.error, undefined, JSON.stringify(a.error))
-    assert.equal(a.text, '21')
-    const b = await sbx.runCode('console.log("js out"); jsv * 2', { language: 'javascript' })
-    assert.equal(b.text, '40')
-    assert.equal(b.logs.stdout.join(''), 'js out\n')
-  })
-
-  await check('runCode javascript: a thrown error is ex.error', async () => {
-    const ex = await sbx.runCode('throw new TypeError("bad thing")', { language: 'js' })
-    assert.equal(ex.error?.name, 'TypeError')
-    assert.equal(ex.error.value, 'bad thing')
   })
 
   await check('createCodeContext: a namespace of its own', async () => {

@@ -49,6 +49,19 @@ await check('Sandbox.list filtered by metadata', async () => {
   assert.deepEqual(none, [])
 })
 
+await check("another tenant's key finds nothing of this sandbox", async () => {
+  need()
+  const apiKey = process.env.E2B_OTHER_API_KEY
+  assert.ok(apiKey, 'E2B_OTHER_API_KEY (a key of another tenant) is not set')
+  await rejects(() => Sandbox.connect(sbx.sandboxId, { apiKey }), SandboxNotFoundError, "connect with another tenant's key")
+  await rejects(() => Sandbox.getInfo(sbx.sandboxId, { apiKey }), SandboxNotFoundError, "getInfo with another tenant's key")
+  await rejects(() => Sandbox.setTimeout(sbx.sandboxId, 1_000, { apiKey }), SandboxNotFoundError, "setTimeout with another tenant's key")
+  assert.equal(await Sandbox.kill(sbx.sandboxId, { apiKey }), false, "kill with another tenant's key answers false")
+  const theirs = await Sandbox.list({ apiKey, query: { metadata: { scenario: mark } } }).nextItems()
+  assert.deepEqual(theirs, [])
+  assert.equal(await sbx.isRunning(), true, 'the sandbox still runs')
+})
+
 await check('sandbox.setTimeout moves endAt', async () => {
   need()
   const before = (await sbx.getInfo()).endAt
