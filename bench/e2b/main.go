@@ -167,7 +167,7 @@ func run() error {
 
 // sdkBlock runs sdk.mjs for n cold rounds and m warm runs.
 func sdkBlock(ctx context.Context, env []string, n, m int, f *figures) error {
-	cmd := exec.CommandContext(ctx, "node", "bench/e2b/sdk.mjs", fmt.Sprint(n), fmt.Sprint(m))
+	cmd := exec.CommandContext(ctx, nodeBin, "bench/e2b/sdk.mjs", fmt.Sprint(n), fmt.Sprint(m))
 	cmd.Env = env
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -332,7 +332,7 @@ func report(f *figures) {
 }
 
 func nodeVersion() string {
-	out, err := exec.Command("node", "--version").Output()
+	out, err := exec.Command(nodeBin, "--version").Output()
 	if err != nil {
 		return "?"
 	}
@@ -359,3 +359,7 @@ func fmtD(d time.Duration) string {
 	}
 	return fmt.Sprintf("%.2f ms", micro(d)/1e3)
 }
+
+// nodeBin is the node test/e2b pins (20.20.2 from npm: the SDKs need
+// node >= 20.18.1, Debian 12's is 18).
+const nodeBin = "test/e2b/node_modules/.bin/node"

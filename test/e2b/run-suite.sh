@@ -27,6 +27,9 @@ suite=$(realpath "$1"); shift
 quro=${QURO:-$repo/bin/quro}
 [ -x "$quro" ] || { echo "run-suite: no quro binary at $quro (make build, or set QURO)" >&2; exit 2; }
 [ -d "$suite/tests" ] || { echo "run-suite: $suite has no tests/ (want E2B's packages/js-sdk or code-interpreter's js/)" >&2; exit 2; }
+# The node test/e2b pins (20.20.2 from npm; vitest and the SDKs need >= 20.18.1).
+[ -x "$here/node_modules/.bin/node" ] || npm ci --prefix "$here" --no-audit --no-fund
+export PATH="$here/node_modules/.bin:$PATH"
 name=$(node -p "require('$suite/package.json').name")
 case "$name" in
 e2b) kind=js-sdk ;;
