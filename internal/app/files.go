@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -190,21 +189,14 @@ func (a *App) registerFiles(reg *capability.Registry) {
 		capability.ScopeExec, a.createProject))
 }
 
-// openWorkspace resolves the session and opens its workspace with the
-// session's uid as the owner of what the server creates, as sandbox.Start
-// hands the workspace over: a root server's runs go under the session's
-// own uid (session.Session.UID).
+// openWorkspace resolves the session and opens its workspace (see
+// openSessionFS).
 func (a *App) openWorkspace(ctx context.Context, ref string) (*session.Session, *workspace.FS, error) {
 	sess, err := a.Sessions.Get(ctx, ref)
 	if err != nil {
 		return nil, nil, err
 	}
-	opts := workspace.Options{}
-	if os.Geteuid() == 0 {
-		uid := sess.UID
-		opts.Owner = &workspace.Owner{UID: uid, GID: uid}
-	}
-	w, err := workspace.Open(sess.Workspace(), opts)
+	_, w, err := a.openSessionFS(sess)
 	if err != nil {
 		return nil, nil, err
 	}

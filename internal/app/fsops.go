@@ -11,6 +11,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/workspace"
 )
@@ -141,13 +142,13 @@ func (a *App) registerFSOps(reg *capability.Registry) {
 }
 
 // boxNames names owners as the session's box does: its /etc/passwd has
-// root, the account of the user code (internal/sandbox's "quro") and
-// nobody, which every other id shows as in the box's user namespace.
+// root, the account of the user code (sandbox.UserName) and nobody, which
+// every other id shows as in the box's user namespace.
 func boxNames(sessionUID int) workspace.Names {
 	name := func(id uint32) string {
 		switch {
 		case int(id) == sessionUID:
-			return "quro"
+			return sandbox.UserName
 		case id == 0:
 			return "root"
 		}
@@ -156,7 +157,7 @@ func boxNames(sessionUID int) workspace.Names {
 	return func(uid, gid uint32) (string, string) { return name(uid), name(gid) }
 }
 
-// openFS is openWorkspace with the box's owner names.
+// openFS is openWorkspace returning the session's id.
 func (a *App) openFS(ctx context.Context, ref string) (string, *workspace.FS, error) {
 	sess, err := a.Sessions.Get(ctx, ref)
 	if err != nil {
@@ -165,6 +166,10 @@ func (a *App) openFS(ctx context.Context, ref string) (string, *workspace.FS, er
 	return a.openSessionFS(sess)
 }
 
+// openSessionFS opens the session's workspace: with the session's uid as
+// the owner of what the server creates, as sandbox.Start hands the
+// workspace over (a root server's runs go under the session's own uid,
+// session.Session.UID), and owners named as the session's box names them.
 func (a *App) openSessionFS(sess *session.Session) (string, *workspace.FS, error) {
 	opts := workspace.Options{}
 	uid := os.Geteuid()

@@ -30,7 +30,7 @@ func TestFileOpsWithTheSessionsCode(t *testing.T) {
 	if st.Entry.Size != 10 || st.Entry.Type != "file" || st.Entry.Permissions != "-rw-r--r--" {
 		t.Fatalf("%+v", st.Entry)
 	}
-	if os.Geteuid() == 0 && (st.Entry.Owner != "quro" || st.Entry.Group != "quro") {
+	if os.Geteuid() == 0 && (st.Entry.Owner != "user" || st.Entry.Group != "user") {
 		t.Fatalf("owner %q:%q, want the box's name of the session's user, quro", st.Entry.Owner, st.Entry.Group)
 	}
 	if l := fileCall[*FileInfo](t, a, "stat_file", PathInput{Path: "made/link"}); l.Entry.Type != "symlink" || l.Entry.Target != "/etc/passwd" {

@@ -340,11 +340,15 @@ func pythonEtc() []string {
 	return m
 }
 
+// UserName is the account of user code in a box ("user", as in E2B's
+// sandboxes, whose SDKs and tests expect it).
+const UserName = "user"
+
 // passwdFor is the /etc/passwd the box sees: root, the user code's own
 // account and nobody, nothing of the host's accounts.
 func passwdFor(home string) string {
 	return "root:x:0:0:root:/root:/bin/sh\n" +
-		"quro:x:" + strconv.Itoa(insideUID) + ":" + strconv.Itoa(insideUID) + ":quro sandbox:" + home + ":/bin/sh\n" +
+		UserName + ":x:" + strconv.Itoa(insideUID) + ":" + strconv.Itoa(insideUID) + ":quro sandbox:" + home + ":/bin/sh\n" +
 		"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 }
 
