@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -141,9 +142,6 @@ admin token for the local tenant is created, printed once and kept in
 			go func() { _, _ = a.Status(context.WithoutCancel(cmd.Context())) }() // a warm-up: nobody waits for its answer
 			go a.Supervise(cmd.Context(), patrol)
 
-			if e2bOn && e2bDomain != "" {
-				hosts = append(hosts, "api."+e2bDomain, "*."+e2bDomain)
-			}
 			access := rest.Access{Auth: authFn, Origins: origins, Hosts: hosts}
 			wsrv := ws.New(a.Controller, &ws.Options{Access: access, PTY: a.OpenPTY, Logger: log})
 			mux := http.NewServeMux()
@@ -167,7 +165,13 @@ admin token for the local tenant is created, printed once and kept in
 				if err != nil {
 					return err
 				}
-				eh := hostGuard(access, es)
+				// E2B's hosts (api.DOMAIN, PORT-ID.DOMAIN) name the E2B
+				// routes only, not Quro's own.
+				e2bAccess := access
+				if e2bDomain != "" {
+					e2bAccess.Hosts = append(slices.Clone(hosts), "api."+e2bDomain, "*."+e2bDomain)
+				}
+				eh := hostGuard(e2bAccess, es)
 				handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					if es.Match(r) {
 						eh.ServeHTTP(w, r)

@@ -35,11 +35,11 @@ func e2bServer(a *app.App, log *slog.Logger, domain string, noAuth bool) (*e2b.S
 		Version: version.String(),
 		Sandbox: func(ctx context.Context, id string) (e2b.Sandbox, error) {
 			s, err := a.Sessions.ByIDAnyTenant(ctx, id)
+			if errors.Is(err, session.ErrNotFound) || err == nil && s.Tenant == session.SpareTenant {
+				return e2b.Sandbox{}, fmt.Errorf("%w: %s", e2b.ErrNoSandbox, id)
+			}
 			if err != nil {
 				return e2b.Sandbox{}, err
-			}
-			if s.Tenant == session.SpareTenant {
-				return e2b.Sandbox{}, session.ErrNotFound
 			}
 			return e2b.Sandbox{Tenant: s.Tenant, Paused: s.Paused}, nil
 		},

@@ -345,6 +345,14 @@ var secretKeys = []string{"env", "content", "data", "token", "password", "secret
 // any string argument; the secret part is replaced.
 var tokenRe = regexp.MustCompile(`(quro_[0-9a-fA-F]+_)[A-Za-z0-9_-]+`)
 
+// e2bKeyRe matches the E2B spelling of a token, e2b_<12 hex id><hex
+// secret> (internal/auth): the id is kept, the secret replaced.
+var e2bKeyRe = regexp.MustCompile(`(e2b_[0-9a-fA-F]{12})[0-9a-fA-F]+`)
+
+// accessTokenRe matches an E2B sandbox's access token, qa_<64 hex>
+// (internal/api/e2b): it has no public part.
+var accessTokenRe = regexp.MustCompile(`qa_[0-9a-fA-F]{16,}`)
+
 // codeKeys hold code or commands: recorded as their first line, bounded.
 var codeKeys = []string{"code", "command"}
 
@@ -436,6 +444,8 @@ func summarizeValue(key string, raw json.RawMessage, b64 bool) string {
 	// A whole bearer token pasted where its id was asked for (revoke_token),
 	// or into code or a command: its id stays, its secret never does.
 	s = tokenRe.ReplaceAllString(s, "${1}<secret redacted>")
+	s = e2bKeyRe.ReplaceAllString(s, "${1}<secret redacted>")
+	s = accessTokenRe.ReplaceAllString(s, "qa_<secret redacted>")
 	for _, c := range codeKeys {
 		if key == c {
 			first, _, more := strings.Cut(s, "\n")

@@ -40,6 +40,11 @@ func TestSummarizeLeavesSecretsOut(t *testing.T) {
 		// stays (it names the token), the secret never.
 		{`{"id":"quro_0a1b2c3d4e5f_S3cr3t-_partOfIt"}`, `id="quro_0a1b2c3d4e5f_<secret redacted>"`, "S3cr3t"},
 		{`{"command":"curl -H 'Authorization: Bearer quro_ab12_Zz9-x_y' x"}`, `command="curl -H 'Authorization: Bearer quro_ab12_<secret redacted>' x"`, "Zz9"},
+		// The E2B spelling of a token (e2b_<id hex><secret hex>) and a
+		// sandbox's access token, in code.
+		{`{"code":"os.environ['E2B_API_KEY']='e2b_0a1b2c3d4e5f9d31d3fdfb4118ecc0fa89dab35c2a172f0cc1aabb'"}`,
+			`code="os.environ['E2B_API_KEY']='e2b_0a1b2c3d4e5f<secret redacted>'"`, "9d31d3"},
+		{`{"cwd":"qa_442d0f8a1b2c3d4e5f60718293a4b5c6d7e8f9012345678901234567890abcd"}`, `cwd="qa_<secret redacted>"`, "442d0f"},
 		{`{}`, ``, ""},
 		{``, ``, ""},
 		{`[1,2]`, `(5 bytes, not a JSON object)`, ""},

@@ -217,8 +217,19 @@ func (s *Server) domain() *string {
 	return &d
 }
 
-func (s *Server) sandbox(id, template string) sandboxJSON {
-	tok := s.AccessToken(id)
+// accessToken is sandbox id's access token for the request's caller: only
+// a caller that may run code (exec scope) gets it, since the token lets
+// its holder run code in the sandbox; a read-only key sees "" (the SDK
+// then sends none, and envd refuses).
+func (s *Server) accessToken(ctx context.Context, id string) string {
+	if !callerOf(ctx).Scope.Covers(capability.ScopeExec) {
+		return ""
+	}
+	return s.AccessToken(id)
+}
+
+func (s *Server) sandbox(ctx context.Context, id, template string) sandboxJSON {
+	tok := s.accessToken(ctx, id)
 	return sandboxJSON{SandboxID: id, TemplateID: template, ClientID: clientID, EnvdVersion: EnvdVersion,
 		EnvdAccessToken: tok, TrafficAccessToken: tok, Domain: s.domain()}
 }
@@ -349,7 +360,7 @@ func (s *Server) createSandbox(v2 bool) http.HandlerFunc {
 			writeError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusCreated, s.sandbox(out.ID, b.TemplateID))
+		writeJSON(w, http.StatusCreated, s.sandbox(r.Context(), out.ID, b.TemplateID))
 	}
 }
 
@@ -565,7 +576,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, id string) {
 		onTimeout = "pause"
 	}
 	writeJSON(w, http.StatusOK, detailJSON{
-		listedJSON: x.listed(), EnvdAccessToken: s.AccessToken(id), Domain: s.domain(),
+		listedJSON: x.listed(), EnvdAccessToken: s.accessToken(r.Context(), id), Domain: s.domain(),
 		AllowInternetAccess: x.Network == "full",
 		// Any use of a paused Quro session resumes it.
 		Lifecycle: lifecycleJSON{OnTimeout: onTimeout, AutoResume: true},
@@ -682,7 +693,7 @@ func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request, id strin
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, status, s.sandbox(id, x.template()))
+	writeJSON(w, status, s.sandbox(r.Context(), id, x.template()))
 }
 
 func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request, id string) {
@@ -753,7 +764,7 @@ func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request, id string
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, s.sandbox(id, x.template()))
+	writeJSON(w, http.StatusCreated, s.sandbox(r.Context(), id, x.template()))
 }
 
 // metric is one sample of x's box now. cpuUsedPct is not measured (0):
@@ -884,7 +895,7 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request, id string) 
 			res = append(res, result{Error: &errorBody{Code: statusOf(err), Message: messageOf(err)}})
 			continue
 		}
-		sb := s.sandbox(c.Session, x.template())
+		sb := s.sandbox(r.Context(), c.Session, x.template())
 		res = append(res, result{Sandbox: &sb})
 	}
 	writeJSON(w, http.StatusCreated, res)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -66,11 +68,11 @@ func newEnv(t testing.TB, opts *app.Options) *env {
 		},
 		Sandbox: func(ctx context.Context, id string) (e2b.Sandbox, error) {
 			s, err := a.Sessions.ByIDAnyTenant(ctx, id)
+			if errors.Is(err, session.ErrNotFound) || err == nil && s.Tenant == session.SpareTenant {
+				return e2b.Sandbox{}, fmt.Errorf("%w: %s", e2b.ErrNoSandbox, id)
+			}
 			if err != nil {
 				return e2b.Sandbox{}, err
-			}
-			if s.Tenant == session.SpareTenant {
-				return e2b.Sandbox{}, session.ErrNotFound
 			}
 			return e2b.Sandbox{Tenant: s.Tenant, Paused: s.Paused}, nil
 		},

@@ -158,7 +158,7 @@ type fsService struct {
 // POST /files and GET /health.
 func (s *Server) envdFSRoutes(m *http.ServeMux) {
 	f := &fsService{s: s, watchers: &watchers{byID: map[string]*pollWatcher{}}}
-	p, h := filesystemconnect.NewFilesystemHandler(f)
+	p, h := filesystemconnect.NewFilesystemHandler(f, connect.WithReadMaxBytes(maxMessage))
 	m.Handle(p, h)
 	m.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
 		drain(r)
@@ -886,12 +886,15 @@ func (f *fsService) upload(w http.ResponseWriter, r *http.Request) {
 				part.Close()
 				continue
 			}
-			// The filename is the target path: read it from the header,
-			// as part.FileName() keeps only its last element.
-			_, dp, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
-			target := dp["filename"]
+			// The target is the path parameter when there is one (as
+			// envd: a single write, and a signed URL, whose signature
+			// covers that path and nothing else), else the part's
+			// filename (writeFiles), read from the header, as
+			// part.FileName() keeps only its last element.
+			target := q
 			if target == "" {
-				target = q
+				_, dp, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+				target = dp["filename"]
 			}
 			if target == "" {
 				part.Close()

@@ -31,7 +31,7 @@ const defaultKeepalive = 90 * time.Second
 
 // envdProcessRoutes serves envd's process.Process (Connect-RPC).
 func (s *Server) envdProcessRoutes(m *http.ServeMux) {
-	path, h := processconnect.NewProcessHandler(&processService{s: s})
+	path, h := processconnect.NewProcessHandler(&processService{s: s}, connect.WithReadMaxBytes(maxMessage))
 	m.Handle(path, h)
 }
 

@@ -44,6 +44,11 @@ const (
 	headerAPIKey      = "X-API-KEY"
 )
 
+// maxMessage bounds a Connect request message, after decompression (the
+// largest the SDKs send are stdin chunks and paths): connect-go reads and
+// decompresses a whole message into the server's memory.
+const maxMessage = 4 << 20
+
 // PathAccess is the access path of every call made through this package,
 // as the audit log and the metrics name it.
 const PathAccess = "e2b"
@@ -63,7 +68,8 @@ type Options struct {
 	// nil: every caller is the local admin (quro serve --no-auth).
 	APIKey func(ctx context.Context, key string) (controller.Caller, error)
 	// Sandbox describes the live session id, whatever the caller, or
-	// returns an error when there is none (required).
+	// returns an error: one wrapping ErrNoSandbox when there is none
+	// (required).
 	Sandbox func(ctx context.Context, id string) (Sandbox, error)
 	// Secret keys the sandboxes' access tokens (HMAC-SHA256): at least 32
 	// random bytes, kept by the server (required).
@@ -71,6 +77,10 @@ type Options struct {
 	// Version is the Quro version that unsupported features name.
 	Version string
 }
+
+// ErrNoSandbox is what Options.Sandbox wraps when no live session has the
+// id: the sandbox plane answers 502, which the SDKs read as "not running".
+var ErrNoSandbox = errors.New("no such sandbox")
 
 // Sandbox is what the sandbox plane needs to know of a session.
 type Sandbox struct {
@@ -298,8 +308,14 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, t target) 
 		return
 	}
 	sb, err := s.opts.Sandbox(r.Context(), t.id)
-	if err != nil {
+	if errors.Is(err, ErrNoSandbox) {
 		writeJSONError(w, http.StatusBadGateway, "sandbox "+t.id+" not found (killed, timed out, or never made)")
+		return
+	}
+	if err != nil {
+		// Not "gone": the SDKs would report a killed sandbox.
+		s.log.Error("e2b: looking up a sandbox", "sandbox", t.id, "err", err)
+		writeJSONError(w, http.StatusServiceUnavailable, "the server could not look the sandbox up; try again")
 		return
 	}
 	if sb.Paused && t.path == "/health" {
@@ -320,7 +336,10 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, t target) 
 		return
 	}
 	open := t.port == EnvdPort && t.path == "/health" || t.port == InterpPort && t.path == "/health"
-	if !open && !s.tokenOK(t.id, r) && !(t.port == EnvdPort && t.path == "/files" && s.signatureOK(t.id, r)) {
+	// A signed URL covers its path and operation only: /files reads and
+	// writes that one path (the path parameter, which a signed request
+	// must have).
+	if !open && !s.tokenOK(t.id, r) && !(t.port == EnvdPort && t.path == "/files" && r.URL.Query().Get("path") != "" && s.signatureOK(t.id, r)) {
 		writeJSONError(w, http.StatusUnauthorized,
 			"this sandbox needs its access token (X-Access-Token: the envdAccessToken that create and connect return) or a signed URL")
 		return
