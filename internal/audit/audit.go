@@ -427,13 +427,23 @@ func summarizeValue(key string, raw json.RawMessage, b64 bool) string {
 			return fmt.Sprintf("names[%s] <values redacted, %d bytes>", strings.Join(names, ","), n)
 		}
 	}
-	for _, s := range secretKeys {
-		if strings.Contains(key, s) {
-			return fmt.Sprintf("<%d bytes>", size(raw, b64 && key == "content"))
+	var argv []string
+	isArgv := key == "args" && json.Unmarshal(raw, &argv) == nil && argv != nil
+	if !isArgv {
+		for _, s := range secretKeys {
+			if strings.Contains(key, s) {
+				return fmt.Sprintf("<%d bytes>", size(raw, b64 && key == "content"))
+			}
 		}
 	}
 	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
+	if isArgv {
+		// A process's arguments (start_process: E2B's commands.run sends
+		// bash -l -c COMMAND) say what ran, as code and commands do: one
+		// line, bounded, tokens redacted.
+		s = strings.Join(argv, " ")
+		key = "command"
+	} else if err := json.Unmarshal(raw, &s); err != nil {
 		// numbers, booleans, null: short and harmless; objects and arrays
 		// only by size (a token inside one is never shown).
 		if t := strings.TrimSpace(string(raw)); len(t) > 0 && (t[0] == '{' || t[0] == '[') {

@@ -32,6 +32,9 @@ func TestSummarizeLeavesSecretsOut(t *testing.T) {
 		{`{"content":"aGVsbG8K","encoding":"base64"}`, `content=<6 bytes> encoding="base64"`, ""},
 		{`{"content":"not base64!","encoding":"base64"}`, `content=<11 bytes> encoding="base64"`, ""},
 		{`{"args":[1, 2]}`, `args=<6 bytes>`, ""},
+		// A process's argv says what ran (E2B's commands.run), as a command.
+		{`{"args":["-l","-c","curl -H 'X-API-KEY: e2b_0a1b2c3d4e5f00112233445566778899' x\nmore"]}`,
+			`args="-l -c curl -H 'X-API-KEY: e2b_0a1b2c3d4e5f<secret redacted>' x …(67 bytes)"`, "0011223344"},
 		{`{"code":"print('a\u003cb')\nx"}`, `code="print('a<b') …(14 bytes)"`, ""},
 		{`{"name":"tab\there\u2028\u0000"}`, `name="tab\there\u2028\u0000"`, ""},
 		// A terminal escape stays escaped: the log is read on terminals.
