@@ -298,7 +298,7 @@ func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessR
 	if err != nil {
 		return nil, err
 	}
-	proc.Started(ctx, p.Pid())
+	runcode.Started(ctx, p.Pid())
 	if in.Background {
 		v.Detach()
 		return &ProcessResult{Pid: p.Pid(), Tag: in.Tag, Running: true}, nil
@@ -324,7 +324,7 @@ func (a *App) connectProcess(ctx context.Context, in ProcessSelector) (*ProcessR
 	if err != nil {
 		return nil, err
 	}
-	proc.Started(ctx, p.Pid())
+	runcode.Started(ctx, p.Pid())
 	return a.follow(ctx, p, v, p.Info().Tag)
 }
 

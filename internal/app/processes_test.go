@@ -89,7 +89,7 @@ func startStream(t *testing.T, a *App, c controller.Caller, name string, args an
 	sc.cancel = cancel
 	t.Cleanup(cancel)
 	ctx = runcode.WithOutput(ctx, sc.out.fn)
-	ctx = proc.WithStarted(ctx, func(pid int) { sc.started <- pid })
+	ctx = runcode.WithStarted(ctx, func(pid int) { sc.started <- pid })
 	go func() {
 		defer close(sc.done)
 		reply, err := a.Controller.Call(ctx, c, name, b)
@@ -371,7 +371,7 @@ func TestSlowViewerIsDetached(t *testing.T) {
 	slowDone := make(chan error, 1)
 	go func() {
 		ctx := runcode.WithOutput(context.Background(), func(string, []byte) { <-block })
-		ctx = proc.WithStarted(ctx, func(int) { close(started) })
+		ctx = runcode.WithStarted(ctx, func(int) { close(started) })
 		_, err := a.Controller.Call(ctx, admin, "connect_process", b)
 		slowDone <- err
 	}()

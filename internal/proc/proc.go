@@ -295,23 +295,6 @@ func (w streamWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-type startedKey struct{}
-
-// WithStarted returns a context under which a start calls fn with the
-// process's pid once it runs, before any of its output is handed on: an
-// access path that must name the pid first (E2B's start event) learns it
-// there.
-func WithStarted(ctx context.Context, fn func(pid int)) context.Context {
-	return context.WithValue(ctx, startedKey{}, fn)
-}
-
-// Started calls the function WithStarted put in ctx, if any.
-func Started(ctx context.Context, pid int) {
-	if fn, ok := ctx.Value(startedKey{}).(func(pid int)); ok && fn != nil {
-		fn(pid)
-	}
-}
-
 // Start starts a process of session in sb (a sandbox of the session, see
 // sandbox.Sandbox.ForSession) from base, a spec the caller filled with
 // the session's directories, uid, variables, network and rootfs; Start

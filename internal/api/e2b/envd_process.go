@@ -13,7 +13,6 @@ import (
 
 	"github.com/quro-dev/quro/internal/api/e2b/gen/process"
 	"github.com/quro-dev/quro/internal/api/e2b/gen/process/processconnect"
-	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/runcode"
 )
 
@@ -178,7 +177,7 @@ func (p *processService) follow(ctx context.Context, h http.Header, name string,
 	defer es.done.Wait()
 	defer close(es.stop)
 	every := keepaliveInterval(h)
-	callCtx = proc.WithStarted(callCtx, func(pid int) {
+	callCtx = runcode.WithStarted(callCtx, func(pid int) {
 		es.emit(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: uint32(pid)}}})
 		es.keepalive(every)
 	})
