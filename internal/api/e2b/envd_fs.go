@@ -411,15 +411,6 @@ func (wr *watchRun) endError(err error) error {
 	return nil
 }
 
-// keepaliveEvery is the interval of WatchDir's keepalive messages: the
-// SDK's Keepalive-Ping-Interval (seconds), else envd's default, 90 s.
-func keepaliveEvery(h http.Header) time.Duration {
-	if n, err := strconv.Atoi(h.Get("Keepalive-Ping-Interval")); err == nil && n > 0 {
-		return time.Duration(min(n, 3600)) * time.Second
-	}
-	return 90 * time.Second
-}
-
 func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
 	rel, err := f.rpcPath(req.Header(), req.Msg.GetPath())
 	if err != nil {
@@ -428,7 +419,7 @@ func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[filesyste
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wr := f.startWatch(ctx, watchIn{sandboxOf(ctx), rel, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry()})
-	tick := time.NewTicker(keepaliveEvery(req.Header()))
+	tick := time.NewTicker(keepaliveInterval(req.Header()))
 	defer tick.Stop()
 	started := false
 	send := func(r report) error {
@@ -436,7 +427,7 @@ func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[filesyste
 			started = true
 			return stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Start{Start: &filesystem.WatchDirResponse_StartEvent{}}}) //nolint:protogetter // building a message
 		}
-		tick.Reset(keepaliveEvery(req.Header()))
+		tick.Reset(keepaliveInterval(req.Header()))
 		return stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: r.event.proto()}})
 	}
 	for {

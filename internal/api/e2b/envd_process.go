@@ -22,12 +22,6 @@ import (
 // the unary methods are list_processes, send_process_input,
 // close_process_stdin, signal_process and resize_process.
 
-// headerKeepalive names the seconds without output after which a stream
-// gets a keepalive event (the SDKs send 50; envd's default is 90).
-const headerKeepalive = "Keepalive-Ping-Interval"
-
-const defaultKeepalive = 90 * time.Second
-
 // envdProcessRoutes serves envd's process.Process (Connect-RPC).
 func (s *Server) envdProcessRoutes(m *http.ServeMux) {
 	path, h := processconnect.NewProcessHandler(&processService{s: s})
@@ -157,13 +151,6 @@ func (es *eventStream) keepalive(every time.Duration) {
 			}
 		}
 	}()
-}
-
-func keepaliveInterval(h http.Header) time.Duration {
-	if n, err := strconv.Atoi(h.Get(headerKeepalive)); err == nil && n > 0 {
-		return time.Duration(n) * time.Second
-	}
-	return defaultKeepalive
 }
 
 // follow runs a streaming process capability and sends its events.

@@ -1,9 +1,17 @@
 package e2b_test
 
 import (
+	"context"
 	"go/build"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/quro-dev/quro/internal/api/e2b"
+	"github.com/quro-dev/quro/internal/api/e2b/gen/process"
 )
 
 // TestAccessPathImportsNoDomainPackage: internal/api/e2b reaches the
@@ -23,5 +31,50 @@ func TestAccessPathImportsNoDomainPackage(t *testing.T) {
 			continue
 		}
 		t.Errorf("internal/api/e2b imports %s: an access path calls capabilities through the controller, never a domain package", imp)
+	}
+}
+
+// The attack: a Keepalive-Ping-Interval so large that seconds of it
+// overflow a time.Duration (negative: a timer that fires at once, for
+// ever) would have the server flood the stream with keepalives. It is
+// capped (3600 s): a quick command sees none.
+func TestEnvdKeepaliveIntervalOverflow(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	c := e.procClient(id)
+	for _, every := range []string{"10000000000", "9223372036854775807", "99999999999999999999999"} {
+		ev := e.start(t, id, bash("read x; echo done", true), map[string]string{"Keepalive-Ping-Interval": every})
+		pid := ev.startPid(t)
+		if _, err := c.SendInput(context.Background(), connect.NewRequest(&process.SendInputRequest{Process: pidSel(pid),
+			Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte("\n")}}})); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for e := range ev.c {
+			if e.GetKeepalive() != nil {
+				n++
+			}
+		}
+		if n != 0 || ev.err != nil {
+			t.Errorf("Keepalive-Ping-Interval %s: %d keepalives from a command that ran at once (stream error %v)", every, n, ev.err)
+		}
+	}
+}
+
+// One parser reads Keepalive-Ping-Interval for every envd stream: whole
+// seconds, at most an hour, else envd's default (90 s).
+func TestKeepaliveInterval(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"": 90 * time.Second, "50": 50 * time.Second, "1": time.Second, "3600": time.Hour, "3601": time.Hour,
+		"10000000000": time.Hour, "99999999999999999999999": time.Hour, "0": 90 * time.Second, "-5": 90 * time.Second,
+		"x": 90 * time.Second, "1.5": 90 * time.Second,
+	} {
+		h := http.Header{}
+		if in != "" {
+			h.Set("Keepalive-Ping-Interval", in)
+		}
+		if got := e2b.KeepaliveInterval(h); got != want {
+			t.Errorf("Keepalive-Ping-Interval %q: %v, want %v", in, got, want)
+		}
 	}
 }
