@@ -118,6 +118,15 @@ type eventStream struct {
 	kick   chan struct{}      // output went out: the keepalive waits anew
 	stop   chan struct{}
 	done   sync.WaitGroup
+	once   sync.Once
+}
+
+// stopKeepalive stops the keepalive and waits until it can send no more.
+func (es *eventStream) stopKeepalive() {
+	es.once.Do(func() {
+		close(es.stop)
+		es.done.Wait()
+	})
 }
 
 func (es *eventStream) emit(ev *process.ProcessEvent) {
@@ -161,8 +170,7 @@ func (p *processService) follow(ctx context.Context, h http.Header, name string,
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	es := &eventStream{send: send, cancel: cancel, kick: make(chan struct{}, 1), stop: make(chan struct{})}
-	defer es.done.Wait()
-	defer close(es.stop)
+	defer es.stopKeepalive()
 	every := keepaliveInterval(h)
 	callCtx = runcode.WithStarted(callCtx, func(pid int) {
 		es.emit(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: uint32(pid)}}})
@@ -214,6 +222,8 @@ func (p *processService) follow(ctx context.Context, h http.Header, name string,
 		p.waitGone(ctx)
 		return rpcErrorf(connect.CodeUnknown, "terminated: sandbox "+sandboxOf(ctx)+" was killed while process "+strconv.Itoa(out.Pid)+" ran")
 	}
+	// The end is the stream's last event: no keepalive after it.
+	es.stopKeepalive()
 	end := &process.ProcessEvent_EndEvent{ExitCode: int32(out.ExitCode), Exited: out.Exited, Status: out.Status}
 	if out.Error != "" {
 		end.Error = &out.Error

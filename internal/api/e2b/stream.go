@@ -31,5 +31,9 @@ func keepaliveInterval(h http.Header) time.Duration {
 	if err != nil && !errors.Is(err, strconv.ErrRange) || n <= 0 {
 		n = defaultKeepaliveSeconds
 	}
-	return time.Duration(min(n, maxKeepaliveSeconds)) * time.Second
+	return time.Duration(min(n, maxKeepaliveSeconds)) * keepaliveUnit
 }
+
+// keepaliveUnit is a second of Keepalive-Ping-Interval (the tests shorten
+// it to see keepalives at once).
+var keepaliveUnit = time.Second

@@ -78,3 +78,19 @@ func TestKeepaliveInterval(t *testing.T) {
 		}
 	}
 }
+
+// The end event is the last of a stream: a keepalive due at the moment
+// the process ends never follows it (the SDK stops reading at the end).
+// Keepalives every millisecond make one due at every end.
+func TestEnvdNothingAfterEnd(t *testing.T) {
+	old := *e2b.KeepaliveUnit
+	*e2b.KeepaliveUnit = time.Millisecond
+	t.Cleanup(func() { *e2b.KeepaliveUnit = old })
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	for range 20 {
+		ev := e.start(t, id, bash("echo x", false), map[string]string{"Keepalive-Ping-Interval": "1"})
+		ev.startPid(t)
+		ev.end(t) // fails on any event after the end
+	}
+}
