@@ -76,18 +76,6 @@ type procInfo struct {
 	} `json:"config"`
 }
 
-// checkUser refuses an envd user other than the sandbox's own: Quro runs
-// every process of a session as its one unprivileged user.
-func checkUser(h http.Header) error {
-	switch u := user(&http.Request{Header: h}); u {
-	case "", "user":
-		return nil
-	default:
-		return rpcErrorf(connect.CodePermissionDenied, "Quro runs every process as the sandbox's one user (\"user\", uid of the session); user "+
-			strconv.Quote(u)+" (root or another) is not available: drop the user option")
-	}
-}
-
 // selector turns E2B's process selector into the capabilities' one.
 func selector(ctx context.Context, sel *process.ProcessSelector) (procSelector, error) {
 	out := procSelector{Session: sandboxOf(ctx)}
@@ -260,7 +248,7 @@ func (p *processService) waitGone(ctx context.Context) {
 const goneWait = 30 * time.Second
 
 func (p *processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
-	if err := checkUser(req.Header()); err != nil {
+	if err := p.s.checkUser(req.Header()); err != nil {
 		return err
 	}
 	cfg := req.Msg.GetProcess()

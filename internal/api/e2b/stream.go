@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"connectrpc.com/connect"
 )
 
 // What envd's services (process.Process in envd_process.go,
@@ -37,3 +39,31 @@ func keepaliveInterval(h http.Header) time.Duration {
 // keepaliveUnit is a second of Keepalive-Ping-Interval (the tests shorten
 // it to see keepalives at once).
 var keepaliveUnit = time.Second
+
+// maxQuotedUser bounds how much of a refused user name a message repeats.
+const maxQuotedUser = 64
+
+// userRefusal is why an envd request naming user u (its Basic auth user,
+// or /files' username parameter) is refused, "" when it is not: a Quro
+// sandbox has one user, "user", that runs every process and owns every
+// file; root or another is refused rather than silently served as it.
+// The name is only quoted, never read as a format.
+func (s *Server) userRefusal(u string) string {
+	if u == "" || u == "user" {
+		return ""
+	}
+	if len(u) > maxQuotedUser {
+		u = u[:maxQuotedUser] + "…"
+	}
+	return "user " + strconv.Quote(u) + `: a Quro sandbox has one user, "user" (the session's own, which runs every process and owns every file); ` +
+		"Quro " + s.version() + " runs nothing as root or another user: drop the user option"
+}
+
+// checkUser refuses a Connect request of envd that names another user
+// than the sandbox's own (permission_denied).
+func (s *Server) checkUser(h http.Header) error {
+	if msg := s.userRefusal(user(&http.Request{Header: h})); msg != "" {
+		return rpcErrorf(connect.CodePermissionDenied, msg)
+	}
+	return nil
+}

@@ -2,8 +2,12 @@ package e2b_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"go/build"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +15,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/quro-dev/quro/internal/api/e2b"
+	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem"
+	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem/filesystemconnect"
 	"github.com/quro-dev/quro/internal/api/e2b/gen/process"
 )
 
@@ -92,5 +98,69 @@ func TestEnvdNothingAfterEnd(t *testing.T) {
 		ev := e.start(t, id, bash("echo x", false), map[string]string{"Keepalive-Ping-Interval": "1"})
 		ev.startPid(t)
 		ev.end(t) // fails on any event after the end
+	}
+}
+
+// One user check for every envd service, with one message that names
+// Quro's version; the user's name is quoted in it, never read as a format
+// (a Basic user "%d%s%s" would print "%!d(...)" and leak the version into
+// the wrong place).
+func TestEnvdUserCheck(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	const evil = "%d%s%s"
+	const want = `user "%d%s%s": a Quro sandbox has one user, "user"`
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte(evil+":"))
+	check := func(where string, msg string) {
+		t.Helper()
+		if !strings.Contains(msg, want) || !strings.Contains(msg, "Quro test ") || strings.Contains(msg, "%!") {
+			t.Errorf("%s: %q, want it to quote the user (%q) and name Quro's version", where, msg, want)
+		}
+	}
+	connectMsg := func(where string, err error) string {
+		t.Helper()
+		var ce *connect.Error
+		if !errors.As(err, &ce) || ce.Code() != connect.CodePermissionDenied {
+			t.Fatalf("%s: %v, want permission_denied", where, err)
+		}
+		check(where, ce.Message())
+		return ce.Message()
+	}
+
+	r := connect.NewRequest(bash("id", false))
+	r.Header().Set("Authorization", basic)
+	s, err := e.procClient(id).Start(context.Background(), r)
+	if err == nil {
+		for s.Receive() {
+			t.Fatalf("an event as %q: %v", evil, s.Msg())
+		}
+		err = s.Err()
+	}
+	fromProcess := connectMsg("process.Start", err)
+
+	sr := connect.NewRequest(&filesystem.StatRequest{Path: "."})
+	sr.Header().Set("Authorization", basic)
+	_, err = filesystemconnect.NewFilesystemClient(e.sandboxClient(id, e2b.EnvdPort), e.URL, connect.WithProtoJSON()).Stat(context.Background(), sr)
+	if fromFS := connectMsg("filesystem.Stat", err); fromFS != fromProcess {
+		t.Errorf("two messages for one check:\nprocess:    %s\nfilesystem: %s", fromProcess, fromFS)
+	}
+
+	for name, hdr := range map[string]map[string]string{"Basic user": {"Authorization": basic}, "username": nil} {
+		query := "path=."
+		if hdr == nil {
+			query += "&username=" + url.QueryEscape(evil)
+		}
+		res, body := e.filesReq(t, id, "GET", query, "", nil, hdr)
+		var eb struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}
+		if err := json.Unmarshal(body, &eb); err != nil || res.StatusCode != http.StatusUnauthorized || eb.Code != http.StatusUnauthorized {
+			t.Fatalf("GET /files as %s %q: %d %s", name, evil, res.StatusCode, body)
+		}
+		check("GET /files ("+name+")", eb.Message)
+		if eb.Message != fromProcess {
+			t.Errorf("two messages for one check:\nprocess: %s\n/files:  %s", fromProcess, eb.Message)
+		}
 	}
 }
