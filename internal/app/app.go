@@ -219,7 +219,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 		inflight:       inflight{n: map[string]int{}},
 		autoPauseAfter: opts.AutoPause,
 		prestart:       opts.PrestartPython,
-		procs:          proc.New(proc.Options{}),
+		procs:          proc.New(),
 	}
 	if a.autoPauseAfter == 0 {
 		a.autoPauseAfter = DefaultAutoPause

@@ -298,7 +298,7 @@ func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessR
 	if err != nil {
 		return nil, err
 	}
-	proc.Started(ctx, p.Pid())
+	runcode.Started(ctx, p.Pid())
 	if in.Background {
 		v.Detach()
 		return &ProcessResult{Pid: p.Pid(), Tag: in.Tag, Running: true}, nil
@@ -324,7 +324,7 @@ func (a *App) connectProcess(ctx context.Context, in ProcessSelector) (*ProcessR
 	if err != nil {
 		return nil, err
 	}
-	proc.Started(ctx, p.Pid())
+	runcode.Started(ctx, p.Pid())
 	return a.follow(ctx, p, v, p.Info().Tag)
 }
 
@@ -340,9 +340,8 @@ func (a *App) follow(ctx context.Context, p *proc.Process, v *proc.Viewer, tag s
 		select {
 		case ev, ok := <-v.C:
 			if !ok {
-				if v.Dropped() {
-					return nil, fmt.Errorf("%w: this caller read the output of process %d too slowly and was detached %d KiB behind; the process still runs: connect_process follows it again",
-						proc.ErrLagged, p.Pid(), proc.DefaultQueue>>10)
+				if err := v.Err(); err != nil {
+					return nil, fmt.Errorf("%w; this caller read it too slowly and was detached; the process still runs: connect_process follows it again", err)
 				}
 				res.End = p.End()
 				res.Stdout, res.Stderr, res.PTY = kept[0].String(), kept[1].String(), kept[2].String()

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -89,7 +92,7 @@ func startStream(t *testing.T, a *App, c controller.Caller, name string, args an
 	sc.cancel = cancel
 	t.Cleanup(cancel)
 	ctx = runcode.WithOutput(ctx, sc.out.fn)
-	ctx = proc.WithStarted(ctx, func(pid int) { sc.started <- pid })
+	ctx = runcode.WithStarted(ctx, func(pid int) { sc.started <- pid })
 	go func() {
 		defer close(sc.done)
 		reply, err := a.Controller.Call(ctx, c, name, b)
@@ -234,8 +237,10 @@ func TestProcessEnds(t *testing.T) {
 func TestProcessLimitAndDestroy(t *testing.T) {
 	a := newApp(t, nil)
 	s := newSession(t, a, "lim", "")
+	// A sleep no other test runs, to find these on the host.
+	forever := fmt.Sprintf("%d.%d", 100000+rand.IntN(100000), os.Getpid())
 	for i := range proc.DefaultMax {
-		res := mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "sleep", Args: []string{"100000"}, Background: true, Tag: fmt.Sprint(i)}).(*ProcessResult)
+		res := mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "sleep", Args: []string{forever}, Background: true, Tag: fmt.Sprint(i)}).(*ProcessResult)
 		if !res.Running {
 			t.Fatalf("background start: %+v", res)
 		}
@@ -257,11 +262,7 @@ func TestProcessLimitAndDestroy(t *testing.T) {
 		}
 	}()
 	for _, info := range a.procs.List(s.ID) {
-		p, err := a.procs.Get(s.ID, proc.Selector{Pid: info.Pid})
-		if err != nil {
-			t.Fatal(err)
-		}
-		fd, err := unix.PidfdOpen(p.HostPid(), 0)
+		fd, err := unix.PidfdOpen(hostPid(t, a, info.Pid, forever), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -274,7 +275,7 @@ func TestProcessLimitAndDestroy(t *testing.T) {
 			t.Fatalf("a process outlived its session's destroy: %v", err)
 		}
 	}
-	if n := a.procs.Count(s.ID); n != 0 {
+	if n := len(a.procs.List(s.ID)); n != 0 {
 		t.Fatalf("%d processes left in the table of a destroyed session", n)
 	}
 }
@@ -344,6 +345,43 @@ func TestProcessesAcrossTenantsAndSessions(t *testing.T) {
 	}
 }
 
+// hostPid is the host pid of the process whose pid in its box is inner
+// and whose arguments hold marker (the processes' pid is the host's when
+// they run without a box of their own).
+func hostPid(t *testing.T, a *App, inner int, marker string) int {
+	t.Helper()
+	if !a.Sandbox.Boxed() {
+		return inner
+	}
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if err != nil || !strings.Contains("\x00"+string(cmdline), "\x00"+marker+"\x00") {
+			continue
+		}
+		status, err := os.ReadFile("/proc/" + d.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+				if f := strings.Fields(rest); len(f) >= 2 && f[len(f)-1] == strconv.Itoa(inner) {
+					return pid
+				}
+			}
+		}
+	}
+	t.Fatalf("no process on the host is pid %d in a box with %q in its arguments", inner, marker)
+	return 0
+}
+
 func mustCallAs(t *testing.T, a *App, c controller.Caller, name string, args any) any {
 	t.Helper()
 	reply, err := callAs(t, a, c, name, args)
@@ -371,7 +409,7 @@ func TestSlowViewerIsDetached(t *testing.T) {
 	slowDone := make(chan error, 1)
 	go func() {
 		ctx := runcode.WithOutput(context.Background(), func(string, []byte) { <-block })
-		ctx = proc.WithStarted(ctx, func(int) { close(started) })
+		ctx = runcode.WithStarted(ctx, func(int) { close(started) })
 		_, err := a.Controller.Call(ctx, admin, "connect_process", b)
 		slowDone <- err
 	}()
@@ -380,7 +418,9 @@ func TestSlowViewerIsDetached(t *testing.T) {
 	mustCall(t, a, "send_process_input", ProcessInputInput{ProcessSelector: ProcessSelector{Session: s.ID, Pid: res.Pid}, Data: "go\n"})
 	<-p.Done() // the process ended although one viewer never read
 	close(block)
-	if err := <-slowDone; codeOf(err) != capability.ResourceExhausted || !strings.Contains(err.Error(), "still runs") {
+	// It is told why: how much of the output waited for it.
+	if err := <-slowDone; codeOf(err) != capability.ResourceExhausted || !strings.Contains(err.Error(), "still runs") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("of process %d's output waited for this reader (at most", res.Pid)) {
 		t.Fatalf("the slow viewer: %v", err)
 	}
 	// The other viewer read on: it saw the end (unless the machine was
@@ -411,7 +451,7 @@ func TestProcessBadInput(t *testing.T) {
 			t.Errorf("%s: %v (want invalid_argument)", name, err)
 		}
 	}
-	if n := a.procs.Count(s.ID); n != 0 {
+	if n := len(a.procs.List(s.ID)); n != 0 {
 		t.Fatalf("%d processes after refused starts", n)
 	}
 

@@ -5,7 +5,7 @@
 //
 // Every process is started through internal/sandbox, in the session's
 // box, as every other run; this package only keeps the table, the pipes
-// and the viewers. A session has at most Options.Max live processes; a
+// and the viewers. A session has at most DefaultMax live processes; a
 // process leaves the table when it ends.
 package proc
 
@@ -66,12 +66,6 @@ const MaxTag = 256
 // process does not read.
 const inputTimeout = 10 * time.Second
 
-// Options configure a Table.
-type Options struct {
-	Max   int // live processes per session (DefaultMax)
-	Queue int // bytes a viewer may lag (DefaultQueue)
-}
-
 // Config is what a process runs, as the caller asked for it.
 type Config struct {
 	Cmd  string            `json:"cmd"`
@@ -130,7 +124,7 @@ type Info struct {
 
 // Table is the processes of every session. Safe for concurrent use.
 type Table struct {
-	max, queue int
+	max, queue int // DefaultMax, DefaultQueue (the tests' seam)
 
 	mu       sync.Mutex
 	sessions map[string]map[int]*Process // session id → pid → process
@@ -139,14 +133,10 @@ type Table struct {
 }
 
 // New returns an empty table.
-func New(o Options) *Table {
-	if o.Max <= 0 {
-		o.Max = DefaultMax
-	}
-	if o.Queue <= 0 {
-		o.Queue = DefaultQueue
-	}
-	return &Table{max: o.Max, queue: o.Queue, sessions: map[string]map[int]*Process{}, pending: map[string]int{}}
+func New() *Table { return newTable(DefaultMax, DefaultQueue) }
+
+func newTable(max, queue int) *Table {
+	return &Table{max: max, queue: queue, sessions: map[string]map[int]*Process{}, pending: map[string]int{}}
 }
 
 // Process is a live (or just ended) process of a session.
@@ -170,25 +160,26 @@ type Process struct {
 }
 
 // Viewer receives a process's output from the moment it attached. Read C
-// until it is closed: then Dropped says whether it fell behind (the
-// process runs on), else the process ended (Process.End).
+// until it is closed: then Err says why when it fell behind (the process
+// runs on), else the process ended (Process.End).
 type Viewer struct {
-	C       <-chan Event
-	c       chan Event
-	p       *Process
-	dropped bool // under p.mu
-	queued  atomic.Int64
+	C      <-chan Event
+	c      chan Event
+	p      *Process
+	lagged error // under p.mu: why it was detached for falling behind
+	queued atomic.Int64
 }
 
 // Consumed tells that the reader of C is done with an event of n bytes:
 // they no longer count against the viewer's queue.
 func (v *Viewer) Consumed(n int) { v.queued.Add(-int64(n)) }
 
-// Dropped reports whether the viewer was detached for falling behind.
-func (v *Viewer) Dropped() bool {
+// Err is nil unless the viewer was detached for falling behind: then an
+// ErrLagged that says how far (in bytes or in pieces of output).
+func (v *Viewer) Err() error {
 	v.p.mu.Lock()
 	defer v.p.mu.Unlock()
-	return v.dropped
+	return v.lagged
 }
 
 // Detach stops v (its channel is closed).
@@ -201,21 +192,10 @@ func (v *Viewer) Detach() {
 	}
 }
 
-// Process is the process v watches.
-func (v *Viewer) Process() *Process { return v.p }
-
 // Pid is the process's pid as the processes of its session see it (the
 // pid in the box's pid namespace; the host pid when the run has no box of
 // its session).
 func (p *Process) Pid() int { return p.pid }
-
-// HostPid is the process's pid on the host (0 before it started).
-func (p *Process) HostPid() int {
-	if p.sp == nil {
-		return 0
-	}
-	return p.sp.Pid()
-}
 
 // Done is closed when the process has ended and its output was delivered.
 func (p *Process) Done() <-chan struct{} { return p.done }
@@ -260,8 +240,9 @@ func (p *Process) attachLocked() *Viewer {
 }
 
 // emit hands a chunk to every viewer without waiting: a viewer whose
-// queue is full is detached (Dropped), never the process nor the others
-// slowed down.
+// queue is full (DefaultQueue bytes, or maxQueuedChunks pieces however
+// small) is detached with the reason (Err), never the process nor the
+// others slowed down.
 func (p *Process) emit(stream string, b []byte) {
 	if len(b) == 0 {
 		return
@@ -270,17 +251,30 @@ func (p *Process) emit(stream string, b []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for v := range p.viewers {
-		if v.queued.Add(int64(len(b))) <= int64(p.t.queue) {
+		queued := v.queued.Add(int64(len(b)))
+		if queued > int64(p.t.queue) {
+			v.lagged = fmt.Errorf("%w: %s of process %d's output waited for this reader (at most %s may)",
+				ErrLagged, size(queued), p.pid, size(int64(p.t.queue)))
+		} else {
 			select {
 			case v.c <- ev:
 				continue
 			default:
 			}
+			v.lagged = fmt.Errorf("%w: %d pieces of process %d's output waited for this reader (at most %d may, however small)",
+				ErrLagged, cap(v.c)+1, p.pid, cap(v.c))
 		}
-		v.dropped = true
 		delete(p.viewers, v)
 		close(v.c)
 	}
+}
+
+// size says n bytes in KiB, or in bytes under a KiB.
+func size(n int64) string {
+	if n < 1<<10 {
+		return strconv.FormatInt(n, 10) + " bytes"
+	}
+	return strconv.FormatInt(n>>10, 10) + " KiB"
 }
 
 // streamWriter is the sandbox's Stdout or Stderr of a process: it never
@@ -293,23 +287,6 @@ type streamWriter struct {
 func (w streamWriter) Write(b []byte) (int, error) {
 	w.p.emit(w.stream, b)
 	return len(b), nil
-}
-
-type startedKey struct{}
-
-// WithStarted returns a context under which a start calls fn with the
-// process's pid once it runs, before any of its output is handed on: an
-// access path that must name the pid first (E2B's start event) learns it
-// there.
-func WithStarted(ctx context.Context, fn func(pid int)) context.Context {
-	return context.WithValue(ctx, startedKey{}, fn)
-}
-
-// Started calls the function WithStarted put in ctx, if any.
-func Started(ctx context.Context, pid int) {
-	if fn, ok := ctx.Value(startedKey{}).(func(pid int)); ok && fn != nil {
-		fn(pid)
-	}
 }
 
 // Start starts a process of session in sb (a sandbox of the session, see
@@ -623,13 +600,6 @@ func (t *Table) List(session string) []Info {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Pid < out[j].Pid })
 	return out
-}
-
-// Count is how many processes session runs.
-func (t *Table) Count(session string) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.sessions[session])
 }
 
 // SendInput writes b to the process's stdin, or to its terminal.

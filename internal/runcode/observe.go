@@ -41,3 +41,20 @@ func (c *Capture) Observed(ctx context.Context, stream string) *Capture {
 	}
 	return c
 }
+
+type startedKey struct{}
+
+// WithStarted returns a context under which a run that starts a process
+// the caller may want to name (a background process) calls fn with its
+// pid once it runs, before any of its output is reported: an access path
+// that must name the pid first (E2B's start event) learns it there.
+func WithStarted(ctx context.Context, fn func(pid int)) context.Context {
+	return context.WithValue(ctx, startedKey{}, fn)
+}
+
+// Started calls the function WithStarted put in ctx, if any.
+func Started(ctx context.Context, pid int) {
+	if fn, ok := ctx.Value(startedKey{}).(func(pid int)); ok && fn != nil {
+		fn(pid)
+	}
+}

@@ -59,15 +59,6 @@ const (
 	watcherLinger         = time.Minute // an ended watcher's events wait this long for a poll
 )
 
-// envdUsers are the envd users a request may name: E2B's default
-// sandbox user, or none. The session has one user; "root" and others are
-// refused rather than silently served as it.
-func userOK(u string) bool { return u == "" || u == "user" }
-
-func userError(u string) string {
-	return fmt.Sprintf("user %q: a Quro sandbox has one user, \"user\" (the session's own, which owns its files); Quro %%s does not run as %q", u, u)
-}
-
 // toWorkspace maps an E2B path to a workspace-relative one.
 func toWorkspace(p string) (string, error) {
 	if p == "~" || strings.HasPrefix(p, "~/") {
@@ -178,13 +169,7 @@ func (s *Server) envdFSRoutes(m *http.ServeMux) {
 }
 
 // rpcUser refuses an envd user other than the sandbox's own.
-func (f *fsService) rpcUser(h http.Header) error {
-	r := http.Request{Header: h}
-	if u := user(&r); !userOK(u) {
-		return rpcErrorf(connect.CodePermissionDenied, fmt.Sprintf(userError(u), f.s.version()))
-	}
-	return nil
-}
+func (f *fsService) rpcUser(h http.Header) error { return f.s.checkUser(h) }
 
 func (f *fsService) rpcPath(h http.Header, p string) (string, error) {
 	if err := f.rpcUser(h); err != nil {
@@ -411,15 +396,6 @@ func (wr *watchRun) endError(err error) error {
 	return nil
 }
 
-// keepaliveEvery is the interval of WatchDir's keepalive messages: the
-// SDK's Keepalive-Ping-Interval (seconds), else envd's default, 90 s.
-func keepaliveEvery(h http.Header) time.Duration {
-	if n, err := strconv.Atoi(h.Get("Keepalive-Ping-Interval")); err == nil && n > 0 {
-		return time.Duration(min(n, 3600)) * time.Second
-	}
-	return 90 * time.Second
-}
-
 func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
 	rel, err := f.rpcPath(req.Header(), req.Msg.GetPath())
 	if err != nil {
@@ -428,7 +404,7 @@ func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[filesyste
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wr := f.startWatch(ctx, watchIn{sandboxOf(ctx), rel, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry()})
-	tick := time.NewTicker(keepaliveEvery(req.Header()))
+	tick := time.NewTicker(keepaliveInterval(req.Header()))
 	defer tick.Stop()
 	started := false
 	send := func(r report) error {
@@ -436,7 +412,7 @@ func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[filesyste
 			started = true
 			return stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Start{Start: &filesystem.WatchDirResponse_StartEvent{}}}) //nolint:protogetter // building a message
 		}
-		tick.Reset(keepaliveEvery(req.Header()))
+		tick.Reset(keepaliveInterval(req.Header()))
 		return stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: r.event.proto()}})
 	}
 	for {
@@ -653,9 +629,9 @@ func (f *fsService) httpUser(w http.ResponseWriter, r *http.Request) bool {
 	if u == "" {
 		u = user(r)
 	}
-	if !userOK(u) {
+	if msg := f.s.userRefusal(u); msg != "" {
 		drain(r)
-		writeJSONError(w, http.StatusUnauthorized, fmt.Sprintf(userError(u), f.s.version()))
+		writeJSONError(w, http.StatusUnauthorized, msg)
 		return false
 	}
 	return true

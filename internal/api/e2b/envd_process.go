@@ -13,7 +13,6 @@ import (
 
 	"github.com/quro-dev/quro/internal/api/e2b/gen/process"
 	"github.com/quro-dev/quro/internal/api/e2b/gen/process/processconnect"
-	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/runcode"
 )
 
@@ -22,12 +21,6 @@ import (
 // connect_process (start{pid} first, then data, keepalives, end last);
 // the unary methods are list_processes, send_process_input,
 // close_process_stdin, signal_process and resize_process.
-
-// headerKeepalive names the seconds without output after which a stream
-// gets a keepalive event (the SDKs send 50; envd's default is 90).
-const headerKeepalive = "Keepalive-Ping-Interval"
-
-const defaultKeepalive = 90 * time.Second
 
 // envdProcessRoutes serves envd's process.Process (Connect-RPC).
 func (s *Server) envdProcessRoutes(m *http.ServeMux) {
@@ -83,18 +76,6 @@ type procInfo struct {
 	} `json:"config"`
 }
 
-// checkUser refuses an envd user other than the sandbox's own: Quro runs
-// every process of a session as its one unprivileged user.
-func checkUser(h http.Header) error {
-	switch u := user(&http.Request{Header: h}); u {
-	case "", "user":
-		return nil
-	default:
-		return rpcErrorf(connect.CodePermissionDenied, "Quro runs every process as the sandbox's one user (\"user\", uid of the session); user "+
-			strconv.Quote(u)+" (root or another) is not available: drop the user option")
-	}
-}
-
 // selector turns E2B's process selector into the capabilities' one.
 func selector(ctx context.Context, sel *process.ProcessSelector) (procSelector, error) {
 	out := procSelector{Session: sandboxOf(ctx)}
@@ -125,6 +106,15 @@ type eventStream struct {
 	kick   chan struct{}      // output went out: the keepalive waits anew
 	stop   chan struct{}
 	done   sync.WaitGroup
+	once   sync.Once
+}
+
+// stopKeepalive stops the keepalive and waits until it can send no more.
+func (es *eventStream) stopKeepalive() {
+	es.once.Do(func() {
+		close(es.stop)
+		es.done.Wait()
+	})
 }
 
 func (es *eventStream) emit(ev *process.ProcessEvent) {
@@ -160,13 +150,6 @@ func (es *eventStream) keepalive(every time.Duration) {
 	}()
 }
 
-func keepaliveInterval(h http.Header) time.Duration {
-	if n, err := strconv.Atoi(h.Get(headerKeepalive)); err == nil && n > 0 {
-		return time.Duration(n) * time.Second
-	}
-	return defaultKeepalive
-}
-
 // follow runs a streaming process capability and sends its events.
 // killOnDeadline says what the request's deadline (Connect-Timeout-Ms)
 // meant: the process was killed (Start), or only the stream ends
@@ -175,10 +158,9 @@ func (p *processService) follow(ctx context.Context, h http.Header, name string,
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	es := &eventStream{send: send, cancel: cancel, kick: make(chan struct{}, 1), stop: make(chan struct{})}
-	defer es.done.Wait()
-	defer close(es.stop)
+	defer es.stopKeepalive()
 	every := keepaliveInterval(h)
-	callCtx = proc.WithStarted(callCtx, func(pid int) {
+	callCtx = runcode.WithStarted(callCtx, func(pid int) {
 		es.emit(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: uint32(pid)}}})
 		es.keepalive(every)
 	})
@@ -228,6 +210,8 @@ func (p *processService) follow(ctx context.Context, h http.Header, name string,
 		p.waitGone(ctx)
 		return rpcErrorf(connect.CodeUnknown, "terminated: sandbox "+sandboxOf(ctx)+" was killed while process "+strconv.Itoa(out.Pid)+" ran")
 	}
+	// The end is the stream's last event: no keepalive after it.
+	es.stopKeepalive()
 	end := &process.ProcessEvent_EndEvent{ExitCode: int32(out.ExitCode), Exited: out.Exited, Status: out.Status}
 	if out.Error != "" {
 		end.Error = &out.Error
@@ -264,7 +248,7 @@ func (p *processService) waitGone(ctx context.Context) {
 const goneWait = 30 * time.Second
 
 func (p *processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
-	if err := checkUser(req.Header()); err != nil {
+	if err := p.s.checkUser(req.Header()); err != nil {
 		return err
 	}
 	cfg := req.Msg.GetProcess()

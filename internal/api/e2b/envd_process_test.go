@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -387,15 +388,24 @@ func TestEnvdPTY(t *testing.T) {
 	}
 }
 
-// Connect-Timeout-Ms kills the process, and the client sees
-// deadline_exceeded (the SDK's TimeoutError).
+// Connect-Timeout-Ms kills the process, and the server says so with
+// deadline_exceeded (the SDK's TimeoutError). The client sets no deadline
+// of its own (connect-go's client would end the call itself, with its own
+// deadline_exceeded, whatever the server did): the header is sent raw.
 func TestEnvdTimeoutKills(t *testing.T) {
 	e := newEnv(t, nil)
 	id := e.newSession(t)
+	c := e.procClient(id)
 	tag := "slow"
 	req := bash("echo started; exec sleep 100000", false)
 	req.Tag = &tag
-	ev := e.start(t, id, req, map[string]string{"Connect-Timeout-Ms": "1000"})
+	r := connect.NewRequest(req)
+	r.Header().Set("Connect-Timeout-Ms", "1000")
+	s, err := c.Start(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := readEvents(s, func() {})
 	pid := ev.startPid(t)
 	ev.until(t, "stdout", "started\n")
 	for e := range ev.c {
@@ -403,10 +413,13 @@ func TestEnvdTimeoutKills(t *testing.T) {
 			t.Fatalf("an end event instead of the deadline: %v", e)
 		}
 	}
-	if codeOf(ev.err) != connect.CodeDeadlineExceeded {
-		t.Fatalf("stream error %v, want deadline_exceeded", ev.err)
+	var ce *connect.Error
+	if !errors.As(ev.err, &ce) || ce.Code() != connect.CodeDeadlineExceeded ||
+		ce.Message() != "the command's timeout (timeoutMs, Connect-Timeout-Ms) passed: process "+strconv.Itoa(int(pid))+" was killed" {
+		t.Fatalf("stream error %v, want the server's deadline_exceeded saying process %d was killed", ev.err, pid)
 	}
-	// The process is killed: a Connect finds it gone, or sees it end so.
+	// The process is killed: a Connect finds it gone, or sees it end so;
+	// then it is no longer listed.
 	conn := e.connectTo(t, id, pidSel(pid))
 	if first := conn.next(t); first != nil {
 		if end, _, _ := conn.end(t); end.GetStatus() != "signal: killed" {
@@ -414,6 +427,15 @@ func TestEnvdTimeoutKills(t *testing.T) {
 		}
 	} else if codeOf(conn.err) != connect.CodeNotFound {
 		t.Fatalf("connect after the timeout: %v", conn.err)
+	}
+	list, err := c.List(context.Background(), connect.NewRequest(&process.ListRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list.Msg.GetProcesses() {
+		if p.GetPid() == pid {
+			t.Fatalf("process %d is still listed after its timeout: %v", pid, p)
+		}
 	}
 }
 

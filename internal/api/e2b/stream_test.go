@@ -1,0 +1,166 @@
+package e2b_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"go/build"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/quro-dev/quro/internal/api/e2b"
+	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem"
+	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem/filesystemconnect"
+	"github.com/quro-dev/quro/internal/api/e2b/gen/process"
+)
+
+// TestAccessPathImportsNoDomainPackage: internal/api/e2b reaches the
+// domain only through the controller (capability calls): it imports no
+// domain package, only the controller, the capability types, the REST
+// error table and runcode's context hooks (WithOutput, WithStarted).
+func TestAccessPathImportsNoDomainPackage(t *testing.T) {
+	pkg, err := build.ImportDir(".", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const internal = "github.com/quro-dev/quro/internal/"
+	allowed := map[string]bool{"capability": true, "controller": true, "runcode": true, "api/rest": true, "version": true}
+	for _, imp := range pkg.Imports {
+		rest, ok := strings.CutPrefix(imp, internal)
+		if !ok || allowed[rest] || strings.HasPrefix(rest, "api/e2b/") {
+			continue
+		}
+		t.Errorf("internal/api/e2b imports %s: an access path calls capabilities through the controller, never a domain package", imp)
+	}
+}
+
+// The attack: a Keepalive-Ping-Interval so large that seconds of it
+// overflow a time.Duration (negative: a timer that fires at once, for
+// ever) would have the server flood the stream with keepalives. It is
+// capped (3600 s): a quick command sees none.
+func TestEnvdKeepaliveIntervalOverflow(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	c := e.procClient(id)
+	for _, every := range []string{"10000000000", "9223372036854775807", "99999999999999999999999"} {
+		ev := e.start(t, id, bash("read x; echo done", true), map[string]string{"Keepalive-Ping-Interval": every})
+		pid := ev.startPid(t)
+		if _, err := c.SendInput(context.Background(), connect.NewRequest(&process.SendInputRequest{Process: pidSel(pid),
+			Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte("\n")}}})); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for e := range ev.c {
+			if e.GetKeepalive() != nil {
+				n++
+			}
+		}
+		if n != 0 || ev.err != nil {
+			t.Errorf("Keepalive-Ping-Interval %s: %d keepalives from a command that ran at once (stream error %v)", every, n, ev.err)
+		}
+	}
+}
+
+// One parser reads Keepalive-Ping-Interval for every envd stream: whole
+// seconds, at most an hour, else envd's default (90 s).
+func TestKeepaliveInterval(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"": 90 * time.Second, "50": 50 * time.Second, "1": time.Second, "3600": time.Hour, "3601": time.Hour,
+		"10000000000": time.Hour, "99999999999999999999999": time.Hour, "0": 90 * time.Second, "-5": 90 * time.Second,
+		"x": 90 * time.Second, "1.5": 90 * time.Second,
+	} {
+		h := http.Header{}
+		if in != "" {
+			h.Set("Keepalive-Ping-Interval", in)
+		}
+		if got := e2b.KeepaliveInterval(h); got != want {
+			t.Errorf("Keepalive-Ping-Interval %q: %v, want %v", in, got, want)
+		}
+	}
+}
+
+// The end event is the last of a stream: a keepalive due at the moment
+// the process ends never follows it (the SDK stops reading at the end).
+// Keepalives every millisecond make one due at every end.
+func TestEnvdNothingAfterEnd(t *testing.T) {
+	old := *e2b.KeepaliveUnit
+	*e2b.KeepaliveUnit = time.Millisecond
+	t.Cleanup(func() { *e2b.KeepaliveUnit = old })
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	for range 20 {
+		ev := e.start(t, id, bash("echo x", false), map[string]string{"Keepalive-Ping-Interval": "1"})
+		ev.startPid(t)
+		ev.end(t) // fails on any event after the end
+	}
+}
+
+// One user check for every envd service, with one message that names
+// Quro's version; the user's name is quoted in it, never read as a format
+// (a Basic user "%d%s%s" would print "%!d(...)" and leak the version into
+// the wrong place).
+func TestEnvdUserCheck(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	const evil = "%d%s%s"
+	const want = `user "%d%s%s": a Quro sandbox has one user, "user"`
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte(evil+":"))
+	check := func(where string, msg string) {
+		t.Helper()
+		if !strings.Contains(msg, want) || !strings.Contains(msg, "Quro test ") || strings.Contains(msg, "%!") {
+			t.Errorf("%s: %q, want it to quote the user (%q) and name Quro's version", where, msg, want)
+		}
+	}
+	connectMsg := func(where string, err error) string {
+		t.Helper()
+		var ce *connect.Error
+		if !errors.As(err, &ce) || ce.Code() != connect.CodePermissionDenied {
+			t.Fatalf("%s: %v, want permission_denied", where, err)
+		}
+		check(where, ce.Message())
+		return ce.Message()
+	}
+
+	r := connect.NewRequest(bash("id", false))
+	r.Header().Set("Authorization", basic)
+	s, err := e.procClient(id).Start(context.Background(), r)
+	if err == nil {
+		for s.Receive() {
+			t.Fatalf("an event as %q: %v", evil, s.Msg())
+		}
+		err = s.Err()
+	}
+	fromProcess := connectMsg("process.Start", err)
+
+	sr := connect.NewRequest(&filesystem.StatRequest{Path: "."})
+	sr.Header().Set("Authorization", basic)
+	_, err = filesystemconnect.NewFilesystemClient(e.sandboxClient(id, e2b.EnvdPort), e.URL, connect.WithProtoJSON()).Stat(context.Background(), sr)
+	if fromFS := connectMsg("filesystem.Stat", err); fromFS != fromProcess {
+		t.Errorf("two messages for one check:\nprocess:    %s\nfilesystem: %s", fromProcess, fromFS)
+	}
+
+	for name, hdr := range map[string]map[string]string{"Basic user": {"Authorization": basic}, "username": nil} {
+		query := "path=."
+		if hdr == nil {
+			query += "&username=" + url.QueryEscape(evil)
+		}
+		res, body := e.filesReq(t, id, "GET", query, "", nil, hdr)
+		var eb struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}
+		if err := json.Unmarshal(body, &eb); err != nil || res.StatusCode != http.StatusUnauthorized || eb.Code != http.StatusUnauthorized {
+			t.Fatalf("GET /files as %s %q: %d %s", name, evil, res.StatusCode, body)
+		}
+		check("GET /files ("+name+")", eb.Message)
+		if eb.Message != fromProcess {
+			t.Errorf("two messages for one check:\nprocess: %s\n/files:  %s", fromProcess, eb.Message)
+		}
+	}
+}
