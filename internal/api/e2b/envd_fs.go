@@ -763,12 +763,26 @@ func (f *fsService) download(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// acceptsGzip says the request's Accept-Encoding accepts gzip: named
+// with a quality (q) over 0, or none (RFC 9110 12.5.3).
 func acceptsGzip(r *http.Request) bool {
 	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
 		enc, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-		if strings.EqualFold(strings.TrimSpace(enc), "gzip") && !strings.Contains(strings.ReplaceAll(params, " ", ""), "q=0") {
-			return true
+		if !strings.EqualFold(strings.TrimSpace(enc), "gzip") {
+			continue
 		}
+		q := 1.0
+		for _, p := range strings.Split(params, ";") {
+			k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
+			if strings.EqualFold(strings.TrimSpace(k), "q") {
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err != nil {
+					f = 0 // unreadable: not an acceptance
+				}
+				q = f
+			}
+		}
+		return q > 0
 	}
 	return false
 }

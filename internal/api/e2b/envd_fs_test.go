@@ -499,3 +499,32 @@ func TestEnvdPollingWatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// GET /files gzips the answer when Accept-Encoding accepts gzip: by its q
+// value, a number (q=0 refuses; q=0.5, q=0.01 accept).
+func TestEnvdFilesAcceptEncodingQ(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	e.shell(t, id, "echo hello > q.txt")
+	for _, tc := range []struct {
+		accept string
+		gzip   bool
+	}{
+		{"gzip", true},
+		{"gzip;q=0.5", true},
+		{"gzip; q=0.01", true},
+		{"gzip;q=1.0", true},
+		{"br, gzip;q=0.8", true},
+		{"GZIP;Q=0.3", true},
+		{"gzip;q=0", false},
+		{"gzip; q=0.000", false},
+		{"gzip;q=0, identity", false},
+		{"identity", false},
+		{"", false},
+	} {
+		res, _ := e.filesReq(t, id, "GET", "path=q.txt", "", nil, map[string]string{"Accept-Encoding": tc.accept})
+		if res.StatusCode != 200 || (res.Header.Get("Content-Encoding") == "gzip") != tc.gzip {
+			t.Errorf("Accept-Encoding %q: %d, Content-Encoding %q; want gzip %v", tc.accept, res.StatusCode, res.Header.Get("Content-Encoding"), tc.gzip)
+		}
+	}
+}
