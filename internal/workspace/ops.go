@@ -16,11 +16,12 @@ type Names func(uid, gid uint32) (owner, group string)
 // describe fills e's type, mode, times, owner and link target from fi, an
 // lstat of e.Path made through the root.
 func (w *FS) describe(e *Entry, fi fs.FileInfo) {
-	e.Type = typeName(fi.Mode())
+	var letter string
+	e.Type, letter = kindOf(fi.Mode())
 	e.Mode = fmt.Sprintf("%04o", fi.Mode().Perm())
 	// Go writes e.g. "Lrwxrwxrwx", "Dcrw-…": ls writes one letter of type.
 	perm := fi.Mode().String()
-	e.Permissions = lsType(fi.Mode()) + perm[len(perm)-9:]
+	e.Permissions = letter + perm[len(perm)-9:]
 	e.ModTime = fi.ModTime()
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		if w.opts.Names != nil {
@@ -32,24 +33,6 @@ func (w *FS) describe(e *Entry, fi fs.FileInfo) {
 	if e.Type == "symlink" {
 		e.Target, _ = w.root.Readlink(e.Path)
 	}
-}
-
-func lsType(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "d"
-	case m&fs.ModeSymlink != 0:
-		return "l"
-	case m&fs.ModeNamedPipe != 0:
-		return "p"
-	case m&fs.ModeSocket != 0:
-		return "s"
-	case m&fs.ModeCharDevice != 0:
-		return "c"
-	case m&fs.ModeDevice != 0:
-		return "b"
-	}
-	return "-"
 }
 
 // Info describes p itself: a symbolic link is described as a link (with

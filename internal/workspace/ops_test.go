@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -283,6 +285,45 @@ func TestWatchSwapRace(t *testing.T) {
 		}
 		if e.Name == "marker" {
 			break
+		}
+	}
+}
+
+// Each type of file has one name (Entry.Type, messages) and one letter
+// (Entry.Permissions, as ls -l writes it), from one table.
+func TestInfoTypes(t *testing.T) {
+	w, ws, _ := setup(t, Options{})
+	write(t, filepath.Join(ws, "f"), "x")
+	if err := os.Mkdir(filepath.Join(ws, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	symlink(t, "f", filepath.Join(ws, "l"))
+	if err := syscall.Mkfifo(filepath.Join(ws, "p"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", filepath.Join(ws, "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, tc := range []struct{ path, typ, perm string }{
+		{"f", "file", "-rw-r--r--"},
+		{"d", "dir", "drwxr-xr-x"},
+		{"l", "symlink", "lrwxrwxrwx"},
+		{"p", "other", "prw-r--r--"},
+		{"s", "other", "s"},
+	} {
+		e, err := w.Info(tc.path)
+		if err != nil || e.Type != tc.typ || !strings.HasPrefix(e.Permissions, tc.perm) {
+			t.Errorf("%s: %+v %v; want %s %s", tc.path, e, err, tc.typ, tc.perm)
+		}
+	}
+	for m, want := range map[os.FileMode]string{
+		0o644: "file -", os.ModeDir: "dir d", os.ModeSymlink: "symlink l", os.ModeNamedPipe: "named pipe p",
+		os.ModeSocket: "socket s", os.ModeDevice | os.ModeCharDevice: "device c", os.ModeDevice: "device b", os.ModeIrregular: "other -",
+	} {
+		if name, letter := kindOf(m); name+" "+letter != want {
+			t.Errorf("%v: %s %s, want %s", m, name, letter, want)
 		}
 	}
 }
