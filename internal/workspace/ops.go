@@ -13,8 +13,8 @@ import (
 // them (Options.Names); nil writes the numbers.
 type Names func(uid, gid uint32) (owner, group string)
 
-// describe fills e's type, mode, times, owner and link target from fi, an
-// lstat of e.Path made through the root.
+// describe fills e's type, size, mode, times, owner and link target from
+// fi, an lstat of e.Path made through the root.
 func (w *FS) describe(e *Entry, fi fs.FileInfo) {
 	var letter string
 	e.Type, letter = kindOf(fi.Mode())
@@ -30,8 +30,13 @@ func (w *FS) describe(e *Entry, fi fs.FileInfo) {
 			e.Owner, e.Group = strconv.FormatUint(uint64(st.Uid), 10), strconv.FormatUint(uint64(st.Gid), 10)
 		}
 	}
-	if e.Type == "symlink" {
+	switch e.Type {
+	case "file", "dir": // a directory's is what stat says (4096 on ext4)
+		e.Size = fi.Size()
+	case "symlink":
 		e.Target, _ = w.root.Readlink(e.Path)
+	default:
+		e.Type = "other"
 	}
 }
 
@@ -54,13 +59,6 @@ func (w *FS) Info(p string) (*Entry, error) {
 func (w *FS) entry(rel string, fi fs.FileInfo) *Entry {
 	e := &Entry{Name: path.Base(rel), Path: rel}
 	w.describe(e, fi)
-	switch e.Type {
-	case "file":
-		e.Size = fi.Size()
-	case "dir", "symlink":
-	default:
-		e.Type = "other"
-	}
 	return e
 }
 

@@ -129,18 +129,27 @@ func (e *wsEntry) info() *filesystem.EntryInfo {
 		out.Type = filesystem.FileType_FILE_TYPE_FILE
 	case "dir":
 		out.Type = filesystem.FileType_FILE_TYPE_DIRECTORY
-		mode |= fs.ModeDir
 	case "symlink":
 		out.Type = filesystem.FileType_FILE_TYPE_SYMLINK
-		mode |= fs.ModeSymlink
-		t := e.Target
+		t := linkTarget(out.Path, e.Target)
 		out.SymlinkTarget = &t
 	}
-	out.Mode = uint32(mode) // as envd: Go's os.FileMode bits
+	out.Mode = uint32(mode.Perm()) // as envd: the permission bits only (0o644, 0o755)
 	if !e.ModTime.IsZero() {
 		out.ModifiedTime = timestamppb.New(e.ModTime)
 	}
 	return out
+}
+
+// linkTarget is a symbolic link's target as the box sees it, as envd
+// answers it: an absolute path, a relative target taken from the link's
+// directory (a link /home/user/l to f.txt: /home/user/f.txt). It is only
+// text: nothing is followed or opened.
+func linkTarget(link, target string) string {
+	if target == "" || path.IsAbs(target) {
+		return target
+	}
+	return path.Join(path.Dir(link), target)
 }
 
 // fileInfoOut is stat_file's, make_dir's and move_file's output.
@@ -303,7 +312,10 @@ func (f *fsService) Remove(ctx context.Context, req *connect.Request[filesystem.
 	if err != nil {
 		return nil, err
 	}
-	if err := f.s.call(ctx, "remove_file", pathIn{sandboxOf(ctx), rel}, nil); err != nil {
+	// envd removes with os.RemoveAll: a path already gone is no error (the
+	// SDKs' files.remove of a missing file succeeds). Quro's remove_file
+	// says not_found, which is dropped here.
+	if err := f.s.call(ctx, "remove_file", pathIn{sandboxOf(ctx), rel}, nil); err != nil && asCapError(err).Code != capability.NotFound {
 		return nil, rpcError(err)
 	}
 	return connect.NewResponse(&filesystem.RemoveResponse{}), nil

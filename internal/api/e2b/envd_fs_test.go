@@ -88,7 +88,7 @@ func TestEnvdFilesystemRPC(t *testing.T) {
 	}
 	// Relative paths are taken from the home.
 	if st, err = c.Stat(ctx, rpc(&filesystem.StatRequest{Path: "a/rel"})); err != nil ||
-		st.Msg.GetEntry().GetType() != filesystem.FileType_FILE_TYPE_SYMLINK || st.Msg.GetEntry().GetSymlinkTarget() != "b/f.txt" {
+		st.Msg.GetEntry().GetType() != filesystem.FileType_FILE_TYPE_SYMLINK || st.Msg.GetEntry().GetSymlinkTarget() != "/home/user/a/b/f.txt" {
 		t.Fatalf("%v %v", st, err)
 	}
 	_, err = c.Stat(ctx, rpc(&filesystem.StatRequest{Path: "/home/user/nope"}))
@@ -127,8 +127,10 @@ func TestEnvdFilesystemRPC(t *testing.T) {
 	if _, err := c.Remove(ctx, rpc(&filesystem.RemoveRequest{Path: "/home/user/a"})); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Remove(ctx, rpc(&filesystem.RemoveRequest{Path: "/home/user/a"}))
-	wantConnect(t, err, connect.CodeNotFound, "a")
+	// Gone already: envd's os.RemoveAll answers success.
+	if _, err := c.Remove(ctx, rpc(&filesystem.RemoveRequest{Path: "/home/user/a"})); err != nil {
+		t.Fatal(err)
+	}
 	if out := e.shell(t, id, "ls; cat moved/g.txt"); out != "evil\nmoved\nx\nhello" {
 		t.Fatalf("%q", out)
 	}
@@ -526,5 +528,71 @@ func TestEnvdFilesAcceptEncodingQ(t *testing.T) {
 		if res.StatusCode != 200 || (res.Header.Get("Content-Encoding") == "gzip") != tc.gzip {
 			t.Errorf("Accept-Encoding %q: %d, Content-Encoding %q; want gzip %v", tc.accept, res.StatusCode, res.Header.Get("Content-Encoding"), tc.gzip)
 		}
+	}
+}
+
+// EntryInfo as E2B's SDK tests (tests/sandbox/files/{info,list,remove})
+// assert it: mode is the permission bits only, a directory's size is
+// what stat says, a link's target is the absolute path the box sees, and
+// removing what is not there succeeds (envd's os.RemoveAll), while Quro's
+// own remove_file still says not_found.
+func TestEnvdEntryInfoAsE2B(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	c := e.fsClient(id)
+	ctx := context.Background()
+	e.shell(t, id, "printf test > test_file.txt && ln -s test_file.txt test_symlink.txt && mkdir -p d/sub && ln -s ../test_file.txt d/up && ln -s /etc/hostname abs")
+	if _, err := c.MakeDir(ctx, rpc(&filesystem.MakeDirRequest{Path: "test_dir"})); err != nil {
+		t.Fatal(err)
+	}
+
+	stat := func(p string) *filesystem.EntryInfo {
+		t.Helper()
+		st, err := c.Stat(ctx, rpc(&filesystem.StatRequest{Path: p}))
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		return st.Msg.GetEntry()
+	}
+	if en := stat("test_file.txt"); en.GetMode() != 0o644 || en.GetSize() != 4 || en.GetPermissions() != "-rw-r--r--" ||
+		en.GetOwner() != "user" || en.GetGroup() != "user" || en.SymlinkTarget != nil {
+		t.Errorf("file: %v", en)
+	}
+	if en := stat("test_dir"); en.GetMode() != 0o755 || en.GetSize() <= 0 || en.GetPermissions() != "drwxr-xr-x" ||
+		en.GetType() != filesystem.FileType_FILE_TYPE_DIRECTORY || en.GetOwner() != "user" || en.GetGroup() != "user" {
+		t.Errorf("dir: %v", en)
+	}
+	for p, want := range map[string]string{
+		"test_symlink.txt": "/home/user/test_file.txt", // beside it
+		"d/up":             "/home/user/test_file.txt", // up from its directory
+		"abs":              "/etc/hostname",            // absolute: as it is
+	} {
+		if en := stat(p); en.GetSymlinkTarget() != want || en.GetType() != filesystem.FileType_FILE_TYPE_SYMLINK {
+			t.Errorf("%s: target %q, want %q (%v)", p, en.GetSymlinkTarget(), want, en)
+		}
+	}
+
+	ls, err := c.ListDir(ctx, rpc(&filesystem.ListDirRequest{Path: "/home/user/d", Depth: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*filesystem.EntryInfo{}
+	for _, en := range ls.Msg.GetEntries() {
+		got[en.GetName()] = en
+	}
+	if en := got["sub"]; en.GetMode() != 0o755 || en.GetSize() <= 0 || en.GetPath() != "/home/user/d/sub" {
+		t.Errorf("listed dir: %v", en)
+	}
+	if en := got["up"]; en.GetSymlinkTarget() != "/home/user/test_file.txt" {
+		t.Errorf("listed link: %v", en)
+	}
+
+	if _, err := c.Remove(ctx, rpc(&filesystem.RemoveRequest{Path: "test_does_not_exist.txt"})); err != nil {
+		t.Errorf("removing a missing file through E2B: %v", err)
+	}
+	_, err = e.App.Controller.Call(ctx, controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeExec}, "remove_file",
+		json.RawMessage(`{"session":"`+id+`","path":"test_does_not_exist.txt"}`))
+	if ce, ok := err.(*capability.Error); !ok || ce.Code != capability.NotFound {
+		t.Errorf("Quro's remove_file of a missing file: %v", err)
 	}
 }
