@@ -237,6 +237,15 @@ func TestClassify(t *testing.T) {
 				t.Errorf("%v: message %q lacks %q", tc.err, ce.Message, s)
 			}
 		}
+		// The cause stays reachable in the process (E2B's 507 tests
+		// workspace.ErrNoSpace); a *capability.Error inside is itself.
+		var inner *capability.Error
+		if !errors.As(tc.err, &inner) && !errors.Is(ce, tc.err) {
+			t.Errorf("%v: the classified error does not wrap its cause", tc.err)
+		}
+	}
+	if ce := controller.Classify(errors.New("secret")); errors.Unwrap(ce) != nil {
+		t.Errorf("an internal error wraps its cause (whose text may name internals): %v", errors.Unwrap(ce))
 	}
 	if ce := controller.Classify(own); ce != own {
 		t.Errorf("a *capability.Error is not passed through: %#v", ce)

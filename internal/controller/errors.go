@@ -145,7 +145,9 @@ func lookup(err error) *capability.Error {
 		case c.hint != "":
 			msg += ": " + c.hint
 		}
-		e := capability.Errorf(c.code, "%s", msg)
+		// The cause stays reachable in this process (errors.Is, e.g.
+		// workspace.ErrNoSpace for E2B's 507); its text is the message.
+		e := capability.Errorf(c.code, "%s", msg).WithCause(err)
 		e.RetryAfter = c.retry
 		return e
 	}

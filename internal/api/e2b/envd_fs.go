@@ -27,6 +27,7 @@ import (
 	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem/filesystemconnect"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/workspace"
 )
 
 // envd's filesystem: filesystem.Filesystem over Connect-RPC, GET and POST
@@ -673,10 +674,11 @@ func (f *fsService) httpUser(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// writeFileError answers a failed file call; a full disk is envd's 507
-// (the SDK's NotEnoughSpaceError).
+// writeFileError answers a failed file call; the session's full disk
+// (workspace.ErrNoSpace, which the controller's error keeps as its cause)
+// is envd's 507 (the SDK's NotEnoughSpaceError).
 func writeFileError(w http.ResponseWriter, err error) {
-	if strings.Contains(messageOf(err), "no space left") {
+	if errors.Is(err, workspace.ErrNoSpace) {
 		writeJSONError(w, http.StatusInsufficientStorage, messageOf(err))
 		return
 	}

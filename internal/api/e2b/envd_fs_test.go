@@ -21,6 +21,7 @@ import (
 	"github.com/quro-dev/quro/internal/api/e2b"
 	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem"
 	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem/filesystemconnect"
+	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 )
@@ -594,5 +595,26 @@ func TestEnvdEntryInfoAsE2B(t *testing.T) {
 		json.RawMessage(`{"session":"`+id+`","path":"test_does_not_exist.txt"}`))
 	if ce, ok := err.(*capability.Error); !ok || ce.Code != capability.NotFound {
 		t.Errorf("Quro's remove_file of a missing file: %v", err)
+	}
+}
+
+// A full disk is envd's 507 (the SDK's NotEnoughSpaceError) because the
+// session's disk is full, not because a message reads "no space left": a
+// missing file of that name is a 404.
+func TestEnvdFilesNoSpace(t *testing.T) {
+	e := newEnv(t, &app.Options{Limits: app.Limits{Tenant: app.TenantLimits{Disk: 64 << 20}}})
+	id := e.newSession(t)
+
+	res, body := e.filesReq(t, id, "GET", "path="+url.QueryEscape("no space left"), "", nil, nil)
+	if res.StatusCode != http.StatusNotFound {
+		t.Errorf("a missing file named \"no space left\": %d %s, want 404", res.StatusCode, body)
+	}
+
+	if out := e.shell(t, id, "head -c 70M /dev/zero > fill 2>/dev/null; echo rc=$?"); out != "rc=1\n" {
+		t.Skipf("no kernel disk quota here: writing 70 MiB into a 64 MiB quota: %q", out)
+	}
+	res, body = e.filesReq(t, id, "POST", "path=more.bin", "application/octet-stream", bytes.NewReader(make([]byte, 1<<20)), nil)
+	if res.StatusCode != http.StatusInsufficientStorage || !strings.Contains(string(body), "no space left on the session's disk") {
+		t.Errorf("an upload into the full disk: %d %s, want 507", res.StatusCode, body)
 	}
 }
