@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
@@ -106,6 +107,43 @@ const (
 	WatchStreamReady = "ready"
 	WatchStreamEvent = "event"
 )
+
+// MaxWatchesPerSession bounds the watch_dir calls running at once in one
+// session (E2B's watchDir streams and polling watchers are such calls):
+// each holds one of the host's inotify instances, which every session
+// shares (fs.inotify.max_user_instances, 128 by default), so one tenant
+// cannot use them up for all.
+const MaxWatchesPerSession = 8
+
+// watchSlots counts the watch_dir calls running per session.
+type watchSlots struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// take holds one of session id's watch slots; release gives it back.
+// False when the session holds them all.
+func (ws *watchSlots) take(id string) (release func(), ok bool) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.n[id] >= MaxWatchesPerSession {
+		return nil, false
+	}
+	if ws.n == nil {
+		ws.n = map[string]int{}
+	}
+	ws.n[id]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			ws.mu.Lock()
+			defer ws.mu.Unlock()
+			if ws.n[id]--; ws.n[id] <= 0 {
+				delete(ws.n, id)
+			}
+		})
+	}, true
+}
 
 const (
 	defaultWatchTimeout = 10 * time.Second
@@ -275,6 +313,13 @@ func (a *App) watchDir(ctx context.Context, in WatchDirInput) (*Watched, error) 
 	if err != nil {
 		return nil, err
 	}
+	free, ok := a.watches.take(sess.ID)
+	if !ok {
+		return nil, capability.Errorf(capability.ResourceExhausted,
+			"session %s has %d watches running, the most one session may have: end one first (cancel a streaming watch_dir, stop() an E2B watch handle, RemoveWatcher)",
+			sess.Name, MaxWatchesPerSession)
+	}
+	defer free()
 	// A call in flight in the session: destroying the session ends the
 	// watch (and its hold on the workspace) before the workspace goes.
 	ctx, release, err := a.holdSession(ctx, sess)

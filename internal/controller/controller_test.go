@@ -186,6 +186,7 @@ func TestClassify(t *testing.T) {
 		{&sandbox.CeilingError{Ceiling: "memory", Message: "tenant memory ceiling of 1 GiB reached"}, capability.ResourceExhausted, []string{"1 GiB"}, true},
 		{fmt.Errorf("%q: %w", "f", workspace.ErrNoSpace), capability.ResourceExhausted, []string{`"f"`, "disk"}, false},
 		{fmt.Errorf("%w (online resizing failed)", quota.ErrNotGrown), capability.Busy, []string{"idle"}, false},
+		{fmt.Errorf("watch %q: %w: inotify instances used up", "w", workspace.ErrWatchLimit), capability.ResourceExhausted, []string{`"w"`, "inotify"}, true},
 		{fmt.Errorf("unknown language %q: %w", "cobol", runcode.ErrInvalid), capability.InvalidArgument, []string{"cobol"}, false},
 		{fmt.Errorf("%q leads out of the session workspace: %w", "../x", workspace.ErrOutside), capability.PermissionDenied, []string{"../x"}, false},
 		{fmt.Errorf("%q: %w", "x", workspace.ErrPermission), capability.PermissionDenied, []string{`"x"`}, false},

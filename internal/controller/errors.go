@@ -62,6 +62,8 @@ var classes = []class{
 	// The session's disk.
 	{match: is(workspace.ErrNoSpace), code: capability.ResourceExhausted},
 	{match: is(quota.ErrNotGrown), code: capability.Busy},
+	// The server's inotify instances or watches (shared by the host).
+	{match: is(workspace.ErrWatchLimit), code: capability.ResourceExhausted, retry: 30},
 
 	// Runs.
 	{match: is(runcode.ErrInvalid), code: capability.InvalidArgument},

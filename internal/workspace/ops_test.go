@@ -327,3 +327,43 @@ func TestInfoTypes(t *testing.T) {
 		}
 	}
 }
+
+// When the server's process is out of descriptors (as when the host's
+// inotify instances are used up: the same errnos, EMFILE and ENFILE),
+// Watch says so with ErrWatchLimit, not a bare errno. The limit is this
+// test process's own RLIMIT_NOFILE, lowered for the test (no test of this
+// package runs in parallel) and restored: nothing host-wide is used up.
+func TestWatchLimit(t *testing.T) {
+	w, _, _ := setup(t, Options{})
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	// Hold descriptors up to a low limit.
+	var held []*os.File
+	defer func() {
+		for _, f := range held {
+			f.Close()
+		}
+	}()
+	low := old
+	low.Cur = 256
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
+	for {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			if !errors.Is(err, syscall.EMFILE) {
+				t.Fatal(err)
+			}
+			break
+		}
+		held = append(held, f)
+	}
+	err := w.Watch(context.Background(), "", WatchOptions{}, func(Event) {})
+	if !errors.Is(err, ErrWatchLimit) || !strings.Contains(err.Error(), "inotify instances") {
+		t.Fatalf("watch with no descriptor left: %v", err)
+	}
+}

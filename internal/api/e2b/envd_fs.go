@@ -53,9 +53,12 @@ const (
 )
 
 // Bounds of the polling watchers (CreateWatcher, the Python SDK's
-// watch_dir): per sandbox, and events kept between two polls.
+// watch_dir): per sandbox (running or ended with events still to poll;
+// watch_dir itself bounds the watches running in a session, WatchDir
+// streams and polling watchers together, to as many), and events kept
+// between two polls.
 const (
-	maxWatchersPerSandbox = 16
+	maxWatchersPerSandbox = 8
 	maxWatcherEvents      = 10000
 	watcherLinger         = time.Minute // an ended watcher's events wait this long for a poll
 )

@@ -491,10 +491,12 @@ func TestEnvdPollingWatcher(t *testing.T) {
 	wantConnect(t, err, connect.CodeNotFound, "not found")
 	// Bounded per sandbox.
 	var last error
-	for range 17 {
+	// (The removed watcher's watch may not have ended yet: then the
+	// session's bound on running watches, 8 too, says so first.)
+	for range 9 {
 		_, last = c.CreateWatcher(ctx, rpc(&filesystem.CreateWatcherRequest{Path: "/home/user"}))
 	}
-	wantConnect(t, last, connect.CodeResourceExhausted, "16 watchers")
+	wantConnect(t, last, connect.CodeResourceExhausted, "8 watch")
 	// Killing the sandbox ends its watchers (their hold on the workspace
 	// too: the destroy removes it).
 	args, _ := json.Marshal(map[string]any{"session": id})
@@ -616,5 +618,83 @@ func TestEnvdFilesNoSpace(t *testing.T) {
 	res, body = e.filesReq(t, id, "POST", "path=more.bin", "application/octet-stream", bytes.NewReader(make([]byte, 1<<20)), nil)
 	if res.StatusCode != http.StatusInsufficientStorage || !strings.Contains(string(body), "no space left on the session's disk") {
 		t.Errorf("an upload into the full disk: %d %s, want 507", res.StatusCode, body)
+	}
+}
+
+// A sandbox runs at most 8 watches at once, WatchDir streams and polling
+// watchers together (each holds one of the host's inotify instances,
+// which every sandbox shares): the next is refused, resource exhausted,
+// saying what to do; one ending frees its place.
+func TestEnvdWatchesBoundedPerSandbox(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	otherID := e.newSession(t)
+	c := e.fsClient(id)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var streams []*connect.ServerStreamForClient[filesystem.WatchDirResponse]
+	defer func() {
+		cancel()
+		for _, s := range streams {
+			for s.Receive() {
+			}
+			s.Close()
+		}
+		// Killing the sandboxes ends their polling watchers.
+		for _, sb := range []string{id, otherID} {
+			args, _ := json.Marshal(map[string]any{"session": sb})
+			if _, err := e.App.Controller.Call(context.Background(), controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeExec}, "destroy_session", args); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	for i := range 6 {
+		s, err := c.WatchDir(ctx, rpc(&filesystem.WatchDirRequest{Path: "/home/user"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, s)
+		if !s.Receive() || s.Msg().GetStart() == nil {
+			t.Fatalf("watch %d: %v", i+1, s.Err())
+		}
+	}
+	var wids []string
+	for range 2 {
+		cw, err := c.CreateWatcher(ctx, rpc(&filesystem.CreateWatcherRequest{Path: "/home/user"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wids = append(wids, cw.Msg.GetWatcherId())
+	}
+	_, err := c.CreateWatcher(ctx, rpc(&filesystem.CreateWatcherRequest{Path: "/home/user"}))
+	wantConnect(t, err, connect.CodeResourceExhausted, "8 watches running")
+	s, err := c.WatchDir(ctx, rpc(&filesystem.WatchDirRequest{Path: "/home/user"}))
+	if err == nil {
+		streams = append(streams, s)
+		if s.Receive() {
+			t.Fatalf("a 9th watch started: %v", s.Msg())
+		}
+		err = s.Err()
+	}
+	wantConnect(t, err, connect.CodeResourceExhausted, "8 watches running")
+	// Another sandbox is not affected.
+	other := e.fsClient(otherID)
+	if cw, err := other.CreateWatcher(ctx, rpc(&filesystem.CreateWatcherRequest{Path: "/home/user"})); err != nil {
+		t.Fatalf("another sandbox: %v", err)
+	} else if _, err := other.RemoveWatcher(ctx, rpc(&filesystem.RemoveWatcherRequest{WatcherId: cw.Msg.GetWatcherId()})); err != nil {
+		t.Fatal(err)
+	}
+	// Removing a watcher frees its place (once its watch has ended: the
+	// SDK's next call may come first, so this one retries until then).
+	if _, err := c.RemoveWatcher(ctx, rpc(&filesystem.RemoveWatcherRequest{WatcherId: wids[0]})); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		cw, err := c.CreateWatcher(ctx, rpc(&filesystem.CreateWatcherRequest{Path: "/home/user"}))
+		if err == nil {
+			wids[0] = cw.Msg.GetWatcherId()
+			break
+		}
+		wantConnect(t, err, connect.CodeResourceExhausted, "8 watches running")
 	}
 }
