@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -175,7 +176,8 @@ func (a *App) registerFSOps(reg *capability.Registry) {
 			"each event's name (relative to the directory) and type: create, write, remove, rename (moved away) or chmod (mode, owner or times changed). "+
 			"recursive=true watches subdirectories too; include_entry=true describes what is there in each event. "+
 			"The watch lasts timeout_ms (default 10 s) or until max_events changes; a streaming caller (WebSocket, E2B's watchDir) gets each event as it happens and may watch until it goes away. "+
-			"It ends early when the directory is removed (as when the session is destroyed). Symbolic links are never followed. "+paths,
+			"It ends early when the directory is removed (as when the session is destroyed). Symbolic links are never followed. "+
+			"A session runs at most "+strconv.Itoa(MaxWatchesPerSession)+" watches at once (streaming or not); another is refused until one ends. "+paths,
 		capability.ScopeRead, a.watchDir).Streaming())
 }
 
