@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -595,7 +596,7 @@ func TestEnvdEntryInfoAsE2B(t *testing.T) {
 	}
 	_, err = e.App.Controller.Call(ctx, controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeExec}, "remove_file",
 		json.RawMessage(`{"session":"`+id+`","path":"test_does_not_exist.txt"}`))
-	if ce, ok := err.(*capability.Error); !ok || ce.Code != capability.NotFound {
+	if ce := (*capability.Error)(nil); !errors.As(err, &ce) || ce.Code != capability.NotFound {
 		t.Errorf("Quro's remove_file of a missing file: %v", err)
 	}
 }
