@@ -121,6 +121,7 @@ type App struct {
 	contexts  codeContexts // code contexts of every session (contexts.go)
 
 	inflight       inflight         // calls running per session (boxes.go)
+	watches        watchSlots       // watch_dir calls running per session (fsops.go)
 	autoPauseAfter time.Duration    // Options.AutoPause
 	prestart       bool             // Options.PrestartPython
 	spares         *spares          // Options.SpareSessions; nil: none

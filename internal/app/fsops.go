@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
@@ -107,6 +109,43 @@ const (
 	WatchStreamEvent = "event"
 )
 
+// MaxWatchesPerSession bounds the watch_dir calls running at once in one
+// session (E2B's watchDir streams and polling watchers are such calls):
+// each holds one of the host's inotify instances, which every session
+// shares (fs.inotify.max_user_instances, 128 by default), so one tenant
+// cannot use them up for all.
+const MaxWatchesPerSession = 8
+
+// watchSlots counts the watch_dir calls running per session.
+type watchSlots struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// take holds one of session id's watch slots; release gives it back.
+// False when the session holds them all.
+func (ws *watchSlots) take(id string) (release func(), ok bool) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.n[id] >= MaxWatchesPerSession {
+		return nil, false
+	}
+	if ws.n == nil {
+		ws.n = map[string]int{}
+	}
+	ws.n[id]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			ws.mu.Lock()
+			defer ws.mu.Unlock()
+			if ws.n[id]--; ws.n[id] <= 0 {
+				delete(ws.n, id)
+			}
+		})
+	}, true
+}
+
 const (
 	defaultWatchTimeout = 10 * time.Second
 	maxWatchTimeout     = time.Hour
@@ -137,7 +176,8 @@ func (a *App) registerFSOps(reg *capability.Registry) {
 			"each event's name (relative to the directory) and type: create, write, remove, rename (moved away) or chmod (mode, owner or times changed). "+
 			"recursive=true watches subdirectories too; include_entry=true describes what is there in each event. "+
 			"The watch lasts timeout_ms (default 10 s) or until max_events changes; a streaming caller (WebSocket, E2B's watchDir) gets each event as it happens and may watch until it goes away. "+
-			"It ends early when the directory is removed (as when the session is destroyed). Symbolic links are never followed. "+paths,
+			"It ends early when the directory is removed (as when the session is destroyed). Symbolic links are never followed. "+
+			"A session runs at most "+strconv.Itoa(MaxWatchesPerSession)+" watches at once (streaming or not); another is refused until one ends. "+paths,
 		capability.ScopeRead, a.watchDir).Streaming())
 }
 
@@ -275,6 +315,13 @@ func (a *App) watchDir(ctx context.Context, in WatchDirInput) (*Watched, error) 
 	if err != nil {
 		return nil, err
 	}
+	free, ok := a.watches.take(sess.ID)
+	if !ok {
+		return nil, capability.Errorf(capability.ResourceExhausted,
+			"session %s has %d watches running, the most one session may have: end one first (cancel a streaming watch_dir, stop() an E2B watch handle, RemoveWatcher)",
+			sess.Name, MaxWatchesPerSession)
+	}
+	defer free()
 	// A call in flight in the session: destroying the session ends the
 	// watch (and its hold on the workspace) before the workspace goes.
 	ctx, release, err := a.holdSession(ctx, sess)

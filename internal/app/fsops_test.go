@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -138,4 +139,78 @@ func TestWatchDirStreamsTheSessionsChanges(t *testing.T) {
 	if w.Path != "w" {
 		t.Fatalf("%+v", w)
 	}
+}
+
+// One session runs at most MaxWatchesPerSession watches at once (each
+// holds one of the host's inotify instances, which every session
+// shares); the next is refused, resource_exhausted, saying what to do,
+// and one ending frees a slot. Another session is not affected.
+func TestWatchDirBoundedPerSession(t *testing.T) {
+	a := newApp(t, nil)
+	type watch struct {
+		cancel context.CancelFunc
+		done   chan error
+	}
+	start := func(session string) (*watch, error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		ready := make(chan struct{}, 1)
+		ctx = runcode.WithOutput(ctx, func(stream string, _ []byte) {
+			if stream == WatchStreamReady {
+				ready <- struct{}{}
+			}
+		})
+		w := &watch{cancel: cancel, done: make(chan error, 1)}
+		args, _ := json.Marshal(WatchDirInput{Session: session})
+		go func() {
+			_, err := a.Controller.Call(ctx, admin, "watch_dir", args)
+			w.done <- err
+		}()
+		select {
+		case <-ready:
+			return w, nil
+		case err := <-w.done:
+			cancel()
+			return nil, err
+		}
+	}
+	var running []*watch
+	defer func() {
+		for _, w := range running {
+			w.cancel()
+			<-w.done
+		}
+	}()
+	for i := range MaxWatchesPerSession {
+		w, err := start("")
+		if err != nil {
+			t.Fatalf("watch %d: %v", i+1, err)
+		}
+		running = append(running, w)
+	}
+	over, err := start("")
+	if over != nil {
+		running = append(running, over) // ended with the others
+	}
+	if ce := wantCode(t, err, capability.ResourceExhausted); !strings.Contains(ce.Message, "8 watches running") {
+		t.Fatalf("the watch over the bound: %q", ce.Message)
+	}
+	// A non-streaming watch_dir counts too.
+	_, err = call(t, a, "watch_dir", WatchDirInput{TimeoutMS: 1})
+	wantCode(t, err, capability.ResourceExhausted)
+	// Another session watches.
+	mustCall(t, a, "create_session", CreateSessionInput{Name: "other"})
+	w, err := start("other")
+	if err != nil {
+		t.Fatalf("another session: %v", err)
+	}
+	running = append(running, w)
+	// One ending frees its slot.
+	running[0].cancel()
+	<-running[0].done
+	running = running[1:]
+	w, err = start("")
+	if err != nil {
+		t.Fatalf("after one ended: %v", err)
+	}
+	running = append(running, w)
 }

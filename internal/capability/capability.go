@@ -435,9 +435,21 @@ type Error struct {
 	// RetryAfter, for ResourceExhausted, is how many seconds a caller
 	// should wait before trying again (0: not said).
 	RetryAfter int `json:"retry_after_seconds,omitempty"`
+	// cause is the domain error the controller classified (never sent:
+	// an access path in the same process tests it with errors.Is).
+	cause error
 }
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+// Unwrap is the domain error e was classified from (nil when none).
+func (e *Error) Unwrap() error { return e.cause }
+
+// WithCause sets the domain error e was classified from and returns e.
+func (e *Error) WithCause(err error) *Error {
+	e.cause = err
+	return e
+}
 
 // Errorf returns an *Error.
 func Errorf(code Code, format string, a ...any) *Error {

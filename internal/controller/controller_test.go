@@ -186,6 +186,7 @@ func TestClassify(t *testing.T) {
 		{&sandbox.CeilingError{Ceiling: "memory", Message: "tenant memory ceiling of 1 GiB reached"}, capability.ResourceExhausted, []string{"1 GiB"}, true},
 		{fmt.Errorf("%q: %w", "f", workspace.ErrNoSpace), capability.ResourceExhausted, []string{`"f"`, "disk"}, false},
 		{fmt.Errorf("%w (online resizing failed)", quota.ErrNotGrown), capability.Busy, []string{"idle"}, false},
+		{fmt.Errorf("watch %q: %w: inotify instances used up", "w", workspace.ErrWatchLimit), capability.ResourceExhausted, []string{`"w"`, "inotify"}, true},
 		{fmt.Errorf("unknown language %q: %w", "cobol", runcode.ErrInvalid), capability.InvalidArgument, []string{"cobol"}, false},
 		{fmt.Errorf("%q leads out of the session workspace: %w", "../x", workspace.ErrOutside), capability.PermissionDenied, []string{"../x"}, false},
 		{fmt.Errorf("%q: %w", "x", workspace.ErrPermission), capability.PermissionDenied, []string{`"x"`}, false},
@@ -237,6 +238,15 @@ func TestClassify(t *testing.T) {
 				t.Errorf("%v: message %q lacks %q", tc.err, ce.Message, s)
 			}
 		}
+		// The cause stays reachable in the process (E2B's 507 tests
+		// workspace.ErrNoSpace); a *capability.Error inside is itself.
+		var inner *capability.Error
+		if !errors.As(tc.err, &inner) && !errors.Is(ce, tc.err) {
+			t.Errorf("%v: the classified error does not wrap its cause", tc.err)
+		}
+	}
+	if cause := errors.Unwrap(controller.Classify(errors.New("secret"))); cause != nil {
+		t.Errorf("an internal error wraps its cause (whose text may name internals): %v", cause)
 	}
 	if ce := controller.Classify(own); ce != own {
 		t.Errorf("a *capability.Error is not passed through: %#v", ce)

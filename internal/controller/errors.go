@@ -62,6 +62,8 @@ var classes = []class{
 	// The session's disk.
 	{match: is(workspace.ErrNoSpace), code: capability.ResourceExhausted},
 	{match: is(quota.ErrNotGrown), code: capability.Busy},
+	// The server's inotify instances or watches (shared by the host).
+	{match: is(workspace.ErrWatchLimit), code: capability.ResourceExhausted, retry: 30},
 
 	// Runs.
 	{match: is(runcode.ErrInvalid), code: capability.InvalidArgument},
@@ -145,7 +147,9 @@ func lookup(err error) *capability.Error {
 		case c.hint != "":
 			msg += ": " + c.hint
 		}
-		e := capability.Errorf(c.code, "%s", msg)
+		// The cause stays reachable in this process (errors.Is, e.g.
+		// workspace.ErrNoSpace for E2B's 507); its text is the message.
+		e := capability.Errorf(c.code, "%s", msg).WithCause(err)
 		e.RetryAfter = c.retry
 		return e
 	}

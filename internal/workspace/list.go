@@ -15,7 +15,7 @@ type Entry struct {
 	Name    string    `json:"name"`
 	Path    string    `json:"path" jsonschema:"workspace-relative path"`
 	Type    string    `json:"type" jsonschema:"file, dir, symlink or other"`
-	Size    int64     `json:"size" jsonschema:"bytes (files; 0 for directories)"`
+	Size    int64     `json:"size" jsonschema:"bytes: a file's content; a directory's own size as stat gives it (e.g. 4096); 0 for a symlink"`
 	Mode    string    `json:"mode" jsonschema:"permission bits, octal"`
 	ModTime time.Time `json:"mtime"`
 	Target  string    `json:"target,omitempty" jsonschema:"where a symlink points (not followed)"`
@@ -91,13 +91,6 @@ func (w *FS) walk(l *Listing, dir string, depth int, o ListOptions) {
 		e := Entry{Name: d.Name(), Path: p, Type: "other"}
 		if fi, err := d.Info(); err == nil { // lstat, relative to the open directory
 			w.describe(&e, fi)
-			switch e.Type {
-			case "file":
-				e.Size = fi.Size()
-			case "dir", "symlink":
-			default:
-				e.Type = "other"
-			}
 		} else if errors.Is(err, fs.ErrNotExist) {
 			continue // removed meanwhile
 		}

@@ -13,14 +13,15 @@ import (
 // them (Options.Names); nil writes the numbers.
 type Names func(uid, gid uint32) (owner, group string)
 
-// describe fills e's type, mode, times, owner and link target from fi, an
-// lstat of e.Path made through the root.
+// describe fills e's type, size, mode, times, owner and link target from
+// fi, an lstat of e.Path made through the root.
 func (w *FS) describe(e *Entry, fi fs.FileInfo) {
-	e.Type = typeName(fi.Mode())
+	var letter string
+	e.Type, letter = kindOf(fi.Mode())
 	e.Mode = fmt.Sprintf("%04o", fi.Mode().Perm())
 	// Go writes e.g. "Lrwxrwxrwx", "Dcrw-…": ls writes one letter of type.
 	perm := fi.Mode().String()
-	e.Permissions = lsType(fi.Mode()) + perm[len(perm)-9:]
+	e.Permissions = letter + perm[len(perm)-9:]
 	e.ModTime = fi.ModTime()
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		if w.opts.Names != nil {
@@ -29,27 +30,14 @@ func (w *FS) describe(e *Entry, fi fs.FileInfo) {
 			e.Owner, e.Group = strconv.FormatUint(uint64(st.Uid), 10), strconv.FormatUint(uint64(st.Gid), 10)
 		}
 	}
-	if e.Type == "symlink" {
+	switch e.Type {
+	case "file", "dir": // a directory's is what stat says (4096 on ext4)
+		e.Size = fi.Size()
+	case "symlink":
 		e.Target, _ = w.root.Readlink(e.Path)
+	default:
+		e.Type = "other"
 	}
-}
-
-func lsType(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "d"
-	case m&fs.ModeSymlink != 0:
-		return "l"
-	case m&fs.ModeNamedPipe != 0:
-		return "p"
-	case m&fs.ModeSocket != 0:
-		return "s"
-	case m&fs.ModeCharDevice != 0:
-		return "c"
-	case m&fs.ModeDevice != 0:
-		return "b"
-	}
-	return "-"
 }
 
 // Info describes p itself: a symbolic link is described as a link (with
@@ -71,13 +59,6 @@ func (w *FS) Info(p string) (*Entry, error) {
 func (w *FS) entry(rel string, fi fs.FileInfo) *Entry {
 	e := &Entry{Name: path.Base(rel), Path: rel}
 	w.describe(e, fi)
-	switch e.Type {
-	case "file":
-		e.Size = fi.Size()
-	case "dir", "symlink":
-	default:
-		e.Type = "other"
-	}
 	return e
 }
 

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -24,7 +26,7 @@ func TestInfo(t *testing.T) {
 	if e.Name != "f.txt" || e.Path != "d/f.txt" || e.Type != "file" || e.Size != 5 || e.Permissions != "-rw-r-----" || e.Owner != "u" || e.Group != "g" || e.ModTime.IsZero() {
 		t.Fatalf("file: %+v", e)
 	}
-	if e, err = w.Info("d"); err != nil || e.Type != "dir" || e.Permissions[0] != 'd' {
+	if e, err = w.Info("d"); err != nil || e.Type != "dir" || e.Permissions[0] != 'd' || e.Size <= 0 { // a directory's size is stat's
 		t.Fatalf("dir: %+v %v", e, err)
 	}
 	// A link out is described as a link, never followed.
@@ -284,5 +286,84 @@ func TestWatchSwapRace(t *testing.T) {
 		if e.Name == "marker" {
 			break
 		}
+	}
+}
+
+// Each type of file has one name (Entry.Type, messages) and one letter
+// (Entry.Permissions, as ls -l writes it), from one table.
+func TestInfoTypes(t *testing.T) {
+	w, ws, _ := setup(t, Options{})
+	write(t, filepath.Join(ws, "f"), "x")
+	if err := os.Mkdir(filepath.Join(ws, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	symlink(t, "f", filepath.Join(ws, "l"))
+	if err := syscall.Mkfifo(filepath.Join(ws, "p"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", filepath.Join(ws, "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, tc := range []struct{ path, typ, perm string }{
+		{"f", "file", "-rw-r--r--"},
+		{"d", "dir", "drwxr-xr-x"},
+		{"l", "symlink", "lrwxrwxrwx"},
+		{"p", "other", "prw-r--r--"},
+		{"s", "other", "s"},
+	} {
+		e, err := w.Info(tc.path)
+		if err != nil || e.Type != tc.typ || !strings.HasPrefix(e.Permissions, tc.perm) {
+			t.Errorf("%s: %+v %v; want %s %s", tc.path, e, err, tc.typ, tc.perm)
+		}
+	}
+	for m, want := range map[os.FileMode]string{
+		0o644: "file -", os.ModeDir: "dir d", os.ModeSymlink: "symlink l", os.ModeNamedPipe: "named pipe p",
+		os.ModeSocket: "socket s", os.ModeDevice | os.ModeCharDevice: "device c", os.ModeDevice: "device b", os.ModeIrregular: "other -",
+	} {
+		if name, letter := kindOf(m); name+" "+letter != want {
+			t.Errorf("%v: %s %s, want %s", m, name, letter, want)
+		}
+	}
+}
+
+// When the server's process is out of descriptors (as when the host's
+// inotify instances are used up: the same errnos, EMFILE and ENFILE),
+// Watch says so with ErrWatchLimit, not a bare errno. The limit is this
+// test process's own RLIMIT_NOFILE, lowered for the test (no test of this
+// package runs in parallel) and restored: nothing host-wide is used up.
+func TestWatchLimit(t *testing.T) {
+	w, _, _ := setup(t, Options{})
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	// Hold descriptors up to a low limit.
+	var held []*os.File
+	defer func() {
+		for _, f := range held {
+			f.Close()
+		}
+	}()
+	low := old
+	low.Cur = 256
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
+	for {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			if !errors.Is(err, syscall.EMFILE) {
+				t.Fatal(err)
+			}
+			break
+		}
+		held = append(held, f)
+	}
+	err := w.Watch(context.Background(), "", WatchOptions{}, func(Event) {})
+	if !errors.Is(err, ErrWatchLimit) || !strings.Contains(err.Error(), "inotify instances") {
+		t.Fatalf("watch with no descriptor left: %v", err)
 	}
 }

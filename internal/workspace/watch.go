@@ -34,6 +34,12 @@ const DefaultMaxWatches = 1024
 // session's workspace is gone when the session was destroyed).
 var ErrWatchEnded = errors.New("the watched directory was removed or moved away; the watch ended")
 
+// ErrWatchLimit says the server cannot watch more now: its inotify
+// instances or watches (fs.inotify.max_user_instances, max_user_watches,
+// shared by every session on the host) or its open files are used up. Not
+// the caller's fault; a watch ending frees them.
+var ErrWatchLimit = errors.New("the server cannot watch more directories now")
+
 // ErrOverflow says changes came faster than they were read; some were lost.
 var ErrOverflow = errors.New("changes came faster than they were read and some were lost (the kernel's event queue overflowed); the watch ended: watch a smaller directory, or read events faster")
 
@@ -87,6 +93,9 @@ func (w *FS) Watch(ctx context.Context, p string, o WatchOptions, fn func(Event)
 	}
 	fd, err := syscall.InotifyInit1(syscall.IN_NONBLOCK | syscall.IN_CLOEXEC)
 	if err != nil {
+		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+			return fmt.Errorf("watch %q: %w: the server's inotify instances (fs.inotify.max_user_instances) or open files are used up (%v); end a watch, or try again later", rel, ErrWatchLimit, err)
+		}
 		return fmt.Errorf("watch %q: %w", rel, err)
 	}
 	wt := &watcher{w: w, f: os.NewFile(uintptr(fd), "inotify"), fd: fd, base: rel,
@@ -156,7 +165,7 @@ func (wt *watcher) add(dir string, top bool) error {
 	wd, err := syscall.InotifyAddWatch(wt.fd, fmt.Sprintf("/proc/self/fd/%d", d.Fd()), watchMask)
 	if err != nil {
 		if errors.Is(err, syscall.ENOSPC) {
-			return fmt.Errorf("watch %q: the server's inotify watches are used up: %w", rel, ErrTooLarge)
+			return fmt.Errorf("watch %q: %w: the server's inotify watches (fs.inotify.max_user_watches) are used up; watch a smaller directory or not recursively, end a watch, or try again later", rel, ErrWatchLimit)
 		}
 		return fmt.Errorf("watch %q: %w", rel, err)
 	}

@@ -566,22 +566,38 @@ func Human(n int64) string {
 	return fmt.Sprintf("%d bytes", n)
 }
 
-func typeName(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "dir"
-	case m.IsRegular():
-		return "file"
-	case m&fs.ModeSymlink != 0:
-		return "symlink"
-	case m&fs.ModeNamedPipe != 0:
-		return "named pipe"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	case m&fs.ModeDevice != 0:
-		return "device"
+// kinds are the types of file by their mode bits: the name messages and
+// Entry.Type use, and the letter ls -l writes first. The first match wins
+// (a character device has ModeDevice too).
+var kinds = []struct {
+	bit          fs.FileMode
+	name, letter string
+}{
+	{fs.ModeDir, "dir", "d"},
+	{fs.ModeSymlink, "symlink", "l"},
+	{fs.ModeNamedPipe, "named pipe", "p"},
+	{fs.ModeSocket, "socket", "s"},
+	{fs.ModeCharDevice, "device", "c"},
+	{fs.ModeDevice, "device", "b"},
+}
+
+// kindOf is the type of a file of mode m: its name and ls's letter.
+func kindOf(m fs.FileMode) (name, letter string) {
+	if m.IsRegular() {
+		return "file", "-"
 	}
-	return "other"
+	for _, k := range kinds {
+		if m&k.bit != 0 {
+			return k.name, k.letter
+		}
+	}
+	return "other", "-"
+}
+
+// typeName is the name of the type of a file of mode m.
+func typeName(m fs.FileMode) string {
+	name, _ := kindOf(m)
+	return name
 }
 
 // Exists reports whether p exists (a symbolic link that stays inside is

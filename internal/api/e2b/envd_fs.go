@@ -27,6 +27,7 @@ import (
 	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem/filesystemconnect"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/workspace"
 )
 
 // envd's filesystem: filesystem.Filesystem over Connect-RPC, GET and POST
@@ -52,9 +53,12 @@ const (
 )
 
 // Bounds of the polling watchers (CreateWatcher, the Python SDK's
-// watch_dir): per sandbox, and events kept between two polls.
+// watch_dir): per sandbox (running or ended with events still to poll;
+// watch_dir itself bounds the watches running in a session, WatchDir
+// streams and polling watchers together, to as many), and events kept
+// between two polls.
 const (
-	maxWatchersPerSandbox = 16
+	maxWatchersPerSandbox = 8
 	maxWatcherEvents      = 10000
 	watcherLinger         = time.Minute // an ended watcher's events wait this long for a poll
 )
@@ -120,18 +124,27 @@ func (e *wsEntry) info() *filesystem.EntryInfo {
 		out.Type = filesystem.FileType_FILE_TYPE_FILE
 	case "dir":
 		out.Type = filesystem.FileType_FILE_TYPE_DIRECTORY
-		mode |= fs.ModeDir
 	case "symlink":
 		out.Type = filesystem.FileType_FILE_TYPE_SYMLINK
-		mode |= fs.ModeSymlink
-		t := e.Target
+		t := linkTarget(out.Path, e.Target)
 		out.SymlinkTarget = &t
 	}
-	out.Mode = uint32(mode) // as envd: Go's os.FileMode bits
+	out.Mode = uint32(mode.Perm()) // as envd: the permission bits only (0o644, 0o755)
 	if !e.ModTime.IsZero() {
 		out.ModifiedTime = timestamppb.New(e.ModTime)
 	}
 	return out
+}
+
+// linkTarget is a symbolic link's target as the box sees it, as envd
+// answers it: an absolute path, a relative target taken from the link's
+// directory (a link /home/user/l to f.txt: /home/user/f.txt). It is only
+// text: nothing is followed or opened.
+func linkTarget(link, target string) string {
+	if target == "" || path.IsAbs(target) {
+		return target
+	}
+	return path.Join(path.Dir(link), target)
 }
 
 // fileInfoOut is stat_file's, make_dir's and move_file's output.
@@ -288,7 +301,10 @@ func (f *fsService) Remove(ctx context.Context, req *connect.Request[filesystem.
 	if err != nil {
 		return nil, err
 	}
-	if err := f.s.call(ctx, "remove_file", pathIn{sandboxOf(ctx), rel}, nil); err != nil {
+	// envd removes with os.RemoveAll: a path already gone is no error (the
+	// SDKs' files.remove of a missing file succeeds). Quro's remove_file
+	// says not_found, which is dropped here.
+	if err := f.s.call(ctx, "remove_file", pathIn{sandboxOf(ctx), rel}, nil); err != nil && asCapError(err).Code != capability.NotFound {
 		return nil, rpcError(err)
 	}
 	return connect.NewResponse(&filesystem.RemoveResponse{}), nil
@@ -637,10 +653,11 @@ func (f *fsService) httpUser(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// writeFileError answers a failed file call; a full disk is envd's 507
-// (the SDK's NotEnoughSpaceError).
+// writeFileError answers a failed file call; the session's full disk
+// (workspace.ErrNoSpace, which the controller's error keeps as its cause)
+// is envd's 507 (the SDK's NotEnoughSpaceError).
 func writeFileError(w http.ResponseWriter, err error) {
-	if strings.Contains(messageOf(err), "no space left") {
+	if errors.Is(err, workspace.ErrNoSpace) {
 		writeJSONError(w, http.StatusInsufficientStorage, messageOf(err))
 		return
 	}
@@ -739,12 +756,26 @@ func (f *fsService) download(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// acceptsGzip says the request's Accept-Encoding accepts gzip: named
+// with a quality (q) over 0, or none (RFC 9110 12.5.3).
 func acceptsGzip(r *http.Request) bool {
 	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
 		enc, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-		if strings.EqualFold(strings.TrimSpace(enc), "gzip") && !strings.Contains(strings.ReplaceAll(params, " ", ""), "q=0") {
-			return true
+		if !strings.EqualFold(strings.TrimSpace(enc), "gzip") {
+			continue
 		}
+		q := 1.0
+		for _, p := range strings.Split(params, ";") {
+			k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
+			if strings.EqualFold(strings.TrimSpace(k), "q") {
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err != nil {
+					f = 0 // unreadable: not an acceptance
+				}
+				q = f
+			}
+		}
+		return q > 0
 	}
 	return false
 }

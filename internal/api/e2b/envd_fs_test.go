@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"github.com/quro-dev/quro/internal/api/e2b"
 	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem"
 	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem/filesystemconnect"
+	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 )
@@ -88,7 +90,7 @@ func TestEnvdFilesystemRPC(t *testing.T) {
 	}
 	// Relative paths are taken from the home.
 	if st, err = c.Stat(ctx, rpc(&filesystem.StatRequest{Path: "a/rel"})); err != nil ||
-		st.Msg.GetEntry().GetType() != filesystem.FileType_FILE_TYPE_SYMLINK || st.Msg.GetEntry().GetSymlinkTarget() != "b/f.txt" {
+		st.Msg.GetEntry().GetType() != filesystem.FileType_FILE_TYPE_SYMLINK || st.Msg.GetEntry().GetSymlinkTarget() != "/home/user/a/b/f.txt" {
 		t.Fatalf("%v %v", st, err)
 	}
 	_, err = c.Stat(ctx, rpc(&filesystem.StatRequest{Path: "/home/user/nope"}))
@@ -127,8 +129,10 @@ func TestEnvdFilesystemRPC(t *testing.T) {
 	if _, err := c.Remove(ctx, rpc(&filesystem.RemoveRequest{Path: "/home/user/a"})); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Remove(ctx, rpc(&filesystem.RemoveRequest{Path: "/home/user/a"}))
-	wantConnect(t, err, connect.CodeNotFound, "a")
+	// Gone already: envd's os.RemoveAll answers success.
+	if _, err := c.Remove(ctx, rpc(&filesystem.RemoveRequest{Path: "/home/user/a"})); err != nil {
+		t.Fatal(err)
+	}
 	if out := e.shell(t, id, "ls; cat moved/g.txt"); out != "evil\nmoved\nx\nhello" {
 		t.Fatalf("%q", out)
 	}
@@ -488,14 +492,210 @@ func TestEnvdPollingWatcher(t *testing.T) {
 	wantConnect(t, err, connect.CodeNotFound, "not found")
 	// Bounded per sandbox.
 	var last error
-	for range 17 {
+	// (The removed watcher's watch may not have ended yet: then the
+	// session's bound on running watches, 8 too, says so first.)
+	for range 9 {
 		_, last = c.CreateWatcher(ctx, rpc(&filesystem.CreateWatcherRequest{Path: "/home/user"}))
 	}
-	wantConnect(t, last, connect.CodeResourceExhausted, "16 watchers")
+	wantConnect(t, last, connect.CodeResourceExhausted, "8 watch")
 	// Killing the sandbox ends its watchers (their hold on the workspace
 	// too: the destroy removes it).
 	args, _ := json.Marshal(map[string]any{"session": id})
 	if _, err := e.App.Controller.Call(ctx, controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeExec}, "destroy_session", args); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// GET /files gzips the answer when Accept-Encoding accepts gzip: by its q
+// value, a number (q=0 refuses; q=0.5, q=0.01 accept).
+func TestEnvdFilesAcceptEncodingQ(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	e.shell(t, id, "echo hello > q.txt")
+	for _, tc := range []struct {
+		accept string
+		gzip   bool
+	}{
+		{"gzip", true},
+		{"gzip;q=0.5", true},
+		{"gzip; q=0.01", true},
+		{"gzip;q=1.0", true},
+		{"br, gzip;q=0.8", true},
+		{"GZIP;Q=0.3", true},
+		{"gzip;q=0", false},
+		{"gzip; q=0.000", false},
+		{"gzip;q=0, identity", false},
+		{"identity", false},
+		{"", false},
+	} {
+		res, _ := e.filesReq(t, id, "GET", "path=q.txt", "", nil, map[string]string{"Accept-Encoding": tc.accept})
+		if res.StatusCode != 200 || (res.Header.Get("Content-Encoding") == "gzip") != tc.gzip {
+			t.Errorf("Accept-Encoding %q: %d, Content-Encoding %q; want gzip %v", tc.accept, res.StatusCode, res.Header.Get("Content-Encoding"), tc.gzip)
+		}
+	}
+}
+
+// EntryInfo as E2B's SDK tests (tests/sandbox/files/{info,list,remove})
+// assert it: mode is the permission bits only, a directory's size is
+// what stat says, a link's target is the absolute path the box sees, and
+// removing what is not there succeeds (envd's os.RemoveAll), while Quro's
+// own remove_file still says not_found.
+func TestEnvdEntryInfoAsE2B(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	c := e.fsClient(id)
+	ctx := context.Background()
+	e.shell(t, id, "printf test > test_file.txt && ln -s test_file.txt test_symlink.txt && mkdir -p d/sub && ln -s ../test_file.txt d/up && ln -s /etc/hostname abs")
+	if _, err := c.MakeDir(ctx, rpc(&filesystem.MakeDirRequest{Path: "test_dir"})); err != nil {
+		t.Fatal(err)
+	}
+
+	stat := func(p string) *filesystem.EntryInfo {
+		t.Helper()
+		st, err := c.Stat(ctx, rpc(&filesystem.StatRequest{Path: p}))
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		return st.Msg.GetEntry()
+	}
+	if en := stat("test_file.txt"); en.GetMode() != 0o644 || en.GetSize() != 4 || en.GetPermissions() != "-rw-r--r--" ||
+		en.GetOwner() != "user" || en.GetGroup() != "user" || en.SymlinkTarget != nil {
+		t.Errorf("file: %v", en)
+	}
+	if en := stat("test_dir"); en.GetMode() != 0o755 || en.GetSize() <= 0 || en.GetPermissions() != "drwxr-xr-x" ||
+		en.GetType() != filesystem.FileType_FILE_TYPE_DIRECTORY || en.GetOwner() != "user" || en.GetGroup() != "user" {
+		t.Errorf("dir: %v", en)
+	}
+	for p, want := range map[string]string{
+		"test_symlink.txt": "/home/user/test_file.txt", // beside it
+		"d/up":             "/home/user/test_file.txt", // up from its directory
+		"abs":              "/etc/hostname",            // absolute: as it is
+	} {
+		if en := stat(p); en.GetSymlinkTarget() != want || en.GetType() != filesystem.FileType_FILE_TYPE_SYMLINK {
+			t.Errorf("%s: target %q, want %q (%v)", p, en.GetSymlinkTarget(), want, en)
+		}
+	}
+
+	ls, err := c.ListDir(ctx, rpc(&filesystem.ListDirRequest{Path: "/home/user/d", Depth: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*filesystem.EntryInfo{}
+	for _, en := range ls.Msg.GetEntries() {
+		got[en.GetName()] = en
+	}
+	if en := got["sub"]; en.GetMode() != 0o755 || en.GetSize() <= 0 || en.GetPath() != "/home/user/d/sub" {
+		t.Errorf("listed dir: %v", en)
+	}
+	if en := got["up"]; en.GetSymlinkTarget() != "/home/user/test_file.txt" {
+		t.Errorf("listed link: %v", en)
+	}
+
+	if _, err := c.Remove(ctx, rpc(&filesystem.RemoveRequest{Path: "test_does_not_exist.txt"})); err != nil {
+		t.Errorf("removing a missing file through E2B: %v", err)
+	}
+	_, err = e.App.Controller.Call(ctx, controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeExec}, "remove_file",
+		json.RawMessage(`{"session":"`+id+`","path":"test_does_not_exist.txt"}`))
+	if ce := (*capability.Error)(nil); !errors.As(err, &ce) || ce.Code != capability.NotFound {
+		t.Errorf("Quro's remove_file of a missing file: %v", err)
+	}
+}
+
+// A full disk is envd's 507 (the SDK's NotEnoughSpaceError) because the
+// session's disk is full, not because a message reads "no space left": a
+// missing file of that name is a 404.
+func TestEnvdFilesNoSpace(t *testing.T) {
+	e := newEnv(t, &app.Options{Limits: app.Limits{Tenant: app.TenantLimits{Disk: 64 << 20}}})
+	id := e.newSession(t)
+
+	res, body := e.filesReq(t, id, "GET", "path="+url.QueryEscape("no space left"), "", nil, nil)
+	if res.StatusCode != http.StatusNotFound {
+		t.Errorf("a missing file named \"no space left\": %d %s, want 404", res.StatusCode, body)
+	}
+
+	if out := e.shell(t, id, "head -c 70M /dev/zero > fill 2>/dev/null; echo rc=$?"); out != "rc=1\n" {
+		t.Skipf("no kernel disk quota here: writing 70 MiB into a 64 MiB quota: %q", out)
+	}
+	res, body = e.filesReq(t, id, "POST", "path=more.bin", "application/octet-stream", bytes.NewReader(make([]byte, 1<<20)), nil)
+	if res.StatusCode != http.StatusInsufficientStorage || !strings.Contains(string(body), "no space left on the session's disk") {
+		t.Errorf("an upload into the full disk: %d %s, want 507", res.StatusCode, body)
+	}
+}
+
+// A sandbox runs at most 8 watches at once, WatchDir streams and polling
+// watchers together (each holds one of the host's inotify instances,
+// which every sandbox shares): the next is refused, resource exhausted,
+// saying what to do; one ending frees its place.
+func TestEnvdWatchesBoundedPerSandbox(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	otherID := e.newSession(t)
+	c := e.fsClient(id)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var streams []*connect.ServerStreamForClient[filesystem.WatchDirResponse]
+	defer func() {
+		cancel()
+		for _, s := range streams {
+			for s.Receive() {
+			}
+			s.Close()
+		}
+		// Killing the sandboxes ends their polling watchers.
+		for _, sb := range []string{id, otherID} {
+			args, _ := json.Marshal(map[string]any{"session": sb})
+			if _, err := e.App.Controller.Call(context.Background(), controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeExec}, "destroy_session", args); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	for i := range 6 {
+		s, err := c.WatchDir(ctx, rpc(&filesystem.WatchDirRequest{Path: "/home/user"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, s)
+		if !s.Receive() || s.Msg().GetStart() == nil {
+			t.Fatalf("watch %d: %v", i+1, s.Err())
+		}
+	}
+	var wids []string
+	for range 2 {
+		cw, err := c.CreateWatcher(ctx, rpc(&filesystem.CreateWatcherRequest{Path: "/home/user"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wids = append(wids, cw.Msg.GetWatcherId())
+	}
+	_, err := c.CreateWatcher(ctx, rpc(&filesystem.CreateWatcherRequest{Path: "/home/user"}))
+	wantConnect(t, err, connect.CodeResourceExhausted, "8 watches running")
+	s, err := c.WatchDir(ctx, rpc(&filesystem.WatchDirRequest{Path: "/home/user"}))
+	if err == nil {
+		streams = append(streams, s)
+		if s.Receive() {
+			t.Fatalf("a 9th watch started: %v", s.Msg())
+		}
+		err = s.Err()
+	}
+	wantConnect(t, err, connect.CodeResourceExhausted, "8 watches running")
+	// Another sandbox is not affected.
+	other := e.fsClient(otherID)
+	if cw, err := other.CreateWatcher(ctx, rpc(&filesystem.CreateWatcherRequest{Path: "/home/user"})); err != nil {
+		t.Fatalf("another sandbox: %v", err)
+	} else if _, err := other.RemoveWatcher(ctx, rpc(&filesystem.RemoveWatcherRequest{WatcherId: cw.Msg.GetWatcherId()})); err != nil {
+		t.Fatal(err)
+	}
+	// Removing a watcher frees its place (once its watch has ended: the
+	// SDK's next call may come first, so this one retries until then).
+	if _, err := c.RemoveWatcher(ctx, rpc(&filesystem.RemoveWatcherRequest{WatcherId: wids[0]})); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		cw, err := c.CreateWatcher(ctx, rpc(&filesystem.CreateWatcherRequest{Path: "/home/user"}))
+		if err == nil {
+			wids[0] = cw.Msg.GetWatcherId()
+			break
+		}
+		wantConnect(t, err, connect.CodeResourceExhausted, "8 watches running")
 	}
 }
