@@ -311,15 +311,12 @@ func (s *Server) createSandbox(v2 bool) http.HandlerFunc {
 			return
 		}
 		// E2B's defaults: 15 s for v1, 300 s for v2 (the SDKs always send one).
-		timeout := int64(15)
+		def := int64(defaultLifetime)
 		if v2 {
-			timeout = 300
+			def = 300
 		}
-		if b.Timeout != nil {
-			timeout = *b.Timeout
-		}
-		if timeout <= 0 {
-			writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("timeout is %d: give the sandbox's lifetime in seconds (more than 0)", timeout))
+		timeout, ok := lifetime(w, b.Timeout, def, "the sandbox's lifetime")
+		if !ok {
 			return
 		}
 		in := map[string]any{"timeout_s": timeout}
@@ -581,6 +578,24 @@ func (s *Server) killSandbox(w http.ResponseWriter, r *http.Request, id string) 
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// defaultLifetime is E2B's default timeout, in seconds, of a v1 create, a
+// resume and a fork.
+const defaultLifetime = 15
+
+// lifetime is a request's timeout in seconds: given, else def; one that
+// is not more than 0 is answered 400 (ok false), naming what it sets.
+func lifetime(w http.ResponseWriter, given *int64, def int64, what string) (seconds int64, ok bool) {
+	seconds = def
+	if given != nil {
+		seconds = *given
+	}
+	if seconds <= 0 {
+		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("timeout is %d: give %s in seconds (more than 0)", seconds, what))
+		return 0, false
+	}
+	return seconds, true
+}
+
 // timeoutBody is E2B's {timeout} (seconds) of setTimeout, connect and
 // resume; refreshes has {duration}.
 type timeoutBody struct {
@@ -723,12 +738,8 @@ func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request, id string
 	if !readBody(w, r, &b) {
 		return
 	}
-	seconds := int64(15)
-	if b.Timeout != nil {
-		seconds = *b.Timeout
-	}
-	if seconds <= 0 {
-		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("timeout %d: give the lifetime in seconds (more than 0)", seconds))
+	seconds, ok := lifetime(w, b.Timeout, defaultLifetime, "the lifetime")
+	if !ok {
 		return
 	}
 	ctx := r.Context()
@@ -848,16 +859,13 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request, id string) 
 	if !readBody(w, r, &b) {
 		return
 	}
-	seconds, count := int64(15), 1
-	if b.Timeout != nil {
-		seconds = *b.Timeout
+	seconds, ok := lifetime(w, b.Timeout, defaultLifetime, "the forks' lifetime")
+	if !ok {
+		return
 	}
+	count := 1
 	if b.Count != nil {
 		count = *b.Count
-	}
-	if seconds <= 0 {
-		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("timeout %d: give the forks' lifetime in seconds (more than 0)", seconds))
-		return
 	}
 	ctx := r.Context()
 	x, err := s.status(ctx, id)
