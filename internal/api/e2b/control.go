@@ -357,7 +357,7 @@ type listQuery struct {
 	template     string
 	startedAfter time.Time
 	asc          bool
-	limit        int
+	limit        int // 0: every sandbox (v1)
 	after        *cursor
 }
 
@@ -428,7 +428,9 @@ func parseList(r *http.Request, v2 bool) (*listQuery, error) {
 		}
 	}
 	if !v2 {
-		q.states = []string{"running"} // the v1 list is of running sandboxes
+		// The v1 list is of running sandboxes, all of them (E2B's has no
+		// pages: no limit, no nextToken; a tenant's sessions are bounded).
+		q.states = []string{"running"}
 	}
 	q.template = v.Get("template")
 	if sa := v.Get("startedAfter"); sa != "" {
@@ -458,6 +460,9 @@ func parseList(r *http.Request, v2 bool) (*listQuery, error) {
 			return nil, err
 		}
 		q.after = c
+	}
+	if !v2 {
+		q.limit, q.after = 0, nil
 	}
 	return q, nil
 }
@@ -514,7 +519,7 @@ func (s *Server) listSandboxes(v2 bool) http.HandlerFunc {
 			if q.after != nil && !q.before(*q.after, key(x)) {
 				continue
 			}
-			if len(page) == q.limit {
+			if q.limit > 0 && len(page) == q.limit {
 				more = true
 				break
 			}

@@ -366,6 +366,37 @@ func TestControlListFiltersAndPages(t *testing.T) {
 	}
 }
 
+// The v1 list (GET /sandboxes) answers every running sandbox, as E2B's:
+// it has no pages (no limit, no X-Next-Token), so none may be left out.
+func TestControlV1ListIsWhole(t *testing.T) {
+	// A tenant may hold more sessions than a page when its limit is raised.
+	e := newEnv(t, &app.Options{Limits: app.Limits{SessionsPerTenant: 200}})
+	const page = 100 // a v2 page at most (listLimit)
+	want := map[string]bool{}
+	for range page + 5 {
+		want[e.create(t, map[string]any{"templateID": "base", "timeout": 600}).SandboxID] = true
+	}
+	a := e.api(t, e.Key, "GET", "/sandboxes", nil)
+	a.want(t, http.StatusOK, "")
+	var l []listed
+	a.json(t, &l)
+	for _, x := range l {
+		delete(want, x.SandboxID)
+	}
+	if len(want) > 0 || len(l) != page+5 {
+		t.Fatalf("the v1 list has %d sandboxes; %d running ones are missing", len(l), len(want))
+	}
+	if n := a.header.Get("X-Total-Running"); n != fmt.Sprint(page+5) {
+		t.Fatalf("X-Total-Running %q", n)
+	}
+	// v2 still pages.
+	a = e.api(t, e.Key, "GET", "/v2/sandboxes", nil)
+	a.json(t, &l)
+	if len(l) != page || a.header.Get("X-Next-Token") == "" {
+		t.Fatalf("v2 first page: %d sandboxes, next token %q", len(l), a.header.Get("X-Next-Token"))
+	}
+}
+
 // supervise runs the App's patrols (session lifetimes among them) as
 // quro serve does, until the test ends.
 func (e *env) supervise(t *testing.T) {
