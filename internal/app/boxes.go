@@ -34,6 +34,8 @@ type inflight struct {
 	// drained[id] is closed when the last call of a session being
 	// destroyed has returned.
 	drained map[string]chan struct{}
+	// grace, when set (tests), replaces destroyGrace.
+	grace time.Duration
 }
 
 // sessionCall is one call in flight in a session.
@@ -157,6 +159,14 @@ func (a *App) endCalls(s *session.Session, grace time.Duration) int {
 	case <-t.C:
 		return a.callsIn(s.ID)
 	}
+}
+
+// destroying reports whether session id is being (or was) destroyed: its
+// calls are ended, new ones refused.
+func (a *App) destroying(id string) bool {
+	a.inflight.mu.Lock()
+	defer a.inflight.mu.Unlock()
+	return a.inflight.gone.Has(id)
 }
 
 func (a *App) callsIn(id string) int {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quro-dev/quro/internal/session"
@@ -33,6 +34,10 @@ const pauseRetry = 100 * time.Millisecond
 // lifetimeChanged needs no lock.
 type lifetimes struct {
 	wake chan struct{} // a lifetime was set: look again now
+
+	// listed, when set (tests), is called with the due sessions once the
+	// patrol has read them and before it ends any.
+	listed func(due []*session.Session)
 
 	mu      sync.Mutex
 	started bool
@@ -106,37 +111,78 @@ func (a *App) lifetimePatrol(ctx context.Context, done chan struct{}) {
 	}
 }
 
-// endExpired ends the sessions whose lifetime is up. pending: one of them
-// is to be paused but calls run in it; it is left for the next look.
+// expiryWorkers bounds how many expired sessions are ended at once: a
+// destroy may wait (destroyGrace) for the calls running in its session,
+// and that wait must not hold back the others' end.
+const expiryWorkers = 8
+
+// endExpired ends the sessions whose lifetime is up, each looked at again
+// right before (a lifetime extended or removed since the list is kept),
+// several at once. pending: one of them is to be paused but calls run in
+// it; it is left for the next look.
 func (a *App) endExpired(ctx context.Context) (pending bool) {
-	now := time.Now()
-	due, err := a.Sessions.Expired(ctx, now)
+	due, err := a.Sessions.Expired(ctx, time.Now())
 	if err != nil {
 		if ctx.Err() == nil {
 			a.Log.Warn("session lifetimes", "err", err)
 		}
 		return false
 	}
+	if a.life.listed != nil {
+		a.life.listed(due)
+	}
+	var (
+		wg   sync.WaitGroup
+		pend atomic.Bool
+		sem  = make(chan struct{}, expiryWorkers)
+	)
 	for _, s := range due {
-		if ctx.Err() != nil {
-			return false
-		}
 		if s.Tenant == session.SpareTenant {
 			continue // spares get no lifetime; never end one by mistake
 		}
-		if s.OnExpiry == session.ExpiryPause {
-			if !a.pauseExpired(ctx, s) {
-				pending = true
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if !a.endOne(ctx, s.ID) {
+				pend.Store(true)
 			}
-			continue
-		}
-		if err := a.destroySession(ctx, s); err != nil && !errors.Is(err, session.ErrNotFound) {
-			a.Log.Warn("destroying a session whose lifetime ended", "session", s.ID, "err", err)
-			continue
-		}
-		a.Log.Info("session destroyed: its lifetime ended", "session", s.ID, "tenant", s.Tenant, "late", time.Since(s.ExpiresAt).Round(time.Millisecond))
+		}()
 	}
-	return pending
+	wg.Wait()
+	return pend.Load() && ctx.Err() == nil
+}
+
+// endOne ends session id if its lifetime is still up, read now: a
+// set_session_timeout that landed since the patrol's list is obeyed.
+// false: it is to be paused but calls run in it.
+func (a *App) endOne(ctx context.Context, id string) bool {
+	s, err := a.Sessions.ByIDAnyTenant(ctx, id)
+	if err != nil {
+		if !errors.Is(err, session.ErrNotFound) && ctx.Err() == nil {
+			a.Log.Warn("session lifetimes", "session", id, "err", err)
+		}
+		return true
+	}
+	if s.Tenant == session.SpareTenant || s.ExpiresAt.IsZero() || s.ExpiresAt.After(time.Now()) {
+		return true // extended or removed meanwhile
+	}
+	if s.OnExpiry == session.ExpiryPause {
+		return a.pauseExpired(ctx, s)
+	}
+	if err := a.destroySession(ctx, s); err != nil && !errors.Is(err, session.ErrNotFound) {
+		a.Log.Warn("destroying a session whose lifetime ended", "session", s.ID, "err", err)
+		return true
+	}
+	a.Log.Info("session destroyed: its lifetime ended", "session", s.ID, "tenant", s.Tenant, "late", time.Since(s.ExpiresAt).Round(time.Millisecond))
+	return true
 }
 
 // pauseExpired pauses the box of s, whose lifetime ended with on_timeout

@@ -132,6 +132,105 @@ func TestSessionLifetimeDestroys(t *testing.T) {
 	}
 }
 
+// A lifetime extended after the patrol read the due sessions, but before
+// it ended this one, is kept: the patrol looks at each again right before
+// ending it.
+func TestSessionLifetimeExtendedMeanwhile(t *testing.T) {
+	a := newApp(t, nil)
+	ctx := context.Background()
+	saved := mustCall(t, a, "create_session", CreateSessionInput{Name: "saved", TimeoutS: 3600}).(*SessionInfo)
+	ended := mustCall(t, a, "create_session", CreateSessionInput{Name: "ended", TimeoutS: 3600}).(*SessionInfo)
+	// Both lifetimes are over (set in the store: no patrol runs here, the
+	// test takes its one look itself).
+	for _, id := range []string{saved.ID, ended.ID} {
+		if err := a.Store.SetSessionLifetime(ctx, id, time.Now().Add(-time.Second), session.ExpiryDestroy); err != nil {
+			t.Fatal(err)
+		}
+	}
+	listed := 0
+	a.life.listed = func(due []*session.Session) {
+		listed = len(due)
+		// setTimeout lands between the patrol's list and its destroy.
+		mustCall(t, a, "set_session_timeout", SetTimeoutInput{Session: saved.ID, TimeoutS: 3600})
+	}
+	a.endExpired(ctx)
+	if listed != 2 {
+		t.Fatalf("the patrol listed %d due sessions, want 2", listed)
+	}
+	if gone(a, saved.ID) {
+		t.Fatal("a session whose lifetime was extended after the patrol's list was destroyed")
+	}
+	if st := status(t, a, saved.ID); st.ExpiresAt == nil || st.ExpiresAt.Before(time.Now()) {
+		t.Fatalf("the extended lifetime: %+v", st.ExpiresAt)
+	}
+	if !gone(a, ended.ID) {
+		t.Fatal("the session whose lifetime was not extended is still there")
+	}
+}
+
+// One slow destroy (its session's call takes long to return) does not hold
+// back the end of the other expired sessions.
+func TestSessionLifetimesEndedTogether(t *testing.T) {
+	a := newApp(t, nil)
+	a.inflight.grace = time.Hour // the slow destroy waits until the test releases its call
+	ctx := context.Background()
+	slow := mustCall(t, a, "create_session", CreateSessionInput{Name: "slow", TimeoutS: 3600}).(*SessionInfo)
+	quick := mustCall(t, a, "create_session", CreateSessionInput{Name: "quick", TimeoutS: 3600}).(*SessionInfo)
+	// slow's lifetime ended first: the patrol comes to it first.
+	for i, id := range []string{slow.ID, quick.ID} {
+		if err := a.Store.SetSessionLifetime(ctx, id, time.Now().Add(time.Duration(i-10)*time.Second), session.ExpiryDestroy); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sess, err := a.Sessions.ByIDAnyTenant(ctx, slow.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	callCtx, release, err := a.holdSession(ctx, sess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	ended := make(chan struct{})
+	go func() { defer close(ended); a.endExpired(ctx) }()
+	<-callCtx.Done() // slow's destroy waits for this call
+	waitFor(t, "the other expired session destroyed while the slow destroy waits", func() bool { return gone(a, quick.ID) })
+	if gone(a, slow.ID) {
+		t.Fatal("the slow destroy ended before its call returned")
+	}
+	release()
+	<-ended
+	if !gone(a, slow.ID) {
+		t.Fatal("the slow session was not destroyed")
+	}
+}
+
+// A lifetime set while the session's destroy waits for its calls is
+// refused (not found), not reported set on a session about to go.
+func TestSessionLifetimeNotSetDuringDestroy(t *testing.T) {
+	a := newApp(t, nil)
+	ctx := context.Background()
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "going", TimeoutS: 3600}).(*SessionInfo)
+	sess, err := a.Sessions.ByIDAnyTenant(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A call in flight, which the destroy cancels and waits for.
+	callCtx, release, err := a.holdSession(ctx, sess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	destroyed := make(chan error, 1)
+	go func() { destroyed <- a.destroySession(ctx, sess) }()
+	<-callCtx.Done() // the destroy has begun: it canceled the call
+	_, err = call(t, a, "set_session_timeout", SetTimeoutInput{Session: s.ID, TimeoutS: 3600})
+	release()
+	wantCode(t, err, capability.NotFound)
+	if err := <-destroyed; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Code in a session cannot extend (or end) its own lifetime.
 func TestSessionLifetimeNotSetFromInside(t *testing.T) {
 	a := newApp(t, nil)
