@@ -27,7 +27,9 @@ import (
 const lifetimeRecheck = time.Second
 
 // pauseRetry is how soon a session due to pause is looked at again while
-// calls run in it (a box is never frozen under a running call).
+// calls run code in it (a box is never frozen under such a call; each
+// ends within its timeout). Streams that only follow or watch do not
+// hold it off (see inflight).
 const pauseRetry = 100 * time.Millisecond
 
 // lifetimes is the patrol's state; wake is made with the App, so that
@@ -118,8 +120,8 @@ const expiryWorkers = 8
 
 // endExpired ends the sessions whose lifetime is up, each looked at again
 // right before (a lifetime extended or removed since the list is kept),
-// several at once. pending: one of them is to be paused but calls run in
-// it; it is left for the next look.
+// several at once. pending: one of them is to be paused but calls run
+// code in it; it is left for the next look.
 func (a *App) endExpired(ctx context.Context) (pending bool) {
 	due, err := a.Sessions.Expired(ctx, time.Now())
 	if err != nil {
@@ -162,7 +164,7 @@ func (a *App) endExpired(ctx context.Context) (pending bool) {
 
 // endOne ends session id if its lifetime is still up, read now: a
 // set_session_timeout that landed since the patrol's list is obeyed.
-// false: it is to be paused but calls run in it.
+// false: it is to be paused but calls run code in it.
 func (a *App) endOne(ctx context.Context, id string) bool {
 	s, err := a.Sessions.ByIDAnyTenant(ctx, id)
 	if err != nil {
@@ -187,14 +189,15 @@ func (a *App) endOne(ctx context.Context, id string) bool {
 
 // pauseExpired pauses the box of s, whose lifetime ended with on_timeout
 // pause, and removes the lifetime (a paused session waits, as on E2B,
-// until it is resumed or destroyed). false: calls run in s, try later.
+// until it is resumed or destroyed). false: calls run code in s, try
+// later.
 func (a *App) pauseExpired(ctx context.Context, s *session.Session) bool {
 	if bx := a.Sandbox.Box(s.ID); bx != nil && !bx.Paused() {
 		if !bx.CanPause() {
 			a.Log.Warn("a session's lifetime ended with pause, but its box cannot be frozen here: it keeps running", "session", s.ID)
 		} else {
 			a.inflight.mu.Lock()
-			if a.inflight.n[s.ID] > 0 {
+			if a.inflight.busy[s.ID] > 0 {
 				a.inflight.mu.Unlock()
 				return false
 			}

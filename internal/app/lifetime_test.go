@@ -276,6 +276,43 @@ func TestSessionLifetimePauses(t *testing.T) {
 	}
 }
 
+// A lifetime that ends with pause pauses the session even while a stream
+// follows a process in it (E2B pauses regardless of open streams); the
+// stream stays open and goes on when the session is used again.
+func TestSessionLifetimePausesWithAStreamOpen(t *testing.T) {
+	a := newApp(t, nil)
+	a.startLifetimes() // as Supervise does
+	needBoxes(t, a)
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "streaming", TimeoutS: 3600, OnTimeout: session.ExpiryPause}).(*SessionInfo)
+	start := startStream(t, a, admin, "start_process", StartProcessInput{Session: s.ID, Stdin: true,
+		Cmd: "sh", Args: []string{"-c", `echo early; while read x; do echo "got $x"; done`}})
+	pid := start.pid(t)
+	start.out.waitFor(t, "stdout", "early\n", start.done)
+	if bx := a.Sandbox.Box(s.ID); bx == nil || !bx.CanPause() {
+		t.Skip("this machine cannot freeze a box")
+	}
+	mustCall(t, a, "set_session_timeout", SetTimeoutInput{Session: s.ID, TimeoutS: 1})
+	waitFor(t, "the session paused with a stream open", func() bool {
+		st := status(t, a, s.ID)
+		return st.SessionState == StatePaused && st.ExpiresAt == nil
+	})
+	if !a.Sandbox.Box(s.ID).Paused() {
+		t.Fatal("the session is marked paused but its box runs")
+	}
+	select {
+	case <-start.done:
+		t.Fatalf("the stream ended at the pause: %+v %v", start.res, start.err)
+	default:
+	}
+	// Used again (input for the process), it resumes and the stream goes on.
+	mustCall(t, a, "send_process_input", ProcessInputInput{ProcessSelector: ProcessSelector{Session: s.ID, Pid: pid}, Data: "hello\n"})
+	start.out.waitFor(t, "stdout", "got hello\n", start.done)
+	mustCall(t, a, "close_process_stdin", ProcessSelector{Session: s.ID, Pid: pid})
+	if res := start.wait(t); res.Running || res.ExitCode != 0 {
+		t.Fatalf("after the resume: %+v", res)
+	}
+}
+
 // Sessions whose lifetime ended while no server ran are ended when the
 // next one starts.
 func TestSessionLifetimeEndedAtStart(t *testing.T) {
