@@ -718,6 +718,14 @@ func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request, id string)
 		return
 	}
 	if err := s.call(ctx, "pause_session", map[string]any{"session": id}, nil); err != nil {
+		if ce := asCapError(err); ce.Code == capability.Busy {
+			// Code runs in it (a runCode, a command being started): never
+			// frozen under it. Not 409, which the SDKs read as "already
+			// paused" (pause returns false): 503 is an error they raise,
+			// with the reason.
+			writeJSONError(w, http.StatusServiceUnavailable, ce.Message)
+			return
+		}
 		writeError(w, err)
 		return
 	}

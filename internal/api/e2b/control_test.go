@@ -8,11 +8,17 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	"github.com/quro-dev/quro/internal/api/e2b/gen/process"
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
@@ -517,6 +523,56 @@ func TestControlPauseConnect(t *testing.T) {
 	e.api(t, e.Key, "POST", "/sandboxes/"+id+"/resume", map[string]any{"timeout": 60}).want(t, http.StatusConflict, "not paused")
 	// The v1 connect of a running sandbox: 200.
 	e.api(t, e.Key, "POST", "/sandboxes/"+id+"/connect", map[string]any{"timeout": 60}).want(t, http.StatusOK, "")
+}
+
+// A sandbox pauses with a background command's stream open (E2B pauses
+// regardless of open streams): the stream stays, and goes on after the
+// resume. While code runs in it (a runCode), the pause is refused with an
+// error the SDK raises (503), never the 409 it reads as "already paused".
+func TestControlPauseWithAStreamOpen(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t, map[string]any{"templateID": "base", "timeout": 600}).SandboxID
+	ev := e.start(t, id, bash(`echo ready; while read line; do echo "echo $line"; done`, true), nil)
+	pid := ev.startPid(t)
+	ev.until(t, "stdout", "ready\n")
+	if bx := e.App.Sandbox.Box(id); bx == nil || !bx.CanPause() {
+		t.Skip("this machine cannot freeze a box")
+	}
+	e.api(t, e.Key, "POST", "/sandboxes/"+id+"/pause", nil).want(t, http.StatusNoContent, "")
+	if d := e.info(t, id); d.State != "paused" || !e.App.Sandbox.Box(id).Paused() {
+		t.Fatalf("after pause: %+v", d)
+	}
+	e.api(t, e.Key, "POST", "/v2/sandboxes/"+id+"/connect", map[string]any{"timeout": 300}).want(t, http.StatusCreated, "")
+	if _, err := e.procClient(id).SendInput(context.Background(), connect.NewRequest(&process.SendInputRequest{Process: pidSel(pid),
+		Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte("one\n")}}})); err != nil {
+		t.Fatal(err)
+	}
+	ev.until(t, "stdout", "echo one\n") // the same stream, after the resume
+
+	// Code running: refused, with why.
+	sess, err := e.App.Sessions.ByIDAnyTenant(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(sess.Workspace(), "started")
+	if err := syscall.Mkfifo(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(fifo, 0o666)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		e.App.Controller.Call(ctx, controller.Caller{Path: "test", Tenant: e.Tenant, Scope: capability.ScopeExec},
+			"run_code", json.RawMessage(`{"session":"`+id+`","lang":"sh","code":"echo > started; sleep 1000","timeout_ms":300000}`))
+	}()
+	if _, err := os.ReadFile(fifo); err != nil { // the run is in flight once it wrote there
+		t.Fatal(err)
+	}
+	e.api(t, e.Key, "POST", "/sandboxes/"+id+"/pause", nil).want(t, http.StatusServiceUnavailable, "running code")
+	cancel()
+	<-ran
 }
 
 func TestControlMetricsAndUnsupported(t *testing.T) {
