@@ -20,12 +20,26 @@ import (
 // paused (Options.AutoPause).
 const DefaultAutoPause = 10 * time.Minute
 
-// inflight tracks the calls running in each session, so that auto-pause
-// never freezes a session in the middle of a call, and so that destroying
-// a session first ends the calls running in it.
+// inflight tracks the calls running in each session, so that a pause
+// never freezes a call that runs code, auto-pause never freezes a session
+// in the middle of any call, and destroying a session first ends the
+// calls running in it.
+//
+// A call is busy while it may run something in the box and wait for it
+// (a run, a command, terminal input, starting a process): a pause waits
+// for it or is refused, because a call frozen with its box would not
+// return (its run's timeout and cancel need the box to act) and would
+// hold the tenant's run slot until some later use resumes the session.
+// A call that only follows a running process's output or watches files
+// (connect_process, start_process once its process runs, watch_dir, a
+// snapshot's copy) is not busy: it returns whenever its caller leaves,
+// frozen box or not, so a pause (manual or at the end of a lifetime) goes
+// ahead with it open, as E2B's does; it stays attached, sees nothing
+// while the box is frozen and goes on after resume.
 type inflight struct {
 	mu    sync.Mutex
 	n     map[string]int
+	busy  map[string]int // calls of n that are busy
 	calls map[string]map[*sessionCall]bool
 	// gone are sessions being or having been destroyed: a call that
 	// looked the session up before the destroy is refused instead of
@@ -34,12 +48,20 @@ type inflight struct {
 	// drained[id] is closed when the last call of a session being
 	// destroyed has returned.
 	drained map[string]chan struct{}
+	// grace, when set (tests), replaces destroyGrace.
+	grace time.Duration
 }
 
 // sessionCall is one call in flight in a session.
 type sessionCall struct {
 	cancel context.CancelCauseFunc
+	id     string // its session
+	busy   bool   // under inflight.mu
 }
+
+// callKey holds a call's *sessionCall in the context useSession and
+// holdSession return (following finds it there).
+type callKey struct{}
 
 // destroyGrace bounds how long a destroy waits for the calls it canceled to
 // return before it ends the session's box under them.
@@ -56,7 +78,7 @@ func errDestroyed(s *session.Session) error {
 // it returns, which a destroy of s cancels (its cause: the session was
 // destroyed). A session being destroyed refuses new calls.
 func (a *App) useSession(ctx context.Context, s *session.Session) (_ context.Context, release func(), err error) {
-	ctx, release, err = a.holdSession(ctx, s)
+	ctx, release, err = a.enterSession(ctx, s, true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -82,10 +104,40 @@ func (a *App) useSession(ctx context.Context, s *session.Session) (_ context.Con
 
 // holdSession counts a call in flight in s, as useSession does, without
 // touching or resuming it (a snapshot reads a paused session as it is): a
-// destroy cancels the context it returns and waits for release.
+// destroy cancels the context it returns and waits for release. The call
+// runs nothing in the box, so it does not hold off a pause (not busy).
 func (a *App) holdSession(ctx context.Context, s *session.Session) (_ context.Context, release func(), err error) {
+	return a.enterSession(ctx, s, false)
+}
+
+// following marks the call of ctx (from useSession) as one that from now
+// on only follows a running process's output: a pause no longer waits for
+// it (see inflight).
+func (a *App) following(ctx context.Context) {
+	c, _ := ctx.Value(callKey{}).(*sessionCall)
+	if c == nil {
+		return
+	}
+	in := &a.inflight
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if c.busy {
+		c.busy = false
+		in.unbusy(c.id)
+	}
+}
+
+// unbusy counts one busy call of session id less; under in.mu.
+func (in *inflight) unbusy(id string) {
+	if in.busy[id]--; in.busy[id] <= 0 {
+		delete(in.busy, id)
+	}
+}
+
+func (a *App) enterSession(ctx context.Context, s *session.Session, busy bool) (_ context.Context, release func(), err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	c := &sessionCall{cancel: cancel}
+	c := &sessionCall{cancel: cancel, id: s.ID, busy: busy}
+	ctx = context.WithValue(ctx, callKey{}, c)
 	in := &a.inflight
 	in.mu.Lock()
 	if in.gone.Has(s.ID) {
@@ -94,6 +146,12 @@ func (a *App) holdSession(ctx context.Context, s *session.Session) (_ context.Co
 		return nil, nil, capability.Errorf(capability.NotFound, "session %s was destroyed", s.Name)
 	}
 	in.n[s.ID]++
+	if busy {
+		if in.busy == nil {
+			in.busy = map[string]int{}
+		}
+		in.busy[s.ID]++
+	}
 	if in.calls == nil {
 		in.calls = map[string]map[*sessionCall]bool{}
 	}
@@ -106,6 +164,10 @@ func (a *App) holdSession(ctx context.Context, s *session.Session) (_ context.Co
 	release = func() {
 		once.Do(func() {
 			in.mu.Lock()
+			if c.busy {
+				c.busy = false
+				in.unbusy(s.ID)
+			}
 			delete(in.calls[s.ID], c)
 			if len(in.calls[s.ID]) == 0 {
 				delete(in.calls, s.ID)
@@ -159,6 +221,21 @@ func (a *App) endCalls(s *session.Session, grace time.Duration) int {
 	}
 }
 
+// destroying reports whether session id is being (or was) destroyed: its
+// calls are ended, new ones refused.
+func (a *App) destroying(id string) bool {
+	a.inflight.mu.Lock()
+	defer a.inflight.mu.Unlock()
+	return a.inflight.gone.Has(id)
+}
+
+// busyIn is how many busy calls (see inflight) run in session id.
+func (a *App) busyIn(id string) int {
+	a.inflight.mu.Lock()
+	defer a.inflight.mu.Unlock()
+	return a.inflight.busy[id]
+}
+
 func (a *App) callsIn(id string) int {
 	a.inflight.mu.Lock()
 	defer a.inflight.mu.Unlock()
@@ -194,17 +271,18 @@ func (a *App) registerBoxes(reg *capability.Registry) {
 	reg.Register(capability.New("pause_session",
 		"Freeze every process of a session (the whole box: shell, terminal, Python worker, background jobs) keeping their memory and state, so it uses no CPU. "+
 			"Resume with resume_session or by running anything in it. Processes, Python variables and shell state survive a pause but not a restart of the server. "+
-			"Refused while a call is running in the session.",
+			"Refused while a call runs code in the session (a run, a command, terminal input); "+
+			"calls that only follow a background process's output or watch files stay open, see nothing while it is paused and go on after resume.",
 		capability.ScopeExec, func(ctx context.Context, in SessionRef) (*PauseResult, error) {
 			s, err := a.Sessions.Get(ctx, in.Session)
 			if err != nil {
 				return nil, err
 			}
-			if n := a.callsIn(s.ID); n > 0 {
-				return nil, capability.Errorf(capability.Busy, "session %s has %d call(s) running: wait for them or cancel them, then pause", s.ID, n)
-			}
 			bx := a.Sandbox.Box(s.ID)
 			if bx == nil {
+				if n := a.busyIn(s.ID); n > 0 {
+					return nil, errBusy(s, n)
+				}
 				// Nothing to freeze: the session is marked paused (its
 				// state says so, also after a restart) until resumed or used.
 				if err := a.Sessions.SetPaused(ctx, s, true); err != nil {
@@ -213,7 +291,15 @@ func (a *App) registerBoxes(reg *capability.Registry) {
 				return &PauseResult{Session: s.ID, Paused: true, Note: "nothing runs in the session, so it uses no CPU or memory already; it is marked paused, its files are kept, and any use resumes it"}, nil
 			}
 			start := time.Now()
-			if err := bx.Pause(); err != nil {
+			// Under the lock: a call that starts now waits, then resumes.
+			a.inflight.mu.Lock()
+			if n := a.inflight.busy[s.ID]; n > 0 {
+				a.inflight.mu.Unlock()
+				return nil, errBusy(s, n)
+			}
+			err = bx.Pause()
+			a.inflight.mu.Unlock()
+			if err != nil {
 				return nil, capability.Errorf(capability.Unavailable, "pause: %v", err)
 			}
 			if err := a.Sessions.SetPaused(ctx, s, true); err != nil {
@@ -248,6 +334,12 @@ func (a *App) registerBoxes(reg *capability.Registry) {
 			}
 			return &PauseResult{Session: s.ID, Took: ms(time.Since(start))}, nil
 		}))
+}
+
+// errBusy refuses a pause of s while n calls run code in it.
+func errBusy(s *session.Session, n int) error {
+	return capability.Errorf(capability.Busy, "session %s has %d call(s) running code in it (a run, a command, terminal input): wait for them or cancel them, then pause; "+
+		"streams that only follow a process or watch files do not hold off a pause", s.ID, n)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/terminal"
 )
 
@@ -338,6 +339,59 @@ func TestPauseRefusedDuringACall(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// TestPauseWithStreamsOpen: calls that only follow a running process
+// (start_process's own stream, connect_process) or watch the workspace
+// (watch_dir) do not hold off a pause, as on E2B: they stay attached to
+// the frozen box and go on once it resumes.
+func TestPauseWithStreamsOpen(t *testing.T) {
+	a := newApp(t, nil)
+	needBoxes(t, a)
+	s := newSession(t, a, "streams", "")
+	start := startStream(t, a, admin, "start_process", StartProcessInput{Session: s.ID, Stdin: true,
+		Cmd: "sh", Args: []string{"-c", `echo early; while read x; do echo "got $x"; done; echo eof`}})
+	pid := start.pid(t)
+	start.out.waitFor(t, "stdout", "early\n", start.done)
+	if bx := a.Sandbox.Box(s.ID); bx == nil || !bx.CanPause() {
+		t.Skip("this machine cannot freeze a box")
+	}
+	conn := startStream(t, a, admin, "connect_process", ProcessSelector{Session: s.ID, Pid: pid})
+	conn.pid(t)
+	watchCtx, stopWatch := context.WithCancel(runcode.WithOutput(context.Background(), func(string, []byte) {}))
+	defer stopWatch()
+	watched := make(chan error, 1)
+	go func() {
+		_, err := a.Controller.Call(watchCtx, admin, "watch_dir", json.RawMessage(`{"session":"`+s.ID+`"}`))
+		watched <- err
+	}()
+	waitFor(t, "three streams open", func() bool { return a.callsIn(s.ID) == 3 })
+
+	p := mustCall(t, a, "pause_session", SessionRef{Session: s.ID}).(*PauseResult)
+	if !p.Paused || !a.Sandbox.Box(s.ID).Paused() {
+		t.Fatalf("pause with streams open: %+v", p)
+	}
+	select {
+	case <-start.done:
+		t.Fatalf("start_process's stream ended at the pause: %+v %v", start.res, start.err)
+	case <-conn.done:
+		t.Fatalf("connect_process's stream ended at the pause: %+v %v", conn.res, conn.err)
+	case err := <-watched:
+		t.Fatalf("watch_dir ended at the pause: %v", err)
+	default:
+	}
+	// Resumed, the process and both of its streams go on.
+	mustCall(t, a, "resume_session", SessionRef{Session: s.ID})
+	mustCall(t, a, "send_process_input", ProcessInputInput{ProcessSelector: ProcessSelector{Session: s.ID, Pid: pid}, Data: "hello\n"})
+	start.out.waitFor(t, "stdout", "got hello\n", start.done)
+	conn.out.waitFor(t, "stdout", "got hello\n", conn.done)
+	mustCall(t, a, "close_process_stdin", ProcessSelector{Session: s.ID, Pid: pid})
+	if res := start.wait(t); res.Running || res.ExitCode != 0 || !strings.HasSuffix(res.Stdout, "eof\n") {
+		t.Fatalf("start_process after the pause: %+v", res)
+	}
+	conn.wait(t)
+	stopWatch()
+	<-watched
 }
 
 // TestPrestartedWorker: with PrestartPython, create_session starts the

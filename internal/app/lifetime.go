@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quro-dev/quro/internal/session"
@@ -26,13 +27,19 @@ import (
 const lifetimeRecheck = time.Second
 
 // pauseRetry is how soon a session due to pause is looked at again while
-// calls run in it (a box is never frozen under a running call).
+// calls run code in it (a box is never frozen under such a call; each
+// ends within its timeout). Streams that only follow or watch do not
+// hold it off (see inflight).
 const pauseRetry = 100 * time.Millisecond
 
 // lifetimes is the patrol's state; wake is made with the App, so that
 // lifetimeChanged needs no lock.
 type lifetimes struct {
 	wake chan struct{} // a lifetime was set: look again now
+
+	// listed, when set (tests), is called with the due sessions once the
+	// patrol has read them and before it ends any.
+	listed func(due []*session.Session)
 
 	mu      sync.Mutex
 	started bool
@@ -106,49 +113,91 @@ func (a *App) lifetimePatrol(ctx context.Context, done chan struct{}) {
 	}
 }
 
-// endExpired ends the sessions whose lifetime is up. pending: one of them
-// is to be paused but calls run in it; it is left for the next look.
+// expiryWorkers bounds how many expired sessions are ended at once: a
+// destroy may wait (destroyGrace) for the calls running in its session,
+// and that wait must not hold back the others' end.
+const expiryWorkers = 8
+
+// endExpired ends the sessions whose lifetime is up, each looked at again
+// right before (a lifetime extended or removed since the list is kept),
+// several at once. pending: one of them is to be paused but calls run
+// code in it; it is left for the next look.
 func (a *App) endExpired(ctx context.Context) (pending bool) {
-	now := time.Now()
-	due, err := a.Sessions.Expired(ctx, now)
+	due, err := a.Sessions.Expired(ctx, time.Now())
 	if err != nil {
 		if ctx.Err() == nil {
 			a.Log.Warn("session lifetimes", "err", err)
 		}
 		return false
 	}
+	if a.life.listed != nil {
+		a.life.listed(due)
+	}
+	var (
+		wg   sync.WaitGroup
+		pend atomic.Bool
+		sem  = make(chan struct{}, expiryWorkers)
+	)
 	for _, s := range due {
-		if ctx.Err() != nil {
-			return false
-		}
 		if s.Tenant == session.SpareTenant {
 			continue // spares get no lifetime; never end one by mistake
 		}
-		if s.OnExpiry == session.ExpiryPause {
-			if !a.pauseExpired(ctx, s) {
-				pending = true
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if !a.endOne(ctx, s.ID) {
+				pend.Store(true)
 			}
-			continue
-		}
-		if err := a.destroySession(ctx, s); err != nil && !errors.Is(err, session.ErrNotFound) {
-			a.Log.Warn("destroying a session whose lifetime ended", "session", s.ID, "err", err)
-			continue
-		}
-		a.Log.Info("session destroyed: its lifetime ended", "session", s.ID, "tenant", s.Tenant, "late", time.Since(s.ExpiresAt).Round(time.Millisecond))
+		}()
 	}
-	return pending
+	wg.Wait()
+	return pend.Load() && ctx.Err() == nil
+}
+
+// endOne ends session id if its lifetime is still up, read now: a
+// set_session_timeout that landed since the patrol's list is obeyed.
+// false: it is to be paused but calls run code in it.
+func (a *App) endOne(ctx context.Context, id string) bool {
+	s, err := a.Sessions.ByIDAnyTenant(ctx, id)
+	if err != nil {
+		if !errors.Is(err, session.ErrNotFound) && ctx.Err() == nil {
+			a.Log.Warn("session lifetimes", "session", id, "err", err)
+		}
+		return true
+	}
+	if s.Tenant == session.SpareTenant || s.ExpiresAt.IsZero() || s.ExpiresAt.After(time.Now()) {
+		return true // extended or removed meanwhile
+	}
+	if s.OnExpiry == session.ExpiryPause {
+		return a.pauseExpired(ctx, s)
+	}
+	if err := a.destroySession(ctx, s); err != nil && !errors.Is(err, session.ErrNotFound) {
+		a.Log.Warn("destroying a session whose lifetime ended", "session", s.ID, "err", err)
+		return true
+	}
+	a.Log.Info("session destroyed: its lifetime ended", "session", s.ID, "tenant", s.Tenant, "late", time.Since(s.ExpiresAt).Round(time.Millisecond))
+	return true
 }
 
 // pauseExpired pauses the box of s, whose lifetime ended with on_timeout
 // pause, and removes the lifetime (a paused session waits, as on E2B,
-// until it is resumed or destroyed). false: calls run in s, try later.
+// until it is resumed or destroyed). false: calls run code in s, try
+// later.
 func (a *App) pauseExpired(ctx context.Context, s *session.Session) bool {
 	if bx := a.Sandbox.Box(s.ID); bx != nil && !bx.Paused() {
 		if !bx.CanPause() {
 			a.Log.Warn("a session's lifetime ended with pause, but its box cannot be frozen here: it keeps running", "session", s.ID)
 		} else {
 			a.inflight.mu.Lock()
-			if a.inflight.n[s.ID] > 0 {
+			if a.inflight.busy[s.ID] > 0 {
 				a.inflight.mu.Unlock()
 				return false
 			}

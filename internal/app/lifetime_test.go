@@ -21,10 +21,10 @@ import (
 // hang, not a measurement.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(time.Minute) // generous: the machine may be busy
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after 20 s", what)
+			t.Fatalf("%s: not after a minute", what)
 		}
 		time.Sleep(10 * time.Millisecond) // a poll interval, not a wait for something to settle
 	}
@@ -132,6 +132,105 @@ func TestSessionLifetimeDestroys(t *testing.T) {
 	}
 }
 
+// A lifetime extended after the patrol read the due sessions, but before
+// it ended this one, is kept: the patrol looks at each again right before
+// ending it.
+func TestSessionLifetimeExtendedMeanwhile(t *testing.T) {
+	a := newApp(t, nil)
+	ctx := context.Background()
+	saved := mustCall(t, a, "create_session", CreateSessionInput{Name: "saved", TimeoutS: 3600}).(*SessionInfo)
+	ended := mustCall(t, a, "create_session", CreateSessionInput{Name: "ended", TimeoutS: 3600}).(*SessionInfo)
+	// Both lifetimes are over (set in the store: no patrol runs here, the
+	// test takes its one look itself).
+	for _, id := range []string{saved.ID, ended.ID} {
+		if err := a.Store.SetSessionLifetime(ctx, id, time.Now().Add(-time.Second), session.ExpiryDestroy); err != nil {
+			t.Fatal(err)
+		}
+	}
+	listed := 0
+	a.life.listed = func(due []*session.Session) {
+		listed = len(due)
+		// setTimeout lands between the patrol's list and its destroy.
+		mustCall(t, a, "set_session_timeout", SetTimeoutInput{Session: saved.ID, TimeoutS: 3600})
+	}
+	a.endExpired(ctx)
+	if listed != 2 {
+		t.Fatalf("the patrol listed %d due sessions, want 2", listed)
+	}
+	if gone(a, saved.ID) {
+		t.Fatal("a session whose lifetime was extended after the patrol's list was destroyed")
+	}
+	if st := status(t, a, saved.ID); st.ExpiresAt == nil || st.ExpiresAt.Before(time.Now()) {
+		t.Fatalf("the extended lifetime: %+v", st.ExpiresAt)
+	}
+	if !gone(a, ended.ID) {
+		t.Fatal("the session whose lifetime was not extended is still there")
+	}
+}
+
+// One slow destroy (its session's call takes long to return) does not hold
+// back the end of the other expired sessions.
+func TestSessionLifetimesEndedTogether(t *testing.T) {
+	a := newApp(t, nil)
+	a.inflight.grace = time.Hour // the slow destroy waits until the test releases its call
+	ctx := context.Background()
+	slow := mustCall(t, a, "create_session", CreateSessionInput{Name: "slow", TimeoutS: 3600}).(*SessionInfo)
+	quick := mustCall(t, a, "create_session", CreateSessionInput{Name: "quick", TimeoutS: 3600}).(*SessionInfo)
+	// slow's lifetime ended first: the patrol comes to it first.
+	for i, id := range []string{slow.ID, quick.ID} {
+		if err := a.Store.SetSessionLifetime(ctx, id, time.Now().Add(time.Duration(i-10)*time.Second), session.ExpiryDestroy); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sess, err := a.Sessions.ByIDAnyTenant(ctx, slow.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	callCtx, release, err := a.holdSession(ctx, sess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	ended := make(chan struct{})
+	go func() { defer close(ended); a.endExpired(ctx) }()
+	<-callCtx.Done() // slow's destroy waits for this call
+	waitFor(t, "the other expired session destroyed while the slow destroy waits", func() bool { return gone(a, quick.ID) })
+	if gone(a, slow.ID) {
+		t.Fatal("the slow destroy ended before its call returned")
+	}
+	release()
+	<-ended
+	if !gone(a, slow.ID) {
+		t.Fatal("the slow session was not destroyed")
+	}
+}
+
+// A lifetime set while the session's destroy waits for its calls is
+// refused (not found), not reported set on a session about to go.
+func TestSessionLifetimeNotSetDuringDestroy(t *testing.T) {
+	a := newApp(t, nil)
+	ctx := context.Background()
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "going", TimeoutS: 3600}).(*SessionInfo)
+	sess, err := a.Sessions.ByIDAnyTenant(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A call in flight, which the destroy cancels and waits for.
+	callCtx, release, err := a.holdSession(ctx, sess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	destroyed := make(chan error, 1)
+	go func() { destroyed <- a.destroySession(ctx, sess) }()
+	<-callCtx.Done() // the destroy has begun: it canceled the call
+	_, err = call(t, a, "set_session_timeout", SetTimeoutInput{Session: s.ID, TimeoutS: 3600})
+	release()
+	wantCode(t, err, capability.NotFound)
+	if err := <-destroyed; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Code in a session cannot extend (or end) its own lifetime.
 func TestSessionLifetimeNotSetFromInside(t *testing.T) {
 	a := newApp(t, nil)
@@ -174,6 +273,43 @@ func TestSessionLifetimePauses(t *testing.T) {
 	res := mustCall(t, a, "terminal_exec", TerminalExecInput{Session: s.ID, Command: "echo $X"})
 	if out := fmt.Sprint(res); !strings.Contains(out, "kept") {
 		t.Fatalf("after resume: %s", out)
+	}
+}
+
+// A lifetime that ends with pause pauses the session even while a stream
+// follows a process in it (E2B pauses regardless of open streams); the
+// stream stays open and goes on when the session is used again.
+func TestSessionLifetimePausesWithAStreamOpen(t *testing.T) {
+	a := newApp(t, nil)
+	a.startLifetimes() // as Supervise does
+	needBoxes(t, a)
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "streaming", TimeoutS: 3600, OnTimeout: session.ExpiryPause}).(*SessionInfo)
+	start := startStream(t, a, admin, "start_process", StartProcessInput{Session: s.ID, Stdin: true,
+		Cmd: "sh", Args: []string{"-c", `echo early; while read x; do echo "got $x"; done`}})
+	pid := start.pid(t)
+	start.out.waitFor(t, "stdout", "early\n", start.done)
+	if bx := a.Sandbox.Box(s.ID); bx == nil || !bx.CanPause() {
+		t.Skip("this machine cannot freeze a box")
+	}
+	mustCall(t, a, "set_session_timeout", SetTimeoutInput{Session: s.ID, TimeoutS: 1})
+	waitFor(t, "the session paused with a stream open", func() bool {
+		st := status(t, a, s.ID)
+		return st.SessionState == StatePaused && st.ExpiresAt == nil
+	})
+	if !a.Sandbox.Box(s.ID).Paused() {
+		t.Fatal("the session is marked paused but its box runs")
+	}
+	select {
+	case <-start.done:
+		t.Fatalf("the stream ended at the pause: %+v %v", start.res, start.err)
+	default:
+	}
+	// Used again (input for the process), it resumes and the stream goes on.
+	mustCall(t, a, "send_process_input", ProcessInputInput{ProcessSelector: ProcessSelector{Session: s.ID, Pid: pid}, Data: "hello\n"})
+	start.out.waitFor(t, "stdout", "got hello\n", start.done)
+	mustCall(t, a, "close_process_stdin", ProcessSelector{Session: s.ID, Pid: pid})
+	if res := start.wait(t); res.Running || res.ExitCode != 0 {
+		t.Fatalf("after the resume: %+v", res)
 	}
 }
 

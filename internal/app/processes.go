@@ -299,6 +299,7 @@ func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessR
 		return nil, err
 	}
 	runcode.Started(ctx, p.Pid())
+	a.following(ctx) // it runs: from now on this call only streams it (a pause need not wait)
 	if in.Background {
 		v.Detach()
 		return &ProcessResult{Pid: p.Pid(), Tag: in.Tag, Running: true}, nil
@@ -324,6 +325,7 @@ func (a *App) connectProcess(ctx context.Context, in ProcessSelector) (*ProcessR
 	if err != nil {
 		return nil, err
 	}
+	a.following(ctx) // only streams the process (a pause need not wait)
 	runcode.Started(ctx, p.Pid())
 	return a.follow(ctx, p, v, p.Info().Tag)
 }

@@ -345,6 +345,11 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			if err != nil {
 				return nil, err
 			}
+			// Its destroy under way (a lifetime that ended, a kill): a new
+			// lifetime would be reported set on a session about to go.
+			if a.destroying(s.ID) {
+				return nil, capability.Errorf(capability.NotFound, "session %s is being destroyed", s.Name)
+			}
 			if err := a.Sessions.SetLifetime(ctx, s, end, in.OnTimeout); err != nil {
 				return nil, err
 			}
@@ -491,7 +496,11 @@ func (a *App) destroySession(ctx context.Context, s *session.Session) error {
 	// The calls running in the session first: refuse new ones, cancel
 	// those in flight and wait (bounded) until they have returned, so that
 	// none runs on in a session that is gone (see endCalls).
-	if n := a.endCalls(s, destroyGrace); n > 0 {
+	grace := destroyGrace
+	if a.inflight.grace > 0 {
+		grace = a.inflight.grace
+	}
+	if n := a.endCalls(s, grace); n > 0 {
 		a.Log.Warn("destroy: calls still running after the grace; their session's box ends under them", "session", s.ID, "calls", n)
 	}
 	// Then the box: one kill of its pid namespace ends every process of

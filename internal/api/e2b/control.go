@@ -322,15 +322,12 @@ func (s *Server) createSandbox(v2 bool) http.HandlerFunc {
 			return
 		}
 		// E2B's defaults: 15 s for v1, 300 s for v2 (the SDKs always send one).
-		timeout := int64(15)
+		def := int64(defaultLifetime)
 		if v2 {
-			timeout = 300
+			def = 300
 		}
-		if b.Timeout != nil {
-			timeout = *b.Timeout
-		}
-		if timeout <= 0 {
-			writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("timeout is %d: give the sandbox's lifetime in seconds (more than 0)", timeout))
+		timeout, ok := lifetime(w, b.Timeout, def, "the sandbox's lifetime")
+		if !ok {
 			return
 		}
 		in := map[string]any{"timeout_s": timeout}
@@ -371,7 +368,7 @@ type listQuery struct {
 	template     string
 	startedAfter time.Time
 	asc          bool
-	limit        int
+	limit        int // 0: every sandbox (v1)
 	after        *cursor
 }
 
@@ -442,7 +439,9 @@ func parseList(r *http.Request, v2 bool) (*listQuery, error) {
 		}
 	}
 	if !v2 {
-		q.states = []string{"running"} // the v1 list is of running sandboxes
+		// The v1 list is of running sandboxes, all of them (E2B's has no
+		// pages: no limit, no nextToken; a tenant's sessions are bounded).
+		q.states = []string{"running"}
 	}
 	q.template = v.Get("template")
 	if sa := v.Get("startedAfter"); sa != "" {
@@ -472,6 +471,9 @@ func parseList(r *http.Request, v2 bool) (*listQuery, error) {
 			return nil, err
 		}
 		q.after = c
+	}
+	if !v2 {
+		q.limit, q.after = 0, nil
 	}
 	return q, nil
 }
@@ -528,7 +530,7 @@ func (s *Server) listSandboxes(v2 bool) http.HandlerFunc {
 			if q.after != nil && !q.before(*q.after, key(x)) {
 				continue
 			}
-			if len(page) == q.limit {
+			if q.limit > 0 && len(page) == q.limit {
 				more = true
 				break
 			}
@@ -590,6 +592,24 @@ func (s *Server) killSandbox(w http.ResponseWriter, r *http.Request, id string) 
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// defaultLifetime is E2B's default timeout, in seconds, of a v1 create, a
+// resume and a fork.
+const defaultLifetime = 15
+
+// lifetime is a request's timeout in seconds: given, else def; one that
+// is not more than 0 is answered 400 (ok false), naming what it sets.
+func lifetime(w http.ResponseWriter, given *int64, def int64, what string) (seconds int64, ok bool) {
+	seconds = def
+	if given != nil {
+		seconds = *given
+	}
+	if seconds <= 0 {
+		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("timeout is %d: give %s in seconds (more than 0)", seconds, what))
+		return 0, false
+	}
+	return seconds, true
 }
 
 // timeoutBody is E2B's {timeout} (seconds) of setTimeout, connect and
@@ -709,6 +729,14 @@ func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request, id string)
 		return
 	}
 	if err := s.call(ctx, "pause_session", map[string]any{"session": id}, nil); err != nil {
+		if ce := asCapError(err); ce.Code == capability.Busy {
+			// Code runs in it (a runCode, a command being started): never
+			// frozen under it. Not 409, which the SDKs read as "already
+			// paused" (pause returns false): 503 is an error they raise,
+			// with the reason.
+			writeJSONError(w, http.StatusServiceUnavailable, ce.Message)
+			return
+		}
 		writeError(w, err)
 		return
 	}
@@ -734,12 +762,8 @@ func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request, id string
 	if !readBody(w, r, &b) {
 		return
 	}
-	seconds := int64(15)
-	if b.Timeout != nil {
-		seconds = *b.Timeout
-	}
-	if seconds <= 0 {
-		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("timeout %d: give the lifetime in seconds (more than 0)", seconds))
+	seconds, ok := lifetime(w, b.Timeout, defaultLifetime, "the lifetime")
+	if !ok {
 		return
 	}
 	ctx := r.Context()
@@ -859,16 +883,13 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request, id string) 
 	if !readBody(w, r, &b) {
 		return
 	}
-	seconds, count := int64(15), 1
-	if b.Timeout != nil {
-		seconds = *b.Timeout
+	seconds, ok := lifetime(w, b.Timeout, defaultLifetime, "the forks' lifetime")
+	if !ok {
+		return
 	}
+	count := 1
 	if b.Count != nil {
 		count = *b.Count
-	}
-	if seconds <= 0 {
-		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("timeout %d: give the forks' lifetime in seconds (more than 0)", seconds))
-		return
 	}
 	ctx := r.Context()
 	x, err := s.status(ctx, id)
