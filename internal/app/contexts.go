@@ -167,6 +167,11 @@ func newContextID() string {
 func (r *codeContexts) add(sid, lang, dir string, def bool) (*CodeContext, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.addLocked(sid, lang, dir, def)
+}
+
+// addLocked is add with r.mu held.
+func (r *codeContexts) addLocked(sid, lang, dir string, def bool) (*CodeContext, error) {
 	m := r.bySession[sid]
 	if len(m) >= MaxCodeContexts {
 		return nil, capability.Errorf(capability.ResourceExhausted,
@@ -185,16 +190,17 @@ func (r *codeContexts) add(sid, lang, dir string, def bool) (*CodeContext, error
 }
 
 // defaultOf is session sid's default context of lang, made on first use.
+// The search and the making are one hold of r.mu: two first runs at once
+// must find one default, not make one each.
 func (r *codeContexts) defaultOf(sid, lang string) (*CodeContext, error) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	for _, c := range r.bySession[sid] {
 		if c.Default && c.Language == lang {
-			r.mu.Unlock()
 			return c, nil
 		}
 	}
-	r.mu.Unlock()
-	return r.add(sid, lang, BoxHome, true)
+	return r.addLocked(sid, lang, BoxHome, true)
 }
 
 // get finds context id of session sid.

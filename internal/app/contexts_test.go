@@ -2,7 +2,9 @@ package app
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/quro-dev/quro/internal/capability"
@@ -80,5 +82,42 @@ func TestJSContextsEndWithTheSession(t *testing.T) {
 	mustCall(t, a, "destroy_session", SessionRef{Session: s.ID})
 	if n := a.js.Contexts(); n != 0 {
 		t.Errorf("%d JS contexts after the destroy", n)
+	}
+}
+
+// Concurrent first runs of a session make one default context per
+// language: two defaults would split the session's state between two
+// namespaces, and later runs would land in either.
+func TestDefaultContextOnce(t *testing.T) {
+	var r codeContexts
+	const rounds, racers = 3000, 4
+	for i := 0; i < rounds; i++ {
+		sid := fmt.Sprint("s", i)
+		start := make(chan struct{})
+		ids := make(chan string, racers)
+		var wg sync.WaitGroup
+		for j := 0; j < racers; j++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				c, err := r.defaultOf(sid, ctxPython)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ids <- c.ID
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(ids)
+		seen := map[string]bool{}
+		for id := range ids {
+			seen[id] = true
+		}
+		if len(seen) != 1 || len(r.list(sid)) != 1 {
+			t.Fatalf("round %d: the first runs got %d default contexts (%d listed)", i, len(seen), len(r.list(sid)))
+		}
 	}
 }
