@@ -152,7 +152,10 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		// calls are canceled) or the server is closing. E2B's client sees
 		// its connection reset, then asks /health (502 now) and says
 		// "the sandbox was killed"; a stream that ended normally would
-		// look like a run that finished.
+		// look like a run that finished. The reset waits (bounded) until
+		// the sandbox is gone: the kill ends its calls before its box,
+		// and a probe in between would find it alive.
+		s.waitGone(r.Context())
 		out.abort()
 		panic(http.ErrAbortHandler)
 	}
