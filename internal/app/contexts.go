@@ -32,11 +32,6 @@ import (
 // ones included.
 const MaxCodeContexts = 32
 
-// BoxHome is where every session box shows the session's workspace, as
-// E2B's sandboxes have their user's home: a context's directory is there
-// unless it names another.
-const BoxHome = "/home/user"
-
 // The languages of code contexts, as E2B names them.
 const (
 	ctxPython     = "python"
@@ -64,6 +59,7 @@ type CodeContextInput struct {
 	Session  string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
 	Language string `json:"language,omitempty" jsonschema:"python (default), javascript (js), typescript (ts) or bash"`
 	Cwd      string `json:"cwd,omitempty" jsonschema:"working directory of its runs as the box sees it; default /home/user (the workspace); a relative path is under /home/user"`
+	Default  bool   `json:"default,omitempty" jsonschema:"answer the session's default context of the language instead (the one run_code's context \"default\" runs in), made if there is none yet; cwd must be empty"`
 }
 
 // CodeContextRef names a code context.
@@ -144,13 +140,13 @@ func engineFamily(lang string) string {
 // paths are under /home/user).
 func contextDir(dir string) (string, error) {
 	if dir == "" {
-		return BoxHome, nil
+		return sandbox.HomeUser, nil
 	}
 	if len(dir) > 4096 || strings.ContainsRune(dir, 0) {
 		return "", capability.Errorf(capability.InvalidArgument, "cwd must be a path of at most 4096 bytes without NUL")
 	}
 	if !path.IsAbs(dir) {
-		dir = path.Join(BoxHome, dir)
+		dir = path.Join(sandbox.HomeUser, dir)
 	}
 	return path.Clean(dir), nil
 }
@@ -200,7 +196,7 @@ func (r *codeContexts) defaultOf(sid, lang string) (*CodeContext, error) {
 			return c, nil
 		}
 	}
-	return r.addLocked(sid, lang, BoxHome, true)
+	return r.addLocked(sid, lang, sandbox.HomeUser, true)
 }
 
 // get finds context id of session sid.
@@ -257,7 +253,8 @@ func (a *App) registerContexts(reg *capability.Registry) {
 		"Make a code context in a session: a state of its own that run_code runs in when given its id as context — "+
 			"for python a namespace of the session's interpreter (variables, imports) with its own working directory and execution count; "+
 			"for javascript/typescript a QuickJS VM kept between runs (top-level declarations persist); for bash the session's resident shell. "+
-			fmt.Sprintf("cwd defaults to %s, where every session box shows the workspace. A session holds at most %d contexts.", BoxHome, MaxCodeContexts),
+			fmt.Sprintf("cwd defaults to %s, where every session box shows the workspace. A session holds at most %d contexts. "+
+				"With default true it answers the session's default context of the language (run_code's context \"default\"), made if there is none yet.", sandbox.HomeUser, MaxCodeContexts),
 		capability.ScopeExec, a.createCodeContext))
 	reg.Register(capability.New("list_code_contexts",
 		"List a session's code contexts, its default python and javascript contexts included (run_code with context \"default\" runs in the default context of its lang).",
@@ -279,11 +276,20 @@ func (a *App) createCodeContext(ctx context.Context, in CodeContextInput) (*Code
 	if err != nil {
 		return nil, err
 	}
+	if in.Default && in.Cwd != "" {
+		return nil, capability.Errorf(capability.InvalidArgument,
+			"cwd and default were both given: a default context runs in %s; omit one", sandbox.HomeUser)
+	}
 	s, err := a.Sessions.Get(ctx, in.Session)
 	if err != nil {
 		return nil, err
 	}
-	c, err := a.contexts.add(s.ID, lang, dir, false)
+	var c *CodeContext
+	if in.Default {
+		c, err = a.contexts.defaultOf(s.ID, lang)
+	} else {
+		c, err = a.contexts.add(s.ID, lang, dir, false)
+	}
 	if err != nil {
 		return nil, err
 	}

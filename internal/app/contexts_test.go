@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/sandbox"
 )
 
 // Code contexts through the capabilities: a Python context is its own
@@ -119,5 +120,27 @@ func TestDefaultContextOnce(t *testing.T) {
 		if len(seen) != 1 || len(r.list(sid)) != 1 {
 			t.Fatalf("round %d: the first runs got %d default contexts (%d listed)", i, len(seen), len(r.list(sid)))
 		}
+	}
+}
+
+// create_code_context with default answers the session's default context
+// of the language, the one run_code's context "default" runs in.
+func TestCreateDefaultContext(t *testing.T) {
+	a := newApp(t, nil)
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "d"}).(*SessionInfo)
+	c := mustCall(t, a, "create_code_context", CodeContextInput{Session: s.ID, Language: "py", Default: true}).(*CodeContext)
+	if !c.Default || c.Language != "python" || c.Cwd != sandbox.HomeUser {
+		t.Fatalf("the default context: %+v", c)
+	}
+	runCode(t, a, RunCodeInput{Session: s.ID, Context: "default", Code: "x = 'default'"})
+	if r := runCode(t, a, RunCodeInput{Session: s.ID, Context: c.ID, Code: "print(x)"}); r.Stdout != "default\n" {
+		t.Errorf("run_code's default context is not the one answered: %q %q", r.Stdout, r.Stderr)
+	}
+	if again := mustCall(t, a, "create_code_context", CodeContextInput{Session: s.ID, Language: "python3", Default: true}).(*CodeContext); again.ID != c.ID {
+		t.Errorf("a second default: %s, then %s", c.ID, again.ID)
+	}
+	var ce *capability.Error
+	if _, err := call(t, a, "create_code_context", CodeContextInput{Session: s.ID, Default: true, Cwd: "/tmp"}); !errors.As(err, &ce) || ce.Code != capability.InvalidArgument {
+		t.Errorf("default with a cwd: %v", err)
 	}
 }

@@ -332,7 +332,7 @@ func TestContextsCRUD(t *testing.T) {
 		t.Errorf("context and language: %s", resp.Status)
 	}
 	if resp := e.interp(t, bg, id, "POST", "/execute", map[string]any{"code": "1", "language": "r"}); resp.StatusCode != 400 ||
-		!strings.Contains(textOf(t, resp), `language "r" is not supported by Quro test`) {
+		!strings.Contains(textOf(t, resp), `Quro test's code interpreter: language "r" has no code contexts`) {
 		t.Errorf("language r: %s", resp.Status)
 	}
 	// Removed: 404 with E2B's text.
@@ -548,5 +548,36 @@ func TestRestartStopsTheRun(t *testing.T) {
 		if r := ofType(e.execute(t, id, map[string]any{"context_id": c, "code": probe}), "result"); len(r) != 1 || (r[0]["text"] != "False" && r[0]["text"] != "false") {
 			t.Errorf("%s: after the restart: %v", lang, r)
 		}
+	}
+}
+
+// /execute's language is read by the app, which knows every spelling its
+// contexts accept (E2B's and Quro's own: py, node, sh…); one it has no
+// contexts for is refused before the stream starts, as E2B's server
+// refuses a kernel it cannot start.
+func TestExecuteLanguages(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	e.execute(t, id, map[string]any{"code": "kept = 'py'", "language": "py"})
+	if r := ofType(e.execute(t, id, map[string]any{"code": "kept", "language": "Python"}), "result"); len(r) != 1 || r[0]["text"] != "py" {
+		t.Errorf("py and Python are one default context: %v", r)
+	}
+	e.execute(t, id, map[string]any{"code": "var kept = 'node'", "language": "node"})
+	if r := ofType(e.execute(t, id, map[string]any{"code": "kept", "language": "js"}), "result"); len(r) != 1 || r[0]["text"] != "node" {
+		t.Errorf("node and js are one default context: %v", r)
+	}
+	if out := stdoutOf(e.execute(t, id, map[string]any{"code": "echo sh", "language": "sh"})); out != "sh\n" {
+		t.Errorf("sh: %q", out)
+	}
+	resp := e.interp(t, context.Background(), id, "POST", "/execute", map[string]any{"code": "1", "language": "cobol"})
+	if msg := textOf(t, resp); resp.StatusCode != http.StatusBadRequest || !strings.Contains(msg, `"cobol"`) || !strings.Contains(msg, "python, javascript") {
+		t.Errorf("an unknown language: %s %q", resp.Status, msg)
+	}
+	resp = e.interp(t, context.Background(), id, "POST", "/contexts", map[string]any{"language": "cobol"})
+	if msg := textOf(t, resp); resp.StatusCode != http.StatusBadRequest || !strings.Contains(msg, `"cobol"`) {
+		t.Errorf("a context of an unknown language: %s %q", resp.Status, msg)
+	}
+	if c := e.createContext(t, id, map[string]any{"language": "node"}); c == "" {
+		t.Error("a node context")
 	}
 }

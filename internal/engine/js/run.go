@@ -12,6 +12,7 @@ import (
 	"modernc.org/quickjs"
 
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/workspace"
 )
 
@@ -150,7 +151,7 @@ func (r *run) main0() (*runcode.Result, error) {
 		}
 		dir := r.req.Context.Dir
 		if dir == "" {
-			dir = "/home/user"
+			dir = sandbox.HomeUser
 		}
 		if _, err := r.callCtl("nodeProcess", dir); err != nil {
 			return r.failed(err)
