@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/engine/js"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
@@ -180,6 +181,21 @@ func (r *codeContexts) addLocked(sid, lang, dir string, def bool) (*CodeContext,
 		m = map[string]*CodeContext{}
 		r.bySession[sid] = m
 	}
+	if !def && engineFamily(lang) == ctxJavaScript {
+		// Each keeps a VM in the server's memory: the engine holds at most
+		// js.MaxContextsPerSession for a session, and a context past that
+		// would fail only at its first run.
+		n := 0
+		for _, c := range m {
+			if engineFamily(c.Language) == ctxJavaScript {
+				n++
+			}
+		}
+		if n >= js.MaxContextsPerSession {
+			return nil, capability.Errorf(capability.ResourceExhausted,
+				"session %s has %d JavaScript/TypeScript code contexts (its default ones included), the most it can hold: each keeps a VM in the server's memory; remove_code_context frees one (python and bash contexts are not limited so)", sid, n)
+		}
+	}
 	c := &CodeContext{ID: newContextID(), Language: lang, Cwd: dir, Session: sid, Default: def}
 	m[c.ID] = c
 	return c, nil
@@ -253,8 +269,8 @@ func (a *App) registerContexts(reg *capability.Registry) {
 		"Make a code context in a session: a state of its own that run_code runs in when given its id as context — "+
 			"for python a namespace of the session's interpreter (variables, imports) with its own working directory and execution count; "+
 			"for javascript/typescript a QuickJS VM kept between runs (top-level declarations persist); for bash the session's resident shell. "+
-			fmt.Sprintf("cwd defaults to %s, where every session box shows the workspace. A session holds at most %d contexts. "+
-				"With default true it answers the session's default context of the language (run_code's context \"default\"), made if there is none yet.", sandbox.HomeUser, MaxCodeContexts),
+			fmt.Sprintf("cwd defaults to %s, where every session box shows the workspace. A session holds at most %d contexts, at most %d of them javascript/typescript (each keeps a VM in the server's memory). "+
+				"With default true it answers the session's default context of the language (run_code's context \"default\"), made if there is none yet.", sandbox.HomeUser, MaxCodeContexts, js.MaxContextsPerSession),
 		capability.ScopeExec, a.createCodeContext))
 	reg.Register(capability.New("list_code_contexts",
 		"List a session's code contexts, its default python and javascript contexts included (run_code with context \"default\" runs in the default context of its lang).",

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/engine/js"
 	"github.com/quro-dev/quro/internal/sandbox"
 )
 
@@ -143,4 +144,45 @@ func TestCreateDefaultContext(t *testing.T) {
 	if _, err := call(t, a, "create_code_context", CodeContextInput{Session: s.ID, Default: true, Cwd: "/tmp"}); !errors.As(err, &ce) || ce.Code != capability.InvalidArgument {
 		t.Errorf("default with a cwd: %v", err)
 	}
+}
+
+// JavaScript/TypeScript contexts are refused at create past the engine's
+// per-session cap (each keeps a VM in the server's memory), not at their
+// first run; a run the engine still refuses (a default context past it)
+// is resource_exhausted with the engine's reason, not an internal error.
+func TestJSContextCap(t *testing.T) {
+	a := newApp(t, nil)
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "jscap"}).(*SessionInfo)
+	var ids []string
+	for i := range js.MaxContextsPerSession {
+		lang := "js"
+		if i%2 == 1 {
+			lang = "ts"
+		}
+		ids = append(ids, mustCall(t, a, "create_code_context", CodeContextInput{Session: s.ID, Language: lang}).(*CodeContext).ID)
+	}
+	var ce *capability.Error
+	if _, err := call(t, a, "create_code_context", CodeContextInput{Session: s.ID, Language: "javascript"}); !errors.As(err, &ce) ||
+		ce.Code != capability.ResourceExhausted || !strings.Contains(ce.Message, "remove_code_context") {
+		t.Fatalf("a JS context past the cap: %v", err)
+	}
+	mustCall(t, a, "create_code_context", CodeContextInput{Session: s.ID, Language: "python"})
+	for _, id := range ids {
+		runCode(t, a, RunCodeInput{Session: s.ID, Context: id, Code: "1"})
+	}
+	// The default JS context is not refused at create (run_code's
+	// "default" and list_code_contexts make it), but its VM is.
+	if _, err := call(t, a, "run_code", RunCodeInput{Session: s.ID, Context: "default", Lang: "js", Code: "1"}); !errors.As(err, &ce) ||
+		ce.Code != capability.ResourceExhausted || !strings.Contains(ce.Message, "JavaScript") {
+		t.Fatalf("the default context's run past the engine's cap: %v", err)
+	}
+	// The default one, now in the registry, counts: two removed make room
+	// for one.
+	mustCall(t, a, "remove_code_context", CodeContextRef{Session: s.ID, ID: ids[0]})
+	if _, err := call(t, a, "create_code_context", CodeContextInput{Session: s.ID, Language: "js"}); !errors.As(err, &ce) || ce.Code != capability.ResourceExhausted {
+		t.Errorf("the default context is not counted: %v", err)
+	}
+	mustCall(t, a, "remove_code_context", CodeContextRef{Session: s.ID, ID: ids[1]})
+	c := mustCall(t, a, "create_code_context", CodeContextInput{Session: s.ID, Language: "js"}).(*CodeContext)
+	runCode(t, a, RunCodeInput{Session: s.ID, Context: c.ID, Code: "1"})
 }

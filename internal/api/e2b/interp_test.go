@@ -581,3 +581,17 @@ func TestExecuteLanguages(t *testing.T) {
 		t.Error("a node context")
 	}
 }
+
+// A JavaScript context past the engine's per-session cap is refused when
+// made (each keeps a VM in the server's memory), with what frees one.
+func TestContextsJSCap(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	for range 4 {
+		e.createContext(t, id, map[string]any{"language": "js"})
+	}
+	resp := e.interp(t, context.Background(), id, "POST", "/contexts", map[string]any{"language": "ts"})
+	if msg := textOf(t, resp); resp.StatusCode < 400 || resp.StatusCode == http.StatusInternalServerError || !strings.Contains(msg, "remove_code_context") {
+		t.Errorf("past the cap: %s %q", resp.Status, msg)
+	}
+}

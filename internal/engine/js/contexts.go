@@ -12,9 +12,11 @@ package js
 // kernel has; run_code's fresh VMs have none. A context's VM has the engine's
 // memory limit, serves one run at a time, and is closed when the context
 // is dropped (restart, removal, the session's destroy) or the Engine
-// closed. A session holds at most MaxContextsPerSession of them and the
-// Engine MaxContexts: the VMs live in the server's process, outside every
-// box's memory limit, so the two caps bound what code contexts can hold.
+// closed. A session holds at most MaxContextsPerSession of them, a tenant
+// MaxContextsPerTenant (its share of the server's, so that no one tenant
+// takes them all) and the Engine MaxContexts: the VMs live in the
+// server's process, outside every box's memory limit, so the caps bound
+// what code contexts can hold.
 
 import (
 	"context"
@@ -30,6 +32,7 @@ import (
 // The caps on kept VMs (each up to Options.MemoryLimit).
 const (
 	MaxContextsPerSession = 4
+	MaxContextsPerTenant  = 8
 	MaxContexts           = 32
 )
 
@@ -39,11 +42,12 @@ var ErrContextLimit = errors.New("too many JavaScript code contexts")
 
 // jsContext is one kept VM.
 type jsContext struct {
-	mu    sync.Mutex // held by the run in progress
-	prep  *prepared  // nil until the first run, and after a drop
-	count int
-	gone  bool                    // dropped: a run that waited for mu makes no new VM
-	atoms map[string]quickjs.Atom // the controller's method names in prep's VM
+	tenant string     // the session's tenant, for its share of the cap
+	mu     sync.Mutex // held by the run in progress
+	prep   *prepared  // nil until the first run, and after a drop
+	count  int
+	gone   bool                    // dropped: a run that waited for mu makes no new VM
+	atoms  map[string]quickjs.Atom // the controller's method names in prep's VM
 
 	cancelMu  sync.Mutex
 	cancelRun context.CancelCauseFunc // the run in progress's, or nil
@@ -57,8 +61,9 @@ type contexts struct {
 	closed bool
 }
 
-// get returns the context of key, made if new (within the caps).
-func (e *Engine) context(session, id string) (*jsContext, error) {
+// context returns the context of (session, id), made if new (within the
+// caps); tenant is the session's.
+func (e *Engine) context(tenant, session, id string) (*jsContext, error) {
 	cs := &e.ctxs
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -69,24 +74,52 @@ func (e *Engine) context(session, id string) (*jsContext, error) {
 	if c := cs.m[k]; c != nil {
 		return c, nil
 	}
-	n := 0
-	for k2 := range cs.m {
-		if k2.session == session {
-			n++
-		}
-	}
-	if n >= MaxContextsPerSession {
-		return nil, fmt.Errorf("%w: session %s has %d JavaScript/TypeScript contexts with state, the most it may (remove_code_context frees one)", ErrContextLimit, session, n)
-	}
-	if len(cs.m) >= MaxContexts {
-		return nil, fmt.Errorf("%w: the server holds %d, the most it may; try again later", ErrContextLimit, len(cs.m))
+	if err := cs.room(tenant, session); err != nil {
+		return nil, err
 	}
 	if cs.m == nil {
 		cs.m = map[contextKey]*jsContext{}
 	}
-	c := &jsContext{}
+	c := &jsContext{tenant: tenant}
 	cs.m[k] = c
 	return c, nil
+}
+
+// CheckContext reports (an error wrapping ErrContextLimit) whether a run
+// in context id of session, of tenant, would be refused for the caps: the
+// caller can refuse it as such before the run (the run itself checks
+// again).
+func (e *Engine) CheckContext(tenant, session, id string) error {
+	cs := &e.ctxs
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.closed || cs.m[contextKey{session, id}] != nil {
+		return nil
+	}
+	return cs.room(tenant, session)
+}
+
+// room: whether one more context fits, with cs.mu held.
+func (cs *contexts) room(tenant, session string) error {
+	n, nt := 0, 0
+	for k2, c2 := range cs.m {
+		if k2.session == session {
+			n++
+		}
+		if c2.tenant == tenant {
+			nt++
+		}
+	}
+	if n >= MaxContextsPerSession {
+		return fmt.Errorf("%w: session %s has %d JavaScript/TypeScript contexts with state, the most it may (remove_code_context frees one)", ErrContextLimit, session, n)
+	}
+	if nt >= MaxContextsPerTenant {
+		return fmt.Errorf("%w: this tenant's sessions hold %d JavaScript/TypeScript contexts with state, the most one tenant may (remove_code_context or destroying a session frees one)", ErrContextLimit, nt)
+	}
+	if len(cs.m) >= MaxContexts {
+		return fmt.Errorf("%w: the server holds %d, the most it may; try again later", ErrContextLimit, len(cs.m))
+	}
+	return nil
 }
 
 // DropContext implements runcode.ContextEngine: the context's VM is

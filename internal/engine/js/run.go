@@ -75,7 +75,7 @@ func (r *run) arm() error {
 func (r *run) main() (*runcode.Result, error) {
 	var count int
 	if cr := r.req.Context; cr != nil && cr.ID != "" {
-		c, err := r.eng.context(r.req.Session.ID, cr.ID)
+		c, err := r.eng.context(r.req.Session.Tenant, r.req.Session.ID, cr.ID)
 		if err != nil {
 			return nil, err
 		}
