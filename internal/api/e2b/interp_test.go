@@ -595,3 +595,41 @@ func TestContextsJSCap(t *testing.T) {
 		t.Errorf("past the cap: %s %q", resp.Status, msg)
 	}
 }
+
+// Each of E2B's cwd tests (code-interpreter js/tests/cwd.test.ts,
+// bash.test.ts) as the first run of a fresh sandbox: every language starts
+// in /home/user and says so, never the workspace's host path; a "!pwd"
+// line prints it and is no result of its own (IPython's shell lines).
+func TestExecuteCwdFirstRun(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, tc := range []struct {
+		body   map[string]any
+		stdout string // else the main result's text
+	}{
+		{map[string]any{"code": "pwd", "language": "bash"}, "/home/user\n"},
+		{map[string]any{"code": "!pwd"}, "/home/user\n"},
+		{map[string]any{"code": "from pathlib import Path; print(Path.cwd())", "language": "python"}, "/home/user\n"},
+		{map[string]any{"code": "process.cwd()", "language": "js"}, ""},
+		{map[string]any{"code": "process.cwd()", "language": "ts"}, ""},
+	} {
+		id := e.newSession(t)
+		lines := e.execute(t, id, tc.body)
+		results := ofType(lines, "result")
+		if tc.stdout != "" {
+			if out := stdoutOf(lines); out != tc.stdout || len(results) != 0 {
+				t.Errorf("%v: stdout %q, results %v", tc.body, out, results)
+			}
+			continue
+		}
+		if len(results) != 1 || results[0]["text"] != "/home/user" {
+			t.Errorf("%v: %v", tc.body, lines)
+		}
+	}
+	// A bash context made with its own directory reports it.
+	id := e.newSession(t)
+	e.execute(t, id, map[string]any{"code": "mkdir -p sub", "language": "bash"})
+	c := e.createContext(t, id, map[string]any{"language": "bash", "cwd": "sub"})
+	if out := stdoutOf(e.execute(t, id, map[string]any{"code": "pwd", "context_id": c})); out != "/home/user/sub\n" {
+		t.Errorf("a bash context in sub: %q", out)
+	}
+}
