@@ -23,6 +23,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"modernc.org/quickjs"
 
@@ -36,18 +38,28 @@ const (
 	MaxContexts           = 32
 )
 
+// IdleEvict is how long a context's VM must have been idle before a
+// server at MaxContexts may close it to make room for another's: its
+// state is lost, and the context's next run starts afresh and says so. A
+// variable for the tests.
+var IdleEvict = 15 * time.Minute
+
 // ErrContextLimit refuses a new JS context past a cap. Test with
 // errors.Is.
 var ErrContextLimit = errors.New("too many JavaScript code contexts")
 
 // jsContext is one kept VM.
 type jsContext struct {
-	tenant string     // the session's tenant, for its share of the cap
-	mu     sync.Mutex // held by the run in progress
-	prep   *prepared  // nil until the first run, and after a drop
-	count  int
-	gone   bool                    // dropped: a run that waited for mu makes no new VM
-	atoms  map[string]quickjs.Atom // the controller's method names in prep's VM
+	tenant  string       // the session's tenant, for its share of the cap
+	used    atomic.Int64 // unix nanoseconds of its last run's end
+	running atomic.Bool
+	evicted bool // made again after its VM was evicted (idle): the next run says so
+
+	mu    sync.Mutex // held by the run in progress
+	prep  *prepared  // nil until the first run, and after a drop
+	count int
+	gone  bool                    // dropped: a run that waited for mu makes no new VM
+	atoms map[string]quickjs.Atom // the controller's method names in prep's VM
 
 	cancelMu  sync.Mutex
 	cancelRun context.CancelCauseFunc // the run in progress's, or nil
@@ -56,9 +68,10 @@ type jsContext struct {
 type contextKey struct{ session, id string }
 
 type contexts struct {
-	mu     sync.Mutex
-	m      map[contextKey]*jsContext
-	closed bool
+	mu      sync.Mutex
+	m       map[contextKey]*jsContext
+	evicted map[contextKey]bool // contexts whose VM was evicted, until their next run
+	closed  bool
 }
 
 // context returns the context of (session, id), made if new (within the
@@ -72,17 +85,51 @@ func (e *Engine) context(tenant, session, id string) (*jsContext, error) {
 	}
 	k := contextKey{session, id}
 	if c := cs.m[k]; c != nil {
+		c.used.Store(time.Now().UnixNano()) // not idle: a run is about to take it
 		return c, nil
 	}
 	if err := cs.room(tenant, session); err != nil {
-		return nil, err
+		if !errors.Is(err, errServerFull) || !cs.evictIdle() {
+			return nil, err
+		}
 	}
 	if cs.m == nil {
 		cs.m = map[contextKey]*jsContext{}
 	}
-	c := &jsContext{tenant: tenant}
+	c := &jsContext{tenant: tenant, evicted: cs.evicted[k]}
+	delete(cs.evicted, k)
+	c.used.Store(time.Now().UnixNano())
 	cs.m[k] = c
 	return c, nil
+}
+
+// errServerFull is room's answer when only the server's cap is reached.
+var errServerFull = fmt.Errorf("%w: the server holds %d JavaScript/TypeScript contexts with state, the most it may; try again later", ErrContextLimit, MaxContexts)
+
+// evictIdle closes the VM that has been idle the longest, if one has for
+// IdleEvict, to make room (cs.mu held); it reports whether it did.
+func (cs *contexts) evictIdle() bool {
+	var oldK contextKey
+	var old *jsContext
+	limit := time.Now().Add(-IdleEvict).UnixNano()
+	for k, c := range cs.m {
+		if c.running.Load() || c.used.Load() > limit {
+			continue
+		}
+		if old == nil || c.used.Load() < old.used.Load() {
+			oldK, old = k, c
+		}
+	}
+	if old == nil {
+		return false
+	}
+	delete(cs.m, oldK)
+	if cs.evicted == nil || len(cs.evicted) >= 4*MaxContexts {
+		cs.evicted = map[contextKey]bool{}
+	}
+	cs.evicted[oldK] = true
+	go old.drop() // waits for a run that took it just now, which then finds it gone
+	return true
 }
 
 // CheckContext reports (an error wrapping ErrContextLimit) whether a run
@@ -117,7 +164,7 @@ func (cs *contexts) room(tenant, session string) error {
 		return fmt.Errorf("%w: this tenant's sessions hold %d JavaScript/TypeScript contexts with state, the most one tenant may (remove_code_context or destroying a session frees one)", ErrContextLimit, nt)
 	}
 	if len(cs.m) >= MaxContexts {
-		return fmt.Errorf("%w: the server holds %d, the most it may; try again later", ErrContextLimit, len(cs.m))
+		return errServerFull
 	}
 	return nil
 }
@@ -131,6 +178,7 @@ func (e *Engine) DropContext(ctx context.Context, session, id string) error {
 	k := contextKey{session, id}
 	c := cs.m[k]
 	delete(cs.m, k)
+	delete(cs.evicted, k)
 	cs.mu.Unlock()
 	if c == nil {
 		return nil

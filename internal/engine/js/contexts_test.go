@@ -232,3 +232,47 @@ func TestContextTenantShare(t *testing.T) {
 		t.Errorf("%d contexts", n)
 	}
 }
+
+// A server at MaxContexts closes the VM idle the longest (past IdleEvict)
+// to make room; that context's next run starts afresh and says its state
+// was lost.
+func TestContextIdleEviction(t *testing.T) {
+	old := IdleEvict
+	IdleEvict = 0 // every VM not running counts as idle
+	defer func() { IdleEvict = old }()
+	e := New(nil)
+	defer e.Close()
+	var first *session.Session
+	for i := range MaxContexts / MaxContextsPerSession {
+		s := newSession(t, fmt.Sprint("s", i))
+		s.Tenant = fmt.Sprint("t", i*MaxContextsPerSession/MaxContextsPerTenant)
+		if first == nil {
+			first = s
+		}
+		for j := range MaxContextsPerSession {
+			runKept(t, e, s, "js", fmt.Sprint("c", j), "var kept = 'yes'")
+		}
+	}
+	late := newSession(t, "late")
+	late.Tenant = "late"
+	runKept(t, e, late, "js", "a", "1")
+	if n := e.Contexts(); n != MaxContexts {
+		t.Errorf("%d contexts", n)
+	}
+	// The first context made was idle the longest: it was the one closed.
+	r := runKept(t, e, first, "js", "c0", "typeof kept")
+	if mainText(r) != `"undefined"` || !strings.Contains(r.err, "state was lost") || r.ExecutionCount != 1 {
+		t.Errorf("the evicted context's next run: %s %q count %d", mainText(r), r.err, r.ExecutionCount)
+	}
+	// It said so once.
+	if r := runKept(t, e, first, "js", "c0", "1"); strings.Contains(r.err, "state was lost") {
+		t.Errorf("said twice: %q", r.err)
+	}
+	// Without idle VMs, the cap refuses.
+	IdleEvict = time.Hour
+	var out, errb bytes.Buffer
+	if _, err := e.Run(context.Background(), &runcode.Request{Code: "1", Lang: "js", Session: late, Timeout: time.Minute,
+		Stdout: &out, Stderr: &errb, Context: &runcode.ContextRun{ID: "b"}}); !errors.Is(err, ErrContextLimit) {
+		t.Errorf("full, nothing idle: %v", err)
+	}
+}

@@ -94,6 +94,15 @@ func (r *run) main() (*runcode.Result, error) {
 				panic(p)
 			}
 		}()
+		c.running.Store(true)
+		defer func() {
+			c.used.Store(time.Now().UnixNano())
+			c.running.Store(false)
+		}()
+		if c.evicted {
+			c.evicted = false
+			fmt.Fprintf(r.req.Stderr, "[this context's JavaScript state was lost: its VM was idle for %s or more and the server, at its cap of %d, closed it to make room; it starts afresh]\n", IdleEvict, MaxContexts)
+		}
 		c.count++
 		count = c.count
 		r.kept = c
