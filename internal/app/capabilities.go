@@ -177,6 +177,13 @@ func (a *App) runCode(ctx context.Context, in RunCodeInput) (*runcode.Result, er
 			return a.runBashContext(ctx, sess, c, in.Code, in.Env, timeout)
 		}
 		lang = l
+		if engineFamily(c.Language) == ctxJavaScript && a.js != nil {
+			// A context past the JS engine's caps is refused as such
+			// (resource_exhausted), not as a run no engine could do.
+			if err := a.js.CheckContext(sess.Tenant, sess.ID, c.ID); err != nil {
+				return nil, err
+			}
+		}
 		cr = &runcode.ContextRun{ID: c.ID, Dir: c.Cwd, Rich: in.Rich, Env: in.Env}
 	} else if in.Rich || len(in.Env) > 0 {
 		cr = &runcode.ContextRun{Rich: in.Rich, Env: in.Env}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/engine/js"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
@@ -31,11 +32,6 @@ import (
 // MaxCodeContexts is how many code contexts a session holds, the default
 // ones included.
 const MaxCodeContexts = 32
-
-// BoxHome is where every session box shows the session's workspace, as
-// E2B's sandboxes have their user's home: a context's directory is there
-// unless it names another.
-const BoxHome = "/home/user"
 
 // The languages of code contexts, as E2B names them.
 const (
@@ -64,6 +60,7 @@ type CodeContextInput struct {
 	Session  string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
 	Language string `json:"language,omitempty" jsonschema:"python (default), javascript (js), typescript (ts) or bash"`
 	Cwd      string `json:"cwd,omitempty" jsonschema:"working directory of its runs as the box sees it; default /home/user (the workspace); a relative path is under /home/user"`
+	Default  bool   `json:"default,omitempty" jsonschema:"answer the session's default context of the language instead (the one run_code's context \"default\" runs in), made if there is none yet; cwd must be empty"`
 }
 
 // CodeContextRef names a code context.
@@ -144,13 +141,13 @@ func engineFamily(lang string) string {
 // paths are under /home/user).
 func contextDir(dir string) (string, error) {
 	if dir == "" {
-		return BoxHome, nil
+		return sandbox.HomeUser, nil
 	}
 	if len(dir) > 4096 || strings.ContainsRune(dir, 0) {
 		return "", capability.Errorf(capability.InvalidArgument, "cwd must be a path of at most 4096 bytes without NUL")
 	}
 	if !path.IsAbs(dir) {
-		dir = path.Join(BoxHome, dir)
+		dir = path.Join(sandbox.HomeUser, dir)
 	}
 	return path.Clean(dir), nil
 }
@@ -167,6 +164,11 @@ func newContextID() string {
 func (r *codeContexts) add(sid, lang, dir string, def bool) (*CodeContext, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.addLocked(sid, lang, dir, def)
+}
+
+// addLocked is add with r.mu held.
+func (r *codeContexts) addLocked(sid, lang, dir string, def bool) (*CodeContext, error) {
 	m := r.bySession[sid]
 	if len(m) >= MaxCodeContexts {
 		return nil, capability.Errorf(capability.ResourceExhausted,
@@ -179,22 +181,38 @@ func (r *codeContexts) add(sid, lang, dir string, def bool) (*CodeContext, error
 		m = map[string]*CodeContext{}
 		r.bySession[sid] = m
 	}
+	if !def && engineFamily(lang) == ctxJavaScript {
+		// Each keeps a VM in the server's memory: the engine holds at most
+		// js.MaxContextsPerSession for a session, and a context past that
+		// would fail only at its first run.
+		n := 0
+		for _, c := range m {
+			if engineFamily(c.Language) == ctxJavaScript {
+				n++
+			}
+		}
+		if n >= js.MaxContextsPerSession {
+			return nil, capability.Errorf(capability.ResourceExhausted,
+				"session %s has %d JavaScript/TypeScript code contexts (its default ones included), the most it can hold: each keeps a VM in the server's memory; remove_code_context frees one (python and bash contexts are not limited so)", sid, n)
+		}
+	}
 	c := &CodeContext{ID: newContextID(), Language: lang, Cwd: dir, Session: sid, Default: def}
 	m[c.ID] = c
 	return c, nil
 }
 
 // defaultOf is session sid's default context of lang, made on first use.
+// The search and the making are one hold of r.mu: two first runs at once
+// must find one default, not make one each.
 func (r *codeContexts) defaultOf(sid, lang string) (*CodeContext, error) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	for _, c := range r.bySession[sid] {
 		if c.Default && c.Language == lang {
-			r.mu.Unlock()
 			return c, nil
 		}
 	}
-	r.mu.Unlock()
-	return r.add(sid, lang, BoxHome, true)
+	return r.addLocked(sid, lang, sandbox.HomeUser, true)
 }
 
 // get finds context id of session sid.
@@ -251,7 +269,8 @@ func (a *App) registerContexts(reg *capability.Registry) {
 		"Make a code context in a session: a state of its own that run_code runs in when given its id as context — "+
 			"for python a namespace of the session's interpreter (variables, imports) with its own working directory and execution count; "+
 			"for javascript/typescript a QuickJS VM kept between runs (top-level declarations persist); for bash the session's resident shell. "+
-			fmt.Sprintf("cwd defaults to %s, where every session box shows the workspace. A session holds at most %d contexts.", BoxHome, MaxCodeContexts),
+			fmt.Sprintf("cwd defaults to %s, where every session box shows the workspace. A session holds at most %d contexts, at most %d of them javascript/typescript (each keeps a VM in the server's memory). "+
+				"With default true it answers the session's default context of the language (run_code's context \"default\"), made if there is none yet.", sandbox.HomeUser, MaxCodeContexts, js.MaxContextsPerSession),
 		capability.ScopeExec, a.createCodeContext))
 	reg.Register(capability.New("list_code_contexts",
 		"List a session's code contexts, its default python and javascript contexts included (run_code with context \"default\" runs in the default context of its lang).",
@@ -273,11 +292,20 @@ func (a *App) createCodeContext(ctx context.Context, in CodeContextInput) (*Code
 	if err != nil {
 		return nil, err
 	}
+	if in.Default && in.Cwd != "" {
+		return nil, capability.Errorf(capability.InvalidArgument,
+			"cwd and default were both given: a default context runs in %s; omit one", sandbox.HomeUser)
+	}
 	s, err := a.Sessions.Get(ctx, in.Session)
 	if err != nil {
 		return nil, err
 	}
-	c, err := a.contexts.add(s.ID, lang, dir, false)
+	var c *CodeContext
+	if in.Default {
+		c, err = a.contexts.defaultOf(s.ID, lang)
+	} else {
+		c, err = a.contexts.add(s.ID, lang, dir, false)
+	}
 	if err != nil {
 		return nil, err
 	}

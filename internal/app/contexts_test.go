@@ -2,10 +2,14 @@ package app
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/engine/js"
+	"github.com/quro-dev/quro/internal/sandbox"
 )
 
 // Code contexts through the capabilities: a Python context is its own
@@ -81,4 +85,104 @@ func TestJSContextsEndWithTheSession(t *testing.T) {
 	if n := a.js.Contexts(); n != 0 {
 		t.Errorf("%d JS contexts after the destroy", n)
 	}
+}
+
+// Concurrent first runs of a session make one default context per
+// language: two defaults would split the session's state between two
+// namespaces, and later runs would land in either.
+func TestDefaultContextOnce(t *testing.T) {
+	var r codeContexts
+	const rounds, racers = 3000, 4
+	for i := 0; i < rounds; i++ {
+		sid := fmt.Sprint("s", i)
+		start := make(chan struct{})
+		ids := make(chan string, racers)
+		var wg sync.WaitGroup
+		for j := 0; j < racers; j++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				c, err := r.defaultOf(sid, ctxPython)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ids <- c.ID
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(ids)
+		seen := map[string]bool{}
+		for id := range ids {
+			seen[id] = true
+		}
+		if len(seen) != 1 || len(r.list(sid)) != 1 {
+			t.Fatalf("round %d: the first runs got %d default contexts (%d listed)", i, len(seen), len(r.list(sid)))
+		}
+	}
+}
+
+// create_code_context with default answers the session's default context
+// of the language, the one run_code's context "default" runs in.
+func TestCreateDefaultContext(t *testing.T) {
+	a := newApp(t, nil)
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "d"}).(*SessionInfo)
+	c := mustCall(t, a, "create_code_context", CodeContextInput{Session: s.ID, Language: "py", Default: true}).(*CodeContext)
+	if !c.Default || c.Language != "python" || c.Cwd != sandbox.HomeUser {
+		t.Fatalf("the default context: %+v", c)
+	}
+	runCode(t, a, RunCodeInput{Session: s.ID, Context: "default", Code: "x = 'default'"})
+	if r := runCode(t, a, RunCodeInput{Session: s.ID, Context: c.ID, Code: "print(x)"}); r.Stdout != "default\n" {
+		t.Errorf("run_code's default context is not the one answered: %q %q", r.Stdout, r.Stderr)
+	}
+	if again := mustCall(t, a, "create_code_context", CodeContextInput{Session: s.ID, Language: "python3", Default: true}).(*CodeContext); again.ID != c.ID {
+		t.Errorf("a second default: %s, then %s", c.ID, again.ID)
+	}
+	var ce *capability.Error
+	if _, err := call(t, a, "create_code_context", CodeContextInput{Session: s.ID, Default: true, Cwd: "/tmp"}); !errors.As(err, &ce) || ce.Code != capability.InvalidArgument {
+		t.Errorf("default with a cwd: %v", err)
+	}
+}
+
+// JavaScript/TypeScript contexts are refused at create past the engine's
+// per-session cap (each keeps a VM in the server's memory), not at their
+// first run; a run the engine still refuses (a default context past it)
+// is resource_exhausted with the engine's reason, not an internal error.
+func TestJSContextCap(t *testing.T) {
+	a := newApp(t, nil)
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "jscap"}).(*SessionInfo)
+	var ids []string
+	for i := range js.MaxContextsPerSession {
+		lang := "js"
+		if i%2 == 1 {
+			lang = "ts"
+		}
+		ids = append(ids, mustCall(t, a, "create_code_context", CodeContextInput{Session: s.ID, Language: lang}).(*CodeContext).ID)
+	}
+	var ce *capability.Error
+	if _, err := call(t, a, "create_code_context", CodeContextInput{Session: s.ID, Language: "javascript"}); !errors.As(err, &ce) ||
+		ce.Code != capability.ResourceExhausted || !strings.Contains(ce.Message, "remove_code_context") {
+		t.Fatalf("a JS context past the cap: %v", err)
+	}
+	mustCall(t, a, "create_code_context", CodeContextInput{Session: s.ID, Language: "python"})
+	for _, id := range ids {
+		runCode(t, a, RunCodeInput{Session: s.ID, Context: id, Code: "1"})
+	}
+	// The default JS context is not refused at create (run_code's
+	// "default" and list_code_contexts make it), but its VM is.
+	if _, err := call(t, a, "run_code", RunCodeInput{Session: s.ID, Context: "default", Lang: "js", Code: "1"}); !errors.As(err, &ce) ||
+		ce.Code != capability.ResourceExhausted || !strings.Contains(ce.Message, "JavaScript") {
+		t.Fatalf("the default context's run past the engine's cap: %v", err)
+	}
+	// The default one, now in the registry, counts: two removed make room
+	// for one.
+	mustCall(t, a, "remove_code_context", CodeContextRef{Session: s.ID, ID: ids[0]})
+	if _, err := call(t, a, "create_code_context", CodeContextInput{Session: s.ID, Language: "js"}); !errors.As(err, &ce) || ce.Code != capability.ResourceExhausted {
+		t.Errorf("the default context is not counted: %v", err)
+	}
+	mustCall(t, a, "remove_code_context", CodeContextRef{Session: s.ID, ID: ids[1]})
+	c := mustCall(t, a, "create_code_context", CodeContextInput{Session: s.ID, Language: "js"}).(*CodeContext)
+	runCode(t, a, RunCodeInput{Session: s.ID, Context: c.ID, Code: "1"})
 }

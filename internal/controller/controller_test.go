@@ -16,6 +16,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/engine/js"
 	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/project"
 	"github.com/quro-dev/quro/internal/quota"
@@ -188,6 +189,7 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("%w (online resizing failed)", quota.ErrNotGrown), capability.Busy, []string{"idle"}, false},
 		{fmt.Errorf("watch %q: %w: inotify instances used up", "w", workspace.ErrWatchLimit), capability.ResourceExhausted, []string{`"w"`, "inotify"}, true},
 		{fmt.Errorf("unknown language %q: %w", "cobol", runcode.ErrInvalid), capability.InvalidArgument, []string{"cobol"}, false},
+		{fmt.Errorf("%w: session s1 has 4", js.ErrContextLimit), capability.ResourceExhausted, []string{"s1"}, true},
 		{fmt.Errorf("%q leads out of the session workspace: %w", "../x", workspace.ErrOutside), capability.PermissionDenied, []string{"../x"}, false},
 		{fmt.Errorf("%q: %w", "x", workspace.ErrPermission), capability.PermissionDenied, []string{`"x"`}, false},
 		{fmt.Errorf("%q: %w", "x", workspace.ErrNotFound), capability.NotFound, []string{`"x"`}, false},

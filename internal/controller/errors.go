@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/engine/js"
 	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/project"
 	"github.com/quro-dev/quro/internal/quota"
@@ -67,6 +68,8 @@ var classes = []class{
 
 	// Runs.
 	{match: is(runcode.ErrInvalid), code: capability.InvalidArgument},
+	// A JavaScript code context's VM past a cap (session, tenant, server).
+	{match: is(js.ErrContextLimit), code: capability.ResourceExhausted, retry: 30},
 
 	// Files in the workspace, and projects.
 	{match: is(workspace.ErrOutside), code: capability.PermissionDenied},

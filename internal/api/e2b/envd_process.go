@@ -207,7 +207,7 @@ func (p *processService) follow(ctx context.Context, h http.Header, name string,
 		// as a dropped connection ("terminated") and then probes its
 		// health; wait (bounded) until the sandbox is gone, so that the
 		// probe finds it gone.
-		p.waitGone(ctx)
+		p.s.waitGone(ctx)
 		return rpcErrorf(connect.CodeUnknown, "terminated: sandbox "+sandboxOf(ctx)+" was killed while process "+strconv.Itoa(out.Pid)+" ran")
 	}
 	// The end is the stream's last event: no keepalive after it.
@@ -221,31 +221,6 @@ func (p *processService) follow(ctx context.Context, h http.Header, name string,
 	defer es.mu.Unlock()
 	return es.err
 }
-
-// waitGone waits until the request's sandbox no longer exists, at most
-// goneWait.
-func (p *processService) waitGone(ctx context.Context) {
-	deadline := time.NewTimer(goneWait)
-	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if _, err := p.s.opts.Sandbox(ctx, sandboxOf(ctx)); err != nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-deadline.C:
-			return
-		case <-tick.C:
-		}
-	}
-}
-
-// goneWait bounds waitGone: a destroy waits up to 10 s for the calls it
-// ended before it ends the box and deletes the session.
-const goneWait = 30 * time.Second
 
 func (p *processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
 	if err := p.s.checkUser(req.Header()); err != nil {

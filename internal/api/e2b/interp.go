@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -63,22 +62,15 @@ func writeCallError(w http.ResponseWriter, err error) {
 	writeText(w, statusOf(err), ce.Message)
 }
 
-// interpLanguage is E2B's language normalisation (server contexts.py):
-// none → python, js → javascript, ts → typescript. Quro runs python,
-// javascript, typescript and bash; the rest is refused by name.
-func (s *Server) interpLanguage(lang string) (string, error) {
-	l := strings.ToLower(strings.TrimSpace(lang))
-	switch l {
-	case "", "python":
-		return "python", nil
-	case "js", "javascript":
-		return "javascript", nil
-	case "ts", "typescript":
-		return "typescript", nil
-	case "bash":
-		return "bash", nil
+// writeContextError answers a failed create_code_context: a refused
+// language or directory names Quro's version, as every feature Quro does
+// not have does on this API (E2B's R and Java kernels).
+func (s *Server) writeContextError(w http.ResponseWriter, err error) {
+	if asCapError(err).Code == capability.InvalidArgument {
+		writeText(w, http.StatusBadRequest, "Quro "+s.version()+"'s code interpreter: "+asCapError(err).Message)
+		return
 	}
-	return "", fmt.Errorf("language %q is not supported by Quro %s's code interpreter: use python, javascript (js), typescript (ts) or bash", lang, s.version())
+	writeCallError(w, err)
 }
 
 type executeRequest struct {
@@ -110,18 +102,24 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	if len(req.EnvVars) > 0 {
 		in["env"] = req.EnvVars
 	}
-	if req.ContextID != "" {
-		in["context"] = req.ContextID
-	} else {
-		lang, err := s.interpLanguage(req.Language)
-		if err != nil {
-			writeText(w, http.StatusBadRequest, err.Error())
+	switch {
+	case req.Language != "":
+		// The session's default context of the language, made on first
+		// use, as E2B's server does; the app reads the language (E2B's
+		// spellings and Quro's) and refuses one it has no contexts for,
+		// before the stream starts.
+		var c contextBody
+		if err := s.call(r.Context(), "create_code_context", map[string]any{
+			"session": sandboxOf(r.Context()), "language": req.Language, "default": true,
+		}, &c); err != nil {
+			s.writeContextError(w, err)
 			return
 		}
-		in["context"], in["lang"] = "default", lang
-	}
-
-	if req.ContextID != "" {
+		in["context"] = c.ID
+	case req.ContextID == "":
+		in["context"] = "default" // python's
+	default:
+		in["context"] = req.ContextID
 		// Known before the stream starts: E2B answers 404 for it.
 		var list struct {
 			Contexts []contextBody `json:"contexts"`
@@ -152,7 +150,10 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		// calls are canceled) or the server is closing. E2B's client sees
 		// its connection reset, then asks /health (502 now) and says
 		// "the sandbox was killed"; a stream that ended normally would
-		// look like a run that finished.
+		// look like a run that finished. The reset waits (bounded) until
+		// the sandbox is gone: the kill ends its calls before its box,
+		// and a probe in between would find it alive.
+		s.waitGone(r.Context())
 		out.abort()
 		panic(http.ErrAbortHandler)
 	}
@@ -430,16 +431,11 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusBadRequest, "the body must be JSON {language?, cwd?}: "+err.Error())
 		return
 	}
-	lang, err := s.interpLanguage(req.Language)
-	if err != nil {
-		writeText(w, http.StatusBadRequest, err.Error())
-		return
-	}
 	var out contextBody
 	if err := s.call(r.Context(), "create_code_context", map[string]any{
-		"session": sandboxOf(r.Context()), "language": lang, "cwd": req.Cwd,
+		"session": sandboxOf(r.Context()), "language": req.Language, "cwd": req.Cwd,
 	}, &out); err != nil {
-		writeCallError(w, err)
+		s.writeContextError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -332,7 +332,7 @@ func TestContextsCRUD(t *testing.T) {
 		t.Errorf("context and language: %s", resp.Status)
 	}
 	if resp := e.interp(t, bg, id, "POST", "/execute", map[string]any{"code": "1", "language": "r"}); resp.StatusCode != 400 ||
-		!strings.Contains(textOf(t, resp), `language "r" is not supported by Quro test`) {
+		!strings.Contains(textOf(t, resp), `Quro test's code interpreter: language "r" has no code contexts`) {
 		t.Errorf("language r: %s", resp.Status)
 	}
 	// Removed: 404 with E2B's text.
@@ -471,8 +471,10 @@ func TestExecuteCwd(t *testing.T) {
 }
 
 // A run stopped because its sandbox was killed ends with the connection
-// reset, not with a normal end: the SDK then finds /health answering 502
-// and says the sandbox was killed (E2B's killedSandbox test).
+// reset, not with a normal end, and only once the sandbox is gone: the
+// SDK probes /health right after the reset, and only a 502 there makes it
+// say the sandbox was killed (E2B's killedSandbox test). The kill comes
+// from elsewhere while the run streams, as a user's Sandbox.kill() does.
 func TestExecuteSandboxKilled(t *testing.T) {
 	e := newEnv(t, nil)
 	id := e.newSession(t)
@@ -483,10 +485,12 @@ func TestExecuteSandboxKilled(t *testing.T) {
 	if l := lr.nextData(); l == nil || l["text"] != "ready\n" {
 		t.Fatalf("first line: %v", l)
 	}
-	if _, err := e.App.Controller.Call(context.Background(), controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeExec},
-		"destroy_session", json.RawMessage(`{"session":"`+id+`"}`)); err != nil {
-		t.Fatal(err)
-	}
+	killed := make(chan error, 1)
+	go func() {
+		_, err := e.App.Controller.Call(context.Background(), controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeExec},
+			"destroy_session", json.RawMessage(`{"session":"`+id+`"}`))
+		killed <- err
+	}()
 	for l := lr.next(); l != nil; l = lr.next() {
 		if l["type"] == "end_of_execution" {
 			t.Fatalf("the stream ended normally: %v", l)
@@ -495,6 +499,7 @@ func TestExecuteSandboxKilled(t *testing.T) {
 	if lr.sc.Err() == nil {
 		t.Error("the stream ended without an error: the SDK would take the run as finished")
 	}
+	// At once, as the SDK does.
 	req, _ := http.NewRequest("GET", e.URL+"/health", nil)
 	req.Header.Set(e2b.HeaderSandboxID, id)
 	req.Header.Set(e2b.HeaderSandboxPort, "49983")
@@ -504,7 +509,10 @@ func TestExecuteSandboxKilled(t *testing.T) {
 	}
 	h.Body.Close()
 	if h.StatusCode != http.StatusBadGateway {
-		t.Errorf("/health after the kill: %s", h.Status)
+		t.Errorf("/health right after the reset: %s (the sandbox was not gone yet: the SDK would not say it was killed)", h.Status)
+	}
+	if err := <-killed; err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -540,5 +548,88 @@ func TestRestartStopsTheRun(t *testing.T) {
 		if r := ofType(e.execute(t, id, map[string]any{"context_id": c, "code": probe}), "result"); len(r) != 1 || (r[0]["text"] != "False" && r[0]["text"] != "false") {
 			t.Errorf("%s: after the restart: %v", lang, r)
 		}
+	}
+}
+
+// /execute's language is read by the app, which knows every spelling its
+// contexts accept (E2B's and Quro's own: py, node, sh…); one it has no
+// contexts for is refused before the stream starts, as E2B's server
+// refuses a kernel it cannot start.
+func TestExecuteLanguages(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	e.execute(t, id, map[string]any{"code": "kept = 'py'", "language": "py"})
+	if r := ofType(e.execute(t, id, map[string]any{"code": "kept", "language": "Python"}), "result"); len(r) != 1 || r[0]["text"] != "py" {
+		t.Errorf("py and Python are one default context: %v", r)
+	}
+	e.execute(t, id, map[string]any{"code": "var kept = 'node'", "language": "node"})
+	if r := ofType(e.execute(t, id, map[string]any{"code": "kept", "language": "js"}), "result"); len(r) != 1 || r[0]["text"] != "node" {
+		t.Errorf("node and js are one default context: %v", r)
+	}
+	if out := stdoutOf(e.execute(t, id, map[string]any{"code": "echo sh", "language": "sh"})); out != "sh\n" {
+		t.Errorf("sh: %q", out)
+	}
+	resp := e.interp(t, context.Background(), id, "POST", "/execute", map[string]any{"code": "1", "language": "cobol"})
+	if msg := textOf(t, resp); resp.StatusCode != http.StatusBadRequest || !strings.Contains(msg, `"cobol"`) || !strings.Contains(msg, "python, javascript") {
+		t.Errorf("an unknown language: %s %q", resp.Status, msg)
+	}
+	resp = e.interp(t, context.Background(), id, "POST", "/contexts", map[string]any{"language": "cobol"})
+	if msg := textOf(t, resp); resp.StatusCode != http.StatusBadRequest || !strings.Contains(msg, `"cobol"`) {
+		t.Errorf("a context of an unknown language: %s %q", resp.Status, msg)
+	}
+	if c := e.createContext(t, id, map[string]any{"language": "node"}); c == "" {
+		t.Error("a node context")
+	}
+}
+
+// A JavaScript context past the engine's per-session cap is refused when
+// made (each keeps a VM in the server's memory), with what frees one.
+func TestContextsJSCap(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	for range 4 {
+		e.createContext(t, id, map[string]any{"language": "js"})
+	}
+	resp := e.interp(t, context.Background(), id, "POST", "/contexts", map[string]any{"language": "ts"})
+	if msg := textOf(t, resp); resp.StatusCode < 400 || resp.StatusCode == http.StatusInternalServerError || !strings.Contains(msg, "remove_code_context") {
+		t.Errorf("past the cap: %s %q", resp.Status, msg)
+	}
+}
+
+// Each of E2B's cwd tests (code-interpreter js/tests/cwd.test.ts,
+// bash.test.ts) as the first run of a fresh sandbox: every language starts
+// in /home/user and says so, never the workspace's host path; a "!pwd"
+// line prints it and is no result of its own (IPython's shell lines).
+func TestExecuteCwdFirstRun(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, tc := range []struct {
+		body   map[string]any
+		stdout string // else the main result's text
+	}{
+		{map[string]any{"code": "pwd", "language": "bash"}, "/home/user\n"},
+		{map[string]any{"code": "!pwd"}, "/home/user\n"},
+		{map[string]any{"code": "from pathlib import Path; print(Path.cwd())", "language": "python"}, "/home/user\n"},
+		{map[string]any{"code": "process.cwd()", "language": "js"}, ""},
+		{map[string]any{"code": "process.cwd()", "language": "ts"}, ""},
+	} {
+		id := e.newSession(t)
+		lines := e.execute(t, id, tc.body)
+		results := ofType(lines, "result")
+		if tc.stdout != "" {
+			if out := stdoutOf(lines); out != tc.stdout || len(results) != 0 {
+				t.Errorf("%v: stdout %q, results %v", tc.body, out, results)
+			}
+			continue
+		}
+		if len(results) != 1 || results[0]["text"] != "/home/user" {
+			t.Errorf("%v: %v", tc.body, lines)
+		}
+	}
+	// A bash context made with its own directory reports it.
+	id := e.newSession(t)
+	e.execute(t, id, map[string]any{"code": "mkdir -p sub", "language": "bash"})
+	c := e.createContext(t, id, map[string]any{"language": "bash", "cwd": "sub"})
+	if out := stdoutOf(e.execute(t, id, map[string]any{"code": "pwd", "context_id": c})); out != "/home/user/sub\n" {
+		t.Errorf("a bash context in sub: %q", out)
 	}
 }

@@ -12,15 +12,19 @@ package js
 // kernel has; run_code's fresh VMs have none. A context's VM has the engine's
 // memory limit, serves one run at a time, and is closed when the context
 // is dropped (restart, removal, the session's destroy) or the Engine
-// closed. A session holds at most MaxContextsPerSession of them and the
-// Engine MaxContexts: the VMs live in the server's process, outside every
-// box's memory limit, so the two caps bound what code contexts can hold.
+// closed. A session holds at most MaxContextsPerSession of them, a tenant
+// MaxContextsPerTenant (its share of the server's, so that no one tenant
+// takes them all) and the Engine MaxContexts: the VMs live in the
+// server's process, outside every box's memory limit, so the caps bound
+// what code contexts can hold.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"modernc.org/quickjs"
 
@@ -30,8 +34,15 @@ import (
 // The caps on kept VMs (each up to Options.MemoryLimit).
 const (
 	MaxContextsPerSession = 4
+	MaxContextsPerTenant  = 8
 	MaxContexts           = 32
 )
+
+// IdleEvict is how long a context's VM must have been idle before a
+// server at MaxContexts may close it to make room for another's: its
+// state is lost, and the context's next run starts afresh and says so. A
+// variable for the tests.
+var IdleEvict = 15 * time.Minute
 
 // ErrContextLimit refuses a new JS context past a cap. Test with
 // errors.Is.
@@ -39,6 +50,11 @@ var ErrContextLimit = errors.New("too many JavaScript code contexts")
 
 // jsContext is one kept VM.
 type jsContext struct {
+	tenant  string       // the session's tenant, for its share of the cap
+	used    atomic.Int64 // unix nanoseconds of its last run's end
+	running atomic.Bool
+	evicted bool // made again after its VM was evicted (idle): the next run says so
+
 	mu    sync.Mutex // held by the run in progress
 	prep  *prepared  // nil until the first run, and after a drop
 	count int
@@ -52,13 +68,15 @@ type jsContext struct {
 type contextKey struct{ session, id string }
 
 type contexts struct {
-	mu     sync.Mutex
-	m      map[contextKey]*jsContext
-	closed bool
+	mu      sync.Mutex
+	m       map[contextKey]*jsContext
+	evicted map[contextKey]bool // contexts whose VM was evicted, until their next run
+	closed  bool
 }
 
-// get returns the context of key, made if new (within the caps).
-func (e *Engine) context(session, id string) (*jsContext, error) {
+// context returns the context of (session, id), made if new (within the
+// caps); tenant is the session's.
+func (e *Engine) context(tenant, session, id string) (*jsContext, error) {
 	cs := &e.ctxs
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -67,26 +85,88 @@ func (e *Engine) context(session, id string) (*jsContext, error) {
 	}
 	k := contextKey{session, id}
 	if c := cs.m[k]; c != nil {
+		c.used.Store(time.Now().UnixNano()) // not idle: a run is about to take it
 		return c, nil
 	}
-	n := 0
-	for k2 := range cs.m {
-		if k2.session == session {
-			n++
+	if err := cs.room(tenant, session); err != nil {
+		if !errors.Is(err, errServerFull) || !cs.evictIdle() {
+			return nil, err
 		}
-	}
-	if n >= MaxContextsPerSession {
-		return nil, fmt.Errorf("%w: session %s has %d JavaScript/TypeScript contexts with state, the most it may (remove_code_context frees one)", ErrContextLimit, session, n)
-	}
-	if len(cs.m) >= MaxContexts {
-		return nil, fmt.Errorf("%w: the server holds %d, the most it may; try again later", ErrContextLimit, len(cs.m))
 	}
 	if cs.m == nil {
 		cs.m = map[contextKey]*jsContext{}
 	}
-	c := &jsContext{}
+	c := &jsContext{tenant: tenant, evicted: cs.evicted[k]}
+	delete(cs.evicted, k)
+	c.used.Store(time.Now().UnixNano())
 	cs.m[k] = c
 	return c, nil
+}
+
+// errServerFull is room's answer when only the server's cap is reached.
+var errServerFull = fmt.Errorf("%w: the server holds %d JavaScript/TypeScript contexts with state, the most it may; try again later", ErrContextLimit, MaxContexts)
+
+// evictIdle closes the VM that has been idle the longest, if one has for
+// IdleEvict, to make room (cs.mu held); it reports whether it did.
+func (cs *contexts) evictIdle() bool {
+	var oldK contextKey
+	var old *jsContext
+	limit := time.Now().Add(-IdleEvict).UnixNano()
+	for k, c := range cs.m {
+		if c.running.Load() || c.used.Load() > limit {
+			continue
+		}
+		if old == nil || c.used.Load() < old.used.Load() {
+			oldK, old = k, c
+		}
+	}
+	if old == nil {
+		return false
+	}
+	delete(cs.m, oldK)
+	if cs.evicted == nil || len(cs.evicted) >= 4*MaxContexts {
+		cs.evicted = map[contextKey]bool{}
+	}
+	cs.evicted[oldK] = true
+	go old.drop() // waits for a run that took it just now, which then finds it gone
+	return true
+}
+
+// CheckContext reports (an error wrapping ErrContextLimit) whether a run
+// in context id of session, of tenant, would be refused for the caps: the
+// caller can refuse it as such before the run (the run itself checks
+// again).
+func (e *Engine) CheckContext(tenant, session, id string) error {
+	cs := &e.ctxs
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.closed || cs.m[contextKey{session, id}] != nil {
+		return nil
+	}
+	return cs.room(tenant, session)
+}
+
+// room: whether one more context fits, with cs.mu held.
+func (cs *contexts) room(tenant, session string) error {
+	n, nt := 0, 0
+	for k2, c2 := range cs.m {
+		if k2.session == session {
+			n++
+		}
+		if c2.tenant == tenant {
+			nt++
+		}
+	}
+	if n >= MaxContextsPerSession {
+		return fmt.Errorf("%w: session %s has %d JavaScript/TypeScript contexts with state, the most it may (remove_code_context frees one)", ErrContextLimit, session, n)
+	}
+	if nt >= MaxContextsPerTenant {
+		return fmt.Errorf("%w: this tenant's sessions hold %d JavaScript/TypeScript contexts with state, the most one tenant may (remove_code_context or destroying a session frees one)", ErrContextLimit, nt)
+	}
+	if len(cs.m) >= MaxContexts {
+		return errServerFull
+	}
+	return nil
 }
 
 // DropContext implements runcode.ContextEngine: the context's VM is
@@ -98,6 +178,7 @@ func (e *Engine) DropContext(ctx context.Context, session, id string) error {
 	k := contextKey{session, id}
 	c := cs.m[k]
 	delete(cs.m, k)
+	delete(cs.evicted, k)
 	cs.mu.Unlock()
 	if c == nil {
 		return nil

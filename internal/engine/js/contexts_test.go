@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -148,14 +149,16 @@ type writerFunc func(p []byte)
 
 func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
 
-// The kept VMs live in the server's memory: however many sessions ask,
-// the server holds at most MaxContexts.
+// The kept VMs live in the server's memory: however many sessions (of
+// however many tenants, each within its share) ask, the server holds at
+// most MaxContexts.
 func TestContextServerCap(t *testing.T) {
 	e := New(nil)
 	defer e.Close()
 	var last *session.Session
 	for i := range MaxContexts / MaxContextsPerSession {
 		last = newSession(t, "s"+string(rune('a'+i)))
+		last.Tenant = fmt.Sprint("t", i*MaxContextsPerSession/MaxContextsPerTenant)
 		for j := range MaxContextsPerSession {
 			runKept(t, e, last, "js", string(rune('a'+j)), "1")
 		}
@@ -190,5 +193,86 @@ func TestContextProcess(t *testing.T) {
 	}
 	if r := runKept(t, e, s, "js", "p", "String(process.env.FOO)"); mainText(r) != `"undefined"` {
 		t.Errorf("the run's variable outlived it: %s", mainText(r))
+	}
+}
+
+// One tenant's sessions hold at most MaxContextsPerTenant kept VMs, its
+// share of the server's MaxContexts: another tenant still gets its own.
+func TestContextTenantShare(t *testing.T) {
+	e := New(nil)
+	defer e.Close()
+	var sessions []*session.Session
+	for i := 0; len(sessions)*MaxContextsPerSession < MaxContextsPerTenant+1; i++ {
+		s := newSession(t, fmt.Sprint("greedy", i))
+		s.Tenant = "greedy"
+		sessions = append(sessions, s)
+	}
+	made := 0
+	for _, s := range sessions {
+		for i := range MaxContextsPerSession {
+			var out, errb bytes.Buffer
+			_, err := e.Run(context.Background(), &runcode.Request{Code: "1", Lang: "js", Session: s, Timeout: time.Minute,
+				Stdout: &out, Stderr: &errb, Context: &runcode.ContextRun{ID: fmt.Sprint("c", i)}})
+			if made < MaxContextsPerTenant {
+				if err != nil {
+					t.Fatalf("context %d of the tenant: %v", made, err)
+				}
+				made++
+				continue
+			}
+			if !errors.Is(err, ErrContextLimit) || !strings.Contains(err.Error(), "one tenant") {
+				t.Fatalf("past the tenant's share: %v", err)
+			}
+		}
+	}
+	other := newSession(t, "other")
+	other.Tenant = "other"
+	runKept(t, e, other, "js", "a", "1")
+	if n := e.Contexts(); n != MaxContextsPerTenant+1 {
+		t.Errorf("%d contexts", n)
+	}
+}
+
+// A server at MaxContexts closes the VM idle the longest (past IdleEvict)
+// to make room; that context's next run starts afresh and says its state
+// was lost.
+func TestContextIdleEviction(t *testing.T) {
+	old := IdleEvict
+	IdleEvict = 0 // every VM not running counts as idle
+	defer func() { IdleEvict = old }()
+	e := New(nil)
+	defer e.Close()
+	var first *session.Session
+	for i := range MaxContexts / MaxContextsPerSession {
+		s := newSession(t, fmt.Sprint("s", i))
+		s.Tenant = fmt.Sprint("t", i*MaxContextsPerSession/MaxContextsPerTenant)
+		if first == nil {
+			first = s
+		}
+		for j := range MaxContextsPerSession {
+			runKept(t, e, s, "js", fmt.Sprint("c", j), "var kept = 'yes'")
+		}
+	}
+	late := newSession(t, "late")
+	late.Tenant = "late"
+	runKept(t, e, late, "js", "a", "1")
+	if n := e.Contexts(); n != MaxContexts {
+		t.Errorf("%d contexts", n)
+	}
+	// The first context made was idle the longest: it was the one closed.
+	r := runKept(t, e, first, "js", "c0", "typeof kept")
+	if mainText(r) != `"undefined"` || !strings.Contains(r.err, "state was lost") || r.ExecutionCount != 1 {
+		t.Errorf("the evicted context's next run: %s %q count %d", mainText(r), r.err, r.ExecutionCount)
+	}
+	// It said so once.
+	if r := runKept(t, e, first, "js", "c0", "1"); strings.Contains(r.err, "state was lost") {
+		t.Errorf("said twice: %q", r.err)
+	}
+	// Without idle VMs, the cap refuses.
+	IdleEvict = time.Hour
+	var out, errb bytes.Buffer
+	if _, err := e.Run(context.Background(), &runcode.Request{Code: "1", Lang: "js", Session: late, Timeout: time.Minute,
+		Stdout: &out, Stderr: &errb, Context: &runcode.ContextRun{ID: "b"}}); !errors.Is(err, ErrContextLimit) {
+		t.Errorf("full, nothing idle: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"modernc.org/quickjs"
 
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/workspace"
 )
 
@@ -74,7 +75,7 @@ func (r *run) arm() error {
 func (r *run) main() (*runcode.Result, error) {
 	var count int
 	if cr := r.req.Context; cr != nil && cr.ID != "" {
-		c, err := r.eng.context(r.req.Session.ID, cr.ID)
+		c, err := r.eng.context(r.req.Session.Tenant, r.req.Session.ID, cr.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -93,6 +94,15 @@ func (r *run) main() (*runcode.Result, error) {
 				panic(p)
 			}
 		}()
+		c.running.Store(true)
+		defer func() {
+			c.used.Store(time.Now().UnixNano())
+			c.running.Store(false)
+		}()
+		if c.evicted {
+			c.evicted = false
+			fmt.Fprintf(r.req.Stderr, "[this context's JavaScript state was lost: its VM was idle for %s or more and the server, at its cap of %d, closed it to make room; it starts afresh]\n", IdleEvict, MaxContexts)
+		}
 		c.count++
 		count = c.count
 		r.kept = c
@@ -150,7 +160,7 @@ func (r *run) main0() (*runcode.Result, error) {
 		}
 		dir := r.req.Context.Dir
 		if dir == "" {
-			dir = "/home/user"
+			dir = sandbox.HomeUser
 		}
 		if _, err := r.callCtl("nodeProcess", dir); err != nil {
 			return r.failed(err)

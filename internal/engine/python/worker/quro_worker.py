@@ -825,7 +825,10 @@ def _shell_lines(src):
         if body.startswith("!"):
             indent = line[:len(line) - len(body)]
             cmd = body[1:].rstrip("\r\n")
-            lines[i] = "%s__import__('subprocess').run(%r, shell=True)\n" % (indent, cmd)
+            # A statement, not an expression: as in IPython, the line
+            # prints what the command prints and has no value of its own
+            # (a last line would else show a CompletedProcess result).
+            lines[i] = "%s__import__('subprocess').run(%r, shell=True); pass\n" % (indent, cmd)
             found = True
     if not found:
         return None
