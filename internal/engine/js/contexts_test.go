@@ -134,7 +134,11 @@ func TestContextInterrupt(t *testing.T) {
 		}
 		done <- res
 	}()
-	<-started
+	select {
+	case <-started:
+	case res := <-done: // never hang on a run that ended without the line
+		t.Fatalf("the run ended before it printed 'looping': %+v (stdout %q)", res, out.String())
+	}
 	cancel()
 	if res := <-done; !res.Interrupted {
 		t.Fatalf("not interrupted: %+v", res)

@@ -231,17 +231,25 @@ func (r *run) startKept() error {
 }
 
 // watch interrupts the VM when the caller cancels; the returned func stops
-// watching.
+// watching, and returns only once the watcher is gone: a VM kept for a
+// code context runs again, and an interrupt that landed after its next
+// run began (a caller canceling as its run ends) would stop that run. One
+// that lands before it is cleared as the next call into JavaScript starts.
 func (r *run) watch() func() {
 	done := make(chan struct{})
+	exited := make(chan struct{})
 	go func() {
+		defer close(exited)
 		select {
 		case <-r.ctx.Done():
 			r.vm.Interrupt()
 		case <-done:
 		}
 	}()
-	return func() { close(done) }
+	return func() {
+		close(done)
+		<-exited
+	}
 }
 
 // callCtl calls a method of the prelude's controller.
