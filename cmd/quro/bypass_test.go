@@ -348,6 +348,8 @@ var partReads = map[string]bool{
 	"rootfs.Manager.Status": true, "rootfs.Manager.List": true, "rootfs.Manager.Ready": true,
 	"rootfs.Manager.Path": true, "rootfs.Manager.Info": true, "rootfs.Manager.Dir": true,
 	"quota.Disks.Enforced": true, "quota.Disks.Method": true, "quota.Disks.Has": true, "quota.Disks.Usage": true, "quota.Disks.Note": true,
+	// E2B's sandbox plane looks a sandbox's tenant up (serve_e2b.go).
+	"session.Manager.ByIDAnyTenant": true,
 }
 
 // appUses are the members of app.App a command may use, by file ("*":
@@ -360,6 +362,9 @@ var appUses = map[string]map[string]bool{
 	"serve.go": {"Sessions": true, "Authenticate": true, "EnsureAdminToken": true, "OpenPTY": true, "Metrics": true, "Sandbox": true, "PreparePython": true},
 	// quro term attaches to the PTY open_terminal started.
 	"term.go": {"OpenPTY": true},
+	// The E2B access path's wiring: API keys are tokens, a sandbox's
+	// tenant comes from its session.
+	"serve_e2b.go": {"Sessions": true, "VerifyToken": true},
 }
 
 // TestBypassNoPartsOutsideTheController type-checks the CLI's own code

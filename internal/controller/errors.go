@@ -184,3 +184,9 @@ func newID() string {
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
+
+// NoSpace reports whether a failed call failed on a full disk (the
+// session's quota or the filesystem): an access path that answers that
+// case apart (E2B's 507) asks here rather than reading the domain's
+// errors itself.
+func NoSpace(err error) bool { return errors.Is(err, workspace.ErrNoSpace) }

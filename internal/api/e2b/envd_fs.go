@@ -26,8 +26,8 @@ import (
 	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem"
 	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem/filesystemconnect"
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/runcode"
-	"github.com/quro-dev/quro/internal/workspace"
 )
 
 // envd's filesystem: filesystem.Filesystem over Connect-RPC, GET and POST
@@ -657,7 +657,7 @@ func (f *fsService) httpUser(w http.ResponseWriter, r *http.Request) bool {
 // (workspace.ErrNoSpace, which the controller's error keeps as its cause)
 // is envd's 507 (the SDK's NotEnoughSpaceError).
 func writeFileError(w http.ResponseWriter, err error) {
-	if errors.Is(err, workspace.ErrNoSpace) {
+	if controller.NoSpace(err) {
 		writeJSONError(w, http.StatusInsufficientStorage, messageOf(err))
 		return
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -337,12 +339,17 @@ func TestEnvdStdin(t *testing.T) {
 	}
 
 	// Without stdin: true, input is refused with a reason.
-	ev = e.start(t, id, bash(`read a; echo "a=$a"`, false), nil)
+	// It stays until the test says so (a file appears), so that the
+	// input finds it running.
+	ev = e.start(t, id, bash(`read a; echo "a=$a"; until [ -e /home/user/go-on ]; do sleep 0.01; done`, false), nil)
 	pid = ev.startPid(t)
 	_, err := c.SendInput(context.Background(), connect.NewRequest(&process.SendInputRequest{Process: pidSel(pid),
 		Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte("1\n")}}}))
 	if codeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "stdin") {
 		t.Fatalf("input without stdin: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(workspaceOf(t, e, id), "go-on"), nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	if end, stdout, _ := ev.end(t); end.GetExitCode() != 0 || stdout != "a=\n" {
 		t.Fatalf("a process without stdin reads EOF: %v %q", end, stdout)
