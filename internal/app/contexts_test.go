@@ -17,6 +17,7 @@ import (
 // context id names nothing in another session.
 func TestCodeContexts(t *testing.T) {
 	a := newApp(t, nil)
+	needEmbedded(t, a) // Python contexts are the resident worker's namespaces
 	s1 := mustCall(t, a, "create_session", CreateSessionInput{Name: "c1"}).(*SessionInfo)
 	s2 := mustCall(t, a, "create_session", CreateSessionInput{Name: "c2"}).(*SessionInfo)
 	c := mustCall(t, a, "create_code_context", CodeContextInput{Session: s1.ID}).(*CodeContext)
@@ -128,6 +129,7 @@ func TestDefaultContextOnce(t *testing.T) {
 // of the language, the one run_code's context "default" runs in.
 func TestCreateDefaultContext(t *testing.T) {
 	a := newApp(t, nil)
+	needEmbedded(t, a) // Python contexts are the resident worker's namespaces
 	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "d"}).(*SessionInfo)
 	c := mustCall(t, a, "create_code_context", CodeContextInput{Session: s.ID, Language: "py", Default: true}).(*CodeContext)
 	if !c.Default || c.Language != "python" || c.Cwd != sandbox.HomeUser {
