@@ -794,36 +794,44 @@ var errTooBig = errors.New("too big")
 // next are appended. A file over one chunk is thus visible in parts while
 // it is written (one chunk is atomic).
 func (f *fsService) store(ctx context.Context, rel string, src io.Reader) (*writeInfo, error) {
+	write := func(data []byte, appendTo bool) (string, error) {
+		var out struct {
+			Path string `json:"path"`
+		}
+		err := f.s.call(ctx, "write_file", struct {
+			Session  string `json:"session"`
+			Path     string `json:"path"`
+			Content  string `json:"content"`
+			Encoding string `json:"encoding"`
+			Append   bool   `json:"append"`
+		}{sandboxOf(ctx), rel, base64.StdEncoding.EncodeToString(data), "base64", appendTo}, &out)
+		return out.Path, err
+	}
+	// As envd: the file is made (or emptied) first, then written in
+	// place, so a watcher sees the writes to it (E2B's watch tests wait
+	// for a WRITE of an overwritten file), and a file of any size arrives
+	// the same way.
+	path0, err := write(nil, false)
+	if err != nil {
+		return nil, err
+	}
+	rel = path0 // a link written through: the data goes where the file was made
 	buf := make([]byte, transferChunk)
 	var total int64
-	var path0 string
-	for first := true; ; first = false {
+	for {
 		n, rerr := io.ReadFull(src, buf)
 		if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
 			return nil, capability.Errorf(capability.InvalidArgument, "reading the upload of %s: %v", fromWorkspace(rel), rerr)
 		}
-		if n == 0 && !first {
+		if n == 0 {
 			break
 		}
 		total += int64(n)
 		if total > maxTransfer {
 			return nil, errTooBig
 		}
-		var out struct {
-			Path string `json:"path"`
-		}
-		if err := f.s.call(ctx, "write_file", struct {
-			Session  string `json:"session"`
-			Path     string `json:"path"`
-			Content  string `json:"content"`
-			Encoding string `json:"encoding"`
-			Append   bool   `json:"append"`
-		}{sandboxOf(ctx), rel, base64.StdEncoding.EncodeToString(buf[:n]), "base64", !first}, &out); err != nil {
+		if _, err := write(buf[:n], true); err != nil {
 			return nil, err
-		}
-		if first {
-			path0 = out.Path
-			rel = out.Path // a link written through: the rest goes where the first chunk went
 		}
 		if n < len(buf) { // the end of the upload
 			break

@@ -699,3 +699,49 @@ func TestEnvdWatchesBoundedPerSandbox(t *testing.T) {
 		wantConnect(t, err, connect.CodeResourceExhausted, "8 watches running")
 	}
 }
+
+// An upload over a watched file is seen as a write of that file (envd
+// writes in place; E2B's watch tests wait for exactly that event).
+func TestEnvdUploadIsAWriteToWatchers(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	c := e.fsClient(id)
+	e.shell(t, id, "mkdir w && printf old > w/f.txt")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := c.WatchDir(ctx, rpc(&filesystem.WatchDirRequest{Path: "/home/user/w"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() || stream.Msg().GetStart() == nil {
+		t.Fatalf("first message %v (%v), want start", stream.Msg(), stream.Err())
+	}
+	req, _ := http.NewRequest(http.MethodPost, e.URL+"/files?path=/home/user/w/f.txt", strings.NewReader("new content"))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := e.sandboxClient(id, e2b.EnvdPort).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("upload: %d", resp.StatusCode)
+	}
+	// A mark after the upload: the watch's events keep their order, so
+	// the write must come before it.
+	e.shell(t, id, "touch w/zz-mark")
+	for {
+		if !stream.Receive() {
+			t.Fatalf("stream ended before a write of f.txt: %v", stream.Err())
+		}
+		ev := stream.Msg().GetFilesystem()
+		if ev == nil {
+			continue
+		}
+		if ev.GetType() == filesystem.EventType_EVENT_TYPE_WRITE && ev.GetName() == "f.txt" {
+			break
+		}
+		if ev.GetName() == "zz-mark" {
+			t.Fatal("the upload over f.txt was no write of it")
+		}
+	}
+}
