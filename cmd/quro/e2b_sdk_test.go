@@ -29,6 +29,11 @@ var e2bNode = filepath.Join(e2bDir, "node_modules", ".bin", "node")
 // subtest per area, one failure per check that fails.
 func TestE2BSDK(t *testing.T) {
 	if _, err := os.Stat(e2bNode); err != nil {
+		if os.Getenv("CI") != "" {
+			// make test installs them: under CI their absence is a broken
+			// install step, never a reason to test less.
+			t.Fatalf("the E2B SDKs are not installed (%v): make test runs npm ci --prefix test/e2b", err)
+		}
 		t.Skip("\n\n*** SKIPPED: the E2B SDKs are not installed (test/e2b/node_modules is missing).\n" +
 			"*** Run `npm ci --prefix test/e2b` (make test does) to test quro against E2B's SDKs. ***\n\n")
 	}
