@@ -433,13 +433,8 @@ func (a *App) contextRun(s *session.Session, id, lang string) (*CodeContext, str
 
 // checkRunEnv checks run_code's per-run variables.
 func checkRunEnv(env map[string]string) error {
-	for k, v := range env {
-		if err := sandbox.CheckEnvName(k); err != nil {
-			return capability.Errorf(capability.InvalidArgument, "env: %v", err)
-		}
-		if strings.ContainsRune(v, 0) {
-			return capability.Errorf(capability.InvalidArgument, "env: the value of %s contains NUL", k)
-		}
+	if err := sandbox.CheckEnv(env); err != nil {
+		return capability.Errorf(capability.InvalidArgument, "env: %v", err)
 	}
 	return nil
 }

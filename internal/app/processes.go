@@ -256,11 +256,6 @@ func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessR
 	if in.TimeoutMS < 0 || in.TimeoutMS > maxProcessTimeoutMS {
 		return nil, capability.Errorf(capability.InvalidArgument, "timeout_ms %d is outside 0..%d (milliseconds; 0 for no timeout)", in.TimeoutMS, int64(maxProcessTimeoutMS))
 	}
-	for k, v := range in.Env {
-		if strings.ContainsRune(v, 0) {
-			return nil, capability.Errorf(capability.InvalidArgument, "variable %s holds a NUL byte", k)
-		}
-	}
 	s, err := a.Sessions.Get(ctx, in.Session)
 	if err != nil {
 		return nil, err

@@ -445,6 +445,11 @@ func TestProcessBadInput(t *testing.T) {
 		"huge argument":    {Session: s.ID, Cmd: "echo", Args: []string{strings.Repeat("a", 2<<20)}},
 		"no program":       {Session: s.ID},
 		"bad pty":          {Session: s.ID, Cmd: "true", PTY: &proc.Size{Cols: 0, Rows: 5000}},
+		// The loader obeys LD_PRELOAD at start-up; an environment cannot
+		// carry a NUL (it would cut the value the process sees).
+		"loader variable": {Session: s.ID, Cmd: "true", Env: map[string]string{"LD_PRELOAD": "/home/user/x.so"}},
+		"NUL in a value":  {Session: s.ID, Cmd: "true", Env: map[string]string{"A": "a\x00b"}},
+		"bad name":        {Session: s.ID, Cmd: "true", Env: map[string]string{"A=B": "c"}},
 	} {
 		_, err := call(t, a, "start_process", in)
 		if codeOf(err) != capability.InvalidArgument {

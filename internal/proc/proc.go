@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -326,12 +327,10 @@ func (t *Table) Start(ctx context.Context, sb *sandbox.Sandbox, base *sandbox.Sp
 	for k, v := range base.Env {
 		env[k] = v
 	}
-	for k, v := range st.Env {
-		if err := sandbox.CheckEnvName(k); err != nil {
-			return nil, nil, fmt.Errorf("%w: environment variable %q: %v", ErrInvalid, k, err)
-		}
-		env[k] = v
+	if err := sandbox.CheckEnv(st.Env); err != nil {
+		return nil, nil, fmt.Errorf("%w: environment: %v", ErrInvalid, err)
 	}
+	maps.Copy(env, st.Env)
 	spec.Env = env
 
 	p := &Process{t: t, session: session, tag: st.Tag, config: st.Config, tty: st.PTY != nil,

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -61,6 +62,22 @@ func CheckEnvName(name string) error {
 	for p, why := range refusedEnvPrefixes {
 		if strings.HasPrefix(name, p) {
 			return fmt.Errorf("variable %s cannot be set: %s; the sandbox refuses the names the loader, libc or a shell obey at start-up", name, why)
+		}
+	}
+	return nil
+}
+
+// CheckEnv reports why env cannot be given to a run, or nil: a name
+// CheckEnvName refuses, or a value holding a NUL byte (which an
+// environment cannot carry). Names are checked in order, so the error is
+// the same each time.
+func CheckEnv(env map[string]string) error {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if err := CheckEnvName(k); err != nil {
+			return err
+		}
+		if strings.ContainsRune(env[k], 0) {
+			return fmt.Errorf("the value of %s holds a NUL byte, which an environment cannot carry", k)
 		}
 	}
 	return nil

@@ -190,3 +190,24 @@ func TestOversizeEnvironmentIsRefused(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+func TestCheckEnv(t *testing.T) {
+	for _, bad := range []map[string]string{
+		{"LD_PRELOAD": "x"}, {"BASH_ENV": "x"}, {"A=B": "c"}, {"": "c"}, {"OK": "a\x00b"},
+	} {
+		if CheckEnv(bad) == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if err := CheckEnv(map[string]string{"PATH_EXTRA": "/x", "LANG": "C.UTF-8", "EMPTY": ""}); err != nil {
+		t.Errorf("good variables refused: %v", err)
+	}
+	// The first refused name in order, every time.
+	env := map[string]string{"LD_PRELOAD": "x", "BASH_ENV": "y"}
+	want := CheckEnv(env).Error()
+	for range 20 {
+		if got := CheckEnv(env).Error(); got != want || !strings.Contains(got, "BASH_ENV") {
+			t.Fatalf("%q then %q", want, got)
+		}
+	}
+}
