@@ -8,6 +8,7 @@ import (
 	osexec "os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/sandbox"
+	"golang.org/x/sys/unix"
 )
 
 // TestShellStatesMoveForwardOnly: the shell goes idle → starting → ready
@@ -220,17 +222,34 @@ func TestCloseWhileACommandRuns(t *testing.T) {
 			}
 			done := make(chan out, 1)
 			go func() {
-				res, err := s.Exec(context.Background(), "echo > started; trap '' INT; sleep 1000", ExecOptions{Timeout: 10 * time.Minute})
+				res, err := s.Exec(context.Background(), "trap '' INT; sleep 1000 & echo > started; wait", ExecOptions{Timeout: 10 * time.Minute})
 				done <- out{res, err}
 			}()
 			// Read to the end (a writer left without a reader dies of
-			// SIGPIPE): the command is past its echo.
+			// SIGPIPE): the sleep is forked, in the shell's group.
 			if _, err := os.ReadFile(fifo); err != nil {
 				t.Fatal(err)
 			}
 			s.mu.Lock()
 			pids := s.sp.proc.CgroupPids()
+			group := s.sp.proc.Group()
 			s.mu.Unlock()
+			// A pidfd of each process of the shell's group but the shell,
+			// taken before Close: it polls readable once that very process
+			// has exited. SIGKILL to the group ends them, each a moment
+			// after the shell: their exits are the kernel's work.
+			var children []int
+			for _, p := range pids {
+				if p == group || pgidOf(p) != group {
+					continue
+				}
+				fd, err := unix.PidfdOpen(p, 0)
+				if err != nil {
+					t.Fatalf("pidfd of %d: %v", p, err)
+				}
+				defer unix.Close(fd)
+				children = append(children, fd)
+			}
 			s.Close()
 			o := <-done
 			if !errors.Is(o.err, ErrClosed) || !strings.Contains(o.err.Error(), "destroyed") {
@@ -239,17 +258,38 @@ func TestCloseWhileACommandRuns(t *testing.T) {
 			if len(pids) == 0 {
 				t.Skip("no cgroup here to list the box's processes")
 			}
-			left := 0
-			for _, p := range pids {
-				if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p)); err == nil && strings.Contains(string(b), "sleep") {
-					left++
-				}
+			if len(children) == 0 {
+				t.Fatalf("no child of the shell among the box's processes %v", pids)
 			}
-			if left > 0 {
-				t.Errorf("%d sleep(s) still running after Close", left)
+			// Close killed them: each exits well within the bound (a sleep
+			// left alive would run for 1000 s).
+			for _, fd := range children {
+				fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+				n, err := unix.Poll(fds, 10_000)
+				for errors.Is(err, unix.EINTR) {
+					n, err = unix.Poll(fds, 10_000)
+				}
+				if err != nil || n != 1 {
+					t.Errorf("a child of the shell still runs 10 s after Close (poll: %d %v)", n, err)
+				}
 			}
 		})
 	}
+}
+
+// pgidOf is the process group of host pid p, 0 when it is gone.
+func pgidOf(p int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+	i := strings.LastIndexByte(string(b), ')')
+	if err != nil || i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 3 {
+		return 0
+	}
+	g, _ := strconv.Atoi(f[2])
+	return g
 }
 
 // TestInputDetectionLooksOnlyInTheBox: waiting for input is seen, and the
