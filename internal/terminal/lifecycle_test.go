@@ -247,9 +247,13 @@ func TestCloseWhileACommandRuns(t *testing.T) {
 				if err != nil {
 					t.Fatalf("pidfd of %d: %v", p, err)
 				}
-				defer unix.Close(fd)
 				children = append(children, fd)
 			}
+			t.Cleanup(func() {
+				for _, fd := range children {
+					unix.Close(fd)
+				}
+			})
 			s.Close()
 			o := <-done
 			if !errors.Is(o.err, ErrClosed) || !strings.Contains(o.err.Error(), "destroyed") {
