@@ -162,8 +162,8 @@ AllBad()`
 	}
 	for _, n := range []string{
 		"a BadHtml's _repr_html_() failed (RuntimeError: no html today)",
-		"a AllBad's _repr_html_() failed (ValueError: broken)",
-		"a AllBad's json form is not valid (TypeError",
+		"an AllBad's _repr_html_() failed (ValueError: broken)",
+		"an AllBad's json form is not valid (TypeError",
 		"a BadBundle's _repr_mimebundle_() failed (TypeError: nope)",
 		"a BadRepr's _repr_html_() failed (KeyError",
 	} {

@@ -618,10 +618,12 @@ def _note(msg):
 
 
 def _what(obj):
+    """"a DataFrame", "an Image": obj in a note."""
     try:
-        return "a %s" % type(obj).__name__
+        name = type(obj).__name__
     except Exception:
         return "a value"
+    return ("an " if name[:1].lower() in "aeiou" else "a ") + name
 
 
 def _human(n):
