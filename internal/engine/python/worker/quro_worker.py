@@ -685,7 +685,7 @@ def _call_repr(obj, meth, what):
             return None
         return f()
     except Exception as e:
-        _note("%s's %s() failed (%s: %s); it was shown without that form" % (what, meth, type(e).__name__, _safe_str(e)[:200]))
+        _note("%s's %s() failed (%s: %s); that form was left out" % (what, meth, type(e).__name__, _safe_str(e)[:200]))
         return None
 
 
