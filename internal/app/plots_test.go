@@ -226,7 +226,8 @@ func TestPlotsInSciRootfs(t *testing.T) {
 	})
 	t.Run("rich run", func(t *testing.T) {
 		r := runCode(t, a, RunCodeInput{Session: "sci", Context: "default", Rich: true,
-			Code: "plt.plot([1, 2])\nplt.show()\ndisplay(Image.new('RGB', (4, 4)))\ndf"})
+			Code: "import matplotlib.pyplot as plt, pandas as pd\nfrom PIL import Image\ndf = pd.DataFrame({'city': ['Oslo']})\n" +
+				"plt.plot([1, 2])\nplt.show()\ndisplay(Image.new('RGB', (4, 4)))\ndf"})
 		if r.Exception != nil || len(r.Results) != 3 {
 			t.Fatalf("exception %+v, results %+v", r.Exception, r.Results)
 		}
