@@ -5,6 +5,8 @@ package python
 import (
 	"context"
 	"encoding/base64"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -222,5 +224,69 @@ print("done")`
 	// The bound is per run.
 	if r := run(t, testEng, s, "display(Big(7 << 20))"); len(r.Artifacts) != 1 || len(r.Notes) != 0 {
 		t.Errorf("next run: %d artifacts, notes %q", len(r.Artifacts), r.Notes)
+	}
+}
+
+// The plt.show() hook with the embedded Python, which has no matplotlib:
+// a stand-in package in the workspace (the real one is tested in the sci
+// rootfs, internal/app/plots_test.go). It checks the import machinery:
+// show is replaced when pyplot is loaded, the open figures are shown and
+// closed, and the worker never imports matplotlib itself.
+func TestPyplotShowHook(t *testing.T) {
+	s := newSession(t)
+	files := map[string]string{
+		"matplotlib/__init__.py": "rcParams = {'savefig.format': 'png'}\n",
+		"matplotlib/_pylab_helpers.py": `class Gcf:
+    figs = {}
+    @classmethod
+    def get_all_fig_managers(cls):
+        return list(cls.figs.values())
+`,
+		"matplotlib/figure.py": `class Canvas:
+    def __init__(self, fig): self.figure = fig
+class Figure:
+    def __init__(self, n): self.n = n; self.canvas = Canvas(self)
+    def savefig(self, f, format=None, bbox_inches=None):
+        f.write(b"\x89PNG\r\n\x1a\n" + bytes([self.n]))
+    def __repr__(self): return "<Figure %d>" % self.n
+`,
+		"matplotlib/pyplot.py": `from matplotlib._pylab_helpers import Gcf
+from matplotlib.figure import Figure
+def figure():
+    f = Figure(len(Gcf.figs) + 1)
+    Gcf.figs[f.n] = f  # a figure manager: it has the canvas
+    return f
+def close(fig):
+    Gcf.figs.pop(fig.n, None)
+def get_fignums():
+    return sorted(Gcf.figs)
+def show():
+    print("the real show ran")
+`,
+	}
+	for name, body := range files {
+		p := filepath.Join(s.Workspace(), name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := run(t, testEng, s, "import sys\nprint('matplotlib' in sys.modules)"); r.out != "False\n" || len(r.Artifacts) != 0 {
+		t.Fatalf("the worker imported matplotlib: %q", r.out)
+	}
+	r := run(t, testEng, s, "import matplotlib.pyplot as plt\nplt.figure(); plt.figure()\nplt.show()\nprint(plt.get_fignums(), plt.show.__name__)\nplt.figure()")
+	if r.out != "[] show\n" || len(r.Artifacts) != 3 {
+		t.Fatalf("stdout %q, %d artifacts, stderr %q", r.out, len(r.Artifacts), r.err)
+	}
+	for i, a := range r.Artifacts {
+		if a.Kind != "png" || a.Data != b64("\x89PNG\r\n\x1a\n"+string(rune(i%2+1))) {
+			t.Errorf("artifact %d: %+v", i, a)
+		}
+	}
+	// The figure left open was shown at the end of the run, and closed.
+	if r := run(t, testEng, s, "plt.get_fignums()"); r.out != "[]\n" || len(r.Artifacts) != 0 {
+		t.Errorf("after the run: %q %d", r.out, len(r.Artifacts))
 	}
 }
