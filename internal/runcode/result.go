@@ -107,7 +107,7 @@ func (r *Result) Text() string {
 		case r.Stage == "compile":
 			line("🔧 " + r.Toolchain)
 		case r.Cached:
-			line("🔧 " + r.Toolchain + " (cached build: not compiled again)")
+			line("🔧 " + r.Toolchain + " (cached build of this same source: nothing compiled)")
 		case r.CompileMS > 0:
 			line(fmt.Sprintf("🔧 %s (built in %.0f ms)", r.Toolchain, r.CompileMS))
 		default:

@@ -276,6 +276,10 @@ func fileID(u userland, p string) string {
 	return fmt.Sprintf("%s:%d:%d", p, fi.Size(), fi.ModTime().UnixNano())
 }
 
+// maxVersions bounds the version cache (an entry per session and
+// userland); past it the cache starts afresh.
+const maxVersions = 4096
+
 // limitedBuffer keeps the first n bytes written to it.
 type limitedBuffer struct {
 	mu  sync.Mutex
@@ -292,12 +296,15 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// version returns the toolchain's version line, probed once per userland
-// and compiler file, in the session's box (the version text comes from the
-// userland's program, so it is cleaned and cut: it only goes into the
-// result and the cache key).
+// version returns the toolchain's version line, probed once per session,
+// userland and compiler file, in the session's box, without the session's
+// variables (the version text comes from a program in the box, so it is
+// cleaned and cut: it only goes into the session's result and cache key).
 func (e *Engine) version(ctx context.Context, u userland, prog string, req *runcode.Request) string {
-	id := u.key() + "\x00" + fileID(u, prog)
+	// Per session: the probe runs in the session's box, so its answer is
+	// the session's to shape (it could fake it); it must not reach another
+	// session's results or cache keys.
+	id := req.Session.ID + "\x00" + u.key() + "\x00" + fileID(u, prog)
 	e.mu.Lock()
 	v, ok := e.versions[id]
 	e.mu.Unlock()
@@ -306,6 +313,7 @@ func (e *Engine) version(ctx context.Context, u userland, prog string, req *runc
 	}
 	out := &limitedBuffer{max: 4096}
 	spec := e.spec(req, u, append([]string{prog}, e.tool.Version...))
+	spec.Env = nil
 	spec.Stdout, spec.Stderr = out, out
 	vctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -319,6 +327,9 @@ func (e *Engine) version(ctx context.Context, u userland, prog string, req *runc
 			}
 		}
 		e.mu.Lock()
+		if len(e.versions) >= maxVersions {
+			clear(e.versions)
+		}
 		e.versions[id] = v
 		e.mu.Unlock()
 	}
@@ -462,7 +473,10 @@ func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result
 			return nil, err
 		}
 		r := runcode.ExitResult(exit, req.Timeout)
-		r.Toolchain, r.Stage, r.Cached, r.CompileMS = version, "run", cached, compileMS
+		r.Toolchain, r.Stage, r.Cached = version, "run", cached
+		if t.Compiled() {
+			r.CompileMS = compileMS
+		}
 		if t.Compiled() && !cached {
 			r.Notes = append(r.Notes, fmt.Sprintf("compiled as %s: its line N is line N of the code", file))
 		}
