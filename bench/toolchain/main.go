@@ -25,6 +25,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -122,6 +123,13 @@ func run() error {
 			continue
 		}
 		f, err := measure(ctx, b, s.ID, l, prog)
+		var nr errNotRun
+		if errors.As(err, &nr) {
+			// On this host's PATH (say rustup's /root/.cargo/bin) but not
+			// in the box's userland.
+			fmt.Printf("%s: skipped, %s is on this host's PATH but run_code did not run it: %s\n", name, prog, nr.why)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -143,6 +151,9 @@ func measure(ctx context.Context, b *benchbed.Bed, sess string, l lang, prog str
 			return 0, nil, err
 		}
 		d := time.Since(t)
+		if strings.HasPrefix(res.Engine, "render/") {
+			return 0, nil, errNotRun{strings.Join(res.Notes, "; ")}
+		}
 		if res.Stdout != "hello\n" || res.ExitCode != 0 || res.Cached != wantCached {
 			return 0, nil, fmt.Errorf("run_code: cached %v (want %v), exit %d, stdout %q, stderr %q, error %q, engine %s",
 				res.Cached, wantCached, res.ExitCode, res.Stdout, res.Stderr, res.Error, res.Engine)
@@ -216,6 +227,12 @@ func measure(ctx context.Context, b *benchbed.Bed, sess string, l lang, prog str
 	fmt.Printf("  direct: compile && ./a.out, no box             median %8.1f ms\n", f["direct_ms"])
 	return f, nil
 }
+
+// errNotRun: run_code showed the code instead of running it (no
+// toolchain in the box's userland).
+type errNotRun struct{ why string }
+
+func (e errNotRun) Error() string { return "not run: " + e.why }
 
 func loadavg() string {
 	b, err := os.ReadFile("/proc/loadavg")

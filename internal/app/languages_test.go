@@ -10,9 +10,11 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/engine/toolchain"
+	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/session"
 )
@@ -365,5 +367,100 @@ func TestToolchainInRootfs(t *testing.T) {
 	res = runCode(t, a, RunCodeInput{Session: s.ID, Lang: "c", Code: "int main(void) { return 0; }\n"})
 	if res.Engine != "render/code" || !strings.Contains(res.Text(), `no gcc in the session's rootfs "default": install_packages gcc adds it`) {
 		t.Fatalf("c in a rootfs without gcc: %+v\n%s", res, res.Text())
+	}
+}
+
+// toolchainPackages are what the "toolchains" test rootfs adds to
+// "default": a C compiler (libc6-dev is only gcc's recommendation).
+var toolchainPackages = []string{"gcc", "libc6-dev"}
+
+// toolchainsRootfs returns a manager of the shared test rootfs directory
+// in which the rootfs "toolchains" is ready: "default" plus
+// toolchainPackages, built once per machine beside the shared one (in
+// toolchains.partial/, a cp -a copy of "default", the packages installed
+// by the product's own apt path, renamed into place when complete, so an
+// interrupted build is redone) and reused after; "default" is never
+// changed.
+func toolchainsRootfs(t testing.TB) *rootfs.Manager {
+	t.Helper()
+	const name = "toolchains"
+	m := testRootfs(t)
+	if m.Ready(name) {
+		return m
+	}
+	lf, err := os.OpenFile(filepath.Join(m.Dir, "."+name+"-build.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if m.Ready(name) {
+		return m
+	}
+	start := time.Now()
+	staging := filepath.Join(m.Dir, name+".partial")
+	if err := os.RemoveAll(staging); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(staging, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-a", "--reflink=auto", m.Path(rootfs.DefaultName), filepath.Join(staging, name)).CombinedOutput(); err != nil {
+		t.Fatalf("copying the test rootfs: %v\n%s", err, out)
+	}
+	data := t.TempDir()
+	if err := os.Symlink(staging, rootfs.DirIn(data)); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(context.Background(), data, &Options{Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if !a.Sandbox.Boxed() {
+		t.Skip("no bubblewrap box: apt cannot run in a rootfs")
+	}
+	var log strings.Builder
+	res, err := a.apt().Install(context.Background(), name, toolchainPackages, 20*time.Minute, &log)
+	out := log.String()
+	if len(out) > 4000 {
+		out = "…" + out[len(out)-4000:]
+	}
+	if err != nil {
+		t.Fatalf("installing %v into the %s rootfs: %v\n%s", toolchainPackages, name, err, out)
+	}
+	if res.Exit.Code != 0 || len(res.Unsettled) > 0 {
+		t.Fatalf("installing %v into the %s rootfs: exit %+v, unsettled %v\n%s", toolchainPackages, name, res.Exit, res.Unsettled, out)
+	}
+	if err := os.Rename(filepath.Join(staging, name), m.Path(name)); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.RemoveAll(staging)
+	t.Logf("%s rootfs built in %s (%d packages installed)", name, time.Since(start).Round(time.Second), len(res.Installed))
+	return m
+}
+
+// A rootfs whose gcc was installed with apt compiles and runs C: the
+// rootfs's gcc, not the host's (the version line is the rootfs's own
+// probe), with the build cache in the session's tmp directory.
+func TestToolchainCompilesInRootfs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the toolchains test rootfs on first use (apt-get install gcc: network, minutes)")
+	}
+	a := appOnRootfs(t, toolchainsRootfs(t))
+	s := toolSession(t, a, session.CreateOptions{Rootfs: "toolchains"})
+	code := "#include <stdio.h>\nint main(void) {\n  FILE *f = fopen(\"/etc/debian_version\", \"r\");\n  char v[32] = \"\";\n  if (f) fgets(v, sizeof v, f);\n  printf(\"debian %s\", v);\n  return 0;\n}\n"
+	res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "c", Code: code})
+	if res.Engine != "toolchain/gcc" || res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "debian 12") || !strings.Contains(res.Toolchain, "gcc") {
+		t.Fatalf("%+v", res)
+	}
+	if res = runCode(t, a, RunCodeInput{Session: s.ID, Lang: "c", Code: code}); !res.Cached || !strings.HasPrefix(res.Stdout, "debian 12") {
+		t.Fatalf("warm: %+v", res)
+	}
+	res = runCode(t, a, RunCodeInput{Session: s.ID, Lang: "c", Code: "int main(void) {\n\n  return nope;\n}\n"})
+	if res.Stage != "compile" || !strings.Contains(res.Stderr, "main.c:3:10: error") {
+		t.Fatalf("compile error: %+v", res)
 	}
 }
