@@ -129,14 +129,8 @@ func (a *App) register(reg *capability.Registry) {
 		capability.ScopeRead, func(ctx context.Context, _ Empty) (*CapabilityList, error) {
 			out := &CapabilityList{}
 			for _, c := range reg.List() {
-				desc := c.Description
-				if c.Name == "run_code" {
-					// What runs depends on the toolchains installed now.
-					runs, _ := a.Runner.Runnable()
-					desc += " Runs on this server's own userland now: " + strings.Join(runs, ", ") + "; the rest are shown highlighted (help says why and which package adds each)."
-				}
 				out.Capabilities = append(out.Capabilities, CapabilityInfo{
-					Name: c.Name, Description: desc, Scope: string(c.Scope),
+					Name: c.Name, Description: c.Description, Scope: string(c.Scope),
 					InputSchema: c.InputSchema, OutputSchema: c.OutputSchema,
 				})
 			}

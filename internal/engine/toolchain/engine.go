@@ -147,7 +147,7 @@ func (u userland) key() string {
 // package that adds it, so that the result (which falls through to the
 // highlighted page) says how to make the code run.
 func (e *Engine) missing(u userland, prog string) error {
-	how := ""
+	var how string
 	switch {
 	case e.tool.Missing != "":
 		how = e.tool.Missing
