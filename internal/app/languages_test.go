@@ -122,6 +122,13 @@ func TestToolchainCompileErrorMapsToCodeLine(t *testing.T) {
 			t.Errorf("%s: text:\n%s", tc.lang, res.Text())
 		}
 	}
+	// A warning leaves the program to run, the warning on stderr at the
+	// code's line, and a note saying so.
+	res := runCode(t, a, RunCodeInput{Lang: "c", Code: "\nint main(void) {\n  printf(\"warned\\n\");\n  return 0;\n}\n"})
+	if res.Stage != "run" || res.Stdout != "warned\n" || !strings.Contains(res.Stderr, "main.c:3:3: warning") ||
+		!strings.Contains(strings.Join(res.Notes, "\n"), "the compiler's messages are on stderr; the code was compiled as main.c") {
+		t.Errorf("warning: %+v", res)
+	}
 }
 
 // An endless program hits the run timeout, not the compile's; a compile

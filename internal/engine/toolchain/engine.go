@@ -21,6 +21,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -445,13 +446,14 @@ func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result
 
 	cached := built(tmp, key)
 	var compileMS float64
+	var warned bool
 	for attempt := 0; ; attempt++ {
 		if !cached {
-			ms, r := e.build(ctx, req, u, version, key, file, expand(t.Compile, vars))
+			ms, said, r := e.build(ctx, req, u, version, key, file, expand(t.Compile, vars))
 			if r != nil {
 				return r, nil
 			}
-			compileMS = ms
+			compileMS, warned = ms, said
 		}
 		args := append(expand(t.Run, vars), req.Args...)
 		spec := e.spec(req, u, args)
@@ -477,23 +479,45 @@ func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result
 		if t.Compiled() {
 			r.CompileMS = compileMS
 		}
-		if t.Compiled() && !cached {
-			r.Notes = append(r.Notes, fmt.Sprintf("compiled as %s: its line N is line N of the code", file))
+		if t.Compiled() && warned {
+			r.Notes = append(r.Notes, fmt.Sprintf("the compiler's messages are on stderr; the code was compiled as %s, whose line N is line N of the code", file))
 		}
 		return r, nil
 	}
 }
 
-// build runs the build stage and says how long it took. It returns a nil
-// result when the entry is in place, else the result to return: the compile failed or timed out (stage
+// counter passes writes on to w and counts them.
+type counter struct {
+	mu sync.Mutex
+	w  io.Writer
+	n  int64
+}
+
+func (c *counter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n += int64(len(p))
+	return c.w.Write(p)
+}
+
+func (c *counter) written() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// build runs the build stage and says how long it took and whether the
+// compiler said anything (warnings). It returns a nil result when the
+// entry is in place, else the result to return: the compile failed or timed out (stage
 // "compile"), the program did not run.
-func (e *Engine) build(ctx context.Context, req *runcode.Request, u userland, version, key, file string, compile []string) (float64, *runcode.Result) {
+func (e *Engine) build(ctx context.Context, req *runcode.Request, u userland, version, key, file string, compile []string) (float64, bool, *runcode.Result) {
 	args := append([]string{"sh", "-c", buildScript, "sh", filepath.Join(req.Session.TmpDir(), CacheDir), key, file}, compile...)
 	spec := e.spec(req, u, args)
 	spec.Stdin = strings.NewReader(req.Code)
 	// The compiler's output is diagnostics, whichever stream it uses:
 	// stdout stays the program's.
-	spec.Stdout = req.Stderr
+	diag := &counter{w: req.Stderr}
+	spec.Stdout, spec.Stderr = diag, diag
 	timeout := req.CompileTimeout
 	if timeout <= 0 {
 		timeout = time.Minute
@@ -504,18 +528,18 @@ func (e *Engine) build(ctx context.Context, req *runcode.Request, u userland, ve
 	exit, err := e.sb.Run(cctx, spec)
 	ms := float64(time.Since(start).Microseconds()) / 1000
 	if err != nil {
-		return ms, &runcode.Result{ExitCode: -1, Stage: "compile", Toolchain: version, CompileMS: ms,
+		return ms, false, &runcode.Result{ExitCode: -1, Stage: "compile", Toolchain: version, CompileMS: ms,
 			Error: "the build could not start: " + err.Error()}
 	}
 	switch {
 	case exit.TimedOut:
-		return ms, &runcode.Result{ExitCode: exit.Code, Stage: "compile", Toolchain: version, CompileMS: ms, TimedOut: true, Interrupted: true,
+		return ms, false, &runcode.Result{ExitCode: exit.Code, Stage: "compile", Toolchain: version, CompileMS: ms, TimedOut: true, Interrupted: true,
 			Error: fmt.Sprintf("the compile timed out after %s (compile_timeout_ms); the compiler was killed and the program did not run", timeout.Round(time.Millisecond))}
 	case exit.Canceled:
-		return ms, &runcode.Result{ExitCode: exit.Code, Stage: "compile", Toolchain: version, CompileMS: ms, Interrupted: true,
+		return ms, false, &runcode.Result{ExitCode: exit.Code, Stage: "compile", Toolchain: version, CompileMS: ms, Interrupted: true,
 			Error: "canceled by the caller during the compile; the compiler was killed"}
 	case exit.Code == 125:
-		return ms, &runcode.Result{ExitCode: exit.Code, Stage: "compile", Toolchain: version, CompileMS: ms,
+		return ms, false, &runcode.Result{ExitCode: exit.Code, Stage: "compile", Toolchain: version, CompileMS: ms,
 			Error: "the build directory " + CacheDir + " in the session's tmp directory could not be prepared (see stderr)"}
 	case exit.Code != 0:
 		r := &runcode.Result{ExitCode: exit.Code, Stage: "compile", Toolchain: version, CompileMS: ms}
@@ -523,7 +547,7 @@ func (e *Engine) build(ctx context.Context, req *runcode.Request, u userland, ve
 		if exit.OOMKilled {
 			r.Notes = append(r.Notes, "the compiler was killed: the memory limit was reached")
 		}
-		return ms, r
+		return ms, false, r
 	}
-	return ms, nil
+	return ms, diag.written() > 0, nil
 }
