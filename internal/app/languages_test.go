@@ -372,7 +372,7 @@ func TestToolchainInRootfs(t *testing.T) {
 		t.Fatalf("perl: %+v", res)
 	}
 	res = runCode(t, a, RunCodeInput{Session: s.ID, Lang: "c", Code: "int main(void) { return 0; }\n"})
-	if res.Engine != "render/code" || !strings.Contains(res.Text(), `no gcc in the session's rootfs "default": install_packages gcc adds it`) {
+	if res.Engine != "render/code" || !strings.Contains(res.Text(), `no gcc in the session's rootfs "default": install_packages gcc libc6-dev adds it`) {
 		t.Fatalf("c in a rootfs without gcc: %+v\n%s", res, res.Text())
 	}
 }

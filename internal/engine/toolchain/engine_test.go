@@ -89,10 +89,10 @@ func TestFindOnHostOnlyUnderUsr(t *testing.T) {
 
 func TestMissingNamesThePackage(t *testing.T) {
 	e := New(nil, nil, Lookup("c"))
-	if got := e.missing(userland{}, "gcc").Error(); got != "no gcc in this server's userland: apt-get install gcc on the host, or a session on a rootfs with install_packages gcc" {
+	if got := e.missing(userland{}, "gcc").Error(); got != "no gcc in this server's userland: apt-get install gcc libc6-dev on the host, or a session on a rootfs with install_packages gcc libc6-dev" {
 		t.Error(got)
 	}
-	if got := e.missing(userland{name: "deb", dir: "/x"}, "gcc").Error(); got != `no gcc in the session's rootfs "deb": install_packages gcc adds it` {
+	if got := e.missing(userland{name: "deb", dir: "/x"}, "gcc").Error(); got != `no gcc in the session's rootfs "deb": install_packages gcc libc6-dev adds it` {
 		t.Error(got)
 	}
 	for _, tl := range Tools {

@@ -37,8 +37,10 @@ type Tool struct {
 	Run     []string
 	// Version is the arguments after {prog} that print its version.
 	Version []string
-	// Package is the Debian 12 package that adds the toolchain, or ""
-	// when Debian 12 has none (Missing then says where to get it).
+	// Package is the Debian 12 packages that add the toolchain (with what
+	// install_packages' --no-install-recommends leaves out, as gcc's
+	// libc6-dev), or "" when Debian 12 has none (Missing then says where
+	// to get it).
 	Package string
 	Missing string
 	// Env are variables the toolchain needs, {tmp} being the session's
@@ -79,10 +81,10 @@ func scalaNames(src string) (string, string) {
 var Tools = []Tool{
 	{Lang: "c", Aliases: []string{"h"}, Prog: "gcc", File: "main.c",
 		Compile: []string{"{prog}", "-O2", "-o", "main", "main.c", "-lm"}, Run: []string{"{dir}/main"},
-		Version: []string{"--version"}, Package: "gcc"},
+		Version: []string{"--version"}, Package: "gcc libc6-dev"},
 	{Lang: "cpp", Aliases: []string{"c++", "cxx", "cc", "hpp"}, Prog: "g++", File: "main.cpp",
 		Compile: []string{"{prog}", "-O2", "-o", "main", "main.cpp"}, Run: []string{"{dir}/main"},
-		Version: []string{"--version"}, Package: "g++"},
+		Version: []string{"--version"}, Package: "g++ libc6-dev"},
 	{Lang: "java", Prog: "javac", Runner: "java", Class: javaNames,
 		Compile: []string{"{prog}", "-d", ".", "{file}"}, Run: []string{"{runner}", "-cp", "{dir}", "{class}"},
 		Version: []string{"-version"}, Package: "default-jdk-headless"},
