@@ -66,6 +66,8 @@ type Options struct {
 	// first Python run finds both ready. Each costs a box and a worker
 	// (about 12 MiB PSS) while it waits. 0: none (quro serve keeps 1).
 	SpareSessions int
+	// Pip configures pip in the sessions and the server's fetches.
+	Pip PipOptions
 	// Observers are told of every call after the audit log and the
 	// metrics (tests watch calls with them).
 	Observers []controller.Observer
@@ -125,6 +127,7 @@ type App struct {
 	autoPauseAfter time.Duration    // Options.AutoPause
 	prestart       bool             // Options.PrestartPython
 	spares         *spares          // Options.SpareSessions; nil: none
+	pip            *pipSetup        // pip of the sessions (pip.go)
 	life           lifetimes        // the patrol of session lifetimes (lifetime.go)
 	copyHook       func(rel string) // tests: workspace.CopyOptions.BeforeOpen of snapshots
 }
@@ -204,6 +207,14 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	if d, err := terminal.SealedDir(); err == nil {
 		sbo.BoxReadOnly = append(sbo.BoxReadOnly, d)
 	}
+	for _, u := range append([]string{opts.Pip.IndexURL}, opts.Pip.ExtraIndexURLs...) {
+		if err := CheckIndexURL(u); u != "" && err != nil {
+			st.Close()
+			return nil, err
+		}
+	}
+	pipS := newPipSetup(dir, pyRoot, sbo.Path, tl, opts.Pip)
+	sbo.RunEnv = pipS.runEnv
 	sb, err := sandbox.New(sbo)
 	if err != nil {
 		st.Close()
@@ -221,6 +232,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 		autoPauseAfter: opts.AutoPause,
 		prestart:       opts.PrestartPython,
 		procs:          proc.New(),
+		pip:            pipS,
 	}
 	if a.autoPauseAfter == 0 {
 		a.autoPauseAfter = DefaultAutoPause

@@ -1,0 +1,233 @@
+package app
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/runcode"
+)
+
+// testWheel is a wheel built at test time.
+type testWheel struct {
+	Project, Version, Tag string // Tag: python-abi-platform
+	Name                      string
+	Data                      []byte
+}
+
+// buildWheel writes a wheel of project with files (path → content) with
+// the stdlib's zip: METADATA, WHEEL and RECORD with the files' hashes.
+func buildWheel(t testing.TB, project, version, tag string, files map[string][]byte) *testWheel {
+	t.Helper()
+	dist := project + "-" + version + ".dist-info/"
+	all := map[string][]byte{}
+	for k, v := range files {
+		all[k] = v
+	}
+	all[dist+"METADATA"] = fmt.Appendf(nil, "Metadata-Version: 2.1\nName: %s\nVersion: %s\n", project, version)
+	all[dist+"WHEEL"] = fmt.Appendf(nil, "Wheel-Version: 1.0\nGenerator: quro-test\nRoot-Is-Purelib: %v\nTag: %s\n", strings.HasPrefix(tag, "py3-"), tag)
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	var record strings.Builder
+	names := make([]string, 0, len(all))
+	for k := range all {
+		names = append(names, k)
+	}
+	for _, n := range names {
+		w, err := zw.Create(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(all[n])
+		sum := sha256.Sum256(all[n])
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", n, base64.RawURLEncoding.EncodeToString(sum[:]), len(all[n]))
+	}
+	record.WriteString(dist + "RECORD,,\n")
+	w, _ := zw.Create(dist + "RECORD")
+	w.Write([]byte(record.String()))
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return &testWheel{Project: project, Version: version, Tag: tag, Name: project + "-" + version + "-" + tag + ".whl", Data: buf.Bytes()}
+}
+
+// pureWheel is a pure-Python wheel: import NAME; NAME.VALUE == value.
+func pureWheel(t testing.TB, name, version, value string) *testWheel {
+	return buildWheel(t, name, version, "py3-none-any", map[string][]byte{
+		name + "/__init__.py": fmt.Appendf(nil, "VALUE = %q\n", value),
+	})
+}
+
+// cextWheel is a wheel with a C extension module NAME (NAME.answer() ==
+// 42), compiled with gcc against Debian's python3.11 headers for the
+// stable ABI of 3.11 (cp311-abi3): the embedded 3.14 and a rootfs's 3.11
+// both load it.
+func cextWheel(t testing.TB, name string) *testWheel {
+	t.Helper()
+	if _, err := os.Stat("/usr/include/python3.11/Python.h"); err != nil {
+		t.Skip("no python3.11 headers (make test installs python3-dev)")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, name+".c")
+	code := fmt.Sprintf(`#define Py_LIMITED_API 0x030B0000
+#include <Python.h>
+static PyObject *answer(PyObject *self, PyObject *args) { return PyLong_FromLong(42); }
+static PyMethodDef methods[] = {{"answer", answer, METH_NOARGS, NULL}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "%s", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_%s(void) { return PyModule_Create(&mod); }
+`, name, name)
+	if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	so := filepath.Join(dir, name+".abi3.so")
+	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-O1", "-I/usr/include/python3.11", "-o", so, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buildWheel(t, name, "1.0", "cp311-abi3-linux_x86_64", map[string][]byte{name + ".abi3.so": b})
+}
+
+// testIndex is a PEP 503 simple index on loopback serving wheels; it
+// counts the requests it gets, and refuses all while down.
+type testIndex struct {
+	*httptest.Server
+	mu       sync.Mutex
+	wheels   map[string][]*testWheel // normalized project → wheels
+	requests atomic.Int64
+	down     atomic.Bool
+}
+
+func newTestIndex(t testing.TB, wheels ...*testWheel) *testIndex {
+	ix := &testIndex{wheels: map[string][]*testWheel{}}
+	for _, w := range wheels {
+		p := normalize(w.Project)
+		ix.wheels[p] = append(ix.wheels[p], w)
+	}
+	ix.Server = httptest.NewServer(http.HandlerFunc(ix.serve))
+	t.Cleanup(ix.Close)
+	return ix
+}
+
+func normalize(s string) string {
+	return strings.ToLower(strings.NewReplacer("_", "-", ".", "-").Replace(s))
+}
+
+func (ix *testIndex) URL() string { return ix.Server.URL + "/simple/" }
+
+func (ix *testIndex) serve(w http.ResponseWriter, r *http.Request) {
+	ix.requests.Add(1)
+	if ix.down.Load() {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+		return
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if p, ok := strings.CutPrefix(r.URL.Path, "/simple/"); ok {
+		ws := ix.wheels[normalize(strings.Trim(p, "/"))]
+		if len(ws) == 0 {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, "<!DOCTYPE html><html><body>\n")
+		for _, wh := range ws {
+			sum := sha256.Sum256(wh.Data)
+			fmt.Fprintf(w, "<a href=\"/files/%s#sha256=%s\">%s</a><br/>\n", wh.Name, hex.EncodeToString(sum[:]), wh.Name)
+		}
+		fmt.Fprint(w, "</body></html>\n")
+		return
+	}
+	if name, ok := strings.CutPrefix(r.URL.Path, "/files/"); ok {
+		for _, ws := range ix.wheels {
+			for _, wh := range ws {
+				if wh.Name == name {
+					w.Write(wh.Data)
+					return
+				}
+			}
+		}
+	}
+	http.NotFound(w, r)
+}
+
+// pipApp is an App whose pip index is ix.
+func pipApp(t *testing.T, ix *testIndex) *App {
+	t.Helper()
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Pip: PipOptions{IndexURL: ix.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	needEmbedded(t, a)
+	if !a.Sandbox.Boxed() {
+		t.Skip("no bubblewrap box")
+	}
+	return a
+}
+
+func runIn(t *testing.T, a *App, c controller.Caller, in RunCodeInput) *runcode.Result {
+	t.Helper()
+	reply, err := callAs(t, a, c, "run_code", in)
+	if err != nil {
+		t.Fatalf("run_code %q: %v", in.Code, err)
+	}
+	return reply.Output.(*runcode.Result)
+}
+
+func installPip(t *testing.T, a *App, c controller.Caller, session string, pkgs ...string) (*InstallPackagesResult, error) {
+	t.Helper()
+	reply, err := callAs(t, a, c, "install_packages", InstallPackagesInput{Session: session, Manager: "pip", Packages: pkgs})
+	if err != nil {
+		return nil, err
+	}
+	return reply.Output.(*InstallPackagesResult), nil
+}
+
+// TestPipShellIsTheSessionsPython: in a session on the host userland,
+// python3, python, pip and pip3 are the embedded interpreter and pip
+// 25.1.1, whatever process asks (run_code bash here).
+func TestPipShellIsTheSessionsPython(t *testing.T) {
+	ix := newTestIndex(t)
+	a := pipApp(t, ix)
+	s := newSession(t, a, "shell", "")
+	runIn(t, a, admin, RunCodeInput{Session: s.ID, Code: "print(1)"}) // prepares the interpreter
+	res := runIn(t, a, admin, RunCodeInput{Session: s.ID, Lang: "bash", Code: `python3 -c 'import sys; print(sys.version_info[:2])'
+python -c 'import sys; print(sys.executable)'
+pip --version
+pip3 --version
+python3 -m pip --version
+echo "user=$PIP_USER noindex=$PIP_NO_INDEX"`})
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d\n%s\n%s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	if len(lines) != 6 || lines[0] != "(3, 14)" || !strings.Contains(lines[1], "/python/3.14") {
+		t.Fatalf("python3 is not the embedded 3.14:\n%s", res.Stdout)
+	}
+	for _, l := range lines[2:5] {
+		if !strings.HasPrefix(l, "pip "+python.PipVersion+" from ") || !strings.Contains(l, "(python 3.14)") {
+			t.Fatalf("pip is not pip %s of 3.14: %q", python.PipVersion, l)
+		}
+	}
+	if lines[5] != "user=1 noindex=1" {
+		t.Fatalf("pip's environment: %q", lines[5])
+	}
+}
