@@ -270,10 +270,6 @@ func (a *App) pipInSession(ctx context.Context, s *session.Session, wheels strin
 func (a *App) pipRun(ctx context.Context, s *session.Session, args []string, out io.Writer) (int, error) {
 	p := a.pip
 	prog := filepath.Join(p.hostBin, "pip")
-	home := s.Workspace()
-	if a.Sandbox.Boxed() {
-		home = sandbox.HomeUser
-	}
 	env := map[string]string{}
 	for k, v := range s.Env {
 		env[k] = v
@@ -281,9 +277,12 @@ func (a *App) pipRun(ctx context.Context, s *session.Session, args []string, out
 	env["QURO_PIP_OFFLINE"] = "0" // this is install_packages: no hint to call it
 	spec := &sandbox.Spec{
 		Args: append([]string{prog}, args...),
-		Dir:  s.Workspace(), Home: home, TmpDir: s.TmpDir(),
+		// As run_code's processes (runcode.ProcessSpec): the session's box
+		// holds them.
+		Dir: s.Workspace(), Home: s.Workspace(), TmpDir: s.TmpDir(),
 		Env: env, Network: s.Network, UID: s.UID, Session: s.ID, Binds: s.Binds(),
-		Stdout: out, Stderr: out,
+		ReadOnly: []string{p.pyDir},
+		Stdout:   out, Stderr: out,
 	}
 	if s.Rootfs != "" {
 		dir, err := RootfsDir(a.DataDir)(s.Rootfs)

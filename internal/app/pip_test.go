@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/runcode"
@@ -26,8 +27,8 @@ import (
 // testWheel is a wheel built at test time.
 type testWheel struct {
 	Project, Version, Tag string // Tag: python-abi-platform
-	Name                      string
-	Data                      []byte
+	Name                  string
+	Data                  []byte
 }
 
 // buildWheel writes a wheel of project with files (path → content) with
@@ -231,3 +232,121 @@ echo "user=$PIP_USER noindex=$PIP_NO_INDEX"`})
 		t.Fatalf("pip's environment: %q", lines[5])
 	}
 }
+
+var (
+	pipAlice = controller.Caller{Path: "test", Tenant: "alice", Scope: capability.ScopeAdmin, TokenID: "ta"}
+	pipBob   = controller.Caller{Path: "test", Tenant: "bob", Scope: capability.ScopeAdmin, TokenID: "tb"}
+)
+
+func sessionAs(t *testing.T, a *App, c controller.Caller, name, network string, env map[string]string) *SessionInfo {
+	t.Helper()
+	reply, err := callAs(t, a, c, "create_session", CreateSessionInput{Name: name, Network: network, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reply.Output.(*SessionInfo)
+}
+
+// TestPipInstallPackagesThroughTheCache: install_packages {manager: pip}
+// in a session without network has the server fetch the wheels (a pure
+// one and a C extension) into the tenant's cache and installs them into
+// the session's user site, importable by its running worker at once; a
+// second session of the tenant installs them from the cache with the
+// index down (no request reaches it), by install_packages and by the
+// shell's pip; another tenant sees none of it; a box cannot write the
+// cache; an uncached package fails with the hint, in the shell and in a
+// %pip line.
+func TestPipInstallPackagesThroughTheCache(t *testing.T) {
+	pure := pureWheel(t, "quropure", "1.0", "hello")
+	cext := cextWheel(t, "qurocext")
+	ix := newTestIndex(t, pure, cext)
+	a := pipApp(t, ix)
+
+	s1 := sessionAs(t, a, pipAlice, "p1", "", nil)
+	if r := runIn(t, a, pipAlice, RunCodeInput{Session: s1.ID, Code: "import sys; print(sys.version_info[:2])"}); r.Stdout != "(3, 14)\n" {
+		t.Fatalf("worker: %+v", r)
+	}
+	res, err := installPip(t, a, pipAlice, s1.ID, "quropure", "qurocext==1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.FromCache || len(res.Wheels) != 2 || res.ExitCode != 0 {
+		t.Fatalf("first install: %+v", res)
+	}
+	fetched := ix.requests.Load()
+	if fetched == 0 {
+		t.Fatal("the index saw no request")
+	}
+	// The worker that ran before the install imports both (no restart),
+	// and the files are in the user site of 3.14.
+	r := runIn(t, a, pipAlice, RunCodeInput{Session: s1.ID, Code: "import quropure, qurocext\nprint(quropure.VALUE, qurocext.answer())\nprint(quropure.__file__)"})
+	if !strings.HasPrefix(r.Stdout, "hello 42\n") || !strings.Contains(r.Stdout, "/.local/lib/python3.14/site-packages/quropure/__init__.py") {
+		t.Fatalf("import after install_packages: %+v", r)
+	}
+
+	// The cache: by hash, linked by name, read-only to the box.
+	wheels := a.pip.cache.Wheels("alice")
+	for _, w := range []*testWheel{pure, cext} {
+		got, err := os.ReadFile(filepath.Join(wheels, w.Name))
+		if err != nil || !bytes.Equal(got, w.Data) {
+			t.Fatalf("cache has %s: %v", w.Name, err)
+		}
+	}
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s1.ID, Code: fmt.Sprintf(`import os
+w = %q
+for what, f in [("create", lambda: open(os.path.join(w, "evil-1.0-py3-none-any.whl"), "wb")),
+                ("overwrite", lambda: open(os.path.join(w, %q), "r+b")),
+                ("unlink", lambda: os.unlink(os.path.join(w, %q))),
+                ("by-hash", lambda: os.listdir(os.path.join(os.path.dirname(w), "by-hash")))]:
+    try:
+        f()
+        print(what, "ALLOWED")
+    except OSError as e:
+        print(what, "refused", type(e).__name__)
+`, wheels, pure.Name, pure.Name)})
+	if strings.Contains(r.Stdout, "ALLOWED") || strings.Count(r.Stdout, "refused") != 4 {
+		t.Fatalf("the box could change the tenant's cache:\n%s%s", r.Stdout, r.Stderr)
+	}
+
+	// A second session of the tenant: from the cache, the index down.
+	ix.down.Store(true)
+	before := ix.requests.Load()
+	s2 := sessionAs(t, a, pipAlice, "p2", "", nil)
+	res, err = installPip(t, a, pipAlice, s2.ID, "quropure")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.FromCache || len(res.Wheels) != 0 {
+		t.Fatalf("second install was not from the cache: %+v", res)
+	}
+	s3 := sessionAs(t, a, pipAlice, "p3", "", nil)
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s3.ID, Lang: "bash", Code: "pip install qurocext && python3 -c 'import qurocext; print(qurocext.answer())'"})
+	if r.ExitCode != 0 || !strings.HasSuffix(r.Stdout, "42\n") {
+		t.Fatalf("the shell's pip from the cache: %+v", r)
+	}
+	if n := ix.requests.Load(); n != before {
+		t.Fatalf("installs from the cache reached the index: %d requests", n-before)
+	}
+
+	// Uncached, without network: pip fails at once, naming the package,
+	// with the hint; the same from a %pip line.
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s3.ID, Lang: "bash", Code: "pip install nosuchpkg"})
+	if r.ExitCode == 0 || !strings.Contains(r.Stderr, "nosuchpkg") || !strings.Contains(r.Stderr, "quro: this session has no network") {
+		t.Fatalf("uncached offline install: %+v", r)
+	}
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s3.ID, Code: "%pip install nosuchpkg\nprint('after')"})
+	if !strings.Contains(r.Stderr, "nosuchpkg") || !strings.Contains(r.Stderr, "quro: this session has no network") || !strings.HasSuffix(r.Stdout, "after\n") {
+		t.Fatalf("uncached offline %%pip: %+v", r)
+	}
+
+	// Another tenant sees neither the cache nor the wheels.
+	b1 := sessionAs(t, a, pipBob, "b1", "", nil)
+	r = runIn(t, a, pipBob, RunCodeInput{Session: b1.ID, Lang: "bash", Code: fmt.Sprintf("ls %q; pip install quropure", wheels)})
+	if r.ExitCode == 0 || strings.Contains(r.Stdout, pure.Name) || !strings.Contains(r.Stderr, "quropure") {
+		t.Fatalf("bob reached alice's cache: %+v", r)
+	}
+	if _, err := installPip(t, a, pipBob, b1.ID, "quropure"); err == nil || !strings.Contains(err.Error(), "quropure") {
+		t.Fatalf("bob's install_packages with the index down: %v", err)
+	}
+}
+
