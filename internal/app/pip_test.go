@@ -349,4 +349,3 @@ for what, f in [("create", lambda: open(os.path.join(w, "evil-1.0-py3-none-any.w
 		t.Fatalf("bob's install_packages with the index down: %v", err)
 	}
 }
-
