@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -347,5 +348,100 @@ for what, f in [("create", lambda: open(os.path.join(w, "evil-1.0-py3-none-any.w
 	}
 	if _, err := installPip(t, a, pipBob, b1.ID, "quropure"); err == nil || !strings.Contains(err.Error(), "quropure") {
 		t.Fatalf("bob's install_packages with the index down: %v", err)
+	}
+}
+
+// TestPipMagicsWithNetwork: in a session with network, %pip and !pip lines
+// (plain and rich runs) and subprocess `-m pip` install from the server's
+// index into the user site; what a line installed imports on the next
+// line of the same run and in the next run, without a restart.
+func TestPipMagicsWithNetwork(t *testing.T) {
+	ix := newTestIndex(t, pureWheel(t, "magic_a", "1.0", "a"), pureWheel(t, "magic_b", "1.0", "b"),
+		pureWheel(t, "magic_c", "1.0", "c"), pureWheel(t, "magic_d", "1.0", "d"))
+	a := pipApp(t, ix)
+	s := sessionAs(t, a, pipAlice, "net", "full", nil)
+	r := runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Code: "%pip install magic_a\nimport magic_a\nprint('value', magic_a.VALUE)"})
+	if !strings.HasSuffix(r.Stdout, "value a\n") || !strings.Contains(r.Stdout, "Successfully installed magic_a-1.0") {
+		t.Fatalf("%%pip then import: %+v", r)
+	}
+	if r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Code: "import magic_a; print(magic_a.__file__)"}); !strings.Contains(r.Stdout, "/.local/lib/python3.14/site-packages/magic_a/") {
+		t.Fatalf("next run: %+v", r)
+	}
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Code: "!pip install magic_b\nimport magic_b\nprint('value', magic_b.VALUE)"})
+	if !strings.HasSuffix(r.Stdout, "value b\n") {
+		t.Fatalf("!pip then import: %+v", r)
+	}
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Rich: true, Code: "%pip install -q magic_c\nimport magic_c\nmagic_c.VALUE"})
+	if len(r.Results) != 1 || !strings.Contains(fmt.Sprint(r.Results[0]), "'c'") {
+		t.Fatalf("rich %%pip: %+v", r)
+	}
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Code: `import subprocess, sys
+p = subprocess.run([sys.executable, "-m", "pip", "install", "magic_d"])
+import magic_d
+print(p.returncode, magic_d.VALUE)`})
+	if !strings.HasSuffix(r.Stdout, "0 d\n") {
+		t.Fatalf("subprocess -m pip: %+v", r)
+	}
+	// A %pip line inside a string of valid code stays what it is.
+	if r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Code: "s = '''\n%pip install nothing\n'''\nprint(len(s))"}); r.Stdout != "22\n" {
+		t.Fatalf("a %%pip line in a string ran: %+v", r)
+	}
+}
+
+// TestPipHostileRequirements: install_packages {manager: pip} refuses
+// anything but NAME[extras] with version specifiers before any process
+// starts: options, URLs, paths, a 10 KB name.
+func TestPipHostileRequirements(t *testing.T) {
+	ix := newTestIndex(t)
+	a := pipApp(t, ix)
+	s := sessionAs(t, a, pipAlice, "hostile", "", nil)
+	for _, req := range []string{
+		"--index-url=http://127.0.0.1:1/simple", "-r /etc/shadow", "-r/etc/shadow", "pkg @ file:///etc/passwd",
+		"pkg@http://127.0.0.1/x.whl", "../x", "/etc/passwd", "./x.whl", "x.whl", "http://evil/x", "pkg; os_name=='posix'",
+		"pkg --global-option=x", "pkg\n-r /etc/shadow", strings.Repeat("a", 10<<10), "", " ", "pkg[", "pkg==1 pkg2",
+	} {
+		_, err := installPip(t, a, pipAlice, s.ID, req)
+		var ce *capability.Error
+		if !errors.As(err, &ce) || ce.Code != capability.InvalidArgument {
+			t.Errorf("requirement %.40q: %v, want invalid_argument", req, err)
+		}
+	}
+	if _, err := installPip(t, a, pipAlice, s.ID, "ok", "--index-url=http://127.0.0.1:1/"); err == nil {
+		t.Error("a hostile requirement after a good one was taken")
+	}
+	if n := ix.requests.Load(); n != 0 {
+		t.Fatalf("a refused requirement reached the index: %d requests", n)
+	}
+}
+
+// TestPipSessionIndexNotFetchedByServer: a session's own PIP_INDEX_URL
+// steers pip in its box (network full), never the server's fetch, which
+// uses the server's configured index only.
+func TestPipSessionIndexNotFetchedByServer(t *testing.T) {
+	ix := newTestIndex(t, pureWheel(t, "quroidx", "1.0", "good"))
+	evil := newTestIndex(t, pureWheel(t, "quroidx", "1.0", "evil"), pureWheel(t, "evilonly", "1.0", "evil"))
+	a := pipApp(t, ix)
+	s := sessionAs(t, a, pipAlice, "idx", "full", map[string]string{"PIP_INDEX_URL": evil.URL()})
+	res, err := installPip(t, a, pipAlice, s.ID, "quroidx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Wheels) != 1 || evil.requests.Load() != 0 {
+		t.Fatalf("server fetch: %+v, the session's index got %d requests", res, evil.requests.Load())
+	}
+	r := runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Code: "import quroidx; print(quroidx.VALUE)"})
+	if r.Stdout != "good\n" {
+		t.Fatalf("installed: %+v", r)
+	}
+	if _, err := installPip(t, a, pipAlice, s.ID, "evilonly"); err == nil || !strings.Contains(err.Error(), "evilonly") {
+		t.Fatalf("a package only the session's index has: %v", err)
+	}
+	if evil.requests.Load() != 0 {
+		t.Fatal("the server fetched from the session's index")
+	}
+	// In the box, the session's index is pip's.
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Lang: "bash", Code: "pip install evilonly >/dev/null && python3 -c 'import evilonly; print(evilonly.VALUE)'"})
+	if r.Stdout != "evil\n" || evil.requests.Load() == 0 {
+		t.Fatalf("the session's index in its box: %+v", r)
 	}
 }
