@@ -22,6 +22,7 @@ import (
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 )
 
@@ -443,5 +444,53 @@ func TestPipSessionIndexNotFetchedByServer(t *testing.T) {
 	r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Lang: "bash", Code: "pip install evilonly >/dev/null && python3 -c 'import evilonly; print(evilonly.VALUE)'"})
 	if r.Stdout != "evil\n" || evil.requests.Load() == 0 {
 		t.Fatalf("the session's index in its box: %+v", r)
+	}
+}
+
+// TestPipOnRootfs: on a rootfs session (the shared test rootfs, not
+// changed) pip is pip 25.1.1 run by the rootfs's python3 (3.11): wheels
+// go to ~/.local/lib/python3.11 (PEP 668 does not stop it: the user
+// scheme), and the rootfs's python3 imports them, C extension included.
+func TestPipOnRootfs(t *testing.T) {
+	m := testRootfs(t)
+	pure := pureWheel(t, "quropure", "1.0", "rootfs")
+	cext := cextWheel(t, "qurocext")
+	ix := newTestIndex(t, pure, cext)
+	data := t.TempDir()
+	if err := os.Symlink(m.Dir, rootfs.DirIn(data)); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(context.Background(), data, &Options{Python: testPython, Pip: PipOptions{IndexURL: ix.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	needEmbedded(t, a)
+	if !a.Sandbox.Boxed() {
+		t.Skip("no bubblewrap box: a rootfs cannot be shown")
+	}
+	reply, err := callAs(t, a, pipAlice, "create_session", CreateSessionInput{Name: "r", Rootfs: rootfs.DefaultName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := reply.Output.(*SessionInfo)
+	res, err := installPip(t, a, pipAlice, s.ID, "quropure", "qurocext")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Wheels) != 2 {
+		t.Fatalf("fetched for the rootfs's python3: %+v", res)
+	}
+	r := runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Lang: "bash", Code: `pip --version
+python3 -c 'import sys, quropure, qurocext; print(sys.version_info[:2], quropure.VALUE, qurocext.answer()); print(quropure.__file__)'`})
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if r.ExitCode != 0 || len(lines) != 3 || !strings.HasPrefix(lines[0], "pip "+python.PipVersion+" ") || !strings.Contains(lines[0], "(python 3.11)") ||
+		lines[1] != "(3, 11) rootfs 42" || !strings.Contains(lines[2], "/.local/lib/python3.11/site-packages/quropure/") {
+		t.Fatalf("rootfs pip: %+v", r)
+	}
+	// The shell's pip installs from the cache too (offline, PEP 668 or not).
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Lang: "bash", Code: "pip install --force-reinstall quropure 2>&1 | tail -1"})
+	if !strings.Contains(r.Stdout, "Successfully installed quropure-1.0") {
+		t.Fatalf("the rootfs shell's pip: %+v", r)
 	}
 }
