@@ -161,6 +161,11 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, u := range append([]string{opts.Pip.IndexURL}, opts.Pip.ExtraIndexURLs...) {
+		if err := CheckIndexURL(u); u != "" && err != nil {
+			return nil, err
+		}
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
@@ -206,12 +211,6 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	}
 	if d, err := terminal.SealedDir(); err == nil {
 		sbo.BoxReadOnly = append(sbo.BoxReadOnly, d)
-	}
-	for _, u := range append([]string{opts.Pip.IndexURL}, opts.Pip.ExtraIndexURLs...) {
-		if err := CheckIndexURL(u); u != "" && err != nil {
-			st.Close()
-			return nil, err
-		}
 	}
 	pipS := newPipSetup(dir, pyRoot, sbo.Path, tl, opts.Pip)
 	sbo.RunEnv = pipS.runEnv

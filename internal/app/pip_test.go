@@ -494,3 +494,18 @@ python3 -c 'import sys, quropure, qurocext; print(sys.version_info[:2], quropure
 		t.Fatalf("the rootfs shell's pip: %+v", r)
 	}
 }
+
+// TestPipIndexURLChecked: the server's index URLs must be http(s) URLs
+// with a host (quro serve --pip-index-url refuses others at start).
+func TestPipIndexURLChecked(t *testing.T) {
+	for _, u := range []string{"file:///etc/passwd", "/simple", "ftp://x/simple", "http:///simple", "https://pypi.org/simple --trusted-host x"} {
+		if _, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Pip: PipOptions{ExtraIndexURLs: []string{u}}}); err == nil {
+			t.Errorf("index %q accepted", u)
+		}
+	}
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Pip: PipOptions{IndexURL: "https://pypi.org/simple"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+}
