@@ -103,6 +103,18 @@ func index() *httptest.Server {
 	}))
 }
 
+// bearer adds the token to every request.
+type bearer struct {
+	token string
+	rt    http.RoundTripper
+}
+
+func (t *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+t.token)
+	return t.rt.RoundTrip(r)
+}
+
 type series struct {
 	name string
 	ds   []time.Duration
@@ -140,6 +152,13 @@ func run() error {
 		return err
 	}
 	defer b.Close()
+	// install_packages needs scope install besides exec.
+	iss, err := a.CreateToken(ctx, "bench-pip", benchbed.Tenant, []string{"exec", "install"}, "bench")
+	if err != nil {
+		return err
+	}
+	b.Token = iss.Token
+	b.Client = &http.Client{Transport: &bearer{token: iss.Token, rt: &http.Transport{MaxIdleConns: 8, MaxIdleConnsPerHost: 8}}}
 
 	newSession := func() (string, error) {
 		var s app.SessionInfo

@@ -25,10 +25,13 @@ import (
 // the whole <root>/python is Options.BoxReadOnly):
 //
 //   - PIPDIR/pip, PIPDIR/pip-*.dist-info: pip itself, byte-compiled for the
-//     embedded 3.14 at extraction (unchecked-hash .pyc). A rootfs's 3.11
-//     finds no .pyc of its own and, the directory being read-only, writes
-//     none: it compiles what it imports from pip on each run (measured in
-//     the report: ~0.3 s more per pip run).
+//     embedded 3.14 at extraction (unchecked-hash .pyc), and for the
+//     host's /usr/bin/python3 when it has one (Debian 12: 3.11, the
+//     python3 of a Debian 12 rootfs too): the server's own interpreter on
+//     pip's files, like the standard library's compileall. A rootfs whose
+//     python3 is another version finds no .pyc of its own and, the
+//     directory being read-only, writes none: it compiles what it imports
+//     from pip on each run (~0.4 s more per pip install).
 //   - the interpreter tree's lib/pythonX.Y/site-packages/quro-pip.pth names
 //     PIPDIR: `python3 -m pip` finds pip (site-packages only: code run with
 //     -S/-I, like the worker, does not see it; a user site comes first, so a
@@ -54,6 +57,14 @@ const PipVersion = "25.1.1"
 // OfflineHint is the line a failed pip run ends with in a session without
 // network.
 const OfflineHint = "quro: this session has no network (policy none): pip can install only wheels already in the tenant's cache; fetch them with install_packages {manager: pip, packages: [...]} or use a session with network full"
+
+// hostPython3 is the host's python3, whose .pyc of pip serve a rootfs of
+// the same Python version.
+const hostPython3 = "/usr/bin/python3"
+
+// pipLayout is the marker of a complete pip directory: another layout
+// (an older Quro's) is extracted again.
+const pipLayout = "pip layout 2: pyc for 3.14 and the host's python3\n"
 
 // pipDirName is the directory name of the extracted pip: its version and
 // the wheel's hash.
@@ -100,8 +111,15 @@ func ensurePip(ctx context.Context, root string, inst *installation) error {
 	pipDir := PipDir(root)
 	shims := filepath.Join(inst.Dir, "quro-bin")
 	pth := filepath.Join(inst.Dir, "lib", "python"+shortVersion(inst), "site-packages", "quro-pip.pth")
+	pipDone := func() bool {
+		b, err := os.ReadFile(filepath.Join(pipDir, completeMarker))
+		return err == nil && string(b) == pipLayout
+	}
 	done := func() bool {
-		for _, p := range []string{filepath.Join(pipDir, completeMarker), filepath.Join(shims, completeMarker), pth} {
+		if !pipDone() {
+			return false
+		}
+		for _, p := range []string{filepath.Join(shims, completeMarker), pth} {
 			if _, err := os.Stat(p); err != nil {
 				return false
 			}
@@ -119,7 +137,7 @@ func ensurePip(ctx context.Context, root string, inst *installation) error {
 	if done() {
 		return nil
 	}
-	if _, err := os.Stat(filepath.Join(pipDir, completeMarker)); err != nil {
+	if !pipDone() {
 		if err := extractPip(ctx, inst, pipDir); err != nil {
 			return fmt.Errorf("extracting pip: %w", err)
 		}
@@ -148,7 +166,6 @@ func extractPip(ctx context.Context, inst *installation, final string) error {
 	if err != nil {
 		return err
 	}
-	os.RemoveAll(final) // a damaged one: no marker
 	tmp := final + ".tmp-" + randomHex(4)
 	defer os.RemoveAll(tmp)
 	for _, f := range zr.File {
@@ -171,6 +188,11 @@ func extractPip(ctx context.Context, inst *installation, final string) error {
 		"--invalidation-mode", invalidation, "-s", tmp, "-p", final, filepath.Join(tmp, "pip")); err != nil {
 		return fmt.Errorf("byte-compiling pip: %v: %s", err, strings.TrimSpace(lastLines(string(out), 10)))
 	}
+	// Best effort: without them a 3.11 rootfs compiles pip on each run.
+	if fi, err := os.Stat(hostPython3); err == nil && fi.Mode().IsRegular() {
+		_, _ = runHelper(ctx, nil, hostPython3, "-I", "-B", "-m", "compileall", "-q", "-j", "0",
+			"--invalidation-mode", invalidation, "-s", tmp, "-p", final, filepath.Join(tmp, "pip"))
+	}
 	bin := filepath.Join(tmp, "bin")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return err
@@ -183,9 +205,10 @@ func extractPip(ctx context.Context, inst *installation, final string) error {
 			return err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(tmp, completeMarker), []byte("ok\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tmp, completeMarker), []byte(pipLayout), 0o644); err != nil {
 		return err
 	}
+	os.RemoveAll(final) // a damaged one, or of another layout
 	return os.Rename(tmp, final)
 }
 
