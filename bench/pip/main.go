@@ -77,13 +77,13 @@ func wheel() (name string, data []byte) {
 			continue
 		}
 		w, _ := zw.Create(k)
-		w.Write([]byte(files[k]))
+		_, _ = w.Write([]byte(files[k]))
 		sum := sha256.Sum256([]byte(files[k]))
 		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", k, base64.RawURLEncoding.EncodeToString(sum[:]), len(files[k]))
 	}
 	record.WriteString("benchpip-1.0.dist-info/RECORD,,\n")
 	w, _ := zw.Create("benchpip-1.0.dist-info/RECORD")
-	w.Write([]byte(record.String()))
+	_, _ = w.Write([]byte(record.String()))
 	zw.Close()
 	return "benchpip-1.0-py3-none-any.whl", buf.Bytes()
 }
@@ -96,7 +96,7 @@ func index() *httptest.Server {
 		case "/simple/benchpip/":
 			fmt.Fprintf(w, "<html><body><a href=\"/files/%s#sha256=%s\">%s</a></body></html>\n", name, hex.EncodeToString(sum[:]), name)
 		case "/files/" + name:
-			w.Write(data)
+			_, _ = w.Write(data)
 		default:
 			http.NotFound(w, r)
 		}
@@ -194,7 +194,9 @@ func run() error {
 	if r, err := installPkgs(id); err != nil || len(r.Wheels) != 1 {
 		return fmt.Errorf("first install: %+v %v", r, err)
 	}
-	destroy(id)
+	if err := destroy(id); err != nil {
+		return err
+	}
 
 	rows := []*series{
 		{name: "create_session"},
@@ -225,7 +227,9 @@ func run() error {
 		rec(0, t1.Sub(t0))
 		rec(1, t2.Sub(t1))
 		rec(2, t2.Sub(t0))
-		destroy(id)
+		if err := destroy(id); err != nil {
+			return err
+		}
 
 		t0 = time.Now()
 		if id, err = newSession(); err != nil {
@@ -242,7 +246,9 @@ func run() error {
 			return err
 		}
 		rec(5, time.Since(t2))
-		destroy(id)
+		if err := destroy(id); err != nil {
+			return err
+		}
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("Quro pip, cached wheel into a new session: %s, load average %s\n", time.Now().UTC().Format(time.RFC3339),
