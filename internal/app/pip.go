@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -119,7 +120,13 @@ func (p *pipSetup) runEnv(spec *sandbox.Spec, network string) sandbox.RunEnv {
 	if d := python.PipDir(p.pyRoot); d != "" {
 		env["QURO_PIP_DIR"] = d
 	}
+	// The interpreters' directory (the shims, pip): every session box
+	// shows it (Options.BoxReadOnly), and so does a run that gets a box
+	// of its own.
 	var ro []string
+	if _, err := os.Stat(p.pyDir); err == nil {
+		ro = append(ro, p.pyDir)
+	}
 	if w, err := p.wheels(tenant); err == nil {
 		env["PIP_FIND_LINKS"] = w
 		ro = append(ro, w)

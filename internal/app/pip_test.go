@@ -24,6 +24,7 @@ import (
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/terminal"
 )
 
 // testWheel is a wheel built at test time.
@@ -232,6 +233,15 @@ echo "user=$PIP_USER noindex=$PIP_NO_INDEX"`})
 	}
 	if lines[5] != "user=1 noindex=1" {
 		t.Fatalf("pip's environment: %q", lines[5])
+	}
+	// The session's shell and its processes too.
+	reply := mustCall(t, a, "terminal_exec", TerminalExecInput{Session: s.ID, Command: "python3 -c 'import sys; print(sys.version_info[:2])'; pip --version"})
+	if out := reply.(*terminal.Result).Output; !strings.Contains(out, "(3, 14)") || !strings.Contains(out, "pip "+python.PipVersion+" ") {
+		t.Fatalf("terminal_exec: %q", out)
+	}
+	pr := mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "python", Args: []string{"-c", "import sys; print(sys.version_info[:2])"}}).(*ProcessResult)
+	if pr.Stdout != "(3, 14)\n" {
+		t.Fatalf("start_process python: %+v", pr)
 	}
 }
 
