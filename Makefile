@@ -19,12 +19,13 @@ BINDIR  ?= $(PREFIX)/bin
 # static programs); libpython3.11-testsuite is the CPython test suite run
 # in a box under the seccomp filter. curl runs the README's examples
 # (cmd/quro's TestREADME). g++, ruby, php-cli and lua5.4 are toolchains
-# run_code's toolchain languages run in tests (internal/app's TestToolchain*).
-TEST_PKGS := python3 bash bubblewrap debootstrap nodejs npm chromium curl gcc libc6-dev libpython3.11-testsuite g++ ruby php-cli lua5.4
+# run_code's toolchain languages run in tests (internal/app's TestToolchain*);
+# python3-dev builds the C-extension test wheel of internal/app's TestPip*.
+TEST_PKGS := python3 bash bubblewrap debootstrap nodejs npm chromium curl gcc libc6-dev libpython3.11-testsuite g++ ruby php-cli lua5.4 python3-dev python3-setuptools python3-wheel
 # What `make run` needs: the sandbox refuses to run user code without bwrap.
 RUN_PKGS := bubblewrap
 
-.PHONY: e2b-gen e2b-suite stdlib-pyc all build install uninstall run run-deps test test-short test-stress test-install fuzz deps test-deps vet lint fmt-check tidy-check bench clean ui web web-check
+.PHONY: e2b-gen e2b-suite stdlib-pyc pip-wheel all build install uninstall run run-deps test test-short test-stress test-install fuzz deps test-deps vet lint fmt-check tidy-check bench clean ui web web-check
 
 all: build
 
@@ -37,6 +38,19 @@ build: ui
 # archive, a fresh data directory's first Python run compiles it (seconds).
 stdlib-pyc:
 	cd internal/engine/python && $(GO) generate .
+
+# pip for the sessions' Python (see internal/engine/python/pip.go): the wheel
+# of Debian trixie's python3-pip-whl, fetched from the pinned .deb and checked.
+PIP_DEB_URL := http://deb.debian.org/debian/pool/main/p/python-pip/python3-pip-whl_25.1.1+dfsg-1_all.deb
+PIP_DEB_SHA256 := e65351935aa4af2b10ae2abb5744f5059e9abad51aea6cd0cb825702010763f7
+PIP_WHEEL := pip-25.1.1-py3-none-any.whl
+pip-wheel:
+	@t=$$(mktemp -d); trap 'rm -rf $$t' EXIT; \
+	curl -fsSL -o $$t/pip.deb $(PIP_DEB_URL) && \
+	echo "$(PIP_DEB_SHA256)  $$t/pip.deb" | sha256sum -c - && \
+	(cd $$t && ar x pip.deb data.tar.xz && tar -xJf data.tar.xz ./usr/share/python-wheels/$(PIP_WHEEL)) && \
+	cp $$t/usr/share/python-wheels/$(PIP_WHEEL) internal/engine/python/pipwheel/$(PIP_WHEEL) && \
+	(cd internal/engine/python/pipwheel && sha256sum $(PIP_WHEEL) > $(PIP_WHEEL).sha256)
 
 # Builds first when go is on PATH; without it (`sudo make install`, where
 # sudo's PATH has no go) it installs the bin/quro that `make build` made.

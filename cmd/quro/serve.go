@@ -44,6 +44,8 @@ func newServeCmd(g *globals) *cobra.Command {
 		logs           logFlags
 		pprofAddr      string
 		spares         int
+		pipIndex       string
+		pipExtra       []string
 		e2bOn          bool
 		e2bDomain      string
 	)
@@ -86,6 +88,7 @@ admin token for the local tenant is created, printed once and kept in
 			opts.AutoPause = autoPause
 			opts.PrestartPython = prestart
 			opts.SpareSessions = spares
+			opts.Pip = app.PipOptions{IndexURL: pipIndex, ExtraIndexURLs: pipExtra}
 			a, err := app.New(cmd.Context(), g.dataDir, opts)
 			if err != nil {
 				return err
@@ -227,6 +230,8 @@ admin token for the local tenant is created, printed once and kept in
 	cmd.Flags().DurationVar(&autoPause, "auto-pause", app.DefaultAutoPause, "pause a session's box (freeze its processes, keep their state) after it is unused this long; 0 or negative: never")
 	cmd.Flags().IntVar(&spares, "spare-sessions", 1, "spare sessions (a box and a started Python worker each, about 12 MiB) kept ready per tenant and network policy, so that a new session's first Python run finds them; 0: none")
 	cmd.Flags().BoolVar(&prestart, "prestart-python", true, "start a new session's Python worker as the session is created, so that its first Python run finds it ready")
+	cmd.Flags().StringVar(&pipIndex, "pip-index-url", "", "the Python package index (PEP 503 simple API) pip uses in sessions with network, and the one the server fetches wheels from for install_packages {manager: pip}; default pip's (https://pypi.org/simple). A session may set PIP_INDEX_URL for its own pip; the server never fetches from it")
+	cmd.Flags().StringArrayVar(&pipExtra, "pip-extra-index-url", nil, "another index for pip, as --pip-index-url (repeatable)")
 	logs.register(cmd)
 	cmd.Flags().BoolVar(&e2bOn, "e2b", true, "serve E2B's APIs, so that code using the e2b and @e2b/code-interpreter SDKs runs here (docs/e2b.md): the control plane at /e2b, sandboxes by the E2b-Sandbox-Id header")
 	cmd.Flags().StringVar(&e2bDomain, "e2b-domain", "", "also route E2B requests by host, as E2B's cloud: api.DOMAIN and PORT-ID.DOMAIN (needs wildcard DNS and, for the SDKs' https URLs, TLS in front)")

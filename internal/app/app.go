@@ -67,6 +67,8 @@ type Options struct {
 	// first Python run finds both ready. Each costs a box and a worker
 	// (about 12 MiB PSS) while it waits. 0: none (quro serve keeps 1).
 	SpareSessions int
+	// Pip configures pip in the sessions and the server's fetches.
+	Pip PipOptions
 	// Observers are told of every call after the audit log and the
 	// metrics (tests watch calls with them).
 	Observers []controller.Observer
@@ -126,6 +128,7 @@ type App struct {
 	autoPauseAfter time.Duration    // Options.AutoPause
 	prestart       bool             // Options.PrestartPython
 	spares         *spares          // Options.SpareSessions; nil: none
+	pip            *pipSetup        // pip of the sessions (pip.go)
 	life           lifetimes        // the patrol of session lifetimes (lifetime.go)
 	copyHook       func(rel string) // tests: workspace.CopyOptions.BeforeOpen of snapshots
 }
@@ -158,6 +161,11 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	dir, err := filepath.Abs(dataDir)
 	if err != nil {
 		return nil, err
+	}
+	for _, u := range append([]string{opts.Pip.IndexURL}, opts.Pip.ExtraIndexURLs...) {
+		if err := CheckIndexURL(u); u != "" && err != nil {
+			return nil, err
+		}
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
@@ -205,6 +213,8 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	if d, err := terminal.SealedDir(); err == nil {
 		sbo.BoxReadOnly = append(sbo.BoxReadOnly, d)
 	}
+	pipS := newPipSetup(dir, pyRoot, sbo.Path, tl, opts.Pip)
+	sbo.RunEnv = pipS.runEnv
 	sb, err := sandbox.New(sbo)
 	if err != nil {
 		st.Close()
@@ -222,6 +232,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 		autoPauseAfter: opts.AutoPause,
 		prestart:       opts.PrestartPython,
 		procs:          proc.New(),
+		pip:            pipS,
 	}
 	if a.autoPauseAfter == 0 {
 		a.autoPauseAfter = DefaultAutoPause

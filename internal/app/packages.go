@@ -28,13 +28,16 @@ const (
 
 // InstallPackagesInput is install_packages' input.
 type InstallPackagesInput struct {
-	Session   string   `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted. It must run on a rootfs (create_session rootfs=NAME) with network full"`
-	Packages  []string `json:"packages" jsonschema:"Debian package names (e.g. jq, cowsay, python3-numpy), each optionally NAME=VERSION; at most 64"`
+	Session string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted. For apt it must run on a rootfs (create_session rootfs=NAME) with network full; pip works in any session"`
+	// Manager is "apt" (the default) or "pip".
+	Manager   string   `json:"manager,omitempty" jsonschema:"apt (default: Debian packages into the session's rootfs) or pip (Python packages into the session's user site, ~/.local, from the tenant's wheel cache, fetched by the server first when missing; works with network none)"`
+	Packages  []string `json:"packages" jsonschema:"apt: Debian package names (e.g. jq, cowsay, python3-numpy), each optionally NAME=VERSION; pip: NAME[extras] with optional version specifiers (e.g. requests==2.32.3), no URLs or paths; at most 64"`
 	TimeoutMS int64    `json:"timeout_ms,omitempty" jsonschema:"time budget in milliseconds for waiting, apt-get update and apt-get install, 10000..1800000; default 600000"`
 }
 
 // InstallPackagesResult is install_packages' output.
 type InstallPackagesResult struct {
+	Manager  string   `json:"manager,omitempty"` // "pip"; apt when empty
 	Rootfs   string   `json:"rootfs"`
 	Packages []string `json:"packages"`
 	// Installed are the packages dpkg newly lists (dependencies too), as
@@ -53,12 +56,28 @@ type InstallPackagesResult struct {
 	OutputFile string   `json:"output_file,omitempty"`
 	TimedOut   bool     `json:"timed_out,omitempty"`
 	WaitedMS   float64  `json:"waited_ms,omitempty"` // waiting for another change of the same rootfs
+	// pip: Wheels are the wheels the server fetched into the tenant's
+	// cache for this call; FromCache says the cache had everything (no
+	// fetch ran).
+	Wheels     []string `json:"wheels,omitempty"`
+	FromCache  bool     `json:"from_cache,omitempty"`
 	DurationMS float64  `json:"duration_ms"`
 }
 
 // Text says what was installed, then apt's output.
 func (r *InstallPackagesResult) Text() string {
 	var b strings.Builder
+	if r.Manager == "pip" {
+		from := "fetched into the tenant's wheel cache: " + strings.Join(r.Wheels, ", ")
+		if r.FromCache {
+			from = "from the tenant's wheel cache (no download)"
+		} else if len(r.Wheels) == 0 {
+			from = "the tenant's wheel cache had the wheels after the fetch"
+		}
+		fmt.Fprintf(&b, "pip installed %s into the session's user site (~/.local); %s\nimport it in run_code (no restart needed) or in the session's python3\nduration=%.1fs\n--- pip output ---\n%s",
+			strings.Join(r.Packages, " "), from, r.DurationMS/1000, r.Output)
+		return strings.TrimRight(b.String(), "\n")
+	}
 	switch {
 	case r.TimedOut:
 		fmt.Fprintf(&b, "apt timed out after %.1fs in rootfs %s; nothing was recorded as installed (what dpkg finished may remain)", r.DurationMS/1000, r.Rootfs)
@@ -86,6 +105,7 @@ func (a *App) registerPackages(reg *capability.Registry) {
 			"This is the way system packages are installed: the rootfs is read-only to a session's own code, and `apt-get install` typed in a session is refused (code in a session calls with scope exec), saying to ask for this capability. "+
 			"The session must run on a rootfs (create_session rootfs=NAME) and have network full (create_session network=full); with network none nothing is started. "+
 			"Installs into one rootfs run one at a time: a call waits for the one before. apt's progress streams as output; the result lists what dpkg newly installed and apt's output. "+
+			"With manager pip: Python packages are installed into the session's user site (~/.local/lib/pythonX.Y/site-packages of the session's Python: the embedded 3.14 on the host userland, the rootfs's python3 on a rootfs) by pip in the session's box from the tenant's wheel cache; wheels the cache lacks are fetched first by the server from its configured index (wheels only, never a session's index), whatever the session's network. A session without network can then `pip install` them too. "+
 			"Packages are exact Debian package names (matched literally against the rootfs's apt lists: no patterns), optionally NAME:ARCH and NAME=VERSION; an unknown name is refused before apt runs. apt's plan is simulated first: an install that would remove or downgrade anything is refused. Needs scope install (or admin). timeout_ms 10000..1800000, default 600000.",
 		capability.ScopeInstall, a.installPackagesCap).Streaming())
 	a.registerRepair(reg)
@@ -98,6 +118,22 @@ func (a *App) installPackagesCap(ctx context.Context, in InstallPackagesInput) (
 	}
 	if timeout == 0 {
 		timeout = packagesDefaultTimeout
+	}
+	switch in.Manager {
+	case "", "apt":
+	case "pip":
+		sess, err := a.Sessions.Get(ctx, in.Session)
+		if err != nil {
+			return nil, err
+		}
+		ctx, release, err := a.useSession(ctx, sess)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		return a.installPip(ctx, sess, in.Packages, timeout)
+	default:
+		return nil, capability.Errorf(capability.InvalidArgument, "manager %q: want apt (Debian packages into a rootfs) or pip (Python packages)", in.Manager)
 	}
 	if err := checkPackages(in.Packages); err != nil {
 		return nil, err

@@ -99,10 +99,23 @@ type Options struct {
 	// interpreters and tools that later runs of the session name in
 	// Spec.ReadOnly (a directory bound now shows what is made in it later).
 	BoxReadOnly []string
+	// RunEnv, when set, is asked for the defaults of each run (never of a
+	// RootfsAdmin one) given its Spec and network policy: Env are
+	// variables layered over the whitelist (PATH among them) and under the
+	// Spec's own Env, ReadOnly further host paths the run sees read-only
+	// (like Spec.ReadOnly). The app sets the session's pip there: the
+	// python3/pip shims first on PATH, the tenant's wheel cache.
+	RunEnv func(spec *Spec, network string) RunEnv
 	// Note, when set, is asked after each run ends for text to append to
 	// its stderr (e.g. that the session's disk quota is full, and what
 	// filled it), given the run's Dir.
 	Note func(dir string) string
+}
+
+// RunEnv is what Options.RunEnv adds to a run.
+type RunEnv struct {
+	Env      map[string]string
+	ReadOnly []string
 }
 
 // Bind is a host path Src seen at Dst inside a box: read-only, or, when
@@ -147,6 +160,7 @@ type Sandbox struct {
 	boxes      *boxRegistry
 	tenant     func(dir string) (Tenant, bool)
 	note       func(dir string) string
+	runEnv     func(spec *Spec, network string) RunEnv
 }
 
 // New returns a Sandbox. opts may be nil.
@@ -160,7 +174,7 @@ func New(opts *Options) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox: cannot find the quro executable to re-exec: %w", err)
 	}
 	s := &Sandbox{self: self, path: o.Path, limits: DefaultLimits(), drainGrace: o.DrainGrace, onFailure: o.OnFailure,
-		binds: slices.Clone(o.Binds), tenant: o.Tenant, note: o.Note}
+		binds: slices.Clone(o.Binds), tenant: o.Tenant, note: o.Note, runEnv: o.RunEnv}
 	if s.path == "" {
 		s.path = DefaultPath
 	}
@@ -335,7 +349,7 @@ type Process struct {
 }
 
 // Env builds the environment a spec's process sees.
-func (s *Sandbox) env(spec *Spec) ([]string, error) {
+func (s *Sandbox) env(spec *Spec, defaults map[string]string) ([]string, error) {
 	home, tmp, term := spec.Home, spec.TmpDir, spec.Term
 	if home == "" {
 		home = spec.Dir
@@ -352,6 +366,9 @@ func (s *Sandbox) env(spec *Spec) ([]string, error) {
 		"LANG":   "C.UTF-8",
 		"TERM":   term,
 		"TMPDIR": tmp,
+	}
+	for k, v := range defaults {
+		vars[k] = v
 	}
 	for k, v := range spec.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
@@ -454,8 +471,12 @@ func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 	default:
 		return nil, fmt.Errorf("%w: network policy %q: want %q or %q", ErrInvalidSpec, spec.Network, NetworkNone, NetworkFull)
 	}
+	var extra RunEnv
+	if s.runEnv != nil && !spec.RootfsAdmin {
+		extra = s.runEnv(spec, pl.network)
+	}
 	var err error
-	if pl.env, err = s.env(spec); err != nil {
+	if pl.env, err = s.env(spec, extra.Env); err != nil {
 		return nil, err
 	}
 	if err := s.layers.check(s.isolation); err != nil {
@@ -487,7 +508,7 @@ func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 			return nil, pl.startErr(err)
 		}
 	}
-	for _, p := range spec.ReadOnly {
+	for _, p := range append(slices.Clone(spec.ReadOnly), extra.ReadOnly...) {
 		if !filepath.IsAbs(p) {
 			return nil, fmt.Errorf("%w: read-only path %q is not absolute", ErrInvalidSpec, p)
 		}

@@ -144,7 +144,15 @@ var srcdirVersion = regexp.MustCompile(`(?m)^abs_srcdir=\s*\S*/Python-([0-9]+\.[
 // It holds an exclusive flock on dataDir/python/.lock meanwhile, so that
 // several quro processes sharing a data directory extract it once.
 func ensureInstalled(ctx context.Context, dataDir string, step Step) (*installation, error) {
-	return installFrom(ctx, dataDir, precompiledArchive, step)
+	inst, err := installFrom(ctx, dataDir, precompiledArchive, step)
+	if err != nil {
+		return nil, err
+	}
+	// pip and the box's python3/pip shims beside it (see pip.go).
+	if err := ensurePip(ctx, dataDir, inst); err != nil {
+		return nil, err
+	}
+	return inst, nil
 }
 
 // installFrom is ensureInstalled with the precompiled standard library

@@ -449,8 +449,10 @@ def _site():
     """What the site module does for this interpreter, which runs with -S
     (site's search for site-packages, sitecustomize and usercustomize costs
     a few ms at start): the builtins exit, quit, help, copyright, credits
-    and license; and, if the tree has a site-packages directory (after a pip
-    install), site itself, as usual."""
+    and license; site itself if the tree's site-packages holds more than
+    Quro's quro-pip.pth (which only serves `python3 -m pip`: the %pip line
+    runs pip from QURO_PIP_DIR), or a sitecustomize; and the session's user
+    site (see _refresh_path), which -I/-s would leave out."""
     import _sitebuiltins
     eof = "Ctrl-D (i.e. EOF)"
     builtins.quit = _sitebuiltins.Quitter("quit", eof)
@@ -464,10 +466,94 @@ def _site():
         "license", "See https://www.python.org/psf/license/",
         ["LICENSE.txt", "LICENSE"], [os.path.dirname(os.__file__), os.getcwd()])
     lib = os.path.dirname(os.__file__)
-    if (os.path.isdir(os.path.join(lib, "site-packages"))
-            or os.path.exists(os.path.join(lib, "sitecustomize.py"))):
+    try:
+        extra = [n for n in os.listdir(os.path.join(lib, "site-packages"))
+                 if n not in ("quro-pip.pth", "README.txt", "__pycache__")]
+    except OSError:
+        extra = []
+    if extra or os.path.exists(os.path.join(lib, "sitecustomize.py")):
         import site
         site.main()
+    _refresh_path()
+
+
+# The session's user site (pip's --user scheme, PIP_USER=1 in the box):
+# $HOME/.local/lib/pythonX.Y/site-packages, in the workspace.
+_user_site = None
+_path_mtimes = {}
+
+
+def _user_site_dir():
+    home = os.environ.get("HOME") or "/home/user"
+    return os.path.join(home, ".local", "lib", "python%d.%d" % sys.version_info[:2], "site-packages")
+
+
+def _refresh_path():
+    """Makes what pip installed since the last run importable, without a
+    restart: the user site once it exists (before the system's
+    site-packages, as site would put it; its .pth files are processed: the
+    session's own code in its own box), and the import system's caches
+    dropped when a directory on sys.path changed (a stat per entry)."""
+    global _user_site
+    d = _user_site_dir()
+    if _user_site != d and os.path.isdir(d):
+        _user_site = d
+        if d not in sys.path:
+            at = len(sys.path)
+            for i, p in enumerate(sys.path):
+                if p.endswith(("site-packages", "dist-packages")):
+                    at = i
+                    break
+            sys.path.insert(at, d)
+        import site
+        site.addsitedir(d)  # d is on sys.path already: only its .pth files
+    changed = False
+    for p in sys.path:
+        try:
+            m = os.stat(p or ".").st_mtime_ns
+        except OSError:
+            m = None
+        if _path_mtimes.get(p, 0) != m:
+            _path_mtimes[p] = m
+            changed = True
+    if changed:
+        import importlib
+        importlib.invalidate_caches()
+
+
+_PIP_HINT = ("quro: this session has no network (policy none): pip can install only wheels "
+             "already in the tenant's cache; fetch them with install_packages {manager: pip, "
+             "packages: [...]} or use a session with network full")
+
+
+def _pip(line):
+    """A %pip or !pip line, as IPython runs it: pip of this interpreter in
+    a subprocess (its output goes straight to the run's), then what it
+    installed is importable at once."""
+    import shlex
+    import subprocess
+    try:
+        args = shlex.split(line)
+    except ValueError as e:
+        print("%%pip: %s" % e, file=sys.stderr)
+        return
+    pipdir = os.environ.get("QURO_PIP_DIR")
+    if pipdir and os.path.isdir(os.path.join(pipdir, "pip")):
+        cmd = [sys.executable, os.path.join(pipdir, "pip")]
+    else:
+        cmd = [sys.executable, "-m", "pip"]
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        pass
+    rc = subprocess.run(cmd + args).returncode
+    _refresh_path()
+    if rc != 0:
+        msg = "quro: pip exited with status %d" % rc
+        if os.environ.get("QURO_PIP_OFFLINE") == "1":
+            msg += "\n" + _PIP_HINT
+        print(msg, file=sys.stderr)
 
 
 def _setup(flush_ms):
@@ -1194,15 +1280,32 @@ def _compile(src, filename):
     return code, has_last
 
 
-def _shell_lines(src):
-    """src with its "!command" lines made calls of the shell, or None when
-    it has none."""
+def _pip_args(body):
+    """The arguments of a "%pip ..." / "!pip ..." line (pip3 too), or None."""
+    if body[:1] not in ("%", "!") or not body.startswith("pip", 1):
+        return None
+    rest = body[4:]
+    if rest.startswith("3"):
+        rest = rest[1:]
+    if rest and rest[0] not in " \t\r\n":
+        return None
+    return rest.strip()
+
+
+def _shell_lines(src, rich=True):
+    """src with its "%pip ..." and "!pip ..." lines made calls of _pip and,
+    when rich (a notebook cell), its other "!command" lines made calls of
+    the shell; or None when it has none."""
     lines = _source_text(src).splitlines(True)
     found = False
     for i, line in enumerate(lines):
         body = line.lstrip()
-        if body.startswith("!"):
-            indent = line[:len(line) - len(body)]
+        indent = line[:len(line) - len(body)]
+        args = _pip_args(body)
+        if args is not None:
+            lines[i] = "%s__import__('sys').modules[%r]._pip(%r); pass\n" % (indent, __name__, args)
+            found = True
+        elif rich and body.startswith("!"):
             cmd = body[1:].rstrip("\r\n")
             # A statement, not an expression: as in IPython, the line
             # prints what the command prints and has no value of its own
@@ -1223,10 +1326,10 @@ def _execute(src, filename, ns):
         code, has_last = _compile(src, filename)
     except SyntaxError:
         # Rich mode (a notebook cell): IPython's "!command" lines run the
-        # command in a shell, as E2B's kernel does. Only code that is not
-        # Python as it stands is read so: a "!" line inside a string of
-        # valid code stays what it is.
-        shell = _shell_lines(src) if _rich_mode else None
+        # command in a shell, as E2B's kernel does; "%pip"/"!pip" lines run
+        # pip in every mode. Only code that is not Python as it stands is
+        # read so: a "!" line inside a string of valid code stays what it is.
+        shell = _shell_lines(src, _rich_mode)
         if shell is None:
             raise
         code, has_last = _compile(shell, filename)
@@ -1443,6 +1546,7 @@ def _run(msg):
     _in_run = True
     if "env" in msg:
         _set_env(msg["env"] or {})
+    _refresh_path()
     contextual = bool(msg.get("cx"))
     _rich_mode = bool(msg.get("rich"))
     _results = []

@@ -1,0 +1,310 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/pip"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// PipOptions configure pip for the sessions.
+type PipOptions struct {
+	// IndexURL is the index pip uses in sessions with network, and the
+	// only one (with ExtraIndexURLs) the server fetches from for
+	// install_packages {manager: pip}; "" is pip's default (PyPI).
+	IndexURL       string
+	ExtraIndexURLs []string
+}
+
+// CheckIndexURL checks an index URL of the server's configuration: http
+// or https, with a host.
+func CheckIndexURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.ContainsAny(s, " \t\n") {
+		return fmt.Errorf("pip index URL %q: want an http:// or https:// URL with a host (e.g. https://pypi.org/simple)", s)
+	}
+	return nil
+}
+
+// pipSetup is pip for the sessions of an App: what every run of a session
+// gets (sandbox.Options.RunEnv) and the tenants' wheel caches.
+type pipSetup struct {
+	opts     PipOptions
+	cache    *pip.Cache
+	tenants  *tenants
+	basePath string // the sandbox's PATH
+	pyRoot   string // where the embedded Python and pip are extracted
+	pyDir    string // pyRoot/python, shown read-only in every box
+	hostBin  string // python3, python, pip, pip3 of the embedded Python
+	rootBin  string // pip, pip3 run by a rootfs's python3
+	ensured  sync.Map
+}
+
+func newPipSetup(dataDir, pyRoot, basePath string, tl *tenants, o PipOptions) *pipSetup {
+	p := &pipSetup{opts: o, cache: &pip.Cache{Root: filepath.Join(dataDir, "pip")}, tenants: tl, basePath: basePath,
+		pyRoot: pyRoot, pyDir: filepath.Join(pyRoot, "python")}
+	p.hostBin, p.rootBin = python.ShimDirs(pyRoot)
+	if p.basePath == "" {
+		p.basePath = sandbox.DefaultPath
+	}
+	return p
+}
+
+// withFirst puts dir first on PATH, after quro's own bin directory.
+func (p *pipSetup) withFirst(dir string) string {
+	if dir == "" {
+		return p.basePath
+	}
+	if rest, ok := strings.CutPrefix(p.basePath, sandbox.BinDir+":"); ok {
+		return sandbox.BinDir + ":" + dir + ":" + rest
+	}
+	return dir + ":" + p.basePath
+}
+
+// wheels makes tenant's cache (once per App) and returns its wheels
+// directory.
+func (p *pipSetup) wheels(tenant string) (string, error) {
+	if d, ok := p.ensured.Load(tenant); ok {
+		return d.(string), nil
+	}
+	d, err := p.cache.Ensure(tenant)
+	if err != nil {
+		return "", err
+	}
+	p.ensured.Store(tenant, d)
+	return d, nil
+}
+
+// runEnv is sandbox.Options.RunEnv: for a run of a session, the
+// session's Python first on PATH (the embedded one on the host userland;
+// pip of the rootfs's python3 on a rootfs), pip's user scheme (installs go
+// to $HOME/.local: the workspace), its cache in the session's tmp
+// directory, the tenant's wheels (read-only) as a source, and the index:
+// none without network (PIP_NO_INDEX: pip fails at once instead of
+// retrying an unreachable index), else the server's. The session's own
+// variables (PIP_INDEX_URL…) come after these and win.
+func (p *pipSetup) runEnv(spec *sandbox.Spec, network string) sandbox.RunEnv {
+	id, sdir, ok := p.tenants.sessionDir(spec.Dir)
+	if !ok {
+		return sandbox.RunEnv{}
+	}
+	tenant, ok := p.tenants.tenantOf(id)
+	if !ok {
+		return sandbox.RunEnv{}
+	}
+	env := map[string]string{
+		"PIP_USER":                      "1",
+		"PIP_DISABLE_PIP_VERSION_CHECK": "1",
+		"PIP_ROOT_USER_ACTION":          "ignore",
+		// PEP 668: a rootfs's Debian python3 is "externally managed", and
+		// pip refuses even --user installs there. With PIP_USER pip
+		// writes only the user site (the system directories are
+		// read-only in the box anyway).
+		"PIP_BREAK_SYSTEM_PACKAGES": "1",
+		"PIP_CACHE_DIR":             filepath.Join(sdir, "tmp", "pip-cache"),
+	}
+	if d := python.PipDir(p.pyRoot); d != "" {
+		env["QURO_PIP_DIR"] = d
+	}
+	// The interpreters' directory (the shims, pip): every session box
+	// shows it (Options.BoxReadOnly), and so does a run that gets a box
+	// of its own.
+	var ro []string
+	if _, err := os.Stat(p.pyDir); err == nil {
+		ro = append(ro, p.pyDir)
+	}
+	if w, err := p.wheels(tenant); err == nil {
+		env["PIP_FIND_LINKS"] = w
+		ro = append(ro, w)
+	}
+	if network != sandbox.NetworkFull {
+		env["PIP_NO_INDEX"] = "1"
+		env["QURO_PIP_OFFLINE"] = "1"
+	} else {
+		if p.opts.IndexURL != "" {
+			env["PIP_INDEX_URL"] = p.opts.IndexURL
+		}
+		if len(p.opts.ExtraIndexURLs) > 0 {
+			env["PIP_EXTRA_INDEX_URL"] = strings.Join(p.opts.ExtraIndexURLs, " ")
+		}
+	}
+	if spec.Rootfs == "" {
+		env["PATH"] = p.withFirst(p.hostBin)
+	} else {
+		env["PATH"] = p.withFirst(p.rootBin)
+	}
+	return sandbox.RunEnv{Env: env, ReadOnly: ro}
+}
+
+// installPip is install_packages {manager: pip}: the requirements are
+// installed into the session's user site by pip in the session's own box
+// from the tenant's wheel cache only (--no-index); what the cache lacks is
+// fetched first by the server (pip.Cache.Fetch: a helper box with network
+// full and no session directory, from the server's indexes only), whatever
+// the session's network.
+func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []string, timeout time.Duration) (*InstallPackagesResult, error) {
+	if err := pip.CheckRequirements(reqs); err != nil {
+		return nil, capability.Errorf(capability.InvalidArgument, "%v", err)
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, _, err := a.Python.Installed(ctx); err != nil {
+		return nil, fmt.Errorf("pip needs the embedded Python's preparation (pip comes with it): %w", err)
+	}
+	p := a.pip
+	wheels, err := p.wheels(sess.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	out := runcode.NewCapture(aptOutputMax, "", 0)
+	out.Observed(ctx, "stdout")
+	res := &InstallPackagesResult{Manager: "pip", Packages: reqs, Rootfs: sess.Rootfs}
+
+	// First from the cache alone, quietly: a wheel any session of the
+	// tenant fetched before is a local read.
+	var first bytes.Buffer
+	code, err := a.pipInSession(ctx, sess, wheels, reqs, &first)
+	if err != nil {
+		return nil, err
+	}
+	if code == 0 {
+		out.Write(first.Bytes())
+		res.FromCache = true
+	} else {
+		fmt.Fprintf(out, "quro: fetching %s with pip download (wheels only) from the server's index into the tenant's cache\n", strings.Join(reqs, " "))
+		f := &pip.Fetch{SB: a.Sandbox, PipDir: python.PipDir(p.pyRoot), Index: p.opts.IndexURL, Extra: p.opts.ExtraIndexURLs, Reqs: reqs, Out: out}
+		if sess.Rootfs != "" {
+			dir, err := RootfsDir(a.DataDir)(sess.Rootfs)
+			if err != nil {
+				return nil, err
+			}
+			f.Python, f.Rootfs = "/usr/bin/python3", dir
+		} else {
+			f.Python, f.ReadOnly = filepath.Join(p.hostBin, "python3"), []string{p.pyDir}
+		}
+		fr, err := p.cache.Fetch(ctx, sess.Tenant, f)
+		if err != nil {
+			return nil, a.pipError(err, reqs)
+		}
+		for _, w := range fr.Added {
+			res.Wheels = append(res.Wheels, w.Name)
+		}
+		for _, s := range fr.Skipped {
+			fmt.Fprintf(out, "quro: not cached: %s\n", s)
+		}
+		if fr.ExitCode != 0 {
+			view := out.Finish()
+			return nil, capability.Errorf(capability.NotFound, "pip could not fetch %s (pip download exit_code=%d%s): %s",
+				strings.Join(reqs, " "), fr.ExitCode, timedOut(fr.Exit), pipReason(view.Text))
+		}
+		code, err = a.pipInSession(ctx, sess, wheels, reqs, out)
+		if err != nil {
+			return nil, err
+		}
+	}
+	view := out.Finish()
+	res.ExitCode, res.Output, res.DurationMS = code, view.Text, millis(time.Since(start))
+	if code != 0 {
+		return nil, capability.Errorf(capability.NotFound, "pip could not install %s in session %s (exit_code=%d): %s",
+			strings.Join(reqs, " "), sess.Name, code, pipReason(view.Text))
+	}
+	return res, nil
+}
+
+func timedOut(e sandbox.Exit) string {
+	if e.TimedOut || e.Canceled {
+		return ", timed out or canceled"
+	}
+	return ""
+}
+
+// pipReason is the gist of pip's output for an error: its ERROR lines,
+// else its last lines.
+func pipReason(out string) string {
+	var errs []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "ERROR:") {
+			errs = append(errs, strings.TrimSpace(l))
+		}
+	}
+	if len(errs) == 0 {
+		return lastLinesOf(out, 5)
+	}
+	return strings.Join(errs, "; ")
+}
+
+func lastLinesOf(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// pipError is an error of the fetch for the caller.
+func (a *App) pipError(err error, reqs []string) error {
+	if errors.Is(err, pip.ErrBadRequirement) {
+		return capability.Errorf(capability.InvalidArgument, "%v", err)
+	}
+	var se *sandbox.StartError
+	if errors.As(err, &se) {
+		return fmt.Errorf("fetching %s with pip: %w", strings.Join(reqs, " "), err)
+	}
+	return err
+}
+
+// pipInSession runs pip install --no-index from the tenant's wheels in the
+// session's own box (its network, its uid), into its user site.
+func (a *App) pipInSession(ctx context.Context, s *session.Session, wheels string, reqs []string, out io.Writer) (int, error) {
+	return a.pipRun(ctx, s, append([]string{"install", "--no-index", "--find-links", wheels, "--"}, reqs...), out)
+}
+
+func (a *App) pipRun(ctx context.Context, s *session.Session, args []string, out io.Writer) (int, error) {
+	p := a.pip
+	prog := filepath.Join(p.hostBin, "pip")
+	env := map[string]string{}
+	for k, v := range s.Env {
+		env[k] = v
+	}
+	env["QURO_PIP_OFFLINE"] = "0" // this is install_packages: no hint to call it
+	spec := &sandbox.Spec{
+		Args: append([]string{prog}, args...),
+		// As run_code's processes (runcode.ProcessSpec): the session's box
+		// holds them.
+		Dir: s.Workspace(), Home: s.Workspace(), TmpDir: s.TmpDir(),
+		Env: env, Network: s.Network, UID: s.UID, Session: s.ID, Binds: s.Binds(),
+		ReadOnly: []string{p.pyDir},
+		Stdout:   out, Stderr: out,
+	}
+	if s.Rootfs != "" {
+		dir, err := RootfsDir(a.DataDir)(s.Rootfs)
+		if err != nil {
+			return 0, err
+		}
+		spec.Rootfs = dir
+		spec.Args[0] = filepath.Join(p.rootBin, "pip")
+	}
+	exit, err := a.Sandbox.ForSession(s.ID, s.UID, s.Binds()).Run(ctx, spec)
+	if err != nil {
+		return 0, err
+	}
+	if exit.TimedOut || exit.Canceled {
+		return 0, capability.Errorf(capability.DeadlineExceeded, "pip in session %s was stopped (timed out or canceled); what it installed so far stays", s.Name)
+	}
+	return exit.Code, nil
+}

@@ -1,0 +1,521 @@
+package app
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/terminal"
+)
+
+// testWheel is a wheel built at test time.
+type testWheel struct {
+	Project, Version, Tag string // Tag: python-abi-platform
+	Name                  string
+	Data                  []byte
+}
+
+// buildWheel writes a wheel of project with files (path → content) with
+// the stdlib's zip: METADATA, WHEEL and RECORD with the files' hashes.
+func buildWheel(t testing.TB, project, version, tag string, files map[string][]byte) *testWheel {
+	t.Helper()
+	dist := project + "-" + version + ".dist-info/"
+	all := map[string][]byte{}
+	for k, v := range files {
+		all[k] = v
+	}
+	all[dist+"METADATA"] = fmt.Appendf(nil, "Metadata-Version: 2.1\nName: %s\nVersion: %s\n", project, version)
+	all[dist+"WHEEL"] = fmt.Appendf(nil, "Wheel-Version: 1.0\nGenerator: quro-test\nRoot-Is-Purelib: %v\nTag: %s\n", strings.HasPrefix(tag, "py3-"), tag)
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	var record strings.Builder
+	names := make([]string, 0, len(all))
+	for k := range all {
+		names = append(names, k)
+	}
+	for _, n := range names {
+		w, err := zw.Create(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(all[n])
+		sum := sha256.Sum256(all[n])
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", n, base64.RawURLEncoding.EncodeToString(sum[:]), len(all[n]))
+	}
+	record.WriteString(dist + "RECORD,,\n")
+	w, _ := zw.Create(dist + "RECORD")
+	w.Write([]byte(record.String()))
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return &testWheel{Project: project, Version: version, Tag: tag, Name: project + "-" + version + "-" + tag + ".whl", Data: buf.Bytes()}
+}
+
+// pureWheel is a pure-Python wheel: import NAME; NAME.VALUE == value.
+func pureWheel(t testing.TB, name, version, value string) *testWheel {
+	return buildWheel(t, name, version, "py3-none-any", map[string][]byte{
+		name + "/__init__.py": fmt.Appendf(nil, "VALUE = %q\n", value),
+	})
+}
+
+// cextWheel is a wheel with a C extension module NAME (NAME.answer() ==
+// 42), compiled with gcc against Debian's python3.11 headers for the
+// stable ABI of 3.11 (cp311-abi3): the embedded 3.14 and a rootfs's 3.11
+// both load it.
+func cextWheel(t testing.TB, name string) *testWheel {
+	t.Helper()
+	if _, err := os.Stat("/usr/include/python3.11/Python.h"); err != nil {
+		t.Skip("no python3.11 headers (make test installs python3-dev)")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, name+".c")
+	code := fmt.Sprintf(`#define Py_LIMITED_API 0x030B0000
+#include <Python.h>
+static PyObject *answer(PyObject *self, PyObject *args) { return PyLong_FromLong(42); }
+static PyMethodDef methods[] = {{"answer", answer, METH_NOARGS, NULL}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "%s", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_%s(void) { return PyModule_Create(&mod); }
+`, name, name)
+	if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	so := filepath.Join(dir, name+".abi3.so")
+	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-O1", "-I/usr/include/python3.11", "-o", so, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buildWheel(t, name, "1.0", "cp311-abi3-linux_x86_64", map[string][]byte{name + ".abi3.so": b})
+}
+
+// testIndex is a PEP 503 simple index on loopback serving wheels; it
+// counts the requests it gets, and refuses all while down.
+type testIndex struct {
+	*httptest.Server
+	mu       sync.Mutex
+	wheels   map[string][]*testWheel // normalized project → wheels
+	requests atomic.Int64
+	down     atomic.Bool
+}
+
+func newTestIndex(t testing.TB, wheels ...*testWheel) *testIndex {
+	ix := &testIndex{wheels: map[string][]*testWheel{}}
+	for _, w := range wheels {
+		p := normalize(w.Project)
+		ix.wheels[p] = append(ix.wheels[p], w)
+	}
+	ix.Server = httptest.NewServer(http.HandlerFunc(ix.serve))
+	t.Cleanup(ix.Close)
+	return ix
+}
+
+func normalize(s string) string {
+	return strings.ToLower(strings.NewReplacer("_", "-", ".", "-").Replace(s))
+}
+
+func (ix *testIndex) URL() string { return ix.Server.URL + "/simple/" }
+
+func (ix *testIndex) serve(w http.ResponseWriter, r *http.Request) {
+	ix.requests.Add(1)
+	if ix.down.Load() {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+		return
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if p, ok := strings.CutPrefix(r.URL.Path, "/simple/"); ok {
+		ws := ix.wheels[normalize(strings.Trim(p, "/"))]
+		if len(ws) == 0 {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, "<!DOCTYPE html><html><body>\n")
+		for _, wh := range ws {
+			sum := sha256.Sum256(wh.Data)
+			fmt.Fprintf(w, "<a href=\"/files/%s#sha256=%s\">%s</a><br/>\n", wh.Name, hex.EncodeToString(sum[:]), wh.Name)
+		}
+		fmt.Fprint(w, "</body></html>\n")
+		return
+	}
+	if name, ok := strings.CutPrefix(r.URL.Path, "/files/"); ok {
+		for _, ws := range ix.wheels {
+			for _, wh := range ws {
+				if wh.Name == name {
+					w.Write(wh.Data)
+					return
+				}
+			}
+		}
+	}
+	http.NotFound(w, r)
+}
+
+// pipApp is an App whose pip index is ix.
+func pipApp(t *testing.T, ix *testIndex) *App {
+	t.Helper()
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Pip: PipOptions{IndexURL: ix.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	needEmbedded(t, a)
+	if !a.Sandbox.Boxed() {
+		t.Skip("no bubblewrap box")
+	}
+	return a
+}
+
+func runIn(t *testing.T, a *App, c controller.Caller, in RunCodeInput) *runcode.Result {
+	t.Helper()
+	reply, err := callAs(t, a, c, "run_code", in)
+	if err != nil {
+		t.Fatalf("run_code %q: %v", in.Code, err)
+	}
+	return reply.Output.(*runcode.Result)
+}
+
+func installPip(t *testing.T, a *App, c controller.Caller, session string, pkgs ...string) (*InstallPackagesResult, error) {
+	t.Helper()
+	reply, err := callAs(t, a, c, "install_packages", InstallPackagesInput{Session: session, Manager: "pip", Packages: pkgs})
+	if err != nil {
+		return nil, err
+	}
+	return reply.Output.(*InstallPackagesResult), nil
+}
+
+// TestPipShellIsTheSessionsPython: in a session on the host userland,
+// python3, python, pip and pip3 are the embedded interpreter and pip
+// 25.1.1, whatever process asks (run_code bash here).
+func TestPipShellIsTheSessionsPython(t *testing.T) {
+	ix := newTestIndex(t)
+	a := pipApp(t, ix)
+	s := newSession(t, a, "shell", "")
+	runIn(t, a, admin, RunCodeInput{Session: s.ID, Code: "print(1)"}) // prepares the interpreter
+	res := runIn(t, a, admin, RunCodeInput{Session: s.ID, Lang: "bash", Code: `python3 -c 'import sys; print(sys.version_info[:2])'
+python -c 'import sys; print(sys.executable)'
+pip --version
+pip3 --version
+python3 -m pip --version
+echo "user=$PIP_USER noindex=$PIP_NO_INDEX"`})
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d\n%s\n%s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	if len(lines) != 6 || lines[0] != "(3, 14)" || !strings.Contains(lines[1], "/python/3.14") {
+		t.Fatalf("python3 is not the embedded 3.14:\n%s", res.Stdout)
+	}
+	for _, l := range lines[2:5] {
+		if !strings.HasPrefix(l, "pip "+python.PipVersion+" from ") || !strings.Contains(l, "(python 3.14)") {
+			t.Fatalf("pip is not pip %s of 3.14: %q", python.PipVersion, l)
+		}
+	}
+	if lines[5] != "user=1 noindex=1" {
+		t.Fatalf("pip's environment: %q", lines[5])
+	}
+	// The session's shell and its processes too.
+	reply := mustCall(t, a, "terminal_exec", TerminalExecInput{Session: s.ID, Command: "python3 -c 'import sys; print(sys.version_info[:2])'; pip --version"})
+	if out := reply.(*terminal.Result).Output; !strings.Contains(out, "(3, 14)") || !strings.Contains(out, "pip "+python.PipVersion+" ") {
+		t.Fatalf("terminal_exec: %q", out)
+	}
+	pr := mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "python", Args: []string{"-c", "import sys; print(sys.version_info[:2])"}}).(*ProcessResult)
+	if pr.Stdout != "(3, 14)\n" {
+		t.Fatalf("start_process python: %+v", pr)
+	}
+}
+
+var (
+	pipAlice = controller.Caller{Path: "test", Tenant: "alice", Scope: capability.ScopeAdmin, TokenID: "ta"}
+	pipBob   = controller.Caller{Path: "test", Tenant: "bob", Scope: capability.ScopeAdmin, TokenID: "tb"}
+)
+
+func sessionAs(t *testing.T, a *App, c controller.Caller, name, network string, env map[string]string) *SessionInfo {
+	t.Helper()
+	reply, err := callAs(t, a, c, "create_session", CreateSessionInput{Name: name, Network: network, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reply.Output.(*SessionInfo)
+}
+
+// TestPipInstallPackagesThroughTheCache: install_packages {manager: pip}
+// in a session without network has the server fetch the wheels (a pure
+// one and a C extension) into the tenant's cache and installs them into
+// the session's user site, importable by its running worker at once; a
+// second session of the tenant installs them from the cache with the
+// index down (no request reaches it), by install_packages and by the
+// shell's pip; another tenant sees none of it; a box cannot write the
+// cache; an uncached package fails with the hint, in the shell and in a
+// %pip line.
+func TestPipInstallPackagesThroughTheCache(t *testing.T) {
+	pure := pureWheel(t, "quropure", "1.0", "hello")
+	cext := cextWheel(t, "qurocext")
+	ix := newTestIndex(t, pure, cext)
+	a := pipApp(t, ix)
+
+	s1 := sessionAs(t, a, pipAlice, "p1", "", nil)
+	if r := runIn(t, a, pipAlice, RunCodeInput{Session: s1.ID, Code: "import sys; print(sys.version_info[:2])"}); r.Stdout != "(3, 14)\n" {
+		t.Fatalf("worker: %+v", r)
+	}
+	res, err := installPip(t, a, pipAlice, s1.ID, "quropure", "qurocext==1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.FromCache || len(res.Wheels) != 2 || res.ExitCode != 0 {
+		t.Fatalf("first install: %+v", res)
+	}
+	fetched := ix.requests.Load()
+	if fetched == 0 {
+		t.Fatal("the index saw no request")
+	}
+	// The worker that ran before the install imports both (no restart),
+	// and the files are in the user site of 3.14.
+	r := runIn(t, a, pipAlice, RunCodeInput{Session: s1.ID, Code: "import quropure, qurocext\nprint(quropure.VALUE, qurocext.answer())\nprint(quropure.__file__)"})
+	if !strings.HasPrefix(r.Stdout, "hello 42\n") || !strings.Contains(r.Stdout, "/.local/lib/python3.14/site-packages/quropure/__init__.py") {
+		t.Fatalf("import after install_packages: %+v", r)
+	}
+
+	// The cache: by hash, linked by name, read-only to the box.
+	wheels := a.pip.cache.Wheels("alice")
+	for _, w := range []*testWheel{pure, cext} {
+		got, err := os.ReadFile(filepath.Join(wheels, w.Name))
+		if err != nil || !bytes.Equal(got, w.Data) {
+			t.Fatalf("cache has %s: %v", w.Name, err)
+		}
+	}
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s1.ID, Code: fmt.Sprintf(`import os
+w = %q
+for what, f in [("create", lambda: open(os.path.join(w, "evil-1.0-py3-none-any.whl"), "wb")),
+                ("overwrite", lambda: open(os.path.join(w, %q), "r+b")),
+                ("unlink", lambda: os.unlink(os.path.join(w, %q))),
+                ("by-hash", lambda: os.listdir(os.path.join(os.path.dirname(w), "by-hash")))]:
+    try:
+        f()
+        print(what, "ALLOWED")
+    except OSError as e:
+        print(what, "refused", type(e).__name__)
+`, wheels, pure.Name, pure.Name)})
+	if strings.Contains(r.Stdout, "ALLOWED") || strings.Count(r.Stdout, "refused") != 4 {
+		t.Fatalf("the box could change the tenant's cache:\n%s%s", r.Stdout, r.Stderr)
+	}
+
+	// A second session of the tenant: from the cache, the index down.
+	ix.down.Store(true)
+	before := ix.requests.Load()
+	s2 := sessionAs(t, a, pipAlice, "p2", "", nil)
+	res, err = installPip(t, a, pipAlice, s2.ID, "quropure")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.FromCache || len(res.Wheels) != 0 {
+		t.Fatalf("second install was not from the cache: %+v", res)
+	}
+	s3 := sessionAs(t, a, pipAlice, "p3", "", nil)
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s3.ID, Lang: "bash", Code: "pip install qurocext && python3 -c 'import qurocext; print(qurocext.answer())'"})
+	if r.ExitCode != 0 || !strings.HasSuffix(r.Stdout, "42\n") {
+		t.Fatalf("the shell's pip from the cache: %+v", r)
+	}
+	if n := ix.requests.Load(); n != before {
+		t.Fatalf("installs from the cache reached the index: %d requests", n-before)
+	}
+
+	// Uncached, without network: pip fails at once, naming the package,
+	// with the hint; the same from a %pip line.
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s3.ID, Lang: "bash", Code: "pip install nosuchpkg"})
+	if r.ExitCode == 0 || !strings.Contains(r.Stderr, "nosuchpkg") || !strings.Contains(r.Stderr, "quro: this session has no network") {
+		t.Fatalf("uncached offline install: %+v", r)
+	}
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s3.ID, Code: "%pip install nosuchpkg\nprint('after')"})
+	if !strings.Contains(r.Stderr, "nosuchpkg") || !strings.Contains(r.Stderr, "quro: this session has no network") || !strings.HasSuffix(r.Stdout, "after\n") {
+		t.Fatalf("uncached offline %%pip: %+v", r)
+	}
+
+	// Another tenant sees neither the cache nor the wheels.
+	b1 := sessionAs(t, a, pipBob, "b1", "", nil)
+	r = runIn(t, a, pipBob, RunCodeInput{Session: b1.ID, Lang: "bash", Code: fmt.Sprintf("ls %q; pip install quropure", wheels)})
+	if r.ExitCode == 0 || strings.Contains(r.Stdout, pure.Name) || !strings.Contains(r.Stderr, "quropure") {
+		t.Fatalf("bob reached alice's cache: %+v", r)
+	}
+	if _, err := installPip(t, a, pipBob, b1.ID, "quropure"); err == nil || !strings.Contains(err.Error(), "quropure") {
+		t.Fatalf("bob's install_packages with the index down: %v", err)
+	}
+}
+
+// TestPipMagicsWithNetwork: in a session with network, %pip and !pip lines
+// (plain and rich runs) and subprocess `-m pip` install from the server's
+// index into the user site; what a line installed imports on the next
+// line of the same run and in the next run, without a restart.
+func TestPipMagicsWithNetwork(t *testing.T) {
+	ix := newTestIndex(t, pureWheel(t, "magic_a", "1.0", "a"), pureWheel(t, "magic_b", "1.0", "b"),
+		pureWheel(t, "magic_c", "1.0", "c"), pureWheel(t, "magic_d", "1.0", "d"))
+	a := pipApp(t, ix)
+	s := sessionAs(t, a, pipAlice, "net", "full", nil)
+	r := runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Code: "%pip install magic_a\nimport magic_a\nprint('value', magic_a.VALUE)"})
+	if !strings.HasSuffix(r.Stdout, "value a\n") || !strings.Contains(r.Stdout, "Successfully installed magic_a-1.0") {
+		t.Fatalf("%%pip then import: %+v", r)
+	}
+	if r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Code: "import magic_a; print(magic_a.__file__)"}); !strings.Contains(r.Stdout, "/.local/lib/python3.14/site-packages/magic_a/") {
+		t.Fatalf("next run: %+v", r)
+	}
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Code: "!pip install magic_b\nimport magic_b\nprint('value', magic_b.VALUE)"})
+	if !strings.HasSuffix(r.Stdout, "value b\n") {
+		t.Fatalf("!pip then import: %+v", r)
+	}
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Rich: true, Code: "%pip install -q magic_c\nimport magic_c\nmagic_c.VALUE"})
+	if len(r.Results) != 1 || !strings.Contains(fmt.Sprint(r.Results[0]), "'c'") {
+		t.Fatalf("rich %%pip: %+v", r)
+	}
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Code: `import subprocess, sys
+p = subprocess.run([sys.executable, "-m", "pip", "install", "magic_d"])
+import magic_d
+print(p.returncode, magic_d.VALUE)`})
+	if !strings.HasSuffix(r.Stdout, "0 d\n") {
+		t.Fatalf("subprocess -m pip: %+v", r)
+	}
+	// A %pip line inside a string of valid code stays what it is.
+	if r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Code: "s = '''\n%pip install nothing\n'''\nprint(len(s))"}); r.Stdout != "22\n" {
+		t.Fatalf("a %%pip line in a string ran: %+v", r)
+	}
+}
+
+// TestPipHostileRequirements: install_packages {manager: pip} refuses
+// anything but NAME[extras] with version specifiers before any process
+// starts: options, URLs, paths, a 10 KB name.
+func TestPipHostileRequirements(t *testing.T) {
+	ix := newTestIndex(t)
+	a := pipApp(t, ix)
+	s := sessionAs(t, a, pipAlice, "hostile", "", nil)
+	for _, req := range []string{
+		"--index-url=http://127.0.0.1:1/simple", "-r /etc/shadow", "-r/etc/shadow", "pkg @ file:///etc/passwd",
+		"pkg@http://127.0.0.1/x.whl", "../x", "/etc/passwd", "./x.whl", "x.whl", "http://evil/x", "pkg; os_name=='posix'",
+		"pkg --global-option=x", "pkg\n-r /etc/shadow", strings.Repeat("a", 10<<10), "", " ", "pkg[", "pkg==1 pkg2",
+	} {
+		_, err := installPip(t, a, pipAlice, s.ID, req)
+		var ce *capability.Error
+		if !errors.As(err, &ce) || ce.Code != capability.InvalidArgument {
+			t.Errorf("requirement %.40q: %v, want invalid_argument", req, err)
+		}
+	}
+	if _, err := installPip(t, a, pipAlice, s.ID, "ok", "--index-url=http://127.0.0.1:1/"); err == nil {
+		t.Error("a hostile requirement after a good one was taken")
+	}
+	if n := ix.requests.Load(); n != 0 {
+		t.Fatalf("a refused requirement reached the index: %d requests", n)
+	}
+}
+
+// TestPipSessionIndexNotFetchedByServer: a session's own PIP_INDEX_URL
+// steers pip in its box (network full), never the server's fetch, which
+// uses the server's configured index only.
+func TestPipSessionIndexNotFetchedByServer(t *testing.T) {
+	ix := newTestIndex(t, pureWheel(t, "quroidx", "1.0", "good"))
+	evil := newTestIndex(t, pureWheel(t, "quroidx", "1.0", "evil"), pureWheel(t, "evilonly", "1.0", "evil"))
+	a := pipApp(t, ix)
+	s := sessionAs(t, a, pipAlice, "idx", "full", map[string]string{"PIP_INDEX_URL": evil.URL()})
+	res, err := installPip(t, a, pipAlice, s.ID, "quroidx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Wheels) != 1 || evil.requests.Load() != 0 {
+		t.Fatalf("server fetch: %+v, the session's index got %d requests", res, evil.requests.Load())
+	}
+	r := runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Code: "import quroidx; print(quroidx.VALUE)"})
+	if r.Stdout != "good\n" {
+		t.Fatalf("installed: %+v", r)
+	}
+	if _, err := installPip(t, a, pipAlice, s.ID, "evilonly"); err == nil || !strings.Contains(err.Error(), "evilonly") {
+		t.Fatalf("a package only the session's index has: %v", err)
+	}
+	if evil.requests.Load() != 0 {
+		t.Fatal("the server fetched from the session's index")
+	}
+	// In the box, the session's index is pip's.
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Lang: "bash", Code: "pip install evilonly >/dev/null && python3 -c 'import evilonly; print(evilonly.VALUE)'"})
+	if r.Stdout != "evil\n" || evil.requests.Load() == 0 {
+		t.Fatalf("the session's index in its box: %+v", r)
+	}
+}
+
+// TestPipOnRootfs: on a rootfs session (the shared test rootfs, not
+// changed) pip is pip 25.1.1 run by the rootfs's python3 (3.11): wheels
+// go to ~/.local/lib/python3.11 (PEP 668 does not stop it: the user
+// scheme), and the rootfs's python3 imports them, C extension included.
+func TestPipOnRootfs(t *testing.T) {
+	m := testRootfs(t)
+	pure := pureWheel(t, "quropure", "1.0", "rootfs")
+	cext := cextWheel(t, "qurocext")
+	ix := newTestIndex(t, pure, cext)
+	data := t.TempDir()
+	if err := os.Symlink(m.Dir, rootfs.DirIn(data)); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(context.Background(), data, &Options{Python: testPython, Pip: PipOptions{IndexURL: ix.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	needEmbedded(t, a)
+	if !a.Sandbox.Boxed() {
+		t.Skip("no bubblewrap box: a rootfs cannot be shown")
+	}
+	reply, err := callAs(t, a, pipAlice, "create_session", CreateSessionInput{Name: "r", Rootfs: rootfs.DefaultName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := reply.Output.(*SessionInfo)
+	res, err := installPip(t, a, pipAlice, s.ID, "quropure", "qurocext")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Wheels) != 2 {
+		t.Fatalf("fetched for the rootfs's python3: %+v", res)
+	}
+	r := runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Lang: "bash", Code: `pip --version
+python3 -c 'import sys, quropure, qurocext; print(sys.version_info[:2], quropure.VALUE, qurocext.answer()); print(quropure.__file__)'`})
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if r.ExitCode != 0 || len(lines) != 3 || !strings.HasPrefix(lines[0], "pip "+python.PipVersion+" ") || !strings.Contains(lines[0], "(python 3.11)") ||
+		lines[1] != "(3, 11) rootfs 42" || !strings.Contains(lines[2], "/.local/lib/python3.11/site-packages/quropure/") {
+		t.Fatalf("rootfs pip: %+v", r)
+	}
+	// The shell's pip installs from the cache too (offline, PEP 668 or not).
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Lang: "bash", Code: "pip install --force-reinstall quropure 2>&1 | tail -1"})
+	if !strings.Contains(r.Stdout, "Successfully installed quropure-1.0") {
+		t.Fatalf("the rootfs shell's pip: %+v", r)
+	}
+}
+
+// TestPipIndexURLChecked: the server's index URLs must be http(s) URLs
+// with a host (quro serve --pip-index-url refuses others at start).
+func TestPipIndexURLChecked(t *testing.T) {
+	for _, u := range []string{"file:///etc/passwd", "/simple", "ftp://x/simple", "http:///simple", "https://pypi.org/simple --trusted-host x"} {
+		if _, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Pip: PipOptions{ExtraIndexURLs: []string{u}}}); err == nil {
+			t.Errorf("index %q accepted", u)
+		}
+	}
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Pip: PipOptions{IndexURL: "https://pypi.org/simple"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+}

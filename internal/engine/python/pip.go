@@ -1,0 +1,284 @@
+//go:build !slim
+
+package python
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+)
+
+// pip for the sessions' Python: the wheel of pip 25.1.1 (Debian trixie's
+// python3-pip-whl, fetched and checked by `make pip-wheel`) is embedded and
+// extracted once per data directory, beside the interpreter tree, into
+// PIPDIR = <root>/python/pip-<version>-<sha12> (read-only to every box:
+// the whole <root>/python is Options.BoxReadOnly):
+//
+//   - PIPDIR/pip, PIPDIR/pip-*.dist-info: pip itself, byte-compiled for the
+//     embedded 3.14 at extraction (unchecked-hash .pyc), and for the
+//     host's /usr/bin/python3 when it has one (Debian 12: 3.11, the
+//     python3 of a Debian 12 rootfs too): the server's own interpreter on
+//     pip's files, like the standard library's compileall. A rootfs whose
+//     python3 is another version finds no .pyc of its own and, the
+//     directory being read-only, writes none: it compiles what it imports
+//     from pip on each run (~0.4 s more per pip install).
+//   - the interpreter tree's lib/pythonX.Y/site-packages/quro-pip.pth names
+//     PIPDIR: `python3 -m pip` finds pip (site-packages only: code run with
+//     -S/-I, like the worker, does not see it; a user site comes first, so a
+//     pip the session installs itself wins).
+//   - TREE/quro-bin: python3, python, pip, pip3 for a box on the host
+//     userland, first on its PATH (see ShimDirs): the embedded interpreter,
+//     so the shell's python3 is run_code's.
+//   - PIPDIR/bin: pip, pip3 for a box on a rootfs: the same pip run by the
+//     rootfs's /usr/bin/python3.
+//
+// The pip shims end a failed run with a hint when Quro set PIP_NO_INDEX for a
+// session without network (QURO_PIP_OFFLINE=1 in the box's environment).
+
+//go:embed pipwheel/pip-25.1.1-py3-none-any.whl
+var pipWheel []byte
+
+//go:embed pipwheel/pip-25.1.1-py3-none-any.whl.sha256
+var pipWheelSum string
+
+// PipVersion is the version of the pip sessions get.
+const PipVersion = "25.1.1"
+
+// OfflineHint is the line a failed pip run ends with in a session without
+// network.
+const OfflineHint = "quro: this session has no network (policy none): pip can install only wheels already in the tenant's cache; fetch them with install_packages {manager: pip, packages: [...]} or use a session with network full"
+
+// hostPython3 is the host's python3, whose .pyc of pip serve a rootfs of
+// the same Python version.
+const hostPython3 = "/usr/bin/python3"
+
+// pipLayout is the marker of a complete pip directory: another layout
+// (an older Quro's) is extracted again.
+const pipLayout = "pip layout 2: pyc for 3.14 and the host's python3\n"
+
+// pipDirName is the directory name of the extracted pip: its version and
+// the wheel's hash.
+func pipDirName() string {
+	sum := sha256.Sum256(pipWheel)
+	return "pip-" + PipVersion + "-" + hex.EncodeToString(sum[:6])
+}
+
+// PipDir is where pip is extracted for the install root (the data
+// directory, or EmbeddedOptions.InstallRoot): the directory holding the pip
+// package. Empty when the build has no pip.
+func PipDir(root string) string {
+	return filepath.Join(root, "python", pipDirName())
+}
+
+// ShimDirs are the directories to put first on a box's PATH: host for a
+// box on the host userland (python3, python, pip, pip3 of the embedded
+// interpreter), rootfs for a box on a rootfs (pip, pip3 run by its
+// python3). They exist once the interpreter was prepared.
+func ShimDirs(root string) (host, rootfs string) {
+	m, err := readManifest()
+	if err != nil {
+		return "", ""
+	}
+	full, _ := pythonVersion(m)
+	host = filepath.Join(root, "python", full+"-"+m.ContentHash[:16], "quro-bin")
+	return host, filepath.Join(PipDir(root), "bin")
+}
+
+// checkPipWheel checks the embedded wheel against its recorded sha256.
+func checkPipWheel() error {
+	want, _, _ := strings.Cut(strings.TrimSpace(pipWheelSum), " ")
+	sum := sha256.Sum256(pipWheel)
+	if got := hex.EncodeToString(sum[:]); got != want {
+		return fmt.Errorf("the embedded pip wheel has sha256 %s, its .sha256 file says %s", got, want)
+	}
+	return nil
+}
+
+// ensurePip extracts pip and writes the shims for inst (extracted under
+// root), once: a marker in each says it is complete. It holds the flock of
+// root/python while it writes.
+func ensurePip(ctx context.Context, root string, inst *installation) error {
+	pipDir := PipDir(root)
+	shims := filepath.Join(inst.Dir, "quro-bin")
+	pth := filepath.Join(inst.Dir, "lib", "python"+shortVersion(inst), "site-packages", "quro-pip.pth")
+	pipDone := func() bool {
+		b, err := os.ReadFile(filepath.Join(pipDir, completeMarker))
+		return err == nil && string(b) == pipLayout
+	}
+	done := func() bool {
+		if !pipDone() {
+			return false
+		}
+		for _, p := range []string{filepath.Join(shims, completeMarker), pth} {
+			if _, err := os.Stat(p); err != nil {
+				return false
+			}
+		}
+		return true
+	}
+	if done() {
+		return nil
+	}
+	unlock, err := lockFile(filepath.Join(root, "python", ".lock"), nil)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if done() {
+		return nil
+	}
+	if !pipDone() {
+		if err := extractPip(ctx, inst, pipDir); err != nil {
+			return fmt.Errorf("extracting pip: %w", err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(pth), 0o755); err != nil {
+		return err
+	}
+	if err := writeAtomic(pth, []byte(pipDir+"\n"), 0o644); err != nil {
+		return err
+	}
+	return writeShims(shims, inst.Python, pipDir)
+}
+
+func shortVersion(inst *installation) string {
+	return strings.TrimPrefix(filepath.Base(inst.Python), "python")
+}
+
+// extractPip writes the wheel's files into a temporary directory beside
+// final, byte-compiles them with the embedded interpreter, adds the
+// rootfs shims and renames it into place.
+func extractPip(ctx context.Context, inst *installation, final string) error {
+	if err := checkPipWheel(); err != nil {
+		return err
+	}
+	zr, err := zip.NewReader(bytes.NewReader(pipWheel), int64(len(pipWheel)))
+	if err != nil {
+		return err
+	}
+	tmp := final + ".tmp-" + randomHex(4)
+	defer os.RemoveAll(tmp)
+	for _, f := range zr.File {
+		name := path.Clean(f.Name)
+		if strings.HasSuffix(f.Name, "/") {
+			continue
+		}
+		if path.IsAbs(name) || name == "." || strings.HasPrefix(name, "../") || !(strings.HasPrefix(name, "pip/") || strings.HasPrefix(name, "pip-")) {
+			return fmt.Errorf("unexpected file in the pip wheel: %q", f.Name)
+		}
+		dst := filepath.Join(tmp, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err := copyZipFile(f, dst); err != nil {
+			return err
+		}
+	}
+	if out, err := runHelper(ctx, nil, inst.Python, "-I", "-B", "-m", "compileall", "-q", "-j", "0",
+		"--invalidation-mode", invalidation, "-s", tmp, "-p", final, filepath.Join(tmp, "pip")); err != nil {
+		return fmt.Errorf("byte-compiling pip: %v: %s", err, strings.TrimSpace(lastLines(string(out), 10)))
+	}
+	// Best effort: without them a 3.11 rootfs compiles pip on each run.
+	if fi, err := os.Stat(hostPython3); err == nil && fi.Mode().IsRegular() {
+		_, _ = runHelper(ctx, nil, hostPython3, "-I", "-B", "-m", "compileall", "-q", "-j", "0",
+			"--invalidation-mode", invalidation, "-s", tmp, "-p", final, filepath.Join(tmp, "pip"))
+	}
+	bin := filepath.Join(tmp, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return err
+	}
+	// A rootfs's python3 runs pip from its directory (pip/__main__.py puts
+	// PIPDIR on sys.path): the rootfs's own pip, if it has one, is not used.
+	script := pipShim("/usr/bin/python3 " + shellQuote(filepath.Join(final, "pip")))
+	for _, n := range []string{"pip", "pip3"} {
+		if err := os.WriteFile(filepath.Join(bin, n), []byte(script), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(tmp, completeMarker), []byte(pipLayout), 0o644); err != nil {
+		return err
+	}
+	os.RemoveAll(final) // a damaged one, or of another layout
+	return os.Rename(tmp, final)
+}
+
+func copyZipFile(f *zip.File, dst string) error {
+	r, err := f.Open()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	w, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(w, io.LimitReader(r, 64<<20))
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// pipShim is a pip script running run (a command line) with the script's
+// arguments, which adds the offline hint to a failure in a session without
+// network.
+func pipShim(run string) string {
+	return "#!/bin/sh\n" +
+		"# quro: pip " + PipVersion + " of the session's Python\n" +
+		run + " \"$@\"\n" +
+		"rc=$?\n" +
+		"if [ $rc -ne 0 ] && [ \"$QURO_PIP_OFFLINE\" = 1 ]; then\n" +
+		"\techo " + shellQuote(OfflineHint) + " >&2\n" +
+		"fi\n" +
+		"exit $rc\n"
+}
+
+// writeShims writes the host userland's shims into dir: python3 and
+// python exec the embedded interpreter, pip and pip3 run its pip.
+func writeShims(dir, python, pipDir string) error {
+	tmp := dir + ".tmp-" + randomHex(4)
+	defer os.RemoveAll(tmp)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	py := "#!/bin/sh\nexec " + shellQuote(python) + " \"$@\"\n"
+	pip := pipShim(shellQuote(python) + " -m pip")
+	for name, s := range map[string]string{"python3": py, "python": py, "pip": pip, "pip3": pip} {
+		if err := os.WriteFile(filepath.Join(tmp, name), []byte(s), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(tmp, completeMarker), []byte("ok\n"), 0o644); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return os.Rename(tmp, dir)
+}
+
+func writeAtomic(p string, b []byte, mode os.FileMode) error {
+	tmp := p + ".tmp-" + randomHex(4)
+	if err := os.WriteFile(tmp, b, mode); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -1,0 +1,16 @@
+//go:build slim
+
+package python
+
+// PipVersion is the version of the pip sessions get: none in a slim build
+// (no embedded interpreter, no pip).
+const PipVersion = ""
+
+// OfflineHint: see the full build.
+const OfflineHint = ""
+
+// PipDir is empty in a slim build: it has no pip.
+func PipDir(root string) string { return "" }
+
+// ShimDirs are empty in a slim build: boxes keep the userland's python3.
+func ShimDirs(root string) (host, rootfs string) { return "", "" }

@@ -1,0 +1,126 @@
+package pip
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/quro-dev/quro/internal/sandbox"
+)
+
+// Fetch says how to fetch wheels for one tenant.
+type Fetch struct {
+	SB *sandbox.Sandbox
+	// Python is the program of the session's Python, as the box sees it
+	// (the wheels' tags are its own): the embedded interpreter for the
+	// host userland, /usr/bin/python3 with Rootfs set.
+	Python string
+	// PipDir holds the pip package (python.PipDir).
+	PipDir string
+	// Rootfs is the rootfs directory the box shows, or "" for the host's
+	// userland.
+	Rootfs string
+	// ReadOnly are further host paths the box needs (the interpreter tree).
+	ReadOnly []string
+	// Index and Extra are the server's configured indexes ("" is pip's
+	// default). Never a session's: a tenant does not choose where the
+	// server connects.
+	Index string
+	Extra []string
+	Reqs  []string
+	Out   io.Writer // pip's output as it comes
+}
+
+// FetchResult is what a fetch added to the cache.
+type FetchResult struct {
+	Added    []Added
+	Skipped  []string // files pip left that are not wheels, or refused (with why)
+	Exit     sandbox.Exit
+	ExitCode int
+}
+
+// DownloadArgs is the command line of the fetch after the interpreter:
+// pip download of wheels only (no package code runs with network), into
+// dest, with the tenant's wheels as a local source.
+func DownloadArgs(pipDir, dest, wheels, index string, extra, reqs []string) []string {
+	args := []string{"-I", "-S", filepath.Join(pipDir, "pip"), "download", "--only-binary=:all:", "--dest", dest,
+		"--isolated", "--no-input", "--progress-bar", "off", "--disable-pip-version-check", "--no-cache-dir",
+		"--find-links", wheels}
+	if index != "" {
+		args = append(args, "--index-url", index)
+	}
+	for _, e := range extra {
+		args = append(args, "--extra-index-url", e)
+	}
+	return append(append(args, "--"), reqs...)
+}
+
+// Fetch downloads f.Reqs (and their dependencies) as wheels in a helper
+// box with network full that sees no session directory: its own scratch
+// directory (writable), the tenant's wheels and the interpreter
+// (read-only). What it leaves is checked and added to the cache by the
+// server (Add).
+func (c *Cache) Fetch(ctx context.Context, tenant string, f *Fetch) (*FetchResult, error) {
+	if err := CheckRequirements(f.Reqs); err != nil {
+		return nil, err
+	}
+	wheels, err := c.Ensure(tenant)
+	if err != nil {
+		return nil, err
+	}
+	scratch, err := c.Scratch(tenant)
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(scratch)
+	dest := filepath.Join(scratch, "dl")
+	if err := os.Mkdir(dest, 0o700); err != nil {
+		return nil, err
+	}
+	out := f.Out
+	if out == nil {
+		out = io.Discard
+	}
+	spec := &sandbox.Spec{
+		Args:     append([]string{f.Python}, DownloadArgs(f.PipDir, dest, wheels, f.Index, f.Extra, f.Reqs)...),
+		Dir:      scratch,
+		Home:     scratch,
+		TmpDir:   scratch,
+		Network:  sandbox.NetworkFull,
+		Rootfs:   f.Rootfs,
+		ReadOnly: append([]string{f.PipDir, wheels}, f.ReadOnly...),
+		Stdout:   out,
+		Stderr:   out,
+	}
+	exit, err := f.SB.Run(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	res := &FetchResult{Exit: exit, ExitCode: exit.Code}
+	ents, err := os.ReadDir(dest)
+	if err != nil {
+		return res, err
+	}
+	for i, e := range ents {
+		if i >= MaxFetchedWheels {
+			res.Skipped = append(res.Skipped, fmt.Sprintf("%d more files: at most %d wheels in one fetch", len(ents)-i, MaxFetchedWheels))
+			break
+		}
+		if !ValidWheelName(e.Name()) {
+			res.Skipped = append(res.Skipped, fmt.Sprintf("%q: not a wheel", e.Name()))
+			continue
+		}
+		a, err := c.Add(tenant, filepath.Join(dest, e.Name()))
+		if err != nil {
+			res.Skipped = append(res.Skipped, err.Error())
+			continue
+		}
+		res.Added = append(res.Added, *a)
+	}
+	slices.SortFunc(res.Added, func(a, b Added) int { return strings.Compare(a.Name, b.Name) })
+	return res, nil
+}

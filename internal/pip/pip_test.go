@@ -1,0 +1,95 @@
+package pip
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestCheckRequirement(t *testing.T) {
+	for _, ok := range []string{"numpy", "requests[socks]>=2.31,<3", "zope.interface", "a_b-c", "pkg==1.0.post1+local", "x ~= 1.2", "Pkg[a, b]", "x===1"} {
+		if err := CheckRequirement(ok); err != nil {
+			t.Errorf("%q refused: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "-r x", "--index-url=http://x", "pkg @ file:///etc/passwd", "../x", "/x", "x/y", "x.whl", "foo.tar.gz",
+		"pkg; python_version<'4'", "pkg==1 x", "pkg\n-r /etc/shadow", "pkg[", "pkg==", ".x", "x.", strings.Repeat("a", 10<<10), "pkg\x00"} {
+		if err := CheckRequirement(bad); !errors.Is(err, ErrBadRequirement) {
+			t.Errorf("%.40q accepted (%v)", bad, err)
+		}
+	}
+	if err := CheckRequirements(make([]string, MaxRequirements+1)); !errors.Is(err, ErrBadRequirement) {
+		t.Error("too many requirements accepted")
+	}
+	if err := CheckRequirements(nil); !errors.Is(err, ErrBadRequirement) {
+		t.Error("no requirement accepted")
+	}
+}
+
+// TestCacheAdd: a wheel is stored once by hash and linked by name; a file
+// that is not a regular file with a wheel's name, or a different wheel
+// under a cached name, is refused; tenants' caches are apart.
+func TestCacheAdd(t *testing.T) {
+	c := &Cache{Root: filepath.Join(t.TempDir(), "pip")}
+	src := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(src, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	w := write("demo-1.0-py3-none-any.whl", "wheel one")
+	a, err := c.Add("alice", w)
+	if err != nil || !a.New || a.Size != 9 {
+		t.Fatalf("add: %+v %v", a, err)
+	}
+	again, err := c.Add("alice", w)
+	if err != nil || again.New || again.SHA256 != a.SHA256 {
+		t.Fatalf("add again: %+v %v", again, err)
+	}
+	link, _ := os.Stat(filepath.Join(c.Wheels("alice"), "demo-1.0-py3-none-any.whl"))
+	blob, _ := os.Stat(filepath.Join(filepath.Dir(c.Wheels("alice")), "by-hash", a.SHA256))
+	if link == nil || blob == nil || !os.SameFile(link, blob) || link.Mode().Perm() != 0o644 {
+		t.Fatalf("not linked to its hash: %v %v", link, blob)
+	}
+	// The same content under another name: one blob, two names.
+	if _, err := c.Add("alice", write("demo-1.0-py3-none-manylinux1_x86_64.whl", "wheel one")); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(filepath.Dir(c.Wheels("alice")), "by-hash")); len(ents) != 1 {
+		t.Fatalf("by-hash holds %d files", len(ents))
+	}
+	other := filepath.Join(t.TempDir(), "demo-1.0-py3-none-any.whl")
+	os.WriteFile(other, []byte("other content"), 0o600)
+	if _, err := c.Add("alice", other); !errors.Is(err, ErrCacheConflict) {
+		t.Fatalf("a different wheel under a cached name: %v", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(c.Wheels("alice"), "demo-1.0-py3-none-any.whl")); !bytes.Equal(got, []byte("wheel one")) {
+		t.Fatal("the cached wheel changed")
+	}
+	// Bob's cache is his own.
+	if c.Has("bob", "demo-1.0-py3-none-any.whl") || c.Wheels("bob") == c.Wheels("alice") || c.Wheels("") == c.Wheels("local") {
+		t.Fatal("tenants share a cache")
+	}
+	if d := c.Wheels("../../etc"); !strings.HasPrefix(d, c.Root+"/h-") {
+		t.Fatalf("a tenant name left the root: %s", d)
+	}
+	// Not a wheel, a symlink, a directory, a FIFO.
+	if _, err := c.Add("alice", write("setup.py", "x")); err == nil {
+		t.Error("a non-wheel name was added")
+	}
+	ln := filepath.Join(src, "evil-1.0-py3-none-any.whl")
+	os.Symlink("/etc/shadow", ln)
+	if _, err := c.Add("alice", ln); err == nil {
+		t.Error("a symlink was followed")
+	}
+	dir := filepath.Join(t.TempDir(), "dir-1.0-py3-none-any.whl")
+	os.Mkdir(dir, 0o755)
+	if _, err := c.Add("alice", dir); err == nil {
+		t.Error("a directory was added")
+	}
+}
