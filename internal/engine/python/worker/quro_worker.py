@@ -470,6 +470,34 @@ def _site():
         site.main()
 
 
+_path_seen = {}
+
+
+def _refresh_path():
+    """Before each run: packages installed since the last run are
+    importable without a restart. The user site (pip --user, under HOME)
+    is added once it exists, and the import system's caches are dropped
+    when a directory of sys.path changed (its mtime). (A stand-in: the
+    "pip" deliverable's version replaces it.)"""
+    site = sys.modules.get("site")
+    if site is not None and getattr(site, "ENABLE_USER_SITE", False):
+        user = site.getusersitepackages()
+        if user not in sys.path and os.path.isdir(user):
+            site.addsitedir(user)
+    changed = False
+    for d in sys.path:
+        try:
+            m = os.stat(d or ".").st_mtime_ns
+        except OSError:
+            m = None
+        if _path_seen.get(d, -1) != m:
+            _path_seen[d] = m
+            changed = True
+    if changed:
+        import importlib
+        importlib.invalidate_caches()
+
+
 def _setup(flush_ms):
     global _libc, _saved_out, _saved_err, _orig_stdin, _main
     global _out, _err, _flush_interval, _flusher
@@ -523,7 +551,8 @@ def _setup(flush_ms):
     sys.addaudithook(_audit)
     os.environ.setdefault("MPLBACKEND", "Agg")
     sys.argv = [""]
-    sys.path.insert(0, "")
+    if sys.path[:1] != [""]:  # -c put it there, unless -I or -P
+        sys.path.insert(0, "")
     builtins.input = _input
     builtins.display = display
     _main = type(sys)("__main__")
@@ -1059,6 +1088,7 @@ def _run(msg):
     global _counter, _running, _interrupted, _artifacts, _in_run, _pending
     global _rich_mode, _results
     _counter += 1
+    _refresh_path()
     _interrupted = False
     _pending = False
     _in_run = True
