@@ -265,6 +265,7 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			a.lifetimeChanged(s.ExpiresAt)
 			if a.prestart {
 				a.Python.Prestart(s)
+				a.PythonRootfs.Prestart(s)
 			}
 			return a.sessionInfo(ctx, s), nil
 		}))

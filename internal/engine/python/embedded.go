@@ -410,43 +410,15 @@ func (e *Embedded) Close() error {
 // that the session's first Python run finds it ready (the worker is
 // spawned in the session's box like any other). A run that comes first
 // waits for it instead of starting another. Nothing happens for a session
-// on a rootfs, or once the engine is closed.
+// on a rootfs (RootfsWorker.Prestart), or once the engine is closed.
 func (e *Embedded) Prestart(sess *session.Session) {
 	if sess.Rootfs != "" {
 		return
 	}
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return
-	}
-	e.wg.Add(1)
-	e.mu.Unlock()
-	go func() {
-		defer e.wg.Done()
-		if _, err := e.prepare(e.ctx); err != nil {
-			return
-		}
-		s, err := e.slot(sess.ID)
-		if err != nil {
-			return
-		}
-		select {
-		case s.sem <- struct{}{}:
-		case <-e.ctx.Done():
-			return
-		}
-		defer func() { <-s.sem }()
-		e.mu.Lock()
-		gone := e.slots[sess.ID] != s // Stop ran meanwhile
-		e.mu.Unlock()
-		if gone || s.w != nil {
-			return
-		}
-		if e.ensureWorker(e.ctx, s, sess) == nil {
-			e.armIdle(s)
-		}
-	}()
+	e.prestart(sess, func(ctx context.Context) error {
+		_, err := e.prepare(ctx)
+		return err
+	})
 }
 
 // KeepsSpares reports that StartSpare can start workers (not so in the

@@ -336,3 +336,40 @@ func (e *pool) DropContext(ctx context.Context, sessionID, id string) error {
 	}
 	return nil
 }
+
+// prestart starts sess's worker in the background when it has none, after
+// ready (if set) succeeded; see Embedded.Prestart.
+func (e *pool) prestart(sess *session.Session, ready func(ctx context.Context) error) {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	e.wg.Add(1)
+	e.mu.Unlock()
+	go func() {
+		defer e.wg.Done()
+		if ready != nil && ready(e.ctx) != nil {
+			return
+		}
+		s, err := e.slot(sess.ID)
+		if err != nil {
+			return
+		}
+		select {
+		case s.sem <- struct{}{}:
+		case <-e.ctx.Done():
+			return
+		}
+		defer func() { <-s.sem }()
+		e.mu.Lock()
+		gone := e.slots[sess.ID] != s // Stop ran meanwhile
+		e.mu.Unlock()
+		if gone || s.w != nil {
+			return
+		}
+		if e.ensureWorker(e.ctx, s, sess) == nil {
+			e.armIdle(s)
+		}
+	}()
+}

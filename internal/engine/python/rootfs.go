@@ -11,11 +11,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path"
-	"path/filepath"
 	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
@@ -198,6 +197,16 @@ func (r *RootfsWorker) Run(ctx context.Context, req *runcode.Request) (*runcode.
 	return r.run(ctx, req)
 }
 
+// Prestart starts the worker of sess, a session on a rootfs that has
+// python3, in the background (see Embedded.Prestart); nothing happens for
+// another session.
+func (r *RootfsWorker) Prestart(sess *session.Session) {
+	if sess.Rootfs == "" || !r.m.Ready(sess.Rootfs) || !inRootfs(r.m.Path(sess.Rootfs), rootfsPython) {
+		return
+	}
+	r.prestart(sess, nil)
+}
+
 // Close stops every worker and waits for them.
 func (r *RootfsWorker) Close() error {
 	r.close(nil)
@@ -239,26 +248,28 @@ func (r *RootfsWorker) workerDir(ctx context.Context) (string, error) {
 	return dir, nil
 }
 
-// inRootfs reports whether file (absolute, as the box sees it) exists in
-// the rootfs at root, following symbolic links as the box would (an
-// absolute target is inside the rootfs, not the host's).
+// inRootfs reports whether file (absolute, as the box sees it) is a
+// regular file in the rootfs at root, resolving symbolic links as the box
+// would: inside the rootfs (openat2's RESOLVE_IN_ROOT). The rootfs's
+// content is not the server's (install_packages runs its packages'
+// scripts): a link in it never leads the server to a host path. A kernel
+// without openat2 (before 5.6) answers true: the worker's start then says
+// what is wrong.
 func inRootfs(root, file string) bool {
-	for range 16 {
-		fi, err := os.Lstat(filepath.Join(root, file))
-		if err != nil {
-			return false
-		}
-		if fi.Mode()&os.ModeSymlink == 0 {
-			return !fi.IsDir()
-		}
-		target, err := os.Readlink(filepath.Join(root, file))
-		if err != nil {
-			return false
-		}
-		if !path.IsAbs(target) {
-			target = path.Join(path.Dir(file), target)
-		}
-		file = path.Clean("/" + target)
+	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
 	}
-	return false
+	defer unix.Close(dir)
+	fd, err := unix.Openat2(dir, strings.TrimPrefix(file, "/"), &unix.OpenHow{
+		Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+	if errors.Is(err, unix.ENOSYS) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 }

@@ -206,9 +206,48 @@ func TestRootfsWorkerFallsThrough(t *testing.T) {
 	if _, err := e.Run(context.Background(), req); err == nil || !strings.Contains(err.Error(), `rootfs "bare" has no /usr/bin/python3 (install_packages python3 adds it)`) {
 		t.Errorf("rootfs without python3: %v", err)
 	}
+	// A link in the rootfs leads to the rootfs's /, never the host's
+	// (whose /usr/bin/python3 exists: the test runs it).
+	if err := os.MkdirAll(m.Path("escape"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(m.Path("escape"), rootfs.Marker), []byte("ok\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/../../../../", filepath.Join(m.Path("escape"), "usr")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(m.Path("escape"), "usr/bin/python3")); err != nil {
+		t.Fatalf("the host's view through the link: %v", err)
+	}
+	s.Rootfs = "escape"
+	if _, err := e.Run(context.Background(), req); err == nil || !strings.Contains(err.Error(), `rootfs "escape" has no /usr/bin/python3`) {
+		t.Errorf("rootfs whose usr leads out: %v", err)
+	}
 	req.Code = "print(1)\nx = '\x00'"
 	r, err := e.Run(context.Background(), req)
 	if err != nil || r.ExitCode != 1 || !strings.HasPrefix(errb.String(), "SyntaxError: source code cannot contain null bytes (first at line 2)") || out.String() != "" {
 		t.Errorf("NUL: %v %+v %q", err, r, errb.String())
+	}
+}
+
+// Prestart starts a rootfs session's worker ahead of its first run, and
+// nothing for a session on the host userland.
+func TestRootfsWorkerPrestart(t *testing.T) {
+	e := rootfsWorker(t, nil)
+	host := newSession(t)
+	e.Prestart(host)
+	e.wg.Wait() // the prestart's goroutine, if any
+	if n := e.Sessions(); n != 0 {
+		t.Fatalf("a host session got a rootfs worker: %d", n)
+	}
+	s := rootfsSession(t)
+	e.Prestart(s)
+	e.wg.Wait()
+	if n := e.Sessions(); n != 1 {
+		t.Fatalf("prestarted workers: %d, want 1", n)
+	}
+	if r := runOn(t, e, s, nil, "import sys\nprint(sys.executable)", time.Minute); r.out != "/usr/bin/python3\n" || len(r.Notes) != 0 {
+		t.Errorf("first run on the prestarted worker: %+v out %q err %q", r.Result, r.out, r.err)
 	}
 }
