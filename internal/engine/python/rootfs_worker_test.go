@@ -251,3 +251,64 @@ func TestRootfsWorkerPrestart(t *testing.T) {
 		t.Errorf("first run on the prestarted worker: %+v out %q err %q", r.Result, r.out, r.err)
 	}
 }
+
+// The worker's behaviours that depend on the interpreter, on the rootfs's
+// 3.11 (the embedded 3.14 has its own tests of each): tracebacks show
+// user code only, sys.exit keeps the worker, os._exit is reported and the
+// next run starts afresh, a closed stdout is repaired, input() meets EOF,
+// processes left running are killed, C stdio and a shell's output keep
+// their order, top-level await, and the "!" shell lines of rich mode.
+func TestRootfsWorkerBehaviours(t *testing.T) {
+	e := rootfsWorker(t, nil)
+	s := rootfsSession(t)
+	try := func(code string) ran { t.Helper(); return runOn(t, e, s, nil, code, time.Minute) }
+	runOn(t, e, s, nil, "v = 9", time.Minute)
+
+	r := try("def f():\n    return 1 / 0\n\nf()")
+	for _, want := range []string{"Traceback (most recent call last):", "line 4, in <module>", "line 2, in f", "return 1 / 0", "ZeroDivisionError: division by zero"} {
+		if !strings.Contains(r.err, want) {
+			t.Errorf("traceback lacks %q:\n%s", want, r.err)
+		}
+	}
+	if strings.Contains(r.err, workerModule) {
+		t.Errorf("traceback shows worker frames:\n%s", r.err)
+	}
+	if r := try("x = (1,\n"); !strings.Contains(r.err, "SyntaxError") || strings.Contains(r.err, workerModule) {
+		t.Errorf("syntax error:\n%s", r.err)
+	}
+	if r := try("import sys\nprint('bye')\nsys.exit(3)"); r.ExitCode != 3 || r.out != "bye\n" || !hasNote(r, "sys.exit(3)") {
+		t.Errorf("sys.exit: %+v out %q", r.Result, r.out)
+	}
+	if r := try("import sys\nsys.stdout.close()\nprint('x')"); !strings.Contains(r.err, "ValueError") || !hasNote(r, "closed sys.stdout") {
+		t.Errorf("closed stdout: err %q notes %q", r.err, r.Notes)
+	}
+	if r := try("import os, ctypes\nprint('py')\nctypes.CDLL(None).printf(b'c\\n')\nos.system('echo sh')\nprint('end')"); r.out != "py\nc\nsh\nend\n" {
+		t.Errorf("order of Python, C and shell output: %q err %q", r.out, r.err)
+	}
+	if r := try("name = input('name? ')"); r.ExitCode != 1 || !strings.Contains(r.err, "EOFError: input() has no standard input") || r.out != "name? " {
+		t.Errorf("input: out %q err %q", r.out, r.err)
+	}
+	if r := try("import asyncio\nasync def g():\n    await asyncio.sleep(0)\n    return 7\nawait g()"); r.out != "7\n" {
+		t.Errorf("top-level await: out %q err %q", r.out, r.err)
+	}
+	if r := try("import subprocess\np = subprocess.Popen(['sleep', '3600'])\nprint(p.pid)"); !hasNote(r, "was still running when the run ended; it was killed") {
+		t.Errorf("process left running: %+v out %q", r.Result, r.out)
+	}
+	if r := try("import os\npid = os.fork()\nif pid == 0:\n    print('child', flush=True)\n    os._exit(0)\nos.waitpid(pid, 0)\nprint('parent')"); r.out != "child\nparent\n" {
+		t.Errorf("fork: out %q err %q", r.out, r.err)
+	}
+	if r := try("v"); r.out != "9\n" {
+		t.Errorf("state after all that: %q %q", r.out, r.err)
+	}
+	c := &runcode.ContextRun{ID: "sh", Rich: true}
+	if r := runOn(t, e, s, c, "!echo from-shell", time.Minute); r.out != "from-shell\n" {
+		t.Errorf("! line: %+v out %q err %q", r.Result, r.out, r.err)
+	}
+	r = try("import os\nprint('going', flush=True)\nos._exit(4)")
+	if r.ExitCode != 4 || !hasNote(r, "exited with status 4") || r.out != "going\n" {
+		t.Errorf("os._exit: %+v out %q", r.Result, r.out)
+	}
+	if r := try("print('alive')\n'v' in globals()"); r.out != "alive\nFalse\n" {
+		t.Errorf("after os._exit: out %q err %q", r.out, r.err)
+	}
+}

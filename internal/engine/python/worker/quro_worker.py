@@ -1,4 +1,7 @@
 """Quro's resident Python worker: one per session, driven by the Go side.
+It runs on the embedded CPython 3.14 (with -I -S) and on a rootfs's python3
+(Debian 12: 3.11, with -E and site as usual): nothing here may need more
+than 3.11.
 
 Protocol: requests arrive on fd 3, replies leave on fd 4, each a frame of a
 4-byte big-endian length and a JSON object. A request's JSON may be followed
@@ -53,7 +56,8 @@ flushed:
     write to stderr, os.write() to fd 1 or 2, os._exit() and os.abort();
   - before what hands the descriptors to other code or may block, seen
     through an audit hook: time.sleep, os.system, subprocess, posix_spawn,
-    exec, fork, kill, ctypes calls (C code writes fd 1 itself).
+    exec, fork, kill, ctypes calls (C code writes fd 1 itself; Python 3.11
+    has no event for a call: the look-up of a C function stands in).
 What is lost when the process dies at once (SIGKILL from outside, a
 segfault in C code) is at most the last flush interval of stdout.
 """
@@ -310,6 +314,10 @@ _FLUSH_EVENTS = frozenset((
     "time.sleep", "os.system", "subprocess.Popen", "os.posix_spawn", "os.exec",
     "os.fork", "os.forkpty", "os.kill", "os.killpg", "signal.pthread_kill",
     "ctypes.call_function",
+    # Python 3.11 raises no ctypes.call_function for a foreign function's
+    # call; the look-up of the function (its first use through a library
+    # object) stands in for it.
+    "ctypes.dlsym",
 ))
 
 
