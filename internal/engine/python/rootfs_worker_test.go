@@ -312,3 +312,35 @@ func TestRootfsWorkerBehaviours(t *testing.T) {
 		t.Errorf("after os._exit: out %q err %q", r.out, r.err)
 	}
 }
+
+// Code of the session that runs before the worker's hello (a .pth file in
+// the user site, which site executes at start) cannot make the server
+// believe or allocate what it says: a forged reply frame of 4 GiB fails
+// the start with the worker's own words, and the run is an engine error
+// (the chain goes on), not a hang.
+func TestRootfsWorkerHostileUserSite(t *testing.T) {
+	e := rootfsWorker(t, nil)
+	s := rootfsSession(t)
+	dir := filepath.Join(s.Workspace(), ".local/lib/python3.11/site-packages")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pth := "import os, sys; os.write(4, b'\\xff\\xff\\xff\\xff' + b'x' * 64); sys.stderr.write('forged\\n')\n"
+	if err := os.WriteFile(filepath.Join(dir, "zz-forge.pth"), []byte(pth), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := e.Run(ctx, &runcode.Request{Code: "print(1)", Lang: "python", Session: s, Timeout: time.Minute, Stdout: &out, Stderr: &errb})
+	if err == nil || !strings.Contains(err.Error(), "the Python worker did not start") {
+		t.Fatalf("forged frame at start: %v (out %q)", err, out.String())
+	}
+	// Without the file the session's Python works again.
+	if err := os.Remove(filepath.Join(dir, "zz-forge.pth")); err != nil {
+		t.Fatal(err)
+	}
+	if r := runOn(t, e, s, nil, "print(2)", time.Minute); r.out != "2\n" {
+		t.Errorf("after removing the .pth: %+v out %q err %q", r.Result, r.out, r.err)
+	}
+}
