@@ -296,9 +296,11 @@ func (e *Embedded) prepareOnce(ctx context.Context, p *preparation) (*workerConf
 	e.mu.Unlock()
 	return &workerConfig{
 		python: inst.Python,
-		// -I: isolated from the environment; -S: the worker does what site
-		// would (see _site), faster.
-		flags:     []string{"-I", "-S", "-u", "-X", "utf8"},
+		// -E -P: isolated from the environment's PYTHON* variables and
+		// the working directory (as -I, but without -s: the user site
+		// under HOME, the workspace, is where pip installs); -S: the
+		// worker does what site would (see _site), faster.
+		flags:     []string{"-E", "-P", "-S", "-u", "-X", "utf8"},
 		readOnly:  []string{inst.Dir, wdir}, // outside the host userland
 		workerDir: wdir, limits: e.opts.Limits, drain: e.opts.DrainGrace,
 	}, inst, nil
