@@ -62,4 +62,15 @@ func TestRootfsSessionResidentPython(t *testing.T) {
 	if n := a.PythonRootfs.Sessions(); n != 0 {
 		t.Errorf("rootfs workers after destroy_session: %d", n)
 	}
+
+	// A session whose worker cannot start (here its user site forges a
+	// reply before the worker's hello) still runs its code in the rootfs,
+	// once per run, and is told why.
+	s2 := mustCall(t, a, "create_session", CreateSessionInput{Name: "broken", Rootfs: "default"}).(*SessionInfo)
+	mustCall(t, a, "write_file", WriteFileInput{Session: s2.ID, Path: ".local/lib/python3.11/site-packages/zz.pth",
+		Content: "import os; os.write(4, b'\\xff\\xff\\xff\\xff')\n"})
+	r = runCode(t, a, RunCodeInput{Session: s2.ID, Code: "print(open('/etc/debian_version').read()[:3])"})
+	if r.Engine != "python/rootfs-oneshot" || r.Stdout != "12.\n" || !strings.Contains(strings.Join(r.Notes, "\n"), "python/rootfs: starting the Python worker: the Python worker did not start: reply frame of 4294967295 bytes") {
+		t.Errorf("worker that cannot start: %+v", r)
+	}
 }

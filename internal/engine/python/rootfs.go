@@ -27,7 +27,11 @@ import (
 var ErrNoRootfs = errors.New("the session has no rootfs (create it with --rootfs NAME)")
 
 // Rootfs runs code with the python3 of the session's rootfs, as
-// `python3 -I -u -` with the code on stdin, like System.
+// `python3 -I -u -` with the code on stdin, like System: one process per
+// run, no state. It is python_run's path (RunIn), and run_code's tier after
+// RootfsWorker: a rootfs whose python3 cannot run the worker (one older
+// than the worker needs, or whose user site breaks its start) still runs
+// the code in the rootfs rather than on the host's python3.
 type Rootfs struct {
 	sb *sandbox.Sandbox
 	m  *rootfs.Manager
@@ -38,7 +42,7 @@ type Rootfs struct {
 func NewRootfs(sb *sandbox.Sandbox, m *rootfs.Manager) *Rootfs { return &Rootfs{sb: sb, m: m} }
 
 // Name implements runcode.Engine.
-func (r *Rootfs) Name() string { return "python/rootfs" }
+func (r *Rootfs) Name() string { return "python/rootfs-oneshot" }
 
 // Probe reports the engine available when the sandbox can show a rootfs
 // (a bubblewrap box). Whether the session's rootfs is installed is checked

@@ -188,7 +188,11 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 		return nil, fmt.Errorf("the Python worker did not start: %s", w.startFailure(f.Error))
 	default:
 		w.kill()
-		return nil, fmt.Errorf("the Python worker did not start: %s", w.startFailure(""))
+		why := "" // the pipe's end: the exit status says the rest
+		if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, os.ErrClosed) {
+			why = err.Error() // a refused frame
+		}
+		return nil, fmt.Errorf("the Python worker did not start: %s", w.startFailure(why))
 	}
 }
 
