@@ -269,7 +269,14 @@ func TestWebUI(t *testing.T) {
 			`        bars = "".join(f'<rect x="{10 + i * 40}" y="{110 - v}" width="30" height="{v}" fill="teal"/>' for i, v in enumerate([30, 80, 55, 100]))`,
 			`        return f'<svg xmlns="http://www.w3.org/2000/svg" width="180" height="120">{bars}</svg>'`,
 			``,
-			`display(Page(), Chart())`,
+			``,
+			`class Notes:`,
+			`    def _repr_markdown_(self): return "# *notes* <b>as text</b>"`,
+			``,
+			`import base64`,
+			`jpeg = base64.b64decode("` + jpeg8x6 + `")`,
+			`display(Page(), Chart(), Notes())`,
+			`display(jpeg, mime="image/jpeg")`,
 		}, "\n"))
 		e.click(chromedp.CSS("#play-run"))
 		e.waitJS(`/exit 0/.test(document.querySelector('#play-summary')?.textContent ?? '')`)
@@ -283,6 +290,11 @@ func TestWebUI(t *testing.T) {
 		// its script ran, could not reach the page, and had no network
 		e.waitFrameText("#probe", "isolated offline")
 		e.waitSel("#play-artifacts .artifact-svg img")
+		// a JPEG (PIL's, 8×6) decodes as an image; markdown stays text
+		e.waitJS(`document.querySelector('#play-artifacts .artifact-jpeg img')?.naturalWidth === 8`)
+		md := eval[string](e, `document.querySelector('#play-artifacts .artifact-markdown pre')?.textContent ?? '(none)'`)
+		e.check(md == "# *notes* <b>as text</b>", "markdown shown as text, got %q", md)
+		e.check(eval[int](e, `document.querySelectorAll('#play-artifacts .artifact-markdown b').length`) == 0, "no element made from markdown")
 		e.shot("5-playground")
 	})
 
@@ -654,3 +666,6 @@ func (e *e2e) screenshot(ctx context.Context) ([]byte, error) {
 	}
 	return r.Data, nil
 }
+
+// jpeg8x6 is an 8×6 orange JPEG saved by Pillow (quality 50).
+const jpeg8x6 = "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDABALDA4MChAODQ4SERATGCgaGBYWGDEjJR0oOjM9PDkzODdASFxOQERXRTc4UG1RV19iZ2hnPk1xeXBkeFxlZ2P/2wBDARESEhgVGC8aGi9jQjhCY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2P/wAARCAAGAAgDASIAAhEBAxEB/8QAHwAAAQUBAQEBAQEAAAAAAAAAAAECAwQFBgcICQoL/8QAtRAAAgEDAwIEAwUFBAQAAAF9AQIDAAQRBRIhMUEGE1FhByJxFDKBkaEII0KxwRVS0fAkM2JyggkKFhcYGRolJicoKSo0NTY3ODk6Q0RFRkdISUpTVFVWV1hZWmNkZWZnaGlqc3R1dnd4eXqDhIWGh4iJipKTlJWWl5iZmqKjpKWmp6ipqrKztLW2t7i5usLDxMXGx8jJytLT1NXW19jZ2uHi4+Tl5ufo6erx8vP09fb3+Pn6/8QAHwEAAwEBAQEBAQEBAQAAAAAAAAECAwQFBgcICQoL/8QAtREAAgECBAQDBAcFBAQAAQJ3AAECAxEEBSExBhJBUQdhcRMiMoEIFEKRobHBCSMzUvAVYnLRChYkNOEl8RcYGRomJygpKjU2Nzg5OkNERUZHSElKU1RVVldYWVpjZGVmZ2hpanN0dXZ3eHl6goOEhYaHiImKkpOUlZaXmJmaoqOkpaanqKmqsrO0tba3uLm6wsPExcbHyMnK0tPU1dbX2Nna4uPk5ebn6Onq8vP09fb3+Pn6/9oADAMBAAIRAxEAPwC5RRRXy59Gf//Z"

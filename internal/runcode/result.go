@@ -7,11 +7,11 @@ import (
 
 // Artifact is a rich output of a run: a page, an image, a tree.
 type Artifact struct {
-	Kind string `json:"kind" jsonschema:"html, svg, png, json or text"`
+	Kind string `json:"kind" jsonschema:"html, svg, png, jpeg, markdown, latex, json or text"`
 	MIME string `json:"mime" jsonschema:"media type, e.g. text/html"`
 	Name string `json:"name" jsonschema:"a file name for the artifact"`
-	// Data is the content: text for html, svg, json and text; base64 for png.
-	Data string `json:"data" jsonschema:"the content: text for html/svg/json/text, base64 for png"`
+	// Data is the content: base64 for png and jpeg, text for the others.
+	Data string `json:"data" jsonschema:"the content: base64 for png and jpeg, text for the others"`
 }
 
 // Result is the one result shape of run_code, whatever the language.

@@ -5,8 +5,10 @@ import { h } from './dom';
 //   html  in an iframe of /frame.html, sandbox="allow-scripts" without
 //         allow-same-origin (an opaque origin) and under frame.html's own
 //         strict CSP (no network); the page posts the HTML to it.
-//   svg   as an <img> (an SVG image runs no script), png as an <img>,
-//   json  as a collapsible tree, anything else as text.
+//   svg   as an <img> (an SVG image runs no script), png and jpeg as an
+//         <img> of a data: URL of their base64 (other characters dropped),
+//   json  as a collapsible tree, anything else (markdown, latex, text) as
+//         text.
 export function renderArtifact(a: Artifact): HTMLElement {
   const head = h('div', { class: 'artifact-head' }, h('span', { class: 'badge' }, a.kind), ' ', h('span', { class: 'mono' }, a.name));
   let body: HTMLElement;
@@ -18,7 +20,8 @@ export function renderArtifact(a: Artifact): HTMLElement {
       body = h('img', { class: 'artifact-img', alt: a.name, src: `data:image/svg+xml;charset=utf-8,${encodeURIComponent(a.data)}` });
       break;
     case 'png':
-      body = h('img', { class: 'artifact-img', alt: a.name, src: `data:image/png;base64,${a.data.replace(/[^A-Za-z0-9+/=]/g, '')}` });
+    case 'jpeg':
+      body = h('img', { class: 'artifact-img', alt: a.name, src: `data:image/${a.kind};base64,${a.data.replace(/[^A-Za-z0-9+/=]/g, '')}` });
       break;
     case 'json':
       try {

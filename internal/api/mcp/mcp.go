@@ -221,19 +221,20 @@ func errorResult(e *capability.Error) *mcp.CallToolResult {
 	}
 }
 
-// artifacts maps run_code's artifacts to content: PNG and SVG are images,
-// everything else (HTML pages, JSON, text) an embedded resource with its
-// media type. A PNG whose data is not base64 is skipped; the text names it.
+// artifacts maps run_code's artifacts to content: PNG, JPEG and SVG are
+// images, everything else (HTML pages, markdown, JSON, text) an embedded
+// resource with its media type. A PNG or JPEG whose data is not base64 is
+// skipped; the text names it.
 func artifacts(r *runcode.Result) []mcp.Content {
 	var out []mcp.Content
 	for _, a := range r.Artifacts {
 		switch a.Kind {
-		case "png":
+		case "png", "jpeg":
 			b, err := base64.StdEncoding.DecodeString(a.Data)
 			if err != nil {
 				continue
 			}
-			out = append(out, &mcp.ImageContent{Data: b, MIMEType: "image/png"})
+			out = append(out, &mcp.ImageContent{Data: b, MIMEType: "image/" + a.Kind})
 		case "svg":
 			out = append(out, &mcp.ImageContent{Data: []byte(a.Data), MIMEType: "image/svg+xml"})
 		default:

@@ -156,9 +156,11 @@ func checkArtifactsAndErrors(t *testing.T, cs *mcp.ClientSession) {
 		{"html", map[string]any{"lang": "html", "code": "<h1>hello</h1>"}, "resource", "text/html", "<h1>hello</h1>"},
 		{"svg", map[string]any{"lang": "svg", "code": `<svg xmlns="http://www.w3.org/2000/svg"><circle r="4"/></svg>`}, "image", "image/svg+xml", "<circle"},
 		{"png", map[string]any{"code": pngCode}, "image", "image/png", "\x89PNG\r\n"},
+		{"jpeg", map[string]any{"code": `display(b"\xff\xd8\xff\xe0\x00\x10JFIF", mime="image/jpeg")`}, "image", "image/jpeg", "\xff\xd8\xff\xe0\x00\x10JFIF"},
+		{"markdown", map[string]any{"code": "class M:\n    def _repr_markdown_(self): return '# *hi*'\nM()"}, "resource", "text/markdown", "# *hi*"},
 	} {
 		t.Run("artifact "+tc.name, func(t *testing.T) {
-			if tc.name == "png" && !embeddedPython {
+			if tc.kind == "image" && tc.name != "svg" && !embeddedPython || tc.name == "markdown" && !embeddedPython {
 				t.Skip("PNG artifacts come from the embedded Python's display hooks; this build has none")
 			}
 			o, err := callTool(t, cs, "run_code", tc.args)

@@ -595,13 +595,93 @@ def _bind(msg):
 
 
 # ---- rich output --------------------------------------------------------------
+#
+# How a value looks in a run's result. A plain run shows ONE representation
+# of a value, as Jupyter does: the first rich form it has (in _REPRS' order)
+# becomes an artifact, and its text repr is printed only when it has none.
+# A rich run (a code context's) gets the value's whole mime bundle instead.
+# matplotlib figures are shown like Jupyter's inline backend: at plt.show()
+# and, for those still open, at the end of the run; each is closed once
+# shown. A form that fails (its _repr_*_ raises, a figure cannot be saved)
+# or is too big is left out with a note, and the value falls back to the
+# next form or to its text: a repr never breaks the run.
+
+# Bounds, in characters of the data (base64 for binary forms): the reply
+# frame carries them all as JSON, which may make a character 6 bytes, and
+# the Go side refuses a frame over 256 MiB (ending the worker).
+_ARTIFACT_MAX = 16 << 20   # one artifact, or one form of a rich result
+_RICH_MAX = 32 << 20       # all of a run's artifacts and results
+_NOTES_MAX = 20
+_rich_run = -1             # the run _rich_used and _rich_notes are for
+_rich_used = 0
+_rich_notes = []
 
 _REPRS = (
+    # (method, artifact kind, mime, file extension), in order of preference
     ("_repr_html_", "html", "text/html", "html"),
+    ("_repr_markdown_", "markdown", "text/markdown", "md"),
     ("_repr_svg_", "svg", "image/svg+xml", "svg"),
     ("_repr_png_", "png", "image/png", "png"),
+    ("_repr_jpeg_", "jpeg", "image/jpeg", "jpg"),
+    ("_repr_latex_", "latex", "text/latex", "tex"),
     ("_repr_json_", "json", "application/json", "json"),
 )
+# A mime type display(data, mime=...) takes -> (kind, extension).
+_KINDS = dict((mime, (kind, ext)) for _, kind, mime, ext in _REPRS)
+_KINDS["text/plain"] = ("text", "txt")
+_SIGNATURES = {"image/png": (b"\x89PNG\r\n\x1a\n", "PNG"), "image/jpeg": (b"\xff\xd8\xff", "JPEG")}
+# Figure formats (QURO_FIGURE_FORMATS, matplotlib's savefig.format).
+_FIG_FORMATS = {"png": ("png", "image/png", "png"), "svg": ("svg", "image/svg+xml", "svg"),
+                "jpeg": ("jpeg", "image/jpeg", "jpg")}
+# display()'s keywords of IPython's that change nothing here.
+_DISPLAY_IGNORED = frozenset(("include", "exclude", "metadata", "transient", "display_id", "clear"))
+
+
+def _rich_state():
+    global _rich_run, _rich_used
+    if _rich_run != _counter:
+        _rich_run, _rich_used = _counter, 0
+        del _rich_notes[:]
+
+
+def _note(msg):
+    _rich_state()
+    if msg in _rich_notes:
+        return
+    if len(_rich_notes) < _NOTES_MAX:
+        _rich_notes.append(msg)
+    elif len(_rich_notes) == _NOTES_MAX:
+        _rich_notes.append("more rich outputs had problems; their notes were left out")
+
+
+def _what(obj):
+    """"a DataFrame", "an Image": obj in a note."""
+    try:
+        name = type(obj).__name__
+    except Exception:
+        return "a value"
+    return ("an " if name[:1].lower() in "aeiou" else "a ") + name
+
+
+def _human(n):
+    return "%.1f MiB" % (n / 1048576.0) if n >= 1 << 20 else "%d KiB" % (n >> 10) if n >= 1024 else "%d bytes" % n
+
+
+def _fits(n, what, form):
+    """Whether n more characters of what's form fit the bounds (they are
+    counted if so); else a note says what was left out."""
+    global _rich_used
+    _rich_state()
+    if n > _ARTIFACT_MAX:
+        _note("the %s of %s is %s, over the %s limit of one rich output; it was left out "
+              "(write it to a file in the workspace instead)" % (form, what, _human(n), _human(_ARTIFACT_MAX)))
+        return False
+    if _rich_used + n > _RICH_MAX:
+        _note("the %s of %s was left out: the run's rich outputs reached their %s limit "
+              "(write it to a file in the workspace instead)" % (form, what, _human(_RICH_MAX)))
+        return False
+    _rich_used += n
+    return True
 
 
 def _artifact(kind, mime, ext, data):
@@ -609,48 +689,266 @@ def _artifact(kind, mime, ext, data):
     _artifacts.append({"kind": kind, "mime": mime, "name": "output-%d-%d.%s" % (_counter, n, ext), "data": data})
 
 
-def _rich(obj):
-    """Adds an artifact for obj and returns True if obj has a rich form."""
-    if isinstance(obj, type):
+def _add(kind, mime, ext, data, what):
+    if not _fits(len(data), what, kind):
         return False
-    for meth, kind, mime, ext in _REPRS:
+    _artifact(kind, mime, ext, data)
+    return True
+
+
+def _artifact_data(mime, data):
+    """A form's data as an artifact's text: base64 for binary forms."""
+    v = _mime_value(mime, data)
+    if mime == "application/json":
+        return _json().dumps(v)
+    return v
+
+
+def _claims_all(obj):
+    """obj answers every attribute (a __getattr__ that makes anything up):
+    its _repr_*_ "methods" are not forms (IPython's canary check)."""
+    try:
+        return hasattr(obj, "_quro_canary_method_should_not_exist_")
+    except Exception:
+        return True
+
+
+def _call_repr(obj, meth, what):
+    """obj.meth() (None when obj has no such method), or None and a note
+    when it fails."""
+    try:
         f = getattr(obj, meth, None)
         if not callable(f):
+            return None
+        return f()
+    except Exception as e:
+        _note("%s's %s() failed (%s: %s); that form was left out" % (what, meth, type(e).__name__, _safe_str(e)[:200]))
+        return None
+
+
+def _mimebundle(obj, what):
+    data = _call_repr(obj, "_repr_mimebundle_", what)
+    if isinstance(data, tuple):
+        data = data[0]
+    return data if isinstance(data, dict) else None
+
+
+def _is_figure(obj):
+    mod = type(obj).__module__ or ""
+    return mod.startswith("matplotlib") and hasattr(obj, "savefig") and hasattr(obj, "canvas")
+
+
+def _pil_png(obj, what):
+    """A PIL image as PNG bytes, for Pillows without _repr_png_ (or whose
+    _repr_png_ gave nothing); None when obj is no PIL image."""
+    m = sys.modules.get("PIL.Image")
+    if m is None or not isinstance(obj, m.Image):
+        return None
+    try:
+        im = obj
+        if im.mode not in ("1", "L", "LA", "P", "RGB", "RGBA", "I", "I;16"):
+            im = im.convert("RGBA")
+        buf = io.BytesIO()
+        im.save(buf, "PNG")
+        return buf.getvalue()
+    except Exception as e:
+        _note("%s could not be saved as PNG (%s: %s)" % (what, type(e).__name__, _safe_str(e)[:200]))
+        return None
+
+
+def _fig_formats():
+    """The formats figures are shown in: QURO_FIGURE_FORMATS (a list, e.g.
+    "png,svg") if set, else matplotlib's savefig.format when it is svg or
+    jpeg, else png."""
+    env = os.environ.get("QURO_FIGURE_FORMATS", "").strip()
+    if env:
+        out = []
+        for f in env.lower().split(","):
+            f = f.strip()
+            f = "jpeg" if f == "jpg" else f
+            if f in _FIG_FORMATS:
+                if f not in out:
+                    out.append(f)
+            elif f:
+                _note("QURO_FIGURE_FORMATS: %r is not png, svg or jpeg; it was ignored" % f)
+        if out:
+            return out
+    try:
+        f = str(sys.modules["matplotlib"].rcParams["savefig.format"]).lower()
+    except Exception:
+        f = "png"
+    f = "jpeg" if f == "jpg" else f
+    return [f] if f in ("svg", "jpeg") else ["png"]
+
+
+def _figure_forms(fig):
+    """fig saved in each figure format: [(kind, mime, ext, data)]."""
+    out = []
+    for fmt in _fig_formats():
+        kind, mime, ext = _FIG_FORMATS[fmt]
+        buf = io.BytesIO()
+        try:
+            fig.savefig(buf, format=fmt, bbox_inches="tight")
+        except Exception as e:
+            _note("a figure could not be saved as %s (%s: %s)" % (fmt, type(e).__name__, _safe_str(e)[:200]))
             continue
-        data = f()
+        b = buf.getvalue()
+        if mime == "image/svg+xml":
+            data = b.decode("utf-8", "replace")
+        else:
+            data = binascii.b2a_base64(b, newline=False).decode()
+        out.append((kind, mime, ext, data))
+    return out
+
+
+def _close_figure(fig):
+    """Closes fig in pyplot once shown: it is not shown again at the end
+    of the run (it can still be saved or displayed)."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is not None:
+        try:
+            plt.close(fig)
+        except Exception:
+            pass
+
+
+def _rich(obj):
+    """Adds obj's one rich representation as an artifact; False when it has
+    none (or none could be made): the caller shows its text repr."""
+    if isinstance(obj, type):
+        return False
+    what = _what(obj)
+    if _claims_all(obj):
+        return False
+    if _is_figure(obj):
+        shown = False
+        for kind, mime, ext, data in _figure_forms(obj):
+            shown = _add(kind, mime, ext, data, "a figure") or shown
+        _close_figure(obj)
+        return shown
+    mb = _mimebundle(obj, what)
+    for meth, kind, mime, ext in _REPRS:
+        if mb is not None and mime in mb:
+            data = mb[mime]
+        else:
+            data = _call_repr(obj, meth, what)
         if data is None:
             continue
-        if isinstance(data, tuple):  # (data, metadata)
-            data = data[0]
-        if kind == "png":
-            if isinstance(data, str):
-                data = data.strip()
-            else:
-                data = binascii.b2a_base64(bytes(data), newline=False).decode()
-        elif kind == "json":
-            data = _json().dumps(data)
-        elif isinstance(data, bytes):
-            data = data.decode("utf-8", "replace")
-        _artifact(kind, mime, ext, str(data))
-        return True
-    mod = type(obj).__module__ or ""
-    if mod.startswith("matplotlib") and hasattr(obj, "savefig"):
-        buf = io.BytesIO()
-        obj.savefig(buf, format="png", bbox_inches="tight")
-        _artifact("png", "image/png", "png", binascii.b2a_base64(buf.getvalue(), newline=False).decode())
-        return True
+        try:
+            data = _artifact_data(mime, data)
+        except Exception as e:
+            _note("%s's %s form is not valid (%s: %s); it was left out" % (what, kind, type(e).__name__, _safe_str(e)[:200]))
+            continue
+        if _add(kind, mime, ext, data, what):
+            return True
+    png = _pil_png(obj, what)
+    if png is not None:
+        return _add("png", "image/png", "png", binascii.b2a_base64(png, newline=False).decode(), what)
     return False
 
 
-def display(*objs):
-    """Shows objects as rich artifacts (HTML, SVG, PNG, JSON) in the run's
-    result, from their _repr_html_/_repr_svg_/_repr_png_/_repr_json_
-    methods or as a matplotlib figure; anything else is printed as repr()."""
+def _raw_form(mime, data):
+    """data given for mime to display(): its text (binary forms in base64,
+    checked), or ValueError saying what is wrong."""
+    if mime not in _KINDS:
+        raise ValueError("display(): mime %r is not one of %s" % (mime, ", ".join(sorted(_KINDS))))
+    sig = _SIGNATURES.get(mime)
+    if sig is not None:
+        if isinstance(data, str):
+            try:
+                b = binascii.a2b_base64(data.strip(), strict_mode=True)
+            except (binascii.Error, ValueError):
+                raise ValueError("display(): a str given as %s must be base64 (or pass the bytes)" % mime) from None
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            b = bytes(data)
+        else:
+            raise TypeError("display(): %s data must be bytes (or base64 str), not %s" % (mime, type(data).__name__))
+        if not b.startswith(sig[0]):
+            raise ValueError("display(): the data given as %s is not a %s image (it does not start with the %s signature)"
+                             % (mime, sig[1], sig[1]))
+        return binascii.b2a_base64(b, newline=False).decode()
+    if mime == "application/json":
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            data = bytes(data).decode("utf-8")
+        if isinstance(data, str):
+            try:
+                return _json().loads(data)
+            except ValueError as e:
+                raise ValueError("display(): the data given as application/json is not JSON (%s)" % e) from None
+        try:
+            _json().dumps(data)
+        except (TypeError, ValueError) as e:
+            raise ValueError("display(): the data given as application/json cannot be JSON (%s)" % e) from None
+        return data
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data).decode("utf-8", "replace")
+    if isinstance(data, str):
+        return data
+    raise TypeError("display(): %s data must be str or bytes, not %s" % (mime, type(data).__name__))
+
+
+def _display_raw(bundle, what):
+    """Shows a mime bundle given as data (display(..., mime=) or raw=True)."""
+    if _rich_mode:
+        b = {}
+        for mime, v in bundle.items():
+            if mime != "text/plain" and not _fits(len(v) if isinstance(v, str) else len(_json().dumps(v)), what, mime):
+                continue
+            b[mime] = v
+        b.setdefault("text/plain", what)
+        _results.append({"data": b})
+        return
+    for _, kind, mime, ext in _REPRS + ((None, "text", "text/plain", "txt"),):
+        if mime not in bundle:
+            continue
+        v = bundle[mime]
+        if mime == "text/plain":
+            print(v)
+            return
+        if mime == "application/json":
+            v = _json().dumps(v)
+        if _add(kind, mime, ext, v, what):
+            return
+        print(what)
+        return
+
+
+def display(*objs, mime=None, raw=False, **kwargs):
+    """Shows objects in the run's result, as Jupyter's display() does. An
+    object becomes an artifact from its first rich form (_repr_html_,
+    _repr_markdown_, _repr_svg_, _repr_png_, _repr_jpeg_, _repr_latex_,
+    _repr_json_ or _repr_mimebundle_; a matplotlib figure, a PIL image);
+    anything else is printed as repr().
+    display(data, mime="image/png"): data (bytes, or base64 str for binary
+    types; str for text ones) shown as that type: image/png, image/jpeg,
+    image/svg+xml, text/html, text/markdown, text/latex, application/json,
+    text/plain.
+    display({"image/png": b64, "text/plain": "..."}, raw=True): a mime
+    bundle, as IPython takes it."""
+    for k in kwargs:
+        if k not in _DISPLAY_IGNORED:
+            raise TypeError("display() got an unexpected keyword argument %r (it takes mime= and raw=)" % k)
     for obj in objs:
-        if _rich_mode:
+        if mime is not None:
+            if not isinstance(mime, str):
+                raise TypeError("display(): mime must be a str such as 'image/png'")
+            n = len(obj) if isinstance(obj, (bytes, bytearray, memoryview, str)) else 0
+            _display_raw({mime: _raw_form(mime, obj)}, "<%s, %s>" % (mime, _human(n)))
+        elif raw:
+            if not isinstance(obj, dict):
+                raise TypeError("display(..., raw=True) takes a dict of mime type -> data, not %s" % type(obj).__name__)
+            b = dict((m, _raw_form(m, v)) for m, v in obj.items())
+            if not b:
+                raise ValueError("display(..., raw=True): the bundle is empty")
+            _display_raw(b, b.get("text/plain") or "<%s>" % ", ".join(sorted(b)))
+        elif _rich_mode:
             _results.append({"data": _bundle(obj)})
         elif not _rich(obj):
-            print(repr(obj))
+            try:
+                text = repr(obj)
+            except Exception as e:
+                text = "<repr failed: %s: %s>" % (type(e).__name__, _safe_str(e)[:200])
+            print(text)
 
 
 # Rich mode (code contexts): a value's mime bundle, as Jupyter builds it
@@ -696,53 +994,134 @@ def _bundle(obj):
     b = {"text/plain": text}
     if isinstance(obj, type):
         return b
-    mb = getattr(obj, "_repr_mimebundle_", None)
-    if callable(mb):
-        try:
-            data = mb()
-            if isinstance(data, tuple):
-                data = data[0]
-            for mime, v in (data or {}).items():
-                b[mime] = _mime_value(mime, v)
-        except Exception:
-            pass
-    for meth, mime in _MIMES:
-        if mime in b:
+    what = _what(obj)
+    forms = {}
+    if _claims_all(obj):
+        return b
+    if _is_figure(obj):
+        for _, mime, _, data in _figure_forms(obj):
+            forms[mime] = data
+        _close_figure(obj)
+    else:
+        mb = _mimebundle(obj, what)
+        for mime, v in (mb or {}).items():
+            try:
+                forms[mime] = _mime_value(mime, v)
+            except Exception as e:
+                _note("%s's %s form is not valid (%s: %s); it was left out" % (what, mime, type(e).__name__, _safe_str(e)[:200]))
+        for meth, mime in _MIMES:
+            if mime in forms:
+                continue
+            data = _call_repr(obj, meth, what)
+            if data is None:
+                continue
+            try:
+                forms[mime] = _mime_value(mime, data)
+            except Exception as e:
+                _note("%s's %s form is not valid (%s: %s); it was left out" % (what, mime, type(e).__name__, _safe_str(e)[:200]))
+        if "image/png" not in forms:
+            png = _pil_png(obj, what)
+            if png is not None:
+                forms["image/png"] = binascii.b2a_base64(png, newline=False).decode()
+    for mime, v in forms.items():
+        if mime == "text/plain":
+            b[mime] = v
             continue
-        f = getattr(obj, meth, None)
-        if not callable(f):
-            continue
-        try:
-            data = f()
-            if data is not None:
-                b[mime] = _mime_value(mime, data)
-        except Exception:
-            pass
-    mod = type(obj).__module__ or ""
-    if mod.startswith("matplotlib") and hasattr(obj, "savefig") and "image/png" not in b:
-        try:
-            buf = io.BytesIO()
-            obj.savefig(buf, format="png", bbox_inches="tight")
-            b["image/png"] = binascii.b2a_base64(buf.getvalue(), newline=False).decode()
-        except Exception:
-            pass
+        n = len(v) if isinstance(v, str) else len(_json().dumps(v))
+        if _fits(n, what, mime):
+            b[mime] = v
     return b
 
 
-def _show_figures():
+def _show_all():
+    """Shows every figure pyplot has open, and closes them (Jupyter's
+    inline backend)."""
     plt = sys.modules.get("matplotlib.pyplot")
     if plt is None:
         return
     try:
-        for num in plt.get_fignums():
-            fig = plt.figure(num)
+        figs = [m.canvas.figure for m in sys.modules["matplotlib._pylab_helpers"].Gcf.get_all_fig_managers()]
+    except Exception:
+        try:
+            figs = [plt.figure(n) for n in plt.get_fignums()]
+        except Exception:
+            return
+    for fig in figs:
+        try:
             if _rich_mode:
                 _results.append({"data": _bundle(fig)})
             else:
                 _rich(fig)
-        plt.close("all")
-    except Exception:
-        pass
+        except Exception as e:
+            _note("a figure could not be shown (%s: %s)" % (type(e).__name__, _safe_str(e)[:200]))
+        _close_figure(fig)
+
+
+def _hook_pyplot(plt):
+    """Makes plt.show() show the open figures in the run's result (and close
+    them), as Jupyter's inline backend does; the Agg backend's own show
+    only warns that it cannot."""
+    show = getattr(plt, "show", None)
+    if show is None or getattr(show, "_quro", False):
+        return
+
+    def show_(*args, **kwargs):
+        _show_all()
+    show_._quro = True
+    show_.__wrapped__ = show
+    show_.__doc__ = show.__doc__
+    show_.__module__ = plt.__name__
+    show_.__qualname__ = show_.__name__ = "show"
+    plt.show = show_
+
+
+class _PyplotHook:
+    """A finder that finds nothing itself: when matplotlib.pyplot is about
+    to be loaded, it has the other finders find it and hooks show() into
+    the module once it is loaded. Costs a call and a comparison per import
+    of a module not yet loaded; matplotlib is never imported for it."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name != "matplotlib.pyplot":
+            return None
+        spec = None
+        for f in sys.meta_path:
+            find = getattr(f, "find_spec", None)
+            if f is _PyplotHook or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                break
+        if spec is None:
+            return None
+        exec_module = getattr(spec.loader, "exec_module", None)
+        if exec_module is None:
+            return spec
+
+        def exec_and_hook(module):
+            exec_module(module)
+            _hook_pyplot(module)
+        try:
+            spec.loader.exec_module = exec_and_hook  # this spec's own loader
+        except Exception:
+            pass
+        return spec
+
+
+sys.meta_path.insert(0, _PyplotHook)
+
+
+def _show_figures(notes=None):
+    """At the end of a run: the figures still open are shown (and closed),
+    and the run's notes about rich outputs go to notes."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is not None:
+        _hook_pyplot(plt)  # imported before the hook could see it
+        _show_all()
+    if notes is not None and _rich_run == _counter:
+        notes.extend(_rich_notes)
+        del _rich_notes[:]
 
 
 # ---- a run ------------------------------------------------------------------
@@ -1154,7 +1533,7 @@ def _run(msg):
             _user_traceback(e)
     _running = False
     _in_run = False
-    _show_figures()
+    _show_figures(notes)
     _leave_context(c, prev, saved_env)
     _rich_mode = False
     _flush_streams(notes)
