@@ -18,8 +18,9 @@ BINDIR  ?= $(PREFIX)/bin
 # gcc and libc6-dev build the sandbox tests' probes (an LD_PRELOAD library,
 # static programs); libpython3.11-testsuite is the CPython test suite run
 # in a box under the seccomp filter. curl runs the README's examples
-# (cmd/quro's TestREADME).
-TEST_PKGS := python3 bash bubblewrap debootstrap nodejs npm chromium curl gcc libc6-dev libpython3.11-testsuite
+# (cmd/quro's TestREADME). g++, ruby, php-cli and lua5.4 are toolchains
+# run_code's toolchain languages run in tests (internal/app's TestToolchain*).
+TEST_PKGS := python3 bash bubblewrap debootstrap nodejs npm chromium curl gcc libc6-dev libpython3.11-testsuite g++ ruby php-cli lua5.4
 # What `make run` needs: the sandbox refuses to run user code without bwrap.
 RUN_PKGS := bubblewrap
 

@@ -30,6 +30,7 @@ import (
 	"github.com/quro-dev/quro/internal/engine/js"
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/engine/shell"
+	"github.com/quro-dev/quro/internal/engine/toolchain"
 	"github.com/quro-dev/quro/internal/metrics"
 	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/quota"
@@ -382,18 +383,9 @@ func Languages(sb *sandbox.Sandbox, pythonChain []runcode.Engine, jsEng *js.Engi
 		{Name: "xml", Chain: []runcode.Engine{render.XML{}}},
 		{Name: "svg", Chain: []runcode.Engine{render.XML{SVGOnly: true}}},
 	}...)
-	shown := []struct {
-		name    string
-		aliases []string
-	}{
-		{"c", []string{"h"}}, {"cpp", []string{"c++", "cxx", "cc", "hpp"}}, {"java", nil},
-		{"kotlin", []string{"kt"}}, {"go", []string{"golang"}}, {"rust", []string{"rs"}},
-		{"csharp", []string{"cs", "c#"}}, {"swift", nil}, {"scala", nil}, {"zig", nil},
-		{"haskell", []string{"hs"}}, {"dart", nil}, {"objc", []string{"objective-c"}},
-		{"fortran", []string{"f90"}}, {"pascal", nil},
-	}
-	for _, s := range shown {
-		langs = append(langs, runcode.Language{Name: s.name, Aliases: s.aliases, Chain: []runcode.Engine{code}})
-	}
+	// Compiled and other languages run with the toolchain of the
+	// session's userland, and fall through to the highlighted page
+	// (saying which Debian package adds the toolchain) where it has none.
+	langs = append(langs, toolchain.Languages(sb, rootfsDir, code)...)
 	return langs
 }

@@ -85,7 +85,7 @@ func TestRunCodeLanguages(t *testing.T) {
 		{name: "css", lang: "css", code: "p{color:red}", artifact: "html"},
 		{name: "xml", lang: "xml", code: "<a><b/></a>", artifact: "html"},
 		{name: "svg", lang: "svg", code: `<svg xmlns="http://www.w3.org/2000/svg"/>`, artifact: "svg"},
-		{name: "go is shown, not run", lang: "golang", code: "package main\nfunc main(){}", engine: "render/code", artifact: "html"},
+		{name: "zig (no toolchain here) is shown, not run", lang: "zig", code: "pub fn main() void {}", engine: "render/code", artifact: "html"},
 		{name: "js", lang: "javascript", code: "console.log(6*7)", stdout: "42\n"},
 		{name: "ts", lang: "ts", code: "const x: number = 2; console.log(x * 21)", stdout: "42\n"},
 	} {

@@ -3,7 +3,9 @@ package app
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,6 +21,10 @@ type RunCodeInput struct {
 	Lang      string `json:"lang,omitempty" jsonschema:"language or alias; default python"`
 	Session   string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
 	TimeoutMS int64  `json:"timeout_ms,omitempty" jsonschema:"time budget in milliseconds; default 30000; -1: the longest allowed"`
+	// Compiled and toolchain languages (internal/engine/toolchain).
+	CompileTimeoutMS int64    `json:"compile_timeout_ms,omitempty" jsonschema:"compiled languages: the compile's own time budget in milliseconds, apart from timeout_ms (the program's); default 60000; -1: the longest allowed"`
+	Stdin            string   `json:"stdin,omitempty" jsonschema:"compiled and toolchain languages (c, cpp, go, rust, java, ruby, perl, …): the program's standard input"`
+	Args             []string `json:"args,omitempty" jsonschema:"compiled and toolchain languages: the program's command-line arguments"`
 	// Code contexts (contexts.go).
 	Context string            `json:"context,omitempty" jsonschema:"run in this code context (create_code_context; \"default\": the session's default context of lang); python, js/ts and bash only"`
 	Rich    bool              `json:"rich,omitempty" jsonschema:"notebook results: the last expression's value and display() outputs in results (the value is not printed), an exception in exception (not a traceback on stderr), the execution_count"`
@@ -101,7 +107,11 @@ func (a *App) register(reg *capability.Registry) {
 			"bash runs bash (an error if the box has none), sh runs POSIX sh, shell runs bash when the box has it and sh otherwise — the result's engine says which (shell/bash, shell/sh); "+
 			"js and ts run in an embedded QuickJS sandbox (no node; ts is transpiled by esbuild; console, CommonJS require of workspace files, "+
 			"the last expression or module.exports shown as ➡️ result, and a host API Tools.Files/Net/System/calc confined to the workspace; memory capped at 64 MiB; a fresh context per run); "+
-			"html, css, json, xml and svg are validated and rendered as artifacts; compiled languages are shown highlighted and NOT run. "+
+			"html, css, json, xml and svg are validated and rendered as artifacts; "+
+			"c, cpp, go, rust, java, kotlin, csharp, swift, scala, zig, haskell, dart, objc, fortran, pascal, ruby, php, perl, lua, r and julia run with the toolchain of the session's userland (the host's, or the session's rootfs: install_packages adds one): "+
+			"compiled in the session's box into a build cache keyed by the source's SHA-256 (a second run of the same source is not compiled again: cached), then run with stdin and args; "+
+			"a compile failure is a result with stage \"compile\" and the compiler's diagnostics on stderr (the source file, e.g. main.c, has the code's line numbers); compile_timeout_ms bounds the compile apart from timeout_ms; the result's toolchain names the compiler and its version; "+
+			"where the userland has no toolchain the code is shown highlighted, NOT run, and a note names the Debian package that adds it (help lists what runs here). "+
 			fmt.Sprintf("The text result shows errors (⚠️), stdout, then stderr (⚠️); stdout is cut to %d KiB and stderr to %d KiB keeping head and tail, ", opts.MaxStdout>>10, opts.MaxStderr>>10)+
 			"with the full output saved in the workspace (stdout_file/stderr_file). "+
 			fmt.Sprintf("On timeout (default %s, at most %s) the whole process tree is killed and the output so far is returned.", opts.DefaultTimeout, opts.MaxTimeout),
@@ -140,6 +150,15 @@ func (a *App) register(reg *capability.Registry) {
 				fmt.Fprintf(&b, "- %s: %s\n", c.Name, c.Description)
 			}
 			b.WriteString("\nrun_code languages: " + strings.Join(langs, "; ") + "\n")
+			runs, shown := a.Runner.Runnable()
+			b.WriteString("run_code runs these on this server's own userland now: " + strings.Join(runs, ", ") + "\n")
+			if len(shown) > 0 {
+				names := slices.Sorted(maps.Keys(shown))
+				b.WriteString("Only shown highlighted here (no toolchain in the host userland; a session on a rootfs runs them once its rootfs has one — install_packages adds it):\n")
+				for _, n := range names {
+					fmt.Fprintf(&b, "- %s: %s\n", n, shown[n])
+				}
+			}
 			return &Help{Guide: strings.TrimRight(b.String(), "\n")}, nil
 		}))
 }
@@ -151,6 +170,12 @@ func (a *App) runCode(ctx context.Context, in RunCodeInput) (*runcode.Result, er
 		timeout = a.Runner.Options().MaxTimeout
 	} else if timeout, err = runcode.MillisTimeout(in.TimeoutMS, 0, a.Runner.Options().MaxTimeout); err != nil {
 		return nil, err
+	}
+	var compile time.Duration
+	if in.CompileTimeoutMS == -1 {
+		compile = a.Runner.Options().MaxTimeout
+	} else if compile, err = runcode.MillisTimeout(in.CompileTimeoutMS, 0, a.Runner.Options().MaxTimeout); err != nil {
+		return nil, fmt.Errorf("compile_%w", err)
 	}
 	if in.Context == "" {
 		// Resolve the language first: an unknown one is an error even
@@ -198,6 +223,7 @@ func (a *App) runCode(ctx context.Context, in RunCodeInput) (*runcode.Result, er
 	}
 	res, err := a.Runner.Run(ctx, runcode.Input{
 		Code: in.Code, Lang: lang, Session: sess, Timeout: timeout, Context: cr,
+		CompileTimeout: compile, Stdin: in.Stdin, Args: in.Args,
 	})
 	if res != nil && cr != nil && cr.ID != "" {
 		res.Context = cr.ID

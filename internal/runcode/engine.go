@@ -30,10 +30,18 @@ type Request struct {
 	Code    string
 	Lang    string
 	Session *session.Session
-	// Timeout is the run's time budget; ctx also carries it as a deadline.
+	// Timeout is the run's time budget; ctx also carries it as a deadline
+	// (plus CompileTimeout for a Builder).
 	Timeout time.Duration
-	Stdout  io.Writer
-	Stderr  io.Writer
+	// CompileTimeout is the budget of a Builder's build stage, apart from
+	// Timeout.
+	CompileTimeout time.Duration
+	// Stdin and Args are the program's standard input and arguments
+	// (languages with TakesInput only).
+	Stdin  string
+	Args   []string
+	Stdout io.Writer
+	Stderr io.Writer
 	// Context, when not nil, is a code-context run (only a ContextEngine
 	// gets one).
 	Context *ContextRun
@@ -69,6 +77,24 @@ var ErrContextRestarted = errors.New("the code context was restarted or removed 
 // ErrContextRestarted.
 func RestartedException() *Exception {
 	return &Exception{Name: "ContextRestarting", Value: ErrContextRestarted.Error(), Traceback: ErrContextRestarted.Error()}
+}
+
+// Builder is an engine whose run may first build the code (compile it)
+// under the request's CompileTimeout: the runner's deadline for it is
+// Timeout plus CompileTimeout, and the engine keeps each stage to its own.
+type Builder interface {
+	Engine
+	Builds()
+}
+
+// UserlandEngine is an engine whose program comes from the session's
+// userland (the host's or its rootfs's): its Probe passes, as a session
+// on a rootfs may have what the host lacks, and HostProbe says whether
+// the host's userland has it (for status and help). HostProbe is called
+// each time, so a toolchain installed on the host shows at once.
+type UserlandEngine interface {
+	Engine
+	HostProbe(ctx context.Context) error
 }
 
 // ContextEngine is an engine that keeps code contexts: the runner hands

@@ -40,6 +40,12 @@ type Result struct {
 	StderrFile string   `json:"stderr_file,omitempty" jsonschema:"workspace-relative file with the full raw stderr, when cut or escaped"`
 	Notes      []string `json:"notes,omitempty" jsonschema:"remarks about the run, e.g. that code was shown but not run"`
 
+	// Toolchain languages (c, cpp, go, java, ruby, …) only.
+	Toolchain string  `json:"toolchain,omitempty" jsonschema:"the compiler or interpreter of the session's userland that built and ran the code, with its version, e.g. gcc (Debian 12.2.0-14) 12.2.0"`
+	Stage     string  `json:"stage,omitempty" jsonschema:"compile: the compile failed or timed out and the program did not run (exit_code is the compiler's); run: the program ran"`
+	Cached    bool    `json:"cached,omitempty" jsonschema:"the build came from the session's build cache (same source and toolchain): nothing was compiled"`
+	CompileMS float64 `json:"compile_ms,omitempty" jsonschema:"wall time of the build stage in milliseconds (0 when cached)"`
+
 	// Code-context runs (run_code with context or rich) only.
 	Context        string       `json:"context,omitempty" jsonschema:"the code context the code ran in"`
 	Results        []RichResult `json:"results,omitempty" jsonschema:"rich mode: the last expression's value (main) and display() outputs, in order"`
@@ -90,8 +96,23 @@ func (r *Result) Text() string {
 			line(fmt.Sprintf("(full stderr, %s: %s)", HumanBytes(r.StderrBytes), r.StderrFile))
 		}
 	}
-	if r.Error == "" && r.ExitCode != 0 {
+	switch {
+	case r.Error == "" && r.ExitCode != 0 && r.Stage == "compile":
+		line(fmt.Sprintf("⚠️ compile failed (exit code %d); the program did not run", r.ExitCode))
+	case r.Error == "" && r.ExitCode != 0:
 		line(fmt.Sprintf("⚠️ exit code %d", r.ExitCode))
+	}
+	if r.Toolchain != "" {
+		switch {
+		case r.Stage == "compile":
+			line("🔧 " + r.Toolchain)
+		case r.Cached:
+			line("🔧 " + r.Toolchain + " (cached build of this same source: nothing compiled)")
+		case r.CompileMS > 0:
+			line(fmt.Sprintf("🔧 %s (built in %.0f ms)", r.Toolchain, r.CompileMS))
+		default:
+			line("🔧 " + r.Toolchain)
+		}
 	}
 	for _, n := range r.Notes {
 		line("ℹ️ " + n)

@@ -41,6 +41,9 @@ type Language struct {
 	Chain []Engine
 	// Missing explains an empty chain (e.g. an engine not in this build).
 	Missing string
+	// TakesInput: the language's engines give the program Input.Stdin and
+	// Input.Args; other languages refuse them.
+	TakesInput bool
 }
 
 // Options tune a Runner. Zero fields take the defaults in parentheses.
@@ -51,6 +54,9 @@ type Options struct {
 	SpillLimit     int64         // bytes of each stream kept on disk (256 MiB)
 	DefaultTimeout time.Duration // when the caller gives none (30 s)
 	MaxTimeout     time.Duration // largest accepted timeout (10 min)
+	// DefaultCompileTimeout is a build stage's budget when the caller
+	// gives none (60 s); at most MaxTimeout.
+	DefaultCompileTimeout time.Duration
 }
 
 func (o *Options) withDefaults() Options {
@@ -74,6 +80,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.MaxTimeout <= 0 {
 		r.MaxTimeout = 10 * time.Minute
+	}
+	if r.DefaultCompileTimeout <= 0 {
+		r.DefaultCompileTimeout = min(time.Minute, r.MaxTimeout)
 	}
 	return r
 }
@@ -164,7 +173,7 @@ func (r *Runner) Engines() []EngineStatus {
 		}
 		for i, e := range l.Chain {
 			st := EngineStatus{Lang: l.Name, Tier: i + 1, Engine: e.Name(), Available: true}
-			if err := r.probes[e](); err != nil {
+			if err := r.probe(e); err != nil {
 				st.Available, st.Reason = false, err.Error()
 			}
 			out = append(out, st)
@@ -173,12 +182,67 @@ func (r *Runner) Engines() []EngineStatus {
 	return out
 }
 
+// probe is e's availability for status and help: its Probe, and for an
+// engine of the session's userland whether the host's has its program.
+func (r *Runner) probe(e Engine) error {
+	if err := r.probes[e](); err != nil {
+		return err
+	}
+	if u, ok := e.(UserlandEngine); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := u.HostProbe(ctx); err != nil {
+			return fmt.Errorf("%w (sessions on a rootfs use the rootfs's)", err)
+		}
+	}
+	return nil
+}
+
+// Runnable splits the languages into those whose code runs on this
+// server's own userland now (an engine that runs code is available) and
+// those that are only rendered here, each with why (the first unavailable
+// engine's reason); for help.
+func (r *Runner) Runnable() (runs []string, shown map[string]string) {
+	shown = map[string]string{}
+	for _, l := range r.langs {
+		if !l.Runs {
+			continue
+		}
+		ok, why := false, l.Missing
+		for _, e := range l.Chain {
+			if strings.HasPrefix(e.Name(), "render/") {
+				continue
+			}
+			err := r.probe(e)
+			if err == nil {
+				ok = true
+				break
+			}
+			if why == "" {
+				why = err.Error()
+			}
+		}
+		if ok {
+			runs = append(runs, l.Name)
+		} else {
+			shown[l.Name] = why
+		}
+	}
+	return runs, shown
+}
+
 // Input is one run_code call.
 type Input struct {
 	Code    string
 	Lang    string
 	Session *session.Session
 	Timeout time.Duration // 0 means the default
+	// CompileTimeout is the build stage's budget (compiled languages);
+	// 0 means the default.
+	CompileTimeout time.Duration
+	// Stdin and Args go to the program (languages with TakesInput).
+	Stdin string
+	Args  []string
 	// Context makes it a code-context run (see ContextRun); the code
 	// may then be empty, as a notebook cell may.
 	Context *ContextRun
@@ -207,6 +271,18 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	case timeout > r.opts.MaxTimeout:
 		return nil, invalidf("timeout %s is above the limit of %s", timeout, r.opts.MaxTimeout)
 	}
+	compile := in.CompileTimeout
+	switch {
+	case compile < 0:
+		return nil, invalidf("compile timeout must not be negative")
+	case compile == 0:
+		compile = r.opts.DefaultCompileTimeout
+	case compile > r.opts.MaxTimeout:
+		return nil, invalidf("compile timeout %s is above the limit of %s", compile, r.opts.MaxTimeout)
+	}
+	if err := r.checkInput(lang, in); err != nil {
+		return nil, err
+	}
 	if in.Session == nil {
 		return nil, invalidf("no session")
 	}
@@ -219,7 +295,8 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 
 	start := time.Now()
 	res := r.runChain(ctx, lang, &Request{
-		Code: in.Code, Lang: lang.Name, Session: in.Session, Timeout: timeout,
+		Code: in.Code, Lang: lang.Name, Session: in.Session, Timeout: timeout, CompileTimeout: compile,
+		Stdin: in.Stdin, Args: in.Args,
 		Stdout: stdout, Stderr: stderr, Context: in.Context,
 	}, stdout, stderr)
 	res.DurationMS = float64(time.Since(start).Microseconds()) / 1000
@@ -254,7 +331,11 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 			why = append(why, e.Name()+": "+err.Error())
 			continue
 		}
-		runCtx, cancel := context.WithTimeout(ctx, req.Timeout)
+		budget := req.Timeout
+		if _, ok := e.(Builder); ok {
+			budget += req.CompileTimeout
+		}
+		runCtx, cancel := context.WithTimeout(ctx, budget)
 		res, err := e.Run(runCtx, req)
 		cancel()
 		if err == nil {
@@ -263,7 +344,11 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 				// An engine the chain prefers could not run this code
 				// here (e.g. no bash in the session's rootfs): say so, as
 				// the code may have been written for it.
-				res.Notes = append(res.Notes, "ran with "+e.Name()+" because "+strings.Join(runFailed, "; "))
+				verb := "ran with "
+				if strings.HasPrefix(e.Name(), "render/") {
+					verb = "not run, shown by "
+				}
+				res.Notes = append(res.Notes, verb+e.Name()+" because "+strings.Join(runFailed, "; "))
 			}
 			return res
 		}
@@ -281,6 +366,38 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 	}
 	return &Result{Engine: "none", ExitCode: -1,
 		Error: "no " + lang.Name + " engine could run the code (" + strings.Join(why, "; ") + ")"}
+}
+
+// maxArgs bounds a program's arguments.
+const maxArgs = 1024
+
+// checkInput refuses stdin and args for a language that cannot take them
+// (they would be lost), and arguments an exec cannot carry.
+func (r *Runner) checkInput(lang *Language, in Input) error {
+	if in.Stdin == "" && len(in.Args) == 0 {
+		return nil
+	}
+	if !lang.TakesInput {
+		return invalidf("stdin and args are for the compiled and toolchain languages (c, cpp, go, rust, java, ruby, perl, …); %s does not take them: pass input through a file in the workspace", lang.Name)
+	}
+	if len(in.Stdin) > r.opts.MaxCode {
+		return invalidf("stdin is %s; the limit is %s (write large input to a file in the workspace and read that)",
+			HumanBytes(int64(len(in.Stdin))), HumanBytes(int64(r.opts.MaxCode)))
+	}
+	if len(in.Args) > maxArgs {
+		return invalidf("%d args; the limit is %d", len(in.Args), maxArgs)
+	}
+	n := 0
+	for i, a := range in.Args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return invalidf("args[%d] holds a NUL byte, which a program's argument cannot carry", i)
+		}
+		n += len(a)
+	}
+	if n > 100<<10 {
+		return invalidf("args are %s in all; the limit is 100 KiB (pass large input through stdin or a file)", HumanBytes(int64(n)))
+	}
+	return nil
 }
 
 // DropContext forgets context id of session in every engine of lang's

@@ -334,10 +334,19 @@ func exists(p string) bool {
 	return err == nil
 }
 
-// pythonEtc lists /etc/python3* (Debian keeps sitecustomize there).
+// pythonEtc lists the /etc directories of the host's language runtimes
+// that cannot start without them: /etc/python3* (Debian keeps
+// sitecustomize there), and for run_code's toolchains (see
+// internal/engine/toolchain) the JDK's /etc/java-*, whose conf/ files
+// (java.security) are symlinks into it, /etc/mono, /etc/R and /etc/php.
+// All are packages' configuration, no secret.
 func pythonEtc() []string {
-	m, _ := filepath.Glob("/etc/python3*")
-	return m
+	var out []string
+	for _, g := range []string{"/etc/python3*", "/etc/java-*", "/etc/mono", "/etc/R", "/etc/php"} {
+		m, _ := filepath.Glob(g)
+		out = append(out, m...)
+	}
+	return out
 }
 
 // UserName is the account of user code in a box ("user", as in E2B's

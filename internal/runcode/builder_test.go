@@ -1,0 +1,111 @@
+package runcode
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// building is a Builder that reports the deadline its run got.
+type building struct {
+	deadline *time.Duration
+	req      **Request
+}
+
+func (b *building) Name() string                { return "toolchain/x" }
+func (b *building) Probe(context.Context) error { return nil }
+func (b *building) Builds()                     {}
+func (b *building) HostProbe(context.Context) error {
+	return errors.New("no x in this server's userland: apt-get install x")
+}
+func (b *building) Run(ctx context.Context, req *Request) (*Result, error) {
+	d, _ := ctx.Deadline()
+	*b.deadline = time.Until(d)
+	*b.req = req
+	return &Result{}, nil
+}
+
+// A Builder's run gets the run's and the compile's budgets together (it
+// keeps each stage to its own), stdin and args reach it, and status and
+// help see its host probe.
+func TestBuilderBudgetInputAndHostProbe(t *testing.T) {
+	var got time.Duration
+	var req *Request
+	b := &building{deadline: &got, req: &req}
+	r := New([]Language{
+		{Name: "x", Runs: true, TakesInput: true, Chain: []Engine{b}},
+		{Name: "y", Runs: true, Chain: []Engine{&scripted{name: "y", ran: new([]string)}}},
+	}, nil)
+	sess := testSession(t)
+	if _, err := r.Run(context.Background(), Input{Lang: "x", Code: "c", Session: sess, Timeout: time.Minute, CompileTimeout: 2 * time.Minute,
+		Stdin: "in", Args: []string{"a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got <= 2*time.Minute || got > 3*time.Minute {
+		t.Errorf("deadline in %s, want about 3m (run 1m + compile 2m)", got)
+	}
+	if req.Stdin != "in" || len(req.Args) != 1 || req.CompileTimeout != 2*time.Minute {
+		t.Errorf("request %+v", req)
+	}
+	if _, err := r.Run(context.Background(), Input{Lang: "x", Code: "c", Session: sess}); err != nil {
+		t.Fatal(err)
+	}
+	if req.CompileTimeout != time.Minute {
+		t.Errorf("default compile timeout %s, want 1m", req.CompileTimeout)
+	}
+	for _, in := range []Input{
+		{Lang: "y", Code: "c", Session: sess, Stdin: "in"},
+		{Lang: "x", Code: "c", Session: sess, Args: []string{"a\x00"}},
+		{Lang: "x", Code: "c", Session: sess, CompileTimeout: time.Hour},
+		{Lang: "x", Code: "c", Session: sess, CompileTimeout: -1},
+	} {
+		if _, err := r.Run(context.Background(), in); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%+v: %v, want ErrInvalid", in, err)
+		}
+	}
+	st := r.Engines()
+	if len(st) != 2 || st[0].Available || !strings.Contains(st[0].Reason, "sessions on a rootfs use the rootfs's") {
+		t.Errorf("status %+v", st)
+	}
+	runs, shown := r.Runnable()
+	if strings.Join(runs, ",") != "y" || !strings.Contains(shown["x"], "no x in this server's userland") {
+		t.Errorf("runnable %v, shown %v", runs, shown)
+	}
+}
+
+// A run shown by a renderer after a toolchain could not run it says it
+// was not run, and why.
+func TestRenderFallbackNoteSaysNotRun(t *testing.T) {
+	ran := new([]string)
+	r := New([]Language{{Name: "z", Runs: true, Chain: []Engine{
+		&scripted{name: "toolchain/z", err: errors.New("no z in this server's userland: apt-get install z"), ran: ran},
+		&scripted{name: "render/code", ran: ran},
+	}}}, nil)
+	res, err := r.Run(context.Background(), Input{Lang: "z", Code: "c", Session: testSession(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Engine != "render/code" || len(res.Notes) != 1 || res.Notes[0] != "not run, shown by render/code because toolchain/z: no z in this server's userland: apt-get install z" {
+		t.Errorf("%+v", res)
+	}
+}
+
+func TestToolchainText(t *testing.T) {
+	for _, tc := range []struct {
+		r    Result
+		want []string
+	}{
+		{Result{Stage: "compile", ExitCode: 1, Stderr: "main.c:3:1: error", Toolchain: "gcc 12"}, []string{"⚠️ compile failed (exit code 1); the program did not run", "🔧 gcc 12"}},
+		{Result{Stage: "run", ExitCode: 2, Toolchain: "gcc 12", CompileMS: 81}, []string{"⚠️ exit code 2", "🔧 gcc 12 (built in 81 ms)"}},
+		{Result{Stage: "run", Toolchain: "gcc 12", Cached: true, Stdout: "hi"}, []string{"hi\n🔧 gcc 12 (cached build of this same source: nothing compiled)"}},
+	} {
+		txt := tc.r.Text()
+		for _, w := range tc.want {
+			if !strings.Contains(txt, w) {
+				t.Errorf("%q does not contain %q", txt, w)
+			}
+		}
+	}
+}
