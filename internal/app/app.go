@@ -110,9 +110,11 @@ type App struct {
 	Controller *controller.Controller
 	Terminals  *terminal.Manager
 	Python     *python.Embedded // tier 1 of the Python chain: resident workers
-	Metrics    *metrics.Metrics // Prometheus metrics of this App (serve mounts Metrics.Handler)
-	Log        *slog.Logger
-	Started    time.Time
+	// PythonRootfs is tier 2: resident workers of the sessions on a rootfs.
+	PythonRootfs *python.RootfsWorker
+	Metrics      *metrics.Metrics // Prometheus metrics of this App (serve mounts Metrics.Handler)
+	Log          *slog.Logger
+	Started      time.Time
 
 	auditLog  *audit.Log   // written by the controller's observer; read by get_audit_log
 	tokens    *auth.Tokens // changed by create_token and revoke_token (tokens.go) alone
@@ -221,10 +223,10 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 		return nil, err
 	}
 	jsEng := js.New(opts.JS)
-	pyChain, emb := PythonChain(dir, sb, opts.Python)
+	pyChain, emb, pyRootfs := PythonChain(dir, sb, opts.Python)
 	a := &App{
 		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
-		Python: emb, Metrics: m, tokens: auth.New(st), auditLog: audit.New(st, &audit.Options{Keep: opts.AuditKeep, Logger: log}),
+		Python: emb, PythonRootfs: pyRootfs, Metrics: m, tokens: auth.New(st), auditLog: audit.New(st, &audit.Options{Keep: opts.AuditKeep, Logger: log}),
 		Runner:  runcode.New(Languages(sb, pyChain, jsEng, RootfsDir(dir)), opts.Run),
 		tenants: tl, limits: opts.Limits, js: jsEng,
 
@@ -299,6 +301,7 @@ func (a *App) Close() error {
 	a.Sandbox.CloseBoxes()
 	a.Terminals.Close()
 	a.Python.Close()
+	a.PythonRootfs.Close()
 	a.js.Close()
 	a.Sandbox.ReleaseTenants()
 	a.auditLog.Close()

@@ -30,7 +30,7 @@ func (a *App) instrument() {
 	a.Metrics.Watch(metrics.Sources{
 		Sessions:      a.Sessions.CountAll,
 		Terminals:     a.Terminals.Live,
-		PythonWorkers: a.Python.Sessions,
+		PythonWorkers: func() int { return a.Python.Sessions() + a.PythonRootfs.Sessions() },
 		Boxes:         a.boxGauges,
 	})
 }

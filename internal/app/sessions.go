@@ -265,6 +265,7 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			a.lifetimeChanged(s.ExpiresAt)
 			if a.prestart {
 				a.Python.Prestart(s)
+				a.PythonRootfs.Prestart(s)
 			}
 			return a.sessionInfo(ctx, s), nil
 		}))
@@ -422,7 +423,7 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			if err != nil {
 				return nil, err
 			}
-			if err := a.Python.Reset(ctx, s.ID); err != nil {
+			if err := a.resetPython(ctx, s); err != nil {
 				return nil, err
 			}
 			return &Done{Message: "the Python state of session " + s.Name + " was reset"}, nil
@@ -509,7 +510,7 @@ func (a *App) destroySession(ctx context.Context, s *session.Session) error {
 	// make the session a new box.
 	a.Sandbox.EndSession(s.ID)
 	a.procs.EndSession(s.ID)
-	a.Python.Stop(s.ID)
+	a.stopPython(s.ID)
 	a.forgetContexts(s.ID)
 	a.Terminals.CloseSession(s)
 	err := a.Sessions.Delete(ctx, s)

@@ -30,7 +30,7 @@ func reportQuantiles(b *testing.B, ds []time.Duration) {
 	b.ReportMetric(q(0.95), "p95-µs")
 }
 
-func benchRun(b *testing.B, e *Embedded, req *runcode.Request) *runcode.Result {
+func benchRun(b *testing.B, e runcode.Engine, req *runcode.Request) *runcode.Result {
 	res, err := e.Run(context.Background(), req)
 	if err != nil {
 		b.Fatal(err)

@@ -51,8 +51,8 @@ func contractSession(rootfsName string) func(t *testing.T) *session.Session {
 
 // TestContract runs the run_code engine contract over every tier of the
 // Python chain that can run here: the embedded worker (stateful; not in
-// the slim build), the rootfs's python3 (when the test rootfs is
-// installed, see internal/app's testRootfs), the host's python3 and
+// the slim build), the rootfs's python3 (a resident worker too, when the
+// test rootfs is installed, see internal/app's testRootfs), the host's python3 and
 // gpython (stateless, one process per run).
 func TestContract(t *testing.T) {
 	sb, err := sandbox.New(nil)
@@ -76,7 +76,13 @@ func TestContract(t *testing.T) {
 		if !m.Ready(rootfs.DefaultName) {
 			t.Skipf("no test rootfs %q in %s (internal/app's tests install it; QURO_TEST_ROOTFS moves it)", rootfs.DefaultName, dir)
 		}
-		enginetest.Run(t, enginetest.Target{Engine: NewRootfs(sb, m), NewSession: contractSession(rootfs.DefaultName)}, pythonCaps(false))
+		e := NewRootfsWorker(t.TempDir(), sb, m, nil)
+		t.Cleanup(func() { e.Close() })
+		enginetest.Run(t, enginetest.Target{Engine: e, NewSession: func(t *testing.T) *session.Session {
+			s := contractSession(rootfs.DefaultName)(t)
+			t.Cleanup(func() { e.Stop(s.ID) })
+			return s
+		}}, pythonCaps(true))
 	})
 	t.Run("system", func(t *testing.T) {
 		enginetest.Run(t, enginetest.Target{Engine: NewSystem(sb), NewSession: contractSession(""), Required: true}, pythonCaps(false))

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,47 +27,26 @@ import (
 // Workers start lazily, one per session, through the sandbox (or at the
 // session's creation with Prestart); without session boxes one spare is
 // kept warm for the next new session. With session boxes a spare worker
-// lives in a spare session's box (StartSpare): the App keeps those. Runs of one session are serialised;
-// runs of different sessions proceed in parallel. All methods are safe for
-// concurrent use. Close stops every worker.
+// lives in a spare session's box (StartSpare): the App keeps those. The
+// registry of workers, runs, timeouts, Reset, Stop and code contexts are
+// the pool's, which the rootfs's python3 shares (RootfsWorker). All
+// methods are safe for concurrent use. Close stops every worker.
 type Embedded struct {
-	sb      *sandbox.Sandbox
+	pool    // its mu also guards the spare's fields
 	dataDir string
-	opts    EmbeddedOptions
-
-	ctx    context.Context // the workers' lifetime
-	cancel context.CancelFunc
 
 	prepMu sync.Mutex
 	prep   *preparation // the latest; replaced when it failed
 
-	mu       sync.Mutex
-	slots    map[string]*slot
 	spare    *worker
 	spareOn  chan struct{} // closed when the spare being started is ready or failed
-	closed   bool
 	spareDir string
 	spareErr error
-	wg       sync.WaitGroup
-}
-
-// slot is one session's place in the registry.
-type slot struct {
-	id   string        // the session's
-	sem  chan struct{} // held by the run in progress
-	mu   sync.Mutex    // guards writes of w (its holder of sem reads it freely)
-	w    *worker
-	lost string // why the state is gone, to say in the next run
-	idle *time.Timer
-	// The code context of the run in progress and its cancel (under mu).
-	runCtx    string
-	cancelRun context.CancelCauseFunc
 }
 
 // NewEmbedded returns the embedded-CPython engine. Nothing is extracted or
 // started until the first Probe, Warm or Run. opts may be nil.
 func NewEmbedded(dataDir string, sb *sandbox.Sandbox, opts *EmbeddedOptions) *Embedded {
-	ctx, cancel := context.WithCancel(context.Background())
 	o := opts.withDefaults(sb)
 	if sb.SessionBoxes() {
 		// A spare worker would run in a box of its own, and a session's
@@ -74,10 +54,9 @@ func NewEmbedded(dataDir string, sb *sandbox.Sandbox, opts *EmbeddedOptions) *Em
 		// session instead (StartSpare).
 		o.NoSpare = true
 	}
-	return &Embedded{
-		sb: sb, dataDir: dataDir, opts: o,
-		ctx: ctx, cancel: cancel, slots: map[string]*slot{},
-	}
+	e := &Embedded{pool: newPool(sb, o, "the embedded Python engine"), dataDir: dataDir}
+	e.startFor = e.claim
+	return e
 }
 
 // ErrRootfsSession is the embedded tier stepping aside for a session that
@@ -295,7 +274,16 @@ func (e *Embedded) prepareOnce(ctx context.Context, p *preparation) (*workerConf
 	if err != nil {
 		return nil, nil, err
 	}
-	wdir, err := installWorker(ctx, inst, workerSource)
+	wdir, err := ensureWorkerDir(ctx, root, func(ctx context.Context, dir, final string) error {
+		// Byte-compiled by this interpreter, for its worker's start.
+		if out, err := runHelper(ctx, nil, inst.Python, "-I", "-m", "compileall", "-q", "-s", dir, "-p", final, dir); err != nil {
+			return fmt.Errorf("byte-compiling the worker: %v: %s", err, strings.TrimSpace(lastLines(string(out), 10)))
+		}
+		return nil
+	}, func(dir string) bool {
+		m, _ := filepath.Glob(filepath.Join(dir, "__pycache__", workerModule+".cpython-*.pyc"))
+		return len(m) > 0
+	})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -306,7 +294,16 @@ func (e *Embedded) prepareOnce(ctx context.Context, p *preparation) (*workerConf
 	e.mu.Lock()
 	e.spareDir = spare
 	e.mu.Unlock()
-	return &workerConfig{python: inst.Python, root: inst.Dir, workerDir: wdir, limits: e.opts.Limits, drain: e.opts.DrainGrace}, inst, nil
+	return &workerConfig{
+		python: inst.Python,
+		// -E -P: isolated from the environment's PYTHON* variables and
+		// the working directory (as -I, but without -s: the user site
+		// under HOME, the workspace, is where pip installs); -S: the
+		// worker does what site would (see _site), faster.
+		flags:     []string{"-E", "-P", "-S", "-u", "-X", "utf8"},
+		readOnly:  []string{inst.Dir, wdir}, // outside the host userland
+		workerDir: wdir, limits: e.opts.Limits, drain: e.opts.DrainGrace,
+	}, inst, nil
 }
 
 // start starts a worker bound to sess (nil: a spare).
@@ -377,20 +374,6 @@ func (e *Embedded) claim(ctx context.Context, sess *session.Session) (*worker, e
 	return e.start(ctx, sess)
 }
 
-func (e *Embedded) slot(id string) (*slot, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return nil, errors.New("the embedded Python engine is closed")
-	}
-	s := e.slots[id]
-	if s == nil {
-		s = &slot{id: id, sem: make(chan struct{}, 1)}
-		e.slots[id] = s
-	}
-	return s, nil
-}
-
 // Run implements runcode.Engine.
 func (e *Embedded) Run(ctx context.Context, req *runcode.Request) (*runcode.Result, error) {
 	if req.Session == nil {
@@ -409,243 +392,35 @@ func (e *Embedded) Run(ctx context.Context, req *runcode.Request) (*runcode.Resu
 	} else if err != nil {
 		return nil, err
 	}
-	s, err := e.slot(req.Session.ID)
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case s.sem <- struct{}{}:
-	case <-ctx.Done():
-		return &runcode.Result{ExitCode: -1, Interrupted: true, TimedOut: errors.Is(ctx.Err(), context.DeadlineExceeded),
-			Error: "the session's previous run was still going; this run did not start (" + ctx.Err().Error() + ")"}, nil
-	}
-	defer func() { <-s.sem }()
-	if s.idle != nil {
-		s.idle.Stop()
-	}
-	var notes []string
-	if s.lost != "" {
-		notes = append(notes, s.lost)
-		s.lost = ""
-	}
-	if s.w != nil && !s.w.alive() {
-		notes = append(notes, fmt.Sprintf("the session's Python worker had exited since the last run (status %d); its variables are lost", s.w.exit.Code))
-		s.setWorker(nil)
-	}
-	if err := e.ensureWorker(ctx, s, req.Session); err != nil {
-		return nil, fmt.Errorf("starting the Python worker: %w", err)
-	}
-	if c := req.Context; c != nil && c.ID != "" {
-		// A restart or removal of the context interrupts this run.
-		var cancel context.CancelCauseFunc
-		ctx, cancel = context.WithCancelCause(ctx)
-		defer cancel(nil)
-		s.mu.Lock()
-		s.runCtx, s.cancelRun = c.ID, cancel
-		s.mu.Unlock()
-		defer func() {
-			s.mu.Lock()
-			s.runCtx, s.cancelRun = "", nil
-			s.mu.Unlock()
-		}()
-	}
-	res, usable := s.w.run(ctx, req, req.Session.Env, runOptions{grace: e.opts.InterruptGrace})
-	if !usable {
-		s.setWorker(nil)
-	}
-	res.Notes = append(notes, res.Notes...)
-	if s.w != nil {
-		e.armIdle(s)
-	}
-	return res, nil
-}
-
-// ensureWorker gives s a worker for sess when it has none. Called by the
-// holder of s.sem.
-func (e *Embedded) ensureWorker(ctx context.Context, s *slot, sess *session.Session) error {
-	if s.w != nil {
-		return nil
-	}
-	w, err := e.claim(ctx, sess)
-	if err != nil {
-		return err
-	}
-	s.setWorker(w)
-	return nil
-}
-
-// armIdle (re)starts s's idle timer. Called by the holder of s.sem.
-func (e *Embedded) armIdle(s *slot) {
-	s.idle = time.AfterFunc(e.opts.IdleTimeout, func() { e.idleStop(s) })
-}
-
-// idleStop stops s's worker if it is not running anything. A paused
-// session keeps its worker: the pause is what keeps an idle session's
-// state at no CPU cost (see sandbox.Box.Pause).
-func (e *Embedded) idleStop(s *slot) {
-	select {
-	case s.sem <- struct{}{}:
-	default:
-		return // a run is in progress; it re-arms the timer
-	}
-	defer func() { <-s.sem }()
-	if bx := e.sb.Box(s.id); bx != nil && bx.Paused() {
-		e.armIdle(s)
-		return
-	}
-	if s.w != nil {
-		s.w.kill()
-		<-s.w.done
-		s.setWorker(nil)
-		s.lost = fmt.Sprintf("the session's Python worker was stopped after %s without runs; variables and imports of earlier runs are gone", e.opts.IdleTimeout)
-	}
-}
-
-// Reset gives the session a fresh interpreter: its globals, imports and
-// variables are cleared. It waits for a run in progress.
-func (e *Embedded) Reset(ctx context.Context, sessionID string) error {
-	s, err := e.slot(sessionID)
-	if err != nil {
-		return err
-	}
-	select {
-	case s.sem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { <-s.sem }()
-	s.endWorker()
-	s.lost = ""
-	return nil
-}
-
-// endWorker stops the idle timer and kills the slot's worker, waiting until
-// it is gone. The caller holds the slot's semaphore.
-func (s *slot) endWorker() {
-	if s.idle != nil {
-		s.idle.Stop()
-	}
-	if s.w != nil {
-		s.w.kill()
-		<-s.w.done
-		s.setWorker(nil)
-	}
-}
-
-// Stop ends the session's worker now, even in the middle of a run (which
-// then reports that the worker was killed), and forgets the session.
-func (e *Embedded) Stop(sessionID string) {
-	e.mu.Lock()
-	s := e.slots[sessionID]
-	delete(e.slots, sessionID)
-	e.mu.Unlock()
-	if s == nil {
-		return
-	}
-	select {
-	case s.sem <- struct{}{}:
-		s.endWorker()
-		<-s.sem
-	default:
-		// A run holds the slot: end its worker under it; the run reports it.
-		if w := s.worker(); w != nil {
-			w.kill()
-		}
-	}
-}
-
-func (s *slot) worker() *worker {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w
-}
-
-// setWorker is called by the holder of s.sem only.
-func (s *slot) setWorker(w *worker) {
-	s.mu.Lock()
-	s.w = w
-	s.mu.Unlock()
+	return e.run(ctx, req)
 }
 
 // Close stops every worker, the spare included, and waits for them.
 func (e *Embedded) Close() error {
-	e.mu.Lock()
-	e.closed = true
-	slots := e.slots
-	e.slots = map[string]*slot{}
-	spare := e.spare
-	e.spare = nil
-	e.mu.Unlock()
-	e.cancel() // the sandbox kills each worker's process group
-	for _, s := range slots {
-		if s.idle != nil {
-			s.idle.Stop()
-		}
-		if w := s.worker(); w != nil {
-			<-w.done
-		}
-	}
+	var spare *worker
+	e.close(func() {
+		spare = e.spare
+		e.spare = nil
+	})
 	if spare != nil {
 		<-spare.done
 	}
-	e.wg.Wait()
 	return nil
-}
-
-// Sessions is the number of sessions with a live worker (for status).
-func (e *Embedded) Sessions() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	n := 0
-	for _, s := range e.slots {
-		if w := s.worker(); w != nil && w.alive() {
-			n++
-		}
-	}
-	return n
 }
 
 // Prestart starts sess's worker in the background when it has none, so
 // that the session's first Python run finds it ready (the worker is
 // spawned in the session's box like any other). A run that comes first
 // waits for it instead of starting another. Nothing happens for a session
-// on a rootfs, or once the engine is closed.
+// on a rootfs (RootfsWorker.Prestart), or once the engine is closed.
 func (e *Embedded) Prestart(sess *session.Session) {
 	if sess.Rootfs != "" {
 		return
 	}
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return
-	}
-	e.wg.Add(1)
-	e.mu.Unlock()
-	go func() {
-		defer e.wg.Done()
-		if _, err := e.prepare(e.ctx); err != nil {
-			return
-		}
-		s, err := e.slot(sess.ID)
-		if err != nil {
-			return
-		}
-		select {
-		case s.sem <- struct{}{}:
-		case <-e.ctx.Done():
-			return
-		}
-		defer func() { <-s.sem }()
-		e.mu.Lock()
-		gone := e.slots[sess.ID] != s // Stop ran meanwhile
-		e.mu.Unlock()
-		if gone || s.w != nil {
-			return
-		}
-		if e.ensureWorker(e.ctx, s, sess) == nil {
-			e.armIdle(s)
-		}
-	}()
+	e.prestart(sess, func(ctx context.Context) error {
+		_, err := e.prepare(ctx)
+		return err
+	})
 }
 
 // KeepsSpares reports that StartSpare can start workers (not so in the
@@ -721,81 +496,6 @@ func (e *Embedded) BindSpare(ctx context.Context, sess *session.Session) error {
 	if err := s.w.bind(ctx, sess.Workspace(), sess.Workspace(), sess.TmpDir(), sess.Env); err != nil {
 		s.w.kill()
 		return err
-	}
-	return nil
-}
-
-// Claimed tells the engine that the spare session id is now a session's:
-// its worker's idle timer runs from now. A worker that died meanwhile is
-// forgotten without a note: the session's first run starts another.
-func (e *Embedded) Claimed(id string) {
-	e.mu.Lock()
-	s := e.slots[id]
-	e.mu.Unlock()
-	if s == nil {
-		return
-	}
-	select {
-	case s.sem <- struct{}{}:
-	default:
-		return // a run holds it (the session was found already): it arms the timer
-	}
-	defer func() { <-s.sem }()
-	if s.w == nil {
-		return
-	}
-	if !s.w.alive() {
-		s.setWorker(nil)
-		return
-	}
-	if s.idle == nil {
-		e.armIdle(s)
-	}
-}
-
-// DropContext implements runcode.ContextEngine: the worker forgets code
-// context id (a later run starts it afresh). It waits for a run in
-// progress. A session without a worker has no context state to drop.
-func (e *Embedded) DropContext(ctx context.Context, sessionID, id string) error {
-	s, err := e.slot(sessionID)
-	if err != nil {
-		return err
-	}
-	select {
-	case s.sem <- struct{}{}:
-	default:
-		// A run in this context is interrupted (E2B's restart stops the
-		// kernel); a run in another context is waited for.
-		s.mu.Lock()
-		if s.runCtx == id && s.cancelRun != nil {
-			s.cancelRun(runcode.ErrContextRestarted)
-		}
-		s.mu.Unlock()
-		select {
-		case s.sem <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	defer func() { <-s.sem }()
-	w := s.w
-	if w == nil || !w.alive() {
-		return nil
-	}
-	if err := w.send(map[string]string{"op": "drop", "ctx": id}); err != nil {
-		return fmt.Errorf("the Python worker is gone: %w", err)
-	}
-	f, err := w.await(ctx)
-	switch {
-	case ctx.Err() != nil:
-		// The reply is still to come and would be read as a run's:
-		// the worker cannot be trusted to be in step any more.
-		w.kill()
-		return ctx.Err()
-	case err != nil:
-		return errors.New("the Python worker exited while dropping the context")
-	case f.Op != "dropped":
-		return fmt.Errorf("the Python worker did not drop the context (%s)", f.Error)
 	}
 	return nil
 }

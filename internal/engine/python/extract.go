@@ -7,9 +7,6 @@ import (
 	"cmp"
 	"compress/gzip"
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,7 +25,6 @@ import (
 	// The package embeds the interpreter (python-build-standalone) in its
 	// internal data package; importing it links that data in.
 	_ "github.com/kluctl/go-embed-python/python"
-	"golang.org/x/sys/unix"
 
 	"github.com/quro-dev/quro/internal/sandbox"
 )
@@ -76,9 +72,6 @@ type installation struct {
 	// Extracted is true when this call wrote the tree (false: reused).
 	Extracted bool
 }
-
-// completeMarker is written last into a finished tree, before the rename.
-const completeMarker = ".quro-complete"
 
 type markerData struct {
 	ContentHash string    `json:"content_hash"`
@@ -510,45 +503,6 @@ func runHelper(ctx context.Context, onLine func(string), python string, args ...
 	return lw.buf.Bytes(), err
 }
 
-// installWorker writes the worker module (worker.py, embedded in the
-// binary) into the interpreter tree and byte-compiles it, keyed by its hash
-// so that a changed worker gets a directory of its own. It returns the
-// directory to put on sys.path.
-func installWorker(ctx context.Context, inst *installation, source []byte) (string, error) {
-	sum := sha256.Sum256(source)
-	dir := filepath.Join(inst.Dir, "quro", hex.EncodeToString(sum[:6]))
-	if _, err := os.Stat(filepath.Join(dir, completeMarker)); err == nil {
-		return dir, nil
-	}
-	unlock, err := lockFile(filepath.Join(filepath.Dir(inst.Dir), ".lock"), nil)
-	if err != nil {
-		return "", err
-	}
-	defer unlock()
-	if _, err := os.Stat(filepath.Join(dir, completeMarker)); err == nil {
-		return dir, nil
-	}
-	os.RemoveAll(dir) // a half-written one, from before the marker existed
-	tmp := dir + ".tmp-" + randomHex(4)
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	if err := os.WriteFile(filepath.Join(tmp, workerModule+".py"), source, 0o644); err != nil {
-		return "", err
-	}
-	if out, err := runHelper(ctx, nil, inst.Python, "-I", "-m", "compileall", "-q", "-s", tmp, "-p", dir, tmp); err != nil {
-		return "", fmt.Errorf("byte-compiling the worker: %v: %s", err, strings.TrimSpace(lastLines(string(out), 10)))
-	}
-	if err := os.WriteFile(filepath.Join(tmp, completeMarker), []byte("ok\n"), 0o644); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return "", err
-	}
-	return dir, nil
-}
-
 // lineWriter keeps a helper's output and hands each complete line to
 // onLine.
 type lineWriter struct {
@@ -571,44 +525,4 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 		w.onLine(string(rest[:i]))
 		w.scanned += i + 1
 	}
-}
-
-// lockFile takes an exclusive flock on path, creating it. waiting, if
-// set, is called first when another holds the lock.
-func lockFile(path string, waiting func()) (func(), error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	if waiting != nil && errors.Is(unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB), unix.EWOULDBLOCK) {
-		waiting()
-	}
-	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("locking %s: %w", path, err)
-	}
-	return func() {
-		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN) // and if not, the Close releases it
-		f.Close()
-	}, nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

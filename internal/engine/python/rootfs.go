@@ -1,19 +1,25 @@
 // This file is tier 2 of the Python chain (docs/architecture.md, "The
 // Python worker"): python3 inside the session's Debian rootfs (see
-// internal/rootfs), run once per call under the sandbox with the rootfs's
-// userland in place of the host's.
+// internal/rootfs), with the rootfs's userland in place of the host's: as a
+// resident worker per session for run_code (RootfsWorker), and once per
+// call for python_run (Rootfs.RunIn).
 
 package python
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
 )
 
 // ErrNoRootfs is the engine-level failure of a session that runs on the
@@ -21,7 +27,11 @@ import (
 var ErrNoRootfs = errors.New("the session has no rootfs (create it with --rootfs NAME)")
 
 // Rootfs runs code with the python3 of the session's rootfs, as
-// `python3 -I -u -` with the code on stdin, like System.
+// `python3 -I -u -` with the code on stdin, like System: one process per
+// run, no state. It is python_run's path (RunIn), and run_code's tier after
+// RootfsWorker: a rootfs whose python3 cannot run the worker (one older
+// than the worker needs, or whose user site breaks its start) still runs
+// the code in the rootfs rather than on the host's python3.
 type Rootfs struct {
 	sb *sandbox.Sandbox
 	m  *rootfs.Manager
@@ -32,7 +42,7 @@ type Rootfs struct {
 func NewRootfs(sb *sandbox.Sandbox, m *rootfs.Manager) *Rootfs { return &Rootfs{sb: sb, m: m} }
 
 // Name implements runcode.Engine.
-func (r *Rootfs) Name() string { return "python/rootfs" }
+func (r *Rootfs) Name() string { return "python/rootfs-oneshot" }
 
 // Probe reports the engine available when the sandbox can show a rootfs
 // (a bubblewrap box). Whether the session's rootfs is installed is checked
@@ -89,11 +99,10 @@ const (
 // This is the one way code runs on a rootfs's python3: run_code's tier 2
 // (Run) and python_run both come here.
 func (r *Rootfs) RunIn(ctx context.Context, name string, req *runcode.Request, via Via) (*runcode.Result, error) {
-	if i := strings.IndexByte(req.Code, 0); i >= 0 {
+	if res := refuseNUL(req); res != nil {
 		// Python would stop reading a script on stdin at the NUL, and an
-		// argument cannot carry one: say what Python says for such source.
-		fmt.Fprintf(req.Stderr, "SyntaxError: source code cannot contain null bytes (first at line %d)\n", strings.Count(req.Code[:i], "\n")+1)
-		return &runcode.Result{ExitCode: 1}, nil
+		// argument cannot carry one.
+		return res, nil
 	}
 	var spec *sandbox.Spec
 	if via == ViaArg {
@@ -108,4 +117,163 @@ func (r *Rootfs) RunIn(ctx context.Context, name string, req *runcode.Request, v
 		return nil, err
 	}
 	return runcode.ExitResult(exit, req.Timeout), nil
+}
+
+// refuseNUL answers a run whose code has a NUL byte as Python 3.12+ does
+// (3.11's compile says "source code string cannot contain null bytes",
+// a ValueError), or returns nil.
+func refuseNUL(req *runcode.Request) *runcode.Result {
+	i := strings.IndexByte(req.Code, 0)
+	if i < 0 {
+		return nil
+	}
+	fmt.Fprintf(req.Stderr, "SyntaxError: source code cannot contain null bytes (first at line %d)\n", strings.Count(req.Code[:i], "\n")+1)
+	return &runcode.Result{ExitCode: 1}
+}
+
+// rootfsPython is the interpreter of a rootfs session: Debian's python3.
+const rootfsPython = "/usr/bin/python3"
+
+// RootfsWorker is run_code's tier 2: the python3 of the session's rootfs as
+// a resident worker per session, through the same protocol and pool as the
+// embedded CPython (state kept between runs, a timeout interrupts with
+// KeyboardInterrupt and keeps the state, display() artifacts, code
+// contexts, idle stop, Reset). The worker runs in the session's box with
+// the rootfs's userland, site enabled (Debian's dist-packages, apt's
+// python3-* packages, and the user site under HOME, the workspace, where
+// pip --user installs) and the environment's PYTHON* variables ignored
+// (-E; the processes it starts see them). The worker module comes from
+// its own read-only directory (ensureWorkerDir). No spares: a rootfs
+// session's worker starts on its first run.
+type RootfsWorker struct {
+	pool
+	m    *rootfs.Manager
+	root string // the worker module goes under root/python
+
+	dirMu sync.Mutex
+	dir   string // the worker module's directory, once written
+}
+
+// NewRootfsWorker returns the rootfs tier over the rootfs directories of
+// m, keeping its worker module under dataDir (or opts.InstallRoot, as the
+// embedded interpreter). opts may be nil; NoSpare is implied.
+func NewRootfsWorker(dataDir string, sb *sandbox.Sandbox, m *rootfs.Manager, opts *EmbeddedOptions) *RootfsWorker {
+	o := opts.withDefaults(sb)
+	o.NoSpare = true
+	r := &RootfsWorker{pool: newPool(sb, o, "the rootfs Python engine"), m: m, root: cmp.Or(o.InstallRoot, dataDir)}
+	r.startFor = r.start
+	return r
+}
+
+// Name implements runcode.Engine.
+func (r *RootfsWorker) Name() string { return "python/rootfs" }
+
+// Probe implements runcode.Engine, as Rootfs.Probe: the session's rootfs
+// is checked on every run.
+func (r *RootfsWorker) Probe(ctx context.Context) error {
+	if !r.sb.Boxed() {
+		return errors.New("needs the bubblewrap box to show a rootfs (Debian: apt-get install bubblewrap)")
+	}
+	return nil
+}
+
+// Run implements runcode.Engine (and, with DropContext, ContextEngine). A
+// session without a rootfs, whose rootfs is not installed, or whose rootfs
+// has no python3, is an engine-level failure, so that the chain falls
+// through to the host's python3.
+func (r *RootfsWorker) Run(ctx context.Context, req *runcode.Request) (*runcode.Result, error) {
+	if req.Session == nil {
+		return nil, errors.New("no session")
+	}
+	name := req.Session.Rootfs
+	if name == "" {
+		return nil, ErrNoRootfs
+	}
+	if !r.m.Ready(name) {
+		return nil, fmt.Errorf("rootfs %q is not installed (quro rootfs install %s)", name, name)
+	}
+	if res := refuseNUL(req); res != nil {
+		return res, nil
+	}
+	if !inRootfs(r.m.Path(name), rootfsPython) {
+		return nil, fmt.Errorf("rootfs %q has no %s (install_packages python3 adds it)", name, rootfsPython)
+	}
+	return r.run(ctx, req)
+}
+
+// Prestart starts the worker of sess, a session on a rootfs that has
+// python3, in the background (see Embedded.Prestart); nothing happens for
+// another session.
+func (r *RootfsWorker) Prestart(sess *session.Session) {
+	if sess.Rootfs == "" || !r.m.Ready(sess.Rootfs) || !inRootfs(r.m.Path(sess.Rootfs), rootfsPython) {
+		return
+	}
+	r.prestart(sess, nil)
+}
+
+// Close stops every worker and waits for them.
+func (r *RootfsWorker) Close() error {
+	r.close(nil)
+	return nil
+}
+
+// start starts sess's worker in its box.
+func (r *RootfsWorker) start(ctx context.Context, sess *session.Session) (*worker, error) {
+	dir, err := r.workerDir(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg := workerConfig{
+		python: rootfsPython,
+		// Not -I (-s: no user site; -S: no site at all, so no
+		// dist-packages): -E only, the environment's PYTHONPATH,
+		// PYTHONHOME, PYTHONSTARTUP... do not reach the worker.
+		flags:     []string{"-E", "-u", "-X", "utf8"},
+		rootfs:    r.m.Path(sess.Rootfs),
+		readOnly:  []string{dir},
+		workerDir: dir, limits: r.opts.Limits, drain: r.opts.DrainGrace,
+	}
+	return startWorker(ctx, r.ctx, r.sb.ForSession(sess.ID, sess.UID, sess.Binds()), cfg, false,
+		sess.Workspace(), sess.Workspace(), sess.TmpDir(), sess.Env, sess.Network)
+}
+
+// workerDir writes the worker module once (see ensureWorkerDir).
+func (r *RootfsWorker) workerDir(ctx context.Context) (string, error) {
+	r.dirMu.Lock()
+	defer r.dirMu.Unlock()
+	if r.dir != "" {
+		return r.dir, nil
+	}
+	dir, err := ensureWorkerDir(ctx, r.root, nil, nil)
+	if err != nil {
+		return "", fmt.Errorf("writing the Python worker module: %w", err)
+	}
+	r.dir = dir
+	return dir, nil
+}
+
+// inRootfs reports whether file (absolute, as the box sees it) is a
+// regular file in the rootfs at root, resolving symbolic links as the box
+// would: inside the rootfs (openat2's RESOLVE_IN_ROOT). The rootfs's
+// content is not the server's (install_packages runs its packages'
+// scripts): a link in it never leads the server to a host path. A kernel
+// without openat2 (before 5.6) answers true: the worker's start then says
+// what is wrong.
+func inRootfs(root, file string) bool {
+	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(dir)
+	fd, err := unix.Openat2(dir, strings.TrimPrefix(file, "/"), &unix.OpenHow{
+		Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+	if errors.Is(err, unix.ENOSYS) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 }

@@ -19,7 +19,7 @@ import (
 // sharedRootfs is the ready Debian rootfs that internal/app's tests build
 // once per machine ($QURO_TEST_ROOTFS, default /var/cache/quro-test-rootfs);
 // these tests never install one, and skip without it.
-func sharedRootfs(t *testing.T) *rootfs.Manager {
+func sharedRootfs(t testing.TB) *rootfs.Manager {
 	t.Helper()
 	dir := os.Getenv("QURO_TEST_ROOTFS")
 	if dir == "" {

@@ -1,5 +1,3 @@
-//go:build !slim
-
 package python
 
 import (
@@ -26,8 +24,8 @@ import (
 	"github.com/quro-dev/quro/internal/sandbox"
 )
 
-// workerSource is the worker's Python side, byte-compiled into the
-// interpreter tree on first use.
+// workerSource is the worker's Python side, written into a directory of
+// its own on first use (see ensureWorkerDir).
 //
 //go:embed worker/quro_worker.py
 var workerSource []byte
@@ -86,7 +84,9 @@ type worker struct {
 // workerConfig is what startWorker needs from the engine.
 type workerConfig struct {
 	python    string
-	root      string // the interpreter's tree (the worker's code is inside)
+	flags     []string // the interpreter's, before -c
+	rootfs    string   // the userland the box shows (sandbox.Spec.Rootfs), or ""
+	readOnly  []string // the interpreter's tree (if not in the userland) and workerDir
 	workerDir string
 	limits    *sandbox.Limits
 	drain     time.Duration
@@ -130,15 +130,15 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 	boot := fmt.Sprintf("import sys; sys.path.insert(0, %s); import %s as w; del sys.path[0]; w.main(%s, %s, %d)",
 		dirJSON, workerModule, preload, keysJSON, workerFlushInterval.Milliseconds())
 	spec := &sandbox.Spec{
-		// -S: the worker does what site would (see _site), faster.
-		Args:       []string{cfg.python, "-I", "-S", "-u", "-X", "utf8", "-c", boot},
+		Args:       append(append([]string{cfg.python}, cfg.flags...), "-c", boot),
 		Dir:        dir,
 		Home:       home,
 		Network:    network, // the session's, as for every process of its box
 		TmpDir:     tmp,
 		Env:        env,
 		Limits:     cfg.limits,
-		ReadOnly:   []string{cfg.root}, // the interpreter tree, outside the host userland
+		Rootfs:     cfg.rootfs,
+		ReadOnly:   cfg.readOnly,
 		Stdout:     outW,
 		Stderr:     errW,
 		ExtraFiles: []*os.File{reqR, repW}, // fd 3 and fd 4
@@ -188,7 +188,11 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 		return nil, fmt.Errorf("the Python worker did not start: %s", w.startFailure(f.Error))
 	default:
 		w.kill()
-		return nil, fmt.Errorf("the Python worker did not start: %s", w.startFailure(""))
+		why := "" // the pipe's end: the exit status says the rest
+		if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, os.ErrClosed) {
+			why = err.Error() // a refused frame
+		}
+		return nil, fmt.Errorf("the Python worker did not start: %s", w.startFailure(why))
 	}
 }
 

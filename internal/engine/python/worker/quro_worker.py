@@ -1,4 +1,7 @@
 """Quro's resident Python worker: one per session, driven by the Go side.
+It runs on the embedded CPython 3.14 (with -I -S) and on a rootfs's python3
+(Debian 12: 3.11, with -E and site as usual): nothing here may need more
+than 3.11.
 
 Protocol: requests arrive on fd 3, replies leave on fd 4, each a frame of a
 4-byte big-endian length and a JSON object. A request's JSON may be followed
@@ -53,7 +56,8 @@ flushed:
     write to stderr, os.write() to fd 1 or 2, os._exit() and os.abort();
   - before what hands the descriptors to other code or may block, seen
     through an audit hook: time.sleep, os.system, subprocess, posix_spawn,
-    exec, fork, kill, ctypes calls (C code writes fd 1 itself).
+    exec, fork, kill, ctypes calls (C code writes fd 1 itself; Python 3.11
+    has no event for a call: the look-up of a C function stands in).
 What is lost when the process dies at once (SIGKILL from outside, a
 segfault in C code) is at most the last flush interval of stdout.
 """
@@ -310,6 +314,10 @@ _FLUSH_EVENTS = frozenset((
     "time.sleep", "os.system", "subprocess.Popen", "os.posix_spawn", "os.exec",
     "os.fork", "os.forkpty", "os.kill", "os.killpg", "signal.pthread_kill",
     "ctypes.call_function",
+    # Python 3.11 raises no ctypes.call_function for a foreign function's
+    # call; the look-up of the function (its first use through a library
+    # object) stands in for it.
+    "ctypes.dlsym",
 ))
 
 
@@ -556,6 +564,34 @@ def _pip(line):
         print(msg, file=sys.stderr)
 
 
+_path_seen = {}
+
+
+def _refresh_path():
+    """Before each run: packages installed since the last run are
+    importable without a restart. The user site (pip --user, under HOME)
+    is added once it exists, and the import system's caches are dropped
+    when a directory of sys.path changed (its mtime). (A stand-in: the
+    "pip" deliverable's version replaces it.)"""
+    site = sys.modules.get("site")
+    if site is not None and getattr(site, "ENABLE_USER_SITE", False):
+        user = site.getusersitepackages()
+        if user not in sys.path and os.path.isdir(user):
+            site.addsitedir(user)
+    changed = False
+    for d in sys.path:
+        try:
+            m = os.stat(d or ".").st_mtime_ns
+        except OSError:
+            m = None
+        if _path_seen.get(d, -1) != m:
+            _path_seen[d] = m
+            changed = True
+    if changed:
+        import importlib
+        importlib.invalidate_caches()
+
+
 def _setup(flush_ms):
     global _libc, _saved_out, _saved_err, _orig_stdin, _main
     global _out, _err, _flush_interval, _flusher
@@ -609,7 +645,8 @@ def _setup(flush_ms):
     sys.addaudithook(_audit)
     os.environ.setdefault("MPLBACKEND", "Agg")
     sys.argv = [""]
-    sys.path.insert(0, "")
+    if sys.path[:1] != [""]:  # -c put it there, unless -I or -P
+        sys.path.insert(0, "")
     builtins.input = _input
     builtins.display = display
     _main = type(sys)("__main__")
@@ -1541,6 +1578,7 @@ def _run(msg):
     global _counter, _running, _interrupted, _artifacts, _in_run, _pending
     global _rich_mode, _results
     _counter += 1
+    _refresh_path()
     _interrupted = False
     _pending = False
     _in_run = True

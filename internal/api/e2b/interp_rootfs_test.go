@@ -1,0 +1,50 @@
+package e2b_test
+
+import (
+	"encoding/base64"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/quro-dev/quro/internal/rootfs"
+)
+
+// E2B's code interpreter on a rootfs template: the sandbox's Python is the
+// rootfs's python3 as a resident worker (issue 18), so its state is kept
+// between executions and a matplotlib figure from Debian's
+// python3-matplotlib comes back as a PNG result. It runs on the "sci" test
+// rootfs that internal/app's TestSciRootfs builds once per machine
+// ($QURO_TEST_ROOTFS), linked into the App's data directory, never changed.
+func TestExecuteOnRootfsTemplate(t *testing.T) {
+	dir := os.Getenv("QURO_TEST_ROOTFS")
+	if dir == "" {
+		dir = "/var/cache/quro-test-rootfs"
+	}
+	if !rootfs.New(dir).Ready("sci") {
+		t.Skip("no sci test rootfs (go test ./internal/app -run TestSciRootfs builds it)")
+	}
+	e := newEnv(t, nil)
+	if err := os.Symlink(dir, rootfs.DirIn(e.App.DataDir)); err != nil {
+		t.Fatal(err)
+	}
+	sb := e.create(t, map[string]any{"templateID": "sci", "timeout": 600})
+	id := sb.SandboxID
+	if r := ofType(e.execute(t, id, map[string]any{"code": "import sys\nx = 41\nsys.executable"}), "result"); len(r) != 1 || !strings.Contains(fmt.Sprint(r[0]["text"]), "/usr/bin/python3") {
+		t.Fatalf("the rootfs's python3: %v", r)
+	}
+	if r := ofType(e.execute(t, id, map[string]any{"code": "x + 1"}), "result"); len(r) != 1 || r[0]["text"] != "42" {
+		t.Fatalf("state between executions: %v", r)
+	}
+	lines := e.execute(t, id, map[string]any{"code": "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"})
+	var png string
+	for _, r := range ofType(lines, "result") {
+		if p, ok := r["png"].(string); ok {
+			png = p
+		}
+	}
+	b, err := base64.StdEncoding.DecodeString(png)
+	if err != nil || !strings.HasPrefix(string(b), "\x89PNG\r\n\x1a\n") {
+		t.Fatalf("no PNG result from the figure: %v", lines)
+	}
+}

@@ -1,0 +1,375 @@
+package python
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// pool is the registry of resident Python workers, one per session, that
+// both worker engines share: the embedded CPython (Embedded) and the
+// python3 of a session's rootfs (RootfsWorker). What differs between them
+// is how a worker starts (startFor); the rest, runs, timeouts, idle stops,
+// Reset, Stop and code contexts, is this. Runs of one session are
+// serialised; runs of different sessions proceed in parallel.
+type pool struct {
+	sb   *sandbox.Sandbox
+	opts EmbeddedOptions
+	what string // the engine, for errors: "the embedded Python engine"
+	// startFor returns a new worker for sess, started or a spare bound to it.
+	startFor func(ctx context.Context, sess *session.Session) (*worker, error)
+
+	ctx    context.Context // the workers' lifetime
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	slots  map[string]*slot
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func newPool(sb *sandbox.Sandbox, opts EmbeddedOptions, what string) pool {
+	ctx, cancel := context.WithCancel(context.Background())
+	return pool{sb: sb, opts: opts, what: what, ctx: ctx, cancel: cancel, slots: map[string]*slot{}}
+}
+
+// slot is one session's place in the registry.
+type slot struct {
+	id   string        // the session's
+	sem  chan struct{} // held by the run in progress
+	mu   sync.Mutex    // guards writes of w (its holder of sem reads it freely)
+	w    *worker
+	lost string // why the state is gone, to say in the next run
+	idle *time.Timer
+	// The code context of the run in progress and its cancel (under mu).
+	runCtx    string
+	cancelRun context.CancelCauseFunc
+}
+
+func (e *pool) slot(id string) (*slot, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, errors.New(e.what + " is closed")
+	}
+	s := e.slots[id]
+	if s == nil {
+		s = &slot{id: id, sem: make(chan struct{}, 1)}
+		e.slots[id] = s
+	}
+	return s, nil
+}
+
+// run runs req in its session's worker, starting one when it has none.
+func (e *pool) run(ctx context.Context, req *runcode.Request) (*runcode.Result, error) {
+	s, err := e.slot(req.Session.ID)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return &runcode.Result{ExitCode: -1, Interrupted: true, TimedOut: errors.Is(ctx.Err(), context.DeadlineExceeded),
+			Error: "the session's previous run was still going; this run did not start (" + ctx.Err().Error() + ")"}, nil
+	}
+	defer func() { <-s.sem }()
+	if s.idle != nil {
+		s.idle.Stop()
+	}
+	var notes []string
+	if s.lost != "" {
+		notes = append(notes, s.lost)
+		s.lost = ""
+	}
+	if s.w != nil && !s.w.alive() {
+		notes = append(notes, fmt.Sprintf("the session's Python worker had exited since the last run (status %d); its variables are lost", s.w.exit.Code))
+		s.setWorker(nil)
+	}
+	if err := e.ensureWorker(ctx, s, req.Session); err != nil {
+		return nil, fmt.Errorf("starting the Python worker: %w", err)
+	}
+	if c := req.Context; c != nil && c.ID != "" {
+		// A restart or removal of the context interrupts this run.
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		s.mu.Lock()
+		s.runCtx, s.cancelRun = c.ID, cancel
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			s.runCtx, s.cancelRun = "", nil
+			s.mu.Unlock()
+		}()
+	}
+	res, usable := s.w.run(ctx, req, req.Session.Env, runOptions{grace: e.opts.InterruptGrace})
+	if !usable {
+		s.setWorker(nil)
+	}
+	res.Notes = append(notes, res.Notes...)
+	if s.w != nil {
+		e.armIdle(s)
+	}
+	return res, nil
+}
+
+// ensureWorker gives s a worker for sess when it has none. Called by the
+// holder of s.sem.
+func (e *pool) ensureWorker(ctx context.Context, s *slot, sess *session.Session) error {
+	if s.w != nil {
+		return nil
+	}
+	w, err := e.startFor(ctx, sess)
+	if err != nil {
+		return err
+	}
+	s.setWorker(w)
+	return nil
+}
+
+// armIdle (re)starts s's idle timer. Called by the holder of s.sem.
+func (e *pool) armIdle(s *slot) {
+	s.idle = time.AfterFunc(e.opts.IdleTimeout, func() { e.idleStop(s) })
+}
+
+// idleStop stops s's worker if it is not running anything. A paused
+// session keeps its worker: the pause is what keeps an idle session's
+// state at no CPU cost (see sandbox.Box.Pause).
+func (e *pool) idleStop(s *slot) {
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		return // a run is in progress; it re-arms the timer
+	}
+	defer func() { <-s.sem }()
+	if bx := e.sb.Box(s.id); bx != nil && bx.Paused() {
+		e.armIdle(s)
+		return
+	}
+	if s.w != nil {
+		s.w.kill()
+		<-s.w.done
+		s.setWorker(nil)
+		s.lost = fmt.Sprintf("the session's Python worker was stopped after %s without runs; variables and imports of earlier runs are gone", e.opts.IdleTimeout)
+	}
+}
+
+// Reset gives the session a fresh interpreter: its globals, imports and
+// variables are cleared. It waits for a run in progress.
+func (e *pool) Reset(ctx context.Context, sessionID string) error {
+	s, err := e.slot(sessionID)
+	if err != nil {
+		return err
+	}
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.sem }()
+	s.endWorker()
+	s.lost = ""
+	return nil
+}
+
+// endWorker stops the idle timer and kills the slot's worker, waiting until
+// it is gone. The caller holds the slot's semaphore.
+func (s *slot) endWorker() {
+	if s.idle != nil {
+		s.idle.Stop()
+	}
+	if s.w != nil {
+		s.w.kill()
+		<-s.w.done
+		s.setWorker(nil)
+	}
+}
+
+// Stop ends the session's worker now, even in the middle of a run (which
+// then reports that the worker was killed), and forgets the session.
+func (e *pool) Stop(sessionID string) {
+	e.mu.Lock()
+	s := e.slots[sessionID]
+	delete(e.slots, sessionID)
+	e.mu.Unlock()
+	if s == nil {
+		return
+	}
+	select {
+	case s.sem <- struct{}{}:
+		s.endWorker()
+		<-s.sem
+	default:
+		// A run holds the slot: end its worker under it; the run reports it.
+		if w := s.worker(); w != nil {
+			w.kill()
+		}
+	}
+}
+
+func (s *slot) worker() *worker {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w
+}
+
+// setWorker is called by the holder of s.sem only.
+func (s *slot) setWorker(w *worker) {
+	s.mu.Lock()
+	s.w = w
+	s.mu.Unlock()
+}
+
+// Sessions is the number of sessions with a live worker (for status).
+func (e *pool) Sessions() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, s := range e.slots {
+		if w := s.worker(); w != nil && w.alive() {
+			n++
+		}
+	}
+	return n
+}
+
+// close stops every worker and waits for them; locked, if set, runs
+// under the lock once the pool is closed (the spare is taken there).
+func (e *pool) close(locked func()) {
+	e.mu.Lock()
+	e.closed = true
+	slots := e.slots
+	e.slots = map[string]*slot{}
+	if locked != nil {
+		locked()
+	}
+	e.mu.Unlock()
+	e.cancel() // the sandbox kills each worker's process group
+	for _, s := range slots {
+		if s.idle != nil {
+			s.idle.Stop()
+		}
+		if w := s.worker(); w != nil {
+			<-w.done
+		}
+	}
+	e.wg.Wait()
+}
+
+// Claimed tells the engine that the spare session id is now a session's:
+// its worker's idle timer runs from now. A worker that died meanwhile is
+// forgotten without a note: the session's first run starts another.
+func (e *pool) Claimed(id string) {
+	e.mu.Lock()
+	s := e.slots[id]
+	e.mu.Unlock()
+	if s == nil {
+		return
+	}
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		return // a run holds it (the session was found already): it arms the timer
+	}
+	defer func() { <-s.sem }()
+	if s.w == nil {
+		return
+	}
+	if !s.w.alive() {
+		s.setWorker(nil)
+		return
+	}
+	if s.idle == nil {
+		e.armIdle(s)
+	}
+}
+
+// DropContext implements runcode.ContextEngine: the worker forgets code
+// context id (a later run starts it afresh). It waits for a run in
+// progress. A session without a worker has no context state to drop.
+func (e *pool) DropContext(ctx context.Context, sessionID, id string) error {
+	s, err := e.slot(sessionID)
+	if err != nil {
+		return err
+	}
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		// A run in this context is interrupted (E2B's restart stops the
+		// kernel); a run in another context is waited for.
+		s.mu.Lock()
+		if s.runCtx == id && s.cancelRun != nil {
+			s.cancelRun(runcode.ErrContextRestarted)
+		}
+		s.mu.Unlock()
+		select {
+		case s.sem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	defer func() { <-s.sem }()
+	w := s.w
+	if w == nil || !w.alive() {
+		return nil
+	}
+	if err := w.send(map[string]string{"op": "drop", "ctx": id}); err != nil {
+		return fmt.Errorf("the Python worker is gone: %w", err)
+	}
+	f, err := w.await(ctx)
+	switch {
+	case ctx.Err() != nil:
+		// The reply is still to come and would be read as a run's:
+		// the worker cannot be trusted to be in step any more.
+		w.kill()
+		return ctx.Err()
+	case err != nil:
+		return errors.New("the Python worker exited while dropping the context")
+	case f.Op != "dropped":
+		return fmt.Errorf("the Python worker did not drop the context (%s)", f.Error)
+	}
+	return nil
+}
+
+// prestart starts sess's worker in the background when it has none, after
+// ready (if set) succeeded; see Embedded.Prestart.
+func (e *pool) prestart(sess *session.Session, ready func(ctx context.Context) error) {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	e.wg.Add(1)
+	e.mu.Unlock()
+	go func() {
+		defer e.wg.Done()
+		if ready != nil && ready(e.ctx) != nil {
+			return
+		}
+		s, err := e.slot(sess.ID)
+		if err != nil {
+			return
+		}
+		select {
+		case s.sem <- struct{}{}:
+		case <-e.ctx.Done():
+			return
+		}
+		defer func() { <-s.sem }()
+		e.mu.Lock()
+		gone := e.slots[sess.ID] != s // Stop ran meanwhile
+		e.mu.Unlock()
+		if gone || s.w != nil {
+			return
+		}
+		if e.ensureWorker(e.ctx, s, sess) == nil {
+			e.armIdle(s)
+		}
+	}()
+}
