@@ -506,6 +506,8 @@ def _refresh_path():
     d = _user_site_dir()
     if _user_site != d and os.path.isdir(d):
         _user_site = d
+        # Already there when site ran with the user site on (a rootfs's
+        # python3, whose site added it at start, .pth files included).
         if d not in sys.path:
             at = len(sys.path)
             for i, p in enumerate(sys.path):
@@ -513,8 +515,8 @@ def _refresh_path():
                     at = i
                     break
             sys.path.insert(at, d)
-        import site
-        site.addsitedir(d)  # d is on sys.path already: only its .pth files
+            import site
+            site.addsitedir(d)  # d is on sys.path already: only its .pth files
     changed = False
     for p in sys.path:
         try:
@@ -562,34 +564,6 @@ def _pip(line):
         if os.environ.get("QURO_PIP_OFFLINE") == "1":
             msg += "\n" + _PIP_HINT
         print(msg, file=sys.stderr)
-
-
-_path_seen = {}
-
-
-def _refresh_path():
-    """Before each run: packages installed since the last run are
-    importable without a restart. The user site (pip --user, under HOME)
-    is added once it exists, and the import system's caches are dropped
-    when a directory of sys.path changed (its mtime). (A stand-in: the
-    "pip" deliverable's version replaces it.)"""
-    site = sys.modules.get("site")
-    if site is not None and getattr(site, "ENABLE_USER_SITE", False):
-        user = site.getusersitepackages()
-        if user not in sys.path and os.path.isdir(user):
-            site.addsitedir(user)
-    changed = False
-    for d in sys.path:
-        try:
-            m = os.stat(d or ".").st_mtime_ns
-        except OSError:
-            m = None
-        if _path_seen.get(d, -1) != m:
-            _path_seen[d] = m
-            changed = True
-    if changed:
-        import importlib
-        importlib.invalidate_caches()
 
 
 def _setup(flush_ms):
@@ -1578,7 +1552,6 @@ def _run(msg):
     global _counter, _running, _interrupted, _artifacts, _in_run, _pending
     global _rich_mode, _results
     _counter += 1
-    _refresh_path()
     _interrupted = False
     _pending = False
     _in_run = True
