@@ -312,6 +312,19 @@ func TestRegistryCapabilities(t *testing.T) {
 	if err != nil || !strings.Contains(help.Text, "run_code") {
 		t.Errorf("help: %v %q", err, help.Text)
 	}
+	// Which Python each capability uses, and why (issue 18): help, run_code
+	// and python_run say the same.
+	pr, _ := a.Controller.Registry().Get("python_run")
+	for what, text := range map[string]string{"help": help.Text, "run_code": rc.Description, "python_run": pr.Description} {
+		for _, want := range []string{"embedded CPython 3.14", "rootfs's python3"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s does not say which Python (%q missing)", what, want)
+			}
+		}
+	}
+	if !strings.Contains(help.Text, "python_run is a fresh python3 -I") {
+		t.Errorf("help does not say what python_run runs: %q", help.Text)
+	}
 	st, err := call(t, a, "get_service_status", nil)
 	if err != nil {
 		t.Fatal(err)

@@ -108,6 +108,9 @@ func (a *App) register(reg *capability.Registry) {
 			"js and ts run in an embedded QuickJS sandbox (no node; ts is transpiled by esbuild; console, CommonJS require of workspace files, "+
 			"the last expression or module.exports shown as ➡️ result, and a host API Tools.Files/Net/System/calc confined to the workspace; memory capped at 64 MiB; a fresh context per run); "+
 			"html, css, json, xml and svg are validated and rendered as artifacts; "+
+			"python is the session's Python, the same interpreter as python3 and pip in its shell: the embedded CPython 3.14 on the host userland, the rootfs's python3 on a session created on a rootfs, "+
+			"run by a resident worker (variables and imports persist between runs, a timeout is a KeyboardInterrupt that keeps them, the last expression and display() become artifacts, matplotlib figures PNG images); "+
+			"%pip install X (or !pip install X) installs into the session's user site and imports at once; "+
 			"c, cpp, go, rust, java, kotlin, csharp, swift, scala, zig, haskell, dart, objc, fortran, pascal, ruby, php, perl, lua, r and julia run with the toolchain of the session's userland (the host's, or the session's rootfs: install_packages adds one): "+
 			"compiled in the session's box into a build cache keyed by the source's SHA-256 (a second run of the same source is not compiled again: cached), then run with stdin and args; "+
 			"a compile failure is a result with stage \"compile\" and the compiler's diagnostics on stderr (the source file, e.g. main.c, has the code's line numbers); compile_timeout_ms bounds the compile apart from timeout_ms; the result's toolchain names the compiler and its version; "+
@@ -150,6 +153,8 @@ func (a *App) register(reg *capability.Registry) {
 				fmt.Fprintf(&b, "- %s: %s\n", c.Name, c.Description)
 			}
 			b.WriteString("\nrun_code languages: " + strings.Join(langs, "; ") + "\n")
+			b.WriteString("Which Python: run_code's python (and python3/pip in the session's shell) is the session's own — the embedded CPython 3.14, or the rootfs's python3 on a rootfs session — kept resident, so state persists; " +
+				"python_run is a fresh python3 -I of a Debian rootfs (the session's, else \"default\") per call, for Debian's packages or a clean interpreter each time, with nothing kept.\n")
 			runs, shown := a.Runner.Runnable()
 			b.WriteString("run_code runs these on this server's own userland now: " + strings.Join(runs, ", ") + "\n")
 			if len(shown) > 0 {

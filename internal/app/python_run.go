@@ -87,7 +87,7 @@ func (a *App) registerPythonRun(reg *capability.Registry) {
 			"Returns exit_code, stdout and stderr (read concurrently; long output keeps head and tail, the full stream is saved in the workspace). "+
 			"timeout_ms is 1000..60000 (default 20000); on timeout the whole process tree is killed and the output so far is returned. "+
 			"A missing rootfs is installed on first use only for a caller with scope install or admin (debootstrap: needs the network, about a minute); a call whose timeout ends first says so and the install continues: call again, or run `quro rootfs install` beforehand. "+
-			"Unlike run_code's python, nothing persists between calls except files.",
+			"Unlike run_code's python (the session's own interpreter — the embedded CPython 3.14, or the rootfs's python3 on a rootfs session — kept resident), nothing persists between calls except files, and the user site (pip installs) is not used.",
 		capability.ScopeExec, p.run).Streaming())
 }
 
