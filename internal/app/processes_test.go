@@ -478,3 +478,22 @@ func TestProcessBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestProcessRunsInTheSessionsBox: a process started beside a running
+// Python worker (HOME /home/user for the one, the workspace path for the
+// other) is in the same box: it sees what the worker wrote to the box's
+// private /tmp, and the worker among its processes. (The box's shape once
+// held HOME, and such a process got a box of its own.)
+func TestProcessRunsInTheSessionsBox(t *testing.T) {
+	a := newApp(t, nil)
+	if !a.Sandbox.SessionBoxes() {
+		t.Skip("needs session boxes")
+	}
+	s := newSession(t, a, "box", "")
+	mustCall(t, a, "run_code", RunCodeInput{Session: s.ID, Lang: "python", Code: "open('/tmp/from-python', 'w').write('worker was here')"})
+	res := mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "sh",
+		Args: []string{"-c", `cat /tmp/from-python; echo; echo "$HOME"; cat /proc/[0-9]*/cmdline | tr '\0' ' ' | grep -c quro_worker`}}).(*ProcessResult)
+	if res.End.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "worker was here\n/home/user\n") || strings.HasSuffix(res.Stdout, "\n0\n") {
+		t.Fatalf("the process is not in the session's box: %+v", res)
+	}
+}

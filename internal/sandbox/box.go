@@ -58,7 +58,12 @@ type Box struct {
 }
 
 // boxShape is what a box is made of; a spec fits a box when its own shape
-// is contained in it.
+// is contained in it. home is the box's account's home in its passwd,
+// the home of the run that made the box: it does not decide whether a run
+// fits, since HOME is each process's own (a workspace is bound at its
+// host path and at HomeUser, and E2B's processes want HOME /home/user
+// beside run_code's workspace path: two boxes would be two /tmp and two
+// pid namespaces for one session).
 type boxShape struct {
 	uid      int
 	network  string
@@ -76,7 +81,7 @@ func (pl *plan) shape(s *Sandbox) boxShape {
 
 // holds reports whether a box of shape b can run a spec of shape x.
 func (b *boxShape) holds(x *boxShape) bool {
-	if b.uid != x.uid || b.network != x.network || b.rootfs != x.rootfs || b.home != x.home {
+	if b.uid != x.uid || b.network != x.network || b.rootfs != x.rootfs {
 		return false
 	}
 	for _, w := range x.writable {
