@@ -50,7 +50,7 @@ func (Code) Run(_ context.Context, req *runcode.Request) (*runcode.Result, error
 	}
 	lines := strings.Count(strings.TrimRight(req.Code, "\n"), "\n") + 1
 	return &runcode.Result{
-		Notes: []string{fmt.Sprintf("%s code was not compiled or run: Quro shows it highlighted (%d lines). To run it, use the shell with a toolchain installed in the session.", req.Lang, lines)},
+		Notes: []string{fmt.Sprintf("%s code was not compiled or run: Quro shows it highlighted (%d lines); the next note says why.", req.Lang, lines)},
 		Artifacts: []runcode.Artifact{{
 			Kind: "html", MIME: "text/html", Name: "code.html", Data: b.String(),
 		}},
