@@ -48,13 +48,20 @@ func BuildWheel(t testing.TB, project, version, tag string, files map[string][]b
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.Write(all[n])
+		if _, err := w.Write(all[n]); err != nil {
+			t.Fatal(err)
+		}
 		sum := sha256.Sum256(all[n])
 		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", n, base64.RawURLEncoding.EncodeToString(sum[:]), len(all[n]))
 	}
 	record.WriteString(dist + "RECORD,,\n")
-	w, _ := zw.Create(dist + "RECORD")
-	w.Write([]byte(record.String()))
+	w, err := zw.Create(dist + "RECORD")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write([]byte(record.String())); err != nil {
+		t.Fatal(err)
+	}
 	if err := zw.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -78,10 +85,11 @@ type Index struct {
 	Down     atomic.Bool
 }
 
+// NewIndex serves wheels until the test ends.
 func NewIndex(t testing.TB, wheels ...*Wheel) *Index {
 	ix := &Index{wheels: map[string][]*Wheel{}}
 	for _, w := range wheels {
-		p := Normalize(w.Project)
+		p := normalize(w.Project)
 		ix.wheels[p] = append(ix.wheels[p], w)
 	}
 	ix.Server = httptest.NewServer(http.HandlerFunc(ix.serve))
@@ -89,10 +97,12 @@ func NewIndex(t testing.TB, wheels ...*Wheel) *Index {
 	return ix
 }
 
-func Normalize(s string) string {
+// normalize is PEP 503's name normalization (enough for the tests).
+func normalize(s string) string {
 	return strings.ToLower(strings.NewReplacer("_", "-", ".", "-").Replace(s))
 }
 
+// URL is the index's simple API, for --index-url.
 func (ix *Index) URL() string { return ix.Server.URL + "/simple/" }
 
 func (ix *Index) serve(w http.ResponseWriter, r *http.Request) {
@@ -104,7 +114,7 @@ func (ix *Index) serve(w http.ResponseWriter, r *http.Request) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if p, ok := strings.CutPrefix(r.URL.Path, "/simple/"); ok {
-		ws := ix.wheels[Normalize(strings.Trim(p, "/"))]
+		ws := ix.wheels[normalize(strings.Trim(p, "/"))]
 		if len(ws) == 0 {
 			http.NotFound(w, r)
 			return
@@ -122,7 +132,7 @@ func (ix *Index) serve(w http.ResponseWriter, r *http.Request) {
 		for _, ws := range ix.wheels {
 			for _, wh := range ws {
 				if wh.Name == name {
-					w.Write(wh.Data)
+					_, _ = w.Write(wh.Data) // a client gone is the client's failure
 					return
 				}
 			}
