@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/quro-dev/quro/internal/api/insession"
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/pip/piptest"
+	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/sandbox"
 )
 
@@ -138,5 +141,58 @@ python3 -c 'import os, purewheel; print(purewheel.VALUE, purewheel.__file__.star
 	out = run("offline", "bash", `quro call install_packages '{"packages":["jq"]}'; echo "exit=$?"`)
 	if !strings.Contains(out, "permission_denied") || !strings.Contains(out, `needs scope "install"`) {
 		t.Fatalf("apt from the session:\n%s", out)
+	}
+}
+
+// TestPipInsideARootfsSession: on a rootfs session without network (a
+// copy of the test rootfs), `pip install` in the shell (the rootfs's pip
+// shim, run by its python3 3.11) has the server fetch and install too,
+// into the session's 3.11 user site; the rootfs is not changed.
+func TestPipInsideARootfsSession(t *testing.T) {
+	t.Parallel()
+	if python.PipVersion == "" {
+		t.Skip("a slim build has no embedded Python and no pip")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (a uid per session)")
+	}
+	cache := os.Getenv("QURO_TEST_ROOTFS")
+	if cache == "" {
+		cache = "/var/cache/quro-test-rootfs"
+	}
+	if !rootfs.New(cache).Ready(rootfs.DefaultName) {
+		t.Skip("no test rootfs in " + cache + " yet (internal/app's tests build it)")
+	}
+	data := t.TempDir()
+	if err := os.MkdirAll(rootfs.DirIn(data), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-a", "--reflink=auto", rootfs.New(cache).Path(rootfs.DefaultName), rootfs.DirIn(data)+"/").CombinedOutput(); err != nil {
+		t.Fatalf("copying the test rootfs: %v %s", err, out)
+	}
+	seedPython(t, data)
+	// The rootfs's pip shims name their pip directory: this data
+	// directory's is extracted again.
+	markers, _ := filepath.Glob(filepath.Join(data, "python", "pip-*", ".quro-complete"))
+	for _, m := range markers {
+		if err := os.Remove(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ix := piptest.NewIndex(t, piptest.PureWheel(t, "rootwheel", "1.0", "on the rootfs"))
+	srv := startServerIn(t, data, "--pip-index-url", ix.URL())
+	admin := []string{"Authorization", "Bearer " + srv.token}
+	const js = "application/json"
+	if r := do(t, "POST", srv.url+"/v1/sessions", js, `{"name":"deb","rootfs":"default"}`, admin...); r.status != 201 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	body, _ := json.Marshal(map[string]any{"lang": "bash", "session": "deb", "timeout_ms": 300000, "code": `pip install rootwheel; echo "exit=$?"
+python3 -c 'import os, rootwheel; print(rootwheel.VALUE, rootwheel.__file__.startswith(os.environ["HOME"] + "/.local/lib/python3.11/site-packages/"))'`})
+	r := do(t, "POST", srv.url+"/v1/run_code", js, string(body), append([]string{"Accept", "text/plain"}, admin...)...)
+	if r.status != 200 || !strings.Contains(r.body, "the server fetches rootwheel") || !strings.Contains(r.body, "exit=0") || !strings.Contains(r.body, "on the rootfs True") {
+		t.Fatalf("pip install on a rootfs: %d\n%s", r.status, r.body)
+	}
+	if _, err := os.Stat(filepath.Join(rootfs.New(rootfs.DirIn(data)).Path(rootfs.DefaultName), "usr/lib/python3/dist-packages/rootwheel")); err == nil {
+		t.Fatal("the install went into the rootfs")
 	}
 }
