@@ -553,18 +553,24 @@ _PIP_HINT = ("quro: this session has no network (policy none): pip can install o
 
 
 def _pip(line):
-    """A %pip or !pip line, as IPython runs it: pip of this interpreter in
-    a subprocess (its output goes straight to the run's), then what it
-    installed is importable at once."""
+    """A %pip or !pip line, as IPython runs it: the session's pip in a
+    subprocess (its output goes straight to the run's), then what it
+    installed is importable at once. It is the `pip` of the box's PATH,
+    the shim the shell's `pip` is (in a session without network it has the
+    server fetch the wheels), else pip of this interpreter."""
     import shlex
+    import shutil
     import subprocess
     try:
         args = shlex.split(line)
     except ValueError as e:
         print("%%pip: %s" % e, file=sys.stderr)
         return
+    shim = shutil.which("pip")
     pipdir = os.environ.get("QURO_PIP_DIR")
-    if pipdir and os.path.isdir(os.path.join(pipdir, "pip")):
+    if shim:
+        cmd = [shim]
+    elif pipdir and os.path.isdir(os.path.join(pipdir, "pip")):
         cmd = [sys.executable, os.path.join(pipdir, "pip")]
     else:
         cmd = [sys.executable, "-m", "pip"]
@@ -577,7 +583,7 @@ def _pip(line):
     _refresh_path()
     if rc != 0:
         msg = "quro: pip exited with status %d" % rc
-        if os.environ.get("QURO_PIP_OFFLINE") == "1":
+        if not shim and os.environ.get("QURO_PIP_OFFLINE") == "1":
             msg += "\n" + _PIP_HINT
         print(msg, file=sys.stderr)
 
