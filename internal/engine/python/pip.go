@@ -111,20 +111,17 @@ func ensurePip(ctx context.Context, root string, inst *installation) error {
 	pipDir := PipDir(root)
 	shims := filepath.Join(inst.Dir, "quro-bin")
 	pth := filepath.Join(inst.Dir, "lib", "python"+shortVersion(inst), "site-packages", "quro-pip.pth")
-	pipDone := func() bool {
-		b, err := os.ReadFile(filepath.Join(pipDir, completeMarker))
-		return err == nil && string(b) == pipLayout
+	// Each marker names the paths its files were written for: a data
+	// directory moved (or copied) elsewhere has shims and a .pth naming the
+	// old place, which a box does not show; they are written again.
+	has := func(p, want string) bool {
+		b, err := os.ReadFile(p)
+		return err == nil && string(b) == want
 	}
+	pipMarkerFile := filepath.Join(pipDir, completeMarker)
+	pipDone := func() bool { return has(pipMarkerFile, pipMarker(pipDir)) }
 	done := func() bool {
-		if !pipDone() {
-			return false
-		}
-		for _, p := range []string{filepath.Join(shims, completeMarker), pth} {
-			if _, err := os.Stat(p); err != nil {
-				return false
-			}
-		}
-		return true
+		return pipDone() && has(filepath.Join(shims, completeMarker), shimsMarker(inst.Python, pipDir)) && has(pth, pipDir+"\n")
 	}
 	if done() {
 		return nil
@@ -136,6 +133,16 @@ func ensurePip(ctx context.Context, root string, inst *installation) error {
 	defer unlock()
 	if done() {
 		return nil
+	}
+	if b, err := os.ReadFile(pipMarkerFile); err == nil && strings.HasPrefix(string(b), pipLayout) && !pipDone() {
+		// This layout, extracted for another place: only the rootfs shims
+		// name it.
+		if err := writeRootfsShims(pipDir, pipDir); err != nil {
+			return err
+		}
+		if err := writeAtomic(pipMarkerFile, []byte(pipMarker(pipDir)), 0o644); err != nil {
+			return err
+		}
 	}
 	if !pipDone() {
 		if err := extractPip(ctx, inst, pipDir); err != nil {
@@ -193,19 +200,10 @@ func extractPip(ctx context.Context, inst *installation, final string) error {
 		_, _ = runHelper(ctx, nil, hostPython3, "-I", "-B", "-m", "compileall", "-q", "-j", "0",
 			"--invalidation-mode", invalidation, "-s", tmp, "-p", final, filepath.Join(tmp, "pip"))
 	}
-	bin := filepath.Join(tmp, "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
+	if err := writeRootfsShims(tmp, final); err != nil {
 		return err
 	}
-	// A rootfs's python3 runs pip from its directory (pip/__main__.py puts
-	// PIPDIR on sys.path): the rootfs's own pip, if it has one, is not used.
-	script := pipShim("/usr/bin/python3 " + shellQuote(filepath.Join(final, "pip")))
-	for _, n := range []string{"pip", "pip3"} {
-		if err := os.WriteFile(filepath.Join(bin, n), []byte(script), 0o755); err != nil {
-			return err
-		}
-	}
-	if err := os.WriteFile(filepath.Join(tmp, completeMarker), []byte(pipLayout), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tmp, completeMarker), []byte(pipMarker(final)), 0o644); err != nil {
 		return err
 	}
 	os.RemoveAll(final) // a damaged one, or of another layout
@@ -267,7 +265,7 @@ func writeShims(dir, python, pipDir string) error {
 			return err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(tmp, completeMarker), []byte("ok\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tmp, completeMarker), []byte(shimsMarker(python, pipDir)), 0o644); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -290,4 +288,31 @@ func writeAtomic(p string, b []byte, mode os.FileMode) error {
 
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// pipMarker is what the complete marker of a pip directory at dir says:
+// its layout, and where its rootfs shims think it is.
+func pipMarker(dir string) string { return pipLayout + "\n" + dir + "\n" }
+
+// shimsMarker is what the complete marker of a shim directory says: the
+// interpreter and the pip directory its shims run.
+func shimsMarker(python, pipDir string) string { return python + "\n" + pipDir + "\n" }
+
+// writeRootfsShims writes dir/bin/pip and pip3, which run the pip of the
+// pip directory at final with a rootfs's python3 (pip/__main__.py puts
+// PIPDIR on sys.path: the rootfs's own pip, if it has one, is not used).
+// Each is replaced whole (a hard-linked copy of a data directory keeps
+// the other's).
+func writeRootfsShims(dir, final string) error {
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return err
+	}
+	script := pipShim("/usr/bin/python3 " + shellQuote(filepath.Join(final, "pip")))
+	for _, n := range []string{"pip", "pip3"} {
+		if err := writeAtomic(filepath.Join(bin, n), []byte(script), 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
 }

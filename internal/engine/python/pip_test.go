@@ -50,3 +50,45 @@ func TestPipExtracted(t *testing.T) {
 		t.Fatalf("pip after repair: %q %v", out, err)
 	}
 }
+
+// TestPipFollowsAMovedDataDir: a data directory copied elsewhere (moved,
+// restored from a backup) has shims and a .pth naming the old place, which
+// a box does not show: preparing it writes them again for the new one.
+func TestPipFollowsAMovedDataDir(t *testing.T) {
+	ctx := context.Background()
+	if _, err := ensureInstalled(ctx, testData, nil); err != nil {
+		t.Fatal(err)
+	}
+	moved := t.TempDir()
+	if out, err := exec.Command("cp", "-a", filepath.Join(testData, "python"), filepath.Join(moved, "python")).CombinedOutput(); err != nil {
+		t.Fatalf("copying the data directory's python: %v %s", err, out)
+	}
+	os.Remove(filepath.Join(moved, "python", ".lock"))
+	pipInit := filepath.Join(PipDir(moved), "pip", "__init__.py")
+	before, err := os.Stat(pipInit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := ensureInstalled(ctx, moved, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(inst.Python, moved) {
+		t.Fatalf("the interpreter of the copy is %s", inst.Python)
+	}
+	host, rootfsBin := ShimDirs(moved)
+	for _, f := range []string{filepath.Join(host, "python3"), filepath.Join(host, "pip"), filepath.Join(rootfsBin, "pip")} {
+		b, err := os.ReadFile(f)
+		if err != nil || strings.Contains(string(b), testData) || !strings.Contains(string(b), moved) {
+			t.Errorf("%s still names the old place (or not the new one): %v\n%s", f, err, b)
+		}
+	}
+	// Only what names the place is written again, not pip itself.
+	if after, err := os.Stat(pipInit); err != nil || !os.SameFile(before, after) {
+		t.Errorf("pip was extracted again for the copy: %v", err)
+	}
+	out, err := exec.Command(filepath.Join(host, "python3"), "-c", "import pip, sys; print(sys.executable); print(pip.__file__)").Output()
+	if err != nil || !strings.HasPrefix(string(out), inst.Python+"\n"+PipDir(moved)) {
+		t.Fatalf("the copy's python3 and pip: %q %v", out, err)
+	}
+}
