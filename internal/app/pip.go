@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -176,14 +175,16 @@ func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []stri
 	res := &InstallPackagesResult{Manager: "pip", Packages: reqs, Rootfs: sess.Rootfs}
 
 	// First from the cache alone, quietly: a wheel any session of the
-	// tenant fetched before is a local read.
-	var first bytes.Buffer
-	code, err := a.pipInSession(ctx, sess, wheels, reqs, &first)
+	// tenant fetched before is a local read. Its output is bounded as the
+	// second pass's is: pip runs in the session's box with its user site,
+	// whose .pth files the session wrote and which run in pip.
+	first := runcode.NewCapture(aptOutputMax, "", 0)
+	code, err := a.pipInSession(ctx, sess, wheels, reqs, first)
 	if err != nil {
 		return nil, err
 	}
 	if code == 0 {
-		out.Write(first.Bytes())
+		io.WriteString(out, first.Finish().Text)
 		res.FromCache = true
 	} else {
 		fmt.Fprintf(out, "quro: fetching %s with pip download (wheels only) from the server's index into the tenant's cache\n", strings.Join(reqs, " "))
