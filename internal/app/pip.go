@@ -39,6 +39,17 @@ func CheckIndexURL(s string) error {
 	return nil
 }
 
+// withoutUserinfo is an index URL (checked by CheckIndexURL) without the
+// user and password it may carry.
+func withoutUserinfo(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return ""
+	}
+	u.User = nil
+	return u.String()
+}
+
 // pipSetup is pip for the sessions of an App: what every run of a session
 // gets (sandbox.Options.RunEnv) and the tenants' wheel caches.
 type pipSetup struct {
@@ -134,11 +145,18 @@ func (p *pipSetup) runEnv(spec *sandbox.Spec, network string) sandbox.RunEnv {
 		env["PIP_NO_INDEX"] = "1"
 		env["QURO_PIP_OFFLINE"] = "1"
 	} else {
+		// Without their userinfo: credentials in the server's index URLs
+		// are for the server's own fetch (install_packages), never shown
+		// to a session.
 		if p.opts.IndexURL != "" {
-			env["PIP_INDEX_URL"] = p.opts.IndexURL
+			env["PIP_INDEX_URL"] = withoutUserinfo(p.opts.IndexURL)
 		}
 		if len(p.opts.ExtraIndexURLs) > 0 {
-			env["PIP_EXTRA_INDEX_URL"] = strings.Join(p.opts.ExtraIndexURLs, " ")
+			extra := make([]string, len(p.opts.ExtraIndexURLs))
+			for i, u := range p.opts.ExtraIndexURLs {
+				extra[i] = withoutUserinfo(u)
+			}
+			env["PIP_EXTRA_INDEX_URL"] = strings.Join(extra, " ")
 		}
 	}
 	if spec.Rootfs == "" {

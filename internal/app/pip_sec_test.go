@@ -1,8 +1,12 @@
 package app
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -38,5 +42,59 @@ print(d)`})
 	// few of its 16 KiB buffers, an unbounded one at least the stream.
 	if grew := after.TotalAlloc - before.TotalAlloc; grew > 128<<20 {
 		t.Fatalf("the server allocated %d MiB for pip's output", grew>>20)
+	}
+}
+
+// TestPipIndexCredentialsStayWithTheServer: the server's index URLs may
+// carry a user and password (an index behind Basic auth). A session with
+// network full gets the URLs without them (its code reads its own
+// environment), while the server's fetch for install_packages still
+// authenticates; pip's output shown to the caller does not carry the
+// password either.
+func TestPipIndexCredentialsStayWithTheServer(t *testing.T) {
+	const secret = "s3cret-Idx-Pw"
+	ix := newTestIndex(t, pureWheel(t, "quroauth", "1.0", "v"))
+	var authed, refused atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "quro" || p != secret {
+			refused.Add(1)
+			w.Header().Set("WWW-Authenticate", `Basic realm="index"`)
+			http.Error(w, "auth", http.StatusUnauthorized)
+			return
+		}
+		authed.Add(1)
+		ix.serve(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Pip: PipOptions{
+		IndexURL:       "http://quro:" + secret + "@" + host + "/simple/",
+		ExtraIndexURLs: []string{"http://extra:" + secret + "@" + host + "/extra/"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	needEmbedded(t, a)
+	if !a.Sandbox.Boxed() {
+		t.Skip("no bubblewrap box")
+	}
+	s := sessionAs(t, a, pipAlice, "cred", "full", nil)
+	r := runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Lang: "bash", Code: `echo "index=$PIP_INDEX_URL extra=$PIP_EXTRA_INDEX_URL"; cat /proc/self/environ | tr '\0' '\n'`})
+	if strings.Contains(r.Stdout+r.Stderr, secret) {
+		t.Fatalf("the session sees the index password:\n%s", r.Stdout)
+	}
+	if want := "index=http://" + host + "/simple/ extra=http://" + host + "/extra/\n"; !strings.HasPrefix(r.Stdout, want) {
+		t.Fatalf("the session's index URLs: %q, want %q", strings.SplitN(r.Stdout, "\n", 2)[0], want)
+	}
+	res, err := installPip(t, a, pipAlice, s.ID, "quroauth")
+	if err != nil {
+		t.Fatalf("install_packages through the authenticated index: %v", err)
+	}
+	if res.FromCache || len(res.Wheels) != 1 || authed.Load() == 0 {
+		t.Fatalf("the server's fetch: %+v (authenticated requests %d, refused %d)", res, authed.Load(), refused.Load())
+	}
+	if strings.Contains(res.Output, secret) {
+		t.Fatalf("pip's output carries the password:\n%s", res.Output)
 	}
 }
