@@ -206,7 +206,7 @@ func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []stri
 		res.FromCache = true
 	} else {
 		fmt.Fprintf(out, "quro: fetching %s with pip download (wheels only) from the server's index into the tenant's cache\n", strings.Join(reqs, " "))
-		f := &pip.Fetch{SB: a.Sandbox, PipDir: python.PipDir(p.pyRoot), Index: p.opts.IndexURL, Extra: p.opts.ExtraIndexURLs, Reqs: reqs, Out: out}
+		f := &pip.Fetch{SB: a.Sandbox, PipDir: python.PipDir(p.pyRoot), Index: p.opts.IndexURL, Extra: p.opts.ExtraIndexURLs, Reqs: reqs, Out: out, TenantDir: sess.Workspace()}
 		if sess.Rootfs != "" {
 			dir, err := RootfsDir(a.DataDir)(sess.Rootfs)
 			if err != nil {

@@ -2,12 +2,20 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/quro-dev/quro/internal/sandbox"
 )
 
 // TestPipInstallOutputBoundedAgainstPth: install_packages' pip runs in the
@@ -96,5 +104,113 @@ func TestPipIndexCredentialsStayWithTheServer(t *testing.T) {
 	}
 	if strings.Contains(res.Output, secret) {
 		t.Fatalf("pip's output carries the password:\n%s", res.Output)
+	}
+}
+
+// pipOfFetch finds the pid of the fetch box's pip of the app's data
+// directory (its command line names the cache's scratch directory).
+func pipOfFetch(t *testing.T, dataDir string) int {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if slices.Contains(args, "download") && strings.Contains(string(b), filepath.Join(dataDir, "pip")) && !strings.Contains(args[0], "bwrap") {
+			return pid
+		}
+	}
+	t.Fatal("no pip download process of this data directory")
+	return 0
+}
+
+// TestPipFetchInTenantCgroupOneAtATime: the server's fetch box for a
+// tenant runs in the tenant's cgroup (its memory, CPU and task ceilings),
+// and a tenant's fetches run one at a time: while an index holds alice's
+// first fetch, her second call waits for it (here until its own time
+// budget ends) and opens no connection.
+func TestPipFetchInTenantCgroupOneAtATime(t *testing.T) {
+	ix := newTestIndex(t, pureWheel(t, "quroslow", "1.0", "a"), pureWheel(t, "quroother", "1.0", "b"))
+	arrived, release := make(chan string, 16), make(chan struct{})
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.URL.Path)
+		mu.Unlock()
+		if strings.HasPrefix(r.URL.Path, "/simple/") {
+			arrived <- r.URL.Path
+			<-release
+		}
+		ix.serve(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Pip: PipOptions{IndexURL: srv.URL + "/simple/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	needEmbedded(t, a)
+	if !a.Sandbox.Boxed() {
+		t.Skip("no bubblewrap box")
+	}
+	cgroups := false
+	for _, f := range a.Sandbox.Layers() {
+		cgroups = cgroups || (f.Name == sandbox.LayerCgroups && f.Used)
+	}
+	if !cgroups {
+		t.Skip("no cgroups layer")
+	}
+	s1 := sessionAs(t, a, pipAlice, "f1", "", nil)
+	s2 := sessionAs(t, a, pipAlice, "f2", "", nil)
+	first := make(chan error, 1)
+	go func() {
+		_, err := installPip(t, a, pipAlice, s1.ID, "quroslow")
+		first <- err
+	}()
+	if p := <-arrived; p != "/simple/quroslow/" {
+		t.Fatalf("first request %q", p)
+	}
+	pid := pipOfFetch(t, a.DataDir)
+	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name := sandbox.TenantCgroupName(a.DataDir, "alice"); !strings.Contains(string(cg), "/"+name+"/") {
+		t.Fatalf("the fetch's pip (pid %d) is not in alice's cgroup %s:\n%s", pid, name, cg)
+	}
+
+	reply, err := callAs(t, a, pipAlice, "install_packages", InstallPackagesInput{Session: s2.ID, Manager: "pip", Packages: []string{"quroother"}, TimeoutMS: 10000})
+	if err == nil {
+		t.Fatalf("the second fetch ran beside the first: %+v", reply.Output)
+	}
+	t.Logf("the second call: %v", err)
+	mu.Lock()
+	got := slices.Clone(seen)
+	mu.Unlock()
+	for _, p := range got {
+		if strings.Contains(p, "quroother") {
+			t.Fatalf("the second fetch reached the index while the first held it: %q (%v)", got, err)
+		}
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("the first fetch: %v", err)
+	}
+	if _, err := installPip(t, a, pipAlice, s2.ID, "quroother"); err != nil {
+		t.Fatalf("after the first: %v", err)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -110,6 +111,9 @@ func ValidWheelName(name string) bool {
 // Cache is the wheel caches of a data directory's tenants.
 type Cache struct {
 	Root string // <data>/pip
+
+	mu       sync.Mutex
+	fetching map[string]chan struct{} // tenant → a one-slot semaphore (lockFetch)
 }
 
 // tenantDir is the directory of tenant's cache: "local" for the local
