@@ -202,7 +202,7 @@ func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []stri
 		return nil, err
 	}
 	if code == 0 {
-		io.WriteString(out, first.Finish().Text)
+		out.Write([]byte(first.Finish().Text))
 		res.FromCache = true
 	} else {
 		fmt.Fprintf(out, "quro: fetching %s with pip download (wheels only) from the server's index into the tenant's cache\n", strings.Join(reqs, " "))
