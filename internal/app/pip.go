@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -38,6 +37,17 @@ func CheckIndexURL(s string) error {
 		return fmt.Errorf("pip index URL %q: want an http:// or https:// URL with a host (e.g. https://pypi.org/simple)", s)
 	}
 	return nil
+}
+
+// withoutUserinfo is an index URL (checked by CheckIndexURL) without the
+// user and password it may carry.
+func withoutUserinfo(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return ""
+	}
+	u.User = nil
+	return u.String()
 }
 
 // pipSetup is pip for the sessions of an App: what every run of a session
@@ -135,11 +145,18 @@ func (p *pipSetup) runEnv(spec *sandbox.Spec, network string) sandbox.RunEnv {
 		env["PIP_NO_INDEX"] = "1"
 		env["QURO_PIP_OFFLINE"] = "1"
 	} else {
+		// Without their userinfo: credentials in the server's index URLs
+		// are for the server's own fetch (install_packages), never shown
+		// to a session.
 		if p.opts.IndexURL != "" {
-			env["PIP_INDEX_URL"] = p.opts.IndexURL
+			env["PIP_INDEX_URL"] = withoutUserinfo(p.opts.IndexURL)
 		}
 		if len(p.opts.ExtraIndexURLs) > 0 {
-			env["PIP_EXTRA_INDEX_URL"] = strings.Join(p.opts.ExtraIndexURLs, " ")
+			extra := make([]string, len(p.opts.ExtraIndexURLs))
+			for i, u := range p.opts.ExtraIndexURLs {
+				extra[i] = withoutUserinfo(u)
+			}
+			env["PIP_EXTRA_INDEX_URL"] = strings.Join(extra, " ")
 		}
 	}
 	if spec.Rootfs == "" {
@@ -176,18 +193,20 @@ func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []stri
 	res := &InstallPackagesResult{Manager: "pip", Packages: reqs, Rootfs: sess.Rootfs}
 
 	// First from the cache alone, quietly: a wheel any session of the
-	// tenant fetched before is a local read.
-	var first bytes.Buffer
-	code, err := a.pipInSession(ctx, sess, wheels, reqs, &first)
+	// tenant fetched before is a local read. Its output is bounded as the
+	// second pass's is: pip runs in the session's box with its user site,
+	// whose .pth files the session wrote and which run in pip.
+	first := runcode.NewCapture(aptOutputMax, "", 0)
+	code, err := a.pipInSession(ctx, sess, wheels, reqs, first)
 	if err != nil {
 		return nil, err
 	}
 	if code == 0 {
-		out.Write(first.Bytes())
+		out.Write([]byte(first.Finish().Text))
 		res.FromCache = true
 	} else {
 		fmt.Fprintf(out, "quro: fetching %s with pip download (wheels only) from the server's index into the tenant's cache\n", strings.Join(reqs, " "))
-		f := &pip.Fetch{SB: a.Sandbox, PipDir: python.PipDir(p.pyRoot), Index: p.opts.IndexURL, Extra: p.opts.ExtraIndexURLs, Reqs: reqs, Out: out}
+		f := &pip.Fetch{SB: a.Sandbox, PipDir: python.PipDir(p.pyRoot), Index: p.opts.IndexURL, Extra: p.opts.ExtraIndexURLs, Reqs: reqs, Out: out, TenantDir: sess.Workspace()}
 		if sess.Rootfs != "" {
 			dir, err := RootfsDir(a.DataDir)(sess.Rootfs)
 			if err != nil {

@@ -33,6 +33,10 @@ type Fetch struct {
 	Extra []string
 	Reqs  []string
 	Out   io.Writer // pip's output as it comes
+	// TenantDir is a directory of the tenant's (the session's workspace):
+	// the fetch box runs in the tenant's cgroup, under its ceilings, as a
+	// run there would (sandbox.Spec.TenantDir).
+	TenantDir string
 }
 
 // FetchResult is what a fetch added to the cache.
@@ -72,6 +76,13 @@ func (c *Cache) Fetch(ctx context.Context, tenant string, f *Fetch) (*FetchResul
 	if err != nil {
 		return nil, err
 	}
+	// One fetch at a time per tenant: a tenant's calls cannot open any
+	// number of network boxes at once.
+	unlock, err := c.lockFetch(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	scratch, err := c.Scratch(tenant)
 	if err != nil {
 		return nil, err
@@ -86,15 +97,16 @@ func (c *Cache) Fetch(ctx context.Context, tenant string, f *Fetch) (*FetchResul
 		out = io.Discard
 	}
 	spec := &sandbox.Spec{
-		Args:     append([]string{f.Python}, DownloadArgs(f.PipDir, dest, wheels, f.Index, f.Extra, f.Reqs)...),
-		Dir:      scratch,
-		Home:     scratch,
-		TmpDir:   scratch,
-		Network:  sandbox.NetworkFull,
-		Rootfs:   f.Rootfs,
-		ReadOnly: append([]string{f.PipDir, wheels}, f.ReadOnly...),
-		Stdout:   out,
-		Stderr:   out,
+		Args:      append([]string{f.Python}, DownloadArgs(f.PipDir, dest, wheels, f.Index, f.Extra, f.Reqs)...),
+		Dir:       scratch,
+		Home:      scratch,
+		TmpDir:    scratch,
+		TenantDir: f.TenantDir,
+		Network:   sandbox.NetworkFull,
+		Rootfs:    f.Rootfs,
+		ReadOnly:  append([]string{f.PipDir, wheels}, f.ReadOnly...),
+		Stdout:    out,
+		Stderr:    out,
 	}
 	exit, err := f.SB.Run(ctx, spec)
 	if err != nil {
@@ -123,4 +135,25 @@ func (c *Cache) Fetch(ctx context.Context, tenant string, f *Fetch) (*FetchResul
 	}
 	slices.SortFunc(res.Added, func(a, b Added) int { return strings.Compare(a.Name, b.Name) })
 	return res, nil
+}
+
+// lockFetch waits (bounded by ctx) until no other fetch of tenant runs in
+// this process.
+func (c *Cache) lockFetch(ctx context.Context, tenant string) (unlock func(), err error) {
+	c.mu.Lock()
+	if c.fetching == nil {
+		c.fetching = map[string]chan struct{}{}
+	}
+	ch := c.fetching[tenant]
+	if ch == nil {
+		ch = make(chan struct{}, 1)
+		c.fetching[tenant] = ch
+	}
+	c.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for another pip fetch of the tenant to end: %w", context.Cause(ctx))
+	}
 }

@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -51,8 +52,10 @@ var (
 	// an option.
 	requirement = regexp.MustCompile(`^(` + reqName + `)\s*(?:` + reqExtras + `)?\s*(?:` + reqSpec + `(?:\s*,\s*` + reqSpec + `)*)?$`)
 	// archiveName: pip takes a name ending so as a file in its working
-	// directory when one exists.
-	archiveName = regexp.MustCompile(`(?i)\.(whl|zip|tar|tgz|tbz|txz|tar\.gz|tar\.bz2|tar\.xz|egg)$`)
+	// directory when one exists: pip 25.1.1's ARCHIVE_EXTENSIONS
+	// (pip/_internal/utils/filetypes.py; TestArchiveExtensionsArePips
+	// reads them from the wheel), and .egg.
+	archiveName = regexp.MustCompile(`(?i)\.(whl|zip|tar\.bz2|tbz|tar\.gz|tgz|tar|tar\.xz|txz|tlz|tar\.lz|tar\.lzma|egg)$`)
 )
 
 // CheckRequirements checks install_packages' pip requirements: 1 to
@@ -108,6 +111,9 @@ func ValidWheelName(name string) bool {
 // Cache is the wheel caches of a data directory's tenants.
 type Cache struct {
 	Root string // <data>/pip
+
+	mu       sync.Mutex
+	fetching map[string]chan struct{} // tenant → a one-slot semaphore (lockFetch)
 }
 
 // tenantDir is the directory of tenant's cache: "local" for the local

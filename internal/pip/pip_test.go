@@ -1,10 +1,13 @@
 package pip
 
 import (
+	"archive/zip"
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -15,7 +18,7 @@ func TestCheckRequirement(t *testing.T) {
 			t.Errorf("%q refused: %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "-r x", "--index-url=http://x", "pkg @ file:///etc/passwd", "../x", "/x", "x/y", "x.whl", "foo.tar.gz",
+	for _, bad := range []string{"", "-r x", "--index-url=http://x", "pkg @ file:///etc/passwd", "../x", "/x", "x/y", "x.whl", "foo.tar.gz", "x.tlz", "x.tar.lz", "x.TAR.LZMA", "x.tar.lzma",
 		"pkg; python_version<'4'", "pkg==1 x", "pkg\n-r /etc/shadow", "pkg[", "pkg==", ".x", "x.", strings.Repeat("a", 10<<10), "pkg\x00"} {
 		if err := CheckRequirement(bad); !errors.Is(err, ErrBadRequirement) {
 			t.Errorf("%.40q accepted (%v)", bad, err)
@@ -91,5 +94,40 @@ func TestCacheAdd(t *testing.T) {
 	os.Mkdir(dir, 0o755)
 	if _, err := c.Add("alice", dir); err == nil {
 		t.Error("a directory was added")
+	}
+}
+
+// TestArchiveExtensionsArePips: every archive extension of the pip the
+// sessions run (pip/_internal/utils/filetypes.py in the pinned wheel) is
+// refused as a requirement, which pip would take as a file.
+func TestArchiveExtensionsArePips(t *testing.T) {
+	whls, _ := filepath.Glob("../engine/python/pipwheel/pip-*.whl")
+	if len(whls) != 1 {
+		t.Fatalf("pip wheels: %v", whls)
+	}
+	z, err := zip.OpenReader(whls[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer z.Close()
+	f, err := z.Open("pip/_internal/utils/filetypes.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := io.ReadAll(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exts := regexp.MustCompile(`"(\.[a-z0-9.]+)"`).FindAllStringSubmatch(string(src), -1)
+	if len(exts) < 12 {
+		t.Fatalf("only %d extensions in filetypes.py:\n%s", len(exts), src)
+	}
+	for _, e := range exts {
+		for _, name := range []string{"pkg" + e[1], "Pkg" + strings.ToUpper(e[1])} {
+			if err := CheckRequirement(name); !errors.Is(err, ErrBadRequirement) || !strings.Contains(err.Error(), "names a file") {
+				t.Errorf("%q accepted (%v)", name, err)
+			}
+		}
 	}
 }

@@ -317,7 +317,7 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 	// whatever the run that made it: each run keeps its own rlimits.
 	bx := &Box{s: s, key: key, shape: shape, procs: map[string]*Process{}, dead: make(chan struct{}), limits: s.limits}
 	if s.layers.ok(LayerCgroups) {
-		tenant, err := s.admitTenant(pl.spec.Dir)
+		tenant, err := s.admitTenant(pl.spec.tenantDir())
 		if err == nil {
 			bx.cg, err = s.layers.cg.create(s.limits, tenant)
 		}

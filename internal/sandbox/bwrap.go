@@ -191,7 +191,18 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 			}
 			a = append(a, "--ro-bind", f, f)
 		}
+		// The directories leading to them are traversable mount points
+		// (bubblewrap would make them 0700, root's).
+		etcMade := map[string]bool{"/": true, "/etc": true}
 		for _, f := range pythonEtc() {
+			var anc []string
+			for d := filepath.Dir(f); !etcMade[d]; d = filepath.Dir(d) {
+				anc = append(anc, d)
+				etcMade[d] = true
+			}
+			for i := len(anc) - 1; i >= 0; i-- {
+				a = append(a, "--perms", "0755", "--dir", anc[i])
+			}
 			a = append(a, "--ro-bind", f, f)
 		}
 	} else {
@@ -334,15 +345,25 @@ func exists(p string) bool {
 	return err == nil
 }
 
-// pythonEtc lists the /etc directories of the host's language runtimes
-// that cannot start without them: /etc/python3* (Debian keeps
-// sitecustomize there), and for run_code's toolchains (see
-// internal/engine/toolchain) the JDK's /etc/java-*, whose conf/ files
-// (java.security) are symlinks into it, /etc/mono, /etc/R and /etc/php.
-// All are packages' configuration, no secret.
+// pythonEtc lists what of /etc the host's language runtimes cannot start
+// without: /etc/python3* (Debian keeps sitecustomize there), and for
+// run_code's toolchains (see internal/engine/toolchain) only the files
+// their runtimes read: the JDK's security/ directory, jvm-*.cfg and
+// top-level .properties (its conf/ and lib/jvm.cfg are symlinks into
+// /etc/java-*; not management/, where a JMX password file lives), PHP's
+// cli/ and mods-available/ (conf.d links there), R's Renviron, ldpaths,
+// repositories and Rprofile.site (not Renviron.site, where sites keep
+// tokens), and Mono's config and 4.5/machine.config. What an
+// administrator adds elsewhere under those directories is not shown.
 func pythonEtc() []string {
 	var out []string
-	for _, g := range []string{"/etc/python3*", "/etc/java-*", "/etc/mono", "/etc/R", "/etc/php"} {
+	for _, g := range []string{
+		"/etc/python3*",
+		"/etc/java-*/security", "/etc/java-*/jvm-*.cfg", "/etc/java-*/*.properties",
+		"/etc/php/*/cli", "/etc/php/*/mods-available",
+		"/etc/R/Renviron", "/etc/R/ldpaths", "/etc/R/repositories", "/etc/R/Rprofile.site",
+		"/etc/mono/config", "/etc/mono/4.5/machine.config",
+	} {
 		m, _ := filepath.Glob(g)
 		out = append(out, m...)
 	}

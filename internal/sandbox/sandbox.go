@@ -268,6 +268,11 @@ type Spec struct {
 	// "" takes the one of a ForSession sandbox, else the run gets a box of
 	// its own.
 	Session string
+	// TenantDir, when set, is the directory whose tenant the run belongs
+	// to (Options.Tenant is asked about it) instead of Dir: a helper run
+	// the server starts for a tenant in a directory of its own (pip's
+	// fetch box) still gets the tenant's cgroup and ceilings.
+	TenantDir string
 
 	Stdin          io.Reader // nil means /dev/null
 	Stdout, Stderr io.Writer // nil discards
@@ -703,7 +708,7 @@ func (s *Sandbox) startOneShot(ctx context.Context, pl *plan) (*Process, error) 
 
 	var cg *runCgroup
 	if s.layers.ok(LayerCgroups) {
-		tenant, err := s.admitTenant(spec.Dir)
+		tenant, err := s.admitTenant(spec.tenantDir())
 		if err == nil {
 			cg, err = s.layers.cg.create(pl.limits, tenant)
 		}
@@ -891,6 +896,14 @@ func (p *Process) startFailed(prog, msg string) error {
 		}
 	}
 	return &StartError{Program: prog, Reason: msg, from: from}
+}
+
+// tenantDir is the directory that names the run's tenant.
+func (s *Spec) tenantDir() string {
+	if s.TenantDir != "" {
+		return s.TenantDir
+	}
+	return s.Dir
 }
 
 // admitTenant returns the tenant of a run in dir, checked against its

@@ -238,10 +238,10 @@ func artifacts(r *runcode.Result) []mcp.Content {
 		case "svg":
 			out = append(out, &mcp.ImageContent{Data: []byte(a.Data), MIMEType: "image/svg+xml"})
 		default:
-			mime := a.MIME
-			if a.Kind == "html" {
-				mime = "text/html"
-			} else if mime == "" {
+			// The media type is the kind's own, never the artifact's MIME
+			// field: a box's code can forge its worker's reply.
+			mime, ok := artifactMIME[a.Kind]
+			if !ok {
 				mime = "text/plain"
 			}
 			out = append(out, &mcp.EmbeddedResource{Resource: &mcp.ResourceContents{
@@ -252,6 +252,16 @@ func artifacts(r *runcode.Result) []mcp.Content {
 		}
 	}
 	return out
+}
+
+// artifactMIME is the media type of each text kind of artifact
+// (runcode.Artifact.Kind); any other kind is text/plain.
+var artifactMIME = map[string]string{
+	"html":     "text/html",
+	"markdown": "text/markdown",
+	"latex":    "text/latex",
+	"json":     "application/json",
+	"text":     "text/plain",
 }
 
 func artifactURI(session, name string) string {

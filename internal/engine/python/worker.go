@@ -38,8 +38,34 @@ const workerModule = "quro_worker"
 // the flushes at the events (a test knob, to see those alone).
 var workerFlushInterval = 20 * time.Millisecond
 
-// maxFrame bounds a reply frame (artifacts included).
+// maxFrame bounds a reply frame (artifacts included). The worker caps a
+// run's artifacts and rich results at 32 Mi characters (_RICH_MAX), which
+// its JSON encoder (ensure_ascii) may write as up to 12 bytes each
+// (an astral character as two \uXXXX escapes): legit frames can approach
+// this, so the bytes stay bounded here and the decoded shape below.
 const maxFrame = 256 << 20
+
+// What a reply frame may hold, checked in Go whatever the worker module
+// says (the session's code owns the interpreter: it can replace _send or
+// raise _ARTIFACT_MAX/_RICH_MAX). Decoding JSON amplifies: "{}" is two
+// bytes of a frame and tens of bytes of the decoded value, so the
+// containers and values of a frame are counted before it is decoded.
+const (
+	maxFrameContainers = 1 << 16 // objects and arrays, at any depth
+	maxFrameValues     = 1 << 20 // elements of all of them (commas + containers)
+	maxFrameArtifacts  = 256
+	maxFrameResults    = 256
+	maxFrameNotes      = 64
+	maxFrameNoteBytes  = 64 << 10
+	maxFrameKilled     = 4096
+	// The worker's 32 Mi characters of artifacts and results, at most 4
+	// bytes each in UTF-8.
+	maxFrameData = 4 * (32 << 20)
+)
+
+// errBadFrame is a reply frame refused for its size or shape: the worker
+// that sent it is given up (its pipe closed), as a dead one is.
+var errBadFrame = errors.New("refused reply frame")
 
 // frame is a message of the worker protocol (see quro_worker.py).
 type frame struct {
@@ -79,6 +105,7 @@ type worker struct {
 	runs    int
 	env     map[string]string // session variables last sent
 	started time.Time
+	refused error // why a reply frame was refused (the worker was given up)
 }
 
 // workerConfig is what startWorker needs from the engine.
@@ -233,8 +260,7 @@ func (w *worker) readFrame() (frame, error) {
 	}
 	n := binary.BigEndian.Uint32(head[:])
 	if n > maxFrame {
-		w.rep.Close()
-		return frame{}, fmt.Errorf("reply frame of %d bytes", n)
+		return frame{}, w.refuse(fmt.Errorf("%w: reply frame of %d bytes (at most %d)", errBadFrame, n, maxFrame))
 	}
 	// Grow the body as bytes arrive: a box that announces 256 MiB and
 	// sends nothing must not make the server reserve 256 MiB.
@@ -246,11 +272,97 @@ func (w *worker) readFrame() (frame, error) {
 		return frame{}, err
 	}
 	body := buf.Bytes()
+	if err := scanFrame(body); err != nil {
+		return frame{}, w.refuse(err)
+	}
 	var f frame
 	if err := json.Unmarshal(body, &f); err != nil {
 		f = frame{Op: "error", Error: "bad frame from the worker: " + err.Error()}
 	}
+	if err := f.check(); err != nil {
+		return frame{}, w.refuse(err)
+	}
 	return f, nil
+}
+
+// refuse gives up the worker after a refused frame: its reply pipe is
+// closed (its next write fails, the run finds no reply and the worker is
+// reaped or killed as a dead one), and why is kept for the run's note.
+func (w *worker) refuse(err error) error {
+	w.rep.Close()
+	w.refused = err
+	return err
+}
+
+// scanFrame counts a frame's JSON containers and values without decoding
+// it (a state machine aware of strings and their escapes; a frame that is
+// not JSON is left to the decoder).
+func scanFrame(b []byte) error {
+	var containers, commas int
+	inStr, esc := false, false
+	for _, c := range b {
+		if inStr {
+			switch {
+			case esc:
+				esc = false
+			case c == '\\':
+				esc = true
+			case c == '"':
+				inStr = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inStr = true
+		case '{', '[':
+			containers++
+		case ',':
+			commas++
+		}
+	}
+	if containers > maxFrameContainers {
+		return fmt.Errorf("%w: %d JSON objects and arrays in one reply frame (at most %d)", errBadFrame, containers, maxFrameContainers)
+	}
+	if commas+containers > maxFrameValues {
+		return fmt.Errorf("%w: %d JSON values in one reply frame (at most %d)", errBadFrame, commas+containers, maxFrameValues)
+	}
+	return nil
+}
+
+// check bounds a decoded frame's lists and the data they carry.
+func (f *frame) check() error {
+	switch {
+	case len(f.Artifacts) > maxFrameArtifacts:
+		return fmt.Errorf("%w: %d artifacts (at most %d)", errBadFrame, len(f.Artifacts), maxFrameArtifacts)
+	case len(f.Results) > maxFrameResults:
+		return fmt.Errorf("%w: %d rich results (at most %d)", errBadFrame, len(f.Results), maxFrameResults)
+	case len(f.Notes) > maxFrameNotes:
+		return fmt.Errorf("%w: %d notes (at most %d)", errBadFrame, len(f.Notes), maxFrameNotes)
+	case len(f.Killed) > maxFrameKilled:
+		return fmt.Errorf("%w: %d killed processes (at most %d)", errBadFrame, len(f.Killed), maxFrameKilled)
+	}
+	for _, n := range f.Notes {
+		if len(n) > maxFrameNoteBytes {
+			return fmt.Errorf("%w: a note of %d bytes (at most %d)", errBadFrame, len(n), maxFrameNoteBytes)
+		}
+	}
+	data := 0
+	for _, a := range f.Artifacts {
+		data += len(a.Data) + len(a.Name) + len(a.MIME) + len(a.Kind)
+	}
+	for _, r := range f.Results {
+		for k, v := range r.Data {
+			data += len(k)
+			if s, ok := v.(string); ok {
+				data += len(s)
+			}
+		}
+	}
+	if data > maxFrameData {
+		return fmt.Errorf("%w: %s of artifacts and rich results (at most %s)", errBadFrame, runcode.HumanBytes(int64(data)), runcode.HumanBytes(maxFrameData))
+	}
+	return nil
 }
 
 func (w *worker) send(v any) error { return w.sendPayload(v, nil) }
@@ -500,6 +612,9 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 	e := w.exit
 	res.ExitCode = e.Code
 	lost := "the session's variables and imports are lost; the next run starts a fresh interpreter"
+	if w.refused != nil {
+		res.Notes = append(res.Notes, fmt.Sprintf("the Python worker's reply was refused (%v): the worker was stopped; %s", w.refused, lost))
+	}
 	switch {
 	case escalated && timedOut:
 		res.Error = fmt.Sprintf("timed out after %s and the code did not stop within %s of KeyboardInterrupt: the Python worker was killed; %s",
