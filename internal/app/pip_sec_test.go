@@ -71,7 +71,7 @@ func TestPipIndexCredentialsStayWithTheServer(t *testing.T) {
 			return
 		}
 		authed.Add(1)
-		ix.serve(w, r)
+		ix.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
 	host := strings.TrimPrefix(srv.URL, "http://")
@@ -148,7 +148,7 @@ func TestPipFetchInTenantCgroupOneAtATime(t *testing.T) {
 			arrived <- r.URL.Path
 			<-release
 		}
-		ix.serve(w, r)
+		ix.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() {

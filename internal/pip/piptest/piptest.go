@@ -92,7 +92,7 @@ func NewIndex(t testing.TB, wheels ...*Wheel) *Index {
 		p := normalize(w.Project)
 		ix.wheels[p] = append(ix.wheels[p], w)
 	}
-	ix.Server = httptest.NewServer(http.HandlerFunc(ix.serve))
+	ix.Server = httptest.NewServer(ix)
 	t.Cleanup(ix.Close)
 	return ix
 }
@@ -105,7 +105,9 @@ func normalize(s string) string {
 // URL is the index's simple API, for --index-url.
 func (ix *Index) URL() string { return ix.Server.URL + "/simple/" }
 
-func (ix *Index) serve(w http.ResponseWriter, r *http.Request) {
+// ServeHTTP answers as the PEP 503 simple index of the wheels (and their
+// files), counting requests; a test may put it behind a handler of its own.
+func (ix *Index) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ix.Requests.Add(1)
 	if ix.Down.Load() {
 		http.Error(w, "down", http.StatusServiceUnavailable)
