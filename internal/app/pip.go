@@ -163,6 +163,12 @@ func (p *pipSetup) runEnv(spec *sandbox.Spec, network string) sandbox.RunEnv {
 		env["PATH"] = p.withFirst(p.hostBin)
 	} else {
 		env["PATH"] = p.withFirst(p.rootBin)
+		// `python3 -m pip` is Quro's pip too, not the rootfs's own (Debian
+		// 12's 23.0.1, if installed, or none): one pip in the session. The
+		// resident worker runs -E (it ignores this); what it starts does not.
+		if d := python.PipDir(p.pyRoot); d != "" {
+			env["PYTHONPATH"] = d
+		}
 	}
 	return sandbox.RunEnv{Env: env, ReadOnly: ro}
 }

@@ -390,6 +390,16 @@ python3 -c 'import sys, quropure, qurocext; print(sys.version_info[:2], quropure
 		lines[1] != "(3, 11) rootfs 42" || !strings.Contains(lines[2], "/.local/lib/python3.11/site-packages/quropure/") {
 		t.Fatalf("rootfs pip: %+v", r)
 	}
+	// One pip in the session: `python3 -m pip`, from the shell and from
+	// run_code's worker, is Quro's, not the rootfs's Debian pip.
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Lang: "bash", Code: "python3 -m pip --version"})
+	if !strings.HasPrefix(r.Stdout, "pip "+python.PipVersion+" ") {
+		t.Fatalf("the rootfs's python3 -m pip: %+v", r)
+	}
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Lang: "python", Code: "import subprocess, sys\nsubprocess.run([sys.executable, '-m', 'pip', '--version'])"})
+	if !strings.HasPrefix(r.Stdout, "pip "+python.PipVersion+" ") {
+		t.Fatalf("sys.executable -m pip in the rootfs worker: %+v", r)
+	}
 	// The shell's pip installs from the cache too (offline, PEP 668 or not).
 	r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Lang: "bash", Code: "pip install --force-reinstall quropure 2>&1 | tail -1"})
 	if !strings.Contains(r.Stdout, "Successfully installed quropure-1.0") {
