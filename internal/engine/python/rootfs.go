@@ -14,8 +14,6 @@ import (
 	"strings"
 	"sync"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -134,6 +132,13 @@ func refuseNUL(req *runcode.Request) *runcode.Result {
 // rootfsPython is the interpreter of a rootfs session: Debian's python3.
 const rootfsPython = "/usr/bin/python3"
 
+// hasPython reports whether the rootfs at dir has rootfsPython, resolving
+// its links as the box does (rootfs.Stat).
+func hasPython(dir string) bool {
+	fi, err := rootfs.Stat(dir, rootfsPython)
+	return err == nil && fi.Mode().IsRegular()
+}
+
 // RootfsWorker is run_code's tier 2: the python3 of the session's rootfs as
 // a resident worker per session, through the same protocol and pool as the
 // embedded CPython (state kept between runs, a timeout interrupts with
@@ -195,7 +200,7 @@ func (r *RootfsWorker) Run(ctx context.Context, req *runcode.Request) (*runcode.
 	if res := refuseNUL(req); res != nil {
 		return res, nil
 	}
-	if !inRootfs(r.m.Path(name), rootfsPython) {
+	if !hasPython(r.m.Path(name)) {
 		return nil, fmt.Errorf("rootfs %q has no %s (install_packages python3 adds it)", name, rootfsPython)
 	}
 	return r.run(ctx, req)
@@ -205,7 +210,7 @@ func (r *RootfsWorker) Run(ctx context.Context, req *runcode.Request) (*runcode.
 // python3, in the background (see Embedded.Prestart); nothing happens for
 // another session.
 func (r *RootfsWorker) Prestart(sess *session.Session) {
-	if sess.Rootfs == "" || !r.m.Ready(sess.Rootfs) || !inRootfs(r.m.Path(sess.Rootfs), rootfsPython) {
+	if sess.Rootfs == "" || !r.m.Ready(sess.Rootfs) || !hasPython(r.m.Path(sess.Rootfs)) {
 		return
 	}
 	r.prestart(sess, nil)
@@ -250,30 +255,4 @@ func (r *RootfsWorker) workerDir(ctx context.Context) (string, error) {
 	}
 	r.dir = dir
 	return dir, nil
-}
-
-// inRootfs reports whether file (absolute, as the box sees it) is a
-// regular file in the rootfs at root, resolving symbolic links as the box
-// would: inside the rootfs (openat2's RESOLVE_IN_ROOT). The rootfs's
-// content is not the server's (install_packages runs its packages'
-// scripts): a link in it never leads the server to a host path. A kernel
-// without openat2 (before 5.6) answers true: the worker's start then says
-// what is wrong.
-func inRootfs(root, file string) bool {
-	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false
-	}
-	defer unix.Close(dir)
-	fd, err := unix.Openat2(dir, strings.TrimPrefix(file, "/"), &unix.OpenHow{
-		Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
-	if errors.Is(err, unix.ENOSYS) {
-		return true
-	}
-	if err != nil {
-		return false
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 }

@@ -32,6 +32,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 )
@@ -164,9 +165,6 @@ func (e *Engine) missing(u userland, prog string) error {
 	return fmt.Errorf("no %s in %s: %s", prog, where, how)
 }
 
-// binDirs are where a rootfs is searched: the PATH of a box.
-var binDirs = []string{"usr/local/bin", "usr/bin", "bin"}
-
 // find returns the path, as the box sees it, of the first of prog and
 // alts that the userland has as an executable file.
 func (e *Engine) find(u userland, prog string, alts []string) (string, error) {
@@ -186,24 +184,8 @@ func (e *Engine) find(u userland, prog string, alts []string) (string, error) {
 		}
 		return "", errors.New("not found")
 	}
-	root, err := os.OpenRoot(u.dir)
-	if err != nil {
-		return "", err
-	}
-	defer root.Close()
-	for _, n := range names {
-		cands := []string{strings.TrimPrefix(n, "/")}
-		if !path.IsAbs(n) {
-			cands = cands[:0]
-			for _, d := range binDirs {
-				cands = append(cands, d+"/"+n)
-			}
-		}
-		for _, c := range cands {
-			if fi, err := statIn(root, c); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-				return "/" + c, nil
-			}
-		}
+	if p, ok := rootfs.LookPath(u.dir, names...); ok {
+		return p, nil
 	}
 	return "", errors.New("not found")
 }
@@ -228,35 +210,6 @@ func (e *Engine) has(u userland, pattern string) bool {
 	return len(m) > 0
 }
 
-// statIn stats p in root, following symlinks as the box would see them
-// with root as / (an absolute target is taken relative to root), never
-// leaving root: os.Root refuses a path that escapes, and an absolute
-// target is re-rooted rather than followed on the host.
-func statIn(root *os.Root, p string) (fs.FileInfo, error) {
-	for range 40 {
-		fi, err := root.Lstat(p)
-		if err != nil {
-			return nil, err
-		}
-		if fi.Mode()&fs.ModeSymlink == 0 {
-			return fi, nil
-		}
-		t, err := root.Readlink(p)
-		if err != nil {
-			return nil, err
-		}
-		if path.IsAbs(t) {
-			p = strings.TrimPrefix(path.Clean(t), "/")
-		} else {
-			p = path.Join(path.Dir(p), t)
-		}
-		if p == "" || p == "." || p == ".." || strings.HasPrefix(p, "../") {
-			return nil, fmt.Errorf("%s leaves the rootfs", t)
-		}
-	}
-	return nil, errors.New("too many symlinks")
-}
-
 // fileID identifies the compiler file for the version cache: a changed
 // toolchain (install_packages, an upgrade) is probed again.
 func fileID(u userland, p string) string {
@@ -265,11 +218,7 @@ func fileID(u userland, p string) string {
 	if u.dir == "" {
 		fi, err = os.Stat(p)
 	} else {
-		var root *os.Root
-		if root, err = os.OpenRoot(u.dir); err == nil {
-			fi, err = statIn(root, strings.TrimPrefix(p, "/"))
-			root.Close()
-		}
+		fi, err = rootfs.Stat(u.dir, p)
 	}
 	if err != nil {
 		return p
@@ -413,7 +362,7 @@ func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result
 	u := userland{}
 	if name := req.Session.Rootfs; name != "" {
 		if e.rootfs == nil {
-			return nil, fmt.Errorf("the session runs on rootfs %q, which this engine cannot use", name)
+			return nil, rootfs.ErrNoEngineRootfs(name)
 		}
 		dir, err := e.rootfs(name)
 		if err != nil {
