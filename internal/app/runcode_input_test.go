@@ -1,10 +1,13 @@
 package app
 
 import (
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/runcode"
 )
 
 // TestRunCodeInputLimits: stdin over 4 MiB, more than 1024 args and args
@@ -45,5 +48,16 @@ func TestRunCodeInputLimits(t *testing.T) {
 		if _, err := call(t, a, "run_code", in); capCode(err) == capability.InvalidArgument {
 			t.Errorf("%s: refused: %v", name, err)
 		}
+	}
+}
+
+// TestCompileTimeoutDefaultDocumented: run_code's schema states the
+// default compile budget that runcode applies (a struct tag cannot name
+// the constant).
+func TestCompileTimeoutDefaultDocumented(t *testing.T) {
+	f, _ := reflect.TypeFor[RunCodeInput]().FieldByName("CompileTimeoutMS")
+	want := "default " + strconv.FormatInt(runcode.DefaultCompileTimeout.Milliseconds(), 10) + ";"
+	if !strings.Contains(f.Tag.Get("jsonschema"), want) {
+		t.Errorf("compile_timeout_ms's schema %q does not say %q", f.Tag.Get("jsonschema"), want)
 	}
 }

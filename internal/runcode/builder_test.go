@@ -81,7 +81,7 @@ func TestRenderFallbackNoteSaysNotRun(t *testing.T) {
 	ran := new([]string)
 	r := New([]Language{{Name: "z", Runs: true, Chain: []Engine{
 		&scripted{name: "toolchain/z", err: errors.New("no z in this server's userland: apt-get install z"), ran: ran},
-		&scripted{name: "render/code", ran: ran},
+		shower{&scripted{name: "render/code", ran: ran}},
 	}}}, nil)
 	res, err := r.Run(context.Background(), Input{Lang: "z", Code: "c", Session: testSession(t)})
 	if err != nil {
@@ -109,3 +109,8 @@ func TestToolchainText(t *testing.T) {
 		}
 	}
 }
+
+// shower is a scripted engine that only shows the code.
+type shower struct{ *scripted }
+
+func (shower) Shows() {}

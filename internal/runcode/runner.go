@@ -55,7 +55,7 @@ type Options struct {
 	DefaultTimeout time.Duration // when the caller gives none (30 s)
 	MaxTimeout     time.Duration // largest accepted timeout (10 min)
 	// DefaultCompileTimeout is a build stage's budget when the caller
-	// gives none (60 s); at most MaxTimeout.
+	// gives none (the package's DefaultCompileTimeout); at most MaxTimeout.
 	DefaultCompileTimeout time.Duration
 }
 
@@ -82,7 +82,7 @@ func (o *Options) withDefaults() Options {
 		r.MaxTimeout = 10 * time.Minute
 	}
 	if r.DefaultCompileTimeout <= 0 {
-		r.DefaultCompileTimeout = min(time.Minute, r.MaxTimeout)
+		r.DefaultCompileTimeout = min(DefaultCompileTimeout, r.MaxTimeout)
 	}
 	return r
 }
@@ -210,7 +210,7 @@ func (r *Runner) Runnable() (runs []string, shown map[string]string) {
 		}
 		ok, why := false, l.Missing
 		for _, e := range l.Chain {
-			if strings.HasPrefix(e.Name(), "render/") {
+			if Shows(e) {
 				continue
 			}
 			err := r.probe(e)
@@ -345,7 +345,7 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 				// here (e.g. no bash in the session's rootfs): say so, as
 				// the code may have been written for it.
 				verb := "ran with "
-				if strings.HasPrefix(e.Name(), "render/") {
+				if Shows(e) {
 					verb = "not run, shown by "
 				}
 				res.Notes = append(res.Notes, verb+e.Name()+" because "+strings.Join(runFailed, "; "))

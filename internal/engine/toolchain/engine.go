@@ -469,7 +469,7 @@ func (e *Engine) build(ctx context.Context, req *runcode.Request, u userland, ve
 	spec.Stdout, spec.Stderr = diag, diag
 	timeout := req.CompileTimeout
 	if timeout <= 0 {
-		timeout = time.Minute
+		timeout = runcode.DefaultCompileTimeout
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
