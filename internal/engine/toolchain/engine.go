@@ -15,7 +15,6 @@
 package toolchain
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -32,6 +31,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/quro-dev/quro/internal/limitbuf"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -101,9 +101,6 @@ func Languages(sb *sandbox.Sandbox, rootfs func(name string) (string, error), sh
 	return out
 }
 
-// Tool returns the engine's table entry.
-func (e *Engine) Tool() *Tool { return e.tool }
-
 // Name implements runcode.Engine.
 func (e *Engine) Name() string { return "toolchain/" + e.tool.Prog }
 
@@ -119,19 +116,27 @@ func (e *Engine) Builds() {}
 // HostProbe implements runcode.UserlandEngine: the host userland (that of
 // sessions without a rootfs) has the toolchain.
 func (e *Engine) HostProbe(context.Context) error {
-	u := userland{}
-	if _, err := e.find(u, e.tool.Prog, e.tool.Alts); err != nil {
-		return e.missing(u, e.tool.Prog)
+	_, _, err := e.locate(userland{})
+	return err
+}
+
+// locate finds, in the userland u, the tool's compiler or interpreter
+// (prog) and its runner if it has one, and checks that what it requires
+// is there; the error (missing) names the package that adds what is not.
+func (e *Engine) locate(u userland) (prog, runner string, err error) {
+	t := e.tool
+	if prog, err = e.find(u, t.Prog, t.Alts); err != nil {
+		return "", "", e.missing(u, t.Prog)
 	}
-	if !e.has(u, e.tool.Requires) {
-		return e.missing(u, e.tool.RequiresName)
+	if !e.has(u, t.Requires) {
+		return "", "", e.missing(u, t.RequiresName)
 	}
-	if e.tool.Runner != "" {
-		if _, err := e.find(u, e.tool.Runner, nil); err != nil {
-			return e.missing(u, e.tool.Runner)
+	if t.Runner != "" {
+		if runner, err = e.find(u, t.Runner, nil); err != nil {
+			return "", "", e.missing(u, t.Runner)
 		}
 	}
-	return nil
+	return prog, runner, nil
 }
 
 // userland is where a session's programs come from: the host ("" dir) or
@@ -230,22 +235,6 @@ func fileID(u userland, p string) string {
 // userland); past it the cache starts afresh.
 const maxVersions = 4096
 
-// limitedBuffer keeps the first n bytes written to it.
-type limitedBuffer struct {
-	mu  sync.Mutex
-	b   bytes.Buffer
-	max int
-}
-
-func (l *limitedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if room := l.max - l.b.Len(); room > 0 {
-		l.b.Write(p[:min(room, len(p))])
-	}
-	return len(p), nil
-}
-
 // version returns the toolchain's version line, probed once per session,
 // userland and compiler file, in the session's box, without the session's
 // variables (the version text comes from a program in the box, so it is
@@ -261,7 +250,7 @@ func (e *Engine) version(ctx context.Context, u userland, prog string, req *runc
 	if ok {
 		return v
 	}
-	out := &limitedBuffer{max: 4096}
+	out := &limitbuf.Buffer{Max: 4096}
 	spec := e.spec(req, u, append([]string{prog}, e.tool.Version...))
 	spec.Env = nil
 	spec.Stdout, spec.Stderr = out, out
@@ -270,7 +259,7 @@ func (e *Engine) version(ctx context.Context, u userland, prog string, req *runc
 	exit, err := e.sb.Run(vctx, spec)
 	v = filepath.Base(prog)
 	if err == nil && exit.Code == 0 && !exit.TimedOut && !exit.Canceled {
-		for _, line := range strings.Split(out.b.String(), "\n") {
+		for _, line := range strings.Split(out.String(), "\n") {
 			if line = clean(line); line != "" {
 				v = line
 				break
@@ -370,18 +359,9 @@ func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result
 		}
 		u = userland{name: name, dir: dir}
 	}
-	prog, err := e.find(u, t.Prog, t.Alts)
+	prog, runner, err := e.locate(u)
 	if err != nil {
-		return nil, e.missing(u, t.Prog)
-	}
-	if !e.has(u, t.Requires) {
-		return nil, e.missing(u, t.RequiresName)
-	}
-	var runner string
-	if t.Runner != "" {
-		if runner, err = e.find(u, t.Runner, nil); err != nil {
-			return nil, e.missing(u, t.Runner)
-		}
+		return nil, err
 	}
 	version := e.version(ctx, u, prog, req)
 	file, class := t.File, ""
