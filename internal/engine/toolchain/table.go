@@ -141,4 +141,3 @@ var Tools = []Tool{
 		Run: []string{"{prog}", "{src}"}, Version: []string{"--version"},
 		Missing: "Julia is not packaged in Debian 12; install a release from julialang.org into the rootfs"},
 }
-
