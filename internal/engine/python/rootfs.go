@@ -9,8 +9,12 @@ package python
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
 	"sync"
 
@@ -46,23 +50,36 @@ func (r *Rootfs) Name() string { return "python/rootfs-oneshot" }
 // (a bubblewrap box). Whether the session's rootfs is installed is checked
 // on every run instead: the runner probes an engine only once, and a rootfs
 // installed while the server runs must be used without a restart.
-func (r *Rootfs) Probe(ctx context.Context) error {
-	if !r.sb.Boxed() {
+func (r *Rootfs) Probe(ctx context.Context) error { return boxProbe(r.sb) }
+
+// boxProbe is the probe of both rootfs engines: a rootfs needs the box.
+func boxProbe(sb *sandbox.Sandbox) error {
+	if !sb.Boxed() {
 		return errors.New("needs the bubblewrap box to show a rootfs (Debian: apt-get install bubblewrap)")
 	}
 	return nil
+}
+
+// sessionRootfs returns the name of sess's rootfs when it is installed, or
+// the engine-level error of both rootfs engines (the chain falls through).
+func sessionRootfs(m *rootfs.Manager, sess *session.Session) (string, error) {
+	name := sess.Rootfs
+	if name == "" {
+		return "", ErrNoRootfs
+	}
+	if !m.Ready(name) {
+		return "", fmt.Errorf("rootfs %q is not installed (quro rootfs install %s)", name, name)
+	}
+	return name, nil
 }
 
 // Run implements runcode.Engine. A session without a rootfs, or whose
 // rootfs is not installed, is an engine-level failure, so that the chain
 // falls through to the host's python3.
 func (r *Rootfs) Run(ctx context.Context, req *runcode.Request) (*runcode.Result, error) {
-	name := req.Session.Rootfs
-	if name == "" {
-		return nil, ErrNoRootfs
-	}
-	if !r.m.Ready(name) {
-		return nil, fmt.Errorf("rootfs %q is not installed (quro rootfs install %s)", name, name)
+	name, err := sessionRootfs(r.m, req.Session)
+	if err != nil {
+		return nil, err
 	}
 	res, err := r.RunIn(ctx, name, req, ViaStdin)
 	if err != nil {
@@ -157,6 +174,9 @@ type RootfsWorker struct {
 
 	dirMu sync.Mutex
 	dir   string // the worker module's directory, once written
+
+	failMu sync.Mutex
+	failed map[string]startFailure // by session id
 }
 
 // NewRootfsWorker returns the rootfs tier over the rootfs directories of
@@ -165,7 +185,7 @@ type RootfsWorker struct {
 func NewRootfsWorker(dataDir string, sb *sandbox.Sandbox, m *rootfs.Manager, opts *EmbeddedOptions) *RootfsWorker {
 	o := opts.withDefaults(sb)
 	o.NoSpare = true
-	r := &RootfsWorker{pool: newPool(sb, o, "the rootfs Python engine"), m: m, root: cmp.Or(o.InstallRoot, dataDir)}
+	r := &RootfsWorker{pool: newPool(sb, o, "the rootfs Python engine"), m: m, root: cmp.Or(o.InstallRoot, dataDir), failed: map[string]startFailure{}}
 	r.startFor = r.start
 	return r
 }
@@ -174,36 +194,120 @@ func NewRootfsWorker(dataDir string, sb *sandbox.Sandbox, m *rootfs.Manager, opt
 func (r *RootfsWorker) Name() string { return "python/rootfs" }
 
 // Probe implements runcode.Engine, as Rootfs.Probe: the session's rootfs
-// is checked on every run.
-func (r *RootfsWorker) Probe(ctx context.Context) error {
-	if !r.sb.Boxed() {
-		return errors.New("needs the bubblewrap box to show a rootfs (Debian: apt-get install bubblewrap)")
-	}
-	return nil
-}
+// is checked when its worker starts.
+func (r *RootfsWorker) Probe(ctx context.Context) error { return boxProbe(r.sb) }
 
 // Run implements runcode.Engine (and, with DropContext, ContextEngine). A
 // session without a rootfs, whose rootfs is not installed, or whose rootfs
-// has no python3, is an engine-level failure, so that the chain falls
-// through to the host's python3.
+// has no python3 (checked when its worker starts), is an engine-level
+// failure, so that the chain falls through: to the one-shot python3 of the
+// rootfs, then the host's. So is a session whose worker could not start
+// on an earlier run, until reset_python or a change of the rootfs or of
+// the session's user site (see startKey): its runs go straight to the
+// one-shot python3 rather than pay a failed start each.
 func (r *RootfsWorker) Run(ctx context.Context, req *runcode.Request) (*runcode.Result, error) {
 	if req.Session == nil {
 		return nil, errors.New("no session")
 	}
-	name := req.Session.Rootfs
-	if name == "" {
+	if req.Session.Rootfs == "" {
 		return nil, ErrNoRootfs
-	}
-	if !r.m.Ready(name) {
-		return nil, fmt.Errorf("rootfs %q is not installed (quro rootfs install %s)", name, name)
 	}
 	if res := refuseNUL(req); res != nil {
 		return res, nil
 	}
-	if !hasPython(r.m.Path(name)) {
-		return nil, fmt.Errorf("rootfs %q has no %s (install_packages python3 adds it)", name, rootfsPython)
+	if err := r.failedBefore(req.Session); err != nil {
+		return nil, err
 	}
 	return r.run(ctx, req)
+}
+
+// startFailure is a session's failed worker start, remembered.
+type startFailure struct {
+	why string // the start's error
+	key string // startKey when it failed
+}
+
+// failedBefore returns the error of sess's remembered failed start, or nil
+// when there is none or what it depended on changed.
+func (r *RootfsWorker) failedBefore(sess *session.Session) error {
+	r.failMu.Lock()
+	f, ok := r.failed[sess.ID]
+	r.failMu.Unlock()
+	if !ok {
+		return nil
+	}
+	if startKey(r.m, sess) != f.key {
+		r.forget(sess.ID)
+		return nil
+	}
+	return fmt.Errorf("the rootfs's python3 could not start the session's worker on an earlier run (%s); runs go to python3 once per run until reset_python, or a change of the rootfs or of the session's user site", f.why)
+}
+
+// forget drops the session's remembered failed start.
+func (r *RootfsWorker) forget(id string) {
+	r.failMu.Lock()
+	delete(r.failed, id)
+	r.failMu.Unlock()
+}
+
+// Reset gives the session a fresh interpreter (see pool.Reset) and tries
+// its worker's start again on the next run.
+func (r *RootfsWorker) Reset(ctx context.Context, sessionID string) error {
+	r.forget(sessionID)
+	return r.pool.Reset(ctx, sessionID)
+}
+
+// Stop ends the session's worker (see pool.Stop) and forgets the session.
+func (r *RootfsWorker) Stop(sessionID string) {
+	r.forget(sessionID)
+	r.pool.Stop(sessionID)
+}
+
+// maxKeyEntries bounds the user-site entries startKey reads: a session
+// with more only changes its key by the ones it reads.
+const maxKeyEntries = 10000
+
+// startKey sums up what a worker's start in sess depends on beyond the
+// worker module: the rootfs (its marker, rewritten by install_packages;
+// its python3) and the session's user sites, whose .pth and customize
+// files run at start (the names of their entries, and the times of those
+// files). The user site is the session's: it is read through os.Root in
+// the workspace, never following a link out, and only hashed.
+func startKey(m *rootfs.Manager, sess *session.Session) string {
+	h := sha256.New()
+	dir := m.Path(sess.Rootfs)
+	for _, f := range []string{"/" + rootfs.Marker, rootfsPython} {
+		if fi, err := rootfs.Stat(dir, f); err == nil {
+			fmt.Fprintf(h, "%s %d %d\n", f, fi.Size(), fi.ModTime().UnixNano())
+		}
+	}
+	root, err := os.OpenRoot(sess.Workspace())
+	if err != nil {
+		return hex.EncodeToString(h.Sum(nil))
+	}
+	defer root.Close()
+	fsys := root.FS()
+	n := 0
+	libs, _ := fs.ReadDir(fsys, ".local/lib")
+	for _, l := range libs {
+		if !strings.HasPrefix(l.Name(), "python") {
+			continue
+		}
+		site := ".local/lib/" + l.Name() + "/site-packages"
+		ents, _ := fs.ReadDir(fsys, site)
+		for _, e := range ents {
+			if n++; n > maxKeyEntries {
+				break
+			}
+			fmt.Fprintf(h, "%s/%s\n", site, e.Name())
+			if name := e.Name(); strings.HasSuffix(name, ".pth") || name == "usercustomize.py" || name == "sitecustomize.py" {
+				if fi, err := e.Info(); err == nil {
+					fmt.Fprintf(h, "%d %d\n", fi.Size(), fi.ModTime().UnixNano())
+				}
+			}
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Prestart starts the worker of sess, a session on a rootfs that has
@@ -222,8 +326,29 @@ func (r *RootfsWorker) Close() error {
 	return nil
 }
 
-// start starts sess's worker in its box.
+// start starts sess's worker in its box, once its rootfs is found ready
+// and with python3. A start that fails otherwise than by ctx is
+// remembered (see Run).
 func (r *RootfsWorker) start(ctx context.Context, sess *session.Session) (*worker, error) {
+	name, err := sessionRootfs(r.m, sess)
+	if err != nil {
+		return nil, unstartable{err}
+	}
+	if !hasPython(r.m.Path(name)) {
+		return nil, unstartable{fmt.Errorf("rootfs %q has no %s (install_packages python3 adds it)", name, rootfsPython)}
+	}
+	key := startKey(r.m, sess)
+	w, err := r.startIn(ctx, sess)
+	if err != nil && ctx.Err() == nil && r.ctx.Err() == nil {
+		r.failMu.Lock()
+		r.failed[sess.ID] = startFailure{why: err.Error(), key: key}
+		r.failMu.Unlock()
+	}
+	return w, err
+}
+
+// startIn starts the worker of sess, a session on a ready rootfs.
+func (r *RootfsWorker) startIn(ctx context.Context, sess *session.Session) (*worker, error) {
 	dir, err := r.workerDir(ctx)
 	if err != nil {
 		return nil, err
