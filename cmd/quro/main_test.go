@@ -81,6 +81,16 @@ func seedPython(t *testing.T, data string) {
 	// The lock file is each data directory's own (a link would make one
 	// lock of them all).
 	os.Remove(filepath.Join(data, "python", ".lock"))
+	// So are the files naming the tree's own paths (the host userland's
+	// shims, pip's .pth): the embedded Python's preparation writes them
+	// again for this data directory, whose tree is the one a box shows.
+	shims, _ := filepath.Glob(filepath.Join(data, "python", "*", "quro-bin"))
+	pths, _ := filepath.Glob(filepath.Join(data, "python", "*", "lib", "python*", "site-packages", "quro-pip.pth"))
+	for _, p := range append(shims, pths...) {
+		if err := os.RemoveAll(p); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // TestScripts runs the CLI transcripts in testdata/script.

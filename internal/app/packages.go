@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -106,8 +107,8 @@ func (a *App) registerPackages(reg *capability.Registry) {
 			"The session must run on a rootfs (create_session rootfs=NAME) and have network full (create_session network=full); with network none nothing is started. "+
 			"Installs into one rootfs run one at a time: a call waits for the one before. apt's progress streams as output; the result lists what dpkg newly installed and apt's output. "+
 			"With manager pip: Python packages are installed into the session's user site (~/.local/lib/pythonX.Y/site-packages of the session's Python: the embedded 3.14 on the host userland, the rootfs's python3 on a rootfs) by pip in the session's box from the tenant's wheel cache; wheels the cache lacks are fetched first by the server from its configured index (wheels only, never a session's index), whatever the session's network. A session without network can then `pip install` them too. "+
-			"Packages are exact Debian package names (matched literally against the rootfs's apt lists: no patterns), optionally NAME:ARCH and NAME=VERSION; an unknown name is refused before apt runs. apt's plan is simulated first: an install that would remove or downgrade anything is refused. Needs scope install (or admin). timeout_ms 10000..1800000, default 600000.",
-		capability.ScopeInstall, a.installPackagesCap).Streaming())
+			"Packages are exact Debian package names (matched literally against the rootfs's apt lists: no patterns), optionally NAME:ARCH and NAME=VERSION; an unknown name is refused before apt runs. apt's plan is simulated first: an install that would remove or downgrade anything is refused. apt needs scope install (or admin): a rootfs is shared by every session on it. pip needs only scope exec (it changes only the session's own workspace), so code in a session can call it too: `pip install` typed in a session without network does. timeout_ms 10000..1800000, default 600000.",
+		capability.ScopeExec, a.installPackagesCap).Streaming())
 	a.registerRepair(reg)
 }
 
@@ -121,6 +122,13 @@ func (a *App) installPackagesCap(ctx context.Context, in InstallPackagesInput) (
 	}
 	switch in.Manager {
 	case "", "apt":
+		// The capability is declared with exec (for pip); apt changes a
+		// rootfs every session on it shares and keeps needing install,
+		// refused in the controller's words (cmd/quro's apt stand-in
+		// matches on them).
+		if c, ok := controller.CallerFrom(ctx); !ok || !c.Scope.Covers(capability.ScopeInstall) {
+			return nil, capability.Errorf(capability.PermissionDenied, "install_packages needs scope %q", capability.ScopeInstall)
+		}
 	case "pip":
 		sess, err := a.Sessions.Get(ctx, in.Session)
 		if err != nil {

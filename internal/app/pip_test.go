@@ -1,81 +1,36 @@
 package app
 
 import (
-	"archive/zip"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/pip/piptest"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/terminal"
 )
 
-// testWheel is a wheel built at test time.
-type testWheel struct {
-	Project, Version, Tag string // Tag: python-abi-platform
-	Name                  string
-	Data                  []byte
-}
+// The wheels and the index are piptest's (shared with cmd/quro's tests).
+type (
+	testWheel = piptest.Wheel
+	testIndex = piptest.Index
+)
 
-// buildWheel writes a wheel of project with files (path → content) with
-// the stdlib's zip: METADATA, WHEEL and RECORD with the files' hashes.
-func buildWheel(t testing.TB, project, version, tag string, files map[string][]byte) *testWheel {
-	t.Helper()
-	dist := project + "-" + version + ".dist-info/"
-	all := map[string][]byte{}
-	for k, v := range files {
-		all[k] = v
-	}
-	all[dist+"METADATA"] = fmt.Appendf(nil, "Metadata-Version: 2.1\nName: %s\nVersion: %s\n", project, version)
-	all[dist+"WHEEL"] = fmt.Appendf(nil, "Wheel-Version: 1.0\nGenerator: quro-test\nRoot-Is-Purelib: %v\nTag: %s\n", strings.HasPrefix(tag, "py3-"), tag)
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	var record strings.Builder
-	names := make([]string, 0, len(all))
-	for k := range all {
-		names = append(names, k)
-	}
-	for _, n := range names {
-		w, err := zw.Create(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Write(all[n])
-		sum := sha256.Sum256(all[n])
-		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", n, base64.RawURLEncoding.EncodeToString(sum[:]), len(all[n]))
-	}
-	record.WriteString(dist + "RECORD,,\n")
-	w, _ := zw.Create(dist + "RECORD")
-	w.Write([]byte(record.String()))
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return &testWheel{Project: project, Version: version, Tag: tag, Name: project + "-" + version + "-" + tag + ".whl", Data: buf.Bytes()}
-}
-
-// pureWheel is a pure-Python wheel: import NAME; NAME.VALUE == value.
-func pureWheel(t testing.TB, name, version, value string) *testWheel {
-	return buildWheel(t, name, version, "py3-none-any", map[string][]byte{
-		name + "/__init__.py": fmt.Appendf(nil, "VALUE = %q\n", value),
-	})
-}
+var (
+	buildWheel   = piptest.BuildWheel
+	pureWheel    = piptest.PureWheel
+	newTestIndex = piptest.NewIndex
+)
 
 // cextWheel is a wheel with a C extension module NAME (NAME.answer() ==
 // 42), compiled with gcc against Debian's python3.11 headers for the
@@ -107,69 +62,6 @@ PyMODINIT_FUNC PyInit_%s(void) { return PyModule_Create(&mod); }
 		t.Fatal(err)
 	}
 	return buildWheel(t, name, "1.0", "cp311-abi3-linux_x86_64", map[string][]byte{name + ".abi3.so": b})
-}
-
-// testIndex is a PEP 503 simple index on loopback serving wheels; it
-// counts the requests it gets, and refuses all while down.
-type testIndex struct {
-	*httptest.Server
-	mu       sync.Mutex
-	wheels   map[string][]*testWheel // normalized project → wheels
-	requests atomic.Int64
-	down     atomic.Bool
-}
-
-func newTestIndex(t testing.TB, wheels ...*testWheel) *testIndex {
-	ix := &testIndex{wheels: map[string][]*testWheel{}}
-	for _, w := range wheels {
-		p := normalize(w.Project)
-		ix.wheels[p] = append(ix.wheels[p], w)
-	}
-	ix.Server = httptest.NewServer(http.HandlerFunc(ix.serve))
-	t.Cleanup(ix.Close)
-	return ix
-}
-
-func normalize(s string) string {
-	return strings.ToLower(strings.NewReplacer("_", "-", ".", "-").Replace(s))
-}
-
-func (ix *testIndex) URL() string { return ix.Server.URL + "/simple/" }
-
-func (ix *testIndex) serve(w http.ResponseWriter, r *http.Request) {
-	ix.requests.Add(1)
-	if ix.down.Load() {
-		http.Error(w, "down", http.StatusServiceUnavailable)
-		return
-	}
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	if p, ok := strings.CutPrefix(r.URL.Path, "/simple/"); ok {
-		ws := ix.wheels[normalize(strings.Trim(p, "/"))]
-		if len(ws) == 0 {
-			http.NotFound(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "text/html")
-		fmt.Fprint(w, "<!DOCTYPE html><html><body>\n")
-		for _, wh := range ws {
-			sum := sha256.Sum256(wh.Data)
-			fmt.Fprintf(w, "<a href=\"/files/%s#sha256=%s\">%s</a><br/>\n", wh.Name, hex.EncodeToString(sum[:]), wh.Name)
-		}
-		fmt.Fprint(w, "</body></html>\n")
-		return
-	}
-	if name, ok := strings.CutPrefix(r.URL.Path, "/files/"); ok {
-		for _, ws := range ix.wheels {
-			for _, wh := range ws {
-				if wh.Name == name {
-					w.Write(wh.Data)
-					return
-				}
-			}
-		}
-	}
-	http.NotFound(w, r)
 }
 
 // pipApp is an App whose pip index is ix.
@@ -285,7 +177,7 @@ func TestPipInstallPackagesThroughTheCache(t *testing.T) {
 	if res.FromCache || len(res.Wheels) != 2 || res.ExitCode != 0 {
 		t.Fatalf("first install: %+v", res)
 	}
-	fetched := ix.requests.Load()
+	fetched := ix.Requests.Load()
 	if fetched == 0 {
 		t.Fatal("the index saw no request")
 	}
@@ -321,8 +213,8 @@ for what, f in [("create", lambda: open(os.path.join(w, "evil-1.0-py3-none-any.w
 	}
 
 	// A second session of the tenant: from the cache, the index down.
-	ix.down.Store(true)
-	before := ix.requests.Load()
+	ix.Down.Store(true)
+	before := ix.Requests.Load()
 	s2 := sessionAs(t, a, pipAlice, "p2", "", nil)
 	res, err = installPip(t, a, pipAlice, s2.ID, "quropure")
 	if err != nil {
@@ -336,7 +228,7 @@ for what, f in [("create", lambda: open(os.path.join(w, "evil-1.0-py3-none-any.w
 	if r.ExitCode != 0 || !strings.HasSuffix(r.Stdout, "42\n") {
 		t.Fatalf("the shell's pip from the cache: %+v", r)
 	}
-	if n := ix.requests.Load(); n != before {
+	if n := ix.Requests.Load(); n != before {
 		t.Fatalf("installs from the cache reached the index: %d requests", n-before)
 	}
 
@@ -420,7 +312,7 @@ func TestPipHostileRequirements(t *testing.T) {
 	if _, err := installPip(t, a, pipAlice, s.ID, "ok", "--index-url=http://127.0.0.1:1/"); err == nil {
 		t.Error("a hostile requirement after a good one was taken")
 	}
-	if n := ix.requests.Load(); n != 0 {
+	if n := ix.Requests.Load(); n != 0 {
 		t.Fatalf("a refused requirement reached the index: %d requests", n)
 	}
 }
@@ -437,8 +329,8 @@ func TestPipSessionIndexNotFetchedByServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Wheels) != 1 || evil.requests.Load() != 0 {
-		t.Fatalf("server fetch: %+v, the session's index got %d requests", res, evil.requests.Load())
+	if len(res.Wheels) != 1 || evil.Requests.Load() != 0 {
+		t.Fatalf("server fetch: %+v, the session's index got %d requests", res, evil.Requests.Load())
 	}
 	r := runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Code: "import quroidx; print(quroidx.VALUE)"})
 	if r.Stdout != "good\n" {
@@ -447,12 +339,12 @@ func TestPipSessionIndexNotFetchedByServer(t *testing.T) {
 	if _, err := installPip(t, a, pipAlice, s.ID, "evilonly"); err == nil || !strings.Contains(err.Error(), "evilonly") {
 		t.Fatalf("a package only the session's index has: %v", err)
 	}
-	if evil.requests.Load() != 0 {
+	if evil.Requests.Load() != 0 {
 		t.Fatal("the server fetched from the session's index")
 	}
 	// In the box, the session's index is pip's.
 	r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Lang: "bash", Code: "pip install evilonly >/dev/null && python3 -c 'import evilonly; print(evilonly.VALUE)'"})
-	if r.Stdout != "evil\n" || evil.requests.Load() == 0 {
+	if r.Stdout != "evil\n" || evil.Requests.Load() == 0 {
 		t.Fatalf("the session's index in its box: %+v", r)
 	}
 }

@@ -493,7 +493,7 @@ func TestProcessRunsInTheSessionsBox(t *testing.T) {
 	mustCall(t, a, "run_code", RunCodeInput{Session: s.ID, Lang: "python", Code: "open('/tmp/from-python', 'w').write('worker was here')"})
 	res := mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "sh",
 		Args: []string{"-c", `cat /tmp/from-python; echo; echo "$HOME"; cat /proc/[0-9]*/cmdline | tr '\0' ' ' | grep -c quro_worker`}}).(*ProcessResult)
-	if res.End.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "worker was here\n/home/user\n") || strings.HasSuffix(res.Stdout, "\n0\n") {
+	if res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "worker was here\n/home/user\n") || strings.HasSuffix(res.Stdout, "\n0\n") {
 		t.Fatalf("the process is not in the session's box: %+v", res)
 	}
 }

@@ -663,3 +663,9 @@ func findProcess(pid int, workspace string) (int, bool) {
 	}
 	return sandboxtest.HostPID(pid, workspace)
 }
+
+// The embedded worker sees what pip --user installs between runs, as the
+// rootfs worker does.
+func TestEmbeddedWorkerSeesUserSiteInstalls(t *testing.T) {
+	checkUserSiteInstalls(t, testEng, newSession(t), "3.14")
+}

@@ -64,7 +64,7 @@ const hostPython3 = "/usr/bin/python3"
 
 // pipLayout is the marker of a complete pip directory: another layout
 // (an older Quro's) is extracted again.
-const pipLayout = "pip layout 2: pyc for 3.14 and the host's python3\n"
+const pipLayout = "pip layout 3: pyc for 3.14 and the host's python3, shims asking quro __pip offline\n"
 
 // pipDirName is the directory name of the extracted pip: its version and
 // the wheel's hash.
@@ -231,10 +231,19 @@ func copyZipFile(f *zip.File, dst string) error {
 
 // pipShim is a pip script running run (a command line) with the script's
 // arguments, which adds the offline hint to a failure in a session without
-// network.
+// network. In such a session (QURO_PIP_OFFLINE=1) it first asks the quro
+// binary (`quro __pip ARGS…`), which has the server fetch and install
+// plain requirements over the in-session socket; its PipFallback status
+// (another command, options the server does not take, no socket) runs
+// the local pip.
 func pipShim(run string) string {
 	return "#!/bin/sh\n" +
 		"# quro: pip " + PipVersion + " of the session's Python\n" +
+		"if [ \"$QURO_PIP_OFFLINE\" = 1 ] && [ -S " + PipStandInSocket + " ] && [ -x " + PipStandIn + " ]; then\n" +
+		"\t" + PipStandIn + " __pip \"$@\"\n" +
+		"\trc=$?\n" +
+		"\t[ $rc -eq " + fmt.Sprint(PipFallback) + " ] || exit $rc\n" +
+		"fi\n" +
 		run + " \"$@\"\n" +
 		"rc=$?\n" +
 		"if [ $rc -ne 0 ] && [ \"$QURO_PIP_OFFLINE\" = 1 ]; then\n" +

@@ -148,9 +148,18 @@ func TestRootfsWorkerArtifactsAndContexts(t *testing.T) {
 // restart, although the directory did not exist when the worker started.
 func TestRootfsWorkerSeesUserSiteInstalls(t *testing.T) {
 	e := rootfsWorker(t, nil)
-	s := rootfsSession(t)
+	checkUserSiteInstalls(t, e, rootfsSession(t), "3.11")
+}
+
+// checkUserSiteInstalls: what lands in the session's user site between
+// runs (as pip --user puts it) imports in the next run of e's resident
+// worker, without a restart: the user site once it appears, a module
+// added to it, and a .pth file added after that (an editable install's,
+// pointing at a directory outside site-packages).
+func checkUserSiteInstalls(t *testing.T, e runcode.Engine, s *session.Session, version string) {
+	t.Helper()
 	r := runOn(t, e, s, nil, "import site, sys\nprint(site.getusersitepackages())", time.Minute)
-	want := filepath.Join(s.Workspace(), ".local/lib/python3.11/site-packages")
+	want := filepath.Join(s.Workspace(), ".local/lib/python"+version+"/site-packages")
 	if strings.TrimSpace(r.out) != want {
 		t.Fatalf("user site: %q (err %q), want %q", r.out, r.err, want)
 	}
@@ -172,6 +181,20 @@ func TestRootfsWorkerSeesUserSiteInstalls(t *testing.T) {
 	}
 	if r := runOn(t, e, s, nil, "import quro_user_mod2\nprint(quro_user_mod2.VALUE)", time.Minute); r.out != "8\n" {
 		t.Fatalf("second install: %+v out %q err %q", r.Result, r.out, r.err)
+	}
+	// An editable install: a .pth naming a directory of the workspace.
+	src := filepath.Join(s.Workspace(), "editable")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "quro_editable_mod.py"), []byte("VALUE = 9\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(want, "__editable__.quro_editable.pth"), []byte(src+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := runOn(t, e, s, nil, "import quro_editable_mod\nprint(quro_editable_mod.VALUE)", time.Minute); r.out != "9\n" {
+		t.Fatalf("a .pth added later: %+v out %q err %q", r.Result, r.out, r.err)
 	}
 }
 

@@ -487,8 +487,9 @@ def _site():
 
 # The session's user site (pip's --user scheme, PIP_USER=1 in the box):
 # $HOME/.local/lib/pythonX.Y/site-packages, in the workspace.
-_user_site = None
-_path_mtimes = {}
+_user_site = None        # the user site being watched
+_user_site_mtime = None  # its mtime when last looked at
+_pth_seen = set()        # its .pth files already processed
 
 
 def _user_site_dir():
@@ -498,37 +499,52 @@ def _user_site_dir():
 
 def _refresh_path():
     """Makes what pip installed since the last run importable, without a
-    restart: the user site once it exists (before the system's
-    site-packages, as site would put it; its .pth files are processed: the
-    session's own code in its own box), and the import system's caches
-    dropped when a directory on sys.path changed (a stat per entry)."""
-    global _user_site
+    restart, for one stat per run: the user site once it exists (put
+    before the system's site-packages, as site would), and, when its
+    mtime changed (pip added or removed something), the .pth files not
+    processed yet (editable installs, namespace packages: the session's
+    own code in its own box) and the import system's caches dropped.
+    Other directories of sys.path need nothing: the import system looks
+    at their mtimes itself."""
+    global _user_site, _user_site_mtime
     d = _user_site_dir()
-    if _user_site != d and os.path.isdir(d):
-        _user_site = d
-        # Already there when site ran with the user site on (a rootfs's
-        # python3, whose site added it at start, .pth files included).
-        if d not in sys.path:
-            at = len(sys.path)
-            for i, p in enumerate(sys.path):
-                if p.endswith(("site-packages", "dist-packages")):
-                    at = i
-                    break
-            sys.path.insert(at, d)
-            import site
-            site.addsitedir(d)  # d is on sys.path already: only its .pth files
-    changed = False
-    for p in sys.path:
-        try:
-            m = os.stat(p or ".").st_mtime_ns
-        except OSError:
-            m = None
-        if _path_mtimes.get(p, 0) != m:
-            _path_mtimes[p] = m
-            changed = True
-    if changed:
-        import importlib
-        importlib.invalidate_caches()
+    try:
+        m = os.stat(d).st_mtime_ns
+    except OSError:
+        return
+    if d != _user_site:
+        _user_site, _user_site_mtime = d, None
+        _pth_seen.clear()
+        if d in sys.path:
+            # site put it there at start (a rootfs's python3, whose site
+            # runs with the user site on): its .pth files are processed.
+            _user_site_mtime = m
+            _pth_seen.update(_pth_names(d))
+            return
+        at = len(sys.path)
+        for i, p in enumerate(sys.path):
+            if p.endswith(("site-packages", "dist-packages")):
+                at = i
+                break
+        sys.path.insert(at, d)
+    if m == _user_site_mtime:
+        return
+    _user_site_mtime = m
+    new = sorted(_pth_names(d) - _pth_seen)
+    if new:
+        import site
+        for name in new:
+            _pth_seen.add(name)
+            site.addpackage(d, name, None)
+    import importlib
+    importlib.invalidate_caches()
+
+
+def _pth_names(d):
+    try:
+        return {n for n in os.listdir(d) if n.endswith(".pth")}
+    except OSError:
+        return set()
 
 
 _PIP_HINT = ("quro: this session has no network (policy none): pip can install only wheels "
@@ -537,18 +553,24 @@ _PIP_HINT = ("quro: this session has no network (policy none): pip can install o
 
 
 def _pip(line):
-    """A %pip or !pip line, as IPython runs it: pip of this interpreter in
-    a subprocess (its output goes straight to the run's), then what it
-    installed is importable at once."""
+    """A %pip or !pip line, as IPython runs it: the session's pip in a
+    subprocess (its output goes straight to the run's), then what it
+    installed is importable at once. It is the `pip` of the box's PATH,
+    the shim the shell's `pip` is (in a session without network it has the
+    server fetch the wheels), else pip of this interpreter."""
     import shlex
+    import shutil
     import subprocess
     try:
         args = shlex.split(line)
     except ValueError as e:
         print("%%pip: %s" % e, file=sys.stderr)
         return
+    shim = shutil.which("pip")
     pipdir = os.environ.get("QURO_PIP_DIR")
-    if pipdir and os.path.isdir(os.path.join(pipdir, "pip")):
+    if shim:
+        cmd = [shim]
+    elif pipdir and os.path.isdir(os.path.join(pipdir, "pip")):
         cmd = [sys.executable, os.path.join(pipdir, "pip")]
     else:
         cmd = [sys.executable, "-m", "pip"]
@@ -561,7 +583,7 @@ def _pip(line):
     _refresh_path()
     if rc != 0:
         msg = "quro: pip exited with status %d" % rc
-        if os.environ.get("QURO_PIP_OFFLINE") == "1":
+        if not shim and os.environ.get("QURO_PIP_OFFLINE") == "1":
             msg += "\n" + _PIP_HINT
         print(msg, file=sys.stderr)
 
