@@ -13,10 +13,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
+	"slices"
 	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
@@ -263,6 +265,27 @@ func (r *RootfsWorker) Stop(sessionID string) {
 	r.pool.Stop(sessionID)
 }
 
+// openDirIn opens the directory rel beneath the directory fd dir,
+// resolving links inside it (RESOLVE_IN_ROOT), never a magic link, and only
+// a directory: O_DIRECTORY fails at once on a FIFO or a device the session
+// put there, which a plain open would block on or act upon.
+func openDirIn(dir int, rel string) (int, error) {
+	return unix.Openat2(dir, rel, &unix.OpenHow{
+		Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NONBLOCK, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+}
+
+// namesIn returns at most n names of the directory rel beneath dir (see
+// openDirIn).
+func namesIn(dir int, rel string, n int) ([]string, error) {
+	fd, err := openDirIn(dir, rel)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	return f.Readdirnames(n)
+}
+
 // maxKeyEntries bounds the user-site entries startKey reads: a session
 // with more only changes its key by the ones it reads.
 const maxKeyEntries = 10000
@@ -281,31 +304,37 @@ func startKey(m *rootfs.Manager, sess *session.Session) string {
 			fmt.Fprintf(h, "%s %d %d\n", f, fi.Size(), fi.ModTime().UnixNano())
 		}
 	}
-	root, err := os.OpenRoot(sess.Workspace())
+	ws, err := unix.Open(sess.Workspace(), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return hex.EncodeToString(h.Sum(nil))
 	}
-	defer root.Close()
-	fsys := root.FS()
+	defer unix.Close(ws)
 	n := 0
-	libs, _ := fs.ReadDir(fsys, ".local/lib")
+	libs, _ := namesIn(ws, ".local/lib", maxKeyEntries)
+	slices.Sort(libs)
 	for _, l := range libs {
-		if !strings.HasPrefix(l.Name(), "python") {
+		if !strings.HasPrefix(l, "python") || n >= maxKeyEntries {
 			continue
 		}
-		site := ".local/lib/" + l.Name() + "/site-packages"
-		ents, _ := fs.ReadDir(fsys, site)
-		for _, e := range ents {
-			if n++; n > maxKeyEntries {
-				break
-			}
-			fmt.Fprintf(h, "%s/%s\n", site, e.Name())
-			if name := e.Name(); strings.HasSuffix(name, ".pth") || name == "usercustomize.py" || name == "sitecustomize.py" {
-				if fi, err := e.Info(); err == nil {
-					fmt.Fprintf(h, "%d %d\n", fi.Size(), fi.ModTime().UnixNano())
+		site := ".local/lib/" + l + "/site-packages"
+		fd, err := openDirIn(ws, site)
+		if err != nil {
+			continue
+		}
+		f := os.NewFile(uintptr(fd), site)
+		names, _ := f.Readdirnames(maxKeyEntries - n)
+		n += len(names)
+		slices.Sort(names)
+		for _, name := range names {
+			fmt.Fprintf(h, "%s/%s\n", site, name)
+			if strings.HasSuffix(name, ".pth") || name == "usercustomize.py" || name == "sitecustomize.py" {
+				var st unix.Stat_t
+				if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+					fmt.Fprintf(h, "%d %d.%d\n", st.Size, st.Mtim.Sec, st.Mtim.Nsec)
 				}
 			}
 		}
+		f.Close()
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/session"
@@ -399,6 +401,14 @@ func TestRootfsWorkerRemembersFailedStart(t *testing.T) {
 	}
 	if err := run(); err == nil || !strings.Contains(err.Error(), "reply frame of 4294967295 bytes") || starts.Load() != 1 {
 		t.Fatalf("first run: %v, %d starts", err, starts.Load())
+	}
+	// A FIFO where a user site would be is not opened (the server would
+	// block on it): the key is read without it.
+	if err := os.MkdirAll(filepath.Join(s.Workspace(), ".local/lib/python3.99"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(filepath.Join(s.Workspace(), ".local/lib/python3.99/site-packages"), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	for range 2 {
 		err := run()
