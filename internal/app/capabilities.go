@@ -179,8 +179,8 @@ func (a *App) runCode(ctx context.Context, in RunCodeInput) (*runcode.Result, er
 	var compile time.Duration
 	if in.CompileTimeoutMS == -1 {
 		compile = a.Runner.Options().MaxTimeout
-	} else if compile, err = runcode.MillisTimeout(in.CompileTimeoutMS, 0, a.Runner.Options().MaxTimeout); err != nil {
-		return nil, fmt.Errorf("compile_%w", err)
+	} else if compile, err = runcode.MillisTimeoutOf("compile_timeout_ms", in.CompileTimeoutMS, 0, a.Runner.Options().MaxTimeout); err != nil {
+		return nil, err
 	}
 	if in.Context == "" {
 		// Resolve the language first: an unknown one is an error even

@@ -10,11 +10,11 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/engine/toolchain"
 	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/rootfs/rootfstest"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/session"
 )
@@ -383,70 +383,10 @@ var toolchainPackages = []string{"gcc", "libc6-dev"}
 
 // toolchainsRootfs returns a manager of the shared test rootfs directory
 // in which the rootfs "toolchains" is ready: "default" plus
-// toolchainPackages, built once per machine beside the shared one (in
-// toolchains.partial/, a cp -a copy of "default", the packages installed
-// by the product's own apt path, renamed into place when complete, so an
-// interrupted build is redone) and reused after; "default" is never
-// changed.
+// toolchainPackages (see rootfstest.Derived).
 func toolchainsRootfs(t testing.TB) *rootfs.Manager {
 	t.Helper()
-	const name = "toolchains"
-	m := testRootfs(t)
-	if m.Ready(name) {
-		return m
-	}
-	lf, err := os.OpenFile(filepath.Join(m.Dir, "."+name+"-build.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lf.Close()
-	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	if m.Ready(name) {
-		return m
-	}
-	start := time.Now()
-	staging := filepath.Join(m.Dir, name+".partial")
-	if err := os.RemoveAll(staging); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(staging, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("cp", "-a", "--reflink=auto", m.Path(rootfs.DefaultName), filepath.Join(staging, name)).CombinedOutput(); err != nil {
-		t.Fatalf("copying the test rootfs: %v\n%s", err, out)
-	}
-	data := t.TempDir()
-	if err := os.Symlink(staging, rootfs.DirIn(data)); err != nil {
-		t.Fatal(err)
-	}
-	a, err := New(context.Background(), data, &Options{Python: testPython})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	if !a.Sandbox.Boxed() {
-		t.Skip("no bubblewrap box: apt cannot run in a rootfs")
-	}
-	var log strings.Builder
-	res, err := a.apt().Install(context.Background(), name, toolchainPackages, 20*time.Minute, &log)
-	out := log.String()
-	if len(out) > 4000 {
-		out = "…" + out[len(out)-4000:]
-	}
-	if err != nil {
-		t.Fatalf("installing %v into the %s rootfs: %v\n%s", toolchainPackages, name, err, out)
-	}
-	if res.Exit.Code != 0 || len(res.Unsettled) > 0 {
-		t.Fatalf("installing %v into the %s rootfs: exit %+v, unsettled %v\n%s", toolchainPackages, name, res.Exit, res.Unsettled, out)
-	}
-	if err := os.Rename(filepath.Join(staging, name), m.Path(name)); err != nil {
-		t.Fatal(err)
-	}
-	_ = os.RemoveAll(staging)
-	t.Logf("%s rootfs built in %s (%d packages installed)", name, time.Since(start).Round(time.Second), len(res.Installed))
-	return m
+	return rootfstest.Derived(t, "toolchains", toolchainPackages)
 }
 
 // A rootfs whose gcc was installed with apt compiles and runs C: the

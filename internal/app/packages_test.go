@@ -42,6 +42,11 @@ func TestInstallPackagesBadInput(t *testing.T) {
 	if _, err := call(t, a, "install_packages", InstallPackagesInput{Packages: []string{"jq"}, TimeoutMS: 5000}); capCode(err) != capability.InvalidArgument {
 		t.Errorf("timeout 5000: %v", err)
 	}
+	// A manager that is not apt or pip says which ones there are.
+	if _, err := call(t, a, "install_packages", InstallPackagesInput{Manager: "npm", Packages: []string{"left-pad"}}); capCode(err) != capability.InvalidArgument ||
+		!strings.Contains(err.Error(), `manager "npm"`) || !strings.Contains(err.Error(), "apt") || !strings.Contains(err.Error(), "pip") {
+		t.Errorf("manager npm: %v, want invalid_argument naming npm, apt and pip", err)
+	}
 	// The host userland is not a rootfs.
 	_, err := call(t, a, "install_packages", InstallPackagesInput{Packages: []string{"jq"}})
 	if capCode(err) != capability.InvalidArgument || !strings.Contains(err.Error(), "rootfs=NAME") {

@@ -6,96 +6,21 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/rootfs/rootfstest"
 	"github.com/quro-dev/quro/internal/runcode"
 )
 
-// sciPackages are what the "sci" test rootfs adds to "default": the
-// Debian builds of the libraries the rich outputs are tested with.
-var sciPackages = []string{"python3-matplotlib", "python3-pandas", "python3-pil"}
-
-// sciRootfs returns a manager of the shared test rootfs directory in which
-// the rootfs "sci" is ready: "default" plus sciPackages, built once per
-// machine beside the shared one and reused after. It is built in
-// sci.partial/ (a copy of "default" made with cp -a, the packages
-// installed by the product's own apt path, rootfs.Apt) and renamed into
-// place only when complete, so an interrupted build is redone; "default"
-// is never changed.
+// sciRootfs returns a manager of the shared test rootfs directory in
+// which the rootfs "sci" is ready: "default" plus rootfstest.Sci (see
+// rootfstest.Derived).
 func sciRootfs(t testing.TB) *rootfs.Manager {
 	t.Helper()
-	m := testRootfs(t)
-	if m.Ready("sci") {
-		return m
-	}
-	// One builder at a time across test processes.
-	lf, err := os.OpenFile(filepath.Join(m.Dir, ".sci-build.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lf.Close()
-	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	if m.Ready("sci") {
-		return m
-	}
-	start := time.Now()
-	staging := filepath.Join(m.Dir, "sci.partial")
-	if err := os.RemoveAll(staging); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(staging, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := execCombined("cp", "-a", "--reflink=auto", m.Path(rootfs.DefaultName), filepath.Join(staging, "sci")); err != nil {
-		t.Fatalf("copying the test rootfs: %v\n%s", err, out)
-	}
-	// The App only lends its sandbox; its data directory sees the
-	// staging directory as its rootfs directory.
-	data := t.TempDir()
-	if err := os.Symlink(staging, rootfs.DirIn(data)); err != nil {
-		t.Fatal(err)
-	}
-	a, err := New(context.Background(), data, &Options{Python: testPython})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	if !a.Sandbox.Boxed() {
-		t.Skip("no bubblewrap box: apt cannot run in a rootfs")
-	}
-	var log strings.Builder
-	res, err := a.apt().Install(context.Background(), "sci", sciPackages, 20*time.Minute, &log)
-	if err != nil {
-		t.Fatalf("installing %v into the sci rootfs: %v\n%s", sciPackages, err, tailOf(log.String(), 4000))
-	}
-	if res.Exit.Code != 0 || len(res.Unsettled) > 0 {
-		t.Fatalf("installing %v into the sci rootfs: exit %+v, unsettled %v\n%s", sciPackages, res.Exit, res.Unsettled, tailOf(log.String(), 4000))
-	}
-	if err := os.Rename(filepath.Join(staging, "sci"), m.Path("sci")); err != nil {
-		t.Fatal(err)
-	}
-	_ = os.RemoveAll(staging)
-	t.Logf("sci rootfs built in %s (%d packages installed)", time.Since(start).Round(time.Second), len(res.Installed))
-	return m
-}
-
-func tailOf(s string, n int) string {
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
-}
-
-func execCombined(name string, args ...string) ([]byte, error) {
-	return exec.Command(name, args...).CombinedOutput()
+	return rootfstest.Derived(t, "sci", rootfstest.Sci)
 }
 
 // TestSciRootfs builds (once per machine) the rootfs the plot tests run in.

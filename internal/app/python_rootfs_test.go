@@ -73,4 +73,9 @@ func TestRootfsSessionResidentPython(t *testing.T) {
 	if r.Engine != "python/rootfs-oneshot" || r.Stdout != "12.\n" || !strings.Contains(strings.Join(r.Notes, "\n"), "python/rootfs: starting the Python worker: the Python worker did not start: reply frame of 4294967295 bytes") {
 		t.Errorf("worker that cannot start: %+v", r)
 	}
+	// The next run does not try the start again, and says so.
+	r = runCode(t, a, RunCodeInput{Session: s2.ID, Code: "print(2)"})
+	if r.Engine != "python/rootfs-oneshot" || r.Stdout != "2\n" || !strings.Contains(strings.Join(r.Notes, "\n"), "python/rootfs: the rootfs's python3 could not start the session's worker on an earlier run") {
+		t.Errorf("second run of a worker that cannot start: %+v", r)
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/rootfs/rootfstest"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/terminal"
@@ -144,40 +144,11 @@ func TestPythonRunInstallFailureIsReported(t *testing.T) {
 	}
 }
 
-// testRootfs returns a manager holding a real, ready rootfs "default",
-// built with debootstrap once and kept in $QURO_TEST_ROOTFS (default
-// /var/cache/quro-test-rootfs) for later runs: the first `make test` on a
-// machine pays the install (about 75-90 s, needs root and the network),
-// the others reuse it.
+// testRootfs returns a manager of the shared test rootfs directory in
+// which "default" is ready (see rootfstest.Default).
 func testRootfs(t testing.TB) *rootfs.Manager {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("debootstrap needs root")
-	}
-	if _, err := exec.LookPath("debootstrap"); err != nil {
-		t.Skip("debootstrap not installed (make test installs it)")
-	}
-	dir := os.Getenv("QURO_TEST_ROOTFS")
-	if dir == "" {
-		dir = "/var/cache/quro-test-rootfs"
-	}
-	m := rootfs.New(dir)
-	if m.Ready(rootfs.DefaultName) {
-		return m
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	start := time.Now()
-	info, err := m.Install(ctx, rootfs.DefaultName, rootfs.InstallOptions{}, func(line string) {
-		if strings.HasPrefix(line, "I: Retrieving") || strings.HasPrefix(line, "I: Base system") || strings.HasPrefix(line, "rootfs") || strings.HasPrefix(line, "debootstrap") {
-			t.Logf("[%5.1fs] %s", time.Since(start).Seconds(), line)
-		}
-	})
-	if err != nil {
-		t.Fatalf("installing the test rootfs into %s: %v", dir, err)
-	}
-	t.Logf("test rootfs installed in %s: %+v", time.Since(start).Round(time.Second), info)
-	return m
+	return rootfstest.Default(t)
 }
 
 // appOnRootfs is an App whose data directory sees the rootfs of m (linked,

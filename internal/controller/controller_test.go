@@ -17,6 +17,7 @@ import (
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/engine/js"
+	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/project"
 	"github.com/quro-dev/quro/internal/quota"
@@ -220,6 +221,7 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("%w: sl (unpacked)", rootfs.ErrUnsettled), capability.Unavailable, []string{"unpacked"}, false},
 		{fmt.Errorf("%w (status)", rootfs.ErrUnreadable), capability.Unavailable, nil, false},
 		{fmt.Errorf("%w: debootstrap: exit 1", rootfs.ErrInstallFailed), capability.Unavailable, []string{"debootstrap"}, false},
+		{fmt.Errorf("pip needs the embedded Python's preparation (pip comes with it): %w", python.ErrNotInBuild), capability.Unavailable, []string{"no embedded Python", "-tags slim", "python3-pip"}, false},
 		{&rootfs.WaitError{Name: "r", Canceled: true}, capability.Canceled, []string{"canceled"}, false},
 		{&rootfs.WaitError{Name: "r", Timeout: time.Second}, capability.DeadlineExceeded, []string{"another install", "try again"}, false},
 		{fmt.Errorf("wait: %w", context.Canceled), capability.Canceled, []string{"canceled"}, false},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/engine/js"
+	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/project"
 	"github.com/quro-dev/quro/internal/quota"
@@ -113,6 +114,13 @@ var classes = []class{
 	{match: is(rootfs.ErrUnsettled), code: capability.Unavailable},
 	{match: is(rootfs.ErrUnreadable), code: capability.Unavailable, hint: "repair_rootfs, or the operator, can settle it"},
 	{match: is(rootfs.ErrInstallFailed), code: capability.Unavailable},
+
+	// A build without the embedded CPython (-tags slim) reached by a call
+	// that needs it (install_packages {manager: pip}: pip comes with it);
+	// run_code's chain falls through to the next tier instead.
+	{match: is(python.ErrNotInBuild), code: capability.Unavailable,
+		text: "this build of quro has no embedded Python (built with -tags slim), nor the pip that comes with it: " +
+			"use a build without -tags slim, or, in a session on a rootfs, install_packages python3-pip and run its pip in the session's shell"},
 
 	// The call itself.
 	{match: is(context.Canceled), code: capability.Canceled, text: "the call was canceled"},

@@ -17,6 +17,9 @@ import (
 // page, and says plainly that it was not run.
 type Code struct{}
 
+// Shows implements runcode.Shower: the code is shown, not run.
+func (Code) Shows() {}
+
 // Name is the engine's name in a run's result.
 func (Code) Name() string { return "render/code" }
 

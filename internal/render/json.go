@@ -18,6 +18,9 @@ import (
 // are kept as written.
 type JSON struct{}
 
+// Shows implements runcode.Shower: the code is shown, not run.
+func (JSON) Shows() {}
+
 // Name is the engine's name in a run's result.
 func (JSON) Name() string { return "render/json" }
 

@@ -16,6 +16,9 @@ import (
 // and returns a preview page applying it to a set of sample elements.
 type CSS struct{}
 
+// Shows implements runcode.Shower: the code is shown, not run.
+func (CSS) Shows() {}
+
 // Name is the engine's name in a run's result.
 func (CSS) Name() string { return "render/css" }
 
@@ -106,6 +109,9 @@ func cssErr(src string, off int, msg string) error {
 type XML struct {
 	SVGOnly bool
 }
+
+// Shows implements runcode.Shower: the code is shown, not run.
+func (XML) Shows() {}
 
 // Name is the engine's name in a run's result.
 func (x XML) Name() string {

@@ -64,6 +64,9 @@ func excerpt(src string, line, col int) string {
 // HTML returns the given page as an artifact.
 type HTML struct{}
 
+// Shows implements runcode.Shower: the code is shown, not run.
+func (HTML) Shows() {}
+
 // Name is the engine's name in a run's result.
 func (HTML) Name() string { return "render/html" }
 

@@ -7,7 +7,6 @@ package rootfs
 // results.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quro-dev/quro/internal/limitbuf"
 	"github.com/quro-dev/quro/internal/sandbox"
 )
 
@@ -235,7 +235,7 @@ func (a *Apt) Install(ctx context.Context, name string, pkgs []string, timeout t
 		// What apt would do, before it does it: nothing may be removed,
 		// and apt must install exactly the packages named (and their
 		// dependencies), never a match of a pattern.
-		sim := &limitedBuffer{max: simulateMax}
+		sim := &limitbuf.Buffer{Max: simulateMax}
 		fmt.Fprintf(out, "$ apt-get -s install %s\n", strings.Join(pkgs, " "))
 		exit, err = a.inBox(ctx, root, scratch, io.Discard, sim, "apt-get", append(append(slices.Clone(opts), "-s", "install"), pkgs...)...)
 		if err != nil {
@@ -250,7 +250,7 @@ func (a *Apt) Install(ctx context.Context, name string, pkgs []string, timeout t
 			}
 			break
 		}
-		plan, perr := parseAptPlan(sim.String(), sim.over)
+		plan, perr := parseAptPlan(sim.String(), sim.Over())
 		if perr == nil {
 			perr = plan.check(pkgs, before)
 		}
@@ -413,23 +413,6 @@ func (a *Apt) inBox(ctx context.Context, root, scratch string, out io.Writer, te
 		Stdout:      w,
 		Stderr:      w,
 	})
-}
-
-// limitedBuffer keeps the first max bytes written to it and notes that
-// more came.
-type limitedBuffer struct {
-	bytes.Buffer
-	max  int
-	over bool
-}
-
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	if room := b.max - b.Len(); len(p) > room {
-		b.over = true
-		b.Buffer.Write(p[:max(room, 0)])
-		return len(p), nil
-	}
-	return b.Buffer.Write(p)
 }
 
 // checkAvailable checks each package argument against the apt lists of

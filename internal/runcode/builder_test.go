@@ -81,7 +81,7 @@ func TestRenderFallbackNoteSaysNotRun(t *testing.T) {
 	ran := new([]string)
 	r := New([]Language{{Name: "z", Runs: true, Chain: []Engine{
 		&scripted{name: "toolchain/z", err: errors.New("no z in this server's userland: apt-get install z"), ran: ran},
-		&scripted{name: "render/code", ran: ran},
+		shower{&scripted{name: "render/code", ran: ran}},
 	}}}, nil)
 	res, err := r.Run(context.Background(), Input{Lang: "z", Code: "c", Session: testSession(t)})
 	if err != nil {
@@ -107,5 +107,30 @@ func TestToolchainText(t *testing.T) {
 				t.Errorf("%q does not contain %q", txt, w)
 			}
 		}
+	}
+}
+
+// shower is a scripted engine that only shows the code.
+type shower struct{ *scripted }
+
+func (shower) Shows() {}
+
+// Two tiers that fail for the same reason (the session's rootfs is gone,
+// which both rootfs Python tiers check) say it once in the note.
+func TestSameReasonSaidOnce(t *testing.T) {
+	ran := new([]string)
+	gone := errors.New(`rootfs "x" is not installed`)
+	r := New([]Language{{Name: "z", Runs: true, Chain: []Engine{
+		&scripted{name: "a", err: gone, ran: ran},
+		&scripted{name: "b", err: gone, ran: ran},
+		&scripted{name: "c", err: errors.New("other"), ran: ran},
+		&scripted{name: "d", ran: ran},
+	}}}, nil)
+	res, err := r.Run(context.Background(), Input{Lang: "z", Code: "c", Session: testSession(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `ran with d because a, b: rootfs "x" is not installed; c: other`; len(res.Notes) != 1 || res.Notes[0] != want {
+		t.Errorf("notes %q, want %q", res.Notes, want)
 	}
 }

@@ -79,12 +79,32 @@ func RestartedException() *Exception {
 	return &Exception{Name: "ContextRestarting", Value: ErrContextRestarted.Error(), Traceback: ErrContextRestarted.Error()}
 }
 
+// DefaultCompileTimeout is a build stage's budget when neither the caller
+// nor Options give one (run_code's compile_timeout_ms schema says it too;
+// a test in internal/app keeps the two the same).
+const DefaultCompileTimeout = time.Minute
+
 // Builder is an engine whose run may first build the code (compile it)
 // under the request's CompileTimeout: the runner's deadline for it is
 // Timeout plus CompileTimeout, and the engine keeps each stage to its own.
 type Builder interface {
 	Engine
 	Builds()
+}
+
+// Shower is an engine that shows the code (a highlighted page, a rendered
+// document) instead of running it: help does not count it as running the
+// language, and a run it answers after the chain's runners failed says
+// "not run, shown by".
+type Shower interface {
+	Engine
+	Shows()
+}
+
+// Shows reports whether e only shows code (a Shower).
+func Shows(e Engine) bool {
+	_, ok := e.(Shower)
+	return ok
 }
 
 // UserlandEngine is an engine whose program comes from the session's

@@ -55,7 +55,7 @@ type Options struct {
 	DefaultTimeout time.Duration // when the caller gives none (30 s)
 	MaxTimeout     time.Duration // largest accepted timeout (10 min)
 	// DefaultCompileTimeout is a build stage's budget when the caller
-	// gives none (60 s); at most MaxTimeout.
+	// gives none (the package's DefaultCompileTimeout); at most MaxTimeout.
 	DefaultCompileTimeout time.Duration
 }
 
@@ -82,7 +82,7 @@ func (o *Options) withDefaults() Options {
 		r.MaxTimeout = 10 * time.Minute
 	}
 	if r.DefaultCompileTimeout <= 0 {
-		r.DefaultCompileTimeout = min(time.Minute, r.MaxTimeout)
+		r.DefaultCompileTimeout = min(DefaultCompileTimeout, r.MaxTimeout)
 	}
 	return r
 }
@@ -210,7 +210,7 @@ func (r *Runner) Runnable() (runs []string, shown map[string]string) {
 		}
 		ok, why := false, l.Missing
 		for _, e := range l.Chain {
-			if strings.HasPrefix(e.Name(), "render/") {
+			if Shows(e) {
 				continue
 			}
 			err := r.probe(e)
@@ -321,14 +321,14 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 		}
 		return &Result{Engine: "none", ExitCode: -1, Error: msg}
 	}
-	var why, runFailed []string
+	var why, runFailed reasons
 	for _, e := range lang.Chain {
 		if _, ok := e.(ContextEngine); req.Context != nil && !ok {
-			why = append(why, e.Name()+": keeps no code contexts")
+			why.add(e.Name(), "keeps no code contexts")
 			continue
 		}
 		if err := r.probes[e](); err != nil {
-			why = append(why, e.Name()+": "+err.Error())
+			why.add(e.Name(), err.Error())
 			continue
 		}
 		budget := req.Timeout
@@ -340,15 +340,15 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 		cancel()
 		if err == nil {
 			res.Engine = e.Name()
-			if len(runFailed) > 0 {
+			if len(runFailed.texts) > 0 {
 				// An engine the chain prefers could not run this code
 				// here (e.g. no bash in the session's rootfs): say so, as
 				// the code may have been written for it.
 				verb := "ran with "
-				if strings.HasPrefix(e.Name(), "render/") {
+				if Shows(e) {
 					verb = "not run, shown by "
 				}
-				res.Notes = append(res.Notes, verb+e.Name()+" because "+strings.Join(runFailed, "; "))
+				res.Notes = append(res.Notes, verb+e.Name()+" because "+runFailed.String())
 			}
 			return res
 		}
@@ -361,11 +361,11 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 			res.Engine, res.Error = e.Name(), err.Error()
 			return res
 		}
-		why = append(why, e.Name()+": "+err.Error())
-		runFailed = append(runFailed, e.Name()+": "+err.Error())
+		why.add(e.Name(), err.Error())
+		runFailed.add(e.Name(), err.Error())
 	}
 	return &Result{Engine: "none", ExitCode: -1,
-		Error: "no " + lang.Name + " engine could run the code (" + strings.Join(why, "; ") + ")"}
+		Error: "no " + lang.Name + " engine could run the code (" + why.String() + ")"}
 }
 
 // maxArgs bounds a program's arguments.
@@ -461,4 +461,31 @@ func (r *Runner) SortedAliases() []string {
 		out = append(out, s)
 	}
 	return out
+}
+
+// reasons are why engines of a chain did not run the code, in chain
+// order; engines that gave the same reason share one entry ("a, b: why"),
+// so that two tiers that check the same thing do not say it twice.
+type reasons struct {
+	names [][]string
+	texts []string
+}
+
+func (r *reasons) add(name, why string) {
+	for i, t := range r.texts {
+		if t == why {
+			r.names[i] = append(r.names[i], name)
+			return
+		}
+	}
+	r.names = append(r.names, []string{name})
+	r.texts = append(r.texts, why)
+}
+
+func (r *reasons) String() string {
+	parts := make([]string, len(r.texts))
+	for i, t := range r.texts {
+		parts[i] = strings.Join(r.names[i], ", ") + ": " + t
+	}
+	return strings.Join(parts, "; ")
 }

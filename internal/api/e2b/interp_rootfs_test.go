@@ -8,22 +8,17 @@ import (
 	"testing"
 
 	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/rootfs/rootfstest"
 )
 
 // E2B's code interpreter on a rootfs template: the sandbox's Python is the
 // rootfs's python3 as a resident worker (issue 18), so its state is kept
 // between executions and a matplotlib figure from Debian's
 // python3-matplotlib comes back as a PNG result. It runs on the "sci" test
-// rootfs that internal/app's TestSciRootfs builds once per machine
-// ($QURO_TEST_ROOTFS), linked into the App's data directory, never changed.
+// rootfs (rootfstest.Derived: built once per machine, by whichever package's
+// test needs it first), linked into the App's data directory, never changed.
 func TestExecuteOnRootfsTemplate(t *testing.T) {
-	dir := os.Getenv("QURO_TEST_ROOTFS")
-	if dir == "" {
-		dir = "/var/cache/quro-test-rootfs"
-	}
-	if !rootfs.New(dir).Ready("sci") {
-		t.Skip("no sci test rootfs (go test ./internal/app -run TestSciRootfs builds it)")
-	}
+	dir := rootfstest.Derived(t, "sci", rootfstest.Sci).Dir
 	e := newEnv(t, nil)
 	if err := os.Symlink(dir, rootfs.DirIn(e.App.DataDir)); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
 )
 
 // reportQuantiles adds the median and p95 of ds (in µs) to b's output.
@@ -41,16 +42,21 @@ func benchRun(b *testing.B, e runcode.Engine, req *runcode.Request) *runcode.Res
 // Warm print(1): one message to a resident worker and its reply, with
 // stdout captured.
 func BenchmarkWarmPrint(b *testing.B) {
-	s := newSession(b)
+	benchWarmPrint(b, testEng, newSession(b))
+}
+
+// benchWarmPrint runs print(1) in s with e once (the worker starts), then
+// measures each further run.
+func benchWarmPrint(b *testing.B, e runcode.Engine, s *session.Session) {
 	var out bytes.Buffer
 	req := &runcode.Request{Code: "print(1)", Session: s, Timeout: time.Minute, Stdout: &out, Stderr: io.Discard}
-	benchRun(b, testEng, req)
+	benchRun(b, e, req)
 	ds := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for b.Loop() {
 		out.Reset()
 		t := time.Now()
-		benchRun(b, testEng, req)
+		benchRun(b, e, req)
 		ds = append(ds, time.Since(t))
 		if out.String() != "1\n" {
 			b.Fatalf("out %q", out.String())

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/rootfs/rootfstest"
 	"github.com/quro-dev/quro/internal/runcode/enginetest"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
@@ -68,14 +69,7 @@ func TestContract(t *testing.T) {
 		}, Required: embeddedInBuild}, pythonCaps(true))
 	})
 	t.Run("rootfs", func(t *testing.T) {
-		dir := os.Getenv("QURO_TEST_ROOTFS")
-		if dir == "" {
-			dir = "/var/cache/quro-test-rootfs"
-		}
-		m := rootfs.New(dir)
-		if !m.Ready(rootfs.DefaultName) {
-			t.Skipf("no test rootfs %q in %s (internal/app's tests install it; QURO_TEST_ROOTFS moves it)", rootfs.DefaultName, dir)
-		}
+		m := rootfstest.Default(t)
 		e := NewRootfsWorker(t.TempDir(), sb, m, nil)
 		t.Cleanup(func() { e.Close() })
 		enginetest.Run(t, enginetest.Target{Engine: e, NewSession: func(t *testing.T) *session.Session {

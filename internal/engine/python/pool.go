@@ -39,6 +39,14 @@ func newPool(sb *sandbox.Sandbox, opts EmbeddedOptions, what string) pool {
 	return pool{sb: sb, opts: opts, what: what, ctx: ctx, cancel: cancel, slots: map[string]*slot{}}
 }
 
+// unstartable is the error of a start that found, before starting
+// anything, that the session's worker cannot start (its rootfs is not
+// installed, or has no python3): the run reports it as it is.
+type unstartable struct{ err error }
+
+func (u unstartable) Error() string { return u.err.Error() }
+func (u unstartable) Unwrap() error { return u.err }
+
 // slot is one session's place in the registry.
 type slot struct {
 	id   string        // the session's
@@ -92,6 +100,10 @@ func (e *pool) run(ctx context.Context, req *runcode.Request) (*runcode.Result, 
 		s.setWorker(nil)
 	}
 	if err := e.ensureWorker(ctx, s, req.Session); err != nil {
+		var u unstartable
+		if errors.As(err, &u) {
+			return nil, u.err
+		}
 		return nil, fmt.Errorf("starting the Python worker: %w", err)
 	}
 	if c := req.Context; c != nil && c.ID != "" {

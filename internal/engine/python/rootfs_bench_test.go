@@ -22,21 +22,7 @@ func BenchmarkRootfsWarmPrint(b *testing.B) {
 	defer e.Close()
 	s := newSession(b)
 	s.Rootfs = rootfs.DefaultName
-	var out bytes.Buffer
-	req := &runcode.Request{Code: "print(1)", Session: s, Timeout: time.Minute, Stdout: &out, Stderr: io.Discard}
-	benchRun(b, e, req)
-	ds := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for b.Loop() {
-		out.Reset()
-		t := time.Now()
-		benchRun(b, e, req)
-		ds = append(ds, time.Since(t))
-		if out.String() != "1\n" {
-			b.Fatalf("out %q", out.String())
-		}
-	}
-	reportQuantiles(b, ds)
+	benchWarmPrint(b, e, s)
 }
 
 // A rootfs session's first run: the worker starts (box, python3 3.11 with

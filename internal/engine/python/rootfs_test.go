@@ -6,29 +6,21 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/rootfs/rootfstest"
 	"github.com/quro-dev/quro/internal/runcode"
 )
 
-// sharedRootfs is the ready Debian rootfs that internal/app's tests build
-// once per machine ($QURO_TEST_ROOTFS, default /var/cache/quro-test-rootfs);
-// these tests never install one, and skip without it.
+// sharedRootfs is the shared ready Debian rootfs "default", built once per
+// machine by whichever package's test needs it first (rootfstest.Default).
 func sharedRootfs(t testing.TB) *rootfs.Manager {
 	t.Helper()
-	dir := os.Getenv("QURO_TEST_ROOTFS")
-	if dir == "" {
-		dir = "/var/cache/quro-test-rootfs"
-	}
-	m := rootfs.New(dir)
-	if !m.Ready(rootfs.DefaultName) {
-		t.Skip("no test rootfs (internal/app's tests build it: go test ./internal/app -run TestPythonRunInRealRootfs)")
-	}
+	m := rootfstest.Default(t)
 	if !testSB.Boxed() {
 		t.Skip("no bubblewrap box: a rootfs cannot be shown")
 	}

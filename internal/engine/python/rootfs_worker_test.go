@@ -6,11 +6,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
@@ -365,5 +369,69 @@ func TestRootfsWorkerHostileUserSite(t *testing.T) {
 	}
 	if r := runOn(t, e, s, nil, "print(2)", time.Minute); r.out != "2\n" {
 		t.Errorf("after removing the .pth: %+v out %q err %q", r.Result, r.out, r.err)
+	}
+}
+
+// A session whose worker cannot start (here a .pth that forges a reply
+// frame) pays the failed start once: later runs go straight to the next
+// tier, saying why, without starting a worker, until reset_python or a
+// change of the session's user site.
+func TestRootfsWorkerRemembersFailedStart(t *testing.T) {
+	e := rootfsWorker(t, nil)
+	var starts atomic.Int32
+	start := e.startFor
+	e.startFor = func(ctx context.Context, sess *session.Session) (*worker, error) {
+		starts.Add(1)
+		return start(ctx, sess)
+	}
+	s := rootfsSession(t)
+	dir := filepath.Join(s.Workspace(), ".local/lib/python3.11/site-packages")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pth := "import os; os.write(4, b'\\xff\\xff\\xff\\xff' + b'x' * 64)\n"
+	if err := os.WriteFile(filepath.Join(dir, "zz-forge.pth"), []byte(pth), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := e.Run(ctx, &runcode.Request{Code: "print(1)", Lang: "python", Session: s, Timeout: time.Minute, Stdout: io.Discard, Stderr: io.Discard})
+		return err
+	}
+	if err := run(); err == nil || !strings.Contains(err.Error(), "reply frame of 4294967295 bytes") || starts.Load() != 1 {
+		t.Fatalf("first run: %v, %d starts", err, starts.Load())
+	}
+	// A FIFO where a user site would be is not opened (the server would
+	// block on it): the key is read without it.
+	if err := os.MkdirAll(filepath.Join(s.Workspace(), ".local/lib/python3.99"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(filepath.Join(s.Workspace(), ".local/lib/python3.99/site-packages"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		err := run()
+		if err == nil || !strings.Contains(err.Error(), "could not start the session's worker on an earlier run") ||
+			!strings.Contains(err.Error(), "reply frame of 4294967295 bytes") || !strings.Contains(err.Error(), "reset_python") {
+			t.Fatalf("later run: %v", err)
+		}
+	}
+	if n := starts.Load(); n != 1 {
+		t.Errorf("%d starts, want 1: later runs must not try the start again", n)
+	}
+	// reset_python tries again (and fails again: the .pth is still there).
+	if err := e.Reset(context.Background(), s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(); err == nil || strings.Contains(err.Error(), "earlier run") || starts.Load() != 2 {
+		t.Fatalf("after reset: %v, %d starts", err, starts.Load())
+	}
+	// A change of the user site tries again, and works.
+	if err := os.Remove(filepath.Join(dir, "zz-forge.pth")); err != nil {
+		t.Fatal(err)
+	}
+	if r := runOn(t, e, s, nil, "print(2)", time.Minute); r.out != "2\n" || starts.Load() != 3 {
+		t.Errorf("after removing the .pth: %+v out %q err %q, %d starts", r.Result, r.out, r.err, starts.Load())
 	}
 }

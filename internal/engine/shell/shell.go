@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 )
@@ -72,31 +73,12 @@ func (e *Engine) missing(why string) error {
 	return errors.New(why)
 }
 
-// binDirs are where a rootfs is searched for the shell: the PATH of a box.
-var binDirs = []string{"usr/local/bin", "usr/bin", "bin"}
-
-// inRootfs reports whether the rootfs at dir has the program, looking
-// through os.Root so that a symlink of the rootfs resolves inside it.
-func inRootfs(dir, prog string) bool {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return false
-	}
-	defer root.Close()
-	for _, d := range binDirs {
-		if fi, err := root.Stat(d + "/" + prog); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return true
-		}
-	}
-	return false
-}
-
 // Run implements runcode.Engine.
 func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result, error) {
 	var rootfsDir string
 	if name := req.Session.Rootfs; name != "" {
 		if e.rootfs == nil {
-			return nil, fmt.Errorf("the session runs on rootfs %q, which this engine cannot use", name)
+			return nil, rootfs.ErrNoEngineRootfs(name)
 		}
 		dir, err := e.rootfs(name)
 		if err != nil {
@@ -104,7 +86,7 @@ func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result
 		}
 		// Checked before anything runs, so that lang "shell" falls back
 		// to sh and lang "bash" says why instead of "bash: not found".
-		if !inRootfs(dir, e.prog) {
+		if _, ok := rootfs.LookPath(dir, e.prog); !ok {
 			return nil, e.missing(fmt.Sprintf("the session's rootfs %q has no %s (looked in /usr/local/bin, /usr/bin and /bin)", name, e.prog))
 		}
 		rootfsDir = dir

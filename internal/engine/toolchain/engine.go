@@ -15,7 +15,6 @@
 package toolchain
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -32,6 +31,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/quro-dev/quro/internal/limitbuf"
+	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 )
@@ -100,9 +101,6 @@ func Languages(sb *sandbox.Sandbox, rootfs func(name string) (string, error), sh
 	return out
 }
 
-// Tool returns the engine's table entry.
-func (e *Engine) Tool() *Tool { return e.tool }
-
 // Name implements runcode.Engine.
 func (e *Engine) Name() string { return "toolchain/" + e.tool.Prog }
 
@@ -118,19 +116,27 @@ func (e *Engine) Builds() {}
 // HostProbe implements runcode.UserlandEngine: the host userland (that of
 // sessions without a rootfs) has the toolchain.
 func (e *Engine) HostProbe(context.Context) error {
-	u := userland{}
-	if _, err := e.find(u, e.tool.Prog, e.tool.Alts); err != nil {
-		return e.missing(u, e.tool.Prog)
+	_, _, err := e.locate(userland{})
+	return err
+}
+
+// locate finds, in the userland u, the tool's compiler or interpreter
+// (prog) and its runner if it has one, and checks that what it requires
+// is there; the error (missing) names the package that adds what is not.
+func (e *Engine) locate(u userland) (prog, runner string, err error) {
+	t := e.tool
+	if prog, err = e.find(u, t.Prog, t.Alts); err != nil {
+		return "", "", e.missing(u, t.Prog)
 	}
-	if !e.has(u, e.tool.Requires) {
-		return e.missing(u, e.tool.RequiresName)
+	if !e.has(u, t.Requires) {
+		return "", "", e.missing(u, t.RequiresName)
 	}
-	if e.tool.Runner != "" {
-		if _, err := e.find(u, e.tool.Runner, nil); err != nil {
-			return e.missing(u, e.tool.Runner)
+	if t.Runner != "" {
+		if runner, err = e.find(u, t.Runner, nil); err != nil {
+			return "", "", e.missing(u, t.Runner)
 		}
 	}
-	return nil
+	return prog, runner, nil
 }
 
 // userland is where a session's programs come from: the host ("" dir) or
@@ -164,9 +170,6 @@ func (e *Engine) missing(u userland, prog string) error {
 	return fmt.Errorf("no %s in %s: %s", prog, where, how)
 }
 
-// binDirs are where a rootfs is searched: the PATH of a box.
-var binDirs = []string{"usr/local/bin", "usr/bin", "bin"}
-
 // find returns the path, as the box sees it, of the first of prog and
 // alts that the userland has as an executable file.
 func (e *Engine) find(u userland, prog string, alts []string) (string, error) {
@@ -186,24 +189,8 @@ func (e *Engine) find(u userland, prog string, alts []string) (string, error) {
 		}
 		return "", errors.New("not found")
 	}
-	root, err := os.OpenRoot(u.dir)
-	if err != nil {
-		return "", err
-	}
-	defer root.Close()
-	for _, n := range names {
-		cands := []string{strings.TrimPrefix(n, "/")}
-		if !path.IsAbs(n) {
-			cands = cands[:0]
-			for _, d := range binDirs {
-				cands = append(cands, d+"/"+n)
-			}
-		}
-		for _, c := range cands {
-			if fi, err := statIn(root, c); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-				return "/" + c, nil
-			}
-		}
+	if p, ok := rootfs.LookPath(u.dir, names...); ok {
+		return p, nil
 	}
 	return "", errors.New("not found")
 }
@@ -228,35 +215,6 @@ func (e *Engine) has(u userland, pattern string) bool {
 	return len(m) > 0
 }
 
-// statIn stats p in root, following symlinks as the box would see them
-// with root as / (an absolute target is taken relative to root), never
-// leaving root: os.Root refuses a path that escapes, and an absolute
-// target is re-rooted rather than followed on the host.
-func statIn(root *os.Root, p string) (fs.FileInfo, error) {
-	for range 40 {
-		fi, err := root.Lstat(p)
-		if err != nil {
-			return nil, err
-		}
-		if fi.Mode()&fs.ModeSymlink == 0 {
-			return fi, nil
-		}
-		t, err := root.Readlink(p)
-		if err != nil {
-			return nil, err
-		}
-		if path.IsAbs(t) {
-			p = strings.TrimPrefix(path.Clean(t), "/")
-		} else {
-			p = path.Join(path.Dir(p), t)
-		}
-		if p == "" || p == "." || p == ".." || strings.HasPrefix(p, "../") {
-			return nil, fmt.Errorf("%s leaves the rootfs", t)
-		}
-	}
-	return nil, errors.New("too many symlinks")
-}
-
 // fileID identifies the compiler file for the version cache: a changed
 // toolchain (install_packages, an upgrade) is probed again.
 func fileID(u userland, p string) string {
@@ -265,11 +223,7 @@ func fileID(u userland, p string) string {
 	if u.dir == "" {
 		fi, err = os.Stat(p)
 	} else {
-		var root *os.Root
-		if root, err = os.OpenRoot(u.dir); err == nil {
-			fi, err = statIn(root, strings.TrimPrefix(p, "/"))
-			root.Close()
-		}
+		fi, err = rootfs.Stat(u.dir, p)
 	}
 	if err != nil {
 		return p
@@ -280,22 +234,6 @@ func fileID(u userland, p string) string {
 // maxVersions bounds the version cache (an entry per session and
 // userland); past it the cache starts afresh.
 const maxVersions = 4096
-
-// limitedBuffer keeps the first n bytes written to it.
-type limitedBuffer struct {
-	mu  sync.Mutex
-	b   bytes.Buffer
-	max int
-}
-
-func (l *limitedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if room := l.max - l.b.Len(); room > 0 {
-		l.b.Write(p[:min(room, len(p))])
-	}
-	return len(p), nil
-}
 
 // version returns the toolchain's version line, probed once per session,
 // userland and compiler file, in the session's box, without the session's
@@ -312,7 +250,7 @@ func (e *Engine) version(ctx context.Context, u userland, prog string, req *runc
 	if ok {
 		return v
 	}
-	out := &limitedBuffer{max: 4096}
+	out := &limitbuf.Buffer{Max: 4096}
 	spec := e.spec(req, u, append([]string{prog}, e.tool.Version...))
 	spec.Env = nil
 	spec.Stdout, spec.Stderr = out, out
@@ -321,7 +259,7 @@ func (e *Engine) version(ctx context.Context, u userland, prog string, req *runc
 	exit, err := e.sb.Run(vctx, spec)
 	v = filepath.Base(prog)
 	if err == nil && exit.Code == 0 && !exit.TimedOut && !exit.Canceled {
-		for _, line := range strings.Split(out.b.String(), "\n") {
+		for _, line := range strings.Split(out.String(), "\n") {
 			if line = clean(line); line != "" {
 				v = line
 				break
@@ -413,7 +351,7 @@ func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result
 	u := userland{}
 	if name := req.Session.Rootfs; name != "" {
 		if e.rootfs == nil {
-			return nil, fmt.Errorf("the session runs on rootfs %q, which this engine cannot use", name)
+			return nil, rootfs.ErrNoEngineRootfs(name)
 		}
 		dir, err := e.rootfs(name)
 		if err != nil {
@@ -421,18 +359,9 @@ func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result
 		}
 		u = userland{name: name, dir: dir}
 	}
-	prog, err := e.find(u, t.Prog, t.Alts)
+	prog, runner, err := e.locate(u)
 	if err != nil {
-		return nil, e.missing(u, t.Prog)
-	}
-	if !e.has(u, t.Requires) {
-		return nil, e.missing(u, t.RequiresName)
-	}
-	var runner string
-	if t.Runner != "" {
-		if runner, err = e.find(u, t.Runner, nil); err != nil {
-			return nil, e.missing(u, t.Runner)
-		}
+		return nil, err
 	}
 	version := e.version(ctx, u, prog, req)
 	file, class := t.File, ""
@@ -520,7 +449,7 @@ func (e *Engine) build(ctx context.Context, req *runcode.Request, u userland, ve
 	spec.Stdout, spec.Stderr = diag, diag
 	timeout := req.CompileTimeout
 	if timeout <= 0 {
-		timeout = time.Minute
+		timeout = runcode.DefaultCompileTimeout
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -88,7 +88,13 @@ func TestFindOnHostOnlyUnderUsr(t *testing.T) {
 }
 
 func TestMissingNamesThePackage(t *testing.T) {
-	e := New(nil, nil, Lookup("c"))
+	var c *Tool
+	for i := range Tools {
+		if Tools[i].Lang == "c" {
+			c = &Tools[i]
+		}
+	}
+	e := New(nil, nil, c)
 	if got := e.missing(userland{}, "gcc").Error(); got != "no gcc in this server's userland: apt-get install gcc libc6-dev on the host, or a session on a rootfs with install_packages gcc libc6-dev" {
 		t.Error(got)
 	}

@@ -141,13 +141,3 @@ var Tools = []Tool{
 		Run: []string{"{prog}", "{src}"}, Version: []string{"--version"},
 		Missing: "Julia is not packaged in Debian 12; install a release from julialang.org into the rootfs"},
 }
-
-// Lookup returns the table's entry for lang, or nil.
-func Lookup(lang string) *Tool {
-	for i := range Tools {
-		if Tools[i].Lang == lang {
-			return &Tools[i]
-		}
-	}
-	return nil
-}
