@@ -70,7 +70,7 @@ func TestRootfsSessionResidentPython(t *testing.T) {
 	mustCall(t, a, "write_file", WriteFileInput{Session: s2.ID, Path: ".local/lib/python3.11/site-packages/zz.pth",
 		Content: "import os; os.write(4, b'\\xff\\xff\\xff\\xff')\n"})
 	r = runCode(t, a, RunCodeInput{Session: s2.ID, Code: "print(open('/etc/debian_version').read()[:3])"})
-	if r.Engine != "python/rootfs-oneshot" || r.Stdout != "12.\n" || !strings.Contains(strings.Join(r.Notes, "\n"), "python/rootfs: starting the Python worker: the Python worker did not start: reply frame of 4294967295 bytes") {
+	if r.Engine != "python/rootfs-oneshot" || r.Stdout != "12.\n" || !strings.Contains(strings.Join(r.Notes, "\n"), "python/rootfs: starting the Python worker: the Python worker did not start: refused reply frame: reply frame of 4294967295 bytes") {
 		t.Errorf("worker that cannot start: %+v", r)
 	}
 	// The next run does not try the start again, and says so.

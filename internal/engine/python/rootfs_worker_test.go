@@ -360,7 +360,7 @@ func TestRootfsWorkerHostileUserSite(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, err := e.Run(ctx, &runcode.Request{Code: "print(1)", Lang: "python", Session: s, Timeout: time.Minute, Stdout: &out, Stderr: &errb})
-	if err == nil || !strings.Contains(err.Error(), "the Python worker did not start: reply frame of 4294967295 bytes") {
+	if err == nil || !strings.Contains(err.Error(), "the Python worker did not start: refused reply frame: reply frame of 4294967295 bytes") {
 		t.Fatalf("forged frame at start: %v (out %q)", err, out.String())
 	}
 	// Without the file the session's Python works again.
