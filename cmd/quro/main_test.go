@@ -18,6 +18,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/rootfs/rootfstest"
 )
 
 func TestMain(m *testing.M) {
@@ -439,20 +440,7 @@ func TestAptInsideARootfsSession(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (a uid per session, and the rootfs install box)")
 	}
-	cache := os.Getenv("QURO_TEST_ROOTFS")
-	if cache == "" {
-		cache = "/var/cache/quro-test-rootfs"
-	}
-	if !rootfs.New(cache).Ready(rootfs.DefaultName) {
-		t.Skip("no test rootfs in " + cache + " yet (internal/app's tests build it)")
-	}
-	data := t.TempDir()
-	if err := os.MkdirAll(rootfs.DirIn(data), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("cp", "-a", "--reflink=auto", rootfs.New(cache).Path(rootfs.DefaultName), rootfs.DirIn(data)+"/").CombinedOutput(); err != nil {
-		t.Fatalf("copying the test rootfs: %v %s", err, out)
-	}
+	data := dataWithTestRootfs(t)
 	srv := startServerIn(t, data)
 	admin := []string{"Authorization", "Bearer " + srv.token}
 	const js = "application/json"
@@ -490,4 +478,20 @@ func TestAptInsideARootfsSession(t *testing.T) {
 	if out := exec("offline", "apt-cache policy jq | head -2"); !strings.Contains(out, "Installed:") {
 		t.Fatalf("apt-cache:\n%s", out)
 	}
+}
+
+// dataWithTestRootfs is a data directory holding a copy of the shared
+// test rootfs "default" (built first when the machine has none yet), so a
+// test may change it.
+func dataWithTestRootfs(t *testing.T) string {
+	t.Helper()
+	m := rootfstest.Default(t)
+	data := t.TempDir()
+	if err := os.MkdirAll(rootfs.DirIn(data), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-a", "--reflink=auto", m.Path(rootfs.DefaultName), rootfs.DirIn(data)+"/").CombinedOutput(); err != nil {
+		t.Fatalf("copying the test rootfs: %v %s", err, out)
+	}
+	return data
 }

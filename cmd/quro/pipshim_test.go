@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -156,20 +155,7 @@ func TestPipInsideARootfsSession(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (a uid per session)")
 	}
-	cache := os.Getenv("QURO_TEST_ROOTFS")
-	if cache == "" {
-		cache = "/var/cache/quro-test-rootfs"
-	}
-	if !rootfs.New(cache).Ready(rootfs.DefaultName) {
-		t.Skip("no test rootfs in " + cache + " yet (internal/app's tests build it)")
-	}
-	data := t.TempDir()
-	if err := os.MkdirAll(rootfs.DirIn(data), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("cp", "-a", "--reflink=auto", rootfs.New(cache).Path(rootfs.DefaultName), rootfs.DirIn(data)+"/").CombinedOutput(); err != nil {
-		t.Fatalf("copying the test rootfs: %v %s", err, out)
-	}
+	data := dataWithTestRootfs(t)
 	seedPython(t, data)
 	// The rootfs's pip shims name their pip directory: this data
 	// directory's is extracted again.

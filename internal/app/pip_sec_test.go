@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -75,18 +74,10 @@ func TestPipIndexCredentialsStayWithTheServer(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	host := strings.TrimPrefix(srv.URL, "http://")
-	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Pip: PipOptions{
+	a := pipAppWith(t, PipOptions{
 		IndexURL:       "http://quro:" + secret + "@" + host + "/simple/",
 		ExtraIndexURLs: []string{"http://extra:" + secret + "@" + host + "/extra/"},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	needEmbedded(t, a)
-	if !a.Sandbox.Boxed() {
-		t.Skip("no bubblewrap box")
-	}
+	})
 	s := sessionAs(t, a, pipAlice, "cred", "full", nil)
 	r := runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Lang: "bash", Code: `echo "index=$PIP_INDEX_URL extra=$PIP_EXTRA_INDEX_URL"; cat /proc/self/environ | tr '\0' '\n'`})
 	if strings.Contains(r.Stdout+r.Stderr, secret) {
@@ -158,15 +149,7 @@ func TestPipFetchInTenantCgroupOneAtATime(t *testing.T) {
 			close(release)
 		}
 	})
-	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Pip: PipOptions{IndexURL: srv.URL + "/simple/"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	needEmbedded(t, a)
-	if !a.Sandbox.Boxed() {
-		t.Skip("no bubblewrap box")
-	}
+	a := pipAppWith(t, PipOptions{IndexURL: srv.URL + "/simple/"})
 	cgroups := false
 	for _, f := range a.Sandbox.Layers() {
 		cgroups = cgroups || (f.Name == sandbox.LayerCgroups && f.Used)

@@ -67,7 +67,14 @@ PyMODINIT_FUNC PyInit_%s(void) { return PyModule_Create(&mod); }
 // pipApp is an App whose pip index is ix.
 func pipApp(t *testing.T, ix *testIndex) *App {
 	t.Helper()
-	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Pip: PipOptions{IndexURL: ix.URL()}})
+	return pipAppWith(t, PipOptions{IndexURL: ix.URL()})
+}
+
+// pipAppWith is an App with pip options o, in session boxes with the
+// embedded Python (the test skips where there are none).
+func pipAppWith(t *testing.T, o PipOptions) *App {
+	t.Helper()
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Pip: o})
 	if err != nil {
 		t.Fatal(err)
 	}
