@@ -482,6 +482,7 @@ type watchers struct {
 type pollWatcher struct {
 	sandbox string
 	cancel  context.CancelFunc
+	stopped chan struct{} // closed once its watch has ended
 	mu      sync.Mutex
 	events  []*filesystem.FilesystemEvent
 	ended   error // why it ended, once it did
@@ -498,7 +499,7 @@ func (f *fsService) CreateWatcher(ctx context.Context, req *connect.Request[file
 	_, _ = rand.Read(rnd[:])
 	id := hex.EncodeToString(rnd[:])
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	pw := &pollWatcher{sandbox: sb, cancel: cancel}
+	pw := &pollWatcher{sandbox: sb, cancel: cancel, stopped: make(chan struct{})}
 	f.watchers.mu.Lock()
 	n := 0
 	for _, w := range f.watchers.byID {
@@ -562,6 +563,7 @@ func (f *fsService) CreateWatcher(ctx context.Context, req *connect.Request[file
 					pw.ended = rpcErrorf(connect.CodeNotFound, "the watcher was removed")
 				}
 				pw.mu.Unlock()
+				close(pw.stopped)
 				time.AfterFunc(watcherLinger, func() { f.watchers.drop(id) })
 				return
 			}
@@ -631,10 +633,18 @@ func (f *fsService) RemoveWatcher(ctx context.Context, req *connect.Request[file
 	if err := f.rpcUser(req.Header()); err != nil {
 		return nil, err
 	}
-	if _, err := f.watchers.get(ctx, req.Msg.GetWatcherId()); err != nil {
+	pw, err := f.watchers.get(ctx, req.Msg.GetWatcherId())
+	if err != nil {
 		return nil, err
 	}
 	f.watchers.drop(req.Msg.GetWatcherId())
+	// Once removed, its watch no longer counts against the session's:
+	// a watcher made right after finds the room (the caller's deadline
+	// bounds the wait for the watch to end).
+	select {
+	case <-pw.stopped:
+	case <-ctx.Done():
+	}
 	return connect.NewResponse(&filesystem.RemoveWatcherResponse{}), nil
 }
 
