@@ -25,6 +25,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/quro-dev/quro/internal/flock"
 )
 
 // Limits of what install_packages {manager: pip} accepts and of what the
@@ -197,7 +199,7 @@ func (c *Cache) Add(tenant, src string) (*Added, error) {
 	if fi.Size() > MaxWheelBytes {
 		return nil, fmt.Errorf("%s is %d bytes, more than the cache takes (%d)", name, fi.Size(), MaxWheelBytes)
 	}
-	unlock, err := lock(filepath.Join(d, ".lock"))
+	unlock, err := flock.Lock(filepath.Join(d, ".lock"), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -245,28 +247,4 @@ func (c *Cache) Add(tenant, src string) (*Added, error) {
 		return nil, fmt.Errorf("%w: %s (sha256 %s)", ErrCacheConflict, name, sum)
 	}
 	return added, nil
-}
-
-// Has reports whether tenant's cache holds a wheel named name.
-func (c *Cache) Has(tenant, name string) bool {
-	fi, err := os.Lstat(filepath.Join(c.Wheels(tenant), name))
-	return err == nil && fi.Mode().IsRegular()
-}
-
-func lock(path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { f.Close() }, nil
 }

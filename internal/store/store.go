@@ -25,10 +25,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/quro-dev/quro/internal/flock"
 )
 
 //go:embed migrations/*.sql
@@ -169,7 +170,7 @@ func Open(ctx context.Context, file string) (*Store, error) {
 	// Opening is serialised across processes: switching a new file to WAL
 	// and migrating it can meet SQLITE_BUSY without the busy handler being
 	// asked when two quro processes (or goroutines) open it at once.
-	unlock, err := lockFile(file + ".lock")
+	unlock, err := flock.Lock(file+".lock", nil)
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: %w", err)
@@ -204,25 +205,6 @@ func privateFiles(file string) error {
 		}
 	}
 	return nil
-}
-
-// lockFile takes an exclusive flock on path, waiting for other holders.
-func lockFile(path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
-		if err != syscall.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	return func() { f.Close() }, nil
 }
 
 // Close closes the database.

@@ -26,6 +26,7 @@ import (
 	// internal data package; importing it links that data in.
 	_ "github.com/kluctl/go-embed-python/python"
 
+	"github.com/quro-dev/quro/internal/flock"
 	"github.com/quro-dev/quro/internal/sandbox"
 )
 
@@ -177,7 +178,7 @@ func installFrom(ctx context.Context, dataDir string, archive []byte, step Step)
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, fmt.Errorf("python data directory: %w", err)
 	}
-	unlock, err := lockFile(filepath.Join(root, ".lock"), func() { step(stepWaiting, 0, 0) })
+	unlock, err := flock.Lock(filepath.Join(root, ".lock"), func() { step(stepWaiting, 0, 0) })
 	if err != nil {
 		return nil, err
 	}

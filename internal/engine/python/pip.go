@@ -16,6 +16,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/quro-dev/quro/internal/flock"
 )
 
 // pip for the sessions' Python: the wheel of pip 25.1.1 (Debian trixie's
@@ -126,7 +128,7 @@ func ensurePip(ctx context.Context, root string, inst *installation) error {
 	if done() {
 		return nil
 	}
-	unlock, err := lockFile(filepath.Join(root, "python", ".lock"), nil)
+	unlock, err := flock.Lock(filepath.Join(root, "python", ".lock"), nil)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quro-dev/quro/internal/flock"
 	"github.com/quro-dev/quro/internal/progress"
 	"github.com/quro-dev/quro/internal/runcode"
 )
@@ -53,7 +54,7 @@ func TestFirstRunPreparesOnceWithProgress(t *testing.T) {
 
 	// Another "quro process" holds the lock: the preparation cannot end.
 	os.MkdirAll(filepath.Join(root, "python"), 0o755)
-	unlock, err := lockFile(filepath.Join(root, "python", ".lock"), nil)
+	unlock, err := flock.Lock(filepath.Join(root, "python", ".lock"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

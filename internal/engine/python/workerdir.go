@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+
+	"github.com/quro-dev/quro/internal/flock"
 )
 
 // workerDir is the directory of the worker module, under the directory
@@ -40,7 +42,7 @@ func ensureWorkerDir(ctx context.Context, root string, compile func(ctx context.
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return "", err
 	}
-	unlock, err := lockFile(filepath.Join(filepath.Dir(dir), ".lock"), nil)
+	unlock, err := flock.Lock(filepath.Join(filepath.Dir(dir), ".lock"), nil)
 	if err != nil {
 		return "", err
 	}
