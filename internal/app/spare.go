@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -47,6 +48,9 @@ type spareKey struct{ tenant, network string }
 type spare struct {
 	s      *session.Session
 	limits TenantLimits
+	// binds are the session's binds when its box was made (its
+	// in-session socket is one, once the server's hooks are set).
+	binds []sandbox.Bind
 }
 
 // spares is the App's pool of spare sessions.
@@ -192,7 +196,12 @@ const spareWait = time.Second
 // lifetime; next: it was unfit and discarded, try another.
 func (p *spares) claimOne(ctx context.Context, key spareKey, sp *spare, limits TenantLimits, name string, o session.CreateOptions) (_ *session.Session, next bool, _ error) {
 	defer p.wg.Done() // take's
-	if sp.limits != limits {
+	// A box holds its binds from its start: a spare made before the
+	// session's binds were what they are now (the in-session socket of a
+	// server whose hooks came after the first fill) would leave the
+	// session's code without them, and its other runs in boxes of their
+	// own.
+	if sp.limits != limits || !slices.Equal(sp.binds, sp.s.Binds()) {
 		p.discard(sp)
 		return nil, true, nil
 	}
@@ -356,6 +365,10 @@ func (p *spares) make(key spareKey) (*spare, error) {
 	// with the tenant's, from the first process on: the session's row
 	// names the spare tenant until the claim.
 	a.tenants.remember(s.ID, key.tenant)
+	// Taken before the box is: hooks set meanwhile (the in-session
+	// server's, as quro serve starts) make the claim discard the spare
+	// rather than give a box without them.
+	binds := s.Binds()
 	err = a.Python.StartSpare(p.ctx, s)
 	if err == nil && a.tenants.Limits(p.ctx, key.tenant) != limits {
 		err = errors.New("the tenant's limits changed while the spare was made")
@@ -364,7 +377,7 @@ func (p *spares) make(key spareKey) (*spare, error) {
 		a.destroySpare(s)
 		return nil, err
 	}
-	return &spare{s: s, limits: limits}, nil
+	return &spare{s: s, limits: limits, binds: binds}, nil
 }
 
 // close destroys every spare and waits until the pool's work has ended.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/store"
 	"golang.org/x/sys/unix"
@@ -359,5 +360,37 @@ func TestStaleSparesAreRemovedAtStart(t *testing.T) {
 	}
 	if _, err := os.Stat(stale.Dir); !os.IsNotExist(err) {
 		t.Fatalf("the stale spare's directory is still there: %v", err)
+	}
+}
+
+// TestSpareMadeBeforeTheBoxHooksIsNotGiven: quro serve sets the
+// in-session server's box hooks (the socket bound into every box of a
+// session) after the App has started its first spare. A spare whose box
+// was made without them is discarded at the claim: given, its session's
+// code would have no socket, and every other run a box of its own.
+func TestSpareMadeBeforeTheBoxHooksIsNotGiven(t *testing.T) {
+	a, _ := newSpareApp(t, 1)
+	sp := waitSpares(t, a, localNone, 1)[0]
+	src := filepath.Join(t.TempDir(), "hooked")
+	if err := os.WriteFile(src, []byte("bound\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.Sessions.SetBoxHooks(&session.BoxHooks{Binds: func(*session.Session) []sandbox.Bind {
+		return []sandbox.Bind{{Src: src, Dst: "/run/quro/hooked"}}
+	}})
+	info := mustCall(t, a, "create_session", CreateSessionInput{Name: "hooked"}).(*SessionInfo)
+	if info.ID == sp.ID {
+		t.Fatal("a spare whose box lacks the session's binds was given")
+	}
+	if res := runCode(t, a, RunCodeInput{Session: "hooked", Lang: "bash", Code: "cat /run/quro/hooked"}); res.Stdout != "bound\n" {
+		t.Fatalf("the session's box does not show its binds: %+v", res)
+	}
+	// Spares made from now on have them, and are given.
+	next := waitSpares(t, a, localNone, 1)[0]
+	if info := mustCall(t, a, "create_session", CreateSessionInput{Name: "hooked2"}).(*SessionInfo); info.ID != next.ID {
+		t.Fatalf("a spare made with the hooks was not given: %s, want %s", info.ID, next.ID)
+	}
+	if res := runCode(t, a, RunCodeInput{Session: "hooked2", Lang: "bash", Code: "cat /run/quro/hooked"}); res.Stdout != "bound\n" {
+		t.Fatalf("the claimed spare's box does not show its binds: %+v", res)
 	}
 }
