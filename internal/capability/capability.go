@@ -77,9 +77,58 @@ type Capability struct {
 	// registration with Streaming.
 	Streams bool
 
-	input   *jsonschema.Resolved
-	handler func(ctx context.Context, args json.RawMessage) (any, error)
+	// Use is how the capability uses the session its input names
+	// (InSession): the controller enters that session, in this mode,
+	// before the handler runs. UseNone: the handler names none.
+	Use Use
+
+	input  *jsonschema.Resolved
+	decode func(args json.RawMessage) (any, error)
+	run    func(ctx context.Context, in any) (any, error)
+	zero   any // a zero value of the input's type
 }
+
+// Use is how a call uses the session its input names. The controller
+// enters the session in that mode before the handler runs and leaves it
+// when the handler returns (session.Life), for every access path: no
+// handler enters a session itself.
+type Use uint8
+
+// The uses, weakest first.
+const (
+	// UseNone: the capability names no session (create_session, the
+	// service and admin capabilities).
+	UseNone Use = iota
+	// UseRead looks the session up and refuses one being destroyed; the call
+	// is not waited for by a destroy (it changes nothing).
+	UseRead
+	// UseHold counts the call in the session: a destroy cancels it and waits
+	// for it. The session is neither resumed nor marked used, and a pause
+	// goes ahead with it running (a snapshot, a watch, following output).
+	UseHold
+	// UseBusy is UseHold that may run something in the box and wait for it:
+	// the session is marked used and resumed if paused, and a pause waits
+	// for the call (a run, a command, terminal input).
+	UseBusy
+)
+
+// String names the use.
+func (u Use) String() string {
+	switch u {
+	case UseRead:
+		return "read"
+	case UseHold:
+		return "hold"
+	case UseBusy:
+		return "busy"
+	}
+	return "none"
+}
+
+// SessionInput is implemented by the input of a capability that uses a
+// session (InSession): SessionRef is the session's id or name as the
+// caller gave it ("": the caller's default session).
+type SessionInput interface{ SessionRef() string }
 
 // New declares a capability with typed input and output. The schemas are
 // derived from In and Out (field tags `json` and `jsonschema`); fields
@@ -110,14 +159,34 @@ func New[In, Out any](name, description string, scope Scope, h func(ctx context.
 	return &Capability{
 		Name: name, Description: description, Scope: scope,
 		InputSchema: in, OutputSchema: out, input: resolved,
-		handler: func(ctx context.Context, args json.RawMessage) (any, error) {
+		decode: func(args json.RawMessage) (any, error) {
 			var v In
 			if err := checkArgs(name, in, resolved, args, &v); err != nil {
 				return nil, err
 			}
-			return h(ctx, v)
+			return v, nil
 		},
+		run: func(ctx context.Context, v any) (any, error) {
+			typed, ok := v.(In)
+			if !ok {
+				return nil, Errorf(Internal, "%s takes %T, not %T", name, typed, v)
+			}
+			return h(ctx, typed)
+		},
+		zero: *new(In),
 	}
+}
+
+// InSession declares that c uses the session its input names, in mode
+// use, and returns c: reg.Register(capability.New(...).InSession(UseBusy)).
+// The input type must implement SessionInput (New panics otherwise: a
+// programmer error).
+func (c *Capability) InSession(use Use) *Capability {
+	if _, ok := c.zero.(SessionInput); !ok && use != UseNone {
+		panic(fmt.Sprintf("capability %s: InSession(%s), but its input does not name a session (SessionInput)", c.Name, use))
+	}
+	c.Use = use
+	return c
 }
 
 // Streaming declares that c reports its output as it arrives (Streams)
@@ -128,9 +197,51 @@ func (c *Capability) Streaming() *Capability {
 }
 
 // Call decodes args strictly (unknown fields and trailing data are errors),
-// validates them against the input schema and runs the handler.
+// validates them against the input schema and runs the handler. It enters
+// no session: the controller does (Decode, then Run).
 func (c *Capability) Call(ctx context.Context, args json.RawMessage) (any, error) {
-	return c.handler(ctx, args)
+	v, err := c.decode(args)
+	if err != nil {
+		return nil, err
+	}
+	return c.run(ctx, v)
+}
+
+// Decode decodes args strictly and validates them against the input
+// schema, returning the typed input (a value of the handler's In).
+func (c *Capability) Decode(args json.RawMessage) (any, error) { return c.decode(args) }
+
+// Check checks in, a typed input for c (controller.Invoke), against the
+// input schema, through its JSON form args (encoding's error: jsonErr),
+// as Decode checks JSON arguments. It returns in.
+func (c *Capability) Check(in any, args json.RawMessage, jsonErr error) (any, error) {
+	if reflect.TypeOf(in) != reflect.TypeOf(c.zero) {
+		return nil, Errorf(Internal, "%s takes %T, not %T", c.Name, c.zero, in)
+	}
+	if jsonErr != nil {
+		return nil, Errorf(InvalidArgument, "bad arguments for %s: %v", c.Name, jsonErr)
+	}
+	var generic any
+	if err := json.Unmarshal(normalize(args), &generic); err != nil {
+		return nil, Errorf(InvalidArgument, "bad arguments for %s: %v", c.Name, err)
+	}
+	if err := c.input.Validate(generic); err != nil {
+		return nil, Errorf(InvalidArgument, "bad arguments for %s: %s", c.Name, strings.TrimPrefix(err.Error(), "validating root: "))
+	}
+	return in, nil
+}
+
+// Run runs the handler on in, a value of its input type (from Decode, or
+// built by an access path that calls with typed inputs).
+func (c *Capability) Run(ctx context.Context, in any) (any, error) { return c.run(ctx, in) }
+
+// SessionRef is the session in (a value of c's input type) names, for a
+// capability InSession; "" otherwise.
+func (c *Capability) SessionRef(in any) string {
+	if si, ok := in.(SessionInput); ok && c.Use != UseNone {
+		return si.SessionRef()
+	}
+	return ""
 }
 
 // HasRequiredInput reports whether the capability needs any argument.

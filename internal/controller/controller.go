@@ -112,7 +112,18 @@ type Options struct {
 	Limits Limits
 	// Observers are told of every finished call, in order.
 	Observers []Observer
+	// Enter enters the session a capability declared InSession names, in
+	// its mode, before the handler runs (the session's life owner,
+	// session.Life); release is called when the handler has returned.
+	// nil: such a capability is refused (a controller without sessions).
+	Enter Enter
 }
+
+// Enter enters the session ref names ("": the caller's default, which ctx
+// carries) for a call that uses it in mode use, returning the context
+// the handler runs under (canceled if the session is destroyed meanwhile)
+// and the release of the entry.
+type Enter func(ctx context.Context, ref string, use capability.Use) (_ context.Context, release func(), _ error)
 
 // Limits bound what one tenant may do at once.
 type Limits struct {
@@ -128,6 +139,7 @@ type Controller struct {
 	log       *slog.Logger
 	observers []Observer
 	limits    Limits
+	enter     Enter
 
 	mu       sync.Mutex
 	inFlight map[string]int // exec-scope calls running, by tenant
@@ -138,7 +150,7 @@ func New(reg *capability.Registry, opts *Options) *Controller {
 	if opts == nil {
 		opts = &Options{}
 	}
-	c := &Controller{reg: reg, log: opts.Logger, limits: opts.Limits, observers: append([]Observer(nil), opts.Observers...)}
+	c := &Controller{reg: reg, log: opts.Logger, limits: opts.Limits, enter: opts.Enter, observers: append([]Observer(nil), opts.Observers...)}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -152,8 +164,31 @@ func (c *Controller) Registry() *capability.Registry { return c.reg }
 // *capability.Error; an internal one says only its id, under which the
 // cause is logged.
 func (c *Controller) Call(ctx context.Context, caller Caller, name string, args json.RawMessage) (*Reply, error) {
+	return c.dispatch(ctx, caller, name, args, nil)
+}
+
+// Invoke runs capability name with in, a value of its input type, for an
+// access path that holds typed inputs (E2B's): no JSON is decoded, and
+// the reply's Output is the handler's own typed value. in is checked
+// against the input schema as Call's arguments are, and recorded in the
+// audit log in its JSON form.
+func (c *Controller) Invoke(ctx context.Context, caller Caller, name string, in any) (*Reply, error) {
+	args, err := json.Marshal(in)
+	if err != nil {
+		args = nil
+	}
+	return c.dispatch(ctx, caller, name, args, &typedInput{in: in, err: err})
+}
+
+// typedInput is Invoke's input (and its JSON form's error, if any).
+type typedInput struct {
+	in  any
+	err error
+}
+
+func (c *Controller) dispatch(ctx context.Context, caller Caller, name string, args json.RawMessage, typed *typedInput) (*Reply, error) {
 	start := time.Now()
-	reply, err := c.call(ctx, caller, name, args)
+	reply, err := c.call(ctx, caller, name, args, typed)
 	rec := &Record{Start: start, Caller: caller, Capability: name, Args: args, Outcome: "ok", Duration: time.Since(start)}
 	if err != nil {
 		rec.Err = classify(ctx, c.log, err, slog.String("capability", name), slog.String("path", caller.Path),
@@ -175,13 +210,23 @@ func (c *Controller) Call(ctx context.Context, caller Caller, name string, args 
 	return reply, err
 }
 
-func (c *Controller) call(ctx context.Context, caller Caller, name string, args json.RawMessage) (*Reply, error) {
+func (c *Controller) call(ctx context.Context, caller Caller, name string, args json.RawMessage, typed *typedInput) (*Reply, error) {
 	capb, ok := c.reg.Get(name)
 	if !ok {
 		return nil, capability.Errorf(capability.NotFound, "no capability %q; list_capabilities shows them", name)
 	}
 	if !caller.Scope.Covers(capb.Scope) {
 		return nil, capability.Errorf(capability.PermissionDenied, "%s needs scope %q", name, capb.Scope)
+	}
+	var in any
+	var err error
+	if typed != nil {
+		in, err = capb.Check(typed.in, args, typed.err)
+	} else {
+		in, err = capb.Decode(args)
+	}
+	if err != nil {
+		return nil, err
 	}
 	if capb.Scope == capability.ScopeExec && c.limits.RunsPerTenant > 0 {
 		release, err := c.acquire(caller.Tenant)
@@ -194,7 +239,18 @@ func (c *Controller) call(ctx context.Context, caller Caller, name string, args 
 	if caller.Session != "" {
 		ctx = session.WithOnly(ctx, caller.Session)
 	}
-	out, err := capb.Call(ctx, args)
+	if capb.Use != capability.UseNone {
+		if c.enter == nil {
+			return nil, capability.Errorf(capability.Internal, "%s uses a session, and this controller has none", name)
+		}
+		var leave func()
+		ctx, leave, err = c.enter(ctx, capb.SessionRef(in), capb.Use)
+		if err != nil {
+			return nil, err
+		}
+		defer leave()
+	}
+	out, err := capb.Run(ctx, in)
 	if err != nil {
 		return nil, err
 	}
