@@ -67,6 +67,7 @@ var goldenCases = []goldenCase{
 	{name: "minimal-no-box", isolation: IsolationMinimal, missing: []string{LayerNamespaces}, cgroups: true},
 	{name: "minimal-no-box-no-cgroups", isolation: IsolationMinimal, missing: []string{LayerNamespaces, LayerCgroups}},
 	{name: "session-host-none", session: true, cgroups: true},
+	{name: "session-rootfs-none", session: true, cgroups: true, spec: func(s *Spec, d goldenDirs) { s.Rootfs = d.rootfs }},
 	{name: "session-root-full", session: true, root: true, cgroups: true, spec: func(s *Spec, _ goldenDirs) {
 		s.Network, s.TTY = NetworkFull, true
 	}},
