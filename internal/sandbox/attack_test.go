@@ -125,6 +125,10 @@ func TestAttacks(t *testing.T) {
 		timeout time.Duration
 		// safe checks the outcome; it gets the output and the exit.
 		safe func(out string, exit Exit) bool
+		// long: seconds to tens of seconds of memory or disk traffic,
+		// skipped under -short (TestTenantMemoryCeilingSpansSessions and
+		// TestFileSizeLimitStopsAWrite still check those limits there).
+		long bool
 	}{
 		{name: "read /etc/shadow", script: "cat /etc/shadow; ls /etc",
 			safe: func(out string, _ Exit) bool {
@@ -182,11 +186,11 @@ func TestAttacks(t *testing.T) {
 			safe: func(out string, exit Exit) bool { return exit.TimedOut }},
 		{name: "100 GB allocation", script: py("try:\n b = bytearray(100 << 30); print('ALLOCATED')\nexcept MemoryError: print('MemoryError')"),
 			safe: func(out string, _ Exit) bool { return strings.Contains(out, "MemoryError") }},
-		{name: "touch more memory than the cgroup allows", script: py("b = b'x' * (3 << 29)\nb2 = b'y' * (3 << 29)\nprint('ALLOCATED')"),
+		{name: "touch more memory than the cgroup allows", long: true, script: py("b = b'x' * (3 << 29)\nb2 = b'y' * (3 << 29)\nprint('ALLOCATED')"),
 			safe: func(out string, exit Exit) bool { return !strings.Contains(out, "ALLOCATED") && exit.OOMKilled }},
 		{name: "fill /tmp", script: "head -c 400M /dev/zero > /tmp/fill; echo rc=$?; df -m /tmp | tail -1",
 			safe: func(out string, _ Exit) bool { return strings.Contains(out, "No space left") }},
-		{name: "fill the workspace with one file", script: "head -c 1100M /dev/zero > fill; echo rc=$?; rm -f fill",
+		{name: "fill the workspace with one file", long: true, script: "head -c 1100M /dev/zero > fill; echo rc=$?; rm -f fill",
 			safe: func(out string, exit Exit) bool {
 				return strings.Contains(out, "rc=153") || strings.Contains(out, "File size limit")
 			}},
@@ -194,6 +198,9 @@ func TestAttacks(t *testing.T) {
 			safe: func(out string, _ Exit) bool { return strings.Contains(out, " 24") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.long && testing.Short() {
+				t.Skip("long: memory or disk traffic")
+			}
 			ctx := testCtx(t)
 			if tc.timeout > 0 {
 				var cancel context.CancelFunc

@@ -305,25 +305,13 @@ func (s *Sandbox) Box(key string) *Box {
 // openBox builds the box of session key shaped for pl: its cgroup under
 // the tenant's, bubblewrap with the box init as pid 1, the uid maps.
 func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
-	for _, p := range s.boxes.readOnly {
-		if p = filepath.Clean(p); filepath.IsAbs(p) && exists(p) && !slices.Contains(shape.readOnly, p) {
-			shape.readOnly = append(shape.readOnly, p)
-		}
-	}
-	if !slices.Contains(shape.readOnly, s.self) {
-		shape.readOnly = append(shape.readOnly, s.self)
-	}
+	shape.readOnly = s.boxReadOnly(shape.readOnly)
 	// The box's cgroup holds the session's budget (the Sandbox's limits),
 	// whatever the run that made it: each run keeps its own rlimits.
 	bx := &Box{s: s, key: key, shape: shape, procs: map[string]*Process{}, dead: make(chan struct{}), limits: s.limits}
-	if s.layers.ok(LayerCgroups) {
-		tenant, err := s.admitTenant(pl.spec.tenantDir())
-		if err == nil {
-			bx.cg, err = s.layers.cg.create(s.limits, tenant)
-		}
-		if err != nil {
-			return nil, err
-		}
+	var err error
+	if bx.cg, err = s.runCgroup(s.limits, pl.spec.tenantDir()); err != nil {
+		return nil, err
 	}
 	fail := func(err error) (*Box, error) {
 		if bx.cg != nil {
@@ -332,86 +320,25 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 		}
 		return nil, err
 	}
-	pair, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	ctl, theirs, err := ctlPair()
 	if err != nil {
 		return fail(err)
 	}
-	mine, theirs := os.NewFile(uintptr(pair[0]), "box-ctl"), os.NewFile(uintptr(pair[1]), "box-ctl-init")
 	defer theirs.Close()
-	c, err := net.FileConn(mine)
-	mine.Close()
-	if err != nil {
-		return fail(err)
-	}
-	bx.ctl = c.(*net.UnixConn)
-
-	spec := *pl.spec
-	spec.TTY = false
-	bpl := *pl
-	bpl.spec = &spec
-	bpl.writable, bpl.readOnly = shape.writable, shape.readOnly
-	b := s.bwrapFor(&bpl, &spec)
-	b.binds = shape.binds
-	b.asPID1 = true
-	fds := &fdList{}
-	ctlFD := fds.add(theirs)
-	ir, iw, br, bw, err := pipes2()
+	bx.ctl = ctl
+	l, err := s.sessionLaunch(pl, shape, theirs)
 	if err != nil {
 		bx.ctl.Close()
 		return fail(err)
 	}
-	defer ir.Close()
-	defer bw.Close()
-	childEnds := []*os.File{iw, br}
-	b.infoFD = fds.add(iw)
-	if pl.uid != 0 {
-		b.usernsBlockFD = fds.add(br)
-		b.capSetID = true
-	} else {
-		b.blockFD = fds.add(br)
-	}
-	bargs, opened, err := b.args(fds)
-	childEnds = append(childEnds, opened...)
-	closeChildEnds := func() {
-		for _, f := range childEnds {
-			f.Close()
-		}
-	}
+	bx.cmd = l.cmd
+	born, exit, err := l.start(bx.cg)
 	if err != nil {
-		closeChildEnds()
+		l.closeGoAhead()
 		bx.ctl.Close()
-		return fail(err)
-	}
-	cmd := exec.Command(s.layers.bwrap)
-	cmd.Args = append(append([]string{"bwrap"}, bargs...), initPath, boxinit.BoxArg, ctlFD)
-	cmd.Dir = "/"
-	// The box init, its zygotes and init children are Go programs that
-	// mostly wait: one P each is all they use (fewer threads against the
-	// session's pids budget, less memory per box). The user program never
-	// sees it: it gets its own environment from the init child.
-	cmd.Env = append(slices.Clone(HelperEnv), "GOMAXPROCS=1")
-	cmd.ExtraFiles = fds.files
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	var pidfd int
-	askPidfd(cmd, &pidfd)
-	bx.cmd = cmd
-	born := false
-	if bx.cg != nil {
-		born, err = bx.cg.startInside(cmd.Start)
-	}
-	if !born {
-		err = cmd.Start()
-	}
-	closeChildEnds()
-	var exit *exitWatch
-	if cmd.Process != nil {
-		exit = watchExit(pidfd)
-	}
-	if err != nil {
-		bx.ctl.Close()
-		if cmd.Process != nil {
-			cmd.Process.Kill()
-			_ = waitCmd(cmd, exit) // reaps it; err says what failed
+		if bx.cmd.Process != nil {
+			bx.cmd.Process.Kill()
+			_ = waitCmd(bx.cmd, exit) // reaps it; err says what failed
 		}
 		return fail(err)
 	}
@@ -420,28 +347,50 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 		// process's own status reaches the server over the control socket.
 		// The goroutine waits in the poller, not on a thread of its own
 		// for the box's whole life (see exitWatch).
-		_ = waitCmd(cmd, exit)
+		_ = waitCmd(bx.cmd, exit)
 		close(bx.dead)
 		bx.ctl.Close()
 	}()
-	pid, err := childPID(ir)
-	if err == nil && pl.uid != 0 {
-		err = mapIDs(pid, pl.uid)
-	}
-	if err == nil && bx.cg != nil && !born {
-		err = bx.cg.join(pid)
-	}
-	if err == nil {
-		_, err = bw.Write([]byte{1})
-	}
+	pid, err := l.release(bx.cg, born)
 	if err != nil {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		syscall.Kill(-bx.cmd.Process.Pid, syscall.SIGKILL)
 		<-bx.dead
 		return fail(fmt.Errorf("session box: %w", err))
 	}
 	bx.pid1 = pid
 	go bx.read()
 	return bx, nil
+}
+
+// boxReadOnly is what a session box shows read-only: the read-only paths
+// of the run that makes it, Options.BoxReadOnly and the quro binary.
+func (s *Sandbox) boxReadOnly(ro []string) []string {
+	for _, p := range s.boxes.readOnly {
+		if p = filepath.Clean(p); filepath.IsAbs(p) && exists(p) && !slices.Contains(ro, p) {
+			ro = append(ro, p)
+		}
+	}
+	if !slices.Contains(ro, s.self) {
+		ro = append(ro, s.self)
+	}
+	return ro
+}
+
+// ctlPair is the session box's control socket: the server's end, and the
+// box init's to pass it.
+func ctlPair() (*net.UnixConn, *os.File, error) {
+	pair, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	mine, theirs := os.NewFile(uintptr(pair[0]), "box-ctl"), os.NewFile(uintptr(pair[1]), "box-ctl-init")
+	c, err := net.FileConn(mine)
+	mine.Close()
+	if err != nil {
+		theirs.Close()
+		return nil, nil, err
+	}
+	return c.(*net.UnixConn), theirs, nil
 }
 
 func (bx *Box) alive() bool {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // The namespace layer: bubblewrap builds the box, then runs the init child
@@ -96,46 +97,113 @@ type bwrapBox struct {
 	capSetID      bool
 	admin         bool // Spec.RootfsAdmin
 	asPID1        bool // the command is the box's pid 1 (a session box's init)
+	host          hostView
 }
+
+// hostView is where a box's host userland is read from: the host's root,
+// or in tests a directory standing in for it. Paths are the box's; root
+// is prepended to read them and never shows in bubblewrap's arguments.
+type hostView struct{ root string }
+
+func (h hostView) lstat(p string) (os.FileInfo, error) { return os.Lstat(h.root + p) }
+func (h hostView) stat(p string) (os.FileInfo, error)  { return os.Stat(h.root + p) }
+func (h hostView) readlink(p string) (string, error)   { return os.Readlink(h.root + p) }
+func (h hostView) open(p string) (*os.File, error)     { return os.Open(h.root + p) }
 
 // args returns bubblewrap's arguments up to and including "--"; the files
 // it needs are added to fds, and also returned so the caller can close its
-// copies once the child has started.
+// copies once the child has started. The order is bubblewrap's order of
+// work: namespaces and capabilities, the userland, /etc's extras, the
+// kernel's filesystems, quro itself, the session's paths, then the fds
+// through which the server holds the box.
 func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
-	var opened []*os.File
-	fail := func(err error) ([]string, []*os.File, error) {
-		for _, f := range opened {
+	w := &bwrapArgs{fds: fds}
+	b.namespaces(w)
+	b.capabilities(w)
+	var err error
+	if b.spec.Rootfs == "" {
+		err = b.hostUserland(w)
+	} else {
+		err = b.rootfsUserland(w)
+	}
+	if err == nil {
+		b.networkFiles(w)
+		err = b.passwdFile(w)
+	}
+	if err != nil {
+		for _, f := range w.opened {
 			f.Close()
 		}
 		return nil, nil, err
 	}
+	b.kernelFS(w)
+	b.quroBinary(w)
+	b.sessionPaths(w)
+	b.control(w)
+	return append(w.a, "--"), w.opened, nil
+}
+
+// bwrapArgs collects bubblewrap's arguments and the files they pass.
+type bwrapArgs struct {
+	a      []string
+	fds    *fdList
+	opened []*os.File // the server's copies of the files passed
+}
+
+func (w *bwrapArgs) add(args ...string) { w.a = append(w.a, args...) }
+
+// file passes f to bubblewrap and returns its descriptor's number.
+func (w *bwrapArgs) file(f *os.File) string {
+	w.opened = append(w.opened, f)
+	return w.fds.add(f)
+}
+
+// parents makes the directories leading to p that made does not hold yet,
+// outermost first, as traversable mount points (bubblewrap would make them
+// 0700, root's), and records them in made.
+func (w *bwrapArgs) parents(made map[string]bool, p string) {
+	var anc []string
+	for d := filepath.Dir(p); !made[d]; d = filepath.Dir(d) {
+		anc = append(anc, d)
+		made[d] = true
+	}
+	for i := len(anc) - 1; i >= 0; i-- {
+		w.add("--perms", "0755", "--dir", anc[i])
+	}
+}
+
+// namespaces: the new namespaces, who the box's first process is in
+// them, and its session.
+func (b *bwrapBox) namespaces(w *bwrapArgs) {
 	id := strconv.Itoa(insideUID)
 	if b.admin {
 		id = "0"
 	}
-	a := []string{
-		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+	w.add("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--uid", id, "--gid", id,
 		"--hostname", "quro",
-		"--die-with-parent",
-	}
+		"--die-with-parent")
 	if b.asPID1 {
-		a = append(a, "--as-pid-1")
+		w.add("--as-pid-1")
 	}
 	if !b.spec.TTY {
 		// No TIOCSTI into a terminal the box was given. A TTY spec keeps
 		// its session (the terminal must stay the controlling one); seccomp
 		// denies TIOCSTI and TIOCLINUX there.
-		a = append(a, "--new-session")
+		w.add("--new-session")
 	}
 	if b.network != NetworkFull {
-		a = append(a, "--unshare-net")
+		w.add("--unshare-net")
 	}
+}
+
+// capabilities: what the box's first process holds in its user namespace.
+func (b *bwrapBox) capabilities(w *bwrapArgs) {
 	if b.capSetID || b.admin {
 		// bubblewrap run by host root keeps every capability for the box's
 		// root, and --cap-add adds to that set: drop them all first, so
 		// the lists below are all the box holds.
-		a = append(a, "--cap-drop", "ALL")
+		w.add("--cap-drop", "ALL")
 	}
 	if b.capSetID {
 		// The init child starts as the box's root only to switch to
@@ -143,122 +211,141 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 		// DAC_READ_SEARCH because bubblewrap and the init child reach the
 		// session's 0700 directories (chdir, Landlock's rules) before the
 		// switch. The switch to a non-zero uid clears them all.
-		a = append(a, "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_DAC_READ_SEARCH")
+		w.add("--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_DAC_READ_SEARCH")
 		if b.asPID1 {
 			// A session box's init (the box's root) signals the processes
 			// it spawned, which run as insideUID.
-			a = append(a, "--cap-add", "CAP_KILL")
+			w.add("--cap-add", "CAP_KILL")
 		}
 	}
 	if b.admin {
 		// The program itself is the box's root: these, in the box's user
 		// namespace only, are what apt and dpkg use.
 		for _, c := range AdminCaps {
-			a = append(a, "--cap-add", c)
+			w.add("--cap-add", c)
 		}
 	}
-	if b.spec.Rootfs == "" {
-		a = append(a, "--perms", "0755", "--dir", "/etc", "--ro-bind", "/usr", "/usr")
-		for _, d := range hostLibDirs {
-			fi, err := os.Lstat(d)
-			switch {
-			case err != nil:
-			case fi.Mode()&os.ModeSymlink != 0:
-				target, err := os.Readlink(d)
-				if err != nil {
-					return fail(err)
-				}
-				a = append(a, "--symlink", target, d)
-			case fi.IsDir():
-				a = append(a, "--ro-bind", d, d)
-			}
-		}
-		for _, f := range etcFiles {
-			fi, err := os.Stat(f)
+}
+
+// hostUserland shows the host's /usr, its /lib and /bin directories (or
+// the same symlinks), and of its /etc only etcFiles and runtimeEtc.
+func (b *bwrapBox) hostUserland(w *bwrapArgs) error {
+	h := b.host
+	w.add("--perms", "0755", "--dir", "/etc", "--ro-bind", "/usr", "/usr")
+	for _, d := range hostLibDirs {
+		fi, err := h.lstat(d)
+		switch {
+		case err != nil:
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, err := h.readlink(d)
 			if err != nil {
-				continue
+				return err
 			}
-			if fi.Mode().IsRegular() && fi.Size() <= etcCopyMax {
-				// A small file is copied into the box's own /etc (root's,
-				// 0444, beneath Landlock's read-only /etc): one write
-				// instead of a bind mount and its read-only remount, each
-				// of which re-reads the mount table (~0.3 ms a file).
-				if fh, err := os.Open(f); err == nil {
-					opened = append(opened, fh)
-					a = append(a, "--perms", "0444", "--file", fds.add(fh), f)
-					continue
-				}
-			}
-			a = append(a, "--ro-bind", f, f)
-		}
-		// The directories leading to them are traversable mount points
-		// (bubblewrap would make them 0700, root's).
-		etcMade := map[string]bool{"/": true, "/etc": true}
-		for _, f := range pythonEtc() {
-			var anc []string
-			for d := filepath.Dir(f); !etcMade[d]; d = filepath.Dir(d) {
-				anc = append(anc, d)
-				etcMade[d] = true
-			}
-			for i := len(anc) - 1; i >= 0; i-- {
-				a = append(a, "--perms", "0755", "--dir", anc[i])
-			}
-			a = append(a, "--ro-bind", f, f)
-		}
-	} else {
-		entries, err := os.ReadDir(b.spec.Rootfs)
-		if err != nil {
-			return fail(fmt.Errorf("rootfs: %w", err))
-		}
-		for _, e := range entries {
-			name := e.Name()
-			if rootfsSkip[name] {
-				continue
-			}
-			src := filepath.Join(b.spec.Rootfs, name)
-			if e.Type()&os.ModeSymlink != 0 {
-				target, err := os.Readlink(src)
-				if err != nil {
-					return fail(err)
-				}
-				a = append(a, "--symlink", target, "/"+name)
-				continue
-			}
-			if !e.IsDir() {
-				continue
-			}
-			if b.admin {
-				a = append(a, "--bind", src, "/"+name)
-			} else {
-				a = append(a, "--ro-bind", src, "/"+name)
-			}
+			w.add("--symlink", target, d)
+		case fi.IsDir():
+			w.add("--ro-bind", d, d)
 		}
 	}
-	if b.network == NetworkFull {
-		for _, f := range []string{"/etc/resolv.conf", "/etc/hosts"} {
-			if _, err := os.Stat(f); err == nil && (b.spec.Rootfs == "" || exists(filepath.Join(b.spec.Rootfs, f))) {
-				a = append(a, "--ro-bind", f, f)
+	for _, f := range etcFiles {
+		fi, err := h.stat(f)
+		if err != nil {
+			continue
+		}
+		if fi.Mode().IsRegular() && fi.Size() <= etcCopyMax {
+			// A small file is copied into the box's own /etc (root's,
+			// 0444, beneath Landlock's read-only /etc): one write
+			// instead of a bind mount and its read-only remount, each
+			// of which re-reads the mount table (~0.3 ms a file).
+			if fh, err := h.open(f); err == nil {
+				w.add("--perms", "0444", "--file", w.file(fh), f)
+				continue
 			}
 		}
+		w.add("--ro-bind", f, f)
 	}
-	if b.passwd != "" {
-		r, w, err := os.Pipe()
-		if err != nil {
-			return fail(err)
+	etcMade := map[string]bool{"/": true, "/etc": true}
+	for _, f := range h.runtimeEtc() {
+		w.parents(etcMade, f)
+		w.add("--ro-bind", f, f)
+	}
+	return nil
+}
+
+// rootfsUserland shows the rootfs's top-level directories and symlinks
+// but rootfsSkip: read-only, or read-write for a RootfsAdmin box.
+func (b *bwrapBox) rootfsUserland(w *bwrapArgs) error {
+	entries, err := os.ReadDir(b.spec.Rootfs)
+	if err != nil {
+		return fmt.Errorf("rootfs: %w", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if rootfsSkip[name] {
+			continue
 		}
-		// A few hundred bytes: the pipe buffer holds them, nothing blocks.
-		_, err = w.WriteString(b.passwd)
-		w.Close()
-		opened = append(opened, r)
-		if err != nil {
-			return fail(err)
-		}
-		if b.spec.Rootfs == "" || exists(filepath.Join(b.spec.Rootfs, "etc/passwd")) {
-			a = append(a, "--perms", "0644", "--ro-bind-data", fds.add(r), "/etc/passwd")
+		src := filepath.Join(b.spec.Rootfs, name)
+		switch {
+		case e.Type()&os.ModeSymlink != 0:
+			target, err := os.Readlink(src)
+			if err != nil {
+				return err
+			}
+			w.add("--symlink", target, "/"+name)
+		case !e.IsDir():
+		case b.admin:
+			w.add("--bind", src, "/"+name)
+		default:
+			w.add("--ro-bind", src, "/"+name)
 		}
 	}
+	return nil
+}
+
+// inUserland reports whether /etc file f is there to be covered: always
+// on the host userland (which binds what it needs), in a rootfs only when
+// the rootfs has it.
+func (b *bwrapBox) inUserland(f string) bool {
+	return b.spec.Rootfs == "" || exists(filepath.Join(b.spec.Rootfs, f))
+}
+
+// networkFiles: a box with the host's network resolves names as the host
+// does.
+func (b *bwrapBox) networkFiles(w *bwrapArgs) {
+	if b.network != NetworkFull {
+		return
+	}
+	for _, f := range []string{"/etc/resolv.conf", "/etc/hosts"} {
+		if _, err := b.host.stat(f); err == nil && b.inUserland(f) {
+			w.add("--ro-bind", f, f)
+		}
+	}
+}
+
+// passwdFile shows b.passwd as /etc/passwd.
+func (b *bwrapBox) passwdFile(w *bwrapArgs) error {
+	if b.passwd == "" || !b.inUserland("/etc/passwd") {
+		return nil
+	}
+	r, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	// A few hundred bytes: the pipe buffer holds them, nothing blocks.
+	_, err = pw.WriteString(b.passwd)
+	pw.Close()
+	if err != nil {
+		r.Close()
+		return err
+	}
+	w.add("--perms", "0644", "--ro-bind-data", w.file(r), "/etc/passwd")
+	return nil
+}
+
+// kernelFS: a fresh /proc, a minimal /dev, a size-limited private /tmp
+// and /dev/shm.
+func (b *bwrapBox) kernelFS(w *bwrapArgs) {
 	size := strconv.FormatUint(b.tmpSize, 10)
-	a = append(a, "--proc", "/proc", "--dev", "/dev",
+	w.add("--proc", "/proc", "--dev", "/dev",
 		"--perms", "01777", "--size", size, "--tmpfs", "/tmp",
 		"--perms", "01777", "--size", size, "--tmpfs", "/dev/shm")
 	if b.admin {
@@ -267,77 +354,69 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 		// /proc/sys only when it finds it writable while it builds the box,
 		// which it does not as root of a new namespace). Landlock refuses
 		// it too.
-		a = append(a, "--ro-bind", "/proc/sys", "/proc/sys")
+		w.add("--ro-bind", "/proc/sys", "/proc/sys")
 	}
+}
+
+// quroBinary binds quro at initPath and, but in a RootfsAdmin box, at its
+// stand-in names.
+func (b *bwrapBox) quroBinary(w *bwrapArgs) {
 	// Made explicitly so that they are traversable by the run's uid (the
 	// parents bubblewrap makes for a bind are not).
-	a = append(a, "--perms", "0755", "--dir", filepath.Dir(BinDir), "--perms", "0755", "--dir", BinDir)
-	a = append(a, "--ro-bind", b.self, initPath)
+	w.add("--perms", "0755", "--dir", filepath.Dir(BinDir), "--perms", "0755", "--dir", BinDir)
+	w.add("--ro-bind", b.self, initPath)
 	if !b.admin {
 		for _, n := range BinNames {
-			a = append(a, "--ro-bind", b.self, BinDir+"/"+n)
+			w.add("--ro-bind", b.self, BinDir+"/"+n)
 		}
 	}
+}
+
+// sessionPaths binds the host paths of the run: the read-only binds, the
+// session's writable directories, its read-only paths, then the writable
+// binds (other names for the writable directories).
+func (b *bwrapBox) sessionPaths(w *bwrapArgs) {
 	for _, bd := range b.binds {
-		if bd.Writable {
-			continue // after the session's own directories, below
+		if !bd.Writable {
+			// -try: a missing source (a server socket not there yet)
+			// leaves the box without it rather than refusing the run.
+			w.add("--ro-bind-try", bd.Src, bd.Dst)
 		}
-		// -try: a missing source (a server socket not there yet) leaves
-		// the box without it rather than refusing the run.
-		a = append(a, "--ro-bind-try", bd.Src, bd.Dst)
 	}
 	// The directories leading to the session's paths exist in the box only
 	// as mount points: traversable, empty, read-only to user code.
 	made := map[string]bool{"/": true, "/tmp": true, "/dev": true, "/dev/shm": true, "/proc": true}
-	for _, w := range b.writable {
-		var anc []string
-		for d := filepath.Dir(w); !made[d]; d = filepath.Dir(d) {
-			anc = append(anc, d)
-			made[d] = true
-		}
-		for i := len(anc) - 1; i >= 0; i-- {
-			a = append(a, "--perms", "0755", "--dir", anc[i])
-		}
-		a = append(a, "--bind", w, w)
+	for _, d := range b.writable {
+		w.parents(made, d)
+		w.add("--bind", d, d)
 	}
 	for _, r := range b.readOnly {
-		var anc []string
-		for d := filepath.Dir(r); !made[d]; d = filepath.Dir(d) {
-			anc = append(anc, d)
-			made[d] = true
-		}
-		for i := len(anc) - 1; i >= 0; i-- {
-			a = append(a, "--perms", "0755", "--dir", anc[i])
-		}
-		a = append(a, "--ro-bind", r, r)
+		w.parents(made, r)
+		w.add("--ro-bind", r, r)
 	}
 	for _, bd := range b.binds {
-		if !bd.Writable {
-			continue
+		if bd.Writable {
+			// Another name for a writable directory (checked by prepare):
+			// the workspace at /home/user.
+			w.parents(made, bd.Dst)
+			w.add("--bind", bd.Src, bd.Dst)
 		}
-		// Another name for a writable directory (checked by prepare):
-		// the workspace at /home/user.
-		var anc []string
-		for d := filepath.Dir(bd.Dst); !made[d]; d = filepath.Dir(d) {
-			anc = append(anc, d)
-			made[d] = true
-		}
-		for i := len(anc) - 1; i >= 0; i-- {
-			a = append(a, "--perms", "0755", "--dir", anc[i])
-		}
-		a = append(a, "--bind", bd.Src, bd.Dst)
 	}
-	a = append(a, "--chdir", b.spec.Dir)
+}
+
+// control: the working directory and the descriptors through which the
+// server learns the box's pid and holds it until the go-ahead.
+func (b *bwrapBox) control(w *bwrapArgs) {
+	w.add("--chdir", b.spec.Dir)
 	if b.infoFD != "" {
-		a = append(a, "--info-fd", b.infoFD)
+		w.add("--info-fd", b.infoFD)
 	}
 	if b.blockFD != "" {
-		a = append(a, "--block-fd", b.blockFD)
+		w.add("--block-fd", b.blockFD)
 	}
 	if b.usernsBlockFD != "" {
-		a = append(a, "--userns-block-fd", b.usernsBlockFD)
+		w.add("--userns-block-fd", b.usernsBlockFD)
 	}
-	return append(a, "--"), opened, nil
 }
 
 func exists(p string) bool {
@@ -345,7 +424,7 @@ func exists(p string) bool {
 	return err == nil
 }
 
-// pythonEtc lists what of /etc the host's language runtimes cannot start
+// runtimeEtc lists what of /etc the host's language runtimes cannot start
 // without: /etc/python3* (Debian keeps sitecustomize there), and for
 // run_code's toolchains (see internal/engine/toolchain) only the files
 // their runtimes read: the JDK's security/ directory, jvm-*.cfg and
@@ -355,7 +434,7 @@ func exists(p string) bool {
 // repositories and Rprofile.site (not Renviron.site, where sites keep
 // tokens), and Mono's config and 4.5/machine.config. What an
 // administrator adds elsewhere under those directories is not shown.
-func pythonEtc() []string {
+func (h hostView) runtimeEtc() []string {
 	var out []string
 	for _, g := range []string{
 		"/etc/python3*",
@@ -364,8 +443,10 @@ func pythonEtc() []string {
 		"/etc/R/Renviron", "/etc/R/ldpaths", "/etc/R/repositories", "/etc/R/Rprofile.site",
 		"/etc/mono/config", "/etc/mono/4.5/machine.config",
 	} {
-		m, _ := filepath.Glob(g)
-		out = append(out, m...)
+		m, _ := filepath.Glob(h.root + g)
+		for _, f := range m {
+			out = append(out, strings.TrimPrefix(f, h.root))
+		}
 	}
 	return out
 }

@@ -161,6 +161,7 @@ type Sandbox struct {
 	tenant     func(dir string) (Tenant, bool)
 	note       func(dir string) string
 	runEnv     func(spec *Spec, network string) RunEnv
+	host       hostView // where a box's host userland is read from
 }
 
 // New returns a Sandbox. opts may be nil.
@@ -522,12 +523,6 @@ func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 		}
 	}
 
-	pol := initPolicy{
-		Landlock: s.layers.ok(LayerLandlock),
-		Seccomp:  s.layers.ok(LayerSeccomp),
-		Network:  pl.network,
-		RW:       append(slices.Clone(pl.writable), "/tmp", "/dev/shm"),
-	}
 	for _, bd := range append(slices.Clone(s.binds), spec.Binds...) {
 		if !bd.Writable {
 			continue
@@ -540,6 +535,19 @@ func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 		}
 		// Landlock's rules hold for inodes, whatever the name: the rule
 		// for the directory covers it at Dst too.
+	}
+	pl.pol = s.initPolicy(pl)
+	return pl, nil
+}
+
+// initPolicy is what the init child applies to pl: the layers it has, and
+// the paths Landlock lets the program read and write.
+func (s *Sandbox) initPolicy(pl *plan) initPolicy {
+	pol := initPolicy{
+		Landlock: s.layers.ok(LayerLandlock),
+		Seccomp:  s.layers.ok(LayerSeccomp),
+		Network:  pl.network,
+		RW:       append(slices.Clone(pl.writable), "/tmp", "/dev/shm"),
 	}
 	if pl.admin {
 		pol.RW = append(pol.RW, rootfsAdminRW...)
@@ -556,7 +564,7 @@ func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 	} else {
 		// No box: Landlock alone keeps the host's secrets out of reach.
 		pol.RO = append([]string{"/usr", "/proc"}, hostLibDirs...)
-		pol.ROFiles = append(append(slices.Clone(etcFiles), pythonEtc()...), "/etc/passwd", "/etc/group", "/etc/resolv.conf")
+		pol.ROFiles = append(append(slices.Clone(etcFiles), s.host.runtimeEtc()...), "/etc/passwd", "/etc/group", "/etc/resolv.conf")
 		pol.UID = pl.uid
 	}
 	for _, p := range pl.readOnly {
@@ -566,8 +574,7 @@ func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 			pol.ROFiles = append(pol.ROFiles, p)
 		}
 	}
-	pl.pol = pol
-	return pl, nil
+	return pol
 }
 
 // plumbing is the second step: the descriptors a started program gets
@@ -686,7 +693,7 @@ func (pl *plan) initArgs(pb *plumbing) ([]string, error) {
 // layer, directly): its own cgroups, bubblewrap, the uid maps, the
 // go-ahead, then the handshake with the init child.
 func (s *Sandbox) startOneShot(ctx context.Context, pl *plan) (*Process, error) {
-	spec, admin, uid := pl.spec, pl.admin, pl.uid
+	spec := pl.spec
 	p := &Process{ctx: ctx, drain: s.drainGrace, boxed: pl.boxed, tty: spec.TTY, errW: spec.Stderr}
 	if s.note != nil {
 		p.note = func() string { return s.note(spec.Dir) }
@@ -697,6 +704,10 @@ func (s *Sandbox) startOneShot(ctx context.Context, pl *plan) (*Process, error) 
 	}
 	defer statusR.Close()
 	pb, err := pl.plumb(p, statusR, statusW)
+	var cg *runCgroup
+	if err == nil {
+		cg, err = s.runCgroup(pl.limits, spec.tenantDir())
+	}
 	if err != nil {
 		pb.closeChildEnds()
 		p.closeParent()
@@ -705,167 +716,58 @@ func (s *Sandbox) startOneShot(ctx context.Context, pl *plan) (*Process, error) 
 		}
 		return nil, pl.startErr(err)
 	}
-
-	var cg *runCgroup
-	if s.layers.ok(LayerCgroups) {
-		tenant, err := s.admitTenant(spec.tenantDir())
-		if err == nil {
-			cg, err = s.layers.cg.create(pl.limits, tenant)
-		}
-		if err != nil {
-			pb.closeChildEnds()
-			p.closeParent()
-			return nil, pl.startErr(err)
-		}
-	}
 	p.cg = cg
-	var goAhead, info *os.File
-	closeGo := func() {
-		if info != nil {
-			info.Close()
-		}
-		if goAhead != nil {
-			goAhead.Close()
-		}
-	}
-	fail := func(err error) (*Process, error) {
+	l, err := s.oneShotLaunch(ctx, pl, pb, cg != nil)
+	if err != nil {
 		pb.closeChildEnds()
-		closeGo()
 		p.closeParent()
 		if cg != nil {
 			cg.remove()
 		}
 		return nil, pl.startErr(err)
 	}
-
-	// The go-ahead: the run may only start once it is in its cgroups (unless
-	// it is born in them, see startInside) and, when the server is root,
-	// once the server has mapped its uid.
-	var box *bwrapBox
-	if pl.boxed {
-		box = s.bwrapFor(pl, spec)
-		if cg != nil || uid != 0 || admin {
-			ir, iw, br, bw, err := pipes2()
-			if err != nil {
-				return fail(err)
-			}
-			pb.childEnds = append(pb.childEnds, iw, br)
-			info, goAhead = ir, bw
-			box.infoFD = pb.fds.add(iw)
-			switch {
-			case admin || uid != 0:
-				box.usernsBlockFD = pb.fds.add(br)
-				box.capSetID = !admin
-			default:
-				box.blockFD = pb.fds.add(br)
-			}
-		}
-	} else if cg != nil {
-		wr, ww, err := os.Pipe()
-		if err != nil {
-			return fail(err)
-		}
-		pb.childEnds = append(pb.childEnds, wr)
-		goAhead = ww
-		pl.pol.WaitFD, _ = strconv.Atoi(pb.fds.add(wr))
-	}
-	initArgs, err := pl.initArgs(pb)
-	if err != nil {
-		return fail(err)
-	}
-
-	cmd := exec.CommandContext(ctx, s.self)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if spec.TTY {
-		// A new session is also a new process group (pgid = pid); the
-		// terminal on fd 0 becomes its controlling terminal, and stays that
-		// of everything in the box.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Pdeathsig: syscall.SIGKILL}
-	}
-	if pl.boxed {
-		bargs, opened, err := box.args(pb.fds)
-		if err != nil {
-			return fail(err)
-		}
-		pb.childEnds = append(pb.childEnds, opened...)
-		cmd.Path = s.layers.bwrap
-		cmd.Args = append(append([]string{"bwrap"}, bargs...), append([]string{initPath}, initArgs...)...)
-		cmd.Dir = "/"
-	} else {
-		cmd.Args = append([]string{s.self}, initArgs...)
-		cmd.Dir = spec.Dir
-	}
-	// bubblewrap and the init child run as the server's user (host root)
-	// until the init child's uid switch: they get a fixed environment, and
-	// the program's own only through its env memfd.
-	cmd.Env = slices.Clone(HelperEnv)
-	cmd.ExtraFiles = pb.fds.files
-	for i, f := range pb.stdio {
-		if f != nil {
-			switch i {
-			case 0:
-				cmd.Stdin = f
-			case 1:
-				cmd.Stdout = f
-			case 2:
-				cmd.Stderr = f
-			}
-		}
-	}
-	cmd.Cancel = func() error { return killGroup(cmd) }
-	cmd.WaitDelay = s.drainGrace
-	var pidfd int
-	askPidfd(cmd, &pidfd)
-	p.Cmd = cmd
-
+	p.Cmd = l.cmd
 	p.start = time.Now()
-	born := false // the first process was born in the run's cgroups
-	if cg != nil {
-		born, err = cg.startInside(cmd.Start)
-	}
-	if !born {
-		err = cmd.Start()
-	}
+	born, exit, err := l.start(cg)
 	pb.closeChildEnds()
-	if cmd.Process != nil {
-		p.exit = watchExit(pidfd)
-	}
-	if err != nil && cmd.Process != nil {
-		// Started, but the thread that started it could not leave the
-		// run's cgroups (see startInside).
-		closeGo()
-		p.Wait()
+	p.exit = exit
+	if err != nil {
+		l.closeGoAhead()
+		if l.cmd.Process != nil {
+			// Started, but the thread that started it could not leave the
+			// run's cgroups (see startInside).
+			p.Wait()
+		} else {
+			p.closeParent()
+			if cg != nil {
+				cg.remove()
+			}
+		}
 		return nil, pl.startErr(err)
 	}
-	if err != nil {
-		return fail(err)
-	}
 	pb.run(p, spec.Stdin)
-
-	if goAhead != nil {
-		pid := cmd.Process.Pid
-		if info != nil {
-			pid, err = childPID(info)
-		}
-		if err == nil && admin {
-			err = mapAdminIDs(pid)
-		} else if err == nil && pl.boxed && uid != 0 {
-			err = mapIDs(pid, uid)
-		}
-		if err == nil && cg != nil && !born {
-			err = cg.join(pid)
-		}
-		if err == nil {
-			_, err = goAhead.Write([]byte{1})
-		}
-		closeGo()
-		if err != nil {
+	if l.hold {
+		if _, err := l.release(cg, born); err != nil {
 			p.Wait()
 			return nil, pl.startErr(err)
 		}
 	}
 	err = p.handshake(pl.prog, statusR)
 	return p, err
+}
+
+// runCgroup makes the cgroups of a run (or a session box) with limits,
+// beneath those of the tenant of dir, admitted against its ceilings; nil
+// without the cgroup layer.
+func (s *Sandbox) runCgroup(limits Limits, dir string) (*runCgroup, error) {
+	if !s.layers.ok(LayerCgroups) {
+		return nil, nil
+	}
+	tenant, err := s.admitTenant(dir)
+	if err != nil {
+		return nil, err
+	}
+	return s.layers.cg.create(limits, tenant)
 }
 
 // handshake is the last step of a start: the init child writes
@@ -924,7 +826,7 @@ func (s *Sandbox) admitTenant(dir string) (*Tenant, error) {
 
 // bwrapFor describes the box of pl.
 func (s *Sandbox) bwrapFor(pl *plan, spec *Spec) *bwrapBox {
-	box := &bwrapBox{spec: spec, self: s.self, network: pl.network, writable: pl.writable, readOnly: pl.readOnly,
+	box := &bwrapBox{spec: spec, self: s.self, host: s.host, network: pl.network, writable: pl.writable, readOnly: pl.readOnly,
 		binds: append(slices.Clone(s.binds), spec.Binds...), tmpSize: 256 << 20, passwd: passwdFor(spec.homeDir()), admin: pl.admin}
 	if pl.admin {
 		box.passwd = "" // the rootfs's own accounts, which dpkg may change

@@ -360,6 +360,9 @@ func TestSeccompWorkloadGo(t *testing.T) {
 // run and says why instead of crashing, and minimal runs it without a box
 // (still inside this one). quro call --server dials over TCP.
 func TestSeccompWorkloadQuroCall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the quro binary: a minute on two cores")
+	}
 	t.Parallel()
 	gobin, err := exec.LookPath("go")
 	if err != nil {
