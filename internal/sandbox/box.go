@@ -572,6 +572,12 @@ func (bx *Box) spawn(ctx context.Context, pl *plan) (*Process, error) {
 	pid, msg, ready := readStatus(statusR)
 	p.pid = pid
 	if ready {
+		// ctx may have ended before the init spawned the program: the
+		// kill AfterFunc sent then found nothing to kill (a 100 ms
+		// timeout on a loaded machine ran its process for ever).
+		if ctx.Err() != nil {
+			bx.signal(p.boxID, syscall.SIGKILL, true)
+		}
 		return p, nil
 	}
 	p.Wait()

@@ -245,7 +245,11 @@ func (b *boxInit) signal(f []string) {
 		return
 	}
 	if f[2] == "1" {
-		syscall.Kill(-pid, syscall.Signal(sig))
+		// A process that has not made its group yet (a signal right
+		// after its spawn, before its setsid): the process itself.
+		if err := syscall.Kill(-pid, syscall.Signal(sig)); errors.Is(err, syscall.ESRCH) {
+			syscall.Kill(pid, syscall.Signal(sig))
+		}
 	} else {
 		syscall.Kill(pid, syscall.Signal(sig))
 	}
