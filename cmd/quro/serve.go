@@ -22,6 +22,7 @@ import (
 	"github.com/quro-dev/quro/internal/connlimit"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/metrics"
+	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/version"
 	"github.com/quro-dev/quro/internal/web"
 )
@@ -89,21 +90,23 @@ admin token for the local tenant is created, printed once and kept in
 			opts.PrestartPython = prestart
 			opts.SpareSessions = spares
 			opts.Pip = app.PipOptions{IndexURL: pipIndex, ExtraIndexURLs: pipExtra}
+			fdLimit := raiseFileLimit(log)
+			caps := connCaps(fdLimit, maxConns, maxConnsPerIP)
+			// Each session's boxes get a socket of that session's, so its
+			// code can call back (quro call) as its own session: wired by
+			// app.New, before the first box is made.
+			opts.InSession = &app.InSessionOptions{MaxConns: caps.insession,
+				Handler: func(ctrl *controller.Controller, sessions *session.Manager) http.Handler {
+					resolver := &insession.Resolver{Sessions: sessions}
+					return rest.New(ctrl, &rest.Options{Logger: log, Access: rest.Access{Auth: resolver.Auth}})
+				}}
 			a, err := app.New(cmd.Context(), g.dataDir, opts)
 			if err != nil {
 				return err
 			}
 			defer a.Close()
 			go a.PreparePython(cmd.Context()) // in the background from the start, logged
-			fdLimit := raiseFileLimit(log)
-			caps := connCaps(fdLimit, maxConns, maxConnsPerIP)
-			// Each session's boxes get a socket of that session's, so its
-			// code can call back (quro call) as its own session.
-			resolver := &insession.Resolver{Sessions: a.Sessions}
-			inSession := insession.NewServer(cmd.Context(), a.DataDir, a.Sessions,
-				rest.New(a.Controller, &rest.Options{Logger: log, Access: rest.Access{Auth: resolver.Auth}}),
-				&insession.Options{Logger: log, MaxConns: caps.insession})
-			defer inSession.Close()
+			inSession := a.InSession
 			a.Metrics.WatchConnections("insession", func() metrics.ConnStats {
 				st := inSession.Stats()
 				return metrics.ConnStats{Open: st.Open, Pending: st.Pending, Max: caps.insession,

@@ -17,12 +17,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/quro-dev/quro/internal/api/httpauth"
+	"github.com/quro-dev/quro/internal/api/insession"
 	"github.com/quro-dev/quro/internal/audit"
 	"github.com/quro-dev/quro/internal/auth"
 	"github.com/quro-dev/quro/internal/capability"
@@ -56,6 +58,10 @@ type Options struct {
 	// AutoPause pauses a session's box after it was unused this long
 	// (0: DefaultAutoPause; negative: never).
 	AutoPause time.Duration
+	// DestroyGrace bounds how long a destroy waits for the calls it
+	// canceled in the session before it ends the box under them (0:
+	// session.DestroyGrace).
+	DestroyGrace time.Duration
 	// PrestartPython starts a new session's Python worker (in its box)
 	// as the session is created, so that its first Python run finds it
 	// ready (quro serve sets it; it costs a worker per session).
@@ -72,6 +78,22 @@ type Options struct {
 	// Observers are told of every call after the audit log and the
 	// metrics (tests watch calls with them).
 	Observers []controller.Observer
+	// InSession, when set, gives every session's boxes a socket of that
+	// session's (InSessionServer), so that its code calls back (quro
+	// call, pip and apt-get through the server) as its own session. nil:
+	// none.
+	InSession *InSessionOptions
+}
+
+// InSessionOptions configure the in-session sockets.
+type InSessionOptions struct {
+	// Handler is what the sockets serve, built over the App's controller
+	// and sessions (quro serve: the REST API with insession.Resolver's
+	// authentication). It is called once, by New.
+	Handler func(ctrl *controller.Controller, sessions *session.Manager) http.Handler
+	// MaxConns is the most connections all sockets hold together (0:
+	// insession's default).
+	MaxConns int
 }
 
 // Limits bound one tenant.
@@ -115,6 +137,9 @@ type App struct {
 	Metrics      *metrics.Metrics // Prometheus metrics of this App (serve mounts Metrics.Handler)
 	Log          *slog.Logger
 	Started      time.Time
+	// InSession serves the sessions' sockets (Options.InSession; nil
+	// without): quro serve reads its connection counts.
+	InSession *insession.Server
 
 	auditLog  *audit.Log   // written by the controller's observer; read by get_audit_log
 	tokens    *auth.Tokens // changed by create_token and revoke_token (tokens.go) alone
@@ -125,7 +150,7 @@ type App struct {
 	procs     *proc.Table  // the sessions' background processes (processes.go)
 	contexts  codeContexts // code contexts of every session (contexts.go)
 
-	inflight       inflight         // calls running per session (boxes.go)
+	lives          *session.Life    // the sessions' states, entries and teardown (boxes.go)
 	watches        watchSlots       // watch_dir calls running per session (fsops.go)
 	autoPauseAfter time.Duration    // Options.AutoPause
 	prestart       bool             // Options.PrestartPython
@@ -180,11 +205,93 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	sessions, err := session.Open(ctx, st, dir)
-	if err != nil {
+	// The in-session server comes before the session Manager, which is
+	// opened with its hooks: every box of a session, the first spare's
+	// included, gets the session's socket. It asks the Manager and the
+	// handler (made below, over the controller) only when a box is made.
+	var sessions *session.Manager
+	var inSession *insession.Server
+	var inSessionHandler http.Handler
+	var hooks *session.BoxHooks
+	if opts.InSession != nil {
+		inSession = insession.NewServer(ctx, dir, func(ctx context.Context, id string) bool { return sessions.Exists(ctx, id) },
+			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { inSessionHandler.ServeHTTP(w, r) }),
+			&insession.Options{Logger: log, MaxConns: opts.InSession.MaxConns})
+		hooks = inSession.Hooks()
+	}
+	// undo releases what New made when it fails.
+	undo := func(err error) (*App, error) {
+		if inSession != nil {
+			inSession.Close()
+		}
 		st.Close()
 		return nil, err
 	}
+	sessions, err = session.Open(ctx, st, dir, hooks)
+	if err != nil {
+		return undo(err)
+	}
+	tl := openTenants(ctx, dir, st, sessions, opts, log)
+	m := metrics.New()
+	sb, pipS, err := openSandbox(dir, opts, m, tl)
+	if err != nil {
+		return undo(err)
+	}
+	jsEng := js.New(opts.JS)
+	pyChain, emb, pyRootfs := PythonChain(dir, sb, opts.Python)
+	a := &App{
+		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
+		Python: emb, PythonRootfs: pyRootfs, Metrics: m, tokens: auth.New(st), auditLog: audit.New(st, &audit.Options{Keep: opts.AuditKeep, Logger: log}),
+		Runner:  runcode.New(Languages(sb, pyChain, jsEng, RootfsDir(dir)), opts.Run),
+		tenants: tl, limits: opts.Limits, js: jsEng,
+
+		autoPauseAfter: opts.AutoPause,
+		prestart:       opts.PrestartPython,
+		procs:          proc.New(),
+		pip:            pipS,
+	}
+	if a.autoPauseAfter == 0 {
+		a.autoPauseAfter = DefaultAutoPause
+	}
+	a.isolation = sync.OnceValue(func() []sandbox.Feature {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return sb.Probe(ctx)
+	})
+	a.lives = session.NewLife(sessions, session.LifeOptions{Boxes: sessionBoxes{sb}, Log: log, Enders: a.enders(), Grace: opts.DestroyGrace})
+	a.Terminals = a.openTerminals()
+	reg := capability.NewRegistry()
+	a.register(reg)
+	a.registerJS(reg, jsEng)
+	a.registerAudit(reg)
+	a.registerBoxes(reg)
+	a.registerTokens(reg)
+	a.registerTenantLimits(reg)
+	a.registerRootfs(reg)
+	a.registerOpenTerminal(reg)
+	a.Controller = controller.New(reg, &controller.Options{
+		Logger:    log,
+		Limits:    controller.Limits{RunsPerTenant: orDefault(opts.Limits.RunsPerTenant, 16)},
+		Observers: append([]controller.Observer{a.auditLog.Observe, a.Metrics.Observer(reg)}, opts.Observers...),
+		Enter:     a.lives.Enter,
+	})
+	if inSession != nil {
+		inSessionHandler = opts.InSession.Handler(a.Controller, sessions)
+		a.InSession = inSession
+	}
+	a.instrument()
+	a.Metrics.WatchTenants(a.tenantGauges)
+	if opts.SpareSessions > 0 && sb.SessionBoxes() && emb.KeepsSpares() {
+		a.spares = a.openSpares(ctx, opts.SpareSessions)
+	}
+	a.life.wake = make(chan struct{}, 1)
+	return a, nil
+}
+
+// openTenants sets sessions' admission and disks to the tenants' limits
+// under dir (the data directory), adopting the disks a previous server
+// left mounted.
+func openTenants(ctx context.Context, dir string, st *store.Store, sessions *session.Manager, opts Options, log *slog.Logger) *tenants {
 	sessions.MaxPerTenant = orDefault(opts.Limits.SessionsPerTenant, 100)
 	tl := &tenants{store: st, sessions: func() *session.Manager { return sessions }, root: filepath.Join(dir, "sessions"),
 		defaults: opts.Limits.Tenant.or(TenantLimits{Memory: DefaultTenantMemory, Tasks: DefaultTenantTasks,
@@ -195,10 +302,21 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	if err := tl.adopt(ctx); err != nil {
 		log.Warn("session disks", "err", err)
 	}
-	m := metrics.New()
+	return tl
+}
+
+// openSandbox makes the sandbox of the sessions under dir, with their
+// tenants' cgroups and one box per session, and the sessions' pip.
+func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants) (*sandbox.Sandbox, *pipSetup, error) {
 	sbo := sandboxOptions(opts.Sandbox, m)
 	sbo.Tenant, sbo.Note = tl.forRun, tl.note
 	sbo.TenantScope = dir // tenants are the data directory's
+	// A run in a session's directory runs in that session's box, or says
+	// why not (sandbox.Spec.Outside).
+	sbo.SessionOf = func(d string) (string, bool) {
+		id, _, ok := tl.sessionDir(d)
+		return id, ok
+	}
 	// One box per session: every process of a session is spawned in it.
 	// What later runs name read-only must be visible in a box made
 	// earlier: the embedded interpreters' directory (made now, filled on
@@ -218,34 +336,15 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	pipS := newPipSetup(dir, pyRoot, sbo.Path, tl, opts.Pip)
 	sbo.RunEnv = pipS.runEnv
 	sb, err := sandbox.New(sbo)
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	jsEng := js.New(opts.JS)
-	pyChain, emb, pyRootfs := PythonChain(dir, sb, opts.Python)
-	a := &App{
-		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
-		Python: emb, PythonRootfs: pyRootfs, Metrics: m, tokens: auth.New(st), auditLog: audit.New(st, &audit.Options{Keep: opts.AuditKeep, Logger: log}),
-		Runner:  runcode.New(Languages(sb, pyChain, jsEng, RootfsDir(dir)), opts.Run),
-		tenants: tl, limits: opts.Limits, js: jsEng,
+	return sb, pipS, err
+}
 
-		inflight:       inflight{n: map[string]int{}},
-		autoPauseAfter: opts.AutoPause,
-		prestart:       opts.PrestartPython,
-		procs:          proc.New(),
-		pip:            pipS,
-	}
-	if a.autoPauseAfter == 0 {
-		a.autoPauseAfter = DefaultAutoPause
-	}
-	a.isolation = sync.OnceValue(func() []sandbox.Feature {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		return sb.Probe(ctx)
-	})
+// openTerminals makes the terminal manager of a's sessions: their
+// shells and PTYs, with the sessions' variables and recorded cwd.
+func (a *App) openTerminals() *terminal.Manager {
+	sessions, log := a.Sessions, a.Log
 	runOpts := a.Runner.Options()
-	a.Terminals = terminal.NewManager(sb, &terminal.ManagerOptions{
+	return terminal.NewManager(a.Sandbox, &terminal.ManagerOptions{
 		Env: func(id string) map[string]string {
 			env, _ := sessions.Env(context.Background(), id)
 			return env
@@ -256,29 +355,8 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 			}
 		},
 		MaxOutput: runOpts.MaxStdout, SpillLimit: runOpts.SpillLimit,
-		Rootfs: RootfsDir(dir),
+		Rootfs: RootfsDir(a.DataDir),
 	})
-	reg := capability.NewRegistry()
-	a.register(reg)
-	a.registerJS(reg, jsEng)
-	a.registerAudit(reg)
-	a.registerBoxes(reg)
-	a.registerTokens(reg)
-	a.registerTenantLimits(reg)
-	a.registerRootfs(reg)
-	a.registerOpenTerminal(reg)
-	a.Controller = controller.New(reg, &controller.Options{
-		Logger:    log,
-		Limits:    controller.Limits{RunsPerTenant: orDefault(opts.Limits.RunsPerTenant, 16)},
-		Observers: append([]controller.Observer{a.auditLog.Observe, a.Metrics.Observer(reg)}, opts.Observers...),
-	})
-	a.instrument()
-	a.Metrics.WatchTenants(a.tenantGauges)
-	if opts.SpareSessions > 0 && sb.SessionBoxes() && emb.KeepsSpares() {
-		a.spares = a.openSpares(ctx, opts.SpareSessions)
-	}
-	a.life.wake = make(chan struct{}, 1)
-	return a, nil
 }
 
 // orDefault is v, or def when v is 0, or 0 (no cap) when v is negative.
@@ -297,6 +375,10 @@ func orDefault(v, def int) int {
 func (a *App) Close() error {
 	a.stopLifetimes()
 	a.spares.close()
+	if a.InSession != nil {
+		a.InSession.Close()
+	}
+	a.lives.Close(context.Background())
 	a.procs.Close()
 	a.Sandbox.CloseBoxes()
 	a.Terminals.Close()

@@ -2,13 +2,13 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/metrics"
-	"github.com/quro-dev/quro/internal/recent"
+	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -20,227 +20,62 @@ import (
 // paused (Options.AutoPause).
 const DefaultAutoPause = 10 * time.Minute
 
-// inflight tracks the calls running in each session, so that a pause
-// never freezes a call that runs code, auto-pause never freezes a session
-// in the middle of any call, and destroying a session first ends the
-// calls running in it.
-//
-// A call is busy while it may run something in the box and wait for it
-// (a run, a command, terminal input, starting a process): a pause waits
-// for it or is refused, because a call frozen with its box would not
-// return (its run's timeout and cancel need the box to act) and would
-// hold the tenant's run slot until some later use resumes the session.
-// A call that only follows a running process's output or watches files
-// (connect_process, start_process once its process runs, watch_dir, a
-// snapshot's copy) is not busy: it returns whenever its caller leaves,
-// frozen box or not, so a pause (manual or at the end of a lifetime) goes
-// ahead with it open, as E2B's does; it stays attached, sees nothing
-// while the box is frozen and goes on after resume.
-type inflight struct {
-	mu    sync.Mutex
-	n     map[string]int
-	busy  map[string]int // calls of n that are busy
-	calls map[string]map[*sessionCall]bool
-	// gone are sessions being or having been destroyed: a call that
-	// looked the session up before the destroy is refused instead of
-	// running in it.
-	gone recent.Set
-	// drained[id] is closed when the last call of a session being
-	// destroyed has returned.
-	drained map[string]chan struct{}
-	// grace, when set (tests), replaces destroyGrace.
-	grace time.Duration
+// sessionBoxes is the sandbox's session boxes as the session.Life sees
+// them: pause, resume and their state.
+type sessionBoxes struct{ sb *sandbox.Sandbox }
+
+func (b sessionBoxes) Paused(id string) bool {
+	bx := b.sb.Box(id)
+	return bx != nil && bx.Paused()
 }
 
-// sessionCall is one call in flight in a session.
-type sessionCall struct {
-	cancel context.CancelCauseFunc
-	id     string // its session
-	busy   bool   // under inflight.mu
+func (b sessionBoxes) Pause(id string) (bool, error) {
+	bx := b.sb.Box(id)
+	if bx == nil {
+		return false, nil
+	}
+	return true, bx.Pause()
 }
 
-// callKey holds a call's *sessionCall in the context useSession and
-// holdSession return (following finds it there).
-type callKey struct{}
-
-// destroyGrace bounds how long a destroy waits for the calls it canceled to
-// return before it ends the session's box under them.
-const destroyGrace = 10 * time.Second
-
-// errDestroyed is the answer of a call that raced with its session's destroy.
-func errDestroyed(s *session.Session) error {
-	return capability.Errorf(capability.NotFound, "session %s was destroyed while this call ran: what it started was stopped and its files are gone; create a session (create_session) to go on", s.Name)
+func (b sessionBoxes) Resume(id string) (bool, error) {
+	bx := b.sb.Box(id)
+	if bx == nil || !bx.Paused() {
+		return false, nil
+	}
+	return true, bx.Resume()
 }
 
-// useSession marks s used by a call until release: it records the use,
-// counts the call in flight, and resumes the session's box if it was
-// paused (a paused session wakes on use). The call runs under the context
-// it returns, which a destroy of s cancels (its cause: the session was
-// destroyed). A session being destroyed refuses new calls.
-func (a *App) useSession(ctx context.Context, s *session.Session) (_ context.Context, release func(), err error) {
-	ctx, release, err = a.enterSession(ctx, s, true)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := a.Sessions.Touch(ctx, s); err != nil {
-		release()
-		return nil, nil, err
-	}
-	if bx := a.Sandbox.Box(s.ID); bx != nil && bx.Paused() {
-		if err := bx.Resume(); err != nil {
-			release()
-			return nil, nil, fmt.Errorf("resume the paused session: %w", err)
-		}
-		a.Log.Info("session resumed on use", "session", s.ID)
-	}
-	if s.Paused { // paused with no box, or before a restart: used now
-		if err := a.Sessions.SetPaused(ctx, s, false); err != nil {
-			release()
-			return nil, nil, err
-		}
-	}
-	return ctx, release, nil
-}
-
-// holdSession counts a call in flight in s, as useSession does, without
-// touching or resuming it (a snapshot reads a paused session as it is): a
-// destroy cancels the context it returns and waits for release. The call
-// runs nothing in the box, so it does not hold off a pause (not busy).
-func (a *App) holdSession(ctx context.Context, s *session.Session) (_ context.Context, release func(), err error) {
-	return a.enterSession(ctx, s, false)
-}
-
-// following marks the call of ctx (from useSession) as one that from now
-// on only follows a running process's output: a pause no longer waits for
-// it (see inflight).
-func (a *App) following(ctx context.Context) {
-	c, _ := ctx.Value(callKey{}).(*sessionCall)
-	if c == nil {
-		return
-	}
-	in := &a.inflight
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if c.busy {
-		c.busy = false
-		in.unbusy(c.id)
+// enders are the releases of what the parts of this App keep per
+// session, run by the session.Life when a session ends (destroyed,
+// expired, a spare retired, the server closing): the box first — one
+// kill of its pid namespace ends every process of the session, and a run
+// racing with the destroy cannot make it a new box — then the parts
+// that only tidy up. A part that keeps something per session adds its
+// release here; the leak test (TestSessionsLeaveNothing) finds one that
+// does not.
+func (a *App) enders() []session.Ender {
+	return []session.Ender{
+		{Name: "box", First: true, End: func(s *session.Session) { a.Sandbox.EndSession(s.ID) }},
+		{Name: "processes", End: func(s *session.Session) { a.procs.EndSession(s.ID) }},
+		{Name: "python", End: func(s *session.Session) { a.stopPython(s.ID) }},
+		{Name: "code contexts", End: func(s *session.Session) { a.forgetContexts(s.ID) }},
+		{Name: "terminals", End: func(s *session.Session) { a.Terminals.CloseSession(s) }},
+		{Name: "tenant", End: func(s *session.Session) { a.tenants.forget(s.ID) }},
 	}
 }
 
-// unbusy counts one busy call of session id less; under in.mu.
-func (in *inflight) unbusy(id string) {
-	if in.busy[id]--; in.busy[id] <= 0 {
-		delete(in.busy, id)
+// entered is the session the controller entered for the call of ctx
+// (its capability is declared InSession).
+func entered(ctx context.Context) (*session.Session, error) {
+	if s := session.Entered(ctx); s != nil {
+		return s, nil
 	}
+	return nil, capability.Errorf(capability.Internal, "the call entered no session: its capability must be declared InSession")
 }
 
-func (a *App) enterSession(ctx context.Context, s *session.Session, busy bool) (_ context.Context, release func(), err error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	c := &sessionCall{cancel: cancel, id: s.ID, busy: busy}
-	ctx = context.WithValue(ctx, callKey{}, c)
-	in := &a.inflight
-	in.mu.Lock()
-	if in.gone.Has(s.ID) {
-		in.mu.Unlock()
-		cancel(nil)
-		return nil, nil, capability.Errorf(capability.NotFound, "session %s was destroyed", s.Name)
-	}
-	in.n[s.ID]++
-	if busy {
-		if in.busy == nil {
-			in.busy = map[string]int{}
-		}
-		in.busy[s.ID]++
-	}
-	if in.calls == nil {
-		in.calls = map[string]map[*sessionCall]bool{}
-	}
-	if in.calls[s.ID] == nil {
-		in.calls[s.ID] = map[*sessionCall]bool{}
-	}
-	in.calls[s.ID][c] = true
-	in.mu.Unlock()
-	var once sync.Once
-	release = func() {
-		once.Do(func() {
-			in.mu.Lock()
-			if c.busy {
-				c.busy = false
-				in.unbusy(s.ID)
-			}
-			delete(in.calls[s.ID], c)
-			if len(in.calls[s.ID]) == 0 {
-				delete(in.calls, s.ID)
-			}
-			if in.n[s.ID]--; in.n[s.ID] <= 0 {
-				delete(in.n, s.ID)
-				if d := in.drained[s.ID]; d != nil {
-					close(d)
-					delete(in.drained, s.ID)
-				}
-			}
-			in.mu.Unlock()
-			cancel(nil)
-		})
-	}
-	return ctx, release, nil
-}
-
-// endCalls ends the calls in flight in session s before it is destroyed:
-// from now on new calls are refused, those running are canceled (their
-// cause: errDestroyed), and it waits — at most grace — until they have
-// returned. It reports how many were still running after the grace.
-func (a *App) endCalls(s *session.Session, grace time.Duration) int {
-	in := &a.inflight
-	in.mu.Lock()
-	in.gone.Add(s.ID)
-	var drained chan struct{}
-	if in.n[s.ID] > 0 {
-		if in.drained == nil {
-			in.drained = map[string]chan struct{}{}
-		}
-		if drained = in.drained[s.ID]; drained == nil {
-			drained = make(chan struct{})
-			in.drained[s.ID] = drained
-		}
-	}
-	for c := range in.calls[s.ID] {
-		c.cancel(errDestroyed(s))
-	}
-	in.mu.Unlock()
-	if drained == nil {
-		return 0
-	}
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-drained:
-		return 0
-	case <-t.C:
-		return a.callsIn(s.ID)
-	}
-}
-
-// destroying reports whether session id is being (or was) destroyed: its
-// calls are ended, new ones refused.
-func (a *App) destroying(id string) bool {
-	a.inflight.mu.Lock()
-	defer a.inflight.mu.Unlock()
-	return a.inflight.gone.Has(id)
-}
-
-// busyIn is how many busy calls (see inflight) run in session id.
-func (a *App) busyIn(id string) int {
-	a.inflight.mu.Lock()
-	defer a.inflight.mu.Unlock()
-	return a.inflight.busy[id]
-}
-
-func (a *App) callsIn(id string) int {
-	a.inflight.mu.Lock()
-	defer a.inflight.mu.Unlock()
-	return a.inflight.n[id]
-}
+// following marks the call of ctx as one that from now on only follows a
+// running process's output: a pause no longer waits for it.
+func (a *App) following(ctx context.Context) { a.lives.Following(ctx) }
 
 // PauseResult is pause_session's and resume_session's answer.
 type PauseResult struct {
@@ -274,66 +109,48 @@ func (a *App) registerBoxes(reg *capability.Registry) {
 			"Refused while a call runs code in the session (a run, a command, terminal input); "+
 			"calls that only follow a background process's output or watch files stay open, see nothing while it is paused and go on after resume.",
 		capability.ScopeExec, func(ctx context.Context, in SessionRef) (*PauseResult, error) {
-			s, err := a.Sessions.Get(ctx, in.Session)
+			s, err := entered(ctx)
 			if err != nil {
 				return nil, err
-			}
-			bx := a.Sandbox.Box(s.ID)
-			if bx == nil {
-				if n := a.busyIn(s.ID); n > 0 {
-					return nil, errBusy(s, n)
-				}
-				// Nothing to freeze: the session is marked paused (its
-				// state says so, also after a restart) until resumed or used.
-				if err := a.Sessions.SetPaused(ctx, s, true); err != nil {
-					return nil, err
-				}
-				return &PauseResult{Session: s.ID, Paused: true, Note: "nothing runs in the session, so it uses no CPU or memory already; it is marked paused, its files are kept, and any use resumes it"}, nil
 			}
 			start := time.Now()
-			// Under the lock: a call that starts now waits, then resumes.
-			a.inflight.mu.Lock()
-			if n := a.inflight.busy[s.ID]; n > 0 {
-				a.inflight.mu.Unlock()
-				return nil, errBusy(s, n)
-			}
-			err = bx.Pause()
-			a.inflight.mu.Unlock()
-			if err != nil {
+			boxed, err := a.lives.Pause(ctx, s)
+			switch {
+			case errors.Is(err, session.ErrBusy):
+				return nil, errBusy(s, a.lives.Busy(s.ID))
+			case err != nil && boxed:
 				return nil, capability.Errorf(capability.Unavailable, "pause: %v", err)
-			}
-			if err := a.Sessions.SetPaused(ctx, s, true); err != nil {
+			case err != nil:
 				return nil, err
+			case !boxed:
+				// Nothing to freeze: the session is marked paused (its
+				// state says so, also after a restart) until resumed or used.
+				return &PauseResult{Session: s.ID, Paused: true, Note: "nothing runs in the session, so it uses no CPU or memory already; it is marked paused, its files are kept, and any use resumes it"}, nil
 			}
 			return &PauseResult{Session: s.ID, Paused: true, Took: ms(time.Since(start)), Note: pauseNote}, nil
-		}))
+		}).InSession(capability.UseRead))
 	reg.Register(capability.New("resume_session",
 		"Resume a paused session: its processes go on where they stopped (Python variables, shell cwd and variables, running jobs intact).",
 		capability.ScopeExec, func(ctx context.Context, in SessionRef) (*PauseResult, error) {
-			s, err := a.Sessions.Get(ctx, in.Session)
+			s, err := entered(ctx)
 			if err != nil {
 				return nil, err
 			}
-			bx := a.Sandbox.Box(s.ID)
-			if bx == nil || !bx.Paused() {
-				was := s.Paused
-				if err := a.Sessions.SetPaused(ctx, s, false); err != nil {
-					return nil, err
-				}
-				if was {
-					return &PauseResult{Session: s.ID, Note: "resumed (nothing was running in it)"}, nil
-				}
-				return &PauseResult{Session: s.ID, Note: "the session was not paused"}, nil
-			}
+			was := s.Paused
 			start := time.Now()
-			if err := bx.Resume(); err != nil {
+			resumed, err := a.lives.Resume(ctx, s)
+			switch {
+			case err != nil && resumed:
 				return nil, capability.Errorf(capability.Unavailable, "resume: %v", err)
-			}
-			if err := a.Sessions.SetPaused(ctx, s, false); err != nil {
+			case err != nil:
 				return nil, err
+			case resumed:
+				return &PauseResult{Session: s.ID, Took: ms(time.Since(start))}, nil
+			case was:
+				return &PauseResult{Session: s.ID, Note: "resumed (nothing was running in it)"}, nil
 			}
-			return &PauseResult{Session: s.ID, Took: ms(time.Since(start))}, nil
-		}))
+			return &PauseResult{Session: s.ID, Note: "the session was not paused"}, nil
+		}).InSession(capability.UseRead))
 }
 
 // errBusy refuses a pause of s while n calls run code in it.
@@ -362,17 +179,15 @@ func (a *App) autoPause(ctx context.Context) int {
 		if err != nil || s.Tenant == session.SpareTenant || time.Since(s.LastUsedAt) < a.autoPauseAfter || a.Terminals.Watched(s) {
 			continue
 		}
-		a.inflight.mu.Lock()
-		if a.inflight.n[id] == 0 {
-			// Under the lock: a call that starts now waits, then resumes.
-			if err := bx.Pause(); err == nil {
-				paused++
-				a.Log.Info("session auto-paused", "session", id, "idle", time.Since(s.LastUsedAt).Round(time.Second))
-			} else {
-				a.Log.Warn("auto-pause", "session", id, "err", err)
-			}
+		// Under the Life's lock: a call that starts now waits, then resumes.
+		ok, err := a.lives.PauseIdle(id, func() bool { return !bx.Paused() })
+		switch {
+		case err != nil:
+			a.Log.Warn("auto-pause", "session", id, "err", err)
+		case ok:
+			paused++
+			a.Log.Info("session auto-paused", "session", id, "idle", time.Since(s.LastUsedAt).Round(time.Second))
 		}
-		a.inflight.mu.Unlock()
 	}
 	return paused
 }

@@ -324,7 +324,7 @@ func TestPauseRefusedDuringACall(t *testing.T) {
 	}()
 	<-started
 	// Wait until the run is in flight: the FIFO's writer end opens.
-	for a.callsIn(s.ID) == 0 {
+	for a.lives.Calls(s.ID) == 0 {
 		select {
 		case <-done:
 			t.Fatal("the run ended early")
@@ -365,7 +365,7 @@ func TestPauseWithStreamsOpen(t *testing.T) {
 		_, err := a.Controller.Call(watchCtx, admin, "watch_dir", json.RawMessage(`{"session":"`+s.ID+`"}`))
 		watched <- err
 	}()
-	waitFor(t, "three streams open", func() bool { return a.callsIn(s.ID) == 3 })
+	waitFor(t, "three streams open", func() bool { return a.lives.Calls(s.ID) == 3 })
 
 	p := mustCall(t, a, "pause_session", SessionRef{Session: s.ID}).(*PauseResult)
 	if !p.Paused || !a.Sandbox.Box(s.ID).Paused() {
@@ -472,7 +472,7 @@ func TestDestroyEndsTheCallsInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := a.callsIn(s.ID); n != 2 {
+	if n := a.lives.Calls(s.ID); n != 2 {
 		for name, c := range map[string]chan answer{"terminal_exec": term, "run_code": run} {
 			select {
 			case got := <-c:
@@ -506,11 +506,11 @@ func TestDestroyEndsTheCallsInFlight(t *testing.T) {
 		t.Error("the session still has a box")
 	}
 	// A call that looked the session up before the destroy.
-	if _, _, err := a.useSession(ctx, sess); !errors.As(err, &ce) || ce.Code != capability.NotFound {
+	if _, _, err := a.lives.EnterSession(ctx, sess, capability.UseBusy); !errors.As(err, &ce) || ce.Code != capability.NotFound {
 		t.Errorf("a call on the destroyed session: %v", err)
 	}
-	if a.callsIn(s.ID) != 0 {
-		t.Errorf("%d calls still counted", a.callsIn(s.ID))
+	if a.lives.Calls(s.ID) != 0 {
+		t.Errorf("%d calls still counted", a.lives.Calls(s.ID))
 	}
 }
 

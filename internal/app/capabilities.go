@@ -118,7 +118,7 @@ func (a *App) register(reg *capability.Registry) {
 			fmt.Sprintf("The text result shows errors (⚠️), stdout, then stderr (⚠️); stdout is cut to %d KiB and stderr to %d KiB keeping head and tail, ", opts.MaxStdout>>10, opts.MaxStderr>>10)+
 			"with the full output saved in the workspace (stdout_file/stderr_file). "+
 			fmt.Sprintf("On timeout (default %s, at most %s) the whole process tree is killed and the output so far is returned.", opts.DefaultTimeout, opts.MaxTimeout),
-		capability.ScopeExec, a.runCode).Streaming())
+		capability.ScopeExec, a.runCode).Streaming().InSession(capability.UseBusy))
 	a.registerSessions(reg)
 	a.registerSnapshots(reg)
 	a.registerPythonRun(reg)
@@ -192,7 +192,7 @@ func (a *App) runCode(ctx context.Context, in RunCodeInput) (*runcode.Result, er
 	if err := checkRunEnv(in.Env); err != nil {
 		return nil, err
 	}
-	sess, err := a.Sessions.Get(ctx, in.Session)
+	sess, err := entered(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -218,11 +218,6 @@ func (a *App) runCode(ctx context.Context, in RunCodeInput) (*runcode.Result, er
 	} else if in.Rich || len(in.Env) > 0 {
 		cr = &runcode.ContextRun{Rich: in.Rich, Env: in.Env}
 	}
-	ctx, release, err := a.useSession(ctx, sess)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
 	if err := a.admit(ctx, sess); err != nil {
 		return nil, err
 	}

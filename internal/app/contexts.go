@@ -271,16 +271,16 @@ func (a *App) registerContexts(reg *capability.Registry) {
 			"for javascript/typescript a QuickJS VM kept between runs (top-level declarations persist); for bash the session's resident shell. "+
 			fmt.Sprintf("cwd defaults to %s, where every session box shows the workspace. A session holds at most %d contexts, at most %d of them javascript/typescript (each keeps a VM in the server's memory). "+
 				"With default true it answers the session's default context of the language (run_code's context \"default\"), made if there is none yet.", sandbox.HomeUser, MaxCodeContexts, js.MaxContextsPerSession),
-		capability.ScopeExec, a.createCodeContext))
+		capability.ScopeExec, a.createCodeContext).InSession(capability.UseHold))
 	reg.Register(capability.New("list_code_contexts",
 		"List a session's code contexts, its default python and javascript contexts included (run_code with context \"default\" runs in the default context of its lang).",
-		capability.ScopeRead, a.listCodeContexts))
+		capability.ScopeRead, a.listCodeContexts).InSession(capability.UseRead))
 	reg.Register(capability.New("restart_code_context",
 		"Restart a code context: its state (variables, imports, working directory, count) starts afresh under the same id; waits for a run in it to end.",
-		capability.ScopeExec, a.restartCodeContext))
+		capability.ScopeExec, a.restartCodeContext).InSession(capability.UseBusy))
 	reg.Register(capability.New("remove_code_context",
 		"Remove a code context and its state (a run in it is waited for).",
-		capability.ScopeExec, a.removeCodeContext))
+		capability.ScopeExec, a.removeCodeContext).InSession(capability.UseBusy))
 }
 
 func (a *App) createCodeContext(ctx context.Context, in CodeContextInput) (*CodeContext, error) {
@@ -296,7 +296,7 @@ func (a *App) createCodeContext(ctx context.Context, in CodeContextInput) (*Code
 		return nil, capability.Errorf(capability.InvalidArgument,
 			"cwd and default were both given: a default context runs in %s; omit one", sandbox.HomeUser)
 	}
-	s, err := a.Sessions.Get(ctx, in.Session)
+	s, err := entered(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -316,7 +316,7 @@ func (a *App) createCodeContext(ctx context.Context, in CodeContextInput) (*Code
 }
 
 func (a *App) listCodeContexts(ctx context.Context, in SessionRef) (*CodeContextList, error) {
-	s, err := a.Sessions.Get(ctx, in.Session)
+	s, err := entered(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -365,7 +365,7 @@ func (a *App) contextOf(ctx context.Context, in CodeContextRef) (*session.Sessio
 	if in.ID == "" {
 		return nil, nil, capability.Errorf(capability.InvalidArgument, "id is empty: pass a context id (list_code_contexts lists them)")
 	}
-	s, err := a.Sessions.Get(ctx, in.Session)
+	s, err := entered(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -381,11 +381,6 @@ func (a *App) dropContextState(ctx context.Context, s *session.Session, c *CodeC
 	if c.Language == ctxBash {
 		return nil // the session's shell is shared by its bash contexts
 	}
-	ctx, release, err := a.useSession(ctx, s)
-	if err != nil {
-		return err
-	}
-	defer release()
 	return a.Runner.DropContext(ctx, runLang(engineFamily(c.Language)), s.ID, c.ID)
 }
 
@@ -470,11 +465,6 @@ func (a *App) runBashContext(ctx context.Context, s *session.Session, c *CodeCon
 		c.moved = true
 	}
 	a.contexts.mu.Unlock()
-	ctx, release, err := a.useSession(ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
 	start := time.Now()
 	r, err := a.Terminals.Exec(ctx, s, cmd, terminal.ExecOptions{Timeout: timeout, Split: true})
 	if err != nil {

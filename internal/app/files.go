@@ -169,30 +169,30 @@ func (a *App) registerFiles(reg *capability.Registry) {
 			"Also returns size, mode and mtime. "+paths+
 			"At most "+maxRead+" come back at once: for a bigger file pass offset and limit (bytes) to read a part; complete says whether content is the whole file "+
 			"(a part cut inside a multi-byte character comes back as base64). A directory is an error: use list_files.",
-		capability.ScopeRead, a.readFile))
+		capability.ScopeRead, a.readFile).InSession(capability.UseHold))
 	reg.Register(capability.New("write_file",
 		"Write a file in the session workspace: replaces it (atomically: readers see the old or the new content, never a part), or with append=true adds to its end. "+
 			"Missing parent directories are created. content is text, or base64 with encoding=base64 for bytes. At most "+maxWrite+" per call (append more in further calls). "+
 			"New files get mode 0644 (an existing file keeps its mode) and belong to the session, so its code can change them. "+paths+
 			"A symbolic link inside the workspace is written through.",
-		capability.ScopeExec, a.writeFile))
+		capability.ScopeExec, a.writeFile).InSession(capability.UseHold))
 	reg.Register(capability.New("list_files",
 		"List a directory of the session workspace (default the workspace itself): each entry's name, path, type (file, dir, symlink, other), size, mode and mtime, sorted by path. "+
 			"By default one level; recursive=true (or depth) goes deeper. At most max_entries (default 1000) come back, with truncated=true when there were more. "+
 			"Symbolic links are shown with their target and never followed. The workspace's .quro directory (the server's cut outputs and logs) is shown but not descended into unless you list it by path. "+
 			paths,
-		capability.ScopeRead, a.listFiles))
+		capability.ScopeRead, a.listFiles).InSession(capability.UseHold))
 	reg.Register(capability.New("create_project",
 		"Create a small runnable starter project in a new directory of the session workspace, from a template: "+
 			"python (main.py, test_main.py, README.md), node (package.json, index.js, greet.js, test.js, README.md: CommonJS that both node and run_js_file run) or shell (run.sh, executable, README.md). "+
 			"The result lists the files and the exact capability calls that run it and its tests. An existing non-empty directory (or file) of that name is refused.",
-		capability.ScopeExec, a.createProject))
+		capability.ScopeExec, a.createProject).InSession(capability.UseHold))
 }
 
-// openWorkspace resolves the session and opens its workspace (see
+// openWorkspace opens the workspace of the session the call entered its workspace (see
 // openSessionFS).
-func (a *App) openWorkspace(ctx context.Context, ref string) (*session.Session, *workspace.FS, error) {
-	sess, err := a.Sessions.Get(ctx, ref)
+func (a *App) openWorkspace(ctx context.Context) (*session.Session, *workspace.FS, error) {
+	sess, err := entered(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -207,7 +207,7 @@ func (a *App) readFile(ctx context.Context, in ReadFileInput) (*FileContent, err
 	if in.Path == "" {
 		return nil, capability.Errorf(capability.InvalidArgument, "path is empty: name a file (list_files shows what there is)")
 	}
-	sess, w, err := a.openWorkspace(ctx, in.Session)
+	sess, w, err := a.openWorkspace(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -248,7 +248,7 @@ func (a *App) writeFile(ctx context.Context, in WriteFileInput) (*FileWritten, e
 	default:
 		return nil, capability.Errorf(capability.InvalidArgument, "encoding %q: use utf-8 (the default) or base64", in.Encoding)
 	}
-	sess, w, err := a.openWorkspace(ctx, in.Session)
+	sess, w, err := a.openWorkspace(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +274,7 @@ func (a *App) listFiles(ctx context.Context, in ListFilesInput) (*FileList, erro
 	if depth == 0 && in.Recursive {
 		depth = workspace.MaxDepth
 	}
-	sess, w, err := a.openWorkspace(ctx, in.Session)
+	sess, w, err := a.openWorkspace(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +290,7 @@ func (a *App) listFiles(ctx context.Context, in ListFilesInput) (*FileList, erro
 }
 
 func (a *App) createProject(ctx context.Context, in CreateProjectInput) (*ProjectCreated, error) {
-	sess, w, err := a.openWorkspace(ctx, in.Session)
+	sess, w, err := a.openWorkspace(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -159,18 +159,18 @@ func (a *App) registerFSOps(reg *capability.Registry) {
 	reg.Register(capability.New("stat_file",
 		"Describe one path of the session workspace without reading it: name, type (file, dir, symlink, other), size, permissions (as ls -l shows them), "+
 			"owner and group (as the session's box names them), mtime, and for a symbolic link its target (the link itself is described, not followed). "+paths,
-		capability.ScopeRead, a.statFile))
+		capability.ScopeRead, a.statFile).InSession(capability.UseHold))
 	reg.Register(capability.New("make_dir",
 		"Create a directory in the session workspace, with its missing parents (mkdir -p), owned by the session so its code can use it. "+
 			"A directory already there is no error: existed=true says nothing was made. "+paths,
-		capability.ScopeExec, a.makeDir))
+		capability.ScopeExec, a.makeDir).InSession(capability.UseHold))
 	reg.Register(capability.New("move_file",
 		"Move or rename a file, directory or symbolic link within the session workspace (rename: what is at the destination, a file or an empty directory, is replaced). "+
 			"Missing parent directories of the destination are created. A symbolic link is moved itself, never what it points to. "+paths,
-		capability.ScopeExec, a.moveFile))
+		capability.ScopeExec, a.moveFile).InSession(capability.UseHold))
 	reg.Register(capability.New("remove_file",
 		"Remove a file, a symbolic link (never what it points to) or a directory with everything in it from the session workspace. The workspace itself cannot be removed. "+paths,
-		capability.ScopeExec, a.removeFile))
+		capability.ScopeExec, a.removeFile).InSession(capability.UseHold))
 	reg.Register(capability.New("watch_dir",
 		"Watch a directory of the session workspace and return the changes made in it meanwhile (by the session's code or by file calls): "+
 			"each event's name (relative to the directory) and type: create, write, remove, rename (moved away) or chmod (mode, owner or times changed). "+
@@ -178,7 +178,7 @@ func (a *App) registerFSOps(reg *capability.Registry) {
 			"The watch lasts timeout_ms (default 10 s) or until max_events changes; a streaming caller (WebSocket, E2B's watchDir) gets each event as it happens and may watch until it goes away. "+
 			"It ends early when the directory is removed (as when the session is destroyed). Symbolic links are never followed. "+
 			"A session runs at most "+strconv.Itoa(MaxWatchesPerSession)+" watches at once (streaming or not); another is refused until one ends. "+paths,
-		capability.ScopeRead, a.watchDir).Streaming())
+		capability.ScopeRead, a.watchDir).Streaming().InSession(capability.UseHold))
 }
 
 // boxNames names owners as the session's box does: its /etc/passwd has
@@ -198,8 +198,8 @@ func boxNames(sessionUID int) workspace.Names {
 }
 
 // openFS is openWorkspace returning the session's id.
-func (a *App) openFS(ctx context.Context, ref string) (string, *workspace.FS, error) {
-	sess, err := a.Sessions.Get(ctx, ref)
+func (a *App) openFS(ctx context.Context) (string, *workspace.FS, error) {
+	sess, err := entered(ctx)
 	if err != nil {
 		return "", nil, err
 	}
@@ -233,7 +233,7 @@ func needPath(p, what string) error {
 }
 
 func (a *App) statFile(ctx context.Context, in PathInput) (*FileInfo, error) {
-	id, w, err := a.openFS(ctx, in.Session)
+	id, w, err := a.openFS(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +249,7 @@ func (a *App) makeDir(ctx context.Context, in PathInput) (*FileInfo, error) {
 	if err := needPath(in.Path, "path"); err != nil {
 		return nil, err
 	}
-	id, w, err := a.openFS(ctx, in.Session)
+	id, w, err := a.openFS(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -268,7 +268,7 @@ func (a *App) moveFile(ctx context.Context, in MoveFileInput) (*FileInfo, error)
 	if err := needPath(in.Destination, "destination"); err != nil {
 		return nil, err
 	}
-	id, w, err := a.openFS(ctx, in.Session)
+	id, w, err := a.openFS(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +284,7 @@ func (a *App) removeFile(ctx context.Context, in PathInput) (*Removed, error) {
 	if err := needPath(in.Path, "path"); err != nil {
 		return nil, err
 	}
-	id, w, err := a.openFS(ctx, in.Session)
+	id, w, err := a.openFS(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -311,7 +311,7 @@ func (a *App) watchDir(ctx context.Context, in WatchDirInput) (*Watched, error) 
 	if timeout == 0 && observe == nil {
 		timeout = defaultWatchTimeout
 	}
-	sess, err := a.Sessions.Get(ctx, in.Session)
+	sess, err := entered(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -324,11 +324,6 @@ func (a *App) watchDir(ctx context.Context, in WatchDirInput) (*Watched, error) 
 	defer free()
 	// A call in flight in the session: destroying the session ends the
 	// watch (and its hold on the workspace) before the workspace goes.
-	ctx, release, err := a.holdSession(ctx, sess)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
 	id, w, err := a.openSessionFS(sess)
 	if err != nil {
 		return nil, err

@@ -42,34 +42,29 @@ func (a *App) registerJS(reg *capability.Registry, eng *js.Engine) {
 			"The host API is Tools.Files (workspace only), Tools.Net.fetch (when the session's network policy allows), Tools.System and Tools.calc. "+
 			"Memory is capped at "+limit+"; on timeout the code is interrupted and the output so far returned.",
 		capability.ScopeExec, func(ctx context.Context, in RunJSFileInput) (*runcode.Result, error) {
-			return a.runJSEntry(ctx, in.Session, in.Path, in.TimeoutMS, func(rel string) (string, error) {
+			return a.runJSEntry(ctx, in.Path, in.TimeoutMS, func(rel string) (string, error) {
 				return js.FileEntry(rel), nil
 			})
-		}))
+		}).InSession(capability.UseBusy))
 	reg.Register(capability.New("call_js_function",
 		"Call an exported function of a .js or .ts module of the session workspace with JSON arguments, in the embedded JavaScript sandbox; "+
 			"a returned Promise is awaited and the value shown as the ➡️ result (pretty JSON), with the function's console output before it. "+
 			"The module is loaded fresh for each call; memory is capped at "+limit+".",
 		capability.ScopeExec, func(ctx context.Context, in CallJSFunctionInput) (*runcode.Result, error) {
-			return a.runJSEntry(ctx, in.Session, in.Path, in.TimeoutMS, func(rel string) (string, error) {
+			return a.runJSEntry(ctx, in.Path, in.TimeoutMS, func(rel string) (string, error) {
 				return js.CallEntry(rel, in.Function, in.Args)
 			})
-		}))
+		}).InSession(capability.UseBusy))
 }
 
-func (a *App) runJSEntry(ctx context.Context, ref, path string, timeoutMS int64, code func(rel string) (string, error)) (*runcode.Result, error) {
+func (a *App) runJSEntry(ctx context.Context, path string, timeoutMS int64, code func(rel string) (string, error)) (*runcode.Result, error) {
 	if _, err := runcode.MillisTimeout(timeoutMS, 0, a.Runner.Options().MaxTimeout); err != nil {
 		return nil, err
 	}
-	sess, err := a.Sessions.Get(ctx, ref)
+	sess, err := entered(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ctx, release, err := a.useSession(ctx, sess)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
 	rel, err := js.CheckFile(sess.Workspace(), path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):

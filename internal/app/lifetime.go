@@ -192,27 +192,23 @@ func (a *App) endOne(ctx context.Context, id string) bool {
 // until it is resumed or destroyed). false: calls run code in s, try
 // later.
 func (a *App) pauseExpired(ctx context.Context, s *session.Session) bool {
-	if bx := a.Sandbox.Box(s.ID); bx != nil && !bx.Paused() {
-		if !bx.CanPause() {
-			a.Log.Warn("a session's lifetime ended with pause, but its box cannot be frozen here: it keeps running", "session", s.ID)
-		} else {
-			a.inflight.mu.Lock()
-			if a.inflight.busy[s.ID] > 0 {
-				a.inflight.mu.Unlock()
-				return false
-			}
-			// Under the lock: a call that starts now waits, then resumes.
-			err := bx.Pause()
-			a.inflight.mu.Unlock()
-			if err != nil {
-				a.Log.Warn("pausing a session whose lifetime ended", "session", s.ID, "err", err)
-			}
+	if bx := a.Sandbox.Box(s.ID); bx != nil && !bx.Paused() && !bx.CanPause() {
+		a.Log.Warn("a session's lifetime ended with pause, but its box cannot be frozen here: it keeps running", "session", s.ID)
+		if err := a.Sessions.SetPaused(ctx, s, true); err != nil && !errors.Is(err, session.ErrNotFound) {
+			a.Log.Warn("session lifetimes", "session", s.ID, "err", err)
 		}
-	}
-	// A session without a box is marked paused all the same: nothing runs
-	// in it until it is resumed or used.
-	if err := a.Sessions.SetPaused(ctx, s, true); err != nil && !errors.Is(err, session.ErrNotFound) {
-		a.Log.Warn("session lifetimes", "session", s.ID, "err", err)
+	} else {
+		// The Life pauses under its lock: a busy call refuses it (try
+		// later), a call that starts now waits, then resumes. A session
+		// without a box is marked paused all the same: nothing runs in it
+		// until it is resumed or used.
+		_, err := a.lives.Pause(ctx, s)
+		switch {
+		case errors.Is(err, session.ErrBusy):
+			return false
+		case err != nil && !errors.Is(err, session.ErrNotFound):
+			a.Log.Warn("pausing a session whose lifetime ended", "session", s.ID, "err", err)
+		}
 	}
 	if err := a.Sessions.SetLifetime(ctx, s, time.Time{}, ""); err != nil && !errors.Is(err, session.ErrNotFound) {
 		a.Log.Warn("session lifetimes", "session", s.ID, "err", err)

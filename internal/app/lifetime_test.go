@@ -171,8 +171,12 @@ func TestSessionLifetimeExtendedMeanwhile(t *testing.T) {
 // One slow destroy (its session's call takes long to return) does not hold
 // back the end of the other expired sessions.
 func TestSessionLifetimesEndedTogether(t *testing.T) {
-	a := newApp(t, nil)
-	a.inflight.grace = time.Hour // the slow destroy waits until the test releases its call
+	// The slow destroy waits until the test releases its call.
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, DestroyGrace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
 	ctx := context.Background()
 	slow := mustCall(t, a, "create_session", CreateSessionInput{Name: "slow", TimeoutS: 3600}).(*SessionInfo)
 	quick := mustCall(t, a, "create_session", CreateSessionInput{Name: "quick", TimeoutS: 3600}).(*SessionInfo)
@@ -186,7 +190,7 @@ func TestSessionLifetimesEndedTogether(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	callCtx, release, err := a.holdSession(ctx, sess)
+	callCtx, release, err := a.lives.EnterSession(ctx, sess, capability.UseHold)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +220,7 @@ func TestSessionLifetimeNotSetDuringDestroy(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A call in flight, which the destroy cancels and waits for.
-	callCtx, release, err := a.holdSession(ctx, sess)
+	callCtx, release, err := a.lives.EnterSession(ctx, sess, capability.UseHold)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -108,7 +108,7 @@ func (a *App) registerPackages(reg *capability.Registry) {
 			"Installs into one rootfs run one at a time: a call waits for the one before. apt's progress streams as output; the result lists what dpkg newly installed and apt's output. "+
 			"With manager pip: Python packages are installed into the session's user site (~/.local/lib/pythonX.Y/site-packages of the session's Python: the embedded 3.14 on the host userland, the rootfs's python3 on a rootfs) by pip in the session's box from the tenant's wheel cache; wheels the cache lacks are fetched first by the server from its configured index (wheels only, never a session's index), whatever the session's network. A session without network can then `pip install` them too. "+
 			"Packages are exact Debian package names (matched literally against the rootfs's apt lists: no patterns), optionally NAME:ARCH and NAME=VERSION; an unknown name is refused before apt runs. apt's plan is simulated first: an install that would remove or downgrade anything is refused. apt needs scope install (or admin): a rootfs is shared by every session on it. pip needs only scope exec (it changes only the session's own workspace), so code in a session can call it too: `pip install` typed in a session without network does. timeout_ms 10000..1800000, default 600000.",
-		capability.ScopeExec, a.installPackagesCap).Streaming())
+		capability.ScopeExec, a.installPackagesCap).Streaming().InSession(capability.UseBusy))
 	a.registerRepair(reg)
 }
 
@@ -130,15 +130,10 @@ func (a *App) installPackagesCap(ctx context.Context, in InstallPackagesInput) (
 			return nil, capability.Errorf(capability.PermissionDenied, "install_packages needs scope %q", capability.ScopeInstall)
 		}
 	case "pip":
-		sess, err := a.Sessions.Get(ctx, in.Session)
+		sess, err := entered(ctx)
 		if err != nil {
 			return nil, err
 		}
-		ctx, release, err := a.useSession(ctx, sess)
-		if err != nil {
-			return nil, err
-		}
-		defer release()
 		return a.installPip(ctx, sess, in.Packages, timeout)
 	default:
 		return nil, capability.Errorf(capability.InvalidArgument, "manager %q: want apt (Debian packages into a rootfs) or pip (Python packages)", in.Manager)
@@ -146,7 +141,7 @@ func (a *App) installPackagesCap(ctx context.Context, in InstallPackagesInput) (
 	if err := checkPackages(in.Packages); err != nil {
 		return nil, err
 	}
-	sess, err := a.Sessions.Get(ctx, in.Session)
+	sess, err := entered(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -159,11 +154,6 @@ func (a *App) installPackagesCap(ctx context.Context, in InstallPackagesInput) (
 			"session %s has network %q, and apt needs the network: create a session with network full (create_session rootfs=%s network=full) to install packages; apt was not started",
 			sess.Name, sess.Network, sess.Rootfs)
 	}
-	ctx, release, err := a.useSession(ctx, sess)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
 	return a.installPackages(ctx, sess.Rootfs, in.Packages, timeout, &spillTo{
 		Dir:  sess.Workspace(),
 		File: filepath.Join(sess.OutputsDir(), "install_packages-"+time.Now().UTC().Format("20060102T150405.000000000")+".log"),

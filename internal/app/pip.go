@@ -307,15 +307,11 @@ func (a *App) pipRun(ctx context.Context, s *session.Session, args []string, out
 		env[k] = v
 	}
 	env["QURO_PIP_OFFLINE"] = "0" // this is install_packages: no hint to call it
-	spec := &sandbox.Spec{
-		Args: append([]string{prog}, args...),
-		// As run_code's processes (runcode.ProcessSpec): the session's box
-		// holds them.
-		Dir: s.Workspace(), Home: s.Workspace(), TmpDir: s.TmpDir(),
-		Env: env, Network: s.Network, UID: s.UID, Session: s.ID, Binds: s.Binds(),
-		ReadOnly: []string{p.pyDir},
-		Stdout:   out, Stderr: out,
-	}
+	// As run_code's processes (runcode.ProcessSpec): the session's box
+	// holds them.
+	spec := s.Spec(append([]string{prog}, args...)...)
+	spec.Env, spec.ReadOnly = env, []string{p.pyDir}
+	spec.Stdout, spec.Stderr = out, out
 	if s.Rootfs != "" {
 		dir, err := RootfsDir(a.DataDir)(s.Rootfs)
 		if err != nil {
@@ -324,7 +320,7 @@ func (a *App) pipRun(ctx context.Context, s *session.Session, args []string, out
 		spec.Rootfs = dir
 		spec.Args[0] = filepath.Join(p.rootBin, "pip")
 	}
-	exit, err := a.Sandbox.ForSession(s.ID, s.UID, s.Binds()).Run(ctx, spec)
+	exit, err := a.Sandbox.Run(ctx, spec)
 	if err != nil {
 		return 0, err
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
-	"github.com/quro-dev/quro/internal/session"
 )
 
 // Background processes of a session (internal/proc): programs an agent
@@ -152,21 +151,20 @@ func (a *App) registerProcesses(reg *capability.Registry) {
 			"(only timeout_ms, signal_process or the end of the session stop it). stdin:true keeps its stdin open for send_process_input; "+
 			"pty runs it on a terminal (resize_process). The call returns when the process ends (exit code, status, the last 64 KiB of output), "+
 			fmt.Sprintf("or at once with background:true. A session runs at most %d processes.", proc.DefaultMax),
-		capability.ScopeExec, a.startProcess).Streaming())
+		capability.ScopeExec, a.startProcess).Streaming().InSession(capability.UseBusy))
 	reg.Register(capability.New("connect_process",
 		"Follow a running background process of the session (by pid or tag): its output from now on (nothing before is replayed) streams "+
 			"until it ends, and the call returns how it ended. Leaving does not stop it.",
-		capability.ScopeRead, a.connectProcess).Streaming())
+		capability.ScopeRead, a.connectProcess).Streaming().InSession(capability.UseBusy))
 	reg.Register(capability.New("list_processes",
 		"List the running background processes of the session (start_process): pid, tag, program, arguments, variables, directory.",
 		capability.ScopeRead, func(ctx context.Context, in SessionRef) (*ProcessList, error) {
-			s, release, err := a.processSession(ctx, in.Session)
+			s, err := entered(ctx)
 			if err != nil {
 				return nil, err
 			}
-			defer release()
 			return &ProcessList{Processes: a.procs.List(s.ID)}, nil
-		}))
+		}).InSession(capability.UseRead))
 	reg.Register(capability.New("send_process_input",
 		"Write to a background process's stdin (started with stdin:true) or to its terminal (pty: keys, ^C as \\u0003).",
 		capability.ScopeExec, func(ctx context.Context, in ProcessInputInput) (*ProcessDone, error) {
@@ -187,12 +185,12 @@ func (a *App) registerProcesses(reg *capability.Registry) {
 				}
 				return fmt.Sprintf("sent %d bytes", len(data)), p.SendInput(data)
 			})
-		}))
+		}).InSession(capability.UseBusy))
 	reg.Register(capability.New("close_process_stdin",
 		"Close a background process's stdin (started with stdin:true): it reads end of file.",
 		capability.ScopeExec, func(ctx context.Context, in ProcessSelector) (*ProcessDone, error) {
 			return a.onProcess(ctx, in, func(p *proc.Process) (string, error) { return "stdin closed", p.CloseStdin() })
-		}))
+		}).InSession(capability.UseBusy))
 	reg.Register(capability.New("signal_process",
 		"Send a signal to a background process and its process group: SIGTERM (default) asks it to stop, SIGKILL kills it.",
 		capability.ScopeExec, func(ctx context.Context, in SignalProcessInput) (*ProcessDone, error) {
@@ -211,36 +209,21 @@ func (a *App) registerProcesses(reg *capability.Registry) {
 				p.Signal(sig)
 				return fmt.Sprintf("%s sent", name), nil
 			})
-		}))
+		}).InSession(capability.UseBusy))
 	reg.Register(capability.New("resize_process",
 		"Resize the terminal of a background process started with a pty.",
 		capability.ScopeExec, func(ctx context.Context, in ResizeProcessInput) (*ProcessDone, error) {
 			return a.onProcess(ctx, in.ProcessSelector, func(p *proc.Process) (string, error) {
 				return fmt.Sprintf("resized to %dx%d", in.Cols, in.Rows), p.Resize(in.Cols, in.Rows)
 			})
-		}))
-}
-
-// processSession resolves the caller's session and marks it used (a
-// paused box resumes) until release.
-func (a *App) processSession(ctx context.Context, ref string) (*session.Session, func(), error) {
-	s, err := a.Sessions.Get(ctx, ref)
-	if err != nil {
-		return nil, nil, err
-	}
-	_, release, err := a.useSession(ctx, s)
-	if err != nil {
-		return nil, nil, err
-	}
-	return s, release, nil
+		}).InSession(capability.UseBusy))
 }
 
 func (a *App) onProcess(ctx context.Context, in ProcessSelector, do func(p *proc.Process) (string, error)) (*ProcessDone, error) {
-	s, release, err := a.processSession(ctx, in.Session)
+	s, err := entered(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
 	p, err := a.procs.Get(s.ID, in.sel())
 	if err != nil {
 		return nil, err
@@ -256,15 +239,10 @@ func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessR
 	if in.TimeoutMS < 0 || in.TimeoutMS > maxProcessTimeoutMS {
 		return nil, capability.Errorf(capability.InvalidArgument, "timeout_ms %d is outside 0..%d (milliseconds; 0 for no timeout)", in.TimeoutMS, int64(maxProcessTimeoutMS))
 	}
-	s, err := a.Sessions.Get(ctx, in.Session)
+	s, err := entered(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ctx, release, err := a.useSession(ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
 	// In a session box the workspace is also /home/user: the process
 	// starts there (and relative directories are taken from there) with
 	// HOME /home/user, as E2B's sandboxes do; the box's sh enters it.
@@ -275,10 +253,8 @@ func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessR
 			dir = path.Join(sandbox.HomeUser, dir)
 		}
 	}
-	base := &sandbox.Spec{
-		Dir: s.Workspace(), Home: home, TmpDir: s.TmpDir(),
-		Env: s.Env, Network: s.Network, UID: s.UID, Session: s.ID, Binds: s.Binds(),
-	}
+	base := s.Spec()
+	base.Home = home
 	if s.Rootfs != "" {
 		dir, err := RootfsDir(a.DataDir)(s.Rootfs)
 		if err != nil {
@@ -286,7 +262,7 @@ func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessR
 		}
 		base.Rootfs = dir
 	}
-	p, v, err := a.procs.Start(ctx, a.Sandbox.ForSession(s.ID, s.UID, s.Binds()), base, s.ID, &proc.Start{
+	p, v, err := a.procs.Start(ctx, a.Sandbox, base, s.ID, &proc.Start{
 		Config: proc.Config{Cmd: in.Cmd, Args: in.Args, Env: in.Env, Cwd: in.Cwd},
 		Tag:    in.Tag, Dir: dir, Stdin: in.Stdin, PTY: in.PTY, Timeout: time.Duration(in.TimeoutMS) * time.Millisecond,
 	})
@@ -303,15 +279,10 @@ func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessR
 }
 
 func (a *App) connectProcess(ctx context.Context, in ProcessSelector) (*ProcessResult, error) {
-	s, err := a.Sessions.Get(ctx, in.Session)
+	s, err := entered(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ctx, release, err := a.useSession(ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
 	p, err := a.procs.Get(s.ID, in.sel())
 	if err != nil {
 		return nil, err

@@ -88,7 +88,7 @@ func (a *App) registerPythonRun(reg *capability.Registry) {
 			"timeout_ms is 1000..60000 (default 20000); on timeout the whole process tree is killed and the output so far is returned. "+
 			"A missing rootfs is installed on first use only for a caller with scope install or admin (debootstrap: needs the network, about a minute); a call whose timeout ends first says so and the install continues: call again, or run `quro rootfs install` beforehand. "+
 			"Unlike run_code's python (the session's own interpreter — the embedded CPython 3.14, or the rootfs's python3 on a rootfs session — kept resident), nothing persists between calls except files, and the user site (pip installs) is not used.",
-		capability.ScopeExec, p.run).Streaming())
+		capability.ScopeExec, p.run).Streaming().InSession(capability.UseBusy))
 }
 
 func (p *pythonRun) run(ctx context.Context, in PythonRunInput) (*PythonRunResult, error) {
@@ -105,15 +105,10 @@ func (p *pythonRun) run(ctx context.Context, in PythonRunInput) (*PythonRunResul
 	if len(in.Code) > pythonRunMaxCode {
 		return nil, capability.Errorf(capability.InvalidArgument, "code is %d bytes; python_run passes it with -c, limited to %d: use run_code, or write a file and run it", len(in.Code), pythonRunMaxCode)
 	}
-	sess, err := p.a.Sessions.Get(ctx, in.Session)
+	sess, err := entered(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ctx, release, err := p.a.useSession(ctx, sess)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
 	name := sess.Rootfs
 	if name == "" {
 		name = rootfs.DefaultName

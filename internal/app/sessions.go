@@ -229,222 +229,244 @@ func (a *App) registerSessions(reg *capability.Registry) {
 			"A command that waits for input returns early with waiting_for_input=true: answer with send_input. "+
 			"On timeout the command gets SIGINT; if it is still running 1.2 s later the shell is killed and recreated in the same directory (interrupt_stage says which). "+
 			"Output (stdout and stderr merged in order) is cut to head and tail when long; output_file keeps it whole.",
-		capability.ScopeExec, a.terminalExec).Streaming())
+		capability.ScopeExec, a.terminalExec).Streaming().InSession(capability.UseBusy))
 	reg.Register(capability.New("send_input",
 		"Type data into the session: it answers a command that waits for input (then waits for that command like terminal_exec), "+
 			"or, with no command running, goes to the session's interactive terminal (PTY). \"\\u0003\" interrupts the running command.",
-		capability.ScopeExec, a.sendInput))
+		capability.ScopeExec, a.sendInput).InSession(capability.UseBusy))
 	reg.Register(capability.New("create_session",
 		"Create a session: a fresh workspace directory with its own shell, Python state and variables. Returns its id. "+
 			"Optionally with its first environment variables, metadata labels (to find it by in list_sessions) and a lifetime "+
 			"(timeout_s: the server destroys it, or pauses it with on_timeout pause, when the time is up; set_session_timeout changes it).",
-		capability.ScopeExec, func(ctx context.Context, in CreateSessionInput) (*SessionInfo, error) {
-			o, err := createOptions(in)
-			if err != nil {
-				return nil, err
-			}
-			if in.Rootfs != "" {
-				if err := a.checkRootfsReady(in.Rootfs); err != nil {
-					return nil, err
-				}
-			}
-			// A spare session of the same template, with its box and
-			// Python worker ready, if there is one (spare.go).
-			s, err := a.spares.claim(ctx, in, o)
-			if err != nil {
-				return nil, err
-			}
-			if s != nil {
-				a.lifetimeChanged(s.ExpiresAt)
-				return a.sessionInfo(ctx, s), nil
-			}
-			s, err = a.Sessions.CreateWith(ctx, in.Name, o)
-			if err != nil {
-				return nil, err
-			}
-			a.lifetimeChanged(s.ExpiresAt)
-			if a.prestart {
-				a.Python.Prestart(s)
-				a.PythonRootfs.Prestart(s)
-			}
-			return a.sessionInfo(ctx, s), nil
-		}))
+		capability.ScopeExec, a.createSession))
 	reg.Register(capability.New("destroy_session",
 		"Destroy one of your sessions: kill every process it started and delete its workspace. This cannot be undone.",
-		capability.ScopeExec, func(ctx context.Context, in SessionRef) (*Done, error) {
-			if in.Session == "" {
-				return nil, capability.Errorf(capability.InvalidArgument, "name the session to destroy")
-			}
-			// Exec scope may destroy what it could create: its tenant's
-			// sessions (Get finds no other). Code in a session can neither
-			// create nor destroy one, not even its own.
-			if c, ok := controller.CallerFrom(ctx); ok && c.Session != "" {
-				return nil, capability.Errorf(capability.PermissionDenied, "code in a session cannot destroy sessions")
-			}
-			s, err := a.Sessions.Get(ctx, in.Session)
-			if err != nil {
-				return nil, err
-			}
-			if err := a.destroySession(ctx, s); err != nil {
-				return nil, err
-			}
-			return &Done{Message: fmt.Sprintf("session %s (%s) destroyed", s.Name, s.ID)}, nil
-		}))
+		capability.ScopeExec, a.destroySessionCap).InSession(capability.UseRead))
 	reg.Register(capability.New("get_session_status",
 		"A session's status: state (running/paused), alive, busy, cwd, last_exit, mode (pipe/pty), created, last_used, network, metadata, expires_at (the end of its lifetime, if it has one) and its box's resources.",
-		capability.ScopeRead, func(ctx context.Context, in SessionRef) (*SessionInfo, error) {
-			s, err := a.Sessions.Get(ctx, in.Session)
-			if err != nil {
-				return nil, err
-			}
-			return a.sessionInfo(ctx, s), nil
-		}))
+		capability.ScopeRead, a.getSessionStatus).InSession(capability.UseRead))
 	reg.Register(capability.New("list_sessions",
 		"List your sessions (only your tenant's), oldest first, each with its status: id, name, default or not, state (running/paused), network policy, rootfs, metadata, "+
 			"end of lifetime, shell alive or busy, mode, working directory and last exit code. "+
 			"Filter by metadata (every given pair must match) and by state.",
-		capability.ScopeRead, func(ctx context.Context, in ListSessionsInput) (*SessionList, error) {
-			for _, st := range in.State {
-				if st != StateRunning && st != StatePaused {
-					return nil, capability.Errorf(capability.InvalidArgument, "state %q: use running or paused", st)
-				}
-			}
-			list, err := a.Sessions.List(ctx)
-			if err != nil {
-				return nil, err
-			}
-			out := &SessionList{Sessions: []*SessionInfo{}}
-			for _, s := range list {
-				if !metadataMatches(s.Metadata, in.Metadata) {
-					continue
-				}
-				info := a.sessionInfo(ctx, s)
-				if len(in.State) > 0 && !slices.Contains(in.State, info.SessionState) {
-					continue
-				}
-				out.Sessions = append(out.Sessions, info)
-			}
-			return out, nil
-		}))
+		capability.ScopeRead, a.listSessions))
 	reg.Register(capability.New("set_session_timeout",
 		"Set a session's lifetime: timeout_s seconds from now (shorter or longer than before; 0 removes it). When it ends the server destroys the session, "+
 			"or pauses it with on_timeout pause (a paused session resumes when used). Code in a session cannot change its own lifetime.",
-		capability.ScopeExec, func(ctx context.Context, in SetTimeoutInput) (*SessionInfo, error) {
-			if c, ok := controller.CallerFrom(ctx); ok && c.Session != "" {
-				return nil, capability.Errorf(capability.PermissionDenied, "code in a session cannot change a session's lifetime")
-			}
-			switch in.OnTimeout {
-			case "", session.ExpiryDestroy, session.ExpiryPause:
-			default:
-				return nil, capability.Errorf(capability.InvalidArgument, "on_timeout %q: use destroy or pause", in.OnTimeout)
-			}
-			end, err := lifetime(in.TimeoutS)
-			if err != nil {
-				return nil, err
-			}
-			s, err := a.Sessions.Get(ctx, in.Session)
-			if err != nil {
-				return nil, err
-			}
-			// Its destroy under way (a lifetime that ended, a kill): a new
-			// lifetime would be reported set on a session about to go.
-			if a.destroying(s.ID) {
-				return nil, capability.Errorf(capability.NotFound, "session %s is being destroyed", s.Name)
-			}
-			if err := a.Sessions.SetLifetime(ctx, s, end, in.OnTimeout); err != nil {
-				return nil, err
-			}
-			a.lifetimeChanged(end)
-			return a.sessionInfo(ctx, s), nil
-		}))
+		capability.ScopeExec, a.setSessionTimeout).InSession(capability.UseRead))
 	reg.Register(capability.New("set_default_session",
 		"Make a session the default: the one used when a call names none.",
-		capability.ScopeExec, func(ctx context.Context, in SessionRef) (*SessionInfo, error) {
-			s, err := a.Sessions.Get(ctx, in.Session)
-			if err != nil {
-				return nil, err
-			}
-			if err := a.Sessions.SetDefault(ctx, s); err != nil {
-				return nil, err
-			}
-			return a.sessionInfo(ctx, s), nil
-		}))
+		capability.ScopeExec, a.setDefaultSession).InSession(capability.UseRead))
 	reg.Register(capability.New("set_session_env",
 		"Set (or, with null, unset) environment variables of a session; they apply from the next command on, in the shell and in run_code. "+
 			"Names are identifiers (letters, digits, _); those the dynamic loader, libc or a shell obey at start-up "+
 			"(LD_*, MALLOC_*, GLIBC_TUNABLES, GCONV_PATH, LOCPATH, NLSPATH, HOSTALIASES, RES_OPTIONS, LOCALDOMAIN, BASH_ENV, ENV, SHELLOPTS…) "+
 			"and TMPDIR (set by the server) are refused.",
-		capability.ScopeExec, func(ctx context.Context, in SetEnvInput) (*EnvOutput, error) {
-			if err := checkEnvChanges(in.Env); err != nil {
-				return nil, err
-			}
-			s, err := a.Sessions.Get(ctx, in.Session)
-			if err != nil {
-				return nil, err
-			}
-			env, err := a.Sessions.UpdateEnv(ctx, s, in.Env)
-			if err != nil {
-				return nil, err
-			}
-			return &EnvOutput{Session: s.ID, Env: env}, nil
-		}))
+		capability.ScopeExec, a.setSessionEnv).InSession(capability.UseHold))
 	reg.Register(capability.New("get_session_env",
 		"The environment variables set on a session with set_session_env.",
-		capability.ScopeRead, func(ctx context.Context, in SessionRef) (*EnvOutput, error) {
-			s, err := a.Sessions.Get(ctx, in.Session)
-			if err != nil {
-				return nil, err
-			}
-			env, err := a.Sessions.Env(ctx, s.ID)
-			if err != nil {
-				return nil, err
-			}
-			return &EnvOutput{Session: s.ID, Env: env}, nil
-		}))
+		capability.ScopeRead, a.getSessionEnv).InSession(capability.UseRead))
 	reg.Register(capability.New("export_session_log",
 		"Write the session's terminal scrollback to a file in its workspace, with control characters escaped; returns the file's path.",
-		capability.ScopeExec, func(ctx context.Context, in ExportLogInput) (*Done, error) {
-			s, err := a.Sessions.Get(ctx, in.Session)
-			if err != nil {
-				return nil, err
-			}
-			// A path outside the workspace, or one that cannot be
-			// written, is a terminal.ErrInvalid: the caller's to fix.
-			rel, err := a.Terminals.ExportLog(s, in.Path)
-			if err != nil {
-				return nil, err
-			}
-			return &Done{Message: rel}, nil
-		}))
+		capability.ScopeExec, a.exportSessionLog).InSession(capability.UseHold))
 	reg.Register(capability.New("reset_python",
 		"Forget a session's Python state (variables, imports) by giving it a fresh interpreter; files in the workspace stay.",
-		capability.ScopeExec, func(ctx context.Context, in SessionRef) (*Done, error) {
-			s, err := a.Sessions.Get(ctx, in.Session)
-			if err != nil {
-				return nil, err
-			}
-			if err := a.resetPython(ctx, s); err != nil {
-				return nil, err
-			}
-			return &Done{Message: "the Python state of session " + s.Name + " was reset"}, nil
-		}))
+		capability.ScopeExec, a.resetPythonCap).InSession(capability.UseHold))
 	reg.Register(capability.New("read_screen",
 		"The text on the session's interactive terminal (PTY) screen, as a person would see it. A caller with exec scope starts the terminal "+
 			"if none runs; read scope starts nothing (with no terminal open, the screen is empty and open is false).",
-		capability.ScopeRead, func(ctx context.Context, in SessionRef) (*Screen, error) {
-			s, err := a.Sessions.Get(ctx, in.Session)
-			if err != nil {
+		capability.ScopeRead, a.readScreen).InSession(capability.UseHold))
+}
+
+func (a *App) createSession(ctx context.Context, in CreateSessionInput) (*SessionInfo, error) {
+	o, err := createOptions(in)
+	if err != nil {
+		return nil, err
+	}
+	if in.Rootfs != "" {
+		if err := a.checkRootfsReady(in.Rootfs); err != nil {
+			return nil, err
+		}
+	}
+	// A spare session of the same template, with its box and
+	// Python worker ready, if there is one (spare.go).
+	s, err := a.spares.claim(ctx, in, o)
+	if err != nil {
+		return nil, err
+	}
+	if s != nil {
+		a.lifetimeChanged(s.ExpiresAt)
+		return a.sessionInfo(ctx, s), nil
+	}
+	s, err = a.Sessions.CreateWith(ctx, in.Name, o)
+	if err != nil {
+		return nil, err
+	}
+	a.lifetimeChanged(s.ExpiresAt)
+	if a.prestart {
+		a.Python.Prestart(s)
+		a.PythonRootfs.Prestart(s)
+	}
+	return a.sessionInfo(ctx, s), nil
+}
+
+func (a *App) destroySessionCap(ctx context.Context, in SessionRef) (*Done, error) {
+	if in.Session == "" {
+		return nil, capability.Errorf(capability.InvalidArgument, "name the session to destroy")
+	}
+	// Exec scope may destroy what it could create: its tenant's
+	// sessions (Get finds no other). Code in a session can neither
+	// create nor destroy one, not even its own.
+	if c, ok := controller.CallerFrom(ctx); ok && c.Session != "" {
+		return nil, capability.Errorf(capability.PermissionDenied, "code in a session cannot destroy sessions")
+	}
+	s, err := entered(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.destroySession(ctx, s); err != nil {
+		return nil, err
+	}
+	return &Done{Message: fmt.Sprintf("session %s (%s) destroyed", s.Name, s.ID)}, nil
+}
+
+func (a *App) getSessionStatus(ctx context.Context, in SessionRef) (*SessionInfo, error) {
+	s, err := entered(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return a.sessionInfo(ctx, s), nil
+}
+
+func (a *App) listSessions(ctx context.Context, in ListSessionsInput) (*SessionList, error) {
+	for _, st := range in.State {
+		if st != StateRunning && st != StatePaused {
+			return nil, capability.Errorf(capability.InvalidArgument, "state %q: use running or paused", st)
+		}
+	}
+	list, err := a.Sessions.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &SessionList{Sessions: []*SessionInfo{}}
+	for _, s := range list {
+		if !metadataMatches(s.Metadata, in.Metadata) {
+			continue
+		}
+		info := a.sessionInfo(ctx, s)
+		if len(in.State) > 0 && !slices.Contains(in.State, info.SessionState) {
+			continue
+		}
+		out.Sessions = append(out.Sessions, info)
+	}
+	return out, nil
+}
+
+func (a *App) setSessionTimeout(ctx context.Context, in SetTimeoutInput) (*SessionInfo, error) {
+	if c, ok := controller.CallerFrom(ctx); ok && c.Session != "" {
+		return nil, capability.Errorf(capability.PermissionDenied, "code in a session cannot change a session's lifetime")
+	}
+	switch in.OnTimeout {
+	case "", session.ExpiryDestroy, session.ExpiryPause:
+	default:
+		return nil, capability.Errorf(capability.InvalidArgument, "on_timeout %q: use destroy or pause", in.OnTimeout)
+	}
+	end, err := lifetime(in.TimeoutS)
+	if err != nil {
+		return nil, err
+	}
+	s, err := entered(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Its destroy under way (a lifetime that ended, a kill): a new
+	// lifetime would be reported set on a session about to go.
+	if a.lives.Destroying(s.ID) {
+		return nil, capability.Errorf(capability.NotFound, "session %s is being destroyed", s.Name)
+	}
+	if err := a.Sessions.SetLifetime(ctx, s, end, in.OnTimeout); err != nil {
+		return nil, err
+	}
+	a.lifetimeChanged(end)
+	return a.sessionInfo(ctx, s), nil
+}
+
+func (a *App) setDefaultSession(ctx context.Context, in SessionRef) (*SessionInfo, error) {
+	s, err := entered(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.Sessions.SetDefault(ctx, s); err != nil {
+		return nil, err
+	}
+	return a.sessionInfo(ctx, s), nil
+}
+
+func (a *App) setSessionEnv(ctx context.Context, in SetEnvInput) (*EnvOutput, error) {
+	if err := checkEnvChanges(in.Env); err != nil {
+		return nil, err
+	}
+	s, err := entered(ctx)
+	if err != nil {
+		return nil, err
+	}
+	env, err := a.Sessions.UpdateEnv(ctx, s, in.Env)
+	if err != nil {
+		return nil, err
+	}
+	return &EnvOutput{Session: s.ID, Env: env}, nil
+}
+
+func (a *App) getSessionEnv(ctx context.Context, in SessionRef) (*EnvOutput, error) {
+	s, err := entered(ctx)
+	if err != nil {
+		return nil, err
+	}
+	env, err := a.Sessions.Env(ctx, s.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &EnvOutput{Session: s.ID, Env: env}, nil
+}
+
+func (a *App) exportSessionLog(ctx context.Context, in ExportLogInput) (*Done, error) {
+	s, err := entered(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// A path outside the workspace, or one that cannot be
+	// written, is a terminal.ErrInvalid: the caller's to fix.
+	rel, err := a.Terminals.ExportLog(s, in.Path)
+	if err != nil {
+		return nil, err
+	}
+	return &Done{Message: rel}, nil
+}
+
+func (a *App) resetPythonCap(ctx context.Context, in SessionRef) (*Done, error) {
+	s, err := entered(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.resetPython(ctx, s); err != nil {
+		return nil, err
+	}
+	return &Done{Message: "the Python state of session " + s.Name + " was reset"}, nil
+}
+
+func (a *App) readScreen(ctx context.Context, in SessionRef) (*Screen, error) {
+	s, err := entered(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, running := a.Terminals.RunningPTY(s); !running {
+		if c, ok := controller.CallerFrom(ctx); !ok || c.Scope.Covers(capability.ScopeExec) {
+			if _, err := a.Terminals.PTY(s); err != nil {
 				return nil, err
 			}
-			if _, running := a.Terminals.RunningPTY(s); !running {
-				if c, ok := controller.CallerFrom(ctx); !ok || c.Scope.Covers(capability.ScopeExec) {
-					if _, err := a.Terminals.PTY(s); err != nil {
-						return nil, err
-					}
-				}
-			}
-			return a.screen(s), nil
-		}))
+		}
+	}
+	return a.screen(s), nil
 }
 
 // checkEnvChanges refuses, before anything is stored, a variable the
@@ -492,31 +514,11 @@ func (a *App) sessionInfo(ctx context.Context, s *session.Session) *SessionInfo 
 	return info
 }
 
-// destroySession stops everything of s and deletes it.
+// destroySession ends s for good through its Life (session.Life.Destroy):
+// the calls in it are canceled and waited for, everything made for it is
+// released, and its row, files and uid go.
 func (a *App) destroySession(ctx context.Context, s *session.Session) error {
-	// The calls running in the session first: refuse new ones, cancel
-	// those in flight and wait (bounded) until they have returned, so that
-	// none runs on in a session that is gone (see endCalls).
-	grace := destroyGrace
-	if a.inflight.grace > 0 {
-		grace = a.inflight.grace
-	}
-	if n := a.endCalls(s, grace); n > 0 {
-		a.Log.Warn("destroy: calls still running after the grace; their session's box ends under them", "session", s.ID, "calls", n)
-	}
-	// Then the box: one kill of its pid namespace ends every process of
-	// the session; the worker and the terminals then only tidy up.
-	// For good: a run racing with the destroy (a prestarted worker) cannot
-	// make the session a new box.
-	a.Sandbox.EndSession(s.ID)
-	a.procs.EndSession(s.ID)
-	a.stopPython(s.ID)
-	a.forgetContexts(s.ID)
-	a.Terminals.CloseSession(s)
-	err := a.Sessions.Delete(ctx, s)
-	if err == nil {
-		a.tenants.forget(s.ID)
-	}
+	_, err := a.lives.Destroy(ctx, s)
 	return err
 }
 
@@ -525,15 +527,10 @@ func (a *App) terminalExec(ctx context.Context, in TerminalExecInput) (*terminal
 	if err != nil {
 		return nil, err
 	}
-	s, err := a.Sessions.Get(ctx, in.Session)
+	s, err := entered(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ctx, release, err := a.useSession(ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
 	return a.Terminals.Exec(ctx, s, in.Command, terminal.ExecOptions{
 		Timeout: timeout, Split: in.Split,
 	})
@@ -547,17 +544,12 @@ func (a *App) sendInput(ctx context.Context, in SendInputInput) (*terminal.Resul
 	if err != nil {
 		return nil, err
 	}
-	s, err := a.Sessions.Get(ctx, in.Session)
+	s, err := entered(ctx)
 	if err != nil {
 		return nil, err
 	}
 	// Like any call that runs something: a paused box is resumed (the
 	// command answering needs to run), and a destroy waits for this call.
-	ctx, release, err := a.useSession(ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
 	sh, err := a.Terminals.Shell(s)
 	if err != nil {
 		return nil, err

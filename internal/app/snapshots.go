@@ -174,13 +174,13 @@ func (a *App) registerSnapshots(reg *capability.Registry) {
 			"Symbolic links are copied as links and never followed. The copy is not atomic: files the session's code changes meanwhile may be caught half-way; pause_session first for a consistent copy (a snapshot does not wake a paused session). "+
 			fmt.Sprintf("A snapshot is at most your per-session disk quota; you hold at most %d snapshots (delete_snapshot frees one). ", orDefault(a.limits.Snapshots, DefaultSnapshotsPerTenant))+
 			"Returns the snapshot's id, size, file count and what was skipped.",
-		capability.ScopeExec, a.snapshotSession))
+		capability.ScopeExec, a.snapshotSession).InSession(capability.UseHold))
 	reg.Register(capability.New("fork_session",
 		fmt.Sprintf("Make count (1 to %d) new sessions from a snapshot (or from a session, snapshotted now): each gets a copy of the workspace and the same environment variables, working directory, network policy and rootfs. ", MaxForkCount)+
 			"Nothing runs in them yet: processes, Python variables and shell state are not carried over. "+
 			"All or nothing: if any copy fails (session limit, disk quota), every session made is destroyed and the error says which copy failed and why. "+
 			"Returns each new session's id and name.",
-		capability.ScopeExec, a.forkSession))
+		capability.ScopeExec, a.forkSession).InSession(capability.UseHold))
 	reg.Register(capability.New("list_snapshots",
 		"List your snapshots (only your tenant's), oldest first: id, name, the session it was taken of, size, file count, network policy and rootfs.",
 		capability.ScopeRead, func(ctx context.Context, _ Empty) (*SnapshotList, error) {
@@ -298,7 +298,7 @@ func (a *App) snapshotSession(ctx context.Context, in SnapshotInput) (*SnapshotI
 	if err := notInSession(ctx); err != nil {
 		return nil, err
 	}
-	s, err := a.Sessions.Get(ctx, in.Session)
+	s, err := entered(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -326,14 +326,10 @@ func (a *App) takeSnapshot(ctx context.Context, s *session.Session, name string)
 		return nil, nil, capability.Errorf(capability.InvalidArgument,
 			"snapshot name %q: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit (and not 32 hex digits, which is an id)", name)
 	}
-	// A destroy of s waits for the copy (or cancels it) before it removes
-	// the session's disk: the copy never reads a half-deleted workspace
-	// nor mounts a disk being removed.
-	ctx, release, err := a.holdSession(ctx, s)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer release()
+	// The call holds s (snapshot_session and fork_session are declared
+	// InSession(UseHold)): a destroy of s waits for the copy (or cancels
+	// it) before it removes the session's disk, so the copy never reads a
+	// half-deleted workspace nor mounts a disk being removed.
 	// The session's image may have been unmounted by another process
 	// that stopped: the workspace is read beneath it, never the empty
 	// directory under the mount point.
@@ -487,7 +483,7 @@ func (a *App) forkSession(ctx context.Context, in ForkInput) (*ForkResult, error
 	}
 	var snap *store.Snapshot
 	if in.Session != "" {
-		s, err := a.Sessions.Get(ctx, in.Session)
+		s, err := entered(ctx)
 		if err != nil {
 			return nil, err
 		}

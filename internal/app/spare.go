@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -48,9 +47,6 @@ type spareKey struct{ tenant, network string }
 type spare struct {
 	s      *session.Session
 	limits TenantLimits
-	// binds are the session's binds when its box was made (its
-	// in-session socket is one, once the server's hooks are set).
-	binds []sandbox.Bind
 }
 
 // spares is the App's pool of spare sessions.
@@ -117,22 +113,18 @@ func (a *App) removeStaleSpares(ctx context.Context) {
 	}
 }
 
-// destroySpare ends spare s as destroy_session ends a session: its box
-// and worker, then its row (the uid is retired), disk image and
-// directories.
+// destroySpare ends spare s as destroy_session ends a session, on the
+// one teardown path (session.Life.Destroy): its box and worker, then its
+// row (the uid is retired), disk image and directories.
 func (a *App) destroySpare(s *session.Session) {
 	// Only a spare: never a session a claim gave a tenant.
 	if cur, err := a.Sessions.ByIDAnyTenant(context.Background(), s.ID); err == nil && cur.Tenant != session.SpareTenant {
 		a.Log.Error("not destroying a claimed session as a spare", "session", s.ID)
 		return
 	}
-	a.Sandbox.EndSession(s.ID)
-	a.Python.Stop(s.ID)
-	if err := a.Sessions.Delete(context.Background(), s); err != nil {
+	if _, err := a.lives.Destroy(context.Background(), s); err != nil {
 		a.Log.Warn("spare session not removed", "session", s.ID, "err", err)
-		return
 	}
-	a.tenants.forget(s.ID)
 }
 
 // claim returns a spare of the template create_session asks for, claimed
@@ -196,12 +188,7 @@ const spareWait = time.Second
 // lifetime; next: it was unfit and discarded, try another.
 func (p *spares) claimOne(ctx context.Context, key spareKey, sp *spare, limits TenantLimits, name string, o session.CreateOptions) (_ *session.Session, next bool, _ error) {
 	defer p.wg.Done() // take's
-	// A box holds its binds from its start: a spare made before the
-	// session's binds were what they are now (the in-session socket of a
-	// server whose hooks came after the first fill) would leave the
-	// session's code without them, and its other runs in boxes of their
-	// own.
-	if sp.limits != limits || !slices.Equal(sp.binds, sp.s.Binds()) {
+	if sp.limits != limits {
 		p.discard(sp)
 		return nil, true, nil
 	}
@@ -365,10 +352,6 @@ func (p *spares) make(key spareKey) (*spare, error) {
 	// with the tenant's, from the first process on: the session's row
 	// names the spare tenant until the claim.
 	a.tenants.remember(s.ID, key.tenant)
-	// Taken before the box is: hooks set meanwhile (the in-session
-	// server's, as quro serve starts) make the claim discard the spare
-	// rather than give a box without them.
-	binds := s.Binds()
 	err = a.Python.StartSpare(p.ctx, s)
 	if err == nil && a.tenants.Limits(p.ctx, key.tenant) != limits {
 		err = errors.New("the tenant's limits changed while the spare was made")
@@ -377,7 +360,7 @@ func (p *spares) make(key spareKey) (*spare, error) {
 		a.destroySpare(s)
 		return nil, err
 	}
-	return &spare{s: s, limits: limits, binds: binds}, nil
+	return &spare{s: s, limits: limits}, nil
 }
 
 // close destroys every spare and waits until the pool's work has ended.

@@ -3,6 +3,8 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quro-dev/quro/internal/api/insession"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
-	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/store"
 	"golang.org/x/sys/unix"
@@ -363,34 +365,44 @@ func TestStaleSparesAreRemovedAtStart(t *testing.T) {
 	}
 }
 
-// TestSpareMadeBeforeTheBoxHooksIsNotGiven: quro serve sets the
-// in-session server's box hooks (the socket bound into every box of a
-// session) after the App has started its first spare. A spare whose box
-// was made without them is discarded at the claim: given, its session's
-// code would have no socket, and every other run a box of its own.
-func TestSpareMadeBeforeTheBoxHooksIsNotGiven(t *testing.T) {
-	a, _ := newSpareApp(t, 1)
-	sp := waitSpares(t, a, localNone, 1)[0]
-	src := filepath.Join(t.TempDir(), "hooked")
-	if err := os.WriteFile(src, []byte("bound\n"), 0o644); err != nil {
+// TestTheFirstSpareHasTheInSessionSocket: the in-session server is wired
+// by New (Options.InSession), before the first spare's box is made, so
+// every spare — the first included — is given, and its session's code
+// reaches the server through its own socket. (quro serve once set the
+// server's hooks after New had started the first spare, whose box then
+// lacked the socket.)
+func TestTheFirstSpareHasTheInSessionSocket(t *testing.T) {
+	served := make(chan string, 4)
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, SpareSessions: 1,
+		InSession: &InSessionOptions{Handler: func(ctrl *controller.Controller, sessions *session.Manager) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				served <- r.URL.Path
+				fmt.Fprint(w, "answered")
+			})
+		}}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	a.Sessions.SetBoxHooks(&session.BoxHooks{Binds: func(*session.Session) []sandbox.Bind {
-		return []sandbox.Bind{{Src: src, Dst: "/run/quro/hooked"}}
-	}})
-	info := mustCall(t, a, "create_session", CreateSessionInput{Name: "hooked"}).(*SessionInfo)
-	if info.ID == sp.ID {
-		t.Fatal("a spare whose box lacks the session's binds was given")
+	t.Cleanup(func() { a.Close() })
+	if a.spares == nil {
+		t.Skip("no session boxes here: no spare sessions")
 	}
-	if res := runCode(t, a, RunCodeInput{Session: "hooked", Lang: "bash", Code: "cat /run/quro/hooked"}); res.Stdout != "bound\n" {
-		t.Fatalf("the session's box does not show its binds: %+v", res)
+	sp := waitSpares(t, a, localNone, 1)[0]
+	info := mustCall(t, a, "create_session", CreateSessionInput{Name: "first"}).(*SessionInfo)
+	if info.ID != sp.ID {
+		t.Fatalf("the first spare was not given: %s, want %s", info.ID, sp.ID)
 	}
-	// Spares made from now on have them, and are given.
-	next := waitSpares(t, a, localNone, 1)[0]
-	if info := mustCall(t, a, "create_session", CreateSessionInput{Name: "hooked2"}).(*SessionInfo); info.ID != next.ID {
-		t.Fatalf("a spare made with the hooks was not given: %s, want %s", info.ID, next.ID)
+	res := runCode(t, a, RunCodeInput{Session: "first", Lang: "python", Code: `
+import socket
+s = socket.socket(socket.AF_UNIX)
+s.connect("` + insession.SocketInBox + `")
+s.sendall(b"GET /whoami HTTP/1.0\r\nHost: quro\r\n\r\n")
+print(s.recv(4096).decode().split("\r\n\r\n")[-1])
+`})
+	if strings.TrimSpace(res.Stdout) != "answered" {
+		t.Fatalf("the claimed spare's code does not reach the in-session server: %+v", res)
 	}
-	if res := runCode(t, a, RunCodeInput{Session: "hooked2", Lang: "bash", Code: "cat /run/quro/hooked"}); res.Stdout != "bound\n" {
-		t.Fatalf("the claimed spare's box does not show its binds: %+v", res)
+	if p := <-served; p != "/whoami" {
+		t.Fatalf("served %q", p)
 	}
 }

@@ -15,18 +15,13 @@ func (a *App) registerOpenTerminal(reg *capability.Registry) {
 		"Start the session's interactive terminal (PTY: a login shell on a pseudo-terminal) when none runs, and return its screen. "+
 			"send_input types into it and read_screen reads it; quro term attaches a person's terminal to it. Needs scope exec.",
 		capability.ScopeExec, func(ctx context.Context, in SessionRef) (*Screen, error) {
-			s, err := a.Sessions.Get(ctx, in.Session)
+			s, err := entered(ctx)
 			if err != nil {
 				return nil, err
 			}
-			_, release, err := a.useSession(ctx, s) // resumes a paused box; a destroy waits for this call
-			if err != nil {
-				return nil, err
-			}
-			defer release()
 			if _, err := a.Terminals.PTY(s); err != nil {
 				return nil, err
 			}
 			return a.screen(s), nil
-		}))
+		}).InSession(capability.UseBusy))
 }

@@ -235,13 +235,25 @@ func (c *Capability) Check(in any, args json.RawMessage, jsonErr error) (any, er
 // built by an access path that calls with typed inputs).
 func (c *Capability) Run(ctx context.Context, in any) (any, error) { return c.run(ctx, in) }
 
-// SessionRef is the session in (a value of c's input type) names, for a
-// capability InSession; "" otherwise.
-func (c *Capability) SessionRef(in any) string {
-	if si, ok := in.(SessionInput); ok && c.Use != UseNone {
-		return si.SessionRef()
+// SessionOptional is a SessionInput that may name no session at all
+// (fork_session of a snapshot): then no session is entered.
+type SessionOptional interface {
+	SessionInput
+	NamesSession() bool
+}
+
+// SessionRef is the session in (a value of c's input type) names and
+// whether the call enters it: false for a capability not InSession, or an
+// input that names none (SessionOptional).
+func (c *Capability) SessionRef(in any) (ref string, enter bool) {
+	si, ok := in.(SessionInput)
+	if !ok || c.Use == UseNone {
+		return "", false
 	}
-	return ""
+	if so, ok := in.(SessionOptional); ok && !so.NamesSession() {
+		return "", false
+	}
+	return si.SessionRef(), true
 }
 
 // HasRequiredInput reports whether the capability needs any argument.

@@ -239,12 +239,12 @@ func (c *Controller) call(ctx context.Context, caller Caller, name string, args 
 	if caller.Session != "" {
 		ctx = session.WithOnly(ctx, caller.Session)
 	}
-	if capb.Use != capability.UseNone {
+	if ref, enter := capb.SessionRef(in); enter {
 		if c.enter == nil {
 			return nil, capability.Errorf(capability.Internal, "%s uses a session, and this controller has none", name)
 		}
 		var leave func()
-		ctx, leave, err = c.enter(ctx, capb.SessionRef(in), capb.Use)
+		ctx, leave, err = c.enter(ctx, ref, capb.Use)
 		if err != nil {
 			return nil, err
 		}

@@ -585,6 +585,20 @@ func (t *Table) Get(session string, sel Selector) (*Process, error) {
 	return nil, fmt.Errorf("%w: no running process with %s in this session (it has ended, or never ran here); list_processes lists them", ErrNotFound, sel)
 }
 
+// Sessions is how many sessions the table keeps processes or starts
+// of (the leak tests' count).
+func (t *Table) Sessions() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := len(t.sessions)
+	for id := range t.pending {
+		if t.sessions[id] == nil {
+			n++
+		}
+	}
+	return n
+}
+
 // List describes the live processes of session, by pid.
 func (t *Table) List(session string) []Info {
 	t.mu.Lock()

@@ -16,19 +16,9 @@ import (
 // The session's rootfs is a name; engines that run on a rootfs set
 // Spec.Rootfs to its directory themselves (see python.Rootfs).
 func ProcessSpec(req *Request, args ...string) *sandbox.Spec {
-	return &sandbox.Spec{
-		Args:    args,
-		Dir:     req.Session.Workspace(),
-		Home:    req.Session.Workspace(),
-		TmpDir:  req.Session.TmpDir(),
-		Env:     req.Session.Env,
-		Network: req.Session.Network,
-		UID:     req.Session.UID,
-		Session: req.Session.ID,
-		Binds:   req.Session.Binds(),
-		Stdout:  req.Stdout,
-		Stderr:  req.Stderr,
-	}
+	spec := req.Session.Spec(args...)
+	spec.Stdout, spec.Stderr = req.Stdout, req.Stderr
+	return spec
 }
 
 // ExitResult turns how a sandboxed process ended into a Result: the one

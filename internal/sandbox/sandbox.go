@@ -94,6 +94,11 @@ type Options struct {
 	// box.go): the runs of a Spec that names its Session are spawned in
 	// it. Without the namespaces layer it has no effect.
 	SessionBoxes bool
+	// SessionOf, when set, names the session whose directory dir lies
+	// in: a run there must name that session's box (Spec.Session, or a
+	// ForSession sandbox) or say why it runs outside it (Spec.Outside);
+	// any other is refused (see checkSessionRun).
+	SessionOf func(dir string) (id string, ok bool)
 	// BoxReadOnly are host paths every session box shows read-only at the
 	// same path, besides what its first run names: where the server puts
 	// interpreters and tools that later runs of the session name in
@@ -155,8 +160,9 @@ type Sandbox struct {
 	layers     *layerSet
 	onFailure  func(reason string)
 	binds      []Bind
-	uid        int    // see ForSession
-	session    string // see ForSession
+	uid        int                             // see ForSession
+	session    string                          // see ForSession
+	sessionOf  func(dir string) (string, bool) // Options.SessionOf
 	boxes      *boxRegistry
 	tenant     func(dir string) (Tenant, bool)
 	note       func(dir string) string
@@ -175,7 +181,7 @@ func New(opts *Options) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox: cannot find the quro executable to re-exec: %w", err)
 	}
 	s := &Sandbox{self: self, path: o.Path, limits: DefaultLimits(), drainGrace: o.DrainGrace, onFailure: o.OnFailure,
-		binds: slices.Clone(o.Binds), tenant: o.Tenant, note: o.Note, runEnv: o.RunEnv}
+		binds: slices.Clone(o.Binds), tenant: o.Tenant, note: o.Note, runEnv: o.RunEnv, sessionOf: o.SessionOf}
 	if s.path == "" {
 		s.path = DefaultPath
 	}
@@ -269,6 +275,10 @@ type Spec struct {
 	// "" takes the one of a ForSession sandbox, else the run gets a box of
 	// its own.
 	Session string
+	// Outside names why a run in a session's directory runs outside the
+	// session's box ("": it does not; see Options.SessionOf): an explicit
+	// choice, never a forgotten Session.
+	Outside string
 	// TenantDir, when set, is the directory whose tenant the run belongs
 	// to (Options.Tenant is asked about it) instead of Dir: a helper run
 	// the server starts for a tenant in a directory of its own (pip's
@@ -468,6 +478,9 @@ func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 	}
 	if spec.Dir == "" || !filepath.IsAbs(spec.Dir) {
 		return nil, fmt.Errorf("%w: the working directory must be an absolute path", ErrInvalidSpec)
+	}
+	if err := s.checkSessionRun(spec); err != nil {
+		return nil, err
 	}
 	pl := &plan{spec: spec, prog: spec.Args[0], network: spec.Network}
 	switch pl.network {

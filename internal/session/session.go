@@ -36,7 +36,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -141,8 +140,8 @@ type Session struct {
 
 // Binds are the host paths bound into every box of the session
 // (sandbox.Spec.Binds): its workspace again at sandbox.HomeUser
-// (read-write), and its own in-session socket, which the hook set with
-// Manager.SetBoxHooks creates on first use (none without a hook).
+// (read-write), and its own in-session socket, which the Manager's
+// BoxHooks create on first use (none without a hook).
 func (s *Session) Binds() []sandbox.Bind {
 	if s == nil {
 		return nil
@@ -154,11 +153,33 @@ func (s *Session) Binds() []sandbox.Bind {
 	if s.m == nil {
 		return home
 	}
-	h := s.m.hooks.Load()
+	h := s.m.hooks
 	if h == nil || h.Binds == nil {
 		return home
 	}
 	return append(home, h.Binds(s)...)
+}
+
+// Spec is the start of every run of the session: the one builder of a
+// sandbox.Spec that runs in its box. It is spawned in the session's box
+// (Session), under its uid (UID) with its binds, in its workspace (Dir
+// and HOME; TMPDIR its tmp), with its variables and network policy. The
+// caller adds what the run is (Stdout, Rootfs, TTY...); a run of the
+// session outside its box is a choice it names (sandbox.Spec.Outside).
+func (s *Session) Spec(args ...string) *sandbox.Spec {
+	return &sandbox.Spec{
+		Args: args, Dir: s.Workspace(), Home: s.Workspace(), TmpDir: s.TmpDir(),
+		Env: s.Env, Network: s.Network,
+		UID: s.UID, Session: s.ID, Binds: s.Binds(),
+	}
+}
+
+// Sandbox is sb for code that builds its Specs without the session at
+// hand (a session's shell, its Python worker): every run it starts is
+// spawned in the session's box, under its uid, with its binds
+// (sandbox.Sandbox.ForSession), as Spec's are.
+func (s *Session) Sandbox(sb *sandbox.Sandbox) *sandbox.Sandbox {
+	return sb.ForSession(s.ID, s.UID, s.Binds())
 }
 
 // Workspace is the session's working directory: the only host directory its
@@ -195,7 +216,7 @@ type Manager struct {
 		Release func(dir string) error
 	}
 
-	hooks atomic.Pointer[BoxHooks]
+	hooks *BoxHooks // fixed at Open
 
 	reapMu   sync.Mutex
 	lastReap time.Time
@@ -211,13 +232,13 @@ type BoxHooks struct {
 	Destroyed func(*Session)
 }
 
-// SetBoxHooks sets the hooks (nil: none).
-func (m *Manager) SetBoxHooks(h *BoxHooks) { m.hooks.Store(h) }
-
 // Open returns a Manager over st with session directories under dataDir,
-// creating the default session if there is none.
-func Open(ctx context.Context, st *store.Store, dataDir string) (*Manager, error) {
-	m := &Manager{store: st, root: filepath.Join(dataDir, "sessions")}
+// whose boxes are tied to the services outside the package by hooks (nil:
+// none; fixed for the Manager's life: a box made before hooks were set
+// would lack their binds), creating the default session if there is
+// none.
+func Open(ctx context.Context, st *store.Store, dataDir string, hooks *BoxHooks) (*Manager, error) {
+	m := &Manager{store: st, root: filepath.Join(dataDir, "sessions"), hooks: hooks}
 	if err := os.MkdirAll(m.root, 0o755); err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}
@@ -725,7 +746,7 @@ func (m *Manager) Delete(ctx context.Context, s *Session) error {
 	if _, err := m.store.DeleteSession(ctx, s.ID); err != nil {
 		return m.wrap(err, s.ID)
 	}
-	if h := m.hooks.Load(); h != nil && h.Destroyed != nil {
+	if h := m.hooks; h != nil && h.Destroyed != nil {
 		h.Destroyed(s)
 	}
 	if m.Disk.Release != nil {

@@ -12,14 +12,14 @@ import (
 	"github.com/quro-dev/quro/internal/store"
 )
 
-func manager(t *testing.T, dir string) *Manager {
+func manager(t testing.TB, dir string) *Manager {
 	t.Helper()
 	st, err := store.Open(context.Background(), filepath.Join(dir, "quro.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	m, err := Open(context.Background(), st, dir)
+	m, err := Open(context.Background(), st, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

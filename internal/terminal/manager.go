@@ -105,7 +105,7 @@ func (m *Manager) get(s *session.Session) (*live, error) {
 			cwd = s.Workspace()
 		}
 		l.shell = NewShell(ShellOptions{
-			Sandbox: m.sb.ForSession(s.ID, s.UID, s.Binds()), Workspace: s.Workspace(), TmpDir: s.TmpDir(), OutputsDir: s.OutputsDir(),
+			Sandbox: s.Sandbox(m.sb), Workspace: s.Workspace(), TmpDir: s.TmpDir(), OutputsDir: s.OutputsDir(),
 			Network: s.Network, Rootfs: rootfs,
 			Cwd:   cwd,
 			Env:   func() map[string]string { return m.opts.Env(id) },

@@ -104,16 +104,14 @@ func StartPTY(opts PTYOptions) (*PTY, error) {
 	if opts.Cwd != "" && opts.Cwd != opts.Session.Workspace() {
 		prog = append([]string{"sh", "-c", `cd -- "$0" 2>/dev/null; exec "$@"`, opts.Cwd}, prog...)
 	}
-	proc, err := opts.Sandbox.Start(context.Background(), &sandbox.Spec{
-		Args: prog, Dir: opts.Session.Workspace(), Home: opts.Session.Workspace(), TmpDir: opts.Session.TmpDir(),
-		// The session's uid and the whole workspace, whichever
-		// subdirectory the terminal starts in: a uid derived from the
-		// starting directory would take that directory over.
-		UID: opts.Session.UID, Session: opts.Session.ID, Binds: opts.Session.Binds(), Writable: []string{opts.Session.Workspace()},
-		Network: opts.Session.Network, Rootfs: opts.Rootfs,
-		Term: "xterm-256color", Env: opts.Env,
-		Stdin: slave, Stdout: slave, Stderr: slave, TTY: true,
-	})
+	// The session's uid and the whole workspace, whichever subdirectory
+	// the terminal starts in: a uid derived from the starting directory
+	// would take that directory over.
+	spec := opts.Session.Spec(prog...)
+	spec.Writable = []string{opts.Session.Workspace()}
+	spec.Rootfs, spec.Term, spec.Env = opts.Rootfs, "xterm-256color", opts.Env
+	spec.Stdin, spec.Stdout, spec.Stderr, spec.TTY = slave, slave, slave, true
+	proc, err := opts.Sandbox.Start(context.Background(), spec)
 	if err != nil {
 		master.Close()
 		return nil, err

@@ -179,11 +179,11 @@ func (r *Resolver) Auth(req *http.Request) (controller.Caller, error) {
 // time one of its boxes is built and serves it (with Serve) until the
 // session is destroyed or the server's context ends.
 type Server struct {
-	dataDir  string
-	sessions *session.Manager
-	handler  http.Handler
-	log      *slog.Logger
-	ctx      context.Context
+	dataDir string
+	exists  func(ctx context.Context, id string) bool
+	handler http.Handler
+	log     *slog.Logger
+	ctx     context.Context
 
 	mu     sync.Mutex
 	live   map[string]*socket // session id → its socket
@@ -209,11 +209,12 @@ type Options struct {
 }
 
 // NewServer returns the server of the sessions' sockets under dataDir,
-// serving h (whose authentication is a Resolver's Auth) until ctx ends,
-// and ties it to sessions (session.Manager.SetBoxHooks): a session's
-// boxes get its socket, and destroying the session closes it. Sockets
-// left by an earlier server are removed.
-func NewServer(ctx context.Context, dataDir string, sessions *session.Manager, h http.Handler, o *Options) *Server {
+// serving h (whose authentication is a Resolver's Auth) until ctx ends.
+// exists reports whether a session still exists (its row). Its Hooks tie
+// it to the session.Manager opened with them: a session's boxes get its
+// socket, and destroying the session closes it. Sockets left by an
+// earlier server are removed.
+func NewServer(ctx context.Context, dataDir string, exists func(ctx context.Context, id string) bool, h http.Handler, o *Options) *Server {
 	var opts Options
 	if o != nil {
 		opts = *o
@@ -222,7 +223,7 @@ func NewServer(ctx context.Context, dataDir string, sessions *session.Manager, h
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{dataDir: dataDir, sessions: sessions, handler: h, log: log, ctx: ctx, live: map[string]*socket{},
+	s := &Server{dataDir: dataDir, exists: exists, handler: h, log: log, ctx: ctx, live: map[string]*socket{},
 		limits: limits(log, opts.MaxConns)}
 	// One total for every session's socket: each socket is its own
 	// listener, and a thousand sessions × PerPeer must not reach the fd
@@ -236,8 +237,13 @@ func NewServer(ctx context.Context, dataDir string, sessions *session.Manager, h
 			os.Remove(p)
 		}
 	}
-	sessions.SetBoxHooks(&session.BoxHooks{Binds: s.Binds, Destroyed: s.Destroyed})
 	return s
+}
+
+// Hooks are what the session.Manager is opened with (session.Open) to
+// tie the sessions' boxes to this server.
+func (s *Server) Hooks() *session.BoxHooks {
+	return &session.BoxHooks{Binds: s.Binds, Destroyed: s.Destroyed}
 }
 
 // Binds returns the bind that puts sess's socket at SocketInBox in its
@@ -259,7 +265,7 @@ func (s *Server) Binds(sess *session.Session) []sandbox.Bind {
 	// Checked under mu: Destroyed, which takes mu, runs after the row is
 	// gone, so a socket made here is either seen and closed by it or never
 	// made.
-	if !s.sessions.Exists(s.ctx, sess.ID) {
+	if !s.exists(s.ctx, sess.ID) {
 		return nil
 	}
 	path := SocketPath(s.dataDir, sess.ID)

@@ -18,7 +18,7 @@ import (
 
 // sessionsOf opens a store and a session manager under dir with two
 // sessions of two tenants: c5's "alpha" and c23's "beta".
-func sessionsOf(t *testing.T, dir string) (*session.Manager, *session.Session, *session.Session) {
+func sessionsOf(t *testing.T, dir string, hooks *session.BoxHooks) (*session.Manager, *session.Session, *session.Session) {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, filepath.Join(dir, "quro.db"))
@@ -26,7 +26,7 @@ func sessionsOf(t *testing.T, dir string) (*session.Manager, *session.Session, *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	m, err := session.Open(ctx, st, dir)
+	m, err := session.Open(ctx, st, dir, hooks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,8 +90,14 @@ func TestSocketIsItsSessionsAlone(t *testing.T) {
 		t.Skip("needs the box (bubblewrap)")
 	}
 	dir := t.TempDir()
-	m, a, b := sessionsOf(t, dir)
-	srv := insession.NewServer(context.Background(), dir, m, whoami(&insession.Resolver{Sessions: m}), nil)
+	// The server is made first, the Manager with its hooks: the server
+	// asks the Manager only once boxes are made.
+	var m *session.Manager
+	exists := func(ctx context.Context, id string) bool { return m.Exists(ctx, id) }
+	resolver := &insession.Resolver{}
+	srv := insession.NewServer(context.Background(), dir, exists, whoami(resolver), nil)
+	m, a, b := sessionsOf(t, dir, srv.Hooks())
+	resolver.Sessions = m
 	t.Cleanup(srv.Close)
 	// The session's binds: its workspace at /home/user, and its socket.
 	var sock string
@@ -153,7 +159,7 @@ func TestSocketIsItsSessionsAlone(t *testing.T) {
 // nobody, and a request without a peer or a socket is refused.
 func TestResolverChecksEveryRequest(t *testing.T) {
 	dir := t.TempDir()
-	m, a, b := sessionsOf(t, dir)
+	m, a, b := sessionsOf(t, dir, nil)
 	r := &insession.Resolver{Sessions: m}
 	ask := func(id string, uid int, withPeer bool) (string, int) {
 		req, _ := http.NewRequest("GET", "http://quro/whoami", nil)

@@ -320,7 +320,7 @@ func (e *Embedded) start(ctx context.Context, sess *session.Session) (*worker, e
 	}
 	// The variables are in the process environment, and the worker is told
 	// their names.
-	return startWorker(ctx, e.ctx, e.sb.ForSession(sess.ID, sess.UID, sess.Binds()), *cfg, false, sess.Workspace(), sess.Workspace(), sess.TmpDir(), sess.Env, sess.Network)
+	return startWorker(ctx, e.ctx, sess.Sandbox(e.sb), *cfg, false, sess.Workspace(), sess.Workspace(), sess.TmpDir(), sess.Env, sess.Network)
 }
 
 // fillSpare starts a spare worker in the background if none is there. The
@@ -461,7 +461,7 @@ func (e *Embedded) StartSpare(ctx context.Context, sess *session.Session) error 
 	if s.w != nil {
 		return nil
 	}
-	w, err := startWorker(ctx, e.ctx, e.sb.ForSession(sess.ID, sess.UID, sess.Binds()), *cfg, true,
+	w, err := startWorker(ctx, e.ctx, sess.Sandbox(e.sb), *cfg, true,
 		sess.Workspace(), sess.Workspace(), sess.TmpDir(), sess.Env, sess.Network)
 	if err != nil {
 		return err

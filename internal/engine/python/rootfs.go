@@ -392,7 +392,7 @@ func (r *RootfsWorker) startIn(ctx context.Context, sess *session.Session) (*wor
 		readOnly:  []string{dir},
 		workerDir: dir, limits: r.opts.Limits, drain: r.opts.DrainGrace,
 	}
-	return startWorker(ctx, r.ctx, r.sb.ForSession(sess.ID, sess.UID, sess.Binds()), cfg, false,
+	return startWorker(ctx, r.ctx, sess.Sandbox(r.sb), cfg, false,
 		sess.Workspace(), sess.Workspace(), sess.TmpDir(), sess.Env, sess.Network)
 }
 

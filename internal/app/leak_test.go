@@ -1,0 +1,204 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/quro-dev/quro/internal/api/insession"
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// leakRounds is how many sessions TestSessionsLeaveNothing takes through
+// their whole life: a few in make test, a thousand in make test-soak
+// (QURO_SOAK=1).
+func leakRounds() int {
+	if os.Getenv("QURO_SOAK") != "" {
+		return 1000
+	}
+	return 6
+}
+
+// TestSessionsLeaveNothing takes sessions through their whole life — made
+// (a spare claimed, or made anew), used by every kind of capability
+// (Python and JS and shell runs, code contexts, the terminal and its PTY,
+// files, a background process, a watch held open), paused, resumed,
+// snapshotted, forked, and destroyed with a watch and a process still
+// running — and then finds nothing of them left: no process, box, cgroup
+// entry, mount, loop device, in-session socket, inotify instance or other
+// fd, JS context, goroutine, or entry in any per-session map.
+func TestSessionsLeaveNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real boxes")
+	}
+	dir := t.TempDir()
+	a, err := New(context.Background(), dir, &Options{Python: testPython, SpareSessions: 1,
+		InSession: &InSessionOptions{Handler: func(*controller.Controller, *session.Manager) http.Handler {
+			return http.NotFoundHandler()
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	// The baseline: what the App holds with no session of the test's (the
+	// spare pool's one spare, the default session, their workers).
+	mustCall(t, a, "create_session", CreateSessionInput{Name: "warm"})
+	runCode(t, a, RunCodeInput{Session: "warm", Lang: "python", Code: "1"})
+	mustCall(t, a, "destroy_session", SessionRef{Session: "warm"})
+	before := a.holdings(t, dir)
+
+	for i := range leakRounds() {
+		a.useAndDestroy(t, fmt.Sprintf("s%d", i))
+	}
+
+	// Processes end and goroutines return as their boxes' kills land: the
+	// wait is for those events, bounded by waitFor's guard.
+	var after holdings
+	waitFor(t, "everything released", func() bool {
+		runtime.GC()
+		after = a.holdings(t, dir)
+		return after.settled(before)
+	})
+	if !after.settled(before) {
+		t.Fatalf("left after %d sessions:\n before %+v\n after  %+v", leakRounds(), before, after)
+	}
+	// No run of a session got a box of its own without choosing it
+	// (quro_session_box_outside_runs_total).
+	if n := a.Sandbox.BoxStats().Outside; n != 0 {
+		t.Errorf("%d runs of a session ran outside its box", n)
+	}
+}
+
+// holdings are what an App holds per session, counted.
+type holdings struct {
+	Goroutines, FDs, Inotify                 int
+	Boxes, Lives, Procs, JSContexts, Sockets int
+	Shells, PTYs, Contexts, Tenants, Watches int
+	Mounts, Loops, Sessions, SessionDirs     int
+}
+
+// settled reports whether h holds no more than before (goroutines and fds
+// with a little slack: the runtime's own come and go).
+func (h holdings) settled(before holdings) bool {
+	slack := before
+	slack.Goroutines += 3
+	slack.FDs += 2
+	return h.Goroutines <= slack.Goroutines && h.FDs <= slack.FDs && h.Inotify <= before.Inotify &&
+		h.Boxes <= before.Boxes && h.Lives <= before.Lives && h.Procs <= before.Procs && h.JSContexts <= before.JSContexts &&
+		h.Sockets <= before.Sockets && h.Shells <= before.Shells && h.PTYs <= before.PTYs && h.Contexts <= before.Contexts &&
+		h.Tenants <= before.Tenants && h.Watches <= before.Watches && h.Mounts <= before.Mounts && h.Loops <= before.Loops &&
+		h.Sessions <= before.Sessions && h.SessionDirs <= before.SessionDirs
+}
+
+func (a *App) holdings(t *testing.T, dir string) holdings {
+	t.Helper()
+	var h holdings
+	h.Goroutines = runtime.NumGoroutine()
+	fds, _ := os.ReadDir("/proc/self/fd")
+	h.FDs = len(fds)
+	for _, fd := range fds {
+		if l, _ := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); l == "anon_inode:inotify" {
+			h.Inotify++
+		}
+	}
+	h.Boxes = len(a.Sandbox.BoxKeys())
+	h.Lives = a.lives.Tracked()
+	h.Procs = a.procs.Sessions()
+	h.JSContexts = a.js.Contexts()
+	socks, _ := os.ReadDir(insession.SocketDir(dir))
+	h.Sockets = len(socks)
+	h.Shells, h.PTYs = a.Terminals.Live()
+	a.contexts.mu.Lock()
+	h.Contexts = len(a.contexts.bySession)
+	a.contexts.mu.Unlock()
+	a.tenants.mu.Lock()
+	h.Tenants = len(a.tenants.ofID)
+	a.tenants.mu.Unlock()
+	a.watches.mu.Lock()
+	h.Watches = len(a.watches.n)
+	a.watches.mu.Unlock()
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	h.Mounts = strings.Count(string(mounts), dir)
+	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, l := range loops {
+		if b, _ := os.ReadFile(l); strings.HasPrefix(string(b), dir) {
+			h.Loops++
+		}
+	}
+	list, err := a.Sessions.List(session.WithTenant(context.Background(), ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Sessions = len(list)
+	dirs, _ := os.ReadDir(filepath.Join(dir, "sessions"))
+	h.SessionDirs = len(dirs)
+	return h
+}
+
+// useAndDestroy makes session name, uses every kind of capability on it,
+// pauses, resumes, snapshots and forks it, and destroys it and its fork
+// with a watch and a process still running in it.
+func (a *App) useAndDestroy(t *testing.T, name string) {
+	t.Helper()
+	mustCall(t, a, "create_session", CreateSessionInput{Name: name})
+	if r := runCode(t, a, RunCodeInput{Session: name, Lang: "python", Code: "x = 41\nprint(x + 1)"}); r.Stdout != "42\n" {
+		t.Fatalf("python: %+v", r)
+	}
+	if r := runCode(t, a, RunCodeInput{Session: name, Lang: "bash", Code: "echo $((6*7))"}); r.Stdout != "42\n" {
+		t.Fatalf("bash: %+v", r)
+	}
+	jsCtx := mustCall(t, a, "create_code_context", CodeContextInput{Session: name, Language: "js"}).(*CodeContext)
+	if r := runCode(t, a, RunCodeInput{Session: name, Context: jsCtx.ID, Code: "console.log(6*7)"}); r.Stdout != "42\n" {
+		t.Fatalf("js context: %+v", r)
+	}
+	if res := texec(t, a, name, "cd /tmp && echo ok"); res.Output != "ok\n" {
+		t.Fatalf("terminal: %+v", res)
+	}
+	mustCall(t, a, "open_terminal", SessionRef{Session: name})
+	mustCall(t, a, "write_file", WriteFileInput{Session: name, Path: "d/a.txt", Content: "hello"})
+	mustCall(t, a, "read_file", ReadFileInput{Session: name, Path: "d/a.txt"})
+	mustCall(t, a, "move_file", MoveFileInput{Session: name, Source: "d/a.txt", Destination: "d/b.txt"})
+	mustCall(t, a, "start_process", StartProcessInput{Session: name, Cmd: "sleep", Args: []string{"1000"}, Background: true})
+
+	// A watch held open through the destroy.
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	ready := make(chan struct{}, 1)
+	watchCtx = runcode.WithOutput(watchCtx, func(stream string, _ []byte) {
+		if stream == WatchStreamReady {
+			ready <- struct{}{}
+		}
+	})
+	watched := make(chan error, 1)
+	go func() {
+		_, err := a.Controller.Call(watchCtx, admin, "watch_dir", json.RawMessage(`{"session":"`+name+`","path":"d"}`))
+		watched <- err
+	}()
+	<-ready
+
+	mustCall(t, a, "pause_session", SessionRef{Session: name})
+	mustCall(t, a, "resume_session", SessionRef{Session: name})
+	fork := mustCall(t, a, "fork_session", ForkInput{Session: name}).(*ForkResult)
+	for _, c := range fork.Copies {
+		if r := runCode(t, a, RunCodeInput{Session: c.Session, Lang: "bash", Code: "cat d/b.txt"}); r.Stdout != "hello" {
+			t.Fatalf("fork %d: %+v", c.Index, r)
+		}
+		mustCall(t, a, "destroy_session", SessionRef{Session: c.Session})
+	}
+	mustCall(t, a, "destroy_session", SessionRef{Session: name})
+	// The destroy ended the watch (its call was canceled, and waited for).
+	if err := <-watched; err == nil {
+		t.Log("the watch returned without an error")
+	}
+	if _, err := call(t, a, "get_session_status", SessionRef{Session: name}); err == nil {
+		t.Fatalf("session %s is still there", name)
+	}
+}

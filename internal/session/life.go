@@ -1,0 +1,516 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/recent"
+)
+
+// Life is the one owner of the sessions' lives: their states, the calls
+// entered in each, pause and resume, and the one teardown that releases
+// everything made for a session — destroyed by a caller, expired, a spare
+// retired, or the server closing.
+//
+// A session's states:
+//
+//	spare ──claim──▶ ready ⇄ busy            (Enter UseBusy while a run runs)
+//	                  │  ▲
+//	          pause   ▼  │ resume, or Enter UseBusy
+//	                 paused
+//	ready/busy/paused ──Destroy──▶ destroying ──▶ gone
+//
+// Every call that uses a session enters it through Enter, in the mode its
+// capability declares (capability.Use; the controller enters before the
+// handler runs): a destroy refuses new entries, cancels the calls inside
+// and waits for them, then runs the session's ends. What a server keeps
+// per session is released by an end: a part that keeps per-session state
+// declares its EndFunc once when the Life is made (Enders), and a
+// one-off resource registers its release with OnEnd when it is made.
+type Life struct {
+	m     *Manager
+	boxes Boxes
+	ends  []Ender
+	grace time.Duration
+	log   *slog.Logger
+
+	mu    sync.Mutex
+	lives map[string]*life
+	// gone are sessions being or having been destroyed: a call that looked
+	// the session up before the destroy is refused instead of running in it.
+	gone   recent.Set
+	closed bool
+}
+
+// Boxes is what the Life asks of the sessions' boxes (the sandbox).
+type Boxes interface {
+	// Paused reports whether the session's box is frozen.
+	Paused(id string) bool
+	// Pause freezes the session's box; false when it has none.
+	Pause(id string) (bool, error)
+	// Resume thaws the session's box; false when it was not frozen.
+	Resume(id string) (bool, error)
+}
+
+// Ender releases what a part of the server keeps for one session. End
+// runs once per session at its destroy (and for every session the server
+// knows at Close); it must not fail, and must be safe for a session the
+// part has nothing of.
+type Ender struct {
+	Name string
+	// First ends run before the others, in the order given: the box's
+	// kill, after which the rest only tidy up.
+	First bool
+	End   func(s *Session)
+}
+
+// LifeOptions configure a Life.
+type LifeOptions struct {
+	Boxes Boxes
+	// Enders are the parts' releases, run in order (First ones first)
+	// after the calls in the session have returned.
+	Enders []Ender
+	// Grace bounds how long a destroy waits for the calls it canceled
+	// (default DestroyGrace).
+	Grace time.Duration
+	Log   *slog.Logger
+}
+
+// DestroyGrace bounds how long a destroy waits for the calls it canceled
+// to return before it ends the session's box under them.
+const DestroyGrace = 10 * time.Second
+
+// State is where a session is in its life.
+type State string
+
+// The states.
+const (
+	StateSpare      State = "spare"
+	StateReady      State = "ready"
+	StateBusy       State = "busy"
+	StatePaused     State = "paused"
+	StateDestroying State = "destroying"
+	StateGone       State = "gone"
+)
+
+// life is one session's entry in the Life.
+type life struct {
+	calls   map[*call]bool
+	busy    int // calls of calls that are busy
+	ends    map[uint64]func()
+	next    uint64
+	drained chan struct{} // closed when the last call returned (destroying)
+}
+
+// call is one call entered in a session.
+type call struct {
+	cancel context.CancelCauseFunc
+	s      *Session
+	busy   bool // under Life.mu
+}
+
+type callKey struct{}
+
+// NewLife returns the owner of the lives of m's sessions.
+func NewLife(m *Manager, o LifeOptions) *Life {
+	l := &Life{m: m, boxes: o.Boxes, grace: o.Grace, log: o.Log, lives: map[string]*life{}}
+	if l.grace <= 0 {
+		l.grace = DestroyGrace
+	}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	l.ends = slices.Clone(o.Enders)
+	slices.SortStableFunc(l.ends, func(a, b Ender) int {
+		switch {
+		case a.First == b.First:
+			return 0
+		case a.First:
+			return -1
+		}
+		return 1
+	})
+	return l
+}
+
+// Entered is the session the call running under ctx entered (nil: none).
+func Entered(ctx context.Context) *Session {
+	if c, _ := ctx.Value(callKey{}).(*call); c != nil {
+		return c.s
+	}
+	return nil
+}
+
+// ErrDestroyed is the cause of a call that raced with its session's
+// destroy.
+var ErrDestroyed = errors.New("session destroyed")
+
+func errDestroyed(s *Session) error {
+	return capability.Errorf(capability.NotFound, "session %s was destroyed while this call ran: what it started was stopped and its files are gone; create a session (create_session) to go on", s.Name).WithCause(ErrDestroyed)
+}
+
+// Enter enters the session ref names ("": ctx's default) for a call that
+// uses it in mode use (controller.Enter): see EnterSession.
+func (l *Life) Enter(ctx context.Context, ref string, use capability.Use) (context.Context, func(), error) {
+	s, err := l.m.Get(ctx, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l.EnterSession(ctx, s, use)
+}
+
+// EnterSession enters s for a call that uses it in mode use, until
+// release. The call runs under the context returned, which a destroy of s
+// cancels (its cause: the session was destroyed); a session being
+// destroyed refuses the entry. UseRead counts nothing; UseHold counts the
+// call (a destroy waits for it); UseBusy also marks the session used and
+// resumes its box if paused, and a pause waits for it.
+func (l *Life) EnterSession(ctx context.Context, s *Session, use capability.Use) (_ context.Context, release func(), err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	c := &call{cancel: cancel, s: s, busy: use == capability.UseBusy}
+	ctx = context.WithValue(ctx, callKey{}, c)
+	l.mu.Lock()
+	if l.gone.Has(s.ID) || l.closed {
+		l.mu.Unlock()
+		cancel(nil)
+		return nil, nil, capability.Errorf(capability.NotFound, "session %s was destroyed", s.Name)
+	}
+	if use == capability.UseRead {
+		l.mu.Unlock()
+		return ctx, func() { cancel(nil) }, nil
+	}
+	lf := l.lifeOf(s.ID)
+	lf.calls[c] = true
+	if c.busy {
+		lf.busy++
+	}
+	l.mu.Unlock()
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			l.mu.Lock()
+			if c.busy {
+				c.busy = false
+				lf.busy--
+			}
+			delete(lf.calls, c)
+			if len(lf.calls) == 0 && lf.drained != nil {
+				close(lf.drained)
+				lf.drained = nil
+			}
+			l.forgetIdle(s.ID, lf)
+			l.mu.Unlock()
+			cancel(nil)
+		})
+	}
+	if use == capability.UseBusy {
+		if err := l.use(ctx, s); err != nil {
+			release()
+			return nil, nil, err
+		}
+	}
+	return ctx, release, nil
+}
+
+// use marks s used by a busy call: the use is recorded and a paused
+// session resumed (a paused session wakes on use).
+func (l *Life) use(ctx context.Context, s *Session) error {
+	if err := l.m.Touch(ctx, s); err != nil {
+		return err
+	}
+	if l.boxes != nil {
+		resumed, err := l.boxes.Resume(s.ID)
+		if err != nil {
+			return fmt.Errorf("resume the paused session: %w", err)
+		}
+		if resumed {
+			l.log.Info("session resumed on use", "session", s.ID)
+		}
+	}
+	if s.Paused { // paused with no box, or before a restart: used now
+		return l.m.SetPaused(ctx, s, false)
+	}
+	return nil
+}
+
+// lifeOf is id's life, made if needed; under l.mu.
+func (l *Life) lifeOf(id string) *life {
+	lf := l.lives[id]
+	if lf == nil {
+		lf = &life{calls: map[*call]bool{}}
+		l.lives[id] = lf
+	}
+	return lf
+}
+
+// forgetIdle drops id's life when nothing is kept in it; under l.mu.
+func (l *Life) forgetIdle(id string, lf *life) {
+	if len(lf.calls) == 0 && len(lf.ends) == 0 && lf.drained == nil && l.lives[id] == lf {
+		delete(l.lives, id)
+	}
+}
+
+// Following marks the call of ctx as one that from now on only follows a
+// running process's output or watches files: a pause no longer waits
+// for it.
+func (l *Life) Following(ctx context.Context) {
+	c, _ := ctx.Value(callKey{}).(*call)
+	if c == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c.busy {
+		c.busy = false
+		if lf := l.lives[c.s.ID]; lf != nil {
+			lf.busy--
+		}
+	}
+}
+
+// OnEnd registers fn to run when session id ends (its destroy, or the
+// server's Close), after the calls in it have returned: after the First
+// Enders (the box's kill) and before the others, the last registered
+// first. cancel unregisters fn (the resource was released early). On a
+// session being destroyed fn runs at once.
+func (l *Life) OnEnd(id string, fn func()) (cancel func()) {
+	l.mu.Lock()
+	if l.gone.Has(id) || l.closed {
+		l.mu.Unlock()
+		fn()
+		return func() {}
+	}
+	lf := l.lifeOf(id)
+	if lf.ends == nil {
+		lf.ends = map[uint64]func(){}
+	}
+	lf.next++
+	k := lf.next
+	lf.ends[k] = fn
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if cur := l.lives[id]; cur == lf {
+			delete(lf.ends, k)
+			l.forgetIdle(id, lf)
+		}
+	}
+}
+
+// ErrBusy means a pause was refused: calls run code in the session.
+var ErrBusy = errors.New("the session is running code")
+
+// Pause freezes s's box, or marks s paused when it has none; refused
+// with ErrBusy (wrapped, with the count) while busy calls run in it.
+// boxed reports whether a box was frozen.
+func (l *Life) Pause(ctx context.Context, s *Session) (boxed bool, err error) {
+	// Under the lock: a busy call that starts now waits, then resumes.
+	l.mu.Lock()
+	if l.gone.Has(s.ID) {
+		l.mu.Unlock()
+		return false, capability.Errorf(capability.NotFound, "session %s was destroyed", s.Name)
+	}
+	if lf := l.lives[s.ID]; lf != nil && lf.busy > 0 {
+		n := lf.busy
+		l.mu.Unlock()
+		return false, fmt.Errorf("%w: %d call(s)", ErrBusy, n)
+	}
+	if l.boxes != nil {
+		boxed, err = l.boxes.Pause(s.ID)
+	}
+	l.mu.Unlock()
+	if err != nil {
+		return boxed, err
+	}
+	return boxed, l.m.SetPaused(ctx, s, true)
+}
+
+// Resume thaws s's box and marks s running; resumed reports whether a
+// frozen box was thawed.
+func (l *Life) Resume(ctx context.Context, s *Session) (resumed bool, err error) {
+	if l.boxes != nil {
+		if resumed, err = l.boxes.Resume(s.ID); err != nil {
+			return resumed, err
+		}
+	}
+	return resumed, l.m.SetPaused(ctx, s, false)
+}
+
+// PauseIdle freezes the box of session id if no call is in it and
+// idle(id) still holds under the lock (auto-pause).
+func (l *Life) PauseIdle(id string, idle func() bool) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if lf := l.lives[id]; lf != nil && len(lf.calls) > 0 || l.gone.Has(id) || l.boxes == nil || !idle() {
+		return false, nil
+	}
+	return l.boxes.Pause(id)
+}
+
+// State is where s is in its life.
+func (l *Life) State(s *Session) State {
+	l.mu.Lock()
+	gone, lf := l.gone.Has(s.ID), l.lives[s.ID]
+	busy := lf != nil && lf.busy > 0
+	l.mu.Unlock()
+	switch {
+	case gone && lf != nil:
+		return StateDestroying
+	case gone:
+		return StateGone
+	case s.Tenant == SpareTenant:
+		return StateSpare
+	case s.Paused || l.boxes != nil && l.boxes.Paused(s.ID):
+		return StatePaused
+	case busy:
+		return StateBusy
+	}
+	return StateReady
+}
+
+// Destroying reports whether session id is being (or was) destroyed.
+func (l *Life) Destroying(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.gone.Has(id)
+}
+
+// Busy is how many busy calls run in session id.
+func (l *Life) Busy(id string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if lf := l.lives[id]; lf != nil {
+		return lf.busy
+	}
+	return 0
+}
+
+// Calls is how many calls (busy or held) are in session id.
+func (l *Life) Calls(id string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if lf := l.lives[id]; lf != nil {
+		return len(lf.calls)
+	}
+	return 0
+}
+
+// Tracked is how many sessions the Life keeps an entry for (calls in
+// them, ends registered, or a destroy waiting): the leak tests' count.
+func (l *Life) Tracked() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.lives)
+}
+
+// Destroy ends s for good — a caller's destroy, an expired lifetime, a
+// spare retired: new entries are refused, the calls in it are canceled
+// (their cause: the session was destroyed) and waited for (at most the
+// grace), its ends run, and its row, directory, disk and uid are
+// released (Manager.Delete). It reports how many calls were still
+// running after the grace in late.
+func (l *Life) Destroy(ctx context.Context, s *Session) (late int, err error) {
+	late = l.end(s, true)
+	if late > 0 {
+		l.log.Warn("destroy: calls still running after the grace; their session's box ended under them", "session", s.ID, "calls", late)
+	}
+	err = l.m.Delete(ctx, s)
+	l.mu.Lock()
+	if lf := l.lives[s.ID]; lf != nil && len(lf.calls) == 0 {
+		delete(l.lives, s.ID)
+	}
+	l.mu.Unlock()
+	return late, err
+}
+
+// end refuses new entries in s, cancels and waits for its calls (when
+// wait), and runs its ends. It returns the calls still running.
+func (l *Life) end(s *Session, wait bool) int {
+	l.mu.Lock()
+	l.gone.Add(s.ID)
+	lf := l.lifeOf(s.ID)
+	var drained chan struct{}
+	if len(lf.calls) > 0 {
+		if lf.drained == nil {
+			lf.drained = make(chan struct{})
+		}
+		drained = lf.drained
+	}
+	for c := range lf.calls {
+		c.cancel(errDestroyed(s))
+	}
+	l.mu.Unlock()
+	late := 0
+	if drained != nil && wait {
+		t := time.NewTimer(l.grace)
+		select {
+		case <-drained:
+		case <-t.C:
+			late = l.Calls(s.ID)
+		}
+		t.Stop()
+	}
+	l.runEnds(s, lf)
+	return late
+}
+
+// runEnds runs the First enders, then s's own ends (last registered
+// first), then the other enders.
+func (l *Life) runEnds(s *Session, lf *life) {
+	l.mu.Lock()
+	keys := make([]uint64, 0, len(lf.ends))
+	for k := range lf.ends {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	own := make([]func(), 0, len(keys))
+	for i := len(keys) - 1; i >= 0; i-- {
+		own = append(own, lf.ends[keys[i]])
+	}
+	lf.ends = nil
+	l.mu.Unlock()
+	i := 0
+	for ; i < len(l.ends) && l.ends[i].First; i++ {
+		l.ends[i].End(s)
+	}
+	for _, fn := range own {
+		fn()
+	}
+	for ; i < len(l.ends); i++ {
+		l.ends[i].End(s)
+	}
+}
+
+// Close ends every session the server holds something of (the server is
+// going): their calls are canceled, not waited for, and their ends run;
+// their rows stay (a session outlives a restart of the server, its
+// processes do not). After Close every entry is refused.
+func (l *Life) Close(ctx context.Context) {
+	l.mu.Lock()
+	l.closed = true
+	ids := make([]string, 0, len(l.lives))
+	for id := range l.lives {
+		ids = append(ids, id)
+	}
+	l.mu.Unlock()
+	for _, id := range ids {
+		s, err := l.m.ByIDAnyTenant(ctx, id)
+		if err != nil {
+			s = &Session{ID: id, Name: id}
+		}
+		l.mu.Lock()
+		lf := l.lifeOf(id)
+		for c := range lf.calls {
+			c.cancel(errors.New("the server is shutting down"))
+		}
+		l.mu.Unlock()
+		l.runEnds(s, lf)
+	}
+}

@@ -1,0 +1,296 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+)
+
+// fakeBoxes is a box per session that a test freezes and thaws.
+type fakeBoxes struct {
+	mu     sync.Mutex
+	has    map[string]bool
+	frozen map[string]bool
+}
+
+func (b *fakeBoxes) Paused(id string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.frozen[id]
+}
+
+func (b *fakeBoxes) Pause(id string) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.has[id] {
+		return false, nil
+	}
+	b.frozen[id] = true
+	return true, nil
+}
+
+func (b *fakeBoxes) Resume(id string) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	was := b.frozen[id]
+	delete(b.frozen, id)
+	return was, nil
+}
+
+func newLife(t testing.TB, log *[]string, grace time.Duration) (*Life, *Manager, *fakeBoxes) {
+	t.Helper()
+	m := manager(t, t.TempDir())
+	boxes := &fakeBoxes{has: map[string]bool{}, frozen: map[string]bool{}}
+	var mu sync.Mutex
+	note := func(s string) {
+		mu.Lock()
+		*log = append(*log, s)
+		mu.Unlock()
+	}
+	l := NewLife(m, LifeOptions{Boxes: boxes, Grace: grace, Enders: []Ender{
+		{Name: "tidy", End: func(s *Session) { note("tidy " + s.Name) }},
+		{Name: "box", First: true, End: func(s *Session) { note("kill " + s.Name) }},
+	}})
+	return l, m, boxes
+}
+
+// The states a session goes through, as State reports them, and the
+// entries each allows.
+func TestLifeStates(t *testing.T) {
+	var log []string
+	l, m, boxes := newLife(t, &log, time.Second)
+	ctx := context.Background()
+	s, err := m.Create(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	boxes.has[s.ID] = true
+	if st := l.State(s); st != StateReady {
+		t.Fatalf("new session: %s", st)
+	}
+	cctx, release, err := l.EnterSession(ctx, s, capability.UseBusy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if Entered(cctx) != s || l.State(s) != StateBusy {
+		t.Fatalf("entered busy: %v %s", Entered(cctx), l.State(s))
+	}
+	// A pause waits for busy calls: refused while one runs.
+	if _, err := l.Pause(ctx, s); !errors.Is(err, ErrBusy) {
+		t.Fatalf("pause while busy: %v", err)
+	}
+	// A call that only follows no longer holds the pause off.
+	l.Following(cctx)
+	if boxed, err := l.Pause(ctx, s); err != nil || !boxed || l.State(s) != StatePaused {
+		t.Fatalf("pause: %v %v %s", boxed, err, l.State(s))
+	}
+	release()
+	// A busy entry resumes the session.
+	_, release, err = l.EnterSession(ctx, s, capability.UseBusy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if boxes.Paused(s.ID) || s.Paused || l.State(s) != StateBusy {
+		t.Fatalf("busy entry did not resume: box frozen %v, paused %v, %s", boxes.Paused(s.ID), s.Paused, l.State(s))
+	}
+	release()
+	// Hold and read entries do not.
+	if _, err := l.Pause(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	for _, use := range []capability.Use{capability.UseHold, capability.UseRead} {
+		_, release, err := l.EnterSession(ctx, s, use)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.State(s) != StatePaused {
+			t.Errorf("%s entry: %s", use, l.State(s))
+		}
+		release()
+	}
+	if _, err := l.Destroy(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if st := l.State(s); st != StateGone {
+		t.Fatalf("destroyed: %s", st)
+	}
+	if _, _, err := l.EnterSession(ctx, s, capability.UseRead); err == nil {
+		t.Fatal("a destroyed session was entered")
+	}
+	if n := l.Tracked(); n != 0 {
+		t.Errorf("%d sessions still tracked", n)
+	}
+}
+
+// A destroy refuses new calls, cancels those inside with the cause that
+// the session was destroyed, waits for them, and only then runs the ends:
+// the box's kill first, the session's own ends last registered first, the
+// parts' tidy-up after; then the session's files are gone.
+func TestLifeDestroyEndsCallsThenRunsEnds(t *testing.T) {
+	var log []string
+	l, m, _ := newLife(t, &log, time.Minute)
+	ctx := context.Background()
+	s, err := m.Create(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, release, err := l.EnterSession(ctx, s, capability.UseHold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.OnEnd(s.ID, func() { log = append(log, "first registered") })
+	l.OnEnd(s.ID, func() { log = append(log, "second registered") })
+	cancel := l.OnEnd(s.ID, func() { log = append(log, "released early") })
+	cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := l.Destroy(ctx, s); err != nil {
+			t.Error(err)
+		}
+	}()
+	<-cctx.Done()
+	var ce *capability.Error
+	if cause := context.Cause(cctx); !errors.As(cause, &ce) || !errors.Is(cause, ErrDestroyed) || !strings.Contains(ce.Message, "destroyed") {
+		t.Fatalf("cause: %v", cause)
+	}
+	if !l.Destroying(s.ID) || l.State(s) != StateDestroying {
+		t.Fatalf("state during the destroy: %s", l.State(s))
+	}
+	if _, _, err := l.EnterSession(ctx, s, capability.UseBusy); err == nil {
+		t.Fatal("a session being destroyed was entered")
+	}
+	if len(log) != 0 {
+		t.Fatalf("ends ran before the call returned: %q", log)
+	}
+	release()
+	<-done
+	want := "kill s|second registered|first registered|tidy s"
+	if got := strings.Join(log, "|"); got != want {
+		t.Errorf("ends ran as %q, want %q", got, want)
+	}
+	if _, err := os.Stat(s.Dir); !os.IsNotExist(err) {
+		t.Errorf("session directory left: %v", err)
+	}
+	// An end registered after the destroy (a resource made racing with
+	// it) runs at once.
+	ran := false
+	l.OnEnd(s.ID, func() { ran = true })
+	if !ran {
+		t.Error("an end registered on a destroyed session did not run")
+	}
+	if n := l.Tracked(); n != 0 {
+		t.Errorf("%d sessions still tracked", n)
+	}
+}
+
+// A call that does not return within the grace is reported; the destroy
+// goes on under it.
+func TestLifeDestroyGrace(t *testing.T) {
+	var log []string
+	l, m, _ := newLife(t, &log, 50*time.Millisecond)
+	ctx := context.Background()
+	s, err := m.Create(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, release, err := l.EnterSession(ctx, s, capability.UseBusy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := l.Destroy(ctx, s)
+	if err != nil || late != 1 {
+		t.Fatalf("late %d, err %v", late, err)
+	}
+	release()
+	if n := l.Tracked(); n != 0 {
+		t.Errorf("%d sessions still tracked after the late call returned", n)
+	}
+}
+
+// Close (the server going) runs every tracked session's ends and keeps
+// their rows; afterwards nothing is entered.
+func TestLifeClose(t *testing.T) {
+	var log []string
+	l, m, _ := newLife(t, &log, time.Second)
+	ctx := context.Background()
+	s, err := m.Create(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.OnEnd(s.ID, func() { log = append(log, "own") })
+	l.Close(ctx)
+	if got := strings.Join(log, "|"); got != "kill s|own|tidy s" {
+		t.Errorf("close ran %q", got)
+	}
+	if !m.Exists(ctx, s.ID) {
+		t.Error("close deleted the session's row")
+	}
+	if _, _, err := l.EnterSession(ctx, s, capability.UseRead); err == nil {
+		t.Error("entered after Close")
+	}
+}
+
+// Entries and releases leave nothing behind: a thousand calls in a
+// hundred sessions keep no entry once they returned.
+func TestLifeForgetsIdleSessions(t *testing.T) {
+	var log []string
+	l, m, _ := newLife(t, &log, time.Second)
+	ctx := context.Background()
+	var ss []*Session
+	for range 10 {
+		s, err := m.Create(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss = append(ss, s)
+	}
+	var wg sync.WaitGroup
+	for i := range 1000 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, release, err := l.EnterSession(ctx, ss[i%len(ss)], capability.Use(1+i%3))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			cancel := l.OnEnd(ss[i%len(ss)].ID, func() {})
+			cancel()
+			release()
+		}()
+	}
+	wg.Wait()
+	if n := l.Tracked(); n != 0 {
+		t.Errorf("%d sessions still tracked", n)
+	}
+}
+
+// Enter resolves the reference as the caller sees it: another tenant's
+// session is not found.
+func TestLifeEnterIsConfinedToTheTenant(t *testing.T) {
+	var log []string
+	l, m, _ := newLife(t, &log, time.Second)
+	a := WithTenant(context.Background(), "a")
+	s, err := m.Create(a, "mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.Enter(WithTenant(context.Background(), "b"), s.ID, capability.UseRead); !errors.Is(err, ErrNotFound) {
+		t.Errorf("another tenant entered: %v", err)
+	}
+	ctx, release, err := l.Enter(a, "mine", capability.UseHold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if Entered(ctx).ID != s.ID {
+		t.Error("entered another session")
+	}
+}
