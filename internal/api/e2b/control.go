@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/capability"
 )
 
@@ -152,52 +153,33 @@ type metricJSON struct {
 	DiskTotal     int64     `json:"diskTotal"`
 }
 
-// session is what the control plane reads of get_session_status's and
-// list_sessions' answers.
-type session struct {
-	ID        string            `json:"id"`
-	CreatedAt time.Time         `json:"created_at"`
-	Network   string            `json:"network"`
-	Rootfs    string            `json:"rootfs"`
-	State     string            `json:"state"`
-	Metadata  map[string]string `json:"metadata"`
-	ExpiresAt *time.Time        `json:"expires_at"`
-	OnTimeout string            `json:"on_timeout"`
-	Resources *struct {
-		Paused          bool    `json:"paused"`
-		MemoryBytes     uint64  `json:"memory_bytes"`
-		MemoryLimit     uint64  `json:"memory_limit"`
-		CPUSeconds      float64 `json:"cpu_seconds"`
-		CPUPercentLimit uint64  `json:"cpu_percent_limit"`
-		DiskBytes       int64   `json:"disk_bytes"`
-		DiskLimit       int64   `json:"disk_limit"`
-	} `json:"resources"`
-}
-
-func (x *session) template() string {
+// template is the E2B template of session x: its rootfs, or base for
+// the default userland.
+func template(x *app.SessionInfo) string {
 	if x.Rootfs == "" {
 		return "base"
 	}
 	return x.Rootfs
 }
 
-func (x *session) endAt() time.Time {
+func endAt(x *app.SessionInfo) time.Time {
 	if x.ExpiresAt == nil {
 		return neverEnds
 	}
 	return x.ExpiresAt.UTC()
 }
 
-func (x *session) cpuCount() int {
+func cpuCount(x *app.SessionInfo) int {
 	if x.Resources == nil || x.Resources.CPUPercentLimit == 0 {
 		return 1
 	}
 	return max(1, int(math.Ceil(float64(x.Resources.CPUPercentLimit)/100)))
 }
 
-func (x *session) listed() listedJSON {
-	l := listedJSON{SandboxID: x.ID, TemplateID: x.template(), ClientID: clientID, Metadata: x.Metadata,
-		StartedAt: x.CreatedAt.UTC(), EndAt: x.endAt(), State: x.State, CPUCount: x.cpuCount(),
+// listed is session x as E2B's ListedSandbox.
+func listed(x *app.SessionInfo) listedJSON {
+	l := listedJSON{SandboxID: x.ID, TemplateID: template(x), ClientID: clientID, Metadata: x.Metadata,
+		StartedAt: x.CreatedAt.UTC(), EndAt: endAt(x), State: x.SessionState, CPUCount: cpuCount(x),
 		EnvdVersion: EnvdVersion, VolumeMounts: []struct{}{}}
 	if l.Metadata == nil {
 		l.Metadata = map[string]string{}
@@ -330,26 +312,20 @@ func (s *Server) createSandbox(v2 bool) http.HandlerFunc {
 		if !ok {
 			return
 		}
-		in := map[string]any{"timeout_s": timeout}
+		in := app.CreateSessionInput{TimeoutS: timeout, Metadata: b.Metadata, Env: b.EnvVars}
 		if b.AutoPause {
-			in["on_timeout"] = "pause"
+			in.OnTimeout = "pause"
 		}
 		if !slices.Contains(defaultTemplates, b.TemplateID) {
-			in["rootfs"] = b.TemplateID
+			in.Rootfs = b.TemplateID
 		}
 		if b.AllowInternetAccess != nil && *b.AllowInternetAccess {
-			in["network"] = "full"
+			in.Network = "full"
 		}
-		if len(b.Metadata) > 0 {
-			in["metadata"] = b.Metadata
-		}
-		if len(b.EnvVars) > 0 {
-			in["env"] = b.EnvVars
-		}
-		var out session
-		if err := s.call(r.Context(), "create_session", in, &out); err != nil {
+		out, err := invoke[*app.SessionInfo](r.Context(), s, "create_session", in)
+		if err != nil {
 			ce := asCapError(err)
-			if ce.Code == capability.NotFound && in["rootfs"] != nil {
+			if ce.Code == capability.NotFound && in.Rootfs != "" {
 				writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("template %q: %s; %s are Quro's default userland",
 					b.TemplateID, ce.Message, strings.Join(defaultTemplates, ", ")))
 				return
@@ -485,36 +461,27 @@ func (s *Server) listSandboxes(v2 bool) http.HandlerFunc {
 			writeJSONError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		in := map[string]any{}
-		if len(q.metadata) > 0 {
-			in["metadata"] = q.metadata
-		}
-		if len(q.states) > 0 {
-			in["state"] = q.states
-		}
-		var out struct {
-			Sessions []*session `json:"sessions"`
-		}
-		if err := s.call(r.Context(), "list_sessions", in, &out); err != nil {
+		out, err := invoke[*app.SessionList](r.Context(), s, "list_sessions", app.ListSessionsInput{Metadata: q.metadata, State: q.states})
+		if err != nil {
 			writeError(w, err)
 			return
 		}
-		var all []*session
+		var all []*app.SessionInfo
 		running := 0
 		for _, x := range out.Sessions {
-			if q.template != "" && x.template() != q.template {
+			if q.template != "" && template(x) != q.template {
 				continue
 			}
 			if !q.startedAfter.IsZero() && x.CreatedAt.Before(q.startedAfter) { // inclusive, as E2B's
 				continue
 			}
-			if x.State == "running" {
+			if x.SessionState == app.StateRunning {
 				running++
 			}
 			all = append(all, x)
 		}
-		key := func(x *session) cursor { return cursor{at: x.CreatedAt, id: x.ID} }
-		slices.SortFunc(all, func(a, b *session) int {
+		key := func(x *app.SessionInfo) cursor { return cursor{at: x.CreatedAt, id: x.ID} }
+		slices.SortFunc(all, func(a, b *app.SessionInfo) int {
 			switch {
 			case q.before(key(a), key(b)):
 				return -1
@@ -524,7 +491,7 @@ func (s *Server) listSandboxes(v2 bool) http.HandlerFunc {
 			return 0
 		})
 		page := []listedJSON{}
-		var last *session
+		var last *app.SessionInfo
 		more := false
 		for _, x := range all {
 			if q.after != nil && !q.before(*q.after, key(x)) {
@@ -534,7 +501,7 @@ func (s *Server) listSandboxes(v2 bool) http.HandlerFunc {
 				more = true
 				break
 			}
-			page = append(page, x.listed())
+			page = append(page, listed(x))
 			last = x
 		}
 		w.Header().Set("X-Total-Running", strconv.Itoa(running))
@@ -559,12 +526,8 @@ func (s *Server) withSandbox(h func(w http.ResponseWriter, r *http.Request, id s
 	}
 }
 
-func (s *Server) status(ctx context.Context, id string) (*session, error) {
-	var out session
-	if err := s.call(ctx, "get_session_status", map[string]any{"session": id}, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+func (s *Server) status(ctx context.Context, id string) (*app.SessionInfo, error) {
+	return invoke[*app.SessionInfo](ctx, s, "get_session_status", app.SessionRef{Session: id})
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, id string) {
@@ -578,7 +541,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, id string) {
 		onTimeout = "pause"
 	}
 	writeJSON(w, http.StatusOK, detailJSON{
-		listedJSON: x.listed(), EnvdAccessToken: s.accessToken(r.Context(), id), Domain: s.domain(),
+		listedJSON: listed(x), EnvdAccessToken: s.accessToken(r.Context(), id), Domain: s.domain(),
 		AllowInternetAccess: x.Network == "full",
 		// Any use of a paused Quro session resumes it.
 		Lifecycle: lifecycleJSON{OnTimeout: onTimeout, AutoResume: true},
@@ -587,7 +550,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, id string) {
 
 func (s *Server) killSandbox(w http.ResponseWriter, r *http.Request, id string) {
 	drain(r)
-	if err := s.call(r.Context(), "destroy_session", map[string]any{"session": id}, nil); err != nil {
+	if _, err := invoke[*app.Done](r.Context(), s, "destroy_session", app.SessionRef{Session: id}); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -620,13 +583,20 @@ type timeoutBody struct {
 }
 
 func (s *Server) setLifetime(ctx context.Context, id string, seconds int64) error {
-	return s.call(ctx, "set_session_timeout", map[string]any{"session": id, "timeout_s": seconds}, nil)
+	_, err := invoke[*app.SessionInfo](ctx, s, "set_session_timeout", app.SetTimeoutInput{Session: id, TimeoutS: seconds})
+	return err
+}
+
+// resume resumes paused sandbox id.
+func (s *Server) resume(ctx context.Context, id string) error {
+	_, err := invoke[*app.PauseResult](ctx, s, "resume_session", app.SessionRef{Session: id})
+	return err
 }
 
 // extend makes the lifetime of x end no sooner than seconds from now: a
 // lifetime that ends later, or none, is kept (E2B's connect and refresh
 // never shorten one).
-func (s *Server) extend(ctx context.Context, x *session, seconds int64) error {
+func (s *Server) extend(ctx context.Context, x *app.SessionInfo, seconds int64) error {
 	if seconds <= 0 || x.ExpiresAt == nil || !x.ExpiresAt.Before(time.Now().Add(time.Duration(seconds)*time.Second)) {
 		return nil
 	}
@@ -695,8 +665,8 @@ func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request, id strin
 		return
 	}
 	status := http.StatusOK
-	if x.State == "paused" {
-		if err := s.call(ctx, "resume_session", map[string]any{"session": id}, nil); err != nil {
+	if x.SessionState == app.StatePaused {
+		if err := s.resume(ctx, id); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -713,7 +683,7 @@ func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request, id strin
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, status, s.sandbox(r.Context(), id, x.template()))
+	writeJSON(w, status, s.sandbox(r.Context(), id, template(x)))
 }
 
 func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request, id string) {
@@ -724,11 +694,11 @@ func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request, id string)
 		writeError(w, err)
 		return
 	}
-	if x.State == "paused" {
+	if x.SessionState == app.StatePaused {
 		writeJSONError(w, http.StatusConflict, "sandbox "+id+" is already paused")
 		return
 	}
-	if err := s.call(ctx, "pause_session", map[string]any{"session": id}, nil); err != nil {
+	if _, err := invoke[*app.PauseResult](ctx, s, "pause_session", app.SessionRef{Session: id}); err != nil {
 		if ce := asCapError(err); ce.Code == capability.Busy {
 			// Code runs in it (a runCode, a command being started): never
 			// frozen under it. Not 409, which the SDKs read as "already
@@ -772,29 +742,29 @@ func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request, id string
 		writeError(w, err)
 		return
 	}
-	if x.State != "paused" {
+	if x.SessionState != app.StatePaused {
 		writeJSONError(w, http.StatusConflict, "sandbox "+id+" is not paused")
 		return
 	}
-	if err := s.call(ctx, "resume_session", map[string]any{"session": id}, nil); err != nil {
+	if err := s.resume(ctx, id); err != nil {
 		writeError(w, err)
 		return
 	}
-	in := map[string]any{"session": id, "timeout_s": seconds}
+	in := app.SetTimeoutInput{Session: id, TimeoutS: seconds}
 	if b.AutoPause != nil {
-		in["on_timeout"] = map[bool]string{true: "pause", false: "destroy"}[*b.AutoPause]
+		in.OnTimeout = map[bool]string{true: "pause", false: "destroy"}[*b.AutoPause]
 	}
-	if err := s.call(ctx, "set_session_timeout", in, nil); err != nil {
+	if _, err := invoke[*app.SessionInfo](ctx, s, "set_session_timeout", in); err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, s.sandbox(r.Context(), id, x.template()))
+	writeJSON(w, http.StatusCreated, s.sandbox(r.Context(), id, template(x)))
 }
 
 // metric is one sample of x's box now. cpuUsedPct is not measured (0):
 // Quro reads the CPU time used, not a rate.
-func (x *session) metric(now time.Time) metricJSON {
-	m := metricJSON{Timestamp: now.UTC(), TimestampUnix: now.Unix(), CPUCount: x.cpuCount()}
+func metric(x *app.SessionInfo, now time.Time) metricJSON {
+	m := metricJSON{Timestamp: now.UTC(), TimestampUnix: now.Unix(), CPUCount: cpuCount(x)}
 	if r := x.Resources; r != nil {
 		m.MemUsed, m.MemTotal = r.MemoryBytes, r.MemoryLimit
 		m.DiskUsed, m.DiskTotal = r.DiskBytes, r.DiskLimit
@@ -828,7 +798,7 @@ func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request, id strin
 	}
 	out := []metricJSON{}
 	if inRange {
-		out = append(out, x.metric(now))
+		out = append(out, metric(x, now))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -865,7 +835,7 @@ func (s *Server) manyMetrics(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
-		out.Sandboxes[id] = x.metric(now)
+		out.Sandboxes[id] = metric(x, now)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -897,12 +867,8 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request, id string) 
 		writeError(w, err)
 		return
 	}
-	var out struct {
-		Copies []struct {
-			Session string `json:"session"`
-		} `json:"copies"`
-	}
-	if err := s.call(ctx, "fork_session", map[string]any{"session": id, "count": count}, &out); err != nil {
+	out, err := invoke[*app.ForkResult](ctx, s, "fork_session", app.ForkInput{Session: id, Count: count})
+	if err != nil {
 		writeError(w, err)
 		return
 	}
@@ -916,7 +882,7 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request, id string) 
 			res = append(res, result{Error: &errorBody{Code: statusOf(err), Message: messageOf(err)}})
 			continue
 		}
-		sb := s.sandbox(r.Context(), c.Session, x.template())
+		sb := s.sandbox(r.Context(), c.Session, template(x))
 		res = append(res, result{Sandbox: &sb})
 	}
 	writeJSON(w, http.StatusCreated, res)

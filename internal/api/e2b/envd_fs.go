@@ -25,9 +25,11 @@ import (
 
 	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem"
 	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem/filesystemconnect"
+	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/workspace"
 )
 
 // envd's filesystem: filesystem.Filesystem over Connect-RPC, GET and POST
@@ -94,21 +96,8 @@ func fromWorkspace(rel string) string {
 	return Home + "/" + rel
 }
 
-// wsEntry is a workspace entry as the file capabilities answer it.
-type wsEntry struct {
-	Name        string    `json:"name"`
-	Path        string    `json:"path"`
-	Type        string    `json:"type"`
-	Size        int64     `json:"size"`
-	Mode        string    `json:"mode"`
-	ModTime     time.Time `json:"mtime"`
-	Target      string    `json:"target"`
-	Permissions string    `json:"permissions"`
-	Owner       string    `json:"owner"`
-	Group       string    `json:"group"`
-}
-
-func (e *wsEntry) info() *filesystem.EntryInfo {
+// entryInfo is a workspace entry as envd's EntryInfo.
+func entryInfo(e *workspace.Entry) *filesystem.EntryInfo {
 	perm, _ := strconv.ParseUint(e.Mode, 8, 32)
 	mode := fs.FileMode(perm)
 	name := e.Name
@@ -145,12 +134,6 @@ func linkTarget(link, target string) string {
 		return target
 	}
 	return path.Join(path.Dir(link), target)
-}
-
-// fileInfoOut is stat_file's, make_dir's and move_file's output.
-type fileInfoOut struct {
-	Entry   *wsEntry `json:"entry"`
-	Existed bool     `json:"existed"`
 }
 
 type fsService struct {
@@ -195,20 +178,17 @@ func (f *fsService) rpcPath(h http.Header, p string) (string, error) {
 	return rel, nil
 }
 
-func (f *fsService) entryCall(ctx context.Context, name string, in any) (*fileInfoOut, error) {
-	var out fileInfoOut
-	if err := f.s.call(ctx, name, in, &out); err != nil {
+// entryCall calls stat_file, make_dir or move_file, whose output
+// describes one entry.
+func (f *fsService) entryCall(ctx context.Context, name string, in any) (*app.FileInfo, error) {
+	out, err := invoke[*app.FileInfo](ctx, f.s, name, in)
+	if err != nil {
 		return nil, rpcError(err)
 	}
 	if out.Entry == nil {
 		return nil, rpcErrorf(connect.CodeInternal, name+" described nothing")
 	}
-	return &out, nil
-}
-
-type pathIn struct {
-	Session string `json:"session"`
-	Path    string `json:"path"`
+	return out, nil
 }
 
 func (f *fsService) Stat(ctx context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
@@ -216,11 +196,11 @@ func (f *fsService) Stat(ctx context.Context, req *connect.Request[filesystem.St
 	if err != nil {
 		return nil, err
 	}
-	out, err := f.entryCall(ctx, "stat_file", pathIn{sandboxOf(ctx), rel})
+	out, err := f.entryCall(ctx, "stat_file", app.PathInput{Session: sandboxOf(ctx), Path: rel})
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&filesystem.StatResponse{Entry: out.Entry.info()}), nil
+	return connect.NewResponse(&filesystem.StatResponse{Entry: entryInfo(out.Entry)}), nil
 }
 
 func (f *fsService) MakeDir(ctx context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
@@ -228,7 +208,7 @@ func (f *fsService) MakeDir(ctx context.Context, req *connect.Request[filesystem
 	if err != nil {
 		return nil, err
 	}
-	out, err := f.entryCall(ctx, "make_dir", pathIn{sandboxOf(ctx), rel})
+	out, err := f.entryCall(ctx, "make_dir", app.PathInput{Session: sandboxOf(ctx), Path: rel})
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +216,7 @@ func (f *fsService) MakeDir(ctx context.Context, req *connect.Request[filesystem
 		// envd's answer, which the SDKs turn into makeDir() == false.
 		return nil, rpcErrorf(connect.CodeAlreadyExists, "directory "+fromWorkspace(out.Entry.Path)+" already exists")
 	}
-	return connect.NewResponse(&filesystem.MakeDirResponse{Entry: out.Entry.info()}), nil
+	return connect.NewResponse(&filesystem.MakeDirResponse{Entry: entryInfo(out.Entry)}), nil
 }
 
 func (f *fsService) Move(ctx context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
@@ -248,15 +228,11 @@ func (f *fsService) Move(ctx context.Context, req *connect.Request[filesystem.Mo
 	if err != nil {
 		return nil, err
 	}
-	out, err := f.entryCall(ctx, "move_file", struct {
-		Session     string `json:"session"`
-		Source      string `json:"source"`
-		Destination string `json:"destination"`
-	}{sandboxOf(ctx), src, dst})
+	out, err := f.entryCall(ctx, "move_file", app.MoveFileInput{Session: sandboxOf(ctx), Source: src, Destination: dst})
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&filesystem.MoveResponse{Entry: out.Entry.info()}), nil
+	return connect.NewResponse(&filesystem.MoveResponse{Entry: entryInfo(out.Entry)}), nil
 }
 
 // maxListEntries is list_files' own bound: a listing with more is
@@ -272,16 +248,8 @@ func (f *fsService) ListDir(ctx context.Context, req *connect.Request[filesystem
 	if depth == 0 {
 		depth = 1
 	}
-	var out struct {
-		Entries   []*wsEntry `json:"entries"`
-		Truncated bool       `json:"truncated"`
-	}
-	if err := f.s.call(ctx, "list_files", struct {
-		Session    string `json:"session"`
-		Path       string `json:"path"`
-		Depth      int    `json:"depth"`
-		MaxEntries int    `json:"max_entries"`
-	}{sandboxOf(ctx), rel, depth, maxListEntries}, &out); err != nil {
+	out, err := invoke[*app.FileList](ctx, f.s, "list_files", app.ListFilesInput{Session: sandboxOf(ctx), Path: rel, Depth: depth, MaxEntries: maxListEntries})
+	if err != nil {
 		return nil, rpcError(err)
 	}
 	if out.Truncated {
@@ -290,8 +258,8 @@ func (f *fsService) ListDir(ctx context.Context, req *connect.Request[filesystem
 			fromWorkspace(rel), maxListEntries, depth, f.s.version()))
 	}
 	res := &filesystem.ListDirResponse{Entries: make([]*filesystem.EntryInfo, 0, len(out.Entries))}
-	for _, e := range out.Entries {
-		res.Entries = append(res.Entries, e.info())
+	for i := range out.Entries {
+		res.Entries = append(res.Entries, entryInfo(&out.Entries[i]))
 	}
 	return connect.NewResponse(res), nil
 }
@@ -304,17 +272,10 @@ func (f *fsService) Remove(ctx context.Context, req *connect.Request[filesystem.
 	// envd removes with os.RemoveAll: a path already gone is no error (the
 	// SDKs' files.remove of a missing file succeeds). Quro's remove_file
 	// says not_found, which is dropped here.
-	if err := f.s.call(ctx, "remove_file", pathIn{sandboxOf(ctx), rel}, nil); err != nil && asCapError(err).Code != capability.NotFound {
+	if _, err := invoke[*app.Removed](ctx, f.s, "remove_file", app.PathInput{Session: sandboxOf(ctx), Path: rel}); err != nil && asCapError(err).Code != capability.NotFound {
 		return nil, rpcError(err)
 	}
 	return connect.NewResponse(&filesystem.RemoveResponse{}), nil
-}
-
-// watchEvent is a workspace.Event as watch_dir reports it.
-type watchEvent struct {
-	Name  string   `json:"name"`
-	Type  string   `json:"type"`
-	Entry *wsEntry `json:"entry"`
 }
 
 var eventTypes = map[string]filesystem.EventType{
@@ -325,24 +286,13 @@ var eventTypes = map[string]filesystem.EventType{
 	"chmod":  filesystem.EventType_EVENT_TYPE_CHMOD,
 }
 
-func (e *watchEvent) proto() *filesystem.FilesystemEvent {
+// eventProto is a watch_dir event as envd's FilesystemEvent.
+func eventProto(e *workspace.Event) *filesystem.FilesystemEvent {
 	ev := &filesystem.FilesystemEvent{Name: e.Name, Type: eventTypes[e.Type]}
 	if e.Entry != nil {
-		ev.Entry = e.Entry.info()
+		ev.Entry = entryInfo(e.Entry)
 	}
 	return ev
-}
-
-type watchIn struct {
-	Session      string `json:"session"`
-	Path         string `json:"path"`
-	Recursive    bool   `json:"recursive"`
-	IncludeEntry bool   `json:"include_entry"`
-}
-
-// watchOut is watch_dir's output, as far as it matters here.
-type watchOut struct {
-	Ended string `json:"ended"`
 }
 
 // watchRun is one watch_dir call in the background, its reports handed
@@ -350,28 +300,29 @@ type watchOut struct {
 // falls behind by more than the channel ends the watch, overflowed).
 type watchRun struct {
 	reports  chan report
-	done     chan error // the call's error, once
-	out      watchOut
+	done     chan error    // the call's error, once
+	ended    string        // watch_dir's Ended, once done has its error
 	overflow chan struct{} // closed when reports overflowed
 	once     sync.Once
 }
 
 type report struct {
 	ready bool
-	event *watchEvent
+	event *workspace.Event
 }
 
 // startWatch starts watch_dir as ctx's caller; the watch ends with ctx.
-func (f *fsService) startWatch(ctx context.Context, in watchIn) *watchRun {
+func (f *fsService) startWatch(ctx context.Context, in app.WatchDirInput) *watchRun {
 	ctx, cancel := context.WithCancel(ctx)
 	wr := &watchRun{reports: make(chan report, 4096), done: make(chan error, 1), overflow: make(chan struct{})}
 	observe := func(stream string, p []byte) {
 		var r report
 		switch stream {
-		case "ready":
+		case app.WatchStreamReady:
 			r.ready = true
-		case "event":
-			var e watchEvent
+		case app.WatchStreamEvent:
+			// The stream carries each event's JSON (app.WatchStreamEvent).
+			var e workspace.Event
 			if json.Unmarshal(p, &e) != nil {
 				return
 			}
@@ -388,7 +339,11 @@ func (f *fsService) startWatch(ctx context.Context, in watchIn) *watchRun {
 	}
 	go func() {
 		defer cancel()
-		wr.done <- f.s.call(runcode.WithOutput(ctx, observe), "watch_dir", in, &wr.out)
+		out, err := invoke[*app.Watched](runcode.WithOutput(ctx, observe), f.s, "watch_dir", in)
+		if err == nil {
+			wr.ended = out.Ended
+		}
+		wr.done <- err
 	}()
 	return wr
 }
@@ -406,8 +361,8 @@ func (wr *watchRun) endError(err error) error {
 	if err != nil {
 		return rpcError(err)
 	}
-	if wr.out.Ended != "" {
-		return rpcErrorf(connect.CodeNotFound, wr.out.Ended)
+	if wr.ended != "" {
+		return rpcErrorf(connect.CodeNotFound, wr.ended)
 	}
 	return nil
 }
@@ -419,7 +374,7 @@ func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[filesyste
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wr := f.startWatch(ctx, watchIn{sandboxOf(ctx), rel, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry()})
+	wr := f.startWatch(ctx, app.WatchDirInput{Session: sandboxOf(ctx), Path: rel, Recursive: req.Msg.GetRecursive(), IncludeEntry: req.Msg.GetIncludeEntry()})
 	tick := time.NewTicker(keepaliveInterval(req.Header()))
 	defer tick.Stop()
 	started := false
@@ -429,7 +384,7 @@ func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[filesyste
 			return stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Start{Start: &filesystem.WatchDirResponse_StartEvent{}}}) //nolint:protogetter // building a message
 		}
 		tick.Reset(keepaliveInterval(req.Header()))
-		return stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: r.event.proto()}})
+		return stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: eventProto(r.event)}})
 	}
 	for {
 		select {
@@ -516,7 +471,7 @@ func (f *fsService) CreateWatcher(ctx context.Context, req *connect.Request[file
 	f.watchers.byID[id] = pw
 	f.watchers.mu.Unlock()
 
-	wr := f.startWatch(wctx, watchIn{sb, rel, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry()})
+	wr := f.startWatch(wctx, app.WatchDirInput{Session: sb, Path: rel, Recursive: req.Msg.GetRecursive(), IncludeEntry: req.Msg.GetIncludeEntry()})
 	// Wait until the watch is in place (or failed): changes made after
 	// CreateWatcher returns are reported.
 	select {
@@ -573,7 +528,7 @@ func (f *fsService) CreateWatcher(ctx context.Context, req *connect.Request[file
 }
 
 // add keeps e for the next poll; false when the watcher holds its most.
-func (pw *pollWatcher) add(e *watchEvent) bool {
+func (pw *pollWatcher) add(e *workspace.Event) bool {
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
 	if len(pw.events) >= maxWatcherEvents {
@@ -583,7 +538,7 @@ func (pw *pollWatcher) add(e *watchEvent) bool {
 		}
 		return false
 	}
-	pw.events = append(pw.events, e.proto())
+	pw.events = append(pw.events, eventProto(e))
 	return true
 }
 
@@ -674,37 +629,24 @@ func writeFileError(w http.ResponseWriter, err error) {
 	writeError(w, err)
 }
 
-type readOut struct {
-	Path     string `json:"path"`
-	Encoding string `json:"encoding"`
-	Content  string `json:"content"`
-	Size     int64  `json:"size"`
-	Length   int64  `json:"length"`
-	Complete bool   `json:"complete"`
-}
-
-func (c *readOut) bytes() ([]byte, error) {
+// contentBytes are the bytes of read_file's content.
+func contentBytes(c *app.FileContent) ([]byte, error) {
 	if c.Encoding == "base64" {
 		return base64.StdEncoding.DecodeString(c.Content)
 	}
 	return []byte(c.Content), nil
 }
 
-func (f *fsService) readChunk(ctx context.Context, rel string, off int64) (*readOut, []byte, error) {
-	var c readOut
-	if err := f.s.call(ctx, "read_file", struct {
-		Session string `json:"session"`
-		Path    string `json:"path"`
-		Offset  int64  `json:"offset"`
-		Limit   int64  `json:"limit"`
-	}{sandboxOf(ctx), rel, off, transferChunk}, &c); err != nil {
+func (f *fsService) readChunk(ctx context.Context, rel string, off int64) (*app.FileContent, []byte, error) {
+	c, err := invoke[*app.FileContent](ctx, f.s, "read_file", app.ReadFileInput{Session: sandboxOf(ctx), Path: rel, Offset: off, Limit: transferChunk})
+	if err != nil {
 		return nil, nil, err
 	}
-	b, err := c.bytes()
+	b, err := contentBytes(c)
 	if err != nil {
 		return nil, nil, capability.Errorf(capability.Internal, "read_file's content: %v", err)
 	}
-	return &c, b, nil
+	return c, b, nil
 }
 
 // download is GET /files: the file's bytes, read in chunks.
@@ -805,17 +747,12 @@ var errTooBig = errors.New("too big")
 // it is written (one chunk is atomic).
 func (f *fsService) store(ctx context.Context, rel string, src io.Reader) (*writeInfo, error) {
 	write := func(data []byte, appendTo bool) (string, error) {
-		var out struct {
-			Path string `json:"path"`
+		out, err := invoke[*app.FileWritten](ctx, f.s, "write_file", app.WriteFileInput{Session: sandboxOf(ctx), Path: rel,
+			Content: base64.StdEncoding.EncodeToString(data), Encoding: "base64", Append: appendTo})
+		if err != nil {
+			return "", err
 		}
-		err := f.s.call(ctx, "write_file", struct {
-			Session  string `json:"session"`
-			Path     string `json:"path"`
-			Content  string `json:"content"`
-			Encoding string `json:"encoding"`
-			Append   bool   `json:"append"`
-		}{sandboxOf(ctx), rel, base64.StdEncoding.EncodeToString(data), "base64", appendTo}, &out)
-		return out.Path, err
+		return out.Path, nil
 	}
 	// As envd: the file is made (or emptied) first, then written in
 	// place, so a watcher sees the writes to it (E2B's watch tests wait

@@ -13,6 +13,8 @@ import (
 
 	"github.com/quro-dev/quro/internal/api/e2b/gen/process"
 	"github.com/quro-dev/quro/internal/api/e2b/gen/process/processconnect"
+	"github.com/quro-dev/quro/internal/app"
+	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/runcode"
 )
 
@@ -32,53 +34,9 @@ type processService struct{ s *Server }
 
 var _ processconnect.ProcessHandler = (*processService)(nil)
 
-// The capabilities' arguments and answers, as internal/app has them.
-type procSelector struct {
-	Session string `json:"session"`
-	Pid     int    `json:"pid,omitempty"`
-	Tag     string `json:"tag,omitempty"`
-}
-
-type procSize struct {
-	Cols int `json:"cols"`
-	Rows int `json:"rows"`
-}
-
-type procStart struct {
-	Session   string            `json:"session"`
-	Cmd       string            `json:"cmd"`
-	Args      []string          `json:"args,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
-	Cwd       string            `json:"cwd,omitempty"`
-	Tag       string            `json:"tag,omitempty"`
-	Stdin     bool              `json:"stdin,omitempty"`
-	PTY       *procSize         `json:"pty,omitempty"`
-	TimeoutMS int64             `json:"timeout_ms,omitempty"`
-}
-
-type procResult struct {
-	Pid      int    `json:"pid"`
-	Running  bool   `json:"running"`
-	ExitCode int    `json:"exit_code"`
-	Exited   bool   `json:"exited"`
-	Status   string `json:"status"`
-	Error    string `json:"error"`
-}
-
-type procInfo struct {
-	Pid    int    `json:"pid"`
-	Tag    string `json:"tag"`
-	Config struct {
-		Cmd  string            `json:"cmd"`
-		Args []string          `json:"args"`
-		Env  map[string]string `json:"env"`
-		Cwd  string            `json:"cwd"`
-	} `json:"config"`
-}
-
 // selector turns E2B's process selector into the capabilities' one.
-func selector(ctx context.Context, sel *process.ProcessSelector) (procSelector, error) {
-	out := procSelector{Session: sandboxOf(ctx)}
+func selector(ctx context.Context, sel *process.ProcessSelector) (app.ProcessSelector, error) {
+	out := app.ProcessSelector{Session: sandboxOf(ctx)}
 	switch v := sel.GetSelector().(type) {
 	case *process.ProcessSelector_Pid:
 		out.Pid = int(v.Pid)
@@ -182,8 +140,7 @@ func (p *processService) follow(ctx context.Context, h http.Header, name string,
 		default:
 		}
 	})
-	var out procResult
-	err := p.s.call(callCtx, name, in, &out)
+	out, err := invoke[*app.ProcessResult](callCtx, p.s, name, in)
 	if err != nil {
 		return rpcError(err)
 	}
@@ -230,7 +187,7 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 	if cfg.GetCmd() == "" {
 		return rpcErrorf(connect.CodeInvalidArgument, "process.cmd is empty: name the program to run")
 	}
-	in := procStart{Session: sandboxOf(ctx), Cmd: cfg.GetCmd(), Args: cfg.GetArgs(), Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), Tag: req.Msg.GetTag(),
+	in := app.StartProcessInput{Session: sandboxOf(ctx), Cmd: cfg.GetCmd(), Args: cfg.GetArgs(), Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), Tag: req.Msg.GetTag(),
 		// Absent means on, as envd's proto says (older SDKs).
 		Stdin: req.Msg.Stdin == nil || req.Msg.GetStdin()}
 	if t := req.Header().Get("Connect-Timeout-Ms"); t != "" {
@@ -241,7 +198,7 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 		in.TimeoutMS = ms
 	}
 	if pt := req.Msg.GetPty(); pt != nil {
-		in.PTY = &procSize{Cols: int(pt.GetSize().GetCols()), Rows: int(pt.GetSize().GetRows())}
+		in.PTY = &proc.Size{Cols: int(pt.GetSize().GetCols()), Rows: int(pt.GetSize().GetRows())}
 	}
 	return p.follow(ctx, req.Header(), "start_process", in, true, func(ev *process.ProcessEvent) error {
 		return stream.Send(&process.StartResponse{Event: ev})
@@ -259,10 +216,8 @@ func (p *processService) Connect(ctx context.Context, req *connect.Request[proce
 }
 
 func (p *processService) List(ctx context.Context, req *connect.Request[process.ListRequest]) (*connect.Response[process.ListResponse], error) {
-	var out struct {
-		Processes []procInfo `json:"processes"`
-	}
-	if err := p.s.call(ctx, "list_processes", procSelector{Session: sandboxOf(ctx)}, &out); err != nil {
+	out, err := invoke[*app.ProcessList](ctx, p.s, "list_processes", app.SessionRef{Session: sandboxOf(ctx)})
+	if err != nil {
 		return nil, rpcError(err)
 	}
 	res := &process.ListResponse{Processes: make([]*process.ProcessInfo, 0, len(out.Processes))}
@@ -282,7 +237,7 @@ func (p *processService) List(ctx context.Context, req *connect.Request[process.
 }
 
 // sendInput writes one ProcessInput (stdin or pty bytes) to sel.
-func (p *processService) sendInput(ctx context.Context, sel procSelector, in *process.ProcessInput) error {
+func (p *processService) sendInput(ctx context.Context, sel app.ProcessSelector, in *process.ProcessInput) error {
 	var data []byte
 	switch v := in.GetInput().(type) {
 	case *process.ProcessInput_Stdin:
@@ -295,11 +250,8 @@ func (p *processService) sendInput(ctx context.Context, sel procSelector, in *pr
 	if len(data) == 0 {
 		return nil
 	}
-	args := struct {
-		procSelector
-		DataBase64 string `json:"data_base64"`
-	}{sel, base64.StdEncoding.EncodeToString(data)}
-	if err := p.s.call(ctx, "send_process_input", args, nil); err != nil {
+	args := app.ProcessInputInput{ProcessSelector: sel, DataBase64: base64.StdEncoding.EncodeToString(data)}
+	if _, err := invoke[*app.ProcessDone](ctx, p.s, "send_process_input", args); err != nil {
 		return rpcError(err)
 	}
 	return nil
@@ -317,7 +269,7 @@ func (p *processService) SendInput(ctx context.Context, req *connect.Request[pro
 }
 
 func (p *processService) StreamInput(ctx context.Context, stream *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error) {
-	var sel *procSelector
+	var sel *app.ProcessSelector
 	for stream.Receive() {
 		switch ev := stream.Msg().GetEvent().(type) {
 		case *process.StreamInputRequest_Start:
@@ -355,11 +307,8 @@ func (p *processService) SendSignal(ctx context.Context, req *connect.Request[pr
 	default:
 		return nil, rpcErrorf(connect.CodeInvalidArgument, "signal "+req.Msg.GetSignal().String()+": send SIGNAL_SIGTERM or SIGNAL_SIGKILL")
 	}
-	args := struct {
-		procSelector
-		Signal string `json:"signal"`
-	}{sel, name}
-	if err := p.s.call(ctx, "signal_process", args, nil); err != nil {
+	in := app.SignalProcessInput{ProcessSelector: sel, Signal: name}
+	if _, err := invoke[*app.ProcessDone](ctx, p.s, "signal_process", in); err != nil {
 		return nil, rpcError(err)
 	}
 	return connect.NewResponse(&process.SendSignalResponse{}), nil
@@ -370,7 +319,7 @@ func (p *processService) CloseStdin(ctx context.Context, req *connect.Request[pr
 	if err != nil {
 		return nil, err
 	}
-	if err := p.s.call(ctx, "close_process_stdin", sel, nil); err != nil {
+	if _, err := invoke[*app.ProcessDone](ctx, p.s, "close_process_stdin", sel); err != nil {
 		return nil, rpcError(err)
 	}
 	return connect.NewResponse(&process.CloseStdinResponse{}), nil
@@ -382,11 +331,8 @@ func (p *processService) Update(ctx context.Context, req *connect.Request[proces
 		return nil, err
 	}
 	if pt := req.Msg.GetPty(); pt != nil {
-		args := struct {
-			procSelector
-			procSize
-		}{sel, procSize{Cols: int(pt.GetSize().GetCols()), Rows: int(pt.GetSize().GetRows())}}
-		if err := p.s.call(ctx, "resize_process", args, nil); err != nil {
+		in := app.ResizeProcessInput{ProcessSelector: sel, Cols: int(pt.GetSize().GetCols()), Rows: int(pt.GetSize().GetRows())}
+		if _, err := invoke[*app.ProcessDone](ctx, p.s, "resize_process", in); err != nil {
 			return nil, rpcError(err)
 		}
 	}

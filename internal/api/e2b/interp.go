@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/runcode"
 )
@@ -92,15 +93,12 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusBadRequest, "Only one of context_id or language can be provided")
 		return
 	}
-	in := map[string]any{
-		"session": sandboxOf(r.Context()), "code": req.Code, "rich": true,
+	in := app.RunCodeInput{
+		Session: sandboxOf(r.Context()), Code: req.Code, Rich: true, Env: req.EnvVars,
 		// No server-side limit in E2B: the client's timeout ends the run by
 		// going away. Quro's is the longest run_code allows (10 min by
 		// default).
-		"timeout_ms": -1,
-	}
-	if len(req.EnvVars) > 0 {
-		in["env"] = req.EnvVars
+		TimeoutMS: -1,
 	}
 	switch {
 	case req.Language != "":
@@ -108,23 +106,21 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		// use, as E2B's server does; the app reads the language (E2B's
 		// spellings and Quro's) and refuses one it has no contexts for,
 		// before the stream starts.
-		var c contextBody
-		if err := s.call(r.Context(), "create_code_context", map[string]any{
-			"session": sandboxOf(r.Context()), "language": req.Language, "default": true,
-		}, &c); err != nil {
+		c, err := invoke[*app.CodeContext](r.Context(), s, "create_code_context", app.CodeContextInput{
+			Session: sandboxOf(r.Context()), Language: req.Language, Default: true,
+		})
+		if err != nil {
 			s.writeContextError(w, err)
 			return
 		}
-		in["context"] = c.ID
+		in.Context = c.ID
 	case req.ContextID == "":
-		in["context"] = "default" // python's
+		in.Context = "default" // python's
 	default:
-		in["context"] = req.ContextID
+		in.Context = req.ContextID
 		// Known before the stream starts: E2B answers 404 for it.
-		var list struct {
-			Contexts []contextBody `json:"contexts"`
-		}
-		if err := s.call(r.Context(), "list_code_contexts", map[string]any{"session": sandboxOf(r.Context())}, &list); err != nil {
+		list, err := invoke[*app.CodeContextList](r.Context(), s, "list_code_contexts", app.SessionRef{Session: sandboxOf(r.Context())})
+		if err != nil {
 			writeCallError(w, err)
 			return
 		}
@@ -141,8 +137,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	// until it has them, however long the code is silent.
 	out := newNDJSON(w)
 	ctx := runcode.WithOutput(r.Context(), out.output)
-	var res runcode.Result
-	err := s.call(ctx, "run_code", in, &res)
+	res, err := invoke[*runcode.Result](ctx, s, "run_code", in)
 	restarted := err == nil && res.Exception != nil && res.Exception.Name == runcode.RestartedException().Name
 	stopped := err != nil && asCapError(err).Code == capability.Canceled || err == nil && res.Interrupted && !res.TimedOut && !restarted
 	if stopped && r.Context().Err() == nil {
@@ -414,6 +409,8 @@ func (n *ndjson) write() {
 	}
 }
 
+// contextBody is E2B's Context (the code interpreter's
+// api/models/context.py).
 type contextBody struct {
 	ID       string `json:"id"`
 	Language string `json:"language"`
@@ -431,41 +428,51 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusBadRequest, "the body must be JSON {language?, cwd?}: "+err.Error())
 		return
 	}
-	var out contextBody
-	if err := s.call(r.Context(), "create_code_context", map[string]any{
-		"session": sandboxOf(r.Context()), "language": req.Language, "cwd": req.Cwd,
-	}, &out); err != nil {
+	c, err := invoke[*app.CodeContext](r.Context(), s, "create_code_context", app.CodeContextInput{
+		Session: sandboxOf(r.Context()), Language: req.Language, Cwd: req.Cwd,
+	})
+	if err != nil {
 		s.writeContextError(w, err)
 		return
+	}
+	writeJSON(w, http.StatusOK, contextJSON(c))
+}
+
+func contextJSON(c *app.CodeContext) contextBody {
+	return contextBody{ID: c.ID, Language: c.Language, Cwd: c.Cwd}
+}
+
+func (s *Server) listContexts(w http.ResponseWriter, r *http.Request) {
+	list, err := invoke[*app.CodeContextList](r.Context(), s, "list_code_contexts", app.SessionRef{Session: sandboxOf(r.Context())})
+	if err != nil {
+		writeCallError(w, err)
+		return
+	}
+	out := make([]contextBody, 0, len(list.Contexts))
+	for i := range list.Contexts {
+		out = append(out, contextJSON(&list.Contexts[i]))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) listContexts(w http.ResponseWriter, r *http.Request) {
-	var out struct {
-		Contexts []contextBody `json:"contexts"`
-	}
-	if err := s.call(r.Context(), "list_code_contexts", map[string]any{"session": sandboxOf(r.Context())}, &out); err != nil {
-		writeCallError(w, err)
-		return
-	}
-	if out.Contexts == nil {
-		out.Contexts = []contextBody{}
-	}
-	writeJSON(w, http.StatusOK, out.Contexts)
-}
-
 func (s *Server) removeContext(w http.ResponseWriter, r *http.Request) {
-	s.contextOp(w, r, "remove_code_context")
+	_, err := invoke[*app.CodeContextRemoved](r.Context(), s, "remove_code_context", contextRef(r))
+	contextDone(w, r, err)
 }
 
 func (s *Server) restartContext(w http.ResponseWriter, r *http.Request) {
-	s.contextOp(w, r, "restart_code_context")
+	_, err := invoke[*app.CodeContext](r.Context(), s, "restart_code_context", contextRef(r))
+	contextDone(w, r, err)
 }
 
-func (s *Server) contextOp(w http.ResponseWriter, r *http.Request, name string) {
+// contextRef is the code context of the request's path.
+func contextRef(r *http.Request) app.CodeContextRef {
+	return app.CodeContextRef{Session: sandboxOf(r.Context()), ID: r.PathValue("id")}
+}
+
+// contextDone answers a remove or restart of a context.
+func contextDone(w http.ResponseWriter, r *http.Request, err error) {
 	id := r.PathValue("id")
-	err := s.call(r.Context(), name, map[string]any{"session": sandboxOf(r.Context()), "id": id}, nil)
 	if err != nil {
 		if asCapError(err).Code == capability.NotFound {
 			writeText(w, http.StatusNotFound, "Context "+id+" not found")

@@ -7,13 +7,13 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -414,29 +414,25 @@ func callerOf(ctx context.Context) controller.Caller {
 // sandboxOf is the sandbox (session id) a sandbox-plane request addresses.
 func sandboxOf(ctx context.Context) string { return callerOf(ctx).Session }
 
-// call calls capability name with in as its arguments, as the request's
-// caller, and decodes its output into out (nil: dropped). A failure is a
-// *capability.Error.
-func (s *Server) call(ctx context.Context, name string, in, out any) error {
-	args, err := json.Marshal(in)
+// invoke calls capability name with in, a value of its input type (an
+// internal/app input struct), as the request's caller, and returns its
+// output, the handler's own value: no JSON between them. An output of
+// another type than Out (the capability changed and this package did not)
+// is an internal error, as is none. A failure is a *capability.Error.
+func invoke[Out any](ctx context.Context, s *Server, name string, in any) (Out, error) {
+	var zero Out
+	reply, err := s.ctrl.Invoke(ctx, callerOf(ctx), name, in)
 	if err != nil {
-		return capability.Errorf(capability.Internal, "encoding %s's arguments: %v", name, err)
+		return zero, err
 	}
-	reply, err := s.ctrl.Call(ctx, callerOf(ctx), name, args)
-	if err != nil {
-		return err
+	out, ok := reply.Output.(Out)
+	if !ok {
+		return zero, capability.Errorf(capability.Internal, "%s answered %T; the E2B access path reads %T", name, reply.Output, zero)
 	}
-	if out == nil {
-		return nil
+	if v := reflect.ValueOf(reply.Output); v.Kind() == reflect.Pointer && v.IsNil() {
+		return zero, capability.Errorf(capability.Internal, "%s answered nothing (a nil %T)", name, zero)
 	}
-	b, err := json.Marshal(reply.Output)
-	if err != nil {
-		return capability.Errorf(capability.Internal, "encoding %s's output: %v", name, err)
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return capability.Errorf(capability.Internal, "decoding %s's output: %v", name, err)
-	}
-	return nil
+	return out, nil
 }
 
 // user is the envd user a request names (Authorization: Basic

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/quro-dev/quro/internal/api/e2b"
+	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 )
@@ -92,5 +94,44 @@ func TestHealthOfAPausedSandbox(t *testing.T) {
 	}
 	if status, body := health(); status == http.StatusBadGateway {
 		t.Fatalf("a resumed sandbox: %d %s", status, body)
+	}
+}
+
+// The access path reads each capability's output as the handler's own
+// typed value: one of another type than the one it reads (the capability
+// changed and the access path did not) is an internal error that says
+// so, never a zero value served as E2B's answer.
+func TestTypedOutputMismatch(t *testing.T) {
+	reg := capability.NewRegistry()
+	reg.Register(capability.New("get_session_status", "answers the wrong type", capability.ScopeRead,
+		func(ctx context.Context, in app.SessionRef) (*app.Done, error) {
+			return &app.Done{Message: in.Session}, nil
+		}))
+	reg.Register(capability.New("list_sessions", "answers the wrong type", capability.ScopeRead,
+		func(ctx context.Context, in app.ListSessionsInput) (app.SessionList, error) {
+			return app.SessionList{}, nil
+		}))
+	srv, err := e2b.New(controller.New(reg, nil), &e2b.Options{
+		Secret:  make([]byte, 32),
+		Sandbox: func(context.Context, string) (e2b.Sandbox, error) { return e2b.Sandbox{}, e2b.ErrNoSandbox },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	id := strings.Repeat("ab", 16)
+	for path, want := range map[string]string{
+		"/e2b/sandboxes/" + id: "get_session_status answered *app.Done; the E2B access path reads *app.SessionInfo",
+		"/e2b/sandboxes":       "list_sessions answered app.SessionList; the E2B access path reads *app.SessionList",
+	} {
+		status, body := get(t, nil, hs.URL+path)
+		var eb struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}
+		if err := json.Unmarshal([]byte(body), &eb); err != nil || status != http.StatusInternalServerError || eb.Code != status || !strings.Contains(eb.Message, want) {
+			t.Errorf("GET %s: %d %s; want 500 saying %q", path, status, body, want)
+		}
 	}
 }

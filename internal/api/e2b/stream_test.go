@@ -5,9 +5,18 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"go/ast"
 	"go/build"
+	"go/importer"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -21,9 +30,17 @@ import (
 )
 
 // TestAccessPathImportsNoDomainPackage: internal/api/e2b reaches the
-// domain only through the controller (capability calls): it imports no
-// domain package, only the controller, the capability types, the REST
-// error table and runcode's context hooks (WithOutput, WithStarted).
+// domain only through the controller (capability calls). It imports the
+// controller, the capability types, the REST error table, runcode's
+// context hooks (WithOutput, WithStarted) and version; and, for their
+// types only, internal/app and the packages whose types its capabilities'
+// inputs and outputs are made of (workspace, proc): it calls capabilities
+// with their input structs and reads their outputs as the handlers return
+// them (controller.Invoke). The package is type-checked, and every use of
+// an identifier declared in such a package must be a type, a constant or a
+// field of a struct: never a function, a method (a call on an output
+// value, or on an *app.App), nor a variable; and app.App itself is not
+// named.
 func TestAccessPathImportsNoDomainPackage(t *testing.T) {
 	pkg, err := build.ImportDir(".", 0)
 	if err != nil {
@@ -31,12 +48,81 @@ func TestAccessPathImportsNoDomainPackage(t *testing.T) {
 	}
 	const internal = "github.com/quro-dev/quro/internal/"
 	allowed := map[string]bool{"capability": true, "controller": true, "runcode": true, "api/rest": true, "version": true}
+	typesOnly := map[string]bool{"app": true, "workspace": true, "proc": true}
 	for _, imp := range pkg.Imports {
 		rest, ok := strings.CutPrefix(imp, internal)
-		if !ok || allowed[rest] || strings.HasPrefix(rest, "api/e2b/") {
+		if !ok || allowed[rest] || typesOnly[rest] || strings.HasPrefix(rest, "api/e2b/") {
 			continue
 		}
 		t.Errorf("internal/api/e2b imports %s: an access path calls capabilities through the controller, never a domain package", imp)
+	}
+
+	out, err := exec.Command("go", "list", "-export", "-deps", "-f", "{{.ImportPath}}={{.Export}}", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -export: %v", err)
+	}
+	export := map[string]string{}
+	for _, l := range strings.Split(string(out), "\n") {
+		if p, f, ok := strings.Cut(l, "="); ok && f != "" {
+			export[p] = f
+		}
+	}
+	fset := token.NewFileSet()
+	var files []*ast.File
+	for _, n := range pkg.GoFiles {
+		f, err := parser.ParseFile(fset, n, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	conf := types.Config{Importer: importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
+		f, ok := export[path]
+		if !ok {
+			return nil, fmt.Errorf("no export data for %s", path)
+		}
+		return os.Open(f)
+	})}
+	info := &types.Info{Uses: map[*ast.Ident]types.Object{}}
+	if _, err := conf.Check(pkg.ImportPath, fset, files, info); err != nil {
+		t.Fatal(err)
+	}
+	typeUses := 0
+	for id, obj := range info.Uses {
+		if obj.Pkg() == nil {
+			continue
+		}
+		rest, ok := strings.CutPrefix(obj.Pkg().Path(), internal)
+		if !ok || allowed[rest] || rest == "api/e2b" || strings.HasPrefix(rest, "api/e2b/") {
+			continue
+		}
+		// Any other package of Quro's is the domain's, whether this
+		// package imports it or reaches it through a field.
+		what := obj.Pkg().Name() + "." + obj.Name()
+		if f, ok := obj.(*types.Func); ok {
+			if recv := f.Signature().Recv(); recv != nil {
+				what = "the method " + obj.Name() + " of " + types.TypeString(recv.Type(), (*types.Package).Name)
+			}
+		}
+		switch o := obj.(type) {
+		case *types.TypeName:
+			if what == "app.App" {
+				t.Errorf("%s: %s: the E2B access path holds no App; it calls capabilities through the controller", fset.Position(id.Pos()), what)
+			}
+			typeUses++
+			continue
+		case *types.Const:
+			continue
+		case *types.Var:
+			if o.IsField() {
+				continue
+			}
+		}
+		t.Errorf("%s: %s is a %T of a domain package: the E2B access path uses internal/app and the packages of its capabilities' types for their types, constants and fields only; call a capability (invoke) instead",
+			fset.Position(id.Pos()), what, obj)
+	}
+	if typeUses < 20 {
+		t.Fatalf("only %d uses of internal/app's types found; the check is broken", typeUses)
 	}
 }
 

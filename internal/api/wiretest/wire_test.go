@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -22,12 +23,14 @@ import (
 	"github.com/coder/websocket"
 	"github.com/rogpeppe/go-internal/txtar"
 
+	"github.com/quro-dev/quro/internal/api/e2b"
 	"github.com/quro-dev/quro/internal/api/httpauth"
 	quromcp "github.com/quro-dev/quro/internal/api/mcp"
 	"github.com/quro-dev/quro/internal/api/rest"
 	"github.com/quro-dev/quro/internal/api/ws"
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/version"
 )
 
@@ -44,6 +47,8 @@ var recordedHeaders = []string{"Content-Type", "Allow", "Location", "Mcp-Session
 var volatileNumbers = map[string]bool{
 	"duration_ms": true, "pid": true, "uptime_s": true, "uptime_ms": true,
 	"started_ms": true, "idle_ms": true, "disk_bytes": true, "workspace_bytes": true,
+	// E2B's sandbox metrics: a sample's time and what the box uses.
+	"timestampUnix": true, "diskUsed": true, "memUsed": true,
 }
 
 var (
@@ -51,8 +56,14 @@ var (
 	rfc3339 = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$`)
 )
 
+// e2bSecret keys the E2B sandboxes' access tokens (a fixed one: the
+// tokens are normalized anyway).
+var e2bSecret = bytes.Repeat([]byte("wire"), 8)
+
 // server is a real App behind a real HTTP listener, mounted as `quro
-// serve` mounts it (with authentication off, as --no-auth).
+// serve` mounts it (with authentication off, as --no-auth): E2B's
+// requests (the control plane under /e2b, sandboxes by E2b-Sandbox-Id)
+// go to the E2B server first.
 func server(t *testing.T) (*httptest.Server, string) {
 	t.Helper()
 	data := t.TempDir()
@@ -66,7 +77,30 @@ func server(t *testing.T) (*httptest.Server, string) {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Access: access, WebSocket: wsrv.Handlers()}))
 	mux.Handle("/mcp", quromcp.Handler(a.Controller, httpauth.Open, nil))
-	srv := httptest.NewServer(mux)
+	es, err := e2b.New(a.Controller, &e2b.Options{
+		Secret:  e2bSecret,
+		Version: version.String(),
+		Sandbox: func(ctx context.Context, id string) (e2b.Sandbox, error) {
+			s, err := a.Sessions.ByIDAnyTenant(ctx, id)
+			if errors.Is(err, session.ErrNotFound) || err == nil && s.Tenant == session.SpareTenant {
+				return e2b.Sandbox{}, fmt.Errorf("%w: %s", e2b.ErrNoSandbox, id)
+			}
+			if err != nil {
+				return e2b.Sandbox{}, err
+			}
+			return e2b.Sandbox{Tenant: s.Tenant, Paused: s.Paused}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if es.Match(r) {
+			es.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
 	return srv, data
 }
@@ -85,10 +119,11 @@ func TestWire(t *testing.T) {
 
 // norm is the placeholder state of one transcript.
 type norm struct {
-	real  map[string]string // placeholder -> real value
-	ph    map[string]string // real value -> placeholder
-	order []string          // real values, longest first, for replacing
-	ids   int
+	real   map[string]string // placeholder -> real value
+	ph     map[string]string // real value -> placeholder
+	order  []string          // real values, longest first, for replacing
+	ids    int
+	tokens int
 }
 
 func (n *norm) add(real, ph string) {
@@ -106,6 +141,14 @@ func (n *norm) id(real string) {
 	}
 	n.ids++
 	n.add(real, fmt.Sprintf("$ID%d", n.ids))
+}
+
+func (n *norm) token(real string) {
+	if real == "" || n.ph[real] != "" || strings.HasPrefix(real, "$") {
+		return
+	}
+	n.tokens++
+	n.add(real, fmt.Sprintf("$TOKEN%d", n.tokens))
 }
 
 // text replaces every known real value in s by its placeholder.
@@ -147,8 +190,11 @@ func (n *norm) collect(key string, v any) {
 			n.collect(key, e)
 		}
 	case string:
-		if key == "id" || key == "session" || strings.HasSuffix(key, "_id") {
+		switch {
+		case key == "id" || key == "session" || strings.HasSuffix(key, "_id") || key == "sandboxID":
 			n.id(v)
+		case strings.HasSuffix(key, "AccessToken"):
+			n.token(v)
 		}
 	}
 }
@@ -224,10 +270,66 @@ func (n *norm) body(ctype string, b []byte) string {
 		}
 		return strings.Join(out, "\n")
 	}
+	if strings.HasPrefix(ctype, "application/x-ndjson") {
+		var out []string
+		for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+			if line == `{"type":"keepalive"}` {
+				continue // by the clock
+			}
+			if j, ok := n.jsonText([]byte(line), ""); ok {
+				out = append(out, j)
+				continue
+			}
+			out = append(out, n.text(line))
+		}
+		return strings.Join(out, "\n")
+	}
+	if strings.HasPrefix(ctype, "application/connect+") {
+		return n.envelopes(b)
+	}
 	if j, ok := n.jsonText(b, ""); ok {
 		return j
 	}
 	return n.text(string(b))
+}
+
+// envelopes renders a Connect stream's messages (JSON codec): each as
+// its JSON, the end of the stream (flag 2) after a line "end-stream";
+// keepalive events, which come by the clock, are left out.
+func (n *norm) envelopes(b []byte) string {
+	var out []string
+	for len(b) > 0 {
+		if len(b) < 5 {
+			return strings.Join(append(out, fmt.Sprintf("a cut envelope: %q", b)), "\n")
+		}
+		flags, size := b[0], binary.BigEndian.Uint32(b[1:5])
+		if uint32(len(b)-5) < size {
+			return strings.Join(append(out, fmt.Sprintf("a cut envelope: %q", b)), "\n")
+		}
+		msg := b[5 : 5+size]
+		b = b[5+size:]
+		if bytes.Contains(msg, []byte(`"keepalive"`)) {
+			continue
+		}
+		if flags&2 != 0 {
+			out = append(out, "end-stream")
+		} else if flags != 0 {
+			out = append(out, fmt.Sprintf("flags %d", flags))
+		}
+		if j, ok := n.jsonText(msg, ""); ok {
+			out = append(out, j)
+		} else {
+			out = append(out, n.text(string(msg)))
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// envelope is body as one Connect stream message (JSON codec).
+func envelope(body string) []byte {
+	b := make([]byte, 5, 5+len(body))
+	binary.BigEndian.PutUint32(b[1:], uint32(len(body)))
+	return append(b, body...)
 }
 
 // exchange is one request section and its answer.
@@ -356,6 +458,13 @@ func (c *client) do(section string) string {
 	req, err := http.NewRequest(first[0], c.base+first[1], strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, h := range lines[1:] {
+		// A Connect stream's request is one enveloped message.
+		if k, v, _ := strings.Cut(h, ":"); strings.EqualFold(strings.TrimSpace(k), "Content-Type") && strings.HasPrefix(strings.TrimSpace(v), "application/connect+") {
+			e := envelope(body)
+			req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(e)), int64(len(e))
+		}
 	}
 	var keepTools []string
 	for _, h := range lines[1:] {
