@@ -489,20 +489,26 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 	}
 	msg := w.runMessage(req, env, token)
 	var reply *frame
-	in := &interruption{over: make(chan struct{})}
+	in := &interruption{over: make(chan struct{}), exited: make(chan struct{})}
 	var sendErr error
 	if msg.Env == nil && req.Context == nil {
 		sendErr = w.sendRun(msg.ID, token, req.Code)
 	} else {
 		sendErr = w.sendPayload(msg, []byte(req.Code))
 	}
+	interrupted := false
 	if err := sendErr; err == nil {
 		stop := w.interruptWhenDone(ctx, in, o.grace)
 		// The reply is read here, not handed over by another goroutine.
 		reply = w.awaitDone()
-		stop()
+		interrupted = !stop()
 	}
 	in.finish()
+	if interrupted {
+		// The interrupter kills the worker before it records that it
+		// did: its word is waited for, or a kill reads as a crash.
+		<-in.exited
+	}
 	if reply == nil {
 		w.reap()
 	}
@@ -554,12 +560,14 @@ type interruption struct {
 	escalated bool  // the code did not stop within the grace: the worker was killed
 	cause     error // why ctx ended
 	over      chan struct{}
+	exited    chan struct{} // closed when the interrupter returns
 }
 
 // interruptWhenDone interrupts the current run when ctx ends; stop
 // disarms it.
 func (w *worker) interruptWhenDone(ctx context.Context, in *interruption, grace time.Duration) (stop func() bool) {
 	return context.AfterFunc(ctx, func() {
+		defer close(in.exited)
 		in.mu.Lock()
 		if in.finished {
 			in.mu.Unlock()
