@@ -24,15 +24,15 @@ Sessions created with --rootfs NAME run on it, and python_run uses the
 session's rootfs or the one named "default". Installing needs root and the
 network, and takes a minute or two; an interrupted install resumes.`,
 	}
-	manager := func() (*rootfs.Manager, error) {
-		dir, err := filepath.Abs(g.dataDir)
-		if err != nil {
-			return nil, err
-		}
-		return rootfs.New(rootfs.DirIn(dir)), nil
-	}
+	cmd.AddCommand(newRootfsInstallCmd(g), newRootfsStatusCmd(g), newRootfsRemoveCmd(g),
+		newRootfsInstallPackagesCmd(g), newRootfsRepairCmd(g))
+	return cmd
+}
+
+// newRootfsInstallCmd is `quro rootfs install`.
+func newRootfsInstallCmd(g *globals) *cobra.Command {
 	var o rootfs.InstallOptions
-	install := &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "install [NAME]",
 		Short: "Build a rootfs with debootstrap (default name: default)",
 		Args:  cobra.MaximumNArgs(1),
@@ -49,10 +49,22 @@ network, and takes a minute or two; an interrupted install resumes.`,
 			return nil
 		},
 	}
-	install.Flags().StringVar(&o.Suite, "suite", rootfs.DefaultSuite, "Debian suite")
-	install.Flags().StringVar(&o.Mirror, "mirror", "", "Debian mirror (default: the host's apt sources, else "+rootfs.DefaultMirror+")")
+	cmd.Flags().StringVar(&o.Suite, "suite", rootfs.DefaultSuite, "Debian suite")
+	cmd.Flags().StringVar(&o.Mirror, "mirror", "", "Debian mirror (default: the host's apt sources, else "+rootfs.DefaultMirror+")")
+	return annotate(cmd, "install_rootfs")
+}
+
+// newRootfsStatusCmd is `quro rootfs status`.
+func newRootfsStatusCmd(g *globals) *cobra.Command {
+	manager := func() (*rootfs.Manager, error) {
+		dir, err := filepath.Abs(g.dataDir)
+		if err != nil {
+			return nil, err
+		}
+		return rootfs.New(rootfs.DirIn(dir)), nil
+	}
 	var asJSON bool
-	status := &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "status [NAME]",
 		Short: "Show one rootfs, or all of them: ready, partial or absent, size, python version",
 		Args:  cobra.MaximumNArgs(1),
@@ -89,8 +101,13 @@ network, and takes a minute or two; an interrupted install resumes.`,
 			return nil
 		},
 	}
-	status.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	remove := &cobra.Command{
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return local(cmd, "reads the rootfs directory; changes nothing")
+}
+
+// newRootfsRemoveCmd is `quro rootfs remove`.
+func newRootfsRemoveCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
 		Use:   "remove NAME",
 		Short: "Delete a rootfs (ready or partial)",
 		Args:  cobra.ExactArgs(1),
@@ -103,8 +120,13 @@ network, and takes a minute or two; an interrupted install resumes.`,
 			return nil
 		},
 	}
+	return annotate(cmd, "remove_rootfs")
+}
+
+// newRootfsInstallPackagesCmd is `quro rootfs install-packages`.
+func newRootfsInstallPackagesCmd(g *globals) *cobra.Command {
 	var pkgTimeout time.Duration
-	installPkgs := &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "install-packages NAME PACKAGE...",
 		Short: "Install Debian packages into a rootfs with apt (shared by every session on it)",
 		Long: `Runs apt-get update (when the lists are missing or older than a day) and
@@ -132,9 +154,14 @@ the same with the install_packages capability.`,
 			return nil
 		},
 	}
-	installPkgs.Flags().DurationVar(&pkgTimeout, "timeout", 30*time.Minute, "time budget for waiting, apt-get update and install")
+	cmd.Flags().DurationVar(&pkgTimeout, "timeout", 30*time.Minute, "time budget for waiting, apt-get update and install")
+	return annotate(cmd, "install_rootfs_packages")
+}
+
+// newRootfsRepairCmd is `quro rootfs repair`.
+func newRootfsRepairCmd(g *globals) *cobra.Command {
 	var repairTimeout time.Duration
-	repair := &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "repair NAME",
 		Short: "Settle a rootfs an install left half-configured (dpkg --configure -a, apt-get -f install --no-remove)",
 		Long: `Runs dpkg --configure -a, then apt-get -f install -y --no-remove, in the
@@ -160,14 +187,8 @@ admin), called as the local admin and recorded in the audit log.`,
 			return nil
 		},
 	}
-	repair.Flags().DurationVar(&repairTimeout, "timeout", 10*time.Minute, "time budget for waiting and the repair (10s..30m)")
-	annotate(install, "install_rootfs")
-	local(status, "reads the rootfs directory; changes nothing")
-	annotate(remove, "remove_rootfs")
-	annotate(installPkgs, "install_rootfs_packages")
-	annotate(repair, "repair_rootfs")
-	cmd.AddCommand(install, status, remove, installPkgs, repair)
-	return cmd
+	cmd.Flags().DurationVar(&repairTimeout, "timeout", 10*time.Minute, "time budget for waiting and the repair (10s..30m)")
+	return annotate(cmd, "repair_rootfs")
 }
 
 // rootfsCall calls a rootfs capability in-process, as the operator, with

@@ -43,8 +43,20 @@ commands go through the server running on the data directory (or the one
 named by --server or QURO_URL) when there is one, else run in-process.`,
 	}
 	g.serverFlags(cmd, true)
+	cmd.AddCommand(newSessionCreateCmd(g), newSessionListCmd(g), newSessionStatusCmd(g),
+		newSessionDestroyCmd(g), newSessionPauseCmd(g), newSessionResumeCmd(g),
+		newSessionDefaultCmd(g), newSessionEnvCmd(g))
+	cmd.AddCommand(snapshotCmds(g)...)
+	for _, c := range cmd.Commands() {
+		annotate(c, sessionCapabilities[c.Name()]...)
+	}
+	return cmd
+}
+
+// newSessionCreateCmd is `quro session create`.
+func newSessionCreateCmd(g *globals) *cobra.Command {
 	var network, rootfs string
-	create := &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "create [NAME]",
 		Short: "Create a session (a fresh workspace); prints its id and name",
 		Args:  cobra.MaximumNArgs(1),
@@ -61,9 +73,14 @@ named by --server or QURO_URL) when there is one, else run in-process.`,
 			return nil
 		},
 	}
-	create.Flags().StringVar(&network, "network", "", "network policy: none (default) or full")
-	create.Flags().StringVar(&rootfs, "rootfs", "", "run the session on this installed rootfs")
-	cmd.AddCommand(create, &cobra.Command{
+	cmd.Flags().StringVar(&network, "network", "", "network policy: none (default) or full")
+	cmd.Flags().StringVar(&rootfs, "rootfs", "", "run the session on this installed rootfs")
+	return cmd
+}
+
+// newSessionListCmd is `quro session list`.
+func newSessionListCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "list",
 		Short: "List sessions",
 		Args:  cobra.NoArgs,
@@ -83,7 +100,12 @@ named by --server or QURO_URL) when there is one, else run in-process.`,
 			}
 			return tw.Flush()
 		},
-	}, &cobra.Command{
+	}
+}
+
+// newSessionStatusCmd is `quro session status`.
+func newSessionStatusCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "status [SESSION]",
 		Short: "Show a session's status",
 		Args:  cobra.MaximumNArgs(1),
@@ -100,7 +122,12 @@ named by --server or QURO_URL) when there is one, else run in-process.`,
 			_, err := b.WriteTo(cmd.OutOrStdout())
 			return err
 		},
-	}, &cobra.Command{
+	}
+}
+
+// newSessionDestroyCmd is `quro session destroy`.
+func newSessionDestroyCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "destroy SESSION",
 		Short: "Destroy a session: kill its processes and delete its workspace",
 		Args:  cobra.ExactArgs(1),
@@ -112,7 +139,12 @@ named by --server or QURO_URL) when there is one, else run in-process.`,
 			fmt.Fprintln(cmd.OutOrStdout(), text)
 			return nil
 		},
-	}, &cobra.Command{
+	}
+}
+
+// newSessionPauseCmd is `quro session pause`.
+func newSessionPauseCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "pause [SESSION]",
 		Short: "Pause a session: freeze its processes, keeping their memory and state (any run resumes it)",
 		Args:  cobra.MaximumNArgs(1),
@@ -124,7 +156,12 @@ named by --server or QURO_URL) when there is one, else run in-process.`,
 			fmt.Fprintln(cmd.OutOrStdout(), text)
 			return nil
 		},
-	}, &cobra.Command{
+	}
+}
+
+// newSessionResumeCmd is `quro session resume`.
+func newSessionResumeCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "resume [SESSION]",
 		Short: "Resume a paused session",
 		Args:  cobra.MaximumNArgs(1),
@@ -136,7 +173,12 @@ named by --server or QURO_URL) when there is one, else run in-process.`,
 			fmt.Fprintln(cmd.OutOrStdout(), text)
 			return nil
 		},
-	}, &cobra.Command{
+	}
+}
+
+// newSessionDefaultCmd is `quro session default`.
+func newSessionDefaultCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "default SESSION",
 		Short: "Make SESSION the default session",
 		Args:  cobra.ExactArgs(1),
@@ -144,7 +186,12 @@ named by --server or QURO_URL) when there is one, else run in-process.`,
 			_, err := g.sessionText(cmd, "set_default_session", app.SessionRef{Session: args[0]})
 			return err
 		},
-	}, &cobra.Command{
+	}
+}
+
+// newSessionEnvCmd is `quro session env`.
+func newSessionEnvCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "env SESSION [KEY=VALUE | KEY=]...",
 		Short: "Show a session's variables, or set them (KEY= with nothing after = unsets)",
 		Args:  cobra.MinimumNArgs(1),
@@ -174,12 +221,7 @@ named by --server or QURO_URL) when there is one, else run in-process.`,
 			fmt.Fprintln(cmd.OutOrStdout(), text)
 			return nil
 		},
-	})
-	cmd.AddCommand(snapshotCmds(g)...)
-	for _, c := range cmd.Commands() {
-		annotate(c, sessionCapabilities[c.Name()]...)
 	}
-	return cmd
 }
 
 // sessionCapabilities are what each quro session command calls.

@@ -33,10 +33,16 @@ directory as its operator (an admin of the local tenant, who manages every
 tenant's tokens); with --server or QURO_URL they go through that server as
 the tenant of the token given to it.`,
 	}
+	g.serverFlags(cmd, true)
+	cmd.AddCommand(newTokenCreateCmd(g), newTokenListCmd(g), newTokenRevokeCmd(g))
+	return cmd
+}
+
+// newTokenCreateCmd is `quro token create`.
+func newTokenCreateCmd(g *globals) *cobra.Command {
 	var tenant, scopes, label string
 	var asJSON, e2bForm bool
-	var listTenant string
-	create := &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a token and print it (once) on stdout",
 		Args:  cobra.NoArgs,
@@ -70,13 +76,19 @@ the tenant of the token given to it.`,
 			return nil
 		},
 	}
-	create.Flags().StringVar(&tenant, "tenant", "", `tenant the token acts for ("" is the local tenant, whose sessions the CLI sees)`)
-	create.Flags().StringVar(&scopes, "scopes", "read,exec", "comma-separated scopes: read, exec, install, admin")
-	create.Flags().StringVar(&label, "label", "", "a note to recognise the token by in lists")
-	create.Flags().BoolVar(&asJSON, "json", false, "print the token and its details as JSON")
-	create.Flags().BoolVar(&e2bForm, "e2b", false, "print the token in the form E2B's SDKs accept as E2B_API_KEY (e2b_<hex>; the same token)")
+	cmd.Flags().StringVar(&tenant, "tenant", "", `tenant the token acts for ("" is the local tenant, whose sessions the CLI sees)`)
+	cmd.Flags().StringVar(&scopes, "scopes", "read,exec", "comma-separated scopes: read, exec, install, admin")
+	cmd.Flags().StringVar(&label, "label", "", "a note to recognise the token by in lists")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the token and its details as JSON")
+	cmd.Flags().BoolVar(&e2bForm, "e2b", false, "print the token in the form E2B's SDKs accept as E2B_API_KEY (e2b_<hex>; the same token)")
+	return annotate(cmd, "create_token")
+}
 
-	list := &cobra.Command{
+// newTokenListCmd is `quro token list`.
+func newTokenListCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	var listTenant string
+	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List tokens (ids, tenants, scopes; never the secrets)",
 		Args:  cobra.NoArgs,
@@ -109,10 +121,14 @@ the tenant of the token given to it.`,
 			return tw.Flush()
 		},
 	}
-	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	list.Flags().StringVar(&listTenant, "tenant", "*", `only this tenant's tokens ("" is the local tenant; * every tenant's)`)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&listTenant, "tenant", "*", `only this tenant's tokens ("" is the local tenant; * every tenant's)`)
+	return annotate(cmd, "list_tokens")
+}
 
-	revoke := &cobra.Command{
+// newTokenRevokeCmd is `quro token revoke`.
+func newTokenRevokeCmd(g *globals) *cobra.Command {
+	return annotate(&cobra.Command{
 		Use:   "revoke ID",
 		Short: "Revoke a token: it stops working at once",
 		Args:  cobra.ExactArgs(1),
@@ -127,13 +143,7 @@ the tenant of the token given to it.`,
 			fmt.Fprintf(cmd.OutOrStdout(), "revoked %s\n", id)
 			return nil
 		},
-	}
-	annotate(create, "create_token")
-	annotate(list, "list_tokens")
-	annotate(revoke, "revoke_token")
-	g.serverFlags(cmd, true)
-	cmd.AddCommand(create, list, revoke)
-	return cmd
+	}, "revoke_token")
 }
 
 func ago(t time.Time) string {

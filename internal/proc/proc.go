@@ -314,60 +314,16 @@ func (t *Table) Start(ctx context.Context, sb *sandbox.Sandbox, base *sandbox.Sp
 	}
 	defer t.unreserve(session)
 
-	spec := *base
-	spec.Args = append([]string{st.Cmd}, st.Args...)
-	if st.Dir != "" {
-		// The working directory is entered inside the box, by the
-		// box's own sh: the server never resolves a path the session
-		// chose (Spec.Dir is the workspace, which the sandbox binds
-		// and hands over).
-		spec.Args = append([]string{"/bin/sh", "-c", `cd -- "$0" || exit 1; exec "$@"`, st.Dir}, spec.Args...)
+	spec, err := startSpec(base, st)
+	if err != nil {
+		return nil, nil, err
 	}
-	env := map[string]string{}
-	for k, v := range base.Env {
-		env[k] = v
-	}
-	if err := sandbox.CheckEnv(st.Env); err != nil {
-		return nil, nil, fmt.Errorf("%w: environment: %v", ErrInvalid, err)
-	}
-	maps.Copy(env, st.Env)
-	spec.Env = env
-
 	p := &Process{t: t, session: session, tag: st.Tag, config: st.Config, tty: st.PTY != nil,
 		viewers: map[*Viewer]struct{}{}, done: make(chan struct{})}
 	v := p.attachLocked()
-
-	var closeAfter []*os.File
-	var master *os.File
-	if st.PTY != nil {
-		m, slave, err := pty.Open()
-		if err != nil {
-			return nil, nil, err
-		}
-		if err := pty.Setsize(m, &pty.Winsize{Cols: uint16(st.PTY.Cols), Rows: uint16(st.PTY.Rows)}); err != nil {
-			m.Close()
-			slave.Close()
-			return nil, nil, err
-		}
-		master = m
-		closeAfter = append(closeAfter, slave)
-		spec.Stdin, spec.Stdout, spec.Stderr, spec.TTY = slave, slave, slave, true
-		if spec.Term == "" || spec.Term == "dumb" {
-			spec.Term = "xterm-256color"
-		}
-	} else {
-		spec.Stdout = streamWriter{p, "stdout"}
-		spec.Stderr = streamWriter{p, "stderr"}
-		spec.Stdin = nil
-		if st.Stdin {
-			r, w, err := os.Pipe()
-			if err != nil {
-				return nil, nil, err
-			}
-			closeAfter = append(closeAfter, r)
-			spec.Stdin = r
-			p.stdin = w
-		}
+	closeAfter, master, err := p.stdio(&spec, st)
+	if err != nil {
+		return nil, nil, err
 	}
 	runCtx, cancel := context.Background(), context.CancelFunc(func() {})
 	if st.Timeout > 0 {
@@ -396,53 +352,123 @@ func (t *Table) Start(ctx context.Context, sb *sandbox.Sandbox, base *sandbox.Sp
 	}
 	p.sp, p.master = sp, master
 	p.pid = innerPid(sp.Pid())
-
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
+	if !t.register(p) {
 		sp.Kill()
 		go func() { sp.Wait(); cancel() }()
 		closeAll(nil, master, p.stdin)
 		return nil, nil, ErrClosed
 	}
-	procs := t.sessions[session]
+	go p.watch(cancel)
+	return p, v, nil
+}
+
+// startSpec is base with st's program, working directory and variables.
+func startSpec(base *sandbox.Spec, st *Start) (sandbox.Spec, error) {
+	spec := *base
+	spec.Args = append([]string{st.Cmd}, st.Args...)
+	if st.Dir != "" {
+		// The working directory is entered inside the box, by the
+		// box's own sh: the server never resolves a path the session
+		// chose (Spec.Dir is the workspace, which the sandbox binds
+		// and hands over).
+		spec.Args = append([]string{"/bin/sh", "-c", `cd -- "$0" || exit 1; exec "$@"`, st.Dir}, spec.Args...)
+	}
+	env := map[string]string{}
+	for k, v := range base.Env {
+		env[k] = v
+	}
+	if err := sandbox.CheckEnv(st.Env); err != nil {
+		return sandbox.Spec{}, fmt.Errorf("%w: environment: %v", ErrInvalid, err)
+	}
+	maps.Copy(env, st.Env)
+	spec.Env = env
+	return spec, nil
+}
+
+// stdio sets spec's stdin, stdout and stderr: a terminal's slave side
+// when st asks for one (master is its other side), else the output
+// streams of p and, when st asks for it, a pipe whose writing end is
+// p.stdin. closeAfter are the child's ends, closed once it started.
+func (p *Process) stdio(spec *sandbox.Spec, st *Start) (closeAfter []*os.File, master *os.File, err error) {
+	if st.PTY != nil {
+		m, slave, err := pty.Open()
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := pty.Setsize(m, &pty.Winsize{Cols: uint16(st.PTY.Cols), Rows: uint16(st.PTY.Rows)}); err != nil {
+			m.Close()
+			slave.Close()
+			return nil, nil, err
+		}
+		spec.Stdin, spec.Stdout, spec.Stderr, spec.TTY = slave, slave, slave, true
+		if spec.Term == "" || spec.Term == "dumb" {
+			spec.Term = "xterm-256color"
+		}
+		return []*os.File{slave}, m, nil
+	}
+	spec.Stdout = streamWriter{p, "stdout"}
+	spec.Stderr = streamWriter{p, "stderr"}
+	spec.Stdin = nil
+	if st.Stdin {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, nil, err
+		}
+		spec.Stdin = r
+		p.stdin = w
+		return []*os.File{r}, nil, nil
+	}
+	return nil, nil, nil
+}
+
+// register adds the started p to its session's processes; false when the
+// table is closed.
+func (t *Table) register(p *Process) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	procs := t.sessions[p.session]
 	if procs == nil {
 		procs = map[int]*Process{}
-		t.sessions[session] = procs
+		t.sessions[p.session] = procs
 	}
 	if procs[p.pid] != nil {
-		p.pid = sp.Pid() // the inner pid was unreadable and clashes: the host's
+		p.pid = p.sp.Pid() // the inner pid was unreadable and clashes: the host's
 	}
 	procs[p.pid] = p
-	t.mu.Unlock()
+	return true
+}
 
+// watch reads p's terminal, if it has one, and waits for p to end: then
+// it cancels p's run context (cancel), closes p's terminal and stdin, and
+// finishes p in its table.
+func (p *Process) watch(cancel context.CancelFunc) {
 	var reading sync.WaitGroup
-	if master != nil {
+	if p.master != nil {
 		reading.Add(1)
 		go func() {
 			defer reading.Done()
 			p.readPTY()
 		}()
 	}
-	go func() {
-		e := sp.Wait()
-		cancel()
-		if master != nil {
-			// The terminal's last output: read until its slave side is
-			// closed everywhere (EIO), bounded for a child that keeps it.
-			_ = master.SetReadDeadline(time.Now().Add(2 * time.Second))
-			reading.Wait()
-			master.Close()
-		}
-		p.inMu.Lock()
-		if p.stdin != nil {
-			p.stdin.Close()
-			p.stdin = nil
-		}
-		p.inMu.Unlock()
-		t.finish(p, endOf(e))
-	}()
-	return p, v, nil
+	e := p.sp.Wait()
+	cancel()
+	if p.master != nil {
+		// The terminal's last output: read until its slave side is
+		// closed everywhere (EIO), bounded for a child that keeps it.
+		_ = p.master.SetReadDeadline(time.Now().Add(2 * time.Second))
+		reading.Wait()
+		p.master.Close()
+	}
+	p.inMu.Lock()
+	if p.stdin != nil {
+		p.stdin.Close()
+		p.stdin = nil
+	}
+	p.inMu.Unlock()
+	p.t.finish(p, endOf(e))
 }
 
 func closeAll(fs []*os.File, more ...*os.File) {

@@ -172,79 +172,119 @@ func (a *Apt) Install(ctx context.Context, name string, pkgs []string, timeout t
 		return nil, err
 	}
 	root := a.M.Path(name)
-	// A rootfs left half-configured (by an earlier install, or anything
-	// else) fails every install: say so and how to settle it instead.
-	if bad, err := Unsettled(root); err != nil {
-		return nil, errorf(ErrUnreadable, "rootfs %q: dpkg's status cannot be read (%v); nothing was installed", name, err)
-	} else if len(bad) > 0 {
-		return nil, errorf(ErrUnsettled,
-			"rootfs %q has packages dpkg did not finish installing: %s. Nothing was installed: an admin settles it with `quro rootfs repair %s` (or repair_rootfs rootfs=%s)",
-			name, strings.Join(bad, ", "), name, name)
+	if err := checkSettled(root, name); err != nil {
+		return nil, err
 	}
-	before := Installed(root)
-
 	scratch, err := os.MkdirTemp(a.M.Dir, ".apt-"+name+"-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(scratch)
-	apt := func(args ...string) (sandbox.Exit, error) {
-		return a.inBox(ctx, root, scratch, out, nil, "apt-get", args...)
-	}
-	opts := []string{"-y", "--no-install-recommends",
-		"-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold"}
-	install := append(append(slices.Clone(opts), "--no-remove", "install"), pkgs...)
-	var updated time.Time
-	update := func() (sandbox.Exit, error) {
-		res.Updated = true
-		e, err := apt("update")
-		if err == nil && e.Code == 0 {
-			updated = time.Now()
-		}
-		return e, err
-	}
-	ok := func(e sandbox.Exit) bool { return e.Code == 0 && !e.TimedOut && !e.Canceled }
-	// refuse ends the call before the install; lists fetched on the way
-	// are recorded, so the next call does not fetch them again.
-	refuse := func(err error) (*InstallResult, error) {
-		if !updated.IsZero() {
-			if merr := a.M.AddPackages(name, nil, updated); merr != nil {
-				a.log().Warn("apt install: could not update the rootfs marker", "rootfs", name, "err", merr)
-			}
-		}
-		return nil, err
-	}
+	c := &aptInstall{a: a, ctx: ctx, name: name, root: root, scratch: scratch, out: out,
+		pkgs: pkgs, before: Installed(root), res: res}
 	var exit sandbox.Exit
 	if time.Since(info.ListsUpdated) > ListsMaxAge {
-		exit, err = update()
+		exit, err = c.update()
 	}
-	for err == nil && ok(exit) {
+	if exit, err = c.install(exit, err); err != nil {
+		return nil, err
+	}
+	c.record(exit)
+	res.Duration = time.Since(l.start)
+	return res, nil
+}
+
+// checkSettled refuses a rootfs left half-configured (by an earlier
+// install, or anything else): it fails every install, so say so and how
+// to settle it instead.
+func checkSettled(root, name string) error {
+	if bad, err := Unsettled(root); err != nil {
+		return errorf(ErrUnreadable, "rootfs %q: dpkg's status cannot be read (%v); nothing was installed", name, err)
+	} else if len(bad) > 0 {
+		return errorf(ErrUnsettled,
+			"rootfs %q has packages dpkg did not finish installing: %s. Nothing was installed: an admin settles it with `quro rootfs repair %s` (or repair_rootfs rootfs=%s)",
+			name, strings.Join(bad, ", "), name, name)
+	}
+	return nil
+}
+
+// aptInstall is one Install call, locked and checked: the steps it runs
+// and what they found.
+type aptInstall struct {
+	a       *Apt
+	ctx     context.Context
+	name    string // of the rootfs
+	root    string
+	scratch string
+	out     io.Writer
+	pkgs    []string
+	before  map[string]string // Installed(root) before the call
+	res     *InstallResult
+	updated time.Time // when this call's `apt-get update` succeeded
+}
+
+// aptOpts are the options of both the simulated and the real install.
+var aptOpts = []string{"-y", "--no-install-recommends",
+	"-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold"}
+
+func aptOK(e sandbox.Exit) bool { return e.Code == 0 && !e.TimedOut && !e.Canceled }
+
+func (c *aptInstall) apt(args ...string) (sandbox.Exit, error) {
+	return c.a.inBox(c.ctx, c.root, c.scratch, c.out, nil, "apt-get", args...)
+}
+
+func (c *aptInstall) update() (sandbox.Exit, error) {
+	c.res.Updated = true
+	e, err := c.apt("update")
+	if err == nil && e.Code == 0 {
+		c.updated = time.Now()
+	}
+	return e, err
+}
+
+// mayUpdate says whether a failure may be retried after `apt-get update`:
+// once per call, and not once the call is over.
+func (c *aptInstall) mayUpdate() bool { return !c.res.Updated && c.ctx.Err() == nil }
+
+// refuse ends the call before the install with err; lists fetched on the
+// way are recorded, so the next call does not fetch them again.
+func (c *aptInstall) refuse(err error) error {
+	if !c.updated.IsZero() {
+		if merr := c.a.M.AddPackages(c.name, nil, c.updated); merr != nil {
+			c.a.log().Warn("apt install: could not update the rootfs marker", "rootfs", c.name, "err", merr)
+		}
+	}
+	return err
+}
+
+// install checks the names, simulates and installs, updating the lists
+// once when a step fails for what stale lists would explain. It starts
+// from the exit and error of the update run before it, if any, and
+// returns the last step's exit, or an error that ends the call (a refusal
+// included).
+func (c *aptInstall) install(exit sandbox.Exit, err error) (sandbox.Exit, error) {
+	for err == nil && aptOK(exit) {
 		// Names are matched literally, against the lists apt has: an
 		// unknown one never reaches apt, where it could be read as a
 		// pattern (cowsa. is a regex for a hundred packages).
-		if refusal, unknown := checkAvailable(root, name, pkgs); refusal != nil {
-			if unknown && !res.Updated && ctx.Err() == nil {
+		if refusal, unknown := checkAvailable(c.root, c.name, c.pkgs); refusal != nil {
+			if unknown && c.mayUpdate() {
 				// Lists a day old can miss a package or a version.
-				if exit, err = update(); err == nil && ok(exit) {
+				if exit, err = c.update(); err == nil && aptOK(exit) {
 					continue
 				}
 				break
 			}
-			return refuse(refusal)
+			return exit, c.refuse(refusal)
 		}
-		// What apt would do, before it does it: nothing may be removed,
-		// and apt must install exactly the packages named (and their
-		// dependencies), never a match of a pattern.
-		sim := &limitbuf.Buffer{Max: simulateMax}
-		fmt.Fprintf(out, "$ apt-get -s install %s\n", strings.Join(pkgs, " "))
-		exit, err = a.inBox(ctx, root, scratch, io.Discard, sim, "apt-get", append(append(slices.Clone(opts), "-s", "install"), pkgs...)...)
-		if err != nil {
+		var sim *limitbuf.Buffer
+		if exit, sim, err = c.simulate(); err != nil {
 			break
 		}
-		if !ok(exit) {
-			_, _ = out.Write(sim.Bytes()) // progress for the caller, as the lines printed to out above
-			if !res.Updated && ctx.Err() == nil {
-				if exit, err = update(); err == nil && ok(exit) {
+		if !aptOK(exit) {
+			_, _ = c.out.Write(sim.Bytes()) // progress for the caller, as the lines printed to out above
+			if c.mayUpdate() {
+				if exit, err = c.update(); err == nil && aptOK(exit) {
 					continue
 				}
 			}
@@ -252,36 +292,51 @@ func (a *Apt) Install(ctx context.Context, name string, pkgs []string, timeout t
 		}
 		plan, perr := parseAptPlan(sim.String(), sim.Over())
 		if perr == nil {
-			perr = plan.check(pkgs, before)
+			perr = plan.check(c.pkgs, c.before)
 		}
 		if perr != nil {
-			return refuse(errorf(ErrRefused, "the install into rootfs %q was refused: %v; nothing was installed", name, perr))
+			return exit, c.refuse(errorf(ErrRefused, "the install into rootfs %q was refused: %v; nothing was installed", c.name, perr))
 		}
-		fmt.Fprintf(out, "apt would install %d packages and remove none\n", len(plan.Inst))
-		exit, err = apt(install...)
-		if err == nil && exit.Code != 0 && !res.Updated && ctx.Err() == nil {
+		fmt.Fprintf(c.out, "apt would install %d packages and remove none\n", len(plan.Inst))
+		exit, err = c.apt(append(append(slices.Clone(aptOpts), "--no-remove", "install"), c.pkgs...)...)
+		if err == nil && exit.Code != 0 && c.mayUpdate() {
 			// A version the mirror no longer has: update once and try
 			// again, from the check of the names.
-			if exit, err = update(); err == nil && ok(exit) {
+			if exit, err = c.update(); err == nil && aptOK(exit) {
 				continue
 			}
 		}
 		break
 	}
-	if err != nil {
-		return nil, err
-	}
+	return exit, err
+}
+
+// simulate runs `apt-get -s install`: what apt would do, before it does
+// it. Nothing may be removed, and apt must install exactly the packages
+// named (and their dependencies), never a match of a pattern; the plan is
+// in the buffer returned.
+func (c *aptInstall) simulate() (sandbox.Exit, *limitbuf.Buffer, error) {
+	sim := &limitbuf.Buffer{Max: simulateMax}
+	fmt.Fprintf(c.out, "$ apt-get -s install %s\n", strings.Join(c.pkgs, " "))
+	exit, err := c.a.inBox(c.ctx, c.root, c.scratch, io.Discard, sim, "apt-get", append(append(slices.Clone(aptOpts), "-s", "install"), c.pkgs...)...)
+	return exit, sim, err
+}
+
+// record fills the result from the install's exit and what it changed in
+// the rootfs, and records the packages (and lists update) in its marker.
+func (c *aptInstall) record(exit sandbox.Exit) {
+	res := c.res
 	res.Exit = exit
-	after := Installed(root)
-	if bad, uerr := Unsettled(root); uerr != nil || len(bad) > 0 {
+	after := Installed(c.root)
+	if bad, uerr := Unsettled(c.root); uerr != nil || len(bad) > 0 {
 		if uerr != nil {
 			bad = []string{"dpkg's status cannot be read: " + uerr.Error()}
 		}
 		res.Unsettled = bad
-		a.log().Warn("apt install left packages not fully installed", "rootfs", name, "unsettled", bad)
+		c.a.log().Warn("apt install left packages not fully installed", "rootfs", c.name, "unsettled", bad)
 	}
 	for _, p := range slices.Sorted(maps.Keys(after)) {
-		switch old, ok := before[p]; {
+		switch old, ok := c.before[p]; {
 		case !ok:
 			res.Installed = append(res.Installed, p+" "+after[p])
 		case old != after[p]:
@@ -290,13 +345,11 @@ func (a *Apt) Install(ctx context.Context, name string, pkgs []string, timeout t
 	}
 	var added []string
 	if exit.Code == 0 && !exit.TimedOut {
-		added = pkgs
+		added = c.pkgs
 	}
-	if err := a.M.AddPackages(name, added, updated); err != nil {
-		a.log().Warn("apt install: could not update the rootfs marker", "rootfs", name, "err", err)
+	if err := c.a.M.AddPackages(c.name, added, c.updated); err != nil {
+		c.a.log().Warn("apt install: could not update the rootfs marker", "rootfs", c.name, "err", err)
 	}
-	res.Duration = time.Since(l.start)
-	return res, nil
 }
 
 // RepairResult is what Apt.Repair did.

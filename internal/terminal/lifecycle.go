@@ -352,10 +352,68 @@ func (s *Shell) spawn(cwd string) (*shellProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	// stdin (framed commands), the commands' input (fd 4), status records
-	// (fd 3), split stderr (fd 5), the state stream (fd 6), and one output
-	// pipe for fd 1 and 2, which keeps their interleaving exactly as
-	// written.
+	f, err := openShellFiles()
+	if err != nil {
+		return nil, err
+	}
+	// Without the pipe's inode (Fstat failed: st.Ino stays 0),
+	// waitingForInput says no: the input detection is off, nothing else.
+	var st syscall.Stat_t
+	_ = syscall.Fstat(int(f.inR.Fd()), &st)
+
+	env := maps.Clone(s.opts.Env())
+	if env == nil {
+		env = map[string]string{}
+	}
+	env["PS1"], env["PS2"], env["PS4"] = "", "", ""
+	proc, err := s.opts.Sandbox.Start(context.Background(), &sandbox.Spec{
+		Args: []string{bash, "--norc", "--noprofile", "--noediting", "-i"},
+		Dir:  s.opts.Workspace, Home: s.opts.Workspace, TmpDir: s.opts.TmpDir,
+		Network: s.opts.Network, Rootfs: s.opts.Rootfs,
+		Env:    env,
+		Stdin:  f.cmdR,
+		Stdout: f.outW, Stderr: f.outW,
+		// fd 3: status records; fd 4: the commands' input; fd 5: split
+		// stderr; fd 6: the state stream; fd 7: the state to restore.
+		ExtraFiles: []*os.File{f.statusW, f.inR, f.errW, f.stateW, f.stateIn},
+		ReadOnly:   []string{bash},
+	})
+	f.closeShellEnds()
+	if err != nil {
+		f.closeOurEnds()
+		return nil, err
+	}
+	sp := &shellProc{
+		proc: proc, cmdW: f.cmdW, inW: f.inW, inInode: st.Ino,
+		out: &router{scroll: s.opts.Scrollback}, errOut: &router{scroll: s.opts.Scrollback},
+		outR: f.outR, errR: f.errR, outDone: make(chan struct{}), exited: make(chan struct{}),
+		stateIn: f.stateIn, exported: env,
+	}
+	hello := "\x00R" + randomHex(16) + "\x00"
+	s.follow(sp, f.statusR, f.stateR, hello)
+	if err := s.setUp(sp, cwd, hello); err != nil {
+		sp.stop(true)
+		return nil, err
+	}
+	return sp, nil
+}
+
+// shellFiles are the pipes of a resident shell, both ends: its stdin
+// (framed commands), the commands' input (fd 4), status records (fd 3),
+// split stderr (fd 5), the state stream (fd 6) and the memfd it restores
+// the state from (fd 7), and one output pipe for fd 1 and 2, which keeps
+// their interleaving exactly as written.
+type shellFiles struct {
+	cmdR, cmdW       *os.File
+	inR, inW         *os.File
+	statusR, statusW *os.File
+	errR, errW       *os.File
+	outR, outW       *os.File
+	stateR, stateW   *os.File
+	stateIn          *os.File
+}
+
+func openShellFiles() (*shellFiles, error) {
 	p, err := openPipes(5)
 	if err != nil {
 		return nil, err
@@ -376,107 +434,92 @@ func (s *Shell) spawn(cwd string) (*shellProc, error) {
 		}
 		return nil, err
 	}
-	cmdR, cmdW := p[0][0], p[0][1]
-	inR, inW := p[1][0], p[1][1]
-	statusR, statusW := p[2][0], p[2][1]
-	errR, errW := p[3][0], p[3][1]
-	outR, outW := p[4][0], p[4][1]
-	// Without the pipe's inode (Fstat failed: st.Ino stays 0),
-	// waitingForInput says no: the input detection is off, nothing else.
-	var st syscall.Stat_t
-	_ = syscall.Fstat(int(inR.Fd()), &st)
+	return &shellFiles{
+		cmdR: p[0][0], cmdW: p[0][1],
+		inR: p[1][0], inW: p[1][1],
+		statusR: p[2][0], statusW: p[2][1],
+		errR: p[3][0], errW: p[3][1],
+		outR: p[4][0], outW: p[4][1],
+		stateR: stateR, stateW: stateW, stateIn: stateIn,
+	}, nil
+}
 
-	args := []string{bash, "--norc", "--noprofile", "--noediting", "-i"}
-	env := maps.Clone(s.opts.Env())
-	if env == nil {
-		env = map[string]string{}
-	}
-	env["PS1"], env["PS2"], env["PS4"] = "", "", ""
-	proc, err := s.opts.Sandbox.Start(context.Background(), &sandbox.Spec{
-		Args: args, Dir: s.opts.Workspace, Home: s.opts.Workspace, TmpDir: s.opts.TmpDir,
-		Network: s.opts.Network, Rootfs: s.opts.Rootfs,
-		Env:    env,
-		Stdin:  cmdR,
-		Stdout: outW, Stderr: outW,
-		// fd 3: status records; fd 4: the commands' input; fd 5: split
-		// stderr; fd 6: the state stream; fd 7: the state to restore.
-		ExtraFiles: []*os.File{statusW, inR, errW, stateW, stateIn},
-		ReadOnly:   []string{bash},
-	})
-	cmdR.Close()
-	statusW.Close()
-	inR.Close()
-	errW.Close()
-	outW.Close()
-	stateW.Close()
-	if err != nil {
-		cmdW.Close()
-		inW.Close()
-		statusR.Close()
-		errR.Close()
-		outR.Close()
-		stateR.Close()
-		stateIn.Close()
-		return nil, err
-	}
-	sp := &shellProc{
-		proc: proc, cmdW: cmdW, inW: inW, inInode: st.Ino,
-		out: &router{scroll: s.opts.Scrollback}, errOut: &router{scroll: s.opts.Scrollback},
-		outR: outR, errR: errR, outDone: make(chan struct{}), exited: make(chan struct{}),
-		stateIn: stateIn, exported: env,
-	}
+// closeShellEnds closes the ends the shell holds, once it started (or
+// failed to).
+func (f *shellFiles) closeShellEnds() {
+	f.cmdR.Close()
+	f.statusW.Close()
+	f.inR.Close()
+	f.errW.Close()
+	f.outW.Close()
+	f.stateW.Close()
+}
+
+// closeOurEnds closes the server's ends, when the shell did not start.
+func (f *shellFiles) closeOurEnds() {
+	f.cmdW.Close()
+	f.inW.Close()
+	f.statusR.Close()
+	f.errR.Close()
+	f.outR.Close()
+	f.stateR.Close()
+	f.stateIn.Close()
+}
+
+// follow starts the goroutines that read the started shell's status
+// records, state stream (which opens with hello) and output, and the one
+// that waits for its end.
+func (s *Shell) follow(sp *shellProc, statusR, stateR *os.File, hello string) {
 	go s.readStatus(statusR)
-	hello := "\x00R" + randomHex(16) + "\x00"
 	go s.readState(sp, stateR, hello)
 	go func() {
-		defer errR.Close()
+		defer sp.errR.Close()
 		// Ends when the shell's side closes; the router never fails a
 		// write, and the shell's end is what Wait reports.
-		_, _ = io.Copy(sp.errOut, errR)
+		_, _ = io.Copy(sp.errOut, sp.errR)
 	}()
 	go func() {
 		defer close(sp.outDone)
-		defer outR.Close()
-		_, _ = io.Copy(sp.out, outR) // as errR's copy
+		defer sp.outR.Close()
+		_, _ = io.Copy(sp.out, sp.outR) // as errR's copy
 	}()
 	go func() {
-		e := proc.Wait()
+		e := sp.proc.Wait()
 		sp.exitCode = e.Code
 		close(sp.exited)
 		s.processEnded(sp)
 	}()
-	// The first framed command sets the shell up and goes to the last cwd.
+}
+
+// setUp sends the first framed command, which sets the shell up (its
+// state stream announces itself with hello) and goes to cwd, and waits
+// until the shell has read it, so that what it prints on start
+// (job-control warnings) is not taken for a command's output.
+func (s *Shell) setUp(sp *shellProc, cwd, hello string) error {
 	setup := "set +H; set +o history 2>/dev/null; unset HISTFILE; trap - INT\n"
 	setup += "builtin printf '" + octalEscape(hello) + "' >&6\n"
 	setup += "cd -- " + shellQuote(cwd) + " 2>/dev/null || cd\n"
 	delim := "QURO_" + randomHex(16)
 	setup += "IFS= read -r -d '' __quro_lib <<'" + delim + "' || :\n" + shellLib + delim + "\n"
 	setup += shellBaseline
-	// Wait until the shell has read the setup, so that what it prints on
-	// start (job-control warnings) is not taken for a command's output.
 	token := "\x00QS" + randomHex(16) + "\x00"
 	setup += "printf '" + octalEscape(token) + "'\n"
 	ready := make(chan struct{})
 	sp.out.attach(nil, token, ready)
 	timer := time.NewTimer(10 * time.Second)
 	defer timer.Stop()
-	if _, err = io.WriteString(cmdW, setup); err != nil {
-		err = fmt.Errorf("shell setup: %w", err)
-	} else {
-		select {
-		case <-ready:
-		case <-sp.exited:
-			err = fmt.Errorf("the shell exited while starting (code %d)", sp.exitCode)
-		case <-s.closing:
-			err = ErrClosed
-		case <-timer.C:
-			err = errors.New("the shell did not start within 10 s")
-		}
+	if _, err := io.WriteString(sp.cmdW, setup); err != nil {
+		return fmt.Errorf("shell setup: %w", err)
 	}
-	if err != nil {
-		sp.stop(true)
-		return nil, err
+	select {
+	case <-ready:
+	case <-sp.exited:
+		return fmt.Errorf("the shell exited while starting (code %d)", sp.exitCode)
+	case <-s.closing:
+		return ErrClosed
+	case <-timer.C:
+		return errors.New("the shell did not start within 10 s")
 	}
 	sp.out.detach()
-	return sp, nil
+	return nil
 }

@@ -73,6 +73,7 @@ func (p *calcParser) errorf(format string, a ...any) error {
 	return fmt.Errorf("calc: "+format+" at position %d", append(a, p.tok.pos+1)...)
 }
 
+// next reads the token at p.i into p.tok; a malformed one also sets p.err.
 func (p *calcParser) next() {
 	for p.i < len(p.src) && strings.IndexByte(" \t\r\n", p.src[p.i]) >= 0 {
 		p.i++
@@ -84,46 +85,12 @@ func (p *calcParser) next() {
 	}
 	c := p.src[p.i]
 	switch {
+	case c == '0' && p.i+1 < len(p.src) && (p.src[p.i+1] == 'x' || p.src[p.i+1] == 'X'):
+		p.hexNumber(start)
 	case c >= '0' && c <= '9' || c == '.':
-		if c == '0' && p.i+1 < len(p.src) && (p.src[p.i+1] == 'x' || p.src[p.i+1] == 'X') {
-			p.i += 2
-			for p.i < len(p.src) && isHex(p.src[p.i]) {
-				p.i++
-			}
-			n, err := strconv.ParseUint(p.src[start+2:p.i], 16, 64)
-			if err != nil {
-				p.tok = token{kind: tOp, text: p.src[start:p.i], pos: start}
-				p.err = fmt.Errorf("calc: bad hexadecimal number %q at position %d", p.src[start:p.i], start+1)
-				return
-			}
-			p.tok = token{kind: tNum, text: p.src[start:p.i], num: float64(n), pos: start}
-			return
-		}
-		for p.i < len(p.src) && (isDigit(p.src[p.i]) || p.src[p.i] == '.') {
-			p.i++
-		}
-		if p.i < len(p.src) && (p.src[p.i] == 'e' || p.src[p.i] == 'E') {
-			j := p.i + 1
-			if j < len(p.src) && (p.src[j] == '+' || p.src[j] == '-') {
-				j++
-			}
-			if j < len(p.src) && isDigit(p.src[j]) {
-				for j < len(p.src) && isDigit(p.src[j]) {
-					j++
-				}
-				p.i = j
-			}
-		}
-		text := p.src[start:p.i]
-		n, err := strconv.ParseFloat(text, 64)
-		if err != nil && !errors.Is(err, strconv.ErrRange) {
-			p.tok = token{kind: tOp, text: text, pos: start}
-			p.err = fmt.Errorf("calc: bad number %q at position %d", text, start+1)
-			return
-		}
-		p.tok = token{kind: tNum, text: text, num: n, pos: start}
-	case c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
-		for p.i < len(p.src) && (p.src[p.i] == '_' || isDigit(p.src[p.i]) || p.src[p.i] >= 'a' && p.src[p.i] <= 'z' || p.src[p.i] >= 'A' && p.src[p.i] <= 'Z') {
+		p.number(start)
+	case isIdentStart(c):
+		for p.i < len(p.src) && (isIdentStart(p.src[p.i]) || isDigit(p.src[p.i])) {
 			p.i++
 		}
 		p.tok = token{kind: tIdent, text: p.src[start:p.i], pos: start}
@@ -140,8 +107,52 @@ func (p *calcParser) next() {
 	}
 }
 
-func isDigit(c byte) bool { return c >= '0' && c <= '9' }
-func isHex(c byte) bool   { return isDigit(c) || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+// hexNumber reads a 0x literal starting at start.
+func (p *calcParser) hexNumber(start int) {
+	p.i += 2
+	for p.i < len(p.src) && isHex(p.src[p.i]) {
+		p.i++
+	}
+	n, err := strconv.ParseUint(p.src[start+2:p.i], 16, 64)
+	if err != nil {
+		p.tok = token{kind: tOp, text: p.src[start:p.i], pos: start}
+		p.err = fmt.Errorf("calc: bad hexadecimal number %q at position %d", p.src[start:p.i], start+1)
+		return
+	}
+	p.tok = token{kind: tNum, text: p.src[start:p.i], num: float64(n), pos: start}
+}
+
+// number reads a decimal literal starting at start: digits and dots, then
+// an exponent if one with digits follows (1e is the number 1, then e).
+func (p *calcParser) number(start int) {
+	for p.i < len(p.src) && (isDigit(p.src[p.i]) || p.src[p.i] == '.') {
+		p.i++
+	}
+	if p.i < len(p.src) && (p.src[p.i] == 'e' || p.src[p.i] == 'E') {
+		j := p.i + 1
+		if j < len(p.src) && (p.src[j] == '+' || p.src[j] == '-') {
+			j++
+		}
+		if j < len(p.src) && isDigit(p.src[j]) {
+			for j < len(p.src) && isDigit(p.src[j]) {
+				j++
+			}
+			p.i = j
+		}
+	}
+	text := p.src[start:p.i]
+	n, err := strconv.ParseFloat(text, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		p.tok = token{kind: tOp, text: text, pos: start}
+		p.err = fmt.Errorf("calc: bad number %q at position %d", text, start+1)
+		return
+	}
+	p.tok = token{kind: tNum, text: text, num: n, pos: start}
+}
+
+func isIdentStart(c byte) bool { return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+func isDigit(c byte) bool      { return c >= '0' && c <= '9' }
+func isHex(c byte) bool        { return isDigit(c) || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
 
 // binding powers: + - 10, * / % 20, unary - 30, ^ 40 (right).
 func infix(op string) (left, right int, ok bool) {

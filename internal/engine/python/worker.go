@@ -487,22 +487,56 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 	if n := w.err.begin(req.Stderr, token); n > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("the first %s of stderr were written between runs (by a thread or process of an earlier run)", runcode.HumanBytes(n)))
 	}
+	msg := w.runMessage(req, env, token)
+	var reply *frame
+	in := &interruption{over: make(chan struct{}), exited: make(chan struct{})}
+	var sendErr error
+	if msg.Env == nil && req.Context == nil {
+		sendErr = w.sendRun(msg.ID, token, req.Code)
+	} else {
+		sendErr = w.sendPayload(msg, []byte(req.Code))
+	}
+	interrupted := false
+	if err := sendErr; err == nil {
+		stop := w.interruptWhenDone(ctx, in, o.grace)
+		// The reply is read here, not handed over by another goroutine.
+		reply = w.awaitDone()
+		interrupted = !stop()
+	}
+	in.finish()
+	if interrupted {
+		// The interrupter kills the worker before it records that it
+		// did: its word is waited for, or a kill reads as a crash.
+		<-in.exited
+	}
+	if reply == nil {
+		w.reap()
+	}
+	detached := w.waitStreams(reply != nil)
+	if detached {
+		res.Notes = append(res.Notes, "a process of the run kept its output open; output after the run ended was not read")
+	}
+
+	res.TimedOut = in.timedOut()
+	res.Interrupted = in.sent
+	if reply != nil {
+		replyResult(res, reply, in, req)
+		return res, true
+	}
+	w.deathResult(res, in, req, o)
+	return res, false
+}
+
+// runMessage is the run request for req; it carries the session's
+// variables when they changed since the last run (w.env is then updated),
+// and the context's settings when req runs in one.
+func (w *worker) runMessage(req *runcode.Request, env map[string]string, token []byte) runMsg {
 	msg := runMsg{Op: "run", ID: w.runs, Token: string(token)}
 	if w.env == nil || !maps.Equal(env, w.env) {
 		// Sent even when empty: the worker then drops the old variables.
 		msg.Env = nonNil(env)
 		w.env = nonNil(maps.Clone(env))
 	}
-	var reply *frame
-	// Set by the interrupter (a goroutine that exists only once ctx ended)
-	// and read when the run is over, under mu.
-	var (
-		mu                       sync.Mutex
-		finished                 bool
-		sentInterrupt, escalated bool
-		interruptCause           error
-	)
-	over := make(chan struct{})
 	if c := req.Context; c != nil {
 		if c.ID != "" {
 			msg.Ctx = &c.ID
@@ -513,102 +547,122 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 		msg.Rich = c.Rich
 		msg.Renv = c.Env
 	}
-	var sendErr error
-	if msg.Env == nil && req.Context == nil {
-		sendErr = w.sendRun(msg.ID, token, req.Code)
-	} else {
-		sendErr = w.sendPayload(msg, []byte(req.Code))
-	}
-	if err := sendErr; err == nil {
-		stop := context.AfterFunc(ctx, func() {
-			mu.Lock()
-			if finished {
-				mu.Unlock()
-				return
-			}
-			sentInterrupt, interruptCause = true, context.Cause(ctx)
-			mu.Unlock()
-			// A SIGINT that lands before the worker has read the run
-			// request finds no run to interrupt and is dropped: it is
-			// repeated (as a person presses ^C again) until the run ends;
-			// after the grace the worker is killed (the reply pipe ends
-			// with it).
-			if w.proc.Interrupt(syscall.SIGINT, interruptRepeat, o.grace, over) {
-				mu.Lock()
-				escalated = true
-				mu.Unlock()
-			}
-		})
-		// The reply is read here, not handed over by another goroutine.
-		for {
-			f, err := w.readFrame()
-			if err != nil {
-				break
-			}
-			if f.Op == "done" && f.ID == w.runs {
-				reply = &f
-				break
-			}
-		}
-		stop()
-	}
-	mu.Lock()
-	finished = true
-	close(over) // under mu: no interrupt after the run is finished
-	mu.Unlock()
-	if reply == nil {
-		// The worker is gone: wait for it to be reaped, then for the output
-		// it left in the pipes (bounded: an escaped process may hold them).
-		// In a box, bubblewrap passes the worker's exit status on and the
-		// box's pid namespace ends with it: killing bubblewrap first would
-		// replace the status with its own SIGKILL. It gets the drain grace.
-		if w.proc.Boxed() {
-			t := time.NewTimer(w.drain)
-			select {
-			case <-w.done:
-			case <-t.C:
-				w.kill()
-				<-w.done
-			}
-			t.Stop()
-		} else {
-			w.kill()
-			<-w.done
-		}
-	}
-	detached := w.waitStreams(reply != nil)
-	if detached {
-		res.Notes = append(res.Notes, "a process of the run kept its output open; output after the run ended was not read")
-	}
+	return msg
+}
 
-	timedOut := sentInterrupt && errors.Is(interruptCause, context.DeadlineExceeded)
-	res.TimedOut = timedOut
-	res.Interrupted = sentInterrupt
-	if reply != nil {
-		res.ExitCode = reply.ExitCode
-		res.Artifacts = reply.Artifacts
-		res.Notes = append(res.Notes, reply.Notes...)
-		res.Results = reply.Results
-		res.Exception = reply.Exc
-		res.ExecutionCount = reply.Count
-		for _, k := range reply.Killed {
-			res.Notes = append(res.Notes, fmt.Sprintf("process %d (%s) was still running when the run ended; it was killed", k.Pid, k.Cmd))
-		}
-		switch {
-		case timedOut:
-			res.Error = fmt.Sprintf("timed out after %s: the code was interrupted with KeyboardInterrupt; the session keeps its variables", req.Timeout.Round(time.Millisecond))
-		case sentInterrupt && errors.Is(interruptCause, runcode.ErrContextRestarted):
-			res.Error = runcode.ErrContextRestarted.Error()
-			res.Exception = runcode.RestartedException()
-		case sentInterrupt:
-			res.Error = "canceled by the caller: the code was interrupted with KeyboardInterrupt; the session keeps its variables"
-		case reply.Status == "exit":
-			res.Notes = append(res.Notes, fmt.Sprintf("the code called sys.exit(%d); the worker caught SystemExit and the session keeps its variables", reply.ExitCode))
-		}
-		return res, true
-	}
+// interruption is what a run's interrupter did: it is a goroutine that
+// exists only once the run's ctx ended. Its fields are set by it and read
+// when the run is over, under mu.
+type interruption struct {
+	mu        sync.Mutex
+	finished  bool
+	sent      bool  // a SIGINT was sent
+	escalated bool  // the code did not stop within the grace: the worker was killed
+	cause     error // why ctx ended
+	over      chan struct{}
+	exited    chan struct{} // closed when the interrupter returns
+}
 
-	// No reply: the worker died or was killed.
+// interruptWhenDone interrupts the current run when ctx ends; stop
+// disarms it.
+func (w *worker) interruptWhenDone(ctx context.Context, in *interruption, grace time.Duration) (stop func() bool) {
+	return context.AfterFunc(ctx, func() {
+		defer close(in.exited)
+		in.mu.Lock()
+		if in.finished {
+			in.mu.Unlock()
+			return
+		}
+		in.sent, in.cause = true, context.Cause(ctx)
+		in.mu.Unlock()
+		// A SIGINT that lands before the worker has read the run
+		// request finds no run to interrupt and is dropped: it is
+		// repeated (as a person presses ^C again) until the run ends;
+		// after the grace the worker is killed (the reply pipe ends
+		// with it).
+		if w.proc.Interrupt(syscall.SIGINT, interruptRepeat, grace, in.over) {
+			in.mu.Lock()
+			in.escalated = true
+			in.mu.Unlock()
+		}
+	})
+}
+
+// finish marks the run over.
+func (in *interruption) finish() {
+	in.mu.Lock()
+	in.finished = true
+	close(in.over) // under mu: no interrupt after the run is finished
+	in.mu.Unlock()
+}
+
+func (in *interruption) timedOut() bool {
+	return in.sent && errors.Is(in.cause, context.DeadlineExceeded)
+}
+
+// awaitDone reads replies until the current run's "done", or nil when the
+// reply pipe ends or a frame is refused.
+func (w *worker) awaitDone() *frame {
+	for {
+		f, err := w.readFrame()
+		if err != nil {
+			return nil
+		}
+		if f.Op == "done" && f.ID == w.runs {
+			return &f
+		}
+	}
+}
+
+// reap waits for a worker that is gone to be reaped, killing it if need be,
+// before the output it left in the pipes is read (bounded: an escaped
+// process may hold them). In a box, bubblewrap passes the worker's exit
+// status on and the box's pid namespace ends with it: killing bubblewrap
+// first would replace the status with its own SIGKILL. It gets the drain
+// grace.
+func (w *worker) reap() {
+	if !w.proc.Boxed() {
+		w.kill()
+		<-w.done
+		return
+	}
+	t := time.NewTimer(w.drain)
+	select {
+	case <-w.done:
+	case <-t.C:
+		w.kill()
+		<-w.done
+	}
+	t.Stop()
+}
+
+// replyResult fills res from the worker's reply to the run.
+func replyResult(res *runcode.Result, reply *frame, in *interruption, req *runcode.Request) {
+	res.ExitCode = reply.ExitCode
+	res.Artifacts = reply.Artifacts
+	res.Notes = append(res.Notes, reply.Notes...)
+	res.Results = reply.Results
+	res.Exception = reply.Exc
+	res.ExecutionCount = reply.Count
+	for _, k := range reply.Killed {
+		res.Notes = append(res.Notes, fmt.Sprintf("process %d (%s) was still running when the run ended; it was killed", k.Pid, k.Cmd))
+	}
+	switch {
+	case in.timedOut():
+		res.Error = fmt.Sprintf("timed out after %s: the code was interrupted with KeyboardInterrupt; the session keeps its variables", req.Timeout.Round(time.Millisecond))
+	case in.sent && errors.Is(in.cause, runcode.ErrContextRestarted):
+		res.Error = runcode.ErrContextRestarted.Error()
+		res.Exception = runcode.RestartedException()
+	case in.sent:
+		res.Error = "canceled by the caller: the code was interrupted with KeyboardInterrupt; the session keeps its variables"
+	case reply.Status == "exit":
+		res.Notes = append(res.Notes, fmt.Sprintf("the code called sys.exit(%d); the worker caught SystemExit and the session keeps its variables", reply.ExitCode))
+	}
+}
+
+// deathResult fills res for a run with no reply: the worker died or was
+// killed.
+func (w *worker) deathResult(res *runcode.Result, in *interruption, req *runcode.Request, o runOptions) {
 	e := w.exit
 	res.ExitCode = e.Code
 	lost := "the session's variables and imports are lost; the next run starts a fresh interpreter"
@@ -616,17 +670,16 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 		res.Notes = append(res.Notes, fmt.Sprintf("the Python worker's reply was refused (%v): the worker was stopped; %s", w.refused, lost))
 	}
 	switch {
-	case escalated && timedOut:
+	case in.escalated && in.timedOut():
 		res.Error = fmt.Sprintf("timed out after %s and the code did not stop within %s of KeyboardInterrupt: the Python worker was killed; %s",
 			req.Timeout.Round(time.Millisecond), o.grace, lost)
-	case escalated:
+	case in.escalated:
 		res.Error = fmt.Sprintf("canceled, and the code did not stop within %s of KeyboardInterrupt: the Python worker was killed; %s", o.grace, lost)
 	case e.Signal != 0:
 		res.Notes = append(res.Notes, fmt.Sprintf("the Python worker was killed by signal %d (%s); %s", int(e.Signal), e.Signal, lost))
 	default:
 		res.Notes = append(res.Notes, fmt.Sprintf("the Python worker process exited with status %d (os._exit() or a fatal error); %s", e.Code, lost))
 	}
-	return res, false
 }
 
 // waitStreams waits until both output streams reached the run's sync token
