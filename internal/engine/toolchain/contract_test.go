@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/engine/toolchain"
+	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/runcode/enginetest"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
@@ -170,8 +171,41 @@ func TestContract(t *testing.T) {
 			// than run_code's default minute on a loaded machine; each
 			// check's own run budget is unchanged.
 			caps.CompileTimeout = 5 * time.Minute
-			enginetest.Run(t, enginetest.Target{Engine: e, NewSession: newSession, Required: true}, caps)
+			newSess := newSession
+			if tool.Lang == "go" {
+				newSess = warmGoSessions(t, e, caps)
+			}
+			enginetest.Run(t, enginetest.Target{Engine: e, NewSession: newSess, Required: true}, caps)
 		})
+	}
+}
+
+// warmGoSessions returns the suite's NewSession for Go: a session whose
+// Go build cache ($TMPDIR/.cache/go-build, the Tool's GOCACHE) is a copy
+// of one a first build of caps.Print filled. Each of the suite's sessions
+// would otherwise compile the standard library anew (a minute each on a
+// loaded 2-core machine, nine of them): the builds are still real builds
+// by the engine, in the box, of the checks' own code. A cold build is
+// internal/app's TestToolchainGoAndJava's.
+func warmGoSessions(t *testing.T, e *toolchain.Engine, caps enginetest.Caps) func(*testing.T) *session.Session {
+	t.Helper()
+	warm := newSession(t)
+	r := runcode.New([]runcode.Language{{Name: caps.Lang, Runs: true, Chain: []runcode.Engine{e}}}, nil)
+	res, err := r.Run(context.Background(), runcode.Input{Code: caps.Print, Lang: caps.Lang, Session: warm, CompileTimeout: caps.CompileTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stdout != "contract-out\n" || res.Stage != "run" {
+		t.Fatalf("the build that warms the Go cache: engine %s stage %s exit %d error %q stdout %q stderr %q",
+			res.Engine, res.Stage, res.ExitCode, res.Error, res.Stdout, res.Stderr)
+	}
+	cache := filepath.Join(warm.TmpDir(), ".cache", "go-build")
+	return func(t *testing.T) *session.Session {
+		s := newSession(t)
+		if err := os.CopyFS(filepath.Join(s.TmpDir(), ".cache", "go-build"), os.DirFS(cache)); err != nil {
+			t.Fatalf("copying the warm Go cache: %v", err)
+		}
+		return s
 	}
 }
 
