@@ -52,8 +52,13 @@ type Disks struct {
 }
 
 // Open prepares the images directory of dataDir and probes whether images
-// can be made and mounted.
+// can be made and mounted. The tools run in / (sandbox.RunHelper's
+// default): dataDir is made absolute here, and the session directories
+// given to the methods must be absolute too (the App's are).
 func Open(dataDir string) *Disks {
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
 	d := &Disks{dir: filepath.Join(dataDir, "disks"), data: dataPaths(dataDir), mine: map[string]bool{}}
 	d.usable = d.probe()
 	return d
