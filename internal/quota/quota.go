@@ -235,7 +235,18 @@ var ErrNotGrown = errors.New("the session's disk grows when it is idle")
 // It resizes online when the server may (CAP_SYS_RESOURCE), else it
 // unmounts, resizes and mounts again, which needs the session idle: a busy
 // one keeps its size and the error wraps ErrNotGrown.
+//
+// Its error never names a host path: set_tenant_limits joins the errors
+// of a tenant's sessions, and when one is ErrNotGrown the caller reads
+// them all (the image's own errors, os.PathErrors, would name it).
 func (d *Disks) Grow(dir string, size int64) error {
+	if err := d.grow(dir, size); err != nil {
+		return &hiddenPaths{err: err, data: d.data}
+	}
+	return nil
+}
+
+func (d *Disks) grow(dir string, size int64) error {
 	img := d.image(dir)
 	unlock, err := lock(img)
 	if err != nil {
@@ -557,6 +568,16 @@ func (e *toolError) Error() string {
 }
 
 func (e *toolError) Unwrap() error { return e.err }
+
+// hiddenPaths is err with the data directory's paths and loop devices
+// written as toolError writes them.
+type hiddenPaths struct {
+	err  error
+	data []string
+}
+
+func (e *hiddenPaths) Error() string { return hidePaths(e.err.Error(), e.data) }
+func (e *hiddenPaths) Unwrap() error { return e.err }
 
 // loopDev is a loop device's path, as the tools print it.
 var loopDev = regexp.MustCompile(`/dev/loop[0-9]+(p[0-9]+)?`)

@@ -341,3 +341,21 @@ func TestToolErrorsKeepWhatTheToolSaidButNoHostPath(t *testing.T) {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
 }
+
+// Grow's errors reach the caller of set_tenant_limits when one of them is
+// ErrNotGrown (joined with the others): none names a host path. Here the
+// image is missing, an os.PathError that named it.
+func TestGrowErrorsNameNoHostPath(t *testing.T) {
+	data := t.TempDir()
+	d := Open(data)
+	err := d.Grow(filepath.Join(data, "sessions", "gone"), 64<<20)
+	if err == nil {
+		t.Fatal("Grow of a session without an image succeeded")
+	}
+	if msg := err.Error(); strings.Contains(msg, data) || !strings.Contains(msg, "$QURO_DATA/disks/gone.img") {
+		t.Errorf("Grow's error %q: want the image named under $QURO_DATA, not by its host path", msg)
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Grow's error no longer wraps its cause: %#v", err)
+	}
+}
