@@ -19,7 +19,7 @@
 package quota
 
 import (
-	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -27,6 +27,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,21 +36,30 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/quro-dev/quro/internal/limitbuf"
+	"github.com/quro-dev/quro/internal/sandbox"
 )
 
 // Disks manages the images of the sessions of one data directory.
 type Disks struct {
-	dir    string // $QURO_DATA/disks
-	usable error  // nil when images can be used here
+	dir    string   // $QURO_DATA/disks
+	data   []string // $QURO_DATA as given and resolved, for tool errors (toolError)
+	usable error    // nil when images can be used here
 
 	mu   sync.Mutex
 	mine map[string]bool // session directories this process mounted
 }
 
 // Open prepares the images directory of dataDir and probes whether images
-// can be made and mounted.
+// can be made and mounted. The tools run in / (sandbox.RunHelper's
+// default): dataDir is made absolute here, and the session directories
+// given to the methods must be absolute too (the App's are).
 func Open(dataDir string) *Disks {
-	d := &Disks{dir: filepath.Join(dataDir, "disks"), mine: map[string]bool{}}
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
+	d := &Disks{dir: filepath.Join(dataDir, "disks"), data: dataPaths(dataDir), mine: map[string]bool{}}
 	d.usable = d.probe()
 	return d
 }
@@ -113,7 +124,7 @@ func (d *Disks) Create(dir string, size int64) error {
 	if err == nil {
 		// No reserved blocks (the server writes spilled outputs as root),
 		// lazy init and a small journal keep the image sparse and quick.
-		err = run("mkfs.ext4", "-q", "-F", "-m", "0", "-J", "size=4",
+		err = d.run("mkfs.ext4", "-q", "-F", "-m", "0", "-J", "size=4",
 			"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=0:0", img)
 	}
 	if err == nil {
@@ -149,7 +160,7 @@ func (d *Disks) mount(img, dir string) error {
 	// elsewhere already, so the filesystem is never mounted twice from two
 	// devices — unless two mounts race, which the image's lock (lock)
 	// prevents: every caller holds it.
-	if err := run("mount", "-t", "ext4", "-o", "loop,nodev,nosuid,noatime", img, dir); err != nil {
+	if err := d.run("mount", "-t", "ext4", "-o", "loop,nodev,nosuid,noatime", img, dir); err != nil {
 		return err
 	}
 	d.mu.Lock()
@@ -206,8 +217,8 @@ func (d *Disks) Remount(dir string) error {
 	}
 	// A disk Grow could not grow while it was in use grows now, unless
 	// its filesystem still lives in another mount namespace.
-	if d.short(img) && !attached(img) {
-		if err := resizeOffline(img); err != nil {
+	if d.short(img) && !d.attached(img) {
+		if err := d.resizeOffline(img); err != nil {
 			return fmt.Errorf("growing the session's disk: %w", err)
 		}
 	}
@@ -224,7 +235,18 @@ var ErrNotGrown = errors.New("the session's disk grows when it is idle")
 // It resizes online when the server may (CAP_SYS_RESOURCE), else it
 // unmounts, resizes and mounts again, which needs the session idle: a busy
 // one keeps its size and the error wraps ErrNotGrown.
+//
+// Its error never names a host path: set_tenant_limits joins the errors
+// of a tenant's sessions, and when one is ErrNotGrown the caller reads
+// them all (the image's own errors, os.PathErrors, would name it).
 func (d *Disks) Grow(dir string, size int64) error {
+	if err := d.grow(dir, size); err != nil {
+		return &hiddenPaths{err: err, data: d.data}
+	}
+	return nil
+}
+
+func (d *Disks) grow(dir string, size int64) error {
 	img := d.image(dir)
 	unlock, err := lock(img)
 	if err != nil {
@@ -243,19 +265,19 @@ func (d *Disks) Grow(dir string, size int64) error {
 		return nil // the image and its filesystem are that large already
 	}
 	if !Mounted(dir) {
-		if attached(img) {
+		if d.attached(img) {
 			return fmt.Errorf("%w (the filesystem is in use in another mount namespace)", ErrNotGrown)
 		}
-		return resizeOffline(img)
+		return d.resizeOffline(img)
 	}
-	dev, err := output("findmnt", "-n", "-o", "SOURCE", "--mountpoint", dir)
+	dev, err := d.output("findmnt", "-n", "-o", "SOURCE", "--mountpoint", dir)
 	if err != nil {
 		return err
 	}
-	if err := run("losetup", "-c", dev); err != nil {
+	if err := d.run("losetup", "-c", dev); err != nil {
 		return err
 	}
-	online := run("resize2fs", dev)
+	online := d.run("resize2fs", dev)
 	if online == nil {
 		return nil
 	}
@@ -273,7 +295,7 @@ func (d *Disks) Grow(dir string, size int64) error {
 		}
 		return fmt.Errorf("%w (online resizing failed: %v; the filesystem is still in use in another mount namespace)", ErrNotGrown, online)
 	}
-	err = resizeOffline(img)
+	err = d.resizeOffline(img)
 	if merr := d.mount(img, dir); merr != nil {
 		return merr
 	}
@@ -282,9 +304,9 @@ func (d *Disks) Grow(dir string, size int64) error {
 
 // resizeOffline checks img's filesystem and grows it to the image's size.
 // Nothing may have it mounted, in any mount namespace.
-func resizeOffline(img string) error {
+func (d *Disks) resizeOffline(img string) error {
 	// e2fsck exits 1 when it corrected something, which is fine here.
-	err := run("e2fsck", "-f", "-p", img)
+	err := d.run("e2fsck", "-f", "-p", img)
 	var ee *exec.ExitError
 	if errors.As(err, &ee) && ee.ExitCode() == 1 {
 		err = nil
@@ -292,7 +314,7 @@ func resizeOffline(img string) error {
 	if err != nil {
 		return err
 	}
-	return run("resize2fs", img)
+	return d.run("resize2fs", img)
 }
 
 // growSlack is how much smaller than its image a filesystem may be and
@@ -335,8 +357,8 @@ func fsSize(img string) (int64, error) {
 
 // attached reports whether a loop device is bound to img: its filesystem
 // is mounted somewhere, maybe in another mount namespace.
-func attached(img string) bool {
-	out, err := output("losetup", "-j", img)
+func (d *Disks) attached(img string) bool {
+	out, err := d.output("losetup", "-j", img)
 	return err != nil || strings.TrimSpace(out) != ""
 }
 
@@ -491,19 +513,105 @@ func Human(n int64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-func run(name string, args ...string) error {
-	_, err := output(name, args...)
+// toolEnv is the whole environment of a disk tool: nothing of the
+// server's, and the C locale, so that what the tools print is the same
+// on every server.
+var toolEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
+
+// maxToolOutput bounds what is kept of a disk tool's output (their
+// errors are a few lines; the rest is dropped).
+const maxToolOutput = 16 << 10
+
+func (d *Disks) run(name string, args ...string) error {
+	_, err := d.output(name, args...)
 	return err
 }
 
-func output(name string, args ...string) (string, error) {
-	var out bytes.Buffer
-	cmd := exec.Command(name, args...)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(out.String()))
+// output runs a disk tool (mkfs.ext4, mount, losetup, resize2fs,
+// e2fsck, findmnt) to its end and returns its output, stdout and stderr
+// together. It runs through sandbox.RunHelper, the one way the server
+// runs a program of its own: in a process group of its own, killed as a
+// whole once the tool exited, with a parent-death signal. A failure is a
+// *toolError, whose text has what the tool said.
+func (d *Disks) output(name string, args ...string) (string, error) {
+	out := &limitbuf.Buffer{Max: maxToolOutput}
+	// No deadline, as before: no caller has a context, and a mount or
+	// a check of a large image has no bound known beforehand.
+	err := sandbox.RunHelper(context.Background(), &sandbox.Helper{Path: name, Args: args, Env: toolEnv, Stdout: out, Stderr: out})
+	if err != nil {
+		return "", &toolError{tool: name, err: err, out: strings.TrimSpace(out.String()), data: d.data}
 	}
 	return strings.TrimSpace(out.String()), nil
+}
+
+// toolError is a disk tool's failure: which tool, how it ended, and what
+// it printed. Its text may reach a tenant (Grow's ErrNotGrown carries
+// resize2fs's, and that class is shown to the caller), so it never names
+// a path of the host: the data directory is written $QURO_DATA (the
+// image $QURO_DATA/disks/<session>.img, the mount point
+// $QURO_DATA/sessions/<session>, both named by the session's id only),
+// and a loop device is "a loop device". The operator reads the same text
+// in the log, which is enough to find both.
+type toolError struct {
+	tool string
+	err  error  // how it ended: an *exec.ExitError, or why it did not start
+	out  string // what it printed, cut at maxToolOutput
+	data []string
+}
+
+func (e *toolError) Error() string {
+	msg := fmt.Sprintf("%s: %v", e.tool, e.err)
+	if e.out != "" {
+		msg += ": " + e.out
+	}
+	return hidePaths(msg, e.data)
+}
+
+func (e *toolError) Unwrap() error { return e.err }
+
+// hiddenPaths is err with the data directory's paths and loop devices
+// written as toolError writes them.
+type hiddenPaths struct {
+	err  error
+	data []string
+}
+
+func (e *hiddenPaths) Error() string { return hidePaths(e.err.Error(), e.data) }
+func (e *hiddenPaths) Unwrap() error { return e.err }
+
+// loopDev is a loop device's path, as the tools print it.
+var loopDev = regexp.MustCompile(`/dev/loop[0-9]+(p[0-9]+)?`)
+
+// hidePaths writes each of the data directory's paths in s (data, as
+// dataPaths gives them) as $QURO_DATA, and each loop device as "a loop
+// device".
+func hidePaths(s string, data []string) string {
+	for _, p := range data {
+		s = strings.ReplaceAll(s, p, "$QURO_DATA")
+	}
+	return loopDev.ReplaceAllString(s, "a loop device")
+}
+
+// dataPaths are the spellings of dataDir a tool may print: as given,
+// absolute, and with its symbolic links resolved (mount and findmnt print
+// the kernel's path), longest first so that none is left half-replaced.
+func dataPaths(dataDir string) []string {
+	var out []string
+	add := func(p string) {
+		p = filepath.Clean(p)
+		if p != "/" && p != "." && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	add(dataDir)
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		add(abs)
+		if real, err := filepath.EvalSymlinks(abs); err == nil {
+			add(real)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
 }
 
 // ParseSize reads a size such as 2G, 2GiB, 512M, 1.5G or 1048576 (bytes);

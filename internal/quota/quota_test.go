@@ -295,6 +295,67 @@ func BenchmarkManySessions(b *testing.B) {
 	b.StopTimer()
 	var st syscall.Statfs_t
 	syscall.Statfs(d.dir, &st)
-	out, _ := output("du", "-sk", d.dir)
+	out, _ := d.output("du", "-sk", d.dir)
 	b.Logf("%d images mounted; disk used by the images: %s KiB", b.N, strings.Fields(out)[0])
+}
+
+// A disk tool's failure says what the tool printed, but with the data
+// directory written $QURO_DATA and a loop device unnamed: the text can
+// reach a tenant (Grow's ErrNotGrown carries resize2fs's, and the
+// controller shows that class's text to the caller), which must never
+// read a path of the host. It still wraps how the tool ended
+// (resizeOffline reads e2fsck's exit code through it).
+func TestToolErrorsKeepWhatTheToolSaidButNoHostPath(t *testing.T) {
+	if _, err := exec.LookPath("e2fsck"); err != nil {
+		t.Skip("no e2fsck here (apt-get install e2fsprogs)")
+	}
+	data := t.TempDir()
+	d := Open(data) // without root too: only run is used
+	err := d.run("e2fsck", "-f", "-p", filepath.Join(data, "disks", "absent.img"))
+	if err == nil {
+		t.Fatal("e2fsck of an absent image succeeded")
+	}
+	msg := err.Error()
+	if strings.Contains(msg, data) {
+		t.Errorf("the error names the host's data directory: %q", msg)
+	}
+	if !strings.HasPrefix(msg, "e2fsck: exit status ") || !strings.Contains(msg, "No such file or directory while trying to open $QURO_DATA/disks/absent.img") {
+		t.Errorf("the error does not say what e2fsck said (its stderr, paths relative to $QURO_DATA): %q", msg)
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 8 {
+		t.Errorf("the error does not wrap e2fsck's exit (8, operational error): %#v", err)
+	}
+
+	// What mount and resize2fs print: the loop device, and the mount
+	// point by the kernel's spelling of the data directory (its links
+	// resolved).
+	link := filepath.Join(t.TempDir(), "data")
+	if err := os.Symlink(data, link); err != nil {
+		t.Fatal(err)
+	}
+	te := &toolError{tool: "resize2fs", err: errors.New("exit status 1"), data: dataPaths(link),
+		out: "Filesystem at /dev/loop12 is mounted on " + filepath.Join(data, "sessions", "s1") + "; on-line resizing required"}
+	want := "resize2fs: exit status 1: Filesystem at a loop device is mounted on $QURO_DATA/sessions/s1; on-line resizing required"
+	if got := te.Error(); got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}
+
+// Grow's errors reach the caller of set_tenant_limits when one of them is
+// ErrNotGrown (joined with the others): none names a host path. Here the
+// image is missing, an os.PathError that named it.
+func TestGrowErrorsNameNoHostPath(t *testing.T) {
+	data := t.TempDir()
+	d := Open(data)
+	err := d.Grow(filepath.Join(data, "sessions", "gone"), 64<<20)
+	if err == nil {
+		t.Fatal("Grow of a session without an image succeeded")
+	}
+	if msg := err.Error(); strings.Contains(msg, data) || !strings.Contains(msg, "$QURO_DATA/disks/gone.img") {
+		t.Errorf("Grow's error %q: want the image named under $QURO_DATA, not by its host path", msg)
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Grow's error no longer wraps its cause: %#v", err)
+	}
 }

@@ -11,10 +11,14 @@ import (
 
 // Helper is a program the server runs for its own work, outside any box
 // and with the server's privileges: the embedded Python's compileall,
-// debootstrap. It never runs user code. RunHelper is the one way to run
-// one, so that like a sandboxed run it gets a process group of its own,
-// killed as a whole when ctx ends or when it exits, a parent-death signal,
-// and a bounded drain of its output.
+// debootstrap, the disk tools of internal/quota (mkfs.ext4, mount,
+// losetup, resize2fs, e2fsck, findmnt), the probe of the host's python3.
+// It never runs user code. RunHelper is the one way to run one, so that
+// like a sandboxed run it gets a process group of its own, killed as a
+// whole when ctx ends or when it exits, a parent-death signal, and a
+// bounded drain of its output. cmd/quro's
+// TestBypassNoProcessStartOutsideTheHelper fails on a process started any
+// other way outside the sandbox's own launch of a box.
 type Helper struct {
 	Path string
 	Args []string // without the program name

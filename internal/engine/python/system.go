@@ -6,9 +6,9 @@ package python
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"strings"
 
+	"github.com/quro-dev/quro/internal/limitbuf"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 )
@@ -26,15 +26,20 @@ func NewSystem(sb *sandbox.Sandbox) *System { return &System{sb: sb} }
 // Name implements runcode.Engine.
 func (s *System) Name() string { return "python/system" }
 
-// Probe finds python3 and checks that it starts.
+// Probe finds python3 and checks that it starts. The check is the
+// server's own run of the host's python3 (no user code), so it goes
+// through sandbox.RunHelper like every program the server runs for
+// itself: its process group is killed as a whole when ctx ends.
 func (s *System) Probe(ctx context.Context) error {
 	path, err := s.sb.LookPath("python3")
 	if err != nil {
 		return fmt.Errorf("python3 not found (Debian: apt-get install python3): %w", err)
 	}
-	out, err := exec.CommandContext(ctx, path, "-I", "-c", "import sys; print(sys.version.split()[0])").CombinedOutput()
+	out := &limitbuf.Buffer{Max: 4096}
+	err = sandbox.RunHelper(ctx, &sandbox.Helper{Path: path, Args: []string{"-I", "-c", "import sys; print(sys.version.split()[0])"},
+		Stdout: out, Stderr: out})
 	if err != nil {
-		return fmt.Errorf("%s does not start: %v: %s", path, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("%s does not start: %v: %s", path, err, strings.TrimSpace(out.String()))
 	}
 	return nil
 }

@@ -68,6 +68,15 @@ type Caps struct {
 
 	// Missing says, per check name, why the engine has no snippet for it.
 	Missing map[string]string
+
+	// CompileTimeout is the budget of the build stage of an engine that
+	// builds before it runs (a runcode.Builder: the toolchain engine),
+	// apart from each check's run budget; 0 is runcode's default. The
+	// snippets are built like a caller's code, so a cold build (Go
+	// compiling its standard library into a fresh session's cache) is
+	// part of a check, but the time the checks measure (the timeout
+	// check's 3 s) is the run's alone.
+	CompileTimeout time.Duration
 }
 
 // HugeCount is how many lines Caps.Huge prints: about 590 KB, far over the
@@ -104,7 +113,7 @@ func Run(t *testing.T, target Target, caps Caps) {
 	}
 	s := &suite{target: target, caps: caps, runner: runcode.New([]runcode.Language{
 		{Name: caps.Lang, Runs: true, Chain: []runcode.Engine{e}},
-	}, &runcode.Options{MaxStdout: Limit, MaxStderr: Limit})}
+	}, &runcode.Options{MaxStdout: Limit, MaxStderr: Limit, DefaultCompileTimeout: caps.CompileTimeout})}
 	for _, c := range []struct {
 		name    string
 		snippet string

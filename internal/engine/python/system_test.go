@@ -1,0 +1,69 @@
+package python
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/quro-dev/quro/internal/sandbox"
+)
+
+// The system tier's probe of a python3 that does not start fails with
+// what it printed, and what it left running in its process group is
+// killed with it (the probe runs through sandbox.RunHelper): here a
+// "python3" that starts a long sleep in the background, says why it
+// fails, and exits.
+func TestSystemProbeSaysWhyAndLeavesNothingRunning(t *testing.T) {
+	bin := t.TempDir()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	script := "#!/bin/sh\nsleep 1000 </dev/null >/dev/null 2>&1 &\necho $! > " + pidFile + "\necho 'Fatal Python error: no encodings module' >&2\nexit 1\n"
+	if err := os.WriteFile(filepath.Join(bin, "python3"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := sandbox.New(&sandbox.Options{Path: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = NewSystem(sb).Probe(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "does not start: exit status 1: Fatal Python error: no encodings module") {
+		t.Fatalf("probe of a python3 that fails: %v, want it to say it does not start, with its stderr", err)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The background sleep is killed, not left for 1000 s: wait for its
+	// end on a pidfd (an event), bounded so that a survivor fails rather
+	// than hangs. Gone already (killed and reaped) is as good.
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err == unix.ESRCH {
+		return
+	}
+	if err != nil {
+		t.Fatalf("pidfd of the background sleep %d: %v", pid, err)
+	}
+	defer unix.Close(fd)
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 10_000)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			t.Fatalf("the background sleep %d of the failed probe still runs 10 s after it: its process group was not killed", pid)
+		}
+		return
+	}
+}
