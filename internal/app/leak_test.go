@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/quro-dev/quro/internal/api/insession"
+	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/session"
@@ -184,7 +185,17 @@ func (a *App) useAndDestroy(t *testing.T, name string) {
 	}()
 	<-ready
 
-	mustCall(t, a, "pause_session", SessionRef{Session: name})
+	// A freeze the kernel does not finish in time is refused as
+	// unavailable (and undone): a caller tries again, as this one does.
+	for try := 1; ; try++ {
+		_, err := call(t, a, "pause_session", SessionRef{Session: name})
+		if err == nil {
+			break
+		}
+		if ce := wantCode(t, err, capability.Unavailable); try == 3 {
+			t.Fatalf("pause_session, %d times: %v", try, ce)
+		}
+	}
 	mustCall(t, a, "resume_session", SessionRef{Session: name})
 	fork := mustCall(t, a, "fork_session", ForkInput{Session: name}).(*ForkResult)
 	for _, c := range fork.Copies {

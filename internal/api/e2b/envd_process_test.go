@@ -403,11 +403,15 @@ func TestEnvdTimeoutKills(t *testing.T) {
 	e := newEnv(t, nil)
 	id := e.newSession(t)
 	c := e.procClient(id)
+	// The session's box first: the deadline is the command's, not the
+	// box's making (seconds on a loaded machine, which the deadline would
+	// cut short as "canceled while the sandbox was starting").
+	e.start(t, id, bash("true", false), nil).end(t)
 	tag := "slow"
 	req := bash("echo started; exec sleep 100000", false)
 	req.Tag = &tag
 	r := connect.NewRequest(req)
-	r.Header().Set("Connect-Timeout-Ms", "1000")
+	r.Header().Set("Connect-Timeout-Ms", "3000")
 	s, err := c.Start(context.Background(), r)
 	if err != nil {
 		t.Fatal(err)
