@@ -338,6 +338,18 @@ func pauseResume(ctx context.Context, b *bed, r *results) error {
 	}
 	r.heapBytes = res.MemoryBytes
 	ref := refBody(id)
+	if err := pauseCycles(ctx, b, r, id, ref); err != nil {
+		return err
+	}
+	if err := boxCPUOverPause(ctx, b, r, id, ref); err != nil {
+		return err
+	}
+	return workerCPUOverPause(ctx, b, r, id, ref)
+}
+
+// pauseCycles times *nPause pause+resume cycles of session id (after 3
+// for warm-up), each checked by a run that reads its heap.
+func pauseCycles(ctx context.Context, b *bed, r *results, id string, ref []byte) error {
 	check := runBody(id, "", "print(len(x))")
 	pause := &series{name: "pause_session (REST)"}
 	resume := &series{name: "resume_session (REST)"}
@@ -370,19 +382,27 @@ func pauseResume(ctx context.Context, b *bed, r *results) error {
 		r.serverResumeMS.ds = append(r.serverResumeMS.ds, time.Duration(rr.Took*float64(time.Millisecond)))
 	}
 	r.pause = []*series{pause, resume, both}
+	return nil
+}
 
-	// CPU of the box over a pause, a busy loop running in its background.
+// sessionCPU is the CPU seconds of session id's box, and whether it is
+// paused.
+func sessionCPU(ctx context.Context, b *bed, id string) (float64, bool, error) {
+	res, err := b.resources(ctx, id)
+	if err != nil {
+		return 0, false, err
+	}
+	return res.CPUSeconds, res.Paused, nil
+}
+
+// boxCPUOverPause measures the CPU of session id's box over 1 s running,
+// 1 s paused and 1 s resumed, a busy loop running in its background.
+func boxCPUOverPause(ctx context.Context, b *bed, r *results, id string, ref []byte) error {
 	fmt.Fprintln(os.Stderr, "3: box CPU time over 1 s of pause with a busy loop in the box ...")
 	if err := b.terminalExec(ctx, id, "(while :; do :; done) >/dev/null 2>&1 & echo $! > /tmp/spin.pid"); err != nil {
 		return err
 	}
-	cpu := func() (float64, bool, error) {
-		res, err := b.resources(ctx, id)
-		if err != nil {
-			return 0, false, err
-		}
-		return res.CPUSeconds, res.Paused, nil
-	}
+	cpu := func() (float64, bool, error) { return sessionCPU(ctx, b, id) }
 	c0, _, err := cpu()
 	if err != nil {
 		return err
@@ -421,16 +441,20 @@ func pauseResume(ctx context.Context, b *bed, r *results) error {
 	if err := b.terminalExec(ctx, id, "kill $(cat /tmp/spin.pid)"); err != nil {
 		return err
 	}
+	return nil
+}
 
-	// The same with a thread spinning in the session's Python worker,
-	// read both from the box and from the worker's own /proc entry.
+// workerCPUOverPause measures the same with a thread spinning in session
+// id's Python worker, read both from the box and from the worker's own
+// /proc entry.
+func workerCPUOverPause(ctx context.Context, b *bed, r *results, id string, ref []byte) error {
 	fmt.Fprintln(os.Stderr, "3: the same with a thread spinning in the Python worker ...")
 	spin := "import threading\ndef _spin():\n    while True:\n        pass\nthreading.Thread(target=_spin, daemon=True).start()\nprint(len(x))"
 	if err := b.run(ctx, runBody(id, "", spin), heapLen); err != nil {
 		return err
 	}
 	both2 := func() (float64, float64, error) {
-		c, _, err := cpu()
+		c, _, err := sessionCPU(ctx, b, id)
 		p, n := cpuOf("python3.14")
 		if err == nil && n != 1 {
 			err = fmt.Errorf("%d Python workers below the server, want 1", n)

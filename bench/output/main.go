@@ -114,35 +114,7 @@ func run() error {
 	var restIn, shIn, plainIn []inner
 	rest := func() (time.Duration, error) { return post(ctx, b, body, want, &restIn) }
 	sh := func() (time.Duration, error) { return post(ctx, b, shBody, want, &shIn) }
-	plain := func(code string, want int64) (time.Duration, error) {
-		cmd := exec.Command(interp[0], "-I", "-c", code)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			return 0, err
-		}
-		var errb bytes.Buffer
-		cmd.Stderr = &errb
-		t := time.Now()
-		if err := cmd.Start(); err != nil {
-			return 0, err
-		}
-		var c counter
-		if _, err := io.CopyBuffer(&c, out, make([]byte, 64<<10)); err != nil {
-			return 0, err
-		}
-		if err := cmd.Wait(); err != nil || c.n != want {
-			return 0, fmt.Errorf("python3.14 -c: %v, %d bytes (want %d): %s", err, c.n, want, errb.String())
-		}
-		d := time.Since(t)
-		if code != "pass" {
-			in, err := parseInner(errb.String())
-			if err != nil {
-				return 0, err
-			}
-			plainIn = append(plainIn, in)
-		}
-		return d, nil
-	}
+	plain := func(code string, want int64) (time.Duration, error) { return runPlain(interp[0], code, want, &plainIn) }
 	// The worker starts on the first run.
 	if _, err := rest(); err != nil {
 		return err
@@ -195,6 +167,39 @@ func run() error {
 		return os.WriteFile(*jsonPath, append(out, '\n'), 0o644)
 	}
 	return nil
+}
+
+// runPlain times interp -I -c code, its stdout a pipe Go drains, which
+// must carry want bytes; unless code is "pass", the loop's own figures
+// (on its stderr) are appended to plainIn.
+func runPlain(interp, code string, want int64, plainIn *[]inner) (time.Duration, error) {
+	cmd := exec.Command(interp, "-I", "-c", code)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	t := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	var c counter
+	if _, err := io.CopyBuffer(&c, out, make([]byte, 64<<10)); err != nil {
+		return 0, err
+	}
+	if err := cmd.Wait(); err != nil || c.n != want {
+		return 0, fmt.Errorf("python3.14 -c: %v, %d bytes (want %d): %s", err, c.n, want, errb.String())
+	}
+	d := time.Since(t)
+	if code != "pass" {
+		in, err := parseInner(errb.String())
+		if err != nil {
+			return 0, err
+		}
+		*plainIn = append(*plainIn, in)
+	}
+	return d, nil
 }
 
 // post is run_code with body over REST; the run must exit 0 with want

@@ -160,41 +160,17 @@ func run() error {
 	b.Token = iss.Token
 	b.Client = &http.Client{Transport: &bearer{token: iss.Token, rt: &http.Transport{MaxIdleConns: 8, MaxIdleConnsPerHost: 8}}}
 
-	newSession := func() (string, error) {
-		var s app.SessionInfo
-		err := b.Post(ctx, "create_session", []byte(`{}`), &s)
-		return s.ID, err
-	}
-	destroy := func(id string) error {
-		ref, _ := json.Marshal(app.SessionRef{Session: id})
-		return b.Post(ctx, "destroy_session", ref, nil)
-	}
-	installPkgs := func(id string) (*app.InstallPackagesResult, error) {
-		body, _ := json.Marshal(app.InstallPackagesInput{Session: id, Manager: "pip", Packages: []string{"benchpip"}})
-		var r app.InstallPackagesResult
-		return &r, b.Post(ctx, "install_packages", body, &r)
-	}
-	runCode := func(id, lang, code, want string) error {
-		body, _ := json.Marshal(app.RunCodeInput{Session: id, Lang: lang, Code: code})
-		var r runcode.Result
-		if err := b.Post(ctx, "run_code", body, &r); err != nil {
-			return err
-		}
-		if !strings.HasSuffix(r.Stdout, want) {
-			return fmt.Errorf("run_code %q: %+v", code, r)
-		}
-		return nil
-	}
+	c := &client{ctx: ctx, b: b}
 	// The tenant's cache gets the wheel (the server's fetch).
 	fmt.Fprintf(os.Stderr, "filling the cache (interpreter under %s) ...\n", *install)
-	id, err := newSession()
+	id, err := c.newSession()
 	if err != nil {
 		return err
 	}
-	if r, err := installPkgs(id); err != nil || len(r.Wheels) != 1 {
+	if r, err := c.installPkgs(id); err != nil || len(r.Wheels) != 1 {
 		return fmt.Errorf("first install: %+v %v", r, err)
 	}
-	if err := destroy(id); err != nil {
+	if err := c.destroy(id); err != nil {
 		return err
 	}
 
@@ -214,12 +190,12 @@ func run() error {
 			}
 		}
 		t0 := time.Now()
-		id, err := newSession()
+		id, err := c.newSession()
 		if err != nil {
 			return err
 		}
 		t1 := time.Now()
-		r, err := installPkgs(id)
+		r, err := c.installPkgs(id)
 		if err != nil || !r.FromCache {
 			return fmt.Errorf("install_packages: %+v %v", r, err)
 		}
@@ -227,29 +203,72 @@ func run() error {
 		rec(0, t1.Sub(t0))
 		rec(1, t2.Sub(t1))
 		rec(2, t2.Sub(t0))
-		if err := destroy(id); err != nil {
+		if err := c.destroy(id); err != nil {
 			return err
 		}
 
 		t0 = time.Now()
-		if id, err = newSession(); err != nil {
+		if id, err = c.newSession(); err != nil {
 			return err
 		}
 		t1 = time.Now()
-		if err := runCode(id, "python", "%pip install -q benchpip\nimport benchpip\nprint(benchpip.VALUE)", "42\n"); err != nil {
+		if err := c.runCode(id, "python", "%pip install -q benchpip\nimport benchpip\nprint(benchpip.VALUE)", "42\n"); err != nil {
 			return err
 		}
 		t2 = time.Now()
 		rec(3, t2.Sub(t1))
 		rec(4, t2.Sub(t0))
-		if err := runCode(id, "bash", "pip --version >/dev/null; echo ok", "ok\n"); err != nil {
+		if err := c.runCode(id, "bash", "pip --version >/dev/null; echo ok", "ok\n"); err != nil {
 			return err
 		}
 		rec(5, time.Since(t2))
-		if err := destroy(id); err != nil {
+		if err := c.destroy(id); err != nil {
 			return err
 		}
 	}
+	report(rows)
+	return nil
+}
+
+// client makes the calls a round is made of, through the bench's server.
+type client struct {
+	ctx context.Context
+	b   *benchbed.Bed
+}
+
+func (c *client) newSession() (string, error) {
+	var s app.SessionInfo
+	err := c.b.Post(c.ctx, "create_session", []byte(`{}`), &s)
+	return s.ID, err
+}
+
+func (c *client) destroy(id string) error {
+	ref, _ := json.Marshal(app.SessionRef{Session: id})
+	return c.b.Post(c.ctx, "destroy_session", ref, nil)
+}
+
+func (c *client) installPkgs(id string) (*app.InstallPackagesResult, error) {
+	body, _ := json.Marshal(app.InstallPackagesInput{Session: id, Manager: "pip", Packages: []string{"benchpip"}})
+	var r app.InstallPackagesResult
+	return &r, c.b.Post(c.ctx, "install_packages", body, &r)
+}
+
+// runCode runs code in session id; its stdout must end with want.
+func (c *client) runCode(id, lang, code, want string) error {
+	body, _ := json.Marshal(app.RunCodeInput{Session: id, Lang: lang, Code: code})
+	var r runcode.Result
+	if err := c.b.Post(c.ctx, "run_code", body, &r); err != nil {
+		return err
+	}
+	if !strings.HasSuffix(r.Stdout, want) {
+		return fmt.Errorf("run_code %q: %+v", code, r)
+	}
+	return nil
+}
+
+// report prints each row's count, median and p95, with the time and the
+// load average.
+func report(rows []*series) {
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("Quro pip, cached wheel into a new session: %s, load average %s\n", time.Now().UTC().Format(time.RFC3339),
 		strings.Join(strings.Fields(string(load))[:3], " "))
@@ -259,7 +278,6 @@ func run() error {
 		fmt.Fprintf(tw, "%s\t%d\t%.1f ms\t%.1f ms\t\n", s.name, len(s.ds), ms(s.q(0.5)), ms(s.q(0.95)))
 	}
 	tw.Flush()
-	return nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -169,9 +169,32 @@ func run() error {
 	out = append(out, s)
 
 	// (e) Quro interrupt: cancel at the run's first output -> reply.
-	sess, err := a.Sessions.Default(ctx)
+	qi, err := quroInterrupt(ctx, a)
 	if err != nil {
 		return err
+	}
+
+	// (c) and Jupyter's interrupt.
+	var j jupyterFigures
+	if *jupyter != "" {
+		if j, err = runJupyter(data); err != nil {
+			return err
+		}
+		out = append(out, j.reply, j.idle)
+	}
+	out = append(out, qi)
+	if len(j.interrupt.ds) > 0 {
+		out = append(out, j.interrupt)
+	}
+	return report(out, j, qi, dir)
+}
+
+// quroInterrupt times *nInt interrupts of a run in the default session:
+// from the cancel, at the run's first output, to its reply.
+func quroInterrupt(ctx context.Context, a *app.App) (series, error) {
+	sess, err := a.Sessions.Default(ctx)
+	if err != nil {
+		return series{}, err
 	}
 	var qi series
 	qi.name = "quro interrupt (cancel -> KeyboardInterrupt reply)"
@@ -188,52 +211,59 @@ func run() error {
 		d := time.Since(t0)
 		cancel()
 		if err != nil || !res.Interrupted || res.ExitCode != 130 {
-			return fmt.Errorf("interrupt: %v %+v", err, res)
+			return series{}, fmt.Errorf("interrupt: %v %+v", err, res)
 		}
 		qi.ds = append(qi.ds, d)
 	}
+	return qi, nil
+}
 
-	// (c) and Jupyter's interrupt.
-	var jr, jo, ji series
-	jver := ""
-	if *jupyter != "" {
-		fmt.Fprintln(os.Stderr, "driving a Jupyter kernel ...")
-		helper := filepath.Join(data, "jupyter_helper.py")
-		if err := os.WriteFile(helper, jupyterHelper, 0o644); err != nil {
-			return err
-		}
-		cmd := exec.Command(*jupyter, helper, fmt.Sprint(*nWarm), fmt.Sprint(*nInt))
-		cmd.Env = append(os.Environ(), "PYDEVD_DISABLE_FILE_VALIDATION=1")
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		b, err := cmd.Output()
-		if err != nil {
-			return fmt.Errorf("jupyter helper: %v\n%s", err, stderr.String())
-		}
-		var r struct {
-			Reply     []float64 `json:"execute_reply_us"`
-			Idle      []float64 `json:"execute_output_idle_us"`
-			Interrupt []float64 `json:"interrupt_us"`
-			Python    string    `json:"python"`
-		}
-		if err := json.Unmarshal(b, &r); err != nil {
-			return fmt.Errorf("jupyter helper output: %v: %s", err, b)
-		}
-		jver = r.Python
-		jr = series{"jupyter execute -> execute_reply (print(1))", us(r.Reply)}
-		jo = series{"jupyter execute -> output + idle (print(1))", us(r.Idle)}
-		ji = series{"jupyter interrupt_kernel -> execute_reply", us(r.Interrupt)}
-		out = append(out, jr, jo)
-	}
-	out = append(out, qi)
-	if len(ji.ds) > 0 {
-		out = append(out, ji)
-	}
+// jupyterFigures are the Jupyter kernel's round trips and interrupts, and
+// the version of its Python.
+type jupyterFigures struct {
+	reply, idle, interrupt series
+	python                 string
+}
 
-	// Report.
+// runJupyter drives a Jupyter kernel with the helper script (written
+// under data), run by the -jupyter interpreter.
+func runJupyter(data string) (jupyterFigures, error) {
+	fmt.Fprintln(os.Stderr, "driving a Jupyter kernel ...")
+	helper := filepath.Join(data, "jupyter_helper.py")
+	if err := os.WriteFile(helper, jupyterHelper, 0o644); err != nil {
+		return jupyterFigures{}, err
+	}
+	cmd := exec.Command(*jupyter, helper, fmt.Sprint(*nWarm), fmt.Sprint(*nInt))
+	cmd.Env = append(os.Environ(), "PYDEVD_DISABLE_FILE_VALIDATION=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	if err != nil {
+		return jupyterFigures{}, fmt.Errorf("jupyter helper: %v\n%s", err, stderr.String())
+	}
+	var r struct {
+		Reply     []float64 `json:"execute_reply_us"`
+		Idle      []float64 `json:"execute_output_idle_us"`
+		Interrupt []float64 `json:"interrupt_us"`
+		Python    string    `json:"python"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return jupyterFigures{}, fmt.Errorf("jupyter helper output: %v: %s", err, b)
+	}
+	return jupyterFigures{
+		reply:     series{"jupyter execute -> execute_reply (print(1))", us(r.Reply)},
+		idle:      series{"jupyter execute -> output + idle (print(1))", us(r.Idle)},
+		interrupt: series{"jupyter interrupt_kernel -> execute_reply", us(r.Interrupt)},
+		python:    r.Python,
+	}, nil
+}
+
+// report prints the table of every path's median and p95 and the ratios
+// between them; with -json, writes the figures there too.
+func report(out []series, j jupyterFigures, qi series, dir string) error {
 	fmt.Printf("Python round trips: %s/%s, %d CPUs, %s; embedded CPython in %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339), dir)
-	if jver != "" {
-		fmt.Printf("; Jupyter kernel on Python %s", jver)
+	if j.python != "" {
+		fmt.Printf("; Jupyter kernel on Python %s", j.python)
 	}
 	fmt.Println()
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
@@ -250,12 +280,12 @@ func run() error {
 		fmt.Printf("%-62s %7.1fx (median)  %7.1fx (p95)\n", label,
 			float64(a.q(0.5))/float64(b.q(0.5)), float64(a.q(0.95))/float64(b.q(0.95)))
 	}
-	ratio("jupyter execute_reply / quro in-process:", jr, out[0])
-	ratio("jupyter execute_reply / quro REST:", jr, out[1])
-	ratio("jupyter output+idle / quro in-process:", jo, out[0])
+	ratio("jupyter execute_reply / quro in-process:", j.reply, out[0])
+	ratio("jupyter execute_reply / quro REST:", j.reply, out[1])
+	ratio("jupyter output+idle / quro in-process:", j.idle, out[0])
 	ratio("interpreter spawn / quro in-process:", out[2], out[0])
 	ratio("interpreter spawn / quro REST:", out[2], out[1])
-	ratio("jupyter interrupt / quro interrupt:", ji, qi)
+	ratio("jupyter interrupt / quro interrupt:", j.interrupt, qi)
 
 	if *jsonPath != "" {
 		m := map[string]map[string]float64{}

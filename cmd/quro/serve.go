@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -31,25 +32,28 @@ import (
 // directory, readable by its owner only.
 const AdminTokenFile = "admin.token"
 
+// serveFlags are quro serve's flags.
+type serveFlags struct {
+	addr           string
+	patrol         time.Duration
+	noAuth         bool
+	origins, hosts []string
+	tenantLimits   app.TenantLimits
+	maxConns       int
+	maxConnsPerIP  int
+	autoPause      time.Duration
+	prestart       bool
+	logs           logFlags
+	pprofAddr      string
+	spares         int
+	pipIndex       string
+	pipExtra       []string
+	e2bOn          bool
+	e2bDomain      string
+}
+
 func newServeCmd(g *globals) *cobra.Command {
-	var (
-		addr           string
-		patrol         time.Duration
-		noAuth         bool
-		origins, hosts []string
-		tenantLimits   app.TenantLimits
-		maxConns       int
-		maxConnsPerIP  int
-		autoPause      time.Duration
-		prestart       bool
-		logs           logFlags
-		pprofAddr      string
-		spares         int
-		pipIndex       string
-		pipExtra       []string
-		e2bOn          bool
-		e2bDomain      string
-	)
+	f := &serveFlags{}
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve every capability over HTTP: REST, WebSocket, MCP and metrics",
@@ -67,180 +71,266 @@ admin token for the local tenant is created, printed once and kept in
 <data>/admin.token (mode 0600); quro token create makes more.
 --no-auth trusts every caller and is refused unless the address is loopback.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if noAuth {
-				if err := checkLoopback(addr); err != nil {
-					return err
-				}
-			}
-			if pprofAddr != "" {
-				if err := checkPprofAddr(pprofAddr); err != nil {
-					return err
-				}
-			}
-			loggers, err := logs.loggers(cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			defer loggers.close()
-			log := loggers.log
-			opts := g.options(log)
-			opts.Limits.Tenant = tenantLimits
-			opts.AutoPause = autoPause
-			opts.PrestartPython = prestart
-			opts.SpareSessions = spares
-			opts.Pip = app.PipOptions{IndexURL: pipIndex, ExtraIndexURLs: pipExtra}
-			fdLimit := raiseFileLimit(log)
-			caps := connCaps(fdLimit, maxConns, maxConnsPerIP)
-			// Each session's boxes get a socket of that session's, so its
-			// code can call back (quro call) as its own session: wired by
-			// app.New, before the first box is made.
-			opts.InSession = &app.InSessionOptions{MaxConns: caps.insession,
-				Handler: func(ctrl *controller.Controller, sessions *session.Manager) http.Handler {
-					resolver := &insession.Resolver{Sessions: sessions}
-					return rest.New(ctrl, &rest.Options{Logger: log, Access: rest.Access{Auth: resolver.Auth}})
-				}}
-			a, err := app.New(cmd.Context(), g.dataDir, opts)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			go a.PreparePython(cmd.Context()) // in the background from the start, logged
-			inSession := a.InSession
-			a.Metrics.WatchConnections("insession", func() metrics.ConnStats {
-				st := inSession.Stats()
-				return metrics.ConnStats{Open: st.Open, Pending: st.Pending, Max: caps.insession,
-					RefusedTotal: st.RefusedTotal, RefusedPeer: st.RefusedPeer, Evicted: st.Evicted}
-			})
-			authFn := httpauth.Func(httpauth.Open)
-			if noAuth {
-				log.Warn("authentication is off (--no-auth): every local caller is the admin of the local tenant")
-			} else {
-				authFn = a.Authenticate()
-				file := filepath.Join(a.DataDir, AdminTokenFile)
-				tok, err := a.EnsureAdminToken(cmd.Context(), file)
-				if err != nil {
-					return fmt.Errorf("creating the first admin token: %w", err)
-				}
-				if tok != "" {
-					fmt.Fprintf(cmd.OutOrStdout(), "quro: the first admin token (shown once; kept in %s):\n%s\n", file, tok)
-				}
-			}
-			if pprofAddr != "" {
-				stop, err := servePprof(pprofAddr, authFn, log, cmd.OutOrStdout())
-				if err != nil {
-					return err
-				}
-				defer stop()
-			}
-			authFn = notingTenant(authFn) // for the access log
-			rawLn, err := net.Listen("tcp", addr)
-			if err != nil {
-				return err
-			}
-			ln := connlimit.New(rawLn, &connlimit.Options{
-				Name: "http", Max: caps.max, PerPeer: caps.perIP, Evict: true,
-				Refusal: connlimit.HTTPRefusal("HTTP"), Logger: log,
-			})
-			watchConns(a.Metrics, ln)
-			go watchFDs(cmd.Context(), log, fdLimit, patrol)
-			// Probe engines and isolation now, not on the first request.
-			go func() { _, _ = a.Status(context.WithoutCancel(cmd.Context())) }() // a warm-up: nobody waits for its answer
-			go a.Supervise(cmd.Context(), patrol)
-
-			access := rest.Access{Auth: authFn, Origins: origins, Hosts: hosts}
-			wsrv := ws.New(a.Controller, &ws.Options{Access: access, PTY: a.OpenPTY, Logger: log})
-			mux := http.NewServeMux()
-			mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: access, WebSocket: wsrv.Handlers()}))
-			mux.Handle("/mcp", guard(access, quromcp.Handler(a.Controller, authFn, &quromcp.Options{Logger: log})))
-			// Metrics count every tenant's calls: the admin's alone.
-			mux.Handle("GET /metrics", guard(access, requireOperator(authFn, "/metrics shows every tenant's counts", a.Metrics.Handler())))
-			// The web UI: public static files, no token needed to load them
-			// (it calls /v1/ like any other client, with the user's token).
-			// Only the Host is checked: the sandboxed artifact frame loads
-			// its script with "Origin: null".
-			mux.Handle("/", hostGuard(access, web.Handler()))
-			var handler http.Handler = mux
-			long, authed := longRequest, authenticated(authFn, noAuth)
-			if e2bOn {
-				// E2B's SDKs (docs/e2b.md): the control plane under /e2b
-				// (or api.DOMAIN), a sandbox's envd and code interpreter
-				// by their headers (or PORT-ID.DOMAIN), ahead of Quro's
-				// own routes.
-				es, err := e2bServer(a, log, e2bDomain, noAuth)
-				if err != nil {
-					return err
-				}
-				// E2B's hosts (api.DOMAIN, PORT-ID.DOMAIN) name the E2B
-				// routes only, not Quro's own.
-				e2bAccess := access
-				if e2bDomain != "" {
-					e2bAccess.Hosts = append(slices.Clone(hosts), "api."+e2bDomain, "*."+e2bDomain)
-				}
-				eh := hostGuard(e2bAccess, es)
-				handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					if es.Match(r) {
-						eh.ServeHTTP(w, r)
-						return
-					}
-					mux.ServeHTTP(w, r)
-				})
-				long = func(r *http.Request) bool { return es.Long(r) || longRequest(r) }
-				quroAuthed := authed
-				authed = func(r *http.Request) bool {
-					if es.Match(r) {
-						return es.Authenticated(r)
-					}
-					return quroAuthed(r)
-				}
-			}
-			srv := connlimit.NewServer(handler, &connlimit.HTTPOptions{
-				Authenticated: authed,
-				Long:          long,
-			})
-			loggers.serve(srv)
-			log.Info("quro serving", "url", "http://"+ln.Addr().String(), "data", a.DataDir, "version", version.String(),
-				"isolation", a.Sandbox.Isolation(), "auth", !noAuth)
-			// <data>/run/serve.json: the CLI on this data directory goes
-			// through this server (written before the address is printed).
-			defer writeServeMarker(a.DataDir, ln.Addr(), log)()
-			fmt.Fprintf(cmd.OutOrStdout(), "quro listening on http://%s\n", ln.Addr())
-			errc := make(chan error, 1)
-			go func() { errc <- srv.Serve(ln) }()
-			select {
-			case err := <-errc:
-				return err
-			case <-cmd.Context().Done():
-			}
-			log.Info("shutting down")
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			err = srv.Shutdown(ctx)
-			wsrv.Wait() // hijacked WebSocket connections are not Shutdown's
-			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-				return err
-			}
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, g, f) },
 	}
-	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:7070", "listen address")
-	cmd.Flags().BoolVar(&noAuth, "no-auth", false, "trust every caller (admin, local tenant); only on a loopback address")
-	cmd.Flags().StringSliceVar(&origins, "allow-origin", nil, "browser origins allowed besides the server's own (https://ui.example:8443; * for any)")
-	cmd.Flags().StringSliceVar(&hosts, "allow-host", nil, "Host names the server answers to besides loopback names and its address (* for any)")
-	cmd.Flags().IntVar(&maxConns, "max-conns", 4096, "most HTTP connections held at once (lowered to fit the open-file limit); over it, the oldest connection that sent no authenticated request is closed")
-	cmd.Flags().IntVar(&maxConnsPerIP, "max-conns-per-ip", 256, "most HTTP connections of one client address (an IPv6 /64)")
-	cmd.Flags().DurationVar(&patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
-	cmd.Flags().DurationVar(&autoPause, "auto-pause", app.DefaultAutoPause, "pause a session's box (freeze its processes, keep their state) after it is unused this long; 0 or negative: never")
-	cmd.Flags().IntVar(&spares, "spare-sessions", 1, "spare sessions (a box and a started Python worker each, about 12 MiB) kept ready per tenant and network policy, so that a new session's first Python run finds them; 0: none")
-	cmd.Flags().BoolVar(&prestart, "prestart-python", true, "start a new session's Python worker as the session is created, so that its first Python run finds it ready")
-	cmd.Flags().StringVar(&pipIndex, "pip-index-url", "", "the Python package index (PEP 503 simple API) pip uses in sessions with network, and the one the server fetches wheels from for install_packages {manager: pip}; default pip's (https://pypi.org/simple). A session may set PIP_INDEX_URL for its own pip; the server never fetches from it")
-	cmd.Flags().StringArrayVar(&pipExtra, "pip-extra-index-url", nil, "another index for pip, as --pip-index-url (repeatable)")
-	logs.register(cmd)
-	cmd.Flags().BoolVar(&e2bOn, "e2b", true, "serve E2B's APIs, so that code using the e2b and @e2b/code-interpreter SDKs runs here (docs/e2b.md): the control plane at /e2b, sandboxes by the E2b-Sandbox-Id header")
-	cmd.Flags().StringVar(&e2bDomain, "e2b-domain", "", "also route E2B requests by host, as E2B's cloud: api.DOMAIN and PORT-ID.DOMAIN (needs wildcard DNS and, for the SDKs' https URLs, TLS in front)")
-	cmd.Flags().StringVar(&pprofAddr, "pprof", "", "serve Go's profiler (/debug/pprof/) on this loopback address (127.0.0.1:6060), to the operator's token only; off by default")
-	tenantLimitFlags(cmd, "tenant-", &tenantLimits) // defaults of every tenant; quro tenant limits set overrides one
+	f.register(cmd)
 	return local(cmd, "an access path: serves the controller over REST, MCP and WebSocket; every call through it is audited with its path")
+}
+
+// register declares serve's flags on cmd.
+func (f *serveFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.addr, "addr", "127.0.0.1:7070", "listen address")
+	cmd.Flags().BoolVar(&f.noAuth, "no-auth", false, "trust every caller (admin, local tenant); only on a loopback address")
+	cmd.Flags().StringSliceVar(&f.origins, "allow-origin", nil, "browser origins allowed besides the server's own (https://ui.example:8443; * for any)")
+	cmd.Flags().StringSliceVar(&f.hosts, "allow-host", nil, "Host names the server answers to besides loopback names and its address (* for any)")
+	cmd.Flags().IntVar(&f.maxConns, "max-conns", 4096, "most HTTP connections held at once (lowered to fit the open-file limit); over it, the oldest connection that sent no authenticated request is closed")
+	cmd.Flags().IntVar(&f.maxConnsPerIP, "max-conns-per-ip", 256, "most HTTP connections of one client address (an IPv6 /64)")
+	cmd.Flags().DurationVar(&f.patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
+	cmd.Flags().DurationVar(&f.autoPause, "auto-pause", app.DefaultAutoPause, "pause a session's box (freeze its processes, keep their state) after it is unused this long; 0 or negative: never")
+	cmd.Flags().IntVar(&f.spares, "spare-sessions", 1, "spare sessions (a box and a started Python worker each, about 12 MiB) kept ready per tenant and network policy, so that a new session's first Python run finds them; 0: none")
+	cmd.Flags().BoolVar(&f.prestart, "prestart-python", true, "start a new session's Python worker as the session is created, so that its first Python run finds it ready")
+	cmd.Flags().StringVar(&f.pipIndex, "pip-index-url", "", "the Python package index (PEP 503 simple API) pip uses in sessions with network, and the one the server fetches wheels from for install_packages {manager: pip}; default pip's (https://pypi.org/simple). A session may set PIP_INDEX_URL for its own pip; the server never fetches from it")
+	cmd.Flags().StringArrayVar(&f.pipExtra, "pip-extra-index-url", nil, "another index for pip, as --pip-index-url (repeatable)")
+	f.logs.register(cmd)
+	cmd.Flags().BoolVar(&f.e2bOn, "e2b", true, "serve E2B's APIs, so that code using the e2b and @e2b/code-interpreter SDKs runs here (docs/e2b.md): the control plane at /e2b, sandboxes by the E2b-Sandbox-Id header")
+	cmd.Flags().StringVar(&f.e2bDomain, "e2b-domain", "", "also route E2B requests by host, as E2B's cloud: api.DOMAIN and PORT-ID.DOMAIN (needs wildcard DNS and, for the SDKs' https URLs, TLS in front)")
+	cmd.Flags().StringVar(&f.pprofAddr, "pprof", "", "serve Go's profiler (/debug/pprof/) on this loopback address (127.0.0.1:6060), to the operator's token only; off by default")
+	tenantLimitFlags(cmd, "tenant-", &f.tenantLimits) // defaults of every tenant; quro tenant limits set overrides one
+}
+
+// runServe is quro serve: it opens the App, listens, serves until the
+// command's context ends, then shuts the server down. Its defers close
+// what it opened in the reverse order: the serve marker, the profiler,
+// the App, the loggers.
+func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	loggers, err := f.logs.loggers(cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	defer loggers.close()
+	log := loggers.log
+	opts := f.appOptions(g, log)
+	fdLimit := raiseFileLimit(log)
+	caps := connCaps(fdLimit, f.maxConns, f.maxConnsPerIP)
+	// Each session's boxes get a socket of that session's, so its
+	// code can call back (quro call) as its own session: wired by
+	// app.New, before the first box is made.
+	opts.InSession = inSessionOptions(caps.insession, log)
+	a, err := app.New(cmd.Context(), g.dataDir, opts)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	go a.PreparePython(cmd.Context()) // in the background from the start, logged
+	watchInSession(a, caps.insession)
+	authFn, err := f.auth(cmd, a, log)
+	if err != nil {
+		return err
+	}
+	if f.pprofAddr != "" {
+		stop, err := servePprof(f.pprofAddr, authFn, log, cmd.OutOrStdout())
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	authFn = notingTenant(authFn) // for the access log
+	ln, err := listen(f.addr, caps, log)
+	if err != nil {
+		return err
+	}
+	watchConns(a.Metrics, ln)
+	go watchFDs(cmd.Context(), log, fdLimit, f.patrol)
+	// Probe engines and isolation now, not on the first request.
+	go func() { _, _ = a.Status(context.WithoutCancel(cmd.Context())) }() // a warm-up: nobody waits for its answer
+	go a.Supervise(cmd.Context(), f.patrol)
+
+	srv, wsrv, err := f.server(a, authFn, log)
+	if err != nil {
+		return err
+	}
+	loggers.serve(srv)
+	log.Info("quro serving", "url", "http://"+ln.Addr().String(), "data", a.DataDir, "version", version.String(),
+		"isolation", a.Sandbox.Isolation(), "auth", !f.noAuth)
+	// <data>/run/serve.json: the CLI on this data directory goes
+	// through this server (written before the address is printed).
+	defer writeServeMarker(a.DataDir, ln.Addr(), log)()
+	fmt.Fprintf(cmd.OutOrStdout(), "quro listening on http://%s\n", ln.Addr())
+	return serveUntilDone(cmd.Context(), srv, ln, wsrv, log)
+}
+
+// check refuses flags that may not go together: --no-auth off loopback,
+// --pprof on a non-loopback address.
+func (f *serveFlags) check() error {
+	if f.noAuth {
+		if err := checkLoopback(f.addr); err != nil {
+			return err
+		}
+	}
+	if f.pprofAddr != "" {
+		if err := checkPprofAddr(f.pprofAddr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// appOptions are the App's options from the global flags and serve's own
+// (all but InSession, which needs the connection budget).
+func (f *serveFlags) appOptions(g *globals, log *slog.Logger) *app.Options {
+	opts := g.options(log)
+	opts.Limits.Tenant = f.tenantLimits
+	opts.AutoPause = f.autoPause
+	opts.PrestartPython = f.prestart
+	opts.SpareSessions = f.spares
+	opts.Pip = app.PipOptions{IndexURL: f.pipIndex, ExtraIndexURLs: f.pipExtra}
+	return opts
+}
+
+// inSessionOptions serve the REST API on each session's own socket, at
+// most maxConns connections, every call authenticated as that session.
+func inSessionOptions(maxConns int, log *slog.Logger) *app.InSessionOptions {
+	return &app.InSessionOptions{MaxConns: maxConns,
+		Handler: func(ctrl *controller.Controller, sessions *session.Manager) http.Handler {
+			resolver := &insession.Resolver{Sessions: sessions}
+			return rest.New(ctrl, &rest.Options{Logger: log, Access: rest.Access{Auth: resolver.Auth}})
+		}}
+}
+
+// watchInSession reports the in-session sockets' connections as the
+// "insession" metrics, against their cap maxConns.
+func watchInSession(a *app.App, maxConns int) {
+	inSession := a.InSession
+	a.Metrics.WatchConnections("insession", func() metrics.ConnStats {
+		st := inSession.Stats()
+		return metrics.ConnStats{Open: st.Open, Pending: st.Pending, Max: maxConns,
+			RefusedTotal: st.RefusedTotal, RefusedPeer: st.RefusedPeer, Evicted: st.Evicted}
+	})
+}
+
+// auth is how serve authenticates a request: by token, the first admin
+// token created (and printed once) if there is none; with --no-auth,
+// everyone is the admin.
+func (f *serveFlags) auth(cmd *cobra.Command, a *app.App, log *slog.Logger) (httpauth.Func, error) {
+	authFn := httpauth.Func(httpauth.Open)
+	if f.noAuth {
+		log.Warn("authentication is off (--no-auth): every local caller is the admin of the local tenant")
+		return authFn, nil
+	}
+	authFn = a.Authenticate()
+	file := filepath.Join(a.DataDir, AdminTokenFile)
+	tok, err := a.EnsureAdminToken(cmd.Context(), file)
+	if err != nil {
+		return nil, fmt.Errorf("creating the first admin token: %w", err)
+	}
+	if tok != "" {
+		fmt.Fprintf(cmd.OutOrStdout(), "quro: the first admin token (shown once; kept in %s):\n%s\n", file, tok)
+	}
+	return authFn, nil
+}
+
+// listen listens on addr, holding at most the connections c allows.
+func listen(addr string, c caps, log *slog.Logger) (*connlimit.Listener, error) {
+	rawLn, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return connlimit.New(rawLn, &connlimit.Options{
+		Name: "http", Max: c.max, PerPeer: c.perIP, Evict: true,
+		Refusal: connlimit.HTTPRefusal("HTTP"), Logger: log,
+	}), nil
+}
+
+// server is the HTTP server of every route: REST and WebSocket under
+// /v1/, MCP, metrics, the web UI and, with --e2b, E2B's APIs; and the
+// WebSocket server, whose hijacked connections the shutdown waits for.
+func (f *serveFlags) server(a *app.App, authFn httpauth.Func, log *slog.Logger) (*http.Server, *ws.Server, error) {
+	access := rest.Access{Auth: authFn, Origins: f.origins, Hosts: f.hosts}
+	wsrv := ws.New(a.Controller, &ws.Options{Access: access, PTY: a.OpenPTY, Logger: log})
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: access, WebSocket: wsrv.Handlers()}))
+	mux.Handle("/mcp", guard(access, quromcp.Handler(a.Controller, authFn, &quromcp.Options{Logger: log})))
+	// Metrics count every tenant's calls: the admin's alone.
+	mux.Handle("GET /metrics", guard(access, requireOperator(authFn, "/metrics shows every tenant's counts", a.Metrics.Handler())))
+	// The web UI: public static files, no token needed to load them
+	// (it calls /v1/ like any other client, with the user's token).
+	// Only the Host is checked: the sandboxed artifact frame loads
+	// its script with "Origin: null".
+	mux.Handle("/", hostGuard(access, web.Handler()))
+	var handler http.Handler = mux
+	long, authed := longRequest, authenticated(authFn, f.noAuth)
+	if f.e2bOn {
+		var err error
+		handler, long, authed, err = f.withE2B(a, log, access, mux, authed)
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	srv := connlimit.NewServer(handler, &connlimit.HTTPOptions{
+		Authenticated: authed,
+		Long:          long,
+	})
+	return srv, wsrv, nil
+}
+
+// withE2B puts E2B's SDKs' routes (docs/e2b.md) ahead of Quro's own
+// (mux): the control plane under /e2b (or api.DOMAIN), a sandbox's envd
+// and code interpreter by their headers (or PORT-ID.DOMAIN). It returns
+// the handler of both, and which requests are long and authenticated.
+func (f *serveFlags) withE2B(a *app.App, log *slog.Logger, access rest.Access, mux http.Handler,
+	authed func(*http.Request) bool) (http.Handler, func(*http.Request) bool, func(*http.Request) bool, error) {
+	es, err := e2bServer(a, log, f.e2bDomain, f.noAuth)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	// E2B's hosts (api.DOMAIN, PORT-ID.DOMAIN) name the E2B
+	// routes only, not Quro's own.
+	e2bAccess := access
+	if f.e2bDomain != "" {
+		e2bAccess.Hosts = append(slices.Clone(f.hosts), "api."+f.e2bDomain, "*."+f.e2bDomain)
+	}
+	eh := hostGuard(e2bAccess, es)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if es.Match(r) {
+			eh.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+	long := func(r *http.Request) bool { return es.Long(r) || longRequest(r) }
+	quroAuthed := authed
+	authed = func(r *http.Request) bool {
+		if es.Match(r) {
+			return es.Authenticated(r)
+		}
+		return quroAuthed(r)
+	}
+	return handler, long, authed, nil
+}
+
+// serveUntilDone serves on ln until srv fails or ctx ends; then it shuts
+// srv down, giving its requests 10 s, and waits for the WebSocket
+// connections. A shutdown that runs out of time is not an error.
+func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener, wsrv *ws.Server, log *slog.Logger) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	wsrv.Wait() // hijacked WebSocket connections are not Shutdown's
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
 }
 
 // guard refuses foreign browser origins and unknown Host names before h.
