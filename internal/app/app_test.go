@@ -167,6 +167,7 @@ func TestRunCodeBadRequests(t *testing.T) {
 }
 
 func TestLargeButAllowedCodeRuns(t *testing.T) {
+	t.Parallel() // its own App; compiling 1 MB of Python takes a while
 	a := newApp(t, nil)
 	// 1 MB: past the kernel's 128 KiB argument limit, so it must not go via
 	// argv. (3 MB of statements take CPython more than the run's 1 GiB

@@ -245,6 +245,7 @@ func TestToolchainGoAndJava(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a cold go build compiles the standard library into the session's cache (~30 s)")
 	}
+	t.Parallel() // its own App; minutes of compiling on a loaded machine
 	a := newApp(t, nil)
 	t.Run("go", func(t *testing.T) {
 		// The host's Go is /usr/local/go, under /usr, which every box shows.
@@ -400,6 +401,7 @@ func TestToolchainCompilesInRootfs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the toolchains test rootfs on first use (apt-get install gcc: network, minutes)")
 	}
+	t.Parallel() // its own App on the shared rootfs, built under its lock
 	a := appOnRootfs(t, toolchainsRootfs(t))
 	s := toolSession(t, a, session.CreateOptions{Rootfs: "toolchains"})
 	code := "#include <stdio.h>\nint main(void) {\n  FILE *f = fopen(\"/etc/debian_version\", \"r\");\n  char v[32] = \"\";\n  if (f) fgets(v, sizeof v, f);\n  printf(\"debian %s\", v);\n  return 0;\n}\n"
