@@ -118,18 +118,24 @@ TEST_TIMEOUT ?= 30m
 # tests (see test-soak) are skipped: each has a smaller count of the same
 # check that runs here.
 #
-# go test runs packages in the order named, GOMAXPROCS at a time: the
+# go test runs packages in the order named, TEST_P at a time: the
 # longest (SLOW_PKGS, longest first) start first so that none of them is
-# left running alone at the end. The fuzz run (compiling and fuzzing,
-# mostly CPU) and the slim build's tests (no embedded Python: the rest of
-# the chain must answer; mostly waiting on boxes) then go side by side;
-# the fuzz log is printed when both end.
+# left running alone at the end. TEST_P is 4 on any machine, not
+# GOMAXPROCS (2 here): the end-to-end packages mostly wait (boxes
+# starting, servers, subprocesses, apt and pip) rather than compute
+# (internal/app's test process and its children used 83 s of CPU in its
+# first 570 s at a load of 15 on 2 cores), so four of them side by side
+# end sooner than two. The fuzz run (compiling and fuzzing, mostly CPU)
+# and the slim build's tests (no embedded Python: the rest of the chain
+# must answer; mostly waiting on boxes, its 3 packages at once) then go
+# side by side; the fuzz log is printed when both end.
+TEST_P ?= 4
 test: test-install test-deps $(TS_STAMP) $(E2B_STAMP) $(WEB_STAMP) web-check fmt-check tidy-check vet lint
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(addprefix ./,$(addsuffix /,$(SLOW_PKGS))) ./...
+	$(GO) test -p $(TEST_P) -count=1 -timeout $(TEST_TIMEOUT) $(addprefix ./,$(addsuffix /,$(SLOW_PKGS))) ./...
 	@log=$$(mktemp); trap 'rm -f $$log' EXIT; \
 	FUZZTIME=20000x bash test/fuzz/run.sh >$$log 2>&1 & fuzz=$$!; \
 	echo "fuzz targets: 20000 inputs each (test/fuzz/run.sh), beside the slim build's tests"; \
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -tags slim ./internal/engine/python/ ./internal/app/ ./internal/api/mcp/; slim=$$?; \
+	$(GO) test -p 3 -count=1 -timeout $(TEST_TIMEOUT) -tags slim ./internal/engine/python/ ./internal/app/ ./internal/api/mcp/; slim=$$?; \
 	wait $$fuzz; fz=$$?; cat $$log; [ $$slim = 0 ] && [ $$fz = 0 ]
 
 # The soak tests: a property that is a count of repetitions rather than a
