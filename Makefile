@@ -112,6 +112,14 @@ SLOW_PKGS := internal/app internal/sandbox internal/engine/python cmd/quro inter
 # (internal/app, the longest, takes about 8 minutes at a load of 10).
 TEST_TIMEOUT ?= 30m
 
+# vet and every go test compile with -trimpath, as make build does: the
+# packages are then compiled once, for the binary test-install builds,
+# and reused from the build cache by vet and the tests (flags are part
+# of a compiled package's cache key). Without it, make test compiled the
+# whole tree twice: make build took 11.5 minutes at a load of 17 on 2
+# cores. No test reads its source file's path.
+TRIM := -trimpath
+
 # Install what is missing, then check formatting, vet and run every test
 # (internal/web checks that the committed dist is what web/ builds to;
 # cmd/quro's TestWebUI drives the UI in headless Chromium). The soak
@@ -131,11 +139,11 @@ TEST_TIMEOUT ?= 30m
 # side by side; the fuzz log is printed when both end.
 TEST_P ?= 4
 test: test-install test-deps $(TS_STAMP) $(E2B_STAMP) $(WEB_STAMP) web-check fmt-check tidy-check vet lint
-	$(GO) test -p $(TEST_P) -count=1 -timeout $(TEST_TIMEOUT) $(addprefix ./,$(addsuffix /,$(SLOW_PKGS))) ./...
+	$(GO) test $(TRIM) -p $(TEST_P) -count=1 -timeout $(TEST_TIMEOUT) $(addprefix ./,$(addsuffix /,$(SLOW_PKGS))) ./...
 	@log=$$(mktemp); trap 'rm -f $$log' EXIT; \
 	FUZZTIME=20000x bash test/fuzz/run.sh >$$log 2>&1 & fuzz=$$!; \
 	echo "fuzz targets: 20000 inputs each (test/fuzz/run.sh), beside the slim build's tests"; \
-	$(GO) test -p 3 -count=1 -timeout $(TEST_TIMEOUT) -tags slim ./internal/engine/python/ ./internal/app/ ./internal/api/mcp/; slim=$$?; \
+	$(GO) test $(TRIM) -p 3 -count=1 -timeout $(TEST_TIMEOUT) -tags slim ./internal/engine/python/ ./internal/app/ ./internal/api/mcp/; slim=$$?; \
 	wait $$fuzz; fz=$$?; cat $$log; [ $$slim = 0 ] && [ $$fz = 0 ]
 
 # The soak tests: a property that is a count of repetitions rather than a
@@ -146,7 +154,7 @@ test: test-install test-deps $(TS_STAMP) $(E2B_STAMP) $(WEB_STAMP) web-check fmt
 # under the test's name without Soak. Run here: the packages that call
 # soak.Skip, only their TestSoak* tests. Not part of make test.
 test-soak: test-deps
-	QURO_SOAK=1 $(GO) test -count=1 -timeout 60m -run '^TestSoak' \
+	QURO_SOAK=1 $(GO) test $(TRIM) -count=1 -timeout 60m -run '^TestSoak' \
 		$$(grep -rl --include='*_test.go' 'soak\.Skip(' internal cmd | xargs -n1 dirname | sort -u | sed 's|^|./|; s|$$|/|')
 
 # The inner loop, a few minutes: the packages that need no minutes of
@@ -157,7 +165,7 @@ test-soak: test-deps
 # assembled app, MCP over the wire, the embedded Python).
 SHORT_SKIP := $(filter-out internal/sandbox,$(SLOW_PKGS))
 test-short: test-deps
-	$(GO) test -short -count=1 -timeout 15m $$($(GO) list ./... | grep -v -E '/($(subst $() ,|,$(SHORT_SKIP)))$$')
+	$(GO) test $(TRIM) -short -count=1 -timeout 15m $$($(GO) list ./... | grep -v -E '/($(subst $() ,|,$(SHORT_SKIP)))$$')
 
 # The flake hunt: STRESS_PKGS, each test STRESS_COUNT times (-short: not
 # the minutes-long suites) while stress-ng keeps every CPU busy, as on a
@@ -171,7 +179,7 @@ test-stress: test-deps
 	@$(MAKE) --no-print-directory test-deps TEST_PKGS=stress-ng
 	@stress-ng --cpu 0 --quiet --timeout 100m & load=$$!; \
 	trap 'kill $$load 2>/dev/null' EXIT INT TERM; \
-	$(GO) test -short -count=$(STRESS_COUNT) -timeout 90m $(STRESS_PKGS)
+	$(GO) test $(TRIM) -short -count=$(STRESS_COUNT) -timeout 90m $(STRESS_PKGS)
 
 $(TS_STAMP): test/mcp-ts/package.json test/mcp-ts/package-lock.json | test-deps
 	npm ci --prefix test/mcp-ts --no-audit --no-fund
@@ -224,15 +232,18 @@ test-deps:
 	fi
 
 vet:
-	$(GO) vet ./...
+	$(GO) vet $(TRIM) ./...
 
 # golangci-lint with the linters .golangci.yml chooses (and says why). Its
 # version is pinned in a module of its own, tools/golangci, so the main
 # go.mod carries none of its dependencies; the first run builds it from the
 # module proxy (minutes), later runs use the build cache.
+# --allow-serial-runners: another golangci-lint on the machine (another
+# checkout's make test, an editor) is waited for, not a failure ("parallel
+# golangci-lint is running" ended a make test here after 13 minutes).
 GOLANGCI := $(GO) tool -modfile=tools/golangci/go.mod golangci-lint
 lint:
-	$(GOLANGCI) run ./...
+	$(GOLANGCI) run --allow-serial-runners ./...
 
 # The E2B envd API's Go code, generated from the protos copied verbatim from
 # E2B's spec/envd (internal/api/e2b/proto/README.md) with protoc (Debian's
