@@ -294,6 +294,7 @@ func TestInstallPackagesWaitsForTheLock(t *testing.T) {
 // install at all. Then a package left unpacked (half-installed) makes
 // installs refused until repair_rootfs (admin only) settles it.
 func TestInstallPackagesLiteralNamesNoRemovalAndRepair(t *testing.T) {
+	t.Parallel() // its own copy of the test rootfs
 	data := copyTestRootfs(t)
 	a, err := New(context.Background(), data, &Options{Python: testPython})
 	if err != nil {
