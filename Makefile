@@ -133,24 +133,18 @@ TRIM := -trimpath
 # starting, servers, subprocesses, apt and pip) rather than compute
 # (internal/app's test process and its children used 83 s of CPU in its
 # first 570 s at a load of 15 on 2 cores), so four of them side by side
-# end sooner than two. For the same reason the slim build's tests (no
-# embedded Python: the rest of the chain must answer; its 3 packages at
-# once) and the fuzz run (compiling and fuzzing, mostly CPU) go beside
-# the main run rather than after it: internal/app's sequential tests,
-# about as long in both builds, were two thirds of make test end to end.
-# Their logs are printed when all three end; any failure fails make test.
+# end sooner than two. The fuzz run (compiling and fuzzing, mostly CPU)
+# and the slim build's tests (no embedded Python: the rest of the chain
+# must answer; mostly waiting on boxes, its 3 packages at once) then go
+# side by side; the fuzz log is printed when both end.
 TEST_P ?= 4
 test: test-install test-deps $(TS_STAMP) $(E2B_STAMP) $(WEB_STAMP) web-check fmt-check tidy-check vet lint
-	@slimlog=$$(mktemp); fuzzlog=$$(mktemp); trap 'rm -f $$slimlog $$fuzzlog' EXIT; \
-	echo "beside the tests below: the slim build's tests and the fuzz targets, 20000 inputs each (test/fuzz/run.sh); their logs follow them"; \
-	$(GO) test $(TRIM) -p 3 -count=1 -timeout $(TEST_TIMEOUT) -tags slim ./internal/engine/python/ ./internal/app/ ./internal/api/mcp/ >$$slimlog 2>&1 & slim=$$!; \
-	FUZZTIME=20000x bash test/fuzz/run.sh >$$fuzzlog 2>&1 & fuzz=$$!; \
-	echo "$(GO) test $(TRIM) -p $(TEST_P) -count=1 -timeout $(TEST_TIMEOUT) $(addprefix ./,$(addsuffix /,$(SLOW_PKGS))) ./..."; \
-	$(GO) test $(TRIM) -p $(TEST_P) -count=1 -timeout $(TEST_TIMEOUT) $(addprefix ./,$(addsuffix /,$(SLOW_PKGS))) ./...; main=$$?; \
-	wait $$slim; sl=$$?; wait $$fuzz; fz=$$?; \
-	echo "--- the slim build's tests (-tags slim)"; cat $$slimlog; \
-	echo "--- the fuzz targets"; cat $$fuzzlog; \
-	[ $$main = 0 ] && [ $$sl = 0 ] && [ $$fz = 0 ]
+	$(GO) test $(TRIM) -p $(TEST_P) -count=1 -timeout $(TEST_TIMEOUT) $(addprefix ./,$(addsuffix /,$(SLOW_PKGS))) ./...
+	@log=$$(mktemp); trap 'rm -f $$log' EXIT; \
+	FUZZTIME=20000x bash test/fuzz/run.sh >$$log 2>&1 & fuzz=$$!; \
+	echo "fuzz targets: 20000 inputs each (test/fuzz/run.sh), beside the slim build's tests"; \
+	$(GO) test $(TRIM) -p 3 -count=1 -timeout $(TEST_TIMEOUT) -tags slim ./internal/engine/python/ ./internal/app/ ./internal/api/mcp/; slim=$$?; \
+	wait $$fuzz; fz=$$?; cat $$log; [ $$slim = 0 ] && [ $$fz = 0 ]
 
 # The soak tests: a property that is a count of repetitions rather than a
 # behaviour (10,000 commands in one session leave no goroutine or file
