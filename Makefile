@@ -109,7 +109,8 @@ SLOW_PKGS := internal/app internal/sandbox internal/engine/python cmd/quro inter
 # go test's own limit is 10 minutes per package binary, which a loaded
 # 2-core machine can pass while every test is still making progress; each
 # go test here says its limit. TEST_TIMEOUT is for one package's tests
-# (internal/app, the longest, takes about 8 minutes at a load of 10).
+# (internal/app, the longest, took 17 minutes at a load of 13-18 with
+# stress-ng --cpu 1 beside it).
 TEST_TIMEOUT ?= 30m
 
 # vet and every go test compile with -trimpath, as make build does: the
