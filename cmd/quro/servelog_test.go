@@ -196,6 +196,7 @@ func TestServeLogsO1LinesAtDefault(t *testing.T) {
 		{[]string{"--log-level", "debug", "--log-format", "json"}, true, n},
 	} {
 		t.Run(strings.Join(append([]string{"default"}, tc.flags...), " "), func(t *testing.T) {
+			t.Parallel() // each its own server, data directory and stderr
 			srv := startLogServer(t, tc.flags...)
 			calls(t, srv.url, srv.token, n)
 			stderr := srv.stop()

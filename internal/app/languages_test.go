@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/engine/toolchain"
@@ -244,18 +245,22 @@ func TestToolchainGoAndJava(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a cold go build compiles the standard library into the session's cache (~30 s)")
 	}
+	t.Parallel() // its own App; minutes of compiling on a loaded machine
 	a := newApp(t, nil)
 	t.Run("go", func(t *testing.T) {
 		// The host's Go is /usr/local/go, under /usr, which every box shows.
 		if _, err := os.Stat("/usr/local/go/bin/go"); err != nil {
 			needHost(t, "go")
 		}
-		res := runCode(t, a, RunCodeInput{Lang: "go", Code: "package main\n\nimport (\n\t\"fmt\"\n\t\"os\"\n)\n\nfunc main() {\n\tfmt.Println(\"hello from go\", os.Args[1:])\n}\n",
-			Args: []string{"a"}, CompileTimeoutMS: 300000})
+		// The first build compiles the standard library into the
+		// session's cache: ~30 s idle, minutes on a loaded machine; the
+		// call gets the compile's 5 minutes and a minute more.
+		res := runCodeWithin(t, a, RunCodeInput{Lang: "go", Code: "package main\n\nimport (\n\t\"fmt\"\n\t\"os\"\n)\n\nfunc main() {\n\tfmt.Println(\"hello from go\", os.Args[1:])\n}\n",
+			Args: []string{"a"}, CompileTimeoutMS: 300000}, 6*time.Minute)
 		if res.Stdout != "hello from go [a]\n" || !strings.HasPrefix(res.Toolchain, "go version go") {
 			t.Fatalf("%+v", res)
 		}
-		res = runCode(t, a, RunCodeInput{Lang: "go", Code: "package main\n\nfunc main() {\n\tundefinedCall()\n}\n", CompileTimeoutMS: 300000})
+		res = runCodeWithin(t, a, RunCodeInput{Lang: "go", Code: "package main\n\nfunc main() {\n\tundefinedCall()\n}\n", CompileTimeoutMS: 300000}, 6*time.Minute)
 		if res.Stage != "compile" || !strings.Contains(res.Stderr, "main.go:4:2: undefined: undefinedCall") {
 			t.Fatalf("%+v", res)
 		}
@@ -396,6 +401,7 @@ func TestToolchainCompilesInRootfs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the toolchains test rootfs on first use (apt-get install gcc: network, minutes)")
 	}
+	t.Parallel() // its own App on the shared rootfs, built under its lock
 	a := appOnRootfs(t, toolchainsRootfs(t))
 	s := toolSession(t, a, session.CreateOptions{Rootfs: "toolchains"})
 	code := "#include <stdio.h>\nint main(void) {\n  FILE *f = fopen(\"/etc/debian_version\", \"r\");\n  char v[32] = \"\";\n  if (f) fgets(v, sizeof v, f);\n  printf(\"debian %s\", v);\n  return 0;\n}\n"

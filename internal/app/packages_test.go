@@ -106,6 +106,7 @@ func copyTestRootfs(t *testing.T) string {
 // copy of the test rootfs, used by a new session; concurrent installs
 // wait for each other; the shared cache is untouched.
 func TestInstallPackagesInRealRootfs(t *testing.T) {
+	t.Parallel() // its own copy of the test rootfs; apt takes tens of seconds
 	cache := testRootfs(t)
 	cacheStatus, err := os.ReadFile(filepath.Join(cache.Path(rootfs.DefaultName), "var/lib/dpkg/status"))
 	if err != nil {
@@ -240,6 +241,7 @@ ls /root /home 2>&1 | head -2; ls ` + data + ` 2>&1 | head -1; grep -c . /proc/s
 // A call waits for the rootfs lock held by someone else, and goes on once
 // it is released.
 func TestInstallPackagesWaitsForTheLock(t *testing.T) {
+	t.Parallel() // its own copy of the test rootfs and its lock
 	data := copyTestRootfs(t)
 	a, err := New(context.Background(), data, &Options{Python: testPython})
 	if err != nil {
@@ -292,6 +294,7 @@ func TestInstallPackagesWaitsForTheLock(t *testing.T) {
 // install at all. Then a package left unpacked (half-installed) makes
 // installs refused until repair_rootfs (admin only) settles it.
 func TestInstallPackagesLiteralNamesNoRemovalAndRepair(t *testing.T) {
+	t.Parallel() // its own copy of the test rootfs
 	data := copyTestRootfs(t)
 	a, err := New(context.Background(), data, &Options{Python: testPython})
 	if err != nil {

@@ -168,6 +168,7 @@ func sessionAs(t *testing.T, a *App, c controller.Caller, name, network string, 
 // cache; an uncached package fails with the hint, in the shell and in a
 // %pip line.
 func TestPipInstallPackagesThroughTheCache(t *testing.T) {
+	t.Parallel() // its own App, index and data directory (its tenants' cgroups are scoped by it)
 	pure := pureWheel(t, "quropure", "1.0", "hello")
 	cext := cextWheel(t, "qurocext")
 	ix := newTestIndex(t, pure, cext)

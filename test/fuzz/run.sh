@@ -13,6 +13,12 @@ time=${FUZZTIME:-20000x}
 # running is reported by go test as "context deadline exceeded", a failure
 # of the harness rather than of the code.
 slow=${FUZZCOUNT_SLOW:-300x}
+# go test's -timeout also bounds a fuzz run (the seed corpus and then the
+# fuzzing, in one test binary); its default, 10 minutes, is not something
+# to rely on by accident on a loaded machine, so each run says its limit:
+# generous beside 20,000 inputs (seconds to a minute) or make fuzz's
+# minute, short of hanging CI.
+timeout=${FUZZ_TIMEOUT:-15m}
 go=${GO:-go}
 fail=0
 # Each line: package, then its fuzz targets.
@@ -26,7 +32,7 @@ while read -r pkg targets; do
 			;;
 		esac
 		echo "fuzz $pkg $t ($limit)"
-		if ! "$go" test -run '^$' -fuzz "^$t\$" -fuzztime "$limit" -parallel 2 "$pkg" >/tmp/quro-fuzz.$$ 2>&1; then
+		if ! "$go" test -run '^$' -fuzz "^$t\$" -fuzztime "$limit" -timeout "$timeout" -parallel 2 "$pkg" >/tmp/quro-fuzz.$$ 2>&1; then
 			cat /tmp/quro-fuzz.$$
 			fail=1
 		fi
