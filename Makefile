@@ -104,7 +104,7 @@ $(WEB_STAMP): web/package.json web/package-lock.json
 	touch $@
 
 # The end-to-end packages, longest first (minutes each on a 2-core machine).
-SLOW_PKGS := internal/app internal/sandbox internal/engine/python cmd/quro internal/api/mcp
+SLOW_PKGS := internal/app internal/sandbox internal/engine/python cmd/quro internal/engine/toolchain internal/api/mcp
 
 # go test's own limit is 10 minutes per package binary, which a loaded
 # 2-core machine can pass while every test is still making progress; each
@@ -136,15 +136,21 @@ TRIM := -trimpath
 # first 570 s at a load of 15 on 2 cores), so four of them side by side
 # end sooner than two. The fuzz run (compiling and fuzzing, mostly CPU)
 # and the slim build's tests (no embedded Python: the rest of the chain
-# must answer; mostly waiting on boxes, its 3 packages at once) then go
-# side by side; the fuzz log is printed when both end.
+# must answer; mostly waiting on boxes) then go side by side; the fuzz
+# log is printed when both end. The slim build runs the Python engine's
+# and MCP's tests whole, and of internal/app those whose behaviour the
+# build changes (SLIM_APP_RUN: the ones that run Python, pip, the Python
+# chain's tiers, code contexts, spare workers); the other app tests run
+# the same code in both builds and ran above.
 TEST_P ?= 4
+SLIM_APP_RUN := Python|Pip|RunCode|Plot|Context|Tier|Slim|Language|Rich|Worker|Prestart|Spare
 test: test-install test-deps $(TS_STAMP) $(E2B_STAMP) $(WEB_STAMP) web-check fmt-check tidy-check vet lint
 	$(GO) test $(TRIM) -p $(TEST_P) -count=1 -timeout $(TEST_TIMEOUT) $(addprefix ./,$(addsuffix /,$(SLOW_PKGS))) ./...
 	@log=$$(mktemp); trap 'rm -f $$log' EXIT; \
 	FUZZTIME=20000x bash test/fuzz/run.sh >$$log 2>&1 & fuzz=$$!; \
 	echo "fuzz targets: 20000 inputs each (test/fuzz/run.sh), beside the slim build's tests"; \
-	$(GO) test $(TRIM) -p 3 -count=1 -timeout $(TEST_TIMEOUT) -tags slim ./internal/engine/python/ ./internal/app/ ./internal/api/mcp/; slim=$$?; \
+	$(GO) test $(TRIM) -p 3 -count=1 -timeout $(TEST_TIMEOUT) -tags slim ./internal/engine/python/ ./internal/api/mcp/ && \
+	$(GO) test $(TRIM) -count=1 -timeout $(TEST_TIMEOUT) -tags slim -run '$(SLIM_APP_RUN)' ./internal/app/; slim=$$?; \
 	wait $$fuzz; fz=$$?; cat $$log; [ $$slim = 0 ] && [ $$fz = 0 ]
 
 # The soak tests: a property that is a count of repetitions rather than a

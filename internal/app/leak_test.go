@@ -16,17 +16,8 @@ import (
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/soak"
 )
-
-// leakRounds is how many sessions TestSessionsLeaveNothing takes through
-// their whole life: a few in make test, a thousand in make test-soak
-// (QURO_SOAK=1).
-func leakRounds() int {
-	if os.Getenv("QURO_SOAK") != "" {
-		return 1000
-	}
-	return 6
-}
 
 // TestSessionsLeaveNothing takes sessions through their whole life — made
 // (a spare claimed, or made anew), used by every kind of capability
@@ -35,11 +26,23 @@ func leakRounds() int {
 // snapshotted, forked, and destroyed with a watch and a process still
 // running — and then finds nothing of them left: no process, box, cgroup
 // entry, mount, loop device, in-session socket, inotify instance or other
-// fd, JS context, goroutine, or entry in any per-session map.
+// fd, JS context, goroutine, or entry in any per-session map. make
+// test-soak takes a thousand sessions through it (TestSoakSessionsLeaveNothing).
 func TestSessionsLeaveNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real boxes")
 	}
+	sessionsLeaveNothing(t, 6)
+}
+
+// TestSoakSessionsLeaveNothing is TestSessionsLeaveNothing over 1,000
+// sessions (make test-soak).
+func TestSoakSessionsLeaveNothing(t *testing.T) {
+	soak.Skip(t)
+	sessionsLeaveNothing(t, 1000)
+}
+
+func sessionsLeaveNothing(t *testing.T, rounds int) {
 	dir := t.TempDir()
 	a, err := New(context.Background(), dir, &Options{Python: testPython, SpareSessions: 1,
 		InSession: &InSessionOptions{Handler: func(*controller.Controller, *session.Manager) http.Handler {
@@ -56,7 +59,7 @@ func TestSessionsLeaveNothing(t *testing.T) {
 	mustCall(t, a, "destroy_session", SessionRef{Session: "warm"})
 	before := a.holdings(t, dir)
 
-	for i := range leakRounds() {
+	for i := range rounds {
 		a.useAndDestroy(t, fmt.Sprintf("s%d", i))
 	}
 
@@ -69,7 +72,7 @@ func TestSessionsLeaveNothing(t *testing.T) {
 		return after.settled(before)
 	})
 	if !after.settled(before) {
-		t.Fatalf("left after %d sessions:\n before %+v\n after  %+v", leakRounds(), before, after)
+		t.Fatalf("left after %d sessions:\n before %+v\n after  %+v", rounds, before, after)
 	}
 	// No run of a session got a box of its own without choosing it
 	// (quro_session_box_outside_runs_total).

@@ -406,7 +406,9 @@ func TestEnvdTimeoutKills(t *testing.T) {
 	// The session's box first: the deadline is the command's, not the
 	// box's making (seconds on a loaded machine, which the deadline would
 	// cut short as "canceled while the sandbox was starting").
-	e.start(t, id, bash("true", false), nil).end(t)
+	warm := e.start(t, id, bash("true", false), nil)
+	warm.startPid(t)
+	warm.end(t)
 	tag := "slow"
 	req := bash("echo started; exec sleep 100000", false)
 	req.Tag = &tag
