@@ -95,7 +95,8 @@ type Start struct {
 	// size: its output is the terminal's (stream "pty"), input goes to
 	// the terminal.
 	PTY *Size
-	// Timeout kills the process when it passes (0: never).
+	// Timeout kills the process when it passes, counted from its start
+	// (0: never).
 	Timeout time.Duration
 }
 
@@ -325,10 +326,7 @@ func (t *Table) Start(ctx context.Context, sb *sandbox.Sandbox, base *sandbox.Sp
 	if err != nil {
 		return nil, nil, err
 	}
-	runCtx, cancel := context.Background(), context.CancelFunc(func() {})
-	if st.Timeout > 0 {
-		runCtx, cancel = context.WithTimeout(runCtx, st.Timeout)
-	}
+	runCtx, cancel := context.WithCancel(context.Background())
 	// A start that the caller gave up on still ends: the sandbox kills
 	// what it started under runCtx alone.
 	if err := ctx.Err(); err != nil {
@@ -349,6 +347,18 @@ func (t *Table) Start(ctx context.Context, sb *sandbox.Sandbox, base *sandbox.Sp
 			return nil, nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
 		return nil, nil, err
+	}
+	// The timeout is the process's: it counts from its start, not from
+	// the making of the session's box (a 100 ms timeout failed the start
+	// itself, "canceled while the sandbox was starting", on a loaded
+	// machine). Its end kills the process through runCtx.
+	if st.Timeout > 0 {
+		timer := time.AfterFunc(st.Timeout, cancel)
+		stopAll := cancel
+		cancel = func() {
+			timer.Stop()
+			stopAll()
+		}
 	}
 	p.sp, p.master = sp, master
 	p.pid = innerPid(sp.Pid())
