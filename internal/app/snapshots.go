@@ -157,13 +157,17 @@ var snapNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 var snapIDRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 // snapLocks keeps a snapshot from being deleted while a fork reads it (in
-// this process).
+// this process). A snapshot's entry goes with the snapshot
+// (deleteSnapshot): a fork still waiting on the old lock finds the row
+// gone when it has it, and one that makes a new lock finds it gone too.
 var snapLocks sync.Map // dataDir + "/" + id → *sync.RWMutex
 
 func (a *App) snapLock(id string) *sync.RWMutex {
-	l, _ := snapLocks.LoadOrStore(a.DataDir+"/"+id, &sync.RWMutex{})
+	l, _ := snapLocks.LoadOrStore(a.snapLockKey(id), &sync.RWMutex{})
 	return l.(*sync.RWMutex)
 }
+
+func (a *App) snapLockKey(id string) string { return a.DataDir + "/" + id }
 
 func (a *App) snapshotsDir() string { return filepath.Join(a.DataDir, "snapshots") }
 
@@ -274,6 +278,7 @@ func (a *App) deleteSnapshot(ctx context.Context, snap *store.Snapshot) error {
 		}
 		return err
 	}
+	snapLocks.Delete(a.snapLockKey(snap.ID))
 	return removeTree(filepath.Join(a.snapshotsDir(), snap.ID))
 }
 

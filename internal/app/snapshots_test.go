@@ -178,6 +178,10 @@ stat -c %a suid sub`)
 	if _, err := os.Stat(sdir); !os.IsNotExist(err) {
 		t.Errorf("the snapshot's files outlived it: %v", err)
 	}
+	// Its fork lock went with it (the forks above took it).
+	if _, held := snapLocks.Load(a.snapLockKey(snap.ID)); held {
+		t.Error("the deleted snapshot's lock is still kept")
+	}
 	if got := shIn(t, a, "f-2", "cat a.txt").Stdout; got != "hello\n" {
 		t.Errorf("f-2 lost its files with the snapshot: %q", got)
 	}
