@@ -98,10 +98,10 @@ func (r *runCgroup) freeze() error { return r.setFrozen(true) }
 func (r *runCgroup) thaw() error { return r.setFrozen(false) }
 
 func (r *runCgroup) setFrozen(on bool) error {
-	var file, want string
+	var file, want, thawed string
 	var check func() bool
 	if r.v2 != "" && exists(filepath.Join(r.v2, "cgroup.freeze")) {
-		file, want = filepath.Join(r.v2, "cgroup.freeze"), "0"
+		file, want, thawed = filepath.Join(r.v2, "cgroup.freeze"), "0", "0"
 		if on {
 			want = "1"
 		}
@@ -116,7 +116,7 @@ func (r *runCgroup) setFrozen(on bool) error {
 			return false
 		}
 	} else if d, _ := r.dir("freezer"); d != "" {
-		file, want = filepath.Join(d, "freezer.state"), "THAWED"
+		file, want, thawed = filepath.Join(d, "freezer.state"), "THAWED", "THAWED"
 		if on {
 			want = "FROZEN"
 		}
@@ -130,17 +130,71 @@ func (r *runCgroup) setFrozen(on bool) error {
 	if err := os.WriteFile(file, []byte(want), 0); err != nil {
 		return fmt.Errorf("cgroup freezer: %w", err)
 	}
-	// The kernel freezes asynchronously: FREEZING, then FROZEN.
-	deadline := time.Now().Add(5 * time.Second)
+	// The kernel freezes asynchronously: FREEZING, then FROZEN. A freeze
+	// can stall: a thread sleeping uninterruptibly on what a frozen one
+	// holds never reaches the freezer. As runc does, a stalled freeze is
+	// thawed for a moment and tried again, and given up at the deadline.
+	start := time.Now()
+	retried := start
 	for wait := 50 * time.Microsecond; !check(); wait = min(2*wait, 10*time.Millisecond) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cgroup freezer: not %s after 5s", want)
+		now := time.Now()
+		if now.Sub(start) > freezeTimeout {
+			return fmt.Errorf("cgroup freezer: not %s after %s%s", want, freezeTimeout, r.unfrozen(filepath.Dir(file)))
 		}
-		if on {
+		if on && now.Sub(retried) > freezeRetry {
+			retried = now
+			_ = os.WriteFile(file, []byte(thawed), 0) // the check is the answer
+			time.Sleep(time.Millisecond)
+			_ = os.WriteFile(file, []byte(want), 0)
+		} else if on {
 			// v1 retries a stuck freeze when written again.
 			_ = os.WriteFile(file, []byte(want), 0) // the check above is the answer
 		}
 		time.Sleep(wait)
 	}
 	return nil
+}
+
+// How long a freeze may take, and how long it may stall before it is
+// thawed and tried again.
+const (
+	freezeTimeout = 10 * time.Second
+	freezeRetry   = time.Second
+)
+
+// unfrozen describes the cgroup's threads that may hold a freeze up (at
+// most four: command, state, kernel wait channel), for the error of a
+// freeze that did not finish. A running or interruptibly sleeping thread
+// (R, S) is certainly not frozen and is named first; a frozen thread
+// reads as D, as does one stuck in an uninterruptible sleep.
+func (r *runCgroup) unfrozen(dir string) string {
+	b, _ := os.ReadFile(filepath.Join(dir, "tasks"))
+	if len(b) == 0 {
+		b, _ = os.ReadFile(filepath.Join(dir, "cgroup.threads"))
+	}
+	var awake, asleep []string
+	for _, tid := range strings.Fields(string(b)) {
+		wchan, _ := os.ReadFile("/proc/" + tid + "/wchan")
+		if strings.Contains(string(wchan), "refrigerator") || strings.Contains(string(wchan), "do_freezer_trap") {
+			continue
+		}
+		stat, _ := os.ReadFile("/proc/" + tid + "/stat")
+		// comm is in parentheses and may hold spaces; the state follows.
+		s := string(stat)
+		i, j := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if i < 0 || j < i || j+3 > len(s) {
+			continue
+		}
+		desc := fmt.Sprintf("%s (%c in %s)", s[i+1:j], s[j+2], wchan)
+		if s[j+2] == 'D' {
+			asleep = append(asleep, desc)
+		} else {
+			awake = append(awake, desc)
+		}
+	}
+	out := append(awake, asleep...)
+	if len(out) == 0 {
+		return ""
+	}
+	return ": threads not in the freezer: " + strings.Join(out[:min(len(out), 4)], ", ")
 }

@@ -392,3 +392,42 @@ func TestTenantCgroupsArePerScope(t *testing.T) {
 		t.Fatalf("%d tenant cgroups left after the server closed", n)
 	}
 }
+
+// A freeze that does not finish names the threads that may hold it up: a
+// thawed cgroup's process by name, and no running or interruptibly
+// sleeping thread of a frozen one.
+func TestUnfrozenNamesTheThreadsOutsideTheFreezer(t *testing.T) {
+	sb := newSandbox(t)
+	c := sb.layers.cg
+	if c.base["freezer"] == "" || c.v2["freezer"] {
+		t.Skip("no v1 freezer here")
+	}
+	victim := exec.Command("sleep", "1000")
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := filepath.Join(c.base["freezer"], fmt.Sprintf("run-%d-unfrozen%s", os.Getpid(), pidNSTag()))
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := &runCgroup{byCtrl: map[string]string{"freezer": d}}
+	t.Cleanup(func() {
+		_ = r.thaw()
+		victim.Process.Kill()
+		victim.Wait()
+		os.Remove(d)
+	})
+	if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(victim.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.unfrozen(d); !strings.Contains(got, "not in the freezer: sleep (") {
+		t.Errorf("thawed: %q, want the sleeping process named", got)
+	}
+	if err := r.freeze(); err != nil {
+		t.Fatal(err)
+	}
+	// Frozen, it reads as D (or is in the refrigerator): never R or S.
+	if got := r.unfrozen(d); strings.Contains(got, "(R ") || strings.Contains(got, "(S ") {
+		t.Errorf("frozen: %q, want no running or interruptible thread", got)
+	}
+}
