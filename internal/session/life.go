@@ -101,8 +101,11 @@ const (
 
 // life is one session's entry in the Life.
 type life struct {
-	calls   map[*call]bool
-	busy    int // calls of calls that are busy
+	calls map[*call]bool
+	busy  int // calls of calls that are busy
+	// pausing is closed when a freeze of the session's box in progress
+	// ends; nil when none is.
+	pausing chan struct{}
 	ends    map[uint64]func()
 	next    uint64
 	drained chan struct{} // closed when the last call returned (destroying)
@@ -187,8 +190,10 @@ func (l *Life) EnterSession(ctx context.Context, s *Session, use capability.Use)
 	}
 	lf := l.lifeOf(s.ID)
 	lf.calls[c] = true
+	var pausing chan struct{}
 	if c.busy {
 		lf.busy++
+		pausing = lf.pausing
 	}
 	l.mu.Unlock()
 	var once sync.Once
@@ -210,6 +215,14 @@ func (l *Life) EnterSession(ctx context.Context, s *Session, use capability.Use)
 		})
 	}
 	if use == capability.UseBusy {
+		if pausing != nil { // a freeze under way: the box is resumed after it
+			select {
+			case <-pausing:
+			case <-ctx.Done():
+				release()
+				return nil, nil, context.Cause(ctx)
+			}
+		}
 		if err := l.use(ctx, s); err != nil {
 			release()
 			return nil, nil, err
@@ -251,7 +264,7 @@ func (l *Life) lifeOf(id string) *life {
 
 // forgetIdle drops id's life when nothing is kept in it; under l.mu.
 func (l *Life) forgetIdle(id string, lf *life) {
-	if len(lf.calls) == 0 && len(lf.ends) == 0 && lf.drained == nil && l.lives[id] == lf {
+	if len(lf.calls) == 0 && len(lf.ends) == 0 && lf.drained == nil && lf.pausing == nil && l.lives[id] == lf {
 		delete(l.lives, id)
 	}
 }
@@ -311,25 +324,56 @@ var ErrBusy = errors.New("the session is running code")
 // with ErrBusy (wrapped, with the count) while busy calls run in it.
 // boxed reports whether a box was frozen.
 func (l *Life) Pause(ctx context.Context, s *Session) (boxed bool, err error) {
-	// Under the lock: a busy call that starts now waits, then resumes.
+	return l.freeze(s.ID, func(lf *life) error {
+		if l.gone.Has(s.ID) {
+			return capability.Errorf(capability.NotFound, "session %s was destroyed", s.Name)
+		}
+		if lf.busy > 0 {
+			return fmt.Errorf("%w: %d call(s)", ErrBusy, lf.busy)
+		}
+		return nil
+	}, func() error { return l.m.SetPaused(ctx, s, true) })
+}
+
+// errNotNow is a freeze that ok declined without an error.
+var errNotNow = errors.New("not now")
+
+// freeze freezes session id's box if ok, asked under l.mu, allows it,
+// then runs then (nil: nothing). The freeze runs outside l.mu (the kernel
+// may take seconds), with the session marked pausing: a busy call
+// entering it meanwhile waits for the pause to finish, then resumes it.
+func (l *Life) freeze(id string, ok func(*life) error, then func() error) (bool, error) {
 	l.mu.Lock()
-	if l.gone.Has(s.ID) {
+	lf := l.lifeOf(id)
+	for lf.pausing != nil { // another pause is freezing it: after that one
+		w := lf.pausing
 		l.mu.Unlock()
-		return false, capability.Errorf(capability.NotFound, "session %s was destroyed", s.Name)
+		<-w
+		l.mu.Lock()
+		lf = l.lifeOf(id)
 	}
-	if lf := l.lives[s.ID]; lf != nil && lf.busy > 0 {
-		n := lf.busy
+	if err := ok(lf); err != nil {
+		l.forgetIdle(id, lf)
 		l.mu.Unlock()
-		return false, fmt.Errorf("%w: %d call(s)", ErrBusy, n)
+		return false, err
 	}
-	if l.boxes != nil {
-		boxed, err = l.boxes.Pause(s.ID)
-	}
+	done := make(chan struct{})
+	lf.pausing = done
 	l.mu.Unlock()
-	if err != nil {
-		return boxed, err
+	var boxed bool
+	var err error
+	if l.boxes != nil {
+		boxed, err = l.boxes.Pause(id)
 	}
-	return boxed, l.m.SetPaused(ctx, s, true)
+	if err == nil && then != nil {
+		err = then()
+	}
+	l.mu.Lock()
+	lf.pausing = nil
+	close(done)
+	l.forgetIdle(id, lf)
+	l.mu.Unlock()
+	return boxed, err
 }
 
 // Resume thaws s's box and marks s running; resumed reports whether a
@@ -346,12 +390,16 @@ func (l *Life) Resume(ctx context.Context, s *Session) (resumed bool, err error)
 // PauseIdle freezes the box of session id if no call is in it and
 // idle(id) still holds under the lock (auto-pause).
 func (l *Life) PauseIdle(id string, idle func() bool) (bool, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if lf := l.lives[id]; lf != nil && len(lf.calls) > 0 || l.gone.Has(id) || l.boxes == nil || !idle() {
+	boxed, err := l.freeze(id, func(lf *life) error {
+		if len(lf.calls) > 0 || l.gone.Has(id) || l.boxes == nil || !idle() {
+			return errNotNow
+		}
+		return nil
+	}, nil)
+	if errors.Is(err, errNotNow) {
 		return false, nil
 	}
-	return l.boxes.Pause(id)
+	return boxed, err
 }
 
 // State is where s is in its life.

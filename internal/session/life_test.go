@@ -17,6 +17,10 @@ type fakeBoxes struct {
 	mu     sync.Mutex
 	has    map[string]bool
 	frozen map[string]bool
+	// slow, when set, is a freeze the kernel takes its time over: Pause
+	// says it started on freezing and finishes when slow is closed.
+	slow     chan struct{}
+	freezing chan struct{}
 }
 
 func (b *fakeBoxes) Paused(id string) bool {
@@ -28,6 +32,10 @@ func (b *fakeBoxes) Paused(id string) bool {
 func (b *fakeBoxes) Pause(id string) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.slow != nil {
+		b.freezing <- struct{}{}
+		<-b.slow
+	}
 	if !b.has[id] {
 		return false, nil
 	}
@@ -122,6 +130,59 @@ func TestLifeStates(t *testing.T) {
 	}
 	if _, _, err := l.EnterSession(ctx, s, capability.UseRead); err == nil {
 		t.Fatal("a destroyed session was entered")
+	}
+	if n := l.Tracked(); n != 0 {
+		t.Errorf("%d sessions still tracked", n)
+	}
+}
+
+// A freeze the kernel takes its time over holds up no other session, and
+// a busy call entering the session meanwhile waits for it, then resumes
+// the box.
+func TestLifeSlowFreezeHoldsUpOnlyItsSession(t *testing.T) {
+	var log []string
+	l, m, boxes := newLife(t, &log, time.Second)
+	ctx := context.Background()
+	a, err := m.Create(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Create(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	boxes.has[a.ID], boxes.has[b.ID] = true, true
+	boxes.slow, boxes.freezing = make(chan struct{}), make(chan struct{}, 1)
+	paused := make(chan error, 1)
+	go func() {
+		_, err := l.Pause(ctx, a)
+		paused <- err
+	}()
+	<-boxes.freezing
+	// Another session is entered and used while a's freeze runs.
+	_, release, err := l.EnterSession(ctx, b, capability.UseHold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	// A busy call into a waits for the freeze.
+	entered := make(chan error, 1)
+	go func() {
+		_, release, err := l.EnterSession(ctx, a, capability.UseBusy)
+		if err == nil {
+			defer release()
+			if boxes.Paused(a.ID) {
+				err = errors.New("entered a frozen box")
+			}
+		}
+		entered <- err
+	}()
+	close(boxes.slow)
+	if err := <-paused; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-entered; err != nil {
+		t.Fatal(err)
 	}
 	if n := l.Tracked(); n != 0 {
 		t.Errorf("%d sessions still tracked", n)
