@@ -172,10 +172,15 @@ func contains(list []string, s string) bool {
 }
 
 // ownCgroups maps each v1 controller (and "" for v2) to the server's cgroup
-// path, from /proc/self/cgroup.
+// path, from /proc/thread-self/cgroup: the calling thread's. Not
+// /proc/self's, which is the main thread's: startInside moves a thread into
+// a run's cgroups for a moment, and when that thread was the main one a
+// Sandbox made meanwhile took the run's cgroup for the server's and nested
+// its tenants inside it. A thread running an unlocked goroutine, as this
+// one, is never in a run's cgroup.
 func ownCgroups() map[string]string {
 	out := map[string]string{}
-	f, err := os.Open("/proc/self/cgroup")
+	f, err := os.Open("/proc/thread-self/cgroup")
 	if err != nil {
 		return out
 	}

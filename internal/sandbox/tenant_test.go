@@ -10,9 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // tenantEnv is a sandbox whose runs belong to tenant "a" (directories under
@@ -429,5 +432,53 @@ func TestUnfrozenNamesTheThreadsOutsideTheFreezer(t *testing.T) {
 	// Frozen, it reads as D (or is in the refrigerator): never R or S.
 	if got := r.unfrozen(d); strings.Contains(got, "(R ") || strings.Contains(got, "(S ") {
 		t.Errorf("frozen: %q, want no running or interruptible thread", got)
+	}
+}
+
+// A Sandbox made while the main thread is inside a run's cgroup (where
+// startInside puts the thread that starts a run, for a moment) takes the
+// server's own cgroup for its base, not the run's: once, a test's App
+// nested its tenants inside another App's run cgroup.
+func TestOwnCgroupsIgnoreAMovedMainThread(t *testing.T) {
+	sb := newSandbox(t)
+	c := sb.layers.cg
+	if c.base["pids"] == "" || c.v2["pids"] {
+		t.Skip("no v1 pids hierarchy here")
+	}
+	want := ownCgroups()["pids"]
+	run := filepath.Join(c.base["pids"], fmt.Sprintf("run-%d-moved%s", os.Getpid(), pidNSTag()))
+	if err := os.Mkdir(run, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(v1Mount("pids"), want, "tasks")
+	// The main thread (tid = pid) moves into the run's cgroup, as
+	// startInside's thread does, and back at the end.
+	if err := os.WriteFile(filepath.Join(run, "tasks"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.WriteFile(home, []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+			t.Error(err)
+		}
+		os.Remove(run)
+	})
+	// Asked from a thread that is not the main one.
+	got := make(chan string)
+	for {
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			if unix.Gettid() == os.Getpid() {
+				got <- "main"
+				return
+			}
+			got <- ownCgroups()["pids"]
+		}()
+		if g := <-got; g != "main" {
+			if g != want {
+				t.Fatalf("own pids cgroup with the main thread moved: %q, want %q", g, want)
+			}
+			break
+		}
 	}
 }
