@@ -150,3 +150,47 @@ func TestConnectMessagesAreBounded(t *testing.T) {
 		})
 	}
 }
+
+const evil = "https://evil.example"
+
+// With a domain (quro serve --e2b-domain), api.DOMAIN and PORT-ID.DOMAIN
+// are names of the server; a page on one of them is still another
+// origin to the rest: a sandbox's host cannot drive the control plane.
+func TestE2BDomainOrigin(t *testing.T) {
+	e := newEnvWith(t, nil, func(o *e2b.Options) { o.Domain = "quro.test" })
+	id := e.newSession(t)
+	call := func(path, host, origin string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest("GET", e.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		req.Header.Set("X-API-KEY", e.Key)
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, tc := range []struct {
+		path, host, origin string
+		status             int
+		want               string
+	}{
+		{"/v2/sandboxes", "api.quro.test", "", 200, id},
+		{"/v2/sandboxes", "api.quro.test", "http://api.quro.test", 200, id},
+		{"/v2/sandboxes", "api.quro.test", "https://49983-" + id + ".quro.test", 403, "origin"},
+		{"/v2/sandboxes", "api.quro.test", evil, 403, "origin"},
+		{"/e2b/v2/sandboxes", "api.evil.example", "", 403, "Host"},
+	} {
+		if status, body := call(tc.path, tc.host, tc.origin); status != tc.status || !strings.Contains(body, tc.want) {
+			t.Errorf("%s, Host %s, Origin %q: %d %s; want %d containing %q", tc.path, tc.host, tc.origin, status, body, tc.status, tc.want)
+		}
+	}
+}

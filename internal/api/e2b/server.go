@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quro-dev/quro/internal/api/rest"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 )
@@ -76,6 +77,13 @@ type Options struct {
 	Secret []byte
 	// Version is the Quro version that unsupported features name.
 	Version string
+	// Check refuses a request before anything else is done with it (403),
+	// or returns nil: quro serve passes the rest.Access.Check of every
+	// other route (a foreign browser Origin, a Host name the server does
+	// not answer to), with Hosts(Domain) allowed, so one place decides.
+	// nil: that check with nothing else allowed: the server's own origin,
+	// loopback names and Hosts(Domain).
+	Check func(*http.Request) *capability.Error
 }
 
 // ErrNoSandbox is what Options.Sandbox wraps when no live session has the
@@ -120,6 +128,9 @@ func New(ctrl *controller.Controller, opts *Options) (*Server, error) {
 	if len(o.Secret) < 32 {
 		return nil, errors.New("e2b: Options.Secret must be at least 32 bytes")
 	}
+	if o.Check == nil {
+		o.Check = rest.Access{Hosts: Hosts(o.Domain)}.Check
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -140,6 +151,17 @@ func New(ctrl *controller.Controller, opts *Options) (*Server, error) {
 		s.unsupported(w, r.Method+" "+r.URL.Path+" of the code interpreter")
 	})
 	return s, nil
+}
+
+// Hosts are the Host names (rest.Access.Hosts) that domain routes to
+// E2B's planes, as E2B's own hosts: api.DOMAIN and PORT-ID.DOMAIN. None
+// without a domain.
+func Hosts(domain string) []string {
+	domain = strings.Trim(strings.ToLower(domain), ".")
+	if domain == "" {
+		return nil
+	}
+	return []string{"api." + domain, "*." + domain}
 }
 
 // plane is where a request goes.
@@ -238,8 +260,14 @@ func (s *Server) Authenticated(r *http.Request) bool {
 	return false
 }
 
-// ServeHTTP serves a request Match accepted.
+// ServeHTTP serves a request Match accepted. Options.Check comes first,
+// on every plane, with or without API keys: E2B's SDKs send no Origin; a
+// browser sends its page's with every cross-origin POST.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if e := s.opts.Check(r); e != nil {
+		writeJSONError(w, http.StatusForbidden, e.Message)
+		return
+	}
 	t := s.route(r)
 	switch t.plane {
 	case planeAPI:
