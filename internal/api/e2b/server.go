@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"reflect"
@@ -478,6 +479,51 @@ func (s *Server) version() string {
 		return "(unknown version)"
 	}
 	return s.opts.Version
+}
+
+// jsonCall refuses, before h, a state-changing call whose body is not
+// labelled JSON (415): the SDKs send application/json with a body and no
+// Content-Type without one. A body labelled text/plain, a form or
+// nothing is what a page of another site may send without the browser
+// asking first (a CORS preflight), so it never reaches h, whatever the
+// Origin check made of the request.
+func jsonCall(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if msg := notJSONBody(r); msg != "" {
+			drain(r)
+			writeJSONError(w, http.StatusUnsupportedMediaType, msg)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// notJSONBody says why r's body is not labelled JSON, or "" when it is
+// (application/json, with parameters such as charset) or there is none.
+func notJSONBody(r *http.Request) string {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		if r.ContentLength == 0 || r.ContentLength < 0 && emptyBody(r) {
+			return ""
+		}
+		return "a request body needs Content-Type: application/json"
+	}
+	if mt, _, err := mime.ParseMediaType(ct); err == nil && mt == "application/json" {
+		return ""
+	}
+	return "Content-Type " + strconv.Quote(ct) + ": send the body as application/json"
+}
+
+// emptyBody reads a body of unknown length to its first byte: it is
+// empty when there is none. A body that is not is refused, never read
+// further.
+func emptyBody(r *http.Request) bool {
+	if r.Body == nil || r.Body == http.NoBody {
+		return true
+	}
+	var b [1]byte
+	n, _ := io.ReadFull(r.Body, b[:])
+	return n == 0
 }
 
 // drain reads what is left of a request body, bounded, so that the
