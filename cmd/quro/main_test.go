@@ -274,6 +274,7 @@ func TestServeAuth(t *testing.T) {
 		{"metrics are the operator's", "GET", "/metrics", "", []string{"Authorization", "Bearer " + reader}, 403, "needs the operator's token"},
 		{"metrics refuse another tenant's admin", "GET", "/metrics", "", []string{"Authorization", "Bearer " + acmeAdmin}, 403, "every tenant"},
 		{"metrics refuse an exec token", "GET", "/metrics", "", []string{"Authorization", "Bearer " + runner}, 403, "every tenant"},
+		{"metrics refuse a foreign origin", "GET", "/metrics", "", append([]string{"Origin", "https://evil.example"}, admin...), 403, "origin"},
 		{"metrics", "GET", "/metrics", "", admin, 200, "quro_calls_total"},
 		{"mcp needs a token", "POST", "/mcp", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, nil, 401, "no token"},
 		{"mcp refuses a foreign origin", "POST", "/mcp", `{}`, append([]string{"Origin", "https://evil.example"}, admin...), 403, "origin"},

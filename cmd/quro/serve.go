@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/quro-dev/quro/internal/api/e2b"
 	"github.com/quro-dev/quro/internal/api/httpauth"
 	"github.com/quro-dev/quro/internal/api/insession"
 	quromcp "github.com/quro-dev/quro/internal/api/mcp"
@@ -282,20 +283,21 @@ func (f *serveFlags) server(a *app.App, authFn httpauth.Func, log *slog.Logger) 
 // the handler of both, and which requests are long and authenticated.
 func (f *serveFlags) withE2B(a *app.App, log *slog.Logger, access rest.Access, mux http.Handler,
 	authed func(*http.Request) bool) (http.Handler, func(*http.Request) bool, func(*http.Request) bool, error) {
-	es, err := e2bServer(a, log, f.e2bDomain, f.noAuth)
+	// E2B's hosts (api.DOMAIN, PORT-ID.DOMAIN) name the E2B
+	// routes only, not Quro's own. Origin and Host are checked as on
+	// every other route (the E2B server runs e2bAccess.Check first), with
+	// or without --no-auth.
+	e2bAccess := access
+	if f.e2bDomain != "" {
+		e2bAccess.Hosts = append(slices.Clone(f.hosts), e2b.Hosts(f.e2bDomain)...)
+	}
+	es, err := e2bServer(a, log, f.e2bDomain, f.noAuth, e2bAccess.Check)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	// E2B's hosts (api.DOMAIN, PORT-ID.DOMAIN) name the E2B
-	// routes only, not Quro's own.
-	e2bAccess := access
-	if f.e2bDomain != "" {
-		e2bAccess.Hosts = append(slices.Clone(f.hosts), "api."+f.e2bDomain, "*."+f.e2bDomain)
-	}
-	eh := hostGuard(e2bAccess, es)
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if es.Match(r) {
-			eh.ServeHTTP(w, r)
+			es.ServeHTTP(w, r)
 			return
 		}
 		mux.ServeHTTP(w, r)

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 
 	"github.com/quro-dev/quro/internal/api/e2b"
 	"github.com/quro-dev/quro/internal/app"
+	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/version"
@@ -22,8 +24,9 @@ import (
 // start). Removing it invalidates every access token handed out.
 const E2BKeyFile = "e2b.key"
 
-// e2bServer builds the E2B-compatible API of a (see docs/e2b.md).
-func e2bServer(a *app.App, log *slog.Logger, domain string, noAuth bool) (*e2b.Server, error) {
+// e2bServer builds the E2B-compatible API of a (see docs/e2b.md); check
+// is the Origin and Host check of every route (rest.Access.Check).
+func e2bServer(a *app.App, log *slog.Logger, domain string, noAuth bool, check func(*http.Request) *capability.Error) (*e2b.Server, error) {
 	secret, err := e2bSecret(filepath.Join(a.DataDir, E2BKeyFile))
 	if err != nil {
 		return nil, err
@@ -33,6 +36,7 @@ func e2bServer(a *app.App, log *slog.Logger, domain string, noAuth bool) (*e2b.S
 		Domain:  domain,
 		Secret:  secret,
 		Version: version.String(),
+		Check:   check,
 		Sandbox: func(ctx context.Context, id string) (e2b.Sandbox, error) {
 			s, err := a.Sessions.ByIDAnyTenant(ctx, id)
 			if errors.Is(err, session.ErrNotFound) || err == nil && s.Tenant == session.SpareTenant {

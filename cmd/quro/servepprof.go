@@ -37,9 +37,10 @@ func servePprof(addr string, auth httpauth.Func, log *slog.Logger, stdout io.Wri
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	// Loopback Host names only (DNS rebinding), then the operator's token:
-	// stacks and heaps hold every tenant's work.
-	h := hostGuard(rest.Access{}, requireOperator(auth, "profiles show every tenant's work", mux))
+	// Loopback Host names only (DNS rebinding) and no foreign page's
+	// Origin, as on every route, then the operator's token: stacks and
+	// heaps hold every tenant's work.
+	h := guard(rest.Access{}, requireOperator(auth, "profiles show every tenant's work", mux))
 	// No write timeout: a CPU profile or a trace takes its ?seconds=.
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}

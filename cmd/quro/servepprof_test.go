@@ -55,6 +55,10 @@ func TestServePprof(t *testing.T) {
 	} else if resp.Body.Close(); resp.StatusCode != 403 {
 		t.Errorf("foreign Host: %d", resp.StatusCode)
 	}
+	// So is a foreign page's request (its Origin), as on every route.
+	if r := do(t, "GET", goroutines, "", "", "Authorization", "Bearer "+srv.token, "Origin", "https://evil.example"); r.status != 403 || !strings.Contains(r.body, "origin") {
+		t.Errorf("foreign Origin: %d %s", r.status, r.body)
+	}
 	r := do(t, "GET", goroutines, "", "", "Authorization", "Bearer "+srv.token)
 	if r.status != 200 || !strings.Contains(r.body, "goroutine profile:") {
 		t.Errorf("admin token: %d %.200s", r.status, r.body)

@@ -55,23 +55,24 @@ const maxBody = 1 << 20
 const listLimit = 100
 
 // controlRoutes serves E2B's control plane (the REST API of
-// E2B_API_URL): sandboxes' lifecycle.
+// E2B_API_URL): sandboxes' lifecycle. Every call that changes something
+// takes a JSON body or none (jsonCall).
 func (s *Server) controlRoutes(m *http.ServeMux) {
-	m.HandleFunc("POST /sandboxes", s.createSandbox(false))
-	m.HandleFunc("POST /v2/sandboxes", s.createSandbox(true))
+	m.HandleFunc("POST /sandboxes", jsonCall(s.createSandbox(false)))
+	m.HandleFunc("POST /v2/sandboxes", jsonCall(s.createSandbox(true)))
 	m.HandleFunc("GET /sandboxes", s.listSandboxes(false))
 	m.HandleFunc("GET /v2/sandboxes", s.listSandboxes(true))
 	m.HandleFunc("GET /sandboxes/{id}", s.withSandbox(s.getSandbox))
-	m.HandleFunc("DELETE /sandboxes/{id}", s.withSandbox(s.killSandbox))
-	m.HandleFunc("POST /sandboxes/{id}/timeout", s.withSandbox(s.setTimeout))
-	m.HandleFunc("POST /sandboxes/{id}/refreshes", s.withSandbox(s.refresh))
-	m.HandleFunc("POST /sandboxes/{id}/connect", s.withSandbox(s.connectSandbox))
-	m.HandleFunc("POST /v2/sandboxes/{id}/connect", s.withSandbox(s.connectSandbox))
-	m.HandleFunc("POST /sandboxes/{id}/pause", s.withSandbox(s.pauseSandbox))
-	m.HandleFunc("POST /sandboxes/{id}/resume", s.withSandbox(s.resumeSandbox))
+	m.HandleFunc("DELETE /sandboxes/{id}", jsonCall(s.withSandbox(s.killSandbox)))
+	m.HandleFunc("POST /sandboxes/{id}/timeout", jsonCall(s.withSandbox(s.setTimeout)))
+	m.HandleFunc("POST /sandboxes/{id}/refreshes", jsonCall(s.withSandbox(s.refresh)))
+	m.HandleFunc("POST /sandboxes/{id}/connect", jsonCall(s.withSandbox(s.connectSandbox)))
+	m.HandleFunc("POST /v2/sandboxes/{id}/connect", jsonCall(s.withSandbox(s.connectSandbox)))
+	m.HandleFunc("POST /sandboxes/{id}/pause", jsonCall(s.withSandbox(s.pauseSandbox)))
+	m.HandleFunc("POST /sandboxes/{id}/resume", jsonCall(s.withSandbox(s.resumeSandbox)))
 	m.HandleFunc("GET /sandboxes/{id}/metrics", s.withSandbox(s.sandboxMetrics))
 	m.HandleFunc("GET /sandboxes/metrics", s.manyMetrics)
-	m.HandleFunc("POST /sandboxes/{id}/fork", s.withSandbox(s.forkSandbox))
+	m.HandleFunc("POST /sandboxes/{id}/fork", jsonCall(s.withSandbox(s.forkSandbox)))
 
 	for pattern, feature := range map[string]string{
 		"GET /sandboxes/{id}/logs":       "sandbox logs (E2B's envd system log; Quro's audit log has the calls: quro audit)",

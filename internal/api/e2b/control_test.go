@@ -240,6 +240,7 @@ func TestControlCreateRefusals(t *testing.T) {
 	a.want(t, 400, "templateID")
 	req, _ := http.NewRequest("POST", e.URL+"/e2b/v2/sandboxes", strings.NewReader("{not json"))
 	req.Header.Set("X-API-KEY", e.Key)
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -35,15 +35,16 @@ const maxExecuteBody = 16 << 20
 const maxPendingOutput = 32 << 20
 
 // interpRoutes serves the code interpreter: /execute, /contexts, /health.
+// Every call that changes something takes a JSON body or none (jsonCall).
 func (s *Server) interpRoutes(m *http.ServeMux) {
 	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, "OK")
 	})
-	m.HandleFunc("POST /execute", s.execute)
-	m.HandleFunc("POST /contexts", s.createContext)
+	m.HandleFunc("POST /execute", jsonCall(s.execute))
+	m.HandleFunc("POST /contexts", jsonCall(s.createContext))
 	m.HandleFunc("GET /contexts", s.listContexts)
-	m.HandleFunc("DELETE /contexts/{id}", s.removeContext)
-	m.HandleFunc("POST /contexts/{id}/restart", s.restartContext)
+	m.HandleFunc("DELETE /contexts/{id}", jsonCall(s.removeContext))
+	m.HandleFunc("POST /contexts/{id}/restart", jsonCall(s.restartContext))
 }
 
 // writeText answers an error as E2B's interpreter does: plain text (the

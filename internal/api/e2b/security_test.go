@@ -17,7 +17,11 @@ import (
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
+
 	"github.com/quro-dev/quro/internal/api/e2b"
+	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem"
+	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem/filesystemconnect"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -148,5 +152,234 @@ func TestConnectMessagesAreBounded(t *testing.T) {
 				t.Fatalf("%d %s", resp.StatusCode, b)
 			}
 		})
+	}
+}
+
+// send makes one request with c (nil: the default client) and returns its
+// status and body; hdr are header name, value pairs (an empty value is
+// not sent).
+func send(t *testing.T, c *http.Client, method, url, ctype, body string, hdr ...string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i+1] != "" {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+	}
+	if c == nil {
+		c = http.DefaultClient
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+const evil = "https://evil.example"
+
+// Attack: a page of another site drives the E2B API through its
+// visitor's browser, which sends what a page may send without asking
+// first (no CORS preflight): a text/plain or form POST creating a sandbox
+// with network full and a day's lifetime, with API keys and without them
+// (quro serve --no-auth). A foreign Origin is refused on every plane
+// (control plane, envd's HTTP and Connect routes, the code interpreter),
+// and a body not labelled JSON never reaches a state-changing call;
+// nothing is created. The SDKs (no Origin) and the server's own origin
+// are served.
+func TestE2BCrossSiteOrigin(t *testing.T) {
+	const attack = `{"templateID":"base","timeout":86400,"allow_internet_access":true}`
+	for _, keys := range []bool{true, false} {
+		name := "api keys"
+		if !keys {
+			name = "no auth"
+		}
+		t.Run(name, func(t *testing.T) {
+			var noKeys func(*e2b.Options)
+			if !keys {
+				noKeys = func(o *e2b.Options) { o.APIKey = nil }
+			}
+			e := newEnvWith(t, nil, noKeys)
+			ctx := context.Background()
+			count := func() int {
+				t.Helper()
+				n, err := e.App.Sessions.CountAll(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			before := count()
+			key := []string{"X-API-KEY", e.Key}
+			for _, tc := range []struct {
+				name, method, path, ctype, body string
+				hdr                             []string
+				status                          int
+				want                            string
+			}{
+				{"cross-site text/plain create", "POST", "/e2b/sandboxes", "text/plain", attack, []string{"Origin", evil}, 403, "origin https://evil.example"},
+				{"cross-site text/plain create v2", "POST", "/e2b/v2/sandboxes", "text/plain;charset=UTF-8", attack, append([]string{"Origin", evil}, key...), 403, "origin"},
+				{"cross-site JSON create", "POST", "/e2b/v2/sandboxes", "application/json", attack, append([]string{"Origin", evil}, key...), 403, "origin"},
+				{"Origin null", "POST", "/e2b/v2/sandboxes", "application/json", attack, append([]string{"Origin", "null"}, key...), 403, "origin"},
+				{"text/plain create", "POST", "/e2b/v2/sandboxes", "text/plain", attack, key, 415, "application/json"},
+				{"form create", "POST", "/e2b/sandboxes", "application/x-www-form-urlencoded", attack, key, 415, "application/json"},
+				{"multipart create", "POST", "/e2b/sandboxes", "multipart/form-data; boundary=x", "--x\r\n\r\n" + attack + "\r\n--x--\r\n", key, 415, "application/json"},
+				{"unlabelled create", "POST", "/e2b/sandboxes", "", attack, key, 415, "Content-Type: application/json"},
+				{"cross-site list", "GET", "/e2b/v2/sandboxes", "", "", append([]string{"Origin", evil}, key...), 403, "origin"},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					status, body := send(t, nil, tc.method, e.URL+tc.path, tc.ctype, tc.body, tc.hdr...)
+					if status != tc.status || !strings.Contains(body, tc.want) || !strings.HasPrefix(body, `{"code":`) {
+						t.Fatalf("%d %s; want %d containing %q in E2B's {code,message}", status, body, tc.status, tc.want)
+					}
+				})
+			}
+			if n := count(); n != before {
+				t.Fatalf("the refused calls made %d sandboxes", n-before)
+			}
+
+			// The SDKs' own requests: no Origin, JSON (with a charset too);
+			// and the server's own origin.
+			for _, tc := range []struct{ ctype, origin string }{
+				{"application/json", ""}, {"application/json; charset=utf-8", ""}, {"application/json", e.URL},
+			} {
+				status, body := send(t, nil, "POST", e.URL+"/e2b/v2/sandboxes", tc.ctype, `{"templateID":"base"}`, append([]string{"Origin", tc.origin}, key...)...)
+				if status != http.StatusCreated {
+					t.Fatalf("create as %s from %q: %d %s", tc.ctype, tc.origin, status, body)
+				}
+			}
+			if n := count(); n != before+3 {
+				t.Fatalf("%d sandboxes made, want 3", n-before)
+			}
+			id := e.newSession(t)
+
+			// A state-changing call without a body needs no label, but a
+			// label must be JSON's.
+			status, body := send(t, nil, "POST", e.URL+"/e2b/sandboxes/"+id+"/timeout", "text/plain", `{"timeout":86400}`, key...)
+			if status != http.StatusUnsupportedMediaType {
+				t.Fatalf("text/plain setTimeout: %d %s", status, body)
+			}
+
+			// envd and the code interpreter: a foreign Origin is refused
+			// even with the access token, and what it asked is not done.
+			envd := e.sandboxClient(id, e2b.EnvdPort)
+			interp := e.sandboxClient(id, e2b.InterpPort)
+			ws := workspaceOf(t, e, id)
+			const file = "/home/user/planted.txt"
+			signed := url.Values{"path": {file}, "username": {"user"}, "signature": {sign(file, "write", "user", e.Server.AccessToken(id))}}
+			var mp bytes.Buffer
+			mw := multipart.NewWriter(&mp)
+			pw, _ := mw.CreateFormFile("file", "planted.txt")
+			pw.Write([]byte("pwned\n"))
+			mw.Close()
+			for _, tc := range []struct {
+				name         string
+				c            *http.Client
+				method, path string
+				ctype, body  string
+				hdr          []string
+			}{
+				{"envd health", nil, "GET", "/health", "", "", []string{e2b.HeaderSandboxID, id, e2b.HeaderSandboxPort, "49983"}},
+				{"envd upload", envd, "POST", "/files?path=" + file, "application/octet-stream", "pwned\n", nil},
+				{"envd signed multipart upload", nil, "POST", "/files?" + signed.Encode(), mw.FormDataContentType(), mp.String(), []string{e2b.HeaderSandboxID, id, e2b.HeaderSandboxPort, "49983"}},
+				{"envd download", envd, "GET", "/files?path=/home/user", "", "", nil},
+				{"connect unary", envd, "POST", "/filesystem.Filesystem/MakeDir", "application/json", `{"path":"/home/user/planted"}`, nil},
+				{"connect stream", envd, "POST", "/process.Process/Start", "application/connect+json", "\x00\x00\x00\x00\x02{}", nil},
+				{"interp execute", interp, "POST", "/execute", "application/json", `{"code":"open('planted.txt','w')"}`, nil},
+			} {
+				t.Run("foreign origin: "+tc.name, func(t *testing.T) {
+					status, body := send(t, tc.c, tc.method, e.URL+tc.path, tc.ctype, tc.body, append([]string{"Origin", evil}, tc.hdr...)...)
+					if status != http.StatusForbidden || !strings.Contains(body, "origin") {
+						t.Fatalf("%d %s; want 403", status, body)
+					}
+				})
+			}
+			for _, f := range []string{"planted.txt", "planted"} {
+				if _, err := os.Stat(filepath.Join(ws, f)); err == nil {
+					t.Errorf("a foreign page made %s", f)
+				}
+			}
+			// The interpreter's calls take JSON too.
+			status, body = send(t, interp, "POST", e.URL+"/execute", "text/plain", `{"code":"open('planted.txt','w')"}`)
+			if status != http.StatusUnsupportedMediaType {
+				t.Fatalf("text/plain /execute: %d %s", status, body)
+			}
+
+			// Without an Origin (the SDKs), or with the server's own, the
+			// same calls are served: Connect with its JSON and binary
+			// codecs, an upload.
+			fs := e.fsClient(id)
+			mk := rpc(&filesystem.MakeDirRequest{Path: "/home/user/made"})
+			mk.Header().Set("Origin", e.URL)
+			if _, err := fs.MakeDir(ctx, mk); err != nil {
+				t.Fatalf("MakeDir from the server's own origin: %v", err)
+			}
+			bin := filesystemconnect.NewFilesystemClient(envd, e.URL)
+			if _, err := bin.ListDir(ctx, rpc(&filesystem.ListDirRequest{Path: "/home/user", Depth: 1})); err != nil {
+				t.Fatalf("ListDir (application/proto): %v", err)
+			}
+			bad := rpc(&filesystem.ListDirRequest{Path: "/home/user", Depth: 1})
+			bad.Header().Set("Origin", evil)
+			if _, err := bin.ListDir(ctx, bad); connect.CodeOf(err) != connect.CodePermissionDenied {
+				t.Fatalf("ListDir (application/proto) from a foreign origin: %v", err)
+			}
+			status, body = send(t, envd, "POST", e.URL+"/files?path=/home/user/up.txt", "application/octet-stream", "hi\n")
+			if status != http.StatusOK {
+				t.Fatalf("upload: %d %s", status, body)
+			}
+			if _, err := os.Stat(filepath.Join(ws, "made")); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// With a domain (quro serve --e2b-domain), api.DOMAIN and PORT-ID.DOMAIN
+// are names of the server; a page on one of them is still another
+// origin to the rest: a sandbox's host cannot drive the control plane.
+func TestE2BDomainOrigin(t *testing.T) {
+	e := newEnvWith(t, nil, func(o *e2b.Options) { o.Domain = "quro.test" })
+	id := e.newSession(t)
+	call := func(path, host, origin string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest("GET", e.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		req.Header.Set("X-API-KEY", e.Key)
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, tc := range []struct {
+		path, host, origin string
+		status             int
+		want               string
+	}{
+		{"/v2/sandboxes", "api.quro.test", "", 200, id},
+		{"/v2/sandboxes", "api.quro.test", "http://api.quro.test", 200, id},
+		{"/v2/sandboxes", "api.quro.test", "https://49983-" + id + ".quro.test", 403, "origin"},
+		{"/v2/sandboxes", "api.quro.test", evil, 403, "origin"},
+		{"/e2b/v2/sandboxes", "api.evil.example", "", 403, "Host"},
+	} {
+		if status, body := call(tc.path, tc.host, tc.origin); status != tc.status || !strings.Contains(body, tc.want) {
+			t.Errorf("%s, Host %s, Origin %q: %d %s; want %d containing %q", tc.path, tc.host, tc.origin, status, body, tc.status, tc.want)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"reflect"
@@ -18,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quro-dev/quro/internal/api/rest"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 )
@@ -76,6 +78,13 @@ type Options struct {
 	Secret []byte
 	// Version is the Quro version that unsupported features name.
 	Version string
+	// Check refuses a request before anything else is done with it (403),
+	// or returns nil: quro serve passes the rest.Access.Check of every
+	// other route (a foreign browser Origin, a Host name the server does
+	// not answer to), with Hosts(Domain) allowed, so one place decides.
+	// nil: that check with nothing else allowed: the server's own origin,
+	// loopback names and Hosts(Domain).
+	Check func(*http.Request) *capability.Error
 }
 
 // ErrNoSandbox is what Options.Sandbox wraps when no live session has the
@@ -120,6 +129,9 @@ func New(ctrl *controller.Controller, opts *Options) (*Server, error) {
 	if len(o.Secret) < 32 {
 		return nil, errors.New("e2b: Options.Secret must be at least 32 bytes")
 	}
+	if o.Check == nil {
+		o.Check = rest.Access{Hosts: Hosts(o.Domain)}.Check
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -140,6 +152,17 @@ func New(ctrl *controller.Controller, opts *Options) (*Server, error) {
 		s.unsupported(w, r.Method+" "+r.URL.Path+" of the code interpreter")
 	})
 	return s, nil
+}
+
+// Hosts are the Host names (rest.Access.Hosts) that domain routes to
+// E2B's planes, as E2B's own hosts: api.DOMAIN and PORT-ID.DOMAIN. None
+// without a domain.
+func Hosts(domain string) []string {
+	domain = strings.Trim(strings.ToLower(domain), ".")
+	if domain == "" {
+		return nil
+	}
+	return []string{"api." + domain, "*." + domain}
 }
 
 // plane is where a request goes.
@@ -238,8 +261,14 @@ func (s *Server) Authenticated(r *http.Request) bool {
 	return false
 }
 
-// ServeHTTP serves a request Match accepted.
+// ServeHTTP serves a request Match accepted. Options.Check comes first,
+// on every plane, with or without API keys: E2B's SDKs send no Origin; a
+// browser sends its page's with every cross-origin POST.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if e := s.opts.Check(r); e != nil {
+		writeJSONError(w, http.StatusForbidden, e.Message)
+		return
+	}
 	t := s.route(r)
 	switch t.plane {
 	case planeAPI:
@@ -450,6 +479,51 @@ func (s *Server) version() string {
 		return "(unknown version)"
 	}
 	return s.opts.Version
+}
+
+// jsonCall refuses, before h, a state-changing call whose body is not
+// labelled JSON (415): the SDKs send application/json with a body and no
+// Content-Type without one. A body labelled text/plain, a form or
+// nothing is what a page of another site may send without the browser
+// asking first (a CORS preflight), so it never reaches h, whatever the
+// Origin check made of the request.
+func jsonCall(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if msg := notJSONBody(r); msg != "" {
+			drain(r)
+			writeJSONError(w, http.StatusUnsupportedMediaType, msg)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// notJSONBody says why r's body is not labelled JSON, or "" when it is
+// (application/json, with parameters such as charset) or there is none.
+func notJSONBody(r *http.Request) string {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		if r.ContentLength == 0 || r.ContentLength < 0 && emptyBody(r) {
+			return ""
+		}
+		return "a request body needs Content-Type: application/json"
+	}
+	if mt, _, err := mime.ParseMediaType(ct); err == nil && mt == "application/json" {
+		return ""
+	}
+	return "Content-Type " + strconv.Quote(ct) + ": send the body as application/json"
+}
+
+// emptyBody reads a body of unknown length to its first byte: it is
+// empty when there is none. A body that is not is refused, never read
+// further.
+func emptyBody(r *http.Request) bool {
+	if r.Body == nil || r.Body == http.NoBody {
+		return true
+	}
+	var b [1]byte
+	n, _ := io.ReadFull(r.Body, b[:])
+	return n == 0
 }
 
 // drain reads what is left of a request body, bounded, so that the

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestServeE2BOrigin: quro serve's E2B routes get the Origin and Host
+// check of /v1, with and without --no-auth. The cross-site attack — a
+// page's text/plain POST (no CORS preflight) creating a sandbox with
+// network full and a day's lifetime — is refused and makes nothing; a
+// foreign Origin on a sandbox's envd (HTTP and Connect) is refused; the
+// SDKs' requests (no Origin) and an --allow-origin origin are served.
+func TestServeE2BOrigin(t *testing.T) {
+	const (
+		evil    = "https://evil.example"
+		allowed = "https://ui.example"
+		attack  = `{"templateID":"base","timeout":86400,"allow_internet_access":true}`
+		js      = "application/json"
+	)
+	for _, noAuth := range []bool{false, true} {
+		name := "tokens"
+		if noAuth {
+			name = "no-auth"
+		}
+		t.Run(name, func(t *testing.T) {
+			flags := []string{"--allow-origin", allowed}
+			if noAuth {
+				flags = append(flags, "--no-auth")
+			}
+			srv := startServer(t, flags...)
+			var key []string
+			if srv.token != "" {
+				key = []string{"X-API-KEY", srv.token}
+			}
+			api := srv.url + "/e2b"
+			with := func(hdr ...string) []string { return append(hdr, key...) }
+			sandboxes := func() int {
+				t.Helper()
+				r := do(t, "GET", api+"/v2/sandboxes", "", "", key...)
+				var list []struct{ SandboxID string }
+				if r.status != 200 || json.Unmarshal([]byte(r.body), &list) != nil {
+					t.Fatalf("list: %d %s", r.status, r.body)
+				}
+				return len(list)
+			}
+			before := sandboxes()
+			for _, tc := range []struct {
+				name, path, ctype string
+				hdr               []string
+				status            int
+				want              string
+			}{
+				{"cross-site text/plain create", "/sandboxes", "text/plain", []string{"Origin", evil}, 403, "origin"},
+				{"cross-site text/plain create with a key", "/v2/sandboxes", "text/plain;charset=UTF-8", with("Origin", evil), 403, "origin"},
+				{"cross-site form create", "/v2/sandboxes", "application/x-www-form-urlencoded", with("Origin", evil), 403, "origin"},
+				{"text/plain create without an Origin", "/v2/sandboxes", "text/plain", with(), 415, "application/json"},
+			} {
+				r := do(t, "POST", api+tc.path, tc.ctype, attack, tc.hdr...)
+				if r.status != tc.status || !strings.Contains(r.body, tc.want) {
+					t.Errorf("%s: %d %s; want %d containing %q", tc.name, r.status, trim(r.body), tc.status, tc.want)
+				}
+			}
+			if n := sandboxes(); n != before {
+				t.Fatalf("the refused creates made %d sandboxes", n-before)
+			}
+			// The SDK's create: JSON, no Origin.
+			r := do(t, "POST", api+"/v2/sandboxes", js, `{"templateID":"base"}`, key...)
+			var sb struct{ SandboxID, EnvdAccessToken string }
+			if r.status != 201 || json.Unmarshal([]byte(r.body), &sb) != nil || sb.EnvdAccessToken == "" {
+				t.Fatalf("create: %d %s", r.status, r.body)
+			}
+			if r := do(t, "GET", api+"/v2/sandboxes", "", "", with("Origin", allowed)...); r.status != 200 {
+				t.Fatalf("list from an allowed origin: %d %s", r.status, r.body)
+			}
+			envd := []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49983",
+				"X-Access-Token", sb.EnvdAccessToken, "Authorization", "Basic dXNlcjo="} // user:
+			foreign := append([]string{"Origin", evil}, envd...)
+			for _, tc := range []struct {
+				name, method, path, ctype, body string
+				hdr                             []string
+				status                          int
+			}{
+				{"envd files from a foreign origin", "GET", "/files?path=/home/user", "", "", foreign, 403},
+				{"envd upload from a foreign origin", "POST", "/files?path=/home/user/x.txt", "application/octet-stream", "x", foreign, 403},
+				{"Connect from a foreign origin", "POST", "/filesystem.Filesystem/MakeDir", js, `{"path":"/home/user/d"}`, foreign, 403},
+				{"Connect (the SDK)", "POST", "/filesystem.Filesystem/ListDir", js, `{"path":"/home/user"}`, envd, 200},
+				{"Connect from an allowed origin", "POST", "/filesystem.Filesystem/ListDir", js, `{"path":"/home/user"}`, append([]string{"Origin", allowed}, envd...), 200},
+			} {
+				r := do(t, tc.method, srv.url+tc.path, tc.ctype, tc.body, tc.hdr...)
+				if r.status != tc.status || tc.status == 403 && !strings.Contains(r.body, "origin") {
+					t.Errorf("%s: %d %s; want %d", tc.name, r.status, trim(r.body), tc.status)
+				}
+			}
+			if r := do(t, "GET", srv.url+"/files?path=/home/user/x.txt", "", "", envd...); r.status != 404 {
+				t.Errorf("the foreign upload wrote: %d %s", r.status, trim(r.body))
+			}
+		})
+	}
+}
