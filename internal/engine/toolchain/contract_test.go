@@ -73,15 +73,18 @@ var contractCaps = map[string]enginetest.Caps{
 		GetVar:     "fn main() {\n    println!(\"{}\", std::env::var(\"X\").unwrap_or_else(|_| \"unset\".to_string()));\n}\n",
 	},
 	"java": {
-		Print:      "public class Main {\n    public static void main(String[] args) {\n        System.out.println(\"contract-out\");\n        System.err.println(\"contract-err\");\n    }\n}\n",
-		Exit:       "public class Main {\n    public static void main(String[] args) {\n        System.out.println(\"bye\");\n        System.exit(3);\n    }\n}\n",
-		ExitCode:   3,
-		Loop:       "public class Main {\n    public static void main(String[] args) {\n        System.out.println(\"before-loop\");\n        System.out.flush();\n        while (true) {\n        }\n    }\n}\n",
-		Huge:       "public class Main {\n    public static void main(String[] args) {\n        StringBuilder b = new StringBuilder();\n        for (int i = 0; i < 100000; i++) {\n            b.append(i).append('\\n');\n        }\n        System.out.print(b);\n        System.out.flush();\n    }\n}\n",
-		BadUTF8:    "public class Main {\n    public static void main(String[] args) {\n        System.out.write(new byte[] {'a', (byte) 0xff, (byte) 0xfe, 'b', '\\n'}, 0, 5);\n        System.out.flush();\n    }\n}\n",
-		BadUTF8Raw: []byte("a\xff\xfeb\n"),
-		SetVar:     "public class Main {\n    public static void main(String[] args) {\n        System.setProperty(\"x\", \"42\");\n    }\n}\n",
-		GetVar:     "public class Main {\n    public static void main(String[] args) {\n        System.out.println(System.getProperty(\"x\", \"unset\"));\n    }\n}\n",
+		Print:    "public class Main {\n    public static void main(String[] args) {\n        System.out.println(\"contract-out\");\n        System.err.println(\"contract-err\");\n    }\n}\n",
+		Exit:     "public class Main {\n    public static void main(String[] args) {\n        System.out.println(\"bye\");\n        System.exit(3);\n    }\n}\n",
+		ExitCode: 3,
+		Loop:     "public class Main {\n    public static void main(String[] args) {\n        System.out.println(\"before-loop\");\n        System.out.flush();\n        while (true) {\n        }\n    }\n}\n",
+		// Each run is a JVM of its own, whose start alone can take the
+		// default 3 s on a loaded machine.
+		LoopTimeout: 15 * time.Second,
+		Huge:        "public class Main {\n    public static void main(String[] args) {\n        StringBuilder b = new StringBuilder();\n        for (int i = 0; i < 100000; i++) {\n            b.append(i).append('\\n');\n        }\n        System.out.print(b);\n        System.out.flush();\n    }\n}\n",
+		BadUTF8:     "public class Main {\n    public static void main(String[] args) {\n        System.out.write(new byte[] {'a', (byte) 0xff, (byte) 0xfe, 'b', '\\n'}, 0, 5);\n        System.out.flush();\n    }\n}\n",
+		BadUTF8Raw:  []byte("a\xff\xfeb\n"),
+		SetVar:      "public class Main {\n    public static void main(String[] args) {\n        System.setProperty(\"x\", \"42\");\n    }\n}\n",
+		GetVar:      "public class Main {\n    public static void main(String[] args) {\n        System.out.println(System.getProperty(\"x\", \"unset\"));\n    }\n}\n",
 	},
 	"ruby": {
 		Print:      "puts \"contract-out\"\n$stderr.puts \"contract-err\"\n",
@@ -148,6 +151,9 @@ func TestContract(t *testing.T) {
 	for i := range toolchain.Tools {
 		tool := &toolchain.Tools[i]
 		t.Run(tool.Lang, func(t *testing.T) {
+			// The toolchains' suites are independent and mostly wait
+			// on compilers and boxes: side by side (go test -parallel).
+			t.Parallel()
 			e := toolchain.New(sb, nil, tool)
 			// The engine's Probe is always nil (whether it runs depends
 			// on the session's userland); these sessions are on the

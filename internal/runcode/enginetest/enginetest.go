@@ -52,6 +52,10 @@ type Caps struct {
 	ExitCode int
 	// Loop writes "before-loop\n" to stdout (flushed), then never ends.
 	Loop string
+	// LoopTimeout is the time budget of the run of Loop (default 3 s): an
+	// engine that starts a process per run (a JVM) spends part of it
+	// starting, which takes seconds on a loaded machine.
+	LoopTimeout time.Duration
 	// Huge writes the numbers 0 to HugeCount-1 to stdout, one per line.
 	Huge string
 	// BadUTF8 writes output with bytes that are not valid UTF-8 between
@@ -195,10 +199,14 @@ func (s *suite) exitCode(t *testing.T) {
 func (s *suite) timeout(t *testing.T) {
 	sess := s.target.NewSession(t)
 	// A first run starts whatever the engine starts per session (a worker),
-	// so that the 3 s budget below is spent on the loop, not on a cold
-	// start: the loop must have printed before the budget ends.
+	// so that the budget below is spent on the loop, not on a cold start:
+	// the loop must have printed before the budget ends.
 	s.warm(t, sess)
-	r := s.run(t, context.Background(), sess, s.caps.Loop, 3*time.Second)
+	budget := s.caps.LoopTimeout
+	if budget == 0 {
+		budget = 3 * time.Second
+	}
+	r := s.run(t, context.Background(), sess, s.caps.Loop, budget)
 	if !r.TimedOut || !r.Interrupted || !strings.Contains(r.Error, "timed out") {
 		t.Errorf("loop past its timeout: want timed_out, interrupted and an error saying \"timed out\"; %s", dump(r))
 	}
