@@ -143,14 +143,22 @@ TRIM := -trimpath
 # chain's tiers, code contexts, spare workers); the other app tests run
 # the same code in both builds and ran above.
 TEST_P ?= 4
+# Within a package, the tests that call t.Parallel run TEST_PARALLEL at a
+# time (go test's default is GOMAXPROCS, 2 here): internal/app's, cmd/quro's
+# and the engines' long tests wait on boxes, apt, pip and compilers, and
+# side by side they took internal/app from 673 s to 269 s beside
+# stress-ng --cpu 1. A test that counts what the whole process holds
+# (goroutines, fds, mounts, memory) stays serial: go test runs the
+# parallel ones only after every serial one has ended.
+TEST_PARALLEL ?= 4
 SLIM_APP_RUN := Python|Pip|RunCode|Plot|Context|Tier|Slim|Language|Rich|Worker|Prestart|Spare
 test: test-install test-deps $(TS_STAMP) $(E2B_STAMP) $(WEB_STAMP) web-check fmt-check tidy-check vet lint
-	$(GO) test $(TRIM) -p $(TEST_P) -count=1 -timeout $(TEST_TIMEOUT) $(addprefix ./,$(addsuffix /,$(SLOW_PKGS))) ./...
+	$(GO) test $(TRIM) -p $(TEST_P) -parallel $(TEST_PARALLEL) -count=1 -timeout $(TEST_TIMEOUT) $(addprefix ./,$(addsuffix /,$(SLOW_PKGS))) ./...
 	@log=$$(mktemp); trap 'rm -f $$log' EXIT; \
 	FUZZTIME=20000x bash test/fuzz/run.sh >$$log 2>&1 & fuzz=$$!; \
 	echo "fuzz targets: 20000 inputs each (test/fuzz/run.sh), beside the slim build's tests"; \
-	$(GO) test $(TRIM) -p 3 -count=1 -timeout $(TEST_TIMEOUT) -tags slim ./internal/engine/python/ ./internal/api/mcp/ && \
-	$(GO) test $(TRIM) -count=1 -timeout $(TEST_TIMEOUT) -tags slim -run '$(SLIM_APP_RUN)' ./internal/app/; slim=$$?; \
+	$(GO) test $(TRIM) -p 3 -parallel $(TEST_PARALLEL) -count=1 -timeout $(TEST_TIMEOUT) -tags slim ./internal/engine/python/ ./internal/api/mcp/ && \
+	$(GO) test $(TRIM) -parallel $(TEST_PARALLEL) -count=1 -timeout $(TEST_TIMEOUT) -tags slim -run '$(SLIM_APP_RUN)' ./internal/app/; slim=$$?; \
 	wait $$fuzz; fz=$$?; cat $$log; [ $$slim = 0 ] && [ $$fz = 0 ]
 
 # The soak tests: a property that is a count of repetitions rather than a

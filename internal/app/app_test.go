@@ -127,6 +127,7 @@ func TestRunCodeLanguages(t *testing.T) {
 }
 
 func TestRunCodeBadRequests(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	for _, tc := range []struct {
 		name string
@@ -186,6 +187,7 @@ func TestLargeButAllowedCodeRuns(t *testing.T) {
 }
 
 func TestTimeoutKeepsPartialOutput(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	for _, tc := range []struct{ lang, code string }{
 		{"python", "print('before', flush=True)\nwhile True: pass"},
@@ -207,6 +209,7 @@ func TestTimeoutKeepsPartialOutput(t *testing.T) {
 }
 
 func TestOutputFloodIsCutAndSavedWhole(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, &runcode.Options{SpillLimit: 64 << 20})
 	res := runCode(t, a, RunCodeInput{Code: "yes 0123456789 | head -c 50000000", Lang: "sh"})
 	if !res.Truncated || res.StdoutBytes != 50_000_000 || len(res.Stdout) > 13<<10 {

@@ -53,6 +53,7 @@ func status(t *testing.T, a *App, id string) *SessionInfo {
 // worker and one-shot runs of a session share one pid namespace — its
 // box's — and another session's differs.
 func TestEverySessionProcessIsInItsBox(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	needBoxes(t, a)
 	s := newSession(t, a, "one", "")
@@ -96,6 +97,7 @@ func TestEverySessionProcessIsInItsBox(t *testing.T) {
 // embedded Python worker, JS's fetch and shell runs alike: "full" reaches
 // a loopback server of the host, "none" reaches nothing.
 func TestSessionNetworkEverywhere(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	needBoxes(t, a)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -154,6 +156,7 @@ func findProc(t *testing.T, uid int, marker string) int {
 // behind (setsid, out of its group) stays in the session's box: its memory
 // counts against the session, and destroying the session kills it.
 func TestBackgroundProcessIsTheSessionsUntilDestroy(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	needBoxes(t, a)
 	s := newSession(t, a, "bg", "")
@@ -190,6 +193,7 @@ func TestBackgroundProcessIsTheSessionsUntilDestroy(t *testing.T) {
 // state and running processes, answers its status without waking, and
 // wakes on use.
 func TestPauseAndResume(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	needBoxes(t, a)
 	needEmbedded(t, a)
@@ -435,6 +439,7 @@ func TestPrestartedWorker(t *testing.T) {
 // the session runs, and a call that looked the session up before the
 // destroy is refused instead of running in it.
 func TestDestroyEndsTheCallsInFlight(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	needBoxes(t, a)
 	ctx := context.Background()
@@ -518,6 +523,7 @@ func TestDestroyEndsTheCallsInFlight(t *testing.T) {
 // with the session (the map of session ids to tenants grew with every
 // session a server ever had).
 func TestDestroyForgetsTheSessionsTenant(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	needBoxes(t, a)
 	count := func() int {

@@ -125,6 +125,7 @@ func TestCodeAndFileAPIShareFiles(t *testing.T) {
 }
 
 func TestFileAPIRefusals(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	// The session's code plants links out of the workspace, a big file,
 	// a file in the way of a directory.
@@ -207,6 +208,7 @@ func TestFileAPIRefusals(t *testing.T) {
 // exactly as its result says: the calls name that session (the project's
 // files exist only in its workspace), so they work copied as they are.
 func TestCreateProjectRuns(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	_, nodeErr := a.Sandbox.LookPath("node")
 	if _, err := call(t, a, "create_session", CreateSessionInput{Name: "projects"}); err != nil {

@@ -60,6 +60,7 @@ func entries(t *testing.T, s *session.Session) []string {
 }
 
 func TestToolchainCRunsAndCaches(t *testing.T) {
+	t.Parallel()
 	needHost(t, "gcc")
 	a := newApp(t, nil)
 	s := toolSession(t, a, session.CreateOptions{})
@@ -106,6 +107,7 @@ func TestToolchainCRunsAndCaches(t *testing.T) {
 }
 
 func TestToolchainCompileErrorMapsToCodeLine(t *testing.T) {
+	t.Parallel()
 	needHost(t, "gcc", "g++")
 	a := newApp(t, nil)
 	for _, tc := range []struct{ lang, code, want string }{
@@ -136,6 +138,7 @@ func TestToolchainCompileErrorMapsToCodeLine(t *testing.T) {
 // that never ends (it includes a FIFO nobody writes) hits the compile
 // timeout, not the run's.
 func TestToolchainCompileAndRunTimeouts(t *testing.T) {
+	t.Parallel()
 	needHost(t, "gcc")
 	a := newApp(t, nil)
 	s := toolSession(t, a, session.CreateOptions{})
@@ -217,6 +220,7 @@ func TestToolchainMissingFallsThroughToPage(t *testing.T) {
 // Interpreted languages run from the source file; each where the host has
 // it.
 func TestToolchainInterpreted(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	for _, tc := range []struct{ lang, prog, code string }{
 		{"perl", "perl", "my $l = <STDIN>; print \"perl got $l\"; print \"args @ARGV\\n\"; exit 3;\n"},
@@ -284,6 +288,7 @@ func TestToolchainGoAndJava(t *testing.T) {
 // their own and one of them is renamed into place: every run prints the
 // right output and the cache has one entry.
 func TestToolchainConcurrentBuilds(t *testing.T) {
+	t.Parallel()
 	needHost(t, "gcc")
 	a := newApp(t, nil)
 	s := toolSession(t, a, session.CreateOptions{})
@@ -322,6 +327,7 @@ func TestToolchainConcurrentBuilds(t *testing.T) {
 // is there (a FIFO marker would block it), another session with the same
 // source builds its own, and nothing is written outside the box.
 func TestToolchainHostileCache(t *testing.T) {
+	t.Parallel()
 	needHost(t, "gcc")
 	a := newApp(t, nil)
 	evil := toolSession(t, a, session.CreateOptions{})

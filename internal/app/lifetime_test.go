@@ -250,6 +250,7 @@ func TestSessionLifetimeNotSetFromInside(t *testing.T) {
 // A lifetime that ends with pause freezes the session's box (its
 // processes and memory kept) and leaves the session, with no lifetime.
 func TestSessionLifetimePauses(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	a.startLifetimes() // as Supervise does
 	needBoxes(t, a)
@@ -284,6 +285,7 @@ func TestSessionLifetimePauses(t *testing.T) {
 // follows a process in it (E2B pauses regardless of open streams); the
 // stream stays open and goes on when the session is used again.
 func TestSessionLifetimePausesWithAStreamOpen(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	a.startLifetimes() // as Supervise does
 	needBoxes(t, a)
@@ -354,6 +356,7 @@ func TestSessionLifetimeEndedAtStart(t *testing.T) {
 // A spare is still claimed when the new session has metadata, env and a
 // lifetime, and gets them.
 func TestSpareClaimedWithLifetime(t *testing.T) {
+	t.Parallel()
 	a, _ := newSpareApp(t, 1)
 	spares := waitSpares(t, a, localNone, 1)
 	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "quick", TimeoutS: 600, OnTimeout: session.ExpiryPause,

@@ -39,6 +39,7 @@ func expect(t *testing.T, f metricstest.Families, ws ...want) {
 }
 
 func TestMetricsCountCallsAndRuns(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	for _, in := range []RunCodeInput{
 		{Lang: "sh", Code: "echo ok"},
@@ -87,6 +88,7 @@ func TestMetricsCountCallsAndRuns(t *testing.T) {
 }
 
 func TestMetricsGaugesFollowSessions(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	f := metricstest.Scrape(t, a.Metrics.Handler())
 	before, ok := f.Value("quro_sessions")

@@ -18,6 +18,7 @@ import (
 // one whose call is canceled while it runs are audited and counted as
 // timeout and canceled, not ok.
 func TestStoppedRunsAreAuditedAsSuch(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	reply, err := cliCall(t, a, "run_code", RunCodeInput{Lang: "sh", Code: "echo before; sleep 30", TimeoutMS: 2000}) // the budget covers the box's start too
 	if err != nil || !reply.Output.(*runcode.Result).TimedOut {

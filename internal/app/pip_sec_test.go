@@ -23,6 +23,7 @@ import (
 // 512 MiB). Both of pip's passes keep a bounded capture: the call returns,
 // its output says it was cut, and the server did not allocate the stream.
 func TestPipInstallOutputBoundedAgainstPth(t *testing.T) {
+	t.Parallel()
 	ix := newTestIndex(t, pureWheel(t, "quropth", "1.0", "v"))
 	a := pipApp(t, ix)
 	s := sessionAs(t, a, pipAlice, "pth", "", nil)
@@ -59,6 +60,7 @@ print(d)`})
 // authenticates; pip's output shown to the caller does not carry the
 // password either.
 func TestPipIndexCredentialsStayWithTheServer(t *testing.T) {
+	t.Parallel()
 	const secret = "s3cret-Idx-Pw"
 	ix := newTestIndex(t, pureWheel(t, "quroauth", "1.0", "v"))
 	var authed, refused atomic.Int64
@@ -127,6 +129,7 @@ func pipOfFetch(t *testing.T, dataDir string) int {
 // first fetch, her second call waits for it (here until its own time
 // budget ends) and opens no connection.
 func TestPipFetchInTenantCgroupOneAtATime(t *testing.T) {
+	t.Parallel()
 	ix := newTestIndex(t, pureWheel(t, "quroslow", "1.0", "a"), pureWheel(t, "quroother", "1.0", "b"))
 	arrived, release := make(chan string, 16), make(chan struct{})
 	var mu sync.Mutex

@@ -108,6 +108,7 @@ func installPip(t *testing.T, a *App, c controller.Caller, session string, pkgs 
 // python3, python, pip and pip3 are the embedded interpreter and pip
 // 25.1.1, whatever process asks (run_code bash here).
 func TestPipShellIsTheSessionsPython(t *testing.T) {
+	t.Parallel()
 	ix := newTestIndex(t)
 	a := pipApp(t, ix)
 	s := newSession(t, a, "shell", "")
@@ -267,6 +268,7 @@ for what, f in [("create", lambda: open(os.path.join(w, "evil-1.0-py3-none-any.w
 // index into the user site; what a line installed imports on the next
 // line of the same run and in the next run, without a restart.
 func TestPipMagicsWithNetwork(t *testing.T) {
+	t.Parallel()
 	ix := newTestIndex(t, pureWheel(t, "magic_a", "1.0", "a"), pureWheel(t, "magic_b", "1.0", "b"),
 		pureWheel(t, "magic_c", "1.0", "c"), pureWheel(t, "magic_d", "1.0", "d"))
 	a := pipApp(t, ix)
@@ -329,6 +331,7 @@ func TestPipHostileRequirements(t *testing.T) {
 // steers pip in its box (network full), never the server's fetch, which
 // uses the server's configured index only.
 func TestPipSessionIndexNotFetchedByServer(t *testing.T) {
+	t.Parallel()
 	ix := newTestIndex(t, pureWheel(t, "quroidx", "1.0", "good"))
 	evil := newTestIndex(t, pureWheel(t, "quroidx", "1.0", "evil"), pureWheel(t, "evilonly", "1.0", "evil"))
 	a := pipApp(t, ix)
@@ -362,6 +365,7 @@ func TestPipSessionIndexNotFetchedByServer(t *testing.T) {
 // go to ~/.local/lib/python3.11 (PEP 668 does not stop it: the user
 // scheme), and the rootfs's python3 imports them, C extension included.
 func TestPipOnRootfs(t *testing.T) {
+	t.Parallel()
 	m := testRootfs(t)
 	pure := pureWheel(t, "quropure", "1.0", "rootfs")
 	cext := cextWheel(t, "qurocext")

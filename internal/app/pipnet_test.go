@@ -14,6 +14,7 @@ import (
 // shares, is refused to exec in the controller's words, before anything
 // about the session is looked at.
 func TestPipInstallNeedsOnlyExec(t *testing.T) {
+	t.Parallel()
 	ix := newTestIndex(t, pureWheel(t, "quroexec", "1.0", "exec"))
 	a := pipApp(t, ix)
 	execer := controller.Caller{Path: "test", Tenant: "alice", Scope: capability.ScopeExec, TokenID: "te"}

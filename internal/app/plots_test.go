@@ -75,6 +75,7 @@ func kinds(arts []runcode.Artifact) string {
 // Pillow 9.4 on Python 3.11), in a session on the rootfs sci: figures,
 // DataFrames and PIL images come back as Jupyter shows them.
 func TestPlotsInSciRootfs(t *testing.T) {
+	t.Parallel()
 	a := sciSession(t)
 	run := func(code string, env map[string]string) *runcode.Result {
 		t.Helper()

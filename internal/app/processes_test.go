@@ -235,6 +235,7 @@ func TestProcessEnds(t *testing.T) {
 // TestProcessLimitAndDestroy: a session runs at most proc.DefaultMax
 // processes; destroying it ends every one.
 func TestProcessLimitAndDestroy(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	s := newSession(t, a, "lim", "")
 	// A sleep no other test runs, to find these on the host.
@@ -394,6 +395,7 @@ func mustCallAs(t *testing.T, a *App, c controller.Caller, name string, args any
 // TestSlowViewerIsDetached: a viewer that does not read never holds up
 // the process nor another viewer; it is told it fell behind.
 func TestSlowViewerIsDetached(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	s := newSession(t, a, "slow", "")
 	res := mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Stdin: true, Background: true,

@@ -12,6 +12,7 @@ import (
 // and a file put into the user site with files.write imports in the next
 // run.
 func TestRootfsSessionResidentPython(t *testing.T) {
+	t.Parallel()
 	a := appOnRootfs(t, testRootfs(t))
 	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "resident", Rootfs: "default"}).(*SessionInfo)
 	r := runCode(t, a, RunCodeInput{Session: s.ID, Code: "import sys\nx = 41\nprint(sys.executable, sys.version_info[:2])"})

@@ -275,6 +275,7 @@ func sessionCreateOpts(rootfsName string) session.CreateOptions {
 // in that rootfs, and with its own network policy; a session whose rootfs
 // is missing gets a clear error.
 func TestRootfsSessionTerminalsAndNetwork(t *testing.T) {
+	t.Parallel()
 	a := appOnRootfs(t, testRootfs(t))
 	for _, in := range []CreateSessionInput{{Name: "onrootfs", Rootfs: "default"}, {Name: "host"}, {Name: "net", Network: "full"}} {
 		if _, err := call(t, a, "create_session", in); err != nil {

@@ -14,6 +14,7 @@ import (
 // over 100 KiB in all are refused before anything runs, as invalid_argument
 // naming the field and the limit.
 func TestRunCodeInputLimits(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	many := make([]string, 1025)
 	for i := range many {

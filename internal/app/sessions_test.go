@@ -129,6 +129,7 @@ func TestEnvAppliesToShellAndRunCode(t *testing.T) {
 }
 
 func TestSessionsSurviveARestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a, err := New(context.Background(), dir, &Options{Python: testPython})
 	if err != nil {

@@ -142,6 +142,7 @@ func TestSpareIsClaimedAsTheNewSession(t *testing.T) {
 }
 
 func TestSpareIsNeverClaimedTwice(t *testing.T) {
+	t.Parallel()
 	a, _ := newSpareApp(t, 2)
 	spares := waitSpares(t, a, localNone, 2)
 	// Two create_session at once: two sessions, never one spare twice.
@@ -189,6 +190,7 @@ func TestSpareIsNeverClaimedTwice(t *testing.T) {
 }
 
 func TestSpareOfAnotherTemplateIsNotGiven(t *testing.T) {
+	t.Parallel()
 	a, _ := newSpareApp(t, 1)
 	sp := waitSpares(t, a, localNone, 1)[0]
 	bob := controller.Caller{Path: "test", Tenant: "bob", Scope: capability.ScopeExec, TokenID: "tb"}
@@ -238,6 +240,7 @@ func TestSpareOfAnotherTemplateIsNotGiven(t *testing.T) {
 }
 
 func TestSpareWithADeadWorkerIsNotGiven(t *testing.T) {
+	t.Parallel()
 	a, _ := newSpareApp(t, 1)
 	sp := waitSpares(t, a, localNone, 1)[0]
 	var worker int
@@ -263,6 +266,7 @@ func TestSpareWithADeadWorkerIsNotGiven(t *testing.T) {
 }
 
 func TestSparesAreGoneAfterClose(t *testing.T) {
+	t.Parallel()
 	a, dir := newSpareApp(t, 2)
 	spares := waitSpares(t, a, localNone, 2)
 	type proc struct{ pid, fd int }

@@ -20,6 +20,7 @@ import (
 // naming the ceiling, get_service_status shows the tenant its usage, the
 // metrics count it without naming it, and another tenant runs as before.
 func TestTenantCeilingAcrossSessionsThroughTheController(t *testing.T) {
+	t.Parallel()
 	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
 		Limits: Limits{Tenant: TenantLimits{Disk: 64 << 20}}})
 	if err != nil {

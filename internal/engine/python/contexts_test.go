@@ -30,6 +30,7 @@ func runCtx(t testing.TB, ctx context.Context, s *session.Session, c runcode.Con
 }
 
 func TestContextsAreIsolated(t *testing.T) {
+	t.Parallel()
 	s := newSession(t)
 	bg := context.Background()
 	run(t, testEng, s, "x = 'default'")

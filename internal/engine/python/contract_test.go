@@ -56,6 +56,7 @@ func contractSession(rootfsName string) func(t *testing.T) *session.Session {
 // test rootfs is installed, see internal/app's testRootfs), the host's python3 and
 // gpython (stateless, one process per run).
 func TestContract(t *testing.T) {
+	t.Parallel()
 	sb, err := sandbox.New(nil)
 	if err != nil {
 		t.Fatal(err)

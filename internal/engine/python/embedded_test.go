@@ -214,6 +214,7 @@ func TestTimeoutInterruptsAndKeepsState(t *testing.T) {
 // the run (a timeout of a millisecond) must interrupt that run, not be lost
 // and leave the code running until the worker is killed.
 func TestEarlyInterruptIsNotLost(t *testing.T) {
+	t.Parallel()
 	// A long grace: on a loaded machine compiling the code below may take
 	// more than the default 2 s, and only a lost interrupt may fail here.
 	e := NewEmbedded(testData, testSB, &EmbeddedOptions{InterruptGrace: 30 * time.Second, NoSpare: true})
@@ -475,6 +476,7 @@ func TestEnvironmentFollowsSession(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	s := newSession(t)
 	t.Run("nul bytes", func(t *testing.T) {
 		r := run(t, testEng, s, "print(1)\x00", 0)

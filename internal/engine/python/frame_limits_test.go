@@ -53,6 +53,7 @@ func TestFrameShapeIsBoundedBeforeDecoding(t *testing.T) {
 // worker's own caps to send 100 MiB of image. The server refuses each
 // frame, says so, gives the worker up, and the session's next run works.
 func TestForgedReplyFrameIsRefused(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, code, note string }{
 		{"empty objects", `import sys
 w = sys.modules['quro_worker']

@@ -15,6 +15,7 @@ import (
 )
 
 func TestGPython(t *testing.T) {
+	t.Parallel()
 	sb, err := sandbox.New(nil)
 	if err != nil {
 		t.Fatal(err)

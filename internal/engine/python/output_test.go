@@ -156,6 +156,7 @@ func TestOutputBeforeSleepIsDelivered(t *testing.T) {
 // the way they are written. fd 2 is made a copy of fd 1 for the run, so the
 // one pipe shows the order of the system calls.
 func TestStdoutStderrOrderKept(t *testing.T) {
+	t.Parallel()
 	code := `import os, sys, subprocess, ctypes
 libc = ctypes.CDLL(None)
 saved = os.dup(2)
@@ -264,6 +265,7 @@ func TestOutputBeforeInputIsDelivered(t *testing.T) {
 // The code tells the test it is running through a FIFO (neither open()
 // nor a write to another descriptor flushes stdout).
 func TestInterruptFlushesOutput(t *testing.T) {
+	t.Parallel()
 	s := eventsOnly(t)
 	ready := fifo(t, s, "ready")
 	ctx, cancel := context.WithTimeout(context.Background(), liveTimeout)
@@ -301,6 +303,7 @@ while True:
 // the way it ends passes through Python (os._exit, os.abort, os.kill of
 // itself, a crash in a ctypes call), and a forked child's output too.
 func TestOutputBeforeWorkerDies(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, code, out string }{
 		{"os._exit", "import os\nprint('a')\nos._exit(3)", "a\n"},
 		{"os.abort", "import os\nprint('b')\nos.abort()", "b\n"},

@@ -194,6 +194,7 @@ AllBad()`
 // too (32 MiB), so a reply never nears the frame limit that would end
 // the worker. The session goes on either way.
 func TestRichOutputSizeBounds(t *testing.T) {
+	t.Parallel()
 	code := `class Big:
     def __init__(self, n): self.n = n
     def _repr_svg_(self): return "<svg>" + "x" * self.n + "</svg>"

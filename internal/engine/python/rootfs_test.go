@@ -66,6 +66,7 @@ func TestRootfsEngineFallsThroughAndRefusesNUL(t *testing.T) {
 // workspace, with the code on stdin or as -c's argument; how a run ended
 // is runcode.ExitResult's (here a timeout, with the output so far kept).
 func TestRootfsRunInRealRootfs(t *testing.T) {
+	t.Parallel()
 	e := NewRootfs(testSB, sharedRootfs(t))
 	const probe = "import os, sys\nprint(sys.argv[0], sys.flags.isolated, open('/etc/debian_version').read().strip()[:2], os.path.exists('/usr/share/debootstrap'))"
 	for via, argv0 := range map[Via]string{ViaStdin: "-", ViaArg: "-c"} {

@@ -58,6 +58,7 @@ func runOn(t testing.TB, e runcode.Engine, s *session.Session, c *runcode.Contex
 // shown, and site ran as usual (Debian's dist-packages on sys.path), with
 // the environment's PYTHON* variables ignored by the worker.
 func TestRootfsWorkerKeepsState(t *testing.T) {
+	t.Parallel()
 	e := rootfsWorker(t, nil)
 	s := rootfsSession(t)
 	s.Env = map[string]string{"PYTHONPATH": "/nowhere", "QURO_PROBE": "seen"}
@@ -286,6 +287,7 @@ func TestRootfsWorkerPrestart(t *testing.T) {
 // processes left running are killed, C stdio and a shell's output keep
 // their order, top-level await, and the "!" shell lines of rich mode.
 func TestRootfsWorkerBehaviours(t *testing.T) {
+	t.Parallel()
 	e := rootfsWorker(t, nil)
 	s := rootfsSession(t)
 	try := func(code string) ran { t.Helper(); return runOn(t, e, s, nil, code, time.Minute) }
