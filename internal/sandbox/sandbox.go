@@ -307,9 +307,65 @@ type Exit struct {
 	// held the output open after the run ended; its later output was not read.
 	Abandoned bool
 	Duration  time.Duration
-	// OOMKilled is set when the run's memory limit killed one of its
-	// processes.
+	// OOMKilled is set when the kernel's OOM killer killed one of the
+	// run's processes: at the run's own memory limit, its tenant's
+	// ceiling, or above both. OOM says which were reached.
 	OOMKilled bool
+	OOM       OOM
+}
+
+// OOM is what a run's cgroups say of its OOM kill: which of the memory
+// limits above it were reached while it ran. When two sessions of a
+// tenant run at once both may have been; neither means the memory above
+// them ran out (the server's cgroup, or the machine).
+type OOM struct {
+	Own         bool   // the run's own limit was reached
+	OwnBytes    uint64 // that limit (0: unknown)
+	Tenant      bool   // the tenant's ceiling, all of its sessions together, was reached
+	TenantBytes uint64 // that ceiling (0: unknown)
+	Session     bool   // the run's own limit is its session box's
+
+	hasTenant bool // the run's cgroup is beneath a tenant's
+}
+
+// Reason says in words which limit the kernel enforced, for a run's
+// result: "the tenant's memory ceiling (256 MiB, …) was reached". It names
+// no path or cgroup.
+func (o OOM) Reason() string {
+	own := "the run's memory limit"
+	if o.Session {
+		own = "the session's memory limit"
+	}
+	if o.Own {
+		own += sizeIn(o.OwnBytes, "")
+	}
+	tenant := "the tenant's memory ceiling" + sizeIn(o.TenantBytes, "all of its sessions together")
+	switch {
+	case o.Own && o.Tenant:
+		return own + " and " + tenant + " were both reached"
+	case o.Tenant:
+		return tenant + " was reached"
+	case o.Own:
+		return own + " was reached"
+	case o.hasTenant:
+		return "out of memory above " + own + " and the tenant's memory ceiling (the server's or the machine's memory ran out)"
+	}
+	return "out of memory above " + own + " (the server's or the machine's memory ran out)"
+}
+
+// sizeIn is " (n, note)" with n in words, or " (note)", or "".
+func sizeIn(n uint64, note string) string {
+	var parts []string
+	if n > 0 {
+		parts = append(parts, humanBytes(n))
+	}
+	if note != "" {
+		parts = append(parts, note)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 // StartError is an engine-level failure: the sandbox could not start the
@@ -361,7 +417,7 @@ type Process struct {
 	ended     chan struct{} // closed once the box init reported its end
 	unwatch   func() bool   // stops the ctx watch (context.AfterFunc); set and taken under bx.mu
 	boxExit   boxExit
-	oomBefore uint64 // the box cgroup's OOM kills when it started
+	oomBefore oomCounts // the cgroups' OOM counters when it started (cg's or bx's)
 }
 
 // Env builds the environment a spec's process sees.
@@ -730,6 +786,9 @@ func (s *Sandbox) startOneShot(ctx context.Context, pl *plan) (*Process, error) 
 		return nil, pl.startErr(err)
 	}
 	p.cg = cg
+	if cg != nil {
+		p.oomBefore = cg.oomCounts()
+	}
 	l, err := s.oneShotLaunch(ctx, pl, pb, cg != nil)
 	if err != nil {
 		pb.closeChildEnds()
@@ -1048,14 +1107,15 @@ func (p *Process) Wait() Exit {
 	// too, and everything left in its cgroup (the box's pid namespace died
 	// with bubblewrap already).
 	_ = killGroup(p.Cmd) // best effort: the group may be gone already (ESRCH)
-	oom := false
+	var oom OOM
+	killed := false
 	if p.cg != nil {
-		oom = p.cg.oomKilled()
+		killed, oom = p.cg.oomSince(p.oomBefore, false)
 		p.cg.kill()
 		defer p.cg.remove()
 	}
 	e := p.finish()
-	e.OOMKilled = oom
+	e.OOMKilled, e.OOM = killed, oom
 	if st := p.Cmd.ProcessState; st != nil {
 		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			e.Signal = ws.Signal()
