@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +35,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/sandbox/boxinit"
 )
 
@@ -77,6 +79,9 @@ type Options struct {
 	// OnFailure, when set, is told the reason (one of FailureReasons) each
 	// time Start fails, for metrics. It must not block.
 	OnFailure func(reason string)
+	// Log gets the whole text of a start failure whose StartError names
+	// no host path (nil: slog.Default()).
+	Log *slog.Logger
 	// Binds are host paths bound read-only into every box at another
 	// path, such as the server's in-session API socket. A missing source
 	// is skipped. Without a box (minimal isolation) they are absent.
@@ -159,6 +164,7 @@ type Sandbox struct {
 	isolation  string
 	layers     *layerSet
 	onFailure  func(reason string)
+	log        *slog.Logger
 	binds      []Bind
 	uid        int                             // see ForSession
 	session    string                          // see ForSession
@@ -181,7 +187,10 @@ func New(opts *Options) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox: cannot find the quro executable to re-exec: %w", err)
 	}
 	s := &Sandbox{self: self, path: o.Path, limits: DefaultLimits(), drainGrace: o.DrainGrace, onFailure: o.OnFailure,
-		binds: slices.Clone(o.Binds), tenant: o.Tenant, note: o.Note, runEnv: o.RunEnv, sessionOf: o.SessionOf}
+		binds: slices.Clone(o.Binds), tenant: o.Tenant, note: o.Note, runEnv: o.RunEnv, sessionOf: o.SessionOf, log: o.Log}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
 	if s.path == "" {
 		s.path = DefaultPath
 	}
@@ -473,6 +482,10 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 	if err != nil && s.onFailure != nil {
 		s.onFailure(failureReason(ctx, err))
 	}
+	var se *StartError
+	if errors.As(err, &se) && se.Err != nil && se.Err.Error() != se.Reason {
+		s.log.Warn("a run could not start", "program", se.Program, "err", se.Err)
+	}
 	return p, err
 }
 
@@ -521,8 +534,11 @@ type plan struct {
 	pol      initPolicy
 }
 
+// startErr is the StartError of a failure of the server's own: its text
+// says what failed without the host paths in it (the cgroups', the data
+// directory's), which the server log keeps (see Start).
 func (pl *plan) startErr(err error) error {
-	return &StartError{Program: pl.prog, Reason: err.Error(), Err: err}
+	return &StartError{Program: pl.prog, Reason: hostpath.Names(err.Error()), Err: err}
 }
 
 // prepare is the first step of a start: check the spec, build the

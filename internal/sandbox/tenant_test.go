@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -507,5 +509,35 @@ func TestUnfrozenNamesTheThreadsOutsideTheFreezer(t *testing.T) {
 	// Frozen, it reads as D (or is in the refrigerator): never R or S.
 	if got := r.unfrozen(d); strings.Contains(got, "(R ") || strings.Contains(got, "(S ") {
 		t.Errorf("frozen: %q, want no running or interruptible thread", got)
+	}
+}
+
+// A start that fails on the server's own cgroups (a tenant's process
+// ceiling the kernel refuses to write) names no host path in the error
+// a tenant reads, neither the cgroup's nor the session's directory: it
+// says which file and why, and the server log has the whole text.
+func TestCgroupStartErrorNamesNoHostPath(t *testing.T) {
+	var logged bytes.Buffer
+	e := newTenantEnvWith(t, Limits{Tasks: 1 << 40}, &Options{Log: slog.New(slog.NewTextHandler(&logged, nil))})
+	if e.sb.layers.cg.base["pids"] == "" {
+		t.Skip("no pids controller here")
+	}
+	dir := e.dir(t, "a", "s1")
+	_, err := e.sb.Run(testCtx(t), &Spec{Args: []string{"true"}, Dir: dir})
+	var se *StartError
+	if !errors.As(err, &se) || !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("Run = %v, want a StartError the kernel's EINVAL caused", err)
+	}
+	base := e.sb.layers.cg.base["pids"]
+	for _, host := range []string{base, "/sys/fs/cgroup", e.root, TenantCgroupName("", e.a) + "/"} {
+		if strings.Contains(err.Error(), host) {
+			t.Errorf("the error names the host path %s: %q", host, err)
+		}
+	}
+	if !strings.Contains(err.Error(), "pids.max") || !strings.Contains(err.Error(), "invalid argument") {
+		t.Errorf("the error does not say what failed: %q", err)
+	}
+	if !strings.Contains(logged.String(), filepath.Join(base, TenantCgroupName("", e.a), "pids.max")) {
+		t.Errorf("the server log does not have the whole text: %q", logged.String())
 	}
 }
