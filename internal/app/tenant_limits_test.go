@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -191,5 +192,39 @@ func TestTenantMemoryCeilingOOMIsNamedInTheResult(t *testing.T) {
 		if strings.Contains(res.Stdout, "ALLOCATED") || !strings.Contains(strings.Join(res.Notes, "\n"), tc.note) {
 			t.Errorf("%s: the run that passed the ceiling does not read %q: stdout %q, error %q, notes %q", tc.lang, tc.note, res.Stdout, res.Error, res.Notes)
 		}
+	}
+}
+
+// get_service_status names no host path to anyone but the operator: not
+// the data directory, nor the cgroups or programs the isolation features
+// name; the operator's (and quro doctor's) status keeps them.
+func TestServiceStatusNamesNoHostPathToATenant(t *testing.T) {
+	a := newApp(t, nil)
+	for _, c := range []controller.Caller{
+		{Path: "test", Scope: capability.ScopeRead, TokenID: "tr"},
+		{Path: "test", Tenant: fmt.Sprintf("bob-%d", os.Getpid()), Scope: capability.ScopeAdmin, TokenID: "tb"},
+	} {
+		reply, err := callAs(t, a, c, "get_service_status", Empty{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := json.Marshal(reply.Output)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, text := range []string{reply.Text, string(b)} {
+			for _, host := range []string{a.DataDir, "/sys/fs/cgroup", "data_dir"} {
+				if strings.Contains(text, host) {
+					t.Errorf("%s (tenant %q) reads %s in the status:\n%s", c.Scope, c.Tenant, host, text)
+				}
+			}
+		}
+	}
+	reply, err := call(t, a, "get_service_status", Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := reply.Output.(*Status); st.DataDir != a.DataDir || !strings.Contains(reply.Text, a.DataDir) {
+		t.Errorf("the operator's status lacks the data directory: %+v", st)
 	}
 }
