@@ -311,6 +311,9 @@ func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants) (*sa
 	sbo := sandboxOptions(opts.Sandbox, m)
 	sbo.Tenant, sbo.Note = tl.forRun, tl.note
 	sbo.TenantScope = dir // tenants are the data directory's
+	if sbo.Log == nil {
+		sbo.Log = opts.Logger
+	}
 	// A run in a session's directory runs in that session's box, or says
 	// why not (sandbox.Spec.Outside).
 	sbo.SessionOf = func(d string) (string, bool) {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/version"
@@ -63,7 +65,7 @@ type Status struct {
 	Version        string                 `json:"version"`
 	StartedAt      time.Time              `json:"started_at"`
 	UptimeSeconds  float64                `json:"uptime_seconds"`
-	DataDir        string                 `json:"data_dir"`
+	DataDir        string                 `json:"data_dir,omitempty" jsonschema:"the server's data directory; shown to the operator only"`
 	Sessions       int                    `json:"sessions"`
 	DefaultSession string                 `json:"default_session"`
 	Engines        []runcode.EngineStatus `json:"engines"`
@@ -74,8 +76,12 @@ type Status struct {
 // Text summarises the status.
 func (s *Status) Text() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "quro %s, pid %d, up %s, %d session(s), data %s\n", s.Version, s.PID,
-		time.Duration(s.UptimeSeconds*float64(time.Second)).Round(time.Second), s.Sessions, s.DataDir)
+	fmt.Fprintf(&b, "quro %s, pid %d, up %s, %d session(s)", s.Version, s.PID,
+		time.Duration(s.UptimeSeconds*float64(time.Second)).Round(time.Second), s.Sessions)
+	if s.DataDir != "" {
+		b.WriteString(", data " + s.DataDir)
+	}
+	b.WriteString("\n")
 	b.WriteString("engines:\n")
 	for _, e := range s.Engines {
 		state := "available"
@@ -88,6 +94,22 @@ func (s *Status) Text() string {
 		b.WriteString(t.Text() + "\n")
 	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// hideHostPaths makes s what a tenant reads: no data directory, and the
+// engines' and isolation features' words without the host paths in them
+// (the cgroups', bubblewrap's): the operator's status and quro doctor
+// show them.
+func (s *Status) hideHostPaths() {
+	s.DataDir = ""
+	s.Engines = slices.Clone(s.Engines)
+	for i := range s.Engines {
+		s.Engines[i].Reason = hostpath.Names(s.Engines[i].Reason)
+	}
+	s.Isolation = slices.Clone(s.Isolation)
+	for i := range s.Isolation {
+		s.Isolation[i].Detail = hostpath.Names(s.Isolation[i].Detail)
+	}
 }
 
 // Help is help's output.
@@ -141,7 +163,13 @@ func (a *App) register(reg *capability.Registry) {
 		}))
 	reg.Register(capability.New("get_service_status",
 		"Service status: pid, version, uptime, number of sessions, the engines of each language with their availability, the isolation features of the machine, and your tenant's ceilings (memory, processes, CPU, sessions, disk per session) with what it uses now.",
-		capability.ScopeRead, func(ctx context.Context, _ Empty) (*Status, error) { return a.Status(ctx) }))
+		capability.ScopeRead, func(ctx context.Context, _ Empty) (*Status, error) {
+			st, err := a.Status(ctx)
+			if c, ok := controller.CallerFrom(ctx); err == nil && (!ok || !operator(c)) {
+				st.hideHostPaths()
+			}
+			return st, err
+		}))
 	reg.Register(capability.New("help",
 		"A short guide to Quro for models: what each capability does and which languages run_code accepts.",
 		capability.ScopeRead, func(ctx context.Context, _ Empty) (*Help, error) {

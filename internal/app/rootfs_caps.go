@@ -7,6 +7,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 )
@@ -48,10 +49,17 @@ func rootfsName(name string) (string, error) {
 
 // progressLines sends each progress line of a rootfs install to the
 // call's output observer (the CLI prints it; the WebSocket streams it).
+// Anyone but the operator reads them without host paths (debootstrap's
+// command line and messages name the data directory).
 func progressLines(ctx context.Context) func(string) {
 	out := runcode.OutputFrom(ctx)
+	c, ok := controller.CallerFrom(ctx)
+	hide := !ok || !operator(c)
 	start := time.Now()
 	return func(line string) {
+		if hide {
+			line = hostpath.Names(line)
+		}
 		if out != nil {
 			out("stdout", fmt.Appendf(nil, "[%5.1fs] %s\n", time.Since(start).Seconds(), line))
 		}

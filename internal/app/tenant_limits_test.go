@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -155,5 +156,76 @@ func BenchmarkTenantOfRun(b *testing.B) {
 			b.Fatal("no tenant")
 		}
 		a.Sandbox.Admit(t)
+	}
+}
+
+// A run that allocates past its tenant's memory ceiling (below the
+// session's own limit of 1 GiB) reads that the tenant's ceiling killed it:
+// a shell run, and the session's resident Python worker.
+func TestTenantMemoryCeilingOOMIsNamedInTheResult(t *testing.T) {
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
+		Limits: Limits{Tenant: TenantLimits{Disk: 64 << 20}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if _, ok := a.Sandbox.TenantUsage(""); !ok {
+		t.Skip("no cgroups layer here")
+	}
+	name := fmt.Sprintf("oom-%d", os.Getpid())
+	caller := controller.Caller{Path: "test", Tenant: name, Scope: capability.ScopeAdmin, TokenID: "to"}
+	if err := a.setTenantLimits(context.Background(), name, TenantLimits{Memory: 160 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := callAs(t, a, caller, "create_session", CreateSessionInput{Name: "s1"}); err != nil {
+		t.Fatal(err)
+	}
+	const want = "the tenant's memory ceiling (160 MiB, all of its sessions together) was reached"
+	for _, tc := range []struct{ lang, code, note string }{
+		{"shell", `python3 -c "b = bytearray(400 << 20); [b.__setitem__(i, 1) for i in range(0, len(b), 4096)]; print('ALLOCATED')"`, "killed: " + want},
+		{"python", "b = bytearray(400 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('ALLOCATED')", "the Python worker was killed: " + want},
+	} {
+		reply, err := callAs(t, a, caller, "run_code", RunCodeInput{Session: "s1", Lang: tc.lang, Code: tc.code})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.lang, err)
+		}
+		res := reply.Output.(*runcode.Result)
+		if strings.Contains(res.Stdout, "ALLOCATED") || !strings.Contains(strings.Join(res.Notes, "\n"), tc.note) {
+			t.Errorf("%s: the run that passed the ceiling does not read %q: stdout %q, error %q, notes %q", tc.lang, tc.note, res.Stdout, res.Error, res.Notes)
+		}
+	}
+}
+
+// get_service_status names no host path to anyone but the operator: not
+// the data directory, nor the cgroups or programs the isolation features
+// name; the operator's (and quro doctor's) status keeps them.
+func TestServiceStatusNamesNoHostPathToATenant(t *testing.T) {
+	a := newApp(t, nil)
+	for _, c := range []controller.Caller{
+		{Path: "test", Scope: capability.ScopeRead, TokenID: "tr"},
+		{Path: "test", Tenant: fmt.Sprintf("bob-%d", os.Getpid()), Scope: capability.ScopeAdmin, TokenID: "tb"},
+	} {
+		reply, err := callAs(t, a, c, "get_service_status", Empty{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := json.Marshal(reply.Output)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, text := range []string{reply.Text, string(b)} {
+			for _, host := range []string{a.DataDir, "/sys/fs/cgroup", "data_dir"} {
+				if strings.Contains(text, host) {
+					t.Errorf("%s (tenant %q) reads %s in the status:\n%s", c.Scope, c.Tenant, host, text)
+				}
+			}
+		}
+	}
+	reply, err := call(t, a, "get_service_status", Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := reply.Output.(*Status); st.DataDir != a.DataDir || !strings.Contains(reply.Text, a.DataDir) {
+		t.Errorf("the operator's status lacks the data directory: %+v", st)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/quro-dev/quro/internal/hostpath"
 )
 
 // OnFirstUse installs missing rootfses for callers that can wait only so
@@ -14,6 +16,9 @@ import (
 // call that started it, so that it outlives a call whose time is up and
 // later calls join it. A failed install is reported to the call that
 // waits for it, or else to the next call that looks, and then tried again.
+// What a call reads (a failure, the last step) names no host path
+// (hostpath.Names: debootstrap's lines name the data directory); Log
+// gets a failure's whole text.
 type OnFirstUse struct {
 	M   *Manager
 	Log *slog.Logger // nil: slog.Default()
@@ -43,7 +48,7 @@ func (j *installJob) lastLine() string {
 type PendingError struct {
 	Name    string
 	Started time.Time // when the install began
-	Last    string    // its last progress line, "" when none yet
+	Last    string    // its last progress line, "" when none yet; no host path in it
 }
 
 func (e *PendingError) Error() string {
@@ -69,7 +74,7 @@ func (f *OnFirstUse) Wait(ctx context.Context, name string, deadline time.Time) 
 			delete(f.jobs, name)
 			if job.err != nil {
 				f.mu.Unlock()
-				return job.err
+				return tenantError{job.err}
 			}
 			job = nil
 		default:
@@ -94,11 +99,12 @@ func (f *OnFirstUse) Wait(ctx context.Context, name string, deadline time.Time) 
 			if err != nil && !errors.Is(err, ErrBusy) {
 				err = fmt.Errorf("%w: %w", ErrInstallFailed, err)
 			}
-			job.err = err
-			close(job.done)
+			// Logged whole before any call reads it without its paths.
 			if err != nil {
 				log.Warn("rootfs install on first use failed", "rootfs", name, "err", err)
 			}
+			job.err = err
+			close(job.done)
 		}()
 	}
 	f.mu.Unlock()
@@ -114,10 +120,20 @@ func (f *OnFirstUse) Wait(ctx context.Context, name string, deadline time.Time) 
 			delete(f.jobs, name)
 		}
 		f.mu.Unlock()
-		return job.err
+		if job.err != nil {
+			return tenantError{job.err}
+		}
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-timer.C:
-		return &PendingError{Name: name, Started: job.start, Last: job.lastLine()}
+		return &PendingError{Name: name, Started: job.start, Last: hostpath.Names(job.lastLine())}
 	}
 }
+
+// tenantError is an install's failure as a caller reads it: its host
+// paths cut to their last element; errors.Is and As see the failure.
+type tenantError struct{ err error }
+
+func (e tenantError) Error() string { return hostpath.Names(e.err.Error()) }
+func (e tenantError) Unwrap() error { return e.err }

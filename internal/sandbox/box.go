@@ -616,6 +616,9 @@ func (bx *Box) launch(p *Process, pl *plan, pb *plumbing, args []string) error {
 	if pl.spec.TTY {
 		tty = "1"
 	}
+	if bx.cg != nil {
+		p.oomBefore = bx.cg.oomCounts()
+	}
 	bx.mu.Lock()
 	if bx.closed {
 		bx.mu.Unlock()
@@ -628,9 +631,6 @@ func (bx *Box) launch(p *Process, pl *plan, pb *plumbing, args []string) error {
 	bx.seq++
 	p.boxID = strconv.FormatUint(bx.seq, 10)
 	bx.procs[p.boxID] = p
-	if bx.cg != nil {
-		p.oomBefore = bx.cg.oomKills()
-	}
 	bx.mu.Unlock()
 	argv := append([]string{p.boxID, pl.spec.Dir, tty, initPath}, args...)
 	msg := boxinit.EncodeMsg(boxinit.MsgSpawn, argv...)
@@ -763,12 +763,13 @@ func readStatus(f *os.File) (pid int, msg string, ready bool) {
 // waitBox is Wait for a process spawned in a session box.
 func (p *Process) waitBox() Exit {
 	<-p.ended
-	oom := false
+	var oom OOM
+	killed := false
 	if p.bx.cg != nil {
-		oom = p.bx.cg.oomKills() > p.oomBefore
+		killed, oom = p.bx.cg.oomSince(p.oomBefore, true)
 	}
 	e := p.finish()
-	e.OOMKilled = oom
+	e.OOMKilled, e.OOM = killed, oom
 	switch {
 	case p.boxExit.lost:
 		e.Code, e.Signal = 128+int(syscall.SIGKILL), syscall.SIGKILL

@@ -46,7 +46,9 @@ type cgroups struct {
 	scope string // Options.TenantScope, set before the first run
 
 	mu      sync.Mutex
-	tenants map[string]Limits // tenant cgroup name → the ceilings last written
+	tenants map[string]Limits    // tenant cgroup name → the ceilings last written
+	watches map[string]*oomWatch // tenant cgroup name → its v1 OOM notifications
+	above   *oomWatch            // v1: the OOM notifications of quro/ (limits above the tenants')
 }
 
 // forget drops a tenant cgroup from what c made, so that the next run
@@ -54,6 +56,8 @@ type cgroups struct {
 func (c *cgroups) forget(name string) {
 	c.mu.Lock()
 	delete(c.tenants, name)
+	c.watches[name].close()
+	delete(c.watches, name)
 	c.mu.Unlock()
 }
 
@@ -68,6 +72,10 @@ func (c *cgroups) releaseTenants() {
 		names = append(names, name)
 	}
 	c.tenants = nil
+	for _, w := range c.watches {
+		w.close()
+	}
+	c.watches = nil
 	c.mu.Unlock()
 	seen := map[string]bool{}
 	for _, ctrl := range cgroupControllers {
@@ -125,6 +133,9 @@ func openCgroups() *cgroups {
 		notes = append(notes, ctrl+" v1")
 	}
 	c.detail = strings.Join(notes, ", ")
+	if base := c.base["memory"]; base != "" && !c.v2["memory"] {
+		c.above = watchOOM(base)
+	}
 	c.reapStale()
 	return c
 }
@@ -231,6 +242,10 @@ type runCgroup struct {
 	// hierarchy's mount point ("" for the unified one).
 	ctrl, mnt []string
 	byCtrl    map[string]string // controller → its directory
+	tenant    bool              // made beneath a tenant's cgroup: mem's parent holds the tenant's ceiling
+	// v1: the OOM notifications of mem, of its tenant's cgroup, and of
+	// quro/ (nil: none, or v2, which counts OOM events in memory.events).
+	watch, tenantWatch, above *oomWatch
 }
 
 // create makes the run's cgroups and writes the limits. With a tenant, the
@@ -254,6 +269,12 @@ func (c *cgroups) create(lim Limits, t *Tenant) (*runCgroup, error) {
 				return nil, err
 			}
 			r, err = c.make(name, lim)
+		}
+		if r != nil {
+			r.tenant = true
+			c.mu.Lock()
+			r.tenantWatch = c.watches[tdir]
+			c.mu.Unlock()
 		}
 		return r, err
 	}
@@ -290,6 +311,9 @@ func (c *cgroups) make(name string, lim Limits) (*runCgroup, error) {
 		}
 		if ctrl == "memory" {
 			r.mem, r.v2m = dir, c.v2[ctrl]
+			if !r.v2m {
+				r.watch, r.above = watchOOM(dir), c.above
+			}
 		}
 	}
 	return r, nil
@@ -436,29 +460,6 @@ func (r *runCgroup) join(pid int) error {
 	return nil
 }
 
-// oomKilled reports whether the memory limit killed a process of the run.
-func (r *runCgroup) oomKilled() bool {
-	if r.mem == "" {
-		return false
-	}
-	if r.v2m {
-		b, _ := os.ReadFile(filepath.Join(r.mem, "memory.events"))
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) == 2 && f[0] == "oom_kill" && f[1] != "0" {
-				return true
-			}
-		}
-		return false
-	}
-	b, _ := os.ReadFile(filepath.Join(r.mem, "memory.oom_control"))
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[0] == "oom_kill" && f[1] != "0" {
-			return true
-		}
-	}
-	return false
-}
-
 // kill kills every process left in the run's cgroups: cgroup.kill where
 // the kernel has it, else SIGKILL to each listed process until none is left.
 func (r *runCgroup) kill() {
@@ -490,6 +491,7 @@ func (r *runCgroup) kill() {
 // last process has been reaped, which the kernel finishes shortly after the
 // kill; remove retries for a bounded time and leaves it otherwise.
 func (r *runCgroup) remove() {
+	r.watch.close()
 	for _, dir := range r.dirs {
 		for i := 0; i < 200; i++ {
 			err := os.Remove(dir)

@@ -1,34 +1,194 @@
 package sandbox
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // What a session box needs of its cgroup beyond limits: the OOM kill
 // count, usage for get_session_status and /metrics, and the freezer for
 // pause and resume.
 
-// oomKills is how many processes the cgroup's memory limit has killed.
-func (r *runCgroup) oomKills() uint64 {
+// oomCounts are the counters a run's OOM kill is told by, read when the
+// run starts and when it ends.
+type oomCounts struct {
+	// kills is how many of the run's processes the kernel OOM-killed,
+	// whichever limit it enforced: it counts a kill in the victim's
+	// cgroup (v1 there only, v2 in its ancestors too), so a kill at the
+	// tenant's ceiling counts here, and one in another session of the
+	// tenant does not.
+	kills uint64
+	// Which limit sent the kernel to the OOM killer. v2: how often each
+	// cgroup's own limit did (memory.events.local "oom"), the run's and
+	// its tenant's. v1, which has no such count: the OOM notifications
+	// (an eventfd on memory.oom_control) of the run's cgroup, of its
+	// tenant's and of quro/; the kernel notifies the cgroup whose limit
+	// was reached and every cgroup beneath it, so each count holds those
+	// of the ones above it.
+	run, tenant, above uint64
+}
+
+// oomCounts reads the run's counters: the outer ones first, so that a
+// notification between two reads is counted for the outer cgroup.
+func (r *runCgroup) oomCounts() oomCounts {
+	var n oomCounts
 	if r.mem == "" {
+		return n
+	}
+	if r.v2m {
+		if r.tenant {
+			n.tenant = ooms(filepath.Dir(r.mem))
+		}
+		n.run = ooms(r.mem)
+		n.kills = readKV(filepath.Join(r.mem, "memory.events"))["oom_kill"]
+		return n
+	}
+	n.above = r.above.count()
+	n.tenant = r.tenantWatch.count()
+	n.run = r.watch.count()
+	n.kills = readKV(filepath.Join(r.mem, "memory.oom_control"))["oom_kill"]
+	return n
+}
+
+// oomCountsAfter reads the counters at a run's end: the inner ones
+// first, for the same reason.
+func (r *runCgroup) oomCountsAfter() oomCounts {
+	var n oomCounts
+	if r.mem == "" {
+		return n
+	}
+	if r.v2m {
+		n.kills = readKV(filepath.Join(r.mem, "memory.events"))["oom_kill"]
+		n.run = ooms(r.mem)
+		if r.tenant {
+			n.tenant = ooms(filepath.Dir(r.mem))
+		}
+		return n
+	}
+	n.kills = readKV(filepath.Join(r.mem, "memory.oom_control"))["oom_kill"]
+	n.run = r.watch.count()
+	n.tenant = r.tenantWatch.count()
+	n.above = r.above.count()
+	return n
+}
+
+// ooms is how often a v2 cgroup's own limit sent the kernel to the OOM
+// killer: memory.events.local, or memory.events on a kernel without it
+// (the same for a run's cgroup, which has none beneath it).
+func ooms(dir string) uint64 {
+	if ev := readKV(filepath.Join(dir, "memory.events.local")); len(ev) > 0 {
+		return ev["oom"]
+	}
+	return readKV(filepath.Join(dir, "memory.events"))["oom"]
+}
+
+// oomSince reports whether the kernel OOM-killed one of the run's
+// processes since before was read, and which of the limits above the
+// run were reached meanwhile. session says the run's own limit is its
+// session box's.
+func (r *runCgroup) oomSince(before oomCounts, session bool) (bool, OOM) {
+	now := r.oomCountsAfter()
+	if now.kills <= before.kills {
+		return false, OOM{}
+	}
+	d := func(a, b uint64) int64 { return int64(a) - int64(b) }
+	run, tenant := d(now.run, before.run), d(now.tenant, before.tenant)
+	if !r.v2m {
+		// Each count holds the notifications of the cgroups above it.
+		above := d(now.above, before.above)
+		if r.tenant {
+			run, tenant = run-tenant, tenant-above
+		} else {
+			run -= above
+		}
+	}
+	o := OOM{Own: run > 0, Tenant: r.tenant && tenant > 0, Session: session, hasTenant: r.tenant}
+	if o.Own {
+		o.OwnBytes = memLimit(r.mem, r.v2m)
+	}
+	if o.Tenant {
+		o.TenantBytes = memLimit(filepath.Dir(r.mem), r.v2m)
+	}
+	return true, o
+}
+
+// oomWatch counts a v1 memory cgroup's OOM notifications: an eventfd
+// registered on its memory.oom_control, which the kernel signals each
+// time it goes to the OOM killer for the limit of that cgroup or of one
+// above it. A read takes what the eventfd holds and adds it up.
+type oomWatch struct {
+	mu sync.Mutex
+	fd int // -1 once closed
+	n  uint64
+}
+
+// watchOOM registers a watch on the v1 memory cgroup dir; nil when the
+// kernel refuses one (then its count reads 0).
+func watchOOM(dir string) *oomWatch {
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil
+	}
+	cfd, err := unix.Open(filepath.Join(dir, "memory.oom_control"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(efd)
+		return nil
+	}
+	// The registration holds the cgroup, not cfd: it is closed at once.
+	err = os.WriteFile(filepath.Join(dir, "cgroup.event_control"), []byte(fmt.Sprintf("%d %d", efd, cfd)), 0)
+	unix.Close(cfd)
+	if err != nil {
+		unix.Close(efd)
+		return nil
+	}
+	return &oomWatch{fd: efd}
+}
+
+// count is how many notifications w has seen; 0 for a nil watch.
+func (w *oomWatch) count() uint64 {
+	if w == nil {
 		return 0
 	}
-	file := "memory.oom_control"
-	if r.v2m {
-		file = "memory.events"
-	}
-	b, _ := os.ReadFile(filepath.Join(r.mem, file))
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[0] == "oom_kill" {
-			n, _ := strconv.ParseUint(f[1], 10, 64)
-			return n
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.fd >= 0 {
+		var b [8]byte
+		if n, err := unix.Read(w.fd, b[:]); err == nil && n == len(b) {
+			w.n += binary.NativeEndian.Uint64(b[:])
 		}
+	}
+	return w.n
+}
+
+// close ends the watch; its count stays what it was.
+func (w *oomWatch) close() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.fd >= 0 {
+		unix.Close(w.fd)
+		w.fd = -1
+	}
+}
+
+// memLimit is a cgroup's memory limit in bytes, 0 when it has none.
+func memLimit(dir string, v2 bool) uint64 {
+	if v2 {
+		return readUint(filepath.Join(dir, "memory.max")) // "max" reads as 0
+	}
+	if n := readUint(filepath.Join(dir, "memory.limit_in_bytes")); n < 1<<62 {
+		return n
 	}
 	return 0
 }

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +35,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/sandbox/boxinit"
 )
 
@@ -77,6 +79,9 @@ type Options struct {
 	// OnFailure, when set, is told the reason (one of FailureReasons) each
 	// time Start fails, for metrics. It must not block.
 	OnFailure func(reason string)
+	// Log gets the whole text of a start failure whose StartError names
+	// no host path (nil: slog.Default()).
+	Log *slog.Logger
 	// Binds are host paths bound read-only into every box at another
 	// path, such as the server's in-session API socket. A missing source
 	// is skipped. Without a box (minimal isolation) they are absent.
@@ -159,6 +164,7 @@ type Sandbox struct {
 	isolation  string
 	layers     *layerSet
 	onFailure  func(reason string)
+	log        *slog.Logger
 	binds      []Bind
 	uid        int                             // see ForSession
 	session    string                          // see ForSession
@@ -181,7 +187,10 @@ func New(opts *Options) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox: cannot find the quro executable to re-exec: %w", err)
 	}
 	s := &Sandbox{self: self, path: o.Path, limits: DefaultLimits(), drainGrace: o.DrainGrace, onFailure: o.OnFailure,
-		binds: slices.Clone(o.Binds), tenant: o.Tenant, note: o.Note, runEnv: o.RunEnv, sessionOf: o.SessionOf}
+		binds: slices.Clone(o.Binds), tenant: o.Tenant, note: o.Note, runEnv: o.RunEnv, sessionOf: o.SessionOf, log: o.Log}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
 	if s.path == "" {
 		s.path = DefaultPath
 	}
@@ -307,9 +316,65 @@ type Exit struct {
 	// held the output open after the run ended; its later output was not read.
 	Abandoned bool
 	Duration  time.Duration
-	// OOMKilled is set when the run's memory limit killed one of its
-	// processes.
+	// OOMKilled is set when the kernel's OOM killer killed one of the
+	// run's processes: at the run's own memory limit, its tenant's
+	// ceiling, or above both. OOM says which were reached.
 	OOMKilled bool
+	OOM       OOM
+}
+
+// OOM is what a run's cgroups say of its OOM kill: which of the memory
+// limits above it were reached while it ran. When two sessions of a
+// tenant run at once both may have been; neither means the memory above
+// them ran out (the server's cgroup, or the machine).
+type OOM struct {
+	Own         bool   // the run's own limit was reached
+	OwnBytes    uint64 // that limit (0: unknown)
+	Tenant      bool   // the tenant's ceiling, all of its sessions together, was reached
+	TenantBytes uint64 // that ceiling (0: unknown)
+	Session     bool   // the run's own limit is its session box's
+
+	hasTenant bool // the run's cgroup is beneath a tenant's
+}
+
+// Reason says in words which limit the kernel enforced, for a run's
+// result: "the tenant's memory ceiling (256 MiB, …) was reached". It names
+// no path or cgroup.
+func (o OOM) Reason() string {
+	own := "the run's memory limit"
+	if o.Session {
+		own = "the session's memory limit"
+	}
+	if o.Own {
+		own += sizeIn(o.OwnBytes, "")
+	}
+	tenant := "the tenant's memory ceiling" + sizeIn(o.TenantBytes, "all of its sessions together")
+	switch {
+	case o.Own && o.Tenant:
+		return own + " and " + tenant + " were both reached"
+	case o.Tenant:
+		return tenant + " was reached"
+	case o.Own:
+		return own + " was reached"
+	case o.hasTenant:
+		return "out of memory above " + own + " and the tenant's memory ceiling (the server's or the machine's memory ran out)"
+	}
+	return "out of memory above " + own + " (the server's or the machine's memory ran out)"
+}
+
+// sizeIn is " (n, note)" with n in words, or " (note)", or "".
+func sizeIn(n uint64, note string) string {
+	var parts []string
+	if n > 0 {
+		parts = append(parts, humanBytes(n))
+	}
+	if note != "" {
+		parts = append(parts, note)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 // StartError is an engine-level failure: the sandbox could not start the
@@ -361,7 +426,7 @@ type Process struct {
 	ended     chan struct{} // closed once the box init reported its end
 	unwatch   func() bool   // stops the ctx watch (context.AfterFunc); set and taken under bx.mu
 	boxExit   boxExit
-	oomBefore uint64 // the box cgroup's OOM kills when it started
+	oomBefore oomCounts // the cgroups' OOM counters when it started (cg's or bx's)
 }
 
 // Env builds the environment a spec's process sees.
@@ -417,6 +482,10 @@ func (s *Sandbox) Start(ctx context.Context, spec *Spec) (*Process, error) {
 	if err != nil && s.onFailure != nil {
 		s.onFailure(failureReason(ctx, err))
 	}
+	var se *StartError
+	if errors.As(err, &se) && se.Err != nil && se.Err.Error() != se.Reason {
+		s.log.Warn("a run could not start", "program", se.Program, "err", se.Err)
+	}
 	return p, err
 }
 
@@ -465,8 +534,11 @@ type plan struct {
 	pol      initPolicy
 }
 
+// startErr is the StartError of a failure of the server's own: its text
+// says what failed without the host paths in it (the cgroups', the data
+// directory's), which the server log keeps (see Start).
 func (pl *plan) startErr(err error) error {
-	return &StartError{Program: pl.prog, Reason: err.Error(), Err: err}
+	return &StartError{Program: pl.prog, Reason: hostpath.Names(err.Error()), Err: err}
 }
 
 // prepare is the first step of a start: check the spec, build the
@@ -730,6 +802,9 @@ func (s *Sandbox) startOneShot(ctx context.Context, pl *plan) (*Process, error) 
 		return nil, pl.startErr(err)
 	}
 	p.cg = cg
+	if cg != nil {
+		p.oomBefore = cg.oomCounts()
+	}
 	l, err := s.oneShotLaunch(ctx, pl, pb, cg != nil)
 	if err != nil {
 		pb.closeChildEnds()
@@ -1048,14 +1123,15 @@ func (p *Process) Wait() Exit {
 	// too, and everything left in its cgroup (the box's pid namespace died
 	// with bubblewrap already).
 	_ = killGroup(p.Cmd) // best effort: the group may be gone already (ESRCH)
-	oom := false
+	var oom OOM
+	killed := false
 	if p.cg != nil {
-		oom = p.cg.oomKilled()
+		killed, oom = p.cg.oomSince(p.oomBefore, false)
 		p.cg.kill()
 		defer p.cg.remove()
 	}
 	e := p.finish()
-	e.OOMKilled = oom
+	e.OOMKilled, e.OOM = killed, oom
 	if st := p.Cmd.ProcessState; st != nil {
 		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			e.Signal = ws.Signal()

@@ -104,6 +104,12 @@ func (c *cgroups) tenant(t *Tenant) (string, error) {
 		if err := writeCeiling(dir, ctrl, c.v2[ctrl], want); err != nil {
 			return "", err
 		}
+		if ctrl == "memory" && !c.v2[ctrl] && c.watches[name] == nil {
+			if c.watches == nil {
+				c.watches = map[string]*oomWatch{}
+			}
+			c.watches[name] = watchOOM(dir)
+		}
 	}
 	if c.tenants == nil {
 		c.tenants = map[string]Limits{}

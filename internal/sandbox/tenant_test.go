@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -27,14 +29,22 @@ type tenantEnv struct {
 	a, b    string // tenant names
 	aLimits Limits
 	bLimits Limits
+	boxes   bool // runs of a session directory (a/s1) are spawned in its session box
 }
 
 func newTenantEnv(t *testing.T, lim Limits) *tenantEnv {
 	t.Helper()
-	e := &tenantEnv{root: t.TempDir(), aLimits: lim, bLimits: lim}
+	return newTenantEnvWith(t, lim, &Options{})
+}
+
+// newTenantEnvWith is newTenantEnv with o's options (its Tenant is set
+// here).
+func newTenantEnvWith(t *testing.T, lim Limits, o *Options) *tenantEnv {
+	t.Helper()
+	e := &tenantEnv{root: t.TempDir(), aLimits: lim, bLimits: lim, boxes: o.SessionBoxes}
 	sfx := fmt.Sprintf("%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-"))
 	e.a, e.b = "a-"+sfx, "b-"+sfx
-	sb, err := New(&Options{Tenant: func(dir string) (Tenant, bool) {
+	o.Tenant = func(dir string) (Tenant, bool) {
 		rel, err := filepath.Rel(e.root, dir)
 		if err != nil || strings.HasPrefix(rel, "..") {
 			return Tenant{}, false
@@ -46,7 +56,8 @@ func newTenantEnv(t *testing.T, lim Limits) *tenantEnv {
 			return Tenant{Name: e.b, Limits: e.bLimits}, true
 		}
 		return Tenant{}, false
-	}})
+	}
+	sb, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +72,18 @@ func newTenantEnv(t *testing.T, lim Limits) *tenantEnv {
 			}
 		}
 	})
+	t.Cleanup(sb.CloseBoxes) // first: the boxes hold the tenants' cgroups
 	return e
+}
+
+// session is the session box of a run in dir: its path below the root
+// (a/s1) when the env has boxes, else none.
+func (e *tenantEnv) session(dir string) string {
+	if !e.boxes {
+		return ""
+	}
+	rel, _ := filepath.Rel(e.root, dir)
+	return rel
 }
 
 // dir makes a session directory of tenant ("a" or "b").
@@ -90,7 +112,7 @@ func (e *tenantEnv) hold(t *testing.T, dir, script string) *holder {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p, err := e.sb.Start(ctx, &Spec{Args: []string{"sh", "-c", script}, Dir: dir, Stdout: w, Stderr: w})
+	p, err := e.sb.Start(ctx, &Spec{Args: []string{"sh", "-c", script}, Dir: dir, Stdout: w, Stderr: w, Session: e.session(dir)})
 	w.Close()
 	if err != nil {
 		r.Close()
@@ -159,6 +181,64 @@ time.sleep(%d)
 	}
 	if ub, _ := e.sb.TenantUsage(e.b); ub.MemoryPeak >= 256<<20 {
 		t.Errorf("tenant B reached its ceiling: %+v", ub)
+	}
+}
+
+// An OOM kill at the tenant's memory ceiling is reported as one and
+// named: a session whose own limit (192 MiB) is above its tenant's
+// ceiling (128 MiB) allocates past the ceiling, in its session box and in
+// a run of its own; a tenant whose ceiling is above the session's limit
+// reads the session's limit instead. A kill in one session of a tenant is
+// not counted for another of its sessions running at the same time.
+func TestTenantCeilingOOMIsReported(t *testing.T) {
+	own := DefaultLimits()
+	own.Memory = 192 << 20
+	e := newTenantEnvWith(t, Limits{Memory: 128 << 20, Tasks: 1000}, &Options{SessionBoxes: true, Limits: &own})
+	e.bLimits = Limits{Memory: 1 << 30, Tasks: 1000}
+	const alloc = `python3 -c "
+b = bytearray(300 << 20)
+for i in range(0, len(b), 4096): b[i] = 1
+print('ALLOCATED', flush=True)
+"`
+	oom := func(t *testing.T, dir, session string) Exit {
+		t.Helper()
+		out, errOut, exit := run(t, e.sb, testCtx(t), alloc, func(s *Spec) { s.Dir, s.Session = dir, session })
+		if strings.Contains(out, "ALLOCATED") || !exit.OOMKilled {
+			t.Fatalf("300 MiB were not stopped by an OOM kill: %q %q %+v", out, errOut, exit)
+		}
+		return exit
+	}
+	// A's first session runs all along, small.
+	idle := e.hold(t, e.dir(t, "a", "s1"), "echo ready; exec sleep 1000")
+	if idle.ready != "ready\n" {
+		t.Fatalf("holder: %q", idle.ready+idle.rest())
+	}
+	s2 := e.dir(t, "a", "s2")
+	exit := oom(t, s2, e.session(s2))
+	if !exit.OOM.Tenant || exit.OOM.Own || exit.OOM.TenantBytes != 128<<20 {
+		t.Errorf("a kill at the tenant's ceiling reads %+v", exit.OOM)
+	}
+	if got, want := exit.OOM.Reason(), "the tenant's memory ceiling (128 MiB, all of its sessions together) was reached"; got != want {
+		t.Errorf("the reason reads %q, want %q", got, want)
+	}
+	idle.p.Kill()
+	<-idle.done
+	if idle.exit.OOMKilled {
+		t.Errorf("the other session's run, killed by hand, reads as OOM-killed: %+v", idle.exit)
+	}
+	// A run of its own (no session box) beneath the same tenant.
+	exit = oom(t, e.dir(t, "a", "s3"), "")
+	if got, want := exit.OOM.Reason(), "the tenant's memory ceiling (128 MiB, all of its sessions together) was reached"; got != want {
+		t.Errorf("a run of its own: the reason reads %q, want %q", got, want)
+	}
+	// B's ceiling is above the session's own limit.
+	b1 := e.dir(t, "b", "s1")
+	exit = oom(t, b1, e.session(b1))
+	if exit.OOM.Tenant || !exit.OOM.Own {
+		t.Errorf("a kill at the session's own limit reads %+v", exit.OOM)
+	}
+	if got, want := exit.OOM.Reason(), "the session's memory limit (192 MiB) was reached"; got != want {
+		t.Errorf("the reason reads %q, want %q", got, want)
 	}
 }
 
@@ -480,5 +560,35 @@ func TestOwnCgroupsIgnoreAMovedMainThread(t *testing.T) {
 			}
 			break
 		}
+	}
+}
+
+// A start that fails on the server's own cgroups (a tenant's process
+// ceiling the kernel refuses to write) names no host path in the error
+// a tenant reads, neither the cgroup's nor the session's directory: it
+// says which file and why, and the server log has the whole text.
+func TestCgroupStartErrorNamesNoHostPath(t *testing.T) {
+	var logged bytes.Buffer
+	e := newTenantEnvWith(t, Limits{Tasks: 1 << 40}, &Options{Log: slog.New(slog.NewTextHandler(&logged, nil))})
+	if e.sb.layers.cg.base["pids"] == "" {
+		t.Skip("no pids controller here")
+	}
+	dir := e.dir(t, "a", "s1")
+	_, err := e.sb.Run(testCtx(t), &Spec{Args: []string{"true"}, Dir: dir})
+	var se *StartError
+	if !errors.As(err, &se) || !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("Run = %v, want a StartError the kernel's EINVAL caused", err)
+	}
+	base := e.sb.layers.cg.base["pids"]
+	for _, host := range []string{base, "/sys/fs/cgroup", e.root, TenantCgroupName("", e.a) + "/"} {
+		if strings.Contains(err.Error(), host) {
+			t.Errorf("the error names the host path %s: %q", host, err)
+		}
+	}
+	if !strings.Contains(err.Error(), "pids.max") || !strings.Contains(err.Error(), "invalid argument") {
+		t.Errorf("the error does not say what failed: %q", err)
+	}
+	if !strings.Contains(logged.String(), filepath.Join(base, TenantCgroupName("", e.a), "pids.max")) {
+		t.Errorf("the server log does not have the whole text: %q", logged.String())
 	}
 }

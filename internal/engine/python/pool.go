@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/quro-dev/quro/internal/runcode"
@@ -96,7 +97,11 @@ func (e *pool) run(ctx context.Context, req *runcode.Request) (*runcode.Result, 
 		s.lost = ""
 	}
 	if s.w != nil && !s.w.alive() {
-		notes = append(notes, fmt.Sprintf("the session's Python worker had exited since the last run (status %d); its variables are lost", s.w.exit.Code))
+		if x := s.w.exit; x.OOMKilled && x.Signal == syscall.SIGKILL {
+			notes = append(notes, fmt.Sprintf("the session's Python worker was killed since the last run: %s; its variables are lost", x.OOM.Reason()))
+		} else {
+			notes = append(notes, fmt.Sprintf("the session's Python worker had exited since the last run (status %d); its variables are lost", x.Code))
+		}
 		s.setWorker(nil)
 	}
 	if err := e.ensureWorker(ctx, s, req.Session); err != nil {
