@@ -124,7 +124,7 @@ export interface Status {
   version: string;
   started_at: string;
   uptime_seconds: number;
-  data_dir: string;
+  data_dir?: string;
   sessions: number;
   default_session: string;
   engines: { lang: string; tier: number; engine: string; available: boolean; reason?: string }[] | null;

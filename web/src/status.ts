@@ -24,7 +24,8 @@ export function statusPage(): Page {
             ['PID', s.pid],
             ['Up', duration(s.uptime_seconds)],
             ['Sessions', s.sessions],
-            ['Data', s.data_dir],
+            // The data directory: the operator's only.
+            ...(s.data_dir ? [['Data', s.data_dir]] : []),
           ].flatMap(([k, v]) => [h("dt", null, k), h("dd", { class: "mono" }, v)]),
         ),
         h('h2', null, 'Isolation layers'),
