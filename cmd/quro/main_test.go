@@ -164,7 +164,10 @@ func do(t *testing.T, method, url, ctype, body string, hdr ...string) httpResult
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	client := &http.Client{Timeout: time.Minute}
+	// The call's own budget (a run's timeout_ms, an install) bounds it;
+	// this only stops a hung server: an apt or pip install at a load of
+	// 30 on 2 cores passed a minute.
+	client := &http.Client{Timeout: 10 * time.Minute}
 	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -387,7 +390,9 @@ func innerSession(t *testing.T, srv *server) func(code string) string {
 	}
 	return func(code string) string {
 		t.Helper()
-		body, _ := json.Marshal(map[string]any{"lang": "sh", "session": "inner", "code": code})
+		// Five minutes, not run_code's default 30 s: a script of twenty
+		// quro calls passed that at a load of 30.
+		body, _ := json.Marshal(map[string]any{"lang": "sh", "session": "inner", "code": code, "timeout_ms": 300000})
 		r := do(t, "POST", srv.url+"/v1/run_code", js, string(body), append([]string{"Accept", "text/plain"}, admin...)...)
 		if r.status != 200 {
 			t.Fatalf("%d %s", r.status, r.body)

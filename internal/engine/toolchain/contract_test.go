@@ -177,6 +177,11 @@ func TestContract(t *testing.T) {
 			// than run_code's default minute on a loaded machine; each
 			// check's own run budget is unchanged.
 			caps.CompileTimeout = 5 * time.Minute
+			// Each run of a toolchain's program is a process (and for
+			// the interpreters, an interpreter start) in a fresh box: at
+			// a load of 30 on 2 cores Ruby's start passed the default
+			// 3 s before its loop printed.
+			caps.LoopTimeout = max(caps.LoopTimeout, 10*time.Second)
 			newSess := newSession
 			if tool.Lang == "go" {
 				newSess = warmGoSessions(t, e, caps)
