@@ -287,6 +287,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	}
 	a.instrument()
 	a.Metrics.WatchTenants(a.tenantGauges)
+	a.Metrics.WatchWatches(a.watchHub.Stats)
 	if opts.SpareSessions > 0 && sb.SessionBoxes() && emb.KeepsSpares() {
 		a.spares = a.openSpares(ctx, opts.SpareSessions)
 	}
