@@ -39,6 +39,13 @@ type env struct {
 // newEnv starts an env; opts (nil: defaults) configure the App.
 func newEnv(t testing.TB, opts *app.Options) *env {
 	t.Helper()
+	return newEnvWith(t, opts, nil)
+}
+
+// newEnvWith is newEnv with more of the e2b.Server's options, set by
+// more (nil: none).
+func newEnvWith(t testing.TB, opts *app.Options, more func(*e2b.Options)) *env {
+	t.Helper()
 	if opts == nil {
 		opts = &app.Options{}
 	}
@@ -60,7 +67,7 @@ func newEnv(t testing.TB, opts *app.Options) *env {
 	if _, err := rand.Read(secret); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := e2b.New(a.Controller, &e2b.Options{
+	eo := &e2b.Options{
 		Secret:  secret,
 		Version: "test",
 		APIKey: func(ctx context.Context, key string) (controller.Caller, error) {
@@ -76,7 +83,11 @@ func newEnv(t testing.TB, opts *app.Options) *env {
 			}
 			return e2b.Sandbox{Tenant: s.Tenant, Paused: s.Paused}, nil
 		},
-	})
+	}
+	if more != nil {
+		more(eo)
+	}
+	srv, err := e2b.New(a.Controller, eo)
 	if err != nil {
 		t.Fatal(err)
 	}
