@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/metrics/metricstest"
 )
 
 // watchEnds is an App observer that reports every watch_dir call that
@@ -37,6 +39,140 @@ func (e *env) statusOf(t *testing.T, tenant string) *app.Status {
 		t.Fatal(err)
 	}
 	return reply.Output.(*app.Status)
+}
+
+// sessionOf makes a session of tenant and returns its id.
+func (e *env) sessionOf(t *testing.T, tenant string) string {
+	t.Helper()
+	reply, err := e.App.Controller.Call(context.Background(),
+		controller.Caller{Path: "cli", Tenant: tenant, Scope: capability.ScopeExec}, "create_session", json.RawMessage(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(reply.Output)
+	var out struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil || out.ID == "" {
+		t.Fatalf("create_session: %s (%v)", b, err)
+	}
+	return out.ID
+}
+
+// One tenant (a read token is enough for a watch) with 20 sandboxes asks
+// for 8 polling watchers in each: it gets its cap of watches and no
+// more, all on one inotify instance, refused with an error that names
+// the cap. Meanwhile another tenant's watch works, and another process
+// of the server's user (this test's) gets an inotify instance of its
+// own: the host's 128 are not used up. Status and metrics say so, and
+// killing the sandboxes gives everything back.
+func TestEnvdWatchesHeldToTheTenantsCaps(t *testing.T) {
+	observe, ended := watchEnds()
+	e := newEnv(t, &app.Options{Observers: []controller.Observer{observe}})
+	ctx := context.Background()
+	var ids []string
+	for range 20 {
+		ids = append(ids, e.newSession(t))
+	}
+	made, refused := 0, 0
+	for _, id := range ids {
+		c := e.fsClient(id)
+		for range 8 {
+			_, err := c.CreateWatcher(ctx, rpc(&filesystem.CreateWatcherRequest{Path: "/home/user"}))
+			if err == nil {
+				made++
+				continue
+			}
+			wantConnect(t, err, connect.CodeResourceExhausted, `tenant "t1" has 64 watches running, the most one tenant may`)
+			refused++
+		}
+	}
+	st := e.statusOf(t, e.Tenant)
+	lim, host := st.Watches.Limits, st.Watches.Host
+	t.Logf("caps: %+v; the host's: %+v", lim, host)
+	if made != lim.TenantWatches || made+refused != 160 {
+		t.Fatalf("%d watchers made, %d refused; want the tenant's cap, %d", made, refused, lim.TenantWatches)
+	}
+	if lim.Instances > host.MaxUserInstances/8 && lim.Instances > 1 || lim.Dirs > host.MaxUserWatches/4 || lim.TenantDirs > lim.Dirs/8 {
+		t.Fatalf("caps %+v are not well under the host's %+v", lim, host)
+	}
+	if st.Watches.Instances != 1 || st.Watches.Watches != made || st.Tenant.Watches != made || st.Tenant.WatchesMax != lim.TenantWatches ||
+		st.Tenant.WatchedDirs != made || st.Tenant.WatchedDirsMax != lim.TenantDirs {
+		t.Fatalf("status: %+v, tenant %+v", st.Watches, st.Tenant)
+	}
+	if !strings.Contains(st.Text(), "watches: 64 of ") {
+		t.Errorf("status text: %s", st.Text())
+	}
+
+	// Another process of the server's user gets an inotify instance.
+	fd, err := syscall.InotifyInit1(syscall.IN_CLOEXEC)
+	if err != nil {
+		t.Fatalf("inotify_init1 of another process: %v", err)
+	}
+	syscall.Close(fd)
+
+	// Another tenant watches, and sees its change.
+	other := e.sessionOf(t, "t2")
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	stream, err := e.fsClient(other).WatchDir(sctx, rpc(&filesystem.WatchDirRequest{Path: "/home/user"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() || stream.Msg().GetStart() == nil {
+		t.Fatalf("another tenant's watch: %v %v", stream.Msg(), stream.Err())
+	}
+	if res, body := e.filesReq(t, other, "POST", "path=/home/user/seen.txt", "application/octet-stream", strings.NewReader("x"), nil); res.StatusCode != http.StatusOK {
+		t.Fatalf("upload: %d %s", res.StatusCode, body)
+	}
+	for {
+		if !stream.Receive() {
+			t.Fatalf("another tenant's watch ended: %v", stream.Err())
+		}
+		if ev := stream.Msg().GetFilesystem(); ev != nil && ev.GetName() == "seen.txt" {
+			break
+		}
+	}
+
+	f := metricstest.Scrape(t, e.App.Metrics.Handler())
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"quro_watches", nil, float64(made + 1)},
+		{"quro_watches_max", []string{"scope", "tenant"}, float64(lim.TenantWatches)},
+		{"quro_watches_max", []string{"scope", "server"}, float64(lim.Watches)},
+		{"quro_inotify_instances", nil, 2},
+		{"quro_inotify_instances_max", nil, float64(lim.Instances)},
+		{"quro_watched_dirs", nil, float64(made + 1)},
+		{"quro_watched_dirs_max", []string{"scope", "tenant"}, float64(lim.TenantDirs)},
+		{"quro_watch_refusals_total", []string{"cap", "watches_per_tenant"}, float64(refused)},
+	} {
+		if v, ok := f.Value(c.name, c.labels...); !ok || v != c.want {
+			t.Errorf("%s%v = %v (%v), want %v", c.name, c.labels, v, ok, c.want)
+		}
+	}
+
+	// Killing the sandboxes ends their watchers (every watch_dir call of
+	// theirs, the refused ones too, has then ended).
+	for _, id := range ids {
+		args, _ := json.Marshal(map[string]any{"session": id})
+		if _, err := e.App.Controller.Call(ctx, controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeExec}, "destroy_session", args); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range made + refused {
+		<-ended
+	}
+	stop()
+	for stream.Receive() {
+	}
+	stream.Close()
+	<-ended
+	if st := e.statusOf(t, e.Tenant); st.Watches.Watches != 0 || st.Watches.Dirs != 0 || st.Watches.Instances != 0 || st.Tenant.Watches != 0 {
+		t.Fatalf("after the kill: %+v, tenant %+v", st.Watches, st.Tenant)
+	}
 }
 
 // A polling watcher nobody polls expires (Options.WatcherIdle): its
