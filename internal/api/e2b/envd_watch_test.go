@@ -233,3 +233,54 @@ func TestEnvdUnpolledWatcherExpires(t *testing.T) {
 		t.Fatalf("status %+v, want the polled watcher's watch alone", st.Watches)
 	}
 }
+
+// Two sandboxes of one tenant share its inotify instance, yet each
+// watch sees its own sandbox's changes alone, named as the sandbox sees
+// them (relative to the watched directory, entries under /home/user),
+// never a host path.
+func TestEnvdWatchEventsStayInTheirSandbox(t *testing.T) {
+	e := newEnv(t, nil)
+	ids := []string{e.newSession(t), e.newSession(t)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var streams []*connect.ServerStreamForClient[filesystem.WatchDirResponse]
+	for _, id := range ids {
+		s, err := e.fsClient(id).WatchDir(ctx, rpc(&filesystem.WatchDirRequest{Path: "/home/user", IncludeEntry: true}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		if !s.Receive() || s.Msg().GetStart() == nil {
+			t.Fatalf("%v %v", s.Msg(), s.Err())
+		}
+		streams = append(streams, s)
+	}
+	if st := e.statusOf(t, e.Tenant); st.Watches.Instances != 1 || st.Watches.Watches != 2 {
+		t.Fatalf("status %+v", st.Watches)
+	}
+	for i, name := range []string{"first.txt", "second.txt"} {
+		if res, body := e.filesReq(t, ids[i], "POST", "path=/home/user/"+name, "application/octet-stream", strings.NewReader("x"), nil); res.StatusCode != http.StatusOK {
+			t.Fatalf("upload: %d %s", res.StatusCode, body)
+		}
+	}
+	// Each stream sees its own sandbox's file arrive (written beside it,
+	// then renamed), and nothing of the other's.
+	for i, name := range []string{"first.txt", "second.txt"} {
+		s := streams[i]
+		for {
+			if !s.Receive() {
+				t.Fatalf("sandbox %d's watch ended: %v", i+1, s.Err())
+			}
+			ev := s.Msg().GetFilesystem()
+			if ev == nil {
+				continue
+			}
+			if !strings.Contains(ev.GetName(), name) || ev.GetEntry() != nil && ev.GetEntry().GetPath() != "/home/user/"+ev.GetName() {
+				t.Fatalf("sandbox %d's watch: %v, want only its own %s under /home/user", i+1, ev, name)
+			}
+			if ev.GetName() == name && ev.GetType() == filesystem.EventType_EVENT_TYPE_CREATE {
+				break
+			}
+		}
+	}
+}
