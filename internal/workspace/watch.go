@@ -40,8 +40,10 @@ var ErrWatchEnded = errors.New("the watched directory was removed or moved away;
 // reached. The message names which. A watch ending frees its share.
 var ErrWatchLimit = errors.New("the server cannot watch more directories now")
 
-// ErrOverflow says changes came faster than they were read; some were lost.
-var ErrOverflow = errors.New("changes came faster than they were read and some were lost (the kernel's event queue overflowed); the watch ended: watch a smaller directory, or read events faster")
+// ErrOverflow says changes came faster than they were read; some were
+// lost: the watch's own queue overflowed, or the kernel's queue of the
+// inotify instance it shares.
+var ErrOverflow = errors.New("changes came faster than they were read and some were lost (an event queue overflowed); the watch ended: watch a smaller directory, or read events faster")
 
 // WatchOptions configure a Watch.
 type WatchOptions struct {
