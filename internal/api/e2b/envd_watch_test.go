@@ -232,6 +232,12 @@ func TestEnvdUnpolledWatcherExpires(t *testing.T) {
 	if st := e.statusOf(t, e.Tenant); st.Watches.Watches != 1 {
 		t.Fatalf("status %+v, want the polled watcher's watch alone", st.Watches)
 	}
+	// Removed, its watch ends (before the App closes and unmounts the
+	// session's disk).
+	if _, err := c.RemoveWatcher(ctx, rpc(&filesystem.RemoveWatcherRequest{WatcherId: polled.Msg.GetWatcherId()})); err != nil {
+		t.Fatal(err)
+	}
+	<-ended
 }
 
 // Two sandboxes of one tenant share its inotify instance, yet each
@@ -239,7 +245,8 @@ func TestEnvdUnpolledWatcherExpires(t *testing.T) {
 // them (relative to the watched directory, entries under /home/user),
 // never a host path.
 func TestEnvdWatchEventsStayInTheirSandbox(t *testing.T) {
-	e := newEnv(t, nil)
+	observe, ended := watchEnds()
+	e := newEnv(t, &app.Options{Observers: []controller.Observer{observe}})
 	ids := []string{e.newSession(t), e.newSession(t)}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -283,4 +290,9 @@ func TestEnvdWatchEventsStayInTheirSandbox(t *testing.T) {
 			}
 		}
 	}
+	// The watches end with their streams (before the App closes and
+	// unmounts the sessions' disks).
+	cancel()
+	<-ended
+	<-ended
 }
