@@ -43,6 +43,7 @@ import (
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/store"
 	"github.com/quro-dev/quro/internal/terminal"
+	"github.com/quro-dev/quro/internal/workspace"
 )
 
 // Options configure an App; nil or zero fields take the defaults.
@@ -109,6 +110,10 @@ type Limits struct {
 	// SnapshotBytes their bytes (default 8 GiB); negative: no cap.
 	Snapshots     int
 	SnapshotBytes int64
+	// Watch caps the watches (watch_dir, E2B's watchers), per tenant and
+	// for the server; zero fields are derived from the host's inotify
+	// limits (workspace.HubLimits).
+	Watch workspace.HubLimits
 }
 
 // App is one assembled Quro. Close it when done.
@@ -152,6 +157,7 @@ type App struct {
 
 	lives          *session.Life    // the sessions' states, entries and teardown (boxes.go)
 	watches        watchSlots       // watch_dir calls running per session (fsops.go)
+	watchHub       *workspace.Hub   // the inotify instances every watch shares, and their caps (fsops.go)
 	autoPauseAfter time.Duration    // Options.AutoPause
 	prestart       bool             // Options.PrestartPython
 	spares         *spares          // Options.SpareSessions; nil: none
@@ -243,7 +249,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
 		Python: emb, PythonRootfs: pyRootfs, Metrics: m, tokens: auth.New(st), auditLog: audit.New(st, &audit.Options{Keep: opts.AuditKeep, Logger: log}),
 		Runner:  runcode.New(Languages(sb, pyChain, jsEng, RootfsDir(dir)), opts.Run),
-		tenants: tl, limits: opts.Limits, js: jsEng,
+		tenants: tl, limits: opts.Limits, js: jsEng, watchHub: workspace.NewHub(opts.Limits.Watch),
 
 		autoPauseAfter: opts.AutoPause,
 		prestart:       opts.PrestartPython,
@@ -281,6 +287,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	}
 	a.instrument()
 	a.Metrics.WatchTenants(a.tenantGauges)
+	a.Metrics.WatchWatches(a.watchHub.Stats)
 	if opts.SpareSessions > 0 && sb.SessionBoxes() && emb.KeepsSpares() {
 		a.spares = a.openSpares(ctx, opts.SpareSessions)
 	}

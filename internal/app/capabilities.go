@@ -15,6 +15,7 @@ import (
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/version"
+	"github.com/quro-dev/quro/internal/workspace"
 )
 
 // RunCodeInput is run_code's input.
@@ -71,6 +72,7 @@ type Status struct {
 	Engines        []runcode.EngineStatus `json:"engines"`
 	Isolation      []sandbox.Feature      `json:"isolation"`
 	Tenant         *TenantStatus          `json:"tenant" jsonschema:"the calling tenant's ceilings and what it uses now"`
+	Watches        *workspace.WatchStats  `json:"watches" jsonschema:"the server's watches (watch_dir, E2B's watchers): the inotify instances they share, what they hold now, and the caps per tenant and for the server"`
 }
 
 // Text summarises the status.
@@ -92,6 +94,11 @@ func (s *Status) Text() string {
 	}
 	if t := s.Tenant; t != nil {
 		b.WriteString(t.Text() + "\n")
+	}
+	if w := s.Watches; w != nil {
+		fmt.Fprintf(&b, "watches: %d of %d (%d per tenant), directories watched %d of %d (%d per tenant), inotify instances %d of %d (the host allows %d instances and %d watches per user)\n",
+			w.Watches, w.Limits.Watches, w.Limits.TenantWatches, w.Dirs, w.Limits.Dirs, w.Limits.TenantDirs,
+			w.Instances, w.Limits.Instances, w.Host.MaxUserInstances, w.Host.MaxUserWatches)
 	}
 	return strings.TrimRight(b.String(), "\n")
 }
@@ -162,7 +169,7 @@ func (a *App) register(reg *capability.Registry) {
 			return out, nil
 		}))
 	reg.Register(capability.New("get_service_status",
-		"Service status: pid, version, uptime, number of sessions, the engines of each language with their availability, the isolation features of the machine, and your tenant's ceilings (memory, processes, CPU, sessions, disk per session) with what it uses now.",
+		"Service status: pid, version, uptime, number of sessions, the engines of each language with their availability, the isolation features of the machine, your tenant's ceilings (memory, processes, CPU, sessions, disk per session, watches) with what it uses now, and the server's watches with their caps.",
 		capability.ScopeRead, func(ctx context.Context, _ Empty) (*Status, error) {
 			st, err := a.Status(ctx)
 			if c, ok := controller.CallerFrom(ctx); err == nil && (!ok || !operator(c)) {
@@ -273,10 +280,11 @@ func (a *App) Status(ctx context.Context) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
+	ws := a.watchHub.Stats()
 	return &Status{
 		PID: os.Getpid(), Version: version.String(), StartedAt: a.Started,
 		UptimeSeconds: time.Since(a.Started).Seconds(), DataDir: a.DataDir,
 		Sessions: n, DefaultSession: def.ID,
-		Engines: a.Runner.Engines(), Isolation: a.Isolation(), Tenant: ts,
+		Engines: a.Runner.Engines(), Isolation: a.Isolation(), Tenant: ts, Watches: &ws,
 	}, nil
 }

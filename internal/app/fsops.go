@@ -110,10 +110,10 @@ const (
 )
 
 // MaxWatchesPerSession bounds the watch_dir calls running at once in one
-// session (E2B's watchDir streams and polling watchers are such calls):
-// each holds one of the host's inotify instances, which every session
-// shares (fs.inotify.max_user_instances, 128 by default), so one tenant
-// cannot use them up for all.
+// session (E2B's watchDir streams and polling watchers are such calls).
+// Every watch shares the server's inotify instances (workspace.Hub),
+// which also caps the watches and watched directories of each tenant and
+// of the server (Limits.Watch), well under the host's inotify limits.
 const MaxWatchesPerSession = 8
 
 // watchSlots counts the watch_dir calls running per session.
@@ -177,7 +177,7 @@ func (a *App) registerFSOps(reg *capability.Registry) {
 			"recursive=true watches subdirectories too; include_entry=true describes what is there in each event. "+
 			"The watch lasts timeout_ms (default 10 s) or until max_events changes; a streaming caller (WebSocket, E2B's watchDir) gets each event as it happens and may watch until it goes away. "+
 			"It ends early when the directory is removed (as when the session is destroyed). Symbolic links are never followed. "+
-			"A session runs at most "+strconv.Itoa(MaxWatchesPerSession)+" watches at once (streaming or not); another is refused until one ends. "+paths,
+			"A session runs at most "+strconv.Itoa(MaxWatchesPerSession)+" watches at once (streaming or not); a tenant, and the server, at most as many watches and watched directories as get_service_status shows (watches); another is refused, resource_exhausted naming the cap, until one ends. "+paths,
 		capability.ScopeRead, a.watchDir).Streaming().InSession(capability.UseHold))
 }
 
@@ -340,7 +340,7 @@ func (a *App) watchDir(ctx context.Context, in WatchDirInput) (*Watched, error) 
 		return nil, err
 	}
 	out := &Watched{Session: id, Path: rel, Events: []workspace.Event{}}
-	o := workspace.WatchOptions{Recursive: in.Recursive, IncludeEntry: in.IncludeEntry}
+	o := workspace.WatchOptions{Recursive: in.Recursive, IncludeEntry: in.IncludeEntry, Hub: a.watchHub, Tenant: sess.Tenant}
 	if observe != nil {
 		o.Ready = func() { observe(WatchStreamReady, nil) }
 	}

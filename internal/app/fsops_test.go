@@ -141,10 +141,9 @@ func TestWatchDirStreamsTheSessionsChanges(t *testing.T) {
 	}
 }
 
-// One session runs at most MaxWatchesPerSession watches at once (each
-// holds one of the host's inotify instances, which every session
-// shares); the next is refused, resource_exhausted, saying what to do,
-// and one ending frees a slot. Another session is not affected.
+// One session runs at most MaxWatchesPerSession watches at once (under
+// its tenant's cap); the next is refused, resource_exhausted, saying what
+// to do, and one ending frees a slot. Another session is not affected.
 func TestWatchDirBoundedPerSession(t *testing.T) {
 	a := newApp(t, nil)
 	type watch struct {

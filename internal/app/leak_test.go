@@ -129,6 +129,8 @@ func (a *App) holdings(t *testing.T, dir string) holdings {
 	a.watches.mu.Lock()
 	h.Watches = len(a.watches.n)
 	a.watches.mu.Unlock()
+	ws := a.watchHub.Stats() // the watches' inotify instances, subscribers and directories
+	h.Watches += ws.Watches + ws.Dirs + ws.Instances
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	h.Mounts = strings.Count(string(mounts), dir)
 	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")

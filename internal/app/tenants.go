@@ -391,6 +391,11 @@ type TenantStatus struct {
 	DiskFullIn      []string `json:"disk_full_sessions,omitempty" jsonschema:"sessions whose disk quota is full"`
 	DiskQuota       string   `json:"disk_quota" jsonschema:"how the disk quota is enforced here"`
 	Enforced        bool     `json:"kernel_enforced" jsonschema:"memory, process and CPU ceilings are enforced by the kernel (cgroups)"`
+	// The tenant's watches (watch_dir, E2B's watchers) and their caps.
+	Watches        int `json:"watches" jsonschema:"watches the tenant runs now"`
+	WatchesMax     int `json:"watches_max" jsonschema:"the most watches one tenant runs at once"`
+	WatchedDirs    int `json:"watched_dirs" jsonschema:"directories the tenant's watches watch now"`
+	WatchedDirsMax int `json:"watched_dirs_max" jsonschema:"the most directories one tenant's watches watch at once"`
 }
 
 // tenantStatus reports the ceilings and usage of ctx's tenant.
@@ -401,6 +406,9 @@ func (a *App) tenantStatus(ctx context.Context) (*TenantStatus, error) {
 		return nil, err
 	}
 	st := &TenantStatus{Tenant: tenant, Limits: a.tenants.Limits(ctx, tenant), Sessions: len(list), DiskQuota: a.tenants.disks.Method()}
+	st.Watches, st.WatchedDirs = a.watchHub.Tenant(tenant)
+	wl := a.watchHub.Limits()
+	st.WatchesMax, st.WatchedDirsMax = wl.TenantWatches, wl.TenantDirs
 	if u, ok := a.Sandbox.TenantUsage(tenant); ok {
 		st.Enforced = true
 		st.MemoryBytes, st.MemoryPeakBytes, st.Tasks = u.Memory, u.MemoryPeak, u.Tasks
@@ -428,6 +436,9 @@ func (t *TenantStatus) Text() string {
 	s := fmt.Sprintf("%s: memory %s of %s, processes %d of %s, CPU %s%%, sessions %d of %s, disk %s used, %s per session (%s)",
 		sandbox.DisplayTenant(t.Tenant), quota.Human(int64(t.MemoryBytes)), lim(t.Limits.Memory, quota.Human), t.Tasks, lim(t.Limits.Tasks, num),
 		lim(t.Limits.CPUPercent, num), t.Sessions, lim(t.Limits.Sessions, num), quota.Human(t.DiskUsedBytes), lim(t.Limits.Disk, quota.Human), t.DiskQuota)
+	if t.WatchesMax > 0 {
+		s += fmt.Sprintf(", watches %d of %d (%d of %d directories)", t.Watches, t.WatchesMax, t.WatchedDirs, t.WatchedDirsMax)
+	}
 	if len(t.DiskFullIn) > 0 {
 		s += "; disk full in: " + strings.Join(t.DiskFullIn, ", ")
 	}

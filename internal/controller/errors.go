@@ -64,7 +64,8 @@ var classes = []class{
 	// The session's disk.
 	{match: is(workspace.ErrNoSpace), code: capability.ResourceExhausted},
 	{match: is(quota.ErrNotGrown), code: capability.Busy},
-	// The server's inotify instances or watches (shared by the host).
+	// A cap on watches or watched directories (a tenant's, the
+	// server's), or the host's inotify limits.
 	{match: is(workspace.ErrWatchLimit), code: capability.ResourceExhausted, retry: 30},
 
 	// Runs.

@@ -1,7 +1,8 @@
 // Package metrics exposes Quro's Prometheus metrics: every controller call
 // (by capability, access path and outcome, with its duration), every run of
 // user code (by engine and outcome), the live sessions, terminals and Python
-// workers, and the sandbox's start failures.
+// workers, the watches and their inotify instances, and the sandbox's start
+// failures.
 //
 // Each Metrics has its own registry (never the global default), so several
 // Apps in one process — tests — do not collide. Label values come only from

@@ -333,8 +333,10 @@ func TestInfoTypes(t *testing.T) {
 // Watch says so with ErrWatchLimit, not a bare errno. The limit is this
 // test process's own RLIMIT_NOFILE, lowered for the test (no test of this
 // package runs in parallel) and restored: nothing host-wide is used up.
+// The Hub is the test's own, so that it has no instance yet.
 func TestWatchLimit(t *testing.T) {
 	w, _, _ := setup(t, Options{})
+	h := NewHub(HubLimits{})
 	var old syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
 		t.Fatal(err)
@@ -362,7 +364,7 @@ func TestWatchLimit(t *testing.T) {
 		}
 		held = append(held, f)
 	}
-	err := w.Watch(context.Background(), "", WatchOptions{}, func(Event) {})
+	err := w.Watch(context.Background(), "", WatchOptions{Hub: h}, func(Event) {})
 	if !errors.Is(err, ErrWatchLimit) || !strings.Contains(err.Error(), "inotify instances") {
 		t.Fatalf("watch with no descriptor left: %v", err)
 	}

@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"strings"
+	"sync"
 	"syscall"
-	"unsafe"
 )
 
 // Event kinds Watch reports (fsnotify's, as E2B's envd reports them).
@@ -34,14 +33,17 @@ const DefaultMaxWatches = 1024
 // session's workspace is gone when the session was destroyed).
 var ErrWatchEnded = errors.New("the watched directory was removed or moved away; the watch ended")
 
-// ErrWatchLimit says the server cannot watch more now: its inotify
-// instances or watches (fs.inotify.max_user_instances, max_user_watches,
-// shared by every session on the host) or its open files are used up. Not
-// the caller's fault; a watch ending frees them.
+// ErrWatchLimit says the server cannot watch more now: a cap of its own
+// (per tenant or for the server, on watches or watched directories; see
+// HubLimits) or the host's inotify limits (fs.inotify.max_user_instances,
+// max_user_watches, shared by every process of the server's user) are
+// reached. The message names which. A watch ending frees its share.
 var ErrWatchLimit = errors.New("the server cannot watch more directories now")
 
-// ErrOverflow says changes came faster than they were read; some were lost.
-var ErrOverflow = errors.New("changes came faster than they were read and some were lost (the kernel's event queue overflowed); the watch ended: watch a smaller directory, or read events faster")
+// ErrOverflow says changes came faster than they were read; some were
+// lost: the watch's own queue overflowed, or the kernel's queue of the
+// inotify instance it shares.
+var ErrOverflow = errors.New("changes came faster than they were read and some were lost (an event queue overflowed); the watch ended: watch a smaller directory, or read events faster")
 
 // WatchOptions configure a Watch.
 type WatchOptions struct {
@@ -51,31 +53,49 @@ type WatchOptions struct {
 	// Ready, when set, is called once the watches are in place: a change
 	// made after it returns is reported.
 	Ready func()
+	// Hub holds the inotify instances the watch shares (nil:
+	// DefaultHub()); Tenant is whose caps it counts against.
+	Hub    *Hub
+	Tenant string
 }
 
 const watchMask = syscall.IN_CREATE | syscall.IN_MOVED_TO | syscall.IN_MOVED_FROM | syscall.IN_DELETE |
 	syscall.IN_MODIFY | syscall.IN_ATTRIB | syscall.IN_DELETE_SELF | syscall.IN_MOVE_SELF | syscall.IN_ONLYDIR
 
-// watcher is one Watch's inotify instance.
+// watcher is one Watch: a subscriber of its tenant's inotify instance.
+// dirs and wds are its goroutine's (changed under the Hub's lock, with
+// the counts); q, over and err are the instance reader's hand-over.
 type watcher struct {
 	w    *FS
-	f    *os.File
-	fd   int              // f's descriptor (f.Fd() would make it blocking)
+	h    *Hub
+	g    *group
+	in   *instance
 	base string           // the watched directory, workspace-relative
 	dirs map[int32]string // watch descriptor → directory relative to base
 	wds  map[string]int32 // and back
 	o    WatchOptions
+
+	qmu  sync.Mutex
+	q    []pending
+	over bool
+	err  error
+	wake chan struct{}
 }
 
 // Watch reports the changes under the directory p to fn, one event at a
 // time, until ctx ends (nil then), the directory goes (ErrWatchEnded) or
 // events are lost (ErrOverflow). fn runs on Watch's goroutine; while it
-// blocks, the kernel queues events (up to its bound, then ErrOverflow).
+// blocks, events are queued for it (up to HubLimits.Queue, then
+// ErrOverflow: for this watch alone).
 //
-// Each directory is opened through the workspace root (no path leads out,
-// O_NOFOLLOW on the last component: a link is never watched) and watched
-// through its descriptor (/proc/self/fd), so a path component the
-// session's code swaps for a link meanwhile cannot redirect the watch.
+// The watch shares its tenant's inotify instance of o.Hub (see Hub) and
+// counts against its caps (ErrWatchLimit). Each directory is opened
+// through the workspace root (no path leads out, O_NOFOLLOW on the last
+// component: a link is never watched) and watched through its descriptor
+// (/proc/self/fd), so a path component the session's code swaps for a
+// link meanwhile cannot redirect the watch. An event reaches only the
+// watches that watch its directory, named relative to each one's
+// directory.
 func (w *FS) Watch(ctx context.Context, p string, o WatchOptions, fn func(Event)) error {
 	rel, err := w.Rel(p)
 	if err != nil {
@@ -84,6 +104,9 @@ func (w *FS) Watch(ctx context.Context, p string, o WatchOptions, fn func(Event)
 	if o.MaxWatches <= 0 {
 		o.MaxWatches = DefaultMaxWatches
 	}
+	if o.Hub == nil {
+		o.Hub = DefaultHub()
+	}
 	fi, err := w.root.Stat(rel)
 	if err != nil {
 		return explain(rel, err)
@@ -91,16 +114,12 @@ func (w *FS) Watch(ctx context.Context, p string, o WatchOptions, fn func(Event)
 	if !fi.IsDir() {
 		return fmt.Errorf("%q is a %s; only a directory can be watched: %w", rel, typeName(fi.Mode()), ErrNotDir)
 	}
-	fd, err := syscall.InotifyInit1(syscall.IN_NONBLOCK | syscall.IN_CLOEXEC)
-	if err != nil {
-		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
-			return fmt.Errorf("watch %q: %w: the server's inotify instances (fs.inotify.max_user_instances) or open files are used up (%v); end a watch, or try again later", rel, ErrWatchLimit, err)
-		}
+	wt := &watcher{w: w, h: o.Hub, base: rel, dirs: map[int32]string{}, wds: map[string]int32{}, o: o,
+		wake: make(chan struct{}, 1)}
+	if err := o.Hub.join(wt, o.Tenant); err != nil {
 		return fmt.Errorf("watch %q: %w", rel, err)
 	}
-	wt := &watcher{w: w, f: os.NewFile(uintptr(fd), "inotify"), fd: fd, base: rel,
-		dirs: map[int32]string{}, wds: map[string]int32{}, o: o}
-	defer wt.f.Close()
+	defer o.Hub.leave(wt)
 	if err := wt.add("", true); err != nil {
 		return err
 	}
@@ -109,34 +128,34 @@ func (w *FS) Watch(ctx context.Context, p string, o WatchOptions, fn func(Event)
 			return err
 		}
 	}
-	stop := context.AfterFunc(ctx, func() { _ = wt.f.Close() })
-	defer stop()
 	if o.Ready != nil {
 		o.Ready()
 	}
-	buf := make([]byte, 64<<10)
 	for {
-		n, err := wt.f.Read(buf)
-		if err != nil {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wt.wake:
+		}
+		q, over, err := wt.take()
+		for _, ev := range q {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("watch %q: %w", rel, err)
-		}
-		for off := 0; off+syscall.SizeofInotifyEvent <= n; {
-			ev := (*syscall.InotifyEvent)(unsafe.Pointer(&buf[off]))
-			name := ""
-			if ev.Len > 0 {
-				raw := buf[off+syscall.SizeofInotifyEvent : off+syscall.SizeofInotifyEvent+int(ev.Len)]
-				name = strings.TrimRight(string(raw), "\x00")
-			}
-			off += syscall.SizeofInotifyEvent + int(ev.Len)
-			if ended, err := wt.handle(ev.Wd, ev.Mask, name, fn); ended || err != nil {
+			if ended, err := wt.handle(ev.wd, ev.mask, ev.name, fn); ended || err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
 				return err
 			}
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case over:
+			return ErrOverflow
+		case err != nil:
+			return fmt.Errorf("watch %q: %w", rel, err)
 		}
 	}
 }
@@ -162,18 +181,9 @@ func (wt *watcher) add(dir string, top bool) error {
 		return explain(rel, err)
 	}
 	defer d.Close()
-	wd, err := syscall.InotifyAddWatch(wt.fd, fmt.Sprintf("/proc/self/fd/%d", d.Fd()), watchMask)
-	if err != nil {
-		if errors.Is(err, syscall.ENOSPC) {
-			return fmt.Errorf("watch %q: %w: the server's inotify watches (fs.inotify.max_user_watches) are used up; watch a smaller directory or not recursively, end a watch, or try again later", rel, ErrWatchLimit)
-		}
+	if err := wt.h.addWatch(wt, d, dir); err != nil {
 		return fmt.Errorf("watch %q: %w", rel, err)
 	}
-	if old, ok := wt.dirs[int32(wd)]; ok { // the same directory under another name (a hard link cannot be; a rename can)
-		delete(wt.wds, old)
-	}
-	wt.dirs[int32(wd)] = dir
-	wt.wds[dir] = int32(wd)
 	return nil
 }
 
@@ -220,8 +230,7 @@ func (wt *watcher) handle(wd int32, mask uint32, name string, fn func(Event)) (e
 		return false, nil
 	}
 	if mask&syscall.IN_IGNORED != 0 {
-		delete(wt.dirs, wd)
-		delete(wt.wds, dir)
+		wt.h.forget(wt, wd)
 		if dir == "" {
 			return true, ErrWatchEnded
 		}

@@ -57,13 +57,19 @@ const (
 // Bounds of the polling watchers (CreateWatcher, the Python SDK's
 // watch_dir): per sandbox (running or ended with events still to poll;
 // watch_dir itself bounds the watches running in a session, WatchDir
-// streams and polling watchers together, to as many), and events kept
-// between two polls.
+// streams and polling watchers together, to as many, and those of a
+// tenant and of the server), and events kept between two polls.
 const (
 	maxWatchersPerSandbox = 8
 	maxWatcherEvents      = 10000
 	watcherLinger         = time.Minute // an ended watcher's events wait this long for a poll
 )
+
+// DefaultWatcherIdle is how long a polling watcher lives without a poll
+// (Options.WatcherIdle): the SDK polls each time its caller asks for new
+// events, so a watcher nobody asks about for a minute is taken to be
+// forgotten, and its watch ends (the next poll says so).
+const DefaultWatcherIdle = time.Minute
 
 // toWorkspace maps an E2B path to a workspace-relative one.
 func toWorkspace(p string) (string, error) {
@@ -426,9 +432,10 @@ func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[filesyste
 }
 
 // watchers are the polling watchers of every sandbox (CreateWatcher):
-// a watch_dir call each, running until RemoveWatcher, its directory goes
-// (as when the sandbox is killed: its workspace is removed), or it
-// overflows.
+// a watch_dir call each, detached from the request that made it, running
+// until RemoveWatcher, its directory goes or its sandbox is killed (the
+// destroy cancels the calls in the session), it overflows, or no poll
+// came for Options.WatcherIdle.
 type watchers struct {
 	mu   sync.Mutex
 	byID map[string]*pollWatcher
@@ -437,6 +444,7 @@ type watchers struct {
 type pollWatcher struct {
 	sandbox string
 	cancel  context.CancelFunc
+	idle    *time.Timer   // ends the watch when no poll came for Options.WatcherIdle
 	stopped chan struct{} // closed once its watch has ended
 	mu      sync.Mutex
 	events  []*filesystem.FilesystemEvent
@@ -455,6 +463,16 @@ func (f *fsService) CreateWatcher(ctx context.Context, req *connect.Request[file
 	id := hex.EncodeToString(rnd[:])
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	pw := &pollWatcher{sandbox: sb, cancel: cancel, stopped: make(chan struct{})}
+	idle := f.s.opts.WatcherIdle
+	pw.idle = time.AfterFunc(idle, func() {
+		pw.mu.Lock()
+		if pw.ended == nil {
+			pw.ended = rpcErrorf(connect.CodeNotFound, fmt.Sprintf(
+				"the watcher expired: it was not polled (GetWatcherEvents) for %s, and Quro %s ends a watcher left that long", idle, f.s.version()))
+		}
+		pw.mu.Unlock()
+		cancel()
+	})
 	f.watchers.mu.Lock()
 	n := 0
 	for _, w := range f.watchers.byID {
@@ -464,6 +482,7 @@ func (f *fsService) CreateWatcher(ctx context.Context, req *connect.Request[file
 	}
 	if n >= maxWatchersPerSandbox {
 		f.watchers.mu.Unlock()
+		pw.idle.Stop()
 		cancel()
 		return nil, rpcErrorf(connect.CodeResourceExhausted, fmt.Sprintf(
 			"this sandbox has %d watchers, the most Quro %s keeps: remove one (RemoveWatcher, or stop() the watch handle) first", n, f.s.version()))
@@ -509,6 +528,7 @@ func (f *fsService) CreateWatcher(ctx context.Context, req *connect.Request[file
 					}
 					break
 				}
+				pw.idle.Stop()
 				pw.mu.Lock()
 				pw.done = true
 				if pw.ended == nil {
@@ -548,6 +568,7 @@ func (ws *watchers) drop(id string) {
 	delete(ws.byID, id)
 	ws.mu.Unlock()
 	if w != nil {
+		w.idle.Stop()
 		w.cancel()
 	}
 }
@@ -559,7 +580,7 @@ func (ws *watchers) get(ctx context.Context, id string) (*pollWatcher, error) {
 	defer ws.mu.Unlock()
 	w := ws.byID[id]
 	if w == nil || w.sandbox != sandboxOf(ctx) {
-		return nil, rpcErrorf(connect.CodeNotFound, "watcher "+strconv.Quote(id)+" not found (removed, ended a minute ago, or never made in this sandbox)")
+		return nil, rpcErrorf(connect.CodeNotFound, "watcher "+strconv.Quote(id)+" not found (removed, ended a minute ago, expired unpolled, or never made in this sandbox)")
 	}
 	return w, nil
 }
@@ -573,6 +594,9 @@ func (f *fsService) GetWatcherEvents(ctx context.Context, req *connect.Request[f
 		return nil, err
 	}
 	w.mu.Lock()
+	if !w.done {
+		w.idle.Reset(f.s.opts.WatcherIdle)
+	}
 	events := w.events
 	w.events = nil
 	done, ended := w.done, w.ended

@@ -624,9 +624,8 @@ func TestEnvdFilesNoSpace(t *testing.T) {
 }
 
 // A sandbox runs at most 8 watches at once, WatchDir streams and polling
-// watchers together (each holds one of the host's inotify instances,
-// which every sandbox shares): the next is refused, resource exhausted,
-// saying what to do; one ending frees its place.
+// watchers together (under its tenant's cap): the next is refused,
+// resource exhausted, saying what to do; one ending frees its place.
 func TestEnvdWatchesBoundedPerSandbox(t *testing.T) {
 	e := newEnv(t, nil)
 	id := e.newSession(t)

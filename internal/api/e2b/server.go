@@ -85,6 +85,11 @@ type Options struct {
 	// nil: that check with nothing else allowed: the server's own origin,
 	// loopback names and Hosts(Domain).
 	Check func(*http.Request) *capability.Error
+	// WatcherIdle ends a polling watcher (CreateWatcher) that was not
+	// polled (GetWatcherEvents) for this long (default
+	// DefaultWatcherIdle): it is detached from the request that made it,
+	// and would otherwise hold its watch until the sandbox ends.
+	WatcherIdle time.Duration
 }
 
 // ErrNoSandbox is what Options.Sandbox wraps when no live session has the
@@ -123,6 +128,9 @@ func New(ctrl *controller.Controller, opts *Options) (*Server, error) {
 	}
 	o.Prefix = "/" + strings.Trim(o.Prefix, "/")
 	o.Domain = strings.Trim(strings.ToLower(o.Domain), ".")
+	if o.WatcherIdle <= 0 {
+		o.WatcherIdle = DefaultWatcherIdle
+	}
 	if o.Sandbox == nil {
 		return nil, errors.New("e2b: Options.Sandbox is required")
 	}
