@@ -208,7 +208,7 @@ func watchInSession(a *app.App, maxConns int) {
 	a.Metrics.WatchConnections("insession", func() metrics.ConnStats {
 		st := inSession.Stats()
 		return metrics.ConnStats{Open: st.Open, Pending: st.Pending, Max: maxConns,
-			RefusedTotal: st.RefusedTotal, RefusedPeer: st.RefusedPeer, Evicted: st.Evicted}
+			RefusedTotal: st.RefusedTotal, RefusedPeer: st.RefusedPeer, RefusedShare: st.RefusedShare, Evicted: st.Evicted}
 	})
 }
 

@@ -222,7 +222,12 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	if opts.InSession != nil {
 		inSession = insession.NewServer(ctx, dir, func(ctx context.Context, id string) bool { return sessions.Exists(ctx, id) },
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { inSessionHandler.ServeHTTP(w, r) }),
-			&insession.Options{Logger: log, MaxConns: opts.InSession.MaxConns})
+			&insession.Options{Logger: log, MaxConns: opts.InSession.MaxConns, Tenant: func(ctx context.Context, id string) string {
+				if s, err := sessions.ByIDAnyTenant(ctx, id); err == nil {
+					return s.Tenant
+				}
+				return ""
+			}})
 		hooks = inSession.Hooks()
 	}
 	// undo releases what New made when it fails.

@@ -22,6 +22,8 @@ package connlimit
 
 import (
 	"container/list"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -30,6 +32,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/quro-dev/quro/internal/share"
 )
 
 // Options are a Listener's limits. nil means defaults: no limit.
@@ -40,10 +44,17 @@ type Options struct {
 	Max int
 	// PerPeer is the most connections of one peer (0: no limit).
 	PerPeer int
-	// Shared, when set, is a budget this listener shares with others (the
-	// sessions' sockets, one listener each, share one total): a connection
-	// also needs a place in it.
-	Shared *Budget
+	// Shared, when set, is a pool this listener shares with others (the
+	// sessions' sockets, one listener each, share one total and its
+	// per-tenant shares): a connection also needs a place in it, of its
+	// tenant's share.
+	Shared *share.Pool
+	// Tenant names the tenant a connection counts against in Shared
+	// (called once, at accept); nil: every connection is of tenant "".
+	Tenant func(net.Conn) string
+	// ShareRefusal is written instead of Refusal to a connection refused
+	// because its tenant holds its share of Shared.
+	ShareRefusal []byte
 	// Evict lets a connection over a cap take the slot of the oldest
 	// pending (not yet trusted) one instead of being refused.
 	Evict bool
@@ -59,46 +70,23 @@ type Options struct {
 
 // HTTPRefusal is a complete HTTP/1.1 503 answer for Options.Refusal.
 func HTTPRefusal(name string) []byte {
-	body := fmt.Sprintf(`{"error":{"code":"unavailable","message":"the %s listener is at its connection limit; close idle connections or retry later"}}`+"\n", name)
+	return HTTPRefusalSaying(fmt.Sprintf("the %s listener is at its connection limit; close idle connections or retry later", name))
+}
+
+// HTTPRefusalSaying is a complete HTTP/1.1 503 answer whose error message
+// is msg (Options.ShareRefusal, say).
+func HTTPRefusalSaying(msg string) []byte {
+	m, _ := json.Marshal(msg)
+	body := `{"error":{"code":"unavailable","message":` + string(m) + `}}` + "\n"
 	return []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
 		strconv.Itoa(len(body)) + "\r\n\r\n" + body)
-}
-
-// Budget is a count of connections shared by several listeners
-// (Options.Shared), so that many small listeners still hold at most Max in
-// all.
-type Budget struct {
-	max int64
-	n   atomic.Int64
-}
-
-// NewBudget returns a budget of max connections (max > 0).
-func NewBudget(max int) *Budget { return &Budget{max: int64(max)} }
-
-// Held is the number of connections holding a place.
-func (b *Budget) Held() int { return int(b.n.Load()) }
-
-func (b *Budget) take() bool {
-	if b == nil {
-		return true
-	}
-	if b.n.Add(1) > b.max {
-		b.n.Add(-1)
-		return false
-	}
-	return true
-}
-
-func (b *Budget) give() {
-	if b != nil {
-		b.n.Add(-1)
-	}
 }
 
 // Refusal reasons (the reason label of the refused counter).
 const (
 	RefusedTotal = "total" // the listener was full
 	RefusedPeer  = "peer"  // the peer had its share
+	RefusedShare = "share" // the peer's tenant had its share of Shared
 )
 
 // Listener is a net.Listener that holds at most the connections its
@@ -113,8 +101,8 @@ type Listener struct {
 	pending  *list.List       // of *Conn not yet trusted, newest first
 	nearFull bool             // warned about being near full
 
-	refusedTotal, refusedPeer, evicted atomic.Uint64
-	lastWarn                           atomic.Int64 // unix nanos of the last warning
+	refusedTotal, refusedPeer, refusedShare, evicted atomic.Uint64
+	lastWarn                                         atomic.Int64 // unix nanos of the last warning
 }
 
 // peer is one peer's connections.
@@ -148,6 +136,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		lc := &Conn{Conn: c, l: l, peer: l.opts.Peer(c)}
+		if l.opts.Shared != nil && l.opts.Tenant != nil {
+			lc.tenant = l.opts.Tenant(c)
+		}
 		victims, why := l.admit(lc)
 		for _, v := range victims {
 			v.Conn.Close() // its server goroutine sees the error and lets go
@@ -193,9 +184,12 @@ func (l *Listener) admit(c *Conn) (victims []*Conn, why string) {
 		l.releaseLocked(v)
 		victims = append(victims, v)
 	}
-	if !l.opts.Shared.take() {
+	if err := l.opts.Shared.Acquire(c.tenant); err != nil {
 		l.dropPeer(c.peer, p)
 		l.evicted.Add(uint64(len(victims)))
+		if r := (*share.Refusal)(nil); errors.As(err, &r) && r.AtShare {
+			return victims, RefusedShare
+		}
 		return victims, RefusedTotal
 	}
 	l.evicted.Add(uint64(len(victims)))
@@ -219,7 +213,7 @@ func (l *Listener) releaseLocked(c *Conn) {
 		return
 	}
 	c.released = true
-	l.opts.Shared.give()
+	l.opts.Shared.Release(c.tenant)
 	l.open--
 	p := l.perPeer[c.peer]
 	p.n--
@@ -241,16 +235,23 @@ func (l *Listener) dropPeer(key string, p *peer) {
 }
 
 func (l *Listener) refuse(c net.Conn, key, why string) {
-	if why == RefusedPeer {
+	refusal := l.opts.Refusal
+	switch why {
+	case RefusedPeer:
 		l.refusedPeer.Add(1)
-	} else {
+	case RefusedShare:
+		l.refusedShare.Add(1)
+		if l.opts.ShareRefusal != nil {
+			refusal = l.opts.ShareRefusal
+		}
+	default:
 		l.refusedTotal.Add(1)
 	}
-	if len(l.opts.Refusal) > 0 {
+	if len(refusal) > 0 {
 		// A fresh socket's send buffer is empty: this does not block, and
 		// the deadline makes sure of it.
 		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-		_, _ = c.Write(l.opts.Refusal) // a courtesy: the connection closes either way
+		_, _ = c.Write(refusal) // a courtesy: the connection closes either way
 	}
 	c.Close()
 	l.warn("connlimit: refusing connections", "reason", why, "peer", key)
@@ -271,6 +272,7 @@ type Stats struct {
 	Open, Pending             int    // connections held; of them not yet trusted
 	Peers                     int    // peers with connections
 	RefusedTotal, RefusedPeer uint64 // refused since the start, by reason
+	RefusedShare              uint64 // refused since the start: the tenant had its share of Shared
 	Evicted                   uint64 // pending connections closed for newer ones
 }
 
@@ -279,7 +281,7 @@ func (l *Listener) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return Stats{Open: l.open, Pending: l.pending.Len(), Peers: len(l.perPeer),
-		RefusedTotal: l.refusedTotal.Load(), RefusedPeer: l.refusedPeer.Load(), Evicted: l.evicted.Load()}
+		RefusedTotal: l.refusedTotal.Load(), RefusedPeer: l.refusedPeer.Load(), RefusedShare: l.refusedShare.Load(), Evicted: l.evicted.Load()}
 }
 
 // Options returns the limits in force (after New's adjustments).
@@ -288,8 +290,9 @@ func (l *Listener) Options() Options { return l.opts }
 // Conn is an accepted connection; closing it frees its slot (once).
 type Conn struct {
 	net.Conn
-	l    *Listener
-	peer string
+	l      *Listener
+	peer   string
+	tenant string // in Options.Shared
 
 	// Under l.mu:
 	released bool

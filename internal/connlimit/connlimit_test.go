@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/connlimit"
+	"github.com/quro-dev/quro/internal/share"
 )
 
 // serve starts the package's server on a capped loopback listener: /public
@@ -229,44 +230,58 @@ func TestTimeoutsAndCloseOn401(t *testing.T) {
 	}
 }
 
-// Listeners sharing a Budget hold at most its size together (the
-// sessions' sockets: one listener each, one total), and a place freed on
-// one is usable on another.
-func TestSharedBudgetSpansListeners(t *testing.T) {
-	b := connlimit.NewBudget(2)
-	opts := &connlimit.Options{Name: "shared", PerPeer: 2, Shared: b, Refusal: connlimit.HTTPRefusal("shared")}
+// Listeners sharing a share.Pool hold at most its size together (the
+// sessions' sockets: one listener each, one total), and each tenant at
+// most its share: two tenants, a at its share is refused with the share
+// refusal while b still connects, until the total refuses b too; a place
+// freed on one listener is usable on another.
+func TestSharedPoolSpansListenersAndTenants(t *testing.T) {
+	pool := share.New("test connections", 3, 2)
+	tenant := func(c net.Conn) string {
+		if strings.HasPrefix(c.RemoteAddr().String(), "127.0.0.1:") || strings.HasPrefix(c.RemoteAddr().String(), "127.0.0.2:") {
+			return "a"
+		}
+		return "b"
+	}
+	opts := &connlimit.Options{Name: "shared", PerPeer: 2, Shared: pool, Tenant: tenant,
+		Refusal: connlimit.HTTPRefusal("shared"), ShareRefusal: []byte("HTTP/1.1 503 share\r\n\r\n")}
 	_, addr1 := serve(t, opts, nil)
 	ln2, addr2 := serve(t, opts, nil)
-
-	c1 := dial(t, "127.0.0.1", addr1)
-	r1 := bufio.NewReader(c1)
-	if resp, _ := roundTrip(t, c1, r1, "/public", ""); resp.StatusCode != 200 {
-		t.Fatalf("first: %d", resp.StatusCode)
+	ok := func(what, ip, addr string) net.Conn {
+		t.Helper()
+		c := dial(t, ip, addr)
+		if resp, _ := roundTrip(t, c, bufio.NewReader(c), "/public", ""); resp.StatusCode != 200 {
+			t.Fatalf("%s: %d", what, resp.StatusCode)
+		}
+		return c
 	}
-	c2 := dial(t, "127.0.0.2", addr2)
-	if resp, _ := roundTrip(t, c2, bufio.NewReader(c2), "/public", ""); resp.StatusCode != 200 {
-		t.Fatalf("second: %d", resp.StatusCode)
+	c1 := ok("a's first", "127.0.0.1", addr1)
+	ok("a's second", "127.0.0.2", addr2)
+	// a at its share, on a listener where its peer holds nothing.
+	if got := closedByServer(t, dial(t, "127.0.0.2", addr1)); !strings.Contains(got, "503 share") {
+		t.Fatalf("a past its share got %q", got)
 	}
-	if b.Held() != 2 {
-		t.Fatalf("held %d, want 2", b.Held())
+	ok("b's first", "127.0.0.3", addr2)
+	if pool.Stats().Held != 3 {
+		t.Fatalf("pool %+v, want 3 held", pool.Stats())
 	}
-	// Over the shared total: refused on the second listener, though it
-	// holds only one connection of its own.
-	c3 := dial(t, "127.0.0.3", addr2)
-	if got := closedByServer(t, c3); !strings.Contains(got, "503") {
-		t.Fatalf("third connection got %q, want a 503 refusal", got)
+	// Over the shared total: refused on the second listener, though b
+	// holds less than its share there.
+	if got := closedByServer(t, dial(t, "127.0.0.4", addr2)); !strings.Contains(got, "at its connection limit") {
+		t.Fatalf("b over the total got %q, want the listener's refusal", got)
 	}
 	if s := ln2.Stats(); s.RefusedTotal != 1 {
 		t.Fatalf("listener 2 stats %+v, want one refusal for the total", s)
 	}
-	// Freeing a place on the first listener lets the second take it.
+	// Freeing a place of a's on the first listener lets b take it on the
+	// second.
 	c1.Close()
-	for b.Held() != 1 {
+	for pool.Held("a") != 1 {
 		runtime.Gosched() // the server goroutine notices the close
 	}
-	c4 := dial(t, "127.0.0.4", addr2)
-	if resp, _ := roundTrip(t, c4, bufio.NewReader(c4), "/public", ""); resp.StatusCode != 200 {
-		t.Fatalf("after a close: %d", resp.StatusCode)
+	ok("b after a's close", "127.0.0.4", addr2)
+	if s := pool.Stats(); s.RefusedShare != 1 || s.RefusedFull != 1 {
+		t.Fatalf("pool %+v", s)
 	}
 }
 

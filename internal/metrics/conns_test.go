@@ -12,7 +12,7 @@ func TestWatchConnections(t *testing.T) {
 	m := metrics.New()
 	open := 3
 	m.WatchConnections("http", func() metrics.ConnStats {
-		return metrics.ConnStats{Open: open, Pending: 1, Max: 48, RefusedTotal: 2, RefusedPeer: 5, Evicted: 7}
+		return metrics.ConnStats{Open: open, Pending: 1, Max: 48, RefusedTotal: 2, RefusedPeer: 5, RefusedShare: 3, Evicted: 7}
 	})
 	m.WatchConnections("insession", func() metrics.ConnStats { return metrics.ConnStats{Open: 4, Max: 1024} })
 	open = 9
@@ -27,6 +27,7 @@ func TestWatchConnections(t *testing.T) {
 		{"quro_connections", []string{"listener", "insession", "state", "trusted"}, 4},
 		{"quro_connections_max", []string{"listener", "http"}, 48},
 		{"quro_connections_refused_total", []string{"listener", "http", "reason", "peer"}, 5},
+		{"quro_connections_refused_total", []string{"listener", "http", "reason", "share"}, 3},
 		{"quro_connections_refused_total", []string{"listener", "http", "reason", "total"}, 2},
 		{"quro_connections_evicted_total", []string{"listener", "http"}, 7},
 	} {

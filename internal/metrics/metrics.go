@@ -277,13 +277,14 @@ type ConnStats struct {
 	Open, Pending             int    // connections held; of them without an authenticated request yet
 	Max                       int    // the listener's cap (0: none)
 	RefusedTotal, RefusedPeer uint64 // refused since the start: listener full; peer over its share
+	RefusedShare              uint64 // refused since the start: the peer's tenant over its share
 	Evicted                   uint64 // pending connections closed to make room for newer ones
 }
 
 var (
 	connsDesc   = prometheus.NewDesc("quro_connections", "Connections held by a listener (http: the TCP server; insession: the in-session socket), by state (trusted: a request authenticated on it; pending: none yet).", []string{"listener", "state"}, nil)
 	connMaxDesc = prometheus.NewDesc("quro_connections_max", "The connection cap of a listener.", []string{"listener"}, nil)
-	refusedDesc = prometheus.NewDesc("quro_connections_refused_total", "Connections refused at accept by a listener, by reason (total: the listener was full; peer: the peer had its share).", []string{"listener", "reason"}, nil)
+	refusedDesc = prometheus.NewDesc("quro_connections_refused_total", "Connections refused at accept by a listener, by reason (total: the listener was full; peer: the peer had its share; share: the peer's tenant had its share).", []string{"listener", "reason"}, nil)
 	evictedDesc = prometheus.NewDesc("quro_connections_evicted_total", "Connections without an authenticated request closed by a listener to make room for newer ones.", []string{"listener"}, nil)
 )
 
@@ -326,6 +327,7 @@ func (g *connGauges) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(connMaxDesc, prometheus.GaugeValue, float64(s.Max), name)
 		ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(s.RefusedTotal), name, "total")
 		ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(s.RefusedPeer), name, "peer")
+		ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(s.RefusedShare), name, "share")
 		ch <- prometheus.MustNewConstMetric(evictedDesc, prometheus.CounterValue, float64(s.Evicted), name)
 	}
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/share"
 )
 
 // SocketInBox is where the socket is inside every box.
@@ -189,8 +190,9 @@ type Server struct {
 	live   map[string]*socket // session id → its socket
 	closed bool
 	wg     sync.WaitGroup
-	limits connlimit.Options // every socket's, with one Shared budget
-	gone   connlimit.Stats   // the refusals and evictions of sockets closed since
+	limits connlimit.Options // every socket's, with one Shared pool
+	tenant func(ctx context.Context, id string) string
+	gone   connlimit.Stats // the refusals and evictions of sockets closed since
 }
 
 type socket struct {
@@ -204,8 +206,13 @@ type socket struct {
 type Options struct {
 	Logger *slog.Logger
 	// MaxConns is the most connections all sessions' sockets hold
-	// together (1024); each session's own share is 32 (see limits).
+	// together (1024); each session's own share is 32, each tenant's a
+	// quarter of MaxConns and at least 32 (see limits).
 	MaxConns int
+	// Tenant names the tenant of session id now (a spare changes hands
+	// when claimed), for the tenants' shares of MaxConns; nil or "": the
+	// tenant the session had when its socket was made.
+	Tenant func(ctx context.Context, id string) string
 }
 
 // NewServer returns the server of the sessions' sockets under dataDir,
@@ -224,11 +231,17 @@ func NewServer(ctx context.Context, dataDir string, exists func(ctx context.Cont
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{dataDir: dataDir, exists: exists, handler: h, log: log, ctx: ctx, live: map[string]*socket{},
-		limits: limits(log, opts.MaxConns)}
+		limits: limits(log, opts.MaxConns), tenant: opts.Tenant}
 	// One total for every session's socket: each socket is its own
 	// listener, and a thousand sessions × PerPeer must not reach the fd
-	// limit.
-	s.limits.Shared = connlimit.NewBudget(s.limits.Max)
+	// limit. Each tenant gets a share of it, so that one tenant's sessions
+	// cannot hold every place and leave another's `quro call`, pip and
+	// apt-get without a connection.
+	perTenant := share.Of(s.limits.Max, s.limits.PerPeer)
+	s.limits.Shared = share.New("in-session connections", s.limits.Max, perTenant)
+	s.limits.ShareRefusal = connlimit.HTTPRefusalSaying(fmt.Sprintf(
+		"the tenant's share of the in-session connections is in use (%d of the server's %d, over all its sessions); close idle connections or retry later",
+		perTenant, s.limits.Max))
 	old, _ := filepath.Glob(filepath.Join(SocketDir(dataDir), "*.sock"))
 	// run/api.sock: the one socket of every session, before sessions had
 	// their own.
@@ -275,7 +288,10 @@ func (s *Server) Binds(sess *session.Session) []sandbox.Bind {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
-	limited := connlimit.New(ln, &s.limits)
+	lim := s.limits
+	id, tenant := sess.ID, sess.Tenant
+	lim.Tenant = func(net.Conn) string { return s.tenantOf(id, tenant) }
+	limited := connlimit.New(ln, &lim)
 	sk := &socket{ln: limited, path: path, cancel: cancel, done: make(chan struct{})}
 	s.live[sess.ID] = sk
 	s.wg.Add(1)
@@ -288,6 +304,20 @@ func (s *Server) Binds(sess *session.Session) []sandbox.Bind {
 	}()
 	return []sandbox.Bind{{Src: path, Dst: SocketInBox}}
 }
+
+// tenantOf is the tenant of session id now (Options.Tenant), else made,
+// the one it had when its socket was made.
+func (s *Server) tenantOf(id, made string) string {
+	if s.tenant != nil {
+		if t := s.tenant(s.ctx, id); t != "" {
+			return t
+		}
+	}
+	return made
+}
+
+// Shares are the in-session connections' total and each tenant's share.
+func (s *Server) Shares() share.Stats { return s.limits.Shared.Stats() }
 
 var idPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
@@ -314,6 +344,7 @@ func (s *Server) retire(sk *socket) {
 	s.mu.Lock()
 	s.gone.RefusedTotal += st.RefusedTotal
 	s.gone.RefusedPeer += st.RefusedPeer
+	s.gone.RefusedShare += st.RefusedShare
 	s.gone.Evicted += st.Evicted
 	s.mu.Unlock()
 }
@@ -331,6 +362,7 @@ func (s *Server) Stats() connlimit.Stats {
 		st.Pending += x.Pending
 		st.RefusedTotal += x.RefusedTotal
 		st.RefusedPeer += x.RefusedPeer
+		st.RefusedShare += x.RefusedShare
 		st.Evicted += x.Evicted
 	}
 	return st
@@ -394,7 +426,8 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 // limits are the in-session sockets' connection limits: max in all (1024
 // when 0), 32 per peer uid (so per session); over them a connection is
 // refused, never another's evicted (a uid cannot be forged, so one session
-// cannot take another's share).
+// cannot take another's share). A Server adds each tenant's share of max
+// (NewServer).
 func limits(log *slog.Logger, max int) connlimit.Options {
 	if max <= 0 {
 		max = 1024

@@ -1,8 +1,11 @@
 package insession_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -237,5 +240,88 @@ func TestListenRefusesTooLongAPath(t *testing.T) {
 	_, err := insession.Listen(filepath.Join(t.TempDir(), strings.Repeat("d", 120), "x.sock"), 0)
 	if err == nil || !strings.Contains(err.Error(), "shorter data directory") {
 		t.Fatalf("%v", err)
+	}
+}
+
+// One tenant cannot hold every in-session connection: its sessions
+// together get a share of the sockets' total, past which its connections
+// are refused with a message naming the share, while another tenant's
+// sessions still connect. Real sockets, real connections.
+func TestTenantShareOfConnections(t *testing.T) {
+	dir := t.TempDir()
+	var m *session.Manager
+	exists := func(ctx context.Context, id string) bool { return m.Exists(ctx, id) }
+	tenantOf := func(ctx context.Context, id string) string {
+		if s, err := m.ByIDAnyTenant(ctx, id); err == nil {
+			return s.Tenant
+		}
+		return ""
+	}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
+	// A total of 64: each tenant's share is 32, one session's own cap.
+	srv := insession.NewServer(context.Background(), dir, exists, ok, &insession.Options{MaxConns: 64, Tenant: tenantOf})
+	t.Cleanup(srv.Close)
+	m, a1, b := sessionsOf(t, dir, srv.Hooks())
+	a2, err := m.Create(session.WithTenant(context.Background(), "c5"), "alpha2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := srv.Shares(); st.Max != 64 || st.PerTenant != 32 {
+		t.Fatalf("shares %+v", st)
+	}
+	sock := func(s *session.Session) string {
+		for _, bd := range srv.Binds(s) {
+			return bd.Src
+		}
+		t.Fatalf("no socket for %s", s.Name)
+		return ""
+	}
+	// get makes a connection to path and a request on it, kept open; it
+	// returns the answer's status line and body.
+	get := func(path string) (string, string) {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: quro\r\n\r\n"); err != nil {
+			return err.Error(), ""
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return err.Error(), ""
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return resp.Status, string(body)
+	}
+	pa1, pa2, pb := sock(a1), sock(a2), sock(b)
+	// c5 holds 32 connections: 20 on one session's socket, 12 on another's.
+	for i := range 32 {
+		p := pa1
+		if i >= 20 {
+			p = pa2
+		}
+		if st, body := get(p); st != "200 OK" || body != "ok" {
+			t.Fatalf("c5's connection %d: %s %q", i, st, body)
+		}
+	}
+	// c5 is at its share on both sockets, though neither session is at
+	// its own cap.
+	for _, p := range []string{pa1, pa2} {
+		if st, body := get(p); !strings.HasPrefix(st, "503") || !strings.Contains(body, "tenant's share of the in-session connections") || !strings.Contains(body, "32 of the server's 64") {
+			t.Fatalf("c5 past its share: %s %q", st, body)
+		}
+	}
+	// c23's session still connects, as often as its share allows.
+	for i := range 5 {
+		if st, body := get(pb); st != "200 OK" || body != "ok" {
+			t.Fatalf("c23's connection %d while c5 holds its share: %s %q", i, st, body)
+		}
+	}
+	if st := srv.Stats(); st.RefusedShare != 2 || st.Open != 37 {
+		t.Fatalf("stats %+v", st)
+	}
+	if st := srv.Shares(); st.Held != 37 || st.Tenants != 2 || st.Top != 32 {
+		t.Fatalf("shares %+v", st)
 	}
 }
