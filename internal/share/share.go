@@ -68,20 +68,44 @@ func (p *Pool) Acquire(tenant string) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if r := p.refusal(tenant); r != nil {
+		if r.AtShare {
+			p.refused[0]++
+		} else {
+			p.refused[1]++
+		}
+		return r
+	}
 	if p.held == nil {
 		p.held = map[string]int{}
 	}
-	h := p.held[tenant]
-	if p.per > 0 && h >= p.per {
-		p.refused[0]++
+	p.n++
+	p.held[tenant]++
+	return nil
+}
+
+// Check returns the *Refusal Acquire would return now, or nil; it takes
+// nothing (a caller that refuses early, before work it would waste).
+func (p *Pool) Check(tenant string) error {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r := p.refusal(tenant); r != nil {
+		return r
+	}
+	return nil
+}
+
+// refusal is why tenant gets no place now, or nil (p.mu held).
+func (p *Pool) refusal(tenant string) *Refusal {
+	if h := p.held[tenant]; p.per > 0 && h >= p.per {
 		return &Refusal{Pool: p.name, Tenant: tenant, AtShare: true, Held: h, PoolMax: p.max, PerTenant: p.per}
 	}
 	if p.max > 0 && p.n >= p.max {
-		p.refused[1]++
 		return &Refusal{Pool: p.name, Tenant: tenant, Held: p.n, PoolMax: p.max, PerTenant: p.per}
 	}
-	p.n++
-	p.held[tenant] = h + 1
 	return nil
 }
 

@@ -17,6 +17,9 @@ func TestShareTwoTenants(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := p.Check("a"); err == nil {
+		t.Fatal("Check: a at its share has room")
+	}
 	err := p.Acquire("a")
 	var r *share.Refusal
 	if !errors.Is(err, share.ErrFull) || !errors.As(err, &r) || !r.AtShare || !strings.Contains(err.Error(), "tenant's share of the widgets") || !strings.Contains(err.Error(), "3 of 3") {

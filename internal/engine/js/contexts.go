@@ -29,6 +29,7 @@ import (
 	"modernc.org/quickjs"
 
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/share"
 )
 
 // The caps on kept VMs (each up to Options.MemoryLimit).
@@ -70,6 +71,7 @@ type contextKey struct{ session, id string }
 type contexts struct {
 	mu      sync.Mutex
 	m       map[contextKey]*jsContext
+	shares  *share.Pool         // m's places: MaxContexts, MaxContextsPerTenant each
 	evicted map[contextKey]bool // contexts whose VM was evicted, until their next run
 	closed  bool
 }
@@ -95,6 +97,9 @@ func (e *Engine) context(tenant, session, id string) (*jsContext, error) {
 	}
 	if cs.m == nil {
 		cs.m = map[contextKey]*jsContext{}
+	}
+	if err := cs.pool().Acquire(tenant); err != nil { // room said there is one
+		return nil, fmt.Errorf("%w: %v", ErrContextLimit, err)
 	}
 	c := &jsContext{tenant: tenant, evicted: cs.evicted[k]}
 	delete(cs.evicted, k)
@@ -124,6 +129,7 @@ func (cs *contexts) evictIdle() bool {
 		return false
 	}
 	delete(cs.m, oldK)
+	cs.pool().Release(old.tenant)
 	if cs.evicted == nil || len(cs.evicted) >= 4*MaxContexts {
 		cs.evicted = map[contextKey]bool{}
 	}
@@ -148,25 +154,32 @@ func (e *Engine) CheckContext(tenant, session, id string) error {
 
 // room: whether one more context fits, with cs.mu held.
 func (cs *contexts) room(tenant, session string) error {
-	n, nt := 0, 0
-	for k2, c2 := range cs.m {
+	n := 0
+	for k2 := range cs.m {
 		if k2.session == session {
 			n++
-		}
-		if c2.tenant == tenant {
-			nt++
 		}
 	}
 	if n >= MaxContextsPerSession {
 		return fmt.Errorf("%w: session %s has %d JavaScript/TypeScript contexts with state, the most it may (remove_code_context frees one)", ErrContextLimit, session, n)
 	}
-	if nt >= MaxContextsPerTenant {
-		return fmt.Errorf("%w: this tenant's sessions hold %d JavaScript/TypeScript contexts with state, the most one tenant may (remove_code_context or destroying a session frees one)", ErrContextLimit, nt)
-	}
-	if len(cs.m) >= MaxContexts {
-		return errServerFull
+	var r *share.Refusal
+	if err := cs.pool().Check(tenant); errors.As(err, &r) {
+		if !r.AtShare {
+			return errServerFull
+		}
+		return fmt.Errorf("%w: %v (remove_code_context or destroying a session frees one)", ErrContextLimit, err)
 	}
 	return nil
+}
+
+// pool is the contexts' places, the server's MaxContexts and each
+// tenant's share, MaxContextsPerTenant (cs.mu held).
+func (cs *contexts) pool() *share.Pool {
+	if cs.shares == nil {
+		cs.shares = share.New("JavaScript/TypeScript contexts with state", MaxContexts, MaxContextsPerTenant)
+	}
+	return cs.shares
 }
 
 // DropContext implements runcode.ContextEngine: the context's VM is
@@ -177,7 +190,10 @@ func (e *Engine) DropContext(ctx context.Context, session, id string) error {
 	cs.mu.Lock()
 	k := contextKey{session, id}
 	c := cs.m[k]
-	delete(cs.m, k)
+	if c != nil {
+		delete(cs.m, k)
+		cs.pool().Release(c.tenant)
+	}
 	delete(cs.evicted, k)
 	cs.mu.Unlock()
 	if c == nil {
@@ -213,7 +229,7 @@ func (e *Engine) closeContexts() {
 	cs := &e.ctxs
 	cs.mu.Lock()
 	m := cs.m
-	cs.m = nil
+	cs.m, cs.shares = nil, nil
 	cs.closed = true
 	cs.mu.Unlock()
 	for _, c := range m {

@@ -224,7 +224,7 @@ func TestContextTenantShare(t *testing.T) {
 				made++
 				continue
 			}
-			if !errors.Is(err, ErrContextLimit) || !strings.Contains(err.Error(), "one tenant") {
+			if !errors.Is(err, ErrContextLimit) || !strings.Contains(err.Error(), "tenant's share of the JavaScript/TypeScript contexts") {
 				t.Fatalf("past the tenant's share: %v", err)
 			}
 		}
