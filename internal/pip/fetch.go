@@ -138,7 +138,9 @@ func (c *Cache) Fetch(ctx context.Context, tenant string, f *Fetch) (*FetchResul
 }
 
 // lockFetch waits (bounded by ctx) until no other fetch of tenant runs in
-// this process.
+// this process: each tenant's share of the fetch boxes is one, and there
+// is no pool shared between tenants, so one tenant's fetches never make
+// another's wait.
 func (c *Cache) lockFetch(ctx context.Context, tenant string) (unlock func(), err error) {
 	c.mu.Lock()
 	if c.fetching == nil {
@@ -154,6 +156,6 @@ func (c *Cache) lockFetch(ctx context.Context, tenant string) (unlock func(), er
 	case ch <- struct{}{}:
 		return func() { <-ch }, nil
 	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for another pip fetch of the tenant to end: %w", context.Cause(ctx))
+		return nil, fmt.Errorf("waiting for another pip fetch of the tenant to end (a tenant's share is one fetch at a time): %w", context.Cause(ctx))
 	}
 }
