@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"github.com/quro-dev/quro/internal/api/rest"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/share"
 )
 
 const sessionHeader = "Mcp-Session-Id"
@@ -50,7 +52,8 @@ const sessionHeader = "Mcp-Session-Id"
 // Sessions are bounded: each holds a server of its own, so at most
 // MaxSessionsPerCaller are kept per caller and MaxSessions in all. A new
 // session over a cap evicts the least recently used idle session (of the
-// caller, or of anyone when the total is reached) — one with no POST or
+// caller, of its tenant when the tenant holds its share, or of anyone when
+// the total is reached) — one with no POST or
 // DELETE in flight; a standing GET event stream does not keep a session
 // busy. A later request on an evicted session gets 404, as for any ended
 // session, and the client starts a new one. When every session under the
@@ -68,7 +71,11 @@ func Handler(ctl *controller.Controller, auth httpauth.Func, opts *Options) http
 	if o.MaxSessionsPerCaller <= 0 {
 		o.MaxSessionsPerCaller = DefaultMaxSessionsPerCaller
 	}
-	h := &httpHandler{ctl: ctl, auth: auth, opts: o, pins: map[string]*pin{}, callers: map[controller.Caller]*callerPins{}, idle: list.New()}
+	if o.MaxSessionsPerTenant <= 0 {
+		o.MaxSessionsPerTenant = share.Of(o.MaxSessions, o.MaxSessionsPerCaller)
+	}
+	h := &httpHandler{ctl: ctl, auth: auth, opts: o, pins: map[string]*pin{}, callers: map[controller.Caller]*callerPins{}, idle: list.New(),
+		tenants: share.New("MCP sessions", o.MaxSessions, o.MaxSessionsPerTenant), tenantIdle: map[string]*list.List{}}
 	// No SessionTimeout for the SDK: the calls served directly (see
 	// serveDirect) never reach it, so it would close sessions in use. The
 	// idle timeout is kept here instead, with the rest of the bookkeeping.
@@ -95,7 +102,12 @@ type httpHandler struct {
 	pins    map[string]*pin // by MCP session id: the sessions held (and those being opened)
 	callers map[controller.Caller]*callerPins
 	idle    *list.List // of *pin: the idle sessions, most recently used first
-	clock   uint64     // counts the POSTs and DELETEs begun (pin.used)
+	// tenants counts each tenant's sessions against its share (every
+	// caller of a tenant together: its tokens, its sessions' in-session
+	// callers); tenantIdle are their idle ones, most recently used first.
+	tenants    *share.Pool
+	tenantIdle map[string]*list.List
+	clock      uint64 // counts the POSTs and DELETEs begun (pin.used)
 }
 
 // callerPins are the sessions of one caller.
@@ -120,6 +132,7 @@ type pin struct {
 	gone    bool          // forgotten: evicted, ended or timed out
 	idleAll *list.Element // in httpHandler.idle, when idle
 	idleOwn *list.Element // in callerPins.idle, when idle
+	idleTen *list.Element // in httpHandler.tenantIdle, when idle
 	used    uint64        // httpHandler.clock when its last request began
 	timer   *time.Timer   // the idle timeout, armed while idle
 	idleGen uint64        // counts the idle periods; the timer ends only its own
@@ -343,6 +356,20 @@ func (h *httpHandler) admit(caller controller.Caller) (p *pin, evicted []*pin, e
 		evicted = append(evicted, e.Value.(*pin))
 		h.forget(e.Value.(*pin))
 	}
+	var r *share.Refusal
+	if err := h.tenants.Check(caller.Tenant); errors.As(err, &r) && r.AtShare {
+		var e *list.Element
+		if l := h.tenantIdle[caller.Tenant]; l != nil {
+			e = l.Back()
+		}
+		if e == nil {
+			h.dropCaller(caller, c)
+			return nil, evicted, capability.Errorf(capability.ResourceExhausted,
+				"%v: each of the tenant's MCP sessions has a call in flight; end one (DELETE /mcp with its Mcp-Session-Id) or wait for a call to finish", err)
+		}
+		evicted = append(evicted, e.Value.(*pin))
+		h.forget(e.Value.(*pin))
+	}
 	if len(h.pins) >= h.opts.MaxSessions {
 		e := h.idle.Back()
 		if e == nil {
@@ -352,6 +379,10 @@ func (h *httpHandler) admit(caller controller.Caller) (p *pin, evicted []*pin, e
 		}
 		evicted = append(evicted, e.Value.(*pin))
 		h.forget(e.Value.(*pin))
+	}
+	if err := h.tenants.Acquire(caller.Tenant); err != nil { // the evictions above made a place: this is a safeguard
+		h.dropCaller(caller, c)
+		return nil, evicted, capability.Errorf(capability.ResourceExhausted, "%v", err)
 	}
 	h.clock++
 	p = &pin{id: rand.Text(), caller: caller, busy: 1, used: h.clock, calls: map[string]context.CancelFunc{}}
@@ -374,7 +405,8 @@ func (h *httpHandler) use(p *pin) {
 	if p.idleAll != nil {
 		h.idle.Remove(p.idleAll)
 		h.callers[p.caller].idle.Remove(p.idleOwn)
-		p.idleAll, p.idleOwn = nil, nil
+		h.tenantIdle[p.caller.Tenant].Remove(p.idleTen)
+		p.idleAll, p.idleOwn, p.idleTen = nil, nil, nil
 	}
 	if p.timer != nil {
 		p.timer.Stop()
@@ -396,7 +428,12 @@ func (h *httpHandler) done(p *pin) {
 	p.busy--
 	if p.busy == 0 && !p.gone && p.idleAll == nil {
 		c := h.callers[p.caller]
-		p.idleAll, p.idleOwn = insertByUse(h.idle, p), insertByUse(c.idle, p)
+		tl := h.tenantIdle[p.caller.Tenant]
+		if tl == nil {
+			tl = list.New()
+			h.tenantIdle[p.caller.Tenant] = tl
+		}
+		p.idleAll, p.idleOwn, p.idleTen = insertByUse(h.idle, p), insertByUse(c.idle, p), insertByUse(tl, p)
 		p.idleGen++
 		gen := p.idleGen
 		if p.timer != nil {
@@ -457,13 +494,19 @@ func (h *httpHandler) forget(p *pin) {
 	p.callsMu.Unlock()
 	delete(h.pins, p.id)
 	c := h.callers[p.caller]
+	tl := h.tenantIdle[p.caller.Tenant]
 	if p.idleAll != nil {
 		h.idle.Remove(p.idleAll)
 		c.idle.Remove(p.idleOwn)
-		p.idleAll, p.idleOwn = nil, nil
+		tl.Remove(p.idleTen)
+		p.idleAll, p.idleOwn, p.idleTen = nil, nil, nil
 	}
 	c.n--
 	h.dropCaller(p.caller, c)
+	h.tenants.Release(p.caller.Tenant)
+	if tl != nil && h.tenants.Held(p.caller.Tenant) == 0 {
+		delete(h.tenantIdle, p.caller.Tenant)
+	}
 }
 
 // dropCaller forgets a caller without sessions. Called with h.mu.

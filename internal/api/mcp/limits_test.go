@@ -13,6 +13,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	quromcp "github.com/quro-dev/quro/internal/api/mcp"
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
 )
 
 // rawInitialize opens an MCP session with one initialize POST, as an
@@ -55,7 +57,7 @@ func bodyOf(r *http.Response) string { b, _ := io.ReadAll(r.Body); return string
 // sessions in use and fresh clients keep working.
 func TestHTTPSessionCaps(t *testing.T) {
 	a := newApp(t)
-	h := quromcp.Handler(a.Controller, tokens, &quromcp.Options{MaxSessions: 5, MaxSessionsPerCaller: 3})
+	h := quromcp.Handler(a.Controller, tokens, &quromcp.Options{MaxSessions: 5, MaxSessionsPerCaller: 3, MaxSessionsPerTenant: 5})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	count := func() int { return h.(quromcp.Counter).Count() }
@@ -198,5 +200,67 @@ func TestHTTPSessionCapBusy(t *testing.T) {
 	}
 	if n := h.(quromcp.Counter).Count(); n != 1 {
 		t.Fatalf("%d sessions held; the cap is 1", n)
+	}
+}
+
+// Each tenant's callers together hold at most the tenant's share of the
+// sessions: two tenants, a's three tokens flooding initializes evict a's
+// own least recently used sessions, never b's; with all of a's sessions
+// busy, a's next is refused (429) with a message naming the share, while
+// b still opens one.
+func TestHTTPSessionTenantShare(t *testing.T) {
+	a := newApp(t)
+	auth := func(r *http.Request) (controller.Caller, error) {
+		tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		switch tok {
+		case "a1", "a2", "a3":
+			return controller.Caller{Tenant: "a", TokenID: tok, Scope: capability.ScopeRead}, nil
+		case "b1":
+			return controller.Caller{Tenant: "b", TokenID: tok, Scope: capability.ScopeRead}, nil
+		}
+		return controller.Caller{}, capability.Errorf(capability.Unauthenticated, "no valid bearer token")
+	}
+	h := quromcp.Handler(a.Controller, auth, &quromcp.Options{MaxSessions: 8, MaxSessionsPerCaller: 2, MaxSessionsPerTenant: 3})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	count := func() int { return h.(quromcp.Counter).Count() }
+	ping := `{"jsonrpc":"2.0","id":2,"method":"ping"}`
+	b1 := rawInitialize(t, srv.URL, "b1")
+	b2 := rawInitialize(t, srv.URL, "b1")
+	var as []string
+	for i := range 30 {
+		as = append(as, rawInitialize(t, srv.URL, fmt.Sprint("a", 1+i%3)))
+		if n := count(); n > 5 {
+			t.Fatalf("%d sessions after a's %d initializes: a's share is 3, b holds 2", n, i+1)
+		}
+	}
+	for _, id := range []string{b1, b2} {
+		if r := rawPost(t, srv.URL, "b1", id, ping); r.StatusCode != 200 {
+			t.Fatalf("b's session after a's flood: %d %s", r.StatusCode, bodyOf(r))
+		}
+	}
+	// a's three latest sessions, each made busy by a POST whose body is
+	// not sent yet.
+	for i, id := range as[len(as)-3:] {
+		tok := fmt.Sprint("a", 1+(len(as)-3+i)%3)
+		c, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\nMcp-Session-Id: %s\r\nContent-Type: application/json\r\n"+
+			"Accept: application/json, text/event-stream\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n", tok, id, len(ping))
+		if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || !strings.Contains(line, "100 Continue") {
+			t.Fatalf("a's session %d: %q %v", i, line, err)
+		}
+	}
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+	r := rawPost(t, srv.URL, "a2", "", init)
+	if body := bodyOf(r); r.StatusCode != 429 || !strings.Contains(body, "tenant's share of the MCP sessions") || !strings.Contains(body, "3 of 3") {
+		t.Fatalf("a past its share with every session busy: %d %s", r.StatusCode, body)
+	}
+	rawInitialize(t, srv.URL, "b1") // b's own caller cap evicts b's oldest; a's busy ones stay
+	if n := count(); n != 5 {
+		t.Fatalf("%d sessions held, want a's 3 and b's 2", n)
 	}
 }

@@ -50,6 +50,9 @@ type Options struct {
 	// MaxSessions and MaxSessionsPerCaller cap the MCP sessions over HTTP
 	// held at once, in all (512) and per caller (32); see Handler.
 	MaxSessions, MaxSessionsPerCaller int
+	// MaxSessionsPerTenant is each tenant's share of MaxSessions, for all
+	// its callers together (a quarter, at least MaxSessionsPerCaller).
+	MaxSessionsPerTenant int
 }
 
 func (o *Options) withDefaults() Options {
