@@ -48,8 +48,9 @@ type caps struct {
 const fdsKept = 512
 
 // connCaps fits the caps to the open-file limit: the TCP listener gets at
-// most half of what is not kept, the in-session socket a quarter; one
-// address gets at most half of the TCP listener's.
+// most half of what is not kept, the in-session socket a quarter (of which
+// each tenant's sessions hold a quarter: insession.NewServer); one address
+// gets at most half of the TCP listener's.
 func connCaps(fdLimit uint64, maxConns, perIP int) caps {
 	budget := 64
 	if fdLimit > fdsKept+128 {
