@@ -136,7 +136,7 @@ func TestStreamsPerTokenCap(t *testing.T) {
 		if err != nil {
 			t.Fatalf("dial: %v (%v)", err, resp)
 		}
-		defer c.CloseNow()
+		t.Cleanup(func() { c.CloseNow() })
 		readMsg(t, c) // hello
 		held = append(held, c)
 	}
