@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	mgclient "github.com/mark3labs/mcp-go/client"
+	mgtransport "github.com/mark3labs/mcp-go/client/transport"
+
 	quromcp "github.com/quro-dev/quro/internal/api/mcp"
 	"github.com/quro-dev/quro/internal/api/streamcap"
 	"github.com/quro-dev/quro/internal/controller"
@@ -157,5 +160,36 @@ func TestHTTPStreamsPerTokenCap(t *testing.T) {
 	defer again.Body.Close()
 	if again.StatusCode != http.StatusOK {
 		t.Fatalf("a stream in the place freed: %d %s", again.StatusCode, bodyOf(again))
+	}
+}
+
+// TestMcpGoClientWithoutStreamIsKept: mcp-go's client keeps no event
+// stream by default, so no ping reaches it; its session is not closed for
+// that (as the SDK's own KeepAlive would), and it goes on calling past
+// many idle timeouts.
+func TestMcpGoClientWithoutStreamIsKept(t *testing.T) {
+	const idle = time.Second
+	var ended atomic.Int32
+	t.Cleanup(quromcp.OnStreamEnded(func() { ended.Add(1) }))
+	a := newApp(t)
+	lim := streamcap.New(4, "--max-streams-per-token")
+	h := quromcp.Handler(a.Controller, tokens, &quromcp.Options{Streams: lim, StreamIdleTimeout: idle})
+	tr, err := mgtransport.NewStreamableHTTP(serveHandler(t, h),
+		mgtransport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer admin"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mgclient.NewClient(tr, mgclient.WithProtocolVersion("2025-11-25"))
+	defer c.Close()
+	startMcpGo(t, c)
+	time.Sleep(3 * idle)
+	if n := ended.Load(); n != 0 {
+		t.Fatalf("%d streams ended", n)
+	}
+	if n := h.(quromcp.Counter).Count(); n != 1 {
+		t.Fatalf("%d sessions after the idle timeouts, want mcp-go's", n)
+	}
+	if o := mcpGoCall(t, c, "run_code", map[string]any{"lang": "shell", "code": "echo kept"}); o.IsError || !strings.Contains(o.text(), "kept") {
+		t.Fatalf("mcp-go after the idle timeouts: %+v", o)
 	}
 }
