@@ -286,7 +286,7 @@ func (h *httpHandler) keepalive(parent context.Context, w http.ResponseWriter, p
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(idle / 4)
+		t := time.NewTicker(max(idle/4, time.Millisecond))
 		defer t.Stop()
 		for {
 			select {

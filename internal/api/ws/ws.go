@@ -181,7 +181,7 @@ func (s *Server) keepalive(ctx context.Context, c *websocket.Conn) (stop func())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(s.opts.IdleTimeout / 4)
+		t := time.NewTicker(max(s.opts.IdleTimeout/4, time.Millisecond))
 		defer t.Stop()
 		for {
 			select {
