@@ -18,6 +18,7 @@ import (
 	"github.com/quro-dev/quro/internal/api/insession"
 	quromcp "github.com/quro-dev/quro/internal/api/mcp"
 	"github.com/quro-dev/quro/internal/api/rest"
+	"github.com/quro-dev/quro/internal/api/streamcap"
 	"github.com/quro-dev/quro/internal/api/ws"
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/capability"
@@ -42,6 +43,8 @@ type serveFlags struct {
 	tenantLimits   app.TenantLimits
 	maxConns       int
 	maxConnsPerIP  int
+	maxStreams     int
+	streamIdle     time.Duration
 	autoPause      time.Duration
 	prestart       bool
 	logs           logFlags
@@ -86,6 +89,8 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringSliceVar(&f.hosts, "allow-host", nil, "Host names the server answers to besides loopback names and its address (* for any)")
 	cmd.Flags().IntVar(&f.maxConns, "max-conns", 4096, "most HTTP connections held at once (lowered to fit the open-file limit); over it, the oldest connection that sent no authenticated request is closed")
 	cmd.Flags().IntVar(&f.maxConnsPerIP, "max-conns-per-ip", 256, "most HTTP connections of one client address (an IPv6 /64)")
+	cmd.Flags().IntVar(&f.maxStreams, "max-streams-per-token", streamcap.DefaultMax, "most streams one token holds at once: WebSocket connections (terminals, streamed runs) and MCP event streams; past it a new one is refused with 429; 0: no cap")
+	cmd.Flags().DurationVar(&f.streamIdle, "stream-idle-timeout", ws.DefaultIdleTimeout, "close a WebSocket, or end an MCP event stream, whose client has not answered a ping for this long (pinged every quarter of it)")
 	cmd.Flags().DurationVar(&f.patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
 	cmd.Flags().DurationVar(&f.autoPause, "auto-pause", app.DefaultAutoPause, "pause a session's box (freeze its processes, keep their state) after it is unused this long; 0 or negative: never")
 	cmd.Flags().IntVar(&f.spares, "spare-sessions", 1, "spare sessions (a box and a started Python worker each, about 12 MiB) kept ready per tenant and network policy, so that a new session's first Python run finds them; 0: none")
@@ -250,10 +255,15 @@ func listen(addr string, c caps, log *slog.Logger) (*connlimit.Listener, error) 
 // WebSocket server, whose hijacked connections the shutdown waits for.
 func (f *serveFlags) server(a *app.App, authFn httpauth.Func, log *slog.Logger) (*http.Server, *ws.Server, error) {
 	access := rest.Access{Auth: authFn, Origins: f.origins, Hosts: f.hosts}
-	wsrv := ws.New(a.Controller, &ws.Options{Access: access, PTY: a.OpenPTY, Logger: log})
+	// One count of streams per token, over the WebSocket routes and
+	// MCP's event streams.
+	streams := streamcap.New(f.maxStreams, "--max-streams-per-token")
+	wsrv := ws.New(a.Controller, &ws.Options{Access: access, PTY: a.OpenPTY, Logger: log,
+		Streams: streams, IdleTimeout: f.streamIdle})
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: access, WebSocket: wsrv.Handlers()}))
-	mux.Handle("/mcp", guard(access, quromcp.Handler(a.Controller, authFn, &quromcp.Options{Logger: log})))
+	mux.Handle("/mcp", guard(access, quromcp.Handler(a.Controller, authFn, &quromcp.Options{Logger: log,
+		Streams: streams, StreamIdleTimeout: f.streamIdle})))
 	// Metrics count every tenant's calls: the admin's alone.
 	mux.Handle("GET /metrics", guard(access, requireOperator(authFn, "/metrics shows every tenant's counts", a.Metrics.Handler())))
 	// The web UI: public static files, no token needed to load them

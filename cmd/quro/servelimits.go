@@ -64,8 +64,10 @@ func connCaps(fdLimit uint64, maxConns, perIP int) caps {
 }
 
 // longRequest: the requests that last as long as their client wants and
-// get no deadline — WebSocket upgrades (/v1/sessions/{id}/pty,
-// /v1/stream/...) and MCP's event stream (GET /mcp).
+// get no read or write deadline — WebSocket upgrades
+// (/v1/sessions/{id}/pty, /v1/stream/...) and MCP's event stream (GET
+// /mcp). Their handlers ping the client instead (--stream-idle-timeout)
+// and count them against the token's cap (--max-streams-per-token).
 func longRequest(r *http.Request) bool {
 	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		return true

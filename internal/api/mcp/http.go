@@ -14,10 +14,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/quro-dev/quro/internal/api/httpauth"
 	"github.com/quro-dev/quro/internal/api/rest"
+	"github.com/quro-dev/quro/internal/api/streamcap"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/share"
@@ -63,6 +65,11 @@ const sessionHeader = "Mcp-Session-Id"
 // costs O(1) but for passing, when it ends, the sessions used since it
 // began. A session idle (no POST or DELETE in
 // flight) for Options.SessionTimeout is closed here too.
+//
+// Event streams (GET with a session id) are held against the token's cap
+// of streams (Options.Streams), refused with 429 past it, and pinged: one
+// whose client answers no ping within Options.StreamIdleTimeout is ended
+// (see keepalive).
 func Handler(ctl *controller.Controller, auth httpauth.Func, opts *Options) http.Handler {
 	o := opts.withDefaults()
 	if o.MaxSessions <= 0 {
@@ -166,7 +173,9 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p := h.pins[id]
 		ok := p != nil && p.caller == caller
 		// A POST or DELETE uses the session; the GET of its event stream,
-		// which stands open, does not.
+		// which stands open, does not. The POSTs that answer the pings on
+		// the stream (see keepalive) do: a client that answers them is
+		// still there.
 		if ok && r.Method != http.MethodGet {
 			h.use(p)
 		}
@@ -181,9 +190,11 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied, "this MCP session belongs to another caller"))
 			return
 		}
-		if r.Method != http.MethodGet {
-			defer h.done(p)
+		if r.Method == http.MethodGet {
+			h.serveStream(w, r, p)
+			return
 		}
+		defer h.done(p)
 		if r.Method == http.MethodPost {
 			if c := parseDirectCall(r); c != nil {
 				if h.serveDirect(w, r, p, c) {
@@ -254,6 +265,77 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.mu.Unlock()
 	}()
 }
+
+// serveStream serves the event stream of p (a GET with its session id),
+// held against the caller's cap of streams (Options.Streams) and pinged
+// (see keepalive).
+func (h *httpHandler) serveStream(w http.ResponseWriter, r *http.Request, p *pin) {
+	release, e := h.opts.Streams.Acquire(p.caller)
+	if e != nil {
+		streamcap.Refuse(w, e, writeError)
+		return
+	}
+	defer release()
+	ctx, stop := h.keepalive(r.Context(), w, p)
+	defer stop()
+	h.sdk.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// keepalive pings p's client on its event stream every quarter of
+// Options.StreamIdleTimeout, until the returned context ends or stop is
+// called; a ping not answered within StreamIdleTimeout ends the stream:
+// the context, which the SDK's GET waits on, ends, and the connection's
+// write deadline passes, so that a write stuck on a peer that reads
+// nothing fails too. A client that answers that it does not know ping
+// has answered.
+func (h *httpHandler) keepalive(parent context.Context, w http.ResponseWriter, p *pin) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(parent)
+	ss := p.session.Load()
+	if ss == nil { // not initialized: the SDK refuses the GET
+		return ctx, cancel
+	}
+	idle := h.opts.StreamIdleTimeout
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(max(idle/4, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			pctx, pcancel := context.WithTimeout(ctx, idle)
+			err := ss.Ping(pctx, nil)
+			pcancel()
+			var answered *jsonrpc.Error
+			if err == nil || errors.As(err, &answered) && answered.Code == codeMethodNotFound {
+				continue
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			h.opts.Logger.Info("mcp: event stream ended: its client answered no ping", "owner", describe(p.caller), "within", idle, "err", err)
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Now())
+			cancel()
+			if f := streamEnded.Load(); f != nil {
+				(*f)()
+			}
+			return
+		}
+	}()
+	return ctx, func() {
+		cancel()
+		<-done
+	}
+}
+
+// codeMethodNotFound is JSON-RPC's "method not found".
+const codeMethodNotFound = -32601
+
+// streamEnded, when set (tests), is called after keepalive ended a stream.
+var streamEnded atomic.Pointer[func()]
 
 // opensSession reports whether r (a POST without a session id) is an
 // initialize, in the protocols that keep sessions (before 2026-07-28). It

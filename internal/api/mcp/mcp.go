@@ -28,6 +28,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/quro-dev/quro/internal/api/streamcap"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/progress"
@@ -53,7 +54,24 @@ type Options struct {
 	// MaxSessionsPerTenant is each tenant's share of MaxSessions, for all
 	// its callers together (a quarter, at least MaxSessionsPerCaller).
 	MaxSessionsPerTenant int
+	// Streams caps the event streams (GET /mcp) each token holds, shared
+	// with the other routes that hold streams (WebSocket); nil: no cap.
+	Streams *streamcap.Limiter
+	// StreamIdleTimeout ends an event stream (GET /mcp) whose client has
+	// not answered a ping for this long (DefaultStreamIdleTimeout); the
+	// server pings on the stream every quarter of it. MCP clients answer
+	// pings (the specification says they must), so one that is still
+	// there keeps its stream. Only the stream ends, not the session: its
+	// calls go on over POST. A client's answers to the pings are requests
+	// of its session, so a session whose client answers is never idle;
+	// one whose stream ended gets no more pings, and SessionTimeout frees
+	// it when it is abandoned.
+	StreamIdleTimeout time.Duration
 }
+
+// DefaultStreamIdleTimeout is Options.StreamIdleTimeout's default: pings
+// every 30 s, each answered within 2 min.
+const DefaultStreamIdleTimeout = 2 * time.Minute
 
 func (o *Options) withDefaults() Options {
 	var r Options
@@ -68,6 +86,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.SessionTimeout <= 0 {
 		r.SessionTimeout = 30 * time.Minute
+	}
+	if r.StreamIdleTimeout <= 0 {
+		r.StreamIdleTimeout = DefaultStreamIdleTimeout
 	}
 	return r
 }

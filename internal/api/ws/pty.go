@@ -35,6 +35,11 @@ func (s *Server) servePTY(w http.ResponseWriter, r *http.Request) {
 			"the interactive terminal needs scope %q", capability.ScopeExec))
 		return
 	}
+	release, held := s.hold(w, caller)
+	if !held {
+		return
+	}
+	defer release()
 	// The session is looked up through the controller as the caller, so
 	// tenancy applies: another tenant's session is a 404 here, before the
 	// upgrade.
@@ -66,6 +71,7 @@ func (s *Server) servePTY(w http.ResponseWriter, r *http.Request) {
 		return // Accept has answered
 	}
 	defer c.CloseNow()
+	defer s.keepalive(r.Context(), c)()
 	s.attach(r.Context(), c, p, id)
 }
 

@@ -47,11 +47,17 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 		rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied, "%s needs scope %q", name, capb.Scope))
 		return
 	}
+	release, ok := s.hold(w, caller)
+	if !ok {
+		return
+	}
+	defer release()
 	c, err := s.accept(w, r)
 	if err != nil {
 		return
 	}
 	defer c.CloseNow()
+	defer s.keepalive(r.Context(), c)()
 	s.stream(r.Context(), c, caller, name)
 }
 

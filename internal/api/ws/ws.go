@@ -15,10 +15,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/coder/websocket"
 
 	"github.com/quro-dev/quro/internal/api/rest"
+	"github.com/quro-dev/quro/internal/api/streamcap"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/terminal"
@@ -50,7 +52,19 @@ type Options struct {
 	StreamBuffer int
 	// MaxMessage is the largest message a client may send (16 MiB).
 	MaxMessage int64
+	// Streams caps the connections each token holds, shared with the
+	// other routes that hold streams (MCP's event streams); nil: no cap.
+	Streams *streamcap.Limiter
+	// IdleTimeout closes a connection that has not answered a ping for
+	// this long (DefaultIdleTimeout); the server pings every quarter of
+	// it. Browsers and WebSocket libraries answer pings by themselves, so
+	// a client that is still there is never closed by it.
+	IdleTimeout time.Duration
 }
+
+// DefaultIdleTimeout is Options.IdleTimeout's default: pings every 30 s,
+// each answered within 2 min.
+const DefaultIdleTimeout = 2 * time.Minute
 
 // Server serves the WebSocket routes (Handlers). GET /v1/stream/{capability}
 // runs the capabilities the registry declares as streaming
@@ -74,6 +88,9 @@ func New(ctl *controller.Controller, o *Options) *Server {
 	}
 	if opts.MaxMessage <= 0 {
 		opts.MaxMessage = 16 << 20
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
 	}
 	log := opts.Logger
 	if log == nil {
@@ -142,6 +159,52 @@ func subprotocols(r *http.Request) []string {
 		}
 	}
 	return out
+}
+
+// hold counts the connection against its token's cap (Options.Streams)
+// until release; past the cap it has answered 429 and returns false.
+func (s *Server) hold(w http.ResponseWriter, caller controller.Caller) (release func(), ok bool) {
+	release, e := s.opts.Streams.Acquire(caller)
+	if e != nil {
+		streamcap.Refuse(w, e, rest.WriteError)
+		return nil, false
+	}
+	return release, true
+}
+
+// keepalive pings c every quarter of Options.IdleTimeout until ctx ends
+// or stop is called; a ping not answered within IdleTimeout closes c (the
+// handler's reads then fail, and it returns). The handlers read c all
+// along, which is what takes in the pongs.
+func (s *Server) keepalive(ctx context.Context, c *websocket.Conn) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(max(s.opts.IdleTimeout/4, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			pctx, pcancel := context.WithTimeout(ctx, s.opts.IdleTimeout)
+			err := c.Ping(pctx)
+			pcancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Debug("ws: closing a connection that answered no ping", "after", s.opts.IdleTimeout, "err", err)
+					c.CloseNow()
+				}
+				return
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 func (s *Server) accept(w http.ResponseWriter, r *http.Request) (*websocket.Conn, error) {

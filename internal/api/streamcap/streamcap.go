@@ -1,0 +1,96 @@
+// Package streamcap counts the long-lived streams each token holds —
+// WebSocket connections (the terminal, streamed runs) and MCP event
+// streams — and refuses the one past the cap. The routes that hold
+// streams share one Limiter, so one count covers them all.
+package streamcap
+
+import (
+	"net/http"
+	"sync"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+)
+
+// DefaultMax is the cap of quro serve's --max-streams-per-token.
+const DefaultMax = 64
+
+// Limiter caps the streams held per token (a caller's tenant and token
+// id). A nil Limiter, or one with a cap of 0 or less, caps nothing.
+// Callers without a token id (a server without authentication) are not
+// counted.
+type Limiter struct {
+	max  int
+	flag string // how the cap is set, for the refusal's message
+
+	mu   sync.Mutex
+	held map[key]int
+}
+
+type key struct{ tenant, token string }
+
+// New returns a Limiter of max streams per token; flag names the setting
+// that changes it ("--max-streams-per-token"), for the refusal.
+func New(max int, flag string) *Limiter {
+	return &Limiter{max: max, flag: flag, held: map[key]int{}}
+}
+
+// Max is the cap (0 or less: none).
+func (l *Limiter) Max() int {
+	if l == nil {
+		return 0
+	}
+	return l.max
+}
+
+// Acquire holds a stream of caller until release is called (once). Past
+// the cap it fails with ResourceExhausted, naming the cap.
+func (l *Limiter) Acquire(caller controller.Caller) (release func(), err *capability.Error) {
+	if l == nil || l.max <= 0 || caller.TokenID == "" {
+		return func() {}, nil
+	}
+	k := key{caller.Tenant, caller.TokenID}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held[k] >= l.max {
+		how := ""
+		if l.flag != "" {
+			how = " (" + l.flag + ")"
+		}
+		return nil, capability.Errorf(capability.ResourceExhausted,
+			"this token holds %d streams (WebSocket connections and MCP event streams), the most one token may hold%s: close one first", l.held[k], how)
+	}
+	l.held[k]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if l.held[k]--; l.held[k] <= 0 {
+				delete(l.held, k)
+			}
+		})
+	}, nil
+}
+
+// Held is the number of streams caller's token holds (for tests and
+// metrics).
+func (l *Limiter) Held(caller controller.Caller) int {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held[key{caller.Tenant, caller.TokenID}]
+}
+
+// RetryAfter is the Retry-After a refusal carries, in seconds: a stream
+// ends when its client closes it, not on a schedule.
+const RetryAfter = "5"
+
+// Refuse answers a refusal of Acquire: 429 with the error as JSON, written
+// by write (the route's own error writer).
+func Refuse(w http.ResponseWriter, e *capability.Error, write func(http.ResponseWriter, int, *capability.Error)) {
+	w.Header().Set("Retry-After", RetryAfter)
+	write(w, http.StatusTooManyRequests, e)
+}
