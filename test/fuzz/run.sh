@@ -43,6 +43,7 @@ done <<'LIST'
 ./internal/engine/python FuzzReadFrame
 ./internal/terminal FuzzStatusRecord FuzzStateStream FuzzVTModel:slow
 ./internal/api/insession FuzzInSessionRequest:slow
+./internal/api/e2b FuzzE2BConnect:slow FuzzE2BExecute:slow
 ./cmd/quro FuzzAptInstallRequest
 ./internal/rootfs FuzzParsePackages
 ./internal/runcode FuzzCapture
