@@ -53,6 +53,7 @@ type PTY struct {
 
 	model  *model
 	scroll *Ring
+	esc    escFilter // only read() uses it
 	queue  int
 
 	mu      sync.Mutex
@@ -138,8 +139,9 @@ func (p *PTY) read() {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := p.master.Read(buf)
-		if n > 0 {
-			chunk := append([]byte(nil), buf[:n]...)
+		// What a viewer must not get (escFilter) is taken out once, here:
+		// the scrollback replayed to a viewer holds none of it either.
+		if chunk := p.esc.filter(buf[:n]); len(chunk) > 0 {
 			p.model.feed(chunk)
 			p.scroll.Write(chunk)
 			p.mu.Lock()

@@ -41,8 +41,9 @@ done <<'LIST'
 ./internal/sandbox/boxinit FuzzParseEnv
 ./internal/sandbox/boxinit FuzzBoxMsg
 ./internal/engine/python FuzzReadFrame
-./internal/terminal FuzzStatusRecord FuzzStateStream FuzzVTModel:slow
+./internal/terminal FuzzStatusRecord FuzzStateStream FuzzVTModel:slow FuzzEscFilter
 ./internal/api/insession FuzzInSessionRequest:slow
+./internal/api/e2b FuzzE2BConnect:slow FuzzE2BExecute:slow
 ./cmd/quro FuzzAptInstallRequest
 ./internal/rootfs FuzzParsePackages
 ./internal/runcode FuzzCapture

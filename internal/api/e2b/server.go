@@ -341,7 +341,12 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, t target) 
 	// SDKs read 502 as "the sandbox is gone" (isRunning() false, a
 	// broken stream becomes "the sandbox was killed").
 	if !validID(t.id) {
-		writeJSONError(w, http.StatusBadGateway, "sandbox not found: "+strconv.Quote(t.id)+" is not a sandbox id")
+		// The id is the client's, of any length: the answer shows its start.
+		show := t.id
+		if len(show) > 64 {
+			show = show[:64] + "…"
+		}
+		writeJSONError(w, http.StatusBadGateway, "sandbox not found: "+strconv.Quote(show)+" is not a sandbox id")
 		return
 	}
 	sb, err := s.opts.Sandbox(r.Context(), t.id)

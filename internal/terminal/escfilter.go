@@ -1,0 +1,251 @@
+package terminal
+
+import (
+	"bytes"
+	"strconv"
+)
+
+// escFilter takes out of a PTY's output, before it reaches the scrollback
+// and the viewers (a browser's xterm.js among them), the escape sequences
+// a program in the session could use against the person watching:
+//
+//   - OSC 52, a clipboard write (or a read request): the session would
+//     put what it likes on the viewer's clipboard;
+//   - OSC 8 hyperlinks whose URI is not http or https (javascript:, data:,
+//     file:…): the text stays, without its link;
+//   - CSI 20 t and CSI 21 t, the requests for a report of the icon label
+//     and the window title: a terminal that answered would type the
+//     title, which the program set, into the shell as input.
+//
+// Everything else passes as it came. Sequences split across reads are
+// held until they end (an OSC 8 up to maxHeldOSC bytes, beyond which it
+// is dropped; other OSCs pass on as soon as their number is known). The
+// 8-bit C1 introducers xterm.js reads (U+009B CSI, U+009D OSC, U+009C ST,
+// as UTF-8) count as their 7-bit forms. Not safe for concurrent use: one
+// per PTY, in its reader.
+type escFilter struct {
+	state   int
+	kind    int    // of the OSC under way: oscPass, oscHold or oscDrop
+	held    []byte // the sequence so far, while it is being decided
+	prevC2  bool   // the OSC's last byte was 0xC2 (0x9C after it is ST)
+	dropped int    // sequences taken out (for tests)
+}
+
+const (
+	escNormal = iota
+	escEsc    // after ESC
+	escC2     // after 0xC2 (a C1 control may follow)
+	escCSI    // in a CSI, held
+	escOSCNum // in an OSC, before its number's end, held
+	escOSC    // in an OSC's text
+	escOSCEsc // in an OSC's text, after ESC
+)
+
+const (
+	oscPass = iota // streamed as it comes
+	oscHold        // an OSC 8: held until its end, then decided
+	oscDrop        // taken out, to its end
+)
+
+// maxHeldOSC is the longest OSC 8 (its parameters and URI) held to be
+// decided (a longer one is dropped); maxHeldCSI the longest CSI held
+// (beyond it, it passes: no report request is that long).
+const (
+	maxHeldOSC = 8 << 10
+	maxHeldCSI = 64
+)
+
+// filter returns b without the sequences above, in a new slice (b is
+// not changed). Its state carries over to the next call.
+func (f *escFilter) filter(b []byte) []byte {
+	out := make([]byte, 0, len(b))
+	for _, c := range b {
+		out = f.step(c, out)
+	}
+	return out
+}
+
+func (f *escFilter) step(c byte, out []byte) []byte {
+	switch f.state {
+	case escNormal:
+		switch c {
+		case 0x1b:
+			f.state, f.held = escEsc, append(f.held[:0], c)
+		case 0xc2:
+			f.state, f.held = escC2, append(f.held[:0], c)
+		default:
+			out = append(out, c)
+		}
+	case escEsc, escC2:
+		if f.state == escEsc && executed(c) {
+			// A C0 control after ESC runs and the escape goes on (the VT
+			// parser's ESCAPE state): ESC LF ] is still an OSC.
+			return append(out, c)
+		}
+		csi := f.state == escEsc && c == '[' || f.state == escC2 && c == 0x9b
+		osc := f.state == escEsc && c == ']' || f.state == escC2 && c == 0x9d
+		switch {
+		case csi:
+			f.state, f.held = escCSI, append(f.held, c)
+		case osc:
+			f.state, f.held = escOSCNum, append(f.held, c)
+		default:
+			out = append(out, f.held...)
+			f.state, f.held = escNormal, f.held[:0]
+			return f.step(c, out)
+		}
+	case escCSI:
+		switch {
+		case executed(c): // runs, and the CSI goes on
+			return append(out, c)
+		case c == 0x1b: // the CSI is cut short; a new escape starts
+			out = append(out, f.held...)
+			f.state, f.held = escNormal, f.held[:0]
+			return f.step(c, out)
+		}
+		f.held = append(f.held, c)
+		switch {
+		case c >= 0x40 && c <= 0x7e: // its final byte
+			if f.titleReport() {
+				f.dropped++
+			} else {
+				out = append(out, f.held...)
+			}
+			f.state, f.held = escNormal, f.held[:0]
+		case c < 0x20 || len(f.held) > maxHeldCSI:
+			out = append(out, f.held...)
+			f.state, f.held = escNormal, f.held[:0]
+		}
+	case escOSCNum:
+		if ignoredInOSC(c) {
+			break // the terminal ignores it: the number goes on
+		}
+		if c >= '0' && c <= '9' && len(f.held) < 16 {
+			f.held = append(f.held, c)
+			break
+		}
+		switch f.oscNumber() {
+		case 52:
+			f.kind, f.held = oscDrop, f.held[:0]
+		case 8:
+			f.kind = oscHold
+		default:
+			f.kind = oscPass
+			out = append(out, f.held...)
+			f.held = f.held[:0]
+		}
+		f.state, f.prevC2 = escOSC, false
+		return f.step(c, out)
+	case escOSC, escOSCEsc:
+		return f.stepOSC(c, out)
+	}
+	return out
+}
+
+// stepOSC is step in an OSC's text.
+func (f *escFilter) stepOSC(c byte, out []byte) []byte {
+	switch f.state {
+	case escOSC:
+		if c == 0x1b { // ST's start, or the OSC's end (see escOSCEsc)
+			f.state = escOSCEsc
+			break
+		}
+		if ignoredInOSC(c) && f.kind != oscPass {
+			break
+		}
+		out = f.keep(c, out)
+		switch {
+		case c == 0x07 || c == 0x18 || c == 0x1a || c == 0x9c && f.prevC2:
+			return f.done(out)
+		case f.kind == oscHold && len(f.held) > maxHeldOSC:
+			f.kind, f.held = oscDrop, f.held[:0]
+		}
+		f.prevC2 = c == 0xc2
+	case escOSCEsc:
+		if c == '\\' {
+			out = f.keep(c, f.keep(0x1b, out))
+			return f.done(out)
+		}
+		// ESC and anything else ends the OSC (as xterm.js reads it) and
+		// starts a new sequence.
+		out = f.done(out)
+		f.state, f.held = escEsc, append(f.held[:0], 0x1b)
+		return f.step(c, out)
+	}
+	return out
+}
+
+// executed: a C0 control a VT parser runs in the middle of an escape
+// sequence without ending it (not ESC, CAN, SUB).
+func executed(c byte) bool { return c < 0x20 && c != 0x1b && c != 0x18 && c != 0x1a }
+
+// ignoredInOSC: a C0 control an OSC's text ignores (not BEL, CAN, SUB, ESC).
+func ignoredInOSC(c byte) bool { return executed(c) && c != 0x07 }
+
+// keep is c of the OSC under way: passed on, held or dropped.
+func (f *escFilter) keep(c byte, out []byte) []byte {
+	switch f.kind {
+	case oscPass:
+		out = append(out, c)
+	case oscHold:
+		f.held = append(f.held, c)
+	}
+	return out
+}
+
+// done ends the OSC under way: a held OSC 8 passes if its URI is empty
+// (a link's end) or http(s).
+func (f *escFilter) done(out []byte) []byte {
+	switch {
+	case f.kind == oscHold && linkAllowed(f.held):
+		out = append(out, f.held...)
+	case f.kind != oscPass:
+		f.dropped++
+	}
+	f.state, f.held, f.prevC2 = escNormal, f.held[:0], false
+	return out
+}
+
+// oscNumber is the number of the held OSC introducer and digits (-1:
+// none).
+func (f *escFilter) oscNumber() int {
+	n, err := strconv.Atoi(string(f.held[2:]))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// linkAllowed: seq is a whole OSC 8 (introducer to terminator), whose URI
+// follows the second ';'.
+func linkAllowed(seq []byte) bool {
+	_, rest, ok := bytes.Cut(seq, []byte(";"))
+	if !ok {
+		return false
+	}
+	_, uri, ok := bytes.Cut(rest, []byte(";"))
+	if !ok {
+		return false
+	}
+	uri = bytes.TrimRight(uri, "\x07\x18\x1a\x1b\\\xc2\x9c")
+	if len(uri) == 0 {
+		return true
+	}
+	l := bytes.ToLower(uri)
+	return bytes.HasPrefix(l, []byte("http://")) || bytes.HasPrefix(l, []byte("https://"))
+}
+
+// titleReport reports whether the held CSI asks for a report of the icon
+// label or the window title (CSI 20 t, CSI 21 t).
+func (f *escFilter) titleReport() bool {
+	p := f.held
+	if p[len(p)-1] != 't' {
+		return false
+	}
+	first := p[2 : len(p)-1]
+	if i := bytes.IndexAny(first, ";:"); i >= 0 {
+		first = first[:i]
+	}
+	n := string(bytes.TrimLeft(first, "0"))
+	return n == "20" || n == "21"
+}
