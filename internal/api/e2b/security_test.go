@@ -460,6 +460,6 @@ func TestRevokedKeyEndsItsAccessTokensAndSignedURLs(t *testing.T) {
 	}
 	check("after the revoke", old, http.StatusUnauthorized)
 	check("after the revoke, the other key's", cur, http.StatusOK)
-	// The revoked key gets no new one; the fresh key's sees the sandbox.
+	// The revoked key gets no new token.
 	e.api(t, e.Key, "GET", "/sandboxes/"+id, nil).want(t, http.StatusUnauthorized, "revoked")
 }
