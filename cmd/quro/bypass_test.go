@@ -362,9 +362,10 @@ var appUses = map[string]map[string]bool{
 	"serve.go": {"Sessions": true, "Authenticate": true, "EnsureAdminToken": true, "OpenPTY": true, "Metrics": true, "Sandbox": true, "PreparePython": true, "InSession": true},
 	// quro term attaches to the PTY open_terminal started.
 	"term.go": {"OpenPTY": true},
-	// The E2B access path's wiring: API keys are tokens, a sandbox's
-	// tenant comes from its session.
-	"serve_e2b.go": {"Sessions": true, "VerifyToken": true},
+	// The E2B access path's wiring: API keys are tokens (and an access
+	// token lives as long as the key that obtained it), a sandbox's tenant
+	// comes from its session.
+	"serve_e2b.go": {"Sessions": true, "VerifyToken": true, "LiveToken": true, "LiveTokenIDs": true},
 }
 
 // TestBypassNoPartsOutsideTheController type-checks the CLI's own code

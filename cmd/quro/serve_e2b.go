@@ -52,6 +52,10 @@ func e2bServer(a *app.App, log *slog.Logger, domain string, noAuth bool, check f
 		opts.APIKey = func(ctx context.Context, key string) (controller.Caller, error) {
 			return a.VerifyToken(ctx, key)
 		}
+		opts.Key = a.LiveToken
+		opts.Keys = func(ctx context.Context, tenant string) ([]string, error) {
+			return a.LiveTokenIDs(ctx, tenant, capability.ScopeExec)
+		}
 	}
 	return e2b.New(a.Controller, opts)
 }

@@ -57,8 +57,16 @@ tenant of the token given to it.`}
 			}
 			own, eff := info.Own, info.Effective
 			if asJSON {
-				b, _ := json.MarshalIndent(map[string]any{"tenant": tenant, "own": own, "effective": eff}, "", "  ")
+				v := map[string]any{"tenant": tenant, "own": own, "effective": eff}
+				if info.Unreadable != "" {
+					v["unreadable"] = info.Unreadable
+				}
+				b, _ := json.MarshalIndent(v, "", "  ")
 				fmt.Fprintln(cmd.OutOrStdout(), string(b))
+				return nil
+			}
+			if info.Unreadable != "" {
+				fmt.Fprintln(cmd.OutOrStdout(), info.Unreadable)
 				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "memory %s, tasks %s, cpu %s%%, sessions %s, disk per session %s\n",
@@ -75,7 +83,8 @@ tenant of the token given to it.`}
 			}
 			defer b.close()
 			// set_tenant_limits takes the whole set: the flags given
-			// change the tenant's own ceilings, the others stay.
+			// change the tenant's own ceilings, the others stay (stored
+			// ceilings that cannot be read: the others are the defaults).
 			var info app.TenantLimitsInfo
 			if err := b.output(cmd.Context(), "get_tenant_limits", app.TenantLimitsInput{Tenant: tenant}, &info); err != nil {
 				return err

@@ -463,6 +463,17 @@ func (a *App) VerifyToken(ctx context.Context, token string) (controller.Caller,
 	return a.tokens.Verify(ctx, token)
 }
 
+// LiveToken returns the caller of the token with id while it is live (not
+// revoked), for credentials derived from it: E2B's sandbox access tokens.
+func (a *App) LiveToken(ctx context.Context, id string) (controller.Caller, error) {
+	return a.tokens.Live(ctx, id)
+}
+
+// LiveTokenIDs are the ids of tenant's live tokens that cover scope.
+func (a *App) LiveTokenIDs(ctx context.Context, tenant string, scope capability.Scope) ([]string, error) {
+	return a.tokens.LiveIDs(ctx, tenant, scope)
+}
+
 // EnsureAdminToken makes sure someone can administer the server: on a
 // data directory with no live token it issues an admin token for the
 // local tenant, writes it to file (mode 0600) and returns it (quro

@@ -353,7 +353,11 @@ func (a *App) takeSnapshot(ctx context.Context, s *session.Session, name string)
 	}
 	// The copy stops at the smaller of the per-session disk quota and
 	// what the tenant's snapshot bytes leave.
-	budget := a.tenants.Limits(ctx, tenant).Disk
+	lim, err := a.tenants.Limits(ctx, tenant)
+	if err != nil {
+		return nil, nil, err
+	}
+	budget := lim.Disk
 	if budget < 0 {
 		budget = 0
 	}

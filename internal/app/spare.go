@@ -144,7 +144,10 @@ func (p *spares) claim(ctx context.Context, in CreateSessionInput, o session.Cre
 	}
 	tenant := session.TenantFrom(ctx)
 	key := spareKey{tenant, network}
-	limits := p.a.tenants.Limits(ctx, tenant)
+	limits, err := p.a.tenants.Limits(ctx, tenant)
+	if err != nil {
+		return nil, err // refused: the usual path would refuse it too
+	}
 	defer p.refill(key)
 	giveUp := time.NewTimer(spareWait)
 	defer giveUp.Stop()
@@ -343,7 +346,10 @@ func (p *spares) fill(key spareKey) {
 // make makes a spare session of key with its box and a started worker.
 func (p *spares) make(key spareKey) (*spare, error) {
 	a := p.a
-	limits := a.tenants.Limits(p.ctx, key.tenant)
+	limits, err := a.tenants.Limits(p.ctx, key.tenant)
+	if err != nil {
+		return nil, err
+	}
 	s, err := a.Sessions.CreateSpare(p.ctx, key.tenant, key.network)
 	if err != nil {
 		return nil, err
@@ -353,7 +359,7 @@ func (p *spares) make(key spareKey) (*spare, error) {
 	// names the spare tenant until the claim.
 	a.tenants.remember(s.ID, key.tenant)
 	err = a.Python.StartSpare(p.ctx, s)
-	if err == nil && a.tenants.Limits(p.ctx, key.tenant) != limits {
+	if now, lerr := a.tenants.Limits(p.ctx, key.tenant); err == nil && (lerr != nil || now != limits) {
 		err = errors.New("the tenant's limits changed while the spare was made")
 	}
 	if err != nil {

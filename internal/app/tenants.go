@@ -13,6 +13,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/metrics"
 	"github.com/quro-dev/quro/internal/quota"
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -76,34 +77,86 @@ type tenants struct {
 
 func tenantKey(tenant string) string { return "tenant_limits/" + tenant }
 
-// Limits are tenant's effective ceilings. Overrides that cannot be read
-// are logged, and the server's defaults apply in their place.
-func (t *tenants) Limits(ctx context.Context, tenant string) TenantLimits {
+// Limits are tenant's effective ceilings, or a *CeilingsUnreadableError
+// when its own cannot be read: its runs and new sessions are then refused
+// (fail closed), never made under the server's defaults in their place.
+func (t *tenants) Limits(ctx context.Context, tenant string) (TenantLimits, error) {
 	own, err := TenantOverrides(ctx, t.store, tenant)
-	if err != nil && ctx.Err() == nil {
-		t.log.Error("tenant ceilings: the server's defaults apply", "tenant", tenant, "err", err)
+	if err != nil {
+		if ctx.Err() == nil {
+			t.log.Error("tenant ceilings: runs refused", "tenant", tenant, "err", err)
+		}
+		return TenantLimits{}, err
 	}
-	return own.or(t.defaults)
+	return own.or(t.defaults), nil
 }
+
+// CeilingsUnreadableError says that a tenant's stored ceilings cannot be
+// read (the store failed, or the stored value is not what
+// set_tenant_limits writes) and how the operator repairs them. It wraps
+// sandbox.ErrTenantUnreadable (unavailable, 503) and names no host path.
+type CeilingsUnreadableError struct {
+	Tenant  string
+	Problem string // why, host paths cut
+}
+
+func (e *CeilingsUnreadableError) Error() string {
+	flag := ""
+	if e.Tenant != "" {
+		flag = " --tenant " + e.Tenant
+	}
+	return fmt.Sprintf("%s: its stored ceilings cannot be read (%s), so its runs and new sessions are refused: "+
+		"the operator sets them again with quro tenant limits set%s (flags not given: the server's defaults)",
+		sandbox.DisplayTenant(e.Tenant), e.Problem, flag)
+}
+
+// Unwrap makes errors.Is(err, sandbox.ErrTenantUnreadable) true.
+func (e *CeilingsUnreadableError) Unwrap() error { return sandbox.ErrTenantUnreadable }
 
 // TenantOverrides are the ceilings an admin set for tenant (zero fields:
 // the server's defaults). They are read at each use, so that quro tenant
 // limits set, from another process, applies to the next run. An error says
-// they could not be read (the store failed, or the stored value is not the
-// JSON that set_tenant_limits writes); the overrides are then zero.
+// they could not be read (a *CeilingsUnreadableError: the store failed, or
+// the stored value is not the JSON that set_tenant_limits writes, or holds
+// ceilings it refuses), or ctx's own.
 func TenantOverrides(ctx context.Context, st *store.Store, tenant string) (TenantLimits, error) {
 	v, err := st.Setting(ctx, tenantKey(tenant))
 	if errors.Is(err, store.ErrNotFound) {
 		return TenantLimits{}, nil
 	}
 	if err != nil {
-		return TenantLimits{}, fmt.Errorf("tenant %q: reading its ceilings: %w", tenant, err)
+		if ctx.Err() != nil {
+			return TenantLimits{}, ctx.Err()
+		}
+		return TenantLimits{}, &CeilingsUnreadableError{tenant, "the store failed: " + hostpath.Names(err.Error())}
 	}
 	var own TenantLimits
-	if err := json.Unmarshal([]byte(v), &own); err != nil {
-		return TenantLimits{}, fmt.Errorf("tenant %q: its stored ceilings are unreadable (%v); set them again with quro tenant limits set", tenant, err)
+	dec := json.NewDecoder(strings.NewReader(v))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&own); err != nil || dec.More() {
+		if err == nil {
+			err = errors.New("more than one value")
+		}
+		return TenantLimits{}, &CeilingsUnreadableError{tenant, "not the JSON set_tenant_limits writes: " + err.Error()}
+	}
+	if err := own.check(); err != nil {
+		return TenantLimits{}, &CeilingsUnreadableError{tenant, "refused by set_tenant_limits: " + err.Error()}
 	}
 	return own, nil
+}
+
+// check refuses ceilings too small for anything to run (set_tenant_limits'
+// bounds).
+func (t TenantLimits) check() error {
+	switch {
+	case t.Disk > 0 && t.Disk < 8<<20:
+		return errors.New("a disk quota must be at least 8 MiB")
+	case t.Memory > 0 && t.Memory < 64<<20:
+		return errors.New("a memory ceiling must be at least 64 MiB")
+	case t.Tasks > 0 && t.Tasks < 32:
+		return errors.New("a process ceiling must be at least 32")
+	}
+	return nil
 }
 
 // setTenantLimits stores tenant's ceilings (zero fields: the defaults of
@@ -129,14 +182,8 @@ func (t *tenants) Set(ctx context.Context, tenant string, l TenantLimits) error 
 	if !session.ValidTenant(tenant) {
 		return fmt.Errorf("%w: tenant %q", session.ErrBadName, tenant)
 	}
-	if l.Disk > 0 && l.Disk < 8<<20 {
-		return fmt.Errorf("%w: a disk quota must be at least 8 MiB", session.ErrBadName)
-	}
-	if l.Memory > 0 && l.Memory < 64<<20 {
-		return fmt.Errorf("%w: a memory ceiling must be at least 64 MiB", session.ErrBadName)
-	}
-	if l.Tasks > 0 && l.Tasks < 32 {
-		return fmt.Errorf("%w: a process ceiling must be at least 32", session.ErrBadName)
+	if err := l.check(); err != nil {
+		return fmt.Errorf("%w: %w", session.ErrBadName, err)
 	}
 	b, _ := json.Marshal(l)
 	if err := t.store.SetSetting(ctx, tenantKey(tenant), string(b)); err != nil {
@@ -218,7 +265,10 @@ func (t *tenants) forRun(dir string) (sandbox.Tenant, bool) {
 	if !ok {
 		return sandbox.Tenant{}, false
 	}
-	l := t.Limits(context.Background(), tenant)
+	l, err := t.Limits(context.Background(), tenant)
+	if err != nil {
+		return sandbox.Tenant{Name: tenant, Refused: err}, true
+	}
 	return sandbox.Tenant{Name: tenant, Limits: sandbox.Limits{Memory: pos(l.Memory), Tasks: pos(l.Tasks), CPUPercent: pos(l.CPUPercent)}}, true
 }
 
@@ -230,15 +280,21 @@ func (t *tenants) note(dir string) string {
 	return ""
 }
 
-// maxSessions is session.Manager.MaxFor.
+// maxSessions is session.Manager.MaxFor. A tenant whose ceilings cannot
+// be read is refused by prepare, which every new session goes through.
 func (t *tenants) maxSessions(tenant string) int {
-	return int(pos(t.Limits(context.Background(), tenant).Sessions))
+	l, _ := t.Limits(context.Background(), tenant)
+	return int(pos(l.Sessions))
 }
 
 // prepare is session.Manager.Disk.Prepare: a new session gets an image
 // of its tenant's disk quota.
 func (t *tenants) prepare(tenant, dir string) error {
-	size := t.Limits(context.Background(), tenant).Disk
+	l, err := t.Limits(context.Background(), tenant)
+	if err != nil {
+		return err
+	}
+	size := l.Disk
 	if size <= 0 || t.disks.Enforced() != nil {
 		return nil //nolint:nilerr // no kernel quota here (the status says why): the session goes without an image
 	}
@@ -268,11 +324,17 @@ func (t *tenants) adopt(ctx context.Context) error {
 	var errs []error
 	none := 0
 	for _, s := range list {
+		l, lerr := TenantLimits{}, error(nil)
+		if !t.disks.Has(s.Dir) {
+			l, lerr = t.Limits(ctx, s.Tenant)
+		}
 		switch {
 		case t.disks.Has(s.Dir):
 			errs = append(errs, t.disks.Remount(s.Dir))
+		case lerr != nil:
+			none++ // its quota is unknown (logged): its runs are refused
 		case emptySession(s):
-			size := t.Limits(ctx, s.Tenant).Disk
+			size := l.Disk
 			if size <= 0 {
 				continue
 			}
@@ -295,11 +357,15 @@ func (t *tenants) adopt(ctx context.Context) error {
 }
 
 // admit refuses an exec call of a tenant at its memory or process ceiling
-// with resource_exhausted (HTTP 429) and what to do.
+// with resource_exhausted (HTTP 429) and what to do, and one of a tenant
+// whose ceilings cannot be read with unavailable (503) and the fix.
 func (a *App) admit(ctx context.Context, s *session.Session) error {
 	t, ok := a.tenants.forRun(s.Workspace())
 	if !ok {
 		return nil
+	}
+	if t.Refused != nil {
+		return t.Refused // its ceilings cannot be read: unavailable, with the fix
 	}
 	var ce *sandbox.CeilingError
 	if err := a.Sandbox.Admit(t); errors.As(err, &ce) {
@@ -382,6 +448,10 @@ func emptySession(s *session.Session) bool {
 type TenantStatus struct {
 	Tenant string       `json:"tenant"`
 	Limits TenantLimits `json:"limits" jsonschema:"effective ceilings; 0 or negative: none"`
+	// Unreadable says why the tenant's stored ceilings cannot be read
+	// (its runs and new sessions are refused until the operator sets them
+	// again); Limits is then empty.
+	Unreadable string `json:"unreadable,omitempty" jsonschema:"why the tenant's stored ceilings cannot be read: its runs and new sessions are refused until the operator sets them again"`
 	// Now: what the tenant's processes and sessions hold.
 	MemoryBytes     uint64   `json:"memory_bytes" jsonschema:"resident memory of all the tenant's processes (page cache excluded)"`
 	MemoryPeakBytes uint64   `json:"memory_peak_bytes,omitempty"`
@@ -405,7 +475,10 @@ func (a *App) tenantStatus(ctx context.Context) (*TenantStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &TenantStatus{Tenant: tenant, Limits: a.tenants.Limits(ctx, tenant), Sessions: len(list), DiskQuota: a.tenants.disks.Method()}
+	st := &TenantStatus{Tenant: tenant, Sessions: len(list), DiskQuota: a.tenants.disks.Method()}
+	if st.Limits, err = a.tenants.Limits(ctx, tenant); err != nil {
+		st.Unreadable = err.Error()
+	}
 	st.Watches, st.WatchedDirs = a.watchHub.Tenant(tenant)
 	wl := a.watchHub.Limits()
 	st.WatchesMax, st.WatchedDirsMax = wl.TenantWatches, wl.TenantDirs
@@ -445,6 +518,9 @@ func (t *TenantStatus) Text() string {
 	if !t.Enforced {
 		s += "; memory, process and CPU ceilings are NOT enforced here (no cgroups)"
 	}
+	if t.Unreadable != "" {
+		s += "; " + t.Unreadable
+	}
 	return s
 }
 
@@ -469,10 +545,16 @@ type TenantLimitsInfo struct {
 	Tenant    string       `json:"tenant"`
 	Own       TenantLimits `json:"own" jsonschema:"the ceilings set for this tenant (absent or 0: the server's default; negative: none)"`
 	Effective TenantLimits `json:"effective" jsonschema:"the ceilings that apply (absent or negative: none)"`
+	// Unreadable says why the stored ceilings cannot be read; Own and
+	// Effective are then empty, and the tenant's runs are refused.
+	Unreadable string `json:"unreadable,omitempty" jsonschema:"why the tenant's stored ceilings cannot be read: its runs and new sessions are refused until the operator sets them again"`
 }
 
 // Text says the effective ceilings.
 func (t *TenantLimitsInfo) Text() string {
+	if t.Unreadable != "" {
+		return t.Unreadable
+	}
 	e := t.Effective
 	bytes := func(v int64) string {
 		if v <= 0 {
@@ -490,8 +572,15 @@ func (t *TenantLimitsInfo) Text() string {
 		t.Tenant, bytes(e.Memory), num(e.Tasks), num(e.CPUPercent), num(e.Sessions), bytes(e.Disk))
 }
 
+// tenantLimitsInfo answers get_tenant_limits: ceilings that cannot be read
+// are reported as such (the operator reads why, and quro tenant limits set
+// starts again from the defaults), not as an error.
 func (a *App) tenantLimitsInfo(ctx context.Context, tenant string) (*TenantLimitsInfo, error) {
 	own, eff, err := a.tenantLimitsOf(ctx, tenant)
+	var ue *CeilingsUnreadableError
+	if errors.As(err, &ue) {
+		return &TenantLimitsInfo{Tenant: tenant, Unreadable: ue.Error()}, nil
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -349,8 +349,9 @@ var tokenRe = regexp.MustCompile(`(quro_[0-9a-fA-F]+_)[A-Za-z0-9_-]+`)
 // secret> (internal/auth): the id is kept, the secret replaced.
 var e2bKeyRe = regexp.MustCompile(`(e2b_[0-9a-fA-F]{12})[0-9a-fA-F]+`)
 
-// accessTokenRe matches an E2B sandbox's access token, qa_<64 hex>
-// (internal/api/e2b): it has no public part.
+// accessTokenRe matches an E2B sandbox's access token, qa_<64 hex>, or
+// qa_<64 hex>_<API key id> (internal/api/e2b): the hex is its secret, the
+// key's id after it is kept.
 var accessTokenRe = regexp.MustCompile(`qa_[0-9a-fA-F]{16,}`)
 
 // codeKeys hold code or commands: recorded as their first line, bounded.

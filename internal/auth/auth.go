@@ -218,6 +218,41 @@ func (t *Tokens) Verify(ctx context.Context, token string) (controller.Caller, e
 	return controller.Caller{Tenant: row.Tenant, Scope: Widest(row.Scopes), TokenID: row.ID}, nil
 }
 
+// Live returns the caller of the token with id while it is live, for a
+// credential derived from the token rather than holding its secret (E2B's
+// sandbox access tokens): an unknown or revoked id is an Unauthenticated
+// error. From the store's cache on a warm server, as Verify: a revoke by
+// any process sharing the data directory is seen by the next call.
+func (t *Tokens) Live(ctx context.Context, id string) (controller.Caller, error) {
+	row, err := t.st.TokenByID(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return controller.Caller{}, capability.Errorf(capability.Unauthenticated, "unknown token")
+	}
+	if err != nil {
+		return controller.Caller{}, err
+	}
+	if !row.RevokedAt.IsZero() {
+		return controller.Caller{}, capability.Errorf(capability.Unauthenticated, "token %s was revoked at %s", row.ID, row.RevokedAt.UTC().Format(time.RFC3339))
+	}
+	return controller.Caller{Tenant: row.Tenant, Scope: Widest(row.Scopes), TokenID: row.ID}, nil
+}
+
+// LiveIDs are the ids of tenant's live tokens whose scopes cover scope
+// (one query of the store).
+func (t *Tokens) LiveIDs(ctx context.Context, tenant string, scope capability.Scope) ([]string, error) {
+	rows, err := t.st.Tokens(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, r := range rows {
+		if r.Tenant == tenant && r.RevokedAt.IsZero() && Widest(r.Scopes).Covers(scope) {
+			ids = append(ids, r.ID)
+		}
+	}
+	return ids, nil
+}
+
 // HTTP returns the httpauth.Func that verifies a request's bearer token.
 func (t *Tokens) HTTP() httpauth.Func {
 	return func(r *http.Request) (controller.Caller, error) {

@@ -61,6 +61,9 @@ var classes = []class{
 	// A box refused at start because its tenant is at a ceiling
 	// (terminal_exec, python_run…: run_code says so itself).
 	{match: is(sandbox.ErrTenantCeiling), code: capability.ResourceExhausted, retry: 30},
+	// A run or new session of a tenant whose stored ceilings cannot be
+	// read: refused (fail closed); the text names the problem and the fix.
+	{match: is(sandbox.ErrTenantUnreadable), code: capability.Unavailable},
 	// The session's disk.
 	{match: is(workspace.ErrNoSpace), code: capability.ResourceExhausted},
 	{match: is(quota.ErrNotGrown), code: capability.Busy},

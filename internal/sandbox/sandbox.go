@@ -906,6 +906,9 @@ func (s *Sandbox) admitTenant(dir string) (*Tenant, error) {
 	if !ok {
 		return nil, nil
 	}
+	if t.Refused != nil {
+		return nil, t.Refused
+	}
 	if err := s.layers.cg.admit(&t); err != nil {
 		return nil, err
 	}

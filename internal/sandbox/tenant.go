@@ -27,7 +27,15 @@ import (
 type Tenant struct {
 	Name   string // "" for the local tenant
 	Limits Limits
+	// Refused, when set, refuses every run of the tenant with it: its
+	// ceilings are unknown (their stored form cannot be read), and a run
+	// never goes ahead under other ones. It wraps ErrTenantUnreadable.
+	Refused error
 }
+
+// ErrTenantUnreadable is wrapped by the error of a Start refused because
+// the tenant's stored ceilings cannot be read (Tenant.Refused).
+var ErrTenantUnreadable = errors.New("tenant ceilings unreadable")
 
 // ErrTenantCeiling is wrapped by the error of a Start refused because the
 // tenant is at one of its ceilings (a *CeilingError).
@@ -468,9 +476,13 @@ func (s *Sandbox) ReleaseTenants() {
 	}
 }
 
-// Admit reports whether a run of t would be refused now (a *CeilingError),
+// Admit reports whether a run of t would be refused now (a *CeilingError,
+// or t.Refused),
 // for callers that refuse a call before they start anything.
 func (s *Sandbox) Admit(t Tenant) error {
+	if t.Refused != nil {
+		return t.Refused
+	}
 	if !s.layers.ok(LayerCgroups) {
 		return nil
 	}

@@ -203,12 +203,20 @@ func (s *Server) domain() *string {
 // accessToken is sandbox id's access token for the request's caller: only
 // a caller that may run code (exec scope) gets it, since the token lets
 // its holder run code in the sandbox; a read-only key sees "" (the SDK
-// then sends none, and envd refuses).
+// then sends none, and envd refuses). With API keys it is tied to the
+// caller's key (KeyAccessToken): revoking the key ends it.
 func (s *Server) accessToken(ctx context.Context, id string) string {
-	if !callerOf(ctx).Scope.Covers(capability.ScopeExec) {
+	c := callerOf(ctx)
+	if !c.Scope.Covers(capability.ScopeExec) {
 		return ""
 	}
-	return s.AccessToken(id)
+	if s.opts.APIKey == nil {
+		return s.AccessToken(id)
+	}
+	if c.TokenID == "" {
+		return "" // no key to tie it to (never with API keys)
+	}
+	return s.KeyAccessToken(id, c.TokenID)
 }
 
 func (s *Server) sandbox(ctx context.Context, id, template string) sandboxJSON {

@@ -164,7 +164,7 @@ func TestControlCreateInfoKill(t *testing.T) {
 		"metadata": map[string]string{"user": "ada"}, "envVars": map[string]string{"GREETING": "hi"}})
 	created := time.Now()
 	if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(sb.SandboxID) || !semver.MatchString(sb.EnvdVersion) ||
-		sb.EnvdAccessToken != e.Server.AccessToken(sb.SandboxID) || sb.TrafficAccessToken != sb.EnvdAccessToken ||
+		sb.EnvdAccessToken != e.accessToken(sb.SandboxID) || sb.TrafficAccessToken != sb.EnvdAccessToken ||
 		sb.ClientID == "" || sb.TemplateID != "base" || sb.Domain != nil {
 		t.Fatalf("create: %+v", sb)
 	}
@@ -189,7 +189,7 @@ func TestControlCreateInfoKill(t *testing.T) {
 	v1.want(t, http.StatusCreated, "")
 	var sb1 sandboxAnswer
 	v1.json(t, &sb1)
-	if sb1.EnvdAccessToken != e.Server.AccessToken(sb1.SandboxID) || !semver.MatchString(sb1.EnvdVersion) {
+	if sb1.EnvdAccessToken != e.accessToken(sb1.SandboxID) || !semver.MatchString(sb1.EnvdVersion) {
 		t.Fatalf("v1 create: %+v", sb1)
 	}
 
@@ -457,7 +457,7 @@ func TestControlTimeouts(t *testing.T) {
 	a.want(t, http.StatusOK, "")
 	var sb sandboxAnswer
 	a.json(t, &sb)
-	if sb.SandboxID != long || sb.EnvdAccessToken != e.Server.AccessToken(long) || !semver.MatchString(sb.EnvdVersion) {
+	if sb.SandboxID != long || sb.EnvdAccessToken != e.accessToken(long) || !semver.MatchString(sb.EnvdVersion) {
 		t.Fatalf("connect: %+v", sb)
 	}
 	e.api(t, e.Key, "POST", "/sandboxes/"+long+"/refreshes", map[string]any{"duration": 5}).want(t, http.StatusNoContent, "")
@@ -658,7 +658,7 @@ func TestControlTenantsCannotReachEachOther(t *testing.T) {
 	} {
 		a := e.api(t, evil, c.method, c.path, c.body)
 		a.want(t, http.StatusNotFound, "not found")
-		if strings.Contains(string(a.body), e.Server.AccessToken(id)) {
+		if strings.Contains(string(a.body), e.accessToken(id)) {
 			t.Fatalf("%s %s leaks the access token", c.method, c.path)
 		}
 	}
@@ -691,7 +691,7 @@ func TestControlFork(t *testing.T) {
 		t.Fatalf("fork: %s", a.body)
 	}
 	for _, r := range res {
-		if r.Sandbox == nil || r.Error != nil || r.Sandbox.SandboxID == id || r.Sandbox.EnvdAccessToken != e.Server.AccessToken(r.Sandbox.SandboxID) {
+		if r.Sandbox == nil || r.Error != nil || r.Sandbox.SandboxID == id || r.Sandbox.EnvdAccessToken != e.accessToken(r.Sandbox.SandboxID) {
 			t.Fatalf("fork result: %s", a.body)
 		}
 		d := e.info(t, r.Sandbox.SandboxID)

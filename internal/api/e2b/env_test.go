@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/quro-dev/quro/internal/api/e2b"
@@ -33,7 +34,37 @@ type env struct {
 	Server *e2b.Server
 	URL    string // the listener's origin: the control plane is URL+"/e2b"
 	Key    string // an API key (exec scope) of tenant "t1"
+	KeyID  string // its id
 	Tenant string
+	keyed  bool // the server has API keys
+
+	mu     sync.Mutex
+	others map[string]string // tenant → the id of an exec key of its (accessToken)
+}
+
+// accessToken is the access token of sandbox id that e.Key obtains, or,
+// for a sandbox of another tenant, an exec key of that tenant (made once);
+// without API keys, the one token of id.
+func (e *env) accessToken(id string) string {
+	if !e.keyed {
+		return e.Server.AccessToken(id)
+	}
+	key := e.KeyID
+	if s, err := e.App.Sessions.ByIDAnyTenant(context.Background(), id); err == nil && s.Tenant != e.Tenant {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.others == nil {
+			e.others = map[string]string{}
+		}
+		if key = e.others[s.Tenant]; key == "" {
+			tok, err := e.App.CreateToken(context.Background(), "cli", s.Tenant, []string{"read", "exec"}, "e2b test")
+			if err != nil {
+				panic(err)
+			}
+			key, e.others[s.Tenant] = tok.ID, tok.ID
+		}
+	}
+	return e.Server.KeyAccessToken(id, key)
 }
 
 // newEnv starts an env; opts (nil: defaults) configure the App.
@@ -73,6 +104,10 @@ func newEnvWith(t testing.TB, opts *app.Options, edit func(*e2b.Options)) *env {
 		APIKey: func(ctx context.Context, key string) (controller.Caller, error) {
 			return a.VerifyToken(ctx, key)
 		},
+		Key: a.LiveToken,
+		Keys: func(ctx context.Context, tenant string) ([]string, error) {
+			return a.LiveTokenIDs(ctx, tenant, capability.ScopeExec)
+		},
 		Sandbox: func(ctx context.Context, id string) (e2b.Sandbox, error) {
 			s, err := a.Sessions.ByIDAnyTenant(ctx, id)
 			if errors.Is(err, session.ErrNotFound) || err == nil && s.Tenant == session.SpareTenant {
@@ -99,7 +134,7 @@ func newEnvWith(t testing.TB, opts *app.Options, edit func(*e2b.Options)) *env {
 		srv.ServeHTTP(w, r)
 	}))
 	t.Cleanup(hs.Close)
-	return &env{App: a, Server: srv, URL: hs.URL, Key: tok.Token, Tenant: tenant}
+	return &env{App: a, Server: srv, URL: hs.URL, Key: tok.Token, KeyID: tok.ID, Tenant: tenant, keyed: eopts.APIKey != nil}
 }
 
 // newSession makes a session of the env's tenant through the controller
@@ -144,5 +179,5 @@ func (s sandboxTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 //
 //	processconnect.NewProcessClient(e.sandboxClient(id, e2b.EnvdPort), e.URL, connect.WithProtoJSON())
 func (e *env) sandboxClient(id string, port int) *http.Client {
-	return &http.Client{Transport: sandboxTransport{id: id, port: port, token: e.Server.AccessToken(id)}}
+	return &http.Client{Transport: sandboxTransport{id: id, port: port, token: e.accessToken(id)}}
 }

@@ -191,7 +191,7 @@ func TestEnvdFilesystemRPC(t *testing.T) {
 	}
 	// Another sandbox's token cannot reach this one.
 	other := e.newSession(t)
-	wrong := filesystemconnect.NewFilesystemClient(&http.Client{Transport: sandboxTransport{id: id, port: e2b.EnvdPort, token: e.Server.AccessToken(other)}},
+	wrong := filesystemconnect.NewFilesystemClient(&http.Client{Transport: sandboxTransport{id: id, port: e2b.EnvdPort, token: e.accessToken(other)}},
 		e.URL, connect.WithProtoJSON())
 	_, err = wrong.Stat(ctx, rpc(&filesystem.StatRequest{Path: "moved"}))
 	wantConnect(t, err, connect.CodeUnauthenticated, "")
@@ -213,7 +213,7 @@ func (e *env) filesReq(t *testing.T, id, method, query, contentType string, body
 	// A plain transport: gzip answers arrive as sent.
 	tr := &http.Transport{DisableCompression: true}
 	defer tr.CloseIdleConnections()
-	c := &http.Client{Transport: sandboxTransportOver{sandboxTransport{id: id, port: e2b.EnvdPort, token: e.Server.AccessToken(id)}, tr}}
+	c := &http.Client{Transport: sandboxTransportOver{sandboxTransport{id: id, port: e2b.EnvdPort, token: e.accessToken(id)}, tr}}
 	res, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,9 @@ import (
 	"github.com/quro-dev/quro/internal/api/e2b"
 	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem"
 	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem/filesystemconnect"
+	"github.com/quro-dev/quro/internal/app"
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -49,7 +52,7 @@ func TestSignedUploadWritesOnlyItsPath(t *testing.T) {
 	id := e.newSession(t)
 	ws := workspaceOf(t, e, id)
 	const allowed = "/home/user/allowed.txt"
-	q := url.Values{"path": {allowed}, "username": {"user"}, "signature": {sign(allowed, "write", "user", e.Server.AccessToken(id))}}
+	q := url.Values{"path": {allowed}, "username": {"user"}, "signature": {sign(allowed, "write", "user", e.accessToken(id))}}
 	var body bytes.Buffer
 	mw := multipart.NewWriter(&body)
 	for _, name := range []string{"/home/user/.bashrc", "/home/user/sub/other.py"} {
@@ -105,11 +108,11 @@ func TestReadOnlyKeyGetsNoAccessToken(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &info); err != nil {
 		t.Fatal(err)
 	}
-	if info.EnvdAccessToken != "" || strings.Contains(body, e.Server.AccessToken(id)) {
+	if info.EnvdAccessToken != "" || strings.Contains(body, e.accessToken(id)) {
 		t.Fatalf("a read-only key got the sandbox's access token: %s", body)
 	}
 	status, body = get(t, nil, e.URL+"/e2b/sandboxes/"+id, "X-API-KEY", e.Key)
-	if status != http.StatusOK || !strings.Contains(body, e.Server.AccessToken(id)) {
+	if status != http.StatusOK || !strings.Contains(body, e.accessToken(id)) {
 		t.Fatalf("an exec key did not get the access token: %d %s", status, body)
 	}
 }
@@ -274,7 +277,7 @@ func TestE2BCrossSiteOrigin(t *testing.T) {
 			interp := e.sandboxClient(id, e2b.InterpPort)
 			ws := workspaceOf(t, e, id)
 			const file = "/home/user/planted.txt"
-			signed := url.Values{"path": {file}, "username": {"user"}, "signature": {sign(file, "write", "user", e.Server.AccessToken(id))}}
+			signed := url.Values{"path": {file}, "username": {"user"}, "signature": {sign(file, "write", "user", e.accessToken(id))}}
 			var mp bytes.Buffer
 			mw := multipart.NewWriter(&mp)
 			pw, _ := mw.CreateFormFile("file", "planted.txt")
@@ -382,4 +385,81 @@ func TestE2BDomainOrigin(t *testing.T) {
 			t.Errorf("%s, Host %s, Origin %q: %d %s; want %d containing %q", tc.path, tc.host, tc.origin, status, body, tc.status, tc.want)
 		}
 	}
+}
+
+// Attack: an API key leaks and is revoked (revoke_token, what quro token
+// revoke calls). The sandbox access tokens and signed URLs obtained with
+// it die with it, at the next request, on envd and the code interpreter;
+// the tokens and URLs of the tenant's other keys go on working, and a
+// token of one key never passes as another's.
+func TestRevokedKeyEndsItsAccessTokensAndSignedURLs(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	fresh, err := e.App.CreateToken(ctx, "cli", e.Tenant, []string{"read", "exec"}, "fresh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := e.create(t, map[string]any{"templateID": "base"})
+	id := sb.SandboxID
+	old := sb.EnvdAccessToken
+	a := e.api(t, fresh.E2BKey, "POST", "/sandboxes/"+id+"/connect", map[string]any{"timeout": 300})
+	if a.status != http.StatusOK && a.status != http.StatusCreated {
+		t.Fatalf("connect with the fresh key: %d %s", a.status, a.body)
+	}
+	var conn sandboxAnswer
+	a.json(t, &conn)
+	cur := conn.EnvdAccessToken
+	if old == "" || cur == "" || old == cur || !strings.HasSuffix(old, "_"+e.KeyID) || !strings.HasSuffix(cur, "_"+fresh.ID) {
+		t.Fatalf("access tokens %q (create) and %q (connect with another key): want one per key, naming it", old, cur)
+	}
+	ws := workspaceOf(t, e, id)
+	if err := os.WriteFile(filepath.Join(ws, "f.txt"), []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const file = "/home/user/f.txt"
+	files := func(token, signature string) int {
+		t.Helper()
+		q := url.Values{"path": {file}, "username": {"user"}}
+		hdr := []string{e2b.HeaderSandboxID, id, e2b.HeaderSandboxPort, "49983"}
+		if signature != "" {
+			q.Set("signature", signature)
+		}
+		if token != "" {
+			hdr = append(hdr, "X-Access-Token", token)
+		}
+		status, _ := get(t, nil, e.URL+"/files?"+q.Encode(), hdr...)
+		return status
+	}
+	interp := func(token string) int {
+		t.Helper()
+		status, _ := get(t, nil, e.URL+"/contexts", e2b.HeaderSandboxID, id, e2b.HeaderSandboxPort, "49999", "E2B-Traffic-Access-Token", token)
+		return status
+	}
+	check := func(when string, token string, want int) {
+		t.Helper()
+		if got := files(token, ""); got != want {
+			t.Errorf("%s: /files with access token %.12s…: %d, want %d", when, token, got, want)
+		}
+		if got := files("", sign(file, "read", "user", token)); got != want {
+			t.Errorf("%s: a URL signed with %.12s…: %d, want %d", when, token, got, want)
+		}
+		if got := interp(token); got != want {
+			t.Errorf("%s: the code interpreter with %.12s…: %d, want %d", when, token, got, want)
+		}
+	}
+	check("before", old, http.StatusOK)
+	check("before", cur, http.StatusOK)
+	// One key's token with another key's id: refused.
+	mac, _, _ := strings.Cut(strings.TrimPrefix(old, "qa_"), "_")
+	check("swapped key id", "qa_"+mac+"_"+fresh.ID, http.StatusUnauthorized)
+
+	admin := controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeAdmin}
+	args, _ := json.Marshal(app.RevokeTokenInput{ID: e.KeyID})
+	if _, err := e.App.Controller.Call(ctx, admin, "revoke_token", args); err != nil {
+		t.Fatal(err)
+	}
+	check("after the revoke", old, http.StatusUnauthorized)
+	check("after the revoke, the other key's", cur, http.StatusOK)
+	// The revoked key gets no new token.
+	e.api(t, e.Key, "GET", "/sandboxes/"+id, nil).want(t, http.StatusUnauthorized, "revoked")
 }

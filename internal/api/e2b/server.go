@@ -76,6 +76,17 @@ type Options struct {
 	// Secret keys the sandboxes' access tokens (HMAC-SHA256): at least 32
 	// random bytes, kept by the server (required).
 	Secret []byte
+	// Key and Keys, required with APIKey, tie each access token (and so
+	// each signed URL made with it) to the API key that obtained it: a
+	// token names that key's id, and is refused once the key is revoked.
+	// Key is the caller of the live key with id, or an error (unknown,
+	// revoked); it is asked at every request with an access token, so it
+	// should not query a database each time (quro serve: the token
+	// store's cache). Keys lists the ids of tenant's live keys that may
+	// run code: a signed URL names no key, so it is checked against the
+	// access token of each.
+	Key  func(ctx context.Context, id string) (controller.Caller, error)
+	Keys func(ctx context.Context, tenant string) ([]string, error)
 	// Version is the Quro version that unsupported features name.
 	Version string
 	// Check refuses a request before anything else is done with it (403),
@@ -133,6 +144,9 @@ func New(ctrl *controller.Controller, opts *Options) (*Server, error) {
 	}
 	if o.Sandbox == nil {
 		return nil, errors.New("e2b: Options.Sandbox is required")
+	}
+	if o.APIKey != nil && (o.Key == nil || o.Keys == nil) {
+		return nil, errors.New("e2b: Options.Key and Options.Keys are required with Options.APIKey")
 	}
 	if len(o.Secret) < 32 {
 		return nil, errors.New("e2b: Options.Secret must be at least 32 bytes")
@@ -264,7 +278,11 @@ func (s *Server) Authenticated(r *http.Request) bool {
 		_, err := s.opts.APIKey(r.Context(), key)
 		return err == nil
 	case planeSandbox:
-		return s.tokenOK(t.id, r)
+		if !validID(t.id) {
+			return false
+		}
+		sb, err := s.opts.Sandbox(r.Context(), t.id)
+		return err == nil && s.tokenOK(t.id, sb.Tenant, r)
 	}
 	return false
 }
@@ -381,7 +399,7 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, t target) 
 	// A signed URL covers its path and operation only: /files reads and
 	// writes that one path (the path parameter, which a signed request
 	// must have).
-	if !open && !s.tokenOK(t.id, r) && !(t.port == EnvdPort && t.path == "/files" && r.URL.Query().Get("path") != "" && s.signatureOK(t.id, r)) {
+	if !open && !s.tokenOK(t.id, tenant, r) && !(t.port == EnvdPort && t.path == "/files" && r.URL.Query().Get("path") != "" && s.signatureOK(t.id, tenant, r)) {
 		writeJSONError(w, http.StatusUnauthorized,
 			"this sandbox needs its access token (X-Access-Token: the envdAccessToken that create and connect return) or a signed URL")
 		return
@@ -393,17 +411,31 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, t target) 
 	mux.ServeHTTP(w, r2)
 }
 
-// AccessToken is sandbox id's access token: the SDKs send it as
-// X-Access-Token to envd and as E2B-Traffic-Access-Token to the code
-// interpreter. It is derived (HMAC-SHA256 of the id under the server's
-// secret), so nothing is stored and it dies with the secret.
+// AccessToken is sandbox id's access token on a server without API keys:
+// the SDKs send it as X-Access-Token to envd and as
+// E2B-Traffic-Access-Token to the code interpreter. It is derived
+// (HMAC-SHA256 of the id under the server's secret), so nothing is stored
+// and it dies with the secret.
 func (s *Server) AccessToken(id string) string {
 	m := hmac.New(sha256.New, s.opts.Secret)
 	m.Write([]byte("quro e2b access token\x00" + id))
 	return "qa_" + hex.EncodeToString(m.Sum(nil))
 }
 
-func (s *Server) tokenOK(id string, r *http.Request) bool {
+// KeyAccessToken is sandbox id's access token for the API key with id
+// key (a Quro token's id): qa_<HMAC-SHA256 of both under the secret>_<key>.
+// It is good while the key is live, so it dies with the key's revocation
+// as with the secret. The MAC comes first: the audit log's redaction of
+// qa_<hex> then hides it and leaves the key's id.
+func (s *Server) KeyAccessToken(id, key string) string {
+	m := hmac.New(sha256.New, s.opts.Secret)
+	m.Write([]byte("quro e2b access token\x00" + id + "\x00" + key))
+	return "qa_" + hex.EncodeToString(m.Sum(nil)) + "_" + key
+}
+
+// tokenOK checks the access token r carries for sandbox id of tenant:
+// with API keys, one of a live key of tenant that may run code.
+func (s *Server) tokenOK(id, tenant string, r *http.Request) bool {
 	tok := r.Header.Get(headerAccessToken)
 	if tok == "" {
 		tok = r.Header.Get(headerTraffic)
@@ -411,14 +443,39 @@ func (s *Server) tokenOK(id string, r *http.Request) bool {
 	if tok == "" || !validID(id) {
 		return false
 	}
-	return subtle.ConstantTimeCompare([]byte(tok), []byte(s.AccessToken(id))) == 1
+	if s.opts.APIKey == nil {
+		return subtle.ConstantTimeCompare([]byte(tok), []byte(s.AccessToken(id))) == 1
+	}
+	_, key, ok := strings.Cut(strings.TrimPrefix(tok, "qa_"), "_")
+	if !ok || key == "" || !strings.HasPrefix(tok, "qa_") ||
+		subtle.ConstantTimeCompare([]byte(tok), []byte(s.KeyAccessToken(id, key))) != 1 {
+		return false
+	}
+	return s.keyOK(r.Context(), key, tenant)
+}
+
+// keyOK reports whether the API key with id key is live, of tenant and may
+// run code. A failure to look it up refuses (and is logged).
+func (s *Server) keyOK(ctx context.Context, key, tenant string) bool {
+	c, err := s.opts.Key(ctx, key)
+	if err != nil {
+		var ce *capability.Error
+		if !errors.As(err, &ce) && ctx.Err() == nil {
+			s.log.Error("e2b: looking up the API key of an access token", "key", key, "err", err)
+		}
+		return false
+	}
+	return c.Tenant == tenant && c.Scope.Covers(capability.ScopeExec)
 }
 
 // signatureOK checks a signed /files URL (the SDK's uploadUrl and
 // downloadUrl): signature = "v1_" + base64(sha256("path:op:user:token[:exp]"))
 // without padding, op "read" for GET and "write" for POST, and
-// signature_expiration (unix seconds) not past.
-func (s *Server) signatureOK(id string, r *http.Request) bool {
+// signature_expiration (unix seconds) not past. token is the access token
+// the SDK signed with: with API keys, that of one of tenant's live keys
+// that may run code (the URL names none: each is tried), so a URL dies
+// with the key, as its token does.
+func (s *Server) signatureOK(id, tenant string, r *http.Request) bool {
 	q := r.URL.Query()
 	sig := q.Get("signature")
 	if sig == "" {
@@ -428,17 +485,38 @@ func (s *Server) signatureOK(id string, r *http.Request) bool {
 	if r.Method == http.MethodPost {
 		op = "write"
 	}
-	raw := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + s.AccessToken(id)
-	if exp := q.Get("signature_expiration"); exp != "" {
+	var exp string
+	if exp = q.Get("signature_expiration"); exp != "" {
 		n, err := strconv.ParseInt(exp, 10, 64)
 		if err != nil || time.Now().Unix() > n {
 			return false
 		}
-		raw += ":" + exp
 	}
-	sum := sha256.Sum256([]byte(raw))
-	want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
-	return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
+	signed := func(token string) bool {
+		raw := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + token
+		if exp != "" {
+			raw += ":" + exp
+		}
+		sum := sha256.Sum256([]byte(raw))
+		want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+		return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
+	}
+	if s.opts.APIKey == nil {
+		return signed(s.AccessToken(id))
+	}
+	keys, err := s.opts.Keys(r.Context(), tenant)
+	if err != nil {
+		if r.Context().Err() == nil {
+			s.log.Error("e2b: listing the API keys of a signed URL's tenant", "tenant", tenant, "err", err)
+		}
+		return false
+	}
+	for _, key := range keys {
+		if signed(s.KeyAccessToken(id, key)) {
+			return true
+		}
+	}
+	return false
 }
 
 type callerKey struct{}

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/quro-dev/quro/internal/app"
+	"github.com/quro-dev/quro/internal/store"
+)
+
+// The fix that a refusal for unreadable stored ceilings names works: quro
+// tenant limits show says what is wrong, and quro tenant limits set,
+// which starts from the tenant's own ceilings, starts from the defaults
+// and repairs them.
+func TestTenantLimitsSetRepairsUnreadableCeilings(t *testing.T) {
+	t.Setenv("QURO_URL", "")
+	t.Setenv("QURO_TOKEN", "")
+	data := t.TempDir()
+	if _, errs, code := quro(t, "", "--data", data, "tenant", "limits", "show", "--tenant", "acme"); code != 0 {
+		t.Fatalf("show: exit %d: %s", code, errs)
+	}
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(data, "quro.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.SetSetting(ctx, "tenant_limits/acme", `{"tasks":"many"}`); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := quro(t, "", "--data", data, "tenant", "limits", "show", "--tenant", "acme")
+	if code != 0 || !strings.Contains(out, "its stored ceilings cannot be read") || !strings.Contains(out, "quro tenant limits set --tenant acme") {
+		t.Fatalf("show of unreadable ceilings: exit %d: %s %s", code, out, errs)
+	}
+	if _, errs, code := quro(t, "", "--data", data, "tenant", "limits", "set", "--tenant", "acme", "--tasks", "64"); code != 0 {
+		t.Fatalf("set: exit %d: %s", code, errs)
+	}
+	if got, err := app.TenantOverrides(ctx, st, "acme"); err != nil || got != (app.TenantLimits{Tasks: 64}) {
+		t.Fatalf("acme's ceilings after set: %+v %v", got, err)
+	}
+}
