@@ -79,7 +79,7 @@ func TestAttackE2BDomainHostRouting(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := strings.TrimPrefix(e.URL, "http://")
-	tok := [2]string{"X-Access-Token", e.Server.AccessToken(mine)}
+	tok := [2]string{"X-Access-Token", e.accessToken(mine)}
 	hdrID := func(id string) [2]string { return [2]string{e2b.HeaderSandboxID, id} }
 	port := [2]string{e2b.HeaderSandboxPort, "49983"}
 	const read = "/files?path=/home/user/other.txt"
@@ -127,7 +127,7 @@ func TestAttackE2BDomainHostRouting(t *testing.T) {
 		}
 	}
 	// The other tenant's file is there: its own token reads it.
-	if status, body := rawGet(t, addr, read, "49983-"+other+"."+domain, [][2]string{{"X-Access-Token", e.Server.AccessToken(other)}}); status != 200 || body != secret {
+	if status, body := rawGet(t, addr, read, "49983-"+other+"."+domain, [][2]string{{"X-Access-Token", e.accessToken(other)}}); status != 200 || body != secret {
 		t.Fatalf("the other tenant's own read: %d %s", status, body)
 	}
 }

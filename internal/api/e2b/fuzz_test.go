@@ -38,13 +38,13 @@ var (
 
 // sandboxRequest is a request to port of sandbox id with its access
 // token, bounded by a few seconds (a stream ends with its client).
-func sandboxRequest(t *testing.T, e *env, id string, port int, method, path, ctype string, body []byte) *httptest.ResponseRecorder {
+func sandboxRequest(t testing.TB, e *env, id string, port int, method, path, ctype string, body []byte) *httptest.ResponseRecorder {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	req := httptest.NewRequestWithContext(ctx, method, "http://localhost"+path, strings.NewReader(string(body)))
 	req.Header.Set(e2b.HeaderSandboxID, id)
 	req.Header.Set(e2b.HeaderSandboxPort, strconv.Itoa(port))
-	req.Header.Set("X-Access-Token", e.Server.AccessToken(id))
+	req.Header.Set("X-Access-Token", e.accessToken(id))
 	req.Header.Set("Connect-Protocol-Version", "1")
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
@@ -102,6 +102,12 @@ func wellFormedError(t *testing.T, what string, rec *httptest.ResponseRecorder) 
 func FuzzE2BConnect(f *testing.F) {
 	e := newEnv(f, nil)
 	id := e.newSession(f)
+	// The harness reaches the handlers: a request as the SDKs send it is
+	// answered, not refused at the door (an access token the server no
+	// longer takes made every input a 401 once).
+	if rec := sandboxRequest(f, e, id, e2b.EnvdPort, http.MethodPost, "/filesystem.Filesystem/Stat", "application/json", []byte(`{"path":"/home/user"}`)); rec.Code != 200 {
+		f.Fatalf("a well-formed Stat: %d %s", rec.Code, rec.Body)
+	}
 	// Bodies as E2B's SDKs send them (Python's and JS's: Connect JSON;
 	// server streams enveloped).
 	seeds := []struct {
@@ -154,6 +160,10 @@ func FuzzE2BConnect(f *testing.F) {
 func FuzzE2BExecute(f *testing.F) {
 	e := newEnv(f, nil)
 	id := e.newSession(f)
+	// The harness reaches the handler: a run as the SDKs send it is run.
+	if rec := sandboxRequest(f, e, id, e2b.InterpPort, http.MethodPost, "/execute", "application/json", []byte(`{"code":"print(1)"}`)); rec.Code != 200 {
+		f.Fatalf("a well-formed /execute: %d %s", rec.Code, rec.Body)
+	}
 	// As the code interpreter SDKs send them (Python's run_code, JS's
 	// runCode).
 	for _, s := range []string{
