@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/quro-dev/quro/internal/api/rest"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
@@ -50,6 +52,36 @@ const (
 // largest the SDKs send are stdin chunks and paths): connect-go reads and
 // decompresses a whole message into the server's memory.
 const maxMessage = 4 << 20
+
+// envdHandlerOptions are the options of envd's Connect handlers: the
+// message bound, and requests the client framed wrongly classified as
+// its error.
+func envdHandlerOptions() []connect.HandlerOption {
+	return []connect.HandlerOption{connect.WithReadMaxBytes(maxMessage), connect.WithInterceptors(clientFraming{})}
+}
+
+// clientFraming turns connect-go's "protocol error" on reading a
+// streaming call's request (an envelope cut short, a bad prefix), which
+// it codes internal since it cannot tell whose fault it is, into
+// invalid_argument: on a server, the request's framing is the client's.
+type clientFraming struct{}
+
+func (clientFraming) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
+
+func (clientFraming) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (clientFraming) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		err := next(ctx, conn)
+		var ce *connect.Error
+		if errors.As(err, &ce) && ce.Code() == connect.CodeInternal && strings.HasPrefix(ce.Message(), "protocol error:") {
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("the request's framing: %s", ce.Message()))
+		}
+		return err
+	}
+}
 
 // PathAccess is the access path of every call made through this package,
 // as the audit log and the metrics name it.
