@@ -186,6 +186,7 @@ func TestClassify(t *testing.T) {
 		{sandbox.ErrSessionEnded, capability.NotFound, []string{"destroyed"}, false},
 		{fmt.Errorf("run: %w", sandbox.ErrPaused), capability.Busy, []string{"paused", "resume_session"}, false},
 		{&sandbox.CeilingError{Ceiling: "memory", Message: "tenant memory ceiling of 1 GiB reached"}, capability.ResourceExhausted, []string{"1 GiB"}, true},
+		{fmt.Errorf("tenant t1's stored ceilings cannot be read (bad JSON); an operator repairs them with quro tenant limits set --tenant t1: %w", sandbox.ErrTenantUnreadable), capability.Unavailable, []string{"quro tenant limits set"}, false},
 		{fmt.Errorf("%q: %w", "f", workspace.ErrNoSpace), capability.ResourceExhausted, []string{`"f"`, "disk"}, false},
 		{fmt.Errorf("%w (online resizing failed)", quota.ErrNotGrown), capability.Busy, []string{"idle"}, false},
 		{fmt.Errorf("watch %q: %w: inotify instances used up", "w", workspace.ErrWatchLimit), capability.ResourceExhausted, []string{`"w"`, "inotify"}, true},
