@@ -75,7 +75,6 @@ func dirNames(t *testing.T, dir string) []string {
 // are independent of each other and of the source, and carry no Python
 // state.
 func TestSnapshotAndFork(t *testing.T) {
-	t.Parallel()
 	a := newApp(t, nil)
 	if _, err := call(t, a, "create_session", CreateSessionInput{Name: "src", Network: "full"}); err != nil {
 		t.Fatal(err)
@@ -311,7 +310,6 @@ func TestForkIsAllOrNothing(t *testing.T) {
 // Limits.SnapshotBytes bytes of them; a snapshot larger than the
 // per-session disk quota cannot be taken. A refusal leaves no files.
 func TestSnapshotCeilings(t *testing.T) {
-	t.Parallel()
 	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
 		Limits: Limits{Snapshots: 2, SnapshotBytes: 3 << 20}})
 	if err != nil {
