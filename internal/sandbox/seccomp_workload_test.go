@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quro-dev/quro/internal/soak"
 )
 
 // The workload suite: real programs in real boxes under the seccomp
@@ -399,17 +401,22 @@ func TestSeccompWorkloadQuroCall(t *testing.T) {
 
 // pythonStdlibTests are CPython test modules (with unittest -m patterns
 // where a module is minutes long) that cover processes, threads, sockets,
-// polling, memory maps, signals and files. Left out: test_resource (it
-// expects no file size limit) and subprocess's test_user and test_group
-// (they expect to switch uids): the box refuses those whatever the filter.
+// polling, memory maps, signals and files: make test's share.
+// pythonStdlibSoakTests are the rest, minutes more (make test-soak runs
+// both). Left out: test_resource (it expects no file size limit) and
+// subprocess's test_user and test_group (they expect to switch uids): the
+// box refuses those whatever the filter.
 var pythonStdlibTests = []string{
-	"test_os", "test_posix", "test_subprocess -i *test_user -i *test_group", "test_threading", "test_thread",
+	"test_os", "test_posix", "test_subprocess -i *test_user -i *test_group", "test_thread",
 	"test_select", "test_selectors", "test_epoll", "test_mmap", "test_signal", "test_fcntl",
-	"test_tempfile", "test_shutil", "test_fork1", "test_wait4",
-	"test_multiprocessing_main_handling",
+	"test_tempfile", "test_fork1", "test_wait4",
+	"test_socket -m BasicSocketPairTest -m SendmsgUnixStreamTest -m RecvmsgUnixStreamTest -m RecvmsgSCMRightsStreamTest -m TestUnixDomain -m InheritanceTest -m NonblockConstantTest -m TestLinuxAbstractNamespace -m BasicTCPTest -m NonBlockingTCPTests",
+}
+
+var pythonStdlibSoakTests = []string{
+	"test_threading", "test_shutil", "test_multiprocessing_main_handling",
 	"test_concurrent_futures -m ProcessPoolForkProcessPoolExecutorTest -m ProcessPoolForkserverProcessPoolShutdownTest -m ThreadPoolExecutorTest",
 	"test_asyncio.test_events", "test_asyncio.test_subprocess", "test_asyncio.test_unix_events",
-	"test_socket -m BasicSocketPairTest -m SendmsgUnixStreamTest -m RecvmsgUnixStreamTest -m RecvmsgSCMRightsStreamTest -m TestUnixDomain -m InheritanceTest -m NonblockConstantTest -m TestLinuxAbstractNamespace -m BasicTCPTest -m NonBlockingTCPTests",
 }
 
 // stdlibLanes is how many CPython test modules run side by side.
@@ -420,6 +427,17 @@ func TestSeccompWorkloadPythonStdlib(t *testing.T) {
 		t.Skip("minutes long")
 	}
 	t.Parallel()
+	seccompWorkloadPythonStdlib(t, pythonStdlibTests)
+}
+
+// TestSoakSeccompWorkloadPythonStdlib is TestSeccompWorkloadPythonStdlib
+// with the long modules too (make test-soak).
+func TestSoakSeccompWorkloadPythonStdlib(t *testing.T) {
+	soak.Skip(t)
+	seccompWorkloadPythonStdlib(t, append(slices.Clone(pythonStdlibTests), pythonStdlibSoakTests...))
+}
+
+func seccompWorkloadPythonStdlib(t *testing.T, modules []string) {
 	const py = "/usr/bin/python3"
 	probe, err := exec.Command(py, "-c", "import test.test_os, test.test_asyncio").CombinedOutput()
 	if err != nil {
@@ -464,16 +482,16 @@ func TestSeccompWorkloadPythonStdlib(t *testing.T) {
 		}
 		return rc, out
 	}
-	rc, out := results(fullSandbox(t), pythonStdlibTests)
+	rc, out := results(fullSandbox(t), modules)
 	var failed []string
-	for _, m := range pythonStdlibTests {
+	for _, m := range modules {
 		name := strings.Fields(m)[0]
 		if rc[name] != "0" {
 			failed = append(failed, m)
 		}
 	}
-	t.Logf("%d modules, %d not passing under the filter: %v", len(pythonStdlibTests), len(failed), failed)
-	if len(rc) != len(pythonStdlibTests) {
+	t.Logf("%d modules, %d not passing under the filter: %v", len(modules), len(failed), failed)
+	if len(rc) != len(modules) {
 		t.Fatalf("only %d results:\n%s", len(rc), out)
 	}
 	if len(failed) == 0 {
@@ -499,7 +517,7 @@ func TestSeccompWorkloadPythonStdlib(t *testing.T) {
 			t.Logf("%s fails without the filter too (rc %s): not the filter's doing", name, rc2[name])
 		}
 	}
-	if len(failed) > len(pythonStdlibTests)/4 && !slices.ContainsFunc(failed, func(m string) bool { return rc2[strings.Fields(m)[0]] == "0" }) {
-		t.Errorf("%d of %d modules fail in the box with or without the filter: the comparison proves little\n%s", len(failed), len(pythonStdlibTests), out2)
+	if len(failed) > len(modules)/4 && !slices.ContainsFunc(failed, func(m string) bool { return rc2[strings.Fields(m)[0]] == "0" }) {
+		t.Errorf("%d of %d modules fail in the box with or without the filter: the comparison proves little\n%s", len(failed), len(modules), out2)
 	}
 }
