@@ -248,6 +248,9 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	if err != nil {
 		return undo(err)
 	}
+	if err := closeDataDir(dir, sb.Boxed()); err != nil {
+		return undo(fmt.Errorf("data directory: %w", err))
+	}
 	jsEng := js.New(opts.JS)
 	pyChain, emb, pyRootfs := PythonChain(dir, sb, opts.Python)
 	a := &App{
@@ -298,6 +301,33 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	}
 	a.life.wake = make(chan struct{}, 1)
 	return a, nil
+}
+
+// closeDataDir keeps the data directory dir from the machine's other
+// users: dir and dir/sessions are made 0700 (also when they exist already:
+// a data directory made beforehand keeps its mode through MkdirAll, and
+// the sessions directory used to be 0755), so that no one but the server
+// lists the session ids or reaches the store, the snapshots or a
+// workspace. A box needs neither:
+// bubblewrap, host root in the box's namespace, binds what the box shows
+// (the workspace, the interpreters' directory, the in-session socket),
+// and in the box only the bound directory's own mode counts; the session's
+// uid never walks these directories on the host. Without namespaces
+// (boxed false) a root server runs a session's code as the session's uid
+// on the host, which has to pass through both to reach its workspace:
+// then they are 0711, passable but not listable (an id is 128 random
+// bits).
+func closeDataDir(dir string, boxed bool) error {
+	mode := os.FileMode(0o700)
+	if !boxed && os.Geteuid() == 0 {
+		mode = 0o711
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "sessions")} {
+		if err := os.Chmod(d, mode); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // openTenants sets sessions' admission and disks to the tenants' limits

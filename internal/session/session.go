@@ -239,7 +239,7 @@ type BoxHooks struct {
 // none.
 func Open(ctx context.Context, st *store.Store, dataDir string, hooks *BoxHooks) (*Manager, error) {
 	m := &Manager{store: st, root: filepath.Join(dataDir, "sessions"), hooks: hooks}
-	if err := os.MkdirAll(m.root, 0o755); err != nil {
+	if err := os.MkdirAll(m.root, 0o700); err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}
 	if err := m.settleUIDs(ctx); err != nil {

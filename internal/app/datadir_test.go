@@ -1,0 +1,108 @@
+package app
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestDataDirIsPrivate starts an App on a data directory and sessions
+// directory made 0755 beforehand, runs Python, bash and JS in a session,
+// and then finds both 0700, no file of the server's own world-readable,
+// and another local user (nobody) unable to list either.
+func TestDataDirIsPrivate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real boxes")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the modes that keep other users out are a root server's")
+	}
+	// The data directory's parent is open to everyone, as /var/lib is:
+	// only the data directory's own mode keeps nobody out.
+	base := t.TempDir()
+	for _, d := range []string{filepath.Dir(base), base} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(base, "data")
+	if err := os.MkdirAll(filepath.Join(dir, "sessions"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil { // made beforehand, as by a service manager
+		t.Fatal(err)
+	}
+	a, err := New(context.Background(), dir, &Options{Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if !a.Sandbox.SessionBoxes() {
+		t.Skip("no session boxes on this machine")
+	}
+	mustCall(t, a, "create_session", CreateSessionInput{Name: "modes"})
+	for _, r := range []RunCodeInput{
+		{Lang: "python", Code: "open('p.txt', 'w').write('x'); print('ok')"},
+		{Lang: "bash", Code: "echo x > b.txt; echo ok"},
+		{Lang: "js", Code: "console.log('ok')"},
+	} {
+		r.Session = "modes"
+		if res := runCode(t, a, r); !strings.Contains(res.Stdout, "ok") {
+			t.Fatalf("%s: %+v", r.Lang, res)
+		}
+	}
+
+	for _, d := range []string{dir, filepath.Join(dir, "sessions")} {
+		fi, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s is %v, want 0700", d, fi.Mode().Perm())
+		}
+	}
+	// The server's own files: the session directories' contents are the
+	// sessions' (their code's files, 0644 as it made them, behind the
+	// 0700 above); the interpreters' directory, the wheels and the
+	// rootfs trees are what boxes read, through their binds.
+	err = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if e.IsDir() && (rel == "python" || rel == "pip" || rel == "rootfs" || filepath.Dir(rel) == "sessions") {
+			return filepath.SkipDir
+		}
+		fi, err := e.Info()
+		if err != nil {
+			return err
+		}
+		if fi.Mode().IsRegular() && fi.Mode().Perm()&0o044 != 0 {
+			t.Errorf("%s is %v: readable by others than the server", rel, fi.Mode().Perm())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Another local user lists the parent, but not the data directory nor
+	// its sessions.
+	asNobody := func(args ...string) (string, error) {
+		out, err := exec.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--"}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := asNobody("ls", base); err != nil {
+		t.Fatalf("nobody cannot list the data directory's parent, so the test proves nothing: %v: %s", err, out)
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "sessions")} {
+		out, err := asNobody("ls", d)
+		if err == nil || !strings.Contains(out, "Permission denied") {
+			t.Errorf("nobody lists %s: %v: %s", d, err, out)
+		}
+	}
+}
