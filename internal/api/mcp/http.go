@@ -295,39 +295,24 @@ func (h *httpHandler) keepalive(parent context.Context, w http.ResponseWriter, p
 		return ctx, cancel
 	}
 	idle := h.opts.StreamIdleTimeout
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(max(idle/4, time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			pctx, pcancel := context.WithTimeout(ctx, idle)
-			err := ss.Ping(pctx, nil)
-			pcancel()
-			var answered *jsonrpc.Error
-			if err == nil || errors.As(err, &answered) && answered.Code == codeMethodNotFound {
-				continue
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			h.opts.Logger.Info("mcp: event stream ended: its client answered no ping", "owner", describe(p.caller), "within", idle, "err", err)
-			_ = http.NewResponseController(w).SetWriteDeadline(time.Now())
-			cancel()
-			if f := streamEnded.Load(); f != nil {
-				(*f)()
-			}
-			return
+	ping := func(ctx context.Context) error {
+		err := ss.Ping(ctx, nil)
+		if answered := (*jsonrpc.Error)(nil); errors.As(err, &answered) && answered.Code == codeMethodNotFound {
+			return nil // it answered
 		}
-	}()
+		return err
+	}
+	stopPings := streamcap.KeepAlive(ctx, idle, ping, func(err error) {
+		h.opts.Logger.Info("mcp: event stream ended: its client answered no ping", "owner", describe(p.caller), "within", idle, "err", err)
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now())
+		cancel()
+		if f := streamEnded.Load(); f != nil {
+			(*f)()
+		}
+	})
 	return ctx, func() {
 		cancel()
-		<-done
+		stopPings()
 	}
 }
 

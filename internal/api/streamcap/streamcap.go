@@ -5,8 +5,10 @@
 package streamcap
 
 import (
+	"context"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
@@ -93,4 +95,39 @@ const RetryAfter = "5"
 func Refuse(w http.ResponseWriter, e *capability.Error, write func(http.ResponseWriter, int, *capability.Error)) {
 	w.Header().Set("Retry-After", RetryAfter)
 	write(w, http.StatusTooManyRequests, e)
+}
+
+// KeepAlive pings a stream's peer with ping every quarter of idle until
+// ctx ends or stop is called. The first ping not answered within idle
+// (ping returns an error while ctx lives) calls gone with that error, and
+// the pinging ends. stop ends it and waits for it.
+func KeepAlive(ctx context.Context, idle time.Duration, ping func(context.Context) error, gone func(error)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(max(idle/4, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			pctx, pcancel := context.WithTimeout(ctx, idle)
+			err := ping(pctx)
+			pcancel()
+			if err == nil {
+				continue
+			}
+			if ctx.Err() == nil {
+				gone(err)
+			}
+			return
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }

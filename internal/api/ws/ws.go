@@ -177,34 +177,10 @@ func (s *Server) hold(w http.ResponseWriter, caller controller.Caller) (release 
 // handler's reads then fail, and it returns). The handlers read c all
 // along, which is what takes in the pongs.
 func (s *Server) keepalive(ctx context.Context, c *websocket.Conn) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(max(s.opts.IdleTimeout/4, time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			pctx, pcancel := context.WithTimeout(ctx, s.opts.IdleTimeout)
-			err := c.Ping(pctx)
-			pcancel()
-			if err != nil {
-				if ctx.Err() == nil {
-					s.log.Debug("ws: closing a connection that answered no ping", "after", s.opts.IdleTimeout, "err", err)
-					c.CloseNow()
-				}
-				return
-			}
-		}
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
+	return streamcap.KeepAlive(ctx, s.opts.IdleTimeout, c.Ping, func(err error) {
+		s.log.Debug("ws: closing a connection that answered no ping", "after", s.opts.IdleTimeout, "err", err)
+		c.CloseNow()
+	})
 }
 
 func (s *Server) accept(w http.ResponseWriter, r *http.Request) (*websocket.Conn, error) {
