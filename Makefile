@@ -121,11 +121,13 @@ TEST_TIMEOUT ?= 30m
 # cores. No test reads its source file's path.
 TRIM := -trimpath
 
-# Install what is missing, then check formatting, vet and run every test
-# (internal/web checks that the committed dist is what web/ builds to;
-# cmd/quro's TestWebUI drives the UI in headless Chromium). The soak
-# tests (see test-soak) are skipped: each has a smaller count of the same
-# check that runs here.
+# Install what is missing, then check formatting, vet and lint and run
+# every test (internal/web checks that the committed dist is what web/
+# builds to; cmd/quro's TestWebUI drives the UI in headless Chromium):
+# test/run.sh, whose phases put work that waits beside work that computes
+# (npm ci of the three node trees side by side, the linter beside the
+# tests) and print their times. The soak tests (see test-soak) are
+# skipped: each has a smaller count of the same check that runs here.
 #
 # go test runs packages in the order named, TEST_P at a time: the
 # longest (SLOW_PKGS, longest first) start first so that none of them is
@@ -136,8 +138,7 @@ TRIM := -trimpath
 # first 570 s at a load of 15 on 2 cores), so four of them side by side
 # end sooner than two. The fuzz run (compiling and fuzzing, mostly CPU)
 # and the slim build's tests (no embedded Python: the rest of the chain
-# must answer; mostly waiting on boxes) then go side by side; the fuzz
-# log is printed when both end. The slim build runs the Python engine's
+# must answer; mostly waiting on boxes) then go side by side. The slim build runs the Python engine's
 # and MCP's tests whole, and of internal/app those whose behaviour the
 # build changes (SLIM_APP_RUN: the ones that run Python, pip, the Python
 # chain's tiers, code contexts, spare workers); the other app tests run
@@ -152,14 +153,10 @@ TEST_P ?= 4
 # parallel ones only after every serial one has ended.
 TEST_PARALLEL ?= 4
 SLIM_APP_RUN := Python|Pip|RunCode|Plot|Context|Tier|Slim|Language|Rich|Worker|Prestart|Spare
-test: test-install test-deps $(TS_STAMP) $(E2B_STAMP) $(WEB_STAMP) web-check fmt-check tidy-check vet lint
-	$(GO) test $(TRIM) -p $(TEST_P) -parallel $(TEST_PARALLEL) -count=1 -timeout $(TEST_TIMEOUT) $(addprefix ./,$(addsuffix /,$(SLOW_PKGS))) ./...
-	@log=$$(mktemp); trap 'rm -f $$log' EXIT; \
-	FUZZTIME=20000x bash test/fuzz/run.sh >$$log 2>&1 & fuzz=$$!; \
-	echo "fuzz targets: 20000 inputs each (test/fuzz/run.sh), beside the slim build's tests"; \
-	$(GO) test $(TRIM) -p 3 -parallel $(TEST_PARALLEL) -count=1 -timeout $(TEST_TIMEOUT) -tags slim ./internal/engine/python/ ./internal/api/mcp/ && \
-	$(GO) test $(TRIM) -parallel $(TEST_PARALLEL) -count=1 -timeout $(TEST_TIMEOUT) -tags slim -run '$(SLIM_APP_RUN)' ./internal/app/; slim=$$?; \
-	wait $$fuzz; fz=$$?; cat $$log; [ $$slim = 0 ] && [ $$fz = 0 ]
+test: test-install test-deps
+	@GO='$(GO)' MAKE='$(MAKE)' TRIM='$(TRIM)' TEST_P='$(TEST_P)' TEST_PARALLEL='$(TEST_PARALLEL)' \
+		TEST_TIMEOUT='$(TEST_TIMEOUT)' SLOW_PKGS='$(SLOW_PKGS)' SLIM_APP_RUN='$(SLIM_APP_RUN)' \
+		GOLANGCI='$(GOLANGCI)' bash test/run.sh
 
 # The soak tests: a property that is a count of repetitions rather than a
 # behaviour (10,000 commands in one session leave no goroutine or file

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# make test's checks and tests, after its install steps (test-install,
+# test-deps): the Makefile passes its settings in the environment (GO,
+# TRIM, TEST_P, TEST_PARALLEL, TEST_TIMEOUT, SLOW_PKGS, SLIM_APP_RUN,
+# GOLANGCI, MAKE).
+#
+# Work that waits goes beside work that computes, and each phase prints
+# how long it took, so that a slow run says where its minutes went:
+#   1. npm ci of the three node trees, side by side (mostly the network
+#      and the disk);
+#   2. the quick checks (the web bundle's types, gofmt, go.mod tidiness,
+#      vet);
+#   3. every package's tests (SLOW_PKGS, the longest, first) with the
+#      linter beside them: the end-to-end packages mostly wait on boxes,
+#      apt, pip and compilers, and golangci-lint on a cold cache is two
+#      minutes of CPU that would otherwise run alone before them;
+#   4. the slim build's tests (no embedded Python: the rest of the
+#      Python chain must answer) beside the fuzz targets.
+# A failing phase does not stop the later ones (a lint finding and a test
+# failure are both worth seeing in one run); the exit status is that of
+# the first failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+: "${GO:=go}" "${MAKE:=make}" "${TRIM:=-trimpath}" "${TEST_P:=4}" "${TEST_PARALLEL:=4}"
+: "${TEST_TIMEOUT:=30m}" "${SLOW_PKGS:=}" "${SLIM_APP_RUN:=.}"
+: "${GOLANGCI:=$GO tool -modfile=tools/golangci/go.mod golangci-lint}"
+
+status=0
+start=$(date +%s)
+phase() { # name command...
+	local name=$1 t rc
+	shift
+	t=$(date +%s)
+	echo "== $name"
+	"$@"
+	rc=$?
+	echo "== $name: $(($(date +%s) - t)) s, rc $rc (total $(($(date +%s) - start)) s)"
+	[ "$status" = 0 ] && status=$rc
+	return 0
+}
+
+# side name command... runs command in the background, its output to a
+# file that is printed when it is waited for (with "wait_side").
+declare -A side_pid side_log side_t
+side() {
+	local name=$1
+	shift
+	side_log[$name]=$(mktemp)
+	side_t[$name]=$(date +%s)
+	"$@" >"${side_log[$name]}" 2>&1 &
+	side_pid[$name]=$!
+}
+wait_side() { # name
+	local name=$1 rc
+	wait "${side_pid[$name]}"
+	rc=$?
+	echo "== $name (beside the tests)"
+	cat "${side_log[$name]}"
+	rm -f "${side_log[$name]}"
+	echo "== $name: $(($(date +%s) - side_t[$name])) s from its start, rc $rc (total $(($(date +%s) - start)) s)"
+	[ "$status" = 0 ] && status=$rc
+	return 0
+}
+trap 'for p in "${side_pid[@]}"; do kill "$p" 2>/dev/null; done' EXIT
+
+phase "npm ci (three trees side by side)" \
+	"$MAKE" --no-print-directory -j3 -Otarget \
+	test/mcp-ts/node_modules/.quro-installed test/e2b/node_modules/.quro-installed web/node_modules/.quro-installed
+phase "web-check, fmt-check, tidy-check, vet" \
+	"$MAKE" --no-print-directory web-check fmt-check tidy-check vet
+
+pkgs=()
+for p in $SLOW_PKGS; do pkgs+=("./$p/"); done
+side lint $GOLANGCI run --allow-serial-runners ./...
+phase "go test (every package)" \
+	"$GO" test $TRIM -p "$TEST_P" -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" "${pkgs[@]}" ./...
+wait_side lint
+
+echo "fuzz targets: 20000 inputs each (test/fuzz/run.sh), beside the slim build's tests"
+side fuzz env FUZZTIME=20000x GO="$GO" bash test/fuzz/run.sh
+slim() {
+	"$GO" test $TRIM -p 3 -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim ./internal/engine/python/ ./internal/api/mcp/ &&
+		"$GO" test $TRIM -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim -run "$SLIM_APP_RUN" ./internal/app/
+}
+phase "go test -tags slim" slim
+wait_side fuzz
+
+echo "make test: $(($(date +%s) - start)) s after the install steps, rc $status"
+exit "$status"
