@@ -253,6 +253,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	}
 	jsEng := js.New(opts.JS)
 	pyChain, emb, pyRootfs := PythonChain(dir, sb, opts.Python)
+	pipS.emb.Store(emb)
 	a := &App{
 		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
 		Python: emb, PythonRootfs: pyRootfs, Metrics: m, tokens: auth.New(st), auditLog: audit.New(st, &audit.Options{Keep: opts.AuditKeep, Logger: log}),
@@ -363,22 +364,21 @@ func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants) (*sa
 		return id, ok
 	}
 	// One box per session: every process of a session is spawned in it.
-	// What later runs name read-only must be visible in a box made
-	// earlier: the embedded interpreters' directory (made now, filled on
-	// first use) and the sealed copies of bash.
+	// What later runs name read-only must be visible in the box: the
+	// sealed copies of bash, and of the interpreters' directory
+	// <pyRoot>/python only the embedded interpreter's own directories,
+	// as they are when the box is made (pipSetup.boxDirs; a run naming
+	// one that was not ready then gets a box that shows it).
 	sbo.SessionBoxes = true
 	pyRoot := dir
 	if opts.Python != nil && opts.Python.InstallRoot != "" {
 		pyRoot = opts.Python.InstallRoot
 	}
-	pyDir := filepath.Join(pyRoot, "python")
-	if err := os.MkdirAll(pyDir, 0o755); err == nil {
-		sbo.BoxReadOnly = append(sbo.BoxReadOnly, pyDir)
-	}
 	if d, err := terminal.SealedDir(); err == nil {
 		sbo.BoxReadOnly = append(sbo.BoxReadOnly, d)
 	}
 	pipS := newPipSetup(dir, pyRoot, sbo.Path, tl, opts.Pip)
+	sbo.BoxReadOnlyNow = pipS.boxDirs
 	sbo.RunEnv = pipS.runEnv
 	sb, err := sandbox.New(sbo)
 	return sb, pipS, err

@@ -6,8 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
+
+	"github.com/quro-dev/quro/internal/engine/python"
 )
 
 // TestDataDirIsPrivate starts an App on a data directory and sessions
@@ -106,3 +109,60 @@ func TestDataDirIsPrivate(t *testing.T) {
 		}
 	}
 }
+
+// TestBoxShowsOnlyTheInterpretersOwnDirectories: of the interpreters'
+// directory <root>/python a session box shows the embedded interpreter's
+// tree, pip's directory and the worker module's (python.Embedded.BoxDirs),
+// and nothing else of it: an entry planted beside them is not there, to
+// the session's shell or its Python, while the shell's python3 and pip
+// (the shims in the tree) still run.
+func TestBoxShowsOnlyTheInterpretersOwnDirectories(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real boxes")
+	}
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if !a.Sandbox.SessionBoxes() {
+		t.Skip("no session boxes on this machine")
+	}
+	py := filepath.Join(testPython.InstallRoot, "python")
+	other, err := os.MkdirTemp(py, "other-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(other) })
+	if err := os.Chmod(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "secret"), []byte("planted"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustCall(t, a, "create_session", CreateSessionInput{Name: "binds"})
+	// Python first: the interpreter is prepared before the box is made.
+	res := runCode(t, a, RunCodeInput{Session: "binds", Lang: "python",
+		Code: "import os\nprint(sorted(os.listdir(" + strconvQuote(py) + ")))\nprint(os.path.exists(" + strconvQuote(other) + "))"})
+	dirs := a.Python.BoxDirs()
+	if len(dirs) != 3 {
+		t.Fatalf("BoxDirs after a Python run: %q, want the tree, pip's and the worker's directories", dirs)
+	}
+	var want []string
+	for _, d := range dirs {
+		rel, _ := filepath.Rel(py, d)
+		want = append(want, strconvQuote(strings.Split(rel, string(filepath.Separator))[0]))
+	}
+	sort.Strings(want)
+	if w := "[" + strings.Join(want, ", ") + "]\nFalse\n"; res.Stdout != w {
+		t.Fatalf("the session's Python sees %q in %s, want %q", res.Stdout, py, w)
+	}
+	res = runCode(t, a, RunCodeInput{Session: "binds", Lang: "bash",
+		Code: "cat " + other + "/secret 2>/dev/null || echo hidden; python3 -c 'print(6*7)'; pip --version | cut -d' ' -f1,2"})
+	if w := "hidden\n42\npip " + python.PipVersion + "\n"; res.Stdout != w {
+		t.Fatalf("the session's shell: %q (stderr %q), want %q", res.Stdout, res.Stderr, w)
+	}
+}
+
+// strconvQuote is s as a Python string literal (a path: no quotes in it).
+func strconvQuote(s string) string { return "'" + s + "'" }

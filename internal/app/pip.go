@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
@@ -58,15 +58,17 @@ type pipSetup struct {
 	tenants  *tenants
 	basePath string // the sandbox's PATH
 	pyRoot   string // where the embedded Python and pip are extracted
-	pyDir    string // pyRoot/python, shown read-only in every box
-	hostBin  string // python3, python, pip, pip3 of the embedded Python
-	rootBin  string // pip, pip3 run by a rootfs's python3
-	ensured  sync.Map
+	// emb is the embedded Python engine, once the App has made it: its
+	// BoxDirs are what of pyRoot/python a box shows.
+	emb     atomic.Pointer[python.Embedded]
+	hostBin string // python3, python, pip, pip3 of the embedded Python
+	rootBin string // pip, pip3 run by a rootfs's python3
+	ensured sync.Map
 }
 
 func newPipSetup(dataDir, pyRoot, basePath string, tl *tenants, o PipOptions) *pipSetup {
 	p := &pipSetup{opts: o, cache: &pip.Cache{Root: filepath.Join(dataDir, "pip")}, tenants: tl, basePath: basePath,
-		pyRoot: pyRoot, pyDir: filepath.Join(pyRoot, "python")}
+		pyRoot: pyRoot}
 	p.hostBin, p.rootBin = python.ShimDirs(pyRoot)
 	if p.basePath == "" {
 		p.basePath = sandbox.DefaultPath
@@ -83,6 +85,16 @@ func (p *pipSetup) withFirst(dir string) string {
 		return sandbox.BinDir + ":" + dir + ":" + rest
 	}
 	return dir + ":" + p.basePath
+}
+
+// boxDirs are the directories of pyRoot/python that boxes show read-only
+// (sandbox.Options.BoxReadOnlyNow, and each run's RunEnv): the ready ones
+// of python.Embedded.BoxDirs, never the rest of pyRoot/python.
+func (p *pipSetup) boxDirs() []string {
+	if e := p.emb.Load(); e != nil {
+		return e.BoxDirs()
+	}
+	return nil
 }
 
 // wheels makes tenant's cache (once per App) and returns its wheels
@@ -130,13 +142,11 @@ func (p *pipSetup) runEnv(spec *sandbox.Spec, network string) sandbox.RunEnv {
 	if d := python.PipDir(p.pyRoot); d != "" {
 		env["QURO_PIP_DIR"] = d
 	}
-	// The interpreters' directory (the shims, pip): every session box
-	// shows it (Options.BoxReadOnly), and so does a run that gets a box
-	// of its own.
-	var ro []string
-	if _, err := os.Stat(p.pyDir); err == nil {
-		ro = append(ro, p.pyDir)
-	}
+	// The interpreter's tree (the shims), pip's and the worker module's
+	// directories, once ready: every session box made since shows them
+	// (Options.BoxReadOnlyNow), and so does a run that gets a box of its
+	// own.
+	ro := p.boxDirs()
 	if w, err := p.wheels(tenant); err == nil {
 		env["PIP_FIND_LINKS"] = w
 		ro = append(ro, w)
@@ -220,7 +230,7 @@ func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []stri
 			}
 			f.Python, f.Rootfs = "/usr/bin/python3", dir
 		} else {
-			f.Python, f.ReadOnly = filepath.Join(p.hostBin, "python3"), []string{p.pyDir}
+			f.Python, f.ReadOnly = filepath.Join(p.hostBin, "python3"), p.boxDirs()
 		}
 		fr, err := p.cache.Fetch(ctx, sess.Tenant, f)
 		if err != nil {
@@ -310,7 +320,7 @@ func (a *App) pipRun(ctx context.Context, s *session.Session, args []string, out
 	// As run_code's processes (runcode.ProcessSpec): the session's box
 	// holds them.
 	spec := s.Spec(append([]string{prog}, args...)...)
-	spec.Env, spec.ReadOnly = env, []string{p.pyDir}
+	spec.Env, spec.ReadOnly = env, p.boxDirs()
 	spec.Stdout, spec.Stderr = out, out
 	if s.Rootfs != "" {
 		dir, err := RootfsDir(a.DataDir)(s.Rootfs)

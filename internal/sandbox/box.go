@@ -42,6 +42,9 @@ type Box struct {
 	s     *Sandbox
 	key   string
 	shape boxShape
+	// roIDs are the files the box's read-only paths named when it was
+	// made (see current).
+	roIDs map[string]fileID
 	cmd   *exec.Cmd // bubblewrap
 	pid1  int       // the box init's host pid
 	cg    *runCgroup
@@ -110,7 +113,9 @@ type boxRegistry struct {
 	mu       sync.Mutex
 	boxes    map[string]*boxEntry
 	readOnly []string // Options.BoxReadOnly
-	outside  uint64   // runs of a session that got a box of their own
+	// readOnlyNow is Options.BoxReadOnlyNow.
+	readOnlyNow func() []string
+	outside     uint64 // runs of a session that got a box of their own
 	// ended are sessions whose boxes EndSession closed for good, so that
 	// a run racing with a destroy cannot make a new box for a session that
 	// is gone.
@@ -249,7 +254,7 @@ func (s *Sandbox) boxFor(ctx context.Context, pl *plan) (*Box, error) {
 			return nil, e.err
 		}
 		bx := e.box
-		if bx.shape.holds(&want) && bx.alive() {
+		if bx.shape.holds(&want) && bx.current(&want) && bx.alive() {
 			return bx, nil
 		}
 		if bx.alive() && bx.Procs() > 0 {
@@ -308,7 +313,13 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 	shape.readOnly = s.boxReadOnly(shape.readOnly)
 	// The box's cgroup holds the session's budget (the Sandbox's limits),
 	// whatever the run that made it: each run keeps its own rlimits.
-	bx := &Box{s: s, key: key, shape: shape, procs: map[string]*Process{}, dead: make(chan struct{}), limits: s.limits}
+	bx := &Box{s: s, key: key, shape: shape, procs: map[string]*Process{}, dead: make(chan struct{}), limits: s.limits,
+		roIDs: map[string]fileID{}}
+	for _, p := range shape.readOnly {
+		if id, ok := fileIDOf(p); ok {
+			bx.roIDs[p] = id
+		}
+	}
 	var err error
 	if bx.cg, err = s.runCgroup(s.limits, pl.spec.tenantDir()); err != nil {
 		return nil, err
@@ -363,9 +374,14 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 }
 
 // boxReadOnly is what a session box shows read-only: the read-only paths
-// of the run that makes it, Options.BoxReadOnly and the quro binary.
+// of the run that makes it, Options.BoxReadOnly, what
+// Options.BoxReadOnlyNow names now, and the quro binary.
 func (s *Sandbox) boxReadOnly(ro []string) []string {
-	for _, p := range s.boxes.readOnly {
+	more := s.boxes.readOnly
+	if s.boxes.readOnlyNow != nil {
+		more = append(slices.Clone(more), s.boxes.readOnlyNow()...)
+	}
+	for _, p := range more {
 		if p = filepath.Clean(p); filepath.IsAbs(p) && exists(p) && !slices.Contains(ro, p) {
 			ro = append(ro, p)
 		}
@@ -374,6 +390,37 @@ func (s *Sandbox) boxReadOnly(ro []string) []string {
 		ro = append(ro, s.self)
 	}
 	return ro
+}
+
+// fileID is a file's identity: its device and inode.
+type fileID struct{ dev, ino uint64 }
+
+func fileIDOf(p string) (fileID, bool) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		return fileID{}, false
+	}
+	return fileID{dev: uint64(st.Dev), ino: st.Ino}, true //nolint:unconvert // Dev's type differs between architectures
+}
+
+// current reports whether the read-only paths a run of shape x names
+// still are, in the box, the directories at those paths on the host. A
+// bind holds the directory that was at its path when the box was made:
+// one renamed into place since (an installer replacing a damaged
+// interpreter tree) is not what the box shows, and a run that names it
+// needs a box made now.
+func (bx *Box) current(x *boxShape) bool {
+	for _, r := range x.readOnly {
+		for d, id := range bx.roIDs {
+			if !beneath(r, d) {
+				continue
+			}
+			if now, ok := fileIDOf(d); !ok || now != id {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // ctlPair is the session box's control socket: the server's end, and the

@@ -389,3 +389,89 @@ func TestWritableBindOutsideTheRunIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionBoxShowsOnlyTheReadyEntries: of a directory of several
+// entries (the App's <data>/python: the interpreter's tree beside other
+// builds' trees, locks and leftovers), a session box shows only what
+// Options.BoxReadOnlyNow names when the box is made. An entry renamed into
+// place later (an installer replacing a damaged tree) is what the next run
+// naming it sees: an idle box is made again, a busy one leaves the run a
+// box of its own.
+func TestSessionBoxShowsOnlyTheReadyEntries(t *testing.T) {
+	base := t.TempDir()
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	py := filepath.Join(base, "python")
+	tree, other := filepath.Join(py, "tree"), filepath.Join(py, "other")
+	write := func(dir, name, text string) {
+		t.Helper()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(tree, "version", "v1")
+	write(other, "secret", "planted")
+	if err := os.WriteFile(filepath.Join(py, ".lock"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := New(&Options{SessionBoxes: true, BoxReadOnlyNow: func() []string { return []string{tree} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sb.Boxed() {
+		t.Skip("no bubblewrap box here")
+	}
+	t.Cleanup(sb.CloseBoxes)
+	dir := t.TempDir()
+	run := func(script string) string {
+		t.Helper()
+		var out bytes.Buffer
+		spec := boxSpec("s1", dir, &out, script)
+		spec.ReadOnly = []string{tree}
+		if _, err := sb.Run(testCtx(t), spec); err != nil {
+			t.Fatalf("run: %v %s", err, out.String())
+		}
+		return out.String()
+	}
+	got := run("cat " + tree + "/version; echo; ls -A " + py + "; cat " + other + "/secret 2>/dev/null || echo hidden")
+	if want := "v1\ntree\nhidden\n"; got != want {
+		t.Fatalf("the box shows %q, want %q (only the ready entry)", got, want)
+	}
+
+	// A new tree renamed into place while the box is idle: the box is
+	// made again, and shows it.
+	reinstall := func(version string) {
+		t.Helper()
+		tmp := filepath.Join(py, ".extract-"+version)
+		write(tmp, "version", version)
+		if err := os.Rename(tree, filepath.Join(py, ".extract-old-"+version)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, tree); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reinstall("v2")
+	if got := run("cat " + tree + "/version"); got != "v2" {
+		t.Fatalf("after a reinstall an idle box's run sees %q, want v2", got)
+	}
+
+	// While a process keeps the box busy: the run gets a box of its own.
+	p, err := sb.Start(testCtx(t), boxSpec("s1", dir, &bytes.Buffer{}, "sleep 60"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Kill(); p.Wait() })
+	outside := sb.BoxStats().Outside
+	reinstall("v3")
+	if got := run("cat " + tree + "/version"); got != "v3" {
+		t.Fatalf("after a reinstall a busy box's run sees %q, want v3", got)
+	}
+	if sb.BoxStats().Outside != outside+1 {
+		t.Fatalf("the run beside the busy box was not in a box of its own: %+v", sb.BoxStats())
+	}
+}

@@ -44,7 +44,12 @@ type goldenCase struct {
 
 // goldenDirs are the paths of the fixture.
 type goldenDirs struct {
-	work, tmp, extra, python, tool, sock, rootfs string
+	work, tmp, extra, tool, sock, rootfs string
+	// python is the interpreter's tree under <data>/python and pip its
+	// pip directory beside it, which a session box shows (as the App's
+	// BoxReadOnlyNow names them); other is another entry of
+	// <data>/python, which no box shows.
+	python, pip, other string
 }
 
 var goldenCases = []goldenCase{
@@ -111,7 +116,9 @@ func goldenFixture(t *testing.T, base string) (hostView, goldenDirs) {
 		work:   filepath.Join(data, "sessions", "s1", "workspace"),
 		tmp:    filepath.Join(data, "sessions", "s1", "tmp"),
 		extra:  filepath.Join(data, "sessions", "s1", "extra"),
-		python: filepath.Join(data, "python"),
+		python: filepath.Join(data, "python", "3.14.0-0123456789abcdef"),
+		pip:    filepath.Join(data, "python", "pip-25.1.1-0123456789ab"),
+		other:  filepath.Join(data, "python", "3.13.1-fedcba9876543210"),
 		tool:   filepath.Join(data, "tools", "tool"),
 		sock:   filepath.Join(data, "run", "api.sock"),
 		rootfs: filepath.Join(data, "rootfs", "debian"),
@@ -119,7 +126,7 @@ func goldenFixture(t *testing.T, base string) (hostView, goldenDirs) {
 	for _, p := range []string{
 		h + "/usr/bin", h + "/usr/lib", h + "/lib64", h + "/etc/ssl/certs", h + "/etc/python3.12",
 		h + "/etc/java-21-openjdk/security", h + "/etc/java-21-openjdk/management",
-		d.work, d.tmp, d.extra, d.python, filepath.Dir(d.tool), filepath.Dir(d.sock),
+		d.work, d.tmp, d.extra, d.python, d.pip, d.other, filepath.Dir(d.tool), filepath.Dir(d.sock),
 		d.rootfs + "/usr/bin", d.rootfs + "/etc", d.rootfs + "/var", d.rootfs + "/proc", d.rootfs + "/home",
 	} {
 		if err := os.MkdirAll(p, 0o755); err != nil {
@@ -154,10 +161,10 @@ func goldenFixture(t *testing.T, base string) (hostView, goldenDirs) {
 // goldenLaunch builds the launch of c and renders it.
 func goldenLaunch(t *testing.T, c goldenCase, host hostView, d goldenDirs) string {
 	t.Helper()
-	s := &Sandbox{self: filepath.Join(filepath.Dir(d.python), "bin", "quro"), path: DefaultPath, limits: DefaultLimits(),
+	s := &Sandbox{self: filepath.Join(filepath.Dir(filepath.Dir(d.python)), "bin", "quro"), path: DefaultPath, limits: DefaultLimits(),
 		drainGrace: time.Second, isolation: cmp.Or(c.isolation, IsolationFull), host: host,
 		binds: []Bind{{Src: d.sock, Dst: "/run/quro/api.sock"}},
-		boxes: &boxRegistry{boxes: map[string]*boxEntry{}, readOnly: []string{d.python}}}
+		boxes: &boxRegistry{boxes: map[string]*boxEntry{}, readOnlyNow: func() []string { return []string{d.python, d.pip} }}}
 	s.layers = &layerSet{found: map[string]Feature{}, require: Layers, bwrap: "/usr/bin/bwrap", root: c.root}
 	for _, l := range Layers {
 		s.layers.found[l] = Feature{Name: l, Available: !slices.Contains(c.missing, l)}

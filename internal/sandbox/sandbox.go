@@ -109,6 +109,12 @@ type Options struct {
 	// interpreters and tools that later runs of the session name in
 	// Spec.ReadOnly (a directory bound now shows what is made in it later).
 	BoxReadOnly []string
+	// BoxReadOnlyNow, when set, is asked at each session box's creation
+	// for more host paths the box shows read-only, like BoxReadOnly: the
+	// ones ready then. A bind shows the directory that is at the path when
+	// the box is made; one renamed into place later is not in that box,
+	// and a run that names it gets a box that shows it (see boxShape.holds).
+	BoxReadOnlyNow func() []string
 	// RunEnv, when set, is asked for the defaults of each run (never of a
 	// RootfsAdmin one) given its Spec and network policy: Env are
 	// variables layered over the whitelist (PATH among them) and under the
@@ -213,7 +219,7 @@ func New(opts *Options) (*Sandbox, error) {
 		s.layers.cg.scope = o.TenantScope
 	}
 	if o.SessionBoxes {
-		s.boxes = &boxRegistry{boxes: map[string]*boxEntry{}, readOnly: slices.Clone(o.BoxReadOnly)}
+		s.boxes = &boxRegistry{boxes: map[string]*boxEntry{}, readOnly: slices.Clone(o.BoxReadOnly), readOnlyNow: o.BoxReadOnlyNow}
 	}
 	return s, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
@@ -88,7 +89,10 @@ func StartPTY(opts PTYOptions) (*PTY, error) {
 		return nil, err
 	}
 	defer slave.Close()
-	if err := pty.Setsize(master, &pty.Winsize{Cols: uint16(opts.Cols), Rows: uint16(opts.Rows)}); err != nil {
+	if master, err = pollable(master); err != nil {
+		return nil, err
+	}
+	if err := setsize(master, opts.Cols, opts.Rows); err != nil {
 		master.Close()
 		return nil, err
 	}
@@ -130,9 +134,52 @@ func StartPTY(opts PTYOptions) (*PTY, error) {
 		p.code = e.Code
 		p.mu.Unlock()
 		close(p.exited)
-		master.Close() // the reader ends, and then the screen model
+		// The reader ends (and then the screen model) when the
+		// terminal's last copy closes, or drainAfterExit from now: a
+		// job the shell left in the background may keep the terminal
+		// open long after, and the viewers wait for the end to be told.
+		_ = master.SetReadDeadline(time.Now().Add(drainAfterExit))
 	}()
 	return p, nil
+}
+
+// drainAfterExit is how long the PTY's output is still read after its
+// shell has exited: what the shell printed last is in the master's buffer
+// by then, and read at once.
+const drainAfterExit = 2 * time.Second
+
+// pollable is the PTY's master f in non-blocking mode, in Go's poller, so
+// that a read deadline ends its Read. pty.Open's ioctls go through
+// (*os.File).Fd, which leaves a file blocking, and a blocking read of the
+// master returns only once every copy of the terminal is closed; Close
+// does not interrupt it.
+func pollable(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "/dev/ptmx"), nil
+}
+
+// setsize sets the terminal size through the master's raw descriptor
+// (pty.Setsize would make it blocking again; see pollable).
+func setsize(master *os.File, cols, rows int) error {
+	rc, err := master.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ioErr error
+	if err := rc.Control(func(fd uintptr) {
+		ioErr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Col: uint16(cols), Row: uint16(rows)})
+	}); err != nil {
+		return err
+	}
+	return ioErr
 }
 
 func (p *PTY) read() {
@@ -157,6 +204,7 @@ func (p *PTY) read() {
 			p.mu.Unlock()
 		}
 		if err != nil {
+			p.master.Close()
 			p.model.end()
 			p.mu.Lock()
 			for v := range p.viewers {
@@ -219,7 +267,7 @@ func (p *PTY) Resize(cols, rows int) error {
 	p.cols, p.rows = cols, rows
 	p.mu.Unlock()
 	p.model.resize(cols, rows)
-	return pty.Setsize(p.master, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)})
+	return setsize(p.master, cols, rows)
 }
 
 // Size returns the terminal size.

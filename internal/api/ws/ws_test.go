@@ -188,8 +188,10 @@ func TestPTY(t *testing.T) {
 			break
 		}
 	}
-	// The shell's end is told, and closes the socket normally.
-	c2.Write(ctx, websocket.MessageBinary, []byte("exit 3\n"))
+	// The shell's end is told, and closes the socket normally, even while
+	// a job it left in the background holds the terminal open (the
+	// PTY's reader stops reading drainAfterExit after the shell's exit).
+	c2.Write(ctx, websocket.MessageBinary, []byte("sleep 300 & exit 3\n"))
 	for {
 		typ, _, m := readMsg(t, c2)
 		if typ == websocket.MessageText && m.Type == "exit" {

@@ -123,6 +123,45 @@ func (e *Embedded) Installed(ctx context.Context) (dir string, extracted bool, e
 	return p.inst.Dir, p.inst.Extracted, nil
 }
 
+// BoxDirs are the directories of <root>/python a session box shows
+// read-only (sandbox.Options.BoxReadOnlyNow), and no other entry of it:
+// the interpreter tree (with its python3/pip shims and its .pth naming
+// pip), pip's directory and the worker module's. The tree and pip's
+// directory are given once this engine's preparation has succeeded, none
+// before: the preparation renames a missing, damaged or older-layout one
+// into place, and nothing of this server does after it, so a bind taken
+// then shows the directory the server's runs use. The worker module's
+// directory is given once it is complete (see completeWorkerDir).
+func (e *Embedded) BoxDirs() []string {
+	root := e.root()
+	var dirs []string
+	e.prepMu.Lock()
+	p := e.prep
+	e.prepMu.Unlock()
+	if p != nil {
+		select {
+		case <-p.done:
+			if p.err == nil {
+				dirs = append(dirs, p.inst.Dir, PipDir(root))
+			}
+		default:
+		}
+	}
+	if d, ok := completeWorkerDir(root); ok {
+		dirs = append(dirs, d)
+	}
+	return dirs
+}
+
+// root is where the interpreter is extracted: EmbeddedOptions.InstallRoot,
+// else the data directory.
+func (e *Embedded) root() string {
+	if e.opts.InstallRoot != "" {
+		return e.opts.InstallRoot
+	}
+	return e.dataDir
+}
+
 // preparation is the one-time work before the first worker: extracting the
 // interpreter into the data directory (once per directory, under a flock
 // shared with other quro processes) and byte-compiling it. It runs once per
@@ -256,10 +295,7 @@ func (e *Embedded) prepare(ctx context.Context) (*workerConfig, error) {
 var errPreparing = errors.New("the embedded Python is still being prepared (extracted and byte-compiled, once per data directory; it goes on in the background)")
 
 func (e *Embedded) prepareOnce(ctx context.Context, p *preparation) (*workerConfig, *installation, error) {
-	root := e.opts.InstallRoot
-	if root == "" {
-		root = e.dataDir
-	}
+	root := e.root()
 	step := p.step(e.opts.Status)
 	if e.opts.Progress != nil {
 		status := step

@@ -12,11 +12,25 @@ import (
 
 // Embedded is the slim build's stand-in for tier 1: it is never available,
 // so the Python chain falls through to the next tier.
-type Embedded struct{}
+type Embedded struct{ root string }
 
-// NewEmbedded returns the stand-in; its arguments are unused.
+// NewEmbedded returns the stand-in; only the worker module's directory
+// under the install root is of use (BoxDirs).
 func NewEmbedded(dataDir string, sb *sandbox.Sandbox, opts *EmbeddedOptions) *Embedded {
-	return &Embedded{}
+	if opts != nil && opts.InstallRoot != "" {
+		dataDir = opts.InstallRoot
+	}
+	return &Embedded{root: dataDir}
+}
+
+// BoxDirs is the worker module's directory once it is complete (the
+// rootfs tier's worker), for every session box; there is no interpreter
+// tree or pip.
+func (e *Embedded) BoxDirs() []string {
+	if d, ok := completeWorkerDir(e.root); ok {
+		return []string{d}
+	}
+	return nil
 }
 
 // Name implements runcode.Engine.

@@ -23,8 +23,8 @@ import (
 // pip for the sessions' Python: the wheel of pip 25.1.1 (Debian trixie's
 // python3-pip-whl, fetched and checked by `make pip-wheel`) is embedded and
 // extracted once per data directory, beside the interpreter tree, into
-// PIPDIR = <root>/python/pip-<version>-<sha12> (read-only to every box:
-// the whole <root>/python is Options.BoxReadOnly):
+// PIPDIR = <root>/python/pip-<version>-<sha12> (read-only to every box
+// made after the preparation; see Embedded.BoxDirs):
 //
 //   - PIPDIR/pip, PIPDIR/pip-*.dist-info: pip itself, byte-compiled for the
 //     embedded 3.14 at extraction (unchecked-hash .pyc), and for the

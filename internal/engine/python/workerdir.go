@@ -11,14 +11,28 @@ import (
 )
 
 // workerDir is the directory of the worker module, under the directory
-// that also holds the embedded interpreter trees (root/python, which every
-// session box shows read-only): root/python/worker/<hash of the module>.
+// that also holds the embedded interpreter trees (root/python, of which a
+// session box shows only this directory, the interpreter's tree and pip's:
+// Embedded.BoxDirs): root/python/worker/<hash of the module>.
 // It is the worker's own small tree, apart from any interpreter's, so that
 // a box that does not show the embedded interpreter (a rootfs session) or
 // a build without one (-tags slim) still has the module.
 func workerDir(root string) string {
 	sum := sha256.Sum256(workerSource)
 	return filepath.Join(root, "python", "worker", hex.EncodeToString(sum[:6]))
+}
+
+// completeWorkerDir is workerDir(root) when it is complete (its marker
+// written). ensureWorkerDir renames a directory into place only when it
+// has no marker: a complete one is only ever added to in place (the
+// compiled module a slim build's directory lacks), so a box's bind of it
+// stays the directory at its path.
+func completeWorkerDir(root string) (string, bool) {
+	dir := workerDir(root)
+	if _, err := os.Stat(filepath.Join(dir, completeMarker)); err != nil {
+		return "", false
+	}
+	return dir, true
 }
 
 // ensureWorkerDir writes the worker module (embedded in the binary) into
