@@ -156,7 +156,7 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	go func() { _, _ = a.Status(context.WithoutCancel(cmd.Context())) }() // a warm-up: nobody waits for its answer
 	go a.Supervise(cmd.Context(), f.patrol)
 
-	srv, wsrv, err := f.server(a, authFn, log)
+	srv, wsrv, err := f.server(a, authFn, caps.max, log)
 	if err != nil {
 		return err
 	}
@@ -256,11 +256,13 @@ func listen(addr string, c caps, log *slog.Logger) (*connlimit.Listener, error) 
 // server is the HTTP server of every route: REST and WebSocket under
 // /v1/, MCP, metrics, the web UI and, with --e2b, E2B's APIs; and the
 // WebSocket server, whose hijacked connections the shutdown waits for.
-func (f *serveFlags) server(a *app.App, authFn httpauth.Func, log *slog.Logger) (*http.Server, *ws.Server, error) {
+func (f *serveFlags) server(a *app.App, authFn httpauth.Func, maxConns int, log *slog.Logger) (*http.Server, *ws.Server, error) {
 	access := rest.Access{Auth: authFn, Origins: f.origins, Hosts: f.hosts}
 	// One count of streams per token, over the WebSocket routes and
-	// MCP's event streams.
+	// MCP's event streams; each holds one of the listener's maxConns
+	// connections, of which a tenant's tokens together hold a quarter.
 	streams := streamcap.New(f.maxStreams, "--max-streams-per-token")
+	streams.Tenants(maxConns, "--max-conns")
 	wsrv := ws.New(a.Controller, &ws.Options{Access: access, PTY: a.OpenPTY, Logger: log,
 		Streams: streams, IdleTimeout: f.streamIdle})
 	mux := http.NewServeMux()
