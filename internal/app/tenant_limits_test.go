@@ -238,8 +238,9 @@ func TestServiceStatusNamesNoHostPathToATenant(t *testing.T) {
 // session is destroyed.
 func TestSessionDisksHaveTenantShares(t *testing.T) {
 	t.Parallel()
-	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
-		Limits: Limits{SessionDisks: 3, Tenant: TenantLimits{Disk: 16 << 20}}})
+	dir := t.TempDir()
+	opts := &Options{Python: testPython, Limits: Limits{SessionDisks: 3, Tenant: TenantLimits{Disk: 16 << 20}}}
+	a, err := New(context.Background(), dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,5 +275,22 @@ func TestSessionDisksHaveTenantShares(t *testing.T) {
 	mustCallAs(t, a, carol, "create_session", CreateSessionInput{Name: "c1"})
 	if s := a.tenants.diskShares.Stats(); s.Held != 3 || s.Tenants != 3 || s.RefusedShare != 1 || s.RefusedFull != 1 {
 		t.Fatalf("stats %+v", s)
+	}
+	// The next server counts the images this one leaves: bob still holds
+	// his share.
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a2, err := New(context.Background(), dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a2.Close() })
+	if s := a2.tenants.diskShares.Stats(); s.Held != 3 || a2.tenants.diskShares.Held("bob") != 1 {
+		t.Fatalf("after a restart: stats %+v, bob holds %d", s, a2.tenants.diskShares.Held("bob"))
+	}
+	_, err = callAs(t, a2, bob, "create_session", CreateSessionInput{Name: "b2"})
+	if ce := wantCode(t, err, capability.ResourceExhausted); !strings.Contains(ce.Message, "tenant's share of the session disks") {
+		t.Errorf("bob at his share after a restart: %q", ce.Message)
 	}
 }
