@@ -50,6 +50,7 @@ type serveFlags struct {
 	logs           logFlags
 	pprofAddr      string
 	spares         int
+	maxDisks       int
 	pipIndex       string
 	pipExtra       []string
 	e2bOn          bool
@@ -94,6 +95,7 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
 	cmd.Flags().DurationVar(&f.autoPause, "auto-pause", app.DefaultAutoPause, "pause a session's box (freeze its processes, keep their state) after it is unused this long; 0 or negative: never")
 	cmd.Flags().IntVar(&f.spares, "spare-sessions", 1, "spare sessions (a box and a started Python worker each, about 12 MiB) kept ready per tenant and network policy, so that a new session's first Python run finds them; 0: none")
+	cmd.Flags().IntVar(&f.maxDisks, "max-session-disks", app.DefaultSessionDisks, "most sessions' disk images (ext4, loop-mounted: one of the host's loop devices each) of all tenants together, a tenant's share a quarter of them; past it a new session is refused with 429; negative: no cap")
 	cmd.Flags().BoolVar(&f.prestart, "prestart-python", true, "start a new session's Python worker as the session is created, so that its first Python run finds it ready")
 	cmd.Flags().StringVar(&f.pipIndex, "pip-index-url", "", "the Python package index (PEP 503 simple API) pip uses in sessions with network, and the one the server fetches wheels from for install_packages {manager: pip}; default pip's (https://pypi.org/simple). A session may set PIP_INDEX_URL for its own pip; the server never fetches from it")
 	cmd.Flags().StringArrayVar(&f.pipExtra, "pip-extra-index-url", nil, "another index for pip, as --pip-index-url (repeatable)")
@@ -154,7 +156,7 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	go func() { _, _ = a.Status(context.WithoutCancel(cmd.Context())) }() // a warm-up: nobody waits for its answer
 	go a.Supervise(cmd.Context(), f.patrol)
 
-	srv, wsrv, err := f.server(a, authFn, log)
+	srv, wsrv, err := f.server(a, authFn, caps.max, log)
 	if err != nil {
 		return err
 	}
@@ -192,6 +194,7 @@ func (f *serveFlags) appOptions(g *globals, log *slog.Logger) *app.Options {
 	opts.AutoPause = f.autoPause
 	opts.PrestartPython = f.prestart
 	opts.SpareSessions = f.spares
+	opts.Limits.SessionDisks = f.maxDisks
 	opts.Pip = app.PipOptions{IndexURL: f.pipIndex, ExtraIndexURLs: f.pipExtra}
 	return opts
 }
@@ -253,11 +256,13 @@ func listen(addr string, c caps, log *slog.Logger) (*connlimit.Listener, error) 
 // server is the HTTP server of every route: REST and WebSocket under
 // /v1/, MCP, metrics, the web UI and, with --e2b, E2B's APIs; and the
 // WebSocket server, whose hijacked connections the shutdown waits for.
-func (f *serveFlags) server(a *app.App, authFn httpauth.Func, log *slog.Logger) (*http.Server, *ws.Server, error) {
+func (f *serveFlags) server(a *app.App, authFn httpauth.Func, maxConns int, log *slog.Logger) (*http.Server, *ws.Server, error) {
 	access := rest.Access{Auth: authFn, Origins: f.origins, Hosts: f.hosts}
 	// One count of streams per token, over the WebSocket routes and
-	// MCP's event streams.
+	// MCP's event streams; each holds one of the listener's maxConns
+	// connections, of which a tenant's tokens together hold a quarter.
 	streams := streamcap.New(f.maxStreams, "--max-streams-per-token")
+	streams.Tenants(maxConns, "--max-conns")
 	wsrv := ws.New(a.Controller, &ws.Options{Access: access, PTY: a.OpenPTY, Logger: log,
 		Streams: streams, IdleTimeout: f.streamIdle})
 	mux := http.NewServeMux()

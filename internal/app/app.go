@@ -41,6 +41,7 @@ import (
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/share"
 	"github.com/quro-dev/quro/internal/store"
 	"github.com/quro-dev/quro/internal/terminal"
 	"github.com/quro-dev/quro/internal/workspace"
@@ -110,6 +111,12 @@ type Limits struct {
 	// SnapshotBytes their bytes (default 8 GiB); negative: no cap.
 	Snapshots     int
 	SnapshotBytes int64
+	// SessionDisks caps the sessions' disk images of all tenants together
+	// (default DefaultSessionDisks; negative: no cap): each is mounted on
+	// a loop device, and the host's loop devices are one pool for every
+	// process. A tenant's share is a quarter (at least one); past it, or
+	// past the cap, a new session is refused with resource_exhausted.
+	SessionDisks int
 	// Watch caps the watches (watch_dir, E2B's watchers), per tenant and
 	// for the server; zero fields are derived from the host's inotify
 	// limits (workspace.HubLimits).
@@ -165,6 +172,11 @@ type App struct {
 	life           lifetimes        // the patrol of session lifetimes (lifetime.go)
 	copyHook       func(rel string) // tests: workspace.CopyOptions.BeforeOpen of snapshots
 }
+
+// DefaultSessionDisks is Limits.SessionDisks's default: the kernel makes
+// loop devices on demand (/dev/loop-control, past the module's max_loop),
+// and 1024 leaves room for the host's other users of them.
+const DefaultSessionDisks = 1024
 
 // DefaultDataDir is $QURO_DATA, else $XDG_DATA_HOME/quro, else
 // ~/.local/share/quro.
@@ -339,7 +351,10 @@ func openTenants(ctx context.Context, dir string, st *store.Store, sessions *ses
 	tl := &tenants{store: st, sessions: func() *session.Manager { return sessions }, root: filepath.Join(dir, "sessions"),
 		defaults: opts.Limits.Tenant.or(TenantLimits{Memory: DefaultTenantMemory, Tasks: DefaultTenantTasks,
 			CPUPercent: DefaultTenantCPUPercent, Sessions: int64(sessions.MaxPerTenant), Disk: DefaultDiskQuota}),
-		disks: quota.Open(dir), log: log, ofID: map[string]string{}}
+		disks: quota.Open(dir), log: log, ofID: map[string]string{}, diskOf: map[string]string{}}
+	if maxDisks := orDefault(opts.Limits.SessionDisks, DefaultSessionDisks); maxDisks > 0 {
+		tl.diskShares = share.New("session disks (loop-mounted images)", maxDisks, share.Of(maxDisks, 1))
+	}
 	sessions.MaxFor = tl.maxSessions
 	sessions.Disk.Prepare, sessions.Disk.Release = tl.prepare, tl.release
 	if err := tl.adopt(ctx); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/share"
 )
 
 // Spare sessions: a session's first Python run pays for its box (~20 ms)
@@ -37,7 +38,12 @@ import (
 // disk image and directories removed.
 
 // maxSpareTemplates bounds the templates with spares: a template
-// wanted less recently than that many others loses its spares.
+// wanted less recently than that many others loses its spares. A tenant's
+// share of them is a quarter (share.Of): a tenant past it loses the spares
+// of its own template wanted least recently, never another tenant's, so
+// that one tenant's churn of templates does not empty the others' spares
+// (with today's two network policies a tenant has at most two templates,
+// its share; the share holds as templates gain more parts).
 const maxSpareTemplates = 8
 
 // spareKey names a template; the tenant's limits are checked on claim.
@@ -51,9 +57,12 @@ type spare struct {
 
 // spares is the App's pool of spare sessions.
 type spares struct {
-	a    *App
-	per  int      // spares kept per template
-	lock *os.File // spares.lock, held while the pool lives
+	a   *App
+	per int // spares kept per template
+	// maxTemplates is maxSpareTemplates and perTenant a tenant's share of
+	// them (tests lower both).
+	maxTemplates, perTenant int
+	lock                    *os.File // spares.lock, held while the pool lives
 
 	ctx    context.Context // the fills' lifetime
 	cancel context.CancelFunc
@@ -94,6 +103,7 @@ func (a *App) openSpares(ctx context.Context, per int) *spares {
 	a.removeStaleSpares(ctx)
 	pctx, cancel := context.WithCancel(context.Background())
 	p := &spares{a: a, per: per, lock: lock, ctx: pctx, cancel: cancel,
+		maxTemplates: maxSpareTemplates, perTenant: share.Of(maxSpareTemplates, 1),
 		ready: map[spareKey][]*spare{}, filling: map[spareKey]int{}, waiting: map[spareKey]int{}, wanted: map[spareKey]time.Time{},
 		changed: make(chan struct{}), failed: map[spareKey]time.Time{}}
 	p.refill(spareKey{tenant: "", network: "none"})
@@ -283,8 +293,9 @@ func (p *spares) discardLocked(sp *spare) {
 }
 
 // refill starts making spares of key until the pool has p.per of them
-// (those being made included). The template wanted least recently loses
-// its spares when more than maxSpareTemplates have some.
+// (those being made included). Past key's tenant's share of templates, its
+// own template wanted least recently loses its spares; past
+// p.maxTemplates, the server's.
 func (p *spares) refill(key spareKey) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -292,20 +303,11 @@ func (p *spares) refill(key spareKey) {
 		return
 	}
 	p.wanted[key] = time.Now()
-	for len(p.wanted) > maxSpareTemplates {
-		var old spareKey
-		var at time.Time
-		for k, t := range p.wanted {
-			if k != key && (at.IsZero() || t.Before(at)) {
-				old, at = k, t
-			}
-		}
-		for _, sp := range p.ready[old] {
-			p.discardLocked(sp)
-		}
-		delete(p.ready, old)
-		delete(p.wanted, old)
-		delete(p.failed, old)
+	for p.templatesOf(key.tenant) > max(p.perTenant, 1) {
+		p.dropLocked(p.oldestLocked(key, true))
+	}
+	for len(p.wanted) > max(p.maxTemplates, 1) {
+		p.dropLocked(p.oldestLocked(key, false))
 	}
 	if t, ok := p.failed[key]; ok && time.Since(t) < spareRetry {
 		return
@@ -315,6 +317,40 @@ func (p *spares) refill(key spareKey) {
 		p.wg.Add(1)
 		go p.fill(key)
 	}
+}
+
+// templatesOf counts tenant's templates with spares (p.mu held).
+func (p *spares) templatesOf(tenant string) int {
+	n := 0
+	for k := range p.wanted {
+		if k.tenant == tenant {
+			n++
+		}
+	}
+	return n
+}
+
+// oldestLocked is the template wanted least recently but key, of key's
+// tenant alone when own (p.mu held; there is one).
+func (p *spares) oldestLocked(key spareKey, own bool) spareKey {
+	var old spareKey
+	var at time.Time
+	for k, t := range p.wanted {
+		if k != key && (!own || k.tenant == key.tenant) && (at.IsZero() || t.Before(at)) {
+			old, at = k, t
+		}
+	}
+	return old
+}
+
+// dropLocked discards template k's spares and forgets it (p.mu held).
+func (p *spares) dropLocked(k spareKey) {
+	for _, sp := range p.ready[k] {
+		p.discardLocked(sp)
+	}
+	delete(p.ready, k)
+	delete(p.wanted, k)
+	delete(p.failed, k)
 }
 
 // fill makes one spare of key and adds it to the pool.

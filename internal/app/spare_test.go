@@ -410,3 +410,36 @@ print(s.recv(4096).decode().split("\r\n\r\n")[-1])
 		t.Fatalf("served %q", p)
 	}
 }
+
+// A tenant past its share of the spare templates loses the spares of its
+// own template wanted least recently, not another tenant's: here the pool
+// keeps 2 templates and a tenant's share is 1; bob wants two templates,
+// and the local tenant's spare, wanted least recently of all, stays.
+func TestSpareTemplatesHaveTenantShares(t *testing.T) {
+	t.Parallel()
+	a, _ := newSpareApp(t, 1)
+	p := a.spares
+	p.mu.Lock()
+	p.maxTemplates, p.perTenant = 2, 1
+	p.mu.Unlock()
+	local := waitSpares(t, a, localNone, 1)[0]
+	bob := controller.Caller{Path: "test", Tenant: "bob", Scope: capability.ScopeExec, TokenID: "tb"}
+	bobNone, bobFull := spareKey{tenant: "bob", network: "none"}, spareKey{tenant: "bob", network: "full"}
+	mustCallAs(t, a, bob, "create_session", CreateSessionInput{Name: "b1"})
+	waitSpares(t, a, bobNone, 1)
+	mustCallAs(t, a, bob, "create_session", CreateSessionInput{Name: "b2", Network: "full"})
+	p.mu.Lock()
+	_, noneKept := p.wanted[bobNone]
+	_, fullKept := p.wanted[bobFull]
+	bobNoneSpares := len(p.ready[bobNone])
+	p.mu.Unlock()
+	if noneKept || bobNoneSpares != 0 || !fullKept {
+		t.Fatalf("bob past his share: his template without network kept (%v, %d spares), with network kept %v", noneKept, bobNoneSpares, fullKept)
+	}
+	if got := waitSpares(t, a, localNone, 1)[0]; got.ID != local.ID {
+		t.Fatalf("the local tenant's spare %s was discarded for bob's templates (now %s)", local.ID, got.ID)
+	}
+	if info := mustCall(t, a, "create_session", CreateSessionInput{Name: "mine"}).(*SessionInfo); info.ID != local.ID {
+		t.Fatal("the local tenant's next session is not its spare")
+	}
+}

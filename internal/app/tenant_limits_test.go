@@ -229,3 +229,68 @@ func TestServiceStatusNamesNoHostPathToATenant(t *testing.T) {
 		t.Errorf("the operator's status lacks the data directory: %+v", st)
 	}
 }
+
+// The sessions' disk images are loop devices of the host's, one pool for
+// every tenant: the server holds at most Limits.SessionDisks and each
+// tenant its share (a quarter, at least one). A tenant at its share is
+// refused with resource_exhausted naming the share and the flag; another
+// tenant still gets its own; past the cap, everyone is refused until a
+// session is destroyed.
+func TestSessionDisksHaveTenantShares(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	opts := &Options{Python: testPython, Limits: Limits{SessionDisks: 3, Tenant: TenantLimits{Disk: 16 << 20}}}
+	a, err := New(context.Background(), dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if err := a.tenants.disks.Enforced(); err != nil {
+		t.Skipf("no kernel disk quota here: %v", err)
+	}
+	if n := a.tenants.diskShares.Held(""); n != 1 { // the default session's image, adopted at start
+		t.Fatalf("the local tenant holds %d disks, want 1", n)
+	}
+	as := func(tenant string) controller.Caller {
+		return controller.Caller{Path: "test", Tenant: tenant, Scope: capability.ScopeExec, TokenID: "t-" + tenant}
+	}
+	alice, bob, carol := as("alice"), as("bob"), as("carol")
+	a1 := mustCallAs(t, a, alice, "create_session", CreateSessionInput{Name: "a1"}).(*SessionInfo)
+	_, err = callAs(t, a, alice, "create_session", CreateSessionInput{Name: "a2"})
+	ce := wantCode(t, err, capability.ResourceExhausted)
+	for _, want := range []string{"tenant's share of the session disks", "1 of 1 (of the server's 3)", "--max-session-disks"} {
+		if !strings.Contains(ce.Message, want) {
+			t.Errorf("alice at her share: %q does not say %q", ce.Message, want)
+		}
+	}
+	// Alice at her share takes nothing of bob's.
+	mustCallAs(t, a, bob, "create_session", CreateSessionInput{Name: "b1"})
+	// The server's 3 are in use: carol, under her share, is refused too.
+	_, err = callAs(t, a, carol, "create_session", CreateSessionInput{Name: "c1"})
+	if ce := wantCode(t, err, capability.ResourceExhausted); !strings.Contains(ce.Message, "server's session disks (loop-mounted images) are all in use (3)") {
+		t.Errorf("the server full: %q", ce.Message)
+	}
+	// A destroyed session gives its place back.
+	mustCallAs(t, a, alice, "destroy_session", SessionRef{Session: a1.ID})
+	mustCallAs(t, a, carol, "create_session", CreateSessionInput{Name: "c1"})
+	if s := a.tenants.diskShares.Stats(); s.Held != 3 || s.Tenants != 3 || s.RefusedShare != 1 || s.RefusedFull != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	// The next server counts the images this one leaves: bob still holds
+	// his share.
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a2, err := New(context.Background(), dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a2.Close() })
+	if s := a2.tenants.diskShares.Stats(); s.Held != 3 || a2.tenants.diskShares.Held("bob") != 1 {
+		t.Fatalf("after a restart: stats %+v, bob holds %d", s, a2.tenants.diskShares.Held("bob"))
+	}
+	_, err = callAs(t, a2, bob, "create_session", CreateSessionInput{Name: "b2"})
+	if ce := wantCode(t, err, capability.ResourceExhausted); !strings.Contains(ce.Message, "tenant's share of the session disks") {
+		t.Errorf("bob at his share after a restart: %q", ce.Message)
+	}
+}

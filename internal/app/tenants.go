@@ -18,6 +18,7 @@ import (
 	"github.com/quro-dev/quro/internal/quota"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/share"
 	"github.com/quro-dev/quro/internal/store"
 )
 
@@ -70,8 +71,14 @@ type tenants struct {
 	disks    *quota.Disks
 	log      *slog.Logger
 
+	// diskShares are the session disks' places: each image is a loop
+	// device of the host's, a host-wide pool, so the server holds at most
+	// Limits.SessionDisks and a tenant its share (a quarter).
+	diskShares *share.Pool
+
 	mu       sync.Mutex
 	ofID     map[string]string // session id → tenant
+	diskOf   map[string]string // session directory → tenant whose place its image holds
 	noQuotas int               // sessions without an image (made before quotas, or where images fail)
 }
 
@@ -298,15 +305,48 @@ func (t *tenants) prepare(tenant, dir string) error {
 	if size <= 0 || t.disks.Enforced() != nil {
 		return nil //nolint:nilerr // no kernel quota here (the status says why): the session goes without an image
 	}
-	return t.disks.Create(dir, size)
+	if err := t.diskShares.Acquire(tenant); err != nil {
+		return fmt.Errorf("%w: %v (each is a loop device of the host's; the server's cap is quro serve --max-session-disks, a tenant's share a quarter of it): destroy a session you no longer need",
+			session.ErrLimit, err)
+	}
+	if err := t.disks.Create(dir, size); err != nil {
+		t.diskShares.Release(tenant)
+		return err
+	}
+	t.holdDisk(dir, tenant)
+	return nil
 }
 
-// release is session.Manager.Disk.Release.
+// holdDisk records that dir's image holds a place of tenant's.
+func (t *tenants) holdDisk(dir, tenant string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.diskOf[dir] = tenant
+}
+
+// releaseDisk gives back the place dir's image held, if it held one.
+func (t *tenants) releaseDisk(dir string) {
+	t.mu.Lock()
+	tenant, ok := t.diskOf[dir]
+	delete(t.diskOf, dir)
+	t.mu.Unlock()
+	if ok {
+		t.diskShares.Release(tenant)
+	}
+}
+
+// release is session.Manager.Disk.Release. An image not removed keeps
+// its place (its loop device may still be bound).
 func (t *tenants) release(dir string) error {
 	if !t.disks.Has(dir) {
+		t.releaseDisk(dir)
 		return nil
 	}
-	return t.disks.Remove(dir)
+	if err := t.disks.Remove(dir); err != nil {
+		return err
+	}
+	t.releaseDisk(dir)
+	return nil
 }
 
 // adopt runs at start: every session's image is mounted again, and a
@@ -330,6 +370,9 @@ func (t *tenants) adopt(ctx context.Context) error {
 		}
 		switch {
 		case t.disks.Has(s.Dir):
+			// A place past the caps if need be: the session exists.
+			t.diskShares.Adopt(s.Tenant)
+			t.holdDisk(s.Dir, s.Tenant)
 			errs = append(errs, t.disks.Remount(s.Dir))
 		case lerr != nil:
 			none++ // its quota is unknown (logged): its runs are refused
@@ -338,11 +381,14 @@ func (t *tenants) adopt(ctx context.Context) error {
 			if size <= 0 {
 				continue
 			}
+			t.diskShares.Adopt(s.Tenant)
 			if err := t.disks.Create(s.Dir, size); err != nil {
+				t.diskShares.Release(s.Tenant)
 				errs = append(errs, err)
 				none++
 				continue
 			}
+			t.holdDisk(s.Dir, s.Tenant)
 			for _, d := range []string{s.Workspace(), s.TmpDir()} {
 				errs = append(errs, mkdir(d))
 			}

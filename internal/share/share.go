@@ -84,6 +84,22 @@ func (p *Pool) Acquire(tenant string) error {
 	return nil
 }
 
+// Adopt takes a place for tenant past the caps: for a place that exists
+// already when the pool starts (a disk image a previous server left
+// mounted), which no refusal can undo. New places go through Acquire.
+func (p *Pool) Adopt(tenant string) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held == nil {
+		p.held = map[string]int{}
+	}
+	p.n++
+	p.held[tenant]++
+}
+
 // Check returns the *Refusal Acquire would return now, or nil; it takes
 // nothing (a caller that refuses early, before work it would waste).
 func (p *Pool) Check(tenant string) error {

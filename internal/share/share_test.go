@@ -44,3 +44,25 @@ func TestShareTwoTenants(t *testing.T) {
 		t.Fatal("Of")
 	}
 }
+
+// Adopt counts a place that exists already past the caps: the tenant is
+// then refused until it is back under its share.
+func TestShareAdoptPastTheCaps(t *testing.T) {
+	p := share.New("disks", 2, 1)
+	p.Adopt("a")
+	p.Adopt("a")
+	if err := p.Acquire("a"); !errors.Is(err, share.ErrFull) {
+		t.Fatalf("a past its share after Adopt: %v", err)
+	}
+	if err := p.Acquire("b"); !errors.Is(err, share.ErrFull) {
+		t.Fatalf("b in a pool Adopt filled: %v", err)
+	}
+	p.Release("a")
+	p.Release("a")
+	if err := p.Acquire("b"); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Stats(); s.Held != 1 || s.Tenants != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/share"
 )
 
 // DefaultMax is the cap of quro serve's --max-streams-per-token.
@@ -24,6 +25,10 @@ const DefaultMax = 64
 type Limiter struct {
 	max  int
 	flag string // how the cap is set, for the refusal's message
+	// tenants, when set (Tenants), is the server's streams with each
+	// tenant's share, over all of the tenant's tokens.
+	tenants     *share.Pool
+	tenantsFlag string
 
 	mu   sync.Mutex
 	held map[key]int
@@ -35,6 +40,19 @@ type key struct{ tenant, token string }
 // that changes it ("--max-streams-per-token"), for the refusal.
 func New(max int, flag string) *Limiter {
 	return &Limiter{max: max, flag: flag, held: map[key]int{}}
+}
+
+// Tenants caps the streams of all tokens together at max, each tenant's
+// at a quarter (at least one token's cap), so that a tenant with many
+// tokens cannot hold every stream the server's connections allow; flag
+// names the setting of max, for the refusal. Call it before the first
+// Acquire. max ≤ 0: no cap.
+func (l *Limiter) Tenants(max int, flag string) {
+	if l == nil || max <= 0 {
+		return
+	}
+	l.tenants = share.New("streams (WebSocket connections and MCP event streams)", max, share.Of(max, l.max))
+	l.tenantsFlag = flag
 }
 
 // Max is the cap (0 or less: none).
@@ -62,6 +80,13 @@ func (l *Limiter) Acquire(caller controller.Caller) (release func(), err *capabi
 		return nil, capability.Errorf(capability.ResourceExhausted,
 			"this token holds %d streams (WebSocket connections and MCP event streams), the most one token may hold%s: close one first", l.held[k], how)
 	}
+	if err := l.tenants.Acquire(caller.Tenant); err != nil {
+		how := ""
+		if l.tenantsFlag != "" {
+			how = " (" + l.tenantsFlag + "; a tenant's share is a quarter of it)"
+		}
+		return nil, capability.Errorf(capability.ResourceExhausted, "%v%s: close one first", err, how)
+	}
 	l.held[k]++
 	var once sync.Once
 	return func() {
@@ -71,6 +96,7 @@ func (l *Limiter) Acquire(caller controller.Caller) (release func(), err *capabi
 			if l.held[k]--; l.held[k] <= 0 {
 				delete(l.held, k)
 			}
+			l.tenants.Release(caller.Tenant)
 		})
 	}, nil
 }

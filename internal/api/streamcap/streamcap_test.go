@@ -47,3 +47,43 @@ func TestLimiter(t *testing.T) {
 		}
 	}
 }
+
+// TestLimiterTenantShares: with Tenants, a tenant's tokens together hold
+// at most its share of the server's streams (a quarter, at least one
+// token's cap): tenant a, with many tokens, is refused at its share with
+// a message naming it and the flag, while tenant b still gets its own; a
+// release gives a's place back.
+func TestLimiterTenantShares(t *testing.T) {
+	l := New(2, "--max-streams-per-token")
+	l.Tenants(16, "--max-conns") // a tenant's share: 4
+	var rel []func()
+	for i := range 4 {
+		r, e := l.Acquire(controller.Caller{Tenant: "a", TokenID: string(rune('a' + i/2))})
+		if e != nil {
+			t.Fatalf("a's stream %d: %v", i, e)
+		}
+		rel = append(rel, r)
+	}
+	_, e := l.Acquire(controller.Caller{Tenant: "a", TokenID: "fresh"})
+	if e == nil || e.Code != capability.ResourceExhausted {
+		t.Fatalf("a past its share with a fresh token: %v", e)
+	}
+	for _, want := range []string{"tenant's share of the streams", "4 of 4 (of the server's 16)", "--max-conns"} {
+		if !strings.Contains(e.Message, want) {
+			t.Errorf("a's refusal %q does not say %q", e.Message, want)
+		}
+	}
+	if n := l.Held(controller.Caller{Tenant: "a", TokenID: "fresh"}); n != 0 {
+		t.Fatalf("a refused stream is held: %d", n)
+	}
+	for range 2 {
+		if _, e := l.Acquire(controller.Caller{Tenant: "b", TokenID: "b1"}); e != nil {
+			t.Fatalf("b while a holds its share: %v", e)
+		}
+	}
+	rel[0]()
+	rel[0]()
+	if _, e := l.Acquire(controller.Caller{Tenant: "a", TokenID: "fresh"}); e != nil {
+		t.Fatalf("a after a release: %v", e)
+	}
+}
