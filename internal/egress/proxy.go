@@ -155,10 +155,11 @@ func (p *Proxy) accept() {
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) || p.ctx.Err() != nil {
+				return
 			}
-			return
+			time.Sleep(10 * time.Millisecond) // EMFILE and the like: the next connection may fare better
+			continue
 		}
 		if !p.track(c) {
 			c.Close()
