@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/egress"
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/pip"
 	"github.com/quro-dev/quro/internal/runcode"
@@ -242,8 +243,16 @@ func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []stri
 		for _, s := range fr.Skipped {
 			fmt.Fprintf(out, "quro: not cached: %s\n", s)
 		}
+		refused := refusedOf(fr.Refused)
+		if refused != "" {
+			fmt.Fprintf(out, "quro: %s\n", refused)
+		}
 		if fr.ExitCode != 0 {
 			view := out.Finish()
+			if refused != "" {
+				return nil, capability.Errorf(capability.PermissionDenied, "pip could not fetch %s (pip download exit_code=%d): %s",
+					strings.Join(reqs, " "), fr.ExitCode, refused)
+			}
 			return nil, capability.Errorf(capability.NotFound, "pip could not fetch %s (pip download exit_code=%d%s): %s",
 				strings.Join(reqs, " "), fr.ExitCode, timedOut(fr.Exit), pipReason(view.Text))
 		}
@@ -259,6 +268,21 @@ func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []stri
 			strings.Join(reqs, " "), sess.Name, code, pipReason(view.Text))
 	}
 	return res, nil
+}
+
+// refusedOf says which destinations the fetch's egress proxy refused, or
+// is "": the host:port the package's URL named and its class of address,
+// nothing a name resolved to.
+func refusedOf(rs []egress.Refusal) string {
+	if len(rs) == 0 {
+		return ""
+	}
+	ds := make([]string, len(rs))
+	for i, r := range rs {
+		ds[i] = r.String()
+	}
+	return "the server's fetch refused to connect to " + strings.Join(ds, ", ") +
+		": a URL on the index named it, and only the configured indexes may be on the server's own or private networks"
 }
 
 func timedOut(e sandbox.Exit) string {

@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/quro-dev/quro/internal/pip/piptest"
 	"github.com/quro-dev/quro/internal/sandbox"
 )
 
@@ -198,5 +200,66 @@ func TestPipFetchInTenantCgroupOneAtATime(t *testing.T) {
 	}
 	if _, err := installPip(t, a, pipAlice, s2.ID, "quroother"); err != nil {
 		t.Fatalf("after the first: %v", err)
+	}
+}
+
+// TestPipFetchRefusesDirectURLsToTheHostsNetworks: a package on the
+// index (which itself is on loopback, as the operator configured it)
+// declares a direct-URL dependency on the server's loopback (another
+// port, a listener of the test's, by http and by https), on the cloud
+// metadata address and on a private address. The server's fetch goes
+// through its egress proxy, which refuses each: install_packages fails
+// naming the destination and its class, and the listener saw no
+// connection. A package without such a dependency still comes from the
+// loopback index.
+func TestPipFetchRefusesDirectURLsToTheHostsNetworks(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var contacted atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			contacted.Add(1)
+			c.Close()
+		}
+	}()
+	target := ln.Addr().String()
+	evil := func(project, url string) *testWheel {
+		return piptest.BuildWheelMeta(t, project, "1.0", "py3-none-any", "Requires-Dist: evil @ "+url+"\n",
+			map[string][]byte{project + "/__init__.py": []byte("")})
+	}
+	ix := newTestIndex(t,
+		pureWheel(t, "quroplain", "1.0", "v"),
+		evil("quroloop", "http://"+target+"/evil-1.0-py3-none-any.whl"),
+		evil("quroloops", "https://"+target+"/evil-1.0-py3-none-any.whl"),
+		evil("quromd", "http://169.254.169.254/latest/meta-data/evil-1.0-py3-none-any.whl"),
+		evil("quropriv", "http://10.255.0.1:8080/evil-1.0-py3-none-any.whl"))
+	a := pipApp(t, ix)
+	s := sessionAs(t, a, pipAlice, "ssrf", "", nil)
+	for pkg, want := range map[string]string{
+		"quroloop":  target + " (loopback address)",
+		"quroloops": target + " (loopback address)",
+		"quromd":    "169.254.169.254:80 (link-local address)",
+		"quropriv":  "10.255.0.1:8080 (private address)",
+	} {
+		_, err := installPip(t, a, pipAlice, s.ID, pkg)
+		if err == nil || !strings.Contains(err.Error(), "refused to connect to "+want) {
+			t.Errorf("%s: %v, want a refusal of %s", pkg, err, want)
+			continue
+		}
+		t.Logf("%s: %v", pkg, err)
+	}
+	if n := contacted.Load(); n != 0 {
+		t.Fatalf("the fetch connected %d times to the loopback listener a package named", n)
+	}
+	if res, err := installPip(t, a, pipAlice, s.ID, "quroplain"); err != nil || res.FromCache || len(res.Wheels) != 1 {
+		t.Fatalf("a plain package from the loopback index: %+v %v", res, err)
 	}
 }

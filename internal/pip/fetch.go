@@ -1,14 +1,18 @@
 package pip
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/quro-dev/quro/internal/egress"
 	"github.com/quro-dev/quro/internal/sandbox"
 )
 
@@ -41,19 +45,25 @@ type Fetch struct {
 
 // FetchResult is what a fetch added to the cache.
 type FetchResult struct {
-	Added    []Added
-	Skipped  []string // files pip left that are not wheels, or refused (with why)
+	Added   []Added
+	Skipped []string // files pip left that are not wheels, or refused (with why)
+	// Refused are the destinations the fetch's egress proxy refused to
+	// connect pip to (a URL a package named on a host's own or private
+	// address), each with its class of address.
+	Refused  []egress.Refusal
 	Exit     sandbox.Exit
 	ExitCode int
 }
 
 // DownloadArgs is the command line of the fetch after the interpreter:
 // pip download of wheels only (no package code runs with network), into
-// dest, with the tenant's wheels as a local source.
-func DownloadArgs(pipDir, dest, wheels, index string, extra, reqs []string) []string {
+// dest, with the tenant's wheels as a local source, through proxy (pip
+// then ignores the environment's proxy variables and no_proxy, and with
+// --isolated PIP_* variables and configuration files).
+func DownloadArgs(pipDir, dest, wheels, proxy, index string, extra, reqs []string) []string {
 	args := []string{"-I", "-S", filepath.Join(pipDir, "pip"), "download", "--only-binary=:all:", "--dest", dest,
 		"--isolated", "--no-input", "--progress-bar", "off", "--disable-pip-version-check", "--no-cache-dir",
-		"--find-links", wheels}
+		"--proxy", proxy, "--find-links", wheels}
 	if index != "" {
 		args = append(args, "--index-url", index)
 	}
@@ -63,11 +73,38 @@ func DownloadArgs(pipDir, dest, wheels, index string, extra, reqs []string) []st
 	return append(append(args, "--"), reqs...)
 }
 
+// TrustedDestinations are the host:port pairs of the configured indexes
+// (pip's default, PyPI, when index is ""): the operator's choice, which
+// the fetch's egress proxy connects to even on loopback or a private
+// network. Unparsable URLs add nothing (the server checked them at start).
+func TrustedDestinations(index string, extra []string) []string {
+	var out []string
+	for _, s := range append([]string{cmp.Or(index, "https://pypi.org/simple")}, extra...) {
+		u, err := url.Parse(s)
+		if err != nil || u.Hostname() == "" {
+			continue
+		}
+		port := u.Port()
+		if port == "" {
+			port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+		}
+		if port != "" {
+			out = append(out, net.JoinHostPort(u.Hostname(), port))
+		}
+	}
+	return out
+}
+
 // Fetch downloads f.Reqs (and their dependencies) as wheels in a helper
 // box with network full that sees no session directory: its own scratch
 // directory (writable), the tenant's wheels and the interpreter
 // (read-only). What it leaves is checked and added to the cache by the
 // server (Add).
+//
+// pip goes through an egress proxy of this fetch (its own port and
+// secret): the URLs a package on the index names (a direct-URL
+// dependency) reach no loopback, link-local, private or other
+// non-public address except the configured indexes' own host:port.
 func (c *Cache) Fetch(ctx context.Context, tenant string, f *Fetch) (*FetchResult, error) {
 	if err := CheckRequirements(f.Reqs); err != nil {
 		return nil, err
@@ -96,8 +133,13 @@ func (c *Cache) Fetch(ctx context.Context, tenant string, f *Fetch) (*FetchResul
 	if out == nil {
 		out = io.Discard
 	}
+	proxy, err := egress.Start(egress.Options{Trusted: TrustedDestinations(f.Index, f.Extra)})
+	if err != nil {
+		return nil, err
+	}
+	defer proxy.Close()
 	spec := &sandbox.Spec{
-		Args:      append([]string{f.Python}, DownloadArgs(f.PipDir, dest, wheels, f.Index, f.Extra, f.Reqs)...),
+		Args:      append([]string{f.Python}, DownloadArgs(f.PipDir, dest, wheels, proxy.URL(), f.Index, f.Extra, f.Reqs)...),
 		Dir:       scratch,
 		Home:      scratch,
 		TmpDir:    scratch,
@@ -112,7 +154,7 @@ func (c *Cache) Fetch(ctx context.Context, tenant string, f *Fetch) (*FetchResul
 	if err != nil {
 		return nil, err
 	}
-	res := &FetchResult{Exit: exit, ExitCode: exit.Code}
+	res := &FetchResult{Exit: exit, ExitCode: exit.Code, Refused: proxy.Refused()}
 	ents, err := os.ReadDir(dest)
 	if err != nil {
 		return res, err

@@ -2,6 +2,7 @@ package pip
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,4 +36,22 @@ func TestFetchShareIsPerTenant(t *testing.T) {
 		t.Fatalf("a's fetch after its first ended: %v", err)
 	}
 	unlockA2()
+}
+
+// TestTrustedDestinations: the configured indexes' host:port, with the
+// scheme's port when the URL names none, PyPI's when no index is set;
+// the userinfo is not part of it.
+func TestTrustedDestinations(t *testing.T) {
+	got := TrustedDestinations("http://u:pw@127.0.0.1:3141/simple/", []string{"https://Idx.Example/simple", "http://[::1]/x", "::bad"})
+	want := []string{"127.0.0.1:3141", "Idx.Example:443", "[::1]:80"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("%q, want %q", got, want)
+	}
+	if got := TrustedDestinations("", nil); !slices.Equal(got, []string{"pypi.org:443"}) {
+		t.Fatalf("default: %q", got)
+	}
+	args := DownloadArgs("/pip", "/dest", "/wheels", "http://quro:s@127.0.0.1:1", "", nil, []string{"x"})
+	if i := slices.Index(args, "--proxy"); i < 0 || args[i+1] != "http://quro:s@127.0.0.1:1" || !slices.Contains(args, "--isolated") {
+		t.Fatalf("pip download's arguments: %q", args)
+	}
 }

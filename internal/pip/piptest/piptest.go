@@ -29,12 +29,19 @@ type Wheel struct {
 // the stdlib's zip: METADATA, WHEEL and RECORD with the files' hashes.
 func BuildWheel(t testing.TB, project, version, tag string, files map[string][]byte) *Wheel {
 	t.Helper()
+	return BuildWheelMeta(t, project, version, tag, "", files)
+}
+
+// BuildWheelMeta is BuildWheel with further METADATA lines (e.g.
+// "Requires-Dist: x @ http://…/x-1.0-py3-none-any.whl\n").
+func BuildWheelMeta(t testing.TB, project, version, tag, meta string, files map[string][]byte) *Wheel {
+	t.Helper()
 	dist := project + "-" + version + ".dist-info/"
 	all := map[string][]byte{}
 	for k, v := range files {
 		all[k] = v
 	}
-	all[dist+"METADATA"] = fmt.Appendf(nil, "Metadata-Version: 2.1\nName: %s\nVersion: %s\n", project, version)
+	all[dist+"METADATA"] = fmt.Appendf(nil, "Metadata-Version: 2.1\nName: %s\nVersion: %s\n%s", project, version, meta)
 	all[dist+"WHEEL"] = fmt.Appendf(nil, "Wheel-Version: 1.0\nGenerator: quro-test\nRoot-Is-Purelib: %v\nTag: %s\n", strings.HasPrefix(tag, "py3-"), tag)
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
