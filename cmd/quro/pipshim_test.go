@@ -169,6 +169,12 @@ func TestPipInsideARootfsSession(t *testing.T) {
 	srv := startServerIn(t, data, "--pip-index-url", ix.URL())
 	admin := []string{"Authorization", "Bearer " + srv.token}
 	const js = "application/json"
+	// The server extracts pip again in the background; a box shows the
+	// pip directory once that is done (BoxDirs). A Python run waits for
+	// it, so the rootfs session made after it finds its pip.
+	if r := do(t, "POST", srv.url+"/v1/run_code", js, `{"lang":"python","code":"print(1)","timeout_ms":300000}`, admin...); r.status != 200 || !strings.Contains(r.body, `"exit_code":0`) {
+		t.Fatalf("the run that waits for the preparation: %d %s", r.status, r.body)
+	}
 	if r := do(t, "POST", srv.url+"/v1/sessions", js, `{"name":"deb","rootfs":"default"}`, admin...); r.status != 201 {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
