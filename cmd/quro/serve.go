@@ -245,7 +245,7 @@ func listen(addr string, c caps, log *slog.Logger) (*connlimit.Listener, error) 
 		return nil, err
 	}
 	return connlimit.New(rawLn, &connlimit.Options{
-		Name: "http", Max: c.max, PerPeer: c.perIP, Evict: true,
+		Name: "http", Max: c.max, PerPeer: c.perIP, Evict: true, EvictIdle: true,
 		Refusal: connlimit.HTTPRefusal("HTTP"), Logger: log,
 	}), nil
 }
