@@ -319,7 +319,7 @@ func longPath(path string) bool {
 
 // Authenticated reports whether r carries a valid credential: an access
 // token of the sandbox it addresses, or an API key. Connections that sent
-// one are not evicted for newer ones.
+// one are not evicted for unauthenticated ones (connlimit).
 func (s *Server) Authenticated(r *http.Request) bool {
 	t := s.route(r)
 	switch t.plane {
