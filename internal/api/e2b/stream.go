@@ -165,14 +165,14 @@ type idleWriter struct {
 
 func (w *idleWriter) Write(b []byte) (int, error) {
 	_ = w.rc.SetWriteDeadline(time.Now().Add(w.idle))
-	defer w.rc.SetWriteDeadline(time.Time{}) //nolint:errcheck // as the one above
+	defer w.rc.SetWriteDeadline(time.Time{})
 	return w.ResponseWriter.Write(b)
 }
 
 // Flush is http.Flusher's, for the streams.
 func (w *idleWriter) Flush() {
 	_ = w.rc.SetWriteDeadline(time.Now().Add(w.idle))
-	defer w.rc.SetWriteDeadline(time.Time{}) //nolint:errcheck // as the one above
+	defer w.rc.SetWriteDeadline(time.Time{})
 	_ = w.rc.Flush()
 }
 

@@ -73,7 +73,8 @@ func holdWatch(t *testing.T, c filesystemconnect.FilesystemClient, hdr map[strin
 	}
 	s, _ := c.WatchDir(ctx, r)
 	if !s.Receive() {
-		return s, cancel, s.Err()
+		err := s.Err()
+		return s, cancel, err
 	}
 	if s.Msg().GetStart() == nil {
 		t.Fatalf("first message %v, want start", s.Msg())
