@@ -169,12 +169,16 @@ func (w *idleWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
-// Flush is http.Flusher's, for the streams.
-func (w *idleWriter) Flush() {
+// FlushError flushes what was written, within idle; http.ResponseController
+// calls it, and so sees the failure (/execute ends on one).
+func (w *idleWriter) FlushError() error {
 	_ = w.rc.SetWriteDeadline(time.Now().Add(w.idle))
 	defer w.rc.SetWriteDeadline(time.Time{})
-	_ = w.rc.Flush()
+	return w.rc.Flush()
 }
+
+// Flush is http.Flusher's, for connect-go's streams.
+func (w *idleWriter) Flush() { _ = w.FlushError() }
 
 // Unwrap lets http.ResponseController reach the server's writer.
 func (w *idleWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
