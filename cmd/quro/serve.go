@@ -90,8 +90,8 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringSliceVar(&f.hosts, "allow-host", nil, "Host names the server answers to besides loopback names and its address (* for any)")
 	cmd.Flags().IntVar(&f.maxConns, "max-conns", 4096, "most HTTP connections held at once (lowered to fit the open-file limit); over it, the oldest connection that sent no authenticated request is closed")
 	cmd.Flags().IntVar(&f.maxConnsPerIP, "max-conns-per-ip", 256, "most HTTP connections of one client address (an IPv6 /64)")
-	cmd.Flags().IntVar(&f.maxStreams, "max-streams-per-token", streamcap.DefaultMax, "most streams one token holds at once: WebSocket connections (terminals, streamed runs) and MCP event streams; past it a new one is refused with 429; 0: no cap")
-	cmd.Flags().DurationVar(&f.streamIdle, "stream-idle-timeout", ws.DefaultIdleTimeout, "close a WebSocket, or end an MCP event stream, whose client has not answered a ping for this long (pinged every quarter of it)")
+	cmd.Flags().IntVar(&f.maxStreams, "max-streams-per-token", streamcap.DefaultMax, "most streams one token holds at once: WebSocket connections (terminals, streamed runs), MCP event streams and, with --e2b, E2B's long requests (envd's process and watch streams, /files, /execute); past it a new one is refused with 429; 0: no cap")
+	cmd.Flags().DurationVar(&f.streamIdle, "stream-idle-timeout", ws.DefaultIdleTimeout, "close a WebSocket, or end an MCP event stream, whose client has not answered a ping for this long (pinged every quarter of it); with --e2b, end a long E2B request whose client sends nothing or takes no write for this long")
 	cmd.Flags().DurationVar(&f.patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
 	cmd.Flags().DurationVar(&f.autoPause, "auto-pause", app.DefaultAutoPause, "pause a session's box (freeze its processes, keep their state) after it is unused this long; 0 or negative: never")
 	cmd.Flags().IntVar(&f.spares, "spare-sessions", 1, "spare sessions (a box and a started Python worker each, about 12 MiB) kept ready per tenant and network policy, so that a new session's first Python run finds them; 0: none")
@@ -248,7 +248,7 @@ func listen(addr string, c caps, log *slog.Logger) (*connlimit.Listener, error) 
 		return nil, err
 	}
 	return connlimit.New(rawLn, &connlimit.Options{
-		Name: "http", Max: c.max, PerPeer: c.perIP, Evict: true,
+		Name: "http", Max: c.max, PerPeer: c.perIP, Evict: true, EvictIdle: true,
 		Refusal: connlimit.HTTPRefusal("HTTP"), Logger: log,
 	}), nil
 }
@@ -258,9 +258,10 @@ func listen(addr string, c caps, log *slog.Logger) (*connlimit.Listener, error) 
 // WebSocket server, whose hijacked connections the shutdown waits for.
 func (f *serveFlags) server(a *app.App, authFn httpauth.Func, maxConns int, log *slog.Logger) (*http.Server, *ws.Server, error) {
 	access := rest.Access{Auth: authFn, Origins: f.origins, Hosts: f.hosts}
-	// One count of streams per token, over the WebSocket routes and
-	// MCP's event streams; each holds one of the listener's maxConns
-	// connections, of which a tenant's tokens together hold a quarter.
+	// One count of streams per token, over the WebSocket routes, MCP's
+	// event streams and E2B's long requests; each holds one of the
+	// listener's maxConns connections, of which a tenant's tokens
+	// together hold a quarter.
 	streams := streamcap.New(f.maxStreams, "--max-streams-per-token")
 	streams.Tenants(maxConns, "--max-conns")
 	wsrv := ws.New(a.Controller, &ws.Options{Access: access, PTY: a.OpenPTY, Logger: log,
@@ -280,7 +281,7 @@ func (f *serveFlags) server(a *app.App, authFn httpauth.Func, maxConns int, log 
 	long, authed := longRequest, authenticated(authFn, f.noAuth)
 	if f.e2bOn {
 		var err error
-		handler, long, authed, err = f.withE2B(a, log, access, mux, authed)
+		handler, long, authed, err = f.withE2B(a, log, access, mux, authed, streams)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -297,7 +298,7 @@ func (f *serveFlags) server(a *app.App, authFn httpauth.Func, maxConns int, log 
 // and code interpreter by their headers (or PORT-ID.DOMAIN). It returns
 // the handler of both, and which requests are long and authenticated.
 func (f *serveFlags) withE2B(a *app.App, log *slog.Logger, access rest.Access, mux http.Handler,
-	authed func(*http.Request) bool) (http.Handler, func(*http.Request) bool, func(*http.Request) bool, error) {
+	authed func(*http.Request) bool, streams *streamcap.Limiter) (http.Handler, func(*http.Request) bool, func(*http.Request) bool, error) {
 	// E2B's hosts (api.DOMAIN, PORT-ID.DOMAIN) name the E2B
 	// routes only, not Quro's own. Origin and Host are checked as on
 	// every other route (the E2B server runs e2bAccess.Check first), with
@@ -306,7 +307,9 @@ func (f *serveFlags) withE2B(a *app.App, log *slog.Logger, access rest.Access, m
 	if f.e2bDomain != "" {
 		e2bAccess.Hosts = append(slices.Clone(f.hosts), e2b.Hosts(f.e2bDomain)...)
 	}
-	es, err := e2bServer(a, log, f.e2bDomain, f.noAuth, e2bAccess.Check)
+	es, err := e2bServer(a, log, f.e2bDomain, f.noAuth, e2bAccess.Check, func(o *e2b.Options) {
+		o.Streams, o.StreamIdle = streams, f.streamIdle
+	})
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -25,8 +25,10 @@ import (
 const E2BKeyFile = "e2b.key"
 
 // e2bServer builds the E2B-compatible API of a (see docs/e2b.md); check
-// is the Origin and Host check of every route (rest.Access.Check).
-func e2bServer(a *app.App, log *slog.Logger, domain string, noAuth bool, check func(*http.Request) *capability.Error) (*e2b.Server, error) {
+// is the Origin and Host check of every route (rest.Access.Check); edit
+// (nil: none) sets the options quro serve shares with its other routes.
+func e2bServer(a *app.App, log *slog.Logger, domain string, noAuth bool, check func(*http.Request) *capability.Error,
+	edit func(*e2b.Options)) (*e2b.Server, error) {
 	secret, err := e2bSecret(filepath.Join(a.DataDir, E2BKeyFile))
 	if err != nil {
 		return nil, err
@@ -56,6 +58,9 @@ func e2bServer(a *app.App, log *slog.Logger, domain string, noAuth bool, check f
 		opts.Keys = func(ctx context.Context, tenant string) ([]string, error) {
 			return a.LiveTokenIDs(ctx, tenant, capability.ScopeExec)
 		}
+	}
+	if edit != nil {
+		edit(opts)
 	}
 	return e2b.New(a.Controller, opts)
 }

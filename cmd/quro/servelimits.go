@@ -76,7 +76,8 @@ func longRequest(r *http.Request) bool {
 }
 
 // authenticated tells connlimit which requests authenticate (their
-// connection is then never evicted for a newer one): those with a valid
+// connection is then evicted for a newer one only while idle between
+// requests, and only when no unauthenticated one is left): those with a valid
 // token, in the Authorization header or, for a browser's WebSocket, in a
 // quro.bearer.<token> subprotocol; every request under --no-auth. A request
 // without a token costs no lookup.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -90,6 +91,59 @@ func TestServeStreamsPerToken(t *testing.T) {
 		}
 		if r.StatusCode != http.StatusTooManyRequests || ctx.Err() != nil {
 			t.Fatalf("event stream after the WebSocket closed: %d %s", r.StatusCode, body)
+		}
+		time.Sleep(20 * time.Millisecond) // the WebSocket's handler returns after the close
+	}
+}
+
+// TestServeStreamsPerTokenE2B: the same count covers E2B's long requests,
+// against the API key whose access token they carry: with a cap of 1
+// and the key's WebSocket held, the interpreter's /execute and envd's
+// /files are 429s naming the flag; once the WebSocket closes, /execute
+// runs.
+func TestServeStreamsPerTokenE2B(t *testing.T) {
+	srv := startServer(t, "--max-streams-per-token", "1")
+	settled(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r := do(t, "POST", srv.url+"/e2b/v2/sandboxes", "application/json", `{"templateID":"base"}`, "X-API-KEY", srv.token)
+	var sb struct{ SandboxID, EnvdAccessToken string }
+	if r.status != 201 || json.Unmarshal([]byte(r.body), &sb) != nil || sb.EnvdAccessToken == "" {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	sandbox := func(port string) []string {
+		return []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", port, "X-Access-Token", sb.EnvdAccessToken}
+	}
+	execute := func() httpResult {
+		return do(t, "POST", srv.url+"/execute", "application/json", `{"code":"print(6*7)"}`, sandbox("49999")...)
+	}
+
+	wsURL := "ws" + strings.TrimPrefix(srv.url, "http") + "/v1/stream/run_code"
+	held, resp, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{Subprotocols: []string{"quro.v1"},
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + srv.token}}})
+	if err != nil {
+		t.Fatalf("WebSocket: %v (%v)", err, resp)
+	}
+	defer held.CloseNow()
+	if r := execute(); r.status != http.StatusTooManyRequests || !strings.Contains(r.body, "--max-streams-per-token") {
+		t.Fatalf("/execute while the WebSocket is held: %d %s; want 429 naming the flag", r.status, trim(r.body))
+	}
+	if r := do(t, "GET", srv.url+"/files?path=/home/user/x", "", "", sandbox("49983")...); r.status != http.StatusTooManyRequests ||
+		!strings.Contains(r.body, "--max-streams-per-token") {
+		t.Fatalf("/files while the WebSocket is held: %d %s; want 429 naming the flag", r.status, trim(r.body))
+	}
+
+	held.Close(websocket.StatusNormalClosure, "bye")
+	for {
+		r := execute()
+		if r.status == http.StatusOK {
+			if !strings.Contains(r.body, "42") {
+				t.Fatalf("/execute: %s", trim(r.body))
+			}
+			break
+		}
+		if r.status != http.StatusTooManyRequests || ctx.Err() != nil {
+			t.Fatalf("/execute after the WebSocket closed: %d %s", r.status, trim(r.body))
 		}
 		time.Sleep(20 * time.Millisecond) // the WebSocket's handler returns after the close
 	}

@@ -16,8 +16,17 @@
 // as anyone on the host can from 127/8 — can fill the slots, but cannot
 // keep an authenticated client out: that client's connection is the
 // newest, and once its first request authenticates (Handler marks it,
-// Conn.Trust) it is never evicted. Only when every slot is held by a
-// trusted connection is a new one refused.
+// Conn.Trust) it is not evicted for an unauthenticated one.
+//
+// With Options.EvictIdle as well, a token holder cannot keep others out
+// by holding authenticated keep-alive connections that do nothing: when
+// no pending connection is left to take, a new connection takes the slot
+// of the trusted connection that has been idle between requests the
+// longest (of its peer, or of anyone when the total is reached), which is
+// closed, as the server's IdleTimeout would close it. NewServer's server
+// reports the idle state (Conn.SetIdle). A connection with a request in
+// flight, or hijacked (a WebSocket), is never evicted: only when every
+// slot is held by a trusted connection at work is a new one refused.
 package connlimit
 
 import (
@@ -58,6 +67,10 @@ type Options struct {
 	// Evict lets a connection over a cap take the slot of the oldest
 	// pending (not yet trusted) one instead of being refused.
 	Evict bool
+	// EvictIdle, with Evict, lets it take, when no pending connection is
+	// left, the slot of the trusted one idle the longest between requests
+	// (Conn.SetIdle).
+	EvictIdle bool
 	// Peer names the peer of a connection; nil: PeerIP.
 	Peer func(net.Conn) string
 	// Refusal is written to a refused connection before it is closed (nil:
@@ -99,17 +112,21 @@ type Listener struct {
 	open     int              // connections held
 	perPeer  map[string]*peer // by peer key
 	pending  *list.List       // of *Conn not yet trusted, newest first
+	idle     *list.List       // of trusted *Conn idle between requests, the latest idle first
 	nearFull bool             // warned about being near full
 
-	refusedTotal, refusedPeer, refusedShare, evicted atomic.Uint64
-	lastWarn                                         atomic.Int64 // unix nanos of the last warning
+	refusedTotal, refusedPeer, refusedShare, evicted, evictedIdle atomic.Uint64
+	lastWarn                                                      atomic.Int64 // unix nanos of the last warning
 }
 
 // peer is one peer's connections.
 type peer struct {
 	n       int
 	pending *list.List // of *Conn not yet trusted, newest first
+	idle    *list.List // of trusted *Conn idle between requests, the latest idle first
 }
+
+func newPeer() *peer { return &peer{pending: list.New(), idle: list.New()} }
 
 // New wraps ln.
 func New(ln net.Listener, o *Options) *Listener {
@@ -123,7 +140,7 @@ func New(ln net.Listener, o *Options) *Listener {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Listener{Listener: ln, opts: opts, perPeer: map[string]*peer{}, pending: list.New()}
+	return &Listener{Listener: ln, opts: opts, perPeer: map[string]*peer{}, pending: list.New(), idle: list.New()}
 }
 
 // Accept returns the next connection within the limits; those over them
@@ -144,7 +161,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			v.Conn.Close() // its server goroutine sees the error and lets go
 		}
 		if len(victims) > 0 {
-			l.warn("connlimit: evicting the oldest connections that sent no authenticated request", "peer", lc.peer)
+			l.warn("connlimit: evicting the oldest connections that sent no authenticated request, or the longest idle keep-alive ones", "peer", lc.peer)
 		}
 		if why != "" {
 			l.refuse(c, lc.peer, why)
@@ -163,25 +180,23 @@ func (l *Listener) admit(c *Conn) (victims []*Conn, why string) {
 	max, per := l.opts.Max, l.opts.PerPeer
 	p := l.perPeer[c.peer]
 	if p == nil {
-		p = &peer{pending: list.New()}
+		p = newPeer()
 		l.perPeer[c.peer] = p
 	}
 	if per > 0 && p.n >= per {
-		if !l.opts.Evict || p.pending.Len() == 0 {
+		v := l.victimLocked(p.pending, p.idle)
+		if v == nil {
 			l.dropPeer(c.peer, p)
 			return nil, RefusedPeer
 		}
-		v := p.pending.Back().Value.(*Conn)
-		l.releaseLocked(v)
 		victims = append(victims, v)
 	}
 	if max > 0 && l.open >= max {
-		if !l.opts.Evict || l.pending.Len() == 0 {
+		v := l.victimLocked(l.pending, l.idle)
+		if v == nil {
 			l.dropPeer(c.peer, p)
 			return victims, RefusedTotal
 		}
-		v := l.pending.Back().Value.(*Conn)
-		l.releaseLocked(v)
 		victims = append(victims, v)
 	}
 	if err := l.opts.Shared.Acquire(c.tenant); err != nil {
@@ -194,7 +209,7 @@ func (l *Listener) admit(c *Conn) (victims []*Conn, why string) {
 	}
 	l.evicted.Add(uint64(len(victims)))
 	if p = l.perPeer[c.peer]; p == nil { // an eviction may have dropped it
-		p = &peer{pending: list.New()}
+		p = newPeer()
 		l.perPeer[c.peer] = p
 	}
 	l.open++
@@ -205,6 +220,27 @@ func (l *Listener) admit(c *Conn) (victims []*Conn, why string) {
 		l.opts.Logger.Warn("connlimit: listener near its connection limit", "listener", l.opts.Name, "open", l.open, "max", max)
 	}
 	return victims, ""
+}
+
+// victimLocked takes the connection to evict from pending or, with
+// EvictIdle, from idle (the oldest of either), out of the books; nil when
+// eviction is off or there is none. Called with l.mu.
+func (l *Listener) victimLocked(pending, idle *list.List) *Conn {
+	if !l.opts.Evict {
+		return nil
+	}
+	var v *Conn
+	switch {
+	case pending.Len() > 0:
+		v = pending.Back().Value.(*Conn)
+	case l.opts.EvictIdle && idle.Len() > 0:
+		v = idle.Back().Value.(*Conn)
+		l.evictedIdle.Add(1)
+	default:
+		return nil
+	}
+	l.releaseLocked(v)
+	return v
 }
 
 // releaseLocked frees c's slot (once). Called with l.mu.
@@ -221,6 +257,11 @@ func (l *Listener) releaseLocked(c *Conn) {
 		l.pending.Remove(c.all)
 		p.pending.Remove(c.own)
 		c.all, c.own = nil, nil
+	}
+	if c.idleAll != nil {
+		l.idle.Remove(c.idleAll)
+		p.idle.Remove(c.idleOwn)
+		c.idleAll, c.idleOwn = nil, nil
 	}
 	l.dropPeer(c.peer, p)
 	if l.nearFull && l.open < l.opts.Max*8/10 {
@@ -273,15 +314,18 @@ type Stats struct {
 	Peers                     int    // peers with connections
 	RefusedTotal, RefusedPeer uint64 // refused since the start, by reason
 	RefusedShare              uint64 // refused since the start: the tenant had its share of Shared
-	Evicted                   uint64 // pending connections closed for newer ones
+	Evicted                   uint64 // connections closed for newer ones (pending or, with EvictIdle, idle trusted)
+	EvictedIdle               uint64 // of them, trusted ones idle between requests (EvictIdle)
+	Idle                      int    // trusted connections idle between requests
 }
 
 // Stats returns the current counts.
 func (l *Listener) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return Stats{Open: l.open, Pending: l.pending.Len(), Peers: len(l.perPeer),
-		RefusedTotal: l.refusedTotal.Load(), RefusedPeer: l.refusedPeer.Load(), RefusedShare: l.refusedShare.Load(), Evicted: l.evicted.Load()}
+	return Stats{Open: l.open, Pending: l.pending.Len(), Peers: len(l.perPeer), Idle: l.idle.Len(),
+		RefusedTotal: l.refusedTotal.Load(), RefusedPeer: l.refusedPeer.Load(), RefusedShare: l.refusedShare.Load(),
+		Evicted: l.evicted.Load(), EvictedIdle: l.evictedIdle.Load()}
 }
 
 // Options returns the limits in force (after New's adjustments).
@@ -295,8 +339,9 @@ type Conn struct {
 	tenant string // in Options.Shared
 
 	// Under l.mu:
-	released bool
-	all, own *list.Element // in the pending lists, until trusted
+	released         bool
+	all, own         *list.Element // in the pending lists, until trusted
+	idleAll, idleOwn *list.Element // in the idle lists, while trusted and idle
 }
 
 // Close frees the connection's slot and closes it.
@@ -326,6 +371,23 @@ func (c *Conn) Trust() {
 		c.l.pending.Remove(c.all)
 		c.l.perPeer[c.peer].pending.Remove(c.own)
 		c.all, c.own = nil, nil
+	}
+}
+
+// SetIdle records whether the connection waits for its next request
+// (true: http.StateIdle) or not (false: a request is read or served, or
+// the connection was hijacked). A trusted idle connection may be evicted
+// with Options.EvictIdle; a pending one is evictable whatever its state.
+func (c *Conn) SetIdle(idle bool) {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	switch {
+	case idle && !c.released && c.all == nil && c.idleAll == nil:
+		c.idleAll, c.idleOwn = c.l.idle.PushFront(c), c.l.perPeer[c.peer].idle.PushFront(c)
+	case !idle && c.idleAll != nil:
+		c.l.idle.Remove(c.idleAll)
+		c.l.perPeer[c.peer].idle.Remove(c.idleOwn)
+		c.idleAll, c.idleOwn = nil, nil
 	}
 }
 

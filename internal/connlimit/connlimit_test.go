@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -309,5 +310,114 @@ func TestNilOptionsAreDefaults(t *testing.T) {
 	srv := connlimit.NewServer(http.NotFoundHandler(), nil)
 	if srv.ReadHeaderTimeout != connlimit.HeaderTimeout || srv.IdleTimeout != connlimit.IdleTimeout {
 		t.Errorf("timeouts %v %v", srv.ReadHeaderTimeout, srv.IdleTimeout)
+	}
+}
+
+// The attack: a token holder fills every slot with authenticated
+// keep-alive connections that then do nothing. With EvictIdle, a newcomer
+// (even one without a token) takes the slot of the one idle the longest,
+// which is closed; a trusted connection with a request in flight is never
+// taken, so when every slot is busy, the newcomer is refused.
+func TestEvictIdleTrusted(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := connlimit.New(raw, &connlimit.Options{Max: 4, PerPeer: 3, Evict: true, EvictIdle: true, Refusal: connlimit.HTTPRefusal("test")})
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	srv := connlimit.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			<-release
+		}
+		io.WriteString(w, "ok\n")
+	}), &connlimit.HTTPOptions{Authenticated: func(r *http.Request) bool { return r.Header.Get("Authorization") == "Bearer good" }})
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	addr := raw.Addr().String()
+	waitStats := func(what string, ok func(connlimit.Stats) bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for s := ln.Stats(); !ok(s); s = ln.Stats() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %+v", what, s)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	// One peer holds its 3 slots with idle authenticated connections: its
+	// fourth connection takes the slot of the first.
+	var held []net.Conn
+	for range 3 {
+		c := dial(t, "127.0.0.1", addr)
+		if resp, _ := roundTrip(t, c, bufio.NewReader(c), "/x", "good"); resp.StatusCode != 200 {
+			t.Fatalf("trusted: %d", resp.StatusCode)
+		}
+		held = append(held, c)
+		// The server marks a connection idle after its answer: wait, so
+		// that the first one is the longest idle.
+		waitStats("idle trusted", func(s connlimit.Stats) bool { return s.Idle == len(held) })
+	}
+	c4 := dial(t, "127.0.0.1", addr)
+	if got := closedByServer(t, held[0]); got != "" {
+		t.Fatalf("the evicted idle connection got %q", got)
+	}
+	br4 := bufio.NewReader(c4)
+	if resp, body := roundTrip(t, c4, br4, "/x", "good"); resp.StatusCode != 200 || body != "ok\n" {
+		t.Fatalf("the newcomer: %d %q", resp.StatusCode, body)
+	}
+	for i, c := range held[1:] { // the others are still served
+		if resp, _ := roundTrip(t, c, bufio.NewReader(c), "/x", "good"); resp.StatusCode != 200 {
+			t.Fatalf("held %d: %d", i+1, resp.StatusCode)
+		}
+	}
+	if s := ln.Stats(); s.EvictedIdle != 1 || s.Open != 3 {
+		t.Fatalf("after the peer's eviction: %+v", s)
+	}
+
+	// Busy trusted connections are not taken: with all 4 slots at work
+	// (3 of one peer, 1 of another), a newcomer is refused with a 503.
+	busy := []net.Conn{held[1], held[2], c4, dial(t, "127.0.0.2", addr)}
+	for _, c := range busy {
+		if _, err := io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer good\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitStats("four busy", func(s connlimit.Stats) bool { return s.Open == 4 && s.Idle == 0 && s.Pending == 0 })
+	if got := closedByServer(t, dial(t, "127.0.0.3", addr)); !strings.HasPrefix(got, "HTTP/1.1 503") {
+		t.Fatalf("over the cap with every slot busy: %q", got)
+	}
+	unblock()
+	for i, c := range busy {
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("busy %d: %v %v", i, resp, err)
+		}
+		resp.Body.Close()
+	}
+	waitStats("four idle", func(s connlimit.Stats) bool { return s.Idle == 4 })
+	if s := ln.Stats(); s.EvictedIdle != 1 {
+		t.Fatalf("busy connections were evicted: %+v", s)
+	}
+}
+
+// Without EvictIdle, idle trusted connections are kept: the newcomer is
+// refused (the in-session socket and Evict alone).
+func TestIdleTrustedKeptWithoutEvictIdle(t *testing.T) {
+	ln, addr := serve(t, &connlimit.Options{Max: 2, Evict: true, Refusal: connlimit.HTTPRefusal("test")}, nil)
+	for i := range 2 {
+		c := dial(t, fmt.Sprintf("127.0.5.%d", i+1), addr)
+		if resp, _ := roundTrip(t, c, bufio.NewReader(c), "/x", "good"); resp.StatusCode != 200 {
+			t.Fatalf("trusted %d: %d", i, resp.StatusCode)
+		}
+	}
+	if got := closedByServer(t, dial(t, "127.0.5.9", addr)); !strings.HasPrefix(got, "HTTP/1.1 503") {
+		t.Fatalf("over the cap: %q", got)
+	}
+	if s := ln.Stats(); s.EvictedIdle != 0 || s.Open != 2 {
+		t.Fatalf("%+v", s)
 	}
 }

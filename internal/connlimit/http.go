@@ -67,7 +67,10 @@ func (p *HTTPOptions) withDefaults() HTTPOptions {
 //   - each request gets BodyTimeout to send its body and WriteTimeout to
 //     take its response, set per request (http.ResponseController), so that
 //     the Long ones — WebSockets, event streams — get none;
-//   - Handler's rules apply (trust, close after a 401).
+//   - Handler's rules apply (trust, close after a 401);
+//   - the connection's state is reported to it (Conn.SetIdle), so that a
+//     trusted connection idle between requests may be evicted
+//     (Options.EvictIdle).
 //
 // The server has no ReadTimeout: it would stay on the connection while the
 // handler runs, and end long calls.
@@ -84,6 +87,22 @@ func NewServer(h http.Handler, opts *HTTPOptions) *http.Server {
 			}
 			return ctx
 		},
+		ConnState: connState,
+	}
+}
+
+// connState tells a *Conn when it waits for a request between two
+// (Conn.SetIdle), for Options.EvictIdle.
+func connState(c net.Conn, st http.ConnState) {
+	lc, ok := c.(*Conn)
+	if !ok {
+		return
+	}
+	switch st {
+	case http.StateIdle:
+		lc.SetIdle(true)
+	case http.StateActive, http.StateHijacked:
+		lc.SetIdle(false)
 	}
 }
 

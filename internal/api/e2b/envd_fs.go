@@ -151,7 +151,7 @@ type fsService struct {
 // POST /files and GET /health.
 func (s *Server) envdFSRoutes(m *http.ServeMux) {
 	f := &fsService{s: s, watchers: &watchers{byID: map[string]*pollWatcher{}}}
-	p, h := filesystemconnect.NewFilesystemHandler(f, envdHandlerOptions()...)
+	p, h := filesystemconnect.NewFilesystemHandler(f, s.envdHandlerOptions()...)
 	m.Handle(p, h)
 	m.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
 		drain(r)

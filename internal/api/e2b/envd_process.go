@@ -26,7 +26,7 @@ import (
 
 // envdProcessRoutes serves envd's process.Process (Connect-RPC).
 func (s *Server) envdProcessRoutes(m *http.ServeMux) {
-	path, h := processconnect.NewProcessHandler(&processService{s: s}, envdHandlerOptions()...)
+	path, h := processconnect.NewProcessHandler(&processService{s: s}, s.envdHandlerOptions()...)
 	m.Handle(path, h)
 }
 

@@ -22,6 +22,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/quro-dev/quro/internal/api/rest"
+	"github.com/quro-dev/quro/internal/api/streamcap"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 )
@@ -54,10 +55,11 @@ const (
 const maxMessage = 4 << 20
 
 // envdHandlerOptions are the options of envd's Connect handlers: the
-// message bound, and requests the client framed wrongly classified as
-// its error.
-func envdHandlerOptions() []connect.HandlerOption {
-	return []connect.HandlerOption{connect.WithReadMaxBytes(maxMessage), connect.WithInterceptors(clientFraming{})}
+// message bound, requests the client framed wrongly classified as its
+// error, and every streaming call (Start, Connect, StreamInput, WatchDir)
+// counted against its token's streams (Options.Streams).
+func (s *Server) envdHandlerOptions() []connect.HandlerOption {
+	return []connect.HandlerOption{connect.WithReadMaxBytes(maxMessage), connect.WithInterceptors(clientFraming{}, streamHold{s})}
 }
 
 // clientFraming turns connect-go's "protocol error" on reading a
@@ -133,7 +135,24 @@ type Options struct {
 	// DefaultWatcherIdle): it is detached from the request that made it,
 	// and would otherwise hold its watch until the sandbox ends.
 	WatcherIdle time.Duration
+	// Streams counts the long requests of the sandbox plane (Long: envd's
+	// streams, /files, /execute) against the streams of the API key whose
+	// access token (or signed URL) they carry; past its cap one is refused
+	// (resource_exhausted, 429). quro serve shares one Limiter with its
+	// WebSocket routes and MCP's event streams. nil: no cap; requests
+	// without API keys (quro serve --no-auth) are never counted.
+	Streams *streamcap.Limiter
+	// StreamIdle bounds the silences of a long request (default
+	// DefaultStreamIdle, as quro serve's --stream-idle-timeout): its body
+	// must send something within it (StreamInput's data or keepalives,
+	// an upload's bytes), and each write of its response must be taken
+	// within it — a stream's keepalives to a client that is gone fail
+	// then, and end it.
+	StreamIdle time.Duration
 }
+
+// DefaultStreamIdle is Options.StreamIdle's default.
+const DefaultStreamIdle = 2 * time.Minute
 
 // ErrNoSandbox is what Options.Sandbox wraps when no live session has the
 // id: the sandbox plane answers 502, which the SDKs read as "not running".
@@ -173,6 +192,9 @@ func New(ctrl *controller.Controller, opts *Options) (*Server, error) {
 	o.Domain = strings.Trim(strings.ToLower(o.Domain), ".")
 	if o.WatcherIdle <= 0 {
 		o.WatcherIdle = DefaultWatcherIdle
+	}
+	if o.StreamIdle <= 0 {
+		o.StreamIdle = DefaultStreamIdle
 	}
 	if o.Sandbox == nil {
 		return nil, errors.New("e2b: Options.Sandbox is required")
@@ -281,13 +303,15 @@ func (s *Server) Match(r *http.Request) bool { return s.route(r).plane != planeN
 // HTTP server's write timeout does not apply to them.
 func (s *Server) Long(r *http.Request) bool {
 	t := s.route(r)
-	if t.plane != planeSandbox {
-		return false
-	}
-	switch {
-	case t.path == "/execute", t.path == "/files",
-		t.path == "/process.Process/Start", t.path == "/process.Process/Connect",
-		t.path == "/process.Process/StreamInput", t.path == "/filesystem.Filesystem/WatchDir":
+	return t.plane == planeSandbox && longPath(t.path)
+}
+
+// longPath reports the sandbox plane's long requests (Long).
+func longPath(path string) bool {
+	switch path {
+	case "/execute", "/files",
+		"/process.Process/Start", "/process.Process/Connect",
+		"/process.Process/StreamInput", "/filesystem.Filesystem/WatchDir":
 		return true
 	}
 	return false
@@ -295,7 +319,7 @@ func (s *Server) Long(r *http.Request) bool {
 
 // Authenticated reports whether r carries a valid credential: an access
 // token of the sandbox it addresses, or an API key. Connections that sent
-// one are not evicted for newer ones.
+// one are not evicted for unauthenticated ones (connlimit).
 func (s *Server) Authenticated(r *http.Request) bool {
 	t := s.route(r)
 	switch t.plane {
@@ -314,7 +338,11 @@ func (s *Server) Authenticated(r *http.Request) bool {
 			return false
 		}
 		sb, err := s.opts.Sandbox(r.Context(), t.id)
-		return err == nil && s.tokenOK(t.id, sb.Tenant, r)
+		if err != nil {
+			return false
+		}
+		_, ok := s.tokenKey(t.id, sb.Tenant, r)
+		return ok
 	}
 	return false
 }
@@ -428,15 +456,30 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, t target) 
 		return
 	}
 	open := t.port == EnvdPort && t.path == "/health" || t.port == InterpPort && t.path == "/health"
+	key, ok := s.tokenKey(t.id, tenant, r)
 	// A signed URL covers its path and operation only: /files reads and
 	// writes that one path (the path parameter, which a signed request
 	// must have).
-	if !open && !s.tokenOK(t.id, tenant, r) && !(t.port == EnvdPort && t.path == "/files" && r.URL.Query().Get("path") != "" && s.signatureOK(t.id, tenant, r)) {
+	if !ok && t.port == EnvdPort && t.path == "/files" && r.URL.Query().Get("path") != "" {
+		key, ok = s.signatureKey(t.id, tenant, r)
+	}
+	if !open && !ok {
 		writeJSONError(w, http.StatusUnauthorized,
 			"this sandbox needs its access token (X-Access-Token: the envdAccessToken that create and connect return) or a signed URL")
 		return
 	}
-	caller := controller.Caller{Path: PathAccess, Tenant: tenant, Scope: capability.ScopeExec, Session: t.id}
+	// The API key whose access token (or signed URL) the request carries
+	// is the token that made the call: the audit log names it, and the
+	// long requests count against its streams.
+	caller := controller.Caller{Path: PathAccess, Tenant: tenant, TokenID: key, Scope: capability.ScopeExec, Session: t.id}
+	if longPath(t.path) {
+		release, refused := s.holdHTTP(w, caller, t)
+		if refused {
+			return
+		}
+		defer release()
+		w, r = s.idleBounded(w, r)
+	}
 	r2 := r.Clone(withCaller(r.Context(), caller))
 	r2.URL.Path = t.path
 	r2.URL.RawPath = ""
@@ -465,25 +508,29 @@ func (s *Server) KeyAccessToken(id, key string) string {
 	return "qa_" + hex.EncodeToString(m.Sum(nil)) + "_" + key
 }
 
-// tokenOK checks the access token r carries for sandbox id of tenant:
-// with API keys, one of a live key of tenant that may run code.
-func (s *Server) tokenOK(id, tenant string, r *http.Request) bool {
+// tokenKey checks the access token r carries for sandbox id of tenant:
+// with API keys, one of a live key of tenant that may run code, whose id
+// it returns (without API keys, "").
+func (s *Server) tokenKey(id, tenant string, r *http.Request) (key string, ok bool) {
 	tok := r.Header.Get(headerAccessToken)
 	if tok == "" {
 		tok = r.Header.Get(headerTraffic)
 	}
 	if tok == "" || !validID(id) {
-		return false
+		return "", false
 	}
 	if s.opts.APIKey == nil {
-		return subtle.ConstantTimeCompare([]byte(tok), []byte(s.AccessToken(id))) == 1
+		return "", subtle.ConstantTimeCompare([]byte(tok), []byte(s.AccessToken(id))) == 1
 	}
-	_, key, ok := strings.Cut(strings.TrimPrefix(tok, "qa_"), "_")
+	_, key, ok = strings.Cut(strings.TrimPrefix(tok, "qa_"), "_")
 	if !ok || key == "" || !strings.HasPrefix(tok, "qa_") ||
 		subtle.ConstantTimeCompare([]byte(tok), []byte(s.KeyAccessToken(id, key))) != 1 {
-		return false
+		return "", false
 	}
-	return s.keyOK(r.Context(), key, tenant)
+	if !s.keyOK(r.Context(), key, tenant) {
+		return "", false
+	}
+	return key, true
 }
 
 // keyOK reports whether the API key with id key is live, of tenant and may
@@ -500,18 +547,18 @@ func (s *Server) keyOK(ctx context.Context, key, tenant string) bool {
 	return c.Tenant == tenant && c.Scope.Covers(capability.ScopeExec)
 }
 
-// signatureOK checks a signed /files URL (the SDK's uploadUrl and
+// signatureKey checks a signed /files URL (the SDK's uploadUrl and
 // downloadUrl): signature = "v1_" + base64(sha256("path:op:user:token[:exp]"))
 // without padding, op "read" for GET and "write" for POST, and
 // signature_expiration (unix seconds) not past. token is the access token
 // the SDK signed with: with API keys, that of one of tenant's live keys
-// that may run code (the URL names none: each is tried), so a URL dies
-// with the key, as its token does.
-func (s *Server) signatureOK(id, tenant string, r *http.Request) bool {
+// that may run code (the URL names none: each is tried, and the one that
+// signed it is returned), so a URL dies with the key, as its token does.
+func (s *Server) signatureKey(id, tenant string, r *http.Request) (key string, ok bool) {
 	q := r.URL.Query()
 	sig := q.Get("signature")
 	if sig == "" {
-		return false
+		return "", false
 	}
 	op := "read"
 	if r.Method == http.MethodPost {
@@ -521,7 +568,7 @@ func (s *Server) signatureOK(id, tenant string, r *http.Request) bool {
 	if exp = q.Get("signature_expiration"); exp != "" {
 		n, err := strconv.ParseInt(exp, 10, 64)
 		if err != nil || time.Now().Unix() > n {
-			return false
+			return "", false
 		}
 	}
 	signed := func(token string) bool {
@@ -534,21 +581,21 @@ func (s *Server) signatureOK(id, tenant string, r *http.Request) bool {
 		return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
 	}
 	if s.opts.APIKey == nil {
-		return signed(s.AccessToken(id))
+		return "", signed(s.AccessToken(id))
 	}
 	keys, err := s.opts.Keys(r.Context(), tenant)
 	if err != nil {
 		if r.Context().Err() == nil {
 			s.log.Error("e2b: listing the API keys of a signed URL's tenant", "tenant", tenant, "err", err)
 		}
-		return false
+		return "", false
 	}
 	for _, key := range keys {
 		if signed(s.KeyAccessToken(id, key)) {
-			return true
+			return key, true
 		}
 	}
-	return false
+	return "", false
 }
 
 type callerKey struct{}

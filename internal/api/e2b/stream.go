@@ -1,13 +1,18 @@
 package e2b
 
 import (
+	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	"connectrpc.com/connect"
+
+	"github.com/quro-dev/quro/internal/api/streamcap"
+	"github.com/quro-dev/quro/internal/controller"
 )
 
 // What envd's services (process.Process in envd_process.go,
@@ -67,3 +72,113 @@ func (s *Server) checkUser(h http.Header) error {
 	}
 	return nil
 }
+
+// streamHold counts each envd streaming call (Start, Connect, StreamInput,
+// WatchDir) against its token's streams (Options.Streams) while it runs,
+// and refuses the one past the cap with resource_exhausted, before the
+// call does anything.
+type streamHold struct{ s *Server }
+
+func (streamHold) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
+
+func (streamHold) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (h streamHold) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		release, e := h.s.opts.Streams.Acquire(callerOf(ctx))
+		if e != nil {
+			err := connect.NewError(connect.CodeResourceExhausted, errors.New(e.Message))
+			err.Meta().Set("Retry-After", streamcap.RetryAfter)
+			return err
+		}
+		defer release()
+		return next(ctx, conn)
+	}
+}
+
+// holdHTTP counts a long request that is not a Connect call (/files,
+// /execute; streamHold counts those) against caller's streams; past the
+// cap it answers 429 in the plane's error shape (the interpreter's plain
+// text, envd's JSON) and reports the refusal.
+func (s *Server) holdHTTP(w http.ResponseWriter, caller controller.Caller, t target) (release func(), refused bool) {
+	if strings.HasPrefix(t.path, "/process.") || strings.HasPrefix(t.path, "/filesystem.") {
+		return func() {}, false
+	}
+	release, e := s.opts.Streams.Acquire(caller)
+	if e == nil {
+		return release, false
+	}
+	w.Header().Set("Retry-After", streamcap.RetryAfter)
+	if t.port == InterpPort {
+		writeText(w, http.StatusTooManyRequests, e.Message)
+	} else {
+		writeJSONError(w, http.StatusTooManyRequests, e.Message)
+	}
+	return nil, true
+}
+
+// idleBounded bounds the silences of a long request by
+// Options.StreamIdle: each read of its body and each write of its
+// response that does not finish within it fails, which ends the call. The
+// deadlines last only while a read or write waits (a stream may be
+// silent between keepalives for longer), and the read deadline is lifted
+// at the body's end: the HTTP server then reads in the background to see
+// the client go.
+func (s *Server) idleBounded(w http.ResponseWriter, r *http.Request) (http.ResponseWriter, *http.Request) {
+	rc := http.NewResponseController(w)
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = &idleBody{ReadCloser: r.Body, rc: rc, idle: s.opts.StreamIdle}
+	}
+	return &idleWriter{ResponseWriter: w, rc: rc, idle: s.opts.StreamIdle}, r
+}
+
+// idleBody is a request body whose every read must end within idle.
+type idleBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	idle time.Duration
+	done bool
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	if b.done {
+		return b.ReadCloser.Read(p)
+	}
+	_ = b.rc.SetReadDeadline(time.Now().Add(b.idle))
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+// idleWriter is a response whose every write and flush must be taken by
+// the client within idle.
+type idleWriter struct {
+	http.ResponseWriter
+	rc   *http.ResponseController
+	idle time.Duration
+}
+
+func (w *idleWriter) Write(b []byte) (int, error) {
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.idle))
+	defer w.rc.SetWriteDeadline(time.Time{})
+	return w.ResponseWriter.Write(b)
+}
+
+// FlushError flushes what was written, within idle; http.ResponseController
+// calls it, and so sees the failure (/execute ends on one).
+func (w *idleWriter) FlushError() error {
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.idle))
+	defer w.rc.SetWriteDeadline(time.Time{})
+	return w.rc.Flush()
+}
+
+// Flush is http.Flusher's, for connect-go's streams.
+func (w *idleWriter) Flush() { _ = w.FlushError() }
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (w *idleWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

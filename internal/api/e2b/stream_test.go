@@ -32,9 +32,11 @@ import (
 // TestAccessPathImportsNoDomainPackage: internal/api/e2b reaches the
 // domain only through the controller (capability calls). It imports the
 // controller, the capability types, the REST error table, runcode's
-// context hooks (WithOutput, WithStarted) and version; and, for their
-// types only, internal/app and the packages whose types its capabilities'
-// inputs and outputs are made of (workspace, proc): it calls capabilities
+// context hooks (WithOutput, WithStarted), version and streamcap (the
+// access paths' one count of streams per token, not a domain package);
+// and, for their types only, internal/app and the packages whose types
+// its capabilities' inputs and outputs are made of (workspace, proc): it
+// calls capabilities
 // with their input structs and reads their outputs as the handlers return
 // them (controller.Invoke). The package is type-checked, and every use of
 // an identifier declared in such a package must be a type, a constant or a
@@ -47,7 +49,7 @@ func TestAccessPathImportsNoDomainPackage(t *testing.T) {
 		t.Fatal(err)
 	}
 	const internal = "github.com/quro-dev/quro/internal/"
-	allowed := map[string]bool{"capability": true, "controller": true, "runcode": true, "api/rest": true, "version": true}
+	allowed := map[string]bool{"capability": true, "controller": true, "runcode": true, "api/rest": true, "api/streamcap": true, "version": true}
 	typesOnly := map[string]bool{"app": true, "workspace": true, "proc": true}
 	for _, imp := range pkg.Imports {
 		rest, ok := strings.CutPrefix(imp, internal)

@@ -1,6 +1,7 @@
 // Package streamcap counts the long-lived streams each token holds —
-// WebSocket connections (the terminal, streamed runs) and MCP event
-// streams — and refuses the one past the cap. The routes that hold
+// WebSocket connections (the terminal, streamed runs), MCP event streams
+// and the long requests of E2B's sandbox plane (envd's streams, /files,
+// the interpreter's /execute) — and refuses the one past the cap. The routes that hold
 // streams share one Limiter, so one count covers them all.
 package streamcap
 
@@ -78,7 +79,7 @@ func (l *Limiter) Acquire(caller controller.Caller) (release func(), err *capabi
 			how = " (" + l.flag + ")"
 		}
 		return nil, capability.Errorf(capability.ResourceExhausted,
-			"this token holds %d streams (WebSocket connections and MCP event streams), the most one token may hold%s: close one first", l.held[k], how)
+			"this token holds %d streams (WebSocket connections, MCP event streams, E2B process, watch, file and execute streams), the most one token may hold%s: close one first", l.held[k], how)
 	}
 	if err := l.tenants.Acquire(caller.Tenant); err != nil {
 		how := ""
