@@ -124,10 +124,10 @@ TRIM := -trimpath
 # Install what is missing, then check formatting, vet and lint and run
 # every test (internal/web checks that the committed dist is what web/
 # builds to; cmd/quro's TestWebUI drives the UI in headless Chromium):
-# test/run.sh, whose phases put work that waits beside work that computes
-# (npm ci of the three node trees side by side, the linter beside the
-# tests) and print their times. The soak tests (see test-soak) are
-# skipped: each has a smaller count of the same check that runs here.
+# test/run.sh, whose phases put side by side what can be (npm ci of the
+# three node trees, the linter beside the tests) and print their times.
+# The soak tests (see test-soak) are skipped: each has a smaller count
+# of the same check that runs here.
 #
 # go test runs packages in the order named, TEST_P at a time: the
 # longest (SLOW_PKGS, longest first) start first so that none of them is
