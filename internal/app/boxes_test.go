@@ -129,6 +129,62 @@ func TestSessionNetworkEverywhere(t *testing.T) {
 	}
 }
 
+// TestSessionLoopbackUnderNone: a session without network has its box's
+// loopback: a server that start_process leaves running is reached by the
+// session's later shell, Python and bash runs; another session's box is
+// another namespace, where the same port answers nothing, and the host's
+// loopback is out of reach of both.
+func TestSessionLoopbackUnderNone(t *testing.T) {
+	t.Parallel()
+	a := newApp(t, nil)
+	needBoxes(t, a)
+	host, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	go func() {
+		for {
+			c, err := host.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprint(c, "hello-from-host")
+			c.Close()
+		}
+	}()
+	s := newSession(t, a, "loop-none", "none")
+	other := newSession(t, a, "loop-other", "none")
+	// The server writes ready once it listens; the runs below wait for
+	// that file, which the server's own process writes after bind.
+	srv := "import http.server, os\n" +
+		"class H(http.server.BaseHTTPRequestHandler):\n" +
+		" def do_GET(self):\n  self.send_response(200); self.end_headers(); self.wfile.write(b'hello-from-the-box')\n" +
+		"s = http.server.HTTPServer(('127.0.0.1', 8765), H)\nopen('ready', 'w').close()\ns.serve_forever()\n"
+	mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "python3", Args: []string{"-c", srv}, Background: true})
+	wait := "for i in $(seq 600); do [ -f ready ] && break; sleep 0.1; done; [ -f ready ] || { echo 'no server'; exit 1; }\n"
+	for lang, code := range map[string]string{
+		"bash":   wait + "exec 3<>/dev/tcp/127.0.0.1/8765 && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3",
+		"python": "import os, time, urllib.request\nfor _ in range(600):\n    if os.path.exists('ready'): break\n    time.sleep(0.1)\nprint(urllib.request.urlopen('http://localhost:8765/', timeout=10).read().decode())",
+	} {
+		res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: lang, Code: code})
+		if !strings.Contains(res.Stdout, "hello-from-the-box") {
+			t.Errorf("%s in the server's session did not reach it: %+v", lang, res)
+		}
+	}
+	res := runCode(t, a, RunCodeInput{Session: other.ID, Lang: "bash", Code: "exec 3<>/dev/tcp/127.0.0.1/8765 && cat <&3; echo rc=$?"})
+	if strings.Contains(res.Stdout, "hello-from-the-box") || !strings.Contains(res.Stdout+res.Stderr, "refused") {
+		t.Errorf("another session reached the server: %+v", res)
+	}
+	port := strconv.Itoa(host.Addr().(*net.TCPAddr).Port)
+	for _, id := range []string{s.ID, other.ID} {
+		res := runCode(t, a, RunCodeInput{Session: id, Lang: "bash", Code: "exec 3<>/dev/tcp/127.0.0.1/" + port + " && cat <&3; echo rc=$?"})
+		if strings.Contains(res.Stdout, "hello-from-host") || !strings.Contains(res.Stdout+res.Stderr, "refused") {
+			t.Errorf("a none session reached the host's loopback: %+v", res)
+		}
+	}
+}
+
 // findProc returns the host pid of the process of uid whose command line
 // contains marker.
 func findProc(t *testing.T, uid int, marker string) int {

@@ -26,6 +26,10 @@ type initPolicy struct {
 	Seccomp  bool
 	Caps     []string // the box's capabilities, which the seccomp profile depends on
 	Network  string
+	// OwnNetns: the program runs in a network namespace of its box's own
+	// (bubblewrap's --unshare-net: loopback and nothing else), so there is
+	// nothing for Landlock to keep it from but the box's own loopback.
+	OwnNetns bool
 	RO       []string // read and execute beneath these
 	ROFiles  []string
 	RW       []string // read, write, execute beneath these

@@ -53,8 +53,11 @@ func handledFS(abi int) uint64 {
 // kernel has; the init child applies them (boxinit):
 //   - filesystem: read and execute only beneath p.RO and p.ROFiles,
 //     everything beneath p.RW, read-write-ioctl on the listed device files;
-//   - network (ABI 4+): under policy "none" every TCP bind and connect is
-//     refused (and UDP with ABI 10+); under "full" the network is not handled;
+//   - network (ABI 4+): under policy "none" without a network namespace of
+//     the box's own (minimal isolation, no bubblewrap) every TCP bind and
+//     connect is refused (and UDP with ABI 10+); in a box of its own
+//     namespace (loopback only) and under "full" the network is not
+//     handled;
 //   - scopes (ABI 6+): no connecting to abstract unix sockets and no signals
 //     to processes outside the run's Landlock domain.
 func compileLandlock(p *initPolicy, bp *boxinit.Policy) error {
@@ -64,7 +67,7 @@ func compileLandlock(p *initPolicy, bp *boxinit.Policy) error {
 	}
 	fs := handledFS(abi)
 	bp.LLFS, bp.LLFileMask = fs, llFileMask
-	if abi >= 4 && p.Network != NetworkFull {
+	if abi >= 4 && p.Network != NetworkFull && !p.OwnNetns {
 		bp.LLNet = unix.LANDLOCK_ACCESS_NET_BIND_TCP | unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
 		if abi >= 10 {
 			bp.LLNet |= unix.LANDLOCK_ACCESS_NET_BIND_UDP | unix.LANDLOCK_ACCESS_NET_CONNECT_SEND_UDP

@@ -57,7 +57,12 @@ const (
 
 // Network policies (Spec.Network).
 const (
-	NetworkNone = "none" // no network at all, not even loopback to the server
+	// NetworkNone: the box's own network namespace, with only its
+	// loopback: a server one process of a box starts is reachable from
+	// the others (a session's box is one namespace for all its runs),
+	// nothing outside the box is. Without a box (minimal isolation)
+	// Landlock refuses every TCP bind and connect instead.
+	NetworkNone = "none"
 	NetworkFull = "full" // the host's network
 )
 
@@ -638,6 +643,7 @@ func (s *Sandbox) initPolicy(pl *plan) initPolicy {
 		Landlock: s.layers.ok(LayerLandlock),
 		Seccomp:  s.layers.ok(LayerSeccomp),
 		Network:  pl.network,
+		OwnNetns: pl.boxed && pl.network != NetworkFull,
 		RW:       append(slices.Clone(pl.writable), "/tmp", "/dev/shm"),
 	}
 	if pl.admin {

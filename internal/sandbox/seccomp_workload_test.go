@@ -462,8 +462,10 @@ func seccompWorkloadPythonStdlib(t *testing.T, modules []string) {
 		}
 		s.WriteString("wait\ncat lane*\n")
 		dir := t.TempDir()
-		// Full network: Landlock refuses TCP binds to the loopback under
-		// none, and the tests bind 127.0.0.1 (nothing leaves the machine).
+		// Full network: the suite's tests bind 127.0.0.1 (nothing leaves
+		// the machine). It was chosen when Landlock refused TCP under
+		// none; a box's own loopback would now do, untried with the
+		// whole suite.
 		// The limits are the defaults with room for the lanes side by side
 		// (each lane a CPU's worth, memory and tasks for each).
 		lim := DefaultLimits()

@@ -127,10 +127,11 @@ func (e *Embedded) Installed(ctx context.Context) (dir string, extracted bool, e
 // read-only (sandbox.Options.BoxReadOnlyNow), and no other entry of it:
 // the interpreter tree (with its python3/pip shims and its .pth naming
 // pip), pip's directory and the worker module's. The tree and pip's
-// directory are given once this engine's preparation has succeeded, none
-// before: the preparation renames a missing, damaged or older-layout one
-// into place, and nothing of this server does after it, so a bind taken
-// then shows the directory the server's runs use. The worker module's
+// directory are given once this engine's preparation has succeeded, and
+// before that only when an earlier preparation completed them: the
+// preparation renames a missing, damaged or older-layout one into place,
+// and nothing of this server does after it, so a bind taken then shows
+// the directory the server's runs use. The worker module's
 // directory is given once it is complete (see completeWorkerDir).
 func (e *Embedded) BoxDirs() []string {
 	root := e.root()
@@ -138,13 +139,32 @@ func (e *Embedded) BoxDirs() []string {
 	e.prepMu.Lock()
 	p := e.prep
 	e.prepMu.Unlock()
+	ready := false
 	if p != nil {
 		select {
 		case <-p.done:
 			if p.err == nil {
 				dirs = append(dirs, p.inst.Dir, PipDir(root))
 			}
+			ready = true
 		default:
+		}
+	}
+	if !ready {
+		// Before this server's preparation has ended (it runs in the
+		// background from the start), a tree and a pip directory that an
+		// earlier preparation finished are shown: else a box made in the
+		// server's first moments lacks them, and while it is busy every
+		// Python run of its session goes to a box of its own (another
+		// /tmp, pid and network namespace). Should the preparation still
+		// replace one, the box no longer fits a run that names it
+		// (sandbox.Options.BoxReadOnlyNow: device and inode are checked).
+		if host, _ := ShimDirs(root); host != "" {
+			for _, d := range []string{filepath.Dir(host), PipDir(root)} {
+				if _, err := os.Stat(filepath.Join(d, completeMarker)); err == nil {
+					dirs = append(dirs, d)
+				}
+			}
 		}
 	}
 	if d, ok := completeWorkerDir(root); ok {
