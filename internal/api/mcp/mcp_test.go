@@ -521,7 +521,9 @@ var buildQuro = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "quro")
-	args := []string{"build", "-o", bin}
+	// -trimpath as make build and make test compile: the packages come
+	// from the build cache instead of a second compile of the module.
+	args := []string{"build", "-trimpath", "-o", bin}
 	if !embeddedPython {
 		args = append(args, "-tags", "slim")
 	}
