@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -223,7 +224,11 @@ func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []stri
 		res.FromCache = true
 	} else {
 		fmt.Fprintf(out, "quro: fetching %s with pip download (wheels only) from the server's index into the tenant's cache\n", strings.Join(reqs, " "))
-		f := &pip.Fetch{SB: a.Sandbox, PipDir: python.PipDir(p.pyRoot), Index: p.opts.IndexURL, Extra: p.opts.ExtraIndexURLs, Reqs: reqs, Out: out, TenantDir: sess.Workspace()}
+		// pip in the fetch box works in host paths under the data
+		// directory (its scratch and temporary directories), which its
+		// output names: the tenant reads them as $QURO_DATA.
+		fetchOut := &dataDirWriter{w: out, dir: a.DataDir}
+		f := &pip.Fetch{SB: a.Sandbox, PipDir: python.PipDir(p.pyRoot), Index: p.opts.IndexURL, Extra: p.opts.ExtraIndexURLs, Reqs: reqs, Out: fetchOut, TenantDir: sess.Workspace()}
 		if sess.Rootfs != "" {
 			dir, err := RootfsDir(a.DataDir)(sess.Rootfs)
 			if err != nil {
@@ -234,6 +239,7 @@ func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []stri
 			f.Python, f.ReadOnly = filepath.Join(p.hostBin, "python3"), p.boxDirs()
 		}
 		fr, err := p.cache.Fetch(ctx, sess.Tenant, f)
+		fetchOut.Flush()
 		if err != nil {
 			return nil, a.pipError(err, reqs)
 		}
@@ -362,4 +368,41 @@ func (a *App) pipRun(ctx context.Context, s *session.Session, args []string, out
 		return 0, capability.Errorf(capability.DeadlineExceeded, "pip in session %s was stopped (timed out or canceled); what it installed so far stays", s.Name)
 	}
 	return exit.Code, nil
+}
+
+// dataDirWriter writes to w what is written to it, line by line, with the
+// data directory dir named $QURO_DATA. Flush writes a last partial line.
+type dataDirWriter struct {
+	w    io.Writer
+	dir  string
+	line []byte
+}
+
+func (d *dataDirWriter) Write(b []byte) (int, error) {
+	d.line = append(d.line, b...)
+	if i := bytes.LastIndexByte(d.line, '\n'); i >= 0 {
+		d.emit(d.line[:i+1])
+		d.line = append(d.line[:0], d.line[i+1:]...)
+	}
+	if len(d.line) > 64<<10 {
+		// No newline in 64 KiB: written as it is (a path split there
+		// keeps its host form, which the bounded output cuts anyway).
+		d.Flush()
+	}
+	return len(b), nil
+}
+
+// Flush writes the partial line held back, if any.
+func (d *dataDirWriter) Flush() {
+	if len(d.line) > 0 {
+		d.emit(d.line)
+		d.line = d.line[:0]
+	}
+}
+
+func (d *dataDirWriter) emit(b []byte) {
+	if d.dir != "" && d.dir != "/" {
+		b = bytes.ReplaceAll(b, []byte(d.dir), []byte("$QURO_DATA"))
+	}
+	d.w.Write(b)
 }

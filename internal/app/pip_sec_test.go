@@ -210,8 +210,9 @@ func TestPipFetchInTenantCgroupOneAtATime(t *testing.T) {
 // metadata address and on a private address. The server's fetch goes
 // through its egress proxy, which refuses each: install_packages fails
 // naming the destination and its class, and the listener saw no
-// connection. A package without such a dependency still comes from the
-// loopback index.
+// connection. A dependency on a git repository there (git, which pip
+// runs, ignores the proxy) fails too, the listener still untouched. A
+// package without such a dependency still comes from the loopback index.
 func TestPipFetchRefusesDirectURLsToTheHostsNetworks(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -240,7 +241,8 @@ func TestPipFetchRefusesDirectURLsToTheHostsNetworks(t *testing.T) {
 		evil("quroloop", "http://"+target+"/evil-1.0-py3-none-any.whl"),
 		evil("quroloops", "https://"+target+"/evil-1.0-py3-none-any.whl"),
 		evil("quromd", "http://169.254.169.254/latest/meta-data/evil-1.0-py3-none-any.whl"),
-		evil("quropriv", "http://10.255.0.1:8080/evil-1.0-py3-none-any.whl"))
+		evil("quropriv", "http://10.255.0.1:8080/evil-1.0-py3-none-any.whl"),
+		evil("qurogit", "git+http://"+target+"/evil.git"))
 	a := pipApp(t, ix)
 	s := sessionAs(t, a, pipAlice, "ssrf", "", nil)
 	for pkg, want := range map[string]string{
@@ -255,6 +257,17 @@ func TestPipFetchRefusesDirectURLsToTheHostsNetworks(t *testing.T) {
 			continue
 		}
 		t.Logf("%s: %v", pkg, err)
+	}
+	// A git repository: pip hands it to git, which ignores pip's proxy;
+	// the fetch box lets no TCP connect reach any port but the proxy's.
+	// Its error quotes git's command line, whose paths are in the data
+	// directory: the tenant reads them as $QURO_DATA.
+	if _, err := installPip(t, a, pipAlice, s.ID, "qurogit"); err == nil {
+		t.Error("qurogit: installed, want a failure")
+	} else if strings.Contains(err.Error(), a.DataDir) || !strings.Contains(err.Error(), "$QURO_DATA") {
+		t.Errorf("qurogit: the error shows the data directory %s, or not as $QURO_DATA: %v", a.DataDir, err)
+	} else {
+		t.Logf("qurogit: %v", err)
 	}
 	if n := contacted.Load(); n != 0 {
 		t.Fatalf("the fetch connected %d times to the loopback listener a package named", n)

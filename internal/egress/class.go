@@ -37,11 +37,18 @@ var (
 	nat64   = netip.MustParsePrefix("64:ff9b::/96")
 	sixTo4  = netip.MustParsePrefix("2002::/16")
 	siteLoc = netip.MustParsePrefix("fec0::/10") // deprecated site-local
+	// IPv4-compatible (::a.b.c.d, deprecated) and IPv4-translated
+	// (::ffff:0:a.b.c.d, SIIT: ::ffff:0:0:0/96) addresses, and the local-use NAT64 prefix
+	// (RFC 8215), which a site's translator may route to private IPv4.
+	compat4   = netip.MustParsePrefix("::/96")
+	transl4   = netip.MustParsePrefix("::ffff:0:0:0/96")
+	nat64site = netip.MustParsePrefix("64:ff9b:1::/48")
 )
 
 // Class is why the proxy refuses to connect to a, or "" when a is a
-// public address. An IPv4 address inside IPv6 (mapped, NAT64, 6to4) is
-// classified as that IPv4 address.
+// public address. An IPv4 address inside IPv6 (mapped, compatible,
+// translated, NAT64, 6to4) is classified as that IPv4 address; the
+// local-use NAT64 prefix is reserved.
 func Class(a netip.Addr) string {
 	if !a.IsValid() {
 		return Unspecified
@@ -50,8 +57,11 @@ func Class(a netip.Addr) string {
 	if a.Is6() {
 		b := a.As16()
 		switch {
-		case nat64.Contains(a):
+		case nat64.Contains(a), transl4.Contains(a),
+			compat4.Contains(a) && !a.IsUnspecified() && !a.IsLoopback():
 			return Class(netip.AddrFrom4([4]byte(b[12:16])))
+		case nat64site.Contains(a):
+			return Reserved
 		case sixTo4.Contains(a):
 			return Class(netip.AddrFrom4([4]byte(b[2:6])))
 		case siteLoc.Contains(a):

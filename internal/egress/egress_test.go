@@ -21,6 +21,7 @@ func TestClass(t *testing.T) {
 		"169.254.169.254": LinkLocal, "fe80::1": LinkLocal, "fe80::1%eth0": LinkLocal, "ff02::1": LinkLocal, "224.0.0.1": LinkLocal,
 		"10.1.2.3": Private, "172.16.0.1": Private, "172.31.255.255": Private, "192.168.1.1": Private, "fc00::1": Private, "fd12::1": Private, "fec0::1": Private,
 		"::ffff:10.0.0.1": Private, "64:ff9b::a00:1": Private, "2002:a00:1::1": Private, "64:ff9b::7f00:1": Loopback, "2002:a9fe:a9fe::": LinkLocal,
+		"::7f00:1": Loopback, "::a00:1": Private, "::ffff:0:a9fe:a9fe": LinkLocal, "::ffff:0:a00:1": Private, "64:ff9b:1::a00:1": Reserved,
 		"0.0.0.0": Unspecified, "::": Unspecified,
 		"239.1.1.1": Multicast, "ff0e::1": Multicast,
 		"100.64.0.1": SharedCGNAT, "100.127.255.254": SharedCGNAT,

@@ -112,6 +112,9 @@ func (p *Proxy) URL() string {
 // Addr is the address the proxy listens on.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
+// Port is the port the proxy listens on.
+func (p *Proxy) Port() int { return p.ln.Addr().(*net.TCPAddr).Port }
+
 // Refused are the destinations the proxy refused so far, each once.
 func (p *Proxy) Refused() []Refusal {
 	p.mu.Lock()

@@ -145,10 +145,15 @@ func (c *Cache) Fetch(ctx context.Context, tenant string, f *Fetch) (*FetchResul
 		TmpDir:    scratch,
 		TenantDir: f.TenantDir,
 		Network:   sandbox.NetworkFull,
-		Rootfs:    f.Rootfs,
-		ReadOnly:  append([]string{f.PipDir, wheels}, f.ReadOnly...),
-		Stdout:    out,
-		Stderr:    out,
+		// pip reaches the network through the proxy alone: no other TCP
+		// port is reachable from the box (a direct-URL dependency on a git
+		// repository or a source archive would have git, or the archive's
+		// build backend, connect on its own).
+		ConnectPorts: []int{proxy.Port()},
+		Rootfs:       f.Rootfs,
+		ReadOnly:     append([]string{f.PipDir, wheels}, f.ReadOnly...),
+		Stdout:       out,
+		Stderr:       out,
 	}
 	exit, err := f.SB.Run(ctx, spec)
 	if err != nil {

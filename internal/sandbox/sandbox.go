@@ -259,6 +259,12 @@ type Spec struct {
 
 	// Network is the network policy: NetworkNone (also for "") or NetworkFull.
 	Network string
+	// ConnectPorts, with NetworkFull, are the only TCP ports the run may
+	// connect to (on any address; Landlock's net-port rules, ABI 4+), and
+	// it may bind none: the server's own helpers that must reach one local
+	// proxy (pip's fetch). A machine whose Landlock cannot limit TCP
+	// refuses the run. At most 16.
+	ConnectPorts []int
 	// Rootfs is the directory of a root filesystem (e.g. a debootstrapped
 	// Debian) whose userland the box shows, read-only, instead of the host's.
 	Rootfs string
@@ -573,6 +579,9 @@ func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 	default:
 		return nil, fmt.Errorf("%w: network policy %q: want %q or %q", ErrInvalidSpec, spec.Network, NetworkNone, NetworkFull)
 	}
+	if err := s.checkConnectPorts(spec); err != nil {
+		return nil, err
+	}
 	var extra RunEnv
 	if s.runEnv != nil && !spec.RootfsAdmin {
 		extra = s.runEnv(spec, pl.network)
@@ -644,6 +653,7 @@ func (s *Sandbox) initPolicy(pl *plan) initPolicy {
 		Seccomp:  s.layers.ok(LayerSeccomp),
 		Network:  pl.network,
 		OwnNetns: pl.boxed && pl.network != NetworkFull,
+		Ports:    pl.spec.ConnectPorts,
 		RW:       append(slices.Clone(pl.writable), "/tmp", "/dev/shm"),
 	}
 	if pl.admin {
