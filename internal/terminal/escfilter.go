@@ -27,7 +27,6 @@ type escFilter struct {
 	state   int
 	kind    int    // of the OSC under way: oscPass, oscHold or oscDrop
 	held    []byte // the sequence so far, while it is being decided
-	prevC2  bool   // the OSC's last byte was 0xC2 (0x9C after it is ST)
 	dropped int    // sequences taken out (for tests)
 }
 
@@ -39,6 +38,7 @@ const (
 	escOSCNum // in an OSC, before its number's end, held
 	escOSC    // in an OSC's text
 	escOSCEsc // in an OSC's text, after ESC
+	escOSCC2  // in an OSC's text, after 0xC2: ST, another C1, or text
 )
 
 const (
@@ -89,6 +89,19 @@ func (f *escFilter) step(c byte, out []byte) []byte {
 			f.state, f.held = escCSI, append(f.held, c)
 		case osc:
 			f.state, f.held = escOSCNum, append(f.held, c)
+		case f.state == escEsc && c == 0x1b:
+			// ESC ESC: the first does nothing (a terminal's parser starts
+			// again). Passed on, it could join text after a sequence taken
+			// out ("ESC" + "]52;…").
+			f.held = append(f.held[:0], c)
+			return out
+		case f.state == escC2 && (c < 0x80 || c > 0xbf):
+			// 0xC2 without its continuation byte is not UTF-8: passed on
+			// alone it could join a 0x9D after a sequence taken out (an
+			// OSC); it shows as U+FFFD, as a terminal shows it.
+			out = append(out, "\uFFFD"...)
+			f.state, f.held = escNormal, f.held[:0]
+			return f.step(c, out)
 		default:
 			out = append(out, f.held...)
 			f.state, f.held = escNormal, f.held[:0]
@@ -98,8 +111,11 @@ func (f *escFilter) step(c byte, out []byte) []byte {
 		switch {
 		case executed(c): // runs, and the CSI goes on
 			return append(out, c)
-		case c == 0x1b: // the CSI is cut short; a new escape starts
-			out = append(out, f.held...)
+		case c == 0x1b:
+			// The CSI is cut short: a terminal drops it and starts a new
+			// escape. Passed on, it could join text after a sequence taken
+			// out ("ESC [ 21" + "t", a title report).
+			f.dropped++
 			f.state, f.held = escNormal, f.held[:0]
 			return f.step(c, out)
 		}
@@ -134,9 +150,9 @@ func (f *escFilter) step(c byte, out []byte) []byte {
 			out = append(out, f.held...)
 			f.held = f.held[:0]
 		}
-		f.state, f.prevC2 = escOSC, false
+		f.state = escOSC
 		return f.step(c, out)
-	case escOSC, escOSCEsc:
+	case escOSC, escOSCEsc, escOSCC2:
 		return f.stepOSC(c, out)
 	}
 	return out
@@ -150,17 +166,35 @@ func (f *escFilter) stepOSC(c byte, out []byte) []byte {
 			f.state = escOSCEsc
 			break
 		}
+		if c == 0xc2 { // ST (U+009C), another C1, or text (see escOSCC2)
+			f.state = escOSCC2
+			break
+		}
 		if ignoredInOSC(c) && f.kind != oscPass {
 			break
 		}
 		out = f.keep(c, out)
 		switch {
-		case c == 0x07 || c == 0x18 || c == 0x1a || c == 0x9c && f.prevC2:
+		case c == 0x07 || c == 0x18 || c == 0x1a:
 			return f.done(out)
 		case f.kind == oscHold && len(f.held) > maxHeldOSC:
 			f.kind, f.held = oscDrop, f.held[:0]
 		}
-		f.prevC2 = c == 0xc2
+	case escOSCC2:
+		switch {
+		case c == 0x9c: // ST
+			return f.done(f.keep(c, f.keep(0xc2, out)))
+		case c >= 0x80 && c <= 0x9f:
+			// Another C1 control (U+009D OSC, U+009B CSI…) ends the OSC
+			// and starts its own sequence, as ESC does: a second OSC
+			// introducer begins a new OSC, whose number is looked at.
+			out = f.cut(out)
+			f.state, f.held = escC2, append(f.held[:0], 0xc2)
+			return f.step(c, out)
+		}
+		out = f.keep(0xc2, out)
+		f.state = escOSC
+		return f.stepOSC(c, out)
 	case escOSCEsc:
 		if c == '\\' {
 			out = f.keep(c, f.keep(0x1b, out))
@@ -168,7 +202,7 @@ func (f *escFilter) stepOSC(c byte, out []byte) []byte {
 		}
 		// ESC and anything else ends the OSC (as xterm.js reads it) and
 		// starts a new sequence.
-		out = f.done(out)
+		out = f.cut(out)
 		f.state, f.held = escEsc, append(f.held[:0], 0x1b)
 		return f.step(c, out)
 	}
@@ -202,7 +236,21 @@ func (f *escFilter) done(out []byte) []byte {
 	case f.kind != oscPass:
 		f.dropped++
 	}
-	f.state, f.held, f.prevC2 = escNormal, f.held[:0], false
+	f.state, f.held = escNormal, f.held[:0]
+	return out
+}
+
+// cut ends the OSC under way where a new sequence starts (ESC, or a C1
+// control) as done does, and gives what passes a BEL to end it: the
+// sequence that ended it may be taken out, and the text after it must not
+// become the passed OSC's (a held OSC 8 "ESC ] 8 ; ;" then a dropped
+// sequence, then "x BEL", would read as a link to x).
+func (f *escFilter) cut(out []byte) []byte {
+	n := len(out)
+	out = f.done(out)
+	if f.kind == oscPass || len(out) > n {
+		out = append(out, 0x07)
+	}
 	return out
 }
 

@@ -15,6 +15,14 @@ var escCases = []struct{ name, in, want string }{
 	{"OSC 52, 8-bit", "a\xc2\x9d52;c;cHduZWQ=\xc2\x9cb", "ab"},
 	{"OSC 052", "a\x1b]052;c;eA==\x07b", "ab"},
 	{"OSC 52 ended by another ESC", "a\x1b]52;c;eA==\x1b[1mb", "a\x1b[1mb"},
+	// A second 8-bit OSC introducer inside an OSC starts a new OSC (a
+	// terminal's parser begins again on any C1): that one is OSC 52.
+	{"8-bit OSC 52 restarting an OSC", "a\xc2\x9d\xc2\x9d52;c;eA==\x07b", "a\xc2\x9d\x07b"},
+	// An OSC cut short by a new sequence passes with a BEL of its own: the
+	// sequence after it is taken out, and the text after that must not
+	// become the first OSC's (here the URI of a link).
+	{"OSC 8 cut by a dropped OSC", "\x1b]8;;\x1b]8\x07javascript:x\x07", "\x1b]8;;\x07javascript:x\x07"},
+	{"OSC 0 cut by OSC 52", "\x1b]0;title\x1b]52;c;eA==\x07text", "\x1b]0;title\x07text"},
 	{"OSC 8 javascript:", "\x1b]8;;javascript:alert(document.cookie)\x07click\x1b]8;;\x07", "click\x1b]8;;\x07"},
 	{"OSC 8 JavaScript: with ST", "\x1b]8;id=1;JavaScript:alert(1)\x1b\\click\x1b]8;;\x1b\\", "click\x1b]8;;\x1b\\"},
 	{"OSC 8 data:", "\x1b]8;;data:text/html,<script>alert(1)</script>\x07x", "x"},
@@ -31,12 +39,19 @@ var escCases = []struct{ name, in, want string }{
 	{"title report with parameters", "\x1b[21;0tok", "ok"},
 	{"other window ops pass", "\x1b[8;24;80t\x1b[18t", "\x1b[8;24;80t\x1b[18t"},
 	{"cursor and colours pass", "\x1b[2J\x1b[H\x1b]11;?\x07\x1b[6n", "\x1b[2J\x1b[H\x1b]11;?\x07\x1b[6n"},
-	{"ESC ESC", "\x1b\x1b]52;c;eA==\x07x", "\x1bx"},
+	// ESC ESC: the first does nothing to a terminal and is not passed on
+	// (it would join what follows the dropped OSC: "ESC" + "]52;…").
+	{"ESC ESC", "\x1b\x1b]52;c;eA==\x07x", "x"},
+	{"ESC ESC before a dropped OSC and its text", "\x1b\x1b]52\x07]52;c;eA==\x07", "]52;c;eA==\x07"},
+	{"lone 0xC2 before a dropped OSC", "\xc2\x1b]52\x07\x9d52;c;eA==\x07", "\uFFFD\x9d52;c;eA==\x07"},
+	{"CSI cut by a dropped OSC", "\x1b[21\x1b]52\x07t", "t"},
 	{"CAN ends an OSC", "\x1b]52;c;eA==\x18x", "x"},
 	{"LF after ESC", "\x1b\n]52;c;eA==\x07x", "\nx"},
 	{"LF in the OSC's number", "\x1b]5\n2;c;eA==\x07x", "x"},
 	{"LF in a CSI", "\x1b[2\n1tx", "\nx"},
-	{"ESC in a CSI", "\x1b[\x1b[20tx", "\x1b[x"},
+	// The CSI cut by ESC is dropped, as a terminal drops it: passed on, it
+	// would join the text after the dropped report ("ESC [" + "x").
+	{"ESC in a CSI", "\x1b[\x1b[20tx", "x"},
 	{"title report 021", "\x1b[021tx", "x"},
 	{"title report with a sub-parameter", "\x1b[21:1tx", "x"},
 }
