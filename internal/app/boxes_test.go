@@ -20,6 +20,7 @@ import (
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox/sandboxtest"
 	"github.com/quro-dev/quro/internal/terminal"
 )
 
@@ -138,50 +139,41 @@ func TestSessionLoopbackUnderNone(t *testing.T) {
 	t.Parallel()
 	a := newApp(t, nil)
 	needBoxes(t, a)
-	host, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer host.Close()
-	go func() {
-		for {
-			c, err := host.Accept()
-			if err != nil {
-				return
-			}
-			fmt.Fprint(c, "hello-from-host")
-			c.Close()
-		}
-	}()
+	host := sandboxtest.ListenHost(t, "hello-from-host")
 	s := newSession(t, a, "loop-none", "none")
 	other := newSession(t, a, "loop-other", "none")
-	// The server writes ready once it listens; the runs below wait for
-	// that file, which the server's own process writes after bind.
-	srv := "import http.server, os\n" +
+	// The server says it listens through a FIFO: its write blocks until
+	// the first run opens the FIFO, whose read blocks until the write.
+	if res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: "mkfifo ready"}); res.ExitCode != 0 {
+		t.Fatalf("mkfifo: %+v", res)
+	}
+	srv := "import http.server\n" +
 		"class H(http.server.BaseHTTPRequestHandler):\n" +
 		" def do_GET(self):\n  self.send_response(200); self.end_headers(); self.wfile.write(b'hello-from-the-box')\n" +
-		"s = http.server.HTTPServer(('127.0.0.1', 8765), H)\nopen('ready', 'w').close()\ns.serve_forever()\n"
+		"s = http.server.HTTPServer(('127.0.0.1', 8765), H)\nopen('ready', 'w').write('up\\n')\ns.serve_forever()\n"
 	mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "python3", Args: []string{"-c", srv}, Background: true})
-	wait := "for i in $(seq 600); do [ -f ready ] && break; sleep 0.1; done; [ -f ready ] || { echo 'no server'; exit 1; }\n"
-	for lang, code := range map[string]string{
-		"bash":   wait + "exec 3<>/dev/tcp/127.0.0.1/8765 && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3",
-		"python": "import os, time, urllib.request\nfor _ in range(600):\n    if os.path.exists('ready'): break\n    time.sleep(0.1)\nprint(urllib.request.urlopen('http://localhost:8765/', timeout=10).read().decode())",
+	for _, run := range []struct{ lang, code string }{
+		{"bash", "read up < ready && exec 3<>/dev/tcp/127.0.0.1/8765 && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"},
+		{"python", "import urllib.request\nprint(urllib.request.urlopen('http://localhost:8765/', timeout=10).read().decode())"},
 	} {
-		res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: lang, Code: code})
+		res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: run.lang, Code: run.code})
 		if !strings.Contains(res.Stdout, "hello-from-the-box") {
-			t.Errorf("%s in the server's session did not reach it: %+v", lang, res)
+			t.Errorf("%s in the server's session did not reach it: %+v", run.lang, res)
 		}
 	}
 	res := runCode(t, a, RunCodeInput{Session: other.ID, Lang: "bash", Code: "exec 3<>/dev/tcp/127.0.0.1/8765 && cat <&3; echo rc=$?"})
 	if strings.Contains(res.Stdout, "hello-from-the-box") || !strings.Contains(res.Stdout+res.Stderr, "refused") {
 		t.Errorf("another session reached the server: %+v", res)
 	}
-	port := strconv.Itoa(host.Addr().(*net.TCPAddr).Port)
+	port := strconv.Itoa(host.Port)
 	for _, id := range []string{s.ID, other.ID} {
 		res := runCode(t, a, RunCodeInput{Session: id, Lang: "bash", Code: "exec 3<>/dev/tcp/127.0.0.1/" + port + " && cat <&3; echo rc=$?"})
 		if strings.Contains(res.Stdout, "hello-from-host") || !strings.Contains(res.Stdout+res.Stderr, "refused") {
 			t.Errorf("a none session reached the host's loopback: %+v", res)
 		}
+	}
+	if n := host.Accepted.Load(); n != 0 {
+		t.Errorf("the host's listener saw %d connections from none sessions", n)
 	}
 }
 

@@ -2,7 +2,6 @@ package app
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/pip/piptest"
 	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/sandbox/sandboxtest"
 )
 
 // TestPipInstallOutputBoundedAgainstPth: install_packages' pip runs in the
@@ -215,23 +215,8 @@ func TestPipFetchInTenantCgroupOneAtATime(t *testing.T) {
 // package without such a dependency still comes from the loopback index.
 func TestPipFetchRefusesDirectURLsToTheHostsNetworks(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	var contacted atomic.Int64
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			contacted.Add(1)
-			c.Close()
-		}
-	}()
-	target := ln.Addr().String()
+	ln := sandboxtest.ListenHost(t, "")
+	target := ln.Addr
 	evil := func(project, url string) *testWheel {
 		return piptest.BuildWheelMeta(t, project, "1.0", "py3-none-any", "Requires-Dist: evil @ "+url+"\n",
 			map[string][]byte{project + "/__init__.py": []byte("")})
@@ -269,7 +254,7 @@ func TestPipFetchRefusesDirectURLsToTheHostsNetworks(t *testing.T) {
 	} else {
 		t.Logf("qurogit: %v", err)
 	}
-	if n := contacted.Load(); n != 0 {
+	if n := ln.Accepted.Load(); n != 0 {
 		t.Fatalf("the fetch connected %d times to the loopback listener a package named", n)
 	}
 	if res, err := installPip(t, a, pipAlice, s.ID, "quroplain"); err != nil || res.FromCache || len(res.Wheels) != 1 {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quro-dev/quro/internal/sandbox/sandboxtest"
 )
 
 // The attack suite: each test runs a real attack from user code in a real
@@ -43,22 +45,8 @@ func newAttackEnv(t *testing.T) *attackEnv {
 		}
 	}
 	os.WriteFile(filepath.Join(e.other, "private.txt"), []byte(e.secret), 0o600)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte(e.secret))
-			c.Close()
-		}
-	}()
-	e.srvAddr = ln.Addr().String()
+	ln := sandboxtest.ListenHost(t, e.secret)
+	e.srvAddr = ln.Addr
 	e.abstract = "quro-test-" + strconv.Itoa(os.Getpid())
 	al, err := net.Listen("unix", "@"+e.abstract)
 	if err != nil {

@@ -2,11 +2,11 @@ package sandbox
 
 import (
 	"errors"
-	"net"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
+
+	"github.com/quro-dev/quro/internal/sandbox/sandboxtest"
 )
 
 // TestConnectPortsLimitTCP: a run with the host's network and
@@ -22,27 +22,8 @@ func TestConnectPortsLimitTCP(t *testing.T) {
 	if landlockABI() < 4 {
 		t.Skip("Landlock ABI < 4 cannot limit TCP")
 	}
-	listen := func(counter *atomic.Int64) int {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				counter.Add(1)
-				c.Write([]byte("hi"))
-				c.Close()
-			}
-		}()
-		return ln.Addr().(*net.TCPAddr).Port
-	}
-	var allowed, other atomic.Int64
-	pa, po := listen(&allowed), listen(&other)
+	allowed, other := sandboxtest.ListenHost(t, "hi"), sandboxtest.ListenHost(t, "hi")
+	pa, po := allowed.Port, other.Port
 	script := "exec 3<>/dev/tcp/127.0.0.1/" + strconv.Itoa(pa) + " && echo allowed-ok; " +
 		"exec 4<>/dev/tcp/127.0.0.1/" + strconv.Itoa(po) + " && echo other-ok; " +
 		"python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\", 0)); print(\"bind-ok\")' 2>&1 | tail -1"
@@ -53,8 +34,8 @@ func TestConnectPortsLimitTCP(t *testing.T) {
 	if !strings.Contains(out, "allowed-ok") || strings.Contains(out, "other-ok") || strings.Contains(out, "bind-ok") {
 		t.Fatalf("want only the listed port reached and no bind:\n%s", out)
 	}
-	if allowed.Load() != 1 || other.Load() != 0 {
-		t.Fatalf("connections: listed port %d, other port %d", allowed.Load(), other.Load())
+	if allowed.Accepted.Load() != 1 || other.Accepted.Load() != 0 {
+		t.Fatalf("connections: listed port %d, other port %d", allowed.Accepted.Load(), other.Accepted.Load())
 	}
 	_, err := sb.Run(testCtx(t), &Spec{Args: []string{"true"}, Dir: t.TempDir(), ConnectPorts: []int{pa}})
 	if !errors.Is(err, ErrInvalidSpec) {

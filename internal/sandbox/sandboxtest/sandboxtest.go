@@ -2,9 +2,12 @@
 package sandboxtest
 
 import (
+	"net"
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"testing"
 )
 
 // HostPID finds, among the host's processes, the one that a boxed session
@@ -38,4 +41,36 @@ func HostPID(pid int, workspace string) (hostPID int, ok bool) {
 		}
 	}
 	return 0, false
+}
+
+// HostListener is a TCP listener of the host's on 127.0.0.1, standing in
+// for a host service a box must or must not reach: it answers every
+// connection with reply and closes it, and counts the connections.
+type HostListener struct {
+	Addr     string // 127.0.0.1:port
+	Port     int
+	Accepted atomic.Int64
+}
+
+// ListenHost starts a HostListener, closed when the test ends.
+func ListenHost(t testing.TB, reply string) *HostListener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	h := &HostListener{Addr: ln.Addr().String(), Port: ln.Addr().(*net.TCPAddr).Port}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			h.Accepted.Add(1)
+			_, _ = c.Write([]byte(reply)) // a client gone first is no failure here
+			c.Close()
+		}
+	}()
+	return h
 }
