@@ -256,8 +256,8 @@ func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []stri
 		if fr.ExitCode != 0 {
 			view := out.Finish()
 			if refused != "" {
-				return nil, capability.Errorf(capability.PermissionDenied, "pip could not fetch %s (pip download exit_code=%d): %s",
-					strings.Join(reqs, " "), fr.ExitCode, refused)
+				return nil, capability.Errorf(capability.PermissionDenied, "pip could not fetch %s (pip download exit_code=%d%s): %s; pip said: %s",
+					strings.Join(reqs, " "), fr.ExitCode, timedOut(fr.Exit), refused, pipReason(view.Text))
 			}
 			return nil, capability.Errorf(capability.NotFound, "pip could not fetch %s (pip download exit_code=%d%s): %s",
 				strings.Join(reqs, " "), fr.ExitCode, timedOut(fr.Exit), pipReason(view.Text))

@@ -16,14 +16,16 @@
 // as anyone on the host can from 127/8 — can fill the slots, but cannot
 // keep an authenticated client out: that client's connection is the
 // newest, and once its first request authenticates (Handler marks it,
-// Conn.Trust) it is not evicted for an unauthenticated one.
+// Conn.Trust) it is not evicted for an unauthenticated one while it is
+// at work (see EvictIdle for one idle between requests).
 //
 // With Options.EvictIdle as well, a token holder cannot keep others out
 // by holding authenticated keep-alive connections that do nothing: when
 // no pending connection is left to take, a new connection takes the slot
 // of the trusted connection that has been idle between requests the
 // longest (of its peer, or of anyone when the total is reached), which is
-// closed, as the server's IdleTimeout would close it. NewServer's server
+// closed, as the server's IdleTimeout would close it; the newcomer may be
+// one that has not authenticated yet. NewServer's server
 // reports the idle state (Conn.SetIdle). A connection with a request in
 // flight, or hijacked (a WebSocket), is never evicted: only when every
 // slot is held by a trusted connection at work is a new one refused.
