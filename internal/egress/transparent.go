@@ -1,0 +1,883 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Bounds of the transparent proxy.
+const (
+	PeekTimeout       = 5 * time.Second  // for a client's first bytes, when its name is checked
+	TransparentIdle   = 10 * time.Minute // with no byte either way
+	MaxConnsPerBox    = 256              // concurrent connections of one Serve
+	ResolveTimeout    = 10 * time.Second
+	ip6tSOOriginalDst = 80 // IP6T_SO_ORIGINAL_DST, at level SOL_IPV6
+)
+
+// FakeNet holds the addresses the box's DNS answers, each standing for
+// a name (NameMap).
+var FakeNet = netip.MustParsePrefix("198.18.0.0/15")
+
+// NameMap is what the box's DNS answered: the name a fake address
+// stands for.
+type NameMap interface {
+	Name(netip.Addr) (string, bool)
+}
+
+// Event is one connection of a box, allowed or refused.
+type Event struct {
+	Box      string
+	Dest     string // name:port or addr:port as the box asked
+	Addr     string // the real address dialed, if any
+	Decision string // "allowed" | "denied"
+	Rule     string // the rule that decided, or "internet"
+	Reason   string // why denied (or why an allowed connection ended early)
+	BytesOut int64  // box to destination
+	BytesIn  int64  // destination to box
+	Start    time.Time
+	Duration time.Duration
+}
+
+// Decisions of an Event.
+const (
+	Allowed = "allowed"
+	Denied  = "denied"
+)
+
+// TransparentOptions configure a Transparent.
+type TransparentOptions struct {
+	// Trusted are operator exceptions: "host:port" (as Options.Trusted:
+	// dialed whatever they resolve to) and CIDRs ("10.1.2.0/24") whose
+	// addresses are allowed despite Class and Own. They do not lift the
+	// policy's rules.
+	Trusted []string
+	// Resolve resolves a host name; nil is the system's resolver.
+	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	// Own are the server's own addresses: always refused unless Trusted.
+	Own func() []netip.Addr
+	// Log is called once per connection when it ends or is refused.
+	Log func(Event)
+	// OriginalDst is where a redirected connection was headed; nil is
+	// the package's OriginalDst (tests set it).
+	OriginalDst func(net.Conn) (netip.AddrPort, error)
+	// Dial connects to a checked address; nil is a net.Dialer's.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Transparent relays the connections nftables redirected out of boxes'
+// network namespaces to the destinations their policies allow.
+type Transparent struct {
+	o           TransparentOptions
+	trusted     map[string]bool
+	trustedNets []netip.Prefix
+	origDst     func(net.Conn) (netip.AddrPort, error)
+	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
+	resolve     func(ctx context.Context, host string) ([]netip.Addr, error)
+	idle        time.Duration // TransparentIdle; tests shorten it
+	peekTimeout time.Duration // PeekTimeout; tests shorten it
+	maxConns    int32         // MaxConnsPerBox; tests lower it
+	// chunked copies in 1 MiB chunks under read deadlines instead of
+	// splicing under a TCP_INFO watcher (BenchmarkTransparentCopy
+	// compares the two).
+	chunked bool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	lns    map[net.Listener]struct{}
+	conns  map[net.Conn]struct{}
+}
+
+// NewTransparent is a Transparent with no listener yet (Serve).
+func NewTransparent(o TransparentOptions) *Transparent {
+	t := &Transparent{o: o, trusted: map[string]bool{}, origDst: o.OriginalDst, dial: o.Dial, resolve: o.Resolve,
+		idle: TransparentIdle, peekTimeout: PeekTimeout, maxConns: MaxConnsPerBox, lns: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}
+	for _, s := range o.Trusted {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			t.trustedNets = append(t.trustedNets, p.Masked())
+		} else if a, err := netip.ParseAddr(s); err == nil {
+			t.trustedNets = append(t.trustedNets, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+		} else if k, ok := key(s); ok {
+			t.trusted[k] = true
+		}
+	}
+	if t.origDst == nil {
+		t.origDst = OriginalDst
+	}
+	if t.dial == nil {
+		var d net.Dialer
+		t.dial = d.DialContext
+	}
+	if t.resolve == nil {
+		t.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	return t
+}
+
+// Serve accepts the box's redirected connections on ln until ln is
+// closed or t is closed. names maps the box's fake addresses to names;
+// policy is read at each new connection (a policy change applies to the
+// next connection).
+func (t *Transparent) Serve(ln net.Listener, box string, names NameMap, policy func() *Policy) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		ln.Close()
+		return
+	}
+	t.lns[ln] = struct{}{}
+	t.wg.Add(1)
+	t.mu.Unlock()
+	defer t.wg.Done()
+	defer func() {
+		t.mu.Lock()
+		delete(t.lns, ln)
+		t.mu.Unlock()
+	}()
+	var active atomic.Int32
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || t.ctx.Err() != nil {
+				return
+			}
+			select { // EMFILE and the like: the next connection may fare better
+			case <-time.After(10 * time.Millisecond):
+			case <-t.ctx.Done():
+				return
+			}
+			continue
+		}
+		if active.Add(1) > t.maxConns {
+			active.Add(-1)
+			refuse(c)
+			t.log(Event{Box: box, Decision: Denied, Reason: "too many connections", Start: time.Now()})
+			continue
+		}
+		if !t.track(c, true) {
+			c.Close()
+			return
+		}
+		go func() {
+			defer t.wg.Done()
+			defer active.Add(-1)
+			defer t.untrack(c)
+			defer c.Close()
+			t.handle(c, box, names, policy)
+		}()
+	}
+}
+
+// Close stops every Serve, cuts every connection and waits for their
+// ends.
+func (t *Transparent) Close() error {
+	t.mu.Lock()
+	t.closed = true
+	for ln := range t.lns {
+		ln.Close()
+	}
+	for c := range t.conns {
+		c.Close()
+	}
+	t.conns = map[net.Conn]struct{}{}
+	t.mu.Unlock()
+	t.cancel()
+	t.wg.Wait()
+	return nil
+}
+
+// track adds c to the connections Close cuts (and, with wait, one to
+// the goroutines it waits for), or is false once closed.
+func (t *Transparent) track(c net.Conn, wait bool) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.conns[c] = struct{}{}
+	if wait {
+		t.wg.Add(1)
+	}
+	return true
+}
+
+func (t *Transparent) untrack(c net.Conn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.conns, c)
+}
+
+func (t *Transparent) log(e Event) {
+	if t.o.Log != nil {
+		t.o.Log(e)
+	}
+}
+
+// refuse closes c with a reset, so the box's program fails at once.
+func refuse(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	c.Close()
+}
+
+// handle is one redirected connection: its destination decided,
+// checked, dialed and relayed.
+func (t *Transparent) handle(c net.Conn, box string, names NameMap, policy func() *Policy) {
+	ev := &Event{Box: box, Start: time.Now(), Decision: Denied}
+	defer func() {
+		ev.Duration = time.Since(ev.Start)
+		t.log(*ev)
+	}()
+	deny := func(r *Rule, reason string) {
+		ev.Decision, ev.Reason, ev.Rule = Denied, reason, ""
+		if r != nil {
+			ev.Rule = r.String()
+		}
+		refuse(c)
+	}
+	dst, err := t.origDst(c)
+	if err != nil || !dst.IsValid() || isLocal(c, dst) {
+		deny(nil, "not redirected")
+		return
+	}
+	a, port := dst.Addr().Unmap().WithZone(""), int(dst.Port())
+	ev.Dest = netip.AddrPortFrom(a, dst.Port()).String()
+	var name string
+	if FakeNet.Contains(a) {
+		n, ok := "", false
+		if names != nil {
+			n, ok = names.Name(a)
+		}
+		if !ok {
+			deny(nil, "unknown address")
+			return
+		}
+		name = strings.ToLower(strings.TrimSuffix(n, "."))
+		ev.Dest = sanitize(net.JoinHostPort(name, strconv.Itoa(port)))
+	}
+	var pol *Policy
+	if policy != nil {
+		pol = policy()
+	}
+	var addrs []netip.Addr
+	if name != "" {
+		ok, r, reason := pol.decideName(name, port)
+		if !ok {
+			deny(r, ruleReason(r, reason))
+			return
+		}
+		ev.Rule = ruleOr(r, reason)
+		ctx, cancel := context.WithTimeout(t.ctx, ResolveTimeout)
+		res, err := t.resolve(ctx, name)
+		cancel()
+		if err != nil {
+			deny(nil, "cannot resolve the name")
+			return
+		}
+		var why string
+		if addrs, r, why = t.check(res, net.JoinHostPort(name, strconv.Itoa(port)), port, pol, true); len(addrs) == 0 {
+			if why == "" {
+				why = "the name has no address"
+			}
+			deny(r, why)
+			return
+		}
+	} else {
+		ok, r, reason := pol.decideAddr(a, port)
+		if !ok {
+			deny(r, ruleReason(r, reason))
+			return
+		}
+		ev.Rule = ruleOr(r, reason)
+		var why string
+		if addrs, r, why = t.check([]netip.Addr{a}, ev.Dest, port, pol, false); len(addrs) == 0 {
+			deny(r, why)
+			return
+		}
+	}
+
+	var first []byte
+	kind := "opaque"
+	if name != "" && (pol.Mode == ModeRules || pol.denyNames()) {
+		var why string
+		if first, kind, why = t.peek(c, name, port); why != "" {
+			deny(nil, why)
+			return
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(t.ctx, DialTimeout)
+	var up net.Conn
+	for _, ad := range addrs {
+		hp := net.JoinHostPort(ad.String(), strconv.Itoa(port))
+		if up, err = t.dial(ctx, "tcp", hp); err == nil {
+			ev.Addr = hp
+			break
+		}
+	}
+	cancel()
+	if up == nil {
+		ev.Decision, ev.Reason = Allowed, "could not connect"
+		refuse(c)
+		return
+	}
+	if !t.track(up, false) {
+		up.Close()
+		return
+	}
+	defer t.untrack(up)
+	defer up.Close()
+	ev.Decision = Allowed
+	t.relay(c, up, first, kind, name, ev)
+}
+
+func ruleOr(r *Rule, reason string) string {
+	if r != nil {
+		return r.String()
+	}
+	return reason
+}
+
+func ruleReason(r *Rule, reason string) string {
+	if r != nil {
+		return "deny rule " + r.String()
+	}
+	return reason
+}
+
+// isLocal is whether dst is c's own local address: a connection to the
+// listener itself, which conntrack reports as its own original
+// destination.
+func isLocal(c net.Conn, dst netip.AddrPort) bool {
+	la, ok := c.LocalAddr().(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	l := la.AddrPort()
+	return l.Addr().Unmap() == dst.Addr().Unmap() && l.Port() == dst.Port()
+}
+
+// check keeps the addresses of addrs the box may reach at port: none a
+// deny rule's prefix holds, and, unless the operator trusts dest
+// (host:port) or the address, none Class refuses nor the server's own.
+// With none left, r or why say why.
+func (t *Transparent) check(addrs []netip.Addr, dest string, port int, pol *Policy, resolved bool) (ok []netip.Addr, r *Rule, why string) {
+	k, _ := key(dest)
+	var own []netip.Addr
+	if t.o.Own != nil {
+		own = t.o.Own()
+	}
+	prefix := ""
+	if resolved {
+		prefix = "resolves to "
+	}
+	for _, a := range addrs {
+		a = a.Unmap().WithZone("")
+		if dr := pol.denyAddr(a, port); dr != nil {
+			r, why = dr, prefix+"an address of deny rule "+dr.String()
+			continue
+		}
+		trusted := t.trusted[k]
+		for _, p := range t.trustedNets {
+			trusted = trusted || p.Contains(a)
+		}
+		if !trusted {
+			if cl := Class(a); cl != "" {
+				r, why = nil, prefix+article(cl)+" address"
+				continue
+			}
+			mine := false
+			for _, o := range own {
+				mine = mine || o.Unmap().WithZone("") == a
+			}
+			if mine {
+				r, why = nil, prefix+"an address of the server"
+				continue
+			}
+		}
+		ok = append(ok, a)
+	}
+	if len(ok) > 0 {
+		return ok, nil, ""
+	}
+	return nil, r, why
+}
+
+func article(class string) string {
+	if strings.HasPrefix(class, "unspecified") {
+		return "an " + class
+	}
+	return "a " + class
+}
+
+// peek reads the client's first bytes (at most maxPeek, within the peek
+// timeout) and checks the name they carry against name: a TLS
+// ClientHello's SNI or an HTTP request's Host. kind is "tls", "http",
+// "opaque" (another protocol, on a port other than 80 and 443) or
+// "none" (nothing sent: a server-speaks-first protocol). why is set
+// when the connection is refused.
+func (t *Transparent) peek(c net.Conn, name string, port int) (buf []byte, kind, why string) {
+	_ = c.SetReadDeadline(time.Now().Add(t.peekTimeout))
+	defer c.SetReadDeadline(time.Time{})
+	web := port == 80 || port == 443
+	buf = make([]byte, 0, 2048)
+	for {
+		kind, done, why := classify(buf, name, web)
+		if why != "" || done {
+			return buf, kind, why
+		}
+		if len(buf) >= maxPeek {
+			return nil, "", fmt.Sprintf("first %s bytes too large to check", kind)
+		}
+		if len(buf) == cap(buf) {
+			buf = append(buf, make([]byte, min(cap(buf), maxPeek-len(buf)))...)[:len(buf)]
+		}
+		n, err := c.Read(buf[len(buf):min(cap(buf), maxPeek)])
+		buf = buf[:len(buf)+n]
+		if err != nil && n == 0 {
+			switch {
+			case len(buf) > 0:
+				return nil, "", "incomplete " + kind + " start within " + t.peekTimeout.String()
+			case web:
+				return nil, "", "sent nothing to check within " + t.peekTimeout.String() + " on port " + strconv.Itoa(port)
+			case errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, io.EOF):
+				return nil, "none", ""
+			default:
+				return nil, "", "read error"
+			}
+		}
+	}
+}
+
+// classify looks at the first bytes b of a connection to name: done
+// once the name they carry is checked (or there is none to check), why
+// when refused; neither when more bytes are needed.
+func classify(b []byte, name string, web bool) (kind string, done bool, why string) {
+	if len(b) == 0 {
+		return "TLS or HTTP", false, ""
+	}
+	if b[0] == 0x16 {
+		h, err := parseClientHello(b)
+		switch {
+		case errors.Is(err, errNeedMore):
+			return "TLS", false, ""
+		case err != nil:
+			return "tls", false, err.Error()
+		case h.ech:
+			return "tls", false, "encrypted ClientHello hides the name"
+		case h.hasSNI && !strings.EqualFold(strings.TrimSuffix(h.sni, "."), name):
+			return "tls", false, "SNI " + sanitize(truncate(h.sni, 100)) + " differs from name " + sanitize(name)
+		}
+		return "tls", true, ""
+	}
+	switch looksHTTP(b) {
+	case 0:
+		i := bytes.Index(b, []byte("\n\r\n"))
+		j := bytes.Index(b, []byte("\n\n"))
+		if i < 0 && j < 0 {
+			return "HTTP", false, ""
+		}
+		if _, why := checkRequest(b, name); why != "" {
+			return "http", false, why
+		}
+		return "http", true, ""
+	case 1:
+		return "HTTP", false, ""
+	}
+	if web {
+		return "", false, "neither TLS nor HTTP on a web port"
+	}
+	return "opaque", true, ""
+}
+
+// looksHTTP is 0 when b starts with a request method and a space, 1
+// when it may yet, 2 when it does not.
+func looksHTTP(b []byte) int {
+	for i, c := range b {
+		switch {
+		case c == ' ' && i > 0:
+			return 0
+		case c < 'A' || c > 'Z' || i >= 16:
+			return 2
+		}
+	}
+	return 1
+}
+
+// checkRequest parses the request head at the start of b and checks
+// its Host (and an absolute-form target's host) is name.
+func checkRequest(b []byte, name string) (*http.Request, string) {
+	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(b)))
+	if err != nil {
+		return nil, "malformed HTTP request"
+	}
+	// ReadRequest keeps one Host; count them in the head itself, and
+	// refuse folded lines, which servers read differently.
+	hosts := 0
+	for _, l := range bytes.Split(b, []byte("\n"))[1:] {
+		l = bytes.TrimSuffix(l, []byte("\r"))
+		if len(l) == 0 {
+			break
+		}
+		if l[0] == ' ' || l[0] == '\t' {
+			return nil, "folded HTTP header"
+		}
+		if k, _, ok := bytes.Cut(l, []byte(":")); ok && strings.EqualFold(strings.TrimSpace(string(k)), "Host") {
+			hosts++
+		}
+	}
+	if hosts > 1 {
+		return nil, "several Host headers"
+	}
+	for _, h := range []string{req.Host, req.URL.Host} {
+		if h == "" && hosts == 1 {
+			continue
+		}
+		if hh := hostOnly(h); hh != name {
+			return nil, "Host " + sanitize(truncate(hh, 100)) + " differs from name " + sanitize(name)
+		}
+	}
+	return req, ""
+}
+
+func hostOnly(h string) string {
+	if hh, _, err := net.SplitHostPort(h); err == nil {
+		h = hh
+	}
+	return strings.ToLower(strings.TrimSuffix(strings.Trim(h, "[]"), "."))
+}
+
+// relay copies both ways until both ends are done, half-closing each
+// way as it ends, and counts the bytes. first are the bytes peeked off
+// c; with kind "http", every request from c is checked to name name.
+func (t *Transparent) relay(c, up net.Conn, first []byte, kind, name string, ev *Event) {
+	var out, in int64
+	var why atomic.Pointer[string] // the first reason the relay was cut
+	var refused atomic.Bool        // by a later request's check
+	cut := func(reason string) {
+		if reason != "" {
+			why.CompareAndSwap(nil, &reason)
+		}
+		c.Close()
+		up.Close()
+	}
+	var activity atomic.Int64 // chunked mode: the last progress either way
+	activity.Store(time.Now().UnixNano())
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		var err error
+		if kind == "http" {
+			out, err = relayHTTP(up, bufio.NewReaderSize(io.MultiReader(bytes.NewReader(first), c), 32<<10), name)
+		} else {
+			var n int
+			if n, err = up.Write(first); err == nil {
+				out, err = t.copy(up, c, &activity)
+			}
+			out += int64(n)
+		}
+		var fr frontingError
+		switch {
+		case errors.As(err, &fr):
+			refused.Store(true)
+			cut(string(fr))
+		case err != nil:
+			cut("")
+		default:
+			closeWrite(up)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		var err error
+		in, err = t.copy(c, up, &activity)
+		if err != nil {
+			cut("")
+		} else {
+			closeWrite(c)
+		}
+	}()
+	if !t.chunked {
+		go t.watch(c, up, done, cut)
+	}
+	wg.Wait()
+	close(done)
+	ev.BytesOut, ev.BytesIn = out, in
+	if p := why.Load(); p != nil && *p != "" {
+		ev.Reason = *p
+	}
+	if refused.Load() {
+		ev.Decision = Denied
+	}
+}
+
+// copy copies src to dst until src's end: with splice(2) through
+// TCPConn.ReadFrom, or (chunked) in 1 MiB chunks under read deadlines.
+func (t *Transparent) copy(dst, src net.Conn, activity *atomic.Int64) (int64, error) {
+	if !t.chunked {
+		if tc, ok := dst.(*net.TCPConn); ok {
+			return tc.ReadFrom(src)
+		}
+		return io.Copy(dst, src)
+	}
+	var total int64
+	for {
+		_ = src.SetReadDeadline(time.Now().Add(t.idle))
+		n, err := io.CopyN(dst, src, 1<<20)
+		total += n
+		if n > 0 {
+			activity.Store(time.Now().UnixNano())
+		}
+		switch {
+		case err == io.EOF:
+			return total, nil
+		case errors.Is(err, os.ErrDeadlineExceeded) && time.Since(time.Unix(0, activity.Load())) < t.idle:
+			continue // the other way is busy
+		case err != nil:
+			return total, err
+		}
+	}
+}
+
+// watch cuts c and up after t.idle with no byte either way, as the
+// kernel counts them (TCP_INFO), which splice(2) leaves alone.
+func (t *Transparent) watch(c, up net.Conn, done <-chan struct{}, cut func(string)) {
+	tick := time.NewTicker(max(t.idle/10, time.Millisecond))
+	defer tick.Stop()
+	last, since := tcpBytes(c)+tcpBytes(up), time.Now()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		if n := tcpBytes(c) + tcpBytes(up); n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) >= t.idle {
+			cut("idle")
+			return
+		}
+	}
+}
+
+// tcpBytes is what c's socket received and had acknowledged, or 0.
+func tcpBytes(c net.Conn) uint64 {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return 0
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	_ = rc.Control(func(fd uintptr) {
+		if ti, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
+			n = ti.Bytes_received + ti.Bytes_acked
+		}
+	})
+	return n
+}
+
+// frontingError is a later request on a checked connection that names
+// another host.
+type frontingError string
+
+func (e frontingError) Error() string { return string(e) }
+
+// relayHTTP forwards the requests read from br to up as they are, each
+// checked to name name (Host), their bodies by Content-Length or
+// chunked, until br's end. After a CONNECT or an Upgrade the rest is
+// copied as is.
+func relayHTTP(up io.Writer, br *bufio.Reader, name string) (int64, error) {
+	var total int64
+	for {
+		head, err := readHead(br)
+		if err == io.EOF && len(head) == 0 {
+			return total, nil
+		}
+		if err != nil {
+			return total, frontingError("malformed HTTP request")
+		}
+		req, why := checkRequest(head, name)
+		if why != "" {
+			return total, frontingError(why)
+		}
+		n, err := up.Write(head)
+		total += int64(n)
+		if err != nil {
+			return total, err
+		}
+		var m int64
+		switch {
+		case len(req.TransferEncoding) > 0:
+			m, err = copyChunked(up, br)
+		case req.ContentLength > 0:
+			m, err = io.CopyN(up, br, req.ContentLength)
+		}
+		total += m
+		if err != nil {
+			return total, err
+		}
+		if req.Method == http.MethodConnect || req.Header.Get("Upgrade") != "" {
+			m, err = io.Copy(up, br)
+			return total + m, err
+		}
+	}
+}
+
+// readHead reads a request's line and headers, up to the blank line,
+// at most MaxHeaderBytes.
+func readHead(br *bufio.Reader) ([]byte, error) {
+	var head []byte
+	for {
+		line, err := br.ReadSlice('\n')
+		head = append(head, line...)
+		if len(head) > MaxHeaderBytes {
+			return head, errors.New("request head too large")
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if err != nil {
+			if err == io.EOF && len(head) > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return head, err
+		}
+		if string(line) == "\r\n" || string(line) == "\n" {
+			return head, nil
+		}
+	}
+}
+
+// copyChunked copies a chunked body as it is: chunks, the last chunk
+// and the trailer.
+func copyChunked(w io.Writer, br *bufio.Reader) (int64, error) {
+	var total int64
+	line := func() ([]byte, error) {
+		l, err := br.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			return nil, errors.New("chunk line too long")
+		}
+		if err != nil {
+			return nil, err
+		}
+		n, err := w.Write(l)
+		total += int64(n)
+		return l, err
+	}
+	for {
+		l, err := line()
+		if err != nil {
+			return total, err
+		}
+		hex, _, _ := strings.Cut(strings.TrimRight(string(l), "\r\n"), ";")
+		size, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 62)
+		if err != nil {
+			return total, frontingError("malformed chunked body")
+		}
+		if size == 0 {
+			for {
+				l, err := line()
+				if err != nil {
+					return total, err
+				}
+				if string(l) == "\r\n" || string(l) == "\n" {
+					return total, nil
+				}
+			}
+		}
+		n, err := io.CopyN(w, br, int64(size))
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if l, err = line(); err != nil {
+			return total, err
+		} else if string(l) != "\r\n" && string(l) != "\n" {
+			return total, frontingError("malformed chunked body")
+		}
+	}
+}
+
+// OriginalDst is where the redirected connection c was headed before
+// nftables redirected it: getsockopt SO_ORIGINAL_DST (IPv4) or
+// IP6T_SO_ORIGINAL_DST (IPv6) on its socket.
+func OriginalDst(c net.Conn) (netip.AddrPort, error) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return netip.AddrPort{}, errors.New("not a socket")
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	var ap netip.AddrPort
+	var oerr error
+	v4 := true
+	if la, ok := c.LocalAddr().(*net.TCPAddr); ok && la.IP.To4() == nil {
+		v4 = false
+	}
+	cerr := rc.Control(func(fd uintptr) {
+		if v4 {
+			var sa unix.RawSockaddrInet4
+			l := uint32(unsafe.Sizeof(sa))
+			if oerr = getsockopt(int(fd), unix.SOL_IP, unix.SO_ORIGINAL_DST, unsafe.Pointer(&sa), &l); oerr == nil {
+				ap = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), ntohs(sa.Port))
+			}
+			return
+		}
+		var sa unix.RawSockaddrInet6
+		l := uint32(unsafe.Sizeof(sa))
+		if oerr = getsockopt(int(fd), unix.SOL_IPV6, ip6tSOOriginalDst, unsafe.Pointer(&sa), &l); oerr == nil {
+			ap = netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), ntohs(sa.Port))
+		}
+	})
+	if cerr != nil {
+		return netip.AddrPort{}, cerr
+	}
+	if oerr != nil {
+		return netip.AddrPort{}, fmt.Errorf("original destination: %w", oerr)
+	}
+	return ap, nil
+}
+
+func getsockopt(fd, level, opt int, p unsafe.Pointer, l *uint32) error {
+	_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(p), uintptr(unsafe.Pointer(l)), 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func ntohs(p uint16) uint16 {
+	b := (*[2]byte)(unsafe.Pointer(&p))
+	return uint16(b[0])<<8 | uint16(b[1])
+}
