@@ -713,8 +713,11 @@ func (e frontingError) Error() string { return string(e) }
 
 // relayHTTP forwards the requests read from br to up as they are, each
 // checked to name name (Host), their bodies by Content-Length or
-// chunked, until br's end. After a CONNECT or an Upgrade the rest is
-// copied as is.
+// chunked, until br's end. CONNECT is refused (the destination could be
+// a proxy to anywhere). After an Upgrade request the rest is copied as
+// is once the client sends binary (a WebSocket frame); text that follows
+// is read as the next request, since a server that refused the upgrade
+// reads it so.
 func relayHTTP(up io.Writer, br *bufio.Reader, name string) (int64, error) {
 	var total int64
 	for {
@@ -728,6 +731,9 @@ func relayHTTP(up io.Writer, br *bufio.Reader, name string) (int64, error) {
 		req, why := checkRequest(head, name)
 		if why != "" {
 			return total, frontingError(why)
+		}
+		if req.Method == http.MethodConnect {
+			return total, frontingError("CONNECT request")
 		}
 		n, err := up.Write(head)
 		total += int64(n)
@@ -745,11 +751,26 @@ func relayHTTP(up io.Writer, br *bufio.Reader, name string) (int64, error) {
 		if err != nil {
 			return total, err
 		}
-		if req.Method == http.MethodConnect || req.Header.Get("Upgrade") != "" {
-			m, err = io.Copy(up, br)
-			return total + m, err
+		if req.Header.Get("Upgrade") != "" {
+			next, err := br.Peek(1)
+			if err == io.EOF {
+				return total, nil
+			} else if err != nil {
+				return total, err
+			}
+			if binary(next[0]) {
+				m, err = io.Copy(up, br)
+				return total + m, err
+			}
 		}
 	}
+}
+
+// binary is whether a first byte b is no HTTP's: neither text nor
+// the CR and LF a server skips before a request (a client's WebSocket
+// frame starts with 0x80-0x8f, or 0x00-0x02 when fragmented).
+func binary(b byte) bool {
+	return b < 0x20 && b != '\r' && b != '\n' && b != '\t' || b >= 0x7f
 }
 
 // readHead reads a request's line and headers, up to the blank line,

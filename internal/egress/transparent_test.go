@@ -455,6 +455,17 @@ func TestTransparentHTTPHost(t *testing.T) {
 	var mu sync.Mutex
 	var hosts []string
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") == "echo" {
+			c, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+			brw.Flush()
+			io.Copy(c, brw)
+			return
+		}
 		body, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		hosts = append(hosts, r.Host)
@@ -465,11 +476,14 @@ func TestTransparentHTTPHost(t *testing.T) {
 	p := port(s.Listener.Addr().String())
 	b := newBox(t, TransparentOptions{Trusted: []string{"127.0.0.0/8"}, Resolve: names("", "127.0.0.1")},
 		mustPolicy(t, ModeRules, []string{"web.test"}, nil), nil)
-	exchange := func(reqs string) (string, Event) {
+	exchange := func(reqs string, closeWrite ...bool) (string, Event) {
 		c := b.dial("web.test:" + p)
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 		go func() {
 			io.WriteString(c, reqs)
+			if len(closeWrite) > 0 {
+				c.CloseWrite()
+			}
 		}()
 		resp, _ := io.ReadAll(c)
 		c.Close()
@@ -488,7 +502,18 @@ func TestTransparentHTTPHost(t *testing.T) {
 	if e.Decision != Denied || e.Reason != "Host evil.test differs from name web.test" || strings.Count(resp, "HTTP/1.1 200") > 1 {
 		t.Errorf("second Host differs: %q %+v", resp, e)
 	}
+	// Upgraded: binary goes through as is; a request after an upgrade
+	// the server refused is checked.
+	resp, e = exchange("GET /ws HTTP/1.1\r\n"+h+"Connection: Upgrade\r\nUpgrade: echo\r\n\r\n\x82\x00GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n", true)
+	if !strings.HasPrefix(resp, "HTTP/1.1 101") || !strings.HasSuffix(resp, "\r\n\r\n\x82\x00GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n") || e.Decision != Allowed {
+		t.Errorf("upgraded: %q %+v", resp, e)
+	}
+	resp, e = exchange("GET /1 HTTP/1.1\r\n" + h + "Upgrade: refused\r\n\r\n\r\nGET /2 HTTP/1.1\r\nHost: evil.test\r\n\r\n")
+	if e.Decision != Denied || strings.Count(resp, "HTTP/1.1 200") > 1 {
+		t.Errorf("after a refused upgrade: %q %+v", resp, e)
+	}
 	for _, r := range []string{
+		"CONNECT evil.test:443 HTTP/1.1\r\n" + h + "\r\n",
 		"GET http://evil.test/ HTTP/1.1\r\n" + h + "\r\n",
 		"GET / HTTP/1.1\r\n" + h + "Host: evil.test\r\n\r\n",
 		"GET / HTTP/1.0\r\n\r\n",
@@ -500,7 +525,7 @@ func TestTransparentHTTPHost(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(hosts) > 4 {
+	if len(hosts) > 5 {
 		t.Errorf("origin saw %q", hosts)
 	}
 	for _, x := range hosts {
