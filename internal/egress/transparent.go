@@ -866,19 +866,32 @@ func OriginalDst(c net.Conn) (netip.AddrPort, error) {
 	if la, ok := c.LocalAddr().(*net.TCPAddr); ok && la.IP.To4() == nil {
 		v4 = false
 	}
-	cerr := rc.Control(func(fd uintptr) {
-		if v4 {
-			var sa unix.RawSockaddrInet4
-			l := uint32(unsafe.Sizeof(sa))
-			if oerr = getsockopt(int(fd), unix.SOL_IP, unix.SO_ORIGINAL_DST, unsafe.Pointer(&sa), &l); oerr == nil {
-				ap = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), ntohs(sa.Port))
-			}
-			return
+	// The family of the connection first (an IPv4 one may arrive on a
+	// dual-stack IPv6 socket), then the other.
+	get4 := func(fd int) error {
+		var sa unix.RawSockaddrInet4
+		l := uint32(unsafe.Sizeof(sa))
+		err := getsockopt(fd, unix.SOL_IP, unix.SO_ORIGINAL_DST, unsafe.Pointer(&sa), &l)
+		if err == nil {
+			ap = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), ntohs(sa.Port))
 		}
+		return err
+	}
+	get6 := func(fd int) error {
 		var sa unix.RawSockaddrInet6
 		l := uint32(unsafe.Sizeof(sa))
-		if oerr = getsockopt(int(fd), unix.SOL_IPV6, ip6tSOOriginalDst, unsafe.Pointer(&sa), &l); oerr == nil {
+		err := getsockopt(fd, unix.SOL_IPV6, ip6tSOOriginalDst, unsafe.Pointer(&sa), &l)
+		if err == nil {
 			ap = netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), ntohs(sa.Port))
+		}
+		return err
+	}
+	if !v4 {
+		get4, get6 = get6, get4
+	}
+	cerr := rc.Control(func(fd uintptr) {
+		if oerr = get4(int(fd)); oerr != nil && get6(int(fd)) == nil {
+			oerr = nil
 		}
 	})
 	if cerr != nil {

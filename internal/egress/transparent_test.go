@@ -798,3 +798,34 @@ func BenchmarkTransparentCopy(b *testing.B) {
 		})
 	}
 }
+
+// TestOriginalDstUnredirected: a connection nftables did not redirect
+// has no original destination but its own address (conntrack's answer)
+// or none at all; either is "not redirected" to the proxy.
+func TestOriginalDstUnredirected(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+			defer c.Close()
+			c.Read(make([]byte, 1))
+		}
+	}()
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if ap, err := OriginalDst(c); err == nil && !isLocal(c, ap) {
+		t.Errorf("OriginalDst of an unredirected connection: %v", ap)
+	}
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if _, err := OriginalDst(a); err == nil {
+		t.Error("OriginalDst of a pipe")
+	}
+}
