@@ -31,6 +31,13 @@ const (
 	ip6tSOOriginalDst = 80 // IP6T_SO_ORIGINAL_DST, at level SOL_IPV6
 )
 
+// How the relay copies (Transparent.copyMode).
+const (
+	copySplice   = iota // TCPConn.ReadFrom: splice(2), the TCP_INFO watcher for idleness
+	copyInChunks        // splice in 1 MiB chunks under read deadlines
+	copyBuffered        // read and write through a 32 KiB buffer, the TCP_INFO watcher
+)
+
 // FakeNet holds the addresses the box's DNS answers, each standing for
 // a name (NameMap).
 var FakeNet = netip.MustParsePrefix("198.18.0.0/15")
@@ -93,10 +100,9 @@ type Transparent struct {
 	idle        time.Duration // TransparentIdle; tests shorten it
 	peekTimeout time.Duration // PeekTimeout; tests shorten it
 	maxConns    int32         // MaxConnsPerBox; tests lower it
-	// chunked copies in 1 MiB chunks under read deadlines instead of
-	// splicing under a TCP_INFO watcher (BenchmarkTransparentCopy
-	// compares the two).
-	chunked bool
+	// copyMode is how relay copies: copySplice in production;
+	// BenchmarkTransparentCopy compares the others.
+	copyMode int
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -623,7 +629,7 @@ func (t *Transparent) relay(c, up net.Conn, first []byte, kind, name string, ev 
 			closeWrite(c)
 		}
 	}()
-	if !t.chunked {
+	if t.copyMode != copyInChunks {
 		go t.watch(c, up, done, cut)
 	}
 	wg.Wait()
@@ -638,13 +644,16 @@ func (t *Transparent) relay(c, up net.Conn, first []byte, kind, name string, ev 
 }
 
 // copy copies src to dst until src's end: with splice(2) through
-// TCPConn.ReadFrom, or (chunked) in 1 MiB chunks under read deadlines.
+// TCPConn.ReadFrom (or as copyMode says).
 func (t *Transparent) copy(dst, src net.Conn, activity *atomic.Int64) (int64, error) {
-	if !t.chunked {
+	switch t.copyMode {
+	case copySplice:
 		if tc, ok := dst.(*net.TCPConn); ok {
 			return tc.ReadFrom(src)
 		}
 		return io.Copy(dst, src)
+	case copyBuffered:
+		return io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, make([]byte, 32<<10))
 	}
 	var total int64
 	for {

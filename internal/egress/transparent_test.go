@@ -748,14 +748,12 @@ func FuzzSNI(f *testing.F) {
 }
 
 // BenchmarkTransparentCopy: 100 MB from the box through the proxy to a
-// sink on loopback, splicing under the TCP_INFO watcher or copying in
-// 1 MiB chunks under read deadlines.
+// sink on loopback, splicing under the TCP_INFO watcher (what the proxy
+// does), splicing in 1 MiB chunks under read deadlines, or reading and
+// writing through a buffer.
 func BenchmarkTransparentCopy(b *testing.B) {
-	for _, chunked := range []bool{false, true} {
-		name := "splice"
-		if chunked {
-			name = "chunked"
-		}
+	for _, mode := range []int{copySplice, copyInChunks, copyBuffered} {
+		name := []string{"splice", "chunked", "buffered"}[mode]
 		b.Run(name, func(bb *testing.B) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
@@ -776,7 +774,7 @@ func BenchmarkTransparentCopy(b *testing.B) {
 			}()
 			dest := "203.0.113.7:" + port(ln.Addr().String())
 			bx := newBox(bb, TransparentOptions{}, &Policy{Mode: ModeInternet}, map[string]string{dest: ln.Addr().String()},
-				func(tp *Transparent) { tp.chunked = chunked })
+				func(tp *Transparent) { tp.copyMode = mode })
 			defer bx.tp.Close()
 			chunk := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
 			bb.SetBytes(100 << 20)
