@@ -543,7 +543,9 @@ func checkRequest(b []byte, name string) (*http.Request, string) {
 	}
 	// ReadRequest keeps one Host; count them in the head itself, and
 	// refuse folded lines, which servers read differently.
-	hosts := 0
+	// Nor a body whose length a server could read otherwise than the
+	// relay (the rest would be a request it never checked).
+	hosts, lengths, te := 0, 0, 0
 	for _, l := range bytes.Split(b, []byte("\n"))[1:] {
 		l = bytes.TrimSuffix(l, []byte("\r"))
 		if len(l) == 0 {
@@ -552,12 +554,21 @@ func checkRequest(b []byte, name string) (*http.Request, string) {
 		if l[0] == ' ' || l[0] == '\t' {
 			return nil, "folded HTTP header"
 		}
-		if k, _, ok := bytes.Cut(l, []byte(":")); ok && strings.EqualFold(strings.TrimSpace(string(k)), "Host") {
+		k, _, _ := bytes.Cut(l, []byte(":"))
+		switch strings.ToLower(strings.TrimSpace(string(k))) {
+		case "host":
 			hosts++
+		case "content-length":
+			lengths++
+		case "transfer-encoding":
+			te++
 		}
 	}
 	if hosts > 1 {
 		return nil, "several Host headers"
+	}
+	if lengths > 1 || te > 1 || lengths+te > 1 {
+		return nil, "ambiguous HTTP body length"
 	}
 	for _, h := range []string{req.Host, req.URL.Host} {
 		if h == "" && hosts == 1 {

@@ -514,6 +514,8 @@ func TestTransparentHTTPHost(t *testing.T) {
 	}
 	for _, r := range []string{
 		"CONNECT evil.test:443 HTTP/1.1\r\n" + h + "\r\n",
+		"POST / HTTP/1.1\r\n" + h + "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"POST / HTTP/1.1\r\n" + h + "Content-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
 		"GET http://evil.test/ HTTP/1.1\r\n" + h + "\r\n",
 		"GET / HTTP/1.1\r\n" + h + "Host: evil.test\r\n\r\n",
 		"GET / HTTP/1.0\r\n\r\n",
