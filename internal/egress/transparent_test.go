@@ -740,6 +740,7 @@ func FuzzSNI(f *testing.F) {
 	f.Add(clientHello(f, "example.com"))
 	f.Add(clientHello(f, ""))
 	f.Add([]byte{0x16, 3, 1, 0, 4, 1, 0, 0, 0})
+	f.Add([]byte("GET / HTTP/1.1\r\nHost: example.com\r\nContent-Length: 1\r\n\r\nx"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := parseClientHello(b)
 		if err == nil && len(h.sni) > len(b) {
