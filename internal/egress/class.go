@@ -4,6 +4,12 @@
 // (loopback, link-local, private…) unless the operator named that exact
 // host and port, and dials the very address it checked, so a name that
 // resolves differently the second time gains nothing.
+//
+// Transparent is the same idea for a session box's own connections,
+// which nftables redirects to it out of the box's network namespace:
+// each is held to the session's Policy (none, internet, rules), its
+// name (the box's DNS answers fake addresses that stand for names)
+// checked against the TLS SNI or HTTP Host the box sends.
 package egress
 
 import (

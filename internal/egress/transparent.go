@@ -31,6 +31,13 @@ const (
 	ip6tSOOriginalDst = 80 // IP6T_SO_ORIGINAL_DST, at level SOL_IPV6
 )
 
+// How the relay copies (Transparent.copyMode).
+const (
+	copySplice   = iota // TCPConn.ReadFrom: splice(2), the TCP_INFO watcher for idleness
+	copyInChunks        // splice in 1 MiB chunks under read deadlines
+	copyBuffered        // read and write through a 32 KiB buffer, the TCP_INFO watcher
+)
+
 // FakeNet holds the addresses the box's DNS answers, each standing for
 // a name (NameMap).
 var FakeNet = netip.MustParsePrefix("198.18.0.0/15")
@@ -93,10 +100,9 @@ type Transparent struct {
 	idle        time.Duration // TransparentIdle; tests shorten it
 	peekTimeout time.Duration // PeekTimeout; tests shorten it
 	maxConns    int32         // MaxConnsPerBox; tests lower it
-	// chunked copies in 1 MiB chunks under read deadlines instead of
-	// splicing under a TCP_INFO watcher (BenchmarkTransparentCopy
-	// compares the two).
-	chunked bool
+	// copyMode is how relay copies: copySplice in production;
+	// BenchmarkTransparentCopy compares the others.
+	copyMode int
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -537,7 +543,9 @@ func checkRequest(b []byte, name string) (*http.Request, string) {
 	}
 	// ReadRequest keeps one Host; count them in the head itself, and
 	// refuse folded lines, which servers read differently.
-	hosts := 0
+	// Nor a body whose length a server could read otherwise than the
+	// relay (the rest would be a request it never checked).
+	hosts, lengths, te := 0, 0, 0
 	for _, l := range bytes.Split(b, []byte("\n"))[1:] {
 		l = bytes.TrimSuffix(l, []byte("\r"))
 		if len(l) == 0 {
@@ -546,12 +554,21 @@ func checkRequest(b []byte, name string) (*http.Request, string) {
 		if l[0] == ' ' || l[0] == '\t' {
 			return nil, "folded HTTP header"
 		}
-		if k, _, ok := bytes.Cut(l, []byte(":")); ok && strings.EqualFold(strings.TrimSpace(string(k)), "Host") {
+		k, _, _ := bytes.Cut(l, []byte(":"))
+		switch strings.ToLower(strings.TrimSpace(string(k))) {
+		case "host":
 			hosts++
+		case "content-length":
+			lengths++
+		case "transfer-encoding":
+			te++
 		}
 	}
 	if hosts > 1 {
 		return nil, "several Host headers"
+	}
+	if lengths > 1 || te > 1 || lengths+te > 1 {
+		return nil, "ambiguous HTTP body length"
 	}
 	for _, h := range []string{req.Host, req.URL.Host} {
 		if h == "" && hosts == 1 {
@@ -623,7 +640,7 @@ func (t *Transparent) relay(c, up net.Conn, first []byte, kind, name string, ev 
 			closeWrite(c)
 		}
 	}()
-	if !t.chunked {
+	if t.copyMode != copyInChunks {
 		go t.watch(c, up, done, cut)
 	}
 	wg.Wait()
@@ -638,13 +655,16 @@ func (t *Transparent) relay(c, up net.Conn, first []byte, kind, name string, ev 
 }
 
 // copy copies src to dst until src's end: with splice(2) through
-// TCPConn.ReadFrom, or (chunked) in 1 MiB chunks under read deadlines.
+// TCPConn.ReadFrom (or as copyMode says).
 func (t *Transparent) copy(dst, src net.Conn, activity *atomic.Int64) (int64, error) {
-	if !t.chunked {
+	switch t.copyMode {
+	case copySplice:
 		if tc, ok := dst.(*net.TCPConn); ok {
 			return tc.ReadFrom(src)
 		}
 		return io.Copy(dst, src)
+	case copyBuffered:
+		return io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, make([]byte, 32<<10))
 	}
 	var total int64
 	for {
@@ -713,8 +733,11 @@ func (e frontingError) Error() string { return string(e) }
 
 // relayHTTP forwards the requests read from br to up as they are, each
 // checked to name name (Host), their bodies by Content-Length or
-// chunked, until br's end. After a CONNECT or an Upgrade the rest is
-// copied as is.
+// chunked, until br's end. CONNECT is refused (the destination could be
+// a proxy to anywhere). After an Upgrade request the rest is copied as
+// is once the client sends binary (a WebSocket frame); text that follows
+// is read as the next request, since a server that refused the upgrade
+// reads it so.
 func relayHTTP(up io.Writer, br *bufio.Reader, name string) (int64, error) {
 	var total int64
 	for {
@@ -728,6 +751,9 @@ func relayHTTP(up io.Writer, br *bufio.Reader, name string) (int64, error) {
 		req, why := checkRequest(head, name)
 		if why != "" {
 			return total, frontingError(why)
+		}
+		if req.Method == http.MethodConnect {
+			return total, frontingError("CONNECT request")
 		}
 		n, err := up.Write(head)
 		total += int64(n)
@@ -745,11 +771,26 @@ func relayHTTP(up io.Writer, br *bufio.Reader, name string) (int64, error) {
 		if err != nil {
 			return total, err
 		}
-		if req.Method == http.MethodConnect || req.Header.Get("Upgrade") != "" {
-			m, err = io.Copy(up, br)
-			return total + m, err
+		if req.Header.Get("Upgrade") != "" {
+			next, err := br.Peek(1)
+			if err == io.EOF {
+				return total, nil
+			} else if err != nil {
+				return total, err
+			}
+			if binary(next[0]) {
+				m, err = io.Copy(up, br)
+				return total + m, err
+			}
 		}
 	}
+}
+
+// binary is whether a first byte b is no HTTP's: neither text nor
+// the CR and LF a server skips before a request (a client's WebSocket
+// frame starts with 0x80-0x8f, or 0x00-0x02 when fragmented).
+func binary(b byte) bool {
+	return b < 0x20 && b != '\r' && b != '\n' && b != '\t' || b >= 0x7f
 }
 
 // readHead reads a request's line and headers, up to the blank line,
@@ -845,19 +886,32 @@ func OriginalDst(c net.Conn) (netip.AddrPort, error) {
 	if la, ok := c.LocalAddr().(*net.TCPAddr); ok && la.IP.To4() == nil {
 		v4 = false
 	}
-	cerr := rc.Control(func(fd uintptr) {
-		if v4 {
-			var sa unix.RawSockaddrInet4
-			l := uint32(unsafe.Sizeof(sa))
-			if oerr = getsockopt(int(fd), unix.SOL_IP, unix.SO_ORIGINAL_DST, unsafe.Pointer(&sa), &l); oerr == nil {
-				ap = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), ntohs(sa.Port))
-			}
-			return
+	// The family of the connection first (an IPv4 one may arrive on a
+	// dual-stack IPv6 socket), then the other.
+	get4 := func(fd int) error {
+		var sa unix.RawSockaddrInet4
+		l := uint32(unsafe.Sizeof(sa))
+		err := getsockopt(fd, unix.SOL_IP, unix.SO_ORIGINAL_DST, unsafe.Pointer(&sa), &l)
+		if err == nil {
+			ap = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), ntohs(sa.Port))
 		}
+		return err
+	}
+	get6 := func(fd int) error {
 		var sa unix.RawSockaddrInet6
 		l := uint32(unsafe.Sizeof(sa))
-		if oerr = getsockopt(int(fd), unix.SOL_IPV6, ip6tSOOriginalDst, unsafe.Pointer(&sa), &l); oerr == nil {
+		err := getsockopt(fd, unix.SOL_IPV6, ip6tSOOriginalDst, unsafe.Pointer(&sa), &l)
+		if err == nil {
 			ap = netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), ntohs(sa.Port))
+		}
+		return err
+	}
+	if !v4 {
+		get4, get6 = get6, get4
+	}
+	cerr := rc.Control(func(fd uintptr) {
+		if oerr = get4(int(fd)); oerr != nil && get6(int(fd)) == nil {
+			oerr = nil
 		}
 	})
 	if cerr != nil {

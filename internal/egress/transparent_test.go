@@ -455,6 +455,17 @@ func TestTransparentHTTPHost(t *testing.T) {
 	var mu sync.Mutex
 	var hosts []string
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") == "echo" {
+			c, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+			brw.Flush()
+			io.Copy(c, brw)
+			return
+		}
 		body, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		hosts = append(hosts, r.Host)
@@ -465,11 +476,14 @@ func TestTransparentHTTPHost(t *testing.T) {
 	p := port(s.Listener.Addr().String())
 	b := newBox(t, TransparentOptions{Trusted: []string{"127.0.0.0/8"}, Resolve: names("", "127.0.0.1")},
 		mustPolicy(t, ModeRules, []string{"web.test"}, nil), nil)
-	exchange := func(reqs string) (string, Event) {
+	exchange := func(reqs string, closeWrite ...bool) (string, Event) {
 		c := b.dial("web.test:" + p)
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 		go func() {
 			io.WriteString(c, reqs)
+			if len(closeWrite) > 0 {
+				c.CloseWrite()
+			}
 		}()
 		resp, _ := io.ReadAll(c)
 		c.Close()
@@ -488,7 +502,20 @@ func TestTransparentHTTPHost(t *testing.T) {
 	if e.Decision != Denied || e.Reason != "Host evil.test differs from name web.test" || strings.Count(resp, "HTTP/1.1 200") > 1 {
 		t.Errorf("second Host differs: %q %+v", resp, e)
 	}
+	// Upgraded: binary goes through as is; a request after an upgrade
+	// the server refused is checked.
+	resp, e = exchange("GET /ws HTTP/1.1\r\n"+h+"Connection: Upgrade\r\nUpgrade: echo\r\n\r\n\x82\x00GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n", true)
+	if !strings.HasPrefix(resp, "HTTP/1.1 101") || !strings.HasSuffix(resp, "\r\n\r\n\x82\x00GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n") || e.Decision != Allowed {
+		t.Errorf("upgraded: %q %+v", resp, e)
+	}
+	resp, e = exchange("GET /1 HTTP/1.1\r\n" + h + "Upgrade: refused\r\n\r\n\r\nGET /2 HTTP/1.1\r\nHost: evil.test\r\n\r\n")
+	if e.Decision != Denied || strings.Count(resp, "HTTP/1.1 200") > 1 {
+		t.Errorf("after a refused upgrade: %q %+v", resp, e)
+	}
 	for _, r := range []string{
+		"CONNECT evil.test:443 HTTP/1.1\r\n" + h + "\r\n",
+		"POST / HTTP/1.1\r\n" + h + "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"POST / HTTP/1.1\r\n" + h + "Content-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
 		"GET http://evil.test/ HTTP/1.1\r\n" + h + "\r\n",
 		"GET / HTTP/1.1\r\n" + h + "Host: evil.test\r\n\r\n",
 		"GET / HTTP/1.0\r\n\r\n",
@@ -500,7 +527,7 @@ func TestTransparentHTTPHost(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(hosts) > 4 {
+	if len(hosts) > 5 {
 		t.Errorf("origin saw %q", hosts)
 	}
 	for _, x := range hosts {
@@ -713,6 +740,7 @@ func FuzzSNI(f *testing.F) {
 	f.Add(clientHello(f, "example.com"))
 	f.Add(clientHello(f, ""))
 	f.Add([]byte{0x16, 3, 1, 0, 4, 1, 0, 0, 0})
+	f.Add([]byte("GET / HTTP/1.1\r\nHost: example.com\r\nContent-Length: 1\r\n\r\nx"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := parseClientHello(b)
 		if err == nil && len(h.sni) > len(b) {
@@ -723,14 +751,12 @@ func FuzzSNI(f *testing.F) {
 }
 
 // BenchmarkTransparentCopy: 100 MB from the box through the proxy to a
-// sink on loopback, splicing under the TCP_INFO watcher or copying in
-// 1 MiB chunks under read deadlines.
+// sink on loopback, splicing under the TCP_INFO watcher (what the proxy
+// does), splicing in 1 MiB chunks under read deadlines, or reading and
+// writing through a buffer.
 func BenchmarkTransparentCopy(b *testing.B) {
-	for _, chunked := range []bool{false, true} {
-		name := "splice"
-		if chunked {
-			name = "chunked"
-		}
+	for _, mode := range []int{copySplice, copyInChunks, copyBuffered} {
+		name := []string{"splice", "chunked", "buffered"}[mode]
 		b.Run(name, func(bb *testing.B) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
@@ -751,7 +777,7 @@ func BenchmarkTransparentCopy(b *testing.B) {
 			}()
 			dest := "203.0.113.7:" + port(ln.Addr().String())
 			bx := newBox(bb, TransparentOptions{}, &Policy{Mode: ModeInternet}, map[string]string{dest: ln.Addr().String()},
-				func(tp *Transparent) { tp.chunked = chunked })
+				func(tp *Transparent) { tp.copyMode = mode })
 			defer bx.tp.Close()
 			chunk := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
 			bb.SetBytes(100 << 20)
@@ -771,5 +797,36 @@ func BenchmarkTransparentCopy(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestOriginalDstUnredirected: a connection nftables did not redirect
+// has no original destination but its own address (conntrack's answer)
+// or none at all; either is "not redirected" to the proxy.
+func TestOriginalDstUnredirected(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+			defer c.Close()
+			c.Read(make([]byte, 1))
+		}
+	}()
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if ap, err := OriginalDst(c); err == nil && !isLocal(c, ap) {
+		t.Errorf("OriginalDst of an unredirected connection: %v", ap)
+	}
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if _, err := OriginalDst(a); err == nil {
+		t.Error("OriginalDst of a pipe")
 	}
 }
