@@ -3,6 +3,7 @@ package egress
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -143,7 +144,7 @@ func TestDNSResolveUDPAndTCP(t *testing.T) {
 		}
 		if _, err := r.LookupNetIP(ctx, "ip", "www.refused.test"); err == nil {
 			t.Errorf("%s: a refused name resolved", network)
-		} else if de, ok := err.(*net.DNSError); !ok || !de.IsNotFound {
+		} else if de := (*net.DNSError)(nil); !errors.As(err, &de) || !de.IsNotFound {
 			t.Errorf("%s: a refused name: %v, want not found", network, err)
 		}
 	}
@@ -302,7 +303,7 @@ func TestDNSMalformed(t *testing.T) {
 	if _, err := c.Write([]byte{0, 0}); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := c.Read(make([]byte, 10)); err != io.EOF {
+	if n, err := c.Read(make([]byte, 10)); !errors.Is(err, io.EOF) {
 		t.Errorf("an empty TCP message: read %d, %v; want EOF", n, err)
 	}
 	if _, err := b.resolver("tcp").LookupNetIP(context.Background(), "ip4", "after.example"); err != nil {
@@ -390,8 +391,8 @@ func TestDNSTCPLimit(t *testing.T) {
 }
 
 func isTimeout(err error) bool {
-	ne, ok := err.(net.Error)
-	return ok && ne.Timeout()
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 func TestNames(t *testing.T) {

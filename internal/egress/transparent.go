@@ -38,10 +38,6 @@ const (
 	copyBuffered        // read and write through a 32 KiB buffer, the TCP_INFO watcher
 )
 
-// FakeNet holds the addresses the box's DNS answers, each standing for
-// a name (NameMap).
-var FakeNet = netip.MustParsePrefix("198.18.0.0/15")
-
 // NameMap is what the box's DNS answered: the name a fake address
 // stands for.
 type NameMap interface {
@@ -179,8 +175,8 @@ func (t *Transparent) Serve(ln net.Listener, box string, names NameMap, policy f
 		}
 		if active.Add(1) > t.maxConns {
 			active.Add(-1)
-			refuse(c)
 			t.log(Event{Box: box, Decision: Denied, Reason: "too many connections", Start: time.Now()})
+			refuse(c)
 			continue
 		}
 		if !t.track(c, true) {
@@ -254,15 +250,22 @@ func refuse(c net.Conn) {
 // checked, dialed and relayed.
 func (t *Transparent) handle(c net.Conn, box string, names NameMap, policy func() *Policy) {
 	ev := &Event{Box: box, Start: time.Now(), Decision: Denied}
+	logged := false
 	defer func() {
-		ev.Duration = time.Since(ev.Start)
-		t.log(*ev)
+		if !logged {
+			ev.Duration = time.Since(ev.Start)
+			t.log(*ev)
+		}
 	}()
 	deny := func(r *Rule, reason string) {
 		ev.Decision, ev.Reason, ev.Rule = Denied, reason, ""
 		if r != nil {
 			ev.Rule = r.String()
 		}
+		// Logged before the box hears of it: a run that fails on the
+		// refusal finds it in the log when it ends.
+		ev.Duration, logged = time.Since(ev.Start), true
+		t.log(*ev)
 		refuse(c)
 	}
 	dst, err := t.origDst(c)
@@ -273,7 +276,7 @@ func (t *Transparent) handle(c net.Conn, box string, names NameMap, policy func(
 	a, port := dst.Addr().Unmap().WithZone(""), int(dst.Port())
 	ev.Dest = netip.AddrPortFrom(a, dst.Port()).String()
 	var name string
-	if FakeNet.Contains(a) {
+	if FakeRange.Contains(a) {
 		n, ok := "", false
 		if names != nil {
 			n, ok = names.Name(a)
@@ -289,41 +292,11 @@ func (t *Transparent) handle(c net.Conn, box string, names NameMap, policy func(
 	if policy != nil {
 		pol = policy()
 	}
-	var addrs []netip.Addr
-	if name != "" {
-		ok, r, reason := pol.decideName(name, port)
-		if !ok {
-			deny(r, ruleReason(r, reason))
-			return
-		}
-		ev.Rule = ruleOr(r, reason)
-		ctx, cancel := context.WithTimeout(t.ctx, ResolveTimeout)
-		res, err := t.resolve(ctx, name)
-		cancel()
-		if err != nil {
-			deny(nil, "cannot resolve the name")
-			return
-		}
-		var why string
-		if addrs, r, why = t.check(res, net.JoinHostPort(name, strconv.Itoa(port)), port, pol, true); len(addrs) == 0 {
-			if why == "" {
-				why = "the name has no address"
-			}
-			deny(r, why)
-			return
-		}
-	} else {
-		ok, r, reason := pol.decideAddr(a, port)
-		if !ok {
-			deny(r, ruleReason(r, reason))
-			return
-		}
-		ev.Rule = ruleOr(r, reason)
-		var why string
-		if addrs, r, why = t.check([]netip.Addr{a}, ev.Dest, port, pol, false); len(addrs) == 0 {
-			deny(r, why)
-			return
-		}
+	addrs, rule, denyRule, why := t.destination(name, a, port, pol)
+	ev.Rule = rule
+	if len(addrs) == 0 {
+		deny(denyRule, why)
+		return
 	}
 
 	var first []byte
@@ -359,6 +332,92 @@ func (t *Transparent) handle(c net.Conn, box string, names NameMap, policy func(
 	defer up.Close()
 	ev.Decision = Allowed
 	t.relay(c, up, first, kind, name, ev)
+}
+
+// destination decides a connection to name (when the box's DNS gave it)
+// or else to the address a, at port, under pol: the addresses it may be
+// dialed at (the name resolved by the egress itself, each address
+// checked) and the rule or reason that allowed it; with none, denyRule
+// (a deny rule, or nil) and why say why not.
+func (t *Transparent) destination(name string, a netip.Addr, port int, pol *Policy) (addrs []netip.Addr, rule string, denyRule *Rule, why string) {
+	if name != "" {
+		ok, r, reason := pol.decideName(name, port)
+		if !ok {
+			return nil, "", r, ruleReason(r, reason)
+		}
+		rule = ruleOr(r, reason)
+		ctx, cancel := context.WithTimeout(t.ctx, ResolveTimeout)
+		res, err := t.resolve(ctx, name)
+		cancel()
+		if err != nil {
+			return nil, rule, nil, "cannot resolve the name"
+		}
+		if addrs, r, why = t.check(res, net.JoinHostPort(name, strconv.Itoa(port)), port, pol, true); len(addrs) == 0 {
+			if why == "" {
+				why = "the name has no address"
+			}
+			return nil, rule, r, why
+		}
+		return addrs, rule, nil, ""
+	}
+	ok, r, reason := pol.decideAddr(a, port)
+	if !ok {
+		return nil, "", r, ruleReason(r, reason)
+	}
+	rule = ruleOr(r, reason)
+	if addrs, r, why = t.check([]netip.Addr{a}, netip.AddrPortFrom(a, uint16(port)).String(), port, pol, false); len(addrs) == 0 {
+		return nil, rule, r, why
+	}
+	return addrs, rule, nil, ""
+}
+
+// DialOut connects the server, on behalf of box, to host:port (a name
+// or an address literal) as a connection of the box would be: decided by
+// pol, the name resolved by the egress and only a checked address dialed.
+// The decision is logged as the box's. It is for code of a session that
+// runs in the server (the JS engine's fetch): no SNI or Host is peeked,
+// the server's own client sends them for the name it dials.
+func (t *Transparent) DialOut(ctx context.Context, box string, pol *Policy, host string, port int) (net.Conn, error) {
+	ev := Event{Box: box, Start: time.Now(), Decision: Denied}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	ev.Dest = sanitize(net.JoinHostPort(host, strconv.Itoa(port)))
+	name, a := host, netip.Addr{}
+	if lit, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		name, a = "", lit.Unmap().WithZone("")
+	}
+	addrs, rule, denyRule, why := t.destination(name, a, port, pol)
+	ev.Rule = rule
+	if len(addrs) == 0 {
+		ev.Reason = why
+		if denyRule != nil {
+			ev.Rule = denyRule.String()
+		}
+		ev.Duration = time.Since(ev.Start)
+		t.log(ev)
+		return nil, &RefusedError{Dest: ev.Dest, Reason: why}
+	}
+	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
+	defer cancel()
+	var err error
+	for _, ad := range addrs {
+		hp := net.JoinHostPort(ad.String(), strconv.Itoa(port))
+		var c net.Conn
+		if c, err = t.dial(ctx, "tcp", hp); err == nil {
+			ev.Decision, ev.Addr, ev.Duration = Allowed, hp, time.Since(ev.Start)
+			t.log(ev)
+			return c, nil
+		}
+	}
+	ev.Decision, ev.Reason, ev.Duration = Allowed, "could not connect", time.Since(ev.Start)
+	t.log(ev)
+	return nil, err
+}
+
+// RefusedError is DialOut's refusal: the destination and why.
+type RefusedError struct{ Dest, Reason string }
+
+func (e *RefusedError) Error() string {
+	return "the network policy refused " + e.Dest + ": " + e.Reason
 }
 
 func ruleOr(r *Rule, reason string) string {
@@ -675,7 +734,7 @@ func (t *Transparent) copy(dst, src net.Conn, activity *atomic.Int64) (int64, er
 			activity.Store(time.Now().UnixNano())
 		}
 		switch {
-		case err == io.EOF:
+		case errors.Is(err, io.EOF):
 			return total, nil
 		case errors.Is(err, os.ErrDeadlineExceeded) && time.Since(time.Unix(0, activity.Load())) < t.idle:
 			continue // the other way is busy
@@ -742,7 +801,7 @@ func relayHTTP(up io.Writer, br *bufio.Reader, name string) (int64, error) {
 	var total int64
 	for {
 		head, err := readHead(br)
-		if err == io.EOF && len(head) == 0 {
+		if errors.Is(err, io.EOF) && len(head) == 0 {
 			return total, nil
 		}
 		if err != nil {
@@ -773,12 +832,12 @@ func relayHTTP(up io.Writer, br *bufio.Reader, name string) (int64, error) {
 		}
 		if req.Header.Get("Upgrade") != "" {
 			next, err := br.Peek(1)
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				return total, nil
 			} else if err != nil {
 				return total, err
 			}
-			if binary(next[0]) {
+			if nonHTTPByte(next[0]) {
 				m, err = io.Copy(up, br)
 				return total + m, err
 			}
@@ -786,10 +845,10 @@ func relayHTTP(up io.Writer, br *bufio.Reader, name string) (int64, error) {
 	}
 }
 
-// binary is whether a first byte b is no HTTP's: neither text nor
+// nonHTTPByte is whether a first byte b is no HTTP's: neither text nor
 // the CR and LF a server skips before a request (a client's WebSocket
 // frame starts with 0x80-0x8f, or 0x00-0x02 when fragmented).
-func binary(b byte) bool {
+func nonHTTPByte(b byte) bool {
 	return b < 0x20 && b != '\r' && b != '\n' && b != '\t' || b >= 0x7f
 }
 
@@ -803,7 +862,7 @@ func readHead(br *bufio.Reader) ([]byte, error) {
 		if len(head) > MaxHeaderBytes {
 			return head, errors.New("request head too large")
 		}
-		if err == bufio.ErrBufferFull {
+		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
 		if err != nil {
@@ -824,7 +883,7 @@ func copyChunked(w io.Writer, br *bufio.Reader) (int64, error) {
 	var total int64
 	line := func() ([]byte, error) {
 		l, err := br.ReadSlice('\n')
-		if err == bufio.ErrBufferFull {
+		if errors.Is(err, bufio.ErrBufferFull) {
 			return nil, errors.New("chunk line too long")
 		}
 		if err != nil {
