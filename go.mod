@@ -13,6 +13,7 @@ require (
 	github.com/evanw/esbuild v0.28.2
 	github.com/go-python/gpython v0.2.0
 	github.com/google/jsonschema-go v0.4.3
+	github.com/google/nftables v0.3.0
 	github.com/kluctl/go-embed-python v0.0.0-3.14.6-20260610-1
 	github.com/mark3labs/mcp-go v1.2.1
 	github.com/moby/profiles/seccomp v0.3.0
@@ -21,6 +22,8 @@ require (
 	github.com/rogpeppe/go-internal v1.16.0
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2
 	github.com/spf13/cobra v1.10.2
+	github.com/vishvananda/netlink v1.3.1
+	github.com/vishvananda/netns v0.0.5
 	go.uber.org/goleak v1.3.0
 	golang.org/x/net v0.63.0
 	golang.org/x/sys v0.50.0
@@ -32,6 +35,9 @@ require (
 require github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 
 require (
+	github.com/google/go-cmp v0.7.0 // indirect
+	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42 // indirect
+	github.com/mdlayher/socket v0.5.0 // indirect
 	github.com/spf13/cast v1.7.1 // indirect
 	golang.org/x/text v0.44.0 // indirect
 )

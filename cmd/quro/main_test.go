@@ -420,7 +420,7 @@ func TestInSessionCall(t *testing.T) {
 	if !strings.Contains(out, `"name": "inner"`) || strings.Contains(out, " default") && !strings.Contains(out, "not_found") || !strings.Contains(out, "exit=1") {
 		t.Fatalf("confinement:\n%s", out)
 	}
-	out = run(`quro call create_session '{"name":"escape","network":"full"}'; echo "exit=$?"`)
+	out = run(`quro call create_session '{"name":"escape","network":"host"}'; echo "exit=$?"`)
 	if !strings.Contains(out, "permission_denied") || !strings.Contains(out, "exit=1") {
 		t.Fatalf("a session made a session:\n%s", out)
 	}
@@ -450,7 +450,7 @@ func TestAptInsideARootfsSession(t *testing.T) {
 	srv := startServerIn(t, data)
 	admin := []string{"Authorization", "Bearer " + srv.token}
 	const js = "application/json"
-	for _, body := range []string{`{"name":"deb","rootfs":"default","network":"full"}`, `{"name":"offline","rootfs":"default"}`} {
+	for _, body := range []string{`{"name":"deb","rootfs":"default","network":"internet"}`, `{"name":"offline","rootfs":"default"}`} {
 		if r := do(t, "POST", srv.url+"/v1/sessions", js, body, admin...); r.status != 201 {
 			t.Fatalf("%d %s", r.status, r.body)
 		}

@@ -53,6 +53,7 @@ type serveFlags struct {
 	maxDisks       int
 	pipIndex       string
 	pipExtra       []string
+	network        app.NetworkOptions
 	e2bOn          bool
 	e2bDomain      string
 }
@@ -100,6 +101,9 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.pipIndex, "pip-index-url", "", "the Python package index (PEP 503 simple API) pip uses in sessions with network, and the one the server fetches wheels from for install_packages {manager: pip}; default pip's (https://pypi.org/simple). A session may set PIP_INDEX_URL for its own pip; the server never fetches from it")
 	cmd.Flags().StringArrayVar(&f.pipExtra, "pip-extra-index-url", nil, "another index for pip, as --pip-index-url (repeatable)")
 	f.logs.register(cmd)
+	cmd.Flags().StringVar(&f.network.Default, "network-default", "none", "network policy of a session that names none: none (its box's loopback only), internet (public addresses through the server's egress) or host")
+	cmd.Flags().StringVar(&f.network.Max, "network-max", "internet", "the most network any session may ask for: none, internet or host (the host's own network namespace: its loopback, this server's port, private networks; only for trusted tenants)")
+	cmd.Flags().StringArrayVar(&f.network.Trusted, "network-allow-private", nil, "an exception to the egress's refusal of private, loopback and this host's addresses for sessions with network internet: HOST:PORT (connected to whatever it resolves to) or a CIDR (repeatable)")
 	cmd.Flags().BoolVar(&f.e2bOn, "e2b", true, "serve E2B's APIs, so that code using the e2b and @e2b/code-interpreter SDKs runs here (docs/e2b.md): the control plane at /e2b, sandboxes by the E2b-Sandbox-Id header")
 	cmd.Flags().StringVar(&f.e2bDomain, "e2b-domain", "", "also route E2B requests by host, as E2B's cloud: api.DOMAIN and PORT-ID.DOMAIN (needs wildcard DNS and, for the SDKs' https URLs, TLS in front)")
 	cmd.Flags().StringVar(&f.pprofAddr, "pprof", "", "serve Go's profiler (/debug/pprof/) on this loopback address (127.0.0.1:6060), to the operator's token only; off by default")
@@ -196,6 +200,7 @@ func (f *serveFlags) appOptions(g *globals, log *slog.Logger) *app.Options {
 	opts.SpareSessions = f.spares
 	opts.Limits.SessionDisks = f.maxDisks
 	opts.Pip = app.PipOptions{IndexURL: f.pipIndex, ExtraIndexURLs: f.pipExtra}
+	opts.Network = f.network
 	return opts
 }
 

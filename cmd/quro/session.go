@@ -73,7 +73,7 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&network, "network", "", "network policy: none (default) or full")
+	cmd.Flags().StringVar(&network, "network", "", "network policy: none (loopback only; the server's default unless its operator chose another), internet (public addresses through the server's egress) or host (the host's network, if the operator allows it)")
 	cmd.Flags().StringVar(&rootfs, "rootfs", "", "run the session on this installed rootfs")
 	return cmd
 }

@@ -77,6 +77,8 @@ type Options struct {
 	SpareSessions int
 	// Pip configures pip in the sessions and the server's fetches.
 	Pip PipOptions
+	// Network is the operator's network settings (network.go).
+	Network NetworkOptions
 	// Observers are told of every call after the audit log and the
 	// metrics (tests watch calls with them).
 	Observers []controller.Observer
@@ -158,9 +160,14 @@ type App struct {
 	isolation func() []sandbox.Feature
 	tenants   *tenants
 	limits    Limits
-	js        *js.Engine   // its prepared VMs are freed by Close
-	procs     *proc.Table  // the sessions' background processes (processes.go)
-	contexts  codeContexts // code contexts of every session (contexts.go)
+	network   NetworkOptions // Options.Network, defaults filled
+	// egress is the way out of boxes under "internet" (egress.go), and
+	// netPolicies the sessions' policies it applies.
+	egress      *boxEgress
+	netPolicies *netPolicies
+	js          *js.Engine   // its prepared VMs are freed by Close
+	procs       *proc.Table  // the sessions' background processes (processes.go)
+	contexts    codeContexts // code contexts of every session (contexts.go)
 
 	lives          *session.Life    // the sessions' states, entries and teardown (boxes.go)
 	watches        watchSlots       // watch_dir calls running per session (fsops.go)
@@ -212,6 +219,9 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 			return nil, err
 		}
 	}
+	if err := checkNetworkOptions(&opts.Network); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
@@ -256,21 +266,24 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	}
 	tl := openTenants(ctx, dir, st, sessions, opts, log)
 	m := metrics.New()
-	sb, pipS, err := openSandbox(dir, opts, m, tl)
+	netPol := newNetPolicies(sessions)
+	eg := newBoxEgress(opts.Network, netPol.get)
+	sb, pipS, err := openSandbox(dir, opts, m, tl, eg)
 	if err != nil {
+		eg.Close()
 		return undo(err)
 	}
 	if err := closeDataDir(dir, sb.Boxed()); err != nil {
 		return undo(fmt.Errorf("data directory: %w", err))
 	}
-	jsEng := js.New(opts.JS)
+	jsEng := js.New(jsOptions(opts.JS, eg, netPol))
 	pyChain, emb, pyRootfs := PythonChain(dir, sb, opts.Python)
 	pipS.emb.Store(emb)
 	a := &App{
 		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
 		Python: emb, PythonRootfs: pyRootfs, Metrics: m, tokens: auth.New(st), auditLog: audit.New(st, &audit.Options{Keep: opts.AuditKeep, Logger: log}),
 		Runner:  runcode.New(Languages(sb, pyChain, jsEng, RootfsDir(dir)), opts.Run),
-		tenants: tl, limits: opts.Limits, js: jsEng, watchHub: workspace.NewHub(opts.Limits.Watch),
+		tenants: tl, limits: opts.Limits, network: opts.Network, egress: eg, netPolicies: netPol, js: jsEng, watchHub: workspace.NewHub(opts.Limits.Watch),
 
 		autoPauseAfter: opts.AutoPause,
 		prestart:       opts.PrestartPython,
@@ -296,6 +309,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	a.registerTenantLimits(reg)
 	a.registerRootfs(reg)
 	a.registerOpenTerminal(reg)
+	a.registerNetwork(reg)
 	a.Controller = controller.New(reg, &controller.Options{
 		Logger:    log,
 		Limits:    controller.Limits{RunsPerTenant: orDefault(opts.Limits.RunsPerTenant, 16)},
@@ -365,8 +379,11 @@ func openTenants(ctx context.Context, dir string, st *store.Store, sessions *ses
 
 // openSandbox makes the sandbox of the sessions under dir, with their
 // tenants' cgroups and one box per session, and the sessions' pip.
-func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants) (*sandbox.Sandbox, *pipSetup, error) {
+func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants, eg sandbox.Egress) (*sandbox.Sandbox, *pipSetup, error) {
 	sbo := sandboxOptions(opts.Sandbox, m)
+	if sbo.Egress == nil {
+		sbo.Egress = eg
+	}
 	sbo.Tenant, sbo.Note = tl.forRun, tl.note
 	sbo.TenantScope = dir // tenants are the data directory's
 	if sbo.Log == nil {
@@ -441,6 +458,7 @@ func (a *App) Close() error {
 	a.lives.Close(context.Background())
 	a.procs.Close()
 	a.Sandbox.CloseBoxes()
+	a.egress.Close()
 	a.Terminals.Close()
 	a.Python.Close()
 	a.PythonRootfs.Close()

@@ -26,7 +26,8 @@ var testPython = &python.EmbeddedOptions{InstallRoot: filepath.Join(os.TempDir()
 
 func newApp(t testing.TB, run *runcode.Options) *App {
 	t.Helper()
-	a, err := New(context.Background(), t.TempDir(), &Options{Run: run, Python: testPython})
+	// Tests reach stand-ins on the host's loopback from "host" sessions.
+	a, err := New(context.Background(), t.TempDir(), &Options{Run: run, Python: testPython, Network: hostAllowed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,3 +367,7 @@ func TestScopesAreChecked(t *testing.T) {
 		t.Fatalf("read scope cannot read status: %v", err)
 	}
 }
+
+// hostAllowed lets tests' sessions ask for the host's network, to reach
+// stand-ins on the host's loopback.
+var hostAllowed = NetworkOptions{Max: "host"}

@@ -61,6 +61,7 @@ func (a *App) enders() []session.Ender {
 		{Name: "code contexts", End: func(s *session.Session) { a.forgetContexts(s.ID) }},
 		{Name: "terminals", End: func(s *session.Session) { a.Terminals.CloseSession(s) }},
 		{Name: "tenant", End: func(s *session.Session) { a.tenants.forget(s.ID) }},
+		{Name: "network", End: func(s *session.Session) { a.netPolicies.forget(s.ID); a.egress.events.forget(s.ID) }},
 	}
 }
 

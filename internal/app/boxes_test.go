@@ -95,7 +95,7 @@ func TestEverySessionProcessIsInItsBox(t *testing.T) {
 }
 
 // TestSessionNetworkEverywhere: the session's policy holds for the
-// embedded Python worker, JS's fetch and shell runs alike: "full" reaches
+// embedded Python worker, JS's fetch and shell runs alike: "host" reaches
 // a loopback server of the host, "none" reaches nothing.
 func TestSessionNetworkEverywhere(t *testing.T) {
 	t.Parallel()
@@ -115,13 +115,13 @@ func TestSessionNetworkEverywhere(t *testing.T) {
 		"js":     "const r = await fetch(" + strconv.Quote(url) + "); console.log(await r.text())",
 		"bash":   "exec 3<>/dev/tcp/127.0.0.1/" + port + " && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3",
 	}
-	for _, policy := range []string{"full", "none"} {
+	for _, policy := range []string{"host", "none"} {
 		s := newSession(t, a, "net-"+policy, policy)
 		for lang, code := range codes {
 			res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: lang, Code: code})
 			reached := strings.Contains(res.Stdout, "hello-from-host")
-			if policy == "full" && !reached {
-				t.Errorf("%s with network full did not reach the host's loopback server: %+v", lang, res)
+			if policy == "host" && !reached {
+				t.Errorf("%s with network host did not reach the host's loopback server: %+v", lang, res)
 			}
 			if policy == "none" && (reached || res.ExitCode == 0) {
 				t.Errorf("%s with network none: %+v", lang, res)
@@ -449,7 +449,7 @@ func TestPauseWithStreamsOpen(t *testing.T) {
 // TestPrestartedWorker: with PrestartPython, create_session starts the
 // session's worker in its box, and the first run uses that worker.
 func TestPrestartedWorker(t *testing.T) {
-	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, PrestartPython: true})
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed, PrestartPython: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -256,12 +256,20 @@ func (a *App) runCode(ctx context.Context, in RunCodeInput) (*runcode.Result, er
 	if err := a.admit(ctx, sess); err != nil {
 		return nil, err
 	}
+	refused := a.egress.events.mark(sess.ID)
 	res, err := a.Runner.Run(ctx, runcode.Input{
 		Code: in.Code, Lang: lang, Session: sess, Timeout: timeout, Context: cr,
 		CompileTimeout: compile, Stdin: in.Stdin, Args: in.Args,
 	})
 	if res != nil && cr != nil && cr.ID != "" {
 		res.Context = cr.ID
+	}
+	if res != nil && (res.ExitCode != 0 || res.Error != "" || res.Exception != nil) {
+		// A run that failed with a connection the egress refused says
+		// which, and what would allow it.
+		if note := a.egress.events.refusedSince(sess.ID, refused); note != "" {
+			res.Notes = append(res.Notes, note)
+		}
 	}
 	return res, err
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -44,7 +46,12 @@ func TestSoakSessionsLeaveNothing(t *testing.T) {
 
 func sessionsLeaveNothing(t *testing.T, rounds int) {
 	dir := t.TempDir()
-	a, err := New(context.Background(), dir, &Options{Python: testPython, SpareSessions: 1,
+	// Names the egress is asked for resolve to nothing: no test reaches
+	// out of the machine.
+	noDNS := func(_ context.Context, host string) ([]netip.Addr, error) {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	a, err := New(context.Background(), dir, &Options{Python: testPython, SpareSessions: 1, Network: NetworkOptions{Resolve: noDNS},
 		InSession: &InSessionOptions{Handler: func(*controller.Controller, *session.Manager) http.Handler {
 			return http.NotFoundHandler()
 		}}})
@@ -54,13 +61,17 @@ func sessionsLeaveNothing(t *testing.T, rounds int) {
 	t.Cleanup(func() { a.Close() })
 	// The baseline: what the App holds with no session of the test's (the
 	// spare pool's one spare, the default session, their workers).
-	mustCall(t, a, "create_session", CreateSessionInput{Name: "warm"})
-	runCode(t, a, RunCodeInput{Session: "warm", Lang: "python", Code: "1"})
-	mustCall(t, a, "destroy_session", SessionRef{Session: "warm"})
+	// Both templates the rounds use (network none and internet) then have
+	// their spare.
+	for _, network := range []string{"none", "internet"} {
+		mustCall(t, a, "create_session", CreateSessionInput{Name: "warm", Network: network})
+		runCode(t, a, RunCodeInput{Session: "warm", Lang: "python", Code: "1"})
+		mustCall(t, a, "destroy_session", SessionRef{Session: "warm"})
+	}
 	before := a.holdings(t, dir)
 
 	for i := range rounds {
-		a.useAndDestroy(t, fmt.Sprintf("s%d", i))
+		a.useAndDestroy(t, fmt.Sprintf("s%d", i), []string{"none", "internet"}[i%2])
 	}
 
 	// Processes end and goroutines return as their boxes' kills land: the
@@ -87,6 +98,7 @@ type holdings struct {
 	Boxes, Lives, Procs, JSContexts, Sockets int
 	Shells, PTYs, Contexts, Tenants, Watches int
 	Mounts, Loops, Sessions, SessionDirs     int
+	NetPolicies, EgressLogs                  int
 }
 
 // settled reports whether h holds no more than before (goroutines and fds
@@ -99,7 +111,8 @@ func (h holdings) settled(before holdings) bool {
 		h.Boxes <= before.Boxes && h.Lives <= before.Lives && h.Procs <= before.Procs && h.JSContexts <= before.JSContexts &&
 		h.Sockets <= before.Sockets && h.Shells <= before.Shells && h.PTYs <= before.PTYs && h.Contexts <= before.Contexts &&
 		h.Tenants <= before.Tenants && h.Watches <= before.Watches && h.Mounts <= before.Mounts && h.Loops <= before.Loops &&
-		h.Sessions <= before.Sessions && h.SessionDirs <= before.SessionDirs
+		h.Sessions <= before.Sessions && h.SessionDirs <= before.SessionDirs &&
+		h.NetPolicies <= before.NetPolicies && h.EgressLogs <= before.EgressLogs
 }
 
 func (a *App) holdings(t *testing.T, dir string) holdings {
@@ -146,15 +159,35 @@ func (a *App) holdings(t *testing.T, dir string) holdings {
 	h.Sessions = len(list)
 	dirs, _ := os.ReadDir(filepath.Join(dir, "sessions"))
 	h.SessionDirs = len(dirs)
+	a.netPolicies.mu.Lock()
+	h.NetPolicies = len(a.netPolicies.byID)
+	a.netPolicies.mu.Unlock()
+	a.egress.events.mu.Lock()
+	h.EgressLogs = len(a.egress.events.byID)
+	a.egress.events.mu.Unlock()
 	return h
 }
 
 // useAndDestroy makes session name, uses every kind of capability on it,
 // pauses, resumes, snapshots and forks it, and destroys it and its fork
 // with a watch and a process still running in it.
-func (a *App) useAndDestroy(t *testing.T, name string) {
+func (a *App) useAndDestroy(t *testing.T, name, network string) {
 	t.Helper()
-	mustCall(t, a, "create_session", CreateSessionInput{Name: name})
+	mustCall(t, a, "create_session", CreateSessionInput{Name: name, Network: network})
+	if network == "internet" {
+		// The box's DNS answers, the egress refuses: the name resolves to
+		// nothing (and the refusal is logged, then forgotten with the
+		// session).
+		// The box's connect is taken by the egress's listener; its refusal
+		// is a reset (or an end) before any byte comes back.
+		code := "import socket\ntry:\n c = socket.create_connection(('leak.test', 80), timeout=10); c.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n')\n print('refused' if not c.recv(10) else 'answered')\nexcept OSError as e: print('refused', type(e).__name__)"
+		if r := runCode(t, a, RunCodeInput{Session: name, Lang: "python", Code: code}); !strings.HasPrefix(r.Stdout, "refused") {
+			t.Fatalf("egress: %+v", r)
+		}
+		if s, err := a.Sessions.Get(session.WithTenant(context.Background(), ""), name); err != nil || len(a.egress.events.list(s.ID)) == 0 {
+			t.Fatal("the egress logged no decision")
+		}
+	}
 	if r := runCode(t, a, RunCodeInput{Session: name, Lang: "python", Code: "x = 41\nprint(x + 1)"}); r.Stdout != "42\n" {
 		t.Fatalf("python: %+v", r)
 	}

@@ -147,11 +147,11 @@ func (a *App) installPackagesCap(ctx context.Context, in InstallPackagesInput) (
 	}
 	if sess.Rootfs == "" {
 		return nil, capability.Errorf(capability.InvalidArgument,
-			"session %s runs on the host userland, which install_packages does not change: create a session on a rootfs (create_session rootfs=NAME network=full)", sess.Name)
+			"session %s runs on the host userland, which install_packages does not change: create a session on a rootfs (create_session rootfs=NAME network=internet)", sess.Name)
 	}
-	if sess.Network != sandbox.NetworkFull {
+	if sess.Network == sandbox.NetworkNone {
 		return nil, capability.Errorf(capability.PermissionDenied,
-			"session %s has network %q, and apt needs the network: create a session with network full (create_session rootfs=%s network=full) to install packages; apt was not started",
+			"session %s has network %q, and apt needs the network: create a session with network internet (create_session rootfs=%s network=internet) to install packages; apt was not started",
 			sess.Name, sess.Network, sess.Rootfs)
 	}
 	return a.installPackages(ctx, sess.Rootfs, in.Packages, timeout, &spillTo{

@@ -76,7 +76,7 @@ func TestInstallPackagesNeedsNetwork(t *testing.T) {
 	}
 	start := time.Now()
 	_, err = call(t, a, "install_packages", InstallPackagesInput{Session: "offline", Packages: []string{"jq"}, TimeoutMS: 60000})
-	if capCode(err) != capability.PermissionDenied || !strings.Contains(err.Error(), "network full") ||
+	if capCode(err) != capability.PermissionDenied || !strings.Contains(err.Error(), "network internet") ||
 		!strings.Contains(err.Error(), "create_session") || !strings.Contains(err.Error(), "apt was not started") {
 		t.Fatalf("network none: %v", err)
 	}
@@ -113,7 +113,7 @@ func TestInstallPackagesInRealRootfs(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := copyTestRootfs(t)
-	a, err := New(context.Background(), data, &Options{Python: testPython})
+	a, err := New(context.Background(), data, &Options{Python: testPython, Network: hostAllowed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestInstallPackagesInRealRootfs(t *testing.T) {
 		t.Skip("no bubblewrap box: a rootfs cannot be shown")
 	}
 	ctx := context.Background()
-	if _, err := a.Sessions.CreateWith(ctx, "apt", session.CreateOptions{Rootfs: "default", Network: "full"}); err != nil {
+	if _, err := a.Sessions.CreateWith(ctx, "apt", session.CreateOptions{Rootfs: "default", Network: "host"}); err != nil {
 		t.Fatal(err)
 	}
 	install := func(ctx context.Context, pkgs ...string) *InstallPackagesResult {
@@ -243,7 +243,7 @@ ls /root /home 2>&1 | head -2; ls ` + data + ` 2>&1 | head -1; grep -c . /proc/s
 func TestInstallPackagesWaitsForTheLock(t *testing.T) {
 	t.Parallel() // its own copy of the test rootfs and its lock
 	data := copyTestRootfs(t)
-	a, err := New(context.Background(), data, &Options{Python: testPython})
+	a, err := New(context.Background(), data, &Options{Python: testPython, Network: hostAllowed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func TestInstallPackagesWaitsForTheLock(t *testing.T) {
 func TestInstallPackagesLiteralNamesNoRemovalAndRepair(t *testing.T) {
 	t.Parallel() // its own copy of the test rootfs
 	data := copyTestRootfs(t)
-	a, err := New(context.Background(), data, &Options{Python: testPython})
+	a, err := New(context.Background(), data, &Options{Python: testPython, Network: hostAllowed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +318,7 @@ func TestInstallPackagesLiteralNamesNoRemovalAndRepair(t *testing.T) {
 		return c
 	}
 	execTok, installTok := token("read", "exec"), token("read", "exec", "install")
-	if _, err := a.Controller.Call(ctx, execTok, "create_session", json.RawMessage(`{"name":"apt","rootfs":"default","network":"full"}`)); err != nil {
+	if _, err := a.Controller.Call(ctx, execTok, "create_session", json.RawMessage(`{"name":"apt","rootfs":"default","network":"host"}`)); err != nil {
 		t.Fatal(err)
 	}
 	root := rootfs.New(rootfs.DirIn(data)).Path("default")

@@ -153,7 +153,7 @@ func (p *pipSetup) runEnv(spec *sandbox.Spec, network string) sandbox.RunEnv {
 		env["PIP_FIND_LINKS"] = w
 		ro = append(ro, w)
 	}
-	if network != sandbox.NetworkFull {
+	if network != sandbox.NetworkHost {
 		env["PIP_NO_INDEX"] = "1"
 		env["QURO_PIP_OFFLINE"] = "1"
 	} else {

@@ -82,7 +82,7 @@ func TestPipIndexCredentialsStayWithTheServer(t *testing.T) {
 		IndexURL:       "http://quro:" + secret + "@" + host + "/simple/",
 		ExtraIndexURLs: []string{"http://extra:" + secret + "@" + host + "/extra/"},
 	})
-	s := sessionAs(t, a, pipAlice, "cred", "full", nil)
+	s := sessionAs(t, a, pipAlice, "cred", "host", nil)
 	r := runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Lang: "bash", Code: `echo "index=$PIP_INDEX_URL extra=$PIP_EXTRA_INDEX_URL"; cat /proc/self/environ | tr '\0' '\n'`})
 	if strings.Contains(r.Stdout+r.Stderr, secret) {
 		t.Fatalf("the session sees the index password:\n%s", r.Stdout)

@@ -74,7 +74,7 @@ func pipApp(t *testing.T, ix *testIndex) *App {
 // embedded Python (the test skips where there are none).
 func pipAppWith(t *testing.T, o PipOptions) *App {
 	t.Helper()
-	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Pip: o})
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed, Pip: o})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestPipMagicsWithNetwork(t *testing.T) {
 	ix := newTestIndex(t, pureWheel(t, "magic_a", "1.0", "a"), pureWheel(t, "magic_b", "1.0", "b"),
 		pureWheel(t, "magic_c", "1.0", "c"), pureWheel(t, "magic_d", "1.0", "d"))
 	a := pipApp(t, ix)
-	s := sessionAs(t, a, pipAlice, "net", "full", nil)
+	s := sessionAs(t, a, pipAlice, "net", "host", nil)
 	r := runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Code: "%pip install magic_a\nimport magic_a\nprint('value', magic_a.VALUE)"})
 	if !strings.HasSuffix(r.Stdout, "value a\n") || !strings.Contains(r.Stdout, "Successfully installed magic_a-1.0") {
 		t.Fatalf("%%pip then import: %+v", r)
@@ -335,7 +335,7 @@ func TestPipSessionIndexNotFetchedByServer(t *testing.T) {
 	ix := newTestIndex(t, pureWheel(t, "quroidx", "1.0", "good"))
 	evil := newTestIndex(t, pureWheel(t, "quroidx", "1.0", "evil"), pureWheel(t, "evilonly", "1.0", "evil"))
 	a := pipApp(t, ix)
-	s := sessionAs(t, a, pipAlice, "idx", "full", map[string]string{"PIP_INDEX_URL": evil.URL()})
+	s := sessionAs(t, a, pipAlice, "idx", "host", map[string]string{"PIP_INDEX_URL": evil.URL()})
 	res, err := installPip(t, a, pipAlice, s.ID, "quroidx")
 	if err != nil {
 		t.Fatal(err)
@@ -374,7 +374,7 @@ func TestPipOnRootfs(t *testing.T) {
 	if err := os.Symlink(m.Dir, rootfs.DirIn(data)); err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(context.Background(), data, &Options{Python: testPython, Pip: PipOptions{IndexURL: ix.URL()}})
+	a, err := New(context.Background(), data, &Options{Python: testPython, Network: hostAllowed, Pip: PipOptions{IndexURL: ix.URL()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,11 +423,11 @@ python3 -c 'import sys, quropure, qurocext; print(sys.version_info[:2], quropure
 // with a host (quro serve --pip-index-url refuses others at start).
 func TestPipIndexURLChecked(t *testing.T) {
 	for _, u := range []string{"file:///etc/passwd", "/simple", "ftp://x/simple", "http:///simple", "https://pypi.org/simple --trusted-host x"} {
-		if _, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Pip: PipOptions{ExtraIndexURLs: []string{u}}}); err == nil {
+		if _, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed, Pip: PipOptions{ExtraIndexURLs: []string{u}}}); err == nil {
 			t.Errorf("index %q accepted", u)
 		}
 	}
-	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Pip: PipOptions{IndexURL: "https://pypi.org/simple"}})
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed, Pip: PipOptions{IndexURL: "https://pypi.org/simple"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -159,7 +159,7 @@ func appOnRootfs(t testing.TB, m *rootfs.Manager) *App {
 	if err := os.Symlink(m.Dir, rootfs.DirIn(data)); err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(context.Background(), data, &Options{Python: testPython})
+	a, err := New(context.Background(), data, &Options{Python: testPython, Network: hostAllowed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func sessionCreateOpts(rootfsName string) session.CreateOptions {
 func TestRootfsSessionTerminalsAndNetwork(t *testing.T) {
 	t.Parallel()
 	a := appOnRootfs(t, testRootfs(t))
-	for _, in := range []CreateSessionInput{{Name: "onrootfs", Rootfs: "default"}, {Name: "host"}, {Name: "net", Network: "full"}} {
+	for _, in := range []CreateSessionInput{{Name: "onrootfs", Rootfs: "default"}, {Name: "host"}, {Name: "net", Network: "host"}} {
 		if _, err := call(t, a, "create_session", in); err != nil {
 			t.Fatal(err)
 		}

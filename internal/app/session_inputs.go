@@ -80,3 +80,9 @@ func (in ForkInput) SessionRef() string { return in.Session }
 // (the controller enters none); one that names both is refused by the
 // handler, before any lookup.
 func (in ForkInput) NamesSession() bool { return in.Session != "" && in.Snapshot == "" }
+
+// SessionRef is the session set_session_network changes.
+func (in SetNetworkInput) SessionRef() string { return in.Session }
+
+// SessionRef is the session whose egress log get_egress_log reads.
+func (in EgressLogInput) SessionRef() string { return in.Session }

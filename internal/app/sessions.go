@@ -41,7 +41,9 @@ type SendInputInput struct {
 type CreateSessionInput struct {
 	Name      string            `json:"name,omitempty" jsonschema:"a name (letters, digits, . _ -); generated when omitted"`
 	Rootfs    string            `json:"rootfs,omitempty" jsonschema:"run on this installed rootfs instead of the host userland"`
-	Network   string            `json:"network,omitempty" jsonschema:"network policy: none (default) or full"`
+	Network   string            `json:"network,omitempty" jsonschema:"network policy: none (loopback only, the default unless the operator chose another), internet (public addresses through the server's egress), or host (the host's network, if the operator allows it); full is a deprecated name of internet"`
+	AllowOut  []string          `json:"allow_out,omitempty" jsonschema:"with network internet: only these destinations (pypi.org, *.pythonhosted.org, github.com:443, 203.0.113.0/24)"`
+	DenyOut   []string          `json:"deny_out,omitempty" jsonschema:"with network internet: never these (same forms; deny wins)"`
 	Env       map[string]string `json:"env,omitempty" jsonschema:"the session's first environment variables (as set_session_env sets them)"`
 	Metadata  map[string]string `json:"metadata,omitempty" jsonschema:"labels to find the session by (list_sessions filters on them): at most 64 pairs, keys up to 128 bytes, values up to 1024"`
 	TimeoutS  int64             `json:"timeout_s,omitempty" jsonschema:"lifetime in seconds from now: then the server destroys the session (or pauses it, on_timeout); 0 or omitted: no lifetime"`
@@ -142,6 +144,11 @@ type SessionInfo struct {
 	// Resources are what the session's box uses now and its limits; nil
 	// when nothing of the session runs.
 	Resources *SessionResources `json:"resources,omitempty"`
+	// NetworkRules hold an internet session to what they allow.
+	NetworkRules *session.NetRules `json:"network_rules,omitempty"`
+	// Note is what the caller should know of how its request was read
+	// (a deprecated network name).
+	Note string `json:"note,omitempty"`
 }
 
 // Text is one line about the session.
@@ -152,11 +159,22 @@ func (s *SessionInfo) Text() string {
 	}
 	line := fmt.Sprintf("%s %s%s: %s alive=%v busy=%v mode=%s cwd=%s last_exit=%d network=%s",
 		s.ID, s.Name, def, s.SessionState, s.Alive, s.Busy, s.Mode, s.Cwd, s.LastExit, s.Network)
+	if r := s.NetworkRules; r != nil {
+		if len(r.Allow) > 0 {
+			line += " allow_out=" + strings.Join(r.Allow, ",")
+		}
+		if len(r.Deny) > 0 {
+			line += " deny_out=" + strings.Join(r.Deny, ",")
+		}
+	}
 	if s.ExpiresAt != nil {
 		line += fmt.Sprintf(" expires=%s (then %s)", s.ExpiresAt.UTC().Format(time.RFC3339), s.OnTimeout)
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.Metadata)) {
 		line += fmt.Sprintf(" %s=%q", k, s.Metadata[k])
+	}
+	if s.Note != "" {
+		line += "\nnote: " + s.Note
 	}
 	return line
 }
@@ -279,9 +297,27 @@ func (a *App) registerSessions(reg *capability.Registry) {
 }
 
 func (a *App) createSession(ctx context.Context, in CreateSessionInput) (*SessionInfo, error) {
+	if in.Network == "" && len(in.AllowOut)+len(in.DenyOut) > 0 {
+		in.Network = sandbox.NetworkInternet // rules are the egress's
+	}
+	network, note, err := a.networkPolicy(in.Network)
+	if err != nil {
+		return nil, err
+	}
+	rules, err := netRules(network, in.AllowOut, in.DenyOut)
+	if err != nil {
+		return nil, err
+	}
+	in.Network = network
 	o, err := createOptions(in)
 	if err != nil {
 		return nil, err
+	}
+	o.NetRules = rules
+	info := func(s *session.Session) *SessionInfo {
+		i := a.sessionInfo(ctx, s)
+		i.Note = note
+		return i
 	}
 	if in.Rootfs != "" {
 		if err := a.checkRootfsReady(in.Rootfs); err != nil {
@@ -289,14 +325,17 @@ func (a *App) createSession(ctx context.Context, in CreateSessionInput) (*Sessio
 		}
 	}
 	// A spare session of the same template, with its box and
-	// Python worker ready, if there is one (spare.go).
-	s, err := a.spares.claim(ctx, in, o)
-	if err != nil {
-		return nil, err
+	// Python worker ready, if there is one (spare.go); spares have no
+	// rules.
+	var s *session.Session
+	if rules == nil {
+		if s, err = a.spares.claim(ctx, in, o); err != nil {
+			return nil, err
+		}
 	}
 	if s != nil {
 		a.lifetimeChanged(s.ExpiresAt)
-		return a.sessionInfo(ctx, s), nil
+		return info(s), nil
 	}
 	s, err = a.Sessions.CreateWith(ctx, in.Name, o)
 	if err != nil {
@@ -307,7 +346,7 @@ func (a *App) createSession(ctx context.Context, in CreateSessionInput) (*Sessio
 		a.Python.Prestart(s)
 		a.PythonRootfs.Prestart(s)
 	}
-	return a.sessionInfo(ctx, s), nil
+	return info(s), nil
 }
 
 func (a *App) destroySessionCap(ctx context.Context, in SessionRef) (*Done, error) {
@@ -496,7 +535,7 @@ func metadataMatches(md, want map[string]string) bool {
 func (a *App) sessionInfo(ctx context.Context, s *session.Session) *SessionInfo {
 	info := &SessionInfo{
 		ID: s.ID, Name: s.Name, Default: a.Sessions.IsDefault(ctx, s), CreatedAt: s.CreatedAt, LastUsedAt: s.LastUsedAt,
-		Network: s.Network, Rootfs: s.Rootfs, Workspace: s.Workspace(), State: a.Terminals.State(s),
+		Network: s.Network, NetworkRules: s.NetRules, Rootfs: s.Rootfs, Workspace: s.Workspace(), State: a.Terminals.State(s),
 		Resources: a.resources(s), Metadata: s.Metadata,
 	}
 	info.SessionState = StateRunning

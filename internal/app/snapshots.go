@@ -545,12 +545,17 @@ func (a *App) forkSession(ctx context.Context, in ForkInput) (*ForkResult, error
 		e.RetryAfter = ce.RetryAfter
 		return nil, e
 	}
+	// The snapshot's network, as the operator allows it now.
+	network, _, err := a.networkPolicy(snap.Network)
+	if err != nil {
+		return nil, err
+	}
 	for i := 1; i <= in.Count; i++ {
 		name := ""
 		if in.NamePrefix != "" {
 			name = fmt.Sprintf("%s-%d", in.NamePrefix, i)
 		}
-		s, err := a.Sessions.CreateWith(ctx, name, session.CreateOptions{Network: snap.Network, Rootfs: snap.Rootfs})
+		s, err := a.Sessions.CreateWith(ctx, name, session.CreateOptions{Network: network, Rootfs: snap.Rootfs})
 		if err != nil {
 			return undo(i, err)
 		}

@@ -76,7 +76,7 @@ func dirNames(t *testing.T, dir string) []string {
 // state.
 func TestSnapshotAndFork(t *testing.T) {
 	a := newApp(t, nil)
-	if _, err := call(t, a, "create_session", CreateSessionInput{Name: "src", Network: "full"}); err != nil {
+	if _, err := call(t, a, "create_session", CreateSessionInput{Name: "src", Network: "host"}); err != nil {
 		t.Fatal(err)
 	}
 	v := "bar"
@@ -106,7 +106,7 @@ stat -c %a suid sub`)
 	if snap.Symlinks != 2 || snap.Hardlinks != 1 || !slices.Contains(snap.Skipped, "fifo (fifo)") || snap.SkippedCount != 1 {
 		t.Errorf("snapshot: %+v", snap)
 	}
-	if snap.Cwd != "sub" || snap.Network != "full" || !slices.Contains(snap.EnvNames, "FOO") {
+	if snap.Cwd != "sub" || snap.Network != "host" || !slices.Contains(snap.EnvNames, "FOO") {
 		t.Errorf("settings not snapshotted: %+v", snap)
 	}
 	reply, _ := call(t, a, "snapshot_session", SnapshotInput{Session: "src", Name: "s1"})
@@ -141,7 +141,7 @@ stat -c %a suid sub`)
 			t.Fatal(err)
 		}
 		checkCopy(t, s.Workspace(), s.UID)
-		if s.Network != "full" || s.Env["FOO"] != "bar" || s.Cwd != filepath.Join(s.Workspace(), "sub") {
+		if s.Network != "host" || s.Env["FOO"] != "bar" || s.Cwd != filepath.Join(s.Workspace(), "sub") {
 			t.Errorf("%s: network %q env %v cwd %q", s.Name, s.Network, s.Env, s.Cwd)
 		}
 	}
@@ -248,7 +248,7 @@ func leftovers(t *testing.T, a *App) (sessions, disks, snaps []string) {
 // session, directory or disk image is left behind, and the error says
 // which copy failed and why.
 func TestForkIsAllOrNothing(t *testing.T) {
-	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed,
 		Limits: Limits{SessionsPerTenant: 4, Tenant: TenantLimits{Disk: 32 << 20}}})
 	if err != nil {
 		t.Fatal(err)
@@ -310,7 +310,7 @@ func TestForkIsAllOrNothing(t *testing.T) {
 // Limits.SnapshotBytes bytes of them; a snapshot larger than the
 // per-session disk quota cannot be taken. A refusal leaves no files.
 func TestSnapshotCeilings(t *testing.T) {
-	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed,
 		Limits: Limits{Snapshots: 2, SnapshotBytes: 3 << 20}})
 	if err != nil {
 		t.Fatal(err)
@@ -343,7 +343,7 @@ func TestSnapshotCeilings(t *testing.T) {
 	// The per-session disk quota bounds one snapshot, also where no
 	// image enforces it (hard links are stored once, so they do not
 	// multiply it).
-	b, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
+	b, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed,
 		Limits: Limits{Tenant: TenantLimits{Disk: 8 << 20}}})
 	if err != nil {
 		t.Fatal(err)

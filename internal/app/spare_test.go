@@ -29,7 +29,7 @@ func newSpareApp(t *testing.T, per int) (*App, string) {
 	t.Helper()
 	dir := t.TempDir()
 	// The shipped tenant ceilings: a spare counts in its tenant's budget.
-	a, err := New(context.Background(), dir, &Options{Python: testPython, SpareSessions: per})
+	a, err := New(context.Background(), dir, &Options{Python: testPython, Network: hostAllowed, SpareSessions: per})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestSpareOfAnotherTemplateIsNotGiven(t *testing.T) {
 		t.Fatal("bob got the local tenant's spare")
 	}
 	// Another network policy.
-	full := mustCall(t, a, "create_session", CreateSessionInput{Name: "net", Network: "full"}).(*SessionInfo)
+	full := mustCall(t, a, "create_session", CreateSessionInput{Name: "net", Network: "host"}).(*SessionInfo)
 	if full.ID == sp.ID {
 		t.Fatal("a session with network got a spare without")
 	}
@@ -336,7 +336,7 @@ func TestSparesAreGoneAfterClose(t *testing.T) {
 // removes them; a process without spares leaves them to it.
 func TestStaleSparesAreRemovedAtStart(t *testing.T) {
 	dir := t.TempDir()
-	a, err := New(context.Background(), dir, &Options{Python: testPython})
+	a, err := New(context.Background(), dir, &Options{Python: testPython, Network: hostAllowed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func TestStaleSparesAreRemovedAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Close()
-	b, err := New(context.Background(), dir, &Options{Python: testPython})
+	b, err := New(context.Background(), dir, &Options{Python: testPython, Network: hostAllowed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +353,7 @@ func TestStaleSparesAreRemovedAtStart(t *testing.T) {
 		t.Fatalf("a process without spares removed one: %v", err)
 	}
 	b.Close()
-	c, err := New(context.Background(), dir, &Options{Python: testPython, SpareSessions: 1})
+	c, err := New(context.Background(), dir, &Options{Python: testPython, Network: hostAllowed, SpareSessions: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +377,7 @@ func TestStaleSparesAreRemovedAtStart(t *testing.T) {
 // lacked the socket.)
 func TestTheFirstSpareHasTheInSessionSocket(t *testing.T) {
 	served := make(chan string, 4)
-	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, SpareSessions: 1,
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed, SpareSessions: 1,
 		InSession: &InSessionOptions{Handler: func(ctrl *controller.Controller, sessions *session.Manager) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				served <- r.URL.Path
@@ -424,10 +424,10 @@ func TestSpareTemplatesHaveTenantShares(t *testing.T) {
 	p.mu.Unlock()
 	local := waitSpares(t, a, localNone, 1)[0]
 	bob := controller.Caller{Path: "test", Tenant: "bob", Scope: capability.ScopeExec, TokenID: "tb"}
-	bobNone, bobFull := spareKey{tenant: "bob", network: "none"}, spareKey{tenant: "bob", network: "full"}
+	bobNone, bobFull := spareKey{tenant: "bob", network: "none"}, spareKey{tenant: "bob", network: "host"}
 	mustCallAs(t, a, bob, "create_session", CreateSessionInput{Name: "b1"})
 	waitSpares(t, a, bobNone, 1)
-	mustCallAs(t, a, bob, "create_session", CreateSessionInput{Name: "b2", Network: "full"})
+	mustCallAs(t, a, bob, "create_session", CreateSessionInput{Name: "b2", Network: "host"})
 	p.mu.Lock()
 	_, noneKept := p.wanted[bobNone]
 	_, fullKept := p.wanted[bobFull]

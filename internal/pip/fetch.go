@@ -144,7 +144,7 @@ func (c *Cache) Fetch(ctx context.Context, tenant string, f *Fetch) (*FetchResul
 		Home:      scratch,
 		TmpDir:    scratch,
 		TenantDir: f.TenantDir,
-		Network:   sandbox.NetworkFull,
+		Network:   sandbox.NetworkHost,
 		// pip reaches the network through the proxy alone: no other TCP
 		// port is reachable from the box (a direct-URL dependency on a git
 		// repository or a source archive would have git, or the archive's

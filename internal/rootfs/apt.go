@@ -460,7 +460,7 @@ func (a *Apt) inBox(ctx context.Context, root, scratch string, out io.Writer, te
 		Args:        append([]string{prog}, args...),
 		Dir:         scratch,
 		Env:         map[string]string{"DEBIAN_FRONTEND": "noninteractive", "DEBCONF_NONINTERACTIVE_SEEN": "true"},
-		Network:     sandbox.NetworkFull,
+		Network:     sandbox.NetworkHost,
 		Rootfs:      root,
 		RootfsAdmin: true,
 		Stdout:      w,

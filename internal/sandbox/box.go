@@ -49,6 +49,10 @@ type Box struct {
 	pid1  int       // the box init's host pid
 	cg    *runCgroup
 	ctl   *net.UnixConn
+	net   *boxNet // nil under NetworkHost
+	// network is the box's policy now (shape.network at first; SetNetwork
+	// changes it), guarded by mu.
+	network string
 
 	sendMu sync.Mutex
 	mu     sync.Mutex
@@ -82,9 +86,11 @@ func (pl *plan) shape(s *Sandbox) boxShape {
 		writable: pl.writable, readOnly: pl.readOnly, binds: append(slices.Clone(s.binds), pl.spec.Binds...)}
 }
 
-// holds reports whether a box of shape b can run a spec of shape x.
+// holds reports whether a box of shape b can run a spec of shape x, but
+// for the network (the box's own, which SetNetwork may change: see
+// Box.network).
 func (b *boxShape) holds(x *boxShape) bool {
-	if b.uid != x.uid || b.network != x.network || b.rootfs != x.rootfs {
+	if b.uid != x.uid || b.rootfs != x.rootfs {
 		return false
 	}
 	for _, w := range x.writable {
@@ -254,7 +260,7 @@ func (s *Sandbox) boxFor(ctx context.Context, pl *plan) (*Box, error) {
 			return nil, e.err
 		}
 		bx := e.box
-		if bx.shape.holds(&want) && bx.current(&want) && bx.alive() {
+		if bx.shape.holds(&want) && bx.Network() == want.network && bx.current(&want) && bx.alive() {
 			return bx, nil
 		}
 		if bx.alive() && bx.Procs() > 0 {
@@ -313,7 +319,7 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 	shape.readOnly = s.boxReadOnly(shape.readOnly)
 	// The box's cgroup holds the session's budget (the Sandbox's limits),
 	// whatever the run that made it: each run keeps its own rlimits.
-	bx := &Box{s: s, key: key, shape: shape, procs: map[string]*Process{}, dead: make(chan struct{}), limits: s.limits,
+	bx := &Box{s: s, key: key, shape: shape, network: shape.network, procs: map[string]*Process{}, dead: make(chan struct{}), limits: s.limits,
 		roIDs: map[string]fileID{}}
 	for _, p := range shape.readOnly {
 		if id, ok := fileIDOf(p); ok {
@@ -329,7 +335,11 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 			bx.cg.kill()
 			bx.cg.remove()
 		}
+		bx.net.close()
 		return nil, err
+	}
+	if bx.net, err = s.openNet(key, pl.network); err != nil {
+		return fail(err)
 	}
 	ctl, theirs, err := ctlPair()
 	if err != nil {
@@ -337,7 +347,7 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 	}
 	defer theirs.Close()
 	bx.ctl = ctl
-	l, err := s.sessionLaunch(pl, shape, theirs)
+	l, err := s.sessionLaunch(pl, shape, theirs, bx.net.namespace())
 	if err != nil {
 		bx.ctl.Close()
 		return fail(err)
@@ -563,6 +573,7 @@ func (bx *Box) Close() {
 		bx.cg.kill()
 		bx.cg.remove()
 	}
+	bx.net.close()
 }
 
 // Done is closed when the box has ended.

@@ -97,6 +97,7 @@ type bwrapBox struct {
 	capSetID      bool
 	admin         bool // Spec.RootfsAdmin
 	asPID1        bool // the command is the box's pid 1 (a session box's init)
+	ownNetns      bool // born in a network namespace the server made (see Netns)
 	host          hostView
 }
 
@@ -127,7 +128,9 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 		err = b.rootfsUserland(w)
 	}
 	if err == nil {
-		b.networkFiles(w)
+		err = b.networkFiles(w)
+	}
+	if err == nil {
 		err = b.passwdFile(w)
 	}
 	if err != nil {
@@ -192,7 +195,8 @@ func (b *bwrapBox) namespaces(w *bwrapArgs) {
 		// denies TIOCSTI and TIOCLINUX there.
 		w.add("--new-session")
 	}
-	if b.network != NetworkFull {
+	if b.network != NetworkHost && !b.ownNetns {
+		// The server made none: bubblewrap makes one, loopback only.
 		w.add("--unshare-net")
 	}
 }
@@ -310,15 +314,22 @@ func (b *bwrapBox) inUserland(f string) bool {
 
 // networkFiles: a box with the host's network resolves names as the host
 // does.
-func (b *bwrapBox) networkFiles(w *bwrapArgs) {
-	if b.network != NetworkFull {
-		return
+func (b *bwrapBox) networkFiles(w *bwrapArgs) error {
+	if b.ownNetns && b.inUserland("/etc/resolv.conf") {
+		// The box's DNS is the server's, on its own loopback (see Netns):
+		// under NetworkNone nothing answers there (until SetNetwork opens
+		// the way), and a lookup fails at once.
+		return w.data("/etc/resolv.conf", "nameserver 127.0.0.1\noptions edns0\n")
+	}
+	if b.network != NetworkHost {
+		return nil
 	}
 	for _, f := range []string{"/etc/resolv.conf", "/etc/hosts"} {
 		if _, err := b.host.stat(f); err == nil && b.inUserland(f) {
 			w.add("--ro-bind", f, f)
 		}
 	}
+	return nil
 }
 
 // passwdFile shows b.passwd as /etc/passwd.
@@ -326,18 +337,23 @@ func (b *bwrapBox) passwdFile(w *bwrapArgs) error {
 	if b.passwd == "" || !b.inUserland("/etc/passwd") {
 		return nil
 	}
+	return w.data("/etc/passwd", b.passwd)
+}
+
+// data shows content as the read-only file p (0644).
+func (w *bwrapArgs) data(p, content string) error {
 	r, pw, err := os.Pipe()
 	if err != nil {
 		return err
 	}
 	// A few hundred bytes: the pipe buffer holds them, nothing blocks.
-	_, err = pw.WriteString(b.passwd)
+	_, err = pw.WriteString(content)
 	pw.Close()
 	if err != nil {
 		r.Close()
 		return err
 	}
-	w.add("--perms", "0644", "--ro-bind-data", w.file(r), "/etc/passwd")
+	w.add("--perms", "0644", "--ro-bind-data", w.file(r), p)
 	return nil
 }
 

@@ -54,16 +54,16 @@ type goldenDirs struct {
 
 var goldenCases = []goldenCase{
 	{name: "oneshot-host-none", cgroups: true},
-	{name: "oneshot-host-full", cgroups: true, spec: func(s *Spec, _ goldenDirs) { s.Network = NetworkFull }},
+	{name: "oneshot-host-full", cgroups: true, spec: func(s *Spec, _ goldenDirs) { s.Network = NetworkHost }},
 	{name: "oneshot-host-nocgroups"},
 	{name: "oneshot-root", root: true, cgroups: true},
 	{name: "oneshot-tty", cgroups: true, spec: func(s *Spec, _ goldenDirs) { s.TTY = true }},
 	{name: "oneshot-rootfs-none", cgroups: true, spec: func(s *Spec, d goldenDirs) { s.Rootfs = d.rootfs }},
 	{name: "oneshot-rootfs-full", root: true, cgroups: true, spec: func(s *Spec, d goldenDirs) {
-		s.Rootfs, s.Network = d.rootfs, NetworkFull
+		s.Rootfs, s.Network = d.rootfs, NetworkHost
 	}},
 	{name: "oneshot-rootfs-admin", root: true, cgroups: true, spec: func(s *Spec, d goldenDirs) {
-		s.Rootfs, s.RootfsAdmin, s.Network = d.rootfs, true, NetworkFull
+		s.Rootfs, s.RootfsAdmin, s.Network = d.rootfs, true, NetworkHost
 		s.Writable, s.ReadOnly, s.Binds = nil, nil, nil
 	}},
 	// Landlock and seccomp are applied by the init child: bubblewrap's
@@ -74,8 +74,11 @@ var goldenCases = []goldenCase{
 	{name: "session-host-none", session: true, cgroups: true},
 	{name: "session-rootfs-none", session: true, cgroups: true, spec: func(s *Spec, d goldenDirs) { s.Rootfs = d.rootfs }},
 	{name: "session-root-full", session: true, root: true, cgroups: true, spec: func(s *Spec, _ goldenDirs) {
-		s.Network, s.TTY = NetworkFull, true
+		s.Network, s.TTY = NetworkHost, true
 	}},
+	// The server's own network namespace and its DNS in /etc/resolv.conf.
+	{name: "session-root-internet", session: true, root: true, cgroups: true, spec: func(s *Spec, _ goldenDirs) { s.Network = NetworkInternet }},
+	{name: "oneshot-root-internet", root: true, cgroups: true, spec: func(s *Spec, _ goldenDirs) { s.Network = NetworkInternet }},
 }
 
 func TestLaunchGolden(t *testing.T) {
@@ -163,8 +166,9 @@ func goldenLaunch(t *testing.T, c goldenCase, host hostView, d goldenDirs) strin
 	t.Helper()
 	s := &Sandbox{self: filepath.Join(filepath.Dir(filepath.Dir(d.python)), "bin", "quro"), path: DefaultPath, limits: DefaultLimits(),
 		drainGrace: time.Second, isolation: cmp.Or(c.isolation, IsolationFull), host: host,
-		binds: []Bind{{Src: d.sock, Dst: "/run/quro/api.sock"}},
-		boxes: &boxRegistry{boxes: map[string]*boxEntry{}, readOnlyNow: func() []string { return []string{d.python, d.pip} }}}
+		binds:  []Bind{{Src: d.sock, Dst: "/run/quro/api.sock"}},
+		boxes:  &boxRegistry{boxes: map[string]*boxEntry{}, readOnlyNow: func() []string { return []string{d.python, d.pip} }},
+		egress: &echoEgress{}}
 	s.layers = &layerSet{found: map[string]Feature{}, require: Layers, bwrap: "/usr/bin/bwrap", root: c.root}
 	for _, l := range Layers {
 		s.layers.found[l] = Feature{Name: l, Available: !slices.Contains(c.missing, l)}
@@ -203,7 +207,13 @@ func goldenLaunch(t *testing.T, c goldenCase, host hostView, d goldenDirs) strin
 		defer ctl.Close()
 		shape := pl.shape(s)
 		shape.readOnly = s.boxReadOnly(shape.readOnly)
-		l, err = s.sessionLaunch(pl, shape, ctl)
+		// openBox gives every session box a namespace the server made,
+		// but under the host's network.
+		var ns *Netns
+		if pl.network != NetworkHost {
+			ns = &Netns{}
+		}
+		l, err = s.sessionLaunch(pl, shape, ctl, ns)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,7 +229,12 @@ func goldenLaunch(t *testing.T, c goldenCase, host hostView, d goldenDirs) strin
 			t.Fatal(err)
 		}
 		defer pb.closeChildEnds()
-		l, err = s.oneShotLaunch(context.Background(), pl, pb, c.cgroups)
+		// startOneShot makes one under NetworkInternet only.
+		var ns *Netns
+		if pl.network == NetworkInternet {
+			ns = &Netns{}
+		}
+		l, err = s.oneShotLaunch(context.Background(), pl, pb, c.cgroups, ns)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -363,16 +363,21 @@ func writeLimits(dir, ctrl string, v2 bool, lim Limits) error {
 // pid to cgroup.procs) takes the kernel's global threadgroup lock, whose
 // writer waits for an RCU grace period (about 10 ms per run), while a
 // thread that moves only itself ("0" to a v1 tasks file) skips that lock.
-// The thread moves back before it serves any other goroutine.
+// With ns, the thread also enters that network namespace first, so the
+// child is born in it (bubblewrap has no option to join one). The thread
+// moves back before it serves any other goroutine.
 //
-// It reports ok=false, having done nothing, when the run cannot be started
-// that way (a unified hierarchy is in use, or the thread could not move):
-// then the caller starts the process and joins it as before. An error is
-// start's or, after the process started, that the thread could not move
-// back; the thread is then dropped (it exits with its goroutine; the
-// child's parent-death signal goes with it) and the run must not go on.
-func (r *runCgroup) startInside(start func() error) (ok bool, err error) {
-	if r.v2 != "" || len(r.dirs) == 0 {
+// r may be nil. It reports ok=false when the child was not born in r's
+// cgroups (r is nil, a unified hierarchy is in use, or the thread could not
+// move): then the caller joins the process to them after the start. Without
+// ns it has then done nothing, and the caller starts the process itself. An
+// error is start's, that the thread could not enter ns, or, after the
+// process started, that the thread could not move back; the thread is then
+// dropped (it exits with its goroutine; the child's parent-death signal
+// goes with it) and the run must not go on.
+func (r *runCgroup) startInside(ns *Netns, start func() error) (ok bool, err error) {
+	v1 := r != nil && r.v2 == "" && len(r.dirs) > 0
+	if !v1 && ns == nil {
 		return false, nil
 	}
 	type result struct {
@@ -382,11 +387,12 @@ func (r *runCgroup) startInside(start func() error) (ok bool, err error) {
 	done := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
-		home, herr := threadCgroups()
-		if herr != nil {
-			runtime.UnlockOSThread()
-			done <- result{}
-			return
+		var home map[string]string
+		if v1 {
+			var herr error
+			if home, herr = threadCgroups(); herr != nil {
+				v1 = false
+			}
 		}
 		moved := 0
 		back := func() bool {
@@ -398,33 +404,44 @@ func (r *runCgroup) startInside(start func() error) (ok bool, err error) {
 			}
 			return true
 		}
-		for i, dir := range r.dirs {
+		for i := 0; v1 && i < len(r.dirs); i++ {
 			if _, known := home[r.ctrl[i]]; !known || r.mnt[i] == "" {
 				break
 			}
-			if os.WriteFile(filepath.Join(dir, "tasks"), []byte("0"), 0) != nil {
+			if os.WriteFile(filepath.Join(r.dirs[i], "tasks"), []byte("0"), 0) != nil {
 				break
 			}
 			moved++
 		}
-		if moved < len(r.dirs) {
-			if back() {
-				runtime.UnlockOSThread()
+		if v1 && moved < len(r.dirs) {
+			if !back() {
+				done <- result{err: errors.New("cgroup: the starting thread could not leave the run's cgroups")}
+				return // stay locked: the thread ends with this goroutine
 			}
-			// else: stay locked, and the thread ends with this goroutine.
+			moved, v1 = 0, false
+		}
+		if !v1 && ns == nil {
+			runtime.UnlockOSThread()
 			done <- result{}
 			return
 		}
-		err := start()
+		var err error
+		if ns != nil {
+			err = ns.enterThenBack(start)
+		} else {
+			err = start()
+		}
 		if !back() {
 			if err == nil {
 				err = errors.New("cgroup: the starting thread could not leave the run's cgroups")
 			}
-			done <- result{ok: true, err: err}
+			done <- result{ok: v1, err: err}
 			return
 		}
-		runtime.UnlockOSThread()
-		done <- result{ok: true, err: err}
+		if !errors.Is(err, errNetnsStuck) {
+			runtime.UnlockOSThread()
+		}
+		done <- result{ok: v1, err: err}
 	}()
 	res := <-done
 	return res.ok, res.err

@@ -28,7 +28,7 @@ func TestConnectPortsLimitTCP(t *testing.T) {
 		"exec 4<>/dev/tcp/127.0.0.1/" + strconv.Itoa(po) + " && echo other-ok; " +
 		"python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\", 0)); print(\"bind-ok\")' 2>&1 | tail -1"
 	out, _ := boxRun(t, sb, testCtx(t), t.TempDir(), script, func(s *Spec) {
-		s.Network = NetworkFull
+		s.Network = NetworkHost
 		s.ConnectPorts = []int{pa}
 	})
 	if !strings.Contains(out, "allowed-ok") || strings.Contains(out, "other-ok") || strings.Contains(out, "bind-ok") {

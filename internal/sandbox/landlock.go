@@ -77,7 +77,7 @@ func compileLandlock(p *initPolicy, bp *boxinit.Policy) error {
 		for _, port := range p.Ports {
 			bp.ConnectPorts = append(bp.ConnectPorts, uint16(port))
 		}
-	} else if abi >= 4 && p.Network != NetworkFull && !p.OwnNetns {
+	} else if abi >= 4 && p.Network != NetworkHost && !p.OwnNetns {
 		bp.LLNet = unix.LANDLOCK_ACCESS_NET_BIND_TCP | unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
 		if abi >= 10 {
 			bp.LLNet |= unix.LANDLOCK_ACCESS_NET_BIND_UDP | unix.LANDLOCK_ACCESS_NET_CONNECT_SEND_UDP
@@ -106,8 +106,8 @@ func (s *Sandbox) checkConnectPorts(spec *Spec) error {
 	if len(spec.ConnectPorts) == 0 {
 		return nil
 	}
-	if spec.Network != NetworkFull {
-		return fmt.Errorf("%w: connect ports need network %q", ErrInvalidSpec, NetworkFull)
+	if spec.Network != NetworkHost {
+		return fmt.Errorf("%w: connect ports need network %q", ErrInvalidSpec, NetworkHost)
 	}
 	if len(spec.ConnectPorts) > 16 {
 		return fmt.Errorf("%w: %d connect ports: at most 16", ErrInvalidSpec, len(spec.ConnectPorts))

@@ -37,6 +37,9 @@ type launch struct {
 	hold  bool
 	uid   int  // the host uid mapped to insideUID, or 0
 	admin bool // a RootfsAdmin box: identity maps, no uid switch
+	// netns: the box is born in this network namespace (the server's,
+	// see Netns) instead of one bubblewrap makes, or the host's.
+	netns *Netns
 
 	cmd       *exec.Cmd
 	childEnds []*os.File // the server's copies of what the child holds
@@ -47,11 +50,12 @@ type launch struct {
 
 // oneShotLaunch declares a run's box of its own: the init child runs
 // pl, held when the server has cgroups to join or uid maps to write.
-func (s *Sandbox) oneShotLaunch(ctx context.Context, pl *plan, pb *plumbing, cgroups bool) (*launch, error) {
+func (s *Sandbox) oneShotLaunch(ctx context.Context, pl *plan, pb *plumbing, cgroups bool, ns *Netns) (*launch, error) {
 	l := &launch{bwrap: s.layers.bwrap, self: s.self, dir: pl.spec.Dir, fds: pb.fds, stdio: pb.stdio,
-		env: slices.Clone(HelperEnv), tty: pl.spec.TTY, waitDelay: s.drainGrace, hold: cgroups, uid: pl.uid, admin: pl.admin}
+		env: slices.Clone(HelperEnv), tty: pl.spec.TTY, waitDelay: s.drainGrace, hold: cgroups, uid: pl.uid, admin: pl.admin, netns: ns}
 	if pl.boxed {
 		l.box = s.bwrapFor(pl, pl.spec)
+		l.box.ownNetns = ns != nil
 		l.hold = cgroups || pl.uid != 0 || pl.admin
 	}
 	if err := l.holdPipes(); err != nil {
@@ -73,7 +77,7 @@ func (s *Sandbox) oneShotLaunch(ctx context.Context, pl *plan, pb *plumbing, cgr
 // its pid 1, talking to the server over ctl, always held (the server
 // learns the init's pid from bubblewrap). The box takes no terminal: a
 // TTY run gets its own from the box init.
-func (s *Sandbox) sessionLaunch(pl *plan, shape boxShape, ctl *os.File) (*launch, error) {
+func (s *Sandbox) sessionLaunch(pl *plan, shape boxShape, ctl *os.File, ns *Netns) (*launch, error) {
 	spec := *pl.spec
 	spec.TTY = false
 	bpl := *pl
@@ -82,12 +86,13 @@ func (s *Sandbox) sessionLaunch(pl *plan, shape boxShape, ctl *os.File) (*launch
 	b := s.bwrapFor(&bpl, &spec)
 	b.binds = shape.binds
 	b.asPID1 = true
+	b.ownNetns = ns != nil
 	// The box init, its zygotes and init children are Go programs that
 	// mostly wait: one P each is all they use (fewer threads against the
 	// session's pids budget, less memory per box). The user program never
 	// sees it: it gets its own environment from the init child.
 	l := &launch{box: b, bwrap: s.layers.bwrap, self: s.self, fds: &fdList{},
-		env: append(slices.Clone(HelperEnv), "GOMAXPROCS=1"), hold: true, uid: pl.uid}
+		env: append(slices.Clone(HelperEnv), "GOMAXPROCS=1"), hold: true, uid: pl.uid, netns: ns}
 	ctlFD := l.fds.add(ctl)
 	if err := l.holdPipes(); err != nil {
 		return nil, err
@@ -179,17 +184,16 @@ func (l *launch) command(ctx context.Context, inner []string) error {
 	return nil
 }
 
-// start starts l.cmd, born in cg when the kernel can (see startInside),
+// start starts l.cmd, born in cg when the kernel can and in l.netns (see
+// startInside),
 // and closes the server's copies of the child's descriptors. With exit
 // set the process was started (err may still say it could not leave cg's
 // way), and Wait on it goes through exit.
 func (l *launch) start(cg *runCgroup) (born bool, exit *exitWatch, err error) {
 	var pidfd int
 	askPidfd(l.cmd, &pidfd)
-	if cg != nil {
-		born, err = cg.startInside(l.cmd.Start)
-	}
-	if !born {
+	born, err = cg.startInside(l.netns, l.cmd.Start)
+	if !born && l.netns == nil {
 		err = l.cmd.Start()
 	}
 	l.closeChildEnds()

@@ -63,8 +63,30 @@ const (
 	// nothing outside the box is. Without a box (minimal isolation)
 	// Landlock refuses every TCP bind and connect instead.
 	NetworkNone = "none"
-	NetworkFull = "full" // the host's network
+	// NetworkInternet: the box's own network namespace, whose only way
+	// out is the server's egress (Options.Egress, see Netns): its TCP
+	// connections and DNS queries are redirected to sockets the server
+	// holds, which apply the session's policy; everything else is
+	// dropped. It needs a box.
+	NetworkInternet = "internet"
+	// NetworkHost: the host's own network namespace (its loopback, the
+	// server's port, every interface). The server's helpers that fetch
+	// for a tenant use it (under their own limits); a session only with
+	// the operator's leave.
+	NetworkHost = "host"
 )
+
+// Networks are the policies a Spec may name.
+var Networks = []string{NetworkNone, NetworkInternet, NetworkHost}
+
+// Egress serves the way out of boxes under NetworkInternet.
+type Egress interface {
+	// Attach opens the egress's sockets in ns (Netns.Listen,
+	// Netns.ListenPacket on EgressPort and DNSPort) for the box of
+	// session ("" for a run of no session) and serves them until the
+	// returned closer is called.
+	Attach(session string, ns *Netns) (io.Closer, error)
+}
 
 // Options configure a Sandbox. The zero value is usable.
 type Options struct {
@@ -131,6 +153,9 @@ type Options struct {
 	// its stderr (e.g. that the session's disk quota is full, and what
 	// filled it), given the run's Dir.
 	Note func(dir string) string
+	// Egress serves boxes under NetworkInternet; without it a Spec that
+	// asks for that policy is refused.
+	Egress Egress
 }
 
 // RunEnv is what Options.RunEnv adds to a run.
@@ -184,6 +209,7 @@ type Sandbox struct {
 	tenant     func(dir string) (Tenant, bool)
 	note       func(dir string) string
 	runEnv     func(spec *Spec, network string) RunEnv
+	egress     Egress
 	host       hostView // where a box's host userland is read from
 }
 
@@ -198,7 +224,7 @@ func New(opts *Options) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox: cannot find the quro executable to re-exec: %w", err)
 	}
 	s := &Sandbox{self: self, path: o.Path, limits: DefaultLimits(), drainGrace: o.DrainGrace, onFailure: o.OnFailure,
-		binds: slices.Clone(o.Binds), tenant: o.Tenant, note: o.Note, runEnv: o.RunEnv, sessionOf: o.SessionOf, log: o.Log}
+		binds: slices.Clone(o.Binds), tenant: o.Tenant, note: o.Note, runEnv: o.RunEnv, egress: o.Egress, sessionOf: o.SessionOf, log: o.Log}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -257,9 +283,9 @@ type Spec struct {
 	Env    map[string]string
 	Limits *Limits // nil means the Sandbox's limits
 
-	// Network is the network policy: NetworkNone (also for "") or NetworkFull.
+	// Network is the network policy: NetworkNone (also for "") or NetworkHost.
 	Network string
-	// ConnectPorts, with NetworkFull, are the only TCP ports the run may
+	// ConnectPorts, with NetworkHost, are the only TCP ports the run may
 	// connect to (on any address; Landlock's net-port rules, ABI 4+), and
 	// it may bind none: the server's own helpers that must reach one local
 	// proxy (pip's fetch). A machine whose Landlock cannot limit TCP
@@ -426,6 +452,7 @@ type Process struct {
 	pumpErr error
 	errMu   sync.Mutex
 	cg      *runCgroup // the run's cgroups, or nil
+	net     *boxNet    // a box of its own's network namespace, or nil
 	exit    *exitWatch // Cmd's pidfd in the poller, or nil
 	boxed   bool       // started inside bubblewrap
 	tty     bool       // Spec.TTY
@@ -558,6 +585,21 @@ func (pl *plan) startErr(err error) error {
 	return &StartError{Program: pl.prog, Reason: hostpath.Names(err.Error()), Err: err}
 }
 
+// checkNetwork refuses a spec whose network policy this sandbox cannot
+// give, and connect ports it cannot hold.
+func (s *Sandbox) checkNetwork(spec *Spec) error {
+	switch spec.Network {
+	case "", NetworkNone, NetworkHost:
+	case NetworkInternet:
+		if s.egress == nil {
+			return fmt.Errorf("%w: network policy %q: this server has no egress", ErrInvalidSpec, NetworkInternet)
+		}
+	default:
+		return fmt.Errorf("%w: network policy %q: want one of %v", ErrInvalidSpec, spec.Network, Networks)
+	}
+	return s.checkConnectPorts(spec)
+}
+
 // prepare is the first step of a start: check the spec, build the
 // program's environment, choose its uid (handing the session's directories
 // to it) and the policy the init child applies.
@@ -571,15 +613,8 @@ func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 	if err := s.checkSessionRun(spec); err != nil {
 		return nil, err
 	}
-	pl := &plan{spec: spec, prog: spec.Args[0], network: spec.Network}
-	switch pl.network {
-	case "":
-		pl.network = NetworkNone
-	case NetworkNone, NetworkFull:
-	default:
-		return nil, fmt.Errorf("%w: network policy %q: want %q or %q", ErrInvalidSpec, spec.Network, NetworkNone, NetworkFull)
-	}
-	if err := s.checkConnectPorts(spec); err != nil {
+	pl := &plan{spec: spec, prog: spec.Args[0], network: cmp.Or(spec.Network, NetworkNone)}
+	if err := s.checkNetwork(spec); err != nil {
 		return nil, err
 	}
 	var extra RunEnv
@@ -600,6 +635,9 @@ func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 	pl.boxed = s.layers.ok(LayerNamespaces)
 	if spec.Rootfs != "" && !pl.boxed {
 		return nil, pl.startErr(errors.New("a rootfs needs the namespaces layer (bubblewrap)"))
+	}
+	if pl.network == NetworkInternet && (!pl.boxed || !s.layers.root) {
+		return nil, pl.startErr(fmt.Errorf("network policy %q needs the box (bubblewrap) and a server running as root", NetworkInternet))
 	}
 	pl.admin = spec.RootfsAdmin
 	if pl.admin && (spec.Rootfs == "" || !s.layers.root) {
@@ -652,7 +690,7 @@ func (s *Sandbox) initPolicy(pl *plan) initPolicy {
 		Landlock: s.layers.ok(LayerLandlock),
 		Seccomp:  s.layers.ok(LayerSeccomp),
 		Network:  pl.network,
-		OwnNetns: pl.boxed && pl.network != NetworkFull,
+		OwnNetns: pl.boxed && pl.network != NetworkHost,
 		Ports:    pl.spec.ConnectPorts,
 		RW:       append(slices.Clone(pl.writable), "/tmp", "/dev/shm"),
 	}
@@ -827,13 +865,26 @@ func (s *Sandbox) startOneShot(ctx context.Context, pl *plan) (*Process, error) 
 	if cg != nil {
 		p.oomBefore = cg.oomCounts()
 	}
-	l, err := s.oneShotLaunch(ctx, pl, pb, cg != nil)
+	var l *launch
+	if pl.network == NetworkInternet {
+		// A box of its own under NetworkNone keeps bubblewrap's namespace
+		// (loopback only); under NetworkInternet the server makes it.
+		session := spec.Session
+		if session == "" {
+			session = s.session
+		}
+		p.net, err = s.openNet(session, pl.network)
+	}
+	if err == nil {
+		l, err = s.oneShotLaunch(ctx, pl, pb, cg != nil, p.net.namespace())
+	}
 	if err != nil {
 		pb.closeChildEnds()
 		p.closeParent()
 		if cg != nil {
 			cg.remove()
 		}
+		p.net.close()
 		return nil, pl.startErr(err)
 	}
 	p.Cmd = l.cmd
@@ -852,6 +903,7 @@ func (s *Sandbox) startOneShot(ctx context.Context, pl *plan) (*Process, error) 
 			if cg != nil {
 				cg.remove()
 			}
+			p.net.close()
 		}
 		return nil, pl.startErr(err)
 	}
@@ -1148,6 +1200,7 @@ func (p *Process) Wait() Exit {
 	// too, and everything left in its cgroup (the box's pid namespace died
 	// with bubblewrap already).
 	_ = killGroup(p.Cmd) // best effort: the group may be gone already (ESRCH)
+	defer p.net.close()
 	var oom OOM
 	killed := false
 	if p.cg != nil {

@@ -388,7 +388,7 @@ func TestSeccompWorkloadQuroCall(t *testing.T) {
 		func(s *Spec) {
 			s.Env = map[string]string{"QURO": bin}
 			s.ReadOnly = []string{bin}
-			s.Network = NetworkFull
+			s.Network = NetworkHost
 		})
 	t.Logf("exit %+v\n%s", exit, out)
 	for _, want := range []string{"quro dev", "cannot create a user+pid+mount namespace", "nested\n", "from quro", "js 42", "connection refused"} {
@@ -474,7 +474,7 @@ func seccompWorkloadPythonStdlib(t *testing.T, modules []string) {
 		lim.CPUPercent *= stdlibLanes
 		lim.Memory *= stdlibLanes
 		lim.Tasks *= stdlibLanes
-		out, exit := boxRun(t, sb, longCtx(t, 15*time.Minute), dir, s.String(), func(s *Spec) { s.Network = NetworkFull; s.Limits = &lim })
+		out, exit := boxRun(t, sb, longCtx(t, 15*time.Minute), dir, s.String(), func(s *Spec) { s.Network = NetworkHost; s.Limits = &lim })
 		if exit.TimedOut || exit.Signal != 0 {
 			t.Fatalf("the run did not finish: %+v\n%s", exit, out)
 		}

@@ -27,6 +27,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -114,11 +115,14 @@ type Session struct {
 	CreatedAt  time.Time         `json:"created_at"`
 	LastUsedAt time.Time         `json:"last_used_at"`
 	Env        map[string]string `json:"env,omitempty"`
-	Cwd        string            `json:"cwd,omitempty"`    // the shell's last working directory
-	Network    string            `json:"network"`          // network policy: "none" or "full"
-	Rootfs     string            `json:"rootfs,omitempty"` // rootfs name, "" for the host userland
-	Tenant     string            `json:"-"`                // owner; "" for the local tenant
-	Dir        string            `json:"-"`                // $QURO_DATA/sessions/<id>
+	Cwd        string            `json:"cwd,omitempty"` // the shell's last working directory
+	Network    string            `json:"network"`       // network policy: "none", "internet" or "host"
+	// NetRules hold an "internet" session to what they allow (nil: the
+	// public internet); the egress decides by them.
+	NetRules *NetRules `json:"network_rules,omitempty"`
+	Rootfs   string    `json:"rootfs,omitempty"` // rootfs name, "" for the host userland
+	Tenant   string    `json:"-"`                // owner; "" for the local tenant
+	Dir      string    `json:"-"`                // $QURO_DATA/sessions/<id>
 	// UID is the session's own host uid, allocated by the store: no
 	// other session has it, and it is not given to another session until
 	// every process and file of this one is gone. Runs of the session go
@@ -313,10 +317,55 @@ func (m *Manager) Get(ctx context.Context, ref string) (*Session, error) {
 	return s, err
 }
 
+// NetRules are a session's egress rules (internal/egress.ParseRule checks
+// them): only what Allow names when it names anything; Deny wins.
+type NetRules struct {
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
+}
+
+// encodeRules is r as the store keeps it ("" for none).
+func encodeRules(r *NetRules) string {
+	if r == nil || len(r.Allow) == 0 && len(r.Deny) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(r)
+	return string(b)
+}
+
+// decodeRules is the inverse of encodeRules; unreadable rules allow
+// nothing (an empty allow list would allow everything: a single rule no
+// name matches stands in).
+func decodeRules(s string) *NetRules {
+	if s == "" {
+		return nil
+	}
+	var r NetRules
+	if err := json.Unmarshal([]byte(s), &r); err != nil {
+		return &NetRules{Allow: []string{"unreadable.invalid"}}
+	}
+	return &r
+}
+
+// SetNetwork changes the session's network policy and rules (the caller
+// checks them, and what the operator allows).
+func (m *Manager) SetNetwork(ctx context.Context, s *Session, network string, rules *NetRules) error {
+	if !slices.Contains(Networks, network) {
+		return fmt.Errorf("%w: network policy %q; use one of %v", ErrBadName, network, Networks)
+	}
+	if err := m.wrap(m.store.SetSessionNetwork(ctx, s.ID, network, encodeRules(rules)), s.ID); err != nil {
+		return err
+	}
+	s.Network, s.NetRules = network, rules
+	return nil
+}
+
 // CreateOptions are the optional settings of a new session.
 type CreateOptions struct {
-	Network string // "none" (default) or "full"
-	Rootfs  string // a rootfs name; "" for the host userland
+	Network string // "none" (default), "internet" or "host" (the caller checks what the operator allows)
+	// NetRules hold an "internet" session to what they allow (nil: none).
+	NetRules *NetRules
+	Rootfs   string // a rootfs name; "" for the host userland
 	// Env are its first variables (names as UpdateEnv checks them).
 	Env map[string]string
 	// Metadata are its labels (CheckMetadata).
@@ -412,8 +461,15 @@ func (o *CreateOptions) checkExtras() (string, error) {
 	return expiryAction(o.OnExpiry)
 }
 
-// Networks are the accepted network policies.
-var Networks = []string{"none", "full"}
+// Networks are the accepted network policies (sandbox.Networks): the
+// box's loopback only, the public internet through the server's egress,
+// the host's own network.
+var Networks = []string{"none", "internet", "host"}
+
+// LegacyFull is the policy sessions had before "internet": the host's
+// network then, read as "internet" now (never as "host", which needs the
+// operator's leave).
+const LegacyFull = "full"
 
 // Create makes a new session with a fresh random id. An empty name gets one
 // derived from the id.
@@ -520,7 +576,7 @@ func (m *Manager) create(ctx context.Context, name string, o CreateOptions, capp
 		return nil, err
 	}
 	now := time.Now()
-	row := &store.Session{ID: id, Name: name, Tenant: tenant, CreatedAt: now, LastUsedAt: now, Network: o.Network, Rootfs: o.Rootfs,
+	row := &store.Session{ID: id, Name: name, Tenant: tenant, CreatedAt: now, LastUsedAt: now, Network: o.Network, NetRules: encodeRules(o.NetRules), Rootfs: o.Rootfs,
 		Env: maps.Clone(o.Env), Metadata: maps.Clone(o.Metadata), ExpiresAt: o.ExpiresAt, OnExpiry: onExpiry}
 	return m.materialize(ctx, row, tenant)
 }
@@ -823,7 +879,8 @@ func (m *Manager) fromRow(r *store.Session) *Session {
 		LastUsedAt: r.LastUsedAt,
 		Env:        maps.Clone(r.Env),
 		Cwd:        r.Cwd,
-		Network:    r.Network,
+		Network:    network(r.Network),
+		NetRules:   decodeRules(r.NetRules),
 		Rootfs:     r.Rootfs,
 		Tenant:     r.Tenant,
 		Dir:        filepath.Join(m.root, r.ID),
@@ -851,4 +908,13 @@ func newID() (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(b[:]), nil
+}
+
+// network is a stored policy as it applies now: a session stored with
+// LegacyFull has "internet".
+func network(stored string) string {
+	if stored == LegacyFull {
+		return "internet"
+	}
+	return stored
 }

@@ -59,3 +59,9 @@ func (s *Store) NextExpiry(ctx context.Context) (time.Time, error) {
 	}
 	return fromMilli(ms.Int64), nil
 }
+
+// SetSessionNetwork replaces the session's network policy and its egress
+// rules.
+func (s *Store) SetSessionNetwork(ctx context.Context, id, network, rules string) error {
+	return s.updateSession(ctx, "UPDATE sessions SET network = ?, net_rules = ? WHERE id = ?", network, rules, id)
+}

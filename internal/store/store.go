@@ -301,9 +301,12 @@ type Session struct {
 	OnExpiry string
 	// Paused: the session was paused and not resumed or used since.
 	Paused bool
+	// NetRules are the session's egress rules, as the session package
+	// encodes them ("" for none).
+	NetRules string
 }
 
-const sessionCols = "id, name, tenant, created_at, last_used_at, cwd, env, network, rootfs, coalesce(uid, 0), metadata, expires_at, on_expiry, paused"
+const sessionCols = "id, name, tenant, created_at, last_used_at, cwd, env, network, rootfs, coalesce(uid, 0), metadata, expires_at, on_expiry, paused, net_rules"
 
 // unixMilli is t in unix milliseconds, 0 for the zero time.
 func unixMilli(t time.Time) int64 {
@@ -338,7 +341,7 @@ func scanSession(row interface{ Scan(...any) error }) (*Session, error) {
 		expires       int64
 	)
 	if err := row.Scan(&s.ID, &s.Name, &s.Tenant, &created, &used, &s.Cwd, &env, &s.Network, &s.Rootfs, &s.UID,
-		&meta, &expires, &s.OnExpiry, &s.Paused); err != nil {
+		&meta, &expires, &s.OnExpiry, &s.Paused, &s.NetRules); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, ErrNotFound
 		}
@@ -385,9 +388,9 @@ func (s *Store) CreateSession(ctx context.Context, sess *Session) error {
 			if err != nil {
 				return err
 			}
-			_, err = tx.ExecContext(ctx, "INSERT INTO sessions (id, name, tenant, created_at, last_used_at, cwd, env, network, rootfs, uid, metadata, expires_at, on_expiry) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+			_, err = tx.ExecContext(ctx, "INSERT INTO sessions (id, name, tenant, created_at, last_used_at, cwd, env, network, rootfs, uid, metadata, expires_at, on_expiry, net_rules) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
 				sess.ID, sess.Name, sess.Tenant, sess.CreatedAt.UnixMilli(), sess.LastUsedAt.UnixMilli(),
-				sess.Cwd, string(env), sess.Network, sess.Rootfs, uid, meta, unixMilli(sess.ExpiresAt), sess.OnExpiry)
+				sess.Cwd, string(env), sess.Network, sess.Rootfs, uid, meta, unixMilli(sess.ExpiresAt), sess.OnExpiry, sess.NetRules)
 			if err == nil {
 				sess.UID = uid
 			}

@@ -32,9 +32,10 @@ import (
 //     makes its end a pause instead of a destroy. connect and refreshes only
 //     extend a lifetime, setTimeout sets it, a pause removes it (a paused
 //     sandbox waits, as on E2B, until it is resumed or killed).
-//   - allow_internet_access true is network policy "full", false or absent
-//     "none" (Quro's default: no network unless asked for); network
-//     allow/deny rules cannot be honoured and are refused.
+//   - allow_internet_access true or absent (E2B's default) is network
+//     policy "internet"; absent falls back to "none" when the operator's
+//     maximum is none; false is "none"; network allow/deny rules cannot be
+//     honoured yet and are refused.
 //   - a session with no lifetime (made through Quro's own API) has endAt
 //     9999-12-31T23:59:59Z.
 
@@ -328,10 +329,17 @@ func (s *Server) createSandbox(v2 bool) http.HandlerFunc {
 		if !slices.Contains(defaultTemplates, b.TemplateID) {
 			in.Rootfs = b.TemplateID
 		}
-		if b.AllowInternetAccess != nil && *b.AllowInternetAccess {
-			in.Network = "full"
+		in.Network = "none"
+		if b.AllowInternetAccess == nil || *b.AllowInternetAccess {
+			in.Network = "internet"
 		}
 		out, err := invoke[*app.SessionInfo](r.Context(), s, "create_session", in)
+		if err != nil && b.AllowInternetAccess == nil && asCapError(err).Code == capability.PermissionDenied && strings.Contains(err.Error(), "network policy") {
+			// E2B's default asks for the internet; where the operator
+			// allows no network, the default is what the server allows.
+			in.Network = "none"
+			out, err = invoke[*app.SessionInfo](r.Context(), s, "create_session", in)
+		}
 		if err != nil {
 			ce := asCapError(err)
 			if ce.Code == capability.NotFound && in.Rootfs != "" {
@@ -551,7 +559,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	writeJSON(w, http.StatusOK, detailJSON{
 		listedJSON: listed(x), EnvdAccessToken: s.accessToken(r.Context(), id), Domain: s.domain(),
-		AllowInternetAccess: x.Network == "full",
+		AllowInternetAccess: x.Network != "none",
 		// Any use of a paused Quro session resumes it.
 		Lifecycle: lifecycleJSON{OnTimeout: onTimeout, AutoResume: true},
 	})

@@ -82,7 +82,7 @@ func FuzzInSessionRequest(f *testing.F) {
 		{"POST", "/v1/get_env", js, `{"session":"` + alpha.ID + `"}`, 0},
 		{"POST", "/v1/run_code", js, `{"lang":"sh","code":"cat ` + alpha.Workspace() + `/secret.txt; echo $ALPHA_KEY"}`, 0},
 		{"POST", "/v1/destroy_session", js, `{"session":"` + alpha.ID + `"}`, 0},
-		{"POST", "/v1/create_session", js, `{"name":"escape","network":"full"}`, 0},
+		{"POST", "/v1/create_session", js, `{"name":"escape","network":"host"}`, 0},
 		{"GET", "/v1/sessions/" + alpha.ID, "", "", 0},
 		{"GET", "/v1/sessions", "Authorization: Bearer " + admin.Token + "\n", "", 0},
 		{"POST", "/v1/read_file", js + "Authorization: Bearer " + admin.Token + "\n", `{"session":"alpha-c5","path":"secret.txt"}`, 0},

@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -49,14 +50,20 @@ type Options struct {
 	// MaxFetch is the largest response body Tools.Net.fetch returns (8 MiB).
 	MaxFetch int64
 	// Network decides whether the code of session sessionID may fetch u,
-	// once the session's network policy ("full") allows the network at all;
+	// once the session's network policy (not "none") allows the network at all;
 	// a non-nil error refuses, and its text is what the code sees. nil:
 	// the session's policy alone decides.
 	Network func(sessionID string, u *url.URL) error
 	// HTTP is the client fetch uses (a client with no cookies and the
-	// default transport). Its CheckRedirect is replaced so that every
-	// redirect is checked by Network too.
+	// default transport, or one that connects through Dial). Its
+	// CheckRedirect is replaced so that every redirect is checked by
+	// Network too.
 	HTTP *http.Client
+	// Dial, when set and HTTP is not, connects each of fetch's requests
+	// for the code of session sessionID (the server's egress applies the
+	// session's policy there). Connections are not kept between requests,
+	// so none dialed for one session serves another's.
+	Dial func(ctx context.Context, sessionID, network, addr string) (net.Conn, error)
 	// Spares is how many prepared VMs the Engine keeps ready (2); each
 	// holds about 0.25 MiB. Negative: none, every run makes its VM.
 	Spares int
@@ -79,6 +86,17 @@ func (o *Options) withDefaults() Options {
 	if r.MaxFetch <= 0 {
 		r.MaxFetch = 8 << 20
 	}
+	if r.HTTP == nil && r.Dial != nil {
+		dial := r.Dial
+		r.HTTP = &http.Client{Transport: &http.Transport{
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				id, _ := ctx.Value(sessionKey{}).(string)
+				return dial(ctx, id, network, addr)
+			},
+			DisableKeepAlives: true, ForceAttemptHTTP2: true,
+			TLSHandshakeTimeout: 10 * time.Second, ResponseHeaderTimeout: time.Minute,
+		}}
+	}
 	if r.HTTP == nil {
 		r.HTTP = &http.Client{}
 	}
@@ -90,6 +108,9 @@ func (o *Options) withDefaults() Options {
 	}
 	return r
 }
+
+// sessionKey carries the session of a fetch's request to Options.Dial.
+type sessionKey struct{}
 
 // Engine runs JavaScript and TypeScript. Use TS for the TypeScript entry of
 // run_code's language matrix.

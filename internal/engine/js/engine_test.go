@@ -412,7 +412,7 @@ func TestFetch(t *testing.T) {
 		}
 		return nil
 	}})
-	e.sess.Network = sandbox.NetworkFull
+	e.sess.Network = sandbox.NetworkHost
 	o := e.run(t, "js", "const r = await fetch("+jsString(srv.URL+"/json")+", {method: 'POST', body: {a: 1}});\n[r.status, r.ok, r.headers.get('content-type'), (await r.json()).method]")
 	check{stdout: []string{"200,", "true,", `"application/json"`, `"POST"`}}.verify(t, o)
 	o = e.run(t, "js", "await fetch("+jsString(srv.URL+"/redirect")+")")

@@ -133,7 +133,7 @@ func (r *run) host(args []any) (any, error) {
 		return jsonText(map[string]any{
 			"os": runtime.GOOS, "arch": runtime.GOARCH, "engine": "quickjs " + quickjs.Version(),
 			"language": lang, "session": r.req.Session.Name,
-			"memory_limit": r.eng.opts.MemoryLimit, "network": r.req.Session.Network == sandbox.NetworkFull,
+			"memory_limit": r.eng.opts.MemoryLimit, "network": networked(r.req.Session.Network),
 		})
 	case "calc":
 		v, err := Calc(str(0))
@@ -312,6 +312,12 @@ func (r *run) compile(rel string) quickjs.Value {
 	return v
 }
 
+// networked reports whether a session's network policy lets its code
+// reach anything beyond its box (the server's egress or the host's).
+func networked(policy string) bool {
+	return policy == sandbox.NetworkInternet || policy == sandbox.NetworkHost
+}
+
 var errNoNetwork = errors.New("network access is off for this session (its network policy is \"none\")")
 
 const maxFetches = 100
@@ -335,7 +341,7 @@ func (r *run) fetch(reqJSON string) (any, error) {
 	check := func(u *url.URL) error {
 		// The session's network policy, as for every process of its box;
 		// then the server's own rule, if it has one.
-		if r.req.Session.Network != sandbox.NetworkFull {
+		if !networked(r.req.Session.Network) {
 			return errNoNetwork
 		}
 		if r.eng.opts.Network == nil {
@@ -349,7 +355,7 @@ func (r *run) fetch(reqJSON string) (any, error) {
 	if r.fetches++; r.fetches > maxFetches {
 		return nil, fmt.Errorf("fetch(%q): a run may make at most %d requests", in.URL, maxFetches)
 	}
-	ctx, cancel := context.WithDeadline(r.ctx, r.deadline)
+	ctx, cancel := context.WithDeadline(context.WithValue(r.ctx, sessionKey{}, r.req.Session.ID), r.deadline)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, in.Method, u.String(), strings.NewReader(in.Body))
 	if err != nil {

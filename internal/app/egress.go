@@ -1,0 +1,277 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quro-dev/quro/internal/egress"
+	"github.com/quro-dev/quro/internal/engine/js"
+	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// boxEgress is the App's sandbox.Egress: the way out of every box under
+// the "internet" policy. One transparent proxy serves all boxes; each box
+// gets, inside its own network namespace (sandbox.Netns), the listener
+// its TCP connections are redirected to, its DNS sockets, and its own map
+// of the names its DNS answered (fake addresses, egress.Names). Every
+// connection is decided by the session's policy as it is when the
+// connection is made.
+type boxEgress struct {
+	t      *egress.Transparent
+	policy func(session string) *egress.Policy
+	events *egressLog
+
+	mu  sync.Mutex
+	own ownAddrs
+}
+
+// ownAddrs are the host's addresses, read again at most every few seconds:
+// the egress refuses them as destinations (the server's own services
+// listen there).
+type ownAddrs struct {
+	at    time.Time
+	addrs []netip.Addr
+}
+
+func newBoxEgress(o NetworkOptions, policy func(session string) *egress.Policy) *boxEgress {
+	e := &boxEgress{policy: policy, events: newEgressLog()}
+	e.t = egress.NewTransparent(egress.TransparentOptions{
+		Trusted: o.Trusted, Resolve: o.Resolve, Own: e.ownAddrs, Log: e.events.add,
+	})
+	return e
+}
+
+func (e *boxEgress) ownAddrs() []netip.Addr {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if time.Since(e.own.at) < 5*time.Second {
+		return e.own.addrs
+	}
+	addrs := []netip.Addr{netip.AddrFrom4([4]byte(sandbox.BoxAddr4)), netip.AddrFrom16([16]byte(sandbox.BoxAddr6))}
+	if ifs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range ifs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil {
+				addrs = append(addrs, p.Addr())
+			}
+		}
+	}
+	e.own = ownAddrs{at: time.Now(), addrs: addrs}
+	return addrs
+}
+
+// Attach opens the box's listeners in ns: TCP on EgressPort (IPv4, and
+// IPv6 where the kernel has it) and DNS on DNSPort (UDP and TCP).
+func (e *boxEgress) Attach(session string, ns *sandbox.Netns) (io.Closer, error) {
+	var closers []io.Closer
+	fail := func(err error) (io.Closer, error) {
+		for _, c := range closers {
+			c.Close()
+		}
+		return nil, err
+	}
+	ln4, err := ns.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d", sandbox.EgressPort))
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, ln4)
+	lns := []net.Listener{ln4}
+	if ln6, err := ns.Listen("tcp6", fmt.Sprintf("[::1]:%d", sandbox.EgressPort)); err == nil {
+		closers = append(closers, ln6)
+		lns = append(lns, ln6)
+	}
+	udp, err := ns.ListenPacket("udp4", fmt.Sprintf("127.0.0.1:%d", sandbox.DNSPort))
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, udp)
+	tcp, err := ns.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d", sandbox.DNSPort))
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, tcp)
+	names := egress.NewNames()
+	policy := func() *egress.Policy { return e.policy(session) }
+	var wg sync.WaitGroup
+	for _, ln := range lns {
+		wg.Go(func() { e.t.Serve(ln, session, names, policy) })
+	}
+	wg.Go(func() {
+		egress.ServeDNS(udp, tcp, names, func(name string) egress.DNSDecision {
+			ok, rule := policy().DecideName(name, 0)
+			return egress.DNSDecision{Allowed: ok, Rule: rule}
+		}, func(name, qtype string, d egress.DNSDecision) {
+			if !d.Allowed {
+				e.events.add(egress.Event{Box: session, Dest: name, Decision: egress.Denied, Rule: d.Rule, Reason: "name " + d.Rule + ", DNS " + qtype, Start: time.Now()})
+			}
+		})
+	})
+	return closerFunc(func() error {
+		var errs []error
+		for _, c := range closers {
+			errs = append(errs, c.Close())
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}), nil
+}
+
+// Close ends every box's connections.
+func (e *boxEgress) Close() error { return e.t.Close() }
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
+
+// sessionPolicy is the egress policy of a session's network policy and
+// rules (checked by netRules when they were set; rules that no longer
+// parse allow nothing).
+func sessionPolicy(network string, rules *session.NetRules) *egress.Policy {
+	if network != sandbox.NetworkInternet {
+		return &egress.Policy{Mode: egress.ModeNone}
+	}
+	if rules == nil {
+		return &egress.Policy{Mode: egress.ModeInternet}
+	}
+	p, err := egress.ParsePolicy(egress.ModeInternet, rules.Allow, rules.Deny)
+	if err != nil {
+		return &egress.Policy{Mode: egress.ModeNone}
+	}
+	return p
+}
+
+// egressLog keeps each session's latest egress decisions (at most
+// egressKeep per session, the oldest dropped), for get_egress_log and for
+// a failed run's hint.
+type egressLog struct {
+	mu   sync.Mutex
+	byID map[string]*egressRing
+}
+
+const egressKeep = 1000
+
+type egressRing struct {
+	events []egress.Event // oldest first
+	denied uint64         // denied decisions ever, for "denied during this run"
+}
+
+func newEgressLog() *egressLog { return &egressLog{byID: map[string]*egressRing{}} }
+
+func (l *egressLog) add(ev egress.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.byID[ev.Box]
+	if r == nil {
+		r = &egressRing{}
+		l.byID[ev.Box] = r
+	}
+	if len(r.events) == egressKeep {
+		r.events = append(r.events[:0], r.events[1:]...)
+	}
+	r.events = append(r.events, ev)
+	if ev.Decision == egress.Denied {
+		r.denied++
+	}
+}
+
+// list is session's events, newest last.
+func (l *egressLog) list(session string) []egress.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.byID[session]; r != nil {
+		return append([]egress.Event(nil), r.events...)
+	}
+	return nil
+}
+
+// mark is where session's log stands now, for refusedSince.
+func (l *egressLog) mark(session string) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.byID[session]; r != nil {
+		return r.denied
+	}
+	return 0
+}
+
+// refusedSince is a note naming the destinations the egress refused for
+// session since mark (at most three), and what would allow them; "" when
+// none was refused.
+func (l *egressLog) refusedSince(session string, mark uint64) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.byID[session]
+	if r == nil || r.denied == mark {
+		return ""
+	}
+	n := int(r.denied - mark)
+	var seen []string
+	rulesNamed := false
+	for i := len(r.events) - 1; i >= 0 && n > 0; i-- {
+		ev := r.events[i]
+		if ev.Decision != egress.Denied {
+			continue
+		}
+		n--
+		if !slices.ContainsFunc(seen, func(s string) bool { return strings.HasPrefix(s, ev.Dest+" (") }) && len(seen) < 3 {
+			seen = append(seen, ev.Dest+" ("+ev.Reason+")")
+		}
+		rulesNamed = rulesNamed || strings.Contains(ev.Reason, "deny rule") || strings.Contains(ev.Reason, "allow list")
+	}
+	slices.Reverse(seen) // in the order they happened
+	how := "only public addresses are reachable; the server's operator can list an exception (quro serve --network-allow-private HOST:PORT)"
+	if rulesNamed {
+		how = "the session's network rules decide it (set_session_network changes them)"
+	}
+	return fmt.Sprintf("the network refused %s during this run: %s", strings.Join(seen, ", "), how)
+}
+
+// forget drops a session's events (its end).
+func (l *egressLog) forget(session string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.byID, session)
+}
+
+// jsOptions are o with fetch's connections made as the session's box's
+// would be: through the egress under "internet", from the host under
+// "host" (the JS engine runs in the server; "none" never dials).
+func jsOptions(o *js.Options, eg *boxEgress, pol *netPolicies) *js.Options {
+	var c js.Options
+	if o != nil {
+		c = *o
+	}
+	if c.HTTP != nil || c.Dial != nil {
+		return &c
+	}
+	var d net.Dialer
+	c.Dial = func(ctx context.Context, session, network, addr string) (net.Conn, error) {
+		p := pol.of(session)
+		if p.network == sandbox.NetworkHost {
+			return d.DialContext(ctx, network, addr)
+		}
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		n, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, err
+		}
+		return eg.t.DialOut(ctx, session, p.egress, host, n)
+	}
+	return &c
+}
+
+// Egress is the way out of the App's boxes under "internet" (benchmarks
+// attach it to namespaces of their own).
+func (a *App) Egress() sandbox.Egress { return a.egress }

@@ -1,0 +1,268 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/egress"
+	"github.com/quro-dev/quro/internal/sandbox"
+)
+
+// standIn is an HTTP server on the host's loopback that the egress
+// resolves test names to, as an operator's resolver would resolve real
+// ones: allowed.test is the operator's listed exception (its host:port),
+// rebind.test is a name whose resolution lands on loopback without being
+// listed (DNS rebinding), private.test one on a private address.
+type standIn struct {
+	srv   *httptest.Server
+	port  int
+	hits  atomic.Int64
+	names sync.Map // more names that resolve to the stand-in (also)
+}
+
+// also makes name resolve to the stand-in too.
+func (s *standIn) also(name string) { s.names.Store(name, true) }
+
+func newStandIn(t *testing.T) *standIn {
+	t.Helper()
+	s := &standIn{}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.hits.Add(1)
+		fmt.Fprintf(w, "hello-from-%s", strings.Split(r.Host, ":")[0])
+	}))
+	t.Cleanup(s.srv.Close)
+	s.port = s.srv.Listener.Addr().(*net.TCPAddr).Port
+	return s
+}
+
+func (s *standIn) resolve(_ context.Context, host string) ([]netip.Addr, error) {
+	if _, ok := s.names.Load(host); ok {
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+	}
+	switch host {
+	case "allowed.test", "rebind.test":
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+	case "private.test":
+		return []netip.Addr{netip.MustParseAddr("10.255.0.1")}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+func netApp(t *testing.T, st *standIn, o NetworkOptions) *App {
+	t.Helper()
+	o.Trusted = append(o.Trusted, fmt.Sprintf("allowed.test:%d", st.port))
+	o.Resolve = st.resolve
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	needBoxes(t, a)
+	return a
+}
+
+// TestSessionInternetThroughTheEgress: a session with network internet
+// reaches, by name, what the egress allows, from curl, Python and bash
+// alike, and nothing of the host: its own loopback is not the host's, a
+// name that resolves to loopback, a private or the metadata address, an
+// address literal of the host's network are all refused with the reason
+// in the egress log; UDP other than DNS does not leave.
+func TestSessionInternetThroughTheEgress(t *testing.T) {
+	t.Parallel()
+	st := newStandIn(t)
+	a := netApp(t, st, NetworkOptions{})
+	s := newSession(t, a, "inet", "internet")
+	url := fmt.Sprintf("http://allowed.test:%d/", st.port)
+	for _, run := range []struct{ lang, code string }{
+		{"bash", "curl -sS --max-time 20 " + url},
+		{"python", "import urllib.request\nprint(urllib.request.urlopen('" + url + "', timeout=20).read().decode())"},
+		{"bash", fmt.Sprintf("exec 3<>/dev/tcp/allowed.test/%d && printf 'GET / HTTP/1.0\\r\\nHost: allowed.test\\r\\n\\r\\n' >&3 && cat <&3", st.port)},
+		// JS runs in the server: its fetch dials through the egress too.
+		{"js", "const r = await fetch('" + url + "'); console.log(await r.text())"},
+	} {
+		res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: run.lang, Code: run.code})
+		if !strings.Contains(res.Stdout, "hello-from-allowed.test") {
+			t.Errorf("%s did not reach the allowed stand-in: %+v", run.lang, res)
+		}
+	}
+	before := st.hits.Load()
+	for _, target := range []string{
+		fmt.Sprintf("http://rebind.test:%d/", st.port), // resolves to loopback, not listed
+		fmt.Sprintf("http://127.0.0.1:%d/", st.port),   // the box's own loopback: nothing listens
+		"http://private.test/",                         // resolves to a private address
+		"http://169.254.169.254/latest/meta-data/",     // the metadata service
+		"http://10.255.0.1:8080/",                      // a private literal
+		fmt.Sprintf("http://[::1]:%d/", st.port),       // the box's own IPv6 loopback
+		"http://[fd00:ec2::254]/",                      // the metadata service over IPv6
+		fmt.Sprintf("http://192.0.2.2:%d/", st.port),   // the box's own address
+	} {
+		res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: "curl -sS --max-time 20 " + target + "; echo rc=$?"})
+		if strings.Contains(res.Stdout, "hello-from") || strings.Contains(res.Stdout, "rc=0") {
+			t.Errorf("%s was reached: %+v", target, res)
+		}
+	}
+	for _, target := range []string{fmt.Sprintf("http://rebind.test:%d/", st.port), fmt.Sprintf("http://127.0.0.1:%d/", st.port), "http://169.254.169.254/"} {
+		res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "js", Code: "try { const r = await fetch('" + target + "'); console.log('reached', await r.text()) } catch (e) { console.log('refused', String(e)) }"})
+		if !strings.Contains(res.Stdout, "refused") || !strings.Contains(res.Stdout, "network policy refused") {
+			t.Errorf("JS fetch of %s: %+v", target, res)
+		}
+	}
+	if n := st.hits.Load() - before; n != 0 {
+		t.Errorf("the stand-in saw %d requests that the egress should have refused", n)
+	}
+	// A run that failed on a refused connection says which, and why.
+	res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "python", Code: fmt.Sprintf("import urllib.request\nurllib.request.urlopen('http://rebind.test:%d/', timeout=20)", st.port)})
+	if res.ExitCode == 0 || !strings.Contains(strings.Join(res.Notes, "\n"), fmt.Sprintf("rebind.test:%d (resolves to a loopback address)", st.port)) {
+		t.Errorf("a run refused by the egress: %+v", res)
+	}
+	// UDP other than DNS is dropped in the box's namespace.
+	res = runCode(t, a, RunCodeInput{Session: s.ID, Lang: "python", Code: "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ntry:\n s.sendto(b'x', ('203.0.113.7', 443)); print('sent')\nexcept OSError as e: print('udp', e.errno)"})
+	if !strings.Contains(res.Stdout, "udp 1") { // EPERM
+		t.Errorf("UDP to 443 left the box: %+v", res)
+	}
+	// The log names each decision and why.
+	log := a.egress.events.list(s.ID)
+	want := map[string]string{
+		fmt.Sprintf("allowed.test:%d", st.port): egress.Allowed,
+		fmt.Sprintf("rebind.test:%d", st.port):  egress.Denied,
+		"private.test:80":                       egress.Denied,
+		"169.254.169.254:80":                    egress.Denied,
+	}
+	for dest, decision := range want {
+		found := false
+		for _, ev := range log {
+			if ev.Dest == dest && ev.Decision == decision {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no %s decision for %s in the egress log: %+v", decision, dest, log)
+		}
+	}
+}
+
+// TestNetworkPolicyBounds: "full" is read as "internet" with a note; the
+// operator's maximum refuses "host" by default, and a lower maximum
+// refuses "internet"; a default above the maximum does not start.
+func TestNetworkPolicyBounds(t *testing.T) {
+	t.Parallel()
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	full := mustCall(t, a, "create_session", CreateSessionInput{Name: "legacy", Network: "full"}).(*SessionInfo)
+	if full.Network != sandbox.NetworkInternet || !strings.Contains(full.Note, "deprecated") {
+		t.Errorf("full: network %q note %q", full.Network, full.Note)
+	}
+	if _, err := call(t, a, "create_session", CreateSessionInput{Name: "h", Network: "host"}); err == nil || !strings.Contains(err.Error(), "--network-max") {
+		t.Errorf("host under the default maximum: %v", err)
+	}
+	if _, err := call(t, a, "create_session", CreateSessionInput{Name: "x", Network: "everything"}); err == nil || !strings.Contains(err.Error(), "none, internet or host") {
+		t.Errorf("an unknown policy: %v", err)
+	}
+	def := mustCall(t, a, "create_session", CreateSessionInput{Name: "d"}).(*SessionInfo)
+	if def.Network != sandbox.NetworkNone {
+		t.Errorf("default network %q", def.Network)
+	}
+	b, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: NetworkOptions{Max: "none"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if _, err := call(t, b, "create_session", CreateSessionInput{Name: "i", Network: "internet"}); err == nil {
+		t.Error("internet under a maximum of none was made")
+	}
+	if _, err := New(context.Background(), t.TempDir(), &Options{Network: NetworkOptions{Default: "internet", Max: "none"}}); err == nil {
+		t.Error("a default above the maximum started")
+	}
+}
+
+// TestSessionNetworkRulesAndLiveChange: an internet session with
+// allow_out reaches only what it names (by name; another name, an address
+// literal and a Host other than the name are refused, and a failed run
+// says the rules decided); set_session_network applies to the next
+// connection (a deny rule, then none, then internet again, all in the same
+// box), and code in the session cannot change it.
+func TestSessionNetworkRulesAndLiveChange(t *testing.T) {
+	t.Parallel()
+	st := newStandIn(t)
+	a := netApp(t, st, NetworkOptions{Trusted: []string{fmt.Sprintf("other.test:%d", st.port)}})
+	st.also("other.test")
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "rules", Network: "internet", AllowOut: []string{"allowed.test"}}).(*SessionInfo)
+	if s.NetworkRules == nil || !strings.Contains(s.Text(), "allow_out=allowed.test") {
+		t.Errorf("rules not shown: %s", s.Text())
+	}
+	curl := func(host string, extra ...string) *runResult {
+		t.Helper()
+		res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: fmt.Sprintf("curl -sS --max-time 20 %s http://%s:%d/", strings.Join(extra, " "), host, st.port)})
+		return &runResult{out: res.Stdout, notes: strings.Join(res.Notes, "\n"), code: res.ExitCode}
+	}
+	if r := curl("allowed.test"); !strings.Contains(r.out, "hello-from-allowed.test") {
+		t.Errorf("allowed.test under its allow rule: %+v", r)
+	}
+	for _, c := range []struct {
+		host  string
+		extra []string
+		note  string
+	}{
+		{"other.test", nil, "not in the allow list"},
+		{"allowed.test", []string{"-H 'Host: other.test'"}, "Host"}, // fronting through an allowed name
+		{"127.0.0.1", nil, ""},                                      // the box's own loopback: nothing there
+	} {
+		r := curl(c.host, c.extra...)
+		if strings.Contains(r.out, "hello-from") || r.code == 0 || c.note != "" && !strings.Contains(r.notes, c.note) {
+			t.Errorf("%s %v under allow_out allowed.test: %+v", c.host, c.extra, r)
+		}
+	}
+	// A deny rule, live: the next connection is refused, another name
+	// goes out.
+	mustCall(t, a, "set_session_network", SetNetworkInput{Session: s.ID, DenyOut: []string{"allowed.test"}})
+	if r := curl("allowed.test"); strings.Contains(r.out, "hello-from") {
+		t.Errorf("allowed.test after deny_out: %+v", r)
+	}
+	if r := curl("other.test"); !strings.Contains(r.out, "hello-from-other.test") {
+		t.Errorf("other.test with only a deny rule: %+v", r)
+	}
+	// none, then internet again, in the same box (its shell and Python
+	// worker keep running).
+	box := a.Sandbox.Box(s.ID)
+	mustCall(t, a, "set_session_network", SetNetworkInput{Session: s.ID, Network: "none"})
+	if r := curl("other.test"); strings.Contains(r.out, "hello-from") || r.code == 0 {
+		t.Errorf("other.test under none: %+v", r)
+	}
+	mustCall(t, a, "set_session_network", SetNetworkInput{Session: s.ID, Network: "internet"})
+	if r := curl("other.test"); !strings.Contains(r.out, "hello-from-other.test") {
+		t.Errorf("other.test under internet again: %+v", r)
+	}
+	if a.Sandbox.Box(s.ID) != box {
+		t.Error("the change of network made a new box")
+	}
+	inside := controller.Caller{Path: "insession", Scope: capability.ScopeExec, Session: s.ID}
+	if _, err := callAs(t, a, inside, "set_session_network", SetNetworkInput{Network: "host"}); capCode(err) != capability.PermissionDenied {
+		t.Errorf("code in the session changed its network: %v", err)
+	}
+	// Bad rules are refused, naming the rule.
+	if _, err := call(t, a, "set_session_network", SetNetworkInput{Session: s.ID, AllowOut: []string{"exa mple.com"}}); capCode(err) != capability.InvalidArgument || !strings.Contains(err.Error(), "exa mple.com") {
+		t.Errorf("a bad rule: %v", err)
+	}
+	log := mustCall(t, a, "get_egress_log", EgressLogInput{Session: s.ID, Decision: "denied"}).(*EgressLog)
+	if !strings.Contains(log.Text(), "other.test") || strings.Contains(log.Text(), " allowed ") {
+		t.Errorf("egress log of denied decisions:\n%s", log.Text())
+	}
+}
+
+type runResult struct {
+	out, notes string
+	code       int
+}
