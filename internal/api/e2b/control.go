@@ -34,8 +34,10 @@ import (
 //     sandbox waits, as on E2B, until it is resumed or killed).
 //   - allow_internet_access true or absent (E2B's default) is network
 //     policy "internet"; absent falls back to "none" when the operator's
-//     maximum is none; false is "none"; network allow/deny rules cannot be
-//     honoured yet and are refused.
+//     maximum is none; false is "none". network.allowOut and denyOut are
+//     Quro's allow_out and deny_out (e2bRules: E2B's allow wins over its
+//     deny, Quro's deny wins, so the lists are translated); PUT
+//     /sandboxes/{id}/network is set_session_network.
 //   - a session with no lifetime (made through Quro's own API) has endAt
 //     9999-12-31T23:59:59Z.
 
@@ -74,13 +76,13 @@ func (s *Server) controlRoutes(m *http.ServeMux) {
 	m.HandleFunc("GET /sandboxes/{id}/metrics", s.withSandbox(s.sandboxMetrics))
 	m.HandleFunc("GET /sandboxes/metrics", s.manyMetrics)
 	m.HandleFunc("POST /sandboxes/{id}/fork", jsonCall(s.withSandbox(s.forkSandbox)))
+	m.HandleFunc("PUT /sandboxes/{id}/network", jsonCall(s.withSandbox(s.updateNetwork)))
 
 	for pattern, feature := range map[string]string{
 		"GET /sandboxes/{id}/logs":       "sandbox logs (E2B's envd system log; Quro's audit log has the calls: quro audit)",
 		"GET /v2/sandboxes/{id}/logs":    "sandbox logs (E2B's envd system log; Quro's audit log has the calls: quro audit)",
 		"POST /sandboxes/{id}/snapshots": "snapshots as templates (Quro has snapshot_session and fork_session, which E2B's templates do not map onto)",
 		"GET /snapshots":                 "listing snapshots as templates",
-		"PUT /sandboxes/{id}/network":    "updating a sandbox's network rules",
 		"/templates":                     "templates (Quro's are rootfs names: quro rootfs install)",
 		"/templates/":                    "templates (Quro's are rootfs names: quro rootfs install)",
 		"/v2/templates":                  "templates (Quro's are rootfs names: quro rootfs install)",
@@ -278,8 +280,8 @@ func present(raw json.RawMessage) bool {
 func unsupportedCreate(b *newSandboxBody) string {
 	if n := b.Network; n != nil {
 		switch {
-		case len(n.AllowOut) > 0 || len(n.DenyOut) > 0 || present(n.Rules):
-			return "network allow/deny rules (network.allowOut, denyOut, rules; Quro's network policy is all or nothing: allow_internet_access)"
+		case present(n.Rules):
+			return "network.rules (per-destination transforms; Quro's rules are network.allowOut and denyOut)"
 		case n.MaskRequestHost != "":
 			return "network.maskRequestHost"
 		case present(n.EgressProxy):
@@ -329,12 +331,13 @@ func (s *Server) createSandbox(v2 bool) http.HandlerFunc {
 		if !slices.Contains(defaultTemplates, b.TemplateID) {
 			in.Rootfs = b.TemplateID
 		}
-		in.Network = "none"
-		if b.AllowInternetAccess == nil || *b.AllowInternetAccess {
-			in.Network = "internet"
+		var allowOut, denyOut []string
+		if b.Network != nil {
+			allowOut, denyOut = b.Network.AllowOut, b.Network.DenyOut
 		}
+		in.Network, in.AllowOut, in.DenyOut = e2bRules(b.AllowInternetAccess, allowOut, denyOut)
 		out, err := invoke[*app.SessionInfo](r.Context(), s, "create_session", in)
-		if err != nil && b.AllowInternetAccess == nil && asCapError(err).Code == capability.PermissionDenied && strings.Contains(err.Error(), "network policy") {
+		if err != nil && b.AllowInternetAccess == nil && b.Network == nil && asCapError(err).Code == capability.PermissionDenied && strings.Contains(err.Error(), "network policy") {
 			// E2B's default asks for the internet; where the operator
 			// allows no network, the default is what the server allows.
 			in.Network = "none"
@@ -618,6 +621,75 @@ func (s *Server) extend(ctx context.Context, x *app.SessionInfo, seconds int64) 
 		return nil
 	}
 	return s.setLifetime(ctx, x.ID, seconds)
+}
+
+// e2bRules turns E2B's network settings into Quro's policy and rules.
+// E2B allows what allowOut names even when denyOut also names it, and
+// everything else not denied; Quro's deny wins and a non-empty allow list
+// means only what it names. So: denying all traffic (ALL_TRAFFIC,
+// 0.0.0.0/0, or allow_internet_access false) with an allowOut is Quro's
+// allow list; without one it is network none; otherwise denyOut is Quro's
+// deny list less what allowOut names again (E2B's exceptions to a deny,
+// as far as they name the same destination).
+func e2bRules(internet *bool, allowOut, denyOut []string) (network string, allow, deny []string) {
+	denyAll := internet != nil && !*internet
+	for _, d := range denyOut {
+		if d == allTraffic || d == "::/0" {
+			denyAll = true
+		}
+	}
+	switch {
+	case denyAll && len(allowOut) == 0:
+		return "none", nil, nil
+	case denyAll:
+		return "internet", allowOut, nil
+	}
+	for _, d := range denyOut {
+		if !slices.Contains(allowOut, d) {
+			deny = append(deny, d)
+		}
+	}
+	return "internet", nil, deny
+}
+
+// allTraffic is E2B's ALL_TRAFFIC.
+const allTraffic = "0.0.0.0/0"
+
+// networkBody is PUT /sandboxes/{id}/network's body (E2B's
+// updateNetwork: the rules replace the sandbox's).
+type networkBody struct {
+	AllowOut            []string        `json:"allowOut"`
+	DenyOut             []string        `json:"denyOut"`
+	AllowInternetAccess *bool           `json:"allow_internet_access"`
+	AllowInternetCamel  *bool           `json:"allowInternetAccess"`
+	Rules               json.RawMessage `json:"rules"`
+	EgressProxy         json.RawMessage `json:"egressProxy"`
+}
+
+func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, id string) {
+	var b networkBody
+	if !readBody(w, r, &b) {
+		return
+	}
+	switch {
+	case present(b.Rules):
+		s.unsupported(w, "network.rules (per-destination transforms; Quro's rules are allowOut and denyOut)")
+		return
+	case present(b.EgressProxy):
+		s.unsupported(w, "network.egressProxy")
+		return
+	}
+	internet := b.AllowInternetAccess
+	if internet == nil {
+		internet = b.AllowInternetCamel
+	}
+	in := app.SetNetworkInput{Session: id}
+	in.Network, in.AllowOut, in.DenyOut = e2bRules(internet, b.AllowOut, b.DenyOut)
+	if _, err := invoke[*app.SessionInfo](r.Context(), s, "set_session_network", in); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, id string) {

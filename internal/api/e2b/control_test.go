@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/quro-dev/quro/internal/session"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -231,7 +234,8 @@ func TestControlCreateRefusals(t *testing.T) {
 		{map[string]any{"templateID": "base", "metadata": many}, 400, "at most 64"},
 		{map[string]any{"templateID": "base", "envVars": map[string]string{"LD_PRELOAD": "/tmp/x.so"}}, 400, "LD_PRELOAD"},
 		{map[string]any{"templateID": "base", "timeout": 0}, 400, "timeout"},
-		{map[string]any{"templateID": "base", "network": map[string]any{"denyOut": []string{"10.0.0.0/8"}}}, 501, "network allow/deny rules"},
+		{map[string]any{"templateID": "base", "network": map[string]any{"rules": map[string]any{"x.test": []any{}}}}, 501, "network.rules"},
+		{map[string]any{"templateID": "base", "network": map[string]any{"denyOut": []string{"not a rule!"}}}, 400, "not a rule!"},
 		{map[string]any{"templateID": "base", "volumeMounts": []any{map[string]string{"name": "v", "path": "/data"}}}, 501, "volumes"},
 	} {
 		e.api(t, e.Key, "POST", "/v2/sandboxes", tc.body).want(t, tc.status, tc.sub)
@@ -609,7 +613,6 @@ func TestControlMetricsAndUnsupported(t *testing.T) {
 		{"GET", "/sandboxes/" + id + "/logs", "sandbox logs"},
 		{"GET", "/v2/sandboxes/" + id + "/logs", "sandbox logs"},
 		{"POST", "/sandboxes/" + id + "/snapshots", "snapshots"},
-		{"PUT", "/sandboxes/" + id + "/network", "network"},
 		{"POST", "/v3/templates", "templates"},
 		{"GET", "/volumes", "volumes"},
 		{"PUT", "/sandboxes", "PUT /sandboxes"}, // a method not served: 501, not a bare 405
@@ -714,5 +717,58 @@ func TestControlPauseFresh(t *testing.T) {
 	e.api(t, e.Key, "POST", "/v2/sandboxes/"+id+"/connect", map[string]any{"timeout": 60}).want(t, http.StatusCreated, "")
 	if d := e.info(t, id); d.State != "running" || d.EndAt.Year() == 9999 {
 		t.Fatalf("after connect: %+v", d)
+	}
+}
+
+// TestE2BNetworkRules: E2B's network settings become the session's policy
+// and rules, E2B's precedence (allowOut over denyOut) translated to
+// Quro's (deny wins); PUT /sandboxes/{id}/network changes them.
+func TestE2BNetworkRules(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	rules := func(id string) (string, *session.NetRules) {
+		t.Helper()
+		s, err := e.App.Sessions.ByIDAnyTenant(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Network, s.NetRules
+	}
+	for _, tc := range []struct {
+		body        map[string]any
+		network     string
+		allow, deny []string
+	}{
+		{map[string]any{}, "internet", nil, nil},
+		{map[string]any{"allow_internet_access": false}, "none", nil, nil},
+		{map[string]any{"network": map[string]any{"denyOut": []string{"0.0.0.0/0"}}}, "none", nil, nil},
+		{map[string]any{"network": map[string]any{"denyOut": []string{"0.0.0.0/0"}, "allowOut": []string{"pypi.org", "1.1.1.1"}}}, "internet", []string{"pypi.org", "1.1.1.1"}, nil},
+		{map[string]any{"network": map[string]any{"denyOut": []string{"8.8.8.0/24", "1.1.1.1"}, "allowOut": []string{"1.1.1.1"}}}, "internet", nil, []string{"8.8.8.0/24"}},
+	} {
+		body := map[string]any{"templateID": "base"}
+		maps.Copy(body, tc.body)
+		var sb struct{ SandboxID string }
+		r := e.api(t, e.Key, "POST", "/v2/sandboxes", body)
+		r.want(t, 201, "")
+		r.json(t, &sb)
+		network, nr := rules(sb.SandboxID)
+		var allow, deny []string
+		if nr != nil {
+			allow, deny = nr.Allow, nr.Deny
+		}
+		if network != tc.network || !slices.Equal(allow, tc.allow) || !slices.Equal(deny, tc.deny) {
+			t.Errorf("%v: network %q allow %v deny %v; want %q %v %v", tc.body, network, allow, deny, tc.network, tc.allow, tc.deny)
+		}
+		if tc.network == "internet" && len(tc.allow) == 0 && len(tc.deny) == 0 {
+			// updateNetwork: an allow list, then everything denied.
+			e.api(t, e.Key, "PUT", "/sandboxes/"+sb.SandboxID+"/network", map[string]any{"denyOut": []string{"0.0.0.0/0"}, "allowOut": []string{"github.com"}}).want(t, 204, "")
+			if network, nr := rules(sb.SandboxID); network != "internet" || nr == nil || !slices.Equal(nr.Allow, []string{"github.com"}) {
+				t.Errorf("after PUT network: %q %+v", network, nr)
+			}
+			e.api(t, e.Key, "PUT", "/sandboxes/"+sb.SandboxID+"/network", map[string]any{"allow_internet_access": false}).want(t, 204, "")
+			if network, _ := rules(sb.SandboxID); network != "none" {
+				t.Errorf("after PUT allow_internet_access false: %q", network)
+			}
+		}
 	}
 }
