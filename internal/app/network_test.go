@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,7 +38,13 @@ func (s *standIn) also(name string) { s.names.Store(name, true) }
 func newStandIn(t *testing.T) *standIn {
 	t.Helper()
 	s := &standIn{}
+	repo := gitRepo(t)
+	files := http.StripPrefix("/repo.git/", http.FileServer(http.Dir(repo)))
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/repo.git/") {
+			files.ServeHTTP(w, r)
+			return
+		}
 		s.hits.Add(1)
 		fmt.Fprintf(w, "hello-from-%s", strings.Split(r.Host, ":")[0])
 	}))
@@ -89,11 +97,18 @@ func TestSessionInternetThroughTheEgress(t *testing.T) {
 		{"bash", fmt.Sprintf("exec 3<>/dev/tcp/allowed.test/%d && printf 'GET / HTTP/1.0\\r\\nHost: allowed.test\\r\\n\\r\\n' >&3 && cat <&3", st.port)},
 		// JS runs in the server: its fetch dials through the egress too.
 		{"js", "const r = await fetch('" + url + "'); console.log(await r.text())"},
+		{"bash", "node -e \"fetch('" + url + "').then(r => r.text()).then(console.log)\""},
+		{"bash", "wget -qO- " + url},
 	} {
 		res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: run.lang, Code: run.code})
 		if !strings.Contains(res.Stdout, "hello-from-allowed.test") {
 			t.Errorf("%s did not reach the allowed stand-in: %+v", run.lang, res)
 		}
+	}
+	// git clones over (dumb) HTTP from the stand-in's repository.
+	res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: fmt.Sprintf("git clone -q http://allowed.test:%d/repo.git r 2>&1 && cat r/README", st.port)})
+	if !strings.Contains(res.Stdout, "hello-from-the-repo") {
+		t.Errorf("git clone through the egress: %+v", res)
 	}
 	before := st.hits.Load()
 	for _, target := range []string{
@@ -121,7 +136,7 @@ func TestSessionInternetThroughTheEgress(t *testing.T) {
 		t.Errorf("the stand-in saw %d requests that the egress should have refused", n)
 	}
 	// A run that failed on a refused connection says which, and why.
-	res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "python", Code: fmt.Sprintf("import urllib.request\nurllib.request.urlopen('http://rebind.test:%d/', timeout=20)", st.port)})
+	res = runCode(t, a, RunCodeInput{Session: s.ID, Lang: "python", Code: fmt.Sprintf("import urllib.request\nurllib.request.urlopen('http://rebind.test:%d/', timeout=20)", st.port)})
 	if res.ExitCode == 0 || !strings.Contains(strings.Join(res.Notes, "\n"), fmt.Sprintf("rebind.test:%d (resolves to a loopback address)", st.port)) {
 		t.Errorf("a run refused by the egress: %+v", res)
 	}
@@ -265,4 +280,18 @@ func TestSessionNetworkRulesAndLiveChange(t *testing.T) {
 type runResult struct {
 	out, notes string
 	code       int
+}
+
+// gitRepo is a bare repository with one commit (README), ready for git's
+// dumb HTTP protocol.
+func gitRepo(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	work, bare := filepath.Join(dir, "work"), filepath.Join(dir, "repo.git")
+	script := "set -e; git init -q " + work + " && cd " + work + " && echo hello-from-the-repo > README && git add README && " +
+		"git -c user.name=t -c user.email=t@t commit -qm one && git clone -q --bare " + work + " " + bare + " && cd " + bare + " && git update-server-info"
+	if out, err := exec.Command("sh", "-c", script).CombinedOutput(); err != nil {
+		t.Fatalf("git repository: %v\n%s", err, out)
+	}
+	return bare
 }

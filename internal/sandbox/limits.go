@@ -26,7 +26,7 @@ type Limits struct {
 func DefaultLimits() Limits {
 	return Limits{
 		CPUSeconds:   600,
-		AddressSpace: 8 << 30,
+		AddressSpace: 16 << 30, // V8 reserves 10 GiB per WebAssembly memory (Node's fetch parses HTTP with one)
 		OpenFiles:    1024,
 		FileSize:     1 << 30,
 		Memory:       1 << 30,

@@ -316,8 +316,8 @@ func TestProcessDeathIsReportedAndNextRunWorks(t *testing.T) {
 
 func TestMemoryErrorUnderLimit(t *testing.T) {
 	s := newSession(t)
-	// 16 GiB is above the sandbox's 8 GiB address-space limit.
-	r := run(t, testEng, s, "keep = 1\nb = bytearray(16 << 30)", 0)
+	// 32 GiB is above the sandbox's 16 GiB address-space limit.
+	r := run(t, testEng, s, "keep = 1\nb = bytearray(32 << 30)", 0)
 	if r.ExitCode != 1 || !strings.Contains(r.err, "MemoryError") {
 		t.Fatalf("exit %d err %q", r.ExitCode, r.err)
 	}
