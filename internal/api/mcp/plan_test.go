@@ -148,6 +148,9 @@ func cases() (setup []call, table map[string]toolCase) {
 		"set_default_session": {map[string]any{"session": "s1"}, field("default", "true")},
 		"set_session_env":     {map[string]any{"session": "s1", "env": map[string]any{"B": "2"}}, text("B=2")},
 		"set_session_timeout": {map[string]any{"session": "s1", "timeout_s": 3600}, text(" expires=")},
+		// s1 keeps network none (the other rows need nothing else).
+		"set_session_network": {map[string]any{"session": "s1", "network": "none"}, text("network=none")},
+		"get_egress_log":      {map[string]any{"session": "s1"}, text("no network connections")},
 		"terminal_exec":       {map[string]any{"session": "s1", "command": "echo $((6*7))"}, all(field("output", "42\n"), field("exit_code", "0"))},
 		"read_file":           {map[string]any{"session": "s1", "path": "main.js"}, text("hi from js")},
 		// s1 runs on the host userland: the call is refused before apt,
