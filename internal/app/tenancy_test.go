@@ -39,6 +39,8 @@ var sessionArgs = map[string]map[string]any{
 	"get_session_status":  {},
 	"set_default_session": {},
 	"set_session_env":     {"env": map[string]any{"A": "1"}},
+	"set_session_network": {"network": "none"},
+	"get_egress_log":      {},
 	"set_session_timeout": {"timeout_s": 3600},
 	"get_session_env":     {},
 	"export_session_log":  {"path": "log.txt"},
