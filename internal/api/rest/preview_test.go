@@ -89,7 +89,7 @@ func TestPreviewProxyStreamsAndStrips(t *testing.T) {
 	if _, body := get(base+"a/b?x=1", "Authorization", "Bearer good", "Cookie", "mine=2"); body != "/a/b?x=1 auth= cookie=mine=2" {
 		t.Errorf("with the token the box saw %q", body)
 	}
-	if _, body := get(base+"a?quro_preview=sig&y=2"); body != "/a?y=2 auth= cookie=" {
+	if _, body := get(base + "a?quro_preview=sig&y=2"); body != "/a?y=2 auth= cookie=" {
 		t.Errorf("with the signature the box saw %q", body)
 	}
 	if _, body := get(base+"c", "Cookie", "mine=2; quro_preview=sig"); body != "/c auth= cookie=mine=2" {
