@@ -112,6 +112,10 @@ func Preview(access Access, b PreviewBackend, log *slog.Logger) http.Handler {
 				},
 				DisableKeepAlives: true,
 			},
+			ModifyResponse: func(resp *http.Response) error {
+				rebase(resp, prefix)
+				return nil
+			},
 			FlushInterval: -1,
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 				if ctx.Err() == nil {
@@ -150,4 +154,33 @@ func writeCallError(w http.ResponseWriter, err error) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="quro"`)
 	}
 	WriteError(w, Status(ce.Code), ce)
+}
+
+// rebase maps the box's root onto the preview's prefix in what the box
+// answers: a redirect to an absolute path ("/login") goes under the
+// prefix, as does a cookie's Path (none reaches outside the prefix), and
+// a cookie of the proxy's own name is dropped.
+func rebase(resp *http.Response, prefix string) {
+	if loc := resp.Header.Get("Location"); strings.HasPrefix(loc, "/") && !strings.HasPrefix(loc, "//") && !strings.HasPrefix(loc, `/\`) {
+		resp.Header.Set("Location", prefix+strings.TrimPrefix(loc, "/"))
+	}
+	sets := resp.Header.Values("Set-Cookie")
+	if len(sets) == 0 {
+		return
+	}
+	resp.Header.Del("Set-Cookie")
+	for _, line := range sets {
+		c, err := http.ParseSetCookie(line)
+		if err != nil || c.Name == PreviewParam {
+			continue
+		}
+		if c.Path == "" || !strings.HasPrefix(c.Path, "/") {
+			c.Path = prefix
+		} else {
+			c.Path = prefix + strings.TrimPrefix(c.Path, "/")
+		}
+		if v := c.String(); v != "" {
+			resp.Header.Add("Set-Cookie", v)
+		}
+	}
 }

@@ -57,6 +57,12 @@ func TestPreviewProxyStreamsAndStrips(t *testing.T) {
 			w.Write([]byte("second\n"))
 			return
 		}
+		if r.URL.Path == "/go" {
+			http.SetCookie(w, &http.Cookie{Name: "theirs", Value: "1", Path: "/"})
+			http.SetCookie(w, &http.Cookie{Name: "quro_preview", Value: "forged", Path: "/"})
+			http.Redirect(w, r, "/login", http.StatusFound)
+			return
+		}
 		w.Write([]byte(r.URL.RequestURI() + " auth=" + r.Header.Get("Authorization") + " cookie=" + r.Header.Get("Cookie")))
 	}))
 	t.Cleanup(box.Close)
@@ -95,6 +101,23 @@ func TestPreviewProxyStreamsAndStrips(t *testing.T) {
 	if _, body := get(base+"c", "Cookie", "mine=2; quro_preview=sig"); body != "/c auth= cookie=mine=2" {
 		t.Errorf("with the cookie the box saw %q", body)
 	}
+	// The box's redirects and cookies stay under the prefix; it cannot
+	// set the proxy's cookie.
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	req, _ := http.NewRequest("GET", srv.URL+base+"go", nil)
+	req.Header.Set("Authorization", "Bearer good")
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if loc := resp.Header.Get("Location"); loc != base+"login" {
+		t.Errorf("redirect to %q", loc)
+	}
+	if sc := resp.Header.Values("Set-Cookie"); len(sc) != 1 || sc[0] != "theirs=1; Path="+base {
+		t.Errorf("the box's cookies: %q", sc)
+	}
+
 	for what, c := range map[string]struct {
 		path string
 		hdr  []string
@@ -113,9 +136,9 @@ func TestPreviewProxyStreamsAndStrips(t *testing.T) {
 	}
 
 	// Streaming: the first line arrives before the box writes the second.
-	req, _ := http.NewRequest("GET", srv.URL+base+"stream", nil)
+	req, _ = http.NewRequest("GET", srv.URL+base+"stream", nil)
 	req.Header.Set("Authorization", "Bearer good")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
