@@ -273,6 +273,9 @@ func (f *serveFlags) server(a *app.App, authFn httpauth.Func, maxConns int, log 
 		Streams: streams, IdleTimeout: f.streamIdle})
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: access, WebSocket: wsrv.Handlers()}))
+	// Preview URLs: a session's port, through the origin and Host checks
+	// and the session's tenant's token or a signed URL (docs/security.md).
+	mux.Handle(rest.PreviewPattern, rest.Preview(access, a, log))
 	mux.Handle("/mcp", guard(access, quromcp.Handler(a.Controller, authFn, &quromcp.Options{Logger: log,
 		Streams: streams, StreamIdleTimeout: f.streamIdle})))
 	// Metrics count every tenant's calls: the admin's alone.

@@ -165,6 +165,7 @@ type App struct {
 	// netPolicies the sessions' policies it applies.
 	egress      *boxEgress
 	netPolicies *netPolicies
+	preview     previewKey   // the preview URLs' secret (preview.go)
 	js          *js.Engine   // its prepared VMs are freed by Close
 	procs       *proc.Table  // the sessions' background processes (processes.go)
 	contexts    codeContexts // code contexts of every session (contexts.go)

@@ -86,3 +86,6 @@ func (in SetNetworkInput) SessionRef() string { return in.Session }
 
 // SessionRef is the session whose egress log get_egress_log reads.
 func (in EgressLogInput) SessionRef() string { return in.Session }
+
+// SessionRef is the session the input names.
+func (in PreviewURLInput) SessionRef() string { return in.Session }

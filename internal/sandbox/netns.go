@@ -1,12 +1,15 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"runtime"
+	"syscall"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -460,3 +463,118 @@ func (n *Netns) openWay() error {
 // closeWay takes n's default routes away: a new connection off loopback
 // fails at once (no route), as under NetworkNone.
 func (n *Netns) closeWay() error { return n.routes(false) }
+
+// ErrNoBoxNamespace is DialBox's refusal of a box that has no network
+// namespace of the server's (network host, or a server not running as
+// root): its 127.0.0.1 is the host's (or one the server cannot enter).
+var ErrNoBoxNamespace = errors.New("the session's box has no network namespace of the server's (network host, or a server not running as root): its ports cannot be reached through the server")
+
+// DialBox connects to 127.0.0.1:port inside the network namespace of
+// session's box: the socket is made on a thread in the namespace, then
+// connected from any thread. A session with no box (it runs nothing), a
+// box in the host's network, the egress's port and the DNS port are
+// refused: nothing dials the host's own loopback.
+func (s *Sandbox) DialBox(ctx context.Context, session string, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("%w: port %d: want 1 to 65535", ErrInvalidSpec, port)
+	}
+	if port == EgressPort || port == DNSPort {
+		return nil, fmt.Errorf("%w: port %d is the server's own in the box (egress, DNS)", ErrInvalidSpec, port)
+	}
+	bx := s.Box(session)
+	if bx == nil {
+		return nil, fmt.Errorf("session %s has no box: it runs nothing (start a server in it first)", session)
+	}
+	bx.mu.Lock()
+	ns, closed := bx.net.namespace(), bx.closed
+	var fd int
+	var err error
+	if !closed && ns != nil {
+		// Under bx.mu: the namespace is not closed while a socket is
+		// made in it.
+		err = ns.Do(func() error {
+			var e error
+			fd, e = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+			return e
+		})
+	}
+	bx.mu.Unlock()
+	switch {
+	case closed:
+		return nil, fmt.Errorf("session %s has no box: it runs nothing (start a server in it first)", session)
+	case ns == nil:
+		return nil, ErrNoBoxNamespace
+	case err != nil:
+		return nil, fmt.Errorf("socket in the box's network namespace: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "box-socket")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	// Connect the non-blocking socket, then wait for it through a
+	// net.Conn (FileConn dups the descriptor into the runtime's poller).
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cerr = unix.Connect(int(fd), &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}})
+	}); err != nil {
+		return nil, err
+	}
+	if cerr != nil && !errors.Is(cerr, unix.EINPROGRESS) {
+		return nil, fmt.Errorf("dial 127.0.0.1:%d in the box: %w", port, cerr)
+	}
+	c, err := net.FileConn(f)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitConnected(ctx, c); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("dial 127.0.0.1:%d in the box: %w", port, err)
+	}
+	return c, nil
+}
+
+// waitConnected waits for c's non-blocking connect to finish (writable),
+// then reports its outcome (SO_ERROR).
+func waitConnected(ctx context.Context, c net.Conn) error {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return errors.New("not a socket")
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetWriteDeadline(dl)
+		defer func() { _ = c.SetWriteDeadline(time.Time{}) }()
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.SetWriteDeadline(time.Unix(1, 0)) })
+	defer stop()
+	var soErr error
+	werr := rc.Write(func(fd uintptr) bool {
+		n, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
+		if err != nil {
+			soErr = err
+			return true
+		}
+		if n == 0 {
+			// Connected, or still in progress: poll says which.
+			var pfd = []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+			if k, _ := unix.Poll(pfd, 0); k == 0 {
+				return false
+			}
+			return true
+		}
+		soErr = syscall.Errno(n)
+		return true
+	})
+	if werr != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return werr
+	}
+	return soErr
+}

@@ -1,0 +1,270 @@
+package app
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/sandbox"
+)
+
+// Preview URLs: a port a session's code listens on (on the box's own
+// 127.0.0.1), reached from outside through the server's proxy at
+// /v1/sessions/{id}/ports/{port}/ (internal/api/rest/preview.go). A
+// request there carries a bearer token of the session's tenant, or a
+// signed URL get_preview_url handed out: an HMAC-SHA256, under a secret
+// of the server's kept in the data directory (PreviewKeyFile, 0600), of
+// the session, the port, the expiry and the id of the token that asked.
+// The URL holds neither the secret nor a token; it is good until its
+// expiry, while the session exists and while that token is live
+// (revoking the token revokes its URLs).
+
+// PreviewKeyFile is the preview URLs' secret, in the data directory.
+const PreviewKeyFile = "preview.key"
+
+// PreviewParam is the signed URL's query parameter (and its cookie's
+// name).
+const PreviewParam = "quro_preview"
+
+const (
+	previewDefault = time.Hour
+	previewMax     = 7 * 24 * time.Hour
+)
+
+// PreviewURLInput is get_preview_url's input.
+type PreviewURLInput struct {
+	Session  string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
+	Port     int    `json:"port" jsonschema:"the TCP port the session's code listens on, on 127.0.0.1 in its box"`
+	ExpiresS int    `json:"expires_s,omitempty" jsonschema:"seconds the signed URL is good for (default 3600, at most 604800)"`
+}
+
+// PreviewURL is get_preview_url's output.
+type PreviewURL struct {
+	Session   string    `json:"session"`
+	Port      int       `json:"port"`
+	Path      string    `json:"path" jsonschema:"the proxy's path on this server: send your bearer token with it"`
+	SignedURL string    `json:"signed_url" jsonschema:"the path with a signature: opens in a browser without a token, until expires_at, while your token is live"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Text gives both forms.
+func (p *PreviewURL) Text() string {
+	return fmt.Sprintf("%s (with your bearer token)\n%s (signed; good until %s while the token that asked is live)",
+		p.Path, p.SignedURL, p.ExpiresAt.UTC().Format(time.RFC3339))
+}
+
+// previewKey is the preview URLs' secret, read (or made) the first time.
+type previewKey struct {
+	mu  sync.Mutex
+	key []byte
+}
+
+func (a *App) previewSecret() ([]byte, error) {
+	a.preview.mu.Lock()
+	defer a.preview.mu.Unlock()
+	if a.preview.key == nil {
+		k, err := loadSecret(filepath.Join(a.DataDir, PreviewKeyFile))
+		if err != nil {
+			return nil, fmt.Errorf("preview URLs' secret: %w", err)
+		}
+		a.preview.key = k
+	}
+	return a.preview.key, nil
+}
+
+// loadSecret reads the secret in file, making it (32 random bytes, mode
+// 0600) first if there is none.
+func loadSecret(file string) ([]byte, error) {
+	b, err := os.ReadFile(file)
+	if err == nil {
+		if len(b) < 32 {
+			return nil, fmt.Errorf("%s: %d bytes, want 32 or more (remove it to make a new one: the URLs signed with it die)", file, len(b))
+		}
+		return b, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	b = make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return nil, err
+	}
+	// Written beside it, then linked into place: no reader sees it half
+	// written, and of two first uses one link wins.
+	tmp, err := os.CreateTemp(filepath.Dir(file), ".preview.key.*")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return nil, err
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return nil, err
+	}
+	if err := tmp.Close(); err != nil {
+		return nil, err
+	}
+	if err := os.Link(tmp.Name(), file); errors.Is(err, fs.ErrExist) {
+		return loadSecret(file)
+	} else if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// previewPort refuses what no preview may reach.
+func previewPort(port int) error {
+	if port < 1 || port > 65535 {
+		return capability.Errorf(capability.InvalidArgument, "port %d: want 1 to 65535", port)
+	}
+	if port == sandbox.EgressPort || port == sandbox.DNSPort {
+		return capability.Errorf(capability.InvalidArgument, "port %d is the server's own in the box (egress, DNS)", port)
+	}
+	return nil
+}
+
+// PreviewPath is the proxy's path of session id's port.
+func PreviewPath(id string, port int) string {
+	return "/v1/sessions/" + id + "/ports/" + strconv.Itoa(port) + "/"
+}
+
+// previewMAC is the signature's MAC over the session, the port, the
+// expiry and the token id.
+func previewMAC(key []byte, id string, port int, exp int64, tokenID string) []byte {
+	m := hmac.New(sha256.New, key)
+	fmt.Fprintf(m, "quro-preview\x00%s\x00%d\x00%d\x00%s", id, port, exp, tokenID)
+	return m.Sum(nil)
+}
+
+// signPreview is the signature of session id's port until exp for the
+// token tokenID: EXPIRY.TOKENID.MAC.
+func (a *App) signPreview(id string, port int, exp time.Time, tokenID string) (string, error) {
+	key, err := a.previewSecret()
+	if err != nil {
+		return "", err
+	}
+	u := exp.Unix()
+	return strconv.FormatInt(u, 10) + "." + tokenID + "." +
+		base64.RawURLEncoding.EncodeToString(previewMAC(key, id, port, u, tokenID)), nil
+}
+
+func (a *App) registerPreview(reg *capability.Registry) {
+	reg.Register(capability.New("get_preview_url",
+		"The URL of a port a session's code listens on (127.0.0.1 in its box), reached through this server: path (send your bearer token) "+
+			"and signed_url (opens in a browser, until expires_at and while your token is live; revoke the token to revoke it). "+
+			"Not for a session with network host.",
+		capability.ScopeExec, a.getPreviewURL).InSession(capability.UseRead))
+}
+
+func (a *App) getPreviewURL(ctx context.Context, in PreviewURLInput) (*PreviewURL, error) {
+	s, err := entered(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c, _ := controller.CallerFrom(ctx)
+	if c.Session != "" && c.Session != s.ID {
+		return nil, capability.Errorf(capability.PermissionDenied, "code in a session may ask for its own session's preview URLs only")
+	}
+	if err := previewPort(in.Port); err != nil {
+		return nil, err
+	}
+	if s.Network == sandbox.NetworkHost {
+		return nil, capability.Errorf(capability.InvalidArgument,
+			"session %s has network host: its ports are the host's, which the server does not proxy (use none or internet)", s.Name)
+	}
+	d := previewDefault
+	if in.ExpiresS < 0 || time.Duration(in.ExpiresS)*time.Second > previewMax {
+		return nil, capability.Errorf(capability.InvalidArgument, "expires_s must be between 1 and %d", int(previewMax/time.Second))
+	}
+	if in.ExpiresS > 0 {
+		d = time.Duration(in.ExpiresS) * time.Second
+	}
+	exp := time.Now().Add(d).Truncate(time.Second)
+	sig, err := a.signPreview(s.ID, in.Port, exp, c.TokenID)
+	if err != nil {
+		return nil, err
+	}
+	path := PreviewPath(s.ID, in.Port)
+	return &PreviewURL{Session: s.ID, Port: in.Port, Path: path, SignedURL: path + "?" + PreviewParam + "=" + sig, ExpiresAt: exp}, nil
+}
+
+// PreviewByCaller lets c, authenticated by its token, reach session id's
+// port: a token of the session's tenant (read scope or wider) outside any
+// other session. Another tenant's session is not found.
+func (a *App) PreviewByCaller(ctx context.Context, c controller.Caller, id string, port int) error {
+	if err := previewPort(port); err != nil {
+		return err
+	}
+	s, err := a.Sessions.ByIDAnyTenant(ctx, id)
+	if err != nil || s.Tenant != c.Tenant || c.Session != "" && c.Session != s.ID {
+		return capability.Errorf(capability.NotFound, "no session %s", id)
+	}
+	if !c.Scope.Covers(capability.ScopeRead) {
+		return capability.Errorf(capability.PermissionDenied, "a preview needs scope read or exec")
+	}
+	return nil
+}
+
+// PreviewBySignature checks sig, a signed URL's signature, for session
+// id's port: unexpired, the MAC right, the session there and the token
+// that asked live and its tenant's. Any failure is Unauthenticated.
+func (a *App) PreviewBySignature(ctx context.Context, id string, port int, sig string) error {
+	bad := func(why string) error {
+		return capability.Errorf(capability.Unauthenticated, "preview signature: %s", why)
+	}
+	parts := strings.Split(sig, ".")
+	if len(parts) != 3 {
+		return bad("malformed")
+	}
+	exp, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil {
+		return bad("malformed")
+	}
+	mac, err := base64.RawURLEncoding.DecodeString(parts[2])
+	if err != nil {
+		return bad("malformed")
+	}
+	key, err := a.previewSecret()
+	if err != nil {
+		return err
+	}
+	if !hmac.Equal(mac, previewMAC(key, id, port, exp, parts[1])) {
+		return bad("not this server's for this session and port")
+	}
+	if time.Now().Unix() >= exp {
+		return bad("expired at " + time.Unix(exp, 0).UTC().Format(time.RFC3339))
+	}
+	s, err := a.Sessions.ByIDAnyTenant(ctx, id)
+	if err != nil {
+		return bad("no session " + id)
+	}
+	if parts[1] != "" {
+		c, err := a.tokens.Live(ctx, parts[1])
+		if err != nil || c.Tenant != s.Tenant {
+			return bad("the token that asked for it is no longer live")
+		}
+	}
+	return nil
+}
+
+// DialPreview connects to port on 127.0.0.1 in session id's box.
+func (a *App) DialPreview(ctx context.Context, id string, port int) (net.Conn, error) {
+	return a.Sandbox.DialBox(ctx, id, port)
+}

@@ -1,0 +1,280 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/quro-dev/quro/internal/api/rest"
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
+)
+
+// previewServer is an HTTP server for a box: GET answers the path and
+// headers it was sent as JSON; a WebSocket upgrade gets a raw handshake
+// and an echo ("echo:" before each message).
+const previewServer = `import http.server, base64, hashlib, struct, json
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+    def do_GET(self):
+        if self.headers.get('Upgrade', '').lower() == 'websocket':
+            k = self.headers['Sec-WebSocket-Key']
+            acc = base64.b64encode(hashlib.sha1((k + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11').encode()).digest()).decode()
+            self.send_response(101)
+            self.send_header('Upgrade', 'websocket')
+            self.send_header('Connection', 'Upgrade')
+            self.send_header('Sec-WebSocket-Accept', acc)
+            self.end_headers()
+            self.wfile.flush()
+            r, w = self.rfile, self.wfile
+            while True:
+                h = r.read(2)
+                if len(h) < 2:
+                    break
+                op, n = h[0] & 15, h[1] & 127
+                if n == 126:
+                    n = struct.unpack('>H', r.read(2))[0]
+                elif n == 127:
+                    n = struct.unpack('>Q', r.read(8))[0]
+                m = r.read(4) if h[1] & 128 else b'\0\0\0\0'
+                d = bytes(b ^ m[i % 4] for i, b in enumerate(r.read(n)))
+                if op == 8:
+                    w.write(b'\x88\x00'); w.flush(); break
+                if op in (1, 2):
+                    d = b'echo:' + d
+                    w.write(bytes([0x80 | op]) + (bytes([len(d)]) if len(d) < 126 else b'\x7e' + struct.pack('>H', len(d))) + d)
+                    w.flush()
+            self.close_connection = True
+            return
+        body = json.dumps({'path': self.path, 'headers': {k.lower(): v for k, v in self.headers.items()}}).encode()
+        self.send_response(200)
+        self.send_header('Content-Type', 'application/json')
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+s = http.server.ThreadingHTTPServer(('127.0.0.1', 8765), H)
+open('ready', 'w').write('up\n')
+s.serve_forever()
+`
+
+// boxSaw is what previewServer answered.
+type boxSaw struct {
+	Path    string            `json:"path"`
+	Headers map[string]string `json:"headers"`
+}
+
+// TestPreviewURLs: a port a session's code listens on in its box (network
+// none), reached through the proxy as quro serve mounts it: with the
+// tenant's token, with a signed URL and then its cookie alone, and a
+// WebSocket; refused without credentials, with another tenant's token,
+// with an expired or tampered signature, once the token that asked is
+// revoked, and for a session with network host. The box never sees the
+// Authorization header nor the signature.
+func TestPreviewURLs(t *testing.T) {
+	a := newApp(t, nil)
+	needBoxes(t, a)
+	ctx := t.Context()
+	caller := func(tenant string) (controller.Caller, string) {
+		iss, err := a.tokens.Create(ctx, tenant, []string{"read", "exec"}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := a.VerifyToken(ctx, iss.Token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, iss.Token
+	}
+	alice, aliceTok := caller("alice")
+	_, bobTok := caller("bob")
+
+	s := mustCallAs(t, a, alice, "create_session", CreateSessionInput{Name: "web", Network: "none"}).(*SessionInfo)
+	if reply, err := callAs(t, a, alice, "run_code", RunCodeInput{Session: s.ID, Lang: "bash", Code: "mkfifo ready"}); err != nil ||
+		reply.Output.(*runcode.Result).ExitCode != 0 {
+		t.Fatalf("mkfifo: %v %+v", err, reply)
+	}
+	mustCallAs(t, a, alice, "start_process", StartProcessInput{Session: s.ID, Cmd: "python3", Args: []string{"-c", previewServer}, Background: true})
+	if reply, err := callAs(t, a, alice, "run_code", RunCodeInput{Session: s.ID, Lang: "bash", Code: "read up < ready && echo $up"}); err != nil ||
+		!strings.Contains(reply.Output.(*runcode.Result).Stdout, "up") {
+		t.Fatalf("the server in the box did not start: %v %+v", err, reply)
+	}
+
+	// Mounted as quro serve mounts it.
+	access := rest.Access{Auth: a.Authenticate()}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Access: access}))
+	mux.Handle(rest.PreviewPattern, rest.Preview(access, a, nil))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	get := func(path string, hdr http.Header) (*http.Response, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range hdr {
+			req.Header[k] = v
+		}
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	saw := func(body string) boxSaw {
+		t.Helper()
+		var b boxSaw
+		if err := json.Unmarshal([]byte(body), &b); err != nil {
+			t.Fatalf("not the box's answer: %q", body)
+		}
+		return b
+	}
+	bearer := func(tok string) http.Header { return http.Header{"Authorization": {"Bearer " + tok}} }
+	base := "/v1/sessions/" + s.ID + "/ports/8765/"
+
+	// The tenant's token: the page, the prefix stripped, no Authorization.
+	resp, body := get(base+"hello?x=1", bearer(aliceTok))
+	if resp.StatusCode != 200 {
+		t.Fatalf("with the token: %d %s", resp.StatusCode, body)
+	}
+	if b := saw(body); b.Path != "/hello?x=1" || b.Headers["authorization"] != "" {
+		t.Errorf("the box saw %+v", b)
+	}
+	// No credentials; another tenant's token.
+	if resp, body := get(base, nil); resp.StatusCode != 401 {
+		t.Errorf("without a token: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := get(base, bearer(bobTok)); resp.StatusCode != 404 && resp.StatusCode != 403 {
+		t.Errorf("another tenant's token: %d %s", resp.StatusCode, body)
+	}
+	// Nothing listens on that port: the box is reached, the port is not.
+	if resp, body := get("/v1/sessions/"+s.ID+"/ports/8766/", bearer(aliceTok)); resp.StatusCode != 502 {
+		t.Errorf("a port nothing listens on: %d %s", resp.StatusCode, body)
+	}
+
+	// The signed URL: no token, a cookie for the path, and the box sees
+	// neither the signature nor the cookie.
+	u := mustCallAs(t, a, alice, "get_preview_url", PreviewURLInput{Session: s.ID, Port: 8765}).(*PreviewURL)
+	if u.Path != base || !strings.HasPrefix(u.SignedURL, base+"?quro_preview=") || strings.Contains(u.SignedURL, aliceTok) ||
+		time.Until(u.ExpiresAt) < 59*time.Minute || time.Until(u.ExpiresAt) > time.Hour {
+		t.Fatalf("get_preview_url: %+v", u)
+	}
+	resp, body = get(u.SignedURL, nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("signed URL: %d %s", resp.StatusCode, body)
+	}
+	if b := saw(body); b.Path != "/" || strings.Contains(body, "quro_preview") {
+		t.Errorf("the box saw %+v", b)
+	}
+	var cookie *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == rest.PreviewParam {
+			cookie = c
+		}
+	}
+	if cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteLaxMode || cookie.Path != base {
+		t.Fatalf("the signed URL's cookie: %+v", cookie)
+	}
+	withCookie := http.Header{"Cookie": {rest.PreviewParam + "=" + cookie.Value + "; theirs=1"}}
+	resp, body = get(base+"page", withCookie)
+	if resp.StatusCode != 200 {
+		t.Fatalf("the cookie alone: %d %s", resp.StatusCode, body)
+	}
+	if b := saw(body); b.Path != "/page" || b.Headers["cookie"] != "theirs=1" {
+		t.Errorf("the box saw %+v", b)
+	}
+
+	// Expired, and tampered: another port, another session, a later
+	// expiry.
+	sig := strings.TrimPrefix(u.SignedURL, base+"?quro_preview=")
+	expired, err := a.signPreview(s.ID, 8765, time.Now().Add(-time.Second), alice.TokenID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := mustCallAs(t, a, alice, "create_session", CreateSessionInput{Name: "other", Network: "none"}).(*SessionInfo)
+	parts := strings.SplitN(sig, ".", 2)
+	for what, path := range map[string]string{
+		"expired":         base + "?quro_preview=" + expired,
+		"another port":    "/v1/sessions/" + s.ID + "/ports/8766/?quro_preview=" + sig,
+		"another session": "/v1/sessions/" + other.ID + "/ports/8765/?quro_preview=" + sig,
+		"a later expiry":  base + "?quro_preview=" + "9" + parts[0] + "." + parts[1],
+		"garbage":         base + "?quro_preview=x",
+	} {
+		if resp, body := get(path, nil); resp.StatusCode != 401 {
+			t.Errorf("%s signature: %d %s", what, resp.StatusCode, body)
+		}
+	}
+	if resp, body := get("/v1/sessions/"+s.ID+"/ports/8766/", withCookie); resp.StatusCode != 401 {
+		t.Errorf("the cookie on another port: %d %s", resp.StatusCode, body)
+	}
+
+	// A WebSocket through the proxy.
+	wsCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	conn, _, err := websocket.Dial(wsCtx, "ws"+strings.TrimPrefix(srv.URL, "http")+base+"ws", &websocket.DialOptions{HTTPHeader: bearer(aliceTok)})
+	if err != nil {
+		t.Fatalf("WebSocket through the proxy: %v", err)
+	}
+	if err := conn.Write(wsCtx, websocket.MessageText, []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if _, msg, err := conn.Read(wsCtx); err != nil || string(msg) != "echo:hi" {
+		t.Errorf("WebSocket echo: %q %v", msg, err)
+	}
+	conn.Close(websocket.StatusNormalClosure, "")
+
+	// Code in another session may not ask for this one's; a session
+	// with network host has no preview.
+	if _, err := callAs(t, a, controller.Caller{Path: "test", Tenant: "alice", Scope: capability.ScopeExec, Session: other.ID},
+		"get_preview_url", PreviewURLInput{Session: s.ID, Port: 8765}); err == nil {
+		t.Error("code in another session got this session's preview URL")
+	}
+	host := mustCallAs(t, a, alice, "create_session", CreateSessionInput{Name: "hosted", Network: "host"}).(*SessionInfo)
+	if _, err := callAs(t, a, alice, "get_preview_url", PreviewURLInput{Session: host.ID, Port: 8765}); err == nil ||
+		!strings.Contains(err.Error(), "network host") {
+		t.Errorf("a host session's preview URL: %v", err)
+	}
+	// Nor does the sandbox dial into a box without a namespace of the
+	// server's (the host's 127.0.0.1), nor into a session with no box.
+	if _, err := a.Sandbox.DialBox(ctx, other.ID, 8765); err == nil || !strings.Contains(err.Error(), "no box") {
+		t.Errorf("DialBox into a session with no box: %v", err)
+	}
+	mustCallAs(t, a, alice, "run_code", RunCodeInput{Session: host.ID, Lang: "bash", Code: "true"})
+	if c, err := a.Sandbox.DialBox(ctx, host.ID, 8765); !errors.Is(err, sandbox.ErrNoBoxNamespace) {
+		if c != nil {
+			c.Close()
+		}
+		t.Errorf("DialBox into a host session's box: %v", err)
+	}
+	for _, p := range []int{0, 1, 53, 65536} {
+		if _, err := callAs(t, a, alice, "get_preview_url", PreviewURLInput{Session: s.ID, Port: p}); err == nil {
+			t.Errorf("port %d was given a preview URL", p)
+		}
+	}
+
+	// Revoking the token that asked revokes its URLs and cookies.
+	if err := a.tokens.Revoke(ctx, alice.TokenID); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := get(u.SignedURL, nil); resp.StatusCode != 401 {
+		t.Errorf("signed URL of a revoked token: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := get(base, withCookie); resp.StatusCode != 401 {
+		t.Errorf("cookie of a revoked token: %d %s", resp.StatusCode, body)
+	}
+}
