@@ -829,3 +829,102 @@ print("opened", len(socks))
 		t.Skipf("FINDING: one box held %d connections through the egress at once (MaxConnsPerBox %d is per listener, IPv4 and IPv6 each)", p, egress.MaxConnsPerBox)
 	}
 }
+
+// TestAttackNetworkJSFetch: the JS engine's fetch runs in the server
+// and dials through the egress: under allow_out, a Host header naming
+// another host, a redirect to the host's loopback or to a name the rules
+// refuse, and every spelling of loopback are refused or harmless.
+func TestAttackNetworkJSFetch(t *testing.T) {
+	st := newStandIn(t)
+	st.also("other.test")
+	st.also("redir.test")
+	var redirects atomic.Int64
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			redirects.Add(1)
+			go func() {
+				defer c.Close()
+				b := make([]byte, 4096)
+				n, _ := c.Read(b)
+				to := fmt.Sprintf("http://127.0.0.1:%d/", st.port)
+				if strings.Contains(string(b[:n]), "/other") {
+					to = fmt.Sprintf("http://other.test:%d/", st.port)
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 302 Found\r\nLocation: "+to+"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+			}()
+		}
+	}()
+	rport := ln.Addr().(*net.TCPAddr).Port
+	a := netApp(t, st, NetworkOptions{Trusted: []string{fmt.Sprintf("other.test:%d", st.port), fmt.Sprintf("redir.test:%d", rport)}})
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "jsfetch", Network: "internet", AllowOut: []string{"allowed.test", "redir.test"}}).(*SessionInfo)
+	var urls []string
+	for _, u := range []string{
+		fmt.Sprintf("http://redir.test:%d/", rport), fmt.Sprintf("http://redir.test:%d/other", rport),
+		fmt.Sprintf("http://2130706433:%d/", st.port), fmt.Sprintf("http://0x7f.1:%d/", st.port),
+		fmt.Sprintf("http://[::ffff:127.0.0.1]:%d/", st.port), fmt.Sprintf("http://[::1]:%d/", st.port),
+		fmt.Sprintf("http://0.0.0.0:%d/", st.port), fmt.Sprintf("http://localhost:%d/", st.port),
+		fmt.Sprintf("http://rebind.test:%d/", st.port), fmt.Sprintf("http://other.test:%d/", st.port),
+	} {
+		urls = append(urls, fmt.Sprintf("%q", u))
+	}
+	code := fmt.Sprintf(`for (const u of [%s]) {
+  try { const r = await fetch(u); console.log(u, "status", r.status, await r.text()) } catch (e) { console.log(u, "refused", String(e).slice(0, 120)) }
+}
+try { const r = await fetch("http://allowed.test:%d/", {headers: {"Host": "other.test"}}); console.log("host-header", await r.text()) } catch (e) { console.log("host-header refused", String(e).slice(0, 120)) }`,
+		strings.Join(urls, ", "), st.port)
+	res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "js", Code: code})
+	t.Logf("%s\n%s", res.Stdout, res.Stderr)
+	if !strings.Contains(res.Stdout, "host-header") {
+		t.Fatalf("the attacks did not run: %+v", res)
+	}
+	for _, l := range strings.Split(res.Stdout, "\n") {
+		if strings.Contains(l, "hello-from") && !strings.HasPrefix(l, "host-header hello-from-allowed.test") {
+			t.Errorf("JS fetch reached: %s", l)
+		}
+	}
+	if redirects.Load() == 0 {
+		t.Error("the redirecting server was never reached: the redirect attacks did not run")
+	}
+}
+
+// TestAttackNetworkNonePolicy: a session under none has no way out at
+// all, not even to the egress's or DNS's ports, and a session moved from
+// internet to none loses its way out for new connections at once.
+func TestAttackNetworkNonePolicy(t *testing.T) {
+	st := newStandIn(t)
+	hl := newHostListener(t, "tcp", ":0")
+	a := netApp(t, st, NetworkOptions{})
+	s := newSession(t, a, "none", "none")
+	moved := newSession(t, a, "moved", "internet")
+	runCode(t, a, RunCodeInput{Session: moved.ID, Lang: "bash", Code: "true"})
+	mustCall(t, a, "set_session_network", SetNetworkInput{Session: moved.ID, Network: "none"})
+	var targets []string
+	for _, h := range []string{"allowed.test", "127.0.0.1", "[::1]", "8.8.8.8", "169.254.169.254", "198.18.0.1"} {
+		targets = append(targets, fmt.Sprintf("http://%s:%d/", h, st.port), fmt.Sprintf("http://%s:%d/", h, hl.port))
+	}
+	for _, ad := range hostAddrs(t) {
+		targets = append(targets, fmt.Sprintf("http://%s:%d/", urlHost(ad), hl.port))
+	}
+	targets = append(targets, "http://127.0.0.1:1/", "http://127.0.0.1:53/")
+	script := "for u in " + strings.Join(targets, " ") + "; do out=$(curl -sS --max-time 3 \"$u\" 2>&1); echo \"$u rc=$? $out\"; done; " +
+		"python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b\"x\", (\"8.8.8.8\", 53))' 2>&1 | tail -1"
+	for _, id := range []string{s.ID, moved.ID} {
+		res := runCode(t, a, RunCodeInput{Session: id, Lang: "bash", Code: script})
+		t.Logf("%s\n%s", res.Stdout, res.Stderr)
+		if r := reached(res.Stdout); len(r) > 0 || !strings.Contains(res.Stdout, "rc=") {
+			t.Errorf("a session under none reached out: %v\n%s", r, res.Stdout)
+		}
+	}
+	if hl.n.Load() != 0 || st.hits.Load() != 0 {
+		t.Errorf("host listener %d, stand-in %d connections", hl.n.Load(), st.hits.Load())
+	}
+}
