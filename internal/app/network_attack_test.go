@@ -374,7 +374,8 @@ for host in ("other.test", "allowed.test"):
 // TestAttackNetworkRulesBypass: under allow_out allowed.test, with
 // other.test at the same address (a shared front), box code connects to
 // allowed.test and asks for other.test every way it can: another SNI,
-// a pipelined second request, an absolute-form target, CONNECT, HTTP/2
+// (whole, or its ClientHello cut into 40- and 1-byte records), a
+// pipelined second request, an absolute-form target, CONNECT, HTTP/2
 // with prior knowledge, plain HTTP after a WebSocket upgrade, a
 // chunked-body smuggle.
 func TestAttackNetworkRulesBypass(t *testing.T) {
@@ -421,6 +422,22 @@ try:
     print("sni REACHED?", tls.version())
 except (OSError, ssl.SSLError) as e:
     print("sni refused", e)
+# The same ClientHello cut into two TLS records, then into 1-byte records.
+inc, outb = ssl.MemoryBIO(), ssl.MemoryBIO()
+obj = ctx.wrap_bio(inc, outb, server_hostname="other.test")
+try: obj.do_handshake()
+except ssl.SSLWantReadError: pass
+hello = outb.read()
+body = hello[5:]
+def records(size):
+    return b"".join(hello[:3] + len(body[i:i+size]).to_bytes(2, "big") + body[i:i+size] for i in range(0, len(body), size))
+for size in (40, 1):
+    try:
+        c = socket.create_connection(("allowed.test", P), timeout=8)
+        c.sendall(records(size))
+        print("sni-fragmented-%%d" %% size, "REACHED?" if c.recv(100) else "closed")
+    except OSError as e:
+        print("sni-fragmented-%%d" %% size, "refused", e)
 `, p)
 	res := runCodeWithin(t, a, RunCodeInput{Session: s.ID, Lang: "python", Code: code}, 3*time.Minute)
 	t.Logf("%s\n%s", res.Stdout, res.Stderr)
