@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/egress"
+	"github.com/quro-dev/quro/internal/soak"
 )
 
 // Attacks on a session box's network, run as box code would run them
@@ -99,6 +100,7 @@ func reached(out string) []string {
 // raw bytes. Each connection is refused ("not redirected") and the
 // stand-in sees nothing.
 func TestAttackNetworkEgressListenerDirect(t *testing.T) {
+	t.Parallel()
 	st := newStandIn(t)
 	a := netApp(t, st, NetworkOptions{})
 	s := newSession(t, a, "direct", "internet")
@@ -145,6 +147,7 @@ for fam, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1"), (sock
 // host listener (on all of the host's addresses) nor the stand-in sees a
 // connection.
 func TestAttackNetworkHostAddresses(t *testing.T) {
+	t.Parallel()
 	st := newStandIn(t)
 	hl := newHostListener(t, "tcp", ":0")
 	own := hostAddrs(t)
@@ -228,6 +231,7 @@ func pyList(as []netip.Addr) string {
 // never dialed at a refused address: the egress resolves by itself and
 // checks what it dials.
 func TestAttackNetworkHostByName(t *testing.T) {
+	t.Parallel()
 	st := newStandIn(t)
 	hl := newHostListener(t, "tcp", ":0")
 	own := hostAddrs(t)
@@ -295,6 +299,7 @@ func isOwn(a netip.Addr, own []netip.Addr) bool {
 // the name map's cap cannot make an old fake address stand for a name
 // its rules refuse.
 func TestAttackNetworkDNS(t *testing.T) {
+	t.Parallel()
 	st := newStandIn(t)
 	a := netApp(t, st, NetworkOptions{Trusted: []string{fmt.Sprintf("other.test:%d", st.port)}})
 	st.also("other.test")
@@ -379,6 +384,7 @@ for host in ("other.test", "allowed.test"):
 // with prior knowledge, plain HTTP after a WebSocket upgrade, a
 // chunked-body smuggle.
 func TestAttackNetworkRulesBypass(t *testing.T) {
+	t.Parallel()
 	st := newStandIn(t)
 	a := netApp(t, st, NetworkOptions{Trusted: []string{fmt.Sprintf("other.test:%d", st.port)}})
 	st.also("other.test")
@@ -471,6 +477,7 @@ for size in (40, 1):
 // server does read, with a lower-case method or sent after 5 s of
 // silence, names another host behind the allowed name's address.
 func TestAttackNetworkRulesOpaqueFronting(t *testing.T) {
+	t.Parallel()
 	st := newStandIn(t)
 	a := netApp(t, st, NetworkOptions{Trusted: []string{fmt.Sprintf("other.test:%d", st.port)}})
 	st.also("other.test")
@@ -503,7 +510,7 @@ send("leading-crlf", b"\r\nGET / HTTP/1.1\r\nHost: other.test\r\nConnection: clo
 		}
 	}
 	if len(bypass) > 0 {
-		t.Skipf("FINDING: Host check bypassed on a non-web port under allow_out: %v", bypass)
+		t.Errorf("Host check bypassed on a non-web port under allow_out: %v", bypass)
 	}
 }
 
@@ -512,6 +519,7 @@ send("leading-crlf", b"\r\nGET / HTTP/1.1\r\nHost: other.test\r\nConnection: clo
 // or packet sockets, bind the egress's or DNS's ports, or ping out; and
 // after trying, the rules still hold.
 func TestAttackNetworkNamespaceEscape(t *testing.T) {
+	t.Parallel()
 	st := newStandIn(t)
 	a := netApp(t, st, NetworkOptions{})
 	s := newSession(t, a, "escape", "internet")
@@ -588,6 +596,7 @@ t("bind-udp6 ::1:53", lambda: bind(socket.AF_INET6, socket.SOCK_DGRAM, ("::1", 5
 // IPv4 or IPv6, to QUIC's port, to the host's addresses, or to the
 // egress's TCP port; the host's UDP listener hears nothing.
 func TestAttackNetworkUDP(t *testing.T) {
+	t.Parallel()
 	st := newStandIn(t)
 	hu, err := net.ListenPacket("udp", ":0")
 	if err != nil {
@@ -652,6 +661,8 @@ for fam, addr in [` + strings.Join(dests, ", ") + `]:
 // peek; the egress holds at most its cap per listener to the
 // destination, and another session still goes out.
 func TestAttackNetworkFlood(t *testing.T) {
+	// Load, not a check of a rule: make test-soak runs it.
+	soak.Skip(t)
 	st := newStandIn(t)
 	hl := newHostListener(t, "tcp4", "127.0.0.1:0")
 	st.also("flood.test")
@@ -719,6 +730,7 @@ print("slow", len(socks))
 // tries its own loopback, the box address, the host's addresses: it never
 // reaches A.
 func TestAttackNetworkCrossSession(t *testing.T) {
+	t.Parallel()
 	st := newStandIn(t)
 	a := netApp(t, st, NetworkOptions{})
 	sa := newSession(t, a, "a", "internet")
@@ -761,6 +773,7 @@ setTimeout(() => process.exit(0), 12000);'`})
 // the Host header (Node's http, most frameworks; RFC 9112 says it must
 // not) is fronted.
 func TestAttackNetworkRulesAbsoluteFormHost(t *testing.T) {
+	t.Parallel()
 	st := newStandIn(t)
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -801,9 +814,9 @@ func TestAttackNetworkRulesAbsoluteFormHost(t *testing.T) {
 	select {
 	case h := <-heads:
 		if strings.Contains(strings.ToLower(h), "host: evil.test") {
-			t.Skipf("FINDING: an absolute-form request's Host header is relayed unchecked under allow_out vhost.test; the destination received:\n%s", h)
+			t.Errorf("an absolute-form request's Host header is relayed unchecked under allow_out vhost.test; the destination received:\n%s", h)
 		}
-	case <-time.After(2 * time.Second):
+	default: // a head the egress let through reached it before the box's run ended
 	}
 }
 
@@ -812,6 +825,8 @@ func TestAttackNetworkRulesAbsoluteFormHost(t *testing.T) {
 // families holds up to twice MaxConnsPerBox (security.md says 256 per
 // box). The IPv6 destination is a host address the operator trusts.
 func TestAttackNetworkFloodBothFamilies(t *testing.T) {
+	// Load, not a check of a rule: make test-soak runs it.
+	soak.Skip(t)
 	st := newStandIn(t)
 	var v6 netip.Addr
 	for _, ad := range hostAddrs(t) {
@@ -843,7 +858,7 @@ print("opened", len(socks))
 	if p := hl.peak.Load(); p > 2*egress.MaxConnsPerBox {
 		t.Errorf("one box held %d connections at once", p)
 	} else if p > egress.MaxConnsPerBox {
-		t.Skipf("FINDING: one box held %d connections through the egress at once (MaxConnsPerBox %d is per listener, IPv4 and IPv6 each)", p, egress.MaxConnsPerBox)
+		t.Errorf("one box held %d connections through the egress at once (MaxConnsPerBox %d is per listener, IPv4 and IPv6 each)", p, egress.MaxConnsPerBox)
 	}
 }
 
@@ -852,6 +867,7 @@ print("opened", len(socks))
 // another host, a redirect to the host's loopback or to a name the rules
 // refuse, and every spelling of loopback are refused or harmless.
 func TestAttackNetworkJSFetch(t *testing.T) {
+	t.Parallel()
 	st := newStandIn(t)
 	st.also("other.test")
 	st.also("redir.test")
@@ -917,6 +933,7 @@ try { const r = await fetch("http://allowed.test:%d/", {headers: {"Host": "other
 // all, not even to the egress's or DNS's ports, and a session moved from
 // internet to none loses its way out for new connections at once.
 func TestAttackNetworkNonePolicy(t *testing.T) {
+	t.Parallel()
 	st := newStandIn(t)
 	hl := newHostListener(t, "tcp", ":0")
 	a := netApp(t, st, NetworkOptions{})

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -108,6 +109,40 @@ type Transparent struct {
 	closed bool
 	lns    map[net.Listener]struct{}
 	conns  map[net.Conn]struct{}
+	// boxes count each box's connections across its listeners (IPv4
+	// and IPv6): MaxConnsPerBox is the box's, not a listener's.
+	boxes map[string]*boxConns
+}
+
+type boxConns struct {
+	active  atomic.Int32
+	serving int // Serves of the box running; guarded by Transparent.mu
+}
+
+// boxCount is box's connection counter, held until boxDone.
+func (t *Transparent) boxCount(box string) *atomic.Int32 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.boxes == nil {
+		t.boxes = map[string]*boxConns{}
+	}
+	b := t.boxes[box]
+	if b == nil {
+		b = &boxConns{}
+		t.boxes[box] = b
+	}
+	b.serving++
+	return &b.active
+}
+
+func (t *Transparent) boxDone(box string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if b := t.boxes[box]; b != nil {
+		if b.serving--; b.serving == 0 && b.active.Load() == 0 {
+			delete(t.boxes, box)
+		}
+	}
 }
 
 // NewTransparent is a Transparent with no listener yet (Serve).
@@ -159,7 +194,8 @@ func (t *Transparent) Serve(ln net.Listener, box string, names NameMap, policy f
 		delete(t.lns, ln)
 		t.mu.Unlock()
 	}()
-	var active atomic.Int32
+	active := t.boxCount(box)
+	defer t.boxDone(box)
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -506,7 +542,19 @@ func article(class string) string {
 // "none" (nothing sent: a server-speaks-first protocol). why is set
 // when the connection is refused.
 func (t *Transparent) peek(c net.Conn, name string, port int) (buf []byte, kind, why string) {
-	_ = c.SetReadDeadline(time.Now().Add(t.peekTimeout))
+	return t.peekWithin(c, name, port, t.peekTimeout, false)
+}
+
+// peekLate is peek for a client that sent nothing at first (a server
+// speaks first: SSH, SMTP): its first bytes, whenever they come (within
+// the idle time), are checked as peek checks them — a request sent late
+// is no way past the check.
+func (t *Transparent) peekLate(c net.Conn, name string, port int) (buf []byte, kind, why string) {
+	return t.peekWithin(c, name, port, t.idle, true)
+}
+
+func (t *Transparent) peekWithin(c net.Conn, name string, port int, within time.Duration, late bool) (buf []byte, kind, why string) {
+	_ = c.SetReadDeadline(time.Now().Add(within))
 	defer c.SetReadDeadline(time.Time{})
 	web := port == 80 || port == 443
 	buf = make([]byte, 0, 2048)
@@ -529,6 +577,10 @@ func (t *Transparent) peek(c net.Conn, name string, port int) (buf []byte, kind,
 				return nil, "", "incomplete " + kind + " start within " + t.peekTimeout.String()
 			case web:
 				return nil, "", "sent nothing to check within " + t.peekTimeout.String() + " on port " + strconv.Itoa(port)
+			case late && errors.Is(err, io.EOF):
+				return nil, "opaque", "" // the client ended without a byte
+			case late:
+				return nil, "", "sent nothing within " + within.String()
 			case errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, io.EOF):
 				return nil, "none", ""
 			default:
@@ -579,18 +631,35 @@ func classify(b []byte, name string, web bool) (kind string, done bool, why stri
 	return "opaque", true, ""
 }
 
-// looksHTTP is 0 when b starts with a request method and a space, 1
-// when it may yet, 2 when it does not.
+// looksHTTP is 0 when b starts with an HTTP request line, 1 when it may
+// yet (the first line is not complete), 2 when it does not.
+// A request line: a method token (any: a server may take "get" or
+// "FOO"), a target, and an HTTP version, which every HTTP/1 server wants.
+var requestLine = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]{1,16} [^ ]+ HTTP/[0-9]\\.[0-9]$")
+
 func looksHTTP(b []byte) int {
-	for i, c := range b {
+	line, _, complete := bytes.Cut(b, []byte("\n"))
+	if complete {
+		if requestLine.Match(bytes.TrimSuffix(line, []byte("\r"))) {
+			return 0
+		}
+		return 2
+	}
+	for i, c := range line {
 		switch {
 		case c == ' ' && i > 0:
-			return 0
-		case c < 'A' || c > 'Z' || i >= 16:
+			return 1 // a method; the line's end decides
+		case !tchar(c) || i >= 16:
 			return 2
 		}
 	}
 	return 1
+}
+
+// tchar is whether c may be in an HTTP token (RFC 9110): a server may
+// take any such method ("get", "FOO"), so the check must too.
+func tchar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 // checkRequest parses the request head at the start of b and checks
@@ -625,6 +694,12 @@ func checkRequest(b []byte, name string) (*http.Request, string) {
 	}
 	if hosts > 1 {
 		return nil, "several Host headers"
+	}
+	if req.RequestURI != "*" && !strings.HasPrefix(req.RequestURI, "/") {
+		// An absolute-form target names a host of its own (a server may
+		// go by it or by the Host header): a client of an origin server
+		// sends origin-form.
+		return nil, "absolute-form request target"
 	}
 	if lengths > 1 || te > 1 || lengths+te > 1 {
 		return nil, "ambiguous HTTP body length"
@@ -669,6 +744,16 @@ func (t *Transparent) relay(c, up net.Conn, first []byte, kind, name string, ev 
 	go func() {
 		defer wg.Done()
 		var err error
+		if kind == "none" {
+			// The server speaks first; the client's first bytes are
+			// checked when they come.
+			var late string
+			if first, kind, late = t.peekLate(c, name, 0); late != "" {
+				refused.Store(true)
+				cut(late)
+				return
+			}
+		}
 		if kind == "http" {
 			out, err = relayHTTP(up, bufio.NewReaderSize(io.MultiReader(bytes.NewReader(first), c), 32<<10), name)
 		} else {

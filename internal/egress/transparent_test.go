@@ -520,6 +520,10 @@ func TestTransparentHTTPHost(t *testing.T) {
 		"GET / HTTP/1.1\r\n" + h + "Host: evil.test\r\n\r\n",
 		"GET / HTTP/1.0\r\n\r\n",
 		"GET / HTTP/1.1\r\n" + h + "X: a\r\n b\r\n\r\n",
+		// The target names the allowed host, the header another.
+		"GET http://web.test:" + p + "/ HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+		// A method a server takes, whatever its case.
+		"get / HTTP/1.1\r\nHost: evil.test\r\n\r\n",
 	} {
 		if resp, e := exchange(r); resp != "" || e.Decision != Denied {
 			t.Errorf("%q: %q %+v", r, resp, e)
@@ -829,4 +833,29 @@ func TestOriginalDstUnredirected(t *testing.T) {
 	if _, err := OriginalDst(a); err == nil {
 		t.Error("OriginalDst of a pipe")
 	}
+}
+
+// TestTransparentLimitIsPerBox: the limit of concurrent connections is
+// the box's across its listeners (its IPv4 and IPv6 ones), not each
+// listener's.
+func TestTransparentLimitIsPerBox(t *testing.T) {
+	up, _ := echo(t, "127.0.0.1:0")
+	dest := "203.0.113.7:" + port(up)
+	b := newBox(t, TransparentOptions{}, mustPolicy(t, ModeInternet, nil, nil), map[string]string{dest: up}, func(tp *Transparent) {
+		tp.maxConns = 2
+	})
+	second, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go b.tp.Serve(second, "box1", b, func() *Policy { return b.pol.Load() })
+	for range 2 { // relayed (echoed), and held open
+		c := b.dial(dest)
+		io.WriteString(c, "x\n")
+		if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.ln = second
+	b.refused(dest, "too many connections")
 }
