@@ -268,7 +268,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	tl := openTenants(ctx, dir, st, sessions, opts, log)
 	m := metrics.New()
 	netPol := newNetPolicies(sessions)
-	eg := newBoxEgress(opts.Network, netPol.get)
+	eg := newBoxEgress(opts.Network, netPol.get, m)
 	sb, pipS, err := openSandbox(dir, opts, m, tl, eg)
 	if err != nil {
 		eg.Close()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/egress"
 	"github.com/quro-dev/quro/internal/engine/js"
+	"github.com/quro-dev/quro/internal/metrics"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 )
@@ -43,10 +44,14 @@ type ownAddrs struct {
 	addrs []netip.Addr
 }
 
-func newBoxEgress(o NetworkOptions, policy func(session string) *egress.Policy) *boxEgress {
+func newBoxEgress(o NetworkOptions, policy func(session string) *egress.Policy, m *metrics.Metrics) *boxEgress {
 	e := &boxEgress{policy: policy, events: newEgressLog()}
 	e.t = egress.NewTransparent(egress.TransparentOptions{
-		Trusted: o.Trusted, Resolve: o.Resolve, Own: e.ownAddrs, Log: e.events.add,
+		Trusted: o.Trusted, Resolve: o.Resolve, Own: e.ownAddrs,
+		Log: func(ev egress.Event) {
+			e.events.add(ev)
+			m.Egress(ev.Decision, ev.BytesOut, ev.BytesIn)
+		},
 	})
 	return e
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/egress"
+	"github.com/quro-dev/quro/internal/metrics/metricstest"
 	"github.com/quro-dev/quro/internal/sandbox"
 )
 
@@ -144,6 +145,11 @@ func TestSessionInternetThroughTheEgress(t *testing.T) {
 	res = runCode(t, a, RunCodeInput{Session: s.ID, Lang: "python", Code: "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ntry:\n s.sendto(b'x', ('203.0.113.7', 443)); print('sent')\nexcept OSError as e: print('udp', e.errno)"})
 	if !strings.Contains(res.Stdout, "udp 1") { // EPERM
 		t.Errorf("UDP to 443 left the box: %+v", res)
+	}
+	// /metrics counts the decisions.
+	if f := metricstest.Scrape(t, a.Metrics.Handler()); f.Sum("quro_egress_connections_total", "decision", "denied") == 0 ||
+		f.Sum("quro_egress_connections_total", "decision", "allowed") == 0 || f.Sum("quro_egress_bytes_total", "direction", "in") == 0 {
+		t.Error("the egress's metrics counted nothing")
 	}
 	// The log names each decision and why.
 	log := a.egress.events.list(s.ID)

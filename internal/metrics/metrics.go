@@ -79,9 +79,11 @@ type Metrics struct {
 	duration *prometheus.HistogramVec
 	runs     *prometheus.CounterVec
 	sandbox  *prometheus.CounterVec
-	known    func(name string) bool
-	refusals *prometheus.CounterVec // see WatchTenants
-	conns    connGauges
+	// egress and egressBytes count the egress's decisions and bytes.
+	egress, egressBytes *prometheus.CounterVec
+	known               func(name string) bool
+	refusals            *prometheus.CounterVec // see WatchTenants
+	conns               connGauges
 }
 
 // DurationBuckets are the call duration histogram's buckets, in seconds:
@@ -113,7 +115,21 @@ func New() *Metrics {
 			Name: "quro_sandbox_start_failures_total",
 			Help: "Sandbox starts that failed, by reason.",
 		}, []string{"reason"}),
+		egress: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quro_egress_connections_total",
+			Help: "Connections of boxes under network internet (and JS fetches) by the egress's decision: allowed or denied.",
+		}, []string{"decision"}),
+		egressBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quro_egress_bytes_total",
+			Help: "Bytes the egress relayed for boxes, by direction: out (box to destination) or in.",
+		}, []string{"direction"}),
 		known: func(string) bool { return true },
+	}
+	for _, d := range []string{"allowed", "denied"} {
+		m.egress.WithLabelValues(d) // present at 0 from the start
+	}
+	for _, d := range []string{"out", "in"} {
+		m.egressBytes.WithLabelValues(d)
 	}
 	for _, r := range sandbox.FailureReasons {
 		m.sandbox.WithLabelValues(r) // present at 0 from the start
@@ -121,7 +137,7 @@ func New() *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.calls, m.duration, m.runs, m.sandbox,
+		m.calls, m.duration, m.runs, m.sandbox, m.egress, m.egressBytes,
 	)
 	return m
 }
@@ -207,6 +223,17 @@ func Outcome(exitCode int, timedOut, interrupted, failed bool) string {
 		return RunExitNonzero
 	}
 	return RunOK
+}
+
+// Egress counts one connection the egress decided (allowed or denied)
+// and the bytes it relayed each way.
+func (m *Metrics) Egress(decision string, out, in int64) {
+	if decision != "allowed" {
+		decision = "denied"
+	}
+	m.egress.WithLabelValues(decision).Inc()
+	m.egressBytes.WithLabelValues("out").Add(float64(out))
+	m.egressBytes.WithLabelValues("in").Add(float64(in))
 }
 
 // SandboxFailure counts one failed sandbox start (a sandbox.Options.OnFailure).
