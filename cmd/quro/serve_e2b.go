@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 
 	"github.com/quro-dev/quro/internal/api/e2b"
@@ -29,7 +26,7 @@ const E2BKeyFile = "e2b.key"
 // (nil: none) sets the options quro serve shares with its other routes.
 func e2bServer(a *app.App, log *slog.Logger, domain string, noAuth bool, check func(*http.Request) *capability.Error,
 	edit func(*e2b.Options)) (*e2b.Server, error) {
-	secret, err := e2bSecret(filepath.Join(a.DataDir, E2BKeyFile))
+	secret, err := app.KeyFile(filepath.Join(a.DataDir, E2BKeyFile), "access tokens handed out die with it")
 	if err != nil {
 		return nil, err
 	}
@@ -65,45 +62,3 @@ func e2bServer(a *app.App, log *slog.Logger, domain string, noAuth bool, check f
 	return e2b.New(a.Controller, opts)
 }
 
-// e2bSecret reads the secret in file, making it first if there is none.
-func e2bSecret(file string) ([]byte, error) {
-	b, err := os.ReadFile(file)
-	if err == nil {
-		if len(b) < 32 {
-			return nil, fmt.Errorf("%s: %d bytes, want 32 or more (remove it to make a new one; access tokens handed out die with it)", file, len(b))
-		}
-		return b, nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
-	}
-	b = make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return nil, err
-	}
-	// Written beside it, then linked into place: a process that reads
-	// the file never sees it half written, and of two first starts one
-	// link wins and the other reads the winner's.
-	tmp, err := os.CreateTemp(filepath.Dir(file), ".e2b.key.*")
-	if err != nil {
-		return nil, err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return nil, err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return nil, err
-	}
-	if err := tmp.Close(); err != nil {
-		return nil, err
-	}
-	if err := os.Link(tmp.Name(), file); errors.Is(err, fs.ErrExist) {
-		return e2bSecret(file)
-	} else if err != nil {
-		return nil, err
-	}
-	return b, nil
-}

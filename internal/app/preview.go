@@ -77,7 +77,7 @@ func (a *App) previewSecret() ([]byte, error) {
 	a.preview.mu.Lock()
 	defer a.preview.mu.Unlock()
 	if a.preview.key == nil {
-		k, err := loadSecret(filepath.Join(a.DataDir, PreviewKeyFile))
+		k, err := KeyFile(filepath.Join(a.DataDir, PreviewKeyFile), "the preview URLs signed with it die")
 		if err != nil {
 			return nil, fmt.Errorf("preview URLs' secret: %w", err)
 		}
@@ -86,13 +86,14 @@ func (a *App) previewSecret() ([]byte, error) {
 	return a.preview.key, nil
 }
 
-// loadSecret reads the secret in file, making it (32 random bytes, mode
-// 0600) first if there is none.
-func loadSecret(file string) ([]byte, error) {
+// KeyFile reads the secret key in file (32 bytes or more), making it (32
+// random bytes, mode 0600) first if there is none; dies says what dies
+// with the key, for the error about a damaged one.
+func KeyFile(file, dies string) ([]byte, error) {
 	b, err := os.ReadFile(file)
 	if err == nil {
 		if len(b) < 32 {
-			return nil, fmt.Errorf("%s: %d bytes, want 32 or more (remove it to make a new one: the URLs signed with it die)", file, len(b))
+			return nil, fmt.Errorf("%s: %d bytes, want 32 or more (remove it to make a new one; %s)", file, len(b), dies)
 		}
 		return b, nil
 	}
@@ -103,9 +104,10 @@ func loadSecret(file string) ([]byte, error) {
 	if _, err := rand.Read(b); err != nil {
 		return nil, err
 	}
-	// Written beside it, then linked into place: no reader sees it half
-	// written, and of two first uses one link wins.
-	tmp, err := os.CreateTemp(filepath.Dir(file), ".preview.key.*")
+	// Written beside it, then linked into place: a process that reads the
+	// file never sees it half written, and of two first uses one link
+	// wins and the other reads the winner's.
+	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +124,7 @@ func loadSecret(file string) ([]byte, error) {
 		return nil, err
 	}
 	if err := os.Link(tmp.Name(), file); errors.Is(err, fs.ErrExist) {
-		return loadSecret(file)
+		return KeyFile(file, dies)
 	} else if err != nil {
 		return nil, err
 	}
