@@ -161,15 +161,11 @@ func (n *Netns) fd() int { return int(n.f.Fd()) }
 // setUp configures n over netlink from the server's own namespace (a
 // handle bound to n), and its nftables rules the same way.
 func (n *Netns) setUp() error {
-	h, err := netlink.NewHandleAt(netns.NsHandle(n.fd()))
+	h, lo, err := n.loopback()
 	if err != nil {
-		return fmt.Errorf("network namespace: %w", err)
+		return err
 	}
 	defer h.Close()
-	lo, err := h.LinkByName("lo")
-	if err != nil {
-		return fmt.Errorf("network namespace: loopback: %w", err)
-	}
 	if err := h.LinkSetUp(lo); err != nil {
 		return fmt.Errorf("network namespace: loopback up: %w", err)
 	}
@@ -193,16 +189,27 @@ func (n *Netns) setUp() error {
 
 // routes adds or deletes n's default routes.
 func (n *Netns) routes(add bool) error {
-	h, err := netlink.NewHandleAt(netns.NsHandle(n.fd()))
+	h, lo, err := n.loopback()
 	if err != nil {
-		return fmt.Errorf("network namespace: %w", err)
+		return err
 	}
 	defer h.Close()
+	return n.routesWith(h, lo, add)
+}
+
+// loopback is a netlink handle bound to n (the caller closes it) and n's
+// loopback link.
+func (n *Netns) loopback() (*netlink.Handle, netlink.Link, error) {
+	h, err := netlink.NewHandleAt(netns.NsHandle(n.fd()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("network namespace: %w", err)
+	}
 	lo, err := h.LinkByName("lo")
 	if err != nil {
-		return fmt.Errorf("network namespace: loopback: %w", err)
+		h.Close()
+		return nil, nil, fmt.Errorf("network namespace: loopback: %w", err)
 	}
-	return n.routesWith(h, lo, add)
+	return h, lo, nil
 }
 
 // routesWith adds (or deletes) the default routes into loopback: a
