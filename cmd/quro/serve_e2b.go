@@ -61,4 +61,3 @@ func e2bServer(a *app.App, log *slog.Logger, domain string, noAuth bool, check f
 	}
 	return e2b.New(a.Controller, opts)
 }
-
