@@ -41,6 +41,7 @@ var sessionArgs = map[string]map[string]any{
 	"set_session_env":     {"env": map[string]any{"A": "1"}},
 	"set_session_network": {"network": "none"},
 	"get_egress_log":      {},
+	"get_preview_url":     {"port": 8080},
 	"set_session_timeout": {"timeout_s": 3600},
 	"get_session_env":     {},
 	"export_session_log":  {"path": "log.txt"},
