@@ -44,6 +44,7 @@ done <<'LIST'
 ./internal/terminal FuzzStatusRecord FuzzStateStream FuzzVTModel:slow FuzzEscFilter
 ./internal/api/insession FuzzInSessionRequest:slow
 ./internal/api/e2b FuzzE2BConnect:slow FuzzE2BExecute:slow
+./internal/egress FuzzSNI:slow FuzzParseRule:slow FuzzDNSQuery:slow
 ./cmd/quro FuzzAptInstallRequest
 ./internal/rootfs FuzzParsePackages
 ./internal/runcode FuzzCapture
