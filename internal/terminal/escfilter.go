@@ -111,10 +111,11 @@ func (f *escFilter) step(c byte, out []byte) []byte {
 		switch {
 		case executed(c): // runs, and the CSI goes on
 			return append(out, c)
-		case c == 0x1b:
-			// The CSI is cut short: a terminal drops it and starts a new
-			// escape. Passed on, it could join text after a sequence taken
-			// out ("ESC [ 21" + "t", a title report).
+		case c == 0x1b, c == 0xc2:
+			// The CSI is cut short by ESC or a C1 control (U+009D OSC…):
+			// a terminal drops it and starts the new sequence. Passed on,
+			// it could join text after a sequence taken out ("ESC [ 21" +
+			// "t", a title report), or hide an OSC in its parameters.
 			f.dropped++
 			f.state, f.held = escNormal, f.held[:0]
 			return f.step(c, out)
@@ -275,7 +276,14 @@ func linkAllowed(seq []byte) bool {
 	if !ok {
 		return false
 	}
-	uri = bytes.TrimRight(uri, "\x07\x18\x1a\x1b\\\xc2\x9c")
+	// One terminator, exactly: ST (ESC \ or C1 0x9c), BEL, or the
+	// CAN/SUB/ESC that cut it. A backslash of the URI itself stays.
+	switch {
+	case bytes.HasSuffix(uri, []byte("\x1b\\")), bytes.HasSuffix(uri, []byte("\xc2\x9c")):
+		uri = uri[:len(uri)-2]
+	case len(uri) > 0 && bytes.IndexByte([]byte("\x07\x18\x1a\x1b"), uri[len(uri)-1]) >= 0:
+		uri = uri[:len(uri)-1]
+	}
 	if len(uri) == 0 {
 		return true
 	}
