@@ -112,7 +112,7 @@ func (e *boxEgress) Attach(session string, ns *sandbox.Netns) (io.Closer, error)
 	}
 	wg.Go(func() {
 		egress.ServeDNS(udp, tcp, names, func(name string) egress.DNSDecision {
-			ok, rule := policy().DecideName(name, 0)
+			ok, rule := policy().DecideLookup(name)
 			return egress.DNSDecision{Allowed: ok, Rule: rule}
 		}, func(name, qtype string, d egress.DNSDecision) {
 			if !d.Allowed {

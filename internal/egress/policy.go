@@ -320,6 +320,34 @@ func (p *Policy) decideName(name string, port int) (bool, *Rule, string) {
 	return false, nil, reasonNotListed
 }
 
+// DecideLookup is whether the box's DNS may answer for name: a name some
+// connection to it could be allowed to, at any port. An allow rule with a
+// port ("github.com:443") lets the name resolve; only a deny rule without
+// a port refuses it (one with a port refuses that port's connections).
+func (p *Policy) DecideLookup(name string) (ok bool, rule string) {
+	if p == nil || p.Mode == ModeNone || p.Mode == "" {
+		return false, reasonNone
+	}
+	n, err := normalizeDomain(name)
+	if err != nil {
+		return false, reasonBadName
+	}
+	for _, r := range p.Deny {
+		if r.Port == 0 && r.matchName(n, 0) {
+			return false, r.String()
+		}
+	}
+	if p.Mode == ModeInternet {
+		return true, ModeInternet
+	}
+	for _, r := range p.Allow {
+		if r.matchName(n, r.Port) {
+			return true, r.String()
+		}
+	}
+	return false, reasonNotListed
+}
+
 // DecideAddr is whether the box may connect to a:port by address (an IP
 // literal, or the address a name resolved to): the address must be
 // public (Class "") and no deny rule's prefix may hold it; under

@@ -225,3 +225,31 @@ func FuzzParseRule(f *testing.F) {
 		}
 	})
 }
+
+// TestDecideLookup: the box's DNS answers a name an allow rule names at
+// any port (a port rule must not leave its name unresolvable), and
+// refuses only names a port-less deny rule names.
+func TestDecideLookup(t *testing.T) {
+	rules := mustPolicy(t, ModeRules, []string{"github.com:443", "*.pythonhosted.org"}, []string{"bad.pythonhosted.org", "evil.test:80"})
+	internet := mustPolicy(t, ModeInternet, nil, []string{"evil.test:80", "worse.test"})
+	for _, c := range []struct {
+		p    *Policy
+		name string
+		want bool
+	}{
+		{rules, "github.com", true},
+		{rules, "GitHub.com.", true},
+		{rules, "files.pythonhosted.org", true},
+		{rules, "bad.pythonhosted.org", false},
+		{rules, "pythonhosted.org", false},
+		{rules, "gitlab.com", false},
+		{internet, "evil.test", true}, // its port 80 is denied, not its name
+		{internet, "worse.test", false},
+		{internet, "example.com", true},
+		{&Policy{Mode: ModeNone}, "example.com", false},
+	} {
+		if ok, rule := c.p.DecideLookup(c.name); ok != c.want {
+			t.Errorf("%s under %s: %v (%s), want %v", c.name, c.p.Mode, ok, rule, c.want)
+		}
+	}
+}
