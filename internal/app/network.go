@@ -213,8 +213,8 @@ func (l *EgressLog) Text() string {
 
 func (a *App) registerNetwork(reg *capability.Registry) {
 	reg.Register(capability.New("set_session_network",
-		"Change a session's network for its new connections (those open go on): none (its own loopback), internet (public addresses; "+
-			"allow_out limits it to the destinations named, deny_out refuses those named), or host if the operator allows it (only for a session that is not running).",
+		"Change a session's network for its next connections (open ones go on): none (its own loopback), internet (public addresses; "+
+			"allow_out limits it to the destinations named, deny_out refuses those), or host if the operator allows it (only while nothing runs in the session).",
 		capability.ScopeExec, a.setSessionNetwork).InSession(capability.UseHold))
 	reg.Register(capability.New("get_egress_log",
 		"The network connections a session's code made and the server's decision on each (allowed or denied, the rule, why, bytes each way), latest last.",

@@ -141,9 +141,6 @@ func (n *Netns) ListenPacket(network, addr string) (pc net.PacketConn, err error
 	return pc, err
 }
 
-// Egress reports whether n has the way out through the server's egress.
-func (n *Netns) Egress() bool { return n.egress }
-
 // Close lets the namespace go once no process is left in it (the kernel
 // frees it; the box's processes die with the box).
 func (n *Netns) Close() error {
