@@ -471,11 +471,11 @@ for size in (40, 1):
 	}
 }
 
-// TestAttackNetworkRulesOpaqueFronting: on a port other than 80 and 443
-// the egress relays bytes that do not look like HTTP (or that come after
-// its peek timeout) without checking a Host, so an HTTP request the
-// server does read, with a lower-case method or sent after 5 s of
-// silence, names another host behind the allowed name's address.
+// TestAttackNetworkRulesOpaqueFronting: on a port other than 80 and 443,
+// an HTTP request the server would read that names another host behind
+// the allowed name's address — with a lower-case method, or sent after
+// the egress's 5 s peek — is refused: any method token is HTTP, and a
+// client's late first bytes are checked when they come.
 func TestAttackNetworkRulesOpaqueFronting(t *testing.T) {
 	t.Parallel()
 	st := newStandIn(t)
@@ -658,7 +658,7 @@ for fam, addr in [` + strings.Join(dests, ", ") + `]:
 
 // TestAttackNetworkFlood: a box opens 1000 connections at once through
 // the egress and holds them, another box slow-lorises the rules-mode
-// peek; the egress holds at most its cap per listener to the
+// peek; the egress holds at most the box's cap to the
 // destination, and another session still goes out.
 func TestAttackNetworkFlood(t *testing.T) {
 	// Load, not a check of a rule: make test-soak runs it.
@@ -766,12 +766,10 @@ setTimeout(() => process.exit(0), 12000);'`})
 }
 
 // TestAttackNetworkRulesAbsoluteFormHost: under allow_out vhost.test, a
-// request whose target is absolute-form (http://vhost.test/) carries a
-// Host header naming another host; Go's ReadRequest takes the host from
-// the target and the Host header is never compared, so the destination
-// receives "Host: evil.test". A server that picks its virtual host by
-// the Host header (Node's http, most frameworks; RFC 9112 says it must
-// not) is fronted.
+// request whose target is absolute-form (http://vhost.test/) with a
+// Host header naming another host is refused before the destination
+// hears of it: a server that picks its virtual host by the Host header
+// (Node's http, most frameworks) would have been fronted.
 func TestAttackNetworkRulesAbsoluteFormHost(t *testing.T) {
 	t.Parallel()
 	st := newStandIn(t)
@@ -820,10 +818,10 @@ func TestAttackNetworkRulesAbsoluteFormHost(t *testing.T) {
 	}
 }
 
-// TestAttackNetworkFloodBothFamilies: the cap of connections is counted
-// per listener (IPv4 and IPv6 each), so a box that floods over both
-// families holds up to twice MaxConnsPerBox (security.md says 256 per
-// box). The IPv6 destination is a host address the operator trusts.
+// TestAttackNetworkFloodBothFamilies: the cap of connections is the
+// box's across its IPv4 and IPv6 listeners: a box that floods over both
+// families holds at most MaxConnsPerBox. The IPv6 destination is a host
+// address the operator trusts.
 func TestAttackNetworkFloodBothFamilies(t *testing.T) {
 	// Load, not a check of a rule: make test-soak runs it.
 	soak.Skip(t)
