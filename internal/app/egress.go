@@ -165,8 +165,14 @@ type egressLog struct {
 const egressKeep = 1000
 
 type egressRing struct {
-	events []egress.Event // oldest first
+	events []egress.Event // at most egressKeep; the oldest at next once full
+	next   int            // where the next event goes once full
 	denied uint64         // denied decisions ever, for "denied during this run"
+}
+
+// ordered is r's events, oldest first.
+func (r *egressRing) ordered() []egress.Event {
+	return append(slices.Clone(r.events[r.next:]), r.events[:r.next]...)
 }
 
 func newEgressLog() *egressLog { return &egressLog{byID: map[string]*egressRing{}} }
@@ -179,10 +185,12 @@ func (l *egressLog) add(ev egress.Event) {
 		r = &egressRing{}
 		l.byID[ev.Box] = r
 	}
-	if len(r.events) == egressKeep {
-		r.events = append(r.events[:0], r.events[1:]...)
+	if len(r.events) < egressKeep {
+		r.events = append(r.events, ev)
+	} else {
+		r.events[r.next] = ev // over the oldest
+		r.next = (r.next + 1) % egressKeep
 	}
-	r.events = append(r.events, ev)
 	if ev.Decision == egress.Denied {
 		r.denied++
 	}
@@ -193,7 +201,7 @@ func (l *egressLog) list(session string) []egress.Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if r := l.byID[session]; r != nil {
-		return append([]egress.Event(nil), r.events...)
+		return r.ordered()
 	}
 	return nil
 }
@@ -221,8 +229,9 @@ func (l *egressLog) refusedSince(session string, mark uint64) string {
 	n := int(r.denied - mark)
 	var seen []string
 	rulesNamed := false
-	for i := len(r.events) - 1; i >= 0 && n > 0; i-- {
-		ev := r.events[i]
+	events := r.ordered()
+	for i := len(events) - 1; i >= 0 && n > 0; i-- {
+		ev := events[i]
 		if ev.Decision != egress.Denied {
 			continue
 		}

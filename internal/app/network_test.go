@@ -301,3 +301,26 @@ func gitRepo(t *testing.T) string {
 	}
 	return bare
 }
+
+// TestEgressLogKeepsTheLatest: past egressKeep decisions a session's log
+// drops its oldest and keeps the rest in order; a run's refusals are
+// counted across the wrap.
+func TestEgressLogKeepsTheLatest(t *testing.T) {
+	l := newEgressLog()
+	mark := l.mark("s")
+	for i := range egressKeep + 10 {
+		l.add(egress.Event{Box: "s", Dest: fmt.Sprint("d", i), Decision: egress.Denied, Reason: "r"})
+	}
+	got := l.list("s")
+	if len(got) != egressKeep || got[0].Dest != "d10" || got[len(got)-1].Dest != fmt.Sprint("d", egressKeep+9) {
+		t.Fatalf("%d events, first %q last %q", len(got), got[0].Dest, got[len(got)-1].Dest)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].Dest != fmt.Sprint("d", i+10) {
+			t.Fatalf("event %d is %q", i, got[i].Dest)
+		}
+	}
+	if note := l.refusedSince("s", mark); !strings.Contains(note, fmt.Sprint("d", egressKeep+9)) {
+		t.Errorf("note: %q", note)
+	}
+}
