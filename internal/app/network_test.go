@@ -207,6 +207,9 @@ func TestNetworkPolicyBounds(t *testing.T) {
 	if _, err := New(context.Background(), t.TempDir(), &Options{Network: NetworkOptions{Default: "internet", Max: "none"}}); err == nil {
 		t.Error("a default above the maximum started")
 	}
+	if _, err := New(context.Background(), t.TempDir(), &Options{Network: NetworkOptions{Trusted: []string{"10.0.0.1/8", "db.internal"}}}); err == nil || !strings.Contains(err.Error(), `"db.internal": want HOST:PORT or a CIDR`) {
+		t.Errorf("an exception without a port: %v", err)
+	}
 }
 
 // TestSessionNetworkRulesAndLiveChange: an internet session with
