@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -100,26 +101,61 @@ func (s *Sandbox) isolationDetail() string {
 	return "full: a run fails closed when a required layer (" + strings.Join(s.layers.require, ", ") + ") is missing"
 }
 
+// userNSMade is set once this process has made a user namespace: the
+// kernel's answer does not change while it runs, so later sandboxes (one
+// per test, or a restarted layer check) need not ask again.
+var userNSMade atomic.Bool
+
+// probeUserNS makes a user+pid+mount namespace as bubblewrap would. The
+// verdict is Start's: the kernel creates the namespaces, and Go writes the
+// id maps and execs the child, before Start returns, so a refusal is
+// Start's error. The child, which only exits, is then reaped within the
+// deadline or killed: a loaded machine that is slow to run it has not
+// lost the layer.
 func probeUserNS(ctx context.Context, self string) Feature {
 	f := Feature{Name: "user namespaces"}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, self, boxinit.ProbeArg)
+	made := func() Feature {
+		f.Available = true
+		f.Detail = "a user+pid+mount namespace was created as uid " + strconv.Itoa(os.Geteuid())
+		return f
+	}
+	if userNSMade.Load() {
+		return made()
+	}
+	cmd := exec.Command(self, boxinit.ProbeArg)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
 		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}},
 		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}},
+		Pdeathsig:   syscall.SIGKILL,
 	}
-	if err := cmd.Run(); err != nil {
+	if err := cmd.Start(); err != nil {
 		f.Detail = "cannot create a user+pid+mount namespace as uid " + strconv.Itoa(os.Geteuid()) + ": " + err.Error()
 		if why := userNSBlocked(); why != "" {
 			f.Detail += " (" + why + ")"
 		}
 		return f
 	}
-	f.Available = true
-	f.Detail = "a user+pid+mount namespace was created as uid " + strconv.Itoa(os.Geteuid())
-	return f
+	userNSMade.Store(true)
+	reap(ctx, cmd, 5*time.Second)
+	return made()
+}
+
+// reap waits for a started child that has nothing left to say, killing it
+// when ctx ends or after limit.
+func reap(ctx context.Context, cmd *exec.Cmd, limit time.Duration) {
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	_ = cmd.Process.Kill()
+	<-done
 }
 
 // userNSFailure says why bubblewrap, at path, cannot make the user

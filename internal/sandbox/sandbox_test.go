@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -472,5 +473,27 @@ func TestUserCodeCapabilities(t *testing.T) {
 	allowed := uint64(1)<<unix.CAP_SETUID | 1<<unix.CAP_SETGID | 1<<unix.CAP_DAC_READ_SEARCH
 	if b := caps["CapBnd"]; b&^allowed != 0 {
 		t.Errorf("bounding set %x has more than SETUID, SETGID and DAC_READ_SEARCH (%x)", b, allowed)
+	}
+}
+
+// The namespace probe's verdict is the kernel's, not the clock's: a child
+// that is slow to finish (a loaded machine) still means the namespaces
+// were made, and one that cannot be started means they were not.
+func TestUserNSProbeVerdictIsStartNotTheChild(t *testing.T) {
+	slow := filepath.Join(t.TempDir(), "slow")
+	if err := os.WriteFile(slow, []byte("#!/bin/sh\nexec sleep 600\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { userNSMade.Store(false) })
+	userNSMade.Store(false)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the deadline is already past when the child starts
+	if f := probeUserNS(ctx, slow); !f.Available {
+		t.Fatalf("a child still running at the deadline was read as no namespaces: %s", f.Detail)
+	}
+	userNSMade.Store(false)
+	f := probeUserNS(context.Background(), filepath.Join(t.TempDir(), "absent"))
+	if f.Available || !strings.Contains(f.Detail, "cannot create a user+pid+mount namespace") {
+		t.Fatalf("a child that cannot start was read as %+v", f)
 	}
 }
