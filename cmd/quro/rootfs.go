@@ -34,7 +34,7 @@ func newRootfsInstallCmd(g *globals) *cobra.Command {
 	var o rootfs.InstallOptions
 	cmd := &cobra.Command{
 		Use:   "install [NAME]",
-		Short: "Build a rootfs with debootstrap (default name: default)",
+		Short: "Build a rootfs with debootstrap (default name: default; code-interpreter has numpy, pandas, matplotlib, scipy, …)",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := rootfs.DefaultName

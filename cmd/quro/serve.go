@@ -25,6 +25,7 @@ import (
 	"github.com/quro-dev/quro/internal/connlimit"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/metrics"
+	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/version"
 	"github.com/quro-dev/quro/internal/web"
@@ -171,6 +172,9 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	// through this server (written before the address is printed).
 	defer writeServeMarker(a.DataDir, ln.Addr(), log)()
 	fmt.Fprintf(cmd.OutOrStdout(), "quro listening on http://%s\n", ln.Addr())
+	if !rootfs.New(rootfs.DirIn(a.DataDir)).Ready(rootfs.CodeInterpreter) {
+		fmt.Fprintf(cmd.OutOrStdout(), "for numpy, pandas, matplotlib, scipy and scikit-learn in sessions (and E2B's code-interpreter template): quro rootfs install %s\n", rootfs.CodeInterpreter)
+	}
 	return serveUntilDone(cmd.Context(), srv, ln, wsrv, log)
 }
 

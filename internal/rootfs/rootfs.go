@@ -52,6 +52,29 @@ const DefaultMirror = "http://deb.debian.org/debian"
 // DefaultPackages are installed into every rootfs besides the minimal base.
 var DefaultPackages = []string{"python3", "python3-pip", "ca-certificates"}
 
+// CodeInterpreter is the name of the userland for data work: E2B's
+// code-interpreter templates run on it when it is installed.
+const CodeInterpreter = "code-interpreter"
+
+// presets are the packages a rootfs of a known name gets (besides the
+// minimal base) when its install names none: what data work in a
+// notebook expects, as Debian packages of the suite (no index needed).
+var presets = map[string][]string{
+	CodeInterpreter: append(slices.Clone(DefaultPackages),
+		"python3-numpy", "python3-pandas", "python3-matplotlib", "python3-scipy",
+		"python3-sklearn", "python3-pytest", "python3-requests", "python3-openpyxl",
+		"python3-bs4", "python3-pil", "ipython3"),
+}
+
+// PresetPackages are the packages a rootfs called name is installed with
+// when its install names none: its preset's, else DefaultPackages.
+func PresetPackages(name string) []string {
+	if p, ok := presets[name]; ok {
+		return slices.Clone(p)
+	}
+	return slices.Clone(DefaultPackages)
+}
+
 // Marker is the file, inside a rootfs directory, that makes it ready.
 const Marker = ".quro-rootfs.json"
 
@@ -114,7 +137,7 @@ func CheckName(name string) error {
 type InstallOptions struct {
 	Suite    string   // default DefaultSuite
 	Mirror   string   // default HostMirror()
-	Packages []string // default DefaultPackages
+	Packages []string // default PresetPackages(name)
 }
 
 // Info is the content of the ready marker.
@@ -289,7 +312,7 @@ func (m *Manager) Install(ctx context.Context, name string, o InstallOptions, pr
 		o.Mirror = HostMirror()
 	}
 	if len(o.Packages) == 0 {
-		o.Packages = DefaultPackages
+		o.Packages = PresetPackages(name)
 	}
 	if err := checkOptions(o); err != nil {
 		return nil, err

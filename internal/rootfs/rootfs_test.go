@@ -246,3 +246,36 @@ func TestHostMirror(t *testing.T) {
 		t.Errorf("one-line: %s", got)
 	}
 }
+
+// A rootfs named code-interpreter is installed, when its install names no
+// packages, with what data work expects; another name gets the defaults,
+// and packages named by the caller win over both.
+func TestInstallPresetPackages(t *testing.T) {
+	m := New(filepath.Join(t.TempDir(), "rootfs"))
+	var got []string
+	m.Installer = func(ctx context.Context, target, cache string, o InstallOptions, progress func(string)) error {
+		got = o.Packages
+		fakeUserland(t, target)
+		return nil
+	}
+	for _, c := range []struct {
+		name  string
+		asked []string
+		want  []string
+	}{
+		{CodeInterpreter, nil, []string{"python3", "python3-pip", "ca-certificates", "python3-numpy", "python3-pandas", "python3-matplotlib", "python3-scipy", "python3-sklearn", "python3-pytest", "python3-requests", "python3-openpyxl", "python3-bs4", "python3-pil", "ipython3"}},
+		{"box", nil, DefaultPackages},
+		{"mine", []string{"python3", "python3-numpy"}, []string{"python3", "python3-numpy"}},
+	} {
+		if _, err := m.Install(context.Background(), c.name, InstallOptions{Mirror: "http://mirror.example/debian", Packages: c.asked}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(got, " ") != strings.Join(c.want, " ") {
+			t.Errorf("%s: installed %v, want %v", c.name, got, c.want)
+		}
+		info, err := m.Info(c.name)
+		if err != nil || strings.Join(info.Packages, " ") != strings.Join(c.want, " ") {
+			t.Errorf("%s: the marker lists %v (%v)", c.name, info, err)
+		}
+	}
+}

@@ -25,9 +25,11 @@ import (
 // limits and the audit log are the controller's as on every access path.
 //
 // Mapping, in short (docs/e2b.md has the matrix):
-//   - templateID base and code-interpreter-v1 (and the other names of E2B's
-//     default templates) are the default userland; another name is the
-//     installed rootfs of that name.
+//   - templateID code-interpreter-v1 (and E2B's other code-interpreter
+//     names) is the rootfs code-interpreter when it is installed (quro
+//     rootfs install code-interpreter: numpy, pandas, matplotlib, …),
+//     else the default userland; base and desktop are the default
+//     userland; another name is the installed rootfs of that name.
 //   - timeout is the session's lifetime (set_session_timeout); autoPause
 //     makes its end a pause instead of a destroy. connect and refreshes only
 //     extend a lifetime, setTimeout sets it, a pause removes it (a paused
@@ -50,6 +52,13 @@ var neverEnds = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
 // defaultTemplates are the names of E2B's own templates: Quro's default
 // userland stands for them.
 var defaultTemplates = []string{"base", "code-interpreter-v1", "code-interpreter", "code-interpreter-beta", "desktop"}
+
+// codeInterpreterTemplates run on the rootfs of that name when it is
+// installed: E2B's code-interpreter template has the data packages.
+var codeInterpreterTemplates = []string{"code-interpreter-v1", "code-interpreter", "code-interpreter-beta"}
+
+// codeInterpreterRootfs is the rootfs they run on (rootfs.CodeInterpreter).
+const codeInterpreterRootfs = "code-interpreter"
 
 // maxBody bounds a control-plane request body.
 const maxBody = 1 << 20
@@ -328,7 +337,11 @@ func (s *Server) createSandbox(v2 bool) http.HandlerFunc {
 		if b.AutoPause {
 			in.OnTimeout = "pause"
 		}
-		if !slices.Contains(defaultTemplates, b.TemplateID) {
+		preferred := slices.Contains(codeInterpreterTemplates, b.TemplateID)
+		switch {
+		case preferred:
+			in.Rootfs = codeInterpreterRootfs
+		case !slices.Contains(defaultTemplates, b.TemplateID):
 			in.Rootfs = b.TemplateID
 		}
 		var allowOut, denyOut []string
@@ -336,12 +349,22 @@ func (s *Server) createSandbox(v2 bool) http.HandlerFunc {
 			allowOut, denyOut = b.Network.AllowOut, b.Network.DenyOut
 		}
 		in.Network, in.AllowOut, in.DenyOut = e2bRules(b.AllowInternetAccess, allowOut, denyOut)
-		out, err := invoke[*app.SessionInfo](r.Context(), s, "create_session", in)
+		create := func() (*app.SessionInfo, error) {
+			out, err := invoke[*app.SessionInfo](r.Context(), s, "create_session", in)
+			if err != nil && preferred && in.Rootfs != "" && asCapError(err).Code == capability.NotFound {
+				// The data userland is not installed: the default one
+				// stands for the template, as for base.
+				in.Rootfs = ""
+				out, err = invoke[*app.SessionInfo](r.Context(), s, "create_session", in)
+			}
+			return out, err
+		}
+		out, err := create()
 		if err != nil && b.AllowInternetAccess == nil && b.Network == nil && asCapError(err).Code == capability.PermissionDenied && strings.Contains(err.Error(), "network policy") {
 			// E2B's default asks for the internet; where the operator
 			// allows no network, the default is what the server allows.
 			in.Network = "none"
-			out, err = invoke[*app.SessionInfo](r.Context(), s, "create_session", in)
+			out, err = create()
 		}
 		if err != nil {
 			ce := asCapError(err)

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -41,5 +42,33 @@ func TestExecuteOnRootfsTemplate(t *testing.T) {
 	b, err := base64.StdEncoding.DecodeString(png)
 	if err != nil || !strings.HasPrefix(string(b), "\x89PNG\r\n\x1a\n") {
 		t.Fatalf("no PNG result from the figure: %v", lines)
+	}
+}
+
+// E2B's code-interpreter templates run on the rootfs code-interpreter
+// when it is installed (its packages: pandas and the rest), and on the
+// default userland before that. The "sci" test rootfs, which has pandas,
+// stands in for it under that name.
+func TestCodeInterpreterTemplateRunsOnItsRootfs(t *testing.T) {
+	dir := rootfstest.Derived(t, "sci", rootfstest.Sci).Dir
+	e := newEnv(t, nil)
+	where := "import sys\nsys.executable"
+	before := e.create(t, map[string]any{"templateID": "code-interpreter-v1", "timeout": 600})
+	if r := ofType(e.execute(t, before.SandboxID, map[string]any{"code": where}), "result"); len(r) != 1 || strings.Contains(fmt.Sprint(r[0]["text"]), "/usr/bin/python3") {
+		t.Fatalf("with no code-interpreter rootfs, the template runs on the default userland: %v", r)
+	}
+	if err := os.MkdirAll(rootfs.DirIn(e.App.DataDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "sci"), filepath.Join(rootfs.DirIn(e.App.DataDir), rootfs.CodeInterpreter)); err != nil {
+		t.Fatal(err)
+	}
+	sb := e.create(t, map[string]any{"templateID": "code-interpreter-v1", "timeout": 600})
+	if sb.TemplateID != "code-interpreter-v1" {
+		t.Fatalf("the sandbox names its template %q", sb.TemplateID)
+	}
+	r := ofType(e.execute(t, sb.SandboxID, map[string]any{"code": "import pandas\n" + where}), "result")
+	if len(r) != 1 || !strings.Contains(fmt.Sprint(r[0]["text"]), "/usr/bin/python3") {
+		t.Fatalf("the template on the installed code-interpreter rootfs: %v", r)
 	}
 }
