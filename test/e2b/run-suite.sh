@@ -17,7 +17,9 @@
 # the js-sdk files that mock E2B's API host, run in a second pass without
 # the Quro variables. Extra arguments go to vitest (e.g. a file filter:
 # tests/sandbox/files). Environment: QURO (the binary, default bin/quro),
-# KEEP=1 keeps the work directory (server log, JSON reports).
+# KEEP=1 keeps the work directory (server log, JSON reports), ROOTFS=DIR
+# gives the server the rootfses installed in DIR (e.g. $QURO_DATA/rootfs
+# with code-interpreter, which E2B's code-interpreter template runs on).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -54,6 +56,10 @@ trap cleanup EXIT
 
 # A fresh server on a free port, and a tenant's key.
 mkfifo "$work/out"
+if [ -n "${ROOTFS:-}" ]; then
+	mkdir -p "$work/data"
+	ln -s "$(realpath "$ROOTFS")" "$work/data/rootfs"
+fi
 "$quro" serve --addr 127.0.0.1:0 --data "$work/data" >"$work/out" 2>"$work/serve.log" &
 qpid=$!
 exec 3<"$work/out"
