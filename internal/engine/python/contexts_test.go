@@ -234,3 +234,22 @@ func TestRichShellLines(t *testing.T) {
 		t.Errorf("plain run: %q %q", r.out, r.err)
 	}
 }
+
+// A notebook cell indented as a whole runs, as in IPython (E2B's SDK
+// tests send code indented inside template strings), with its "!" lines
+// and its last value; a plain run still reads the indent as an error.
+func TestRichCellIndentedAsAWhole(t *testing.T) {
+	s := newSession(t)
+	bg := context.Background()
+	cell := "\n        x = 40\n        if x:\n            x += 1\n        !echo shell\n        x + 1\n"
+	r := runCtx(t, bg, s, runcode.ContextRun{ID: "ind", Rich: true}, cell)
+	if r.Exception != nil || r.out != "shell\n" || len(r.Results) != 1 || r.Results[0].Data["text/plain"] != "42" {
+		t.Fatalf("an indented cell: out %q err %q exception %+v results %+v", r.out, r.err, r.Exception, r.Results)
+	}
+	if r := runCtx(t, bg, s, runcode.ContextRun{ID: "ind", Rich: true}, "    x = 1\n  y = 2"); r.Exception == nil || r.Exception.Name != "IndentationError" {
+		t.Errorf("a cell whose lines do not share the indent: %+v", r.Exception)
+	}
+	if r := run(t, testEng, s, "    print(1)"); !strings.Contains(r.err, "IndentationError") {
+		t.Errorf("plain run: %q %q", r.out, r.err)
+	}
+}

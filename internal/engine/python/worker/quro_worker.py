@@ -1325,6 +1325,19 @@ def _pip_args(body):
     return rest.strip()
 
 
+def _leading_indent(src):
+    """src without the indentation of its first line that is not blank,
+    taken from every line that starts with it (IPython's leading_indent,
+    after its leading_empty_lines); None when that line is not indented."""
+    lines = _source_text(src).splitlines(True)
+    first = next((line for line in lines if line.strip()), "")
+    indent = first[:len(first) - len(first.lstrip(" \t"))]
+    if not indent:
+        return None
+    n = len(indent)
+    return "".join(line[n:] if line.startswith(indent) else line for line in lines).encode("utf-8", "surrogateescape")
+
+
 def _shell_lines(src, rich=True):
     """src with its "%pip ..." and "!pip ..." lines made calls of _pip and,
     when rich (a notebook cell), its other "!command" lines made calls of
@@ -1358,14 +1371,17 @@ def _execute(src, filename, ns):
     try:
         code, has_last = _compile(src, filename)
     except SyntaxError:
-        # Rich mode (a notebook cell): IPython's "!command" lines run the
+        # Rich mode (a notebook cell): a cell indented as a whole runs
+        # (IPython's leading_indent: E2B's SDK tests send code indented
+        # inside template strings), and IPython's "!command" lines run the
         # command in a shell, as E2B's kernel does; "%pip"/"!pip" lines run
         # pip in every mode. Only code that is not Python as it stands is
         # read so: a "!" line inside a string of valid code stays what it is.
-        shell = _shell_lines(src, _rich_mode)
-        if shell is None:
+        cell = _leading_indent(src) if _rich_mode else None
+        shell = _shell_lines(cell or src, _rich_mode)
+        if shell is None and cell is None:
             raise
-        code, has_last = _compile(shell, filename)
+        code, has_last = _compile(shell or cell, filename)
     if has_last:
         ns.pop(_LAST, None)
     _running = True
