@@ -23,11 +23,20 @@ var (
 	// ErrBinary: the file is not UTF-8 text (invalid UTF-8 or NUL bytes).
 	ErrBinary = errors.New("not UTF-8 text")
 	// ErrInvalid: an argument that cannot work (an empty old_str, a line
-	// past the end).
+	// past the end). The message of an error that is ErrInvalid says
+	// what is wrong and what to give instead, and ends there.
 	ErrInvalid = errors.New("invalid argument")
 	// ErrMatch: old_str does not occur exactly once (a *MatchError).
 	ErrMatch = errors.New("old_str must match exactly once")
 )
+
+// invalidError is an argument error: ErrInvalid, with a message of its own.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalid(format string, a ...any) error { return &invalidError{fmt.Sprintf(format, a...)} }
 
 // MaxMatchLines is how many line numbers a MatchError names at most.
 const MaxMatchLines = 10
@@ -114,10 +123,10 @@ type Edit struct {
 // new are taken with \r\n endings.
 func Replace(b []byte, old, new string) ([]byte, Edit, error) {
 	if old == "" {
-		return nil, Edit{}, fmt.Errorf("old_str is empty: name the text to replace (to add lines use insert; to replace the whole file, write_file): %w", ErrInvalid)
+		return nil, Edit{}, invalid("old_str is empty: name the text to replace (to add lines use insert; to replace the whole file, write_file)")
 	}
 	if old == new {
-		return nil, Edit{}, fmt.Errorf("old_str and new_str are the same: nothing to change: %w", ErrInvalid)
+		return nil, Edit{}, invalid("old_str and new_str are the same: nothing to change")
 	}
 	crlf := CRLF(b)
 	o, n := []byte(eol(old, crlf)), eol(new, crlf)
@@ -169,7 +178,7 @@ func Replace(b []byte, old, new string) ([]byte, Edit, error) {
 func Insert(b []byte, after int, text string) ([]byte, Edit, error) {
 	total := Lines(b)
 	if after < 0 || after > total {
-		return nil, Edit{}, fmt.Errorf("insert_line %d is outside the file, which has %d lines: give 0 (the top) to %d (after the last line): %w", after, total, total, ErrInvalid)
+		return nil, Edit{}, invalid("insert_line %d is outside the file, which has %d lines: give 0 (the top) to %d (after the last line)", after, total, total)
 	}
 	crlf := CRLF(b)
 	nl := "\n"
@@ -219,15 +228,15 @@ func ViewLines(b []byte, from, to int, budget Budget) (*View, error) {
 	v := &View{Lines: total}
 	if total == 0 {
 		if from > 1 {
-			return nil, fmt.Errorf("view_range starts at line %d, but the file is empty: %w", from, ErrInvalid)
+			return nil, invalid("view_range starts at line %d, but the file is empty", from)
 		}
 		return v, nil
 	}
 	if from < 1 || from > total {
-		return nil, fmt.Errorf("view_range starts at line %d: the file has lines 1 to %d: %w", from, total, ErrInvalid)
+		return nil, invalid("view_range starts at line %d: the file has lines 1 to %d", from, total)
 	}
 	if to != -1 && to < from {
-		return nil, fmt.Errorf("view_range [%d, %d] ends before it starts (-1 as the end means to the end of the file): %w", from, to, ErrInvalid)
+		return nil, invalid("view_range [%d, %d] ends before it starts (-1 as the end means to the end of the file)", from, to)
 	}
 	if to == -1 || to > total {
 		to = total
