@@ -201,7 +201,7 @@ func TestEditFileRefusesEscapes(t *testing.T) {
 		t.Fatal(err)
 	}
 	runShell(t, a, "ln -s /etc/passwd pw && ln -s "+outside+" outdir && ln -s ../../.. up && ln -s "+secret+" sec && "+
-		"printf 'inside\\n' > in.txt && ln -s in.txt ok")
+		"printf 'inside\\n' > in.txt && ln -s in.txt ok && mkfifo fifo")
 	for _, p := range []string{"pw", "outdir/secret", "up/etc/passwd", "sec", "../secret", "/home/user/../../etc/passwd",
 		"a/../../x", "/etc/passwd", secret, "~/../x"} {
 		for _, in := range []EditFileInput{
@@ -221,6 +221,8 @@ func TestEditFileRefusesEscapes(t *testing.T) {
 			noHostPath(t, a, ce.Message)
 		}
 	}
+	// A FIFO the session planted does not hang the call.
+	editFails(t, a, EditFileInput{Command: "view", Path: "fifo"}, capability.InvalidArgument, "not a regular file")
 	if b, _ := os.ReadFile(secret); string(b) != "SECRET\n" {
 		t.Fatalf("the file outside changed: %q", b)
 	}
