@@ -148,6 +148,7 @@ func TestEditFile(t *testing.T) {
 		{EditFileInput{Command: "str_replace", Path: "app", OldStr: "x"}, capability.InvalidArgument, "edit_file edits a file"},
 		{EditFileInput{Command: "str_replace", Path: "dup.py", NewStr: "x"}, capability.InvalidArgument, "str_replace needs old_str"},
 		{EditFileInput{Command: "str_replace", Path: "dup.py", OldStr: "y = 2", NewStr: "y = 2"}, capability.InvalidArgument, "nothing to change"},
+		{EditFileInput{Command: "str_replace", Path: "dup.py", OldStr: "  y = 2\n  x = 9", NewStr: "y"}, capability.InvalidArgument, "but it matches at line 2 if the spaces and tabs"},
 		{EditFileInput{Command: "insert", Path: "dup.py", NewStr: "x"}, capability.InvalidArgument, "insert needs insert_line"},
 		{EditFileInput{Command: "insert", Path: "dup.py", NewStr: "x", InsertLine: ptr(6)}, capability.InvalidArgument, "insert_line 6 is outside the file, which has 5 lines"},
 		{EditFileInput{Command: "view", Path: "dup.py", ViewRange: []int{9, -1}}, capability.InvalidArgument, "the file has lines 1 to 5"},

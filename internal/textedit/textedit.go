@@ -44,24 +44,94 @@ const MaxMatchLines = 10
 // MatchError is a replacement whose old_str occurs Count times (not once):
 // Lines are the line numbers where the first MaxMatchLines occurrences
 // start.
+// Near, when Count is 0, are the lines where old_str would start if the
+// spaces and tabs at the ends of its lines did not count (the usual slip:
+// indentation).
 type MatchError struct {
 	Count int
 	Lines []int
+	Near  []int
 }
 
 func (e *MatchError) Error() string {
+	if e.Count == 0 && len(e.Near) > 0 {
+		return fmt.Sprintf("old_str was not found exactly (0 matches), but it matches at line%s %s if the spaces and tabs at the ends of lines are ignored: "+
+			"copy those lines as view shows them, indentation included", plural(len(e.Near)), lineList(e.Near, len(e.Near)))
+	}
 	if e.Count == 0 {
 		return "old_str was not found (0 matches): it must match the file exactly, whitespace and indentation included; view the file and copy the lines"
 	}
-	at := make([]string, len(e.Lines))
-	for i, l := range e.Lines {
+	return fmt.Sprintf("old_str matches %d times, at lines %s: add surrounding lines to old_str to make it unique", e.Count, lineList(e.Lines, e.Count))
+}
+
+// lineList writes line numbers for a message: "4, 17, 30", with an
+// ellipsis when there are more than listed (of count).
+func lineList(lines []int, count int) string {
+	at := make([]string, len(lines))
+	for i, l := range lines {
 		at[i] = fmt.Sprint(l)
 	}
-	where := strings.Join(at, ", ")
-	if e.Count > len(e.Lines) {
-		where += ", …"
+	s := strings.Join(at, ", ")
+	if count > len(lines) {
+		s += ", …"
 	}
-	return fmt.Sprintf("old_str matches %d times, at lines %s: add surrounding lines to old_str to make it unique", e.Count, where)
+	return s
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// maxNearLines bounds the old_str that near looks for: a longer one is
+// not searched loosely (the search is lines of the file times lines of
+// old_str).
+const maxNearLines = 50
+
+// near finds where old would occur if the spaces and tabs at both ends of
+// each line were ignored: its first line may end a line of b, its last
+// may begin one, and the lines between are whole lines. It returns the
+// first MaxMatchLines line numbers.
+func near(b []byte, old string) []int {
+	want := strings.Split(strings.TrimRight(strings.ReplaceAll(old, "\r\n", "\n"), "\n"), "\n")
+	if len(want) > maxNearLines {
+		return nil
+	}
+	for i := range want {
+		want[i] = strings.Trim(want[i], " \t\r")
+	}
+	if strings.Join(want, "") == "" {
+		return nil
+	}
+	lines := strings.Split(string(b), "\n")
+	for i := range lines {
+		lines[i] = strings.Trim(lines[i], " \t\r")
+	}
+	var found []int
+	for i := 0; i+len(want) <= len(lines) && len(found) < MaxMatchLines; i++ {
+		if nearAt(lines[i:i+len(want)], want) {
+			found = append(found, i+1)
+		}
+	}
+	return found
+}
+
+func nearAt(lines, want []string) bool {
+	last := len(want) - 1
+	if last == 0 {
+		return strings.Contains(lines[0], want[0])
+	}
+	if !strings.HasSuffix(lines[0], want[0]) || !strings.HasPrefix(lines[last], want[last]) {
+		return false
+	}
+	for j := 1; j < last; j++ {
+		if lines[j] != want[j] {
+			return false
+		}
+	}
+	return true
 }
 
 // Unwrap makes a MatchError ErrMatch.
@@ -151,6 +221,9 @@ func Replace(b []byte, old, new string) ([]byte, Edit, error) {
 		// whole UTF-8 character, so one starting mid-character cannot
 		// match.
 		from = at + 1
+	}
+	if me.Count == 0 {
+		me.Near = near(b, old)
 	}
 	if me.Count != 1 {
 		return nil, Edit{}, me

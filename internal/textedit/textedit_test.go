@@ -42,6 +42,16 @@ func TestReplaceMatchCounts(t *testing.T) {
 	if !errors.As(err, &me) || me.Count != 0 || !strings.Contains(err.Error(), "0 matches") {
 		t.Fatalf("%v", err)
 	}
+	// Indentation slips: where it would match, loosely.
+	py := "def f():\n    if x:\n        return 1\n    return 2\n"
+	_, _, err = Replace([]byte(py), "  if x:\n      return 1", "")
+	if !errors.As(err, &me) || me.Count != 0 || len(me.Near) != 1 || me.Near[0] != 2 ||
+		!strings.HasPrefix(err.Error(), "old_str was not found exactly (0 matches), but it matches at line 2 if the spaces and tabs at the ends of lines are ignored") {
+		t.Fatalf("%v", err)
+	}
+	if _, _, err = Replace([]byte(py), "return", ""); !errors.As(err, &me) || me.Count != 2 || me.Near != nil {
+		t.Fatalf("%v", err)
+	}
 	// Overlapping occurrences are two: which one was meant is unclear.
 	if _, _, err = Replace([]byte("aaa\n"), "aa", "b"); !errors.As(err, &me) || me.Count != 2 {
 		t.Fatalf("%v", err)
