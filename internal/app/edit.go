@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"sync"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -100,6 +101,16 @@ func (a *App) editFile(ctx context.Context, in EditFileInput) (*FileEdited, erro
 		return nil, err
 	}
 	defer w.Close()
+	if in.Command != "view" {
+		// Two edits of one file in the same turn each read it, change it
+		// and write it back: one at a time, or the second would write
+		// over the first.
+		unlock, err := a.edits.lock(ctx, sess.ID)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
 	if in.Command == "view" {
 		if _, fi, err := w.Stat(p); err == nil && fi.IsDir() {
 			return viewDir(sess.ID, w, p)
@@ -267,4 +278,46 @@ func viewDir(id string, w *workspace.FS, p string) (*FileEdited, error) {
 		out.Summary = fmt.Sprintf("%s/ (directory, 2 levels, first %d entries; list_files lists a subdirectory, or more):", name, len(l.Entries))
 	}
 	return out, nil
+}
+
+// editLocks lets one edit_file call at a time change a session's files;
+// the others wait, in no promised order, until their context ends.
+type editLocks struct {
+	mu sync.Mutex
+	m  map[string]*editLock
+}
+
+type editLock struct {
+	ch      chan struct{} // holds a value while an edit runs
+	waiters int           // calls holding or waiting for ch
+}
+
+// lock waits for session id's turn; unlock ends it. The entry of a
+// session goes when no call holds or waits for it.
+func (l *editLocks) lock(ctx context.Context, id string) (unlock func(), err error) {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[string]*editLock{}
+	}
+	e := l.m[id]
+	if e == nil {
+		e = &editLock{ch: make(chan struct{}, 1)}
+		l.m[id] = e
+	}
+	e.waiters++
+	l.mu.Unlock()
+	release := func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if e.waiters--; e.waiters == 0 {
+			delete(l.m, id)
+		}
+	}
+	select {
+	case e.ch <- struct{}{}:
+		return func() { <-e.ch; release() }, nil
+	case <-ctx.Done():
+		release()
+		return nil, context.Cause(ctx)
+	}
 }

@@ -3,9 +3,11 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/quro-dev/quro/internal/capability"
@@ -265,4 +267,39 @@ func TestEditFileFailedWriteLeavesTheFile(t *testing.T) {
 	editFails(t, a, EditFileInput{Command: "str_replace", Path: "big.txt", OldStr: "MARK", NewStr: "MARKED"},
 		capability.ResourceExhausted, "no space left on the session's disk")
 	runShell(t, a, "rm fill && sha256sum -c big.sum && test -z \"$(ls -A | grep quro-tmp)\"")
+}
+
+// Edits of one file sent in the same turn (parallel tool calls) all land:
+// none writes over another's.
+func TestEditFileParallelEditsAllLand(t *testing.T) {
+	t.Parallel()
+	a := newApp(t, nil)
+	const n = 12
+	var src strings.Builder
+	for i := range n {
+		fmt.Fprintf(&src, "value_%d = 0\n", i)
+	}
+	fileCall[*FileWritten](t, a, "write_file", WriteFileInput{Path: "conf.py", Content: src.String()})
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = call(t, a, "edit_file", EditFileInput{Command: "str_replace", Path: "conf.py",
+				OldStr: fmt.Sprintf("value_%d = 0\n", i), NewStr: fmt.Sprintf("value_%d = %d\n", i, i+1)})
+		})
+	}
+	wg.Wait()
+	var want strings.Builder
+	for i := range n {
+		if errs[i] != nil {
+			t.Errorf("edit %d: %v", i, errs[i])
+		}
+		fmt.Fprintf(&want, "value_%d = %d\n", i, i+1)
+	}
+	if c := readText(t, a, "conf.py"); c.Content != want.String() {
+		t.Fatalf("%q, want %q", c.Content, want.String())
+	}
+	if len(a.edits.m) != 0 {
+		t.Fatalf("edit locks left: %v", a.edits.m)
+	}
 }
