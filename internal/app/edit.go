@@ -24,11 +24,11 @@ import (
 type EditFileInput struct {
 	Session    string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
 	Command    string `json:"command" jsonschema:"view, str_replace or insert"`
-	Path       string `json:"path" jsonschema:"file (view: or directory) under /home/user, or relative to it"`
-	OldStr     string `json:"old_str,omitempty" jsonschema:"str_replace: the exact text to replace; it must occur exactly once"`
-	NewStr     string `json:"new_str,omitempty" jsonschema:"str_replace: the replacement (empty deletes); insert: the lines to insert"`
-	InsertLine *int   `json:"insert_line,omitempty" jsonschema:"insert: new_str goes after this line (0: at the top)"`
-	ViewRange  []int  `json:"view_range,omitempty" jsonschema:"view: [first, last] line, 1-based; last -1 means to the end"`
+	Path       string `json:"path" jsonschema:"under /home/user, or relative to it"`
+	OldStr     string `json:"old_str,omitempty" jsonschema:"str_replace: the exact text, which must occur once"`
+	NewStr     string `json:"new_str,omitempty" jsonschema:"str_replace: its replacement (empty deletes); insert: the lines to insert"`
+	InsertLine *int   `json:"insert_line,omitempty" jsonschema:"insert: after this line (0: at the top)"`
+	ViewRange  []int  `json:"view_range,omitempty" jsonschema:"view: [first, last] line; last -1: to the end"`
 }
 
 // FileEdited is edit_file's output.
@@ -63,12 +63,9 @@ var (
 
 func (a *App) registerEdit(reg *capability.Registry) {
 	reg.Register(capability.New("edit_file",
-		"View and edit a text file of the session workspace, as a text editor tool: "+
-			"view shows numbered lines (view_range [first, last] for a part; a directory lists its entries); "+
-			"str_replace replaces old_str, which must match exactly once, with new_str; "+
-			"insert puts new_str after line insert_line. Edits are written atomically and answer with the lines around them. "+
-			"Files with \\r\\n line endings keep them. Paths are under /home/user (the workspace) or relative to it. "+
-			"To create a file or replace it whole use write_file; binary files are refused.",
+		"View or edit a text file of the workspace: view shows numbered lines (a directory: its entries); "+
+			"str_replace replaces old_str, which must occur exactly once, with new_str; insert puts new_str after line insert_line. "+
+			"An edit answers with the lines around it. To create or overwrite a whole file use write_file.",
 		capability.ScopeExec, a.editFile).InSession(capability.UseHold))
 }
 
