@@ -172,6 +172,7 @@ type App struct {
 
 	lives          *session.Life    // the sessions' states, entries and teardown (boxes.go)
 	watches        watchSlots       // watch_dir calls running per session (fsops.go)
+	edits          editLocks        // edit_file calls, one at a time per session (edit.go)
 	watchHub       *workspace.Hub   // the inotify instances every watch shares, and their caps (fsops.go)
 	autoPauseAfter time.Duration    // Options.AutoPause
 	prestart       bool             // Options.PrestartPython

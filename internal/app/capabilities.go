@@ -153,6 +153,7 @@ func (a *App) register(reg *capability.Registry) {
 	a.registerPythonRun(reg)
 	a.registerPackages(reg)
 	a.registerFiles(reg)
+	a.registerEdit(reg)
 	a.registerProcesses(reg)
 	a.registerFSOps(reg)
 	a.registerContexts(reg)

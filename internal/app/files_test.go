@@ -312,6 +312,8 @@ func TestPathTooLongIsInvalidArgument(t *testing.T) {
 		{"write_file", WriteFileInput{Path: long, Content: "x"}},
 		{"write_file", WriteFileInput{Path: longName, Content: "x"}},
 		{"list_files", ListFilesInput{Path: long}},
+		{"edit_file", EditFileInput{Command: "view", Path: long}},
+		{"edit_file", EditFileInput{Command: "str_replace", Path: longName, OldStr: "a", NewStr: "b"}},
 		{"run_js_file", RunJSFileInput{Path: long + ".js"}},
 		{"call_js_function", CallJSFunctionInput{Path: longName + ".js", Function: "f"}},
 		{"export_session_log", ExportLogInput{Path: long}},

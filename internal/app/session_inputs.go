@@ -44,6 +44,9 @@ func (in ListFilesInput) SessionRef() string { return in.Session }
 func (in CreateProjectInput) SessionRef() string { return in.Session }
 
 // SessionRef is the session the input names.
+func (in EditFileInput) SessionRef() string { return in.Session }
+
+// SessionRef is the session the input names.
 func (in PathInput) SessionRef() string { return in.Session }
 
 // SessionRef is the session the input names.

@@ -53,6 +53,7 @@ var sessionArgs = map[string]map[string]any{
 	"call_js_function":    {"path": "a.js", "function": "f"},
 	"read_file":           {"path": "a.txt"},
 	"write_file":          {"path": "a.txt", "content": "x"},
+	"edit_file":           {"command": "view", "path": "a.txt"},
 	"list_files":          {},
 	"stat_file":           {"path": "a.txt"},
 	"make_dir":            {"path": "d"},

@@ -88,6 +88,7 @@ func cases() (setup []call, table map[string]toolCase) {
 		{"terminal_exec", map[string]any{"session": "s1", "command": `printf 'exports.add = (a, b) => a + b;\n' > mod.js && printf 'console.log("hi from js")\n' > main.js`}},
 		{"write_file", map[string]any{"session": "s1", "path": "tomove.txt", "content": "m"}},
 		{"write_file", map[string]any{"session": "s1", "path": "toremove.txt", "content": "r"}},
+		{"write_file", map[string]any{"session": "s1", "path": "edit.txt", "content": "alpha\nbeta\n"}},
 		{"read_screen", map[string]any{"session": "s1"}}, // starts the PTY that send_input types into
 		{"snapshot_session", map[string]any{"session": "s1", "name": "snap"}},
 		{"snapshot_session", map[string]any{"session": "s1", "name": "gone"}},
@@ -164,6 +165,7 @@ func cases() (setup []call, table map[string]toolCase) {
 		"list_snapshots":   {map[string]any{}, text("snapshot snap ")},
 		"delete_snapshot":  {map[string]any{"snapshot": "gone"}, text("deleted")},
 		"list_files":       {map[string]any{"session": "s1"}, text("mod.js")},
+		"edit_file":        {map[string]any{"session": "s1", "command": "str_replace", "path": "/home/user/edit.txt", "old_str": "beta", "new_str": "gamma"}, all(text("     2\tgamma"), field("path", "edit.txt"))},
 		"stat_file":        {map[string]any{"session": "s1", "path": "main.js"}, text("main.js: file -rw-r--r--")},
 		"make_dir":         {map[string]any{"session": "s1", "path": "made/dir"}, text("made/dir: dir drwxr-xr-x")},
 		"move_file":        {map[string]any{"session": "s1", "source": "tomove.txt", "destination": "moved/m.txt"}, text("moved/m.txt: file")},
