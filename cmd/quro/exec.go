@@ -3,10 +3,12 @@ package main
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -104,7 +106,12 @@ It runs on the server running on the data directory, or the one named by
 func pipedInput(r io.Reader) ([]byte, error) {
 	if f, ok := r.(*os.File); ok {
 		fi, err := f.Stat()
-		if err != nil || fi.Mode()&os.ModeCharDevice != 0 {
+		switch {
+		case errors.Is(err, syscall.EBADF) || errors.Is(err, os.ErrClosed):
+			return nil, nil // no standard input at all
+		case err != nil:
+			return nil, fmt.Errorf("standard input: %w (-n leaves it unread)", err)
+		case fi.Mode()&os.ModeCharDevice != 0:
 			return nil, nil
 		}
 	}
