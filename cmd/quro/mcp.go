@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/url"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,7 +32,13 @@ every capability in-process, called as the local user with every scope.`,
 				return err
 			}
 			if t.url != "" {
-				return bridgeMCP(cmd.Context(), t, cmd.InOrStdin(), cmd.OutOrStdout())
+				endpoint := "/mcp"
+				// A tool profile chosen on the command line (--tools)
+				// is the server's to apply: it takes it as /mcp?tools=.
+				if f := cmd.Flags().Lookup("tools"); f != nil && f.Changed {
+					endpoint += "?" + url.Values{"tools": {f.Value.String()}}.Encode()
+				}
+				return bridgeMCP(cmd.Context(), t, endpoint, cmd.InOrStdin(), cmd.OutOrStdout())
 			}
 			// g.open logs to standard error only: standard output is the protocol.
 			a, err := g.open(cmd.Context())

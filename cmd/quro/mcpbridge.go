@@ -15,20 +15,21 @@ import (
 	"github.com/quro-dev/quro/internal/capability"
 )
 
-// bridgeMCP relays MCP between stdio (r, w) and the /mcp endpoint of the
-// server of t, so that quro mcp on a data directory a server runs on uses
-// that server's sessions, state and audit, as the other commands do. Each
-// message goes through as it came, both ways (the go-sdk transports frame
-// them: newline-delimited JSON on stdio, streamable HTTP to the server);
-// calls go out concurrently, so that a slow tool call holds up no other.
-// It returns when the client closes stdio or the server goes away.
-func bridgeMCP(ctx context.Context, t *target, r io.Reader, w io.Writer) error {
+// bridgeMCP relays MCP between stdio (r, w) and endpoint (/mcp and its
+// query) of the server of t, so that quro mcp on a data directory a server
+// runs on uses that server's sessions, state and audit, as the other
+// commands do. Each message goes through as it came, both ways (the go-sdk
+// transports frame them: newline-delimited JSON on stdio, streamable HTTP
+// to the server); calls go out concurrently, so that a slow tool call holds
+// up no other. It returns when the client closes stdio (once the calls in
+// flight are answered) or the server goes away.
+func bridgeMCP(ctx context.Context, t *target, endpoint string, r io.Reader, w io.Writer) error {
 	c := newTargetCaller(t)
 	rt := &bridgeTransport{next: c.client.Transport, token: t.token.value}
 	if rt.next == nil {
 		rt.next = http.DefaultTransport
 	}
-	remote, err := (&mcp.StreamableClientTransport{Endpoint: c.base + "/mcp", HTTPClient: &http.Client{Transport: rt}}).Connect(ctx)
+	remote, err := (&mcp.StreamableClientTransport{Endpoint: c.base + endpoint, HTTPClient: &http.Client{Transport: rt}}).Connect(ctx)
 	if err != nil {
 		return fmt.Errorf("connecting to the MCP endpoint of %s: %w", c.name, err)
 	}
