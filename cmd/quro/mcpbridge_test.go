@@ -42,7 +42,8 @@ func toolText(t *testing.T, ctx context.Context, cs *mcp.ClientSession, name str
 // directory, quro mcp relays to the server's /mcp with the data
 // directory's admin token, so that a session made through it is the
 // server's: alive, seen by quro call, and its shell's state shared with
-// quro exec. Two calls in flight at once both come back.
+// quro exec. Two calls in flight at once both come back. Without a token
+// the client is told how to pass one.
 func TestMCPThroughTheRunningServer(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t)
@@ -108,5 +109,14 @@ func TestMCPThroughTheRunningServer(t *testing.T) {
 		if p != "mcp" {
 			t.Errorf("create_session audited as %q, want mcp", p)
 		}
+	}
+
+	// Another data directory's quro mcp, pointed at this server without
+	// a token: the client is told which token to pass, and how.
+	other := exec.Command(quroBin(t), "mcp", "--data", t.TempDir(), "--server", srv.url)
+	other.Env = cliEnv()
+	_, err = mcp.NewClient(&mcp.Implementation{Name: "bridge-test", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: other}, nil)
+	if err == nil || !strings.Contains(err.Error(), "--token-file") || strings.Contains(err.Error(), srv.token) {
+		t.Fatalf("quro mcp --server without a token: %v, want the way to pass one", err)
 	}
 }
