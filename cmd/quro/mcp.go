@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/url"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,11 +17,29 @@ func newMCPCmd(g *globals) *cobra.Command {
 		Short: "Serve every capability as MCP tools on standard input and output",
 		Long: `Serve the Model Context Protocol on standard input and output, for an MCP
 client that starts quro as a local server (e.g. "command": "quro",
-"args": ["mcp"]). Every capability is a tool, called as the local user with
-every scope. Standard output carries only the protocol; logs go to standard
-error. quro serve offers the same tools over streamable HTTP at /mcp.`,
+"args": ["mcp"]). Standard output carries only the protocol; logs go to
+standard error.
+
+When a server runs on the data directory (or --server or QURO_URL names
+one), quro mcp relays to its /mcp endpoint with the token the CLI uses
+there (the data directory's admin token for the local server): the
+client shares the server's sessions, state and audit. Else it serves
+every capability in-process, called as the local user with every scope.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			t, err := g.target()
+			if err != nil {
+				return err
+			}
+			if t.url != "" {
+				endpoint := "/mcp"
+				// A tool profile chosen on the command line (--tools)
+				// is the server's to apply: it takes it as /mcp?tools=.
+				if f := cmd.Flags().Lookup("tools"); f != nil && f.Changed {
+					endpoint += "?" + url.Values{"tools": {f.Value.String()}}.Encode()
+				}
+				return bridgeMCP(cmd.Context(), t, endpoint, cmd.InOrStdin(), cmd.OutOrStdout())
+			}
 			// g.open logs to standard error only: standard output is the protocol.
 			a, err := g.open(cmd.Context())
 			if err != nil {
@@ -33,5 +52,6 @@ error. quro serve offers the same tools over streamable HTTP at /mcp.`,
 		},
 	}
 	cmd.Flags().DurationVar(&patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
-	return local(cmd, "an access path: serves the controller as MCP on stdio; every tool call is audited with path mcp")
+	g.serverFlags(cmd, false)
+	return local(cmd, "an access path: serves the controller as MCP on stdio, or relays it to the server's /mcp; every tool call is audited with path mcp")
 }
