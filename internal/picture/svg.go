@@ -63,8 +63,13 @@ func SVGToPNG(svg []byte) (out []byte, err error) {
 		return nil, fmt.Errorf("the SVG cannot be parsed: %w", err)
 	}
 	vw, vh := icon.ViewBox.W, icon.ViewBox.H
+	if vw == 0 && vh == 0 {
+		// No width, height or viewBox: a browser's default size.
+		vw, vh = 300, 150
+		icon.ViewBox.W, icon.ViewBox.H = vw, vh
+	}
 	if !(vw > 0 && vh > 0) || math.IsInf(vw, 0) || math.IsInf(vh, 0) {
-		return nil, errors.New("the SVG has no size (no width, height or viewBox)")
+		return nil, fmt.Errorf("the SVG's size (%g×%g) cannot be drawn", vw, vh)
 	}
 	if len(icon.SVGPaths) > maxElements {
 		return nil, fmt.Errorf("the SVG has %d paths (at most %d)", len(icon.SVGPaths), maxElements)

@@ -52,8 +52,9 @@ func TestHostileSVG(t *testing.T) {
 		err       string // "" when a PNG is expected
 	}{
 		{"huge size", `<svg xmlns="http://www.w3.org/2000/svg" width="1e9" height="5e8" viewBox="0 0 1e9 5e8"><rect width="1e9" height="5e8" fill="red"/></svg>`, ""},
-		{"infinite size", `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 1e400 10"><rect width="5" height="5"/></svg>`, "no size"},
-		{"no size", `<svg xmlns="http://www.w3.org/2000/svg"><rect width="5" height="5"/></svg>`, "no size"},
+		{"infinite size", `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 1e400 10"><rect width="5" height="5"/></svg>`, ""},
+		{"negative size", `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 -5 10"><rect width="5" height="5"/></svg>`, "cannot be drawn"},
+		{"no size", `<svg xmlns="http://www.w3.org/2000/svg"><rect width="5" height="5"/></svg>`, ""},
 		{"deep nesting", `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 10 10">` + deep + `</svg>`, "deep"},
 		{"many elements", `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 10 10">` + many + `</svg>`, "elements"},
 		{"recursive use", `<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" viewBox="0 0 10 10"><defs><g id="a"><use xlink:href="#a"/></g></defs><use xlink:href="#a"/></svg>`, "<use> inside <defs>"},

@@ -20,7 +20,7 @@ func TestArtifactMIMEIsTheKinds(t *testing.T) {
 		{Kind: "html", MIME: "image/png", Name: "e.html", Data: "<p>"},
 	}}
 	want := []string{"text/plain", "application/json", "text/markdown", "text/plain", "text/html"}
-	out := artifacts(r)
+	out, _ := artifacts(r)
 	if len(out) != len(want) {
 		t.Fatalf("%d contents", len(out))
 	}
