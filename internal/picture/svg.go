@@ -139,7 +139,7 @@ func check(svg []byte) error {
 	root := false
 	for {
 		t, err := d.RawToken()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
