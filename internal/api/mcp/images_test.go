@@ -79,6 +79,16 @@ func TestImagesReachTheModel(t *testing.T) {
 		t.Errorf("a text file named .png: %+v", o)
 	}
 
+	if embeddedPython {
+		// A value shown as a page (a DataFrame) keeps its text beside it.
+		code := "class Frame:\n    def _repr_html_(self): return '<table/>'\n    def __repr__(self): return '   a\\n0  1'\nFrame()"
+		o, err := callTool(t, cs, "run_code", map[string]any{"code": code})
+		if err != nil || o.IsError || len(o.Content) != 2 || !strings.Contains(o.Content[0].Text, "   a\n0  1") ||
+			o.Content[1].Resource == nil || o.Content[1].Resource.MIMEType != "text/html" {
+			t.Fatalf("a frame: %v %+v", err, o)
+		}
+	}
+
 	hostile := `<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" viewBox="0 0 10 10">` +
 		`<defs><g id="a"><use xlink:href="#a"/></g></defs><use xlink:href="#a"/></svg>`
 	o, err = callTool(t, cs, "run_code", map[string]any{"lang": "svg", "code": hostile})
