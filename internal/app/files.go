@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/picture"
 	"github.com/quro-dev/quro/internal/project"
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/workspace"
@@ -35,13 +36,23 @@ type FileContent struct {
 	Complete bool      `json:"complete" jsonschema:"content is the whole file"`
 	Mode     string    `json:"mode" jsonschema:"permission bits, octal"`
 	ModTime  time.Time `json:"mtime"`
+	// MediaType is set for a whole file that is an image, told from its
+	// bytes (picture.Sniff), never its name.
+	MediaType string `json:"media_type,omitempty" jsonschema:"set when the whole file is an image (told from its bytes): image/png, image/jpeg, image/gif, image/webp or image/svg+xml"`
+	Width     int    `json:"width,omitempty" jsonschema:"a raster image's width in pixels"`
+	Height    int    `json:"height,omitempty" jsonschema:"a raster image's height in pixels"`
 }
 
-// Text is the content under a one-line header.
+// Text is the content under a one-line header; a raster image is named
+// instead of shown as base64 (its bytes stay in Content).
 func (c *FileContent) Text() string {
 	part := ""
 	if !c.Complete {
 		part = fmt.Sprintf(", bytes %d-%d of %d", c.Offset, c.Offset+c.Length, c.Size)
+	}
+	if c.MediaType != "" && c.Encoding == "base64" {
+		img := picture.Image{MIME: c.MediaType, Width: c.Width, Height: c.Height}
+		return fmt.Sprintf("%s (%s, mode %s): %s", c.Path, workspace.Human(c.Size), c.Mode, img)
 	}
 	if c.Encoding == "base64" {
 		return fmt.Sprintf("%s (%s, mode %s%s; not UTF-8 text, so base64):\n%s", c.Path, workspace.Human(c.Size), c.Mode, part, c.Content)
@@ -230,7 +241,25 @@ func (a *App) readFile(ctx context.Context, in ReadFileInput) (*FileContent, err
 	} else {
 		out.Encoding, out.Content = "base64", base64.StdEncoding.EncodeToString(c.Data)
 	}
+	if c.Complete && c.Offset == 0 {
+		if img, ok := picture.Sniff(c.Data); ok {
+			out.MediaType, out.Width, out.Height = img.MIME, img.Width, img.Height
+		}
+	}
 	return out, nil
+}
+
+// Image is the file's bytes when it is a whole image, for an access path
+// that shows images (MCP's image content).
+func (c *FileContent) Image() (data []byte, mime string, ok bool) {
+	if c.MediaType == "" {
+		return nil, "", false
+	}
+	if c.Encoding != "base64" {
+		return []byte(c.Content), c.MediaType, true
+	}
+	b, err := base64.StdEncoding.DecodeString(c.Content)
+	return b, c.MediaType, err == nil
 }
 
 func (a *App) writeFile(ctx context.Context, in WriteFileInput) (*FileWritten, error) {

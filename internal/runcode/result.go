@@ -2,6 +2,7 @@ package runcode
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -12,6 +13,9 @@ type Artifact struct {
 	Name string `json:"name" jsonschema:"a file name for the artifact"`
 	// Data is the content: base64 for png and jpeg, text for the others.
 	Data string `json:"data" jsonschema:"the content: base64 for png and jpeg, text for the others"`
+	// Text is the value's text/plain form beside the rich one (a
+	// DataFrame's table beside its HTML), when it has one.
+	Text string `json:"text,omitempty" jsonschema:"the value's plain-text form (its repr), when it has one"`
 }
 
 // Result is the one result shape of run_code, whatever the language.
@@ -117,11 +121,69 @@ func (r *Result) Text() string {
 	for _, n := range r.Notes {
 		line("ℹ️ " + n)
 	}
+	budget := richTextMax
+	if r.Exception != nil {
+		tb := r.Exception.Traceback
+		if strings.TrimSpace(tb) == "" {
+			tb = r.Exception.Name + ": " + r.Exception.Value
+		}
+		line("⚠️ " + cutMiddle(strings.TrimRight(tb, "\n"), &budget))
+	}
+	for _, res := range r.Results {
+		text, _ := res.Data["text/plain"].(string)
+		if text != "" {
+			text = cutMiddle(text, &budget)
+			if res.Main {
+				text = "Out: " + text
+			}
+			line(text)
+		}
+		if other := res.Forms(); len(other) > 0 {
+			line("📎 also as " + strings.Join(other, ", "))
+		}
+	}
 	for _, a := range r.Artifacts {
 		line(fmt.Sprintf("📎 %s artifact %q (%s)", a.Kind, a.Name, HumanBytes(int64(len(a.Data)))))
+		if a.Text != "" {
+			line(cutMiddle(a.Text, &budget))
+		}
 	}
 	if b.Len() == 0 {
 		return "(no output)"
 	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// richTextMax bounds, in bytes, the text of rich results, artifacts and a
+// rich run's exception that Text renders: their whole forms stay in the
+// structured result.
+const richTextMax = 8 << 10
+
+// cutMiddle is s within what is left of budget (which it spends): its head
+// and tail around a note of what was cut, cut at UTF-8 boundaries.
+func cutMiddle(s string, budget *int) string {
+	if len(s) <= *budget {
+		*budget -= len(s)
+		return s
+	}
+	if *budget < 64 {
+		return fmt.Sprintf("(%s of text left out: the reply's text budget is spent)", HumanBytes(int64(len(s))))
+	}
+	half := (*budget - 40) / 2
+	*budget = 0
+	head := strings.ToValidUTF8(s[:half], "")
+	tail := strings.ToValidUTF8(s[len(s)-half:], "")
+	return fmt.Sprintf("%s\n… (%s cut) …\n%s", head, HumanBytes(int64(len(s)-len(head)-len(tail))), tail)
+}
+
+// Forms are the media types of the result besides text/plain, sorted.
+func (r RichResult) Forms() []string {
+	var out []string
+	for k := range r.Data {
+		if k != "text/plain" {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

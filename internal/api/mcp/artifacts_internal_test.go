@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -20,7 +21,7 @@ func TestArtifactMIMEIsTheKinds(t *testing.T) {
 		{Kind: "html", MIME: "image/png", Name: "e.html", Data: "<p>"},
 	}}
 	want := []string{"text/plain", "application/json", "text/markdown", "text/plain", "text/html"}
-	out := artifacts(r)
+	out, _ := artifacts(r)
 	if len(out) != len(want) {
 		t.Fatalf("%d contents", len(out))
 	}
@@ -29,5 +30,38 @@ func TestArtifactMIMEIsTheKinds(t *testing.T) {
 		if !ok || er.Resource.MIMEType != want[i] {
 			t.Fatalf("artifact %d (%s, MIME %q): %#v", i, r.Artifacts[i].Kind, r.Artifacts[i].MIME, c)
 		}
+	}
+}
+
+// TestRichResultImages: a rich run's PNG and SVG forms reach the model as
+// image content (the SVG rasterised and kept as a resource); more SVGs
+// than maxRasters stay resources, with a note.
+func TestRichResultImages(t *testing.T) {
+	svg := `<svg xmlns="http://www.w3.org/2000/svg" width="20" height="10"><rect width="5" height="5"/></svg>`
+	r := &runcode.Result{Session: "s", Results: []runcode.RichResult{
+		{Data: map[string]any{"text/plain": "a", "image/png": "iVBORw0KGgo="}},
+		{Main: true, Data: map[string]any{"text/plain": "b", "image/svg+xml": svg, "text/html": "<p>"}},
+	}}
+	out, notes := artifacts(r)
+	if len(out) != 3 || len(notes) != 0 {
+		t.Fatalf("%d contents, notes %q", len(out), notes)
+	}
+	if im, ok := out[0].(*mcp.ImageContent); !ok || im.MIMEType != "image/png" || string(im.Data) != "\x89PNG\r\n\x1a\n" {
+		t.Errorf("the PNG: %#v", out[0])
+	}
+	if er, ok := out[1].(*mcp.EmbeddedResource); !ok || er.Resource.MIMEType != "image/svg+xml" || er.Resource.Text != svg {
+		t.Errorf("the SVG: %#v", out[1])
+	}
+	if im, ok := out[2].(*mcp.ImageContent); !ok || im.MIMEType != "image/png" {
+		t.Errorf("the SVG rasterised: %#v", out[2])
+	}
+
+	r = &runcode.Result{Session: "s"}
+	for range maxRasters + 2 {
+		r.Artifacts = append(r.Artifacts, runcode.Artifact{Kind: "svg", Name: "x.svg", Data: svg})
+	}
+	out, notes = artifacts(r)
+	if len(out) != 2*maxRasters+2 || len(notes) != 1 || !strings.Contains(notes[0], "only the first 4 SVG images") {
+		t.Errorf("%d contents, notes %q", len(out), notes)
 	}
 }

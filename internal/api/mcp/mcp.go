@@ -6,7 +6,9 @@
 //
 // A result carries the model-facing text as text content and the output as
 // structured content; run_code's artifacts follow as more content (PNG and
-// SVG as images, HTML and the rest as embedded resources). A failure of the
+// JPEG as images, SVG rasterised to a PNG image and kept as an embedded
+// resource, HTML and the rest as embedded resources), and read_file of an
+// image answers image content. A failure of the
 // call (a *capability.Error) is a tool result with isError set and a text
 // naming the code, as MCP wants for tool execution errors; a tool that does
 // not exist stays a protocol error.
@@ -31,6 +33,7 @@ import (
 	"github.com/quro-dev/quro/internal/api/streamcap"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/picture"
 	"github.com/quro-dev/quro/internal/progress"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/version"
@@ -221,10 +224,46 @@ func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 		Content:           []mcp.Content{&mcp.TextContent{Text: reply.Text}},
 		StructuredContent: structured,
 	}
-	if r, ok := reply.Output.(*runcode.Result); ok {
-		res.Content = append(res.Content, artifacts(r)...)
+	var more []mcp.Content
+	var notes []string
+	switch out := reply.Output.(type) {
+	case *runcode.Result:
+		more, notes = artifacts(out)
+	case imageFile:
+		more, notes = fileImage(out)
+	}
+	res.Content = append(res.Content, more...)
+	if len(notes) > 0 {
+		text := res.Content[0].(*mcp.TextContent)
+		text.Text = strings.TrimRight(text.Text, "\n") + "\nℹ️ " + strings.Join(notes, "\nℹ️ ")
 	}
 	return res, nil
+}
+
+// imageFile is an output that may be a whole image file (read_file's).
+type imageFile interface {
+	Image() (data []byte, mime string, ok bool)
+}
+
+// fileImage is an image file as image content: a raster image as it is
+// (within picture.MaxImage), an SVG rasterised to PNG; notes say why not.
+func fileImage(f imageFile) ([]mcp.Content, []string) {
+	data, mime, ok := f.Image()
+	if !ok {
+		return nil, nil
+	}
+	if mime == "image/svg+xml" {
+		png, err := picture.SVGToPNG(data)
+		if err != nil {
+			return nil, []string{"not shown as an image: " + err.Error()}
+		}
+		return []mcp.Content{&mcp.ImageContent{Data: png, MIMEType: "image/png"}}, nil
+	}
+	if len(data) > picture.MaxImage {
+		return nil, []string{fmt.Sprintf("not shown as an image: it is %s, over the %s a model takes; make a smaller copy with run_code",
+			runcode.HumanBytes(int64(len(data))), runcode.HumanBytes(picture.MaxImage))}
+	}
+	return []mcp.Content{&mcp.ImageContent{Data: data, MIMEType: mime}}, nil
 }
 
 func validate(s *jsonschema.Resolved, data []byte) error {
@@ -245,12 +284,30 @@ func errorResult(e *capability.Error) *mcp.CallToolResult {
 	}
 }
 
-// artifacts maps run_code's artifacts to content: PNG, JPEG and SVG are
-// images, everything else (HTML pages, markdown, JSON, text) an embedded
-// resource with its media type. A PNG or JPEG whose data is not base64 is
-// skipped; the text names it.
-func artifacts(r *runcode.Result) []mcp.Content {
-	var out []mcp.Content
+// artifacts maps run_code's artifacts to content: PNG and JPEG are
+// images; an SVG is rasterised to a PNG image (model APIs take no SVG)
+// and kept as an embedded resource; everything else (HTML pages,
+// markdown, JSON, text) is an embedded resource with its media type. The
+// images of rich results (image/png, image/jpeg, image/svg+xml) follow
+// likewise. A PNG or JPEG whose data is not base64 is skipped; the text
+// names it. notes say what could not be shown as an image.
+func artifacts(r *runcode.Result) (out []mcp.Content, notes []string) {
+	rasters := 0
+	svg := func(name, uri, data string) {
+		out = append(out, &mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: uri, MIMEType: "image/svg+xml", Text: data}})
+		if rasters++; rasters > maxRasters {
+			if rasters == maxRasters+1 {
+				notes = append(notes, fmt.Sprintf("only the first %d SVG images were rasterised; the others are attached as SVG only", maxRasters))
+			}
+			return
+		}
+		png, err := picture.SVGToPNG([]byte(data))
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("%s is not shown as an image (%v); it is attached as SVG", name, err))
+			return
+		}
+		out = append(out, &mcp.ImageContent{Data: png, MIMEType: "image/png"})
+	}
 	for _, a := range r.Artifacts {
 		switch a.Kind {
 		case "png", "jpeg":
@@ -260,7 +317,7 @@ func artifacts(r *runcode.Result) []mcp.Content {
 			}
 			out = append(out, &mcp.ImageContent{Data: b, MIMEType: "image/" + a.Kind})
 		case "svg":
-			out = append(out, &mcp.ImageContent{Data: []byte(a.Data), MIMEType: "image/svg+xml"})
+			svg(a.Name, artifactURI(r.Session, a.Name), a.Data)
 		default:
 			// The media type is the kind's own, never the artifact's MIME
 			// field: a box's code can forge its worker's reply.
@@ -275,8 +332,25 @@ func artifacts(r *runcode.Result) []mcp.Content {
 			}})
 		}
 	}
-	return out
+	for i, res := range r.Results {
+		for _, mime := range []string{"image/png", "image/jpeg"} {
+			if s, ok := res.Data[mime].(string); ok {
+				if b, err := base64.StdEncoding.DecodeString(s); err == nil {
+					out = append(out, &mcp.ImageContent{Data: b, MIMEType: mime})
+				}
+			}
+		}
+		if s, ok := res.Data["image/svg+xml"].(string); ok {
+			name := fmt.Sprintf("result-%d.svg", i+1)
+			svg(name, artifactURI(r.Session, name), s)
+		}
+	}
+	return out, notes
 }
+
+// maxRasters bounds the SVGs one result has rasterised: each may cost
+// up to a second or two of the server's CPU.
+const maxRasters = 4
 
 // artifactMIME is the media type of each text kind of artifact
 // (runcode.Artifact.Kind); any other kind is text/plain.

@@ -154,7 +154,7 @@ func checkArtifactsAndErrors(t *testing.T, cs *mcp.ClientSession) {
 		data string // substring of the resource text or decoded image
 	}{
 		{"html", map[string]any{"lang": "html", "code": "<h1>hello</h1>"}, "resource", "text/html", "<h1>hello</h1>"},
-		{"svg", map[string]any{"lang": "svg", "code": `<svg xmlns="http://www.w3.org/2000/svg"><circle r="4"/></svg>`}, "image", "image/svg+xml", "<circle"},
+		{"svg", map[string]any{"lang": "svg", "code": `<svg xmlns="http://www.w3.org/2000/svg"><circle r="4"/></svg>`}, "svg", "image/svg+xml", "<circle"},
 		{"png", map[string]any{"code": pngCode}, "image", "image/png", "\x89PNG\r\n"},
 		{"jpeg", map[string]any{"code": `display(b"\xff\xd8\xff\xe0\x00\x10JFIF", mime="image/jpeg")`}, "image", "image/jpeg", "\xff\xd8\xff\xe0\x00\x10JFIF"},
 		{"markdown", map[string]any{"code": "class M:\n    def _repr_markdown_(self): return '# *hi*'\nM()"}, "resource", "text/markdown", "# *hi*"},
@@ -167,11 +167,22 @@ func checkArtifactsAndErrors(t *testing.T, cs *mcp.ClientSession) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if o.IsError || len(o.Content) != 2 || o.Content[0].Type != "text" || !strings.Contains(o.Content[0].Text, "artifact") {
+			n := 2
+			if tc.kind == "svg" {
+				n = 3 // the SVG as a resource, then rasterised to PNG
+			}
+			if o.IsError || len(o.Content) != n || o.Content[0].Type != "text" || !strings.Contains(o.Content[0].Text, "artifact") {
 				t.Fatalf("%+v", o)
 			}
 			c := o.Content[1]
 			switch tc.kind {
+			case "svg":
+				if c.Type != "resource" || c.Resource == nil || c.Resource.MIMEType != tc.mime || !strings.Contains(c.Resource.Text, tc.data) {
+					t.Fatalf("%+v %+v", c, c.Resource)
+				}
+				if w, h := pngSize(t, o.Content[2]); w != 300 || h != 150 {
+					t.Fatalf("the SVG rasterised to %d×%d, want 300×150 (its default size)", w, h)
+				}
 			case "resource":
 				if c.Type != "resource" || c.Resource == nil || c.Resource.MIMEType != tc.mime || !strings.Contains(c.Resource.Text, tc.data) ||
 					!strings.HasPrefix(c.Resource.URI, "quro://sessions/") {

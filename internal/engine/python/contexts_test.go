@@ -253,3 +253,26 @@ func TestRichCellIndentedAsAWhole(t *testing.T) {
 		t.Errorf("plain run: %q %q", r.out, r.err)
 	}
 }
+
+// TestRichResultsInTheText: a rich run's values and exception are in the
+// reply text a model reads, not only in the structured result.
+func TestRichResultsInTheText(t *testing.T) {
+	s := newSession(t)
+	rich := runcode.ContextRun{ID: "rt", Rich: true}
+	code := `class H:
+    def _repr_html_(self): return "<b>hi</b>"
+    def __repr__(self): return "H-text"
+display(H())
+6 * 7`
+	r := runCtx(t, context.Background(), s, rich, code)
+	txt := r.Text()
+	for _, want := range []string{"H-text", "📎 also as text/html", "Out: 42"} {
+		if !strings.Contains(txt, want) {
+			t.Errorf("text misses %q:\n%s", want, txt)
+		}
+	}
+	r = runCtx(t, context.Background(), s, rich, "1 / 0")
+	if txt := r.Text(); !strings.Contains(txt, "ZeroDivisionError") {
+		t.Errorf("the exception is not in the text:\n%s", txt)
+	}
+}

@@ -291,3 +291,39 @@ def show():
 		t.Errorf("after the run: %q %d", r.out, len(r.Artifacts))
 	}
 }
+
+// TestArtifactKeepsTheText: a value shown as a page (a DataFrame's HTML)
+// carries its text repr too, for a reader that cannot read the page; an
+// object's default repr says nothing and is left out, and a long one is cut.
+func TestArtifactKeepsTheText(t *testing.T) {
+	code := `class Frame:
+    def _repr_html_(self): return "<table><tr><td>1</td></tr></table>"
+    def __repr__(self): return "   a\n0  1"
+class Bare:
+    def _repr_html_(self): return "<p>bare</p>"
+class Long:
+    def _repr_html_(self): return "<p>long</p>"
+    def __repr__(self): return "x" * 10000
+class Raw:
+    pass
+display({"text/html": "<b>r</b>", "text/plain": "raw text"}, raw=True)
+display(Bare(), Long())
+Frame()`
+	r := run(t, testEng, newSession(t), code)
+	if r.ExitCode != 0 || len(r.Artifacts) != 4 {
+		t.Fatalf("exit %d stderr %q artifacts %+v", r.ExitCode, r.err, r.Artifacts)
+	}
+	raw, bare, long, frame := r.Artifacts[0], r.Artifacts[1], r.Artifacts[2], r.Artifacts[3]
+	if raw.Text != "raw text" || bare.Text != "" {
+		t.Errorf("raw %q, bare %q", raw.Text, bare.Text)
+	}
+	if frame.Kind != "html" || frame.Text != "   a\n0  1" {
+		t.Errorf("the frame: %+v", frame)
+	}
+	if len(long.Text) > 4100 || !strings.Contains(long.Text, "characters cut") {
+		t.Errorf("a long repr: %d characters", len(long.Text))
+	}
+	if txt := r.Text(); !strings.Contains(txt, "   a\n0  1") {
+		t.Errorf("the reply text misses the frame's text:\n%s", txt)
+	}
+}

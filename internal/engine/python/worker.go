@@ -349,7 +349,7 @@ func (f *frame) check() error {
 	}
 	data := 0
 	for _, a := range f.Artifacts {
-		data += len(a.Data) + len(a.Name) + len(a.MIME) + len(a.Kind)
+		data += len(a.Data) + len(a.Name) + len(a.MIME) + len(a.Kind) + len(a.Text)
 	}
 	for _, r := range f.Results {
 		for k, v := range r.Data {

@@ -766,16 +766,46 @@ def _fits(n, what, form):
     return True
 
 
-def _artifact(kind, mime, ext, data):
+def _artifact(kind, mime, ext, data, text=None):
     n = len(_artifacts) + 1
-    _artifacts.append({"kind": kind, "mime": mime, "name": "output-%d-%d.%s" % (_counter, n, ext), "data": data})
+    a = {"kind": kind, "mime": mime, "name": "output-%d-%d.%s" % (_counter, n, ext), "data": data}
+    if text:
+        a["text"] = text
+    _artifacts.append(a)
 
 
-def _add(kind, mime, ext, data, what):
+def _add(kind, mime, ext, data, what, text=None):
     if not _fits(len(data), what, kind):
         return False
-    _artifact(kind, mime, ext, data)
+    _artifact(kind, mime, ext, data, text)
     return True
+
+
+# An artifact's text: the value's text/plain form beside its rich one (a
+# DataFrame's table beside its HTML), for a reader that cannot see the
+# page or the image. object's own repr ("<X object at 0x…>") says nothing
+# and is left out; a long one keeps its head and tail.
+_TEXT_MAX = 4000
+
+
+def _cut_text(text):
+    if len(text) <= _TEXT_MAX:
+        return text
+    half = _TEXT_MAX // 2
+    return "%s\n… (%d characters cut) …\n%s" % (text[:half], len(text) - 2 * half, text[-half:])
+
+
+def _plain_text(obj):
+    """obj's text/plain form for its artifact, or None."""
+    try:
+        if type(obj).__repr__ is object.__repr__:
+            return None
+        text = repr(obj)
+    except Exception:
+        return None
+    if not isinstance(text, str) or not text.strip():
+        return None
+    return _cut_text(text)
 
 
 def _artifact_data(mime, data):
@@ -909,6 +939,9 @@ def _rich(obj):
         _close_figure(obj)
         return shown
     mb = _mimebundle(obj, what)
+    text = None
+    if mb is not None and isinstance(mb.get("text/plain"), str):
+        text = _cut_text(mb["text/plain"])
     for meth, kind, mime, ext in _REPRS:
         if mb is not None and mime in mb:
             data = mb[mime]
@@ -921,11 +954,13 @@ def _rich(obj):
         except Exception as e:
             _note("%s's %s form is not valid (%s: %s); it was left out" % (what, kind, type(e).__name__, _safe_str(e)[:200]))
             continue
-        if _add(kind, mime, ext, data, what):
+        if text is None:
+            text = _plain_text(obj)
+        if _add(kind, mime, ext, data, what, text):
             return True
     png = _pil_png(obj, what)
     if png is not None:
-        return _add("png", "image/png", "png", binascii.b2a_base64(png, newline=False).decode(), what)
+        return _add("png", "image/png", "png", binascii.b2a_base64(png, newline=False).decode(), what, _plain_text(obj))
     return False
 
 
@@ -989,7 +1024,8 @@ def _display_raw(bundle, what):
             return
         if mime == "application/json":
             v = _json().dumps(v)
-        if _add(kind, mime, ext, v, what):
+        text = bundle.get("text/plain")
+        if _add(kind, mime, ext, v, what, _cut_text(text) if isinstance(text, str) else None):
             return
         print(what)
         return
