@@ -311,6 +311,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	a.registerRootfs(reg)
 	a.registerOpenTerminal(reg)
 	a.registerNetwork(reg)
+	describeTools(reg)
 	a.Controller = controller.New(reg, &controller.Options{
 		Logger:    log,
 		Limits:    controller.Limits{RunsPerTenant: orDefault(opts.Limits.RunsPerTenant, 16)},

@@ -54,7 +54,7 @@ func runTSClient(t *testing.T, transport ...string) *run {
 // The official TypeScript client calls every tool over streamable HTTP.
 func TestTypeScriptClientHTTP(t *testing.T) {
 	a := newApp(t)
-	r := runTSClient(t, "--http", serveHTTP(t, a, httpOpen, nil))
+	r := runTSClient(t, "--http", serveHTTP(t, a, httpOpen, nil)+"/?tools=full")
 	checkRun(t, a.Controller.Registry().Names(), r)
 }
 
@@ -65,6 +65,6 @@ func TestTypeScriptClientStdio(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := runTSClient(t, "--", bin, "mcp", "--data", dataDir(t))
+	r := runTSClient(t, "--", bin, "mcp", "--data", dataDir(t), "--tools", "full")
 	checkRun(t, registered(t), r)
 }
