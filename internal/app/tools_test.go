@@ -126,3 +126,30 @@ func TestHelpTopics(t *testing.T) {
 		t.Errorf("the error does not name the topics: %v", err)
 	}
 }
+
+// A token's default tool profile: set at create_token, shown by
+// list_tokens, carried by the caller it verifies as; an unknown profile
+// is refused naming the profiles.
+func TestTokenToolProfile(t *testing.T) {
+	a := newApp(t, nil)
+	reply, err := callAs(t, a, admin, "create_token", CreateTokenInput{Tenant: "bob", Tools: "sessions"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := reply.Output.(*CreatedToken)
+	if c, err := a.VerifyToken(t.Context(), tok.Token); err != nil || c.Tools != "sessions" {
+		t.Fatalf("the token verifies as %+v, %v", c, err)
+	}
+	reply, err = callAs(t, a, admin, "list_tokens", ListTokensInput{Tenant: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := reply.Output.(*TokenList).Tokens; len(l) != 1 || l[0].Tools != "sessions" || !strings.Contains(reply.Text, "tools=sessions") {
+		t.Errorf("list_tokens: %+v\n%s", l, reply.Text)
+	}
+	_, err = callAs(t, a, admin, "create_token", CreateTokenInput{Tenant: "bob", Tools: "everything"})
+	wantCode(t, err, capability.InvalidArgument)
+	if err != nil && !strings.Contains(err.Error(), "agent") {
+		t.Errorf("the error does not name the profiles: %v", err)
+	}
+}
