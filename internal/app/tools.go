@@ -134,9 +134,10 @@ var hints = map[string]capability.Hints{
 	"install_packages": fetches, "install_rootfs": fetches, "install_rootfs_packages": fetches,
 }
 
-// describeTools gives every capability of reg its hints and brief, and
-// adds the profiles. A brief or hint of a capability reg lacks is skipped.
-func describeTools(reg *capability.Registry) {
+// describeTools gives every capability of reg its hints and brief, adds
+// the profiles, and returns reg, once every capability is registered. A
+// brief or hint of a capability reg lacks is skipped.
+func describeTools(reg *capability.Registry) *capability.Registry {
 	for _, c := range reg.List() {
 		if h, ok := hints[c.Name]; ok {
 			c.Hints = h
@@ -152,6 +153,7 @@ func describeTools(reg *capability.Registry) {
 			reg.AddProfile(p)
 		}
 	}
+	return reg
 }
 
 // HelpInput is help's input.
