@@ -251,6 +251,10 @@ func TestServeAuth(t *testing.T) {
 	if code != 0 || code2 != 0 || code3 != 0 || code4 != 0 {
 		t.Fatal("token create failed")
 	}
+	// A token's default MCP tool profile must be one there is.
+	if _, errs, code := quro(t, "", "token", "create", "--data", srv.data, "--tools", "everything"); code == 0 || !strings.Contains(errs, "the profiles are") {
+		t.Errorf("token create --tools everything: exit %d, %s", code, errs)
+	}
 	reader, runner, installer, acmeAdmin = strings.TrimSpace(reader), strings.TrimSpace(runner), strings.TrimSpace(installer), strings.TrimSpace(acmeAdmin)
 	const js = "application/json"
 	run := `{"code":"echo ok","lang":"sh"}`
@@ -281,6 +285,9 @@ func TestServeAuth(t *testing.T) {
 		{"metrics", "GET", "/metrics", "", admin, 200, "quro_calls_total"},
 		{"mcp needs a token", "POST", "/mcp", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, nil, 401, "no token"},
 		{"mcp refuses a foreign origin", "POST", "/mcp", `{}`, append([]string{"Origin", "https://evil.example"}, admin...), 403, "origin"},
+		{"mcp refuses an unknown tool profile", "POST", "/mcp?tools=everything",
+			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
+			append([]string{"Accept", "application/json, text/event-stream"}, admin...), 400, "the profiles are"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctype := ""

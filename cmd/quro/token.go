@@ -40,7 +40,7 @@ the tenant of the token given to it.`,
 
 // newTokenCreateCmd is `quro token create`.
 func newTokenCreateCmd(g *globals) *cobra.Command {
-	var tenant, scopes, label string
+	var tenant, scopes, label, tools string
 	var asJSON, e2bForm bool
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -52,7 +52,7 @@ func newTokenCreateCmd(g *globals) *cobra.Command {
 				return err
 			}
 			var iss app.CreatedToken
-			if err := g.operatorOutput(cmd, "create_token", app.CreateTokenInput{Tenant: tenant, Scopes: list, Label: label}, &iss); err != nil {
+			if err := g.operatorOutput(cmd, "create_token", app.CreateTokenInput{Tenant: tenant, Scopes: list, Label: label, Tools: tools}, &iss); err != nil {
 				return err
 			}
 			if asJSON {
@@ -78,6 +78,7 @@ func newTokenCreateCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", `tenant the token acts for ("" is the local tenant, whose sessions the CLI sees)`)
 	cmd.Flags().StringVar(&scopes, "scopes", "read,exec", "comma-separated scopes: read, exec, install, admin")
+	cmd.Flags().StringVar(&tools, "tools", "", "the MCP tool profile its clients are listed when they name none: agent, sessions, admin or full (default: the server's, agent)")
 	cmd.Flags().StringVar(&label, "label", "", "a note to recognise the token by in lists")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the token and its details as JSON")
 	cmd.Flags().BoolVar(&e2bForm, "e2b", false, "print the token in the form E2B's SDKs accept as E2B_API_KEY (e2b_<hex>; the same token)")

@@ -312,7 +312,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	a.registerRootfs(reg)
 	a.registerOpenTerminal(reg)
 	a.registerNetwork(reg)
-	a.Controller = controller.New(reg, &controller.Options{
+	a.Controller = controller.New(describeTools(reg), &controller.Options{
 		Logger:    log,
 		Limits:    controller.Limits{RunsPerTenant: orDefault(opts.Limits.RunsPerTenant, 16)},
 		Observers: append([]controller.Observer{a.auditLog.Observe, a.Metrics.Observer(reg)}, opts.Observers...),

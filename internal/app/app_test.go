@@ -322,16 +322,27 @@ func TestRegistryCapabilities(t *testing.T) {
 			t.Errorf("%s not registered", n)
 		}
 	}
-	// The run_code description names every language the runner accepts.
+	// help languages names every language the runner accepts (run_code's
+	// description names the main ones and points there).
 	rc, _ := a.Controller.Registry().Get("run_code")
+	langs, err := call(t, a, "help", HelpInput{Topic: "languages"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, l := range a.Runner.Languages() {
-		if !strings.Contains(rc.Description, l) {
-			t.Errorf("run_code description does not mention %s", l)
+		if !strings.Contains(langs.Text, l) {
+			t.Errorf("help languages does not mention %s", l)
 		}
 	}
-	help, err := call(t, a, "help", nil)
-	if err != nil || !strings.Contains(help.Text, "run_code") {
-		t.Errorf("help: %v %q", err, help.Text)
+	if !strings.Contains(rc.Description, "help languages") {
+		t.Errorf("run_code's description does not point to help languages: %q", rc.Description)
+	}
+	if short, err := call(t, a, "help", nil); err != nil || !strings.Contains(short.Text, "run_code") {
+		t.Errorf("help: %v %q", err, short.Text)
+	}
+	help, err := call(t, a, "help", HelpInput{Topic: "python"})
+	if err != nil {
+		t.Fatal(err)
 	}
 	// Which Python each capability uses, and why (issue 18): help, run_code
 	// and python_run say the same.

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"fmt"
-	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -128,22 +127,14 @@ type Help struct {
 func (h *Help) Text() string { return h.Guide }
 
 func (a *App) register(reg *capability.Registry) {
-	langs := a.Runner.SortedAliases()
 	opts := a.Runner.Options()
 	reg.Register(capability.New("run_code",
-		"Run or render code and get one result. lang (default python) is one of: "+strings.Join(langs, "; ")+
-			". python and the shells really run in the session's sandbox (workspace as working directory, state on disk persists in the session); "+
-			"bash runs bash (an error if the box has none), sh runs POSIX sh, shell runs bash when the box has it and sh otherwise — the result's engine says which (shell/bash, shell/sh); "+
-			"js and ts run in an embedded QuickJS sandbox (no node; ts is transpiled by esbuild; console, CommonJS require of workspace files, "+
-			"the last expression or module.exports shown as ➡️ result, and a host API Tools.Files/Net/System/calc confined to the workspace; memory capped at 64 MiB; a fresh context per run); "+
-			"html, css, json, xml and svg are validated and rendered as artifacts; "+
+		"Run or render code and get one result. lang (default python) is python, js, ts, bash, sh, shell, html, css, json, xml, svg, "+
+			"or a compiled or toolchain language (c, cpp, go, rust, java, ruby, …): help languages lists every one with its aliases, how each runs, and which run on this server. "+
 			"python is the session's Python, the same interpreter as python3 and pip in its shell: the embedded CPython 3.14 on the host userland, the rootfs's python3 on a session created on a rootfs, "+
 			"run by a resident worker (variables and imports persist between runs, a timeout is a KeyboardInterrupt that keeps them, the last expression and display() become artifacts, matplotlib figures PNG images); "+
-			"%pip install X (or !pip install X) installs into the session's user site and imports at once; "+
-			"c, cpp, go, rust, java, kotlin, csharp, swift, scala, zig, haskell, dart, objc, fortran, pascal, ruby, php, perl, lua, r and julia run with the toolchain of the session's userland (the host's, or the session's rootfs: install_packages adds one): "+
-			"compiled in the session's box into a build cache keyed by the source's SHA-256 (a second run of the same source is not compiled again: cached), then run with stdin and args; "+
-			"a compile failure is a result with stage \"compile\" and the compiler's diagnostics on stderr (the source file, e.g. main.c, has the code's line numbers); compile_timeout_ms bounds the compile apart from timeout_ms; the result's toolchain names the compiler and its version; "+
-			"where the userland has no toolchain the code is shown highlighted, NOT run, and a note names the Debian package that adds it (help lists what runs here). "+
+			"%pip install X (or !pip install X) installs into the session's user site and imports at once. "+
+			"The shells run in the session's sandbox with the workspace (/home/user) as working directory; html, css, json, xml and svg are validated and rendered as artifacts. "+
 			fmt.Sprintf("The text result shows errors (⚠️), stdout, then stderr (⚠️); stdout is cut to %d KiB and stderr to %d KiB keeping head and tail, ", opts.MaxStdout>>10, opts.MaxStderr>>10)+
 			"with the full output saved in the workspace (stdout_file/stderr_file). "+
 			fmt.Sprintf("On timeout (default %s, at most %s) the whole process tree is killed and the output so far is returned.", opts.DefaultTimeout, opts.MaxTimeout),
@@ -178,30 +169,7 @@ func (a *App) register(reg *capability.Registry) {
 			}
 			return st, err
 		}))
-	reg.Register(capability.New("help",
-		"A short guide to Quro for models: what each capability does and which languages run_code accepts.",
-		capability.ScopeRead, func(ctx context.Context, _ Empty) (*Help, error) {
-			var b strings.Builder
-			b.WriteString("Quro runs code and drives terminals in isolated, persistent sessions.\n")
-			b.WriteString("Sessions: every call takes an optional session (id or name); without one the default session is used. A session keeps its workspace directory between calls.\n\n")
-			b.WriteString("Capabilities:\n")
-			for _, c := range reg.List() {
-				fmt.Fprintf(&b, "- %s: %s\n", c.Name, c.Description)
-			}
-			b.WriteString("\nrun_code languages: " + strings.Join(langs, "; ") + "\n")
-			b.WriteString("Which Python: run_code's python (and python3/pip in the session's shell) is the session's own — the embedded CPython 3.14, or the rootfs's python3 on a rootfs session — kept resident, so state persists; " +
-				"python_run is a fresh python3 -I of a Debian rootfs (the session's, else \"default\") per call, for Debian's packages or a clean interpreter each time, with nothing kept.\n")
-			runs, shown := a.Runner.Runnable()
-			b.WriteString("run_code runs these on this server's own userland now: " + strings.Join(runs, ", ") + "\n")
-			if len(shown) > 0 {
-				names := slices.Sorted(maps.Keys(shown))
-				b.WriteString("Only shown highlighted here (no toolchain in the host userland; a session on a rootfs runs them once its rootfs has one — install_packages adds it):\n")
-				for _, n := range names {
-					fmt.Fprintf(&b, "- %s: %s\n", n, shown[n])
-				}
-			}
-			return &Help{Guide: strings.TrimRight(b.String(), "\n")}, nil
-		}))
+	a.registerHelp(reg)
 }
 
 func (a *App) runCode(ctx context.Context, in RunCodeInput) (*runcode.Result, error) {

@@ -201,7 +201,7 @@ func TestToolchainMissingFallsThroughToPage(t *testing.T) {
 			t.Errorf("%s: the notes do not say how to get the toolchain:\n%s", tc.lang, res.Text())
 		}
 	}
-	reply, err := call(t, a, "help", Empty{})
+	reply, err := call(t, a, "help", HelpInput{Topic: "languages"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,13 +55,13 @@ func TestRegistryIsTheOneSource(t *testing.T) {
 			t.Errorf("list_capabilities' %s differs from the registry", c.Name)
 		}
 	}
-	reply, err = call(t, a, "help", Empty{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, c := range reg.List() {
-		if !strings.Contains(reply.Text, "- "+c.Name+": "+c.Description) {
-			t.Errorf("help does not carry %s's description", c.Name)
+		reply, err = call(t, a, "help", HelpInput{Topic: c.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(reply.Text, c.Name+" (scope "+string(c.Scope)+"): "+c.Description) {
+			t.Errorf("help %s does not carry its description:\n%s", c.Name, reply.Text)
 		}
 	}
 }

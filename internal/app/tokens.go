@@ -30,6 +30,7 @@ type CreateTokenInput struct {
 	Tenant string   `json:"tenant,omitempty" jsonschema:"the tenant the token acts for; default: your own. Only the operator (an admin of the local tenant) names another tenant"`
 	Scopes []string `json:"scopes,omitempty" jsonschema:"scopes the token holds: read, exec, install, admin (read ⊂ exec ⊂ admin; install beside exec); default read and exec. None wider than your own"`
 	Label  string   `json:"label,omitempty" jsonschema:"a note to recognise the token by in lists (at most 200 characters)"`
+	Tools  string   `json:"tools,omitempty" jsonschema:"the MCP tool profile its clients are listed when they name none (agent, full, sessions, admin); default: the server's (agent)"`
 }
 
 // CreatedToken is create_token's output: the token itself, shown once.
@@ -61,6 +62,9 @@ func (l *TokenList) Text() string {
 		}
 		fmt.Fprintf(&b, "%s tenant=%q scopes=%s created=%s %s", i.ID, i.Tenant, strings.Join(i.Scopes, ","),
 			i.CreatedAt.UTC().Format(time.RFC3339), state)
+		if i.Tools != "" {
+			fmt.Fprintf(&b, " tools=%s", i.Tools)
+		}
 		if i.Label != "" {
 			fmt.Fprintf(&b, " label=%q", i.Label)
 		}
@@ -141,7 +145,10 @@ func (a *App) registerTokens(reg *capability.Registry) {
 			if len(in.Label) > 200 {
 				return nil, capability.Errorf(capability.InvalidArgument, "the label is %d characters; at most 200", len(in.Label))
 			}
-			iss, err := a.tokens.Create(ctx, tenant, scopes, in.Label)
+			if _, ok := reg.Profile(in.Tools); in.Tools != "" && !ok {
+				return nil, capability.Errorf(capability.InvalidArgument, "no tool profile %q: the profiles are %s", in.Tools, strings.Join(reg.ProfileNames(), ", "))
+			}
+			iss, err := a.tokens.CreateWithTools(ctx, tenant, scopes, in.Label, in.Tools)
 			if err != nil {
 				return nil, capability.Errorf(capability.InvalidArgument, "%v", err)
 			}

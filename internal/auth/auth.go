@@ -65,6 +65,7 @@ type Info struct {
 	Tenant     string    `json:"tenant"`
 	Scopes     []string  `json:"scopes"`
 	Label      string    `json:"label,omitempty"`
+	Tools      string    `json:"tools,omitempty" jsonschema:"the MCP tool profile its clients are listed when they name none; empty: the server's default"`
 	CreatedAt  time.Time `json:"created_at"`
 	LastUsedAt time.Time `json:"last_used_at,omitzero"`
 	RevokedAt  time.Time `json:"revoked_at,omitzero"`
@@ -121,6 +122,13 @@ func Widest(scopes []string) capability.Scope {
 
 // Create issues a token for tenant with scopes.
 func (t *Tokens) Create(ctx context.Context, tenant string, scopes []string, label string) (*Issued, error) {
+	return t.CreateWithTools(ctx, tenant, scopes, label, "")
+}
+
+// CreateWithTools issues a token for tenant with scopes whose MCP clients
+// are listed the tool profile tools when they name none ("": the
+// server's default). The caller checks that the profile exists.
+func (t *Tokens) CreateWithTools(ctx context.Context, tenant string, scopes []string, label, tools string) (*Issued, error) {
 	if !session.ValidTenant(tenant) {
 		return nil, fmt.Errorf("bad tenant name %q: use 1-64 letters, digits, '.', '_' or '-'", tenant)
 	}
@@ -137,7 +145,7 @@ func (t *Tokens) Create(ctx context.Context, tenant string, scopes []string, lab
 	}
 	sec := base64.RawURLEncoding.EncodeToString(secret[:])
 	row := &store.Token{ID: hex.EncodeToString(idb[:]), Hash: hash(sec), Tenant: tenant, Scopes: scopes,
-		Label: label, CreatedAt: time.Now()}
+		Label: label, Tools: tools, CreatedAt: time.Now()}
 	if err := t.st.CreateToken(ctx, row); err != nil {
 		return nil, err
 	}
@@ -215,7 +223,7 @@ func (t *Tokens) Verify(ctx context.Context, token string) (controller.Caller, e
 		return controller.Caller{}, capability.Errorf(capability.Unauthenticated, "token %s was revoked at %s", row.ID, row.RevokedAt.UTC().Format(time.RFC3339))
 	}
 	t.touch(ctx, row.ID)
-	return controller.Caller{Tenant: row.Tenant, Scope: Widest(row.Scopes), TokenID: row.ID}, nil
+	return controller.Caller{Tenant: row.Tenant, Scope: Widest(row.Scopes), TokenID: row.ID, Tools: row.Tools}, nil
 }
 
 // Live returns the caller of the token with id while it is live, for a
@@ -234,7 +242,7 @@ func (t *Tokens) Live(ctx context.Context, id string) (controller.Caller, error)
 	if !row.RevokedAt.IsZero() {
 		return controller.Caller{}, capability.Errorf(capability.Unauthenticated, "token %s was revoked at %s", row.ID, row.RevokedAt.UTC().Format(time.RFC3339))
 	}
-	return controller.Caller{Tenant: row.Tenant, Scope: Widest(row.Scopes), TokenID: row.ID}, nil
+	return controller.Caller{Tenant: row.Tenant, Scope: Widest(row.Scopes), TokenID: row.ID, Tools: row.Tools}, nil
 }
 
 // LiveIDs are the ids of tenant's live tokens whose scopes cover scope
@@ -332,6 +340,6 @@ func hash(secret string) string {
 }
 
 func info(r *store.Token) Info {
-	return Info{ID: r.ID, Tenant: r.Tenant, Scopes: r.Scopes, Label: r.Label,
+	return Info{ID: r.ID, Tenant: r.Tenant, Scopes: r.Scopes, Label: r.Label, Tools: r.Tools,
 		CreatedAt: r.CreatedAt, LastUsedAt: r.LastUsedAt, RevokedAt: r.RevokedAt}
 }

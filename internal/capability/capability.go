@@ -77,6 +77,13 @@ type Capability struct {
 	// registration with Streaming.
 	Streams bool
 
+	// Short and Essential are what a compact profile lists (Brief): a
+	// description of a few sentences and the inputs a model needs most.
+	Short     string
+	Essential []string
+	// Hints say what the capability does, by meaning (MCP annotations).
+	Hints Hints
+
 	// Use is how the capability uses the session its input names
 	// (InSession): the controller enters that session, in this mode,
 	// before the handler runs. UseNone: the handler names none.
@@ -482,7 +489,8 @@ func kindName(t reflect.Type) string {
 // Registry holds the declared capabilities. Register everything before
 // serving; after that it is read-only and safe for concurrent use.
 type Registry struct {
-	byName map[string]*Capability
+	byName   map[string]*Capability
+	profiles map[string]*Profile
 }
 
 // NewRegistry returns an empty registry.

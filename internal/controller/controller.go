@@ -25,6 +25,8 @@ type Caller struct {
 	Tenant  string           // owner of the caller's sessions ("" in single-user mode)
 	Scope   capability.Scope // the widest scope the caller holds
 	TokenID string           // the token that authenticated the call ("" without auth)
+	// Tools is the token's default MCP tool profile ("": the server's).
+	Tools string
 	// Session, when set, confines the caller to that session (code in a
 	// session calling back): it is the default, the only one visible, and
 	// no session can be created.

@@ -15,12 +15,13 @@ type Token struct {
 	Tenant     string
 	Scopes     []string
 	Label      string
+	Tools      string // the default MCP tool profile ("": the server's)
 	CreatedAt  time.Time
 	LastUsedAt time.Time // zero if never used
 	RevokedAt  time.Time // zero if live
 }
 
-const tokenCols = "id, hash, tenant, scopes, label, created_at, last_used_at, revoked_at"
+const tokenCols = "id, hash, tenant, scopes, label, tools, created_at, last_used_at, revoked_at"
 
 func scanToken(row interface{ Scan(...any) error }) (*Token, error) {
 	var (
@@ -28,7 +29,7 @@ func scanToken(row interface{ Scan(...any) error }) (*Token, error) {
 		scopes                 string
 		created, used, revoked int64
 	)
-	if err := row.Scan(&t.ID, &t.Hash, &t.Tenant, &scopes, &t.Label, &created, &used, &revoked); err != nil {
+	if err := row.Scan(&t.ID, &t.Hash, &t.Tenant, &scopes, &t.Label, &t.Tools, &created, &used, &revoked); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, ErrNotFound
 		}
@@ -50,8 +51,8 @@ func scanToken(row interface{ Scan(...any) error }) (*Token, error) {
 // CreateToken inserts a token.
 func (s *Store) CreateToken(ctx context.Context, t *Token) error {
 	defer s.bump()
-	_, err := s.exec(ctx, "INSERT INTO tokens (id, hash, tenant, scopes, label, created_at) VALUES (?,?,?,?,?,?)",
-		t.ID, t.Hash, t.Tenant, strings.Join(t.Scopes, ","), t.Label, t.CreatedAt.UnixMilli())
+	_, err := s.exec(ctx, "INSERT INTO tokens (id, hash, tenant, scopes, label, tools, created_at) VALUES (?,?,?,?,?,?,?)",
+		t.ID, t.Hash, t.Tenant, strings.Join(t.Scopes, ","), t.Label, t.Tools, t.CreatedAt.UnixMilli())
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
 		return ErrExists
 	}

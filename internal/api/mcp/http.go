@@ -224,11 +224,25 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if refuseModernDiscover(w, r) {
 		return
 	}
+	// The tools listed: the client's ?tools=, else its token's default,
+	// else the server's.
+	name := r.URL.Query().Get("tools")
+	if name == "" {
+		name = caller.Tools
+	}
+	if name == "" {
+		name = h.opts.Tools
+	}
+	profile, err := Profile(h.ctl.Registry(), name)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, controller.Classify(err))
+		return
+	}
 	var p *pin
 	admitted := opensSession(r)
 	if admitted {
 		var evicted []*pin
-		p, evicted, err = h.admit(caller)
+		p, evicted, err = h.admit(caller, profile)
 		closeAll(evicted)
 		if err != nil {
 			w.Header().Set("Retry-After", "1")
@@ -237,7 +251,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	} else {
 		p = &pin{id: rand.Text(), caller: caller}
-		p.server, _ = newServer(h.ctl, caller, h.opts, p.id, &h.schemas)
+		p.server, _ = newServer(h.ctl, caller, h.opts, p.id, &h.schemas, profile)
 		defer closeAll([]*pin{p})
 	}
 	h.sdk.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), newSessionKey{}, p)))
@@ -405,7 +419,7 @@ func refuseModernDiscover(w http.ResponseWriter, r *http.Request) bool {
 // admit makes room for a new session of caller and holds it, busy, until
 // done; it returns the sessions evicted for it, to close. Over a cap with
 // no idle session to evict, it fails with ResourceExhausted.
-func (h *httpHandler) admit(caller controller.Caller) (p *pin, evicted []*pin, err error) {
+func (h *httpHandler) admit(caller controller.Caller, profile capability.Profile) (p *pin, evicted []*pin, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c := h.callers[caller]
@@ -453,7 +467,7 @@ func (h *httpHandler) admit(caller controller.Caller) (p *pin, evicted []*pin, e
 	}
 	h.clock++
 	p = &pin{id: rand.Text(), caller: caller, busy: 1, used: h.clock, calls: map[string]context.CancelFunc{}}
-	p.server, p.tools = newServer(h.ctl, caller, h.opts, p.id, &h.schemas)
+	p.server, p.tools = newServer(h.ctl, caller, h.opts, p.id, &h.schemas, profile)
 	h.pins[p.id] = p
 	if c = h.callers[caller]; c == nil { // an eviction may have dropped it
 		c = &callerPins{idle: list.New()}

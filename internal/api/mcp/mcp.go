@@ -22,6 +22,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,6 +71,10 @@ type Options struct {
 	// one whose stream ended gets no more pings, and SessionTimeout frees
 	// it when it is abandoned.
 	StreamIdleTimeout time.Duration
+	// Tools names the tool profile tools/list shows (capability.Profile):
+	// "" is capability.DefaultProfile. Over HTTP a client's ?tools= and
+	// its token's default come first.
+	Tools string
 }
 
 // DefaultStreamIdleTimeout is Options.StreamIdleTimeout's default: pings
@@ -101,18 +106,27 @@ func (o *Options) withDefaults() Options {
 var LocalCaller = controller.Caller{Path: Path, Scope: capability.ScopeAdmin}
 
 // NewServer returns an MCP server exposing every capability of ctl, called
-// as caller (its Path is set to "mcp").
-func NewServer(ctl *controller.Controller, caller controller.Caller, opts *Options) *mcp.Server {
+// as caller (its Path is set to "mcp"), and listing the tools of the
+// profile Options.Tools names; an unknown profile is an error.
+func NewServer(ctl *controller.Controller, caller controller.Caller, opts *Options) (*mcp.Server, error) {
 	caller.Path = Path
-	s, _ := newServer(ctl, caller, opts.withDefaults(), "", &schemas{})
-	return s
+	o := opts.withDefaults()
+	p, err := Profile(ctl.Registry(), o.Tools)
+	if err != nil {
+		return nil, err
+	}
+	s, _ := newServer(ctl, caller, o, "", &schemas{}, p)
+	return s, nil
 }
 
 // ServeStdio serves one MCP session on r and w (a client's pipes: standard
 // input and output for `quro mcp`) as the local caller, until the client
 // closes its end or ctx ends.
 func ServeStdio(ctx context.Context, ctl *controller.Controller, r io.Reader, w io.Writer, opts *Options) error {
-	s := NewServer(ctl, LocalCaller, opts)
+	s, err := NewServer(ctl, LocalCaller, opts)
+	if err != nil {
+		return err
+	}
 	t := &mcp.IOTransport{Reader: io.NopCloser(r), Writer: nopWriteCloser{w}}
 	return s.Run(ctx, t)
 }
@@ -158,8 +172,11 @@ func (s *schemas) output(c *capability.Capability, log *slog.Logger) *jsonschema
 }
 
 // newServer builds the server and returns its tools by name; a non-empty
-// sessionID is the id of the one HTTP session it will serve.
-func newServer(ctl *controller.Controller, caller controller.Caller, opts Options, sessionID string, sc *schemas) (*mcp.Server, map[string]*tool) {
+// sessionID is the id of the one HTTP session it will serve. Every
+// capability is a tool the caller may call (the controller checks its
+// scope, as for REST and the CLI); tools/list shows only profile's members
+// that the caller's scope covers, in profile's order.
+func newServer(ctl *controller.Controller, caller controller.Caller, opts Options, sessionID string, sc *schemas, profile capability.Profile) (*mcp.Server, map[string]*tool) {
 	var getID func() string
 	if sessionID != "" {
 		getID = func() string { return sessionID }
@@ -167,29 +184,81 @@ func newServer(ctl *controller.Controller, caller controller.Caller, opts Option
 	s := mcp.NewServer(&mcp.Implementation{Name: "quro", Title: "Quro", Version: version.String()}, &mcp.ServerOptions{
 		Logger:       opts.Logger,
 		GetSessionID: getID,
-		Instructions: "Quro runs code (run_code: Python, JS/TS, shell; html/svg/json rendered as artifacts) and drives " +
-			"persistent terminals (terminal_exec) in isolated sessions. The help tool is a short guide.",
+		Instructions: Instructions,
 	})
+	reg := ctl.Registry()
+	members := reg.Members(profile, caller.Scope)
+	listed := make(map[string]int, len(members)) // the order listed
+	for i, c := range members {
+		listed[c.Name] = i
+	}
 	tools := map[string]*tool{}
-	for _, c := range ctl.Registry().List() {
+	for _, c := range reg.List() {
 		t := &tool{ctl: ctl, name: c.Name, caller: caller, cap: c, opts: opts, output: sc.output(c, opts.Logger)}
 		tools[c.Name] = t
+		desc, input := c.Description, c.InputSchema
+		if _, ok := listed[c.Name]; ok {
+			desc, input = c.Listing(profile)
+		}
 		s.AddTool(&mcp.Tool{
-			Name: c.Name, Description: c.Description,
-			InputSchema: c.InputSchema, OutputSchema: c.OutputSchema,
+			Name: c.Name, Description: desc,
+			InputSchema: input, OutputSchema: c.OutputSchema,
 			Annotations: annotations(c),
 		}, t.call)
 	}
+	s.AddReceivingMiddleware(listOnly(listed))
 	return s, tools
 }
 
-// annotations are the hints MCP clients show: read-only capabilities, and
-// those that destroy.
+// Instructions is what the server tells a client at initialize: short, for
+// a model's context.
+const Instructions = "Quro runs code (run_code) and shell commands (terminal_exec) in isolated, persistent sessions. " +
+	"The workspace is /home/user; relative paths start there. help is a short guide; help {topic} says more."
+
+// listOnly makes tools/list answer the tools of listed only, in its order.
+func listOnly(listed map[string]int) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			res, err := next(ctx, method, req)
+			if lt, ok := res.(*mcp.ListToolsResult); ok && err == nil && method == "tools/list" {
+				kept := lt.Tools[:0:0]
+				for _, t := range lt.Tools {
+					if _, ok := listed[t.Name]; ok {
+						kept = append(kept, t)
+					}
+				}
+				slices.SortStableFunc(kept, func(a, b *mcp.Tool) int { return listed[a.Name] - listed[b.Name] })
+				lt.Tools = kept
+			}
+			return res, err
+		}
+	}
+}
+
+// Profile returns the tool profile called name ("": the default), or an
+// error that names the profiles there are.
+func Profile(reg *capability.Registry, name string) (capability.Profile, error) {
+	if name == "" {
+		name = capability.DefaultProfile
+		if _, ok := reg.Profile(name); !ok {
+			name = capability.FullProfile // a registry without profiles
+		}
+	}
+	p, ok := reg.Profile(name)
+	if !ok {
+		return p, capability.Errorf(capability.InvalidArgument, "no tool profile %q: the profiles are %s", name, strings.Join(reg.ProfileNames(), ", "))
+	}
+	return p, nil
+}
+
+// annotations are the capability's hints (capability.Hints) as MCP says
+// them. DestructiveHint and OpenWorldHint default to true in MCP, so both
+// are always said.
 func annotations(c *capability.Capability) *mcp.ToolAnnotations {
-	a := &mcp.ToolAnnotations{ReadOnlyHint: c.Scope == capability.ScopeRead}
-	if c.Scope == capability.ScopeAdmin {
-		yes := true
-		a.DestructiveHint = &yes
+	h := c.Hints
+	a := &mcp.ToolAnnotations{ReadOnlyHint: h.ReadOnly, IdempotentHint: h.Idempotent || h.ReadOnly, OpenWorldHint: &h.OpenWorld}
+	if !h.ReadOnly {
+		a.DestructiveHint = &h.Destructive
 	}
 	return a
 }

@@ -127,7 +127,8 @@ func runPlan(t *testing.T, cs *mcp.ClientSession) *run {
 func TestHTTPEveryTool(t *testing.T) {
 	var paths sync.Map
 	a := newApp(t, func(_ context.Context, r *controller.Record) { paths.Store(r.Caller.Path, true) })
-	cs, err := connectHTTP(t, serveHTTP(t, a, httpOpen, nil), http.DefaultTransport, nil)
+	// ?tools=full: the client chooses the profile that lists every tool.
+	cs, err := connectHTTP(t, serveHTTP(t, a, httpOpen, nil)+"/?tools=full", http.DefaultTransport, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -559,7 +560,7 @@ func TestStdioBinaryEveryTool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "mcp", "--data", dataDir(t))
+	cmd := exec.Command(bin, "mcp", "--data", dataDir(t), "--tools", "full")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "quro-test", Version: "1"}, nil)

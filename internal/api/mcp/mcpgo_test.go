@@ -113,7 +113,7 @@ func runPlanMcpGo(t *testing.T, c *mgclient.Client) *run {
 // probe for 2026-07-28 holds no session.
 func TestMcpGoClientHTTP(t *testing.T) {
 	a := newApp(t)
-	h := quromcp.Handler(a.Controller, httpOpen, nil)
+	h := quromcp.Handler(a.Controller, httpOpen, &quromcp.Options{Tools: "full"})
 	url := serveHandler(t, h)
 	c, err := mgclient.NewStreamableHttpClient(url)
 	if err != nil {
@@ -155,7 +155,7 @@ func TestMcpGoClientStdio(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stderr lockedBuffer
-	tr := mgtransport.NewStdioWithOptions(bin, nil, []string{"mcp", "--data", dataDir(t)}, mgtransport.WithCommandStderrWriter(&stderr))
+	tr := mgtransport.NewStdioWithOptions(bin, nil, []string{"mcp", "--data", dataDir(t), "--tools", "full"}, mgtransport.WithCommandStderrWriter(&stderr))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := tr.Start(ctx); err != nil {

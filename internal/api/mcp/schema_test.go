@@ -14,6 +14,7 @@ import (
 	strictschema "github.com/santhosh-tekuri/jsonschema/v6"
 
 	quromcp "github.com/quro-dev/quro/internal/api/mcp"
+	"github.com/quro-dev/quro/internal/app"
 )
 
 // compileStrict compiles a schema (raw JSON) with an independent validator:
@@ -145,13 +146,23 @@ func lintSchema(raw []byte, input bool) []string {
 
 // Every tool's input and output schema, as a client receives them from
 // tools/list, compiles against the 2020-12 metaschema and passes the
-// strict clients' rules; every tool has a description.
+// strict clients' rules; every tool has a description. In every profile:
+// full lists every capability, a compact one its members' short forms.
 func TestToolSchemasStrict(t *testing.T) {
 	a := newApp(t)
+	for _, profile := range a.Controller.Registry().ProfileNames() {
+		t.Run(profile, func(t *testing.T) { checkSchemasStrict(t, a, profile) })
+	}
+}
+
+func checkSchemasStrict(t *testing.T, a *app.App, profile string) {
 	ct, st := mcp.NewInMemoryTransports()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv := quromcp.NewServer(a.Controller, quromcp.LocalCaller, nil)
+	srv, err := quromcp.NewServer(a.Controller, quromcp.LocalCaller, &quromcp.Options{Tools: profile})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ss, err := srv.Connect(ctx, st, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -190,6 +201,9 @@ func TestToolSchemasStrict(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
+	if profile != "full" {
+		return
+	}
 	if want := a.Controller.Registry().Names(); !slices.Equal(names, want) {
 		t.Fatalf("tools/list gave %v, the registry has %v", names, want)
 	}
