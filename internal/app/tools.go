@@ -65,8 +65,11 @@ var briefs = map[string]brief{
 		[]string{"command", "timeout_ms"}},
 	"send_input": {"Type into the command waiting for input (or the terminal); \"\\u0003\" interrupts it.",
 		[]string{"data"}},
-	"read_file": {"Read a file of the workspace (/home/user): text, or base64 for bytes; offset/limit for a part.",
+	"read_file": {"Read a file of the workspace (/home/user): text, an image as an image, other bytes as base64; offset/limit for a part.",
 		[]string{"path", "offset", "limit"}},
+	"edit_file": {"Edit a text file. command view: numbered lines (view_range [first, last]); " +
+		"str_replace: old_str, which must occur once, becomes new_str; insert: new_str after line insert_line (0: top).",
+		[]string{"command", "path", "old_str", "new_str", "insert_line", "view_range"}},
 	"write_file": {"Write a file of the workspace, atomically; creates parent directories.",
 		[]string{"path", "content", "append"}},
 	"list_files": {"List a directory of the workspace (default /home/user).",
