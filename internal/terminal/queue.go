@@ -144,3 +144,12 @@ func round(d time.Duration) time.Duration {
 	}
 	return d.Round(100 * time.Millisecond)
 }
+
+// WaitLine waits until a command runs and at least n more calls wait in
+// line behind it, or the shell is closing (for a caller that orders its
+// work after the calls it sent: the tests).
+func (s *Shell) WaitLine(ctx context.Context, n int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waitLocked(ctx, func() bool { return s.state >= StateRunning && len(s.queue) >= n })
+}
