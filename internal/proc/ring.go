@@ -6,7 +6,7 @@ const RingSize = 64 << 10
 
 // keepEnded is how many ended processes of a session stay readable
 // (ReadOutput) after their end.
-const keepEnded = 8
+const keepEnded = 4
 
 // ring keeps the last RingSize bytes of a process's output, every stream
 // merged in the order it came, and counts every byte ever written: an
