@@ -292,12 +292,11 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 		Python: emb, PythonRootfs: pyRootfs, Metrics: m, tokens: auth.New(st), auditLog: audit.New(st, &audit.Options{Keep: opts.AuditKeep, Logger: log}),
 		Runner:  runcode.New(Languages(sb, pyChain, jsEng, RootfsDir(dir)), opts.Run),
 		tenants: tl, limits: opts.Limits, network: opts.Network, egress: eg, netPolicies: netPol, js: jsEng, watchHub: workspace.NewHub(opts.Limits.Watch),
+		startWindow: cmp.Or(opts.ProcessStartWindow, DefaultProcessStartWindow), autoPauseAfter: opts.AutoPause,
 
-		autoPauseAfter: opts.AutoPause,
-		prestart:       opts.PrestartPython,
-		procs:          proc.New(),
-		startWindow:    cmp.Or(opts.ProcessStartWindow, DefaultProcessStartWindow),
-		pip:            pipS,
+		prestart: opts.PrestartPython,
+		procs:    proc.New(),
+		pip:      pipS,
 	}
 	if a.autoPauseAfter == 0 {
 		a.autoPauseAfter = DefaultAutoPause
