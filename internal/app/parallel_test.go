@@ -10,6 +10,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/proc"
+	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/terminal"
 )
 
@@ -239,4 +240,61 @@ func TestConnectProcessTimeout(t *testing.T) {
 	_, err := call(t, a, "connect_process", ConnectProcessInput{ProcessSelector: sel, TimeoutMS: -1})
 	wantCode(t, err, capability.InvalidArgument)
 	mustCall(t, a, "signal_process", SignalProcessInput{ProcessSelector: sel, Signal: "SIGKILL"})
+}
+
+// TestParallelPythonRunsWait: a run_code call sent while another Python
+// run of the session goes waits for it; one whose wait runs out did not
+// start, and says what it waited for and what to do.
+func TestParallelPythonRunsWait(t *testing.T) {
+	a := newApp(t, nil)
+	s := newSession(t, a, "py", "")
+	texec(t, a, s.ID, "mkfifo ready gate")
+	sess, err := a.Sessions.Get(context.Background(), s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan *runcode.Result, 1)
+	go func() {
+		reply, err := call(t, a, "run_code", RunCodeInput{Session: s.ID, TimeoutMS: 120000,
+			Code: "open('ready', 'w').write('x')\nprint('first', open('gate').read().strip())"})
+		if err != nil {
+			t.Error(err)
+			first <- nil
+			return
+		}
+		first <- reply.Output.(*runcode.Result)
+	}()
+	if _, err := os.ReadFile(filepath.Join(sess.Workspace(), "ready")); err != nil { // the first run holds the worker
+		t.Fatal(err)
+	}
+	reply, err := call(t, a, "run_code", RunCodeInput{Session: s.ID, TimeoutMS: 300, Code: "open('late', 'w')"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := reply.Output.(*runcode.Result)
+	if !strings.Contains(late.Error, "did not start") || !strings.Contains(late.Error, "another run of this session's Python, running for") || strings.Contains(late.Error, "interrupt") {
+		t.Fatalf("%+v", late)
+	}
+	second := make(chan *runcode.Result, 1)
+	go func() {
+		reply, err := call(t, a, "run_code", RunCodeInput{Session: s.ID, TimeoutMS: 120000, Code: "print('second')"})
+		if err != nil {
+			t.Error(err)
+			second <- nil
+			return
+		}
+		second <- reply.Output.(*runcode.Result)
+	}()
+	if err := os.WriteFile(filepath.Join(sess.Workspace(), "gate"), []byte("go\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-first; r == nil || r.Stdout != "first go\n" {
+		t.Fatalf("first: %+v", r)
+	}
+	if r := <-second; r == nil || r.Stdout != "second\n" {
+		t.Fatalf("second: %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(sess.Workspace(), "late")); err == nil {
+		t.Fatal("the run that did not start ran")
+	}
 }
