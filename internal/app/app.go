@@ -14,6 +14,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -64,6 +65,11 @@ type Options struct {
 	// canceled in the session before it ends the box under them (0:
 	// session.DestroyGrace).
 	DestroyGrace time.Duration
+	// ProcessStartWindow is how long start_process with background:true
+	// waits for the process to end before it answers that it runs, so
+	// that a process that fails at once is reported with its exit code
+	// and output (0: DefaultProcessStartWindow).
+	ProcessStartWindow time.Duration
 	// PrestartPython starts a new session's Python worker (in its box)
 	// as the session is created, so that its first Python run finds it
 	// ready (quro serve sets it; it costs a worker per session).
@@ -165,10 +171,11 @@ type App struct {
 	// netPolicies the sessions' policies it applies.
 	egress      *boxEgress
 	netPolicies *netPolicies
-	preview     previewKey   // the preview URLs' secret (preview.go)
-	js          *js.Engine   // its prepared VMs are freed by Close
-	procs       *proc.Table  // the sessions' background processes (processes.go)
-	contexts    codeContexts // code contexts of every session (contexts.go)
+	preview     previewKey    // the preview URLs' secret (preview.go)
+	js          *js.Engine    // its prepared VMs are freed by Close
+	procs       *proc.Table   // the sessions' background processes (processes.go)
+	startWindow time.Duration // Options.ProcessStartWindow, default filled
+	contexts    codeContexts  // code contexts of every session (contexts.go)
 
 	lives          *session.Life    // the sessions' states, entries and teardown (boxes.go)
 	watches        watchSlots       // watch_dir calls running per session (fsops.go)
@@ -286,11 +293,11 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 		Python: emb, PythonRootfs: pyRootfs, Metrics: m, tokens: auth.New(st), auditLog: audit.New(st, &audit.Options{Keep: opts.AuditKeep, Logger: log}),
 		Runner:  runcode.New(Languages(sb, pyChain, jsEng, RootfsDir(dir)), opts.Run),
 		tenants: tl, limits: opts.Limits, network: opts.Network, egress: eg, netPolicies: netPol, js: jsEng, watchHub: workspace.NewHub(opts.Limits.Watch),
+		startWindow: cmp.Or(opts.ProcessStartWindow, DefaultProcessStartWindow), autoPauseAfter: opts.AutoPause,
 
-		autoPauseAfter: opts.AutoPause,
-		prestart:       opts.PrestartPython,
-		procs:          proc.New(),
-		pip:            pipS,
+		prestart: opts.PrestartPython,
+		procs:    proc.New(),
+		pip:      pipS,
 	}
 	if a.autoPauseAfter == 0 {
 		a.autoPauseAfter = DefaultAutoPause

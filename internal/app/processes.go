@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -29,13 +30,15 @@ func (s ProcessSelector) sel() proc.Selector { return proc.Selector{Pid: s.Pid, 
 
 // StartProcessInput is start_process's input.
 type StartProcessInput struct {
-	Session string            `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
-	Cmd     string            `json:"cmd" jsonschema:"the program (looked up in PATH), e.g. /bin/bash"`
-	Args    []string          `json:"args,omitempty" jsonschema:"its arguments, e.g. [\"-c\", \"npm start\"]"`
-	Env     map[string]string `json:"env,omitempty" jsonschema:"variables over the session's"`
-	Cwd     string            `json:"cwd,omitempty" jsonschema:"working directory as the box sees it, relative ones from the workspace; default the workspace (/home/user in a session box)"`
-	Tag     string            `json:"tag,omitempty" jsonschema:"a name to find the process by later"`
-	Stdin   bool              `json:"stdin,omitempty" jsonschema:"keep its stdin open for send_process_input (else /dev/null)"`
+	Session string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
+	Command string `json:"command,omitempty" jsonschema:"the program (looked up in PATH), e.g. bash; a shell line goes in args: [\"-c\", \"npm start\"]"`
+	// Cmd is the former name of Command, still accepted.
+	Cmd   string            `json:"cmd,omitempty" jsonschema:"deprecated: the same as command"`
+	Args  []string          `json:"args,omitempty" jsonschema:"its arguments, e.g. [\"-c\", \"npm start\"]"`
+	Env   map[string]string `json:"env,omitempty" jsonschema:"variables over the session's"`
+	Cwd   string            `json:"cwd,omitempty" jsonschema:"working directory as the box sees it, relative ones from the workspace; default the workspace (/home/user in a session box)"`
+	Tag   string            `json:"tag,omitempty" jsonschema:"a name to find the process by later"`
+	Stdin bool              `json:"stdin,omitempty" jsonschema:"keep its stdin open for send_process_input (else /dev/null)"`
 	// PTY runs the process on a pseudo-terminal of that size.
 	PTY        *proc.Size `json:"pty,omitempty" jsonschema:"run it on a terminal of cols x rows (output stream pty)"`
 	TimeoutMS  int64      `json:"timeout_ms,omitempty" jsonschema:"kill it after this many milliseconds; 0 (default) never"`
@@ -48,6 +51,8 @@ type ProcessResult struct {
 	Pid     int    `json:"pid"`
 	Tag     string `json:"tag,omitempty"`
 	Running bool   `json:"running" jsonschema:"it still runs (background, or the caller went away first)"`
+	// TimedOut: connect_process's timeout_ms passed first.
+	TimedOut bool `json:"timed_out,omitempty" jsonschema:"connect_process returned at its timeout_ms; the process still runs"`
 	proc.End
 	// Output kept for callers that do not stream: the last 64 KiB.
 	Stdout string `json:"stdout,omitempty"`
@@ -58,9 +63,12 @@ type ProcessResult struct {
 // Text summarises the result.
 func (r *ProcessResult) Text() string {
 	var b strings.Builder
-	if r.Running {
+	switch {
+	case r.TimedOut:
+		fmt.Fprintf(&b, "process %d is running (timeout_ms passed; it keeps running: read_process_output reads its output)", r.Pid)
+	case r.Running:
 		fmt.Fprintf(&b, "process %d is running", r.Pid)
-	} else {
+	default:
 		fmt.Fprintf(&b, "process %d ended: %s", r.Pid, r.Status)
 	}
 	for _, o := range []struct{ name, s string }{{"stdout", r.Stdout}, {"stderr", r.Stderr}, {"terminal", r.PTY}} {
@@ -90,6 +98,52 @@ func (l *ProcessList) Text() string {
 		fmt.Fprintf(&b, " %s %s\n", p.Config.Cmd, strings.Join(p.Config.Args, " "))
 	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// ConnectProcessInput is connect_process's input.
+type ConnectProcessInput struct {
+	ProcessSelector
+	TimeoutMS int64 `json:"timeout_ms,omitempty" jsonschema:"return after this many milliseconds if it still runs (it keeps running); 0 (default): when it ends"`
+}
+
+// ReadOutputInput is read_process_output's input.
+type ReadOutputInput struct {
+	ProcessSelector
+	Since int64 `json:"since,omitempty" jsonschema:"an offset: the next of the previous answer, to read only what came after it; 0: all that is kept"`
+}
+
+// ProcessOutput is read_process_output's answer.
+type ProcessOutput struct {
+	Pid     int    `json:"pid"`
+	Tag     string `json:"tag,omitempty"`
+	Running bool   `json:"running"`
+	// End is how it ended, once it has.
+	End    *proc.End `json:"end,omitempty"`
+	Output string    `json:"output" jsonschema:"what it printed from since on (stdout, stderr and terminal merged in order)"`
+	Next   int64     `json:"next" jsonschema:"the offset after output: pass it as since to read only what comes next"`
+	// Dropped counts the bytes from since on that the ring no longer
+	// held.
+	Dropped int64 `json:"dropped,omitempty" jsonschema:"bytes after since that were no longer kept (only the last 64 KiB are)"`
+}
+
+// Text is the output with one line saying where the process is.
+func (o *ProcessOutput) Text() string {
+	var b strings.Builder
+	if o.Running {
+		fmt.Fprintf(&b, "process %d is running", o.Pid)
+	} else {
+		fmt.Fprintf(&b, "process %d ended: %s", o.Pid, o.End.Status)
+	}
+	fmt.Fprintf(&b, "; next since=%d", o.Next)
+	if o.Dropped > 0 {
+		fmt.Fprintf(&b, " (%d earlier bytes were dropped: only the last %d KiB are kept)", o.Dropped, proc.RingSize>>10)
+	}
+	if o.Output == "" {
+		b.WriteString("; no new output")
+	} else {
+		b.WriteString("\n" + strings.TrimRight(o.Output, "\n"))
+	}
+	return b.String()
 }
 
 // ProcessInputInput is send_process_input's input.
@@ -150,12 +204,17 @@ func (a *App) registerProcesses(reg *capability.Registry) {
 			"It gets a pid (and an optional tag) to find it by; its output streams while the call lasts and it keeps running if the caller goes away "+
 			"(only timeout_ms, signal_process or the end of the session stop it). stdin:true keeps its stdin open for send_process_input; "+
 			"pty runs it on a terminal (resize_process). The call returns when the process ends (exit code, status, the last 64 KiB of output), "+
-			fmt.Sprintf("or at once with background:true. A session runs at most %d processes.", proc.DefaultMax),
+			"or, with background:true, once it runs (one that ends at once is reported ended, with its exit code and output). "+
+			fmt.Sprintf("A session runs at most %d processes.", proc.DefaultMax),
 		capability.ScopeExec, a.startProcess).Streaming().InSession(capability.UseBusy))
 	reg.Register(capability.New("connect_process",
 		"Follow a running background process of the session (by pid or tag): its output from now on (nothing before is replayed) streams "+
-			"until it ends, and the call returns how it ended. Leaving does not stop it.",
+			"until it ends, or timeout_ms passes, and the call returns how it ended. Leaving does not stop it.",
 		capability.ScopeRead, a.connectProcess).Streaming().InSession(capability.UseBusy))
+	reg.Register(capability.New("read_process_output",
+		fmt.Sprintf("Read a background process's recent output (by pid or tag; also of one that ended lately) without following it: "+
+			"what it printed since the offset since (the next of the previous answer), from the last %d KiB it keeps.", proc.RingSize>>10),
+		capability.ScopeRead, a.readProcessOutput).InSession(capability.UseRead))
 	reg.Register(capability.New("list_processes",
 		"List the running background processes of the session (start_process): pid, tag, program, arguments, variables, directory.",
 		capability.ScopeRead, func(ctx context.Context, in SessionRef) (*ProcessList, error) {
@@ -235,7 +294,26 @@ func (a *App) onProcess(ctx context.Context, in ProcessSelector, do func(p *proc
 	return &ProcessDone{Pid: p.Pid(), Message: msg}, nil
 }
 
+// DefaultProcessStartWindow is how long start_process with
+// background:true waits for a process that ends at once.
+const DefaultProcessStartWindow = 500 * time.Millisecond
+
+// program is the program start_process was given, under either name.
+func (in StartProcessInput) program() (string, error) {
+	switch {
+	case in.Command == "" && in.Cmd == "":
+		return "", capability.Errorf(capability.InvalidArgument, "command is empty: name the program to run (e.g. bash, with args [\"-c\", \"…\"])")
+	case in.Command != "" && in.Cmd != "" && in.Command != in.Cmd:
+		return "", capability.Errorf(capability.InvalidArgument, "command %q and cmd %q differ: cmd is the old name of command; give only command", in.Command, in.Cmd)
+	}
+	return cmp.Or(in.Command, in.Cmd), nil
+}
+
 func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessResult, error) {
+	program, err := in.program()
+	if err != nil {
+		return nil, err
+	}
 	if in.TimeoutMS < 0 || in.TimeoutMS > maxProcessTimeoutMS {
 		return nil, capability.Errorf(capability.InvalidArgument, "timeout_ms %d is outside 0..%d (milliseconds; 0 for no timeout)", in.TimeoutMS, int64(maxProcessTimeoutMS))
 	}
@@ -263,7 +341,7 @@ func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessR
 		base.Rootfs = dir
 	}
 	p, v, err := a.procs.Start(ctx, a.Sandbox, base, s.ID, &proc.Start{
-		Config: proc.Config{Cmd: in.Cmd, Args: in.Args, Env: in.Env, Cwd: in.Cwd},
+		Config: proc.Config{Cmd: program, Args: in.Args, Env: in.Env, Cwd: in.Cwd},
 		Tag:    in.Tag, Dir: dir, Stdin: in.Stdin, PTY: in.PTY, Timeout: time.Duration(in.TimeoutMS) * time.Millisecond,
 	})
 	if err != nil {
@@ -272,13 +350,19 @@ func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessR
 	runcode.Started(ctx, p.Pid())
 	a.following(ctx) // it runs: from now on this call only streams it (a pause need not wait)
 	if in.Background {
-		v.Detach()
-		return &ProcessResult{Pid: p.Pid(), Tag: in.Tag, Running: true}, nil
+		// A process that fails at once (a missing file, a port in use)
+		// is reported as ended, with its output, instead of as running.
+		wctx, cancel := context.WithTimeout(ctx, a.startWindow)
+		defer cancel()
+		return a.follow(wctx, p, v, in.Tag)
 	}
 	return a.follow(ctx, p, v, in.Tag)
 }
 
-func (a *App) connectProcess(ctx context.Context, in ProcessSelector) (*ProcessResult, error) {
+func (a *App) connectProcess(ctx context.Context, in ConnectProcessInput) (*ProcessResult, error) {
+	if in.TimeoutMS < 0 || in.TimeoutMS > maxProcessTimeoutMS {
+		return nil, capability.Errorf(capability.InvalidArgument, "timeout_ms %d is outside 0..%d (milliseconds; 0 to follow it to its end)", in.TimeoutMS, int64(maxProcessTimeoutMS))
+	}
 	s, err := entered(ctx)
 	if err != nil {
 		return nil, err
@@ -293,7 +377,39 @@ func (a *App) connectProcess(ctx context.Context, in ProcessSelector) (*ProcessR
 	}
 	a.following(ctx) // only streams the process (a pause need not wait)
 	runcode.Started(ctx, p.Pid())
-	return a.follow(ctx, p, v, p.Info().Tag)
+	if in.TimeoutMS == 0 {
+		return a.follow(ctx, p, v, p.Info().Tag)
+	}
+	tctx, cancel := context.WithTimeout(ctx, time.Duration(in.TimeoutMS)*time.Millisecond)
+	defer cancel()
+	res, err := a.follow(tctx, p, v, p.Info().Tag)
+	if err == nil && res.Running && ctx.Err() == nil {
+		res.TimedOut = true
+	}
+	return res, err
+}
+
+func (a *App) readProcessOutput(ctx context.Context, in ReadOutputInput) (*ProcessOutput, error) {
+	if in.Since < 0 {
+		return nil, capability.Errorf(capability.InvalidArgument, "since %d is negative: give 0, or the next of the previous answer", in.Since)
+	}
+	s, err := entered(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p, err := a.procs.Find(s.ID, in.sel())
+	if err != nil {
+		return nil, err
+	}
+	// Ended first, then the output: an ended process's output is whole.
+	ended := p.Ended()
+	o := p.ReadOutput(in.Since)
+	res := &ProcessOutput{Pid: p.Pid(), Tag: p.Info().Tag, Running: !ended, Output: string(o.Data), Next: o.Next, Dropped: o.Dropped}
+	if ended {
+		e := p.End()
+		res.End = &e
+	}
+	return res, nil
 }
 
 // follow hands v's output to the caller's stream until the process ends

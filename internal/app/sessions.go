@@ -244,6 +244,7 @@ func (a *App) registerSessions(reg *capability.Registry) {
 	reg.Register(capability.New("terminal_exec",
 		"Run a command line in the session's persistent shell (bash) and get {output, exit_code, cwd}. "+
 			"The shell keeps its directory, variables and functions between calls, like a terminal. Exit code and cwd come from the shell itself, never from the output. "+
+			"Calls on one session run in turn, in the order sent. "+
 			"A command that waits for input returns early with waiting_for_input=true: answer with send_input. "+
 			"On timeout the command gets SIGINT; if it is still running 1.2 s later the shell is killed and recreated in the same directory (interrupt_stage says which). "+
 			"Output (stdout and stderr merged in order) is cut to head and tail when long; output_file keeps it whole.",

@@ -90,8 +90,10 @@ var classes = []class{
 	{match: is(project.ErrUnknownTemplate), code: capability.InvalidArgument},
 
 	// The session shell and terminal.
-	{match: is(terminal.ErrBusy), code: capability.Busy,
-		hint: `wait for it, answer it with send_input, or interrupt it with send_input "\u0003"`},
+	// A busy shell's errors say themselves what runs and what to do
+	// (terminal/queue.go); no hint may advise stopping another call's
+	// command.
+	{match: is(terminal.ErrBusy), code: capability.Busy},
 	{match: is(terminal.ErrInvalid), code: capability.InvalidArgument},
 	{match: is(terminal.ErrNotRunning), code: capability.InvalidArgument},
 	{match: is(terminal.ErrNoBash), code: capability.Unavailable},

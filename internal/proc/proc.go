@@ -130,6 +130,7 @@ type Table struct {
 
 	mu       sync.Mutex
 	sessions map[string]map[int]*Process // session id → pid → process
+	ended    map[string][]*Process       // session id → its last keepEnded ended processes, oldest first
 	pending  map[string]int              // starts under way per session
 	closed   bool
 }
@@ -138,7 +139,7 @@ type Table struct {
 func New() *Table { return newTable(DefaultMax, DefaultQueue) }
 
 func newTable(max, queue int) *Table {
-	return &Table{max: max, queue: queue, sessions: map[string]map[int]*Process{}, pending: map[string]int{}}
+	return &Table{max: max, queue: queue, sessions: map[string]map[int]*Process{}, ended: map[string][]*Process{}, pending: map[string]int{}}
 }
 
 // Process is a live (or just ended) process of a session.
@@ -157,6 +158,7 @@ type Process struct {
 
 	mu      sync.Mutex
 	viewers map[*Viewer]struct{}
+	out     ring // the latest output, for ReadOutput
 	done    chan struct{}
 	end     End
 }
@@ -252,6 +254,7 @@ func (p *Process) emit(stream string, b []byte) {
 	ev := Event{Stream: stream, Data: slices.Clone(b)}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.out.write(b)
 	for v := range p.viewers {
 		queued := v.queued.Add(int64(len(b)))
 		if queued > int64(p.t.queue) {
@@ -511,6 +514,8 @@ func (t *Table) finish(p *Process, e End) {
 			delete(t.sessions, p.session)
 		}
 	}
+	ended := append(t.ended[p.session], p)
+	t.ended[p.session] = ended[max(len(ended)-keepEnded, 0):]
 	t.mu.Unlock()
 	p.mu.Lock()
 	p.end = e
@@ -621,6 +626,43 @@ func (t *Table) Get(session string, sel Selector) (*Process, error) {
 	return nil, fmt.Errorf("%w: no running process with %s in this session (it has ended, or never ran here); list_processes lists them", ErrNotFound, sel)
 }
 
+// Find returns the process of session that sel names: a live one, else
+// one of the last that ended (the newest that matches), whose output is
+// still readable (ReadOutput).
+func (t *Table) Find(session string, sel Selector) (*Process, error) {
+	p, err := t.Get(session, sel)
+	if !errors.Is(err, ErrNotFound) {
+		return p, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ended := t.ended[session]
+	for i := len(ended) - 1; i >= 0; i-- {
+		if q := ended[i]; sel.Pid != 0 && q.pid == sel.Pid || sel.Pid == 0 && q.tag == sel.Tag {
+			return q, nil
+		}
+	}
+	return nil, err
+}
+
+// ReadOutput is what p printed (every stream merged) from offset since
+// on, as far as its ring (the last RingSize bytes) still holds it.
+func (p *Process) ReadOutput(since int64) Output {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.read(since)
+}
+
+// Ended reports whether p has ended (then End says how).
+func (p *Process) Ended() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Sessions is how many sessions the table keeps processes or starts
 // of (the leak tests' count).
 func (t *Table) Sessions() int {
@@ -629,6 +671,11 @@ func (t *Table) Sessions() int {
 	n := len(t.sessions)
 	for id := range t.pending {
 		if t.sessions[id] == nil {
+			n++
+		}
+	}
+	for id := range t.ended {
+		if t.sessions[id] == nil && t.pending[id] == 0 {
 			n++
 		}
 	}
@@ -753,6 +800,9 @@ func (t *Table) EndSession(session string) {
 	for _, p := range procs {
 		<-p.done
 	}
+	t.mu.Lock()
+	delete(t.ended, session)
+	t.mu.Unlock()
 }
 
 // Close kills every process of every session and refuses new ones.
@@ -767,4 +817,7 @@ func (t *Table) Close() {
 	for _, id := range ids {
 		t.EndSession(id)
 	}
+	t.mu.Lock()
+	clear(t.ended)
+	t.mu.Unlock()
 }

@@ -23,7 +23,8 @@
 // records.go for which blob counts, and shelllib.go for the dump).
 //
 // A Shell runs one command at a time and is safe for concurrent use: a
-// second Exec while a command runs gets ErrBusy. Its life (idle, starting,
+// second Exec while a command runs waits in line for it, in arrival order
+// and at most its own timeout (queue.go). Its life (idle, starting,
 // ready, running, closing, closed) is the state machine of lifecycle.go;
 // Close returns once no call is in flight in it, and a call that raced
 // with it gets ErrClosed. While a command runs, the shell looks every
@@ -55,7 +56,8 @@ import (
 )
 
 var (
-	// ErrBusy means the shell is still running a command.
+	// ErrBusy means the shell is still running a command (a BusyError
+	// or an InputError says which, and for how long).
 	ErrBusy = errors.New("the session's shell is still running a command")
 	// ErrNotRunning means there is no command to send input to or to wait for.
 	ErrNotRunning = errors.New("no command is running in the session's shell")
@@ -150,7 +152,7 @@ func (r *Result) Text() string {
 	}
 	switch {
 	case r.WaitingForInput:
-		b.WriteString("⏳ waiting for input: answer with send_input (\"\\u0003\" interrupts)\n")
+		b.WriteString("⏳ waiting for input: answer with send_input (\"\\u0003\" interrupts); the shell runs no other command until it ends\n")
 	case r.Running:
 		b.WriteString("⏳ still running\n")
 	default:
@@ -201,6 +203,7 @@ type Shell struct {
 	calls   int           // calls in flight and run collectors; closed waits for none
 	sp      *shellProc    // the process, when there is one
 	cur     *run          // the command running (state running)
+	queue   []*ticket     // the calls waiting for the shell, in arrival order (queue.go)
 	last    *run          // the last command, until a waiter took its result
 
 	cwd      string
@@ -223,6 +226,12 @@ type run struct {
 	exitCode     int
 	died         bool
 	once         sync.Once
+	command      string // how errors name it (quoteCommand)
+
+	// Under the Shell's mu: the callers waiting for its end, and whether
+	// the last of them returned because it waits for input (queue.go).
+	waiters  int
+	awaiting bool
 
 	// The state stream (see records.go).
 	stateNonce  string
@@ -566,7 +575,7 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 		return nil, err
 	}
 	defer s.leave()
-	if err := s.claimLocked(ctx); err != nil {
+	if err := s.lineUpLocked(ctx, timeout); err != nil {
 		s.mu.Unlock()
 		return nil, err
 	}
@@ -578,6 +587,7 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 		start:  time.Now(),
 		status: make(chan struct{}), synced: make(chan struct{}), errSynced: make(chan struct{}),
 		stateSynced: make(chan struct{}), done: make(chan struct{}),
+		command: quoteCommand(command),
 	}
 	id := time.Now().UTC().Format("20060102-150405.000000") + "-" + randomHex(4)
 	r.out = runcode.NewCapture(s.opts.MaxOutput, filepath.Join(s.opts.OutputsDir, "term-"+id+".out"), s.opts.SpillLimit).Within(s.opts.Workspace).Observed(ctx, "stdout")
@@ -684,6 +694,18 @@ func (s *Shell) frame(command string, r *run, split bool) string {
 
 // wait waits for r to finish, time out, or block on input.
 func (s *Shell) wait(ctx context.Context, r *run, timeout time.Duration) (*Result, error) {
+	s.mu.Lock()
+	r.waiters++
+	r.awaiting = false
+	s.mu.Unlock()
+	blocked := false
+	defer func() {
+		s.mu.Lock()
+		r.waiters--
+		r.awaiting = blocked
+		s.broadcastLocked() // a call in line may be refused now (queue.go)
+		s.mu.Unlock()
+	}()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	// While a command runs, look every so often whether it is blocked
@@ -724,6 +746,7 @@ func (s *Shell) wait(ctx context.Context, r *run, timeout time.Duration) (*Resul
 				blockedTicks = 0
 			}
 			if blockedTicks >= 2 {
+				blocked = true
 				return s.partial(r, true), nil
 			}
 		}
@@ -794,6 +817,9 @@ func (s *Shell) SendInput(data string) error {
 		s.interrupt(r)
 		return nil
 	}
+	s.mu.Lock()
+	r.awaiting = false // answered: a call in line waits for its end again
+	s.mu.Unlock()
 	if _, err := io.WriteString(r.sp.inW, data); err != nil {
 		if s.State() >= StateClosing {
 			return ErrClosed

@@ -210,7 +210,7 @@ func (p *processService) Connect(ctx context.Context, req *connect.Request[proce
 	if err != nil {
 		return err
 	}
-	return p.follow(ctx, req.Header(), "connect_process", sel, false, func(ev *process.ProcessEvent) error {
+	return p.follow(ctx, req.Header(), "connect_process", app.ConnectProcessInput{ProcessSelector: sel}, false, func(ev *process.ProcessEvent) error {
 		return stream.Send(&process.ConnectResponse{Event: ev})
 	})
 }

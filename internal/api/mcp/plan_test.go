@@ -175,8 +175,9 @@ func cases() (setup []call, table map[string]toolCase) {
 		"open_terminal":    {map[string]any{"session": "s1"}, field("open", "true")},
 		// Background processes: one that ends within the call; the
 		// others name a pid that runs nowhere.
-		"start_process":       {map[string]any{"session": "s1", "cmd": "sh", "args": []string{"-c", "echo $((6*7))"}}, all(field("exit_code", "0"), field("stdout", "42\n"))},
+		"start_process":       {map[string]any{"session": "s1", "command": "sh", "args": []string{"-c", "echo $((6*7))"}}, all(field("exit_code", "0"), field("stdout", "42\n"))},
 		"connect_process":     {map[string]any{"session": "s1", "pid": 999999}, toolError("not_found")},
+		"read_process_output": {map[string]any{"session": "s1", "pid": 999999}, toolError("not_found")},
 		"list_processes":      {map[string]any{"session": "s1"}, text("process")},
 		"send_process_input":  {map[string]any{"session": "s1", "pid": 999999, "data": "x"}, toolError("not_found")},
 		"close_process_stdin": {map[string]any{"session": "s1", "pid": 999999}, toolError("not_found")},

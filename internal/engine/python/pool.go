@@ -59,6 +59,7 @@ type slot struct {
 	// The code context of the run in progress and its cancel (under mu).
 	runCtx    string
 	cancelRun context.CancelCauseFunc
+	since     time.Time // when the run in progress took sem (under mu)
 }
 
 func (e *pool) slot(id string) (*slot, error) {
@@ -81,13 +82,31 @@ func (e *pool) run(ctx context.Context, req *runcode.Request) (*runcode.Result, 
 	if err != nil {
 		return nil, err
 	}
+	// Runs of a session wait for each other in the order they came (a
+	// channel's blocked senders go in turn), for at most their timeout.
+	waitStart := time.Now()
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
+		what := "a reset or stop of this session's Python"
+		s.mu.Lock()
+		if !s.since.IsZero() {
+			what = "another run of this session's Python, running for " + time.Since(s.since).Round(100*time.Millisecond).String() + ","
+		}
+		s.mu.Unlock()
 		return &runcode.Result{ExitCode: -1, Interrupted: true, TimedOut: errors.Is(ctx.Err(), context.DeadlineExceeded),
-			Error: "the session's previous run was still going; this run did not start (" + ctx.Err().Error() + ")"}, nil
+			Error: fmt.Sprintf("this run waited %s for %s and did not start (%v): call again when it is done, or run this in another session",
+				time.Since(waitStart).Round(100*time.Millisecond), what, ctx.Err())}, nil
 	}
-	defer func() { <-s.sem }()
+	s.mu.Lock()
+	s.since = time.Now()
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.since = time.Time{}
+		s.mu.Unlock()
+		<-s.sem
+	}()
 	if s.idle != nil {
 		s.idle.Stop()
 	}
