@@ -156,12 +156,12 @@ func newAppWindow(t *testing.T, window time.Duration) *App {
 
 // TestBackgroundProcessThatEndsAtOnce: start_process with background:true
 // reports a process that ends within its start window as ended, with its
-// exit code and output; command and cmd name the same thing.
+// exit code and output; command is a shell line, cmd a program with args.
 func TestBackgroundProcessThatEndsAtOnce(t *testing.T) {
 	a := newAppWindow(t, time.Minute) // the window ends at the exit, long before
 	s := newSession(t, a, "dies", "")
-	res := mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Command: "sh", Background: true,
-		Args: []string{"-c", "echo starting; echo 'port in use' >&2; exit 3"}}).(*ProcessResult)
+	res := mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Background: true,
+		Command: "echo starting; echo 'port in use' >&2; exit 3"}).(*ProcessResult)
 	if res.Running || res.ExitCode != 3 || !res.Exited || res.Stdout != "starting\n" || res.Stderr != "port in use\n" {
 		t.Fatalf("%+v", res)
 	}
@@ -169,16 +169,20 @@ func TestBackgroundProcessThatEndsAtOnce(t *testing.T) {
 		t.Fatalf("%q", txt)
 	}
 	_, err := call(t, a, "start_process", StartProcessInput{Session: s.ID, Command: "sh", Cmd: "bash"})
-	if ce := wantCode(t, err, capability.InvalidArgument); !strings.Contains(ce.Message, "differ") {
+	if ce := wantCode(t, err, capability.InvalidArgument); !strings.Contains(ce.Message, "not both") {
+		t.Fatalf("%q", ce.Message)
+	}
+	_, err = call(t, a, "start_process", StartProcessInput{Session: s.ID, Command: "sh", Args: []string{"-c", "true"}})
+	if ce := wantCode(t, err, capability.InvalidArgument); !strings.Contains(ce.Message, "args go with cmd") {
 		t.Fatalf("%q", ce.Message)
 	}
 	_, err = call(t, a, "start_process", StartProcessInput{Session: s.ID})
 	if ce := wantCode(t, err, capability.InvalidArgument); !strings.Contains(ce.Message, "command") {
 		t.Fatalf("%q", ce.Message)
 	}
-	res = mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "true", Command: "true"}).(*ProcessResult)
-	if res.Running || res.ExitCode != 0 {
-		t.Fatalf("same command and cmd: %+v", res)
+	res = mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "sh", Args: []string{"-c", "exit 4"}, Background: true}).(*ProcessResult)
+	if res.Running || res.ExitCode != 4 {
+		t.Fatalf("cmd and args: %+v", res)
 	}
 }
 
@@ -190,7 +194,7 @@ func TestReadProcessOutput(t *testing.T) {
 	s := newSession(t, a, "ring", "")
 	// About 90 KiB, more than the ring keeps, then a prompt.
 	script := `i=0; while [ $i -lt 2000 ]; do echo "line $i ........................................"; i=$((i+1)); done; echo done; read x; echo "got $x"`
-	start := startStream(t, a, admin, "start_process", StartProcessInput{Session: s.ID, Tag: "talker", Stdin: true, Command: "sh", Args: []string{"-c", script}})
+	start := startStream(t, a, admin, "start_process", StartProcessInput{Session: s.ID, Tag: "talker", Stdin: true, Command: script})
 	start.pid(t)
 	start.out.waitFor(t, "stdout", "done\n", start.done)
 	sel := ProcessSelector{Session: s.ID, Tag: "talker"}
@@ -225,7 +229,7 @@ func TestReadProcessOutput(t *testing.T) {
 func TestConnectProcessTimeout(t *testing.T) {
 	a := newApp(t, nil)
 	s := newSession(t, a, "conn", "")
-	started := mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Command: "sleep", Args: []string{"100000"}, Background: true}).(*ProcessResult)
+	started := mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Command: "sleep 100000", Background: true}).(*ProcessResult)
 	if !started.Running {
 		t.Fatalf("%+v", started)
 	}

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -30,15 +29,14 @@ func (s ProcessSelector) sel() proc.Selector { return proc.Selector{Pid: s.Pid, 
 
 // StartProcessInput is start_process's input.
 type StartProcessInput struct {
-	Session string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
-	Command string `json:"command,omitempty" jsonschema:"the program (looked up in PATH), e.g. bash; a shell line goes in args: [\"-c\", \"npm start\"]"`
-	// Cmd is the former name of Command, still accepted.
-	Cmd   string            `json:"cmd,omitempty" jsonschema:"deprecated: the same as command"`
-	Args  []string          `json:"args,omitempty" jsonschema:"its arguments, e.g. [\"-c\", \"npm start\"]"`
-	Env   map[string]string `json:"env,omitempty" jsonschema:"variables over the session's"`
-	Cwd   string            `json:"cwd,omitempty" jsonschema:"working directory as the box sees it, relative ones from the workspace; default the workspace (/home/user in a session box)"`
-	Tag   string            `json:"tag,omitempty" jsonschema:"a name to find the process by later"`
-	Stdin bool              `json:"stdin,omitempty" jsonschema:"keep its stdin open for send_process_input (else /dev/null)"`
+	Session string            `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
+	Command string            `json:"command,omitempty" jsonschema:"the shell line to run with bash, e.g. \"npm start\" (or cmd and args)"`
+	Cmd     string            `json:"cmd,omitempty" jsonschema:"instead of command: a program (looked up in PATH), run with args as they are, no shell"`
+	Args    []string          `json:"args,omitempty" jsonschema:"cmd's arguments"`
+	Env     map[string]string `json:"env,omitempty" jsonschema:"variables over the session's"`
+	Cwd     string            `json:"cwd,omitempty" jsonschema:"working directory as the box sees it, relative ones from the workspace; default the workspace (/home/user in a session box)"`
+	Tag     string            `json:"tag,omitempty" jsonschema:"a name to find the process by later"`
+	Stdin   bool              `json:"stdin,omitempty" jsonschema:"keep its stdin open for send_process_input (else /dev/null)"`
 	// PTY runs the process on a pseudo-terminal of that size.
 	PTY        *proc.Size `json:"pty,omitempty" jsonschema:"run it on a terminal of cols x rows (output stream pty)"`
 	TimeoutMS  int64      `json:"timeout_ms,omitempty" jsonschema:"kill it after this many milliseconds; 0 (default) never"`
@@ -200,7 +198,7 @@ func (t *tail) String() string {
 
 func (a *App) registerProcesses(reg *capability.Registry) {
 	reg.Register(capability.New("start_process",
-		"Start a program in the session's sandbox as a background process that outlives this call: a server, a watcher, a long build, a REPL. "+
+		"Start a shell command (command) or a program (cmd, args) in the session's sandbox as a background process that outlives this call: a server, a watcher, a long build, a REPL. "+
 			"It gets a pid (and an optional tag) to find it by; its output streams while the call lasts and it keeps running if the caller goes away "+
 			"(only timeout_ms, signal_process or the end of the session stop it). stdin:true keeps its stdin open for send_process_input; "+
 			"pty runs it on a terminal (resize_process). The call returns when the process ends (exit code, status, the last 64 KiB of output), "+
@@ -298,19 +296,24 @@ func (a *App) onProcess(ctx context.Context, in ProcessSelector, do func(p *proc
 // background:true waits for a process that ends at once.
 const DefaultProcessStartWindow = 500 * time.Millisecond
 
-// program is the program start_process was given, under either name.
-func (in StartProcessInput) program() (string, error) {
+// program is what start_process runs: command, a shell line, with bash
+// (as terminal_exec runs one), or cmd with its args, a program as it is.
+func (in StartProcessInput) program() (string, []string, error) {
 	switch {
-	case in.Command == "" && in.Cmd == "":
-		return "", capability.Errorf(capability.InvalidArgument, "command is empty: name the program to run (e.g. bash, with args [\"-c\", \"…\"])")
-	case in.Command != "" && in.Cmd != "" && in.Command != in.Cmd:
-		return "", capability.Errorf(capability.InvalidArgument, "command %q and cmd %q differ: cmd is the old name of command; give only command", in.Command, in.Cmd)
+	case in.Command != "" && in.Cmd != "":
+		return "", nil, capability.Errorf(capability.InvalidArgument, "give command (a shell line) or cmd (a program, with args), not both")
+	case in.Command != "" && len(in.Args) > 0:
+		return "", nil, capability.Errorf(capability.InvalidArgument, "args go with cmd (a program); command is a whole shell line: put the arguments in it")
+	case in.Command != "":
+		return "bash", []string{"-c", in.Command}, nil
+	case in.Cmd != "":
+		return in.Cmd, in.Args, nil
 	}
-	return cmp.Or(in.Command, in.Cmd), nil
+	return "", nil, capability.Errorf(capability.InvalidArgument, "command is empty: give the shell line to run (e.g. \"python3 -m http.server 8000\"), or cmd, a program, with args")
 }
 
 func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessResult, error) {
-	program, err := in.program()
+	program, args, err := in.program()
 	if err != nil {
 		return nil, err
 	}
@@ -341,7 +344,7 @@ func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessR
 		base.Rootfs = dir
 	}
 	p, v, err := a.procs.Start(ctx, a.Sandbox, base, s.ID, &proc.Start{
-		Config: proc.Config{Cmd: program, Args: in.Args, Env: in.Env, Cwd: in.Cwd},
+		Config: proc.Config{Cmd: program, Args: args, Env: in.Env, Cwd: in.Cwd},
 		Tag:    in.Tag, Dir: dir, Stdin: in.Stdin, PTY: in.PTY, Timeout: time.Duration(in.TimeoutMS) * time.Millisecond,
 	})
 	if err != nil {
