@@ -118,8 +118,8 @@ func TestBusyTerminalNamesWhatRuns(t *testing.T) {
 }
 
 // TestCommandWaitingForInputThenNextCall: a command that waits for input
-// says so; the next terminal_exec is told at once what holds the shell
-// and how to answer it; once answered, the next call works.
+// says so and how to answer; answered, it ends; left unanswered, the next
+// terminal_exec interrupts it, runs, and says what it interrupted.
 func TestCommandWaitingForInputThenNextCall(t *testing.T) {
 	a := newApp(t, nil)
 	s := newSession(t, a, "asks", "")
@@ -128,17 +128,16 @@ func TestCommandWaitingForInputThenNextCall(t *testing.T) {
 		if !res.WaitingForInput || !strings.Contains(res.Text(), "send_input") {
 			t.Fatalf("%s: %+v", cmd, res)
 		}
-		_, err := call(t, a, "terminal_exec", TerminalExecInput{Session: s.ID, Command: "echo next", TimeoutMS: 120000})
-		ce := wantCode(t, err, capability.Busy)
-		if !strings.Contains(ce.Message, "waiting for input") || !strings.Contains(ce.Message, "send_input") {
-			t.Fatalf("%q", ce.Message)
-		}
 		res = mustCall(t, a, "send_input", SendInputInput{Session: s.ID, Data: "v\n"}).(*terminal.Result)
 		if res.Running || res.ExitCode != 0 || !strings.Contains(res.Output, "got v") {
 			t.Fatalf("%s answered: %+v", cmd, res)
 		}
-		if res := texec(t, a, s.ID, "echo next"); res.Output != "next\n" {
-			t.Fatalf("the next call: %+v", res)
+		if res := texec(t, a, s.ID, cmd); !res.WaitingForInput {
+			t.Fatalf("%s again: %+v", cmd, res)
+		}
+		res = texec(t, a, s.ID, "echo next")
+		if res.Output != "next\n" || res.ExitCode != 0 || !strings.Contains(res.Text(), "which waited for input") {
+			t.Fatalf("the next call after %s was left unanswered: %+v", cmd, res)
 		}
 	}
 }

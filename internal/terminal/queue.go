@@ -23,7 +23,9 @@ import (
 // of waiting out its timeout behind it.
 
 // ticket is a place in the shell's line (compared by identity).
-type ticket struct{ _ byte }
+type ticket struct {
+	arrived time.Time // when the call came: before or after a prompt was reported
+}
 
 // BusyError is the answer of a command that waited its whole wait in
 // line: it ran nothing. It matches ErrBusy.
@@ -74,8 +76,15 @@ var errLineWait = errors.New("the wait in line ran out")
 // lineUpLocked waits in line (at most wait) for the shell to be free,
 // then claims it for this call: on nil the shell is running and the
 // caller owns it. s.mu is held (released while waiting).
-func (s *Shell) lineUpLocked(ctx context.Context, wait time.Duration) error {
-	t := new(ticket)
+//
+// A command left waiting for input (its call returned saying so, and
+// nobody answers) is interrupted for a call that came after that answer:
+// the caller was told that the next command would do so, and moved on.
+// abandoned names it, for the result. A call that was already in line
+// then (sent in the same turn, before its caller could read the prompt)
+// is refused at once with an InputError instead.
+func (s *Shell) lineUpLocked(ctx context.Context, wait time.Duration) (abandoned string, err error) {
+	t := &ticket{arrived: time.Now()}
 	s.queue = append(s.queue, t)
 	s.broadcastLocked() // who watches the line (tests) sees it grow
 	defer func() {
@@ -91,15 +100,29 @@ func (s *Shell) lineUpLocked(ctx context.Context, wait time.Duration) error {
 		})
 		if err != nil {
 			if errors.Is(err, errLineWait) {
-				return s.busyLocked(time.Since(start), slices.Index(s.queue, t))
+				return "", s.busyLocked(time.Since(start), slices.Index(s.queue, t))
 			}
-			return err
+			return "", err
 		}
 		if s.state == StateRunning {
-			return &InputError{Command: s.cur.command, Since: time.Since(s.cur.start)}
+			r := s.cur
+			if t.arrived.Before(r.strandedAt) {
+				return "", &InputError{Command: r.command, Since: time.Since(r.start)}
+			}
+			s.mu.Unlock()
+			s.interrupt(r)
+			s.mu.Lock()
+			abandoned = r.command
+			if err := s.waitLocked(wctx, func() bool { return s.cur != r || s.state != StateRunning }); err != nil {
+				if errors.Is(err, errLineWait) {
+					return "", s.busyLocked(time.Since(start), slices.Index(s.queue, t))
+				}
+				return "", err
+			}
+			continue
 		}
 		if err := s.claimLocked(ctx); !errors.Is(err, ErrBusy) {
-			return err
+			return abandoned, err
 		}
 	}
 }

@@ -117,20 +117,13 @@ func TestBusyErrorNamesWhatRuns(t *testing.T) {
 }
 
 // TestCommandWaitingForInputHoldsNoLine: a command blocked on input,
-// whose call returned saying so, refuses the next command at once with
-// what to do; answered, it ends and the next command runs.
+// whose call returned saying so, is answered with send_input and ends;
+// one left unanswered is interrupted by the next command, which runs and
+// says what it interrupted.
 func TestCommandWaitingForInputHoldsNoLine(t *testing.T) {
 	s, _, _ := newShell(t, nil)
-	if res := exec(t, s, "read x; echo got $x", ExecOptions{}); !res.WaitingForInput {
+	if res := exec(t, s, "read x; echo got $x", ExecOptions{}); !res.WaitingForInput || !strings.Contains(res.Text(), "send_input") {
 		t.Fatalf("%+v", res)
-	}
-	_, err := s.Exec(context.Background(), "echo next", ExecOptions{Timeout: time.Minute})
-	var ie *InputError
-	if !errors.As(err, &ie) || !errors.Is(err, ErrBusy) || !errors.Is(err, ErrAwaitingInput) {
-		t.Fatalf("want an InputError, got %v", err)
-	}
-	if msg := err.Error(); !strings.Contains(msg, "`read x; echo got $x`") || !strings.Contains(msg, "send_input") {
-		t.Fatalf("%q", msg)
 	}
 	if err := s.SendInput("v\n"); err != nil {
 		t.Fatal(err)
@@ -138,7 +131,18 @@ func TestCommandWaitingForInputHoldsNoLine(t *testing.T) {
 	if res, err := s.Wait(context.Background(), time.Minute); err != nil || res.Output != "got v\n" {
 		t.Fatalf("%+v %v", res, err)
 	}
-	if res := exec(t, s, "echo next", ExecOptions{}); res.Output != "next\n" {
+	if res := exec(t, s, "X=kept; read y; echo got $y", ExecOptions{}); !res.WaitingForInput {
+		t.Fatalf("%+v", res)
+	}
+	res := exec(t, s, "echo next $X", ExecOptions{})
+	// A soft interrupt keeps what the command set, as a Ctrl-C does.
+	if res.Output != "next kept\n" || res.ExitCode != 0 || res.Abandoned != "`X=kept; read y; echo got $y`" {
+		t.Fatalf("the next command after an unanswered prompt: %+v", res)
+	}
+	if txt := res.Text(); !strings.Contains(txt, "interrupted `X=kept; read y; echo got $y`, which waited for input") {
+		t.Fatalf("%q", txt)
+	}
+	if res := exec(t, s, "echo after", ExecOptions{}); res.Output != "after\n" || res.Abandoned != "" {
 		t.Fatalf("%+v", res)
 	}
 }

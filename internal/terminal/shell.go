@@ -116,22 +116,28 @@ type Result struct {
 	Running  bool   `json:"running" jsonschema:"the command is still running (waiting for input, or detached after a timeout)"`
 	// WaitingForInput: the command is blocked reading its standard input;
 	// answer with send_input.
-	WaitingForInput bool    `json:"waiting_for_input" jsonschema:"the command is blocked reading input; answer with send_input"`
-	TimedOut        bool    `json:"timed_out" jsonschema:"the command hit its timeout and was interrupted"`
-	TimeoutMS       int64   `json:"timeout_ms,omitempty" jsonschema:"the timeout the command hit, when timed_out"`
-	Interrupted     bool    `json:"interrupted" jsonschema:"the command was interrupted"`
-	InterruptStage  string  `json:"interrupt_stage,omitempty" jsonschema:"soft: SIGINT stopped it; hard: the shell was killed and recreated in the same directory"`
-	ShellRestarted  bool    `json:"shell_restarted" jsonschema:"the shell died (exit, set -e, a crash) or was killed, and a new one was started in the last directory"`
-	Truncated       bool    `json:"truncated" jsonschema:"output was cut; output_file keeps it whole"`
-	OutputBytes     int64   `json:"output_bytes"`
-	OutputFile      string  `json:"output_file,omitempty" jsonschema:"workspace-relative file with the full output, when cut or escaped"`
-	Error           string  `json:"error" jsonschema:"a failure of the terminal itself, not of the command"`
-	DurationMS      float64 `json:"duration_ms"`
+	WaitingForInput bool `json:"waiting_for_input" jsonschema:"the command is blocked reading input; answer with send_input"`
+	// Abandoned is the command that waited for input, unanswered, and was
+	// interrupted for this one.
+	Abandoned      string  `json:"abandoned,omitempty" jsonschema:"a command left waiting for input, interrupted so that this one could run"`
+	TimedOut       bool    `json:"timed_out" jsonschema:"the command hit its timeout and was interrupted"`
+	TimeoutMS      int64   `json:"timeout_ms,omitempty" jsonschema:"the timeout the command hit, when timed_out"`
+	Interrupted    bool    `json:"interrupted" jsonschema:"the command was interrupted"`
+	InterruptStage string  `json:"interrupt_stage,omitempty" jsonschema:"soft: SIGINT stopped it; hard: the shell was killed and recreated in the same directory"`
+	ShellRestarted bool    `json:"shell_restarted" jsonschema:"the shell died (exit, set -e, a crash) or was killed, and a new one was started in the last directory"`
+	Truncated      bool    `json:"truncated" jsonschema:"output was cut; output_file keeps it whole"`
+	OutputBytes    int64   `json:"output_bytes"`
+	OutputFile     string  `json:"output_file,omitempty" jsonschema:"workspace-relative file with the full output, when cut or escaped"`
+	Error          string  `json:"error" jsonschema:"a failure of the terminal itself, not of the command"`
+	DurationMS     float64 `json:"duration_ms"`
 }
 
 // Text renders the result for a model.
 func (r *Result) Text() string {
 	var b strings.Builder
+	if r.Abandoned != "" {
+		b.WriteString("ℹ️ interrupted " + r.Abandoned + ", which waited for input, to run this\n")
+	}
 	if r.Error != "" {
 		b.WriteString("⚠️ error: " + r.Error + "\n")
 	}
@@ -152,7 +158,7 @@ func (r *Result) Text() string {
 	}
 	switch {
 	case r.WaitingForInput:
-		b.WriteString("⏳ waiting for input: answer with send_input (\"\\u0003\" interrupts); the shell runs no other command until it ends\n")
+		b.WriteString("⏳ waiting for input: answer with send_input; the next terminal_exec interrupts it\n")
 	case r.Running:
 		b.WriteString("⏳ still running\n")
 	default:
@@ -232,6 +238,9 @@ type run struct {
 	// the last of them returned because it waits for input (queue.go).
 	waiters  int
 	awaiting bool
+	// strandedAt is when the last call that waited for it returned
+	// saying that it waits for input.
+	strandedAt time.Time
 
 	// The state stream (see records.go).
 	stateNonce  string
@@ -575,7 +584,8 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 		return nil, err
 	}
 	defer s.leave()
-	if err := s.lineUpLocked(ctx, timeout); err != nil {
+	abandoned, err := s.lineUpLocked(ctx, timeout)
+	if err != nil {
 		s.mu.Unlock()
 		return nil, err
 	}
@@ -605,7 +615,7 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 	// resident shell (a regular file: bash reads it in blocks, where a
 	// pipe costs one read per byte). Only this server writes it, between
 	// commands; the subshell closes it before any user code runs.
-	err := sp.stateIn.Truncate(0)
+	err = sp.stateIn.Truncate(0)
 	if err == nil {
 		_, err = sp.stateIn.WriteAt([]byte(sp.blob), 0)
 	}
@@ -624,7 +634,11 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 		// The shell died (or was closed) before it could read the command.
 		r.finish(func() { r.died, r.exitCode = true, -1 })
 	}
-	return s.wait(ctx, r, timeout)
+	res, err := s.wait(ctx, r, timeout)
+	if res != nil {
+		res.Abandoned = abandoned
+	}
+	return res, err
 }
 
 // frame wraps command for the resident shell: load it and the last state
@@ -703,6 +717,9 @@ func (s *Shell) wait(ctx context.Context, r *run, timeout time.Duration) (*Resul
 		s.mu.Lock()
 		r.waiters--
 		r.awaiting = blocked
+		if blocked {
+			r.strandedAt = time.Now()
+		}
 		s.broadcastLocked() // a call in line may be refused now (queue.go)
 		s.mu.Unlock()
 	}()

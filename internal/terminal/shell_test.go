@@ -159,9 +159,6 @@ func TestReadWaitsForInputAndSendInputAnswers(t *testing.T) {
 	if !res.WaitingForInput || !res.Running || res.Output != "name? " {
 		t.Fatalf("%+v", res)
 	}
-	if _, err := s.Exec(context.Background(), "echo other", ExecOptions{}); !errors.Is(err, ErrBusy) {
-		t.Fatalf("exec while busy: %v", err)
-	}
 	if err := s.SendInput("quro\n"); err != nil {
 		t.Fatal(err)
 	}
