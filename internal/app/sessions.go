@@ -11,6 +11,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
@@ -599,7 +600,7 @@ func (a *App) sendInput(ctx context.Context, in SendInputInput) (*terminal.Resul
 			if _, err := p.Write([]byte(in.Data)); err != nil {
 				return nil, err
 			}
-			return &terminal.Result{Output: "(sent to the interactive terminal; read_screen shows it)", ExitCode: -1, Running: true, Cwd: s.Cwd}, nil
+			return &terminal.Result{Output: "(sent to the interactive terminal; read_screen shows it)", ExitCode: -1, Running: true, Cwd: hostpath.InHome(s.Workspace(), s.Cwd)}, nil
 		}
 		return nil, capability.Errorf(capability.InvalidArgument,
 			"nothing in session %s is waiting for input: no command is running and no interactive terminal is open", s.Name)
