@@ -362,7 +362,9 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 			return res
 		}
 		why.add(e.Name(), err.Error())
-		runFailed.add(e.Name(), err.Error())
+		if !errors.Is(err, ErrStepAside) {
+			runFailed.add(e.Name(), err.Error())
+		}
 	}
 	return &Result{Engine: "none", ExitCode: -1,
 		Error: "no " + lang.Name + " engine could run the code (" + why.String() + ")"}
