@@ -132,7 +132,11 @@ type SessionInfo struct {
 	LastUsedAt time.Time `json:"last_used_at"`
 	Network    string    `json:"network"`
 	Rootfs     string    `json:"rootfs,omitempty"`
-	Workspace  string    `json:"workspace"`
+	// Workspace is the workspace's host path, for the server's own use;
+	// a caller reads Home.
+	Workspace string `json:"-"`
+	// Home is the workspace as every run of the session sees it.
+	Home string `json:"workspace" jsonschema:"the session's workspace, /home/user: the working directory of its runs"`
 	// State is running or paused (pause_session, or a lifetime that
 	// ended with on_timeout pause).
 	SessionState string            `json:"state"`
@@ -536,7 +540,7 @@ func metadataMatches(md, want map[string]string) bool {
 func (a *App) sessionInfo(ctx context.Context, s *session.Session) *SessionInfo {
 	info := &SessionInfo{
 		ID: s.ID, Name: s.Name, Default: a.Sessions.IsDefault(ctx, s), CreatedAt: s.CreatedAt, LastUsedAt: s.LastUsedAt,
-		Network: s.Network, NetworkRules: s.NetRules, Rootfs: s.Rootfs, Workspace: s.Workspace(), State: a.Terminals.State(s),
+		Network: s.Network, NetworkRules: s.NetRules, Rootfs: s.Rootfs, Workspace: s.Workspace(), Home: sandbox.HomeUser, State: a.Terminals.State(s),
 		Resources: a.resources(s), Metadata: s.Metadata,
 	}
 	info.SessionState = StateRunning
