@@ -216,20 +216,20 @@ func TestSoftInterrupt(t *testing.T) {
 }
 
 func TestHardInterruptRecreatesTheShellInTheLastDirectory(t *testing.T) {
-	s, ws, env := newShell(t, func(o *ShellOptions) { o.Grace = 300 * time.Millisecond })
+	s, _, env := newShell(t, func(o *ShellOptions) { o.Grace = 300 * time.Millisecond })
 	env.set("KEEP", "yes")
 	exec(t, s, "mkdir -p deep && cd deep", ExecOptions{})
 	res := exec(t, s, "trap '' INT; echo stubborn; while :; do :; done", ExecOptions{Timeout: 300 * time.Millisecond})
 	if !res.TimedOut || res.InterruptStage != "hard" || !res.ShellRestarted || res.Output != "stubborn\n" {
 		t.Fatalf("%+v", res)
 	}
-	deep := filepath.Join(ws, "deep")
+	deep := "/home/user/deep"
 	if txt := res.Text(); !strings.Contains(txt, "⏱️ timed out after 300ms: the command did not stop on SIGINT, so it was killed and the shell rebuilt in "+deep+
 		" (its directory before this command); shell variables and functions not set with set_session_env were lost") {
 		t.Fatalf("text:\n%s", txt)
 	}
 	res = exec(t, s, "pwd; echo $KEEP", ExecOptions{})
-	if res.Output != filepath.Join(ws, "deep")+"\nyes\n" {
+	if res.Output != deep+"\nyes\n" {
 		t.Fatalf("after restart: %q", res.Output)
 	}
 }
@@ -315,7 +315,7 @@ func BenchmarkShellExec(b *testing.B) {
 // functions, aliases, positional parameters, umask, traps, shell options,
 // the directory — and what bash keeps itself must not be frozen.
 func TestStateCarriesOver(t *testing.T) {
-	s, ws, _ := newShell(t, nil)
+	s, _, _ := newShell(t, nil)
 	set := `mkdir -p d && cd d
 s="it's a \"test\" $HOME"$'\n'"line2"
 declare -a arr=(1 "two words" '')
@@ -343,7 +343,7 @@ printenv EX; echo $RO; echo "$ref"; echo $low; f x; hi; echo "$#:$1:$2"; umask; 
 shopt -q extglob && shopt -q nullglob && ! shopt -q sourcepath && echo shopts
 [[ $- == *f* && $- == *u* ]] && echo setopts; pwd; [[ $RANDOM != "$r1" || $RANDOM != "$r1" ]] && echo random`
 	res := exec(t, s, check, ExecOptions{})
-	want := "it's a \"test\" " + ws + "\nline2\n3:two words:\n" + "v w|1\n6\nexported\nfixed\nit's a \"test\" " + ws + "\nline2\nmixed\nf:x\nalias-hi\n2:p1:p 2\n0027\ntrap -- 'echo usr1' SIGUSR1\nshopts\nsetopts\n" + ws + "/d\nrandom\n"
+	want := "it's a \"test\" /home/user\nline2\n3:two words:\n" + "v w|1\n6\nexported\nfixed\nit's a \"test\" /home/user\nline2\nmixed\nf:x\nalias-hi\n2:p1:p 2\n0027\ntrap -- 'echo usr1' SIGUSR1\nshopts\nsetopts\n/home/user/d\nrandom\n"
 	if res.Output != want || res.ExitCode != 0 {
 		t.Fatalf("state lost:\n%s\nwant:\n%s(exit %d, error %q)", res.Output, want, res.ExitCode, res.Error)
 	}
