@@ -17,7 +17,7 @@ func TestOneNameForTheWorkspace(t *testing.T) {
 	seen := func(what string, args any) string {
 		t.Helper()
 		reply, err := call(t, a, what, args)
-		text := ""
+		var text string
 		if err != nil {
 			text = err.Error()
 		} else {
