@@ -464,3 +464,22 @@ func TestPipFetchErrorSaysWhy(t *testing.T) {
 	}
 	t.Logf("%v", err)
 }
+
+// TestPipInTheBoxSaysWhy: pip in a session with network ends a failure
+// with whether its index could not be reached or has no such package.
+func TestPipInTheBoxSaysWhy(t *testing.T) {
+	t.Parallel()
+	ix := newTestIndex(t, pureWheel(t, "quroreal", "1.0", "x"))
+	a := pipApp(t, ix)
+	s := sessionAs(t, a, pipAlice, "up", "host", nil)
+	runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Code: "print(1)"}) // prepares the interpreter and pip
+	r := runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Lang: "bash", Code: "pip install quronosuch"})
+	if r.ExitCode == 0 || !strings.Contains(r.Stderr, python.NotOnIndexHint) || strings.Contains(r.Stderr, python.UnreachableHint) {
+		t.Fatalf("a package the index has not: %+v", r)
+	}
+	s = sessionAs(t, a, pipAlice, "down", "host", map[string]string{"PIP_INDEX_URL": "http://127.0.0.1:9/simple/"})
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Lang: "bash", Code: "pip install --retries 0 quroreal"})
+	if r.ExitCode == 0 || !strings.Contains(r.Stderr, python.UnreachableHint) {
+		t.Fatalf("an index nobody serves: %+v", r)
+	}
+}
