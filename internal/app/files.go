@@ -19,7 +19,7 @@ import (
 // ReadFileInput is read_file's input.
 type ReadFileInput struct {
 	Session string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
-	Path    string `json:"path" jsonschema:"file path relative to the session workspace (an absolute path must lie inside it)"`
+	Path    string `json:"path" jsonschema:"file path relative to the session workspace /home/user, or absolute under it"`
 	Offset  int64  `json:"offset,omitempty" jsonschema:"byte offset to start reading at; default 0"`
 	Limit   int64  `json:"limit,omitempty" jsonschema:"read at most this many bytes from offset; default: the whole file"`
 }
@@ -63,7 +63,7 @@ func (c *FileContent) Text() string {
 // WriteFileInput is write_file's input.
 type WriteFileInput struct {
 	Session  string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
-	Path     string `json:"path" jsonschema:"file path relative to the session workspace (an absolute path must lie inside it)"`
+	Path     string `json:"path" jsonschema:"file path relative to the session workspace /home/user, or absolute under it"`
 	Content  string `json:"content" jsonschema:"the file's content (may be empty)"`
 	Encoding string `json:"encoding,omitempty" jsonschema:"utf-8 (default: content is the text) or base64 (content is base64-encoded bytes)"`
 	Append   bool   `json:"append,omitempty" jsonschema:"add content to the end of the file instead of replacing it"`
@@ -173,7 +173,7 @@ const maxListEntries = 10000
 
 func (a *App) registerFiles(reg *capability.Registry) {
 	maxRead, maxWrite := workspace.Human(workspace.DefaultMaxRead), workspace.Human(workspace.DefaultMaxWrite)
-	paths := "Paths are relative to the session workspace (the working directory of run_code and the terminal); an absolute path must lie inside it. " +
+	paths := "Paths are relative to the session workspace /home/user (the working directory of run_code and the terminal), or absolute under it. " +
 		"Nothing outside the workspace is reachable: '..' out of it, and symbolic links that point out of it (or are absolute, in the middle of a path), are refused. "
 	reg.Register(capability.New("read_file",
 		"Read a file of the session workspace. UTF-8 text comes back as text (encoding utf-8); anything else (invalid UTF-8, NUL bytes) as base64 (encoding base64). "+

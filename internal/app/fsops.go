@@ -25,7 +25,7 @@ import (
 // PathInput names one path of a session workspace.
 type PathInput struct {
 	Session string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
-	Path    string `json:"path" jsonschema:"path relative to the session workspace (an absolute path must lie inside it)"`
+	Path    string `json:"path" jsonschema:"path relative to the session workspace /home/user, or absolute under it"`
 }
 
 // FileInfo is stat_file's, make_dir's and move_file's output.
@@ -154,7 +154,7 @@ const (
 )
 
 func (a *App) registerFSOps(reg *capability.Registry) {
-	paths := "Paths are relative to the session workspace; an absolute path must lie inside it. " +
+	paths := "Paths are relative to the session workspace /home/user, or absolute under it. " +
 		"Nothing outside the workspace is reachable: '..' out of it and symbolic links that point out of it are refused. "
 	reg.Register(capability.New("stat_file",
 		"Describe one path of the session workspace without reading it: name, type (file, dir, symlink, other), size, permissions (as ls -l shows them), "+

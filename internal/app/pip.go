@@ -259,8 +259,7 @@ func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []stri
 				return nil, capability.Errorf(capability.PermissionDenied, "pip could not fetch %s (pip download exit_code=%d%s): %s; pip said: %s",
 					strings.Join(reqs, " "), fr.ExitCode, timedOut(fr.Exit), refused, pipReason(view.Text))
 			}
-			return nil, capability.Errorf(capability.NotFound, "pip could not fetch %s (pip download exit_code=%d%s): %s",
-				strings.Join(reqs, " "), fr.ExitCode, timedOut(fr.Exit), pipReason(view.Text))
+			return nil, p.fetchError(reqs, fr, view.Text)
 		}
 		code, err = a.pipInSession(ctx, sess, wheels, reqs, out)
 		if err != nil {
@@ -274,6 +273,53 @@ func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []stri
 			strings.Join(reqs, " "), sess.Name, code, pipReason(view.Text))
 	}
 	return res, nil
+}
+
+// fetchError is the error of a fetch that pip failed: whether the
+// server's index could not be reached (its setting or the server's
+// network) or it answered without the package, which pip words alike
+// ("from versions: none").
+func (p *pipSetup) fetchError(reqs []string, fr *pip.FetchResult, out string) error {
+	what := strings.Join(reqs, " ")
+	index := "the package index " + p.indexName()
+	why := pip.Diagnose(out)
+	if len(fr.Unreached) > 0 {
+		why = pip.Unreachable
+	}
+	switch why {
+	case pip.Unreachable:
+		return capability.Errorf(capability.Unavailable,
+			"pip could not fetch %s: %s could not be reached%s (pip download exit_code=%d%s), so whether it has the package is unknown; "+
+				"the server's index setting (quro serve --pip-index-url) or the server's network is why, not the name; pip said: %s",
+			what, index, unreached(fr.Unreached), fr.ExitCode, timedOut(fr.Exit), pipReason(out))
+	case pip.NotOnIndex:
+		return capability.Errorf(capability.NotFound,
+			"%s: not found on %s, which answered: it has no version of it for this Python and platform as a wheel; check the name and version (pip said: %s)",
+			what, index, pipReason(out))
+	}
+	return capability.Errorf(capability.NotFound, "pip could not fetch %s (pip download exit_code=%d%s): %s",
+		what, fr.ExitCode, timedOut(fr.Exit), pipReason(out))
+}
+
+// unreached is " (no answer from host:port, …)" or "".
+func unreached(dests []string) string {
+	if len(dests) == 0 {
+		return ""
+	}
+	return " (no answer from " + strings.Join(dests, ", ") + ")"
+}
+
+// indexName is the server's index (and extra indexes) as a caller may
+// read it: without the userinfo.
+func (p *pipSetup) indexName() string {
+	name := "https://pypi.org/simple (pip's default)"
+	if p.opts.IndexURL != "" {
+		name = withoutUserinfo(p.opts.IndexURL)
+	}
+	for _, e := range p.opts.ExtraIndexURLs {
+		name += ", " + withoutUserinfo(e)
+	}
+	return name
 }
 
 // refusedOf says which destinations the fetch's egress proxy refused, or

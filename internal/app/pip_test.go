@@ -433,3 +433,53 @@ func TestPipIndexURLChecked(t *testing.T) {
 	}
 	a.Close()
 }
+
+// TestPipFetchErrorSaysWhy: pip words a missing package and an index it
+// could not reach alike ("from versions: none"); install_packages says
+// which it was.
+func TestPipFetchErrorSaysWhy(t *testing.T) {
+	t.Parallel()
+	ix := newTestIndex(t, pureWheel(t, "quroreal", "1.0", "x"))
+	a := pipApp(t, ix)
+	s := sessionAs(t, a, pipAlice, "p1", "", nil)
+	_, err := installPip(t, a, pipAlice, s.ID, "quronosuch")
+	var ce *capability.Error
+	if !errors.As(err, &ce) || ce.Code != capability.NotFound || !strings.Contains(err.Error(), "quronosuch: not found on the package index "+ix.URL()) {
+		t.Fatalf("a package the index has not: %v", err)
+	}
+	ix.Down.Store(true) // it answers 503
+	_, err = installPip(t, a, pipAlice, s.ID, "quroreal")
+	if !errors.As(err, &ce) || ce.Code != capability.Unavailable || !strings.Contains(err.Error(), "could not be reached") {
+		t.Fatalf("an index that fails: %v", err)
+	}
+
+	// Nothing listens there.
+	b := pipAppWith(t, PipOptions{IndexURL: "http://127.0.0.1:9/simple/"})
+	s = sessionAs(t, b, pipAlice, "p1", "", nil)
+	_, err = installPip(t, b, pipAlice, s.ID, "quroreal")
+	if !errors.As(err, &ce) || ce.Code != capability.Unavailable ||
+		!strings.Contains(err.Error(), "the package index http://127.0.0.1:9/simple/ could not be reached") ||
+		!strings.Contains(err.Error(), "--pip-index-url") {
+		t.Fatalf("an index nobody serves: %v", err)
+	}
+	t.Logf("%v", err)
+}
+
+// TestPipInTheBoxSaysWhy: pip in a session with network ends a failure
+// with whether its index could not be reached or has no such package.
+func TestPipInTheBoxSaysWhy(t *testing.T) {
+	t.Parallel()
+	ix := newTestIndex(t, pureWheel(t, "quroreal", "1.0", "x"))
+	a := pipApp(t, ix)
+	s := sessionAs(t, a, pipAlice, "up", "host", nil)
+	runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Code: "print(1)"}) // prepares the interpreter and pip
+	r := runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Lang: "bash", Code: "pip install quronosuch"})
+	if r.ExitCode == 0 || !strings.Contains(r.Stderr, python.NotOnIndexHint) || strings.Contains(r.Stderr, python.UnreachableHint) {
+		t.Fatalf("a package the index has not: %+v", r)
+	}
+	s = sessionAs(t, a, pipAlice, "down", "host", map[string]string{"PIP_INDEX_URL": "http://127.0.0.1:9/simple/"})
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: s.ID, Lang: "bash", Code: "pip install --retries 0 quroreal"})
+	if r.ExitCode == 0 || !strings.Contains(r.Stderr, python.UnreachableHint) {
+		t.Fatalf("an index nobody serves: %+v", r)
+	}
+}

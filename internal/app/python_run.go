@@ -11,6 +11,7 @@ import (
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/session"
@@ -210,7 +211,7 @@ func (p *pythonRun) exec(ctx context.Context, sess *session.Session, name, code 
 	res := &PythonRunResult{
 		ExitCode: r.ExitCode, Stdout: so.Text, Stderr: se.Text, TimedOut: r.TimedOut, Rootfs: name,
 		DurationMS: float64(time.Since(start).Microseconds()) / 1000,
-		Truncated:  so.Cut || se.Cut, StdoutFile: so.File, StderrFile: se.File,
+		Truncated:  so.Cut || se.Cut, StdoutFile: wsRel(ws, so.File), StderrFile: wsRel(ws, se.File),
 	}
 	// The engine's words for a timeout, a cancel, the memory limit or a
 	// signal (runcode.ExitResult), as one line.
@@ -218,9 +219,22 @@ func (p *pythonRun) exec(ctx context.Context, sess *session.Session, name, code 
 	if r.Error != "" {
 		notes = append([]string{r.Error}, notes...)
 	}
-	res.Note = strings.Join(notes, "; ")
+	res.Note = hostpath.HomeText(ws, strings.Join(notes, "; "))
+	res.Stdout, res.Stderr = hostpath.HomeText(ws, res.Stdout), hostpath.HomeText(ws, res.Stderr)
 	if info, err := p.m.Info(name); err == nil {
 		res.Python = info.Python
 	}
 	return res, nil
+}
+
+// wsRel is the spill file f (a host path in the workspace ws) relative to
+// the workspace, as read_file takes it; "" stays "".
+func wsRel(ws, f string) string {
+	if f == "" {
+		return ""
+	}
+	if rel, err := filepath.Rel(ws, f); err == nil && !strings.HasPrefix(rel, "..") {
+		return filepath.ToSlash(rel)
+	}
+	return filepath.Base(f)
 }

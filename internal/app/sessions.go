@@ -11,6 +11,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
@@ -131,7 +132,11 @@ type SessionInfo struct {
 	LastUsedAt time.Time `json:"last_used_at"`
 	Network    string    `json:"network"`
 	Rootfs     string    `json:"rootfs,omitempty"`
-	Workspace  string    `json:"workspace"`
+	// Workspace is the workspace's host path, for the server's own use;
+	// a caller reads Home.
+	Workspace string `json:"-"`
+	// Home is the workspace as every run of the session sees it.
+	Home string `json:"workspace" jsonschema:"the session's workspace, /home/user: the working directory of its runs"`
 	// State is running or paused (pause_session, or a lifetime that
 	// ended with on_timeout pause).
 	SessionState string            `json:"state"`
@@ -536,7 +541,7 @@ func metadataMatches(md, want map[string]string) bool {
 func (a *App) sessionInfo(ctx context.Context, s *session.Session) *SessionInfo {
 	info := &SessionInfo{
 		ID: s.ID, Name: s.Name, Default: a.Sessions.IsDefault(ctx, s), CreatedAt: s.CreatedAt, LastUsedAt: s.LastUsedAt,
-		Network: s.Network, NetworkRules: s.NetRules, Rootfs: s.Rootfs, Workspace: s.Workspace(), State: a.Terminals.State(s),
+		Network: s.Network, NetworkRules: s.NetRules, Rootfs: s.Rootfs, Workspace: s.Workspace(), Home: sandbox.HomeUser, State: a.Terminals.State(s),
 		Resources: a.resources(s), Metadata: s.Metadata,
 	}
 	info.SessionState = StateRunning
@@ -600,7 +605,7 @@ func (a *App) sendInput(ctx context.Context, in SendInputInput) (*terminal.Resul
 			if _, err := p.Write([]byte(in.Data)); err != nil {
 				return nil, err
 			}
-			return &terminal.Result{Output: "(sent to the interactive terminal; read_screen shows it)", ExitCode: -1, Running: true, Cwd: s.Cwd}, nil
+			return &terminal.Result{Output: "(sent to the interactive terminal; read_screen shows it)", ExitCode: -1, Running: true, Cwd: hostpath.InHome(s.Workspace(), s.Cwd)}, nil
 		}
 		return nil, capability.Errorf(capability.InvalidArgument,
 			"nothing in session %s is waiting for input: no command is running and no interactive terminal is open", s.Name)

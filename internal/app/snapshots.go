@@ -17,6 +17,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/quota"
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/store"
@@ -457,12 +458,12 @@ func copyError(what string, err error) error {
 }
 
 // relCwd is cwd relative to the workspace ws when inside it ("." for ws
-// itself), else cwd as it is.
+// itself), else cwd as it is. The workspace is ws or /home/user.
 func relCwd(ws, cwd string) string {
 	if cwd == "" {
 		return ""
 	}
-	rel, err := filepath.Rel(ws, cwd)
+	rel, err := filepath.Rel(ws, hostpath.FromHome(ws, cwd))
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
 		return cwd
 	}

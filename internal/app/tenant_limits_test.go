@@ -12,6 +12,8 @@ import (
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/metrics/metricstest"
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/terminal"
 )
 
 // The attack of the report: a tenant leaves background processes running
@@ -190,9 +192,51 @@ func TestTenantMemoryCeilingOOMIsNamedInTheResult(t *testing.T) {
 			t.Fatalf("%s: %v", tc.lang, err)
 		}
 		res := reply.Output.(*runcode.Result)
-		if strings.Contains(res.Stdout, "ALLOCATED") || !strings.Contains(strings.Join(res.Notes, "\n"), tc.note) {
-			t.Errorf("%s: the run that passed the ceiling does not read %q: stdout %q, error %q, notes %q", tc.lang, tc.note, res.Stdout, res.Error, res.Notes)
+		if strings.Contains(res.Stdout, "ALLOCATED") || !res.OOMKilled || !strings.Contains(strings.Join(res.Notes, "\n"), tc.note) {
+			t.Errorf("%s: the run that passed the ceiling does not read %q: stdout %q, error %q, notes %q, oom_killed %v", tc.lang, tc.note, res.Stdout, res.Error, res.Notes, res.OOMKilled)
 		}
+	}
+	// The terminal: the command reads it, and the next one runs.
+	reply, err := callAs(t, a, caller, "terminal_exec", TerminalExecInput{Session: "s1",
+		Command: `python3 -c "b = bytearray(400 << 20); [b.__setitem__(i, 1) for i in range(0, len(b), 4096)]; print('ALLOCATED')"`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := reply.Output.(*terminal.Result); strings.Contains(res.Output, "ALLOCATED") || !res.OOMKilled || !strings.Contains(res.Text(), "killed: out of memory: "+want) {
+		t.Errorf("terminal_exec past the ceiling:\n%s", res.Text())
+	}
+	if reply, err := callAs(t, a, caller, "terminal_exec", TerminalExecInput{Session: "s1", Command: "echo next"}); err != nil || reply.Output.(*terminal.Result).Output != "next\n" {
+		t.Errorf("the next command: %v %+v", err, reply)
+	}
+}
+
+// A run past its session's memory limit (below the tenant's ceiling)
+// reads that limit, in run_code and in terminal_exec.
+func TestSessionMemoryLimitOOMIsNamedInTheResult(t *testing.T) {
+	lim := sandbox.DefaultLimits()
+	lim.Memory = 128 << 20
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Sandbox: &sandbox.Options{Limits: &lim}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	needBoxes(t, a)
+	if _, ok := a.Sandbox.TenantUsage(""); !ok {
+		t.Skip("no cgroups layer here")
+	}
+	s := newSession(t, a, "s1", "")
+	const want = "the session's memory limit (128 MiB) was reached"
+	alloc := `python3 -c "b = bytearray(400 << 20); [b.__setitem__(i, 1) for i in range(0, len(b), 4096)]; print('ALLOCATED')"`
+	res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: alloc})
+	if strings.Contains(res.Stdout, "ALLOCATED") || !res.OOMKilled || !strings.Contains(res.Text(), want) {
+		t.Errorf("run_code past the session's limit:\n%s", res.Text())
+	}
+	tr := texec(t, a, s.ID, alloc)
+	if strings.Contains(tr.Output, "ALLOCATED") || !tr.OOMKilled || tr.ExitCode != 137 || !strings.Contains(tr.Text(), "killed: out of memory: "+want) {
+		t.Errorf("terminal_exec past the session's limit:\n%s", tr.Text())
+	}
+	if tr := texec(t, a, s.ID, "echo next"); tr.Output != "next\n" || tr.OOMKilled {
+		t.Errorf("the next command: %+v", tr)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -65,6 +66,7 @@ type Proxy struct {
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
 	refused []Refusal
+	failed  []string // destinations that did not answer, each once (Failed)
 }
 
 // Start listens on a random port of 127.0.0.1 and serves until Close.
@@ -120,6 +122,25 @@ func (p *Proxy) Refused() []Refusal {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]Refusal(nil), p.refused...)
+}
+
+// Failed are the destinations (host:port) the proxy could not connect
+// to, or whose answer to a forwarded request was a server error (5xx),
+// each once: an index that could not be reached, as against one that
+// answered.
+func (p *Proxy) Failed() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.failed...)
+}
+
+func (p *Proxy) fail(dest string) {
+	dest = sanitize(dest)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !slices.Contains(p.failed, dest) {
+		p.failed = append(p.failed, dest)
+	}
 }
 
 // Close stops listening, cuts every connection and waits for their ends.
@@ -302,10 +323,14 @@ func (p *Proxy) forward(c net.Conn, req *http.Request) bool {
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(idle{up}), req)
 	if err != nil {
+		p.fail(dest)
 		writeStatus(c, http.StatusBadGateway, "quro egress: no valid response from the destination", "")
 		return false
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode >= 500 {
+		p.fail(dest)
+	}
 	if resp.ContentLength > MaxResponseBytes {
 		writeStatus(c, http.StatusBadGateway, fmt.Sprintf("quro egress: response of %d bytes is larger than %d", resp.ContentLength, int64(MaxResponseBytes)), "")
 		return false
@@ -340,6 +365,7 @@ func (p *Proxy) dialFor(c net.Conn, dest string) (net.Conn, bool) {
 		writeStatus(c, http.StatusForbidden, "quro egress refused "+ref.String(), "")
 		return nil, false
 	case err != nil:
+		p.fail(dest)
 		writeStatus(c, http.StatusBadGateway, "quro egress could not connect to "+sanitize(dest), "")
 		return nil, false
 	}

@@ -42,3 +42,70 @@ func Names(s string) string {
 	}
 	return b.String()
 }
+
+// Home is the one name a session's workspace has in everything a model
+// reads or sends: every session box shows the workspace there (besides
+// its host path, which no result names).
+const Home = "/home/user"
+
+// InHome is p, a path in the workspace ws (its host path), named under
+// Home: InHome("/d/sessions/x/workspace", "/d/sessions/x/workspace/a")
+// is "/home/user/a". A path outside ws is returned as it is.
+func InHome(ws, p string) string {
+	if ws == "" || p == "" {
+		return p
+	}
+	ws = strings.TrimSuffix(ws, "/")
+	if p == ws {
+		return Home
+	}
+	if rest, ok := strings.CutPrefix(p, ws+"/"); ok {
+		return path.Join(Home, rest)
+	}
+	return p
+}
+
+// FromHome is the inverse of InHome: a path under Home named in the
+// workspace ws; another path as it is.
+func FromHome(ws, p string) string {
+	if ws == "" {
+		return p
+	}
+	c := path.Clean(p)
+	if c == Home {
+		return ws
+	}
+	if rest, ok := strings.CutPrefix(c, Home+"/"); ok {
+		return path.Join(ws, rest)
+	}
+	return p
+}
+
+// HomeText replaces the workspace's host path ws wherever it stands as a
+// path (followed by '/', the end or a character that cannot continue a
+// name) in s with Home: the text a process printed about its own
+// directory ("pwd", a traceback's file name).
+func HomeText(ws, s string) string {
+	ws = strings.TrimSuffix(ws, "/")
+	if ws == "" || !strings.Contains(s, ws) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for {
+		i := strings.Index(s, ws)
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		end := i + len(ws)
+		if end < len(s) && !strings.ContainsRune("/ \t\n\r\"'`:;,)]>", rune(s[end])) {
+			b.WriteString(s[:end])
+			s = s[end:]
+			continue
+		}
+		b.WriteString(s[:i])
+		b.WriteString(Home)
+		s = s[end:]
+	}
+}

@@ -20,3 +20,36 @@ func TestNames(t *testing.T) {
 		}
 	}
 }
+
+func TestHome(t *testing.T) {
+	const ws = "/var/lib/quro/sessions/ab/workspace"
+	for _, tc := range []struct{ in, want string }{
+		{ws, "/home/user"},
+		{ws + "/stats", "/home/user/stats"},
+		{ws + "x/y", ws + "x/y"},
+		{"/tmp", "/tmp"},
+	} {
+		if got := InHome(ws, tc.in); got != tc.want {
+			t.Errorf("InHome(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+		if tc.want != tc.in {
+			if back := FromHome(ws, tc.want); back != tc.in {
+				t.Errorf("FromHome(%q) = %q, want %q", tc.want, back, tc.in)
+			}
+		}
+	}
+	if got := FromHome(ws, "/home/username"); got != "/home/username" {
+		t.Errorf("FromHome(/home/username) = %q", got)
+	}
+	for _, tc := range []struct{ in, want string }{
+		{ws + "\n", "/home/user\n"},
+		{"cd " + ws + "/a: no such file", "cd /home/user/a: no such file"},
+		{`File "` + ws + `/m.py", line 1`, `File "/home/user/m.py", line 1`},
+		{ws + "2/a " + ws, ws + "2/a /home/user"},
+		{"nothing", "nothing"},
+	} {
+		if got := HomeText(ws, tc.in); got != tc.want {
+			t.Errorf("HomeText(%q)\n = %q\nwant %q", tc.in, got, tc.want)
+		}
+	}
+}

@@ -50,9 +50,12 @@ type FetchResult struct {
 	// Refused are the destinations the fetch's egress proxy refused to
 	// connect pip to (a URL a package named on a host's own or private
 	// address), each with its class of address.
-	Refused  []egress.Refusal
-	Exit     sandbox.Exit
-	ExitCode int
+	Refused []egress.Refusal
+	// Unreached are the destinations (host:port) pip could not reach
+	// through the proxy, or that answered with a server error.
+	Unreached []string
+	Exit      sandbox.Exit
+	ExitCode  int
 }
 
 // DownloadArgs is the command line of the fetch after the interpreter:
@@ -159,7 +162,7 @@ func (c *Cache) Fetch(ctx context.Context, tenant string, f *Fetch) (*FetchResul
 	if err != nil {
 		return nil, err
 	}
-	res := &FetchResult{Exit: exit, ExitCode: exit.Code, Refused: proxy.Refused()}
+	res := &FetchResult{Exit: exit, ExitCode: exit.Code, Refused: proxy.Refused(), Unreached: proxy.Failed()}
 	ents, err := os.ReadDir(dest)
 	if err != nil {
 		return res, err

@@ -248,3 +248,37 @@ func (c *Cache) Add(tenant, src string) (*Added, error) {
 	}
 	return added, nil
 }
+
+// Why a pip run found nothing to install, from its output (Diagnose).
+const (
+	Unreachable = "unreachable" // no index answered: a connection, name or proxy failure, or an index that failed (5xx)
+	NotOnIndex  = "not_found"   // an index answered and has no version of the requirement that fits
+)
+
+// unreachableMarks are what pip prints when it cannot get an answer from
+// an index: urllib3's connection, proxy and TLS errors, pip's "Could not
+// fetch URL" and its retries after error responses.
+var unreachableMarks = []string{
+	"NewConnectionError", "Failed to establish a new connection", "Name or service not known",
+	"Temporary failure in name resolution", "No address associated with hostname", "Connection refused",
+	"Network is unreachable", "No route to host", "ConnectTimeoutError", "ReadTimeoutError",
+	"ProxyError", "Cannot connect to proxy", "Tunnel connection failed", "SSLError",
+	"Could not fetch URL", "Max retries exceeded", "error responses", "connection broken by",
+	"HTTPError: 5", "Server Error",
+}
+
+// Diagnose says why pip found no version of a requirement: Unreachable
+// when its output shows that no index answered, NotOnIndex when it
+// reports "No matching distribution" without such a failure, else "".
+// pip words both alike ("from versions: none").
+func Diagnose(out string) string {
+	for _, m := range unreachableMarks {
+		if strings.Contains(out, m) {
+			return Unreachable
+		}
+	}
+	if strings.Contains(out, "No matching distribution found") || strings.Contains(out, "Could not find a version that satisfies") {
+		return NotOnIndex
+	}
+	return ""
+}

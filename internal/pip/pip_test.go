@@ -131,3 +131,17 @@ func TestArchiveExtensionsArePips(t *testing.T) {
 		}
 	}
 }
+
+func TestDiagnose(t *testing.T) {
+	const none = "ERROR: Could not find a version that satisfies the requirement x (from versions: none)\nERROR: No matching distribution found for x\n"
+	for _, tc := range []struct{ out, want string }{
+		{none, NotOnIndex},
+		{"WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after connection broken by 'NewConnectionError(...: Failed to establish a new connection: [Errno 111] Connection refused')': /simple/x/\n" + none, Unreachable},
+		{"WARNING: Retrying ... after connection broken by 'ProxyError('Cannot connect to proxy.', ...)': /simple/x/\n" + none, Unreachable},
+		{"ERROR: Invalid requirement: 'x=='\n", ""},
+	} {
+		if got := Diagnose(tc.out); got != tc.want {
+			t.Errorf("Diagnose(%q) = %q, want %q", tc.out, got, tc.want)
+		}
+	}
+}

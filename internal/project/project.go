@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -37,8 +36,9 @@ type Run struct {
 type template struct {
 	files []string // the template's files, in order
 	// runs says how to run the project in directory n (workspace-relative)
-	// whose absolute path is abs: terminal commands cd there first, since
-	// the terminal's directory is wherever the last command left it.
+	// whose shell word is abs ("~/'n'": HOME is the workspace, /home/user
+	// in a box): terminal commands cd there first, since the terminal's
+	// directory is wherever the last command left it.
 	runs func(n, abs string) []Run
 }
 
@@ -52,23 +52,23 @@ func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + 
 var byName = map[string]template{
 	"python": {runs: func(n, abs string) []Run {
 		return []Run{
-			{What: "the program", Capability: "terminal_exec", Args: sh("cd " + quote(abs) + " && python3 main.py"), Expect: hello(n)},
+			{What: "the program", Capability: "terminal_exec", Args: sh("cd " + abs + " && python3 main.py"), Expect: hello(n)},
 			{What: "the program, in the session's Python", Capability: "run_code", Args: map[string]any{
 				"lang": "python", "code": "import runpy; runpy.run_path('" + n + "/main.py', run_name='__main__')",
 			}, Expect: hello(n)},
-			{What: "the tests", Capability: "terminal_exec", Args: sh("cd " + quote(abs) + " && python3 -m unittest -v"), Expect: "OK"},
+			{What: "the tests", Capability: "terminal_exec", Args: sh("cd " + abs + " && python3 -m unittest -v"), Expect: "OK"},
 		}
 	}},
 	"node": {runs: func(n, abs string) []Run {
 		return []Run{
 			{What: "the program, in the embedded JS engine (no node needed)", Capability: "run_js_file", Args: map[string]any{"path": n + "/index.js"}, Expect: hello(n)},
-			{What: "the program, with node (where installed)", Capability: "terminal_exec", Args: sh("cd " + quote(abs) + " && node index.js"), Expect: hello(n)},
+			{What: "the program, with node (where installed)", Capability: "terminal_exec", Args: sh("cd " + abs + " && node index.js"), Expect: hello(n)},
 			{What: "the tests", Capability: "run_js_file", Args: map[string]any{"path": n + "/test.js"}, Expect: "ok: greet"},
 		}
 	}},
 	"shell": {runs: func(n, abs string) []Run {
 		return []Run{
-			{What: "the script", Capability: "terminal_exec", Args: sh("cd " + quote(abs) + " && ./run.sh"), Expect: hello(n)},
+			{What: "the script", Capability: "terminal_exec", Args: sh("cd " + abs + " && ./run.sh"), Expect: hello(n)},
 			{What: "the script with an argument", Capability: "run_code", Args: map[string]any{"lang": "sh", "code": "sh " + n + "/run.sh you"}, Expect: hello("you")},
 		}
 	}},
@@ -173,7 +173,7 @@ func Create(w *workspace.FS, tmpl, name string) (*Project, error) {
 		}
 		p.Files = append(p.Files, target)
 	}
-	p.Run = t.runs(rel, path.Join(filepath.ToSlash(w.Dir()), rel))
+	p.Run = t.runs(rel, "~/"+quote(rel))
 	return p, nil
 }
 

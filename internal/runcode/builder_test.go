@@ -3,6 +3,7 @@ package runcode
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -132,5 +133,20 @@ func TestSameReasonSaidOnce(t *testing.T) {
 	}
 	if want := `ran with d because a, b: rootfs "x" is not installed; c: other`; len(res.Notes) != 1 || res.Notes[0] != want {
 		t.Errorf("notes %q, want %q", res.Notes, want)
+	}
+}
+
+// TestStepAsideNoNote: an engine that steps aside for the session's own
+// choice (its rootfs) is no surprise to the caller; the run says nothing
+// of it.
+func TestStepAsideNoNote(t *testing.T) {
+	ran := new([]string)
+	r := New([]Language{{Name: "z", Runs: true, Chain: []Engine{
+		&scripted{name: "a", err: fmt.Errorf("session runs on rootfs %q: %w", "x", ErrStepAside), ran: ran},
+		&scripted{name: "b", ran: ran},
+	}}}, nil)
+	res, err := r.Run(context.Background(), Input{Lang: "z", Code: "c", Session: testSession(t)})
+	if err != nil || res.Engine != "b" || len(res.Notes) != 0 {
+		t.Errorf("%v: engine %s notes %q, want b and none", err, res.Engine, res.Notes)
 	}
 }

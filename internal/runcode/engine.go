@@ -68,6 +68,11 @@ type ContextRun struct {
 	Env map[string]string
 }
 
+// ErrStepAside is an engine stepping aside for what the session chose
+// (its rootfs, or none): not a failure of the engine, so the run on the
+// engine that answers carries no note about it.
+var ErrStepAside = errors.New("the session chose another engine")
+
 // ErrContextRestarted is the cause of a run's cancel when its code
 // context is restarted or removed under it: the engine stops the run and
 // reports Result.Exception named ContextRestarting (E2B's name).

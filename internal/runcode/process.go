@@ -33,6 +33,7 @@ func ExitResult(e sandbox.Exit, timeout time.Duration) *Result {
 		res.Interrupted = true
 		res.Error = "canceled by the caller; the process group was killed"
 	case e.OOMKilled:
+		res.OOMKilled = true
 		res.Notes = append(res.Notes, "killed: "+e.OOM.Reason())
 	case e.Signal != 0:
 		res.Notes = append(res.Notes, fmt.Sprintf("killed by signal %d (%s)", int(e.Signal), e.Signal))

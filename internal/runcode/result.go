@@ -33,6 +33,7 @@ type Result struct {
 	Error       string     `json:"error" jsonschema:"engine-level failure, empty when the engine ran the code"`
 	TimedOut    bool       `json:"timed_out" jsonschema:"the run hit its timeout"`
 	Interrupted bool       `json:"interrupted" jsonschema:"the run was stopped before it finished (timeout or cancel)"`
+	OOMKilled   bool       `json:"oom_killed,omitempty" jsonschema:"the kernel killed the code for want of memory; a note names the limit reached"`
 	Truncated   bool       `json:"truncated" jsonschema:"stdout or stderr was cut; the full output is in stdout_file/stderr_file"`
 	DurationMS  float64    `json:"duration_ms" jsonschema:"wall time of the run in milliseconds"`
 	Artifacts   []Artifact `json:"artifacts" jsonschema:"rich outputs: pages, images, trees"`

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -310,7 +311,24 @@ func (r *Runner) Run(ctx context.Context, in Input) (*Result, error) {
 	if res.TimedOut {
 		res.Interrupted = true
 	}
+	homeNamed(ws, res)
 	return res, nil
+}
+
+// homeNamed names the workspace /home/user (hostpath.Home, where the box
+// shows it too) in what the code printed and what the engines said: a
+// process that asks its directory (os.getcwd(), pwd) or a traceback of a
+// file in the workspace names the host path otherwise.
+func homeNamed(ws string, res *Result) {
+	res.Stdout = hostpath.HomeText(ws, res.Stdout)
+	res.Stderr = hostpath.HomeText(ws, res.Stderr)
+	res.Error = hostpath.HomeText(ws, res.Error)
+	for i, n := range res.Notes {
+		res.Notes[i] = hostpath.HomeText(ws, n)
+	}
+	if e := res.Exception; e != nil {
+		e.Value, e.Traceback = hostpath.HomeText(ws, e.Value), hostpath.HomeText(ws, e.Traceback)
+	}
 }
 
 func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, stdout, stderr *Capture) *Result {
@@ -362,7 +380,9 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 			return res
 		}
 		why.add(e.Name(), err.Error())
-		runFailed.add(e.Name(), err.Error())
+		if !errors.Is(err, ErrStepAside) {
+			runFailed.add(e.Name(), err.Error())
+		}
 	}
 	return &Result{Engine: "none", ExitCode: -1,
 		Error: "no " + lang.Name + " engine could run the code (" + why.String() + ")"}

@@ -358,3 +358,35 @@ func (r *runCgroup) unfrozen(dir string) string {
 	}
 	return ": threads not in the freezer: " + strings.Join(out[:min(len(out), 4)], ", ")
 }
+
+// OOMMark is a reading of a process's OOM counters, for OOMSince.
+type OOMMark struct{ c oomCounts }
+
+// OOMMark reads the OOM counters of the cgroup p runs in (its session
+// box's, or its own), to tell later with OOMSince whether the kernel
+// OOM-killed something there meanwhile: what a long-lived process (a
+// resident shell) asks around each command it runs.
+func (p *Process) OOMMark() OOMMark {
+	if cg, _ := p.oomCgroup(); cg != nil {
+		return OOMMark{cg.oomCounts()}
+	}
+	return OOMMark{}
+}
+
+// OOMSince reports whether the kernel OOM-killed a process in p's cgroup
+// since m was read, and which limits were reached (as Exit.OOM). In a
+// session box that may be any process of the session.
+func (p *Process) OOMSince(m OOMMark) (bool, OOM) {
+	cg, session := p.oomCgroup()
+	if cg == nil {
+		return false, OOM{}
+	}
+	return cg.oomSince(m.c, session)
+}
+
+func (p *Process) oomCgroup() (*runCgroup, bool) {
+	if p.bx != nil {
+		return p.bx.cg, true
+	}
+	return p.cg, false
+}

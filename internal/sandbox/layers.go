@@ -246,3 +246,9 @@ func handOver(uid int, dirs ...string) error {
 	}
 	return nil
 }
+
+// ShowsHome reports whether the boxes of s show a workspace at HomeUser
+// (a session's sandbox, ForSession, with the session's binds, in boxes).
+func (s *Sandbox) ShowsHome() bool {
+	return s.Boxed() && slices.ContainsFunc(s.binds, func(b Bind) bool { return b.Dst == HomeUser })
+}

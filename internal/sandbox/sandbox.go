@@ -176,7 +176,7 @@ type Bind struct {
 // HomeUser is where every session box also shows its workspace,
 // read-write: E2B's SDKs and the code written for them expect the home
 // directory /home/user (see docs/e2b.md).
-const HomeUser = "/home/user"
+const HomeUser = hostpath.Home
 
 // Reasons a Start fails, as Options.OnFailure reports them.
 const (

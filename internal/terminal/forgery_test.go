@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -122,7 +121,7 @@ mkdir -p real && cd real
 // completion record. terminal_exec must still report the true exit code
 // and directory, and the next command's result must be its own.
 func TestCommandCannotForgeItsResult(t *testing.T) {
-	s, ws, _ := newShell(t, nil)
+	s, _, _ := newShell(t, nil)
 	exec(t, s, "true", ExecOptions{})
 	// The resident shell's protocol pipes, seen from the host.
 	s.mu.Lock()
@@ -150,7 +149,7 @@ func TestCommandCannotForgeItsResult(t *testing.T) {
 	// The padding makes the framing longer than what bash reads ahead, as
 	// in the reported attack (the rest of it stayed in the shell's stdin).
 	res := exec(t, s, attackScript+"#"+strings.Repeat("x", 64<<10)+"\n", ExecOptions{})
-	if res.ExitCode != 42 || res.Cwd != filepath.Join(ws, "real") || res.ShellRestarted || res.Error != "" {
+	if res.ExitCode != 42 || res.Cwd != "/home/user/real" || res.ShellRestarted || res.Error != "" {
 		t.Fatalf("forged result: exit %d cwd %q restarted %v error %q\n%s", res.ExitCode, res.Cwd, res.ShellRestarted, res.Error, res.Output)
 	}
 	var inner string
@@ -198,11 +197,11 @@ func TestCommandCannotForgeItsResult(t *testing.T) {
 
 	// The next command gets its own result while the forger still runs.
 	res = exec(t, s, "echo next; cd ..; echo ${FORGED:-none}; (exit 3)", ExecOptions{})
-	if res.ExitCode != 3 || res.Cwd != ws || res.ShellRestarted || !strings.Contains(res.Output, "next\nnone\n") {
+	if res.ExitCode != 3 || res.Cwd != "/home/user" || res.ShellRestarted || !strings.Contains(res.Output, "next\nnone\n") {
 		t.Fatalf("next command: exit %d cwd %q restarted %v output %q error %q", res.ExitCode, res.Cwd, res.ShellRestarted, res.Output, res.Error)
 	}
 	res = exec(t, s, "touch real/stop; pwd", ExecOptions{})
-	if res.ExitCode != 0 || res.Output != ws+"\n" {
+	if res.ExitCode != 0 || res.Output != "/home/user\n" {
 		t.Fatalf("third command: %+v", res)
 	}
 }

@@ -368,7 +368,7 @@ func (s *Shell) spawn(cwd string) (*shellProc, error) {
 	env["PS1"], env["PS2"], env["PS4"] = "", "", ""
 	proc, err := s.opts.Sandbox.Start(context.Background(), &sandbox.Spec{
 		Args: []string{bash, "--norc", "--noprofile", "--noediting", "-i"},
-		Dir:  s.opts.Workspace, Home: s.opts.Workspace, TmpDir: s.opts.TmpDir,
+		Dir:  s.opts.Workspace, Home: s.home(), TmpDir: s.opts.TmpDir,
 		Network: s.opts.Network, Rootfs: s.opts.Rootfs,
 		Env:    env,
 		Stdin:  f.cmdR,
@@ -522,4 +522,13 @@ func (s *Shell) setUp(sp *shellProc, cwd, hello string) error {
 	}
 	sp.out.detach()
 	return nil
+}
+
+// home is the shell's HOME: /home/user in a box (which binds the
+// workspace there), else the workspace's own path.
+func (s *Shell) home() string {
+	if s.opts.Sandbox != nil && s.opts.Sandbox.ShowsHome() {
+		return sandbox.HomeUser
+	}
+	return s.opts.Workspace
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/recent"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
@@ -190,9 +191,9 @@ func (m *Manager) State(s *session.Session) State {
 	m.mu.Lock()
 	l := m.live[s.ID]
 	m.mu.Unlock()
-	st := State{Cwd: s.Cwd, Mode: "none"}
+	st := State{Cwd: hostpath.InHome(s.Workspace(), s.Cwd), Mode: "none"}
 	if st.Cwd == "" {
-		st.Cwd = s.Workspace()
+		st.Cwd = sandbox.HomeUser
 	}
 	if l == nil {
 		return st
@@ -200,7 +201,7 @@ func (m *Manager) State(s *session.Session) State {
 	var modes []string
 	if l.shell != nil {
 		ss := l.shell.Status()
-		st.Busy, st.Cwd, st.LastExit, st.LastUsed, st.Restarts = ss.Busy, ss.Cwd, ss.LastExit, ss.LastUsed, ss.Restarts
+		st.Busy, st.Cwd, st.LastExit, st.LastUsed, st.Restarts = ss.Busy, hostpath.InHome(s.Workspace(), ss.Cwd), ss.LastExit, ss.LastUsed, ss.Restarts
 		if ss.Alive {
 			st.Alive = true
 			modes = append(modes, "pipe")

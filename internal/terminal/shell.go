@@ -51,6 +51,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 )
@@ -112,7 +113,7 @@ type Result struct {
 	Output   string `json:"output" jsonschema:"what the command printed (stdout and stderr merged in order unless split)"`
 	Stderr   string `json:"stderr,omitempty" jsonschema:"stderr, only when split was asked for"`
 	ExitCode int    `json:"exit_code" jsonschema:"the command's exit status (from the shell, never guessed from text); -1 while still running"`
-	Cwd      string `json:"cwd" jsonschema:"the shell's working directory after the command"`
+	Cwd      string `json:"cwd" jsonschema:"the shell's working directory after the command (the workspace is /home/user)"`
 	Running  bool   `json:"running" jsonschema:"the command is still running (waiting for input, or detached after a timeout)"`
 	// WaitingForInput: the command is blocked reading its standard input;
 	// answer with send_input.
@@ -121,6 +122,8 @@ type Result struct {
 	// interrupted for this one.
 	Abandoned      string  `json:"abandoned,omitempty" jsonschema:"a command left waiting for input, interrupted so that this one could run"`
 	TimedOut       bool    `json:"timed_out" jsonschema:"the command hit its timeout and was interrupted"`
+	OOMKilled      bool    `json:"oom_killed,omitempty" jsonschema:"the kernel killed the command for want of memory; the text names the limit reached"`
+	OOM            string  `json:"oom,omitempty" jsonschema:"which memory limit was reached, when oom_killed"`
 	TimeoutMS      int64   `json:"timeout_ms,omitempty" jsonschema:"the timeout the command hit, when timed_out"`
 	Interrupted    bool    `json:"interrupted" jsonschema:"the command was interrupted"`
 	InterruptStage string  `json:"interrupt_stage,omitempty" jsonschema:"soft: SIGINT stopped it; hard: the shell was killed and recreated in the same directory"`
@@ -162,7 +165,10 @@ func (r *Result) Text() string {
 	case r.Running:
 		b.WriteString("⏳ still running\n")
 	default:
-		fmt.Fprintf(&b, "[exit %d] %s\n", r.ExitCode, r.Cwd)
+		fmt.Fprintf(&b, "[exit %d]%s\n", r.ExitCode, shortCwd(r.Cwd))
+	}
+	if r.OOMKilled {
+		b.WriteString("⚠️ killed: out of memory: " + r.OOM + "\n")
 	}
 	switch {
 	case r.Interrupted:
@@ -171,6 +177,18 @@ func (r *Result) Text() string {
 		b.WriteString("ℹ️ the shell was restarted in " + r.Cwd + "; shell variables and functions not set with set_session_env were lost\n")
 	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// shortCwd is the trailer's directory: nothing for the workspace
+// itself, "~/a/b" inside it, the path elsewhere.
+func shortCwd(cwd string) string {
+	switch {
+	case cwd == "" || cwd == hostpath.Home:
+		return ""
+	case strings.HasPrefix(cwd, hostpath.Home+"/"):
+		return " ~" + cwd[len(hostpath.Home):]
+	}
+	return " " + cwd
 }
 
 // interruptText says why the command stopped, how (SIGINT, or killed
@@ -232,7 +250,8 @@ type run struct {
 	exitCode     int
 	died         bool
 	once         sync.Once
-	command      string // how errors name it (quoteCommand)
+	oom          sandbox.OOMMark // the box's OOM counters when the command started
+	command      string          // how errors name it (quoteCommand)
 
 	// Under the Shell's mu: the callers waiting for its end, and whether
 	// the last of them returned because it waits for input (queue.go).
@@ -281,6 +300,11 @@ func NewShell(opts ShellOptions) *Shell {
 	cwd := opts.Cwd
 	if cwd == "" {
 		cwd = opts.Workspace
+	}
+	if opts.Sandbox != nil && opts.Sandbox.ShowsHome() {
+		// The box shows the workspace at /home/user too: the shell works
+		// there, so that pwd, $PWD and $HOME name it as every result does.
+		cwd = hostpath.InHome(opts.Workspace, cwd)
 	}
 	return &Shell{opts: opts, cwd: cwd, changed: make(chan struct{}), closing: make(chan struct{})}
 }
@@ -610,6 +634,7 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 	sp.out.attach(r.out, r.token, r.synced)
 	s.cur, s.last = r, r
 	s.lastUsed = r.start
+	r.oom = sp.proc.OOMMark()
 	script := s.frame(command, r, opts.Split)
 	// The subshell reads the state from fd 7, a memfd it shares with the
 	// resident shell (a regular file: bash reads it in blocks, where a
@@ -852,10 +877,22 @@ func (s *Shell) partial(r *run, waiting bool) *Result {
 	s.mu.Lock()
 	cwd := s.cwd
 	s.mu.Unlock()
-	return &Result{
+	return s.shown(&Result{
 		Output: r.out.Snapshot(), ExitCode: -1, Cwd: cwd, Running: true, WaitingForInput: waiting,
 		OutputBytes: r.out.Len(), DurationMS: ms(time.Since(r.start)),
-	}
+	})
+}
+
+// shown names the workspace /home/user in what a result shows: its cwd
+// (the shell's own in a box, which starts there; the host path where no
+// box binds it) and the paths in its output.
+func (s *Shell) shown(res *Result) *Result {
+	ws := s.opts.Workspace
+	res.Cwd = hostpath.InHome(ws, res.Cwd)
+	res.Output = hostpath.HomeText(ws, res.Output)
+	res.Stderr = hostpath.HomeText(ws, res.Stderr)
+	res.Error = hostpath.HomeText(ws, res.Error)
+	return res
 }
 
 // collect ends r once its status arrived (or its shell died): drain its
@@ -967,7 +1004,14 @@ func (s *Shell) collect(r *run) {
 		res.Truncated = res.Truncated || ev.Cut
 	}
 	res.DurationMS = ms(time.Since(r.start))
-	r.res = res
+	// A command killed by SIGKILL (or a shell that died) while the kernel
+	// OOM-killed in the box: the memory limit did it.
+	if res.ExitCode == 128+int(syscall.SIGKILL) || r.died {
+		if killed, oom := sp.proc.OOMSince(r.oom); killed {
+			res.OOMKilled, res.OOM = true, oom.Reason()
+		}
+	}
+	r.res = s.shown(res)
 	close(r.done)
 }
 

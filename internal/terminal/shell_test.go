@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -73,7 +74,7 @@ func exec(t *testing.T, s *Shell, cmd string, opts ExecOptions) *Result {
 // TestTranscript runs a session's worth of commands in one shell; each step
 // checks output, exit code and cwd. Order matters: state carries over.
 func TestTranscript(t *testing.T) {
-	s, ws, _ := newShell(t, nil)
+	s, _, _ := newShell(t, nil)
 	steps := []struct {
 		name, cmd string
 		output    string
@@ -84,8 +85,8 @@ func TestTranscript(t *testing.T) {
 		{"echo", "echo hello", "hello\n", 0, ".", false},
 		{"exit code", "false", "", 1, ".", false},
 		{"stderr merged in order", "echo out; echo err >&2; echo out2", "out\nerr\nout2\n", 0, ".", false},
-		{"cd persists", "mkdir -p sub/dir && cd sub/dir && pwd", ws + "/sub/dir\n", 0, "sub/dir", false},
-		{"cwd kept", "pwd", ws + "/sub/dir\n", 0, "sub/dir", false},
+		{"cd persists", "mkdir -p sub/dir && cd sub/dir && pwd", "/home/user/sub/dir\n", 0, "sub/dir", false},
+		{"cwd kept", "pwd", "/home/user/sub/dir\n", 0, "sub/dir", false},
 		{"variable persists", "X=42", "", 0, "sub/dir", false},
 		{"variable read", "echo $X", "42\n", 0, "sub/dir", false},
 		{"fake sentinel text", `printf '\000QS0123\000'; echo 'deadbeef:0:/etc'; printf 'x:0:/\000'`, "\\x00QS0123\\x00deadbeef:0:/etc\nx:0:/\\x00", 0, "sub/dir", false},
@@ -100,7 +101,7 @@ func TestTranscript(t *testing.T) {
 		{"set -u error", "set -u; echo $UNDEFINED_VAR_Q", "", 1, "sub/dir", false},
 		{"set -u stays", "echo ${X}", "42\n", 0, "sub/dir", false},
 		{"exit kills the shell, cwd restored", "echo bye; exit 7", "bye\nexit\n", 7, "sub/dir", true},
-		{"new shell in the same dir", "pwd", ws + "/sub/dir\n", 0, "sub/dir", false},
+		{"new shell in the same dir", "pwd", "/home/user/sub/dir\n", 0, "sub/dir", false},
 		{"plain exit keeps the status", "X=1; (exit 5); exit", "exit\n", 5, "sub/dir", true},
 		{"set -e then failure", "set -e; false", "", 1, "sub/dir", true},
 		{"history expansion is off", "echo 'hi!' \"yo!\"", "hi! yo!\n", 0, "sub/dir", false},
@@ -115,8 +116,8 @@ func TestTranscript(t *testing.T) {
 			t.Errorf("%s: output %q exit %d restarted %v; want %q %d %v (error %q)",
 				st.name, res.Output, res.ExitCode, res.ShellRestarted, st.output, st.exit, st.restarted, res.Error)
 		}
-		if st.cwd != "" && res.Cwd != filepath.Join(ws, st.cwd) {
-			t.Errorf("%s: cwd %q, want %q", st.name, res.Cwd, filepath.Join(ws, st.cwd))
+		if st.cwd != "" && res.Cwd != path.Join("/home/user", st.cwd) {
+			t.Errorf("%s: cwd %q, want %q", st.name, res.Cwd, path.Join("/home/user", st.cwd))
 		}
 		if res.Error != "" {
 			t.Errorf("%s: error %q", st.name, res.Error)
@@ -212,20 +213,20 @@ func TestSoftInterrupt(t *testing.T) {
 }
 
 func TestHardInterruptRecreatesTheShellInTheLastDirectory(t *testing.T) {
-	s, ws, env := newShell(t, func(o *ShellOptions) { o.Grace = 300 * time.Millisecond })
+	s, _, env := newShell(t, func(o *ShellOptions) { o.Grace = 300 * time.Millisecond })
 	env.set("KEEP", "yes")
 	exec(t, s, "mkdir -p deep && cd deep", ExecOptions{})
 	res := exec(t, s, "trap '' INT; echo stubborn; while :; do :; done", ExecOptions{Timeout: 300 * time.Millisecond})
 	if !res.TimedOut || res.InterruptStage != "hard" || !res.ShellRestarted || res.Output != "stubborn\n" {
 		t.Fatalf("%+v", res)
 	}
-	deep := filepath.Join(ws, "deep")
+	deep := "/home/user/deep"
 	if txt := res.Text(); !strings.Contains(txt, "⏱️ timed out after 300ms: the command did not stop on SIGINT, so it was killed and the shell rebuilt in "+deep+
 		" (its directory before this command); shell variables and functions not set with set_session_env were lost") {
 		t.Fatalf("text:\n%s", txt)
 	}
 	res = exec(t, s, "pwd; echo $KEEP", ExecOptions{})
-	if res.Output != filepath.Join(ws, "deep")+"\nyes\n" {
+	if res.Output != deep+"\nyes\n" {
 		t.Fatalf("after restart: %q", res.Output)
 	}
 }
@@ -311,7 +312,7 @@ func BenchmarkShellExec(b *testing.B) {
 // functions, aliases, positional parameters, umask, traps, shell options,
 // the directory — and what bash keeps itself must not be frozen.
 func TestStateCarriesOver(t *testing.T) {
-	s, ws, _ := newShell(t, nil)
+	s, _, _ := newShell(t, nil)
 	set := `mkdir -p d && cd d
 s="it's a \"test\" $HOME"$'\n'"line2"
 declare -a arr=(1 "two words" '')
@@ -339,7 +340,7 @@ printenv EX; echo $RO; echo "$ref"; echo $low; f x; hi; echo "$#:$1:$2"; umask; 
 shopt -q extglob && shopt -q nullglob && ! shopt -q sourcepath && echo shopts
 [[ $- == *f* && $- == *u* ]] && echo setopts; pwd; [[ $RANDOM != "$r1" || $RANDOM != "$r1" ]] && echo random`
 	res := exec(t, s, check, ExecOptions{})
-	want := "it's a \"test\" " + ws + "\nline2\n3:two words:\n" + "v w|1\n6\nexported\nfixed\nit's a \"test\" " + ws + "\nline2\nmixed\nf:x\nalias-hi\n2:p1:p 2\n0027\ntrap -- 'echo usr1' SIGUSR1\nshopts\nsetopts\n" + ws + "/d\nrandom\n"
+	want := "it's a \"test\" /home/user\nline2\n3:two words:\n" + "v w|1\n6\nexported\nfixed\nit's a \"test\" /home/user\nline2\nmixed\nf:x\nalias-hi\n2:p1:p 2\n0027\ntrap -- 'echo usr1' SIGUSR1\nshopts\nsetopts\n/home/user/d\nrandom\n"
 	if res.Output != want || res.ExitCode != 0 {
 		t.Fatalf("state lost:\n%s\nwant:\n%s(exit %d, error %q)", res.Output, want, res.ExitCode, res.Error)
 	}
@@ -389,11 +390,42 @@ func TestInterruptText(t *testing.T) {
 			"[exit 130] /w\n⏱️ timed out after 30s: the command was sent SIGINT (Ctrl-C) and its shell did not survive; a new one was started in /w; shell variables and functions not set with set_session_env were lost"},
 		{Result{ExitCode: 137, Cwd: "/w", Interrupted: true, TimedOut: true, TimeoutMS: 1500, InterruptStage: "hard", ShellRestarted: true},
 			"[exit 137] /w\n⏱️ timed out after 1.5s: the command did not stop on SIGINT, so it was killed and the shell rebuilt in /w (its directory before this command); shell variables and functions not set with set_session_env were lost"},
+		{Result{ExitCode: 0, Cwd: "/home/user"}, "[exit 0]"},
+		{Result{ExitCode: 2, Cwd: "/home/user/stats"}, "[exit 2] ~/stats"},
+		{Result{ExitCode: 137, Cwd: "/home/user", OOMKilled: true, OOM: "the session's memory limit (64 MiB) was reached"},
+			"[exit 137]\n⚠️ killed: out of memory: the session's memory limit (64 MiB) was reached"},
 		{Result{ExitCode: 0, Cwd: "/w", ShellRestarted: true},
 			"[exit 0] /w\nℹ️ the shell was restarted in /w; shell variables and functions not set with set_session_env were lost"},
 	} {
 		if got := tc.res.Text(); got != tc.want {
 			t.Errorf("got:\n%s\nwant:\n%s", got, tc.want)
 		}
+	}
+}
+
+// TestOOMNamed: a command the kernel kills at the shell's memory limit
+// reads "out of memory" with the limit, not "killed by signal 9".
+func TestOOMNamed(t *testing.T) {
+	lim := sandbox.DefaultLimits()
+	lim.Memory = 64 << 20
+	sb, err := sandbox.New(&sandbox.Options{Limits: &lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range sb.Layers() {
+		if f.Name == sandbox.LayerCgroups && !f.Used {
+			t.Skip("no cgroups here: nothing enforces a memory limit")
+		}
+	}
+	s, _, _ := newShell(t, func(o *ShellOptions) { o.Sandbox = sb })
+	res := exec(t, s, `python3 -c "b = b'x' * (256 << 20); print('ALLOCATED')"`, ExecOptions{})
+	if strings.Contains(res.Output, "ALLOCATED") || !res.OOMKilled || res.ExitCode != 137 {
+		t.Fatalf("%+v", res)
+	}
+	if txt := res.Text(); !strings.Contains(txt, "killed: out of memory: the run's memory limit (64 MiB) was reached") {
+		t.Fatalf("text:\n%s", txt)
+	}
+	if res := exec(t, s, "echo next", ExecOptions{}); res.OOMKilled || res.Output != "next\n" {
+		t.Fatalf("next command: %+v", res)
 	}
 }

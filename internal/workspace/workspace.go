@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/quro-dev/quro/internal/hostpath"
 )
 
 // Defaults for Options.
@@ -109,7 +111,8 @@ func (w *FS) Options() Options { return w.opts }
 
 // Rel turns a user path into a clean workspace-relative path with forward
 // slashes. Relative paths are taken from the workspace root; an absolute
-// path must lie inside the workspace directory. "" and "." are the
+// path must lie under /home/user (hostpath.Home, the workspace's name in
+// every box) or inside the workspace directory. "" and "." are the
 // workspace itself. A path that leaves the workspace by its text is refused
 // here; one that leaves it through a symbolic link is refused by each
 // operation.
@@ -126,12 +129,16 @@ func (w *FS) Rel(p string) (string, error) {
 	rel := filepath.ToSlash(p)
 	if filepath.IsAbs(p) {
 		c := filepath.Clean(p)
+		// The host path first: a data directory may lie under /home/user.
 		r, ok := within(w.dir, c)
 		if !ok {
 			r, ok = within(w.real, c)
 		}
 		if !ok {
-			return "", fmt.Errorf("%q is not inside the session workspace %s (give a path relative to it): %w", p, w.dir, ErrOutside)
+			r, ok = within(hostpath.Home, c)
+		}
+		if !ok {
+			return "", fmt.Errorf("%q is not inside the session workspace %s (give a path under it or relative to it): %w", p, hostpath.Home, ErrOutside)
 		}
 		rel = r
 	}
@@ -456,6 +463,9 @@ func (w *FS) resolveLinks(rel string) (string, error) {
 			r, ok := within(w.real, filepath.Clean(target))
 			if !ok {
 				r, ok = within(w.dir, filepath.Clean(target))
+			}
+			if !ok { // the box's name of the workspace
+				r, ok = within(hostpath.Home, filepath.Clean(target))
 			}
 			if !ok {
 				return "", fmt.Errorf("%q: %w (it is a symbolic link to %s)", orig, ErrOutside, target)

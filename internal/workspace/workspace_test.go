@@ -79,8 +79,15 @@ func TestRel(t *testing.T) {
 		{"/etc/passwd", "", ErrOutside},
 		{ws + "x/y", "", ErrOutside}, // a sibling whose name starts like the workspace
 		{"a\x00b", "", ErrInvalid},
+		{"/home/user", ".", nil}, // the box's name of the workspace
+		{"/home/user/x/y", "x/y", nil},
+		{"/home/user/../x", "", ErrOutside},
+		{"/home/username/x", "", ErrOutside},
 	} {
 		got, err := w.Rel(tc.in)
+		if err != nil && !strings.Contains(tc.in, ws) && strings.Contains(err.Error(), ws) {
+			t.Errorf("Rel(%q): the error names the host path: %v", tc.in, err)
+		}
 		if tc.err != nil {
 			if !errors.Is(err, tc.err) {
 				t.Errorf("Rel(%q) = %q, %v; want %v", tc.in, got, err, tc.err)

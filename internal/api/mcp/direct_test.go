@@ -221,7 +221,8 @@ func directCallCancelled(t *testing.T, cancel func(*rawSession)) {
 	if st.Result == nil || st.Result.IsError {
 		t.Fatalf("%+v", st)
 	}
-	ws := st.Result.Structured["workspace"].(string)
+	// The host path (a caller reads /home/user).
+	ws := filepath.Join(a.DataDir, "sessions", st.Result.Structured["id"].(string), "workspace")
 	fifo := filepath.Join(ws, "pid.fifo")
 	if err := unix.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)

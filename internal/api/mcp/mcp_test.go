@@ -371,7 +371,8 @@ func cancelKillsTheRun(t *testing.T, withProgress bool) {
 	if err != nil || st.IsError {
 		t.Fatalf("%v %+v", err, st)
 	}
-	ws := st.Structured["workspace"].(string)
+	// The host path (a caller reads /home/user).
+	ws := filepath.Join(a.DataDir, "sessions", st.Structured["id"].(string), "workspace")
 	fifo := filepath.Join(ws, "pid.fifo")
 	if err := unix.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)

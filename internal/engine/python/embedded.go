@@ -61,7 +61,7 @@ func NewEmbedded(dataDir string, sb *sandbox.Sandbox, opts *EmbeddedOptions) *Em
 
 // ErrRootfsSession is the embedded tier stepping aside for a session that
 // runs on a rootfs.
-var ErrRootfsSession = errors.New("the rootfs tier answers")
+var ErrRootfsSession = fmt.Errorf("the rootfs tier answers (%w)", runcode.ErrStepAside)
 
 // Name implements runcode.Engine.
 func (e *Embedded) Name() string { return "python/embedded" }

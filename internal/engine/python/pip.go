@@ -60,6 +60,19 @@ const PipVersion = "25.1.1"
 // network.
 const OfflineHint = "quro: this session has no network (policy none): pip can install only wheels already in the tenant's cache; fetch them with install_packages {manager: pip, packages: [...]} or use a session with network full"
 
+// UnreachableHint and NotOnIndexHint end a failed pip run in a session
+// with network, as pip's verbose log (PIP_LOG) tells: pip words both
+// "from versions: none".
+const (
+	UnreachableHint = "quro: pip could not reach the package index (PIP_INDEX_URL, or the server's): the session's network policy (allow_out, egress) or the index setting is why, not the package name"
+	NotOnIndexHint  = "quro: the package index answered and has no version of it for this Python: check the name and version"
+)
+
+// unreachableLog matches what pip logs when no index answered (pip.Diagnose's marks).
+const unreachableLog = "NewConnectionError|Failed to establish a new connection|Name or service not known|Temporary failure in name resolution|" +
+	"Connection refused|Network is unreachable|No route to host|ConnectTimeoutError|ReadTimeoutError|ProxyError|" +
+	"Tunnel connection failed|SSLError|Max retries exceeded"
+
 // hostPython3 is the host's python3, whose .pyc of pip serve a rootfs of
 // the same Python version.
 const hostPython3 = "/usr/bin/python3"
@@ -244,11 +257,20 @@ func pipShim(run string) string {
 		"\trc=$?\n" +
 		"\t[ $rc -eq " + fmt.Sprint(PipFallback) + " ] || exit $rc\n" +
 		"fi\n" +
-		run + " \"$@\"\n" +
+		"log=\"${TMPDIR:-/tmp}/.quro-pip-$$.log\"\n" +
+		"[ -z \"$PIP_LOG\" ] || log=\"$PIP_LOG\" keep=1\n" +
+		"PIP_LOG=\"$log\" " + run + " \"$@\"\n" +
 		"rc=$?\n" +
 		"if [ $rc -ne 0 ] && [ \"$QURO_PIP_OFFLINE\" = 1 ]; then\n" +
 		"\techo " + shellQuote(OfflineHint) + " >&2\n" +
+		"elif [ $rc -ne 0 ] && [ -z \"$keep\" ] && [ -f \"$log\" ]; then\n" +
+		"\tif grep -qE " + shellQuote(unreachableLog) + " \"$log\" 2>/dev/null; then\n" +
+		"\t\techo " + shellQuote(UnreachableHint) + " >&2\n" +
+		"\telif grep -q 'No matching distribution found' \"$log\" 2>/dev/null; then\n" +
+		"\t\techo " + shellQuote(NotOnIndexHint) + " >&2\n" +
+		"\tfi\n" +
 		"fi\n" +
+		"[ -n \"$keep\" ] || rm -f \"$log\"\n" +
 		"exit $rc\n"
 }
 
@@ -298,7 +320,11 @@ func pipMarker(dir string) string { return pipLayout + "\n" + dir + "\n" }
 
 // shimsMarker is what the complete marker of a shim directory says: the
 // interpreter and the pip directory its shims run.
-func shimsMarker(python, pipDir string) string { return python + "\n" + pipDir + "\n" }
+// The shims' script is in it: a changed script is written again.
+func shimsMarker(python, pipDir string) string {
+	sum := sha256.Sum256([]byte(pipShim(shellQuote(python) + " -m pip")))
+	return python + "\n" + pipDir + "\n" + hex.EncodeToString(sum[:8]) + "\n"
+}
 
 // writeRootfsShims writes dir/bin/pip and pip3, which run the pip of the
 // pip directory at final with a rootfs's python3 (pip/__main__.py puts

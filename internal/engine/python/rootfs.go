@@ -28,7 +28,7 @@ import (
 
 // ErrNoRootfs is the engine-level failure of a session that runs on the
 // host userland: the chain goes on to the next tier.
-var ErrNoRootfs = errors.New("the session has no rootfs (create it with --rootfs NAME)")
+var ErrNoRootfs = fmt.Errorf("the session has no rootfs (create it with --rootfs NAME) (%w)", runcode.ErrStepAside)
 
 // Rootfs runs code with the python3 of the session's rootfs, as
 // `python3 -I -u -` with the code on stdin, like System: one process per
@@ -87,7 +87,6 @@ func (r *Rootfs) Run(ctx context.Context, req *runcode.Request) (*runcode.Result
 	if err != nil {
 		return nil, err
 	}
-	res.Notes = append(res.Notes, "ran in rootfs "+name)
 	return res, nil
 }
 

@@ -676,6 +676,7 @@ func (w *worker) deathResult(res *runcode.Result, in *interruption, req *runcode
 	case in.escalated:
 		res.Error = fmt.Sprintf("canceled, and the code did not stop within %s of KeyboardInterrupt: the Python worker was killed; %s", o.grace, lost)
 	case e.OOMKilled && e.Signal == syscall.SIGKILL:
+		res.OOMKilled = true
 		res.Notes = append(res.Notes, fmt.Sprintf("the Python worker was killed: %s; %s", e.OOM.Reason(), lost))
 	case e.Signal != 0:
 		res.Notes = append(res.Notes, fmt.Sprintf("the Python worker was killed by signal %d (%s); %s", int(e.Signal), e.Signal, lost))

@@ -474,6 +474,7 @@ func (e *Engine) build(ctx context.Context, req *runcode.Request, u userland, ve
 		r := &runcode.Result{ExitCode: exit.Code, Stage: "compile", Toolchain: version, CompileMS: ms}
 		r.Notes = append(r.Notes, fmt.Sprintf("the compile failed; the code was compiled as %s, whose line N is line N of the code", file))
 		if exit.OOMKilled {
+			r.OOMKilled = true
 			r.Notes = append(r.Notes, "the compiler was killed: "+exit.OOM.Reason())
 		}
 		return ms, false, r

@@ -35,8 +35,18 @@ func HostPID(pid int, workspace string) (hostPID int, ok bool) {
 			if len(ns) < 2 || ns[len(ns)-1] != want {
 				break
 			}
-			if cwd, _ := os.Readlink("/proc/" + e.Name() + "/cwd"); cwd == workspace || strings.HasPrefix(cwd, workspace+"/") {
+			cwd, _ := os.Readlink("/proc/" + e.Name() + "/cwd")
+			if cwd == workspace || strings.HasPrefix(cwd, workspace+"/") {
 				return hp, true
+			}
+			// In a session box the workspace is also /home/user, where its
+			// shell works: the box's /home/user is the same directory.
+			if cwd == "/home/user" || strings.HasPrefix(cwd, "/home/user/") {
+				a, aerr := os.Stat("/proc/" + e.Name() + "/root/home/user")
+				b, berr := os.Stat(workspace)
+				if aerr == nil && berr == nil && os.SameFile(a, b) {
+					return hp, true
+				}
 			}
 		}
 	}
