@@ -191,9 +191,10 @@ var topics = map[string]topic{
 		"Long output is cut to head and tail; output_file keeps it whole.",
 		[]string{"terminal_exec", "send_input", "open_terminal", "read_screen"}},
 	"files": {"Paths are relative to the workspace, /home/user, or absolute inside it. " +
-		"read_file answers text, or base64 for bytes; offset and limit read a part of a big file. write_file replaces a file atomically (append=true adds to it).",
+		"read_file answers text, an image as an image, other bytes as base64; offset and limit read a part of a big file. write_file replaces a file atomically (append=true adds to it).",
 		[]string{"read_file", "write_file", "edit_file", "list_files", "stat_file", "make_dir", "move_file", "remove_file", "watch_dir", "create_project"}},
-	"processes": {"start_process runs a program in the background (background=true returns at once); it outlives the call and is found by pid or tag. " +
+	"processes": {"start_process runs a shell command (or cmd with args, a program) that outlives the call, found by pid or tag; background=true returns once it runs, " +
+		"or with its exit code and output if it ended at once. read_process_output {since} reads its last 64 KiB; connect_process follows it. " +
 		"A server's port is opened with get_preview_url.",
 		[]string{"start_process", "read_process_output", "list_processes", "connect_process", "send_process_input", "close_process_stdin",
 			"signal_process", "resize_process", "get_preview_url"}},

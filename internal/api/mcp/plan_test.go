@@ -175,7 +175,7 @@ func cases() (setup []call, table map[string]toolCase) {
 		"open_terminal":    {map[string]any{"session": "s1"}, field("open", "true")},
 		// Background processes: one that ends within the call; the
 		// others name a pid that runs nowhere.
-		"start_process":       {map[string]any{"session": "s1", "command": "sh", "args": []string{"-c", "echo $((6*7))"}}, all(field("exit_code", "0"), field("stdout", "42\n"))},
+		"start_process":       {map[string]any{"session": "s1", "command": "echo $((6*7))"}, all(field("exit_code", "0"), field("stdout", "42\n"))},
 		"connect_process":     {map[string]any{"session": "s1", "pid": 999999}, toolError("not_found")},
 		"read_process_output": {map[string]any{"session": "s1", "pid": 999999}, toolError("not_found")},
 		"list_processes":      {map[string]any{"session": "s1"}, text("process")},
