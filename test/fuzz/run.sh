@@ -49,6 +49,8 @@ done <<'LIST'
 ./internal/rootfs FuzzParsePackages
 ./internal/runcode FuzzCapture
 ./internal/render FuzzJSON FuzzXML
+./internal/textedit FuzzEdit
+./internal/picture FuzzSVGToPNG:slow FuzzSniff
 LIST
 rm -f /tmp/quro-fuzz.$$
 exit $fail
