@@ -32,7 +32,16 @@ func TestInSessionEnvCannotReachTheLoader(t *testing.T) {
 	if r := do(t, "POST", srv.url+"/v1/run_code", js, string(body), append([]string{"Accept", "text/plain"}, admin...)...); !strings.Contains(r.body, "42") {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
+	// The box names its workspace /home/user; the host writes the
+	// library into the session's directory under the data directory.
 	ws := strings.TrimSpace(run("pwd"))
+	var info struct {
+		ID string `json:"id"`
+	}
+	if r := do(t, "GET", srv.url+"/v1/sessions/inner", "", "", admin...); r.status != 200 || json.Unmarshal([]byte(r.body), &info) != nil || info.ID == "" {
+		t.Fatalf("the session: %d %s", r.status, r.body)
+	}
+	hostWS := filepath.Join(srv.data, "sessions", info.ID, "workspace")
 	marker := filepath.Join(ws, "loaded")
 	so := filepath.Join(ws, "x.so")
 	if gcc, err := exec.LookPath("gcc"); err == nil {
@@ -41,10 +50,10 @@ func TestInSessionEnvCannotReachTheLoader(t *testing.T) {
 #include <unistd.h>
 __attribute__((constructor)) static void f(void) { FILE *m = fopen("`+marker+`", "a"); if (m) { fprintf(m, "euid %d\n", (int)geteuid()); fclose(m); } }
 `), 0o644)
-		if out, err := exec.Command(gcc, "-shared", "-fPIC", "-o", so, src).CombinedOutput(); err != nil {
+		if out, err := exec.Command(gcc, "-shared", "-fPIC", "-o", filepath.Join(hostWS, "x.so"), src).CombinedOutput(); err != nil {
 			t.Fatalf("gcc: %v\n%s", err, out)
 		}
-		os.Chmod(so, 0o755)
+		os.Chmod(filepath.Join(hostWS, "x.so"), 0o755)
 	}
 	var script strings.Builder
 	for _, name := range sandbox.RefusedEnvExamples {
@@ -60,7 +69,7 @@ __attribute__((constructor)) static void f(void) { FILE *m = fopen("`+marker+`",
 		t.Fatalf("stored: %s", out)
 	}
 	run("true")
-	if b, err := os.ReadFile(marker); err == nil {
+	if b, err := os.ReadFile(filepath.Join(hostWS, "loaded")); err == nil {
 		t.Fatalf("the workspace library was loaded: %s", b)
 	}
 	// Through REST, with an admin token, the same.

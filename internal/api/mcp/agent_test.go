@@ -36,6 +36,9 @@ type agentStep struct {
 // and its log, a prompt answered and one left behind, and an out-of-memory
 // kill named with its limit.
 func TestScriptedAgentTask(t *testing.T) {
+	if !embeddedPython {
+		t.Skip("the task's Python (its state, a table's forms) is the embedded interpreter's, which this build does not have")
+	}
 	if _, err := os.Stat(filepath.Join(tsDir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil {
 		t.Skip("\n\n*** SKIPPED: the TypeScript MCP client is not installed: run `npm ci --prefix test/mcp-ts` (make test does). ***\n\n")
 	}

@@ -67,8 +67,8 @@ func TestToolProfiles(t *testing.T) {
 		t.Errorf("list_sessions outside the profile: %v %+v", err, o)
 	}
 	// A field the compact schema leaves unsaid is still accepted.
-	if o, err := callTool(t, cs, "run_code", map[string]any{"code": "import os; print(os.environ['N'])", "env": map[string]string{"N": "42"}}); err != nil || o.IsError || !strings.Contains(o.text(), "42") {
-		t.Errorf("run_code with env through the agent profile: %v %+v", err, o)
+	if o, err := callTool(t, cs, "run_code", map[string]any{"lang": "bash", "code": "echo 42", "compile_timeout_ms": 5000}); err != nil || o.IsError || !strings.Contains(o.text(), "42") {
+		t.Errorf("run_code with compile_timeout_ms through the agent profile: %v %+v", err, o)
 	}
 
 	// The client's ?tools= comes first, then the token's default.
