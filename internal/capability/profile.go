@@ -29,12 +29,19 @@ type Hints struct {
 // Brief sets the short description and the essential inputs a compact
 // profile lists for c (see Profile.Compact), and returns c. The call still
 // accepts every field of the input: a compact listing only leaves the
-// others unsaid. Brief panics if a property is not one of the input's (a
-// programmer error).
+// others unsaid. Brief panics if a property is not one of the input's, or
+// if it leaves out a required one (a programmer error).
 func (c *Capability) Brief(short string, props ...string) *Capability {
 	for _, p := range props {
 		if _, ok := c.InputSchema.Properties[p]; !ok {
 			panic("capability " + c.Name + ": Brief names no input field " + p)
+		}
+	}
+	// A listing that left out a required input would be one no model
+	// could call as listed.
+	for _, r := range c.InputSchema.Required {
+		if r != "session" && !slices.Contains(props, r) {
+			panic("capability " + c.Name + ": Brief leaves out the required input " + r)
 		}
 	}
 	c.Short, c.Essential = short, props

@@ -64,3 +64,14 @@ func TestProfileListing(t *testing.T) {
 	}()
 	greet().Brief("x", "nope")
 }
+
+// A brief that leaves out a required input is refused at declaration: no
+// model could call the tool as it would be listed.
+func TestBriefKeepsRequiredInputs(t *testing.T) {
+	defer func() {
+		if r := recover(); r == nil {
+			t.Fatal("a brief without the required path was accepted")
+		}
+	}()
+	New("read", "Read a file.", ScopeRead, func(ctx context.Context, i sessIn) (out, error) { return out{}, nil }).Brief("Read.", "limit")
+}
