@@ -29,7 +29,7 @@ const (
 
 // InstallPackagesInput is install_packages' input.
 type InstallPackagesInput struct {
-	Session string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted. For apt it must run on a rootfs (create_session rootfs=NAME) with network full; pip works in any session"`
+	Session string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted. For apt it must run on a rootfs (create_session rootfs=NAME) with network internet; pip works in any session"`
 	// Manager is "apt" (the default) or "pip".
 	Manager   string   `json:"manager,omitempty" jsonschema:"apt (default: Debian packages into the session's rootfs) or pip (Python packages into the session's user site, ~/.local, from the tenant's wheel cache, fetched by the server first when missing; works with network none)"`
 	Packages  []string `json:"packages" jsonschema:"apt: Debian package names (e.g. jq, cowsay, python3-numpy), each optionally NAME=VERSION; pip: NAME[extras] with optional version specifiers (e.g. requests==2.32.3), no URLs or paths; at most 64"`
@@ -104,7 +104,7 @@ func (a *App) registerPackages(reg *capability.Registry) {
 			"(after `apt-get update` when the package lists are missing or older than a day). "+
 			"The packages persist in the rootfs and are shared: every session on that rootfs, now and later, can use them. "+
 			"This is the way system packages are installed: the rootfs is read-only to a session's own code, and `apt-get install` typed in a session is refused (code in a session calls with scope exec), saying to ask for this capability. "+
-			"The session must run on a rootfs (create_session rootfs=NAME) and have network full (create_session network=full); with network none nothing is started. "+
+			"The session must run on a rootfs (create_session rootfs=NAME) and have network internet (create_session network=internet); with network none nothing is started. "+
 			"Installs into one rootfs run one at a time: a call waits for the one before. apt's progress streams as output; the result lists what dpkg newly installed and apt's output. "+
 			"With manager pip: Python packages are installed into the session's user site (~/.local/lib/pythonX.Y/site-packages of the session's Python: the embedded 3.14 on the host userland, the rootfs's python3 on a rootfs) by pip in the session's box from the tenant's wheel cache; wheels the cache lacks are fetched first by the server from its configured index (wheels only, never a session's index), whatever the session's network. A session without network can then `pip install` them too. "+
 			"Packages are exact Debian package names (matched literally against the rootfs's apt lists: no patterns), optionally NAME:ARCH and NAME=VERSION; an unknown name is refused before apt runs. apt's plan is simulated first: an install that would remove or downgrade anything is refused. apt needs scope install (or admin): a rootfs is shared by every session on it. pip needs only scope exec (it changes only the session's own workspace), so code in a session can call it too: `pip install` typed in a session without network does. timeout_ms 10000..1800000, default 600000.",

@@ -58,15 +58,7 @@ const PipVersion = "25.1.1"
 
 // OfflineHint is the line a failed pip run ends with in a session without
 // network.
-const OfflineHint = "quro: this session has no network (policy none): pip can install only wheels already in the tenant's cache; fetch them with install_packages {manager: pip, packages: [...]} or use a session with network full"
-
-// UnreachableHint and NotOnIndexHint end a failed pip run in a session
-// with network, as pip's verbose log (PIP_LOG) tells: pip words both
-// "from versions: none".
-const (
-	UnreachableHint = "quro: pip could not reach the package index (PIP_INDEX_URL, or the server's): the session's network policy (allow_out, egress) or the index setting is why, not the package name"
-	NotOnIndexHint  = "quro: the package index answered and has no version of it for this Python: check the name and version"
-)
+const OfflineHint = "quro: this session has no network (policy none): pip can install only wheels already in the tenant's cache; fetch them with install_packages {manager: pip, packages: [...]} or use a session with network internet"
 
 // unreachableLog matches what pip logs when no index answered (pip.Diagnose's marks).
 const unreachableLog = "NewConnectionError|Failed to establish a new connection|Name or service not known|Temporary failure in name resolution|" +
