@@ -250,6 +250,7 @@ func TestConnectProcessTimeout(t *testing.T) {
 // start, and says what it waited for and what to do.
 func TestParallelPythonRunsWait(t *testing.T) {
 	a := newApp(t, nil)
+	needEmbedded(t, a) // the resident worker's line; one-shot runs do not wait
 	s := newSession(t, a, "py", "")
 	texec(t, a, s.ID, "mkfifo ready gate")
 	sess, err := a.Sessions.Get(context.Background(), s.ID)
