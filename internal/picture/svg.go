@@ -31,6 +31,9 @@ const (
 	MaxSide     = 1024    // pixels of the PNG's longer side
 	maxElements = 3000    // elements, <use> expansions counted
 	maxDepth    = 256     // element nesting
+	// maxStops bounds the gradient stops: the rasteriser walks a
+	// gradient's stops for every pixel a path filled with it covers.
+	maxStops = 256
 	// maxWork bounds paths × pixels: each path may cover the whole
 	// raster, so a drawing of many paths is drawn smaller.
 	maxWork = 1 << 27
@@ -50,7 +53,8 @@ func SVGToPNG(svg []byte) (out []byte, err error) {
 	if len(svg) > MaxInput {
 		return nil, fmt.Errorf("the SVG is %d bytes, over the %d the rasteriser takes", len(svg), MaxInput)
 	}
-	if err := check(svg); err != nil {
+	stops, err := check(svg)
+	if err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -78,7 +82,14 @@ func SVGToPNG(svg []byte) (out []byte, err error) {
 	for i := range icon.SVGPaths {
 		segments += len(icon.SVGPaths[i].Path) / 3
 	}
-	w, h := size(vw, vh, len(icon.SVGPaths), segments)
+	// A pixel of a path costs the stops of its gradient, if it has one:
+	// counted as if every path walked all of them.
+	cost := len(icon.SVGPaths) * (1 + stops)
+	w, h := size(vw, vh, cost, segments)
+	if float64(cost)*float64(w)*float64(h) > 2*maxWork {
+		// Even the smallest raster (minSide) would cost too much.
+		return nil, fmt.Errorf("the SVG is too costly to draw (%d paths, %d gradient stops)", len(icon.SVGPaths), stops)
+	}
 	for i := range icon.SVGPaths {
 		p := &icon.SVGPaths[i]
 		p.Dash = nil
@@ -125,14 +136,16 @@ func size(vw, vh float64, n, segments int) (int, int) {
 // nesting and the number of elements bounded, each <use> counted as the
 // elements of the definition it expands to (as the parser finds it: an
 // element of <defs> with an id and the id-less ones after it), and no
-// <use> or <defs> inside <defs>.
-func check(svg []byte) error {
+// <use> or <defs> inside <defs>, and at most maxStops gradient stops,
+// which it returns.
+func check(svg []byte) (stops int, err error) {
 	d := xml.NewDecoder(bytes.NewReader(svg))
 	// UTF-8 only: under another encoding the parser would read other
 	// elements than these checks.
 	d.CharsetReader = func(label string, _ io.Reader) (io.Reader, error) {
 		return nil, fmt.Errorf("the SVG's encoding %q is not UTF-8", label)
 	}
+	fail := func(err error) (int, error) { return 0, err }
 	depth, defsDepth, elements := 0, 0, 0
 	defs := map[string]int{} // definition id → its elements
 	def := ""                // the definition being read
@@ -143,24 +156,29 @@ func check(svg []byte) error {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("the SVG is not well-formed XML: %w", err)
+			return fail(fmt.Errorf("the SVG is not well-formed XML: %w", err))
 		}
 		switch t := t.(type) {
 		case xml.StartElement:
 			if depth == 0 && !root {
 				if t.Name.Local != "svg" {
-					return ErrNotSVG
+					return fail(ErrNotSVG)
 				}
 				root = true
 			}
 			depth++
 			elements++
 			if depth > maxDepth {
-				return fmt.Errorf("the SVG nests elements %d deep (at most %d)", depth, maxDepth)
+				return fail(fmt.Errorf("the SVG nests elements %d deep (at most %d)", depth, maxDepth))
+			}
+			if t.Name.Local == "stop" {
+				if stops++; stops > maxStops {
+					return fail(fmt.Errorf("the SVG has over %d gradient stops", maxStops))
+				}
 			}
 			switch {
 			case defsDepth > 0 && (t.Name.Local == "use" || t.Name.Local == "defs"):
-				return fmt.Errorf("the SVG has <%s> inside <defs>, which the rasteriser does not take", t.Name.Local)
+				return fail(fmt.Errorf("the SVG has <%s> inside <defs>, which the rasteriser does not take", t.Name.Local))
 			case t.Name.Local == "defs":
 				defsDepth, def = depth, ""
 			case defsDepth > 0:
@@ -181,13 +199,13 @@ func check(svg []byte) error {
 			depth--
 		}
 		if elements > maxElements {
-			return fmt.Errorf("the SVG has over %d elements (a <use> counted as the elements it draws)", maxElements)
+			return fail(fmt.Errorf("the SVG has over %d elements (a <use> counted as the elements it draws)", maxElements))
 		}
 	}
 	if !root {
-		return ErrNotSVG
+		return fail(ErrNotSVG)
 	}
-	return nil
+	return stops, nil
 }
 
 func attr(e xml.StartElement, name string) string {

@@ -3,6 +3,7 @@ package picture
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"image/png"
 	"strings"
 	"testing"
@@ -47,6 +48,17 @@ func TestConvert(t *testing.T) {
 func TestHostileSVG(t *testing.T) {
 	deep := strings.Repeat("<g>", 5000) + strings.Repeat("</g>", 5000)
 	many := strings.Repeat(`<rect width="1000000" height="1000000"/>`, maxElements+1)
+	// A gradient's stops are walked per pixel of every path filled with it.
+	gradient := func(stops, rects int) string {
+		var b strings.Builder
+		b.WriteString(`<svg xmlns="http://www.w3.org/2000/svg" width="1000" height="1000"><defs><linearGradient id="g">`)
+		for i := range stops {
+			fmt.Fprintf(&b, `<stop offset="%g" stop-color="#%06x"/>`, float64(i)/float64(stops), i*977)
+		}
+		b.WriteString(`</linearGradient></defs>`)
+		b.WriteString(strings.Repeat(`<rect width="1000" height="1000" fill="url(#g)"/>`, rects))
+		return b.String() + `</svg>`
+	}
 	cases := []struct {
 		name, svg string
 		err       string // "" when a PNG is expected
@@ -65,6 +77,9 @@ func TestHostileSVG(t *testing.T) {
 		{"other encoding", `<?xml version="1.0" encoding="iso-8859-1"?><svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 10 10"/>`, "not UTF-8"},
 		{"not svg", `<html><body/></html>`, "not an SVG"},
 		{"not xml", `<svg viewBox="0 0 10 10"><rect`, "not well-formed"},
+		{"many gradient stops", gradient(1500, 1400), "gradient stops"},
+		{"costly gradient", gradient(maxStops, 1400), "too costly"},
+		{"a gradient", gradient(16, 4), ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
