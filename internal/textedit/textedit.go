@@ -49,6 +49,10 @@ const MaxMatchLines = 10
 // indentation).
 type MatchError struct {
 	Count int
+	// More: the count stopped at MaxMatchLines+1 (counting every
+	// overlapping occurrence of a long old_str in a long file would cost
+	// their product).
+	More  bool
 	Lines []int
 	Near  []int
 }
@@ -60,6 +64,9 @@ func (e *MatchError) Error() string {
 	}
 	if e.Count == 0 {
 		return "old_str was not found (0 matches): it must match the file exactly, whitespace and indentation included; view the file and copy the lines"
+	}
+	if e.More {
+		return fmt.Sprintf("old_str matches more than %d times, first at lines %s: add surrounding lines to old_str to make it unique", MaxMatchLines, lineList(e.Lines, e.Count))
 	}
 	return fmt.Sprintf("old_str matches %d times, at lines %s: add surrounding lines to old_str to make it unique", e.Count, lineList(e.Lines, e.Count))
 }
@@ -209,6 +216,10 @@ func Replace(b []byte, old, new string) ([]byte, Edit, error) {
 		}
 		at := from + i
 		me.Count++
+		if me.Count > MaxMatchLines {
+			me.More = true
+			break
+		}
 		if first < 0 {
 			first = at
 		}

@@ -1,6 +1,7 @@
 package textedit
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"testing"
@@ -56,9 +57,17 @@ func TestReplaceMatchCounts(t *testing.T) {
 	if _, _, err = Replace([]byte("aaa\n"), "aa", "b"); !errors.As(err, &me) || me.Count != 2 {
 		t.Fatalf("%v", err)
 	}
-	// Many matches: the first MaxMatchLines lines, then an ellipsis.
+	// Many matches: the first MaxMatchLines lines, then an ellipsis; the
+	// count stops past them.
 	_, _, err = Replace([]byte(strings.Repeat("foo\n", 50)), "foo", "bar")
-	if !errors.As(err, &me) || me.Count != 50 || len(me.Lines) != MaxMatchLines || !strings.Contains(err.Error(), "at lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, …:") {
+	if !errors.As(err, &me) || !me.More || len(me.Lines) != MaxMatchLines || !strings.Contains(err.Error(), "more than 10 times, first at lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, …:") {
+		t.Fatalf("%v", err)
+	}
+	// A long old_str over a long file of the same byte: the overlapping
+	// occurrences are not all counted (their count times old_str's length
+	// would be minutes of a core).
+	_, _, err = Replace(bytes.Repeat([]byte("a"), 8<<20), strings.Repeat("a", 3<<20), "b")
+	if !errors.As(err, &me) || !me.More {
 		t.Fatalf("%v", err)
 	}
 	for _, bad := range [][2]string{{"", "x"}, {"same", "same"}} {
