@@ -109,6 +109,9 @@ func (s *Shell) lineUpLocked(ctx context.Context, wait time.Duration) (abandoned
 			if t.arrived.Before(r.strandedAt) {
 				return "", &InputError{Command: r.command, Since: time.Since(r.start)}
 			}
+			// Marked under mu: an answer (SendInput) that comes now is
+			// refused instead of being written to a command being stopped.
+			r.abandoned = true
 			s.mu.Unlock()
 			s.interrupt(r)
 			s.mu.Lock()

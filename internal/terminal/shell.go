@@ -258,8 +258,10 @@ type run struct {
 	waiters  int
 	awaiting bool
 	// strandedAt is when the last call that waited for it returned
-	// saying that it waits for input.
+	// saying that it waits for input; abandoned, that a later command
+	// interrupts it for its own run (queue.go).
 	strandedAt time.Time
+	abandoned  bool
 
 	// The state stream (see records.go).
 	stateNonce  string
@@ -860,6 +862,10 @@ func (s *Shell) SendInput(data string) error {
 		return nil
 	}
 	s.mu.Lock()
+	if r.abandoned {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: the command that waited for input, %s, is being interrupted for another terminal_exec", ErrNotRunning, r.command)
+	}
 	r.awaiting = false // answered: a call in line waits for its end again
 	s.mu.Unlock()
 	if _, err := io.WriteString(r.sp.inW, data); err != nil {
