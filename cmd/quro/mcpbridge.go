@@ -29,7 +29,10 @@ func bridgeMCP(ctx context.Context, t *target, endpoint string, r io.Reader, w i
 	if rt.next == nil {
 		rt.next = http.DefaultTransport
 	}
-	remote, err := (&mcp.StreamableClientTransport{Endpoint: c.base + endpoint, HTTPClient: &http.Client{Transport: rt}}).Connect(ctx)
+	// No redirects: the transport adds the token to every request, and a
+	// redirect may lead to another host.
+	hc := &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	remote, err := (&mcp.StreamableClientTransport{Endpoint: c.base + endpoint, HTTPClient: hc}).Connect(ctx)
 	if err != nil {
 		return fmt.Errorf("connecting to the MCP endpoint of %s: %w", c.name, err)
 	}
