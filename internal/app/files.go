@@ -176,7 +176,8 @@ func (a *App) registerFiles(reg *capability.Registry) {
 	paths := "Paths are relative to the session workspace /home/user (the working directory of run_code and the terminal), or absolute under it. " +
 		"Nothing outside the workspace is reachable: '..' out of it, and symbolic links that point out of it (or are absolute, in the middle of a path), are refused. "
 	reg.Register(capability.New("read_file",
-		"Read a file of the session workspace. UTF-8 text comes back as text (encoding utf-8); anything else (invalid UTF-8, NUL bytes) as base64 (encoding base64). "+
+		"Read a file of the session workspace. UTF-8 text comes back as text (encoding utf-8); anything else (invalid UTF-8, NUL bytes) as base64 (encoding base64), "+
+			"and a whole image file (PNG, JPEG, GIF, WebP, SVG) also as an image where the client shows images (MCP), with media_type, width and height. "+
 			"Also returns size, mode and mtime. "+paths+
 			"At most "+maxRead+" come back at once: for a bigger file pass offset and limit (bytes) to read a part; complete says whether content is the whole file "+
 			"(a part cut inside a multi-byte character comes back as base64). A directory is an error: use list_files.",

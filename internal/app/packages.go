@@ -127,7 +127,7 @@ func (a *App) installPackagesCap(ctx context.Context, in InstallPackagesInput) (
 		// refused in the controller's words (cmd/quro's apt stand-in
 		// matches on them).
 		if c, ok := controller.CallerFrom(ctx); !ok || !c.Scope.Covers(capability.ScopeInstall) {
-			return nil, capability.Errorf(capability.PermissionDenied, "install_packages needs scope %q", capability.ScopeInstall)
+			return nil, capability.Errorf(capability.PermissionDenied, "install_packages needs scope %q (apt, the default manager); for Python packages give manager pip", capability.ScopeInstall)
 		}
 	case "pip":
 		sess, err := entered(ctx)

@@ -302,3 +302,26 @@ func TestParallelPythonRunsWait(t *testing.T) {
 		t.Fatal("the run that did not start ran")
 	}
 }
+
+// TestReadProcessOutputOfARestartedTag: an offset past all a process
+// printed (the next of another process that had the tag) reads the
+// process from its start and says so, instead of skipping its output.
+func TestReadProcessOutputOfARestartedTag(t *testing.T) {
+	a := newApp(t, nil)
+	s := newSession(t, a, "again", "")
+	sel := ProcessSelector{Session: s.ID, Tag: "srv"}
+	mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Tag: "srv", Command: "echo a long first line of output"})
+	first := mustCall(t, a, "read_process_output", ReadOutputInput{ProcessSelector: sel}).(*ProcessOutput)
+	if first.Running || first.Output != "a long first line of output\n" || first.FromStart {
+		t.Fatalf("the first: %+v", first)
+	}
+	mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Tag: "srv", Command: "echo b"})
+	o := mustCall(t, a, "read_process_output", ReadOutputInput{ProcessSelector: sel, Since: first.Next}).(*ProcessOutput)
+	if o.Output != "b\n" || !o.FromStart || o.Next != 2 || !strings.Contains(o.Text(), "read from its start") {
+		t.Fatalf("the second, read with the first's offset: %+v\n%s", o, o.Text())
+	}
+	_, err := call(t, a, "read_process_output", ReadOutputInput{ProcessSelector: ProcessSelector{Session: s.ID, Tag: "none"}})
+	if ce := wantCode(t, err, capability.NotFound); !strings.Contains(ce.Message, "last 4 ended") {
+		t.Fatalf("%q", ce.Message)
+	}
+}

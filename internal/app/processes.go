@@ -122,6 +122,9 @@ type ProcessOutput struct {
 	// Dropped counts the bytes from since on that the ring no longer
 	// held.
 	Dropped int64 `json:"dropped,omitempty" jsonschema:"bytes after since that were no longer kept (only the last 64 KiB are)"`
+	// FromStart: since was past all this process printed (an offset of
+	// another process of the same tag), so the output is from its start.
+	FromStart bool `json:"from_start,omitempty" jsonschema:"since was past this process's output (another process of that tag?): read from its start"`
 }
 
 // Text is the output with one line saying where the process is.
@@ -133,6 +136,9 @@ func (o *ProcessOutput) Text() string {
 		fmt.Fprintf(&b, "process %d ended: %s", o.Pid, o.End.Status)
 	}
 	fmt.Fprintf(&b, "; next since=%d", o.Next)
+	if o.FromStart {
+		b.WriteString(" (since was past its output, from another process of that tag: read from its start)")
+	}
 	if o.Dropped > 0 {
 		fmt.Fprintf(&b, " (%d earlier bytes were dropped: only the last %d KiB are kept)", o.Dropped, proc.RingSize>>10)
 	}
@@ -207,7 +213,7 @@ func (a *App) registerProcesses(reg *capability.Registry) {
 		capability.ScopeExec, a.startProcess).Streaming().InSession(capability.UseBusy))
 	reg.Register(capability.New("connect_process",
 		"Follow a running background process of the session (by pid or tag): its output from now on (nothing before is replayed) streams "+
-			"until it ends, or timeout_ms passes, and the call returns how it ended. Leaving does not stop it.",
+			"until it ends, or timeout_ms passes, and the call returns how it ended, or that it still runs. Leaving does not stop it.",
 		capability.ScopeRead, a.connectProcess).Streaming().InSession(capability.UseBusy))
 	reg.Register(capability.New("read_process_output",
 		fmt.Sprintf("Read a background process's recent output (by pid or tag; also of one that ended lately) without following it: "+
@@ -407,7 +413,13 @@ func (a *App) readProcessOutput(ctx context.Context, in ReadOutputInput) (*Proce
 	// Ended first, then the output: an ended process's output is whole.
 	ended := p.Ended()
 	o := p.ReadOutput(in.Since)
-	res := &ProcessOutput{Pid: p.Pid(), Tag: p.Info().Tag, Running: !ended, Output: string(o.Data), Next: o.Next, Dropped: o.Dropped}
+	restarted := false
+	if in.Since > o.Next {
+		// An offset of another process (one of the same tag that ended
+		// and was started again): this one is read from its start.
+		o, restarted = p.ReadOutput(0), true
+	}
+	res := &ProcessOutput{Pid: p.Pid(), Tag: p.Info().Tag, Running: !ended, Output: string(o.Data), Next: o.Next, Dropped: o.Dropped, FromStart: restarted}
 	if ended {
 		e := p.End()
 		res.End = &e

@@ -75,11 +75,11 @@ var briefs = map[string]brief{
 	"list_files": {"List a directory of the workspace (default /home/user).",
 		[]string{"path", "depth"}},
 	"start_process": {"Start a shell command as a process that outlives the call (a server, a watcher, a long job); " +
-		"background:true returns once it runs. read_process_output reads its output.",
+		"background:true returns once it runs, else the call waits for its end. read_process_output reads its output.",
 		[]string{"command", "background", "tag"}},
 	"read_process_output": {"A process's output since offset since (0: what is kept, the last 64 KiB), and whether it still runs.",
 		[]string{"pid", "tag", "since"}},
-	"install_packages": {"Install packages: manager pip (Python, into the session) or apt (Debian, into the session's rootfs).",
+	"install_packages": {"Install packages: manager pip for Python packages (into the session); apt, the default, for Debian packages (into the session's rootfs).",
 		[]string{"manager", "packages"}},
 	"get_preview_url": {"The URL of a port the session's code listens on, to open in a browser.",
 		[]string{"port"}},

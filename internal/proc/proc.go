@@ -642,7 +642,7 @@ func (t *Table) Find(session string, sel Selector) (*Process, error) {
 			return q, nil
 		}
 	}
-	return nil, err
+	return nil, fmt.Errorf("%w: no process with %s in this session, running or among its last %d ended (it ended before them, or never ran here)", ErrNotFound, sel, keepEnded)
 }
 
 // ReadOutput is what p printed (every stream merged) from offset since

@@ -1364,7 +1364,10 @@ def _pip_args(body):
 def _leading_indent(src):
     """src without the indentation of its first line that is not blank,
     taken from every line that starts with it (IPython's leading_indent,
-    after its leading_empty_lines); None when that line is not indented."""
+    after its leading_empty_lines); None when that line is not indented, or
+    when src declares its encoding (re-encoded, it would be misread)."""
+    if b"coding" in src[:512]:
+        return None
     lines = _source_text(src).splitlines(True)
     first = next((line for line in lines if line.strip()), "")
     indent = first[:len(first) - len(first.lstrip(" \t"))]
