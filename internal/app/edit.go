@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
 	"strings"
 	"sync"
 
@@ -86,10 +85,7 @@ func (a *App) editFile(ctx context.Context, in EditFileInput) (*FileEdited, erro
 	if err := needPath(in.Path, "path"); err != nil {
 		return nil, err
 	}
-	p, err := homePath(in.Path)
-	if err != nil {
-		return nil, err
-	}
+	p := in.Path // the workspace layer reads /home/user/x, ~/x and x alike
 	if err := checkEditArgs(in); err != nil {
 		return nil, err
 	}
@@ -202,25 +198,6 @@ func checkEditArgs(in EditFileInput) error {
 		return bad("new_str has a NUL byte: edit_file writes text; write_file (encoding base64) writes bytes")
 	}
 	return nil
-}
-
-// homePath turns a path a model sends into a workspace-relative one: the
-// workspace is /home/user in the session's box, so /home/user/x, ~/x and
-// x all name the same file. Any other absolute path is refused here,
-// without naming where the workspace is on the host.
-func homePath(p string) (string, error) {
-	home := sandbox.HomeUser
-	switch {
-	case p == home || p == "~":
-		return ".", nil
-	case strings.HasPrefix(p, home+"/"):
-		return strings.TrimPrefix(p, home+"/"), nil
-	case strings.HasPrefix(p, "~/"):
-		return p[2:], nil
-	case path.IsAbs(p):
-		return "", fmt.Errorf("%q is outside %s, the session workspace: give a path under it, or relative to it: %w", p, home, workspace.ErrOutside)
-	}
-	return p, nil
 }
 
 func viewFile(out *FileEdited, data []byte, r []int) (*FileEdited, error) {

@@ -113,7 +113,7 @@ func (w *FS) Options() Options { return w.opts }
 // slashes. Relative paths are taken from the workspace root; an absolute
 // path must lie under /home/user (hostpath.Home, the workspace's name in
 // every box) or inside the workspace directory. "" and "." are the
-// workspace itself. A path that leaves the workspace by its text is refused
+// workspace itself, as "~" is (and "~/x" is x), the shell's name of it. A path that leaves the workspace by its text is refused
 // here; one that leaves it through a symbolic link is refused by each
 // operation.
 func (w *FS) Rel(p string) (string, error) {
@@ -127,6 +127,9 @@ func (w *FS) Rel(p string) (string, error) {
 		return "", err
 	}
 	rel := filepath.ToSlash(p)
+	if rel == "~" || strings.HasPrefix(rel, "~/") {
+		rel = "." + rel[1:]
+	}
 	if filepath.IsAbs(p) {
 		c := filepath.Clean(p)
 		// The host path first: a data directory may lie under /home/user.

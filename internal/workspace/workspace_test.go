@@ -81,6 +81,10 @@ func TestRel(t *testing.T) {
 		{"a\x00b", "", ErrInvalid},
 		{"/home/user", ".", nil}, // the box's name of the workspace
 		{"/home/user/x/y", "x/y", nil},
+		{"~", ".", nil}, // the shell's name of the workspace
+		{"~/x/y", "x/y", nil},
+		{"~/../x", "", ErrOutside},
+		{"~x", "~x", nil}, // a name, not a home
 		{"/home/user/../x", "", ErrOutside},
 		{"/home/username/x", "", ErrOutside},
 	} {
