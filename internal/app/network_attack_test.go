@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -685,6 +687,7 @@ for i in range(1000):
     except BlockingIOError: pass
     except OSError: errs += 1
     socks.append(s)
+open("flooding", "w").close()
 time.sleep(15)
 print("opened", len(socks), "errors", errs)
 `, hl.port)
@@ -701,6 +704,7 @@ for i in range(300):
     except OSError: pass
     try: socks.append(socket.create_connection(("allowed.test", %d), timeout=2))
     except OSError: pass
+open("slowing", "w").close()
 time.sleep(8)
 print("slow", len(socks))
 `, st.port)
@@ -708,7 +712,10 @@ print("slow", len(socks))
 		t.Logf("%s\n%s", res.Stdout, res.Stderr)
 		t.Logf("slowloris: %s %s", res.Stdout, res.Stderr)
 	}()
-	time.Sleep(6 * time.Second)
+	// Both attacks hold their connections before the victim goes out.
+	waitFor(t, "the flood and the slowloris hold their connections", func() bool {
+		return inWorkspace(t, a, flood.ID, "flooding") && inWorkspace(t, a, slow.ID, "slowing")
+	})
 	start := time.Now()
 	res := runCode(t, a, RunCodeInput{Session: victim.ID, Lang: "bash", Code: fmt.Sprintf("curl -sS --max-time 20 http://allowed.test:%d/", st.port)})
 	t.Logf("%s\n%s", res.Stdout, res.Stderr)
@@ -741,12 +748,13 @@ func TestAttackNetworkCrossSession(t *testing.T) {
 		res := runCode(t, a, RunCodeInput{Session: sa.ID, Lang: "bash", Code: `node -e '
 const h = require("http");
 const srv = h.createServer((q, r) => r.end("hello-from-session-a\n")).listen({port: 8080, host: "::"}, () => {
+  require("fs").writeFileSync("listening", "");
   h.get("http://127.0.0.1:8080/", r => r.on("data", d => console.log("self", String(d).trim())));
 });
 setTimeout(() => process.exit(0), 12000);'`})
 		done <- res.Stdout + res.Stderr
 	}()
-	time.Sleep(3 * time.Second)
+	waitFor(t, "A listens", func() bool { return inWorkspace(t, a, sa.ID, "listening") })
 	var targets []string
 	for _, h := range []string{"127.0.0.1", "[::1]", "0.0.0.0", "192.0.2.2", "[2001:db8::2]", "[::ffff:127.0.0.1]", "127.0.0.2", "localhost"} {
 		targets = append(targets, fmt.Sprintf("http://%s:8080/", h))
@@ -959,4 +967,16 @@ func TestAttackNetworkNonePolicy(t *testing.T) {
 	if hl.n.Load() != 0 || st.hits.Load() != 0 {
 		t.Errorf("host listener %d, stand-in %d connections", hl.n.Load(), st.hits.Load())
 	}
+}
+
+// inWorkspace reports whether the session's code has made file name in its
+// workspace (the mark a test waits for).
+func inWorkspace(t *testing.T, a *App, id, name string) bool {
+	t.Helper()
+	s, err := a.Sessions.ByIDAnyTenant(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = os.Stat(filepath.Join(s.Workspace(), name))
+	return err == nil
 }
