@@ -17,7 +17,6 @@ import (
 
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/capability"
-	"github.com/quro-dev/quro/internal/rootfs"
 )
 
 // The control plane: E2B's REST API (E2B_API_URL), sandboxes' lifecycle.
@@ -57,6 +56,9 @@ var defaultTemplates = []string{"base", "code-interpreter-v1", "code-interpreter
 // codeInterpreterTemplates run on the rootfs of that name when it is
 // installed: E2B's code-interpreter template has the data packages.
 var codeInterpreterTemplates = []string{"code-interpreter-v1", "code-interpreter", "code-interpreter-beta"}
+
+// codeInterpreterRootfs is the rootfs they run on (rootfs.CodeInterpreter).
+const codeInterpreterRootfs = "code-interpreter"
 
 // maxBody bounds a control-plane request body.
 const maxBody = 1 << 20
@@ -338,7 +340,7 @@ func (s *Server) createSandbox(v2 bool) http.HandlerFunc {
 		preferred := slices.Contains(codeInterpreterTemplates, b.TemplateID)
 		switch {
 		case preferred:
-			in.Rootfs = rootfs.CodeInterpreter
+			in.Rootfs = codeInterpreterRootfs
 		case !slices.Contains(defaultTemplates, b.TemplateID):
 			in.Rootfs = b.TemplateID
 		}
