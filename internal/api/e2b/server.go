@@ -78,11 +78,18 @@ func (clientFraming) WrapStreamingHandler(next connect.StreamingHandlerFunc) con
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		err := next(ctx, conn)
 		var ce *connect.Error
-		if errors.As(err, &ce) && ce.Code() == connect.CodeInternal && strings.HasPrefix(ce.Message(), "protocol error:") {
+		if errors.As(err, &ce) && ce.Code() == connect.CodeInternal && clientFramingError(ce.Message()) {
 			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("the request's framing: %s", ce.Message()))
 		}
 		return err
 	}
+}
+
+// clientFramingError reports whether connect-go's internal error is about
+// the request's envelopes: a bad prefix or a cut envelope ("protocol
+// error"), or an end-of-stream envelope where a message was due.
+func clientFramingError(msg string) bool {
+	return strings.HasPrefix(msg, "protocol error:") || strings.HasPrefix(msg, "unmarshal end stream message:")
 }
 
 // PathAccess is the access path of every call made through this package,
