@@ -253,13 +253,15 @@ func TestInstallPackagesWaitsForTheLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// A guard, not a measurement: apt-get update fetches the lists from
+	// the mirror, which took 14 s of a minute on a loaded CI machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	done := make(chan error, 1)
 	var res *InstallPackagesResult
 	go func() {
 		var err error
-		res, err = a.installPackages(ctx, "default", []string{"sl"}, time.Minute, nil)
+		res, err = a.installPackages(ctx, "default", []string{"sl"}, 5*time.Minute, nil)
 		done <- err
 	}()
 	select {
