@@ -19,7 +19,13 @@
 # tests/sandbox/files). Environment: QURO (the binary, default bin/quro),
 # KEEP=1 keeps the work directory (server log, JSON reports), ROOTFS=DIR
 # gives the server the rootfses installed in DIR (e.g. $QURO_DATA/rootfs
-# with code-interpreter, which E2B's code-interpreter template runs on).
+# with code-interpreter, which E2B's code-interpreter template runs on),
+# NOSKIP=1 runs with an empty skip list (the cloud-only tests count too).
+#
+# Without a file filter the same tests run once more with no server at all
+# (the variables pointing at a closed port): a test that passes there tests
+# the SDK, not the server, and the summary counts it apart, so that the
+# server's share reads as server-dependent passed / failed.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -79,7 +85,7 @@ cd "$work/suite"
 
 # skips.txt → vitest excludes (files) and a test-name pattern (single tests).
 entries() { sed -e 's/[[:space:]]#.*$//' -e '/^#/d' -e 's/[[:space:]]*$//' -e '/^$/d' "$1"; }
-entries "$here/skips.txt" >"$work/skips"
+if [ "${NOSKIP:-}" = 1 ]; then : >"$work/skips"; else entries "$here/skips.txt" >"$work/skips"; fi
 entries "$here/offline.txt" >"$work/offline"
 node - "$work" "$kind" <<'EOF'
 const fs = require('fs')
@@ -127,11 +133,21 @@ if [ "$kind" = js-sdk ] && [ $# -eq 0 ]; then
 		>"$work/offline.log" 2>&1 || true
 	reports+=("offline (SDK only, no server)=$work/offline.json")
 fi
-for r in quro offline; do
+baseline=()
+if [ $# -eq 0 ]; then
+	# Port 9 (discard) on loopback: nothing listens, every call is refused.
+	E2B_API_KEY=$key E2B_API_URL=http://127.0.0.1:9/e2b E2B_SANDBOX_URL=http://127.0.0.1:9 E2B_VALIDATE_API_KEY=false \
+		npx vitest run --config vitest.quro.config.mts --reporter=json --outputFile="$work/noserver.json" \
+		>"$work/noserver.log" 2>&1 || true
+	baseline=(--baseline "$work/noserver.json")
+fi
+for r in quro offline noserver; do
 	if [ -f "$work/$r.log" ] && [ ! -s "$work/$r.json" ]; then
 		echo "run-suite: vitest ($r) wrote no report; its output:" >&2
 		tail -40 "$work/$r.log" >&2
 	fi
 done
-node "$here/summarise.mjs" --skips "$here/skips.txt" --kind "$kind" "${reports[@]}"
+skiplist=$here/skips.txt
+[ "${NOSKIP:-}" = 1 ] && skiplist=$work/skips
+node "$here/summarise.mjs" --skips "$skiplist" --kind "$kind" "${baseline[@]}" "${reports[@]}"
 exit 0

@@ -1,18 +1,39 @@
-// node summarise.mjs [--skips skips.txt] [--kind K] LABEL=vitest.json …
+// node summarise.mjs [--skips skips.txt] [--kind K] [--baseline noserver.json] LABEL=vitest.json …
 // Prints, for each vitest JSON report, passed/failed/skipped per test file
 // and the totals, then the files skips.txt leaves out with their reasons,
 // then the first line of each failure (markdown, for docs/e2b.md).
+// With --baseline (a report of the same files run with no server
+// reachable), a test that passed there is counted apart, as "passes
+// without a server": it tests the SDK, not the server. The server's share
+// is then what the others give: server-dependent passed / failed.
 import fs from 'node:fs'
 import path from 'node:path'
 
 const args = process.argv.slice(2)
 let skips = null
 let kind = null
+let baseline = null
 const reports = []
 for (let i = 0; i < args.length; i++) {
   if (args[i] === '--skips') skips = args[++i]
   else if (args[i] === '--kind') kind = args[++i]
+  else if (args[i] === '--baseline') baseline = args[++i]
   else reports.push(args[i])
+}
+
+const relOf = (name) => name.replace(/^.*?\/(tests\/)/, '$1')
+// The tests that pass with no server at all, by FILE::FULL NAME.
+const offlinePass = new Set()
+if (baseline) {
+  try {
+    const rep = JSON.parse(fs.readFileSync(baseline, 'utf8'))
+    for (const f of rep.testResults ?? [])
+      for (const a of f.assertionResults ?? [])
+        if (a.status === 'passed') offlinePass.add(`${relOf(f.name)}::${a.fullName ?? a.title}`)
+  } catch (err) {
+    console.log(`\n(no baseline: ${err.message})`)
+    baseline = null
+  }
 }
 
 const failures = []
@@ -27,12 +48,17 @@ for (const r of reports) {
     continue
   }
   const rows = []
-  const tot = { passed: 0, failed: 0, skipped: 0 }
+  const split = baseline && label.startsWith('quro')
+  const tot = { passed: 0, failed: 0, skipped: 0, offline: 0 }
   for (const f of rep.testResults ?? []) {
-    const rel = f.name.replace(/^.*?\/(tests\/)/, '$1')
-    const c = { passed: 0, failed: 0, skipped: 0 }
+    const rel = relOf(f.name)
+    const c = { passed: 0, failed: 0, skipped: 0, offline: 0 }
     for (const a of f.assertionResults ?? []) {
       const k = a.status === 'passed' ? 'passed' : a.status === 'failed' ? 'failed' : 'skipped'
+      if (split && k === 'passed' && offlinePass.has(`${rel}::${a.fullName ?? a.title}`)) {
+        c.offline++
+        continue
+      }
       c[k]++
       if (k === 'failed') failures.push(`${rel} › ${a.fullName ?? a.title}: ${firstLine(a.failureMessages?.[0])}`)
     }
@@ -45,9 +71,17 @@ for (const r of reports) {
     rows.push([rel, c])
   }
   rows.sort((a, b) => a[0].localeCompare(b[0]))
-  console.log(`\n### ${label}\n\n| file | passed | failed | skipped |\n|---|---:|---:|---:|`)
-  for (const [rel, c] of rows) console.log(`| ${rel} | ${c.passed} | ${c.failed} | ${c.skipped} |`)
-  console.log(`| **total (${rows.length} files)** | **${tot.passed}** | **${tot.failed}** | **${tot.skipped}** |`)
+  if (split) {
+    const pct = (p, f) => (p + f ? ((100 * p) / (p + f)).toFixed(1) : '-')
+    console.log(`\n### ${label}\n\n| file | server: passed | server: failed | skipped | passes without a server |\n|---|---:|---:|---:|---:|`)
+    for (const [rel, c] of rows) console.log(`| ${rel} | ${c.passed} | ${c.failed} | ${c.skipped} | ${c.offline} |`)
+    console.log(`| **total (${rows.length} files)** | **${tot.passed}** | **${tot.failed}** | **${tot.skipped}** | **${tot.offline}** |`)
+    console.log(`\nTests that need a server: ${tot.passed} passed, ${tot.failed} failed (${pct(tot.passed, tot.failed)} %); ${tot.offline} more pass with no server at all.`)
+  } else {
+    console.log(`\n### ${label}\n\n| file | passed | failed | skipped |\n|---|---:|---:|---:|`)
+    for (const [rel, c] of rows) console.log(`| ${rel} | ${c.passed} | ${c.failed} | ${c.skipped} |`)
+    console.log(`| **total (${rows.length} files)** | **${tot.passed}** | **${tot.failed}** | **${tot.skipped}** |`)
+  }
 }
 
 if (skips) {
