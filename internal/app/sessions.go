@@ -151,6 +151,9 @@ type SessionInfo struct {
 	Resources *SessionResources `json:"resources,omitempty"`
 	// NetworkRules hold an internet session to what they allow.
 	NetworkRules *session.NetRules `json:"network_rules,omitempty"`
+	// Secrets are the session's secrets: names, hosts and placeholders,
+	// never a value.
+	Secrets []SecretInfo `json:"secrets,omitempty"`
 	// Note is what the caller should know of how its request was read
 	// (a deprecated network name).
 	Note string `json:"note,omitempty"`
@@ -171,6 +174,9 @@ func (s *SessionInfo) Text() string {
 		if len(r.Deny) > 0 {
 			line += " deny_out=" + strings.Join(r.Deny, ",")
 		}
+	}
+	for _, sec := range s.Secrets {
+		line += " secret=" + sec.Name + "->" + strings.Join(sec.Hosts, ",")
 	}
 	if s.ExpiresAt != nil {
 		line += fmt.Sprintf(" expires=%s (then %s)", s.ExpiresAt.UTC().Format(time.RFC3339), s.OnTimeout)
@@ -542,7 +548,7 @@ func (a *App) sessionInfo(ctx context.Context, s *session.Session) *SessionInfo 
 	info := &SessionInfo{
 		ID: s.ID, Name: s.Name, Default: a.Sessions.IsDefault(ctx, s), CreatedAt: s.CreatedAt, LastUsedAt: s.LastUsedAt,
 		Network: s.Network, NetworkRules: s.NetRules, Rootfs: s.Rootfs, Workspace: s.Workspace(), Home: sandbox.HomeUser, State: a.Terminals.State(s),
-		Resources: a.resources(s), Metadata: s.Metadata,
+		Resources: a.resources(s), Metadata: s.Metadata, Secrets: a.secrets.infos(s.ID),
 	}
 	info.SessionState = StateRunning
 	if bx := a.Sandbox.Box(s.ID); s.Paused || bx != nil && bx.Paused() {
