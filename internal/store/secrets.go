@@ -73,3 +73,11 @@ func (s *Store) SessionSecrets(ctx context.Context, session string) ([]SessionSe
 	}
 	return out, rows.Err()
 }
+
+// SecretCount is how many secrets all sessions hold (tests: none is
+// left after its session).
+func (s *Store) SecretCount(ctx context.Context) (int, error) {
+	var n int
+	err := s.queryRow(ctx, "SELECT count(*) FROM session_secrets").Scan(&n)
+	return n, err
+}
