@@ -285,6 +285,29 @@ func checkSecret(in SetSecretInput) ([]string, error) {
 	return hosts, nil
 }
 
+// checkCreateSecrets checks create_session's secrets as set_session_secret
+// checks one, each with a value, no name twice; their hosts parsed.
+func checkCreateSecrets(in []SecretInput) ([]SecretInput, error) {
+	if len(in) > MaxSecretsPerSession {
+		return nil, capability.Errorf(capability.InvalidArgument, "%d secrets: a session has at most %d", len(in), MaxSecretsPerSession)
+	}
+	var out []SecretInput
+	for _, sec := range in {
+		if sec.Value == "" {
+			return nil, capability.Errorf(capability.InvalidArgument, "secret %s has no value", sec.Name)
+		}
+		if slices.ContainsFunc(out, func(o SecretInput) bool { return o.Name == sec.Name }) {
+			return nil, capability.Errorf(capability.InvalidArgument, "secret %s is given twice", sec.Name)
+		}
+		hosts, err := checkSecret(SetSecretInput{Name: sec.Name, Value: sec.Value, Hosts: sec.Hosts})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, SecretInput{Name: sec.Name, Value: sec.Value, Hosts: hosts})
+	}
+	return out, nil
+}
+
 func (a *App) registerSecrets(reg *capability.Registry) {
 	reg.Register(capability.New("set_session_secret",
 		"Give a session a secret it never sees: its processes started from now on see the variable name holding a placeholder, "+

@@ -191,6 +191,20 @@ for f in %[2]q %[3]q %[4]q; do cat "$f" >/dev/null 2>&1 && echo "READ $f"; done;
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
+	// Secrets given at create: the session's first processes see them.
+	made := mustCall(t, a, "create_session", CreateSessionInput{Name: "born-with-secret", Network: "internet",
+		Secrets: []SecretInput{{Name: "API_KEY", Value: secretValue, Hosts: []string{"*.other.test", "api.test"}}}}).(*SessionInfo)
+	if len(made.Secrets) != 1 || strings.Join(made.Secrets[0].Hosts, ",") != "*.other.test,api.test" {
+		t.Errorf("create_session's secrets: %+v", made.Secrets)
+	}
+	if res := runCode(t, a, RunCodeInput{Session: made.ID, Lang: "python", Code: "import os, urllib.request\nprint(urllib.request.urlopen(urllib.request.Request('" + url + "', headers={'Authorization': 'Bearer ' + os.environ['API_KEY']}), timeout=20).read().decode())"}); !strings.Contains(res.Stdout, "auth-ok=true") {
+		t.Errorf("a secret given at create: %+v", res)
+	}
+	if _, err := call(t, a, "create_session", CreateSessionInput{Name: "twice", Network: "internet",
+		Secrets: []SecretInput{{Name: "A", Value: "v", Hosts: []string{"api.test"}}, {Name: "A", Value: "w", Hosts: []string{"api.test"}}}}); capCode(err) != capability.InvalidArgument {
+		t.Errorf("a secret given twice at create: %v", err)
+	}
+
 	res = runCode(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: `curl -sS --max-time 20 -H "Authorization: Bearer $API_KEY" ` + url})
 	if !strings.Contains(res.Stdout, "auth-ok=true") {
 		t.Errorf("after a restart: %+v", res)
