@@ -277,17 +277,8 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	tl := openTenants(ctx, dir, st, sessions, opts, log)
 	m := metrics.New()
 	netPol := newNetPolicies(sessions)
-	secrets, err := openSecrets(dir, st)
+	sb, pipS, eg, err := openSandbox(dir, opts, m, tl, netPol, st)
 	if err != nil {
-		return undo(err)
-	}
-	eg, err := newBoxEgress(opts.Network, netPol.get, m, dir, secrets.of)
-	if err != nil {
-		return undo(err)
-	}
-	sb, pipS, err := openSandbox(dir, opts, m, tl, eg, secrets)
-	if err != nil {
-		eg.Close()
 		return undo(err)
 	}
 	if err := closeDataDir(dir, sb.Boxed()); err != nil {
@@ -300,7 +291,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
 		Python: emb, PythonRootfs: pyRootfs, Metrics: m, tokens: auth.New(st), auditLog: audit.New(st, &audit.Options{Keep: opts.AuditKeep, Logger: log}),
 		Runner:  runcode.New(Languages(sb, pyChain, jsEng, RootfsDir(dir)), opts.Run),
-		tenants: tl, limits: opts.Limits, network: opts.Network, egress: eg, netPolicies: netPol, secrets: secrets, js: jsEng, watchHub: workspace.NewHub(opts.Limits.Watch),
+		tenants: tl, limits: opts.Limits, network: opts.Network, egress: eg, netPolicies: netPol, secrets: eg.secrets, js: jsEng, watchHub: workspace.NewHub(opts.Limits.Watch),
 		startWindow: cmp.Or(opts.ProcessStartWindow, DefaultProcessStartWindow), autoPauseAfter: opts.AutoPause,
 
 		prestart: opts.PrestartPython,
@@ -327,7 +318,6 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	a.registerRootfs(reg)
 	a.registerOpenTerminal(reg)
 	a.registerNetwork(reg)
-	a.registerSecrets(reg)
 	a.Controller = controller.New(describeTools(reg), &controller.Options{
 		Logger:    log,
 		Limits:    controller.Limits{RunsPerTenant: orDefault(opts.Limits.RunsPerTenant, 16)},
@@ -396,8 +386,17 @@ func openTenants(ctx context.Context, dir string, st *store.Store, sessions *ses
 }
 
 // openSandbox makes the sandbox of the sessions under dir, with their
-// tenants' cgroups and one box per session, and the sessions' pip.
-func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants, eg *boxEgress, secrets *sessionSecrets) (*sandbox.Sandbox, *pipSetup, error) {
+// tenants' cgroups and one box per session, the sessions' pip, and the
+// egress of their boxes (with the sessions' secrets, sealed in st).
+func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants, netPol *netPolicies, st *store.Store) (*sandbox.Sandbox, *pipSetup, *boxEgress, error) {
+	secrets, err := openSecrets(dir, st)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	eg, err := newBoxEgress(opts.Network, netPol.get, m, dir, secrets)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	sbo := sandboxOptions(opts.Sandbox, m)
 	if sbo.Egress == nil {
 		sbo.Egress = eg
@@ -435,7 +434,11 @@ func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants, eg *
 	sbo.RunEnv = withSecretEnv(pipS.runEnv, sbo.SessionOf, secrets)
 	sbo.Binds = append(sbo.Binds, sandbox.Bind{Src: eg.bundle, Dst: CABundleInBox})
 	sb, err := sandbox.New(sbo)
-	return sb, pipS, err
+	if err != nil {
+		eg.Close()
+		return nil, nil, nil, err
+	}
+	return sb, pipS, eg, nil
 }
 
 // openTerminals makes the terminal manager of a's sessions: their

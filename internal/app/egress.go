@@ -30,10 +30,11 @@ import (
 // connection is decided by the session's policy as it is when the
 // connection is made.
 type boxEgress struct {
-	t      *egress.Transparent
-	bundle string // the boxes' trust store: the system's roots and the CA
-	policy func(session string) *egress.Policy
-	events *egressLog
+	t       *egress.Transparent
+	secrets *sessionSecrets // the sessions' secrets, which t replaces
+	bundle  string          // the boxes' trust store: the system's roots and the CA
+	policy  func(session string) *egress.Policy
+	events  *egressLog
 
 	mu  sync.Mutex
 	own ownAddrs
@@ -50,12 +51,12 @@ type ownAddrs struct {
 // newBoxEgress is the egress of the boxes of the data directory dir: its
 // CA (made in dir/egress the first time) terminates the connections to
 // the hosts of a session's secrets.
-func newBoxEgress(o NetworkOptions, policy func(session string) *egress.Policy, m *metrics.Metrics, dir string, secrets func(session string) []egress.Secret) (*boxEgress, error) {
+func newBoxEgress(o NetworkOptions, policy func(session string) *egress.Policy, m *metrics.Metrics, dir string, secrets *sessionSecrets) (*boxEgress, error) {
 	ca, err := egress.LoadCA(filepath.Join(dir, "egress"))
 	if err != nil {
 		return nil, err
 	}
-	e := &boxEgress{policy: policy, events: newEgressLog(), bundle: filepath.Join(dir, "egress", "ca-bundle.pem")}
+	e := &boxEgress{policy: policy, events: newEgressLog(), secrets: secrets, bundle: filepath.Join(dir, "egress", "ca-bundle.pem")}
 	if err := ca.WriteBundle(e.bundle); err != nil {
 		return nil, fmt.Errorf("egress CA bundle: %w", err)
 	}
@@ -67,7 +68,7 @@ func newBoxEgress(o NetworkOptions, policy func(session string) *egress.Policy, 
 		roots.AddCert(c)
 	}
 	e.t = egress.NewTransparent(egress.TransparentOptions{
-		Trusted: o.Trusted, Resolve: o.Resolve, Own: e.ownAddrs, Secrets: secrets, CA: ca, Roots: roots,
+		Trusted: o.Trusted, Resolve: o.Resolve, Own: e.ownAddrs, Secrets: secrets.of, CA: ca, Roots: roots,
 		Log: func(ev egress.Event) {
 			e.events.add(ev)
 			m.Egress(ev.Decision, ev.BytesOut, ev.BytesIn)

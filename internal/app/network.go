@@ -252,6 +252,7 @@ func (a *App) registerNetwork(reg *capability.Registry) {
 			return &EgressLog{Session: s.ID, Entries: out}, nil
 		}).InSession(capability.UseRead))
 	a.registerPreview(reg)
+	a.registerSecrets(reg)
 }
 
 func (a *App) setSessionNetwork(ctx context.Context, in SetNetworkInput) (*SessionInfo, error) {

@@ -273,44 +273,12 @@ func (ca *CA) leaf(name string) (*tls.Certificate, error) {
 // destination over a connection of the egress (TLS verified against
 // t.roots). Only HTTP is spoken to such a host.
 func (t *Transparent) intercept(c net.Conn, box, name string, port int, addrs []netip.Addr, secrets []Secret, ev *Event) {
-	refuse := func(why string) {
+	client, secure, why := t.terminate(c, name)
+	if why != "" {
 		ev.Decision, ev.Reason = Denied, why
 		refuse(c)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(t.peekTimeout))
-	br := bufio.NewReader(c)
-	b, err := br.Peek(1)
-	_ = c.SetReadDeadline(time.Time{})
-	if err != nil {
-		refuse("sent nothing within " + t.peekTimeout.String() + " to a host the egress speaks HTTP to (it has a secret)")
 		return
 	}
-	client := net.Conn(&peeked{Conn: c, r: br})
-	secure := b[0] == 0x16
-	if secure {
-		tc := tls.Server(client, &tls.Config{
-			MinVersion: tls.VersionTLS12,
-			NextProtos: []string{"http/1.1"},
-			GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
-				if h.ServerName != "" && !strings.EqualFold(strings.TrimSuffix(h.ServerName, "."), name) {
-					return nil, errors.New("SNI differs from the name")
-				}
-				return t.o.CA.leaf(name)
-			},
-		})
-		ctx, cancel := context.WithTimeout(t.ctx, t.peekTimeout)
-		err := tc.HandshakeContext(ctx)
-		cancel()
-		if err != nil {
-			refuse("TLS handshake with the box failed")
-			return
-		}
-		client = tc
-	} else if looksHTTP(b) == 2 {
-		refuse("neither TLS nor HTTP to a host the egress speaks HTTP to (it has a secret)")
-		return
-	}
-
 	var out, in atomic.Int64
 	ev.Decision = Allowed
 	hostport := net.JoinHostPort(name, strconv.Itoa(port))
@@ -373,7 +341,7 @@ func (t *Transparent) intercept(c net.Conn, box, name string, port int, addrs []
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		handlers.Add(1)
 		defer handlers.Done()
-		why := ""
+		var why string
 		switch {
 		case r.Method == http.MethodConnect:
 			why = "CONNECT request"
@@ -404,6 +372,42 @@ func (t *Transparent) intercept(c net.Conn, box, name string, port int, addrs []
 	_ = srv.Serve(ln)
 	handlers.Wait()
 	ev.BytesOut, ev.BytesIn = out.Load(), in.Load()
+}
+
+// terminate is the box's side of an intercepted connection c to name:
+// its TLS ended with a certificate of the CA for name (secure), or plain
+// HTTP; why says why neither.
+func (t *Transparent) terminate(c net.Conn, name string) (client net.Conn, secure bool, why string) {
+	_ = c.SetReadDeadline(time.Now().Add(t.peekTimeout))
+	br := bufio.NewReader(c)
+	b, err := br.Peek(1)
+	_ = c.SetReadDeadline(time.Time{})
+	if err != nil {
+		return nil, false, "sent nothing within " + t.peekTimeout.String() + " to a host the egress speaks HTTP to (it has a secret)"
+	}
+	client = &peeked{Conn: c, r: br}
+	if b[0] != 0x16 {
+		if looksHTTP(b) == 2 {
+			return nil, false, "neither TLS nor HTTP to a host the egress speaks HTTP to (it has a secret)"
+		}
+		return client, false, ""
+	}
+	tc := tls.Server(client, &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"http/1.1"},
+		GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if h.ServerName != "" && !strings.EqualFold(strings.TrimSuffix(h.ServerName, "."), name) {
+				return nil, errors.New("SNI differs from the name")
+			}
+			return t.o.CA.leaf(name)
+		},
+	})
+	ctx, cancel := context.WithTimeout(t.ctx, t.peekTimeout)
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return nil, false, "TLS handshake with the box failed"
+	}
+	return tc, true, ""
 }
 
 // substitute replaces the placeholders of secrets sent to name in r's
