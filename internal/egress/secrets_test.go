@@ -191,3 +191,51 @@ func TestTransparentSecretsUpstreamVerified(t *testing.T) {
 		t.Error("the unverified destination got the request")
 	}
 }
+
+// BenchmarkTransparentSecretRequest is one HTTPS request on a new
+// connection through the egress: to a host without a secret (relayed by
+// SNI) and to a secret's host (TLS terminated, the request re-sent with
+// the value, the destination verified).
+func BenchmarkTransparentSecretRequest(b *testing.B) {
+	roots, cert := testRoots(b, "api.test", "plain.test")
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.StartTLS()
+	defer srv.Close()
+	p := port(srv.Listener.Addr().String())
+	ca, err := LoadCA(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	secrets := []Secret{{Name: "K", Placeholder: PlaceholderPrefix + "00", Value: "value", Hosts: []Rule{{Domain: "api.test"}}}}
+	bx := newBox(b, TransparentOptions{Trusted: []string{"api.test:" + p, "plain.test:" + p}, Resolve: names("", "127.0.0.1"), CA: ca, Roots: roots,
+		Secrets: func(string) []Secret { return secrets }}, &Policy{Mode: ModeInternet}, nil)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case <-bx.events:
+			case <-done:
+				return
+			}
+		}
+	}()
+	trust := roots.Clone()
+	trust.AppendCertsFromPEM(ca.CertPEM())
+	for _, name := range []string{"plain.test", "api.test"} {
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				c := bx.dial(name + ":" + p)
+				tc := tls.Client(c, &tls.Config{ServerName: name, RootCAs: trust})
+				fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: %s\r\nAuthorization: %s00\r\nConnection: close\r\n\r\n", name, PlaceholderPrefix)
+				res, err := http.ReadResponse(bufio.NewReader(tc), nil)
+				if err != nil || res.StatusCode != 200 {
+					b.Fatal(res, err)
+				}
+				io.Copy(io.Discard, res.Body)
+				tc.Close()
+			}
+		})
+	}
+}
