@@ -171,6 +171,7 @@ type App struct {
 	// netPolicies the sessions' policies it applies.
 	egress      *boxEgress
 	netPolicies *netPolicies
+	secrets     *sessionSecrets
 	preview     previewKey    // the preview URLs' secret (preview.go)
 	js          *js.Engine    // its prepared VMs are freed by Close
 	procs       *proc.Table   // the sessions' background processes (processes.go)
@@ -276,10 +277,8 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	tl := openTenants(ctx, dir, st, sessions, opts, log)
 	m := metrics.New()
 	netPol := newNetPolicies(sessions)
-	eg := newBoxEgress(opts.Network, netPol.get, m)
-	sb, pipS, err := openSandbox(dir, opts, m, tl, eg)
+	sb, pipS, eg, err := openSandbox(dir, opts, m, tl, netPol, st)
 	if err != nil {
-		eg.Close()
 		return undo(err)
 	}
 	if err := closeDataDir(dir, sb.Boxed()); err != nil {
@@ -292,7 +291,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
 		Python: emb, PythonRootfs: pyRootfs, Metrics: m, tokens: auth.New(st), auditLog: audit.New(st, &audit.Options{Keep: opts.AuditKeep, Logger: log}),
 		Runner:  runcode.New(Languages(sb, pyChain, jsEng, RootfsDir(dir)), opts.Run),
-		tenants: tl, limits: opts.Limits, network: opts.Network, egress: eg, netPolicies: netPol, js: jsEng, watchHub: workspace.NewHub(opts.Limits.Watch),
+		tenants: tl, limits: opts.Limits, network: opts.Network, egress: eg, netPolicies: netPol, secrets: eg.secrets, js: jsEng, watchHub: workspace.NewHub(opts.Limits.Watch),
 		startWindow: cmp.Or(opts.ProcessStartWindow, DefaultProcessStartWindow), autoPauseAfter: opts.AutoPause,
 
 		prestart: opts.PrestartPython,
@@ -387,8 +386,17 @@ func openTenants(ctx context.Context, dir string, st *store.Store, sessions *ses
 }
 
 // openSandbox makes the sandbox of the sessions under dir, with their
-// tenants' cgroups and one box per session, and the sessions' pip.
-func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants, eg sandbox.Egress) (*sandbox.Sandbox, *pipSetup, error) {
+// tenants' cgroups and one box per session, the sessions' pip, and the
+// egress of their boxes (with the sessions' secrets, sealed in st).
+func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants, netPol *netPolicies, st *store.Store) (*sandbox.Sandbox, *pipSetup, *boxEgress, error) {
+	secrets, err := openSecrets(dir, st)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	eg, err := newBoxEgress(opts.Network, netPol.get, m, dir, secrets)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	sbo := sandboxOptions(opts.Sandbox, m)
 	if sbo.Egress == nil {
 		sbo.Egress = eg
@@ -420,9 +428,17 @@ func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants, eg s
 	}
 	pipS := newPipSetup(dir, pyRoot, sbo.Path, tl, opts.Pip)
 	sbo.BoxReadOnlyNow = pipS.boxDirs
-	sbo.RunEnv = pipS.runEnv
+	// A session's secrets: their placeholders, and the trust store with
+	// the egress's CA (bound into every box; only a session with secrets
+	// is pointed at it).
+	sbo.RunEnv = withSecretEnv(pipS.runEnv, sbo.SessionOf, secrets)
+	sbo.Binds = append(sbo.Binds, sandbox.Bind{Src: eg.bundle, Dst: CABundleInBox})
 	sb, err := sandbox.New(sbo)
-	return sb, pipS, err
+	if err != nil {
+		eg.Close()
+		return nil, nil, nil, err
+	}
+	return sb, pipS, eg, nil
 }
 
 // openTerminals makes the terminal manager of a's sessions: their

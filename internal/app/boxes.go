@@ -62,6 +62,8 @@ func (a *App) enders() []session.Ender {
 		{Name: "terminals", End: func(s *session.Session) { a.Terminals.CloseSession(s) }},
 		{Name: "tenant", End: func(s *session.Session) { a.tenants.forget(s.ID) }},
 		{Name: "network", End: func(s *session.Session) { a.netPolicies.forget(s.ID); a.egress.events.forget(s.ID) }},
+		// Their rows go with the session's (ON DELETE CASCADE).
+		{Name: "secrets", End: func(s *session.Session) { a.secrets.forget(s.ID) }},
 	}
 }
 

@@ -2,11 +2,13 @@ package app
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,9 +30,11 @@ import (
 // connection is decided by the session's policy as it is when the
 // connection is made.
 type boxEgress struct {
-	t      *egress.Transparent
-	policy func(session string) *egress.Policy
-	events *egressLog
+	t       *egress.Transparent
+	secrets *sessionSecrets // the sessions' secrets, which t replaces
+	bundle  string          // the boxes' trust store: the system's roots and the CA
+	policy  func(session string) *egress.Policy
+	events  *egressLog
 
 	mu  sync.Mutex
 	own ownAddrs
@@ -44,16 +48,33 @@ type ownAddrs struct {
 	addrs []netip.Addr
 }
 
-func newBoxEgress(o NetworkOptions, policy func(session string) *egress.Policy, m *metrics.Metrics) *boxEgress {
-	e := &boxEgress{policy: policy, events: newEgressLog()}
+// newBoxEgress is the egress of the boxes of the data directory dir: its
+// CA (made in dir/egress the first time) terminates the connections to
+// the hosts of a session's secrets.
+func newBoxEgress(o NetworkOptions, policy func(session string) *egress.Policy, m *metrics.Metrics, dir string, secrets *sessionSecrets) (*boxEgress, error) {
+	ca, err := egress.LoadCA(filepath.Join(dir, "egress"))
+	if err != nil {
+		return nil, err
+	}
+	e := &boxEgress{policy: policy, events: newEgressLog(), secrets: secrets, bundle: filepath.Join(dir, "egress", "ca-bundle.pem")}
+	if err := ca.WriteBundle(e.bundle); err != nil {
+		return nil, fmt.Errorf("egress CA bundle: %w", err)
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	for _, c := range o.UpstreamCAs {
+		roots.AddCert(c)
+	}
 	e.t = egress.NewTransparent(egress.TransparentOptions{
-		Trusted: o.Trusted, Resolve: o.Resolve, Own: e.ownAddrs,
+		Trusted: o.Trusted, Resolve: o.Resolve, Own: e.ownAddrs, Secrets: secrets.of, CA: ca, Roots: roots,
 		Log: func(ev egress.Event) {
 			e.events.add(ev)
 			m.Egress(ev.Decision, ev.BytesOut, ev.BytesIn)
 		},
 	})
-	return e
+	return e, nil
 }
 
 func (e *boxEgress) ownAddrs() []netip.Addr {
@@ -228,7 +249,7 @@ func (l *egressLog) refusedSince(session string, mark uint64) string {
 	}
 	n := int(r.denied - mark)
 	var seen []string
-	rulesNamed := false
+	rulesNamed, secret := false, false
 	events := r.ordered()
 	for i := len(events) - 1; i >= 0 && n > 0; i-- {
 		ev := events[i]
@@ -240,11 +261,15 @@ func (l *egressLog) refusedSince(session string, mark uint64) string {
 			seen = append(seen, ev.Dest+" ("+ev.Reason+")")
 		}
 		rulesNamed = rulesNamed || strings.Contains(ev.Reason, "deny rule") || strings.Contains(ev.Reason, "allow list")
+		secret = secret || strings.Contains(ev.Reason, "placeholder of secret")
 	}
 	slices.Reverse(seen) // in the order they happened
 	how := "only public addresses are reachable; the server's operator can list an exception (quro serve --network-allow-private HOST:PORT)"
 	if rulesNamed {
 		how = "the session's network rules decide it (set_session_network changes them)"
+	}
+	if secret {
+		how = "a secret's placeholder is sent only to the hosts its set_session_secret named; " + how
 	}
 	return fmt.Sprintf("the network refused %s during this run: %s", strings.Join(seen, ", "), how)
 }

@@ -98,7 +98,7 @@ type holdings struct {
 	Boxes, Lives, Procs, JSContexts, Sockets int
 	Shells, PTYs, Contexts, Tenants, Watches int
 	Mounts, Loops, Sessions, SessionDirs     int
-	NetPolicies, EgressLogs                  int
+	NetPolicies, EgressLogs, Secrets         int
 }
 
 // settled reports whether h holds no more than before (goroutines and fds
@@ -112,7 +112,7 @@ func (h holdings) settled(before holdings) bool {
 		h.Sockets <= before.Sockets && h.Shells <= before.Shells && h.PTYs <= before.PTYs && h.Contexts <= before.Contexts &&
 		h.Tenants <= before.Tenants && h.Watches <= before.Watches && h.Mounts <= before.Mounts && h.Loops <= before.Loops &&
 		h.Sessions <= before.Sessions && h.SessionDirs <= before.SessionDirs &&
-		h.NetPolicies <= before.NetPolicies && h.EgressLogs <= before.EgressLogs
+		h.NetPolicies <= before.NetPolicies && h.EgressLogs <= before.EgressLogs && h.Secrets <= before.Secrets
 }
 
 func (a *App) holdings(t *testing.T, dir string) holdings {
@@ -165,6 +165,14 @@ func (a *App) holdings(t *testing.T, dir string) holdings {
 	a.egress.events.mu.Lock()
 	h.EgressLogs = len(a.egress.events.byID)
 	a.egress.events.mu.Unlock()
+	a.secrets.mu.Lock()
+	h.Secrets = len(a.secrets.byID)
+	a.secrets.mu.Unlock()
+	n, err := a.Store.SecretCount(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Secrets += n
 	return h
 }
 
@@ -174,6 +182,7 @@ func (a *App) holdings(t *testing.T, dir string) holdings {
 func (a *App) useAndDestroy(t *testing.T, name, network string) {
 	t.Helper()
 	mustCall(t, a, "create_session", CreateSessionInput{Name: name, Network: network})
+	mustCall(t, a, "set_session_secret", SetSecretInput{Session: name, Name: "LEAK_KEY", Value: "v", Hosts: []string{"leak.test"}})
 	if network == "internet" {
 		// The box's DNS answers, the egress refuses: the name resolves to
 		// nothing (and the refusal is logged, then forgotten with the

@@ -3,6 +3,7 @@ package app
 import (
 	"cmp"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -36,6 +37,10 @@ type NetworkOptions struct {
 	// Resolve resolves the names boxes connect to; nil is the system's
 	// resolver (tests point names at stand-ins on 127.0.0.1).
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	// UpstreamCAs are trusted besides the system's roots by the egress
+	// when it connects to the host of a session's secret (tests: a
+	// stand-in's own CA).
+	UpstreamCAs []*x509.Certificate
 }
 
 // networkRank orders the policies by what they open.
@@ -247,6 +252,7 @@ func (a *App) registerNetwork(reg *capability.Registry) {
 			return &EgressLog{Session: s.ID, Entries: out}, nil
 		}).InSession(capability.UseRead))
 	a.registerPreview(reg)
+	a.registerSecrets(reg)
 }
 
 func (a *App) setSessionNetwork(ctx context.Context, in SetNetworkInput) (*SessionInfo, error) {

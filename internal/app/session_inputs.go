@@ -87,6 +87,9 @@ func (in ForkInput) NamesSession() bool { return in.Session != "" && in.Snapshot
 // SessionRef is the session set_session_network changes.
 func (in SetNetworkInput) SessionRef() string { return in.Session }
 
+// SessionRef is the session set_session_secret gives a secret.
+func (in SetSecretInput) SessionRef() string { return in.Session }
+
 // SessionRef is the session whose egress log get_egress_log reads.
 func (in EgressLogInput) SessionRef() string { return in.Session }
 

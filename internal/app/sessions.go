@@ -49,6 +49,14 @@ type CreateSessionInput struct {
 	Metadata  map[string]string `json:"metadata,omitempty" jsonschema:"labels to find the session by (list_sessions filters on them): at most 64 pairs, keys up to 128 bytes, values up to 1024"`
 	TimeoutS  int64             `json:"timeout_s,omitempty" jsonschema:"lifetime in seconds from now: then the server destroys the session (or pauses it, on_timeout); 0 or omitted: no lifetime"`
 	OnTimeout string            `json:"on_timeout,omitempty" jsonschema:"what happens when the lifetime ends: destroy (default) or pause"`
+	Secrets   []SecretInput     `json:"secrets,omitempty" jsonschema:"secrets the session's code never sees (as set_session_secret sets them)"`
+}
+
+// SecretInput is one of create_session's secrets.
+type SecretInput struct {
+	Name  string   `json:"name" jsonschema:"the variable that holds the placeholder"`
+	Value string   `json:"value" jsonschema:"the secret"`
+	Hosts []string `json:"hosts" jsonschema:"where the value is sent in place of the placeholder: domains or *. wildcards"`
 }
 
 // SetTimeoutInput is set_session_timeout's input.
@@ -151,6 +159,9 @@ type SessionInfo struct {
 	Resources *SessionResources `json:"resources,omitempty"`
 	// NetworkRules hold an internet session to what they allow.
 	NetworkRules *session.NetRules `json:"network_rules,omitempty"`
+	// Secrets are the session's secrets: names, hosts and placeholders,
+	// never a value.
+	Secrets []SecretInfo `json:"secrets,omitempty"`
 	// Note is what the caller should know of how its request was read
 	// (a deprecated network name).
 	Note string `json:"note,omitempty"`
@@ -171,6 +182,9 @@ func (s *SessionInfo) Text() string {
 		if len(r.Deny) > 0 {
 			line += " deny_out=" + strings.Join(r.Deny, ",")
 		}
+	}
+	for _, sec := range s.Secrets {
+		line += " secret=" + sec.Name + "->" + strings.Join(sec.Hosts, ",")
 	}
 	if s.ExpiresAt != nil {
 		line += fmt.Sprintf(" expires=%s (then %s)", s.ExpiresAt.UTC().Format(time.RFC3339), s.OnTimeout)
@@ -320,6 +334,10 @@ func (a *App) createSession(ctx context.Context, in CreateSessionInput) (*Sessio
 		return nil, err
 	}
 	o.NetRules = rules
+	secrets, err := checkCreateSecrets(in.Secrets)
+	if err != nil {
+		return nil, err
+	}
 	info := func(s *session.Session) *SessionInfo {
 		i := a.sessionInfo(ctx, s)
 		i.Note = note
@@ -332,9 +350,9 @@ func (a *App) createSession(ctx context.Context, in CreateSessionInput) (*Sessio
 	}
 	// A spare session of the same template, with its box and
 	// Python worker ready, if there is one (spare.go); spares have no
-	// rules.
+	// rules, and their processes started without secrets.
 	var s *session.Session
-	if rules == nil {
+	if rules == nil && len(secrets) == 0 {
 		if s, err = a.spares.claim(ctx, in, o); err != nil {
 			return nil, err
 		}
@@ -346,6 +364,15 @@ func (a *App) createSession(ctx context.Context, in CreateSessionInput) (*Sessio
 	s, err = a.Sessions.CreateWith(ctx, in.Name, o)
 	if err != nil {
 		return nil, err
+	}
+	for _, sec := range secrets {
+		if err := a.secrets.set(ctx, s.ID, sec.Name, sec.Value, sec.Hosts); err != nil {
+			// All or nothing: no session is left without the secrets asked for.
+			if derr := a.destroySession(context.WithoutCancel(ctx), s); derr != nil {
+				a.Log.Warn("a session whose secrets failed was not destroyed", "session", s.ID, "err", derr)
+			}
+			return nil, err
+		}
 	}
 	a.lifetimeChanged(s.ExpiresAt)
 	if a.prestart {
@@ -542,7 +569,7 @@ func (a *App) sessionInfo(ctx context.Context, s *session.Session) *SessionInfo 
 	info := &SessionInfo{
 		ID: s.ID, Name: s.Name, Default: a.Sessions.IsDefault(ctx, s), CreatedAt: s.CreatedAt, LastUsedAt: s.LastUsedAt,
 		Network: s.Network, NetworkRules: s.NetRules, Rootfs: s.Rootfs, Workspace: s.Workspace(), Home: sandbox.HomeUser, State: a.Terminals.State(s),
-		Resources: a.resources(s), Metadata: s.Metadata,
+		Resources: a.resources(s), Metadata: s.Metadata, Secrets: a.secrets.infos(s.ID),
 	}
 	info.SessionState = StateRunning
 	if bx := a.Sandbox.Box(s.ID); s.Paused || bx != nil && bx.Paused() {

@@ -40,6 +40,7 @@ var sessionArgs = map[string]map[string]any{
 	"set_default_session": {},
 	"set_session_env":     {"env": map[string]any{"A": "1"}},
 	"set_session_network": {"network": "none"},
+	"set_session_secret":  {"name": "API_KEY", "value": "v", "hosts": []string{"api.example.com"}},
 	"get_egress_log":      {},
 	"get_preview_url":     {"port": 8080},
 	"set_session_timeout": {"timeout_s": 3600},

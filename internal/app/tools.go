@@ -135,7 +135,7 @@ var hints = map[string]capability.Hints{
 
 	"make_dir": setting, "resize_process": setting, "pause_session": setting, "resume_session": setting,
 	"set_default_session": setting, "set_session_env": setting, "set_session_timeout": setting,
-	"set_session_network": setting, "set_tenant_limits": setting, "repair_rootfs": setting,
+	"set_session_network": setting, "set_session_secret": setting, "set_tenant_limits": setting, "repair_rootfs": setting,
 
 	"install_packages": fetches, "install_rootfs": fetches, "install_rootfs_packages": fetches,
 }
@@ -201,9 +201,9 @@ var topics = map[string]topic{
 	"contexts": {"A code context is a separate interpreter state in a session (python, js/ts or bash): run_code {context} runs in it.",
 		[]string{"create_code_context", "list_code_contexts", "restart_code_context", "remove_code_context", "run_js_file", "call_js_function"}},
 	"network": {"A session's network is none (loopback only; the default unless the operator chose another), internet (public addresses through the server's egress, " +
-		"optionally held to allow_out and deny_out) or host. A run that failed on a refused connection says which and what would allow it. " +
+		"optionally held to allow_out and deny_out) or host. set_session_secret gives code a placeholder the egress swaps for the value only in requests to the secret's hosts. A run that failed on a refused connection says which and what would allow it. " +
 		"A port the session's code listens on is reached through get_preview_url.",
-		[]string{"set_session_network", "get_egress_log", "get_preview_url"}},
+		[]string{"set_session_network", "set_session_secret", "get_egress_log", "get_preview_url"}},
 	"packages": {"install_packages with manager pip installs Python packages into the session (wheels from the tenant's cache; the server fetches missing ones). " +
 		"Without manager it is apt: Debian packages into the session's rootfs (create_session rootfs=NAME), shared by every session on it; that needs scope install. " +
 		"In run_code's python, %pip install X works too.",

@@ -339,7 +339,7 @@ func (l *Log) Entries(ctx context.Context, q Query) ([]Entry, error) {
 
 // secretKeys are argument names whose values are never recorded: what
 // they hold is either a secret or the user's content.
-var secretKeys = []string{"env", "content", "data", "token", "password", "secret", "key", "input", "args", "old_str", "new_str"}
+var secretKeys = []string{"env", "content", "data", "token", "password", "secret", "key", "input", "args", "old_str", "new_str", "value"}
 
 // tokenRe matches a bearer token, quro_<hex id>_<base64url secret>, in
 // any string argument; the secret part is replaced.

@@ -25,6 +25,8 @@ func TestSummarizeLeavesSecretsOut(t *testing.T) {
 		{`{"session":"s1","path":"a.txt","content":"TOPSECRET"}`, `content=<9 bytes> path="a.txt" session="s1"`, "TOPSECRET"},
 		{`{"session":"s","data":"pass\n"}`, `data=<5 bytes> session="s"`, "pass"},
 		{`{"timeout_ms":500}`, `timeout_ms=500`, ""},
+		// set_session_secret's value: its size only.
+		{`{"hosts":["api.example.com"],"name":"API_KEY","value":"sk-hunter2"}`, `hosts=<19 bytes> name="API_KEY" value=<10 bytes>`, "hunter2"},
 		// Text as written, not HTML-escaped; sizes of the content, not its JSON.
 		{`{"command":"ls -l > out.txt && cat <in"}`, `command="ls -l > out.txt && cat <in"`, `\u003e`},
 		{`{"path":"notes/a&b.txt","content":"hello\n"}`, `content=<6 bytes> path="notes/a&b.txt"`, `\u0026`},

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -83,6 +84,15 @@ type TransparentOptions struct {
 	OriginalDst func(net.Conn) (netip.AddrPort, error)
 	// Dial connects to a checked address; nil is a net.Dialer's.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Secrets are a box's secrets (nil: none): their hosts' connections
+	// are terminated with CA's certificates, their placeholders replaced
+	// in requests to their hosts and refused in any other request the
+	// egress reads. Without CA no connection is terminated.
+	Secrets func(box string) []Secret
+	CA      *CA
+	// Roots verify the destinations of terminated connections; nil is
+	// the system's roots.
+	Roots *x509.CertPool
 }
 
 // Transparent relays the connections nftables redirected out of boxes'
@@ -335,9 +345,20 @@ func (t *Transparent) handle(c net.Conn, box string, names NameMap, policy func(
 		return
 	}
 
+	var secrets []Secret
+	if t.o.Secrets != nil {
+		secrets = t.o.Secrets(box)
+	}
+	if name != "" && t.o.CA != nil && intercepted(secrets, name) {
+		t.intercept(c, box, name, port, addrs, secrets, ev)
+		return
+	}
+
 	var first []byte
 	kind := "opaque"
-	if name != "" && (pol.Mode == ModeRules || pol.denyNames()) {
+	// A box with secrets has its plain HTTP read too: a placeholder
+	// sent where its secret is not is refused.
+	if name != "" && (pol.Mode == ModeRules || pol.denyNames() || len(secrets) > 0) {
 		var why string
 		if first, kind, why = t.peek(c, name, port); why != "" {
 			deny(nil, why)
@@ -367,7 +388,7 @@ func (t *Transparent) handle(c net.Conn, box string, names NameMap, policy func(
 	defer t.untrack(up)
 	defer up.Close()
 	ev.Decision = Allowed
-	t.relay(c, up, first, kind, name, ev)
+	t.relay(c, up, first, kind, name, secrets, ev)
 }
 
 // destination decides a connection to name (when the box's DNS gave it)
@@ -725,7 +746,9 @@ func hostOnly(h string) string {
 // relay copies both ways until both ends are done, half-closing each
 // way as it ends, and counts the bytes. first are the bytes peeked off
 // c; with kind "http", every request from c is checked to name name.
-func (t *Transparent) relay(c, up net.Conn, first []byte, kind, name string, ev *Event) {
+// A request that carries a placeholder of secrets is refused (their hosts'
+// connections are intercepted, never relayed).
+func (t *Transparent) relay(c, up net.Conn, first []byte, kind, name string, secrets []Secret, ev *Event) {
 	var out, in int64
 	var why atomic.Pointer[string] // the first reason the relay was cut
 	var refused atomic.Bool        // by a later request's check
@@ -755,7 +778,7 @@ func (t *Transparent) relay(c, up net.Conn, first []byte, kind, name string, ev 
 			}
 		}
 		if kind == "http" {
-			out, err = relayHTTP(up, bufio.NewReaderSize(io.MultiReader(bytes.NewReader(first), c), 32<<10), name)
+			out, err = relayHTTP(up, bufio.NewReaderSize(io.MultiReader(bytes.NewReader(first), c), 32<<10), name, secrets)
 		} else {
 			var n int
 			if n, err = up.Write(first); err == nil {
@@ -764,7 +787,13 @@ func (t *Transparent) relay(c, up net.Conn, first []byte, kind, name string, ev 
 			out += int64(n)
 		}
 		var fr frontingError
+		var leak leakError
 		switch {
+		case errors.As(err, &leak):
+			// Logged before the box hears of it (a run that fails on it
+			// finds it in the log), as its own decision.
+			t.log(Event{Box: ev.Box, Dest: ev.Dest, Decision: Denied, Rule: ev.Rule, Reason: string(leak), Start: time.Now()})
+			cut(string(leak))
 		case errors.As(err, &fr):
 			refused.Store(true)
 			cut(string(fr))
@@ -875,6 +904,12 @@ type frontingError string
 
 func (e frontingError) Error() string { return string(e) }
 
+// leakError is a request that carries the placeholder of a secret not
+// sent to the connection's host.
+type leakError string
+
+func (e leakError) Error() string { return string(e) }
+
 // relayHTTP forwards the requests read from br to up as they are, each
 // checked to name name (Host), their bodies by Content-Length or
 // chunked, until br's end. CONNECT is refused (the destination could be
@@ -882,7 +917,7 @@ func (e frontingError) Error() string { return string(e) }
 // is once the client sends binary (a WebSocket frame); text that follows
 // is read as the next request, since a server that refused the upgrade
 // reads it so.
-func relayHTTP(up io.Writer, br *bufio.Reader, name string) (int64, error) {
+func relayHTTP(up io.Writer, br *bufio.Reader, name string, secrets []Secret) (int64, error) {
 	var total int64
 	for {
 		head, err := readHead(br)
@@ -898,6 +933,9 @@ func relayHTTP(up io.Writer, br *bufio.Reader, name string) (int64, error) {
 		}
 		if req.Method == http.MethodConnect {
 			return total, frontingError("CONNECT request")
+		}
+		if why := leakedIn(head, secrets, name); why != "" {
+			return total, leakError(why)
 		}
 		n, err := up.Write(head)
 		total += int64(n)

@@ -152,6 +152,7 @@ func cases() (setup []call, table map[string]toolCase) {
 		// s1 keeps network none (the other rows need nothing else).
 		"set_session_network": {map[string]any{"session": "s1", "network": "none"}, text("network=none")},
 		"get_egress_log":      {map[string]any{"session": "s1"}, text("no network connections")},
+		"set_session_secret":  {map[string]any{"session": "s1", "name": "API_KEY", "value": "v", "hosts": []string{"api.example.com"}}, text("API_KEY=quro-secret-")},
 		"get_preview_url":     {map[string]any{"session": "s1", "port": 8080}, text("/ports/8080/")},
 		"terminal_exec":       {map[string]any{"session": "s1", "command": "echo $((6*7))"}, all(field("output", "42\n"), field("exit_code", "0"))},
 		"read_file":           {map[string]any{"session": "s1", "path": "main.js"}, text("hi from js")},

@@ -1,0 +1,241 @@
+package egress
+
+import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quro-dev/quro/internal/egress/egresstest"
+)
+
+// testRoots is a test CA's pool and the certificate it issued for names.
+func testRoots(t testing.TB, names ...string) (*x509.CertPool, tls.Certificate) {
+	ca, cert := egresstest.CA(t, names...)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return pool, cert
+}
+
+// secretOrigin is a stand-in server that answers what it received: the
+// Authorization header and the query.
+func secretOrigin(t *testing.T, cert *tls.Certificate) (*httptest.Server, *sync.Map) {
+	var seen sync.Map // every header value and query it received
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, vs := range r.Header {
+			for _, v := range vs {
+				seen.Store(v, true)
+			}
+		}
+		seen.Store(r.URL.RawQuery, true)
+		fmt.Fprintf(w, "host=%s auth=%s query=%s", r.Host, r.Header.Get("Authorization"), r.URL.RawQuery)
+	}))
+	if cert != nil {
+		s.TLS = &tls.Config{Certificates: []tls.Certificate{*cert}}
+		s.StartTLS()
+	} else {
+		s.Start()
+	}
+	t.Cleanup(s.Close)
+	return s, &seen
+}
+
+// TestTransparentSecrets: a connection to a secret's host is terminated
+// with a certificate of the egress's CA, the placeholder in its headers
+// and query is replaced with the value, and the destination is verified
+// against the roots given; a request without one goes as it is; the
+// placeholder sent to a host that is not the secret's (plain HTTP to
+// another, or an intercepted host of another secret) is refused and
+// logged, and the destination never sees it; an SNI other than the name
+// fails the handshake.
+func TestTransparentSecrets(t *testing.T) {
+	roots, cert := testRoots(t, "api.test", "b.test")
+	api, apiSeen := secretOrigin(t, &cert)
+	plain, plainSeen := secretOrigin(t, nil)
+	pa, pp := port(api.Listener.Addr().String()), port(plain.Listener.Addr().String())
+	dir := t.TempDir()
+	ca, err := LoadCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, caKeyFile)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("CA key: %v %v", fi.Mode(), err)
+	}
+	if again, err := LoadCA(dir); err != nil || string(again.CertPEM()) != string(ca.CertPEM()) {
+		t.Fatalf("the CA was not kept: %v", err)
+	}
+	const ph, phB = PlaceholderPrefix + "0123456789abcdef", PlaceholderPrefix + "fedcba9876543210"
+	secrets := []Secret{
+		{Name: "API_KEY", Placeholder: ph, Value: "sk-real-value", Hosts: []Rule{{Domain: "api.test"}}},
+		{Name: "B_KEY", Placeholder: phB, Value: "b-real-value", Hosts: []Rule{{Domain: "b.test"}}},
+	}
+	b := newBox(t, TransparentOptions{
+		Trusted: []string{"api.test:" + pa, "b.test:" + pa, "other.test:" + pp},
+		Resolve: names("", "127.0.0.1"), CA: ca, Roots: roots,
+		Secrets: func(box string) []Secret { return secrets },
+	}, &Policy{Mode: ModeInternet}, nil)
+	boxRoots := x509.NewCertPool()
+	boxRoots.AppendCertsFromPEM(ca.CertPEM())
+
+	// get sends one request over TLS to name (SNI sni) and reads the answer.
+	get := func(name, sni, target string, hdr http.Header) (string, int, error) {
+		c := b.dial(name + ":" + pa)
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		tc := tls.Client(c, &tls.Config{ServerName: sni, RootCAs: boxRoots})
+		defer tc.Close()
+		req, _ := http.NewRequest("GET", "https://"+name+":"+pa+target, nil)
+		req.Header = hdr
+		req.Close = true
+		if err := req.Write(tc); err != nil {
+			return "", 0, err
+		}
+		res, err := http.ReadResponse(bufio.NewReader(tc), req)
+		if err != nil {
+			return "", 0, err
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return string(body), res.StatusCode, nil
+	}
+	body, code, err := get("api.test", "api.test", "/v1?key="+ph, http.Header{"Authorization": {"Bearer " + ph}})
+	if err != nil || code != 200 || !strings.Contains(body, "auth=Bearer sk-real-value") || !strings.Contains(body, "query=key=sk-real-value") {
+		t.Fatalf("through the egress: %d %q %v", code, body, err)
+	}
+	if e := b.event(); e.Decision != Allowed || e.BytesOut == 0 || e.BytesIn == 0 || e.Dest != "api.test:"+pa {
+		t.Errorf("event %+v", e)
+	}
+	body, code, err = get("api.test", "api.test", "/plain", http.Header{"X-Other": {"nothing secret"}})
+	if err != nil || code != 200 || !strings.Contains(body, "auth= ") {
+		t.Errorf("a request without a placeholder: %d %q %v", code, body, err)
+	}
+	b.event()
+
+	// Secret API_KEY's placeholder to b.test, which has a secret of its
+	// own: refused with the reason, logged.
+	body, code, err = get("b.test", "b.test", "/", http.Header{"Authorization": {"Bearer " + ph}})
+	if err != nil || code != http.StatusForbidden || !strings.Contains(body, "placeholder of secret API_KEY") {
+		t.Errorf("API_KEY's placeholder to b.test: %d %q %v", code, body, err)
+	}
+	if e := b.event(); e.Decision != Denied || !strings.Contains(e.Reason, "secret API_KEY") {
+		t.Errorf("event %+v", e)
+	}
+	b.event() // the connection's own
+
+	// A ClientHello for another name than the box's resolved one.
+	if _, _, err := get("api.test", "b.test", "/", http.Header{}); err == nil {
+		t.Error("an SNI other than the name was served")
+	}
+	b.event()
+
+	// Plain HTTP carrying the placeholder to a host without a secret.
+	c := b.dial("other.test:" + pp)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "GET /?k=%s HTTP/1.1\r\nHost: other.test\r\nConnection: close\r\n\r\n", ph)
+	if got, _ := io.ReadAll(c); len(got) != 0 {
+		t.Errorf("the placeholder reached other.test: %q", got)
+	}
+	if e := b.event(); e.Decision != Denied || !strings.Contains(e.Reason, "placeholder of secret API_KEY") || !strings.Contains(e.Reason, "not to other.test") {
+		t.Errorf("event %+v", e)
+	}
+	for _, seen := range []*sync.Map{apiSeen, plainSeen} {
+		seen.Range(func(k, _ any) bool {
+			if strings.Contains(k.(string), PlaceholderPrefix) || strings.Contains(k.(string), "b-real-value") {
+				t.Errorf("a destination saw %q", k)
+			}
+			return true
+		})
+	}
+	if _, ok := apiSeen.Load("Bearer sk-real-value"); !ok {
+		t.Error("the stand-in never saw the value")
+	}
+}
+
+// TestTransparentSecretsUpstreamVerified: the egress connects to the
+// secret's host only if its certificate verifies against the roots.
+func TestTransparentSecretsUpstreamVerified(t *testing.T) {
+	_, cert := testRoots(t, "api.test")
+	api, seen := secretOrigin(t, &cert)
+	pa := port(api.Listener.Addr().String())
+	ca, err := LoadCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBox(t, TransparentOptions{
+		Trusted: []string{"api.test:" + pa}, Resolve: names("", "127.0.0.1"), CA: ca, Roots: x509.NewCertPool(),
+		Secrets: func(string) []Secret {
+			return []Secret{{Name: "K", Placeholder: PlaceholderPrefix + "00", Value: "v", Hosts: []Rule{{Domain: "api.test"}}}}
+		},
+	}, &Policy{Mode: ModeInternet}, nil)
+	boxRoots := x509.NewCertPool()
+	boxRoots.AppendCertsFromPEM(ca.CertPEM())
+	c := b.dial("api.test:" + pa)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	tc := tls.Client(c, &tls.Config{ServerName: "api.test", RootCAs: boxRoots})
+	fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: api.test\r\nAuthorization: %s00\r\nConnection: close\r\n\r\n", PlaceholderPrefix)
+	res, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil || res.StatusCode != http.StatusBadGateway {
+		t.Fatalf("an unverified destination: %v %v", res, err)
+	}
+	n := 0
+	seen.Range(func(any, any) bool { n++; return true })
+	if n != 0 {
+		t.Error("the unverified destination got the request")
+	}
+}
+
+// BenchmarkTransparentSecretRequest is one HTTPS request on a new
+// connection through the egress: to a host without a secret (relayed by
+// SNI) and to a secret's host (TLS terminated, the request re-sent with
+// the value, the destination verified).
+func BenchmarkTransparentSecretRequest(b *testing.B) {
+	roots, cert := testRoots(b, "api.test", "plain.test")
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.StartTLS()
+	defer srv.Close()
+	p := port(srv.Listener.Addr().String())
+	ca, err := LoadCA(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	secrets := []Secret{{Name: "K", Placeholder: PlaceholderPrefix + "00", Value: "value", Hosts: []Rule{{Domain: "api.test"}}}}
+	bx := newBox(b, TransparentOptions{Trusted: []string{"api.test:" + p, "plain.test:" + p}, Resolve: names("", "127.0.0.1"), CA: ca, Roots: roots,
+		Secrets: func(string) []Secret { return secrets }}, &Policy{Mode: ModeInternet}, nil)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case <-bx.events:
+			case <-done:
+				return
+			}
+		}
+	}()
+	trust := roots.Clone()
+	trust.AppendCertsFromPEM(ca.CertPEM())
+	for _, name := range []string{"plain.test", "api.test"} {
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				c := bx.dial(name + ":" + p)
+				tc := tls.Client(c, &tls.Config{ServerName: name, RootCAs: trust})
+				fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: %s\r\nAuthorization: %s00\r\nConnection: close\r\n\r\n", name, PlaceholderPrefix)
+				res, err := http.ReadResponse(bufio.NewReader(tc), nil)
+				if err != nil || res.StatusCode != 200 {
+					b.Fatal(res, err)
+				}
+				io.Copy(io.Discard, res.Body)
+				tc.Close()
+			}
+		})
+	}
+}
