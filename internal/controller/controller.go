@@ -310,6 +310,18 @@ func (c *Controller) RunsInFlight(tenant string) int {
 	return c.inFlight[tenant]
 }
 
+// RunsInFlightAll is how many calls that run code all tenants have in
+// flight.
+func (c *Controller) RunsInFlightAll() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, v := range c.inFlight {
+		n += v
+	}
+	return n
+}
+
 // runLimit is tenant's cap of calls that run code in flight (0: none).
 func (c *Controller) runLimit(ctx context.Context, tenant string) (int, error) {
 	if c.limits.RunsOf != nil {

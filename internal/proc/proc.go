@@ -648,6 +648,18 @@ func (t *Table) Count(session, tenant string) (inSession, inTenant int) {
 	return len(t.sessions[session]), t.tenants[tenant]
 }
 
+// Total is how many processes all sessions run (starts under way
+// included).
+func (t *Table) Total() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, c := range t.tenants {
+		n += c
+	}
+	return n
+}
+
 // TenantCount is how many processes tenant runs over all its sessions
 // (starts under way included).
 func (t *Table) TenantCount(tenant string) int {
