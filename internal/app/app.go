@@ -109,7 +109,7 @@ type InSessionOptions struct {
 // Limits bound one tenant.
 type Limits struct {
 	SessionsPerTenant int // default 100; negative: no cap
-	RunsPerTenant     int // calls running code in flight (TenantLimits.Runs), default 16; negative: no cap
+	RunsPerTenant     int // calls running code in flight (TenantLimits.Runs), default DefaultRunsPerTenant (64); negative: no cap
 	// ProcessesPerSession and ProcessesPerTenant cap the background
 	// processes of a session (default proc.DefaultMax, 64) and of all of
 	// a tenant's sessions (default DefaultProcessesPerTenant); negative:

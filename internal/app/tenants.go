@@ -51,8 +51,12 @@ const (
 	DefaultTenantCPUPercent = 200
 	DefaultDiskQuota        = 2 << 30
 	// DefaultRunsPerTenant is how many calls that run code a tenant has
-	// in flight at once.
-	DefaultRunsPerTenant = 16
+	// in flight at once: as many as the streams one token holds
+	// (streamcap.DefaultMax), so that twenty E2B sandboxes each running a
+	// command or two at once fit. What those runs use is bounded by the
+	// tenant's memory, tasks and CPU ceilings; this bounds the server's
+	// work per call (a goroutine, pipes and a sandbox start each).
+	DefaultRunsPerTenant = 64
 	// DefaultProcessesPerTenant is how many background processes a
 	// tenant runs over all its sessions: 20 sandboxes with a dozen each
 	// (E2B's users start one or a few per sandbox), below the default
