@@ -12,6 +12,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/metrics/metricstest"
 	"github.com/quro-dev/quro/internal/runcode"
 )
 
@@ -132,6 +133,9 @@ func TestLongLivedProcessesHoldNoRunSlot(t *testing.T) {
 		t.Errorf("status: runs %d of %d, processes %d of %d (%d per session); want 2 of 2, 4 of 4 (3)", st.Tenant.RunsInFlight, st.Tenant.Limits.Runs,
 			st.Tenant.Processes, st.Tenant.Limits.Processes, st.Tenant.Limits.SessionProcesses)
 	}
+	// /metrics' totals: erin's two runs and four processes (the local
+	// tenant's process has ended).
+	expect(t, metricstest.Scrape(t, a.Metrics.Handler()), want{"quro_runs_in_flight", nil, 2}, want{"quro_background_processes", nil, 4})
 	mustCallAs(t, a, erin, "write_file", WriteFileInput{Session: s2.ID, Path: "f.txt", Content: "at the limit"})
 	if got := mustCallAs(t, a, erin, "read_file", ReadFileInput{Session: s2.ID, Path: "f.txt"}); !strings.Contains(fmt.Sprint(got), "at the limit") {
 		t.Errorf("read_file at the limit: %+v", got)
