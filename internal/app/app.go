@@ -326,11 +326,8 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	a.registerOpenTerminal(reg)
 	a.registerNetwork(reg)
 	a.Controller = controller.New(describeTools(reg), &controller.Options{
-		Logger: log,
-		Limits: controller.Limits{Raise: raiseRuns, RunsOf: func(ctx context.Context, tenant string) (int, error) {
-			l, err := a.tenants.Limits(ctx, tenant)
-			return int(max(l.Runs, 0)), err
-		}},
+		Logger:    log,
+		Limits:    controller.Limits{Raise: raiseRuns, RunsOf: a.runsOf},
 		Observers: append([]controller.Observer{a.auditLog.Observe, a.Metrics.Observer(reg)}, opts.Observers...),
 		Enter:     a.lives.Enter,
 	})

@@ -100,6 +100,13 @@ const (
 		"quro serve --processes-per-tenant N, for one with quro tenant limits set --processes N (set_tenant_limits processes)"
 )
 
+// runsOf is controller.Limits.RunsOf: tenant's cap of calls running code
+// in flight (0: none), or why its ceilings cannot be read.
+func (a *App) runsOf(ctx context.Context, tenant string) (int, error) {
+	l, err := a.tenants.Limits(ctx, tenant)
+	return int(max(l.Runs, 0)), err
+}
+
 // explainProcessLimit adds to a start refused at a process limit how to
 // get past it.
 func explainProcessLimit(err error) error {
