@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -204,5 +205,23 @@ func TestProcessLimitDefaults(t *testing.T) {
 	}
 	if l := (TenantLimits{Processes: -1}).procLimits(); l.Session != -1 || l.Tenant != -1 {
 		t.Errorf("none: %+v", l)
+	}
+}
+
+// TestRunSlotCapabilities: the capabilities that take a run slot are
+// those that run code, and only those (capability.RunsCode): kill, files,
+// sessions, status and lists never wait on one.
+func TestRunSlotCapabilities(t *testing.T) {
+	a := newApp(t, nil)
+	var got []string
+	for _, c := range a.Controller.Registry().List() {
+		if c.RunsCode() {
+			got = append(got, c.Name)
+		}
+	}
+	slices.Sort(got)
+	want := []string{"call_js_function", "python_run", "run_code", "run_js_file", "send_input", "send_process_input", "start_process", "terminal_exec"}
+	if !slices.Equal(got, want) {
+		t.Errorf("capabilities taking a run slot: %v, want %v", got, want)
 	}
 }
