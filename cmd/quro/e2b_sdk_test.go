@@ -37,7 +37,7 @@ func TestE2BSDK(t *testing.T) {
 		t.Skip("\n\n*** SKIPPED: the E2B SDKs are not installed (test/e2b/node_modules is missing).\n" +
 			"*** Run `npm ci --prefix test/e2b` (make test does) to test quro against E2B's SDKs. ***\n\n")
 	}
-	areas := []string{"control", "commands", "pty", "files", "code", "code-js"}
+	areas := []string{"control", "commands", "pty", "files", "code", "code-js", "limits"}
 	srv := startServer(t)
 	// A tenant's key, as a user of the SDKs would have: read and exec.
 	key, errs, code := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "sdk", "--scopes", "read,exec")
@@ -49,9 +49,19 @@ func TestE2BSDK(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("token create: %s", errs)
 	}
+	// A tenant whose operator set its background processes to 2: the
+	// limits area hits that limit through the SDK.
+	limited, errs, code := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "sdk-limited", "--scopes", "read,exec")
+	if code != 0 {
+		t.Fatalf("token create: %s", errs)
+	}
+	if _, errs, code := quro(t, "", "--data", srv.data, "tenant", "limits", "set", "--tenant", "sdk-limited", "--processes", "2"); code != 0 {
+		t.Fatalf("tenant limits set: %s", errs)
+	}
 	env := append(os.Environ(),
 		"E2B_API_KEY="+strings.TrimSpace(key),
 		"E2B_OTHER_API_KEY="+strings.TrimSpace(other),
+		"E2B_LIMITED_API_KEY="+strings.TrimSpace(limited),
 		"E2B_API_URL="+srv.url+"/e2b",
 		"E2B_SANDBOX_URL="+srv.url,
 	)

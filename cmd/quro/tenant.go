@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quro-dev/quro/internal/app"
+	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/quota"
 )
 
@@ -35,6 +36,15 @@ func tenantLimitFlags(cmd *cobra.Command, prefix string, l *app.TenantLimits) {
 	f.Int64Var(&l.Tasks, prefix+"tasks", 0, "processes and threads of a tenant together (-1: none; 0: the default, 4096; kernel-enforced)")
 	f.Int64Var(&l.CPUPercent, prefix+"cpu", 0, "CPU of a tenant together, in percent of one CPU (-1: none; 0: the default, 200; kernel-enforced)")
 	f.Var(sizeFlag{&l.Disk}, map[bool]string{true: "disk-quota", false: "disk"}[prefix == "tenant-"], "disk of each session: workspace, tmp and saved outputs together (e.g. 2G; 0: the default, 2G; kernel-enforced by an ext4 image per session when the server is root)")
+	// quro serve's names say whose they are (--runs-per-tenant); quro
+	// tenant limits set's are a tenant's own (--runs).
+	serve := prefix == "tenant-"
+	f.Int64Var(&l.Runs, map[bool]string{true: "runs-per-tenant", false: "runs"}[serve], 0,
+		fmt.Sprintf("calls of a tenant running code at once: runs, commands, terminal input, process starts; files, kill, status and lists never count (-1: none; 0: the default, %d)", app.DefaultRunsPerTenant))
+	f.Int64Var(&l.Processes, map[bool]string{true: "processes-per-tenant", false: "processes"}[serve], 0,
+		fmt.Sprintf("background processes (start_process, E2B's commands and PTYs) of all of a tenant's sessions together (-1: none; 0: the default, %d)", app.DefaultProcessesPerTenant))
+	f.Int64Var(&l.SessionProcesses, "processes-per-session", 0,
+		fmt.Sprintf("background processes of one session (-1: none; 0: the default, %d)", proc.DefaultMax))
 }
 
 func newTenantCmd(g *globals) *cobra.Command {
@@ -44,7 +54,7 @@ set_tenant_limits, recorded in the audit log. They run in-process on the
 data directory as its operator (an admin of the local tenant, who alone sets
 ceilings); with --server or QURO_URL they go through that server as the
 tenant of the token given to it.`}
-	limits := &cobra.Command{Use: "limits", Short: "A tenant's ceilings: memory, processes, CPU, sessions, disk per session"}
+	limits := &cobra.Command{Use: "limits", Short: "A tenant's ceilings: memory, processes, CPU, sessions, disk per session, runs in flight, background processes"}
 	var tenant string
 	var asJSON bool
 	var l app.TenantLimits
@@ -69,8 +79,9 @@ tenant of the token given to it.`}
 				fmt.Fprintln(cmd.OutOrStdout(), info.Unreadable)
 				return nil
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "memory %s, tasks %s, cpu %s%%, sessions %s, disk per session %s\n",
-				bytesOrNone(eff.Memory), numOrNone(eff.Tasks), numOrNone(eff.CPUPercent), numOrNone(eff.Sessions), bytesOrNone(eff.Disk))
+			fmt.Fprintf(cmd.OutOrStdout(), "memory %s, tasks %s, cpu %s%%, sessions %s, disk per session %s, runs in flight %s, background processes %s (%s per session)\n",
+				bytesOrNone(eff.Memory), numOrNone(eff.Tasks), numOrNone(eff.CPUPercent), numOrNone(eff.Sessions), bytesOrNone(eff.Disk),
+				numOrNone(eff.Runs), numOrNone(eff.Processes), numOrNone(eff.SessionProcesses))
 			return nil
 		},
 	}
@@ -91,13 +102,15 @@ tenant of the token given to it.`}
 			}
 			own := info.Own
 			fl := cmd.Flags()
-			for name, dst := range map[string]*int64{"memory": &own.Memory, "tasks": &own.Tasks, "cpu": &own.CPUPercent, "sessions": &own.Sessions, "disk": &own.Disk} {
+			for name, f := range map[string]struct{ dst, src *int64 }{"memory": {&own.Memory, &l.Memory}, "tasks": {&own.Tasks, &l.Tasks},
+				"cpu": {&own.CPUPercent, &l.CPUPercent}, "sessions": {&own.Sessions, &l.Sessions}, "disk": {&own.Disk, &l.Disk},
+				"runs": {&own.Runs, &l.Runs}, "processes": {&own.Processes, &l.Processes}, "processes-per-session": {&own.SessionProcesses, &l.SessionProcesses}} {
 				if fl.Changed(name) {
-					src := map[string]int64{"memory": l.Memory, "tasks": l.Tasks, "cpu": l.CPUPercent, "sessions": l.Sessions, "disk": l.Disk}[name]
-					*dst = src
+					*f.dst = *f.src
 				}
 			}
-			in := app.SetTenantLimitsInput{Tenant: tenant, Memory: own.Memory, Tasks: own.Tasks, CPUPercent: own.CPUPercent, Sessions: own.Sessions, Disk: own.Disk}
+			in := app.SetTenantLimitsInput{Tenant: tenant, Memory: own.Memory, Tasks: own.Tasks, CPUPercent: own.CPUPercent, Sessions: own.Sessions, Disk: own.Disk,
+				Runs: own.Runs, Processes: own.Processes, SessionProcesses: own.SessionProcesses}
 			text, err := b.text(cmd.Context(), "set_tenant_limits", in)
 			if err != nil {
 				return err

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/store"
 )
@@ -38,6 +40,45 @@ func TestTenantLimitsSetRepairsUnreadableCeilings(t *testing.T) {
 		t.Fatalf("set: exit %d: %s", code, errs)
 	}
 	if got, err := app.TenantOverrides(ctx, st, "acme"); err != nil || got != (app.TenantLimits{Tasks: 64}) {
+		t.Fatalf("acme's ceilings after set: %+v %v", got, err)
+	}
+}
+
+// quro serve's flags set every tenant's default runs in flight and
+// process limits; quro tenant limits set overrides them for one tenant,
+// keeping its other ceilings, and show reads them back.
+func TestRunAndProcessLimitFlags(t *testing.T) {
+	f := &serveFlags{}
+	cmd := &cobra.Command{Use: "serve"}
+	f.register(cmd)
+	if err := cmd.ParseFlags([]string{"--runs-per-tenant", "32", "--processes-per-tenant", "512", "--processes-per-session", "100"}); err != nil {
+		t.Fatal(err)
+	}
+	opts := f.appOptions(&globals{}, nil)
+	if l := opts.Limits.Tenant; l.Runs != 32 || l.Processes != 512 || l.SessionProcesses != 100 {
+		t.Fatalf("serve's limits: %+v", l)
+	}
+
+	t.Setenv("QURO_URL", "")
+	t.Setenv("QURO_TOKEN", "")
+	data := t.TempDir()
+	if _, errs, code := quro(t, "", "--data", data, "tenant", "limits", "set", "--tenant", "acme", "--tasks", "64"); code != 0 {
+		t.Fatalf("set: exit %d: %s", code, errs)
+	}
+	if _, errs, code := quro(t, "", "--data", data, "tenant", "limits", "set", "--tenant", "acme", "--runs", "3", "--processes", "9", "--processes-per-session", "5"); code != 0 {
+		t.Fatalf("set: exit %d: %s", code, errs)
+	}
+	out, errs, code := quro(t, "", "--data", data, "tenant", "limits", "show", "--tenant", "acme")
+	if code != 0 || !strings.Contains(out, "tasks 64") || !strings.Contains(out, "runs in flight 3, background processes 9 (5 per session)") {
+		t.Fatalf("show: exit %d: %s %s", code, out, errs)
+	}
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(data, "quro.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if got, err := app.TenantOverrides(ctx, st, "acme"); err != nil || got != (app.TenantLimits{Tasks: 64, Runs: 3, Processes: 9, SessionProcesses: 5}) {
 		t.Fatalf("acme's ceilings after set: %+v %v", got, err)
 	}
 }

@@ -109,7 +109,13 @@ type InSessionOptions struct {
 // Limits bound one tenant.
 type Limits struct {
 	SessionsPerTenant int // default 100; negative: no cap
-	RunsPerTenant     int // exec calls in flight, default 16; negative: no cap
+	RunsPerTenant     int // calls running code in flight (TenantLimits.Runs), default DefaultRunsPerTenant (64); negative: no cap
+	// ProcessesPerSession and ProcessesPerTenant cap the background
+	// processes of a session (default proc.DefaultMax, 64) and of all of
+	// a tenant's sessions (default DefaultProcessesPerTenant); negative:
+	// no cap. Limits.Tenant's fields, when set, win over these three.
+	ProcessesPerSession int
+	ProcessesPerTenant  int
 	// Tenant are the default ceilings of every tenant (see TenantLimits;
 	// zero fields: DefaultTenantMemory, DefaultTenantTasks,
 	// DefaultTenantCPUPercent, DefaultDiskQuota; negative: none). An admin
@@ -320,7 +326,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	a.registerNetwork(reg)
 	a.Controller = controller.New(describeTools(reg), &controller.Options{
 		Logger:    log,
-		Limits:    controller.Limits{RunsPerTenant: orDefault(opts.Limits.RunsPerTenant, 16)},
+		Limits:    controller.Limits{Raise: raiseRuns, RunsOf: a.runsOf},
 		Observers: append([]controller.Observer{a.auditLog.Observe, a.Metrics.Observer(reg)}, opts.Observers...),
 		Enter:     a.lives.Enter,
 	})
@@ -372,7 +378,10 @@ func openTenants(ctx context.Context, dir string, st *store.Store, sessions *ses
 	sessions.MaxPerTenant = orDefault(opts.Limits.SessionsPerTenant, 100)
 	tl := &tenants{store: st, sessions: func() *session.Manager { return sessions }, root: filepath.Join(dir, "sessions"),
 		defaults: opts.Limits.Tenant.or(TenantLimits{Memory: DefaultTenantMemory, Tasks: DefaultTenantTasks,
-			CPUPercent: DefaultTenantCPUPercent, Sessions: int64(sessions.MaxPerTenant), Disk: DefaultDiskQuota}),
+			CPUPercent: DefaultTenantCPUPercent, Sessions: int64(sessions.MaxPerTenant), Disk: DefaultDiskQuota,
+			Runs:             int64(orDefault(opts.Limits.RunsPerTenant, DefaultRunsPerTenant)),
+			Processes:        int64(orDefault(opts.Limits.ProcessesPerTenant, DefaultProcessesPerTenant)),
+			SessionProcesses: int64(orDefault(opts.Limits.ProcessesPerSession, proc.DefaultMax))}),
 		disks: quota.Open(dir), log: log, ofID: map[string]string{}, diskOf: map[string]string{}}
 	if maxDisks := orDefault(opts.Limits.SessionDisks, DefaultSessionDisks); maxDisks > 0 {
 		tl.diskShares = share.New("session disks (loop-mounted images)", maxDisks, share.Of(maxDisks, 1))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/metrics"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
@@ -78,7 +79,13 @@ func entered(ctx context.Context) (*session.Session, error) {
 
 // following marks the call of ctx as one that from now on only follows a
 // running process's output: a pause no longer waits for it.
-func (a *App) following(ctx context.Context) { a.lives.Following(ctx) }
+//
+// It also frees the call's run slot (controller.RunSlotDone): a process it
+// follows counts against the process limits, not the runs in flight.
+func (a *App) following(ctx context.Context) {
+	a.lives.Following(ctx)
+	controller.RunSlotDone(ctx)
+}
 
 // PauseResult is pause_session's and resume_session's answer.
 type PauseResult struct {

@@ -32,6 +32,8 @@ func (a *App) instrument() {
 		Terminals:     a.Terminals.Live,
 		PythonWorkers: func() int { return a.Python.Sessions() + a.PythonRootfs.Sessions() },
 		Boxes:         a.boxGauges,
+		Processes:     a.procs.Total,
+		RunsInFlight:  a.Controller.RunsInFlightAll,
 	})
 }
 

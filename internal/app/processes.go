@@ -209,7 +209,8 @@ func (a *App) registerProcesses(reg *capability.Registry) {
 			"(only timeout_ms, signal_process or the end of the session stop it). stdin:true keeps its stdin open for send_process_input; "+
 			"pty runs it on a terminal (resize_process). The call returns when the process ends (exit code, status, the last 64 KiB of output), "+
 			"or, with background:true, once it runs (one that ends at once is reported ended, with its exit code and output). "+
-			fmt.Sprintf("A session runs at most %d processes.", proc.DefaultMax),
+			fmt.Sprintf("A session runs at most %d processes by default, a tenant %d over all its sessions (get_tenant_limits shows its own); ", proc.DefaultMax, DefaultProcessesPerTenant)+
+			"a process counts against those, not against the calls running code at once: this call holds a run slot only until the process runs.",
 		capability.ScopeExec, a.startProcess).Streaming().InSession(capability.UseBusy))
 	reg.Register(capability.New("connect_process",
 		"Follow a running background process of the session (by pid or tag): its output from now on (nothing before is replayed) streams "+
@@ -349,12 +350,17 @@ func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessR
 		}
 		base.Rootfs = dir
 	}
+	lim, err := a.tenants.Limits(ctx, s.Tenant)
+	if err != nil {
+		return nil, err
+	}
 	p, v, err := a.procs.Start(ctx, a.Sandbox, base, s.ID, &proc.Start{
 		Config: proc.Config{Cmd: program, Args: args, Env: in.Env, Cwd: in.Cwd},
 		Tag:    in.Tag, Dir: dir, Stdin: in.Stdin, PTY: in.PTY, Timeout: time.Duration(in.TimeoutMS) * time.Millisecond,
+		Tenant: s.Tenant, Limits: lim.procLimits(),
 	})
 	if err != nil {
-		return nil, err
+		return nil, explainProcessLimit(err)
 	}
 	runcode.Started(ctx, p.Pid())
 	a.following(ctx) // it runs: from now on this call only streams it (a pause need not wait)

@@ -209,7 +209,7 @@ func TestRunLimitPerTenant(t *testing.T) {
 	}
 	t.Cleanup(func() { a.Close() })
 	dave := controller.Caller{Path: "test", Tenant: "dave", Scope: capability.ScopeExec}
-	// create_session is itself an exec call; it has finished here.
+	// create_session runs no code: it takes no run slot.
 	reply, err := callAs(t, a, dave, "create_session", CreateSessionInput{Name: "d"})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/metrics"
+	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/quota"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
@@ -32,6 +33,15 @@ type TenantLimits struct {
 	CPUPercent int64 `json:"cpu_percent,omitempty"`  // CPU quota in percent of one CPU (kernel: CFS quota of the tenant cgroup)
 	Sessions   int64 `json:"sessions,omitempty"`     // sessions at once (admission)
 	Disk       int64 `json:"disk_bytes,omitempty"`   // disk quota of each session: workspace, tmp and saved outputs (kernel: one ext4 image per session)
+	// Runs caps the tenant's calls that run code in flight at once
+	// (controller.Limits: a run, a command, terminal input, a process's
+	// start); files, kill, status and lists take none.
+	Runs int64 `json:"runs_in_flight,omitempty"`
+	// Processes caps the background processes (start_process, E2B's
+	// commands and PTYs) of all the tenant's sessions together, and
+	// SessionProcesses those of one session (proc.Limits).
+	Processes        int64 `json:"processes,omitempty"`
+	SessionProcesses int64 `json:"processes_per_session,omitempty"`
 }
 
 // Default tenant ceilings.
@@ -40,6 +50,18 @@ const (
 	DefaultTenantTasks      = 4096
 	DefaultTenantCPUPercent = 200
 	DefaultDiskQuota        = 2 << 30
+	// DefaultRunsPerTenant is how many calls that run code a tenant has
+	// in flight at once: as many as the streams one token holds
+	// (streamcap.DefaultMax), so that twenty E2B sandboxes each running a
+	// command or two at once fit. What those runs use is bounded by the
+	// tenant's memory, tasks and CPU ceilings; this bounds the server's
+	// work per call (a goroutine, pipes and a sandbox start each).
+	DefaultRunsPerTenant = 64
+	// DefaultProcessesPerTenant is how many background processes a
+	// tenant runs over all its sessions: 20 sandboxes with a dozen each
+	// (E2B's users start one or a few per sandbox), below the default
+	// tasks ceiling (4096) that bounds them in the kernel anyway.
+	DefaultProcessesPerTenant = 256
 )
 
 // or fills t's zero fields from def.
@@ -51,7 +73,51 @@ func (t TenantLimits) or(def TenantLimits) TenantLimits {
 		return v
 	}
 	return TenantLimits{Memory: pick(t.Memory, def.Memory), Tasks: pick(t.Tasks, def.Tasks),
-		CPUPercent: pick(t.CPUPercent, def.CPUPercent), Sessions: pick(t.Sessions, def.Sessions), Disk: pick(t.Disk, def.Disk)}
+		CPUPercent: pick(t.CPUPercent, def.CPUPercent), Sessions: pick(t.Sessions, def.Sessions), Disk: pick(t.Disk, def.Disk),
+		Runs: pick(t.Runs, def.Runs), Processes: pick(t.Processes, def.Processes), SessionProcesses: pick(t.SessionProcesses, def.SessionProcesses)}
+}
+
+// procLimits are l's process limits as the process table takes them
+// (none: -1).
+func (l TenantLimits) procLimits() proc.Limits {
+	none := func(v int64) int {
+		if v <= 0 {
+			return -1
+		}
+		return int(v)
+	}
+	return proc.Limits{Session: none(l.SessionProcesses), Tenant: none(l.Processes)}
+}
+
+// How the operator raises the limits of calls and processes, for the
+// refusals' messages.
+const (
+	raiseRuns = "the operator raises it for every tenant with quro serve --runs-per-tenant N, " +
+		"for one with quro tenant limits set --runs N (set_tenant_limits runs_in_flight)"
+	raiseSessionProcesses = "end one first (signal_process; E2B: kill), or the operator raises the limit for every tenant with " +
+		"quro serve --processes-per-session N, for one with quro tenant limits set --processes-per-session N (set_tenant_limits processes_per_session)"
+	raiseTenantProcesses = "end one of any of its sessions first (signal_process; E2B: kill), or the operator raises the limit for every tenant with " +
+		"quro serve --processes-per-tenant N, for one with quro tenant limits set --processes N (set_tenant_limits processes)"
+)
+
+// runsOf is controller.Limits.RunsOf: tenant's cap of calls running code
+// in flight (0: none), or why its ceilings cannot be read.
+func (a *App) runsOf(ctx context.Context, tenant string) (int, error) {
+	l, err := a.tenants.Limits(ctx, tenant)
+	return int(max(l.Runs, 0)), err
+}
+
+// explainProcessLimit adds to a start refused at a process limit how to
+// get past it.
+func explainProcessLimit(err error) error {
+	var le *proc.LimitError
+	if !errors.As(err, &le) {
+		return err
+	}
+	if le.Scope == "tenant" {
+		return fmt.Errorf("%w; %s", err, raiseTenantProcesses)
+	}
+	return fmt.Errorf("%w; %s", err, raiseSessionProcesses)
 }
 
 func pos(v int64) uint64 {
@@ -512,6 +578,10 @@ type TenantStatus struct {
 	WatchesMax     int `json:"watches_max" jsonschema:"the most watches one tenant runs at once"`
 	WatchedDirs    int `json:"watched_dirs" jsonschema:"directories the tenant's watches watch now"`
 	WatchedDirsMax int `json:"watched_dirs_max" jsonschema:"the most directories one tenant's watches watch at once"`
+	// The tenant's calls running code and its background processes now
+	// (their limits are in Limits).
+	RunsInFlight int `json:"runs_in_flight" jsonschema:"calls of the tenant running code now (limit: limits.runs_in_flight)"`
+	Processes    int `json:"processes" jsonschema:"background processes of all the tenant's sessions now (limit: limits.processes)"`
 }
 
 // tenantStatus reports the ceilings and usage of ctx's tenant.
@@ -526,6 +596,7 @@ func (a *App) tenantStatus(ctx context.Context) (*TenantStatus, error) {
 		st.Unreadable = err.Error()
 	}
 	st.Watches, st.WatchedDirs = a.watchHub.Tenant(tenant)
+	st.RunsInFlight, st.Processes = a.Controller.RunsInFlight(tenant), a.procs.TenantCount(tenant)
 	wl := a.watchHub.Limits()
 	st.WatchesMax, st.WatchedDirsMax = wl.TenantWatches, wl.TenantDirs
 	if u, ok := a.Sandbox.TenantUsage(tenant); ok {
@@ -555,6 +626,8 @@ func (t *TenantStatus) Text() string {
 	s := fmt.Sprintf("%s: memory %s of %s, processes %d of %s, CPU %s%%, sessions %d of %s, disk %s used, %s per session (%s)",
 		sandbox.DisplayTenant(t.Tenant), quota.Human(int64(t.MemoryBytes)), lim(t.Limits.Memory, quota.Human), t.Tasks, lim(t.Limits.Tasks, num),
 		lim(t.Limits.CPUPercent, num), t.Sessions, lim(t.Limits.Sessions, num), quota.Human(t.DiskUsedBytes), lim(t.Limits.Disk, quota.Human), t.DiskQuota)
+	s += fmt.Sprintf(", runs in flight %d of %s, background processes %d of %s (%s per session)",
+		t.RunsInFlight, lim(t.Limits.Runs, num), t.Processes, lim(t.Limits.Processes, num), lim(t.Limits.SessionProcesses, num))
 	if t.WatchesMax > 0 {
 		s += fmt.Sprintf(", watches %d of %d (%d of %d directories)", t.Watches, t.WatchesMax, t.WatchedDirs, t.WatchedDirsMax)
 	}
@@ -584,6 +657,10 @@ type SetTenantLimitsInput struct {
 	CPUPercent int64  `json:"cpu_percent,omitempty" jsonschema:"CPU of the tenant together, in percent of one CPU (0: the default; negative: none)"`
 	Sessions   int64  `json:"sessions,omitempty" jsonschema:"sessions of the tenant at once (0: the default; negative: none)"`
 	Disk       int64  `json:"disk_bytes,omitempty" jsonschema:"disk quota of each session of the tenant, in bytes (at least 8 MiB; 0: the default; negative: none)"`
+	Runs       int64  `json:"runs_in_flight,omitempty" jsonschema:"calls of the tenant running code at once: runs, commands, terminal input, process starts (0: the default; negative: none)"`
+	Processes  int64  `json:"processes,omitempty" jsonschema:"background processes (start_process, E2B commands and PTYs) of all the tenant's sessions together (0: the default; negative: none)"`
+	// SessionProcesses caps one session's background processes.
+	SessionProcesses int64 `json:"processes_per_session,omitempty" jsonschema:"background processes of one session of the tenant (0: the default; negative: none)"`
 }
 
 // TenantLimitsInfo is what get_tenant_limits and set_tenant_limits answer.
@@ -614,8 +691,8 @@ func (t *TenantLimitsInfo) Text() string {
 		}
 		return fmt.Sprint(v)
 	}
-	return fmt.Sprintf("tenant %q: memory %s, tasks %s, cpu %s%%, sessions %s, disk per session %s",
-		t.Tenant, bytes(e.Memory), num(e.Tasks), num(e.CPUPercent), num(e.Sessions), bytes(e.Disk))
+	return fmt.Sprintf("tenant %q: memory %s, tasks %s, cpu %s%%, sessions %s, disk per session %s, runs in flight %s, background processes %s (%s per session)",
+		t.Tenant, bytes(e.Memory), num(e.Tasks), num(e.CPUPercent), num(e.Sessions), bytes(e.Disk), num(e.Runs), num(e.Processes), num(e.SessionProcesses))
 }
 
 // tenantLimitsInfo answers get_tenant_limits: ceilings that cannot be read
@@ -638,7 +715,8 @@ func (a *App) tenantLimitsInfo(ctx context.Context, tenant string) (*TenantLimit
 // ceilings protect the other tenants, so no tenant raises its own).
 func (a *App) registerTenantLimits(reg *capability.Registry) {
 	reg.Register(capability.New("get_tenant_limits",
-		"Show a tenant's ceilings: memory, processes and CPU of all its processes together, sessions at once and disk per session, "+
+		"Show a tenant's ceilings: memory, processes and CPU of all its processes together, sessions at once, disk per session, "+
+			"calls running code at once and background processes (of the tenant, of one session), "+
 			"as set for it (own) and as they apply (effective). Your own tenant's; the operator (an admin of the local tenant) may name any tenant.",
 		capability.ScopeRead, func(ctx context.Context, in TenantLimitsInput) (*TenantLimitsInfo, error) {
 			c, ok := controller.CallerFrom(ctx)
@@ -661,7 +739,8 @@ func (a *App) registerTenantLimits(reg *capability.Registry) {
 				return nil, capability.Errorf(capability.PermissionDenied,
 					"a tenant's ceilings are set by the operator (an admin of the local tenant, e.g. quro tenant limits set on the server's host)")
 			}
-			l := TenantLimits{Memory: in.Memory, Tasks: in.Tasks, CPUPercent: in.CPUPercent, Sessions: in.Sessions, Disk: in.Disk}
+			l := TenantLimits{Memory: in.Memory, Tasks: in.Tasks, CPUPercent: in.CPUPercent, Sessions: in.Sessions, Disk: in.Disk,
+				Runs: in.Runs, Processes: in.Processes, SessionProcesses: in.SessionProcesses}
 			if err := a.tenants.Set(ctx, in.Tenant, l); err != nil {
 				return nil, err
 			}

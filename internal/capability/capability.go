@@ -196,6 +196,17 @@ func (c *Capability) InSession(use Use) *Capability {
 	return c
 }
 
+// RunsCode reports whether a call of c runs what its caller wrote in a
+// session (run_code, terminal_exec, start_process…): it needs scope exec
+// and its hints are destructive and open-world, as internal/app's
+// runsCode (a capability given no hints there is assumed to be one).
+// Such a call takes one of its tenant's run slots while it is in flight
+// (controller.Limits); the others (files, kill, status, lists, sessions)
+// take none.
+func (c *Capability) RunsCode() bool {
+	return c.Scope == ScopeExec && c.Hints.Destructive && c.Hints.OpenWorld && !c.Hints.ReadOnly
+}
+
 // Streaming declares that c reports its output as it arrives (Streams)
 // and returns c: reg.Register(capability.New(...).Streaming()).
 func (c *Capability) Streaming() *Capability {

@@ -129,10 +129,22 @@ type Enter func(ctx context.Context, ref string, use capability.Use) (_ context.
 
 // Limits bound what one tenant may do at once.
 type Limits struct {
-	// RunsPerTenant caps the exec-scope calls (runs, commands, input) a
-	// tenant may have in flight; more get ResourceExhausted (HTTP 429 with
-	// Retry-After). 0: no cap.
+	// RunsPerTenant caps the calls that run code (capability.RunsCode:
+	// runs, commands, terminal input, process starts) a tenant may have
+	// in flight; more get ResourceExhausted (HTTP 429 with Retry-After).
+	// A call holds its slot only while it runs something: one that goes
+	// on to only follow a background process (start_process, which
+	// counts against the process limits instead) frees it then
+	// (RunSlotDone). Files, kill, status and list calls take none.
+	// 0 or negative: no cap.
 	RunsPerTenant int
+	// RunsOf, when set, is tenant's own cap in place of RunsPerTenant
+	// (an operator's override; 0 or negative: none). An error refuses the
+	// call (a tenant whose ceilings cannot be read runs nothing).
+	RunsOf func(ctx context.Context, tenant string) (int, error)
+	// Raise says, in the refusal, how the cap is raised (e.g. the flag
+	// and the set_tenant_limits field).
+	Raise string
 }
 
 // Controller dispatches capability calls. Safe for concurrent use.
@@ -144,7 +156,7 @@ type Controller struct {
 	enter     Enter
 
 	mu       sync.Mutex
-	inFlight map[string]int // exec-scope calls running, by tenant
+	inFlight map[string]int // calls that run code in flight, by tenant
 }
 
 // New returns a controller over reg configured by opts (nil: defaults).
@@ -230,12 +242,16 @@ func (c *Controller) call(ctx context.Context, caller Caller, name string, args 
 	if err != nil {
 		return nil, err
 	}
-	if capb.Scope == capability.ScopeExec && c.limits.RunsPerTenant > 0 {
-		release, err := c.acquire(caller.Tenant)
+	if capb.RunsCode() && (c.limits.RunsPerTenant > 0 || c.limits.RunsOf != nil) {
+		release, err := c.acquire(ctx, caller.Tenant)
 		if err != nil {
 			return nil, err
 		}
-		defer release()
+		if release != nil {
+			s := &runSlot{release: release}
+			defer s.done()
+			ctx = context.WithValue(ctx, runSlotKey{}, s)
+		}
 	}
 	ctx = session.WithTenant(context.WithValue(ctx, callerKey{}, caller), caller.Tenant)
 	if caller.Session != "" {
@@ -266,14 +282,78 @@ func (c *Controller) call(ctx context.Context, caller Caller, name string, args 
 	return reply, nil
 }
 
-// acquire counts one more exec call of tenant in flight, or refuses when the
-// tenant is at its limit.
-func (c *Controller) acquire(tenant string) (func(), error) {
+// runSlot is a call's run slot, released once: when the call returns, or
+// earlier when it only follows a process from then on (RunSlotDone).
+type runSlot struct {
+	once    sync.Once
+	release func()
+}
+
+func (s *runSlot) done() { s.once.Do(s.release) }
+
+type runSlotKey struct{}
+
+// RunSlotDone frees the run slot of the call running under ctx, if it
+// holds one: from now on the call runs nothing, it only follows a
+// process that counts against limits of its own (start_process once the
+// process runs). Safe to call more than once, and without a slot.
+func RunSlotDone(ctx context.Context) {
+	if s, ok := ctx.Value(runSlotKey{}).(*runSlot); ok {
+		s.done()
+	}
+}
+
+// RunsInFlight is how many calls that run code tenant has in flight.
+func (c *Controller) RunsInFlight(tenant string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if n := c.inFlight[tenant]; n >= c.limits.RunsPerTenant {
+	return c.inFlight[tenant]
+}
+
+// RunsInFlightAll is how many calls that run code all tenants have in
+// flight.
+func (c *Controller) RunsInFlightAll() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, v := range c.inFlight {
+		n += v
+	}
+	return n
+}
+
+// runLimit is tenant's cap of calls that run code in flight (0: none).
+func (c *Controller) runLimit(ctx context.Context, tenant string) (int, error) {
+	if c.limits.RunsOf != nil {
+		return c.limits.RunsOf(ctx, tenant)
+	}
+	return c.limits.RunsPerTenant, nil
+}
+
+// acquire counts one more call that runs code of tenant in flight, or
+// refuses when the tenant is at its limit. A nil release: no cap applies.
+func (c *Controller) acquire(ctx context.Context, tenant string) (func(), error) {
+	limit, err := c.runLimit(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.inFlight[tenant]; n >= limit {
+		raise := ""
+		if c.limits.Raise != "" {
+			raise = "; " + c.limits.Raise
+		}
+		who := "the local tenant"
+		if tenant != "" {
+			who = "tenant " + tenant
+		}
 		e := capability.Errorf(capability.ResourceExhausted,
-			"%d runs are already in flight for this tenant (limit %d); wait for one to finish and try again", n, c.limits.RunsPerTenant)
+			"runs in flight: %s already has %d calls running code at once (its limit is %d); wait for one to finish and try again "+
+				"(background processes do not count: only calls while they run something)%s", who, n, limit, raise)
 		e.RetryAfter = 1
 		return nil, e
 	}

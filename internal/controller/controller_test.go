@@ -102,25 +102,44 @@ func TestScope(t *testing.T) {
 	}
 }
 
-// TestRunsPerTenant: a tenant at its limit of exec calls in flight is
-// refused with ResourceExhausted and a Retry-After; others are not; a
-// finished call frees its place; read calls are not counted.
+// runsCode marks c as a capability that runs code (capability.RunsCode),
+// as internal/app's hints table does.
+func runsCode(c *capability.Capability) *capability.Capability {
+	c.Hints = capability.Hints{Destructive: true, OpenWorld: true}
+	return c
+}
+
+// TestRunsPerTenant: a tenant at its limit of calls running code in
+// flight is refused with ResourceExhausted, a Retry-After and a message
+// naming the limit, its count and how to raise it; others are not; a
+// finished call frees its place; read calls, and exec calls that run no
+// code (a file write, a kill), are never refused for lack of a slot.
 func TestRunsPerTenant(t *testing.T) {
 	entered := make(chan string)
 	release := make(chan struct{})
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(free)
-	hold := capability.New("hold", "runs until released", capability.ScopeExec, func(ctx context.Context, in empty) (*controller.Reply, error) {
+	hold := runsCode(capability.New("hold", "runs until released", capability.ScopeExec, func(ctx context.Context, in empty) (*controller.Reply, error) {
 		c, _ := controller.CallerFrom(ctx)
 		entered <- c.Tenant
 		<-release
 		return &controller.Reply{}, nil
-	})
-	quick := capability.New("quick", "runs at once", capability.ScopeExec, func(ctx context.Context, in empty) (*controller.Reply, error) {
+	}))
+	quick := runsCode(capability.New("quick", "runs at once", capability.ScopeExec, func(ctx context.Context, in empty) (*controller.Reply, error) {
+		return &controller.Reply{}, nil
+	}))
+	// write and kill need exec but run no code (hints: overwrites).
+	write := capability.New("write", "writes a file", capability.ScopeExec, func(ctx context.Context, in empty) (*controller.Reply, error) {
 		return &controller.Reply{}, nil
 	})
-	ctl := controller.New(newRegistry(t, hold, quick), &controller.Options{Limits: controller.Limits{RunsPerTenant: 2}})
+	write.Hints = capability.Hints{Destructive: true}
+	kill := capability.New("kill", "kills", capability.ScopeExec, func(ctx context.Context, in empty) (*controller.Reply, error) {
+		return &controller.Reply{}, nil
+	})
+	kill.Hints = capability.Hints{Destructive: true}
+	ctl := controller.New(newRegistry(t, hold, quick, write, kill), &controller.Options{Limits: controller.Limits{RunsPerTenant: 2,
+		Raise: "the operator raises it with quro serve --runs-per-tenant"}})
 	ctx := context.Background()
 	alice := controller.Caller{Path: "rest", Tenant: "alice", Scope: capability.ScopeExec}
 	bob := controller.Caller{Path: "mcp", Tenant: "bob", Scope: capability.ScopeExec}
@@ -136,16 +155,26 @@ func TestRunsPerTenant(t *testing.T) {
 		}()
 		<-entered
 	}
+	if n := ctl.RunsInFlight("alice"); n != 2 {
+		t.Errorf("RunsInFlight(alice) = %d, want 2", n)
+	}
 	_, err := ctl.Call(ctx, alice, "quick", nil)
 	var ce *capability.Error
-	if !errors.As(err, &ce) || ce.Code != capability.ResourceExhausted || ce.RetryAfter <= 0 || !strings.Contains(ce.Message, "limit 2") {
-		t.Fatalf("a third call of alice: %#v, want resource_exhausted with a Retry-After naming the limit", err)
+	if !errors.As(err, &ce) || ce.Code != capability.ResourceExhausted || ce.RetryAfter <= 0 {
+		t.Fatalf("a third call of alice: %#v, want resource_exhausted with a Retry-After", err)
+	}
+	for _, want := range []string{"runs in flight", "tenant alice", "already has 2", "its limit is 2", "quro serve --runs-per-tenant"} {
+		if !strings.Contains(ce.Message, want) {
+			t.Errorf("the refusal %q does not say %q", ce.Message, want)
+		}
 	}
 	if _, err := ctl.Call(ctx, bob, "quick", nil); err != nil {
 		t.Errorf("bob is refused because of alice: %v", err)
 	}
-	if _, err := ctl.Call(ctx, alice, "peek", nil); err != nil {
-		t.Errorf("a read call of alice at her exec limit: %v", err)
+	for _, name := range []string{"peek", "write", "kill"} {
+		if _, err := ctl.Call(ctx, alice, name, nil); err != nil {
+			t.Errorf("%s of alice at her run limit: %v", name, err)
+		}
 	}
 	free()
 	wg.Wait()
@@ -158,6 +187,104 @@ func TestRunsPerTenant(t *testing.T) {
 	for range 3 {
 		if _, err := ctl.Call(ctx, alice, "quick", nil); err != nil {
 			t.Fatalf("alice after her calls finished: %v", err)
+		}
+	}
+	if n := ctl.RunsInFlight("alice"); n != 0 {
+		t.Errorf("RunsInFlight(alice) after every call = %d", n)
+	}
+}
+
+// TestRunSlotDone: a call that goes on to only follow (a started
+// background process) frees its run slot then, while it still streams;
+// the tenant runs another call at once.
+func TestRunSlotDone(t *testing.T) {
+	following := make(chan struct{})
+	stop := make(chan struct{})
+	follow := runsCode(capability.New("follow", "starts, then follows", capability.ScopeExec, func(ctx context.Context, in empty) (*controller.Reply, error) {
+		controller.RunSlotDone(ctx)
+		controller.RunSlotDone(ctx) // twice frees one slot
+		following <- struct{}{}
+		<-stop
+		return &controller.Reply{}, nil
+	}))
+	quick := runsCode(capability.New("quick", "runs at once", capability.ScopeExec, func(ctx context.Context, in empty) (*controller.Reply, error) {
+		return &controller.Reply{}, nil
+	}))
+	ctl := controller.New(newRegistry(t, follow, quick), &controller.Options{Limits: controller.Limits{RunsPerTenant: 1}})
+	alice := controller.Caller{Path: "rest", Tenant: "alice", Scope: capability.ScopeExec}
+	done := make(chan error, 3)
+	for range 3 {
+		go func() {
+			_, err := ctl.Call(context.Background(), alice, "follow", nil)
+			done <- err
+		}()
+		<-following
+	}
+	if _, err := ctl.Call(context.Background(), alice, "quick", nil); err != nil {
+		t.Errorf("a run while three calls only follow, at a limit of 1: %v", err)
+	}
+	if n := ctl.RunsInFlight("alice"); n != 0 {
+		t.Errorf("RunsInFlight while only following = %d, want 0", n)
+	}
+	close(stop)
+	for range 3 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestRunsOf: a tenant's own cap (the operator's override) replaces the
+// default, for that tenant alone; one of 0 or less is none; a tenant whose
+// cap cannot be read runs nothing.
+func TestRunsOf(t *testing.T) {
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	hold := runsCode(capability.New("hold", "runs until released", capability.ScopeExec, func(ctx context.Context, in empty) (*controller.Reply, error) {
+		entered <- struct{}{}
+		<-release
+		return &controller.Reply{}, nil
+	}))
+	quick := runsCode(capability.New("quick", "runs at once", capability.ScopeExec, func(ctx context.Context, in empty) (*controller.Reply, error) {
+		return &controller.Reply{}, nil
+	}))
+	broken := errors.New("its ceilings cannot be read")
+	caps := map[string]int{"small": 1, "free": -1}
+	ctl := controller.New(newRegistry(t, hold, quick), &controller.Options{Limits: controller.Limits{
+		RunsOf: func(ctx context.Context, tenant string) (int, error) {
+			if tenant == "broken" {
+				return 0, broken
+			}
+			if n, ok := caps[tenant]; ok {
+				return n, nil
+			}
+			return 16, nil
+		}}})
+	call := func(tenant, name string) error {
+		_, err := ctl.Call(context.Background(), controller.Caller{Tenant: tenant, Scope: capability.ScopeExec}, name, nil)
+		return err
+	}
+	done := make(chan error, 4)
+	for _, tenant := range []string{"small", "free", "free", "other"} {
+		go func() { done <- call(tenant, "hold") }()
+		<-entered
+	}
+	if err := call("small", "quick"); code(t, err) != capability.ResourceExhausted || !strings.Contains(err.Error(), "its limit is 1") {
+		t.Errorf("small's second call: %v, want its limit of 1", err)
+	}
+	if err := call("free", "quick"); err != nil {
+		t.Errorf("a tenant without a cap: %v", err)
+	}
+	if err := call("other", "quick"); err != nil {
+		t.Errorf("a tenant at the default: %v", err)
+	}
+	if err := call("broken", "quick"); err == nil {
+		t.Errorf("a tenant whose cap cannot be read ran a call")
+	}
+	close(release)
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Error(err)
 		}
 	}
 }

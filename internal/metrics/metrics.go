@@ -62,6 +62,8 @@ type Sources struct {
 	Terminals     func() (shells, ptys int)              // running pipe shells and PTYs
 	PythonWorkers func() int                             // resident Python workers
 	Boxes         func() BoxStats                        // session boxes
+	Processes     func() int                             // background processes of all sessions
+	RunsInFlight  func() int                             // calls running code in flight, all tenants
 }
 
 // BoxStats are the session boxes' gauges.
@@ -257,6 +259,8 @@ var (
 	boxMemDesc    = prometheus.NewDesc("quro_session_box_memory_bytes", "Memory charged to all session boxes.", nil, nil)
 	boxTasksDesc  = prometheus.NewDesc("quro_session_box_tasks", "Processes and threads in all session boxes.", nil, nil)
 	boxOutDesc    = prometheus.NewDesc("quro_session_box_outside_runs_total", "Runs of a session that did not fit its box and got a box of their own.", nil, nil)
+	procsDesc     = prometheus.NewDesc("quro_background_processes", "Background processes (start_process, E2B's commands and PTYs) of all sessions.", nil, nil)
+	runsDesc      = prometheus.NewDesc("quro_runs_in_flight", "Calls running code in flight, of all tenants (each tenant's are capped: runs_in_flight).", nil, nil)
 )
 
 // gauges reads Sources when scraped.
@@ -270,6 +274,8 @@ func (g *gauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- boxMemDesc
 	ch <- boxTasksDesc
 	ch <- boxOutDesc
+	ch <- procsDesc
+	ch <- runsDesc
 }
 
 func (g *gauges) Collect(ch chan<- prometheus.Metric) {
@@ -296,6 +302,12 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(boxMemDesc, prometheus.GaugeValue, float64(b.MemoryBytes))
 		ch <- prometheus.MustNewConstMetric(boxTasksDesc, prometheus.GaugeValue, float64(b.Tasks))
 		ch <- prometheus.MustNewConstMetric(boxOutDesc, prometheus.CounterValue, float64(b.Outside))
+	}
+	if g.src.Processes != nil {
+		ch <- prometheus.MustNewConstMetric(procsDesc, prometheus.GaugeValue, float64(g.src.Processes()))
+	}
+	if g.src.RunsInFlight != nil {
+		ch <- prometheus.MustNewConstMetric(runsDesc, prometheus.GaugeValue, float64(g.src.RunsInFlight()))
 	}
 }
 

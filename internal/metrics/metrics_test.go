@@ -113,6 +113,8 @@ func TestGauges(t *testing.T) {
 		Sessions:      func(context.Context) (int, error) { return n, nil },
 		Terminals:     func() (int, int) { return 3, 1 },
 		PythonWorkers: func() int { return 4 },
+		Processes:     func() int { return 6 },
+		RunsInFlight:  func() int { return 7 },
 	})
 	check := func(name string, want float64, labels ...string) {
 		t.Helper()
@@ -127,4 +129,6 @@ func TestGauges(t *testing.T) {
 	check("quro_terminals", 3, "kind", "shell")
 	check("quro_terminals", 1, "kind", "pty")
 	check("quro_python_workers", 4)
+	check("quro_background_processes", 6)
+	check("quro_runs_in_flight", 7)
 }

@@ -5,8 +5,9 @@
 //
 // Every process is started through internal/sandbox, in the session's
 // box, as every other run; this package only keeps the table, the pipes
-// and the viewers. A session has at most DefaultMax live processes; a
-// process leaves the table when it ends.
+// and the viewers. A session has at most DefaultMax live processes (or
+// its Start.Limits), a tenant at most Start.Limits.Tenant over all its
+// sessions; a process leaves the table, and stops counting, when it ends.
 package proc
 
 import (
@@ -34,7 +35,9 @@ var (
 	// ErrNotFound: no live process of the session has that pid or tag
 	// (it never ran there, or it has ended).
 	ErrNotFound = errors.New("no such process")
-	// ErrTooMany: the session runs its maximum of processes.
+	// ErrTooMany: the session or its tenant runs its maximum of
+	// processes (a *LimitError says which), or a process has its maximum
+	// of viewers.
 	ErrTooMany = errors.New("too many processes")
 	// ErrInvalid: a request the process cannot take (input to a process
 	// without stdin, a resize of one without a terminal, a bad signal).
@@ -49,6 +52,29 @@ var (
 
 // DefaultMax is how many processes a session may run at once.
 const DefaultMax = 64
+
+// Limits are how many live processes a start may find: of its session
+// (0: the table's DefaultMax) and of its tenant, over all the tenant's
+// sessions (0: no limit). Negative: no limit.
+type Limits struct {
+	Session int
+	Tenant  int
+}
+
+// LimitError is a start refused because its session or its tenant runs
+// its limit of processes. It wraps ErrTooMany.
+type LimitError struct {
+	Scope string // "session" or "tenant"
+	Count int    // the processes it runs (and starts under way)
+	Limit int
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%v: the %s already runs %d background processes (its limit is %d)", ErrTooMany, e.Scope, e.Count, e.Limit)
+}
+
+// Unwrap makes errors.Is(err, ErrTooMany) true.
+func (e *LimitError) Unwrap() error { return ErrTooMany }
 
 // DefaultQueue is how many bytes of output a viewer may lag behind
 // before it is detached.
@@ -85,6 +111,10 @@ type Size struct {
 type Start struct {
 	Config
 	Tag string
+	// Tenant owns the session: its processes are counted together
+	// against Limits.Tenant.
+	Tenant string
+	Limits Limits
 	// Dir is the working directory as the box sees it ("": the spec's
 	// Dir); Config.Cwd is only what the caller asked for, as reported.
 	Dir string
@@ -132,6 +162,7 @@ type Table struct {
 	sessions map[string]map[int]*Process // session id → pid → process
 	ended    map[string][]*Process       // session id → its last keepEnded ended processes, oldest first
 	pending  map[string]int              // starts under way per session
+	tenants  map[string]int              // live processes and starts under way per tenant
 	closed   bool
 }
 
@@ -139,13 +170,14 @@ type Table struct {
 func New() *Table { return newTable(DefaultMax, DefaultQueue) }
 
 func newTable(max, queue int) *Table {
-	return &Table{max: max, queue: queue, sessions: map[string]map[int]*Process{}, ended: map[string][]*Process{}, pending: map[string]int{}}
+	return &Table{max: max, queue: queue, sessions: map[string]map[int]*Process{}, ended: map[string][]*Process{}, pending: map[string]int{}, tenants: map[string]int{}}
 }
 
 // Process is a live (or just ended) process of a session.
 type Process struct {
 	t       *Table
 	session string
+	tenant  string
 	pid     int
 	tag     string
 	config  Config
@@ -313,16 +345,16 @@ func (t *Table) Start(ctx context.Context, sb *sandbox.Sandbox, base *sandbox.Sp
 			return nil, nil, err
 		}
 	}
-	if err := t.reserve(session); err != nil {
+	if err := t.reserve(session, st.Tenant, st.Limits); err != nil {
 		return nil, nil, err
 	}
-	defer t.unreserve(session)
+	defer t.unreserve(session, st.Tenant)
 
 	spec, err := startSpec(base, st)
 	if err != nil {
 		return nil, nil, err
 	}
-	p := &Process{t: t, session: session, tag: st.Tag, config: st.Config, tty: st.PTY != nil,
+	p := &Process{t: t, session: session, tenant: st.Tenant, tag: st.Tag, config: st.Config, tty: st.PTY != nil,
 		viewers: map[*Viewer]struct{}{}, done: make(chan struct{})}
 	v := p.attachLocked()
 	closeAfter, master, err := p.stdio(&spec, st)
@@ -451,6 +483,7 @@ func (t *Table) register(p *Process) bool {
 		p.pid = p.sp.Pid() // the inner pid was unreadable and clashes: the host's
 	}
 	procs[p.pid] = p
+	t.tenants[p.tenant]++ // unreserve takes back the start's count
 	return true
 }
 
@@ -513,6 +546,7 @@ func (t *Table) finish(p *Process, e End) {
 		if len(procs) == 0 {
 			delete(t.sessions, p.session)
 		}
+		t.untenant(p.tenant)
 	}
 	ended := append(t.ended[p.session], p)
 	t.ended[p.session] = ended[max(len(ended)-keepEnded, 0):]
@@ -566,25 +600,72 @@ func innerPid(host int) int {
 	return host
 }
 
-func (t *Table) reserve(session string) error {
+// reserve counts a start of session (of tenant) under way, or refuses it
+// with a *LimitError when the session or the tenant is at its limit.
+func (t *Table) reserve(session, tenant string, lim Limits) error {
+	if lim.Session == 0 {
+		lim.Session = t.max
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return ErrClosed
 	}
-	if n := len(t.sessions[session]) + t.pending[session]; n >= t.max {
-		return fmt.Errorf("%w: the session already runs %d processes (the limit); end one (signal_process) first", ErrTooMany, n)
+	if n := len(t.sessions[session]) + t.pending[session]; lim.Session > 0 && n >= lim.Session {
+		return &LimitError{Scope: "session", Count: n, Limit: lim.Session}
+	}
+	if n := t.tenants[tenant]; lim.Tenant > 0 && n >= lim.Tenant {
+		return &LimitError{Scope: "tenant", Count: n, Limit: lim.Tenant}
 	}
 	t.pending[session]++
+	t.tenants[tenant]++
 	return nil
 }
 
-func (t *Table) unreserve(session string) {
+// unreserve ends the count of a start (a started process counts on, as
+// registered).
+func (t *Table) unreserve(session, tenant string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.pending[session]--; t.pending[session] <= 0 {
 		delete(t.pending, session)
 	}
+	t.untenant(tenant)
+}
+
+// untenant counts one process (or start) of tenant less; under t.mu.
+func (t *Table) untenant(tenant string) {
+	if t.tenants[tenant]--; t.tenants[tenant] <= 0 {
+		delete(t.tenants, tenant)
+	}
+}
+
+// Count is how many processes session runs, and its tenant over all its
+// sessions (starts under way included).
+func (t *Table) Count(session, tenant string) (inSession, inTenant int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.sessions[session]), t.tenants[tenant]
+}
+
+// Total is how many processes all sessions run (starts under way
+// included).
+func (t *Table) Total() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, c := range t.tenants {
+		n += c
+	}
+	return n
+}
+
+// TenantCount is how many processes tenant runs over all its sessions
+// (starts under way included).
+func (t *Table) TenantCount(tenant string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.tenants[tenant]
 }
 
 // Selector names a process: by pid, or by tag when Pid is 0.

@@ -93,23 +93,26 @@ func TestStartOutputEnd(t *testing.T) {
 func TestReservePendingAccounting(t *testing.T) {
 	r := newRig(t, 2)
 	// Reservations alone (starts under way) count.
-	if err := r.tab.reserve("a"); err != nil {
+	if err := r.tab.reserve("a", "", Limits{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.tab.reserve("a"); err != nil {
+	if err := r.tab.reserve("a", "", Limits{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.tab.reserve("a"); !errors.Is(err, ErrTooMany) {
+	if err := r.tab.reserve("a", "", Limits{}); !errors.Is(err, ErrTooMany) {
 		t.Fatalf("a third reservation of 2: %v", err)
 	}
-	if err := r.tab.reserve("b"); err != nil {
+	if err := r.tab.reserve("b", "", Limits{}); err != nil {
 		t.Fatalf("another session's own count: %v", err)
 	}
-	r.tab.unreserve("a")
-	r.tab.unreserve("a")
-	r.tab.unreserve("b")
+	r.tab.unreserve("a", "")
+	r.tab.unreserve("a", "")
+	r.tab.unreserve("b", "")
 	if p := r.pending(); len(p) != 0 {
 		t.Fatalf("pending after every unreserve: %v", p)
+	}
+	if n := r.tab.TenantCount(""); n != 0 {
+		t.Fatalf("tenant count after every unreserve: %d", n)
 	}
 
 	// Failed and refused starts leave nothing behind: refused before the
@@ -169,6 +172,68 @@ func TestReservePendingAccounting(t *testing.T) {
 	r.mustStart("a", "true")
 	if p := r.pending(); len(p) != 0 {
 		t.Fatalf("pending after starts: %v", p)
+	}
+}
+
+// A tenant's processes count together over its sessions: at its limit a
+// start in any of its sessions is refused with a *LimitError naming the
+// tenant, another tenant starts on, and a process that ends (killed, or
+// ending by itself) frees its place. A session's own limit comes first.
+func TestTenantLimitSpansSessions(t *testing.T) {
+	r := newRig(t, DefaultMax)
+	lim := Limits{Session: 2, Tenant: 3}
+	start := func(session, tenant string) (*Process, error) {
+		p, _, err := r.start(session, &Start{Config: Config{Cmd: "sleep", Args: []string{"100000"}}, Tenant: tenant, Limits: lim})
+		return p, err
+	}
+	p1, err := start("a1", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := start("a1", "a"); err != nil {
+		t.Fatal(err)
+	}
+	var le *LimitError
+	if _, err := start("a1", "a"); !errors.As(err, &le) || le.Scope != "session" || le.Count != 2 || le.Limit != 2 || !errors.Is(err, ErrTooMany) {
+		t.Fatalf("a third process of a session of 2: %v", err)
+	}
+	if _, err := start("a2", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = start("a3", "a"); !errors.As(err, &le) || le.Scope != "tenant" || le.Count != 3 || le.Limit != 3 {
+		t.Fatalf("a fourth process of a tenant of 3: %v", err)
+	}
+	if !strings.Contains(err.Error(), "the tenant already runs 3 background processes (its limit is 3)") {
+		t.Fatalf("the refusal does not say which limit: %v", err)
+	}
+	if _, err := start("b1", "b"); err != nil {
+		t.Fatalf("another tenant's own count: %v", err)
+	}
+	if s, n := r.tab.Count("a1", "a"); s != 2 || n != 3 {
+		t.Fatalf("counts: session %d, tenant %d; want 2, 3", s, n)
+	}
+	p1.Signal(syscall.SIGKILL)
+	<-p1.Done()
+	p, err := start("a3", "a")
+	if err != nil {
+		t.Fatalf("after one ended: %v", err)
+	}
+	// One that ends by itself frees its place too.
+	p.Signal(syscall.SIGTERM)
+	<-p.Done()
+	if _, _, err := r.start("a3", &Start{Config: Config{Cmd: "true"}, Tenant: "a", Limits: lim}); err != nil {
+		t.Fatal(err)
+	}
+	r.tab.Close()
+	if n := r.tab.TenantCount("a"); n != 0 {
+		t.Fatalf("tenant count after close: %d", n)
+	}
+	// A negative limit is none.
+	r2 := newRig(t, 1)
+	for range 3 {
+		if _, _, err := r2.start("s", &Start{Config: Config{Cmd: "sleep", Args: []string{"100000"}}, Tenant: "x", Limits: Limits{Session: -1, Tenant: -1}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

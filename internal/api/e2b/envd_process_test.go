@@ -544,3 +544,36 @@ func TestEnvdSandboxKilledDuringRun(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Long-lived processes and E2B's calls: with one run slot and one
+// process per sandbox, a running background command holds no run slot
+// (another sandbox's command runs), a second process in its sandbox is
+// refused as ResourceExhausted (the SDKs' RateLimitError) naming the
+// limit and how to raise it, and the kill still goes through.
+func TestEnvdProcessLimitIsResourceExhausted(t *testing.T) {
+	e := newEnv(t, &app.Options{Limits: app.Limits{RunsPerTenant: 1, ProcessesPerSession: 1}})
+	id, other := e.newSession(t), e.newSession(t)
+	ev := e.start(t, id, bash("echo up; sleep 100000", false), nil)
+	pid := ev.startPid(t)
+	ev.until(t, "stdout", "up\n")
+	run := e.start(t, other, bash("echo another", false), nil)
+	run.startPid(t)
+	if end, stdout, _ := run.end(t); end.GetExitCode() != 0 || stdout != "another\n" {
+		t.Fatalf("a command beside a running background one, at one run slot: %v %q", end, stdout)
+	}
+	s, err := e.procClient(id).Start(context.Background(), connect.NewRequest(bash("echo second", false)))
+	if err == nil {
+		for s.Receive() {
+			t.Fatalf("an event of a process past the limit: %v", s.Msg())
+		}
+		err = s.Err()
+	}
+	wantConnect(t, err, connect.CodeResourceExhausted, "the session already runs 1 background processes (its limit is 1)")
+	wantConnect(t, err, connect.CodeResourceExhausted, "quro serve --processes-per-session")
+	if _, err := e.procClient(id).SendSignal(context.Background(), connect.NewRequest(&process.SendSignalRequest{Process: pidSel(pid), Signal: process.Signal_SIGNAL_SIGKILL})); err != nil {
+		t.Fatalf("kill at the limit: %v", err)
+	}
+	if end, _, _ := ev.end(t); end.GetStatus() != "signal: killed" {
+		t.Fatalf("end after the kill: %v", end)
+	}
+}
