@@ -44,7 +44,7 @@ set_tenant_limits, recorded in the audit log. They run in-process on the
 data directory as its operator (an admin of the local tenant, who alone sets
 ceilings); with --server or QURO_URL they go through that server as the
 tenant of the token given to it.`}
-	limits := &cobra.Command{Use: "limits", Short: "A tenant's ceilings: memory, processes, CPU, sessions, disk per session"}
+	limits := &cobra.Command{Use: "limits", Short: "A tenant's ceilings: memory, processes, CPU, sessions, disk per session, network"}
 	var tenant string
 	var asJSON bool
 	var l app.TenantLimits
@@ -69,8 +69,8 @@ tenant of the token given to it.`}
 				fmt.Fprintln(cmd.OutOrStdout(), info.Unreadable)
 				return nil
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "memory %s, tasks %s, cpu %s%%, sessions %s, disk per session %s\n",
-				bytesOrNone(eff.Memory), numOrNone(eff.Tasks), numOrNone(eff.CPUPercent), numOrNone(eff.Sessions), bytesOrNone(eff.Disk))
+			fmt.Fprintf(cmd.OutOrStdout(), "memory %s, tasks %s, cpu %s%%, sessions %s, disk per session %s, network at most %s\n",
+				bytesOrNone(eff.Memory), numOrNone(eff.Tasks), numOrNone(eff.CPUPercent), numOrNone(eff.Sessions), bytesOrNone(eff.Disk), eff.NetworkMax)
 			return nil
 		},
 	}
@@ -97,7 +97,11 @@ tenant of the token given to it.`}
 					*dst = src
 				}
 			}
-			in := app.SetTenantLimitsInput{Tenant: tenant, Memory: own.Memory, Tasks: own.Tasks, CPUPercent: own.CPUPercent, Sessions: own.Sessions, Disk: own.Disk}
+			if fl.Changed("network-max") {
+				own.NetworkMax = l.NetworkMax
+			}
+			in := app.SetTenantLimitsInput{Tenant: tenant, Memory: own.Memory, Tasks: own.Tasks, CPUPercent: own.CPUPercent, Sessions: own.Sessions, Disk: own.Disk,
+				NetworkMax: own.NetworkMax}
 			text, err := b.text(cmd.Context(), "set_tenant_limits", in)
 			if err != nil {
 				return err
@@ -108,6 +112,7 @@ tenant of the token given to it.`}
 	}
 	tenantLimitFlags(set, "", &l)
 	set.Flags().Int64Var(&l.Sessions, "sessions", 0, "sessions of a tenant at once (-1: none)")
+	set.Flags().StringVar(&l.NetworkMax, "network-max", "", `the most network the tenant's sessions may ask for: none, internet or host ("": the server's quro serve --network-max, which this never lifts)`)
 	for _, c := range []*cobra.Command{show, set} {
 		c.Flags().StringVar(&tenant, "tenant", "", `the tenant ("" is the local tenant)`)
 	}

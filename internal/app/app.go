@@ -373,7 +373,8 @@ func openTenants(ctx context.Context, dir string, st *store.Store, sessions *ses
 	sessions.MaxPerTenant = orDefault(opts.Limits.SessionsPerTenant, 100)
 	tl := &tenants{store: st, sessions: func() *session.Manager { return sessions }, root: filepath.Join(dir, "sessions"),
 		defaults: opts.Limits.Tenant.or(TenantLimits{Memory: DefaultTenantMemory, Tasks: DefaultTenantTasks,
-			CPUPercent: DefaultTenantCPUPercent, Sessions: int64(sessions.MaxPerTenant), Disk: DefaultDiskQuota}),
+			CPUPercent: DefaultTenantCPUPercent, Sessions: int64(sessions.MaxPerTenant), Disk: DefaultDiskQuota,
+			NetworkMax: opts.Network.Max}),
 		disks: quota.Open(dir), log: log, ofID: map[string]string{}, diskOf: map[string]string{}}
 	if maxDisks := orDefault(opts.Limits.SessionDisks, DefaultSessionDisks); maxDisks > 0 {
 		tl.diskShares = share.New("session disks (loop-mounted images)", maxDisks, share.Of(maxDisks, 1))

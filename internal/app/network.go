@@ -72,10 +72,12 @@ func checkNetworkOptions(o *NetworkOptions) error {
 	return nil
 }
 
-// networkPolicy is the policy of a session that asks for asked, and a
-// note for the caller when the name it used is deprecated; a policy above
-// the operator's maximum is refused.
-func (a *App) networkPolicy(asked string) (policy, note string, err error) {
+// networkPolicy is the policy of a session of tenant that asks for
+// asked, and a note for the caller when the name it used is deprecated; a
+// policy above the effective maximum (the lower of the operator's quro
+// serve --network-max and the tenant's own, quro tenant limits set
+// --network-max) is refused, naming the one that refused it.
+func (a *App) networkPolicy(ctx context.Context, tenant, asked string) (policy, note string, err error) {
 	policy = asked
 	switch asked {
 	case "":
@@ -90,6 +92,19 @@ func (a *App) networkPolicy(asked string) (policy, note string, err error) {
 	if networkRank(policy) > networkRank(a.network.Max) {
 		return "", "", capability.Errorf(capability.PermissionDenied,
 			"network policy %q: this server allows at most %q (the operator's quro serve --network-max)", policy, a.network.Max)
+	}
+	own, err := TenantOverrides(ctx, a.Store, tenant)
+	if err != nil {
+		return "", "", err // fail closed: unavailable, naming the fix
+	}
+	if own.NetworkMax != "" && networkRank(policy) > networkRank(own.NetworkMax) {
+		flag := ""
+		if tenant != "" {
+			flag = " --tenant " + tenant
+		}
+		return "", "", capability.Errorf(capability.PermissionDenied,
+			"network policy %q: %s may ask for at most %q (the operator's quro tenant limits set%s --network-max)",
+			policy, sandbox.DisplayTenant(tenant), own.NetworkMax, flag)
 	}
 	return policy, note, nil
 }
@@ -262,7 +277,7 @@ func (a *App) setSessionNetwork(ctx context.Context, in SetNetworkInput) (*Sessi
 	if asked == "" {
 		asked = s.Network
 	}
-	network, note, err := a.networkPolicy(asked)
+	network, note, err := a.networkPolicy(ctx, s.Tenant, asked)
 	if err != nil {
 		return nil, err
 	}

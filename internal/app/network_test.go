@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -325,5 +326,68 @@ func TestEgressLogKeepsTheLatest(t *testing.T) {
 	}
 	if note := l.refusedSince("s", mark); !strings.Contains(note, fmt.Sprint("d", egressKeep+9)) {
 		t.Errorf("note: %q", note)
+	}
+}
+
+// TestTenantNetworkMax: the operator's per-tenant maximum (set_tenant_limits
+// network_max) lowers the server's for that tenant alone: create_session,
+// set_session_network and fork_session above it are refused with
+// permission_denied naming the tenant's setting; a tenant maximum above the
+// server's lifts nothing (the server's flag is named); another tenant keeps
+// the server's maximum.
+func TestTenantNetworkMax(t *testing.T) {
+	t.Parallel()
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	acme := controller.Caller{Path: "test", Tenant: "acme", Scope: capability.ScopeExec}
+	bob := controller.Caller{Path: "test", Tenant: "bob", Scope: capability.ScopeExec}
+	// An internet session and its snapshot, made before the maximum.
+	mustCallAs(t, a, acme, "create_session", CreateSessionInput{Name: "net", Network: "internet"})
+	mustCallAs(t, a, acme, "snapshot_session", SnapshotInput{Session: "net", Name: "netsnap"})
+	mustCallAs(t, a, acme, "create_session", CreateSessionInput{Name: "quiet"})
+
+	if _, err := callAs(t, a, acme, "set_tenant_limits", SetTenantLimitsInput{Tenant: "acme", NetworkMax: "none"}); err == nil {
+		t.Fatal("a tenant set its own network maximum")
+	}
+	info := mustCall(t, a, "set_tenant_limits", SetTenantLimitsInput{Tenant: "acme", NetworkMax: "none"}).(*TenantLimitsInfo)
+	if info.Own.NetworkMax != "none" || info.Effective.NetworkMax != "none" || !strings.Contains(info.Text(), "network at most none") {
+		t.Errorf("acme's limits: %+v %q", info, info.Text())
+	}
+	wantTenant := func(what string, err error) {
+		t.Helper()
+		var ce *capability.Error
+		if !errors.As(err, &ce) || ce.Code != capability.PermissionDenied || !strings.Contains(err.Error(), "quro tenant limits set --tenant acme --network-max") {
+			t.Errorf("%s above acme's maximum: %v", what, err)
+		}
+	}
+	_, err = callAs(t, a, acme, "create_session", CreateSessionInput{Name: "i", Network: "internet"})
+	wantTenant("create_session internet", err)
+	_, err = callAs(t, a, acme, "create_session", CreateSessionInput{Name: "r", AllowOut: []string{"pypi.org"}})
+	wantTenant("create_session with allow_out", err)
+	_, err = callAs(t, a, acme, "set_session_network", SetNetworkInput{Session: "quiet", Network: "internet"})
+	wantTenant("set_session_network internet", err)
+	_, err = callAs(t, a, acme, "fork_session", ForkInput{Snapshot: "netsnap"})
+	wantTenant("fork of an internet snapshot", err)
+	if s := mustCallAs(t, a, acme, "create_session", CreateSessionInput{Name: "n"}).(*SessionInfo); s.Network != sandbox.NetworkNone {
+		t.Errorf("acme's default session: %q", s.Network)
+	}
+	// Another tenant keeps the server's maximum.
+	if s := mustCallAs(t, a, bob, "create_session", CreateSessionInput{Name: "i", Network: "internet"}).(*SessionInfo); s.Network != sandbox.NetworkInternet {
+		t.Errorf("bob: %q", s.Network)
+	}
+	// A tenant maximum above the server's lifts nothing.
+	info = mustCall(t, a, "set_tenant_limits", SetTenantLimitsInput{Tenant: "acme", NetworkMax: "host"}).(*TenantLimitsInfo)
+	if info.Effective.NetworkMax != sandbox.NetworkInternet {
+		t.Errorf("effective maximum under a server's internet: %q", info.Effective.NetworkMax)
+	}
+	if _, err := callAs(t, a, acme, "create_session", CreateSessionInput{Name: "h", Network: "host"}); err == nil || !strings.Contains(err.Error(), "quro serve --network-max") {
+		t.Errorf("host with acme's host over the server's internet: %v", err)
+	}
+	mustCallAs(t, a, acme, "set_session_network", SetNetworkInput{Session: "quiet", Network: "internet"})
+	if _, err := call(t, a, "set_tenant_limits", SetTenantLimitsInput{Tenant: "acme", NetworkMax: "full"}); err == nil || !strings.Contains(err.Error(), "none, internet or host") {
+		t.Errorf("a network maximum that is no policy: %v", err)
 	}
 }

@@ -32,6 +32,10 @@ type TenantLimits struct {
 	CPUPercent int64 `json:"cpu_percent,omitempty"`  // CPU quota in percent of one CPU (kernel: CFS quota of the tenant cgroup)
 	Sessions   int64 `json:"sessions,omitempty"`     // sessions at once (admission)
 	Disk       int64 `json:"disk_bytes,omitempty"`   // disk quota of each session: workspace, tmp and saved outputs (kernel: one ext4 image per session)
+	// NetworkMax is the most network the tenant's sessions may ask for
+	// (none, internet or host; "": the server's --network-max). It never
+	// lifts the server's maximum: the effective one is the lower.
+	NetworkMax string `json:"network_max,omitempty"`
 }
 
 // Default tenant ceilings.
@@ -50,8 +54,13 @@ func (t TenantLimits) or(def TenantLimits) TenantLimits {
 		}
 		return v
 	}
+	network := def.NetworkMax
+	if t.NetworkMax != "" && (network == "" || networkRank(t.NetworkMax) < networkRank(network)) {
+		network = t.NetworkMax // lower than the default (the server's maximum): never above it
+	}
 	return TenantLimits{Memory: pick(t.Memory, def.Memory), Tasks: pick(t.Tasks, def.Tasks),
-		CPUPercent: pick(t.CPUPercent, def.CPUPercent), Sessions: pick(t.Sessions, def.Sessions), Disk: pick(t.Disk, def.Disk)}
+		CPUPercent: pick(t.CPUPercent, def.CPUPercent), Sessions: pick(t.Sessions, def.Sessions), Disk: pick(t.Disk, def.Disk),
+		NetworkMax: network}
 }
 
 func pos(v int64) uint64 {
@@ -162,6 +171,8 @@ func (t TenantLimits) check() error {
 		return errors.New("a memory ceiling must be at least 64 MiB")
 	case t.Tasks > 0 && t.Tasks < 32:
 		return errors.New("a process ceiling must be at least 32")
+	case t.NetworkMax != "" && networkRank(t.NetworkMax) < 0:
+		return fmt.Errorf("network maximum %q: want none, internet or host", t.NetworkMax)
 	}
 	return nil
 }
@@ -584,6 +595,7 @@ type SetTenantLimitsInput struct {
 	CPUPercent int64  `json:"cpu_percent,omitempty" jsonschema:"CPU of the tenant together, in percent of one CPU (0: the default; negative: none)"`
 	Sessions   int64  `json:"sessions,omitempty" jsonschema:"sessions of the tenant at once (0: the default; negative: none)"`
 	Disk       int64  `json:"disk_bytes,omitempty" jsonschema:"disk quota of each session of the tenant, in bytes (at least 8 MiB; 0: the default; negative: none)"`
+	NetworkMax string `json:"network_max,omitempty" jsonschema:"the most network the tenant's sessions may ask for: none, internet or host (omitted: the server's quro serve --network-max, which it never lifts)"`
 }
 
 // TenantLimitsInfo is what get_tenant_limits and set_tenant_limits answer.
@@ -614,8 +626,8 @@ func (t *TenantLimitsInfo) Text() string {
 		}
 		return fmt.Sprint(v)
 	}
-	return fmt.Sprintf("tenant %q: memory %s, tasks %s, cpu %s%%, sessions %s, disk per session %s",
-		t.Tenant, bytes(e.Memory), num(e.Tasks), num(e.CPUPercent), num(e.Sessions), bytes(e.Disk))
+	return fmt.Sprintf("tenant %q: memory %s, tasks %s, cpu %s%%, sessions %s, disk per session %s, network at most %s",
+		t.Tenant, bytes(e.Memory), num(e.Tasks), num(e.CPUPercent), num(e.Sessions), bytes(e.Disk), e.NetworkMax)
 }
 
 // tenantLimitsInfo answers get_tenant_limits: ceilings that cannot be read
@@ -638,7 +650,7 @@ func (a *App) tenantLimitsInfo(ctx context.Context, tenant string) (*TenantLimit
 // ceilings protect the other tenants, so no tenant raises its own).
 func (a *App) registerTenantLimits(reg *capability.Registry) {
 	reg.Register(capability.New("get_tenant_limits",
-		"Show a tenant's ceilings: memory, processes and CPU of all its processes together, sessions at once and disk per session, "+
+		"Show a tenant's ceilings: memory, processes and CPU of all its processes together, sessions at once, disk per session and the most network its sessions may ask for, "+
 			"as set for it (own) and as they apply (effective). Your own tenant's; the operator (an admin of the local tenant) may name any tenant.",
 		capability.ScopeRead, func(ctx context.Context, in TenantLimitsInput) (*TenantLimitsInfo, error) {
 			c, ok := controller.CallerFrom(ctx)
@@ -661,7 +673,8 @@ func (a *App) registerTenantLimits(reg *capability.Registry) {
 				return nil, capability.Errorf(capability.PermissionDenied,
 					"a tenant's ceilings are set by the operator (an admin of the local tenant, e.g. quro tenant limits set on the server's host)")
 			}
-			l := TenantLimits{Memory: in.Memory, Tasks: in.Tasks, CPUPercent: in.CPUPercent, Sessions: in.Sessions, Disk: in.Disk}
+			l := TenantLimits{Memory: in.Memory, Tasks: in.Tasks, CPUPercent: in.CPUPercent, Sessions: in.Sessions, Disk: in.Disk,
+				NetworkMax: in.NetworkMax}
 			if err := a.tenants.Set(ctx, in.Tenant, l); err != nil {
 				return nil, err
 			}
