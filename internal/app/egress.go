@@ -44,8 +44,8 @@ type ownAddrs struct {
 	addrs []netip.Addr
 }
 
-func newBoxEgress(o NetworkOptions, policy func(session string) *egress.Policy, m *metrics.Metrics) *boxEgress {
-	e := &boxEgress{policy: policy, events: newEgressLog()}
+func newBoxEgress(o NetworkOptions, policy func(session string) *egress.Policy, m *metrics.Metrics, w *egressWriter) *boxEgress {
+	e := &boxEgress{policy: policy, events: newEgressLog(w)}
 	e.t = egress.NewTransparent(egress.TransparentOptions{
 		Trusted: o.Trusted, Resolve: o.Resolve, Own: e.ownAddrs,
 		Log: func(ev egress.Event) {
@@ -130,8 +130,12 @@ func (e *boxEgress) Attach(session string, ns *sandbox.Netns) (io.Closer, error)
 	}), nil
 }
 
-// Close ends every box's connections.
-func (e *boxEgress) Close() error { return e.t.Close() }
+// Close ends every box's connections, then writes their decisions.
+func (e *boxEgress) Close() error {
+	err := e.t.Close()
+	e.events.w.close()
+	return err
+}
 
 type closerFunc func() error
 
@@ -154,10 +158,11 @@ func sessionPolicy(network string, rules *session.NetRules) *egress.Policy {
 	return p
 }
 
-// egressLog keeps each session's latest egress decisions (at most
-// egressKeep per session, the oldest dropped), for get_egress_log and for
-// a failed run's hint.
+// egressLog keeps each session's latest egress decisions in memory (at
+// most egressKeep per session, the oldest dropped) for a failed run's
+// hint, and has w persist them for get_egress_log.
 type egressLog struct {
+	w    *egressWriter
 	mu   sync.Mutex
 	byID map[string]*egressRing
 }
@@ -175,9 +180,12 @@ func (r *egressRing) ordered() []egress.Event {
 	return append(slices.Clone(r.events[r.next:]), r.events[:r.next]...)
 }
 
-func newEgressLog() *egressLog { return &egressLog{byID: map[string]*egressRing{}} }
+func newEgressLog(w *egressWriter) *egressLog {
+	return &egressLog{w: w, byID: map[string]*egressRing{}}
+}
 
 func (l *egressLog) add(ev egress.Event) {
+	l.w.add(ev)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := l.byID[ev.Box]
@@ -196,7 +204,7 @@ func (l *egressLog) add(ev egress.Event) {
 	}
 }
 
-// list is session's events, newest last.
+// list is session's events kept in memory, newest last.
 func (l *egressLog) list(session string) []egress.Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -249,8 +257,9 @@ func (l *egressLog) refusedSince(session string, mark uint64) string {
 	return fmt.Sprintf("the network refused %s during this run: %s", strings.Join(seen, ", "), how)
 }
 
-// forget drops a session's events (its end).
+// forget drops a session's events (its end), stored ones too.
 func (l *egressLog) forget(session string) {
+	l.w.forget(session)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.byID, session)

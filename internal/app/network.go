@@ -17,6 +17,7 @@ import (
 	"github.com/quro-dev/quro/internal/egress"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/store"
 )
 
 // NetworkOptions are the operator's network settings.
@@ -196,6 +197,7 @@ type EgressLogInput struct {
 	Session  string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
 	Limit    int    `json:"limit,omitempty" jsonschema:"how many of the latest decisions (default 50, at most 1000)"`
 	Decision string `json:"decision,omitempty" jsonschema:"only allowed or only denied ones"`
+	Since    string `json:"since,omitempty" jsonschema:"only connections made at or after this time: RFC 3339 (2026-01-02T15:04:05Z) or a duration back from now (90s, 15m, 2h)"`
 }
 
 // EgressLog is get_egress_log's output.
@@ -232,7 +234,8 @@ func (a *App) registerNetwork(reg *capability.Registry) {
 			"allow_out limits it to the destinations named, deny_out refuses those), or host if the operator allows it (only while nothing runs in the session).",
 		capability.ScopeExec, a.setSessionNetwork).InSession(capability.UseHold))
 	reg.Register(capability.New("get_egress_log",
-		"The network connections a session's code made and the server's decision on each (allowed or denied, the rule, why, bytes each way), latest last.",
+		"The network connections a session's code made and the server's decision on each (allowed or denied, the rule, why, bytes each way), latest last; "+
+			"kept across restarts (the latest 1,000 of a session) and deleted with the session.",
 		capability.ScopeRead, func(ctx context.Context, in EgressLogInput) (*EgressLog, error) {
 			s, err := entered(ctx)
 			if err != nil {
@@ -246,18 +249,24 @@ func (a *App) registerNetwork(reg *capability.Registry) {
 			default:
 				return nil, capability.Errorf(capability.InvalidArgument, "decision %q: use allowed or denied", in.Decision)
 			}
-			limit := cmp.Or(in.Limit, 50)
-			var out []egress.Event
-			for _, e := range a.egress.events.list(s.ID) {
-				if in.Decision == "" || e.Decision == in.Decision {
-					out = append(out, e)
+			f := store.EgressFilter{Session: s.ID, Decision: in.Decision, Limit: cmp.Or(in.Limit, 50)}
+			if in.Since != "" {
+				if f.Since, err = parseSince(in.Since, time.Now()); err != nil {
+					return nil, err
 				}
 			}
-			if len(out) > limit {
-				out = out[len(out)-limit:]
+			// What the egress decided before this call is written first.
+			if err := a.egress.events.w.flush(ctx); err != nil {
+				return nil, err
 			}
-			if out == nil {
-				out = []egress.Event{}
+			rows, err := a.Store.Egress(ctx, f)
+			if err != nil {
+				return nil, err
+			}
+			out := make([]egress.Event, 0, len(rows))
+			for _, r := range rows {
+				out = append(out, egress.Event{Box: r.Session, Dest: r.Dest, Addr: r.Addr, Decision: r.Decision, Rule: r.Rule,
+					Reason: r.Reason, BytesOut: r.BytesOut, BytesIn: r.BytesIn, Start: r.Start, Duration: r.Duration})
 			}
 			return &EgressLog{Session: s.ID, Entries: out}, nil
 		}).InSession(capability.UseRead))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,12 +15,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/egress"
 	"github.com/quro-dev/quro/internal/metrics/metricstest"
 	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/store"
 )
 
 // standIn is an HTTP server on the host's loopback that the egress
@@ -310,7 +313,7 @@ func gitRepo(t *testing.T) string {
 // drops its oldest and keeps the rest in order; a run's refusals are
 // counted across the wrap.
 func TestEgressLogKeepsTheLatest(t *testing.T) {
-	l := newEgressLog()
+	l := newEgressLog(nil)
 	mark := l.mark("s")
 	for i := range egressKeep + 10 {
 		l.add(egress.Event{Box: "s", Dest: fmt.Sprint("d", i), Decision: egress.Denied, Reason: "r"})
@@ -389,5 +392,139 @@ func TestTenantNetworkMax(t *testing.T) {
 	mustCallAs(t, a, acme, "set_session_network", SetNetworkInput{Session: "quiet", Network: "internet"})
 	if _, err := call(t, a, "set_tenant_limits", SetTenantLimitsInput{Tenant: "acme", NetworkMax: "full"}); err == nil || !strings.Contains(err.Error(), "none, internet or host") {
 		t.Errorf("a network maximum that is no policy: %v", err)
+	}
+}
+
+// TestEgressLogPersistsAndIsBounded: get_egress_log reads the decisions
+// from the store, filtered by decision and since; a new server on the same
+// data directory finds them; a committed batch is on disk for another
+// opener (what a killed server leaves); the session's destroy deletes its
+// rows, and a server starting deletes those of sessions that are gone.
+func TestEgressLogPersistsAndIsBounded(t *testing.T) {
+	t.Parallel()
+	st := newStandIn(t)
+	dir := t.TempDir()
+	o := NetworkOptions{Trusted: []string{fmt.Sprintf("allowed.test:%d", st.port)}, Resolve: st.resolve}
+	a, err := New(context.Background(), dir, &Options{Python: testPython, Network: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	needBoxes(t, a)
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "logged", Network: "internet"}).(*SessionInfo)
+	curl := fmt.Sprintf("curl -sS --max-time 20 http://allowed.test:%d/; curl -sS --max-time 20 http://169.254.169.254/; true", st.port)
+	if r := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: curl}); !strings.Contains(r.Stdout, "hello-from-allowed.test") {
+		t.Fatalf("curl: %+v", r)
+	}
+	log := func(a *App, in EgressLogInput) []egress.Event {
+		t.Helper()
+		in.Session = s.ID
+		return mustCall(t, a, "get_egress_log", in).(*EgressLog).Entries
+	}
+	all := log(a, EgressLogInput{})
+	if len(all) != 2 || all[0].Decision != egress.Allowed || all[0].BytesIn == 0 || all[1].Decision != egress.Denied ||
+		!strings.Contains(all[1].Dest, "169.254.169.254") || !strings.Contains(all[1].Reason, "link-local") {
+		t.Fatalf("the log: %+v", all)
+	}
+	if d := log(a, EgressLogInput{Decision: "denied"}); len(d) != 1 || d[0].Dest != all[1].Dest {
+		t.Errorf("denied only: %+v", d)
+	}
+	if d := log(a, EgressLogInput{Since: all[1].Start.Format(time.RFC3339Nano)}); len(d) != 1 || d[0].Dest != all[1].Dest {
+		t.Errorf("since the second: %+v", d)
+	}
+	if d := log(a, EgressLogInput{Since: "1h"}); len(d) != 2 {
+		t.Errorf("since an hour ago: %+v", d)
+	}
+	if d := log(a, EgressLogInput{Limit: 1}); len(d) != 1 || d[0].Dest != all[1].Dest {
+		t.Errorf("the latest one: %+v", d)
+	}
+	if _, err := call(t, a, "get_egress_log", EgressLogInput{Session: s.ID, Since: "yesterday"}); err == nil || !strings.Contains(err.Error(), "RFC 3339") {
+		t.Errorf("a bad since: %v", err)
+	}
+	// Committed is on disk: another opener of the database reads it.
+	other, err := store.Open(context.Background(), filepath.Join(dir, "quro.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows, err := other.Egress(context.Background(), store.EgressFilter{Session: s.ID}); err != nil || len(rows) != 2 {
+		t.Errorf("another opener reads %d rows: %v", len(rows), err)
+	}
+	other.Close()
+	a.Close()
+
+	b, err := New(context.Background(), dir, &Options{Python: testPython, Network: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if again := log(b, EgressLogInput{}); len(again) != 2 || again[0].Dest != all[0].Dest || again[1].Reason != all[1].Reason || !again[0].Start.Equal(all[0].Start.Truncate(time.Microsecond)) {
+		t.Fatalf("after a restart: %+v", again)
+	}
+	// Rows of a session that no longer exists go when a server starts.
+	if err := b.Store.AppendEgress(context.Background(), []store.EgressEntry{{Session: "gone", Start: time.Now(), Dest: "x:1", Decision: egress.Denied}}, store.EgressKeep{}); err != nil {
+		t.Fatal(err)
+	}
+	mustCall(t, b, "destroy_session", SessionRef{Session: s.ID})
+	if err := b.egress.events.w.flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if rows, err := b.Store.Egress(context.Background(), store.EgressFilter{Session: s.ID}); err != nil || len(rows) != 0 {
+		t.Errorf("rows after the session's destroy: %+v %v", rows, err)
+	}
+	if err := b.Store.PruneEgress(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if rows, err := b.Store.Egress(context.Background(), store.EgressFilter{Session: "gone"}); err != nil || len(rows) != 0 {
+		t.Errorf("rows of a session that is gone: %+v %v", rows, err)
+	}
+}
+
+// TestEgressWriterBounds: the writer keeps the latest PerSession rows of
+// each session and Total in all, oldest deleted first, in the order the
+// decisions came; a forget deletes a session's rows, those queued before
+// it included.
+func TestEgressWriterBounds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "quro.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	w := newEgressWriter(st, store.EgressKeep{PerSession: 5, Total: 12}, slog.New(slog.DiscardHandler))
+	defer w.close()
+	for i := range 20 {
+		for _, s := range []string{"a", "b", "c"} {
+			w.add(egress.Event{Box: s, Dest: fmt.Sprint(s, i), Decision: egress.Allowed, Start: time.Now()})
+		}
+	}
+	if err := w.flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, s := range []string{"a", "b", "c"} {
+		rows, err := st.Egress(ctx, store.EgressFilter{Session: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += len(rows)
+		if len(rows) == 0 || len(rows) > 5 || rows[len(rows)-1].Dest != fmt.Sprint(s, 19) {
+			t.Fatalf("session %s: %+v", s, rows)
+		}
+		for i := 1; i < len(rows); i++ {
+			if rows[i].Seq <= rows[i-1].Seq || rows[i].Dest != fmt.Sprint(s, 20-len(rows)+i) {
+				t.Fatalf("session %s out of order or not the latest: %+v", s, rows)
+			}
+		}
+	}
+	if total > 12 {
+		t.Errorf("%d rows kept, the total bound is 12", total)
+	}
+	w.add(egress.Event{Box: "a", Dest: "late", Decision: egress.Denied, Start: time.Now()})
+	w.forget("a")
+	if err := w.flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rows, _ := st.Egress(ctx, store.EgressFilter{Session: "a"}); len(rows) != 0 {
+		t.Errorf("a's rows after forget: %+v", rows)
 	}
 }
