@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -37,6 +38,33 @@ type NetworkOptions struct {
 	// Resolve resolves the names boxes connect to; nil is the system's
 	// resolver (tests point names at stand-ins on 127.0.0.1).
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	// PreviewDomain, when set, gives each preview a host name of its own,
+	// PORT-ID.DOMAIN (quro serve --preview-domain, which routes those
+	// names to the preview proxy; wildcard DNS is the operator's): a
+	// domain, with a port if need be ("preview.example.com",
+	// "example.test:8080"), and a scheme for the URLs get_preview_url
+	// gives ("http://example.test:8080"; default https).
+	PreviewDomain string
+}
+
+// ParsePreviewDomain splits a PreviewDomain into the URLs' scheme and the
+// host (with its port, if any), refusing anything else (a path, userinfo,
+// a scheme not http or https).
+func ParsePreviewDomain(s string) (scheme, host string, err error) {
+	if s == "" {
+		return "", "", nil
+	}
+	raw := s
+	if !strings.Contains(s, "://") {
+		raw = "https://" + s
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.User != nil || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "" ||
+		(u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || net.ParseIP(u.Hostname()) != nil ||
+		!strings.Contains(strings.Trim(u.Hostname(), "."), ".") && u.Hostname() != "localhost" {
+		return "", "", fmt.Errorf("preview domain %q: want a domain of names, with a port and an http or https scheme if need be (preview.example.com, http://example.test:8080)", s)
+	}
+	return u.Scheme, strings.ToLower(strings.Trim(u.Host, ".")), nil
 }
 
 // networkRank orders the policies by what they open.
@@ -66,6 +94,9 @@ func checkNetworkOptions(o *NetworkOptions) error {
 		if h, p, err := net.SplitHostPort(t); err != nil || h == "" || p == "" {
 			return fmt.Errorf("network exception %q: want HOST:PORT or a CIDR", t)
 		}
+	}
+	if _, _, err := ParsePreviewDomain(o.PreviewDomain); err != nil {
+		return err
 	}
 	if networkRank(o.Default) > networkRank(o.Max) {
 		return fmt.Errorf("the default network policy %q opens more than the maximum %q", o.Default, o.Max)
