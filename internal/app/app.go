@@ -281,7 +281,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 		log.Warn("egress log: rows of ended sessions not pruned", "err", err)
 	}
 	eg := newBoxEgress(opts.Network, netPol.get, m,
-		newEgressWriter(st, store.EgressKeep{PerSession: egressKeep, Total: egressKeepTotal}, log))
+		newEgressWriter(st, store.EgressKeep{PerSession: egressKeep, Total: egressKeepTotal}, log, m.EgressLogLost))
 	sb, pipS, err := openSandbox(dir, opts, m, tl, eg)
 	if err != nil {
 		eg.Close()

@@ -25,6 +25,7 @@ type egressWriter struct {
 	st   *store.Store
 	keep store.EgressKeep
 	log  *slog.Logger
+	lost func(n int) // counts decisions not written (nil: not counted)
 
 	queue   chan egressItem
 	quit    chan struct{}
@@ -46,8 +47,11 @@ const (
 	egressBatch = 512
 )
 
-func newEgressWriter(st *store.Store, keep store.EgressKeep, log *slog.Logger) *egressWriter {
-	w := &egressWriter{st: st, keep: keep, log: log, queue: make(chan egressItem, egressQueue),
+func newEgressWriter(st *store.Store, keep store.EgressKeep, log *slog.Logger, lost func(n int)) *egressWriter {
+	if lost == nil {
+		lost = func(int) {}
+	}
+	w := &egressWriter{st: st, keep: keep, log: log, lost: lost, queue: make(chan egressItem, egressQueue),
 		quit: make(chan struct{}), stopped: make(chan struct{})}
 	go w.run()
 	return w
@@ -68,6 +72,7 @@ func (w *egressWriter) add(ev egress.Event) {
 	select {
 	case w.queue <- egressItem{entry: e}:
 	default:
+		w.lost(1)
 		if n := w.dropped.Add(1); n&(n-1) == 0 { // the 1st, 2nd, 4th, 8th… drop
 			w.log.Warn("egress log: queue full, decisions not written", "dropped", n)
 		}
@@ -132,6 +137,7 @@ func (w *egressWriter) run() {
 			}
 		}
 		if err != nil {
+			w.lost(len(batch))
 			w.log.Error("egress log: batch not written", "entries", len(batch), "err", err)
 		}
 		batch = batch[:0]

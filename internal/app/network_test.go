@@ -490,7 +490,7 @@ func TestEgressWriterBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	w := newEgressWriter(st, store.EgressKeep{PerSession: 5, Total: 12}, slog.New(slog.DiscardHandler))
+	w := newEgressWriter(st, store.EgressKeep{PerSession: 5, Total: 12}, slog.New(slog.DiscardHandler), nil)
 	defer w.close()
 	for i := range 20 {
 		for _, s := range []string{"a", "b", "c"} {
@@ -526,5 +526,16 @@ func TestEgressWriterBounds(t *testing.T) {
 	}
 	if rows, _ := st.Egress(ctx, store.EgressFilter{Session: "a"}); len(rows) != 0 {
 		t.Errorf("a's rows after forget: %+v", rows)
+	}
+	// A full queue drops the decision, counted, and never waits: a writer
+	// that takes nothing off its queue of 2.
+	lost := 0
+	full := &egressWriter{log: slog.New(slog.DiscardHandler), lost: func(n int) { lost += n },
+		queue: make(chan egressItem, 2), quit: make(chan struct{}), stopped: make(chan struct{})}
+	for range 5 {
+		full.add(egress.Event{Box: "a", Dest: "x:1", Decision: egress.Denied})
+	}
+	if lost != 3 || full.dropped.Load() != 3 {
+		t.Errorf("a full queue of 2 after 5 decisions: %d lost, %d dropped", lost, full.dropped.Load())
 	}
 }
