@@ -276,12 +276,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	tl := openTenants(ctx, dir, st, sessions, opts, log)
 	m := metrics.New()
 	netPol := newNetPolicies(sessions)
-	// The egress log of sessions destroyed while no server wrote it goes.
-	if err := st.PruneEgress(ctx); err != nil {
-		log.Warn("egress log: rows of ended sessions not pruned", "err", err)
-	}
-	eg := newBoxEgress(opts.Network, netPol.get, m,
-		newEgressWriter(st, store.EgressKeep{PerSession: egressKeep, Total: egressKeepTotal}, log, m.EgressLogLost))
+	eg := newBoxEgress(opts.Network, netPol.get, m, openEgressLog(ctx, st, m, log))
 	sb, pipS, err := openSandbox(dir, opts, m, tl, eg)
 	if err != nil {
 		eg.Close()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/egress"
+	"github.com/quro-dev/quro/internal/metrics"
 	"github.com/quro-dev/quro/internal/store"
 )
 
@@ -55,6 +56,15 @@ func newEgressWriter(st *store.Store, keep store.EgressKeep, log *slog.Logger, l
 		quit: make(chan struct{}), stopped: make(chan struct{})}
 	go w.run()
 	return w
+}
+
+// openEgressLog deletes the rows of sessions destroyed while no server
+// wrote the log, and starts the App's writer.
+func openEgressLog(ctx context.Context, st *store.Store, m *metrics.Metrics, log *slog.Logger) *egressWriter {
+	if err := st.PruneEgress(ctx); err != nil {
+		log.Warn("egress log: rows of ended sessions not pruned", "err", err)
+	}
+	return newEgressWriter(st, store.EgressKeep{PerSession: egressKeep, Total: egressKeepTotal}, log, m.EgressLogLost)
 }
 
 // add queues ev to be written; it never waits.
