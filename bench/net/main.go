@@ -18,7 +18,11 @@
 //     and the egress's listeners opened in it (Attach), then closed;
 //
 //   - memory: -boxes namespaces with the egress attached, held at once:
-//     the kernel's unreclaimable slab and the server's Go heap per box.
+//     the kernel's unreclaimable slab and the server's Go heap per box;
+//
+//   - preview (-only preview for this alone): a request to a server in a
+//     box through the preview proxy (path and host form) against one
+//     written on a connection DialBox makes (preview.go).
 //
 //     sudo go run ./bench/net
 package main
@@ -54,6 +58,8 @@ var (
 	conns   = flag.Int("conns", 200, "connections per connection round")
 	nsN     = flag.Int("ns", 200, "namespaces made for the namespace figures")
 	boxes   = flag.Int("boxes", 1000, "namespaces with the egress attached, held at once, for the memory figure")
+	reqs    = flag.Int("requests", 1000, "requests of each kind for the preview figures")
+	only    = flag.String("only", "", "run one part: preview (the preview proxy against a direct request); default: all")
 	install = flag.String("install", filepath.Join(os.TempDir(), "quro-test-python"), "where the embedded interpreter is extracted (shared with the tests)")
 )
 
@@ -150,6 +156,12 @@ func run() error {
 		return err
 	}
 	defer b.Close()
+	if *only == "preview" {
+		return printPreview(ctx, a, b)
+	}
+	if *only != "" {
+		return fmt.Errorf("-only %q: want preview", *only)
+	}
 	sessions := map[string]string{}
 	hosts := map[string]string{"host": "127.0.0.1", "internet": "big.test"}
 	for _, policy := range []string{"host", "internet"} {
@@ -222,6 +234,27 @@ func run() error {
 	fmt.Printf("added per new connection (medians): %.3f ms\n", ms(cn["internet"].q(0.5)-cn["host"].q(0.5)))
 	fmt.Printf("added to a box's making under internet vs none (medians): %.3f ms\n", ms(mk[true].q(0.5)-mk[false].q(0.5)))
 	fmt.Printf("memory per box at %d boxes: kernel %.1f KiB (SUnreclaim), server heap and stacks %.1f KiB\n", *boxes, perBox[0]/1024, perBox[1]/1024)
+	return printPreview(ctx, a, b)
+}
+
+// printPreview measures and prints the preview proxy against a direct
+// request.
+func printPreview(ctx context.Context, a *app.App, b *benchbed.Bed) error {
+	fmt.Fprintf(os.Stderr, "%d requests of each kind to a server in a box ...\n", *reqs)
+	pv, err := previewRequests(ctx, a, b, *reqs)
+	if err != nil {
+		return err
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("Quro preview proxy: %s, load average %s\n", time.Now().UTC().Format(time.RFC3339), strings.Join(strings.Fields(string(load))[:3], " "))
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "\tn\tmedian\tp95\t")
+	for _, s := range pv {
+		fmt.Fprintf(tw, "%s\t%d\t%.3f ms\t%.3f ms\t\n", s.name, len(s.ds), ms(s.q(0.5)), ms(s.q(0.95)))
+	}
+	tw.Flush()
+	fmt.Printf("added by the preview proxy (medians): path form %.3f ms, host form %.3f ms\n",
+		ms(pv[1].q(0.5)-pv[0].q(0.5)), ms(pv[2].q(0.5)-pv[0].q(0.5)))
 	return nil
 }
 

@@ -111,3 +111,32 @@ func runE2BArea(t *testing.T, area string, env []string) {
 		t.Errorf("node scenario.mjs %s ran no check", area)
 	}
 }
+
+// TestE2BGetHost: E2B's sandbox.getHost(port) with the real JS SDK against
+// quro serve --e2b-domain: create's domain makes getHost name
+// PORT-ID.DOMAIN, and a request with that Host (where wildcard DNS would
+// send it) reaches a server the sandbox started with commands.run
+// {background: true}, through the preview proxy, with the sandbox's
+// trafficAccessToken only (test/e2b/scenario/gethost.mjs).
+func TestE2BGetHost(t *testing.T) {
+	if _, err := os.Stat(e2bNode); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("the E2B SDKs are not installed (%v): make test runs npm ci --prefix test/e2b", err)
+		}
+		t.Skip("the E2B SDKs are not installed (test/e2b/node_modules is missing): npm ci --prefix test/e2b")
+	}
+	const domain = "sandbox.test"
+	srv := startServer(t, "--e2b-domain", domain)
+	key, errs, code := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "sdk", "--scopes", "read,exec")
+	if code != 0 {
+		t.Fatalf("token create: %s", errs)
+	}
+	env := append(os.Environ(),
+		"E2B_API_KEY="+strings.TrimSpace(key),
+		"E2B_API_URL="+srv.url+"/e2b",
+		"E2B_SANDBOX_URL="+srv.url,
+		"E2B_HOST_DOMAIN="+domain,
+		"E2B_HOST_ADDR="+strings.TrimPrefix(srv.url, "http://"),
+	)
+	runE2BArea(t, "gethost", env)
+}

@@ -106,6 +106,7 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.network.Max, "network-max", "internet", "the most network any session may ask for: none, internet or host (the host's own network namespace: its loopback, this server's port, private networks; only for trusted tenants)")
 	cmd.Flags().StringArrayVar(&f.network.Trusted, "network-allow-private", nil, "an exception to the egress's refusal of private, loopback and this host's addresses for sessions with network internet: HOST:PORT (connected to whatever it resolves to) or a CIDR (repeatable)")
 	cmd.Flags().BoolVar(&f.e2bOn, "e2b", true, "serve E2B's APIs, so that code using the e2b and @e2b/code-interpreter SDKs runs here (docs/e2b.md): the control plane at /e2b, sandboxes by the E2b-Sandbox-Id header")
+	cmd.Flags().StringVar(&f.network.PreviewDomain, "preview-domain", "", "give each preview URL a host name of its own, PORT-ID.DOMAIN (its own browser origin; needs wildcard DNS for *.DOMAIN to this server): DOMAIN, DOMAIN:PORT, or with the scheme of the URLs get_preview_url gives, http://DOMAIN:PORT (default https, TLS in front)")
 	cmd.Flags().StringVar(&f.e2bDomain, "e2b-domain", "", "also route E2B requests by host, as E2B's cloud: api.DOMAIN and PORT-ID.DOMAIN (needs wildcard DNS and, for the SDKs' https URLs, TLS in front)")
 	cmd.Flags().StringVar(&f.pprofAddr, "pprof", "", "serve Go's profiler (/debug/pprof/) on this loopback address (127.0.0.1:6060), to the operator's token only; off by default")
 	tenantLimitFlags(cmd, "tenant-", &f.tenantLimits) // defaults of every tenant; quro tenant limits set overrides one
@@ -290,10 +291,25 @@ func (f *serveFlags) server(a *app.App, authFn httpauth.Func, maxConns int, log 
 	// its script with "Origin: null".
 	mux.Handle("/", hostGuard(access, web.Handler()))
 	var handler http.Handler = mux
+	// The host form of preview URLs: PORT-ID.DOMAIN, whatever the path,
+	// goes to the port (its own origin); any other name below DOMAIN
+	// reaches Quro's routes, whose Host check refuses it.
+	if _, host, err := app.ParsePreviewDomain(f.network.PreviewDomain); err != nil {
+		return nil, nil, err
+	} else if host != "" {
+		ph := rest.NewPreviewHost(access, host, a, log)
+		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, _, ok := ph.Match(r); ok {
+				ph.ServeHTTP(w, r)
+				return
+			}
+			mux.ServeHTTP(w, r)
+		})
+	}
 	long, authed := longRequest, authenticated(authFn, f.noAuth)
 	if f.e2bOn {
 		var err error
-		handler, long, authed, err = f.withE2B(a, log, access, mux, authed, streams)
+		handler, long, authed, err = f.withE2B(a, log, access, handler, authed, streams)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -36,6 +36,7 @@ func e2bServer(a *app.App, log *slog.Logger, domain string, noAuth bool, check f
 		Secret:  secret,
 		Version: version.String(),
 		Check:   check,
+		Preview: a, // getHost: a sandbox's other ports, through the preview proxy
 		Sandbox: func(ctx context.Context, id string) (e2b.Sandbox, error) {
 			s, err := a.Sessions.ByIDAnyTenant(ctx, id)
 			if errors.Is(err, session.ErrNotFound) || err == nil && s.Tenant == session.SpareTenant {

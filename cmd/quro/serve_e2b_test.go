@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -97,5 +99,54 @@ func TestServeE2BOrigin(t *testing.T) {
 				t.Errorf("the foreign upload wrote: %d %s", r.status, trim(r.body))
 			}
 		})
+	}
+}
+
+// TestServePreviewDomain: quro serve --preview-domain sends PORT-ID.DOMAIN,
+// whatever the path, to the preview proxy (Quro's /v1 paths included, which
+// then need the preview's credentials), and keeps refusing the domain and
+// other names below it on its own routes; with --e2b-domain the same, E2B's
+// hosts stay E2B's.
+func TestServePreviewDomain(t *testing.T) {
+	srv := startServer(t, "--preview-domain", "http://preview.test", "--e2b-domain", "sandbox.test")
+	get := func(host, path string, auth bool) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest("GET", srv.url+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		if auth {
+			req.Header.Set("Authorization", "Bearer "+srv.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	id := strings.Repeat("ab", 16) // no such session
+	for _, c := range []struct {
+		host, path string
+		auth       bool
+		status     int
+		want       string
+	}{
+		{"preview.test", "/v1/openapi.json", true, 403, "is not a name of this server"},
+		{"api.preview.test", "/v1/openapi.json", true, 403, "is not a name of this server"},
+		{"x-" + id + ".preview.test", "/v1/openapi.json", true, 403, "is not a name of this server"},
+		{"8080-" + id + ".preview.test", "/v1/openapi.json", false, 401, ""},         // the preview's, not the API's
+		{"8080-" + id + ".preview.test", "/v1/openapi.json", true, 404, "no session"}, // the preview's, not the API's
+		{"8080-" + id + ".sandbox.test", "/", false, 502, "not found"},               // E2B's host: its sandbox plane
+		{"127.0.0.1", "/v1/openapi.json", true, 200, "openapi"},
+	} {
+		if status, body := get(c.host, c.path, c.auth); status != c.status || !strings.Contains(body, c.want) {
+			t.Errorf("Host %s %s: %d %s, want %d %q", c.host, c.path, status, body, c.status, c.want)
+		}
+	}
+	if _, errs, code := quro(t, "", "serve", "--data", t.TempDir(), "--preview-domain", "http://preview.test/x"); code == 0 || !strings.Contains(errs, "preview domain") {
+		t.Errorf("a preview domain with a path: exit %d: %s", code, errs)
 	}
 }

@@ -54,7 +54,7 @@ set_tenant_limits, recorded in the audit log. They run in-process on the
 data directory as its operator (an admin of the local tenant, who alone sets
 ceilings); with --server or QURO_URL they go through that server as the
 tenant of the token given to it.`}
-	limits := &cobra.Command{Use: "limits", Short: "A tenant's ceilings: memory, processes, CPU, sessions, disk per session, runs in flight, background processes"}
+	limits := &cobra.Command{Use: "limits", Short: "A tenant's ceilings: memory, processes, CPU, sessions, disk per session, runs in flight, background processes, network"}
 	var tenant string
 	var asJSON bool
 	var l app.TenantLimits
@@ -79,9 +79,9 @@ tenant of the token given to it.`}
 				fmt.Fprintln(cmd.OutOrStdout(), info.Unreadable)
 				return nil
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "memory %s, tasks %s, cpu %s%%, sessions %s, disk per session %s, runs in flight %s, background processes %s (%s per session)\n",
+			fmt.Fprintf(cmd.OutOrStdout(), "memory %s, tasks %s, cpu %s%%, sessions %s, disk per session %s, runs in flight %s, background processes %s (%s per session), network at most %s\n",
 				bytesOrNone(eff.Memory), numOrNone(eff.Tasks), numOrNone(eff.CPUPercent), numOrNone(eff.Sessions), bytesOrNone(eff.Disk),
-				numOrNone(eff.Runs), numOrNone(eff.Processes), numOrNone(eff.SessionProcesses))
+				numOrNone(eff.Runs), numOrNone(eff.Processes), numOrNone(eff.SessionProcesses), eff.NetworkMax)
 			return nil
 		},
 	}
@@ -109,8 +109,11 @@ tenant of the token given to it.`}
 					*f.dst = *f.src
 				}
 			}
+			if fl.Changed("network-max") {
+				own.NetworkMax = l.NetworkMax
+			}
 			in := app.SetTenantLimitsInput{Tenant: tenant, Memory: own.Memory, Tasks: own.Tasks, CPUPercent: own.CPUPercent, Sessions: own.Sessions, Disk: own.Disk,
-				Runs: own.Runs, Processes: own.Processes, SessionProcesses: own.SessionProcesses}
+				Runs: own.Runs, Processes: own.Processes, SessionProcesses: own.SessionProcesses, NetworkMax: own.NetworkMax}
 			text, err := b.text(cmd.Context(), "set_tenant_limits", in)
 			if err != nil {
 				return err
@@ -121,6 +124,7 @@ tenant of the token given to it.`}
 	}
 	tenantLimitFlags(set, "", &l)
 	set.Flags().Int64Var(&l.Sessions, "sessions", 0, "sessions of a tenant at once (-1: none)")
+	set.Flags().StringVar(&l.NetworkMax, "network-max", "", `the most network the tenant's sessions may ask for: none, internet or host ("": the server's quro serve --network-max, which this never lifts)`)
 	for _, c := range []*cobra.Command{show, set} {
 		c.Flags().StringVar(&tenant, "tenant", "", `the tenant ("" is the local tenant)`)
 	}

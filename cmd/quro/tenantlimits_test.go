@@ -42,6 +42,17 @@ func TestTenantLimitsSetRepairsUnreadableCeilings(t *testing.T) {
 	if got, err := app.TenantOverrides(ctx, st, "acme"); err != nil || got != (app.TenantLimits{Tasks: 64}) {
 		t.Fatalf("acme's ceilings after set: %+v %v", got, err)
 	}
+	// --network-max changes that one ceiling; the others stay.
+	out, errs, code = quro(t, "", "--data", data, "tenant", "limits", "set", "--tenant", "acme", "--network-max", "none")
+	if code != 0 || !strings.Contains(out, "network at most none") {
+		t.Fatalf("set --network-max: exit %d: %s %s", code, out, errs)
+	}
+	if got, err := app.TenantOverrides(ctx, st, "acme"); err != nil || got != (app.TenantLimits{Tasks: 64, NetworkMax: "none"}) {
+		t.Fatalf("acme's ceilings after --network-max: %+v %v", got, err)
+	}
+	if _, errs, code := quro(t, "", "--data", data, "tenant", "limits", "set", "--tenant", "acme", "--network-max", "everything"); code == 0 || !strings.Contains(errs, "none, internet or host") {
+		t.Fatalf("set --network-max everything: exit %d: %s", code, errs)
+	}
 }
 
 // quro serve's flags set every tenant's default runs in flight and

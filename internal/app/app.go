@@ -283,8 +283,10 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	tl := openTenants(ctx, dir, st, sessions, opts, log)
 	m := metrics.New()
 	netPol := newNetPolicies(sessions)
-	sb, pipS, eg, err := openSandbox(dir, opts, m, tl, netPol, st)
+	ew := openEgressLog(ctx, st, m, log)
+	sb, pipS, eg, err := openSandbox(dir, opts, m, tl, netPol, st, ew)
 	if err != nil {
+		ew.close()
 		return undo(err)
 	}
 	if err := closeDataDir(dir, sb.Boxed()); err != nil {
@@ -381,7 +383,8 @@ func openTenants(ctx context.Context, dir string, st *store.Store, sessions *ses
 			CPUPercent: DefaultTenantCPUPercent, Sessions: int64(sessions.MaxPerTenant), Disk: DefaultDiskQuota,
 			Runs:             int64(orDefault(opts.Limits.RunsPerTenant, DefaultRunsPerTenant)),
 			Processes:        int64(orDefault(opts.Limits.ProcessesPerTenant, DefaultProcessesPerTenant)),
-			SessionProcesses: int64(orDefault(opts.Limits.ProcessesPerSession, proc.DefaultMax))}),
+			SessionProcesses: int64(orDefault(opts.Limits.ProcessesPerSession, proc.DefaultMax)),
+			NetworkMax:       opts.Network.Max}),
 		disks: quota.Open(dir), log: log, ofID: map[string]string{}, diskOf: map[string]string{}}
 	if maxDisks := orDefault(opts.Limits.SessionDisks, DefaultSessionDisks); maxDisks > 0 {
 		tl.diskShares = share.New("session disks (loop-mounted images)", maxDisks, share.Of(maxDisks, 1))
@@ -397,12 +400,12 @@ func openTenants(ctx context.Context, dir string, st *store.Store, sessions *ses
 // openSandbox makes the sandbox of the sessions under dir, with their
 // tenants' cgroups and one box per session, the sessions' pip, and the
 // egress of their boxes (with the sessions' secrets, sealed in st).
-func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants, netPol *netPolicies, st *store.Store) (*sandbox.Sandbox, *pipSetup, *boxEgress, error) {
+func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants, netPol *netPolicies, st *store.Store, ew *egressWriter) (*sandbox.Sandbox, *pipSetup, *boxEgress, error) {
 	secrets, err := openSecrets(dir, st)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	eg, err := newBoxEgress(opts.Network, netPol.get, m, dir, secrets)
+	eg, err := newBoxEgress(opts.Network, netPol.get, m, dir, secrets, ew)
 	if err != nil {
 		return nil, nil, nil, err
 	}

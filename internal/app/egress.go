@@ -51,12 +51,12 @@ type ownAddrs struct {
 // newBoxEgress is the egress of the boxes of the data directory dir: its
 // CA (made in dir/egress the first time) terminates the connections to
 // the hosts of a session's secrets.
-func newBoxEgress(o NetworkOptions, policy func(session string) *egress.Policy, m *metrics.Metrics, dir string, secrets *sessionSecrets) (*boxEgress, error) {
+func newBoxEgress(o NetworkOptions, policy func(session string) *egress.Policy, m *metrics.Metrics, dir string, secrets *sessionSecrets, w *egressWriter) (*boxEgress, error) {
 	ca, err := egress.LoadCA(filepath.Join(dir, "egress"))
 	if err != nil {
 		return nil, err
 	}
-	e := &boxEgress{policy: policy, events: newEgressLog(), secrets: secrets, bundle: filepath.Join(dir, "egress", "ca-bundle.pem")}
+	e := &boxEgress{policy: policy, events: newEgressLog(w), secrets: secrets, bundle: filepath.Join(dir, "egress", "ca-bundle.pem")}
 	if err := ca.WriteBundle(e.bundle); err != nil {
 		return nil, fmt.Errorf("egress CA bundle: %w", err)
 	}
@@ -151,8 +151,12 @@ func (e *boxEgress) Attach(session string, ns *sandbox.Netns) (io.Closer, error)
 	}), nil
 }
 
-// Close ends every box's connections.
-func (e *boxEgress) Close() error { return e.t.Close() }
+// Close ends every box's connections, then writes their decisions.
+func (e *boxEgress) Close() error {
+	err := e.t.Close()
+	e.events.w.close()
+	return err
+}
 
 type closerFunc func() error
 
@@ -175,10 +179,11 @@ func sessionPolicy(network string, rules *session.NetRules) *egress.Policy {
 	return p
 }
 
-// egressLog keeps each session's latest egress decisions (at most
-// egressKeep per session, the oldest dropped), for get_egress_log and for
-// a failed run's hint.
+// egressLog keeps each session's latest egress decisions in memory (at
+// most egressKeep per session, the oldest dropped) for a failed run's
+// hint, and has w persist them for get_egress_log.
 type egressLog struct {
+	w    *egressWriter
 	mu   sync.Mutex
 	byID map[string]*egressRing
 }
@@ -196,9 +201,12 @@ func (r *egressRing) ordered() []egress.Event {
 	return append(slices.Clone(r.events[r.next:]), r.events[:r.next]...)
 }
 
-func newEgressLog() *egressLog { return &egressLog{byID: map[string]*egressRing{}} }
+func newEgressLog(w *egressWriter) *egressLog {
+	return &egressLog{w: w, byID: map[string]*egressRing{}}
+}
 
 func (l *egressLog) add(ev egress.Event) {
+	l.w.add(ev)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := l.byID[ev.Box]
@@ -217,7 +225,7 @@ func (l *egressLog) add(ev egress.Event) {
 	}
 }
 
-// list is session's events, newest last.
+// list is session's events kept in memory, newest last.
 func (l *egressLog) list(session string) []egress.Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -274,8 +282,9 @@ func (l *egressLog) refusedSince(session string, mark uint64) string {
 	return fmt.Sprintf("the network refused %s during this run: %s", strings.Join(seen, ", "), how)
 }
 
-// forget drops a session's events (its end).
+// forget drops a session's events (its end), stored ones too.
 func (l *egressLog) forget(session string) {
+	l.w.forget(session)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.byID, session)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/quro-dev/quro/internal/egress"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/store"
 )
 
 // NetworkOptions are the operator's network settings.
@@ -41,6 +43,33 @@ type NetworkOptions struct {
 	// when it connects to the host of a session's secret (tests: a
 	// stand-in's own CA).
 	UpstreamCAs []*x509.Certificate
+	// PreviewDomain, when set, gives each preview a host name of its own,
+	// PORT-ID.DOMAIN (quro serve --preview-domain, which routes those
+	// names to the preview proxy; wildcard DNS is the operator's): a
+	// domain, with a port if need be ("preview.example.com",
+	// "example.test:8080"), and a scheme for the URLs get_preview_url
+	// gives ("http://example.test:8080"; default https).
+	PreviewDomain string
+}
+
+// ParsePreviewDomain splits a PreviewDomain into the URLs' scheme and the
+// host (with its port, if any), refusing anything else (a path, userinfo,
+// a scheme not http or https).
+func ParsePreviewDomain(s string) (scheme, host string, err error) {
+	if s == "" {
+		return "", "", nil
+	}
+	raw := s
+	if !strings.Contains(s, "://") {
+		raw = "https://" + s
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.User != nil || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "" ||
+		(u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || net.ParseIP(u.Hostname()) != nil ||
+		!strings.Contains(strings.Trim(u.Hostname(), "."), ".") && u.Hostname() != "localhost" {
+		return "", "", fmt.Errorf("preview domain %q: want a domain of names, with a port and an http or https scheme if need be (preview.example.com, http://example.test:8080)", s)
+	}
+	return u.Scheme, strings.ToLower(strings.Trim(u.Host, ".")), nil
 }
 
 // networkRank orders the policies by what they open.
@@ -71,16 +100,21 @@ func checkNetworkOptions(o *NetworkOptions) error {
 			return fmt.Errorf("network exception %q: want HOST:PORT or a CIDR", t)
 		}
 	}
+	if _, _, err := ParsePreviewDomain(o.PreviewDomain); err != nil {
+		return err
+	}
 	if networkRank(o.Default) > networkRank(o.Max) {
 		return fmt.Errorf("the default network policy %q opens more than the maximum %q", o.Default, o.Max)
 	}
 	return nil
 }
 
-// networkPolicy is the policy of a session that asks for asked, and a
-// note for the caller when the name it used is deprecated; a policy above
-// the operator's maximum is refused.
-func (a *App) networkPolicy(asked string) (policy, note string, err error) {
+// networkPolicy is the policy of a session of tenant that asks for
+// asked, and a note for the caller when the name it used is deprecated; a
+// policy above the effective maximum (the lower of the operator's quro
+// serve --network-max and the tenant's own, quro tenant limits set
+// --network-max) is refused, naming the one that refused it.
+func (a *App) networkPolicy(ctx context.Context, tenant, asked string) (policy, note string, err error) {
 	policy = asked
 	switch asked {
 	case "":
@@ -95,6 +129,19 @@ func (a *App) networkPolicy(asked string) (policy, note string, err error) {
 	if networkRank(policy) > networkRank(a.network.Max) {
 		return "", "", capability.Errorf(capability.PermissionDenied,
 			"network policy %q: this server allows at most %q (the operator's quro serve --network-max)", policy, a.network.Max)
+	}
+	own, err := TenantOverrides(ctx, a.Store, tenant)
+	if err != nil {
+		return "", "", err // fail closed: unavailable, naming the fix
+	}
+	if own.NetworkMax != "" && networkRank(policy) > networkRank(own.NetworkMax) {
+		flag := ""
+		if tenant != "" {
+			flag = " --tenant " + tenant
+		}
+		return "", "", capability.Errorf(capability.PermissionDenied,
+			"network policy %q: %s may ask for at most %q (the operator's quro tenant limits set%s --network-max)",
+			policy, sandbox.DisplayTenant(tenant), own.NetworkMax, flag)
 	}
 	return policy, note, nil
 }
@@ -186,6 +233,7 @@ type EgressLogInput struct {
 	Session  string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
 	Limit    int    `json:"limit,omitempty" jsonschema:"how many of the latest decisions (default 50, at most 1000)"`
 	Decision string `json:"decision,omitempty" jsonschema:"only allowed or only denied ones"`
+	Since    string `json:"since,omitempty" jsonschema:"only connections made at or after this time: RFC 3339 (2026-01-02T15:04:05Z) or a duration back from now (90s, 15m, 2h)"`
 }
 
 // EgressLog is get_egress_log's output.
@@ -222,7 +270,8 @@ func (a *App) registerNetwork(reg *capability.Registry) {
 			"allow_out limits it to the destinations named, deny_out refuses those), or host if the operator allows it (only while nothing runs in the session).",
 		capability.ScopeExec, a.setSessionNetwork).InSession(capability.UseHold))
 	reg.Register(capability.New("get_egress_log",
-		"The network connections a session's code made and the server's decision on each (allowed or denied, the rule, why, bytes each way), latest last.",
+		"The network connections a session's code made and the server's decision on each (allowed or denied, the rule, why, bytes each way), latest last; "+
+			"kept across restarts (the latest 1,000 of a session) and deleted with the session.",
 		capability.ScopeRead, func(ctx context.Context, in EgressLogInput) (*EgressLog, error) {
 			s, err := entered(ctx)
 			if err != nil {
@@ -236,18 +285,24 @@ func (a *App) registerNetwork(reg *capability.Registry) {
 			default:
 				return nil, capability.Errorf(capability.InvalidArgument, "decision %q: use allowed or denied", in.Decision)
 			}
-			limit := cmp.Or(in.Limit, 50)
-			var out []egress.Event
-			for _, e := range a.egress.events.list(s.ID) {
-				if in.Decision == "" || e.Decision == in.Decision {
-					out = append(out, e)
+			f := store.EgressFilter{Session: s.ID, Decision: in.Decision, Limit: cmp.Or(in.Limit, 50)}
+			if in.Since != "" {
+				if f.Since, err = parseSince(in.Since, time.Now()); err != nil {
+					return nil, err
 				}
 			}
-			if len(out) > limit {
-				out = out[len(out)-limit:]
+			// What the egress decided before this call is written first.
+			if err := a.egress.events.w.flush(ctx); err != nil {
+				return nil, err
 			}
-			if out == nil {
-				out = []egress.Event{}
+			rows, err := a.Store.Egress(ctx, f)
+			if err != nil {
+				return nil, err
+			}
+			out := make([]egress.Event, 0, len(rows))
+			for _, r := range rows {
+				out = append(out, egress.Event{Box: r.Session, Dest: r.Dest, Addr: r.Addr, Decision: r.Decision, Rule: r.Rule,
+					Reason: r.Reason, BytesOut: r.BytesOut, BytesIn: r.BytesIn, Start: r.Start, Duration: r.Duration})
 			}
 			return &EgressLog{Session: s.ID, Entries: out}, nil
 		}).InSession(capability.UseRead))
@@ -268,7 +323,7 @@ func (a *App) setSessionNetwork(ctx context.Context, in SetNetworkInput) (*Sessi
 	if asked == "" {
 		asked = s.Network
 	}
-	network, note, err := a.networkPolicy(asked)
+	network, note, err := a.networkPolicy(ctx, s.Tenant, asked)
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -13,12 +15,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/egress"
 	"github.com/quro-dev/quro/internal/metrics/metricstest"
 	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/store"
 )
 
 // standIn is an HTTP server on the host's loopback that the egress
@@ -309,7 +313,7 @@ func gitRepo(t *testing.T) string {
 // drops its oldest and keeps the rest in order; a run's refusals are
 // counted across the wrap.
 func TestEgressLogKeepsTheLatest(t *testing.T) {
-	l := newEgressLog()
+	l := newEgressLog(nil)
 	mark := l.mark("s")
 	for i := range egressKeep + 10 {
 		l.add(egress.Event{Box: "s", Dest: fmt.Sprint("d", i), Decision: egress.Denied, Reason: "r"})
@@ -325,5 +329,213 @@ func TestEgressLogKeepsTheLatest(t *testing.T) {
 	}
 	if note := l.refusedSince("s", mark); !strings.Contains(note, fmt.Sprint("d", egressKeep+9)) {
 		t.Errorf("note: %q", note)
+	}
+}
+
+// TestTenantNetworkMax: the operator's per-tenant maximum (set_tenant_limits
+// network_max) lowers the server's for that tenant alone: create_session,
+// set_session_network and fork_session above it are refused with
+// permission_denied naming the tenant's setting; a tenant maximum above the
+// server's lifts nothing (the server's flag is named); another tenant keeps
+// the server's maximum.
+func TestTenantNetworkMax(t *testing.T) {
+	t.Parallel()
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	acme := controller.Caller{Path: "test", Tenant: "acme", Scope: capability.ScopeExec}
+	bob := controller.Caller{Path: "test", Tenant: "bob", Scope: capability.ScopeExec}
+	// An internet session and its snapshot, made before the maximum.
+	mustCallAs(t, a, acme, "create_session", CreateSessionInput{Name: "net", Network: "internet"})
+	mustCallAs(t, a, acme, "snapshot_session", SnapshotInput{Session: "net", Name: "netsnap"})
+	mustCallAs(t, a, acme, "create_session", CreateSessionInput{Name: "quiet"})
+
+	if _, err := callAs(t, a, acme, "set_tenant_limits", SetTenantLimitsInput{Tenant: "acme", NetworkMax: "none"}); err == nil {
+		t.Fatal("a tenant set its own network maximum")
+	}
+	info := mustCall(t, a, "set_tenant_limits", SetTenantLimitsInput{Tenant: "acme", NetworkMax: "none"}).(*TenantLimitsInfo)
+	if info.Own.NetworkMax != "none" || info.Effective.NetworkMax != "none" || !strings.Contains(info.Text(), "network at most none") {
+		t.Errorf("acme's limits: %+v %q", info, info.Text())
+	}
+	wantTenant := func(what string, err error) {
+		t.Helper()
+		var ce *capability.Error
+		if !errors.As(err, &ce) || ce.Code != capability.PermissionDenied || !strings.Contains(err.Error(), "quro tenant limits set --tenant acme --network-max") {
+			t.Errorf("%s above acme's maximum: %v", what, err)
+		}
+	}
+	_, err = callAs(t, a, acme, "create_session", CreateSessionInput{Name: "i", Network: "internet"})
+	wantTenant("create_session internet", err)
+	_, err = callAs(t, a, acme, "create_session", CreateSessionInput{Name: "r", AllowOut: []string{"pypi.org"}})
+	wantTenant("create_session with allow_out", err)
+	_, err = callAs(t, a, acme, "set_session_network", SetNetworkInput{Session: "quiet", Network: "internet"})
+	wantTenant("set_session_network internet", err)
+	_, err = callAs(t, a, acme, "fork_session", ForkInput{Snapshot: "netsnap"})
+	wantTenant("fork of an internet snapshot", err)
+	if s := mustCallAs(t, a, acme, "create_session", CreateSessionInput{Name: "n"}).(*SessionInfo); s.Network != sandbox.NetworkNone {
+		t.Errorf("acme's default session: %q", s.Network)
+	}
+	// Another tenant keeps the server's maximum.
+	if s := mustCallAs(t, a, bob, "create_session", CreateSessionInput{Name: "i", Network: "internet"}).(*SessionInfo); s.Network != sandbox.NetworkInternet {
+		t.Errorf("bob: %q", s.Network)
+	}
+	// A tenant maximum above the server's lifts nothing.
+	info = mustCall(t, a, "set_tenant_limits", SetTenantLimitsInput{Tenant: "acme", NetworkMax: "host"}).(*TenantLimitsInfo)
+	if info.Effective.NetworkMax != sandbox.NetworkInternet {
+		t.Errorf("effective maximum under a server's internet: %q", info.Effective.NetworkMax)
+	}
+	if _, err := callAs(t, a, acme, "create_session", CreateSessionInput{Name: "h", Network: "host"}); err == nil || !strings.Contains(err.Error(), "quro serve --network-max") {
+		t.Errorf("host with acme's host over the server's internet: %v", err)
+	}
+	mustCallAs(t, a, acme, "set_session_network", SetNetworkInput{Session: "quiet", Network: "internet"})
+	if _, err := call(t, a, "set_tenant_limits", SetTenantLimitsInput{Tenant: "acme", NetworkMax: "full"}); err == nil || !strings.Contains(err.Error(), "none, internet or host") {
+		t.Errorf("a network maximum that is no policy: %v", err)
+	}
+}
+
+// TestEgressLogPersistsAndIsBounded: get_egress_log reads the decisions
+// from the store, filtered by decision and since; a new server on the same
+// data directory finds them; a committed batch is on disk for another
+// opener (what a killed server leaves); the session's destroy deletes its
+// rows, and a server starting deletes those of sessions that are gone.
+func TestEgressLogPersistsAndIsBounded(t *testing.T) {
+	t.Parallel()
+	st := newStandIn(t)
+	dir := t.TempDir()
+	o := NetworkOptions{Trusted: []string{fmt.Sprintf("allowed.test:%d", st.port)}, Resolve: st.resolve}
+	a, err := New(context.Background(), dir, &Options{Python: testPython, Network: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	needBoxes(t, a)
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "logged", Network: "internet"}).(*SessionInfo)
+	curl := fmt.Sprintf("curl -sS --max-time 20 http://allowed.test:%d/; curl -sS --max-time 20 http://169.254.169.254/; true", st.port)
+	if r := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: curl}); !strings.Contains(r.Stdout, "hello-from-allowed.test") {
+		t.Fatalf("curl: %+v", r)
+	}
+	log := func(a *App, in EgressLogInput) []egress.Event {
+		t.Helper()
+		in.Session = s.ID
+		return mustCall(t, a, "get_egress_log", in).(*EgressLog).Entries
+	}
+	all := log(a, EgressLogInput{})
+	if len(all) != 2 || all[0].Decision != egress.Allowed || all[0].BytesIn == 0 || all[1].Decision != egress.Denied ||
+		!strings.Contains(all[1].Dest, "169.254.169.254") || !strings.Contains(all[1].Reason, "link-local") {
+		t.Fatalf("the log: %+v", all)
+	}
+	if d := log(a, EgressLogInput{Decision: "denied"}); len(d) != 1 || d[0].Dest != all[1].Dest {
+		t.Errorf("denied only: %+v", d)
+	}
+	if d := log(a, EgressLogInput{Since: all[1].Start.Format(time.RFC3339Nano)}); len(d) != 1 || d[0].Dest != all[1].Dest {
+		t.Errorf("since the second: %+v", d)
+	}
+	if d := log(a, EgressLogInput{Since: "1h"}); len(d) != 2 {
+		t.Errorf("since an hour ago: %+v", d)
+	}
+	if d := log(a, EgressLogInput{Limit: 1}); len(d) != 1 || d[0].Dest != all[1].Dest {
+		t.Errorf("the latest one: %+v", d)
+	}
+	if _, err := call(t, a, "get_egress_log", EgressLogInput{Session: s.ID, Since: "yesterday"}); err == nil || !strings.Contains(err.Error(), "RFC 3339") {
+		t.Errorf("a bad since: %v", err)
+	}
+	// Committed is on disk: another opener of the database reads it.
+	other, err := store.Open(context.Background(), filepath.Join(dir, "quro.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows, err := other.Egress(context.Background(), store.EgressFilter{Session: s.ID}); err != nil || len(rows) != 2 {
+		t.Errorf("another opener reads %d rows: %v", len(rows), err)
+	}
+	other.Close()
+	a.Close()
+
+	b, err := New(context.Background(), dir, &Options{Python: testPython, Network: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if again := log(b, EgressLogInput{}); len(again) != 2 || again[0].Dest != all[0].Dest || again[1].Reason != all[1].Reason || !again[0].Start.Equal(all[0].Start.Truncate(time.Microsecond)) {
+		t.Fatalf("after a restart: %+v", again)
+	}
+	// Rows of a session that no longer exists go when a server starts.
+	if err := b.Store.AppendEgress(context.Background(), []store.EgressEntry{{Session: "gone", Start: time.Now(), Dest: "x:1", Decision: egress.Denied}}, store.EgressKeep{}); err != nil {
+		t.Fatal(err)
+	}
+	mustCall(t, b, "destroy_session", SessionRef{Session: s.ID})
+	if err := b.egress.events.w.flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if rows, err := b.Store.Egress(context.Background(), store.EgressFilter{Session: s.ID}); err != nil || len(rows) != 0 {
+		t.Errorf("rows after the session's destroy: %+v %v", rows, err)
+	}
+	if err := b.Store.PruneEgress(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if rows, err := b.Store.Egress(context.Background(), store.EgressFilter{Session: "gone"}); err != nil || len(rows) != 0 {
+		t.Errorf("rows of a session that is gone: %+v %v", rows, err)
+	}
+}
+
+// TestEgressWriterBounds: the writer keeps the latest PerSession rows of
+// each session and Total in all, oldest deleted first, in the order the
+// decisions came; a forget deletes a session's rows, those queued before
+// it included.
+func TestEgressWriterBounds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "quro.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	w := newEgressWriter(st, store.EgressKeep{PerSession: 5, Total: 12}, slog.New(slog.DiscardHandler), nil)
+	defer w.close()
+	for i := range 20 {
+		for _, s := range []string{"a", "b", "c"} {
+			w.add(egress.Event{Box: s, Dest: fmt.Sprint(s, i), Decision: egress.Allowed, Start: time.Now()})
+		}
+	}
+	if err := w.flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, s := range []string{"a", "b", "c"} {
+		rows, err := st.Egress(ctx, store.EgressFilter{Session: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += len(rows)
+		if len(rows) == 0 || len(rows) > 5 || rows[len(rows)-1].Dest != fmt.Sprint(s, 19) {
+			t.Fatalf("session %s: %+v", s, rows)
+		}
+		for i := 1; i < len(rows); i++ {
+			if rows[i].Seq <= rows[i-1].Seq || rows[i].Dest != fmt.Sprint(s, 20-len(rows)+i) {
+				t.Fatalf("session %s out of order or not the latest: %+v", s, rows)
+			}
+		}
+	}
+	if total > 12 {
+		t.Errorf("%d rows kept, the total bound is 12", total)
+	}
+	w.add(egress.Event{Box: "a", Dest: "late", Decision: egress.Denied, Start: time.Now()})
+	w.forget("a")
+	if err := w.flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rows, _ := st.Egress(ctx, store.EgressFilter{Session: "a"}); len(rows) != 0 {
+		t.Errorf("a's rows after forget: %+v", rows)
+	}
+	// A full queue drops the decision, counted, and never waits: a writer
+	// that takes nothing off its queue of 2.
+	lost := 0
+	full := &egressWriter{log: slog.New(slog.DiscardHandler), lost: func(n int) { lost += n },
+		queue: make(chan egressItem, 2), quit: make(chan struct{}), stopped: make(chan struct{})}
+	for range 5 {
+		full.add(egress.Event{Box: "a", Dest: "x:1", Decision: egress.Denied})
+	}
+	if lost != 3 || full.dropped.Load() != 3 {
+		t.Errorf("a full queue of 2 after 5 decisions: %d lost, %d dropped", lost, full.dropped.Load())
 	}
 }

@@ -59,12 +59,20 @@ type PreviewURL struct {
 	Path      string    `json:"path" jsonschema:"the proxy's path on this server: send your bearer token with it"`
 	SignedURL string    `json:"signed_url" jsonschema:"the path with a signature: opens in a browser without a token, until expires_at, while your token is live"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// The host form, with a preview domain configured: the port's own
+	// origin (PORT-ID.DOMAIN), the page's paths as the box serves them.
+	HostURL       string `json:"host_url,omitempty" jsonschema:"with the server's preview domain: the port's own origin (PORT-ID.DOMAIN); send your bearer token with it"`
+	SignedHostURL string `json:"signed_host_url,omitempty" jsonschema:"host_url with the same signature: opens in a browser, on an origin of its own (prefer it to signed_url)"`
 }
 
-// Text gives both forms.
+// Text gives every form.
 func (p *PreviewURL) Text() string {
-	return fmt.Sprintf("%s (with your bearer token)\n%s (signed; good until %s while the token that asked is live)",
+	t := fmt.Sprintf("%s (with your bearer token)\n%s (signed; good until %s while the token that asked is live)",
 		p.Path, p.SignedURL, p.ExpiresAt.UTC().Format(time.RFC3339))
+	if p.HostURL != "" {
+		t += fmt.Sprintf("\n%s (its own origin, with your bearer token)\n%s (its own origin, signed)", p.HostURL, p.SignedHostURL)
+	}
+	return t
 }
 
 // previewKey is the preview URLs' secret, read (or made) the first time.
@@ -147,6 +155,12 @@ func PreviewPath(id string, port int) string {
 	return "/v1/sessions/" + id + "/ports/" + strconv.Itoa(port) + "/"
 }
 
+// PreviewHostName is the host form's name of session id's port under
+// host (a preview domain, its port kept): PORT-ID.DOMAIN.
+func PreviewHostName(host, id string, port int) string {
+	return strconv.Itoa(port) + "-" + id + "." + host
+}
+
 // previewMAC is the signature's MAC over the session, the port, the
 // expiry and the token id.
 func previewMAC(key []byte, id string, port int, exp int64, tokenID string) []byte {
@@ -170,7 +184,8 @@ func (a *App) signPreview(id string, port int, exp time.Time, tokenID string) (s
 func (a *App) registerPreview(reg *capability.Registry) {
 	reg.Register(capability.New("get_preview_url",
 		"The URL of a port a session's code listens on (127.0.0.1 in its box), reached through this server: path (send your bearer token) "+
-			"and signed_url (opens in a browser, until expires_at and while your token is live; revoke the token to revoke it). "+
+			"and signed_url (opens in a browser, until expires_at and while your token is live; revoke the token to revoke it); "+
+			"with the server's preview domain also host_url and signed_host_url, the same on an origin of the port's own (PORT-ID.DOMAIN). "+
 			"Not for a session with network host.",
 		capability.ScopeExec, a.getPreviewURL).InSession(capability.UseRead))
 }
@@ -204,7 +219,12 @@ func (a *App) getPreviewURL(ctx context.Context, in PreviewURLInput) (*PreviewUR
 		return nil, err
 	}
 	path := PreviewPath(s.ID, in.Port)
-	return &PreviewURL{Session: s.ID, Port: in.Port, Path: path, SignedURL: path + "?" + PreviewParam + "=" + sig, ExpiresAt: exp}, nil
+	out := &PreviewURL{Session: s.ID, Port: in.Port, Path: path, SignedURL: path + "?" + PreviewParam + "=" + sig, ExpiresAt: exp}
+	if scheme, host, _ := ParsePreviewDomain(a.network.PreviewDomain); host != "" {
+		out.HostURL = scheme + "://" + PreviewHostName(host, s.ID, in.Port) + "/"
+		out.SignedHostURL = out.HostURL + "?" + PreviewParam + "=" + sig
+	}
+	return out, nil
 }
 
 // PreviewByCaller lets c, authenticated by its token, reach session id's

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -276,5 +277,190 @@ func TestPreviewURLs(t *testing.T) {
 	}
 	if resp, body := get(base, withCookie); resp.StatusCode != 401 {
 		t.Errorf("cookie of a revoked token: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestPreviewHostForm: with a preview domain, get_preview_url also gives
+// PORT-ID.DOMAIN, and a request with that Host, whatever its path, goes
+// to the port (mounted as quro serve mounts it): with the tenant's token,
+// with the signed URL and then its cookie alone (host-only, Path /), and a
+// WebSocket; refused without credentials, for another tenant (404), with
+// an expired signature, with the cookie of another port's host, once the
+// token that asked is revoked. Names below the domain that are not a
+// preview's, and the domain itself, are foreign Hosts to every other route
+// (403), and a preview host never reaches Quro's own API.
+func TestPreviewHostForm(t *testing.T) {
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
+		Network: NetworkOptions{PreviewDomain: "http://preview.test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	needBoxes(t, a)
+	ctx := t.Context()
+	caller := func(tenant string) (controller.Caller, string) {
+		iss, err := a.tokens.Create(ctx, tenant, []string{"read", "exec"}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := a.VerifyToken(ctx, iss.Token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, iss.Token
+	}
+	alice, aliceTok := caller("alice")
+	_, bobTok := caller("bob")
+	s := mustCallAs(t, a, alice, "create_session", CreateSessionInput{Name: "web", Network: "none"}).(*SessionInfo)
+	mustCallAs(t, a, alice, "run_code", RunCodeInput{Session: s.ID, Lang: "bash", Code: "mkfifo ready"})
+	mustCallAs(t, a, alice, "start_process", StartProcessInput{Session: s.ID, Cmd: "python3", Args: []string{"-c", previewServer}, Background: true})
+	if reply, err := callAs(t, a, alice, "run_code", RunCodeInput{Session: s.ID, Lang: "bash", Code: "read up < ready && echo $up"}); err != nil ||
+		!strings.Contains(reply.Output.(*runcode.Result).Stdout, "up") {
+		t.Fatalf("the server in the box did not start: %v %+v", err, reply)
+	}
+
+	// Mounted as quro serve mounts it.
+	access := rest.Access{Auth: a.Authenticate()}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Access: access}))
+	mux.Handle(rest.PreviewPattern, rest.Preview(access, a, nil))
+	ph := rest.NewPreviewHost(access, "preview.test", a, nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, _, ok := ph.Match(r); ok {
+			ph.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+
+	name := "8765-" + s.ID + ".preview.test"
+	get := func(host, path string, hdr http.Header) (*http.Response, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		for k, v := range hdr {
+			req.Header[k] = v
+		}
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	saw := func(body string) boxSaw {
+		t.Helper()
+		var b boxSaw
+		if err := json.Unmarshal([]byte(body), &b); err != nil {
+			t.Fatalf("not the box's answer: %q", body)
+		}
+		return b
+	}
+	bearer := func(tok string) http.Header { return http.Header{"Authorization": {"Bearer " + tok}} }
+
+	u := mustCallAs(t, a, alice, "get_preview_url", PreviewURLInput{Session: s.ID, Port: 8765}).(*PreviewURL)
+	if u.HostURL != "http://"+name+"/" || u.SignedHostURL != u.HostURL+"?quro_preview="+strings.TrimPrefix(u.SignedURL, u.Path+"?quro_preview=") ||
+		!strings.Contains(u.Text(), u.SignedHostURL) {
+		t.Fatalf("get_preview_url: %+v", u)
+	}
+	// The token: the path as the box serves it, even Quro's own routes.
+	for _, p := range []string{"/hello?x=1", "/v1/list_sessions", "/v1/sessions/" + s.ID + "/ports/8765/"} {
+		resp, body := get(name, p, bearer(aliceTok))
+		if resp.StatusCode != 200 {
+			t.Fatalf("host form %s with the token: %d %s", p, resp.StatusCode, body)
+		}
+		if b := saw(body); b.Path != p || b.Headers["authorization"] != "" {
+			t.Errorf("the box saw %+v", b)
+		}
+	}
+	if resp, body := get(name, "/", nil); resp.StatusCode != 401 {
+		t.Errorf("host form without a token: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := get(name, "/", bearer(bobTok)); resp.StatusCode != 404 {
+		t.Errorf("host form with another tenant's token: %d %s", resp.StatusCode, body)
+	}
+	// Another page's origin may not script this one's.
+	if resp, body := get(name, "/", http.Header{"Authorization": {"Bearer " + aliceTok}, "Origin": {"http://8766-" + s.ID + ".preview.test"}}); resp.StatusCode != 403 {
+		t.Errorf("host form from another preview's origin: %d %s", resp.StatusCode, body)
+	}
+
+	// The signed URL, then its cookie alone: host-only, the whole host.
+	signed := strings.TrimPrefix(u.SignedHostURL, "http://"+name)
+	resp, body := get(name, signed, nil)
+	if resp.StatusCode != 200 || strings.Contains(body, "quro_preview") {
+		t.Fatalf("signed host URL: %d %s", resp.StatusCode, body)
+	}
+	var cookie *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == rest.PreviewParam {
+			cookie = c
+		}
+	}
+	if cookie == nil || cookie.Path != "/" || cookie.Domain != "" || !cookie.HttpOnly || cookie.SameSite != http.SameSiteLaxMode {
+		t.Fatalf("the host form's cookie: %+v", cookie)
+	}
+	withCookie := http.Header{"Cookie": {rest.PreviewParam + "=" + cookie.Value}}
+	if resp, body := get(name, "/deep/page", withCookie); resp.StatusCode != 200 || saw(body).Path != "/deep/page" {
+		t.Errorf("the cookie alone: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := get("8766-"+s.ID+".preview.test", "/", withCookie); resp.StatusCode != 401 {
+		t.Errorf("the cookie on another port's host: %d %s", resp.StatusCode, body)
+	}
+	expired, err := a.signPreview(s.ID, 8765, time.Now().Add(-time.Second), alice.TokenID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := get(name, "/?quro_preview="+expired, nil); resp.StatusCode != 401 {
+		t.Errorf("expired signature on the host form: %d %s", resp.StatusCode, body)
+	}
+
+	// Other names below the domain are not the server's for its routes.
+	for _, h := range []string{"preview.test", "api.preview.test", "x-" + s.ID + ".preview.test", "8765-" + s.ID + ".x.preview.test", "08765-" + s.ID + ".preview.test"} {
+		if resp, body := get(h, "/v1/list_sessions", bearer(aliceTok)); resp.StatusCode != 403 {
+			t.Errorf("Host %s on a Quro route: %d %s", h, resp.StatusCode, body)
+		}
+	}
+	if resp, body := get("127.0.0.1", "/v1/list_sessions", bearer(aliceTok)); resp.StatusCode == 403 { // reached the route
+		t.Errorf("the server's own Host: %d %s", resp.StatusCode, body)
+	}
+
+	// A WebSocket through the host form.
+	wsCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	dialer := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, srv.Listener.Addr().String())
+	}}}
+	conn, _, err := websocket.Dial(wsCtx, "ws://"+name+"/ws", &websocket.DialOptions{HTTPClient: dialer, HTTPHeader: bearer(aliceTok)})
+	if err != nil {
+		t.Fatalf("WebSocket through the host form: %v", err)
+	}
+	if err := conn.Write(wsCtx, websocket.MessageText, []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if _, msg, err := conn.Read(wsCtx); err != nil || string(msg) != "echo:hi" {
+		t.Errorf("WebSocket echo: %q %v", msg, err)
+	}
+	conn.Close(websocket.StatusNormalClosure, "")
+
+	// Revoking the token that asked revokes the host form's URL and cookie.
+	if err := a.tokens.Revoke(ctx, alice.TokenID); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := get(name, signed, nil); resp.StatusCode != 401 {
+		t.Errorf("signed host URL of a revoked token: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := get(name, "/", withCookie); resp.StatusCode != 401 {
+		t.Errorf("host cookie of a revoked token: %d %s", resp.StatusCode, body)
+	}
+	// A preview domain that is not one is refused at start.
+	for _, d := range []string{"http://preview.test/path", "ftp://preview.test", "127.0.0.1", "user@preview.test", "test"} {
+		if _, err := New(context.Background(), t.TempDir(), &Options{Network: NetworkOptions{PreviewDomain: d}}); err == nil || !strings.Contains(err.Error(), "preview domain") {
+			t.Errorf("preview domain %q: %v", d, err)
+		}
 	}
 }

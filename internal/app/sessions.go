@@ -320,7 +320,7 @@ func (a *App) createSession(ctx context.Context, in CreateSessionInput) (*Sessio
 	if in.Network == "" && len(in.AllowOut)+len(in.DenyOut) > 0 {
 		in.Network = sandbox.NetworkInternet // rules are the egress's
 	}
-	network, note, err := a.networkPolicy(in.Network)
+	network, note, err := a.networkPolicy(ctx, session.TenantFrom(ctx), in.Network)
 	if err != nil {
 		return nil, err
 	}

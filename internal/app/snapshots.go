@@ -547,7 +547,7 @@ func (a *App) forkSession(ctx context.Context, in ForkInput) (*ForkResult, error
 		return nil, e
 	}
 	// The snapshot's network, as the operator allows it now.
-	network, _, err := a.networkPolicy(snap.Network)
+	network, _, err := a.networkPolicy(ctx, snap.Tenant, snap.Network)
 	if err != nil {
 		return nil, err
 	}

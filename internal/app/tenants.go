@@ -42,6 +42,10 @@ type TenantLimits struct {
 	// SessionProcesses those of one session (proc.Limits).
 	Processes        int64 `json:"processes,omitempty"`
 	SessionProcesses int64 `json:"processes_per_session,omitempty"`
+	// NetworkMax is the most network the tenant's sessions may ask for
+	// (none, internet or host; "": the server's --network-max). It never
+	// lifts the server's maximum: the effective one is the lower.
+	NetworkMax string `json:"network_max,omitempty"`
 }
 
 // Default tenant ceilings.
@@ -72,9 +76,14 @@ func (t TenantLimits) or(def TenantLimits) TenantLimits {
 		}
 		return v
 	}
+	network := def.NetworkMax
+	if t.NetworkMax != "" && (network == "" || networkRank(t.NetworkMax) < networkRank(network)) {
+		network = t.NetworkMax // lower than the default (the server's maximum): never above it
+	}
 	return TenantLimits{Memory: pick(t.Memory, def.Memory), Tasks: pick(t.Tasks, def.Tasks),
 		CPUPercent: pick(t.CPUPercent, def.CPUPercent), Sessions: pick(t.Sessions, def.Sessions), Disk: pick(t.Disk, def.Disk),
-		Runs: pick(t.Runs, def.Runs), Processes: pick(t.Processes, def.Processes), SessionProcesses: pick(t.SessionProcesses, def.SessionProcesses)}
+		Runs: pick(t.Runs, def.Runs), Processes: pick(t.Processes, def.Processes), SessionProcesses: pick(t.SessionProcesses, def.SessionProcesses),
+		NetworkMax: network}
 }
 
 // procLimits are l's process limits as the process table takes them
@@ -228,6 +237,8 @@ func (t TenantLimits) check() error {
 		return errors.New("a memory ceiling must be at least 64 MiB")
 	case t.Tasks > 0 && t.Tasks < 32:
 		return errors.New("a process ceiling must be at least 32")
+	case t.NetworkMax != "" && networkRank(t.NetworkMax) < 0:
+		return fmt.Errorf("network maximum %q: want none, internet or host", t.NetworkMax)
 	}
 	return nil
 }
@@ -661,6 +672,7 @@ type SetTenantLimitsInput struct {
 	Processes  int64  `json:"processes,omitempty" jsonschema:"background processes (start_process, E2B commands and PTYs) of all the tenant's sessions together (0: the default; negative: none)"`
 	// SessionProcesses caps one session's background processes.
 	SessionProcesses int64 `json:"processes_per_session,omitempty" jsonschema:"background processes of one session of the tenant (0: the default; negative: none)"`
+	NetworkMax string `json:"network_max,omitempty" jsonschema:"the most network the tenant's sessions may ask for: none, internet or host (omitted: the server's quro serve --network-max, which it never lifts)"`
 }
 
 // TenantLimitsInfo is what get_tenant_limits and set_tenant_limits answer.
@@ -691,8 +703,8 @@ func (t *TenantLimitsInfo) Text() string {
 		}
 		return fmt.Sprint(v)
 	}
-	return fmt.Sprintf("tenant %q: memory %s, tasks %s, cpu %s%%, sessions %s, disk per session %s, runs in flight %s, background processes %s (%s per session)",
-		t.Tenant, bytes(e.Memory), num(e.Tasks), num(e.CPUPercent), num(e.Sessions), bytes(e.Disk), num(e.Runs), num(e.Processes), num(e.SessionProcesses))
+	return fmt.Sprintf("tenant %q: memory %s, tasks %s, cpu %s%%, sessions %s, disk per session %s, runs in flight %s, background processes %s (%s per session), network at most %s",
+		t.Tenant, bytes(e.Memory), num(e.Tasks), num(e.CPUPercent), num(e.Sessions), bytes(e.Disk), num(e.Runs), num(e.Processes), num(e.SessionProcesses), e.NetworkMax)
 }
 
 // tenantLimitsInfo answers get_tenant_limits: ceilings that cannot be read
@@ -716,7 +728,7 @@ func (a *App) tenantLimitsInfo(ctx context.Context, tenant string) (*TenantLimit
 func (a *App) registerTenantLimits(reg *capability.Registry) {
 	reg.Register(capability.New("get_tenant_limits",
 		"Show a tenant's ceilings: memory, processes and CPU of all its processes together, sessions at once, disk per session, "+
-			"calls running code at once and background processes (of the tenant, of one session), "+
+			"calls running code at once, background processes (of the tenant, of one session) and the most network its sessions may ask for, "+
 			"as set for it (own) and as they apply (effective). Your own tenant's; the operator (an admin of the local tenant) may name any tenant.",
 		capability.ScopeRead, func(ctx context.Context, in TenantLimitsInput) (*TenantLimitsInfo, error) {
 			c, ok := controller.CallerFrom(ctx)
@@ -740,7 +752,7 @@ func (a *App) registerTenantLimits(reg *capability.Registry) {
 					"a tenant's ceilings are set by the operator (an admin of the local tenant, e.g. quro tenant limits set on the server's host)")
 			}
 			l := TenantLimits{Memory: in.Memory, Tasks: in.Tasks, CPUPercent: in.CPUPercent, Sessions: in.Sessions, Disk: in.Disk,
-				Runs: in.Runs, Processes: in.Processes, SessionProcesses: in.SessionProcesses}
+				Runs: in.Runs, Processes: in.Processes, SessionProcesses: in.SessionProcesses, NetworkMax: in.NetworkMax}
 			if err := a.tenants.Set(ctx, in.Tenant, l); err != nil {
 				return nil, err
 			}

@@ -83,6 +83,7 @@ type Metrics struct {
 	sandbox  *prometheus.CounterVec
 	// egress and egressBytes count the egress's decisions and bytes.
 	egress, egressBytes *prometheus.CounterVec
+	egressLogLost       prometheus.Counter // decisions the egress log could not write
 	known               func(name string) bool
 	refusals            *prometheus.CounterVec // see WatchTenants
 	conns               connGauges
@@ -125,6 +126,10 @@ func New() *Metrics {
 			Name: "quro_egress_bytes_total",
 			Help: "Bytes the egress relayed for boxes, by direction: out (box to destination) or in.",
 		}, []string{"direction"}),
+		egressLogLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "quro_egress_log_lost_total",
+			Help: "Egress decisions not written to the egress log: its queue was full, or the store failed a batch three times.",
+		}),
 		known: func(string) bool { return true },
 	}
 	for _, d := range []string{"allowed", "denied"} {
@@ -139,7 +144,7 @@ func New() *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.calls, m.duration, m.runs, m.sandbox, m.egress, m.egressBytes,
+		m.calls, m.duration, m.runs, m.sandbox, m.egress, m.egressBytes, m.egressLogLost,
 	)
 	return m
 }
@@ -237,6 +242,9 @@ func (m *Metrics) Egress(decision string, out, in int64) {
 	m.egressBytes.WithLabelValues("out").Add(float64(out))
 	m.egressBytes.WithLabelValues("in").Add(float64(in))
 }
+
+// EgressLogLost counts n egress decisions the egress log did not write.
+func (m *Metrics) EgressLogLost(n int) { m.egressLogLost.Add(float64(n)) }
 
 // SandboxFailure counts one failed sandbox start (a sandbox.Options.OnFailure).
 func (m *Metrics) SandboxFailure(reason string) {

@@ -772,3 +772,33 @@ func TestE2BNetworkRules(t *testing.T) {
 		}
 	}
 }
+
+// TestE2BTenantNetworkMax: a tenant held to network none by the operator
+// (set_tenant_limits network_max) gets E2B's default create as none (its
+// internet is refused by the tenant's maximum, as by the server's), and an
+// explicit allowInternetAccess or allowOut, or an updateNetwork to
+// internet, is refused (403) naming the tenant's setting.
+func TestE2BTenantNetworkMax(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	in, _ := json.Marshal(map[string]any{"tenant": e.Tenant, "network_max": "none"})
+	if _, err := e.App.Controller.Call(context.Background(),
+		controller.Caller{Path: "cli", Scope: capability.ScopeAdmin}, "set_tenant_limits", in); err != nil {
+		t.Fatal(err)
+	}
+	var sb struct{ SandboxID string }
+	r := e.api(t, e.Key, "POST", "/v2/sandboxes", map[string]any{"templateID": "base"})
+	r.want(t, 201, "")
+	r.json(t, &sb)
+	if s, err := e.App.Sessions.ByIDAnyTenant(context.Background(), sb.SandboxID); err != nil || s.Network != "none" {
+		t.Fatalf("E2B's default create under a tenant maximum of none: %+v %v", s, err)
+	}
+	for _, body := range []map[string]any{
+		{"templateID": "base", "allow_internet_access": true},
+		{"templateID": "base", "network": map[string]any{"allowOut": []string{"pypi.org"}, "denyOut": []string{"0.0.0.0/0"}}},
+	} {
+		e.api(t, e.Key, "POST", "/v2/sandboxes", body).want(t, 403, "quro tenant limits set --tenant "+e.Tenant+" --network-max")
+	}
+	e.api(t, e.Key, "PUT", "/sandboxes/"+sb.SandboxID+"/network", map[string]any{"allow_internet_access": true}).
+		want(t, 403, "quro tenant limits set --tenant "+e.Tenant+" --network-max")
+}

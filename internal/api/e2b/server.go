@@ -107,6 +107,9 @@ type Options struct {
 	// Domain, when set, also routes by host: api.DOMAIN is the control
 	// plane and PORT-ID.DOMAIN a sandbox's port, as E2B's own hosts.
 	Domain string
+	// Preview, when set, serves a sandbox's other ports (getHost) through
+	// Quro's preview proxy; nil: only envd's and the interpreter's.
+	Preview rest.PreviewBackend
 	// APIKey names the caller of an API key (X-API-KEY): a Quro token.
 	// nil: every caller is the local admin (quro serve --no-auth).
 	APIKey func(ctx context.Context, key string) (controller.Caller, error)
@@ -457,9 +460,7 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, t target) 
 	case InterpPort:
 		mux = s.interp
 	default:
-		writeJSONError(w, http.StatusBadGateway, fmt.Sprintf(
-			"port %d of sandbox %s: Quro %s serves only envd (%d) and the code interpreter (%d); it does not forward other ports (getHost)",
-			t.port, t.id, s.version(), EnvdPort, InterpPort))
+		s.servePort(w, r, t, tenant)
 		return
 	}
 	open := t.port == EnvdPort && t.path == "/health" || t.port == InterpPort && t.path == "/health"
@@ -491,6 +492,37 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, t target) 
 	r2.URL.Path = t.path
 	r2.URL.RawPath = ""
 	mux.ServeHTTP(w, r2)
+}
+
+// servePort serves a request to another port of the sandbox (getHost's
+// PORT-ID.DOMAIN) through Quro's preview proxy (Options.Preview): with
+// the sandbox's access token, as E2B's trafficAccessToken in the
+// E2B-Traffic-Access-Token header (or X-Access-Token), never forwarded to
+// the box. E2B's public traffic (no token) is not served.
+func (s *Server) servePort(w http.ResponseWriter, r *http.Request, t target, tenant string) {
+	if s.opts.Preview == nil {
+		writeJSONError(w, http.StatusBadGateway, fmt.Sprintf(
+			"port %d of sandbox %s: Quro %s serves only envd (%d) and the code interpreter (%d) here: this server forwards no other port (getHost)",
+			t.port, t.id, s.version(), EnvdPort, InterpPort))
+		return
+	}
+	key, ok := s.tokenKey(t.id, tenant, r)
+	if !ok {
+		writeJSONError(w, http.StatusUnauthorized, fmt.Sprintf(
+			"port %d of sandbox %s needs the sandbox's traffic access token: send header %s with the trafficAccessToken that create and connect return (sandbox.trafficAccessToken); Quro serves no public traffic",
+			t.port, t.id, headerTraffic))
+		return
+	}
+	caller := controller.Caller{Path: PathAccess, Tenant: tenant, TokenID: key, Scope: capability.ScopeExec}
+	if err := s.opts.Preview.PreviewByCaller(r.Context(), caller, t.id, t.port); err != nil {
+		ce := controller.Classify(err)
+		writeJSONError(w, rest.Status(ce.Code), ce.Message)
+		return
+	}
+	r2 := r.Clone(r.Context())
+	r2.Header.Del(headerTraffic)
+	r2.Header.Del(headerAccessToken)
+	rest.ProxyPreview(w, r2, s.opts.Preview, t.id, t.port, "/", s.log)
 }
 
 // AccessToken is sandbox id's access token on a server without API keys:

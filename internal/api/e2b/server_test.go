@@ -57,7 +57,7 @@ func TestRoutingAndCredentials(t *testing.T) {
 		{"sandbox unknown", nil, "/health", []string{e2b.HeaderSandboxID, strings.Repeat("ab", 16), e2b.HeaderSandboxPort, "49983"}, 502, "not found"},
 		{"sandbox without token", nil, "/files?path=x", []string{e2b.HeaderSandboxID, id, e2b.HeaderSandboxPort, "49983"}, 401, "access token"},
 		{"sandbox with another server's token", other.sandboxClient(id, e2b.EnvdPort), "/files?path=x", nil, 401, "access token"},
-		{"sandbox port not served", nil, "/", []string{e2b.HeaderSandboxID, id, e2b.HeaderSandboxPort, "8080"}, 502, "does not forward other ports"},
+		{"sandbox port not served", nil, "/", []string{e2b.HeaderSandboxID, id, e2b.HeaderSandboxPort, "8080"}, 502, "forwards no other port"},
 		{"not an e2b request", nil, "/v1/x", nil, http.StatusTeapot, "not an E2B request"},
 	}
 	for _, c := range checks {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -35,18 +36,15 @@ type PreviewBackend interface {
 	DialPreview(ctx context.Context, id string, port int) (net.Conn, error)
 }
 
-// Preview is the preview proxy: a request under PreviewPattern that
-// passes access's origin and Host checks and carries a bearer token of
-// the session's tenant, a valid signature (PreviewParam in the query,
-// then a cookie scoped to the path), goes to the port on 127.0.0.1 in the
-// session's box, the prefix stripped. HTTP, streamed responses and
-// WebSocket upgrades pass; the Authorization header and the signature
-// (query and cookie) do not. Each request dials its own connection: no
-// connection is reused, across sessions or otherwise.
+// Preview is the preview proxy's path form: a request under
+// PreviewPattern that passes access's origin and Host checks and carries a
+// bearer token of the session's tenant, a valid signature (PreviewParam in
+// the query, then a cookie scoped to the path), goes to the port on
+// 127.0.0.1 in the session's box, the prefix stripped. HTTP, streamed
+// responses and WebSocket upgrades pass; the Authorization header and the
+// signature (query and cookie) do not. Each request dials its own
+// connection: no connection is reused, across sessions or otherwise.
 func Preview(access Access, b PreviewBackend, log *slog.Logger) http.Handler {
-	if log == nil {
-		log = slog.Default()
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if e := access.Check(r); e != nil {
 			WriteError(w, http.StatusForbidden, e)
@@ -63,70 +61,148 @@ func Preview(access Access, b PreviewBackend, log *slog.Logger) http.Handler {
 			WriteError(w, http.StatusNotFound, capability.Errorf(capability.NotFound, "not a preview path"))
 			return
 		}
-		ctx := r.Context()
-		q := r.URL.Query()
-		signed := false
-		if q.Has(PreviewParam) {
-			if err := b.PreviewBySignature(ctx, id, port, q.Get(PreviewParam)); err != nil {
-				writeCallError(w, err)
-				return
-			}
-			http.SetCookie(w, &http.Cookie{Name: PreviewParam, Value: q.Get(PreviewParam), Path: prefix,
-				HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
-			signed = true
-		} else if ck, err := r.Cookie(PreviewParam); err == nil && b.PreviewBySignature(ctx, id, port, ck.Value) == nil {
-			signed = true
+		if !previewAuth(w, r, access, b, id, port, prefix) {
+			return
 		}
-		if !signed {
-			caller, ok := access.Admit(w, r, "preview")
-			if !ok {
-				return
-			}
-			if err := b.PreviewByCaller(ctx, caller, id, port); err != nil {
-				writeCallError(w, err)
-				return
-			}
-		}
-		proxy := &httputil.ReverseProxy{
-			Rewrite: func(pr *httputil.ProxyRequest) {
-				pr.Out.URL.Scheme = "http"
-				pr.Out.URL.Host = "127.0.0.1:" + portS
-				pr.Out.Host = ""
-				rest := "/" + strings.TrimPrefix(pr.In.URL.EscapedPath(), prefix)
-				if u, err := url.Parse(rest); err == nil && u.Host == "" {
-					pr.Out.URL.Path, pr.Out.URL.RawPath = u.Path, u.RawPath
-				} else {
-					pr.Out.URL.Path, pr.Out.URL.RawPath = rest, ""
-				}
-				if oq := pr.Out.URL.Query(); oq.Has(PreviewParam) {
-					oq.Del(PreviewParam)
-					pr.Out.URL.RawQuery = oq.Encode()
-				}
-				pr.Out.Header.Del("Authorization")
-				stripCookie(pr.Out, PreviewParam)
-				pr.SetXForwarded()
-			},
-			Transport: &http.Transport{
-				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-					return b.DialPreview(ctx, id, port)
-				},
-				DisableKeepAlives: true,
-			},
-			ModifyResponse: func(resp *http.Response) error {
-				rebase(resp, prefix)
-				return nil
-			},
-			FlushInterval: -1,
-			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-				if ctx.Err() == nil {
-					log.Debug("preview", "session", id, "port", port, "error", err)
-				}
-				WriteError(w, http.StatusBadGateway, capability.Errorf(capability.Unavailable,
-					"session %s, port %d: %v", id, port, err))
-			},
-		}
-		proxy.ServeHTTP(w, r)
+		ProxyPreview(w, r, b, id, port, prefix, log)
 	})
+}
+
+// PreviewHost is the preview proxy's host form: every request whose Host
+// is PORT-ID.DOMAIN (Match) goes, whatever its path, to that port of
+// session ID's box, authenticated as the path form (a bearer token of the
+// session's tenant or a signature), the signature's cookie scoped to that
+// host alone (no Domain attribute, Path /). Each preview is then an origin
+// of its own: its page's scripts reach neither the server's origin (the
+// web UI's token) nor another preview's cookie. Host names below DOMAIN
+// are allowed here only: every other route keeps refusing them.
+type PreviewHost struct {
+	domain string // lower case, no port, no dots around
+	access Access
+	b      PreviewBackend
+	log    *slog.Logger
+}
+
+// NewPreviewHost serves PORT-ID.domain (domain may carry a port, which
+// Match ignores, as the Host check does).
+func NewPreviewHost(access Access, domain string, b PreviewBackend, log *slog.Logger) *PreviewHost {
+	d := hostOnly(strings.Trim(domain, "."))
+	access.Hosts = append(slices.Clone(access.Hosts), "*."+d)
+	return &PreviewHost{domain: d, access: access, b: b, log: log}
+}
+
+// Match says whether r's Host is the host form's, and which session and
+// port it names. A label that is not PORT-ID with a port number matches
+// nothing (such a request goes to the other routes, whose Host check
+// refuses it).
+func (p *PreviewHost) Match(r *http.Request) (id string, port int, ok bool) {
+	label, found := strings.CutSuffix(hostOnly(r.Host), "."+p.domain)
+	if !found || label == "" || strings.Contains(label, ".") {
+		return "", 0, false
+	}
+	portS, id, cut := strings.Cut(label, "-")
+	port, err := strconv.Atoi(portS)
+	if !cut || err != nil || strconv.Itoa(port) != portS || id == "" {
+		return "", 0, false
+	}
+	return id, port, true
+}
+
+func (p *PreviewHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id, port, ok := p.Match(r)
+	if !ok {
+		WriteError(w, http.StatusNotFound, capability.Errorf(capability.NotFound, "not a preview host"))
+		return
+	}
+	if e := p.access.Check(r); e != nil {
+		WriteError(w, http.StatusForbidden, e)
+		return
+	}
+	if !previewAuth(w, r, p.access, p.b, id, port, "/") {
+		return
+	}
+	ProxyPreview(w, r, p.b, id, port, "/", p.log)
+}
+
+// previewAuth admits r to session id's port: a valid signature in the
+// query (which sets the cookie, Path cookiePath, host-only), or in that
+// cookie, or a bearer token of the session's tenant. On refusal it has
+// written the error and returns false.
+func previewAuth(w http.ResponseWriter, r *http.Request, access Access, b PreviewBackend, id string, port int, cookiePath string) bool {
+	ctx := r.Context()
+	if q := r.URL.Query(); q.Has(PreviewParam) {
+		if err := b.PreviewBySignature(ctx, id, port, q.Get(PreviewParam)); err != nil {
+			writeCallError(w, err)
+			return false
+		}
+		http.SetCookie(w, &http.Cookie{Name: PreviewParam, Value: q.Get(PreviewParam), Path: cookiePath,
+			HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
+		return true
+	}
+	if ck, err := r.Cookie(PreviewParam); err == nil && b.PreviewBySignature(ctx, id, port, ck.Value) == nil {
+		return true
+	}
+	caller, ok := access.Admit(w, r, "preview")
+	if !ok {
+		return false
+	}
+	if err := b.PreviewByCaller(ctx, caller, id, port); err != nil {
+		writeCallError(w, err)
+		return false
+	}
+	return true
+}
+
+// ProxyPreview reverse-proxies r, admitted already, to port on 127.0.0.1
+// in session id's box over its own connection (b.DialPreview), prefix
+// stripped from the path ("/": none), the Authorization header and the
+// signature (query and cookie) removed, and the box's redirects and
+// cookies put back under prefix.
+func ProxyPreview(w http.ResponseWriter, r *http.Request, b PreviewBackend, id string, port int, prefix string, log *slog.Logger) {
+	if log == nil {
+		log = slog.Default()
+	}
+	ctx := r.Context()
+	portS := strconv.Itoa(port)
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = "127.0.0.1:" + portS
+			pr.Out.Host = ""
+			rest := "/" + strings.TrimPrefix(pr.In.URL.EscapedPath(), prefix)
+			if u, err := url.Parse(rest); err == nil && u.Host == "" {
+				pr.Out.URL.Path, pr.Out.URL.RawPath = u.Path, u.RawPath
+			} else {
+				pr.Out.URL.Path, pr.Out.URL.RawPath = rest, ""
+			}
+			if oq := pr.Out.URL.Query(); oq.Has(PreviewParam) {
+				oq.Del(PreviewParam)
+				pr.Out.URL.RawQuery = oq.Encode()
+			}
+			pr.Out.Header.Del("Authorization")
+			stripCookie(pr.Out, PreviewParam)
+			pr.SetXForwarded()
+		},
+		Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return b.DialPreview(ctx, id, port)
+			},
+			DisableKeepAlives: true,
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			rebase(resp, prefix)
+			return nil
+		},
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if ctx.Err() == nil {
+				log.Debug("preview", "session", id, "port", port, "error", err)
+			}
+			WriteError(w, http.StatusBadGateway, capability.Errorf(capability.Unavailable,
+				"session %s, port %d: %v", id, port, err))
+		},
+	}
+	proxy.ServeHTTP(w, r)
 }
 
 // stripCookie removes the cookie name from r's Cookie headers.
