@@ -228,7 +228,8 @@ func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []stri
 		// directory (its scratch and temporary directories), which its
 		// output names: the tenant reads them as $QURO_DATA.
 		fetchOut := &dataDirWriter{w: out, dir: a.DataDir}
-		f := &pip.Fetch{SB: a.Sandbox, PipDir: python.PipDir(p.pyRoot), Index: p.opts.IndexURL, Extra: p.opts.ExtraIndexURLs, Reqs: reqs, Out: fetchOut, TenantDir: sess.Workspace()}
+		f := &pip.Fetch{SB: a.Sandbox, PipDir: python.PipDir(p.pyRoot), Index: p.opts.IndexURL, Extra: p.opts.ExtraIndexURLs, Reqs: reqs, Out: fetchOut, TenantDir: sess.Workspace(),
+			Egress: func(pol *egress.Policy) pip.FetchEgress { return a.egress.helper(pol) }}
 		if sess.Rootfs != "" {
 			dir, err := RootfsDir(a.DataDir)(sess.Rootfs)
 			if err != nil {
@@ -249,7 +250,7 @@ func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []stri
 		for _, s := range fr.Skipped {
 			fmt.Fprintf(out, "quro: not cached: %s\n", s)
 		}
-		refused := refusedOf(fr.Refused)
+		refused := refusedOf(fr.Refused, fr.Denied)
 		if refused != "" {
 			fmt.Fprintf(out, "quro: %s\n", refused)
 		}
@@ -322,19 +323,25 @@ func (p *pipSetup) indexName() string {
 	return name
 }
 
-// refusedOf says which destinations the fetch's egress proxy refused, or
-// is "": the host:port the package's URL named and its class of address,
-// nothing a name resolved to.
-func refusedOf(rs []egress.Refusal) string {
-	if len(rs) == 0 {
+// refusedOf says which destinations the fetch's egress refused, or is
+// "": those of pip's proxy (the host:port the package's URL named and its
+// class of address, nothing a name resolved to), then those of anything
+// else in the fetch box (git, a build backend: a connection or a DNS
+// name), at most 5 in all.
+func refusedOf(rs []egress.Refusal, denied []string) string {
+	ds := make([]string, 0, len(rs)+len(denied))
+	for _, r := range rs {
+		ds = append(ds, r.String())
+	}
+	ds = append(ds, denied...)
+	if len(ds) == 0 {
 		return ""
 	}
-	ds := make([]string, len(rs))
-	for i, r := range rs {
-		ds[i] = r.String()
+	if len(ds) > 5 {
+		ds = append(ds[:5], fmt.Sprintf("%d more", len(ds)-5))
 	}
 	return "the server's fetch refused to connect to " + strings.Join(ds, ", ") +
-		": a URL on the index named it, and only the configured indexes may be on the server's own or private networks"
+		": a package on the index named it, and the fetch reaches the configured indexes (quro serve --pip-index-url, --pip-extra-index-url) alone"
 }
 
 func timedOut(e sandbox.Exit) string {

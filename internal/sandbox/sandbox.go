@@ -283,8 +283,16 @@ type Spec struct {
 	Env    map[string]string
 	Limits *Limits // nil means the Sandbox's limits
 
-	// Network is the network policy: NetworkNone (also for "") or NetworkHost.
+	// Network is the network policy: NetworkNone (also for ""),
+	// NetworkInternet or NetworkHost.
 	Network string
+	// Egress, under NetworkInternet, serves the way out of this run's box
+	// instead of Options.Egress: the server's own helpers that need a
+	// namespace with a way out of their own (pip's fetch: a policy that
+	// admits only the configured indexes, and the fetch's proxy listening
+	// inside it). Only for a box of its own: a session box's way out is
+	// the session's.
+	Egress Egress
 	// ConnectPorts, with NetworkHost, are the only TCP ports the run may
 	// connect to (on any address; Landlock's net-port rules, ABI 4+), and
 	// it may bind none: the server's own helpers that must reach one local
@@ -591,11 +599,14 @@ func (s *Sandbox) checkNetwork(spec *Spec) error {
 	switch spec.Network {
 	case "", NetworkNone, NetworkHost:
 	case NetworkInternet:
-		if s.egress == nil {
+		if s.egress == nil && spec.Egress == nil {
 			return fmt.Errorf("%w: network policy %q: this server has no egress", ErrInvalidSpec, NetworkInternet)
 		}
 	default:
 		return fmt.Errorf("%w: network policy %q: want one of %v", ErrInvalidSpec, spec.Network, Networks)
+	}
+	if spec.Egress != nil && (spec.Network != NetworkInternet || spec.Session != "" || s.session != "") {
+		return fmt.Errorf("%w: an egress of the run's own needs network %q and a box of its own (no session)", ErrInvalidSpec, NetworkInternet)
 	}
 	return s.checkConnectPorts(spec)
 }
@@ -873,7 +884,7 @@ func (s *Sandbox) startOneShot(ctx context.Context, pl *plan) (*Process, error) 
 		if session == "" {
 			session = s.session
 		}
-		p.net, err = s.openNet(session, pl.network)
+		p.net, err = s.openNet(session, pl.network, spec.Egress)
 	}
 	if err == nil {
 		l, err = s.oneShotLaunch(ctx, pl, pb, cg != nil, p.net.namespace())
