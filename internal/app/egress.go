@@ -213,7 +213,7 @@ func (e *boxEgress) attach(session string, ns *sandbox.Netns, policy func() *egr
 			return egress.DNSDecision{Allowed: ok, Rule: rule}
 		}, func(name, qtype string, d egress.DNSDecision) {
 			if !d.Allowed {
-				e.record(egress.Event{Box: session, Dest: name, Decision: egress.Denied, Rule: d.Rule, Reason: "name " + d.Rule + ", DNS " + qtype, Start: time.Now()})
+				e.record(egress.Event{Box: session, Dest: name, Decision: egress.Denied, Rule: d.Rule, Reason: lookupReason(d.Rule) + ", DNS " + qtype, Start: time.Now()})
 			}
 		})
 	})
@@ -225,6 +225,15 @@ func (e *boxEgress) attach(session string, ns *sandbox.Netns, policy func() *egr
 		wg.Wait()
 		return errors.Join(errs...)
 	}), nil
+}
+
+// lookupReason is why the box's DNS refused a name whose decision was
+// rule: a deny rule (a rule never holds a space) or a policy's reason.
+func lookupReason(rule string) string {
+	if strings.Contains(rule, " ") {
+		return "name " + rule
+	}
+	return "deny rule " + rule
 }
 
 // Close ends every box's connections.

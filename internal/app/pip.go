@@ -118,9 +118,11 @@ func (p *pipSetup) wheels(tenant string) (string, error) {
 // pip of the rootfs's python3 on a rootfs), pip's user scheme (installs go
 // to $HOME/.local: the workspace), its cache in the session's tmp
 // directory, the tenant's wheels (read-only) as a source, and the index:
-// none without network (PIP_NO_INDEX: pip fails at once instead of
-// retrying an unreachable index), else the server's. The session's own
-// variables (PIP_INDEX_URL…) come after these and win.
+// none under network none (PIP_NO_INDEX: pip fails at once instead of
+// retrying an unreachable index), else the server's: under internet pip
+// reaches it through the session's egress, as the session's policy
+// allows. The session's own variables (PIP_INDEX_URL…) come after these
+// and win.
 func (p *pipSetup) runEnv(spec *sandbox.Spec, network string) sandbox.RunEnv {
 	id, sdir, ok := p.tenants.sessionDir(spec.Dir)
 	if !ok {
@@ -153,7 +155,7 @@ func (p *pipSetup) runEnv(spec *sandbox.Spec, network string) sandbox.RunEnv {
 		env["PIP_FIND_LINKS"] = w
 		ro = append(ro, w)
 	}
-	if network != sandbox.NetworkHost {
+	if network == sandbox.NetworkNone {
 		env["PIP_NO_INDEX"] = "1"
 		env["QURO_PIP_OFFLINE"] = "1"
 	} else {
@@ -229,7 +231,7 @@ func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []stri
 		// output names: the tenant reads them as $QURO_DATA.
 		fetchOut := &dataDirWriter{w: out, dir: a.DataDir}
 		f := &pip.Fetch{SB: a.Sandbox, PipDir: python.PipDir(p.pyRoot), Index: p.opts.IndexURL, Extra: p.opts.ExtraIndexURLs, Reqs: reqs, Out: fetchOut, TenantDir: sess.Workspace(),
-			Egress: func(pol *egress.Policy) pip.FetchEgress { return a.egress.helper(pol) }}
+			Egress: func(pol *egress.Policy) pip.FetchEgress { return a.egress.helper(pol) }, Resolve: a.network.Resolve}
 		if sess.Rootfs != "" {
 			dir, err := RootfsDir(a.DataDir)(sess.Rootfs)
 			if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -48,6 +49,9 @@ type Fetch struct {
 	// (sandbox.Spec.Egress): the server's egress under Policy(Index,
 	// Extra). Required.
 	Egress func(*egress.Policy) FetchEgress
+	// Resolve resolves the names pip's proxy connects to, as the server's
+	// egress does (NetworkOptions.Resolve); nil is the system's.
+	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 }
 
 // FetchEgress is the server's egress for one fetch box: it serves the
@@ -189,7 +193,7 @@ func (c *Cache) Fetch(ctx context.Context, tenant string, f *Fetch) (*FetchResul
 		out = io.Discard
 	}
 	trusted := TrustedDestinations(f.Index, f.Extra)
-	eg := &fetchNet{egress: f.Egress(Policy(f.Index, f.Extra)), trusted: trusted}
+	eg := &fetchNet{egress: f.Egress(Policy(f.Index, f.Extra)), trusted: trusted, resolve: f.Resolve}
 	proxyURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ProxyPort))
 	spec := &sandbox.Spec{
 		Args:      append([]string{f.Python}, DownloadArgs(f.PipDir, dest, wheels, proxyURL, f.Index, f.Extra, f.Reqs)...),
@@ -242,6 +246,7 @@ func (c *Cache) Fetch(ctx context.Context, tenant string, f *Fetch) (*FetchResul
 type fetchNet struct {
 	egress  FetchEgress
 	trusted []string
+	resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 
 	mu sync.Mutex
 	p  *egress.Proxy
@@ -259,7 +264,7 @@ func (n *fetchNet) Attach(session string, ns *sandbox.Netns) (io.Closer, error) 
 		c.Close()
 		return nil, fmt.Errorf("pip fetch proxy: %w", err)
 	}
-	p, err := egress.Start(egress.Options{Trusted: n.trusted, OnlyTrusted: true, Listener: ln})
+	p, err := egress.Start(egress.Options{Trusted: n.trusted, OnlyTrusted: true, Listener: ln, Resolve: n.resolve})
 	if err != nil {
 		ln.Close()
 		c.Close()
