@@ -214,12 +214,14 @@ func TestPipFetchInTenantCgroupOneAtATime(t *testing.T) {
 // index (which itself is on loopback, as the operator configured it)
 // declares a direct-URL dependency on the server's loopback (another
 // port, a listener of the test's, by http and by https), on the cloud
-// metadata address and on a private address. The server's fetch goes
-// through its egress proxy, which refuses each: install_packages fails
-// naming the destination and its class, and the listener saw no
-// connection. A dependency on a git repository there (git, which pip
-// runs, ignores the proxy) fails too, the listener still untouched. A
-// package without such a dependency still comes from the loopback index.
+// metadata address, on a private address, on a public address and on a
+// name. The server's fetch goes through its egress proxy, which connects
+// to the configured index alone: install_packages fails naming the
+// destination and its class (or that it is not a configured index), and
+// the listener saw no connection. A dependency on a git repository there
+// (git, which pip runs, ignores the proxy) fails too, the listener still
+// untouched: loopback in the fetch box is the box's own. A package
+// without such a dependency still comes from the loopback index.
 func TestPipFetchRefusesDirectURLsToTheHostsNetworks(t *testing.T) {
 	t.Parallel()
 	ln := sandboxtest.ListenHost(t, "")
@@ -234,6 +236,8 @@ func TestPipFetchRefusesDirectURLsToTheHostsNetworks(t *testing.T) {
 		evil("quroloops", "https://"+target+"/evil-1.0-py3-none-any.whl"),
 		evil("quromd", "http://169.254.169.254/latest/meta-data/evil-1.0-py3-none-any.whl"),
 		evil("quropriv", "http://10.255.0.1:8080/evil-1.0-py3-none-any.whl"),
+		evil("quropub", "http://203.0.113.7/evil-1.0-py3-none-any.whl"),
+		evil("quroname", "https://files.example.org/evil-1.0-py3-none-any.whl"),
 		evil("qurogit", "git+http://"+target+"/evil.git"))
 	a := pipApp(t, ix)
 	s := sessionAs(t, a, pipAlice, "ssrf", "", nil)
@@ -242,6 +246,8 @@ func TestPipFetchRefusesDirectURLsToTheHostsNetworks(t *testing.T) {
 		"quroloops": target + " (loopback address)",
 		"quromd":    "169.254.169.254:80 (link-local address)",
 		"quropriv":  "10.255.0.1:8080 (private address)",
+		"quropub":   "203.0.113.7:80 (not a configured index)",
+		"quroname":  "files.example.org:443 (not a configured index)",
 	} {
 		_, err := installPip(t, a, pipAlice, s.ID, pkg)
 		if err == nil || !strings.Contains(err.Error(), "refused to connect to "+want) {

@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -17,11 +18,15 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/rootfs/rootfstest"
 )
 
 // testCA is a certificate authority of the test's and a server
@@ -182,5 +187,82 @@ func TestToolsThroughTheEgress(t *testing.T) {
 	}
 	if hits.Load() == 0 {
 		t.Error("the stand-in saw no request")
+	}
+}
+
+// TestAptThroughTheEgress: in a session on the installed Debian rootfs
+// (skipped where none is installed) under allow rules, apt-get — as the
+// session's user, with its lists and cache in the workspace — updates
+// from a stand-in flat repository (apt.test, on the host's loopback,
+// which only the egress reaches) and downloads a package from it,
+// checked by apt against the repository's hashes; a repository under a
+// name the rules do not list fails to update, the note naming it. (The
+// rootfs's own /usr/bin/apt-get: quro's apt-get stand-in, first on PATH,
+// is the test binary here.)
+func TestAptThroughTheEgress(t *testing.T) {
+	t.Parallel()
+	m := rootfs.New(rootfstest.Dir())
+	if !m.Ready(rootfs.DefaultName) {
+		t.Skip("no test rootfs installed (" + rootfstest.Dir() + ")")
+	}
+	deb := []byte("!<arch>\nquro stand-in package\n")
+	debSum := sha256.Sum256(deb)
+	packages := fmt.Sprintf("Package: qurohello\nVersion: 1.0\nArchitecture: all\nMaintainer: quro <t@t>\nFilename: ./qurohello_1.0_all.deb\nSize: %d\nSHA256: %x\nDescription: a stand-in\n\n", len(deb), debSum)
+	pkSum := sha256.Sum256([]byte(packages))
+	release := fmt.Sprintf("Origin: quro-test\nLabel: quro-test\nSuite: stable\nCodename: stable\nArchitectures: amd64 all\nDate: %s\nSHA256:\n %x %d Packages\n",
+		time.Now().UTC().Format(time.RFC1123), pkSum, len(packages))
+	var served atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		files := map[string]string{"/Release": release, "/Packages": packages, "/qurohello_1.0_all.deb": string(deb)}
+		body, ok := files[path.Clean(r.URL.Path)] // apt asks for /./Packages
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		served.Add(1)
+		fmt.Fprint(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	resolve := func(_ context.Context, host string) ([]netip.Addr, error) {
+		if host == "apt.test" || host == "other.test" {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+		}
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	data := t.TempDir()
+	if err := os.Symlink(m.Dir, rootfs.DirIn(data)); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(context.Background(), data, &Options{Python: testPython,
+		Network: NetworkOptions{Trusted: []string{fmt.Sprintf("apt.test:%d", port), fmt.Sprintf("other.test:%d", port)}, Resolve: resolve}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	needBoxes(t, a)
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "apt", Network: "internet", Rootfs: rootfs.DefaultName,
+		AllowOut: []string{fmt.Sprintf("apt.test:%d", port)}}).(*SessionInfo)
+	apt := func(host string) string {
+		return fmt.Sprintf(`set -e
+mkdir -p ~/apt-%[1]s/lists/partial ~/apt-%[1]s/cache/archives/partial ~/dl-%[1]s
+echo "deb [trusted=yes] http://%[1]s:%[2]d/ ./" > ~/apt-%[1]s/sources.list
+o="-o Dir::Etc::SourceList=$HOME/apt-%[1]s/sources.list -o Dir::Etc::SourceParts=/nonexistent -o Dir::State::Lists=$HOME/apt-%[1]s/lists -o Dir::Cache=$HOME/apt-%[1]s/cache -o Debug::NoLocking=1 -o APT::Sandbox::User=$(id -un)"
+/usr/bin/apt-get $o -q update 2>&1
+cd ~/dl-%[1]s && /usr/bin/apt-get $o -q download qurohello 2>&1 && ls`, host, port)
+	}
+	res := runCodeWithin(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: apt("apt.test")}, 4*time.Minute)
+	t.Logf("apt: %s %s %q", res.Stdout, res.Stderr, res.Notes)
+	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "qurohello_1.0_all.deb") {
+		t.Fatalf("apt-get update and download through the egress: %+v", res)
+	}
+	before := served.Load()
+	res = runCodeWithin(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: apt("other.test")}, 4*time.Minute)
+	t.Logf("apt from a name not allowed: %s %q", res.Stdout, res.Notes)
+	if strings.Contains(res.Stdout, "qurohello_1.0_all.deb") || served.Load() != before {
+		t.Errorf("apt reached a repository the rules do not list: %+v", res)
+	}
+	if notes := strings.Join(res.Notes, "\n"); !strings.Contains(notes, "other.test") {
+		t.Errorf("the run's notes do not name the refused repository: %q", notes)
 	}
 }

@@ -293,12 +293,6 @@ type Spec struct {
 	// inside it). Only for a box of its own: a session box's way out is
 	// the session's.
 	Egress Egress
-	// ConnectPorts, with NetworkHost, are the only TCP ports the run may
-	// connect to (on any address; Landlock's net-port rules, ABI 4+), and
-	// it may bind none: the server's own helpers that must reach one local
-	// proxy (pip's fetch). A machine whose Landlock cannot limit TCP
-	// refuses the run. At most 16.
-	ConnectPorts []int
 	// Rootfs is the directory of a root filesystem (e.g. a debootstrapped
 	// Debian) whose userland the box shows, read-only, instead of the host's.
 	Rootfs string
@@ -594,7 +588,7 @@ func (pl *plan) startErr(err error) error {
 }
 
 // checkNetwork refuses a spec whose network policy this sandbox cannot
-// give, and connect ports it cannot hold.
+// give.
 func (s *Sandbox) checkNetwork(spec *Spec) error {
 	switch spec.Network {
 	case "", NetworkNone, NetworkHost:
@@ -608,7 +602,7 @@ func (s *Sandbox) checkNetwork(spec *Spec) error {
 	if spec.Egress != nil && (spec.Network != NetworkInternet || spec.Session != "" || s.session != "") {
 		return fmt.Errorf("%w: an egress of the run's own needs network %q and a box of its own (no session)", ErrInvalidSpec, NetworkInternet)
 	}
-	return s.checkConnectPorts(spec)
+	return nil
 }
 
 // prepare is the first step of a start: check the spec, build the
@@ -702,7 +696,6 @@ func (s *Sandbox) initPolicy(pl *plan) initPolicy {
 		Seccomp:  s.layers.ok(LayerSeccomp),
 		Network:  pl.network,
 		OwnNetns: pl.boxed && pl.network != NetworkHost,
-		Ports:    pl.spec.ConnectPorts,
 		RW:       append(slices.Clone(pl.writable), "/tmp", "/dev/shm"),
 	}
 	if pl.admin {
