@@ -159,15 +159,15 @@ func (h *helperEgress) add(ev egress.Event) {
 }
 
 // Denied are the destinations the egress refused the helper's box so
-// far (at most 64), each "dest (reason)" once.
+// far (at most 64), each once as "dest (reason)", with its first reason.
 func (h *helperEgress) Denied() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var out []string
+	var out, seen []string
 	for _, ev := range h.denied {
-		s := ev.Dest + " (" + ev.Reason + ")"
-		if !slices.Contains(out, s) {
-			out = append(out, s)
+		if !slices.Contains(seen, ev.Dest) {
+			seen = append(seen, ev.Dest)
+			out = append(out, ev.Dest+" ("+ev.Reason+")")
 		}
 	}
 	return out

@@ -190,9 +190,9 @@ func (p *pipSetup) runEnv(spec *sandbox.Spec, network string) sandbox.RunEnv {
 // installPip is install_packages {manager: pip}: the requirements are
 // installed into the session's user site by pip in the session's own box
 // from the tenant's wheel cache only (--no-index); what the cache lacks is
-// fetched first by the server (pip.Cache.Fetch: a helper box with network
-// full and no session directory, from the server's indexes only), whatever
-// the session's network.
+// fetched first by the server (pip.Cache.Fetch: a helper box with a
+// network namespace of its own and no session directory, from the
+// server's indexes only), whatever the session's network.
 func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []string, timeout time.Duration) (*InstallPackagesResult, error) {
 	if err := pip.CheckRequirements(reqs); err != nil {
 		return nil, capability.Errorf(capability.InvalidArgument, "%v", err)

@@ -87,8 +87,9 @@ type FetchResult struct {
 
 // DownloadArgs is the command line of the fetch after the interpreter:
 // pip download of wheels only (a direct-URL dependency on a source
-// archive still has its build backend run for its metadata), into dest, with the tenant's wheels as a local source, through proxy (pip
-// then ignores the environment's proxy variables and no_proxy, and with
+// archive still has its build backend run for its metadata), into dest,
+// with the tenant's wheels as a local source, through proxy (pip then
+// ignores the environment's proxy variables and no_proxy, and with
 // --isolated PIP_* variables and configuration files).
 func DownloadArgs(pipDir, dest, wheels, proxy, index string, extra, reqs []string) []string {
 	args := []string{"-I", "-S", filepath.Join(pipDir, "pip"), "download", "--only-binary=:all:", "--dest", dest,
