@@ -195,7 +195,9 @@ func TestToolsThroughTheEgress(t *testing.T) {
 // session's user, with its lists and cache in the workspace — updates
 // from a stand-in flat repository (apt.test, on the host's loopback,
 // which only the egress reaches) and downloads a package from it,
-// checked by apt against the repository's hashes; a repository under a
+// checked by apt against the repository's hashes, and pip run by the
+// rootfs's python3 installs from the server's index there; a repository
+// under a
 // name the rules do not list fails to update, the note naming it. (The
 // rootfs's own /usr/bin/apt-get: quro's apt-get stand-in, first on PATH,
 // is the test binary here.)
@@ -212,11 +214,12 @@ func TestAptThroughTheEgress(t *testing.T) {
 	release := fmt.Sprintf("Origin: quro-test\nLabel: quro-test\nSuite: stable\nCodename: stable\nArchitectures: amd64 all\nDate: %s\nSHA256:\n %x %d Packages\n",
 		time.Now().UTC().Format(time.RFC1123), pkSum, len(packages))
 	var served atomic.Int64
+	ix := newTestIndex(t, pureWheel(t, "qurorootfs", "1.0", "from-the-stand-in-index"))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		files := map[string]string{"/Release": release, "/Packages": packages, "/qurohello_1.0_all.deb": string(deb)}
 		body, ok := files[path.Clean(r.URL.Path)] // apt asks for /./Packages
 		if !ok {
-			http.NotFound(w, r)
+			ix.ServeHTTP(w, r) // pip's index
 			return
 		}
 		served.Add(1)
@@ -235,12 +238,20 @@ func TestAptThroughTheEgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, err := New(context.Background(), data, &Options{Python: testPython,
-		Network: NetworkOptions{Trusted: []string{fmt.Sprintf("apt.test:%d", port), fmt.Sprintf("other.test:%d", port)}, Resolve: resolve}})
+		Network: NetworkOptions{Trusted: []string{fmt.Sprintf("apt.test:%d", port), fmt.Sprintf("other.test:%d", port)}, Resolve: resolve},
+		Pip:     PipOptions{IndexURL: fmt.Sprintf("http://apt.test:%d/simple/", port)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
 	needBoxes(t, a)
+	embedded := wantPython == "python/embedded"
+	if embedded {
+		// pip comes with the embedded Python: ready before the box is made.
+		if _, _, err := a.Python.Installed(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "apt", Network: "internet", Rootfs: rootfs.DefaultName,
 		AllowOut: []string{fmt.Sprintf("apt.test:%d", port)}}).(*SessionInfo)
 	apt := func(host string) string {
@@ -255,6 +266,15 @@ cd ~/dl-%[1]s && /usr/bin/apt-get $o -q download qurohello 2>&1 && ls`, host, po
 	t.Logf("apt: %s %s %q", res.Stdout, res.Stderr, res.Notes)
 	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "qurohello_1.0_all.deb") {
 		t.Fatalf("apt-get update and download through the egress: %+v", res)
+	}
+	// pip run by the rootfs's python3 goes to the server's index through
+	// the session's egress too (--trusted-host: pip takes plain HTTP from
+	// a name other than localhost only so).
+	if embedded {
+		res = runCodeWithin(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: "python3 -m pip install -q --trusted-host apt.test qurorootfs 2>&1 && python3 -c 'import sys, qurorootfs; print(sys.version_info[:2], qurorootfs.VALUE)'"}, 4*time.Minute)
+		if !strings.Contains(res.Stdout, "(3, 11) from-the-stand-in-index") || ix.Requests.Load() == 0 {
+			t.Errorf("the rootfs's pip through the egress: %+v", res)
+		}
 	}
 	before := served.Load()
 	res = runCodeWithin(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: apt("other.test")}, 4*time.Minute)
