@@ -36,8 +36,10 @@ type boxEgress struct {
 	policy  func(session string) *egress.Policy
 	events  *egressLog
 
-	mu  sync.Mutex
-	own ownAddrs
+	mu      sync.Mutex
+	own     ownAddrs
+	helpers map[string]*helperEgress // the server's own helper boxes (pip's fetch), by box key
+	nextID  uint64
 }
 
 // ownAddrs are the host's addresses, read again at most every few seconds:
@@ -70,7 +72,7 @@ func newBoxEgress(o NetworkOptions, policy func(session string) *egress.Policy, 
 	e.t = egress.NewTransparent(egress.TransparentOptions{
 		Trusted: o.Trusted, Resolve: o.Resolve, Own: e.ownAddrs, Secrets: secrets.of, CA: ca, Roots: roots,
 		Log: func(ev egress.Event) {
-			e.events.add(ev)
+			e.record(ev)
 			m.Egress(ev.Decision, ev.BytesOut, ev.BytesIn)
 		},
 	})
@@ -95,9 +97,105 @@ func (e *boxEgress) ownAddrs() []netip.Addr {
 	return addrs
 }
 
+// record keeps ev in its session's log, or a helper box's decisions
+// with that helper.
+func (e *boxEgress) record(ev egress.Event) {
+	e.mu.Lock()
+	h := e.helpers[ev.Box]
+	e.mu.Unlock()
+	switch {
+	case h != nil:
+		h.add(ev)
+	case strings.HasPrefix(ev.Box, helperPrefix):
+		// A late event of a helper box already let go: no session's.
+	default:
+		e.events.add(ev)
+	}
+}
+
 // Attach opens the box's listeners in ns: TCP on EgressPort (IPv4, and
-// IPv6 where the kernel has it) and DNS on DNSPort (UDP and TCP).
+// IPv6 where the kernel has it) and DNS on DNSPort (UDP and TCP). The
+// session's policy decides each connection as it is made.
 func (e *boxEgress) Attach(session string, ns *sandbox.Netns) (io.Closer, error) {
+	return e.attach(session, ns, func() *egress.Policy { return e.policy(session) })
+}
+
+// helperEgress is the way out of one box of the server's own helpers
+// (pip's fetch, a box of no session): the App's egress under a policy
+// the server set, fixed for the box's life; its decisions are counted
+// in /metrics and kept for the helper (Denied), in no session's log.
+type helperEgress struct {
+	e   *boxEgress
+	pol *egress.Policy
+
+	mu     sync.Mutex
+	denied []egress.Event
+}
+
+// helperPrefix begins a helper box's key: no session's id (hex) does.
+const helperPrefix = "(helper "
+
+// helper is the egress for one helper box under pol (sandbox.Spec.Egress).
+func (e *boxEgress) helper(pol *egress.Policy) *helperEgress {
+	return &helperEgress{e: e, pol: pol}
+}
+
+// Attach serves the helper's box in ns, under a key of its own.
+func (h *helperEgress) Attach(_ string, ns *sandbox.Netns) (io.Closer, error) {
+	e := h.e
+	e.mu.Lock()
+	e.nextID++
+	box := fmt.Sprintf("%s%d)", helperPrefix, e.nextID)
+	if e.helpers == nil {
+		e.helpers = map[string]*helperEgress{}
+	}
+	e.helpers[box] = h
+	e.mu.Unlock()
+	c, err := e.attach(box, ns, func() *egress.Policy { return h.pol })
+	forget := func() {
+		e.mu.Lock()
+		delete(e.helpers, box)
+		e.mu.Unlock()
+	}
+	if err != nil {
+		forget()
+		return nil, err
+	}
+	return closerFunc(func() error {
+		err := c.Close()
+		forget()
+		return err
+	}), nil
+}
+
+func (h *helperEgress) add(ev egress.Event) {
+	if ev.Decision != egress.Denied {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.denied) < 64 {
+		h.denied = append(h.denied, ev)
+	}
+}
+
+// Denied are the destinations the egress refused the helper's box so
+// far (at most 64), each once as "dest (reason)", with its first reason.
+func (h *helperEgress) Denied() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out, seen []string
+	for _, ev := range h.denied {
+		if !slices.Contains(seen, ev.Dest) {
+			seen = append(seen, ev.Dest)
+			out = append(out, ev.Dest+" ("+ev.Reason+")")
+		}
+	}
+	return out
+}
+
+// attach opens the box's listeners in ns and serves them under policy.
+func (e *boxEgress) attach(session string, ns *sandbox.Netns, policy func() *egress.Policy) (io.Closer, error) {
 	var closers []io.Closer
 	fail := func(err error) (io.Closer, error) {
 		for _, c := range closers {
@@ -126,7 +224,6 @@ func (e *boxEgress) Attach(session string, ns *sandbox.Netns) (io.Closer, error)
 	}
 	closers = append(closers, tcp)
 	names := egress.NewNames()
-	policy := func() *egress.Policy { return e.policy(session) }
 	var wg sync.WaitGroup
 	for _, ln := range lns {
 		wg.Go(func() { e.t.Serve(ln, session, names, policy) })
@@ -137,7 +234,7 @@ func (e *boxEgress) Attach(session string, ns *sandbox.Netns) (io.Closer, error)
 			return egress.DNSDecision{Allowed: ok, Rule: rule}
 		}, func(name, qtype string, d egress.DNSDecision) {
 			if !d.Allowed {
-				e.events.add(egress.Event{Box: session, Dest: name, Decision: egress.Denied, Rule: d.Rule, Reason: "name " + d.Rule + ", DNS " + qtype, Start: time.Now()})
+				e.record(egress.Event{Box: session, Dest: name, Decision: egress.Denied, Rule: d.Rule, Reason: lookupReason(d.Rule) + ", DNS " + qtype, Start: time.Now()})
 			}
 		})
 	})
@@ -149,6 +246,15 @@ func (e *boxEgress) Attach(session string, ns *sandbox.Netns) (io.Closer, error)
 		wg.Wait()
 		return errors.Join(errs...)
 	}), nil
+}
+
+// lookupReason is why the box's DNS refused a name whose decision was
+// rule: a deny rule (a rule never holds a space) or a policy's reason.
+func lookupReason(rule string) string {
+	if strings.Contains(rule, " ") {
+		return "name " + rule
+	}
+	return "deny rule " + rule
 }
 
 // Close ends every box's connections, then writes their decisions.

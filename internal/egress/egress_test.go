@@ -58,7 +58,18 @@ func origin(t *testing.T, tlsToo bool) (*httptest.Server, *atomic.Int64) {
 	return s, &conns
 }
 
+// listenLoopback is a listener on a random port of 127.0.0.1 (in
+// production the proxy's listener is in the fetch box's namespace).
+func listenLoopback(t *testing.T) net.Listener {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
 func startProxy(t *testing.T, o Options) *Proxy {
+	o.Listener = listenLoopback(t)
 	p, err := Start(o)
 	if err != nil {
 		t.Fatal(err)
@@ -135,6 +146,41 @@ func TestProxyTrustedAndRefused(t *testing.T) {
 	}
 }
 
+// TestProxyOnlyTrusted: with OnlyTrusted (pip's fetch) the trusted
+// host:port is reached; a public literal and any name are refused as
+// not a configured index (the name never resolved), a loopback port
+// with its class.
+func TestProxyOnlyTrusted(t *testing.T) {
+	srv, conns := origin(t, false)
+	other, otherConns := origin(t, false)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	var lookups atomic.Int64
+	p := startProxy(t, Options{Trusted: []string{host}, OnlyTrusted: true, Resolve: func(context.Context, string) ([]netip.Addr, error) {
+		lookups.Add(1)
+		return []netip.Addr{netip.MustParseAddr("203.0.113.7")}, nil
+	}})
+	c := client(p.URL(), nil)
+	if code, body, err := get(t, c, srv.URL+"/simple/"); err != nil || code != 200 {
+		t.Fatalf("the trusted index: %d %q %v", code, body, err)
+	}
+	for u, want := range map[string]string{
+		"http://203.0.113.7/x.whl":         "203.0.113.7:80 (not a configured index)",
+		"http://files.example.org/x.whl":   "files.example.org:80 (not a configured index)",
+		other.URL + "/x.whl":               strings.TrimPrefix(other.URL, "http://") + " (loopback address)",
+		"http://169.254.169.254/latest/x/": "169.254.169.254:80 (link-local address)",
+	} {
+		if code, body, _ := get(t, c, u); code != 403 || !strings.Contains(body, want) {
+			t.Errorf("%s: %d %q, want 403 %q", u, code, body, want)
+		}
+	}
+	if _, _, err := get(t, client(p.URL(), nil), "https://files.example.org/"); err == nil || !strings.Contains(err.Error(), "not a configured index") {
+		t.Errorf("CONNECT to a name: %v", err)
+	}
+	if lookups.Load() != 0 || otherConns.Load() != 0 || conns.Load() != 1 {
+		t.Fatalf("lookups %d, other origin %d connections, index %d", lookups.Load(), otherConns.Load(), conns.Load())
+	}
+}
+
 // TestProxyResolvesOnce: a name is resolved by the proxy, and a name with
 // any public address left is not refused, one with only private ones is;
 // a trusted name is dialed whatever it resolves to.
@@ -170,24 +216,13 @@ func TestProxyResolvesOnce(t *testing.T) {
 	}
 }
 
-// TestProxyNeedsItsSecret: without the proxy's credentials, or with
-// another secret, a client gets 407 and the destination (trusted even)
-// no connection: the proxy is no open relay for the host's other
-// processes.
-func TestProxyNeedsItsSecret(t *testing.T) {
-	srv, conns := origin(t, false)
-	secure, secureConns := origin(t, true)
-	p := startProxy(t, Options{Trusted: []string{strings.TrimPrefix(srv.URL, "http://"), strings.TrimPrefix(secure.URL, "https://")}})
-	for _, pu := range []string{"http://" + p.Addr(), "http://quro:wrong@" + p.Addr(), "http://other:" + strings.TrimPrefix(strings.SplitN(p.URL(), "@", 2)[0], "http://quro:") + "@" + p.Addr()} {
-		if code, _, err := get(t, client(pu, nil), srv.URL+"/"); err != nil || code != http.StatusProxyAuthRequired {
-			t.Errorf("http via %s: %d %v", pu, code, err)
-		}
-		if _, _, err := get(t, client(pu, secure), secure.URL+"/"); err == nil || !strings.Contains(err.Error(), "Proxy Auth") && !strings.Contains(err.Error(), "authentication") {
-			t.Errorf("CONNECT via %s: %v", pu, err)
-		}
-	}
-	if conns.Load() != 0 || secureConns.Load() != 0 {
-		t.Fatal("a request without the secret reached its destination")
+// TestProxyNeedsAListener: a proxy is never opened on a socket of its
+// own choosing (it asks no credentials: its listener must be one only
+// its client reaches).
+func TestProxyNeedsAListener(t *testing.T) {
+	if p, err := Start(Options{}); err == nil {
+		p.Close()
+		t.Fatal("a proxy started without a listener")
 	}
 }
 
@@ -197,13 +232,12 @@ func TestProxyRefusesOtherRequests(t *testing.T) {
 	srv, conns := origin(t, false)
 	host := strings.TrimPrefix(srv.URL, "http://")
 	p := startProxy(t, Options{Trusted: []string{host}})
-	auth := "Proxy-Authorization: " + p.auth + "\r\n"
 	for req, want := range map[string]string{
-		"POST http://" + host + "/ HTTP/1.1\r\nHost: " + host + "\r\n" + auth + "Content-Length: 1\r\n\r\nx":                            "405",
-		"GET http://" + host + "/ HTTP/1.1\r\nHost: " + host + "\r\n" + auth + "Content-Length: 1\r\n\r\nx":                             "400",
-		"GET / HTTP/1.1\r\nHost: " + host + "\r\n" + auth + "\r\n":                                                                      "400",
-		"GET http://" + host + "/ HTTP/1.1\r\nHost: " + host + "\r\n" + auth + "X: " + strings.Repeat("a", MaxHeaderBytes) + "\r\n\r\n": "",
-		"HEAD http://" + host + "/h HTTP/1.1\r\nHost: " + host + "\r\n" + auth + "\r\n":                                                 "200",
+		"POST http://" + host + "/ HTTP/1.1\r\nHost: " + host + "\r\n" + "Content-Length: 1\r\n\r\nx":                            "405",
+		"GET http://" + host + "/ HTTP/1.1\r\nHost: " + host + "\r\n" + "Content-Length: 1\r\n\r\nx":                             "400",
+		"GET / HTTP/1.1\r\nHost: " + host + "\r\n" + "\r\n":                                                                      "400",
+		"GET http://" + host + "/ HTTP/1.1\r\nHost: " + host + "\r\n" + "X: " + strings.Repeat("a", MaxHeaderBytes) + "\r\n\r\n": "",
+		"HEAD http://" + host + "/h HTTP/1.1\r\nHost: " + host + "\r\n" + "\r\n":                                                 "200",
 	} {
 		c, err := net.Dial("tcp", p.Addr())
 		if err != nil {
@@ -235,7 +269,7 @@ func TestProxyCloseCutsTunnels(t *testing.T) {
 			c.Close()
 		}
 	}()
-	p, err := Start(Options{Trusted: []string{ln.Addr().String()}})
+	p, err := Start(Options{Trusted: []string{ln.Addr().String()}, Listener: listenLoopback(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +278,7 @@ func TestProxyCloseCutsTunnels(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	io.WriteString(c, "CONNECT "+ln.Addr().String()+" HTTP/1.1\r\nHost: "+ln.Addr().String()+"\r\nProxy-Authorization: "+p.auth+"\r\n\r\n")
+	io.WriteString(c, "CONNECT "+ln.Addr().String()+" HTTP/1.1\r\nHost: "+ln.Addr().String()+"\r\n\r\n")
 	br := bufio.NewReader(c)
 	if line, _ := br.ReadString('\n'); !strings.HasPrefix(line, "HTTP/1.1 200") {
 		t.Fatalf("CONNECT: %q", line)

@@ -23,6 +23,25 @@ type Policy struct {
 	Mode  string // ModeNone, ModeInternet or ModeRules
 	Allow []Rule // ModeRules: only what a rule names
 	Deny  []Rule // any mode but none: deny wins
+	// Trusted are host:port pairs (as TransparentOptions.Trusted: the
+	// name and port a connection was made for) whose addresses this
+	// policy admits even where Class or the server's own addresses would
+	// refuse them. Only the server sets it, for its own helpers (pip's
+	// fetch: the configured indexes); a session's policy has none.
+	Trusted []string
+}
+
+// trusts is whether p trusts hostport (lower case, as key makes it).
+func (p *Policy) trusts(hostport string) bool {
+	if p == nil {
+		return false
+	}
+	for _, t := range p.Trusted {
+		if k, ok := key(t); ok && k == hostport {
+			return true
+		}
+	}
+	return false
 }
 
 // Rule is the parsed form of one rule string: a domain (exact, or any

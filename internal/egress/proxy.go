@@ -3,10 +3,6 @@ package egress
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"crypto/subtle"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -26,7 +22,6 @@ const (
 	HeaderTimeout    = 30 * time.Second  // to send a request's headers
 	DialTimeout      = 30 * time.Second  // to connect to a destination
 	IdleTimeout      = 120 * time.Second // with no byte either way
-	user             = "quro"
 )
 
 // Options configure a Proxy.
@@ -36,8 +31,17 @@ type Options struct {
 	// whatever they resolve to. Any other destination must resolve to
 	// public addresses only (Class "").
 	Trusted []string
+	// OnlyTrusted limits the proxy to the Trusted pairs: any other
+	// destination is refused (an address literal with its Class, a name
+	// as Unlisted, unresolved).
+	OnlyTrusted bool
 	// Resolve resolves a host name (tests set it); nil is the system's.
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	// Listener is where the proxy serves: a socket only its client
+	// reaches (pip's fetch opens it in the fetch box's own network
+	// namespace, sandbox.Netns.Listen), for the proxy asks no
+	// credentials. Required; Close closes it.
+	Listener net.Listener
 }
 
 // Refusal is a destination the proxy refused and why (a Class).
@@ -46,18 +50,24 @@ type Refusal struct {
 	Class string
 }
 
+// Unlisted is the Class of a Refusal under Options.OnlyTrusted of a
+// destination the proxy may not reach whatever its address.
+const Unlisted = "unlisted"
+
 func (r Refusal) String() string {
+	if r.Class == Unlisted {
+		return fmt.Sprintf("%s (not a configured index)", r.Dest)
+	}
 	return fmt.Sprintf("%s (%s address)", r.Dest, r.Class)
 }
 
-// Proxy is an HTTP forward proxy on 127.0.0.1 that takes absolute-form
-// GET and HEAD requests for http:// URLs and CONNECT for anything else
-// (https), from a client that has its secret (Proxy-Authorization Basic).
+// Proxy is an HTTP forward proxy that takes absolute-form GET and HEAD
+// requests for http:// URLs and CONNECT for anything else (https), on a
+// listener only its client reaches (Options.Listener).
 type Proxy struct {
 	ln      net.Listener
-	auth    string // the Proxy-Authorization header's value
-	secret  string
 	trusted map[string]bool
+	only    bool
 	resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -69,18 +79,12 @@ type Proxy struct {
 	failed  []string // destinations that did not answer, each once (Failed)
 }
 
-// Start listens on a random port of 127.0.0.1 and serves until Close.
+// Start serves on o.Listener until Close.
 func Start(o Options) (*Proxy, error) {
-	var b [24]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, err
+	if o.Listener == nil {
+		return nil, errors.New("egress proxy: no listener (it must be one only the proxy's client reaches)")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("egress proxy: %w", err)
-	}
-	p := &Proxy{ln: ln, secret: hex.EncodeToString(b[:]), trusted: map[string]bool{}, resolve: o.Resolve, conns: map[net.Conn]struct{}{}}
-	p.auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+p.secret))
+	p := &Proxy{ln: o.Listener, trusted: map[string]bool{}, only: o.OnlyTrusted, resolve: o.Resolve, conns: map[net.Conn]struct{}{}}
 	for _, t := range o.Trusted {
 		if k, ok := key(t); ok {
 			p.trusted[k] = true
@@ -106,10 +110,8 @@ func key(hostport string) (string, bool) {
 	return net.JoinHostPort(strings.ToLower(h), port), true
 }
 
-// URL is the proxy's URL with its credentials, for the client's --proxy.
-func (p *Proxy) URL() string {
-	return "http://" + user + ":" + p.secret + "@" + p.ln.Addr().String()
-}
+// URL is the proxy's URL, for the client's --proxy.
+func (p *Proxy) URL() string { return "http://" + p.ln.Addr().String() }
 
 // Addr is the address the proxy listens on.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
@@ -232,10 +234,6 @@ func (p *Proxy) serve(c net.Conn) {
 			return
 		}
 		lim.r, lim.n = idle{c}, 1<<62
-		if !p.authorized(req) {
-			writeStatus(c, http.StatusProxyAuthRequired, "proxy authentication required", "Proxy-Authenticate: Basic realm=\"quro-egress\"\r\n")
-			return
-		}
 		if req.Method == http.MethodConnect {
 			p.tunnel(c, br, req)
 			return
@@ -244,11 +242,6 @@ func (p *Proxy) serve(c net.Conn) {
 			return
 		}
 	}
-}
-
-func (p *Proxy) authorized(req *http.Request) bool {
-	got := req.Header.Get("Proxy-Authorization")
-	return subtle.ConstantTimeCompare([]byte(got), []byte(p.auth)) == 1
 }
 
 // tunnel is CONNECT: the destination checked and dialed, then bytes both
@@ -387,6 +380,11 @@ func (p *Proxy) dial(dest string) (net.Conn, *Refusal, error) {
 	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(host); err == nil {
 		addrs = []netip.Addr{a}
+		if p.only && !p.trusted[k] && Class(a) == "" {
+			return nil, &Refusal{Dest: sanitize(dest), Class: Unlisted}, nil
+		}
+	} else if p.only && !p.trusted[k] {
+		return nil, &Refusal{Dest: sanitize(dest), Class: Unlisted}, nil
 	} else if addrs, err = p.resolve(ctx, host); err != nil {
 		return nil, nil, err
 	}

@@ -523,7 +523,7 @@ func (t *Transparent) check(addrs []netip.Addr, dest string, port int, pol *Poli
 			r, why = dr, prefix+"an address of deny rule "+dr.String()
 			continue
 		}
-		trusted := t.trusted[k]
+		trusted := t.trusted[k] || pol.trusts(k)
 		for _, p := range t.trustedNets {
 			trusted = trusted || p.Contains(a)
 		}

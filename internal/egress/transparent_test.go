@@ -320,6 +320,29 @@ func TestTransparentNames(t *testing.T) {
 	}
 }
 
+// TestTransparentPolicyTrusted: a policy's own trusted host:port (the
+// server's helpers: pip's fetch and its configured index) is reached on
+// loopback; the same name at another port, another name resolving
+// there and the address literal are refused, and the policy's trust
+// lifts no rule (a name it does not allow stays refused).
+func TestTransparentPolicyTrusted(t *testing.T) {
+	up, conns := echo(t, "127.0.0.1:0")
+	p := port(up)
+	pol := mustPolicy(t, ModeRules, []string{"index.test:" + p, "other.test"}, nil)
+	pol.Trusted = []string{"Index.Test:" + p, "notallowed.test:" + p}
+	b := newBox(t, TransparentOptions{Resolve: names("", "127.0.0.1")}, pol, nil)
+	if e := b.echoes("index.test:" + p); e.Addr != "127.0.0.1:"+p {
+		t.Errorf("event %+v", e)
+	}
+	b.refused("index.test:1", "not in the allow list")
+	b.refused("other.test:"+p, "resolves to a loopback address")
+	b.refused("notallowed.test:"+p, "not in the allow list")
+	b.refused("127.0.0.1:"+p, "not in the allow list")
+	if conns.Load() != 1 {
+		t.Errorf("the stand-in saw %d connections, want 1", conns.Load())
+	}
+}
+
 // TestTransparentRules: under rules only what a rule names is reached:
 // names exact, wildcard (not the apex) and with a port; literals by a
 // CIDR rule; deny wins over allow, for names and for the addresses a

@@ -2,10 +2,13 @@ package pip
 
 import (
 	"context"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quro-dev/quro/internal/egress"
 )
 
 // Each tenant's share of the fetch boxes is one at a time: a's second
@@ -47,11 +50,40 @@ func TestTrustedDestinations(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("%q, want %q", got, want)
 	}
-	if got := TrustedDestinations("", nil); !slices.Equal(got, []string{"pypi.org:443"}) {
+	if got := TrustedDestinations("", nil); !slices.Equal(got, []string{"pypi.org:443", "files.pythonhosted.org:443"}) {
 		t.Fatalf("default: %q", got)
 	}
-	args := DownloadArgs("/pip", "/dest", "/wheels", "http://quro:s@127.0.0.1:1", "", nil, []string{"x"})
-	if i := slices.Index(args, "--proxy"); i < 0 || args[i+1] != "http://quro:s@127.0.0.1:1" || !slices.Contains(args, "--isolated") {
+	args := DownloadArgs("/pip", "/dest", "/wheels", "http://127.0.0.1:3128", "", nil, []string{"x"})
+	if i := slices.Index(args, "--proxy"); i < 0 || args[i+1] != "http://127.0.0.1:3128" || !slices.Contains(args, "--isolated") {
 		t.Fatalf("pip download's arguments: %q", args)
+	}
+}
+
+// TestFetchPolicy: a fetch box's egress policy names the indexes'
+// host:port alone and trusts them (a loopback index is the operator's);
+// another port of the index's host, another name and a public address
+// are not allowed, and no name but the indexes' resolves.
+func TestFetchPolicy(t *testing.T) {
+	p := Policy("http://u:pw@127.0.0.1:3141/simple/", []string{"https://idx.example/simple"})
+	if p.Mode != egress.ModeRules || !slices.Equal(p.Trusted, []string{"127.0.0.1:3141", "idx.example:443"}) {
+		t.Fatalf("policy %+v", p)
+	}
+	for _, c := range []struct {
+		name string
+		port int
+		ok   bool
+	}{{"idx.example", 443, true}, {"idx.example", 80, false}, {"github.com", 443, false}, {"files.pythonhosted.org", 443, false}} {
+		if ok, rule := p.DecideName(c.name, c.port); ok != c.ok {
+			t.Errorf("%s:%d: %v (%s)", c.name, c.port, ok, rule)
+		}
+	}
+	if ok, _ := p.DecideLookup("github.com"); ok {
+		t.Error("github.com resolves in a fetch box")
+	}
+	if ok, rule := p.DecideAddr(netip.MustParseAddr("203.0.113.7"), 443); ok {
+		t.Errorf("a public address: allowed (%s)", rule)
+	}
+	if ok, _ := Policy("", nil).DecideName("files.pythonhosted.org", 443); !ok {
+		t.Error("PyPI's files are not reachable under the default index")
 	}
 }

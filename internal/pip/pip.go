@@ -5,8 +5,9 @@
 // A tenant's cache is <root>/<tenant>/: by-hash/<sha256> holds each wheel
 // once, and wheels/<file name> is a hard link to it, the name pip reads
 // (PIP_FIND_LINKS). Only the server writes it: Fetch runs pip download in a
-// helper box of its own (network full, no session directory, the cache
-// read-only, wheels only) into a scratch directory, and Cache.Add checks
+// helper box of its own (a network namespace whose only ways out are the
+// server's egress and a proxy, to the configured indexes alone; no
+// session directory, the cache read-only, wheels only) into a scratch directory, and Cache.Add checks
 // each file there (a regular file with a wheel's name of a valid form,
 // bounded in size), hashes it itself and links it in. The tenant's
 // sessions see wheels/ read-only.

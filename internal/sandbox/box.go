@@ -338,7 +338,7 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 		bx.net.close()
 		return nil, err
 	}
-	if bx.net, err = s.openNet(key, pl.network); err != nil {
+	if bx.net, err = s.openNet(key, pl.network, nil); err != nil {
 		return fail(err)
 	}
 	ctl, theirs, err := ctlPair()

@@ -30,7 +30,6 @@ type initPolicy struct {
 	// (bubblewrap's --unshare-net: loopback and nothing else), so there is
 	// nothing for Landlock to keep it from but the box's own loopback.
 	OwnNetns bool
-	Ports    []int    // Spec.ConnectPorts
 	RO       []string // read and execute beneath these
 	ROFiles  []string
 	RW       []string // read, write, execute beneath these

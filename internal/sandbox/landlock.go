@@ -67,17 +67,7 @@ func compileLandlock(p *initPolicy, bp *boxinit.Policy) error {
 	}
 	fs := handledFS(abi)
 	bp.LLFS, bp.LLFileMask = fs, llFileMask
-	if len(p.Ports) > 0 {
-		// Checked with the spec (checkConnectPorts); the kernel's ABI is
-		// asked again here, where the rules are made.
-		if abi < 4 {
-			return fmt.Errorf("landlock: ABI %d cannot limit TCP connects to ports (needs 4)", abi)
-		}
-		bp.LLNet = unix.LANDLOCK_ACCESS_NET_BIND_TCP | unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
-		for _, port := range p.Ports {
-			bp.ConnectPorts = append(bp.ConnectPorts, uint16(port))
-		}
-	} else if abi >= 4 && p.Network != NetworkHost && !p.OwnNetns {
+	if abi >= 4 && p.Network != NetworkHost && !p.OwnNetns {
 		bp.LLNet = unix.LANDLOCK_ACCESS_NET_BIND_TCP | unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
 		if abi >= 10 {
 			bp.LLNet |= unix.LANDLOCK_ACCESS_NET_BIND_UDP | unix.LANDLOCK_ACCESS_NET_CONNECT_SEND_UDP
@@ -96,29 +86,5 @@ func compileLandlock(p *initPolicy, bp *boxinit.Policy) error {
 	add(p.ROFiles, llRead)
 	add(append(slices.Clone(p.RW), "/dev/pts"), fs)
 	add(devFiles, llFileRW)
-	return nil
-}
-
-// checkConnectPorts refuses a spec whose ConnectPorts this sandbox cannot
-// hold: without the host's network they mean nothing, and without
-// Landlock's TCP rules (ABI 4) nothing would limit the run to them.
-func (s *Sandbox) checkConnectPorts(spec *Spec) error {
-	if len(spec.ConnectPorts) == 0 {
-		return nil
-	}
-	if spec.Network != NetworkHost {
-		return fmt.Errorf("%w: connect ports need network %q", ErrInvalidSpec, NetworkHost)
-	}
-	if len(spec.ConnectPorts) > 16 {
-		return fmt.Errorf("%w: %d connect ports: at most 16", ErrInvalidSpec, len(spec.ConnectPorts))
-	}
-	for _, port := range spec.ConnectPorts {
-		if port < 1 || port > 65535 {
-			return fmt.Errorf("%w: connect port %d", ErrInvalidSpec, port)
-		}
-	}
-	if !s.layers.ok(LayerLandlock) || landlockABI() < 4 {
-		return fmt.Errorf("%w: limiting a run's TCP connects to ports needs Landlock ABI 4 (Linux 6.7), which this machine lacks", ErrLayerMissing)
-	}
 	return nil
 }

@@ -350,8 +350,9 @@ type boxNet struct {
 
 // openNet makes the network of a box of session under policy network:
 // nil for the host's (or bubblewrap's), a namespace with loopback only for
-// NetworkNone, and one served by the egress for NetworkInternet.
-func (s *Sandbox) openNet(session, network string) (*boxNet, error) {
+// NetworkNone, and one served by the egress for NetworkInternet: eg, or
+// else the sandbox's.
+func (s *Sandbox) openNet(session, network string, eg Egress) (*boxNet, error) {
 	if network == NetworkHost || network == NetworkNone && !s.layers.root {
 		// A server not running as root cannot make a namespace of its
 		// own: under none, bubblewrap makes it (in the box's user
@@ -364,7 +365,10 @@ func (s *Sandbox) openNet(session, network string) (*boxNet, error) {
 	}
 	n := &boxNet{ns: ns}
 	if network == NetworkInternet {
-		if n.egress, err = s.egress.Attach(session, ns); err != nil {
+		if eg == nil {
+			eg = s.egress
+		}
+		if n.egress, err = eg.Attach(session, ns); err != nil {
 			ns.Close()
 			return nil, fmt.Errorf("egress: %w", err)
 		}

@@ -203,3 +203,44 @@ for addr in [("203.0.113.10", 443), ("::1", 1)]:
 		}
 	}
 }
+
+// TestSpecEgressServesItsBoxAlone: a box of its own under internet with
+// Spec.Egress is served by that egress, not the sandbox's (which sees no
+// attach); a Spec.Egress under another network, or on a session's box,
+// is refused before anything starts.
+func TestSpecEgressServesItsBoxAlone(t *testing.T) {
+	shared := &echoEgress{attached: map[string]int{}}
+	sb, err := New(&Options{SessionBoxes: true, Egress: shared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sb.Boxed() || os.Geteuid() != 0 {
+		t.Skip("needs the box and root")
+	}
+	t.Cleanup(sb.CloseBoxes)
+	own := &echoEgress{attached: map[string]int{}}
+	var out bytes.Buffer
+	script := `import socket
+s = socket.create_connection(("203.0.113.10", 443), timeout=10); print(s.recv(100).decode().strip())`
+	exit, err := sb.Run(testCtx(t), &Spec{Args: []string{"python3", "-c", script}, Dir: t.TempDir(), Network: NetworkInternet, Egress: own, Stdout: &out, Stderr: &out})
+	if err != nil || exit.Code != 0 || !strings.Contains(out.String(), "dst=203.0.113.10:443") {
+		t.Fatalf("a run with its own egress: %v %+v %q", err, exit, out.String())
+	}
+	own.mu.Lock()
+	ownAttached, ownOpen := len(own.attached), own.open
+	own.mu.Unlock()
+	shared.mu.Lock()
+	sharedAttached := len(shared.attached)
+	shared.mu.Unlock()
+	if ownAttached != 1 || ownOpen != 0 || sharedAttached != 0 {
+		t.Fatalf("the run's egress attached %d (open %d), the sandbox's %d", ownAttached, ownOpen, sharedAttached)
+	}
+	for _, spec := range []*Spec{
+		{Args: []string{"true"}, Dir: t.TempDir(), Network: NetworkNone, Egress: own},
+		{Args: []string{"true"}, Dir: t.TempDir(), Network: NetworkInternet, Session: "s", UID: 2_500_101, Egress: own},
+	} {
+		if _, err := sb.Run(testCtx(t), spec); !errors.Is(err, ErrInvalidSpec) {
+			t.Errorf("network %s, session %q: %v, want ErrInvalidSpec", spec.Network, spec.Session, err)
+		}
+	}
+}

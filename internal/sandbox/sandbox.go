@@ -283,14 +283,16 @@ type Spec struct {
 	Env    map[string]string
 	Limits *Limits // nil means the Sandbox's limits
 
-	// Network is the network policy: NetworkNone (also for "") or NetworkHost.
+	// Network is the network policy: NetworkNone (also for ""),
+	// NetworkInternet or NetworkHost.
 	Network string
-	// ConnectPorts, with NetworkHost, are the only TCP ports the run may
-	// connect to (on any address; Landlock's net-port rules, ABI 4+), and
-	// it may bind none: the server's own helpers that must reach one local
-	// proxy (pip's fetch). A machine whose Landlock cannot limit TCP
-	// refuses the run. At most 16.
-	ConnectPorts []int
+	// Egress, under NetworkInternet, serves the way out of this run's box
+	// instead of Options.Egress: the server's own helpers that need a
+	// namespace with a way out of their own (pip's fetch: a policy that
+	// admits only the configured indexes, and the fetch's proxy listening
+	// inside it). Only for a box of its own: a session box's way out is
+	// the session's.
+	Egress Egress
 	// Rootfs is the directory of a root filesystem (e.g. a debootstrapped
 	// Debian) whose userland the box shows, read-only, instead of the host's.
 	Rootfs string
@@ -586,18 +588,21 @@ func (pl *plan) startErr(err error) error {
 }
 
 // checkNetwork refuses a spec whose network policy this sandbox cannot
-// give, and connect ports it cannot hold.
+// give.
 func (s *Sandbox) checkNetwork(spec *Spec) error {
 	switch spec.Network {
 	case "", NetworkNone, NetworkHost:
 	case NetworkInternet:
-		if s.egress == nil {
+		if s.egress == nil && spec.Egress == nil {
 			return fmt.Errorf("%w: network policy %q: this server has no egress", ErrInvalidSpec, NetworkInternet)
 		}
 	default:
 		return fmt.Errorf("%w: network policy %q: want one of %v", ErrInvalidSpec, spec.Network, Networks)
 	}
-	return s.checkConnectPorts(spec)
+	if spec.Egress != nil && (spec.Network != NetworkInternet || spec.Session != "" || s.session != "") {
+		return fmt.Errorf("%w: an egress of the run's own needs network %q and a box of its own (no session)", ErrInvalidSpec, NetworkInternet)
+	}
+	return nil
 }
 
 // prepare is the first step of a start: check the spec, build the
@@ -691,7 +696,6 @@ func (s *Sandbox) initPolicy(pl *plan) initPolicy {
 		Seccomp:  s.layers.ok(LayerSeccomp),
 		Network:  pl.network,
 		OwnNetns: pl.boxed && pl.network != NetworkHost,
-		Ports:    pl.spec.ConnectPorts,
 		RW:       append(slices.Clone(pl.writable), "/tmp", "/dev/shm"),
 	}
 	if pl.admin {
@@ -873,7 +877,7 @@ func (s *Sandbox) startOneShot(ctx context.Context, pl *plan) (*Process, error) 
 		if session == "" {
 			session = s.session
 		}
-		p.net, err = s.openNet(session, pl.network)
+		p.net, err = s.openNet(session, pl.network, spec.Egress)
 	}
 	if err == nil {
 		l, err = s.oneShotLaunch(ctx, pl, pb, cg != nil, p.net.namespace())

@@ -86,10 +86,12 @@ func PureWheel(t testing.TB, name, version, value string) *Wheel {
 // counts the Requests it gets, and refuses all while down.
 type Index struct {
 	*httptest.Server
-	mu       sync.Mutex
-	wheels   map[string][]*Wheel // normalized project → wheels
-	Requests atomic.Int64
-	Down     atomic.Bool
+	mu        sync.Mutex
+	wheels    map[string][]*Wheel // normalized project → wheels
+	Requests  atomic.Int64
+	Down      atomic.Bool
+	files     map[string][]byte   // AddFile's
+	onRequest func(*http.Request) // OnRequest's
 }
 
 // NewIndex serves wheels until the test ends.
@@ -104,6 +106,34 @@ func NewIndex(t testing.TB, wheels ...*Wheel) *Index {
 	return ix
 }
 
+// Add serves further wheels (one naming the index's own address, made
+// once the index listens).
+func (ix *Index) Add(wheels ...*Wheel) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for _, w := range wheels {
+		p := normalize(w.Project)
+		ix.wheels[p] = append(ix.wheels[p], w)
+	}
+}
+
+// AddFile serves data at /files/name (a source archive a package names).
+func (ix *Index) AddFile(name string, data []byte) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ix.files == nil {
+		ix.files = map[string][]byte{}
+	}
+	ix.files[name] = data
+}
+
+// OnRequest has f see every request first.
+func (ix *Index) OnRequest(f func(*http.Request)) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.onRequest = f
+}
+
 // normalize is PEP 503's name normalization (enough for the tests).
 func normalize(s string) string {
 	return strings.ToLower(strings.NewReplacer("_", "-", ".", "-").Replace(s))
@@ -116,6 +146,12 @@ func (ix *Index) URL() string { return ix.Server.URL + "/simple/" }
 // files), counting requests; a test may put it behind a handler of its own.
 func (ix *Index) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ix.Requests.Add(1)
+	ix.mu.Lock()
+	hook := ix.onRequest
+	ix.mu.Unlock()
+	if hook != nil {
+		hook(r)
+	}
 	if ix.Down.Load() {
 		http.Error(w, "down", http.StatusServiceUnavailable)
 		return
@@ -138,6 +174,10 @@ func (ix *Index) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if name, ok := strings.CutPrefix(r.URL.Path, "/files/"); ok {
+		if b, ok := ix.files[name]; ok {
+			_, _ = w.Write(b)
+			return
+		}
 		for _, ws := range ix.wheels {
 			for _, wh := range ws {
 				if wh.Name == name {

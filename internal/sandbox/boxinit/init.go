@@ -69,9 +69,6 @@ type Policy struct {
 	// rights a rule on a non-directory may keep, and the rules in order.
 	LLFS, LLNet, LLScoped, LLFileMask uint64
 	Rules                             []Rule
-	// ConnectPorts are the TCP ports a connect may reach when LLNet
-	// handles connects (a Landlock net-port rule each); binds get none.
-	ConnectPorts []uint16
 	// Seccomp is the classic BPF program, 8 bytes per instruction in the
 	// kernel's struct sock_filter layout; empty for none.
 	Seccomp []byte
@@ -95,9 +92,6 @@ func (p *Policy) Encode() string {
 	field("ll", u(p.LLFS)+","+u(p.LLNet)+","+u(p.LLScoped)+","+u(p.LLFileMask))
 	for _, r := range p.Rules {
 		field("rule", u(r.Access)+","+strconv.Quote(r.Path))
-	}
-	for _, port := range p.ConnectPorts {
-		field("connect_port", strconv.Itoa(int(port)))
 	}
 	const hex = "0123456789abcdef"
 	h := make([]byte, 0, 2*len(p.Seccomp))
@@ -152,14 +146,6 @@ func DecodePolicy(s string) (*Policy, error) {
 			p.EnvFD, err = strconv.Atoi(v)
 		case "uid":
 			p.UID, err = strconv.Atoi(v)
-		case "connect_port":
-			var port uint64
-			if port, err = strconv.ParseUint(v, 10, 16); err == nil {
-				if port == 0 || len(p.ConnectPorts) >= maxConnectPorts {
-					return bad("connect_port " + strconv.Quote(v))
-				}
-				p.ConnectPorts = append(p.ConnectPorts, uint16(port))
-			}
 		case "ll":
 			f := split(v, ',')
 			if len(f) != 4 {
@@ -309,9 +295,6 @@ const (
 	prSetNoNewPrivs        = 38
 	oPath                  = 0x200000
 	landlockRulePathBelow  = 1
-	landlockRuleNetPort    = 2
-	landlockConnectTCP     = 1 << 1 // LANDLOCK_ACCESS_NET_CONNECT_TCP
-	maxConnectPorts        = 16
 	seccompSetModeFilter   = 1
 	seccompFilterFlagTsync = 1
 )
@@ -364,17 +347,6 @@ func applyLandlock(p *Policy) error {
 		syscall.Close(fd)
 		if errno != 0 {
 			return errors.New("landlock_add_rule " + r.Path + ": " + errno.Error())
-		}
-	}
-	for _, port := range p.ConnectPorts {
-		// struct landlock_net_port_attr: u64 allowed_access, u64 port.
-		rule := struct{ access, port uint64 }{landlockConnectTCP, uint64(port)}
-		if p.LLNet&landlockConnectTCP == 0 {
-			return errors.New("landlock: a connect port without connects handled")
-		}
-		_, _, errno := syscall.Syscall6(sysLandlockAddRule, rfd, landlockRuleNetPort, uintptr(unsafe.Pointer(&rule)), 0, 0, 0)
-		if errno != 0 {
-			return errors.New("landlock_add_rule port " + strconv.Itoa(int(port)) + ": " + errno.Error())
 		}
 	}
 	if err := noNewPrivs(); err != nil {

@@ -549,7 +549,7 @@ def _pth_names(d):
 
 _PIP_HINT = ("quro: this session has no network (policy none): pip can install only wheels "
              "already in the tenant's cache; fetch them with install_packages {manager: pip, "
-             "packages: [...]} or use a session with network full")
+             "packages: [...]} or use a session with network internet")
 
 
 def _pip(line):
