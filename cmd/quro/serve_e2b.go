@@ -46,6 +46,16 @@ func e2bServer(a *app.App, log *slog.Logger, domain string, noAuth bool, check f
 			}
 			return e2b.Sandbox{Tenant: s.Tenant, Paused: s.Paused}, nil
 		},
+		Sandboxes: func(ctx context.Context) ([]e2b.SandboxRef, error) {
+			all, err := a.Sessions.AllTenants(ctx)
+			out := make([]e2b.SandboxRef, 0, len(all))
+			for _, s := range all {
+				if s.Tenant != session.SpareTenant {
+					out = append(out, e2b.SandboxRef{ID: s.ID, Tenant: s.Tenant})
+				}
+			}
+			return out, err
+		},
 	}
 	if !noAuth {
 		opts.APIKey = func(ctx context.Context, key string) (controller.Caller, error) {

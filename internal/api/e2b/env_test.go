@@ -118,6 +118,16 @@ func newEnvWith(t testing.TB, opts *app.Options, edit func(*e2b.Options)) *env {
 			}
 			return e2b.Sandbox{Tenant: s.Tenant, Paused: s.Paused}, nil
 		},
+		Sandboxes: func(ctx context.Context) ([]e2b.SandboxRef, error) {
+			all, err := a.Sessions.AllTenants(ctx)
+			out := make([]e2b.SandboxRef, 0, len(all))
+			for _, s := range all {
+				if s.Tenant != session.SpareTenant {
+					out = append(out, e2b.SandboxRef{ID: s.ID, Tenant: s.Tenant})
+				}
+			}
+			return out, err
+		},
 	}
 	if edit != nil {
 		edit(eopts)
