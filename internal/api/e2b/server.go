@@ -37,7 +37,7 @@ const (
 // sandbox. The SDKs turn features on and off by it (e2b's
 // src/envd/versions.ts), so it names the newest envd whose features Quro
 // serves; docs/e2b.md lists them.
-const EnvdVersion = "0.5.7"
+const EnvdVersion = "0.6.4"
 
 // Headers the SDKs send with every request to a sandbox when
 // E2B_SANDBOX_URL is set (one URL for every sandbox).
