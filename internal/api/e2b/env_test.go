@@ -119,12 +119,10 @@ func newEnvWith(t testing.TB, opts *app.Options, edit func(*e2b.Options)) *env {
 			return e2b.Sandbox{Tenant: s.Tenant, Paused: s.Paused}, nil
 		},
 		Sandboxes: func(ctx context.Context) ([]e2b.SandboxRef, error) {
-			all, err := a.Sessions.AllTenants(ctx)
-			out := make([]e2b.SandboxRef, 0, len(all))
-			for _, s := range all {
-				if s.Tenant != session.SpareTenant {
-					out = append(out, e2b.SandboxRef{ID: s.ID, Tenant: s.Tenant})
-				}
+			owners, err := a.Sessions.Owners(ctx)
+			out := make([]e2b.SandboxRef, 0, len(owners))
+			for id, tenant := range owners {
+				out = append(out, e2b.SandboxRef{ID: id, Tenant: tenant})
 			}
 			return out, err
 		},

@@ -497,7 +497,13 @@ func TestSignedURLWithoutSandboxID(t *testing.T) {
 	if status, body := get(t, nil, e.URL+"/files?"+q.Encode()); status != http.StatusOK || body != "I am "+a {
 		t.Fatalf("an expiring signed read: %d %q", status, body)
 	}
+	// An exec key of another tenant: its token for a is no token of a's.
+	other, err := e.App.CreateToken(context.Background(), "cli", "t2", []string{"read", "exec"}, "intruder")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, q := range map[string]url.Values{
+		"another tenant":  {"path": {file}, "signature": {sign(file, "read", "", e.Server.KeyAccessToken(a, other.ID))}},
 		"expired":         expiring(file, "read", e.accessToken(a), time.Now().Unix()-10),
 		"another path":    {"path": {"/home/user/.bashrc"}, "signature": {sign(file, "read", "", e.accessToken(a))}},
 		"another user":    {"path": {file}, "username": {"root"}, "signature": {sign(file, "read", "", e.accessToken(a))}},
