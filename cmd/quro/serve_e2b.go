@@ -47,6 +47,14 @@ func e2bServer(a *app.App, log *slog.Logger, domain string, noAuth bool, check f
 			}
 			return e2b.Sandbox{Tenant: s.Tenant, Paused: s.Paused}, nil
 		},
+		Sandboxes: func(ctx context.Context) ([]e2b.SandboxRef, error) {
+			owners, err := a.Sessions.Owners(ctx)
+			out := make([]e2b.SandboxRef, 0, len(owners))
+			for id, tenant := range owners {
+				out = append(out, e2b.SandboxRef{ID: id, Tenant: tenant})
+			}
+			return out, err
+		},
 	}
 	if !noAuth {
 		opts.APIKey = func(ctx context.Context, key string) (controller.Caller, error) {

@@ -67,6 +67,8 @@ type WriteFileInput struct {
 	Content  string `json:"content" jsonschema:"the file's content (may be empty)"`
 	Encoding string `json:"encoding,omitempty" jsonschema:"utf-8 (default: content is the text) or base64 (content is base64-encoded bytes)"`
 	Append   bool   `json:"append,omitempty" jsonschema:"add content to the end of the file instead of replacing it"`
+	// Metadata is what E2B's file metadata (X-Metadata-* upload headers) arrives as.
+	Metadata map[string]string `json:"metadata,omitempty" jsonschema:"labels to keep on the replaced file (its user.e2b.KEY extended attributes, shown by stat_file and list_files): lowercase HTTP-token keys, printable ASCII values, at most 4096 bytes in all; a file replaced without metadata has none; not with append"`
 }
 
 // FileWritten is write_file's output.
@@ -283,7 +285,15 @@ func (a *App) writeFile(ctx context.Context, in WriteFileInput) (*FileWritten, e
 		return nil, err
 	}
 	defer w.Close()
-	res, err := w.Write(in.Path, data, in.Append)
+	var res *workspace.Written
+	switch {
+	case in.Metadata != nil && in.Append:
+		return nil, capability.Errorf(capability.InvalidArgument, "metadata goes with a replacement, not append: write the file with its metadata first, then append")
+	case in.Metadata != nil:
+		res, err = w.WriteMetadata(in.Path, data, in.Metadata)
+	default:
+		res, err = w.Write(in.Path, data, in.Append)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -212,4 +213,39 @@ func TestWatchDirBoundedPerSession(t *testing.T) {
 		t.Fatalf("after one ended: %v", err)
 	}
 	running = append(running, w)
+}
+
+// write_file's metadata is kept on the replaced file (its user.e2b.*
+// xattrs, which the session's code reads), shown by stat_file and
+// list_files, and gone with the next replacement without it; with append,
+// or invalid, it is refused and nothing is written.
+func TestWriteFileMetadata(t *testing.T) {
+	a := newApp(t, nil)
+	md := map[string]string{"author": "mish", "stage": "draft 1"}
+	fileCall[*FileWritten](t, a, "write_file", WriteFileInput{Path: "m/a.txt", Content: "x", Metadata: md})
+	if st := fileCall[*FileInfo](t, a, "stat_file", PathInput{Path: "m/a.txt"}); !maps.Equal(st.Entry.Metadata, md) {
+		t.Fatalf("stat: %+v", st.Entry)
+	}
+	if l := fileCall[*FileList](t, a, "list_files", ListFilesInput{Path: "m"}); len(l.Entries) != 1 || !maps.Equal(l.Entries[0].Metadata, md) {
+		t.Fatalf("list: %+v", l.Entries)
+	}
+	if res := runShell(t, a, `python3 -c "import os; print(os.getxattr('m/a.txt', 'user.e2b.stage').decode())"`); res.Stdout != "draft 1\n" {
+		t.Fatalf("%+v", res)
+	}
+	fileCall[*FileWritten](t, a, "write_file", WriteFileInput{Path: "m/a.txt", Content: "y"})
+	if st := fileCall[*FileInfo](t, a, "stat_file", PathInput{Path: "m/a.txt"}); st.Entry.Metadata != nil {
+		t.Fatalf("a replacement kept the metadata: %+v", st.Entry)
+	}
+	for _, in := range []WriteFileInput{
+		{Path: "m/b.txt", Metadata: map[string]string{"Author": "x"}},
+		{Path: "m/b.txt", Metadata: map[string]string{"bad key": "x"}},
+		{Path: "m/b.txt", Metadata: map[string]string{"k": "line\n"}},
+		{Path: "m/b.txt", Metadata: map[string]string{"k": strings.Repeat("v", 5000)}},
+		{Path: "m/b.txt", Metadata: map[string]string{"k": "v"}, Append: true},
+	} {
+		_, err := call(t, a, "write_file", in)
+		wantCode(t, err, capability.InvalidArgument)
+	}
+	_, err := call(t, a, "stat_file", PathInput{Path: "m/b.txt"})
+	wantCode(t, err, capability.NotFound) // a refused write wrote nothing
 }

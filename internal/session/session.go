@@ -627,6 +627,19 @@ func (m *Manager) ByIDAnyTenant(ctx context.Context, id string) (*Session, error
 	return m.anyByID(ctx, id)
 }
 
+// Owners maps the id of every session that is someone's (spares are
+// nobody's yet) to its tenant, in one query. It is for access paths that
+// must find a session by a credential that names none (E2B's signed URLs
+// with E2B_SANDBOX_URL), never for callers.
+func (m *Manager) Owners(ctx context.Context) (map[string]string, error) {
+	owners, err := m.store.SessionOwners(ctx)
+	if err != nil {
+		return nil, err
+	}
+	maps.DeleteFunc(owners, func(_, tenant string) bool { return tenant == SpareTenant })
+	return owners, nil
+}
+
 // AllTenants lists every tenant's sessions. It is for the service's own
 // housekeeping, never for callers.
 func (m *Manager) AllTenants(ctx context.Context) ([]*Session, error) {

@@ -512,6 +512,25 @@ func (s *Store) AllSessionIDs(ctx context.Context) ([]string, error) {
 	return out, rows.Err()
 }
 
+// SessionOwners maps the id of every session (of every tenant, spares
+// too) to its tenant, in one query.
+func (s *Store) SessionOwners(ctx context.Context) (map[string]string, error) {
+	rows, err := s.query(ctx, "SELECT id, tenant FROM sessions")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var id, tenant string
+		if err := rows.Scan(&id, &tenant); err != nil {
+			return nil, err
+		}
+		out[id] = tenant
+	}
+	return out, rows.Err()
+}
+
 // TouchSession records a use of the session.
 func (s *Store) TouchSession(ctx context.Context, id string, at time.Time) error {
 	st, err := s.stmt(ctx, "UPDATE sessions SET last_used_at = ? WHERE id = ?")

@@ -23,6 +23,8 @@ type Entry struct {
 	Permissions string `json:"permissions,omitempty" jsonschema:"the mode as ls -l shows it"`
 	Owner       string `json:"owner,omitempty" jsonschema:"the owning user as the session box names it"`
 	Group       string `json:"group,omitempty" jsonschema:"the owning group as the session box names it"`
+	// Metadata is the file's user metadata (its user.e2b.* xattrs).
+	Metadata map[string]string `json:"metadata,omitempty" jsonschema:"the file's metadata (write_file's metadata; its user.e2b.* extended attributes)"`
 }
 
 // Listing is what List returns.
@@ -91,6 +93,7 @@ func (w *FS) walk(l *Listing, dir string, depth int, o ListOptions) {
 		e := Entry{Name: d.Name(), Path: p, Type: "other"}
 		if fi, err := d.Info(); err == nil { // lstat, relative to the open directory
 			w.describe(&e, fi)
+			e.Metadata = w.metadata(p, fi)
 		} else if errors.Is(err, fs.ErrNotExist) {
 			continue // removed meanwhile
 		}

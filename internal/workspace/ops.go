@@ -59,6 +59,7 @@ func (w *FS) Info(p string) (*Entry, error) {
 func (w *FS) entry(rel string, fi fs.FileInfo) *Entry {
 	e := &Entry{Name: path.Base(rel), Path: rel}
 	w.describe(e, fi)
+	e.Metadata = w.metadata(rel, fi)
 	return e
 }
 

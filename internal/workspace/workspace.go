@@ -310,6 +310,20 @@ type Written struct {
 // p is written through when it points inside the workspace and refused when
 // it points out.
 func (w *FS) Write(p string, data []byte, appendTo bool) (*Written, error) {
+	return w.write(p, data, appendTo, nil)
+}
+
+// WriteMetadata replaces the file at p with data as Write does, the new
+// file carrying the metadata md (CheckMetadata) and no other: a file
+// replaced without metadata has none.
+func (w *FS) WriteMetadata(p string, data []byte, md map[string]string) (*Written, error) {
+	if err := CheckMetadata(md); err != nil {
+		return nil, err
+	}
+	return w.write(p, data, false, md)
+}
+
+func (w *FS) write(p string, data []byte, appendTo bool, md map[string]string) (*Written, error) {
 	rel, err := w.Rel(p)
 	if err != nil {
 		return nil, err
@@ -362,7 +376,7 @@ func (w *FS) Write(p string, data []byte, appendTo bool) (*Written, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, explain(rel, err)
 	}
-	if err := w.replace(rel, data, mode); err != nil {
+	if err := w.replace(rel, data, mode, md); err != nil {
 		return nil, err
 	}
 	return &Written{Path: rel, Size: int64(len(data)), Wrote: int64(len(data)), Created: created, Mode: mode}, nil
@@ -386,13 +400,13 @@ func (w *FS) WriteNew(p string, data []byte, mode fs.FileMode) error {
 		}
 		return explain(rel, err)
 	}
-	return w.finish(rel, f, data, mode)
+	return w.finish(rel, f, data, mode, nil)
 }
 
 // replace writes data to a new temporary file in rel's directory and
 // renames it over rel. Both happen through one root opened at that
 // directory, so a parent link swapped meanwhile cannot split them.
-func (w *FS) replace(rel string, data []byte, mode fs.FileMode) error {
+func (w *FS) replace(rel string, data []byte, mode fs.FileMode, md map[string]string) error {
 	dir, err := w.root.OpenRoot(path.Dir(rel))
 	if err != nil {
 		return explain(rel, err)
@@ -408,7 +422,7 @@ func (w *FS) replace(rel string, data []byte, mode fs.FileMode) error {
 	if err != nil {
 		return explain(rel, err)
 	}
-	if err := w.finish(rel, f, data, mode); err != nil {
+	if err := w.finish(rel, f, data, mode, md); err != nil {
 		_ = dir.Remove(tmp) // clean-up; the error to report is err
 		return err
 	}
@@ -424,10 +438,14 @@ func (w *FS) replace(rel string, data []byte, mode fs.FileMode) error {
 	return nil
 }
 
-// finish writes data to the open file f, gives it mode and the owner, and
-// closes it. Mode and owner are set on the descriptor, not by name.
-func (w *FS) finish(rel string, f *os.File, data []byte, mode fs.FileMode) error {
+// finish writes data to the open file f, gives it mode, the owner and
+// the metadata md, and closes it. All are set on the descriptor, not by
+// name.
+func (w *FS) finish(rel string, f *os.File, data []byte, mode fs.FileMode, md map[string]string) error {
 	_, err := f.Write(data)
+	if err == nil && md != nil {
+		err = setMetadata(f, md)
+	}
 	if err == nil {
 		err = f.Chmod(mode.Perm())
 	}

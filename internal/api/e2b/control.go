@@ -275,7 +275,11 @@ type newSandboxBody struct {
 		EgressProxy        json.RawMessage `json:"egressProxy"`
 		HTTPSPorts         []int           `json:"httpsPorts"`
 	} `json:"network"`
-	IAM          json.RawMessage   `json:"iam"`
+	IAM json.RawMessage `json:"iam"`
+	// MCP is not read: E2B's API only records it, and the SDK itself
+	// starts the gateway in the box (mcp-gateway, run as root), failing
+	// and killing the sandbox where the userland lacks it, as on E2B's
+	// base template.
 	MCP          json.RawMessage   `json:"mcp"`
 	VolumeMounts []json.RawMessage `json:"volumeMounts"`
 }
@@ -302,8 +306,6 @@ func unsupportedCreate(b *newSandboxBody) string {
 	switch {
 	case present(b.IAM):
 		return "workload identity (iam)"
-	case present(b.MCP):
-		return "the MCP gateway (mcp)"
 	case len(b.VolumeMounts) > 0:
 		return "volumes (volumeMounts)"
 	}

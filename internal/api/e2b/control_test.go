@@ -258,6 +258,16 @@ func TestControlCreateRefusals(t *testing.T) {
 	}
 }
 
+// E2B's API only records a create's mcp servers: the SDK starts the
+// gateway itself, in the box. Quro takes the field as E2B does.
+func TestCreateTakesMCPConfig(t *testing.T) {
+	e := newEnv(t, nil)
+	sb := e.create(t, map[string]any{"templateID": "base", "mcp": map[string]any{"invalid_server": map[string]any{}}})
+	if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(sb.SandboxID) {
+		t.Fatalf("create with mcp: %+v", sb)
+	}
+}
+
 // sdkMetadata is the metadata query parameter as the JS SDK builds it:
 // URLSearchParams of encodeURIComponent'd keys and values.
 func sdkMetadata(md map[string]string) string {

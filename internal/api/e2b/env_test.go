@@ -118,6 +118,14 @@ func newEnvWith(t testing.TB, opts *app.Options, edit func(*e2b.Options)) *env {
 			}
 			return e2b.Sandbox{Tenant: s.Tenant, Paused: s.Paused}, nil
 		},
+		Sandboxes: func(ctx context.Context) ([]e2b.SandboxRef, error) {
+			owners, err := a.Sessions.Owners(ctx)
+			out := make([]e2b.SandboxRef, 0, len(owners))
+			for id, tenant := range owners {
+				out = append(out, e2b.SandboxRef{ID: id, Tenant: tenant})
+			}
+			return out, err
+		},
 	}
 	if edit != nil {
 		edit(eopts)

@@ -112,7 +112,7 @@ func entryInfo(e *workspace.Entry) *filesystem.EntryInfo {
 	}
 	out := &filesystem.EntryInfo{
 		Name: name, Path: fromWorkspace(e.Path), Size: e.Size,
-		Permissions: e.Permissions, Owner: e.Owner, Group: e.Group,
+		Permissions: e.Permissions, Owner: e.Owner, Group: e.Group, Metadata: e.Metadata,
 	}
 	switch e.Type {
 	case "file":
@@ -758,9 +758,32 @@ func acceptsGzip(r *http.Request) bool {
 
 // writeInfo is one element of POST /files' answer.
 type writeInfo struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Path string `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// metadataHeader prefixes the upload headers that carry file metadata
+// (envd 0.6.2): X-Metadata-KEY: VALUE, KEY lowercased.
+const metadataHeader = "X-Metadata-"
+
+// uploadMetadata is the file metadata of an upload's headers, as envd
+// reads them: each X-Metadata-KEY header's first value under KEY
+// lowercased (nil when there is none; write_file checks it).
+func uploadMetadata(h http.Header) map[string]string {
+	var md map[string]string
+	for name, vals := range h {
+		k, ok := strings.CutPrefix(name, metadataHeader)
+		if !ok || k == "" || len(vals) == 0 {
+			continue
+		}
+		if md == nil {
+			md = map[string]string{}
+		}
+		md[strings.ToLower(k)] = vals[0]
+	}
+	return md
 }
 
 // errTooBig: an upload over maxTransfer.
@@ -769,10 +792,14 @@ var errTooBig = errors.New("too big")
 // store writes src to rel in chunks: the first replaces the file, the
 // next are appended. A file over one chunk is thus visible in parts while
 // it is written (one chunk is atomic).
-func (f *fsService) store(ctx context.Context, rel string, src io.Reader) (*writeInfo, error) {
+func (f *fsService) store(ctx context.Context, rel string, src io.Reader, md map[string]string) (*writeInfo, error) {
 	write := func(data []byte, appendTo bool) (string, error) {
-		out, err := invoke[*app.FileWritten](ctx, f.s, "write_file", app.WriteFileInput{Session: sandboxOf(ctx), Path: rel,
-			Content: base64.StdEncoding.EncodeToString(data), Encoding: "base64", Append: appendTo})
+		in := app.WriteFileInput{Session: sandboxOf(ctx), Path: rel,
+			Content: base64.StdEncoding.EncodeToString(data), Encoding: "base64", Append: appendTo}
+		if !appendTo {
+			in.Metadata = md // the new file carries it; appends keep it
+		}
+		out, err := invoke[*app.FileWritten](ctx, f.s, "write_file", in)
 		if err != nil {
 			return "", err
 		}
@@ -808,7 +835,19 @@ func (f *fsService) store(ctx context.Context, rel string, src io.Reader) (*writ
 			break
 		}
 	}
-	return &writeInfo{Name: path.Base(path0), Type: "file", Path: fromWorkspace(path0)}, nil
+	info := &writeInfo{Name: path.Base(path0), Type: "file", Path: fromWorkspace(path0)}
+	if md != nil {
+		// As envd: what the file kept, read back (a filesystem without
+		// user xattrs keeps none).
+		out, err := invoke[*app.FileInfo](ctx, f.s, "stat_file", app.PathInput{Session: sandboxOf(ctx), Path: path0})
+		if err != nil {
+			return nil, err
+		}
+		if out.Entry != nil {
+			info.Metadata = out.Entry.Metadata
+		}
+	}
+	return info, nil
 }
 
 // upload is POST /files: multipart/form-data (a part named "file" per
@@ -819,12 +858,7 @@ func (f *fsService) upload(w http.ResponseWriter, r *http.Request) {
 	if !f.httpUser(w, r) {
 		return
 	}
-	for k := range r.Header {
-		if strings.HasPrefix(k, "X-Metadata-") {
-			f.s.unsupported(w, "file metadata ("+k+" headers, envd 0.6.2)")
-			return
-		}
-	}
+	md := uploadMetadata(r.Header)
 	ctx := r.Context()
 	q := r.URL.Query().Get("path")
 	fail := func(err error) {
@@ -893,7 +927,7 @@ func (f *fsService) upload(w http.ResponseWriter, r *http.Request) {
 				writeError(w, err)
 				return
 			}
-			info, err := f.store(ctx, rel, part)
+			info, err := f.store(ctx, rel, part, md)
 			part.Close()
 			if err != nil {
 				fail(err)
@@ -915,7 +949,7 @@ func (f *fsService) upload(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
-		info, err := f.store(ctx, rel, body)
+		info, err := f.store(ctx, rel, body, md)
 		if err != nil {
 			fail(err)
 			return

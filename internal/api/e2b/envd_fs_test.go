@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"mime/multipart"
 	"net/http"
 	"net/url"
@@ -16,6 +17,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 
@@ -353,10 +355,6 @@ func TestEnvdFilesUploadDownload(t *testing.T) {
 			t.Errorf("%s ?%s: %d %s, want %d with %q", tc.method, tc.query, res.StatusCode, body, tc.status, tc.msg)
 		}
 	}
-	res, body = e.filesReq(t, id, "POST", "path=m", "application/octet-stream", strings.NewReader("x"), map[string]string{"X-Metadata-Owner": "me"})
-	if res.StatusCode != 501 || !strings.Contains(string(body), "file metadata") || !strings.Contains(string(body), "Quro test") {
-		t.Errorf("metadata: %d %s", res.StatusCode, body)
-	}
 	if out := e.shell(t, id, "test -e /etc/quro-planted || echo none; head -c 5 /etc/passwd"); out != "none\nroot:" {
 		t.Fatalf("%q", out)
 	}
@@ -383,7 +381,9 @@ func TestEnvdWatchDir(t *testing.T) {
 	e.shell(t, id, "mkdir w")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stream, err := c.WatchDir(ctx, rpc(&filesystem.WatchDirRequest{Path: "/home/user/w", Recursive: true, IncludeEntry: true}))
+	// As the SDK sends it (envd 0.6.4): entries in the events, network
+	// mounts allowed (a box has none; the flag changes nothing).
+	stream, err := c.WatchDir(ctx, rpc(&filesystem.WatchDirRequest{Path: "/home/user/w", Recursive: true, IncludeEntry: true, AllowNetworkMounts: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -743,5 +743,107 @@ func TestEnvdUploadIsAWriteToWatchers(t *testing.T) {
 		if ev.GetName() == "zz-mark" {
 			t.Fatal("the upload over f.txt was no write of it")
 		}
+	}
+}
+
+// File metadata as envd 0.6.2 keeps it: X-Metadata-KEY upload headers
+// become the file's user.e2b.key xattrs, shown in the upload's answer and
+// in Stat, ListDir and Move; a replacement without them clears them;
+// invalid ones write nothing.
+func TestEnvdFileMetadata(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	c := e.fsClient(id)
+	ctx := context.Background()
+	md := map[string]string{"X-Metadata-author": "mish", "X-Metadata-Purpose": "up load"}
+	want := map[string]string{"author": "mish", "purpose": "up load"}
+	res, body := e.filesReq(t, id, "POST", "path=m.txt", "application/octet-stream", strings.NewReader("x"), md)
+	if res.StatusCode != 200 || !strings.Contains(string(body), `"metadata":{"author":"mish","purpose":"up load"}`) {
+		t.Fatalf("octet-stream upload: %d %s", res.StatusCode, body)
+	}
+	var mp bytes.Buffer
+	mw := multipart.NewWriter(&mp)
+	for _, name := range []string{"d/one.txt", "d/two.txt"} {
+		pw, _ := mw.CreateFormFile("file", name)
+		pw.Write([]byte(name))
+	}
+	mw.Close()
+	if res, body := e.filesReq(t, id, "POST", "", mw.FormDataContentType(), &mp, md); res.StatusCode != 200 ||
+		strings.Count(string(body), `"metadata":{"author":"mish","purpose":"up load"}`) != 2 {
+		t.Fatalf("multipart upload: %d %s", res.StatusCode, body)
+	}
+	st, err := c.Stat(ctx, rpc(&filesystem.StatRequest{Path: "/home/user/m.txt"}))
+	if err != nil || !maps.Equal(st.Msg.GetEntry().GetMetadata(), want) {
+		t.Fatalf("stat: %v %v", st, err)
+	}
+	ls, err := c.ListDir(ctx, rpc(&filesystem.ListDirRequest{Path: "/home/user/d"}))
+	if err != nil || len(ls.Msg.GetEntries()) != 2 || !maps.Equal(ls.Msg.GetEntries()[1].GetMetadata(), want) {
+		t.Fatalf("list: %v %v", ls, err)
+	}
+	mv, err := c.Move(ctx, rpc(&filesystem.MoveRequest{Source: "/home/user/m.txt", Destination: "/home/user/n.txt"}))
+	if err != nil || !maps.Equal(mv.Msg.GetEntry().GetMetadata(), want) {
+		t.Fatalf("move: %v %v", mv, err)
+	}
+	// The box sees them as xattrs (E2B's namespace).
+	if out := e.shell(t, id, `python3 -c "import os; print(os.getxattr('n.txt', 'user.e2b.author').decode())"`); out != "mish\n" {
+		t.Fatalf("xattr in the box: %q", out)
+	}
+	// A replacement without metadata has none.
+	if res, body := e.filesReq(t, id, "POST", "path=n.txt", "application/octet-stream", strings.NewReader("y"), nil); res.StatusCode != 200 ||
+		strings.Contains(string(body), "metadata") {
+		t.Fatalf("overwrite: %d %s", res.StatusCode, body)
+	}
+	if st, err := c.Stat(ctx, rpc(&filesystem.StatRequest{Path: "n.txt"})); err != nil || st.Msg.GetEntry().GetMetadata() != nil {
+		t.Fatalf("stat after overwrite: %v %v", st, err)
+	}
+	// Invalid metadata: 400, and nothing written.
+	for _, hdr := range []map[string]string{
+		{"X-Metadata-Good": "caf\u00e9"},
+		{"X-Metadata-" + strings.Repeat("k", 300): "v"},
+		{"X-Metadata-Big": strings.Repeat("v", 5000)},
+	} {
+		res, body := e.filesReq(t, id, "POST", "path=bad.txt", "application/octet-stream", strings.NewReader("x"), hdr)
+		if res.StatusCode != 400 || !strings.Contains(string(body), "metadata") {
+			t.Errorf("invalid metadata: %d %s", res.StatusCode, body)
+		}
+	}
+	if _, err := c.Stat(ctx, rpc(&filesystem.StatRequest{Path: "bad.txt"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("a refused upload wrote: %v", err)
+	}
+}
+
+// Attack: the box sets the xattrs it likes on its files (non-ASCII and
+// control bytes, keys outside the token alphabet, a 60 KiB value, many
+// keys); the server reads them as hostile: Stat still answers, with only
+// what an upload could have set, within the bound.
+func TestEnvdFileMetadataFromTheBox(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	e.shell(t, id, `python3 - <<'EOF'
+import os
+open('f.txt', 'w').close()
+xs = [(b'user.e2b.ok', b'fine'), (b'user.e2b.bad\xff', b'x'), (b'user.e2b.Upper', b'x'), (b'user.e2b.ctl', b'a\x00\x1bb'),
+      (b'user.e2b.utf', b'\xc3\x28'), (b'user.other', b'x'), (b'user.e2b.', b'empty key'), (b'user.e2b.big', b'v' * 1500)]
+xs += [(b'user.e2b.k%03d' % i, b'v' * 30) for i in range(200)]
+for k, v in xs:
+    try:
+        os.setxattr('f.txt', k, v)
+    except OSError:
+        pass  # the filesystem's own bounds (one block on ext4)
+EOF`)
+	st, err := e.fsClient(id).Stat(context.Background(), rpc(&filesystem.StatRequest{Path: "f.txt"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := st.Msg.GetEntry().GetMetadata()
+	total := 0
+	for k, v := range got {
+		total += len("user.e2b.") + len(k) + len(v)
+		if k == "upper" || k == "ctl" || k == "utf" || k == "" || !utf8.ValidString(v) || strings.ContainsAny(k+v, "\x00\x1b") {
+			t.Errorf("a hostile xattr came through: %q=%q", k, v)
+		}
+	}
+	if total > 4096 || got["ok"] != "fine" {
+		t.Errorf("%d keys, %d bytes", len(got), total)
 	}
 }

@@ -14,8 +14,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -462,4 +464,82 @@ func TestRevokedKeyEndsItsAccessTokensAndSignedURLs(t *testing.T) {
 	check("after the revoke, the other key's", cur, http.StatusOK)
 	// The revoked key gets no new token.
 	e.api(t, e.Key, "GET", "/sandboxes/"+id, nil).want(t, http.StatusUnauthorized, "revoked")
+}
+
+// Attack: with E2B_SANDBOX_URL the SDK's signed URLs are
+// SANDBOX_URL/files?path=…&signature=… with no sandbox id; the sandbox is
+// the one whose access token made the signature. A signature opens only
+// its sandbox, path and operation: not another sandbox's file at the same
+// path, not another path, not a write for a read; an expired or forged
+// one opens nothing.
+func TestSignedURLWithoutSandboxID(t *testing.T) {
+	e := newEnv(t, nil)
+	a, b := e.newSession(t), e.newSession(t)
+	const file = "/home/user/hello.txt"
+	for _, id := range []string{a, b} {
+		if err := os.WriteFile(filepath.Join(workspaceOf(t, e, id), "hello.txt"), []byte("I am "+id), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expiring := func(path, op, token string, exp int64) url.Values {
+		s := strconv.FormatInt(exp, 10)
+		sum := sha256.Sum256([]byte(path + ":" + op + "::" + token + ":" + s))
+		return url.Values{"path": {path}, "signature": {"v1_" + base64.RawStdEncoding.EncodeToString(sum[:])}, "signature_expiration": {s}}
+	}
+	for _, id := range []string{a, b} {
+		q := url.Values{"path": {file}, "signature": {sign(file, "read", "", e.accessToken(id))}}
+		status, body := get(t, nil, e.URL+"/files?"+q.Encode())
+		if status != http.StatusOK || body != "I am "+id {
+			t.Fatalf("a signed read of %s: %d %q", id, status, body)
+		}
+	}
+	q := expiring(file, "read", e.accessToken(a), time.Now().Unix()+600)
+	if status, body := get(t, nil, e.URL+"/files?"+q.Encode()); status != http.StatusOK || body != "I am "+a {
+		t.Fatalf("an expiring signed read: %d %q", status, body)
+	}
+	// An exec key of another tenant: its token for a is no token of a's.
+	other, err := e.App.CreateToken(context.Background(), "cli", "t2", []string{"read", "exec"}, "intruder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, q := range map[string]url.Values{
+		"another tenant":  {"path": {file}, "signature": {sign(file, "read", "", e.Server.KeyAccessToken(a, other.ID))}},
+		"expired":         expiring(file, "read", e.accessToken(a), time.Now().Unix()-10),
+		"another path":    {"path": {"/home/user/.bashrc"}, "signature": {sign(file, "read", "", e.accessToken(a))}},
+		"another user":    {"path": {file}, "username": {"root"}, "signature": {sign(file, "read", "", e.accessToken(a))}},
+		"write signature": {"path": {file}, "signature": {sign(file, "write", "", e.accessToken(a))}},
+		"forged":          {"path": {file}, "signature": {sign(file, "read", "", "qa_guess")}},
+		"malformed":       {"path": {file}, "signature": {"v1_AAAA"}},
+		"no path":         {"signature": {sign(file, "read", "", e.accessToken(a))}},
+	} {
+		status, body := get(t, nil, e.URL+"/files?"+q.Encode())
+		if status != http.StatusUnauthorized || strings.Contains(body, "I am") {
+			t.Errorf("%s: %d %s", name, status, body)
+		}
+		if name == "expired" && strings.TrimSpace(body) != `{"code":401,"message":"signature is already expired"}` {
+			t.Errorf("expired: %s", body)
+		}
+	}
+	// A signed upload writes its one path in its one sandbox.
+	q = url.Values{"path": {"/home/user/up.txt"}, "signature": {sign("/home/user/up.txt", "write", "", e.accessToken(b))}}
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	pw, _ := mw.CreateFormFile("file", "up.txt")
+	pw.Write([]byte("uploaded"))
+	mw.Close()
+	resp, err := http.Post(e.URL+"/files?"+q.Encode(), mw.FormDataContentType(), &body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(got), `"path":"/home/user/up.txt"`) {
+		t.Fatalf("a signed upload: %d %s", resp.StatusCode, got)
+	}
+	if c, err := os.ReadFile(filepath.Join(workspaceOf(t, e, b), "up.txt")); err != nil || string(c) != "uploaded" {
+		t.Fatalf("the signed upload did not land in its sandbox: %q %v", c, err)
+	}
+	if _, err := os.Stat(filepath.Join(workspaceOf(t, e, a), "up.txt")); err == nil {
+		t.Fatal("a signed upload for one sandbox wrote another")
+	}
 }

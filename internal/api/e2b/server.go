@@ -37,7 +37,7 @@ const (
 // sandbox. The SDKs turn features on and off by it (e2b's
 // src/envd/versions.ts), so it names the newest envd whose features Quro
 // serves; docs/e2b.md lists them.
-const EnvdVersion = "0.5.7"
+const EnvdVersion = "0.6.4"
 
 // Headers the SDKs send with every request to a sandbox when
 // E2B_SANDBOX_URL is set (one URL for every sandbox).
@@ -131,6 +131,12 @@ type Options struct {
 	// access token of each.
 	Key  func(ctx context.Context, id string) (controller.Caller, error)
 	Keys func(ctx context.Context, tenant string) ([]string, error)
+	// Sandboxes lists every live sandbox with its tenant. With
+	// E2B_SANDBOX_URL set, the SDKs' signed URLs (uploadUrl, downloadUrl)
+	// are SANDBOX_URL/files?… and name no sandbox: the one whose access
+	// token made the signature is found among these. nil: such URLs are
+	// answered 404 (domain mode and the E2b-Sandbox-Id header still work).
+	Sandboxes func(ctx context.Context) ([]SandboxRef, error)
 	// Version is the Quro version that unsupported features name.
 	Version string
 	// Check refuses a request before anything else is done with it (403),
@@ -178,6 +184,9 @@ type Sandbox struct {
 	Paused bool
 }
 
+// SandboxRef names a live sandbox and its owner (Options.Sandboxes).
+type SandboxRef struct{ ID, Tenant string }
+
 // Server serves the E2B planes. Safe for concurrent use.
 type Server struct {
 	ctrl *controller.Controller
@@ -187,6 +196,8 @@ type Server struct {
 	api    *http.ServeMux // the control plane, paths without the prefix
 	envd   *http.ServeMux // a sandbox's envd (port 49983)
 	interp *http.ServeMux // a sandbox's code interpreter (port 49999)
+
+	searches chan struct{} // serveSigned's lookups under way (maxSignedSearches)
 }
 
 // New returns a Server calling ctrl.
@@ -223,7 +234,8 @@ func New(ctrl *controller.Controller, opts *Options) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{ctrl: ctrl, opts: o, log: log,
-		api: http.NewServeMux(), envd: http.NewServeMux(), interp: http.NewServeMux()}
+		api: http.NewServeMux(), envd: http.NewServeMux(), interp: http.NewServeMux(),
+		searches: make(chan struct{}, maxSignedSearches)}
 	s.controlRoutes(s.api)
 	s.envdProcessRoutes(s.envd)
 	s.envdFSRoutes(s.envd)
@@ -258,6 +270,9 @@ const (
 	planeNone plane = iota
 	planeAPI
 	planeSandbox
+	// planeSigned: SANDBOX_URL/files with a signature and no sandbox id
+	// (E2B_SANDBOX_URL's signed URLs); the signature finds the sandbox.
+	planeSigned
 )
 
 // target is what a request addresses.
@@ -295,6 +310,9 @@ func (s *Server) route(r *http.Request) target {
 			}
 		}
 	}
+	if r.URL.Path == "/files" && s.opts.Sandboxes != nil && r.URL.Query().Has("signature") {
+		return target{plane: planeSigned, path: r.URL.Path, port: EnvdPort}
+	}
 	if rest, ok := strings.CutPrefix(r.URL.Path, s.opts.Prefix); ok && (rest == "" || rest[0] == '/') {
 		if rest == "" {
 			rest = "/"
@@ -313,7 +331,7 @@ func (s *Server) Match(r *http.Request) bool { return s.route(r).plane != planeN
 // HTTP server's write timeout does not apply to them.
 func (s *Server) Long(r *http.Request) bool {
 	t := s.route(r)
-	return t.plane == planeSandbox && longPath(t.path)
+	return (t.plane == planeSandbox || t.plane == planeSigned) && longPath(t.path)
 }
 
 // longPath reports the sandbox plane's long requests (Long).
@@ -371,6 +389,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveAPI(w, r, t)
 	case planeSandbox:
 		s.serveSandbox(w, r, t)
+	case planeSigned:
+		s.serveSigned(w, r, t)
 	default:
 		writeJSONError(w, http.StatusNotFound, "not an E2B request")
 	}
@@ -469,6 +489,10 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, t target) 
 	// writes that one path (the path parameter, which a signed request
 	// must have).
 	if !ok && t.port == EnvdPort && t.path == "/files" && r.URL.Query().Get("path") != "" {
+		if _, expired, _ := parseSigned(r); expired {
+			writeJSONError(w, http.StatusUnauthorized, "signature is already expired")
+			return
+		}
 		key, ok = s.signatureKey(t.id, tenant, r)
 	}
 	if !open && !ok {
@@ -586,56 +610,152 @@ func (s *Server) keyOK(ctx context.Context, key, tenant string) bool {
 	return c.Tenant == tenant && c.Scope.Covers(capability.ScopeExec)
 }
 
-// signatureKey checks a signed /files URL (the SDK's uploadUrl and
-// downloadUrl): signature = "v1_" + base64(sha256("path:op:user:token[:exp]"))
-// without padding, op "read" for GET and "write" for POST, and
-// signature_expiration (unix seconds) not past. token is the access token
-// the SDK signed with: with API keys, that of one of tenant's live keys
-// that may run code (the URL names none: each is tried, and the one that
-// signed it is returned), so a URL dies with the key, as its token does.
-func (s *Server) signatureKey(id, tenant string, r *http.Request) (key string, ok bool) {
+// signedURL is what a signed /files URL (the SDK's uploadUrl and
+// downloadUrl) claims: signature = "v1_" + base64(sha256(raw + ":" +
+// token)) without padding, raw "path:op:user", op "read" for GET and
+// "write" for POST, and ":" + signature_expiration (unix seconds) after
+// the token when the URL expires.
+type signedURL struct {
+	sig, raw, exp string
+}
+
+// parseSigned reads r's signature. ok is false without a well-formed one
+// or without the path parameter it covers; expired reports a
+// signature_expiration that is past (E2B answers that apart).
+func parseSigned(r *http.Request) (u signedURL, expired, ok bool) {
 	q := r.URL.Query()
-	sig := q.Get("signature")
-	if sig == "" {
-		return "", false
+	u.sig, u.exp = q.Get("signature"), q.Get("signature_expiration")
+	if len(u.sig) != len("v1_")+base64.RawStdEncoding.EncodedLen(sha256.Size) || !strings.HasPrefix(u.sig, "v1_") ||
+		q.Get("path") == "" {
+		return u, false, false
+	}
+	if u.exp != "" {
+		n, err := strconv.ParseInt(u.exp, 10, 64)
+		if err != nil {
+			return u, false, false
+		}
+		if time.Now().Unix() > n {
+			return u, true, false
+		}
 	}
 	op := "read"
 	if r.Method == http.MethodPost {
 		op = "write"
 	}
-	var exp string
-	if exp = q.Get("signature_expiration"); exp != "" {
-		n, err := strconv.ParseInt(exp, 10, 64)
-		if err != nil || time.Now().Unix() > n {
-			return "", false
-		}
+	u.raw = q.Get("path") + ":" + op + ":" + q.Get("username")
+	return u, false, true
+}
+
+// by reports whether the access token token made the signature.
+func (u signedURL) by(token string) bool {
+	raw := u.raw + ":" + token
+	if u.exp != "" {
+		raw += ":" + u.exp
 	}
-	signed := func(token string) bool {
-		raw := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + token
-		if exp != "" {
-			raw += ":" + exp
-		}
-		sum := sha256.Sum256([]byte(raw))
-		want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
-		return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
-	}
-	if s.opts.APIKey == nil {
-		return "", signed(s.AccessToken(id))
-	}
-	keys, err := s.opts.Keys(r.Context(), tenant)
-	if err != nil {
-		if r.Context().Err() == nil {
-			s.log.Error("e2b: listing the API keys of a signed URL's tenant", "tenant", tenant, "err", err)
-		}
+	sum := sha256.Sum256([]byte(raw))
+	want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+	return subtle.ConstantTimeCompare([]byte(u.sig), []byte(want)) == 1
+}
+
+// signatureKey checks a signed /files URL (signedURL) for sandbox id of
+// tenant. token is the access token the SDK signed with: with API keys,
+// that of one of tenant's live keys that may run code (the URL names none:
+// each is tried, and the one that signed it is returned), so a URL dies
+// with the key, as its token does.
+func (s *Server) signatureKey(id, tenant string, r *http.Request) (key string, ok bool) {
+	u, _, ok := parseSigned(r)
+	if !ok {
 		return "", false
 	}
+	keys, err := s.signingKeys(r.Context(), tenant)
+	if err != nil {
+		return "", false
+	}
+	return s.signedBy(u, id, keys)
+}
+
+// signingKeys are the ids of tenant's keys whose access tokens may sign
+// (nil without API keys: the sandbox's one token).
+func (s *Server) signingKeys(ctx context.Context, tenant string) ([]string, error) {
+	if s.opts.APIKey == nil {
+		return nil, nil
+	}
+	keys, err := s.opts.Keys(ctx, tenant)
+	if err != nil && ctx.Err() == nil {
+		s.log.Error("e2b: listing the API keys of a signed URL's tenant", "tenant", tenant, "err", err)
+	}
+	return keys, err
+}
+
+// signedBy reports whether u was signed with sandbox id's access token:
+// that of one of keys with API keys (the key returned), the only one
+// without.
+func (s *Server) signedBy(u signedURL, id string, keys []string) (key string, ok bool) {
+	if s.opts.APIKey == nil {
+		return "", u.by(s.AccessToken(id))
+	}
 	for _, key := range keys {
-		if signed(s.KeyAccessToken(id, key)) {
+		if u.by(s.KeyAccessToken(id, key)) {
 			return key, true
 		}
 	}
 	return "", false
 }
+
+// serveSigned serves SANDBOX_URL/files?…&signature=…: with
+// E2B_SANDBOX_URL the SDKs' signed URLs name no sandbox (a browser or
+// curl given one sends no E2b-Sandbox-Id). The sandbox is the live one
+// whose access token made the signature — the same check as with an id,
+// tried against each sandbox, so a URL opens only the sandbox, path and
+// operation it was signed for. At most maxSignedSearches run at once.
+func (s *Server) serveSigned(w http.ResponseWriter, r *http.Request, t target) {
+	u, expired, ok := parseSigned(r)
+	if expired {
+		writeJSONError(w, http.StatusUnauthorized, "signature is already expired")
+		return
+	}
+	if !ok {
+		writeJSONError(w, http.StatusUnauthorized,
+			"a signed /files URL needs its path, a v1_ signature and, if it expires, a numeric signature_expiration: make it with the SDK's downloadUrl or uploadUrl")
+		return
+	}
+	select {
+	case s.searches <- struct{}{}:
+		defer func() { <-s.searches }()
+	case <-r.Context().Done():
+		return
+	}
+	sbs, err := s.opts.Sandboxes(r.Context())
+	if err != nil {
+		if r.Context().Err() == nil {
+			s.log.Error("e2b: listing the sandboxes for a signed URL", "err", err)
+		}
+		writeJSONError(w, http.StatusServiceUnavailable, "the server could not look the sandboxes up; try again")
+		return
+	}
+	keys := map[string][]string{}
+	for _, sb := range sbs {
+		if r.Context().Err() != nil {
+			return
+		}
+		k, seen := keys[sb.Tenant]
+		if !seen {
+			k, _ = s.signingKeys(r.Context(), sb.Tenant)
+			keys[sb.Tenant] = k
+		}
+		if _, ok := s.signedBy(u, sb.ID, k); ok {
+			t.plane, t.id = planeSandbox, sb.ID
+			s.serveSandbox(w, r, t)
+			return
+		}
+	}
+	writeJSONError(w, http.StatusUnauthorized,
+		"invalid signature: no live sandbox's access token made it (a signed URL dies with its sandbox and its API key); make a new one with downloadUrl or uploadUrl")
+}
+
+// maxSignedSearches bounds the signed URLs without a sandbox id being
+// looked up at once (serveSigned): each tries every live sandbox.
+const maxSignedSearches = 4
 
 type callerKey struct{}
 

@@ -1,6 +1,7 @@
 // files: write/read (text, every byte value, blob, stream), write many,
 // list, exists, getInfo, makeDir, rename, remove, watchDir; /home/user
-// and relative paths name the same files.
+// and relative paths name the same files; file metadata, watch entries,
+// signed URLs.
 import assert from 'node:assert/strict'
 import { Sandbox, FileType, FilesystemEventType, NotFoundError } from 'e2b'
 import { check, rejects, tag, waitFor } from './check.mjs'
@@ -109,6 +110,46 @@ try {
     } finally {
       await h.stop()
     }
+  })
+
+  await check('file metadata: written, shown by getInfo and list, cleared by an overwrite', async () => {
+    const metadata = { author: 'mish', purpose: 'upload' }
+    const w = await sbx.files.write('/home/user/meta/m.txt', 'm', { metadata })
+    assert.deepEqual(w.metadata, metadata)
+    assert.deepEqual((await sbx.files.getInfo('meta/m.txt')).metadata, metadata)
+    assert.deepEqual((await sbx.files.list('meta')).find((e) => e.name === 'm.txt')?.metadata, metadata)
+    assert.equal((await sbx.files.write('meta/m.txt', 'again')).metadata, undefined)
+    assert.equal((await sbx.files.getInfo('meta/m.txt')).metadata, undefined)
+  })
+
+  await check('files.watchDir includeEntry gives the entry of what changed', async () => {
+    await sbx.files.makeDir('/home/user/watched3')
+    const seen = waitFor((ev) => ev.name === 'z.txt' && ev.entry?.path === '/home/user/watched3/z.txt')
+    const h = await sbx.files.watchDir('/home/user/watched3', (ev) => seen.feed(ev), { includeEntry: true, allowNetworkMounts: true })
+    try {
+      await sbx.files.write('/home/user/watched3/z.txt', 'z')
+      const ev = await seen.promise
+      assert.equal(ev.entry.type, FileType.FILE)
+    } finally {
+      await h.stop()
+    }
+  })
+
+  await check('signed downloadUrl and uploadUrl work from a plain fetch (no sandbox id with E2B_SANDBOX_URL)', async () => {
+    await sbx.files.write('signed.txt', 'signed content')
+    const down = await sbx.downloadUrl('signed.txt', { useSignatureExpiration: 60_000 })
+    const res = await fetch(down)
+    assert.equal(res.status, 200)
+    assert.equal(await res.text(), 'signed content')
+    const form = new FormData()
+    form.append('file', 'uploaded')
+    const up = await fetch(await sbx.uploadUrl('up.txt'), { method: 'POST', body: form })
+    assert.equal(up.status, 200)
+    assert.equal(await sbx.files.read('up.txt'), 'uploaded')
+    // The signature covers its path: another path with it opens nothing.
+    const other = new URL(down)
+    other.searchParams.set('path', '/home/user/hello.txt')
+    assert.equal((await fetch(other)).status, 401)
   })
 } finally {
   await sbx.kill()
