@@ -132,6 +132,30 @@ func TestOutputIsLiveWhileCodeBlocks(t *testing.T) {
 	}
 }
 
+// stderr is line-buffered, but a part of a line is not held while the
+// code blocks: the flush thread sends it (a progress message without its
+// end, then a wait).
+func TestStderrPartOfLineIsLiveWhileCodeBlocks(t *testing.T) {
+	s := newSession(t)
+	run(t, testEng, s, "pass")
+	gate := fifo(t, s, "gate")
+	out, errw := watch(""), watch("working...")
+	go func() {
+		<-errw.seen
+		if f, err := os.OpenFile(gate, os.O_WRONLY, 0); err == nil {
+			f.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), liveTimeout)
+	defer cancel()
+	res := runTo(t, ctx, s, "import sys\nsys.stderr.write('working...')\nopen('gate').read()\nprint(' done', file=sys.stderr)", out, errw)
+	unblockFIFO(gate, os.O_RDONLY)
+	if res.TimedOut || errw.String() != "working... done\n" {
+		t.Fatalf("the part of a stderr line written before the code blocked was not delivered while it was blocked: timed out %v, out %q, err %q",
+			res.TimedOut, out.String(), errw.String())
+	}
+}
+
 // time.sleep flushes stdout at once (an audited call), without the flush
 // thread: the test interrupts the sleep when it sees the line.
 func TestOutputBeforeSleepIsDelivered(t *testing.T) {
