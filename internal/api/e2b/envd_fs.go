@@ -120,9 +120,21 @@ func entryInfo(e *workspace.Entry) *filesystem.EntryInfo {
 	case "dir":
 		out.Type = filesystem.FileType_FILE_TYPE_DIRECTORY
 	case "symlink":
-		out.Type = filesystem.FileType_FILE_TYPE_SYMLINK
+		// As envd: a link's type is its target's (file or directory;
+		// unspecified when it dangles, or leads where Quro's file API
+		// does not reach), never FILE_TYPE_SYMLINK (the SDKs' own tests
+		// expect a link to a file to be a file; the Python SDK before
+		// 2.45 maps no symlink type). symlinkTarget says it is a link,
+		// and its size is lstat's (the target's length).
+		switch e.TargetType {
+		case "file":
+			out.Type = filesystem.FileType_FILE_TYPE_FILE
+		case "dir":
+			out.Type = filesystem.FileType_FILE_TYPE_DIRECTORY
+		}
 		t := linkTarget(out.Path, e.Target)
 		out.SymlinkTarget = &t
+		out.Size = int64(len(e.Target))
 	}
 	out.Mode = uint32(mode.Perm()) // as envd: the permission bits only (0o644, 0o755)
 	if !e.ModTime.IsZero() {

@@ -90,7 +90,7 @@ func TestEnvdFilesystemRPC(t *testing.T) {
 	}
 	// Relative paths are taken from the home.
 	if st, err = c.Stat(ctx, rpc(&filesystem.StatRequest{Path: "a/rel"})); err != nil ||
-		st.Msg.GetEntry().GetType() != filesystem.FileType_FILE_TYPE_SYMLINK || st.Msg.GetEntry().GetSymlinkTarget() != "/home/user/a/b/f.txt" {
+		st.Msg.GetEntry().GetType() != filesystem.FileType_FILE_TYPE_FILE || st.Msg.GetEntry().GetSymlinkTarget() != "/home/user/a/b/f.txt" {
 		t.Fatalf("%v %v", st, err)
 	}
 	_, err = c.Stat(ctx, rpc(&filesystem.StatRequest{Path: "/home/user/nope"}))
@@ -546,7 +546,8 @@ func TestEnvdEntryInfoAsE2B(t *testing.T) {
 	id := e.newSession(t)
 	c := e.fsClient(id)
 	ctx := context.Background()
-	e.shell(t, id, "printf test > test_file.txt && ln -s test_file.txt test_symlink.txt && mkdir -p d/sub && ln -s ../test_file.txt d/up && ln -s /etc/hostname abs")
+	e.shell(t, id, "printf test > test_file.txt && ln -s test_file.txt test_symlink.txt && mkdir -p d/sub && ln -s ../test_file.txt d/up && ln -s /etc/hostname abs && "+
+		"ln -s /home/user/d home_abs && ln -s test_symlink.txt chain && ln -s nothing dangling && ln -s loop1 loop2 && ln -s loop2 loop1 && ln -s ../../../../etc/passwd d/out")
 	if _, err := c.MakeDir(ctx, rpc(&filesystem.MakeDirRequest{Path: "test_dir"})); err != nil {
 		t.Fatal(err)
 	}
@@ -567,13 +568,26 @@ func TestEnvdEntryInfoAsE2B(t *testing.T) {
 		en.GetType() != filesystem.FileType_FILE_TYPE_DIRECTORY || en.GetOwner() != "user" || en.GetGroup() != "user" {
 		t.Errorf("dir: %v", en)
 	}
-	for p, want := range map[string]string{
-		"test_symlink.txt": "/home/user/test_file.txt", // beside it
-		"d/up":             "/home/user/test_file.txt", // up from its directory
-		"abs":              "/etc/hostname",            // absolute: as it is
+	// A link is described as envd describes it: its target's type (file
+	// or directory; unspecified when it dangles, loops or leads where the
+	// file API does not reach), never FILE_TYPE_SYMLINK, which the Python
+	// SDK before 2.45 cannot map; symlinkTarget marks it as a link.
+	for p, want := range map[string]struct {
+		target string
+		typ    filesystem.FileType
+	}{
+		"test_symlink.txt": {"/home/user/test_file.txt", filesystem.FileType_FILE_TYPE_FILE}, // beside it
+		"d/up":             {"/home/user/test_file.txt", filesystem.FileType_FILE_TYPE_FILE}, // up from its directory
+		"home_abs":         {"/home/user/d", filesystem.FileType_FILE_TYPE_DIRECTORY},        // absolute, in the home
+		"chain":            {"/home/user/test_symlink.txt", filesystem.FileType_FILE_TYPE_FILE},
+		"abs":              {"/etc/hostname", filesystem.FileType_FILE_TYPE_UNSPECIFIED}, // absolute: as it is
+		"dangling":         {"/home/user/nothing", filesystem.FileType_FILE_TYPE_UNSPECIFIED},
+		"loop1":            {"/home/user/loop2", filesystem.FileType_FILE_TYPE_UNSPECIFIED},
+		"d/out":            {"/etc/passwd", filesystem.FileType_FILE_TYPE_UNSPECIFIED}, // never followed out
 	} {
-		if en := stat(p); en.GetSymlinkTarget() != want || en.GetType() != filesystem.FileType_FILE_TYPE_SYMLINK {
-			t.Errorf("%s: target %q, want %q (%v)", p, en.GetSymlinkTarget(), want, en)
+		en := stat(p)
+		if en.GetSymlinkTarget() != want.target || en.GetType() != want.typ || en.GetSize() <= 0 {
+			t.Errorf("%s: target %q type %v, want %q %v (%v)", p, en.GetSymlinkTarget(), en.GetType(), want.target, want.typ, en)
 		}
 	}
 
@@ -588,7 +602,7 @@ func TestEnvdEntryInfoAsE2B(t *testing.T) {
 	if en := got["sub"]; en.GetMode() != 0o755 || en.GetSize() <= 0 || en.GetPath() != "/home/user/d/sub" {
 		t.Errorf("listed dir: %v", en)
 	}
-	if en := got["up"]; en.GetSymlinkTarget() != "/home/user/test_file.txt" {
+	if en := got["up"]; en.GetSymlinkTarget() != "/home/user/test_file.txt" || en.GetType() != filesystem.FileType_FILE_TYPE_FILE {
 		t.Errorf("listed link: %v", en)
 	}
 

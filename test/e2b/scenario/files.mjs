@@ -73,6 +73,19 @@ try {
     assert.equal(d.type, FileType.DIR)
   })
 
+  await check('files.getInfo and list of a symbolic link: its target\'s type, as envd', async () => {
+    await sbx.commands.run('ln -sf hello.txt /home/user/link.txt && ln -sfn made /home/user/link.dir')
+    const f = await sbx.files.getInfo('/home/user/link.txt')
+    assert.equal(f.type, FileType.FILE)
+    assert.equal(f.symlinkTarget, '/home/user/hello.txt')
+    const d = await sbx.files.getInfo('link.dir')
+    assert.equal(d.type, FileType.DIR)
+    assert.equal(d.symlinkTarget, '/home/user/made')
+    const listed = (await sbx.files.list('/home/user')).find((e) => e.name === 'link.txt')
+    assert.equal(listed?.type, FileType.FILE)
+    assert.equal(listed?.symlinkTarget, '/home/user/hello.txt')
+  })
+
   await check('files.rename', async () => {
     await sbx.files.write('/home/user/old.txt', 'moved')
     const e = await sbx.files.rename('/home/user/old.txt', '/home/user/made/new.txt')
