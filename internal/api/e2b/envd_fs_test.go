@@ -1,15 +1,19 @@
 package e2b_test
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -757,5 +761,86 @@ func TestEnvdUploadIsAWriteToWatchers(t *testing.T) {
 		if ev.GetName() == "zz-mark" {
 			t.Fatal("the upload over f.txt was no write of it")
 		}
+	}
+}
+
+// A gzip download leaves in large HTTP chunks: node's fetch (the JS SDK)
+// decodes a stream of small chunks very slowly (a 50 MB file in 16 KiB
+// chunks took over 90 s, past the SDK's timeout). Read over a raw
+// connection, the chunked body's chunks are of at least 512 KiB but the
+// last, and they gunzip to the file.
+func TestEnvdFilesGzipInLargeChunks(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	e.shell(t, id, "head -c 6000000 /dev/urandom > big.bin")
+	want := e.shell(t, id, "sha256sum < big.bin | cut -c1-64")
+	u, err := url.Parse(e.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /files?path=big.bin&username=user HTTP/1.1\r\nHost: %s\r\n%s: %s\r\n%s: %d\r\nX-Access-Token: %s\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n",
+		u.Host, e2b.HeaderSandboxID, id, e2b.HeaderSandboxPort, e2b.EnvdPort, e.accessToken(id))
+	br := bufio.NewReader(conn)
+	chunked := false
+	for first := true; ; first = false {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		line = strings.TrimSpace(line)
+		if first && !strings.HasPrefix(line, "HTTP/1.1 200") {
+			t.Fatalf("status %q", line)
+		}
+		if strings.EqualFold(line, "Transfer-Encoding: chunked") {
+			chunked = true
+		}
+		if line == "" {
+			break
+		}
+	}
+	if !chunked {
+		t.Fatal("the gzip download is not chunked")
+	}
+	var body bytes.Buffer
+	var sizes []int64
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(line), 16, 64)
+		if err != nil {
+			t.Fatalf("chunk size %q: %v", line, err)
+		}
+		if n == 0 {
+			break
+		}
+		sizes = append(sizes, n)
+		if _, err := io.CopyN(&body, br, n+2); err != nil { // the data and its CRLF
+			t.Fatal(err)
+		}
+		body.Truncate(body.Len() - 2)
+	}
+	for i, n := range sizes[:len(sizes)-1] {
+		if n < 512<<10 {
+			t.Errorf("chunk %d of %d is %d bytes (the first: %v)", i, len(sizes), n, sizes[:min(len(sizes), 10)])
+			break
+		}
+	}
+	zr, err := gzip.NewReader(&body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, zr); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprintf("%x\n", h.Sum(nil)); got != want {
+		t.Errorf("gunzipped sha256 %s, want %s", got, want)
 	}
 }
