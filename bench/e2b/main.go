@@ -18,6 +18,9 @@
 //
 // The report gives medians and p95 per step, the SDK/REST ratio of the
 // medians, and the goals (create + first run ≤ 100 ms, warm ≤ 5 ms).
+// With -files N it instead writes and reads a 50 MB file (-files-mb)
+// through the SDK, N rounds, beside curl on the same /files URL
+// (bench/e2b/files.mjs).
 // Needs test/e2b's SDKs installed (npm ci --prefix test/e2b) and node.
 package main
 
@@ -48,6 +51,8 @@ var (
 	quroBin  = flag.String("quro", "", "the quro binary (default: go build ./cmd/quro into a temporary directory)")
 	modules  = flag.String("modules", "test/e2b/node_modules", "where the E2B SDKs are installed (npm ci --prefix test/e2b)")
 	jsonPath = flag.String("json", "", "also write the figures as JSON to this file")
+	nFiles   = flag.Int("files", 0, "instead: this many rounds of a large file written and read through the SDK beside curl (bench/e2b/files.mjs)")
+	filesMB  = flag.Int("files-mb", 50, "the file of -files, in MB")
 )
 
 func main() {
@@ -110,6 +115,10 @@ func run() error {
 	}
 	rest := &restClient{url: srv.url, token: strings.TrimSpace(string(key)), hc: &http.Client{}}
 	ctx := context.Background()
+	env := append(os.Environ(), "E2B_API_KEY="+rest.token, "E2B_API_URL="+srv.url+"/e2b", "E2B_SANDBOX_URL="+srv.url, "E2B_NODE_MODULES="+mods)
+	if *nFiles > 0 {
+		return filesBench(ctx, env)
+	}
 
 	// Warm-up: the first Python run of the data directory, connections.
 	fmt.Fprintln(os.Stderr, "warming up ...")
@@ -124,7 +133,6 @@ func run() error {
 		restCreate: series{name: "REST create_session"}, restCreateRun: series{name: "REST create_session + run_code print(1)"},
 		restKill: series{name: "REST destroy_session"}, restWarm: series{name: "REST run_code print(1), warm"},
 	}
-	env := append(os.Environ(), "E2B_API_KEY="+rest.token, "E2B_API_URL="+srv.url+"/e2b", "E2B_SANDBOX_URL="+srv.url, "E2B_NODE_MODULES="+mods)
 	nb, mb := max(1, *nCold / *blocks), max(1, *nWarm / *blocks)
 	warmSession, err := rest.create(ctx)
 	if err != nil {

@@ -129,7 +129,7 @@ func (a *App) registerBoxes(reg *capability.Registry) {
 			case errors.Is(err, session.ErrBusy):
 				return nil, errBusy(s, a.lives.Busy(s.ID))
 			case err != nil && boxed:
-				return nil, capability.Errorf(capability.Unavailable, "pause: %v", err)
+				return nil, pauseFailed(s, err)
 			case err != nil:
 				return nil, err
 			case !boxed:
@@ -167,6 +167,22 @@ func (a *App) registerBoxes(reg *capability.Registry) {
 func errBusy(s *session.Session, n int) error {
 	return capability.Errorf(capability.Busy, "session %s has %d call(s) running code in it (a run, a command, terminal input): wait for them or cancel them, then pause; "+
 		"streams that only follow a process or watch files do not hold off a pause", s.ID, n)
+}
+
+// pauseFailed is the error of a freeze of s's box that failed. One the
+// kernel did not finish in time (under load, a process sleeping in the
+// kernel holds it up) was undone, so the session runs on and a retry may
+// succeed: unavailable, with a Retry-After and a message saying so (E2B's
+// SDKs raise a 503 as ServiceBusyError, "please retry").
+func pauseFailed(s *session.Session, err error) error {
+	if errors.Is(err, sandbox.ErrFreezeStalled) {
+		e := capability.Errorf(capability.Unavailable,
+			"session %s could not be paused now, retry in a moment: %v. Nothing was paused and the session runs on as before "+
+				"(a process sleeping in the kernel, e.g. on heavy disk or network I/O, holds a freeze up until it leaves that sleep)", s.ID, err)
+		e.RetryAfter = 1
+		return e.WithCause(err)
+	}
+	return capability.Errorf(capability.Unavailable, "pause: %v", err).WithCause(err)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

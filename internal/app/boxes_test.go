@@ -20,7 +20,9 @@ import (
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/sandbox/sandboxtest"
+	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/terminal"
 )
 
@@ -611,5 +613,23 @@ func TestWorkspaceIsAlsoHomeUser(t *testing.T) {
 	got := mustCall(t, a, "read_file", ReadFileInput{Session: s1.ID, Path: "from-shell"}).(*FileContent)
 	if strings.TrimSpace(got.Content) != "made" {
 		t.Fatalf("a write to /home/user is not in the workspace: %+v", got)
+	}
+}
+
+// A freeze the kernel did not finish in time (the box was thawed again)
+// is unavailable with a Retry-After and a message saying to retry and
+// that the session runs on; E2B's pause answers it as 503, which the SDKs
+// raise as ServiceBusyError ("please retry"). Another failure of the
+// freezer stays unavailable without a hint to retry.
+func TestPauseStalledIsRetryable(t *testing.T) {
+	s := &session.Session{ID: "0123456789abcdef0123456789abcdef"}
+	stalled := fmt.Errorf("%w: cgroup freezer: not FROZEN after 10s (not in the freezer: dd (D io_schedule))", sandbox.ErrFreezeStalled)
+	var ce *capability.Error
+	if !errors.As(pauseFailed(s, stalled), &ce) || ce.Code != capability.Unavailable || ce.RetryAfter <= 0 ||
+		!strings.Contains(ce.Message, "retry") || !strings.Contains(ce.Message, "runs on") || !errors.Is(ce, sandbox.ErrFreezeStalled) {
+		t.Errorf("a stalled freeze: %+v", ce)
+	}
+	if !errors.As(pauseFailed(s, errors.New("cgroup freezer: permission denied")), &ce) || ce.Code != capability.Unavailable || ce.RetryAfter != 0 {
+		t.Errorf("another freezer failure: %+v", ce)
 	}
 }

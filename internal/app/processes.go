@@ -102,6 +102,9 @@ func (l *ProcessList) Text() string {
 type ConnectProcessInput struct {
 	ProcessSelector
 	TimeoutMS int64 `json:"timeout_ms,omitempty" jsonschema:"return after this many milliseconds if it still runs (it keeps running); 0 (default): when it ends"`
+	// ReplayTerminal: a process on a terminal first sends what it printed
+	// before (E2B's pty.connect redraws a terminal from it).
+	ReplayTerminal bool `json:"replay_terminal,omitempty" jsonschema:"for a process started with pty: first stream what its terminal showed before (the last 64 KiB kept), then what comes"`
 }
 
 // ReadOutputInput is read_process_output's input.
@@ -213,7 +216,8 @@ func (a *App) registerProcesses(reg *capability.Registry) {
 			"a process counts against those, not against the calls running code at once: this call holds a run slot only until the process runs.",
 		capability.ScopeExec, a.startProcess).Streaming().InSession(capability.UseBusy))
 	reg.Register(capability.New("connect_process",
-		"Follow a running background process of the session (by pid or tag): its output from now on (nothing before is replayed) streams "+
+		"Follow a running background process of the session (by pid or tag): its output from now on (nothing before is replayed, "+
+			"except with replay_terminal what a pty process's terminal showed before, from the last 64 KiB kept) streams "+
 			"until it ends, or timeout_ms passes, and the call returns how it ended, or that it still runs. Leaving does not stop it.",
 		capability.ScopeRead, a.connectProcess).Streaming().InSession(capability.UseBusy))
 	reg.Register(capability.New("read_process_output",
@@ -369,9 +373,9 @@ func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessR
 		// is reported as ended, with its output, instead of as running.
 		wctx, cancel := context.WithTimeout(ctx, a.startWindow)
 		defer cancel()
-		return a.follow(wctx, p, v, in.Tag)
+		return a.follow(wctx, p, v, in.Tag, nil)
 	}
-	return a.follow(ctx, p, v, in.Tag)
+	return a.follow(ctx, p, v, in.Tag, nil)
 }
 
 func (a *App) connectProcess(ctx context.Context, in ConnectProcessInput) (*ProcessResult, error) {
@@ -386,18 +390,24 @@ func (a *App) connectProcess(ctx context.Context, in ConnectProcessInput) (*Proc
 	if err != nil {
 		return nil, err
 	}
-	v, err := p.Attach()
+	var v *proc.Viewer
+	var before []byte
+	if in.ReplayTerminal && p.Info().PTY {
+		v, before, err = p.AttachReplay()
+	} else {
+		v, err = p.Attach()
+	}
 	if err != nil {
 		return nil, err
 	}
 	a.following(ctx) // only streams the process (a pause need not wait)
 	runcode.Started(ctx, p.Pid())
 	if in.TimeoutMS == 0 {
-		return a.follow(ctx, p, v, p.Info().Tag)
+		return a.follow(ctx, p, v, p.Info().Tag, before)
 	}
 	tctx, cancel := context.WithTimeout(ctx, time.Duration(in.TimeoutMS)*time.Millisecond)
 	defer cancel()
-	res, err := a.follow(tctx, p, v, p.Info().Tag)
+	res, err := a.follow(tctx, p, v, p.Info().Tag, before)
 	if err == nil && res.Running && ctx.Err() == nil {
 		res.TimedOut = true
 	}
@@ -435,12 +445,18 @@ func (a *App) readProcessOutput(ctx context.Context, in ReadOutputInput) (*Proce
 
 // follow hands v's output to the caller's stream until the process ends
 // or the caller goes away (the process runs on).
-func (a *App) follow(ctx context.Context, p *proc.Process, v *proc.Viewer, tag string) (*ProcessResult, error) {
+func (a *App) follow(ctx context.Context, p *proc.Process, v *proc.Viewer, tag string, terminalBefore []byte) (*ProcessResult, error) {
 	defer v.Detach()
 	out := runcode.OutputFrom(ctx)
 	var kept [3]tail
 	idx := map[string]int{"stdout": 0, "stderr": 1, "pty": 2}
 	res := &ProcessResult{Pid: p.Pid(), Tag: tag}
+	if len(terminalBefore) > 0 { // replayed: a terminal's output is all one stream
+		kept[2].add(terminalBefore)
+		if out != nil {
+			out("pty", terminalBefore)
+		}
+	}
 	for {
 		select {
 		case ev, ok := <-v.C:

@@ -574,7 +574,7 @@ const (
 type Error struct {
 	Code    Code   `json:"code"`
 	Message string `json:"message"`
-	// RetryAfter, for ResourceExhausted, is how many seconds a caller
+	// RetryAfter, for ResourceExhausted or Unavailable, is how many seconds a caller
 	// should wait before trying again (0: not said).
 	RetryAfter int `json:"retry_after_seconds,omitempty"`
 	// cause is the domain error the controller classified (never sent:

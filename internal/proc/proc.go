@@ -255,17 +255,32 @@ func (p *Process) Info() Info {
 // before is replayed). It fails with ErrNotFound when the process has
 // already ended, ErrTooMany when it has MaxViewers.
 func (p *Process) Attach() (*Viewer, error) {
+	v, _, err := p.attach(false)
+	return v, err
+}
+
+// AttachReplay is Attach that also returns what the process printed
+// before (the last RingSize bytes, every stream merged), taken in the
+// same step as the viewer is added: nothing is lost or seen twice between
+// the two.
+func (p *Process) AttachReplay() (*Viewer, []byte, error) { return p.attach(true) }
+
+func (p *Process) attach(replay bool) (*Viewer, []byte, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
 	case <-p.done:
-		return nil, fmt.Errorf("%w: process %d has just ended", ErrNotFound, p.pid)
+		return nil, nil, fmt.Errorf("%w: process %d has just ended", ErrNotFound, p.pid)
 	default:
 	}
 	if len(p.viewers) >= MaxViewers {
-		return nil, fmt.Errorf("%w: process %d already has %d viewers (the limit); end one first", ErrTooMany, p.pid, MaxViewers)
+		return nil, nil, fmt.Errorf("%w: process %d already has %d viewers (the limit); end one first", ErrTooMany, p.pid, MaxViewers)
 	}
-	return p.attachLocked(), nil
+	var before []byte
+	if replay {
+		before = p.out.read(0).Data
+	}
+	return p.attachLocked(), before, nil
 }
 
 func (p *Process) attachLocked() *Viewer {

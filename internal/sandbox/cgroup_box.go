@@ -249,6 +249,11 @@ func (r *runCgroup) canFreeze() bool {
 // errNoFreezer: neither cgroup v2's cgroup.freeze nor a v1 freezer.
 var errNoFreezer = errors.New("this machine gives Quro no cgroup freezer (cgroup v2 cgroup.freeze or the v1 freezer controller)")
 
+// ErrFreezeStalled is a freeze the kernel did not finish in time (a
+// process sleeping in the kernel, e.g. on heavy I/O, holds it up): the
+// box was thawed again and runs on, so a later try may succeed.
+var ErrFreezeStalled = errors.New("the kernel did not stop every process of the box in time")
+
 // freeze stops every process of the cgroup and waits until the kernel
 // reports them all frozen (bounded: a process in uninterruptible sleep
 // freezes when it leaves it).
@@ -299,7 +304,11 @@ func (r *runCgroup) setFrozen(on bool) error {
 	for wait := 50 * time.Microsecond; !check(); wait = min(2*wait, 10*time.Millisecond) {
 		now := time.Now()
 		if now.Sub(start) > freezeTimeout {
-			return fmt.Errorf("cgroup freezer: not %s after %s%s", want, freezeTimeout, r.unfrozen(filepath.Dir(file)))
+			err := fmt.Errorf("cgroup freezer: not %s after %s%s", want, freezeTimeout, r.unfrozen(filepath.Dir(file)))
+			if on {
+				err = fmt.Errorf("%w: %w", ErrFreezeStalled, err)
+			}
+			return err
 		}
 		if on && now.Sub(retried) > freezeRetry {
 			retried = now

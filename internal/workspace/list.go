@@ -19,6 +19,9 @@ type Entry struct {
 	Mode    string    `json:"mode" jsonschema:"permission bits, octal"`
 	ModTime time.Time `json:"mtime"`
 	Target  string    `json:"target,omitempty" jsonschema:"where a symlink points (not followed)"`
+	// TargetType is what a symlink finally leads to, when that is inside
+	// the workspace.
+	TargetType string `json:"target_type,omitempty" jsonschema:"a symlink's: the type of what it finally leads to (file, dir or other), when that is inside the workspace; absent when it dangles or leads out"`
 	// Permissions is the mode as ls shows it ("-rw-r--r--", "drwxr-xr-x").
 	Permissions string `json:"permissions,omitempty" jsonschema:"the mode as ls -l shows it"`
 	Owner       string `json:"owner,omitempty" jsonschema:"the owning user as the session box names it"`

@@ -35,9 +35,47 @@ func (w *FS) describe(e *Entry, fi fs.FileInfo) {
 		e.Size = fi.Size()
 	case "symlink":
 		e.Target, _ = w.root.Readlink(e.Path)
+		e.TargetType = w.targetType(e.Path, e.Target)
 	default:
 		e.Type = "other"
 	}
+}
+
+// maxLinkHops bounds the links targetType follows (the kernel's ELOOP
+// bound).
+const maxLinkHops = 40
+
+// targetType is the type ("file", "dir", "other") of what the link at rel,
+// pointing to target, finally leads to, when every step stays inside the
+// workspace (a target under /home/user or relative to the link's
+// directory), else "" (dangling, a loop, or outside: not known here).
+// Every step is an lstat through the root, so nothing outside is touched.
+func (w *FS) targetType(rel, target string) string {
+	for range maxLinkHops {
+		next := target
+		if !path.IsAbs(next) {
+			next = path.Join(path.Dir(rel), next)
+		}
+		r, err := w.Rel(next)
+		if err != nil {
+			return ""
+		}
+		fi, err := w.root.Lstat(r)
+		if err != nil {
+			return ""
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			if t, _ := kindOf(fi.Mode()); t == "file" || t == "dir" {
+				return t
+			}
+			return "other"
+		}
+		if target, err = w.root.Readlink(r); err != nil {
+			return ""
+		}
+		rel = r
+	}
+	return ""
 }
 
 // Info describes p itself: a symbolic link is described as a link (with

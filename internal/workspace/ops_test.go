@@ -369,3 +369,49 @@ func TestWatchLimit(t *testing.T) {
 		t.Fatalf("watch with no descriptor left: %v", err)
 	}
 }
+
+// An atomic write (Write over an existing file: a temporary file renamed
+// over it) shows in a watch as events about the file only, never about
+// the server's temporary file, in the watched directory and below it.
+func TestWatchLeavesOutTemporaryFiles(t *testing.T) {
+	w, ws, _ := setup(t, Options{})
+	os.MkdirAll(filepath.Join(ws, "d/sub"), 0o755)
+	write(t, filepath.Join(ws, "d/a.txt"), "old")
+	write(t, filepath.Join(ws, "d/sub/b.txt"), "old")
+	events, _, _ := watch(t, w, "d", WatchOptions{Recursive: true})
+	for _, p := range []string{"d/a.txt", "d/sub/b.txt"} {
+		if _, err := w.Write(p, []byte("new"), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(t, filepath.Join(ws, "d/end"), "") // its event comes after the writes'
+	seen := map[string]bool{}
+	for e := range events {
+		if strings.Contains(e.Name, ".quro-tmp-") {
+			t.Errorf("the watch reported the server's temporary file: %+v", e)
+		}
+		seen[e.Name] = true
+		if e.Name == "end" {
+			break
+		}
+	}
+	if !seen["a.txt"] || !seen["sub/b.txt"] {
+		t.Errorf("the written files' own events are missing: %v", seen)
+	}
+}
+
+func TestIsTemp(t *testing.T) {
+	for name, want := range map[string]bool{
+		".a.txt.quro-tmp-0123456789abcdef": true,
+		".x.quro-tmp-ffffffffffffffff":     true,
+		"a.txt.quro-tmp-0123456789abcdef":  false, // no leading dot
+		".a.txt.quro-tmp-0123456789abcde":  false, // 15 digits
+		".a.txt.quro-tmp-0123456789ABCDEF": false, // not lower-case hex
+		".quro-tmp-0123456789abcdef":       false, // no name before the mark
+		".a.txt":                           false,
+	} {
+		if got := IsTemp(name); got != want {
+			t.Errorf("IsTemp(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

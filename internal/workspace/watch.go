@@ -200,7 +200,7 @@ func (wt *watcher) addTree(dir string, found func(rel string)) error {
 	d.Close()
 	for _, e := range ents {
 		sub := path.Join(dir, e.Name())
-		if wt.base == "." && sub == Internal {
+		if wt.base == "." && sub == Internal || IsTemp(e.Name()) {
 			continue
 		}
 		if found != nil {
@@ -243,8 +243,8 @@ func (wt *watcher) handle(wd int32, mask uint32, name string, fn func(Event)) (e
 		}
 		return false, nil // a subdirectory's own removal is reported by its parent
 	}
-	if wt.base == "." && dir == "" && name == Internal {
-		return false, nil // the server's own files
+	if wt.base == "." && dir == "" && name == Internal || IsTemp(name) {
+		return false, nil // the server's own files: its directory, an atomic write's temporary file
 	}
 	rel := path.Join(dir, name)
 	var typ string

@@ -403,6 +403,29 @@ func (w *FS) WriteNew(p string, data []byte, mode fs.FileMode) error {
 	return w.finish(rel, f, data, mode, nil)
 }
 
+// tempMark names replace's temporary files: "." + the file's name +
+// tempMark + 16 hex digits.
+const tempMark = ".quro-tmp-"
+
+// IsTemp says name (one path element) is one of replace's temporary
+// files, which are the server's own: watches leave them out.
+func IsTemp(name string) bool {
+	i := strings.LastIndex(name, tempMark)
+	if i < 1 || name[0] != '.' {
+		return false
+	}
+	h := name[i+len(tempMark):]
+	if len(h) != 16 {
+		return false
+	}
+	for _, c := range h {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // replace writes data to a new temporary file in rel's directory and
 // renames it over rel. Both happen through one root opened at that
 // directory, so a parent link swapped meanwhile cannot split them.
@@ -416,7 +439,7 @@ func (w *FS) replace(rel string, data []byte, mode fs.FileMode, md map[string]st
 	rand.Read(rnd[:])
 	base := path.Base(rel)
 	// The temporary name keeps under NAME_MAX whatever base's length.
-	tmp := "." + base[:min(len(base), MaxName-64)] + ".quro-tmp-" + hex.EncodeToString(rnd[:])
+	tmp := "." + base[:min(len(base), MaxName-64)] + tempMark + hex.EncodeToString(rnd[:])
 	// O_EXCL: never opens an existing file, nor follows a link planted there.
 	f, err := dir.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {

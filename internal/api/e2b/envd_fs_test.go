@@ -1,16 +1,20 @@
 package e2b_test
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -92,7 +96,7 @@ func TestEnvdFilesystemRPC(t *testing.T) {
 	}
 	// Relative paths are taken from the home.
 	if st, err = c.Stat(ctx, rpc(&filesystem.StatRequest{Path: "a/rel"})); err != nil ||
-		st.Msg.GetEntry().GetType() != filesystem.FileType_FILE_TYPE_SYMLINK || st.Msg.GetEntry().GetSymlinkTarget() != "/home/user/a/b/f.txt" {
+		st.Msg.GetEntry().GetType() != filesystem.FileType_FILE_TYPE_FILE || st.Msg.GetEntry().GetSymlinkTarget() != "/home/user/a/b/f.txt" {
 		t.Fatalf("%v %v", st, err)
 	}
 	_, err = c.Stat(ctx, rpc(&filesystem.StatRequest{Path: "/home/user/nope"}))
@@ -546,7 +550,8 @@ func TestEnvdEntryInfoAsE2B(t *testing.T) {
 	id := e.newSession(t)
 	c := e.fsClient(id)
 	ctx := context.Background()
-	e.shell(t, id, "printf test > test_file.txt && ln -s test_file.txt test_symlink.txt && mkdir -p d/sub && ln -s ../test_file.txt d/up && ln -s /etc/hostname abs")
+	e.shell(t, id, "printf test > test_file.txt && ln -s test_file.txt test_symlink.txt && mkdir -p d/sub && ln -s ../test_file.txt d/up && ln -s /etc/hostname abs && "+
+		"ln -s /home/user/d home_abs && ln -s test_symlink.txt chain && ln -s nothing dangling && ln -s loop1 loop2 && ln -s loop2 loop1 && ln -s ../../../../etc/passwd d/out")
 	if _, err := c.MakeDir(ctx, rpc(&filesystem.MakeDirRequest{Path: "test_dir"})); err != nil {
 		t.Fatal(err)
 	}
@@ -567,13 +572,26 @@ func TestEnvdEntryInfoAsE2B(t *testing.T) {
 		en.GetType() != filesystem.FileType_FILE_TYPE_DIRECTORY || en.GetOwner() != "user" || en.GetGroup() != "user" {
 		t.Errorf("dir: %v", en)
 	}
-	for p, want := range map[string]string{
-		"test_symlink.txt": "/home/user/test_file.txt", // beside it
-		"d/up":             "/home/user/test_file.txt", // up from its directory
-		"abs":              "/etc/hostname",            // absolute: as it is
+	// A link is described as envd describes it: its target's type (file
+	// or directory; unspecified when it dangles, loops or leads where the
+	// file API does not reach), never FILE_TYPE_SYMLINK, which the Python
+	// SDK before 2.45 cannot map; symlinkTarget marks it as a link.
+	for p, want := range map[string]struct {
+		target string
+		typ    filesystem.FileType
+	}{
+		"test_symlink.txt": {"/home/user/test_file.txt", filesystem.FileType_FILE_TYPE_FILE}, // beside it
+		"d/up":             {"/home/user/test_file.txt", filesystem.FileType_FILE_TYPE_FILE}, // up from its directory
+		"home_abs":         {"/home/user/d", filesystem.FileType_FILE_TYPE_DIRECTORY},        // absolute, in the home
+		"chain":            {"/home/user/test_symlink.txt", filesystem.FileType_FILE_TYPE_FILE},
+		"abs":              {"/etc/hostname", filesystem.FileType_FILE_TYPE_UNSPECIFIED}, // absolute: as it is
+		"dangling":         {"/home/user/nothing", filesystem.FileType_FILE_TYPE_UNSPECIFIED},
+		"loop1":            {"/home/user/loop2", filesystem.FileType_FILE_TYPE_UNSPECIFIED},
+		"d/out":            {"/etc/passwd", filesystem.FileType_FILE_TYPE_UNSPECIFIED}, // never followed out
 	} {
-		if en := stat(p); en.GetSymlinkTarget() != want || en.GetType() != filesystem.FileType_FILE_TYPE_SYMLINK {
-			t.Errorf("%s: target %q, want %q (%v)", p, en.GetSymlinkTarget(), want, en)
+		en := stat(p)
+		if en.GetSymlinkTarget() != want.target || en.GetType() != want.typ || en.GetSize() <= 0 {
+			t.Errorf("%s: target %q type %v, want %q %v (%v)", p, en.GetSymlinkTarget(), en.GetType(), want.target, want.typ, en)
 		}
 	}
 
@@ -588,7 +606,7 @@ func TestEnvdEntryInfoAsE2B(t *testing.T) {
 	if en := got["sub"]; en.GetMode() != 0o755 || en.GetSize() <= 0 || en.GetPath() != "/home/user/d/sub" {
 		t.Errorf("listed dir: %v", en)
 	}
-	if en := got["up"]; en.GetSymlinkTarget() != "/home/user/test_file.txt" {
+	if en := got["up"]; en.GetSymlinkTarget() != "/home/user/test_file.txt" || en.GetType() != filesystem.FileType_FILE_TYPE_FILE {
 		t.Errorf("listed link: %v", en)
 	}
 
@@ -845,5 +863,86 @@ EOF`)
 	}
 	if total > 4096 || got["ok"] != "fine" {
 		t.Errorf("%d keys, %d bytes", len(got), total)
+	}
+}
+
+// A gzip download leaves in large HTTP chunks: node's fetch (the JS SDK)
+// decodes a stream of small chunks very slowly (a 50 MB file in 16 KiB
+// chunks took over 90 s, past the SDK's timeout). Read over a raw
+// connection, the chunked body's chunks are of at least 512 KiB but the
+// last, and they gunzip to the file.
+func TestEnvdFilesGzipInLargeChunks(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	e.shell(t, id, "head -c 6000000 /dev/urandom > big.bin")
+	want := e.shell(t, id, "sha256sum < big.bin | cut -c1-64")
+	u, err := url.Parse(e.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /files?path=big.bin&username=user HTTP/1.1\r\nHost: %s\r\n%s: %s\r\n%s: %d\r\nX-Access-Token: %s\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n",
+		u.Host, e2b.HeaderSandboxID, id, e2b.HeaderSandboxPort, e2b.EnvdPort, e.accessToken(id))
+	br := bufio.NewReader(conn)
+	chunked := false
+	for first := true; ; first = false {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		line = strings.TrimSpace(line)
+		if first && !strings.HasPrefix(line, "HTTP/1.1 200") {
+			t.Fatalf("status %q", line)
+		}
+		if strings.EqualFold(line, "Transfer-Encoding: chunked") {
+			chunked = true
+		}
+		if line == "" {
+			break
+		}
+	}
+	if !chunked {
+		t.Fatal("the gzip download is not chunked")
+	}
+	var body bytes.Buffer
+	var sizes []int64
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(line), 16, 64)
+		if err != nil {
+			t.Fatalf("chunk size %q: %v", line, err)
+		}
+		if n == 0 {
+			break
+		}
+		sizes = append(sizes, n)
+		if _, err := io.CopyN(&body, br, n+2); err != nil { // the data and its CRLF
+			t.Fatal(err)
+		}
+		body.Truncate(body.Len() - 2)
+	}
+	for i, n := range sizes[:len(sizes)-1] {
+		if n < 512<<10 {
+			t.Errorf("chunk %d of %d is %d bytes (the first: %v)", i, len(sizes), n, sizes[:min(len(sizes), 10)])
+			break
+		}
+	}
+	zr, err := gzip.NewReader(&body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, zr); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprintf("%x\n", h.Sum(nil)); got != want {
+		t.Errorf("gunzipped sha256 %s, want %s", got, want)
 	}
 }

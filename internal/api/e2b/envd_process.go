@@ -210,7 +210,11 @@ func (p *processService) Connect(ctx context.Context, req *connect.Request[proce
 	if err != nil {
 		return err
 	}
-	return p.follow(ctx, req.Header(), "connect_process", app.ConnectProcessInput{ProcessSelector: sel}, false, func(ev *process.ProcessEvent) error {
+	// A terminal's earlier output first (the last 64 KiB kept), so that
+	// pty.connect can redraw it; a command's output (commands.connect)
+	// is followed from now on, as envd does.
+	in := app.ConnectProcessInput{ProcessSelector: sel, ReplayTerminal: true}
+	return p.follow(ctx, req.Header(), "connect_process", in, false, func(ev *process.ProcessEvent) error {
 		return stream.Send(&process.ConnectResponse{Event: ev})
 	})
 }

@@ -395,6 +395,54 @@ func TestEnvdPTY(t *testing.T) {
 	}
 }
 
+// Connecting to a running terminal (pty.connect) first replays what it
+// showed before, so the client can redraw it; then what comes. A
+// command's Connect (commands.connect) replays nothing, as envd.
+func TestEnvdPTYConnectReplays(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	c := e.procClient(id)
+	ev := e.start(t, id, &process.StartRequest{
+		Process: &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-i", "-l"}, Envs: map[string]string{"TERM": "xterm-256color"}},
+		Pty:     &process.PTY{Size: &process.PTY_Size{Cols: 80, Rows: 24}},
+	}, nil)
+	pid := ev.startPid(t)
+	send := func(s string) {
+		t.Helper()
+		if _, err := c.SendInput(context.Background(), connect.NewRequest(&process.SendInputRequest{Process: pidSel(pid),
+			Input: &process.ProcessInput{Input: &process.ProcessInput_Pty{Pty: []byte(s)}}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("echo before-$((6*7))\n")
+	ev.until(t, "pty", "before-42")
+	ev.stop() // the first client leaves; the terminal runs on
+
+	again := e.connectTo(t, id, pidSel(pid))
+	if got := again.startPid(t); got != pid {
+		t.Fatalf("connect: start %d, want %d", got, pid)
+	}
+	send("echo after-$((7*8))\n")
+	got := again.until(t, "pty", "after-56")
+	if i := strings.Index(got, "before-42"); i < 0 || i > strings.Index(got, "after-56") {
+		t.Errorf("the connect did not replay the terminal's earlier output first: %q", got)
+	}
+
+	// A command's Connect follows from now on.
+	cmd := e.start(t, id, bash("echo early-$((1+1)); read x; echo late-$((2+2))", true), nil)
+	cpid := cmd.startPid(t)
+	cmd.until(t, "stdout", "early-2")
+	conn := e.connectTo(t, id, pidSel(cpid))
+	conn.startPid(t)
+	if _, err := c.SendInput(context.Background(), connect.NewRequest(&process.SendInputRequest{Process: pidSel(cpid),
+		Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte("\n")}}})); err != nil {
+		t.Fatal(err)
+	}
+	if _, stdout, _ := conn.end(t); stdout != "late-4\n" {
+		t.Errorf("a command's Connect: stdout %q, want only what came after it attached", stdout)
+	}
+}
+
 // Connect-Timeout-Ms kills the process, and the server says so with
 // deadline_exceeded (the SDK's TimeoutError). The client sets no deadline
 // of its own (connect-go's client would end the call itself, with its own

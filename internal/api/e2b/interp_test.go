@@ -245,6 +245,21 @@ func TestExecuteStreams(t *testing.T) {
 	}
 }
 
+// A print to stderr is one stderr line of the stream (E2B's onStderr is
+// called once for it, as with Jupyter): print writes its text and its end
+// into the worker's line-buffered stderr, which sends them together
+// (TestStderrLinesWhole in internal/engine/python checks whole lines).
+func TestExecuteStderrPrintIsOneLine(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	for range 3 {
+		lines := ofType(e.execute(t, id, map[string]any{"code": "import sys\nprint('This is an error message', file=sys.stderr)"}), "stderr")
+		if len(lines) != 1 || lines[0]["text"] != "This is an error message\n" {
+			t.Errorf("one print to stderr: %v, want one line", lines)
+		}
+	}
+}
+
 // A client that goes away interrupts its run (E2B's semantics); the
 // context keeps its state.
 func TestExecuteDisconnectInterrupts(t *testing.T) {

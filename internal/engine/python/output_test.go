@@ -132,6 +132,74 @@ func TestOutputIsLiveWhileCodeBlocks(t *testing.T) {
 	}
 }
 
+// chunks records each write it gets.
+type chunks struct {
+	mu sync.Mutex
+	w  []string
+}
+
+func (c *chunks) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.w = append(c.w, string(p))
+	return len(p), nil
+}
+
+// stderr is line-buffered as CPython's: print() writes each argument, the
+// separators and the end one by one, and the sink gets whole lines. Slow's
+// str() runs between those writes (a loop: a sleep would flush), so a
+// part of a line written alone would long be in the pipe when the rest
+// comes; without the flush thread, nothing but the line's end sends it.
+func TestStderrLinesWhole(t *testing.T) {
+	s := eventsOnly(t)
+	var out bytes.Buffer
+	errw := &chunks{}
+	ctx, cancel := context.WithTimeout(context.Background(), liveTimeout)
+	defer cancel()
+	code := "import sys\nclass Slow:\n    def __str__(self):\n        for _ in range(300000): pass\n        return 'slow'\n" +
+		"for i in range(5):\n    print('line', i, Slow(), file=sys.stderr)"
+	res, err := testEng.Run(ctx, &runcode.Request{Code: code, Lang: "python", Session: s, Timeout: liveTimeout, Stdout: &out, Stderr: errw})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	var want strings.Builder
+	for i := range 5 {
+		fmt.Fprintf(&want, "line %d slow\n", i)
+	}
+	if got := strings.Join(errw.w, ""); got != want.String() {
+		t.Fatalf("stderr %q, want %q", got, want.String())
+	}
+	for _, c := range errw.w {
+		if !strings.HasSuffix(c, "\n") {
+			t.Errorf("a part of a line reached the sink alone: %q (all: %q)", c, errw.w)
+		}
+	}
+}
+
+// stderr is line-buffered, but a part of a line is not held while the
+// code blocks: the flush thread sends it (a progress message without its
+// end, then a wait).
+func TestStderrPartOfLineIsLiveWhileCodeBlocks(t *testing.T) {
+	s := newSession(t)
+	run(t, testEng, s, "pass")
+	gate := fifo(t, s, "gate")
+	out, errw := watch(""), watch("working...")
+	go func() {
+		<-errw.seen
+		if f, err := os.OpenFile(gate, os.O_WRONLY, 0); err == nil {
+			f.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), liveTimeout)
+	defer cancel()
+	res := runTo(t, ctx, s, "import sys\nsys.stderr.write('working...')\nopen('gate').read()\nprint(' done', file=sys.stderr)", out, errw)
+	unblockFIFO(gate, os.O_RDONLY)
+	if res.TimedOut || errw.String() != "working... done\n" {
+		t.Fatalf("the part of a stderr line written before the code blocked was not delivered while it was blocked: timed out %v, out %q, err %q",
+			res.TimedOut, out.String(), errw.String())
+	}
+}
+
 // time.sleep flushes stdout at once (an audited call), without the flush
 // thread: the test interrupts the sleep when it sees the line.
 func TestOutputBeforeSleepIsDelivered(t *testing.T) {

@@ -87,6 +87,13 @@ try {
     assert.equal(lines.join(''), 'ready\ndone\n')
   })
 
+  await check('runCode python: a print to stderr reaches onStderr in one call', async () => {
+    const calls = []
+    const ex = await sbx.runCode('import sys\nprint("This is an error message", file=sys.stderr)', { onStderr: (m) => calls.push(m.line) })
+    assert.deepEqual(calls, ['This is an error message\n'])
+    assert.deepEqual(ex.logs.stderr, ['This is an error message\n'])
+  })
+
   await check('runCode envs apply to that call only', async () => {
     const ex = await sbx.runCode('import os\nos.environ.get("CALL_VAR", "unset")', { envs: { CALL_VAR: 'set' } })
     assert.equal(ex.text, 'set')

@@ -3,6 +3,7 @@
 // and relative paths name the same files; file metadata, watch entries,
 // signed URLs.
 import assert from 'node:assert/strict'
+import { createHash, randomBytes } from 'node:crypto'
 import { Sandbox, FileType, FilesystemEventType, NotFoundError } from 'e2b'
 import { check, rejects, tag, waitFor } from './check.mjs'
 
@@ -34,6 +35,24 @@ try {
     // A Blob upload, read back as bytes.
     await sbx.files.write('/home/user/bin/blob.bin', new Blob([all]))
     assert.deepEqual(await sbx.files.read('/home/user/bin/blob.bin', { format: 'bytes' }), all)
+  })
+
+  await check('a 50 MB file written and read back whole (SHA-256), within the SDK\'s default timeouts', async () => {
+    // The download's gzip stream goes out in 1 MiB chunks: in 16 KiB ones
+    // node's fetch took over 90 s (past the SDK's 60 s) to decode it.
+    const sha = (b) => createHash('sha256').update(b).digest('hex')
+    const big = randomBytes(50e6)
+    const w = await sbx.files.write('/home/user/big/50mb.bin', big)
+    assert.equal(w.path, '/home/user/big/50mb.bin')
+    assert.equal((await sbx.files.getInfo('/home/user/big/50mb.bin')).size, big.length)
+    const got = await sbx.files.read('/home/user/big/50mb.bin', { format: 'bytes' })
+    assert.equal(got.length, big.length)
+    assert.equal(sha(got), sha(big))
+    // Text compresses: the gzip stream is much smaller than the file.
+    const text = 'a line of text that compresses well\n'.repeat(1_400_000)
+    await sbx.files.write('/home/user/big/50mb.txt', text)
+    assert.equal(sha(await sbx.files.read('/home/user/big/50mb.txt')), sha(text))
+    await sbx.files.remove('/home/user/big')
   })
 
   await check('files.write many files in one call', async () => {
@@ -72,6 +91,19 @@ try {
     assert.equal(f.size, 'hello, sandbox\n'.length)
     const d = await sbx.files.getInfo('/home/user/made')
     assert.equal(d.type, FileType.DIR)
+  })
+
+  await check('files.getInfo and list of a symbolic link: its target\'s type, as envd', async () => {
+    await sbx.commands.run('ln -sf hello.txt /home/user/link.txt && ln -sfn made /home/user/link.dir')
+    const f = await sbx.files.getInfo('/home/user/link.txt')
+    assert.equal(f.type, FileType.FILE)
+    assert.equal(f.symlinkTarget, '/home/user/hello.txt')
+    const d = await sbx.files.getInfo('link.dir')
+    assert.equal(d.type, FileType.DIR)
+    assert.equal(d.symlinkTarget, '/home/user/made')
+    const listed = (await sbx.files.list('/home/user')).find((e) => e.name === 'link.txt')
+    assert.equal(listed?.type, FileType.FILE)
+    assert.equal(listed?.symlinkTarget, '/home/user/hello.txt')
   })
 
   await check('files.rename', async () => {

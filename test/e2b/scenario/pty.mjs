@@ -1,4 +1,4 @@
-// pty: create, sendInput, resize, kill, and an exit code.
+// pty: create, sendInput, connect (with the replay), resize, kill, and an exit code.
 import assert from 'node:assert/strict'
 import { Sandbox, CommandExitError } from 'e2b'
 import { check, rejects, tag, waitFor } from './check.mjs'
@@ -32,6 +32,19 @@ try {
     await sbx.pty.sendInput(t.h.pid, enc.encode('echo "$((6*7))-$TERM"\n'))
     await t.until(/42-\S+/)
     await sbx.pty.kill(t.h.pid)
+  })
+
+  await check('pty.connect replays what the terminal showed before, then follows it', async () => {
+    const t = await terminal()
+    await sbx.pty.sendInput(t.h.pid, enc.encode('echo "before-$((6*7))"\n'))
+    await t.until(/before-42/)
+    await t.h.disconnect()
+    const dec = new TextDecoder()
+    let again = ''
+    const h2 = await sbx.pty.connect(t.h.pid, { onData: (d) => { again += dec.decode(d, { stream: true }) } })
+    await sbx.pty.sendInput(t.h.pid, enc.encode('echo "after-$((7*8))"; exit\n'))
+    await h2.wait()
+    assert.match(again, /before-42[\s\S]*after-56/, 'the replay comes first, then what follows')
   })
 
   await check('pty.resize changes the terminal size', async () => {

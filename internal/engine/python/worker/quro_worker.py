@@ -43,9 +43,11 @@ only while user code runs, so the worker's own bookkeeping is never cut.
 Output. sys.stdout is buffered (its text layer keeps up to 64 KiB; a write
 through sys.stdout.buffer sends that text first, so the order holds): a loop
 of prints costs what it costs into any pipe, not a system call per print.
-sys.stderr is unbuffered and flushes stdout before each write, so the order
-of the two streams' writes is the order of the code's calls. Stdout is
-flushed:
+sys.stderr is line-buffered, as CPython's own (so a print to it is one write,
+its text and its end together, not two), and flushes stdout before each
+write, so the order of the two streams' lines is the order of the code's
+calls (a part of a line written to stderr waits for its end or a flush, and
+stdout written meanwhile may go first). Both are flushed:
   - by a thread, every flush interval (20 ms) while a run is in progress,
     so a line printed by running or blocked code reaches the Go side within
     the interval (the thread is parked between runs, when stdout is
@@ -111,7 +113,7 @@ _results = []       # its results (mime bundles)
 # Output (see the module's doc).
 _OUT_BUFFER = 64 << 10
 _out = None           # the worker's sys.stdout (buffered)
-_err = None           # the worker's sys.stderr (unbuffered)
+_err = None           # the worker's sys.stderr (line-buffered)
 _flush_interval = 0.02
 _flusher = False      # the flush thread runs
 _live = False         # a run's output phase: the flush thread ticks
@@ -261,16 +263,17 @@ class _OutRaw(io.FileIO):
     finds nothing.)"""
 
     def write(self, b):
-        _flush_out()
+        _flush_out(False)
         return _write_raw(self, b)
 
 
 class _ErrRaw(io.FileIO):
-    """fd 2, unbuffered; stdout's text goes out first, so the two streams
-    keep the order of the calls that wrote them."""
+    """fd 2 under sys.stderr's line-buffered text layer; stdout's text goes
+    out first, so the two streams keep the order of the calls that wrote
+    their lines."""
 
     def write(self, b):
-        _flush_out()
+        _flush_out(False)
         return _write_raw(self, b)
 
 
@@ -288,22 +291,30 @@ def _make_out():
 def _make_err():
     raw = _ErrRaw(2, "w", closefd=False)
     raw.name = "<stderr>"
-    return io.TextIOWrapper(raw, encoding="utf-8", errors="backslashreplace", write_through=True)
+    # Line-buffered as CPython's stderr: print() writes its text and then
+    # its end, and a reader of the pipe would see two chunks (E2B's
+    # onStderr called twice for one print).
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="backslashreplace", line_buffering=True)
 
 
-def _flush_out():
-    """Flushes the worker's stdout; never raises (it may run in a signal
-    handler or an audit hook, in the middle of a write). The raw lock is
-    held from before the text layer hands its text out until it is written:
-    a flush that took text first writes it first (the flush thread, taking
-    a chunk, could otherwise be overtaken by the main thread's next chunk or
-    by the run's sync token)."""
+def _flush_out(err=True):
+    """Flushes the worker's stdout, then (err) what stderr keeps of a line
+    not ended yet; never raises (it may run in a signal handler or an audit
+    hook, in the middle of a write). The raw lock is held from before the
+    text layer hands its text out until it is written: a flush that took
+    text first writes it first (the flush thread, taking a chunk, could
+    otherwise be overtaken by the main thread's next chunk or by the run's
+    sync token). The raw streams' own writes flush stdout only: stderr's
+    part of a line, written later than some of the text they carry, goes
+    after it."""
     o = _out
     if o is None:
         return
     try:
         with _raw_lock:
             o.flush()
+            if err and _err is not None:
+                _err.flush()
     except Exception:
         pass
 
