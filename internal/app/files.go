@@ -219,11 +219,11 @@ func (a *App) readFile(ctx context.Context, in ReadFileInput) (*FileContent, err
 	if in.Path == "" {
 		return nil, capability.Errorf(capability.InvalidArgument, "path is empty: name a file (list_files shows what there is)")
 	}
-	sess, w, err := a.openWorkspace(ctx)
+	sess, w, done, err := a.openFiles(ctx, in.Path)
 	if err != nil {
 		return nil, err
 	}
-	defer w.Close()
+	defer done()
 	c, err := w.Read(in.Path, in.Offset, in.Limit)
 	switch {
 	case errors.Is(err, workspace.ErrIsDir):
@@ -278,11 +278,11 @@ func (a *App) writeFile(ctx context.Context, in WriteFileInput) (*FileWritten, e
 	default:
 		return nil, capability.Errorf(capability.InvalidArgument, "encoding %q: use utf-8 (the default) or base64", in.Encoding)
 	}
-	sess, w, err := a.openWorkspace(ctx)
+	sess, w, done, err := a.openFiles(ctx, in.Path)
 	if err != nil {
 		return nil, err
 	}
-	defer w.Close()
+	defer done()
 	res, err := w.Write(in.Path, data, in.Append)
 	if err != nil {
 		return nil, err
@@ -304,11 +304,11 @@ func (a *App) listFiles(ctx context.Context, in ListFilesInput) (*FileList, erro
 	if depth == 0 && in.Recursive {
 		depth = workspace.MaxDepth
 	}
-	sess, w, err := a.openWorkspace(ctx)
+	sess, w, done, err := a.openFiles(ctx, in.Path)
 	if err != nil {
 		return nil, err
 	}
-	defer w.Close()
+	defer done()
 	l, err := w.List(in.Path, workspace.ListOptions{Depth: depth, MaxEntries: in.MaxEntries})
 	if errors.Is(err, workspace.ErrNotDir) {
 		return nil, fmt.Errorf("%w: read_file reads a file", err)

@@ -233,11 +233,12 @@ func needPath(p, what string) error {
 }
 
 func (a *App) statFile(ctx context.Context, in PathInput) (*FileInfo, error) {
-	id, w, err := a.openFS(ctx)
+	sess, w, done, err := a.openFiles(ctx, in.Path)
 	if err != nil {
 		return nil, err
 	}
-	defer w.Close()
+	defer done()
+	id := sess.ID
 	e, err := w.Info(in.Path)
 	if err != nil {
 		return nil, err
@@ -249,11 +250,12 @@ func (a *App) makeDir(ctx context.Context, in PathInput) (*FileInfo, error) {
 	if err := needPath(in.Path, "path"); err != nil {
 		return nil, err
 	}
-	id, w, err := a.openFS(ctx)
+	sess, w, done, err := a.openFiles(ctx, in.Path)
 	if err != nil {
 		return nil, err
 	}
-	defer w.Close()
+	defer done()
+	id := sess.ID
 	e, existed, err := w.MakeDir(in.Path)
 	if err != nil {
 		return nil, err
@@ -268,11 +270,12 @@ func (a *App) moveFile(ctx context.Context, in MoveFileInput) (*FileInfo, error)
 	if err := needPath(in.Destination, "destination"); err != nil {
 		return nil, err
 	}
-	id, w, err := a.openFS(ctx)
+	sess, w, done, err := a.openFiles(ctx, in.Source, in.Destination)
 	if err != nil {
 		return nil, err
 	}
-	defer w.Close()
+	defer done()
+	id := sess.ID
 	e, err := w.Move(in.Source, in.Destination)
 	if err != nil {
 		return nil, err
@@ -284,11 +287,12 @@ func (a *App) removeFile(ctx context.Context, in PathInput) (*Removed, error) {
 	if err := needPath(in.Path, "path"); err != nil {
 		return nil, err
 	}
-	id, w, err := a.openFS(ctx)
+	sess, w, done, err := a.openFiles(ctx, in.Path)
 	if err != nil {
 		return nil, err
 	}
-	defer w.Close()
+	defer done()
+	id := sess.ID
 	rel, err := w.Remove(in.Path)
 	if err != nil {
 		return nil, err
