@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/quro-dev/quro/internal/boxfs"
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
@@ -25,7 +28,7 @@ import (
 // PathInput names one path of a session workspace.
 type PathInput struct {
 	Session string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
-	Path    string `json:"path" jsonschema:"path relative to the session workspace /home/user, or absolute under it"`
+	Path    string `json:"path" jsonschema:"path relative to the session workspace /home/user, or absolute (outside /home/user: the session box's own path, such as /tmp/x)"`
 }
 
 // FileInfo is stat_file's, make_dir's and move_file's output.
@@ -59,7 +62,7 @@ type MoveFileInput struct {
 // Removed is remove_file's output.
 type Removed struct {
 	Session string `json:"session"`
-	Path    string `json:"path" jsonschema:"workspace-relative path removed"`
+	Path    string `json:"path" jsonschema:"workspace-relative path removed; absolute for a path of the box outside the workspace"`
 }
 
 // Text says what went.
@@ -154,8 +157,9 @@ const (
 )
 
 func (a *App) registerFSOps(reg *capability.Registry) {
-	paths := "Paths are relative to the session workspace /home/user, or absolute under it. " +
-		"Nothing outside the workspace is reachable: '..' out of it and symbolic links that point out of it are refused. "
+	paths := "Paths are relative to the session workspace /home/user, or absolute. " +
+		"In the workspace, '..' out of it and symbolic links that point out of it are refused. " +
+		"Any other absolute path (/tmp/x, a directory the session's code made) is the session box's own, reached as the session's user: what its code may do there, nothing more. "
 	reg.Register(capability.New("stat_file",
 		"Describe one path of the session workspace without reading it: name, type (file, dir, symlink, other), size, permissions (as ls -l shows them), "+
 			"owner and group (as the session's box names them), mtime, and for a symbolic link its target (the link itself is described, not followed). "+paths,
@@ -340,6 +344,10 @@ func (a *App) watchDir(ctx context.Context, in WatchDirInput) (*Watched, error) 
 		defer cancel()
 	}
 	rel, err := w.Rel(in.Path)
+	if errors.Is(err, workspace.ErrOutside) && boxfs.IsBoxPath(in.Path) {
+		return nil, capability.Errorf(capability.InvalidArgument,
+			"%s: watch_dir watches the session workspace %s and what is under it; other directories of the box are not watched (poll them with list_files, or watch from a command such as inotifywait)", path.Clean(in.Path), hostpath.Home)
+	}
 	if err != nil {
 		return nil, err
 	}
