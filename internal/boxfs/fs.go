@@ -1,3 +1,13 @@
+// Package boxfs is the file API's access to a session's box beyond its
+// workspace: /tmp, paths the session made elsewhere, the box's read-only
+// system directories. Each operation runs inside the session's box as a
+// program of the session (the quro binary re-executed with boxhelper.Arg,
+// spawned through the box init like any run: the session's uid, mount
+// namespace, Landlock rules and seccomp filter), so it reaches exactly what
+// the session's own code reaches and never anything of the server's. The
+// server (FS) reads the helper's boxhelper.Reply as hostile bytes: bounded, decoded
+// strictly, every name and number checked, and its errors rebuilt from an
+// errno alone.
 package boxfs
 
 import (
@@ -14,11 +24,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/quro-dev/quro/internal/boxfs/boxhelper"
 	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/workspace"
 )
 
-// Runner runs the helper with args (HelperArg first) in the session's
+// Runner runs the helper with args (boxhelper.Arg first) in the session's
 // box as a program of the session, stdin its standard input, its standard
 // output written to stdout; it returns the helper's exit code.
 type Runner func(ctx context.Context, args []string, stdin []byte, stdout io.Writer) (int, error)
@@ -130,15 +141,15 @@ const (
 )
 
 // call runs op on p with more args and stdin, and decodes the reply. data
-// is what follows the reply line (a read's bytes).
-func (b *FS) call(p string, args []string, stdin []byte, maxData int64) (*reply, []byte, error) {
+// is what follows the boxhelper.Reply line (a read's bytes).
+func (b *FS) call(p string, args []string, stdin []byte, maxData int64) (*boxhelper.Reply, []byte, error) {
 	out := &capped{max: maxReplyLine + maxData}
-	code, err := b.run(b.ctx, append([]string{HelperArg}, args...), stdin, out)
+	code, err := b.run(b.ctx, append([]string{boxhelper.Arg}, args...), stdin, out)
 	if err != nil {
 		return nil, nil, err
 	}
 	if out.over {
-		return nil, nil, errHelper(p, "answered more than a reply may hold")
+		return nil, nil, errHelper(p, "answered more than a boxhelper.Reply may hold")
 	}
 	if code != 0 {
 		return nil, nil, errHelper(p, "failed (exit "+strconv.Itoa(code)+")")
@@ -149,7 +160,7 @@ func (b *FS) call(p string, args []string, stdin []byte, maxData int64) (*reply,
 	}
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
-	var r reply
+	var r boxhelper.Reply
 	if err := dec.Decode(&r); err != nil || dec.More() {
 		return nil, nil, errHelper(p, "answered a malformed reply")
 	}
@@ -196,7 +207,7 @@ func (c *capped) Write(p []byte) (int, error) {
 }
 
 // entry turns the helper's s of the box path p into a workspace.Entry.
-func (b *FS) entry(p string, s *stat) *workspace.Entry {
+func (b *FS) entry(p string, s *boxhelper.Stat) *workspace.Entry {
 	e := &workspace.Entry{Name: path.Base(p), Path: p, Size: s.Size, ModTime: time.Unix(0, s.MTime)}
 	m := s.Mode
 	letter := "-"

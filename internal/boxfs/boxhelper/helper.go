@@ -1,25 +1,18 @@
-// Package boxfs is the file API's access to a session's box beyond its
-// workspace: /tmp, paths the session made elsewhere, the box's read-only
-// system directories. Each operation runs inside the session's box as a
-// program of the session (the quro binary re-executed with HelperArg,
-// spawned through the box init like any run: the session's uid, mount
-// namespace, Landlock rules and seccomp filter), so it reaches exactly what
-// the session's own code reaches and never anything of the server's. The
-// server (FS) reads the helper's reply as hostile bytes: bounded, decoded
-// strictly, every name and number checked, and its errors rebuilt from an
-// errno alone.
+// Package boxhelper is the in-box side of internal/boxfs: the quro
+// binary re-executed in a session's box with Arg serves one file
+// operation as a program of the session and answers one JSON line (Reply)
+// on stdout, then a read's bytes. It imports only a few standard packages
+// so that it starts before the binary's heavy package initialisers.
 //
-// The helper's protocol: argv `quro __quro_boxfs OP ARGS…`, the data of a
-// write on stdin, one JSON reply line on stdout, then the bytes of a read.
-package boxfs
+//	quro __quro_boxfs OP PATH ARGS…
+package boxhelper
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path"
 	"slices"
@@ -27,11 +20,11 @@ import (
 	"syscall"
 )
 
-// HelperArg is the argument that makes quro the box's file helper.
-const HelperArg = "__quro_boxfs"
+// Arg is the argument that makes quro the box's file helper.
+const Arg = "__quro_boxfs"
 
-// stat is one file as the helper describes it.
-type stat struct {
+// Stat is one file as the helper describes it.
+type Stat struct {
 	Rel    string      `json:"rel,omitempty"` // in a listing: the path below the listed directory
 	Mode   fs.FileMode `json:"mode"`
 	Size   int64       `json:"size"`
@@ -41,15 +34,15 @@ type stat struct {
 	Target string      `json:"target,omitempty"`
 }
 
-// reply is the helper's one JSON line.
-type reply struct {
+// Reply is the helper's one JSON line.
+type Reply struct {
 	Errno   int    `json:"errno,omitempty"`
 	Where   string `json:"where,omitempty"` // the path of the request the errno is about: "", "src" or "dst"
-	Entry   *stat  `json:"entry,omitempty"`
-	Entries []stat `json:"entries,omitempty"`
+	Entry   *Stat  `json:"entry,omitempty"`
+	Entries []Stat `json:"entries,omitempty"`
 	// Skipped are directories of a listing not read (their Rel, and the
 	// errno in Size).
-	Skipped   []stat `json:"skipped,omitempty"`
+	Skipped   []Stat `json:"skipped,omitempty"`
 	Truncated bool   `json:"truncated,omitempty"`
 	Existed   bool   `json:"existed,omitempty"`
 	Created   bool   `json:"created,omitempty"`
@@ -57,7 +50,7 @@ type reply struct {
 }
 
 func init() {
-	if len(os.Args) > 1 && os.Args[1] == HelperArg {
+	if len(os.Args) > 1 && os.Args[1] == Arg {
 		os.Exit(helperMain(os.Args[2:]))
 	}
 }
@@ -96,10 +89,10 @@ func errnoOf(err error) int {
 	return int(syscall.EIO)
 }
 
-func fail(err error) *reply { return &reply{Errno: errnoOf(err)} }
+func fail(err error) *Reply { return &Reply{Errno: errnoOf(err)} }
 
-func describe(p string, fi fs.FileInfo) *stat {
-	s := &stat{Mode: fi.Mode(), Size: fi.Size(), MTime: fi.ModTime().UnixNano()}
+func describe(p string, fi fs.FileInfo) *Stat {
+	s := &Stat{Mode: fi.Mode(), Size: fi.Size(), MTime: fi.ModTime().UnixNano()}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		s.UID, s.GID = st.Uid, st.Gid
 	}
@@ -109,7 +102,7 @@ func describe(p string, fi fs.FileInfo) *stat {
 	return s
 }
 
-func serve(args []string, stdin io.Reader) (*reply, []byte, bool) {
+func serve(args []string, stdin io.Reader) (*Reply, []byte, bool) {
 	if len(args) < 2 {
 		return nil, nil, false
 	}
@@ -127,7 +120,7 @@ func serve(args []string, stdin io.Reader) (*reply, []byte, bool) {
 		if err != nil {
 			return fail(err), nil, true
 		}
-		return &reply{Entry: describe(p, fi)}, nil, true
+		return &Reply{Entry: describe(p, fi)}, nil, true
 	case "read":
 		off, ok1 := num(2)
 		limit, ok2 := num(3)
@@ -154,10 +147,10 @@ func serve(args []string, stdin io.Reader) (*reply, []byte, bool) {
 		}
 		return list(p, int(depth), int(max)), nil, true
 	case "mkdir":
-		r := &reply{}
+		r := &Reply{}
 		if fi, err := os.Stat(p); err == nil {
 			if !fi.IsDir() {
-				return &reply{Errno: int(syscall.ENOTDIR)}, nil, true
+				return &Reply{Errno: int(syscall.ENOTDIR)}, nil, true
 			}
 			r.Existed = true
 		}
@@ -177,17 +170,17 @@ func serve(args []string, stdin io.Reader) (*reply, []byte, bool) {
 		if err := os.RemoveAll(p); err != nil {
 			return fail(err), nil, true
 		}
-		return &reply{}, nil, true
+		return &Reply{}, nil, true
 	case "move":
 		if len(args) < 3 {
 			return nil, nil, false
 		}
 		dst := args[2]
 		if _, err := os.Lstat(p); err != nil {
-			return &reply{Errno: errnoOf(err), Where: "src"}, nil, true
+			return &Reply{Errno: errnoOf(err), Where: "src"}, nil, true
 		}
 		if err := os.MkdirAll(path.Dir(dst), 0o755); err != nil {
-			return &reply{Errno: errnoOf(err), Where: "dst"}, nil, true
+			return &Reply{Errno: errnoOf(err), Where: "dst"}, nil, true
 		}
 		if err := os.Rename(p, dst); errors.Is(err, syscall.EXDEV) {
 			// Another mount of the box (/tmp and /home/user are two):
@@ -206,7 +199,7 @@ func serve(args []string, stdin io.Reader) (*reply, []byte, bool) {
 		if err != nil {
 			return fail(err), nil, true
 		}
-		return &reply{Entry: describe(dst, fi)}, nil, true
+		return &Reply{Entry: describe(dst, fi)}, nil, true
 	}
 	return nil, nil, false
 }
@@ -260,7 +253,7 @@ func copyTree(src, dst string) error {
 }
 
 // read reads at most limit bytes of the regular file p from off.
-func read(p string, off, limit int64) (*reply, []byte, bool) {
+func read(p string, off, limit int64) (*Reply, []byte, bool) {
 	// O_NONBLOCK: a FIFO opens at once and reads as empty.
 	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
@@ -272,10 +265,10 @@ func read(p string, off, limit int64) (*reply, []byte, bool) {
 		return fail(err), nil, true
 	}
 	if fi.IsDir() {
-		return &reply{Errno: int(syscall.EISDIR)}, nil, true
+		return &Reply{Errno: int(syscall.EISDIR)}, nil, true
 	}
 	if !fi.Mode().IsRegular() {
-		return &reply{Errno: int(syscall.ENXIO), Entry: describe(p, fi)}, nil, true
+		return &Reply{Errno: int(syscall.ENXIO), Entry: describe(p, fi)}, nil, true
 	}
 	// /proc and /sys files say size 0 and have content: read to the end
 	// (or the limit), whatever the size says.
@@ -283,14 +276,14 @@ func read(p string, off, limit int64) (*reply, []byte, bool) {
 	if err != nil {
 		return fail(err), nil, true
 	}
-	return &reply{Entry: describe(p, fi), N: int64(len(data))}, data, true
+	return &Reply{Entry: describe(p, fi), N: int64(len(data))}, data, true
 }
 
 // write replaces p with data (a temporary file beside it renamed over it,
 // so readers see the old or the new content) or appends to it, creating
 // missing parents. Where the directory refuses a new file but the file
 // itself is writable, the file is written in place.
-func write(p string, data []byte, appendTo bool) *reply {
+func write(p string, data []byte, appendTo bool) *Reply {
 	if err := os.MkdirAll(path.Dir(p), 0o755); err != nil {
 		return fail(err)
 	}
@@ -298,20 +291,20 @@ func write(p string, data []byte, appendTo bool) *reply {
 	if fi, err := os.Stat(p); err == nil {
 		switch {
 		case fi.IsDir():
-			return &reply{Errno: int(syscall.EISDIR)}
+			return &Reply{Errno: int(syscall.EISDIR)}
 		case !fi.Mode().IsRegular():
-			return &reply{Errno: int(syscall.ENXIO), Entry: describe(p, fi)}
+			return &Reply{Errno: int(syscall.ENXIO), Entry: describe(p, fi)}
 		}
 		mode, created = fi.Mode().Perm(), false
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fail(err)
 	}
-	done := func() *reply {
+	done := func() *Reply {
 		fi, err := os.Stat(p)
 		if err != nil {
 			return fail(err)
 		}
-		return &reply{Entry: describe(p, fi), Created: created}
+		return &Reply{Entry: describe(p, fi), Created: created}
 	}
 	if appendTo {
 		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NONBLOCK, 0o644)
@@ -333,10 +326,10 @@ func write(p string, data []byte, appendTo bool) *reply {
 	if t, err := evalLink(p); err == nil {
 		target = t
 	}
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
 	base := path.Base(target)
-	tmp := path.Join(path.Dir(target), "."+base[:min(len(base), 190)]+".quro-tmp-"+hex.EncodeToString(rnd[:]))
+	// O_EXCL below keeps a planted name from being opened; the random
+	// part only keeps two writes apart.
+	tmp := path.Join(path.Dir(target), "."+base[:min(len(base), 190)]+".quro-tmp-"+strconv.FormatUint(rand.Uint64(), 16))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		if created || !errors.Is(err, fs.ErrPermission) {
@@ -391,21 +384,21 @@ func evalLink(p string) (string, error) {
 
 // list walks p down to depth levels, at most max entries, depth first in
 // name order; links are described, never followed.
-func list(p string, depth, max int) *reply {
+func list(p string, depth, max int) *Reply {
 	fi, err := os.Stat(p)
 	if err != nil {
 		return fail(err)
 	}
 	if !fi.IsDir() {
-		return &reply{Errno: int(syscall.ENOTDIR), Entry: describe(p, fi)}
+		return &Reply{Errno: int(syscall.ENOTDIR), Entry: describe(p, fi)}
 	}
-	r := &reply{Entries: []stat{}}
+	r := &Reply{Entries: []Stat{}}
 	var walk func(rel string, level int)
 	walk = func(rel string, level int) {
 		dir := path.Join(p, rel)
 		names, err := readNames(dir)
 		if err != nil {
-			r.Skipped = append(r.Skipped, stat{Rel: rel, Size: int64(errnoOf(err))})
+			r.Skipped = append(r.Skipped, Stat{Rel: rel, Size: int64(errnoOf(err))})
 			return
 		}
 		for _, name := range names {
