@@ -201,15 +201,6 @@ func boxNames(sessionUID int) workspace.Names {
 	return func(uid, gid uint32) (string, string) { return name(uid), name(gid) }
 }
 
-// openFS is openWorkspace returning the session's id.
-func (a *App) openFS(ctx context.Context) (string, *workspace.FS, error) {
-	sess, err := entered(ctx)
-	if err != nil {
-		return "", nil, err
-	}
-	return a.openSessionFS(sess)
-}
-
 // openSessionFS opens the session's workspace: with the session's uid as
 // the owner of what the server creates, as sandbox.Start hands the
 // workspace over (a root server's runs go under the session's own uid,

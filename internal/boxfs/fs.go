@@ -94,7 +94,8 @@ func (e *Error) Unwrap() error { return e.kind }
 // errnoError is the error for errno from the helper: built here from the
 // number alone, never from text the box wrote.
 func errnoError(p string, errno int) error {
-	kind, what := workspace.ErrInvalid, ""
+	kind := workspace.ErrInvalid
+	var what string
 	switch syscall.Errno(errno) {
 	case syscall.ENOENT:
 		kind, what = workspace.ErrNotFound, "no such file or directory in the session's box"
@@ -445,5 +446,6 @@ func (b *FS) Remove(p string) (string, error) {
 	return p, nil
 }
 
-// ErrNoBox: the session has no box its files could be reached in.
+// ErrNoBox is the answer for a box path where the server runs without
+// session boxes: there is no box its files could be reached in.
 var ErrNoBox = errors.New("paths outside /home/user are reached in the session's box, and this server runs without session boxes (bubblewrap)")
