@@ -3,10 +3,12 @@ package app
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/quro-dev/quro/internal/boxfs"
 	"github.com/quro-dev/quro/internal/capability"
@@ -119,12 +121,22 @@ func (a *App) sessionUID(sess *session.Session) int {
 	return sess.UID
 }
 
+// boxFilesTimeout bounds one operation of the box's file helper.
+const boxFilesTimeout = 2 * time.Minute
+
 // boxFilesRunner runs boxfs's helper in the session's box as its
 // processes run (start_process): its uid, binds, rootfs and network, HOME
 // /home/user.
 func (a *App) boxFilesRunner(sess *session.Session) boxfs.Runner {
 	return func(ctx context.Context, args []string, stdin []byte, stdout io.Writer) (int, error) {
+		// One operation on at most 8 MiB: a helper still running after
+		// boxFilesTimeout is stuck on something the session made.
+		ctx, cancel := context.WithTimeout(ctx, boxFilesTimeout)
+		defer cancel()
 		spec := sess.Spec(append([]string{sandbox.BinDir + "/quro"}, args...)...)
+		// None of the session's variables: the helper is quro's, not the
+		// session's program (its answer is checked all the same).
+		spec.Env = map[string]string{}
 		spec.Home = sandbox.HomeUser
 		if sess.Rootfs != "" {
 			dir, err := RootfsDir(a.DataDir)(sess.Rootfs)
@@ -140,7 +152,11 @@ func (a *App) boxFilesRunner(sess *session.Session) boxfs.Runner {
 			return 0, err
 		}
 		if exit.TimedOut || exit.Canceled {
-			return 0, ctx.Err()
+			if err := ctx.Err(); errors.Is(err, context.DeadlineExceeded) {
+				// args: boxhelper.Arg, the operation, the box path, …
+				return 0, capability.Errorf(capability.DeadlineExceeded, "%s: the file operation in the session's box took over %s and was stopped (a file the session's code holds up?)", args[min(2, len(args)-1)], boxFilesTimeout)
+			}
+			return 0, context.Cause(ctx)
 		}
 		return exit.Code, nil
 	}
