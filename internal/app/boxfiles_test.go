@@ -76,6 +76,21 @@ func TestFilesReachTheBox(t *testing.T) {
 	if ce := wantCode(t, err, capability.NotFound); !strings.Contains(ce.Message, "/tmp/nope") {
 		t.Errorf("not found names %q", ce.Message)
 	}
+	// A paused box answers clearly (its helper could not run), the
+	// workspace still reads, and after a resume the box's files do.
+	mustCall(t, a, "write_file", WriteFileInput{Session: s.ID, Path: "/tmp/p", Content: "p"})
+	if p := mustCall(t, a, "pause_session", SessionRef{Session: s.ID}).(*PauseResult); !p.Paused {
+		t.Skipf("the box did not pause: %+v", p)
+	}
+	_, err = call(t, a, "read_file", ReadFileInput{Session: s.ID, Path: "/tmp/p"})
+	if ce := wantCode(t, err, capability.Unavailable); !strings.Contains(ce.Message, "resume") {
+		t.Errorf("paused: %q", ce.Message)
+	}
+	mustCall(t, a, "read_file", ReadFileInput{Session: s.ID, Path: "moved/y"})
+	mustCall(t, a, "resume_session", SessionRef{Session: s.ID})
+	if r := mustCall(t, a, "read_file", ReadFileInput{Session: s.ID, Path: "/tmp/p"}).(*FileContent); r.Content != "p" {
+		t.Errorf("after the resume: %+v", r)
+	}
 }
 
 // TestBoxFilesAttacks runs the attacks on the box's file access: links
