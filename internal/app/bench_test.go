@@ -183,3 +183,26 @@ func BenchmarkPythonRunRootfs(b *testing.B) {
 		}
 	}
 }
+
+// read_file of a small file in the workspace (the server's os.Root) and
+// in the box's /tmp (a helper spawned in the box), side by side:
+//
+//	go test -run '^$' -bench 'ReadFile(Workspace|BoxTmp)' -benchtime 200x ./internal/app/
+func BenchmarkReadFileWorkspace(b *testing.B) { benchReadFile(b, "/home/user/bench.txt") }
+func BenchmarkReadFileBoxTmp(b *testing.B)    { benchReadFile(b, "/tmp/bench.txt") }
+
+func benchReadFile(b *testing.B, path string) {
+	a := newApp(b, nil)
+	ctx := context.Background()
+	w, _ := json.Marshal(WriteFileInput{Path: path, Content: "hello\n"})
+	if _, err := a.Controller.Call(ctx, admin, "write_file", w); err != nil {
+		b.Fatal(err)
+	}
+	args, _ := json.Marshal(ReadFileInput{Path: path})
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := a.Controller.Call(ctx, admin, "read_file", args); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

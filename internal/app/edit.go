@@ -23,7 +23,7 @@ import (
 type EditFileInput struct {
 	Session    string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
 	Command    string `json:"command" jsonschema:"view, str_replace or insert"`
-	Path       string `json:"path" jsonschema:"under /home/user, or relative to it"`
+	Path       string `json:"path" jsonschema:"under /home/user, or relative to it; any other absolute path is the session box's own (/tmp/x)"`
 	OldStr     string `json:"old_str,omitempty" jsonschema:"str_replace: the exact text, which must occur once"`
 	NewStr     string `json:"new_str,omitempty" jsonschema:"str_replace: its replacement (empty deletes); insert: the lines to insert"`
 	InsertLine *int   `json:"insert_line,omitempty" jsonschema:"insert: after this line (0: at the top)"`
@@ -89,11 +89,11 @@ func (a *App) editFile(ctx context.Context, in EditFileInput) (*FileEdited, erro
 	if err := checkEditArgs(in); err != nil {
 		return nil, err
 	}
-	sess, w, err := a.openWorkspace(ctx)
+	sess, w, done, err := a.openFiles(ctx, p)
 	if err != nil {
 		return nil, err
 	}
-	defer w.Close()
+	defer done()
 	if in.Command != "view" {
 		// Two edits of one file in the same turn each read it, change it
 		// and write it back: one at a time, or the second would write
@@ -104,13 +104,10 @@ func (a *App) editFile(ctx context.Context, in EditFileInput) (*FileEdited, erro
 		}
 		defer unlock()
 	}
-	if in.Command == "view" {
-		if _, fi, err := w.Stat(p); err == nil && fi.IsDir() {
-			return viewDir(sess.ID, w, p)
-		}
-	}
 	c, err := w.Read(p, 0, 0)
 	switch {
+	case in.Command == "view" && errors.Is(err, workspace.ErrIsDir):
+		return viewDir(sess.ID, w, p)
 	case errors.Is(err, workspace.ErrIsDir):
 		return nil, fmt.Errorf("%w: edit_file edits a file; view lists a directory", err)
 	case errors.Is(err, workspace.ErrTooLarge):
@@ -226,7 +223,7 @@ func viewFile(out *FileEdited, data []byte, r []int) (*FileEdited, error) {
 
 // viewDir lists a directory two levels deep, as the text-editor tool
 // does; list_files describes entries in full.
-func viewDir(id string, w *workspace.FS, p string) (*FileEdited, error) {
+func viewDir(id string, w fileOps, p string) (*FileEdited, error) {
 	l, err := w.List(p, workspace.ListOptions{Depth: 2, MaxEntries: maxDirEntries})
 	if err != nil {
 		return nil, err

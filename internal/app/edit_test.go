@@ -205,8 +205,28 @@ func TestEditFileRefusesEscapes(t *testing.T) {
 	}
 	runShell(t, a, "ln -s /etc/passwd pw && ln -s "+outside+" outdir && ln -s ../../.. up && ln -s "+secret+" sec && "+
 		"printf 'inside\\n' > in.txt && ln -s in.txt ok && mkfifo fifo")
-	for _, p := range []string{"pw", "outdir/secret", "up/etc/passwd", "sec", "../secret", "/home/user/../../etc/passwd",
-		"a/../../x", "/etc/passwd", secret, "~/../x"} {
+	// Paths of the box outside the workspace are the box's own, edited as
+	// the session's user: its /etc/passwd is not the session's to change,
+	// and the host's files are not in it.
+	for _, p := range []string{"/home/user/../../etc/passwd", "/etc/passwd", secret} {
+		for _, in := range []EditFileInput{
+			{Command: "view", Path: p},
+			{Command: "str_replace", Path: p, OldStr: "root:x:0:0:", NewStr: "PWNED"},
+			{Command: "insert", Path: p, InsertLine: ptr(0), NewStr: "PWNED"},
+		} {
+			reply, err := call(t, a, "edit_file", in)
+			if err == nil {
+				if in.Command != "view" || strings.Contains(reply.Text, "SECRET") {
+					t.Errorf("edit_file %s %s: %s", in.Command, p, reply.Text)
+				}
+				continue
+			}
+			if c := codeOf(err); c != capability.PermissionDenied && c != capability.NotFound {
+				t.Errorf("edit_file %s %s: %v, want permission_denied or not_found", in.Command, p, err)
+			}
+		}
+	}
+	for _, p := range []string{"pw", "outdir/secret", "up/etc/passwd", "sec", "../secret", "a/../../x", "~/../x"} {
 		for _, in := range []EditFileInput{
 			{Command: "view", Path: p},
 			{Command: "str_replace", Path: p, OldStr: "SECRET", NewStr: "PWNED"},

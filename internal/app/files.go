@@ -13,13 +13,14 @@ import (
 	"github.com/quro-dev/quro/internal/picture"
 	"github.com/quro-dev/quro/internal/project"
 	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/workspace"
 )
 
 // ReadFileInput is read_file's input.
 type ReadFileInput struct {
 	Session string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
-	Path    string `json:"path" jsonschema:"file path relative to the session workspace /home/user, or absolute under it"`
+	Path    string `json:"path" jsonschema:"file path relative to the session workspace /home/user, or absolute (outside /home/user: the session box's own path, such as /tmp/x)"`
 	Offset  int64  `json:"offset,omitempty" jsonschema:"byte offset to start reading at; default 0"`
 	Limit   int64  `json:"limit,omitempty" jsonschema:"read at most this many bytes from offset; default: the whole file"`
 }
@@ -27,7 +28,7 @@ type ReadFileInput struct {
 // FileContent is read_file's output.
 type FileContent struct {
 	Session  string    `json:"session"`
-	Path     string    `json:"path" jsonschema:"workspace-relative path of the file read"`
+	Path     string    `json:"path" jsonschema:"workspace-relative path of the file read; absolute for a path of the box outside the workspace"`
 	Encoding string    `json:"encoding" jsonschema:"utf-8 (content is the text) or base64 (content is the bytes, base64-encoded)"`
 	Content  string    `json:"content"`
 	Size     int64     `json:"size" jsonschema:"size of the whole file in bytes"`
@@ -63,7 +64,7 @@ func (c *FileContent) Text() string {
 // WriteFileInput is write_file's input.
 type WriteFileInput struct {
 	Session  string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
-	Path     string `json:"path" jsonschema:"file path relative to the session workspace /home/user, or absolute under it"`
+	Path     string `json:"path" jsonschema:"file path relative to the session workspace /home/user, or absolute (outside /home/user: the session box's own path, such as /tmp/x)"`
 	Content  string `json:"content" jsonschema:"the file's content (may be empty)"`
 	Encoding string `json:"encoding,omitempty" jsonschema:"utf-8 (default: content is the text) or base64 (content is base64-encoded bytes)"`
 	Append   bool   `json:"append,omitempty" jsonschema:"add content to the end of the file instead of replacing it"`
@@ -74,7 +75,7 @@ type WriteFileInput struct {
 // FileWritten is write_file's output.
 type FileWritten struct {
 	Session string `json:"session"`
-	Path    string `json:"path" jsonschema:"workspace-relative path of the file written"`
+	Path    string `json:"path" jsonschema:"workspace-relative path of the file written; absolute for a path of the box outside the workspace"`
 	Wrote   int64  `json:"wrote" jsonschema:"bytes written"`
 	Size    int64  `json:"size" jsonschema:"the file's size afterwards"`
 	Created bool   `json:"created" jsonschema:"the file is new"`
@@ -175,8 +176,9 @@ const maxListEntries = 10000
 
 func (a *App) registerFiles(reg *capability.Registry) {
 	maxRead, maxWrite := workspace.Human(workspace.DefaultMaxRead), workspace.Human(workspace.DefaultMaxWrite)
-	paths := "Paths are relative to the session workspace /home/user (the working directory of run_code and the terminal), or absolute under it. " +
-		"Nothing outside the workspace is reachable: '..' out of it, and symbolic links that point out of it (or are absolute, in the middle of a path), are refused. "
+	paths := "Paths are relative to the session workspace /home/user (the working directory of run_code and the terminal), or absolute. " +
+		"In the workspace, '..' out of it and symbolic links that point out of it (or are absolute, in the middle of a path) are refused. " +
+		"Any other absolute path (/tmp/x, a directory the session's code made) is the session box's own, reached as the session's user: what its code may read or write there, nothing more. "
 	reg.Register(capability.New("read_file",
 		"Read a file of the session workspace. UTF-8 text comes back as text (encoding utf-8); anything else (invalid UTF-8, NUL bytes) as base64 (encoding base64), "+
 			"and a whole image file (PNG, JPEG, GIF, WebP, SVG) also as an image where the client shows images (MCP), with media_type, width and height. "+
@@ -221,11 +223,11 @@ func (a *App) readFile(ctx context.Context, in ReadFileInput) (*FileContent, err
 	if in.Path == "" {
 		return nil, capability.Errorf(capability.InvalidArgument, "path is empty: name a file (list_files shows what there is)")
 	}
-	sess, w, err := a.openWorkspace(ctx)
+	sess, w, done, err := a.openFiles(ctx, in.Path)
 	if err != nil {
 		return nil, err
 	}
-	defer w.Close()
+	defer done()
 	c, err := w.Read(in.Path, in.Offset, in.Limit)
 	switch {
 	case errors.Is(err, workspace.ErrIsDir):
@@ -280,17 +282,19 @@ func (a *App) writeFile(ctx context.Context, in WriteFileInput) (*FileWritten, e
 	default:
 		return nil, capability.Errorf(capability.InvalidArgument, "encoding %q: use utf-8 (the default) or base64", in.Encoding)
 	}
-	sess, w, err := a.openWorkspace(ctx)
+	sess, w, done, err := a.openFiles(ctx, in.Path)
 	if err != nil {
 		return nil, err
 	}
-	defer w.Close()
+	defer done()
 	var res *workspace.Written
-	switch {
+	switch ws, inWorkspace := w.(*workspace.FS); {
 	case in.Metadata != nil && in.Append:
 		return nil, capability.Errorf(capability.InvalidArgument, "metadata goes with a replacement, not append: write the file with its metadata first, then append")
+	case in.Metadata != nil && !inWorkspace:
+		return nil, capability.Errorf(capability.InvalidArgument, "metadata is kept for files under %s only: write %s without it, or under %s", hostpath.Home, in.Path, hostpath.Home)
 	case in.Metadata != nil:
-		res, err = w.WriteMetadata(in.Path, data, in.Metadata)
+		res, err = ws.WriteMetadata(in.Path, data, in.Metadata)
 	default:
 		res, err = w.Write(in.Path, data, in.Append)
 	}
@@ -314,11 +318,11 @@ func (a *App) listFiles(ctx context.Context, in ListFilesInput) (*FileList, erro
 	if depth == 0 && in.Recursive {
 		depth = workspace.MaxDepth
 	}
-	sess, w, err := a.openWorkspace(ctx)
+	sess, w, done, err := a.openFiles(ctx, in.Path)
 	if err != nil {
 		return nil, err
 	}
-	defer w.Close()
+	defer done()
 	l, err := w.List(in.Path, workspace.ListOptions{Depth: depth, MaxEntries: in.MaxEntries})
 	if errors.Is(err, workspace.ErrNotDir) {
 		return nil, fmt.Errorf("%w: read_file reads a file", err)

@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/quro-dev/quro/internal/boxfs"
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
@@ -25,7 +28,7 @@ import (
 // PathInput names one path of a session workspace.
 type PathInput struct {
 	Session string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
-	Path    string `json:"path" jsonschema:"path relative to the session workspace /home/user, or absolute under it"`
+	Path    string `json:"path" jsonschema:"path relative to the session workspace /home/user, or absolute (outside /home/user: the session box's own path, such as /tmp/x)"`
 }
 
 // FileInfo is stat_file's, make_dir's and move_file's output.
@@ -59,7 +62,7 @@ type MoveFileInput struct {
 // Removed is remove_file's output.
 type Removed struct {
 	Session string `json:"session"`
-	Path    string `json:"path" jsonschema:"workspace-relative path removed"`
+	Path    string `json:"path" jsonschema:"workspace-relative path removed; absolute for a path of the box outside the workspace"`
 }
 
 // Text says what went.
@@ -154,8 +157,9 @@ const (
 )
 
 func (a *App) registerFSOps(reg *capability.Registry) {
-	paths := "Paths are relative to the session workspace /home/user, or absolute under it. " +
-		"Nothing outside the workspace is reachable: '..' out of it and symbolic links that point out of it are refused. "
+	paths := "Paths are relative to the session workspace /home/user, or absolute. " +
+		"In the workspace, '..' out of it and symbolic links that point out of it are refused. " +
+		"Any other absolute path (/tmp/x, a directory the session's code made) is the session box's own, reached as the session's user: what its code may do there, nothing more. "
 	reg.Register(capability.New("stat_file",
 		"Describe one path of the session workspace without reading it: name, type (file, dir, symlink, other), size, permissions (as ls -l shows them), "+
 			"owner and group (as the session's box names them), mtime, and for a symbolic link its target (the link itself is described, not followed). "+paths,
@@ -197,15 +201,6 @@ func boxNames(sessionUID int) workspace.Names {
 	return func(uid, gid uint32) (string, string) { return name(uid), name(gid) }
 }
 
-// openFS is openWorkspace returning the session's id.
-func (a *App) openFS(ctx context.Context) (string, *workspace.FS, error) {
-	sess, err := entered(ctx)
-	if err != nil {
-		return "", nil, err
-	}
-	return a.openSessionFS(sess)
-}
-
 // openSessionFS opens the session's workspace: with the session's uid as
 // the owner of what the server creates, as sandbox.Start hands the
 // workspace over (a root server's runs go under the session's own uid,
@@ -233,11 +228,12 @@ func needPath(p, what string) error {
 }
 
 func (a *App) statFile(ctx context.Context, in PathInput) (*FileInfo, error) {
-	id, w, err := a.openFS(ctx)
+	sess, w, done, err := a.openFiles(ctx, in.Path)
 	if err != nil {
 		return nil, err
 	}
-	defer w.Close()
+	defer done()
+	id := sess.ID
 	e, err := w.Info(in.Path)
 	if err != nil {
 		return nil, err
@@ -249,11 +245,12 @@ func (a *App) makeDir(ctx context.Context, in PathInput) (*FileInfo, error) {
 	if err := needPath(in.Path, "path"); err != nil {
 		return nil, err
 	}
-	id, w, err := a.openFS(ctx)
+	sess, w, done, err := a.openFiles(ctx, in.Path)
 	if err != nil {
 		return nil, err
 	}
-	defer w.Close()
+	defer done()
+	id := sess.ID
 	e, existed, err := w.MakeDir(in.Path)
 	if err != nil {
 		return nil, err
@@ -268,11 +265,12 @@ func (a *App) moveFile(ctx context.Context, in MoveFileInput) (*FileInfo, error)
 	if err := needPath(in.Destination, "destination"); err != nil {
 		return nil, err
 	}
-	id, w, err := a.openFS(ctx)
+	sess, w, done, err := a.openFiles(ctx, in.Source, in.Destination)
 	if err != nil {
 		return nil, err
 	}
-	defer w.Close()
+	defer done()
+	id := sess.ID
 	e, err := w.Move(in.Source, in.Destination)
 	if err != nil {
 		return nil, err
@@ -284,11 +282,12 @@ func (a *App) removeFile(ctx context.Context, in PathInput) (*Removed, error) {
 	if err := needPath(in.Path, "path"); err != nil {
 		return nil, err
 	}
-	id, w, err := a.openFS(ctx)
+	sess, w, done, err := a.openFiles(ctx, in.Path)
 	if err != nil {
 		return nil, err
 	}
-	defer w.Close()
+	defer done()
+	id := sess.ID
 	rel, err := w.Remove(in.Path)
 	if err != nil {
 		return nil, err
@@ -336,6 +335,10 @@ func (a *App) watchDir(ctx context.Context, in WatchDirInput) (*Watched, error) 
 		defer cancel()
 	}
 	rel, err := w.Rel(in.Path)
+	if errors.Is(err, workspace.ErrOutside) && boxfs.IsBoxPath(in.Path) {
+		return nil, capability.Errorf(capability.InvalidArgument,
+			"%s: watch_dir watches the session workspace %s and what is under it; other directories of the box are not watched (poll them with list_files, or watch from a command such as inotifywait)", path.Clean(in.Path), hostpath.Home)
+	}
 	if err != nil {
 		return nil, err
 	}

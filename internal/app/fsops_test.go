@@ -75,7 +75,7 @@ func TestFileOpsWithTheSessionsCode(t *testing.T) {
 		code capability.Code
 	}{
 		{"stat_file", PathInput{Path: "nope"}, capability.NotFound},
-		{"stat_file", PathInput{Path: "/etc/passwd"}, capability.PermissionDenied},
+		{"make_dir", PathInput{Path: "/etc/quro-made"}, capability.PermissionDenied}, // the box's /etc is not the session's
 		{"move_file", MoveFileInput{Source: "made", Destination: "../x"}, capability.PermissionDenied},
 		{"remove_file", PathInput{Path: ""}, capability.InvalidArgument},
 		{"remove_file", PathInput{Path: "."}, capability.InvalidArgument},

@@ -214,6 +214,9 @@ func (a *App) useAndDestroy(t *testing.T, name, network string) {
 	mustCall(t, a, "write_file", WriteFileInput{Session: name, Path: "d/a.txt", Content: "hello"})
 	mustCall(t, a, "read_file", ReadFileInput{Session: name, Path: "d/a.txt"})
 	mustCall(t, a, "move_file", MoveFileInput{Session: name, Source: "d/a.txt", Destination: "d/b.txt"})
+	// The box's files outside the workspace (a helper spawned in the box).
+	mustCall(t, a, "write_file", WriteFileInput{Session: name, Path: "/tmp/leak/a.txt", Content: "hello"})
+	mustCall(t, a, "list_files", ListFilesInput{Session: name, Path: "/tmp/leak"})
 	mustCall(t, a, "start_process", StartProcessInput{Session: name, Cmd: "sleep", Args: []string{"1000"}, Background: true})
 
 	// A watch held open through the destroy.

@@ -13,7 +13,7 @@ import (
 // Entry is one item of a listing.
 type Entry struct {
 	Name    string    `json:"name"`
-	Path    string    `json:"path" jsonschema:"workspace-relative path"`
+	Path    string    `json:"path" jsonschema:"workspace-relative path (absolute for a path of the session box outside the workspace)"`
 	Type    string    `json:"type" jsonschema:"file, dir, symlink or other"`
 	Size    int64     `json:"size" jsonschema:"bytes: a file's content; a directory's own size as stat gives it (e.g. 4096); 0 for a symlink"`
 	Mode    string    `json:"mode" jsonschema:"permission bits, octal"`

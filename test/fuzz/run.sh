@@ -50,6 +50,7 @@ done <<'LIST'
 ./internal/runcode FuzzCapture
 ./internal/render FuzzJSON FuzzXML
 ./internal/textedit FuzzEdit
+./internal/boxfs FuzzReply
 ./internal/picture FuzzSVGToPNG:slow FuzzSniff
 LIST
 rm -f /tmp/quro-fuzz.$$

@@ -36,13 +36,15 @@ import (
 // envd's filesystem: filesystem.Filesystem over Connect-RPC, GET and POST
 // /files, GET /health. Every operation is a capability call (stat_file,
 // make_dir, move_file, list_files, remove_file, watch_dir, read_file,
-// write_file) as the sandbox's caller, so it reaches only that session's
-// workspace, through internal/workspace.
+// write_file) as the sandbox's caller, so it reaches only that session.
 //
 // Paths: E2B's /home/user (the sandbox user's home and working
 // directory) is the session workspace; "/home/user/<rel>", "~/<rel>" and
-// relative paths name <rel> in it, and answers carry /home/user/<rel>
-// back. Any other absolute path is refused with a message saying so.
+// relative paths name <rel> in it (internal/workspace), and answers carry
+// /home/user/<rel> back. Any other absolute path is the sandbox's own
+// (/tmp/x), served in the session's box as its user (internal/boxfs), as
+// envd serves it from inside the sandbox; watches reach only the
+// workspace.
 
 // Home is where E2B's paths see the session workspace.
 const Home = "/home/user"
@@ -73,7 +75,11 @@ const (
 // forgotten, and its watch ends (the next poll says so).
 const DefaultWatcherIdle = time.Minute
 
-// toWorkspace maps an E2B path to a workspace-relative one.
+// toWorkspace maps an E2B path to what the file capabilities take: a
+// workspace-relative path for /home/user and under it (and relative
+// paths, taken from there), the clean absolute path for any other path
+// of the box (its /tmp, /app, …), which the capabilities serve inside the
+// sandbox as its user (internal/boxfs).
 func toWorkspace(p string) (string, error) {
 	if p == "~" || strings.HasPrefix(p, "~/") {
 		p = Home + p[1:]
@@ -91,15 +97,18 @@ func toWorkspace(p string) (string, error) {
 	if rest, ok := strings.CutPrefix(c, Home+"/"); ok {
 		return rest, nil
 	}
-	return "", capability.Errorf(capability.InvalidArgument,
-		"%q is outside %s: Quro's file API reaches only the sandbox user's home directory %s (the session workspace, where commands and code run); "+
-			"give a path under it or relative to it (other directories, such as /tmp, are reached only by commands run in the sandbox)", p, Home, Home)
+	return c, nil
 }
 
-// fromWorkspace is the E2B path of a workspace-relative one.
+// fromWorkspace is the E2B path of what the file capabilities answer: a
+// workspace-relative path is under /home/user, an absolute one is the
+// box's own.
 func fromWorkspace(rel string) string {
 	if rel == "" || rel == "." {
 		return Home
+	}
+	if path.IsAbs(rel) {
+		return rel
 	}
 	return Home + "/" + rel
 }
@@ -111,6 +120,8 @@ func entryInfo(e *workspace.Entry) *filesystem.EntryInfo {
 	name := e.Name
 	if e.Path == "." || e.Path == "" {
 		name = path.Base(Home) // the home itself
+	} else if e.Path == "/" {
+		name = "/"
 	}
 	out := &filesystem.EntryInfo{
 		Name: name, Path: fromWorkspace(e.Path), Size: e.Size,

@@ -120,6 +120,41 @@ try {
     await rejects(() => sbx.files.read('/home/user/made/new.txt'), NotFoundError, 'read after remove')
   })
 
+  await check('files in /tmp: written by the SDK, seen by commands, and the other way round', async () => {
+    const w = await sbx.files.write('/tmp/test-git/x', 'from the sdk\n')
+    assert.equal(w.path, '/tmp/test-git/x')
+    const r = await sbx.commands.run('cat /tmp/test-git/x && stat -c %U /tmp/test-git/x')
+    assert.equal(r.stdout, 'from the sdk\nuser\n')
+    await sbx.commands.run('mkdir -p /tmp/made && echo from a command > /tmp/made/y && ln -s y /tmp/made/l')
+    assert.equal(await sbx.files.read('/tmp/made/y'), 'from a command\n')
+    const entries = await sbx.files.list('/tmp/made')
+    assert.deepEqual(entries.map((e) => [e.name, e.path]).sort(), [['l', '/tmp/made/l'], ['y', '/tmp/made/y']])
+    assert.equal(entries.find((e) => e.name === 'y').type, FileType.FILE)
+    assert.equal((await sbx.files.getInfo('/tmp/made/y')).path, '/tmp/made/y')
+    assert.equal(await sbx.files.exists('/tmp/made/nothing'), false)
+    await sbx.files.rename('/tmp/made/y', '/home/user/from-tmp.txt')
+    assert.equal(await sbx.files.read('/home/user/from-tmp.txt'), 'from a command\n')
+    await sbx.files.remove('/tmp/made')
+    assert.equal(await sbx.files.exists('/tmp/made'), false)
+    // The box's system directories are not the sandbox user's to write.
+    await rejects(() => sbx.files.write('/etc/quro-planted', 'x'), undefined, 'write to /etc')
+    assert.match(await sbx.files.read('/etc/passwd'), /^root:/)
+  })
+
+  await check('git in /tmp/test-git through the SDK\'s git helpers', async () => {
+    const repo = '/tmp/test-git/repo'
+    await sbx.git.init(repo)
+    await sbx.git.configureUser('Test User', 'test@example.com')
+    await sbx.files.write(`${repo}/README.md`, '# test\n')
+    await sbx.git.add(repo)
+    await sbx.git.commit(repo, 'first commit')
+    const st = await sbx.git.status(repo)
+    assert.ok(st.currentBranch, `no current branch: ${JSON.stringify(st)}`)
+    const log = await sbx.commands.run(`git -C ${repo} log --format=%s`)
+    assert.equal(log.stdout, 'first commit\n')
+    assert.equal(await sbx.files.read(`${repo}/README.md`), '# test\n')
+  })
+
   await check('files.watchDir reports a write in the directory', async () => {
     await sbx.files.makeDir('/home/user/watched')
     const seen = waitFor((ev) => ev.name === 'x.txt' && (ev.type === FilesystemEventType.WRITE || ev.type === FilesystemEventType.CREATE))
