@@ -84,8 +84,12 @@ type sessionSecrets struct {
 	store *store.Store
 	aead  cipher.AEAD
 
-	mu   sync.Mutex
-	byID map[string][]egress.Secret
+	// setMu makes each set's write and reload one step: two sets of a
+	// session at once (removing X, adding Y) could otherwise leave the
+	// cache with the earlier reload, a removed secret still sent.
+	setMu sync.Mutex
+	mu    sync.Mutex
+	byID  map[string][]egress.Secret
 }
 
 // openSecrets is the secrets of the sessions under dir, sealed with
@@ -189,6 +193,8 @@ func (s *sessionSecrets) load(ctx context.Context, id string) ([]egress.Secret, 
 // set stores the session's secret name (value "": removes it) and makes
 // it the egress's at once.
 func (s *sessionSecrets) set(ctx context.Context, id, name, value string, hosts []string) error {
+	s.setMu.Lock()
+	defer s.setMu.Unlock()
 	if value == "" {
 		if _, err := s.store.DeleteSessionSecret(ctx, id, name); err != nil {
 			return err
