@@ -364,7 +364,14 @@ func (t *Transparent) intercept(c net.Conn, box, name string, port int, addrs []
 		case hostOnly(r.Host) != name:
 			why = "Host " + sanitize(truncate(hostOnly(r.Host), 100)) + " differs from name " + sanitize(name)
 		default:
-			why = substitute(r, secrets, name, secure)
+			// The secrets as they are now, not as the connection found
+			// them: a removed (or replaced) secret's value is not written
+			// into the requests of a connection the box keeps open.
+			now := secrets
+			if t.o.Secrets != nil {
+				now = t.o.Secrets(box)
+			}
+			why = substitute(r, now, name, secure)
 		}
 		if why != "" {
 			// Logged before the box hears of it, as a refused connection is.

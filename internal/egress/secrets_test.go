@@ -338,3 +338,51 @@ func TestParseSecretHost(t *testing.T) {
 		}
 	}
 }
+
+// TestTransparentSecretRemovedOnOpenConnection: once a secret is
+// removed, a connection the box kept open to its host gets its value no
+// more (the placeholder goes as it is).
+func TestTransparentSecretRemovedOnOpenConnection(t *testing.T) {
+	roots, cert := testRoots(t, "api.test")
+	api, _ := secretOrigin(t, &cert)
+	pa := port(api.Listener.Addr().String())
+	ca, err := LoadCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ph = PlaceholderPrefix + "0123456789abcdef"
+	var cur sync.Map
+	cur.Store("s", []Secret{{Name: "API_KEY", Placeholder: ph, Value: "sk-real-value", Hosts: []Rule{{Domain: "api.test"}}}})
+	b := newBox(t, TransparentOptions{
+		Trusted: []string{"api.test:" + pa}, Resolve: names("", "127.0.0.1"), CA: ca, Roots: roots,
+		Secrets: func(string) []Secret { v, _ := cur.Load("s"); return v.([]Secret) },
+	}, &Policy{Mode: ModeInternet}, nil)
+	go func() {
+		for range b.events {
+		}
+	}()
+	boxRoots := x509.NewCertPool()
+	boxRoots.AppendCertsFromPEM(ca.CertPEM())
+	c := tls.Client(b.dial("api.test:"+pa), &tls.Config{ServerName: "api.test", RootCAs: boxRoots})
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	defer c.Close()
+	br := bufio.NewReader(c)
+	get := func() string {
+		t.Helper()
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer %s\r\n\r\n", ph)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return string(body)
+	}
+	if body := get(); !strings.Contains(body, "auth=Bearer sk-real-value") {
+		t.Fatalf("before: %q", body)
+	}
+	cur.Store("s", []Secret{})
+	if body := get(); strings.Contains(body, "sk-real-value") {
+		t.Errorf("the removed secret's value was sent on the open connection: %q", body)
+	}
+}
