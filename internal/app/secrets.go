@@ -84,8 +84,12 @@ type sessionSecrets struct {
 	store *store.Store
 	aead  cipher.AEAD
 
-	mu   sync.Mutex
-	byID map[string][]egress.Secret
+	// setMu makes each set's write and reload one step: two sets of a
+	// session at once (removing X, adding Y) could otherwise leave the
+	// cache with the earlier reload, a removed secret still sent.
+	setMu sync.Mutex
+	mu    sync.Mutex
+	byID  map[string][]egress.Secret
 }
 
 // openSecrets is the secrets of the sessions under dir, sealed with
@@ -123,24 +127,32 @@ func openSecrets(dir string, st *store.Store) (*sessionSecrets, error) {
 	return &sessionSecrets{store: st, aead: aead, byID: map[string][]egress.Secret{}}, nil
 }
 
-// sealed is value sealed for the session's secret name: the name and
-// session are authenticated with it, so a sealed value moved to another
-// row does not open.
-func (s *sessionSecrets) seal(session, name, value string) []byte {
+// seal is value sealed for the session's secret name sent to hosts: the
+// session, the name and the hosts are authenticated with it, so a sealed
+// value moved to another row does not open, nor one whose hosts were
+// changed in the store (whoever can write quro.db but not read
+// secrets.key cannot have the value sent to a host of theirs).
+func (s *sessionSecrets) seal(session, name, value string, hosts []string) []byte {
 	nonce := make([]byte, s.aead.NonceSize())
 	if _, err := rand.Read(nonce); err != nil {
 		panic(err) // crypto/rand does not fail on Linux
 	}
-	return s.aead.Seal(nonce, nonce, []byte(value), []byte(session+"\x00"+name))
+	return s.aead.Seal(nonce, nonce, []byte(value), sealedFor(session, name, hosts))
 }
 
-func (s *sessionSecrets) open(session, name string, sealed []byte) (string, error) {
+func (s *sessionSecrets) open(session, name string, hosts []string, sealed []byte) (string, error) {
 	n := s.aead.NonceSize()
 	if len(sealed) < n {
 		return "", errors.New("sealed value too short")
 	}
-	v, err := s.aead.Open(nil, sealed[:n], sealed[n:], []byte(session+"\x00"+name))
+	v, err := s.aead.Open(nil, sealed[:n], sealed[n:], sealedFor(session, name, hosts))
 	return string(v), err
+}
+
+// sealedFor is the data authenticated with a sealed value: none of its
+// parts holds a NUL (ids, variable names and hosts are printable).
+func sealedFor(session, name string, hosts []string) []byte {
+	return []byte(session + "\x00" + name + "\x00" + strings.Join(hosts, "\x00"))
 }
 
 // of is session id's secrets (nil: none, or they cannot be read).
@@ -171,7 +183,7 @@ func (s *sessionSecrets) load(ctx context.Context, id string) ([]egress.Secret, 
 	}
 	out := []egress.Secret{}
 	for _, r := range rows {
-		v, err := s.open(id, r.Name, r.Sealed)
+		v, err := s.open(id, r.Name, r.Hosts, r.Sealed)
 		if err != nil {
 			return nil, fmt.Errorf("secret %s cannot be opened (the data directory's secrets.key changed?)", r.Name)
 		}
@@ -189,6 +201,8 @@ func (s *sessionSecrets) load(ctx context.Context, id string) ([]egress.Secret, 
 // set stores the session's secret name (value "": removes it) and makes
 // it the egress's at once.
 func (s *sessionSecrets) set(ctx context.Context, id, name, value string, hosts []string) error {
+	s.setMu.Lock()
+	defer s.setMu.Unlock()
 	if value == "" {
 		if _, err := s.store.DeleteSessionSecret(ctx, id, name); err != nil {
 			return err
@@ -199,7 +213,7 @@ func (s *sessionSecrets) set(ctx context.Context, id, name, value string, hosts 
 			return err
 		}
 		if err := s.store.SetSessionSecret(ctx, id, store.SessionSecret{Name: name, Placeholder: egress.PlaceholderPrefix + hex.EncodeToString(ph),
-			Hosts: hosts, Sealed: s.seal(id, name, value), CreatedAt: time.Now()}); err != nil {
+			Hosts: hosts, Sealed: s.seal(id, name, value, hosts), CreatedAt: time.Now()}); err != nil {
 			return err
 		}
 	}

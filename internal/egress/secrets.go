@@ -53,6 +53,11 @@ func ParseSecretHost(s string) (Rule, error) {
 	if r.Domain == "" || r.Port != 0 {
 		return Rule{}, fmt.Errorf("host %q: a secret's host is a domain (api.example.com) or a wildcard (*.example.com), without a port or an address", truncate(s, 80))
 	}
+	if r.Wildcard && !strings.Contains(r.Domain, ".") {
+		// *.com would send the value to every host under a top-level
+		// domain, any attacker's among them.
+		return Rule{}, fmt.Errorf("host %q: a wildcard over a top-level domain; name the domain (*.example.com)", truncate(s, 80))
+	}
 	return r, nil
 }
 
@@ -327,7 +332,14 @@ func (t *Transparent) intercept(c net.Conn, box, name string, port int, addrs []
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = scheme, hostport, pr.In.Host
+			// The Host the destination gets is the name the box resolved
+			// (and the port it wrote, checked to be a number), never the
+			// box's spelling of it.
+			host := name
+			if _, p, err := net.SplitHostPort(pr.In.Host); err == nil && p != "" {
+				host = net.JoinHostPort(name, p)
+			}
+			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = scheme, hostport, host
 		},
 		Transport:     tr,
 		FlushInterval: -1,
@@ -345,10 +357,21 @@ func (t *Transparent) intercept(c net.Conn, box, name string, port int, addrs []
 		switch {
 		case r.Method == http.MethodConnect:
 			why = "CONNECT request"
+		case strings.EqualFold(r.Method, http.MethodTrace) || strings.EqualFold(r.Method, "TRACK"):
+			// A server answers TRACE with the request it received: the
+			// values written in it would come back to the box.
+			why = r.Method + " request (a destination echoes it, with the secrets' values)"
 		case hostOnly(r.Host) != name:
 			why = "Host " + sanitize(truncate(hostOnly(r.Host), 100)) + " differs from name " + sanitize(name)
 		default:
-			why = substitute(r, secrets, name)
+			// The secrets as they are now, not as the connection found
+			// them: a removed (or replaced) secret's value is not written
+			// into the requests of a connection the box keeps open.
+			now := secrets
+			if t.o.Secrets != nil {
+				now = t.o.Secrets(box)
+			}
+			why = substitute(r, now, name, secure)
 		}
 		if why != "" {
 			// Logged before the box hears of it, as a refused connection is.
@@ -412,9 +435,10 @@ func (t *Transparent) terminate(c net.Conn, name string) (client net.Conn, secur
 
 // substitute replaces the placeholders of secrets sent to name in r's
 // target and headers with their values, or says why r is refused: it
-// carries the placeholder of a secret not sent to name. The body is sent
-// as it is.
-func substitute(r *http.Request, secrets []Secret, name string) string {
+// carries the placeholder of a secret not sent to name, or, not secure
+// (plain HTTP), of any secret: a value never leaves the server in the
+// clear, whatever port or scheme the box chose. The body is sent as it is.
+func substitute(r *http.Request, secrets []Secret, name string, secure bool) string {
 	var why string
 	fix := func(s string) string {
 		if why != "" || !strings.Contains(s, PlaceholderPrefix) {
@@ -427,6 +451,10 @@ func substitute(r *http.Request, secrets []Secret, name string) string {
 			}
 			if !sec.sentTo(name) {
 				why = placeholderRefusal(sec, name)
+				return s
+			}
+			if !secure {
+				why = "the request carries the placeholder of secret " + sec.Name + " in plain HTTP: a secret is sent only over TLS (https://" + sanitize(name) + ")"
 				return s
 			}
 			s = strings.ReplaceAll(s, sec.Placeholder, sec.Value)

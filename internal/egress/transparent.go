@@ -736,8 +736,16 @@ func checkRequest(b []byte, name string) (*http.Request, string) {
 	return req, ""
 }
 
+// hostOnly is the host of h (a Host header or a URL's host): in lower
+// case, without a trailing dot or a port. A port that is not a number
+// keeps h whole, so that it matches no name: Go's server takes
+// "name:evil.example" and "name:443,evil.example" as Host, which a
+// front end of the destination could read as another host.
 func hostOnly(h string) string {
-	if hh, _, err := net.SplitHostPort(h); err == nil {
+	if hh, p, err := net.SplitHostPort(h); err == nil {
+		if len(p) > 5 || strings.Trim(p, "0123456789") != "" {
+			return strings.ToLower(h)
+		}
 		h = hh
 	}
 	return strings.ToLower(strings.TrimSuffix(strings.Trim(h, "[]"), "."))

@@ -521,6 +521,13 @@ func TestTransparentHTTPHost(t *testing.T) {
 	if resp, e := exchange("GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n"); resp != "" || e.Decision != Denied || e.Reason != "Host evil.test differs from name web.test" {
 		t.Errorf("first Host differs: %q %+v", resp, e)
 	}
+	// A Host whose port is not a number: Go's server takes it, a front
+	// end of the destination could read evil.test in it.
+	for _, bad := range []string{"web.test:evil.test", "web.test:" + p + ",evil.test"} {
+		if resp, e := exchange("GET / HTTP/1.1\r\nHost: " + bad + "\r\n\r\n"); resp != "" || e.Decision != Denied || !strings.Contains(e.Reason, "differs from name web.test") {
+			t.Errorf("Host %s: %q %+v", bad, resp, e)
+		}
+	}
 	resp, e = exchange("GET /1 HTTP/1.1\r\n" + h + "\r\nGET /2 HTTP/1.1\r\nHost: evil.test\r\n\r\n")
 	if e.Decision != Denied || e.Reason != "Host evil.test differs from name web.test" || strings.Count(resp, "HTTP/1.1 200") > 1 {
 		t.Errorf("second Host differs: %q %+v", resp, e)
