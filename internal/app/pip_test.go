@@ -15,6 +15,7 @@ import (
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/pip/piptest"
+	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/terminal"
@@ -144,6 +145,49 @@ echo "user=$PIP_USER noindex=$PIP_NO_INDEX"`})
 		t.Fatalf("start_process python: %+v", pr)
 	}
 }
+
+// TestLoginShellIsTheSessionsPython: a login shell of the session (E2B's
+// commands run `bash -l -c`, its PTY `bash -i -l`), which sources
+// Debian's /etc/profile and its fixed PATH, still finds run_code's
+// interpreter as python and python3, on every path: start_process (a
+// program, a shell line, on a terminal) and terminal_exec.
+func TestLoginShellIsTheSessionsPython(t *testing.T) {
+	t.Parallel()
+	a := pipAppWith(t, PipOptions{})
+	s := newSession(t, a, "login", "")
+	const probe = `import sys; print(sys.executable, sys.version.split()[0])`
+	want := strings.TrimSpace(runIn(t, a, admin, RunCodeInput{Session: s.ID, Code: probe}).Stdout)
+	if !strings.Contains(want, " 3.14") {
+		t.Fatalf("run_code's Python: %q", want)
+	}
+	line := fmt.Sprintf(`python -c '%s'; python3 -c '%s'; command -v pip; command -v pip3`, probe, probe)
+	check := func(how, out string) {
+		t.Helper()
+		lines := strings.Split(strings.TrimSpace(strings.ReplaceAll(out, "\r", "")), "\n")
+		if len(lines) < 4 || lines[len(lines)-4] != want || lines[len(lines)-3] != want ||
+			!strings.HasSuffix(lines[len(lines)-2], "/quro-bin/pip") || !strings.HasSuffix(lines[len(lines)-1], "/quro-bin/pip3") {
+			t.Errorf("%s: python, python3, pip, pip3 are not run_code's (%s):\n%s", how, want, out)
+		}
+	}
+	for _, c := range []struct {
+		how string
+		in  StartProcessInput
+	}{
+		{"start_process bash -l -c (E2B's commands)", StartProcessInput{Cmd: "/bin/bash", Args: []string{"-l", "-c", line}}},
+		{"start_process sh -l -c", StartProcessInput{Cmd: "/bin/sh", Args: []string{"-l", "-c", line}}},
+		{"start_process command", StartProcessInput{Command: line}},
+		{"start_process bash -i -l on a terminal (E2B's PTY)", StartProcessInput{Cmd: "/bin/bash", Args: []string{"-i", "-l", "-c", line}, PTY: &proc.Size{Cols: 200, Rows: 24}}},
+	} {
+		c.in.Session = s.ID
+		pr := mustCall(t, a, "start_process", c.in).(*ProcessResult)
+		check(c.how, pr.Stdout+pr.PTY)
+	}
+	out := mustCall(t, a, "terminal_exec", TerminalExecInput{Session: s.ID, Command: "bash -l -c " + shellQuoteTest(line)}).(*terminal.Result).Output
+	check("terminal_exec bash -l", out)
+}
+
+// shellQuoteTest quotes s for a POSIX shell.
+func shellQuoteTest(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 var (
 	pipAlice = controller.Caller{Path: "test", Tenant: "alice", Scope: capability.ScopeAdmin, TokenID: "ta"}

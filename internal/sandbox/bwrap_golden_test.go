@@ -142,7 +142,7 @@ func goldenFixture(t *testing.T, base string) (hostView, goldenDirs) {
 		}
 	}
 	for _, f := range []string{
-		h + "/etc/ld.so.cache", h + "/etc/hosts", h + "/etc/resolv.conf", h + "/etc/os-release",
+		h + "/etc/ld.so.cache", h + "/etc/hosts", h + "/etc/resolv.conf", h + "/etc/os-release", h + "/etc/profile", d.rootfs + "/etc/profile",
 		h + "/etc/python3.12/sitecustomize.py", h + "/etc/java-21-openjdk/security/java.security",
 		h + "/etc/shadow", d.tool, d.rootfs + "/etc/passwd", d.rootfs + "/etc/resolv.conf", d.rootfs + "/README",
 	} {
