@@ -42,7 +42,8 @@ import (
 //     userland, first on its PATH (see ShimDirs): the embedded interpreter,
 //     so the shell's python3 is run_code's.
 //   - PIPDIR/bin: pip, pip3 for a box on a rootfs: the same pip run by the
-//     rootfs's /usr/bin/python3.
+//     rootfs's /usr/bin/python3; and python, python3: that python3 (the
+//     resident worker's), so `python` exists where Debian has none.
 //
 // The pip shims end a failed run with a hint when Quro set PIP_NO_INDEX for a
 // session without network (QURO_PIP_OFFLINE=1 in the box's environment).
@@ -69,6 +70,10 @@ const unreachableLog = "NewConnectionError|Failed to establish a new connection|
 // the same Python version.
 const hostPython3 = "/usr/bin/python3"
 
+// rootfsPython3 is a rootfs's python3, which its sessions' run_code runs
+// (the rootfs worker) and its shims name.
+const rootfsPython3 = "/usr/bin/python3"
+
 // pipLayout is the marker of a complete pip directory: another layout
 // (an older Quro's) is extracted again.
 const pipLayout = "pip layout 3: pyc for 3.14 and the host's python3, shims asking quro __pip offline\n"
@@ -89,8 +94,12 @@ func PipDir(root string) string {
 
 // ShimDirs are the directories to put first on a box's PATH: host for a
 // box on the host userland (python3, python, pip, pip3 of the embedded
-// interpreter), rootfs for a box on a rootfs (pip, pip3 run by its
-// python3). They exist once the interpreter was prepared.
+// interpreter), rootfs for a box on a rootfs (python3 and python: its
+// /usr/bin/python3; pip, pip3 run by it). They exist once the
+// interpreter was prepared. They are the one place a session's python3,
+// python, pip and pip3 are named: every run of a session has the one of
+// its userland first on PATH (app's RunEnv), and a login shell keeps it
+// there (the box's /etc/profile, see sandbox).
 func ShimDirs(root string) (host, rootfs string) {
 	m, err := readManifest()
 	if err != nil {
@@ -126,7 +135,14 @@ func ensurePip(ctx context.Context, root string, inst *installation) error {
 		return err == nil && string(b) == want
 	}
 	pipMarkerFile := filepath.Join(pipDir, completeMarker)
-	pipDone := func() bool { return has(pipMarkerFile, pipMarker(pipDir)) }
+	// A pip directory of this layout made before the rootfs shims had
+	// python and python3 gets them added (not a new layout: a Quro
+	// sharing the directory that knows only pip and pip3 keeps it).
+	rootfsShimsDone := func() bool {
+		_, err := os.Stat(filepath.Join(pipDir, "bin", "python"))
+		return err == nil
+	}
+	pipDone := func() bool { return has(pipMarkerFile, pipMarker(pipDir)) && rootfsShimsDone() }
 	done := func() bool {
 		return pipDone() && has(filepath.Join(shims, completeMarker), shimsMarker(inst.Python, pipDir)) && has(pth, pipDir+"\n")
 	}
@@ -142,8 +158,8 @@ func ensurePip(ctx context.Context, root string, inst *installation) error {
 		return nil
 	}
 	if b, err := os.ReadFile(pipMarkerFile); err == nil && strings.HasPrefix(string(b), pipLayout) && !pipDone() {
-		// This layout, extracted for another place: only the rootfs shims
-		// name it.
+		// This layout, extracted for another place (only the rootfs shims
+		// name it), or before they had python and python3.
 		if err := writeRootfsShims(pipDir, pipDir); err != nil {
 			return err
 		}
@@ -320,7 +336,9 @@ func shimsMarker(python, pipDir string) string {
 
 // writeRootfsShims writes dir/bin/pip and pip3, which run the pip of the
 // pip directory at final with a rootfs's python3 (pip/__main__.py puts
-// PIPDIR on sys.path: the rootfs's own pip, if it has one, is not used).
+// PIPDIR on sys.path: the rootfs's own pip, if it has one, is not used),
+// and python and python3, which exec that python3 (the one run_code's
+// rootfs worker runs).
 // Each is replaced whole (a hard-linked copy of a data directory keeps
 // the other's).
 func writeRootfsShims(dir, final string) error {
@@ -328,8 +346,9 @@ func writeRootfsShims(dir, final string) error {
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return err
 	}
-	script := pipShim("/usr/bin/python3 " + shellQuote(filepath.Join(final, "pip")))
-	for _, n := range []string{"pip", "pip3"} {
+	pip := pipShim(rootfsPython3 + " " + shellQuote(filepath.Join(final, "pip")))
+	py := "#!/bin/sh\nexec " + rootfsPython3 + " \"$@\"\n"
+	for n, script := range map[string]string{"pip": pip, "pip3": pip, "python": py, "python3": py} {
 		if err := writeAtomic(filepath.Join(bin, n), []byte(script), 0o755); err != nil {
 			return err
 		}
