@@ -34,6 +34,12 @@ const BinDir = "/run/quro/bin"
 // session's read-only rootfs (cmd/quro's apt stand-in).
 var BinNames = []string{"apt-get", "apt"}
 
+// SudoName is one more name of the quro binary in BinDir, a link to it
+// (no mount): started as sudo, it says that a box has no root and what to
+// use instead, and hands `sudo apt-get install` to the apt stand-in
+// (cmd/quro's sudo stand-in; docs/security.md, "No root in a box").
+const SudoName = "sudo"
+
 // insideUID is the uid (and gid) user code has inside the box; the user
 // namespace maps it to the run's unprivileged host uid.
 const insideUID = 1000
@@ -500,6 +506,7 @@ func (b *bwrapBox) quroBinary(w *bwrapArgs) {
 		for _, n := range BinNames {
 			w.add("--ro-bind", b.self, BinDir+"/"+n)
 		}
+		w.add("--symlink", filepath.Base(initPath), BinDir+"/"+SudoName)
 	}
 }
 
