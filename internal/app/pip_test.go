@@ -124,7 +124,7 @@ echo "user=$PIP_USER noindex=$PIP_NO_INDEX"`})
 		t.Fatalf("exit %d\n%s\n%s", res.ExitCode, res.Stdout, res.Stderr)
 	}
 	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
-	if len(lines) != 6 || lines[0] != "(3, 14)" || !strings.Contains(lines[1], "/python/3.14") {
+	if len(lines) != 6 || lines[0] != "(3, 14)" || !strings.HasPrefix(lines[1], python.BoxTree+"/bin/python3.14") {
 		t.Fatalf("python3 is not the embedded 3.14:\n%s", res.Stdout)
 	}
 	for _, l := range lines[2:5] {
@@ -158,8 +158,9 @@ func TestLoginShellIsTheSessionsPython(t *testing.T) {
 	a := pipApp(t, ix)
 	s := newSession(t, a, "login", "host") // its pip reaches the index
 	want := loginShellsAgree(t, a, s.ID, "/quro-bin/")
-	if !strings.Contains(want, "/python/3.14") {
-		t.Fatalf("run_code's Python is not the embedded 3.14: %q", want)
+	// A box path: no host path (the install root's) in sys.executable.
+	if !strings.HasPrefix(want, python.BoxTree+"/bin/python3.14 3.14.") {
+		t.Fatalf("run_code's Python is not the embedded 3.14 at its box path %s: %q", python.BoxTree, want)
 	}
 	pr := mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "/bin/bash", Args: []string{"-l", "-c", "pip install loginpure"}}).(*ProcessResult)
 	if !pr.Exited || pr.ExitCode != 0 {

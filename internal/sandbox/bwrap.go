@@ -27,7 +27,7 @@ import (
 const initPath = BinDir + "/quro"
 
 // BinDir is the directory of the quro binary inside a box.
-const BinDir = "/run/quro/bin"
+const BinDir = RunDir + "/bin"
 
 // BinNames are further names of the quro binary in BinDir: started as
 // apt-get or apt, it asks the server to install packages into the
@@ -100,6 +100,7 @@ type bwrapBox struct {
 	writable []string // host paths bound read-write at the same path
 	readOnly []string // host paths bound read-only at the same path
 	binds    []Bind   // host paths bound elsewhere (read-only unless Writable)
+	links    []Link   // Options.Links
 	tmpSize  uint64
 	passwd   string
 	infoFD   string // --info-fd, "" for none
@@ -507,6 +508,9 @@ func (b *bwrapBox) quroBinary(w *bwrapArgs) {
 			w.add("--ro-bind", b.self, BinDir+"/"+n)
 		}
 		w.add("--symlink", filepath.Base(initPath), BinDir+"/"+SudoName)
+		for _, l := range b.links {
+			w.add("--symlink", l.Target, l.Path)
+		}
 	}
 }
 

@@ -24,8 +24,8 @@ func TestEnvdPythonIsTheInterpreters(t *testing.T) {
 		want += l["text"].(string)
 	}
 	want = strings.TrimSpace(want)
-	if !strings.Contains(want, " 3.") {
-		t.Fatalf("/execute's Python: %q", want)
+	if !strings.HasPrefix(want, python.BoxTree+"/bin/python3") {
+		t.Fatalf("/execute's Python is not at its box path %s: %q", python.BoxTree, want)
 	}
 	ev := e.start(t, id, bash(`python -c '`+probe+`'; python3 -c '`+probe+`'; command -v pip pip3`, false), nil)
 	ev.startPid(t)

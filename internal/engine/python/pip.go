@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/quro-dev/quro/internal/flock"
+	"github.com/quro-dev/quro/internal/sandbox"
 )
 
 // pip for the sessions' Python: the wheel of pip 25.1.1 (Debian trixie's
@@ -108,6 +109,16 @@ func ShimDirs(root string) (host, rootfs string) {
 	full, _ := pythonVersion(m)
 	host = filepath.Join(root, "python", full+"-"+m.ContentHash[:16], "quro-bin")
 	return host, filepath.Join(PipDir(root), "bin")
+}
+
+// BoxLinks are the links every box has (sandbox.Options.Links): BoxTree
+// to the interpreter's tree under root.
+func BoxLinks(root string) []sandbox.Link {
+	host, _ := ShimDirs(root)
+	if host == "" {
+		return nil
+	}
+	return []sandbox.Link{{Path: BoxTree, Target: filepath.Dir(host)}}
 }
 
 // checkPipWheel checks the embedded wheel against its recorded sha256.
@@ -282,16 +293,32 @@ func pipShim(run string) string {
 		"exit $rc\n"
 }
 
-// writeShims writes the host userland's shims into dir: python3 and
+// pickPython is the shell line of a host-userland shim that sets
+// quro_py to the interpreter python (a host path in the tree), or to its
+// box path under BoxTree when the box has that link (the server's boxes
+// link their own server's tree): the interpreter's sys.executable is then
+// a box path. No process is started for the choice.
+func pickPython(python string) string {
+	boxPy := BoxTree + "/bin/" + filepath.Base(python)
+	return "quro_py=" + boxPy + "; [ -x " + boxPy + " ] || quro_py=" + shellQuote(python) + "\n"
+}
+
+// hostShims are the scripts of the host userland's shims: python3 and
 // python exec the embedded interpreter, pip and pip3 run its pip.
+func hostShims(python string) (py, pip string) {
+	py = "#!/bin/sh\n" + pickPython(python) + "exec \"$quro_py\" \"$@\"\n"
+	pip = strings.Replace(pipShim("\"$quro_py\" -m pip"), "#!/bin/sh\n", "#!/bin/sh\n"+pickPython(python), 1)
+	return py, pip
+}
+
+// writeShims writes the host userland's shims into dir (hostShims).
 func writeShims(dir, python, pipDir string) error {
 	tmp := dir + ".tmp-" + randomHex(4)
 	defer os.RemoveAll(tmp)
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return err
 	}
-	py := "#!/bin/sh\nexec " + shellQuote(python) + " \"$@\"\n"
-	pip := pipShim(shellQuote(python) + " -m pip")
+	py, pip := hostShims(python)
 	for name, s := range map[string]string{"python3": py, "python": py, "pip": pip, "pip3": pip} {
 		if err := os.WriteFile(filepath.Join(tmp, name), []byte(s), 0o755); err != nil {
 			return err
@@ -330,7 +357,8 @@ func pipMarker(dir string) string { return pipLayout + "\n" + dir + "\n" }
 // interpreter and the pip directory its shims run.
 // The shims' script is in it: a changed script is written again.
 func shimsMarker(python, pipDir string) string {
-	sum := sha256.Sum256([]byte(pipShim(shellQuote(python) + " -m pip")))
+	py, pip := hostShims(python)
+	sum := sha256.Sum256([]byte(py + pip))
 	return python + "\n" + pipDir + "\n" + hex.EncodeToString(sum[:8]) + "\n"
 }
 
