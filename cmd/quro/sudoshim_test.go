@@ -60,7 +60,7 @@ sudo -E apt-get install -y jq 2>&1; echo "rc=$?"`})
 	if refusal < 0 || !strings.Contains(out[refusal:], "rc=1\nuser\nrc=0\n/run/quro/bin/sudo\n") {
 		t.Fatalf("sudo id, sudo -u user, the login shell's sudo:\n%s", out)
 	}
-	apt := out[strings.Index(out, "/run/quro/bin/sudo\n"):]
+	_, apt, _ := strings.Cut(out, "/run/quro/bin/sudo\n")
 	if strings.Contains(apt, SudoRefusal) || !strings.Contains(apt, "install_packages") || strings.Contains(apt, "rc=0") {
 		t.Fatalf("sudo apt-get install is not the apt stand-in's:\n%s", apt)
 	}
