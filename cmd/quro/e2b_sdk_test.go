@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/pip/piptest"
 )
 
 // e2bDir holds the E2B SDK scenario and its pinned e2b and
@@ -27,6 +30,9 @@ var e2bNode = filepath.Join(e2bDir, "node_modules", ".bin", "node")
 // environment variables docs/e2b.md tells a user to set, and checks that
 // they see what they would see from E2B: test/e2b/scenario/*.mjs, one
 // subtest per area, one failure per check that fails.
+// e2bScenarioWheel is the package the python area installs with pip.
+const e2bScenarioWheel = "quroe2bwheel"
+
 func TestE2BSDK(t *testing.T) {
 	if _, err := os.Stat(e2bNode); err != nil {
 		if os.Getenv("CI") != "" {
@@ -37,8 +43,11 @@ func TestE2BSDK(t *testing.T) {
 		t.Skip("\n\n*** SKIPPED: the E2B SDKs are not installed (test/e2b/node_modules is missing).\n" +
 			"*** Run `npm ci --prefix test/e2b` (make test does) to test quro against E2B's SDKs. ***\n\n")
 	}
-	areas := []string{"control", "commands", "pty", "files", "code", "code-js", "limits"}
-	srv := startServer(t)
+	areas := []string{"control", "commands", "pty", "files", "code", "code-js", "limits", "python"}
+	// The python area's `pip install` from the server's index (a session's
+	// pip asks the server to fetch: install_packages).
+	ix := piptest.NewIndex(t, piptest.PureWheel(t, e2bScenarioWheel, "1.0", "e2b"))
+	srv := startServer(t, "--pip-index-url", ix.URL())
 	// A tenant's key, as a user of the SDKs would have: read and exec.
 	key, errs, code := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "sdk", "--scopes", "read,exec")
 	if code != 0 {
@@ -64,9 +73,15 @@ func TestE2BSDK(t *testing.T) {
 		"E2B_LIMITED_API_KEY="+strings.TrimSpace(limited),
 		"E2B_API_URL="+srv.url+"/e2b",
 		"E2B_SANDBOX_URL="+srv.url,
+		"E2B_SCENARIO_WHEEL="+e2bScenarioWheel,
 	)
 	for _, area := range areas {
-		t.Run(area, func(t *testing.T) { runE2BArea(t, area, env) })
+		t.Run(area, func(t *testing.T) {
+			if area == "python" && python.PipVersion == "" {
+				t.Skip("a slim build has no embedded Python, whose python3 and pip the area checks")
+			}
+			runE2BArea(t, area, env)
+		})
 	}
 }
 

@@ -37,6 +37,9 @@ func Main() int {
 	if name := shimName(); name != "" {
 		return aptShim(name, os.Args[1:], os.Stdout, os.Stderr)
 	}
+	if isSudo() {
+		return sudoShim(os.Args[1:], os.Stdout, os.Stderr)
+	}
 	if len(os.Args) > 1 && os.Args[1] == pipStandInArg {
 		return pipShim(os.Args[2:], os.Stdout, os.Stderr)
 	}

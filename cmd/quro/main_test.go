@@ -23,8 +23,8 @@ import (
 
 func TestMain(m *testing.M) {
 	main := func() { os.Exit(Main()) }
-	// apt-get and apt: the names the binary stands in for apt in a box.
-	testscript.Main(removingSharedPython{m}, map[string]func(){"quro": main, "apt-get": main, "apt": main})
+	// apt-get, apt and sudo: the names the binary stands in for them in a box.
+	testscript.Main(removingSharedPython{m}, map[string]func(){"quro": main, "apt-get": main, "apt": main, "sudo": main})
 }
 
 // The tests that change nothing process-wide (environment variables, the

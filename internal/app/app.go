@@ -438,6 +438,9 @@ func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants, netP
 	if d, err := terminal.SealedDir(); err == nil {
 		sbo.BoxReadOnly = append(sbo.BoxReadOnly, d)
 	}
+	// The embedded interpreter's tree is also at python.BoxTree in every
+	// box, and is run from there: its sys.executable is a box path.
+	sbo.Links = append(sbo.Links, python.BoxLinks(pyRoot)...)
 	pipS := newPipSetup(dir, pyRoot, sbo.Path, tl, opts.Pip)
 	sbo.BoxReadOnlyNow = pipS.boxDirs
 	// A session's secrets: their placeholders, and the trust store with

@@ -15,6 +15,7 @@ import (
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/pip/piptest"
+	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/terminal"
@@ -123,7 +124,7 @@ echo "user=$PIP_USER noindex=$PIP_NO_INDEX"`})
 		t.Fatalf("exit %d\n%s\n%s", res.ExitCode, res.Stdout, res.Stderr)
 	}
 	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
-	if len(lines) != 6 || lines[0] != "(3, 14)" || !strings.Contains(lines[1], "/python/3.14") {
+	if len(lines) != 6 || lines[0] != "(3, 14)" || !strings.HasPrefix(lines[1], python.BoxTree+"/bin/python3.14") {
 		t.Fatalf("python3 is not the embedded 3.14:\n%s", res.Stdout)
 	}
 	for _, l := range lines[2:5] {
@@ -144,6 +145,94 @@ echo "user=$PIP_USER noindex=$PIP_NO_INDEX"`})
 		t.Fatalf("start_process python: %+v", pr)
 	}
 }
+
+// TestLoginShellIsTheSessionsPython: a login shell of the session (E2B's
+// commands run `bash -l -c`, its PTY `bash -i -l`), which sources
+// Debian's /etc/profile and its fixed PATH, still finds run_code's
+// interpreter as python and python3, on every path: start_process (a
+// program, a shell line, on a terminal) and terminal_exec; and what its
+// pip installs, run_code's worker imports.
+func TestLoginShellIsTheSessionsPython(t *testing.T) {
+	t.Parallel()
+	ix := newTestIndex(t, pureWheel(t, "loginpure", "1.0", "login"))
+	a := pipApp(t, ix)
+	s := newSession(t, a, "login", "host") // its pip reaches the index
+	want := loginShellsAgree(t, a, s.ID, "/quro-bin/")
+	// A box path: no host path (the install root's) in sys.executable.
+	if !strings.HasPrefix(want, python.BoxTree+"/bin/python3.14 3.14.") {
+		t.Fatalf("run_code's Python is not the embedded 3.14 at its box path %s: %q", python.BoxTree, want)
+	}
+	pr := mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "/bin/bash", Args: []string{"-l", "-c", "pip install loginpure"}}).(*ProcessResult)
+	if !pr.Exited || pr.ExitCode != 0 {
+		t.Fatalf("pip install in a login shell: %+v", pr)
+	}
+	if r := runIn(t, a, admin, RunCodeInput{Session: s.ID, Code: "import loginpure; print(loginpure.VALUE)"}); r.Stdout != "login\n" {
+		t.Fatalf("run_code after the login shell's pip install: %+v", r)
+	}
+}
+
+// TestLoginShellOnRootfsIsTheSessionsPython: on a rootfs, run_code's
+// Python is the rootfs's python3, and every path's python and python3 is
+// that one too (Debian has no `python`: the session's shims give it).
+func TestLoginShellOnRootfsIsTheSessionsPython(t *testing.T) {
+	t.Parallel()
+	m := testRootfs(t)
+	data := t.TempDir()
+	if err := os.Symlink(m.Dir, rootfs.DirIn(data)); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(context.Background(), data, &Options{Python: testPython, Network: hostAllowed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	needEmbedded(t, a)
+	if !a.Sandbox.Boxed() {
+		t.Skip("no bubblewrap box: a rootfs cannot be shown")
+	}
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "r", Rootfs: rootfs.DefaultName}).(*SessionInfo)
+	if want := loginShellsAgree(t, a, s.ID, "/bin/"); !strings.HasPrefix(want, "/usr/bin/python3 3.") {
+		t.Fatalf("run_code's Python on the rootfs: %q", want)
+	}
+}
+
+// loginShellsAgree checks that every path's python, python3 (login
+// shells or not) is run_code's in session id, and that pip and pip3 are
+// the session's shims (in a directory ending in shimDir); it returns
+// run_code's sys.executable and version.
+func loginShellsAgree(t *testing.T, a *App, id, shimDir string) string {
+	t.Helper()
+	const probe = `import sys; print(sys.executable, sys.version.split()[0])`
+	want := strings.TrimSpace(runIn(t, a, admin, RunCodeInput{Session: id, Code: probe}).Stdout)
+	line := fmt.Sprintf(`python -c '%s'; python3 -c '%s'; command -v pip; command -v pip3`, probe, probe)
+	check := func(how, out string) {
+		t.Helper()
+		lines := strings.Split(strings.TrimSpace(strings.ReplaceAll(out, "\r", "")), "\n")
+		if len(lines) < 4 || lines[len(lines)-4] != want || lines[len(lines)-3] != want ||
+			!strings.HasSuffix(lines[len(lines)-2], shimDir+"pip") || !strings.HasSuffix(lines[len(lines)-1], shimDir+"pip3") {
+			t.Errorf("%s: python, python3, pip, pip3 are not run_code's (%s):\n%s", how, want, out)
+		}
+	}
+	for _, c := range []struct {
+		how string
+		in  StartProcessInput
+	}{
+		{"start_process bash -l -c (E2B's commands)", StartProcessInput{Cmd: "/bin/bash", Args: []string{"-l", "-c", line}}},
+		{"start_process sh -l -c", StartProcessInput{Cmd: "/bin/sh", Args: []string{"-l", "-c", line}}},
+		{"start_process command", StartProcessInput{Command: line}},
+		{"start_process bash -i -l on a terminal (E2B's PTY)", StartProcessInput{Cmd: "/bin/bash", Args: []string{"-i", "-l", "-c", line}, PTY: &proc.Size{Cols: 200, Rows: 24}}},
+	} {
+		c.in.Session = id
+		pr := mustCall(t, a, "start_process", c.in).(*ProcessResult)
+		check(c.how, pr.Stdout+pr.PTY)
+	}
+	out := mustCall(t, a, "terminal_exec", TerminalExecInput{Session: id, Command: "bash -l -c " + shellQuoteTest(line)}).(*terminal.Result).Output
+	check("terminal_exec bash -l", out)
+	return want
+}
+
+// shellQuoteTest quotes s for a POSIX shell.
+func shellQuoteTest(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 var (
 	pipAlice = controller.Caller{Path: "test", Tenant: "alice", Scope: capability.ScopeAdmin, TokenID: "ta"}

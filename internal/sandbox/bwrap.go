@@ -3,10 +3,13 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // The namespace layer: bubblewrap builds the box, then runs the init child
@@ -24,12 +27,18 @@ import (
 const initPath = BinDir + "/quro"
 
 // BinDir is the directory of the quro binary inside a box.
-const BinDir = "/run/quro/bin"
+const BinDir = RunDir + "/bin"
 
 // BinNames are further names of the quro binary in BinDir: started as
 // apt-get or apt, it asks the server to install packages into the
 // session's read-only rootfs (cmd/quro's apt stand-in).
 var BinNames = []string{"apt-get", "apt"}
+
+// SudoName is one more name of the quro binary in BinDir, a link to it
+// (no mount): started as sudo, it says that a box has no root and what to
+// use instead, and hands `sudo apt-get install` to the apt stand-in
+// (cmd/quro's sudo stand-in; docs/security.md, "No root in a box").
+const SudoName = "sudo"
 
 // insideUID is the uid (and gid) user code has inside the box; the user
 // namespace maps it to the run's unprivileged host uid.
@@ -47,8 +56,12 @@ var etcFiles = []string{
 	"/etc/nsswitch.conf", "/etc/hosts", "/etc/host.conf", "/etc/gai.conf", "/etc/protocols", "/etc/services",
 	"/etc/mime.types", "/etc/os-release", "/etc/debian_version", "/etc/alternatives",
 	"/etc/ssl", "/etc/ca-certificates", "/etc/ca-certificates.conf", "/etc/inputrc", "/etc/magic",
-	"/etc/bash.bashrc", "/etc/profile", "/etc/environment", "/etc/locale.alias",
+	"/etc/bash.bashrc", profilePath, "/etc/environment", "/etc/locale.alias",
 }
+
+// profilePath is the login shells' profile: the box shows the userland's
+// own with loginPathKept around it (see profileFile).
+const profilePath = "/etc/profile"
 
 // AdminCaps are the capabilities a RootfsAdmin box keeps, in its own user
 // namespace: owning and moving files of any mapped uid (dpkg unpacks as
@@ -87,6 +100,7 @@ type bwrapBox struct {
 	writable []string // host paths bound read-write at the same path
 	readOnly []string // host paths bound read-only at the same path
 	binds    []Bind   // host paths bound elsewhere (read-only unless Writable)
+	links    []Link   // Options.Links
 	tmpSize  uint64
 	passwd   string
 	infoFD   string // --info-fd, "" for none
@@ -132,6 +146,9 @@ func (b *bwrapBox) args(fds *fdList) ([]string, []*os.File, error) {
 	}
 	if err == nil {
 		err = b.passwdFile(w)
+	}
+	if err == nil {
+		err = b.profileFile(w)
 	}
 	if err != nil {
 		for _, f := range w.opened {
@@ -251,6 +268,9 @@ func (b *bwrapBox) hostUserland(w *bwrapArgs) error {
 		}
 	}
 	for _, f := range etcFiles {
+		if f == profilePath {
+			continue // profileFile
+		}
 		fi, err := h.stat(f)
 		if err != nil {
 			continue
@@ -340,6 +360,108 @@ func (b *bwrapBox) passwdFile(w *bwrapArgs) error {
 	return w.data("/etc/passwd", b.passwd)
 }
 
+// profileFile shows the userland's /etc/profile with the run's PATH kept
+// across it: a login shell (E2B's commands run `bash -l -c`, its PTY
+// `bash -i -l`) would otherwise take Debian's fixed PATH from it and lose
+// what the run was given first (quro's stand-ins in BinDir, the session's
+// python3, python, pip and pip3: Options.RunEnv), so `python3` there
+// would be the userland's and `python` none. What the profile adds
+// (its profile.d scripts) comes after. A RootfsAdmin box sees the
+// rootfs's own file, which dpkg may replace.
+func (b *bwrapBox) profileFile(w *bwrapArgs) error {
+	if b.admin {
+		return nil
+	}
+	var orig []byte
+	var err error
+	if b.spec.Rootfs == "" {
+		orig, err = readSmall(func() (*os.File, error) { return b.host.open(profilePath) })
+	} else {
+		orig, err = readSmall(func() (*os.File, error) { return openInRoot(b.spec.Rootfs, profilePath) })
+	}
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil // none: a login shell keeps the PATH as it is
+	case errors.Is(err, errNotSmallFile):
+		// Not what a box's /etc carries as data: shown as it is (a
+		// rootfs's /etc shows it already).
+		if b.spec.Rootfs == "" {
+			w.add("--ro-bind", profilePath, profilePath)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", profilePath, err)
+	}
+	return w.data(profilePath, loginPathKept(string(orig)))
+}
+
+// loginPathKept is profile (a shell script) with the PATH it was entered
+// with put back in front at its end, in POSIX sh (dash reads it too),
+// followed by the directories the profile added.
+func loginPathKept(profile string) string {
+	return "# quro: the PATH this login shell was started with stays first (quro's\n" +
+		"# stand-ins, the session's python3 and pip); what follows is the userland's\n" +
+		"# " + profilePath + ", whose directories come after.\n" +
+		"__quro_path=${PATH-}\n" +
+		profile + "\n" +
+		"# quro: back to the PATH the shell was started with, then what the profile added.\n" +
+		"if [ -n \"${__quro_path}\" ]; then\n" +
+		"\t__quro_rest=${PATH-}\n" +
+		"\tPATH=$__quro_path\n" +
+		"\t__quro_ifs=$IFS\n" +
+		"\tIFS=:\n" +
+		"\tfor __quro_d in $__quro_rest; do\n" +
+		"\t\tcase \":$PATH:\" in *\":$__quro_d:\"*) ;; *) PATH=$PATH:$__quro_d ;; esac\n" +
+		"\tdone\n" +
+		"\tIFS=$__quro_ifs\n" +
+		"\texport PATH\n" +
+		"fi\n" +
+		"unset __quro_path __quro_rest __quro_ifs __quro_d\n"
+}
+
+// errNotSmallFile: not a regular file of at most etcCopyMax bytes.
+var errNotSmallFile = errors.New("not a regular file of at most 1 MiB")
+
+// readSmall reads the file open returns when it is a regular file of at
+// most etcCopyMax bytes.
+func readSmall(open func() (*os.File, error)) ([]byte, error) {
+	f, err := open()
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > etcCopyMax {
+		return nil, errNotSmallFile
+	}
+	b, err := io.ReadAll(io.LimitReader(f, etcCopyMax+1))
+	if err == nil && len(b) > etcCopyMax {
+		err = errNotSmallFile
+	}
+	return b, err
+}
+
+// openInRoot opens p of the tree at root as a process chrooted there
+// would (links resolved inside it, never a magic link): a rootfs's file
+// read by the server never names a host file.
+func openInRoot(root, p string) (*os.File, error) {
+	d, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: root, Err: err}
+	}
+	defer unix.Close(d)
+	fd, err := unix.Openat2(d, strings.TrimPrefix(p, "/"), &unix.OpenHow{
+		Flags: unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NONBLOCK, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: p, Err: err}
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}
+
 // data shows content as the read-only file p (0644).
 func (w *bwrapArgs) data(p, content string) error {
 	r, pw, err := os.Pipe()
@@ -384,6 +506,10 @@ func (b *bwrapBox) quroBinary(w *bwrapArgs) {
 	if !b.admin {
 		for _, n := range BinNames {
 			w.add("--ro-bind", b.self, BinDir+"/"+n)
+		}
+		w.add("--symlink", filepath.Base(initPath), BinDir+"/"+SudoName)
+		for _, l := range b.links {
+			w.add("--symlink", l.Target, l.Path)
 		}
 	}
 }

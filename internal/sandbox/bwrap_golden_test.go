@@ -142,7 +142,7 @@ func goldenFixture(t *testing.T, base string) (hostView, goldenDirs) {
 		}
 	}
 	for _, f := range []string{
-		h + "/etc/ld.so.cache", h + "/etc/hosts", h + "/etc/resolv.conf", h + "/etc/os-release",
+		h + "/etc/ld.so.cache", h + "/etc/hosts", h + "/etc/resolv.conf", h + "/etc/os-release", h + "/etc/profile", d.rootfs + "/etc/profile",
 		h + "/etc/python3.12/sitecustomize.py", h + "/etc/java-21-openjdk/security/java.security",
 		h + "/etc/shadow", d.tool, d.rootfs + "/etc/passwd", d.rootfs + "/etc/resolv.conf", d.rootfs + "/README",
 	} {
@@ -167,6 +167,7 @@ func goldenLaunch(t *testing.T, c goldenCase, host hostView, d goldenDirs) strin
 	s := &Sandbox{self: filepath.Join(filepath.Dir(filepath.Dir(d.python)), "bin", "quro"), path: DefaultPath, limits: DefaultLimits(),
 		drainGrace: time.Second, isolation: cmp.Or(c.isolation, IsolationFull), host: host,
 		binds:  []Bind{{Src: d.sock, Dst: "/run/quro/api.sock"}},
+		links:  []Link{{Path: RunDir + "/python", Target: d.python}},
 		boxes:  &boxRegistry{boxes: map[string]*boxEntry{}, readOnlyNow: func() []string { return []string{d.python, d.pip} }},
 		egress: &echoEgress{}}
 	s.layers = &layerSet{found: map[string]Feature{}, require: Layers, bwrap: "/usr/bin/bwrap", root: c.root}

@@ -113,6 +113,12 @@ type Options struct {
 	// path, such as the server's in-session API socket. A missing source
 	// is skipped. Without a box (minimal isolation) they are absent.
 	Binds []Bind
+	// Links are symbolic links every box but a RootfsAdmin one has in
+	// RunDir (/run/quro): the box path Path (RunDir/NAME) to Target, a
+	// path as the box sees it (such as a host path the box shows at the
+	// same place). A name for what the box shows, never more of the
+	// host: a link is no mount. Without a box they are absent.
+	Links []Link
 	// Tenant, when set, names the tenant a run belongs to (from its Spec's
 	// Dir) and its ceilings: the run's cgroups are made beneath the
 	// tenant's (see tenant.go). ok=false: the run has no tenant cgroup.
@@ -158,6 +164,13 @@ type Options struct {
 	Egress Egress
 }
 
+// Link is a symbolic link in every box (see Options.Links).
+type Link struct{ Path, Target string }
+
+// RunDir is the box's directory of Quro's own things: BinDir, the
+// in-session socket, Options.Links.
+const RunDir = "/run/quro"
+
 // RunEnv is what Options.RunEnv adds to a run.
 type RunEnv struct {
 	Env      map[string]string
@@ -202,6 +215,7 @@ type Sandbox struct {
 	onFailure  func(reason string)
 	log        *slog.Logger
 	binds      []Bind
+	links      []Link
 	uid        int                             // see ForSession
 	session    string                          // see ForSession
 	sessionOf  func(dir string) (string, bool) // Options.SessionOf
@@ -228,6 +242,12 @@ func New(opts *Options) (*Sandbox, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	for _, l := range o.Links {
+		if filepath.Dir(l.Path) != RunDir || l.Path == BinDir || !filepath.IsAbs(l.Target) {
+			return nil, fmt.Errorf("sandbox: link %q -> %q: want %s/NAME (not %s) to an absolute path", l.Path, l.Target, RunDir, BinDir)
+		}
+	}
+	s.links = slices.Clone(o.Links)
 	if s.path == "" {
 		s.path = DefaultPath
 	}
@@ -253,6 +273,20 @@ func New(opts *Options) (*Sandbox, error) {
 		s.boxes = &boxRegistry{boxes: map[string]*boxEntry{}, readOnly: slices.Clone(o.BoxReadOnly), readOnlyNow: o.BoxReadOnlyNow}
 	}
 	return s, nil
+}
+
+// LinkTarget is the target of the link at the box path p (Options.Links)
+// when runs start in a box, which then has it.
+func (s *Sandbox) LinkTarget(p string) (string, bool) {
+	if !s.Boxed() {
+		return "", false
+	}
+	for _, l := range s.links {
+		if l.Path == p {
+			return l.Target, true
+		}
+	}
+	return "", false
 }
 
 // Isolation is the isolation level: IsolationFull or IsolationMinimal.
@@ -996,7 +1030,7 @@ func (s *Sandbox) admitTenant(dir string) (*Tenant, error) {
 // bwrapFor describes the box of pl.
 func (s *Sandbox) bwrapFor(pl *plan, spec *Spec) *bwrapBox {
 	box := &bwrapBox{spec: spec, self: s.self, host: s.host, network: pl.network, writable: pl.writable, readOnly: pl.readOnly,
-		binds: append(slices.Clone(s.binds), spec.Binds...), tmpSize: 256 << 20, passwd: passwdFor(spec.homeDir()), admin: pl.admin}
+		binds: append(slices.Clone(s.binds), spec.Binds...), links: s.links, tmpSize: 256 << 20, passwd: passwdFor(spec.homeDir()), admin: pl.admin}
 	if pl.admin {
 		box.passwd = "" // the rootfs's own accounts, which dpkg may change
 	}

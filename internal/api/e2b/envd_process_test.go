@@ -223,8 +223,9 @@ func TestEnvdStartEvents(t *testing.T) {
 		}
 		err = s.Err()
 	}
-	if codeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "one user") {
-		t.Fatalf("as root: %v", err)
+	if codeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "has no root") ||
+		!strings.Contains(err.Error(), "apt-get install") || !strings.Contains(err.Error(), "install_packages") {
+		t.Fatalf("as root (want why and what to use instead): %v", err)
 	}
 	r = connect.NewRequest(bash("true", false))
 	r.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("user:")))

@@ -52,10 +52,19 @@ const maxQuotedUser = 64
 // or /files' username parameter) is refused, "" when it is not: a Quro
 // sandbox has one user, "user", that runs every process and owns every
 // file; root or another is refused rather than silently served as it.
-// The name is only quoted, never read as a format.
+// For root it says why there is none (docs/security.md, "No root in a
+// box") and what to use instead. The name is only quoted, never read as a
+// format.
 func (s *Server) userRefusal(u string) string {
 	if u == "" || u == "user" {
 		return ""
+	}
+	if u == "root" {
+		return `user "root": a Quro sandbox has no root: every process runs as its one unprivileged user, "user" ` +
+			"(the box's uid 0 would be the host's root), and the system directories are read-only to it. " +
+			"Drop the user option; to install software run `apt-get install -y PKG` as user (it asks the server: install_packages, " +
+			"which needs a key with scope install), `pip install PKG` (into the sandbox's Python) or `npm install PKG` in /home/user; " +
+			"sudo in the sandbox answers the same (Quro " + s.version() + ")"
 	}
 	if len(u) > maxQuotedUser {
 		u = u[:maxQuotedUser] + "…"

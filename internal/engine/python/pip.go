@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/quro-dev/quro/internal/flock"
+	"github.com/quro-dev/quro/internal/sandbox"
 )
 
 // pip for the sessions' Python: the wheel of pip 25.1.1 (Debian trixie's
@@ -42,7 +43,8 @@ import (
 //     userland, first on its PATH (see ShimDirs): the embedded interpreter,
 //     so the shell's python3 is run_code's.
 //   - PIPDIR/bin: pip, pip3 for a box on a rootfs: the same pip run by the
-//     rootfs's /usr/bin/python3.
+//     rootfs's /usr/bin/python3; and python, python3: that python3 (the
+//     resident worker's), so `python` exists where Debian has none.
 //
 // The pip shims end a failed run with a hint when Quro set PIP_NO_INDEX for a
 // session without network (QURO_PIP_OFFLINE=1 in the box's environment).
@@ -69,6 +71,10 @@ const unreachableLog = "NewConnectionError|Failed to establish a new connection|
 // the same Python version.
 const hostPython3 = "/usr/bin/python3"
 
+// rootfsPython3 is a rootfs's python3, which its sessions' run_code runs
+// (the rootfs worker) and its shims name.
+const rootfsPython3 = "/usr/bin/python3"
+
 // pipLayout is the marker of a complete pip directory: another layout
 // (an older Quro's) is extracted again.
 const pipLayout = "pip layout 3: pyc for 3.14 and the host's python3, shims asking quro __pip offline\n"
@@ -89,8 +95,12 @@ func PipDir(root string) string {
 
 // ShimDirs are the directories to put first on a box's PATH: host for a
 // box on the host userland (python3, python, pip, pip3 of the embedded
-// interpreter), rootfs for a box on a rootfs (pip, pip3 run by its
-// python3). They exist once the interpreter was prepared.
+// interpreter), rootfs for a box on a rootfs (python3 and python: its
+// /usr/bin/python3; pip, pip3 run by it). They exist once the
+// interpreter was prepared. They are the one place a session's python3,
+// python, pip and pip3 are named: every run of a session has the one of
+// its userland first on PATH (app's RunEnv), and a login shell keeps it
+// there (the box's /etc/profile, see sandbox).
 func ShimDirs(root string) (host, rootfs string) {
 	m, err := readManifest()
 	if err != nil {
@@ -99,6 +109,16 @@ func ShimDirs(root string) (host, rootfs string) {
 	full, _ := pythonVersion(m)
 	host = filepath.Join(root, "python", full+"-"+m.ContentHash[:16], "quro-bin")
 	return host, filepath.Join(PipDir(root), "bin")
+}
+
+// BoxLinks are the links every box has (sandbox.Options.Links): BoxTree
+// to the interpreter's tree under root.
+func BoxLinks(root string) []sandbox.Link {
+	host, _ := ShimDirs(root)
+	if host == "" {
+		return nil
+	}
+	return []sandbox.Link{{Path: BoxTree, Target: filepath.Dir(host)}}
 }
 
 // checkPipWheel checks the embedded wheel against its recorded sha256.
@@ -126,7 +146,14 @@ func ensurePip(ctx context.Context, root string, inst *installation) error {
 		return err == nil && string(b) == want
 	}
 	pipMarkerFile := filepath.Join(pipDir, completeMarker)
-	pipDone := func() bool { return has(pipMarkerFile, pipMarker(pipDir)) }
+	// A pip directory of this layout made before the rootfs shims had
+	// python and python3 gets them added (not a new layout: a Quro
+	// sharing the directory that knows only pip and pip3 keeps it).
+	rootfsShimsDone := func() bool {
+		_, err := os.Stat(filepath.Join(pipDir, "bin", "python"))
+		return err == nil
+	}
+	pipDone := func() bool { return has(pipMarkerFile, pipMarker(pipDir)) && rootfsShimsDone() }
 	done := func() bool {
 		return pipDone() && has(filepath.Join(shims, completeMarker), shimsMarker(inst.Python, pipDir)) && has(pth, pipDir+"\n")
 	}
@@ -142,8 +169,8 @@ func ensurePip(ctx context.Context, root string, inst *installation) error {
 		return nil
 	}
 	if b, err := os.ReadFile(pipMarkerFile); err == nil && strings.HasPrefix(string(b), pipLayout) && !pipDone() {
-		// This layout, extracted for another place: only the rootfs shims
-		// name it.
+		// This layout, extracted for another place (only the rootfs shims
+		// name it), or before they had python and python3.
 		if err := writeRootfsShims(pipDir, pipDir); err != nil {
 			return err
 		}
@@ -266,16 +293,32 @@ func pipShim(run string) string {
 		"exit $rc\n"
 }
 
-// writeShims writes the host userland's shims into dir: python3 and
+// pickPython is the shell line of a host-userland shim that sets
+// quro_py to the interpreter python (a host path in the tree), or to its
+// box path under BoxTree when the box has that link (the server's boxes
+// link their own server's tree): the interpreter's sys.executable is then
+// a box path. No process is started for the choice.
+func pickPython(python string) string {
+	boxPy := BoxTree + "/bin/" + filepath.Base(python)
+	return "quro_py=" + boxPy + "; [ -x " + boxPy + " ] || quro_py=" + shellQuote(python) + "\n"
+}
+
+// hostShims are the scripts of the host userland's shims: python3 and
 // python exec the embedded interpreter, pip and pip3 run its pip.
+func hostShims(python string) (py, pip string) {
+	py = "#!/bin/sh\n" + pickPython(python) + "exec \"$quro_py\" \"$@\"\n"
+	pip = strings.Replace(pipShim("\"$quro_py\" -m pip"), "#!/bin/sh\n", "#!/bin/sh\n"+pickPython(python), 1)
+	return py, pip
+}
+
+// writeShims writes the host userland's shims into dir (hostShims).
 func writeShims(dir, python, pipDir string) error {
 	tmp := dir + ".tmp-" + randomHex(4)
 	defer os.RemoveAll(tmp)
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return err
 	}
-	py := "#!/bin/sh\nexec " + shellQuote(python) + " \"$@\"\n"
-	pip := pipShim(shellQuote(python) + " -m pip")
+	py, pip := hostShims(python)
 	for name, s := range map[string]string{"python3": py, "python": py, "pip": pip, "pip3": pip} {
 		if err := os.WriteFile(filepath.Join(tmp, name), []byte(s), 0o755); err != nil {
 			return err
@@ -314,13 +357,16 @@ func pipMarker(dir string) string { return pipLayout + "\n" + dir + "\n" }
 // interpreter and the pip directory its shims run.
 // The shims' script is in it: a changed script is written again.
 func shimsMarker(python, pipDir string) string {
-	sum := sha256.Sum256([]byte(pipShim(shellQuote(python) + " -m pip")))
+	py, pip := hostShims(python)
+	sum := sha256.Sum256([]byte(py + pip))
 	return python + "\n" + pipDir + "\n" + hex.EncodeToString(sum[:8]) + "\n"
 }
 
 // writeRootfsShims writes dir/bin/pip and pip3, which run the pip of the
 // pip directory at final with a rootfs's python3 (pip/__main__.py puts
-// PIPDIR on sys.path: the rootfs's own pip, if it has one, is not used).
+// PIPDIR on sys.path: the rootfs's own pip, if it has one, is not used),
+// and python and python3, which exec that python3 (the one run_code's
+// rootfs worker runs).
 // Each is replaced whole (a hard-linked copy of a data directory keeps
 // the other's).
 func writeRootfsShims(dir, final string) error {
@@ -328,8 +374,9 @@ func writeRootfsShims(dir, final string) error {
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return err
 	}
-	script := pipShim("/usr/bin/python3 " + shellQuote(filepath.Join(final, "pip")))
-	for _, n := range []string{"pip", "pip3"} {
+	pip := pipShim(rootfsPython3 + " " + shellQuote(filepath.Join(final, "pip")))
+	py := "#!/bin/sh\nexec " + rootfsPython3 + " \"$@\"\n"
+	for n, script := range map[string]string{"pip": pip, "pip3": pip, "python": py, "python3": py} {
 		if err := writeAtomic(filepath.Join(bin, n), []byte(script), 0o755); err != nil {
 			return err
 		}

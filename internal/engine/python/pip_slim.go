@@ -2,6 +2,8 @@
 
 package python
 
+import "github.com/quro-dev/quro/internal/sandbox"
+
 // PipVersion is the version of the pip sessions get: none in a slim build
 // (no embedded interpreter, no pip).
 const PipVersion = ""
@@ -14,3 +16,6 @@ func PipDir(root string) string { return "" }
 
 // ShimDirs are empty in a slim build: boxes keep the userland's python3.
 func ShimDirs(root string) (host, rootfs string) { return "", "" }
+
+// BoxLinks are none in a slim build: there is no embedded interpreter.
+func BoxLinks(root string) []sandbox.Link { return nil }

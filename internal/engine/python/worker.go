@@ -111,6 +111,7 @@ type worker struct {
 // workerConfig is what startWorker needs from the engine.
 type workerConfig struct {
 	python    string
+	tree      string   // the embedded interpreter's tree, run through BoxTree when the box links it; "" for a rootfs's
 	flags     []string // the interpreter's, before -c
 	rootfs    string   // the userland the box shows (sandbox.Spec.Rootfs), or ""
 	readOnly  []string // the interpreter's tree (if not in the userland) and workerDir
@@ -157,7 +158,7 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 	boot := fmt.Sprintf("import sys; sys.path.insert(0, %s); import %s as w; del sys.path[0]; w.main(%s, %s, %d)",
 		dirJSON, workerModule, preload, keysJSON, workerFlushInterval.Milliseconds())
 	spec := &sandbox.Spec{
-		Args:       append(append([]string{cfg.python}, cfg.flags...), "-c", boot),
+		Args:       append(append([]string{boxPython(sb, cfg.tree, cfg.python)}, cfg.flags...), "-c", boot),
 		Dir:        dir,
 		Home:       home,
 		Network:    network, // the session's, as for every process of its box

@@ -1,0 +1,74 @@
+// python: one Python per sandbox. commands.run's python and python3 (a
+// login shell, as E2B runs every command) and the PTY's are runCode's
+// interpreter; what commands.run('pip install …') installs, runCode
+// imports. And no root: user 'root' and sudo say why and what to use.
+// E2B_SCENARIO_WHEEL names a wheel the server's pip index has
+// (cmd/quro's TestE2BSDK serves one); without it that check is skipped.
+import assert from 'node:assert/strict'
+import { Sandbox } from '@e2b/code-interpreter'
+import { CommandExitError } from 'e2b'
+import { check, rejects, tag } from './check.mjs'
+
+const enc = new TextEncoder()
+const probe = 'import sys; print(sys.executable, sys.version.split()[0])'
+const sbx = await Sandbox.create({ metadata: { scenario: tag(), area: 'python' } })
+try {
+  const ex = await sbx.runCode(probe)
+  assert.equal(ex.error, undefined, JSON.stringify(ex.error))
+  const want = ex.logs.stdout.join('').trim()
+
+  await check("commands.run's python and python3 are runCode's", async () => {
+    // a box path: /run/quro/python (the embedded interpreter) or /usr/bin (a rootfs's)
+    assert.match(want, /^\/(run\/quro\/python|usr)\/bin\/python3\S* 3\.\d+\.\d+$/)
+    for (const py of ['python', 'python3']) {
+      const r = await sbx.commands.run(`${py} -c '${probe}'`)
+      assert.equal(r.stdout.trim(), want, py)
+    }
+    const pips = await sbx.commands.run('pip --version; pip3 --version')
+    const [major, minor] = want.split(' ')[1].split('.')
+    for (const l of pips.stdout.trim().split('\n')) assert.match(l, new RegExp(`\\(python ${major}\\.${minor}\\)$`))
+  })
+
+  await check("the PTY's python is runCode's", async () => {
+    const dec = new TextDecoder()
+    let out = ''
+    let done
+    const seen = new Promise((resolve) => { done = resolve })
+    const h = await sbx.pty.create({
+      cols: 200, rows: 24,
+      onData: (d) => { out += dec.decode(d, { stream: true }); if (/PY=\/\S+ 3\.\d+\.\d+/.test(out.replaceAll('\r', ''))) done() },
+    })
+    await sbx.pty.sendInput(h.pid, enc.encode(`python -c 'import sys; print("PY=" + sys.executable, sys.version.split()[0])'\n`))
+    await seen
+    await sbx.pty.kill(h.pid)
+    assert.match(out.replaceAll('\r', ''), new RegExp(`PY=${want.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\n`))
+  })
+
+  const wheel = process.env.E2B_SCENARIO_WHEEL
+  if (wheel) await check("commands.run('pip install X'), then runCode('import X')", async () => {
+    const r = await sbx.commands.run(`pip install ${wheel}`, { timeoutMs: 300_000 })
+    assert.equal(r.exitCode, 0, r.stderr)
+    const ex = await sbx.runCode(`import ${wheel}; print(${wheel}.VALUE)`)
+    assert.equal(ex.error, undefined, JSON.stringify(ex.error))
+    assert.equal(ex.logs.stdout.join(''), 'e2b\n')
+  })
+
+  await check("user 'root' is refused with why and what to use instead", async () => {
+    const e = await rejects(() => sbx.commands.run('id -u', { user: 'root' }), Error, 'user root')
+    assert.match(e.message, /has no root/)
+    assert.match(e.message, /apt-get install/)
+    assert.match(e.message, /pip install/)
+  })
+
+  await check('sudo says the same; sudo apt-get is the apt stand-in', async () => {
+    const e = await rejects(() => sbx.commands.run('sudo id -u'), CommandExitError, 'sudo id')
+    assert.equal(e.exitCode, 1)
+    assert.match(e.stderr, /no root in a Quro sandbox/)
+    assert.equal((await sbx.commands.run('sudo -u user id -un')).stdout, 'user\n')
+    const apt = await rejects(() => sbx.commands.run('sudo apt-get install -y jq'), CommandExitError, 'sudo apt-get')
+    assert.doesNotMatch(apt.stderr, /no root in a Quro sandbox/)
+    assert.match(apt.stdout + apt.stderr, /install_packages/)
+  })
+} finally {
+  await sbx.kill()
+}
