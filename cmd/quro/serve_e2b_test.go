@@ -137,9 +137,9 @@ func TestServePreviewDomain(t *testing.T) {
 		{"preview.test", "/v1/openapi.json", true, 403, "is not a name of this server"},
 		{"api.preview.test", "/v1/openapi.json", true, 403, "is not a name of this server"},
 		{"x-" + id + ".preview.test", "/v1/openapi.json", true, 403, "is not a name of this server"},
-		{"8080-" + id + ".preview.test", "/v1/openapi.json", false, 401, ""},         // the preview's, not the API's
+		{"8080-" + id + ".preview.test", "/v1/openapi.json", false, 401, ""},          // the preview's, not the API's
 		{"8080-" + id + ".preview.test", "/v1/openapi.json", true, 404, "no session"}, // the preview's, not the API's
-		{"8080-" + id + ".sandbox.test", "/", false, 502, "not found"},               // E2B's host: its sandbox plane
+		{"8080-" + id + ".sandbox.test", "/", false, 502, "not found"},                // E2B's host: its sandbox plane
 		{"127.0.0.1", "/v1/openapi.json", true, 200, "openapi"},
 	} {
 		if status, body := get(c.host, c.path, c.auth); status != c.status || !strings.Contains(body, c.want) {

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/picture"
 	"github.com/quro-dev/quro/internal/project"
 	"github.com/quro-dev/quro/internal/session"
-	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/workspace"
 )
 

@@ -671,8 +671,8 @@ type SetTenantLimitsInput struct {
 	Runs       int64  `json:"runs_in_flight,omitempty" jsonschema:"calls of the tenant running code at once: runs, commands, terminal input, process starts (0: the default; negative: none)"`
 	Processes  int64  `json:"processes,omitempty" jsonschema:"background processes (start_process, E2B commands and PTYs) of all the tenant's sessions together (0: the default; negative: none)"`
 	// SessionProcesses caps one session's background processes.
-	SessionProcesses int64 `json:"processes_per_session,omitempty" jsonschema:"background processes of one session of the tenant (0: the default; negative: none)"`
-	NetworkMax string `json:"network_max,omitempty" jsonschema:"the most network the tenant's sessions may ask for: none, internet or host (omitted: the server's quro serve --network-max, which it never lifts)"`
+	SessionProcesses int64  `json:"processes_per_session,omitempty" jsonschema:"background processes of one session of the tenant (0: the default; negative: none)"`
+	NetworkMax       string `json:"network_max,omitempty" jsonschema:"the most network the tenant's sessions may ask for: none, internet or host (omitted: the server's quro serve --network-max, which it never lifts)"`
 }
 
 // TenantLimitsInfo is what get_tenant_limits and set_tenant_limits answer.
