@@ -139,8 +139,14 @@ func previewAuth(w http.ResponseWriter, r *http.Request, access Access, b Previe
 			HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
 		return true
 	}
-	if ck, err := r.Cookie(PreviewParam); err == nil && b.PreviewBySignature(ctx, id, port, ck.Value) == nil {
-		return true
+	// Every cookie of the name, not the first alone: a page of another
+	// preview below the same domain can set one from its scripts with a
+	// Domain attribute (and a longer Path, so that browsers send it
+	// first), which must not shadow this host's own.
+	for _, ck := range r.CookiesNamed(PreviewParam) {
+		if b.PreviewBySignature(ctx, id, port, ck.Value) == nil {
+			return true
+		}
 	}
 	caller, ok := access.Admit(w, r, "preview")
 	if !ok {
@@ -234,8 +240,11 @@ func writeCallError(w http.ResponseWriter, err error) {
 
 // rebase maps the box's root onto the preview's prefix in what the box
 // answers: a redirect to an absolute path ("/login") goes under the
-// prefix, as does a cookie's Path (none reaches outside the prefix), and
-// a cookie of the proxy's own name is dropped.
+// prefix, as does a cookie's Path (none reaches outside the prefix), a
+// cookie's Domain attribute is removed (every cookie of the box is
+// host-only: one for DOMAIN or a parent would reach every other preview,
+// of every tenant, and the server's own host), and a cookie of the
+// proxy's own name is dropped.
 func rebase(resp *http.Response, prefix string) {
 	if loc := resp.Header.Get("Location"); strings.HasPrefix(loc, "/") && !strings.HasPrefix(loc, "//") && !strings.HasPrefix(loc, `/\`) {
 		resp.Header.Set("Location", prefix+strings.TrimPrefix(loc, "/"))
@@ -250,6 +259,7 @@ func rebase(resp *http.Response, prefix string) {
 		if err != nil || c.Name == PreviewParam {
 			continue
 		}
+		c.Domain = ""
 		if c.Path == "" || !strings.HasPrefix(c.Path, "/") {
 			c.Path = prefix
 		} else {
