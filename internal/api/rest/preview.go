@@ -61,7 +61,7 @@ func Preview(access Access, b PreviewBackend, log *slog.Logger) http.Handler {
 			WriteError(w, http.StatusNotFound, capability.Errorf(capability.NotFound, "not a preview path"))
 			return
 		}
-		if !previewAuth(w, r, access, b, id, port, prefix) {
+		if !previewAuth(w, r, access, b, id, port, prefix, false) {
 			return
 		}
 		ProxyPreview(w, r, b, id, port, prefix, log)
@@ -77,6 +77,11 @@ func Preview(access Access, b PreviewBackend, log *slog.Logger) http.Handler {
 // web UI's token) nor another preview's cookie. Host names below DOMAIN
 // are allowed here only: every other route keeps refusing them.
 type PreviewHost struct {
+	// Secure marks the signature's cookie Secure whatever the request
+	// came over: the preview URLs are https (TLS in front of the server,
+	// where a request reaches it over plain HTTP), so that the browser
+	// never sends the cookie over plain HTTP to the preview's name.
+	Secure bool
 	domain string // lower case, no port, no dots around
 	access Access
 	b      PreviewBackend
@@ -118,7 +123,7 @@ func (p *PreviewHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusForbidden, e)
 		return
 	}
-	if !previewAuth(w, r, p.access, p.b, id, port, "/") {
+	if !previewAuth(w, r, p.access, p.b, id, port, "/", p.Secure) {
 		return
 	}
 	ProxyPreview(w, r, p.b, id, port, "/", p.log)
@@ -126,9 +131,10 @@ func (p *PreviewHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // previewAuth admits r to session id's port: a valid signature in the
 // query (which sets the cookie, Path cookiePath, host-only), or in that
-// cookie, or a bearer token of the session's tenant. On refusal it has
-// written the error and returns false.
-func previewAuth(w http.ResponseWriter, r *http.Request, access Access, b PreviewBackend, id string, port int, cookiePath string) bool {
+// cookie, or a bearer token of the session's tenant; the cookie is Secure
+// when secure is or r came over TLS. On refusal it has written the error
+// and returns false.
+func previewAuth(w http.ResponseWriter, r *http.Request, access Access, b PreviewBackend, id string, port int, cookiePath string, secure bool) bool {
 	ctx := r.Context()
 	if q := r.URL.Query(); q.Has(PreviewParam) {
 		if err := b.PreviewBySignature(ctx, id, port, q.Get(PreviewParam)); err != nil {
@@ -136,7 +142,7 @@ func previewAuth(w http.ResponseWriter, r *http.Request, access Access, b Previe
 			return false
 		}
 		http.SetCookie(w, &http.Cookie{Name: PreviewParam, Value: q.Get(PreviewParam), Path: cookiePath,
-			HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
+			HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: secure || r.TLS != nil})
 		return true
 	}
 	// Every cookie of the name, not the first alone: a page of another

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -248,5 +249,61 @@ func TestPreviewCookiesStayOnTheirHost(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || strings.Contains(string(b), "quro_preview") {
 		t.Errorf("a tossed cookie ahead of the host's own: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestPreviewHostMatch: the names a browser or a client may send for a
+// preview host (case, a port, a trailing dot, the domain itself, deeper
+// names, signs and padding in the port) match the host form only as
+// PORT-ID.DOMAIN; and with https preview URLs (Secure) the signature's
+// cookie is Secure though the request reached the server over plain
+// HTTP (TLS in front).
+func TestPreviewHostMatch(t *testing.T) {
+	ph := rest.NewPreviewHost(rest.Access{}, "Preview.Test.", &fakeBox{}, nil)
+	for host, want := range map[string]string{
+		"8080-s1.preview.test":                 "s1 8080",
+		"8080-S1.PREVIEW.TEST":                 "s1 8080",
+		"8080-s1.preview.test:443":             "s1 8080",
+		"53-s1.preview.test":                   "s1 53", // refused by the backend (previewPort), not here
+		"8080-s1.preview.test.":                "",
+		"8080-s1.preview.test.:80":             "",
+		"preview.test":                         "",
+		".preview.test":                        "",
+		"8080-.preview.test":                   "",
+		"-s1.preview.test":                     "",
+		"08080-s1.preview.test":                "",
+		"+8080-s1.preview.test":                "",
+		"8080-s1.x.preview.test":               "",
+		"8080-s1.preview.test.evil":            "",
+		"8080-s1.preview.testx":                "",
+		"8080-s1xpreview.test":                 "",
+		"8080-s1.preview.test@evil":            "",
+		"99999999999999999999-s1.preview.test": "",
+	} {
+		id, port, ok := ph.Match(&http.Request{Host: host})
+		got := ""
+		if ok {
+			got = id + " " + strconv.Itoa(port)
+		}
+		if got != want {
+			t.Errorf("Host %q: matched %q, want %q", host, got, want)
+		}
+	}
+
+	box := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(box.Close)
+	ph = rest.NewPreviewHost(rest.Access{}, "preview.test", &fakeBox{addr: box.Listener.Addr().String()}, nil)
+	ph.Secure = true
+	req := httptest.NewRequest("GET", "http://8080-s1.preview.test/?quro_preview=sig", nil)
+	rec := httptest.NewRecorder()
+	ph.ServeHTTP(rec, req)
+	var ck *http.Cookie
+	for _, c := range rec.Result().Cookies() {
+		if c.Name == rest.PreviewParam {
+			ck = c
+		}
+	}
+	if rec.Code != 200 || ck == nil || !ck.Secure || !ck.HttpOnly || ck.Domain != "" {
+		t.Errorf("the cookie of an https preview over plain HTTP: %d %+v", rec.Code, ck)
 	}
 }
