@@ -5,7 +5,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
@@ -195,12 +197,12 @@ func ProxyPreview(w http.ResponseWriter, r *http.Request, b PreviewBackend, id s
 			stripCookie(pr.Out, PreviewParam)
 			pr.SetXForwarded()
 		},
-		Transport: &http.Transport{
+		Transport: informational{&http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 				return b.DialPreview(ctx, id, port)
 			},
 			DisableKeepAlives: true,
-		},
+		}},
 		ModifyResponse: func(resp *http.Response) error {
 			rebase(resp, prefix)
 			return nil
@@ -215,6 +217,20 @@ func ProxyPreview(w http.ResponseWriter, r *http.Request, b PreviewBackend, id s
 		},
 	}
 	proxy.ServeHTTP(w, r)
+}
+
+// informational drops the cookies of the informational (1xx) responses
+// a box sends (103 Early Hints), which the proxy passes on as they come,
+// before ModifyResponse could take their Domain off: its hook runs first
+// and edits the header the proxy then copies.
+type informational struct{ http.RoundTripper }
+
+func (t informational) RoundTrip(r *http.Request) (*http.Response, error) {
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(_ int, h textproto.MIMEHeader) error {
+		delete(h, "Set-Cookie")
+		return nil
+	}}
+	return t.RoundTripper.RoundTrip(r.WithContext(httptrace.WithClientTrace(r.Context(), trace)))
 }
 
 // stripCookie removes the cookie name from r's Cookie headers.

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
@@ -305,5 +307,57 @@ func TestPreviewHostMatch(t *testing.T) {
 	}
 	if rec.Code != 200 || ck == nil || !ck.Secure || !ck.HttpOnly || ck.Domain != "" {
 		t.Errorf("the cookie of an https preview over plain HTTP: %d %+v", rec.Code, ck)
+	}
+}
+
+// TestPreviewEarlyHintsCarryNoCookie: a box answering 103 Early Hints
+// with a cookie for the whole preview domain before its response (which
+// the proxy passes on as it comes) has the hint's Link reach the client
+// and its cookie dropped.
+func TestPreviewEarlyHintsCarryNoCookie(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\nSet-Cookie: toss=1; Domain=preview.test; Path=/\r\n\r\n"+
+					"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+			}()
+		}
+	}()
+	auth := func(r *http.Request) (controller.Caller, error) {
+		return controller.Caller{Tenant: "t", Scope: capability.ScopeExec}, nil
+	}
+	srv := httptest.NewServer(rest.NewPreviewHost(rest.Access{Auth: auth}, "preview.test", &fakeBox{addr: ln.Addr().String()}, nil))
+	t.Cleanup(srv.Close)
+	var hints []http.Header
+	ctx := httptrace.WithClientTrace(t.Context(), &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		hints = append(hints, http.Header(h).Clone())
+		return nil
+	}})
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/", nil)
+	req.Host = "8080-s1.preview.test"
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "ok" {
+		t.Fatalf("through the proxy: %d %q", resp.StatusCode, b)
+	}
+	if len(hints) != 1 || hints[0].Get("Link") == "" || len(hints[0].Values("Set-Cookie")) != 0 {
+		t.Errorf("the early hints that reached the client: %v", hints)
 	}
 }
