@@ -294,10 +294,11 @@ func (f *serveFlags) server(a *app.App, authFn httpauth.Func, maxConns int, log 
 	// The host form of preview URLs: PORT-ID.DOMAIN, whatever the path,
 	// goes to the port (its own origin); any other name below DOMAIN
 	// reaches Quro's routes, whose Host check refuses it.
-	if _, host, err := app.ParsePreviewDomain(f.network.PreviewDomain); err != nil {
+	if scheme, host, err := app.ParsePreviewDomain(f.network.PreviewDomain); err != nil {
 		return nil, nil, err
 	} else if host != "" {
 		ph := rest.NewPreviewHost(access, host, a, log)
+		ph.Secure = scheme == "https"
 		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if _, _, ok := ph.Match(r); ok {
 				ph.ServeHTTP(w, r)

@@ -5,7 +5,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
@@ -61,7 +63,7 @@ func Preview(access Access, b PreviewBackend, log *slog.Logger) http.Handler {
 			WriteError(w, http.StatusNotFound, capability.Errorf(capability.NotFound, "not a preview path"))
 			return
 		}
-		if !previewAuth(w, r, access, b, id, port, prefix) {
+		if !previewAuth(w, r, access, b, id, port, prefix, false) {
 			return
 		}
 		ProxyPreview(w, r, b, id, port, prefix, log)
@@ -77,6 +79,11 @@ func Preview(access Access, b PreviewBackend, log *slog.Logger) http.Handler {
 // web UI's token) nor another preview's cookie. Host names below DOMAIN
 // are allowed here only: every other route keeps refusing them.
 type PreviewHost struct {
+	// Secure marks the signature's cookie Secure whatever the request
+	// came over: the preview URLs are https (TLS in front of the server,
+	// where a request reaches it over plain HTTP), so that the browser
+	// never sends the cookie over plain HTTP to the preview's name.
+	Secure bool
 	domain string // lower case, no port, no dots around
 	access Access
 	b      PreviewBackend
@@ -118,7 +125,7 @@ func (p *PreviewHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusForbidden, e)
 		return
 	}
-	if !previewAuth(w, r, p.access, p.b, id, port, "/") {
+	if !previewAuth(w, r, p.access, p.b, id, port, "/", p.Secure) {
 		return
 	}
 	ProxyPreview(w, r, p.b, id, port, "/", p.log)
@@ -126,9 +133,10 @@ func (p *PreviewHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // previewAuth admits r to session id's port: a valid signature in the
 // query (which sets the cookie, Path cookiePath, host-only), or in that
-// cookie, or a bearer token of the session's tenant. On refusal it has
-// written the error and returns false.
-func previewAuth(w http.ResponseWriter, r *http.Request, access Access, b PreviewBackend, id string, port int, cookiePath string) bool {
+// cookie, or a bearer token of the session's tenant; the cookie is Secure
+// when secure is or r came over TLS. On refusal it has written the error
+// and returns false.
+func previewAuth(w http.ResponseWriter, r *http.Request, access Access, b PreviewBackend, id string, port int, cookiePath string, secure bool) bool {
 	ctx := r.Context()
 	if q := r.URL.Query(); q.Has(PreviewParam) {
 		if err := b.PreviewBySignature(ctx, id, port, q.Get(PreviewParam)); err != nil {
@@ -136,11 +144,17 @@ func previewAuth(w http.ResponseWriter, r *http.Request, access Access, b Previe
 			return false
 		}
 		http.SetCookie(w, &http.Cookie{Name: PreviewParam, Value: q.Get(PreviewParam), Path: cookiePath,
-			HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
+			HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: secure || r.TLS != nil})
 		return true
 	}
-	if ck, err := r.Cookie(PreviewParam); err == nil && b.PreviewBySignature(ctx, id, port, ck.Value) == nil {
-		return true
+	// Every cookie of the name, not the first alone: a page of another
+	// preview below the same domain can set one from its scripts with a
+	// Domain attribute (and a longer Path, so that browsers send it
+	// first), which must not shadow this host's own.
+	for _, ck := range r.CookiesNamed(PreviewParam) {
+		if b.PreviewBySignature(ctx, id, port, ck.Value) == nil {
+			return true
+		}
 	}
 	caller, ok := access.Admit(w, r, "preview")
 	if !ok {
@@ -183,12 +197,12 @@ func ProxyPreview(w http.ResponseWriter, r *http.Request, b PreviewBackend, id s
 			stripCookie(pr.Out, PreviewParam)
 			pr.SetXForwarded()
 		},
-		Transport: &http.Transport{
+		Transport: informational{&http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 				return b.DialPreview(ctx, id, port)
 			},
 			DisableKeepAlives: true,
-		},
+		}},
 		ModifyResponse: func(resp *http.Response) error {
 			rebase(resp, prefix)
 			return nil
@@ -203,6 +217,20 @@ func ProxyPreview(w http.ResponseWriter, r *http.Request, b PreviewBackend, id s
 		},
 	}
 	proxy.ServeHTTP(w, r)
+}
+
+// informational drops the cookies of the informational (1xx) responses
+// a box sends (103 Early Hints), which the proxy passes on as they come,
+// before ModifyResponse could take their Domain off: its hook runs first
+// and edits the header the proxy then copies.
+type informational struct{ http.RoundTripper }
+
+func (t informational) RoundTrip(r *http.Request) (*http.Response, error) {
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(_ int, h textproto.MIMEHeader) error {
+		delete(h, "Set-Cookie")
+		return nil
+	}}
+	return t.RoundTripper.RoundTrip(r.WithContext(httptrace.WithClientTrace(r.Context(), trace)))
 }
 
 // stripCookie removes the cookie name from r's Cookie headers.
@@ -234,8 +262,11 @@ func writeCallError(w http.ResponseWriter, err error) {
 
 // rebase maps the box's root onto the preview's prefix in what the box
 // answers: a redirect to an absolute path ("/login") goes under the
-// prefix, as does a cookie's Path (none reaches outside the prefix), and
-// a cookie of the proxy's own name is dropped.
+// prefix, as does a cookie's Path (none reaches outside the prefix), a
+// cookie's Domain attribute is removed (every cookie of the box is
+// host-only: one for DOMAIN or a parent would reach every other preview,
+// of every tenant, and the server's own host), and a cookie of the
+// proxy's own name is dropped.
 func rebase(resp *http.Response, prefix string) {
 	if loc := resp.Header.Get("Location"); strings.HasPrefix(loc, "/") && !strings.HasPrefix(loc, "//") && !strings.HasPrefix(loc, `/\`) {
 		resp.Header.Set("Location", prefix+strings.TrimPrefix(loc, "/"))
@@ -250,6 +281,7 @@ func rebase(resp *http.Response, prefix string) {
 		if err != nil || c.Name == PreviewParam {
 			continue
 		}
+		c.Domain = ""
 		if c.Path == "" || !strings.HasPrefix(c.Path, "/") {
 			c.Path = prefix
 		} else {
