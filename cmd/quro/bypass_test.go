@@ -348,8 +348,9 @@ var partReads = map[string]bool{
 	"rootfs.Manager.Status": true, "rootfs.Manager.List": true, "rootfs.Manager.Ready": true,
 	"rootfs.Manager.Path": true, "rootfs.Manager.Info": true, "rootfs.Manager.Dir": true,
 	"quota.Disks.Enforced": true, "quota.Disks.Method": true, "quota.Disks.Has": true, "quota.Disks.Usage": true, "quota.Disks.Note": true,
-	// E2B's sandbox plane looks a sandbox's tenant up (serve_e2b.go).
-	"session.Manager.ByIDAnyTenant": true,
+	// E2B's sandbox plane looks a sandbox's tenant up, and the owners of
+	// every sandbox for a signed URL that names none (serve_e2b.go).
+	"session.Manager.ByIDAnyTenant": true, "session.Manager.Owners": true,
 }
 
 // appUses are the members of app.App a command may use, by file ("*":

@@ -69,7 +69,9 @@ func seedPython(t *testing.T, data string) {
 			return
 		}
 		sharedPython.dir = dir
-		if out, errs, code := cli(t, "run", "--data", dir, "-c", "print(6 * 7)"); code != 0 || out != "42\n" {
+		// The first run waits for the extraction within its budget: minutes
+		// on a loaded machine, not the 30 s default.
+		if out, errs, code := cli(t, "run", "--data", dir, "--timeout", "5m", "-c", "print(6 * 7)"); code != 0 || out != "42\n" {
 			sharedPython.err = fmt.Sprintf("the first Python run: exit %d %q %q", code, out, errs)
 		}
 	})

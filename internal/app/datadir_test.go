@@ -70,8 +70,10 @@ func TestDataDirIsPrivate(t *testing.T) {
 	}
 	// The server's own files: the session directories' contents are the
 	// sessions' (their code's files, 0644 as it made them, behind the
-	// 0700 above); the interpreters' directory, the wheels and the
-	// rootfs trees are what boxes read, through their binds.
+	// 0700 above); the interpreters' directory, the wheels, the rootfs
+	// trees and the egress's CA bundle (public roots and the CA's
+	// certificate, bound read-only into boxes at /run/quro/ca-bundle.pem)
+	// are what boxes read, through their binds.
 	err = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -84,7 +86,7 @@ func TestDataDirIsPrivate(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if fi.Mode().IsRegular() && fi.Mode().Perm()&0o044 != 0 {
+		if fi.Mode().IsRegular() && fi.Mode().Perm()&0o044 != 0 && rel != filepath.Join("egress", "ca-bundle.pem") {
 			t.Errorf("%s is %v: readable by others than the server", rel, fi.Mode().Perm())
 		}
 		return nil

@@ -142,7 +142,7 @@ func LoadCA(dir string) (*CA, error) {
 		if err := writeAtomic(filepath.Join(dir, caKeyFile), keyPEM, 0o600); err != nil {
 			return nil, fmt.Errorf("egress CA: %w", err)
 		}
-		if err := writeAtomic(filepath.Join(dir, caCertFile), certPEM, 0o644); err != nil {
+		if err := writeAtomic(filepath.Join(dir, caCertFile), certPEM, 0o600); err != nil {
 			return nil, fmt.Errorf("egress CA: %w", err)
 		}
 	} else if err := errors.Join(err1, err2); err != nil {
