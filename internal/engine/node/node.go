@@ -142,31 +142,33 @@ func (e *Engine) slot(id string, make bool) (*slot, error) {
 
 func make1() chan struct{} { return make(chan struct{}, 1) }
 
-// userland finds node in the session's userland: the rootfs directory to
-// run it in ("" for the host's), or why there is none.
-func (e *Engine) userland(sess *session.Session) (string, error) {
+// userland finds node in the session's userland: the program as the box
+// names it and the rootfs directory to run it in ("" for the host's), or
+// why there is none.
+func (e *Engine) userland(sess *session.Session) (prog, dir string, err error) {
 	if name := sess.Rootfs; name != "" {
 		if e.rootfs == nil {
-			return "", rootfs.ErrNoEngineRootfs(name)
+			return "", "", rootfs.ErrNoEngineRootfs(name)
 		}
 		dir, err := e.rootfs(name)
 		if err != nil {
-			return "", err
+			return "", "", err
 		}
-		if _, ok := rootfs.LookPath(dir, "node", "nodejs"); !ok {
-			return "", fmt.Errorf("the session's rootfs %q has no node (install_packages {manager: apt, packages: [nodejs]} adds it)", name)
+		prog, ok := rootfs.LookPath(dir, "node", "nodejs")
+		if !ok {
+			return "", "", fmt.Errorf("the session's rootfs %q has no node (install_packages {manager: apt, packages: [nodejs]} adds it)", name)
 		}
-		return dir, nil
+		return prog, dir, nil
 	}
 	if _, err := e.sb.LookPath("node"); err != nil {
-		return "", fmt.Errorf("the host's userland has no node: %w", err)
+		return "", "", fmt.Errorf("the host's userland has no node: %w", err)
 	}
-	return "", nil
+	return "node", "", nil
 }
 
 // Run runs req in its session's worker, starting one when it has none.
 func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result, error) {
-	dir, err := e.userland(req.Session)
+	prog, dir, err := e.userland(req.Session)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +201,7 @@ func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result
 		w = nil
 	}
 	if w == nil {
-		if w, err = e.start(ctx, req.Session, dir); err != nil {
+		if w, err = e.start(ctx, req.Session, prog, dir); err != nil {
 			return nil, fmt.Errorf("starting the Node worker: %w", err)
 		}
 		s.mu.Lock()
@@ -294,6 +296,8 @@ func (e *Engine) Stop(sessionID string) {
 	if w != nil {
 		w.kill()
 		<-w.done
+		// The box is gone with the session: nothing else holds the pipe.
+		w.rep.Close()
 	}
 }
 
@@ -373,7 +377,7 @@ func transpileFailure(req *runcode.Request, err error) *runcode.Result {
 }
 
 // start starts a worker for sess in its box and waits for its hello.
-func (e *Engine) start(ctx context.Context, sess *session.Session, rootfsDir string) (*worker, error) {
+func (e *Engine) start(ctx context.Context, sess *session.Session, prog, rootfsDir string) (*worker, error) {
 	var parent, child []*os.File
 	closeAll := func(fs []*os.File) {
 		for _, f := range fs {
@@ -391,7 +395,7 @@ func (e *Engine) start(ctx context.Context, sess *session.Session, rootfsDir str
 		closeAll(child)
 		return nil, err
 	}
-	spec := sess.Spec("node", "--stack-trace-limit=50", "-e", workerSource)
+	spec := sess.Spec(prog, "--stack-trace-limit=50", "-e", workerSource)
 	spec.Rootfs = rootfsDir
 	spec.Stdout, spec.Stderr = outW, errW
 	spec.ExtraFiles = []*os.File{reqR, repW} // fd 3 and fd 4

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quro-dev/quro/internal/engine/js"
 	"github.com/quro-dev/quro/internal/engine/node"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -188,5 +189,29 @@ func TestNodeRefusesForgedReplies(t *testing.T) {
 	}
 	if res := run(t, r, s, "node", "6 * 7", cr, time.Minute); mainText(res) != "42" {
 		t.Errorf("after refused replies: %q %q", mainText(res), res.Error)
+	}
+}
+
+// TestNodeFallsBackToQuickJS: a session whose userland has no node runs
+// lang node in QuickJS, with a note saying why.
+func TestNodeFallsBackToQuickJS(t *testing.T) {
+	sb, err := sandbox.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty := t.TempDir() // a rootfs with no node in it
+	e := node.New(sb, func(string) (string, error) { return empty, nil })
+	q := js.New(nil)
+	t.Cleanup(func() { e.Close(); q.Close(); sb.CloseBoxes() })
+	r := runcode.New([]runcode.Language{{Name: "node", Runs: true, Chain: []runcode.Engine{e, q}}}, nil)
+	s := &session.Session{ID: "tnonode", Dir: filepath.Join(t.TempDir(), "session"), Rootfs: "bare"}
+	for _, d := range []string{s.Workspace(), s.TmpDir(), s.OutputsDir()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := run(t, r, s, "node", "console.log(6 * 7)", nil, time.Minute)
+	if res.Engine != "js/quickjs" || res.Stdout != "42\n" || len(res.Notes) != 1 || !strings.Contains(res.Notes[0], `rootfs "bare" has no node`) {
+		t.Errorf("fallback: engine %s stdout %q notes %q", res.Engine, res.Stdout, res.Notes)
 	}
 }
