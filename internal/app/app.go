@@ -294,8 +294,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	if err := closeDataDir(dir, sb.Boxed()); err != nil {
 		return undo(fmt.Errorf("data directory: %w", err))
 	}
-	jsEng := js.New(jsOptions(opts.JS, eg, netPol))
-	nodeEng := node.New(sb, RootfsDir(dir))
+	jsEng, nodeEng := js.New(jsOptions(opts.JS, eg, netPol)), node.New(sb, RootfsDir(dir))
 	pyChain, emb, pyRootfs := PythonChain(dir, sb, opts.Python)
 	pipS.emb.Store(emb)
 	a := &App{
