@@ -31,6 +31,7 @@ import (
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/engine/js"
+	"github.com/quro-dev/quro/internal/engine/node"
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/engine/shell"
 	"github.com/quro-dev/quro/internal/engine/toolchain"
@@ -180,6 +181,7 @@ type App struct {
 	secrets     *sessionSecrets
 	preview     previewKey    // the preview URLs' secret (preview.go)
 	js          *js.Engine    // its prepared VMs are freed by Close
+	node        *node.Engine  // the sessions' Node workers, stopped by Close
 	procs       *proc.Table   // the sessions' background processes (processes.go)
 	startWindow time.Duration // Options.ProcessStartWindow, default filled
 	contexts    codeContexts  // code contexts of every session (contexts.go)
@@ -292,14 +294,14 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	if err := closeDataDir(dir, sb.Boxed()); err != nil {
 		return undo(fmt.Errorf("data directory: %w", err))
 	}
-	jsEng := js.New(jsOptions(opts.JS, eg, netPol))
+	jsEng, nodeEng := js.New(jsOptions(opts.JS, eg, netPol)), node.New(sb, RootfsDir(dir))
 	pyChain, emb, pyRootfs := PythonChain(dir, sb, opts.Python)
 	pipS.emb.Store(emb)
 	a := &App{
 		DataDir: dir, Store: st, Sessions: sessions, Sandbox: sb, Log: log, Started: time.Now(),
 		Python: emb, PythonRootfs: pyRootfs, Metrics: m, tokens: auth.New(st), auditLog: audit.New(st, &audit.Options{Keep: opts.AuditKeep, Logger: log}),
-		Runner:  runcode.New(Languages(sb, pyChain, jsEng, RootfsDir(dir)), opts.Run),
-		tenants: tl, limits: opts.Limits, network: opts.Network, egress: eg, netPolicies: netPol, secrets: eg.secrets, js: jsEng, watchHub: workspace.NewHub(opts.Limits.Watch),
+		Runner:  runcode.New(Languages(sb, pyChain, jsEng, nodeEng, RootfsDir(dir)), opts.Run),
+		tenants: tl, limits: opts.Limits, network: opts.Network, egress: eg, netPolicies: netPol, secrets: eg.secrets, js: jsEng, node: nodeEng, watchHub: workspace.NewHub(opts.Limits.Watch),
 		startWindow: cmp.Or(opts.ProcessStartWindow, DefaultProcessStartWindow), autoPauseAfter: opts.AutoPause,
 
 		prestart: opts.PrestartPython,
@@ -503,6 +505,7 @@ func (a *App) Close() error {
 	a.Python.Close()
 	a.PythonRootfs.Close()
 	a.js.Close()
+	a.node.Close()
 	a.Sandbox.ReleaseTenants()
 	a.auditLog.Close()
 	a.tenants.disks.UnmountMine()
@@ -589,13 +592,19 @@ func (a *App) EnsureAdminToken(ctx context.Context, file string) (string, error)
 func (a *App) Isolation() []sandbox.Feature { return a.isolation() }
 
 // Languages declares run_code's language matrix and engine chains.
-func Languages(sb *sandbox.Sandbox, pythonChain []runcode.Engine, jsEng *js.Engine, rootfsDir func(string) (string, error)) []runcode.Language {
+//
+// JavaScript: "js" and "ts" run in QuickJS (fast, no Node needed), their
+// code contexts (E2B's JS/TS contexts) on the session's Node where its
+// userland has node; "node" runs on that Node, in QuickJS where there is
+// none (with a note saying why).
+func Languages(sb *sandbox.Sandbox, pythonChain []runcode.Engine, jsEng *js.Engine, nodeEng *node.Engine, rootfsDir func(string) (string, error)) []runcode.Language {
 	code := render.Code{}
 	langs := []runcode.Language{
 		{Name: "python", Aliases: []string{"py", "py3", "python3"}, Runs: true,
 			Chain: pythonChain},
-		{Name: "js", Aliases: []string{"javascript", "node", "mjs", "cjs"}, Runs: true, Chain: []runcode.Engine{jsEng}},
-		{Name: "ts", Aliases: []string{"typescript"}, Runs: true, Chain: []runcode.Engine{jsEng.TS()}},
+		{Name: "js", Aliases: []string{"javascript", "mjs", "cjs"}, Runs: true, Chain: []runcode.Engine{nodeEng.ForContexts(), jsEng}},
+		{Name: "ts", Aliases: []string{"typescript"}, Runs: true, Chain: []runcode.Engine{nodeEng.ForContexts(), jsEng.TS()}},
+		{Name: "node", Aliases: []string{"nodejs"}, Runs: true, Chain: []runcode.Engine{nodeEng, jsEng}},
 	}
 	langs = append(langs, shell.Languages(sb, rootfsDir)...)
 	langs = append(langs, []runcode.Language{

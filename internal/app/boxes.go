@@ -59,6 +59,7 @@ func (a *App) enders() []session.Ender {
 		{Name: "box", First: true, End: func(s *session.Session) { a.Sandbox.EndSession(s.ID) }},
 		{Name: "processes", End: func(s *session.Session) { a.procs.EndSession(s.ID) }},
 		{Name: "python", End: func(s *session.Session) { a.stopPython(s.ID) }},
+		{Name: "node", End: func(s *session.Session) { a.node.Stop(s.ID) }},
 		{Name: "code contexts", End: func(s *session.Session) { a.forgetContexts(s.ID) }},
 		{Name: "terminals", End: func(s *session.Session) { a.Terminals.CloseSession(s) }},
 		{Name: "tenant", End: func(s *session.Session) { a.tenants.forget(s.ID) }},

@@ -4,7 +4,8 @@ package app
 // (E2B's code-interpreter contexts; Quro's own API has them too). A Python
 // context is a namespace of the session's Python worker with its own
 // working directory and execution count; a JavaScript/TypeScript context
-// is a QuickJS VM kept between runs; a bash context runs in the session's
+// is a REPL of the session's Node worker (in its box) where its userland
+// has node, else a QuickJS VM kept between runs; a bash context runs in the session's
 // resident shell (one per session: bash contexts share its state). The
 // registry here keeps what each context is (id, language, directory);
 // the engines keep the state, and forget it when the context is
@@ -107,7 +108,7 @@ func normLanguage(lang string) (string, error) {
 	switch strings.ToLower(strings.TrimSpace(lang)) {
 	case "", "python", "python3", "py":
 		return ctxPython, nil
-	case "javascript", "js", "node":
+	case "javascript", "js", "node", "nodejs":
 		return ctxJavaScript, nil
 	case "typescript", "ts":
 		return ctxTypeScript, nil
@@ -268,7 +269,7 @@ func (a *App) registerContexts(reg *capability.Registry) {
 	reg.Register(capability.New("create_code_context",
 		"Make a code context in a session: a state of its own that run_code runs in when given its id as context — "+
 			"for python a namespace of the session's interpreter (variables, imports) with its own working directory and execution count; "+
-			"for javascript/typescript a QuickJS VM kept between runs (top-level declarations persist); for bash the session's resident shell. "+
+			"for javascript/typescript a REPL of the session's Node worker where its userland has node (require of Node's modules and of /home/user/node_modules, top-level await; else a QuickJS VM), top-level declarations persisting between runs; for bash the session's resident shell. "+
 			fmt.Sprintf("cwd defaults to %s, where every session box shows the workspace. A session holds at most %d contexts, at most %d of them javascript/typescript (each keeps a VM in the server's memory). "+
 				"With default true it answers the session's default context of the language (run_code's context \"default\"), made if there is none yet.", sandbox.HomeUser, MaxCodeContexts, js.MaxContextsPerSession),
 		capability.ScopeExec, a.createCodeContext).InSession(capability.UseHold))

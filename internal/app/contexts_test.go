@@ -79,12 +79,51 @@ func TestJSContextsEndWithTheSession(t *testing.T) {
 	if len(r.Results) != 1 || r.Results[0].Data["text/plain"] != "1" {
 		t.Fatalf("js: %+v", r)
 	}
-	if n := a.js.Contexts(); n != 1 {
-		t.Fatalf("%d JS contexts", n)
+	// Where the host's userland has node, the context is a REPL of the
+	// session's Node worker; else a QuickJS VM.
+	vms := a.js.Contexts
+	if _, err := a.Sandbox.LookPath("node"); err == nil {
+		vms = a.node.Sessions
+	}
+	if n := vms(); n != 1 {
+		t.Fatalf("%d JS contexts or Node workers", n)
 	}
 	mustCall(t, a, "destroy_session", SessionRef{Session: s.ID})
-	if n := a.js.Contexts(); n != 0 {
-		t.Errorf("%d JS contexts after the destroy", n)
+	if n := vms(); n != 0 {
+		t.Errorf("%d JS contexts or Node workers after the destroy", n)
+	}
+}
+
+// run_code's lang node runs on the session's Node worker in its box:
+// state across runs, require of a builtin and of a package in
+// /home/user/node_modules, top-level await; js stays on QuickJS, and a JS
+// code context runs on Node (E2B's JS contexts).
+func TestRunCodeNode(t *testing.T) {
+	a := newApp(t, nil)
+	if _, err := a.Sandbox.LookPath("node"); err != nil {
+		t.Skip("the host's userland has no node: lang node falls back to QuickJS (internal/engine/node's tests)")
+	}
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "nodes"}).(*SessionInfo)
+	mustCall(t, a, "write_file", WriteFileInput{Session: s.ID, Path: "node_modules/leftpad-lite/index.js", Content: "module.exports = (s, n) => String(s).padStart(n, '.')"})
+	mustCall(t, a, "write_file", WriteFileInput{Session: s.ID, Path: "notes.txt", Content: "a note"})
+	r := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "node", Code: "const pad = require('leftpad-lite'); let n = await Promise.resolve(5)"})
+	if r.Engine != "node/resident" || r.ExitCode != 0 || r.Error != "" {
+		t.Fatalf("node: %+v", r)
+	}
+	r = runCode(t, a, RunCodeInput{Session: s.ID, Lang: "node", Code: "console.log(pad('x', n), require('fs').readFileSync('notes.txt', 'utf8'))"})
+	if r.Stdout != "....x a note\n" || r.Stderr != "" {
+		t.Errorf("node state and require: %+v", r)
+	}
+	r = runCode(t, a, RunCodeInput{Session: s.ID, Lang: "node", Code: "require('os').homedir() + ' ' + __quro_missing"})
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "ReferenceError: __quro_missing is not defined") || strings.Contains(r.Stderr, a.DataDir) {
+		t.Errorf("node error: %+v", r)
+	}
+	if r := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "js", Code: "console.log(typeof require('fs').readFileSync)"}); r.Engine != "js/quickjs" {
+		t.Errorf("lang js left QuickJS: %+v", r)
+	}
+	r = runCode(t, a, RunCodeInput{Session: s.ID, Context: "default", Lang: "js", Rich: true, Code: "require('fs').readdirSync('.').sort().join(',')"})
+	if r.Engine != "node/resident" || len(r.Results) != 1 || r.Results[0].Data["text/plain"] != "'node_modules,notes.txt'" {
+		t.Errorf("a JS context on Node: %+v", r)
 	}
 }
 
@@ -173,10 +212,16 @@ func TestJSContextCap(t *testing.T) {
 		runCode(t, a, RunCodeInput{Session: s.ID, Context: id, Code: "1"})
 	}
 	// The default JS context is not refused at create (run_code's
-	// "default" and list_code_contexts make it), but its VM is.
-	if _, err := call(t, a, "run_code", RunCodeInput{Session: s.ID, Context: "default", Lang: "js", Code: "1"}); !errors.As(err, &ce) ||
-		ce.Code != capability.ResourceExhausted || !strings.Contains(ce.Message, "JavaScript") {
-		t.Fatalf("the default context's run past the engine's cap: %v", err)
+	// "default" and list_code_contexts make it), but its QuickJS VM is;
+	// where the host has node, the contexts are REPLs of the session's
+	// Node worker, in its box, and none holds a VM of the server's.
+	_, err := call(t, a, "run_code", RunCodeInput{Session: s.ID, Context: "default", Lang: "js", Code: "1"})
+	if _, noNode := a.Sandbox.LookPath("node"); noNode != nil {
+		if !errors.As(err, &ce) || ce.Code != capability.ResourceExhausted || !strings.Contains(ce.Message, "JavaScript") {
+			t.Fatalf("the default context's run past the engine's cap: %v", err)
+		}
+	} else if err != nil {
+		t.Fatalf("the default context's run on Node: %v", err)
 	}
 	// The default one, now in the registry, counts: two removed make room
 	// for one.

@@ -311,6 +311,8 @@ func (a *App) helpLanguages(b *strings.Builder) {
 		"bash runs bash (an error if the box has none), sh runs POSIX sh, shell runs bash when the box has it and sh otherwise — the result's engine says which (shell/bash, shell/sh).\n")
 	b.WriteString("js and ts run in an embedded QuickJS sandbox (no node; ts is transpiled by esbuild; console, CommonJS require of workspace files, " +
 		"the last expression or module.exports shown as ➡️ result, and a host API Tools.Files/Net/System/calc confined to the workspace; memory capped at 64 MiB; a fresh context per run).\n")
+	b.WriteString("node runs real Node.js in the session's box where its userland has node (a resident worker: top-level declarations kept between runs, top-level await, require of Node's modules and of /home/user/node_modules, the last value printed), else QuickJS with a note; " +
+		"code contexts of javascript/typescript (create_code_context) run on that Node too.\n")
 	b.WriteString("html, css, json, xml and svg are validated and rendered as artifacts.\n")
 	b.WriteString("c, cpp, go, rust, java, kotlin, csharp, swift, scala, zig, haskell, dart, objc, fortran, pascal, ruby, php, perl, lua, r and julia run with the toolchain of the session's userland " +
 		"(the host's, or the session's rootfs: install_packages adds one): compiled in the session's box into a build cache keyed by the source's SHA-256 (the same source is not compiled again), then run with stdin and args. " +

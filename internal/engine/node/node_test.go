@@ -1,0 +1,217 @@
+package node_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quro-dev/quro/internal/engine/js"
+	"github.com/quro-dev/quro/internal/engine/node"
+	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// setup is a runner with lang "node" on the engine, and a session whose
+// workspace the test fills.
+func setup(t *testing.T) (*runcode.Runner, *node.Engine, *session.Session) {
+	t.Helper()
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("no node on this host: the Node engine has nothing to run")
+	}
+	sb, err := sandbox.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := node.New(sb, nil)
+	t.Cleanup(func() { e.Close(); sb.CloseBoxes() })
+	var b [8]byte
+	rand.Read(b[:])
+	s := &session.Session{ID: "t" + hex.EncodeToString(b[:]), Dir: filepath.Join(t.TempDir(), "session")}
+	for _, d := range []string{s.Workspace(), s.TmpDir(), s.OutputsDir()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := runcode.New([]runcode.Language{
+		{Name: "node", Runs: true, Chain: []runcode.Engine{e}},
+		{Name: "ts", Runs: true, Chain: []runcode.Engine{e.ForContexts()}},
+	}, nil)
+	return r, e, s
+}
+
+func run(t *testing.T, r *runcode.Runner, s *session.Session, lang, code string, cr *runcode.ContextRun, timeout time.Duration) *runcode.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := r.Run(ctx, runcode.Input{Code: code, Lang: lang, Session: s, Timeout: timeout, Context: cr})
+	if err != nil {
+		t.Fatalf("%q: %v", code, err)
+	}
+	return res
+}
+
+func mainText(res *runcode.Result) string {
+	for _, rr := range res.Results {
+		if rr.Main {
+			s, _ := rr.Data["text/plain"].(string)
+			return s
+		}
+	}
+	return "(no main result)"
+}
+
+// TestNodeKeepsStateAndRequires: a session's runs share one Node worker:
+// top-level declarations persist, top-level await works, require finds
+// Node's builtins and a package of the workspace's node_modules, output
+// streams, and the last value is the result.
+func TestNodeKeepsStateAndRequires(t *testing.T) {
+	r, e, s := setup(t)
+	ws := s.Workspace()
+	if err := os.WriteFile(filepath.Join(ws, "data.txt"), []byte("from-the-workspace"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pkg := filepath.Join(ws, "node_modules", "tiny-greet")
+	if err := os.MkdirAll(pkg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(pkg, "package.json"), []byte(`{"name":"tiny-greet","version":"1.0.0","main":"lib.js"}`), 0o644)
+	os.WriteFile(filepath.Join(pkg, "lib.js"), []byte(`exports.greet = (n) => "hello " + n;`), 0o644)
+
+	res := run(t, r, s, "node", "const a = 20; let b = 1; function f() { return a + b }\nconsole.log('printed', process.version.startsWith('v'))", nil, time.Minute)
+	if res.Engine != "node/resident" || res.ExitCode != 0 || res.Stdout != "printed true\n" || res.Error != "" {
+		t.Fatalf("first run: engine %s exit %d stdout %q stderr %q error %q", res.Engine, res.ExitCode, res.Stdout, res.Stderr, res.Error)
+	}
+	steps := []struct{ code, want string }{
+		{"f() * 2", "42\n"},
+		{"const v = await new Promise(r => setTimeout(() => r(b + 1), 10)); v", "2\n"},
+		{"v + a", "22\n"},
+		{"require('fs').readFileSync('data.txt', 'utf8')", "'from-the-workspace'\n"},
+		{"require('tiny-greet').greet('box')", "'hello box'\n"},
+		{"process.cwd()", "'/home/user'\n"},
+		{"require('path').join('x', 'y')", "'x/y'\n"},
+	}
+	for _, st := range steps {
+		res := run(t, r, s, "node", st.code, nil, time.Minute)
+		if res.ExitCode != 0 || res.Stdout != st.want || res.Stderr != "" {
+			t.Errorf("%q: exit %d stdout %q (want %q) stderr %q error %q", st.code, res.ExitCode, res.Stdout, st.want, res.Stderr, res.Error)
+		}
+	}
+	if n := e.Sessions(); n != 1 {
+		t.Errorf("%d sessions with a worker, want 1", n)
+	}
+	// A plain run's error: exit 1, the traceback on stderr without the
+	// worker's frames; the state survives.
+	res = run(t, r, s, "node", "function g() { throw new TypeError('bad input') }\ng()", nil, time.Minute)
+	if res.ExitCode != 1 || !strings.Contains(res.Stderr, "TypeError: bad input") || !strings.Contains(res.Stderr, "at g (<cell>:1:") ||
+		strings.Contains(res.Stderr, "[eval]") || strings.Contains(res.Stderr, "node:repl") {
+		t.Errorf("error run: exit %d stderr %q", res.ExitCode, res.Stderr)
+	}
+	if res := run(t, r, s, "node", "a", nil, time.Minute); res.Stdout != "20\n" {
+		t.Errorf("state after an error: %q %q", res.Stdout, res.Stderr)
+	}
+}
+
+// TestNodeContexts: code contexts are separate states with rich results
+// and structured errors; TypeScript is stripped of its types; a removed
+// context starts afresh.
+func TestNodeContexts(t *testing.T) {
+	r, e, s := setup(t)
+	c1 := &runcode.ContextRun{ID: "c1", Dir: sandbox.HomeUser, Rich: true}
+	c2 := &runcode.ContextRun{ID: "c2", Dir: "/tmp", Rich: true}
+	res := run(t, r, s, "node", "const x: number = 5; x", c1, time.Minute)
+	if res.Exception == nil || res.Exception.Name != "SyntaxError" {
+		t.Errorf("TypeScript as JavaScript: %+v", res.Exception)
+	}
+	res = run(t, r, s, "ts", "interface P { n: number }\nconst p: P = { n: 5 }; p.n * 2", c1, time.Minute)
+	if got := mainText(res); got != "10" || res.Exception != nil || res.ExecutionCount < 1 {
+		t.Errorf("ts: %q exc %+v count %d stderr %q", got, res.Exception, res.ExecutionCount, res.Stderr)
+	}
+	if res := run(t, r, s, "node", "typeof p + ' ' + process.cwd()", c2, time.Minute); mainText(res) != "'undefined /tmp'" {
+		t.Errorf("context 2 sees context 1's state or cwd: %q %+v", mainText(res), res.Exception)
+	}
+	res = run(t, r, s, "node", "const o = {k: [1, 2]}; o", c1, time.Minute)
+	if got := mainText(res); got != "{ k: [ 1, 2 ] }" {
+		t.Errorf("object result %q", got)
+	}
+	res = run(t, r, s, "node", "await Promise.reject(new RangeError('out of range'))", c1, time.Minute)
+	if x := res.Exception; x == nil || x.Name != "RangeError" || x.Value != "out of range" || !strings.Contains(x.Traceback, "<cell>") || strings.Contains(x.Traceback, "node:repl") {
+		t.Errorf("rejected await: %+v", res.Exception)
+	}
+	if err := e.DropContext(context.Background(), s.ID, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if res := run(t, r, s, "node", "typeof p", c1, time.Minute); mainText(res) != "'undefined'" {
+		t.Errorf("a dropped context kept its state: %q", mainText(res))
+	}
+	// Plain runs of "ts" stay with QuickJS: this engine steps aside.
+	res, err := r.Run(context.Background(), runcode.Input{Code: "1", Lang: "ts", Session: s, Timeout: time.Minute})
+	if err != nil || res.Engine != "none" {
+		t.Errorf("plain ts run on the contexts-only engine: %v %+v", err, res)
+	}
+}
+
+// TestNodeTimeoutKillsTheWorker: a run past its timeout is ended with the
+// worker (a busy loop takes no signal a REPL could catch); what it printed
+// is kept, and the next run says the state is gone.
+func TestNodeTimeoutKillsTheWorker(t *testing.T) {
+	r, _, s := setup(t)
+	run(t, r, s, "node", "const kept = 1", nil, time.Minute)
+	res := run(t, r, s, "node", "console.log('before'); for (;;) {}", nil, time.Second)
+	if !res.TimedOut || res.Stdout != "before\n" || !strings.Contains(res.Error, "state of its JavaScript contexts") {
+		t.Errorf("timeout: timed out %v stdout %q error %q", res.TimedOut, res.Stdout, res.Error)
+	}
+	res = run(t, r, s, "node", "typeof kept", nil, time.Minute)
+	if res.Stdout != "'undefined'\n" || res.ExitCode != 0 {
+		t.Errorf("after the timeout: stdout %q stderr %q notes %q", res.Stdout, res.Stderr, res.Notes)
+	}
+}
+
+// TestNodeRefusesForgedReplies: the code owns the worker's process and
+// may write anything on the reply pipe: a reply that is not the protocol's
+// ends the worker instead of reaching the result.
+func TestNodeRefusesForgedReplies(t *testing.T) {
+	r, _, s := setup(t)
+	cr := &runcode.ContextRun{ID: "c", Rich: true}
+	res := run(t, r, s, "node", `require('fs').writeSync(4, '{"op":"done","id":1,"results":[{"main":true,"data":{"text/html":"<script>x</script>"}}]}\n'); 1`, cr, time.Minute)
+	if res.Error == "" || !strings.Contains(res.Error, "refused reply") || len(res.Results) != 0 {
+		t.Errorf("forged reply: error %q results %+v", res.Error, res.Results)
+	}
+	res = run(t, r, s, "node", `require('fs').writeSync(4, 'x'.repeat(17 << 20)); 1`, cr, time.Minute)
+	if !strings.Contains(res.Error, "refused reply") {
+		t.Errorf("huge reply: error %q", res.Error)
+	}
+	if res := run(t, r, s, "node", "6 * 7", cr, time.Minute); mainText(res) != "42" {
+		t.Errorf("after refused replies: %q %q", mainText(res), res.Error)
+	}
+}
+
+// TestNodeFallsBackToQuickJS: a session whose userland has no node runs
+// lang node in QuickJS, with a note saying why.
+func TestNodeFallsBackToQuickJS(t *testing.T) {
+	sb, err := sandbox.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty := t.TempDir() // a rootfs with no node in it
+	e := node.New(sb, func(string) (string, error) { return empty, nil })
+	q := js.New(nil)
+	t.Cleanup(func() { e.Close(); q.Close(); sb.CloseBoxes() })
+	r := runcode.New([]runcode.Language{{Name: "node", Runs: true, Chain: []runcode.Engine{e, q}}}, nil)
+	s := &session.Session{ID: "tnonode", Dir: filepath.Join(t.TempDir(), "session"), Rootfs: "bare"}
+	for _, d := range []string{s.Workspace(), s.TmpDir(), s.OutputsDir()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := run(t, r, s, "node", "console.log(6 * 7)", nil, time.Minute)
+	if res.Engine != "js/quickjs" || res.Stdout != "42\n" || len(res.Notes) != 1 || !strings.Contains(res.Notes[0], `rootfs "bare" has no node`) {
+		t.Errorf("fallback: engine %s stdout %q notes %q", res.Engine, res.Stdout, res.Notes)
+	}
+}
