@@ -27,8 +27,11 @@ type Fetch struct {
 	// (the wheels' tags are its own): the embedded interpreter for the
 	// host userland, /usr/bin/python3 with Rootfs set.
 	Python string
-	// PipDir holds the pip package (python.PipDir).
-	PipDir string
+	// PipDir holds the pip package (python.PipDir), named as the box
+	// shows it; HostPipDir is its host path, bound into the box (where
+	// the Sandbox's places show it), when that differs.
+	PipDir     string
+	HostPipDir string
 	// Rootfs is the rootfs directory the box shows, or "" for the host's
 	// userland.
 	Rootfs string
@@ -205,7 +208,7 @@ func (c *Cache) Fetch(ctx context.Context, tenant string, f *Fetch) (*FetchResul
 		Network:   sandbox.NetworkInternet,
 		Egress:    eg,
 		Rootfs:    f.Rootfs,
-		ReadOnly:  append([]string{f.PipDir, wheels}, f.ReadOnly...),
+		ReadOnly:  append([]string{cmp.Or(f.HostPipDir, f.PipDir), wheels}, f.ReadOnly...),
 		Stdout:    out,
 		Stderr:    out,
 	}
