@@ -443,6 +443,10 @@ func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants, netP
 	// BoxWorker), not at their host paths, and run from there: what the
 	// session's code reads of its Python names no host path.
 	sbo.Places = append(sbo.Places, python.BoxPlaces(pyRoot)...)
+	// The tenant's wheel cache (<data>/pip/<tenant>/wheels, bound per
+	// run) at /run/quro/wheels/<tenant>/wheels: pip's "Looking in links"
+	// names no host path.
+	sbo.Places = append(sbo.Places, sandbox.Bind{Src: filepath.Join(dir, "pip"), Dst: WheelsInBox})
 	pipS := newPipSetup(dir, pyRoot, sbo.Path, tl, opts.Pip)
 	sbo.BoxReadOnlyNow = pipS.boxDirs
 	// A session's secrets: their placeholders, and the trust store with

@@ -102,9 +102,14 @@ func (p *pipSetup) boxDirs() []string {
 	return nil
 }
 
+// WheelsInBox is where a box shows the tenants' wheel caches
+// (<data>/pip: sandbox.Options.Places), of which it binds only its
+// tenant's wheels directory.
+const WheelsInBox = sandbox.RunDir + "/wheels"
+
 // inBox is where the runs of p.sb see the host path d (one of the
-// interpreter's directories): its box path (python.BoxPlaces) when they
-// start in a box, else d.
+// interpreter's directories, a tenant's wheels): its box path
+// (sandbox.Options.Places) when they start in a box, else d.
 func (p *pipSetup) inBox(d string) string {
 	if p.sb == nil || d == "" {
 		return d
@@ -166,7 +171,7 @@ func (p *pipSetup) runEnv(spec *sandbox.Spec, network string) sandbox.RunEnv {
 	// own.
 	ro := p.boxDirs()
 	if w, err := p.wheels(tenant); err == nil {
-		env["PIP_FIND_LINKS"] = w
+		env["PIP_FIND_LINKS"] = p.inBox(w)
 		ro = append(ro, w)
 	}
 	if network == sandbox.NetworkNone {
@@ -407,7 +412,7 @@ func (a *App) pipError(err error, reqs []string) error {
 // pipInSession runs pip install --no-index from the tenant's wheels in the
 // session's own box (its network, its uid), into its user site.
 func (a *App) pipInSession(ctx context.Context, s *session.Session, wheels string, reqs []string, out io.Writer) (int, error) {
-	return a.pipRun(ctx, s, append([]string{"install", "--no-index", "--find-links", wheels, "--"}, reqs...), out)
+	return a.pipRun(ctx, s, append([]string{"install", "--no-index", "--find-links", a.pip.inBox(wheels), "--"}, reqs...), out)
 }
 
 func (a *App) pipRun(ctx context.Context, s *session.Session, args []string, out io.Writer) (int, error) {

@@ -14,7 +14,8 @@ import (
 // data directory or the install root the interpreter was extracted to:
 // sys.prefix, sys.base_prefix, sys.executable, every sys.path entry, the
 // worker module's __file__, a traceback into the standard library, the
-// shell's `pip --version`, `pip show pip` and `python3 -m site`. Each is
+// shell's `pip --version`, `pip show pip`, `python3 -m site` and the
+// tenant's wheels pip looks in (PIP_FIND_LINKS). Each is
 // also checked to name the box path it should, so the test cannot pass
 // by reading nothing.
 func TestPythonShowsNoHostPath(t *testing.T) {
@@ -71,10 +72,14 @@ print(json.dumps({"prefix": sys.prefix, "base_prefix": sys.base_prefix, "executa
 	}
 
 	res = runCode(t, a, RunCodeInput{Session: "hostpath", Lang: "bash",
-		Code: "pip --version; pip show pip | grep ^Location; python3 -m site; python -c 'import sys; print(sys.prefix)'"})
+		Code: "pip --version; pip show pip | grep ^Location; python3 -m site; python -c 'import sys; print(sys.prefix)'; " +
+			"echo \"links=$PIP_FIND_LINKS\"; test -d \"$PIP_FIND_LINKS\" && echo links-there"})
 	out := res.Stdout + res.Stderr
 	noHost("the shell's pip and python", out)
 	if !strings.Contains(out, "from "+python.BoxPip+"/pip") || !strings.Contains(out, "Location: "+python.BoxPip) {
 		t.Errorf("pip is not named at %s:\n%s", python.BoxPip, out)
+	}
+	if !strings.Contains(out, "links="+WheelsInBox+"/") || !strings.Contains(out, "links-there") {
+		t.Errorf("the tenant's wheels (PIP_FIND_LINKS) are not shown at %s:\n%s", WheelsInBox, out)
 	}
 }

@@ -199,8 +199,9 @@ func (c *Cache) Fetch(ctx context.Context, tenant string, f *Fetch) (*FetchResul
 	trusted := TrustedDestinations(f.Index, f.Extra)
 	eg := &fetchNet{egress: f.Egress(Policy(f.Index, f.Extra)), trusted: trusted, resolve: f.Resolve}
 	proxyURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ProxyPort))
+	wheelsAt, _ := f.SB.BoxPath(wheels) // where the box shows it (sandbox.Options.Places)
 	spec := &sandbox.Spec{
-		Args:      append([]string{f.Python}, DownloadArgs(f.PipDir, dest, wheels, proxyURL, f.Index, f.Extra, f.Reqs)...),
+		Args:      append([]string{f.Python}, DownloadArgs(f.PipDir, dest, wheelsAt, proxyURL, f.Index, f.Extra, f.Reqs)...),
 		Dir:       scratch,
 		Home:      scratch,
 		TmpDir:    scratch,
