@@ -440,9 +440,15 @@ func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants, netP
 	if d, err := terminal.SealedDir(); err == nil {
 		sbo.BoxReadOnly = append(sbo.BoxReadOnly, d)
 	}
-	// The embedded interpreter's tree is also at python.BoxTree in every
-	// box, and is run from there: its sys.executable is a box path.
-	sbo.Links = append(sbo.Links, python.BoxLinks(pyRoot)...)
+	// The embedded interpreter's tree, pip's and the worker module's
+	// directories are shown at box paths (python.BoxTree, BoxPip,
+	// BoxWorker), not at their host paths, and run from there: what the
+	// session's code reads of its Python names no host path.
+	sbo.Places = append(sbo.Places, python.BoxPlaces(pyRoot)...)
+	// The tenant's wheel cache (<data>/pip/<tenant>/wheels, bound per
+	// run) at /run/quro/wheels/<tenant>/wheels: pip's "Looking in links"
+	// names no host path.
+	sbo.Places = append(sbo.Places, sandbox.Bind{Src: filepath.Join(dir, "pip"), Dst: WheelsInBox})
 	pipS := newPipSetup(dir, pyRoot, sbo.Path, tl, opts.Pip)
 	sbo.BoxReadOnlyNow = pipS.boxDirs
 	// A session's secrets: their placeholders, and the trust store with
@@ -455,6 +461,7 @@ func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants, netP
 		eg.Close()
 		return nil, nil, nil, err
 	}
+	pipS.sb = sb // before any run: its RunEnv names the box paths
 	return sb, pipS, eg, nil
 }
 

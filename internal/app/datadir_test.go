@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -115,9 +116,10 @@ func TestDataDirIsPrivate(t *testing.T) {
 // TestBoxShowsOnlyTheInterpretersOwnDirectories: of the interpreters'
 // directory <root>/python a session box shows the embedded interpreter's
 // tree, pip's directory and the worker module's (python.Embedded.BoxDirs),
-// and nothing else of it: an entry planted beside them is not there, to
-// the session's shell or its Python, while the shell's python3 and pip
-// (the shims in the tree) still run.
+// each at its box path (python.BoxTree, BoxPip, BoxWorker), and nothing
+// else of it: neither <root>/python nor an entry planted beside them is
+// there, to the session's shell or its Python, while the shell's python3
+// and pip (the shims in the tree) still run.
 func TestBoxShowsOnlyTheInterpretersOwnDirectories(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real boxes")
@@ -145,19 +147,27 @@ func TestBoxShowsOnlyTheInterpretersOwnDirectories(t *testing.T) {
 	mustCall(t, a, "create_session", CreateSessionInput{Name: "binds"})
 	// Python first: the interpreter is prepared before the box is made.
 	res := runCode(t, a, RunCodeInput{Session: "binds", Lang: "python",
-		Code: "import os\nprint(sorted(os.listdir(" + strconvQuote(py) + ")))\nprint(os.path.exists(" + strconvQuote(other) + "))"})
+		Code: "import json, os\nprint(json.dumps([os.path.exists(" + strconvQuote(py) + "), os.path.exists(" + strconvQuote(other) + "), " +
+			"[sorted(os.listdir(d)) for d in (" + strconvQuote(python.BoxTree) + ", " + strconvQuote(python.BoxPip) + ", " + strconvQuote(python.BoxWorker) + ")]], separators=(',', ':')))"})
 	dirs := a.Python.BoxDirs()
 	if len(dirs) != 3 {
 		t.Fatalf("BoxDirs after a Python run: %q, want the tree, pip's and the worker's directories", dirs)
 	}
-	var want []string
-	for _, d := range dirs {
-		rel, _ := filepath.Rel(py, d)
-		want = append(want, strconvQuote(strings.Split(rel, string(filepath.Separator))[0]))
+	// Each box path shows its directory: the same entries as on the host.
+	var want [3][]string
+	for i, d := range dirs {
+		es, err := os.ReadDir(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range es {
+			want[i] = append(want[i], e.Name())
+		}
+		sort.Strings(want[i])
 	}
-	sort.Strings(want)
-	if w := "[" + strings.Join(want, ", ") + "]\nFalse\n"; res.Stdout != w {
-		t.Fatalf("the session's Python sees %q in %s, want %q", res.Stdout, py, w)
+	wantJSON, _ := json.Marshal([]any{false, false, want})
+	if got := strings.TrimSpace(res.Stdout); got != string(wantJSON) {
+		t.Fatalf("the session's Python sees %s, want %s (%s absent, the tree, pip's and the worker's directories at their box paths); stderr %q", got, wantJSON, py, res.Stderr)
 	}
 	res = runCode(t, a, RunCodeInput{Session: "binds", Lang: "bash",
 		Code: "cat " + other + "/secret 2>/dev/null || echo hidden; python3 -c 'print(6*7)'; pip --version | cut -d' ' -f1,2"})

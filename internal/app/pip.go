@@ -62,7 +62,10 @@ type pipSetup struct {
 	pyRoot   string // where the embedded Python and pip are extracted
 	// emb is the embedded Python engine, once the App has made it: its
 	// BoxDirs are what of pyRoot/python a box shows.
-	emb     atomic.Pointer[python.Embedded]
+	emb atomic.Pointer[python.Embedded]
+	// sb is the Sandbox whose runs get runEnv, set before its first run:
+	// the directories above are named where its boxes show them.
+	sb      *sandbox.Sandbox
 	hostBin string // python3, python, pip, pip3 of the embedded Python
 	rootBin string // pip, pip3 run by a rootfs's python3
 	ensured sync.Map
@@ -97,6 +100,22 @@ func (p *pipSetup) boxDirs() []string {
 		return e.BoxDirs()
 	}
 	return nil
+}
+
+// WheelsInBox is where a box shows the tenants' wheel caches
+// (<data>/pip: sandbox.Options.Places), of which it binds only its
+// tenant's wheels directory.
+const WheelsInBox = sandbox.RunDir + "/wheels"
+
+// inBox is where the runs of p.sb see the host path d (one of the
+// interpreter's directories, a tenant's wheels): its box path
+// (sandbox.Options.Places) when they start in a box, else d.
+func (p *pipSetup) inBox(d string) string {
+	if p.sb == nil || d == "" {
+		return d
+	}
+	at, _ := p.sb.BoxPath(d)
+	return at
 }
 
 // wheels makes tenant's cache (once per App) and returns its wheels
@@ -144,7 +163,7 @@ func (p *pipSetup) runEnv(spec *sandbox.Spec, network string) sandbox.RunEnv {
 		"PIP_CACHE_DIR":             filepath.Join(sdir, "tmp", "pip-cache"),
 	}
 	if d := python.PipDir(p.pyRoot); d != "" {
-		env["QURO_PIP_DIR"] = d
+		env["QURO_PIP_DIR"] = p.inBox(d)
 	}
 	// The interpreter's tree (the shims), pip's and the worker module's
 	// directories, once ready: every session box made since shows them
@@ -152,7 +171,7 @@ func (p *pipSetup) runEnv(spec *sandbox.Spec, network string) sandbox.RunEnv {
 	// own.
 	ro := p.boxDirs()
 	if w, err := p.wheels(tenant); err == nil {
-		env["PIP_FIND_LINKS"] = w
+		env["PIP_FIND_LINKS"] = p.inBox(w)
 		ro = append(ro, w)
 	}
 	if network == sandbox.NetworkNone {
@@ -174,14 +193,14 @@ func (p *pipSetup) runEnv(spec *sandbox.Spec, network string) sandbox.RunEnv {
 		}
 	}
 	if spec.Rootfs == "" {
-		env["PATH"] = p.withFirst(p.hostBin)
+		env["PATH"] = p.withFirst(p.inBox(p.hostBin))
 	} else {
-		env["PATH"] = p.withFirst(p.rootBin)
+		env["PATH"] = p.withFirst(p.inBox(p.rootBin))
 		// `python3 -m pip` is Quro's pip too, not the rootfs's own (Debian
 		// 12's 23.0.1, if installed, or none): one pip in the session. The
 		// resident worker runs -E (it ignores this); what it starts does not.
 		if d := python.PipDir(p.pyRoot); d != "" {
-			env["PYTHONPATH"] = d
+			env["PYTHONPATH"] = p.inBox(d)
 		}
 	}
 	return sandbox.RunEnv{Env: env, ReadOnly: ro}
@@ -230,7 +249,9 @@ func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []stri
 		// directory (its scratch and temporary directories), which its
 		// output names: the tenant reads them as $QURO_DATA.
 		fetchOut := &dataDirWriter{w: out, dir: a.DataDir}
-		f := &pip.Fetch{SB: a.Sandbox, PipDir: python.PipDir(p.pyRoot), Index: p.opts.IndexURL, Extra: p.opts.ExtraIndexURLs, Reqs: reqs, Out: fetchOut, TenantDir: sess.Workspace(),
+		// PipDir and Python as the fetch box shows them (BoxPlaces);
+		// HostPipDir is what it binds there.
+		f := &pip.Fetch{SB: a.Sandbox, PipDir: p.inBox(python.PipDir(p.pyRoot)), HostPipDir: python.PipDir(p.pyRoot), Index: p.opts.IndexURL, Extra: p.opts.ExtraIndexURLs, Reqs: reqs, Out: fetchOut, TenantDir: sess.Workspace(),
 			Egress: func(pol *egress.Policy) pip.FetchEgress { return a.egress.helper(pol) }, Resolve: a.network.Resolve}
 		if sess.Rootfs != "" {
 			dir, err := RootfsDir(a.DataDir)(sess.Rootfs)
@@ -239,7 +260,7 @@ func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []stri
 			}
 			f.Python, f.Rootfs = "/usr/bin/python3", dir
 		} else {
-			f.Python, f.ReadOnly = filepath.Join(p.hostBin, "python3"), p.boxDirs()
+			f.Python, f.ReadOnly = p.inBox(filepath.Join(p.hostBin, "python3")), p.boxDirs()
 		}
 		fr, err := p.cache.Fetch(ctx, sess.Tenant, f)
 		fetchOut.Flush()
@@ -391,12 +412,12 @@ func (a *App) pipError(err error, reqs []string) error {
 // pipInSession runs pip install --no-index from the tenant's wheels in the
 // session's own box (its network, its uid), into its user site.
 func (a *App) pipInSession(ctx context.Context, s *session.Session, wheels string, reqs []string, out io.Writer) (int, error) {
-	return a.pipRun(ctx, s, append([]string{"install", "--no-index", "--find-links", wheels, "--"}, reqs...), out)
+	return a.pipRun(ctx, s, append([]string{"install", "--no-index", "--find-links", a.pip.inBox(wheels), "--"}, reqs...), out)
 }
 
 func (a *App) pipRun(ctx context.Context, s *session.Session, args []string, out io.Writer) (int, error) {
 	p := a.pip
-	prog := filepath.Join(p.hostBin, "pip")
+	prog := p.inBox(filepath.Join(p.hostBin, "pip"))
 	env := map[string]string{}
 	for k, v := range s.Env {
 		env[k] = v
@@ -413,7 +434,7 @@ func (a *App) pipRun(ctx context.Context, s *session.Session, args []string, out
 			return 0, err
 		}
 		spec.Rootfs = dir
-		spec.Args[0] = filepath.Join(p.rootBin, "pip")
+		spec.Args[0] = p.inBox(filepath.Join(p.rootBin, "pip"))
 	}
 	exit, err := a.Sandbox.Run(ctx, spec)
 	if err != nil {

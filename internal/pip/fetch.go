@@ -27,8 +27,11 @@ type Fetch struct {
 	// (the wheels' tags are its own): the embedded interpreter for the
 	// host userland, /usr/bin/python3 with Rootfs set.
 	Python string
-	// PipDir holds the pip package (python.PipDir).
-	PipDir string
+	// PipDir holds the pip package (python.PipDir), named as the box
+	// shows it; HostPipDir is its host path, bound into the box (where
+	// the Sandbox's places show it), when that differs.
+	PipDir     string
+	HostPipDir string
 	// Rootfs is the rootfs directory the box shows, or "" for the host's
 	// userland.
 	Rootfs string
@@ -196,8 +199,9 @@ func (c *Cache) Fetch(ctx context.Context, tenant string, f *Fetch) (*FetchResul
 	trusted := TrustedDestinations(f.Index, f.Extra)
 	eg := &fetchNet{egress: f.Egress(Policy(f.Index, f.Extra)), trusted: trusted, resolve: f.Resolve}
 	proxyURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ProxyPort))
+	wheelsAt, _ := f.SB.BoxPath(wheels) // where the box shows it (sandbox.Options.Places)
 	spec := &sandbox.Spec{
-		Args:      append([]string{f.Python}, DownloadArgs(f.PipDir, dest, wheels, proxyURL, f.Index, f.Extra, f.Reqs)...),
+		Args:      append([]string{f.Python}, DownloadArgs(f.PipDir, dest, wheelsAt, proxyURL, f.Index, f.Extra, f.Reqs)...),
 		Dir:       scratch,
 		Home:      scratch,
 		TmpDir:    scratch,
@@ -205,7 +209,7 @@ func (c *Cache) Fetch(ctx context.Context, tenant string, f *Fetch) (*FetchResul
 		Network:   sandbox.NetworkInternet,
 		Egress:    eg,
 		Rootfs:    f.Rootfs,
-		ReadOnly:  append([]string{f.PipDir, wheels}, f.ReadOnly...),
+		ReadOnly:  append([]string{cmp.Or(f.HostPipDir, f.PipDir), wheels}, f.ReadOnly...),
 		Stdout:    out,
 		Stderr:    out,
 	}

@@ -100,7 +100,7 @@ type bwrapBox struct {
 	writable []string // host paths bound read-write at the same path
 	readOnly []string // host paths bound read-only at the same path
 	binds    []Bind   // host paths bound elsewhere (read-only unless Writable)
-	links    []Link   // Options.Links
+	places   []Bind   // Options.Places: where read-only paths beneath a Src are shown
 	tmpSize  uint64
 	passwd   string
 	infoFD   string // --info-fd, "" for none
@@ -508,9 +508,6 @@ func (b *bwrapBox) quroBinary(w *bwrapArgs) {
 			w.add("--ro-bind", b.self, BinDir+"/"+n)
 		}
 		w.add("--symlink", filepath.Base(initPath), BinDir+"/"+SudoName)
-		for _, l := range b.links {
-			w.add("--symlink", l.Target, l.Path)
-		}
 	}
 }
 
@@ -527,14 +524,16 @@ func (b *bwrapBox) sessionPaths(w *bwrapArgs) {
 	}
 	// The directories leading to the session's paths exist in the box only
 	// as mount points: traversable, empty, read-only to user code.
-	made := map[string]bool{"/": true, "/tmp": true, "/dev": true, "/dev/shm": true, "/proc": true}
+	made := map[string]bool{"/": true, "/tmp": true, "/dev": true, "/dev/shm": true, "/proc": true, RunDir: true, BinDir: true}
 	for _, d := range b.writable {
 		w.parents(made, d)
 		w.add("--bind", d, d)
 	}
 	for _, r := range b.readOnly {
-		w.parents(made, r)
-		w.add("--ro-bind", r, r)
+		// At its place (Options.Places) instead of its host path.
+		at, _ := placed(b.places, r)
+		w.parents(made, at)
+		w.add("--ro-bind", r, at)
 	}
 	for _, bd := range b.binds {
 		if bd.Writable {

@@ -167,7 +167,7 @@ func goldenLaunch(t *testing.T, c goldenCase, host hostView, d goldenDirs) strin
 	s := &Sandbox{self: filepath.Join(filepath.Dir(filepath.Dir(d.python)), "bin", "quro"), path: DefaultPath, limits: DefaultLimits(),
 		drainGrace: time.Second, isolation: cmp.Or(c.isolation, IsolationFull), host: host,
 		binds:  []Bind{{Src: d.sock, Dst: "/run/quro/api.sock"}},
-		links:  []Link{{Path: RunDir + "/python", Target: d.python}},
+		places: []Bind{{Src: d.python, Dst: RunDir + "/python"}, {Src: d.pip, Dst: RunDir + "/pip"}},
 		boxes:  &boxRegistry{boxes: map[string]*boxEntry{}, readOnlyNow: func() []string { return []string{d.python, d.pip} }},
 		egress: &echoEgress{}}
 	s.layers = &layerSet{found: map[string]Feature{}, require: Layers, bwrap: "/usr/bin/bwrap", root: c.root}

@@ -113,12 +113,18 @@ type Options struct {
 	// path, such as the server's in-session API socket. A missing source
 	// is skipped. Without a box (minimal isolation) they are absent.
 	Binds []Bind
-	// Links are symbolic links every box but a RootfsAdmin one has in
-	// RunDir (/run/quro): the box path Path (RunDir/NAME) to Target, a
-	// path as the box sees it (such as a host path the box shows at the
-	// same place). A name for what the box shows, never more of the
-	// host: a link is no mount. Without a box they are absent.
-	Links []Link
+	// Places are where a box shows read-only host paths elsewhere than
+	// at their host path: a read-only path of a run or of a session box
+	// (Spec.ReadOnly, RunEnv.ReadOnly, BoxReadOnly, BoxReadOnlyNow)
+	// beneath a place's Src is bound at the same path beneath its Dst, a
+	// RunDir/NAME, and not at its host path, so that nothing the box
+	// runs names a host path (the embedded interpreter's tree at
+	// /run/quro/python: its sys.prefix is a box path). Only the
+	// read-only path itself is bound, never the rest of Src: a place
+	// renames what the box shows, never shows more of the host. Without a
+	// box (minimal isolation) read-only paths keep their host paths
+	// (BoxPath says which).
+	Places []Bind
 	// Tenant, when set, names the tenant a run belongs to (from its Spec's
 	// Dir) and its ceilings: the run's cgroups are made beneath the
 	// tenant's (see tenant.go). ok=false: the run has no tenant cgroup.
@@ -164,11 +170,8 @@ type Options struct {
 	Egress Egress
 }
 
-// Link is a symbolic link in every box (see Options.Links).
-type Link struct{ Path, Target string }
-
 // RunDir is the box's directory of Quro's own things: BinDir, the
-// in-session socket, Options.Links.
+// in-session socket, Options.Places.
 const RunDir = "/run/quro"
 
 // RunEnv is what Options.RunEnv adds to a run.
@@ -215,7 +218,7 @@ type Sandbox struct {
 	onFailure  func(reason string)
 	log        *slog.Logger
 	binds      []Bind
-	links      []Link
+	places     []Bind                          // Options.Places
 	uid        int                             // see ForSession
 	session    string                          // see ForSession
 	sessionOf  func(dir string) (string, bool) // Options.SessionOf
@@ -242,12 +245,12 @@ func New(opts *Options) (*Sandbox, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	for _, l := range o.Links {
-		if filepath.Dir(l.Path) != RunDir || l.Path == BinDir || !filepath.IsAbs(l.Target) {
-			return nil, fmt.Errorf("sandbox: link %q -> %q: want %s/NAME (not %s) to an absolute path", l.Path, l.Target, RunDir, BinDir)
+	for _, pl := range o.Places {
+		if filepath.Dir(pl.Dst) != RunDir || pl.Dst == BinDir || pl.Writable || !filepath.IsAbs(pl.Src) || filepath.Clean(pl.Src) != pl.Src {
+			return nil, fmt.Errorf("sandbox: place %q at %q: want a clean absolute host path shown read-only at %s/NAME (not %s)", pl.Src, pl.Dst, RunDir, BinDir)
 		}
 	}
-	s.links = slices.Clone(o.Links)
+	s.places = slices.Clone(o.Places)
 	if s.path == "" {
 		s.path = DefaultPath
 	}
@@ -275,18 +278,30 @@ func New(opts *Options) (*Sandbox, error) {
 	return s, nil
 }
 
-// LinkTarget is the target of the link at the box path p (Options.Links)
-// when runs start in a box, which then has it.
-func (s *Sandbox) LinkTarget(p string) (string, bool) {
+// BoxPath is where a run of this Sandbox sees the host path p when p is
+// beneath one of Options.Places and runs start in a box; else p itself
+// and false.
+func (s *Sandbox) BoxPath(p string) (string, bool) {
 	if !s.Boxed() {
-		return "", false
+		return p, false
 	}
-	for _, l := range s.links {
-		if l.Path == p {
-			return l.Target, true
+	return placed(s.places, p)
+}
+
+// placed is where a box with places shows the read-only host path p: the
+// same path beneath the Dst of the place whose Src holds it; else p and
+// false.
+func placed(places []Bind, p string) (string, bool) {
+	for _, pl := range places {
+		if beneath(p, pl.Src) {
+			rel, err := filepath.Rel(pl.Src, p)
+			if err != nil {
+				continue
+			}
+			return filepath.Join(pl.Dst, rel), true
 		}
 	}
-	return "", false
+	return p, false
 }
 
 // Isolation is the isolation level: IsolationFull or IsolationMinimal.
@@ -751,10 +766,14 @@ func (s *Sandbox) initPolicy(pl *plan) initPolicy {
 		pol.UID = pl.uid
 	}
 	for _, p := range pl.readOnly {
+		at := p
+		if pl.boxed {
+			at, _ = placed(s.places, p) // where the box shows it
+		}
 		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-			pol.RO = append(pol.RO, p)
+			pol.RO = append(pol.RO, at)
 		} else {
-			pol.ROFiles = append(pol.ROFiles, p)
+			pol.ROFiles = append(pol.ROFiles, at)
 		}
 	}
 	return pol
@@ -1030,7 +1049,7 @@ func (s *Sandbox) admitTenant(dir string) (*Tenant, error) {
 // bwrapFor describes the box of pl.
 func (s *Sandbox) bwrapFor(pl *plan, spec *Spec) *bwrapBox {
 	box := &bwrapBox{spec: spec, self: s.self, host: s.host, network: pl.network, writable: pl.writable, readOnly: pl.readOnly,
-		binds: append(slices.Clone(s.binds), spec.Binds...), links: s.links, tmpSize: 256 << 20, passwd: passwdFor(spec.homeDir()), admin: pl.admin}
+		binds: append(slices.Clone(s.binds), spec.Binds...), places: s.places, tmpSize: 256 << 20, passwd: passwdFor(spec.homeDir()), admin: pl.admin}
 	if pl.admin {
 		box.passwd = "" // the rootfs's own accounts, which dpkg may change
 	}

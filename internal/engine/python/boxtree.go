@@ -1,31 +1,25 @@
 package python
 
 import (
-	"path/filepath"
-
 	"github.com/quro-dev/quro/internal/sandbox"
 )
 
-// BoxTree is where a box shows the embedded interpreter's tree: a link
-// (sandbox.Options.Links, BoxLinks) to the tree, which the box shows at
-// its host path. Run through it, the interpreter's sys.executable and
-// sys.prefix are box paths: no host path (the data directory's) in what
-// the session's code reads of its Python.
-const BoxTree = sandbox.RunDir + "/python"
+// Where every box shows the embedded interpreter's directories
+// (sandbox.Options.Places, BoxPlaces): mounted there read-only, not at
+// their host paths, so that what the session's code reads of its Python
+// (sys.executable, sys.prefix, sys.path, tracebacks into the standard
+// library, pip's location, the worker module's __file__) names box
+// paths only. Without a box (minimal isolation) they keep their host
+// paths.
+const (
+	BoxTree   = sandbox.RunDir + "/python" // the interpreter's tree
+	BoxPip    = sandbox.RunDir + "/pip"    // pip's directory (PipDir)
+	BoxWorker = sandbox.RunDir + "/worker" // the worker module's directory
+)
 
-// boxPython is the box path of the interpreter python (a host path in
-// the tree at tree), when sb's boxes have the link BoxTree to tree; else
-// python itself.
-func boxPython(sb *sandbox.Sandbox, tree, python string) string {
-	if tree == "" {
-		return python
-	}
-	rel, err := filepath.Rel(tree, python)
-	if err != nil || !filepath.IsLocal(rel) {
-		return python
-	}
-	if t, ok := sb.LinkTarget(BoxTree); ok && t == tree {
-		return BoxTree + "/" + filepath.ToSlash(rel)
-	}
-	return python
+// boxPath is where a run of sb sees the host path p: its place when sb's
+// runs start in a box and p is beneath one of its places, else p.
+func boxPath(sb *sandbox.Sandbox, p string) string {
+	at, _ := sb.BoxPath(p)
+	return at
 }

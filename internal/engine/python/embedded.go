@@ -352,7 +352,6 @@ func (e *Embedded) prepareOnce(ctx context.Context, p *preparation) (*workerConf
 	e.mu.Unlock()
 	return &workerConfig{
 		python: inst.Python,
-		tree:   inst.Dir,
 		// -E -P: isolated from the environment's PYTHON* variables and
 		// the working directory (as -I, but without -s: the user site
 		// under HOME, the workspace, is where pip installs); -S: the

@@ -36,7 +36,8 @@ import (
 //     directory being read-only, writes none: it compiles what it imports
 //     from pip on each run (~0.4 s more per pip install).
 //   - the interpreter tree's lib/pythonX.Y/site-packages/quro-pip.pth names
-//     PIPDIR: `python3 -m pip` finds pip (site-packages only: code run with
+//     PIPDIR, and quro-pip-box.pth its box path BoxPip (pipBoxPth):
+//     `python3 -m pip` finds pip (site-packages only: code run with
 //     -S/-I, like the worker, does not see it; a user site comes first, so a
 //     pip the session installs itself wins).
 //   - TREE/quro-bin: python3, python, pip, pip3 for a box on the host
@@ -111,14 +112,15 @@ func ShimDirs(root string) (host, rootfs string) {
 	return host, filepath.Join(PipDir(root), "bin")
 }
 
-// BoxLinks are the links every box has (sandbox.Options.Links): BoxTree
-// to the interpreter's tree under root.
-func BoxLinks(root string) []sandbox.Link {
+// BoxPlaces are where every box shows the interpreter's directories
+// under root (sandbox.Options.Places): the tree at BoxTree, pip's
+// directory at BoxPip, the worker module's at BoxWorker.
+func BoxPlaces(root string) []sandbox.Bind {
 	host, _ := ShimDirs(root)
 	if host == "" {
 		return nil
 	}
-	return []sandbox.Link{{Path: BoxTree, Target: filepath.Dir(host)}}
+	return []sandbox.Bind{{Src: filepath.Dir(host), Dst: BoxTree}, {Src: PipDir(root), Dst: BoxPip}, {Src: workerDir(root), Dst: BoxWorker}}
 }
 
 // checkPipWheel checks the embedded wheel against its recorded sha256.
@@ -137,7 +139,8 @@ func checkPipWheel() error {
 func ensurePip(ctx context.Context, root string, inst *installation) error {
 	pipDir := PipDir(root)
 	shims := filepath.Join(inst.Dir, "quro-bin")
-	pth := filepath.Join(inst.Dir, "lib", "python"+shortVersion(inst), "site-packages", "quro-pip.pth")
+	site := filepath.Join(inst.Dir, "lib", "python"+shortVersion(inst), "site-packages")
+	pth, boxPth := filepath.Join(site, "quro-pip.pth"), filepath.Join(site, pipBoxPth)
 	// Each marker names the paths its files were written for: a data
 	// directory moved (or copied) elsewhere has shims and a .pth naming the
 	// old place, which a box does not show; they are written again.
@@ -149,13 +152,17 @@ func ensurePip(ctx context.Context, root string, inst *installation) error {
 	// A pip directory of this layout made before the rootfs shims had
 	// python and python3 gets them added (not a new layout: a Quro
 	// sharing the directory that knows only pip and pip3 keeps it).
+	// So does one whose rootfs pip shim is another script (one that
+	// knew only the host path): the marker is unchanged, so that a Quro
+	// sharing the directory that writes the older script keeps this one,
+	// which serves it too.
 	rootfsShimsDone := func() bool {
 		_, err := os.Stat(filepath.Join(pipDir, "bin", "python"))
-		return err == nil
+		return err == nil && has(filepath.Join(pipDir, "bin", "pip"), rootfsPipShim(pipDir))
 	}
 	pipDone := func() bool { return has(pipMarkerFile, pipMarker(pipDir)) && rootfsShimsDone() }
 	done := func() bool {
-		return pipDone() && has(filepath.Join(shims, completeMarker), shimsMarker(inst.Python, pipDir)) && has(pth, pipDir+"\n")
+		return pipDone() && has(filepath.Join(shims, completeMarker), shimsMarker(inst.Python, pipDir)) && has(pth, pipDir+"\n") && has(boxPth, BoxPip+"\n")
 	}
 	if done() {
 		return nil
@@ -189,8 +196,19 @@ func ensurePip(ctx context.Context, root string, inst *installation) error {
 	if err := writeAtomic(pth, []byte(pipDir+"\n"), 0o644); err != nil {
 		return err
 	}
+	if err := writeAtomic(boxPth, []byte(BoxPip+"\n"), 0o644); err != nil {
+		return err
+	}
 	return writeShims(shims, inst.Python, pipDir)
 }
+
+// pipBoxPth names pip's directory at its box path (BoxPip) in the
+// interpreter's site-packages, beside quro-pip.pth naming its host path:
+// site adds the line of each that names a directory there, in a box the
+// box path (a box does not show the host path), without one (minimal
+// isolation) the host path. Two files, not two lines of one, so that a
+// Quro sharing the install root that writes only quro-pip.pth leaves it.
+const pipBoxPth = "quro-pip-box.pth"
 
 func shortVersion(inst *installation) string {
 	return strings.TrimPrefix(filepath.Base(inst.Python), "python")
@@ -295,9 +313,10 @@ func pipShim(run string) string {
 
 // pickPython is the shell line of a host-userland shim that sets
 // quro_py to the interpreter python (a host path in the tree), or to its
-// box path under BoxTree when the box has that link (the server's boxes
-// link their own server's tree): the interpreter's sys.executable is then
-// a box path. No process is started for the choice.
+// box path under BoxTree when the box shows the tree there (the server's
+// boxes show their own server's: BoxPlaces): the interpreter's
+// sys.executable and sys.prefix are then box paths. No process is
+// started for the choice.
 func pickPython(python string) string {
 	boxPy := BoxTree + "/bin/" + filepath.Base(python)
 	return "quro_py=" + boxPy + "; [ -x " + boxPy + " ] || quro_py=" + shellQuote(python) + "\n"
@@ -353,6 +372,15 @@ func shellQuote(s string) string {
 // its layout, and where its rootfs shims think it is.
 func pipMarker(dir string) string { return pipLayout + "\n" + dir + "\n" }
 
+// rootfsPipShim is the rootfs's pip shim for the pip directory at final:
+// the rootfs's python3 runs pip from its box path BoxPip (a rootfs
+// session always has a box), or from final when the box does not show
+// it there.
+func rootfsPipShim(final string) string {
+	pick := "quro_pip=" + BoxPip + "/pip; [ -d \"$quro_pip\" ] || quro_pip=" + shellQuote(filepath.Join(final, "pip")) + "\n"
+	return strings.Replace(pipShim(rootfsPython3+" \"$quro_pip\""), "#!/bin/sh\n", "#!/bin/sh\n"+pick, 1)
+}
+
 // shimsMarker is what the complete marker of a shim directory says: the
 // interpreter and the pip directory its shims run.
 // The shims' script is in it: a changed script is written again.
@@ -374,7 +402,7 @@ func writeRootfsShims(dir, final string) error {
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return err
 	}
-	pip := pipShim(rootfsPython3 + " " + shellQuote(filepath.Join(final, "pip")))
+	pip := rootfsPipShim(final)
 	py := "#!/bin/sh\nexec " + rootfsPython3 + " \"$@\"\n"
 	for n, script := range map[string]string{"pip": pip, "pip3": pip, "python": py, "python3": py} {
 		if err := writeAtomic(filepath.Join(bin, n), []byte(script), 0o755); err != nil {

@@ -17,5 +17,8 @@ func PipDir(root string) string { return "" }
 // ShimDirs are empty in a slim build: boxes keep the userland's python3.
 func ShimDirs(root string) (host, rootfs string) { return "", "" }
 
-// BoxLinks are none in a slim build: there is no embedded interpreter.
-func BoxLinks(root string) []sandbox.Link { return nil }
+// BoxPlaces are, in a slim build (no embedded interpreter), the worker
+// module's directory at BoxWorker (a rootfs's worker runs it).
+func BoxPlaces(root string) []sandbox.Bind {
+	return []sandbox.Bind{{Src: workerDir(root), Dst: BoxWorker}}
+}

@@ -111,7 +111,6 @@ type worker struct {
 // workerConfig is what startWorker needs from the engine.
 type workerConfig struct {
 	python    string
-	tree      string   // the embedded interpreter's tree, run through BoxTree when the box links it; "" for a rootfs's
 	flags     []string // the interpreter's, before -c
 	rootfs    string   // the userland the box shows (sandbox.Spec.Rootfs), or ""
 	readOnly  []string // the interpreter's tree (if not in the userland) and workerDir
@@ -142,7 +141,8 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 		closeAll(child)
 		return nil, err
 	}
-	dirJSON, _ := json.Marshal(cfg.workerDir)
+	// Both at their box paths (BoxPlaces) when sb's runs start in a box.
+	dirJSON, _ := json.Marshal(boxPath(sb, cfg.workerDir))
 	preload := "False"
 	if spare {
 		preload = "True"
@@ -158,7 +158,7 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 	boot := fmt.Sprintf("import sys; sys.path.insert(0, %s); import %s as w; del sys.path[0]; w.main(%s, %s, %d)",
 		dirJSON, workerModule, preload, keysJSON, workerFlushInterval.Milliseconds())
 	spec := &sandbox.Spec{
-		Args:       append(append([]string{boxPython(sb, cfg.tree, cfg.python)}, cfg.flags...), "-c", boot),
+		Args:       append(append([]string{boxPath(sb, cfg.python)}, cfg.flags...), "-c", boot),
 		Dir:        dir,
 		Home:       home,
 		Network:    network, // the session's, as for every process of its box

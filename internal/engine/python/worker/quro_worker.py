@@ -469,7 +469,7 @@ def _site():
     (site's search for site-packages, sitecustomize and usercustomize costs
     a few ms at start): the builtins exit, quit, help, copyright, credits
     and license; site itself if the tree's site-packages holds more than
-    Quro's quro-pip.pth (which only serves `python3 -m pip`: the %pip line
+    Quro's quro-pip.pth and quro-pip-box.pth (which only serve `python3 -m pip`: the %pip line
     runs pip from QURO_PIP_DIR), or a sitecustomize; and the session's user
     site (see _refresh_path), which -I/-s would leave out."""
     import _sitebuiltins
@@ -487,7 +487,7 @@ def _site():
     lib = os.path.dirname(os.__file__)
     try:
         extra = [n for n in os.listdir(os.path.join(lib, "site-packages"))
-                 if n not in ("quro-pip.pth", "README.txt", "__pycache__")]
+                 if n not in ("quro-pip.pth", "quro-pip-box.pth", "README.txt", "__pycache__")]
     except OSError:
         extra = []
     if extra or os.path.exists(os.path.join(lib, "sitecustomize.py")):

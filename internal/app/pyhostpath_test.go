@@ -1,0 +1,85 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/quro-dev/quro/internal/engine/python"
+)
+
+// TestPythonShowsNoHostPath: what a session's code reads of its Python
+// names box paths only (python.BoxTree, BoxPip, BoxWorker), never the
+// data directory or the install root the interpreter was extracted to:
+// sys.prefix, sys.base_prefix, sys.executable, every sys.path entry, the
+// worker module's __file__, a traceback into the standard library, the
+// shell's `pip --version`, `pip show pip`, `python3 -m site` and the
+// tenant's wheels pip looks in (PIP_FIND_LINKS). Each is
+// also checked to name the box path it should, so the test cannot pass
+// by reading nothing.
+func TestPythonShowsNoHostPath(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real boxes")
+	}
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	needEmbedded(t, a)
+	if !a.Sandbox.Boxed() {
+		t.Skip("minimal isolation: no box, the interpreter keeps its host paths")
+	}
+	hostDirs := []string{a.DataDir, testPython.InstallRoot}
+	noHost := func(what, text string) {
+		t.Helper()
+		for _, d := range hostDirs {
+			if strings.Contains(text, d) {
+				t.Errorf("%s names the host path %s:\n%s", what, d, text)
+			}
+		}
+	}
+	mustCall(t, a, "create_session", CreateSessionInput{Name: "hostpath"})
+
+	res := runCode(t, a, RunCodeInput{Session: "hostpath", Lang: "python", Code: `import json, sys
+w = sys.modules["quro_worker"]
+print(json.dumps({"prefix": sys.prefix, "base_prefix": sys.base_prefix, "executable": sys.executable,
+                  "path": sys.path, "worker": w.__file__}))`})
+	var got struct {
+		Prefix, BasePrefix, Executable, Worker string
+		Path                                   []string
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &got); err != nil {
+		t.Fatalf("%v: stdout %q stderr %q", err, res.Stdout, res.Stderr)
+	}
+	noHost("sys of run_code's Python", res.Stdout)
+	if got.Prefix != python.BoxTree || !strings.HasPrefix(got.Executable, python.BoxTree+"/bin/") {
+		t.Errorf("sys.prefix %q, sys.executable %q: want them in %s", got.Prefix, got.Executable, python.BoxTree)
+	}
+	if !strings.HasPrefix(got.Worker, python.BoxWorker+"/") {
+		t.Errorf("the worker module's __file__ is %q, want it in %s", got.Worker, python.BoxWorker)
+	}
+	if !strings.Contains(strings.Join(got.Path, "\n"), python.BoxTree+"/lib/python3.14") {
+		t.Errorf("sys.path %q has not the standard library at its box path", got.Path)
+	}
+
+	res = runCode(t, a, RunCodeInput{Session: "hostpath", Lang: "python", Code: "import json\njson.loads('x')"})
+	tb := res.Stdout + res.Stderr + res.Text()
+	noHost("a traceback into the standard library", tb)
+	if !strings.Contains(tb, python.BoxTree+"/lib/python3.14/json/") {
+		t.Errorf("the traceback does not name json's box path:\n%s", tb)
+	}
+
+	res = runCode(t, a, RunCodeInput{Session: "hostpath", Lang: "bash",
+		Code: "pip --version; pip show pip | grep ^Location; python3 -m site; python -c 'import sys; print(sys.prefix)'; " +
+			"echo \"links=$PIP_FIND_LINKS\"; test -d \"$PIP_FIND_LINKS\" && echo links-there"})
+	out := res.Stdout + res.Stderr
+	noHost("the shell's pip and python", out)
+	if !strings.Contains(out, "from "+python.BoxPip+"/pip") || !strings.Contains(out, "Location: "+python.BoxPip) {
+		t.Errorf("pip is not named at %s:\n%s", python.BoxPip, out)
+	}
+	if !strings.Contains(out, "links="+WheelsInBox+"/") || !strings.Contains(out, "links-there") {
+		t.Errorf("the tenant's wheels (PIP_FIND_LINKS) are not shown at %s:\n%s", WheelsInBox, out)
+	}
+}
