@@ -42,29 +42,41 @@ s.serve_forever()
 // through its host form (a client kept alive to the server, as a browser
 // is; the proxy dials the box per request).
 func previewRequests(ctx context.Context, a *app.App, b *benchbed.Bed, n int) ([]*series, error) {
-	var s app.SessionInfo
-	if err := b.Post(ctx, "create_session", []byte(`{"network":"none"}`), &s); err != nil {
-		return nil, err
-	}
-	run := func(code string) error {
-		body, _ := json.Marshal(app.RunCodeInput{Session: s.ID, Lang: "bash", Code: code, TimeoutMS: 60000})
-		var r runcode.Result
-		if err := b.Post(ctx, "run_code", body, &r); err != nil {
-			return err
+	// serving makes a session (create's extra fields: extra) whose box
+	// runs previewServer.
+	serving := func(extra string) (app.SessionInfo, error) {
+		var s app.SessionInfo
+		if err := b.Post(ctx, "create_session", []byte(`{"network":"none"`+extra+`}`), &s); err != nil {
+			return s, err
 		}
-		if r.ExitCode != 0 {
-			return fmt.Errorf("%s: %+v", code, r)
+		run := func(code string) error {
+			body, _ := json.Marshal(app.RunCodeInput{Session: s.ID, Lang: "bash", Code: code, TimeoutMS: 60000})
+			var r runcode.Result
+			if err := b.Post(ctx, "run_code", body, &r); err != nil {
+				return err
+			}
+			if r.ExitCode != 0 {
+				return fmt.Errorf("%s: %+v", code, r)
+			}
+			return nil
 		}
-		return nil
+		if err := run("mkfifo ready"); err != nil {
+			return s, err
+		}
+		sp, _ := json.Marshal(app.StartProcessInput{Session: s.ID, Cmd: "python3", Args: []string{"-c", previewServer}, Background: true})
+		if err := b.Post(ctx, "start_process", sp, &json.RawMessage{}); err != nil {
+			return s, err
+		}
+		return s, run("read up < ready")
 	}
-	if err := run("mkfifo ready"); err != nil {
+	s, err := serving("")
+	if err != nil {
 		return nil, err
 	}
-	sp, _ := json.Marshal(app.StartProcessInput{Session: s.ID, Cmd: "python3", Args: []string{"-c", previewServer}, Background: true})
-	if err := b.Post(ctx, "start_process", sp, &json.RawMessage{}); err != nil {
-		return nil, err
-	}
-	if err := run("read up < ready"); err != nil {
+	// The same server in a session whose ports are public: its host form
+	// with no token.
+	pub, err := serving(`,"public_previews":true`)
+	if err != nil {
 		return nil, err
 	}
 
@@ -90,7 +102,7 @@ func previewRequests(ctx context.Context, a *app.App, b *benchbed.Bed, n int) ([
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	base := "http://" + ln.Addr().String()
 
-	viaProxy := func(host, path string) (time.Duration, error) {
+	viaProxy := func(host, path string, token bool) (time.Duration, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
 		if err != nil {
 			return 0, err
@@ -98,7 +110,9 @@ func previewRequests(ctx context.Context, a *app.App, b *benchbed.Bed, n int) ([
 		if host != "" {
 			req.Host = host
 		}
-		req.Header.Set("Authorization", "Bearer "+b.Token)
+		if token {
+			req.Header.Set("Authorization", "Bearer "+b.Token)
+		}
 		t := time.Now()
 		resp, err := client.Do(req)
 		if err != nil {
@@ -137,27 +151,33 @@ func previewRequests(ctx context.Context, a *app.App, b *benchbed.Bed, n int) ([
 	dir := &series{name: "request, direct into the box (DialBox)"}
 	path := &series{name: "request, preview path form"}
 	host := &series{name: "request, preview host form"}
+	public := &series{name: "request, public host form (no token)"}
 	pathURL := app.PreviewPath(s.ID, 8765)
 	hostName := app.PreviewHostName("preview.bench", s.ID, 8765)
+	pubName := app.PreviewHostName("preview.bench", pub.ID, 8765)
 	for i := range n + 50 {
 		d, err := direct()
 		if err != nil {
 			return nil, err
 		}
-		p, err := viaProxy("", pathURL)
+		p, err := viaProxy("", pathURL, true)
 		if err != nil {
 			return nil, err
 		}
-		h, err := viaProxy(hostName, "/")
+		h, err := viaProxy(hostName, "/", true)
+		if err != nil {
+			return nil, err
+		}
+		u, err := viaProxy(pubName, "/", false)
 		if err != nil {
 			return nil, err
 		}
 		if i >= 50 { // the first 50 warm up
-			dir.ds, path.ds, host.ds = append(dir.ds, d), append(path.ds, p), append(host.ds, h)
+			dir.ds, path.ds, host.ds, public.ds = append(dir.ds, d), append(path.ds, p), append(host.ds, h), append(public.ds, u)
 		}
 	}
 	if !strings.HasPrefix(pathURL, "/") {
 		return nil, fmt.Errorf("path %q", pathURL)
 	}
-	return []*series{dir, path, host}, nil
+	return []*series{dir, path, host, public}, nil
 }
