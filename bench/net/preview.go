@@ -40,7 +40,9 @@ s.serve_forever()
 // box's namespace, as the proxy's own dial, one per request, and the
 // request written on it), through the preview proxy's path form and
 // through its host form (a client kept alive to the server, as a browser
-// is; the proxy dials the box per request).
+// is; the proxy dials the box per request); and to the same server in a
+// second session whose ports are public, direct and through its host
+// form with no token.
 func previewRequests(ctx context.Context, a *app.App, b *benchbed.Bed, n int) ([]*series, error) {
 	// serving makes a session (create's extra fields: extra) whose box
 	// runs previewServer.
@@ -126,9 +128,9 @@ func previewRequests(ctx context.Context, a *app.App, b *benchbed.Bed, n int) ([
 		}
 		return d, nil
 	}
-	direct := func() (time.Duration, error) {
+	directTo := func(id string) (time.Duration, error) {
 		t := time.Now()
-		c, err := a.Sandbox.DialBox(ctx, s.ID, 8765)
+		c, err := a.Sandbox.DialBox(ctx, id, 8765)
 		if err != nil {
 			return 0, err
 		}
@@ -152,32 +154,36 @@ func previewRequests(ctx context.Context, a *app.App, b *benchbed.Bed, n int) ([
 	path := &series{name: "request, preview path form"}
 	host := &series{name: "request, preview host form"}
 	public := &series{name: "request, public host form (no token)"}
+	dirPub := &series{name: "request, direct into the public session's box"}
 	pathURL := app.PreviewPath(s.ID, 8765)
 	hostName := app.PreviewHostName("preview.bench", s.ID, 8765)
 	pubName := app.PreviewHostName("preview.bench", pub.ID, 8765)
+	kinds := []struct {
+		s   *series
+		ask func() (time.Duration, error)
+	}{
+		{dir, func() (time.Duration, error) { return directTo(s.ID) }},
+		{dirPub, func() (time.Duration, error) { return directTo(pub.ID) }},
+		{path, func() (time.Duration, error) { return viaProxy("", pathURL, true) }},
+		{host, func() (time.Duration, error) { return viaProxy(hostName, "/", true) }},
+		{public, func() (time.Duration, error) { return viaProxy(pubName, "/", false) }},
+	}
+	// Each round asks every kind once, starting one further each time:
+	// no kind is always the first or the last.
 	for i := range n + 50 {
-		d, err := direct()
-		if err != nil {
-			return nil, err
-		}
-		p, err := viaProxy("", pathURL, true)
-		if err != nil {
-			return nil, err
-		}
-		h, err := viaProxy(hostName, "/", true)
-		if err != nil {
-			return nil, err
-		}
-		u, err := viaProxy(pubName, "/", false)
-		if err != nil {
-			return nil, err
-		}
-		if i >= 50 { // the first 50 warm up
-			dir.ds, path.ds, host.ds, public.ds = append(dir.ds, d), append(path.ds, p), append(host.ds, h), append(public.ds, u)
+		for k := range kinds {
+			kind := kinds[(i+k)%len(kinds)]
+			d, err := kind.ask()
+			if err != nil {
+				return nil, err
+			}
+			if i >= 50 { // the first 50 warm up
+				kind.s.ds = append(kind.s.ds, d)
+			}
 		}
 	}
 	if !strings.HasPrefix(pathURL, "/") {
 		return nil, fmt.Errorf("path %q", pathURL)
 	}
-	return []*series{dir, path, host, public}, nil
+	return []*series{dir, path, host, public, dirPub}, nil
 }
