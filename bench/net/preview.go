@@ -35,6 +35,34 @@ open('ready', 'w').write('up\n')
 s.serve_forever()
 `
 
+// servingSession makes a session under none (create's extra fields:
+// extra) whose box runs previewServer, listening once it returns.
+func servingSession(ctx context.Context, b *benchbed.Bed, extra string) (app.SessionInfo, error) {
+	var s app.SessionInfo
+	if err := b.Post(ctx, "create_session", []byte(`{"network":"none"`+extra+`}`), &s); err != nil {
+		return s, err
+	}
+	run := func(code string) error {
+		body, _ := json.Marshal(app.RunCodeInput{Session: s.ID, Lang: "bash", Code: code, TimeoutMS: 60000})
+		var r runcode.Result
+		if err := b.Post(ctx, "run_code", body, &r); err != nil {
+			return err
+		}
+		if r.ExitCode != 0 {
+			return fmt.Errorf("%s: %+v", code, r)
+		}
+		return nil
+	}
+	if err := run("mkfifo ready"); err != nil {
+		return s, err
+	}
+	sp, _ := json.Marshal(app.StartProcessInput{Session: s.ID, Cmd: "python3", Args: []string{"-c", previewServer}, Background: true})
+	if err := b.Post(ctx, "start_process", sp, &json.RawMessage{}); err != nil {
+		return s, err
+	}
+	return s, run("read up < ready")
+}
+
 // previewRequests times GET requests to a server in a box (network none)
 // three ways, alternating: direct (a connection DialBox makes inside the
 // box's namespace, as the proxy's own dial, one per request, and the
@@ -44,40 +72,13 @@ s.serve_forever()
 // second session whose ports are public, direct and through its host
 // form with no token.
 func previewRequests(ctx context.Context, a *app.App, b *benchbed.Bed, n int) ([]*series, error) {
-	// serving makes a session (create's extra fields: extra) whose box
-	// runs previewServer.
-	serving := func(extra string) (app.SessionInfo, error) {
-		var s app.SessionInfo
-		if err := b.Post(ctx, "create_session", []byte(`{"network":"none"`+extra+`}`), &s); err != nil {
-			return s, err
-		}
-		run := func(code string) error {
-			body, _ := json.Marshal(app.RunCodeInput{Session: s.ID, Lang: "bash", Code: code, TimeoutMS: 60000})
-			var r runcode.Result
-			if err := b.Post(ctx, "run_code", body, &r); err != nil {
-				return err
-			}
-			if r.ExitCode != 0 {
-				return fmt.Errorf("%s: %+v", code, r)
-			}
-			return nil
-		}
-		if err := run("mkfifo ready"); err != nil {
-			return s, err
-		}
-		sp, _ := json.Marshal(app.StartProcessInput{Session: s.ID, Cmd: "python3", Args: []string{"-c", previewServer}, Background: true})
-		if err := b.Post(ctx, "start_process", sp, &json.RawMessage{}); err != nil {
-			return s, err
-		}
-		return s, run("read up < ready")
-	}
-	s, err := serving("")
+	s, err := servingSession(ctx, b, "")
 	if err != nil {
 		return nil, err
 	}
 	// The same server in a session whose ports are public: its host form
 	// with no token.
-	pub, err := serving(`,"public_previews":true`)
+	pub, err := servingSession(ctx, b, `,"public_previews":true`)
 	if err != nil {
 		return nil, err
 	}
