@@ -35,16 +35,12 @@ open('ready', 'w').write('up\n')
 s.serve_forever()
 `
 
-// previewRequests times GET requests to a server in a box (network none)
-// three ways, alternating: direct (a connection DialBox makes inside the
-// box's namespace, as the proxy's own dial, one per request, and the
-// request written on it), through the preview proxy's path form and
-// through its host form (a client kept alive to the server, as a browser
-// is; the proxy dials the box per request).
-func previewRequests(ctx context.Context, a *app.App, b *benchbed.Bed, n int) ([]*series, error) {
+// servingSession makes a session under none (create's extra fields:
+// extra) whose box runs previewServer, listening once it returns.
+func servingSession(ctx context.Context, b *benchbed.Bed, extra string) (app.SessionInfo, error) {
 	var s app.SessionInfo
-	if err := b.Post(ctx, "create_session", []byte(`{"network":"none"}`), &s); err != nil {
-		return nil, err
+	if err := b.Post(ctx, "create_session", []byte(`{"network":"none"`+extra+`}`), &s); err != nil {
+		return s, err
 	}
 	run := func(code string) error {
 		body, _ := json.Marshal(app.RunCodeInput{Session: s.ID, Lang: "bash", Code: code, TimeoutMS: 60000})
@@ -58,13 +54,32 @@ func previewRequests(ctx context.Context, a *app.App, b *benchbed.Bed, n int) ([
 		return nil
 	}
 	if err := run("mkfifo ready"); err != nil {
-		return nil, err
+		return s, err
 	}
 	sp, _ := json.Marshal(app.StartProcessInput{Session: s.ID, Cmd: "python3", Args: []string{"-c", previewServer}, Background: true})
 	if err := b.Post(ctx, "start_process", sp, &json.RawMessage{}); err != nil {
+		return s, err
+	}
+	return s, run("read up < ready")
+}
+
+// previewRequests times GET requests to a server in a box (network none)
+// three ways, alternating: direct (a connection DialBox makes inside the
+// box's namespace, as the proxy's own dial, one per request, and the
+// request written on it), through the preview proxy's path form and
+// through its host form (a client kept alive to the server, as a browser
+// is; the proxy dials the box per request); and to the same server in a
+// second session whose ports are public, direct and through its host
+// form with no token.
+func previewRequests(ctx context.Context, a *app.App, b *benchbed.Bed, n int) ([]*series, error) {
+	s, err := servingSession(ctx, b, "")
+	if err != nil {
 		return nil, err
 	}
-	if err := run("read up < ready"); err != nil {
+	// The same server in a session whose ports are public: its host form
+	// with no token.
+	pub, err := servingSession(ctx, b, `,"public_previews":true`)
+	if err != nil {
 		return nil, err
 	}
 
@@ -90,7 +105,7 @@ func previewRequests(ctx context.Context, a *app.App, b *benchbed.Bed, n int) ([
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	base := "http://" + ln.Addr().String()
 
-	viaProxy := func(host, path string) (time.Duration, error) {
+	viaProxy := func(host, path string, token bool) (time.Duration, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
 		if err != nil {
 			return 0, err
@@ -98,7 +113,9 @@ func previewRequests(ctx context.Context, a *app.App, b *benchbed.Bed, n int) ([
 		if host != "" {
 			req.Host = host
 		}
-		req.Header.Set("Authorization", "Bearer "+b.Token)
+		if token {
+			req.Header.Set("Authorization", "Bearer "+b.Token)
+		}
 		t := time.Now()
 		resp, err := client.Do(req)
 		if err != nil {
@@ -112,9 +129,9 @@ func previewRequests(ctx context.Context, a *app.App, b *benchbed.Bed, n int) ([
 		}
 		return d, nil
 	}
-	direct := func() (time.Duration, error) {
+	directTo := func(id string) (time.Duration, error) {
 		t := time.Now()
-		c, err := a.Sandbox.DialBox(ctx, s.ID, 8765)
+		c, err := a.Sandbox.DialBox(ctx, id, 8765)
 		if err != nil {
 			return 0, err
 		}
@@ -137,27 +154,37 @@ func previewRequests(ctx context.Context, a *app.App, b *benchbed.Bed, n int) ([
 	dir := &series{name: "request, direct into the box (DialBox)"}
 	path := &series{name: "request, preview path form"}
 	host := &series{name: "request, preview host form"}
+	public := &series{name: "request, public host form (no token)"}
+	dirPub := &series{name: "request, direct into the public session's box"}
 	pathURL := app.PreviewPath(s.ID, 8765)
 	hostName := app.PreviewHostName("preview.bench", s.ID, 8765)
+	pubName := app.PreviewHostName("preview.bench", pub.ID, 8765)
+	kinds := []struct {
+		s   *series
+		ask func() (time.Duration, error)
+	}{
+		{dir, func() (time.Duration, error) { return directTo(s.ID) }},
+		{dirPub, func() (time.Duration, error) { return directTo(pub.ID) }},
+		{path, func() (time.Duration, error) { return viaProxy("", pathURL, true) }},
+		{host, func() (time.Duration, error) { return viaProxy(hostName, "/", true) }},
+		{public, func() (time.Duration, error) { return viaProxy(pubName, "/", false) }},
+	}
+	// Each round asks every kind once, starting one further each time:
+	// no kind is always the first or the last.
 	for i := range n + 50 {
-		d, err := direct()
-		if err != nil {
-			return nil, err
-		}
-		p, err := viaProxy("", pathURL)
-		if err != nil {
-			return nil, err
-		}
-		h, err := viaProxy(hostName, "/")
-		if err != nil {
-			return nil, err
-		}
-		if i >= 50 { // the first 50 warm up
-			dir.ds, path.ds, host.ds = append(dir.ds, d), append(path.ds, p), append(host.ds, h)
+		for k := range kinds {
+			kind := kinds[(i+k)%len(kinds)]
+			d, err := kind.ask()
+			if err != nil {
+				return nil, err
+			}
+			if i >= 50 { // the first 50 warm up
+				kind.s.ds = append(kind.s.ds, d)
+			}
 		}
 	}
 	if !strings.HasPrefix(pathURL, "/") {
 		return nil, fmt.Errorf("path %q", pathURL)
 	}
-	return []*series{dir, path, host}, nil
+	return []*series{dir, path, host, public, dirPub}, nil
 }

@@ -155,3 +155,30 @@ func TestE2BGetHost(t *testing.T) {
 	)
 	runE2BArea(t, "gethost", env)
 }
+
+// TestE2BGetHostPublic: with quro serve --preview-public, a sandbox
+// created with network.allowPublicTraffic true answers getHost with no
+// traffic token; false or absent keep the token required (the JS SDK,
+// test/e2b/scenario/gethost-public.mjs).
+func TestE2BGetHostPublic(t *testing.T) {
+	if _, err := os.Stat(e2bNode); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("the E2B SDKs are not installed (%v): make test runs npm ci --prefix test/e2b", err)
+		}
+		t.Skip("the E2B SDKs are not installed (test/e2b/node_modules is missing): npm ci --prefix test/e2b")
+	}
+	const domain = "sandbox.test"
+	srv := startServer(t, "--e2b-domain", domain, "--preview-public")
+	key, errs, code := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "sdk", "--scopes", "read,exec")
+	if code != 0 {
+		t.Fatalf("token create: %s", errs)
+	}
+	env := append(os.Environ(),
+		"E2B_API_KEY="+strings.TrimSpace(key),
+		"E2B_API_URL="+srv.url+"/e2b",
+		"E2B_SANDBOX_URL="+srv.url,
+		"E2B_HOST_DOMAIN="+domain,
+		"E2B_HOST_ADDR="+strings.TrimPrefix(srv.url, "http://"),
+	)
+	runE2BArea(t, "gethost-public", env)
+}

@@ -107,6 +107,7 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringArrayVar(&f.network.Trusted, "network-allow-private", nil, "an exception to the egress's refusal of private, loopback and this host's addresses for sessions with network internet: HOST:PORT (connected to whatever it resolves to) or a CIDR (repeatable)")
 	cmd.Flags().BoolVar(&f.e2bOn, "e2b", true, "serve E2B's APIs, so that code using the e2b and @e2b/code-interpreter SDKs runs here (docs/e2b.md): the control plane at /e2b, sandboxes by the E2b-Sandbox-Id header")
 	cmd.Flags().StringVar(&f.network.PreviewDomain, "preview-domain", "", "give each preview URL a host name of its own, PORT-ID.DOMAIN (its own browser origin; needs wildcard DNS for *.DOMAIN to this server): DOMAIN, DOMAIN:PORT, or with the scheme of the URLs get_preview_url gives, http://DOMAIN:PORT (default https, TLS in front)")
+	cmd.Flags().BoolVar(&f.network.PreviewPublic, "preview-public", false, "let a session's creator make its ports public (get_preview_url {public: true}, E2B's network.allowPublicTraffic): anyone reaches them on their host name, PORT-ID.DOMAIN, with no token; needs --preview-domain or --e2b-domain (a public page never runs on this server's own origin); off: every preview needs a token or a signed URL")
 	cmd.Flags().StringVar(&f.e2bDomain, "e2b-domain", "", "also route E2B requests by host, as E2B's cloud: api.DOMAIN and PORT-ID.DOMAIN (needs wildcard DNS and, for the SDKs' https URLs, TLS in front)")
 	cmd.Flags().StringVar(&f.pprofAddr, "pprof", "", "serve Go's profiler (/debug/pprof/) on this loopback address (127.0.0.1:6060), to the operator's token only; off by default")
 	tenantLimitFlags(cmd, "tenant-", &f.tenantLimits) // defaults of every tenant; quro tenant limits set overrides one
@@ -191,6 +192,9 @@ func (f *serveFlags) check() error {
 		if err := checkPprofAddr(f.pprofAddr); err != nil {
 			return err
 		}
+	}
+	if f.network.PreviewPublic && f.network.PreviewDomain == "" && (!f.e2bOn || f.e2bDomain == "") {
+		return errors.New("--preview-public needs --preview-domain (or --e2b-domain): a public preview is served on a host name of its own, never on this server's own origin, whose API its page could script")
 	}
 	return nil
 }

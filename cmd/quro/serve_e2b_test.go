@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 )
@@ -148,5 +149,67 @@ func TestServePreviewDomain(t *testing.T) {
 	}
 	if _, errs, code := quro(t, "", "serve", "--data", t.TempDir(), "--preview-domain", "http://preview.test/x"); code == 0 || !strings.Contains(errs, "preview domain") {
 		t.Errorf("a preview domain with a path: exit %d: %s", code, errs)
+	}
+}
+
+// TestServePreviewPublic: quro serve --preview-public, refused at start
+// without a host form; with one, code in a session cannot make its own
+// port public (quro call from inside the box: permission_denied), its
+// creator can, and the port's host name then reaches the box with no
+// token (502: nothing listens there) while the path form still asks for
+// one; public false closes it again.
+func TestServePreviewPublic(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("in-session calls need the server to run as root (a uid per session)")
+	}
+	if _, errs, code := quro(t, "", "serve", "--data", t.TempDir(), "--preview-public"); code == 0 || !strings.Contains(errs, "--preview-domain") {
+		t.Errorf("--preview-public without a preview domain: exit %d: %s", code, errs)
+	}
+	srv := startServer(t, "--preview-domain", "http://preview.test", "--preview-public")
+	run := innerSession(t, srv)
+	if out := run(`quro call get_preview_url '{"port":8765,"public":true}'; echo "exit=$?"`); !strings.Contains(out, "permission_denied") || !strings.Contains(out, "exit=1") {
+		t.Fatalf("code in the session made its port public:\n%s", out)
+	}
+	admin := []string{"Authorization", "Bearer " + srv.token}
+	public := func(on bool) string {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"session": "inner", "port": 8765, "public": on})
+		r := do(t, "POST", srv.url+"/v1/get_preview_url", "application/json", string(body), admin...)
+		var u struct {
+			HostURL string `json:"host_url"`
+			Path    string `json:"path"`
+			Public  bool   `json:"public"`
+		}
+		if r.status != 200 || json.Unmarshal([]byte(r.body), &u) != nil || u.Public != on || u.HostURL == "" {
+			t.Fatalf("get_preview_url public %v: %d %s", on, r.status, r.body)
+		}
+		return u.HostURL
+	}
+	get := func(host, path string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest("GET", srv.url+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	host := strings.TrimSuffix(strings.TrimPrefix(public(true), "http://"), "/")
+	id := strings.TrimSuffix(strings.TrimPrefix(host, "8765-"), ".preview.test")
+	if status, body := get(host, "/"); status != 502 {
+		t.Errorf("a public port's host name with no token: %d %s", status, body)
+	}
+	if status, body := get("127.0.0.1", "/v1/sessions/"+id+"/ports/8765/"); status != 401 {
+		t.Errorf("a public port's path form with no token: %d %s", status, body)
+	}
+	public(false)
+	if status, body := get(host, "/"); status != 401 {
+		t.Errorf("a port made private again, with no token: %d %s", status, body)
 	}
 }

@@ -180,6 +180,7 @@ type App struct {
 	netPolicies *netPolicies
 	secrets     *sessionSecrets
 	preview     previewKey    // the preview URLs' secret (preview.go)
+	public      publicPorts   // the sessions' public ports (preview.go)
 	js          *js.Engine    // its prepared VMs are freed by Close
 	node        *node.Engine  // the sessions' Node workers, stopped by Close
 	procs       *proc.Table   // the sessions' background processes (processes.go)

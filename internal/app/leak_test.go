@@ -51,7 +51,7 @@ func sessionsLeaveNothing(t *testing.T, rounds int) {
 	noDNS := func(_ context.Context, host string) ([]netip.Addr, error) {
 		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 	}
-	a, err := New(context.Background(), dir, &Options{Python: testPython, SpareSessions: 1, Network: NetworkOptions{Resolve: noDNS},
+	a, err := New(context.Background(), dir, &Options{Python: testPython, SpareSessions: 1, Network: NetworkOptions{Resolve: noDNS, PreviewDomain: "http://preview.test", PreviewPublic: true},
 		InSession: &InSessionOptions{Handler: func(*controller.Controller, *session.Manager) http.Handler {
 			return http.NotFoundHandler()
 		}}})
@@ -99,6 +99,7 @@ type holdings struct {
 	Shells, PTYs, Contexts, Tenants, Watches int
 	Mounts, Loops, Sessions, SessionDirs     int
 	NetPolicies, EgressLogs, Secrets         int
+	PublicPorts                              int
 }
 
 // settled reports whether h holds no more than before (goroutines and fds
@@ -112,7 +113,8 @@ func (h holdings) settled(before holdings) bool {
 		h.Sockets <= before.Sockets && h.Shells <= before.Shells && h.PTYs <= before.PTYs && h.Contexts <= before.Contexts &&
 		h.Tenants <= before.Tenants && h.Watches <= before.Watches && h.Mounts <= before.Mounts && h.Loops <= before.Loops &&
 		h.Sessions <= before.Sessions && h.SessionDirs <= before.SessionDirs &&
-		h.NetPolicies <= before.NetPolicies && h.EgressLogs <= before.EgressLogs && h.Secrets <= before.Secrets
+		h.NetPolicies <= before.NetPolicies && h.EgressLogs <= before.EgressLogs && h.Secrets <= before.Secrets &&
+		h.PublicPorts <= before.PublicPorts
 }
 
 func (a *App) holdings(t *testing.T, dir string) holdings {
@@ -173,6 +175,9 @@ func (a *App) holdings(t *testing.T, dir string) holdings {
 		t.Fatal(err)
 	}
 	h.Secrets += n
+	a.public.mu.Lock()
+	h.PublicPorts = len(a.public.byID)
+	a.public.mu.Unlock()
 	return h
 }
 
@@ -183,6 +188,8 @@ func (a *App) useAndDestroy(t *testing.T, name, network string) {
 	t.Helper()
 	mustCall(t, a, "create_session", CreateSessionInput{Name: name, Network: network})
 	mustCall(t, a, "set_session_secret", SetSecretInput{Session: name, Name: "LEAK_KEY", Value: "v", Hosts: []string{"leak.test"}})
+	public := true
+	mustCall(t, a, "get_preview_url", PreviewURLInput{Session: name, Port: 8080, Public: &public})
 	if network == "internet" {
 		// The box's DNS answers, the egress refuses: the name resolves to
 		// nothing (and the refusal is logged, then forgotten with the

@@ -50,6 +50,11 @@ type NetworkOptions struct {
 	// "example.test:8080"), and a scheme for the URLs get_preview_url
 	// gives ("http://example.test:8080"; default https).
 	PreviewDomain string
+	// PreviewPublic lets a session's creator make its ports public
+	// (quro serve --preview-public): reached on their host form with no
+	// token. The host forms alone serve them (PreviewDomain, or E2B's
+	// domain), never the path form on the server's own origin.
+	PreviewPublic bool
 }
 
 // ParsePreviewDomain splits a PreviewDomain into the URLs' scheme and the

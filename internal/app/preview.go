@@ -50,6 +50,9 @@ type PreviewURLInput struct {
 	Session  string `json:"session,omitempty" jsonschema:"session id or name; the default session when omitted"`
 	Port     int    `json:"port" jsonschema:"the TCP port the session's code listens on, on 127.0.0.1 in its box"`
 	ExpiresS int    `json:"expires_s,omitempty" jsonschema:"seconds the signed URL is good for (default 3600, at most 604800)"`
+	// Public, when given, makes the port public (reached on its host
+	// form with no token) or private again.
+	Public *bool `json:"public,omitempty" jsonschema:"true: anyone may open the port's host_url with no token or signature, until public false or the session's end (the operator must allow it: quro serve --preview-public, with --preview-domain); false: the port needs a token or a signature again; omitted: unchanged"`
 }
 
 // PreviewURL is get_preview_url's output.
@@ -63,6 +66,8 @@ type PreviewURL struct {
 	// origin (PORT-ID.DOMAIN), the page's paths as the box serves them.
 	HostURL       string `json:"host_url,omitempty" jsonschema:"with the server's preview domain: the port's own origin (PORT-ID.DOMAIN); send your bearer token with it"`
 	SignedHostURL string `json:"signed_host_url,omitempty" jsonschema:"host_url with the same signature: opens in a browser, on an origin of its own (prefer it to signed_url)"`
+	// Public says whether anyone reaches host_url with no credential.
+	Public bool `json:"public" jsonschema:"whether host_url answers anyone, with no token or signature"`
 }
 
 // Text gives every form.
@@ -71,6 +76,9 @@ func (p *PreviewURL) Text() string {
 		p.Path, p.SignedURL, p.ExpiresAt.UTC().Format(time.RFC3339))
 	if p.HostURL != "" {
 		t += fmt.Sprintf("\n%s (its own origin, with your bearer token)\n%s (its own origin, signed)", p.HostURL, p.SignedHostURL)
+	}
+	if p.Public {
+		t += fmt.Sprintf("\nport %d is public: %s answers anyone, with no token (public false makes it private again)", p.Port, p.HostURL)
 	}
 	return t
 }
@@ -92,6 +100,91 @@ func (a *App) previewSecret() ([]byte, error) {
 		a.preview.key = k
 	}
 	return a.preview.key, nil
+}
+
+// publicPorts are the ports anyone may reach on their host form with no
+// credential, per session: what get_preview_url's public and
+// create_session's public_previews (E2B's allowPublicTraffic) asked for.
+// They are kept in memory alone: a restart makes every port private again
+// (fail closed; the creator asks again), and a session's entry goes with
+// the session (Life.OnEnd, registered when the entry is made).
+type publicPorts struct {
+	mu   sync.Mutex
+	byID map[string]*publicSet
+}
+
+type publicSet struct {
+	all    bool         // every port (E2B's allowPublicTraffic)
+	open   map[int]bool // ports made public one by one
+	closed map[int]bool // ports made private again while all
+}
+
+func (p *publicSet) has(port int) bool { return p.open[port] || p.all && !p.closed[port] }
+
+// setPublic makes port of session id public or private; port 0 means
+// every port (and forgets the one-by-one choices).
+func (a *App) setPublic(id string, port int, public bool) {
+	a.public.mu.Lock()
+	ps := a.public.byID[id]
+	fresh := ps == nil
+	if fresh {
+		if !public {
+			a.public.mu.Unlock()
+			return
+		}
+		ps = &publicSet{open: map[int]bool{}, closed: map[int]bool{}}
+		if a.public.byID == nil {
+			a.public.byID = map[string]*publicSet{}
+		}
+		a.public.byID[id] = ps
+	}
+	switch {
+	case port == 0:
+		ps.all = public
+		clear(ps.open)
+		clear(ps.closed)
+	case public:
+		ps.open[port] = true
+		delete(ps.closed, port)
+	default:
+		delete(ps.open, port)
+		if ps.all {
+			ps.closed[port] = true
+		}
+	}
+	a.public.mu.Unlock()
+	if fresh {
+		// A session already ended runs this at once: nothing is left.
+		a.lives.OnEnd(id, func() {
+			a.public.mu.Lock()
+			defer a.public.mu.Unlock()
+			if a.public.byID[id] == ps {
+				delete(a.public.byID, id)
+			}
+		})
+	}
+}
+
+// isPublic reports whether port of session id is public.
+func (a *App) isPublic(id string, port int) bool {
+	a.public.mu.Lock()
+	defer a.public.mu.Unlock()
+	ps := a.public.byID[id]
+	return ps != nil && ps.has(port)
+}
+
+// checkPublic refuses to make a port public unless the operator allows
+// public previews (quro serve --preview-public) and the caller is no
+// session's code.
+func (a *App) checkPublic(ctx context.Context) error {
+	if c, ok := controller.CallerFrom(ctx); ok && c.Session != "" {
+		return capability.Errorf(capability.PermissionDenied, "code in a session cannot make its ports public: the session's creator can, with its token")
+	}
+	if !a.network.PreviewPublic {
+		return capability.Errorf(capability.PermissionDenied,
+			"this server serves no public previews: its operator allows them with quro serve --preview-public (and --preview-domain); send a token or a signed URL instead")
+	}
+	return nil
 }
 
 // KeyFile reads the secret key in file (32 bytes or more), making it (32
@@ -186,7 +279,8 @@ func (a *App) registerPreview(reg *capability.Registry) {
 		"The URL of a port a session's code listens on (127.0.0.1 in its box), reached through this server: path (send your bearer token) "+
 			"and signed_url (opens in a browser, until expires_at and while your token is live; revoke the token to revoke it); "+
 			"with the server's preview domain also host_url and signed_host_url, the same on an origin of the port's own (PORT-ID.DOMAIN). "+
-			"Not for a session with network host.",
+			"public true makes the port's host_url answer anyone with no token, until public false or the session's end (if the operator allows it); "+
+			"code in a session cannot make a port public. Not for a session with network host.",
 		capability.ScopeExec, a.getPreviewURL).InSession(capability.UseRead))
 }
 
@@ -220,10 +314,27 @@ func (a *App) getPreviewURL(ctx context.Context, in PreviewURLInput) (*PreviewUR
 	}
 	path := PreviewPath(s.ID, in.Port)
 	out := &PreviewURL{Session: s.ID, Port: in.Port, Path: path, SignedURL: path + "?" + PreviewParam + "=" + sig, ExpiresAt: exp}
-	if scheme, host, _ := ParsePreviewDomain(a.network.PreviewDomain); host != "" {
+	scheme, host, _ := ParsePreviewDomain(a.network.PreviewDomain)
+	if host != "" {
 		out.HostURL = scheme + "://" + PreviewHostName(host, s.ID, in.Port) + "/"
 		out.SignedHostURL = out.HostURL + "?" + PreviewParam + "=" + sig
 	}
+	if in.Public != nil {
+		if *in.Public {
+			if err := a.checkPublic(ctx); err != nil {
+				return nil, err
+			}
+			// A public page never runs on the server's own origin,
+			// where its scripts could call the API with the browser's
+			// credentials: the host form alone serves it.
+			if host == "" {
+				return nil, capability.Errorf(capability.PermissionDenied,
+					"a public preview is served on its own host name only, never on this server's path form: the operator sets quro serve --preview-domain")
+			}
+		}
+		a.setPublic(s.ID, in.Port, *in.Public)
+	}
+	out.Public = host != "" && a.isPublic(s.ID, in.Port)
 	return out, nil
 }
 
@@ -242,6 +353,14 @@ func (a *App) PreviewByCaller(ctx context.Context, c controller.Caller, id strin
 		return capability.Errorf(capability.PermissionDenied, "a preview needs scope read or exec")
 	}
 	return nil
+}
+
+// PreviewPublic reports whether session id's port answers anyone on its
+// host form: its creator made it public (get_preview_url's public,
+// create_session's public_previews) and the operator allows public
+// previews. The path form never asks.
+func (a *App) PreviewPublic(_ context.Context, id string, port int) bool {
+	return a.network.PreviewPublic && previewPort(port) == nil && a.isPublic(id, port)
 }
 
 // PreviewBySignature checks sig, a signed URL's signature, for session

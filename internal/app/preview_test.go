@@ -464,3 +464,197 @@ func TestPreviewHostForm(t *testing.T) {
 		}
 	}
 }
+
+// TestPublicPreview: with the operator's --preview-public (and a preview
+// domain), the session's creator makes a port public: its host form then
+// answers anyone with no token (a WebSocket too), and whatever credential
+// the request carries still does not reach the box; the path form, on the
+// server's own origin, keeps asking for one; another port and another
+// session's port are not public; public false makes it private again
+// (401); create_session's public_previews opens every port, and public
+// false closes one of them. Code in the session cannot make its port
+// public; a server without --preview-public refuses public naming the
+// flag, one without a preview domain refuses it for the path form.
+func TestPublicPreview(t *testing.T) {
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
+		Network: NetworkOptions{PreviewDomain: "http://preview.test", PreviewPublic: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	needBoxes(t, a)
+	ctx := t.Context()
+	iss, err := a.tokens.Create(ctx, "alice", []string{"read", "exec"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, err := a.VerifyToken(ctx, iss.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mustCallAs(t, a, alice, "create_session", CreateSessionInput{Name: "web", Network: "none"}).(*SessionInfo)
+	other := mustCallAs(t, a, alice, "create_session", CreateSessionInput{Name: "other", Network: "none"}).(*SessionInfo)
+	mustCallAs(t, a, alice, "run_code", RunCodeInput{Session: s.ID, Lang: "bash", Code: "mkfifo ready"})
+	mustCallAs(t, a, alice, "start_process", StartProcessInput{Session: s.ID, Cmd: "python3", Args: []string{"-c", previewServer}, Background: true})
+	if reply, err := callAs(t, a, alice, "run_code", RunCodeInput{Session: s.ID, Lang: "bash", Code: "read up < ready && echo $up"}); err != nil ||
+		!strings.Contains(reply.Output.(*runcode.Result).Stdout, "up") {
+		t.Fatalf("the server in the box did not start: %v %+v", err, reply)
+	}
+
+	access := rest.Access{Auth: a.Authenticate()}
+	mux := http.NewServeMux()
+	mux.Handle(rest.PreviewPattern, rest.Preview(access, a, nil))
+	ph := rest.NewPreviewHost(access, "preview.test", a, nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, _, ok := ph.Match(r); ok {
+			ph.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	get := func(host, path string, hdr http.Header) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		for k, v := range hdr {
+			req.Header[k] = v
+		}
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	name := "8765-" + s.ID + ".preview.test"
+	setPublic := func(c controller.Caller, sess string, port int, public bool) (*PreviewURL, error) {
+		t.Helper()
+		reply, err := callAs(t, a, c, "get_preview_url", PreviewURLInput{Session: sess, Port: port, Public: &public})
+		if err != nil {
+			return nil, err
+		}
+		return reply.Output.(*PreviewURL), nil
+	}
+
+	if code, body := get(name, "/", nil); code != 401 {
+		t.Fatalf("a private port with no token: %d %s", code, body)
+	}
+	// Code in the session may not open its own port.
+	inSession := controller.Caller{Path: "insession", Tenant: "alice", TokenID: "session:" + s.ID, Scope: capability.ScopeExec, Session: s.ID}
+	if _, err := setPublic(inSession, s.ID, 8765, true); capCode(err) != capability.PermissionDenied || !strings.Contains(err.Error(), "code in a session") {
+		t.Fatalf("an in-session caller made its port public: %v", err)
+	}
+	if code, _ := get(name, "/", nil); code != 401 {
+		t.Fatalf("after the in-session attempt the port answers with no token: %d", code)
+	}
+
+	u, err := setPublic(alice, s.ID, 8765, true)
+	if err != nil || !u.Public || !strings.Contains(u.Text(), "public") {
+		t.Fatalf("public true: %+v %v", u, err)
+	}
+	// No token; and what a visitor sends of ours is still stripped.
+	code, body := get(name, "/page?quro_preview=forged", http.Header{"Authorization": {"Bearer " + iss.Token}, "Cookie": {"quro_preview=x; theirs=1"}})
+	if code != 200 {
+		t.Fatalf("a public port with no token: %d %s", code, body)
+	}
+	var saw boxSaw
+	if err := json.Unmarshal([]byte(body), &saw); err != nil {
+		t.Fatalf("not the box's answer: %q", body)
+	}
+	if saw.Path != "/page" || saw.Headers["authorization"] != "" || saw.Headers["cookie"] != "theirs=1" {
+		t.Errorf("the box saw %+v", saw)
+	}
+	if code, body := get(name, "/", http.Header{"Origin": {"http://8766-" + s.ID + ".preview.test"}}); code != 403 {
+		t.Errorf("a public port from another preview's origin: %d %s", code, body)
+	}
+	// A WebSocket with no token.
+	wsCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	dialer := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, srv.Listener.Addr().String())
+	}}}
+	conn, _, err := websocket.Dial(wsCtx, "ws://"+name+"/ws", &websocket.DialOptions{HTTPClient: dialer})
+	if err != nil {
+		t.Fatalf("WebSocket to a public port: %v", err)
+	}
+	if err := conn.Write(wsCtx, websocket.MessageText, []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if _, msg, err := conn.Read(wsCtx); err != nil || string(msg) != "echo:hi" {
+		t.Errorf("WebSocket echo: %q %v", msg, err)
+	}
+	conn.Close(websocket.StatusNormalClosure, "")
+
+	// The path form never serves a public port without a credential.
+	if code, body := get("127.0.0.1", PreviewPath(s.ID, 8765), nil); code != 401 {
+		t.Errorf("the path form of a public port with no token: %d %s", code, body)
+	}
+	// Another port of the session, the same port of another session.
+	for _, h := range []string{"8766-" + s.ID + ".preview.test", "8765-" + other.ID + ".preview.test"} {
+		if code, body := get(h, "/", nil); code != 401 {
+			t.Errorf("%s with no token: %d %s", h, code, body)
+		}
+	}
+	// Private again.
+	if u, err := setPublic(alice, s.ID, 8765, false); err != nil || u.Public {
+		t.Fatalf("public false: %+v %v", u, err)
+	}
+	if code, body := get(name, "/", nil); code != 401 {
+		t.Errorf("a port made private again, with no token: %d %s", code, body)
+	}
+
+	// public_previews: every port of the new session (502: reached, and
+	// nothing listens), until public false closes one.
+	all := mustCallAs(t, a, alice, "create_session", CreateSessionInput{Name: "open", Network: "none", PublicPreviews: true}).(*SessionInfo)
+	for _, p := range []string{"3000", "8080"} {
+		if code, body := get(p+"-"+all.ID+".preview.test", "/", nil); code != 502 {
+			t.Errorf("port %s of a public_previews session with no token: %d %s", p, code, body)
+		}
+	}
+	if _, err := setPublic(alice, all.ID, 3000, false); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get("3000-"+all.ID+".preview.test", "/", nil); code != 401 {
+		t.Errorf("a port closed under public_previews: %d %s", code, body)
+	}
+	if code, body := get("8080-"+all.ID+".preview.test", "/", nil); code != 502 {
+		t.Errorf("another port under public_previews after one closed: %d %s", code, body)
+	}
+	// Nothing public outlives its session.
+	mustCallAs(t, a, alice, "destroy_session", SessionRef{Session: all.ID})
+	if a.isPublic(all.ID, 8080) {
+		t.Error("a destroyed session's ports are still public")
+	}
+
+	// The operator's flag off: refused, naming it; so is create's.
+	for _, c := range []struct {
+		net  NetworkOptions
+		want string
+	}{
+		{NetworkOptions{PreviewDomain: "http://preview.test"}, "--preview-public"},
+		{NetworkOptions{PreviewPublic: true}, "--preview-domain"},
+	} {
+		b, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: c.net})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		bs := mustCall(t, b, "create_session", CreateSessionInput{Name: "web", Network: "none"}).(*SessionInfo)
+		yes := true
+		_, err = call(t, b, "get_preview_url", PreviewURLInput{Session: bs.ID, Port: 8765, Public: &yes})
+		if capCode(err) != capability.PermissionDenied || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: get_preview_url public: %v", c.net, err)
+		}
+		if c.want == "--preview-public" {
+			_, err = call(t, b, "create_session", CreateSessionInput{Name: "open", PublicPreviews: true})
+			if capCode(err) != capability.PermissionDenied || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("create_session public_previews without the flag: %v", err)
+			}
+		}
+	}
+}

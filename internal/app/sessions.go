@@ -50,6 +50,9 @@ type CreateSessionInput struct {
 	TimeoutS  int64             `json:"timeout_s,omitempty" jsonschema:"lifetime in seconds from now: then the server destroys the session (or pauses it, on_timeout); 0 or omitted: no lifetime"`
 	OnTimeout string            `json:"on_timeout,omitempty" jsonschema:"what happens when the lifetime ends: destroy (default) or pause"`
 	Secrets   []SecretInput     `json:"secrets,omitempty" jsonschema:"secrets the session's code never sees (as set_session_secret sets them)"`
+	// PublicPreviews makes every port of the session public (E2B's
+	// allowPublicTraffic).
+	PublicPreviews bool `json:"public_previews,omitempty" jsonschema:"every port of the session answers anyone on its preview host name (PORT-ID.DOMAIN) with no token, until get_preview_url's public false for a port or the session's end (the operator must allow it: quro serve --preview-public)"`
 }
 
 // SecretInput is one of create_session's secrets.
@@ -324,6 +327,15 @@ func (a *App) createSession(ctx context.Context, in CreateSessionInput) (*Sessio
 	if err != nil {
 		return nil, err
 	}
+	if in.PublicPreviews {
+		if err := a.checkPublic(ctx); err != nil {
+			return nil, err
+		}
+		if network == sandbox.NetworkHost {
+			return nil, capability.Errorf(capability.InvalidArgument,
+				"network host: the session's ports are the host's, which the server does not proxy (public_previews needs none or internet)")
+		}
+	}
 	rules, err := netRules(network, in.AllowOut, in.DenyOut)
 	if err != nil {
 		return nil, err
@@ -358,6 +370,9 @@ func (a *App) createSession(ctx context.Context, in CreateSessionInput) (*Sessio
 		}
 	}
 	if s != nil {
+		if in.PublicPreviews {
+			a.setPublic(s.ID, 0, true)
+		}
 		a.lifetimeChanged(s.ExpiresAt)
 		return info(s), nil
 	}
@@ -373,6 +388,9 @@ func (a *App) createSession(ctx context.Context, in CreateSessionInput) (*Sessio
 			}
 			return nil, err
 		}
+	}
+	if in.PublicPreviews {
+		a.setPublic(s.ID, 0, true)
 	}
 	a.lifetimeChanged(s.ExpiresAt)
 	if a.prestart {

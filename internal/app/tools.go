@@ -119,7 +119,7 @@ var hints = map[string]capability.Hints{
 	"read_file": readOnly, "list_files": readOnly, "stat_file": readOnly, "watch_dir": readOnly,
 	"read_screen": readOnly, "read_process_output": readOnly, "list_processes": readOnly, "connect_process": readOnly,
 	"list_sessions": readOnly, "get_session_status": readOnly, "get_session_env": readOnly, "list_snapshots": readOnly,
-	"list_code_contexts": readOnly, "get_preview_url": readOnly, "get_egress_log": readOnly,
+	"list_code_contexts": readOnly, "get_egress_log": readOnly,
 	"list_tokens": readOnly, "get_tenant_limits": readOnly, "get_audit_log": readOnly,
 	"get_service_status": readOnly, "list_capabilities": readOnly, "help": readOnly,
 
@@ -135,7 +135,7 @@ var hints = map[string]capability.Hints{
 
 	"make_dir": setting, "resize_process": setting, "pause_session": setting, "resume_session": setting,
 	"set_default_session": setting, "set_session_env": setting, "set_session_timeout": setting,
-	"set_session_network": setting, "set_session_secret": setting, "set_tenant_limits": setting, "repair_rootfs": setting,
+	"set_session_network": setting, "set_session_secret": setting, "get_preview_url": setting, "set_tenant_limits": setting, "repair_rootfs": setting,
 
 	"install_packages": fetches, "install_rootfs": fetches, "install_rootfs_packages": fetches,
 }

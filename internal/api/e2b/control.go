@@ -351,6 +351,10 @@ func (s *Server) createSandbox(v2 bool) http.HandlerFunc {
 			allowOut, denyOut = b.Network.AllowOut, b.Network.DenyOut
 		}
 		in.Network, in.AllowOut, in.DenyOut = e2bRules(b.AllowInternetAccess, allowOut, denyOut)
+		// E2B's public traffic: every port answers getHost's name with
+		// no traffic token (where the operator allows public previews;
+		// otherwise create_session refuses, 403, naming the flag).
+		in.PublicPreviews = b.Network != nil && b.Network.AllowPublicTraffic != nil && *b.Network.AllowPublicTraffic
 		create := func() (*app.SessionInfo, error) {
 			out, err := invoke[*app.SessionInfo](r.Context(), s, "create_session", in)
 			if err != nil && preferred && in.Rootfs != "" && asCapError(err).Code == capability.NotFound {

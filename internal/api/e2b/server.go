@@ -281,6 +281,9 @@ type target struct {
 	path  string // the path within the plane
 	id    string // the sandbox (planeSandbox)
 	port  int    // the sandbox's port (planeSandbox)
+	// byHost: routed by its Host, PORT-ID.DOMAIN, a name of the port's
+	// own (not by the sandbox headers, on the server's own name).
+	byHost bool
 }
 
 // route says what r addresses.
@@ -306,7 +309,7 @@ func (s *Server) route(r *http.Request) target {
 				if err != nil {
 					port = -1
 				}
-				return target{plane: planeSandbox, path: r.URL.Path, id: id, port: port}
+				return target{plane: planeSandbox, path: r.URL.Path, id: id, port: port, byHost: true}
 			}
 		}
 	}
@@ -522,7 +525,9 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, t target) 
 // PORT-ID.DOMAIN) through Quro's preview proxy (Options.Preview): with
 // the sandbox's access token, as E2B's trafficAccessToken in the
 // E2B-Traffic-Access-Token header (or X-Access-Token), never forwarded to
-// the box. E2B's public traffic (no token) is not served.
+// the box. E2B's public traffic (create's network.allowPublicTraffic) is
+// served with no token on the port's own name (PORT-ID.DOMAIN) alone,
+// never through the sandbox headers on the server's own name.
 func (s *Server) servePort(w http.ResponseWriter, r *http.Request, t target, tenant string) {
 	if s.opts.Preview == nil {
 		writeJSONError(w, http.StatusBadGateway, fmt.Sprintf(
@@ -530,18 +535,20 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, t target, ten
 			t.port, t.id, s.version(), EnvdPort, InterpPort))
 		return
 	}
-	key, ok := s.tokenKey(t.id, tenant, r)
-	if !ok {
-		writeJSONError(w, http.StatusUnauthorized, fmt.Sprintf(
-			"port %d of sandbox %s needs the sandbox's traffic access token: send header %s with the trafficAccessToken that create and connect return (sandbox.trafficAccessToken); Quro serves no public traffic",
-			t.port, t.id, headerTraffic))
-		return
-	}
-	caller := controller.Caller{Path: PathAccess, Tenant: tenant, TokenID: key, Scope: capability.ScopeExec}
-	if err := s.opts.Preview.PreviewByCaller(r.Context(), caller, t.id, t.port); err != nil {
-		ce := controller.Classify(err)
-		writeJSONError(w, rest.Status(ce.Code), ce.Message)
-		return
+	if !(t.byHost && s.opts.Preview.PreviewPublic(r.Context(), t.id, t.port)) {
+		key, ok := s.tokenKey(t.id, tenant, r)
+		if !ok {
+			writeJSONError(w, http.StatusUnauthorized, fmt.Sprintf(
+				"port %d of sandbox %s needs the sandbox's traffic access token: send header %s with the trafficAccessToken that create and connect return (sandbox.trafficAccessToken); only a sandbox created with network.allowPublicTraffic true, on a server that allows public previews, answers without it",
+				t.port, t.id, headerTraffic))
+			return
+		}
+		caller := controller.Caller{Path: PathAccess, Tenant: tenant, TokenID: key, Scope: capability.ScopeExec}
+		if err := s.opts.Preview.PreviewByCaller(r.Context(), caller, t.id, t.port); err != nil {
+			ce := controller.Classify(err)
+			writeJSONError(w, rest.Status(ce.Code), ce.Message)
+			return
+		}
 	}
 	r2 := r.Clone(r.Context())
 	r2.Header.Del(headerTraffic)

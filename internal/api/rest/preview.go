@@ -34,6 +34,10 @@ type PreviewBackend interface {
 	// PreviewBySignature checks a signed URL's signature for session
 	// id's port.
 	PreviewBySignature(ctx context.Context, id string, port int, sig string) error
+	// PreviewPublic reports whether session id's port answers anyone,
+	// with no credential, on its host form (its creator made it public
+	// and the operator allows it). The path form never asks.
+	PreviewPublic(ctx context.Context, id string, port int) bool
 	// DialPreview connects to the port inside the session's box.
 	DialPreview(ctx context.Context, id string, port int) (net.Conn, error)
 }
@@ -76,8 +80,11 @@ func Preview(access Access, b PreviewBackend, log *slog.Logger) http.Handler {
 // session's tenant or a signature), the signature's cookie scoped to that
 // host alone (no Domain attribute, Path /). Each preview is then an origin
 // of its own: its page's scripts reach neither the server's origin (the
-// web UI's token) nor another preview's cookie. Host names below DOMAIN
-// are allowed here only: every other route keeps refusing them.
+// web UI's token) nor another preview's cookie. A public port
+// (PreviewBackend.PreviewPublic) needs no credential here, and only here:
+// the path form, on the server's own origin, never serves one without.
+// Host names below DOMAIN are allowed here only: every other route keeps
+// refusing them.
 type PreviewHost struct {
 	// Secure marks the signature's cookie Secure whatever the request
 	// came over: the preview URLs are https (TLS in front of the server,
@@ -125,7 +132,10 @@ func (p *PreviewHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusForbidden, e)
 		return
 	}
-	if !previewAuth(w, r, p.access, p.b, id, port, "/", p.Secure) {
+	// A public port takes no credential, and whatever the request
+	// carries (a token, a signature, our cookie) is still stripped
+	// before the box.
+	if !p.b.PreviewPublic(r.Context(), id, port) && !previewAuth(w, r, p.access, p.b, id, port, "/", p.Secure) {
 		return
 	}
 	ProxyPreview(w, r, p.b, id, port, "/", p.log)

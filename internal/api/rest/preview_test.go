@@ -42,6 +42,8 @@ func (f *fakeBox) PreviewBySignature(_ context.Context, id string, port int, sig
 	return nil
 }
 
+func (f *fakeBox) PreviewPublic(context.Context, string, int) bool { return false }
+
 func (f *fakeBox) DialPreview(ctx context.Context, id string, port int) (net.Conn, error) {
 	if id != "s1" || port != 8080 {
 		return nil, errors.New("no such port")

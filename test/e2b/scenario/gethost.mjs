@@ -2,9 +2,11 @@
 // {background: true}) answered through sandbox.getHost(port), E2B's
 // PORT-ID.DOMAIN, with the sandbox's trafficAccessToken in
 // e2b-traffic-access-token; refused without it and with another
-// sandbox's. The server must run with --e2b-domain (create's domain);
-// E2B_HOST_ADDR is where that name's wildcard DNS would lead (the test's
-// quro serve), so the request is sent there with getHost's name as its Host.
+// sandbox's; create with network.allowPublicTraffic true refused (this
+// server does not allow public previews). The server must run with
+// --e2b-domain (create's domain); E2B_HOST_ADDR is where that name's
+// wildcard DNS would lead (the test's quro serve), so the request is sent
+// there with getHost's name as its Host.
 import assert from 'node:assert/strict'
 import http from 'node:http'
 import { Sandbox } from 'e2b'
@@ -57,6 +59,18 @@ try {
     assert.match(none.body, /e2b-traffic-access-token/i)
     const theirs = await get(sbx.getHost(8000), { 'e2b-traffic-access-token': other.trafficAccessToken })
     assert.equal(theirs.status, 401, theirs.body)
+  })
+
+  await check('allowPublicTraffic true on a server without --preview-public is refused (403) naming the flag', async () => {
+    let err
+    try {
+      const s = await Sandbox.create({ network: { allowPublicTraffic: true }, metadata: { scenario: tag(), area: 'gethost-public' } })
+      await s.kill()
+    } catch (e) {
+      err = e
+    }
+    assert.ok(err, 'create with allowPublicTraffic true succeeded')
+    assert.match(String(err?.message), /--preview-public/)
   })
 
   await check('a port nothing listens on is a 502', async () => {
