@@ -30,7 +30,7 @@ func FuzzReply(f *testing.F) {
 		f.Add([]byte(seed), 0)
 	}
 	f.Fuzz(func(t *testing.T, out []byte, exit int) {
-		run := func(_ context.Context, _ []string, _ []byte, stdout io.Writer) (int, error) {
+		run := func(_ context.Context, _ []string, _ []byte, _ int64, stdout io.Writer) (int, error) {
 			_, _ = stdout.Write(out)
 			return exit % 3, nil
 		}
