@@ -56,7 +56,7 @@ func TestFilesReachTheBox(t *testing.T) {
 		t.Errorf("list_files: %v", got)
 	}
 	st := mustCall(t, a, "stat_file", PathInput{Session: s.ID, Path: "/tmp/made/link"}).(*FileInfo)
-	if st.Entry.Type != "symlink" || st.Entry.Target != "sub/y" {
+	if st.Entry.Type != "symlink" || st.Entry.Target != "sub/y" || st.Entry.TargetType != "file" {
 		t.Errorf("stat_file of a link: %+v", st.Entry)
 	}
 	// Through the link, appended, then moved into the workspace.

@@ -182,14 +182,19 @@ func (b *FS) call(p string, args []string, stdin []byte, maxData int64) (*boxhel
 		return nil, nil, errHelper(p, "answered a malformed reply")
 	}
 	for _, s := range append(r.Entries, r.Skipped...) {
-		if !validRel(s.Rel) || s.Size < 0 || len(s.Target) > workspace.MaxPath || strings.IndexByte(s.Target, 0) >= 0 {
+		if !validRel(s.Rel) || s.Size < 0 || len(s.Target) > workspace.MaxPath || strings.IndexByte(s.Target, 0) >= 0 || !validTargetType(s.TargetType) {
 			return nil, nil, errHelper(p, "answered a malformed entry")
 		}
 	}
-	if r.Entry != nil && (r.Entry.Rel != "" || r.Entry.Size < 0 || len(r.Entry.Target) > workspace.MaxPath || strings.IndexByte(r.Entry.Target, 0) >= 0) {
+	if r.Entry != nil && (r.Entry.Rel != "" || r.Entry.Size < 0 || len(r.Entry.Target) > workspace.MaxPath || strings.IndexByte(r.Entry.Target, 0) >= 0 || !validTargetType(r.Entry.TargetType)) {
 		return nil, nil, errHelper(p, "answered a malformed entry")
 	}
 	return &r, rest, nil
+}
+
+// validTargetType: one of the link target types, or none.
+func validTargetType(t string) bool {
+	return t == "" || t == "file" || t == "dir" || t == "other"
 }
 
 // validRel: a clean relative path of names, each at most NAME_MAX bytes.
@@ -231,7 +236,7 @@ func (b *FS) entry(p string, s *boxhelper.Stat) *workspace.Entry {
 	case m&fs.ModeDir != 0:
 		e.Type, letter = "dir", "d"
 	case m&fs.ModeSymlink != 0:
-		e.Type, letter, e.Target, e.Size = "symlink", "l", s.Target, 0
+		e.Type, letter, e.Target, e.TargetType, e.Size = "symlink", "l", s.Target, s.TargetType, 0
 	default:
 		e.Type, e.Size = "other", 0
 		switch {

@@ -35,6 +35,9 @@ type Stat struct {
 	UID    uint32      `json:"uid"`
 	GID    uint32      `json:"gid"`
 	Target string      `json:"target,omitempty"`
+	// TargetType is what a link finally leads to, as the session sees
+	// it: "file", "dir", "other", or "" when it dangles.
+	TargetType string `json:"target_type,omitempty"`
 }
 
 // Reply is the helper's one JSON line.
@@ -192,6 +195,16 @@ func describe(p string, fi fs.FileInfo) *Stat {
 	}
 	if fi.Mode()&fs.ModeSymlink != 0 {
 		s.Target, _ = os.Readlink(p)
+		if t, err := os.Stat(p); err == nil {
+			switch {
+			case t.Mode().IsRegular():
+				s.TargetType = "file"
+			case t.IsDir():
+				s.TargetType = "dir"
+			default:
+				s.TargetType = "other"
+			}
+		}
 	}
 	return s
 }
