@@ -16,7 +16,7 @@ import (
 // through the SDK beside curl on the same /files URL, -files rounds.
 func filesBench(ctx context.Context, env []string) error {
 	fmt.Fprintf(os.Stderr, "files: %d rounds of a %d MB file ...\n", *nFiles, *filesMB)
-	cmd := exec.CommandContext(ctx, nodeBin, "bench/e2b/files.mjs", fmt.Sprint(*nFiles), fmt.Sprint(*filesMB))
+	cmd := exec.CommandContext(ctx, nodeBin, "bench/e2b/files.mjs", fmt.Sprint(*nFiles), fmt.Sprint(*filesMB), *filesDir)
 	cmd.Env = env
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -19,6 +19,7 @@ const require = createRequire(process.env.E2B_NODE_MODULES.replace(/\/?$/, '/'))
 const { Sandbox } = require('e2b')
 const rounds = Number(process.argv[2] ?? 3)
 const size = Number(process.argv[3] ?? 50) * 1e6
+const boxDir = process.argv[4] ?? '/home/user'
 const us = (a, b) => Math.round((b - a) * 1000)
 const sha = (b) => createHash('sha256').update(b).digest('hex')
 
@@ -42,15 +43,15 @@ try {
   const url = (p) => `${base}/files?path=${encodeURIComponent(p)}&username=user`
   for (let i = 0; i < rounds; i++) {
     let t = performance.now()
-    await sbx.files.write('/home/user/big.bin', data)
+    await sbx.files.write(boxDir + '/big.bin', data)
     out.sdkWrite.push(us(t, performance.now()))
     t = performance.now()
-    const got = await sbx.files.read('/home/user/big.bin', { format: 'bytes', requestTimeoutMs: 600_000 })
+    const got = await sbx.files.read(boxDir + '/big.bin', { format: 'bytes', requestTimeoutMs: 600_000 })
     out.sdkRead.push(us(t, performance.now()))
     if (got.length !== size || sha(got) !== want) throw new Error(`files.read gave ${got.length} bytes, not the ${size} written`)
-    out.curlRead.push(curl([...headers, url('/home/user/big.bin')]))
-    out.curlReadGzip.push(curl(['--compressed', ...headers, url('/home/user/big.bin')]))
-    out.curlWrite.push(curl([...headers, '-H', 'Content-Type: application/octet-stream', '--data-binary', '@' + local, url('/home/user/curl.bin')]))
+    out.curlRead.push(curl([...headers, url(boxDir + '/big.bin')]))
+    out.curlReadGzip.push(curl(['--compressed', ...headers, url(boxDir + '/big.bin')]))
+    out.curlWrite.push(curl([...headers, '-H', 'Content-Type: application/octet-stream', '--data-binary', '@' + local, url(boxDir + '/curl.bin')]))
   }
 } finally {
   await sbx.kill()

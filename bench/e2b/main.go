@@ -53,6 +53,7 @@ var (
 	jsonPath = flag.String("json", "", "also write the figures as JSON to this file")
 	nFiles   = flag.Int("files", 0, "instead: this many rounds of a large file written and read through the SDK beside curl (bench/e2b/files.mjs)")
 	filesMB  = flag.Int("files-mb", 50, "the file of -files, in MB")
+	filesDir = flag.String("files-dir", "/home/user", "the sandbox directory of -files' file: /home/user is the workspace (the server's), /tmp the box's (its file helper)")
 )
 
 func main() {

@@ -184,8 +184,12 @@ type App struct {
 	js          *js.Engine    // its prepared VMs are freed by Close
 	node        *node.Engine  // the sessions' Node workers, stopped by Close
 	procs       *proc.Table   // the sessions' background processes (processes.go)
-	startWindow time.Duration // Options.ProcessStartWindow, default filled
-	contexts    codeContexts  // code contexts of every session (contexts.go)
+	boxFiles    boxFiles      // the sessions' file helpers for box paths (boxfiles.go)
+	// boxFilesTimeout bounds one box file operation (0: boxFilesTimeout;
+	// tests shorten it).
+	boxFilesTimeout time.Duration
+	startWindow     time.Duration // Options.ProcessStartWindow, default filled
+	contexts        codeContexts  // code contexts of every session (contexts.go)
 
 	lives          *session.Life    // the sessions' states, entries and teardown (boxes.go)
 	watches        watchSlots       // watch_dir calls running per session (fsops.go)
@@ -317,7 +321,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 		defer cancel()
 		return sb.Probe(ctx)
 	})
-	a.lives = session.NewLife(sessions, session.LifeOptions{Boxes: sessionBoxes{sb}, Log: log, Enders: a.enders(), Grace: opts.DestroyGrace})
+	a.lives = session.NewLife(sessions, session.LifeOptions{Boxes: sessionBoxes{sb: sb, files: &a.boxFiles}, Log: log, Enders: a.enders(), Grace: opts.DestroyGrace})
 	a.Terminals = a.openTerminals()
 	reg := capability.NewRegistry()
 	a.register(reg)

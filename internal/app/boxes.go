@@ -22,8 +22,13 @@ import (
 const DefaultAutoPause = 10 * time.Minute
 
 // sessionBoxes is the sandbox's session boxes as the session.Life sees
-// them: pause, resume and their state.
-type sessionBoxes struct{ sb *sandbox.Sandbox }
+// them: pause, resume and their state. A pause first stops the session's
+// file helper (boxFiles): a frozen helper would hold the next file call
+// until its timeout; a call after the resume starts another.
+type sessionBoxes struct {
+	sb    *sandbox.Sandbox
+	files *boxFiles
+}
 
 func (b sessionBoxes) Paused(id string) bool {
 	bx := b.sb.Box(id)
@@ -35,6 +40,7 @@ func (b sessionBoxes) Pause(id string) (bool, error) {
 	if bx == nil {
 		return false, nil
 	}
+	b.files.stop(id)
 	return true, bx.Pause()
 }
 
@@ -60,6 +66,7 @@ func (a *App) enders() []session.Ender {
 		{Name: "processes", End: func(s *session.Session) { a.procs.EndSession(s.ID) }},
 		{Name: "python", End: func(s *session.Session) { a.stopPython(s.ID) }},
 		{Name: "node", End: func(s *session.Session) { a.node.Stop(s.ID) }},
+		{Name: "box files", End: func(s *session.Session) { a.boxFiles.forget(s.ID) }},
 		{Name: "code contexts", End: func(s *session.Session) { a.forgetContexts(s.ID) }},
 		{Name: "terminals", End: func(s *session.Session) { a.Terminals.CloseSession(s) }},
 		{Name: "tenant", End: func(s *session.Session) { a.tenants.forget(s.ID) }},

@@ -1,16 +1,18 @@
 package app
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/quro-dev/quro/internal/boxfs"
+	"github.com/quro-dev/quro/internal/boxfs/boxhelper"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -124,40 +126,109 @@ func (a *App) sessionUID(sess *session.Session) int {
 // boxFilesTimeout bounds one operation of the box's file helper.
 const boxFilesTimeout = 2 * time.Minute
 
-// boxFilesRunner runs boxfs's helper in the session's box as its
-// processes run (start_process): its uid, binds, rootfs and network, HOME
-// /home/user.
-func (a *App) boxFilesRunner(sess *session.Session) boxfs.Runner {
-	return func(ctx context.Context, args []string, stdin []byte, stdout io.Writer) (int, error) {
-		// One operation on at most 8 MiB: a helper still running after
-		// boxFilesTimeout is stuck on something the session made.
-		ctx, cancel := context.WithTimeout(ctx, boxFilesTimeout)
-		defer cancel()
-		spec := sess.Spec(append([]string{sandbox.BinDir + "/quro"}, args...)...)
-		// None of the session's variables: the helper is quro's, not the
-		// session's program (its answer is checked all the same).
-		spec.Env = map[string]string{}
-		spec.Home = sandbox.HomeUser
-		if sess.Rootfs != "" {
-			dir, err := RootfsDir(a.DataDir)(sess.Rootfs)
-			if err != nil {
-				return 0, err
-			}
-			spec.Rootfs = dir
-		}
-		spec.Stdin = bytes.NewReader(stdin)
-		spec.Stdout, spec.Stderr = stdout, io.Discard
-		exit, err := a.Sandbox.Run(ctx, spec)
+// boxFiles holds each session's long-lived file helper (boxfs.Helper):
+// started on the session's first call on a box path, stopped after
+// boxfs.DefaultIdle unused, when the session is paused (sessionBoxes),
+// and at its end (the "box files" ender).
+type boxFiles struct {
+	mu      sync.Mutex
+	helpers map[string]*boxfs.Helper
+}
+
+// helper is session id's helper, made with start on first use.
+func (f *boxFiles) helper(id string, start boxfs.Starter) *boxfs.Helper {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.helpers == nil {
+		f.helpers = map[string]*boxfs.Helper{}
+	}
+	h := f.helpers[id]
+	if h == nil {
+		h = boxfs.NewHelper(start, boxfs.DefaultIdle)
+		f.helpers[id] = h
+	}
+	return h
+}
+
+// stop ends session id's helper process (a pause); the next call starts
+// another.
+func (f *boxFiles) stop(id string) {
+	f.mu.Lock()
+	h := f.helpers[id]
+	f.mu.Unlock()
+	if h != nil {
+		h.Stop()
+	}
+}
+
+// forget ends session id's helper for good (the session ended).
+func (f *boxFiles) forget(id string) {
+	f.mu.Lock()
+	h := f.helpers[id]
+	delete(f.helpers, id)
+	f.mu.Unlock()
+	if h != nil {
+		h.Close()
+	}
+}
+
+// count is how many sessions have a helper (the leak test's).
+func (f *boxFiles) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.helpers)
+}
+
+// boxFilesSpec is the helper's run in the session's box, as its
+// processes run (start_process): its uid, binds, rootfs and network,
+// HOME /home/user, and none of the session's variables (the helper is
+// quro's, not the session's program; its answers are checked all the
+// same).
+func (a *App) boxFilesSpec(sess *session.Session, args ...string) (*sandbox.Spec, error) {
+	spec := sess.Spec(append([]string{sandbox.BinDir + "/quro"}, args...)...)
+	spec.Env = map[string]string{}
+	spec.Home = sandbox.HomeUser
+	if sess.Rootfs != "" {
+		dir, err := RootfsDir(a.DataDir)(sess.Rootfs)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		if exit.TimedOut || exit.Canceled {
-			if err := ctx.Err(); errors.Is(err, context.DeadlineExceeded) {
-				// args: boxhelper.Arg, the operation, the box path, …
-				return 0, capability.Errorf(capability.DeadlineExceeded, "%s: the file operation in the session's box took over %s and was stopped (a file the session's code holds up?)", args[min(2, len(args)-1)], boxFilesTimeout)
-			}
-			return 0, context.Cause(ctx)
+		spec.Rootfs = dir
+	}
+	return spec, nil
+}
+
+// boxFilesRunner serves boxfs's operations through the session's
+// long-lived helper, each bounded by boxFilesTimeout: a helper still
+// working after it is stuck on something the session made, and is
+// killed (the next call starts another).
+func (a *App) boxFilesRunner(sess *session.Session) boxfs.Runner {
+	h := a.boxFiles.helper(sess.ID, func(lifetime context.Context, stdin, stdout *os.File) (int, <-chan struct{}, error) {
+		spec, err := a.boxFilesSpec(sess, boxhelper.Arg, boxhelper.ServeOp)
+		if err != nil {
+			return 0, nil, err
 		}
-		return exit.Code, nil
+		spec.Stdin, spec.Stdout = stdin, stdout
+		p, err := a.Sandbox.Start(lifetime, spec)
+		if err != nil {
+			return 0, nil, err
+		}
+		done := make(chan struct{})
+		go func() {
+			p.Wait()
+			close(done)
+		}()
+		return p.Pid(), done, nil
+	})
+	return func(ctx context.Context, args []string, stdin []byte, max int64, stdout io.Writer) (int, error) {
+		limit := cmp.Or(a.boxFilesTimeout, boxFilesTimeout)
+		ctx, cancel := context.WithTimeout(ctx, limit)
+		defer cancel()
+		code, err := h.Run(ctx, args, stdin, max, stdout)
+		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// args: boxhelper.Arg, the operation, the box path, …
+			return 0, capability.Errorf(capability.DeadlineExceeded, "%s: the file operation in the session's box took over %s and was stopped (a file the session's code holds up?)", args[min(2, len(args)-1)], limit)
+		}
+		return code, err
 	}
 }

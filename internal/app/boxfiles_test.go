@@ -1,14 +1,18 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/quro-dev/quro/internal/boxfs"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/terminal"
 )
@@ -52,7 +56,7 @@ func TestFilesReachTheBox(t *testing.T) {
 		t.Errorf("list_files: %v", got)
 	}
 	st := mustCall(t, a, "stat_file", PathInput{Session: s.ID, Path: "/tmp/made/link"}).(*FileInfo)
-	if st.Entry.Type != "symlink" || st.Entry.Target != "sub/y" {
+	if st.Entry.Type != "symlink" || st.Entry.Target != "sub/y" || st.Entry.TargetType != "file" {
 		t.Errorf("stat_file of a link: %+v", st.Entry)
 	}
 	// Through the link, appended, then moved into the workspace.
@@ -163,5 +167,114 @@ func TestBoxFilesAttacks(t *testing.T) {
 	}
 	if _, err := os.Stat("/usr/bin/quro-planted"); err == nil {
 		t.Errorf("a write reached the host's /usr/bin")
+	}
+}
+
+// boxHelper is session id's file helper (nil: none yet).
+func boxHelper(a *App, id string) *boxfs.Helper {
+	a.boxFiles.mu.Lock()
+	defer a.boxFiles.mu.Unlock()
+	return a.boxFiles.helpers[id]
+}
+
+// signalHelper sends sig to the session's file helper as the host would
+// (the session's own code may not signal it: its runs are Landlock
+// domains of their own), standing for a helper that dies or hangs.
+func signalHelper(t *testing.T, h *boxfs.Helper, sig syscall.Signal) {
+	t.Helper()
+	pid := h.Pid()
+	if pid == 0 {
+		t.Fatal("no helper runs")
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBoxFilesHelper: the session's box paths are served by one
+// long-lived helper: a killed
+// helper is replaced at the next call, a stopped one (the session holding
+// every file call up) is killed after the timeout and replaced; a pause
+// ends it and a call after the resume starts another; reads and writes
+// of several MiB go through it in pieces, byte for byte.
+func TestBoxFilesHelper(t *testing.T) {
+	t.Parallel()
+	a := newApp(t, nil)
+	needBoxes(t, a)
+	s := newSession(t, a, "helper", "")
+	for i := range 5 {
+		mustCall(t, a, "write_file", WriteFileInput{Session: s.ID, Path: "/tmp/h/" + strconv.Itoa(i), Content: "x"})
+		mustCall(t, a, "read_file", ReadFileInput{Session: s.ID, Path: "/tmp/h/" + strconv.Itoa(i)})
+	}
+	mustCall(t, a, "list_files", ListFilesInput{Session: s.ID, Path: "/tmp/h"})
+	h := boxHelper(a, s.ID)
+	if h == nil || h.Starts() != 1 || !h.Running() {
+		t.Fatalf("11 calls: want one helper started and running, got %v", h)
+	}
+
+	// Killed: the next call starts another.
+	signalHelper(t, h, syscall.SIGKILL)
+	if r := mustCall(t, a, "read_file", ReadFileInput{Session: s.ID, Path: "/tmp/h/0"}).(*FileContent); r.Content != "x" {
+		t.Errorf("after the kill: %+v", r)
+	}
+	if h.Starts() != 2 {
+		t.Errorf("after the kill: %d starts, want 2", h.Starts())
+	}
+
+	// Stuck: the call ends at the timeout with a clear error, the helper
+	// is killed, the next call has a new one.
+	a.boxFilesTimeout = 3 * time.Second
+	signalHelper(t, h, syscall.SIGSTOP)
+	_, err := call(t, a, "read_file", ReadFileInput{Session: s.ID, Path: "/tmp/h/1"})
+	if ce := wantCode(t, err, capability.DeadlineExceeded); !strings.Contains(ce.Message, "/tmp/h/1") || strings.Contains(ce.Message, a.DataDir) {
+		t.Errorf("a stopped helper: %v", ce)
+	}
+	a.boxFilesTimeout = 0
+	if r := mustCall(t, a, "read_file", ReadFileInput{Session: s.ID, Path: "/tmp/h/1"}).(*FileContent); r.Content != "x" {
+		t.Errorf("after the stop: %+v", r)
+	}
+	if h.Starts() != 3 {
+		t.Errorf("after the stop: %d starts, want 3", h.Starts())
+	}
+
+	// Large content, written and read back in pieces through the helper.
+	big := make([]byte, 6<<20)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	enc := base64.StdEncoding.EncodeToString(big)
+	mustCall(t, a, "write_file", WriteFileInput{Session: s.ID, Path: "/tmp/big", Content: enc, Encoding: "base64"})
+	var got []byte
+	for off := int64(0); off < int64(len(big)); {
+		r := mustCall(t, a, "read_file", ReadFileInput{Session: s.ID, Path: "/tmp/big", Offset: off, Limit: 2 << 20}).(*FileContent)
+		b, err := base64.StdEncoding.DecodeString(r.Content)
+		if err != nil || len(b) == 0 {
+			t.Fatalf("read at %d: %v (%d bytes)", off, err, len(b))
+		}
+		got = append(got, b...)
+		off += int64(len(b))
+	}
+	if !bytes.Equal(got, big) {
+		t.Errorf("6 MiB through the helper came back different (%d bytes)", len(got))
+	}
+	if h.Starts() != 3 {
+		t.Errorf("the large read and write started helpers: %d starts, want 3", h.Starts())
+	}
+
+	// A pause ends the helper; after the resume a call starts another.
+	if p := mustCall(t, a, "pause_session", SessionRef{Session: s.ID}).(*PauseResult); !p.Paused {
+		t.Skipf("the box did not pause: %+v", p)
+	}
+	if h.Running() {
+		t.Errorf("the helper runs on in a paused session")
+	}
+	mustCall(t, a, "resume_session", SessionRef{Session: s.ID})
+	if r := mustCall(t, a, "read_file", ReadFileInput{Session: s.ID, Path: "/tmp/h/2"}).(*FileContent); r.Content != "x" {
+		t.Errorf("after the resume: %+v", r)
+	}
+	// The session's end forgets it.
+	mustCall(t, a, "destroy_session", SessionRef{Session: s.ID})
+	if boxHelper(a, s.ID) != nil || h.Running() {
+		t.Errorf("the helper outlived its session")
 	}
 }

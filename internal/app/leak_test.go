@@ -100,6 +100,7 @@ type holdings struct {
 	Mounts, Loops, Sessions, SessionDirs     int
 	NetPolicies, EgressLogs, Secrets         int
 	PublicPorts                              int
+	BoxFiles                                 int
 }
 
 // settled reports whether h holds no more than before (goroutines and fds
@@ -114,7 +115,8 @@ func (h holdings) settled(before holdings) bool {
 		h.Tenants <= before.Tenants && h.Watches <= before.Watches && h.Mounts <= before.Mounts && h.Loops <= before.Loops &&
 		h.Sessions <= before.Sessions && h.SessionDirs <= before.SessionDirs &&
 		h.NetPolicies <= before.NetPolicies && h.EgressLogs <= before.EgressLogs && h.Secrets <= before.Secrets &&
-		h.PublicPorts <= before.PublicPorts
+		h.PublicPorts <= before.PublicPorts &&
+		h.BoxFiles <= before.BoxFiles
 }
 
 func (a *App) holdings(t *testing.T, dir string) holdings {
@@ -178,6 +180,7 @@ func (a *App) holdings(t *testing.T, dir string) holdings {
 	a.public.mu.Lock()
 	h.PublicPorts = len(a.public.byID)
 	a.public.mu.Unlock()
+	h.BoxFiles = a.boxFiles.count()
 	return h
 }
 
@@ -221,7 +224,8 @@ func (a *App) useAndDestroy(t *testing.T, name, network string) {
 	mustCall(t, a, "write_file", WriteFileInput{Session: name, Path: "d/a.txt", Content: "hello"})
 	mustCall(t, a, "read_file", ReadFileInput{Session: name, Path: "d/a.txt"})
 	mustCall(t, a, "move_file", MoveFileInput{Session: name, Source: "d/a.txt", Destination: "d/b.txt"})
-	// The box's files outside the workspace (a helper spawned in the box).
+	// The box's files outside the workspace (the session's file helper,
+	// running still into the pause and the destroy).
 	mustCall(t, a, "write_file", WriteFileInput{Session: name, Path: "/tmp/leak/a.txt", Content: "hello"})
 	mustCall(t, a, "list_files", ListFilesInput{Session: name, Path: "/tmp/leak"})
 	mustCall(t, a, "start_process", StartProcessInput{Session: name, Cmd: "sleep", Args: []string{"1000"}, Background: true})

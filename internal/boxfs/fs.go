@@ -29,10 +29,12 @@ import (
 	"github.com/quro-dev/quro/internal/workspace"
 )
 
-// Runner runs the helper with args (boxhelper.Arg first) in the session's
-// box as a program of the session, stdin its standard input, its standard
-// output written to stdout; it returns the helper's exit code.
-type Runner func(ctx context.Context, args []string, stdin []byte, stdout io.Writer) (int, error)
+// Runner serves the helper's operation args (boxhelper.Arg first) in the
+// session's box as a program of the session (Helper.Run), stdin its
+// input, its answer written to stdout; it returns the helper's code (0,
+// or 2: the request was refused). An answer over max bytes is an error,
+// or is written in part (the FS finds it short or over).
+type Runner func(ctx context.Context, args []string, stdin []byte, max int64, stdout io.Writer) (int, error)
 
 // FS is one call's access to the files of a session's box. MaxRead,
 // MaxWrite and Names of the options are used as workspace.FS uses them.
@@ -129,10 +131,14 @@ func errnoError(p string, errno int) error {
 	return &Error{msg: fmt.Sprintf("%s: %s", p, what), kind: kind}
 }
 
-// errHelper is the helper not answering as it must (it died, was killed
-// by the session's code, or wrote something else).
+// ErrHelper is the kind of every error of the helper not answering as it
+// must: the call may be tried again.
+var ErrHelper = errors.New("the session box's file helper failed")
+
+// errHelper is the helper not answering as it must (it died, was killed,
+// or wrote something else).
 func errHelper(p, why string) error {
-	return fmt.Errorf("%s: the session box's file helper %s; try again (if the box is being paused, resumed or destroyed, after that)", p, why)
+	return &Error{msg: fmt.Sprintf("%s: the session box's file helper %s; try again (if the box is being paused, resumed or destroyed, after that)", p, why), kind: ErrHelper}
 }
 
 // bounds of a reply
@@ -145,8 +151,15 @@ const (
 // is what follows the boxhelper.Reply line (a read's bytes).
 func (b *FS) call(p string, args []string, stdin []byte, maxData int64) (*boxhelper.Reply, []byte, error) {
 	out := &capped{max: maxReplyLine + maxData}
-	code, err := b.run(b.ctx, append([]string{boxhelper.Arg}, args...), stdin, out)
-	if err != nil {
+	code, err := b.run(b.ctx, append([]string{boxhelper.Arg}, args...), stdin, out.max, out)
+	switch {
+	case errors.Is(err, errOver):
+		return nil, nil, errHelper(p, "answered more than a boxhelper.Reply may hold")
+	case errors.Is(err, ErrDied):
+		return nil, nil, errHelper(p, "ended during the operation (killed by the session's code, or the box paused or ended)")
+	case errors.Is(err, ErrClosed):
+		return nil, nil, errHelper(p, "is gone: the session ended")
+	case err != nil:
 		return nil, nil, err
 	}
 	if out.over {
@@ -169,14 +182,19 @@ func (b *FS) call(p string, args []string, stdin []byte, maxData int64) (*boxhel
 		return nil, nil, errHelper(p, "answered a malformed reply")
 	}
 	for _, s := range append(r.Entries, r.Skipped...) {
-		if !validRel(s.Rel) || s.Size < 0 || len(s.Target) > workspace.MaxPath || strings.IndexByte(s.Target, 0) >= 0 {
+		if !validRel(s.Rel) || s.Size < 0 || len(s.Target) > workspace.MaxPath || strings.IndexByte(s.Target, 0) >= 0 || !validTargetType(s.TargetType) {
 			return nil, nil, errHelper(p, "answered a malformed entry")
 		}
 	}
-	if r.Entry != nil && (r.Entry.Rel != "" || r.Entry.Size < 0 || len(r.Entry.Target) > workspace.MaxPath || strings.IndexByte(r.Entry.Target, 0) >= 0) {
+	if r.Entry != nil && (r.Entry.Rel != "" || r.Entry.Size < 0 || len(r.Entry.Target) > workspace.MaxPath || strings.IndexByte(r.Entry.Target, 0) >= 0 || !validTargetType(r.Entry.TargetType)) {
 		return nil, nil, errHelper(p, "answered a malformed entry")
 	}
 	return &r, rest, nil
+}
+
+// validTargetType: one of the link target types, or none.
+func validTargetType(t string) bool {
+	return t == "" || t == "file" || t == "dir" || t == "other"
 }
 
 // validRel: a clean relative path of names, each at most NAME_MAX bytes.
@@ -218,7 +236,7 @@ func (b *FS) entry(p string, s *boxhelper.Stat) *workspace.Entry {
 	case m&fs.ModeDir != 0:
 		e.Type, letter = "dir", "d"
 	case m&fs.ModeSymlink != 0:
-		e.Type, letter, e.Target, e.Size = "symlink", "l", s.Target, 0
+		e.Type, letter, e.Target, e.TargetType, e.Size = "symlink", "l", s.Target, s.TargetType, 0
 	default:
 		e.Type, e.Size = "other", 0
 		switch {

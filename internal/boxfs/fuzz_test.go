@@ -21,6 +21,8 @@ func FuzzReply(f *testing.F) {
 		`{"entry":{"mode":420,"size":3,"mtime":1,"uid":1000,"gid":1000},"n":3}` + "\nabc",
 		`{"entries":[{"rel":"a","mode":2147484141,"size":4096},{"rel":"a/b","mode":134218239,"target":"/etc/shadow"}]}` + "\n",
 		`{"entries":[{"rel":"../x","mode":420}]}` + "\n",
+		`{"entry":{"mode":134218239,"target":"y","target_type":"dir"}}` + "\n",
+		`{"entry":{"mode":134218239,"target":"y","target_type":"../etc"}}` + "\n",
 		`{"errno":2}` + "\n",
 		`{"errno":13,"where":"dst"}` + "\n",
 		`{"entry":{"mode":420},"n":99}` + "\nshort",
@@ -30,7 +32,7 @@ func FuzzReply(f *testing.F) {
 		f.Add([]byte(seed), 0)
 	}
 	f.Fuzz(func(t *testing.T, out []byte, exit int) {
-		run := func(_ context.Context, _ []string, _ []byte, stdout io.Writer) (int, error) {
+		run := func(_ context.Context, _ []string, _ []byte, _ int64, stdout io.Writer) (int, error) {
 			_, _ = stdout.Write(out)
 			return exit % 3, nil
 		}

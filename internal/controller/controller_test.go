@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quro-dev/quro/internal/boxfs"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/engine/js"
@@ -319,6 +320,7 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("watch %q: %w: inotify instances used up", "w", workspace.ErrWatchLimit), capability.ResourceExhausted, []string{`"w"`, "inotify"}, true},
 		{fmt.Errorf("unknown language %q: %w", "cobol", runcode.ErrInvalid), capability.InvalidArgument, []string{"cobol"}, false},
 		{fmt.Errorf("%w: session s1 has 4", js.ErrContextLimit), capability.ResourceExhausted, []string{"s1"}, true},
+		{fmt.Errorf("/tmp/x: the session box's file helper ended during the operation; try again: %w", boxfs.ErrHelper), capability.Unavailable, []string{"/tmp/x", "try again"}, true},
 		{fmt.Errorf("%q leads out of the session workspace: %w", "../x", workspace.ErrOutside), capability.PermissionDenied, []string{"../x"}, false},
 		{fmt.Errorf("%q: %w", "x", workspace.ErrPermission), capability.PermissionDenied, []string{`"x"`}, false},
 		{fmt.Errorf("%q: %w", "x", workspace.ErrNotFound), capability.NotFound, []string{`"x"`}, false},

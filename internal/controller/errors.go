@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 
+	"github.com/quro-dev/quro/internal/boxfs"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/engine/js"
 	"github.com/quro-dev/quro/internal/engine/python"
@@ -75,6 +76,10 @@ var classes = []class{
 	{match: is(runcode.ErrInvalid), code: capability.InvalidArgument},
 	// A JavaScript code context's VM past a cap (session, tenant, server).
 	{match: is(js.ErrContextLimit), code: capability.ResourceExhausted, retry: 30},
+
+	// The session box's file helper failed to answer (it died or was
+	// killed, the box paused or ended under it): its text says so.
+	{match: is(boxfs.ErrHelper), code: capability.Unavailable, retry: 1},
 
 	// Files in the workspace, and projects.
 	{match: is(workspace.ErrOutside), code: capability.PermissionDenied},

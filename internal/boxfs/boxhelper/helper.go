@@ -4,10 +4,13 @@
 // on stdout, then a read's bytes. It imports only a few standard packages
 // so that it starts before the binary's heavy package initialisers.
 //
-//	quro __quro_boxfs OP PATH ARGS…
+//	quro __quro_boxfs OP PATH ARGS…   one operation, then exit
+//	quro __quro_boxfs serve           operations framed on stdin/stdout (Serve)
 package boxhelper
 
 import (
+	"bufio"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io"
@@ -32,6 +35,9 @@ type Stat struct {
 	UID    uint32      `json:"uid"`
 	GID    uint32      `json:"gid"`
 	Target string      `json:"target,omitempty"`
+	// TargetType is what a link finally leads to, as the session sees
+	// it: "file", "dir", "other", or "" when it dangles.
+	TargetType string `json:"target_type,omitempty"`
 }
 
 // Reply is the helper's one JSON line.
@@ -51,7 +57,98 @@ type Reply struct {
 
 func init() {
 	if len(os.Args) > 1 && os.Args[1] == Arg {
+		if len(os.Args) == 3 && os.Args[2] == ServeOp {
+			os.Exit(Serve(os.Stdin, os.Stdout))
+		}
 		os.Exit(helperMain(os.Args[2:]))
+	}
+}
+
+// ServeOp is the argument after Arg that makes the helper serve requests
+// until its standard input ends.
+const ServeOp = "serve"
+
+// The framing of Serve. A request is
+//
+//	uint32 n, n bytes: a JSON array of strings (the arguments: OP PATH …)
+//	uint64 m, m bytes: the operation's input (a write's content)
+//
+// and its answer
+//
+//	uint8 status (StatusOK, or StatusBad: a malformed request)
+//	uint64 k, k bytes: what the one-operation helper writes on stdout
+//	(the Reply line, then a read's bytes)
+//
+// all integers big-endian. One request at a time: the next is read once
+// the answer is written.
+const (
+	StatusOK  = 0
+	StatusBad = 2
+	// MaxArgs bounds a request's arguments; MaxInput its input.
+	MaxArgs  = 64 << 10
+	MaxInput = 1 << 30
+)
+
+// Serve answers framed requests from in on out until in ends; it returns
+// the exit code (0 at the end of in, 1 when out or in broke, 2 on a
+// request that breaks the framing).
+func Serve(in io.Reader, out io.Writer) int {
+	r := bufio.NewReaderSize(in, 64<<10)
+	w := bufio.NewWriterSize(out, 64<<10)
+	var hdr [9]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:4]); err != nil {
+			if errors.Is(err, io.EOF) {
+				return 0
+			}
+			return 1
+		}
+		n := binary.BigEndian.Uint32(hdr[:4])
+		if n > MaxArgs {
+			return 2
+		}
+		raw := make([]byte, n)
+		if _, err := io.ReadFull(r, raw); err != nil {
+			return 1
+		}
+		if _, err := io.ReadFull(r, hdr[:8]); err != nil {
+			return 1
+		}
+		m := binary.BigEndian.Uint64(hdr[:8])
+		if m > MaxInput {
+			return 2
+		}
+		input := io.LimitReader(r, int64(m))
+		var args []string
+		status := byte(StatusOK)
+		var reply []byte
+		var data []byte
+		if err := json.Unmarshal(raw, &args); err != nil {
+			status = StatusBad
+		} else if rep, d, ok := serve(args, input); !ok {
+			status = StatusBad
+		} else {
+			reply, _ = json.Marshal(rep)
+			reply = append(reply, '\n')
+			data = d
+		}
+		if _, err := io.Copy(io.Discard, input); err != nil { // what the operation left of its input
+			return 1
+		}
+		hdr[0] = status
+		binary.BigEndian.PutUint64(hdr[1:], uint64(len(reply)+len(data)))
+		if _, err := w.Write(hdr[:9]); err != nil {
+			return 1
+		}
+		if _, err := w.Write(reply); err != nil {
+			return 1
+		}
+		if _, err := w.Write(data); err != nil {
+			return 1
+		}
+		if err := w.Flush(); err != nil {
+			return 1
+		}
 	}
 }
 
@@ -98,6 +195,16 @@ func describe(p string, fi fs.FileInfo) *Stat {
 	}
 	if fi.Mode()&fs.ModeSymlink != 0 {
 		s.Target, _ = os.Readlink(p)
+		if t, err := os.Stat(p); err == nil {
+			switch {
+			case t.Mode().IsRegular():
+				s.TargetType = "file"
+			case t.IsDir():
+				s.TargetType = "dir"
+			default:
+				s.TargetType = "other"
+			}
+		}
 	}
 	return s
 }
