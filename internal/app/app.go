@@ -179,12 +179,12 @@ type App struct {
 	egress      *boxEgress
 	netPolicies *netPolicies
 	secrets     *sessionSecrets
-	preview     previewKey    // the preview URLs' secret (preview.go)
-	public      publicPorts   // the sessions' public ports (preview.go)
-	js          *js.Engine    // its prepared VMs are freed by Close
-	node        *node.Engine  // the sessions' Node workers, stopped by Close
-	procs       *proc.Table   // the sessions' background processes (processes.go)
-	boxFiles    boxFiles      // the sessions' file helpers for box paths (boxfiles.go)
+	preview     previewKey   // the preview URLs' secret (preview.go)
+	public      publicPorts  // the sessions' public ports (preview.go)
+	js          *js.Engine   // its prepared VMs are freed by Close
+	node        *node.Engine // the sessions' Node workers, stopped by Close
+	procs       *proc.Table  // the sessions' background processes (processes.go)
+	boxFiles    boxFiles     // the sessions' file helpers for box paths (boxfiles.go)
 	// boxFilesTimeout bounds one box file operation (0: boxFilesTimeout;
 	// tests shorten it).
 	boxFilesTimeout time.Duration
