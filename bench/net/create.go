@@ -86,6 +86,11 @@ func printCreate(ctx context.Context, b *benchbed.Bed) error {
 	if added > 2*time.Millisecond {
 		verdict = "NOT met"
 	}
+	// On a loaded machine a first run's spread dwarfs 2 ms: say so rather
+	// than give a verdict that is the noise's.
+	if spread := csr["host"].q(0.75) - csr["host"].q(0.25); spread > 4*time.Millisecond {
+		verdict = fmt.Sprintf("not resolvable here: the host figures' interquartile range is %.1f ms; the namespace figures of a full run answer it", ms(spread))
+	}
 	fmt.Printf("added to create_session + first run (the box and its network made), internet vs host (medians): %.3f ms (goal ≤ 2 ms: %s); none vs host: %.3f ms\n",
 		ms(added), verdict, ms(csr["none"].q(0.5)-csr["host"].q(0.5)))
 	return nil
