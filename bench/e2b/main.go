@@ -12,7 +12,8 @@
 // of a noisy machine hits both alike (which goes first alternates too):
 //
 //  1. cold (-n): Sandbox.create() + runCode('print(1)'), then kill(),
-//     beside POST /v1/create_session + /v1/run_code print(1), then
+//     beside POST /v1/create_session (-network, internet as E2B's default)
+//     + /v1/run_code print(1), then
 //     /v1/destroy_session;
 //  2. warm (-m): runCode('print(1)') on one sandbox beside
 //     /v1/run_code print(1) on one session (a keep-alive client);
@@ -60,6 +61,7 @@ var (
 	quroBin  = flag.String("quro", "", "the quro binary (default: go build ./cmd/quro into a temporary directory)")
 	modules  = flag.String("modules", "test/e2b/node_modules", "where the E2B SDKs are installed (npm ci --prefix test/e2b)")
 	jsonPath = flag.String("json", "", "also write the figures as JSON to this file")
+	network  = flag.String("network", "internet", "REST's create_session network: internet is what an E2B sandbox gets by default (allowInternetAccess), so both paths make the same box")
 )
 
 func main() {
@@ -445,7 +447,7 @@ func (c *restClient) post(ctx context.Context, capability string, in, out any) e
 
 func (c *restClient) create(ctx context.Context) (string, error) {
 	var s struct{ ID string }
-	if err := c.post(ctx, "create_session", map[string]any{}, &s); err != nil {
+	if err := c.post(ctx, "create_session", map[string]any{"network": *network}, &s); err != nil {
 		return "", err
 	}
 	if s.ID == "" {
