@@ -3,55 +3,144 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
-	"runtime"
-	"text/tabwriter"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 )
 
-// filesBench runs bench/e2b/files.mjs: a -files-mb file written and read
-// through the SDK beside curl on the same /files URL, -files rounds.
-func filesBench(ctx context.Context, env []string) error {
-	fmt.Fprintf(os.Stderr, "files: %d rounds of a %d MB file ...\n", *nFiles, *filesMB)
-	cmd := exec.CommandContext(ctx, nodeBin, "bench/e2b/files.mjs", fmt.Sprint(*nFiles), fmt.Sprint(*filesMB), *filesDir)
-	cmd.Env = env
+// restPart is the most one write_file takes and one read_file gives.
+const restPart = 8 << 20
+
+// filesPart writes and reads a -files-mb file of random bytes, -files
+// rounds, through the SDK (files.write, files.read as bytes, checked by
+// SHA-256), curl on the same /files URL with the same headers, and Quro's
+// REST (write_file then appends, read_file by offset and limit, base64).
+func filesPart(ctx context.Context, sdk *sdkDriver, rest *restClient, session, tmp, base string) (*part, error) {
+	data := make([]byte, *filesMB*1_000_000)
+	_, _ = rand.Read(data)
+	want := sha256.Sum256(data)
+	local := filepath.Join(tmp, "data.bin")
+	if err := os.WriteFile(local, data, 0o600); err != nil {
+		return nil, err
+	}
+	var box struct{ ID, Token string }
+	if err := sdk.step("files "+local, &box); err != nil {
+		return nil, err
+	}
+	headers := []string{"-H", "E2b-Sandbox-Id: " + box.ID, "-H", "E2b-Sandbox-Port: 49983"}
+	if box.Token != "" {
+		headers = append(headers, "-H", "X-Access-Token: "+box.Token)
+	}
+	fileURL := func(p string) string {
+		return strings.TrimSuffix(base, "/") + "/files?path=" + url.QueryEscape(p) + "&username=user"
+	}
+	dir := strings.TrimSuffix(*filesDir, "/")
+	sdkPath, curlPath, restPath := dir+"/big.bin", dir+"/curl.bin", dir+"/big.bin"
+
+	sWrite, sRead := &series{name: "SDK files.write"}, &series{name: "SDK files.read (bytes)"}
+	cWrite, cRead, cGzip := &series{name: "curl POST /files (octet-stream)"}, &series{name: "curl GET /files"}, &series{name: "curl --compressed GET /files"}
+	rWrite, rRead := &series{name: "REST write_file (8 MiB parts, base64)"}, &series{name: "REST read_file (8 MiB parts, base64)"}
+	p := &part{title: "files", sdk: []*series{sWrite, sRead}, peers: [][]*series{{cWrite, rWrite}, {cRead, cGzip, rRead}}}
+	err := interleave(fmt.Sprintf("files (%d MB)", *filesMB), *nFiles, &p.load, func() error {
+		if err := sdk.timed("write "+sdkPath, sWrite); err != nil {
+			return err
+		}
+		return sdk.timed("read "+sdkPath, sRead)
+	}, func() error {
+		d, err := curl(append(headers, "-H", "Content-Type: application/octet-stream", "--data-binary", "@"+local, fileURL(curlPath)))
+		if err != nil {
+			return err
+		}
+		cWrite.add(d)
+		if d, err = curl(append(headers, fileURL(sdkPath))); err != nil {
+			return err
+		}
+		cRead.add(d)
+		if d, err = curl(append([]string{"--compressed"}, append(headers, fileURL(sdkPath))...)); err != nil {
+			return err
+		}
+		cGzip.add(d)
+		t := time.Now()
+		if err := rest.writeFile(ctx, session, restPath, data); err != nil {
+			return err
+		}
+		rWrite.add(time.Since(t))
+		t = time.Now()
+		got, err := rest.readFile(ctx, session, restPath)
+		if err != nil {
+			return err
+		}
+		rRead.add(time.Since(t))
+		if sha256.Sum256(got) != want {
+			return fmt.Errorf("read_file gave %d bytes, not the %d written", len(got), len(data))
+		}
+		return nil
+	})
+	return p, err
+}
+
+// curl runs curl and answers its own total time (-w %{time_total}), so
+// that its start-up is not counted.
+func curl(args []string) (time.Duration, error) {
+	cmd := exec.Command("curl", append([]string{"-sS", "-f", "-o", "/dev/null", "-w", "%{time_total}"}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return fmt.Errorf("node bench/e2b/files.mjs: %v\n%s", err, stderr.String())
+		return 0, fmt.Errorf("curl: %v: %s", err, stderr.Bytes())
 	}
-	var r struct{ SdkWrite, SdkRead, CurlRead, CurlReadGzip, CurlWrite []int64 }
-	if err := json.Unmarshal(out, &r); err != nil {
-		return fmt.Errorf("files.mjs: %v: %s", err, out)
+	s, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+	if err != nil {
+		return 0, fmt.Errorf("curl's time_total %q: %w", out, err)
 	}
-	mk := func(name string, us []int64) series {
-		s := series{name: name}
-		for _, u := range us {
-			s.ds = append(s.ds, time.Duration(u)*time.Microsecond)
+	return time.Duration(s * float64(time.Second)), nil
+}
+
+// writeFile writes data as a REST client must: base64, in parts.
+func (c *restClient) writeFile(ctx context.Context, session, path string, data []byte) error {
+	for off := 0; off == 0 || off < len(data); off += restPart {
+		part := data[off:min(off+restPart, len(data))]
+		in := map[string]any{"session": session, "path": path, "encoding": "base64", "content": base64.StdEncoding.EncodeToString(part), "append": off > 0}
+		if err := c.post(ctx, "write_file", in, nil); err != nil {
+			return err
 		}
-		return s
 	}
-	read, write := mk("SDK files.read (bytes)", r.SdkRead), mk("SDK files.write", r.SdkWrite)
-	curlRead, curlGzip, curlWrite := mk("curl GET /files", r.CurlRead), mk("curl --compressed GET /files", r.CurlReadGzip), mk("curl POST /files (octet-stream)", r.CurlWrite)
-	fmt.Printf("Quro E2B files benchmark: a %d MB file through E2B's SDK (e2b 2.51.0, node %s) beside curl on the same URL;\n%s/%s, %d CPUs, %s, %s\n\n",
-		*filesMB, nodeVersion(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format(time.RFC3339))
-	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "step\tn\tmedian\tmax\tSDK/curl (median)\t")
-	for _, row := range []struct {
-		s, base series
-	}{{read, curlRead}, {read, curlGzip}, {write, curlWrite}} {
-		fmt.Fprintf(tw, "%s | %s\t%d\t%s | %s\t%s | %s\t%.2fx\t\n", row.s.name, row.base.name, len(row.s.ds),
-			fmtD(row.s.q(0.5)), fmtD(row.base.q(0.5)), fmtD(row.s.q(1)), fmtD(row.base.q(1)), float64(row.s.q(0.5))/float64(row.base.q(0.5)))
-	}
-	tw.Flush()
-	verdict := "met"
-	if read.q(0.5) > 2*curlRead.q(0.5) {
-		verdict = "NOT met"
-	}
-	fmt.Printf("\ngoal SDK files.read ≤ 2× curl: %s (%s against %s)\n", verdict, fmtD(read.q(0.5)), fmtD(curlRead.q(0.5)))
 	return nil
+}
+
+// readFile reads a whole file as a REST client must: by parts, base64.
+func (c *restClient) readFile(ctx context.Context, session, path string) ([]byte, error) {
+	var all []byte
+	for {
+		var r struct {
+			Encoding, Content string
+			Size              int64
+			Length            int64
+		}
+		if err := c.post(ctx, "read_file", map[string]any{"session": session, "path": path, "offset": len(all), "limit": restPart}, &r); err != nil {
+			return nil, err
+		}
+		b := []byte(r.Content)
+		if r.Encoding == "base64" {
+			var err error
+			if b, err = base64.StdEncoding.DecodeString(r.Content); err != nil {
+				return nil, err
+			}
+		}
+		if len(b) == 0 {
+			return nil, fmt.Errorf("read_file %s at %d of %d: nothing", path, len(all), r.Size)
+		}
+		all = append(all, b...)
+		if int64(len(all)) >= r.Size {
+			return all, nil
+		}
+	}
 }

@@ -5,23 +5,31 @@
 //	go run ./bench/e2b            (or: make bench-e2b)
 //
 // It builds ./cmd/quro (or takes -quro), starts `quro serve` on a fresh
-// data directory on 127.0.0.1, makes a tenant's read,exec token, and then,
-// in -blocks alternating blocks so that drift of a noisy machine hits both
-// alike:
+// data directory on 127.0.0.1, makes a tenant's read,exec token, starts
+// the SDK's side (bench/e2b/sdk.mjs: @e2b/code-interpreter 2.8.0 over
+// e2b 2.51.0 in node, with the three variables of docs/e2b.md) and then
+// alternates, round by round, each SDK step with its peers, so that drift
+// of a noisy machine hits both alike (which goes first alternates too):
 //
-//  1. cold: the SDK's Sandbox.create() + runCode('print(1)'), then kill()
-//     (@e2b/code-interpreter 2.8.0 in node, bench/e2b/sdk.mjs, with the three
-//     variables of docs/e2b.md), beside POST /v1/create_session +
-//     POST /v1/run_code print(1), then POST /v1/destroy_session;
-//  2. warm: runCode('print(1)') on one sandbox beside POST /v1/run_code
-//     print(1) on one session (keep-alive client).
+//  1. cold (-n): Sandbox.create() + runCode('print(1)'), then kill(),
+//     beside POST /v1/create_session (-network, internet as E2B's default)
+//     + /v1/run_code print(1), then
+//     /v1/destroy_session;
+//  2. warm (-m): runCode('print(1)') on one sandbox beside
+//     /v1/run_code print(1) on one session (a keep-alive client);
+//  3. commands (-c): commands.run('true') beside /v1/start_process
+//     {command: "true"} (which answers when it ends) and
+//     /v1/terminal_exec true;
+//  4. files (-files, of -files-mb MB): files.write and files.read (bytes)
+//     beside curl on the same /files URL with the same headers (POST, GET,
+//     GET --compressed) and /v1/write_file + /v1/read_file (base64, in
+//     parts of 8 MiB, the most one call takes or gives).
 //
-// The report gives medians and p95 per step, the SDK/REST ratio of the
-// medians, and the goals (create + first run ≤ 100 ms, warm ≤ 5 ms).
-// With -files N it instead writes and reads a 50 MB file (-files-mb)
-// through the SDK, N rounds, beside curl on the same /files URL
-// (bench/e2b/files.mjs).
-// Needs test/e2b's SDKs installed (npm ci --prefix test/e2b) and node.
+// The report gives medians and p95 per step, the SDK/peer ratio of the
+// medians, the load average while each part ran, and issue 28's goals:
+// create + first run ≤ 50 ms, warm runCode ≤ 2 ms, commands.run ≤ 10 ms,
+// files.read of 50 MB ≤ 2× curl.
+// Needs test/e2b's SDKs installed (npm ci --prefix test/e2b), node and curl.
 package main
 
 import (
@@ -46,14 +54,15 @@ import (
 
 var (
 	nCold    = flag.Int("n", 40, "cold rounds (create + first run + kill) per path")
-	nWarm    = flag.Int("m", 1000, "warm runs per path")
-	blocks   = flag.Int("blocks", 4, "the paths alternate in this many blocks")
+	nWarm    = flag.Int("m", 1000, "warm runCode rounds per path")
+	nCmd     = flag.Int("c", 300, "commands.run('true') rounds per path")
+	nFiles   = flag.Int("files", 3, "rounds of a large file written and read per path (0: none)")
+	filesMB  = flag.Int("files-mb", 50, "the file of -files, in MB")
+	filesDir = flag.String("files-dir", "/home/user", "the sandbox directory of -files' file: /home/user is the workspace (the server's), /tmp the box's (its file helper)")
 	quroBin  = flag.String("quro", "", "the quro binary (default: go build ./cmd/quro into a temporary directory)")
 	modules  = flag.String("modules", "test/e2b/node_modules", "where the E2B SDKs are installed (npm ci --prefix test/e2b)")
 	jsonPath = flag.String("json", "", "also write the figures as JSON to this file")
-	nFiles   = flag.Int("files", 0, "instead: this many rounds of a large file written and read through the SDK beside curl (bench/e2b/files.mjs)")
-	filesMB  = flag.Int("files-mb", 50, "the file of -files, in MB")
-	filesDir = flag.String("files-dir", "/home/user", "the sandbox directory of -files' file: /home/user is the workspace (the server's), /tmp the box's (its file helper)")
+	network  = flag.String("network", "internet", "REST's create_session network: internet is what an E2B sandbox gets by default (allowInternetAccess), so both paths make the same box")
 )
 
 func main() {
@@ -69,7 +78,9 @@ type series struct {
 	ds   []time.Duration
 }
 
-func (s series) q(p float64) time.Duration {
+func (s *series) add(d time.Duration) { s.ds = append(s.ds, d) }
+
+func (s *series) q(p float64) time.Duration {
 	if len(s.ds) == 0 {
 		return 0
 	}
@@ -78,10 +89,21 @@ func (s series) q(p float64) time.Duration {
 	return d[int(p*float64(len(d)-1))]
 }
 
-// The figures: the SDK's and REST's, step by step.
-type figures struct {
-	sdkCreate, sdkCreateRun, sdkKill, sdkWarm     series
-	restCreate, restCreateRun, restKill, restWarm series
+// tail is the p95, or the maximum of fewer than 20.
+func (s *series) tail() time.Duration {
+	if len(s.ds) < 20 {
+		return s.q(1)
+	}
+	return s.q(0.95)
+}
+
+// A part is one kind of step: the SDK's series beside its peers', and the
+// load average seen while its rounds ran.
+type part struct {
+	title string
+	sdk   []*series
+	peers [][]*series // peers[i] are the peers of sdk[i]
+	load  loadRange
 }
 
 func run() error {
@@ -116,10 +138,6 @@ func run() error {
 	}
 	rest := &restClient{url: srv.url, token: strings.TrimSpace(string(key)), hc: &http.Client{}}
 	ctx := context.Background()
-	env := append(os.Environ(), "E2B_API_KEY="+rest.token, "E2B_API_URL="+srv.url+"/e2b", "E2B_SANDBOX_URL="+srv.url, "E2B_NODE_MODULES="+mods)
-	if *nFiles > 0 {
-		return filesBench(ctx, env)
-	}
 
 	// Warm-up: the first Python run of the data directory, connections.
 	fmt.Fprintln(os.Stderr, "warming up ...")
@@ -128,76 +146,230 @@ func run() error {
 			return err
 		}
 	}
-	f := &figures{
-		sdkCreate: series{name: "SDK Sandbox.create()"}, sdkCreateRun: series{name: "SDK create() + runCode('print(1)')"},
-		sdkKill: series{name: "SDK kill()"}, sdkWarm: series{name: "SDK runCode('print(1)'), warm"},
-		restCreate: series{name: "REST create_session"}, restCreateRun: series{name: "REST create_session + run_code print(1)"},
-		restKill: series{name: "REST destroy_session"}, restWarm: series{name: "REST run_code print(1), warm"},
+	env := append(os.Environ(), "E2B_API_KEY="+rest.token, "E2B_API_URL="+srv.url+"/e2b", "E2B_SANDBOX_URL="+srv.url, "E2B_NODE_MODULES="+mods)
+	sdk, err := startSDK(ctx, env)
+	if err != nil {
+		return err
 	}
-	nb, mb := max(1, *nCold / *blocks), max(1, *nWarm / *blocks)
-	warmSession, err := rest.create(ctx)
+	defer sdk.quit()
+	session, err := rest.create(ctx)
 	if err != nil {
 		return err
 	}
 	for range 20 {
-		if err := rest.run(ctx, warmSession); err != nil {
+		if err := rest.run(ctx, session); err != nil {
 			return err
 		}
 	}
-	for b := range *blocks {
-		fmt.Fprintf(os.Stderr, "block %d/%d: %d cold rounds and %d warm runs per path ...\n", b+1, *blocks, nb, mb)
-		if err := sdkBlock(ctx, env, nb, mb, f); err != nil {
+
+	var parts []*part
+	if *nCold > 0 {
+		p, err := coldPart(ctx, sdk, rest)
+		if err != nil {
 			return err
 		}
-		for range nb {
-			t := time.Now()
-			create, createRun, err := rest.cold(ctx)
-			if err != nil {
-				return err
-			}
-			f.restCreate.ds = append(f.restCreate.ds, create)
-			f.restCreateRun.ds = append(f.restCreateRun.ds, createRun)
-			f.restKill.ds = append(f.restKill.ds, time.Since(t)-createRun)
-		}
-		for range mb {
-			t := time.Now()
-			if err := rest.run(ctx, warmSession); err != nil {
-				return err
-			}
-			f.restWarm.ds = append(f.restWarm.ds, time.Since(t))
-		}
+		parts = append(parts, p)
 	}
-	report(f)
+	if *nWarm > 0 {
+		p, err := warmPart(ctx, sdk, rest, session)
+		if err != nil {
+			return err
+		}
+		parts = append(parts, p)
+	}
+	if *nCmd > 0 {
+		p, err := cmdPart(ctx, sdk, rest, session)
+		if err != nil {
+			return err
+		}
+		parts = append(parts, p)
+	}
+	if *nFiles > 0 {
+		p, err := filesPart(ctx, sdk, rest, session, tmp, srv.url)
+		if err != nil {
+			return err
+		}
+		parts = append(parts, p)
+	}
+	report(parts)
 	if *jsonPath != "" {
-		return writeJSON(*jsonPath, f)
+		return writeJSON(*jsonPath, parts)
 	}
 	return nil
 }
 
-// sdkBlock runs sdk.mjs for n cold rounds and m warm runs.
-func sdkBlock(ctx context.Context, env []string, n, m int, f *figures) error {
-	cmd := exec.CommandContext(ctx, nodeBin, "bench/e2b/sdk.mjs", fmt.Sprint(n), fmt.Sprint(m))
-	cmd.Env = env
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return fmt.Errorf("node bench/e2b/sdk.mjs: %v\n%s", err, stderr.String())
-	}
-	var r struct{ Create, CreateRun, Kill, Warm []int64 }
-	if err := json.Unmarshal(out, &r); err != nil {
-		return fmt.Errorf("sdk.mjs: %v: %s", err, out)
-	}
-	add := func(s *series, us []int64) {
-		for _, u := range us {
-			s.ds = append(s.ds, time.Duration(u)*time.Microsecond)
+// interleave runs n rounds of the SDK's step and its peer's, the SDK first
+// in even rounds and second in odd ones, and notes the load average.
+func interleave(title string, n int, load *loadRange, sdk, peer func() error) error {
+	fmt.Fprintf(os.Stderr, "%s: %d rounds per path ...\n", title, n)
+	load.sample()
+	for i := range n {
+		first, second := sdk, peer
+		if i%2 == 1 {
+			first, second = peer, sdk
+		}
+		if err := first(); err != nil {
+			return err
+		}
+		if err := second(); err != nil {
+			return err
+		}
+		if i%max(1, n/8) == 0 {
+			load.sample()
 		}
 	}
-	add(&f.sdkCreate, r.Create)
-	add(&f.sdkCreateRun, r.CreateRun)
-	add(&f.sdkKill, r.Kill)
-	add(&f.sdkWarm, r.Warm)
+	load.sample()
 	return nil
+}
+
+func coldPart(ctx context.Context, sdk *sdkDriver, rest *restClient) (*part, error) {
+	sCreate, sRun, sKill := &series{name: "SDK Sandbox.create()"}, &series{name: "SDK create() + runCode('print(1)')"}, &series{name: "SDK kill()"}
+	rCreate, rRun, rKill := &series{name: "REST create_session"}, &series{name: "REST create_session + run_code print(1)"}, &series{name: "REST destroy_session"}
+	p := &part{title: "cold", sdk: []*series{sCreate, sRun, sKill}, peers: [][]*series{{rCreate}, {rRun}, {rKill}}}
+	err := interleave("cold", *nCold, &p.load, func() error {
+		var r struct{ Create, CreateRun, Kill int64 }
+		if err := sdk.step("cold", &r); err != nil {
+			return err
+		}
+		sCreate.add(micros(r.Create))
+		sRun.add(micros(r.CreateRun))
+		sKill.add(micros(r.Kill))
+		return nil
+	}, func() error {
+		t := time.Now()
+		create, createRun, err := rest.cold(ctx)
+		if err != nil {
+			return err
+		}
+		rCreate.add(create)
+		rRun.add(createRun)
+		rKill.add(time.Since(t) - createRun)
+		return nil
+	})
+	return p, err
+}
+
+func warmPart(ctx context.Context, sdk *sdkDriver, rest *restClient, session string) (*part, error) {
+	s, r := &series{name: "SDK runCode('print(1)'), warm"}, &series{name: "REST run_code print(1), warm"}
+	p := &part{title: "warm", sdk: []*series{s}, peers: [][]*series{{r}}}
+	err := interleave("warm runCode", *nWarm, &p.load, func() error {
+		return sdk.timed("warm", s)
+	}, func() error {
+		t := time.Now()
+		if err := rest.run(ctx, session); err != nil {
+			return err
+		}
+		r.add(time.Since(t))
+		return nil
+	})
+	return p, err
+}
+
+func cmdPart(ctx context.Context, sdk *sdkDriver, rest *restClient, session string) (*part, error) {
+	s := &series{name: "SDK commands.run('true')"}
+	rStart, rTerm := &series{name: "REST start_process true"}, &series{name: "REST terminal_exec true"}
+	p := &part{title: "commands", sdk: []*series{s}, peers: [][]*series{{rStart, rTerm}}}
+	err := interleave("commands.run", *nCmd, &p.load, func() error {
+		return sdk.timed("cmd", s)
+	}, func() error {
+		var pr struct {
+			Running  bool
+			ExitCode int `json:"exit_code"`
+		}
+		t := time.Now()
+		if err := rest.post(ctx, "start_process", map[string]any{"session": session, "command": "true"}, &pr); err != nil {
+			return err
+		}
+		rStart.add(time.Since(t))
+		if pr.Running || pr.ExitCode != 0 {
+			return fmt.Errorf("start_process true: running %v, exit code %d", pr.Running, pr.ExitCode)
+		}
+		var tr struct {
+			Running  bool
+			ExitCode int `json:"exit_code"`
+		}
+		t = time.Now()
+		if err := rest.post(ctx, "terminal_exec", map[string]any{"session": session, "command": "true"}, &tr); err != nil {
+			return err
+		}
+		rTerm.add(time.Since(t))
+		if tr.Running || tr.ExitCode != 0 {
+			return fmt.Errorf("terminal_exec true: running %v, exit code %d", tr.Running, tr.ExitCode)
+		}
+		return nil
+	})
+	return p, err
+}
+
+// sdkDriver is a running bench/e2b/sdk.mjs: a step per line.
+type sdkDriver struct {
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Scanner
+	stderr bytes.Buffer
+}
+
+func startSDK(ctx context.Context, env []string) (*sdkDriver, error) {
+	d := &sdkDriver{cmd: exec.CommandContext(ctx, nodeBin, "bench/e2b/sdk.mjs")}
+	d.cmd.Env = env
+	d.cmd.Stderr = &d.stderr
+	var err error
+	if d.in, err = d.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	out, err := d.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	d.out = bufio.NewScanner(out)
+	d.out.Buffer(nil, 1<<20)
+	if err := d.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("node bench/e2b/sdk.mjs: %w", err)
+	}
+	var ready struct{ Ready bool }
+	if err := d.read(&ready); err != nil {
+		d.quit()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *sdkDriver) read(v any) error {
+	if !d.out.Scan() {
+		return fmt.Errorf("node bench/e2b/sdk.mjs ended: %v\n%s", d.out.Err(), d.stderr.String())
+	}
+	line := d.out.Bytes()
+	var e struct{ Error string }
+	if err := json.Unmarshal(line, &e); err != nil {
+		return fmt.Errorf("sdk.mjs answered %q: %w", line, err)
+	}
+	if e.Error != "" {
+		return fmt.Errorf("sdk.mjs: %s", e.Error)
+	}
+	return json.Unmarshal(line, v)
+}
+
+func (d *sdkDriver) step(line string, v any) error {
+	if _, err := io.WriteString(d.in, line+"\n"); err != nil {
+		return fmt.Errorf("sdk.mjs: %w\n%s", err, d.stderr.String())
+	}
+	return d.read(v)
+}
+
+// timed runs a step that answers its duration and adds it to s.
+func (d *sdkDriver) timed(line string, s *series) error {
+	var r struct{ Us int64 }
+	if err := d.step(line, &r); err != nil {
+		return err
+	}
+	s.add(micros(r.Us))
+	return nil
+}
+
+func (d *sdkDriver) quit() {
+	_, _ = io.WriteString(d.in, "quit\n")
+	_ = d.in.Close()
+	_ = d.cmd.Wait()
 }
 
 // serve is a running `quro serve`.
@@ -276,7 +448,7 @@ func (c *restClient) post(ctx context.Context, capability string, in, out any) e
 
 func (c *restClient) create(ctx context.Context) (string, error) {
 	var s struct{ ID string }
-	if err := c.post(ctx, "create_session", map[string]any{}, &s); err != nil {
+	if err := c.post(ctx, "create_session", map[string]any{"network": *network}, &s); err != nil {
 		return "", err
 	}
 	if s.ID == "" {
@@ -312,33 +484,52 @@ func (c *restClient) cold(ctx context.Context) (create, createRun time.Duration,
 	return create, createRun, c.post(ctx, "destroy_session", map[string]any{"session": id}, nil)
 }
 
-func report(f *figures) {
-	fmt.Printf("Quro E2B benchmark: E2B's SDK (@e2b/code-interpreter 2.8.0, node %s) beside Quro's REST on one quro serve;\n%s/%s, %d CPUs, %s, %s\n\n",
+func report(parts []*part) {
+	fmt.Printf("Quro E2B benchmark: E2B's SDK (@e2b/code-interpreter 2.8.0 / e2b 2.51.0, node %s) beside Quro's REST (and curl) on one quro serve,\nround by round; %s/%s, %d CPUs, %s, %s\n\n",
 		nodeVersion(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format(time.RFC3339))
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "step\tSDK n\tSDK median\tSDK p95\tREST median\tREST p95\tSDK/REST (median)\t")
-	for _, p := range [][2]series{
-		{f.sdkCreate, f.restCreate},
-		{f.sdkCreateRun, f.restCreateRun},
-		{f.sdkKill, f.restKill},
-		{f.sdkWarm, f.restWarm},
-	} {
-		s, r := p[0], p[1]
-		fmt.Fprintf(tw, "%s | %s\t%d\t%s\t%s\t%s\t%s\t%.2fx\t\n", s.name, r.name, len(s.ds), fmtD(s.q(0.5)), fmtD(s.q(0.95)),
-			fmtD(r.q(0.5)), fmtD(r.q(0.95)), float64(s.q(0.5))/float64(r.q(0.5)))
+	fmt.Fprintln(tw, "step\tn\tmedian\tp95 (max if n < 20)\tSDK/peer (median)\tload average\t")
+	for _, p := range parts {
+		for i, s := range p.sdk {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\t%s\t\n", s.name, len(s.ds), fmtD(s.q(0.5)), fmtD(s.tail()), p.load)
+			for _, r := range p.peers[i] {
+				fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%.2fx\t\t\n", r.name, len(r.ds), fmtD(r.q(0.5)), fmtD(r.tail()), ratio(s, r))
+			}
+		}
 	}
 	tw.Flush()
-	goal := func(what string, got, want time.Duration) {
+	fmt.Println()
+	goal := func(what string, s *series, want time.Duration, load loadRange) {
+		if s == nil || len(s.ds) == 0 {
+			return
+		}
 		verdict := "met"
-		if got > want {
+		if s.q(0.5) > want {
 			verdict = "NOT met"
 		}
-		fmt.Printf("goal %s ≤ %s: %s (median %s)\n", what, fmtD(want), verdict, fmtD(got))
+		fmt.Printf("goal %s ≤ %s: %s (median %s, load average %s)\n", what, fmtD(want), verdict, fmtD(s.q(0.5)), load)
 	}
-	fmt.Println()
-	goal("SDK create + first runCode", f.sdkCreateRun.q(0.5), 100*time.Millisecond)
-	goal("SDK warm runCode", f.sdkWarm.q(0.5), 5*time.Millisecond)
+	for _, p := range parts {
+		switch p.title {
+		case "cold":
+			goal("SDK create + first runCode", p.sdk[1], 50*time.Millisecond, p.load)
+		case "warm":
+			goal("SDK warm runCode", p.sdk[0], 2*time.Millisecond, p.load)
+		case "commands":
+			goal("SDK commands.run('true')", p.sdk[0], 10*time.Millisecond, p.load)
+		case "files":
+			read, curl := p.sdk[1], p.peers[1][0]
+			verdict := "met"
+			if read.q(0.5) > 2*curl.q(0.5) {
+				verdict = "NOT met"
+			}
+			fmt.Printf("goal SDK files.read of %d MB ≤ 2× curl: %s (%s against %s: %.2fx, load average %s)\n",
+				*filesMB, verdict, fmtD(read.q(0.5)), fmtD(curl.q(0.5)), ratio(read, curl), p.load)
+		}
+	}
 }
+
+func ratio(a, b *series) float64 { return float64(a.q(0.5)) / float64(b.q(0.5)) }
 
 func nodeVersion() string {
 	out, err := exec.Command(nodeBin, "--version").Output()
@@ -348,10 +539,18 @@ func nodeVersion() string {
 	return strings.TrimSpace(string(out))
 }
 
-func writeJSON(path string, f *figures) error {
+func writeJSON(path string, parts []*part) error {
 	out := map[string]any{}
-	for _, s := range []series{f.sdkCreate, f.sdkCreateRun, f.sdkKill, f.sdkWarm, f.restCreate, f.restCreateRun, f.restKill, f.restWarm} {
-		out[s.name] = map[string]any{"n": len(s.ds), "median_us": micro(s.q(0.5)), "p95_us": micro(s.q(0.95))}
+	put := func(s *series, load loadRange) {
+		out[s.name] = map[string]any{"n": len(s.ds), "median_us": micro(s.q(0.5)), "p95_us": micro(s.q(0.95)), "load": load.String()}
+	}
+	for _, p := range parts {
+		for i, s := range p.sdk {
+			put(s, p.load)
+			for _, r := range p.peers[i] {
+				put(r, p.load)
+			}
+		}
 	}
 	data, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
@@ -360,13 +559,43 @@ func writeJSON(path string, f *figures) error {
 	return os.WriteFile(path, data, 0o644)
 }
 
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
 func micro(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
 func fmtD(d time.Duration) string {
-	if d < time.Millisecond {
+	switch {
+	case d < time.Millisecond:
 		return fmt.Sprintf("%.0f µs", micro(d))
+	case d < time.Second:
+		return fmt.Sprintf("%.2f ms", micro(d)/1e3)
 	}
-	return fmt.Sprintf("%.2f ms", micro(d)/1e3)
+	return fmt.Sprintf("%.2f s", d.Seconds())
+}
+
+// loadRange is the lowest and highest one-minute load average seen.
+type loadRange struct{ lo, hi float64 }
+
+func (l *loadRange) sample() {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return
+	}
+	var v float64
+	if _, err := fmt.Sscan(string(data), &v); err != nil {
+		return
+	}
+	if l.hi == 0 || v < l.lo {
+		l.lo = v
+	}
+	l.hi = max(l.hi, v)
+}
+
+func (l loadRange) String() string {
+	if l.hi == 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%.1f–%.1f", l.lo, l.hi)
 }
 
 // nodeBin is the node test/e2b pins (20.20.2 from npm: the SDKs need

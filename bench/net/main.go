@@ -20,6 +20,11 @@
 //   - memory: -boxes namespaces with the egress attached, held at once:
 //     the kernel's unreclaimable slab and the server's Go heap per box;
 //
+//   - create (-only create for this alone): create_session under "host"
+//     (no namespace of its own), "none" (an empty one) and "internet"
+//     (namespace, rules, egress listeners), then destroy_session, -creates
+//     rounds with the policies' order turning round by round (create.go);
+//
 //   - preview (-only preview for this alone): a request to a server in a
 //     box through the preview proxy (path and host form) against one
 //     written on a connection DialBox makes (preview.go).
@@ -59,7 +64,8 @@ var (
 	nsN     = flag.Int("ns", 200, "namespaces made for the namespace figures")
 	boxes   = flag.Int("boxes", 1000, "namespaces with the egress attached, held at once, for the memory figure")
 	reqs    = flag.Int("requests", 1000, "requests of each kind for the preview figures")
-	only    = flag.String("only", "", "run one part: preview (the preview proxy against a direct request); default: all")
+	creates = flag.Int("creates", 60, "create_session rounds per network policy for the create figures")
+	only    = flag.String("only", "", "run one part: preview (the preview proxy against a direct request) or create (create_session by network policy); default: all")
 	install = flag.String("install", filepath.Join(os.TempDir(), "quro-test-python"), "where the embedded interpreter is extracted (shared with the tests)")
 )
 
@@ -159,8 +165,11 @@ func run() error {
 	if *only == "preview" {
 		return printPreview(ctx, a, b)
 	}
+	if *only == "create" {
+		return printCreate(ctx, b)
+	}
 	if *only != "" {
-		return fmt.Errorf("-only %q: want preview", *only)
+		return fmt.Errorf("-only %q: want preview or create", *only)
 	}
 	sessions := map[string]string{}
 	hosts := map[string]string{"host": "127.0.0.1", "internet": "big.test"}
@@ -234,6 +243,9 @@ func run() error {
 	fmt.Printf("added per new connection (medians): %.3f ms\n", ms(cn["internet"].q(0.5)-cn["host"].q(0.5)))
 	fmt.Printf("added to a box's making under internet vs none (medians): %.3f ms\n", ms(mk[true].q(0.5)-mk[false].q(0.5)))
 	fmt.Printf("memory per box at %d boxes: kernel %.1f KiB (SUnreclaim), server heap and stacks %.1f KiB\n", *boxes, perBox[0]/1024, perBox[1]/1024)
+	if err := printCreate(ctx, b); err != nil {
+		return err
+	}
 	return printPreview(ctx, a, b)
 }
 
