@@ -407,5 +407,15 @@ func (a *App) PreviewBySignature(ctx context.Context, id string, port int, sig s
 
 // DialPreview connects to port on 127.0.0.1 in session id's box.
 func (a *App) DialPreview(ctx context.Context, id string, port int) (net.Conn, error) {
+	// A paused session's box answers nothing, and a request to its port
+	// is a use of the session: as any use, it resumes it (E2B's sandboxes
+	// resume on an HTTP request to their ports likewise). The caller was
+	// admitted to the port already (a token, a signature, or a public
+	// port).
+	if s, err := a.Sessions.ByIDAnyTenant(ctx, id); err == nil && s.Paused {
+		if _, err := a.lives.Resume(ctx, s); err != nil {
+			return nil, fmt.Errorf("session %s is paused and could not be resumed for its port %d: %w", id, port, err)
+		}
+	}
 	return a.Sandbox.DialBox(ctx, id, port)
 }

@@ -156,6 +156,18 @@ func TestPreviewURLs(t *testing.T) {
 	if b := saw(body); b.Path != "/hello?x=1" || b.Headers["authorization"] != "" {
 		t.Errorf("the box saw %+v", b)
 	}
+	// A paused session: the request is a use of it and resumes it, as
+	// E2B's sandboxes resume on a request to their ports.
+	mustCallAs(t, a, alice, "pause_session", SessionRef{Session: s.ID})
+	if st := mustCallAs(t, a, alice, "get_session_status", SessionRef{Session: s.ID}).(*SessionInfo); st.SessionState != StatePaused {
+		t.Fatalf("not paused: %+v", st)
+	}
+	if resp, body := get(base+"again", bearer(aliceTok)); resp.StatusCode != 200 || saw(body).Path != "/again" {
+		t.Fatalf("a paused session's port: %d %s", resp.StatusCode, body)
+	}
+	if st := mustCallAs(t, a, alice, "get_session_status", SessionRef{Session: s.ID}).(*SessionInfo); st.SessionState == StatePaused {
+		t.Errorf("the request to its port did not resume the session: %+v", st)
+	}
 	// No credentials; another tenant's token.
 	if resp, body := get(base, nil); resp.StatusCode != 401 {
 		t.Errorf("without a token: %d %s", resp.StatusCode, body)
