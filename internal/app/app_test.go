@@ -138,7 +138,7 @@ func TestRunCodeBadRequests(t *testing.T) {
 	}{
 		{"empty code", `{"code":""}`, capability.InvalidArgument, "code is empty"},
 		{"no code", `{}`, capability.InvalidArgument, "code"},
-		{"unknown lang", `{"code":"x","lang":"cobol"}`, capability.InvalidArgument, "supported: python, js, ts, shell, bash, sh, html"},
+		{"unknown lang", `{"code":"x","lang":"cobol"}`, capability.InvalidArgument, "supported: python, js, ts, node, shell, bash, sh, html"},
 		{"missing session", `{"code":"print(1)","session":"nope"}`, capability.NotFound, `session not found: "nope"`},
 		{"unknown field", `{"code":"x","langg":"py"}`, capability.InvalidArgument, "langg"},
 		{"wrong type", `{"code":1}`, capability.InvalidArgument, "code"},

@@ -206,7 +206,7 @@ func TestToolchainMissingFallsThroughToPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := reply.Output.(*Help).Guide
-	if !strings.Contains(h, "run_code runs these on this server's own userland now: python, js, ts, shell, bash, sh") {
+	if !strings.Contains(h, "run_code runs these on this server's own userland now: python, js, ts, node, shell, bash, sh") {
 		t.Errorf("help does not list what runs:\n%s", h)
 	}
 	if _, err := exec.LookPath("zig"); err != nil && !strings.Contains(h, "- zig: no zig in this server's userland") {

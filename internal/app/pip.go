@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -174,7 +175,10 @@ func (p *pipSetup) runEnv(spec *sandbox.Spec, network string) sandbox.RunEnv {
 		env["PIP_FIND_LINKS"] = p.inBox(w)
 		ro = append(ro, w)
 	}
-	if network == sandbox.NetworkNone {
+	if network == sandbox.NetworkNone || network == sandbox.NetworkInternet && indexOffTheInternet(p.opts.IndexURL) {
+		// No network, or (under internet) an operator's index on its own loopback or
+		// private network, which a box's egress never reaches: pip asks
+		// the server to fetch (install_packages), as without network.
 		env["PIP_NO_INDEX"] = "1"
 		env["QURO_PIP_OFFLINE"] = "1"
 	} else {
@@ -482,4 +486,21 @@ func (d *dataDirWriter) emit(b []byte) {
 	}
 	// The capture bounds what it keeps and never fails a write.
 	_, _ = d.w.Write(b)
+}
+
+// indexOffTheInternet reports whether the index URL names localhost or an
+// address the egress refuses to a box (loopback, private, link-local …):
+// the server's own fetch reaches it (its policy trusts the index's
+// host:port), a session's pip through the egress would not.
+func indexOffTheInternet(index string) bool {
+	u, err := url.Parse(index)
+	if err != nil || u.Hostname() == "" {
+		return false
+	}
+	h := u.Hostname()
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(h)
+	return err == nil && egress.Class(a) != ""
 }
