@@ -422,6 +422,9 @@ func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants, netP
 	}
 	sbo.Tenant, sbo.Note = tl.forRun, tl.note
 	sbo.TenantScope = dir // tenants are the data directory's
+	// Boxes are born without the other sessions' disks (the N-th box
+	// costs what the first did).
+	sbo.MountRoot = tl.disks.Root()
 	if sbo.Log == nil {
 		sbo.Log = opts.Logger
 	}
@@ -521,6 +524,7 @@ func (a *App) Close() error {
 	a.Sandbox.ReleaseTenants()
 	a.auditLog.Close()
 	a.tenants.disks.UnmountMine()
+	a.tenants.disks.Close()
 	return a.Store.Close()
 }
 

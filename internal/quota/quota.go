@@ -49,6 +49,11 @@ type Disks struct {
 
 	mu   sync.Mutex
 	mine map[string]bool // session directories this process mounted
+
+	// root is $QURO_DATA/sessions, a private mount point of its own (see
+	// privateRoot); boundRoot: this process made it one.
+	root      string
+	boundRoot bool
 }
 
 // Open prepares the images directory of dataDir and probes whether images
@@ -59,9 +64,59 @@ func Open(dataDir string) *Disks {
 	if abs, err := filepath.Abs(dataDir); err == nil {
 		dataDir = abs
 	}
-	d := &Disks{dir: filepath.Join(dataDir, "disks"), data: dataPaths(dataDir), mine: map[string]bool{}}
+	d := &Disks{dir: filepath.Join(dataDir, "disks"), data: dataPaths(dataDir), mine: map[string]bool{},
+		root: filepath.Join(dataDir, "sessions")}
 	d.usable = d.probe()
+	if d.usable == nil {
+		d.boundRoot = privateRoot(d.root)
+	}
 	return d
+}
+
+// Root is the directory whose subdirectories are the sessions' mount
+// points ("" when images are not used here). It is a private mount: a
+// session's disk mounted below it is not copied into the mount namespaces
+// made from the server's after that (boxes start from such a copy,
+// without the disks, and get their own session's alone: see
+// sandbox.Options.MountRoot).
+func (d *Disks) Root() string {
+	if d.usable != nil {
+		return ""
+	}
+	return d.root
+}
+
+// privateRoot makes root a mount point of its own (a bind mount of
+// itself) if it is not one, with private propagation, and reports whether
+// it made the bind. A failure leaves root as it was: boxes then copy the
+// disks' mounts, which is slower, not less isolated.
+func privateRoot(root string) (bound bool) {
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return false
+	}
+	if !Mounted(root) {
+		// Recursive: a disk a killed server left mounted below stays
+		// where it is seen.
+		if unix.Mount(root, root, "", unix.MS_BIND|unix.MS_REC, "") != nil {
+			return false
+		}
+		bound = true
+	}
+	if unix.Mount("", root, "", unix.MS_PRIVATE, "") != nil && bound {
+		_ = unix.Unmount(root, 0) // best effort: a bind that cannot be made private is no use
+		return false
+	}
+	return bound
+}
+
+// Close unmounts the bind Open made of the sessions' directory, unless a
+// disk is still mounted below it (another process's, or a busy one).
+func (d *Disks) Close() {
+	if d.boundRoot {
+		if unix.Unmount(d.root, 0) == nil {
+			d.boundRoot = false
+		}
+	}
 }
 
 func (d *Disks) probe() error {

@@ -20,11 +20,20 @@ import (
 func newDisks(t testing.TB) (*Disks, string) {
 	t.Helper()
 	data := t.TempDir()
-	d := Open(data)
+	d := openDisks(t, data)
 	if err := d.Enforced(); err != nil {
 		t.Skipf("no kernel-enforced quota here: %v", err)
 	}
 	return d, data
+}
+
+// openDisks opens the disks of data and closes them when t ends (before
+// data is removed: the sessions' directory is a mount point meanwhile).
+func openDisks(t testing.TB, data string) *Disks {
+	t.Helper()
+	d := Open(data)
+	t.Cleanup(d.Close)
+	return d
 }
 
 // session makes a session directory with a quota of size bytes.
@@ -310,7 +319,7 @@ func TestToolErrorsKeepWhatTheToolSaidButNoHostPath(t *testing.T) {
 		t.Skip("no e2fsck here (apt-get install e2fsprogs)")
 	}
 	data := t.TempDir()
-	d := Open(data) // without root too: only run is used
+	d := openDisks(t, data) // without root too: only run is used
 	err := d.run("e2fsck", "-f", "-p", filepath.Join(data, "disks", "absent.img"))
 	if err == nil {
 		t.Fatal("e2fsck of an absent image succeeded")
@@ -347,7 +356,7 @@ func TestToolErrorsKeepWhatTheToolSaidButNoHostPath(t *testing.T) {
 // image is missing, an os.PathError that named it.
 func TestGrowErrorsNameNoHostPath(t *testing.T) {
 	data := t.TempDir()
-	d := Open(data)
+	d := openDisks(t, data)
 	err := d.Grow(filepath.Join(data, "sessions", "gone"), 64<<20)
 	if err == nil {
 		t.Fatal("Grow of a session without an image succeeded")

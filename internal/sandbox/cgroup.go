@@ -364,20 +364,23 @@ func writeLimits(dir, ctrl string, v2 bool, lim Limits) error {
 // writer waits for an RCU grace period (about 10 ms per run), while a
 // thread that moves only itself ("0" to a v1 tasks file) skips that lock.
 // With ns, the thread also enters that network namespace first, so the
-// child is born in it (bubblewrap has no option to join one). The thread
-// moves back before it serves any other goroutine.
+// child is born in it (bubblewrap has no option to join one). With mnt,
+// the thread enters the mount namespace mnt makes first (mountView.enter)
+// and leaves it after the start. The thread moves back before it serves
+// any other goroutine.
 //
 // r may be nil. It reports ok=false when the child was not born in r's
 // cgroups (r is nil, a unified hierarchy is in use, or the thread could not
 // move): then the caller joins the process to them after the start. Without
-// ns it has then done nothing, and the caller starts the process itself. An
+// ns and mnt it has then done nothing, and the caller starts the process
+// itself. An
 // error is start's, that the thread could not enter ns, or, after the
 // process started, that the thread could not move back; the thread is then
 // dropped (it exits with its goroutine; the child's parent-death signal
 // goes with it) and the run must not go on.
-func (r *runCgroup) startInside(ns *Netns, start func() error) (ok bool, err error) {
+func (r *runCgroup) startInside(ns *Netns, mnt func() (leave func() error, err error), start func() error) (ok bool, err error) {
 	v1 := r != nil && r.v2 == "" && len(r.dirs) > 0
-	if !v1 && ns == nil {
+	if !v1 && ns == nil && mnt == nil {
 		return false, nil
 	}
 	type result struct {
@@ -387,6 +390,17 @@ func (r *runCgroup) startInside(ns *Netns, start func() error) (ok bool, err err
 	done := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
+		if mnt != nil {
+			leave, err := mnt()
+			if err != nil {
+				if !errors.Is(err, errNamespaceStuck) {
+					runtime.UnlockOSThread()
+				}
+				done <- result{err: err}
+				return
+			}
+			start = withLeave(start, leave)
+		}
 		var home map[string]string
 		if v1 {
 			var herr error
@@ -420,7 +434,7 @@ func (r *runCgroup) startInside(ns *Netns, start func() error) (ok bool, err err
 			}
 			moved, v1 = 0, false
 		}
-		if !v1 && ns == nil {
+		if !v1 && ns == nil && mnt == nil {
 			runtime.UnlockOSThread()
 			done <- result{}
 			return
@@ -438,13 +452,21 @@ func (r *runCgroup) startInside(ns *Netns, start func() error) (ok bool, err err
 			done <- result{ok: v1, err: err}
 			return
 		}
-		if !errors.Is(err, errNetnsStuck) {
+		if !errors.Is(err, errNetnsStuck) && !errors.Is(err, errNamespaceStuck) {
 			runtime.UnlockOSThread()
 		}
 		done <- result{ok: v1, err: err}
 	}()
 	res := <-done
 	return res.ok, res.err
+}
+
+// withLeave is start, then leave (which must run whatever start did).
+func withLeave(start func() error, leave func() error) func() error {
+	return func() error {
+		err := start()
+		return errors.Join(err, leave())
+	}
 }
 
 // threadCgroups maps each v1 controller of the calling thread to its

@@ -40,6 +40,11 @@ type launch struct {
 	// netns: the box is born in this network namespace (the server's,
 	// see Netns) instead of one bubblewrap makes, or the host's.
 	netns *Netns
+	// mounts: a box is born in a copy of the base mount namespace with
+	// the disk of mountDir's session (see mountView); nil: in the
+	// server's.
+	mounts   *mountView
+	mountDir string
 
 	cmd       *exec.Cmd
 	childEnds []*os.File // the server's copies of what the child holds
@@ -57,6 +62,7 @@ func (s *Sandbox) oneShotLaunch(ctx context.Context, pl *plan, pb *plumbing, cgr
 		l.box = s.bwrapFor(pl, pl.spec)
 		l.box.ownNetns = ns != nil
 		l.hold = cgroups || pl.uid != 0 || pl.admin
+		l.mounts, l.mountDir = s.mounts, pl.spec.Dir
 	}
 	if err := l.holdPipes(); err != nil {
 		return nil, err
@@ -92,7 +98,8 @@ func (s *Sandbox) sessionLaunch(pl *plan, shape boxShape, ctl *os.File, ns *Netn
 	// session's pids budget, less memory per box). The user program never
 	// sees it: it gets its own environment from the init child.
 	l := &launch{box: b, bwrap: s.layers.bwrap, self: s.self, fds: &fdList{},
-		env: append(slices.Clone(HelperEnv), "GOMAXPROCS=1"), hold: true, uid: pl.uid, netns: ns}
+		env: append(slices.Clone(HelperEnv), "GOMAXPROCS=1"), hold: true, uid: pl.uid, netns: ns,
+		mounts: s.mounts, mountDir: spec.Dir}
 	ctlFD := l.fds.add(ctl)
 	if err := l.holdPipes(); err != nil {
 		return nil, err
@@ -192,8 +199,12 @@ func (l *launch) command(ctx context.Context, inner []string) error {
 func (l *launch) start(cg *runCgroup) (born bool, exit *exitWatch, err error) {
 	var pidfd int
 	askPidfd(l.cmd, &pidfd)
-	born, err = cg.startInside(l.netns, l.cmd.Start)
-	if !born && l.netns == nil {
+	var mnt func() (func() error, error)
+	if l.mounts != nil {
+		mnt = func() (func() error, error) { return l.mounts.enter(l.mountDir) }
+	}
+	born, err = cg.startInside(l.netns, mnt, l.cmd.Start)
+	if !born && l.netns == nil && mnt == nil {
 		err = l.cmd.Start()
 	}
 	l.closeChildEnds()

@@ -143,6 +143,12 @@ type Options struct {
 	// ForSession sandbox) or say why it runs outside it (Spec.Outside);
 	// any other is refused (see checkSessionRun).
 	SessionOf func(dir string) (id string, ok bool)
+	// MountRoot, when set, is the directory whose subdirectories may be
+	// mount points of the sessions' disks: boxes are then born in a mount
+	// namespace without them, and each gets only its own session's disk
+	// (see mountView). It needs root and the namespaces layer; without
+	// them it has no effect.
+	MountRoot string
 	// BoxReadOnly are host paths every session box shows read-only at the
 	// same path, besides what its first run names: where the server puts
 	// interpreters and tools that later runs of the session name in
@@ -228,6 +234,7 @@ type Sandbox struct {
 	runEnv     func(spec *Spec, network string) RunEnv
 	egress     Egress
 	host       hostView // where a box's host userland is read from
+	mounts     *mountView
 }
 
 // New returns a Sandbox. opts may be nil.
@@ -271,6 +278,15 @@ func New(opts *Options) (*Sandbox, error) {
 	s.layers = findLayers(o.Require)
 	if s.layers.cg != nil {
 		s.layers.cg.scope = o.TenantScope
+	}
+	if o.MountRoot != "" && s.layers.bwrap != "" && os.Geteuid() == 0 {
+		v, err := newMountView(o.MountRoot)
+		if err != nil {
+			// Boxes then copy the server's namespace, disks and all:
+			// slower with many sessions, as isolated.
+			s.log.Warn("sandbox: boxes start from the server's mount namespace", "err", err)
+		}
+		s.mounts = v
 	}
 	if o.SessionBoxes {
 		s.boxes = &boxRegistry{boxes: map[string]*boxEntry{}, readOnly: slices.Clone(o.BoxReadOnly), readOnlyNow: o.BoxReadOnlyNow}

@@ -1,0 +1,226 @@
+package sandbox
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Boxes are born in a mount namespace without the sessions' disks.
+//
+// Each session's disk is an ext4 image mounted at its directory under a
+// root (Options.MountRoot, $QURO_DATA/sessions). Bubblewrap copies the
+// mount namespace it starts in, and unmounts the copy of the old root
+// after its pivot: both cost one step per mount, so with the disks of
+// 1,000 sessions mounted in the server's namespace every box paid for
+// all 1,000 (bubblewrap alone went from ~5 ms to 40–70 ms).
+//
+// So a box starts from the base namespace instead: a copy of the server's
+// made once, in which nothing is mounted below the root, a slave of the
+// server's (the host's later mounts and unmounts reach it; the root is a
+// private mount in the server's namespace, see quota.Open, so the
+// sessions' disks do not). The thread that starts a box enters a fresh
+// copy of the base and moves a clone of its own session's disk (open_tree,
+// move_mount) to the session's directory there, then goes back to the
+// server's namespace. A box holds the host's mounts and its own disk,
+// whatever the number of sessions; no session's disk is ever in another
+// session's box, not even hidden under a bind.
+type mountView struct {
+	root   string   // Options.MountRoot
+	base   *os.File // the base namespace
+	server *os.File // the server's namespace, to go back to
+}
+
+// newMountView makes the base namespace of root. It needs root (as the
+// server is when sessions have disks).
+func newMountView(root string) (*mountView, error) {
+	root = filepath.Clean(root)
+	server, err := os.Open("/proc/self/ns/mnt")
+	if err != nil {
+		return nil, fmt.Errorf("mount namespace: %w", err)
+	}
+	v := &mountView{root: root, server: server}
+	err = onThreadThatDies(func() error {
+		if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
+			return fmt.Errorf("mount namespace: %w", err)
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+			return fmt.Errorf("mount namespace: making it a slave: %w", err)
+		}
+		if err := unmountBelow(root); err != nil {
+			return err
+		}
+		f, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/mnt", unix.Gettid()))
+		if err != nil {
+			return fmt.Errorf("mount namespace: %w", err)
+		}
+		v.base = f
+		return nil
+	})
+	if err != nil {
+		server.Close()
+		return nil, err
+	}
+	return v, nil
+}
+
+// unmountBelow detaches, in the calling thread's mount namespace, every
+// mount at root or below it, deepest first.
+func unmountBelow(root string) error {
+	for {
+		points, err := mountPoints()
+		if err != nil {
+			return err
+		}
+		var below []string
+		for _, p := range points {
+			if p == root || strings.HasPrefix(p, root+"/") {
+				below = append(below, p)
+			}
+		}
+		if len(below) == 0 {
+			return nil
+		}
+		// Deepest last in mountinfo is not guaranteed: detach the longest
+		// first, then look again (a mount stacked on another shows up once
+		// the top one is gone).
+		longest := below[0]
+		for _, p := range below {
+			if len(p) > len(longest) {
+				longest = p
+			}
+		}
+		if err := unix.Unmount(longest, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("mount namespace: dropping %s: %w", longest, err)
+		}
+	}
+}
+
+// mountPoints lists the mount points of the calling thread's namespace.
+func mountPoints() ([]string, error) {
+	f, err := os.Open("/proc/thread-self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 {
+			out = append(out, unescapeMountPath(fields[4]))
+		}
+	}
+	return out, sc.Err()
+}
+
+// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// sessionDisk is the mount point of the session directory dir lies in,
+// when dir is below the root and that directory is a mount point; "".
+func (v *mountView) sessionDisk(dir string) string {
+	rel, err := filepath.Rel(v.root, filepath.Clean(dir))
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
+		return ""
+	}
+	sdir := filepath.Join(v.root, strings.SplitN(rel, "/", 2)[0])
+	var a, b syscall.Stat_t
+	if syscall.Stat(sdir, &a) != nil || syscall.Stat(v.root, &b) != nil || a.Dev == b.Dev {
+		return ""
+	}
+	return sdir
+}
+
+// enter moves the calling thread, which must be locked, into a fresh copy
+// of the base namespace with the disk of dir's session (if it has one)
+// mounted at its directory. leave puts the thread back in the server's
+// namespace and working directory. An error that wraps
+// errNamespaceStuck, from enter or leave, leaves the thread elsewhere: it
+// must not be unlocked (it ends with its goroutine).
+func (v *mountView) enter(dir string) (leave func() error, err error) {
+	tree := -1
+	disk := v.sessionDisk(dir)
+	if disk != "" {
+		// The clone is taken here, in the server's namespace, where the
+		// disk is mounted; it is attached in the new one below.
+		tree, err = unix.OpenTree(unix.AT_FDCWD, disk, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return nil, fmt.Errorf("mount namespace: the session's disk: %w", err)
+		}
+		defer unix.Close(tree)
+	}
+	cwd, err := unix.Open(".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("mount namespace: %w", err)
+	}
+	leave = func() error {
+		defer unix.Close(cwd)
+		if err := unix.Setns(int(v.server.Fd()), unix.CLONE_NEWNS); err != nil {
+			return fmt.Errorf("mount namespace: going back: %w (%w)", err, errNamespaceStuck)
+		}
+		if err := unix.Fchdir(cwd); err != nil {
+			return fmt.Errorf("mount namespace: going back: %w (%w)", err, errNamespaceStuck)
+		}
+		return nil
+	}
+	// The thread gets file system attributes of its own (root, working
+	// directory, umask), so that it may change mount namespace alone.
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		unix.Close(cwd)
+		return nil, fmt.Errorf("mount namespace: %w", err)
+	}
+	if err := unix.Setns(int(v.base.Fd()), unix.CLONE_NEWNS); err != nil {
+		unix.Close(cwd)
+		return nil, fmt.Errorf("mount namespace: %w", err)
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return nil, errors.Join(fmt.Errorf("mount namespace: %w", err), leave())
+	}
+	if tree >= 0 {
+		if err := unix.MoveMount(tree, "", unix.AT_FDCWD, disk, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return nil, errors.Join(fmt.Errorf("mount namespace: the session's disk: %w", err), leave())
+		}
+	}
+	return leave, nil
+}
+
+// errNamespaceStuck marks an error after which the thread is in a
+// namespace not the server's: it must end, not go back to the pool.
+var errNamespaceStuck = errors.New("the thread could not go back to the server's namespace")
+
+// onThreadThatDies runs fn on a locked thread that ends with it: what fn
+// changes of the thread never reaches another goroutine.
+func onThreadThatDies(fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		done <- fn()
+	}()
+	return <-done
+}

@@ -1,0 +1,141 @@
+package sandbox
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestBoxesAreBornWithoutOtherSessionsDisks mounts three sessions'
+// "disks" (tmpfs, each with a marker) below a private root, as quota.Open
+// and Create do, and opens a session box of one of them: the box reads its
+// own disk, and no mount namespace of the box (bubblewrap's, the box's)
+// holds another session's disk. The same box made by a sandbox without
+// MountRoot holds them all: the check sees what it looks for.
+func TestBoxesAreBornWithoutOtherSessionsDisks(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it mounts")
+	}
+	root := filepath.Join(t.TempDir(), "sessions")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(root, root, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
+	if err := unix.Mount("", root, "", unix.MS_PRIVATE, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		d := filepath.Join(root, id)
+		if err := os.Mkdir(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", d, "tmpfs", 0, "size=1m,mode=0777"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "marker"), []byte(id), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(sb *Sandbox, key string) (seen string, own, others int) {
+		t.Helper()
+		var out bytes.Buffer
+		exit, err := sb.Run(testCtx(t), boxSpec(key, filepath.Join(root, "a"), &out, "cat marker"))
+		if err != nil || exit.Code != 0 {
+			t.Fatalf("run: %v %+v %s", err, exit, out.String())
+		}
+		for _, pid := range descendants(t, os.Getpid()) {
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/mountinfo")
+			if err != nil {
+				continue // gone meanwhile
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				f := strings.Fields(line)
+				if len(f) < 5 {
+					continue
+				}
+				switch f[4] {
+				case filepath.Join(root, "a"):
+					own++
+				case filepath.Join(root, "b"), filepath.Join(root, "c"):
+					others++
+				}
+			}
+		}
+		return out.String(), own, others
+	}
+
+	sb, err := New(&Options{SessionBoxes: true, MountRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sb.Boxed() {
+		t.Skip("no bubblewrap box here")
+	}
+	if sb.mounts == nil {
+		t.Fatal("no base mount namespace with MountRoot as root")
+	}
+	t.Cleanup(sb.CloseBoxes)
+	seen, own, others := run(sb, "mv-a")
+	if seen != "a" {
+		t.Errorf("the box read %q in its session's directory, want its own disk's marker %q", seen, "a")
+	}
+	if own == 0 || others != 0 {
+		t.Errorf("the box's namespaces hold %d mounts of its own disk and %d of other sessions' disks, want some and none", own, others)
+	}
+
+	plain, err := New(&Options{SessionBoxes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(plain.CloseBoxes)
+	if _, _, others := run(plain, "plain-a"); others == 0 {
+		t.Error("a box made from the server's namespace holds no other session's disk: the check cannot see them")
+	}
+}
+
+// descendants lists the pids of every process below pid.
+func descendants(t *testing.T, pid int) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	children := map[int][]int{}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 {
+			if pp, err := strconv.Atoi(f[1]); err == nil {
+				children[pp] = append(children[pp], p)
+			}
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
