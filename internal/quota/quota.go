@@ -183,13 +183,59 @@ func (d *Disks) Create(dir string, size int64) error {
 			"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=0:0", img)
 	}
 	if err == nil {
-		err = d.mount(img, dir)
+		err = d.mountNew(f, dir)
 	}
 	if err != nil {
 		os.Remove(img)
 		return fmt.Errorf("session disk: %w", err)
 	}
 	return nil
+}
+
+// mountNew attaches the new image img (open, locked) to a free loop
+// device and mounts its filesystem at dir, as mount(8) would, with the
+// same flags (see mount) but without reading the mount table and every
+// loop device's backing file, which grow with the number of sessions.
+// The device clears itself once the filesystem's last mount is gone.
+func (d *Disks) mountNew(img *os.File, dir string) error {
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer ctl.Close()
+	for try := 0; ; try++ {
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return fmt.Errorf("no free loop device: %w", err)
+		}
+		dev := fmt.Sprintf("/dev/loop%d", n)
+		lo, err := os.OpenFile(dev, os.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("a loop device: %w", err)
+		}
+		cfg := unix.LoopConfig{Fd: uint32(img.Fd())}
+		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+		err = unix.IoctlLoopConfigure(int(lo.Fd()), &cfg)
+		if errors.Is(err, unix.EBUSY) && try < 16 {
+			lo.Close() // another attach took it first
+			continue
+		}
+		if err != nil {
+			lo.Close()
+			return fmt.Errorf("a loop device: %w", err)
+		}
+		// The device's open descriptor holds it until the mount does
+		// (autoclear would clear it on its last close).
+		err = unix.Mount(dev, dir, "ext4", unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOATIME, "")
+		lo.Close()
+		if err != nil {
+			return fmt.Errorf("mounting the session's disk: %w", err)
+		}
+		d.mu.Lock()
+		d.mine[dir] = true
+		d.mu.Unlock()
+		return nil
+	}
 }
 
 // lock takes the image's lock (an flock on the image file, so it holds
