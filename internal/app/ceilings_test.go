@@ -65,6 +65,7 @@ func TestServerSessionCeilingFromTheMachine(t *testing.T) {
 // while admission saw room). Each ceiling is set so that the three
 // sessions made fit and a fourth does not.
 func TestCreateSessionAtATenantCeilingIsRefusedAtOnce(t *testing.T) {
+	needEmbedded(t, nil) // the sessions hold memory in their workers
 	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, PrestartPython: true,
 		Limits: Limits{Tenant: TenantLimits{Disk: 16 << 20}}})
 	if err != nil {
@@ -74,7 +75,6 @@ func TestCreateSessionAtATenantCeilingIsRefusedAtOnce(t *testing.T) {
 	if _, ok := a.Sandbox.TenantUsage(""); !ok {
 		t.Skip("no cgroups layer here")
 	}
-	needEmbedded(t, a)
 	name := fmt.Sprintf("full-%d", os.Getpid())
 	caller := controller.Caller{Path: "test", Tenant: name, Scope: capability.ScopeAdmin, TokenID: "tf"}
 	// Three sessions, each with its box and worker, and 24 MiB held in
