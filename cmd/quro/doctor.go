@@ -36,7 +36,7 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			if asJSON {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"version": st.Version, "data_dir": st.DataDir, "engines": engines, "isolation": isolation})
+				return enc.Encode(map[string]any{"version": st.Version, "data_dir": st.DataDir, "engines": engines, "isolation": isolation, "ceilings": st.Ceilings})
 			}
 			fmt.Fprintf(out, "quro %s, data %s\n\nENGINES\n", st.Version, st.DataDir)
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
@@ -58,7 +58,15 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			for _, f := range isolation {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Name, yesNo(f.Available), yesNo(f.Used), f.Detail)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if c := st.Ceilings; c != nil {
+				// The defaults of quro serve on this machine (its flags
+				// and quro tenant limits set change them).
+				fmt.Fprintf(out, "\nCEILINGS %s\n", c.Text())
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")

@@ -52,6 +52,8 @@ type serveFlags struct {
 	pprofAddr      string
 	spares         int
 	maxDisks       int
+	maxSessions    int
+	maxPerTenant   int
 	pipIndex       string
 	pipExtra       []string
 	network        app.NetworkOptions
@@ -97,7 +99,9 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
 	cmd.Flags().DurationVar(&f.autoPause, "auto-pause", app.DefaultAutoPause, "pause a session's box (freeze its processes, keep their state) after it is unused this long; 0 or negative: never")
 	cmd.Flags().IntVar(&f.spares, "spare-sessions", 1, "spare sessions (a box and a started Python worker each, about 12 MiB) kept ready per tenant and network policy, so that a new session's first Python run finds them; 0: none")
-	cmd.Flags().IntVar(&f.maxDisks, "max-session-disks", app.DefaultSessionDisks, "most sessions' disk images (ext4, loop-mounted: one of the host's loop devices each) of all tenants together, a tenant's share a quarter of them; past it a new session is refused with 429; negative: no cap")
+	cmd.Flags().IntVar(&f.maxDisks, "max-session-disks", 0, "most sessions' disk images (ext4, loop-mounted: one of the host's loop devices each) of all tenants together, a tenant's share a quarter of them; past it a new session is refused with 429; 0: one per session of --max-sessions, a tenant's share its session ceiling; negative: no cap")
+	cmd.Flags().IntVar(&f.maxSessions, "max-sessions", 0, "most sessions of all tenants together; past it a new session is refused with 429; 0: derived from the machine (the lowest of what its memory, open-file limit and kernel tasks hold: quro doctor shows it); negative: no cap")
+	cmd.Flags().IntVar(&f.maxPerTenant, "max-sessions-per-tenant", 0, "most sessions of one tenant (quro tenant limits set --sessions overrides it for one); past it a new session is refused with 429; 0: as --max-sessions; negative: no cap")
 	cmd.Flags().BoolVar(&f.prestart, "prestart-python", true, "start a new session's Python worker as the session is created, so that its first Python run finds it ready")
 	cmd.Flags().StringVar(&f.pipIndex, "pip-index-url", "", "the Python package index (PEP 503 simple API) pip uses in sessions with network, and the one the server fetches wheels from for install_packages {manager: pip}; default pip's (https://pypi.org/simple). A session may set PIP_INDEX_URL for its own pip; the server never fetches from it")
 	cmd.Flags().StringArrayVar(&f.pipExtra, "pip-extra-index-url", nil, "another index for pip, as --pip-index-url (repeatable)")
@@ -208,6 +212,7 @@ func (f *serveFlags) appOptions(g *globals, log *slog.Logger) *app.Options {
 	opts.PrestartPython = f.prestart
 	opts.SpareSessions = f.spares
 	opts.Limits.SessionDisks = f.maxDisks
+	opts.Limits.Sessions, opts.Limits.SessionsPerTenant = f.maxSessions, f.maxPerTenant
 	opts.Pip = app.PipOptions{IndexURL: f.pipIndex, ExtraIndexURLs: f.pipExtra}
 	opts.Network = f.network
 	return opts

@@ -93,3 +93,32 @@ func TestRunAndProcessLimitFlags(t *testing.T) {
 		t.Fatalf("acme's ceilings after set: %+v %v", got, err)
 	}
 }
+
+// quro serve's session ceilings reach the App; quro doctor shows the
+// ceilings derived from this machine and where each came from.
+func TestSessionCeilingFlagsAndDoctor(t *testing.T) {
+	f := &serveFlags{}
+	cmd := &cobra.Command{Use: "serve"}
+	f.register(cmd)
+	if err := cmd.ParseFlags([]string{"--max-sessions", "900", "--max-sessions-per-tenant", "300", "--tenant-tasks", "9000"}); err != nil {
+		t.Fatal(err)
+	}
+	opts := f.appOptions(&globals{}, nil)
+	if l := opts.Limits; l.Sessions != 900 || l.SessionsPerTenant != 300 || l.Tenant.Tasks != 9000 {
+		t.Fatalf("serve's limits: %+v", l)
+	}
+	t.Setenv("QURO_URL", "")
+	t.Setenv("QURO_TOKEN", "")
+	out, errs, code := quro(t, "", "--data", t.TempDir(), "doctor")
+	if code != 0 {
+		t.Fatalf("doctor: exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"CEILINGS of a machine with", "sessions (all tenants): ", "memory per tenant: ", "MemTotal in /proc/meminfo", "tasks per tenant: ", "kernel.pid_max"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor does not say %q:\n%s", want, out)
+		}
+	}
+	if _, ceilings, ok := strings.Cut(out, "CEILINGS"); ok {
+		t.Logf("CEILINGS%s", ceilings)
+	}
+}

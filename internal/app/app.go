@@ -107,9 +107,17 @@ type InSessionOptions struct {
 	MaxConns int
 }
 
-// Limits bound one tenant.
+// Limits bound the tenants. Zero fields take the defaults that
+// DeriveDefaults derives from Machine; negative ones are no cap.
 type Limits struct {
-	SessionsPerTenant int // default 100; negative: no cap
+	// Machine is what the defaults are derived from (nil: ReadMachine,
+	// this host's figures; tests give others).
+	Machine *Machine
+	// Sessions caps the sessions of all tenants together (default
+	// Defaults.Sessions) and SessionsPerTenant one tenant's (default
+	// Defaults.SessionsPerTenant); negative: no cap.
+	Sessions          int
+	SessionsPerTenant int
 	RunsPerTenant     int // calls running code in flight (TenantLimits.Runs), default DefaultRunsPerTenant (64); negative: no cap
 	// ProcessesPerSession and ProcessesPerTenant cap the background
 	// processes of a session (default proc.DefaultMax, 64) and of all of
@@ -118,19 +126,20 @@ type Limits struct {
 	ProcessesPerSession int
 	ProcessesPerTenant  int
 	// Tenant are the default ceilings of every tenant (see TenantLimits;
-	// zero fields: DefaultTenantMemory, DefaultTenantTasks,
-	// DefaultTenantCPUPercent, DefaultDiskQuota; negative: none). An admin
-	// overrides them per tenant (quro tenant limits set).
+	// zero fields: the derived Defaults' Memory, Tasks and CPUPercent,
+	// DefaultDiskQuota; negative: none). An admin overrides them per
+	// tenant (quro tenant limits set).
 	Tenant TenantLimits
 	// Snapshots caps the snapshots one tenant holds (default 32) and
 	// SnapshotBytes their bytes (default 8 GiB); negative: no cap.
 	Snapshots     int
 	SnapshotBytes int64
 	// SessionDisks caps the sessions' disk images of all tenants together
-	// (default DefaultSessionDisks; negative: no cap): each is mounted on
-	// a loop device, and the host's loop devices are one pool for every
-	// process. A tenant's share is a quarter (at least one); past it, or
-	// past the cap, a new session is refused with resource_exhausted.
+	// (default Defaults.SessionDisks, one per session; negative: no cap):
+	// each is mounted on a loop device, and the host's loop devices are
+	// one pool for every process. A tenant's share is its session
+	// ceiling's default; past it, or past the cap, a new session is
+	// refused with resource_exhausted.
 	SessionDisks int
 	// Watch caps the watches (watch_dir, E2B's watchers), per tenant and
 	// for the server; zero fields are derived from the host's inotify
@@ -202,11 +211,6 @@ type App struct {
 	life           lifetimes        // the patrol of session lifetimes (lifetime.go)
 	copyHook       func(rel string) // tests: workspace.CopyOptions.BeforeOpen of snapshots
 }
-
-// DefaultSessionDisks is Limits.SessionDisks's default: the kernel makes
-// loop devices on demand (/dev/loop-control, past the module's max_loop),
-// and 1024 leaves room for the host's other users of them.
-const DefaultSessionDisks = 1024
 
 // DefaultDataDir is $QURO_DATA, else $XDG_DATA_HOME/quro, else
 // ~/.local/share/quro.
@@ -384,19 +388,36 @@ func closeDataDir(dir string, boxed bool) error {
 // under dir (the data directory), adopting the disks a previous server
 // left mounted.
 func openTenants(ctx context.Context, dir string, st *store.Store, sessions *session.Manager, opts Options, log *slog.Logger) *tenants {
-	sessions.MaxPerTenant = orDefault(opts.Limits.SessionsPerTenant, 100)
-	tl := &tenants{store: st, sessions: func() *session.Manager { return sessions }, root: filepath.Join(dir, "sessions"),
-		defaults: opts.Limits.Tenant.or(TenantLimits{Memory: DefaultTenantMemory, Tasks: DefaultTenantTasks,
-			CPUPercent: DefaultTenantCPUPercent, Sessions: int64(sessions.MaxPerTenant), Disk: DefaultDiskQuota,
+	m := opts.Limits.Machine
+	if m == nil {
+		mm := ReadMachine()
+		m = &mm
+	}
+	derived := DeriveDefaults(*m)
+	sessions.MaxPerTenant = orDefault(opts.Limits.SessionsPerTenant, int(derived.SessionsPerTenant))
+	sessions.MaxTotal = orDefault(opts.Limits.Sessions, int(derived.Sessions))
+	tl := &tenants{store: st, sessions: func() *session.Manager { return sessions }, root: filepath.Join(dir, "sessions"), derived: derived,
+		defaults: opts.Limits.Tenant.or(TenantLimits{Memory: derived.Memory, Tasks: derived.Tasks,
+			CPUPercent: derived.CPUPercent, Sessions: int64(sessions.MaxPerTenant), Disk: DefaultDiskQuota,
 			Runs:             int64(orDefault(opts.Limits.RunsPerTenant, DefaultRunsPerTenant)),
 			Processes:        int64(orDefault(opts.Limits.ProcessesPerTenant, DefaultProcessesPerTenant)),
 			SessionProcesses: int64(orDefault(opts.Limits.ProcessesPerSession, proc.DefaultMax)),
 			NetworkMax:       opts.Network.Max}),
 		disks: quota.Open(dir), log: log, ofID: map[string]string{}, diskOf: map[string]string{}}
-	if maxDisks := orDefault(opts.Limits.SessionDisks, DefaultSessionDisks); maxDisks > 0 {
-		tl.diskShares = share.New("session disks (loop-mounted images)", maxDisks, share.Of(maxDisks, 1))
+	// The disks: one per session, and a tenant's share as many as its
+	// sessions, so that they never refuse a session the session ceilings
+	// admit; of a cap the operator set, a quarter.
+	maxDisks, diskShare := sessions.MaxTotal, sessions.MaxPerTenant
+	if opts.Limits.SessionDisks != 0 {
+		maxDisks = orDefault(opts.Limits.SessionDisks, 0)
+		diskShare = share.Of(maxDisks, 1)
 	}
+	if maxDisks > 0 {
+		tl.diskShares = share.New("session disks (loop-mounted images)", maxDisks, diskShare)
+	}
+	tl.ceilings = effectiveCeilings(derived, tl.defaults, sessions.MaxTotal, maxDisks)
 	sessions.MaxFor = tl.maxSessions
+	sessions.LimitHint = tl.sessionLimitHint
 	sessions.Disk.Prepare, sessions.Disk.Release = tl.prepare, tl.release
 	if err := tl.adopt(ctx); err != nil {
 		log.Warn("session disks", "err", err)

@@ -72,6 +72,11 @@ type Status struct {
 	Isolation      []sandbox.Feature      `json:"isolation"`
 	Tenant         *TenantStatus          `json:"tenant" jsonschema:"the calling tenant's ceilings and what it uses now"`
 	Watches        *workspace.WatchStats  `json:"watches" jsonschema:"the server's watches (watch_dir, E2B's watchers): the inotify instances they share, what they hold now, and the caps per tenant and for the server"`
+	// Ceilings are the server's ceilings in force (sessions of all
+	// tenants, and every tenant's defaults), each with where it came
+	// from: derived from the machine, or set by the operator. The
+	// operator's only.
+	Ceilings *Defaults `json:"ceilings,omitempty" jsonschema:"the server's ceilings and every tenant's default ones, each with where it came from (the machine's figures or the operator's flags); shown to the operator only"`
 }
 
 // Text summarises the status.
@@ -94,6 +99,9 @@ func (s *Status) Text() string {
 	if t := s.Tenant; t != nil {
 		b.WriteString(t.Text() + "\n")
 	}
+	if c := s.Ceilings; c != nil {
+		b.WriteString("ceilings, " + c.Text() + "\n")
+	}
 	if w := s.Watches; w != nil {
 		fmt.Fprintf(&b, "watches: %d of %d (%d per tenant), directories watched %d of %d (%d per tenant), inotify instances %d of %d (the host allows %d instances and %d watches per user)\n",
 			w.Watches, w.Limits.Watches, w.Limits.TenantWatches, w.Dirs, w.Limits.Dirs, w.Limits.TenantDirs,
@@ -108,6 +116,7 @@ func (s *Status) Text() string {
 // show them.
 func (s *Status) hideHostPaths() {
 	s.DataDir = ""
+	s.Ceilings = nil // the machine's figures and the server's are the operator's
 	s.Engines = slices.Clone(s.Engines)
 	for i := range s.Engines {
 		s.Engines[i].Reason = hostpath.Names(s.Engines[i].Reason)
@@ -258,10 +267,11 @@ func (a *App) Status(ctx context.Context) (*Status, error) {
 		return nil, err
 	}
 	ws := a.watchHub.Stats()
+	ceilings := a.tenants.ceilings
 	return &Status{
 		PID: os.Getpid(), Version: version.String(), StartedAt: a.Started,
 		UptimeSeconds: time.Since(a.Started).Seconds(), DataDir: a.DataDir,
 		Sessions: n, DefaultSession: def.ID,
-		Engines: a.Runner.Engines(), Isolation: a.Isolation(), Tenant: ts, Watches: &ws,
+		Engines: a.Runner.Engines(), Isolation: a.Isolation(), Tenant: ts, Watches: &ws, Ceilings: &ceilings,
 	}, nil
 }

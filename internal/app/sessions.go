@@ -360,6 +360,11 @@ func (a *App) createSession(ctx context.Context, in CreateSessionInput) (*Sessio
 			return nil, err
 		}
 	}
+	// A tenant at its memory or process ceiling is refused now, with the
+	// ceiling named, rather than given a session whose box would stall.
+	if err := a.admitSession(ctx); err != nil {
+		return nil, err
+	}
 	// A spare session of the same template, with its box and
 	// Python worker ready, if there is one (spare.go); spares have no
 	// rules, and their processes started without secrets.

@@ -556,7 +556,13 @@ func (a *App) forkSession(ctx context.Context, in ForkInput) (*ForkResult, error
 		if in.NamePrefix != "" {
 			name = fmt.Sprintf("%s-%d", in.NamePrefix, i)
 		}
-		s, err := a.Sessions.CreateWith(ctx, name, session.CreateOptions{Network: network, Rootfs: snap.Rootfs})
+		// Each copy needs the room of a session under the tenant's
+		// memory and process ceilings, as create_session does.
+		err := a.admitSession(ctx)
+		var s *session.Session
+		if err == nil {
+			s, err = a.Sessions.CreateWith(ctx, name, session.CreateOptions{Network: network, Rootfs: snap.Rootfs})
+		}
 		if err != nil {
 			return undo(i, err)
 		}

@@ -188,6 +188,11 @@ func TestSessionLimitPerTenant(t *testing.T) {
 	if ce.RetryAfter == 0 || !strings.Contains(ce.Message, "destroy") {
 		t.Fatalf("%+v", ce)
 	}
+	for _, want := range []string{"session ceiling of 2", "quro serve --max-sessions-per-tenant N", "quro tenant limits set --sessions N"} {
+		if !strings.Contains(ce.Message, want) {
+			t.Errorf("the refusal %q does not say %q", ce.Message, want)
+		}
+	}
 	// Another tenant is not held back by carol's sessions.
 	if _, err := callAs(t, a, admin, "create_session", CreateSessionInput{Name: "three"}); err != nil {
 		t.Fatal(err)

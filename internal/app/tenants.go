@@ -48,7 +48,9 @@ type TenantLimits struct {
 	NetworkMax string `json:"network_max,omitempty"`
 }
 
-// Default tenant ceilings.
+// Default tenant ceilings. Memory, tasks and CPU are derived from the
+// machine (DeriveDefaults); these three are what it keeps for a figure
+// it cannot read.
 const (
 	DefaultTenantMemory     = 8 << 30
 	DefaultTenantTasks      = 4096
@@ -64,7 +66,8 @@ const (
 	// DefaultProcessesPerTenant is how many background processes a
 	// tenant runs over all its sessions: 20 sandboxes with a dozen each
 	// (E2B's users start one or a few per sandbox), below the default
-	// tasks ceiling (4096) that bounds them in the kernel anyway.
+	// tasks ceiling (derived: at least 4096) that bounds them in the
+	// kernel anyway.
 	DefaultProcessesPerTenant = 256
 )
 
@@ -143,6 +146,8 @@ type tenants struct {
 	sessions func() *session.Manager
 	root     string // $QURO_DATA/sessions
 	defaults TenantLimits
+	derived  Defaults // the defaults derived from the machine (DeriveDefaults)
+	ceilings Defaults // those in force, each with its source (status, quro doctor)
 	disks    *quota.Disks
 	log      *slog.Logger
 
@@ -383,7 +388,7 @@ func (t *tenants) prepare(tenant, dir string) error {
 		return nil //nolint:nilerr // no kernel quota here (the status says why): the session goes without an image
 	}
 	if err := t.diskShares.Acquire(tenant); err != nil {
-		return fmt.Errorf("%w: %v (each is a loop device of the host's; the server's cap is quro serve --max-session-disks, a tenant's share a quarter of it): destroy a session you no longer need",
+		return fmt.Errorf("%w: %v (each is a loop device of the host's; the server's cap is quro serve --max-session-disks, by default one per session of its session ceiling, a tenant's share its session ceiling, or a quarter of a cap set): destroy a session you no longer need",
 			session.ErrLimit, err)
 	}
 	if err := t.disks.Create(dir, size); err != nil {
@@ -487,17 +492,55 @@ func (a *App) admit(ctx context.Context, s *session.Session) error {
 	if !ok {
 		return nil
 	}
+	return a.admitTenant(t, sandbox.Room{})
+}
+
+// admitSession refuses a new session of ctx's tenant, at once, when its
+// memory or process ceiling leaves no room for what an idle session holds
+// (its box and worker): made anyway, the session's processes would be
+// OOM-killed or stall in reclaim, and so would the tenant's others.
+func (a *App) admitSession(ctx context.Context) error {
+	tenant := session.TenantFrom(ctx)
+	l, err := a.tenants.Limits(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	t := sandbox.Tenant{Name: tenant, Limits: sandbox.Limits{Memory: pos(l.Memory), Tasks: pos(l.Tasks), CPUPercent: pos(l.CPUPercent)}}
+	return a.admitTenant(t, sandbox.Room{Memory: sessionMemory, Tasks: sessionTasks})
+}
+
+// How the operator raises a tenant's memory and process ceilings.
+var raiseCeiling = map[string]string{
+	"memory": "the operator raises it for every tenant with quro serve --tenant-memory SIZE, for one with quro tenant limits set --memory SIZE (set_tenant_limits memory_bytes)",
+	"tasks":  "the operator raises it for every tenant with quro serve --tenant-tasks N, for one with quro tenant limits set --tasks N (set_tenant_limits tasks)",
+}
+
+func (a *App) admitTenant(t sandbox.Tenant, room sandbox.Room) error {
 	if t.Refused != nil {
 		return t.Refused // its ceilings cannot be read: unavailable, with the fix
 	}
 	var ce *sandbox.CeilingError
-	if err := a.Sandbox.Admit(t); errors.As(err, &ce) {
+	if err := a.Sandbox.AdmitWith(t, room); errors.As(err, &ce) {
 		a.Metrics.TenantRefusal(ce.Ceiling)
-		e := capability.Errorf(capability.ResourceExhausted, "%s", ce.Message)
+		msg := ce.Message
+		if h := raiseCeiling[ce.Ceiling]; h != "" {
+			msg += "; " + h
+		}
+		e := capability.Errorf(capability.ResourceExhausted, "%s", msg)
 		e.RetryAfter = 30
 		return e
 	}
 	return nil
+}
+
+// sessionLimitHint is session.Manager.LimitHint: how the operator raises
+// a session ceiling, and where the server's came from.
+func (t *tenants) sessionLimitHint(scope string) string {
+	if scope == "server" {
+		return fmt.Sprintf("the operator raises it with quro serve --max-sessions N (the default, %d, is derived from %s)",
+			t.derived.Sessions, t.derived.From["sessions"])
+	}
+	return "the operator raises it for every tenant with quro serve --max-sessions-per-tenant N, for one with quro tenant limits set --sessions N (set_tenant_limits sessions)"
 }
 
 // gauges counts, over every tenant and session, those at a ceiling.
@@ -576,7 +619,7 @@ type TenantStatus struct {
 	// again); Limits is then empty.
 	Unreadable string `json:"unreadable,omitempty" jsonschema:"why the tenant's stored ceilings cannot be read: its runs and new sessions are refused until the operator sets them again"`
 	// Now: what the tenant's processes and sessions hold.
-	MemoryBytes     uint64   `json:"memory_bytes" jsonschema:"resident memory of all the tenant's processes (page cache excluded)"`
+	MemoryBytes     uint64   `json:"memory_bytes" jsonschema:"memory of all the tenant's processes that reclaim cannot give back: resident and shared memory and the kernel memory of their boxes (page cache excluded)"`
 	MemoryPeakBytes uint64   `json:"memory_peak_bytes,omitempty"`
 	Tasks           uint64   `json:"tasks" jsonschema:"processes and threads of the tenant"`
 	Sessions        int      `json:"sessions"`

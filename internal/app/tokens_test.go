@@ -138,7 +138,7 @@ func TestTenantLimitsCapabilities(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info := reply.Output.(*TenantLimitsInfo); info.Own.Tasks != 0 || info.Effective.Tasks != DefaultTenantTasks || info.Own.Sessions != 5 {
+	if info := reply.Output.(*TenantLimitsInfo); info.Own.Tasks != 0 || info.Effective.Tasks != a.tenants.derived.Tasks || info.Own.Sessions != 5 {
 		t.Fatalf("after the second set: %+v", info)
 	}
 }

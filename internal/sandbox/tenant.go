@@ -201,7 +201,7 @@ func lowerable(err error) error {
 
 // TenantUsage is what a tenant's processes hold now, read from its cgroups.
 type TenantUsage struct {
-	Memory uint64 // resident memory (anonymous and shared/tmpfs), bytes; page cache excluded
+	Memory uint64 // what reclaim cannot give back (resident, shared/tmpfs and kernel memory), bytes; page cache excluded
 	Tasks  uint64 // processes and threads
 	// MemoryLimit and TasksLimit are the ceilings the kernel enforces now
 	// (0: unbounded or unknown).
@@ -219,13 +219,11 @@ func (c *cgroups) usage(tenant string) TenantUsage {
 	var u TenantUsage
 	if base := c.base["memory"]; base != "" {
 		dir := filepath.Join(base, name)
-		st := readKV(filepath.Join(dir, "memory.stat"))
+		u.Memory = c.unreclaimable(dir)
 		if c.v2["memory"] {
-			u.Memory = st["anon"] + st["shmem"]
 			u.MemoryLimit = readUint(filepath.Join(dir, "memory.max"))
 			u.MemoryPeak = readUint(filepath.Join(dir, "memory.peak"))
 		} else {
-			u.Memory = st["total_rss"] + st["total_shmem"]
 			if l := readUint(filepath.Join(dir, "memory.limit_in_bytes")); l < 1<<62 {
 				u.MemoryLimit = l
 			}
@@ -241,31 +239,62 @@ func (c *cgroups) usage(tenant string) TenantUsage {
 	return u
 }
 
+// unreclaimable is the memory the kernel charges the cgroup dir that
+// reclaim cannot give back: what its processes hold (anonymous memory,
+// shared memory and tmpfs) and the kernel memory made for them (page
+// tables, kernel stacks, slab: a box's namespaces and mounts). The page
+// cache of files is left out: the kernel drops it at the ceiling. A
+// tenant whose unreclaimable memory reaches its ceiling makes no progress:
+// its processes are OOM-killed one by one or, while reclaim keeps
+// dropping the file pages they run from, stall; what admission counted
+// before (anonymous and shared memory alone) let sessions in until the
+// kernel memory of their boxes filled the rest, and creation stalled
+// without an error.
+func (c *cgroups) unreclaimable(dir string) uint64 {
+	st := readKV(filepath.Join(dir, "memory.stat"))
+	var used, cache uint64
+	if c.v2["memory"] {
+		used = readUint(filepath.Join(dir, "memory.current"))
+		cache = st["file"] - min(st["shmem"], st["file"]) // file includes shmem, which reclaim cannot drop
+	} else {
+		// usage_in_bytes counts kernel memory when kmem is accounted
+		// (memory.kmem.usage_in_bytes); cache includes shmem.
+		used = readUint(filepath.Join(dir, "memory.usage_in_bytes"))
+		cache = st["total_cache"] - min(st["total_shmem"], st["total_cache"])
+	}
+	if used < cache {
+		return 0
+	}
+	return used - cache
+}
+
+// Room is what a start needs free under its tenant's ceilings beyond
+// admission's margin (a fiftieth of the memory ceiling, 8 tasks): a new
+// session asks for what an idle one holds.
+type Room struct {
+	Memory, Tasks uint64
+}
+
 // admit refuses a run when its tenant is at a ceiling already, with a
 // message that says which and what to do. The kernel enforces the ceilings
-// whatever admit says; admit only turns "the run would die at once" into an
-// error the caller can read.
-func (c *cgroups) admit(t *Tenant) error {
+// whatever admit says; admit only turns "the run would die (or stall) at
+// once" into an error the caller can read.
+func (c *cgroups) admit(t *Tenant, room Room) error {
 	// Only the two counters admit needs: this runs before every run.
 	var u TenantUsage
 	name := TenantCgroupName(c.scope, t.Name)
 	if base := c.base["memory"]; base != "" && t.Limits.Memory > 0 {
-		st := readKV(filepath.Join(base, name, "memory.stat"))
-		if c.v2["memory"] {
-			u.Memory = st["anon"] + st["shmem"]
-		} else {
-			u.Memory = st["total_rss"] + st["total_shmem"]
-		}
+		u.Memory = c.unreclaimable(filepath.Join(base, name))
 	}
 	if base := c.base["pids"]; base != "" && t.Limits.Tasks > 0 {
 		u.Tasks = readUint(filepath.Join(base, name, "pids.current"))
 	}
 	who := DisplayTenant(t.Name)
-	if lim := t.Limits.Memory; lim > 0 && u.Memory+lim/50 >= lim {
-		return &CeilingError{"memory", fmt.Sprintf("%s is at its memory ceiling of %s (%s held by its running processes): destroy idle sessions or stop background processes, or ask an admin to raise it (quro tenant limits set --memory)",
+	if lim := t.Limits.Memory; lim > 0 && u.Memory+max(lim/50, room.Memory) >= lim {
+		return &CeilingError{"memory", fmt.Sprintf("%s is at its memory ceiling of %s (%s held by its processes and their kernel memory): destroy idle sessions or stop background processes, or ask an admin to raise it (quro tenant limits set --memory)",
 			who, humanBytes(lim), humanBytes(u.Memory))}
 	}
-	if lim := t.Limits.Tasks; lim > 0 && u.Tasks+8 >= lim {
+	if lim := t.Limits.Tasks; lim > 0 && u.Tasks+max(8, room.Tasks) >= lim {
 		return &CeilingError{"tasks", fmt.Sprintf("%s is at its process ceiling of %d (%d processes and threads running): stop background processes or destroy idle sessions, or ask an admin to raise it (quro tenant limits set --tasks)",
 			who, lim, u.Tasks)}
 	}
@@ -480,11 +509,17 @@ func (s *Sandbox) ReleaseTenants() {
 // or t.Refused),
 // for callers that refuse a call before they start anything.
 func (s *Sandbox) Admit(t Tenant) error {
+	return s.AdmitWith(t, Room{})
+}
+
+// AdmitWith is Admit for a start that needs room free under t's ceilings
+// (a new session: what an idle one holds).
+func (s *Sandbox) AdmitWith(t Tenant, room Room) error {
 	if t.Refused != nil {
 		return t.Refused
 	}
 	if !s.layers.ok(LayerCgroups) {
 		return nil
 	}
-	return s.layers.cg.admit(&t)
+	return s.layers.cg.admit(&t, room)
 }

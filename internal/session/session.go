@@ -211,6 +211,13 @@ type Manager struct {
 	MaxPerTenant int
 	// MaxFor, when set, gives a tenant's cap instead of MaxPerTenant.
 	MaxFor func(tenant string) int
+	// MaxTotal caps the sessions of all tenants together (spares, which
+	// are nobody's yet, not counted; 0: no cap). Set it before the
+	// Manager is used.
+	MaxTotal int
+	// LimitHint, when set, says how the operator raises the ceiling of
+	// scope ("tenant" or "server"), for LimitError's message.
+	LimitHint func(scope string) string
 	// Disk, when set, gives each session directory a filesystem of its
 	// own (a disk quota): Prepare makes and mounts it at the directory
 	// before its subdirectories are made, Release unmounts and deletes it
@@ -503,11 +510,53 @@ func (m *Manager) mayCreate(ctx context.Context, capped bool) (string, error) {
 			return "", err
 		}
 		if n >= maxN {
-			return "", fmt.Errorf("%w: %d sessions of at most %d; destroy one you no longer need", ErrLimit, n, maxN)
+			return "", m.limitError(tenant, "tenant", n, maxN)
+		}
+	}
+	if capped && m.MaxTotal > 0 {
+		n, err := m.CountAll(ctx)
+		if err != nil {
+			return "", err
+		}
+		if n >= m.MaxTotal {
+			return "", m.limitError(tenant, "server", n, m.MaxTotal)
 		}
 	}
 	return tenant, nil
 }
+
+func (m *Manager) limitError(tenant, scope string, n, maxN int) *LimitError {
+	e := &LimitError{Tenant: tenant, Scope: scope, Sessions: n, Max: maxN}
+	if m.LimitHint != nil {
+		e.Hint = m.LimitHint(scope)
+	}
+	return e
+}
+
+// LimitError is a new session refused at a session ceiling: the tenant's
+// (Scope "tenant") or the server's, of all tenants together ("server").
+// It wraps ErrLimit.
+type LimitError struct {
+	Tenant        string
+	Scope         string
+	Sessions, Max int
+	Hint          string // how the operator raises it ("": not said)
+}
+
+func (e *LimitError) Error() string {
+	who := "the tenant"
+	if e.Scope == "server" {
+		who = "the server (all tenants together)"
+	}
+	msg := fmt.Sprintf("%v: %s is at its session ceiling of %d (%d sessions): destroy one you no longer need", ErrLimit, who, e.Max, e.Sessions)
+	if e.Hint != "" {
+		msg += ", or " + e.Hint
+	}
+	return msg
+}
+
+// Unwrap makes errors.Is(err, ErrLimit) true.
+func (e *LimitError) Unwrap() error { return ErrLimit }
 
 // sessionName is name, or one made from id when empty, checked.
 func sessionName(name, id string) (string, error) {

@@ -812,3 +812,36 @@ func TestE2BTenantNetworkMax(t *testing.T) {
 	e.api(t, e.Key, "PUT", "/sandboxes/"+sb.SandboxID+"/network", map[string]any{"allow_internet_access": true}).
 		want(t, 403, "quro tenant limits set --tenant "+e.Tenant+" --network-max")
 }
+
+// Past the server's session ceiling (all tenants together), creating a
+// sandbox answers at once 429 (E2B's SDKs raise RateLimitError) naming
+// the ceiling, its value and the flag that raises it, with Retry-After;
+// a killed sandbox makes room.
+func TestControlCreateAtTheSessionCeilingIs429(t *testing.T) {
+	e := newEnv(t, &app.Options{Limits: app.Limits{Sessions: 3}})
+	var made []string
+	for range 4 {
+		a := e.api(t, e.Key, "POST", "/v2/sandboxes", map[string]any{"templateID": "base"})
+		if a.status == http.StatusCreated {
+			var sb sandboxAnswer
+			a.json(t, &sb)
+			made = append(made, sb.SandboxID)
+			continue
+		}
+		a.want(t, http.StatusTooManyRequests, "is at its session ceiling of 3")
+		for _, want := range []string{"quro serve --max-sessions N", "destroy one"} {
+			if !strings.Contains(string(a.body), want) {
+				t.Errorf("the refusal %s does not say %q", a.body, want)
+			}
+		}
+		if a.header.Get("Retry-After") == "" {
+			t.Errorf("no Retry-After")
+		}
+		break
+	}
+	if len(made) == 0 || len(made) == 4 {
+		t.Fatalf("made %d sandboxes under a ceiling of 3", len(made))
+	}
+	e.api(t, e.Key, "DELETE", "/sandboxes/"+made[0], nil).want(t, http.StatusNoContent, "")
+	e.create(t, map[string]any{"templateID": "base"})
+}
