@@ -2,8 +2,12 @@ package terminal
 
 import "strings"
 
-// shellLib is defined in every command's subshell (the resident shell keeps
-// its text in a variable and never runs it itself).
+// shellLib is defined once in the resident shell, which never calls its
+// functions: every command's subshell, a fork of it, has them without
+// parsing them again (that parse was a sixth of a command's CPU). They
+// were parsed before any alias existed, so a restored alias cannot expand
+// inside them; a command may redefine them in its own subshell, which
+// ends with it.
 //
 // __quro_dump MODE STATUS [ARGS...] writes the subshell's state to the
 // state pipe and exits with STATUS: MODE k keeps the state for the next
@@ -127,7 +131,7 @@ builtin printf '\0H%s\0' "$__quro_n" >&6
 builtin cd -- "$__quro_d" 2>/dev/null || :
 builtin trap __quro_int INT
 builtin eval "$__quro_s" 2>/dev/null; builtin unset __quro_s
-builtin eval "$__quro_lib"; builtin trap __quro_exit EXIT
+builtin trap __quro_exit EXIT
 builtin eval "$__quro_v" 2>/dev/null; builtin unset __quro_v __quro_d __quro_2
 `
 
