@@ -217,3 +217,36 @@ func reportLines(out string) string {
 	}
 	return b.String()
 }
+
+// TestCommandCannotLeaveItsSubshell sends commands that try to end the
+// subshell early and run the rest in the resident shell (which holds the
+// status channel, fd 3): a closing parenthesis, the end of the old
+// frame's heredoc, a call of the resident shell's own __quro_post. The
+// resident shell never reads a command's text (it comes through the
+// memfd and is only eval'd in the subshell), so each stays inside: fd 3
+// is never open where it runs, and the status reported is its own.
+func TestCommandCannotLeaveItsSubshell(t *testing.T) {
+	s, _, _ := newShell(t, nil)
+	const probe = "{ : >&3; } 2>/dev/null && echo HAS3 || echo NO3"
+	post := "__quro_post 0 " + strings.Repeat("0", 32) + " x 0"
+	for _, c := range []struct {
+		cmd  string
+		exit int
+	}{
+		{"true\n)\n" + probe + "; (\ntrue", 2}, // a syntax error in the subshell: nothing runs
+		{"echo a)\n" + post + "\n" + probe, 2},
+		{"QURO_x\n)\n" + probe + "\n(", 2},
+		{post + "; " + probe + "; exit 7", 7},
+	} {
+		res := exec(t, s, c.cmd, ExecOptions{})
+		if strings.Contains(res.Output, "HAS3") || res.Running || res.ExitCode != c.exit {
+			t.Fatalf("%q: want exit %d and no fd 3: %+v", c.cmd, c.exit, res)
+		}
+		if c.exit == 7 && !strings.Contains(res.Output, "NO3") {
+			t.Fatalf("%q: the probe did not run: %q", c.cmd, res.Output)
+		}
+		if r := exec(t, s, "echo next", ExecOptions{}); r.Output != "next\n" || r.ExitCode != 0 {
+			t.Fatalf("after %q: %+v", c.cmd, r)
+		}
+	}
+}

@@ -500,7 +500,9 @@ func (s *Shell) setUp(sp *shellProc, cwd, hello string) error {
 	setup += "builtin printf '" + octalEscape(hello) + "' >&6\n"
 	setup += "cd -- " + shellQuote(cwd) + " 2>/dev/null || cd\n"
 	delim := "QURO_" + randomHex(16)
-	setup += "IFS= read -r -d '' __quro_lib <<'" + delim + "' || :\n" + shellLib + delim + "\n"
+	setup += shellLib
+	setup += "IFS= read -r -d '' __quro_pre <<'" + delim + "' || :\n" + shellPre + delim + "\n"
+	setup += shellPost
 	setup += shellBaseline
 	token := "\x00QS" + randomHex(16) + "\x00"
 	setup += "printf '" + octalEscape(token) + "'\n"

@@ -617,9 +617,10 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 	}
 	// The shell is running: this command owns its process.
 	sp := s.sp
+	tokenHex := randomHex(16)
 	r := &run{
 		sp:    sp,
-		nonce: randomHex(16), token: "\x00QS" + randomHex(16) + "\x00", stateNonce: randomHex(16),
+		nonce: randomHex(16), token: "\x00QS" + tokenHex + "\x00", stateNonce: randomHex(16),
 		start:  time.Now(),
 		status: make(chan struct{}), synced: make(chan struct{}), errSynced: make(chan struct{}),
 		stateSynced: make(chan struct{}), done: make(chan struct{}),
@@ -637,14 +638,15 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 	s.cur, s.last = r, r
 	s.lastUsed = r.start
 	r.oom = sp.proc.OOMMark()
-	script := s.frame(command, r, opts.Split)
-	// The subshell reads the state from fd 7, a memfd it shares with the
-	// resident shell (a regular file: bash reads it in blocks, where a
-	// pipe costs one read per byte). Only this server writes it, between
-	// commands; the subshell closes it before any user code runs.
+	script := frame(r.nonce, tokenHex, opts.Split)
+	// The subshell reads the command and its state from fd 7, a memfd it
+	// shares with the resident shell (a regular file: bash reads it in
+	// blocks, where a pipe costs one read per byte). Only this server
+	// writes it, between commands; the subshell closes it before any
+	// user code runs.
 	err = sp.stateIn.Truncate(0)
 	if err == nil {
-		_, err = sp.stateIn.WriteAt([]byte(sp.blob), 0)
+		_, err = sp.stateIn.WriteAt(s.stateFields(command, r, opts.Split), 0)
 	}
 	if err == nil {
 		_, err = sp.stateIn.Seek(0, io.SeekStart)
@@ -668,38 +670,42 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 	return res, err
 }
 
-// frame wraps command for the resident shell: load it and the last state
-// verbatim through quoted heredocs (the resident shell only stores them),
-// run the subshell, then write the state stream's end marker, the sync
-// token to the output and the status record to fd 3.
-func (s *Shell) frame(command string, r *run, split bool) string {
-	var b strings.Builder
-	heredoc := func(name, text string) {
-		delim := "QURO_" + randomHex(16)
-		for strings.Contains(text, delim) {
-			delim = "QURO_" + randomHex(16)
-		}
-		b.WriteString("IFS= read -r -d '' " + name + " <<'" + delim + "' || :\n")
-		b.WriteString(text)
-		if !strings.HasSuffix(text, "\n") {
-			b.WriteByte('\n')
-		}
-		b.WriteString(delim + "\n")
-	}
-	heredoc("__quro_c", command)
-	// The subshell: drop every descriptor but its stdin (the commands'
-	// input), stdout, stderr and the state stream before anything else
-	// runs in it — with exec, which keeps no saved copies.
-	b.WriteString("(\nIFS= builtin read -r -d '' -u 7 __quro_s\nexec 0<&4")
+// frame is what the resident shell reads for a command: the subshell,
+// whose prologue (shellPre, kept in the resident shell) reads the command
+// and its state from fd 7 and runs the command with eval, then
+// __quro_post, which writes the state stream's end marker, the sync
+// token to the output and the status record to fd 3. Nothing in it comes
+// from the tenant: the nonce and the token are the server's own hex.
+func frame(nonce, tokenHex string, split bool) string {
+	sp := "0"
 	if split {
-		b.WriteString(" 2>&5")
+		sp = "1"
 	}
-	b.WriteString("\nfor __quro_f in /proc/self/fd/*; do __quro_f=${__quro_f##*/}; case $__quro_f in 0|1|2|6) ;; *) exec {__quro_f}>&- ;; esac; done\n")
-	b.WriteString("__quro_n=" + r.stateNonce + "; builtin printf '\\0H%s\\0' \"$__quro_n\" >&6\n")
-	b.WriteString("builtin cd -- " + shellQuote(s.cwd) + " 2>/dev/null || :\n")
-	b.WriteString("builtin trap __quro_int INT\n")
-	b.WriteString("builtin eval \"$__quro_s\" 2>/dev/null; builtin unset __quro_s\n")
-	b.WriteString("builtin eval \"$__quro_lib\"; builtin trap __quro_exit EXIT\n")
+	return "(builtin eval \"$__quro_pre\"\nbuiltin eval \"$__quro_c\"\n__quro_dump k $? \"$@\"\n)\n" +
+		"__quro_post $? " + nonce + " " + tokenHex + " " + sp + "\n"
+}
+
+// stateFields is what fd 7 holds for r, each field ended by a NUL (none
+// holds one: a command with a NUL is refused, and the directory and the
+// state come from NUL-framed records): the command verbatim, the state
+// nonce, the directory, the exports and unsets of the session's
+// variables that changed since the shell started (quoted here), "1" when
+// stderr is split, and the last command's state.
+func (s *Shell) stateFields(command string, r *run, split bool) []byte {
+	var b bytes.Buffer
+	field := func(v string) {
+		b.WriteString(v)
+		b.WriteByte(0)
+	}
+	// Ended by a newline, as a line typed in a terminal: a trailing
+	// backslash continues onto nothing.
+	if !strings.HasSuffix(command, "\n") {
+		command += "\n"
+	}
+	field(command)
+	field(r.stateNonce)
+	field(s.cwd)
+	var ev strings.Builder
 	env := s.opts.Env()
 	keys := slices.Sorted(maps.Keys(env))
 	for _, k := range keys {
@@ -707,30 +713,26 @@ func (s *Shell) frame(command string, r *run, split bool) string {
 			continue
 		}
 		if old, ok := r.sp.exported[k]; !ok || old != env[k] {
-			b.WriteString("builtin export " + k + "=" + shellQuote(env[k]) + " 2>/dev/null || :\n")
+			ev.WriteString("builtin export " + k + "=" + shellQuote(env[k]) + " || :\n")
 		}
 	}
 	for k := range r.sp.exported {
 		if _, ok := env[k]; !ok && validName(k) && !strings.HasPrefix(k, "PS") {
-			b.WriteString("builtin unset " + k + " 2>/dev/null || :\n")
+			ev.WriteString("builtin unset " + k + " || :\n")
 		}
 	}
 	r.sp.exported = maps.Clone(env)
 	if r.sp.exported == nil {
 		r.sp.exported = map[string]string{}
 	}
-	b.WriteString("builtin eval \"$__quro_c\"\n__quro_dump k $? \"$@\"\n)\n")
-	// Back in the resident shell. The marker is drawn only now, after the
-	// subshell exited: nothing the command left behind can know it.
-	b.WriteString("__quro_e=$?\n")
-	b.WriteString("__quro_m=${SRANDOM:-$RANDOM}${SRANDOM:-$RANDOM}${SRANDOM:-$RANDOM}${SRANDOM:-$RANDOM}; builtin printf '\\0E%s\\0' \"$__quro_m\" >&6\n")
-	tok := octalEscape(r.token)
-	b.WriteString("builtin printf '" + tok + "'\n")
+	field(ev.String())
 	if split {
-		b.WriteString("builtin printf '" + tok + "' >&5\n")
+		field("1")
+	} else {
+		field("0")
 	}
-	b.WriteString("builtin printf '%s:%d:%s\\000' " + r.nonce + " \"$__quro_e\" \"$__quro_m\" >&3\n")
-	return b.String()
+	field(r.sp.blob)
+	return b.Bytes()
 }
 
 // wait waits for r to finish, time out, or block on input.

@@ -2,8 +2,12 @@ package terminal
 
 import "strings"
 
-// shellLib is defined in every command's subshell (the resident shell keeps
-// its text in a variable and never runs it itself).
+// shellLib is defined once in the resident shell, which never calls its
+// functions: every command's subshell, a fork of it, has them without
+// parsing them again (that parse was a sixth of a command's CPU). They
+// were parsed before any alias existed, so a restored alias cannot expand
+// inside them; a command may redefine them in its own subshell, which
+// ends with it.
 //
 // __quro_dump MODE STATUS [ARGS...] writes the subshell's state to the
 // state pipe and exits with STATUS: MODE k keeps the state for the next
@@ -31,7 +35,7 @@ builtin local __quro_m=$1 __quro_st=$2 __quro_v __quro_x __quro_o= __quro_r= __q
 builtin local -a __quro_a; __quro_a=()
 builtin shift 2
 builtin trap - EXIT
-builtin unset -f __quro_exit __quro_int exit __quro_dump
+builtin unset -f __quro_exit __quro_int exit __quro_dump __quro_post
 if [[ $__quro_m == k ]]; then
 # IFS first: the loop below splits with its own.
 if [[ -v IFS ]]; then
@@ -41,8 +45,9 @@ else
 __quro_o+=$'builtin unset -v IFS\n'
 fi
 builtin local IFS=$' \t\n'
-# The names in one go: a "${!a@}" per letter costs more than this fork.
-for __quro_v in $(builtin compgen -v); do
+# The names without a fork: $(compgen -v) costs a fork of the shell and
+# a write per name, twenty times the CPU of these expansions.
+for __quro_v in ` + varPrefixes() + `; do
 [[ $__quro_v == __quro_* || $__quro_v == IFS || -n ${__quro_own[$__quro_v]-} ]] && continue
 __quro_x=${!__quro_v@a}
 if [[ -R $__quro_v || $__quro_x == *[aA]* ]]; then
@@ -100,6 +105,48 @@ builtin exit "$@"
 }
 __quro_int() {
 __quro_dump k 130
+}
+`
+
+// shellPre is the prologue of every command's subshell: the resident
+// shell keeps its text in a variable (__quro_pre), and the frame of a
+// command is only "( eval pre; eval command; dump )" and a call of
+// __quro_post, so that the resident shell — which reads its standard
+// input a byte at a time, as bash does from a pipe — reads a short line
+// per command. What changes from one command to the next comes from fd 7,
+// the memfd only the server writes (see Shell.stateFields): the command,
+// the state nonce, the directory, the session's variables that changed,
+// whether stderr is split, and the state to restore. Every descriptor but
+// 0, 1, 2 and the state socket is closed (with exec, which keeps no saved
+// copies) before the state is restored and before any user code runs.
+const shellPre = `IFS= builtin read -r -d '' -u 7 __quro_c
+IFS= builtin read -r -d '' -u 7 __quro_n
+IFS= builtin read -r -d '' -u 7 __quro_d
+IFS= builtin read -r -d '' -u 7 __quro_v
+IFS= builtin read -r -d '' -u 7 __quro_2
+IFS= builtin read -r -d '' -u 7 __quro_s
+if [[ $__quro_2 == 1 ]]; then exec 0<&4 2>&5; else exec 0<&4; fi
+for __quro_f in /proc/self/fd/*; do __quro_f=${__quro_f##*/}; case $__quro_f in 0|1|2|6) ;; *) exec {__quro_f}>&- ;; esac; done
+builtin printf '\0H%s\0' "$__quro_n" >&6
+builtin cd -- "$__quro_d" 2>/dev/null || :
+builtin trap __quro_int INT
+builtin eval "$__quro_s" 2>/dev/null; builtin unset __quro_s
+builtin trap __quro_exit EXIT
+builtin eval "$__quro_v" 2>/dev/null; builtin unset __quro_v __quro_d __quro_2
+`
+
+// shellPost is defined in the resident shell: "__quro_post STATUS NONCE
+// TOKEN SPLIT" runs there once the subshell has exited. It draws the end
+// marker only now (nothing the command left behind can know it), writes
+// it to the state stream, the sync token (\0QS<TOKEN>\0) to the output
+// (and to the split stderr when SPLIT is 1), and the status record
+// "NONCE:STATUS:MARKER\0" to fd 3, with the subshell's real status.
+const shellPost = `__quro_post() {
+builtin local __quro_m=${SRANDOM:-$RANDOM}${SRANDOM:-$RANDOM}${SRANDOM:-$RANDOM}${SRANDOM:-$RANDOM}
+builtin printf '\0E%s\0' "$__quro_m" >&6
+builtin printf '\0QS%s\0' "$3"
+[[ $4 == 1 ]] && builtin printf '\0QS%s\0' "$3" >&5
+builtin printf '%s:%d:%s\0' "$2" "$1" "$__quro_m" >&3
 }
 `
 
