@@ -248,7 +248,7 @@ func (e *pool) release(s *slot) bool {
 	<-s.w.done
 	s.setWorker(nil)
 	if ran {
-		s.lost = fmt.Sprintf("the Python interpreter was restarted: it had been idle for %s and was released to free memory, so variables, imports and functions of earlier runs are gone; run again the code that made what this run needs", humanIdle(e.opts.IdleTimeout))
+		s.lost = fmt.Sprintf(runcode.NoteRestarted+": it had been idle for %s and was released to free memory, so variables, imports and functions of earlier runs are gone; run again the code that made what this run needs", humanIdle(e.opts.IdleTimeout))
 	}
 	return true
 }
