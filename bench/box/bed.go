@@ -40,8 +40,9 @@ func newBed(ctx context.Context, dataDir, install string, disk int64) (*bed, err
 		// for the data directory's own python/: else a session's Python
 		// worker does not fit a box its shell opened first and runs in a
 		// box of its own (sandbox.BoxStats.Outside).
-		Sandbox:   &sandbox.Options{BoxReadOnly: []string{install}},
-		AutoPause: -1,
+		Sandbox:        &sandbox.Options{BoxReadOnly: []string{install}},
+		AutoPause:      -1,
+		PrestartPython: *prestart,
 		Limits: app.Limits{SessionsPerTenant: -1,
 			Tenant: app.TenantLimits{Sessions: -1, Tasks: -1, Memory: -1, Disk: disk}},
 	})

@@ -20,7 +20,9 @@
 //  4. destroy_session of sessions that each have a box: sequential, and
 //     from 8 concurrent clients;
 //  5. (-idle N) the PSS of N idle sessions, each with its shell and its
-//     Python worker resident;
+//     Python worker resident (-idle-mode: or having run Python only, or
+//     nothing); with -idle-release, again after their workers' idle
+//     release, and the first run after a release beside resume + run;
 //  6. (-churn N, only with -only 6 or -churn set) the server's OS threads
 //     and PSS at the start, with N sessions live (each used once), and
 //     after all of them are destroyed (churn.go).
@@ -61,6 +63,9 @@ var (
 	disk      = flag.Int64("disk", 0, "each session's disk quota in bytes (0: the default ext4 image per session; -1: none, no loop device)")
 	jsonPath  = flag.String("json", "", "also write the figures as JSON to this file")
 	treeLines = flag.Int("tree", 0, "5: print this many of the box processes found (pid, parent, command line)")
+	idleMode  = flag.String("idle-mode", "used", "5: what each idle session did: used (terminal_exec true and run_code print(1)), python (print(1) only) or fresh (nothing: create_session only; with -prestart, its worker was started)")
+	prestart  = flag.Bool("prestart", false, "the App's PrestartPython (quro serve's default, --prestart-python): create_session starts the session's worker")
+	release   = flag.Bool("idle-release", false, "5: then release every idle session's Python worker (what --python-idle does), measure again, and time the first run after a release beside resume + run after a pause")
 	memProf   = flag.String("memprofile", "", "5: write a heap profile of the server, the idle sessions made, to this file")
 	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the whole run (server and client) to this file")
 )
@@ -129,6 +134,12 @@ type idleResult struct {
 	HeapInuse         uint64
 	GoroutinesBefore  int
 	Goroutines        int
+	Mode              string
+	Released          *pssReport // after the idle release (-idle-release)
+	ReleasedN         int        // workers released
+	ReleasedGC        int64      // the server's PSS after GC then
+	RestoreRelease    *series    // run print(1) after a release
+	RestorePause      *series    // resume_session + run print(1) after pause_session
 }
 
 var reported bool
@@ -643,8 +654,10 @@ func destroy(ctx context.Context, b *bed, r *results) error {
 }
 
 // 5. The memory of idle sessions.
-// zygoteWait outlasts a box's unused zygote (boxinit.zygoteIdle, 30 s).
-const zygoteWait = 32 * time.Second
+// zygoteWait outlasts a box's unused zygote (boxinit.zygoteIdle, 30 s)
+// and a prestarted worker that ran nothing (python.DefaultUnusedTimeout,
+// 30 s from its start, which may come a few seconds after the session's).
+const zygoteWait = 40 * time.Second
 
 func idle(ctx context.Context, b *bed, r *results) error {
 	n := *nIdle
@@ -657,11 +670,20 @@ func idle(ctx context.Context, b *bed, r *results) error {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	ir.HeapBefore, ir.GoroutinesBefore = ms.HeapInuse, runtime.NumGoroutine()
-	fmt.Fprintf(os.Stderr, "5: making %d idle sessions (terminal_exec true and run_code print(1) in each) ...\n", n)
+	ir.Mode = *idleMode
+	fmt.Fprintf(os.Stderr, "5: making %d idle sessions (%s) ...\n", n, *idleMode)
 	start := time.Now()
 	ids, err := makeSessions(ctx, b, n, *clients, func(id string) error {
-		if err := b.terminalExec(ctx, id, "true"); err != nil {
-			return err
+		switch *idleMode {
+		case "fresh":
+			return nil
+		case "python":
+		case "used":
+			if err := b.terminalExec(ctx, id, "true"); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("-idle-mode %q: want used, python or fresh", *idleMode)
 		}
 		return b.run(ctx, runBody(id, "", "print(1)"), "1\n")
 	})
@@ -696,12 +718,65 @@ func idle(ctx context.Context, b *bed, r *results) error {
 	if after, err := measurePSS(); err == nil {
 		ir.ServerAfterGC = after.Server
 	}
+	if *release {
+		if err := releaseIdle(ctx, b, ir, ids); err != nil {
+			_ = destroyAll(ctx, b, ids, *clients) // best effort: err is the one to report
+			return err
+		}
+	}
 	fmt.Fprintf(os.Stderr, "5: destroying them ...\n")
 	start = time.Now()
 	err = destroyAll(ctx, b, ids, *clients)
 	ir.DestroyAll = time.Since(start)
 	r.idle = ir
 	return err
+}
+
+// releaseIdle releases every session's Python worker as its idle timer
+// would, measures again, then times the way back on up to 20 of them: a
+// run after a release (a new worker) beside resume + run after a pause.
+func releaseIdle(ctx context.Context, b *bed, ir *idleResult, ids []string) error {
+	rel, ok := any(b.App.Python).(interface{ ReleaseIdle(string) bool })
+	if !ok {
+		return fmt.Errorf("-idle-release: this build's Python engine has no ReleaseIdle")
+	}
+	for _, id := range ids {
+		if rel.ReleaseIdle(id) {
+			ir.ReleasedN++
+		}
+	}
+	var err error
+	if ir.Released, err = measurePSS(); err != nil {
+		return err
+	}
+	debug.FreeOSMemory()
+	if after, err := measurePSS(); err == nil {
+		ir.ReleasedGC = after.Server
+	}
+	ir.RestoreRelease = &series{name: "run print(1) after the release"}
+	ir.RestorePause = &series{name: "resume + run print(1) after a pause"}
+	some := ids[:min(len(ids), 20)]
+	for _, id := range some {
+		t := time.Now()
+		if err := b.run(ctx, runBody(id, "", "print(1)"), "1\n"); err != nil {
+			return err
+		}
+		ir.RestoreRelease.ds = append(ir.RestoreRelease.ds, time.Since(t))
+	}
+	for _, id := range some {
+		if _, err := b.pause(ctx, refBody(id)); err != nil {
+			return err
+		}
+		t := time.Now()
+		if _, err := b.resume(ctx, refBody(id)); err != nil {
+			return err
+		}
+		if err := b.run(ctx, runBody(id, "", "print(1)"), "1\n"); err != nil {
+			return err
+		}
+		ir.RestorePause.ds = append(ir.RestorePause.ds, time.Since(t))
+	}
+	return nil
 }
 
 func memAvailable() int64 {
@@ -802,7 +877,8 @@ func report(r *results) {
 	}
 	if ir := r.idle; ir != nil {
 		p := ir.PSS
-		fmt.Printf("5. %d idle sessions (shell + Python worker each), made in %s, destroyed in %s (%d clients)\n", ir.N,
+		fmt.Printf("5. %d idle sessions (%s), made in %s, destroyed in %s (%d clients)\n", ir.N,
+			map[string]string{"used": "shell + Python worker each", "python": "print(1) run in each", "fresh": "nothing run"}[ir.Mode],
 			fmtD(ir.Make), fmtD(ir.DestroyAll), *clients)
 		tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "PSS\tprocesses\ttotal\tper session\tprivate per session\tthreads per session\t")
@@ -835,6 +911,24 @@ func report(r *results) {
 		}
 		fmt.Printf("goal 1000 idle sessions ≤ 4 GiB PSS: %s at 1000, %s (%s)\n\n", gib(at1000), how,
 			map[bool]string{true: "met", false: "NOT met"}[at1000 <= 4<<30])
+		if q := ir.Released; q != nil {
+			fmt.Printf("5b. after the idle release of %d workers (what --python-idle does)\n", ir.ReleasedN)
+			tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "PSS\tprocesses\ttotal\tper session\t")
+			fmt.Fprintf(tw, "server process (growth over the start; after GC %s)\t1\t%s\t%s\t\n", kib((ir.ReleasedGC-ir.ServerBeforeBytes)/int64(ir.N)),
+				mib(q.Server), kib((q.Server-ir.ServerBeforeBytes)/int64(ir.N)))
+			for c, v := range q.ByComm {
+				fmt.Fprintf(tw, "  in the boxes: %s\t%d\t%s\t%s\t\n", c, q.NComm[c], mib(v), kib(v/int64(ir.N)))
+			}
+			fmt.Fprintf(tw, "every box process\t%d\t%s\t%s\t\n", q.Procs, mib(q.Boxes), kib(q.Boxes/int64(ir.N)))
+			per := (q.Boxes + q.Server - ir.ServerBeforeBytes) / int64(ir.N)
+			fmt.Fprintf(tw, "boxes + server growth\t\t\t%s\t\n", kib(per))
+			tw.Flush()
+			for _, s := range []*series{ir.RestoreRelease, ir.RestorePause} {
+				fmt.Printf("  %s: p50 %s, p95 %s (%d sessions)\n", s.name, fmtD(s.q(0.5)), fmtD(s.q(0.95)), len(s.ds))
+			}
+			fmt.Println()
+		}
 	}
 	if r.churn != nil {
 		reportChurn(r.churn)

@@ -24,6 +24,7 @@ import (
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/connlimit"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/metrics"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/session"
@@ -47,6 +48,7 @@ type serveFlags struct {
 	maxStreams     int
 	streamIdle     time.Duration
 	autoPause      time.Duration
+	pythonIdle     time.Duration
 	prestart       bool
 	logs           logFlags
 	pprofAddr      string
@@ -98,6 +100,7 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.streamIdle, "stream-idle-timeout", ws.DefaultIdleTimeout, "close a WebSocket, or end an MCP event stream, whose client has not answered a ping for this long (pinged every quarter of it); with --e2b, end a long E2B request whose client sends nothing or takes no write for this long")
 	cmd.Flags().DurationVar(&f.patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
 	cmd.Flags().DurationVar(&f.autoPause, "auto-pause", app.DefaultAutoPause, "pause a session's box (freeze its processes, keep their state) after it is unused this long; 0 or negative: never")
+	cmd.Flags().DurationVar(&f.pythonIdle, "python-idle", python.DefaultIdleTimeout, "release a session's Python worker (about 7 MiB) after it ran nothing for this long; its next run starts a fresh interpreter and says that the variables of earlier runs are gone (a paused session keeps its worker)")
 	cmd.Flags().IntVar(&f.spares, "spare-sessions", 1, "spare sessions (a box and a started Python worker each, about 12 MiB) kept ready per tenant and network policy, so that a new session's first Python run finds them; 0: none")
 	cmd.Flags().IntVar(&f.maxDisks, "max-session-disks", 0, "most sessions' disk images (ext4, loop-mounted: one of the host's loop devices each) of all tenants together, a tenant's share a quarter of them; past it a new session is refused with 429; 0: one per session of --max-sessions, a tenant's share its session ceiling; negative: no cap")
 	cmd.Flags().IntVar(&f.maxSessions, "max-sessions", 0, "most sessions of all tenants together; past it a new session is refused with 429; 0: derived from the machine (the lowest of what its memory, open-file limit and kernel tasks hold: quro doctor shows it); negative: no cap")
@@ -210,6 +213,7 @@ func (f *serveFlags) appOptions(g *globals, log *slog.Logger) *app.Options {
 	opts.Limits.Tenant = f.tenantLimits
 	opts.AutoPause = f.autoPause
 	opts.PrestartPython = f.prestart
+	opts.Python.IdleTimeout = f.pythonIdle
 	opts.SpareSessions = f.spares
 	opts.Limits.SessionDisks = f.maxDisks
 	opts.Limits.Sessions, opts.Limits.SessionsPerTenant = f.maxSessions, f.maxPerTenant

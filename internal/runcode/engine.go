@@ -84,6 +84,12 @@ func RestartedException() *Exception {
 	return &Exception{Name: "ContextRestarting", Value: ErrContextRestarted.Error(), Traceback: ErrContextRestarted.Error()}
 }
 
+// NoteRestarted begins the note of a run whose session's interpreter had
+// been released after it idled: the variables of earlier runs are gone.
+// Access paths that show no notes (E2B's /execute) write it on stderr, so
+// that no client loses state without being told.
+const NoteRestarted = "the Python interpreter was restarted"
+
 // DefaultCompileTimeout is a build stage's budget when neither the caller
 // nor Options give one (run_code's compile_timeout_ms schema says it too;
 // a test in internal/app keeps the two the same).

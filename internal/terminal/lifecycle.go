@@ -476,12 +476,12 @@ func (s *Shell) follow(sp *shellProc, statusR, stateR *os.File, hello string) {
 		defer sp.errR.Close()
 		// Ends when the shell's side closes; the router never fails a
 		// write, and the shell's end is what Wait reports.
-		_, _ = io.Copy(sp.errOut, sp.errR)
+		pump(sp.errOut, sp.errR)
 	}()
 	go func() {
 		defer close(sp.outDone)
 		defer sp.outR.Close()
-		_, _ = io.Copy(sp.out, sp.outR) // as errR's copy
+		pump(sp.out, sp.outR) // as errR's copy
 	}()
 	go func() {
 		e := sp.proc.Wait()
@@ -489,6 +489,33 @@ func (s *Shell) follow(sp *shellProc, statusR, stateR *os.File, hello string) {
 		close(sp.exited)
 		s.processEnded(sp)
 	}()
+}
+
+// pump copies src to dst until src ends or a write fails, as io.Copy
+// does, but reads into a buffer sized on demand: 1 KiB, grown by four
+// while reads fill it (to 32 KiB), back to 1 KiB after a read that found
+// little. An idle shell's two pipes then hold 2 KiB, not io.Copy's
+// 2 × 32 KiB.
+func pump(dst io.Writer, src io.Reader) {
+	const small, large = 1 << 10, 32 << 10
+	buf := make([]byte, small)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+		switch {
+		case n == len(buf) && len(buf) < large:
+			buf = make([]byte, min(4*len(buf), large))
+		case n < small/2 && len(buf) > small:
+			buf = make([]byte, small)
+		}
+	}
 }
 
 // setUp sends the first framed command, which sets the shell up (its

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -157,6 +158,14 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		out.line(map[string]any{"type": "error", "name": "QuroError", "value": messageOf(err), "traceback": messageOf(err)})
 	} else {
+		// E2B's client shows no notes: one saying the context's state
+		// is gone (its interpreter was released after it idled) goes
+		// on stderr, so that it is never lost silently.
+		for _, n := range res.Notes {
+			if strings.HasPrefix(n, runcode.NoteRestarted) {
+				out.text("stderr", []byte("[quro] "+n+"\n"))
+			}
+		}
 		for _, rr := range res.Results {
 			out.line(resultLine(rr))
 		}

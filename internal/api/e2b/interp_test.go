@@ -245,6 +245,29 @@ func TestExecuteStreams(t *testing.T) {
 	}
 }
 
+// A context whose interpreter was released after it idled says so on
+// stderr in the next run (E2B shows no notes): its state is never lost
+// silently.
+func TestExecuteSaysTheInterpreterWasRestarted(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	e.execute(t, id, map[string]any{"code": "x = 41"})
+	if !e.App.Python.ReleaseIdle(id) {
+		t.Skip("no resident worker to release in this build")
+	}
+	lines := e.execute(t, id, map[string]any{"code": "print('x' in globals())"})
+	if got := stdoutOf(lines); got != "False\n" {
+		t.Fatalf("stdout %q after the release", got)
+	}
+	errs := ofType(lines, "stderr")
+	if len(errs) != 1 || !strings.HasPrefix(errs[0]["text"].(string), "[quro] the Python interpreter was restarted") {
+		t.Fatalf("stderr lines %v: want the restart said once", errs)
+	}
+	if errs := ofType(e.execute(t, id, map[string]any{"code": "1"}), "stderr"); len(errs) != 0 {
+		t.Fatalf("the run after: stderr %v", errs)
+	}
+}
+
 // A print to stderr is one stderr line of the stream (E2B's onStderr is
 // called once for it, as with Jupyter): print writes its text and its end
 // into the worker's line-buffered stderr, which sends them together

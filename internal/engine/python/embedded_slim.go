@@ -81,3 +81,6 @@ func (e *Embedded) BindSpare(ctx context.Context, sess *session.Session) error {
 
 // Claimed does nothing.
 func (e *Embedded) Claimed(id string) {}
+
+// ReleaseIdle reports false: this build keeps no workers.
+func (e *Embedded) ReleaseIdle(sessionID string) bool { return false }

@@ -593,12 +593,64 @@ func TestIdleWorkerStopsAndRestarts(t *testing.T) {
 	run(t, e, s, "x = 1", 0)
 	sl, _ := e.slot(s.ID)
 	w := sl.worker()
-	e.idleStop(sl) // what the idle timer does
+	if !e.ReleaseIdle(s.ID) { // what the idle timer does
+		t.Fatal("ReleaseIdle released nothing")
+	}
 	if w.alive() {
 		t.Fatal("the worker is still running")
 	}
 	r := run(t, e, s, "print('back')\n'x' in globals()", 0)
-	if r.out != "back\nFalse\n" || !hasNote(r, "stopped after 1h0m0s without runs") {
+	if r.out != "back\nFalse\n" || !hasNote(r, "the Python interpreter was restarted: it had been idle for 1 h") {
+		t.Fatalf("out %q notes %q", r.out, r.Notes)
+	}
+	// Said once: the run after it lost nothing.
+	if r := run(t, e, s, "1", 0); len(r.Notes) != 0 {
+		t.Fatalf("notes of the next run: %q", r.Notes)
+	}
+}
+
+// A worker that has run nothing (a prestarted one) holds no state: its
+// release loses nothing and the next run says nothing.
+func TestUnusedWorkerReleasedSilently(t *testing.T) {
+	e := NewEmbedded(testData, testSB, &EmbeddedOptions{NoSpare: true, IdleTimeout: time.Hour, UnusedTimeout: time.Hour})
+	defer e.Close()
+	s := newSession(t)
+	sl, _ := e.slot(s.ID)
+	sl.sem <- struct{}{}
+	if err := e.ensureWorker(t.Context(), sl, s); err != nil {
+		t.Fatal(err)
+	}
+	<-sl.sem
+	w := sl.worker()
+	if !e.ReleaseIdle(s.ID) {
+		t.Fatal("ReleaseIdle released nothing")
+	}
+	if w.alive() {
+		t.Fatal("the unused worker is still running")
+	}
+	if r := run(t, e, s, "print('first')", 0); r.out != "first\n" || len(r.Notes) != 0 {
+		t.Fatalf("out %q notes %q", r.out, r.Notes)
+	}
+}
+
+// A timer that fired while a run held the slot, and takes it only after
+// the run re-armed another, stands down: the worker just used stays.
+func TestLateIdleTimerStandsDown(t *testing.T) {
+	e := NewEmbedded(testData, testSB, &EmbeddedOptions{NoSpare: true, IdleTimeout: time.Hour})
+	defer e.Close()
+	s := newSession(t)
+	run(t, e, s, "x = 1", 0)
+	sl, _ := e.slot(s.ID)
+	sl.sem <- struct{}{}
+	stale := sl.gen // the generation of the timer armed after that run
+	<-sl.sem
+	run(t, e, s, "x += 1", 0) // a run came: its own timer replaces it
+	w := sl.worker()
+	e.idleStop(sl, stale) // the first timer, late
+	if !w.alive() {
+		t.Fatal("a stale idle timer released the worker of a run that had just ended")
+	}
+	if r := run(t, e, s, "x", 0); r.out != "2\n" || len(r.Notes) != 0 {
 		t.Fatalf("out %q notes %q", r.out, r.Notes)
 	}
 }

@@ -7,12 +7,32 @@ import (
 	"github.com/quro-dev/quro/internal/sandbox"
 )
 
+// DefaultIdleTimeout is how long a session's Python worker is kept
+// without runs before it is released (EmbeddedOptions.IdleTimeout, quro
+// serve --python-idle): an idle worker holds about 7 MiB, which a pause
+// cannot give back on a machine without swap (docs/RATIONALE.md).
+const DefaultIdleTimeout = 15 * time.Minute
+
+// DefaultUnusedTimeout is how long a worker that has run nothing is kept
+// (EmbeddedOptions.UnusedTimeout), as long as a box keeps an unused
+// zygote.
+const DefaultUnusedTimeout = 30 * time.Second
+
 // EmbeddedOptions tune the embedded-CPython engine. Zero fields take the
 // defaults in parentheses; a nil *EmbeddedOptions means all defaults.
 type EmbeddedOptions struct {
-	// IdleTimeout stops a session's worker after this long without runs
-	// (15 min); the next run starts a fresh one and says the state was lost.
+	// IdleTimeout releases a session's worker after this long without
+	// runs (DefaultIdleTimeout), to give its memory back; the next run
+	// starts a fresh one and says the state was lost. A paused session
+	// keeps its worker.
 	IdleTimeout time.Duration
+	// UnusedTimeout releases a worker that has run nothing (a prestarted
+	// worker, a claimed spare's) after this long (DefaultUnusedTimeout, at
+	// most IdleTimeout): it was started so that a first run right after
+	// create_session finds it, and a session that has run nothing keeps no
+	// interpreter once that moment has passed. Nothing is lost, so the next
+	// run says nothing.
+	UnusedTimeout time.Duration
 	// InterruptGrace is how long code may take to stop after the
 	// KeyboardInterrupt of a timeout before the worker is killed (2 s).
 	InterruptGrace time.Duration
@@ -55,7 +75,10 @@ func (o *EmbeddedOptions) withDefaults(sb *sandbox.Sandbox) EmbeddedOptions {
 		r.NoSpare = true
 	}
 	if r.IdleTimeout <= 0 {
-		r.IdleTimeout = 15 * time.Minute
+		r.IdleTimeout = DefaultIdleTimeout
+	}
+	if r.UnusedTimeout <= 0 {
+		r.UnusedTimeout = DefaultUnusedTimeout
 	}
 	if r.InterruptGrace <= 0 {
 		r.InterruptGrace = 2 * time.Second

@@ -56,6 +56,9 @@ type slot struct {
 	w    *worker
 	lost string // why the state is gone, to say in the next run
 	idle *time.Timer
+	// gen counts armIdle's timers (under sem): a timer that fired late,
+	// after a run re-armed another, finds gen moved on and does nothing.
+	gen uint64
 	// The code context of the run in progress and its cancel (under mu).
 	runCtx    string
 	cancelRun context.CancelCauseFunc
@@ -110,6 +113,7 @@ func (e *pool) run(ctx context.Context, req *runcode.Request) (*runcode.Result, 
 	if s.idle != nil {
 		s.idle.Stop()
 	}
+	s.gen++ // a timer that fired but has not taken sem yet stands down
 	var notes []string
 	if s.lost != "" {
 		notes = append(notes, s.lost)
@@ -169,31 +173,97 @@ func (e *pool) ensureWorker(ctx context.Context, s *slot, sess *session.Session)
 	return nil
 }
 
-// armIdle (re)starts s's idle timer. Called by the holder of s.sem.
+// armIdle (re)starts s's idle timer: IdleTimeout after the worker's last
+// run, UnusedTimeout while it has run nothing (a prestarted worker, or a
+// claimed spare's). Called by the holder of s.sem.
 func (e *pool) armIdle(s *slot) {
-	s.idle = time.AfterFunc(e.opts.IdleTimeout, func() { e.idleStop(s) })
+	if s.idle != nil {
+		s.idle.Stop()
+	}
+	s.gen++
+	gen, d := s.gen, e.opts.IdleTimeout
+	if s.w != nil && s.w.runs == 0 {
+		d = min(d, e.opts.UnusedTimeout)
+	}
+	s.idle = time.AfterFunc(d, func() { e.idleStop(s, gen) })
 }
 
-// idleStop stops s's worker if it is not running anything. A paused
-// session keeps its worker: the pause is what keeps an idle session's
-// state at no CPU cost (see sandbox.Box.Pause).
-func (e *pool) idleStop(s *slot) {
+// idleStop releases s's worker when its timer of generation gen is still
+// the current one and no run is in progress (see release).
+func (e *pool) idleStop(s *slot, gen uint64) {
 	select {
 	case s.sem <- struct{}{}:
 	default:
 		return // a run is in progress; it re-arms the timer
 	}
 	defer func() { <-s.sem }()
+	if s.gen != gen {
+		return // a run came between the timer firing and now
+	}
+	e.release(s)
+}
+
+// ReleaseIdle does now what the session's idle timer does when it fires:
+// it releases the session's worker unless a run is in progress or the
+// session's box is paused. It reports whether a worker was released. The
+// idle timer calls the same code; this is for tests and for callers that
+// need the memory back before the timer runs out.
+func (e *pool) ReleaseIdle(sessionID string) bool {
+	e.mu.Lock()
+	s := e.slots[sessionID]
+	e.mu.Unlock()
+	if s == nil {
+		return false
+	}
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		return false
+	}
+	defer func() { <-s.sem }()
+	return e.release(s)
+}
+
+// release ends s's worker to give its memory back, and keeps for the next
+// run the note that the interpreter was restarted, when the worker had run
+// code (a worker that ran nothing held no state: nothing is lost, nothing
+// is said). A paused session keeps its worker: pause_session promises the
+// state back, and the pause is what keeps an idle session's state at no
+// CPU cost (see sandbox.Box.Pause); the timer is armed again. Called by
+// the holder of s.sem.
+func (e *pool) release(s *slot) bool {
 	if bx := e.sb.Box(s.id); bx != nil && bx.Paused() {
 		e.armIdle(s)
-		return
+		return false
 	}
-	if s.w != nil {
-		s.w.kill()
-		<-s.w.done
-		s.setWorker(nil)
-		s.lost = fmt.Sprintf("the session's Python worker was stopped after %s without runs; variables and imports of earlier runs are gone", e.opts.IdleTimeout)
+	if s.idle != nil {
+		s.idle.Stop()
 	}
+	s.gen++
+	if s.w == nil {
+		return false
+	}
+	ran := s.w.runs > 0
+	s.w.kill()
+	<-s.w.done
+	s.setWorker(nil)
+	if ran {
+		s.lost = fmt.Sprintf(runcode.NoteRestarted+": it had been idle for %s and was released to free memory, so variables, imports and functions of earlier runs are gone; run again the code that made what this run needs", humanIdle(e.opts.IdleTimeout))
+	}
+	return true
+}
+
+// humanIdle writes an idle period as a person would: 5 min, 90 s, 1h30m.
+func humanIdle(d time.Duration) string {
+	switch {
+	case d >= time.Hour && d%time.Hour == 0:
+		return fmt.Sprintf("%d h", d/time.Hour)
+	case d >= time.Minute && d%time.Minute == 0:
+		return fmt.Sprintf("%d min", d/time.Minute)
+	case d >= time.Second && d%time.Second == 0 && d < time.Minute:
+		return fmt.Sprintf("%d s", d/time.Second)
+	}
+	return d.Round(time.Second).String()
 }
 
 // Reset gives the session a fresh interpreter: its globals, imports and

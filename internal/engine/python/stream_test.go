@@ -42,6 +42,57 @@ func TestStreamSplitsAtToken(t *testing.T) {
 	}
 }
 
+// The read buffer grows while output pours in and shrinks when it
+// trickles, with the token found wherever a resize put it: a burst of
+// 1 MiB, a token split across the burst's last read, a trickle, a token.
+func TestStreamResizesAndKeepsEveryByte(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	s := newStream(r)
+	go s.read()
+	token := []byte("\x1equro-sync-0123456789abcdef\x1e")
+	burst := bytes.Repeat([]byte("0123456789abcdef"), 1<<16)
+	var got bytes.Buffer
+	s.begin(&got, token)
+	go func() {
+		w.Write(burst)
+		w.Write(token[:7])
+		w.Write(token[7:])
+	}()
+	<-s.synced()
+	if !bytes.Equal(got.Bytes(), burst) {
+		t.Fatalf("the burst came back as %d bytes, want %d the same", got.Len(), len(burst))
+	}
+	var small bytes.Buffer
+	s.begin(&small, token)
+	for _, p := range []string{"a", "b\n", "c"} {
+		w.Write([]byte(p))
+	}
+	w.Write(token)
+	<-s.synced()
+	if small.String() != "ab\nc" {
+		t.Fatalf("the trickle came back as %q", small.String())
+	}
+}
+
+func TestNextChunk(t *testing.T) {
+	for _, c := range []struct{ chunk, n, want int }{
+		{streamSmall, streamSmall, 4 * streamSmall},
+		{streamSmall, streamSmall - 1, streamSmall},
+		{streamLarge, streamLarge, streamLarge},
+		{streamLarge, streamLarge / 2, streamLarge},
+		{streamLarge, 10, streamSmall},
+		{streamSmall, 0, streamSmall},
+	} {
+		if got := nextChunk(c.chunk, c.n); got != c.want {
+			t.Errorf("nextChunk(%d, %d) = %d, want %d", c.chunk, c.n, got, c.want)
+		}
+	}
+}
+
 func TestTokenPrefixAtEnd(t *testing.T) {
 	tok := []byte("\x1eabc\x1e")
 	for _, tc := range []struct {

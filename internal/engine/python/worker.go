@@ -182,7 +182,7 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 		pid:     p.Pid(),
 		req:     reqW,
 		rep:     repR,
-		repBuf:  bufio.NewReaderSize(repR, 64<<10),
+		repBuf:  bufio.NewReaderSize(repR, 4<<10), // a reply past it is read through
 		out:     newStream(outR),
 		err:     newStream(errR),
 		done:    make(chan struct{}),
@@ -796,15 +796,31 @@ func (s *stream) pendingText() string {
 	return string(s.pending)
 }
 
+// Read sizes of a stream: it starts small and grows (by four) while reads
+// fill it, up to large, and goes back to small after a read that found
+// little, so an idle worker's two streams hold 2 × 4 KiB instead of
+// 2 × 64 KiB. slack is room for a token prefix carried to the next read.
+const (
+	streamSmall = 4 << 10
+	streamLarge = 64 << 10
+	streamSlack = 256
+)
+
 func (s *stream) read() {
 	defer s.f.Close()
-	const chunk = 64 << 10
-	buf := make([]byte, chunk+256)
+	chunk := streamSmall
+	buf := make([]byte, chunk+streamSlack)
 	carry := 0
 	for {
 		n, err := s.f.Read(buf[carry : carry+chunk])
 		if n > 0 {
 			carry = s.feed(buf, carry+n)
+		}
+		if next := nextChunk(chunk, n); next != chunk && err == nil {
+			chunk = next
+			nb := make([]byte, chunk+streamSlack)
+			copy(nb, buf[:carry])
+			buf = nb
 		}
 		if err != nil {
 			s.mu.Lock()
@@ -820,6 +836,17 @@ func (s *stream) read() {
 			return
 		}
 	}
+}
+
+// nextChunk is the read size after a read of n bytes into chunk.
+func nextChunk(chunk, n int) int {
+	switch {
+	case n == chunk && chunk < streamLarge:
+		return min(chunk*4, streamLarge)
+	case n < streamSmall/2 && chunk > streamSmall:
+		return streamSmall
+	}
+	return chunk
 }
 
 // feed handles buf[:n] and returns how many bytes it moved to the front of
