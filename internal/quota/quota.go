@@ -192,12 +192,20 @@ func (d *Disks) Create(dir string, size int64) error {
 	return nil
 }
 
-// mountNew attaches the new image img (open, locked) to a free loop
+// mountNew attaches the new image locked (open, locked) to a free loop
 // device and mounts its filesystem at dir, as mount(8) would, with the
 // same flags (see mount) but without reading the mount table and every
 // loop device's backing file, which grow with the number of sessions.
 // The device clears itself once the filesystem's last mount is gone.
-func (d *Disks) mountNew(img *os.File, dir string) error {
+func (d *Disks) mountNew(locked *os.File, dir string) error {
+	// The loop device keeps the open file it is given for as long as it
+	// is bound, and with it any flock on it: it gets an open file of its
+	// own, never the one that holds the image's lock.
+	img, err := os.OpenFile(locked.Name(), os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer img.Close()
 	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
