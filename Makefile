@@ -316,3 +316,12 @@ bench-service:
 .PHONY: bench-box
 bench-box:
 	$(GO) run ./bench/box $(BOXFLAGS)
+
+# Sessions as they accumulate and in a burst (issue 29): create + first
+# run at 0, n/2 and n open sessions, a burst of 100 creates, PSS per idle
+# session, destroy, one-shot runs beside bwrap alone, terminal_exec, a
+# fresh data directory's first result; run as root (see bench/README.md).
+# Flags through DENSITYFLAGS, e.g. DENSITYFLAGS='-quick' or '-n 300'.
+.PHONY: bench-density
+bench-density:
+	$(GO) run ./bench/density $(DENSITYFLAGS)
