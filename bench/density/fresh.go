@@ -16,7 +16,11 @@ import (
 // bwrapTrue is `bwrap --unshare-all --ro-bind / / true`, exec'd by the
 // bench itself: what a one-shot run costs with nothing of Quro's.
 func bwrapTrue() error {
-	return exec.Command("bwrap", "--unshare-all", "--ro-bind", "/", "/", "true").Run()
+	out, err := exec.Command("bwrap", "--unshare-all", "--ro-bind", "/", "/", "true").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // freshRuns times -fresh new Apps, each on an empty data directory (the

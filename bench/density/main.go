@@ -140,11 +140,23 @@ type level struct {
 
 // probe is the one-shot runs and terminal_exec at one count.
 type probe struct {
-	Open   int     `json:"open_sessions"`
-	RunSh  *series `json:"run_code_sh_true"`
-	Bwrap  *series `json:"bwrap_true"`
-	Texec  *series `json:"terminal_exec_true"`
-	Create *series `json:"-"`
+	Open  int     `json:"open_sessions"`
+	RunSh *series `json:"run_code_sh_true"`
+	Bwrap *series `json:"bwrap_true"`
+	Texec *series `json:"terminal_exec_true"`
+	// Errors counts the calls that failed, by path, and keeps the first
+	// message of each: a failure is reported, and the run goes on.
+	Errors   map[string]int    `json:"errors,omitempty"`
+	FirstErr map[string]string `json:"first_errors,omitempty"`
+}
+
+func (p *probe) failed(path string, err error) {
+	if p.Errors == nil {
+		p.Errors, p.FirstErr = map[string]int{}, map[string]string{}
+	}
+	if p.Errors[path]++; p.Errors[path] == 1 {
+		p.FirstErr[path] = err.Error()
+	}
 }
 
 type burst struct {
@@ -371,7 +383,7 @@ func probeAt(ctx context.Context, b *bed, r *results, open int) error {
 	for _, pt := range paths {
 		for range 20 { // the first run makes the box, the first command the shell
 			if err := pt.f(); err != nil {
-				return fmt.Errorf("%s: %w", pt.s.Name, err)
+				p.failed(pt.s.Name, err)
 			}
 		}
 	}
@@ -382,7 +394,8 @@ func probeAt(ctx context.Context, b *bed, r *results, open int) error {
 			for range per {
 				t := time.Now()
 				if err := pt.f(); err != nil {
-					return fmt.Errorf("%s: %w", pt.s.Name, err)
+					p.failed(pt.s.Name, err)
+					continue
 				}
 				pt.s.D = append(pt.s.D, time.Since(t))
 			}
@@ -505,6 +518,11 @@ func report(r *results) {
 			}
 		}
 		tw.Flush()
+		for _, p := range r.Probes {
+			for path, k := range p.Errors {
+				fmt.Printf("at %d open: %d calls of %s FAILED (first: %s)\n", p.Open, k, path, p.FirstErr[path])
+			}
+		}
 		for _, p := range r.Probes {
 			fmt.Printf("at %d open: run_code sh true ≤ 0.5x bwrap alone: %s; terminal_exec true ≤ 1 ms: %s\n", p.Open,
 				verdict(p.RunSh.q(0.5), p.Bwrap.q(0.5)/2), verdict(p.Texec.q(0.5), time.Millisecond))
