@@ -42,9 +42,7 @@ func freshRuns(r *results) error {
 		f.Skip = "-jupyter-python is empty"
 		return nil
 	}
-	if out, err := exec.Command(*jupyter, "-c", "import ipykernel, jupyter_client").CombinedOutput(); err != nil {
-		f.Skip = fmt.Sprintf("%s has no ipykernel and jupyter_client: %s (apt-get install python3-ipykernel python3-jupyter-client)",
-			*jupyter, strings.TrimSpace(lastLine(string(out))))
+	if f.Skip = lacksJupyter(); f.Skip != "" {
 		return nil
 	}
 	f.Jupyter = &series{Name: "Jupyter cold start: start_new_kernel → execute print(1) reply"}
@@ -56,6 +54,16 @@ func freshRuns(r *results) error {
 		f.Jupyter.D = append(f.Jupyter.D, d)
 	}
 	return nil
+}
+
+// lacksJupyter says why -jupyter-python cannot start a kernel ("": it can).
+func lacksJupyter() string {
+	out, err := exec.Command(*jupyter, "-c", "import ipykernel, jupyter_client").CombinedOutput()
+	if err == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s has no ipykernel and jupyter_client: %s (apt-get install python3-ipykernel python3-jupyter-client)",
+		*jupyter, strings.TrimSpace(lastLine(string(out))))
 }
 
 func freshOnce() (time.Duration, error) {

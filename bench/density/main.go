@@ -530,9 +530,15 @@ func report(r *results) {
 		fmt.Println()
 	}
 
+	reportMemory(r)
+	reportRest(r)
+}
+
+// reportMemory prints the PSS figures.
+func reportMemory(r *results) {
 	if r.Baseline != nil && r.Idle != nil {
 		n := int64(r.N)
-		tw = tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
+		tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "PSS\tserver\tbelow it (processes)\ttotal\tper session (− baseline)\tserver fds\tserver threads\t")
 		row := func(name string, p *pssPoint) {
 			per := "\t"
@@ -566,14 +572,18 @@ func report(r *results) {
 		}
 		fmt.Println()
 	}
+}
 
+// reportRest prints the destroys, the host's counts and the fresh data
+// directory.
+func reportRest(r *results) {
 	if s := r.Teardown; s != nil && len(s.D) > 0 {
 		fmt.Printf("%s: n %d, p50 %s, p95 %s, all in %s; goal p50 ≤ 3 ms: %s\n\n", s.Name, len(s.D), fmtD(s.q(0.5)), fmtD(s.q(0.95)),
 			fmtD(r.TearWall), verdict(s.q(0.5), 3*time.Millisecond))
 	}
 
 	if len(r.Host) > 0 {
-		tw = tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
+		tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "host\tmounts\tof the data dir\tloop devices bound\tto the data dir\tloop nodes\tserver descendants\tserver fds\tthreads\t")
 		for _, k := range []string{"before", "at_n", "after_destroy", "after_close"} {
 			h, ok := r.Host[k]
