@@ -42,6 +42,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"slices"
@@ -69,6 +70,7 @@ var (
 	disk      = flag.Int64("disk", 0, "each session's disk quota in bytes (0: the default; -1: none)")
 	shipped   = flag.Bool("shipped-limits", false, "keep the shipped admission ceilings (sessions, tasks, memory, disks) instead of lifting them")
 	jsonPath  = flag.String("json", "", "also write the figures as JSON to this file")
+	logWarn   = flag.Bool("log", false, "print the App's warnings (an unfit spare, a failed box) on stderr")
 )
 
 func main() {
@@ -220,7 +222,11 @@ func run(r *results) error {
 	r.Host = map[string]hostPoint{"before": measureHost(data)}
 	r.load("start")
 	fmt.Fprintf(os.Stderr, "starting the server (interpreter under %s) ...\n", *install)
-	b, err := newBed(ctx, data, appOptions(*install, *shipped, *disk))
+	opts := appOptions(*install, *shipped, *disk)
+	if *logWarn {
+		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	b, err := newBed(ctx, data, opts)
 	if err != nil {
 		return err
 	}
