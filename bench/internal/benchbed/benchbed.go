@@ -47,17 +47,31 @@ type Bed struct {
 // On an error it closes a.
 func Serve(ctx context.Context, a *app.App, withMCP bool) (*Bed, error) {
 	b := &Bed{App: a}
-	if err := b.start(ctx, withMCP); err != nil {
+	if err := b.start(ctx, withMCP, true); err != nil {
 		b.Close()
 		return nil, err
 	}
 	return b, nil
 }
 
-func (b *Bed) start(ctx context.Context, withMCP bool) error {
+// ServeCold is Serve without warming the embedded Python first: as `quro
+// serve` does, the caller starts a.PreparePython in the background, and
+// a first Python run waits for what is left of it. REST only.
+func ServeCold(ctx context.Context, a *app.App) (*Bed, error) {
+	b := &Bed{App: a}
+	if err := b.start(ctx, false, false); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *Bed) start(ctx context.Context, withMCP, warm bool) error {
 	a := b.App
-	if err := a.Python.Warm(ctx); err != nil {
-		return err
+	if warm {
+		if err := a.Python.Warm(ctx); err != nil {
+			return err
+		}
 	}
 	iss, err := a.CreateToken(ctx, "bench", Tenant, []string{"exec"}, "bench")
 	if err != nil {

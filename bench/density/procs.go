@@ -1,0 +1,201 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// What the machine holds: the processes below the server and their
+// proportional set size, the host's mounts and loop devices.
+
+// procInfo is one process of /proc.
+type procInfo struct {
+	pid, ppid int
+	comm      string
+}
+
+func readProcs() (map[int]procInfo, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]procInfo{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // gone
+		}
+		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+		s := string(data)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open {
+			continue
+		}
+		f := strings.Fields(s[end+1:])
+		if len(f) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		out[pid] = procInfo{pid: pid, ppid: ppid, comm: s[open+1 : end]}
+	}
+	return out, nil
+}
+
+// descendants are every process below root (root excluded): every bwrap
+// the server started and everything in its boxes, and the server's
+// helpers.
+func descendants(procs map[int]procInfo, root int) []procInfo {
+	kids := map[int][]int{}
+	for _, p := range procs {
+		kids[p.ppid] = append(kids[p.ppid], p.pid)
+	}
+	var out []procInfo
+	queue := slices.Clone(kids[root])
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		out = append(out, procs[pid])
+		queue = append(queue, kids[pid]...)
+	}
+	return out
+}
+
+// pss is a process's proportional set size (smaps_rollup's Pss), bytes.
+func pss(pid int) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, err
+	}
+	for l := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(l, "Pss:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("pid %d: no Pss line", pid)
+}
+
+// pssPoint is the PSS of the server (this process: the App, and the
+// bench's client beside it) and of every process below it, by command.
+type pssPoint struct {
+	Server int64            `json:"server_bytes"`
+	Boxes  int64            `json:"boxes_bytes"`
+	Procs  int              `json:"box_processes"`
+	ByComm map[string]int64 `json:"by_comm_bytes"`
+	NComm  map[string]int   `json:"by_comm_processes"`
+	FDs    int              `json:"server_fds"`
+	Thr    int              `json:"server_threads"`
+}
+
+func (p *pssPoint) total() int64 { return p.Server + p.Boxes }
+
+func measurePSS() (*pssPoint, error) {
+	procs, err := readProcs()
+	if err != nil {
+		return nil, err
+	}
+	r := &pssPoint{ByComm: map[string]int64{}, NComm: map[string]int{}}
+	if r.Server, err = pss(os.Getpid()); err != nil {
+		return nil, err
+	}
+	for _, p := range descendants(procs, os.Getpid()) {
+		v, err := pss(p.pid)
+		if err != nil {
+			continue // ended meanwhile
+		}
+		r.Boxes += v
+		r.Procs++
+		r.ByComm[p.comm] += v
+		r.NComm[p.comm]++
+	}
+	r.FDs = count("/proc/self/fd")
+	r.Thr = count("/proc/self/task")
+	return r, nil
+}
+
+func count(dir string) int {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return -1
+	}
+	return len(ents)
+}
+
+// hostPoint is the host's mount table (this process's mount namespace:
+// the host's, as the bench runs there) and its loop devices, in all and
+// those of the data directory.
+type hostPoint struct {
+	Mounts      int `json:"mounts"`
+	DataMounts  int `json:"data_dir_mounts"`
+	Loops       int `json:"loop_devices_bound"`
+	DataLoops   int `json:"data_dir_loop_devices"`
+	BoxProcs    int `json:"server_descendants"`
+	ServerFDs   int `json:"server_fds"`
+	ServerThr   int `json:"server_threads"`
+	LoopDevices int `json:"loop_device_nodes"`
+}
+
+func measureHost(dataDir string) hostPoint {
+	var h hostPoint
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for l := range strings.Lines(string(mi)) {
+			h.Mounts++
+			if dataDir != "" && strings.Contains(l, dataDir) {
+				h.DataMounts++
+			}
+		}
+	}
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // detached meanwhile
+		}
+		h.Loops++
+		if dataDir != "" && strings.HasPrefix(strings.TrimSpace(string(b)), dataDir) {
+			h.DataLoops++
+		}
+	}
+	nodes, _ := filepath.Glob("/dev/loop[0-9]*")
+	h.LoopDevices = len(nodes)
+	if procs, err := readProcs(); err == nil {
+		h.BoxProcs = len(descendants(procs, os.Getpid()))
+	}
+	h.ServerFDs = count("/proc/self/fd")
+	h.ServerThr = count("/proc/self/task")
+	return h
+}
+
+func memAvailable() int64 {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for l := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(l, "MemAvailable:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func loadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
