@@ -249,13 +249,15 @@ func TestPatrolRestartsTheDefaultShellAndReapsOrphans(t *testing.T) {
 
 // Commands in one session leave no goroutine or file descriptor behind: a
 // leak of one per command, or one per few dozen, shows as more than the
-// slack of 2 after 500; the soak run (make test-soak) repeats it 10,000
-// times for a rarer leak.
+// slack of 2 after 150; the soak run (make test-soak) repeats it 10,000
+// times for a rarer leak. (150, not the 500 it was: the count is the
+// test's cost, serial, over 2 minutes of make test on a loaded machine,
+// and a leak rarer than one in 50 commands is the soak run's to find.)
 func TestManyCommandsLeaveNoGoroutinesOrFiles(t *testing.T) {
 	if testing.Short() {
-		t.Skip("500 commands")
+		t.Skip("150 commands")
 	}
-	manyCommandsLeaveNothing(t, 500)
+	manyCommandsLeaveNothing(t, 150)
 }
 
 func TestSoakManyCommandsLeaveNoGoroutinesOrFiles(t *testing.T) {
