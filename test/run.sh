@@ -84,7 +84,7 @@ phase "go test (every package)" \
 wait_side lint
 
 echo "fuzz targets: 20000 inputs each (test/fuzz/run.sh), beside the slim build's tests"
-side fuzz env FUZZTIME=20000x GO="$GO" bash test/fuzz/run.sh
+side fuzz env FUZZTIME=20000x GO="$GO" TRIM="$TRIM" bash test/fuzz/run.sh
 slim() {
 	"$GO" test $TRIM -p 3 -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim ./internal/engine/python/ ./internal/api/mcp/ &&
 		"$GO" test $TRIM -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim -run "$SLIM_APP_RUN" ./internal/app/
