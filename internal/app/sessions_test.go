@@ -35,6 +35,7 @@ func texec(t testing.TB, a *App, session, cmd string) *terminal.Result {
 }
 
 func TestSessionLifecycle(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	info := mustCall(t, a, "create_session", CreateSessionInput{Name: "work"}).(*SessionInfo)
 	if len(info.ID) != 32 || info.Alive || info.Network != "none" {
@@ -100,6 +101,7 @@ func waitExit(t *testing.T, pid int) {
 }
 
 func TestEnvAppliesToShellAndRunCode(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	texec(t, a, "", "true") // a running shell must see the change too
 	v := "hello world"
@@ -156,6 +158,7 @@ func TestSessionsSurviveARestart(t *testing.T) {
 }
 
 func TestTerminalExecBadInput(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	for _, tc := range []struct {
 		args string
@@ -188,6 +191,7 @@ func TestTerminalExecBadInput(t *testing.T) {
 }
 
 func TestScreenAndLogExport(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	texec(t, a, "", "printf 'plain \\033[31mred\\033[0m\\n'")
 	out := mustCall(t, a, "export_session_log", ExportLogInput{Path: "logs/session.log"}).(*Done)

@@ -203,6 +203,7 @@ func TestSessionLimitPerTenant(t *testing.T) {
 // With one run allowed per tenant, a second run of the same tenant is
 // refused while the first is in flight; another tenant still runs.
 func TestRunLimitPerTenant(t *testing.T) {
+	t.Parallel()
 	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Limits: Limits{RunsPerTenant: 1}})
 	if err != nil {
 		t.Fatal(err)
