@@ -81,6 +81,7 @@ __attribute__((constructor)) static void f(void) { FILE *m = fopen("`+marker+`",
 // TestReadScopeStartsNothing: read-scope calls about a session start no
 // shell, terminal or interpreter.
 func TestReadScopeStartsNothing(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	mustCall(t, a, "create_session", CreateSessionInput{Name: "quiet"})
 	reader := controller.Caller{Path: "test", Scope: capability.ScopeRead}
