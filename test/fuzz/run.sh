@@ -24,7 +24,7 @@ go=${GO:-go}
 # Go's build cache keys every package of this module by the clone's
 # directory, so a fresh clone (CI's) compiled each package's fuzzing
 # variant anew on every run; with it, a later clone reuses them.
-trim=${TRIM:--trimpath}
+trim=${TRIM--trimpath} # make test passes its TRIM (set empty, none)
 # Each package's test binary is built once, instrumented for fuzzing (what
 # go test -fuzz builds), and run for each of its targets as go test would
 # run it: in the package's directory (a failing input goes to its
