@@ -11,8 +11,9 @@
 #   2. the quick checks (the web bundle's types, gofmt, go.mod tidiness,
 #      vet);
 #   3. every package's tests (SLOW_PKGS, the longest, first) with the
-#      linter beside them (on a cold cache, which is keyed by the clone's
-#      path, about 80 s of CPU);
+#      linter beside them (it loads the packages compiled with $TRIM, as
+#      the tests are, from the build cache: 10 s of CPU in a fresh clone,
+#      86 s without the flag);
 #   4. the slim build's tests (no embedded Python: the rest of the
 #      Python chain must answer) beside the fuzz targets.
 # On a 2-core machine with stress-ng --cpu 1 beside it, phase 3 keeps
@@ -75,13 +76,15 @@ phase "web-check, fmt-check, tidy-check, vet" \
 
 pkgs=()
 for p in $SLOW_PKGS; do pkgs+=("./$p/"); done
-side lint $GOLANGCI run --allow-serial-runners ./...
+# GOFLAGS=$TRIM: see the Makefile's lint (a fresh clone's lint compiled
+# the whole tree again without it).
+side lint env GOFLAGS="$TRIM${GOFLAGS:+ $GOFLAGS}" $GOLANGCI run --allow-serial-runners ./...
 phase "go test (every package)" \
 	"$GO" test $TRIM -p "$TEST_P" -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" ${pkgs[@]+"${pkgs[@]}"} ./...
 wait_side lint
 
 echo "fuzz targets: 20000 inputs each (test/fuzz/run.sh), beside the slim build's tests"
-side fuzz env FUZZTIME=20000x GO="$GO" bash test/fuzz/run.sh
+side fuzz env FUZZTIME=20000x GO="$GO" TRIM="$TRIM" bash test/fuzz/run.sh
 slim() {
 	"$GO" test $TRIM -p 3 -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim ./internal/engine/python/ ./internal/api/mcp/ &&
 		"$GO" test $TRIM -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim -run "$SLIM_APP_RUN" ./internal/app/

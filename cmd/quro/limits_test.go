@@ -213,6 +213,7 @@ print("released")
 // rest at once (503), while another session's quro call and the admin's
 // calls over TCP still succeed.
 func TestInSessionSocketFlood(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("in-session calls need the server to run as root (a uid per session)")
 	}

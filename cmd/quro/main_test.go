@@ -232,6 +232,7 @@ func TestHTTPServer(t *testing.T) {
 // 0600 file; every access path refuses a missing, wrong, revoked or
 // under-scoped token, and a foreign browser origin.
 func TestServeAuth(t *testing.T) {
+	t.Parallel()
 	srv := startServer(t)
 	if !strings.HasPrefix(srv.token, "quro_") {
 		t.Fatalf("no admin token printed: %q", srv.token)
@@ -355,6 +356,7 @@ func TestServeSecondStartPrintsNoToken(t *testing.T) {
 }
 
 func TestServeNoAuthOnLoopbackOnly(t *testing.T) {
+	t.Parallel()
 	srv := startServer(t, "--no-auth")
 	if srv.token != "" {
 		t.Fatal("--no-auth printed a token")

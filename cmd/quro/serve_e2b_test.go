@@ -16,6 +16,7 @@ import (
 // foreign Origin on a sandbox's envd (HTTP and Connect) is refused; the
 // SDKs' requests (no Origin) and an --allow-origin origin are served.
 func TestServeE2BOrigin(t *testing.T) {
+	t.Parallel()
 	const (
 		evil    = "https://evil.example"
 		allowed = "https://ui.example"
@@ -109,6 +110,7 @@ func TestServeE2BOrigin(t *testing.T) {
 // other names below it on its own routes; with --e2b-domain the same, E2B's
 // hosts stay E2B's.
 func TestServePreviewDomain(t *testing.T) {
+	t.Parallel()
 	srv := startServer(t, "--preview-domain", "http://preview.test", "--e2b-domain", "sandbox.test")
 	get := func(host, path string, auth bool) (int, string) {
 		t.Helper()
@@ -159,6 +161,7 @@ func TestServePreviewDomain(t *testing.T) {
 // token (502: nothing listens there) while the path form still asks for
 // one; public false closes it again.
 func TestServePreviewPublic(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("in-session calls need the server to run as root (a uid per session)")
 	}

@@ -218,6 +218,7 @@ func TestServeLogsO1LinesAtDefault(t *testing.T) {
 // default level, without the query or any header; the tenant of each
 // authenticated request.
 func TestServeAccessLog(t *testing.T) {
+	t.Parallel()
 	const n, bad = 50, 20
 	srv := startLogServer(t, "--access-log")
 	calls(t, srv.url, srv.token, n)
@@ -257,6 +258,7 @@ func TestServeAccessLog(t *testing.T) {
 // bounded number of lines; the suppressed ones are counted in a summary,
 // so none goes unaccounted.
 func TestServeHostileClientLogsO1(t *testing.T) {
+	t.Parallel()
 	const n = 500
 	srv := startLogServer(t)
 	other, _, code := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "acme", "--scopes", "read")

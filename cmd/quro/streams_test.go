@@ -102,6 +102,7 @@ func TestServeStreamsPerToken(t *testing.T) {
 // /files are 429s naming the flag; once the WebSocket closes, /execute
 // runs.
 func TestServeStreamsPerTokenE2B(t *testing.T) {
+	t.Parallel()
 	srv := startServer(t, "--max-streams-per-token", "1")
 	settled(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -597,6 +597,7 @@ func TestDestroyForgetsTheSessionsTenant(t *testing.T) {
 // Every process of a session sees its workspace at /home/user too (E2B's
 // home): the shell, Python and what they start; and only its own.
 func TestWorkspaceIsAlsoHomeUser(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	needBoxes(t, a)
 	s1 := newSession(t, a, "home-1", "")

@@ -73,6 +73,7 @@ func TestCodeContexts(t *testing.T) {
 
 // A session's JavaScript VMs end with it.
 func TestJSContextsEndWithTheSession(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "jsc"}).(*SessionInfo)
 	r := runCode(t, a, RunCodeInput{Session: s.ID, Context: "default", Lang: "js", Rich: true, Code: "let kept = 1; kept"})
@@ -99,6 +100,7 @@ func TestJSContextsEndWithTheSession(t *testing.T) {
 // /home/user/node_modules, top-level await; js stays on QuickJS, and a JS
 // code context runs on Node (E2B's JS contexts).
 func TestRunCodeNode(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	if _, err := a.Sandbox.LookPath("node"); err != nil {
 		t.Skip("the host's userland has no node: lang node falls back to QuickJS (internal/engine/node's tests)")
@@ -192,6 +194,7 @@ func TestCreateDefaultContext(t *testing.T) {
 // first run; a run the engine still refuses (a default context past it)
 // is resource_exhausted with the engine's reason, not an internal error.
 func TestJSContextCap(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "jscap"}).(*SessionInfo)
 	var ids []string

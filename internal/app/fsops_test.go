@@ -19,6 +19,7 @@ import (
 // made, and what they make belongs to the session: its code writes into a
 // directory make_dir made. stat_file names owners as the box does.
 func TestFileOpsWithTheSessionsCode(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	d := fileCall[*FileInfo](t, a, "make_dir", PathInput{Path: "made/deep"})
 	if d.Existed || d.Entry.Type != "dir" || d.Entry.Path != "made/deep" {
@@ -220,6 +221,7 @@ func TestWatchDirBoundedPerSession(t *testing.T) {
 // list_files, and gone with the next replacement without it; with append,
 // or invalid, it is refused and nothing is written.
 func TestWriteFileMetadata(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	md := map[string]string{"author": "mish", "stage": "draft 1"}
 	fileCall[*FileWritten](t, a, "write_file", WriteFileInput{Path: "m/a.txt", Content: "x", Metadata: md})

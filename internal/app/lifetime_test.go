@@ -108,6 +108,7 @@ func TestSessionMetadataEnvAndFilters(t *testing.T) {
 // A lifetime ends in a destroy, promptly; set_session_timeout shortens and
 // extends it, and 0 removes it.
 func TestSessionLifetimeDestroys(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	a.startLifetimes() // as Supervise does
 	short := mustCall(t, a, "create_session", CreateSessionInput{Name: "short", TimeoutS: 1}).(*SessionInfo)

@@ -121,6 +121,7 @@ func TestBusyTerminalNamesWhatRuns(t *testing.T) {
 // says so and how to answer; answered, it ends; left unanswered, the next
 // terminal_exec interrupts it, runs, and says what it interrupted.
 func TestCommandWaitingForInputThenNextCall(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	s := newSession(t, a, "asks", "")
 	for _, cmd := range []string{"read x; echo got $x", `python3 -c 'print("got", input())'`} {

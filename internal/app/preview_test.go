@@ -84,6 +84,7 @@ type boxSaw struct {
 // revoked, and for a session with network host. The box never sees the
 // Authorization header nor the signature.
 func TestPreviewURLs(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	needBoxes(t, a)
 	ctx := t.Context()
@@ -302,6 +303,7 @@ func TestPreviewURLs(t *testing.T) {
 // preview's, and the domain itself, are foreign Hosts to every other route
 // (403), and a preview host never reaches Quro's own API.
 func TestPreviewHostForm(t *testing.T) {
+	t.Parallel()
 	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
 		Network: NetworkOptions{PreviewDomain: "http://preview.test"}})
 	if err != nil {
@@ -488,6 +490,7 @@ func TestPreviewHostForm(t *testing.T) {
 // public; a server without --preview-public refuses public naming the
 // flag, one without a preview domain refuses it for the path form.
 func TestPublicPreview(t *testing.T) {
+	t.Parallel()
 	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
 		Network: NetworkOptions{PreviewDomain: "http://preview.test", PreviewPublic: true}})
 	if err != nil {

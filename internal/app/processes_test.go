@@ -138,6 +138,7 @@ func codeOf(err error) capability.Code {
 // its stdin is a pipe kept open until close_process_stdin (EOF), and it
 // leaves the table when it ends.
 func TestProcessOutlivesItsCall(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	s := newSession(t, a, "p", "")
 	start := startStream(t, a, admin, "start_process", StartProcessInput{Session: s.ID, Tag: "echoer", Stdin: true,
@@ -181,6 +182,7 @@ func TestProcessOutlivesItsCall(t *testing.T) {
 
 // TestProcessEnds: exit codes, SIGKILL and the timeout, in envd's words.
 func TestProcessEnds(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	s := newSession(t, a, "e", "")
 	res := mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "sh", Args: []string{"-c", "echo out; echo err >&2; exit 3"}}).(*ProcessResult)
@@ -285,6 +287,7 @@ func TestProcessLimitAndDestroy(t *testing.T) {
 // tags of another session's and another tenant's processes and act on
 // them — finds nothing, and the process runs on.
 func TestProcessesAcrossTenantsAndSessions(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	alice := controller.Caller{Path: "test", Tenant: "alice", Scope: capability.ScopeExec}
 	bob := controller.Caller{Path: "test", Tenant: "bob", Scope: capability.ScopeExec}
@@ -438,6 +441,7 @@ func TestSlowViewerIsDetached(t *testing.T) {
 // TestProcessBadInput: what a caller chooses is bounded, and refused with
 // a reason: tag length, timeout, a too large command, viewers per process.
 func TestProcessBadInput(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	s := newSession(t, a, "bad", "")
 	for name, in := range map[string]StartProcessInput{
@@ -487,6 +491,7 @@ func TestProcessBadInput(t *testing.T) {
 // private /tmp, and the worker among its processes. (The box's shape once
 // held HOME, and such a process got a box of its own.)
 func TestProcessRunsInTheSessionsBox(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	if !a.Sandbox.SessionBoxes() {
 		t.Skip("needs session boxes")

@@ -86,6 +86,7 @@ func wantLimit(t *testing.T, what string, err error, texts ...string) {
 // sessions still work; and the operator raises each limit per tenant with
 // set_tenant_limits.
 func TestLongLivedProcessesHoldNoRunSlot(t *testing.T) {
+	t.Parallel()
 	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
 		Limits: Limits{RunsPerTenant: 2, ProcessesPerSession: 3, ProcessesPerTenant: 4}})
 	if err != nil {

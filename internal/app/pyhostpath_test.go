@@ -19,6 +19,7 @@ import (
 // also checked to name the box path it should, so the test cannot pass
 // by reading nothing.
 func TestPythonShowsNoHostPath(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("real boxes")
 	}

@@ -329,6 +329,7 @@ func TestRootfsSessionTerminalsAndNetwork(t *testing.T) {
 // create_session refuses a rootfs that is not installed, listing the
 // installed ones and how to install it, and creates nothing.
 func TestCreateSessionRefusesAMissingRootfs(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	m := rootfs.New(rootfs.DirIn(a.DataDir))
 	if err := os.MkdirAll(m.Path("other"), 0o755); err != nil {

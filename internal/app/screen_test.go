@@ -14,6 +14,7 @@ import (
 // OpenPTY) it shows that terminal's screen. (An exec caller's read_screen
 // opens the terminal: that is how an agent without a WebSocket gets one.)
 func TestReadScreenStartsNothing(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	def, err := a.Sessions.Get(context.Background(), "")
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 // nothing is stored, no library loads anywhere, and the audit log shows
 // the names but never the values.
 func TestSessionEnvRefusesLoaderVariables(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	info := mustCall(t, a, "get_session_status", SessionRef{}).(*SessionInfo)
 	so := filepath.Join(info.Workspace, "x.so")
@@ -80,6 +81,7 @@ __attribute__((constructor)) static void f(void) { FILE *m = fopen("`+marker+`",
 // TestReadScopeStartsNothing: read-scope calls about a session start no
 // shell, terminal or interpreter.
 func TestReadScopeStartsNothing(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	mustCall(t, a, "create_session", CreateSessionInput{Name: "quiet"})
 	reader := controller.Caller{Path: "test", Scope: capability.ScopeRead}
@@ -103,6 +105,7 @@ func TestReadScopeStartsNothing(t *testing.T) {
 // TestExecScopeDestroysItsOwnSessions: a tenant with exec scope destroys
 // the sessions it made, and finds no other tenant's to destroy.
 func TestExecScopeDestroysItsOwnSessions(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	alice := controller.Caller{Path: "test", Tenant: "alice", Scope: capability.ScopeExec, TokenID: "ta"}
 	bob := controller.Caller{Path: "test", Tenant: "bob", Scope: capability.ScopeExec, TokenID: "tb"}

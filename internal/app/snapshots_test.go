@@ -75,6 +75,7 @@ func dirNames(t *testing.T, dir string) []string {
 // are independent of each other and of the source, and carry no Python
 // state.
 func TestSnapshotAndFork(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	if _, err := call(t, a, "create_session", CreateSessionInput{Name: "src", Network: "host"}); err != nil {
 		t.Fatal(err)
@@ -248,6 +249,7 @@ func leftovers(t *testing.T, a *App) (sessions, disks, snaps []string) {
 // session, directory or disk image is left behind, and the error says
 // which copy failed and why.
 func TestForkIsAllOrNothing(t *testing.T) {
+	t.Parallel()
 	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed,
 		Limits: Limits{SessionsPerTenant: 4, Tenant: TenantLimits{Disk: 32 << 20}}})
 	if err != nil {
@@ -310,6 +312,7 @@ func TestForkIsAllOrNothing(t *testing.T) {
 // Limits.SnapshotBytes bytes of them; a snapshot larger than the
 // per-session disk quota cannot be taken. A refusal leaves no files.
 func TestSnapshotCeilings(t *testing.T) {
+	t.Parallel()
 	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed,
 		Limits: Limits{Snapshots: 2, SnapshotBytes: 3 << 20}})
 	if err != nil {

@@ -83,6 +83,7 @@ var sessionArgs = map[string]map[string]any{
 // Tenant B can neither see nor touch tenant A's sessions, by id or by
 // name, through any capability; its own names and default are its own.
 func TestTenantsAreInvisibleToEachOther(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	alice := controller.Caller{Path: "test", Tenant: "alice", Scope: capability.ScopeAdmin, TokenID: "ta"}
 	bob := controller.Caller{Path: "test", Tenant: "bob", Scope: capability.ScopeAdmin, TokenID: "tb"}
@@ -172,6 +173,7 @@ func TestTenantsAreInvisibleToEachOther(t *testing.T) {
 }
 
 func TestSessionLimitPerTenant(t *testing.T) {
+	t.Parallel()
 	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Limits: Limits{SessionsPerTenant: 2}})
 	if err != nil {
 		t.Fatal(err)
@@ -208,6 +210,7 @@ func TestSessionLimitPerTenant(t *testing.T) {
 // With one run allowed per tenant, a second run of the same tenant is
 // refused while the first is in flight; another tenant still runs.
 func TestRunLimitPerTenant(t *testing.T) {
+	t.Parallel()
 	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Limits: Limits{RunsPerTenant: 1}})
 	if err != nil {
 		t.Fatal(err)

@@ -103,6 +103,7 @@ func TestTenantCeilingAcrossSessionsThroughTheController(t *testing.T) {
 // Outputs the server spills count against the session's disk quota, and a
 // run that fills it reads what filled it.
 func TestSpilledOutputsCountAgainstTheDiskQuota(t *testing.T) {
+	t.Parallel()
 	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
 		Limits: Limits{Tenant: TenantLimits{Disk: 64 << 20}}})
 	if err != nil {

@@ -20,10 +20,34 @@ slow=${FUZZCOUNT_SLOW:-300x}
 # minute, short of hanging CI.
 timeout=${FUZZ_TIMEOUT:-15m}
 go=${GO:-go}
+# -trimpath, as make build, vet and make test's go test compile: without it
+# Go's build cache keys every package of this module by the clone's
+# directory, so a fresh clone (CI's) compiled each package's fuzzing
+# variant anew on every run; with it, a later clone reuses them.
+trim=${TRIM--trimpath} # make test passes its TRIM (set empty, none)
+# Each package's test binary is built once, instrumented for fuzzing (what
+# go test -fuzz builds), and run for each of its targets as go test would
+# run it: in the package's directory (a failing input goes to its
+# testdata/fuzz/), with Go's fuzz cache under GOCACHE. go test -fuzz per
+# target built and linked the same binary again for each of a package's
+# targets: 22 builds, now 13.
+cache=$("$go" env GOCACHE)
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+log=$bin/log
 fail=0
-# Each line: package, then its fuzz targets.
+# Each line: a package, then its fuzz targets (one line a package).
 while read -r pkg targets; do
 	[ -z "$pkg" ] && continue
+	first=${targets%% *}
+	first=${first%:slow}
+	echo "build $pkg"
+	if ! "$go" test $trim -c -fuzz "^$first\$" -o "$bin/pkg.test" "$pkg" >"$log" 2>&1; then
+		cat "$log"
+		fail=1
+		continue
+	fi
+	importpath=$("$go" list "$pkg")
 	for t in $targets; do
 		limit=$time
 		case $t in *:slow)
@@ -32,14 +56,14 @@ while read -r pkg targets; do
 			;;
 		esac
 		echo "fuzz $pkg $t ($limit)"
-		if ! "$go" test -run '^$' -fuzz "^$t\$" -fuzztime "$limit" -timeout "$timeout" -parallel 2 "$pkg" >/tmp/quro-fuzz.$$ 2>&1; then
-			cat /tmp/quro-fuzz.$$
+		if ! (cd "$pkg" && "$bin/pkg.test" -test.paniconexit0 -test.run '^$' -test.fuzz "^$t\$" -test.fuzztime "$limit" \
+			-test.timeout "$timeout" -test.parallel 2 -test.fuzzcachedir "$cache/fuzz/$importpath") >"$log" 2>&1; then
+			cat "$log"
 			fail=1
 		fi
 	done
 done <<'LIST'
-./internal/sandbox/boxinit FuzzParseEnv
-./internal/sandbox/boxinit FuzzBoxMsg
+./internal/sandbox/boxinit FuzzParseEnv FuzzBoxMsg
 ./internal/engine/python FuzzReadFrame
 ./internal/terminal FuzzStatusRecord FuzzStateStream FuzzVTModel:slow FuzzEscFilter
 ./internal/api/insession FuzzInSessionRequest:slow
@@ -53,5 +77,4 @@ done <<'LIST'
 ./internal/boxfs FuzzReply
 ./internal/picture FuzzSVGToPNG:slow FuzzSniff
 LIST
-rm -f /tmp/quro-fuzz.$$
 exit $fail
