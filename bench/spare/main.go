@@ -73,7 +73,7 @@ func serve(ctx context.Context, spares int) (*benchbed.Bed, error) {
 		AutoPause:     -1,
 		SpareSessions: spares,
 		Limits: app.Limits{SessionsPerTenant: -1,
-			Tenant: app.TenantLimits{Sessions: -1, Tasks: -1, Memory: -1, Disk: -1}},
+			Tenant: app.TenantLimits{Sessions: -1, Tasks: -1, Memory: -1, Disk: -1, Runs: -1}},
 	})
 	if err != nil {
 		return nil, err
