@@ -30,6 +30,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -48,6 +49,9 @@ var (
 	wait    = flag.Bool("wait", true, "before each session, wait until the App with spares has one ready")
 	burst   = flag.Int("burst", 0, "concurrent clients of a burst (0: the rounds of -n instead)")
 	rounds  = flag.Int("rounds", 3, "bursts, with -burst")
+	stacks  = flag.String("stacks", "", "with -burst, write every goroutine's stack to this file 3 s into the first burst (where the time goes)")
+	maxN    = flag.Int("max", 0, "the App's MaxSpareSessions (--max-spare-sessions; 0: its default), with -burst")
+	perTen  = flag.Int("per-tenant", 0, "the App's SparesPerTenant (0: its default, a quarter of -max), with -burst")
 	spareN  = flag.Int("spares", 1, "the App's spare sessions (--spare-sessions), with -burst")
 	install = flag.String("install", filepath.Join(os.TempDir(), "quro-test-python"), "where the embedded interpreter is extracted (shared with the tests)")
 )
@@ -63,6 +67,12 @@ func main() {
 // serve assembles an App as bench/box does (no disk images, admission
 // ceilings lifted, no auto-pause), keeping spares spare sessions.
 func serve(ctx context.Context, spares int) (*benchbed.Bed, error) {
+	return serveWith(ctx, spares, 0, 0)
+}
+
+// serveWith is serve with the pool's bounds (app.Options.MaxSpareSessions
+// and SparesPerTenant).
+func serveWith(ctx context.Context, spares, maxSpares, perTenant int) (*benchbed.Bed, error) {
 	dir, err := os.MkdirTemp("", "quro-bench-spare-")
 	if err != nil {
 		return nil, err
@@ -71,7 +81,7 @@ func serve(ctx context.Context, spares int) (*benchbed.Bed, error) {
 		Python:        &python.EmbeddedOptions{InstallRoot: *install},
 		Sandbox:       &sandbox.Options{BoxReadOnly: []string{*install}},
 		AutoPause:     -1,
-		SpareSessions: spares,
+		SpareSessions: spares, MaxSpareSessions: maxSpares, SparesPerTenant: perTenant,
 		Limits: app.Limits{SessionsPerTenant: -1,
 			Tenant: app.TenantLimits{Sessions: -1, Tasks: -1, Memory: -1, Disk: -1, Runs: -1}},
 	})
@@ -129,6 +139,22 @@ func ready(ctx context.Context, b *benchbed.Bed) error {
 		}
 	}
 	return nil
+}
+
+// settled waits until b's App has a spare ready and none being made: the
+// server was idle long enough to fill its pool.
+func settled(ctx context.Context, b *benchbed.Bed) error {
+	for {
+		st := b.App.SpareStats()
+		if st.Ready > 0 && st.Filling == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the spare pool did not settle (%+v): %w", st, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 func run() error {
@@ -196,7 +222,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // keeping -spares spare sessions.
 func runBurst(ctx context.Context) error {
 	fmt.Fprintf(os.Stderr, "starting a server with --spare-sessions %d (interpreter under %s) ...\n", *spareN, *install)
-	b, err := serve(ctx, *spareN)
+	b, err := serveWith(ctx, *spareN, *maxN, *perTen)
 	if err != nil {
 		return err
 	}
@@ -205,8 +231,8 @@ func runBurst(ctx context.Context) error {
 	var totals []time.Duration
 	for r := range *rounds {
 		if *spareN > 0 {
-			wctx, cancel := context.WithTimeout(ctx, time.Minute)
-			err := ready(wctx, b)
+			wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+			err := settled(wctx, b)
 			cancel()
 			if err != nil {
 				return err
@@ -237,6 +263,14 @@ func runBurst(ctx context.Context) error {
 		}
 		t0 := time.Now()
 		close(start)
+		if *stacks != "" && r == 0 {
+			time.AfterFunc(3*time.Second, func() {
+				if f, err := os.Create(*stacks); err == nil {
+					_ = pprof.Lookup("goroutine").WriteTo(f, 1)
+					f.Close()
+				}
+			})
+		}
 		wg.Wait()
 		total := time.Since(t0)
 		if err := errors.Join(errs...); err != nil {
@@ -261,8 +295,8 @@ func runBurst(ctx context.Context) error {
 		dwg.Wait()
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
-	fmt.Printf("Quro spare sessions, burst: %s, %d concurrent clients x %d bursts, --spare-sessions %d, %d CPUs, load average %s\n",
-		time.Now().UTC().Format(time.RFC3339), *burst, *rounds, *spareN, runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "))
+	fmt.Printf("Quro spare sessions, burst: %s, %d concurrent clients x %d bursts, --spare-sessions %d, -max %d, -per-tenant %d, %d CPUs, load average %s\n",
+		time.Now().UTC().Format(time.RFC3339), *burst, *rounds, *spareN, *maxN, *perTen, runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "))
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "\tn\tmedian\tp95\tmax\t")
 	for _, s := range []*series{create, both} {
