@@ -517,12 +517,8 @@ func (e *Embedded) StartSpare(ctx context.Context, sess *session.Session) error 
 	if s.w != nil {
 		return nil
 	}
-	if err := e.startTurn(ctx); err != nil {
-		return err
-	}
 	w, err := startWorker(ctx, e.ctx, sess.Sandbox(e.sb), *cfg, true,
 		sess.Workspace(), sess.Workspace(), sess.TmpDir(), sess.Env, sess.Network)
-	<-e.starts
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -30,13 +29,6 @@ type pool struct {
 	ctx    context.Context // the workers' lifetime
 	cancel context.CancelFunc
 
-	// starts holds a place per worker being started (its box, its
-	// interpreter): twice the machine's CPUs. A burst of first runs then
-	// starts workers in turn, each at full speed, instead of all at once
-	// on a starved machine, where each took many times longer (issue 29:
-	// 100 at once took 62 s, one after another about 5 s).
-	starts chan struct{}
-
 	mu     sync.Mutex
 	slots  map[string]*slot
 	closed bool
@@ -45,19 +37,7 @@ type pool struct {
 
 func newPool(sb *sandbox.Sandbox, opts EmbeddedOptions, what string) pool {
 	ctx, cancel := context.WithCancel(context.Background())
-	return pool{sb: sb, opts: opts, what: what, ctx: ctx, cancel: cancel, slots: map[string]*slot{},
-		starts: make(chan struct{}, 2*max(runtime.NumCPU(), 1))}
-}
-
-// startTurn waits for a place to start a worker in; the caller gives it
-// back with <-e.starts once the worker started or failed.
-func (e *pool) startTurn(ctx context.Context) error {
-	select {
-	case e.starts <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return pool{sb: sb, opts: opts, what: what, ctx: ctx, cancel: cancel, slots: map[string]*slot{}}
 }
 
 // unstartable is the error of a start that found, before starting
@@ -181,11 +161,7 @@ func (e *pool) ensureWorker(ctx context.Context, s *slot, sess *session.Session)
 	if s.w != nil {
 		return nil
 	}
-	if err := e.startTurn(ctx); err != nil {
-		return err
-	}
 	w, err := e.startFor(ctx, sess)
-	<-e.starts
 	if err != nil {
 		return err
 	}
