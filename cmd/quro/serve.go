@@ -51,6 +51,8 @@ type serveFlags struct {
 	logs           logFlags
 	pprofAddr      string
 	spares         int
+	maxSpares      int
+	sparesTenant   int
 	maxDisks       int
 	pipIndex       string
 	pipExtra       []string
@@ -96,7 +98,9 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.streamIdle, "stream-idle-timeout", ws.DefaultIdleTimeout, "close a WebSocket, or end an MCP event stream, whose client has not answered a ping for this long (pinged every quarter of it); with --e2b, end a long E2B request whose client sends nothing or takes no write for this long")
 	cmd.Flags().DurationVar(&f.patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
 	cmd.Flags().DurationVar(&f.autoPause, "auto-pause", app.DefaultAutoPause, "pause a session's box (freeze its processes, keep their state) after it is unused this long; 0 or negative: never")
-	cmd.Flags().IntVar(&f.spares, "spare-sessions", 1, "spare sessions (a box and a started Python worker each, about 12 MiB) kept ready per tenant and network policy, so that a new session's first Python run finds them; 0: none")
+	cmd.Flags().IntVar(&f.spares, "spare-sessions", 1, "spare sessions (a box and a started Python worker each, about 12 MiB) kept ready per tenant and network policy when idle, so that a new session's first Python run finds them; the pool grows past it under a burst of creates and shrinks back when idle; 0: none")
+	cmd.Flags().IntVar(&f.maxSpares, "max-spare-sessions", app.MachineMaxSpareSessions(), "most spare sessions of all tenants together, ready and being made, however the pool grows under bursts (default: one per 384 MiB of the machine's memory, 4 to 256); 0: no spare sessions")
+	cmd.Flags().IntVar(&f.sparesTenant, "max-spare-sessions-per-tenant", 0, "most spare sessions of one tenant, so that one tenant's burst cannot take every spare (0: a quarter of --max-spare-sessions)")
 	cmd.Flags().IntVar(&f.maxDisks, "max-session-disks", app.DefaultSessionDisks, "most sessions' disk images (ext4, loop-mounted: one of the host's loop devices each) of all tenants together, a tenant's share a quarter of them; past it a new session is refused with 429; negative: no cap")
 	cmd.Flags().BoolVar(&f.prestart, "prestart-python", true, "start a new session's Python worker as the session is created, so that its first Python run finds it ready")
 	cmd.Flags().StringVar(&f.pipIndex, "pip-index-url", "", "the Python package index (PEP 503 simple API) pip uses in sessions with network, and the one the server fetches wheels from for install_packages {manager: pip}; default pip's (https://pypi.org/simple). A session may set PIP_INDEX_URL for its own pip; the server never fetches from it")
@@ -207,6 +211,10 @@ func (f *serveFlags) appOptions(g *globals, log *slog.Logger) *app.Options {
 	opts.AutoPause = f.autoPause
 	opts.PrestartPython = f.prestart
 	opts.SpareSessions = f.spares
+	opts.MaxSpareSessions, opts.SparesPerTenant = f.maxSpares, f.sparesTenant
+	if f.maxSpares <= 0 {
+		opts.SpareSessions = 0 // off
+	}
 	opts.Limits.SessionDisks = f.maxDisks
 	opts.Pip = app.PipOptions{IndexURL: f.pipIndex, ExtraIndexURLs: f.pipExtra}
 	opts.Network = f.network

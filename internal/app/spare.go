@@ -108,9 +108,14 @@ type spares struct {
 	failed  map[spareKey]time.Time // the last fill that failed, per template
 }
 
-// spareIdle is how long a template goes without a miss before its target
-// is halved (toward the floor) and its spares past it are destroyed.
-const spareIdle = time.Minute
+// spareIdle is how long a template goes without a miss, once its fills
+// have ended, before its target is halved (toward the floor) and its
+// spares past it are destroyed.
+const spareIdle = 2 * time.Minute
+
+// errSpareUnwanted ends a fill whose spare is no longer wanted when its
+// turn comes (its template's target shrank meanwhile).
+var errSpareUnwanted = errors.New("the spare is no longer wanted")
 
 // DefaultMaxSpareSessions is the server's bound on spare sessions (all
 // templates together, ready and being made) for a machine of mem bytes of
@@ -119,6 +124,10 @@ const spareIdle = time.Minute
 func DefaultMaxSpareSessions(mem uint64) int {
 	return int(min(max(mem/(384<<20), 4), 256))
 }
+
+// MachineMaxSpareSessions is DefaultMaxSpareSessions of this machine's
+// memory (quro serve --max-spare-sessions' default).
+func MachineMaxSpareSessions() int { return DefaultMaxSpareSessions(machineMemory()) }
 
 // machineMemory is the machine's memory in bytes (0 when unknown).
 func machineMemory() uint64 {
@@ -201,8 +210,8 @@ func (p *spares) trim() {
 	}
 	now := p.now()
 	for key, n := range p.target {
-		if now.Sub(p.missed[key]) < p.idle {
-			continue
+		if p.filling[key] > 0 || now.Sub(p.missed[key]) < p.idle {
+			continue // still filling toward its target, or not idle long enough
 		}
 		n = max(n/2, p.floor)
 		p.missed[key] = now
@@ -523,11 +532,18 @@ func (p *spares) fill(key spareKey) {
 	made := false // it held a maker
 	select {
 	case p.makers <- struct{}{}:
-		made = true
 		p.mu.Lock()
-		p.making[key]++
+		// Still wanted? The target may have shrunk while this fill waited.
+		made = !p.closed && len(p.ready[key])+p.making[key] < p.targetLocked(key)
+		if made {
+			p.making[key]++
+		}
 		p.mu.Unlock()
-		sp, err = p.make(key)
+		if made {
+			sp, err = p.make(key)
+		} else {
+			err = errSpareUnwanted
+		}
 		<-p.makers
 	case <-p.ctx.Done():
 		err = p.ctx.Err()
@@ -542,10 +558,13 @@ func (p *spares) fill(key spareKey) {
 			delete(p.making, key)
 		}
 	}
+	if _, grown := p.target[key]; grown && p.filling[key] == 0 {
+		p.missed[key] = p.now() // full (or given up): the idle period starts
+	}
 	close(p.changed)
 	p.changed = make(chan struct{})
 	if err != nil {
-		if p.ctx.Err() == nil {
+		if p.ctx.Err() == nil && err != errSpareUnwanted {
 			p.failed[key] = p.now()
 			p.a.Log.Warn("spare session not made", "tenant", key.tenant, "network", key.network, "err", err)
 		}
