@@ -49,7 +49,7 @@ var (
 	wait    = flag.Bool("wait", true, "before each session, wait until the App with spares has one ready")
 	burst   = flag.Int("burst", 0, "concurrent clients of a burst (0: the rounds of -n instead)")
 	rounds  = flag.Int("rounds", 3, "bursts, with -burst")
-	stacks  = flag.String("stacks", "", "with -burst, write every goroutine's stack to this file 3 s into the first burst (where the time goes)")
+	stacks  = flag.String("stacks", "", "with -burst, write every goroutine's stack to this file 3 s into the last burst (where the time goes)")
 	maxN    = flag.Int("max", 0, "the App's MaxSpareSessions (--max-spare-sessions; 0: its default), with -burst")
 	perTen  = flag.Int("per-tenant", 0, "the App's SparesPerTenant (0: its default, a quarter of -max), with -burst")
 	spareN  = flag.Int("spares", 1, "the App's spare sessions (--spare-sessions), with -burst")
@@ -231,7 +231,7 @@ func runBurst(ctx context.Context) error {
 	var totals []time.Duration
 	for r := range *rounds {
 		if *spareN > 0 {
-			wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 			err := settled(wctx, b)
 			cancel()
 			if err != nil {
@@ -263,7 +263,7 @@ func runBurst(ctx context.Context) error {
 		}
 		t0 := time.Now()
 		close(start)
-		if *stacks != "" && r == 0 {
+		if *stacks != "" && r == *rounds-1 {
 			time.AfterFunc(3*time.Second, func() {
 				if f, err := os.Create(*stacks); err == nil {
 					_ = pprof.Lookup("goroutine").WriteTo(f, 1)
