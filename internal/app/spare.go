@@ -101,6 +101,7 @@ type spares struct {
 	filling map[spareKey]int       // spares being made or waiting for a maker
 	making  map[spareKey]int       // of those, being made (holding a maker)
 	waiting map[spareKey]int       // create_session calls waiting for a fill
+	binding int                    // claims binding a spare's worker now
 	wanted  map[spareKey]time.Time // templates with spares, by last demand
 	target  map[spareKey]int       // spares wanted per template (floor when absent)
 	missed  map[spareKey]time.Time // the last miss or trim, per template
@@ -135,7 +136,7 @@ func machineMemory() uint64 {
 	if unix.Sysinfo(&si) != nil {
 		return 0
 	}
-	return uint64(si.Totalram) * uint64(si.Unit)
+	return si.Totalram * uint64(si.Unit)
 }
 
 // spareRetry is how long after a failed fill no other starts for its
@@ -373,11 +374,23 @@ func (p *spares) claimOne(ctx context.Context, key spareKey, sp *spare, limits T
 	// made the usual way rather than waiting for it.
 	// The worker starts the claimed session's runs: it gets the
 	// session's first variables now.
+	// In a burst the binds share the CPUs: each waits a second per CPU's
+	// worth of binds in flight, since a spare given up on is replaced by
+	// a session made from scratch, many times slower (bench/spare: with
+	// 100 spares ready and a flat second, a loaded 2-core machine gave up
+	// on dozens and made their sessions anew).
+	p.mu.Lock()
+	p.binding++
+	wait := spareWait * time.Duration((p.binding+cap(p.makers)-1)/cap(p.makers))
+	p.mu.Unlock()
 	bound := *sp.s
 	bound.Env = o.Env
-	bctx, cancel := context.WithTimeout(ctx, spareWait)
+	bctx, cancel := context.WithTimeout(ctx, wait)
 	err := p.a.Python.BindSpare(bctx, &bound)
 	cancel()
+	p.mu.Lock()
+	p.binding--
+	p.mu.Unlock()
 	if err != nil {
 		p.a.Log.Warn("spare session unfit", "session", sp.s.ID, "err", err)
 		p.discard(sp)
@@ -564,7 +577,7 @@ func (p *spares) fill(key spareKey) {
 	close(p.changed)
 	p.changed = make(chan struct{})
 	if err != nil {
-		if p.ctx.Err() == nil && err != errSpareUnwanted {
+		if p.ctx.Err() == nil && !errors.Is(err, errSpareUnwanted) {
 			p.failed[key] = p.now()
 			p.a.Log.Warn("spare session not made", "tenant", key.tenant, "network", key.network, "err", err)
 		}
