@@ -9,17 +9,31 @@
 // and create_session waits for the spare being made).
 //
 //	go run ./bench/spare -n 30
+//
+// With -burst N it measures a burst instead: one App (keeping -spares
+// spare sessions, the --spare-sessions setting), idle with its spares
+// ready, gets N concurrent clients that each make a session and run its
+// first print(1) over REST; it prints the burst's total time, creates per
+// second and each client's create and create + first run (p50, p95, max).
+// -rounds repeats the burst, the App idle with its spares ready again
+// between bursts.
+//
+//	go run ./bench/spare -burst 100 -rounds 3
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -33,6 +47,12 @@ import (
 var (
 	n       = flag.Int("n", 30, "sessions made on each App")
 	wait    = flag.Bool("wait", true, "before each session, wait until the App with spares has one ready")
+	burst   = flag.Int("burst", 0, "concurrent clients of a burst (0: the rounds of -n instead)")
+	rounds  = flag.Int("rounds", 3, "bursts, with -burst")
+	stacks  = flag.String("stacks", "", "with -burst, write every goroutine's stack to this file 3 s into the last burst (where the time goes)")
+	maxN    = flag.Int("max", 0, "the App's MaxSpareSessions (--max-spare-sessions; 0: its default), with -burst")
+	perTen  = flag.Int("per-tenant", 0, "the App's SparesPerTenant (0: its default, a quarter of -max), with -burst")
+	spareN  = flag.Int("spares", 1, "the App's spare sessions (--spare-sessions), with -burst")
 	install = flag.String("install", filepath.Join(os.TempDir(), "quro-test-python"), "where the embedded interpreter is extracted (shared with the tests)")
 )
 
@@ -47,6 +67,12 @@ func main() {
 // serve assembles an App as bench/box does (no disk images, admission
 // ceilings lifted, no auto-pause), keeping spares spare sessions.
 func serve(ctx context.Context, spares int) (*benchbed.Bed, error) {
+	return serveWith(ctx, spares, 0, 0)
+}
+
+// serveWith is serve with the pool's bounds (app.Options.MaxSpareSessions
+// and SparesPerTenant).
+func serveWith(ctx context.Context, spares, maxSpares, perTenant int) (*benchbed.Bed, error) {
 	dir, err := os.MkdirTemp("", "quro-bench-spare-")
 	if err != nil {
 		return nil, err
@@ -55,9 +81,9 @@ func serve(ctx context.Context, spares int) (*benchbed.Bed, error) {
 		Python:        &python.EmbeddedOptions{InstallRoot: *install},
 		Sandbox:       &sandbox.Options{BoxReadOnly: []string{*install}},
 		AutoPause:     -1,
-		SpareSessions: spares,
+		SpareSessions: spares, MaxSpareSessions: maxSpares, SparesPerTenant: perTenant,
 		Limits: app.Limits{SessionsPerTenant: -1,
-			Tenant: app.TenantLimits{Sessions: -1, Tasks: -1, Memory: -1, Disk: -1}},
+			Tenant: app.TenantLimits{Sessions: -1, Tasks: -1, Memory: -1, Disk: -1, Runs: -1}},
 	})
 	if err != nil {
 		return nil, err
@@ -115,8 +141,27 @@ func ready(ctx context.Context, b *benchbed.Bed) error {
 	return nil
 }
 
+// settled waits until b's App has a spare ready and none being made: the
+// server was idle long enough to fill its pool.
+func settled(ctx context.Context, b *benchbed.Bed) error {
+	for {
+		st := b.App.SpareStats()
+		if st.Ready > 0 && st.Filling == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the spare pool did not settle (%+v): %w", st, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 func run() error {
 	ctx := context.Background()
+	if *burst > 0 {
+		return runBurst(ctx)
+	}
 	fmt.Fprintf(os.Stderr, "starting two servers (interpreter under %s) ...\n", *install)
 	with, err := serve(ctx, 1)
 	if err != nil {
@@ -172,3 +217,94 @@ func run() error {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// runBurst measures -rounds bursts of -burst concurrent clients on one App
+// keeping -spares spare sessions.
+func runBurst(ctx context.Context) error {
+	fmt.Fprintf(os.Stderr, "starting a server with --spare-sessions %d (interpreter under %s) ...\n", *spareN, *install)
+	b, err := serveWith(ctx, *spareN, *maxN, *perTen)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	create, both := &series{name: "create_session"}, &series{name: "create_session + first run_code print(1)"}
+	var totals []time.Duration
+	for r := range *rounds {
+		if *spareN > 0 {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+			err := settled(wctx, b)
+			cancel()
+			if err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(os.Stderr, "burst %d of %d: %d clients, %d spares ready ...\n", r+1, *rounds, *burst, b.App.SpareSessions())
+		ids := make([]string, *burst)
+		cs, bs := make([]time.Duration, *burst), make([]time.Duration, *burst)
+		errs := make([]error, *burst)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range *burst {
+			wg.Go(func() {
+				<-start
+				t0 := time.Now()
+				var s app.SessionInfo
+				if errs[i] = b.Post(ctx, "create_session", []byte(`{}`), &s); errs[i] != nil {
+					return
+				}
+				ids[i], cs[i] = s.ID, time.Since(t0)
+				body, _ := json.Marshal(app.RunCodeInput{Session: s.ID, Code: "print(1)"})
+				var res runcode.Result
+				if errs[i] = b.Post(ctx, "run_code", body, &res); errs[i] == nil && (res.Stdout != "1\n" || res.ExitCode != 0) {
+					errs[i] = fmt.Errorf("run_code: %+v", res)
+				}
+				bs[i] = time.Since(t0)
+			})
+		}
+		t0 := time.Now()
+		close(start)
+		if *stacks != "" && r == *rounds-1 {
+			time.AfterFunc(3*time.Second, func() {
+				if f, err := os.Create(*stacks); err == nil {
+					_ = pprof.Lookup("goroutine").WriteTo(f, 1)
+					f.Close()
+				}
+			})
+		}
+		wg.Wait()
+		total := time.Since(t0)
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		totals = append(totals, total)
+		create.ds = append(create.ds, cs...)
+		both.ds = append(both.ds, bs...)
+		fmt.Fprintf(os.Stderr, "  %.0f ms, %.1f creates/s; destroying ...\n", ms(total), float64(*burst)/total.Seconds())
+		var dwg sync.WaitGroup
+		sem := make(chan struct{}, 8)
+		for _, id := range ids {
+			dwg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				ref, _ := json.Marshal(app.SessionRef{Session: id})
+				if err := b.Post(ctx, "destroy_session", ref, nil); err != nil {
+					fmt.Fprintln(os.Stderr, "destroy:", err)
+				}
+			})
+		}
+		dwg.Wait()
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("Quro spare sessions, burst: %s, %d concurrent clients x %d bursts, --spare-sessions %d, -max %d, -per-tenant %d, %d CPUs, load average %s\n",
+		time.Now().UTC().Format(time.RFC3339), *burst, *rounds, *spareN, *maxN, *perTen, runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "))
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "\tn\tmedian\tp95\tmax\t")
+	for _, s := range []*series{create, both} {
+		fmt.Fprintf(tw, "%s\t%d\t%.1f ms\t%.1f ms\t%.1f ms\t\n", s.name, len(s.ds), ms(s.q(0.5)), ms(s.q(0.95)), ms(s.q(1)))
+	}
+	tw.Flush()
+	for i, t := range totals {
+		fmt.Printf("burst %d: all %d served in %.0f ms, %.1f creates/s\n", i+1, *burst, ms(t), float64(*burst)/t.Seconds())
+	}
+	return nil
+}

@@ -53,6 +53,8 @@ type serveFlags struct {
 	logs           logFlags
 	pprofAddr      string
 	spares         int
+	maxSpares      int
+	sparesTenant   int
 	maxDisks       int
 	maxSessions    int
 	maxPerTenant   int
@@ -101,7 +103,9 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.patrol, "patrol", 15*time.Second, "supervisor interval: restart the default shell, stop idle shells, kill orphans")
 	cmd.Flags().DurationVar(&f.autoPause, "auto-pause", app.DefaultAutoPause, "pause a session's box (freeze its processes, keep their state) after it is unused this long; 0 or negative: never")
 	cmd.Flags().DurationVar(&f.pythonIdle, "python-idle", python.DefaultIdleTimeout, "release a session's Python worker (about 7 MiB) after it ran nothing for this long; its next run starts a fresh interpreter and says that the variables of earlier runs are gone (a paused session keeps its worker)")
-	cmd.Flags().IntVar(&f.spares, "spare-sessions", 1, "spare sessions (a box and a started Python worker each, about 12 MiB) kept ready per tenant and network policy, so that a new session's first Python run finds them; 0: none")
+	cmd.Flags().IntVar(&f.spares, "spare-sessions", 1, "spare sessions (a box and a started Python worker each, about 12 MiB) kept ready per tenant and network policy when idle, so that a new session's first Python run finds them; the pool grows past it under a burst of creates and shrinks back when idle; 0: none")
+	cmd.Flags().IntVar(&f.maxSpares, "max-spare-sessions", app.MachineMaxSpareSessions(), "most spare sessions of all tenants together, ready and being made, however the pool grows under bursts (default: one per 384 MiB of the machine's memory, 4 to 256); 0: no spare sessions")
+	cmd.Flags().IntVar(&f.sparesTenant, "max-spare-sessions-per-tenant", 0, "most spare sessions of one tenant, so that one tenant's burst cannot take every spare (0: a quarter of --max-spare-sessions)")
 	cmd.Flags().IntVar(&f.maxDisks, "max-session-disks", 0, "most sessions' disk images (ext4, loop-mounted: one of the host's loop devices each) of all tenants together, a tenant's share a quarter of them; past it a new session is refused with 429; 0: one per session of --max-sessions, a tenant's share its session ceiling; negative: no cap")
 	cmd.Flags().IntVar(&f.maxSessions, "max-sessions", 0, "most sessions of all tenants together; past it a new session is refused with 429; 0: derived from the machine (the lowest of what its memory, open-file limit and kernel tasks hold: quro doctor shows it); negative: no cap")
 	cmd.Flags().IntVar(&f.maxPerTenant, "max-sessions-per-tenant", 0, "most sessions of one tenant (quro tenant limits set --sessions overrides it for one); past it a new session is refused with 429; 0: as --max-sessions; negative: no cap")
@@ -215,6 +219,10 @@ func (f *serveFlags) appOptions(g *globals, log *slog.Logger) *app.Options {
 	opts.PrestartPython = f.prestart
 	opts.Python.IdleTimeout = f.pythonIdle
 	opts.SpareSessions = f.spares
+	opts.MaxSpareSessions, opts.SparesPerTenant = f.maxSpares, f.sparesTenant
+	if f.maxSpares <= 0 {
+		opts.SpareSessions = 0 // off
+	}
 	opts.Limits.SessionDisks = f.maxDisks
 	opts.Limits.Sessions, opts.Limits.SessionsPerTenant = f.maxSessions, f.maxPerTenant
 	opts.Pip = app.PipOptions{IndexURL: f.pipIndex, ExtraIndexURLs: f.pipExtra}

@@ -81,7 +81,18 @@ type Options struct {
 	// background, that create_session claims, so that the new session's
 	// first Python run finds both ready. Each costs a box and a worker
 	// (about 12 MiB PSS) while it waits. 0: none (quro serve keeps 1).
+	// This is the floor: the pool grows past it under a burst and shrinks
+	// back to it when idle (spare.go).
 	SpareSessions int
+	// MaxSpareSessions bounds the spare sessions of every template
+	// together, ready and being made, however the pool grows (0:
+	// DefaultMaxSpareSessions of the machine's memory; negative: the pool
+	// keeps SpareSessions per template and never grows).
+	MaxSpareSessions int
+	// SparesPerTenant bounds one tenant's spares (0: a quarter of
+	// MaxSpareSessions, share.Of), so that one tenant's burst cannot
+	// take every spare of the server.
+	SparesPerTenant int
 	// Pip configures pip in the sessions and the server's fetches.
 	Pip PipOptions
 	// Network is the operator's network settings (network.go).
@@ -351,7 +362,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	a.Metrics.WatchTenants(a.tenantGauges)
 	a.Metrics.WatchWatches(a.watchHub.Stats)
 	if opts.SpareSessions > 0 && sb.SessionBoxes() && emb.KeepsSpares() {
-		a.spares = a.openSpares(ctx, opts.SpareSessions)
+		a.spares = a.openSpares(ctx, opts.SpareSessions, opts.MaxSpareSessions, opts.SparesPerTenant)
 	}
 	a.life.wake = make(chan struct{}, 1)
 	return a, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"syscall"
@@ -12,12 +13,14 @@ import (
 
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/share"
+	"golang.org/x/sys/unix"
 )
 
 // Spare sessions: a session's first Python run pays for its box (~20 ms)
 // and for the interpreter's start (~25 ms). With Options.SpareSessions the
-// App keeps, per box template, that many spare sessions made ahead of
-// demand in the background: a real session row of session.SpareTenant (a
+// App keeps, per box template, at least that many spare sessions made ahead
+// of demand in the background (the pool's size follows demand: see "The
+// pool's size" below): a real session row of session.SpareTenant (a
 // uid allocated as any session's, its directories, its tenant's disk
 // image), its box, and its Python worker started and ready. create_session
 // whose template matches claims one: the new session is the spare (its
@@ -36,6 +39,24 @@ import (
 // Discarded spares, and every spare when the App closes, are destroyed as
 // a session is: box killed, worker stopped, row deleted (the uid retired),
 // disk image and directories removed.
+//
+// The pool's size: each template has a target, Options.SpareSessions (the
+// floor) when idle. A create_session that finds no spare of its template
+// ready raises the target by one (additive growth: a burst of N creates
+// that the pool could not serve asks for N more spares, so that the next
+// burst finds them), up to three bounds: the operator's
+// (Options.MaxSpareSessions, the spares of every template together, ready
+// and being made), the tenant's share of it (Options.SparesPerTenant, a
+// quarter by default, so that one tenant's burst cannot take the server's
+// spares), and the tenant's own session ceiling (it could not claim more).
+// A spare also counts, from its first process on, in its tenant's memory
+// and task ceilings (its box's cgroup is under the tenant's). A template
+// that had no miss for an idle period (spareIdle) has its target halved,
+// never below the floor, and its ready spares past the target destroyed;
+// the pool's patrol does this (trim), on the pool's clock (now, which tests
+// replace). Spares are made in parallel, as many at once as the machine has
+// CPUs (makers); the rest wait their turn, and a create_session waits only
+// for a spare whose making has started, never for one waiting its turn.
 
 // maxSpareTemplates bounds the templates with spares: a template
 // wanted less recently than that many others loses its spares. A tenant's
@@ -57,12 +78,18 @@ type spare struct {
 
 // spares is the App's pool of spare sessions.
 type spares struct {
-	a   *App
-	per int // spares kept per template
-	// maxTemplates is maxSpareTemplates and perTenant a tenant's share of
-	// them (tests lower both).
-	maxTemplates, perTenant int
-	lock                    *os.File // spares.lock, held while the pool lives
+	a     *App
+	floor int // spares each template keeps when idle (Options.SpareSessions)
+	// max bounds the spares of every template together, ready and being
+	// made (Options.MaxSpareSessions), and perTenant those of one tenant.
+	ceiling, perTenant int
+	// maxTemplates is maxSpareTemplates and tenantTemplates a tenant's
+	// share of them (tests lower both).
+	maxTemplates, tenantTemplates int
+	idle                          time.Duration    // spareIdle: a template without a miss this long shrinks
+	now                           func() time.Time // the pool's clock (time.Now; tests replace it)
+	makers                        chan struct{}    // a slot per spare being made: as many as CPUs
+	lock                          *os.File         // spares.lock, held while the pool lives
 
 	ctx    context.Context // the fills' lifetime
 	cancel context.CancelFunc
@@ -71,11 +98,45 @@ type spares struct {
 	mu      sync.Mutex
 	closed  bool
 	ready   map[spareKey][]*spare
-	filling map[spareKey]int
+	filling map[spareKey]int       // spares being made or waiting for a maker
+	making  map[spareKey]int       // of those, being made (holding a maker)
 	waiting map[spareKey]int       // create_session calls waiting for a fill
+	binding int                    // claims binding a spare's worker now
 	wanted  map[spareKey]time.Time // templates with spares, by last demand
+	target  map[spareKey]int       // spares wanted per template (floor when absent)
+	missed  map[spareKey]time.Time // the last miss or trim, per template
 	changed chan struct{}          // closed (and replaced) when a fill ends
 	failed  map[spareKey]time.Time // the last fill that failed, per template
+}
+
+// spareIdle is how long a template goes without a miss, once its fills
+// have ended, before its target is halved (toward the floor) and its
+// spares past it are destroyed.
+const spareIdle = 2 * time.Minute
+
+// errSpareUnwanted ends a fill whose spare is no longer wanted when its
+// turn comes (its template's target shrank meanwhile).
+var errSpareUnwanted = errors.New("the spare is no longer wanted")
+
+// DefaultMaxSpareSessions is the server's bound on spare sessions (all
+// templates together, ready and being made) for a machine of mem bytes of
+// memory: one per 384 MiB, so that spares (about 12 MiB each) take at most
+// about 1/32 of it, between 4 and 256.
+func DefaultMaxSpareSessions(mem uint64) int {
+	return int(min(max(mem/(384<<20), 4), 256))
+}
+
+// MachineMaxSpareSessions is DefaultMaxSpareSessions of this machine's
+// memory (quro serve --max-spare-sessions' default).
+func MachineMaxSpareSessions() int { return DefaultMaxSpareSessions(machineMemory()) }
+
+// machineMemory is the machine's memory in bytes (0 when unknown).
+func machineMemory() uint64 {
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) != nil {
+		return 0
+	}
+	return si.Totalram * uint64(si.Unit)
 }
 
 // spareRetry is how long after a failed fill no other starts for its
@@ -89,7 +150,7 @@ const spareRetry = 5 * time.Second
 // spares (it holds spares.lock): it removes those a process that did not
 // close left behind, and no other process (a CLI command, a second
 // server) touches its spares. nil when another process has the lock.
-func (a *App) openSpares(ctx context.Context, per int) *spares {
+func (a *App) openSpares(ctx context.Context, floor, maxN, perTenant int) *spares {
 	lock, err := os.OpenFile(filepath.Join(a.DataDir, "spares.lock"), os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
 		a.Log.Warn("no spare sessions", "err", err)
@@ -102,12 +163,112 @@ func (a *App) openSpares(ctx context.Context, per int) *spares {
 	}
 	a.removeStaleSpares(ctx)
 	pctx, cancel := context.WithCancel(context.Background())
-	p := &spares{a: a, per: per, lock: lock, ctx: pctx, cancel: cancel,
-		maxTemplates: maxSpareTemplates, perTenant: share.Of(maxSpareTemplates, 1),
-		ready: map[spareKey][]*spare{}, filling: map[spareKey]int{}, waiting: map[spareKey]int{}, wanted: map[spareKey]time.Time{},
+	switch {
+	case maxN == 0:
+		maxN = DefaultMaxSpareSessions(machineMemory())
+	case maxN < 0:
+		maxN = floor // no growth
+	}
+	floor = min(floor, maxN)
+	if perTenant <= 0 {
+		perTenant = share.Of(maxN, floor)
+	}
+	p := &spares{a: a, floor: floor, ceiling: maxN, perTenant: min(max(perTenant, floor), maxN), lock: lock, ctx: pctx, cancel: cancel,
+		maxTemplates: maxSpareTemplates, tenantTemplates: share.Of(maxSpareTemplates, 1),
+		idle: spareIdle, now: time.Now, makers: make(chan struct{}, max(runtime.NumCPU(), 1)),
+		ready: map[spareKey][]*spare{}, filling: map[spareKey]int{}, making: map[spareKey]int{}, waiting: map[spareKey]int{},
+		wanted: map[spareKey]time.Time{}, target: map[spareKey]int{}, missed: map[spareKey]time.Time{},
 		changed: make(chan struct{}), failed: map[spareKey]time.Time{}}
 	p.refill(spareKey{tenant: "", network: "none"})
+	p.wg.Add(1)
+	go p.patrol()
 	return p
+}
+
+// patrol trims the pool every quarter of its idle period until it closes.
+func (p *spares) patrol() {
+	defer p.wg.Done()
+	t := time.NewTicker(p.idle / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-t.C:
+			p.trim()
+		}
+	}
+}
+
+// trim shrinks the templates that had no miss for an idle period: the
+// target halves (never below the floor) and ready spares past it are
+// destroyed, those made last first.
+func (p *spares) trim() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	now := p.now()
+	for key, n := range p.target {
+		if p.filling[key] > 0 || now.Sub(p.missed[key]) < p.idle {
+			continue // still filling toward its target, or not idle long enough
+		}
+		n = max(n/2, p.floor)
+		p.missed[key] = now
+		if n <= p.floor {
+			delete(p.target, key)
+			delete(p.missed, key)
+		} else {
+			p.target[key] = n
+		}
+		list := p.ready[key]
+		for len(list) > n {
+			p.discardLocked(list[len(list)-1])
+			list = list[:len(list)-1]
+		}
+		p.ready[key] = list
+	}
+}
+
+// targetLocked is how many spares key's template wants now (p.mu held).
+func (p *spares) targetLocked(key spareKey) int {
+	if n, ok := p.target[key]; ok {
+		return n
+	}
+	return p.floor
+}
+
+// miss raises key's target by one after a create_session found none of
+// its spares ready, up to the server's bound, the tenant's share and the
+// tenant's session ceiling (sessions, when positive).
+func (p *spares) miss(key spareKey, sessions int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := min(p.targetLocked(key)+1, p.perTenant)
+	if sessions > 0 {
+		n = int(min(int64(n), sessions))
+	}
+	p.target[key] = max(n, p.floor)
+	p.missed[key] = p.now()
+}
+
+// heldLocked counts the spares of every template, and of tenant's, ready
+// and being made (p.mu held).
+func (p *spares) heldLocked(tenant string) (all, own int) {
+	for k, list := range p.ready {
+		all += len(list)
+		if k.tenant == tenant {
+			own += len(list)
+		}
+	}
+	for k, n := range p.filling {
+		all += n
+		if k.tenant == tenant {
+			own += n
+		}
+	}
+	return all, own
 }
 
 // removeStaleSpares deletes the spare sessions a process that did not
@@ -161,8 +322,11 @@ func (p *spares) claim(ctx context.Context, in CreateSessionInput, o session.Cre
 	defer p.refill(key)
 	giveUp := time.NewTimer(spareWait)
 	defer giveUp.Stop()
-	for {
+	for first := true; ; first = false {
 		sp, fill := p.take(key)
+		if sp == nil && first {
+			p.miss(key, limits.Sessions) // the pool could not serve this one
+		}
 		if sp == nil {
 			if fill == nil {
 				return nil, nil
@@ -210,11 +374,23 @@ func (p *spares) claimOne(ctx context.Context, key spareKey, sp *spare, limits T
 	// made the usual way rather than waiting for it.
 	// The worker starts the claimed session's runs: it gets the
 	// session's first variables now.
+	// In a burst the binds share the CPUs: each waits a second per CPU's
+	// worth of binds in flight, since a spare given up on is replaced by
+	// a session made from scratch, many times slower (bench/spare: with
+	// 100 spares ready and a flat second, a loaded 2-core machine gave up
+	// on dozens and made their sessions anew).
+	p.mu.Lock()
+	p.binding++
+	wait := spareWait * time.Duration((p.binding+cap(p.makers)-1)/cap(p.makers))
+	p.mu.Unlock()
 	bound := *sp.s
 	bound.Env = o.Env
-	bctx, cancel := context.WithTimeout(ctx, spareWait)
+	bctx, cancel := context.WithTimeout(ctx, wait)
 	err := p.a.Python.BindSpare(bctx, &bound)
 	cancel()
+	p.mu.Lock()
+	p.binding--
+	p.mu.Unlock()
 	if err != nil {
 		p.a.Log.Warn("spare session unfit", "session", sp.s.ID, "err", err)
 		p.discard(sp)
@@ -243,18 +419,19 @@ func (p *spares) claimOne(ctx context.Context, key spareKey, sp *spare, limits T
 //
 // With none ready, fill is a channel closed when a fill ends, for the
 // caller to wait on and take again, when a spare of key is being made
-// that no other caller waits for (the caller then counts in
-// p.waiting[key] until it stops waiting); else nil.
+// (its making started: not one waiting for a maker) that no other caller
+// waits for (the caller then counts in p.waiting[key] until it stops
+// waiting); else nil.
 func (p *spares) take(key spareKey) (sp *spare, fill <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return nil, nil
 	}
-	p.wanted[key] = time.Now()
+	p.wanted[key] = p.now()
 	list := p.ready[key]
 	if len(list) == 0 {
-		if p.filling[key] > p.waiting[key] {
+		if p.making[key] > p.waiting[key] {
 			p.waiting[key]++
 			return nil, p.changed
 		}
@@ -270,7 +447,7 @@ func (p *spares) take(key spareKey) (sp *spare, fill <-chan struct{}) {
 func (p *spares) put(key spareKey, sp *spare) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || p.wanted[key].IsZero() || len(p.ready[key]) >= p.per {
+	if p.closed || p.wanted[key].IsZero() || len(p.ready[key]) >= p.targetLocked(key) {
 		p.discardLocked(sp)
 		return
 	}
@@ -292,28 +469,32 @@ func (p *spares) discardLocked(sp *spare) {
 	}()
 }
 
-// refill starts making spares of key until the pool has p.per of them
-// (those being made included). Past key's tenant's share of templates, its
-// own template wanted least recently loses its spares; past
-// p.maxTemplates, the server's.
+// refill starts making spares of key until the pool has its target of
+// them (those being made included), within the server's bound and the
+// tenant's share. Past key's tenant's share of templates, its own template
+// wanted least recently loses its spares; past p.maxTemplates, the
+// server's.
 func (p *spares) refill(key spareKey) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return
 	}
-	p.wanted[key] = time.Now()
-	for p.templatesOf(key.tenant) > max(p.perTenant, 1) {
+	p.wanted[key] = p.now()
+	for p.templatesOf(key.tenant) > max(p.tenantTemplates, 1) {
 		p.dropLocked(p.oldestLocked(key, true))
 	}
 	for len(p.wanted) > max(p.maxTemplates, 1) {
 		p.dropLocked(p.oldestLocked(key, false))
 	}
-	if t, ok := p.failed[key]; ok && time.Since(t) < spareRetry {
+	if t, ok := p.failed[key]; ok && p.now().Sub(t) < spareRetry {
 		return
 	}
-	for n := len(p.ready[key]) + p.filling[key]; n < p.per; n++ {
+	all, own := p.heldLocked(key.tenant)
+	for n := len(p.ready[key]) + p.filling[key]; n < p.targetLocked(key) && all < p.ceiling && own < p.perTenant; n++ {
 		p.filling[key]++
+		all++
+		own++
 		p.wg.Add(1)
 		go p.fill(key)
 	}
@@ -351,28 +532,59 @@ func (p *spares) dropLocked(k spareKey) {
 	delete(p.ready, k)
 	delete(p.wanted, k)
 	delete(p.failed, k)
+	delete(p.target, k)
+	delete(p.missed, k)
 }
 
-// fill makes one spare of key and adds it to the pool.
+// fill makes one spare of key, once a maker is free, and adds it to the
+// pool.
 func (p *spares) fill(key spareKey) {
 	defer p.wg.Done()
-	sp, err := p.make(key)
+	var sp *spare
+	var err error
+	made := false // it held a maker
+	select {
+	case p.makers <- struct{}{}:
+		p.mu.Lock()
+		// Still wanted? The target may have shrunk while this fill waited.
+		made = !p.closed && len(p.ready[key])+p.making[key] < p.targetLocked(key)
+		if made {
+			p.making[key]++
+		}
+		p.mu.Unlock()
+		if made {
+			sp, err = p.make(key)
+		} else {
+			err = errSpareUnwanted
+		}
+		<-p.makers
+	case <-p.ctx.Done():
+		err = p.ctx.Err()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.filling[key]--; p.filling[key] == 0 {
 		delete(p.filling, key)
 	}
+	if made {
+		if p.making[key]--; p.making[key] == 0 {
+			delete(p.making, key)
+		}
+	}
+	if _, grown := p.target[key]; grown && p.filling[key] == 0 {
+		p.missed[key] = p.now() // full (or given up): the idle period starts
+	}
 	close(p.changed)
 	p.changed = make(chan struct{})
 	if err != nil {
-		if p.ctx.Err() == nil {
-			p.failed[key] = time.Now()
+		if p.ctx.Err() == nil && !errors.Is(err, errSpareUnwanted) {
+			p.failed[key] = p.now()
 			p.a.Log.Warn("spare session not made", "tenant", key.tenant, "network", key.network, "err", err)
 		}
 		return
 	}
 	delete(p.failed, key)
-	if p.closed || p.wanted[key].IsZero() || len(p.ready[key]) >= p.per {
+	if p.closed || p.wanted[key].IsZero() || len(p.ready[key]) >= p.targetLocked(key) {
 		p.discardLocked(sp)
 		return
 	}
@@ -422,6 +634,30 @@ func (p *spares) close() {
 	p.cancel() // a spare being made is destroyed by its fill
 	p.wg.Wait()
 	p.lock.Close()
+}
+
+// SpareStats is the spare pool's state: spares ready, being made (making
+// or waiting for a maker) and wanted (the templates' targets together).
+type SpareStats struct{ Ready, Filling, Target int }
+
+// SpareStats reports the pool's state, for status and benchmarks.
+func (a *App) SpareStats() SpareStats {
+	p := a.spares
+	if p == nil {
+		return SpareStats{}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var st SpareStats
+	for k := range p.wanted {
+		st.Target += p.targetLocked(k)
+	}
+	st.Ready, _ = p.heldLocked("")
+	for _, n := range p.filling {
+		st.Ready -= n
+		st.Filling += n
+	}
+	return st
 }
 
 // SpareSessions reports the spare sessions ready now, for status and tests.

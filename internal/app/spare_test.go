@@ -420,7 +420,7 @@ func TestSpareTemplatesHaveTenantShares(t *testing.T) {
 	a, _ := newSpareApp(t, 1)
 	p := a.spares
 	p.mu.Lock()
-	p.maxTemplates, p.perTenant = 2, 1
+	p.maxTemplates, p.tenantTemplates = 2, 1
 	p.mu.Unlock()
 	local := waitSpares(t, a, localNone, 1)[0]
 	bob := controller.Caller{Path: "test", Tenant: "bob", Scope: capability.ScopeExec, TokenID: "tb"}
@@ -441,5 +441,233 @@ func TestSpareTemplatesHaveTenantShares(t *testing.T) {
 	}
 	if info := mustCall(t, a, "create_session", CreateSessionInput{Name: "mine"}).(*SessionInfo); info.ID != local.ID {
 		t.Fatal("the local tenant's next session is not its spare")
+	}
+}
+
+// newGrowingSpareApp is newSpareApp with the pool's bounds: floor spares
+// per template when idle, at most maxN in all and perTenant of a tenant.
+func newGrowingSpareApp(t *testing.T, floor, maxN, perTenant int) (*App, string) {
+	t.Helper()
+	dir := t.TempDir()
+	a, err := New(context.Background(), dir, &Options{Python: testPython, Network: hostAllowed,
+		SpareSessions: floor, MaxSpareSessions: maxN, SparesPerTenant: perTenant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if a.spares == nil {
+		t.Skip("no session boxes here: no spare sessions")
+	}
+	return a, dir
+}
+
+// waitSettled waits until no spare is being made, and returns the pool's
+// spares ready, of every template and per tenant.
+func waitSettled(t *testing.T, a *App) (all int, per map[string]int) {
+	t.Helper()
+	hang := time.NewTimer(3 * time.Minute) // a guard against a hang, not a measurement
+	defer hang.Stop()
+	p := a.spares
+	for {
+		p.mu.Lock()
+		filling, changed := len(p.filling), p.changed
+		per = map[string]int{}
+		all = 0
+		for k, list := range p.ready {
+			per[k.tenant] += len(list)
+			all += len(list)
+		}
+		p.mu.Unlock()
+		if filling == 0 {
+			return all, per
+		}
+		select {
+		case <-changed:
+		case <-hang.C:
+			t.Fatal("spares still being made after 3 minutes")
+		}
+	}
+}
+
+// burst makes n sessions of caller at once and returns their names.
+func burst(t *testing.T, a *App, caller controller.Caller, prefix string, n int) []string {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	names := make([]string, n)
+	for i := range n {
+		names[i] = prefix + strconv.Itoa(i)
+		wg.Go(func() {
+			_, errs[i] = callAs(t, a, caller, "create_session", CreateSessionInput{Name: names[i]})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+var localCaller = controller.Caller{Path: "test", Tenant: "", Scope: capability.ScopeExec, TokenID: "tl"}
+
+// A burst the pool could not serve grows its template's target (one per
+// create that found no spare ready), the pool fills to it, and the next
+// burst is served from spares; with no miss for an idle period (the
+// pool's clock moved, its trim called: no sleep) the target halves back
+// to the floor and the spares past it are destroyed, leaving nothing of
+// them (boxes, processes, mounts, loop devices, directories, rows).
+func TestSparePoolGrowsUnderABurstAndShrinksWhenIdle(t *testing.T) {
+	a, dir := newGrowingSpareApp(t, 1, 8, 8)
+	p := a.spares
+	waitSpares(t, a, localNone, 1)
+	before := a.holdings(t, dir)
+	names := burst(t, a, localCaller, "b", 6)
+	p.mu.Lock()
+	target := p.targetLocked(localNone)
+	p.mu.Unlock()
+	// Six creates at once, one spare ready: most missed (a create the
+	// machine delayed past a refill may have found one).
+	if target < 3 || target > 8 {
+		t.Fatalf("after a burst of 6 with 1 spare, the target is %d, want 3..8", target)
+	}
+	if all, _ := waitSettled(t, a); all != target {
+		t.Fatalf("the pool holds %d spares, its target is %d", all, target)
+	}
+	grown := waitSpares(t, a, localNone, target)
+	// The next burst, as large as the target, is served from spares.
+	next := burst(t, a, localCaller, "n", target)
+	for i, name := range next {
+		s, err := a.Sessions.Get(session.WithTenant(context.Background(), ""), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(grown, func(g *session.Session) bool { return g.ID == s.ID }) {
+			t.Errorf("session %d of the second burst (%s) is no spare of the grown pool", i, name)
+		}
+	}
+	for _, name := range append(names, next...) {
+		mustCall(t, a, "destroy_session", SessionRef{Session: name})
+	}
+	waitSettled(t, a)
+	// Idle: each idle period halves the target, down to the floor.
+	var trimmed []int // the uids of the spares trim destroys (those made last)
+	p.mu.Lock()
+	for _, sp := range p.ready[localNone][1:] {
+		trimmed = append(trimmed, sp.s.UID)
+	}
+	p.mu.Unlock()
+	for range 8 {
+		p.mu.Lock()
+		clock := p.now().Add(p.idle)
+		p.now = func() time.Time { return clock }
+		p.mu.Unlock()
+		p.trim()
+	}
+	p.mu.Lock()
+	target, ready := p.targetLocked(localNone), len(p.ready[localNone])
+	p.mu.Unlock()
+	if target != 1 || ready != 1 {
+		t.Fatalf("idle: target %d, %d spares ready; want the floor, 1", target, ready)
+	}
+	// The spares trimmed are destroyed as sessions are: what the App
+	// holds comes back to what it held with the floor's one spare.
+	waitFor(t, "the trimmed spares destroyed", func() bool {
+		return a.holdings(t, dir).settled(before)
+	})
+	waitFor(t, "the trimmed spares' processes gone", func() bool {
+		for _, uid := range trimmed {
+			if len(procsOfUID(uid)) > 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// The pool's bounds hold under bursts: the operator's (all spares, ready
+// and being made) and a tenant's share, so one tenant's burst leaves room
+// for another's; a tenant's session ceiling bounds its target too.
+func TestSparePoolBounds(t *testing.T) {
+	t.Parallel()
+	a, _ := newGrowingSpareApp(t, 1, 3, 2)
+	p := a.spares
+	waitSpares(t, a, localNone, 1)
+	burst(t, a, localCaller, "l", 5)
+	all, per := waitSettled(t, a)
+	p.mu.Lock()
+	target := p.targetLocked(localNone)
+	p.mu.Unlock()
+	if target != 2 || per[""] != 2 || all != 2 {
+		t.Fatalf("local burst: target %d, spares %d (%d in all); want the tenant's share, 2", target, per[""], all)
+	}
+	bob := controller.Caller{Path: "test", Tenant: "bob", Scope: capability.ScopeExec, TokenID: "tb"}
+	burst(t, a, bob, "b", 5)
+	all, per = waitSettled(t, a)
+	if all > 3 || per["bob"] < 1 || per[""] > 2 || per["bob"] > 2 {
+		t.Fatalf("after bob's burst: %d spares (%v); want at most 3, bob 1..2, local at most 2", all, per)
+	}
+	// Every spare made counted against the server's bound at every moment:
+	// the pool never held more than 3 at once (ready and being made).
+	p.mu.Lock()
+	held, _ := p.heldLocked("")
+	p.mu.Unlock()
+	if held > 3 {
+		t.Fatalf("%d spares held, the bound is 3", held)
+	}
+	// A tenant that may hold one session never wants more than one spare.
+	carol := spareKey{tenant: "carol", network: "none"}
+	for range 4 {
+		p.miss(carol, 1)
+	}
+	p.mu.Lock()
+	target = p.targetLocked(carol)
+	p.mu.Unlock()
+	if target != 1 {
+		t.Fatalf("carol, capped at 1 session: target %d", target)
+	}
+}
+
+// A burst leaves no spare behind once the server closes: the spares it
+// grew, ready or being made, are destroyed (processes, directories, rows).
+func TestSparePoolBurstLeavesNothingAfterClose(t *testing.T) {
+	t.Parallel()
+	a, dir := newGrowingSpareApp(t, 1, 8, 8)
+	waitSpares(t, a, localNone, 1)
+	burst(t, a, localCaller, "b", 5)
+	// Close while the grown pool is being made.
+	p := a.spares
+	p.mu.Lock()
+	var uids []int
+	for _, sp := range p.ready[localNone] {
+		uids = append(uids, sp.s.UID)
+	}
+	p.mu.Unlock()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the spares' processes gone after Close", func() bool {
+		for _, uid := range uids {
+			if len(procsOfUID(uid)) > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	st, err := store.Open(context.Background(), filepath.Join(dir, "quro.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if left, err := st.Sessions(context.Background(), session.SpareTenant); err != nil || len(left) != 0 {
+		t.Fatalf("spare rows left: %v %v", left, err)
+	}
+	dirs, _ := os.ReadDir(filepath.Join(dir, "sessions"))
+	// The default session and the burst's five are the tenant's; no spare's.
+	if len(dirs) > 6 {
+		t.Fatalf("%d session directories left, want at most the 6 sessions'", len(dirs))
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	if n := strings.Count(string(mounts), filepath.Join(dir, "sessions")); n != 0 {
+		t.Fatalf("%d mounts of session directories left after Close", n)
 	}
 }

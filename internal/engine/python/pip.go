@@ -16,6 +16,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/quro-dev/quro/internal/flock"
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -82,10 +83,12 @@ const pipLayout = "pip layout 3: pyc for 3.14 and the host's python3, shims aski
 
 // pipDirName is the directory name of the extracted pip: its version and
 // the wheel's hash.
-func pipDirName() string {
+//
+// Every box's start asks for it (BoxDirs): the wheel's hash is taken once.
+var pipDirName = sync.OnceValue(func() string {
 	sum := sha256.Sum256(pipWheel)
 	return "pip-" + PipVersion + "-" + hex.EncodeToString(sum[:6])
-}
+})
 
 // PipDir is where pip is extracted for the install root (the data
 // directory, or EmbeddedOptions.InstallRoot): the directory holding the pip
