@@ -27,7 +27,7 @@ func TestIdlePythonWorkerReleased(t *testing.T) {
 	}
 	res := runCode(t, a, RunCodeInput{Session: s.ID, Code: "print('x' in globals())\nx = 1"})
 	if res.ExitCode != 0 || res.Stdout != "False\n" ||
-		!hasNoteWith(res, "the Python interpreter was restarted: it had been idle for 5 min") {
+		!hasNoteWith(res, "the Python interpreter was restarted: it had been idle for 15 min") {
 		t.Fatalf("the run after the release: %+v", res)
 	}
 	if res := runCode(t, a, RunCodeInput{Session: s.ID, Code: "print(x)"}); res.Stdout != "1\n" || len(res.Notes) != 0 {
