@@ -388,8 +388,7 @@ func (r *runCgroup) startInside(ns *Netns, mnt func() (leave func() error, err e
 		err error
 	}
 	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
+	goLocked(func() {
 		if mnt != nil {
 			leave, err := mnt()
 			if err != nil {
@@ -456,7 +455,7 @@ func (r *runCgroup) startInside(ns *Netns, mnt func() (leave func() error, err e
 			runtime.UnlockOSThread()
 		}
 		done <- result{ok: v1, err: err}
-	}()
+	})
 	res := <-done
 	return res.ok, res.err
 }

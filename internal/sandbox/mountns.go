@@ -43,12 +43,11 @@ type mountView struct {
 // server is when sessions have disks).
 func newMountView(root string) (*mountView, error) {
 	root = filepath.Clean(root)
-	server, err := os.Open("/proc/self/ns/mnt")
-	if err != nil {
-		return nil, fmt.Errorf("mount namespace: %w", err)
+	if serverMountNS == nil {
+		return nil, errors.New("mount namespace: the server's could not be opened at start")
 	}
-	v := &mountView{root: root, server: server}
-	err = onThreadThatDies(func() error {
+	v := &mountView{root: root, server: serverMountNS}
+	err := onThreadThatDies(func() error {
 		if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
 			return fmt.Errorf("mount namespace: %w", err)
 		}
@@ -66,10 +65,40 @@ func newMountView(root string) (*mountView, error) {
 		return nil
 	})
 	if err != nil {
-		server.Close()
 		return nil, err
 	}
 	return v, nil
+}
+
+// serverMountNS is the server's mount namespace, opened as the program
+// starts, on its main thread, before any thread changed its own: a thread
+// that made a box goes back to it. (/proc/self names the main thread's,
+// which need not be the server's later on: see goLocked.)
+var serverMountNS, _ = os.Open("/proc/self/ns/mnt")
+
+// goLocked runs fn in a new goroutine locked to its OS thread, which is
+// never the program's main thread: fn may move its thread into another
+// namespace, and the runtime never ends the main thread (a goroutine that
+// exits locked to it leaves it wedged where it was), while /proc/self
+// reads what the main thread sees. fn unlocks the thread, or leaves it
+// locked to end with the goroutine.
+func goLocked(fn func()) {
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() != unix.Getpid() {
+			fn()
+			return
+		}
+		// On the main thread: run fn on another. This goroutine holds the
+		// main thread meanwhile, so the new one cannot be given it.
+		done := make(chan struct{})
+		goLocked(func() {
+			defer close(done)
+			fn()
+		})
+		<-done
+		runtime.UnlockOSThread()
+	}()
 }
 
 // unmountBelow detaches, in the calling thread's mount namespace, every
@@ -218,9 +247,8 @@ var errNamespaceStuck = errors.New("the thread could not go back to the server's
 // changes of the thread never reaches another goroutine.
 func onThreadThatDies(fn func() error) error {
 	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+	goLocked(func() { // never unlocked: the thread ends with the goroutine
 		done <- fn()
-	}()
+	})
 	return <-done
 }

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -138,4 +141,96 @@ func descendants(t *testing.T, pid int) []int {
 		}
 	}
 	return out
+}
+
+// TestBoxStartsLeaveEveryThreadInTheServersNamespace starts boxes of two
+// sandboxes with a MountRoot (two servers in one process, one after the
+// other, as tests make them) while other goroutines read a disk mounted
+// in the server's namespace: every read finds it (no thread the runtime
+// gives another goroutine stayed in a box's or the base namespace), and
+// the main thread, whose view /proc/self shows, is still in the server's.
+func TestBoxStartsLeaveEveryThreadInTheServersNamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it mounts")
+	}
+	root := filepath.Join(t.TempDir(), "sessions")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(root, root, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
+	if err := unix.Mount("", root, "", unix.MS_PRIVATE, ""); err != nil {
+		t.Fatal(err)
+	}
+	const disks = 4
+	for i := range disks {
+		d := filepath.Join(root, strconv.Itoa(i))
+		if err := os.Mkdir(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", d, "tmpfs", 0, "size=1m,mode=0777"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "marker"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var misses atomic.Int64
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	for range 4 {
+		readers.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := os.Stat(filepath.Join(root, "0", "marker")); err != nil {
+					misses.Add(1)
+				}
+				runtime.Gosched()
+			}
+		})
+	}
+	for range 2 {
+		sb, err := New(&Options{SessionBoxes: true, MountRoot: root})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sb.Boxed() {
+			t.Skip("no bubblewrap box here")
+		}
+		var runs sync.WaitGroup
+		for i := range disks {
+			runs.Go(func() {
+				for range 3 {
+					var out bytes.Buffer
+					exit, err := sb.Run(testCtx(t), &Spec{Args: []string{"cat", "marker"}, Dir: filepath.Join(root, strconv.Itoa(i)), Stdout: &out, Stderr: &out})
+					if err != nil || exit.Code != 0 || out.String() != "x" {
+						t.Errorf("run in disk %d: %v %+v %q", i, err, exit, out.String())
+					}
+				}
+			})
+		}
+		runs.Wait()
+		sb.CloseBoxes()
+	}
+	close(stop)
+	readers.Wait()
+	if n := misses.Load(); n > 0 {
+		t.Errorf("%d reads of a disk mounted in the server's namespace did not find it", n)
+	}
+	var main, server unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/mnt", &main); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fstat(int(serverMountNS.Fd()), &server); err != nil {
+		t.Fatal(err)
+	}
+	if main.Ino != server.Ino {
+		t.Error("the main thread is no longer in the server's mount namespace")
+	}
 }

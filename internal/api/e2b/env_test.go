@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -82,6 +83,9 @@ func newEnvWith(t testing.TB, opts *app.Options, edit func(*e2b.Options)) *env {
 	}
 	if opts.Python == nil {
 		opts.Python = testPython
+	}
+	if opts.Logger == nil && os.Getenv("QURO_DEBUG_LOG") != "" {
+		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	ctx := context.Background()
 	a, err := app.New(ctx, t.TempDir(), opts)
