@@ -392,10 +392,11 @@ func (r *runCgroup) startInside(ns *Netns, mnt func() (leave func() error, err e
 		if mnt != nil {
 			leave, err := mnt()
 			if err != nil {
-				if !errors.Is(err, errNamespaceStuck) {
-					runtime.UnlockOSThread()
-				}
 				done <- result{err: err}
+				if errors.Is(err, errNamespaceStuck) {
+					parkThread()
+				}
+				runtime.UnlockOSThread()
 				return
 			}
 			start = withLeave(start, leave)
@@ -451,10 +452,13 @@ func (r *runCgroup) startInside(ns *Netns, mnt func() (leave func() error, err e
 			done <- result{ok: v1, err: err}
 			return
 		}
-		if !errors.Is(err, errNetnsStuck) && !errors.Is(err, errNamespaceStuck) {
+		done <- result{ok: v1, err: err}
+		switch {
+		case errors.Is(err, errNamespaceStuck):
+			parkThread() // see parkThread: the boxes it started live on
+		case !errors.Is(err, errNetnsStuck):
 			runtime.UnlockOSThread()
 		}
-		done <- result{ok: v1, err: err}
 	})
 	res := <-done
 	return res.ok, res.err

@@ -47,58 +47,58 @@ func newMountView(root string) (*mountView, error) {
 		return nil, errors.New("mount namespace: the server's could not be opened at start")
 	}
 	v := &mountView{root: root, server: serverMountNS}
-	err := onThreadThatDies(func() error {
-		if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
-			return fmt.Errorf("mount namespace: %w", err)
-		}
-		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
-			return fmt.Errorf("mount namespace: making it a slave: %w", err)
-		}
-		if err := unmountBelow(root); err != nil {
-			return err
-		}
-		f, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/mnt", unix.Gettid()))
+	done := make(chan error, 1)
+	goLocked(func() {
+		cwd, err := unix.Open(".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return fmt.Errorf("mount namespace: %w", err)
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("mount namespace: %w", err)
+			return
 		}
-		v.base = f
-		return nil
+		defer unix.Close(cwd)
+		if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("mount namespace: %w", err)
+			return
+		}
+		err = v.makeBase()
+		if unix.Setns(int(v.server.Fd()), unix.CLONE_NEWNS) != nil || unix.Fchdir(cwd) != nil {
+			done <- errors.Join(err, errNamespaceStuck)
+			parkThread()
+		}
+		runtime.UnlockOSThread()
+		done <- err
 	})
-	if err != nil {
+	if err := <-done; err != nil {
 		return nil, err
 	}
 	return v, nil
 }
 
-// serverMountNS is the server's mount namespace, opened as the program
-// starts, on its main thread, before any thread changed its own: a thread
-// that made a box goes back to it. (/proc/self names the main thread's,
-// which need not be the server's later on: see goLocked.)
-var serverMountNS, _ = os.Open("/proc/self/ns/mnt")
+// makeBase makes the calling thread's mount namespace, a copy of the
+// server's of its own, the base: a slave of the server's, with nothing
+// mounted at or below the root.
+func (v *mountView) makeBase() error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return fmt.Errorf("mount namespace: making it a slave: %w", err)
+	}
+	if err := unmountBelow(v.root); err != nil {
+		return err
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/mnt", unix.Gettid()))
+	if err != nil {
+		return fmt.Errorf("mount namespace: %w", err)
+	}
+	v.base = f
+	return nil
+}
 
-// goLocked runs fn in a new goroutine locked to its OS thread, which is
-// never the program's main thread: fn may move its thread into another
-// namespace, and the runtime never ends the main thread (a goroutine that
-// exits locked to it leaves it wedged where it was), while /proc/self
-// reads what the main thread sees. fn unlocks the thread, or leaves it
-// locked to end with the goroutine.
-func goLocked(fn func()) {
-	go func() {
-		runtime.LockOSThread()
-		if unix.Gettid() != unix.Getpid() {
-			fn()
-			return
-		}
-		// On the main thread: run fn on another. This goroutine holds the
-		// main thread meanwhile, so the new one cannot be given it.
-		done := make(chan struct{})
-		goLocked(func() {
-			defer close(done)
-			fn()
-		})
-		<-done
-		runtime.UnlockOSThread()
-	}()
+// parkThread blocks the calling goroutine, locked to a thread that could
+// not go back to the server's namespace, for good. The thread must not
+// end either: every process it ever started (a box's bubblewrap, with
+// its parent-death signal) would be killed with it.
+func parkThread() {
+	select {}
 }
 
 // unmountBelow detaches, in the calling thread's mount namespace, every
@@ -243,12 +243,33 @@ func (v *mountView) enter(dir string) (leave func() error, err error) {
 // namespace not the server's: it must end, not go back to the pool.
 var errNamespaceStuck = errors.New("the thread could not go back to the server's namespace")
 
-// onThreadThatDies runs fn on a locked thread that ends with it: what fn
-// changes of the thread never reaches another goroutine.
-func onThreadThatDies(fn func() error) error {
-	done := make(chan error, 1)
-	goLocked(func() { // never unlocked: the thread ends with the goroutine
-		done <- fn()
-	})
-	return <-done
+// serverMountNS is the server's mount namespace, opened as the program
+// starts, on its main thread, before any thread changed its own: a thread
+// that made a box goes back to it. (/proc/self names the main thread's,
+// which need not be the server's later on: see goLocked.)
+var serverMountNS, _ = os.Open("/proc/self/ns/mnt")
+
+// goLocked runs fn in a new goroutine locked to its OS thread, which is
+// never the program's main thread: fn may move its thread into another
+// namespace, and the runtime never ends the main thread (a goroutine that
+// exits locked to it leaves it wedged where it was), while /proc/self
+// reads what the main thread sees. fn unlocks the thread, or keeps it
+// (parkThread).
+func goLocked(fn func()) {
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() != unix.Getpid() {
+			fn()
+			return
+		}
+		// On the main thread: run fn on another. This goroutine holds the
+		// main thread meanwhile, so the new one cannot be given it.
+		done := make(chan struct{})
+		goLocked(func() {
+			defer close(done)
+			fn()
+		})
+		<-done
+		runtime.UnlockOSThread()
+	}()
 }

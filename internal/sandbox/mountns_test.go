@@ -195,6 +195,24 @@ func TestBoxStartsLeaveEveryThreadInTheServersNamespace(t *testing.T) {
 			}
 		})
 	}
+	// A session box that must outlive what follows: a thread that made a
+	// base namespace, or started a box, never ends (each process a thread
+	// started gets a parent-death signal when it ends).
+	first, err := New(&Options{SessionBoxes: true, MountRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(first.CloseBoxes)
+	keep := func() {
+		t.Helper()
+		var out bytes.Buffer
+		exit, err := first.Run(testCtx(t), boxSpec("keep", filepath.Join(root, "1"), &out, "cat marker"))
+		if err != nil || exit.Code != 0 || out.String() != "x" {
+			t.Fatalf("run in the kept box: %v %+v %q", err, exit, out.String())
+		}
+	}
+	keep()
+	bx := first.Box("keep")
 	for range 2 {
 		sb, err := New(&Options{SessionBoxes: true, MountRoot: root})
 		if err != nil {
@@ -217,6 +235,15 @@ func TestBoxStartsLeaveEveryThreadInTheServersNamespace(t *testing.T) {
 		}
 		runs.Wait()
 		sb.CloseBoxes()
+	}
+	for range 8 { // more base namespaces, on whatever threads run them
+		if _, err := New(&Options{MountRoot: root}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keep()
+	if first.Box("keep") != bx {
+		t.Error("the kept session box ended while other boxes and base namespaces were made")
 	}
 	close(stop)
 	readers.Wait()
