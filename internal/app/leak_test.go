@@ -51,7 +51,9 @@ func sessionsLeaveNothing(t *testing.T, rounds int) {
 	noDNS := func(_ context.Context, host string) ([]netip.Addr, error) {
 		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 	}
-	a, err := New(context.Background(), dir, &Options{Python: testPython, SpareSessions: 1, Network: NetworkOptions{Resolve: noDNS, PreviewDomain: "http://preview.test", PreviewPublic: true},
+	// One spare per template (two templates below), however the rounds'
+	// creates would grow the pool: it holds the same after them as before.
+	a, err := New(context.Background(), dir, &Options{Python: testPython, SpareSessions: 1, MaxSpareSessions: 2, SparesPerTenant: 2, Network: NetworkOptions{Resolve: noDNS, PreviewDomain: "http://preview.test", PreviewPublic: true},
 		InSession: &InSessionOptions{Handler: func(*controller.Controller, *session.Manager) http.Handler {
 			return http.NotFoundHandler()
 		}}})
@@ -77,6 +79,11 @@ func sessionsLeaveNothing(t *testing.T, rounds int) {
 	// Processes end and goroutines return as their boxes' kills land: the
 	// wait is for those events, bounded by waitFor's guard.
 	var after holdings
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("after %d sessions:\n before %+v\n after  %+v", rounds, before, after)
+		}
+	})
 	waitFor(t, "everything released", func() bool {
 		runtime.GC()
 		after = a.holdings(t, dir)

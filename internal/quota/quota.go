@@ -94,7 +94,7 @@ func privateRoot(root string) (bound bool) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return false
 	}
-	if !Mounted(root) {
+	if !mountPoint(root) {
 		// Recursive: a disk a killed server left mounted below stays
 		// where it is seen.
 		if unix.Mount(root, root, "", unix.MS_BIND|unix.MS_REC, "") != nil {
@@ -107,6 +107,18 @@ func privateRoot(root string) (bound bool) {
 		return false
 	}
 	return bound
+}
+
+// mountPoint reports whether dir is a mount point, a bind mount of a
+// directory of the same filesystem included (which Mounted, comparing
+// devices, cannot tell).
+func mountPoint(dir string) bool {
+	var a, b unix.Statx_t
+	if unix.Statx(unix.AT_FDCWD, dir, 0, unix.STATX_MNT_ID, &a) != nil ||
+		unix.Statx(unix.AT_FDCWD, filepath.Dir(dir), 0, unix.STATX_MNT_ID, &b) != nil {
+		return Mounted(dir)
+	}
+	return a.Mnt_id != b.Mnt_id
 }
 
 // Close unmounts the bind Open made of the sessions' directory, unless a

@@ -368,3 +368,30 @@ func TestGrowErrorsNameNoHostPath(t *testing.T) {
 		t.Errorf("Grow's error no longer wraps its cause: %#v", err)
 	}
 }
+
+// A second Open of one data directory (a CLI beside the server, a server
+// after a killed one) finds the sessions' directory a mount point already
+// and binds nothing more on it: a second bind would hide the disks the
+// first process mounted below it.
+func TestOpenTwiceBindsTheSessionsDirectoryOnce(t *testing.T) {
+	d, data := newDisks(t)
+	root := filepath.Join(data, "sessions")
+	if !d.boundRoot || !mountPoint(root) {
+		t.Fatalf("the first Open did not make %s a mount point of its own", root)
+	}
+	dir := session(t, d, data, "s1", 16<<20)
+	again := openDisks(t, data)
+	if again.boundRoot {
+		t.Error("the second Open bound the sessions' directory again")
+	}
+	if !Mounted(dir) {
+		t.Error("the first Open's disk is hidden after the second Open")
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(mi), " "+root+" "); n != 1 {
+		t.Errorf("%d mounts at the sessions' directory, want 1", n)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -102,7 +103,9 @@ func parkThread() {
 }
 
 // unmountBelow detaches, in the calling thread's mount namespace, every
-// mount at root or below it, deepest first.
+// mount at root or below it. Detaching root's own mount takes everything
+// mounted on it; a mount hidden beneath it (made on the directory before
+// root was bound onto itself) shows up then and goes next.
 func unmountBelow(root string) error {
 	for {
 		points, err := mountPoints()
@@ -118,17 +121,24 @@ func unmountBelow(root string) error {
 		if len(below) == 0 {
 			return nil
 		}
-		// Deepest last in mountinfo is not guaranteed: detach the longest
-		// first, then look again (a mount stacked on another shows up once
-		// the top one is gone).
-		longest := below[0]
+		// Shortest first: a mount's detach takes the ones on top of it. A
+		// path whose top mount went with its parent answers EINVAL: try
+		// the next, and give up only when a whole pass detached nothing.
+		sort.Slice(below, func(i, j int) bool { return len(below[i]) < len(below[j]) })
+		var first error
+		detached := false
 		for _, p := range below {
-			if len(p) > len(longest) {
-				longest = p
+			err := unix.Unmount(p, unix.MNT_DETACH)
+			if err == nil {
+				detached = true
+				break
+			}
+			if first == nil {
+				first = fmt.Errorf("mount namespace: dropping %s: %w", p, err)
 			}
 		}
-		if err := unix.Unmount(longest, unix.MNT_DETACH); err != nil {
-			return fmt.Errorf("mount namespace: dropping %s: %w", longest, err)
+		if !detached {
+			return first
 		}
 	}
 }
