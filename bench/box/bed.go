@@ -7,12 +7,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/quro-dev/quro/bench/internal/benchbed"
+	"github.com/quro-dev/quro/bench/internal/procs"
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/runcode"
@@ -165,75 +164,20 @@ const heapLen = "104857600\n"
 
 // Proportional set size of the processes of the boxes.
 
-// procInfo is one process of /proc.
-type procInfo struct {
-	pid, ppid int
-	comm      string
-}
-
-func readProcs() (map[int]procInfo, error) {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, err
-	}
-	out := map[int]procInfo{}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue // gone
-		}
-		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
-		s := string(data)
-		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || close < open {
-			continue
-		}
-		f := strings.Fields(s[close+1:])
-		if len(f) < 2 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		out[pid] = procInfo{pid: pid, ppid: ppid, comm: s[open+1 : close]}
-	}
-	return out, nil
-}
-
-// descendants are every process below root (root excluded): here, every
-// bwrap the server started and everything in its box.
-func descendants(procs map[int]procInfo, root int) []procInfo {
-	kids := map[int][]int{}
-	for _, p := range procs {
-		kids[p.ppid] = append(kids[p.ppid], p.pid)
-	}
-	var out []procInfo
-	queue := slices.Clone(kids[root])
-	for len(queue) > 0 {
-		pid := queue[0]
-		queue = queue[1:]
-		out = append(out, procs[pid])
-		queue = append(queue, kids[pid]...)
-	}
-	return out
-}
-
 // cpuOf is the CPU time (user+system) of every process below this one
 // named comm, in seconds.
 func cpuOf(comm string) (float64, int) {
-	procs, err := readProcs()
+	ps, err := procs.Read()
 	if err != nil {
 		return 0, 0
 	}
 	var ticks int64
 	n := 0
-	for _, p := range descendants(procs, os.Getpid()) {
-		if p.comm != comm {
+	for _, p := range procs.Descendants(ps, os.Getpid()) {
+		if p.Comm != comm {
 			continue
 		}
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid))
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID))
 		if err != nil {
 			continue
 		}
@@ -290,7 +234,7 @@ type pssReport struct {
 }
 
 func measurePSS() (*pssReport, error) {
-	procs, err := readProcs()
+	ps, err := procs.Read()
 	if err != nil {
 		return nil, err
 	}
@@ -298,25 +242,25 @@ func measurePSS() (*pssReport, error) {
 	if r.Server, _, err = pss(os.Getpid()); err != nil {
 		return nil, err
 	}
-	for i, p := range descendants(procs, os.Getpid()) {
+	for i, p := range procs.Descendants(ps, os.Getpid()) {
 		if i < *treeLines {
-			args, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.pid))
-			fmt.Fprintf(os.Stderr, "   pid %d ppid %d %s: %.150s\n", p.pid, p.ppid, p.comm, bytes.ReplaceAll(args, []byte{0}, []byte{' '}))
+			args, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.PID))
+			fmt.Fprintf(os.Stderr, "   pid %d ppid %d %s: %.150s\n", p.PID, p.PPID, p.Comm, bytes.ReplaceAll(args, []byte{0}, []byte{' '}))
 		}
-		v, priv, err := pss(p.pid)
+		v, priv, err := pss(p.PID)
 		if err != nil {
 			continue // ended meanwhile, or a kernel thread
 		}
 		r.Boxes += v
 		r.Procs++
-		r.ByComm[p.comm] += v
-		r.NComm[p.comm]++
-		r.PrivComm[p.comm] += priv
-		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid)); err == nil {
+		r.ByComm[p.Comm] += v
+		r.NComm[p.Comm]++
+		r.PrivComm[p.Comm] += priv
+		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.PID)); err == nil {
 			for l := range strings.Lines(string(st)) {
 				if v, ok := strings.CutPrefix(l, "Threads:"); ok {
 					n, _ := strconv.Atoi(strings.TrimSpace(v))
-					r.Threads[p.comm] += n
+					r.Threads[p.Comm] += n
 				}
 			}
 		}

@@ -10,6 +10,8 @@ import (
 	"runtime/pprof"
 	"text/tabwriter"
 	"time"
+
+	"github.com/quro-dev/quro/bench/internal/procs"
 )
 
 // 6. What the server keeps after sessions go: its OS threads and its PSS
@@ -68,11 +70,11 @@ func point() churnPoint {
 
 // boxProcs is how many processes are left below this one.
 func boxProcs() int {
-	procs, err := readProcs()
+	ps, err := procs.Read()
 	if err != nil {
 		return -1
 	}
-	return len(descendants(procs, os.Getpid()))
+	return len(procs.Descendants(ps, os.Getpid()))
 }
 
 // settle waits (bounded) until no process of a box is left: destroy_session

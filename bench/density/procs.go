@@ -4,69 +4,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/quro-dev/quro/bench/internal/procs"
 )
 
 // What the machine holds: the processes below the server and their
 // proportional set size, the host's mounts and loop devices.
-
-// procInfo is one process of /proc.
-type procInfo struct {
-	pid, ppid int
-	comm      string
-}
-
-func readProcs() (map[int]procInfo, error) {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, err
-	}
-	out := map[int]procInfo{}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue // gone
-		}
-		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
-		s := string(data)
-		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || end < open {
-			continue
-		}
-		f := strings.Fields(s[end+1:])
-		if len(f) < 2 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		out[pid] = procInfo{pid: pid, ppid: ppid, comm: s[open+1 : end]}
-	}
-	return out, nil
-}
-
-// descendants are every process below root (root excluded): every bwrap
-// the server started and everything in its boxes, and the server's
-// helpers.
-func descendants(procs map[int]procInfo, root int) []procInfo {
-	kids := map[int][]int{}
-	for _, p := range procs {
-		kids[p.ppid] = append(kids[p.ppid], p.pid)
-	}
-	var out []procInfo
-	queue := slices.Clone(kids[root])
-	for len(queue) > 0 {
-		pid := queue[0]
-		queue = queue[1:]
-		out = append(out, procs[pid])
-		queue = append(queue, kids[pid]...)
-	}
-	return out
-}
 
 // pss is a process's proportional set size (smaps_rollup's Pss), bytes.
 func pss(pid int) (int64, error) {
@@ -98,7 +43,7 @@ type pssPoint struct {
 func (p *pssPoint) total() int64 { return p.Server + p.Boxes }
 
 func measurePSS() (*pssPoint, error) {
-	procs, err := readProcs()
+	ps, err := procs.Read()
 	if err != nil {
 		return nil, err
 	}
@@ -106,15 +51,15 @@ func measurePSS() (*pssPoint, error) {
 	if r.Server, err = pss(os.Getpid()); err != nil {
 		return nil, err
 	}
-	for _, p := range descendants(procs, os.Getpid()) {
-		v, err := pss(p.pid)
+	for _, p := range procs.Descendants(ps, os.Getpid()) {
+		v, err := pss(p.PID)
 		if err != nil {
 			continue // ended meanwhile
 		}
 		r.Boxes += v
 		r.Procs++
-		r.ByComm[p.comm] += v
-		r.NComm[p.comm]++
+		r.ByComm[p.Comm] += v
+		r.NComm[p.Comm]++
 	}
 	r.FDs = count("/proc/self/fd")
 	r.Thr = count("/proc/self/task")
@@ -166,8 +111,8 @@ func measureHost(dataDir string) hostPoint {
 	}
 	nodes, _ := filepath.Glob("/dev/loop[0-9]*")
 	h.LoopDevices = len(nodes)
-	if procs, err := readProcs(); err == nil {
-		h.BoxProcs = len(descendants(procs, os.Getpid()))
+	if ps, err := procs.Read(); err == nil {
+		h.BoxProcs = len(procs.Descendants(ps, os.Getpid()))
 	}
 	h.ServerFDs = count("/proc/self/fd")
 	h.ServerThr = count("/proc/self/task")

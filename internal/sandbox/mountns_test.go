@@ -24,29 +24,7 @@ func TestBoxesAreBornWithoutOtherSessionsDisks(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it mounts")
 	}
-	root := filepath.Join(t.TempDir(), "sessions")
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount(root, root, "", unix.MS_BIND, ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
-	if err := unix.Mount("", root, "", unix.MS_PRIVATE, ""); err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"a", "b", "c"} {
-		d := filepath.Join(root, id)
-		if err := os.Mkdir(d, 0o777); err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.Mount("tmpfs", d, "tmpfs", 0, "size=1m,mode=0777"); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(d, "marker"), []byte(id), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	root := sessionDisks(t, "a", "b", "c")
 	run := func(sb *Sandbox, key string) (seen string, own, others int) {
 		t.Helper()
 		var out bytes.Buffer
@@ -153,30 +131,8 @@ func TestBoxStartsLeaveEveryThreadInTheServersNamespace(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it mounts")
 	}
-	root := filepath.Join(t.TempDir(), "sessions")
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount(root, root, "", unix.MS_BIND, ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
-	if err := unix.Mount("", root, "", unix.MS_PRIVATE, ""); err != nil {
-		t.Fatal(err)
-	}
 	const disks = 4
-	for i := range disks {
-		d := filepath.Join(root, strconv.Itoa(i))
-		if err := os.Mkdir(d, 0o777); err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.Mount("tmpfs", d, "tmpfs", 0, "size=1m,mode=0777"); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(d, "marker"), []byte("x"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	root := sessionDisks(t, "0", "1", "2", "3")
 	var misses atomic.Int64
 	stop := make(chan struct{})
 	var readers sync.WaitGroup
@@ -207,7 +163,7 @@ func TestBoxStartsLeaveEveryThreadInTheServersNamespace(t *testing.T) {
 		t.Helper()
 		var out bytes.Buffer
 		exit, err := first.Run(testCtx(t), boxSpec("keep", filepath.Join(root, "1"), &out, "cat marker"))
-		if err != nil || exit.Code != 0 || out.String() != "x" {
+		if err != nil || exit.Code != 0 || out.String() != "1" {
 			t.Fatalf("run in the kept box: %v %+v %q", err, exit, out.String())
 		}
 	}
@@ -227,7 +183,7 @@ func TestBoxStartsLeaveEveryThreadInTheServersNamespace(t *testing.T) {
 				for range 3 {
 					var out bytes.Buffer
 					exit, err := sb.Run(testCtx(t), &Spec{Args: []string{"cat", "marker"}, Dir: filepath.Join(root, strconv.Itoa(i)), Stdout: &out, Stderr: &out})
-					if err != nil || exit.Code != 0 || out.String() != "x" {
+					if err != nil || exit.Code != 0 || out.String() != strconv.Itoa(i) {
 						t.Errorf("run in disk %d: %v %+v %q", i, err, exit, out.String())
 					}
 				}
@@ -260,4 +216,35 @@ func TestBoxStartsLeaveEveryThreadInTheServersNamespace(t *testing.T) {
 	if main.Ino != server.Ino {
 		t.Error("the main thread is no longer in the server's mount namespace")
 	}
+}
+
+// sessionDisks makes a sessions' directory as quota.Open makes it (a
+// private bind mount of itself) with a "disk" (a tmpfs) mounted at each
+// of ids, holding a file marker whose content is its id.
+func sessionDisks(t *testing.T, ids ...string) string {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "sessions")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(root, root, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
+	if err := unix.Mount("", root, "", unix.MS_PRIVATE, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		d := filepath.Join(root, id)
+		if err := os.Mkdir(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", d, "tmpfs", 0, "size=1m,mode=0777"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "marker"), []byte(id), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
 }
