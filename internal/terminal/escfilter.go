@@ -35,6 +35,8 @@ const (
 	escEsc    // after ESC
 	escC2     // after 0xC2 (a C1 control may follow)
 	escCSI    // in a CSI, held
+	escCSIRun // in a long CSI that is no report request, streamed
+	escCSICut // in a long CSI that could be one, taken out
 	escOSCNum // in an OSC, before its number's end, held
 	escOSC    // in an OSC's text
 	escOSCEsc // in an OSC's text, after ESC
@@ -48,8 +50,11 @@ const (
 )
 
 // maxHeldOSC is the longest OSC 8 (its parameters and URI) held to be
-// decided (a longer one is dropped); maxHeldCSI the longest CSI held
-// (beyond it, it passes: no report request is that long).
+// decided (a longer one is dropped); maxHeldCSI the longest CSI held.
+// Beyond it, a CSI whose first parameter has ended and is not 20 or 21
+// streams on; any other (a first parameter of 20 or 21 followed by a
+// long tail, or padded with zeros past the limit: the terminal reads
+// both as a report request) is taken out to its end.
 const (
 	maxHeldOSC = 8 << 10
 	maxHeldCSI = 64
@@ -129,9 +134,32 @@ func (f *escFilter) step(c byte, out []byte) []byte {
 				out = append(out, f.held...)
 			}
 			f.state, f.held = escNormal, f.held[:0]
-		case c < 0x20 || len(f.held) > maxHeldCSI:
+		case c < 0x20: // CAN or SUB: the CSI is cancelled
 			out = append(out, f.held...)
 			f.state, f.held = escNormal, f.held[:0]
+		case len(f.held) > maxHeldCSI:
+			if f.mayReport() {
+				f.dropped++
+				f.state, f.held = escCSICut, f.held[:0]
+			} else {
+				out = append(out, f.held...)
+				f.state, f.held = escCSIRun, f.held[:0]
+			}
+		}
+	case escCSIRun, escCSICut:
+		switch {
+		case executed(c):
+			return append(out, c)
+		case c == 0x1b, c == 0xc2:
+			f.state = escNormal
+			return f.step(c, out)
+		case c >= 0x40 && c <= 0x7e, c < 0x20:
+			if f.state == escCSIRun || c < 0x20 {
+				out = append(out, c)
+			}
+			f.state = escNormal
+		case f.state == escCSIRun:
+			out = append(out, c)
 		}
 	case escOSCNum:
 		if ignoredInOSC(c) {
@@ -303,5 +331,18 @@ func (f *escFilter) titleReport() bool {
 		first = first[:i]
 	}
 	n := string(bytes.TrimLeft(first, "0"))
+	return n == "20" || n == "21"
+}
+
+// mayReport reports whether the held CSI, too long to hold further and
+// not yet ended, could still end as a title report request: its first
+// parameter has not ended, or it is 20 or 21.
+func (f *escFilter) mayReport() bool {
+	params := f.held[2:]
+	i := bytes.IndexAny(params, ";:")
+	if i < 0 {
+		return true
+	}
+	n := string(bytes.TrimLeft(params[:i], "0"))
 	return n == "20" || n == "21"
 }

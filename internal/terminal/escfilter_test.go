@@ -54,6 +54,14 @@ var escCases = []struct{ name, in, want string }{
 	{"ESC in a CSI", "\x1b[\x1b[20tx", "x"},
 	{"title report 021", "\x1b[021tx", "x"},
 	{"title report with a sub-parameter", "\x1b[21:1tx", "x"},
+	// Past the held limit: a report request with a long tail of
+	// parameters, or with its first parameter padded by zeros, is taken
+	// out to its end; a long CSI whose first parameter is another streams.
+	{"title report with a long tail", "\x1b[20;" + strings.Repeat("0", 80) + "tx", "x"},
+	{"title report padded past the limit", "\x1b[" + strings.Repeat("0", 80) + "21tx", "x"},
+	{"long report cut by CAN", "\x1b[21;" + strings.Repeat("1;", 40) + "\x18x", "\x18x"},
+	{"long SGR passes", "\x1b[1;" + strings.Repeat("38;5;1;", 12) + "mx", "\x1b[1;" + strings.Repeat("38;5;1;", 12) + "mx"},
+	{"long window op passes", "\x1b[8;" + strings.Repeat("0", 80) + "24;80tx", "\x1b[8;" + strings.Repeat("0", 80) + "24;80tx"},
 }
 
 // TestEscFilter: every case whole, byte by byte, and split at random
