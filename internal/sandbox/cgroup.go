@@ -374,10 +374,10 @@ func writeLimits(dir, ctrl string, v2 bool, lim Limits) error {
 // move): then the caller joins the process to them after the start. Without
 // ns and mnt it has then done nothing, and the caller starts the process
 // itself. An
-// error is start's, that the thread could not enter ns, or, after the
-// process started, that the thread could not move back; the thread is then
-// dropped (it exits with its goroutine; the child's parent-death signal
-// goes with it) and the run must not go on.
+// error is start's, that the thread could not enter ns, or that the
+// thread could not move back (before or after the start); such a thread
+// is parked for the process's life (parkThread), never ended: every box
+// it started would get its parent-death signal. The run must not go on.
 func (r *runCgroup) startInside(ns *Netns, mnt func() (leave func() error, err error), start func() error) (ok bool, err error) {
 	v1 := r != nil && r.v2 == "" && len(r.dirs) > 0
 	if !v1 && ns == nil && mnt == nil {
@@ -430,7 +430,7 @@ func (r *runCgroup) startInside(ns *Netns, mnt func() (leave func() error, err e
 		if v1 && moved < len(r.dirs) {
 			if !back() {
 				done <- result{err: errors.New("cgroup: the starting thread could not leave the run's cgroups")}
-				return // stay locked: the thread ends with this goroutine
+				parkThread() // never serves another goroutine; the boxes it started live on
 			}
 			moved, v1 = 0, false
 		}
@@ -450,15 +450,13 @@ func (r *runCgroup) startInside(ns *Netns, mnt func() (leave func() error, err e
 				err = errors.New("cgroup: the starting thread could not leave the run's cgroups")
 			}
 			done <- result{ok: v1, err: err}
-			return
+			parkThread()
 		}
 		done <- result{ok: v1, err: err}
-		switch {
-		case errors.Is(err, errNamespaceStuck):
+		if errors.Is(err, errNamespaceStuck) || errors.Is(err, errNetnsStuck) {
 			parkThread() // see parkThread: the boxes it started live on
-		case !errors.Is(err, errNetnsStuck):
-			runtime.UnlockOSThread()
 		}
+		runtime.UnlockOSThread()
 	})
 	res := <-done
 	return res.ok, res.err
