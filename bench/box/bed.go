@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,7 +13,6 @@ import (
 	"github.com/quro-dev/quro/bench/internal/procs"
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/engine/python"
-	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 )
 
@@ -55,46 +53,6 @@ func newBed(ctx context.Context, dataDir, install string, disk int64) (*bed, err
 	return &bed{b}, nil
 }
 
-func mustJSON(v any) []byte {
-	data, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return data
-}
-
-// runBody is run_code's body: code in lang ("" is Python) in session.
-func runBody(session, lang, code string) []byte {
-	return mustJSON(app.RunCodeInput{Session: session, Lang: lang, Code: code})
-}
-
-// run is run_code with a prepared body; the run must exit 0 with stdout want.
-func (b *bed) run(ctx context.Context, body []byte, want string) error {
-	var r runcode.Result
-	if err := b.Post(ctx, "run_code", body, &r); err != nil {
-		return err
-	}
-	if r.ExitCode != 0 || r.Error != "" || r.Stdout != want {
-		return fmt.Errorf("run_code: exit %d, error %q, stdout %q (want %q), stderr %q", r.ExitCode, r.Error, r.Stdout, want, r.Stderr)
-	}
-	return nil
-}
-
-// createSession is create_session over REST; it returns the session's id.
-func (b *bed) createSession(ctx context.Context) (string, error) {
-	var s app.SessionInfo
-	if err := b.Post(ctx, "create_session", []byte(`{}`), &s); err != nil {
-		return "", err
-	}
-	return s.ID, nil
-}
-
-func refBody(session string) []byte { return mustJSON(app.SessionRef{Session: session}) }
-
-func (b *bed) destroySession(ctx context.Context, id string) error {
-	return b.Post(ctx, "destroy_session", refBody(id), nil)
-}
-
 // pause and resume are pause_session and resume_session; the answer says
 // whether the session is paused afterwards and how long the server took.
 func (b *bed) pause(ctx context.Context, body []byte) (*app.PauseResult, error) {
@@ -122,7 +80,7 @@ func (b *bed) resume(ctx context.Context, body []byte) (*app.PauseResult, error)
 // resources is get_session_status's resources of a session.
 func (b *bed) resources(ctx context.Context, id string) (*app.SessionResources, error) {
 	var s app.SessionInfo
-	if err := b.Post(ctx, "get_session_status", refBody(id), &s); err != nil {
+	if err := b.Post(ctx, "get_session_status", benchbed.RefBody(id), &s); err != nil {
 		return nil, err
 	}
 	if s.Resources == nil {
@@ -137,7 +95,7 @@ func (b *bed) terminalExec(ctx context.Context, id, command string) error {
 		ExitCode int    `json:"exit_code"`
 		Output   string `json:"output"`
 	}
-	if err := b.Post(ctx, "terminal_exec", mustJSON(app.TerminalExecInput{Session: id, Command: command}), &out); err != nil {
+	if err := b.Post(ctx, "terminal_exec", benchbed.MustJSON(app.TerminalExecInput{Session: id, Command: command}), &out); err != nil {
 		return err
 	}
 	if out.ExitCode != 0 {

@@ -54,13 +54,13 @@ func testBed(b *testing.B) *bed {
 			return
 		}
 		t := shared.b
-		if shared.sh, shared.err = t.createSession(ctx); shared.err != nil {
+		if shared.sh, shared.err = t.CreateSession(ctx); shared.err != nil {
 			return
 		}
-		if shared.heap, shared.err = t.createSession(ctx); shared.err != nil {
+		if shared.heap, shared.err = t.CreateSession(ctx); shared.err != nil {
 			return
 		}
-		shared.err = t.run(ctx, runBody(shared.heap, "", heapCode), heapLen)
+		shared.err = t.Run(ctx, benchbed.RunBody(shared.heap, "", heapCode), heapLen)
 	})
 	if shared.err != nil {
 		b.Fatal(shared.err)
@@ -72,8 +72,8 @@ func testBed(b *testing.B) *bed {
 // a session whose box is already made.
 func BenchmarkRunShREST(b *testing.B) {
 	t := testBed(b)
-	body := runBody(shared.sh, "sh", "true")
-	benchbed.Loop(b, func() error { return t.run(context.Background(), body, "") })
+	body := benchbed.RunBody(shared.sh, "sh", "true")
+	benchbed.Loop(b, func() error { return t.Run(context.Background(), body, "") })
 }
 
 // BenchmarkBwrapTrue is `bwrap --unshare-all --ro-bind / / true` exec'd
@@ -95,8 +95,8 @@ func BenchmarkForkExecTrue(b *testing.B) {
 func BenchmarkPauseResume(b *testing.B) {
 	t := testBed(b)
 	ctx := context.Background()
-	ref := refBody(shared.heap)
-	check := runBody(shared.heap, "", "print(len(x))")
+	ref := benchbed.RefBody(shared.heap)
+	check := benchbed.RunBody(shared.heap, "", "print(len(x))")
 	var pause, resume, both []time.Duration
 	cycle := func(i int) {
 		t0 := time.Now()
@@ -111,7 +111,7 @@ func BenchmarkPauseResume(b *testing.B) {
 		pause, resume, both = append(pause, t1.Sub(t0)), append(resume, t2.Sub(t1)), append(both, t2.Sub(t0))
 		if i%50 == 0 {
 			b.StopTimer()
-			if err := t.run(ctx, check, heapLen); err != nil {
+			if err := t.Run(ctx, check, heapLen); err != nil {
 				b.Fatalf("after resume: %v", err)
 			}
 			b.StartTimer()
@@ -128,7 +128,7 @@ func BenchmarkPauseResume(b *testing.B) {
 		i++
 	}
 	b.StopTimer()
-	if err := t.run(ctx, check, heapLen); err != nil {
+	if err := t.Run(ctx, check, heapLen); err != nil {
 		b.Fatalf("after the last resume: %v", err)
 	}
 	b.ReportMetric(p50(both), "p50-µs")
@@ -156,7 +156,7 @@ func BenchmarkSessionChurn(b *testing.B) {
 		if err := t.terminalExec(ctx, id, "true"); err != nil {
 			return err
 		}
-		return t.run(ctx, runBody(id, "", "print(1)"), "1\n")
+		return t.Run(ctx, benchbed.RunBody(id, "", "print(1)"), "1\n")
 	}
 	// A warm-up round as wide as the clients (the threads a server uses
 	// for 8 concurrent calls are made once and kept, by design).

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/quro-dev/quro/bench/internal/benchbed"
 	"github.com/quro-dev/quro/bench/internal/procs"
 )
 
@@ -100,7 +101,7 @@ func churn(ctx context.Context, b *bed, r *results) error {
 		if err := b.terminalExec(ctx, id, "true"); err != nil {
 			return err
 		}
-		return b.run(ctx, runBody(id, "", "print(1)"), "1\n")
+		return b.Run(ctx, benchbed.RunBody(id, "", "print(1)"), "1\n")
 	}
 	// A warm-up round as wide as the clients, so that "start" is a server
 	// that has served sessions (its pools, caches and code pages in use),
@@ -167,14 +168,14 @@ func churn(ctx context.Context, b *bed, r *results) error {
 
 func reportChurn(cr *churnResult) {
 	fmt.Printf("6. %d sessions made and used (%d clients) in %s, destroyed in %s; box processes gone %s later (%d left)\n",
-		cr.N, *clients, fmtD(cr.Make), fmtD(cr.Destroy), fmtD(cr.Settle), cr.Leftover)
+		cr.N, *clients, benchbed.Dur(cr.Make), benchbed.Dur(cr.Destroy), benchbed.Dur(cr.Settle), cr.Leftover)
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "server process\tOS threads\tPSS\tGo heap in use\tGo stacks\truntime metadata\tgoroutines\t")
 	for _, row := range []struct {
 		name string
 		p    churnPoint
 	}{{"start (after a warm-up round)", cr.Start}, {fmt.Sprintf("%d sessions live", cr.N), cr.Live},
-		{"all destroyed, after runtime.GC", cr.After}, {fmt.Sprintf("  then %s idle (the runtime's scavenger)", fmtD(cr.IdleFor)), cr.Idle},
+		{"all destroyed, after runtime.GC", cr.After}, {fmt.Sprintf("  then %s idle (the runtime's scavenger)", benchbed.Dur(cr.IdleFor)), cr.Idle},
 		{"  then debug.FreeOSMemory", cr.Freed}} {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t\n", row.name, row.p.Threads, mib(row.p.PSS), mib(int64(row.p.HeapInuse)),
 			mib(int64(row.p.StackInuse)), mib(int64(row.p.Meta)), row.p.Goroutines)
@@ -189,7 +190,7 @@ func reportChurn(cr *churnResult) {
 		return "NOT met"
 	}
 	fmt.Printf("after/start (GC, then %s idle): threads %.2fx, PSS %.2fx (right after the GC %.2fx, after FreeOSMemory %.2fx); goal ≤ 1.10x: threads %s, PSS %s\n\n",
-		fmtD(cr.IdleFor), th, ps, ratio(cr.After.PSS, cr.Start.PSS), ratio(cr.Freed.PSS, cr.Start.PSS), ok(th), ok(ps))
+		benchbed.Dur(cr.IdleFor), th, ps, ratio(cr.After.PSS, cr.Start.PSS), ratio(cr.Freed.PSS, cr.Start.PSS), ok(th), ok(ps))
 }
 
 // churnJSON adds part 6 to the JSON figures.

@@ -48,6 +48,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/bench/internal/benchbed"
+	"github.com/quro-dev/quro/bench/internal/procs"
 )
 
 var (
@@ -222,17 +223,17 @@ func run() error {
 
 // 1. One-shot sh true over REST, bwrap alone, fork-exec alone.
 func oneShot(ctx context.Context, b *bed, r *results) error {
-	id, err := b.createSession(ctx)
+	id, err := b.CreateSession(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = b.destroySession(ctx, id) }() // best effort: the measurement's error is the one to report
-	body := runBody(id, "sh", "true")
+	defer func() { _ = b.DestroySession(ctx, id) }() // best effort: the measurement's error is the one to report
+	body := benchbed.RunBody(id, "sh", "true")
 	paths := []struct {
 		s *series
 		f func() error
 	}{
-		{&series{name: `REST run_code {"lang":"sh","code":"true"} (warm box)`}, func() error { return b.run(ctx, body, "") }},
+		{&series{name: `REST run_code {"lang":"sh","code":"true"} (warm box)`}, func() error { return b.Run(ctx, body, "") }},
 		{&series{name: "bwrap --unshare-all --ro-bind / / true"}, bwrapTrue},
 		{&series{name: "fork-exec /bin/true (os/exec)"}, forkTrue},
 	}
@@ -269,20 +270,20 @@ func firstPython(ctx context.Context, b *bed, r *results) error {
 	runOnly := &series{name: "run_code print(1), a fresh session's first run"}
 	both := &series{name: "create_session + that first run_code"}
 	create := &series{name: "create_session alone"}
-	body := func(id string) []byte { return runBody(id, "", "print(1)") }
+	body := func(id string) []byte { return benchbed.RunBody(id, "", "print(1)") }
 	fmt.Fprintf(os.Stderr, "2: first Python run in %d fresh sessions ...\n", *nFirst)
 	for i := range *nFirst + 2 {
 		t0 := time.Now()
-		id, err := b.createSession(ctx)
+		id, err := b.CreateSession(ctx)
 		if err != nil {
 			return err
 		}
 		t1 := time.Now()
-		if err := b.run(ctx, body(id), "1\n"); err != nil {
+		if err := b.Run(ctx, body(id), "1\n"); err != nil {
 			return err
 		}
 		t2 := time.Now()
-		if err := b.destroySession(ctx, id); err != nil {
+		if err := b.DestroySession(ctx, id); err != nil {
 			return err
 		}
 		if i < 2 { // warm-up
@@ -299,27 +300,27 @@ func firstPython(ctx context.Context, b *bed, r *results) error {
 	bare := &series{name: "sh: python3.14 -I -c 'print(1)' in a made box"}
 	interp, _ := filepath.Glob(filepath.Join(*install, "python", "*", "bin", "python3.14"))
 	for i := range *nFirst + 2 {
-		id, err := b.createSession(ctx)
+		id, err := b.CreateSession(ctx)
 		if err != nil {
 			return err
 		}
-		if err := b.run(ctx, runBody(id, "sh", "true"), ""); err != nil {
+		if err := b.Run(ctx, benchbed.RunBody(id, "sh", "true"), ""); err != nil {
 			return err
 		}
 		t := time.Now()
-		if err := b.run(ctx, body(id), "1\n"); err != nil {
+		if err := b.Run(ctx, body(id), "1\n"); err != nil {
 			return err
 		}
 		d := time.Since(t)
 		var d2 time.Duration
 		if len(interp) == 1 {
 			t = time.Now()
-			if err := b.run(ctx, runBody(id, "sh", interp[0]+" -I -c 'print(1)'"), "1\n"); err != nil {
+			if err := b.Run(ctx, benchbed.RunBody(id, "sh", interp[0]+" -I -c 'print(1)'"), "1\n"); err != nil {
 				return err
 			}
 			d2 = time.Since(t)
 		}
-		if err := b.destroySession(ctx, id); err != nil {
+		if err := b.DestroySession(ctx, id); err != nil {
 			return err
 		}
 		if i >= 2 {
@@ -335,12 +336,12 @@ func firstPython(ctx context.Context, b *bed, r *results) error {
 
 // 3. Pause and resume of a session holding 100 MiB; the CPU while paused.
 func pauseResume(ctx context.Context, b *bed, r *results) error {
-	id, err := b.createSession(ctx)
+	id, err := b.CreateSession(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = b.destroySession(ctx, id) }() // best effort: the measurement's error is the one to report
-	if err := b.run(ctx, runBody(id, "", heapCode), heapLen); err != nil {
+	defer func() { _ = b.DestroySession(ctx, id) }() // best effort: the measurement's error is the one to report
+	if err := b.Run(ctx, benchbed.RunBody(id, "", heapCode), heapLen); err != nil {
 		return err
 	}
 	res, err := b.resources(ctx, id)
@@ -348,7 +349,7 @@ func pauseResume(ctx context.Context, b *bed, r *results) error {
 		return err
 	}
 	r.heapBytes = res.MemoryBytes
-	ref := refBody(id)
+	ref := benchbed.RefBody(id)
 	if err := pauseCycles(ctx, b, r, id, ref); err != nil {
 		return err
 	}
@@ -361,7 +362,7 @@ func pauseResume(ctx context.Context, b *bed, r *results) error {
 // pauseCycles times *nPause pause+resume cycles of session id (after 3
 // for warm-up), each checked by a run that reads its heap.
 func pauseCycles(ctx context.Context, b *bed, r *results, id string, ref []byte) error {
-	check := runBody(id, "", "print(len(x))")
+	check := benchbed.RunBody(id, "", "print(len(x))")
 	pause := &series{name: "pause_session (REST)"}
 	resume := &series{name: "resume_session (REST)"}
 	both := &series{name: "pause + resume"}
@@ -380,7 +381,7 @@ func pauseCycles(ctx context.Context, b *bed, r *results, id string, ref []byte)
 			return err
 		}
 		t2 := time.Now()
-		if err := b.run(ctx, check, heapLen); err != nil {
+		if err := b.Run(ctx, check, heapLen); err != nil {
 			return fmt.Errorf("after resume: %w", err)
 		}
 		if i < 3 {
@@ -461,7 +462,7 @@ func boxCPUOverPause(ctx context.Context, b *bed, r *results, id string, ref []b
 func workerCPUOverPause(ctx context.Context, b *bed, r *results, id string, ref []byte) error {
 	fmt.Fprintln(os.Stderr, "3: the same with a thread spinning in the Python worker ...")
 	spin := "import threading\ndef _spin():\n    while True:\n        pass\nthreading.Thread(target=_spin, daemon=True).start()\nprint(len(x))"
-	if err := b.run(ctx, runBody(id, "", spin), heapLen); err != nil {
+	if err := b.Run(ctx, benchbed.RunBody(id, "", spin), heapLen); err != nil {
 		return err
 	}
 	both2 := func() (float64, float64, error) {
@@ -517,7 +518,7 @@ func makeSessions(ctx context.Context, b *bed, n, clients int, prime func(id str
 				if i >= n {
 					return
 				}
-				id, err := b.createSession(ctx)
+				id, err := b.CreateSession(ctx)
 				if err == nil {
 					ids[i] = id
 					err = prime(id)
@@ -557,7 +558,7 @@ func destroyAll(ctx context.Context, b *bed, ids []string, clients int) error {
 				if ids[i] == "" {
 					continue
 				}
-				if err := b.destroySession(ctx, ids[i]); err != nil {
+				if err := b.DestroySession(ctx, ids[i]); err != nil {
 					mu.Lock()
 					if firstErr == nil {
 						firstErr = err
@@ -574,7 +575,7 @@ func destroyAll(ctx context.Context, b *bed, ids []string, clients int) error {
 // 4. Destroying sessions that each have a box.
 func destroy(ctx context.Context, b *bed, r *results) error {
 	m := *nDestroy
-	prime := func(id string) error { return b.run(ctx, runBody(id, "sh", "true"), "") }
+	prime := func(id string) error { return b.Run(ctx, benchbed.RunBody(id, "sh", "true"), "") }
 	fmt.Fprintf(os.Stderr, "4: making %d sessions, each with a box ...\n", m)
 	ids, err := makeSessions(ctx, b, m, *clients, prime)
 	if err != nil {
@@ -629,7 +630,7 @@ func destroy(ctx context.Context, b *bed, r *results) error {
 	start := time.Now()
 	for _, id := range ids[k:] {
 		t := time.Now()
-		if err := b.destroySession(ctx, id); err != nil {
+		if err := b.DestroySession(ctx, id); err != nil {
 			return err
 		}
 		r.destroySeq.ds = append(r.destroySeq.ds, time.Since(t))
@@ -661,7 +662,7 @@ const zygoteWait = 40 * time.Second
 
 func idle(ctx context.Context, b *bed, r *results) error {
 	n := *nIdle
-	ir := &idleResult{N: n, AvailBefore: memAvailable()}
+	ir := &idleResult{N: n, AvailBefore: procs.MemAvailable()}
 	before, err := measurePSS()
 	if err != nil {
 		return err
@@ -685,7 +686,7 @@ func idle(ctx context.Context, b *bed, r *results) error {
 		default:
 			return fmt.Errorf("-idle-mode %q: want used, python or fresh", *idleMode)
 		}
-		return b.run(ctx, runBody(id, "", "print(1)"), "1\n")
+		return b.Run(ctx, benchbed.RunBody(id, "", "print(1)"), "1\n")
 	})
 	ir.Make = time.Since(start)
 	if err != nil {
@@ -696,7 +697,7 @@ func idle(ctx context.Context, b *bed, r *results) error {
 	// 30 s after its last spawn; wait until they are let go.
 	fmt.Fprintf(os.Stderr, "5: waiting %s for the boxes' zygotes to be let go ...\n", zygoteWait)
 	time.Sleep(zygoteWait)
-	ir.AvailAfter = memAvailable()
+	ir.AvailAfter = procs.MemAvailable()
 	if ir.PSS, err = measurePSS(); err != nil {
 		return err
 	}
@@ -758,51 +759,25 @@ func releaseIdle(ctx context.Context, b *bed, ir *idleResult, ids []string) erro
 	some := ids[:min(len(ids), 20)]
 	for _, id := range some {
 		t := time.Now()
-		if err := b.run(ctx, runBody(id, "", "print(1)"), "1\n"); err != nil {
+		if err := b.Run(ctx, benchbed.RunBody(id, "", "print(1)"), "1\n"); err != nil {
 			return err
 		}
 		ir.RestoreRelease.ds = append(ir.RestoreRelease.ds, time.Since(t))
 	}
 	for _, id := range some {
-		if _, err := b.pause(ctx, refBody(id)); err != nil {
+		if _, err := b.pause(ctx, benchbed.RefBody(id)); err != nil {
 			return err
 		}
 		t := time.Now()
-		if _, err := b.resume(ctx, refBody(id)); err != nil {
+		if _, err := b.resume(ctx, benchbed.RefBody(id)); err != nil {
 			return err
 		}
-		if err := b.run(ctx, runBody(id, "", "print(1)"), "1\n"); err != nil {
+		if err := b.Run(ctx, benchbed.RunBody(id, "", "print(1)"), "1\n"); err != nil {
 			return err
 		}
 		ir.RestorePause.ds = append(ir.RestorePause.ds, time.Since(t))
 	}
 	return nil
-}
-
-func memAvailable() int64 {
-	data, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	for l := range strings.Lines(string(data)) {
-		if v, ok := strings.CutPrefix(l, "MemAvailable:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
-func loadAvg() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 func verdict(got, goal time.Duration) string {
@@ -814,20 +789,20 @@ func verdict(got, goal time.Duration) string {
 
 func report(r *results) {
 	fmt.Printf("Quro session-box benchmark: %s/%s, %d CPUs, %s, %s, load average %s, uid %d\n\n",
-		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format(time.RFC3339), loadAvg(), os.Geteuid())
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format(time.RFC3339), procs.LoadAvg(), os.Geteuid())
 	fmt.Printf("runs of a session outside its box (did not fit it): %d\n\n", r.outside)
 	if len(r.one) == 3 {
 		tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "1. one-shot `true`\tn\tmedian\tp95\tratio to bwrap (median)\tratio to fork-exec\tGo CPU/call\t")
 		bw, fk := r.one[1].q(0.5), r.one[2].q(0.5)
 		for _, s := range r.one {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.2fx\t%.1fx\t%s\t\n", s.name, len(s.ds), fmtD(s.q(0.5)), fmtD(s.q(0.95)),
-				float64(s.q(0.5))/float64(bw), float64(s.q(0.5))/float64(fk), fmtD(s.cpu/time.Duration(len(s.ds))))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.2fx\t%.1fx\t%s\t\n", s.name, len(s.ds), benchbed.Dur(s.q(0.5)), benchbed.Dur(s.q(0.95)),
+				float64(s.q(0.5))/float64(bw), float64(s.q(0.5))/float64(fk), benchbed.Dur(s.cpu/time.Duration(len(s.ds))))
 		}
 		tw.Flush()
 		rest := r.one[0].q(0.5)
 		fmt.Printf("goal REST sh true ≤ 3 ms: %s; ≤ 0.5× bwrap alone (%s): %s\n\n", verdict(rest, 3*time.Millisecond),
-			fmtD(bw/2), verdict(rest, bw/2))
+			benchbed.Dur(bw/2), verdict(rest, bw/2))
 	}
 	if len(r.first) > 0 {
 		tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
@@ -836,7 +811,7 @@ func report(r *results) {
 			if len(s.ds) == 0 {
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\n", s.name, len(s.ds), fmtD(s.q(0.5)), fmtD(s.q(0.95)))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\n", s.name, len(s.ds), benchbed.Dur(s.q(0.5)), benchbed.Dur(s.q(0.95)))
 		}
 		tw.Flush()
 		fmt.Printf("goal first run ≤ 20 ms: run_code alone %s; create + run %s\n\n",
@@ -846,7 +821,7 @@ func report(r *results) {
 		tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintf(tw, "3. pause/resume, %d MiB in the box\tn\tmedian\tp95\t\n", r.heapBytes>>20)
 		for _, s := range append(slices.Clone(r.pause), r.serverPauseMS, r.serverResumeMS) {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\n", s.name, len(s.ds), fmtD(s.q(0.5)), fmtD(s.q(0.95)))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\n", s.name, len(s.ds), benchbed.Dur(s.q(0.5)), benchbed.Dur(s.q(0.95)))
 		}
 		tw.Flush()
 		fmt.Printf("goal pause + resume ≤ 10 ms: %s (each ≤ 10 ms: pause %s, resume %s)\n",
@@ -860,15 +835,15 @@ func report(r *results) {
 		tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "4. destroy sessions with a box\tsessions\tper session (median)\tp95\ttotal\t1000 at this rate\t")
 		s := r.destroySeq
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", s.name, len(s.ds), fmtD(s.q(0.5)), fmtD(s.q(0.95)), fmtD(r.destroySeqWall),
-			fmtD(r.destroySeqWall*1000/time.Duration(len(s.ds))))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", s.name, len(s.ds), benchbed.Dur(s.q(0.5)), benchbed.Dur(s.q(0.95)), benchbed.Dur(r.destroySeqWall),
+			benchbed.Dur(r.destroySeqWall*1000/time.Duration(len(s.ds))))
 		fmt.Fprintf(tw, "destroy_session, %d concurrent clients\t%d\t%s (wall/n)\t\t%s\t%s\t\n", *clients, r.destroyParN,
-			fmtD(r.destroyPar/time.Duration(r.destroyParN)), fmtD(r.destroyPar), fmtD(r.destroyPar*1000/time.Duration(r.destroyParN)))
+			benchbed.Dur(r.destroyPar/time.Duration(r.destroyParN)), benchbed.Dur(r.destroyPar), benchbed.Dur(r.destroyPar*1000/time.Duration(r.destroyParN)))
 		if len(r.destroySteps) > 0 && len(r.destroySteps[0].ds) > 0 {
 			fmt.Fprintf(tw, "in-process, step by step, first %d of them (the others still open):\t\t\t\t\t\t\n", len(r.destroySteps[0].ds))
 		}
 		for _, st := range r.destroySteps {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\t\t\n", st.name, len(st.ds), fmtD(st.q(0.5)), fmtD(st.q(0.95)))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\t\t\n", st.name, len(st.ds), benchbed.Dur(st.q(0.5)), benchbed.Dur(st.q(0.95)))
 		}
 		tw.Flush()
 		fmt.Printf("goal ≤ 5 ms per session: %s; 1000 in ≤ 5 s: sequential %s, concurrent %s (extrapolated from %d)\n\n",
@@ -879,7 +854,7 @@ func report(r *results) {
 		p := ir.PSS
 		fmt.Printf("5. %d idle sessions (%s), made in %s, destroyed in %s (%d clients)\n", ir.N,
 			map[string]string{"used": "shell + Python worker each", "python": "print(1) run in each", "fresh": "nothing run"}[ir.Mode],
-			fmtD(ir.Make), fmtD(ir.DestroyAll), *clients)
+			benchbed.Dur(ir.Make), benchbed.Dur(ir.DestroyAll), *clients)
 		tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "PSS\tprocesses\ttotal\tper session\tprivate per session\tthreads per session\t")
 		fmt.Fprintf(tw, "server process (before: %s)\t1\t%s\t%s (growth)\t\t\t\n", mib(ir.ServerBeforeBytes), mib(p.Server),
@@ -925,7 +900,7 @@ func report(r *results) {
 			fmt.Fprintf(tw, "boxes + server growth\t\t\t%s\t\n", kib(per))
 			tw.Flush()
 			for _, s := range []*series{ir.RestoreRelease, ir.RestorePause} {
-				fmt.Printf("  %s: p50 %s, p95 %s (%d sessions)\n", s.name, fmtD(s.q(0.5)), fmtD(s.q(0.95)), len(s.ds))
+				fmt.Printf("  %s: p50 %s, p95 %s (%d sessions)\n", s.name, benchbed.Dur(s.q(0.5)), benchbed.Dur(s.q(0.95)), len(s.ds))
 			}
 			fmt.Println()
 		}
@@ -946,7 +921,7 @@ func frozen(r *results) string {
 }
 
 func writeJSON(path string, r *results) error {
-	out := map[string]any{"load_average": loadAvg(), "outside_runs": r.outside, "time": time.Now().UTC().Format(time.RFC3339), "uid": os.Geteuid()}
+	out := map[string]any{"load_average": procs.LoadAvg(), "outside_runs": r.outside, "time": time.Now().UTC().Format(time.RFC3339), "uid": os.Geteuid()}
 	put := func(s *series) {
 		if s != nil && len(s.ds) > 0 {
 			out[s.name] = map[string]any{"n": len(s.ds), "median_us": benchbed.Micro(s.q(0.5)), "p95_us": benchbed.Micro(s.q(0.95))}
@@ -985,16 +960,6 @@ func writeJSON(path string, r *results) error {
 		return err
 	}
 	return os.WriteFile(path, data, 0o644)
-}
-
-func fmtD(d time.Duration) string {
-	switch {
-	case d < time.Millisecond && d > -time.Millisecond:
-		return fmt.Sprintf("%.0f µs", benchbed.Micro(d))
-	case d < time.Second:
-		return fmt.Sprintf("%.2f ms", benchbed.Micro(d)/1e3)
-	}
-	return fmt.Sprintf("%.2f s", d.Seconds())
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -16,7 +15,6 @@ import (
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/engine/python"
-	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -70,42 +68,6 @@ func newBed(ctx context.Context, dataDir string, opts *app.Options) (*bed, error
 	}
 	go a.Supervise(ctx, 15*time.Second) // quro serve's --patrol default
 	return &bed{b}, nil
-}
-
-func mustJSON(v any) []byte {
-	data, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return data
-}
-
-func runBody(session, lang, code string) []byte {
-	return mustJSON(app.RunCodeInput{Session: session, Lang: lang, Code: code})
-}
-
-// run is run_code with a prepared body; the run must exit 0 with stdout want.
-func (b *bed) run(ctx context.Context, body []byte, want string) error {
-	var r runcode.Result
-	if err := b.Post(ctx, "run_code", body, &r); err != nil {
-		return err
-	}
-	if r.ExitCode != 0 || r.Error != "" || r.Stdout != want {
-		return fmt.Errorf("run_code: exit %d, error %q, stdout %q (want %q), stderr %q", r.ExitCode, r.Error, r.Stdout, want, r.Stderr)
-	}
-	return nil
-}
-
-func (b *bed) create(ctx context.Context) (string, error) {
-	var s app.SessionInfo
-	if err := b.Post(ctx, "create_session", []byte(`{}`), &s); err != nil {
-		return "", err
-	}
-	return s.ID, nil
-}
-
-func (b *bed) destroy(ctx context.Context, id string) error {
-	return b.Post(ctx, "destroy_session", mustJSON(app.SessionRef{Session: id}), nil)
 }
 
 // texec runs command in the session's shell; it must exit 0.

@@ -86,7 +86,7 @@ func freshOnce() (time.Duration, error) {
 	}
 	defer b.Close()
 	bb := &bed{b}
-	if err := bb.run(ctx, runBody("", "", "print(1)"), "1\n"); err != nil {
+	if err := bb.Run(ctx, benchbed.RunBody("", "", "print(1)"), "1\n"); err != nil {
 		return 0, err
 	}
 	return time.Since(start), nil

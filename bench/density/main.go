@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/bench/internal/benchbed"
+	"github.com/quro-dev/quro/bench/internal/procs"
 	"github.com/quro-dev/quro/internal/app"
 )
 
@@ -206,7 +207,7 @@ type results struct {
 	Avail    [2]int64             `json:"mem_available_bytes_before_after_n"`
 }
 
-func (r *results) load(when string) { r.LoadAt = append(r.LoadAt, when+": "+loadAvg()) }
+func (r *results) load(when string) { r.LoadAt = append(r.LoadAt, when+": "+procs.LoadAvg()) }
 
 func run(r *results) error {
 	if os.Geteuid() != 0 {
@@ -262,7 +263,7 @@ func run(r *results) error {
 	if r.Baseline, err = measurePSS(); err != nil {
 		return err
 	}
-	r.Avail[0] = memAvailable()
+	r.Avail[0] = procs.MemAvailable()
 	// 5. N/2, then N.
 	var ids []string
 	for _, to := range []int{n / 2, n} {
@@ -289,10 +290,10 @@ func run(r *results) error {
 		destroyAll(ctx, b, ids)
 		return err
 	}
-	r.Avail[1] = memAvailable()
+	r.Avail[1] = procs.MemAvailable()
 	fmt.Fprintf(os.Stderr, "run_code print(1) in each of the %d ...\n", n)
 	t := time.Now()
-	if err := parallel(len(ids), *clients, func(i int) error { return b.run(ctx, runBody(ids[i], "", "print(1)"), "1\n") }); err != nil {
+	if err := parallel(len(ids), *clients, func(i int) error { return b.Run(ctx, benchbed.RunBody(ids[i], "", "print(1)"), "1\n") }); err != nil {
 		destroyAll(ctx, b, ids)
 		return err
 	}
@@ -309,7 +310,7 @@ func run(r *results) error {
 	t = time.Now()
 	for _, id := range ids {
 		t0 := time.Now()
-		if err := b.destroy(ctx, id); err != nil {
+		if err := b.DestroySession(ctx, id); err != nil {
 			return err
 		}
 		r.Teardown.D = append(r.Teardown.D, time.Since(t0))
@@ -335,22 +336,22 @@ func samplesAt(ctx context.Context, b *bed, r *results, open, warm int) error {
 		Both: &series{Name: "create + first run"}, Destroy: &series{Name: "destroy_session after it"}}
 	lv.Spare = b.spareReady(time.Minute) // each level starts alike: a spare ready (if one comes within a minute)
 	fmt.Fprintf(os.Stderr, "%d open: %d create + first run samples ...\n", open, *samples)
-	body := func(id string) []byte { return runBody(id, "", "print(1)") }
+	body := func(id string) []byte { return benchbed.RunBody(id, "", "print(1)") }
 	for i := range *samples + warm {
 		if i > 0 && *pace > 0 {
 			time.Sleep(*pace)
 		}
 		t0 := time.Now()
-		id, err := b.create(ctx)
+		id, err := b.CreateSession(ctx)
 		if err != nil {
 			return fmt.Errorf("%d open: %w", open, err)
 		}
 		t1 := time.Now()
-		if err := b.run(ctx, body(id), "1\n"); err != nil {
+		if err := b.Run(ctx, body(id), "1\n"); err != nil {
 			return fmt.Errorf("%d open: %w", open, err)
 		}
 		t2 := time.Now()
-		if err := b.destroy(ctx, id); err != nil {
+		if err := b.DestroySession(ctx, id); err != nil {
 			return fmt.Errorf("%d open: %w", open, err)
 		}
 		t3 := time.Now()
@@ -369,20 +370,20 @@ func samplesAt(ctx context.Context, b *bed, r *results, open, warm int) error {
 // probeAt times one-shot runs and terminal_exec in a probe session
 // (made, warmed, destroyed after) beside bwrap alone, interleaved.
 func probeAt(ctx context.Context, b *bed, r *results, open int) error {
-	id, err := b.create(ctx)
+	id, err := b.CreateSession(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = b.destroy(ctx, id) }() // best effort: a measurement's error is the one to report
+	defer func() { _ = b.DestroySession(ctx, id) }() // best effort: a measurement's error is the one to report
 	p := &probe{Open: open, RunSh: &series{Name: `run_code {"lang":"sh","code":"true"}`},
 		Bwrap: &series{Name: "bwrap --unshare-all --ro-bind / / true"}, Texec: &series{Name: "terminal_exec true"}}
-	sh := runBody(id, "sh", "true")
-	tx := mustJSON(app.TerminalExecInput{Session: id, Command: "true"})
+	sh := benchbed.RunBody(id, "sh", "true")
+	tx := benchbed.MustJSON(app.TerminalExecInput{Session: id, Command: "true"})
 	paths := []struct {
 		s *series
 		f func() error
 	}{
-		{p.RunSh, func() error { return b.run(ctx, sh, "") }},
+		{p.RunSh, func() error { return b.Run(ctx, sh, "") }},
 		{p.Bwrap, bwrapTrue},
 		{p.Texec, func() error { return b.texec(ctx, tx) }},
 	}
@@ -427,7 +428,7 @@ func doBurst(ctx context.Context, b *bed, r *results) error {
 		wg.Go(func() {
 			<-gate
 			t := time.Now()
-			ids[i], errs[i] = b.create(ctx)
+			ids[i], errs[i] = b.CreateSession(ctx)
 			ds[i] = time.Since(t)
 		})
 	}
@@ -458,7 +459,7 @@ func fillTo(ctx context.Context, b *bed, r *results, from, to int) ([]string, er
 	ids := make([]string, to-from)
 	t := time.Now()
 	err := parallel(len(ids), *clients, func(i int) error {
-		id, err := b.create(ctx)
+		id, err := b.CreateSession(ctx)
 		ids[i] = id
 		return err
 	})
@@ -473,7 +474,7 @@ func destroyAll(ctx context.Context, b *bed, ids []string) {
 		if ids[i] == "" {
 			return nil
 		}
-		return b.destroy(ctx, ids[i])
+		return b.DestroySession(ctx, ids[i])
 	})
 }
 
@@ -491,7 +492,7 @@ func report(r *results) {
 	fmt.Fprintln(tw, "create + first run_code print(1)\topen\tn\tp50\tp95\tspare ready\t")
 	for _, lv := range r.Levels {
 		for _, s := range []*series{lv.Create, lv.First, lv.Both, lv.Destroy} {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%v\t\n", s.Name, lv.Open, len(s.D), fmtD(s.q(0.5)), fmtD(s.q(0.95)), lv.Spare)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%v\t\n", s.Name, lv.Open, len(s.D), benchbed.Dur(s.q(0.5)), benchbed.Dur(s.q(0.95)), lv.Spare)
 		}
 	}
 	tw.Flush()
@@ -502,14 +503,14 @@ func report(r *results) {
 			verdict(max(z, h, top), 20*time.Millisecond))
 	}
 	for _, f := range r.Fills {
-		fmt.Printf("idle sessions %d→%d made in %s from %d clients (%.1f/s)\n", f.From, f.To, fmtD(f.Took), *clients,
+		fmt.Printf("idle sessions %d→%d made in %s from %d clients (%.1f/s)\n", f.From, f.To, benchbed.Dur(f.Took), *clients,
 			float64(f.To-f.From)/f.Took.Seconds())
 	}
 	fmt.Println()
 
 	if bu := r.Burst; bu != nil {
 		fmt.Printf("burst of %d concurrent create_session: all answered in %s, %.1f creates/s, p50 %s, p95 %s, %d errors%s\n",
-			bu.N, fmtD(bu.Total), bu.PerSec, fmtD(bu.Each.q(0.5)), fmtD(bu.Each.q(0.95)), bu.Errors, firstErr(bu.FirstEr))
+			bu.N, benchbed.Dur(bu.Total), bu.PerSec, benchbed.Dur(bu.Each.q(0.5)), benchbed.Dur(bu.Each.q(0.95)), bu.Errors, firstErr(bu.FirstEr))
 		fmt.Printf("goal all within 2 s: %s; ≥ 50 creates/s: %s\n\n", verdict(bu.Total, 2*time.Second),
 			map[bool]string{true: "met", false: "NOT met"}[bu.PerSec >= 50 && bu.Errors == 0])
 	}
@@ -520,7 +521,7 @@ func report(r *results) {
 		for _, p := range r.Probes {
 			bw := p.Bwrap.q(0.5)
 			for _, s := range []*series{p.RunSh, p.Bwrap, p.Texec} {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%.2fx\t\n", s.Name, p.Open, len(s.D), fmtD(s.q(0.5)), fmtD(s.q(0.95)), ratio(s.q(0.5), bw))
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%.2fx\t\n", s.Name, p.Open, len(s.D), benchbed.Dur(s.q(0.5)), benchbed.Dur(s.q(0.95)), ratio(s.q(0.5), bw))
 			}
 		}
 		tw.Flush()
@@ -563,7 +564,7 @@ func reportMemory(r *results) {
 		fmt.Printf("goal per idle session ≤ 2 MiB: %s", mverdict(idle, 2<<20))
 		if r.PyOnce != nil {
 			once := (r.PyOnce.total() - r.Baseline.total()) / n
-			fmt.Printf("; per session that ran Python once ≤ 4 MiB: %s (print(1) in all %d took %s)", mverdict(once, 4<<20), r.N, fmtD(r.RunAll))
+			fmt.Printf("; per session that ran Python once ≤ 4 MiB: %s (print(1) in all %d took %s)", mverdict(once, 4<<20), r.N, benchbed.Dur(r.RunAll))
 		}
 		fmt.Printf("\nMemAvailable drop over the %d idle sessions (whole machine, noisy): %s per session\n", r.N,
 			mib((r.Avail[0]-r.Avail[1])/n))
@@ -584,8 +585,8 @@ func reportMemory(r *results) {
 // directory.
 func reportRest(r *results) {
 	if s := r.Teardown; s != nil && len(s.D) > 0 {
-		fmt.Printf("%s: n %d, p50 %s, p95 %s, all in %s; goal p50 ≤ 3 ms: %s\n\n", s.Name, len(s.D), fmtD(s.q(0.5)), fmtD(s.q(0.95)),
-			fmtD(r.TearWall), verdict(s.q(0.5), 3*time.Millisecond))
+		fmt.Printf("%s: n %d, p50 %s, p95 %s, all in %s; goal p50 ≤ 3 ms: %s\n\n", s.Name, len(s.D), benchbed.Dur(s.q(0.5)), benchbed.Dur(s.q(0.95)),
+			benchbed.Dur(r.TearWall), verdict(s.q(0.5), 3*time.Millisecond))
 	}
 
 	if len(r.Host) > 0 {
@@ -604,10 +605,10 @@ func reportRest(r *results) {
 
 	if f := r.Fresh; f != nil {
 		fmt.Printf("a fresh data directory's first result (new App → first print(1), Python extracted): n %d, p50 %s, max %s\n",
-			len(f.Quro.D), fmtD(f.Quro.q(0.5)), fmtD(f.Quro.q(1)))
+			len(f.Quro.D), benchbed.Dur(f.Quro.q(0.5)), benchbed.Dur(f.Quro.q(1)))
 		if f.Jupyter != nil && len(f.Jupyter.D) > 0 {
 			fmt.Printf("Jupyter cold start (start_new_kernel + execute print(1)): n %d, p50 %s; ratio Quro/Jupyter %.2fx\n",
-				len(f.Jupyter.D), fmtD(f.Jupyter.q(0.5)), ratio(f.Quro.q(0.5), f.Jupyter.q(0.5)))
+				len(f.Jupyter.D), benchbed.Dur(f.Jupyter.q(0.5)), ratio(f.Quro.q(0.5), f.Jupyter.q(0.5)))
 		} else {
 			fmt.Printf("Jupyter cold start: skipped (%s)\n", f.Skip)
 		}
@@ -687,16 +688,6 @@ func writeJSON(path string, r *results) error {
 		return err
 	}
 	return os.WriteFile(path, data, 0o644)
-}
-
-func fmtD(d time.Duration) string {
-	switch {
-	case d < time.Millisecond && d > -time.Millisecond:
-		return fmt.Sprintf("%.0f µs", benchbed.Micro(d))
-	case d < time.Second:
-		return fmt.Sprintf("%.2f ms", benchbed.Micro(d)/1e3)
-	}
-	return fmt.Sprintf("%.2f s", d.Seconds())
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.2f MiB", float64(b)/(1<<20)) }

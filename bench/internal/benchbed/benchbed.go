@@ -1,4 +1,5 @@
 // Package benchbed is the test bed of the served benchmarks (bench/box,
+// bench/density,
 // bench/service): one real App served on a loopback listener the way `quro
 // serve` serves it (cmd/quro/serve.go), with an exec token from the store
 // verified on every request, REST under /v1/ and, where asked, MCP
@@ -24,6 +25,7 @@ import (
 	"github.com/quro-dev/quro/internal/api/rest"
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/runcode"
 )
 
 // Tenant is the tenant of the token Serve issues ("": the local tenant).
@@ -190,4 +192,58 @@ func Loop(b *testing.B, f func() error) {
 	b.StopTimer()
 	slices.Sort(ds)
 	b.ReportMetric(Micro(ds[len(ds)/2]), "p50-µs")
+}
+
+// MustJSON is v as JSON; v is the benchmark's own value, so an error is a bug.
+func MustJSON(v any) []byte {
+	data, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return data
+}
+
+// RunBody is run_code's body: code in lang ("" is Python) in session.
+func RunBody(session, lang, code string) []byte {
+	return MustJSON(app.RunCodeInput{Session: session, Lang: lang, Code: code})
+}
+
+// Run is run_code with a prepared body; the run must exit 0 with stdout want.
+func (b *Bed) Run(ctx context.Context, body []byte, want string) error {
+	var r runcode.Result
+	if err := b.Post(ctx, "run_code", body, &r); err != nil {
+		return err
+	}
+	if r.ExitCode != 0 || r.Error != "" || r.Stdout != want {
+		return fmt.Errorf("run_code: exit %d, error %q, stdout %q (want %q), stderr %q", r.ExitCode, r.Error, r.Stdout, want, r.Stderr)
+	}
+	return nil
+}
+
+// CreateSession is create_session over REST; it returns the session's id.
+func (b *Bed) CreateSession(ctx context.Context) (string, error) {
+	var s app.SessionInfo
+	if err := b.Post(ctx, "create_session", []byte(`{}`), &s); err != nil {
+		return "", err
+	}
+	return s.ID, nil
+}
+
+// DestroySession is destroy_session over REST.
+func (b *Bed) DestroySession(ctx context.Context, id string) error {
+	return b.Post(ctx, "destroy_session", RefBody(id), nil)
+}
+
+// RefBody is the body of a call that names only session.
+func RefBody(session string) []byte { return MustJSON(app.SessionRef{Session: session}) }
+
+// Dur is d for a table: µs below a millisecond, ms below a second, else s.
+func Dur(d time.Duration) string {
+	switch {
+	case d < time.Millisecond && d > -time.Millisecond:
+		return fmt.Sprintf("%.0f µs", Micro(d))
+	case d < time.Second:
+		return fmt.Sprintf("%.2f ms", Micro(d)/1e3)
+	}
+	return fmt.Sprintf("%.2f s", d.Seconds())
 }

@@ -65,3 +65,31 @@ func Descendants(procs map[int]Proc, root int) []Proc {
 	}
 	return out
 }
+
+// MemAvailable is /proc/meminfo's MemAvailable in bytes (0 if unread).
+func MemAvailable() int64 {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for l := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(l, "MemAvailable:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// LoadAvg is /proc/loadavg's three load averages ("?" if unread).
+func LoadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
