@@ -1,6 +1,5 @@
 // Package benchbed is the test bed of the served benchmarks (bench/box,
-// bench/density,
-// bench/service): one real App served on a loopback listener the way `quro
+// bench/density, bench/service): one real App served on a loopback listener the way `quro
 // serve` serves it (cmd/quro/serve.go), with an exec token from the store
 // verified on every request, REST under /v1/ and, where asked, MCP
 // streamable HTTP at /mcp behind the same origin/Host check. The WebSocket
