@@ -112,55 +112,8 @@ func (f *escFilter) step(c byte, out []byte) []byte {
 			f.state, f.held = escNormal, f.held[:0]
 			return f.step(c, out)
 		}
-	case escCSI:
-		switch {
-		case executed(c): // runs, and the CSI goes on
-			return append(out, c)
-		case c == 0x1b, c == 0xc2:
-			// The CSI is cut short by ESC or a C1 control (U+009D OSC…):
-			// a terminal drops it and starts the new sequence. Passed on,
-			// it could join text after a sequence taken out ("ESC [ 21" +
-			// "t", a title report), or hide an OSC in its parameters.
-			f.dropped++
-			f.state, f.held = escNormal, f.held[:0]
-			return f.step(c, out)
-		}
-		f.held = append(f.held, c)
-		switch {
-		case c >= 0x40 && c <= 0x7e: // its final byte
-			if f.titleReport() {
-				f.dropped++
-			} else {
-				out = append(out, f.held...)
-			}
-			f.state, f.held = escNormal, f.held[:0]
-		case c < 0x20: // CAN or SUB: the CSI is cancelled
-			out = append(out, f.held...)
-			f.state, f.held = escNormal, f.held[:0]
-		case len(f.held) > maxHeldCSI:
-			if f.mayReport() {
-				f.dropped++
-				f.state, f.held = escCSICut, f.held[:0]
-			} else {
-				out = append(out, f.held...)
-				f.state, f.held = escCSIRun, f.held[:0]
-			}
-		}
-	case escCSIRun, escCSICut:
-		switch {
-		case executed(c):
-			return append(out, c)
-		case c == 0x1b, c == 0xc2:
-			f.state = escNormal
-			return f.step(c, out)
-		case c >= 0x40 && c <= 0x7e, c < 0x20:
-			if f.state == escCSIRun || c < 0x20 {
-				out = append(out, c)
-			}
-			f.state = escNormal
-		case f.state == escCSIRun:
-			out = append(out, c)
-		}
+	case escCSI, escCSIRun, escCSICut:
+		return f.stepCSI(c, out)
 	case escOSCNum:
 		if ignoredInOSC(c) {
 			break // the terminal ignores it: the number goes on
@@ -317,6 +270,62 @@ func linkAllowed(seq []byte) bool {
 	}
 	l := bytes.ToLower(uri)
 	return bytes.HasPrefix(l, []byte("http://")) || bytes.HasPrefix(l, []byte("https://"))
+}
+
+// stepCSI is step in a CSI: held while it is decided, or, past
+// maxHeldCSI, streamed (escCSIRun) or taken out (escCSICut) to its end.
+func (f *escFilter) stepCSI(c byte, out []byte) []byte {
+	if f.state != escCSI {
+		switch {
+		case executed(c):
+			return append(out, c)
+		case c == 0x1b, c == 0xc2:
+			f.state = escNormal
+			return f.step(c, out)
+		case c >= 0x40 && c <= 0x7e, c < 0x20:
+			if f.state == escCSIRun || c < 0x20 {
+				out = append(out, c)
+			}
+			f.state = escNormal
+		case f.state == escCSIRun:
+			out = append(out, c)
+		}
+		return out
+	}
+	switch {
+	case executed(c): // runs, and the CSI goes on
+		return append(out, c)
+	case c == 0x1b, c == 0xc2:
+		// The CSI is cut short by ESC or a C1 control (U+009D OSC…):
+		// a terminal drops it and starts the new sequence. Passed on,
+		// it could join text after a sequence taken out ("ESC [ 21" +
+		// "t", a title report), or hide an OSC in its parameters.
+		f.dropped++
+		f.state, f.held = escNormal, f.held[:0]
+		return f.step(c, out)
+	}
+	f.held = append(f.held, c)
+	switch {
+	case c >= 0x40 && c <= 0x7e: // its final byte
+		if f.titleReport() {
+			f.dropped++
+		} else {
+			out = append(out, f.held...)
+		}
+		f.state, f.held = escNormal, f.held[:0]
+	case c < 0x20: // CAN or SUB: the CSI is cancelled
+		out = append(out, f.held...)
+		f.state, f.held = escNormal, f.held[:0]
+	case len(f.held) > maxHeldCSI:
+		if f.mayReport() {
+			f.dropped++
+			f.state, f.held = escCSICut, f.held[:0]
+		} else {
+			out = append(out, f.held...)
+			f.state, f.held = escCSIRun, f.held[:0]
+		}
+	}
+	return out
 }
 
 // titleReport reports whether the held CSI asks for a report of the icon
