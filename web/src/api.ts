@@ -26,9 +26,13 @@ export function setOnUnauthenticated(f: () => void): void {
   onUnauthenticated = f;
 }
 
-export async function api<T = unknown>(method: string, path: string, body?: unknown, tok = token()): Promise<T> {
+// background marks a refresh the page makes by itself (not a person's
+// action): the server audits it marked as such, and the audit view hides
+// those by default.
+export async function api<T = unknown>(method: string, path: string, body?: unknown, tok = token(), background = false): Promise<T> {
   const headers: Record<string, string> = { Accept: 'application/json' };
   if (tok) headers.Authorization = `Bearer ${tok}`;
+  if (background) headers['Quro-Background'] = '1';
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   const r = await fetch(path, {
     method,
@@ -80,6 +84,24 @@ export interface Session {
   mode: string;
   restarts: number;
   rootfs?: string;
+  state?: string;
+  tenant?: string;
+  metadata?: Record<string, string>;
+  expires_at?: string;
+  on_timeout?: string;
+  network_rules?: { allow?: string[] | null; deny?: string[] | null };
+  resources?: {
+    paused: boolean;
+    processes: number;
+    memory_bytes: number;
+    memory_limit: number;
+    tasks: number;
+    tasks_limit: number;
+    cpu_seconds: number;
+    cpu_percent_limit: number;
+    disk_bytes?: number;
+    disk_limit?: number;
+  };
 }
 
 export interface Artifact {
