@@ -284,6 +284,26 @@ func TestWebSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	e.step("audit: session column, outcome filter, background reads hidden, a row opens", func() {
+		if st, _ := rest(admin, "GET", "/v1/sessions/no-such-session", nil); st != http.StatusNotFound {
+			e.fail("a missing session: %d", st)
+		}
+		goTo("#/audit")
+		// The session page's refreshes (get_session_status every few
+		// seconds, marked background) are not in the default view.
+		e.waitJS(`[...document.querySelectorAll('#audit tbody tr')].some((r) => r.children[4].textContent === 'pause_session' && r.children[5].textContent === 'ops')`)
+		e.check(eval[int](e, `[...document.querySelectorAll('#audit tbody tr')].filter((r) => r.children[4].textContent === 'get_session_status' && r.querySelector('.badge')).length`) == 0, "background reads hidden")
+		e.click(chromedp.CSS("#audit-background"))
+		e.waitJS(`[...document.querySelectorAll('#audit tbody tr')].some((r) => r.children[4].textContent === 'get_session_status' && r.querySelector('.badge')?.textContent === 'background')`)
+		e.click(chromedp.CSS("#audit-background"))
+		e.selectOption("#audit-outcome", "value", "failed")
+		e.waitJS(`(() => { const r = [...document.querySelectorAll('#audit tbody tr')]; return r.length >= 1 && r.every((x) => !x.children[7].textContent.startsWith('ok')) && r.some((x) => x.children[7].textContent.startsWith('not_found')); })()`)
+		e.click(chromedp.CSS("#audit tbody tr"))
+		e.waitJS(`document.querySelector('#audit tbody tr.open .audit-detail:not([hidden])')?.textContent.includes('Arguments') === true`)
+		e.shot("15-audit")
+		e.selectOption("#audit-outcome", "value", "")
+	})
+
 	e.step("destroy asks first", func() {
 		goTo("#/session/" + opsID)
 		e.waitJS(`document.querySelector('#session-state')?.textContent === 'running'`)

@@ -139,6 +139,8 @@ export interface AuditEntry {
   outcome: string;
   message?: string;
   duration_ms: number;
+  session?: string;
+  background?: boolean;
 }
 
 export interface Status {
