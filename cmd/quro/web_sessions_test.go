@@ -324,6 +324,25 @@ func TestWebSessions(t *testing.T) {
 		e.check(len(d) == 2 && strings.Contains(d[0], "Destroy session ops"), "two confirms: %q", d)
 	})
 
+	e.step("the playground's languages are the server's", func() {
+		_, st := rest(admin, "GET", "/v1/status", nil)
+		var want []string
+		seen := map[string]bool{}
+		engines, _ := st["engines"].([]any)
+		for _, x := range engines {
+			en, _ := x.(map[string]any)
+			if l, _ := en["lang"].(string); en["available"] == true && !seen[l] {
+				seen[l] = true
+				want = append(want, l)
+			}
+		}
+		goTo("#/play")
+		e.waitJS(fmt.Sprintf(`document.querySelectorAll('#play-lang option').length === %d`, len(want)))
+		got := eval[[]string](e, `[...document.querySelectorAll('#play-lang option')].map((o) => o.value)`)
+		e.check(len(want) > 1 && strings.Join(got, " ") == strings.Join(want, " "), "languages %v, the server's %v", got, want)
+		e.t.Logf("     the server's languages: %s", strings.Join(got, " "))
+	})
+
 	e.step("no console errors", func() {
 		mu.Lock()
 		p := append([]string(nil), problems...)

@@ -69,40 +69,6 @@ export function openSocket(path: string): WebSocket {
   return ws;
 }
 
-export interface Session {
-  id: string;
-  name: string;
-  default: boolean;
-  created_at: string;
-  last_used_at: string;
-  network: string;
-  workspace: string;
-  alive: boolean;
-  busy: boolean;
-  cwd: string;
-  last_exit: number;
-  mode: string;
-  restarts: number;
-  rootfs?: string;
-  state?: string;
-  tenant?: string;
-  metadata?: Record<string, string>;
-  expires_at?: string;
-  on_timeout?: string;
-  network_rules?: { allow?: string[] | null; deny?: string[] | null };
-  resources?: {
-    paused: boolean;
-    processes: number;
-    memory_bytes: number;
-    memory_limit: number;
-    tasks: number;
-    tasks_limit: number;
-    cpu_seconds: number;
-    cpu_percent_limit: number;
-    disk_bytes?: number;
-    disk_limit?: number;
-  };
-}
 
 export interface Artifact {
   kind: string;
@@ -129,28 +95,11 @@ export interface RunResult {
   notes?: string[];
 }
 
-export interface AuditEntry {
-  seq: number;
-  time: string;
-  token_id?: string;
-  path: string;
-  capability: string;
-  args: string;
-  outcome: string;
-  message?: string;
-  duration_ms: number;
-  session?: string;
-  background?: boolean;
-}
-
-export interface Status {
-  pid: number;
-  version: string;
-  started_at: string;
-  uptime_seconds: number;
-  data_dir?: string;
-  sessions: number;
-  default_session: string;
-  engines: { lang: string; tier: number; engine: string; available: boolean; reason?: string }[] | null;
-  isolation: { name: string; available: boolean; used: boolean; detail: string }[] | null;
-}
+// The API's types, generated from the server's OpenAPI document
+// (web/src/api-types.ts; make web-types): the server is their source of
+// truth, and make web-check fails when they drift.
+import type { components } from './api-types';
+export type Schemas = components['schemas'];
+export type Session = Schemas['get_session_status.output'];
+export type AuditEntry = Schemas['get_audit_log.output']['entries'][number];
+export type Status = Schemas['get_service_status.output'];
