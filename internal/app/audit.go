@@ -18,7 +18,7 @@ type AuditInput struct {
 	Capability string `json:"capability,omitempty" jsonschema:"only calls of this capability"`
 	Since      string `json:"since,omitempty" jsonschema:"only calls at or after this time: RFC 3339 (2026-01-02T15:04:05Z) or a duration back from now (90s, 15m, 2h)"`
 	Outcome    string `json:"outcome,omitempty" jsonschema:"only calls with this outcome: ok, failed (anything but ok), or one outcome (timeout, canceled, an error code such as not_found)"`
-	Session    string `json:"session,omitempty" jsonschema:"only calls on this session (its id or name; one destroyed since: its id)"`
+	Session    string `json:"session,omitempty" jsonschema:"only calls on this session, one of yours (id or name)"`
 	Background bool   `json:"include_background,omitempty" jsonschema:"also the background reads a client made by itself (a web page refreshing what it shows); left out by default"`
 }
 
@@ -60,12 +60,13 @@ func (a *App) registerAudit(reg *capability.Registry) {
 				return nil, capability.Errorf(capability.InvalidArgument, "outcome is %d bytes: give ok, failed or one outcome", len(in.Outcome))
 			}
 			if in.Session != "" {
-				// A name is read as the tenant's live session of that name;
-				// an id (a destroyed session's too) as it is.
-				q.Session = in.Session
-				if s, err := a.Sessions.Get(ctx, in.Session); err == nil {
-					q.Session = s.ID
+				// One of the caller's live sessions, by id or name (another
+				// tenant's is not found, as everywhere).
+				s, err := a.Sessions.Get(ctx, in.Session)
+				if err != nil {
+					return nil, err
 				}
+				q.Session = s.ID
 			}
 			if c, ok := controller.CallerFrom(ctx); ok && c.Session != "" {
 				// Code in a session sees only its own calls back.

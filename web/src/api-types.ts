@@ -2029,7 +2029,7 @@ export interface components {
             limit?: number;
             /** @description only calls with this outcome: ok, failed (anything but ok), or one outcome (timeout, canceled, an error code such as not_found) */
             outcome?: string;
-            /** @description only calls on this session (its id or name; one destroyed since: its id) */
+            /** @description only calls on this session, one of yours (id or name) */
             session?: string;
             /** @description only calls at or after this time: RFC 3339 (2026-01-02T15:04:05Z) or a duration back from now (90s, 15m, 2h) */
             since?: string;
