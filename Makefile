@@ -25,7 +25,7 @@ TEST_PKGS := python3 bash bubblewrap debootstrap nodejs npm chromium curl gcc li
 # What `make run` needs: the sandbox refuses to run user code without bwrap.
 RUN_PKGS := bubblewrap
 
-.PHONY: e2b-gen e2b-suite stdlib-pyc pip-wheel all build install uninstall run run-deps test test-soak test-short test-stress test-install fuzz deps test-deps vet lint fmt-check tidy-check bench clean ui web web-check
+.PHONY: e2b-gen e2b-suite stdlib-pyc pip-wheel all build install uninstall run run-deps test test-soak test-short test-stress test-install fuzz deps test-deps vet lint fmt-check tidy-check bench clean ui web web-check web-types
 
 all: build
 
@@ -81,6 +81,8 @@ E2B_STAMP := test/e2b/node_modules/.quro-installed
 # sources it was built from: `make ui` (part of build) rebuilds only when
 # they changed, whatever the files' times after a clone.
 WEB_STAMP := web/node_modules/.quro-installed
+# The generator of the UI's API types, a node tree of its own (web-types).
+WEB_TYPES_STAMP := web/openapi/node_modules/.quro-installed
 WEB_SRCS  := web/build.mjs web/package.json web/package-lock.json web/tsconfig.json $(sort $(wildcard web/src/*.ts web/src/*.css web/static/*))
 WEB_SUM    = cat $(WEB_SRCS) | sha256sum | cut -d' ' -f1
 
@@ -94,9 +96,29 @@ web: $(WEB_STAMP)
 	node web/build.mjs
 	$(WEB_SUM) > internal/web/dist/.sources
 
-# Type-check the UI's TypeScript (esbuild only strips the types).
-web-check: $(WEB_STAMP)
+# Type-check the UI's TypeScript (esbuild only strips the types), and
+# check that its API types (web/src/api-types.ts) are what openapi-typescript
+# makes of web/openapi.json (cmd/quro's TestOpenAPIFile checks that file is
+# the server's document): a few seconds.
+web-check: $(WEB_STAMP) $(WEB_TYPES_STAMP)
 	cd web && ./node_modules/.bin/tsc -p .
+	@t=$$(mktemp --suffix=.ts); trap 'rm -f $$t' EXIT; \
+	web/openapi/node_modules/.bin/openapi-typescript web/openapi.json -o $$t >/dev/null 2>&1 && \
+	cmp -s $$t web/src/api-types.ts || { echo "web/src/api-types.ts is not generated from web/openapi.json: run make web-types and commit both" >&2; exit 1; }
+
+# The UI's API types from the source of truth: the server's OpenAPI
+# document (written to web/openapi.json by cmd/quro's TestOpenAPIFile from
+# a real quro serve), turned into TypeScript by openapi-typescript (pinned
+# in web/openapi, a node tree of its own: it needs TypeScript 5's compiler
+# API). Run after changing a capability's input or output; commit both.
+web-types: $(WEB_TYPES_STAMP)
+	QURO_UPDATE_OPENAPI=1 $(GO) test $(TRIM) -count=1 -run '^TestOpenAPIFile$$' ./cmd/quro/
+	web/openapi/node_modules/.bin/openapi-typescript web/openapi.json -o web/src/api-types.ts
+
+$(WEB_TYPES_STAMP): web/openapi/package.json web/openapi/package-lock.json
+	@$(MAKE) --no-print-directory test-deps TEST_PKGS="nodejs npm"
+	npm ci --prefix web/openapi --no-audit --no-fund
+	touch $@
 
 $(WEB_STAMP): web/package.json web/package-lock.json
 	@$(MAKE) --no-print-directory test-deps TEST_PKGS="nodejs npm"

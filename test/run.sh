@@ -68,9 +68,10 @@ wait_side() { # name
 }
 trap 'for p in "${side_pid[@]}"; do kill "$p" 2>/dev/null; done' EXIT
 
-phase "npm ci (three trees side by side)" \
-	"$MAKE" --no-print-directory -j3 -Otarget \
-	test/mcp-ts/node_modules/.quro-installed test/e2b/node_modules/.quro-installed web/node_modules/.quro-installed
+phase "npm ci (four trees side by side)" \
+	"$MAKE" --no-print-directory -j4 -Otarget \
+	test/mcp-ts/node_modules/.quro-installed test/e2b/node_modules/.quro-installed web/node_modules/.quro-installed \
+	web/openapi/node_modules/.quro-installed
 phase "web-check, fmt-check, tidy-check, vet" \
 	"$MAKE" --no-print-directory web-check fmt-check tidy-check vet
 

@@ -17,6 +17,9 @@ type AuditInput struct {
 	Limit      int    `json:"limit,omitempty" jsonschema:"how many of the latest entries (default 50, at most 1000)"`
 	Capability string `json:"capability,omitempty" jsonschema:"only calls of this capability"`
 	Since      string `json:"since,omitempty" jsonschema:"only calls at or after this time: RFC 3339 (2026-01-02T15:04:05Z) or a duration back from now (90s, 15m, 2h)"`
+	Outcome    string `json:"outcome,omitempty" jsonschema:"only calls with this outcome: ok, failed (anything but ok), or one outcome (timeout, canceled, an error code such as not_found)"`
+	Session    string `json:"session,omitempty" jsonschema:"only calls on this session, one of yours (id or name)"`
+	Background bool   `json:"include_background,omitempty" jsonschema:"also the background reads a client made by itself (a web page refreshing what it shows); left out by default"`
 }
 
 // AuditLog is get_audit_log's output.
@@ -49,9 +52,22 @@ func (a *App) registerAudit(reg *capability.Registry) {
 			"latest entries last, with time, access path, token id, capability, a summary of the arguments (code and commands as their first line; "+
 			"environment variables by name; file contents, environment values and secrets only as their size), "+
 			"outcome (ok; timeout or canceled for a run that was stopped; or an error code) and duration. "+
-			"Filters: limit (default 50, at most 1000), capability, since (RFC 3339 time or a duration such as 15m).",
+			"Filters: limit (default 50, at most 1000), capability, since (RFC 3339 time or a duration such as 15m), outcome (ok, failed or one outcome), session. "+
+			"Each entry names the session the call acted on. Reads a client made by itself (a web page's refreshes) are marked background and left out unless include_background.",
 		capability.ScopeRead, func(ctx context.Context, in AuditInput) (*AuditLog, error) {
-			q := audit.Query{Tenant: session.TenantFrom(ctx), Capability: in.Capability, Limit: in.Limit}
+			q := audit.Query{Tenant: session.TenantFrom(ctx), Capability: in.Capability, Limit: in.Limit, Outcome: in.Outcome, Background: in.Background}
+			if len(in.Outcome) > 64 {
+				return nil, capability.Errorf(capability.InvalidArgument, "outcome is %d bytes: give ok, failed or one outcome", len(in.Outcome))
+			}
+			if in.Session != "" {
+				// One of the caller's live sessions, by id or name (another
+				// tenant's is not found, as everywhere).
+				s, err := a.Sessions.Get(ctx, in.Session)
+				if err != nil {
+					return nil, err
+				}
+				q.Session = s.ID
+			}
 			if c, ok := controller.CallerFrom(ctx); ok && c.Session != "" {
 				// Code in a session sees only its own calls back.
 				q.TokenID = c.TokenID

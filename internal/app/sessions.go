@@ -73,6 +73,7 @@ type SetTimeoutInput struct {
 type ListSessionsInput struct {
 	Metadata map[string]string `json:"metadata,omitempty" jsonschema:"only the sessions whose metadata has every one of these pairs"`
 	State    []string          `json:"state,omitempty" jsonschema:"only sessions in one of these states: running, paused"`
+	Tenant   string            `json:"tenant,omitempty" jsonschema:"for the operator (an admin of the local tenant) only: another tenant's sessions, or every tenant's with \"*\"; each then says its tenant"`
 }
 
 // Session states (SessionInfo.State).
@@ -136,9 +137,12 @@ type ExportLogInput struct {
 
 // SessionInfo describes a session.
 type SessionInfo struct {
-	ID         string    `json:"id"`
-	Name       string    `json:"name"`
-	Default    bool      `json:"default"`
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Default bool   `json:"default"`
+	// Tenant is the session's owner, in the operator's listings across
+	// tenants only ("" is the local tenant).
+	Tenant     *string   `json:"tenant,omitempty"`
 	CreatedAt  time.Time `json:"created_at"`
 	LastUsedAt time.Time `json:"last_used_at"`
 	Network    string    `json:"network"`
@@ -178,6 +182,9 @@ func (s *SessionInfo) Text() string {
 	}
 	line := fmt.Sprintf("%s %s%s: %s alive=%v busy=%v mode=%s cwd=%s last_exit=%d network=%s",
 		s.ID, s.Name, def, s.SessionState, s.Alive, s.Busy, s.Mode, s.Cwd, s.LastExit, s.Network)
+	if s.Tenant != nil {
+		line += fmt.Sprintf(" tenant=%q", *s.Tenant)
+	}
 	if r := s.NetworkRules; r != nil {
 		if len(r.Allow) > 0 {
 			line += " allow_out=" + strings.Join(r.Allow, ",")
@@ -439,7 +446,28 @@ func (a *App) listSessions(ctx context.Context, in ListSessionsInput) (*SessionL
 			return nil, capability.Errorf(capability.InvalidArgument, "state %q: use running or paused", st)
 		}
 	}
-	list, err := a.Sessions.List(ctx)
+	var (
+		list  []*session.Session
+		err   error
+		cross bool // the operator's view of other tenants: each says its tenant
+	)
+	c, _ := controller.CallerFrom(ctx)
+	switch {
+	case in.Tenant == "" || in.Tenant == c.Tenant && !operator(c):
+		list, err = a.Sessions.List(ctx)
+	case !operator(c):
+		return nil, capability.Errorf(capability.PermissionDenied,
+			"listing another tenant's sessions is for the operator (an admin of the local tenant); leave tenant empty for your own")
+	case in.Tenant == "*":
+		cross = true
+		list, err = a.Sessions.ListEvery(ctx)
+	default:
+		if !session.ValidTenant(in.Tenant) {
+			return nil, capability.Errorf(capability.InvalidArgument, "tenant %q is not a tenant name", in.Tenant)
+		}
+		cross = true
+		list, err = a.Sessions.List(session.WithTenant(ctx, in.Tenant))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -448,7 +476,10 @@ func (a *App) listSessions(ctx context.Context, in ListSessionsInput) (*SessionL
 		if !metadataMatches(s.Metadata, in.Metadata) {
 			continue
 		}
-		info := a.sessionInfo(ctx, s)
+		info := a.sessionInfo(session.WithTenant(ctx, s.Tenant), s)
+		if cross {
+			info.Tenant = &s.Tenant
+		}
 		if len(in.State) > 0 && !slices.Contains(in.State, info.SessionState) {
 			continue
 		}

@@ -36,6 +36,7 @@ var sessionArgs = map[string]map[string]any{
 	"terminal_exec":       {"command": "true"},
 	"send_input":          {"data": "x\n"},
 	"destroy_session":     {},
+	"get_audit_log":       {},
 	"get_session_status":  {},
 	"set_default_session": {},
 	"set_session_env":     {"env": map[string]any{"A": "1"}},

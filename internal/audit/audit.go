@@ -117,6 +117,7 @@ func (l *Log) Observe(_ context.Context, r *controller.Record) {
 	e := store.AuditEntry{
 		At: r.Start, Tenant: r.Caller.Tenant, TokenID: r.Caller.TokenID, Path: r.Caller.Path,
 		Capability: bounded(r.Capability, 64), Args: Summarize(r.Args), Outcome: r.Outcome, Duration: r.Duration,
+		Session: r.Session, Background: r.Background,
 	}
 	if r.Err != nil {
 		e.Message = bounded(r.Err.Message, 512)
@@ -302,6 +303,8 @@ type Entry struct {
 	Outcome    string    `json:"outcome" jsonschema:"ok; timeout or canceled when the call's run was stopped before it finished; or the error code"`
 	Message    string    `json:"message,omitempty" jsonschema:"the error message"`
 	DurationMS float64   `json:"duration_ms"`
+	Session    string    `json:"session,omitempty" jsonschema:"the id of the session the call acted on (entered or created)"`
+	Background bool      `json:"background,omitempty" jsonschema:"a read the client made by itself (a page refreshing what it shows), not a person's or an agent's action"`
 }
 
 // Query selects entries.
@@ -311,6 +314,11 @@ type Query struct {
 	Capability string
 	Since      time.Time
 	Limit      int // default 50, at most 1000
+	// Outcome: "" for any, "ok", "failed" (anything but ok) or one outcome.
+	Outcome string
+	Session string // only calls on this session id ("" for any)
+	// Background includes the background reads (left out otherwise).
+	Background bool
 }
 
 // MaxLimit is the most entries one query returns.
@@ -325,14 +333,16 @@ func (l *Log) Entries(ctx context.Context, q Query) ([]Entry, error) {
 		q.Limit = 50
 	}
 	q.Limit = min(q.Limit, MaxLimit)
-	rows, err := l.st.Audit(ctx, store.AuditFilter{Tenant: q.Tenant, TokenID: q.TokenID, Capability: q.Capability, Since: q.Since, Limit: q.Limit})
+	rows, err := l.st.Audit(ctx, store.AuditFilter{Tenant: q.Tenant, TokenID: q.TokenID, Capability: q.Capability, Since: q.Since, Limit: q.Limit,
+		Outcome: q.Outcome, Session: q.Session, Background: q.Background})
 	if err != nil {
 		return nil, err
 	}
 	out := make([]Entry, len(rows))
 	for i, r := range rows {
 		out[i] = Entry{Seq: r.Seq, Time: r.At.UTC(), TokenID: r.TokenID, Path: r.Path, Capability: r.Capability,
-			Args: r.Args, Outcome: r.Outcome, Message: r.Message, DurationMS: float64(r.Duration.Microseconds()) / 1000}
+			Args: r.Args, Outcome: r.Outcome, Message: r.Message, DurationMS: float64(r.Duration.Microseconds()) / 1000,
+			Session: r.Session, Background: r.Background}
 	}
 	return out, nil
 }

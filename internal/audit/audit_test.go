@@ -284,3 +284,53 @@ func TestFullLogWaitsForRoom(t *testing.T) {
 		t.Fatalf("%d lost", l.Lost())
 	}
 }
+
+// The filters on the server's side: outcome (ok, failed, one outcome),
+// session, and background reads left out unless asked for.
+func TestEntriesFilters(t *testing.T) {
+	t.Parallel()
+	l, _ := newLog(t, 0)
+	ctx := context.Background()
+	add := func(name, sess string, err *capability.Error, bg bool) {
+		r := record("a", name, err)
+		r.Session, r.Background = sess, bg
+		l.Observe(ctx, r)
+	}
+	add("run_code", "s1", nil, false)
+	add("run_code", "s2", capability.Errorf(capability.NotFound, "no"), false)
+	add("terminal_exec", "s1", capability.Errorf(capability.Busy, "busy"), false)
+	add("list_sessions", "", nil, true)
+	names := func(q Query) string {
+		q.Tenant = "a"
+		got, err := l.Entries(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s []string
+		for _, e := range got {
+			s = append(s, e.Capability+"/"+e.Session+"/"+e.Outcome)
+		}
+		return strings.Join(s, " ")
+	}
+	for _, tc := range []struct {
+		q    Query
+		want string
+	}{
+		{Query{}, "run_code/s1/ok run_code/s2/not_found terminal_exec/s1/busy"},
+		{Query{Background: true}, "run_code/s1/ok run_code/s2/not_found terminal_exec/s1/busy list_sessions//ok"},
+		{Query{Outcome: "ok"}, "run_code/s1/ok"},
+		{Query{Outcome: "failed"}, "run_code/s2/not_found terminal_exec/s1/busy"},
+		{Query{Outcome: "busy"}, "terminal_exec/s1/busy"},
+		{Query{Session: "s1"}, "run_code/s1/ok terminal_exec/s1/busy"},
+		{Query{Session: "s1", Outcome: "failed"}, "terminal_exec/s1/busy"},
+		{Query{Outcome: "x' OR '1'='1"}, ""},
+	} {
+		if got := names(tc.q); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.q, got, tc.want)
+		}
+	}
+	got, _ := l.Entries(ctx, Query{Tenant: "a", Background: true, Capability: "list_sessions"})
+	if len(got) != 1 || !got[0].Background {
+		t.Fatalf("the background read: %+v", got)
+	}
+}

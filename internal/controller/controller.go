@@ -31,6 +31,11 @@ type Caller struct {
 	// session calling back): it is the default, the only one visible, and
 	// no session can be created.
 	Session string
+	// Background says the client made the call by itself, not for a
+	// person's action (a page refreshing what it shows). It only marks a
+	// read-scope call's audit entry (Record.Background); any other call
+	// is recorded as an ordinary one.
+	Background bool
 }
 
 // Record is one finished call, as the audit log and the metrics see it.
@@ -43,7 +48,17 @@ type Record struct {
 	Duration   time.Duration
 	Output     any               // the structured output when the call returned one (Err is nil)
 	Err        *capability.Error // the error otherwise
+	// Session is the id of the session the call acted on: the one it
+	// entered, or the one its output names (a session it created); "" for
+	// none.
+	Session string
+	// Background marks a read-scope call the client made by itself
+	// (Caller.Background).
+	Background bool
 }
+
+// sessionNamer is an output that names the session it is about.
+type sessionNamer interface{ SessionID() string }
 
 // Outcomes of a call that returned a result but whose run did not finish:
 // its time budget ran out, or the call was canceled (the client went
@@ -202,8 +217,12 @@ type typedInput struct {
 
 func (c *Controller) dispatch(ctx context.Context, caller Caller, name string, args json.RawMessage, typed *typedInput) (*Reply, error) {
 	start := time.Now()
-	reply, err := c.call(ctx, caller, name, args, typed)
-	rec := &Record{Start: start, Caller: caller, Capability: name, Args: args, Outcome: "ok", Duration: time.Since(start)}
+	var entered string
+	reply, err := c.call(ctx, caller, name, args, typed, &entered)
+	rec := &Record{Start: start, Caller: caller, Capability: name, Args: args, Outcome: "ok", Duration: time.Since(start), Session: entered}
+	if capb, ok := c.reg.Get(name); ok && caller.Background && capb.Scope == capability.ScopeRead {
+		rec.Background = true
+	}
 	if err != nil {
 		rec.Err = classify(ctx, c.log, err, slog.String("capability", name), slog.String("path", caller.Path),
 			slog.String("tenant", caller.Tenant), slog.String("session", caller.Session))
@@ -212,6 +231,9 @@ func (c *Controller) dispatch(ctx context.Context, caller Caller, name string, a
 	} else {
 		rec.Output = reply.Output
 		rec.Outcome = outcomeOf(ctx, reply.Output)
+		if n, ok := reply.Output.(sessionNamer); ok && rec.Session == "" {
+			rec.Session = n.SessionID()
+		}
 	}
 	// One line per call, at debug: at info, a busy server would log a line
 	// per call (quro serve's --access-log logs requests at info).
@@ -224,7 +246,9 @@ func (c *Controller) dispatch(ctx context.Context, caller Caller, name string, a
 	return reply, err
 }
 
-func (c *Controller) call(ctx context.Context, caller Caller, name string, args json.RawMessage, typed *typedInput) (*Reply, error) {
+// call runs the capability; entered is set to the id of the session the
+// call entered, if any.
+func (c *Controller) call(ctx context.Context, caller Caller, name string, args json.RawMessage, typed *typedInput, entered *string) (*Reply, error) {
 	capb, ok := c.reg.Get(name)
 	if !ok {
 		return nil, capability.Errorf(capability.NotFound, "no capability %q; list_capabilities shows them", name)
@@ -267,6 +291,9 @@ func (c *Controller) call(ctx context.Context, caller Caller, name string, args 
 			return nil, err
 		}
 		defer leave()
+		if s := session.Entered(ctx); s != nil {
+			*entered = s.ID
+		}
 	}
 	out, err := capb.Run(ctx, in)
 	if err != nil {

@@ -547,3 +547,31 @@ func TestObserversSeeEveryOutcome(t *testing.T) {
 		t.Errorf("the observers saw\n%v\nwant\n%v", got, want)
 	}
 }
+
+// TestBackgroundMarksReadsOnly: a caller's background flag marks the
+// record of a read-scope call only; a call that acts (exec, admin), sent
+// with the flag to hide it from the audit view, is recorded unmarked.
+func TestBackgroundMarksReadsOnly(t *testing.T) {
+	t.Parallel()
+	reg := newRegistry(t, capability.New("act", "acts", capability.ScopeExec, func(ctx context.Context, in empty) (*controller.Reply, error) {
+		return &controller.Reply{}, nil
+	}))
+	marked := map[string]bool{}
+	ctl := controller.New(reg, &controller.Options{Observers: []controller.Observer{func(_ context.Context, r *controller.Record) {
+		marked[r.Capability] = r.Background
+	}}})
+	caller := controller.Caller{Path: "rest", Scope: capability.ScopeAdmin, Background: true}
+	for _, name := range []string{"peek", "act", "destroy"} {
+		if _, err := ctl.Call(context.Background(), caller, name, json.RawMessage(`{}`)); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	if want := map[string]bool{"peek": true, "act": false, "destroy": false}; fmt.Sprint(marked) != fmt.Sprint(want) {
+		t.Fatalf("marked %v, want %v", marked, want)
+	}
+	caller.Background = false
+	ctl.Call(context.Background(), caller, "peek", json.RawMessage(`{}`))
+	if marked["peek"] {
+		t.Fatal("a read without the flag was marked")
+	}
+}

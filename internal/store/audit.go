@@ -18,6 +18,8 @@ type AuditEntry struct {
 	Outcome    string
 	Message    string
 	Duration   time.Duration
+	Session    string // the session the call acted on ("" for none)
+	Background bool   // a read the client made by itself
 }
 
 // AppendAudit inserts entries in one transaction, then deletes the oldest
@@ -26,7 +28,7 @@ func (s *Store) AppendAudit(ctx context.Context, entries []AuditEntry, keep int6
 	// Both statements are prepared once per Store (a batch is usually one
 	// call's entry, and parsing them was most of the batch's work).
 	s.audits.Add(1)
-	ins, err := s.prepare(ctx, "INSERT INTO audit (at, tenant, token_id, path, capability, args, outcome, message, duration_us) VALUES (?,?,?,?,?,?,?,?,?)")
+	ins, err := s.prepare(ctx, "INSERT INTO audit (at, tenant, token_id, path, capability, args, outcome, message, duration_us, session, background) VALUES (?,?,?,?,?,?,?,?,?,?,?)")
 	if err != nil {
 		return err
 	}
@@ -43,7 +45,7 @@ func (s *Store) AppendAudit(ctx context.Context, entries []AuditEntry, keep int6
 	defer txIns.Close()
 	for _, e := range entries {
 		if _, err := txIns.ExecContext(ctx, e.At.UnixMicro(), e.Tenant, e.TokenID, e.Path, e.Capability,
-			e.Args, e.Outcome, e.Message, e.Duration.Microseconds()); err != nil {
+			e.Args, e.Outcome, e.Message, e.Duration.Microseconds(), e.Session, e.Background); err != nil {
 			return err
 		}
 	}
@@ -64,12 +66,17 @@ type AuditFilter struct {
 	TokenID    string    // "" for any
 	Since      time.Time // zero for any
 	Limit      int       // the latest Limit rows
+	// Outcome: "" for any, "ok", "failed" (anything but ok) or one outcome.
+	Outcome string
+	Session string // "" for any
+	// Background includes the rows marked background (left out otherwise).
+	Background bool
 }
 
 // Audit returns the latest rows matching f, oldest first.
 func (s *Store) Audit(ctx context.Context, f AuditFilter) ([]AuditEntry, error) {
 	q := strings.Builder{}
-	q.WriteString("SELECT seq, at, tenant, token_id, path, capability, args, outcome, message, duration_us FROM audit WHERE tenant = ?")
+	q.WriteString("SELECT seq, at, tenant, token_id, path, capability, args, outcome, message, duration_us, session, background FROM audit WHERE tenant = ?")
 	args := []any{f.Tenant}
 	if f.Capability != "" {
 		q.WriteString(" AND capability = ?")
@@ -78,6 +85,21 @@ func (s *Store) Audit(ctx context.Context, f AuditFilter) ([]AuditEntry, error) 
 	if f.TokenID != "" {
 		q.WriteString(" AND token_id = ?")
 		args = append(args, f.TokenID)
+	}
+	switch f.Outcome {
+	case "":
+	case "failed":
+		q.WriteString(" AND outcome != 'ok'")
+	default:
+		q.WriteString(" AND outcome = ?")
+		args = append(args, f.Outcome)
+	}
+	if f.Session != "" {
+		q.WriteString(" AND session = ?")
+		args = append(args, f.Session)
+	}
+	if !f.Background {
+		q.WriteString(" AND background = 0")
 	}
 	if !f.Since.IsZero() {
 		q.WriteString(" AND at >= ?")
@@ -96,7 +118,7 @@ func (s *Store) Audit(ctx context.Context, f AuditFilter) ([]AuditEntry, error) 
 			e      AuditEntry
 			at, us int64
 		)
-		if err := rows.Scan(&e.Seq, &at, &e.Tenant, &e.TokenID, &e.Path, &e.Capability, &e.Args, &e.Outcome, &e.Message, &us); err != nil {
+		if err := rows.Scan(&e.Seq, &at, &e.Tenant, &e.TokenID, &e.Path, &e.Capability, &e.Args, &e.Outcome, &e.Message, &us, &e.Session, &e.Background); err != nil {
 			return nil, err
 		}
 		e.At = time.UnixMicro(at)

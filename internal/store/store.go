@@ -480,6 +480,25 @@ func (s *Store) Sessions(ctx context.Context, tenant string) ([]*Session, error)
 	return out, rows.Err()
 }
 
+// AllSessions lists every tenant's sessions, by tenant, each tenant's
+// oldest first (the operator's view across tenants).
+func (s *Store) AllSessions(ctx context.Context) ([]*Session, error) {
+	rows, err := s.query(ctx, "SELECT "+sessionCols+" FROM sessions ORDER BY tenant, created_at, name")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Session
+	for rows.Next() {
+		sess, err := scanSession(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sess)
+	}
+	return out, rows.Err()
+}
+
 // CountSessions returns the number of tenant's sessions.
 func (s *Store) CountSessions(ctx context.Context, tenant string) (int, error) {
 	var n int

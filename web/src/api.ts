@@ -26,9 +26,13 @@ export function setOnUnauthenticated(f: () => void): void {
   onUnauthenticated = f;
 }
 
-export async function api<T = unknown>(method: string, path: string, body?: unknown, tok = token()): Promise<T> {
+// background marks a refresh the page makes by itself (not a person's
+// action): the server audits it marked as such, and the audit view hides
+// those by default.
+export async function api<T = unknown>(method: string, path: string, body?: unknown, tok = token(), background = false): Promise<T> {
   const headers: Record<string, string> = { Accept: 'application/json' };
   if (tok) headers.Authorization = `Bearer ${tok}`;
+  if (background) headers['Quro-Background'] = '1';
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   const r = await fetch(path, {
     method,
@@ -65,22 +69,6 @@ export function openSocket(path: string): WebSocket {
   return ws;
 }
 
-export interface Session {
-  id: string;
-  name: string;
-  default: boolean;
-  created_at: string;
-  last_used_at: string;
-  network: string;
-  workspace: string;
-  alive: boolean;
-  busy: boolean;
-  cwd: string;
-  last_exit: number;
-  mode: string;
-  restarts: number;
-  rootfs?: string;
-}
 
 export interface Artifact {
   kind: string;
@@ -107,26 +95,11 @@ export interface RunResult {
   notes?: string[];
 }
 
-export interface AuditEntry {
-  seq: number;
-  time: string;
-  token_id?: string;
-  path: string;
-  capability: string;
-  args: string;
-  outcome: string;
-  message?: string;
-  duration_ms: number;
-}
-
-export interface Status {
-  pid: number;
-  version: string;
-  started_at: string;
-  uptime_seconds: number;
-  data_dir?: string;
-  sessions: number;
-  default_session: string;
-  engines: { lang: string; tier: number; engine: string; available: boolean; reason?: string }[] | null;
-  isolation: { name: string; available: boolean; used: boolean; detail: string }[] | null;
-}
+// The API's types, generated from the server's OpenAPI document
+// (web/src/api-types.ts; make web-types): the server is their source of
+// truth, and make web-check fails when they drift.
+import type { components } from './api-types';
+export type Schemas = components['schemas'];
+export type Session = Schemas['get_session_status.output'];
+export type AuditEntry = Schemas['get_audit_log.output']['entries'][number];
+export type Status = Schemas['get_service_status.output'];

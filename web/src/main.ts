@@ -7,6 +7,9 @@ import { terminalPage } from './terminal';
 import { playgroundPage } from './playground';
 import { auditPage } from './audit';
 import { statusPage } from './status';
+import { sessionPage } from './session';
+import { installLooks } from './looks';
+import { operatorPage } from './operator';
 
 // xterm.js writes its measurements into <style> elements it creates; the
 // page's CSP allows styles from 'self' and, for those, the per-response
@@ -23,6 +26,7 @@ const NAV: [string, string][] = [
   ['#/sessions', 'Sessions'],
   ['#/play', 'Playground'],
   ['#/audit', 'Audit log'],
+  ['#/operator', 'Operator'],
   ['#/status', 'Status'],
 ];
 
@@ -47,11 +51,17 @@ function route() {
     case 'term':
       current = param ? terminalPage(param) : sessionsPage();
       break;
+    case 'session':
+      current = param ? sessionPage(param) : sessionsPage();
+      break;
     case 'play':
       current = playgroundPage(param);
       break;
     case 'audit':
       current = auditPage();
+      break;
+    case 'operator':
+      current = operatorPage();
       break;
     case 'status':
       current = statusPage();
@@ -59,13 +69,14 @@ function route() {
     default:
       current = sessionsPage();
   }
-  const active = `#/${page === 'term' ? 'sessions' : page}`;
+  const active = `#/${page === 'term' || page === 'session' ? 'sessions' : page}`;
   app.append(
     h(
       'header',
       null,
       h('a', { href: '#/sessions', class: 'brand' }, 'quro'),
       h('nav', null, NAV.map(([href, label]) => h('a', { href, class: href === active ? 'active' : '' }, label))),
+      h('button', { type: 'button', id: 'theme-toggle', title: 'Light or dark (t)', 'aria-label': 'toggle dark mode' }, '◐'),
       h('button', { type: 'button', id: 'signout', onclick: signOut }, 'Sign out'),
     ),
     h('main', null, current.el),
@@ -82,4 +93,5 @@ setOnUnauthenticated(() => {
   route();
 });
 window.addEventListener('hashchange', route);
+installLooks();
 route();

@@ -1,9 +1,8 @@
-import { api, openSocket, RunResult, Session } from './api';
+import { api, openSocket, RunResult, Session, Status } from './api';
 import { clear, h } from './dom';
 import { renderArtifact } from './artifacts';
 import { Page } from './page';
 
-const LANGS = ['python', 'sh', 'js', 'ts', 'html', 'svg', 'json', 'css', 'xml', 'go', 'rust', 'c'];
 
 const SAMPLES: Record<string, string> = {
   python: `print("hello from Python")
@@ -30,7 +29,18 @@ function visible(s: string): string {
 
 export function playgroundPage(sessionParam?: string): Page {
   const session = h('select', { id: 'play-session', 'aria-label': 'session' });
-  const lang = h('select', { id: 'play-lang', 'aria-label': 'language' }, LANGS.map((l) => h('option', { value: l }, l)));
+  // The languages are the server's (its engines' list in get_service_status),
+  // not a list kept here.
+  const lang = h('select', { id: 'play-lang', 'aria-label': 'language' }, h('option', { value: 'python' }, 'python'));
+  api<Status>('GET', '/v1/status', undefined, undefined, true)
+    .then((st) => {
+      const langs = [...new Set((st.engines ?? []).filter((e) => e.available).map((e) => e.lang))];
+      if (!langs.length) return;
+      const keep = lang.value;
+      clear(lang);
+      for (const l of langs) lang.append(h('option', { value: l, selected: l === keep }, l));
+    })
+    .catch(() => {});
   const code = h('textarea', { id: 'play-code', spellcheck: 'false', autocomplete: 'off', 'aria-label': 'code', rows: 14 });
   code.value = SAMPLES.python;
   const run = h('button', { id: 'play-run', type: 'button', class: 'primary', title: 'Ctrl+Enter' }, 'Run');

@@ -17,12 +17,38 @@ export function terminalPage(id: string): Page {
   const copyBtn = h('button', { type: 'button', title: 'Copy the selection (Ctrl+Shift+C)' }, 'Copy');
   const pasteBtn = h('button', { type: 'button', title: 'Paste the clipboard (Ctrl+Shift+V)' }, 'Paste');
   const reconnectBtn = h('button', { type: 'button', id: 'term-reconnect' }, 'Reconnect');
+  // The extra-keys row (a phone's keyboard has no Esc, Tab, Ctrl or
+  // arrows): each sends the bytes the key sends; Ctrl is held for the
+  // next key typed.
+  let ctrl = false;
+  const ctrlBtn = h('button', { type: 'button', 'aria-pressed': 'false', title: 'Ctrl with the next key' }, 'Ctrl');
+  const extra: [string, string][] = [
+    ['Esc', '\x1b'],
+    ['Tab', '\t'],
+    ['←', '\x1b[D'],
+    ['↑', '\x1b[A'],
+    ['↓', '\x1b[B'],
+    ['→', '\x1b[C'],
+  ];
+  const keys = h(
+    'div',
+    { class: 'extra-keys', id: 'term-keys' },
+    extra.slice(0, 2).map(([label, seq]) => h('button', { type: 'button', onclick: () => sendKey(seq) }, label)),
+    ctrlBtn,
+    extra.slice(2).map(([label, seq]) => h('button', { type: 'button', 'aria-label': label, onclick: () => sendKey(seq) }, label)),
+  );
+  ctrlBtn.addEventListener('click', () => {
+    ctrl = !ctrl;
+    ctrlBtn.setAttribute('aria-pressed', String(ctrl));
+    term.focus();
+  });
   const el = h(
     'section',
     { id: 'term-page' },
     h('h1', null, 'Terminal ', title, ' ', state),
     h('div', { class: 'row' }, copyBtn, pasteBtn, reconnectBtn, h('span', { class: 'hint' }, 'Ctrl+Shift+C / Ctrl+Shift+V copy and paste; the shell lives on when you leave.')),
     box,
+    keys,
   );
 
   const term = new Terminal({
@@ -30,6 +56,11 @@ export function terminalPage(id: string): Page {
     scrollback: 5000,
     fontFamily: 'ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace',
     fontSize: 14,
+    // At lineHeight 1 the cell is the font's ascent+descent rounded to
+    // device pixels; at DPR 1 that cut the underscore (drawn at the very
+    // bottom of the descent) off the row. A taller row keeps every glyph
+    // inside its cell at DPR 1 and 2.
+    lineHeight: 1.2,
     theme: { background: '#111417', foreground: '#d8dee4' },
   });
   const fit = new FitAddon();
@@ -82,7 +113,18 @@ export function terminalPage(id: string): Page {
     return true;
   });
 
+  function sendKey(seq: string) {
+    if (ws?.readyState === WebSocket.OPEN) ws.send(enc.encode(seq));
+    term.focus();
+  }
   term.onData((d) => {
+    if (ctrl && d.length === 1) {
+      // Ctrl held from the extra-keys row: a letter becomes its control code.
+      const c = d.toUpperCase().charCodeAt(0);
+      if (c >= 0x40 && c <= 0x5f) d = String.fromCharCode(c - 0x40);
+      ctrl = false;
+      ctrlBtn.setAttribute('aria-pressed', 'false');
+    }
     if (ws?.readyState === WebSocket.OPEN) ws.send(enc.encode(d));
   });
   term.onBinary((d) => {

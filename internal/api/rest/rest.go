@@ -140,6 +140,7 @@ func (s *server) route(w http.ResponseWriter, r *http.Request, rt *Route) {
 	if !ok {
 		return
 	}
+	caller.Background = background(r)
 	name := rt.capabilityFor(r)
 	capb, ok := s.ctl.Registry().Get(name)
 	if !ok {
@@ -168,6 +169,7 @@ func (s *server) post(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	caller.Background = background(r)
 	name := r.PathValue("capability")
 	if _, ok := s.ctl.Registry().Get(name); !ok {
 		// Refused before the body is read, but through the controller, so
@@ -296,3 +298,10 @@ func WriteError(w http.ResponseWriter, status int, e *capability.Error) {
 	}
 	WriteJSON(w, status, map[string]any{"error": e})
 }
+
+// BackgroundHeader marks a request the client made by itself (the web UI
+// refreshing a page), not for a person's action: "1". The controller
+// honours it for read-scope calls only, whose audit entries it marks.
+const BackgroundHeader = "Quro-Background"
+
+func background(r *http.Request) bool { return r.Header.Get(BackgroundHeader) == "1" }

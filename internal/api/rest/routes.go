@@ -89,7 +89,7 @@ var Routes = []Route{
 	{Method: "DELETE", Pattern: "/v1/snapshots/{id}", Capability: "delete_snapshot", Path: snapshotParam, Summary: "Delete a snapshot"},
 	{Method: "POST", Pattern: "/v1/snapshots/{id}/fork", Capability: "fork_session", Path: snapshotParam, Body: BodyJSON, Status: http.StatusCreated,
 		Summary: "Make new sessions from a snapshot, all or nothing"},
-	{Method: "GET", Pattern: "/v1/audit", Capability: "get_audit_log", Query: []string{"limit", "capability", "since"}, Summary: "The audit log, latest first"},
+	{Method: "GET", Pattern: "/v1/audit", Capability: "get_audit_log", Query: []string{"limit", "capability", "since", "outcome", "session", "include_background"}, Summary: "The audit log, latest first"},
 	{Method: "GET", Pattern: "/v1/sessions/{id}/pty", Path: sessionParam, WebSocket: WebSocketPTY,
 		Summary: "WebSocket: the session's interactive terminal"},
 	{Method: "GET", Pattern: "/v1/stream/{capability}", WebSocket: WebSocketStream,

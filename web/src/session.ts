@@ -1,0 +1,259 @@
+import { api, APIError, Session } from './api';
+import { ago, clear, h } from './dom';
+import { Page, flash } from './page';
+
+// One session's page (#/session/<id>): its box's budgets (used of limit,
+// refreshed live), state with pause/resume/snapshot/fork, lifetime, idle
+// time, network policy and egress log, processes with their output,
+// preview URLs, rootfs and metadata. Every figure comes from a capability
+// (get_session_status, list_processes, get_egress_log, get_preview_url);
+// the refreshes are marked background reads (see api's background flag),
+// audited as such and hidden from the audit view by default.
+//
+// The live timeline and the agent's shell, and the workspace's files,
+// mount into #session-timeline and #session-files.
+
+interface Proc {
+  pid: number;
+  tag?: string;
+  config: { command?: string; args?: string[] | null; cwd?: string };
+  pty?: boolean;
+}
+
+interface EgressEvent {
+  Dest: string;
+  Decision: string;
+  Rule: string;
+  Reason: string;
+  BytesOut: number;
+  BytesIn: number;
+  Start: string;
+}
+
+function bytes(n: number): string {
+  if (n < 1024) return `${n} B`;
+  const u = ['KiB', 'MiB', 'GiB', 'TiB'];
+  let v = n / 1024;
+  let i = 0;
+  while (v >= 1024 && i < u.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return `${v.toFixed(v < 10 ? 1 : 0)} ${u[i]}`;
+}
+
+// meter is a labelled bar of used of limit (no bar without a limit).
+function meter(id: string, label: string, used: number, limit: number, fmt: (n: number) => string): HTMLElement {
+  const pct = limit > 0 ? Math.min(100, (used / limit) * 100) : 0;
+  const bar = h('div', { class: 'meter-bar' });
+  bar.style.width = `${pct.toFixed(1)}%`;
+  return h(
+    'div',
+    { class: `meter${pct >= 90 ? ' hot' : ''}`, id, 'data-used': used, 'data-limit': limit },
+    h('div', { class: 'meter-label' }, h('span', null, label), h('span', { class: 'mono' }, limit > 0 ? `${fmt(used)} of ${fmt(limit)}` : `${fmt(used)} (no limit)`)),
+    h('div', { class: 'meter-track' }, bar),
+  );
+}
+
+export function sessionPage(id: string): Page {
+  const enc = encodeURIComponent(id);
+  const title = h('span', { class: 'mono' }, id);
+  const stateBadge = h('span', { class: 'state', id: 'session-state' });
+  const err = h('p', { class: 'error', role: 'alert' });
+  const facts = h('dl', { class: 'facts', id: 'session-facts' });
+  const budgets = h('div', { class: 'meters', id: 'session-budgets' }, h('p', { class: 'hint' }, 'nothing of the session runs: no budgets in use'));
+  const pauseBtn = h('button', { type: 'button', id: 'session-pause' }, 'Pause');
+  const resumeBtn = h('button', { type: 'button', id: 'session-resume' }, 'Resume');
+  const snapBtn = h('button', { type: 'button', id: 'session-snapshot' }, 'Snapshot');
+  const forkBtn = h('button', { type: 'button', id: 'session-fork' }, 'Fork');
+  const destroyBtn = h('button', { type: 'button', id: 'session-destroy', class: 'danger' }, 'Destroy');
+  const procs = h('tbody');
+  const procOut = h('pre', { class: 'output', id: 'session-proc-output', hidden: true });
+  const egress = h('tbody');
+  const port = h('input', { id: 'preview-port', type: 'number', min: 1, max: 65535, placeholder: 'port', 'aria-label': 'port' });
+  const previews = h('ul', { id: 'session-previews', class: 'links' });
+  const previewForm = h('form', { class: 'row', id: 'preview-form' }, port, h('button', { type: 'submit' }, 'Preview URL'));
+  let session: Session | null = null;
+  let timer: ReturnType<typeof setInterval> | undefined;
+  let gone = false;
+
+  async function act(label: string, what: () => Promise<unknown>) {
+    err.textContent = '';
+    try {
+      await what();
+      flash(label);
+    } catch (x) {
+      err.textContent = (x as Error).message;
+    }
+    await load();
+  }
+
+  pauseBtn.addEventListener('click', () => act('Paused', () => api('POST', '/v1/pause_session', { session: id })));
+  resumeBtn.addEventListener('click', () => act('Resumed', () => api('POST', '/v1/resume_session', { session: id })));
+  snapBtn.addEventListener('click', () =>
+    act('Snapshot taken', async () => {
+      const r = await api<{ name?: string; id?: string }>('POST', `/v1/sessions/${enc}/snapshots`, {});
+      flash(`Snapshot ${r.name ?? r.id ?? ''} taken`);
+    }),
+  );
+  forkBtn.addEventListener('click', () =>
+    act('Forked', async () => {
+      const r = await api<{ sessions?: { id: string; name: string }[] }>('POST', '/v1/fork_session', { session: id });
+      const s = r.sessions?.[0];
+      if (s) location.hash = `#/session/${encodeURIComponent(s.id)}`;
+    }),
+  );
+  destroyBtn.addEventListener('click', async () => {
+    if (!confirm(`Destroy session ${session?.name ?? id}? Every process it started ends and its workspace is deleted.`)) return;
+    try {
+      await api('DELETE', `/v1/sessions/${enc}`);
+      flash(`Destroyed session ${session?.name ?? id}`);
+      location.hash = '#/sessions';
+    } catch (x) {
+      err.textContent = (x as Error).message;
+    }
+  });
+  previewForm.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    err.textContent = '';
+    try {
+      const p = await api<{ port: number; signed_url: string; signed_host_url?: string; expires_at: string }>('POST', '/v1/get_preview_url', { session: id, port: Number(port.value) });
+      const href = p.signed_host_url || p.signed_url;
+      previews.append(h('li', null, h('a', { href, target: '_blank', rel: 'noopener noreferrer' }, `port ${p.port}`), h('span', { class: 'hint' }, ` until ${new Date(p.expires_at).toLocaleTimeString()}`)));
+    } catch (x) {
+      err.textContent = (x as Error).message;
+    }
+  });
+
+  async function showOutput(pid: number) {
+    procOut.hidden = false;
+    procOut.textContent = 'reading…';
+    try {
+      const r = await api<{ output?: string; stdout?: string; stderr?: string }>('POST', '/v1/read_process_output', { session: id, pid });
+      procOut.textContent = r.output ?? [r.stdout, r.stderr].filter(Boolean).join('') ?? '';
+    } catch (x) {
+      procOut.textContent = (x as Error).message;
+    }
+  }
+
+  function render(s: Session) {
+    session = s;
+    title.textContent = s.name;
+    title.title = s.id;
+    const paused = s.state === 'paused';
+    stateBadge.textContent = s.state ?? '';
+    stateBadge.className = `state ${paused ? 'paused' : s.busy ? 'busy' : 'alive'}`;
+    stateBadge.title = s.busy ? 'running a call' : s.alive ? 'its shell is alive' : 'no shell yet';
+    pauseBtn.disabled = paused;
+    resumeBtn.disabled = !paused;
+    clear(facts);
+    const rows: [string, string | Node][] = [
+      ['Id', s.id],
+      ...(s.tenant !== undefined ? [['Tenant', s.tenant || '(local)'] as [string, string]] : []),
+      ['State', s.state ?? ''],
+      ['Created', new Date(s.created_at).toLocaleString()],
+      ['Idle', ago(s.last_used_at)],
+      ['Expires', s.expires_at ? `${new Date(s.expires_at).toLocaleString()} (then ${s.on_timeout ?? 'destroy'})` : 'never'],
+      ['Network', s.network + (s.network_rules ? ` (allow ${(s.network_rules.allow ?? []).join(', ') || '—'}; deny ${(s.network_rules.deny ?? []).join(', ') || '—'})` : '')],
+      ['Rootfs', s.rootfs || 'host userland'],
+      ['Shell', `${s.mode}, cwd ${s.cwd}, last exit ${s.last_exit}`],
+      ['Metadata', Object.entries(s.metadata ?? {}).map(([k, v]) => `${k}=${v}`).join('  ') || '—'],
+    ];
+    for (const [k, v] of rows) facts.append(h('dt', null, k), h('dd', { class: 'mono' }, v));
+    clear(budgets);
+    const r = s.resources;
+    if (!r) {
+      budgets.append(h('p', { class: 'hint' }, 'nothing of the session runs: no budgets in use'));
+      return;
+    }
+    budgets.append(
+      meter('budget-memory', 'Memory', r.memory_bytes, r.memory_limit, bytes),
+      meter('budget-tasks', 'Tasks', r.tasks, r.tasks_limit, String),
+      h(
+        'div',
+        { class: 'meter', id: 'budget-cpu', 'data-used': r.cpu_seconds, 'data-limit': r.cpu_percent_limit },
+        h('div', { class: 'meter-label' }, h('span', null, 'CPU'), h('span', { class: 'mono' }, `${r.cpu_seconds.toFixed(2)} s used${r.cpu_percent_limit ? `, at most ${r.cpu_percent_limit}% of a core` : ''}`)),
+      ),
+      meter('budget-disk', 'Disk', r.disk_bytes ?? 0, r.disk_limit ?? 0, bytes),
+    );
+  }
+
+  async function load() {
+    if (gone) return;
+    let s: Session;
+    try {
+      s = await api<Session>('GET', `/v1/sessions/${enc}`, undefined, undefined, true);
+    } catch (x) {
+      if (x instanceof APIError && x.status === 404) {
+        gone = true;
+        clearInterval(timer);
+        err.textContent = 'this session no longer exists';
+      } else if (!(x instanceof APIError && x.status === 401)) err.textContent = (x as Error).message;
+      return;
+    }
+    render(s);
+    try {
+      const pl = await api<{ processes: Proc[] | null }>('POST', '/v1/list_processes', { session: id }, undefined, true);
+      clear(procs);
+      for (const p of pl.processes ?? []) {
+        const cmd = [p.config.command ?? '', ...(p.config.args ?? [])].join(' ');
+        procs.append(
+          h('tr', null, h('td', { class: 'mono' }, p.pid), h('td', { class: 'mono' }, p.tag ?? ''), h('td', { class: 'mono args', title: cmd }, cmd), h('td', null, h('button', { type: 'button', onclick: () => showOutput(p.pid) }, 'Output'))),
+        );
+      }
+      if (!procs.firstChild) procs.append(h('tr', null, h('td', { colspan: 4, class: 'hint' }, 'no background processes')));
+    } catch {
+      /* a session with no process table: nothing to list */
+    }
+    if (s.network === 'none') {
+      clear(egress);
+      egress.append(h('tr', null, h('td', { colspan: 4, class: 'hint' }, 'network none: loopback only, nothing leaves the box')));
+      return;
+    }
+    try {
+      const eg = await api<{ entries: EgressEvent[] | null }>('POST', '/v1/get_egress_log', { session: id, limit: 50 }, undefined, true);
+      clear(egress);
+      for (const e of (eg.entries ?? []).slice().reverse()) {
+        egress.append(
+          h('tr', { class: e.Decision === 'denied' ? 'failed' : '' }, h('td', { title: e.Start }, ago(e.Start)), h('td', { class: 'mono' }, e.Dest), h('td', { class: e.Decision === 'denied' ? 'bad' : 'ok', title: e.Reason }, e.Decision), h('td', { class: 'mono num' }, `${bytes(e.BytesOut)} / ${bytes(e.BytesIn)}`)),
+        );
+      }
+      if (!egress.firstChild) egress.append(h('tr', null, h('td', { colspan: 4, class: 'hint' }, 'no connections yet')));
+    } catch {
+      /* no egress log (the server runs none): the policy above says it */
+    }
+  }
+
+  const el = h(
+    'section',
+    { id: 'session-page', 'data-session': id },
+    h('h1', null, 'Session ', title, ' ', stateBadge),
+    h(
+      'div',
+      { class: 'row' },
+      pauseBtn,
+      resumeBtn,
+      snapBtn,
+      forkBtn,
+      h('a', { href: `#/term/${enc}`, class: 'button' }, 'Terminal'),
+      h('a', { href: `#/play/${enc}`, class: 'button' }, 'Run code'),
+      destroyBtn,
+    ),
+    err,
+    h('div', { class: 'split' }, h('div', null, h('h2', null, 'Budgets'), budgets), h('div', null, h('h2', null, 'Facts'), facts)),
+    // Mount points for the live timeline with the agent's shell, and the workspace's files.
+    h('div', { id: 'session-timeline', class: 'mount' }),
+    h('div', { id: 'session-files', class: 'mount' }),
+    h('h2', null, 'Processes'),
+    h('table', { class: 'grid', id: 'session-processes' }, h('thead', null, h('tr', null, ['PID', 'Tag', 'Command', ''].map((t) => h('th', null, t)))), procs),
+    procOut,
+    h('h2', null, 'Network: egress log'),
+    h('table', { class: 'grid', id: 'session-egress' }, h('thead', null, h('tr', null, ['When', 'Destination', 'Decision', 'Out / in'].map((t) => h('th', null, t)))), egress),
+    h('h2', null, 'Preview URLs'),
+    previewForm,
+    previews,
+  );
+  load();
+  timer = setInterval(load, 3000);
+  return { el, close: () => clearInterval(timer) };
+}
