@@ -35,6 +35,7 @@ import (
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/engine/shell"
 	"github.com/quro-dev/quro/internal/engine/toolchain"
+	"github.com/quro-dev/quro/internal/events"
 	"github.com/quro-dev/quro/internal/metrics"
 	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/quota"
@@ -178,7 +179,10 @@ type App struct {
 	Runner     *runcode.Runner
 	Controller *controller.Controller
 	Terminals  *terminal.Manager
-	Python     *python.Embedded // tier 1 of the Python chain: resident workers
+	// Events is the bus of live call events the controller publishes to
+	// (the web UI's timeline, GET /v1/events).
+	Events *events.Bus
+	Python *python.Embedded // tier 1 of the Python chain: resident workers
 	// PythonRootfs is tier 2: resident workers of the sessions on a rootfs.
 	PythonRootfs *python.RootfsWorker
 	Metrics      *metrics.Metrics // Prometheus metrics of this App (serve mounts Metrics.Handler)
@@ -348,11 +352,13 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	a.registerRootfs(reg)
 	a.registerOpenTerminal(reg)
 	a.registerNetwork(reg)
+	a.Events = events.New()
 	a.Controller = controller.New(describeTools(reg), &controller.Options{
 		Logger:    log,
 		Limits:    controller.Limits{Raise: raiseRuns, RunsOf: a.runsOf},
 		Observers: append([]controller.Observer{a.auditLog.Observe, a.Metrics.Observer(reg)}, opts.Observers...),
 		Enter:     a.lives.Enter,
+		Events:    a.Events,
 	})
 	if inSession != nil {
 		inSessionHandler = opts.InSession.Handler(a.Controller, sessions)
