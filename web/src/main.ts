@@ -7,6 +7,7 @@ import { terminalPage } from './terminal';
 import { playgroundPage } from './playground';
 import { auditPage } from './audit';
 import { statusPage } from './status';
+import { livePage } from './timeline';
 
 // xterm.js writes its measurements into <style> elements it creates; the
 // page's CSP allows styles from 'self' and, for those, the per-response
@@ -47,6 +48,9 @@ function route() {
     case 'term':
       current = param ? terminalPage(param) : sessionsPage();
       break;
+    case 'live':
+      current = param ? livePage(param) : sessionsPage();
+      break;
     case 'play':
       current = playgroundPage(param);
       break;
@@ -59,7 +63,7 @@ function route() {
     default:
       current = sessionsPage();
   }
-  const active = `#/${page === 'term' ? 'sessions' : page}`;
+  const active = `#/${page === 'term' || page === 'live' ? 'sessions' : page}`;
   app.append(
     h(
       'header',
