@@ -353,6 +353,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	a.registerOpenTerminal(reg)
 	a.registerNetwork(reg)
 	a.Events = events.New()
+	a.Events.Redact = audit.RedactTokens
 	a.Controller = controller.New(describeTools(reg), &controller.Options{
 		Logger:    log,
 		Limits:    controller.Limits{Raise: raiseRuns, RunsOf: a.runsOf},

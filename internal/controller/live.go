@@ -56,7 +56,7 @@ func (c *Controller) liveBegin(ctx context.Context, caller Caller, capb *capabil
 	}}
 	e := lc.base
 	e.Type = events.TypeCall
-	e.Input = liveInput(args)
+	e.Input = liveInput(args, c.events.Redact)
 	lc.bus.Publish(lc.tenant, e)
 	if capb.Streams {
 		prev := runcode.OutputFrom(ctx)
@@ -140,7 +140,7 @@ func (lc *liveCall) end(rec *Record, reply *Reply) {
 }
 
 // liveInput is the part of a call's input an event shows.
-func liveInput(args json.RawMessage) map[string]any {
+func liveInput(args json.RawMessage, redact func(string) string) map[string]any {
 	var all map[string]json.RawMessage
 	if json.Unmarshal(args, &all) != nil {
 		return nil
@@ -158,21 +158,24 @@ func liveInput(args json.RawMessage) map[string]any {
 		if out == nil {
 			out = map[string]any{}
 		}
-		out[k] = cutValue(v)
+		out[k] = cutValue(v, redact)
 	}
 	return out
 }
 
-func cutValue(v any) any {
+func cutValue(v any, redact func(string) string) any {
 	switch x := v.(type) {
 	case string:
+		if redact != nil {
+			x = redact(x)
+		}
 		return cutString(x, liveInputMax)
 	case []any:
 		if len(x) > 64 {
 			x = x[:64]
 		}
 		for i := range x {
-			x[i] = cutValue(x[i])
+			x[i] = cutValue(x[i], redact)
 		}
 		return x
 	case map[string]any:

@@ -53,6 +53,11 @@ const DefaultQueue = 1024
 // Bus fans events out to the subscribers of their tenant. The zero value
 // is not usable; a nil *Bus publishes nothing. Safe for concurrent use.
 type Bus struct {
+	// Redact, when set, is applied by publishers to the strings of a
+	// call's input (audit.RedactTokens: a token pasted into a command
+	// keeps its id, never its secret). Set it before the first Publish.
+	Redact func(string) string
+
 	seq   atomic.Uint64
 	calls atomic.Uint64
 
