@@ -352,15 +352,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	a.registerRootfs(reg)
 	a.registerOpenTerminal(reg)
 	a.registerNetwork(reg)
-	a.Events = events.New()
-	a.Events.Redact = audit.RedactTokens
-	a.Controller = controller.New(describeTools(reg), &controller.Options{
-		Logger:    log,
-		Limits:    controller.Limits{Raise: raiseRuns, RunsOf: a.runsOf},
-		Observers: append([]controller.Observer{a.auditLog.Observe, a.Metrics.Observer(reg)}, opts.Observers...),
-		Enter:     a.lives.Enter,
-		Events:    a.Events,
-	})
+	a.Controller = a.newController(reg, log, opts.Observers)
 	if inSession != nil {
 		inSessionHandler = opts.InSession.Handler(a.Controller, sessions)
 		a.InSession = inSession
@@ -510,6 +502,20 @@ func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants, netP
 	}
 	pipS.sb = sb // before any run: its RunEnv names the box paths
 	return sb, pipS, eg, nil
+}
+
+// newController makes a's controller over reg, with the audit log, the
+// metrics and observers told of every call, and the live events' bus.
+func (a *App) newController(reg *capability.Registry, log *slog.Logger, observers []controller.Observer) *controller.Controller {
+	a.Events = events.New()
+	a.Events.Redact = audit.RedactTokens
+	return controller.New(describeTools(reg), &controller.Options{
+		Logger:    log,
+		Limits:    controller.Limits{Raise: raiseRuns, RunsOf: a.runsOf},
+		Observers: append([]controller.Observer{a.auditLog.Observe, a.Metrics.Observer(reg)}, observers...),
+		Enter:     a.lives.Enter,
+		Events:    a.Events,
+	})
 }
 
 // openTerminals makes the terminal manager of a's sessions: their

@@ -127,8 +127,14 @@ func (h *holder) send(ctx context.Context, v any) error {
 	return h.c.Write(wctx, websocket.MessageText, b)
 }
 
+// answer sends r; a write that fails has closed the connection, whose
+// reads then end the handler, so its error needs no other answer.
+func (h *holder) answer(ctx context.Context, r *reply) {
+	_ = h.send(ctx, r)
+}
+
 func (h *holder) fail(ctx context.Context, m *control, err error) {
-	h.send(ctx, &reply{Type: "error", ID: m.ID, Session: m.Session, Error: controller.Classify(err)})
+	h.answer(ctx, &reply{Type: "error", ID: m.ID, Session: m.Session, Error: controller.Classify(err)})
 }
 
 // read handles the client's control messages until the connection ends;
@@ -142,7 +148,7 @@ func (h *holder) read(ctx context.Context) {
 		}
 		var m control
 		if typ != websocket.MessageText || json.Unmarshal(data, &m) != nil {
-			h.send(ctx, &reply{Type: "error", Error: capability.Errorf(capability.InvalidArgument,
+			h.answer(ctx, &reply{Type: "error", Error: capability.Errorf(capability.InvalidArgument,
 				"send JSON text messages: {\"type\":\"take\"|\"exec\"|\"input\"|\"release\",\"session\":ID,...}")})
 			continue
 		}
@@ -156,7 +162,7 @@ func (h *holder) read(ctx context.Context) {
 				continue
 			}
 			h.handBack(id)
-			h.send(ctx, &reply{Type: "released", ID: m.ID, Session: id})
+			h.answer(ctx, &reply{Type: "released", ID: m.ID, Session: id})
 		case "exec", "input":
 			id := h.holding(m.Session)
 			if id == "" {
@@ -177,10 +183,10 @@ func (h *holder) read(ctx context.Context) {
 					h.fail(ctx, &m, err)
 					return
 				}
-				h.send(ctx, &reply{Type: "result", ID: m.ID, Session: id, Output: out.Output})
+				h.answer(ctx, &reply{Type: "result", ID: m.ID, Session: id, Output: out.Output})
 			}()
 		default:
-			h.send(ctx, &reply{Type: "error", ID: m.ID, Error: capability.Errorf(capability.InvalidArgument,
+			h.answer(ctx, &reply{Type: "error", ID: m.ID, Error: capability.Errorf(capability.InvalidArgument,
 				"unknown message type %q; the client may send take, exec, input and release", m.Type)})
 		}
 	}
@@ -218,7 +224,7 @@ func (h *holder) take(ctx context.Context, m *control) {
 	h.mu.Unlock()
 	yes := true
 	h.s.opts.Events.Publish(h.caller.Tenant, events.Event{Type: events.TypeHold, Session: id, Held: &yes})
-	h.send(ctx, &reply{Type: "taken", ID: m.ID, Session: id})
+	h.answer(ctx, &reply{Type: "taken", ID: m.ID, Session: id})
 }
 
 // holding is the id of the session ref names if this connection holds
