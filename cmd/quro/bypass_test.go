@@ -358,9 +358,10 @@ var partReads = map[string]bool{
 var appUses = map[string]map[string]bool{
 	"*": {"Controller": true, "Close": true, "DataDir": true, "Log": true, "Started": true, "Status": true, "Supervise": true},
 	// The server wires its access paths: the token check, the WebSocket
-	// terminal (after the controller resolved the session), metrics (the
+	// terminal and the take-over of a shell (after the controller resolved
+	// the session), the live events the controller publishes, metrics (the
 	// in-session sockets' connection counts among them) and the log line.
-	"serve.go": {"Sessions": true, "Authenticate": true, "EnsureAdminToken": true, "OpenPTY": true, "Metrics": true, "Sandbox": true, "PreparePython": true, "InSession": true},
+	"serve.go": {"Sessions": true, "Authenticate": true, "EnsureAdminToken": true, "OpenPTY": true, "Events": true, "TakeShell": true, "HandBackShell": true, "Metrics": true, "Sandbox": true, "PreparePython": true, "InSession": true},
 	// quro term attaches to the PTY open_terminal started.
 	"term.go": {"OpenPTY": true},
 	// The E2B access path's wiring: API keys are tokens (and an access

@@ -296,6 +296,7 @@ func (f *serveFlags) server(a *app.App, authFn httpauth.Func, maxConns int, log 
 	streams := streamcap.New(f.maxStreams, "--max-streams-per-token")
 	streams.Tenants(maxConns, "--max-conns")
 	wsrv := ws.New(a.Controller, &ws.Options{Access: access, PTY: a.OpenPTY, Logger: log,
+		Events: a.Events, Take: a.TakeShell, HandBack: a.HandBackShell,
 		Streams: streams, IdleTimeout: f.streamIdle})
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: access, WebSocket: wsrv.Handlers()}))

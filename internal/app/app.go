@@ -35,6 +35,7 @@ import (
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/engine/shell"
 	"github.com/quro-dev/quro/internal/engine/toolchain"
+	"github.com/quro-dev/quro/internal/events"
 	"github.com/quro-dev/quro/internal/metrics"
 	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/quota"
@@ -178,7 +179,10 @@ type App struct {
 	Runner     *runcode.Runner
 	Controller *controller.Controller
 	Terminals  *terminal.Manager
-	Python     *python.Embedded // tier 1 of the Python chain: resident workers
+	// Events is the bus of live call events the controller publishes to
+	// (the web UI's timeline, GET /v1/events).
+	Events *events.Bus
+	Python *python.Embedded // tier 1 of the Python chain: resident workers
 	// PythonRootfs is tier 2: resident workers of the sessions on a rootfs.
 	PythonRootfs *python.RootfsWorker
 	Metrics      *metrics.Metrics // Prometheus metrics of this App (serve mounts Metrics.Handler)
@@ -348,12 +352,7 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 	a.registerRootfs(reg)
 	a.registerOpenTerminal(reg)
 	a.registerNetwork(reg)
-	a.Controller = controller.New(describeTools(reg), &controller.Options{
-		Logger:    log,
-		Limits:    controller.Limits{Raise: raiseRuns, RunsOf: a.runsOf},
-		Observers: append([]controller.Observer{a.auditLog.Observe, a.Metrics.Observer(reg)}, opts.Observers...),
-		Enter:     a.lives.Enter,
-	})
+	a.Controller = a.newController(reg, log, opts.Observers)
 	if inSession != nil {
 		inSessionHandler = opts.InSession.Handler(a.Controller, sessions)
 		a.InSession = inSession
@@ -503,6 +502,20 @@ func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants, netP
 	}
 	pipS.sb = sb // before any run: its RunEnv names the box paths
 	return sb, pipS, eg, nil
+}
+
+// newController makes a's controller over reg, with the audit log, the
+// metrics and observers told of every call, and the live events' bus.
+func (a *App) newController(reg *capability.Registry, log *slog.Logger, observers []controller.Observer) *controller.Controller {
+	a.Events = events.New()
+	a.Events.Redact = audit.RedactTokens
+	return controller.New(describeTools(reg), &controller.Options{
+		Logger:    log,
+		Limits:    controller.Limits{Raise: raiseRuns, RunsOf: a.runsOf},
+		Observers: append([]controller.Observer{a.auditLog.Observe, a.Metrics.Observer(reg)}, observers...),
+		Enter:     a.lives.Enter,
+		Events:    a.Events,
+	})
 }
 
 // openTerminals makes the terminal manager of a's sessions: their

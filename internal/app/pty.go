@@ -19,6 +19,26 @@ func (a *App) OpenPTY(ctx context.Context, id string) (*terminal.PTY, error) {
 	return a.Terminals.PTY(s)
 }
 
+// TakeShell gives session id's shell to a person under hold key key (the
+// web UI's Take over, GET /v1/events): until HandBackShell, only calls
+// made under key (terminal.WithHolder) run commands or type input in it.
+// Like OpenPTY it checks nothing about the caller: the WebSocket has
+// found the session through the controller as the caller.
+func (a *App) TakeShell(ctx context.Context, id, key string) error {
+	s, err := a.Sessions.ByIDAnyTenant(ctx, id)
+	if err != nil {
+		return err
+	}
+	return a.Terminals.Take(s, key)
+}
+
+// HandBackShell ends the hold key has on session id's shell.
+func (a *App) HandBackShell(ctx context.Context, id, key string) {
+	if s, err := a.Sessions.ByIDAnyTenant(ctx, id); err == nil {
+		a.Terminals.HandBack(s, key)
+	}
+}
+
 // screen is read_screen's answer: the running PTY's screen, or an empty
 // screen of the default size when none runs. A read starts nothing.
 func (a *App) screen(s *session.Session) *Screen {

@@ -674,6 +674,9 @@ func (a *App) sendInput(ctx context.Context, in SendInputInput) (*terminal.Resul
 	if err != nil {
 		return nil, err
 	}
+	if err := a.Terminals.CheckHold(ctx, s); err != nil {
+		return nil, err
+	}
 	// Like any call that runs something: a paused box is resumed (the
 	// command answering needs to run), and a destroy waits for this call.
 	sh, err := a.Terminals.Shell(s)

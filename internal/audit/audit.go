@@ -367,6 +367,15 @@ var accessTokenRe = regexp.MustCompile(`qa_[0-9a-fA-F]{16,}`)
 // codeKeys hold code or commands: recorded as their first line, bounded.
 var codeKeys = []string{"code", "command"}
 
+// RedactTokens replaces the secret of every Quro token, E2B key and
+// access token in s, keeping a token's id: the audit log's summaries and
+// the live events' inputs (events.Bus.Redact) pass through it.
+func RedactTokens(s string) string {
+	s = tokenRe.ReplaceAllString(s, "${1}<secret redacted>")
+	s = e2bKeyRe.ReplaceAllString(s, "${1}<secret redacted>")
+	return accessTokenRe.ReplaceAllString(s, "qa_<secret redacted>")
+}
+
 // Summarize returns a bounded, secret-free summary of call arguments:
 // scalar fields as they are (strings cut short), code and commands as their
 // first line, environment variables by their names, and contents,
@@ -464,9 +473,7 @@ func summarizeValue(key string, raw json.RawMessage, b64 bool) string {
 	}
 	// A whole bearer token pasted where its id was asked for (revoke_token),
 	// or into code or a command: its id stays, its secret never does.
-	s = tokenRe.ReplaceAllString(s, "${1}<secret redacted>")
-	s = e2bKeyRe.ReplaceAllString(s, "${1}<secret redacted>")
-	s = accessTokenRe.ReplaceAllString(s, "qa_<secret redacted>")
+	s = RedactTokens(s)
 	for _, c := range codeKeys {
 		if key == c {
 			first, _, more := strings.Cut(s, "\n")

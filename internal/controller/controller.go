@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/events"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/terminal"
@@ -134,6 +135,10 @@ type Options struct {
 	// session.Life); release is called when the handler has returned.
 	// nil: such a capability is refused (a controller without sessions).
 	Enter Enter
+	// Events, when set, is told live of every call on a session that
+	// may change or run something (not ReadOnly): its beginning, its
+	// streamed output and its end (the web UI's timeline).
+	Events *events.Bus
 }
 
 // Enter enters the session ref names ("": the caller's default, which ctx
@@ -169,6 +174,7 @@ type Controller struct {
 	observers []Observer
 	limits    Limits
 	enter     Enter
+	events    *events.Bus
 
 	mu       sync.Mutex
 	inFlight map[string]int // calls that run code in flight, by tenant
@@ -179,7 +185,7 @@ func New(reg *capability.Registry, opts *Options) *Controller {
 	if opts == nil {
 		opts = &Options{}
 	}
-	c := &Controller{reg: reg, log: opts.Logger, limits: opts.Limits, enter: opts.Enter, observers: append([]Observer(nil), opts.Observers...)}
+	c := &Controller{reg: reg, log: opts.Logger, limits: opts.Limits, enter: opts.Enter, events: opts.Events, observers: append([]Observer(nil), opts.Observers...)}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -218,7 +224,7 @@ type typedInput struct {
 func (c *Controller) dispatch(ctx context.Context, caller Caller, name string, args json.RawMessage, typed *typedInput) (*Reply, error) {
 	start := time.Now()
 	var entered string
-	reply, err := c.call(ctx, caller, name, args, typed, &entered)
+	reply, lc, err := c.call(ctx, caller, name, args, typed, &entered)
 	rec := &Record{Start: start, Caller: caller, Capability: name, Args: args, Outcome: "ok", Duration: time.Since(start), Session: entered}
 	if capb, ok := c.reg.Get(name); ok && caller.Background && capb.Scope == capability.ScopeRead {
 		rec.Background = true
@@ -243,18 +249,21 @@ func (c *Controller) dispatch(ctx context.Context, caller Caller, name string, a
 	for _, fn := range c.observers {
 		fn(ctx, rec)
 	}
+	if lc != nil {
+		lc.end(rec, reply)
+	}
 	return reply, err
 }
 
 // call runs the capability; entered is set to the id of the session the
-// call entered, if any.
-func (c *Controller) call(ctx context.Context, caller Caller, name string, args json.RawMessage, typed *typedInput, entered *string) (*Reply, error) {
+// call entered, if any, and lc is the live view's record of the call.
+func (c *Controller) call(ctx context.Context, caller Caller, name string, args json.RawMessage, typed *typedInput, entered *string) (_ *Reply, lc *liveCall, _ error) {
 	capb, ok := c.reg.Get(name)
 	if !ok {
-		return nil, capability.Errorf(capability.NotFound, "no capability %q; list_capabilities shows them", name)
+		return nil, nil, capability.Errorf(capability.NotFound, "no capability %q; list_capabilities shows them", name)
 	}
 	if !caller.Scope.Covers(capb.Scope) {
-		return nil, capability.Errorf(capability.PermissionDenied, "%s needs scope %q", name, capb.Scope)
+		return nil, nil, capability.Errorf(capability.PermissionDenied, "%s needs scope %q", name, capb.Scope)
 	}
 	var in any
 	var err error
@@ -264,12 +273,12 @@ func (c *Controller) call(ctx context.Context, caller Caller, name string, args 
 		in, err = capb.Decode(args)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if capb.RunsCode() && (c.limits.RunsPerTenant > 0 || c.limits.RunsOf != nil) {
 		release, err := c.acquire(ctx, caller.Tenant)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if release != nil {
 			s := &runSlot{release: release}
@@ -283,21 +292,22 @@ func (c *Controller) call(ctx context.Context, caller Caller, name string, args 
 	}
 	if ref, enter := capb.SessionRef(in); enter {
 		if c.enter == nil {
-			return nil, capability.Errorf(capability.Internal, "%s uses a session, and this controller has none", name)
+			return nil, nil, capability.Errorf(capability.Internal, "%s uses a session, and this controller has none", name)
 		}
 		var leave func()
 		ctx, leave, err = c.enter(ctx, ref, capb.Use)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		defer leave()
 		if s := session.Entered(ctx); s != nil {
 			*entered = s.ID
 		}
+		ctx, lc = c.liveBegin(ctx, caller, capb, args)
 	}
 	out, err := capb.Run(ctx, in)
 	if err != nil {
-		return nil, err
+		return nil, lc, err
 	}
 	reply := &Reply{Output: out}
 	if t, ok := out.(capability.Texter); ok {
@@ -306,7 +316,7 @@ func (c *Controller) call(ctx context.Context, caller Caller, name string, args 
 		b, _ := json.MarshalIndent(out, "", "  ")
 		reply.Text = string(b)
 	}
-	return reply, nil
+	return reply, lc, nil
 }
 
 // runSlot is a call's run slot, released once: when the call returns, or

@@ -333,6 +333,7 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("%w: the name is empty", project.ErrBadName), capability.InvalidArgument, []string{"empty"}, false},
 		{fmt.Errorf("%w %q", project.ErrUnknownTemplate, "cobol"), capability.InvalidArgument, []string{"cobol"}, false},
 		{&terminal.BusyError{Command: "`sleep 9`", Running: time.Second, Waited: time.Second}, capability.Busy, []string{"still running", "`sleep 9`", "ran nothing", "start_process"}, false},
+		{&terminal.HeldError{Session: "s", For: time.Second}, capability.Busy, []string{"a person holds this session", "hand it back", "ran nothing"}, false},
 		{&terminal.InputError{Command: "`read x`", Since: time.Second}, capability.Busy, []string{"`read x`", "waiting for input", "send_input"}, false},
 		{terminal.ErrInvalid, capability.InvalidArgument, nil, false},
 		{terminal.ErrNotRunning, capability.InvalidArgument, []string{"no command"}, false},

@@ -99,6 +99,7 @@ var classes = []class{
 	// (terminal/queue.go); no hint may advise stopping another call's
 	// command.
 	{match: is(terminal.ErrBusy), code: capability.Busy},
+	{match: is(terminal.ErrHeld), code: capability.Busy},
 	{match: is(terminal.ErrInvalid), code: capability.InvalidArgument},
 	{match: is(terminal.ErrNotRunning), code: capability.InvalidArgument},
 	{match: is(terminal.ErrNoBash), code: capability.Unavailable},

@@ -51,6 +51,8 @@ type Manager struct {
 	// ended are the sessions CloseSession closed: a call racing with
 	// their destroy must not give them new terminals.
 	ended recent.Set
+	// holds are the shells a person has taken over (hold.go), by session.
+	holds map[string]hold
 }
 
 type live struct {
@@ -75,7 +77,7 @@ func NewManager(sb *sandbox.Sandbox, o *ManagerOptions) *Manager {
 	if opts.Env == nil {
 		opts.Env = func(string) map[string]string { return nil }
 	}
-	return &Manager{sb: sb, opts: opts, live: map[string]*live{}}
+	return &Manager{sb: sb, opts: opts, live: map[string]*live{}, holds: map[string]hold{}}
 }
 
 func (m *Manager) get(s *session.Session) (*live, error) {
@@ -151,6 +153,9 @@ func (m *Manager) Shell(s *session.Session) (*Shell, error) {
 
 // Exec runs command in the session's shell.
 func (m *Manager) Exec(ctx context.Context, s *session.Session, command string, opts ExecOptions) (*Result, error) {
+	if err := m.CheckHold(ctx, s); err != nil {
+		return nil, err
+	}
 	for {
 		sh, err := m.Shell(s)
 		if err != nil {
@@ -250,6 +255,7 @@ func (m *Manager) CloseSession(s *session.Session) int {
 	m.mu.Lock()
 	l := m.live[s.ID]
 	delete(m.live, s.ID)
+	delete(m.holds, s.ID)
 	m.ended.Add(s.ID)
 	m.mu.Unlock()
 	if l != nil {

@@ -10,6 +10,7 @@ import { statusPage } from './status';
 import { sessionPage } from './session';
 import { installLooks } from './looks';
 import { operatorPage } from './operator';
+import { livePage } from './timeline';
 
 // xterm.js writes its measurements into <style> elements it creates; the
 // page's CSP allows styles from 'self' and, for those, the per-response
@@ -54,6 +55,9 @@ function route() {
     case 'session':
       current = param ? sessionPage(param) : sessionsPage();
       break;
+    case 'live':
+      current = param ? livePage(param) : sessionsPage();
+      break;
     case 'play':
       current = playgroundPage(param);
       break;
@@ -69,7 +73,7 @@ function route() {
     default:
       current = sessionsPage();
   }
-  const active = `#/${page === 'term' || page === 'session' ? 'sessions' : page}`;
+  const active = `#/${page === 'term' || page === 'session' || page === 'live' ? 'sessions' : page}`;
   app.append(
     h(
       'header',

@@ -249,6 +249,11 @@ var websocketDescription = map[WebSocket]string{
 	WebSocketStream: "Upgrade to a WebSocket, send the capability's input as the first text message, and receive " +
 		"{\"type\":\"output\",\"stream\":\"stdout\"|\"stderr\",\"data\":\"...\"} as output arrives, then " +
 		"{\"type\":\"result\",\"output\":{...},\"text\":\"...\"} or {\"type\":\"error\",\"error\":{...}}. Closing the socket cancels the run.",
+	WebSocketEvents: "Upgrade to a WebSocket of your tenant's live events: {\"type\":\"call\"|\"output\"|\"end\",\"call\",\"session\",\"capability\",\"path\",...} " +
+		"for every call on a session that may change or run something, from any access path, {\"type\":\"hold\",\"session\",\"held\"} when a person takes a shell or hands it back, " +
+		"and {\"type\":\"dropped\",\"dropped\":N} when this connection fell behind and lost N events. The client may send {\"type\":\"take\",\"session\":ID} " +
+		"(scope exec), then {\"type\":\"exec\",\"session\",\"command\"} and {\"type\":\"input\",\"session\",\"data\"}, and {\"type\":\"release\",\"session\"}; " +
+		"while a person holds a session's shell every other call's terminal_exec and send_input is refused (busy: a person holds this session). Closing the socket hands back its shells.",
 }
 
 func responses(status, desc string, schema any) map[string]any {

@@ -38,6 +38,9 @@ const (
 	// WebSocketStream is a run of a capability that streams its output
 	// (capability.Capability.Streams), named by the {capability} wildcard.
 	WebSocketStream WebSocket = "stream"
+	// WebSocketEvents is the live events of the caller's tenant's
+	// sessions, and a person's take-over of a session's shell.
+	WebSocketEvents WebSocket = "events"
 )
 
 // Route is one resource-style route: a method and pattern (net/http
@@ -94,6 +97,8 @@ var Routes = []Route{
 		Summary: "WebSocket: the session's interactive terminal"},
 	{Method: "GET", Pattern: "/v1/stream/{capability}", WebSocket: WebSocketStream,
 		Summary: "WebSocket: run a capability that streams, with its output as it arrives"},
+	{Method: "GET", Pattern: "/v1/events", WebSocket: WebSocketEvents,
+		Summary: "WebSocket: live events of your sessions' calls; take over a session's shell"},
 }
 
 var (

@@ -23,6 +23,7 @@ import (
 	"github.com/quro-dev/quro/internal/api/streamcap"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/events"
 	"github.com/quro-dev/quro/internal/terminal"
 )
 
@@ -41,8 +42,16 @@ type Options struct {
 	// PTY returns the interactive terminal of the session with this id,
 	// starting it when none runs (app.App.OpenPTY). It is called only
 	// after the controller has found the session for the caller.
-	PTY    func(ctx context.Context, id string) (*terminal.PTY, error)
-	Logger *slog.Logger
+	PTY func(ctx context.Context, id string) (*terminal.PTY, error)
+	// Events is the bus GET /v1/events streams (nil: the route answers
+	// 503).
+	Events *events.Bus
+	// Take gives session id's shell to a person under the hold key key,
+	// and HandBack ends it (app.App.TakeShell, HandBackShell). Called
+	// only after the controller has found the session for the caller.
+	Take     func(ctx context.Context, id, key string) error
+	HandBack func(ctx context.Context, id, key string)
+	Logger   *slog.Logger
 	// ViewerQueue is how many output chunks a terminal viewer may lag
 	// before it is dropped (0: the terminal's default).
 	ViewerQueue int
@@ -105,6 +114,7 @@ func (s *Server) Handlers() map[rest.WebSocket]http.Handler {
 	return map[rest.WebSocket]http.Handler{
 		rest.WebSocketPTY:    http.HandlerFunc(s.servePTY),
 		rest.WebSocketStream: http.HandlerFunc(s.serveStream),
+		rest.WebSocketEvents: http.HandlerFunc(s.serveEvents),
 	}
 }
 

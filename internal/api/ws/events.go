@@ -1,0 +1,262 @@
+package ws
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"sync"
+
+	"github.com/coder/websocket"
+
+	"github.com/quro-dev/quro/internal/api/rest"
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/events"
+	"github.com/quro-dev/quro/internal/terminal"
+)
+
+// eventsQueue is how many events a viewer may lag before it drops.
+const eventsQueue = events.DefaultQueue
+
+// control is a text frame a client sends on GET /v1/events.
+type control struct {
+	Type    string `json:"type"`
+	Session string `json:"session"`
+	Command string `json:"command,omitempty"`
+	Data    string `json:"data,omitempty"`
+	ID      string `json:"id,omitempty"` // echoed in the answer
+}
+
+// reply is the server's answer to a control message.
+type reply struct {
+	Type    string            `json:"type"` // taken, released, result, error
+	ID      string            `json:"id,omitempty"`
+	Session string            `json:"session,omitempty"`
+	Output  any               `json:"output,omitempty"`
+	Error   *capability.Error `json:"error,omitempty"`
+}
+
+// serveEvents streams the caller's tenant's events (events.Bus) and lets
+// a person take over a session's shell, run commands and type input in
+// it under the connection's own hold key, and hand it back. The holds of
+// a connection end with it.
+func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
+	defer s.track()()
+	caller, ok := s.admit(w, r)
+	if !ok {
+		return
+	}
+	if caller.Session != "" {
+		// Code in a session watches no one: it would see its tenant's
+		// other sessions' commands.
+		rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
+			"the event stream is for people and their clients, not for code in a session"))
+		return
+	}
+	if s.opts.Events == nil {
+		rest.WriteError(w, http.StatusServiceUnavailable, capability.Errorf(capability.Unavailable, "this server has no event stream"))
+		return
+	}
+	release, held := s.hold(w, caller)
+	if !held {
+		return
+	}
+	defer release()
+	c, err := s.accept(w, r)
+	if err != nil {
+		return
+	}
+	defer c.CloseNow()
+	defer s.keepalive(r.Context(), c)()
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	sub := s.opts.Events.Subscribe(caller.Tenant, eventsQueue)
+	defer sub.Close()
+
+	var kb [16]byte
+	rand.Read(kb[:])
+	h := &holder{s: s, caller: caller, key: hex.EncodeToString(kb[:]), held: map[string]bool{}, c: c}
+	defer h.releaseAll()
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		defer cancel()
+		h.read(ctx)
+	}()
+	defer func() { <-readDone }()
+	if h.send(ctx, &reply{Type: "hello"}) != nil {
+		return
+	}
+	for {
+		evs, err := sub.Next(ctx)
+		if err != nil {
+			c.CloseNow()
+			return
+		}
+		for i := range evs {
+			if h.send(ctx, &evs[i]) != nil {
+				c.CloseNow()
+				return
+			}
+		}
+	}
+}
+
+// holder is one connection's side of take-over: its hold key (random,
+// the server's own, never sent to the client) and the sessions it holds.
+type holder struct {
+	s      *Server
+	caller controller.Caller
+	key    string
+	c      *websocket.Conn
+	wg     sync.WaitGroup
+
+	mu   sync.Mutex
+	held map[string]bool // session ids
+}
+
+func (h *holder) send(ctx context.Context, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	return h.c.Write(wctx, websocket.MessageText, b)
+}
+
+// answer sends r; a write that fails has closed the connection, whose
+// reads then end the handler, so its error needs no other answer.
+func (h *holder) answer(ctx context.Context, r *reply) {
+	_ = h.send(ctx, r)
+}
+
+func (h *holder) fail(ctx context.Context, m *control, err error) {
+	h.answer(ctx, &reply{Type: "error", ID: m.ID, Session: m.Session, Error: controller.Classify(err)})
+}
+
+// read handles the client's control messages until the connection ends;
+// it returns once the commands it started have returned.
+func (h *holder) read(ctx context.Context) {
+	defer h.wg.Wait()
+	for {
+		typ, data, err := h.c.Read(ctx)
+		if err != nil {
+			return
+		}
+		var m control
+		if typ != websocket.MessageText || json.Unmarshal(data, &m) != nil {
+			h.answer(ctx, &reply{Type: "error", Error: capability.Errorf(capability.InvalidArgument,
+				"send JSON text messages: {\"type\":\"take\"|\"exec\"|\"input\"|\"release\",\"session\":ID,...}")})
+			continue
+		}
+		switch m.Type {
+		case "take":
+			h.take(ctx, &m)
+		case "release":
+			id := h.holding(m.Session)
+			if id == "" {
+				h.fail(ctx, &m, capability.Errorf(capability.InvalidArgument, "this connection does not hold session %q", m.Session))
+				continue
+			}
+			h.handBack(id)
+			h.answer(ctx, &reply{Type: "released", ID: m.ID, Session: id})
+		case "exec", "input":
+			id := h.holding(m.Session)
+			if id == "" {
+				h.fail(ctx, &m, capability.Errorf(capability.InvalidArgument,
+					"take over session %q first ({\"type\":\"take\",\"session\":ID}): only its holder types into a session's shell here", m.Session))
+				continue
+			}
+			name, args := "terminal_exec", map[string]string{"session": id, "command": m.Command}
+			if m.Type == "input" {
+				name, args = "send_input", map[string]string{"session": id, "data": m.Data}
+			}
+			b, _ := json.Marshal(args)
+			h.wg.Add(1)
+			go func() {
+				defer h.wg.Done()
+				out, err := h.s.ctl.Call(terminal.WithHolder(ctx, h.key), h.caller, name, b)
+				if err != nil {
+					h.fail(ctx, &m, err)
+					return
+				}
+				h.answer(ctx, &reply{Type: "result", ID: m.ID, Session: id, Output: out.Output})
+			}()
+		default:
+			h.answer(ctx, &reply{Type: "error", ID: m.ID, Error: capability.Errorf(capability.InvalidArgument,
+				"unknown message type %q; the client may send take, exec, input and release", m.Type)})
+		}
+	}
+}
+
+// take looks the session up as the caller (another tenant's is not
+// found) and takes its shell under the connection's key.
+func (h *holder) take(ctx context.Context, m *control) {
+	if !h.caller.Scope.Covers(capability.ScopeExec) {
+		h.fail(ctx, m, capability.Errorf(capability.PermissionDenied, "taking over a shell needs scope %q", capability.ScopeExec))
+		return
+	}
+	if h.s.opts.Take == nil {
+		h.fail(ctx, m, capability.Errorf(capability.Unavailable, "this server cannot give a shell to a person"))
+		return
+	}
+	args, _ := json.Marshal(map[string]string{"session": m.Session})
+	out, err := h.s.ctl.Call(ctx, h.caller, "get_session_status", args)
+	if err != nil {
+		h.fail(ctx, m, err)
+		return
+	}
+	so, ok := out.Output.(sessionOutput)
+	if !ok || so.SessionID() == "" {
+		h.fail(ctx, m, capability.Errorf(capability.Internal, "get_session_status answered with no session id"))
+		return
+	}
+	id := so.SessionID()
+	if err := h.s.opts.Take(ctx, id, h.key); err != nil {
+		h.fail(ctx, m, err)
+		return
+	}
+	h.mu.Lock()
+	h.held[id] = true
+	h.mu.Unlock()
+	yes := true
+	h.s.opts.Events.Publish(h.caller.Tenant, events.Event{Type: events.TypeHold, Session: id, Held: &yes})
+	h.answer(ctx, &reply{Type: "taken", ID: m.ID, Session: id})
+}
+
+// holding is the id of the session ref names if this connection holds
+// it ("" if not): ref is the id the take answered with.
+func (h *holder) holding(ref string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held[ref] {
+		return ref
+	}
+	return ""
+}
+
+func (h *holder) handBack(id string) {
+	h.mu.Lock()
+	delete(h.held, id)
+	h.mu.Unlock()
+	if h.s.opts.HandBack != nil {
+		h.s.opts.HandBack(context.Background(), id, h.key)
+	}
+	no := false
+	h.s.opts.Events.Publish(h.caller.Tenant, events.Event{Type: events.TypeHold, Session: id, Held: &no})
+}
+
+func (h *holder) releaseAll() {
+	h.mu.Lock()
+	ids := make([]string, 0, len(h.held))
+	for id := range h.held {
+		ids = append(ids, id)
+	}
+	h.mu.Unlock()
+	for _, id := range ids {
+		h.handBack(id)
+	}
+}
