@@ -10,16 +10,22 @@
 #      and the disk: 12 s, against 42 s one after the other);
 #   2. the quick checks (the web bundle's types, gofmt, go.mod tidiness,
 #      vet);
-#   3. every package's tests (SLOW_PKGS, the longest, first) with the
-#      linter beside them (it loads the packages compiled with $TRIM, as
-#      the tests are, from the build cache: 10 s of CPU in a fresh clone,
-#      86 s without the flag);
-#   4. the slim build's tests (no embedded Python: the rest of the
-#      Python chain must answer) beside the fuzz targets.
-# On a 2-core machine with stress-ng --cpu 1 beside it, phase 3 keeps
-# both cores busy (0% idle: 70% user, 29% system, sampled over a
-# minute), so the linter beside it saves no time there; it does where
-# cores are left idle.
+#   3. every package's tests (SLOW_PKGS, the longest, first), with
+#      three runs beside them: the linter (it loads the packages compiled
+#      with $TRIM, as the tests are, from the build cache: 10 s of CPU in
+#      a fresh clone, 86 s without the flag), the fuzz targets, and the
+#      slim build's tests (no embedded Python: the rest of the Python
+#      chain must answer). Each side run prints its output and time when
+#      the tests end.
+# The phase's wall time is internal/app's, which mostly waits (boxes,
+# apt, pip, compilers: its process and children used 83 s of CPU in its
+# first 570 s at a load of 15), so the fuzz run (mostly CPU) and the
+# slim build's tests (mostly waiting on boxes) fill that wait instead of
+# running after it: they took 132-144 s after the tests, beside each
+# other. The slim build's tests share nothing with the full build's but
+# the embedded Python's install root (internal/app's testPython), whose
+# writers take turns on a lock shared between processes, as two quro
+# servers on one machine do.
 # A failing phase does not stop the later ones (a lint finding and a test
 # failure are both worth seeing in one run); the exit status is that of
 # the first failure.
@@ -80,17 +86,17 @@ for p in $SLOW_PKGS; do pkgs+=("./$p/"); done
 # GOFLAGS=$TRIM: see the Makefile's lint (a fresh clone's lint compiled
 # the whole tree again without it).
 side lint env GOFLAGS="$TRIM${GOFLAGS:+ $GOFLAGS}" $GOLANGCI run --allow-serial-runners ./...
-phase "go test (every package)" \
-	"$GO" test $TRIM -p "$TEST_P" -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" ${pkgs[@]+"${pkgs[@]}"} ./...
-wait_side lint
-
-echo "fuzz targets: 20000 inputs each (test/fuzz/run.sh), beside the slim build's tests"
+# The fuzz targets: 20000 inputs each (test/fuzz/run.sh).
 side fuzz env FUZZTIME=20000x GO="$GO" TRIM="$TRIM" bash test/fuzz/run.sh
 slim() {
 	"$GO" test $TRIM -p 3 -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim ./internal/engine/python/ ./internal/api/mcp/ &&
 		"$GO" test $TRIM -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim -run "$SLIM_APP_RUN" ./internal/app/
 }
-phase "go test -tags slim" slim
+side "go test -tags slim" slim
+phase "go test (every package)" \
+	"$GO" test $TRIM -p "$TEST_P" -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" ${pkgs[@]+"${pkgs[@]}"} ./...
+wait_side lint
+wait_side "go test -tags slim"
 wait_side fuzz
 
 echo "make test: $(($(date +%s) - start)) s after the install steps, rc $status"

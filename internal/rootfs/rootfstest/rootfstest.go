@@ -54,6 +54,16 @@ func Default(t testing.TB) *rootfs.Manager {
 	if m.Ready(rootfs.DefaultName) {
 		return m
 	}
+	// Parallel tests of one package, and packages tested side by side,
+	// take turns, as Derived's builders do: Install refuses (ErrBusy)
+	// while another caller installs, and on a fresh machine the first
+	// two callers met there (cmd/quro's TestAptInsideARootfsSession
+	// failed beside TestPipInsideARootfsSession).
+	unlock := buildLock(t, m, rootfs.DefaultName)
+	defer unlock()
+	if m.Ready(rootfs.DefaultName) { // built meanwhile by whoever held the lock
+		return m
+	}
 	t.Logf("building the shared test rootfs %q in %s (once per machine; minutes)", rootfs.DefaultName, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -82,14 +92,8 @@ func Derived(t testing.TB, name string, pkgs []string) *rootfs.Manager {
 	if err := rootfs.CheckName(name); err != nil {
 		t.Fatal(err)
 	}
-	lf, err := os.OpenFile(filepath.Join(m.Dir, "."+name+"-build.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lf.Close()
-	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
+	unlock := buildLock(t, m, name)
+	defer unlock()
 	if m.Ready(name) { // another test process built it meanwhile
 		return m
 	}
@@ -128,6 +132,26 @@ func Derived(t testing.TB, name string, pkgs []string) *rootfs.Manager {
 	_ = os.RemoveAll(staging)
 	t.Logf("%s rootfs built in %s (%d packages installed)", name, time.Since(start).Round(time.Second), len(res.Installed))
 	return m
+}
+
+// buildLock waits for the build lock of the rootfs name in m's directory
+// (a lock file beside it, shared by every test process on the machine)
+// and returns its release. An flock is per open file description, so
+// two tests of one process wait for each other too.
+func buildLock(t testing.TB, m *rootfs.Manager, name string) (unlock func()) {
+	t.Helper()
+	if err := os.MkdirAll(m.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lf, err := os.OpenFile(filepath.Join(m.Dir, "."+name+"-build.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
+		lf.Close()
+		t.Fatal(err)
+	}
+	return func() { lf.Close() }
 }
 
 func tail(s string, n int) string {
