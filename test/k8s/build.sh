@@ -53,7 +53,7 @@ m=${V#*.}; LD="-s -w"
 for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   LD="$LD -X $p.gitVersion=v$V -X $p.gitMajor=1 -X $p.gitMinor=${m%%.*} -X $p.gitTreeState=clean"; done
 export CGO_ENABLED=0
-[ -x "$B/etcd" ] || go build -trimpath -ldflags "-s -w" -o "$B/etcd.tmp" go.etcd.io/etcd/server/v3 && mv -f "$B/etcd.tmp" "$B/etcd" 2>/dev/null || true
+[ -x "$B/etcd" ] || { go build -trimpath -ldflags "-s -w" -o "$B/etcd.tmp" go.etcd.io/etcd/server/v3 && mv -f "$B/etcd.tmp" "$B/etcd"; }   # etcd first
 for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
   [ -x "$B/$c" ] || { go build -trimpath -ldflags "$LD" -o "$B/$c.tmp" "k8s.io/kubernetes/cmd/$c" && mv -f "$B/$c.tmp" "$B/$c"; }
 done
