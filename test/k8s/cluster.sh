@@ -6,6 +6,7 @@
 # reached by their IPs from this host; ClusterIP services do not route. Needs root.
 #   cluster.sh up              start (builds first when the binaries are missing); prints the kubeconfig
 #   cluster.sh load ARCHIVE    import an image archive (docker-archive or OCI) into containerd's k8s.io namespace
+#   cluster.sh tag SRC DST     give an imported image another name (a new tag for a rolling upgrade)
 #   cluster.sh down            stop everything, unmount, delete the bridge, restore iptables and ip_forward
 #   cluster.sh can-run         exit 0 when this machine can run a kubelet here, else print why and exit 1
 # State of a running cluster is in $K8S_DIR/run (etcd data, logs, containerd); `down` then `up` starts afresh.
@@ -37,6 +38,9 @@ can-run) can_run; exit ;;
 load)
   A=${2:?archive}; ctr -a "$SOCK" -n k8s.io images import "$A" >/dev/null
   exit ;;
+tag)
+  ctr -a "$SOCK" -n k8s.io images tag --force "${2:?source}" "${3:?target}" >/dev/null
+  exit ;;
 down)
   if [ -f "$R/apiserver.pid" ]; then
     kubectl delete pods -A --all --grace-period=0 --force --wait=false >/dev/null 2>&1 || true   # the kubelet tears down containers and CNI
@@ -54,7 +58,7 @@ down)
   rm -rf "$R"
   exit 0 ;;
 up) ;;
-*) echo "usage: $0 up|load ARCHIVE|down|can-run" >&2; exit 2 ;;
+*) echo "usage: $0 up|load ARCHIVE|tag SRC DST|down|can-run" >&2; exit 2 ;;
 esac
 
 why=$(can_run) || { echo "cannot run a kubelet here: $why" >&2; exit 3; }

@@ -85,7 +85,7 @@ func (n node) call(capability string, in, out any) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.url("/v1/"+capability), bytes.NewReader(body))
 	if err != nil {
@@ -139,7 +139,7 @@ type runResult struct {
 func (n node) run(t *testing.T, session, lang, code string) runResult {
 	t.Helper()
 	var r runResult
-	if err := n.call("run_code", map[string]any{"session": session, "lang": lang, "code": code}, &r); err != nil {
+	if err := n.call("run_code", map[string]any{"session": session, "lang": lang, "code": code, "timeout_ms": -1}, &r); err != nil {
 		t.Fatal(err)
 	}
 	if r.ExitCode != 0 {
@@ -310,7 +310,41 @@ func TestKubernetes(t *testing.T) {
 		if r := n.run(t, "k8s-quro-3-0", "python", "print('fourth')"); strings.TrimSpace(r.Stdout) != "fourth" {
 			t.Fatalf("quro-3: python printed %q", r.Stdout)
 		}
+		n.run(t, "k8s-quro-3-0", "sh", "mkdir -p keep && echo k8s-quro-3-0 > keep/id.txt")
+		sessions["quro-3"] = append(sessions["quro-3"], "k8s-quro-3-0")
 	})
+
+	// A new image tag rolls the nodes one at a time; each comes back on
+	// its volume with every session's files.
+	t.Run("RollingUpgradeKeepsFiles", func(t *testing.T) {
+		c.script(t, "test/k8s/cluster.sh", "tag", image+":dev", image+":v2")
+		c.kubectl(t, "", "-n", ns, "set", "image", "statefulset/quro", "quro="+image+":v2")
+		c.kubectl(t, "", "-n", ns, "rollout", "status", "statefulset/quro", "--timeout="+waitLong)
+		for name, old := range nodes {
+			n := c.pod(t, name)
+			if n.uid == old.uid {
+				t.Errorf("%s was not replaced by the upgrade", name)
+			}
+			if img := c.kubectl(t, "", "-n", ns, "get", "pod", name, "-o", "jsonpath={.spec.containers[0].image}"); img != image+":v2" {
+				t.Errorf("%s runs %s after the upgrade", name, img)
+			}
+			nodes[name] = n
+		}
+		checkFiles(t, nodes, sessions, "after the upgrade")
+	})
+}
+
+// checkFiles reads back, through each node, the file every session of
+// that node wrote in Sessions.
+func checkFiles(t *testing.T, nodes map[string]node, sessions map[string][]string, when string) {
+	t.Helper()
+	for name, list := range sessions {
+		for _, s := range list {
+			if got := strings.TrimSpace(nodes[name].readFile(t, s, "keep/id.txt")); got != s {
+				t.Errorf("%s on %s %s: keep/id.txt is %q, want %q", s, name, when, got, s)
+			}
+		}
+	}
 }
 
 // checkDoctor runs quro doctor in the pod: every isolation layer of a box
