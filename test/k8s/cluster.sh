@@ -48,7 +48,7 @@ down)
   fi
   for n in kubelet scheduler kcm apiserver etcd; do stop $n; done
   # Tasks the kubelet left: kill them before containerd goes.
-  for t in $(ctr -a "$SOCK" -n k8s.io t ls -q 2>/dev/null); do ctr -a "$SOCK" -n k8s.io t kill -s KILL "$t" >/dev/null 2>&1 || true; done
+  for t in $(ctr -a "$SOCK" -n k8s.io t ls -q 2>/dev/null); do ctr -a "$SOCK" -n k8s.io t kill -s KILL "$t" >/dev/null 2>&1 || true; ctr -a "$SOCK" -n k8s.io t rm -f "$t" >/dev/null 2>&1 || true; done
   stop containerd
   grep -o " $D/[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   grep -o " /run/containerd/[^ ]*\| /run/netns/cni-[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
