@@ -25,7 +25,7 @@ TEST_PKGS := python3 bash bubblewrap debootstrap nodejs npm chromium curl gcc li
 # What `make run` needs: the sandbox refuses to run user code without bwrap.
 RUN_PKGS := bubblewrap
 
-.PHONY: e2b-gen e2b-suite stdlib-pyc pip-wheel all build install uninstall run run-deps test test-soak test-short test-stress test-install fuzz deps test-deps vet lint fmt-check tidy-check bench clean ui web web-check web-types
+.PHONY: image test-k8s e2b-gen e2b-suite stdlib-pyc pip-wheel all build install uninstall run run-deps test test-soak test-short test-stress test-install fuzz deps test-deps vet lint fmt-check tidy-check bench clean ui web web-check web-types
 
 all: build
 
@@ -289,6 +289,30 @@ vet:
 GOLANGCI := $(GO) tool -modfile=tools/golangci/go.mod golangci-lint
 lint:
 	GOFLAGS='$(strip $(TRIM) $(GOFLAGS))' $(GOLANGCI) run --allow-serial-runners ./...
+
+# The container image of Kubernetes' Quro nodes (deploy/kubernetes,
+# docs/kubernetes.md), without Docker: deploy/image/build.sh puts bin/quro
+# on a Debian base made by debootstrap (made once, cached under
+# ${XDG_CACHE_HOME:-~/.cache}/quro-image) with umoci and writes a
+# docker-archive with skopeo, for `ctr -n k8s.io images import` or
+# `skopeo copy` to a registry. As root; needs debootstrap, umoci, skopeo.
+IMAGE_TAG ?= dev
+IMAGE     ?= localhost/quro/quro:$(IMAGE_TAG)
+IMAGE_OUT ?= bin/quro-image.tar
+image: build
+	@$(MAKE) --no-print-directory test-deps TEST_PKGS="debootstrap umoci skopeo"
+	bash deploy/image/build.sh $(BIN) $(IMAGE_OUT) $(IMAGE)
+
+# Quro on a real single-node Kubernetes (test/k8s): the cluster's binaries
+# are built from source once into ${XDG_CACHE_HOME:-~/.cache}/quro-k8s (about
+# 10 minutes of 2 cores; later runs start the cluster in seconds), the image
+# is imported into its containerd and deploy/kubernetes applied. As root; the
+# test skips, saying why, on a machine that cannot run a kubelet. Not part
+# of make test. QURO_K8S_KEEP=1 leaves the cluster up (test/k8s/cluster.sh down).
+test-k8s: build
+	@$(MAKE) --no-print-directory test-deps TEST_PKGS="containerd runc containernetworking-plugins iptables conntrack umoci skopeo debootstrap openssl"
+	@bash test/k8s/cluster.sh can-run >/dev/null 2>&1 && bash test/k8s/build.sh || true   # the build, once, outside the test's time limit
+	QURO_BIN=$(CURDIR)/$(BIN) $(GO) test $(TRIM) -tags k8s -count=1 -v -timeout 80m ./test/k8s/
 
 # The E2B envd API's Go code, generated from the protos copied verbatim from
 # E2B's spec/envd (internal/api/e2b/proto/README.md) with protoc (Debian's

@@ -229,6 +229,9 @@ func (d *Disks) mountNew(locked *os.File, dir string) error {
 			return fmt.Errorf("no free loop device: %w", err)
 		}
 		dev := fmt.Sprintf("/dev/loop%d", n)
+		if err := loopNode(n); err != nil {
+			return err
+		}
 		lo, err := os.OpenFile(dev, os.O_RDWR|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("a loop device: %w", err)
@@ -274,6 +277,48 @@ func lock(img string) (unlock func(), err error) {
 	return func() { f.Close() }, nil
 }
 
+// loopNode makes sure /dev/loopN, the node of loop device n, exists. In
+// a container (a Kubernetes pod) /dev is a tmpfs the runtime filled as
+// the container started: a loop device the kernel made since
+// (LOOP_CTL_GET_FREE adds one when none is free, and other containers
+// and the host take them too) has no node there, and neither an open nor
+// mount(8) finds it ("failed to setup loop device"). sysfs has its
+// numbers. n comes from the kernel, never from a session.
+func loopNode(n int) error {
+	dev := fmt.Sprintf("/dev/loop%d", n)
+	if _, err := os.Stat(dev); !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/sys/block/loop%d/dev", n))
+	if err != nil {
+		return fmt.Errorf("loop device %d has no node in /dev and no numbers in sysfs: %w", n, err)
+	}
+	var major, minor uint32
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(b)), "%d:%d", &major, &minor); err != nil {
+		return fmt.Errorf("loop device %d: sysfs says %q: %w", n, b, err)
+	}
+	err = unix.Mknod(dev, unix.S_IFBLK|0o660, int(unix.Mkdev(major, minor)))
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("making the node of loop device %d: %w", n, err)
+	}
+	return nil
+}
+
+// freeLoopNode makes the node of the loop device loop-control names free
+// (loopNode), the one mount(8) is about to attach.
+func freeLoopNode() error {
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer ctl.Close()
+	n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+	if err != nil {
+		return err
+	}
+	return loopNode(n)
+}
+
 func (d *Disks) mount(img, dir string) error {
 	// nodev, nosuid: a file the box made must never be a device or a
 	// set-uid program for the host.
@@ -281,6 +326,9 @@ func (d *Disks) mount(img, dir string) error {
 	// elsewhere already, so the filesystem is never mounted twice from two
 	// devices — unless two mounts race, which the image's lock (lock)
 	// prevents: every caller holds it.
+	// mount(8) attaches the device loop-control names free; its node must
+	// be there (loopNode). If this fails, mount says what it could not do.
+	_ = freeLoopNode()
 	if err := d.run("mount", "-t", "ext4", "-o", "loop,nodev,nosuid,noatime", img, dir); err != nil {
 		return err
 	}

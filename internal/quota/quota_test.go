@@ -395,3 +395,68 @@ func TestOpenTwiceBindsTheSessionsDirectoryOnce(t *testing.T) {
 		t.Errorf("%d mounts at the sessions' directory, want 1", n)
 	}
 }
+
+// In a container (a Kubernetes pod), /dev is a tmpfs filled as the
+// container started: loop devices the kernel made since have no node
+// there. A session's disk is still made (an attach of its own) and
+// mounted again (mount(8)): the node of the device is made from sysfs.
+// The test runs in the package's own mount namespace (TestMain), where a
+// tmpfs over /dev holding only loop-control and the character devices
+// the tools open stands for the container's.
+func TestDiskInADevWithoutLoopNodes(t *testing.T) {
+	if os.Getenv("QURO_QUOTA_TEST_NS") == "" {
+		t.Skip("needs the package's own mount namespace (as root): it mounts over /dev")
+	}
+	d, data := newDisks(t)
+	nodes := map[string]os.FileInfo{}
+	for _, n := range []string{"loop-control", "null", "zero", "random", "urandom", "full"} {
+		fi, err := os.Stat("/dev/" + n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[n] = fi
+	}
+	if err := syscall.Mount("tmpfs", "/dev", "tmpfs", 0, "mode=0755"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount("/dev", syscall.MNT_DETACH); err != nil {
+			t.Error(err)
+		}
+	})
+	for n, fi := range nodes {
+		st := fi.Sys().(*syscall.Stat_t)
+		if err := syscall.Mknod("/dev/"+n, st.Mode, int(st.Rdev)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loops := func() []string {
+		m, _ := filepath.Glob("/dev/loop[0-9]*")
+		return m
+	}
+	s := session(t, d, data, "s", 32<<20)
+	made := loops()
+	if len(made) != 1 {
+		t.Fatalf("after making the disk, /dev holds loop nodes %v, want the one attached", made)
+	}
+	if err := os.WriteFile(filepath.Join(s, "workspace", "keep"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscallUnmount(s); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range made {
+		if err := os.Remove(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Remount(s); err != nil {
+		t.Fatalf("remounting with no loop node in /dev: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(s, "workspace", "keep")); string(b) != "kept" {
+		t.Fatalf("after the remount: %q %v", b, err)
+	}
+	if len(loops()) == 0 {
+		t.Fatal("remounted without a loop node in /dev: mount(8) attached none?")
+	}
+}
