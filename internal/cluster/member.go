@@ -59,9 +59,18 @@ func (m *Member) Sync(ctx context.Context) error {
 	}
 	self := m.C.Self()
 	held := make(map[string]bool, len(local))
-	var firstErr error
 	for _, ls := range local {
 		held[ls.ID] = true
+	}
+	m.amu.Lock()
+	for id := range m.alive {
+		if !held[id] {
+			delete(m.alive, id) // destroyed, or moved away
+		}
+	}
+	m.amu.Unlock()
+	var firstErr error
+	for _, ls := range local {
 		want := &Session{Spec: SessionSpec{Node: self, Tenant: ls.Tenant, Name: ls.Name, Network: ls.Network,
 			Rootfs: ls.Rootfs, Created: ls.Created.UTC().Format(time.RFC3339)},
 			Status: SessionStatus{Alive: m.isAlive(ls.ID), Node: self, Phase: PhaseReady}}

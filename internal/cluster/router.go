@@ -96,7 +96,7 @@ func unavailable(w http.ResponseWriter, msg string) {
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.init()
 	if r.Header.Get(HeaderForwardedBy) != "" {
-		rt.local(w, r, sessionRef(r))
+		rt.local(w, r, rt.ours(r.Context(), sessionRef(r)))
 		return
 	}
 	if isCreate(r) {
@@ -115,16 +115,34 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !ok || s.Spec.Node == rt.Table.Self() {
-		rt.local(w, r, ref) // this node's, or nobody's: the local answer is the true one
+		// This node's, or nobody's: the local answer is the true one.
+		if ok {
+			rt.local(w, r, s.Name)
+		} else {
+			rt.local(w, r, "")
+		}
 		return
 	}
 	rt.forward(w, r, s.Spec.Node)
 }
 
-// local serves r on this node.
-func (rt *Router) local(w http.ResponseWriter, r *http.Request, ref string) {
-	if ref != "" && rt.Used != nil {
-		rt.Used(ref)
+// ours is id when the table records it as this node's, else "" (a
+// caller's ID is only marked alive when it is a session of this node's).
+func (rt *Router) ours(ctx context.Context, id string) string {
+	if id == "" {
+		return ""
+	}
+	if s, ok := rt.Table.Lookup(ctx, id); ok && s.Spec.Node == rt.Table.Self() {
+		return s.Name
+	}
+	return ""
+}
+
+// local serves r on this node; id, when set, is the session of this
+// node's that it uses.
+func (rt *Router) local(w http.ResponseWriter, r *http.Request, id string) {
+	if id != "" && rt.Used != nil {
+		rt.Used(id)
 	}
 	if rt.Changed != nil && (isCreate(r) || r.Method == http.MethodDelete && isSessionRoot(r.URL.Path)) {
 		rt.serveThenRecord(w, r)
