@@ -315,43 +315,45 @@ func (c *Cluster) Forget(ctx context.Context, id, node string) error {
 // Heartbeat creates or renews this node's Lease with its headroom.
 func (c *Cluster) Heartbeat(ctx context.Context, h Node) error {
 	res := c.dyn.Resource(LeasesGVR).Namespace(c.opts.Namespace)
-	name := LeasePrefix + c.opts.Node
-	now := metav1.NewMicroTime(time.Now())
-	ann := map[string]string{
-		AnnotAddress:  c.opts.Address,
-		AnnotSessions: strconv.Itoa(h.Sessions),
-		AnnotMaxSess:  strconv.Itoa(h.MaxSessions),
-		AnnotMemAvail: strconv.FormatInt(h.MemAvail, 10),
-		AnnotMemTotal: strconv.FormatInt(h.MemTotal, 10),
-	}
-	spec := map[string]any{
-		"holderIdentity":       c.opts.Node,
-		"leaseDurationSeconds": int64(c.opts.LeaseTTL / time.Second),
-		"renewTime":            now.Format(metav1.RFC3339Micro),
-	}
+	want := leaseObject(c.opts.Namespace, c.opts.Node, c.opts.Address, c.opts.LeaseTTL, h, time.Now())
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := res.Get(ctx, name, metav1.GetOptions{})
+		cur, err := res.Get(ctx, want.GetName(), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			u := &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-				"metadata": map[string]any{"name": name, "namespace": c.opts.Namespace},
-				"spec":     spec,
-			}}
-			u.SetLabels(map[string]string{LabelComponent: ComponentNode, LabelNode: c.opts.Node})
-			u.SetAnnotations(ann)
-			_, err = res.Create(ctx, u, metav1.CreateOptions{})
+			_, err = res.Create(ctx, want, metav1.CreateOptions{})
 			return err
 		}
 		if err != nil {
 			return err
 		}
-		cur.SetAnnotations(ann)
-		if err := unstructured.SetNestedMap(cur.Object, spec, "spec"); err != nil {
-			return err
-		}
-		_, err = res.Update(ctx, cur, metav1.UpdateOptions{})
+		cur.SetLabels(want.GetLabels())
+		cur.SetAnnotations(want.GetAnnotations())
+		cur.Object["spec"] = want.Object["spec"]
+		_, err = res.Update(ctx, cur, metav1.UpdateOptions{}) // cur's resourceVersion: a conflict retries
 		return err
 	})
+}
+
+// leaseObject is the Lease of node at address with headroom h, renewed at
+// now.
+func leaseObject(ns, node, address string, ttl time.Duration, h Node, now time.Time) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+		"metadata": map[string]any{"name": LeasePrefix + node, "namespace": ns},
+		"spec": map[string]any{
+			"holderIdentity":       node,
+			"leaseDurationSeconds": int64(ttl / time.Second),
+			"renewTime":            metav1.NewMicroTime(now).Format(metav1.RFC3339Micro),
+		},
+	}}
+	u.SetLabels(map[string]string{LabelComponent: ComponentNode, LabelNode: node})
+	u.SetAnnotations(map[string]string{
+		AnnotAddress:  address,
+		AnnotSessions: strconv.Itoa(h.Sessions),
+		AnnotMaxSess:  strconv.Itoa(h.MaxSessions),
+		AnnotMemAvail: strconv.FormatInt(h.MemAvail, 10),
+		AnnotMemTotal: strconv.FormatInt(h.MemTotal, 10),
+	})
+	return u
 }
 
 // cached is a session's record as the informer holds it.

@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -74,5 +75,42 @@ func TestSessionRef(t *testing.T) {
 	}
 	if !isSessionRoot("/v1/sessions/abc") || isSessionRoot("/v1/sessions/abc/run") {
 		t.Error("isSessionRoot")
+	}
+}
+
+func TestLeaseAndSessionObjects(t *testing.T) {
+	t.Parallel()
+	now := time.Now().Truncate(time.Microsecond)
+	u := leaseObject("ns", "quro-1", "10.0.0.7:7070", 15*time.Second, Node{Sessions: 3, MaxSessions: 40, MemAvail: 5, MemTotal: 9}, now)
+	n, ok := nodeFromLease(u)
+	if !ok || n.Name != "quro-1" || n.Address != "10.0.0.7:7070" || n.Sessions != 3 || n.MaxSessions != 40 ||
+		n.MemAvail != 5 || n.MemTotal != 9 || n.TTL != 15*time.Second || !n.Renewed.Equal(now) {
+		t.Fatalf("%+v %v", n, ok)
+	}
+	if !n.Live(now.Add(10*time.Second)) || n.Live(now.Add(16*time.Second)) {
+		t.Fatal("liveness by the Lease's duration")
+	}
+	u.SetLabels(map[string]string{"app": "other"}) // another program's Lease
+	if _, ok := nodeFromLease(u); ok {
+		t.Fatal("a Lease without Quro's label read as a node")
+	}
+	s := &Session{Spec: SessionSpec{Node: "quro-1", Tenant: "acme", Name: "s1", Network: "none"},
+		Status: SessionStatus{Alive: true, Node: "quro-1", Phase: PhaseReady}}
+	s.Name = "0123456789abcdef0123456789abcdef"
+	o, err := s.toUnstructured()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.GetAPIVersion() != "quro.dev/v1alpha1" || o.GetKind() != "Session" {
+		t.Fatalf("%s %s", o.GetAPIVersion(), o.GetKind())
+	}
+	back, err := sessionFrom(o)
+	if err != nil || back.Spec != s.Spec || back.Status != s.Status || back.Name != s.Name {
+		t.Fatalf("%+v %v", back, err)
+	}
+	for _, bad := range []string{"", "Upper", "a/b", "../x", strings.Repeat("a", 254)} {
+		if validObjectName(bad) {
+			t.Errorf("%q passed as an object name", bad)
+		}
 	}
 }
