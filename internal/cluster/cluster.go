@@ -65,31 +65,24 @@ func New(o Options) (*Cluster, error) {
 	c.sessions = informer(dyn.Resource(SessionsGVR).Namespace(o.Namespace), "")
 	c.leases = informer(dyn.Resource(LeasesGVR).Namespace(o.Namespace), LabelComponent+"="+ComponentNode)
 	if err := c.sessions.AddIndexers(cache.Indexers{
-		byTenant: func(obj any) ([]string, error) {
-			s, err := asSession(obj)
-			if err != nil {
-				return nil, nil
-			}
-			return []string{s.Spec.Tenant}, nil
-		},
-		byTenantName: func(obj any) ([]string, error) {
-			s, err := asSession(obj)
-			if err != nil || s.Spec.Name == "" {
-				return nil, nil
-			}
-			return []string{s.Spec.Tenant + "\x00" + s.Spec.Name}, nil
-		},
-		byNode: func(obj any) ([]string, error) {
-			s, err := asSession(obj)
-			if err != nil {
-				return nil, nil
-			}
-			return []string{s.Spec.Node}, nil
-		},
+		byTenant:     index(func(s *Session) string { return s.Spec.Tenant }),
+		byTenantName: index(func(s *Session) string { return s.Spec.Tenant + "\x00" + s.Spec.Name }),
+		byNode:       index(func(s *Session) string { return s.Spec.Node }),
 	}); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// index is an informer's index of Sessions by key (an object that is no
+// Session is in no index).
+func index(key func(*Session) string) cache.IndexFunc {
+	return func(obj any) ([]string, error) {
+		if s, err := asSession(obj); err == nil {
+			return []string{key(s)}, nil
+		}
+		return nil, nil // an object that is no Session is in no index
+	}
 }
 
 // informer lists and watches res (objects with the labels sel, "" for

@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// ErrNoNode: no live node has room for another session.
+// ErrNoNode means no live node has room for another session.
 var ErrNoNode = errors.New("no live Quro node has room for another session")
 
-// TenantLimitError: the tenant holds its cluster-wide share already.
+// TenantLimitError means the tenant holds its cluster-wide share already.
 type TenantLimitError struct {
 	Tenant     string
 	Has, Limit int
