@@ -63,6 +63,9 @@ type serveFlags struct {
 	network        app.NetworkOptions
 	e2bOn          bool
 	e2bDomain      string
+	cluster        clusterFlags
+	tokensFile     string
+	node           *clusterNode // in cluster mode: set by runServe before server
 }
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -121,6 +124,8 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.network.PreviewPublic, "preview-public", false, "let a session's creator make its ports public (get_preview_url {public: true}, E2B's network.allowPublicTraffic): anyone reaches them on their host name, PORT-ID.DOMAIN, with no token; needs --preview-domain or --e2b-domain (a public page never runs on this server's own origin); off: every preview needs a token or a signed URL")
 	cmd.Flags().StringVar(&f.e2bDomain, "e2b-domain", "", "also route E2B requests by host, as E2B's cloud: api.DOMAIN and PORT-ID.DOMAIN (needs wildcard DNS and, for the SDKs' https URLs, TLS in front)")
 	cmd.Flags().StringVar(&f.pprofAddr, "pprof", "", "serve Go's profiler (/debug/pprof/) on this loopback address (127.0.0.1:6060), to the operator's token only; off by default")
+	f.cluster.register(cmd)
+	cmd.Flags().StringVar(&f.tokensFile, "tokens-file", "", "add the tokens listed in this file at start, one a line: TOKEN TENANT SCOPES [LABEL] (TENANT - for the local tenant); every node of a cluster reads the same file, a mounted Secret, so that a token works on any node")
 	tenantLimitFlags(cmd, "tenant-", &f.tenantLimits) // defaults of every tenant; quro tenant limits set overrides one
 }
 
@@ -163,10 +168,26 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 		}
 		defer stop()
 	}
+	if f.tokensFile != "" {
+		n, err := a.ImportTokens(cmd.Context(), f.tokensFile)
+		if err != nil {
+			return fmt.Errorf("--tokens-file: %w", err)
+		}
+		log.Info("tokens imported", "file", f.tokensFile, "tokens", n)
+	}
 	authFn = notingTenant(authFn) // for the access log
 	ln, err := listen(f.addr, caps, log)
 	if err != nil {
 		return err
+	}
+	if f.cluster.on {
+		cfg, err := f.cluster.resolve(f.addr, ln.Addr())
+		if err != nil {
+			return err
+		}
+		if f.node, err = joinCluster(cmd.Context(), cfg, &f.cluster, a, f.maxSessions, f.maxPerTenant, log); err != nil {
+			return err
+		}
 	}
 	watchConns(a.Metrics, ln)
 	go watchFDs(cmd.Context(), log, fdLimit, f.patrol)
@@ -336,6 +357,10 @@ func (f *serveFlags) server(a *app.App, authFn httpauth.Func, maxConns int, log 
 		if err != nil {
 			return nil, nil, err
 		}
+	}
+	if f.node != nil {
+		// Every call for a session another node owns goes there.
+		handler = f.node.router(handler, authFn, log)
 	}
 	srv := connlimit.NewServer(handler, &connlimit.HTTPOptions{
 		Authenticated: authed,

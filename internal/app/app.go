@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -647,6 +648,41 @@ func (a *App) LiveTokenIDs(ctx context.Context, tenant string, scope capability.
 // serve's first start); else it returns "".
 func (a *App) EnsureAdminToken(ctx context.Context, file string) (string, error) {
 	return a.tokens.EnsureAdmin(ctx, file)
+}
+
+// ImportTokens adds the tokens listed in file, one a line: TOKEN TENANT
+// SCOPES [LABEL] (TENANT "-" for the local tenant, SCOPES comma-separated;
+// blank lines and lines starting with # skipped). Every node of a Quro
+// cluster reads the same file (a Kubernetes Secret), so that a token works
+// on any node. It returns how many lines named a token.
+func (a *App) ImportTokens(ctx context.Context, file string) (int, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for i, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		if len(f) < 3 {
+			return n, fmt.Errorf("%s line %d: want TOKEN TENANT SCOPES [LABEL]", filepath.Base(file), i+1)
+		}
+		tenant := f[1]
+		if tenant == "-" {
+			tenant = ""
+		}
+		label := "imported"
+		if len(f) > 3 {
+			label = strings.Join(f[3:], " ")
+		}
+		if err := a.tokens.Import(ctx, f[0], tenant, strings.Split(f[2], ","), label); err != nil {
+			return n, fmt.Errorf("%s line %d: %w", filepath.Base(file), i+1, err)
+		}
+		n++
+	}
+	return n, nil
 }
 
 // Isolation reports the machine's isolation features (probed once).

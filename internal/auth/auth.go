@@ -343,3 +343,35 @@ func info(r *store.Token) Info {
 	return Info{ID: r.ID, Tenant: r.Tenant, Scopes: r.Scopes, Label: r.Label, Tools: r.Tools,
 		CreatedAt: r.CreatedAt, LastUsedAt: r.LastUsedAt, RevokedAt: r.RevokedAt}
 }
+
+// Import adds a token whose secret was made elsewhere (the cluster's
+// tokens file, which every node of a Quro cluster reads from one
+// Kubernetes Secret, so that a token works on every node). Only its hash
+// is kept, as for a token Create made. A token already present with the
+// same secret, tenant and scopes is left as it is; one whose ID is taken
+// by another secret or tenant is refused.
+func (t *Tokens) Import(ctx context.Context, token, tenant string, scopes []string, label string) error {
+	id, sec, ok := strings.Cut(strings.TrimPrefix(token, prefix), "_")
+	if !strings.HasPrefix(token, prefix) || !ok || len(id) != 12 || !isLowerHex(id) || len(sec) < 32 {
+		return errors.New("malformed token: Quro tokens look like quro_<12 hex digits>_<secret of 32 or more characters>")
+	}
+	if !session.ValidTenant(tenant) {
+		return fmt.Errorf("bad tenant name %q: use 1-64 letters, digits, '.', '_' or '-'", tenant)
+	}
+	if _, err := ParseScopes(strings.Join(scopes, ",")); err != nil {
+		return err
+	}
+	row, err := t.st.TokenByID(ctx, id)
+	switch {
+	case err == nil:
+		if subtle.ConstantTimeCompare([]byte(row.Hash), []byte(hash(sec))) != 1 || row.Tenant != tenant ||
+			strings.Join(row.Scopes, ",") != strings.Join(scopes, ",") {
+			return fmt.Errorf("token %s exists already with another secret, tenant or scopes", id)
+		}
+		return nil
+	case !errors.Is(err, store.ErrNotFound):
+		return err
+	}
+	return t.st.CreateToken(ctx, &store.Token{ID: id, Hash: hash(sec), Tenant: tenant, Scopes: scopes,
+		Label: label, CreatedAt: time.Now()})
+}

@@ -286,3 +286,45 @@ func TestListWhileUsesAreRecorded(t *testing.T) {
 		}
 	}
 }
+
+// TestImport: a token made on one node works on another that imports it;
+// a taken ID with another secret or tenant, and malformed tokens, are
+// refused and change nothing.
+func TestImport(t *testing.T) {
+	ctx := context.Background()
+	made, _ := newTokens(t)
+	iss, err := made.Create(ctx, "acme", []string{"exec"}, "ci")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := newTokens(t)
+	if err := other.Import(ctx, iss.Token, "acme", []string{"exec"}, "imported"); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Import(ctx, iss.Token, "acme", []string{"exec"}, "again"); err != nil {
+		t.Fatalf("the same token again: %v", err)
+	}
+	c, err := other.Verify(ctx, iss.Token)
+	if err != nil || c.Tenant != "acme" || c.Scope != capability.ScopeExec {
+		t.Fatalf("%+v %v", c, err)
+	}
+	// The same ID with another secret: refused, and the first still holds.
+	forged := iss.Token[:len(iss.Token)-4] + "AAAA"
+	if err := other.Import(ctx, forged, "acme", []string{"exec"}, ""); err == nil {
+		t.Fatal("a second secret for a taken ID was imported")
+	}
+	if err := other.Import(ctx, iss.Token, "evil", []string{"admin"}, ""); err == nil {
+		t.Fatal("a taken token was imported again for another tenant and scope")
+	}
+	if _, err := other.Verify(ctx, forged); err == nil {
+		t.Fatal("the forged secret verifies")
+	}
+	for _, bad := range []string{"", "quro_x_y", "quro_0123456789ab_short", "nope_0123456789ab_" + strings.Repeat("a", 43)} {
+		if err := other.Import(ctx, bad, "acme", []string{"exec"}, ""); err == nil {
+			t.Fatalf("malformed %q imported", bad)
+		}
+	}
+	if err := other.Import(ctx, "quro_0123456789ab_"+strings.Repeat("a", 43), "acme", []string{"root"}, ""); err == nil {
+		t.Fatal("an unknown scope imported")
+	}
+}

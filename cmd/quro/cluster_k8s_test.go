@@ -1,0 +1,409 @@
+//go:build k8s
+
+package main
+
+// Quro nodes on a real Kubernetes API server: etcd and kube-apiserver
+// v1.34 started by the test from the binaries make test-k8s builds
+// (KUBEBUILDER_ASSETS, else ~/.cache/quro-k8s/v1.34.4/bin); skipped with
+// a message when they are absent. Run:
+//
+//	go test -tags k8s -trimpath -count=1 -run TestCluster ./cmd/quro/
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/quro-dev/quro/internal/cluster"
+)
+
+// k8sBin is the directory of etcd and kube-apiserver ("" when absent).
+func k8sBin() string {
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		base := os.Getenv("XDG_CACHE_HOME")
+		if base == "" {
+			home, _ := os.UserHomeDir()
+			base = filepath.Join(home, ".cache")
+		}
+		dir = filepath.Join(base, "quro-k8s", "v1.34.4", "bin")
+	}
+	for _, b := range []string{"etcd", "kube-apiserver"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return ""
+		}
+	}
+	return dir
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// apiServer starts etcd and kube-apiserver for the test and returns a
+// client config (a static admin token) and a kubeconfig file.
+func apiServer(t *testing.T) (*rest.Config, string) {
+	t.Helper()
+	bin := k8sBin()
+	if bin == "" {
+		t.Skip("no etcd and kube-apiserver binaries: make test-k8s builds them (or set KUBEBUILDER_ASSETS)")
+	}
+	dir := t.TempDir()
+	start := func(name string, args ...string) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, name), args...)
+		logf, err := os.Create(filepath.Join(dir, name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cancel()
+			_ = cmd.Wait()
+			logf.Close()
+			if t.Failed() {
+				b, _ := os.ReadFile(logf.Name())
+				if len(b) > 4000 {
+					b = b[len(b)-4000:]
+				}
+				t.Logf("%s's log ends:\n%s", name, b)
+			}
+		})
+	}
+	etcdPort, peerPort, apiPort := freePort(t), freePort(t), freePort(t)
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
+	start("etcd", "--data-dir", filepath.Join(dir, "etcd"), "--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
+		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort), "--log-level", "warn")
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	os.WriteFile(filepath.Join(dir, "sa.key"), pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600)
+	os.WriteFile(filepath.Join(dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600)
+	var tb [16]byte
+	rand.Read(tb[:])
+	token := hex.EncodeToString(tb[:])
+	os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(token+",admin,admin,system:masters\n"), 0o600)
+	start("kube-apiserver", "--etcd-servers", etcdURL, "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+		"--secure-port", fmt.Sprint(apiPort), "--cert-dir", filepath.Join(dir, "certs"),
+		"--token-auth-file", filepath.Join(dir, "tokens.csv"), "--authorization-mode", "RBAC",
+		"--service-account-issuer", "https://kubernetes.default.svc",
+		"--service-account-key-file", filepath.Join(dir, "sa.pub"),
+		"--service-account-signing-key-file", filepath.Join(dir, "sa.key"),
+		"--service-cluster-ip-range", "10.0.0.0/24", "--disable-admission-plugins", "ServiceAccount")
+	host := fmt.Sprintf("https://127.0.0.1:%d", apiPort)
+	cfg := &rest.Config{Host: host, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	// Ready: /readyz answers 200 (polled: the API server has no event to
+	// wait on before it listens).
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 5 * time.Second}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		req, _ := http.NewRequest("GET", host+"/readyz", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kube-apiserver not ready after 3 minutes: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	kc := filepath.Join(dir, "kubeconfig")
+	os.WriteFile(kc, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: t, cluster: {server: %q, insecure-skip-tls-verify: true}}]
+users: [{name: t, user: {token: %q}}]
+contexts: [{name: t, context: {cluster: t, user: t, namespace: default}}]
+current-context: t
+`, host, token)), 0o600)
+	installCRD(t, cfg)
+	return cfg, kc
+}
+
+// installCRD applies deploy/kubernetes/crd-sessions.yaml and waits until
+// it is established.
+func installCRD(t *testing.T, cfg *rest.Config) {
+	t.Helper()
+	b, err := os.ReadFile("../../deploy/kubernetes/crd-sessions.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := yaml.YAMLToJSON(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(js); err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	ctx := context.Background()
+	if _, err := crds.Create(ctx, u, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := crds.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=sessions.quro.dev"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		obj, ok := ev.Object.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] == "Established" && m["status"] == "True" {
+				return
+			}
+		}
+	}
+	t.Fatal("the CRD's watch ended before it was established")
+}
+
+// quroToken makes a token for the tokens file.
+func quroToken() string {
+	var id [6]byte
+	var sec [32]byte
+	rand.Read(id[:])
+	rand.Read(sec[:])
+	return "quro_" + hex.EncodeToString(id[:]) + "_" + base64.RawURLEncoding.EncodeToString(sec[:])
+}
+
+// node is a quro serve in cluster mode.
+type node struct {
+	name, url string
+	stop      func()
+}
+
+func startNode(t *testing.T, name, kubeconfig, tokens string) *node {
+	t.Helper()
+	data := t.TempDir()
+	seedPython(t, data)
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	root := newRoot(strings.NewReader(""), pw, io.Discard)
+	root.SetArgs([]string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--cluster", "--kubeconfig", kubeconfig,
+		"--cluster-namespace", "default", "--node-name", name, "--node-address", "127.0.0.1:0", "--tokens-file", tokens,
+		"--spare-sessions", "0", "--prestart-python=false", "--e2b=false"})
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx); pw.Close() }()
+	stopped := false
+	n := &node{name: name}
+	n.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve %s: %v", name, err)
+		}
+	}
+	t.Cleanup(n.stop)
+	br := bufio.NewReader(pr)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("serve %s printed no address: %v", name, err)
+		}
+		if url, ok := strings.CutPrefix(strings.TrimSpace(line), "quro listening on "); ok {
+			n.url = url
+			break
+		}
+	}
+	go io.Copy(io.Discard, br)
+	return n
+}
+
+func TestCluster(t *testing.T) {
+	cfg, kc := apiServer(t)
+	acme, other := quroToken(), quroToken()
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	os.WriteFile(tokens, []byte("# the cluster's tokens\n"+acme+" acme exec\n"+other+" other exec\n"), 0o600)
+	a := startNode(t, "node-a", kc, tokens)
+	b := startNode(t, "node-b", kc, tokens)
+	auth := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
+
+	// Both nodes' Leases are seen by node a before it places anything.
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	waitLeases(t, dyn, 2)
+
+	// Sessions created through node a land on both nodes.
+	owners := map[string]string{} // session ID → node
+	var ids []string
+	for i := range 6 {
+		r := do(t, "POST", a.url+"/v1/sessions", "application/json", fmt.Sprintf(`{"name":"s%d"}`, i), auth(acme)...)
+		if r.status != http.StatusCreated {
+			t.Fatalf("create %d: %d %s", i, r.status, r.body)
+		}
+		var out struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal([]byte(r.body), &out); err != nil || out.ID == "" {
+			t.Fatalf("create %d: %s", i, r.body)
+		}
+		u, err := dyn.Resource(cluster.SessionsGVR).Namespace("default").Get(context.Background(), out.ID, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("session %s has no record when its create answered: %v", out.ID, err)
+		}
+		node, _, _ := unstructured.NestedString(u.Object, "spec", "node")
+		owners[out.ID] = node
+		ids = append(ids, out.ID)
+	}
+	count := map[string]int{}
+	for _, n := range owners {
+		count[n]++
+	}
+	if count["node-a"] == 0 || count["node-b"] == 0 {
+		t.Fatalf("sessions were not spread over both nodes: %v", count)
+	}
+	t.Logf("placed: %v", count)
+	var onB string
+	for _, id := range ids {
+		if owners[id] == "node-b" {
+			onB = id
+			break
+		}
+	}
+
+	t.Run("calls through a node that does not own the session", func(t *testing.T) {
+		r := do(t, "PUT", a.url+"/v1/sessions/"+onB+"/files/note.txt", "application/octet-stream", "kept on b", auth(acme)...)
+		if r.status/100 != 2 {
+			t.Fatalf("write through a: %d %s", r.status, r.body)
+		}
+		r = do(t, "POST", a.url+"/v1/sessions/"+onB+"/exec", "application/json", `{"command":"cat note.txt; echo; hostname >/dev/null; echo ran-on-owner"}`, auth(acme)...)
+		if r.status != 200 || !strings.Contains(r.body, "kept on b") || !strings.Contains(r.body, "ran-on-owner") {
+			t.Fatalf("exec through a: %d %s", r.status, r.body)
+		}
+		// And by its name, which node a resolves for the caller's tenant.
+		r = do(t, "GET", a.url+"/v1/sessions/s"+fmt.Sprint(indexOf(ids, onB))+"/files/note.txt", "", "", auth(acme)...)
+		if r.status != 200 || r.body != "kept on b" {
+			t.Fatalf("read by name through a: %d %s", r.status, r.body)
+		}
+	})
+
+	t.Run("another tenant cannot reach the session through any node", func(t *testing.T) {
+		for _, n := range []*node{a, b} {
+			r := do(t, "GET", n.url+"/v1/sessions/"+onB+"/files/note.txt", "", "", auth(other)...)
+			if r.status == 200 || strings.Contains(r.body, "kept on b") {
+				t.Fatalf("tenant other read acme's file through %s: %d %s", n.name, r.status, r.body)
+			}
+		}
+		r := do(t, "GET", a.url+"/v1/sessions/"+onB+"/files/note.txt", "", "")
+		if r.status != http.StatusUnauthorized {
+			t.Fatalf("no token through a: %d %s", r.status, r.body)
+		}
+	})
+
+	t.Run("a forged forwarding header gains nothing", func(t *testing.T) {
+		// The header only makes node a answer for itself: it holds no
+		// such session, for acme or anyone.
+		r := do(t, "GET", a.url+"/v1/sessions/"+onB+"/files/note.txt", "", "",
+			append(auth(other), cluster.HeaderForwardedBy, "node-b")...)
+		if r.status == 200 || strings.Contains(r.body, "kept on b") {
+			t.Fatalf("forged header: %d %s", r.status, r.body)
+		}
+		r = do(t, "GET", a.url+"/v1/sessions/"+onB+"/files/note.txt", "", "", cluster.HeaderForwardedBy, "node-b")
+		if r.status != http.StatusUnauthorized {
+			t.Fatalf("forged header without a token: %d %s", r.status, r.body)
+		}
+	})
+
+	t.Run("an owner that is down gives 503 with Retry-After", func(t *testing.T) {
+		b.stop()
+		req, _ := http.NewRequest("GET", a.url+"/v1/sessions/"+onB+"/files/note.txt", nil)
+		req.Header.Set("Authorization", "Bearer "+acme)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("owner down: %d Retry-After=%q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
+	})
+}
+
+func indexOf(s []string, v string) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
+
+// waitLeases waits until n node Leases exist.
+func waitLeases(t *testing.T, dyn dynamic.Interface, n int) {
+	t.Helper()
+	leases := dyn.Resource(cluster.LeasesGVR).Namespace("default")
+	sel := metav1.ListOptions{LabelSelector: cluster.LabelComponent + "=" + cluster.ComponentNode}
+	l, err := leases.List(context.Background(), sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Items) >= n {
+		return
+	}
+	sel.ResourceVersion = l.GetResourceVersion()
+	w, err := leases.Watch(context.Background(), sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	seen := map[string]bool{}
+	for _, it := range l.Items {
+		seen[it.GetName()] = true
+	}
+	for ev := range w.ResultChan() {
+		if u, ok := ev.Object.(*unstructured.Unstructured); ok {
+			seen[u.GetName()] = true
+		}
+		if len(seen) >= n {
+			return
+		}
+	}
+	t.Fatalf("only %d node Leases", len(seen))
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/quro-dev/quro/internal/api/httpauth"
+	"github.com/quro-dev/quro/internal/app"
+	"github.com/quro-dev/quro/internal/cluster"
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// clusterFlags are serve's flags of cluster mode (docs/kubernetes.md).
+type clusterFlags struct {
+	on         bool
+	namespace  string
+	node       string
+	address    string
+	kubeconfig string
+	leaseTTL   time.Duration
+}
+
+func (c *clusterFlags) register(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&c.on, "cluster", false, "run as one node of a Quro cluster on Kubernetes: sessions recorded as sessions.quro.dev objects, new ones placed on the node with the most headroom, every call forwarded to its session's node (docs/kubernetes.md)")
+	cmd.Flags().StringVar(&c.namespace, "cluster-namespace", "", "the namespace of the cluster's records (default: $POD_NAMESPACE, else the service account's)")
+	cmd.Flags().StringVar(&c.node, "node-name", "", "this node's name in the cluster (default: $POD_NAME)")
+	cmd.Flags().StringVar(&c.address, "node-address", "", "host:port where the other nodes reach this one (default: $POD_IP and --addr's port)")
+	cmd.Flags().StringVar(&c.kubeconfig, "kubeconfig", "", "a kubeconfig file for the API server (default: the pod's service account)")
+	cmd.Flags().DurationVar(&c.leaseTTL, "node-lease", cluster.DefaultLeaseTTL, "how long this node's Lease holds without renewal; a node silent this long gets no new sessions and calls for its sessions are answered 503 with Retry-After")
+}
+
+// resolve fills the defaults from the pod's environment.
+// A --node-address whose port is 0 takes the port the server listens on.
+func (c *clusterFlags) resolve(addr string, listening net.Addr) (*rest.Config, error) {
+	if c.namespace == "" {
+		c.namespace = os.Getenv("POD_NAMESPACE")
+	}
+	if c.namespace == "" {
+		if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+			c.namespace = strings.TrimSpace(string(b))
+		}
+	}
+	if c.node == "" {
+		c.node = os.Getenv("POD_NAME")
+	}
+	if c.address == "" {
+		if ip := os.Getenv("POD_IP"); ip != "" {
+			_, port, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, fmt.Errorf("--addr %q: %v", addr, err)
+			}
+			c.address = net.JoinHostPort(ip, port)
+		}
+	}
+	if host, port, err := net.SplitHostPort(c.address); err == nil && port == "0" {
+		if _, lport, err := net.SplitHostPort(listening.String()); err == nil {
+			c.address = net.JoinHostPort(host, lport)
+		}
+	}
+	switch {
+	case c.namespace == "":
+		return nil, errors.New("--cluster needs --cluster-namespace or $POD_NAMESPACE")
+	case c.node == "":
+		return nil, errors.New("--cluster needs --node-name or $POD_NAME")
+	case c.address == "":
+		return nil, errors.New("--cluster needs --node-address or $POD_IP")
+	}
+	if c.kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+	}
+	return rest.InClusterConfig()
+}
+
+// clusterNode is a running node: its view of the cluster and the sync of
+// its own records.
+type clusterNode struct {
+	c      *cluster.Cluster
+	member *cluster.Member
+	limit  int // a tenant's sessions across the cluster (0: none)
+}
+
+// joinCluster connects a to the cluster, syncs its records once and keeps
+// them synced until ctx ends.
+func joinCluster(ctx context.Context, cfg *rest.Config, cf *clusterFlags, a *app.App, maxSessions, perTenant int, log *slog.Logger) (*clusterNode, error) {
+	c, err := cluster.New(cluster.Options{Config: cfg, Namespace: cf.namespace, Node: cf.node, Address: cf.address,
+		LeaseTTL: cf.leaseTTL, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := c.Start(sctx); err != nil {
+		return nil, err
+	}
+	m := &cluster.Member{C: c, MaxSessions: max(maxSessions, 0), List: localSessions(a)}
+	if err := m.Sync(sctx); err != nil {
+		return nil, fmt.Errorf("cluster: the first sync with the API server: %w", err)
+	}
+	go m.Run(ctx, 0)
+	log.Info("quro cluster node", "node", cf.node, "namespace", cf.namespace, "address", cf.address)
+	return &clusterNode{c: c, member: m, limit: max(perTenant, 0)}, nil
+}
+
+// localSessions lists a's sessions of every tenant, spares left out.
+func localSessions(a *app.App) func(ctx context.Context) ([]cluster.LocalSession, error) {
+	return func(ctx context.Context) ([]cluster.LocalSession, error) {
+		all, err := a.Sessions.AllTenants(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]cluster.LocalSession, 0, len(all))
+		for _, s := range all {
+			if s.Tenant == session.SpareTenant {
+				continue
+			}
+			out = append(out, cluster.LocalSession{ID: s.ID, Tenant: s.Tenant, Name: s.Name, Network: s.Network,
+				Rootfs: s.Rootfs, Created: s.CreatedAt})
+		}
+		return out, nil
+	}
+}
+
+// router puts the cluster's routing in front of h.
+func (n *clusterNode) router(h http.Handler, authFn httpauth.Func, log *slog.Logger) http.Handler {
+	return &cluster.Router{Table: n.c, Next: h, Auth: authFn, Logger: log,
+		TenantLimit: func(string) int { return n.limit },
+		Changed: func(ctx context.Context) {
+			if err := n.member.Sync(context.WithoutCancel(ctx)); err != nil {
+				log.Warn("cluster: recording a session change failed", "err", err)
+			}
+		},
+		Used: n.member.Used,
+	}
+}

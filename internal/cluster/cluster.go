@@ -1,0 +1,360 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+)
+
+// Options configure a node of the cluster.
+type Options struct {
+	Config    *rest.Config // how to reach the API server (rest.InClusterConfig in a pod)
+	Namespace string       // where the node's Sessions and Lease live
+	Node      string       // this node's name (its pod's, POD_NAME)
+	Address   string       // host:port other nodes forward to (POD_IP and the port)
+	LeaseTTL  time.Duration
+	Logger    *slog.Logger
+}
+
+// Cluster is one node's view of the cluster: the session → node table and
+// the nodes' Leases, kept by informers, and the writes of its own records.
+type Cluster struct {
+	opts     Options
+	dyn      dynamic.Interface
+	sessions cache.SharedIndexInformer
+	leases   cache.SharedIndexInformer
+	log      *slog.Logger
+}
+
+// Index names of the session informer.
+const (
+	byTenant     = "tenant"
+	byTenantName = "tenant-name"
+	byNode       = "node"
+)
+
+// New connects to the API server; Start runs the informers.
+func New(o Options) (*Cluster, error) {
+	if o.Config == nil || o.Namespace == "" || o.Node == "" || o.Address == "" {
+		return nil, errors.New("cluster: a config, namespace, node name and address are all needed")
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = DefaultLeaseTTL
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	dyn, err := dynamic.NewForConfig(o.Config)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{opts: o, dyn: dyn, log: o.Logger}
+	c.sessions = informer(dyn.Resource(SessionsGVR).Namespace(o.Namespace), "")
+	c.leases = informer(dyn.Resource(LeasesGVR).Namespace(o.Namespace), LabelComponent+"="+ComponentNode)
+	if err := c.sessions.AddIndexers(cache.Indexers{
+		byTenant:     index(func(s *Session) string { return s.Spec.Tenant }),
+		byTenantName: index(func(s *Session) string { return s.Spec.Tenant + "\x00" + s.Spec.Name }),
+		byNode:       index(func(s *Session) string { return s.Spec.Node }),
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// index is an informer's index of Sessions by key (an object that is no
+// Session is in no index).
+func index(key func(*Session) string) cache.IndexFunc {
+	return func(obj any) ([]string, error) {
+		if s, err := asSession(obj); err == nil {
+			return []string{key(s)}, nil
+		}
+		return nil, nil // an object that is no Session is in no index
+	}
+}
+
+// informer lists and watches res (objects with the labels sel, "" for
+// all), straight from the dynamic client: client-go's informer factories
+// bring every built-in type's client along.
+func informer(res dynamic.ResourceInterface, sel string) cache.SharedIndexInformer {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = sel
+			return res.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = sel
+			return res.Watch(ctx, o)
+		},
+	}
+	return cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 10*time.Minute, cache.Indexers{})
+}
+
+// Start runs the informers until ctx ends and waits for their first list.
+func (c *Cluster) Start(ctx context.Context) error {
+	go c.sessions.RunWithContext(ctx)
+	go c.leases.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), c.sessions.HasSynced, c.leases.HasSynced) {
+		return fmt.Errorf("cluster: the informers of %s did not sync: %w", c.opts.Namespace, context.Cause(ctx))
+	}
+	return nil
+}
+
+// Self is this node's name.
+func (c *Cluster) Self() string { return c.opts.Node }
+
+// asSession converts an informer's object.
+func asSession(obj any) (*Session, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("not an object: %T", obj)
+	}
+	return sessionFrom(u)
+}
+
+// Lookup finds a session's record by ID in the informer's table, then in
+// the API server (a session another node created a moment ago).
+func (c *Cluster) Lookup(ctx context.Context, id string) (*Session, bool) {
+	if obj, ok, err := c.sessions.GetStore().GetByKey(c.opts.Namespace + "/" + id); err == nil && ok {
+		if s, err := asSession(obj); err == nil {
+			return s, true
+		}
+	}
+	if !validObjectName(id) {
+		return nil, false
+	}
+	u, err := c.dyn.Resource(SessionsGVR).Namespace(c.opts.Namespace).Get(ctx, id, metav1.GetOptions{})
+	if err != nil {
+		return nil, false
+	}
+	s, err := sessionFrom(u)
+	return s, err == nil
+}
+
+// ByName finds a tenant's session by its name (informer only).
+func (c *Cluster) ByName(tenant, name string) (*Session, bool) {
+	objs, err := c.sessions.GetIndexer().ByIndex(byTenantName, tenant+"\x00"+name)
+	if err != nil || len(objs) != 1 {
+		return nil, false
+	}
+	s, err := asSession(objs[0])
+	return s, err == nil
+}
+
+// TenantSessions counts a tenant's sessions on every node.
+func (c *Cluster) TenantSessions(tenant string) int {
+	objs, _ := c.sessions.GetIndexer().ByIndex(byTenant, tenant)
+	return len(objs)
+}
+
+// Owned lists the sessions recorded as node's.
+func (c *Cluster) Owned(node string) []*Session {
+	objs, _ := c.sessions.GetIndexer().ByIndex(byNode, node)
+	out := make([]*Session, 0, len(objs))
+	for _, o := range objs {
+		if s, err := asSession(o); err == nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Nodes lists the nodes' Leases.
+func (c *Cluster) Nodes() []Node {
+	var out []Node
+	for _, o := range c.leases.GetStore().List() {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			if n, ok := nodeFromLease(u); ok {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// Node finds a node's Lease.
+func (c *Cluster) Node(name string) (Node, bool) {
+	for _, n := range c.Nodes() {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+// validObjectName: an ID that may name an object (a DNS subdomain); any
+// other is no session's, and is not sent to the API server.
+func validObjectName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if !(b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b == '-' || b == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// Record writes a session's record owned by this node: created when new,
+// else its spec and status set, retried from a fresh read on a conflict
+// (another node's write in between wins the race and is read again).
+func (c *Cluster) Record(ctx context.Context, want *Session) error {
+	if !validObjectName(want.Name) {
+		return fmt.Errorf("cluster: session ID %q cannot name an object", want.Name)
+	}
+	res := c.dyn.Resource(SessionsGVR).Namespace(c.opts.Namespace)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := res.Get(ctx, want.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			s := *want
+			s.Namespace = c.opts.Namespace
+			s.Labels = map[string]string{LabelNode: want.Spec.Node}
+			u, err := s.toUnstructured()
+			if err != nil {
+				return err
+			}
+			created, err := res.Create(ctx, u, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				return apierrors.NewConflict(SessionsGVR.GroupResource(), want.Name, err)
+			}
+			if err != nil {
+				return err
+			}
+			return c.writeStatus(ctx, created, want.Status)
+		}
+		if err != nil {
+			return err
+		}
+		have, err := sessionFrom(cur)
+		if err != nil {
+			return err
+		}
+		if have.Spec != want.Spec {
+			have.Spec = want.Spec
+			have.Labels = map[string]string{LabelNode: want.Spec.Node}
+			u, err := have.toUnstructured()
+			if err != nil {
+				return err
+			}
+			if cur, err = res.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+				return err // a conflict: retried from a fresh read
+			}
+		}
+		if have.Status != want.Status {
+			return c.writeStatus(ctx, cur, want.Status)
+		}
+		return nil
+	})
+}
+
+// writeStatus sets the status subresource of cur (its resourceVersion
+// makes a concurrent write a conflict).
+func (c *Cluster) writeStatus(ctx context.Context, cur *unstructured.Unstructured, st SessionStatus) error {
+	s, err := sessionFrom(cur)
+	if err != nil {
+		return err
+	}
+	s.Status = st
+	u, err := s.toUnstructured()
+	if err != nil {
+		return err
+	}
+	_, err = c.dyn.Resource(SessionsGVR).Namespace(c.opts.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{})
+	return err
+}
+
+// Forget deletes a session's record if node still owns it (a record
+// another node took over is left to that node).
+func (c *Cluster) Forget(ctx context.Context, id, node string) error {
+	res := c.dyn.Resource(SessionsGVR).Namespace(c.opts.Namespace)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := res.Get(ctx, id, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		s, err := sessionFrom(cur)
+		if err != nil {
+			return err
+		}
+		if s.Spec.Node != node {
+			return nil
+		}
+		rv := cur.GetResourceVersion()
+		err = res.Delete(ctx, id, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+// Heartbeat creates or renews this node's Lease with its headroom.
+func (c *Cluster) Heartbeat(ctx context.Context, h Node) error {
+	res := c.dyn.Resource(LeasesGVR).Namespace(c.opts.Namespace)
+	want := leaseObject(c.opts.Namespace, c.opts.Node, c.opts.Address, c.opts.LeaseTTL, h, time.Now())
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := res.Get(ctx, want.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = res.Create(ctx, want, metav1.CreateOptions{})
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		cur.SetLabels(want.GetLabels())
+		cur.SetAnnotations(want.GetAnnotations())
+		cur.Object["spec"] = want.Object["spec"]
+		_, err = res.Update(ctx, cur, metav1.UpdateOptions{}) // cur's resourceVersion: a conflict retries
+		return err
+	})
+}
+
+// leaseObject is the Lease of node at address with headroom h, renewed at
+// now.
+func leaseObject(ns, node, address string, ttl time.Duration, h Node, now time.Time) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+		"metadata": map[string]any{"name": LeasePrefix + node, "namespace": ns},
+		"spec": map[string]any{
+			"holderIdentity":       node,
+			"leaseDurationSeconds": int64(ttl / time.Second),
+			"renewTime":            metav1.NewMicroTime(now).Format(metav1.RFC3339Micro),
+		},
+	}}
+	u.SetLabels(map[string]string{LabelComponent: ComponentNode, LabelNode: node})
+	u.SetAnnotations(map[string]string{
+		AnnotAddress:  address,
+		AnnotSessions: strconv.Itoa(h.Sessions),
+		AnnotMaxSess:  strconv.Itoa(h.MaxSessions),
+		AnnotMemAvail: strconv.FormatInt(h.MemAvail, 10),
+		AnnotMemTotal: strconv.FormatInt(h.MemTotal, 10),
+	})
+	return u
+}
+
+// cached is a session's record as the informer holds it.
+func (c *Cluster) cached(id string) (*Session, bool) {
+	obj, ok, err := c.sessions.GetStore().GetByKey(c.opts.Namespace + "/" + id)
+	if err != nil || !ok {
+		return nil, false
+	}
+	s, err := asSession(obj)
+	return s, err == nil
+}

@@ -1,0 +1,145 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// LocalSession is a session this node holds, as its records need it.
+type LocalSession struct {
+	ID, Tenant, Name, Network, Rootfs string
+	Created                           time.Time
+}
+
+// Member keeps this node's part of the cluster's state true: a record
+// (owner: this node) for each session it holds, none for a session it no
+// longer holds, and its Lease with its headroom. A node that restarts
+// finds its sessions in its data directory and its records in the API
+// server, with alive=false until a call revives them.
+type Member struct {
+	C           *Cluster
+	List        func(ctx context.Context) ([]LocalSession, error)
+	MaxSessions int // this node's session cap (0: none), published as headroom
+
+	mu    sync.Mutex // one Sync at a time
+	amu   sync.Mutex
+	alive map[string]bool // sessions a call used since this node started
+}
+
+// Used marks a session alive: a call reached it on this node. The record
+// says so at the next Sync.
+func (m *Member) Used(id string) {
+	m.amu.Lock()
+	defer m.amu.Unlock()
+	if m.alive == nil {
+		m.alive = map[string]bool{}
+	}
+	m.alive[id] = true
+}
+
+func (m *Member) isAlive(id string) bool {
+	m.amu.Lock()
+	defer m.amu.Unlock()
+	return m.alive[id]
+}
+
+// Sync writes what differs between this node's sessions and their
+// records, then renews the Lease.
+func (m *Member) Sync(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	local, err := m.List(ctx)
+	if err != nil {
+		return err
+	}
+	self := m.C.Self()
+	held := make(map[string]bool, len(local))
+	for _, ls := range local {
+		held[ls.ID] = true
+	}
+	m.amu.Lock()
+	for id := range m.alive {
+		if !held[id] {
+			delete(m.alive, id) // destroyed, or moved away
+		}
+	}
+	m.amu.Unlock()
+	var firstErr error
+	for _, ls := range local {
+		want := &Session{Spec: SessionSpec{Node: self, Tenant: ls.Tenant, Name: ls.Name, Network: ls.Network,
+			Rootfs: ls.Rootfs, Created: ls.Created.UTC().Format(time.RFC3339)},
+			Status: SessionStatus{Alive: m.isAlive(ls.ID), Node: self, Phase: PhaseReady}}
+		want.Name = ls.ID
+		if have, ok := m.C.cached(ls.ID); ok && have.Spec == want.Spec && have.Status == want.Status {
+			continue
+		}
+		if err := m.C.Record(ctx, want); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	for _, s := range m.C.Owned(self) {
+		if !held[s.Name] {
+			if err := m.C.Forget(ctx, s.Name, self); err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	avail, total := memInfo()
+	if err := m.C.Heartbeat(ctx, Node{Sessions: len(local), MaxSessions: m.MaxSessions, MemAvail: avail, MemTotal: total}); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	return firstErr
+}
+
+// Run syncs every interval until ctx ends (at least three times per
+// Lease duration, so that a live node never looks dead).
+func (m *Member) Run(ctx context.Context, interval time.Duration) {
+	if max := m.C.opts.LeaseTTL / 3; interval <= 0 || interval > max {
+		interval = max
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if err := m.Sync(ctx); err != nil && ctx.Err() == nil {
+			m.C.log.Warn("cluster: sync with the API server failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// memInfo is the machine's MemAvailable and MemTotal in bytes (0, 0 when
+// unknown).
+func memInfo() (avail, total int64) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "MemAvailable":
+			avail = n * 1024
+		case "MemTotal":
+			total = n * 1024
+		}
+	}
+	return avail, total
+}

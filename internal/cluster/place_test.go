@@ -1,0 +1,116 @@
+package cluster
+
+import (
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPlace(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	live := func(name string, sessions, maxS int) Node {
+		return Node{Name: name, Address: name + ":7070", Sessions: sessions, MaxSessions: maxS, Renewed: now, TTL: time.Minute}
+	}
+	t.Run("most headroom", func(t *testing.T) {
+		n, err := Place([]Node{live("a", 5, 10), live("b", 2, 10), live("c", 3, 10)}, now, "", 0, 0)
+		if err != nil || n.Name != "b" {
+			t.Fatalf("placed on %+v, %v; want b", n, err)
+		}
+	})
+	t.Run("memory counts", func(t *testing.T) {
+		a, b := live("a", 1, 10), live("b", 2, 10)
+		a.MemTotal, a.MemAvail = 100, 10 // a has few sessions but little memory
+		b.MemTotal, b.MemAvail = 100, 70
+		if n, err := Place([]Node{a, b}, now, "", 0, 0); err != nil || n.Name != "b" {
+			t.Fatalf("placed on %+v, %v; want b", n, err)
+		}
+	})
+	t.Run("dead and full nodes are skipped", func(t *testing.T) {
+		dead := live("a", 0, 10)
+		dead.Renewed = now.Add(-2 * time.Minute)
+		if n, err := Place([]Node{dead, live("b", 10, 10), live("c", 9, 10)}, now, "", 0, 0); err != nil || n.Name != "c" {
+			t.Fatalf("placed on %+v, %v; want c", n, err)
+		}
+		if _, err := Place([]Node{dead, live("b", 10, 10)}, now, "", 0, 0); !errors.Is(err, ErrNoNode) {
+			t.Fatalf("no room: %v", err)
+		}
+	})
+	t.Run("tenant limit is cluster-wide", func(t *testing.T) {
+		_, err := Place([]Node{live("a", 0, 0)}, now, "acme", 3, 3)
+		var tl *TenantLimitError
+		if !errors.As(err, &tl) || tl.Tenant != "acme" {
+			t.Fatalf("over the tenant's limit: %v", err)
+		}
+		if n, err := Place([]Node{live("a", 0, 0)}, now, "acme", 2, 3); err != nil || n.Name != "a" {
+			t.Fatalf("under the limit: %+v, %v", n, err)
+		}
+	})
+}
+
+func TestSessionRef(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ method, path, header, want string }{
+		{"GET", "/v1/sessions/abc", "", "abc"},
+		{"POST", "/v1/sessions/abc/run", "", "abc"},
+		{"GET", "/v1/sessions/abc/ports/8000/x", "", "abc"},
+		{"GET", "/v1/sessions/my%20s/files/a", "", "my s"},
+		{"DELETE", "/e2b/sandboxes/0123", "", "0123"},
+		{"POST", "/process.Process/Start", "0123", "0123"},
+		{"POST", "/v1/run_code", "", ""},
+		{"POST", "/v1/sessions", "", ""},
+	} {
+		r := httptest.NewRequest(c.method, c.path, nil)
+		if c.header != "" {
+			r.Header.Set("E2b-Sandbox-Id", c.header)
+		}
+		if got := sessionRef(r); got != c.want {
+			t.Errorf("%s %s: %q, want %q", c.method, c.path, got, c.want)
+		}
+	}
+	if !isCreate(httptest.NewRequest("POST", "/v1/sessions", nil)) || isCreate(httptest.NewRequest("GET", "/v1/sessions", nil)) {
+		t.Error("isCreate")
+	}
+	if !isSessionRoot("/v1/sessions/abc") || isSessionRoot("/v1/sessions/abc/run") {
+		t.Error("isSessionRoot")
+	}
+}
+
+func TestLeaseAndSessionObjects(t *testing.T) {
+	t.Parallel()
+	now := time.Now().Truncate(time.Microsecond)
+	u := leaseObject("ns", "quro-1", "10.0.0.7:7070", 15*time.Second, Node{Sessions: 3, MaxSessions: 40, MemAvail: 5, MemTotal: 9}, now)
+	n, ok := nodeFromLease(u)
+	if !ok || n.Name != "quro-1" || n.Address != "10.0.0.7:7070" || n.Sessions != 3 || n.MaxSessions != 40 ||
+		n.MemAvail != 5 || n.MemTotal != 9 || n.TTL != 15*time.Second || !n.Renewed.Equal(now) {
+		t.Fatalf("%+v %v", n, ok)
+	}
+	if !n.Live(now.Add(10*time.Second)) || n.Live(now.Add(16*time.Second)) {
+		t.Fatal("liveness by the Lease's duration")
+	}
+	u.SetLabels(map[string]string{"app": "other"}) // another program's Lease
+	if _, ok := nodeFromLease(u); ok {
+		t.Fatal("a Lease without Quro's label read as a node")
+	}
+	s := &Session{Spec: SessionSpec{Node: "quro-1", Tenant: "acme", Name: "s1", Network: "none"},
+		Status: SessionStatus{Alive: true, Node: "quro-1", Phase: PhaseReady}}
+	s.Name = "0123456789abcdef0123456789abcdef"
+	o, err := s.toUnstructured()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.GetAPIVersion() != "quro.dev/v1alpha1" || o.GetKind() != "Session" {
+		t.Fatalf("%s %s", o.GetAPIVersion(), o.GetKind())
+	}
+	back, err := sessionFrom(o)
+	if err != nil || back.Spec != s.Spec || back.Status != s.Status || back.Name != s.Name {
+		t.Fatalf("%+v %v", back, err)
+	}
+	for _, bad := range []string{"", "Upper", "a/b", "../x", strings.Repeat("a", 254)} {
+		if validObjectName(bad) {
+			t.Errorf("%q passed as an object name", bad)
+		}
+	}
+}

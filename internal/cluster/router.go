@@ -1,0 +1,266 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quro-dev/quro/internal/api/httpauth"
+	"github.com/quro-dev/quro/internal/api/rest"
+	"github.com/quro-dev/quro/internal/capability"
+)
+
+// HeaderForwardedBy marks a request one node forwarded to another: the
+// owner serves it locally, never forwards it again. It carries no
+// authority: the owner authenticates the caller's own credential as on
+// any call, so a client that sets it only gets the node it called to
+// answer for itself (docs/security.md).
+const HeaderForwardedBy = "Quro-Forwarded-By"
+
+// RetryAfter is what a call to a session whose owner is down is told.
+const RetryAfter = "5"
+
+// Table is what the Router reads of the cluster (Cluster is one).
+type Table interface {
+	Self() string
+	Lookup(ctx context.Context, id string) (*Session, bool)
+	ByName(tenant, name string) (*Session, bool)
+	TenantSessions(tenant string) int
+	Nodes() []Node
+	Node(name string) (Node, bool)
+}
+
+// Router sends each call for a session to its owner: the one place where
+// every access path (REST, WebSocket, MCP's per-session routes, E2B's,
+// preview URLs) names its session over HTTP. Calls for a session of this
+// node, and calls that name none, go to Next. Responses stream through
+// (ReverseProxy flushes at once; WebSocket upgrades are spliced).
+type Router struct {
+	Table Table
+	Next  http.Handler
+	// Auth resolves the caller of a create (the tenant's cluster-wide
+	// limit) and of a session named by name; the owner authenticates
+	// every forwarded call again.
+	Auth httpauth.Func
+	// TenantLimit is a tenant's cluster-wide session cap (<= 0: none).
+	TenantLimit func(tenant string) int
+	// Changed, when set, runs after this node served a create or a
+	// destroy, before the response leaves: the node's records are then
+	// in the API server when the client sees the new session.
+	Changed func(ctx context.Context)
+	// Used, when set, hears of each call this node serves for a session.
+	Used   func(id string)
+	Logger *slog.Logger
+
+	once  sync.Once
+	proxy *httputil.ReverseProxy
+}
+
+type targetKey struct{}
+
+func (rt *Router) init() {
+	rt.once.Do(func() {
+		if rt.Logger == nil {
+			rt.Logger = slog.New(slog.DiscardHandler)
+		}
+		rt.proxy = &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				target := pr.In.Context().Value(targetKey{}).(*url.URL)
+				pr.SetURL(target)
+				pr.Out.Host = pr.In.Host // the owner checks the Host the client named
+				pr.SetXForwarded()
+				pr.Out.Header.Set(HeaderForwardedBy, rt.Table.Self())
+			},
+			FlushInterval: -1, // streamed runs and event streams as they come
+			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+				rt.Logger.Warn("cluster: forwarding failed", "to", r.Context().Value(targetKey{}), "path", r.URL.Path, "err", err)
+				unavailable(w, "the node that owns this session did not answer ("+err.Error()+"); try again shortly")
+			},
+		}
+	})
+}
+
+// unavailable answers 503 with Retry-After.
+func unavailable(w http.ResponseWriter, msg string) {
+	w.Header().Set("Retry-After", RetryAfter)
+	rest.WriteError(w, http.StatusServiceUnavailable, capability.Errorf(capability.Unavailable, "%s", msg))
+}
+
+func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rt.init()
+	if r.Header.Get(HeaderForwardedBy) != "" {
+		rt.local(w, r, rt.ours(r.Context(), sessionRef(r)))
+		return
+	}
+	if isCreate(r) {
+		rt.create(w, r)
+		return
+	}
+	ref := sessionRef(r)
+	if ref == "" {
+		rt.Next.ServeHTTP(w, r)
+		return
+	}
+	s, ok := rt.Table.Lookup(r.Context(), ref)
+	if !ok && rt.Auth != nil {
+		if caller, err := rt.Auth(r); err == nil {
+			s, ok = rt.Table.ByName(caller.Tenant, ref)
+		}
+	}
+	if !ok || s.Spec.Node == rt.Table.Self() {
+		// This node's, or nobody's: the local answer is the true one.
+		if ok {
+			rt.local(w, r, s.Name)
+		} else {
+			rt.local(w, r, "")
+		}
+		return
+	}
+	rt.forward(w, r, s.Spec.Node)
+}
+
+// ours is id when the table records it as this node's, else "" (a
+// caller's ID is only marked alive when it is a session of this node's).
+func (rt *Router) ours(ctx context.Context, id string) string {
+	if id == "" {
+		return ""
+	}
+	if s, ok := rt.Table.Lookup(ctx, id); ok && s.Spec.Node == rt.Table.Self() {
+		return s.Name
+	}
+	return ""
+}
+
+// local serves r on this node; id, when set, is the session of this
+// node's that it uses.
+func (rt *Router) local(w http.ResponseWriter, r *http.Request, id string) {
+	if id != "" && rt.Used != nil {
+		rt.Used(id)
+	}
+	if rt.Changed != nil && (isCreate(r) || r.Method == http.MethodDelete && isSessionRoot(r.URL.Path)) {
+		rt.serveThenRecord(w, r)
+		return
+	}
+	rt.Next.ServeHTTP(w, r)
+}
+
+// create places a new session: here, or forwarded to the node with the
+// most headroom.
+func (rt *Router) create(w http.ResponseWriter, r *http.Request) {
+	tenant := ""
+	if rt.Auth != nil {
+		caller, err := rt.Auth(r)
+		if err != nil {
+			rt.Next.ServeHTTP(w, r) // its answer: 401
+			return
+		}
+		tenant = caller.Tenant
+	}
+	limit := 0
+	if rt.TenantLimit != nil {
+		limit = rt.TenantLimit(tenant)
+	}
+	n, err := Place(rt.Table.Nodes(), time.Now(), tenant, rt.Table.TenantSessions(tenant), limit)
+	var tl *TenantLimitError
+	switch {
+	case errors.As(err, &tl):
+		rest.WriteError(w, http.StatusTooManyRequests, capability.Errorf(capability.ResourceExhausted, "%s", err.Error()))
+		return
+	case err != nil:
+		unavailable(w, err.Error())
+		return
+	}
+	if n.Name == rt.Table.Self() {
+		rt.local(w, r, "")
+		return
+	}
+	rt.forward(w, r, n.Name)
+}
+
+// forward sends r to node, or answers 503 when node is not live.
+func (rt *Router) forward(w http.ResponseWriter, r *http.Request, node string) {
+	n, ok := rt.Table.Node(node)
+	if !ok || !n.Live(time.Now()) {
+		unavailable(w, "the node that owns this session ("+node+") is not running; it comes back with its sessions, try again shortly")
+		return
+	}
+	target := &url.URL{Scheme: "http", Host: n.Address}
+	rt.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, target)))
+}
+
+// serveThenRecord serves a create or destroy into a buffer, runs Changed,
+// then sends the response: a client that sees a new session's ID finds it
+// on every node.
+func (rt *Router) serveThenRecord(w http.ResponseWriter, r *http.Request) {
+	rec := &held{header: http.Header{}, status: http.StatusOK}
+	rt.Next.ServeHTTP(rec, r)
+	rt.Changed(r.Context())
+	for k, v := range rec.header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(rec.status)
+	_, _ = w.Write(rec.body.Bytes())
+}
+
+// held is a response kept until its records are written (creates and
+// destroys answer a small JSON document).
+type held struct {
+	header http.Header
+	status int
+	wrote  bool
+	body   bytes.Buffer
+}
+
+func (h *held) Header() http.Header { return h.header }
+func (h *held) WriteHeader(code int) {
+	if !h.wrote {
+		h.status, h.wrote = code, true
+	}
+}
+func (h *held) Write(b []byte) (int, error) { h.WriteHeader(http.StatusOK); return h.body.Write(b) }
+
+// isCreate: a request that creates a session (REST or E2B's).
+func isCreate(r *http.Request) bool {
+	if r.Method != http.MethodPost {
+		return false
+	}
+	p := strings.TrimSuffix(r.URL.Path, "/")
+	return p == "/v1/sessions" || p == "/e2b/sandboxes"
+}
+
+// isSessionRoot: /v1/sessions/{id} or /e2b/sandboxes/{id}.
+func isSessionRoot(p string) bool {
+	for _, pre := range []string{"/v1/sessions/", "/e2b/sandboxes/"} {
+		if rest, ok := strings.CutPrefix(p, pre); ok {
+			return rest != "" && !strings.Contains(strings.TrimSuffix(rest, "/"), "/")
+		}
+	}
+	return false
+}
+
+// sessionRef is the session a request names: its path's
+// /v1/sessions/{ref}/..., /e2b/sandboxes/{id}/... or E2B's sandbox
+// header; "" for one that names none.
+func sessionRef(r *http.Request) string {
+	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
+		return id
+	}
+	p := r.URL.Path
+	for _, pre := range []string{"/v1/sessions/", "/e2b/sandboxes/", "/e2b/v2/sandboxes/"} {
+		if rest, ok := strings.CutPrefix(p, pre); ok {
+			ref, _, _ := strings.Cut(rest, "/")
+			if u, err := url.PathUnescape(ref); err == nil {
+				return u
+			}
+			return ref
+		}
+	}
+	return ""
+}

@@ -1,0 +1,134 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// staticTable is a fixed cluster view: the Router's logic without an API
+// server (TestCluster, build tag k8s, runs it against a real one).
+type staticTable struct {
+	self     string
+	sessions map[string]*Session
+	nodes    []Node
+}
+
+func (s *staticTable) Self() string { return s.self }
+func (s *staticTable) Lookup(_ context.Context, id string) (*Session, bool) {
+	x, ok := s.sessions[id]
+	return x, ok
+}
+func (s *staticTable) ByName(string, string) (*Session, bool) { return nil, false }
+func (s *staticTable) TenantSessions(string) int              { return 0 }
+func (s *staticTable) Nodes() []Node                          { return s.nodes }
+func (s *staticTable) Node(name string) (Node, bool) {
+	for _, n := range s.nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+func TestRouter(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/stream") {
+			fmt.Fprintln(w, "first")
+			w.(http.Flusher).Flush()
+			<-release
+			fmt.Fprintln(w, "second")
+			return
+		}
+		fmt.Fprintf(w, "owner %s auth=%q by=%q", r.URL.Path, r.Header.Get("Authorization"), r.Header.Get(HeaderForwardedBy))
+	}))
+	defer owner.Close()
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close() // nothing answers there
+	now := time.Now()
+	table := &staticTable{self: "a",
+		sessions: map[string]*Session{
+			"onb": {Spec: SessionSpec{Node: "b"}}, "onc": {Spec: SessionSpec{Node: "c"}},
+			"ond": {Spec: SessionSpec{Node: "d"}}, "ona": {Spec: SessionSpec{Node: "a"}},
+		},
+		nodes: []Node{
+			{Name: "a", Address: "unused", Renewed: now, TTL: time.Hour},
+			{Name: "b", Address: strings.TrimPrefix(owner.URL, "http://"), Renewed: now, TTL: time.Hour},
+			{Name: "c", Address: strings.TrimPrefix(owner.URL, "http://"), Renewed: now.Add(-time.Hour), TTL: time.Minute}, // lapsed
+			{Name: "d", Address: deadAddr, Renewed: now, TTL: time.Hour},
+		}}
+	local := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "local %s", r.URL.Path) })
+	entry := httptest.NewServer(&Router{Table: table, Next: local})
+	defer entry.Close()
+	get := func(path string, hdr ...string) (*http.Response, string) {
+		req, _ := http.NewRequest("GET", entry.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer tok")
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+
+	t.Run("forwarded with the caller's credential", func(t *testing.T) {
+		_, body := get("/v1/sessions/onb/files/x")
+		if body != `owner /v1/sessions/onb/files/x auth="Bearer tok" by="a"` {
+			t.Fatalf("got %q", body)
+		}
+	})
+	t.Run("local and unknown sessions stay here", func(t *testing.T) {
+		for _, p := range []string{"/v1/sessions/ona/run", "/v1/sessions/nobody/run", "/v1/status"} {
+			if _, body := get(p); body != "local "+p {
+				t.Fatalf("%s: %q", p, body)
+			}
+		}
+	})
+	t.Run("a forwarded request is never forwarded again", func(t *testing.T) {
+		if _, body := get("/v1/sessions/onb/x", HeaderForwardedBy, "z"); body != "local /v1/sessions/onb/x" {
+			t.Fatalf("got %q", body)
+		}
+	})
+	t.Run("owner down: 503 with Retry-After", func(t *testing.T) {
+		for _, id := range []string{"onc", "ond"} {
+			resp, body := get("/v1/sessions/" + id + "/run")
+			if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != RetryAfter {
+				t.Fatalf("%s: %d Retry-After=%q %s", id, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+			}
+		}
+	})
+	t.Run("streams are not buffered", func(t *testing.T) {
+		req, _ := http.NewRequest("GET", entry.URL+"/v1/sessions/onb/stream", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		br := bufio.NewReader(resp.Body)
+		line, err := br.ReadString('\n') // arrives while the owner still holds the rest
+		if err != nil || line != "first\n" {
+			t.Fatalf("first line: %q %v", line, err)
+		}
+		close(release)
+		if line, err = br.ReadString('\n'); err != nil || line != "second\n" {
+			t.Fatalf("second line: %q %v", line, err)
+		}
+	})
+}

@@ -1,0 +1,139 @@
+// Package cluster runs quro serve as one node of many on Kubernetes: each
+// session is owned by one node, recorded in the Kubernetes API as a
+// sessions.quro.dev object (deploy/kubernetes/crd-sessions.yaml); each
+// node publishes its headroom in a Lease; any node accepts any call and
+// forwards it to the session's owner (Router). Nodes hold no shared state
+// of their own: the API server is the one table of who owns what, written
+// with optimistic concurrency (resourceVersion). Outside a cluster none of
+// this runs (quro serve without --cluster).
+package cluster
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Group and version of Quro's resources.
+const (
+	Group   = "quro.dev"
+	Version = "v1alpha1"
+)
+
+// SessionsGVR is the sessions.quro.dev resource; LeasesGVR the Leases in
+// which nodes publish their address and headroom.
+var (
+	SessionsGVR = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "sessions"}
+	LeasesGVR   = schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}
+)
+
+// Labels and annotations Quro sets.
+const (
+	LabelNode       = "quro.dev/node" // a Session's owner; a node Lease's node
+	LabelComponent  = "quro.dev/component"
+	ComponentNode   = "node"
+	AnnotAddress    = "quro.dev/address"      // a node's host:port, where other nodes forward
+	AnnotSessions   = "quro.dev/sessions"     // sessions it owns
+	AnnotMaxSess    = "quro.dev/max-sessions" // its cap (0: none)
+	AnnotMemAvail   = "quro.dev/memory-available"
+	AnnotMemTotal   = "quro.dev/memory-total"
+	LeasePrefix     = "quro-node-"
+	DefaultLeaseTTL = 15 * time.Second
+)
+
+// Phases of a Session.
+const (
+	PhaseReady    = "Ready"    // its owner serves it
+	PhaseDraining = "Draining" // being moved to another node
+)
+
+// Session is one sessions.quro.dev object: a Quro session and the node
+// that owns it. Its name is the session's ID.
+type Session struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              SessionSpec   `json:"spec"`
+	Status            SessionStatus `json:"status,omitempty"`
+}
+
+// SessionSpec is what a node needs to find and revive a session.
+type SessionSpec struct {
+	Node    string `json:"node"`             // the owner node (its pod name)
+	Tenant  string `json:"tenant,omitempty"` // "" for the local tenant
+	Name    string `json:"name,omitempty"`   // the session's name within its tenant
+	Network string `json:"network,omitempty"`
+	Rootfs  string `json:"rootfs,omitempty"`
+	Created string `json:"created,omitempty"` // RFC 3339
+}
+
+// SessionStatus is what the owner last reported.
+type SessionStatus struct {
+	Alive bool   `json:"alive"` // its box ran since its owner started
+	Node  string `json:"node,omitempty"`
+	Phase string `json:"phase,omitempty"`
+}
+
+// toUnstructured is s as the dynamic client sends it.
+func (s *Session) toUnstructured() (*unstructured.Unstructured, error) {
+	s.APIVersion, s.Kind = Group+"/"+Version, "Session"
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(s)
+	if err != nil {
+		return nil, err
+	}
+	return &unstructured.Unstructured{Object: m}, nil
+}
+
+// sessionFrom converts an object the API server returned.
+func sessionFrom(u *unstructured.Unstructured) (*Session, error) {
+	s := &Session{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, s); err != nil {
+		return nil, fmt.Errorf("session object %s: %w", u.GetName(), err)
+	}
+	return s, nil
+}
+
+// Node is a node as its Lease shows it.
+type Node struct {
+	Name        string
+	Address     string    // host:port of its quro serve
+	Sessions    int       // sessions it owns
+	MaxSessions int       // its cap (0: none)
+	MemAvail    int64     // bytes of memory available to new boxes
+	MemTotal    int64     // bytes of memory in all
+	Renewed     time.Time // the Lease's last renewal
+	TTL         time.Duration
+}
+
+// Live reports whether n renewed its Lease within its duration at now.
+func (n *Node) Live(now time.Time) bool { return now.Sub(n.Renewed) <= n.TTL }
+
+// nodeFromLease reads a Lease a node wrote (ok false for other Leases).
+func nodeFromLease(u *unstructured.Unstructured) (Node, bool) {
+	if u.GetLabels()[LabelComponent] != ComponentNode {
+		return Node{}, false
+	}
+	an := u.GetAnnotations()
+	n := Node{Name: u.GetLabels()[LabelNode], Address: an[AnnotAddress]}
+	if n.Name == "" || n.Address == "" {
+		return Node{}, false
+	}
+	n.Sessions, _ = strconv.Atoi(an[AnnotSessions])
+	n.MaxSessions, _ = strconv.Atoi(an[AnnotMaxSess])
+	n.MemAvail, _ = strconv.ParseInt(an[AnnotMemAvail], 10, 64)
+	n.MemTotal, _ = strconv.ParseInt(an[AnnotMemTotal], 10, 64)
+	secs, _, _ := unstructured.NestedInt64(u.Object, "spec", "leaseDurationSeconds")
+	n.TTL = time.Duration(secs) * time.Second
+	if rt, ok, _ := unstructured.NestedString(u.Object, "spec", "renewTime"); ok {
+		if t, err := time.Parse(metav1.RFC3339Micro, rt); err == nil {
+			n.Renewed = t
+		} else if t, err := time.Parse(time.RFC3339, rt); err == nil {
+			n.Renewed = t
+		}
+	}
+	return n, true
+}
