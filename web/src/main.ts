@@ -7,6 +7,7 @@ import { terminalPage } from './terminal';
 import { playgroundPage } from './playground';
 import { auditPage } from './audit';
 import { statusPage } from './status';
+import { filesPage } from './files';
 
 // xterm.js writes its measurements into <style> elements it creates; the
 // page's CSP allows styles from 'self' and, for those, the per-response
@@ -56,10 +57,14 @@ function route() {
     case 'status':
       current = statusPage();
       break;
+    case 'files':
+      // #/files/<session>/<workspace-relative path, may hold />
+      current = param ? filesPage(param, location.hash.split('/').slice(3).map(decodeURIComponent).join('/')) : sessionsPage();
+      break;
     default:
       current = sessionsPage();
   }
-  const active = `#/${page === 'term' ? 'sessions' : page}`;
+  const active = `#/${page === 'term' || page === 'files' ? 'sessions' : page}`;
   app.append(
     h(
       'header',

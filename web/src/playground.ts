@@ -2,6 +2,7 @@ import { api, openSocket, RunResult, Session } from './api';
 import { clear, h } from './dom';
 import { renderArtifact } from './artifacts';
 import { Page } from './page';
+import { shown } from './files';
 
 const LANGS = ['python', 'sh', 'js', 'ts', 'html', 'svg', 'json', 'css', 'xml', 'go', 'rust', 'c'];
 
@@ -111,6 +112,12 @@ export function playgroundPage(sessionParam?: string): Page {
           const n = r.artifacts?.length ?? 0;
           if (n) bits.push(`${n} artifact${n > 1 ? 's' : ''}`);
           finish(bits.join(' · '), r.error || r.exit_code ? 'bad' : 'ok');
+          // A cut output's whole file opens in the workspace browser.
+          for (const f of [r.stdout_file, r.stderr_file]) {
+            if (!f) continue;
+            const rel = f.replace(/^\/home\/user\//, '');
+            summary.append(' ', h('a', { class: 'mono play-full', href: `#/files/${encodeURIComponent(r.session)}/${rel.split('/').map(encodeURIComponent).join('/')}` }, shown(rel)));
+          }
           break;
         }
         case 'error':
