@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/input"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -215,13 +216,52 @@ func TestWebFiles(t *testing.T) {
 		e.do("open the playground", chromedp.Navigate(base+"/#/play/"+sess.ID))
 		e.waitJS(`document.querySelector('#play-session')?.value === ` + fmt.Sprintf("%q", sess.ID))
 		e.selectOption("#play-lang", "value", "sh")
-		e.fill("#play-code", "seq 1 20000") // past the kept 32 KiB: cut, saved whole
+		e.fillEditor("#play-code", "seq 1 20000") // past the kept 32 KiB: cut, saved whole
 		e.click(chromedp.CSS("#play-run"))
 		e.waitSel("#play-summary a.play-full")
 		href := eval[string](e, `document.querySelector('#play-summary a.play-full').getAttribute('href')`)
 		e.check(strings.HasPrefix(href, "#/files/"+sess.ID+"/.quro/outputs/"), "the link is %q", href)
 		e.click(chromedp.CSS("#play-summary a.play-full"))
 		e.waitJS(`document.querySelector('#files-open')?.textContent.startsWith('/home/user/.quro/outputs/')`)
+	})
+
+	e.step("playground: two cells share the session's state", func() {
+		e.do("open the playground", chromedp.Navigate(base+"/#/play/"+sess.ID))
+		e.waitJS(`document.querySelector('#play-session')?.value === ` + fmt.Sprintf("%q", sess.ID) + ` && document.querySelector('#play-lang')?.value === 'python'`)
+		e.fillEditor("#play-code", "x = 41")
+		e.click(chromedp.CSS("#play-run"))
+		e.waitJS(`/exit 0/.test(document.querySelector('#play-summary')?.textContent ?? '')`)
+		e.click(chromedp.CSS("#play-add"))
+		e.waitSel(".cell:nth-child(2) .editor")
+		e.fillEditor(".cell:nth-child(2) .editor", "print(x + 1)")
+		e.click(chromedp.CSS(".cell:nth-child(2) .play-run"))
+		e.waitJS(`/exit 0/.test(document.querySelector('.cell:nth-child(2) .summary')?.textContent ?? '')`)
+		got := eval[string](e, `document.querySelector('.cell:nth-child(2) .vout').textContent`)
+		e.check(strings.TrimSpace(got) == "42", "the second cell printed %q, want 42", got)
+		e.shot("play-1-cells")
+	})
+
+	e.step("playground: the run history survives a reload", func() {
+		e.do("reload", chromedp.Reload())
+		e.waitJS(`Array.from(document.querySelectorAll('#play-history button')).map((b) => b.title).join('|') === 'print(x + 1)|x = 41|seq 1 20000'`) // latest first
+		e.click(chromedp.CSS("#play-history button"))
+		e.waitJS(`document.querySelectorAll('.cell').length === 2 && document.querySelector('.cell:nth-child(2) .cm-content').innerText.trim() === 'print(x + 1)'`)
+	})
+
+	e.step("playground: 100k lines of output settle", func() {
+		e.fillEditor("#play-code", "for i in range(100000):\n    print(i)")
+		e.do("listen for the settled output", chromedp.Evaluate[chromedp.Void](`window.__settled = null; document.addEventListener('quro-settled', (ev) => { window.__settled = ev.detail; }, { once: true })`))
+		e.click(chromedp.CSS("#play-run"))
+		e.waitJS(`window.__settled !== null`)
+		lines := eval[int](e, `window.__settled.lines`)
+		ms := eval[int](e, `window.__settled.ms`)
+		rows := eval[int](e, `document.querySelectorAll('#play-output .vrow').length`)
+		t.Logf("     %d lines settled %d ms after the click (run included), %d rows in the DOM", lines, ms, rows)
+		e.check(lines >= 100000, "the view holds %d lines, want 100000", lines)
+		e.check(rows < 1000, "%d rows in the DOM: the view is not virtualised", rows)
+		last := eval[string](e, `Array.from(document.querySelectorAll('#play-output .vrow')).pop()?.textContent ?? ''`)
+		e.check(strings.TrimSpace(last) == "99999", "the view follows the end: its last row is %q", last)
+		e.shot("play-2-100k")
 	})
 
 	e.step("nothing went wrong on the way", func() {
@@ -237,4 +277,26 @@ func keys(m map[string]string) []string {
 		k = append(k, n)
 	}
 	return k
+}
+
+// fillEditor replaces the text of the CodeMirror editor in sel as a
+// person would: focus it, select all (Ctrl+A), and type the value over it
+// in one input (as a paste).
+func (e *e2e) fillEditor(sel, value string) {
+	content := sel + " .cm-content"
+	e.do("focus "+content, chromedp.Focus(chromedp.CSS(content)))
+	for _, t := range []input.DispatchKeyEventType{input.DispatchKeyEventTypeRawKeyDown, input.DispatchKeyEventTypeKeyUp} {
+		if _, err := chromedp.Call(e.sctx, input.DispatchKeyEvent, input.DispatchKeyEventParams{
+			Type: t, Modifiers: 2, Key: "a", Code: "KeyA", WindowsVirtualKeyCode: 65,
+		}); err != nil {
+			e.fail("select all in %s: %v", sel, err)
+		}
+	}
+	if _, err := chromedp.Call(e.sctx, input.InsertText, input.InsertTextParams{Text: value}); err != nil {
+		e.fail("type into %s: %v", sel, err)
+	}
+	// The editor draws lines as elements (a blank one as a <br>): its
+	// text is compared without the whitespace that drawing changes.
+	want, _ := json.Marshal(strings.Join(strings.Fields(value), ""))
+	e.waitJS(fmt.Sprintf(`document.querySelector(%q)?.innerText.replace(/\s+/g, '') === %s`, content, want))
 }
