@@ -161,6 +161,23 @@ func TestWebFiles(t *testing.T) {
 		e.check(bytes.Equal(got, blob), "the server holds %d bytes, equal %v", len(got), bytes.Equal(got, blob))
 	})
 
+	e.step("drop a file on the page", func() {
+		// A drop as the browser makes it: a DragEvent whose DataTransfer
+		// holds a File (bytes 0..255), on the drop zone.
+		e.do("drop", chromedp.Evaluate[chromedp.Void](`(() => {
+			const dt = new DataTransfer();
+			dt.items.add(new File([Uint8Array.from({ length: 256 }, (_, i) => i)], 'dropped.bin'));
+			document.querySelector('#files-drop').dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+		})()`))
+		e.waitJS(`document.querySelector('#files-status')?.textContent === 'uploaded /home/user/dropped.bin'`)
+		r := do(t, "GET", base+sp+"/download/dropped.bin", "", "", auth...)
+		want := make([]byte, 256)
+		for i := range want {
+			want[i] = byte(i)
+		}
+		e.check(r.status == 200 && r.body == string(want), "the dropped file: %d, %d bytes", r.status, len(r.body))
+	})
+
 	e.step("download it through the page, byte-exact", func() {
 		e.click(chromedp.CSS(`#files-tree [data-path="up.bin"]`))
 		e.waitSel("#files-download")
@@ -182,8 +199,8 @@ func TestWebFiles(t *testing.T) {
 
 	e.step("edit and save a file", func() {
 		e.click(chromedp.CSS(`#files-tree [data-path="d/note.txt"]`))
-		e.waitJS(`document.querySelector('#files-open')?.textContent === '/home/user/d/note.txt' && document.querySelector('#files-text')?.value === 'hello\n'`)
-		e.fill("#files-text", "edited in the browser\n")
+		e.waitJS(`document.querySelector('#files-open')?.textContent === '/home/user/d/note.txt' && document.querySelector('#files-text .cm-content')?.innerText.trim() === 'hello'`)
+		e.fillEditor("#files-text", "edited in the browser\n")
 		e.click(chromedp.CSS("#files-save"))
 		e.waitJS(`document.querySelector('#files-status')?.textContent === 'saved /home/user/d/note.txt'`)
 		var c struct{ Content string }

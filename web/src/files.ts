@@ -2,6 +2,7 @@ import { api, APIError, fetchRaw, FileContent, FileEntry } from './api';
 import { clear, h } from './dom';
 import { htmlFrame } from './artifacts';
 import { Page } from './page';
+import { EditorView, editorSetup, keymap, modeForPath } from './editor';
 
 // The workspace browser of one session: a tree (lazy, a directory's
 // entries when it opens), each entry's size and modified time; a preview of
@@ -61,6 +62,7 @@ export function mountFiles(el: HTMLElement, session: string, rel = ''): () => vo
   let uploadDir = '';
   const where = h('span', { id: 'files-upload-dir', class: 'mono' }, shown(''));
   let closed = false;
+  let editor: EditorView | null = null;
 
   function say(text: string, cls = 'hint') {
     status.textContent = text;
@@ -136,14 +138,12 @@ export function mountFiles(el: HTMLElement, session: string, rel = ''): () => vo
         frame.id = 'files-html';
         preview.append(frame);
       }
-      const text = h('textarea', { id: 'files-text', class: 'files-text', spellcheck: 'false', 'aria-label': 'file content', rows: 18 });
-      text.value = c.content;
+      const text = h('div', { id: 'files-text', class: 'editor files-text' });
       const save = h('button', { type: 'button', id: 'files-save', class: 'primary', disabled: true, title: 'Ctrl+S' }, 'Save');
-      text.addEventListener('input', () => (save.disabled = false));
       const doSave = async () => {
         save.disabled = true;
         try {
-          await fetchRaw('PUT', `${sp}/files/${enc(path)}`, new Blob([text.value]));
+          await fetchRaw('PUT', `${sp}/files/${enc(path)}`, new Blob([view.state.doc.toString()]));
           say(`saved ${shown(path)}`, 'ok');
           refresh();
         } catch (e) {
@@ -151,13 +151,22 @@ export function mountFiles(el: HTMLElement, session: string, rel = ''): () => vo
           fail(e);
         }
       };
-      save.addEventListener('click', doSave);
-      text.addEventListener('keydown', (ev) => {
-        if (ev.key === 's' && (ev.ctrlKey || ev.metaKey)) {
-          ev.preventDefault();
-          if (!save.disabled) doSave();
-        }
+      editor?.destroy();
+      const view = new EditorView({
+        doc: c.content,
+        parent: text,
+        extensions: [
+          keymap.of([{ key: 'Mod-s', preventDefault: true, run: () => (save.disabled || doSave(), true) }]),
+          editorSetup,
+          modeForPath(path),
+          EditorView.updateListener.of((u) => {
+            if (u.docChanged) save.disabled = false;
+          }),
+          EditorView.contentAttributes.of({ 'aria-label': 'file content' }),
+        ],
       });
+      editor = view;
+      save.addEventListener('click', doSave);
       head.append(save);
       preview.append(text);
     }
@@ -212,6 +221,7 @@ export function mountFiles(el: HTMLElement, session: string, rel = ''): () => vo
   if (rel && !rel.endsWith('/')) open(rel).catch(fail);
   return () => {
     closed = true;
+    editor?.destroy();
   };
 }
 

@@ -4,13 +4,8 @@ import { renderArtifact } from './artifacts';
 import { Page } from './page';
 import { shown } from './files';
 import { OutputView } from './outputview';
-import { EditorView, minimalSetup } from 'codemirror';
-import { keymap, lineNumbers, highlightActiveLine } from '@codemirror/view';
-import { Compartment, Extension, Prec } from '@codemirror/state';
-import { bracketMatching, indentOnInput, StreamLanguage } from '@codemirror/language';
-import { python } from '@codemirror/lang-python';
-import { javascript } from '@codemirror/lang-javascript';
-import { shell } from '@codemirror/legacy-modes/mode/shell';
+import { Compartment, Prec } from '@codemirror/state';
+import { EditorView, editorSetup, keymap, mode } from './editor';
 
 // The playground, a notebook-lite: cells of code (CodeMirror, highlighted
 // in the language chosen) that run one at a time in the same session, so
@@ -45,24 +40,6 @@ display(Page())
   svg: '<svg xmlns="http://www.w3.org/2000/svg" width="120" height="120"><circle cx="60" cy="60" r="50" fill="teal"/></svg>\n',
   json: '{"name": "quro", "tags": ["agents", "sandbox"], "nested": {"ok": true, "n": 3}}\n',
 };
-
-function mode(lang: string): Extension {
-  switch (lang) {
-    case 'python':
-      return python();
-    case 'js':
-    case 'javascript':
-      return javascript();
-    case 'ts':
-    case 'typescript':
-      return javascript({ typescript: true });
-    case 'sh':
-    case 'bash':
-    case 'shell':
-      return StreamLanguage.define(shell);
-  }
-  return [];
-}
 
 interface HistoryEntry {
   at: string;
@@ -109,11 +86,7 @@ export function playgroundPage(sessionParam?: string): Page {
       parent: editorEl,
       extensions: [
         Prec.highest(keymap.of([{ key: 'Mod-Enter', run: () => (start(), true) }])),
-        minimalSetup,
-        lineNumbers(),
-        highlightActiveLine(),
-        bracketMatching(),
-        indentOnInput(),
+        editorSetup,
         langMode.of(mode(lang.value)),
         EditorView.contentAttributes.of({ 'aria-label': 'code' }),
       ],
