@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,7 +18,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 )
@@ -81,22 +81,61 @@ func (s *server) transferError(w http.ResponseWriter, err error) {
 	WriteError(w, Status(ce.Code), ce)
 }
 
-func invoke[Out any](ctx context.Context, s *server, caller controller.Caller, name string, in any) (Out, error) {
-	var zero Out
-	reply, err := s.ctl.Invoke(ctx, caller, name, in)
+// The capabilities' inputs and outputs, as far as the transfers read them
+// (package app's types; rest does not import app, whose tests import
+// rest).
+type (
+	entry struct {
+		Name    string    `json:"name"`
+		Path    string    `json:"path"`
+		Type    string    `json:"type"`
+		Size    int64     `json:"size"`
+		Mode    string    `json:"mode"`
+		ModTime time.Time `json:"mtime"`
+		Target  string    `json:"target,omitempty"`
+	}
+	fileContent struct {
+		Path     string `json:"path"`
+		Encoding string `json:"encoding"`
+		Content  string `json:"content"`
+		Size     int64  `json:"size"`
+	}
+	fileInfo struct {
+		Entry *entry `json:"entry"`
+	}
+	fileList struct {
+		Path      string  `json:"path"`
+		Entries   []entry `json:"entries"`
+		Truncated bool    `json:"truncated"`
+	}
+)
+
+// invoke calls capability name with in as the caller and decodes its
+// output into out (nil: not decoded); it returns the output as it was.
+func invoke(ctx context.Context, s *server, caller controller.Caller, name string, in map[string]any, out any) (any, error) {
+	args, err := json.Marshal(in)
 	if err != nil {
-		return zero, err
+		return nil, capability.Errorf(capability.Internal, "%s's input: %v", name, err)
 	}
-	out, ok := reply.Output.(Out)
-	if !ok || any(out) == nil {
-		return zero, capability.Errorf(capability.Internal, "%s answered %T, not %T", name, reply.Output, zero)
+	reply, err := s.ctl.Call(ctx, caller, name, args)
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	if out != nil {
+		b, err := json.Marshal(reply.Output)
+		if err == nil {
+			err = json.Unmarshal(b, out)
+		}
+		if err != nil {
+			return nil, capability.Errorf(capability.Internal, "%s's output: %v", name, err)
+		}
+	}
+	return reply.Output, nil
 }
 
-func (s *server) readChunk(ctx context.Context, caller controller.Caller, session, rel string, off int64) (*app.FileContent, []byte, error) {
-	c, err := invoke[*app.FileContent](ctx, s, caller, "read_file", app.ReadFileInput{Session: session, Path: rel, Offset: off, Limit: TransferChunk})
-	if err != nil {
+func (s *server) readChunk(ctx context.Context, caller controller.Caller, session, rel string, off int64) (*fileContent, []byte, error) {
+	c := &fileContent{}
+	if _, err := invoke(ctx, s, caller, "read_file", map[string]any{"session": session, "path": rel, "offset": off, "limit": TransferChunk}, c); err != nil {
 		return nil, nil, err
 	}
 	if c.Encoding == "base64" {
@@ -122,8 +161,8 @@ func (s *server) download(w http.ResponseWriter, r *http.Request) {
 	}
 	session := r.PathValue("id")
 	ctx := r.Context()
-	info, err := invoke[*app.FileInfo](ctx, s, caller, "stat_file", app.PathInput{Session: session, Path: rel})
-	if err != nil {
+	info := &fileInfo{}
+	if _, err := invoke(ctx, s, caller, "stat_file", map[string]any{"session": session, "path": rel}, info); err != nil {
 		s.transferError(w, err)
 		return
 	}
@@ -157,7 +196,7 @@ func (s *server) download(w http.ResponseWriter, r *http.Request) {
 // copyFile writes the file whose first chunk is c (its bytes b) to w, to
 // the size c gave: a file that grew is cut there, one that shrank is an
 // error (never a silently short file).
-func (s *server) copyFile(ctx context.Context, w io.Writer, caller controller.Caller, session string, c *app.FileContent, b []byte) error {
+func (s *server) copyFile(ctx context.Context, w io.Writer, caller controller.Caller, session string, c *fileContent, b []byte) error {
 	size, p := c.Size, c.Path
 	var off int64
 	for {
@@ -185,8 +224,8 @@ func (s *server) copyFile(ctx context.Context, w io.Writer, caller controller.Ca
 // are under its name ("user/" for the workspace itself).
 func (s *server) downloadDir(w http.ResponseWriter, r *http.Request, caller controller.Caller, session, rel string) {
 	ctx := r.Context()
-	list, err := invoke[*app.FileList](ctx, s, caller, "list_files", app.ListFilesInput{Session: session, Path: rel, Recursive: true, MaxEntries: maxArchiveEntries})
-	if err != nil {
+	list := &fileList{}
+	if _, err := invoke(ctx, s, caller, "list_files", map[string]any{"session": session, "path": rel, "recursive": true, "max_entries": maxArchiveEntries}, list); err != nil {
 		s.transferError(w, err)
 		return
 	}
@@ -276,8 +315,8 @@ func (s *server) upload(w http.ResponseWriter, r *http.Request) {
 	_, _ = rand.Read(rnd[:]) // crypto/rand does not fail
 	tmp := path.Join(path.Dir(rel), ".quro-upload-"+hex.EncodeToString(rnd[:]))
 	write := func(data []byte, appendTo bool) error {
-		_, err := invoke[*app.FileWritten](ctx, s, caller, "write_file", app.WriteFileInput{Session: session, Path: tmp,
-			Content: base64.StdEncoding.EncodeToString(data), Encoding: "base64", Append: appendTo})
+		_, err := invoke(ctx, s, caller, "write_file", map[string]any{"session": session, "path": tmp,
+			"content": base64.StdEncoding.EncodeToString(data), "encoding": "base64", "append": appendTo}, nil)
 		return err
 	}
 	if err := write(nil, false); err != nil {
@@ -287,7 +326,7 @@ func (s *server) upload(w http.ResponseWriter, r *http.Request) {
 	done := false
 	defer func() {
 		if !done { // nothing half-made stays behind, even when the client went away
-			_, _ = s.ctl.Invoke(context.WithoutCancel(ctx), caller, "remove_file", app.PathInput{Session: session, Path: tmp})
+			_, _ = invoke(context.WithoutCancel(ctx), s, caller, "remove_file", map[string]any{"session": session, "path": tmp}, nil)
 		}
 	}()
 	body := http.MaxBytesReader(w, r.Body, MaxUpload)
@@ -314,13 +353,13 @@ func (s *server) upload(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	info, err := invoke[*app.FileInfo](ctx, s, caller, "move_file", app.MoveFileInput{Session: session, Source: tmp, Destination: rel})
+	moved, err := invoke(ctx, s, caller, "move_file", map[string]any{"session": session, "source": tmp, "destination": rel}, nil)
 	if err != nil {
 		s.transferError(w, err)
 		return
 	}
 	done = true
-	WriteJSON(w, http.StatusOK, info)
+	WriteJSON(w, http.StatusOK, moved)
 }
 
 // transferOperation is the OpenAPI operation of a transfer route.
