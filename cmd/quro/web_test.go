@@ -250,7 +250,7 @@ func TestWebUI(t *testing.T) {
 		e.waitJS(`Array.from(document.querySelectorAll('#play-session option')).some((o) => o.textContent === 'e2e')`)
 		e.selectOption("#play-session", "label", "e2e")
 		e.selectOption("#play-lang", "value", "python")
-		e.fill("#play-code", strings.Join([]string{
+		e.fillEditor("#play-code", strings.Join([]string{
 			`print("hello-from-e2e", 6 * 7)`,
 			``,
 			`class Page:`,
@@ -299,7 +299,7 @@ func TestWebUI(t *testing.T) {
 	})
 
 	e.step("playground: an XSS attempt in program output stays text", func() {
-		e.fill("#play-code", "print('<img src=x onerror=alert(1)>')\nprint('<script>alert(2)</script>')")
+		e.fillEditor("#play-code", "print('<img src=x onerror=alert(1)>')\nprint('<script>alert(2)</script>')")
 		// the click starts the run, which says "running…" at once
 		e.click(chromedp.CSS("#play-run"))
 		e.waitJS(`/exit 0/.test(document.querySelector('#play-summary')?.textContent ?? '')`)

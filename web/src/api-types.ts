@@ -244,6 +244,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * WebSocket: live events of your sessions' calls; take over a session's shell
+         * @description Upgrade to a WebSocket of your tenant's live events: {"type":"call"|"output"|"end","call","session","capability","path",...} for every call on a session that may change or run something, from any access path, {"type":"hold","session","held"} when a person takes a shell or hands it back, and {"type":"dropped","dropped":N} when this connection fell behind and lost N events. The client may send {"type":"take","session":ID} (scope exec), then {"type":"exec","session","command"} and {"type":"input","session","data"}, and {"type":"release","session"}; while a person holds a session's shell every other call's terminal_exec and send_input is refused (busy: a person holds this session). Closing the socket hands back its shells.
+         */
+        get: operations["get_events"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/export_session_log": {
         parameters: {
             query?: never;
@@ -1133,6 +1153,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{id}/download/{path}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Download a workspace file, or a directory as a .tar.gz, streamed */
+        get: operations["download"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{id}/env": {
         parameters: {
             query?: never;
@@ -1275,6 +1312,23 @@ export interface paths {
          * @description Snapshot a session: copy its workspace and settings so that fork_session can make new sessions from it. Included: the workspace's files, directories and symbolic links (as links), the session's environment variables, working directory, network policy and rootfs. NOT included: running processes, Python variables and imports, shell variables and functions not set with set_session_env, terminal screens, the session's tmp directory, and FIFOs, sockets and devices in the workspace; a fork starts fresh processes. Symbolic links are copied as links and never followed. The copy is not atomic: files the session's code changes meanwhile may be caught half-way; pause_session first for a consistent copy (a snapshot does not wake a paused session). A snapshot is at most your per-session disk quota; you hold at most 32 snapshots (delete_snapshot frees one). Returns the snapshot's id, size, file count and what was skipped.
          */
         post: operations["post_sessions_id_snapshots"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{id}/upload/{path}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /** Upload the raw body as a workspace file, streamed; the file is replaced only when the whole body is in */
+        put: operations["upload"];
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -4036,6 +4090,25 @@ export interface operations {
             default: components["responses"]["Error"];
         };
     };
+    get_events: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description switching to the WebSocket protocol quro.v1 */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
     export_session_log: {
         parameters: {
             query?: never;
@@ -5197,6 +5270,33 @@ export interface operations {
             default: components["responses"]["Error"];
         };
     };
+    download: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description session id or name */
+                id: string;
+                /** @description a workspace-relative path; it may contain /. Empty downloads the whole workspace */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the file's bytes, or the directory as a gzipped tar */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/gzip": string;
+                    "application/octet-stream": string;
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
     get_sessions_id_env: {
         parameters: {
             query?: never;
@@ -5476,6 +5576,37 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["snapshot_session.output"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    upload: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description session id or name */
+                id: string;
+                /** @description a workspace-relative path; it may contain /. Empty downloads the whole workspace */
+                path: string;
+            };
+            cookie?: never;
+        };
+        /** @description the file's bytes */
+        requestBody: {
+            content: {
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description the file written, as stat_file gives it */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["move_file.output"];
                 };
             };
             default: components["responses"]["Error"];

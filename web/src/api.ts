@@ -103,3 +103,46 @@ export type Schemas = components['schemas'];
 export type Session = Schemas['get_session_status.output'];
 export type AuditEntry = Schemas['get_audit_log.output']['entries'][number];
 export type Status = Schemas['get_service_status.output'];
+
+// fetchRaw is a REST call whose body is bytes both ways (the file
+// transfers: upload and download, streamed by the server); errors are
+// APIErrors as api()'s.
+export async function fetchRaw(method: string, path: string, body?: BodyInit): Promise<Response> {
+  const headers: Record<string, string> = {};
+  const tok = token();
+  if (tok) headers.Authorization = `Bearer ${tok}`;
+  if (body !== undefined) headers['Content-Type'] = 'application/octet-stream';
+  const r = await fetch(path, { method, headers, body, credentials: 'omit', cache: 'no-store' });
+  if (!r.ok) {
+    const text = await r.text();
+    let e: { code?: string; message?: string } | undefined;
+    try {
+      e = (JSON.parse(text) as { error?: { code?: string; message?: string } }).error;
+    } catch {
+      /* not JSON */
+    }
+    if (r.status === 401 && tok !== null) onUnauthenticated();
+    throw new APIError(r.status, e?.code ?? String(r.status), e?.message ?? (text || r.statusText));
+  }
+  return r;
+}
+
+export interface FileEntry {
+  name: string;
+  path: string;
+  type: string;
+  size: number;
+  mode: string;
+  mtime: string;
+  target?: string;
+  target_type?: string;
+}
+
+export interface FileContent {
+  path: string;
+  encoding: string;
+  content: string;
+  size: number;
+  complete: boolean;
+  media_type?: string;
+}

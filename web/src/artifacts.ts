@@ -10,7 +10,9 @@ import { h } from './dom';
 //   json  as a collapsible tree, anything else (markdown, latex, text) as
 //         text.
 export function renderArtifact(a: Artifact): HTMLElement {
-  const head = h('div', { class: 'artifact-head' }, h('span', { class: 'badge' }, a.kind), ' ', h('span', { class: 'mono' }, a.name));
+  const save = h('button', { type: 'button', class: 'artifact-download', title: 'download', 'aria-label': `download ${a.name}` }, '⤓');
+  save.addEventListener('click', () => downloadArtifact(a));
+  const head = h('div', { class: 'artifact-head' }, h('span', { class: 'badge' }, a.kind), ' ', h('span', { class: 'mono' }, a.name), ' ', save);
   let body: HTMLElement;
   switch (a.kind) {
     case 'html':
@@ -36,7 +38,7 @@ export function renderArtifact(a: Artifact): HTMLElement {
   return h('div', { class: `artifact artifact-${a.kind}`, 'data-kind': a.kind }, head, body);
 }
 
-function htmlFrame(html: string): HTMLIFrameElement {
+export function htmlFrame(html: string): HTMLIFrameElement {
   const frame = h('iframe', {
     class: 'artifact-frame',
     src: '/frame.html',
@@ -65,4 +67,28 @@ function jsonTree(v: unknown, key: string | null, depth: number): HTMLElement {
   }
   const cls = v === null ? 'null' : typeof v;
   return h('div', { class: 'json-leaf' }, label, h('span', { class: `json-${cls}` }, JSON.stringify(v)));
+}
+
+const EXT: Record<string, string> = { html: 'html', svg: 'svg', png: 'png', jpeg: 'jpg', json: 'json', markdown: 'md', latex: 'tex' };
+
+// downloadArtifact saves an artifact as a file: png and jpeg as their
+// bytes, the others as their text.
+export function downloadArtifact(a: Artifact): void {
+  let blob: Blob;
+  if (a.kind === 'png' || a.kind === 'jpeg') {
+    const bin = atob(a.data.replace(/[^A-Za-z0-9+/=]/g, ''));
+    const bytes = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    blob = new Blob([bytes], { type: a.mime || `image/${a.kind}` });
+  } else {
+    blob = new Blob([a.data], { type: 'application/octet-stream' });
+  }
+  const ext = EXT[a.kind] ?? 'txt';
+  const name = (a.name || 'artifact').replace(/[^\w.-]+/g, '_');
+  const url = URL.createObjectURL(blob);
+  const link = h('a', { href: url, download: name.includes('.') ? name : `${name}.${ext}`, hidden: true });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
 }

@@ -11,6 +11,7 @@ import { sessionPage } from './session';
 import { installLooks } from './looks';
 import { operatorPage } from './operator';
 import { livePage } from './timeline';
+import { filesPage } from './files';
 
 // xterm.js writes its measurements into <style> elements it creates; the
 // page's CSP allows styles from 'self' and, for those, the per-response
@@ -70,10 +71,14 @@ function route() {
     case 'status':
       current = statusPage();
       break;
+    case 'files':
+      // #/files/<session>/<workspace-relative path, may hold />
+      current = param ? filesPage(param, location.hash.split('/').slice(3).map(decodeURIComponent).join('/')) : sessionsPage();
+      break;
     default:
       current = sessionsPage();
   }
-  const active = `#/${page === 'term' || page === 'session' || page === 'live' ? 'sessions' : page}`;
+  const active = `#/${page === 'term' || page === 'session' || page === 'live' || page === 'files' ? 'sessions' : page}`;
   app.append(
     h(
       'header',

@@ -10,8 +10,9 @@ import { Page, flash } from './page';
 // the refreshes are marked background reads (see api's background flag),
 // audited as such and hidden from the audit view by default.
 //
-// The live timeline and the agent's shell, and the workspace's files,
-// mount into #session-timeline and #session-files.
+// The live timeline with the agent's shell (#/live/<id>) and the
+// workspace's files (#/files/<id>) are pages of their own, linked from
+// here; #session-timeline and #session-files are where they can mount.
 
 interface Proc {
   pid: number;
@@ -235,6 +236,8 @@ export function sessionPage(id: string): Page {
       resumeBtn,
       snapBtn,
       forkBtn,
+      h('a', { href: `#/live/${enc}`, class: 'button', id: 'session-live' }, 'Live'),
+      h('a', { href: `#/files/${enc}`, class: 'button', id: 'session-files-link' }, 'Files'),
       h('a', { href: `#/term/${enc}`, class: 'button' }, 'Terminal'),
       h('a', { href: `#/play/${enc}`, class: 'button' }, 'Run code'),
       destroyBtn,

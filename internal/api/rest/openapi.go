@@ -107,6 +107,11 @@ func OpenAPI(reg *capability.Registry, routes []Route) map[string]any {
 			add(openAPIPath(rt.Pattern), rt.Method, op)
 		}
 	}
+	if _, ok := reg.Get("read_file"); ok {
+		for _, tr := range transferRoutes {
+			add(openAPIPath(tr.Pattern), tr.Method, transferOperation(tr.Method, tr.Summary))
+		}
+	}
 	add("/v1/openapi.json", "GET", map[string]any{
 		"operationId": "openapi",
 		"summary":     "This document",

@@ -75,6 +75,8 @@ func New(ctl *controller.Controller, opts *Options) http.Handler {
 		}
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { s.route(w, r, rt) })
 	}
+	mux.HandleFunc("GET /v1/sessions/{id}/download/{path...}", s.download)
+	mux.HandleFunc("PUT /v1/sessions/{id}/upload/{path...}", s.upload)
 	mux.HandleFunc("GET /v1/openapi.json", s.serveOpenAPI)
 	mux.HandleFunc("POST /v1/{capability}", s.post)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
