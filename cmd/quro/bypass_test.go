@@ -351,6 +351,9 @@ var partReads = map[string]bool{
 	// E2B's sandbox plane looks a sandbox's tenant up, and the owners of
 	// every sandbox for a signed URL that names none (serve_e2b.go).
 	"session.Manager.ByIDAnyTenant": true, "session.Manager.Owners": true,
+	// A cluster node publishes the sessions it holds, every tenant's, to
+	// the Kubernetes API (servecluster.go).
+	"session.Manager.AllTenants": true,
 }
 
 // appUses are the members of app.App a command may use, by file ("*":
@@ -359,9 +362,12 @@ var appUses = map[string]map[string]bool{
 	"*": {"Controller": true, "Close": true, "DataDir": true, "Log": true, "Started": true, "Status": true, "Supervise": true},
 	// The server wires its access paths: the token check, the WebSocket
 	// terminal and the take-over of a shell (after the controller resolved
-	// the session), the live events the controller publishes, metrics (the
+	// the session), the live events the controller publishes, the tokens of
+	// --tokens-file (a cluster's shared Secret), metrics (the
 	// in-session sockets' connection counts among them) and the log line.
-	"serve.go": {"Sessions": true, "Authenticate": true, "EnsureAdminToken": true, "OpenPTY": true, "Events": true, "TakeShell": true, "HandBackShell": true, "Metrics": true, "Sandbox": true, "PreparePython": true, "InSession": true},
+	"serve.go": {"Sessions": true, "Authenticate": true, "EnsureAdminToken": true, "ImportTokens": true, "OpenPTY": true, "Events": true, "TakeShell": true, "HandBackShell": true, "Metrics": true, "Sandbox": true, "PreparePython": true, "InSession": true},
+	// A cluster node lists the sessions it holds (to publish them).
+	"servecluster.go": {"Sessions": true},
 	// quro term attaches to the PTY open_terminal started.
 	"term.go": {"OpenPTY": true},
 	// The E2B access path's wiring: API keys are tokens (and an access
