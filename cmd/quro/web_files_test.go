@@ -33,17 +33,7 @@ import (
 // and no console error or page exception on the way.
 func TestWebFiles(t *testing.T) {
 	t.Parallel()
-	if _, err := os.Stat(chromium); err != nil {
-		t.Skip("the files browser test needs " + chromium + " (apt-get install chromium)")
-	}
-	out := os.Getenv("QURO_E2E_OUT")
-	if out == "" {
-		out = t.TempDir()
-	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	srv := startServer(t)
+	srv, out := startWebTest(t)
 	base := strings.TrimSuffix(srv.url, "/")
 	auth := []string{"Authorization", "Bearer " + srv.token}
 	call := func(method, path, body string) string {

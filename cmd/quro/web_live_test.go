@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -27,17 +26,7 @@ import (
 // wait is on the DOM or on the server's answer, never a sleep.
 func TestWebLive(t *testing.T) {
 	t.Parallel()
-	if _, err := os.Stat(chromium); err != nil {
-		t.Skip("\n\n*** SKIPPED: the web UI's browser test needs " + chromium + " (apt-get install chromium). ***\n\n")
-	}
-	out := os.Getenv("QURO_E2E_OUT")
-	if out == "" {
-		out = t.TempDir()
-	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	srv := startServer(t)
+	srv, out := startWebTest(t)
 	base, token := srv.url, srv.token
 	e := newE2E(t, out)
 

@@ -33,17 +33,7 @@ import (
 // one browser; every wait is on the page or the DOM.
 func TestWebSessions(t *testing.T) {
 	t.Parallel()
-	if _, err := os.Stat(chromium); err != nil {
-		t.Skip("\n\n*** SKIPPED: the web UI's browser test needs " + chromium + " (apt-get install chromium). ***\n\n")
-	}
-	out := os.Getenv("QURO_E2E_OUT")
-	if out == "" {
-		out = t.TempDir()
-	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	srv := startServer(t)
+	srv, out := startWebTest(t)
 	base, admin := srv.url, srv.token
 	rest := func(tok, method, path string, body any) (int, map[string]any) {
 		t.Helper()

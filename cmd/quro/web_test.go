@@ -28,6 +28,25 @@ import (
 // chromium package; make test installs it).
 const chromium = "/usr/bin/chromium"
 
+// startWebTest is a browser test's start: it skips the test where there
+// is no chromium, makes the folder for its screenshots ($QURO_E2E_OUT, or
+// a temporary one) and starts a real quro serve.
+func startWebTest(t *testing.T) (*server, string) {
+	t.Helper()
+	if _, err := os.Stat(chromium); err != nil {
+		t.Skip("\n\n*** SKIPPED: the web UI's browser tests need " + chromium + " (apt-get install chromium).\n" +
+			"*** make test installs it; without it the UI is not tested in a browser. ***\n\n")
+	}
+	out := os.Getenv("QURO_E2E_OUT")
+	if out == "" {
+		out = t.TempDir()
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return startServer(t), out
+}
+
 // TestWebUI drives the web UI in headless Chromium (over the DevTools
 // protocol, with chromedp: no node needed) against a real quro serve:
 // sign in, create a session, type in its terminal and read the screen,
@@ -42,18 +61,7 @@ const chromium = "/usr/bin/chromium"
 // docs/ui.md shows).
 func TestWebUI(t *testing.T) {
 	t.Parallel()
-	if _, err := os.Stat(chromium); err != nil {
-		t.Skip("\n\n*** SKIPPED: the web UI's browser test needs " + chromium + " (apt-get install chromium).\n" +
-			"*** make test installs it; without it the UI is not tested in a browser. ***\n\n")
-	}
-	out := os.Getenv("QURO_E2E_OUT")
-	if out == "" {
-		out = t.TempDir()
-	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	srv := startServer(t)
+	srv, out := startWebTest(t)
 	base, token := srv.url, srv.token
 	e := newE2E(t, out)
 
