@@ -464,26 +464,18 @@ func (s *Store) SessionByName(ctx context.Context, tenant, name string) (*Sessio
 
 // Sessions lists tenant's sessions, oldest first.
 func (s *Store) Sessions(ctx context.Context, tenant string) ([]*Session, error) {
-	rows, err := s.query(ctx, "SELECT "+sessionCols+" FROM sessions WHERE tenant = ? ORDER BY created_at, name", tenant)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*Session
-	for rows.Next() {
-		sess, err := scanSession(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, sess)
-	}
-	return out, rows.Err()
+	return s.sessionRows(ctx, "SELECT "+sessionCols+" FROM sessions WHERE tenant = ? ORDER BY created_at, name", tenant)
 }
 
 // AllSessions lists every tenant's sessions, by tenant, each tenant's
 // oldest first (the operator's view across tenants).
 func (s *Store) AllSessions(ctx context.Context) ([]*Session, error) {
-	rows, err := s.query(ctx, "SELECT "+sessionCols+" FROM sessions ORDER BY tenant, created_at, name")
+	return s.sessionRows(ctx, "SELECT "+sessionCols+" FROM sessions ORDER BY tenant, created_at, name")
+}
+
+// sessionRows runs a query of sessionCols and scans every row.
+func (s *Store) sessionRows(ctx context.Context, query string, args ...any) ([]*Session, error) {
+	rows, err := s.query(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
