@@ -306,12 +306,15 @@ image: build
 # Quro on a real single-node Kubernetes (test/k8s): the cluster's binaries
 # are built from source once into ${XDG_CACHE_HOME:-~/.cache}/quro-k8s (about
 # 10 minutes of 2 cores; later runs start the cluster in seconds), the image
-# is imported into its containerd and deploy/kubernetes applied. As root; the
+# is imported into its containerd and deploy/kubernetes applied; first
+# cmd/quro's TestCluster runs Quro nodes against a real etcd and
+# kube-apiserver from that build (placement, forwarding). As root; the
 # test skips, saying why, on a machine that cannot run a kubelet. Not part
 # of make test. QURO_K8S_KEEP=1 leaves the cluster up (test/k8s/cluster.sh down).
 test-k8s: build
 	@$(MAKE) --no-print-directory test-deps TEST_PKGS="containerd runc containernetworking-plugins iptables conntrack umoci skopeo debootstrap openssl"
 	@bash test/k8s/cluster.sh can-run >/dev/null 2>&1 && bash test/k8s/build.sh || true   # the build, once, outside the test's time limit
+	$(GO) test $(TRIM) -tags k8s -count=1 -timeout 20m -run '^TestCluster$$' ./cmd/quro/
 	QURO_BIN=$(CURDIR)/$(BIN) $(GO) test $(TRIM) -tags k8s -count=1 -v -timeout 80m ./test/k8s/
 
 # The E2B envd API's Go code, generated from the protos copied verbatim from
