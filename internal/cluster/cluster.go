@@ -177,6 +177,10 @@ func (c *Cluster) Nodes() []Node {
 	for _, o := range c.leases.GetStore().List() {
 		if u, ok := o.(*unstructured.Unstructured); ok {
 			if n, ok := nodeFromLease(u); ok {
+				// The records can be newer than the Lease's count.
+				if objs, err := c.sessions.GetIndexer().ByIndex(byNode, n.Name); err == nil {
+					n.Sessions = max(n.Sessions, len(objs))
+				}
 				out = append(out, n)
 			}
 		}

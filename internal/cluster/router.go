@@ -61,7 +61,22 @@ type Router struct {
 
 	once  sync.Once
 	proxy *httputil.ReverseProxy
+
+	mu      sync.Mutex
+	assumed map[string]assumption // by node: see place
 }
+
+// assumption is how many sessions this node believes a node holds after
+// placing one there, until the node's Lease and records can say so.
+type assumption struct {
+	sessions int
+	at       time.Time
+}
+
+// assumeFor is how long a placement counts before the table shows it: a
+// Lease is renewed and a record reaches every node's informer well
+// within it.
+const assumeFor = 30 * time.Second
 
 type targetKey struct{}
 
@@ -167,7 +182,7 @@ func (rt *Router) create(w http.ResponseWriter, r *http.Request) {
 	if rt.TenantLimit != nil {
 		limit = rt.TenantLimit(tenant)
 	}
-	n, err := Place(rt.Table.Nodes(), time.Now(), tenant, rt.Table.TenantSessions(tenant), limit)
+	n, err := rt.place(tenant, limit)
 	var tl *TenantLimitError
 	switch {
 	case errors.As(err, &tl):
@@ -182,6 +197,33 @@ func (rt *Router) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rt.forward(w, r, n.Name)
+}
+
+// place picks a new session's node. The table's counts lag this node's
+// own placements (a Lease is renewed on a timer, a record reaches the
+// informer after the create answered), and nodes alike in memory differ
+// only by count: without its own placements counted, a burst of creates
+// through one node would all go to the same node. So a node counts as
+// holding at least what this node last believed of it, for assumeFor.
+func (rt *Router) place(tenant string, limit int) (*Node, error) {
+	nodes := rt.Table.Nodes()
+	now := time.Now()
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for i := range nodes {
+		if a, ok := rt.assumed[nodes[i].Name]; ok && now.Sub(a.at) < assumeFor {
+			nodes[i].Sessions = max(nodes[i].Sessions, a.sessions)
+		}
+	}
+	n, err := Place(nodes, now, tenant, rt.Table.TenantSessions(tenant), limit)
+	if err != nil {
+		return nil, err
+	}
+	if rt.assumed == nil {
+		rt.assumed = map[string]assumption{}
+	}
+	rt.assumed[n.Name] = assumption{sessions: n.Sessions + 1, at: now}
+	return n, nil
 }
 
 // forward sends r to node, or answers 503 when node is not live.

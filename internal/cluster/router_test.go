@@ -132,3 +132,35 @@ func TestRouter(t *testing.T) {
 		}
 	})
 }
+
+// TestPlacementCountsItsOwnCreates: two like nodes whose table never
+// catches up (the Leases say 0 sessions each): a burst of creates through
+// one node still alternates between them, each placement counted until
+// the table can show it.
+func TestPlacementCountsItsOwnCreates(t *testing.T) {
+	t.Parallel()
+	var got []string
+	serve := func(name string) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got = append(got, name)
+		}))
+	}
+	b := serve("b")
+	defer b.Close()
+	now := time.Now()
+	table := &staticTable{self: "a", nodes: []Node{
+		{Name: "a", Address: "unused", Renewed: now, TTL: time.Hour, MemTotal: 1 << 30, MemAvail: 1 << 29},
+		{Name: "b", Address: strings.TrimPrefix(b.URL, "http://"), Renewed: now, TTL: time.Hour, MemTotal: 1 << 30, MemAvail: 1 << 29},
+	}}
+	rt := &Router{Table: table, Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = append(got, "a") })}
+	for range 6 {
+		rec := httptest.NewRecorder()
+		rt.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/sessions", strings.NewReader("{}")))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("create: %d %s", rec.Code, rec.Body)
+		}
+	}
+	if want := "a b a b a b"; strings.Join(got, " ") != want {
+		t.Fatalf("placements %q, want %q", strings.Join(got, " "), want)
+	}
+}
