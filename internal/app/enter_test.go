@@ -38,8 +38,12 @@ func TestEveryCapabilityNamingASessionEntersIt(t *testing.T) {
 // TestNoHandlerEntersASessionByHand: the package's non-test code never
 // looks a caller's session up (Sessions.Get) nor enters one
 // (Life.EnterSession): the controller does, from the capability's
-// declaration. The one exception is the status's default session.
+// declaration. The exceptions: the status's default session, and
+// get_audit_log's session filter (audit.go), which names one of the
+// caller's sessions to pick its entries and uses nothing of it (the
+// registry test above lists it as a filter).
 func TestNoHandlerEntersASessionByHand(t *testing.T) {
+	lookups := map[string]bool{"audit.go": true}
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +62,7 @@ func TestNoHandlerEntersASessionByHand(t *testing.T) {
 			if !ok {
 				return true
 			}
-			if x, ok := sel.X.(*ast.SelectorExpr); ok && x.Sel.Name == "Sessions" && sel.Sel.Name == "Get" ||
+			if x, ok := sel.X.(*ast.SelectorExpr); ok && x.Sel.Name == "Sessions" && sel.Sel.Name == "Get" && !lookups[f] ||
 				sel.Sel.Name == "EnterSession" {
 				t.Errorf("%s: %s enters a session by hand; declare the capability InSession instead", fset.Position(n.Pos()), sel.Sel.Name)
 			}
