@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/session"
@@ -120,11 +121,18 @@ func heldAtOnceLeaveNothing(t *testing.T, n int) {
 	// for those events, bounded by waitFor's guard.
 	var after holdings
 	var afterHost hostCounts
-	waitFor(t, "everything released", func() bool {
+	released := func() bool {
 		runtime.GC()
 		after, afterHost = a.holdings(t, dir), hostHoldings(t)
 		return after.settled(before) && afterHost.settled(beforeHost)
-	})
+	}
+	deadline := time.Now().Add(time.Minute) // generous: the machine may be busy
+	for !released() {
+		if time.Now().After(deadline) {
+			t.Fatalf("everything released: not after a minute\nbefore %+v %+v\nafter  %+v %+v", before, beforeHost, after, afterHost)
+		}
+		time.Sleep(10 * time.Millisecond) // a poll interval, as waitFor's
+	}
 	// A destroy releases the uids of the sessions destroyed before it
 	// whose processes are gone (Manager.reapUIDs): one more session, made
 	// and destroyed, releases the last of the n.
