@@ -159,9 +159,10 @@ TRIM := -trimpath
 # (internal/app's test process and its children used 83 s of CPU in its
 # first 570 s at a load of 15 on 2 cores), so four of them side by side
 # end sooner than two. For the same reason the fuzz run (compiling and
-# fuzzing, mostly CPU) and the slim build's tests (no embedded Python:
-# the rest of the chain must answer; mostly waiting on boxes) run beside
-# them, not after (test/run.sh). The slim build runs the Python engine's
+# fuzzing, mostly CPU) runs beside them, not after (test/run.sh); the
+# slim build's tests (no embedded Python: the rest of the chain must
+# answer) run after, since they make sessions while the leak tests count
+# what the host holds. The slim build runs the Python engine's
 # and MCP's tests whole, and of internal/app those whose behaviour the
 # build changes (SLIM_APP_RUN: the ones that run Python, pip, the Python
 # chain's tiers, code contexts, spare workers); the other app tests run

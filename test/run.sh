@@ -11,21 +11,19 @@
 #   2. the quick checks (the web bundle's types, gofmt, go.mod tidiness,
 #      vet);
 #   3. every package's tests (SLOW_PKGS, the longest, first), with
-#      three runs beside them: the linter (it loads the packages compiled
+#      two runs beside them: the linter (it loads the packages compiled
 #      with $TRIM, as the tests are, from the build cache: 10 s of CPU in
-#      a fresh clone, 86 s without the flag), the fuzz targets, and the
-#      slim build's tests (no embedded Python: the rest of the Python
-#      chain must answer). Each side run prints its output and time when
-#      the tests end.
-# The phase's wall time is internal/app's, which mostly waits (boxes,
-# apt, pip, compilers: its process and children used 83 s of CPU in its
-# first 570 s at a load of 15), so the fuzz run (mostly CPU) and the
-# slim build's tests (mostly waiting on boxes) fill that wait instead of
-# running after it: they took 132-144 s after the tests, beside each
-# other. The slim build's tests share nothing with the full build's but
-# the embedded Python's install root (internal/app's testPython), whose
-# writers take turns on a lock shared between processes, as two quro
-# servers on one machine do.
+#      a fresh clone, 86 s without the flag) and the fuzz targets. Each
+#      side run prints its output and time when the tests end;
+#   4. the slim build's tests (no embedded Python: the rest of the Python
+#      chain must answer).
+# The tests' phase's wall time is internal/app's, which mostly waits
+# (boxes, apt, pip, compilers: its process and children used 83 s of CPU
+# in its first 570 s at a load of 15), so the fuzz run (mostly CPU, and
+# nothing on the host) fills that wait instead of running after it. The
+# slim build's tests cannot: its internal/app makes and destroys sessions,
+# and the full build's leak tests count what the host holds (mounts,
+# loop devices, cgroups, uids), which then never settled.
 # A failing phase does not stop the later ones (a lint finding and a test
 # failure are both worth seeing in one run); the exit status is that of
 # the first failure.
@@ -92,11 +90,14 @@ slim() {
 	"$GO" test $TRIM -p 3 -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim ./internal/engine/python/ ./internal/api/mcp/ &&
 		"$GO" test $TRIM -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim -run "$SLIM_APP_RUN" ./internal/app/
 }
-side "go test -tags slim" slim
 phase "go test (every package)" \
 	"$GO" test $TRIM -p "$TEST_P" -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" ${pkgs[@]+"${pkgs[@]}"} ./...
 wait_side lint
-wait_side "go test -tags slim"
+# The slim build's tests after, not beside: internal/app's leak tests
+# count what the host holds (mounts, loop devices, cgroups, uids), and a
+# second internal/app making and destroying sessions beside them kept
+# those counts from settling.
+phase "go test -tags slim" slim
 wait_side fuzz
 
 echo "make test: $(($(date +%s) - start)) s after the install steps, rc $status"
