@@ -161,8 +161,7 @@ TRIM := -trimpath
 # end sooner than two. For the same reason the fuzz run (compiling and
 # fuzzing, mostly CPU) runs beside them, not after (test/run.sh); the
 # slim build's tests (no embedded Python: the rest of the chain must
-# answer) run after, since they make sessions while the leak tests count
-# what the host holds. The slim build runs the Python engine's
+# answer) run after (test/run.sh says why). The slim build runs the Python engine's
 # and MCP's tests whole, and of internal/app those whose behaviour the
 # build changes (SLIM_APP_RUN: the ones that run Python, pip, the Python
 # chain's tiers, code contexts, spare workers); the other app tests run
