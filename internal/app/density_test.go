@@ -129,7 +129,7 @@ func heldAtOnceLeaveNothing(t *testing.T, n int) {
 	deadline := time.Now().Add(time.Minute) // generous: the machine may be busy
 	for !released() {
 		if time.Now().After(deadline) {
-			t.Fatalf("everything released: not after a minute\nbefore %+v %+v\nafter  %+v %+v", before, beforeHost, after, afterHost)
+			t.Fatalf("everything released: not after a minute\nbefore %+v %+v\nafter  %+v %+v\ndescriptors: %s", before, beforeHost, after, afterHost, fdTargets())
 		}
 		time.Sleep(10 * time.Millisecond) // a poll interval, as waitFor's
 	}
@@ -340,4 +340,16 @@ func serverUIDs(t *testing.T) []int {
 		}
 	}
 	return out
+}
+
+// fdTargets lists what this process's descriptors point at, for a
+// failure's message.
+func fdTargets() string {
+	fds, _ := os.ReadDir("/proc/self/fd")
+	var b strings.Builder
+	for _, fd := range fds {
+		l, _ := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+		fmt.Fprintf(&b, "%s→%s ", fd.Name(), l)
+	}
+	return b.String()
 }

@@ -105,11 +105,11 @@ func (c connector) Connect(context.Context) (driver.Conn, error) {
 
 func (c connector) Driver() driver.Driver { return c.drv }
 
-// maxIdleConns is how many SQLite connections the pool keeps open between
+// MaxIdleConns is how many SQLite connections the pool keeps open between
 // uses. database/sql's default of 2 made a busy server open (pragmas and
 // schema parse included) a new connection every few requests; connections
 // are never retired for age or idleness either.
-const maxIdleConns = 16
+const MaxIdleConns = 16
 
 // stmt returns q prepared (once per Store; database/sql re-prepares it on
 // each connection as needed). Preparing costs SQLite a parse that is most
@@ -157,7 +157,7 @@ func Open(ctx context.Context, file string) (*Store, error) {
 	reg.Close()
 	s := &Store{}
 	db := sql.OpenDB(connector{drv: drv, dsn: dsn, n: &s.conns})
-	db.SetMaxIdleConns(maxIdleConns)
+	db.SetMaxIdleConns(MaxIdleConns)
 	db.SetConnMaxIdleTime(0)
 	db.SetConnMaxLifetime(0)
 	s.db = db
