@@ -486,7 +486,14 @@ func TestControlTimeouts(t *testing.T) {
 	wantEndAt(t, "connect extending the lifetime", e.info(t, long).EndAt, asked, answered, 900)
 	e.api(t, e.Key, "POST", "/sandboxes/"+long+"/timeout", map[string]any{"timeout": -1}).want(t, 400, "timeout_s")
 	e.api(t, e.Key, "POST", "/sandboxes/"+long+"/timeout", nil).want(t, 400, "timeout")
-	e.api(t, e.Key, "POST", "/sandboxes/"+short+"/timeout", map[string]any{"timeout": 60}).want(t, 404, "not found")
+	// The killed sandbox is 404: "not found" once its record is gone, or
+	// "was destroyed" while its destroy is still ending it (the GET above
+	// can see the first before this call meets the second).
+	if r := e.api(t, e.Key, "POST", "/sandboxes/"+short+"/timeout", map[string]any{"timeout": 60}); !strings.Contains(string(r.body), "was destroyed") {
+		r.want(t, 404, "not found")
+	} else {
+		r.want(t, 404, "was destroyed")
+	}
 }
 
 func TestControlPauseConnect(t *testing.T) {
