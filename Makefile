@@ -112,7 +112,7 @@ web-check: $(WEB_STAMP) $(WEB_TYPES_STAMP)
 # in web/openapi, a node tree of its own: it needs TypeScript 5's compiler
 # API). Run after changing a capability's input or output; commit both.
 web-types: $(WEB_TYPES_STAMP)
-	QURO_UPDATE_OPENAPI=1 $(GO) test $(TRIM) -count=1 -run '^TestOpenAPIFile$$' ./cmd/quro/
+	QURO_UPDATE_OPENAPI=1 $(GO) test $(TRIM) -count=1 -timeout $(TEST_TIMEOUT) -run '^TestOpenAPIFile$$' ./cmd/quro/
 	web/openapi/node_modules/.bin/openapi-typescript web/openapi.json -o web/src/api-types.ts
 
 $(WEB_TYPES_STAMP): web/openapi/package.json web/openapi/package-lock.json
