@@ -41,12 +41,13 @@ while read -r pkg targets; do
 	[ -z "$pkg" ] && continue
 	first=${targets%% *}
 	first=${first%:slow}
-	echo "build $pkg"
+	t0=$(date +%s)
 	if ! "$go" test $trim -c -fuzz "^$first\$" -o "$bin/pkg.test" "$pkg" >"$log" 2>&1; then
 		cat "$log"
 		fail=1
 		continue
 	fi
+	echo "build $pkg: $(($(date +%s) - t0)) s"
 	importpath=$("$go" list "$pkg")
 	for t in $targets; do
 		limit=$time
@@ -55,12 +56,13 @@ while read -r pkg targets; do
 			limit=$slow
 			;;
 		esac
-		echo "fuzz $pkg $t ($limit)"
+		t0=$(date +%s)
 		if ! (cd "$pkg" && "$bin/pkg.test" -test.paniconexit0 -test.run '^$' -test.fuzz "^$t\$" -test.fuzztime "$limit" \
 			-test.timeout "$timeout" -test.parallel 2 -test.fuzzcachedir "$cache/fuzz/$importpath") >"$log" 2>&1; then
 			cat "$log"
 			fail=1
 		fi
+		echo "fuzz $pkg $t ($limit): $(($(date +%s) - t0)) s"
 	done
 done <<'LIST'
 ./internal/sandbox/boxinit FuzzParseEnv FuzzBoxMsg
