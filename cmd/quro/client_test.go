@@ -398,6 +398,7 @@ func startTerm(t *testing.T, rows, cols uint16, args ...string) (*exec.Cmd, *os.
 // scrollback and the shell's state), and the shell's exit status is quro
 // term's.
 func TestTermThroughTheServer(t *testing.T) {
+	t.Parallel() // its own server, data directory and terminal
 	srv := startServer(t)
 	settled(t, srv)
 	cmd, f, r := startTerm(t, 30, 90, "--data", srv.data)

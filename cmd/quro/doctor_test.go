@@ -127,6 +127,7 @@ func (q *nonRootQuro) doctor(t *testing.T, join []string, flags ...string) map[s
 // --isolation=minimal the run goes ahead, in a bubblewrap box exactly when
 // doctor says user namespaces are used.
 func TestDoctorNonRoot(t *testing.T) {
+	t.Parallel() // its own copy of the binary, home and data directory
 	q := newNonRootQuro(t)
 
 	rows := q.doctor(t, nil)
@@ -180,6 +181,7 @@ func TestDoctorNonRoot(t *testing.T) {
 // and checks that doctor then reports the cgroups layer, and that a run
 // under full isolation works and makes its cgroups in that subtree.
 func TestDoctorNonRootDelegated(t *testing.T) {
+	t.Parallel() // its own copy of the binary and cgroups of its own name
 	q := newNonRootQuro(t)
 	own := v1Cgroups(t)
 	var rnd [4]byte

@@ -317,6 +317,7 @@ func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 // answered as event streams, the standing GET stream) works through the
 // real server's connection handling, and its connection is trusted.
 func TestServeMCPThroughTheLimits(t *testing.T) {
+	t.Parallel() // its own server, data directory and port
 	srv := startServer(t)
 	settled(t, srv)
 	client := mcp.NewClient(&mcp.Implementation{Name: "limits-test", Version: "1"}, nil)

@@ -345,6 +345,7 @@ func TestServeAuth(t *testing.T) {
 
 // A second start prints no token: the first is still live.
 func TestServeSecondStartPrintsNoToken(t *testing.T) {
+	t.Parallel() // its own two servers on one data directory of its own
 	srv := startServer(t)
 	again := startServerIn(t, srv.data)
 	if again.token != "" {

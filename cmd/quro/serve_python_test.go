@@ -18,6 +18,8 @@ import (
 // says so in its log: one line as it starts, one as it ends (with the
 // directory, which then holds the complete tree).
 func TestServePreparesPythonAtStart(t *testing.T) {
+	// Its own server on its own data directory, as the parallel serve tests.
+	t.Parallel()
 	data := t.TempDir() // not seeded: the server extracts
 	ctx, cancel := context.WithCancel(context.Background())
 	outR, outW := io.Pipe()
