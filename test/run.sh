@@ -2,7 +2,7 @@
 # make test's checks and tests, after its install steps (test-install,
 # test-deps): the Makefile passes its settings in the environment (GO,
 # TRIM, TEST_P, TEST_PARALLEL, TEST_TIMEOUT, SLOW_PKGS, SLIM_APP_RUN,
-# GOLANGCI, MAKE).
+# SLIM_MCP_RUN, GOLANGCI, MAKE).
 #
 # Each phase prints how long it took, so that a slow run says where its
 # minutes went:
@@ -32,7 +32,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 : "${GO:=go}" "${MAKE:=make}" "${TRIM:=-trimpath}" "${TEST_P:=4}" "${TEST_PARALLEL:=4}"
-: "${TEST_TIMEOUT:=30m}" "${SLOW_PKGS:=}" "${SLIM_APP_RUN:=.}"
+: "${TEST_TIMEOUT:=30m}" "${SLOW_PKGS:=}" "${SLIM_APP_RUN:=.}" "${SLIM_MCP_RUN:=.}"
 : "${GOLANGCI:=$GO tool -modfile=tools/golangci/go.mod golangci-lint}"
 
 status=0
@@ -88,7 +88,8 @@ side lint env GOFLAGS="$TRIM${GOFLAGS:+ $GOFLAGS}" $GOLANGCI run --allow-serial-
 # The fuzz targets: 20000 inputs each (test/fuzz/run.sh).
 side fuzz env FUZZTIME=20000x GO="$GO" TRIM="$TRIM" bash test/fuzz/run.sh
 slim() {
-	"$GO" test $TRIM -p 3 -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim ./internal/engine/python/ ./internal/api/mcp/ &&
+	"$GO" test $TRIM -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim ./internal/engine/python/ &&
+		"$GO" test $TRIM -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim -run "$SLIM_MCP_RUN" ./internal/api/mcp/ &&
 		"$GO" test $TRIM -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim -run "$SLIM_APP_RUN" ./internal/app/
 }
 phase "go test (every package)" \
