@@ -242,8 +242,11 @@ var v1Roots = sync.OnceValue(func() map[string]string {
 // v1Path is a v1 cgroup path from /proc/*/cgroup as a path below the
 // controller's mount: the mount's root taken off when the mount shows only
 // a subtree.
-func v1Path(ctrl, p string) string {
-	root := v1Roots()[ctrl]
+func v1Path(ctrl, p string) string { return underRoot(v1Roots()[ctrl], p) }
+
+// underRoot is p, a path in a cgroup hierarchy, below a mount of that
+// hierarchy's subtree root.
+func underRoot(root, p string) string {
 	if root == "" || root == "/" {
 		return p
 	}
