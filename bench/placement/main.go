@@ -23,17 +23,19 @@ func main() {
 	churn := flag.Int("churn", 200000, "destroy+create pairs after the fill")
 	tenants := flag.Int("tenants", 500, "tenants the sessions belong to")
 	seed := flag.Uint64("seed", 1, "random seed")
+	reserve := flag.Int64("reserve", 12<<20, "bytes each node reserves per session (quro serve --node-session-memory; 12 MiB here so that 2,000 sessions fit the smallest node)")
 	flag.Parse()
 	rng := rand.New(rand.NewPCG(*seed, 2))
 	now := time.Now()
 	ns := make([]cluster.Node, *nodes)
 	for i := range ns {
-		// Machines of three sizes: memory decides part of the headroom.
+		// Machines of three sizes: the memory left after each session's
+		// reservation decides part of the headroom.
 		mem := int64(16+16*(i%3)) << 30
 		ns[i] = cluster.Node{Name: fmt.Sprintf("quro-%d", i), Address: "x", MaxSessions: 2 * *perNode,
-			MemTotal: mem, MemAvail: mem, Renewed: now, TTL: time.Minute}
+			MemTotal: mem, MemAvail: mem, SessionReserve: *reserve, Renewed: now, TTL: time.Minute}
 	}
-	const perSession = 12 << 20 // a box's memory (a session with its Python worker), as the Lease would publish it
+	const perSession = 12 << 20 // what a box uses live (a session with its Python worker): MemAvailable, the floor's guard
 	index := map[string]int{}
 	table := map[string]string{} // session ID → node: the routing table
 	tenantCount := map[int]int{}

@@ -296,7 +296,11 @@ func TestCluster(t *testing.T) {
 		count[n]++
 	}
 	if count["node-a"] == 0 || count["node-b"] == 0 {
-		t.Fatalf("sessions were not spread over both nodes: %v", count)
+		l, err := dyn.Resource(cluster.LeasesGVR).Namespace("default").List(context.Background(), metav1.ListOptions{})
+		for _, it := range l.Items {
+			t.Logf("Lease %s: %v %v", it.GetName(), it.GetAnnotations(), it.Object["spec"])
+		}
+		t.Fatalf("sessions were not spread over both nodes: %v (Leases listed: %v)", count, err)
 	}
 	t.Logf("placed: %v", count)
 	var onB string
@@ -318,7 +322,10 @@ func TestCluster(t *testing.T) {
 		}
 		// And by its name, which node a resolves for the caller's tenant.
 		r = do(t, "GET", a.url+"/v1/sessions/s"+fmt.Sprint(indexOf(ids, onB))+"/files/note.txt", "", "", auth(acme)...)
-		if r.status != 200 || r.body != "kept on b" {
+		var f struct {
+			Session, Content string
+		}
+		if r.status != 200 || json.Unmarshal([]byte(r.body), &f) != nil || f.Content != "kept on b" || f.Session != onB {
 			t.Fatalf("read by name through a: %d %s", r.status, r.body)
 		}
 	})

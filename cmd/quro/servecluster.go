@@ -29,6 +29,7 @@ type clusterFlags struct {
 	address    string
 	kubeconfig string
 	leaseTTL   time.Duration
+	reserve    int64
 }
 
 func (c *clusterFlags) register(cmd *cobra.Command) {
@@ -37,6 +38,7 @@ func (c *clusterFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&c.node, "node-name", "", "this node's name in the cluster (default: $POD_NAME)")
 	cmd.Flags().StringVar(&c.address, "node-address", "", "host:port where the other nodes reach this one (default: $POD_IP and --addr's port)")
 	cmd.Flags().StringVar(&c.kubeconfig, "kubeconfig", "", "a kubeconfig file for the API server (default: the pod's service account)")
+	cmd.Flags().Int64Var(&c.reserve, "node-session-memory", cluster.DefaultSessionReserve, "bytes of memory this node reserves per session when the cluster places new ones (as a Kubernetes request): its headroom is its memory less this much per session it holds; its live available memory only stops new sessions under 5% of its memory")
 	cmd.Flags().DurationVar(&c.leaseTTL, "node-lease", cluster.DefaultLeaseTTL, "how long this node's Lease holds without renewal; a node silent this long gets no new sessions and calls for its sessions are answered 503 with Retry-After")
 }
 
@@ -75,6 +77,8 @@ func (c *clusterFlags) resolve(addr string, listening net.Addr) (*rest.Config, e
 		return nil, errors.New("--cluster needs --node-name or $POD_NAME")
 	case c.address == "":
 		return nil, errors.New("--cluster needs --node-address or $POD_IP")
+	case c.reserve <= 0:
+		return nil, fmt.Errorf("--node-session-memory %d: a session's reservation must be more than 0 bytes", c.reserve)
 	}
 	if c.kubeconfig != "" {
 		return clientcmd.BuildConfigFromFlags("", c.kubeconfig)
@@ -98,12 +102,14 @@ func joinCluster(ctx context.Context, cfg *rest.Config, cf *clusterFlags, a *app
 	if err != nil {
 		return nil, err
 	}
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if err := c.Start(sctx); err != nil {
+	// The informers run for the node's life (ctx), the first list
+	// bounded on its own.
+	if err := c.Start(ctx, time.Minute); err != nil {
 		return nil, err
 	}
-	m := &cluster.Member{C: c, MaxSessions: max(maxSessions, 0), List: localSessions(a)}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	m := &cluster.Member{C: c, MaxSessions: max(maxSessions, 0), SessionReserve: cf.reserve, List: localSessions(a)}
 	if err := m.Sync(sctx); err != nil {
 		return nil, fmt.Errorf("cluster: the first sync with the API server: %w", err)
 	}

@@ -102,12 +102,17 @@ func informer(res dynamic.ResourceInterface, sel string) cache.SharedIndexInform
 	return cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 10*time.Minute, cache.Indexers{})
 }
 
-// Start runs the informers until ctx ends and waits for their first list.
-func (c *Cluster) Start(ctx context.Context) error {
+// Start runs the informers until ctx ends and waits at most wait for
+// their first list. ctx is the node's life, not the wait's: informers
+// run by a context that ends when Start returns would stop watching, and
+// the node would place and route by the table of its start for ever.
+func (c *Cluster) Start(ctx context.Context, wait time.Duration) error {
 	go c.sessions.RunWithContext(ctx)
 	go c.leases.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), c.sessions.HasSynced, c.leases.HasSynced) {
-		return fmt.Errorf("cluster: the informers of %s did not sync: %w", c.opts.Namespace, context.Cause(ctx))
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if !cache.WaitForCacheSync(wctx.Done(), c.sessions.HasSynced, c.leases.HasSynced) {
+		return fmt.Errorf("cluster: the informers of %s did not sync within %s: %w", c.opts.Namespace, wait, context.Cause(wctx))
 	}
 	return nil
 }
@@ -349,6 +354,7 @@ func leaseObject(ns, node, address string, ttl time.Duration, h Node, now time.T
 		AnnotMaxSess:  strconv.Itoa(h.MaxSessions),
 		AnnotMemAvail: strconv.FormatInt(h.MemAvail, 10),
 		AnnotMemTotal: strconv.FormatInt(h.MemTotal, 10),
+		AnnotReserve:  strconv.FormatInt(h.SessionReserve, 10),
 	})
 	return u
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"os"
 	"strconv"
@@ -25,6 +26,9 @@ type Member struct {
 	C           *Cluster
 	List        func(ctx context.Context) ([]LocalSession, error)
 	MaxSessions int // this node's session cap (0: none), published as headroom
+	// SessionReserve is the memory this node reserves per session in
+	// its published headroom (0: DefaultSessionReserve).
+	SessionReserve int64
 
 	mu    sync.Mutex // one Sync at a time
 	amu   sync.Mutex
@@ -90,7 +94,8 @@ func (m *Member) Sync(ctx context.Context) error {
 		}
 	}
 	avail, total := memInfo()
-	if err := m.C.Heartbeat(ctx, Node{Sessions: len(local), MaxSessions: m.MaxSessions, MemAvail: avail, MemTotal: total}); err != nil && firstErr == nil {
+	if err := m.C.Heartbeat(ctx, Node{Sessions: len(local), MaxSessions: m.MaxSessions, MemAvail: avail, MemTotal: total,
+		SessionReserve: cmp.Or(m.SessionReserve, DefaultSessionReserve)}); err != nil && firstErr == nil {
 		firstErr = err
 	}
 	return firstErr

@@ -3,7 +3,6 @@ package cluster
 import (
 	"errors"
 	"fmt"
-	"math"
 	"time"
 )
 
@@ -20,10 +19,26 @@ func (e *TenantLimitError) Error() string {
 	return fmt.Sprintf("tenant %q has %d sessions across the cluster, its limit is %d: destroy one first", e.Tenant, e.Has, e.Limit)
 }
 
+// DefaultSessionReserve is the memory a node reserves for each session it
+// holds when placing new ones (as a Kubernetes request reserves it for a
+// pod): a session with a working Python and a shell. What a session
+// really uses varies with its work; the reservation is what placement
+// counts, so that like nodes are compared by what they hold and not by
+// the noise of their live memory.
+const DefaultSessionReserve = 64 << 20
+
+// MemFloor is the share of a node's memory below which its live
+// MemAvailable makes it take no new session, however few sessions it
+// holds: the guard against a node whose sessions use more than their
+// reservation.
+const MemFloor = 0.05
+
 // Headroom is how much room n has for new sessions, from 0 (full) to 1
 // (empty): the smaller of its free share of sessions (when capped) and of
-// memory (when known). A node with neither known counts its sessions
-// against 1,000, so that fewer sessions still means more room.
+// its memory less a reservation per session (when both are known). A node
+// with neither known counts its sessions against 1,000, so that fewer
+// sessions still means more room. Live memory does not enter it (see
+// Place's guard): it moves with every box's work and page cache.
 func Headroom(n *Node) float64 {
 	h := 1.0
 	known := false
@@ -31,9 +46,9 @@ func Headroom(n *Node) float64 {
 		known = true
 		h = min(h, float64(n.MaxSessions-n.Sessions)/float64(n.MaxSessions))
 	}
-	if n.MemTotal > 0 {
+	if n.MemTotal > 0 && n.SessionReserve > 0 {
 		known = true
-		h = min(h, float64(n.MemAvail)/float64(n.MemTotal))
+		h = min(h, float64(n.MemTotal-int64(n.Sessions)*n.SessionReserve)/float64(n.MemTotal))
 	}
 	if !known {
 		h = 1 - float64(n.Sessions)/1000
@@ -41,8 +56,23 @@ func Headroom(n *Node) float64 {
 	return max(h, 0)
 }
 
+// Full reports whether n takes no new session: at its cap, its memory all
+// reserved, or its live MemAvailable (when known) under MemFloor of its
+// memory.
+func Full(n *Node) bool {
+	switch {
+	case n.MaxSessions > 0 && n.Sessions >= n.MaxSessions:
+		return true
+	case n.MemTotal > 0 && n.SessionReserve > 0 && int64(n.Sessions+1)*n.SessionReserve > n.MemTotal:
+		return true
+	case n.MemTotal > 0 && n.MemAvail > 0 && float64(n.MemAvail) < MemFloor*float64(n.MemTotal):
+		return true
+	}
+	return false
+}
+
 // Place picks the node for a new session of tenant: the live node with
-// the most headroom (ties: fewer sessions, then name), none that is full.
+// the most headroom (ties: fewer sessions, then name), none that is Full.
 // tenantHas is how many sessions the tenant owns on every node together,
 // tenantLimit its cluster-wide cap (<= 0: none).
 func Place(nodes []Node, now time.Time, tenant string, tenantHas, tenantLimit int) (*Node, error) {
@@ -53,12 +83,10 @@ func Place(nodes []Node, now time.Time, tenant string, tenantHas, tenantLimit in
 	bestH := 0.0
 	for i := range nodes {
 		n := &nodes[i]
-		if !n.Live(now) || (n.MaxSessions > 0 && n.Sessions >= n.MaxSessions) {
+		if !n.Live(now) || Full(n) {
 			continue
 		}
-		// Headroom in steps of 1%: nodes on like machines differ in
-		// memory by noise, and then the one with fewer sessions wins.
-		h := math.Floor(Headroom(n) * 100)
+		h := Headroom(n)
 		if best == nil || h > bestH || (h == bestH && (n.Sessions < best.Sessions ||
 			(n.Sessions == best.Sessions && n.Name < best.Name))) {
 			best, bestH = n, h

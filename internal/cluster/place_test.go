@@ -20,12 +20,39 @@ func TestPlace(t *testing.T) {
 			t.Fatalf("placed on %+v, %v; want b", n, err)
 		}
 	})
-	t.Run("memory counts", func(t *testing.T) {
-		a, b := live("a", 1, 10), live("b", 2, 10)
-		a.MemTotal, a.MemAvail = 100, 10 // a has few sessions but little memory
-		b.MemTotal, b.MemAvail = 100, 70
+	t.Run("memory counts by reservation, not by live noise", func(t *testing.T) {
+		// Like machines, like sessions: the session count decides,
+		// however their live MemAvailable differs.
+		a, b := live("a", 3, 0), live("b", 2, 0)
+		a.MemTotal, a.MemAvail, a.SessionReserve = 8<<30, 7<<30, 64<<20
+		b.MemTotal, b.MemAvail, b.SessionReserve = 8<<30, 5<<30, 64<<20
+		if n, err := Place([]Node{a, b}, now, "", 0, 0); err != nil || n.Name != "b" {
+			t.Fatalf("placed on %+v, %v; want b (fewer sessions reserved)", n, err)
+		}
+		// A bigger machine holds more: 4 sessions of 32 GiB leave more
+		// room than 2 of 8 GiB at 1 GiB each.
+		a.MemTotal, a.Sessions, a.SessionReserve = 32<<30, 4, 1<<30
+		b.SessionReserve = 1 << 30
+		if n, err := Place([]Node{a, b}, now, "", 0, 0); err != nil || n.Name != "a" {
+			t.Fatalf("placed on %+v, %v; want a (more memory unreserved)", n, err)
+		}
+	})
+	t.Run("live memory under the floor takes nothing", func(t *testing.T) {
+		a, b := live("a", 0, 10), live("b", 5, 10)
+		a.MemTotal, a.MemAvail, a.SessionReserve = 100<<20, 4<<20, 1<<20 // 4% available: under MemFloor
+		b.MemTotal, b.MemAvail, b.SessionReserve = 100<<20, 50<<20, 1<<20
 		if n, err := Place([]Node{a, b}, now, "", 0, 0); err != nil || n.Name != "b" {
 			t.Fatalf("placed on %+v, %v; want b", n, err)
+		}
+		if _, err := Place([]Node{a}, now, "", 0, 0); !errors.Is(err, ErrNoNode) {
+			t.Fatalf("a node under the floor took a session: %v", err)
+		}
+	})
+	t.Run("memory all reserved takes nothing", func(t *testing.T) {
+		a := live("a", 4, 0)
+		a.MemTotal, a.MemAvail, a.SessionReserve = 4<<30, 3<<30, 1<<30
+		if _, err := Place([]Node{a}, now, "", 0, 0); !errors.Is(err, ErrNoNode) {
+			t.Fatalf("a node with every byte reserved took a session: %v", err)
 		}
 	})
 	t.Run("dead and full nodes are skipped", func(t *testing.T) {
@@ -81,10 +108,10 @@ func TestSessionRef(t *testing.T) {
 func TestLeaseAndSessionObjects(t *testing.T) {
 	t.Parallel()
 	now := time.Now().Truncate(time.Microsecond)
-	u := leaseObject("ns", "quro-1", "10.0.0.7:7070", 15*time.Second, Node{Sessions: 3, MaxSessions: 40, MemAvail: 5, MemTotal: 9}, now)
+	u := leaseObject("ns", "quro-1", "10.0.0.7:7070", 15*time.Second, Node{Sessions: 3, MaxSessions: 40, MemAvail: 5, MemTotal: 9, SessionReserve: 2}, now)
 	n, ok := nodeFromLease(u)
 	if !ok || n.Name != "quro-1" || n.Address != "10.0.0.7:7070" || n.Sessions != 3 || n.MaxSessions != 40 ||
-		n.MemAvail != 5 || n.MemTotal != 9 || n.TTL != 15*time.Second || !n.Renewed.Equal(now) {
+		n.MemAvail != 5 || n.MemTotal != 9 || n.SessionReserve != 2 || n.TTL != 15*time.Second || !n.Renewed.Equal(now) {
 		t.Fatalf("%+v %v", n, ok)
 	}
 	if !n.Live(now.Add(10*time.Second)) || n.Live(now.Add(16*time.Second)) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -90,6 +91,12 @@ func (rt *Router) init() {
 				target := pr.In.Context().Value(targetKey{}).(*url.URL)
 				pr.SetURL(target)
 				pr.Out.Host = pr.In.Host // the owner checks the Host the client named
+				if h, _, err := net.SplitHostPort(pr.In.Host); err == nil && net.ParseIP(h) != nil {
+					// An address, which this node answered to as its own
+					// (rest.Access): the owner's own address means the same
+					// to the owner, which would refuse this node's.
+					pr.Out.Host = target.Host
+				}
 				pr.SetXForwarded()
 				pr.Out.Header.Set(HeaderForwardedBy, rt.Table.Self())
 			},

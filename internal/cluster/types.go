@@ -42,6 +42,7 @@ const (
 	AnnotMaxSess    = "quro.dev/max-sessions" // its cap (0: none)
 	AnnotMemAvail   = "quro.dev/memory-available"
 	AnnotMemTotal   = "quro.dev/memory-total"
+	AnnotReserve    = "quro.dev/memory-per-session" // the memory it reserves per session
 	LeasePrefix     = "quro-node-"
 	DefaultLeaseTTL = 15 * time.Second
 )
@@ -100,13 +101,16 @@ func sessionFrom(u *unstructured.Unstructured) (*Session, error) {
 // Node is a node as its Lease shows it.
 type Node struct {
 	Name        string
-	Address     string    // host:port of its quro serve
-	Sessions    int       // sessions it owns
-	MaxSessions int       // its cap (0: none)
-	MemAvail    int64     // bytes of memory available to new boxes
-	MemTotal    int64     // bytes of memory in all
-	Renewed     time.Time // the Lease's last renewal
-	TTL         time.Duration
+	Address     string // host:port of its quro serve
+	Sessions    int    // sessions it owns
+	MaxSessions int    // its cap (0: none)
+	MemAvail    int64  // bytes of memory available to new boxes
+	MemTotal    int64  // bytes of memory in all
+	// SessionReserve is the bytes of memory it reserves per session:
+	// its headroom is MemTotal less Sessions × SessionReserve.
+	SessionReserve int64
+	Renewed        time.Time // the Lease's last renewal
+	TTL            time.Duration
 }
 
 // Live reports whether n renewed its Lease within its duration at now.
@@ -126,6 +130,7 @@ func nodeFromLease(u *unstructured.Unstructured) (Node, bool) {
 	n.MaxSessions, _ = strconv.Atoi(an[AnnotMaxSess])
 	n.MemAvail, _ = strconv.ParseInt(an[AnnotMemAvail], 10, 64)
 	n.MemTotal, _ = strconv.ParseInt(an[AnnotMemTotal], 10, 64)
+	n.SessionReserve, _ = strconv.ParseInt(an[AnnotReserve], 10, 64)
 	secs, _, _ := unstructured.NestedInt64(u.Object, "spec", "leaseDurationSeconds")
 	n.TTL = time.Duration(secs) * time.Second
 	if rt, ok, _ := unstructured.NestedString(u.Object, "spec", "renewTime"); ok {

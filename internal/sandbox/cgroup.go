@@ -207,10 +207,56 @@ func ownCgroups() map[string]string {
 			continue
 		}
 		for _, ctrl := range strings.Split(parts[1], ",") {
-			out[ctrl] = parts[2]
+			out[ctrl] = v1Path(ctrl, parts[2])
 		}
 	}
 	return out
+}
+
+// v1Roots maps each v1 controller to the root of its hierarchy's mount
+// (mountinfo's fourth field): "/" on a host, the container's own cgroup
+// in a container whose runtime mounted only that subtree (containerd on
+// a cgroup v1 Kubernetes node), where /proc's cgroup paths still name the
+// whole hierarchy's path.
+var v1Roots = sync.OnceValue(func() map[string]string {
+	out := map[string]string{}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 3 || g[0] != "cgroup" {
+			continue
+		}
+		for _, ctrl := range strings.Split(g[2], ",") {
+			if _, seen := out[ctrl]; !seen {
+				out[ctrl] = f[3]
+			}
+		}
+	}
+	return out
+})
+
+// v1Path is a v1 cgroup path from /proc/*/cgroup as a path below the
+// controller's mount: the mount's root taken off when the mount shows only
+// a subtree.
+func v1Path(ctrl, p string) string { return underRoot(v1Roots()[ctrl], p) }
+
+// underRoot is p, a path in a cgroup hierarchy, below a mount of that
+// hierarchy's subtree root.
+func underRoot(root, p string) string {
+	if root == "" || root == "/" {
+		return p
+	}
+	if p == root {
+		return "/"
+	}
+	if rest, ok := strings.CutPrefix(p, root+"/"); ok {
+		return "/" + rest
+	}
+	return p
 }
 
 func v1Mount(ctrl string) string {
@@ -484,7 +530,7 @@ func threadCgroups() (map[string]string, error) {
 			continue
 		}
 		for _, ctrl := range strings.Split(parts[1], ",") {
-			out[ctrl] = parts[2]
+			out[ctrl] = v1Path(ctrl, parts[2])
 		}
 	}
 	return out, nil

@@ -22,6 +22,9 @@ stop(){ local p; p=$(cat "$R/$1.pid" 2>/dev/null) || return 0; kill "$p" 2>/dev/
 wait_for(){ for _ in $(seq "${2:-120}"); do bash -c "$1" >/dev/null 2>&1 && return 0; sleep 1; done; echo "TIMEOUT: $1" >&2; return 1; }
 # Pod traffic never leaves the machine: the bridge needs ip_forward, these rules stop forwarding off the bridge.
 FWD=(FORWARD -i quro0 ! -o quro0 -j DROP); FWD2=(FORWARD -o quro0 ! -i quro0 -j DROP)
+# Pods reach the API server as in any cluster, at the kubernetes Service (10.0.0.1:443, what in-cluster configs
+# dial): with no kube-proxy, this one rule sends it to the API server on the host, by the bridge's address.
+APISVC=(PREROUTING -i quro0 -d 10.0.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.244.0.1:6443)
 PKGS="containerd runc containernetworking-plugins iptables conntrack umoci skopeo openssl"
 
 can_run(){
@@ -52,8 +55,13 @@ down)
   stop containerd
   grep -o " $D/[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   grep -o " /run/containerd/[^ ]*\| /run/netns/cni-[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  # The sessions' disk images the nodes attached (files on the test's volumes under $D), the pods'
+  # network namespaces, and the cgroups the kubelet made: nothing of a run is left for the next.
+  losetup -l -n -O NAME,BACK-FILE 2>/dev/null | awk -v d="$D/" 'index($2, d) == 1 {print $1}' | xargs -r -n1 losetup -d 2>/dev/null || true
+  for n in /run/netns/cni-*; do [ -e "$n" ] && { ip netns del "${n##*/}" 2>/dev/null || rm -f "$n"; }; done
+  for c in /sys/fs/cgroup/kubepods /sys/fs/cgroup/kubepods.slice; do [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} + 2>/dev/null; done
   ip link del quro0 2>/dev/null || true
-  iptables -D "${FWD[@]}" 2>/dev/null || true; iptables -D "${FWD2[@]}" 2>/dev/null || true
+  iptables -D "${FWD[@]}" 2>/dev/null || true; iptables -D "${FWD2[@]}" 2>/dev/null || true; iptables -t nat -D "${APISVC[@]}" 2>/dev/null || true
   [ -f "$R/ip_forward" ] && cat "$R/ip_forward" > /proc/sys/net/ipv4/ip_forward
   rm -rf "$R"
   exit 0 ;;
@@ -78,7 +86,7 @@ kc(){ printf 'apiVersion: v1\nkind: Config\nclusters: [{name: l, cluster: {serve
 kc 1 "$KUBECONFIG"; kc 2 "$D/kubelet.kubeconfig"
 # Control plane.
 bg etcd etcd --data-dir "$R/etcd" --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380 --log-level warn
-bg apiserver kube-apiserver --etcd-servers http://127.0.0.1:2379 --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port 6443 \
+bg apiserver kube-apiserver --etcd-servers http://127.0.0.1:2379 --bind-address 0.0.0.0 --advertise-address 127.0.0.1 --secure-port 6443 \
   --tls-cert-file "$P/api.crt" --tls-private-key-file "$P/api.key" --client-ca-file "$P/ca.crt" --token-auth-file "$P/tokens.csv" --authorization-mode Node,RBAC \
   --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$P/sa.pub" --service-account-signing-key-file "$P/sa.key" \
   --service-cluster-ip-range 10.0.0.0/24 --allow-privileged --cert-dir "$R/apiserver-certs"
@@ -88,7 +96,8 @@ bg scheduler kube-scheduler --kubeconfig "$KUBECONFIG" --leader-elect=false --bi
 # Node: containerd (restrict_oom_score_adj: a VM without CAP_SYS_RESOURCE), bridge CNI, kubelet (cgroupfs).
 mkdir -p "$R/cni"; cat /proc/sys/net/ipv4/ip_forward > "$R/ip_forward"
 iptables -C "${FWD[@]}" 2>/dev/null || iptables -I "${FWD[@]}"; iptables -C "${FWD2[@]}" 2>/dev/null || iptables -I "${FWD2[@]}"
-printf '{"cniVersion":"0.4.0","name":"quro","plugins":[{"type":"bridge","bridge":"quro0","isGateway":true,"ipMasq":false,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.0.0/24"}]],"dataDir":"%s/ipam"}},{"type":"loopback"}]}\n' "$R" > "$R/cni/10-quro.conflist"
+iptables -t nat -C "${APISVC[@]}" 2>/dev/null || iptables -t nat -I "${APISVC[@]}"
+printf '{"cniVersion":"0.4.0","name":"quro","plugins":[{"type":"bridge","bridge":"quro0","isGateway":true,"isDefaultGateway":true,"ipMasq":false,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.0.0/24"}]],"dataDir":"%s/ipam"}},{"type":"loopback"}]}\n' "$R" > "$R/cni/10-quro.conflist"
 printf 'version = 2\nroot = "%s/containerd"\nstate = "%s/containerd-state"\n[grpc]\n  address = "%s"\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "registry.k8s.io/pause:3.10"\n  restrict_oom_score_adj = true\n  disable_apparmor = true\n  [plugins."io.containerd.grpc.v1.cri".cni]\n    bin_dir = "/usr/lib/cni"\n    conf_dir = "%s/cni"\n' "$R" "$R" "$SOCK" "$R" > "$R/containerd.toml"
 bg containerd containerd --config "$R/containerd.toml"; wait_for "ctr -a $SOCK version" 30
 # The sandbox's pause image, from the pause binary built beside the others.
