@@ -177,8 +177,9 @@ func (s *server) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if info.Entry == nil {
-		terr = capability.Errorf(capability.Internal, "stat_file answered no entry")
-		WriteError(w, http.StatusInternalServerError, terr.(*capability.Error))
+		ce := capability.Errorf(capability.Internal, "stat_file answered no entry")
+		terr = ce
+		WriteError(w, http.StatusInternalServerError, ce)
 		return
 	}
 	if info.Entry.Type == "dir" {
