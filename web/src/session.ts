@@ -99,6 +99,15 @@ export function sessionPage(id: string): Page {
   const liveTimeline = h('div', { class: 'live-timeline' });
   let liveStops: (() => void)[] | null = null;
   let lastCPU: { seconds: number; at: number } | null = null;
+  // foreign is the tenant of another tenant's session the operator opened
+  // from the operator view (null: the caller's own). Such a page is
+  // read-only and shows what the operator's listing gives (list_sessions
+  // with the tenant): no actions, no live view, no processes or egress,
+  // which act as, or enter the session as, its tenant.
+  let foreign: string | null = null;
+  const actions = h('div', { class: 'row', id: 'session-actions' });
+  const readOnly = h('p', { class: 'hint', id: 'session-readonly', hidden: true });
+  const liveHead = h('h2', null, 'Live: the agent’s shell and its calls');
 
   async function act(label: string, what: () => Promise<unknown>) {
     err.textContent = '';
@@ -172,7 +181,7 @@ export function sessionPage(id: string): Page {
 
   function render(s: Session) {
     session = s;
-    if (!liveStops && !closed) liveStops = [mountAgentShell(liveShell, s.id), mountTimeline(liveTimeline, s.id)];
+    if (!liveStops && !closed && foreign === null) liveStops = [mountAgentShell(liveShell, s.id), mountTimeline(liveTimeline, s.id)];
     title.textContent = s.name;
     title.title = s.id;
     const paused = s.state === 'paused';
@@ -209,16 +218,49 @@ export function sessionPage(id: string): Page {
     );
   }
 
+  // fromListing finds the session by id in the operator's listing of
+  // tenant t ("*": every tenant); null when it is not there or the caller
+  // is no operator (403).
+  async function fromListing(t: string): Promise<Session | null> {
+    try {
+      const r = await api<{ sessions: Session[] | null }>('POST', '/v1/list_sessions', { tenant: t }, undefined, true);
+      return (r.sessions ?? []).find((x) => x.id === id) ?? null;
+    } catch {
+      return null;
+    }
+  }
+
+  function ended() {
+    gone = true;
+    clearInterval(timer);
+    err.textContent = 'this session no longer exists';
+  }
+
   async function load() {
     if (gone) return;
-    let s: Session;
+    let s: Session | null;
+    if (foreign !== null) {
+      if (!(s = await fromListing(foreign))) ended();
+      else render(s);
+      return;
+    }
     try {
       s = await api<Session>('GET', `/v1/sessions/${enc}`, undefined, undefined, true);
     } catch (x) {
       if (x instanceof APIError && x.status === 404) {
-        gone = true;
-        clearInterval(timer);
-        err.textContent = 'this session no longer exists';
+        // Another tenant's session, opened by the operator: read-only.
+        const other = await fromListing('*');
+        if (other && other.tenant !== undefined && other.tenant !== '') {
+          foreign = other.tenant;
+          actions.hidden = true;
+          liveHead.hidden = true;
+          readOnly.hidden = false;
+          readOnly.textContent = `Tenant ${foreign}'s session, seen by the operator: read-only. Its actions, live view, processes and egress log are its tenant's.`;
+          for (const t of [procsTable, egressTable, procsHead, egressHead, previewHead, previewForm]) t.hidden = true;
+          render(other);
+          return;
+        }
+        ended();
       } else if (!(x instanceof APIError && x.status === 401)) err.textContent = (x as Error).message;
       return;
     }
@@ -255,13 +297,7 @@ export function sessionPage(id: string): Page {
     }
   }
 
-  const el = h(
-    'section',
-    { id: 'session-page', 'data-session': id },
-    h('h1', null, 'Session ', title, ' ', stateBadge),
-    h(
-      'div',
-      { class: 'row' },
+  actions.append(
       pauseBtn,
       resumeBtn,
       snapBtn,
@@ -271,19 +307,30 @@ export function sessionPage(id: string): Page {
       h('a', { href: `#/term/${enc}`, class: 'button' }, 'Terminal'),
       h('a', { href: `#/play/${enc}`, class: 'button' }, 'Run code'),
       destroyBtn,
-    ),
+  );
+  const procsHead = h('h2', null, 'Processes');
+  const procsTable = h('table', { class: 'grid', id: 'session-processes' }, h('thead', null, h('tr', null, ['PID', 'Tag', 'Command', ''].map((t) => h('th', null, t)))), procs);
+  const egressHead = h('h2', null, 'Network: egress log');
+  const egressTable = h('table', { class: 'grid', id: 'session-egress' }, h('thead', null, h('tr', null, ['When', 'Destination', 'Decision', 'Out / in'].map((t) => h('th', null, t)))), egress);
+  const previewHead = h('h2', null, 'Preview URLs');
+  const el = h(
+    'section',
+    { id: 'session-page', 'data-session': id },
+    h('h1', null, 'Session ', title, ' ', stateBadge),
+    actions,
+    readOnly,
     err,
     h('div', { class: 'split' }, h('div', null, h('h2', null, 'Budgets'), budgets), h('div', null, h('h2', null, 'Facts'), facts)),
     // The live view: the agent's shell (take over, hand back) beside the timeline.
-    h('h2', null, 'Live: the agent’s shell and its calls'),
+    liveHead,
     h('div', { id: 'session-timeline', class: 'mount live' }, liveShell, liveTimeline),
     h('div', { id: 'session-files', class: 'mount' }),
-    h('h2', null, 'Processes'),
-    h('table', { class: 'grid', id: 'session-processes' }, h('thead', null, h('tr', null, ['PID', 'Tag', 'Command', ''].map((t) => h('th', null, t)))), procs),
+    procsHead,
+    procsTable,
     procOut,
-    h('h2', null, 'Network: egress log'),
-    h('table', { class: 'grid', id: 'session-egress' }, h('thead', null, h('tr', null, ['When', 'Destination', 'Decision', 'Out / in'].map((t) => h('th', null, t)))), egress),
-    h('h2', null, 'Preview URLs'),
+    egressHead,
+    egressTable,
+    previewHead,
     previewForm,
     previews,
   );
