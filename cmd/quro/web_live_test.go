@@ -148,6 +148,46 @@ func TestWebLive(t *testing.T) {
 		e.shot("live-3-handed-back")
 	})
 
+	// The session's page mounts the same live view. Opened after those
+	// calls, it is sent the session's recent ones first (the server's
+	// ring, marked replay); the agent's next command arrives live; a
+	// person takes over there too. Its CPU meter shows the share of a
+	// core in use now, from the cgroup's usage between two readings.
+	sessTermHas := func(s string) string {
+		return fmt.Sprintf(`(document.querySelector('#session-timeline #agent-terminal .xterm-rows')?.textContent ?? '').replace(/\u00a0/g, ' ').includes(%q)`, s)
+	}
+	e.step("the session page: the live view with what the agent already did", func() {
+		e.do("open #/session/live", chromedp.Navigate(base+"/#/session/live"))
+		e.waitSel(`#session-timeline #timeline[data-connected="1"]`)
+		e.waitJS(`[...document.querySelectorAll('#session-timeline .tl-call[data-replay="1"]')].some((li) => li.querySelector('.tl-input')?.textContent === 'echo agent-again-$FOO' && li.querySelector('.tl-end')?.textContent === 'ok · exit 0')`)
+		e.waitJS(sessTermHas("agent-again-from-the-agent"))
+		e.check(eval[bool](e, `[...document.querySelectorAll('#session-timeline .tl-call[data-replay="1"]')].some((li) => li.querySelector('.tl-input')?.textContent === 'export FOO=from-the-agent')`),
+			"the replay reaches back to the agent's first command")
+		go func() {
+			st, body := exec("echo cpu-busy; while [ ! -e stop-cpu ]; do :; done; echo cpu-done")
+			done <- fmt.Sprintf("%d %s", st, body)
+		}()
+		e.waitJS(`[...document.querySelectorAll('#session-timeline .tl-call:not([data-replay])')].some((li) => li.querySelector('.tl-out')?.textContent.includes('cpu-busy'))`)
+		// The busy loop shows in the CPU now (two readings apart).
+		e.waitJS(`Number(document.querySelector('#budget-cpu')?.dataset.now || 0) > 1`)
+		e.check(eval[bool](e, `document.querySelector('#budget-cpu .meter-label')?.textContent.includes('of a core now')`), "the CPU meter says the share of a core now")
+		e.shot("session-live")
+		if st, body := agent("PUT", "/v1/sessions/live/files/stop-cpu", "x"); st/100 != 2 {
+			e.fail("write stop-cpu: %d %s", st, body)
+		}
+		r := <-done
+		e.check(strings.HasPrefix(r, "200 ") && strings.Contains(r, "cpu-done"), "the agent's busy command: %s", r)
+		e.waitJS(sessTermHas("cpu-done"))
+		e.click(chromedp.CSS("#session-timeline #take-over"))
+		e.waitJS(`document.querySelector('#session-timeline #hold-state')?.textContent.startsWith('you hold')`)
+		st, body := exec("true")
+		e.check(st/100 == 4 && strings.Contains(body, "a person holds this session"), "the agent's command while the page holds the shell: %d %s", st, body)
+		e.click(chromedp.CSS("#session-timeline #hand-back"))
+		e.waitJS(`document.querySelector('#session-timeline #hold-state')?.textContent === 'watching'`)
+		st, body = exec("echo back-from-the-session-page")
+		e.check(st == 200 && strings.Contains(body, "back-from-the-session-page"), "the agent after the hand back: %d %s", st, body)
+	})
+
 	e.step("nothing went wrong on the way", func() {
 		mu.Lock()
 		p := append([]string(nil), problems...)

@@ -155,6 +155,15 @@ func TestWebSessions(t *testing.T) {
 		e.shot("10-operator")
 	})
 
+	e.step("operator view: another tenant's session opens read-only", func() {
+		e.click(chromedp.CSS(`#operator tr[data-tenant="acme"] a`))
+		e.waitJS(`!document.querySelector('#session-readonly')?.hidden && /acme/.test(document.querySelector('#session-readonly')?.textContent ?? '')`)
+		e.waitJS(`[...document.querySelectorAll('#session-facts dd')].some((d) => d.textContent === 'acme')`)
+		e.check(eval[bool](e, `document.querySelector('#session-actions').hidden && !document.querySelector('#session-timeline #agent-terminal') && document.querySelector('#session-processes').hidden`),
+			"another tenant's session page has no actions, no live view, no processes")
+		e.check(eval[string](e, `document.querySelector('h1 .mono')?.textContent ?? ''`) == "acme-box", "the page names the session")
+	})
+
 	e.step("operator view: a tenant's token is refused", func() {
 		signIn(acme)
 		goTo("#/operator")

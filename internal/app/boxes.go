@@ -73,6 +73,7 @@ func (a *App) enders() []session.Ender {
 		{Name: "network", End: func(s *session.Session) { a.netPolicies.forget(s.ID); a.egress.events.forget(s.ID) }},
 		// Their rows go with the session's (ON DELETE CASCADE).
 		{Name: "secrets", End: func(s *session.Session) { a.secrets.forget(s.ID) }},
+		{Name: "live events", End: func(s *session.Session) { a.Events.Forget(s.ID) }},
 	}
 }
 

@@ -109,7 +109,7 @@ type holdings struct {
 	Mounts, Loops, Sessions, SessionDirs     int
 	NetPolicies, EgressLogs, Secrets         int
 	PublicPorts                              int
-	BoxFiles                                 int
+	BoxFiles, EventRings                     int
 }
 
 // settled reports whether h holds no more than before (goroutines and fds
@@ -126,7 +126,7 @@ func (h holdings) settled(before holdings) bool {
 		h.Sessions <= before.Sessions && h.SessionDirs <= before.SessionDirs &&
 		h.NetPolicies <= before.NetPolicies && h.EgressLogs <= before.EgressLogs && h.Secrets <= before.Secrets &&
 		h.PublicPorts <= before.PublicPorts &&
-		h.BoxFiles <= before.BoxFiles
+		h.BoxFiles <= before.BoxFiles && h.EventRings <= before.EventRings
 }
 
 func (a *App) holdings(t *testing.T, dir string) holdings {
@@ -199,6 +199,7 @@ func (a *App) holdings(t *testing.T, dir string) holdings {
 	h.PublicPorts = len(a.public.byID)
 	a.public.mu.Unlock()
 	h.BoxFiles = a.boxFiles.count()
+	h.EventRings = a.Events.Rings()
 	return h
 }
 

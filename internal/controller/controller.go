@@ -246,8 +246,12 @@ func (c *Controller) dispatch(ctx context.Context, caller Caller, name string, a
 	c.log.LogAttrs(ctx, slog.LevelDebug, "call",
 		slog.String("capability", name), slog.String("path", caller.Path), slog.String("tenant", caller.Tenant),
 		slog.String("outcome", rec.Outcome), slog.Duration("duration", rec.Duration))
-	for _, fn := range c.observers {
-		fn(ctx, rec)
+	if t := transferFrom(ctx); t != nil {
+		t.add(rec) // told once, at EndTransfer
+	} else {
+		for _, fn := range c.observers {
+			fn(ctx, rec)
+		}
 	}
 	if lc != nil {
 		lc.end(rec, reply)

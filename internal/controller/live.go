@@ -39,15 +39,17 @@ type liveCall struct {
 }
 
 // liveBegin publishes the call event of a call on the session ctx has
-// entered, when the call may change or run something (not ReadOnly) and
-// the tenant has a viewer, and returns ctx with the call's output
-// reported to the bus besides the caller's own observer. nil: no events.
+// entered, when the call may change or run something (not ReadOnly), and
+// returns ctx with the call's output reported to the bus besides the
+// caller's own observer. nil: no events. The events are published with
+// no viewer too: the session's ring keeps the recent ones for a viewer
+// that comes later (events.Bus.SubscribeReplay).
 func (c *Controller) liveBegin(ctx context.Context, caller Caller, capb *capability.Capability, args json.RawMessage) (context.Context, *liveCall) {
 	if c.events == nil || capb.Hints.ReadOnly {
 		return ctx, nil
 	}
 	s := session.Entered(ctx)
-	if s == nil || !c.events.Watched(caller.Tenant) {
+	if s == nil {
 		return ctx, nil
 	}
 	lc := &liveCall{bus: c.events, tenant: caller.Tenant, base: events.Event{

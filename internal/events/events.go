@@ -5,6 +5,11 @@
 // session's shell by a person. A subscriber sees only its tenant's events.
 // Publishing never blocks: a subscriber that falls behind its bounded
 // queue loses the newest events and is told how many it lost.
+//
+// The bus also keeps each session's recent events (a bounded ring, see
+// ReplayEvents and ReplayBytes) so that a viewer that subscribes late
+// is sent first what the session's calls already did, marked Replay.
+// A session's ring is released by Forget, at the session's end.
 package events
 
 import (
@@ -44,7 +49,65 @@ type Event struct {
 	Artifacts  []string       `json:"artifacts,omitempty"`
 	Held       *bool          `json:"held,omitempty"`
 	Dropped    int            `json:"dropped,omitempty"`
+	Replay     bool           `json:"replay,omitempty"` // sent from the session's ring to a viewer that subscribed after it
 	Time       time.Time      `json:"time"`
+}
+
+// The bounds of one session's ring of recent events: the last
+// ReplayEvents events, and fewer when they hold more than ReplayBytes of
+// strings (an output event holds at most 16 KiB, a call's input 4 KiB a
+// string: see the controller).
+const (
+	ReplayEvents = 200
+	ReplayBytes  = 256 << 10
+)
+
+// ring is one session's recent events, oldest first.
+type ring struct {
+	tenant string
+	evs    []Event
+	bytes  int
+}
+
+// size is what e holds, roughly: its strings and a fixed overhead.
+func size(e *Event) int {
+	n := 128 + len(e.Call) + len(e.Session) + len(e.Capability) + len(e.Path) + len(e.Stream) + len(e.Data) + len(e.Outcome) + len(e.Text)
+	for _, a := range e.Artifacts {
+		n += len(a)
+	}
+	for k, v := range e.Input {
+		n += len(k) + valueSize(v)
+	}
+	return n
+}
+
+func valueSize(v any) int {
+	switch x := v.(type) {
+	case string:
+		return len(x)
+	case []any:
+		n := 0
+		for _, y := range x {
+			n += 16 + valueSize(y)
+		}
+		return n
+	}
+	return 16
+}
+
+func (r *ring) add(e Event) {
+	r.evs = append(r.evs, e)
+	r.bytes += size(&e)
+	drop := 0
+	for len(r.evs)-drop > ReplayEvents || r.bytes > ReplayBytes && len(r.evs)-drop > 1 {
+		r.bytes -= size(&r.evs[drop])
+		drop++
+	}
+	if drop > 0 {
+		// Copy, so the dropped events' strings are not kept alive by the
+		// backing array.
+		r.evs = append([]Event(nil), r.evs[drop:]...)
+	}
 }
 
 // DefaultQueue is how many events a subscriber may lag before it drops.
@@ -61,20 +124,27 @@ type Bus struct {
 	seq   atomic.Uint64
 	calls atomic.Uint64
 
+	// mu: Publish holds it for reading, Subscribe for writing, so a
+	// subscriber's replay and its first live event neither overlap nor
+	// leave a gap.
 	mu   sync.RWMutex
 	subs map[string]map[*Sub]struct{} // by tenant
+
+	ringMu sync.Mutex // the rings, and the order of sequence numbers and of delivery
+	rings  map[string]*ring
 }
 
 // New returns an empty bus.
-func New() *Bus { return &Bus{subs: map[string]map[*Sub]struct{}{}} }
+func New() *Bus { return &Bus{subs: map[string]map[*Sub]struct{}{}, rings: map[string]*ring{}} }
 
 // CallID returns a new id for a call's events.
 func (b *Bus) CallID() string {
 	return "c" + strconv.FormatUint(b.calls.Add(1), 10)
 }
 
-// Watched reports whether tenant has a subscriber: a publisher may skip
-// the work of an event nobody would see.
+// Watched reports whether tenant has a subscriber. (A call's events are
+// published whether or not: the session's ring keeps them for a viewer
+// that comes later.)
 func (b *Bus) Watched(tenant string) bool {
 	if b == nil {
 		return false
@@ -85,7 +155,9 @@ func (b *Bus) Watched(tenant string) bool {
 }
 
 // Publish hands e to every subscriber of tenant, stamped with the next
-// sequence number and the time. It never blocks.
+// sequence number and the time, and keeps it in its session's ring: a
+// call event of a session makes the ring, the session's later events go
+// into it. It never blocks.
 func (b *Bus) Publish(tenant string, e Event) {
 	if b == nil {
 		return
@@ -93,26 +165,76 @@ func (b *Bus) Publish(tenant string, e Event) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	subs := b.subs[tenant]
-	if len(subs) == 0 {
-		return
-	}
+	b.ringMu.Lock()
 	e.Seq = b.seq.Add(1)
 	if e.Time.IsZero() {
 		e.Time = time.Now().UTC()
 	}
+	if e.Session != "" {
+		r := b.rings[e.Session]
+		if r == nil && e.Type == TypeCall {
+			r = &ring{tenant: tenant}
+			b.rings[e.Session] = r
+		}
+		if r != nil && r.tenant == tenant {
+			r.add(e)
+		}
+	}
+	// Handed out in the same hold, so each subscriber gets its events in
+	// the order of their numbers (a viewer skips what it has seen by them).
 	for s := range subs {
 		s.add(e)
 	}
+	b.ringMu.Unlock()
+}
+
+// Forget releases session's ring (at the session's end).
+func (b *Bus) Forget(session string) {
+	if b == nil {
+		return
+	}
+	b.ringMu.Lock()
+	delete(b.rings, session)
+	b.ringMu.Unlock()
+}
+
+// Rings is how many sessions' rings the bus keeps.
+func (b *Bus) Rings() int {
+	b.ringMu.Lock()
+	defer b.ringMu.Unlock()
+	return len(b.rings)
 }
 
 // Subscribe returns a subscription to tenant's events that holds at most
 // queue unread events (≤ 0: DefaultQueue). Close it when done.
 func (b *Bus) Subscribe(tenant string, queue int) *Sub {
+	return b.SubscribeReplay(tenant, queue, "")
+}
+
+// SubscribeReplay is Subscribe whose first events are the recent events
+// of session (its ring, oldest first, each marked Replay) when it is one
+// of tenant's (another tenant's session, or one with no calls, replays
+// nothing). The live events follow with no gap and none twice.
+func (b *Bus) SubscribeReplay(tenant string, queue int, session string) *Sub {
 	if queue <= 0 {
 		queue = DefaultQueue
 	}
 	s := &Sub{bus: b, tenant: tenant, max: queue, ready: make(chan struct{}, 1)}
 	b.mu.Lock()
+	if session != "" {
+		b.ringMu.Lock()
+		if r := b.rings[session]; r != nil && r.tenant == tenant {
+			s.q = make([]Event, len(r.evs))
+			for i, e := range r.evs {
+				e.Replay = true
+				s.q[i] = e
+			}
+		}
+		b.ringMu.Unlock()
+		if len(s.q) > 0 {
+			s.ready <- struct{}{}
+		}
+	}
 	m := b.subs[tenant]
 	if m == nil {
 		m = map[*Sub]struct{}{}

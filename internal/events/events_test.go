@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -81,5 +82,77 @@ func TestSlowViewerDrops(t *testing.T) {
 	slow.Close()
 	if b.Publish("t", Event{}); len(b.subs["t"]) != 1 {
 		t.Fatalf("a closed subscriber is still on the bus")
+	}
+}
+
+// TestLateViewerGetsReplay: a viewer that subscribes after a session's
+// calls began is sent the session's recent events first, marked replay,
+// then the live ones, with no gap and none twice; another tenant naming
+// the session gets nothing of it; the ring is bounded in events and in
+// bytes, and Forget releases it.
+func TestLateViewerGetsReplay(t *testing.T) {
+	t.Parallel()
+	b := New()
+	b.Publish("acme", Event{Type: TypeOutput, Session: "s1", Call: "c0", Data: "before any call"}) // no ring yet: not kept
+	b.Publish("acme", Event{Type: TypeCall, Session: "s1", Call: "c1", Capability: "terminal_exec", Input: map[string]any{"command": "make"}})
+	b.Publish("acme", Event{Type: TypeOutput, Session: "s1", Call: "c1", Data: "building"})
+	b.Publish("acme", Event{Type: TypeCall, Session: "s2", Call: "c2"})
+	if b.Rings() != 2 {
+		t.Fatalf("%d rings", b.Rings())
+	}
+	evil := b.SubscribeReplay("evil", 0, "s1")
+	defer evil.Close()
+	late := b.SubscribeReplay("acme", 0, "s1")
+	defer late.Close()
+	b.Publish("acme", Event{Type: TypeEnd, Session: "s1", Call: "c1", Outcome: "ok"})
+	var got []Event
+	for len(got) < 3 {
+		got = append(got, next(t, late)...)
+	}
+	if len(got) != 3 || got[0].Call != "c1" || got[0].Type != TypeCall || !got[0].Replay || got[0].Input["command"] != "make" ||
+		got[1].Data != "building" || !got[1].Replay || got[2].Type != TypeEnd || got[2].Replay || got[2].Seq <= got[1].Seq {
+		t.Fatalf("the late viewer got %+v", got)
+	}
+	b.Publish("evil", Event{Type: TypeCall, Session: "s1", Call: "c9"}) // evil's own event on a session named alike
+	if evs := next(t, evil); len(evs) != 1 || evs[0].Replay || evs[0].Call != "c9" {
+		t.Fatalf("another tenant got %+v", evs)
+	}
+
+	// Bounded in events ...
+	for i := 0; i < 3*ReplayEvents; i++ {
+		b.Publish("acme", Event{Type: TypeOutput, Session: "s1", Call: "c1", Data: "x"})
+	}
+	b.ringMu.Lock()
+	n := len(b.rings["s1"].evs)
+	b.ringMu.Unlock()
+	if n != ReplayEvents {
+		t.Fatalf("the ring keeps %d events", n)
+	}
+	// ... and in bytes.
+	big := strings.Repeat("y", 16<<10)
+	for i := 0; i < 100; i++ {
+		b.Publish("acme", Event{Type: TypeOutput, Session: "s1", Call: "c1", Data: big})
+	}
+	b.ringMu.Lock()
+	r := b.rings["s1"]
+	sum := 0
+	for i := range r.evs {
+		sum += size(&r.evs[i])
+	}
+	bytes, kept := r.bytes, len(r.evs)
+	b.ringMu.Unlock()
+	if bytes != sum || bytes > ReplayBytes || kept >= 100 {
+		t.Fatalf("the ring holds %d bytes (counted %d) in %d events", sum, bytes, kept)
+	}
+	b.Forget("s1")
+	b.Forget("s2")
+	if b.Rings() != 0 {
+		t.Fatalf("%d rings after Forget", b.Rings())
+	}
+	again := b.SubscribeReplay("acme", 0, "s1")
+	defer again.Close()
+	b.Publish("acme", Event{Type: TypeOutput, Session: "s1", Call: "c1", Data: "after"}) // not a call: makes no ring
+	if evs := next(t, again); len(evs) != 1 || evs[0].Replay || b.Rings() != 0 {
+		t.Fatalf("after Forget: %+v, %d rings", evs, b.Rings())
 	}
 }

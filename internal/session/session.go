@@ -651,15 +651,19 @@ func (m *Manager) List(ctx context.Context) ([]*Session, error) {
 }
 
 // ListEvery returns every tenant's sessions (each with its Tenant): for
-// the operator only, which the caller checks.
+// the operator only, which the caller checks. Spares are nobody's yet and
+// not listed (as CountAll does not count them).
 func (m *Manager) ListEvery(ctx context.Context) ([]*Session, error) {
 	rows, err := m.store.AllSessions(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*Session, len(rows))
-	for i, r := range rows {
-		out[i] = m.fromRow(r)
+	out := make([]*Session, 0, len(rows))
+	for _, r := range rows {
+		if r.Tenant == SpareTenant {
+			continue
+		}
+		out = append(out, m.fromRow(r))
 	}
 	return out, nil
 }

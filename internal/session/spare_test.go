@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 )
 
@@ -29,6 +30,17 @@ func TestSpareIsNobodysUntilClaimedOnce(t *testing.T) {
 	}
 	if list, err := m.Spares(bg); err != nil || len(list) != 1 || list[0].ID != sp.ID {
 		t.Fatalf("%v %v", list, err)
+	}
+	// The operator's listing of every tenant (list_sessions tenant "*")
+	// is of sessions someone owns: no spare in it.
+	every, err := m.ListEvery(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range every {
+		if s.ID == sp.ID || s.Tenant == SpareTenant {
+			t.Fatalf("every tenant's sessions list a spare: %+v", s)
+		}
 	}
 	if _, err := m.Claim(WithOnly(acme, sp.ID), sp, "x", CreateOptions{}); !errors.Is(err, ErrConfined) {
 		t.Fatalf("code in a session claimed a spare: %v", err)
@@ -57,6 +69,9 @@ func TestSpareIsNobodysUntilClaimedOnce(t *testing.T) {
 	got, err := m.Get(acme, s.Name)
 	if err != nil || got.ID != sp.ID || got.UID != sp.UID {
 		t.Fatalf("%+v %v", got, err)
+	}
+	if every, err = m.ListEvery(bg); err != nil || !slices.ContainsFunc(every, func(e *Session) bool { return e.ID == sp.ID && e.Tenant == "acme" }) {
+		t.Fatalf("the claimed spare is not in every tenant's sessions: %v %v", every, err)
 	}
 	if _, err := m.Claim(WithTenant(bg, "other"), sp, "y", CreateOptions{}); !errors.Is(err, ErrClaimed) {
 		t.Fatalf("claimed twice: %v", err)

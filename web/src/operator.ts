@@ -38,9 +38,10 @@ export function operatorPage(): Page {
           'tr',
           { 'data-tenant': t, 'data-session': s.name },
           h('td', { 'data-label': 'Tenant', class: 'mono' }, t === '' ? '(local)' : t),
-          // Another tenant's session page would act as that tenant: the
-          // operator's token reaches only its own tenant's sessions by id.
-          h('td', { 'data-label': 'Session' }, t === '' ? h('a', { href: `#/session/${encodeURIComponent(s.id)}` }, s.name) : s.name, h('span', { class: 'hint mono' }, ` ${s.id.slice(0, 8)}`)),
+          // Another tenant's session opens read-only: its page shows what
+          // this listing gives (the operator's token acts only in its own
+          // tenant's sessions).
+          h('td', { 'data-label': 'Session' }, h('a', { href: `#/session/${encodeURIComponent(s.id)}` }, s.name), h('span', { class: 'hint mono' }, ` ${s.id.slice(0, 8)}`)),
           h('td', { 'data-label': 'State' }, h('span', { class: `state ${s.state === 'paused' ? 'paused' : s.busy ? 'busy' : 'alive'}` }, s.state ?? '')),
           h('td', { 'data-label': 'Memory', class: 'mono' }, r ? `${(r.memory_bytes / 1048576).toFixed(1)} MiB` : '—'),
           h('td', { 'data-label': 'CPU', class: 'mono' }, r ? `${r.cpu_seconds.toFixed(1)} s` : '—'),

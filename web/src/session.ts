@@ -1,6 +1,7 @@
 import { api, APIError, Session } from './api';
 import { ago, clear, h } from './dom';
 import { Page, flash } from './page';
+import { mountAgentShell, mountTimeline } from './timeline';
 
 // One session's page (#/session/<id>): its box's budgets (used of limit,
 // refreshed live), state with pause/resume/snapshot/fork, lifetime, idle
@@ -10,9 +11,11 @@ import { Page, flash } from './page';
 // the refreshes are marked background reads (see api's background flag),
 // audited as such and hidden from the audit view by default.
 //
-// The live timeline with the agent's shell (#/live/<id>) and the
-// workspace's files (#/files/<id>) are pages of their own, linked from
-// here; #session-timeline and #session-files are where they can mount.
+// Its Live panel (#session-timeline) is the live view of timeline.ts
+// mounted here: the agent's own shell, which a person may take over, and
+// the session's timeline, opened with the session's recent calls
+// replayed. #/live/<id> shows the same views on a page of their own; the
+// workspace's files are #/files/<id>.
 
 interface Proc {
   pid: number;
@@ -56,6 +59,18 @@ function meter(id: string, label: string, used: number, limit: number, fmt: (n: 
   );
 }
 
+// cpuMeter shows the CPU in use now (percent of one core since the last
+// reading) against the session's ceiling, and the seconds used in all.
+function cpuMeter(seconds: number, limit: number, now: number | undefined): HTMLElement {
+  const m = meter('budget-cpu', 'CPU', now ?? 0, limit, (n) => `${n.toFixed(0)}%`);
+  m.dataset.now = now === undefined ? '' : now.toFixed(1);
+  m.dataset.seconds = String(seconds);
+  const label = m.querySelector('.meter-label .mono') as HTMLElement;
+  const pct = now === undefined ? 'measuring…' : `${now.toFixed(0)}% of a core now`;
+  label.textContent = `${pct}${limit ? `, at most ${limit}%` : ''} · ${seconds.toFixed(2)} s used`;
+  return m;
+}
+
 export function sessionPage(id: string): Page {
   const enc = encodeURIComponent(id);
   const title = h('span', { class: 'mono' }, id);
@@ -77,6 +92,22 @@ export function sessionPage(id: string): Page {
   let session: Session | null = null;
   let timer: ReturnType<typeof setInterval> | undefined;
   let gone = false;
+  let closed = false;
+  // The live panel, mounted once the session's id is known (the route may
+  // name it), and the previous CPU reading, for the CPU in use now.
+  const liveShell = h('div', { class: 'live-shell' });
+  const liveTimeline = h('div', { class: 'live-timeline' });
+  let liveStops: (() => void)[] | null = null;
+  let lastCPU: { seconds: number; at: number } | null = null;
+  // foreign is the tenant of another tenant's session the operator opened
+  // from the operator view (null: the caller's own). Such a page is
+  // read-only and shows what the operator's listing gives (list_sessions
+  // with the tenant): no actions, no live view, no processes or egress,
+  // which act as, or enter the session as, its tenant.
+  let foreign: string | null = null;
+  const actions = h('div', { class: 'row', id: 'session-actions' });
+  const readOnly = h('p', { class: 'hint', id: 'session-readonly', hidden: true });
+  const liveHead = h('h2', null, 'Live: the agent’s shell and its calls');
 
   async function act(label: string, what: () => Promise<unknown>) {
     err.textContent = '';
@@ -137,8 +168,20 @@ export function sessionPage(id: string): Page {
     }
   }
 
+  // cpuNow is the share of a core the session used since the last
+  // reading (the cgroup's usage, read by the server, over the wall time
+  // between the two answers), or undefined on the first.
+  function cpuNow(seconds: number): number | undefined {
+    const at = performance.now();
+    const prev = lastCPU;
+    lastCPU = { seconds, at };
+    if (!prev || at - prev.at < 500 || seconds < prev.seconds) return undefined;
+    return Math.max(0, ((seconds - prev.seconds) / ((at - prev.at) / 1000)) * 100);
+  }
+
   function render(s: Session) {
     session = s;
+    if (!liveStops && !closed && foreign === null) liveStops = [mountAgentShell(liveShell, s.id), mountTimeline(liveTimeline, s.id)];
     title.textContent = s.name;
     title.title = s.id;
     const paused = s.state === 'paused';
@@ -170,25 +213,54 @@ export function sessionPage(id: string): Page {
     budgets.append(
       meter('budget-memory', 'Memory', r.memory_bytes, r.memory_limit, bytes),
       meter('budget-tasks', 'Tasks', r.tasks, r.tasks_limit, String),
-      h(
-        'div',
-        { class: 'meter', id: 'budget-cpu', 'data-used': r.cpu_seconds, 'data-limit': r.cpu_percent_limit },
-        h('div', { class: 'meter-label' }, h('span', null, 'CPU'), h('span', { class: 'mono' }, `${r.cpu_seconds.toFixed(2)} s used${r.cpu_percent_limit ? `, at most ${r.cpu_percent_limit}% of a core` : ''}`)),
-      ),
+      cpuMeter(r.cpu_seconds, r.cpu_percent_limit, cpuNow(r.cpu_seconds)),
       meter('budget-disk', 'Disk', r.disk_bytes ?? 0, r.disk_limit ?? 0, bytes),
     );
   }
 
+  // fromListing finds the session by id in the operator's listing of
+  // tenant t ("*": every tenant); null when it is not there or the caller
+  // is no operator (403).
+  async function fromListing(t: string): Promise<Session | null> {
+    try {
+      const r = await api<{ sessions: Session[] | null }>('POST', '/v1/list_sessions', { tenant: t }, undefined, true);
+      return (r.sessions ?? []).find((x) => x.id === id) ?? null;
+    } catch {
+      return null;
+    }
+  }
+
+  function ended() {
+    gone = true;
+    clearInterval(timer);
+    err.textContent = 'this session no longer exists';
+  }
+
   async function load() {
     if (gone) return;
-    let s: Session;
+    let s: Session | null;
+    if (foreign !== null) {
+      if (!(s = await fromListing(foreign))) ended();
+      else render(s);
+      return;
+    }
     try {
       s = await api<Session>('GET', `/v1/sessions/${enc}`, undefined, undefined, true);
     } catch (x) {
       if (x instanceof APIError && x.status === 404) {
-        gone = true;
-        clearInterval(timer);
-        err.textContent = 'this session no longer exists';
+        // Another tenant's session, opened by the operator: read-only.
+        const other = await fromListing('*');
+        if (other && other.tenant !== undefined && other.tenant !== '') {
+          foreign = other.tenant;
+          actions.hidden = true;
+          liveHead.hidden = true;
+          readOnly.hidden = false;
+          readOnly.textContent = `Tenant ${foreign}'s session, seen by the operator: read-only. Its actions, live view, processes and egress log are its tenant's.`;
+          for (const t of [procsTable, egressTable, procsHead, egressHead, previewHead, previewForm]) t.hidden = true;
+          render(other);
+          return;
+        }
+        ended();
       } else if (!(x instanceof APIError && x.status === 401)) err.textContent = (x as Error).message;
       return;
     }
@@ -225,13 +297,7 @@ export function sessionPage(id: string): Page {
     }
   }
 
-  const el = h(
-    'section',
-    { id: 'session-page', 'data-session': id },
-    h('h1', null, 'Session ', title, ' ', stateBadge),
-    h(
-      'div',
-      { class: 'row' },
+  actions.append(
       pauseBtn,
       resumeBtn,
       snapBtn,
@@ -241,22 +307,41 @@ export function sessionPage(id: string): Page {
       h('a', { href: `#/term/${enc}`, class: 'button' }, 'Terminal'),
       h('a', { href: `#/play/${enc}`, class: 'button' }, 'Run code'),
       destroyBtn,
-    ),
+  );
+  const procsHead = h('h2', null, 'Processes');
+  const procsTable = h('table', { class: 'grid', id: 'session-processes' }, h('thead', null, h('tr', null, ['PID', 'Tag', 'Command', ''].map((t) => h('th', null, t)))), procs);
+  const egressHead = h('h2', null, 'Network: egress log');
+  const egressTable = h('table', { class: 'grid', id: 'session-egress' }, h('thead', null, h('tr', null, ['When', 'Destination', 'Decision', 'Out / in'].map((t) => h('th', null, t)))), egress);
+  const previewHead = h('h2', null, 'Preview URLs');
+  const el = h(
+    'section',
+    { id: 'session-page', 'data-session': id },
+    h('h1', null, 'Session ', title, ' ', stateBadge),
+    actions,
+    readOnly,
     err,
     h('div', { class: 'split' }, h('div', null, h('h2', null, 'Budgets'), budgets), h('div', null, h('h2', null, 'Facts'), facts)),
-    // Mount points for the live timeline with the agent's shell, and the workspace's files.
-    h('div', { id: 'session-timeline', class: 'mount' }),
+    // The live view: the agent's shell (take over, hand back) beside the timeline.
+    liveHead,
+    h('div', { id: 'session-timeline', class: 'mount live' }, liveShell, liveTimeline),
     h('div', { id: 'session-files', class: 'mount' }),
-    h('h2', null, 'Processes'),
-    h('table', { class: 'grid', id: 'session-processes' }, h('thead', null, h('tr', null, ['PID', 'Tag', 'Command', ''].map((t) => h('th', null, t)))), procs),
+    procsHead,
+    procsTable,
     procOut,
-    h('h2', null, 'Network: egress log'),
-    h('table', { class: 'grid', id: 'session-egress' }, h('thead', null, h('tr', null, ['When', 'Destination', 'Decision', 'Out / in'].map((t) => h('th', null, t)))), egress),
-    h('h2', null, 'Preview URLs'),
+    egressHead,
+    egressTable,
+    previewHead,
     previewForm,
     previews,
   );
   load();
   timer = setInterval(load, 3000);
-  return { el, close: () => clearInterval(timer) };
+  return {
+    el,
+    close: () => {
+      closed = true;
+      clearInterval(timer);
+      for (const stop of liveStops ?? []) stop();
+    },
+  };
 }

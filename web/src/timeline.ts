@@ -28,6 +28,7 @@ export interface ServerEvent {
   artifacts?: string[];
   held?: boolean;
   dropped?: number;
+  replay?: boolean;
   time: string;
 }
 
@@ -42,14 +43,20 @@ interface Reply {
 type Listener = (e: ServerEvent | Reply) => void;
 
 // The tab's one event socket, opened when the first view mounts and
-// closed when the last one leaves; it reconnects after a drop.
+// closed when the last one leaves; it reconnects after a drop. When the
+// first view is of one session, the socket asks for that session's
+// recent events first (?replay=<id>: the server's ring of its last calls,
+// each marked replay), so a page opened mid-run shows what the agent
+// already did; a reconnect asks again and the views skip what they have
+// seen by the events' sequence numbers (see seen).
 const listeners = new Set<Listener>();
 let sock: WebSocket | null = null;
 let retry: ReturnType<typeof setTimeout> | undefined;
+let replayOf = '';
 
 function open() {
   clearTimeout(retry);
-  const s = openSocket('/v1/events');
+  const s = openSocket(replayOf ? `/v1/events?replay=${encodeURIComponent(replayOf)}` : '/v1/events');
   sock = s;
   s.onmessage = (m) => {
     if (typeof m.data !== 'string') return;
@@ -68,9 +75,12 @@ function open() {
   };
 }
 
-function listen(l: Listener): () => void {
+function listen(l: Listener, replay = ''): () => void {
   listeners.add(l);
-  if (!sock) open();
+  if (!sock) {
+    replayOf = replay;
+    open();
+  }
   return () => {
     listeners.delete(l);
     if (!listeners.size) {
@@ -95,6 +105,19 @@ function isEvent(m: ServerEvent | Reply): m is ServerEvent {
   return ['call', 'output', 'end', 'hold', 'dropped'].includes(m.type);
 }
 
+// seen returns a view's check of an event: false for one it has handled
+// already (a replay after a reconnect repeats the ring). The server hands
+// each socket its events in the order of their numbers.
+function seen(): (m: ServerEvent) => boolean {
+  let last = 0;
+  return (m) => {
+    if (!m.seq) return false;
+    if (m.seq <= last) return true;
+    last = m.seq;
+    return false;
+  };
+}
+
 function summary(input: Record<string, unknown> | undefined): string {
   if (!input) return '';
   for (const k of ['command', 'code', 'path', 'packages', 'cmd']) {
@@ -113,9 +136,10 @@ export function mountTimeline(el: HTMLElement, id = ''): () => void {
   clear(el);
   el.append(empty, list);
   const calls = new Map<string, { li: HTMLElement; out: HTMLElement; end: HTMLElement }>();
+  const old = seen();
   const stop = listen((m) => {
     if (m.type === 'hello') list.dataset.connected = '1';
-    if (!isEvent(m)) return;
+    if (!isEvent(m) || old(m)) return;
     if (m.type === 'dropped') {
       list.append(h('li', { class: 'tl-dropped' }, `${m.dropped} events were lost: this view fell behind`));
       return;
@@ -133,7 +157,7 @@ export function mountTimeline(el: HTMLElement, id = ''): () => void {
       const end = h('span', { class: 'tl-end wait' }, 'running…');
       const li = h(
         'li',
-        { class: 'tl-call', 'data-call': m.call, 'data-capability': m.capability ?? '' },
+        { class: m.replay ? 'tl-call tl-replay' : 'tl-call', 'data-call': m.call, 'data-capability': m.capability ?? '', ...(m.replay ? { 'data-replay': '1', title: 'before this page opened' } : {}) },
         h(
           'div',
           { class: 'tl-head' },
@@ -171,7 +195,7 @@ export function mountTimeline(el: HTMLElement, id = ''): () => void {
       if (!c.out.textContent && m.text) c.out.append(m.text);
       if (m.artifacts?.length) c.li.append(h('div', { class: 'tl-artifacts' }, 'artifacts: ', m.artifacts.join(', ')));
     }
-  });
+  }, id);
   return stop;
 }
 
@@ -211,6 +235,7 @@ export function mountAgentShell(el: HTMLElement, id: string): () => void {
   let seq = 0;
   const mine = new Set<string>(); // ids of this tab's messages
   const shellCalls = new Set<string>();
+  const old = seen();
 
   function setHold(held: boolean, byMe: boolean) {
     holding = held && byMe;
@@ -268,7 +293,7 @@ export function mountAgentShell(el: HTMLElement, id: string): () => void {
       }
       return;
     }
-    if (m.session !== id) return;
+    if (m.session !== id || old(m)) return;
     if (m.type === 'hold') {
       if (!m.held || !holding) setHold(!!m.held, false);
       return;
@@ -276,7 +301,7 @@ export function mountAgentShell(el: HTMLElement, id: string): () => void {
     if (!m.call) return;
     if (m.type === 'call' && m.capability === 'terminal_exec') {
       shellCalls.add(m.call);
-      const who = m.person ? 'person' : m.path ?? '';
+      const who = (m.person ? 'person' : m.path ?? '') + (m.replay ? ', before you opened this page' : '');
       term.write(`\x1b[1;32m$\x1b[0m \x1b[1m${String(m.input?.command ?? '')}\x1b[0m  \x1b[2m(${who})\x1b[0m\n`);
     } else if (m.type === 'call' && m.capability === 'send_input') {
       shellCalls.add(m.call);
@@ -287,7 +312,7 @@ export function mountAgentShell(el: HTMLElement, id: string): () => void {
       if (m.outcome !== 'ok') term.write(`\x1b[31m[${m.outcome}] ${m.text ?? ''}\x1b[0m\n`);
       else if (m.exit_code !== undefined && m.exit_code !== 0) term.write(`\x1b[31m[exit ${m.exit_code}]\x1b[0m\n`);
     }
-  });
+  }, id);
   // Whether someone holds the shell now is not known until an event says
   // so; the server refuses a take of a held shell and says why.
   return () => {

@@ -26,8 +26,10 @@ import (
 // of the workspace capabilities (stat_file, read_file, list_files,
 // write_file, move_file, remove_file) called as the request's caller, so
 // they reach what those reach and nothing else (the tenant's own sessions,
-// the workspace through its one layer), each call audited; bytes move in
-// chunks of TransferChunk, never a whole file in memory.
+// the workspace through its one layer); bytes move in chunks of
+// TransferChunk, never a whole file in memory. A transfer is audited once
+// (controller.WithTransfer): as read_file (a download) or write_file (an
+// upload) with its path, the bytes moved and the calls it took.
 //
 //	GET /v1/sessions/{id}/download/{path...}  a file's bytes; a directory
 //	    (or the workspace, with an empty path) as a .tar.gz made on the fly
@@ -160,22 +162,33 @@ func (s *server) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	session := r.PathValue("id")
-	ctx := r.Context()
+	ctx, t := controller.WithTransfer(r.Context())
+	var (
+		sent int64
+		terr error
+	)
+	defer func() {
+		s.ctl.EndTransfer(context.WithoutCancel(r.Context()), t, caller, "read_file", map[string]any{"session": session, "path": rel, "transfer": "download"}, sent, terr)
+	}()
 	info := &fileInfo{}
 	if _, err := invoke(ctx, s, caller, "stat_file", map[string]any{"session": session, "path": rel}, info); err != nil {
+		terr = err
 		s.transferError(w, err)
 		return
 	}
 	if info.Entry == nil {
-		WriteError(w, http.StatusInternalServerError, capability.Errorf(capability.Internal, "stat_file answered no entry"))
+		ce := capability.Errorf(capability.Internal, "stat_file answered no entry")
+		terr = ce
+		WriteError(w, http.StatusInternalServerError, ce)
 		return
 	}
 	if info.Entry.Type == "dir" {
-		s.downloadDir(w, r, caller, session, rel)
+		s.downloadDir(ctx, w, r, caller, session, rel, &sent, &terr)
 		return
 	}
 	c, b, err := s.readChunk(ctx, caller, session, rel, 0)
 	if err != nil {
+		terr = err
 		s.transferError(w, err)
 		return
 	}
@@ -187,10 +200,25 @@ func (s *server) download(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodHead {
 		return
 	}
-	if err := s.copyFile(ctx, w, caller, session, c, b); err != nil {
+	cw := &counter{w: w}
+	if err := s.copyFile(ctx, cw, caller, session, c, b); err != nil {
+		sent, terr = cw.n, err // the deferred EndTransfer runs as the panic unwinds
 		s.log.Warn("rest: download cut", "session", session, "path", c.Path, "err", err)
 		panic(http.ErrAbortHandler) // the status is out: only a cut body says it failed
 	}
+	sent = cw.n
+}
+
+// counter counts the bytes written through it.
+type counter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *counter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // copyFile writes the file whose first chunk is c (its bytes b) to w, to
@@ -221,17 +249,20 @@ func (s *server) copyFile(ctx context.Context, w io.Writer, caller controller.Ca
 }
 
 // downloadDir streams the directory rel as a gzipped tar whose entries
-// are under its name ("user/" for the workspace itself).
-func (s *server) downloadDir(w http.ResponseWriter, r *http.Request, caller controller.Caller, session, rel string) {
-	ctx := r.Context()
+// are under its name ("user/" for the workspace itself); it sets *sent to
+// the archive's bytes sent and *terr to how it failed, for the audit.
+func (s *server) downloadDir(ctx context.Context, w http.ResponseWriter, r *http.Request, caller controller.Caller, session, rel string, sent *int64, terr *error) {
 	list := &fileList{}
 	if _, err := invoke(ctx, s, caller, "list_files", map[string]any{"session": session, "path": rel, "recursive": true, "max_entries": maxArchiveEntries}, list); err != nil {
+		*terr = err
 		s.transferError(w, err)
 		return
 	}
 	if list.Truncated {
-		WriteError(w, http.StatusRequestEntityTooLarge, capability.Errorf(capability.InvalidArgument,
-			"/home/user/%s has more than %d entries: download a subdirectory, or pack it in the session (tar czf)", strings.TrimPrefix(rel, "."), maxArchiveEntries))
+		ce := capability.Errorf(capability.InvalidArgument,
+			"/home/user/%s has more than %d entries: download a subdirectory, or pack it in the session (tar czf)", strings.TrimPrefix(rel, "."), maxArchiveEntries)
+		*terr = ce
+		WriteError(w, http.StatusRequestEntityTooLarge, ce)
 		return
 	}
 	root := path.Base(list.Path)
@@ -245,7 +276,9 @@ func (s *server) downloadDir(w http.ResponseWriter, r *http.Request, caller cont
 	if r.Method == http.MethodHead {
 		return
 	}
-	gz, _ := gzip.NewWriterLevel(w, gzip.BestSpeed) // a valid level: no error
+	cw := &counter{w: w}
+	defer func() { *sent = cw.n }()
+	gz, _ := gzip.NewWriterLevel(cw, gzip.BestSpeed) // a valid level: no error
 	tw := tar.NewWriter(gz)
 	base := strings.TrimPrefix(list.Path, ".")
 	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: root + "/", Mode: 0o755, ModTime: time.Now(), Format: tar.FormatPAX}); err != nil {
@@ -273,6 +306,7 @@ func (s *server) downloadDir(w http.ResponseWriter, r *http.Request, caller cont
 		}
 		c, b, err := s.readChunk(ctx, caller, session, e.Path, 0)
 		if err != nil {
+			*sent, *terr = cw.n, err
 			s.log.Warn("rest: folder download cut", "session", session, "path", e.Path, "err", err)
 			panic(http.ErrAbortHandler)
 		}
@@ -281,6 +315,7 @@ func (s *server) downloadDir(w http.ResponseWriter, r *http.Request, caller cont
 			return
 		}
 		if err := s.copyFile(ctx, tw, caller, session, c, b); err != nil {
+			*sent, *terr = cw.n, err
 			s.log.Warn("rest: folder download cut", "session", session, "path", e.Path, "err", err)
 			panic(http.ErrAbortHandler)
 		}
@@ -310,7 +345,14 @@ func (s *server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	session := r.PathValue("id")
-	ctx := r.Context()
+	ctx, t := controller.WithTransfer(r.Context())
+	var (
+		received int64
+		terr     error
+	)
+	defer func() {
+		s.ctl.EndTransfer(context.WithoutCancel(r.Context()), t, caller, "write_file", map[string]any{"session": session, "path": rel, "transfer": "upload"}, received, terr)
+	}()
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:]) // crypto/rand does not fail
 	tmp := path.Join(path.Dir(rel), ".quro-upload-"+hex.EncodeToString(rnd[:]))
@@ -320,6 +362,7 @@ func (s *server) upload(w http.ResponseWriter, r *http.Request) {
 		return err
 	}
 	if err := write(nil, false); err != nil {
+		terr = err
 		s.transferError(w, err)
 		return
 	}
@@ -335,9 +378,11 @@ func (s *server) upload(w http.ResponseWriter, r *http.Request) {
 		n, rerr := io.ReadFull(body, buf)
 		if n > 0 {
 			if err := write(buf[:n], true); err != nil {
+				terr = err
 				s.transferError(w, err)
 				return
 			}
+			received += int64(n)
 		}
 		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
 			break
@@ -345,16 +390,21 @@ func (s *server) upload(w http.ResponseWriter, r *http.Request) {
 		if rerr != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(rerr, &mbe) {
-				WriteError(w, http.StatusRequestEntityTooLarge, capability.Errorf(capability.InvalidArgument,
-					"the upload is over the %d bytes (1 GiB) one upload may be: make the file in the session instead", MaxUpload))
+				ce := capability.Errorf(capability.InvalidArgument,
+					"the upload is over the %d bytes (1 GiB) one upload may be: make the file in the session instead", MaxUpload)
+				terr = ce
+				WriteError(w, http.StatusRequestEntityTooLarge, ce)
 				return
 			}
-			WriteError(w, http.StatusBadRequest, capability.Errorf(capability.InvalidArgument, "reading the upload: %v", rerr))
+			ce := capability.Errorf(capability.InvalidArgument, "reading the upload: %v", rerr)
+			terr = ce
+			WriteError(w, http.StatusBadRequest, ce)
 			return
 		}
 	}
 	moved, err := invoke(ctx, s, caller, "move_file", map[string]any{"session": session, "source": tmp, "destination": rel}, nil)
 	if err != nil {
+		terr = err
 		s.transferError(w, err)
 		return
 	}

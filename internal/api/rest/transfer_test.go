@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -111,6 +112,30 @@ func TestTransfers(t *testing.T) {
 	}
 	if cd := hdr.Get("Content-Disposition"); cd != `attachment; filename=blob.bin` {
 		t.Errorf("Content-Disposition %q", cd)
+	}
+	// Each transfer is one audit entry with its size, not one per chunk:
+	// the upload as write_file, the download as read_file, both 3 chunks.
+	code, b, _ = e.req("alice", "GET", "/v1/audit?limit=1000", nil, -1)
+	var log struct {
+		Entries []struct{ Capability, Args, Outcome, Session string }
+	}
+	if code != 200 || json.Unmarshal(b, &log) != nil {
+		t.Fatalf("audit: %d %s", code, trim(string(b)))
+	}
+	counts := map[string]int{}
+	for _, en := range log.Entries {
+		counts[en.Capability]++
+		switch en.Capability {
+		case "write_file", "read_file":
+			if !strings.Contains(en.Args, fmt.Sprintf("bytes=%d ", len(blob))) || en.Outcome != "ok" || en.Session != id {
+				t.Errorf("the transfer's entry: %+v", en)
+			}
+		case "stat_file", "move_file":
+			t.Errorf("a transfer's part audited on its own: %+v", en)
+		}
+	}
+	if counts["write_file"] != 1 || counts["read_file"] != 1 {
+		t.Fatalf("audit entries by capability %v (%s)", counts, trim(string(b)))
 	}
 
 	// A replacing upload: the new bytes, and no part file left beside it.

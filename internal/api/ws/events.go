@@ -59,6 +59,15 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		rest.WriteError(w, http.StatusServiceUnavailable, capability.Errorf(capability.Unavailable, "this server has no event stream"))
 		return
 	}
+	// ?replay=<session id>: the session's recent events first (its ring,
+	// each marked replay), for a page opened while the agent works. The
+	// ring is found by id and only in the caller's tenant.
+	replay := r.URL.Query().Get("replay")
+	if replay != "" && !sessionID(replay) {
+		rest.WriteError(w, http.StatusBadRequest, capability.Errorf(capability.InvalidArgument,
+			"replay: give a session's id (32 lowercase hex digits, as get_session_status answers it), not its name"))
+		return
+	}
 	release, held := s.hold(w, caller)
 	if !held {
 		return
@@ -72,7 +81,7 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	defer s.keepalive(r.Context(), c)()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	sub := s.opts.Events.Subscribe(caller.Tenant, eventsQueue)
+	sub := s.opts.Events.SubscribeReplay(caller.Tenant, eventsQueue, replay)
 	defer sub.Close()
 
 	var kb [16]byte
@@ -102,6 +111,19 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// sessionID reports whether v has the form of a session's id.
+func sessionID(v string) bool {
+	if len(v) != 32 {
+		return false
+	}
+	for _, c := range []byte(v) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // holder is one connection's side of take-over: its hold key (random,

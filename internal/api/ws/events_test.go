@@ -123,6 +123,49 @@ func TestEventsTenancyAndTakeOver(t *testing.T) {
 	if out.String() != "alice-secret\n/home/user\n" || strings.Contains(out.String(), a.DataDir) {
 		t.Fatalf("streamed output %q", out.String())
 	}
+	// A page opened after the call (?replay=<id>) is sent it first, marked
+	// replay; bob naming alice's session replays nothing of it (his first
+	// event below is his own call), and a name is not an id.
+	late, _, err := e.dial(t, "/v1/events?replay="+sess.ID, withToken, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.CloseNow()
+	if m := readLive(t, late); m.Type != "hello" {
+		t.Fatalf("first message %+v", m)
+	}
+	var replayed strings.Builder
+	for done := false; !done; {
+		m := readLive(t, late)
+		if !m.Replay || m.Session != sess.ID {
+			t.Fatalf("replayed event %+v", m)
+		}
+		switch m.Type {
+		case "call":
+			if m.Input["command"] != "echo alice-secret; pwd; (exit 3)" {
+				t.Fatalf("replayed call %+v", m)
+			}
+		case "output":
+			replayed.WriteString(m.Data)
+		case "end":
+			done = m.ExitCode != nil && *m.ExitCode == 3
+		}
+	}
+	if replayed.String() != out.String() {
+		t.Fatalf("replayed output %q, live %q", replayed.String(), out.String())
+	}
+	late.Close(websocket.StatusNormalClosure, "")
+	bobLate, _, err := e.dial(t, "/v1/events?replay="+sess.ID, []string{ws.Protocol, ws.BearerPrefix + "bob-token"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bobLate.CloseNow()
+	if m := readLive(t, bobLate); m.Type != "hello" {
+		t.Fatalf("first message %+v", m)
+	}
+	if _, resp, err := e.dial(t, "/v1/events?replay=watched", withToken, nil); err == nil || resp == nil || resp.StatusCode != 400 {
+		t.Fatalf("replay by name: %v %v", err, resp)
+	}
 	// bob's next event is his own call: nothing of alice's came before.
 	bs := func() string {
 		r, err := call(ctxT(t), bob, "create_session", map[string]string{"name": "bobs"})
@@ -134,9 +177,12 @@ func TestEventsTenancyAndTakeOver(t *testing.T) {
 	if _, err := call(ctxT(t), bob, "terminal_exec", map[string]string{"session": bs, "command": "true"}); err != nil {
 		t.Fatal(err)
 	}
-	if m := readLive(t, bc); m.Type != "call" || m.Session != bs {
-		t.Fatalf("bob's first event is not his own call: %+v", m)
+	for _, c := range []*websocket.Conn{bc, bobLate} {
+		if m := readLive(t, c); m.Type != "call" || m.Session != bs || m.Replay {
+			t.Fatalf("bob's first event is not his own call: %+v", m)
+		}
 	}
+	bobLate.Close(websocket.StatusNormalClosure, "")
 
 	// alice takes over: her agent is refused, her command runs.
 	ctl(ac, map[string]string{"type": "take", "session": "watched", "id": "a1"})
