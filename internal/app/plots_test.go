@@ -150,6 +150,53 @@ func TestPlotsInSciRootfs(t *testing.T) {
 			t.Errorf("the float image: %d×%d, notes %q", w, h, r.Notes)
 		}
 	})
+	// Pillow's show() and save() to a file name show the image, as in
+	// E2B's kernel (its startup script patches Pillow so): in a plain run
+	// an artifact, in a rich one a result; a save to a buffer shows nothing.
+	t.Run("PIL show and save", func(t *testing.T) {
+		r := run("from PIL import Image\nimport io\nim = Image.new('RGB', (6, 4), (0, 9, 0))\nim.show()\nim.save('shown.png')\n"+
+			"im.save(io.BytesIO(), 'PNG')\nprint(Image.open('shown.png').size)", nil)
+		if kinds(r.Artifacts) != "png,png" || r.Stdout != "(6, 4)\n" {
+			t.Fatalf("artifacts %s, stdout %q, notes %q", kinds(r.Artifacts), r.Stdout, r.Notes)
+		}
+		if w, h := pngSize(t, r.Artifacts[1].Data); w != 6 || h != 4 {
+			t.Errorf("the saved image is %d×%d", w, h)
+		}
+		r = runCode(t, a, RunCodeInput{Session: "sci", Context: "default", Rich: true,
+			Code: "from PIL import Image\nim = Image.new('L', (3, 3))\nim.show()\nim.save('again.png')\nprint('done')"})
+		if r.Exception != nil || len(r.Results) != 2 || r.Stdout != "done\n" {
+			t.Fatalf("exception %+v, results %d, stdout %q", r.Exception, len(r.Results), r.Stdout)
+		}
+		for i, res := range r.Results {
+			if s, _ := res.Data["image/png"].(string); s == "" || res.Main {
+				t.Errorf("result %d: %v (main %v)", i, keys(res.Data), res.Main)
+			}
+		}
+	})
+	// A DataFrame's rich bundle carries its values as data too (E2B's
+	// `data`): columns to lists, numpy numbers as numbers, NaN as null,
+	// times as ISO text.
+	t.Run("DataFrame data", func(t *testing.T) {
+		r := runCode(t, a, RunCodeInput{Session: "sci", Context: "default", Rich: true,
+			Code: "import pandas as pd, numpy as np\npd.DataFrame({'a': [1, 2, 3], 'b': [0.5, np.nan, 2.0], " +
+				"3: ['x', 'y', 'z'], 't': pd.to_datetime(['2024-01-02', '2024-01-03', '2024-01-04'])})"})
+		if r.Exception != nil || len(r.Results) != 1 {
+			t.Fatalf("exception %+v, results %+v", r.Exception, r.Results)
+		}
+		got, _ := json.Marshal(r.Results[0].Data["e2b/data"])
+		want := `{"3":["x","y","z"],"a":[1,2,3],"b":[0.5,null,2],"t":["2024-01-02T00:00:00.000","2024-01-03T00:00:00.000","2024-01-04T00:00:00.000"]}`
+		if string(got) != want {
+			t.Errorf("data %s\nwant %s", got, want)
+		}
+		if h, _ := r.Results[0].Data["text/html"].(string); !strings.Contains(h, "<table") {
+			t.Errorf("the table is still there: %v", keys(r.Results[0].Data))
+		}
+		// Not a DataFrame: no data.
+		r = runCode(t, a, RunCodeInput{Session: "sci", Context: "default", Rich: true, Code: "pd.Series([1])"})
+		if len(r.Results) != 1 || r.Results[0].Data["e2b/data"] != nil {
+			t.Errorf("a Series: %+v", r.Results)
+		}
+	})
 	t.Run("rich run", func(t *testing.T) {
 		r := runCode(t, a, RunCodeInput{Session: "sci", Context: "default", Rich: true,
 			Code: "import matplotlib.pyplot as plt, pandas as pd\nfrom PIL import Image\ndf = pd.DataFrame({'city': ['Oslo']})\n" +

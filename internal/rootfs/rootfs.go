@@ -63,7 +63,10 @@ var presets = map[string][]string{
 	CodeInterpreter: append(slices.Clone(DefaultPackages),
 		"python3-numpy", "python3-pandas", "python3-matplotlib", "python3-scipy",
 		"python3-sklearn", "python3-pytest", "python3-requests", "python3-openpyxl",
-		"python3-bs4", "python3-pil", "ipython3"),
+		"python3-bs4", "python3-pil", "ipython3",
+		// E2B's JavaScript and TypeScript contexts run on Node (the
+		// session's Node worker); without it they fall back to QuickJS.
+		"nodejs"),
 }
 
 // PresetPackages are the packages a rootfs called name is installed with

@@ -263,7 +263,7 @@ func TestInstallPresetPackages(t *testing.T) {
 		asked []string
 		want  []string
 	}{
-		{CodeInterpreter, nil, []string{"python3", "python3-pip", "ca-certificates", "python3-numpy", "python3-pandas", "python3-matplotlib", "python3-scipy", "python3-sklearn", "python3-pytest", "python3-requests", "python3-openpyxl", "python3-bs4", "python3-pil", "ipython3"}},
+		{CodeInterpreter, nil, []string{"python3", "python3-pip", "ca-certificates", "python3-numpy", "python3-pandas", "python3-matplotlib", "python3-scipy", "python3-sklearn", "python3-pytest", "python3-requests", "python3-openpyxl", "python3-bs4", "python3-pil", "ipython3", "nodejs"}},
 		{"box", nil, DefaultPackages},
 		{"mine", []string{"python3", "python3-numpy"}, []string{"python3", "python3-numpy"}},
 	} {

@@ -64,7 +64,9 @@ type RichResult struct {
 	Main bool `json:"main,omitempty" jsonschema:"the value of the code's last expression (else a display() output)"`
 	// Data maps a media type to the content: text for text/*,
 	// image/svg+xml and application/javascript; base64 for image/png,
-	// image/jpeg and application/pdf; a JSON value for application/json.
+	// image/jpeg and application/pdf; a JSON value for application/json
+	// and e2b/data (a pandas DataFrame's columns → values, as E2B's
+	// kernel gives them).
 	Data map[string]any `json:"data" jsonschema:"media type → content: text/plain (always), text/html, text/markdown, image/svg+xml, image/png (base64), image/jpeg (base64), application/pdf (base64), text/latex, application/json (a JSON value), application/javascript"`
 }
 

@@ -108,6 +108,10 @@ func (es *eventStream) keepalive(every time.Duration) {
 	}()
 }
 
+// ptyReadyWait bounds how long a new terminal's start event waits for
+// its first output (see follow).
+const ptyReadyWait = 3 * time.Second
+
 // follow runs a streaming process capability and sends its events.
 // killOnDeadline says what the request's deadline (Connect-Timeout-Ms)
 // meant: the process was killed (Start), or only the stream ends
@@ -118,11 +122,55 @@ func (p *processService) follow(ctx context.Context, h http.Header, name string,
 	es := &eventStream{send: send, cancel: cancel, kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	defer es.stopKeepalive()
 	every := keepaliveInterval(h)
-	callCtx = runcode.WithStarted(callCtx, func(pid int) {
-		es.emit(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: uint32(pid)}}})
+	// A new terminal's start event waits for its first output (a shell's
+	// first prompt: it has read its start-up files), at most
+	// ptyReadyWait: the SDK's pty.create returns on the start event, and
+	// its caller then types at once and reads the answer after a fixed
+	// pause (E2B's ptyConnect test waits 300 ms); on a loaded machine a
+	// login shell's start-up alone takes longer. envd answers at once, but
+	// its sandbox is a VM of its own. Output that comes first is sent after
+	// the start event, never lost.
+	var (
+		hold      sync.Mutex
+		startPid  = -1 // the process's, once it started
+		sentStart bool
+		holdTimer *time.Timer
+	)
+	sendStart := func() {
+		hold.Lock()
+		defer hold.Unlock()
+		if sentStart || startPid < 0 {
+			return
+		}
+		sentStart = true
+		if holdTimer != nil {
+			holdTimer.Stop()
+		}
+		es.emit(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: uint32(startPid)}}})
 		es.keepalive(every)
+	}
+	st, isStart := in.(app.StartProcessInput)
+	holdStart := isStart && st.PTY != nil
+	defer func() {
+		hold.Lock()
+		if holdTimer != nil {
+			holdTimer.Stop()
+		}
+		hold.Unlock()
+	}()
+	callCtx = runcode.WithStarted(callCtx, func(pid int) {
+		hold.Lock()
+		startPid = pid
+		if holdStart {
+			holdTimer = time.AfterFunc(ptyReadyWait, sendStart)
+		}
+		hold.Unlock()
+		if !holdStart {
+			sendStart()
+		}
 	})
 	callCtx = runcode.WithOutput(callCtx, func(stream string, b []byte) {
+		sendStart()
 		d := &process.ProcessEvent_DataEvent{}
 		switch stream {
 		case "stdout":
@@ -167,6 +215,7 @@ func (p *processService) follow(ctx context.Context, h http.Header, name string,
 		p.s.waitGone(ctx)
 		return rpcErrorf(connect.CodeUnknown, "terminated: sandbox "+sandboxOf(ctx)+" was killed while process "+strconv.Itoa(out.Pid)+" ran")
 	}
+	sendStart() // a terminal that ended before showing anything
 	// The end is the stream's last event: no keepalive after it.
 	es.stopKeepalive()
 	end := &process.ProcessEvent_EndEvent{ExitCode: int32(out.ExitCode), Exited: out.Exited, Status: out.Status}

@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/quro-dev/quro/internal/api/e2b"
+	"github.com/quro-dev/quro/internal/api/e2b/gen/filesystem"
 	"github.com/quro-dev/quro/internal/api/e2b/gen/process"
 	"github.com/quro-dev/quro/internal/api/e2b/gen/process/processconnect"
 	"github.com/quro-dev/quro/internal/app"
@@ -394,6 +395,41 @@ func TestEnvdPTY(t *testing.T) {
 	if end, _, _ := ev.end(t); end.GetExitCode() != -1 || end.GetStatus() != "signal: killed" {
 		t.Fatalf("PTY end: %v", end)
 	}
+}
+
+// A new terminal's start event waits for its first output (a shell is
+// ready for what the client types next), and that output follows it,
+// whole; a terminal that shows nothing still gets its start event (after
+// a bound) and takes input.
+func TestEnvdPTYStartsWhenReady(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	c := e.procClient(id)
+	pty := &process.PTY{Size: &process.PTY_Size{Cols: 80, Rows: 24}}
+	ready := e.start(t, id, &process.StartRequest{Process: &process.ProcessConfig{Cmd: "/bin/sh",
+		Args: []string{"-c", "touch /home/user/printed; printf 'ready-%d' 42; exec cat"}}, Pty: pty}, nil)
+	pid := ready.startPid(t)
+	// The program had printed before the start event went out.
+	if _, err := e.fsClient(id).Stat(context.Background(), connect.NewRequest(&filesystem.StatRequest{Path: "/home/user/printed"})); err != nil {
+		t.Errorf("the start event came before the terminal's first output: %v", err)
+	}
+	ready.until(t, "pty", "ready-42")
+	if _, err := c.SendSignal(context.Background(), connect.NewRequest(&process.SendSignalRequest{Process: pidSel(pid), Signal: process.Signal_SIGNAL_SIGKILL})); err != nil {
+		t.Fatal(err)
+	}
+	ready.end(t)
+
+	silent := e.start(t, id, &process.StartRequest{Process: &process.ProcessConfig{Cmd: "/bin/cat"}, Pty: pty}, nil)
+	pid = silent.startPid(t)
+	if _, err := c.SendInput(context.Background(), connect.NewRequest(&process.SendInputRequest{Process: pidSel(pid),
+		Input: &process.ProcessInput{Input: &process.ProcessInput_Pty{Pty: []byte("typed\n")}}})); err != nil {
+		t.Fatal(err)
+	}
+	silent.until(t, "pty", "typed")
+	if _, err := c.SendSignal(context.Background(), connect.NewRequest(&process.SendSignalRequest{Process: pidSel(pid), Signal: process.Signal_SIGNAL_SIGKILL})); err != nil {
+		t.Fatal(err)
+	}
+	silent.end(t)
 }
 
 // Connecting to a running terminal (pty.connect) first replays what it

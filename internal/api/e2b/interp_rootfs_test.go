@@ -43,6 +43,17 @@ func TestExecuteOnRootfsTemplate(t *testing.T) {
 	if err != nil || !strings.HasPrefix(string(b), "\x89PNG\r\n\x1a\n") {
 		t.Fatalf("no PNG result from the figure: %v", lines)
 	}
+	// As E2B's kernel: a DataFrame's result has its columns as `data`
+	// (code-interpreter's data.test.ts), and Pillow's show() and save()
+	// give the image as a PNG result (images/bar.test.ts).
+	r := ofType(e.execute(t, id, map[string]any{"code": "import pandas as pd\npd.DataFrame({'a': [1, 2, 3]})"}), "result")
+	if len(r) != 1 || fmt.Sprint(r[0]["data"]) != "map[a:[1 2 3]]" {
+		t.Fatalf("a DataFrame's data: %v", r)
+	}
+	r = ofType(e.execute(t, id, map[string]any{"code": "from PIL import Image\nim = Image.new('RGBA', (16, 16))\nim.show()\nim.save('test.png')\nprint('done')"}), "result")
+	if len(r) != 2 || r[0]["png"] == nil || r[1]["png"] == nil {
+		t.Fatalf("Image.show() and Image.save(): %v", r)
+	}
 }
 
 // E2B's code-interpreter templates run on the rootfs code-interpreter

@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
 	"strings"
@@ -409,6 +410,7 @@ func (e *Engine) start(ctx context.Context, sess *session.Session, prog, rootfsD
 		proc: p, req: reqW, rep: repR,
 		out: newStream(), err: newStream(),
 		replies: make(chan reply, 1), done: make(chan struct{}),
+		env: maps.Clone(sess.Env),
 	}
 	go w.out.read(outR)
 	go w.err.read(errR)
@@ -452,6 +454,7 @@ type worker struct {
 	done     chan struct{}
 	exit     sandbox.Exit
 	nextID   int
+	env      map[string]string // the session's variables the worker has
 }
 
 // runRequest is a request to the worker.
@@ -464,6 +467,10 @@ type runRequest struct {
 	Token string            `json:"token,omitempty"`
 	Rich  bool              `json:"rich,omitempty"`
 	Env   map[string]string `json:"env,omitempty"`
+	// The session's variables when they changed since the worker last
+	// had them (set_session_env after it started): set, and dropped.
+	SEnv  map[string]string `json:"senv,omitempty"`
+	SDrop []string          `json:"sdrop,omitempty"`
 }
 
 // reply is a reply from the worker, as hostile as the code it ran.
@@ -619,6 +626,15 @@ func (w *worker) run(ctx context.Context, rq runRequest, req *runcode.Request) (
 	w.nextID++
 	rq.ID = w.nextID
 	rq.Token = "\x00quro-sync-" + hex.EncodeToString(tok[:]) + "\x00"
+	if rq.Op == "run" && req.Session != nil && !maps.Equal(req.Session.Env, w.env) {
+		rq.SEnv = maps.Clone(req.Session.Env)
+		for k := range w.env {
+			if _, ok := req.Session.Env[k]; !ok {
+				rq.SDrop = append(rq.SDrop, k)
+			}
+		}
+		w.env = maps.Clone(req.Session.Env)
+	}
 	outDone := w.out.begin(req.Stdout, []byte(rq.Token))
 	errDone := w.err.begin(req.Stderr, []byte(rq.Token))
 	defer w.out.end()

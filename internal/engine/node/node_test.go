@@ -118,6 +118,22 @@ func TestNodeKeepsStateAndRequires(t *testing.T) {
 	}
 }
 
+// TestNodeSeesSessionVariablesChanged: variables the session gets (or
+// loses) after its Node worker started reach the next run, as they reach
+// a new process; the worker and its state are kept.
+func TestNodeSeesSessionVariablesChanged(t *testing.T) {
+	r, _, s := setup(t)
+	s.Env = map[string]string{"QURO_T_KEPT": "k", "QURO_T_GONE": "g"}
+	if res := run(t, r, s, "node", "const pid = process.pid;\n[process.env.QURO_T_KEPT, process.env.QURO_T_GONE].join()", nil, time.Minute); res.Stdout != "'k,g'\n" {
+		t.Fatalf("at the start: %q %q %q", res.Stdout, res.Stderr, res.Error)
+	}
+	s.Env = map[string]string{"QURO_T_KEPT": "k2", "QURO_T_NEW": "n"}
+	res := run(t, r, s, "node", "[process.env.QURO_T_KEPT, process.env.QURO_T_NEW, 'QURO_T_GONE' in process.env, pid === process.pid].join()", nil, time.Minute)
+	if res.Stdout != "'k2,n,false,true'\n" {
+		t.Errorf("after set_session_env: %q %q %q", res.Stdout, res.Stderr, res.Error)
+	}
+}
+
 // TestNodeContexts: code contexts are separate states with rich results
 // and structured errors; TypeScript is stripped of its types; a removed
 // context starts afresh.

@@ -2,7 +2,8 @@
 // {background: true}) answered through sandbox.getHost(port), E2B's
 // PORT-ID.DOMAIN, with the sandbox's trafficAccessToken in
 // e2b-traffic-access-token; refused without it and with another
-// sandbox's; create with network.allowPublicTraffic true refused (this
+// sandbox's; a paused sandbox resumed by such a request (E2B's autoResume);
+// create with network.allowPublicTraffic true refused (this
 // server does not allow public previews). The server must run with
 // --e2b-domain (create's domain); E2B_HOST_ADDR is where that name's
 // wildcard DNS would lead (the test's quro serve), so the request is sent
@@ -71,6 +72,18 @@ try {
     }
     assert.ok(err, 'create with allowPublicTraffic true succeeded')
     assert.match(String(err?.message), /--preview-public/)
+  })
+
+  // E2B's lifecyclePayload test 'auto-resume wakes paused sandbox on http
+  // request', with getHost's name sent where wildcard DNS would send it.
+  await check('a request through getHost resumes a paused sandbox (autoResume) and is answered', async () => {
+    assert.equal(await sbx.pause(), true)
+    assert.equal((await sbx.getInfo()).state, 'paused')
+    const r = await get(sbx.getHost(8000), { 'e2b-traffic-access-token': sbx.trafficAccessToken })
+    assert.equal(r.status, 200, r.body)
+    assert.equal(r.body, 'hello-from-the-sandbox\n')
+    assert.equal((await sbx.getInfo()).state, 'running')
+    assert.equal(await sbx.isRunning(), true)
   })
 
   await check('a port nothing listens on is a 502', async () => {

@@ -123,6 +123,10 @@ function evaluate(c, code) {
 async function run(req) {
   const c = contextOf(req.ctx || '', req.cwd);
   let err = null, value;
+  // The session's variables changed since the last run
+  // (set_session_env): they apply from now on, as in a new process.
+  for (const k of req.sdrop || []) delete process.env[k];
+  for (const [k, v] of Object.entries(req.senv || {})) process.env[k] = v;
   const saved = {};
   for (const [k, v] of Object.entries(req.env || {})) {
     saved[k] = process.env[k];

@@ -1152,6 +1152,9 @@ def _bundle(obj):
             png = _pil_png(obj, what)
             if png is not None:
                 forms["image/png"] = binascii.b2a_base64(png, newline=False).decode()
+        data = _frame_data(obj, what)
+        if data is not None:
+            forms[_DATA_MIME] = data
     for mime, v in forms.items():
         if mime == "text/plain":
             b[mime] = v
@@ -1160,6 +1163,37 @@ def _bundle(obj):
         if _fits(n, what, mime):
             b[mime] = v
     return b
+
+
+# A pandas DataFrame's values as data, beside its table: {column: [values]}
+# (to_dict's "list" orient, as JSON: numpy numbers as numbers, NaN as null,
+# times as ISO 8601 text), under E2B's media type for it, so that a client
+# can use the numbers without parsing HTML (E2B's kernel gives the same as a
+# result's `data`). A frame over _DATA_CELLS cells is left out with a note:
+# its table is still there.
+_DATA_MIME = "e2b/data"
+_DATA_CELLS = 1000000
+
+
+def _frame_data(obj, what):
+    pd = sys.modules.get("pandas")
+    frame = getattr(pd, "DataFrame", None) if pd is not None else None
+    if frame is None or not isinstance(obj, frame):
+        return None
+    try:
+        if obj.size > _DATA_CELLS:
+            _note("the data of %s of %d cells was left out (over %d); its table is shown"
+                  % (what, obj.size, _DATA_CELLS))
+            return None
+        out = {}
+        for i in range(obj.shape[1]):
+            col = obj.iloc[:, i]
+            key = obj.columns[i]
+            out[key if isinstance(key, str) else str(key)] = _json().loads(col.to_json(orient="values", date_format="iso"))
+        return out
+    except Exception as e:
+        _note("the data of %s could not be made (%s: %s); it was left out" % (what, type(e).__name__, _safe_str(e)[:200]))
+        return None
 
 
 def _show_all():
@@ -1204,20 +1238,53 @@ def _hook_pyplot(plt):
     plt.show = show_
 
 
-class _PyplotHook:
-    """A finder that finds nothing itself: when matplotlib.pyplot is about
-    to be loaded, it has the other finders find it and hooks show() into
-    the module once it is loaded. Costs a call and a comparison per import
-    of a module not yet loaded; matplotlib is never imported for it."""
+def _hook_pil(mod):
+    """Makes a PIL image's show() show it in the run's result, and its
+    save() to a file name show it too, as E2B's kernel patches Pillow (its
+    startup script 0003_images.py): code written for a notebook or for E2B
+    gets its image back. show() opens no viewer: a box has no display."""
+    image = getattr(mod, "Image", None)
+    if not isinstance(image, type) or getattr(image.save, "_quro", False):
+        return
+    save = image.save
+
+    def save_(self, fp, format=None, **params):
+        if isinstance(fp, (str, os.PathLike)):
+            display(self)
+        return save(self, fp, format, **params)
+
+    def show_(self, title=None, **options):
+        display(self)
+    for f, orig in ((save_, save), (show_, image.show)):
+        f._quro = True
+        f.__wrapped__ = orig
+        f.__doc__ = orig.__doc__
+        f.__module__ = orig.__module__
+        f.__qualname__ = orig.__qualname__
+        f.__name__ = orig.__name__
+    image.save = save_
+    image.show = show_
+
+
+# Modules hooked when they are loaded: name -> the hook.
+_HOOKS = {"matplotlib.pyplot": _hook_pyplot, "PIL.Image": _hook_pil}
+
+
+class _ImportHook:
+    """A finder that finds nothing itself: when a module of _HOOKS is about
+    to be loaded, it has the other finders find it and runs its hook on the
+    module once it is loaded. Costs a call and a lookup per import of a
+    module not yet loaded; the hooked modules are never imported for it."""
 
     @staticmethod
     def find_spec(name, path=None, target=None):
-        if name != "matplotlib.pyplot":
+        hook = _HOOKS.get(name)
+        if hook is None:
             return None
         spec = None
         for f in sys.meta_path:
             find = getattr(f, "find_spec", None)
-            if f is _PyplotHook or find is None:
+            if f is _ImportHook or find is None:
                 continue
             spec = find(name, path, target)
             if spec is not None:
@@ -1230,7 +1297,7 @@ class _PyplotHook:
 
         def exec_and_hook(module):
             exec_module(module)
-            _hook_pyplot(module)
+            hook(module)
         try:
             spec.loader.exec_module = exec_and_hook  # this spec's own loader
         except Exception:
@@ -1238,7 +1305,10 @@ class _PyplotHook:
         return spec
 
 
-sys.meta_path.insert(0, _PyplotHook)
+sys.meta_path.insert(0, _ImportHook)
+for _name, _hook in _HOOKS.items():
+    if _name in sys.modules:  # loaded before the hook could see it
+        _hook(sys.modules[_name])
 
 
 def _show_figures(notes=None):
