@@ -24,10 +24,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -413,4 +417,72 @@ func waitLeases(t *testing.T, dyn dynamic.Interface, n int) {
 		}
 	}
 	t.Fatalf("only %d node Leases", len(seen))
+}
+
+// TestClusterUnauthenticatedLookupsAreBounded: a call naming a session
+// the node's table lacks is looked up in the API server (a session another
+// node created a moment ago), before anyone authenticated. A client with
+// no token that names many made-up IDs must not turn each into an API
+// server GET: they would queue behind the node's client-side rate limit
+// with its Lease renewals and records, and a node whose Lease lapses has
+// every tenant's sessions answered 503. The node's API server traffic
+// goes through a counting proxy here.
+func TestClusterUnauthenticatedLookupsAreBounded(t *testing.T) {
+	cfg, _ := apiServer(t)
+	target, err := url.Parse(cfg.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := "flood-"
+	var mu sync.Mutex
+	gets := 0
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+	counting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "GET" && strings.Contains(r.URL.Path, "/sessions/"+prefix) {
+			mu.Lock()
+			gets++
+			mu.Unlock()
+		}
+		r.Header.Set("Authorization", "Bearer "+cfg.BearerToken) // client-go sends no token over plain HTTP
+		rp.ServeHTTP(w, r)
+	}))
+	defer counting.Close()
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	os.WriteFile(kc, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: t, cluster: {server: %q}}]
+users: [{name: t, user: {}}]
+contexts: [{name: t, context: {cluster: t, user: t, namespace: default}}]
+current-context: t
+`, counting.URL)), 0o600)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	os.WriteFile(tokens, []byte(quroToken()+" acme exec\n"), 0o600)
+	n := startNode(t, "node-a", kc, tokens)
+	waitLeases(t, dynamic.NewForConfigOrDie(cfg), 1)
+
+	const calls = 60
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := http.Get(fmt.Sprintf("%s/v1/sessions/%s%d/files/x", n.url, prefix, i))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Errorf("a call with no token: %d, want 401", resp.StatusCode)
+			}
+		}()
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if gets > cluster.LookupBurst {
+		t.Fatalf("%d calls with no token made %d GETs of the API server (at most %d may)", calls, gets, cluster.LookupBurst)
+	}
+	t.Logf("%d calls with no token, %d API server GETs", calls, gets)
 }

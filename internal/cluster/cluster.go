@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/client-go/util/retry"
 )
 
@@ -29,11 +30,26 @@ type Options struct {
 	Logger    *slog.Logger
 }
 
+// LookupRate and LookupBurst bound the API server GETs of Lookup: a
+// call's ID missing from the informer's table is fetched before anyone
+// authenticated the call, so a client with no token could otherwise turn
+// every made-up ID into a GET, queued with the node's Lease renewals
+// behind client-go's rate limit until the Lease lapsed. Past the bound a
+// missing ID is not found (the informer has it soon after). The GETs go
+// through a client of their own, so that they never wait in line with
+// the node's Lease and records.
+const (
+	LookupRate  = 2 // per second
+	LookupBurst = 10
+)
+
 // Cluster is one node's view of the cluster: the session → node table and
 // the nodes' Leases, kept by informers, and the writes of its own records.
 type Cluster struct {
 	opts     Options
 	dyn      dynamic.Interface
+	lookups  dynamic.Interface       // Lookup's GETs: a client of their own
+	lookRate flowcontrol.RateLimiter // LookupRate, LookupBurst
 	sessions cache.SharedIndexInformer
 	leases   cache.SharedIndexInformer
 	log      *slog.Logger
@@ -61,7 +77,14 @@ func New(o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{opts: o, dyn: dyn, log: o.Logger}
+	lcfg := rest.CopyConfig(o.Config)
+	lcfg.RateLimiter = nil // its own
+	lookups, err := dynamic.NewForConfig(lcfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{opts: o, dyn: dyn, lookups: lookups, log: o.Logger,
+		lookRate: flowcontrol.NewTokenBucketRateLimiter(LookupRate, LookupBurst)}
 	c.sessions = informer(dyn.Resource(SessionsGVR).Namespace(o.Namespace), "")
 	c.leases = informer(dyn.Resource(LeasesGVR).Namespace(o.Namespace), LabelComponent+"="+ComponentNode)
 	if err := c.sessions.AddIndexers(cache.Indexers{
@@ -130,17 +153,18 @@ func asSession(obj any) (*Session, error) {
 }
 
 // Lookup finds a session's record by ID in the informer's table, then in
-// the API server (a session another node created a moment ago).
+// the API server (a session another node created a moment ago), at most
+// LookupRate a second (LookupBurst at once): past it, not found.
 func (c *Cluster) Lookup(ctx context.Context, id string) (*Session, bool) {
 	if obj, ok, err := c.sessions.GetStore().GetByKey(c.opts.Namespace + "/" + id); err == nil && ok {
 		if s, err := asSession(obj); err == nil {
 			return s, true
 		}
 	}
-	if !validObjectName(id) {
+	if !validObjectName(id) || !c.lookRate.TryAccept() {
 		return nil, false
 	}
-	u, err := c.dyn.Resource(SessionsGVR).Namespace(c.opts.Namespace).Get(ctx, id, metav1.GetOptions{})
+	u, err := c.lookups.Resource(SessionsGVR).Namespace(c.opts.Namespace).Get(ctx, id, metav1.GetOptions{})
 	if err != nil {
 		return nil, false
 	}

@@ -16,9 +16,14 @@ import (
 // Bounds of what one event carries: a viewer reads the rest in the
 // call's result (output_file keeps a cut output whole).
 const (
-	liveInputMax  = 4 << 10  // each string of the input
-	liveOutputMax = 16 << 10 // one output event's data
-	liveTextMax   = 4 << 10  // the end event's text
+	liveInputMax = 4 << 10 // each string of the input
+	// liveInputTotal bounds the strings of one event's input together: a
+	// subscriber's queue (events.DefaultQueue) holds a thousand events,
+	// and lists of 64 strings under three keys each cut alone would make
+	// one event near 1 MiB, a slow viewer's queue near 1 GiB.
+	liveInputTotal = 16 << 10
+	liveOutputMax  = 16 << 10 // one output event's data
+	liveTextMax    = 4 << 10  // the end event's text
 )
 
 // liveInputKeys are the inputs an event shows: what a person watching
@@ -148,6 +153,7 @@ func liveInput(args json.RawMessage, redact func(string) string) map[string]any 
 		return nil
 	}
 	var out map[string]any
+	budget := liveInputTotal
 	for _, k := range liveInputKeys {
 		raw, ok := all[k]
 		if !ok {
@@ -160,24 +166,31 @@ func liveInput(args json.RawMessage, redact func(string) string) map[string]any 
 		if out == nil {
 			out = map[string]any{}
 		}
-		out[k] = cutValue(v, redact)
+		out[k] = cutValue(v, redact, &budget)
 	}
 	return out
 }
 
-func cutValue(v any, redact func(string) string) any {
+// cutValue cuts v's strings to liveInputMax each and to what is left of
+// budget together; a list past the budget ends with "… (cut)".
+func cutValue(v any, redact func(string) string, budget *int) any {
 	switch x := v.(type) {
 	case string:
 		if redact != nil {
 			x = redact(x)
 		}
-		return cutString(x, liveInputMax)
+		x = cutString(x, min(liveInputMax, max(*budget, 0)))
+		*budget -= len(x)
+		return x
 	case []any:
 		if len(x) > 64 {
 			x = x[:64]
 		}
 		for i := range x {
-			x[i] = cutValue(x[i], redact)
+			if *budget <= 0 {
+				return append(x[:i], "… (cut)")
+			}
+			x[i] = cutValue(x[i], redact, budget)
 		}
 		return x
 	case map[string]any:

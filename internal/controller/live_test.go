@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -30,5 +32,32 @@ func TestLiveInputShowsOnlyWhatToFollow(t *testing.T) {
 	}
 	if liveInput([]byte(`not json`), nil) != nil {
 		t.Error("bad arguments gave an input")
+	}
+}
+
+// TestLiveInputIsBoundedAsAWhole: an event's input is bounded together,
+// not only string by string. A slow viewer's queue holds a thousand
+// events; a call whose lists of 64 long strings under several keys were
+// each cut alone made one event of near 1 MiB, the queue near 1 GiB of
+// the server's memory, from any tenant's calls.
+func TestLiveInputIsBoundedAsAWhole(t *testing.T) {
+	t.Parallel()
+	long := make([]string, 64)
+	for i := range long {
+		long[i] = strings.Repeat("a", 8<<10)
+	}
+	list, _ := json.Marshal(long)
+	args := fmt.Sprintf(`{"command":%q,"code":%q,"args":%s,"packages":%s,"cmd":%s}`, long[0], long[0], list, list, list)
+	in := liveInput([]byte(args), nil)
+	b, _ := json.Marshal(in)
+	if len(b) > liveInputTotal+1024 {
+		t.Fatalf("the input of one event is %d bytes (arguments of %d bytes), over %d", len(b), len(args), liveInputTotal)
+	}
+	// What fits is kept, and a cut list says so.
+	if c, _ := in["command"].(string); !strings.HasPrefix(c, "aaaa") || !strings.HasSuffix(c, "(cut)") {
+		t.Fatalf("command %.40q…", c)
+	}
+	if l, _ := in["cmd"].([]any); len(l) == 0 || l[len(l)-1] != "… (cut)" {
+		t.Fatalf("cmd list %.200v", in["cmd"])
 	}
 }
