@@ -3,7 +3,9 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -56,8 +58,16 @@ type Router struct {
 	// in the API server when the client sees the new session.
 	Changed func(ctx context.Context)
 	// Used, when set, hears of each call this node serves for a session.
-	Used   func(id string)
-	Logger *slog.Logger
+	Used func(id string)
+	// Refs, when set, find the session of a request whose path names
+	// none: a Host of its own (E2B's PORT-ID.DOMAIN, a preview's). The
+	// first that names one wins.
+	Refs []func(*http.Request) string
+	// MaxBody bounds what is read of a POST /v1/{capability} body to find
+	// the session it names (DefaultMaxBody when 0): the REST server's own
+	// limit, so that a body the owner would take is never cut here.
+	MaxBody int64
+	Logger  *slog.Logger
 
 	once  sync.Once
 	proxy *httputil.ReverseProxy
@@ -111,16 +121,16 @@ func unavailable(w http.ResponseWriter, msg string) {
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.init()
 	if r.Header.Get(HeaderForwardedBy) != "" {
-		rt.local(w, r, rt.ours(r.Context(), sessionRef(r)))
+		rt.local(w, r, rt.ours(r.Context(), rt.ref(r)))
 		return
 	}
 	if isCreate(r) {
 		rt.create(w, r)
 		return
 	}
-	ref := sessionRef(r)
+	ref := rt.ref(r)
 	if ref == "" {
-		rt.Next.ServeHTTP(w, r)
+		rt.local(w, r, "")
 		return
 	}
 	s, ok := rt.Table.Lookup(r.Context(), ref)
@@ -141,6 +151,68 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.forward(w, r, s.Spec.Node)
 }
 
+// ref is the session r names: in its path, a header, its Host (Refs) or,
+// for POST /v1/{capability}, its body's "session" (bodyRef).
+func (rt *Router) ref(r *http.Request) string {
+	if ref := sessionRef(r); ref != "" {
+		return ref
+	}
+	for _, f := range rt.Refs {
+		if ref := f(r); ref != "" {
+			return ref
+		}
+	}
+	if isCapabilityPost(r) {
+		return rt.bodyRef(r)
+	}
+	return ""
+}
+
+// DefaultMaxBody is the REST server's default body limit.
+const DefaultMaxBody = 16 << 20
+
+// bodyRef is the top-level "session" of r's JSON body, read no further
+// than that member and at most MaxBody bytes; r.Body is replaced by the
+// same bytes, so the node that serves r reads them all as they came. A
+// body that is no JSON object, names no session or is too large names
+// none here: the local REST server then gives its own answer (400, 413).
+func (rt *Router) bodyRef(r *http.Request) string {
+	limit := rt.MaxBody
+	if limit <= 0 {
+		limit = DefaultMaxBody
+	}
+	var seen bytes.Buffer
+	body := r.Body
+	defer func() {
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(seen.Bytes()), body), body}
+	}()
+	dec := json.NewDecoder(io.TeeReader(io.LimitReader(body, limit), &seen))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return ""
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if key == "session" {
+			var ref string
+			if err := dec.Decode(&ref); err != nil {
+				return ""
+			}
+			return ref
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return ""
+		}
+	}
+	return ""
+}
+
 // ours is id when the table records it as this node's, else "" (a
 // caller's ID is only marked alive when it is a session of this node's).
 func (rt *Router) ours(ctx context.Context, id string) string {
@@ -159,7 +231,7 @@ func (rt *Router) local(w http.ResponseWriter, r *http.Request, id string) {
 	if id != "" && rt.Used != nil {
 		rt.Used(id)
 	}
-	if rt.Changed != nil && (isCreate(r) || r.Method == http.MethodDelete && isSessionRoot(r.URL.Path)) {
+	if rt.Changed != nil && (isCreate(r) || isDestroy(r)) {
 		rt.serveThenRecord(w, r)
 		return
 	}
@@ -268,13 +340,30 @@ func (h *held) WriteHeader(code int) {
 }
 func (h *held) Write(b []byte) (int, error) { h.WriteHeader(http.StatusOK); return h.body.Write(b) }
 
-// isCreate: a request that creates a session (REST or E2B's).
+// isCreate: a request that creates a session (REST, its capability
+// route, or E2B's).
 func isCreate(r *http.Request) bool {
 	if r.Method != http.MethodPost {
 		return false
 	}
 	p := strings.TrimSuffix(r.URL.Path, "/")
-	return p == "/v1/sessions" || p == "/e2b/sandboxes"
+	return p == "/v1/sessions" || p == "/v1/create_session" || p == "/e2b/sandboxes"
+}
+
+// isDestroy: a request that destroys a session.
+func isDestroy(r *http.Request) bool {
+	return r.Method == http.MethodDelete && isSessionRoot(r.URL.Path) ||
+		r.Method == http.MethodPost && strings.TrimSuffix(r.URL.Path, "/") == "/v1/destroy_session"
+}
+
+// isCapabilityPost: POST /v1/{capability}, REST's route for every
+// capability, whose session is named in the body.
+func isCapabilityPost(r *http.Request) bool {
+	if r.Method != http.MethodPost {
+		return false
+	}
+	name, ok := strings.CutPrefix(r.URL.Path, "/v1/")
+	return ok && name != "" && !strings.Contains(name, "/")
 }
 
 // isSessionRoot: /v1/sessions/{id} or /e2b/sandboxes/{id}.

@@ -153,14 +153,76 @@ func TestPlacementCountsItsOwnCreates(t *testing.T) {
 		{Name: "b", Address: strings.TrimPrefix(b.URL, "http://"), Renewed: now, TTL: time.Hour, MemTotal: 1 << 30, MemAvail: 1 << 29},
 	}}
 	rt := &Router{Table: table, Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = append(got, "a") })}
-	for range 6 {
+	for i := range 6 {
+		path := "/v1/sessions"
+		if i%3 == 2 {
+			path = "/v1/create_session" // REST's capability route places as well
+		}
 		rec := httptest.NewRecorder()
-		rt.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/sessions", strings.NewReader("{}")))
+		rt.ServeHTTP(rec, httptest.NewRequest("POST", path, strings.NewReader("{}")))
 		if rec.Code != http.StatusOK {
 			t.Fatalf("create: %d %s", rec.Code, rec.Body)
 		}
 	}
 	if want := "a b a b a b"; strings.Join(got, " ") != want {
 		t.Fatalf("placements %q, want %q", strings.Join(got, " "), want)
+	}
+}
+
+// TestRouterBody: POST /v1/{capability} names its session in the body;
+// the Router reads no more of it than it needs (and never past MaxBody)
+// and hands every byte on as it came, to the owner or to this node.
+func TestRouterBody(t *testing.T) {
+	t.Parallel()
+	echo := func(who string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				t.Errorf("%s: reading the body: %v", who, err)
+			}
+			fmt.Fprintf(w, "%s %s %d %s", who, r.URL.Path, r.ContentLength, b)
+		}
+	}
+	owner := httptest.NewServer(echo("owner"))
+	defer owner.Close()
+	now := time.Now()
+	table := &staticTable{self: "a",
+		sessions: map[string]*Session{"onb": {Spec: SessionSpec{Node: "b"}}, "ona": {Spec: SessionSpec{Node: "a"}}},
+		nodes: []Node{
+			{Name: "a", Address: "unused", Renewed: now, TTL: time.Hour},
+			{Name: "b", Address: strings.TrimPrefix(owner.URL, "http://"), Renewed: now, TTL: time.Hour},
+		}}
+	entry := httptest.NewServer(&Router{Table: table, Next: echo("local"), MaxBody: 1 << 20})
+	defer entry.Close()
+	post := func(path, body string) string {
+		resp, err := http.Post(entry.URL+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	big := strings.Repeat("x", 600<<10)
+	for _, c := range []struct{ name, path, body, who string }{
+		{"the session first", "/v1/run_code", `{"session":"onb","code":"print(1)"}`, "owner"},
+		{"the session after a large member", "/v1/write_file", `{"path":"a","content":"` + big + `","session":"onb"}`, "owner"},
+		{"nested objects are not the session", "/v1/run_code", `{"args":{"session":"onb"},"session":"ona"}`, "local"},
+		{"this node's session", "/v1/run_code", `{"session":"ona","code":"1"}`, "local"},
+		{"nobody's session", "/v1/run_code", `{"session":"nobody"}`, "local"},
+		{"not JSON before the session", "/v1/run_code", `{"code":1,,"session":"onb"}`, "local"},
+		{"not JSON after it: the owner's 400", "/v1/run_code", `{"session":"onb",`, "owner"},
+		{"not an object", "/v1/run_code", `["session","onb"]`, "local"},
+		{"a session that is no string", "/v1/run_code", `{"session":{"id":"onb"}}`, "local"},
+		{"past MaxBody: the local server's 413", "/v1/write_file", `{"content":"` + big + big + `","session":"onb"}`, "local"},
+		{"another path", "/v1/sessions/ona/run", `{"session":"onb"}`, "local"},
+	} {
+		want := fmt.Sprintf("%s %s %d %s", c.who, c.path, len(c.body), c.body)
+		if got := post(c.path, c.body); got != want {
+			if len(got) > 200 {
+				got = got[:200] + "..."
+			}
+			t.Errorf("%s: got %q", c.name, got)
+		}
 	}
 }
