@@ -132,8 +132,9 @@ func localSessions(a *app.App) func(ctx context.Context) ([]cluster.LocalSession
 }
 
 // router puts the cluster's routing in front of h.
-func (n *clusterNode) router(h http.Handler, authFn httpauth.Func, log *slog.Logger) http.Handler {
-	return &cluster.Router{Table: n.c, Next: h, Auth: authFn, Logger: log,
+// refs find the sessions that requests name by their Host.
+func (n *clusterNode) router(h http.Handler, authFn httpauth.Func, refs []func(*http.Request) string, log *slog.Logger) http.Handler {
+	return &cluster.Router{Table: n.c, Next: h, Auth: authFn, Logger: log, Refs: refs,
 		TenantLimit: func(string) int { return n.limit },
 		Changed: func(ctx context.Context) {
 			if err := n.member.Sync(context.WithoutCancel(ctx)); err != nil {

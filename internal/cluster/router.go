@@ -64,7 +64,7 @@ type Router struct {
 	// first that names one wins.
 	Refs []func(*http.Request) string
 	// MaxBody bounds what is read of a POST /v1/{capability} body to find
-	// the session it names (DefaultMaxBody when 0): the REST server's own
+	// the session it names (rest.DefaultMaxBody when 0): the REST server's own
 	// limit, so that a body the owner would take is never cut here.
 	MaxBody int64
 	Logger  *slog.Logger
@@ -168,9 +168,6 @@ func (rt *Router) ref(r *http.Request) string {
 	return ""
 }
 
-// DefaultMaxBody is the REST server's default body limit.
-const DefaultMaxBody = 16 << 20
-
 // bodyRef is the top-level "session" of r's JSON body, read no further
 // than that member and at most MaxBody bytes; r.Body is replaced by the
 // same bytes, so the node that serves r reads them all as they came. A
@@ -179,7 +176,7 @@ const DefaultMaxBody = 16 << 20
 func (rt *Router) bodyRef(r *http.Request) string {
 	limit := rt.MaxBody
 	if limit <= 0 {
-		limit = DefaultMaxBody
+		limit = rest.DefaultMaxBody
 	}
 	var seen bytes.Buffer
 	body := r.Body

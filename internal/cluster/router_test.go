@@ -192,7 +192,14 @@ func TestRouterBody(t *testing.T) {
 			{Name: "a", Address: "unused", Renewed: now, TTL: time.Hour},
 			{Name: "b", Address: strings.TrimPrefix(owner.URL, "http://"), Renewed: now, TTL: time.Hour},
 		}}
-	entry := httptest.NewServer(&Router{Table: table, Next: echo("local"), MaxBody: 1 << 20})
+	byHost := func(r *http.Request) string {
+		if id, ok := strings.CutSuffix(r.Host, ".box"); ok {
+			return id
+		}
+		return ""
+	}
+	entry := httptest.NewServer(&Router{Table: table, Next: echo("local"), MaxBody: 1 << 20,
+		Refs: []func(*http.Request) string{func(*http.Request) string { return "" }, byHost}})
 	defer entry.Close()
 	post := func(path, body string) string {
 		resp, err := http.Post(entry.URL+path, "application/json", strings.NewReader(body))
@@ -223,6 +230,20 @@ func TestRouterBody(t *testing.T) {
 				got = got[:200] + "..."
 			}
 			t.Errorf("%s: got %q", c.name, got)
+		}
+	}
+	// A session named by the Host (Refs: E2B's PORT-ID.DOMAIN, a preview's).
+	for host, want := range map[string]string{"onb.box": "owner /x 0 ", "ona.box": "local /x 0 ", "other": "local /x 0 "} {
+		req, _ := http.NewRequest("GET", entry.URL+"/x", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(b) != want {
+			t.Errorf("Host %s: %q, want %q", host, b, want)
 		}
 	}
 }

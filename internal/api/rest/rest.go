@@ -23,7 +23,7 @@ import (
 
 // Options configure the handler. nil means defaults.
 type Options struct {
-	// MaxBody is the largest accepted request body (16 MiB).
+	// MaxBody is the largest accepted request body (DefaultMaxBody).
 	MaxBody int64
 	Logger  *slog.Logger
 	// Access: authentication (httpauth.Open by default), allowed origins
@@ -46,7 +46,7 @@ type server struct {
 
 // New returns the HTTP handler for ctl.
 func New(ctl *controller.Controller, opts *Options) http.Handler {
-	s := &server{ctl: ctl, maxBody: 16 << 20, log: slog.New(slog.DiscardHandler)}
+	s := &server{ctl: ctl, maxBody: DefaultMaxBody, log: slog.New(slog.DiscardHandler)}
 	var wsh map[WebSocket]http.Handler
 	if opts != nil {
 		if opts.MaxBody > 0 {
@@ -215,6 +215,9 @@ func (s *server) jsonType(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // readBody reads the body up to the limit (413 beyond it).
+// DefaultMaxBody is the largest request body when Options say none.
+const DefaultMaxBody = 16 << 20
+
 func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
 	if err != nil {
