@@ -3,6 +3,9 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -21,9 +24,12 @@ import (
 
 // HeaderForwardedBy marks a request one node forwarded to another: the
 // owner serves it locally, never forwards it again. It carries no
-// authority: the owner authenticates the caller's own credential as on
-// any call, so a client that sets it only gets the node it called to
-// answer for itself (docs/security.md).
+// authority over sessions: the owner authenticates the caller's own
+// credential as on any call. With the cluster's forwarding key (Router.
+// Key) it is "NODE SIGNATURE", and a request whose header is not signed
+// with the key came from outside the cluster and is refused: else it
+// would skip placement and the cluster-wide tenant limit of a create
+// (docs/security.md).
 const HeaderForwardedBy = "Quro-Forwarded-By"
 
 // RetryAfter is what a call to a session whose owner is down is told.
@@ -57,6 +63,10 @@ type Router struct {
 	// destroy, before the response leaves: the node's records are then
 	// in the API server when the client sees the new session.
 	Changed func(ctx context.Context)
+	// Key, when set, is the cluster's forwarding key (Cluster.ForwardKey):
+	// it signs this node's HeaderForwardedBy and checks every one that
+	// arrives; a request whose header it did not sign is refused (403).
+	Key []byte
 	// Used, when set, hears of each call this node serves for a session.
 	Used func(id string)
 	// Refs, when set, find the session of a request whose path names
@@ -101,7 +111,7 @@ func (rt *Router) init() {
 				pr.SetURL(target)
 				pr.Out.Host = pr.In.Host // the owner checks the Host the client named
 				pr.SetXForwarded()
-				pr.Out.Header.Set(HeaderForwardedBy, rt.Table.Self())
+				pr.Out.Header.Set(HeaderForwardedBy, rt.forwardedBy())
 			},
 			FlushInterval: -1, // streamed runs and event streams as they come
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -120,7 +130,12 @@ func unavailable(w http.ResponseWriter, msg string) {
 
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.init()
-	if r.Header.Get(HeaderForwardedBy) != "" {
+	if _, forwarded := r.Header[http.CanonicalHeaderKey(HeaderForwardedBy)]; forwarded {
+		if !rt.signed(r.Header.Values(HeaderForwardedBy)) {
+			rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
+				"%s is set by the cluster's nodes only; a client does not send it", HeaderForwardedBy))
+			return
+		}
 		rt.local(w, r, rt.ours(r.Context(), rt.ref(r)))
 		return
 	}
@@ -149,6 +164,40 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rt.forward(w, r, s.Spec.Node)
+}
+
+// forwardedBy is this node's HeaderForwardedBy: its name, signed with
+// Key when there is one.
+func (rt *Router) forwardedBy() string {
+	self := rt.Table.Self()
+	if rt.Key == nil {
+		return self
+	}
+	return self + " " + base64.RawURLEncoding.EncodeToString(forwardMAC(rt.Key, self))
+}
+
+// forwardMAC is the signature of a node's forwarding header.
+func forwardMAC(key []byte, node string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("quro-forwarded-by\x00" + node))
+	return m.Sum(nil)
+}
+
+// signed reports whether vs, the HeaderForwardedBy values of a request,
+// are one header a node of this cluster signed (any one, without Key).
+func (rt *Router) signed(vs []string) bool {
+	if len(vs) != 1 || vs[0] == "" {
+		return false
+	}
+	if rt.Key == nil {
+		return true
+	}
+	node, sig, ok := strings.Cut(vs[0], " ")
+	if !ok {
+		return false
+	}
+	got, err := base64.RawURLEncoding.DecodeString(sig)
+	return err == nil && hmac.Equal(got, forwardMAC(rt.Key, node))
 }
 
 // ref is the session r names: in its path, a header, its Host (Refs) or,

@@ -3,12 +3,14 @@ package cluster
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -245,5 +247,69 @@ func TestRouterBody(t *testing.T) {
 		if string(b) != want {
 			t.Errorf("Host %s: %q, want %q", host, b, want)
 		}
+	}
+}
+
+// TestForgedForwardingHeader: with the cluster's key, a request that
+// carries the forwarding header without the key's signature came from
+// outside: refused, create included (it would skip placement and the
+// cluster-wide tenant limit); a node's own forwarded request is signed
+// and served by the owner.
+func TestForgedForwardingHeader(t *testing.T) {
+	t.Parallel()
+	key := []byte("0123456789abcdef0123456789abcdef")
+	var served atomic.Int32
+	owner := httptest.NewServer(&Router{Table: &staticTable{self: "b"}, Key: key,
+		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served.Add(1); fmt.Fprint(w, "owner served") })})
+	defer owner.Close()
+	now := time.Now()
+	table := &staticTable{self: "a",
+		sessions: map[string]*Session{"onb": {Spec: SessionSpec{Node: "b"}}},
+		nodes: []Node{
+			{Name: "a", Address: "unused", Renewed: now, TTL: time.Hour},
+			{Name: "b", Address: strings.TrimPrefix(owner.URL, "http://"), Renewed: now, TTL: time.Hour},
+		}}
+	entry := httptest.NewServer(&Router{Table: table, Key: key,
+		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "entry served") })})
+	defer entry.Close()
+	do := func(base, method, path string, hdr ...string) (int, string) {
+		req, _ := http.NewRequest(method, base+path, strings.NewReader("{}"))
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Add(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := do(entry.URL, "GET", "/v1/sessions/onb/files/x"); code != 200 || body != "owner served" {
+		t.Fatalf("a signed forward: %d %s", code, body)
+	}
+	otherKey := base64.RawURLEncoding.EncodeToString(forwardMAC([]byte("another cluster's key, 32 bytes!"), "a"))
+	good := base64.RawURLEncoding.EncodeToString(forwardMAC(key, "a"))
+	for _, forged := range [][]string{
+		{"a"}, {""}, {"a " + otherKey}, {"b " + good}, {"a " + good + "x"}, {"a " + good, "a " + good},
+	} {
+		var hdr []string
+		for _, v := range forged {
+			hdr = append(hdr, HeaderForwardedBy, v)
+		}
+		for _, target := range []struct{ base, method, path string }{
+			{entry.URL, "POST", "/v1/sessions"},            // a create that would skip placement
+			{entry.URL, "POST", "/v1/create_session"},      // and by the capability route
+			{entry.URL, "GET", "/v1/sessions/onb/files/x"}, // a session's call, not forwarded
+			{owner.URL, "GET", "/v1/sessions/onb/files/x"}, // straight to the owner
+		} {
+			code, body := do(target.base, target.method, target.path, hdr...)
+			if code != http.StatusForbidden || !strings.Contains(body, HeaderForwardedBy) {
+				t.Errorf("%s %s with %q: %d %s", target.method, target.path, forged, code, body)
+			}
+		}
+	}
+	if served.Load() != 1 {
+		t.Fatalf("the owner served %d requests, want the one signed forward", served.Load())
 	}
 }
