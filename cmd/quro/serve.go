@@ -327,7 +327,12 @@ func (f *serveFlags) server(a *app.App, authFn httpauth.Func, maxConns int, log 
 	mux.Handle("/mcp", guard(access, quromcp.Handler(a.Controller, authFn, &quromcp.Options{Logger: log,
 		Streams: streams, StreamIdleTimeout: f.streamIdle})))
 	// Metrics count every tenant's calls: the admin's alone.
-	mux.Handle("GET /metrics", guard(access, requireOperator(authFn, "/metrics shows every tenant's counts", a.Metrics.Handler())))
+	// A cluster node's metrics carry its name (node="quro-0").
+	metricsH := a.Metrics.Handler()
+	if f.node != nil {
+		metricsH = a.Metrics.NodeHandler(f.node.c.Self())
+	}
+	mux.Handle("GET /metrics", guard(access, requireOperator(authFn, "/metrics shows every tenant's counts", metricsH)))
 	// The web UI: public static files, no token needed to load them
 	// (it calls /v1/ like any other client, with the user's token).
 	// Only the Host is checked: the sandboxed artifact frame loads
