@@ -132,6 +132,15 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.init()
 	if _, forwarded := r.Header[http.CanonicalHeaderKey(HeaderForwardedBy)]; forwarded {
 		if !rt.signed(r.Header.Values(HeaderForwardedBy)) {
+			if rt.Auth != nil {
+				if _, err := rt.Auth(r); err != nil {
+					// No caller at all: this node's answer (401), as
+					// without the header.
+					r.Header.Del(HeaderForwardedBy)
+					rt.Next.ServeHTTP(w, r)
+					return
+				}
+			}
 			rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
 				"%s is set by the cluster's nodes only; a client does not send it", HeaderForwardedBy))
 			return

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/quro-dev/quro/internal/controller"
 )
 
 // staticTable is a fixed cluster view: the Router's logic without an API
@@ -308,6 +311,28 @@ func TestForgedForwardingHeader(t *testing.T) {
 				t.Errorf("%s %s with %q: %d %s", target.method, target.path, forged, code, body)
 			}
 		}
+	}
+	// Without a credential the caller is told that first (401), as without
+	// the header.
+	authed := httptest.NewServer(&Router{Table: table, Key: key,
+		Auth: func(r *http.Request) (controller.Caller, error) {
+			if r.Header.Get("Authorization") == "" {
+				return controller.Caller{}, errors.New("no token")
+			}
+			return controller.Caller{Tenant: "t"}, nil
+		},
+		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get(HeaderForwardedBy) != "" {
+				t.Errorf("the forged header reached the local handler")
+			}
+			http.Error(w, "401 here", http.StatusUnauthorized)
+		})})
+	defer authed.Close()
+	if code, body := do(authed.URL, "POST", "/v1/sessions", HeaderForwardedBy, "a"); code != http.StatusUnauthorized {
+		t.Errorf("forged, no token: %d %s", code, body)
+	}
+	if code, body := do(authed.URL, "POST", "/v1/sessions", HeaderForwardedBy, "a", "Authorization", "Bearer x"); code != http.StatusForbidden {
+		t.Errorf("forged, with a token: %d %s", code, body)
 	}
 	if served.Load() != 1 {
 		t.Fatalf("the owner served %d requests, want the one signed forward", served.Load())
