@@ -152,6 +152,10 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rt.create(w, r)
 		return
 	}
+	if isAuditQuery(r) {
+		rt.auditFanOut(w, r)
+		return
+	}
 	ref := rt.ref(r)
 	if ref == "" {
 		rt.local(w, r, "")
@@ -222,6 +226,9 @@ func (rt *Router) ref(r *http.Request) string {
 	}
 	if isCapabilityPost(r) {
 		return rt.bodyRef(r)
+	}
+	if r.Method == http.MethodGet && r.URL.Path == auditPath {
+		return r.URL.Query().Get("session") // its calls are in its owner's log
 	}
 	return ""
 }

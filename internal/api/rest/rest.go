@@ -243,7 +243,7 @@ func (s *server) call(w http.ResponseWriter, r *http.Request, caller controller.
 	if status == 0 {
 		status = http.StatusOK
 	}
-	if wantsText(r) {
+	if WantsText(r) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(status)
 		io.WriteString(w, reply.Text+"\n")
@@ -252,8 +252,9 @@ func (s *server) call(w http.ResponseWriter, r *http.Request, caller controller.
 	WriteJSON(w, status, reply.Output)
 }
 
-// wantsText is true when the client asks for the model-facing text.
-func wantsText(r *http.Request) bool {
+// WantsText is true when the client asks for the model-facing text
+// (?format=text or Accept: text/plain).
+func WantsText(r *http.Request) bool {
 	if r.URL.Query().Get("format") == "text" {
 		return true
 	}
