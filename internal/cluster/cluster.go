@@ -366,14 +366,14 @@ func (c *Cluster) cached(id string) (*Session, bool) {
 	return s, err == nil
 }
 
-// SecretsGVR is the Secrets of the namespace; ForwardKeySecret the one
-// that holds the cluster's forwarding key.
+// SecretsGVR is the Secrets of the namespace.
 var SecretsGVR = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 
-const (
-	ForwardKeySecret = "quro-forwarding-key"
-	forwardKeyField  = "key"
-)
+// ForwardKeySecret is the Secret that holds the cluster's forwarding key
+// (in data.key).
+const ForwardKeySecret = "quro-forwarding-key"
+
+const forwardKeyField = "key"
 
 // ForwardKey is the cluster's forwarding key (Router.Key), shared by
 // every node through a Secret of the namespace: read when there, else

@@ -214,10 +214,10 @@ func (s *server) jsonType(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// readBody reads the body up to the limit (413 beyond it).
 // DefaultMaxBody is the largest request body when Options say none.
 const DefaultMaxBody = 16 << 20
 
+// readBody reads the body up to the limit (413 beyond it).
 func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
 	if err != nil {
