@@ -327,13 +327,21 @@ func (f *serveFlags) server(a *app.App, authFn httpauth.Func, maxConns int, log 
 	mux.Handle("/mcp", guard(access, quromcp.Handler(a.Controller, authFn, &quromcp.Options{Logger: log,
 		Streams: streams, StreamIdleTimeout: f.streamIdle})))
 	// Metrics count every tenant's calls: the admin's alone.
-	mux.Handle("GET /metrics", guard(access, requireOperator(authFn, "/metrics shows every tenant's counts", a.Metrics.Handler())))
+	// A cluster node's metrics carry its name (node="quro-0").
+	metricsH := a.Metrics.Handler()
+	if f.node != nil {
+		metricsH = a.Metrics.NodeHandler(f.node.c.Self())
+	}
+	mux.Handle("GET /metrics", guard(access, requireOperator(authFn, "/metrics shows every tenant's counts", metricsH)))
 	// The web UI: public static files, no token needed to load them
 	// (it calls /v1/ like any other client, with the user's token).
 	// Only the Host is checked: the sandboxed artifact frame loads
 	// its script with "Origin: null".
 	mux.Handle("/", hostGuard(access, web.Handler()))
 	var handler http.Handler = mux
+	// refs find the session of a request by its Host: the cluster's
+	// router forwards it to the session's node.
+	var refs []func(*http.Request) string
 	// The host form of preview URLs: PORT-ID.DOMAIN, whatever the path,
 	// goes to the port (its own origin); any other name below DOMAIN
 	// reaches Quro's routes, whose Host check refuses it.
@@ -342,6 +350,12 @@ func (f *serveFlags) server(a *app.App, authFn httpauth.Func, maxConns int, log 
 	} else if host != "" {
 		ph := rest.NewPreviewHost(access, host, a, log)
 		ph.Secure = scheme == "https"
+		refs = append(refs, func(r *http.Request) string {
+			if id, _, ok := ph.Match(r); ok {
+				return id
+			}
+			return ""
+		})
 		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if _, _, ok := ph.Match(r); ok {
 				ph.ServeHTTP(w, r)
@@ -353,14 +367,14 @@ func (f *serveFlags) server(a *app.App, authFn httpauth.Func, maxConns int, log 
 	long, authed := longRequest, authenticated(authFn, f.noAuth)
 	if f.e2bOn {
 		var err error
-		handler, long, authed, err = f.withE2B(a, log, access, handler, authed, streams)
+		handler, long, authed, err = f.withE2B(a, log, access, handler, authed, streams, &refs)
 		if err != nil {
 			return nil, nil, err
 		}
 	}
 	if f.node != nil {
 		// Every call for a session another node owns goes there.
-		handler = f.node.router(handler, authFn, log)
+		handler = f.node.router(handler, authFn, refs, log)
 	}
 	srv := connlimit.NewServer(handler, &connlimit.HTTPOptions{
 		Authenticated: authed,
@@ -374,7 +388,7 @@ func (f *serveFlags) server(a *app.App, authFn httpauth.Func, maxConns int, log 
 // and code interpreter by their headers (or PORT-ID.DOMAIN). It returns
 // the handler of both, and which requests are long and authenticated.
 func (f *serveFlags) withE2B(a *app.App, log *slog.Logger, access rest.Access, mux http.Handler,
-	authed func(*http.Request) bool, streams *streamcap.Limiter) (http.Handler, func(*http.Request) bool, func(*http.Request) bool, error) {
+	authed func(*http.Request) bool, streams *streamcap.Limiter, refs *[]func(*http.Request) string) (http.Handler, func(*http.Request) bool, func(*http.Request) bool, error) {
 	// E2B's hosts (api.DOMAIN, PORT-ID.DOMAIN) name the E2B
 	// routes only, not Quro's own. Origin and Host are checked as on
 	// every other route (the E2B server runs e2bAccess.Check first), with
@@ -389,6 +403,7 @@ func (f *serveFlags) withE2B(a *app.App, log *slog.Logger, access rest.Access, m
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	*refs = append(*refs, es.HostSandbox)
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if es.Match(r) {
 			es.ServeHTTP(w, r)

@@ -91,7 +91,8 @@ func (c *clusterFlags) resolve(addr string, listening net.Addr) (*rest.Config, e
 type clusterNode struct {
 	c      *cluster.Cluster
 	member *cluster.Member
-	limit  int // a tenant's sessions across the cluster (0: none)
+	limit  int    // a tenant's sessions across the cluster (0: none)
+	key    []byte // the cluster's forwarding key (Router.Key)
 }
 
 // joinCluster connects a to the cluster, syncs its records once and keeps
@@ -109,13 +110,17 @@ func joinCluster(ctx context.Context, cfg *rest.Config, cf *clusterFlags, a *app
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	key, err := c.ForwardKey(sctx)
+	if err != nil {
+		return nil, err
+	}
 	m := &cluster.Member{C: c, MaxSessions: max(maxSessions, 0), SessionReserve: cf.reserve, List: localSessions(a)}
 	if err := m.Sync(sctx); err != nil {
 		return nil, fmt.Errorf("cluster: the first sync with the API server: %w", err)
 	}
 	go m.Run(ctx, 0)
 	log.Info("quro cluster node", "node", cf.node, "namespace", cf.namespace, "address", cf.address)
-	return &clusterNode{c: c, member: m, limit: max(perTenant, 0)}, nil
+	return &clusterNode{c: c, member: m, limit: max(perTenant, 0), key: key}, nil
 }
 
 // localSessions lists a's sessions of every tenant, spares left out.
@@ -138,8 +143,9 @@ func localSessions(a *app.App) func(ctx context.Context) ([]cluster.LocalSession
 }
 
 // router puts the cluster's routing in front of h.
-func (n *clusterNode) router(h http.Handler, authFn httpauth.Func, log *slog.Logger) http.Handler {
-	return &cluster.Router{Table: n.c, Next: h, Auth: authFn, Logger: log,
+// refs find the sessions that requests name by their Host.
+func (n *clusterNode) router(h http.Handler, authFn httpauth.Func, refs []func(*http.Request) string, log *slog.Logger) http.Handler {
+	return &cluster.Router{Table: n.c, Next: h, Auth: authFn, Logger: log, Refs: refs, Key: n.key,
 		TenantLimit: func(string) int { return n.limit },
 		Changed: func(ctx context.Context) {
 			if err := n.member.Sync(context.WithoutCancel(ctx)); err != nil {

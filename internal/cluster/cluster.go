@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -391,4 +394,55 @@ func (c *Cluster) cached(id string) (*Session, bool) {
 	}
 	s, err := asSession(obj)
 	return s, err == nil
+}
+
+// SecretsGVR is the Secrets of the namespace.
+var SecretsGVR = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+
+// ForwardKeySecret is the Secret that holds the cluster's forwarding key
+// (in data.key).
+const ForwardKeySecret = "quro-forwarding-key"
+
+const forwardKeyField = "key"
+
+// ForwardKey is the cluster's forwarding key (Router.Key), shared by
+// every node through a Secret of the namespace: read when there, else
+// made by this node (32 random bytes). Two nodes that start at once
+// both try to create it; the API server takes one, and the other reads
+// it.
+func (c *Cluster) ForwardKey(ctx context.Context) ([]byte, error) {
+	res := c.dyn.Resource(SecretsGVR).Namespace(c.opts.Namespace)
+	for range 3 {
+		u, err := res.Get(ctx, ForwardKeySecret, metav1.GetOptions{})
+		if err == nil {
+			enc, _, _ := unstructured.NestedString(u.Object, "data", forwardKeyField)
+			key, err := base64.StdEncoding.DecodeString(enc)
+			if err != nil || len(key) < 32 {
+				return nil, fmt.Errorf("cluster: Secret %s/%s holds no key of 32 bytes or more in data.%s", c.opts.Namespace, ForwardKeySecret, forwardKeyField)
+			}
+			return key, nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("cluster: reading the forwarding key: %w", err)
+		}
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, err
+		}
+		s := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+			"metadata": map[string]any{"name": ForwardKeySecret, "namespace": c.opts.Namespace,
+				"labels": map[string]any{LabelComponent: "forwarding"}},
+			"data": map[string]any{forwardKeyField: base64.StdEncoding.EncodeToString(key)},
+		}}
+		_, err = res.Create(ctx, s, metav1.CreateOptions{})
+		if err == nil {
+			return key, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("cluster: making the forwarding key: %w", err)
+		}
+		// Another node made it first: read it.
+	}
+	return nil, errors.New("cluster: the forwarding key's Secret was made and removed again three times")
 }

@@ -3,7 +3,12 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -20,9 +25,12 @@ import (
 
 // HeaderForwardedBy marks a request one node forwarded to another: the
 // owner serves it locally, never forwards it again. It carries no
-// authority: the owner authenticates the caller's own credential as on
-// any call, so a client that sets it only gets the node it called to
-// answer for itself (docs/security.md).
+// authority over sessions: the owner authenticates the caller's own
+// credential as on any call. With the cluster's forwarding key (Router.
+// Key) it is "NODE SIGNATURE", and a request whose header is not signed
+// with the key came from outside the cluster and is refused: else it
+// would skip placement and the cluster-wide tenant limit of a create
+// (docs/security.md).
 const HeaderForwardedBy = "Quro-Forwarded-By"
 
 // RetryAfter is what a call to a session whose owner is down is told.
@@ -56,9 +64,21 @@ type Router struct {
 	// destroy, before the response leaves: the node's records are then
 	// in the API server when the client sees the new session.
 	Changed func(ctx context.Context)
+	// Key, when set, is the cluster's forwarding key (Cluster.ForwardKey):
+	// it signs this node's HeaderForwardedBy and checks every one that
+	// arrives; a request whose header it did not sign is refused (403).
+	Key []byte
 	// Used, when set, hears of each call this node serves for a session.
-	Used   func(id string)
-	Logger *slog.Logger
+	Used func(id string)
+	// Refs, when set, find the session of a request whose path names
+	// none: a Host of its own (E2B's PORT-ID.DOMAIN, a preview's). The
+	// first that names one wins.
+	Refs []func(*http.Request) string
+	// MaxBody bounds what is read of a POST /v1/{capability} body to find
+	// the session it names (rest.DefaultMaxBody when 0): the REST server's own
+	// limit, so that a body the owner would take is never cut here.
+	MaxBody int64
+	Logger  *slog.Logger
 
 	once  sync.Once
 	proxy *httputil.ReverseProxy
@@ -98,7 +118,7 @@ func (rt *Router) init() {
 					pr.Out.Host = target.Host
 				}
 				pr.SetXForwarded()
-				pr.Out.Header.Set(HeaderForwardedBy, rt.Table.Self())
+				pr.Out.Header.Set(HeaderForwardedBy, rt.forwardedBy())
 			},
 			FlushInterval: -1, // streamed runs and event streams as they come
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -117,17 +137,35 @@ func unavailable(w http.ResponseWriter, msg string) {
 
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.init()
-	if r.Header.Get(HeaderForwardedBy) != "" {
-		rt.local(w, r, rt.ours(r.Context(), sessionRef(r)))
+	if _, forwarded := r.Header[http.CanonicalHeaderKey(HeaderForwardedBy)]; forwarded {
+		if !rt.signed(r.Header.Values(HeaderForwardedBy)) {
+			if rt.Auth != nil {
+				if _, err := rt.Auth(r); err != nil {
+					// No caller at all: this node's answer (401), as
+					// without the header.
+					r.Header.Del(HeaderForwardedBy)
+					rt.Next.ServeHTTP(w, r)
+					return
+				}
+			}
+			rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
+				"%s is set by the cluster's nodes only; a client does not send it", HeaderForwardedBy))
+			return
+		}
+		rt.local(w, r, rt.ours(r.Context(), rt.ref(r)))
 		return
 	}
 	if isCreate(r) {
 		rt.create(w, r)
 		return
 	}
-	ref := sessionRef(r)
+	if isAuditQuery(r) {
+		rt.auditFanOut(w, r)
+		return
+	}
+	ref := rt.ref(r)
 	if ref == "" {
-		rt.Next.ServeHTTP(w, r)
+		rt.local(w, r, "")
 		return
 	}
 	s, ok := rt.Table.Lookup(r.Context(), ref)
@@ -148,6 +186,102 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.forward(w, r, s.Spec.Node)
 }
 
+// forwardedBy is this node's HeaderForwardedBy: its name, signed with
+// Key when there is one.
+func (rt *Router) forwardedBy() string {
+	self := rt.Table.Self()
+	if rt.Key == nil {
+		return self
+	}
+	return self + " " + base64.RawURLEncoding.EncodeToString(forwardMAC(rt.Key, self))
+}
+
+// forwardMAC is the signature of a node's forwarding header.
+func forwardMAC(key []byte, node string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("quro-forwarded-by\x00" + node))
+	return m.Sum(nil)
+}
+
+// signed reports whether vs, the HeaderForwardedBy values of a request,
+// are one header a node of this cluster signed (any one, without Key).
+func (rt *Router) signed(vs []string) bool {
+	if len(vs) != 1 || vs[0] == "" {
+		return false
+	}
+	if rt.Key == nil {
+		return true
+	}
+	node, sig, ok := strings.Cut(vs[0], " ")
+	if !ok {
+		return false
+	}
+	got, err := base64.RawURLEncoding.DecodeString(sig)
+	return err == nil && hmac.Equal(got, forwardMAC(rt.Key, node))
+}
+
+// ref is the session r names: in its path, a header, its Host (Refs) or,
+// for POST /v1/{capability}, its body's "session" (bodyRef).
+func (rt *Router) ref(r *http.Request) string {
+	if ref := sessionRef(r); ref != "" {
+		return ref
+	}
+	for _, f := range rt.Refs {
+		if ref := f(r); ref != "" {
+			return ref
+		}
+	}
+	if isCapabilityPost(r) {
+		return rt.bodyRef(r)
+	}
+	if r.Method == http.MethodGet && r.URL.Path == auditPath {
+		return r.URL.Query().Get("session") // its calls are in its owner's log
+	}
+	return ""
+}
+
+// bodyRef is the top-level "session" of r's JSON body, read no further
+// than that member and at most MaxBody bytes; r.Body is replaced by the
+// same bytes, so the node that serves r reads them all as they came. A
+// body that is no JSON object, names no session or is too large names
+// none here: the local REST server then gives its own answer (400, 413).
+func (rt *Router) bodyRef(r *http.Request) string {
+	limit := rt.MaxBody
+	if limit <= 0 {
+		limit = rest.DefaultMaxBody
+	}
+	var seen bytes.Buffer
+	body := r.Body
+	defer func() {
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(seen.Bytes()), body), body}
+	}()
+	dec := json.NewDecoder(io.TeeReader(io.LimitReader(body, limit), &seen))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return ""
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if key == "session" {
+			var ref string
+			if err := dec.Decode(&ref); err != nil {
+				return ""
+			}
+			return ref
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return ""
+		}
+	}
+	return ""
+}
+
 // ours is id when the table records it as this node's, else "" (a
 // caller's ID is only marked alive when it is a session of this node's).
 func (rt *Router) ours(ctx context.Context, id string) string {
@@ -166,7 +300,7 @@ func (rt *Router) local(w http.ResponseWriter, r *http.Request, id string) {
 	if id != "" && rt.Used != nil {
 		rt.Used(id)
 	}
-	if rt.Changed != nil && (isCreate(r) || r.Method == http.MethodDelete && isSessionRoot(r.URL.Path)) {
+	if rt.Changed != nil && (isCreate(r) || isDestroy(r)) {
 		rt.serveThenRecord(w, r)
 		return
 	}
@@ -275,13 +409,30 @@ func (h *held) WriteHeader(code int) {
 }
 func (h *held) Write(b []byte) (int, error) { h.WriteHeader(http.StatusOK); return h.body.Write(b) }
 
-// isCreate: a request that creates a session (REST or E2B's).
+// isCreate: a request that creates a session (REST, its capability
+// route, or E2B's).
 func isCreate(r *http.Request) bool {
 	if r.Method != http.MethodPost {
 		return false
 	}
 	p := strings.TrimSuffix(r.URL.Path, "/")
-	return p == "/v1/sessions" || p == "/e2b/sandboxes"
+	return p == "/v1/sessions" || p == "/v1/create_session" || p == "/e2b/sandboxes"
+}
+
+// isDestroy: a request that destroys a session.
+func isDestroy(r *http.Request) bool {
+	return r.Method == http.MethodDelete && isSessionRoot(r.URL.Path) ||
+		r.Method == http.MethodPost && strings.TrimSuffix(r.URL.Path, "/") == "/v1/destroy_session"
+}
+
+// isCapabilityPost: POST /v1/{capability}, REST's route for every
+// capability, whose session is named in the body.
+func isCapabilityPost(r *http.Request) bool {
+	if r.Method != http.MethodPost {
+		return false
+	}
+	name, ok := strings.CutPrefix(r.URL.Path, "/v1/")
+	return ok && name != "" && !strings.Contains(name, "/")
 }
 
 // isSessionRoot: /v1/sessions/{id} or /e2b/sandboxes/{id}.

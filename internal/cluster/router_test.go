@@ -3,14 +3,19 @@ package cluster
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/quro-dev/quro/internal/controller"
 )
 
 // staticTable is a fixed cluster view: the Router's logic without an API
@@ -153,14 +158,183 @@ func TestPlacementCountsItsOwnCreates(t *testing.T) {
 		{Name: "b", Address: strings.TrimPrefix(b.URL, "http://"), Renewed: now, TTL: time.Hour, MemTotal: 1 << 30, MemAvail: 1 << 29},
 	}}
 	rt := &Router{Table: table, Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = append(got, "a") })}
-	for range 6 {
+	for i := range 6 {
+		path := "/v1/sessions"
+		if i%3 == 2 {
+			path = "/v1/create_session" // REST's capability route places as well
+		}
 		rec := httptest.NewRecorder()
-		rt.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/sessions", strings.NewReader("{}")))
+		rt.ServeHTTP(rec, httptest.NewRequest("POST", path, strings.NewReader("{}")))
 		if rec.Code != http.StatusOK {
 			t.Fatalf("create: %d %s", rec.Code, rec.Body)
 		}
 	}
 	if want := "a b a b a b"; strings.Join(got, " ") != want {
 		t.Fatalf("placements %q, want %q", strings.Join(got, " "), want)
+	}
+}
+
+// TestRouterBody: POST /v1/{capability} names its session in the body;
+// the Router reads no more of it than it needs (and never past MaxBody)
+// and hands every byte on as it came, to the owner or to this node.
+func TestRouterBody(t *testing.T) {
+	t.Parallel()
+	echo := func(who string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				t.Errorf("%s: reading the body: %v", who, err)
+			}
+			fmt.Fprintf(w, "%s %s %d %s", who, r.URL.Path, r.ContentLength, b)
+		}
+	}
+	owner := httptest.NewServer(echo("owner"))
+	defer owner.Close()
+	now := time.Now()
+	table := &staticTable{self: "a",
+		sessions: map[string]*Session{"onb": {Spec: SessionSpec{Node: "b"}}, "ona": {Spec: SessionSpec{Node: "a"}}},
+		nodes: []Node{
+			{Name: "a", Address: "unused", Renewed: now, TTL: time.Hour},
+			{Name: "b", Address: strings.TrimPrefix(owner.URL, "http://"), Renewed: now, TTL: time.Hour},
+		}}
+	byHost := func(r *http.Request) string {
+		if id, ok := strings.CutSuffix(r.Host, ".box"); ok {
+			return id
+		}
+		return ""
+	}
+	entry := httptest.NewServer(&Router{Table: table, Next: echo("local"), MaxBody: 1 << 20,
+		Refs: []func(*http.Request) string{func(*http.Request) string { return "" }, byHost}})
+	defer entry.Close()
+	post := func(path, body string) string {
+		resp, err := http.Post(entry.URL+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	big := strings.Repeat("x", 600<<10)
+	for _, c := range []struct{ name, path, body, who string }{
+		{"the session first", "/v1/run_code", `{"session":"onb","code":"print(1)"}`, "owner"},
+		{"the session after a large member", "/v1/write_file", `{"path":"a","content":"` + big + `","session":"onb"}`, "owner"},
+		{"nested objects are not the session", "/v1/run_code", `{"args":{"session":"onb"},"session":"ona"}`, "local"},
+		{"this node's session", "/v1/run_code", `{"session":"ona","code":"1"}`, "local"},
+		{"nobody's session", "/v1/run_code", `{"session":"nobody"}`, "local"},
+		{"not JSON before the session", "/v1/run_code", `{"code":1,,"session":"onb"}`, "local"},
+		{"not JSON after it: the owner's 400", "/v1/run_code", `{"session":"onb",`, "owner"},
+		{"not an object", "/v1/run_code", `["session","onb"]`, "local"},
+		{"a session that is no string", "/v1/run_code", `{"session":{"id":"onb"}}`, "local"},
+		{"past MaxBody: the local server's 413", "/v1/write_file", `{"content":"` + big + big + `","session":"onb"}`, "local"},
+		{"another path", "/v1/sessions/ona/run", `{"session":"onb"}`, "local"},
+	} {
+		want := fmt.Sprintf("%s %s %d %s", c.who, c.path, len(c.body), c.body)
+		if got := post(c.path, c.body); got != want {
+			if len(got) > 200 {
+				got = got[:200] + "..."
+			}
+			t.Errorf("%s: got %q", c.name, got)
+		}
+	}
+	// A session named by the Host (Refs: E2B's PORT-ID.DOMAIN, a preview's).
+	for host, want := range map[string]string{"onb.box": "owner /x 0 ", "ona.box": "local /x 0 ", "other": "local /x 0 "} {
+		req, _ := http.NewRequest("GET", entry.URL+"/x", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(b) != want {
+			t.Errorf("Host %s: %q, want %q", host, b, want)
+		}
+	}
+}
+
+// TestForgedForwardingHeader: with the cluster's key, a request that
+// carries the forwarding header without the key's signature came from
+// outside: refused, create included (it would skip placement and the
+// cluster-wide tenant limit); a node's own forwarded request is signed
+// and served by the owner.
+func TestForgedForwardingHeader(t *testing.T) {
+	t.Parallel()
+	key := []byte("0123456789abcdef0123456789abcdef")
+	var served atomic.Int32
+	owner := httptest.NewServer(&Router{Table: &staticTable{self: "b"}, Key: key,
+		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served.Add(1); fmt.Fprint(w, "owner served") })})
+	defer owner.Close()
+	now := time.Now()
+	table := &staticTable{self: "a",
+		sessions: map[string]*Session{"onb": {Spec: SessionSpec{Node: "b"}}},
+		nodes: []Node{
+			{Name: "a", Address: "unused", Renewed: now, TTL: time.Hour},
+			{Name: "b", Address: strings.TrimPrefix(owner.URL, "http://"), Renewed: now, TTL: time.Hour},
+		}}
+	entry := httptest.NewServer(&Router{Table: table, Key: key,
+		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "entry served") })})
+	defer entry.Close()
+	do := func(base, method, path string, hdr ...string) (int, string) {
+		req, _ := http.NewRequest(method, base+path, strings.NewReader("{}"))
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Add(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := do(entry.URL, "GET", "/v1/sessions/onb/files/x"); code != 200 || body != "owner served" {
+		t.Fatalf("a signed forward: %d %s", code, body)
+	}
+	otherKey := base64.RawURLEncoding.EncodeToString(forwardMAC([]byte("another cluster's key, 32 bytes!"), "a"))
+	good := base64.RawURLEncoding.EncodeToString(forwardMAC(key, "a"))
+	for _, forged := range [][]string{
+		{"a"}, {""}, {"a " + otherKey}, {"b " + good}, {"a " + good + "x"}, {"a " + good, "a " + good},
+	} {
+		var hdr []string
+		for _, v := range forged {
+			hdr = append(hdr, HeaderForwardedBy, v)
+		}
+		for _, target := range []struct{ base, method, path string }{
+			{entry.URL, "POST", "/v1/sessions"},            // a create that would skip placement
+			{entry.URL, "POST", "/v1/create_session"},      // and by the capability route
+			{entry.URL, "GET", "/v1/sessions/onb/files/x"}, // a session's call, not forwarded
+			{owner.URL, "GET", "/v1/sessions/onb/files/x"}, // straight to the owner
+		} {
+			code, body := do(target.base, target.method, target.path, hdr...)
+			if code != http.StatusForbidden || !strings.Contains(body, HeaderForwardedBy) {
+				t.Errorf("%s %s with %q: %d %s", target.method, target.path, forged, code, body)
+			}
+		}
+	}
+	// Without a credential the caller is told that first (401), as without
+	// the header.
+	authed := httptest.NewServer(&Router{Table: table, Key: key,
+		Auth: func(r *http.Request) (controller.Caller, error) {
+			if r.Header.Get("Authorization") == "" {
+				return controller.Caller{}, errors.New("no token")
+			}
+			return controller.Caller{Tenant: "t"}, nil
+		},
+		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get(HeaderForwardedBy) != "" {
+				t.Errorf("the forged header reached the local handler")
+			}
+			http.Error(w, "401 here", http.StatusUnauthorized)
+		})})
+	defer authed.Close()
+	if code, body := do(authed.URL, "POST", "/v1/sessions", HeaderForwardedBy, "a"); code != http.StatusUnauthorized {
+		t.Errorf("forged, no token: %d %s", code, body)
+	}
+	if code, body := do(authed.URL, "POST", "/v1/sessions", HeaderForwardedBy, "a", "Authorization", "Bearer x"); code != http.StatusForbidden {
+		t.Errorf("forged, with a token: %d %s", code, body)
+	}
+	if served.Load() != 1 {
+		t.Fatalf("the owner served %d requests, want the one signed forward", served.Load())
 	}
 }

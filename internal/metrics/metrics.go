@@ -15,12 +15,15 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
@@ -156,6 +159,28 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 // /metrics).
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// NodeLabel is the label NodeHandler puts on every metric.
+const NodeLabel = "node"
+
+// NodeHandler serves the metrics as Handler does, each labelled with the
+// cluster node that counted it (node="quro-0"): every node of a cluster
+// counts its own calls, and Prometheus scrapes each pod of the
+// StatefulSet; the label keeps their series apart when the scrape's own
+// target labels are dropped or relabelled.
+func (m *Metrics) NodeHandler(node string) http.Handler {
+	g := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		mfs, err := m.reg.Gather()
+		for _, mf := range mfs {
+			for _, mt := range mf.Metric {
+				mt.Label = append(mt.Label, &dto.LabelPair{Name: proto.String(NodeLabel), Value: proto.String(node)})
+				slices.SortFunc(mt.Label, func(a, b *dto.LabelPair) int { return strings.Compare(a.GetName(), b.GetName()) })
+			}
+		}
+		return mfs, err
+	})
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{Registry: m.reg})
 }
 
 // Observer returns m's observer of the calls of a controller over reg

@@ -3,6 +3,8 @@ package metrics_test
 import (
 	"context"
 	"encoding/json"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,4 +133,32 @@ func TestGauges(t *testing.T) {
 	check("quro_python_workers", 4)
 	check("quro_background_processes", 6)
 	check("quro_runs_in_flight", 7)
+}
+
+// TestNodeHandler: a cluster node's /metrics labels every sample with the
+// node, so the StatefulSet's pods' series stay apart.
+func TestNodeHandler(t *testing.T) {
+	t.Parallel()
+	m := metrics.New()
+	rec := httptest.NewRecorder()
+	m.NodeHandler("quro-1").ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	samples := 0
+	for line := range strings.Lines(rec.Body.String()) {
+		if strings.HasPrefix(line, "#") || strings.TrimSpace(line) == "" {
+			continue
+		}
+		samples++
+		if !strings.Contains(line, `node="quro-1"`) {
+			t.Fatalf("a sample without the node's label: %q", line)
+		}
+	}
+	if samples == 0 {
+		t.Fatalf("no samples:\n%s", rec.Body)
+	}
+	// The registry's own handler is unchanged.
+	rec = httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if strings.Contains(rec.Body.String(), `node="quro-1"`) {
+		t.Fatal("Handler carries the node label too")
+	}
 }

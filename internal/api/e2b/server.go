@@ -325,6 +325,17 @@ func (s *Server) route(r *http.Request) target {
 	return target{}
 }
 
+// HostSandbox is the sandbox r names by its Host (PORT-ID.DOMAIN), ""
+// for none: a cluster node forwards such a request to the sandbox's
+// owner (the header form and the /e2b/sandboxes paths name theirs where
+// any router finds them).
+func (s *Server) HostSandbox(r *http.Request) string {
+	if t := s.route(r); t.plane == planeSandbox && t.byHost {
+		return t.id
+	}
+	return ""
+}
+
 // Match reports whether r is for this server (quro serve sends it here
 // before its own routes).
 func (s *Server) Match(r *http.Request) bool { return s.route(r).plane != planeNone }

@@ -135,3 +135,36 @@ func TestTypedOutputMismatch(t *testing.T) {
 		}
 	}
 }
+
+// TestHostSandbox: the sandbox a request names by its Host alone
+// (PORT-ID.DOMAIN), which a cluster node forwards to its owner; the
+// API's host, other domains and the header form name none by Host.
+func TestHostSandbox(t *testing.T) {
+	t.Parallel()
+	srv, err := e2b.New(controller.New(capability.NewRegistry(), nil), &e2b.Options{
+		Secret: make([]byte, 32), Domain: "e2b.example",
+		Sandbox: func(context.Context, string) (e2b.Sandbox, error) { return e2b.Sandbox{}, e2b.ErrNoSandbox },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for host, want := range map[string]string{
+		"49983-sbx1.e2b.example":      "sbx1",
+		"3000-sbx2.E2B.example:443":   "sbx2",
+		"api.e2b.example":             "",
+		"49983-sbx1.other.example":    "",
+		"a.49983-sbx1.e2b.example":    "",
+		"49983-sbx1.e2b.example.evil": "",
+	} {
+		r := httptest.NewRequest("GET", "/files", nil)
+		r.Host = host
+		if got := srv.HostSandbox(r); got != want {
+			t.Errorf("Host %s: %q, want %q", host, got, want)
+		}
+	}
+	r := httptest.NewRequest("GET", "/files", nil)
+	r.Header.Set(e2b.HeaderSandboxID, "sbx3")
+	if got := srv.HostSandbox(r); got != "" {
+		t.Errorf("the header form: %q (the router reads the header itself)", got)
+	}
+}

@@ -23,7 +23,7 @@ import (
 
 // Options configure the handler. nil means defaults.
 type Options struct {
-	// MaxBody is the largest accepted request body (16 MiB).
+	// MaxBody is the largest accepted request body (DefaultMaxBody).
 	MaxBody int64
 	Logger  *slog.Logger
 	// Access: authentication (httpauth.Open by default), allowed origins
@@ -46,7 +46,7 @@ type server struct {
 
 // New returns the HTTP handler for ctl.
 func New(ctl *controller.Controller, opts *Options) http.Handler {
-	s := &server{ctl: ctl, maxBody: 16 << 20, log: slog.New(slog.DiscardHandler)}
+	s := &server{ctl: ctl, maxBody: DefaultMaxBody, log: slog.New(slog.DiscardHandler)}
 	var wsh map[WebSocket]http.Handler
 	if opts != nil {
 		if opts.MaxBody > 0 {
@@ -214,6 +214,9 @@ func (s *server) jsonType(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
+// DefaultMaxBody is the largest request body when Options say none.
+const DefaultMaxBody = 16 << 20
+
 // readBody reads the body up to the limit (413 beyond it).
 func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
@@ -240,7 +243,7 @@ func (s *server) call(w http.ResponseWriter, r *http.Request, caller controller.
 	if status == 0 {
 		status = http.StatusOK
 	}
-	if wantsText(r) {
+	if WantsText(r) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(status)
 		io.WriteString(w, reply.Text+"\n")
@@ -249,8 +252,9 @@ func (s *server) call(w http.ResponseWriter, r *http.Request, caller controller.
 	WriteJSON(w, status, reply.Output)
 }
 
-// wantsText is true when the client asks for the model-facing text.
-func wantsText(r *http.Request) bool {
+// WantsText is true when the client asks for the model-facing text
+// (?format=text or Accept: text/plain).
+func WantsText(r *http.Request) bool {
 	if r.URL.Query().Get("format") == "text" {
 		return true
 	}
