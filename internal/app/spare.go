@@ -283,6 +283,9 @@ func (a *App) removeStaleSpares(ctx context.Context) {
 	for _, s := range list {
 		a.destroySpare(s)
 	}
+	if len(list) > 0 {
+		a.Sessions.WaitReleases() // at start, their disks and directories go before the pool refills
+	}
 }
 
 // destroySpare ends spare s as destroy_session ends a session, on the
