@@ -66,6 +66,7 @@ func TestSessionLifecycle(t *testing.T) {
 	pid = hostPID(t, a, pid, info.Workspace)
 	mustCall(t, a, "destroy_session", SessionRef{Session: "work"})
 	waitExit(t, pid)
+	a.Sessions.WaitReleases() // the workspace goes in the destroy's background release
 	if _, err := os.Stat(info.Workspace); !os.IsNotExist(err) {
 		t.Errorf("workspace survived destroy: %v", err)
 	}

@@ -274,6 +274,7 @@ func TestForkIsAllOrNothing(t *testing.T) {
 		}
 	}
 	after := sessionNames(t, a)
+	a.Sessions.WaitReleases() // the copies' disks and directories go in their destroys' background releases
 	as, ad, _ := leftovers(t, a)
 	if !slices.Equal(before, after) || !slices.Equal(bs, as) || !slices.Equal(bd, ad) {
 		t.Errorf("the failed fork left something:\nsessions %v → %v\ndirs %v → %v\ndisks %v → %v", before, after, bs, as, bd, ad)
@@ -302,6 +303,7 @@ func TestForkIsAllOrNothing(t *testing.T) {
 			t.Errorf("the error %q does not say %q", ce.Message, want)
 		}
 	}
+	a.Sessions.WaitReleases()
 	as, ad, _ = leftovers(t, a)
 	if after := sessionNames(t, a); !slices.Equal(before, after) || !slices.Equal(bs, as) || !slices.Equal(bd, ad) {
 		t.Errorf("the fork that hit the quota left something:\nsessions %v → %v\ndirs %v → %v\ndisks %v → %v", before, after, bs, as, bd, ad)

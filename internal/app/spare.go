@@ -55,8 +55,10 @@ import (
 // never below the floor, and its ready spares past the target destroyed;
 // the pool's patrol does this (trim), on the pool's clock (now, which tests
 // replace). Spares are made in parallel, as many at once as the machine has
-// CPUs (makers); the rest wait their turn, and a create_session waits only
-// for a spare whose making has started, never for one waiting its turn.
+// CPUs (makers); the rest wait their turn. A create_session that finds
+// no spare ready waits for none being made: it makes its session at once
+// (see RATIONALE.md, "Why a create does not wait for a spare being
+// made").
 
 // maxSpareTemplates bounds the templates with spares: a template
 // wanted less recently than that many others loses its spares. A tenant's
@@ -100,7 +102,6 @@ type spares struct {
 	ready   map[spareKey][]*spare
 	filling map[spareKey]int       // spares being made or waiting for a maker
 	making  map[spareKey]int       // of those, being made (holding a maker)
-	waiting map[spareKey]int       // create_session calls waiting for a fill
 	binding int                    // claims binding a spare's worker now
 	wanted  map[spareKey]time.Time // templates with spares, by last demand
 	target  map[spareKey]int       // spares wanted per template (floor when absent)
@@ -176,7 +177,7 @@ func (a *App) openSpares(ctx context.Context, floor, maxN, perTenant int) *spare
 	p := &spares{a: a, floor: floor, ceiling: maxN, perTenant: min(max(perTenant, floor), maxN), lock: lock, ctx: pctx, cancel: cancel,
 		maxTemplates: maxSpareTemplates, tenantTemplates: share.Of(maxSpareTemplates, 1),
 		idle: spareIdle, now: time.Now, makers: make(chan struct{}, max(runtime.NumCPU(), 1)),
-		ready: map[spareKey][]*spare{}, filling: map[spareKey]int{}, making: map[spareKey]int{}, waiting: map[spareKey]int{},
+		ready: map[spareKey][]*spare{}, filling: map[spareKey]int{}, making: map[spareKey]int{},
 		wanted: map[spareKey]time.Time{}, target: map[spareKey]int{}, missed: map[spareKey]time.Time{},
 		changed: make(chan struct{}), failed: map[spareKey]time.Time{}}
 	p.refill(spareKey{tenant: "", network: "none"})
@@ -282,6 +283,9 @@ func (a *App) removeStaleSpares(ctx context.Context) {
 	for _, s := range list {
 		a.destroySpare(s)
 	}
+	if len(list) > 0 {
+		a.Sessions.WaitReleases() // at start, their disks and directories go before the pool refills
+	}
 }
 
 // destroySpare ends spare s as destroy_session ends a session, on the
@@ -320,34 +324,16 @@ func (p *spares) claim(ctx context.Context, in CreateSessionInput, o session.Cre
 		return nil, err // refused: the usual path would refuse it too
 	}
 	defer p.refill(key)
-	giveUp := time.NewTimer(spareWait)
-	defer giveUp.Stop()
 	for first := true; ; first = false {
-		sp, fill := p.take(key)
-		if sp == nil && first {
-			p.miss(key, limits.Sessions) // the pool could not serve this one
-		}
+		sp := p.take(key)
 		if sp == nil {
-			if fill == nil {
-				return nil, nil
+			if first {
+				p.miss(key, limits.Sessions) // the pool could not serve this one
 			}
-			// A spare being made is the quicker way: it started before.
-			expired := false
-			select {
-			case <-fill:
-			case <-giveUp.C:
-				expired = true
-			case <-ctx.Done():
-			}
-			p.mu.Lock()
-			if p.waiting[key]--; p.waiting[key] == 0 {
-				delete(p.waiting, key) // one entry per tenant ever seen, else
-			}
-			p.mu.Unlock()
-			if expired || ctx.Err() != nil {
-				return nil, nil
-			}
-			continue
+			// None ready: the session is made the usual way now, not after
+			// a wait for a spare being made (whose end nothing bounds on a
+			// loaded machine); that spare serves the next create.
+			return nil, nil
 		}
 		p.refill(key) // now, not after the claim
 		s, next, err := p.claimOne(ctx, key, sp, limits, in.Name, o)
@@ -357,8 +343,8 @@ func (p *spares) claim(ctx context.Context, in CreateSessionInput, o session.Cre
 	}
 }
 
-// spareWait bounds how long create_session waits for a spare being made
-// (when none is ready) before it makes the session itself.
+// spareWait is how long a claim's bind of a spare's worker may take per
+// CPU's worth of binds in flight before the spare is given up as unfit.
 const spareWait = time.Second
 
 // claimOne claims sp, taken from the pool, with o's env, metadata and
@@ -413,34 +399,24 @@ func (p *spares) claimOne(ctx context.Context, key spareKey, sp *spare, limits T
 	}
 }
 
-// take removes a spare of key from the pool; nil when there is none. Once
-// taken, a spare is claimed, put back or discarded by its taker alone,
-// which then calls p.wg.Done (close waits for it).
-//
-// With none ready, fill is a channel closed when a fill ends, for the
-// caller to wait on and take again, when a spare of key is being made
-// (its making started: not one waiting for a maker) that no other caller
-// waits for (the caller then counts in p.waiting[key] until it stops
-// waiting); else nil.
-func (p *spares) take(key spareKey) (sp *spare, fill <-chan struct{}) {
+// take removes a spare of key from the pool; nil when there is none
+// ready. Once taken, a spare is claimed, put back or discarded by its
+// taker alone, which then calls p.wg.Done (close waits for it).
+func (p *spares) take(key spareKey) *spare {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, nil
+		return nil
 	}
 	p.wanted[key] = p.now()
 	list := p.ready[key]
 	if len(list) == 0 {
-		if p.making[key] > p.waiting[key] {
-			p.waiting[key]++
-			return nil, p.changed
-		}
-		return nil, nil
+		return nil
 	}
-	sp = list[0]
+	sp := list[0]
 	p.ready[key] = list[1:]
 	p.wg.Add(1)
-	return sp, nil
+	return sp
 }
 
 // put returns an unclaimed spare to the pool.

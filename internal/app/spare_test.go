@@ -173,7 +173,7 @@ func TestSpareIsNeverClaimedTwice(t *testing.T) {
 	}
 	// The store's own guard: a spare row changes hands once.
 	waitSpares(t, a, localNone, 1)
-	taken, _ := a.spares.take(localNone)
+	taken := a.spares.take(localNone)
 	defer a.spares.wg.Done()
 	sp := taken.s
 	ctxA := session.WithTenant(context.Background(), "alice")

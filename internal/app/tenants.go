@@ -387,6 +387,12 @@ func (t *tenants) prepare(tenant, dir string) error {
 	if size <= 0 || t.disks.Enforced() != nil {
 		return nil //nolint:nilerr // no kernel quota here (the status says why): the session goes without an image
 	}
+	// A destroyed session's image keeps its place until the destroy's
+	// background release has removed it: a create refused only for
+	// those waits for the releases under way (each ends in the time an
+	// unmount takes), not on a clock, and is refused when none is left.
+	for t.diskShares.Check(tenant) != nil && t.sessions().AwaitRelease(context.Background()) {
+	}
 	if err := t.diskShares.Acquire(tenant); err != nil {
 		return fmt.Errorf("%w: %v (each is a loop device of the host's; the server's cap is quro serve --max-session-disks, by default one per session of its session ceiling, a tenant's share its session ceiling, or a quarter of a cap set): destroy a session you no longer need",
 			session.ErrLimit, err)

@@ -461,21 +461,33 @@ func (l *Life) Tracked() int {
 // Destroy ends s for good — a caller's destroy, an expired lifetime, a
 // spare retired: new entries are refused, the calls in it are canceled
 // (their cause: the session was destroyed) and waited for (at most the
-// grace), its ends run, and its row, directory, disk and uid are
-// released (Manager.Delete). It reports how many calls were still
-// running after the grace in late.
+// grace), its ends run (the box's kill first: none of its processes is
+// left), and its row goes (Manager.Forget). It returns then: the session
+// is gone for every caller. What is left of it on the host — its disk
+// image unmounted, detached and removed, its directory, its uid — is
+// released in the background by the same one teardown (the release
+// Forget returned), which Close waits for. It reports how many calls
+// were still running after the grace in late.
 func (l *Life) Destroy(ctx context.Context, s *Session) (late int, err error) {
 	late = l.end(s, true)
 	if late > 0 {
 		l.log.Warn("destroy: calls still running after the grace; their session's box ended under them", "session", s.ID, "calls", late)
 	}
-	err = l.m.Delete(ctx, s)
+	release, err := l.m.Forget(ctx, s)
 	l.mu.Lock()
 	if lf := l.lives[s.ID]; lf != nil && len(lf.calls) == 0 {
 		delete(l.lives, s.ID)
 	}
 	l.mu.Unlock()
-	return late, err
+	if err != nil {
+		return late, err
+	}
+	go func() {
+		if err := release(); err != nil {
+			l.log.Warn("destroy: what the session left on the host is not all released (looked at again on the next destroy and start)", "session", s.ID, "err", err)
+		}
+	}()
+	return late, nil
 }
 
 // end refuses new entries in s, cancels and waits for its calls (when
@@ -537,10 +549,12 @@ func (l *Life) runEnds(s *Session, lf *life) {
 }
 
 // Close ends every session the server holds something of (the server is
-// going): their calls are canceled, not waited for, and their ends run;
-// their rows stay (a session outlives a restart of the server, its
+// going): the background releases of the sessions destroyed are waited
+// for, then the others' calls are canceled, not waited for, and their
+// ends run; their rows stay (a session outlives a restart of the server, its
 // processes do not). After Close every entry is refused.
 func (l *Life) Close(ctx context.Context) {
+	l.m.WaitReleases() // the destroys' background releases first
 	l.mu.Lock()
 	l.closed = true
 	ids := make([]string, 0, len(l.lives))

@@ -170,10 +170,10 @@ func TestLifeSlowFreezeHoldsUpOnlyItsSession(t *testing.T) {
 	go func() {
 		_, release, err := l.EnterSession(ctx, a, capability.UseBusy)
 		if err == nil {
-			defer release()
 			if boxes.Paused(a.ID) {
 				err = errors.New("entered a frozen box")
 			}
+			release() // before the answer: the count below is after it
 		}
 		entered <- err
 	}()
@@ -232,6 +232,7 @@ func TestLifeDestroyEndsCallsThenRunsEnds(t *testing.T) {
 	}
 	release()
 	<-done
+	m.WaitReleases() // the directory goes in the destroy's background release
 	want := "kill s|second registered|first registered|tidy s"
 	if got := strings.Join(log, "|"); got != want {
 		t.Errorf("ends ran as %q, want %q", got, want)
@@ -248,6 +249,69 @@ func TestLifeDestroyEndsCallsThenRunsEnds(t *testing.T) {
 	}
 	if n := l.Tracked(); n != 0 {
 		t.Errorf("%d sessions still tracked", n)
+	}
+}
+
+// A destroy returns once the session is gone for callers (its ends run,
+// its row gone); its disk and directory are released in the background,
+// a create waiting for a disk's place waits for that release, and Close
+// waits for it.
+func TestLifeDestroyReleasesInTheBackground(t *testing.T) {
+	var log []string
+	l, m, _ := newLife(t, &log, time.Second)
+	ctx := context.Background()
+	s, err := m.Create(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.AwaitRelease(ctx) {
+		t.Fatal("AwaitRelease waited with no release under way")
+	}
+	unblock := make(chan struct{})
+	var released []string
+	m.Disk.Release = func(dir string) error {
+		<-unblock // an unmount the kernel takes its time over
+		released = append(released, dir)
+		return nil
+	}
+	if _, err := l.Destroy(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(log, "|"); got != "kill s|tidy s" {
+		t.Errorf("ends ran as %q before the destroy returned", got)
+	}
+	if m.Exists(ctx, s.ID) || l.State(s) != StateGone {
+		t.Errorf("after the destroy returned: exists %v, state %s", m.Exists(ctx, s.ID), l.State(s))
+	}
+	if _, err := m.Create(ctx, "s"); err != nil {
+		t.Errorf("the destroyed session's name is not free: %v", err)
+	}
+	if n := m.Releasing(); n != 1 {
+		t.Errorf("%d releases under way, want 1", n)
+	}
+	if _, err := os.Stat(s.Dir); err != nil {
+		t.Errorf("the directory went before its disk was released: %v", err)
+	}
+	awaited := make(chan bool)
+	go func() { awaited <- m.AwaitRelease(ctx) }()
+	closed := make(chan struct{})
+	go func() {
+		l.Close(ctx)
+		close(closed)
+	}()
+	close(unblock)
+	if !<-awaited {
+		t.Error("AwaitRelease did not see the release end")
+	}
+	<-closed
+	if len(released) != 1 || released[0] != s.Dir {
+		t.Errorf("released %q", released)
+	}
+	if _, err := os.Stat(s.Dir); !os.IsNotExist(err) {
+		t.Errorf("Close returned with the directory left: %v", err)
+	}
+	if n := m.Releasing(); n != 0 {
+		t.Errorf("%d releases under way after Close", n)
 	}
 }
 

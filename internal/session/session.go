@@ -231,6 +231,15 @@ type Manager struct {
 
 	reapMu   sync.Mutex
 	lastReap time.Time
+
+	// The releases of destroyed sessions still under way (Forget's): the
+	// ids whose directories are not yet removed, so that a uid reap
+	// leaves them alone; how many have not ended (their reap included);
+	// and a channel closed (and replaced) each time either changes.
+	relMu     sync.Mutex
+	releasing map[string]bool
+	pending   int
+	released  chan struct{}
 }
 
 // BoxHooks tie a session's boxes to services outside the package: the
@@ -874,17 +883,62 @@ func (m *Manager) NextExpiry(ctx context.Context) (time.Time, error) {
 }
 
 // Delete removes the session's row and its directory, workspace included.
-// Stop everything running in it first. Its uid stays reserved until no
+// Stop everything running in it first. It is Forget, then the release
+// it returns, run at once.
+func (m *Manager) Delete(ctx context.Context, s *Session) error {
+	release, err := m.Forget(ctx, s)
+	if err != nil {
+		return err
+	}
+	return release()
+}
+
+// Forget removes s's row: from now on the session is gone for every
+// caller (its name is free, it is counted nowhere). What is left of it on
+// the host — its disk image (unmounted, its loop device detached,
+// removed), its directory and then its uid — is released by the function
+// returned, which the caller runs once: at once (Delete) or in the
+// background (Life.Destroy, with Releasing). Until it has run, the
+// session's disk keeps its place (AwaitRelease waits for one), and a uid
+// reap leaves its directory alone. Its uid stays reserved until no
 // process runs under it and the directory is gone (see reapUIDs): a
 // process of the session that outlived the stop keeps the uid from being
 // given to a new session.
-func (m *Manager) Delete(ctx context.Context, s *Session) error {
+func (m *Manager) Forget(ctx context.Context, s *Session) (release func() error, err error) {
 	if _, err := m.store.DeleteSession(ctx, s.ID); err != nil {
-		return m.wrap(err, s.ID)
+		return nil, m.wrap(err, s.ID)
 	}
 	if h := m.hooks; h != nil && h.Destroyed != nil {
 		h.Destroyed(s)
 	}
+	m.relMu.Lock()
+	if m.releasing == nil {
+		m.releasing = map[string]bool{}
+	}
+	m.releasing[s.ID] = true
+	m.pending++
+	m.relMu.Unlock()
+	// The uids of sessions destroyed before, whose releases ended, go back
+	// now (at most once per reapEvery: a scan of the host's processes),
+	// so that a destroy answers with the earlier ones released; this
+	// one's goes in its own release.
+	m.reapDue(ctx)
+	var once sync.Once
+	return func() (err error) {
+		once.Do(func() {
+			defer m.releaseEnded()
+			err = m.releaseHost(s)
+			m.released1(s.ID)
+			if err == nil {
+				m.reapDue(context.WithoutCancel(ctx))
+			}
+		})
+		return err
+	}, nil
+}
+
+// releaseHost frees s's disk and directory.
+func (m *Manager) releaseHost(s *Session) error {
 	if m.Disk.Release != nil {
 		if err := m.Disk.Release(s.Dir); err != nil {
 			return fmt.Errorf("session %s: %w", s.Name, err)
@@ -893,6 +947,12 @@ func (m *Manager) Delete(ctx context.Context, s *Session) error {
 	if err := os.RemoveAll(s.Dir); err != nil {
 		return fmt.Errorf("session %s: remove %s: %w", s.Name, s.Dir, err)
 	}
+	return nil
+}
+
+// reapDue reaps the uids of destroyed sessions when the last reap is
+// reapEvery old.
+func (m *Manager) reapDue(ctx context.Context) {
 	// The uid goes back to the pool once nothing of it is left: a scan of
 	// every process on the machine, so at most once per reapEvery however
 	// many sessions are destroyed (a uid left reserved is looked at again
@@ -906,7 +966,86 @@ func (m *Manager) Delete(ctx context.Context, s *Session) error {
 	if due {
 		m.reapUIDs(ctx)
 	}
-	return nil
+}
+
+// released1 marks the disk and directory of session id released.
+func (m *Manager) released1(id string) {
+	m.relMu.Lock()
+	delete(m.releasing, id)
+	m.signalLocked()
+	m.relMu.Unlock()
+}
+
+// releaseEnded marks one release ended, its uid reap included.
+func (m *Manager) releaseEnded() {
+	m.relMu.Lock()
+	m.pending--
+	m.signalLocked()
+	m.relMu.Unlock()
+}
+
+// signalLocked wakes the waiters for a release (m.relMu held).
+func (m *Manager) signalLocked() {
+	if m.released != nil {
+		close(m.released)
+		m.released = nil
+	}
+}
+
+// releaseChangedLocked is the channel closed at the next change (m.relMu held).
+func (m *Manager) releaseChangedLocked() <-chan struct{} {
+	if m.released == nil {
+		m.released = make(chan struct{})
+	}
+	return m.released
+}
+
+// Releasing is how many destroyed sessions' releases are under way.
+func (m *Manager) Releasing() int {
+	m.relMu.Lock()
+	defer m.relMu.Unlock()
+	return len(m.releasing)
+}
+
+// AwaitRelease waits until one of the releases under way ends, and
+// reports whether one did; false at once when none is under way (or
+// when ctx ends first). A create refused a place that a destroyed
+// session's disk still holds waits here, not on a clock.
+func (m *Manager) AwaitRelease(ctx context.Context) bool {
+	m.relMu.Lock()
+	if len(m.releasing) == 0 {
+		m.relMu.Unlock()
+		return false
+	}
+	ch := m.releaseChangedLocked()
+	m.relMu.Unlock()
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// WaitReleases waits for every release under way (a server closing).
+func (m *Manager) WaitReleases() {
+	for {
+		m.relMu.Lock()
+		if m.pending == 0 {
+			m.relMu.Unlock()
+			return
+		}
+		ch := m.releaseChangedLocked()
+		m.relMu.Unlock()
+		<-ch
+	}
+}
+
+// isReleasing reports whether session id's release is under way.
+func (m *Manager) isReleasing(id string) bool {
+	m.relMu.Lock()
+	defer m.relMu.Unlock()
+	return m.releasing[id]
 }
 
 // reapEvery is the least time between two scans for uids to release.

@@ -120,6 +120,9 @@ func (m *Manager) reapUIDs(ctx context.Context) {
 	}
 	busy := uidsInUse()
 	for _, r := range retired {
+		if m.isReleasing(r.SessionID) {
+			continue // its own release removes the directory, then reaps
+		}
 		if idRE.MatchString(r.SessionID) {
 			if err := os.RemoveAll(filepath.Join(m.root, r.SessionID)); err != nil {
 				continue
