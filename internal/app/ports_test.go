@@ -93,3 +93,23 @@ func TestListPorts(t *testing.T) {
 		t.Errorf("after the sockets closed: %q", got)
 	}
 }
+
+// TestListPortsLeavesTheServersSockets: in an internet session's box the
+// server's own egress (port 1) and DNS (53) listen in the same network
+// namespace — the box's code sees them in its /proc/net/tcp — but they are
+// root's, not the session's, and list_ports leaves them out.
+func TestListPortsLeavesTheServersSockets(t *testing.T) {
+	t.Parallel()
+	st := newStandIn(t)
+	a := netApp(t, st, NetworkOptions{})
+	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "out", Network: "internet"}).(*SessionInfo)
+	// The egress's listener, 127.0.0.1:1 (0100007F:0001), in LISTEN (0A).
+	reply := mustCall(t, a, "run_code", RunCodeInput{Session: s.ID, Lang: "bash", Code: "grep -c ':0001 00000000:0000 0A' /proc/net/tcp"}).(*runcode.Result)
+	if strings.TrimSpace(reply.Stdout) == "0" || reply.ExitCode != 0 {
+		t.Fatalf("the box does not see the egress's listener: %+v", reply)
+	}
+	p := mustCall(t, a, "list_ports", ListPortsInput{Session: s.ID}).(*Ports)
+	if len(p.Ports) != 0 {
+		t.Errorf("list_ports lists the server's sockets: %s", p.Text())
+	}
+}
