@@ -1,4 +1,4 @@
-package sandbox
+package socktable
 
 import (
 	"fmt"
@@ -22,7 +22,7 @@ func TestParseTCPTable(t *testing.T) {
 		// an established connection of the uid: dropped
 		"   4: 0100007F:D186 0100007F:8423 01 00000000:00000000 03:00000DEA 00000000  1234        0 0 3 0\n"
 	var got []string
-	if err := ParseTCPTable([]byte(table), 1234, func(p ListenPort) { got = append(got, fmt.Sprintf("%s:%d", p.Addr, p.Port)) }); err != nil {
+	if err := Parse([]byte(table), 1234, func(p Listen) { got = append(got, fmt.Sprintf("%s:%d", p.Addr, p.Port)) }); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(got, " ") != "0.0.0.0:8123 127.0.0.1:8888" {
@@ -32,7 +32,7 @@ func TestParseTCPTable(t *testing.T) {
 		"   0: 00000000000000000000000000000000:0BB8 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000  1234        0 1 1 0 100 0 0 10 0\n" +
 		"   1: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000  1234        0 2 1 0 100 0 0 10 0\n"
 	got = nil
-	if err := ParseTCPTable([]byte(table6), 1234, func(p ListenPort) { got = append(got, fmt.Sprintf("[%s]:%d", p.Addr, p.Port)) }); err != nil {
+	if err := Parse([]byte(table6), 1234, func(p Listen) { got = append(got, fmt.Sprintf("[%s]:%d", p.Addr, p.Port)) }); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(got, " ") != "[::]:3000 [::1]:8080" {
@@ -51,7 +51,7 @@ func TestParseTCPTable(t *testing.T) {
 		tcpHeader + "   0: 00000000:1FBB:1 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1234 0 254 1\n",                 // shape
 		tcpHeader + "   0: 0000000000000000000000000000000000:1FBB 00000000:0000 0A 00000000:00000000 00:00000000 00000000 1 0 1\n", // 34 digits
 	} {
-		if err := ParseTCPTable([]byte(bad), 1234, func(ListenPort) {}); err == nil {
+		if err := Parse([]byte(bad), 1234, func(Listen) {}); err == nil {
 			t.Errorf("%q: parsed", bad)
 		}
 	}
@@ -63,7 +63,7 @@ func FuzzParseTCPTable(f *testing.F) {
 	f.Add([]byte(tcpHeader + "   0: 00000000:1FBB 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1234        0 254 1 0 100 0 0 10 0\n"))
 	f.Add([]byte(tcpHeader + "   0: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000  1234 0 2 1\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_ = ParseTCPTable(b, 1234, func(p ListenPort) {
+		_ = Parse(b, 1234, func(p Listen) {
 			if p.Port < 0 || p.Port > 65535 || !p.Addr.IsValid() {
 				t.Fatalf("port %v", p)
 			}
