@@ -146,6 +146,31 @@ func TestWebSessions(t *testing.T) {
 		e.check(m["state"] == "running", "the server says %v", m["state"])
 	})
 
+	e.step("session page: a listening port appears with its preview link", func() {
+		// A server in the box on 127.0.0.1:8123; the page's refresh
+		// (list_ports) shows it, and its button gives a signed link that
+		// opens the box's page with no token.
+		if st, m := rest(admin, "POST", "/v1/start_process", map[string]any{"session": opsID, "tag": "web",
+			"command": "python3 -m http.server 8123 --bind 127.0.0.1", "background": true}); st != 200 {
+			t.Fatalf("start_process: %d %v", st, m)
+		}
+		e.waitSel(`#session-ports li[data-port="8123"] button.preview-port`)
+		e.check(strings.Contains(eval[string](e, `document.querySelector('#session-ports li[data-port="8123"]').textContent`), "127.0.0.1"), "the port's address")
+		e.click(chromedp.CSS(`#session-ports li[data-port="8123"] button.preview-port`))
+		e.waitSel(`#session-ports li[data-port="8123"] a.preview-link`)
+		href := eval[string](e, `document.querySelector('#session-ports li[data-port="8123"] a.preview-link').getAttribute('href')`)
+		e.check(strings.Contains(href, "/ports/8123/") && strings.Contains(href, "quro_preview="), "the preview link: %q", href)
+		if strings.HasPrefix(href, "/") {
+			r := do(t, "GET", base+href, "", "")
+			e.check(r.status == 200 && strings.Contains(r.body, "Directory listing"), "the link opens the box's page: %d %.200s", r.status, r.body)
+		}
+		e.shot("9-session-ports")
+		if st, m := rest(admin, "POST", "/v1/signal_process", map[string]any{"session": opsID, "tag": "web", "signal": "SIGKILL"}); st != 200 {
+			t.Errorf("signal_process: %d %v", st, m)
+		}
+		e.waitJS(`!document.querySelector('#session-ports li[data-port="8123"]')`)
+	})
+
 	e.step("operator view: two tenants, filtered by tenant", func() {
 		goTo("#/operator")
 		e.waitSel(`#operator tr[data-tenant="acme"][data-session="acme-box"]`)

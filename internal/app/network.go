@@ -312,6 +312,7 @@ func (a *App) registerNetwork(reg *capability.Registry) {
 			return &EgressLog{Session: s.ID, Entries: out}, nil
 		}).InSession(capability.UseRead))
 	a.registerPreview(reg)
+	a.registerPorts(reg)
 	a.registerSecrets(reg)
 }
 

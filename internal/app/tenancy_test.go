@@ -44,6 +44,7 @@ var sessionArgs = map[string]map[string]any{
 	"set_session_secret":  {"name": "API_KEY", "value": "v", "hosts": []string{"api.example.com"}},
 	"get_egress_log":      {},
 	"get_preview_url":     {"port": 8080},
+	"list_ports":          {},
 	"set_session_timeout": {"timeout_s": 3600},
 	"get_session_env":     {},
 	"export_session_log":  {"path": "log.txt"},

@@ -30,7 +30,7 @@ var profiles = []capability.Profile{
 		Name:    "sessions",
 		Summary: "the agent's tools with a session argument, and the tools that make, copy and end sessions",
 		Tools: []string{"run_code", "terminal_exec", "send_input", "read_file", "write_file", "edit_file", "list_files",
-			"start_process", "read_process_output", "install_packages", "get_preview_url",
+			"start_process", "read_process_output", "install_packages", "get_preview_url", "list_ports",
 			"create_session", "list_sessions", "get_session_status", "destroy_session", "snapshot_session", "fork_session", "help"},
 		Compact:     true,
 		WithSession: true,
@@ -83,6 +83,7 @@ var briefs = map[string]brief{
 		[]string{"manager", "packages"}},
 	"get_preview_url": {"The URL of a port the session's code listens on, to open in a browser.",
 		[]string{"port"}},
+	"list_ports": {"The TCP ports the session's code listens on, to open with get_preview_url.", nil},
 	"help": {"A short guide to Quro; help {topic} says more (languages, files, processes, packages, a tool's name).",
 		[]string{"topic"}},
 	"create_session": {"Create a session: its own workspace, shell, Python and network.",
@@ -119,7 +120,7 @@ var hints = map[string]capability.Hints{
 	"read_file": readOnly, "list_files": readOnly, "stat_file": readOnly, "watch_dir": readOnly,
 	"read_screen": readOnly, "read_process_output": readOnly, "list_processes": readOnly, "connect_process": readOnly,
 	"list_sessions": readOnly, "get_session_status": readOnly, "get_session_env": readOnly, "list_snapshots": readOnly,
-	"list_code_contexts": readOnly, "get_egress_log": readOnly,
+	"list_code_contexts": readOnly, "get_egress_log": readOnly, "list_ports": readOnly,
 	"list_tokens": readOnly, "get_tenant_limits": readOnly, "get_audit_log": readOnly,
 	"get_service_status": readOnly, "list_capabilities": readOnly, "help": readOnly,
 
@@ -195,15 +196,15 @@ var topics = map[string]topic{
 		[]string{"read_file", "write_file", "edit_file", "list_files", "stat_file", "make_dir", "move_file", "remove_file", "watch_dir", "create_project"}},
 	"processes": {"start_process runs a shell command (or cmd with args, a program) that outlives the call, found by pid or tag; background=true returns once it runs, " +
 		"or with its exit code and output if it ended at once. read_process_output {since} reads its last 64 KiB; connect_process follows it. " +
-		"A server's port is opened with get_preview_url.",
+		"list_ports lists the ports the session's servers listen on; get_preview_url opens one.",
 		[]string{"start_process", "read_process_output", "list_processes", "connect_process", "send_process_input", "close_process_stdin",
-			"signal_process", "resize_process", "get_preview_url"}},
+			"signal_process", "resize_process", "get_preview_url", "list_ports"}},
 	"contexts": {"A code context is a separate interpreter state in a session (python, js/ts or bash): run_code {context} runs in it.",
 		[]string{"create_code_context", "list_code_contexts", "restart_code_context", "remove_code_context", "run_js_file", "call_js_function"}},
 	"network": {"A session's network is none (loopback only; the default unless the operator chose another), internet (public addresses through the server's egress, " +
 		"optionally held to allow_out and deny_out) or host. set_session_secret gives code a placeholder the egress swaps for the value only in requests to the secret's hosts. A run that failed on a refused connection says which and what would allow it. " +
 		"A port the session's code listens on is reached through get_preview_url.",
-		[]string{"set_session_network", "set_session_secret", "get_egress_log", "get_preview_url"}},
+		[]string{"set_session_network", "set_session_secret", "get_egress_log", "get_preview_url", "list_ports"}},
 	"packages": {"install_packages with manager pip installs Python packages into the session (wheels from the tenant's cache; the server fetches missing ones). " +
 		"Without manager it is apt: Debian packages into the session's rootfs (create_session rootfs=NAME), shared by every session on it; that needs scope install. " +
 		"In run_code's python, %pip install X works too.",

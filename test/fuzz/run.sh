@@ -66,6 +66,7 @@ while read -r pkg targets; do
 	done
 done <<'LIST'
 ./internal/sandbox/boxinit FuzzParseEnv FuzzBoxMsg
+./internal/sandbox/socktable FuzzParseTCPTable
 ./internal/engine/python FuzzReadFrame
 ./internal/terminal FuzzStatusRecord FuzzStateStream FuzzVTModel:slow FuzzEscFilter
 ./internal/api/insession FuzzInSessionRequest:slow

@@ -588,6 +588,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/list_ports": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The TCP ports (IPv4 and IPv6) the session's code listens on in its box, each with the address it is bound to, at most 64: what get_preview_url can open.
+         * @description The TCP ports (IPv4 and IPv6) the session's code listens on in its box, each with the address it is bound to, at most 64: what get_preview_url can open. Not for a session with network host.
+         */
+        post: operations["list_ports"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/list_processes": {
         parameters: {
             query?: never;
@@ -2549,6 +2569,20 @@ export interface components {
             skipped?: string[];
             /** @description there were more entries than max_entries */
             truncated: boolean;
+        };
+        "list_ports.input": {
+            /** @description session id or name; the default session when omitted */
+            session?: string;
+        };
+        "list_ports.output": {
+            ports: {
+                /** @description the address it is bound to in the box: 0.0.0.0 or :: for every address, 127.0.0.1 or ::1 for loopback */
+                addr: string;
+                port: number;
+            }[];
+            session: string;
+            /** @description more ports listen than the answer holds (64) */
+            truncated?: boolean;
         };
         "list_processes.input": {
             /** @description session id or name; the default session when omitted */
@@ -4525,6 +4559,31 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["list_files.output"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    list_ports: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["list_ports.input"];
+            };
+        };
+        responses: {
+            /** @description the capability's output */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["list_ports.output"];
                 };
             };
             default: components["responses"]["Error"];

@@ -6,8 +6,9 @@ import { mountAgentShell, mountTimeline } from './timeline';
 // One session's page (#/session/<id>): its box's budgets (used of limit,
 // refreshed live), state with pause/resume/snapshot/fork, lifetime, idle
 // time, network policy and egress log, processes with their output,
-// preview URLs, rootfs and metadata. Every figure comes from a capability
-// (get_session_status, list_processes, get_egress_log, get_preview_url);
+// its listening ports with their preview URLs, rootfs and metadata. Every
+// figure comes from a capability (get_session_status, list_processes,
+// get_egress_log, list_ports, get_preview_url);
 // the refreshes are marked background reads (see api's background flag),
 // audited as such and hidden from the audit view by default.
 //
@@ -89,6 +90,11 @@ export function sessionPage(id: string): Page {
   const port = h('input', { id: 'preview-port', type: 'number', min: 1, max: 65535, placeholder: 'port', 'aria-label': 'port' });
   const previews = h('ul', { id: 'session-previews', class: 'links' });
   const previewForm = h('form', { class: 'row', id: 'preview-form' }, port, h('button', { type: 'submit' }, 'Preview URL'));
+  // The ports the session's code listens on (list_ports), each with a
+  // button for its preview URL; redrawn only when the set changes, so a
+  // link asked for stays while its port listens.
+  const listening = h('ul', { id: 'session-ports', class: 'links' }, h('li', { class: 'hint' }, 'no port listens in the session'));
+  let portsKey = '';
   let session: Session | null = null;
   let timer: ReturnType<typeof setInterval> | undefined;
   let gone = false;
@@ -145,17 +151,43 @@ export function sessionPage(id: string): Page {
       err.textContent = (x as Error).message;
     }
   });
-  previewForm.addEventListener('submit', async (e) => {
-    e.preventDefault();
+  // previewLink asks get_preview_url for port's signed URL: a link that
+  // opens in a new tab, good until its expiry.
+  async function previewLink(n: number): Promise<HTMLElement | null> {
     err.textContent = '';
     try {
-      const p = await api<{ port: number; signed_url: string; signed_host_url?: string; expires_at: string }>('POST', '/v1/get_preview_url', { session: id, port: Number(port.value) });
+      const p = await api<{ port: number; signed_url: string; signed_host_url?: string; expires_at: string }>('POST', '/v1/get_preview_url', { session: id, port: n });
       const href = p.signed_host_url || p.signed_url;
-      previews.append(h('li', null, h('a', { href, target: '_blank', rel: 'noopener noreferrer' }, `port ${p.port}`), h('span', { class: 'hint' }, ` until ${new Date(p.expires_at).toLocaleTimeString()}`)));
+      return h('span', null, h('a', { href, target: '_blank', rel: 'noopener noreferrer', class: 'preview-link' }, `port ${p.port}`), h('span', { class: 'hint' }, ` until ${new Date(p.expires_at).toLocaleTimeString()}`));
     } catch (x) {
       err.textContent = (x as Error).message;
+      return null;
     }
+  }
+  previewForm.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const link = await previewLink(Number(port.value));
+    if (link) previews.append(h('li', null, link));
   });
+
+  // showPorts draws the listening ports, each with its preview button.
+  function showPorts(ports: { port: number; addr: string }[], truncated: boolean) {
+    const key = ports.map((p) => `${p.addr}:${p.port}`).join(' ') + (truncated ? '+' : '');
+    if (key === portsKey && listening.firstChild) return;
+    portsKey = key;
+    clear(listening);
+    for (const p of ports) {
+      const btn = h('button', { type: 'button', class: 'preview-port' }, 'Preview URL');
+      const li = h('li', { 'data-port': String(p.port) }, h('span', { class: 'mono' }, `${p.port}`), h('span', { class: 'hint' }, ` on ${p.addr} `), btn);
+      btn.addEventListener('click', async () => {
+        const link = await previewLink(p.port);
+        if (link) btn.replaceWith(link);
+      });
+      listening.append(li);
+    }
+    if (truncated) listening.append(h('li', { class: 'hint' }, 'more ports listen than are shown'));
+    if (!ports.length) listening.append(h('li', { class: 'hint' }, 'no port listens in the session'));
+  }
 
   async function showOutput(pid: number) {
     procOut.hidden = false;
@@ -256,7 +288,7 @@ export function sessionPage(id: string): Page {
           liveHead.hidden = true;
           readOnly.hidden = false;
           readOnly.textContent = `Tenant ${foreign}'s session, seen by the operator: read-only. Its actions, live view, processes and egress log are its tenant's.`;
-          for (const t of [procsTable, egressTable, procsHead, egressHead, previewHead, previewForm]) t.hidden = true;
+          for (const t of [procsTable, egressTable, procsHead, egressHead, previewHead, previewForm, listening, portsHint]) t.hidden = true;
           render(other);
           return;
         }
@@ -277,6 +309,17 @@ export function sessionPage(id: string): Page {
       if (!procs.firstChild) procs.append(h('tr', null, h('td', { colspan: 4, class: 'hint' }, 'no background processes')));
     } catch {
       /* a session with no process table: nothing to list */
+    }
+    if (s.network !== 'host') {
+      try {
+        const lp = await api<{ ports: { port: number; addr: string }[] | null; truncated?: boolean }>('POST', '/v1/list_ports', { session: id }, undefined, true);
+        showPorts(lp.ports ?? [], !!lp.truncated);
+      } catch {
+        /* a server that cannot read the box's sockets: the form below stays */
+      }
+    } else {
+      listening.hidden = true;
+      portsHint.textContent = 'network host: the session’s ports are the host’s, not proxied';
     }
     if (s.network === 'none') {
       clear(egress);
@@ -312,7 +355,8 @@ export function sessionPage(id: string): Page {
   const procsTable = h('table', { class: 'grid', id: 'session-processes' }, h('thead', null, h('tr', null, ['PID', 'Tag', 'Command', ''].map((t) => h('th', null, t)))), procs);
   const egressHead = h('h2', null, 'Network: egress log');
   const egressTable = h('table', { class: 'grid', id: 'session-egress' }, h('thead', null, h('tr', null, ['When', 'Destination', 'Decision', 'Out / in'].map((t) => h('th', null, t)))), egress);
-  const previewHead = h('h2', null, 'Preview URLs');
+  const previewHead = h('h2', null, 'Ports and preview URLs');
+  const portsHint = h('p', { class: 'hint' }, 'The ports the session’s code listens on, refreshed with the page; another port by number:');
   const el = h(
     'section',
     { id: 'session-page', 'data-session': id },
@@ -331,6 +375,8 @@ export function sessionPage(id: string): Page {
     egressHead,
     egressTable,
     previewHead,
+    listening,
+    portsHint,
     previewForm,
     previews,
   );

@@ -154,8 +154,14 @@ func cases() (setup []call, table map[string]toolCase) {
 		"get_egress_log":      {map[string]any{"session": "s1"}, text("no network connections")},
 		"set_session_secret":  {map[string]any{"session": "s1", "name": "API_KEY", "value": "v", "hosts": []string{"api.example.com"}}, text("API_KEY=quro-secret-")},
 		"get_preview_url":     {map[string]any{"session": "s1", "port": 8080}, text("/ports/8080/")},
-		"terminal_exec":       {map[string]any{"session": "s1", "command": "echo $((6*7))"}, all(field("output", "42\n"), field("exit_code", "0"))},
-		"read_file":           {map[string]any{"session": "s1", "path": "main.js"}, text("hi from js")},
+		"list_ports": {map[string]any{"session": "s1"}, func(o *outcome) error {
+			if _, ok := o.Structured["ports"].([]any); !ok {
+				return fmt.Errorf("ports %v", o.Structured["ports"])
+			}
+			return nil
+		}},
+		"terminal_exec": {map[string]any{"session": "s1", "command": "echo $((6*7))"}, all(field("output", "42\n"), field("exit_code", "0"))},
+		"read_file":     {map[string]any{"session": "s1", "path": "main.js"}, text("hi from js")},
 		// s1 runs on the host userland: the call is refused before apt,
 		// and comes back as a tool error (real installs: internal/app).
 		"install_packages": {map[string]any{"session": "s1", "packages": []string{"jq"}}, toolError("invalid_argument")},
