@@ -447,7 +447,9 @@ func TestClusterUnauthenticatedLookupsAreBounded(t *testing.T) {
 		r.Header.Set("Authorization", "Bearer "+cfg.BearerToken) // client-go sends no token over plain HTTP
 		rp.ServeHTTP(w, r)
 	}))
-	defer counting.Close()
+	// After the node's cleanup (cleanups run last first): Close waits for
+	// the node's watches through the proxy, which end only with the node.
+	t.Cleanup(counting.Close)
 	kc := filepath.Join(t.TempDir(), "kubeconfig")
 	os.WriteFile(kc, []byte(fmt.Sprintf(`apiVersion: v1
 kind: Config
