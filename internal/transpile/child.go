@@ -15,8 +15,8 @@ import (
 
 // The child's own bounds, set before it reads the request.
 const (
-	childAddressSpace = 3 << 30   // bytes of virtual memory
-	childStack        = 256 << 20 // a goroutine's stack; esbuild's recursion ends here
+	childAddressSpace = 3 << 30  // bytes of virtual memory
+	childStack        = 64 << 20 // a goroutine's stack: some 16,000 levels of nesting, far beyond real code
 )
 
 // childMain is the esbuild child: args is the CPU seconds it may use.

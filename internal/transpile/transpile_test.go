@@ -42,6 +42,7 @@ func TestTransformDeepNestingIsAnError(t *testing.T) {
 		"arrows": "let x = " + strings.Repeat("a=>", 100000) + "1",
 		"not":    "let x = " + strings.Repeat("!", 256<<10) + "1",
 		"parens": "let x = " + strings.Repeat("(", 1<<20) + "1",
+		"calls":  "let x = " + strings.Repeat("f(", 1<<20) + "1",
 	} {
 		_, err := Transform(context.Background(), &Request{Src: src, File: "main.ts", TS: true, Target: ES2022})
 		var e *Error
@@ -50,8 +51,11 @@ func TestTransformDeepNestingIsAnError(t *testing.T) {
 		}
 		t.Logf("%s: %v", name, err)
 	}
-	if r, err := Transform(context.Background(), &Request{Src: "let y: string = 'ok'", File: "main.ts", TS: true, Target: ESNext}); err != nil || !strings.Contains(r.Code, "ok") {
-		t.Fatalf("after the attacks: %+v, %v", r, err)
+	// The next transform works, and nesting far beyond real code's is
+	// within the child's stack.
+	nested := "let y: string = " + strings.Repeat("(", 2000) + "'ok'" + strings.Repeat(")", 2000) + "\nlet f = " + strings.Repeat("a=>", 300) + "1"
+	if r, err := Transform(context.Background(), &Request{Src: nested, File: "main.ts", TS: true, Target: ESNext}); err != nil || !strings.Contains(r.Code, "ok") {
+		t.Fatalf("after the attacks: %v, %v", r, err)
 	}
 }
 
