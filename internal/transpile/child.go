@@ -1,7 +1,10 @@
 package transpile
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -34,21 +37,31 @@ func childMain(args []string, in io.Reader, out io.Writer) int {
 		fmt.Fprintln(os.Stderr, "transpile:", err)
 		return 2
 	}
-	body, err := io.ReadAll(io.LimitReader(in, 2*MaxSource+4096))
-	if err != nil {
-		return 2
+	for {
+		body, err := readFrame(in, 2*MaxSource+4096)
+		if errors.Is(err, io.EOF) {
+			return 0 // the server is done with this child
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "transpile:", err)
+			return 2
+		}
+		var req Request
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil || len(req.Src) > MaxSource || (req.Target != ES2022 && req.Target != ESNext) {
+			fmt.Fprintln(os.Stderr, "transpile: bad request")
+			return 2
+		}
+		reply, err := json.Marshal(transform(&req))
+		if err != nil {
+			return 2
+		}
+		frame := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(reply)), uint32(len(reply)))
+		if _, err := out.Write(append(frame, reply...)); err != nil {
+			return 2
+		}
 	}
-	var req Request
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil || len(req.Src) > MaxSource || (req.Target != ES2022 && req.Target != ESNext) {
-		fmt.Fprintln(os.Stderr, "transpile: bad request")
-		return 2
-	}
-	if err := json.NewEncoder(out).Encode(transform(&req)); err != nil {
-		return 2
-	}
-	return 0
 }
 
 // confine drops every capability, sets no_new_privs and limits the

@@ -28,9 +28,6 @@ import (
 	"runtime"
 	"strings"
 	"time"
-
-	"github.com/quro-dev/quro/internal/limitbuf"
-	"github.com/quro-dev/quro/internal/sandbox"
 )
 
 // Arg is the hidden first argument that makes the quro binary the esbuild
@@ -137,33 +134,18 @@ func Transform(ctx context.Context, req *Request) (*Result, error) {
 	}
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	out := &limitbuf.Buffer{Max: replyBound(len(req.Src))}
-	errOut := &limitbuf.Buffer{Max: 4 << 10}
-	err = sandbox.RunHelper(tctx, &sandbox.Helper{
-		Path:         "/proc/self/exe",
-		Args:         []string{Arg, fmt.Sprint(int(timeout/time.Second) + 1)},
-		Env:          []string{"GOMAXPROCS=2", "GOTRACEBACK=none"},
-		Stdin:        bytes.NewReader(body),
-		Stdout:       out,
-		Stderr:       errOut,
-		Unprivileged: true,
-		WaitDelay:    time.Second,
-	})
+	reply, err := exchange(tctx, body, replyBound(len(req.Src)))
 	switch {
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	case tctx.Err() != nil:
 		return nil, &Error{Kind: TimedOut, Timeout: timeout}
+	case errors.Is(err, errDied):
+		return nil, &Error{Kind: TooDeep}
 	case err != nil:
-		var ee interface{ ExitCode() int }
-		if errors.As(err, &ee) {
-			return nil, &Error{Kind: TooDeep}
-		}
-		return nil, fmt.Errorf("transpile: starting the compiler: %w", err)
-	case out.Over():
-		return nil, errors.New("transpile: the compiler's reply is over its bound")
+		return nil, err
 	}
-	return decodeReply(out.Bytes())
+	return decodeReply(reply)
 }
 
 // replyBound is the most a reply to a source of n bytes may hold: the code

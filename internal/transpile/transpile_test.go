@@ -1,8 +1,13 @@
 package transpile
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -91,5 +96,56 @@ func TestDecodeReplyIsStrict(t *testing.T) {
 	}
 	if r, err := decodeReply([]byte(`{"code":"x","map":null,"errors":null}` + "\n")); err != nil || r.Code != "x" {
 		t.Fatalf("%+v %v", r, err)
+	}
+}
+
+// TestChildIsConfined reads, from /proc, the children a transform left
+// idle: nobody (when the server is root), no capability, no_new_privs,
+// and the address-space and CPU limits.
+func TestChildIsConfined(t *testing.T) {
+	t.Parallel()
+	if _, err := Transform(context.Background(), &Request{Src: "let a: number = 1", File: "a.ts", TS: true, Target: ES2022}); err != nil {
+		t.Fatal(err)
+	}
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	seen := 0
+	for _, d := range dirs {
+		cmd, err := os.ReadFile(d + "/cmdline")
+		if err != nil || !strings.Contains(string(cmd), Arg) {
+			continue
+		}
+		status, err := os.ReadFile(d + "/status")
+		if err != nil || !strings.Contains(string(status), fmt.Sprintf("PPid:\t%d\n", os.Getpid())) {
+			continue
+		}
+		seen++
+		st := string(status)
+		if os.Geteuid() == 0 && !strings.Contains(st, "Uid:\t65534\t65534\t65534\t65534") {
+			t.Errorf("child not nobody:\n%s", st)
+		}
+		for _, want := range []string{"CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "NoNewPrivs:\t1"} {
+			if !strings.Contains(st, want) {
+				t.Errorf("child lacks %q:\n%s", want, st)
+			}
+		}
+		limits, _ := os.ReadFile(d + "/limits")
+		for _, want := range []string{fmt.Sprintf("Max address space         %d", childAddressSpace), fmt.Sprintf("Max cpu time              %d", childCPU)} {
+			if !strings.Contains(string(limits), want) {
+				t.Errorf("child lacks %q:\n%s", want, limits)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no idle child found")
+	}
+}
+
+func TestReadFrameIsBounded(t *testing.T) {
+	t.Parallel()
+	if _, err := readFrame(bytes.NewReader([]byte{0, 0, 1, 0, 'x'}), 255); err == nil || !strings.Contains(err.Error(), "over its bound") {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := readFrame(bytes.NewReader([]byte{0, 0, 0, 5, 'x'}), 255); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("got %v", err)
 	}
 }
