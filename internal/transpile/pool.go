@@ -159,8 +159,7 @@ func exchange(ctx context.Context, body []byte, bound int) ([]byte, error) {
 		return a.b, nil
 	case <-ctx.Done():
 		c.close()
-		<-got
-		<-wrote
+		<-got // the writer ends too: its pipe is closed
 		return nil, ctx.Err()
 	}
 }

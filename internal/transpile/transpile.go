@@ -46,9 +46,10 @@ const maxDiagnostics = 100
 // Target is the JavaScript version esbuild writes.
 type Target string
 
+// The targets: QuickJS runs ES2022, Node the newest.
 const (
-	ES2022 Target = "es2022" // QuickJS
-	ESNext Target = "esnext" // Node
+	ES2022 Target = "es2022"
+	ESNext Target = "esnext"
 )
 
 // Request is one transform.
@@ -85,9 +86,9 @@ type Result struct {
 type Kind int
 
 const (
-	// TooDeep: the child died (its stack or memory exhausted).
+	// TooDeep is a child that died (its stack or memory exhausted).
 	TooDeep Kind = iota + 1
-	// TimedOut: the child was killed at the timeout.
+	// TimedOut is a child killed at the timeout.
 	TimedOut
 )
 

@@ -367,7 +367,7 @@ func (e *cellError) Error() string { return e.text }
 // or could not compile (an Error).
 func transpileFailure(req *runcode.Request, err error) *runcode.Result {
 	name := "SyntaxError"
-	if _, ok := err.(*cellError); !ok {
+	if !errors.As(err, new(*cellError)) {
 		name = "Error"
 	}
 	exc := &runcode.Exception{Name: name, Value: err.Error(), Traceback: name + ": " + err.Error()}
