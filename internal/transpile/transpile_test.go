@@ -64,11 +64,13 @@ func TestTransformDeepNestingIsAnError(t *testing.T) {
 	}
 }
 
-// TestTransformTimeout: an arrow chain esbuild takes minutes over is cut
-// at the timeout.
+// TestTransformTimeout: an arrow chain esbuild takes minutes over (its
+// time grows faster than the square of the length) is cut at the timeout.
+// 3,000 arrows (9 KB): shallow enough for the child's stack even in a
+// race-detector build, whose frames are larger.
 func TestTransformTimeout(t *testing.T) {
 	t.Parallel()
-	src := "let x = " + strings.Repeat("a=>", 32<<10/3) + "1"
+	src := "let x = " + strings.Repeat("a=>", 3000) + "1"
 	_, err := Transform(context.Background(), &Request{Src: src, File: "main.ts", TS: true, Target: ES2022, Timeout: 2 * time.Second})
 	var e *Error
 	if !errors.As(err, &e) || e.Kind != TimedOut {
@@ -101,9 +103,10 @@ func TestDecodeReplyIsStrict(t *testing.T) {
 
 // TestChildIsConfined reads, from /proc, the children a transform left
 // idle: nobody (when the server is root), no capability, no_new_privs,
-// and the address-space and CPU limits.
+// and the address-space and CPU limits. Not parallel: it runs before the
+// parallel tests, so that no other child is starting (not yet confined)
+// while it reads /proc.
 func TestChildIsConfined(t *testing.T) {
-	t.Parallel()
 	if _, err := Transform(context.Background(), &Request{Src: "let a: number = 1", File: "a.ts", TS: true, Target: ES2022}); err != nil {
 		t.Fatal(err)
 	}
@@ -147,5 +150,27 @@ func TestReadFrameIsBounded(t *testing.T) {
 	}
 	if _, err := readFrame(bytes.NewReader([]byte{0, 0, 0, 5, 'x'}), 255); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestTransformConcurrent: transforms at once share the kept children,
+// each getting its own answer.
+func TestTransformConcurrent(t *testing.T) {
+	t.Parallel()
+	errs := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			want := fmt.Sprintf("v%d", i)
+			r, err := Transform(context.Background(), &Request{Src: fmt.Sprintf("let %s: number = %d", want, i), File: "a.ts", TS: true, Target: ESNext})
+			if err == nil && !strings.Contains(r.Code, fmt.Sprintf("let %s = %d", want, i)) {
+				err = fmt.Errorf("transform %d: %q", i, r.Code)
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
