@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"syscall"
 	"time"
@@ -24,14 +25,24 @@ type Helper struct {
 	Args []string // without the program name
 	Env  []string // the whole environment: nothing of the server's is inherited
 	Dir  string   // default "/"
+	// Stdin is the helper's standard input (nil: none).
+	Stdin io.Reader
 	// Stdout and Stderr receive the output; one writer for both is called
 	// from one goroutine at a time.
 	Stdout, Stderr io.Writer
+	// Unprivileged runs the helper as nobody (uid and gid 65534, no
+	// supplementary groups) when the server runs as root, so that it has
+	// no capability; for a helper that reads hostile input (the esbuild
+	// child of internal/transpile).
+	Unprivileged bool
 	// WaitDelay bounds how long the output is read once the helper exited
 	// or was killed (a process that left its group may hold the pipe).
 	// Default 5s.
 	WaitDelay time.Duration
 }
+
+// nobody is the uid and gid of an Unprivileged helper.
+const nobody = 65534
 
 // RunHelper runs h and waits for it. When ctx ends the helper's whole
 // process group is killed and the error wraps ctx's.
@@ -45,8 +56,11 @@ func RunHelper(ctx context.Context, h *Helper) error {
 	if cmd.Dir == "" {
 		cmd.Dir = "/"
 	}
-	cmd.Stdout, cmd.Stderr = h.Stdout, h.Stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = h.Stdin, h.Stdout, h.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if h.Unprivileged && os.Geteuid() == 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{}}
+	}
 	// The group's leader is not reaped before Cancel returns, so its pid
 	// still names the group.
 	cmd.Cancel = func() error { return killGroup(cmd) }

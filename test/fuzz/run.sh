@@ -78,6 +78,7 @@ done <<'LIST'
 ./internal/render FuzzJSON FuzzXML
 ./internal/textedit FuzzEdit
 ./internal/boxfs FuzzReply
+./internal/transpile FuzzReply
 ./internal/picture FuzzSVGToPNG:slow FuzzSniff
 LIST
 exit $fail

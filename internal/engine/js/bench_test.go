@@ -32,10 +32,12 @@ func benchRun(b *testing.B, code string) { benchRunLang(b, code, "js", false) }
 // run on a machine that is not busy with runs, as for an agent that calls
 // one at a time. Without, runs follow each other at once and the figure is
 // the CPU of a run, wherever it is spent.
-func benchRunLang(b *testing.B, code, lang string, idle bool) {
+func benchRunLang(b *testing.B, code, lang string, idle bool) { benchRunOpts(b, code, lang, idle, nil) }
+
+func benchRunOpts(b *testing.B, code, lang string, idle bool, opts *Options) {
 	dir := b.TempDir()
 	s := &session.Session{ID: "bench", Name: "bench", Dir: dir}
-	eng := New(nil)
+	eng := New(opts)
 	if err := os.MkdirAll(s.Workspace(), 0o755); err != nil {
 		b.Fatal(err)
 	}
@@ -78,6 +80,12 @@ const c = new Counter(); c.inc(); c.inc(2);
 // BenchmarkRunTS runs the same small TypeScript snippet every time (the
 // case a transpile cache serves).
 func BenchmarkRunTS(b *testing.B) { benchRunLang(b, benchTS, "ts", true) }
+
+// BenchmarkRunTSUncached runs the snippet with no transpile cache: every
+// run pays esbuild's transform, in its child process (internal/transpile).
+func BenchmarkRunTSUncached(b *testing.B) {
+	benchRunOpts(b, benchTS, "ts", true, &Options{TranspileCache: -1})
+}
 
 // BenchmarkRunTSBackToBack is BenchmarkRunTS with no pause between runs.
 func BenchmarkRunTSBackToBack(b *testing.B) { benchRunLang(b, benchTS, "ts", false) }

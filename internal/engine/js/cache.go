@@ -2,6 +2,7 @@ package js
 
 import (
 	clist "container/list"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"sync"
@@ -57,9 +58,9 @@ func cacheKey(src, file string, ts bool) [sha256.Size]byte {
 }
 
 // transpile is the package's transpile through the cache.
-func (c *transpileCache) transpile(src, file string, ts bool) (*transpiled, error) {
+func (c *transpileCache) transpile(ctx context.Context, src, file string, ts bool) (*transpiled, error) {
 	if c.limit <= 0 {
-		return transpile(src, file, ts)
+		return transpile(ctx, src, file, ts)
 	}
 	key := cacheKey(src, file, ts)
 	c.mu.Lock()
@@ -74,7 +75,7 @@ func (c *transpileCache) transpile(src, file string, ts bool) (*transpiled, erro
 	}
 	c.mu.Unlock()
 
-	t, err := transpile(src, file, ts)
+	t, err := transpile(ctx, src, file, ts)
 	e := &cacheEntry{key: key, t: t}
 	var te *transpileError
 	switch {

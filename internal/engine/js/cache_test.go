@@ -1,6 +1,7 @@
 package js
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -20,11 +21,11 @@ func TestTranspileCacheKeys(t *testing.T) {
 		t.Fatalf("%d cache entries, want 3", n)
 	}
 
-	one, err := c.transpile("let x: number = 1\n", "a.ts", true)
+	one, err := c.transpile(context.Background(), "let x: number = 1\n", "a.ts", true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := c.transpile("let x: number = 1\n", "b.ts", true)
+	other, err := c.transpile(context.Background(), "let x: number = 1\n", "b.ts", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,10 +34,10 @@ func TestTranspileCacheKeys(t *testing.T) {
 	}
 	// The same text as JavaScript is an error (a type annotation), as
 	// TypeScript it is not.
-	if _, err := c.transpile("let x: number = 1\n", "a.ts", false); err == nil {
+	if _, err := c.transpile(context.Background(), "let x: number = 1\n", "a.ts", false); err == nil {
 		t.Fatal("a TypeScript annotation transpiled as JavaScript")
 	}
-	again, err := c.transpile("let x: number = 1\n", "a.ts", true)
+	again, err := c.transpile(context.Background(), "let x: number = 1\n", "a.ts", true)
 	if err != nil || again != one {
 		t.Fatalf("not served from the cache: %v", err)
 	}
@@ -83,11 +84,11 @@ func TestTranspileCacheBounded(t *testing.T) {
 	c := newTranspileCache(64 << 10)
 	src := func(i int) string { return fmt.Sprintf("const v%d: number = %d;\n", i, i) }
 	for i := range 1000 {
-		if _, err := c.transpile(src(i), "a.ts", true); err != nil {
+		if _, err := c.transpile(context.Background(), src(i), "a.ts", true); err != nil {
 			t.Fatal(err)
 		}
 		// Keep entry 0 in use: it must survive.
-		if _, err := c.transpile(src(0), "a.ts", true); err != nil {
+		if _, err := c.transpile(context.Background(), src(0), "a.ts", true); err != nil {
 			t.Fatal(err)
 		}
 		if c.bytes > c.limit {
@@ -104,7 +105,7 @@ func TestTranspileCacheBounded(t *testing.T) {
 		t.Fatal("the least recently used entry was kept")
 	}
 	big := "const s: string = \"" + strings.Repeat("x", 10<<10) + "\";\n"
-	if _, err := c.transpile(big, "a.ts", true); err != nil {
+	if _, err := c.transpile(context.Background(), big, "a.ts", true); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := c.byKey[cacheKey(big, "a.ts", true)]; ok {

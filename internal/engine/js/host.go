@@ -280,9 +280,13 @@ func (r *run) compile(rel string) quickjs.Value {
 	ext := path.Ext(rel)
 	ts := ext == ".ts" || ext == ".mts" || ext == ".cts"
 	if ts || esmSyntax.MatchString(code) {
-		t, err := r.eng.cache.transpile(code, rel, ts)
+		t, err := r.eng.cache.transpile(r.ctx, code, rel, ts)
 		if err != nil {
-			r.compileErr = &jsError{Name: "SyntaxError", Message: "in a required module:\n" + err.Error()}
+			name := "SyntaxError"
+			if !errors.As(err, new(*transpileError)) {
+				name = "Error"
+			}
+			r.compileErr = &jsError{Name: name, Message: "in a required module:\n" + err.Error()}
 			return quickjs.UndefinedValue
 		}
 		code, sm = t.code, t.sm

@@ -1,6 +1,7 @@
 package js
 
 import (
+	"context"
 	"errors"
 	"math"
 	"path/filepath"
@@ -129,7 +130,7 @@ func TestSourceMapAndVLQ(t *testing.T) {
 			t.Errorf("decodeVLQ(%q) accepted", bad)
 		}
 	}
-	tr, err := transpile("type T = number\n\nconst x: T = 1\nthrow new Error('x' + x)\n", "a.ts", true)
+	tr, err := transpile(context.Background(), "type T = number\n\nconst x: T = 1\nthrow new Error('x' + x)\n", "a.ts", true)
 	if err != nil {
 		t.Fatal(err)
 	}

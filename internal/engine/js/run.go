@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	qtranspile "github.com/quro-dev/quro/internal/transpile"
 	"io"
 	"strings"
 	"time"
@@ -132,18 +133,25 @@ func (r *run) main0() (*runcode.Result, error) {
 	code, original := r.req.Code, r.req.Code
 	var sm *sourceMap
 	if r.ts || esmSyntax.MatchString(code) {
-		t, err := r.eng.cache.transpile(code, mainName, r.ts)
+		t, err := r.eng.cache.transpile(r.ctx, code, mainName, r.ts)
 		if err != nil {
 			var te *transpileError
-			if errors.As(err, &te) {
-				if r.rich() {
-					r.exc = &runcode.Exception{Name: "SyntaxError", Value: te.Error(), Traceback: te.Error()}
-				} else {
-					fmt.Fprintln(r.req.Stderr, te.Error())
-				}
-				return &runcode.Result{ExitCode: 1}, nil
+			var le *qtranspile.Error
+			var exc *runcode.Exception
+			switch {
+			case errors.As(err, &te):
+				exc = &runcode.Exception{Name: "SyntaxError", Value: te.Error(), Traceback: te.Error()}
+			case errors.As(err, &le):
+				exc = &runcode.Exception{Name: "Error", Value: le.Error(), Traceback: "Error: " + le.Error()}
+			default:
+				return nil, err
 			}
-			return nil, err
+			if r.rich() {
+				r.exc = exc
+			} else {
+				fmt.Fprintln(r.req.Stderr, exc.Traceback)
+			}
+			return &runcode.Result{ExitCode: 1}, nil
 		}
 		code, sm = t.code, t.sm
 	}

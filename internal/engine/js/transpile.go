@@ -1,13 +1,14 @@
 package js
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
 	"sort"
 	"strings"
 
-	"github.com/evanw/esbuild/pkg/api"
+	qtranspile "github.com/quro-dev/quro/internal/transpile"
 )
 
 // transpiled is source that esbuild rewrote, with the map back to the
@@ -18,12 +19,7 @@ type transpiled struct {
 }
 
 // diagnostic is one esbuild error, positioned in the original source.
-type diagnostic struct {
-	Text     string
-	Line     int // 1-based
-	Column   int // 1-based
-	LineText string
-}
+type diagnostic qtranspile.Diagnostic
 
 // transpileError is a source esbuild refused (invalid TypeScript).
 type transpileError struct {
@@ -63,38 +59,21 @@ func caret(line int, text string, col int) string {
 	return "  " + gutter + string(r) + "\n  " + strings.Repeat(" ", len(gutter)-2) + "| " + strings.Repeat(" ", max(0, col-1)) + "^"
 }
 
-var tlaCJS = "Top-level await is currently not supported with the \"cjs\" output format"
-
 // transpile turns TypeScript (ts) or a JavaScript ES module (!ts) into a
 // script QuickJS can run: types stripped, import/export turned into
 // require/module.exports. A script with top-level await keeps its ES syntax
 // (the main script is evaluated as an async script, where await is allowed).
-func transpile(src, file string, ts bool) (*transpiled, error) {
-	loader := api.LoaderJS
-	if ts {
-		loader = api.LoaderTS
-	}
-	opts := api.TransformOptions{
-		Loader:     loader,
-		Format:     api.FormatCommonJS,
-		Sourcemap:  api.SourceMapExternal,
-		Sourcefile: file,
-		Target:     api.ES2022,
-		LogLevel:   api.LogLevelSilent,
-	}
-	r := api.Transform(src, opts)
-	if len(r.Errors) == 1 && strings.Contains(r.Errors[0].Text, tlaCJS) {
-		opts.Format = api.FormatDefault
-		r = api.Transform(src, opts)
+// esbuild runs in a child process (internal/transpile); its crash or
+// timeout is a *transpile.Error.
+func transpile(ctx context.Context, src, file string, ts bool) (*transpiled, error) {
+	r, err := qtranspile.Transform(ctx, &qtranspile.Request{Src: src, File: file, TS: ts, Target: qtranspile.ES2022, SourceMap: true})
+	if err != nil {
+		return nil, err
 	}
 	if len(r.Errors) > 0 {
 		e := &transpileError{file: file}
 		for _, m := range r.Errors {
-			d := diagnostic{Text: m.Text}
-			if m.Location != nil {
-				d.Line, d.Column, d.LineText = m.Location.Line, m.Location.Column+1, m.Location.LineText
-			}
-			e.diags = append(e.diags, d)
+			e.diags = append(e.diags, diagnostic(m))
 		}
 		return nil, e
 	}
@@ -102,7 +81,7 @@ func transpile(src, file string, ts bool) (*transpiled, error) {
 	if err != nil {
 		return nil, fmt.Errorf("esbuild source map: %w", err)
 	}
-	return &transpiled{code: string(r.Code), sm: sm}, nil
+	return &transpiled{code: r.Code, sm: sm}, nil
 }
 
 // esmSyntax finds import and export statements: JavaScript that has them is

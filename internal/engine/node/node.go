@@ -39,7 +39,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/evanw/esbuild/pkg/api"
+	qtranspile "github.com/quro-dev/quro/internal/transpile"
 
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
@@ -175,7 +175,12 @@ func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result
 	}
 	code := req.Code
 	if req.Lang == "ts" || esmSyntax.MatchString(code) {
-		if code, err = transpile(code, req.Lang == "ts"); err != nil {
+		if code, err = transpile(ctx, code, req.Lang == "ts"); err != nil {
+			var ce *cellError
+			var le *qtranspile.Error
+			if !errors.As(err, &ce) && !errors.As(err, &le) {
+				return nil, err
+			}
 			return transpileFailure(req, err), nil
 		}
 	}
@@ -337,39 +342,35 @@ func (e *Engine) Close() error {
 // does): such JavaScript is turned into CommonJS by esbuild first.
 var esmSyntax = regexp.MustCompile(`(?m)^[ \t]*(import[ \t]*[\w{*'"]|export[ \t]+(default|const|let|var|function|class|async|\{|\*))`)
 
-const tlaCJS = "Top-level await is currently not supported with the \"cjs\" output format"
-
 // transpile strips TypeScript's types (ts) and turns import/export into
 // require (CommonJS); a cell with top-level await keeps its syntax, which
-// the worker's REPL runs.
-func transpile(src string, ts bool) (string, error) {
-	loader := api.LoaderJS
-	if ts {
-		loader = api.LoaderTS
-	}
-	opts := api.TransformOptions{Loader: loader, Format: api.FormatCommonJS, Sourcefile: "<cell>", Target: api.ESNext, LogLevel: api.LogLevelSilent}
-	r := api.Transform(src, opts)
-	if len(r.Errors) == 1 && strings.Contains(r.Errors[0].Text, tlaCJS) {
-		opts.Format = api.FormatDefault
-		r = api.Transform(src, opts)
+// the worker's REPL runs. esbuild runs in a child process
+// (internal/transpile): a source it refuses is a *cellError, its crash or
+// timeout a *transpile.Error.
+func transpile(ctx context.Context, src string, ts bool) (string, error) {
+	r, err := qtranspile.Transform(ctx, &qtranspile.Request{Src: src, File: "<cell>", TS: ts, Target: qtranspile.ESNext})
+	if err != nil {
+		return "", err
 	}
 	if len(r.Errors) > 0 {
-		var b strings.Builder
-		for _, m := range r.Errors {
-			if m.Location != nil {
-				fmt.Fprintf(&b, "<cell>:%d:%d: %s\n  %s\n", m.Location.Line, m.Location.Column+1, m.Text, m.Location.LineText)
-			} else {
-				b.WriteString(m.Text + "\n")
-			}
-		}
-		return "", errors.New(strings.TrimRight(b.String(), "\n"))
+		return "", &cellError{qtranspile.ErrorText("<cell>", r.Errors)}
 	}
-	return string(r.Code), nil
+	return r.Code, nil
 }
 
-// transpileFailure is the result of code esbuild refused: a SyntaxError.
+// cellError is a cell esbuild refused.
+type cellError struct{ text string }
+
+func (e *cellError) Error() string { return e.text }
+
+// transpileFailure is the result of code esbuild refused (a SyntaxError)
+// or could not compile (an Error).
 func transpileFailure(req *runcode.Request, err error) *runcode.Result {
-	exc := &runcode.Exception{Name: "SyntaxError", Value: err.Error(), Traceback: "SyntaxError: " + err.Error()}
+	name := "SyntaxError"
+	if !errors.As(err, new(*cellError)) {
+		name = "Error"
+	}
+	exc := &runcode.Exception{Name: name, Value: err.Error(), Traceback: name + ": " + err.Error()}
 	if req.Context != nil && req.Context.Rich {
 		return &runcode.Result{Exception: exc}
 	}

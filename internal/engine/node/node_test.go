@@ -160,6 +160,21 @@ func TestNodeContexts(t *testing.T) {
 	if x := res.Exception; x == nil || x.Name != "RangeError" || x.Value != "out of range" || !strings.Contains(x.Traceback, "<cell>") || strings.Contains(x.Traceback, "node:repl") {
 		t.Errorf("rejected await: %+v", res.Exception)
 	}
+	// The attack that killed the server when esbuild ran in it: cells
+	// nested so deeply that esbuild's parser overflowed Go's stack. Each is
+	// the cell's error; this process lives, and the next ts cell works.
+	for name, code := range map[string]string{
+		"arrows": "let deep = " + strings.Repeat("a=>", 100000) + "1",
+		"nots":   "let deep = " + strings.Repeat("!", 256<<10) + "1",
+	} {
+		res = run(t, r, s, "ts", code, c1, time.Minute)
+		if x := res.Exception; x == nil || x.Name != "Error" || !strings.Contains(x.Value, "the code nests too deeply to compile") {
+			t.Errorf("deeply nested %s: %+v", name, res.Exception)
+		}
+	}
+	if res := run(t, r, s, "ts", "const q: number = p.n + 1; q", c1, time.Minute); mainText(res) != "6" {
+		t.Errorf("ts after the attacks: %q %+v", mainText(res), res.Exception)
+	}
 	if err := e.DropContext(context.Background(), s.ID, "c1"); err != nil {
 		t.Fatal(err)
 	}
