@@ -88,7 +88,9 @@ func TestUIDCollisionCannotCrossTenants(t *testing.T) {
 	const js = "application/json"
 	run := func(auth []string, session, code string) string {
 		t.Helper()
-		body, _ := json.Marshal(map[string]any{"lang": "sh", "session": session, "code": code})
+		// timeout_ms: the attack's few calls from inside the box took
+		// longer than the default 30 s on a loaded machine.
+		body, _ := json.Marshal(map[string]any{"lang": "sh", "session": session, "code": code, "timeout_ms": 240000})
 		r := do(t, "POST", srv.url+"/v1/run_code", js, string(body), append([]string{"Accept", "text/plain"}, auth...)...)
 		if r.status != 200 {
 			t.Fatalf("%d %s", r.status, r.body)

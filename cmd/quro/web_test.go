@@ -310,7 +310,10 @@ func TestWebUI(t *testing.T) {
 		e.fillEditor("#play-code", "print('<img src=x onerror=alert(1)>')\nprint('<script>alert(2)</script>')")
 		// the click starts the run, which says "running…" at once
 		e.click(chromedp.CSS("#play-run"))
-		e.waitJS(`/exit 0/.test(document.querySelector('#play-summary')?.textContent ?? '')`)
+		// The summary may still say the last run's "exit 0" for a moment
+		// after the output was cleared: wait for this run's last line too.
+		e.waitJS(`/exit 0/.test(document.querySelector('#play-summary')?.textContent ?? '') &&
+			(document.querySelector('#play-output')?.textContent ?? '').includes('alert(2)')`)
 		text := eval[string](e, `document.querySelector('#play-output').textContent`)
 		e.check(strings.Contains(text, "<img src=x onerror=alert(1)>") && strings.Contains(text, "<script>alert(2)</script>"), "the tags shown as text, got %q", text)
 		els := eval[int](e, `document.querySelectorAll('#play-output img, #play-output script').length`)

@@ -41,6 +41,7 @@ type liveCall struct {
 
 	mu      sync.Mutex
 	pending map[string][]byte // an incomplete UTF-8 sequence held back, by stream
+	unseen  int               // output bytes published while nobody watched
 }
 
 // liveBegin publishes the call event of a call on the session ctx has
@@ -79,8 +80,21 @@ func (c *Controller) liveBegin(ctx context.Context, caller Caller, capb *capabil
 
 // output publishes p, holding back a UTF-8 sequence split between writes
 // until it is complete.
+//
+// With nobody watching, output goes only to the session's ring, which
+// keeps ReplayBytes of events: past that much of a call's output the rest
+// is dropped here, before any copy, so a call that writes hundreds of MiB
+// with no viewer costs the server no copy of them (a viewer that comes
+// later sees the call's first output and, from then on, all of it).
 func (lc *liveCall) output(stream string, p []byte) {
 	lc.mu.Lock()
+	if !lc.bus.Watched(lc.tenant) {
+		if lc.unseen >= events.ReplayBytes {
+			lc.mu.Unlock()
+			return
+		}
+		lc.unseen += len(p)
+	}
 	buf := append(lc.pending[stream], p...)
 	cut := len(buf)
 	for i := 1; i <= utf8.UTFMax && i <= len(buf); i++ {
