@@ -72,17 +72,47 @@ func confine(cpu uint64) error {
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
+	if err := unix.Capset(&hdr, &data[0]); err != nil && !capless() {
+		// A seccomp policy (quro run as a box's workload) may refuse
+		// capset; that is fine only when there is nothing to drop.
 		return fmt.Errorf("dropping capabilities: %w", err)
 	}
-	if err := unix.Setrlimit(unix.RLIMIT_AS, &unix.Rlimit{Cur: childAddressSpace, Max: childAddressSpace}); err != nil {
+	if err := lower(unix.RLIMIT_AS, childAddressSpace, childAddressSpace); err != nil {
 		return fmt.Errorf("address space limit: %w", err)
 	}
-	if err := unix.Setrlimit(unix.RLIMIT_CPU, &unix.Rlimit{Cur: cpu, Max: cpu + 1}); err != nil {
+	if err := lower(unix.RLIMIT_CPU, cpu, cpu+1); err != nil {
 		return fmt.Errorf("CPU limit: %w", err)
 	}
 	debug.SetMaxStack(childStack)
 	return nil
+}
+
+// lower sets resource's soft and hard limits to at most soft and hard: a
+// limit the child already has that is lower (a box's, when quro runs
+// inside one) stays, since raising a hard limit is refused.
+func lower(resource int, soft, hard uint64) error {
+	var cur unix.Rlimit
+	if err := unix.Getrlimit(resource, &cur); err != nil {
+		return err
+	}
+	lim := unix.Rlimit{Cur: min(cur.Cur, soft), Max: min(cur.Max, hard)}
+	lim.Cur = min(lim.Cur, lim.Max)
+	return unix.Setrlimit(resource, &lim)
+}
+
+// capless reports whether the process holds no capability at all.
+func capless() bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if unix.Capget(&hdr, &data[0]) != nil {
+		return false
+	}
+	for _, d := range data {
+		if d.Effective != 0 || d.Permitted != 0 || d.Inheritable != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 const tlaCJS = "Top-level await is currently not supported with the \"cjs\" output format"

@@ -74,8 +74,8 @@ func TestRootfsRunInRealRootfs(t *testing.T) {
 			t.Errorf("via %d: %+v out %q err %q", via, r.Result, r.out, r.err)
 		}
 	}
-	r := runIn(t, e, rootfs.DefaultName, "import sys\nprint('before', flush=True)\nimport time\ntime.sleep(60)", ViaArg, 3*time.Second) // the budget covers the box's start
-	if !r.TimedOut || !r.Interrupted || r.out != "before\n" || !strings.Contains(r.Error, "timed out after 3s") {
+	r := runIn(t, e, rootfs.DefaultName, "import sys\nprint('before', flush=True)\nimport time\ntime.sleep(600)", ViaArg, 20*time.Second) // the budget covers the box's start (3 s was too short at a make test's load)
+	if !r.TimedOut || !r.Interrupted || r.out != "before\n" || !strings.Contains(r.Error, "timed out after 20s") {
 		t.Errorf("timeout: %+v out %q", r.Result, r.out)
 	}
 	// Through Run the session's own rootfs is used, without a note: the
