@@ -242,7 +242,10 @@ func TestWebFiles(t *testing.T) {
 		e.waitSel(".cell:nth-child(2) .editor")
 		e.fillEditor(".cell:nth-child(2) .editor", "print(x + 1)")
 		e.click(chromedp.CSS(".cell:nth-child(2) .play-run"))
-		e.waitJS(`/exit 0/.test(document.querySelector('.cell:nth-child(2) .summary')?.textContent ?? '')`)
+		// The virtualised output may draw its lines a moment after the
+		// summary says exit 0: wait for both.
+		e.waitJS(`/exit 0/.test(document.querySelector('.cell:nth-child(2) .summary')?.textContent ?? '') &&
+			(document.querySelector('.cell:nth-child(2) .vout')?.textContent ?? '').trim() !== ''`)
 		got := eval[string](e, `document.querySelector('.cell:nth-child(2) .vout').textContent`)
 		e.check(strings.TrimSpace(got) == "42", "the second cell printed %q, want 42", got)
 		e.shot("play-1-cells")

@@ -287,7 +287,8 @@ func TestWebUI(t *testing.T) {
 			`display(jpeg, mime="image/jpeg")`,
 		}, "\n"))
 		e.click(chromedp.CSS("#play-run"))
-		e.waitJS(`/exit 0/.test(document.querySelector('#play-summary')?.textContent ?? '')`)
+		e.waitJS(`/exit 0/.test(document.querySelector('#play-summary')?.textContent ?? '') &&
+			(document.querySelector('#play-output')?.textContent ?? '').includes('hello-from-e2e')`)
 		text := eval[string](e, `document.querySelector('#play-output').textContent`)
 		e.check(strings.Contains(text, "hello-from-e2e 42"), "printed output, got %q", text)
 		sandbox := eval[string](e, `document.querySelector('#play-artifacts iframe.artifact-frame')?.getAttribute('sandbox') ?? '(no frame)'`)
