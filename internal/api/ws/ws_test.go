@@ -324,8 +324,10 @@ func TestClosingTheSocketCancelsTheRun(t *testing.T) {
 	const marker = "987654"
 	c.Write(ctxT(t), websocket.MessageText, mustJSON(map[string]any{
 		"lang": "sh", "session": s.ID, "code": "sleep " + marker + " & p=$!\n" +
-			// Say "started" only once the sleep runs (has exec'd).
-			"until tr '\\0' ' ' < /proc/$p/cmdline 2>/dev/null | grep -q " + marker + "; do :; done\n" +
+			// Say "started" only once the sleep runs (has exec'd): until
+			// then the forked child's command line is the shell's, which
+			// holds the marker too, so match the sleep's own argv.
+			"until tr '\\0' ' ' < /proc/$p/cmdline 2>/dev/null | grep -q '^sleep " + marker + "'; do :; done\n" +
 			"echo started; wait; echo never"}))
 	if _, _, m := readMsg(t, c); m.Type != "output" || m.Data != "started\n" {
 		t.Fatalf("%+v", m)
