@@ -152,6 +152,10 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				"%s is set by the cluster's nodes only; a client does not send it", HeaderForwardedBy))
 			return
 		}
+		// Checked: it goes no further. The signature names only the
+		// node, so whoever reads it can replay it; the local handler
+		// hands a preview's headers on to the box's own web server.
+		r.Header.Del(HeaderForwardedBy)
 		rt.local(w, r, rt.ours(r.Context(), rt.ref(r)))
 		return
 	}

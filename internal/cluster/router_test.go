@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quro-dev/quro/internal/api/rest"
 	"github.com/quro-dev/quro/internal/controller"
 )
 
@@ -337,4 +338,84 @@ func TestForgedForwardingHeader(t *testing.T) {
 	if served.Load() != 1 {
 		t.Fatalf("the owner served %d requests, want the one signed forward", served.Load())
 	}
+}
+
+// previewBox is a session's box as the preview proxy reaches it: every
+// port dials the test's listener.
+type previewBox struct{ addr string }
+
+func (previewBox) PreviewByCaller(context.Context, controller.Caller, string, int) error { return nil }
+func (previewBox) PreviewBySignature(context.Context, string, int, string) error         { return nil }
+func (previewBox) PreviewPublic(context.Context, string, int) bool                       { return false }
+func (b previewBox) DialPreview(ctx context.Context, _ string, _ int) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", b.addr)
+}
+
+// TestForwardingHeaderNeverReachesABox runs the replay attack on the
+// forwarding header: the signature names only the node, so a header a
+// box could read would sign any request of its tenant, from outside, for
+// good (a create then skips placement and the cluster-wide tenant
+// limit). A preview of a session on another node is forwarded to its
+// owner with the signed header, and the owner's preview proxy hands the
+// request's headers on to the box's web server: the owner's router takes
+// the header off once it has checked it, so the box sees none, and
+// nothing it can replay.
+func TestForwardingHeaderNeverReachesABox(t *testing.T) {
+	t.Parallel()
+	key := []byte("0123456789abcdef0123456789abcdef")
+	captured := make(chan []string, 1)
+	box := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		captured <- r.Header.Values(HeaderForwardedBy)
+		fmt.Fprint(w, "the box's page")
+	}))
+	defer box.Close()
+	backend := previewBox{addr: strings.TrimPrefix(box.URL, "http://")}
+	owner := httptest.NewServer(&Router{Table: &staticTable{self: "b",
+		sessions: map[string]*Session{"onb": {Spec: SessionSpec{Node: "b"}}}}, Key: key,
+		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rest.ProxyPreview(w, r, backend, "onb", 8080, "/v1/sessions/onb/preview/8080", nil)
+		})})
+	defer owner.Close()
+	now := time.Now()
+	table := &staticTable{self: "a",
+		sessions: map[string]*Session{"onb": {Spec: SessionSpec{Node: "b"}}},
+		nodes: []Node{
+			{Name: "a", Address: "unused", Renewed: now, TTL: time.Hour},
+			{Name: "b", Address: strings.TrimPrefix(owner.URL, "http://"), Renewed: now, TTL: time.Hour},
+		}}
+	var localCreates atomic.Int32
+	entry := httptest.NewServer(&Router{Table: table, Key: key,
+		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if isCreate(r) {
+				localCreates.Add(1)
+			}
+			fmt.Fprint(w, "entry served")
+		})})
+	defer entry.Close()
+
+	resp, err := http.Get(entry.URL + "/v1/sessions/onb/preview/8080/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "the box's page" {
+		t.Fatalf("the preview through the entry node: %d %s", resp.StatusCode, body)
+	}
+	got := <-captured
+	if len(got) == 0 {
+		return
+	}
+	// The box read a signed header: replayed from outside on a create it
+	// skips placement (served on the entry node, never placed).
+	req, _ := http.NewRequest("POST", entry.URL+"/v1/sessions", strings.NewReader("{}"))
+	req.Header.Set(HeaderForwardedBy, got[0])
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	t.Fatalf("the box read %s %q; replayed on a create: %d, served on the entry node without placement %d time(s)",
+		HeaderForwardedBy, got, resp.StatusCode, localCreates.Load())
 }
