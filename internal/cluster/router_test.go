@@ -419,3 +419,81 @@ func TestForwardingHeaderNeverReachesABox(t *testing.T) {
 	t.Fatalf("the box read %s %q; replayed on a create: %d, served on the entry node without placement %d time(s)",
 		HeaderForwardedBy, got, resp.StatusCode, localCreates.Load())
 }
+
+// countingTable is a table whose tenant count is the creates that have
+// finished (as the records a node writes before its create answers).
+type countingTable struct {
+	staticTable
+	done atomic.Int32
+}
+
+func (c *countingTable) TenantSessions(string) int { return int(c.done.Load()) }
+
+// TestBurstOfCreatesHeldToTheTenantLimit runs a burst of creates at once
+// through one node: a create's record is written only when it is done,
+// so while they all run the table counts none of them. Each placement
+// counts until its create has answered: the tenant gets its limit of
+// sessions, and the rest are refused (429), not placed.
+func TestBurstOfCreatesHeldToTheTenantLimit(t *testing.T) {
+	t.Parallel()
+	const limit, burst = 2, 6
+	now := time.Now()
+	table := &countingTable{staticTable: staticTable{self: "a", nodes: []Node{
+		{Name: "a", Address: "unused", Renewed: now, TTL: time.Hour},
+	}}}
+	entered := make(chan struct{}, burst)
+	release := make(chan struct{})
+	rt := &Router{Table: table, TenantLimit: func(string) int { return limit },
+		Auth: func(*http.Request) (controller.Caller, error) { return controller.Caller{Tenant: "t"}, nil },
+		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			entered <- struct{}{}
+			<-release // the box is being made
+			table.done.Add(1)
+		})}
+	srv := httptest.NewServer(rt)
+	defer srv.Close()
+	codes := make(chan int, burst)
+	for range burst {
+		go func() {
+			resp, err := http.Post(srv.URL+"/v1/sessions", "application/json", strings.NewReader("{}"))
+			if err != nil {
+				codes <- 0
+				return
+			}
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	// Every create is either being made or answered: wait for the one or
+	// the other of each.
+	served, refused := 0, 0
+	for served+refused < burst {
+		select {
+		case <-entered:
+			served++
+		case code := <-codes:
+			if code != http.StatusTooManyRequests {
+				t.Fatalf("a create answered %d before any was let through", code)
+			}
+			refused++
+		}
+	}
+	close(release)
+	if served != limit {
+		t.Fatalf("%d creates of a burst of %d were placed, the tenant's limit is %d", served, burst, limit)
+	}
+	for range served {
+		if code := <-codes; code != http.StatusOK {
+			t.Fatalf("a placed create: %d", code)
+		}
+	}
+	// Done, the table counts them: the next is refused as well.
+	resp, err := http.Post(srv.URL+"/v1/sessions", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a create past the limit: %d", resp.StatusCode)
+	}
+}
