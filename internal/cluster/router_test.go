@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -452,6 +453,9 @@ func TestBurstOfCreatesHeldToTheTenantLimit(t *testing.T) {
 		})}
 	srv := httptest.NewServer(rt)
 	defer srv.Close()
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
+	defer let() // before Close, which waits for the creates held here
 	codes := make(chan int, burst)
 	for range burst {
 		go func() {
@@ -478,7 +482,7 @@ func TestBurstOfCreatesHeldToTheTenantLimit(t *testing.T) {
 			refused++
 		}
 	}
-	close(release)
+	let()
 	if served != limit {
 		t.Fatalf("%d creates of a burst of %d were placed, the tenant's limit is %d", served, burst, limit)
 	}
