@@ -34,6 +34,7 @@ cd "$(dirname "$0")/.."
 : "${GO:=go}" "${MAKE:=make}" "${TRIM:=-trimpath}" "${TEST_P:=4}" "${TEST_PARALLEL:=4}"
 : "${TEST_TIMEOUT:=30m}" "${SLOW_PKGS:=}" "${SLIM_APP_RUN:=.}" "${SLIM_MCP_RUN:=.}"
 : "${GOLANGCI:=$GO tool -modfile=tools/golangci/go.mod golangci-lint}"
+: "${FUZZ_FIRST:=2000x}" "${FUZZ_SLOW:=50x}"
 
 status=0
 start=$(date +%s)
@@ -71,7 +72,10 @@ wait_side() { # name
 	[ "$status" = 0 ] && status=$rc
 	return 0
 }
-trap 'for p in "${side_pid[@]}"; do kill "$p" 2>/dev/null; done' EXIT
+# The fuzz run goes on until the tests end (test/fuzz/run.sh): this file
+# says they have.
+fuzz_stop=$(mktemp -d)/tests-ended
+trap 'touch "$fuzz_stop"; for p in "${side_pid[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "${fuzz_stop%/*}"' EXIT
 
 phase "npm ci (four trees side by side)" \
 	"$MAKE" --no-print-directory -j4 -Otarget \
@@ -84,9 +88,16 @@ pkgs=()
 for p in $SLOW_PKGS; do pkgs+=("./$p/"); done
 # GOFLAGS=$TRIM: see the Makefile's lint (a fresh clone's lint compiled
 # the whole tree again without it).
-side lint env GOFLAGS="$TRIM${GOFLAGS:+ $GOFLAGS}" $GOLANGCI run --allow-serial-runners ./...
-# The fuzz targets: 20000 inputs each (test/fuzz/run.sh).
-side fuzz env FUZZTIME=20000x GO="$GO" TRIM="$TRIM" bash test/fuzz/run.sh
+# Both side runs at nice 19: they take the CPU the tests leave idle and
+# give way when the tests want it (with one core, the tests' CPU is the
+# floor of make test's wall time; a side run beside them at the same
+# priority adds its CPU to it).
+side lint nice -n 19 env GOFLAGS="$TRIM${GOFLAGS:+ $GOFLAGS}" $GOLANGCI run --allow-serial-runners ./...
+# The fuzz targets: a first round of FUZZ_FIRST inputs each (FUZZ_SLOW
+# for those whose inputs run code in a box), run whole, then more rounds
+# until the tests end (test/fuzz/run.sh).
+side fuzz nice -n 19 env FUZZTIME="$FUZZ_FIRST" FUZZCOUNT_SLOW="$FUZZ_SLOW" FUZZ_UNTIL="$fuzz_stop" \
+	GO="$GO" TRIM="$TRIM" bash test/fuzz/run.sh
 slim() {
 	"$GO" test $TRIM -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim ./internal/engine/python/ &&
 		"$GO" test $TRIM -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim -run "$SLIM_MCP_RUN" ./internal/api/mcp/ &&
@@ -94,6 +105,7 @@ slim() {
 }
 phase "go test (every package)" \
 	"$GO" test $TRIM -p "$TEST_P" -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" ${pkgs[@]+"${pkgs[@]}"} ./...
+touch "$fuzz_stop"
 wait_side lint
 # The slim build's tests after, not beside: internal/app's leak tests
 # count what the host holds (mounts, loop devices, cgroups, uids), and a
