@@ -252,7 +252,8 @@ e2b-suite: build
 	bash test/e2b/run-suite.sh "$(SUITE)" $(SUITE_ARGS)
 
 # Every fuzz target of a parser that reads bytes a box or a tenant
-# controls, a minute each (make test gives them 20,000 inputs; go test alone runs
+# controls, a minute each (make test gives them a round of 2,000 inputs,
+# then more rounds while its tests run: test/run.sh; go test alone runs
 # only their seed corpora).
 FUZZTIME ?= 60s
 fuzz:

@@ -11,16 +11,21 @@
 #   2. the quick checks (the web bundle's types, gofmt, go.mod tidiness,
 #      vet);
 #   3. every package's tests (SLOW_PKGS, the longest, first), with
-#      two runs beside them: the linter (it loads the packages compiled
-#      with $TRIM, as the tests are, from the build cache: 10 s of CPU in
-#      a fresh clone, 86 s without the flag) and the fuzz targets. Each
+#      two runs beside them at nice 19: the linter (it loads the packages
+#      compiled with $TRIM, as the tests are, from the build cache: 11 s
+#      of CPU in a fresh clone, 86 s without the flag) and the fuzz
+#      targets (a first round, then rounds until the tests end). Each
 #      side run prints its output and time when the tests end;
 #   4. the slim build's tests (no embedded Python: the rest of the Python
 #      chain must answer).
 # The tests' phase's wall time is internal/app's, which mostly waits
 # (boxes, apt, pip, compilers: its process and children used 83 s of CPU
 # in its first 570 s at a load of 15), so the fuzz run (mostly CPU, and
-# nothing on the host) fills that wait instead of running after it. The
+# nothing on the host) fills that wait instead of running after it. With
+# one core free (CI beside stress-ng --cpu 1) make test's wall time is
+# at least the CPU time it spends, so what runs beside the tests runs at
+# nice 19 and the fuzz run past its first round only uses CPU the tests
+# leave idle: it ends when they do, not after a fixed count. The
 # slim build's tests stay after: its internal/app makes and destroys
 # sessions, and the one run with it beside the full build's had a leak
 # test that did not settle (TestSessionsHeldAtOnceLeaveNothing; its
