@@ -11,7 +11,7 @@
 #   2. the quick checks (the web bundle's types, gofmt, go.mod tidiness,
 #      vet);
 #   3. every package's tests (SLOW_PKGS, the longest, first), with
-#      two runs beside them at nice 19: the linter (it loads the packages
+#      two runs beside them at nice 10: the linter (it loads the packages
 #      compiled with $TRIM, as the tests are, from the build cache: 11 s
 #      of CPU in a fresh clone, 86 s without the flag) and the fuzz
 #      targets (a first round, then rounds until the tests end). Each
@@ -24,8 +24,9 @@
 # nothing on the host) fills that wait instead of running after it. With
 # one core free (CI beside stress-ng --cpu 1) make test's wall time is
 # at least the CPU time it spends, so what runs beside the tests runs at
-# nice 19 and the fuzz run past its first round only uses CPU the tests
-# leave idle: it ends when they do, not after a fixed count. The
+# nice 10 (about a tenth of a core the tests also want) and the fuzz run
+# past its first round mostly uses CPU the tests leave idle: it ends when
+# they do, not after a fixed count. The
 # slim build's tests stay after: its internal/app makes and destroys
 # sessions, and the one run with it beside the full build's had a leak
 # test that did not settle (TestSessionsHeldAtOnceLeaveNothing; its
@@ -93,15 +94,19 @@ pkgs=()
 for p in $SLOW_PKGS; do pkgs+=("./$p/"); done
 # GOFLAGS=$TRIM: see the Makefile's lint (a fresh clone's lint compiled
 # the whole tree again without it).
-# Both side runs at nice 19: they take the CPU the tests leave idle and
-# give way when the tests want it (with one core, the tests' CPU is the
-# floor of make test's wall time; a side run beside them at the same
-# priority adds its CPU to it).
-side lint nice -n 19 env GOFLAGS="$TRIM${GOFLAGS:+ $GOFLAGS}" $GOLANGCI run --allow-serial-runners ./...
+# Both side runs at nice 10: they take the CPU the tests leave idle and
+# mostly give way when the tests want it (with one core, the tests' CPU
+# is the floor of make test's wall time; a side run beside them at the
+# same priority adds its CPU to it). Not 19 (a fifteenth of the share):
+# the targets whose inputs run code in a box start sessions in each
+# worker, and at loads of 57 and 85, at nice 0, two of them failed on a
+# seed ("fuzzing process hung or terminated unexpectedly"); a worker
+# starved for longer is not made safer by it.
+side lint nice -n 10 env GOFLAGS="$TRIM${GOFLAGS:+ $GOFLAGS}" $GOLANGCI run --allow-serial-runners ./...
 # The fuzz targets: a first round of FUZZ_FIRST inputs each (FUZZ_SLOW
 # for those whose inputs run code in a box), run whole, then more rounds
 # until the tests end (test/fuzz/run.sh).
-side fuzz nice -n 19 env FUZZTIME="$FUZZ_FIRST" FUZZCOUNT_SLOW="$FUZZ_SLOW" FUZZ_UNTIL="$fuzz_stop" \
+side fuzz nice -n 10 env FUZZTIME="$FUZZ_FIRST" FUZZCOUNT_SLOW="$FUZZ_SLOW" FUZZ_UNTIL="$fuzz_stop" \
 	GO="$GO" TRIM="$TRIM" bash test/fuzz/run.sh
 slim() {
 	"$GO" test $TRIM -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim ./internal/engine/python/ &&
