@@ -11,12 +11,12 @@
 #     every package's tests have ended. One round of FUZZTIME inputs
 #     (2,000 each) always runs whole; then rounds of the same go on, each
 #     target in turn, until that file exists, and the run ends with the
-#     target it is on. The run is started at nice 19 beside the tests:
+#     target it is on. The run is started at nice 10 beside the tests:
 #     it uses the CPU they leave idle (they mostly wait on boxes, apt and
-#     pip) and gives way when they need it, so with one core free (CI,
-#     or stress-ng --cpu 1 beside it) it adds no wall time to make test
-#     past its first round; on an idle machine it fuzzes for as long as
-#     the tests run.
+#     pip) and mostly gives way when they need it, so with one core free
+#     (CI, or stress-ng --cpu 1 beside it) it adds little wall time to
+#     make test past its first round; on an idle machine it fuzzes for
+#     as long as the tests run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 time=${FUZZTIME:-20000x}
