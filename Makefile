@@ -160,8 +160,8 @@ TRIM := -trimpath
 # first 570 s at a load of 15 on 2 cores), so four of them side by side
 # end sooner than two (in CPU seconds, the boxes they start included, at
 # a load of 40-85: cmd/quro 195, internal/app 112, the embedded Python
-# 111, internal/sandbox 59, the other packages about 120; their builds
-# about 110: docs/RATIONALE.md). For the same reason the fuzz run
+# 111, the toolchain engine 80, MCP 69, internal/sandbox 59, the other
+# packages 132; their builds 86: docs/RATIONALE.md). For the same reason the fuzz run
 # (compiling and fuzzing, mostly CPU) runs beside them, at nice 10 and
 # until they end, not after (test/run.sh); the
 # slim build's tests (no embedded Python: the rest of the chain must
