@@ -361,6 +361,8 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	testClusterRoutes(t, a, b, dyn, onB, acme, other)
+
 	t.Run("an owner that is down gives 503 with Retry-After", func(t *testing.T) {
 		b.stop()
 		req, _ := http.NewRequest("GET", a.url+"/v1/sessions/"+onB+"/files/note.txt", nil)

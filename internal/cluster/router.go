@@ -21,6 +21,7 @@ import (
 	"github.com/quro-dev/quro/internal/api/httpauth"
 	"github.com/quro-dev/quro/internal/api/rest"
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
 )
 
 // HeaderForwardedBy marks a request one node forwarded to another: the
@@ -78,10 +79,14 @@ type Router struct {
 	// the session it names (rest.DefaultMaxBody when 0): the REST server's own
 	// limit, so that a body the owner would take is never cut here.
 	MaxBody int64
-	Logger  *slog.Logger
+	// Registry, when set, says which capabilities stream their output
+	// (Forward streams those through the owner's /v1/stream).
+	Registry *capability.Registry
+	Logger   *slog.Logger
 
-	once  sync.Once
-	proxy *httputil.ReverseProxy
+	once   sync.Once
+	proxy  *httputil.ReverseProxy
+	client *http.Client // Forward's
 
 	mu      sync.Mutex
 	assumed map[string]assumption // by node: see place
@@ -106,6 +111,10 @@ func (rt *Router) init() {
 		if rt.Logger == nil {
 			rt.Logger = slog.New(slog.DiscardHandler)
 		}
+		// Forward's calls: no timeout of their own (a run lasts as long
+		// as its budget; the caller's context ends it), connections kept.
+		rt.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(),
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 		rt.proxy = &httputil.ReverseProxy{
 			Rewrite: func(pr *httputil.ProxyRequest) {
 				target := pr.In.Context().Value(targetKey{}).(*url.URL)
@@ -137,6 +146,11 @@ func unavailable(w http.ResponseWriter, msg string) {
 
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.init()
+	if cred := r.Header.Get("Authorization"); cred != "" {
+		// A call this request makes that another node owns (Forward) is
+		// authenticated there with the caller's own credential.
+		r = r.WithContext(controller.WithCredential(r.Context(), cred))
+	}
 	if _, forwarded := r.Header[http.CanonicalHeaderKey(HeaderForwardedBy)]; forwarded {
 		if !rt.signed(r.Header.Values(HeaderForwardedBy)) {
 			if rt.Auth != nil {
@@ -152,6 +166,9 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				"%s is set by the cluster's nodes only; a client does not send it", HeaderForwardedBy))
 			return
 		}
+		// Signed by a node: served here, its calls never forwarded again
+		// (a record that lags cannot send it back and forth).
+		r = r.WithContext(controller.ServeHere(r.Context()))
 		rt.local(w, r, rt.ours(r.Context(), rt.ref(r)))
 		return
 	}
@@ -177,7 +194,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok || s.Spec.Node == rt.Table.Self() {
 		// This node's, or nobody's: the local answer is the true one.
 		if ok {
-			rt.local(w, r, s.Name)
+			rt.local(w, r.WithContext(controller.ServeHere(r.Context())), s.Name)
 		} else {
 			rt.local(w, r, "")
 		}
@@ -334,7 +351,8 @@ func (rt *Router) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if n.Name == rt.Table.Self() {
-		rt.local(w, r, "")
+		// Placed: the controller does not place it again (Forward).
+		rt.local(w, r.WithContext(controller.ServeHere(r.Context())), "")
 		return
 	}
 	rt.forward(w, r, n.Name)
@@ -383,7 +401,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, node string) {
 // on every node.
 func (rt *Router) serveThenRecord(w http.ResponseWriter, r *http.Request) {
 	rec := &held{header: http.Header{}, status: http.StatusOK}
-	rt.Next.ServeHTTP(rec, r)
+	rt.Next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), recordingKey{}, true)))
 	rt.Changed(r.Context())
 	for k, v := range rec.header {
 		w.Header()[k] = v
@@ -391,6 +409,10 @@ func (rt *Router) serveThenRecord(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(rec.status)
 	_, _ = w.Write(rec.body.Bytes())
 }
+
+// recordingKey marks a request whose records serveThenRecord writes
+// (Served leaves them to it).
+type recordingKey struct{}
 
 // held is a response kept until its records are written (creates and
 // destroys answer a small JSON document).
