@@ -298,4 +298,48 @@ func testClusterRoutes(t *testing.T, a, b *node, dyn dynamic.Interface, onB, acm
 			}
 		}
 	})
+
+	t.Run("the events of a session of another node", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		h := http.Header{"Authorization": {"Bearer " + acme}}
+		c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(a.url, "http")+"/v1/events?replay="+onB, &websocket.DialOptions{HTTPHeader: h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow()
+		c.SetReadLimit(16 << 20)
+		_, hello, err := c.Read(ctx)
+		if err != nil || !strings.Contains(string(hello), `"hello"`) {
+			t.Fatalf("no hello: %s %v", hello, err)
+		}
+		// Subscribed (hello follows the subscription): a call made now
+		// through node a is seen live on this stream through node a.
+		marker := fmt.Sprintf("evt-%d", time.Now().UnixNano())
+		req, _ := http.NewRequestWithContext(ctx, "POST", a.url+"/v1/sessions/"+onB+"/exec", strings.NewReader(`{"command":"echo `+marker+`"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+acme)
+		called := make(chan error, 1)
+		go func() {
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			called <- err
+		}()
+		defer func() {
+			if err := <-called; err != nil {
+				t.Errorf("the call: %v", err)
+			}
+		}()
+		for {
+			_, data, err := c.Read(ctx)
+			if err != nil {
+				t.Fatalf("the event stream ended before the call's event: %v", err)
+			}
+			if strings.Contains(string(data), marker) {
+				return
+			}
+		}
+	})
 }

@@ -254,6 +254,12 @@ func (rt *Router) ref(r *http.Request) string {
 	if r.Method == http.MethodGet && r.URL.Path == auditPath {
 		return r.URL.Query().Get("session") // its calls are in its owner's log
 	}
+	if r.Method == http.MethodGet && r.URL.Path == eventsPath {
+		// A page that watches one session: its events (the replay ring
+		// and the live ones) are on its owner, where a take of its
+		// shell holds too.
+		return r.URL.Query().Get("replay")
+	}
 	return ""
 }
 
@@ -430,6 +436,9 @@ func (h *held) WriteHeader(code int) {
 	}
 }
 func (h *held) Write(b []byte) (int, error) { h.WriteHeader(http.StatusOK); return h.body.Write(b) }
+
+// eventsPath is the WebSocket of live events (?replay=ID: one session's).
+const eventsPath = "/v1/events"
 
 // isCreate: a request that creates a session (REST, its capability
 // route, or E2B's).
