@@ -23,14 +23,14 @@ import (
 // mcpConn is an MCP session over streamable HTTP, spoken by hand (a
 // JSON-RPC batch is what no SDK client sends any more).
 type mcpConn struct {
-	t        *testing.T
+	t        testing.TB
 	url, tok string
 	sid      string
 	id       int
 }
 
 // mcpOpen initializes an MCP session on the node at base as tok.
-func mcpOpen(t *testing.T, base, tok string) *mcpConn {
+func mcpOpen(t testing.TB, base, tok string) *mcpConn {
 	t.Helper()
 	m := &mcpConn{t: t, url: base + "/mcp", tok: tok}
 	status, msgs, hdr := m.post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"cluster-test","version":"1"}}}`)
