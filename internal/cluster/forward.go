@@ -19,9 +19,7 @@ import (
 	"github.com/quro-dev/quro/internal/runcode"
 )
 
-// maxForwardedReply bounds the reply of a forwarded call read into
-// memory: a capability's output is budgeted far below it (what a model
-// reads), and a node that sends more is answered as broken.
+// maxForwardedReply is Router.MaxReply's default.
 const maxForwardedReply = 64 << 20
 
 // Forward is the controller's Forward (controller.Options.Forward): the
@@ -136,16 +134,25 @@ func (rt *Router) forwardCall(ctx context.Context, addr, name string, args json.
 		return nil, unavailableError("the node that owns this session did not answer (" + err.Error() + "); try again shortly")
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxForwardedReply+1))
+	limit := rt.maxReply()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	switch {
 	case err != nil:
 		return nil, unavailableError("the node that owns this session broke off its answer (" + err.Error() + "); try again shortly")
-	case len(body) > maxForwardedReply:
-		return nil, capability.Errorf(capability.Internal, "the node that owns this session answered more than %d bytes", maxForwardedReply)
+	case int64(len(body)) > limit:
+		return nil, capability.Errorf(capability.Internal, "the node that owns this session answered more than %d bytes", limit)
 	case resp.StatusCode/100 == 2:
 		return body, nil
 	}
 	return nil, remoteError(resp.StatusCode, resp.Header.Get("Retry-After"), body)
+}
+
+// maxReply is MaxReply or its default.
+func (rt *Router) maxReply() int64 {
+	if rt.MaxReply > 0 {
+		return rt.MaxReply
+	}
+	return maxForwardedReply
 }
 
 // remoteError is the error the owner answered (REST's {"error":{...}}).
@@ -194,7 +201,7 @@ func (rt *Router) forwardStream(ctx context.Context, addr, name string, args jso
 		return nil, unavailableError("the node that owns this session did not answer (" + err.Error() + "); try again shortly")
 	}
 	defer c.CloseNow()
-	c.SetReadLimit(maxForwardedReply)
+	c.SetReadLimit(rt.maxReply())
 	if err := c.Write(ctx, websocket.MessageText, args); err != nil {
 		return nil, unavailableError("the node that owns this session broke off the call (" + err.Error() + ")")
 	}

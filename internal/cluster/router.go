@@ -79,6 +79,11 @@ type Router struct {
 	// the session it names (rest.DefaultMaxBody when 0): the REST server's own
 	// limit, so that a body the owner would take is never cut here.
 	MaxBody int64
+	// MaxReply bounds the answer of a call Forward sent, read into
+	// memory (maxForwardedReply when 0): a capability's output is
+	// budgeted far below it (what a model reads), and a node that sends
+	// more is answered as broken.
+	MaxReply int64
 	// Registry, when set, says which capabilities stream their output
 	// (Forward streams those through the owner's /v1/stream).
 	Registry *capability.Registry
