@@ -179,6 +179,27 @@ func testClusterRoutes(t *testing.T, a, b *node, dyn dynamic.Interface, onB, acm
 		}
 	})
 
+	t.Run("MCP tools/call with a progress token for a session of another node", func(t *testing.T) {
+		// The SDK serves it (progress needs the event stream) and the
+		// call goes to the owner's streamed route.
+		m := mcpOpen(t, a.url, acme)
+		m.id++
+		status, msgs, _ := m.post(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"run_code","arguments":{"session":%q,"code":"print(open('note.txt').read() + ' via progress')"},"_meta":{"progressToken":"p1"}}}`, m.id, onB))
+		if status != 200 {
+			t.Fatalf("tools/call: %d %s", status, msgs)
+		}
+		for _, raw := range msgs {
+			var r toolResult
+			if json.Unmarshal(raw, &r) == nil && r.ID == m.id && r.Error == nil && r.Result.Content != nil {
+				if r.Result.IsError || !strings.Contains(r.text(), "kept on b via progress") {
+					t.Fatalf("result: %s", raw)
+				}
+				return
+			}
+		}
+		t.Fatalf("no result among %s", msgs)
+	})
+
 	t.Run("MCP JSON-RPC batch for a session of another node", func(t *testing.T) {
 		m := mcpOpen(t, a.url, acme)
 		batch := "[" + m.callMsg("read_file", map[string]any{"session": onB, "path": "note.txt"}) + "," +

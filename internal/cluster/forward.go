@@ -67,7 +67,9 @@ func (rt *Router) Forward(ctx context.Context, caller controller.Caller, name, r
 	if !ok || !n.Live(time.Now()) {
 		return nil, true, unavailableError("the node that owns this session (" + node + ") is not running; it comes back with its sessions, try again shortly")
 	}
-	if out := runcode.OutputFrom(ctx); out != nil {
+	if out := runcode.OutputFrom(ctx); out != nil || progress.From(ctx) != nil {
+		// The caller takes output or progress as it comes (the stream's
+		// WebSocket, an MCP call with a progress token).
 		if capb, ok := rt.capability(name); ok && capb.Streams {
 			raw, err := rt.forwardStream(ctx, n.Address, name, args, out)
 			return raw, true, err
@@ -219,7 +221,9 @@ func (rt *Router) forwardStream(ctx context.Context, addr, name string, args jso
 		}
 		switch m.Type {
 		case "output":
-			out(m.Stream, []byte(m.Data))
+			if out != nil {
+				out(m.Stream, []byte(m.Data))
+			}
 		case "progress":
 			progress.Report(ctx, m.Message)
 		case "result":
