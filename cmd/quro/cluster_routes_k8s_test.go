@@ -177,6 +177,31 @@ func testClusterRoutes(t *testing.T, a, b *node, dyn dynamic.Interface, onB, acm
 		if got.status != 200 || !strings.Contains(got.body, "written over mcp") {
 			t.Fatalf("the owner has no file written over MCP through a: %d %s", got.status, got.body)
 		}
+		// The owner recorded the call once, under the path its caller
+		// used; a client's own Quro-Forwarded-Path labels nothing.
+		do(t, "PUT", b.url+"/v1/sessions/"+onB+"/files/rest.txt", "application/octet-stream", "x",
+			"Authorization", "Bearer "+acme, cluster.HeaderForwardedPath, "cli")
+		got = do(t, "GET", b.url+"/v1/audit?session="+onB+"&capability=write_file&limit=100", "", "", "Authorization", "Bearer "+acme)
+		var log struct {
+			Entries []struct {
+				Path string `json:"path"`
+				Args string `json:"args"`
+			} `json:"entries"`
+		}
+		if got.status != 200 || json.Unmarshal([]byte(got.body), &log) != nil {
+			t.Fatalf("audit: %d %s", got.status, got.body)
+		}
+		paths := map[string]string{}
+		for _, e := range log.Entries {
+			for _, f := range []string{"mcp.txt", "rest.txt"} {
+				if strings.Contains(e.Args, f) {
+					paths[f] += e.Path + " "
+				}
+			}
+		}
+		if paths["mcp.txt"] != "mcp " || paths["rest.txt"] != "rest " {
+			t.Fatalf("audit paths %q (entries %s)", paths, got.body)
+		}
 	})
 
 	t.Run("MCP tools/call with a progress token for a session of another node", func(t *testing.T) {

@@ -71,11 +71,11 @@ func (rt *Router) Forward(ctx context.Context, caller controller.Caller, name, r
 		// The caller takes output or progress as it comes (the stream's
 		// WebSocket, an MCP call with a progress token).
 		if capb, ok := rt.capability(name); ok && capb.Streams {
-			raw, err := rt.forwardStream(ctx, n.Address, name, args, out)
+			raw, err := rt.forwardStream(ctx, caller, n.Address, name, args, out)
 			return raw, true, err
 		}
 	}
-	raw, err := rt.forwardCall(ctx, n.Address, name, args)
+	raw, err := rt.forwardCall(ctx, caller, n.Address, name, args)
 	return raw, true, err
 }
 
@@ -110,24 +110,27 @@ func unavailableError(msg string) *capability.Error {
 	return e
 }
 
-// headers are what a forwarded call carries: the caller's credential and
-// this node's signed mark.
-func (rt *Router) headers(ctx context.Context, h http.Header) {
+// headers are what a forwarded call carries: the caller's credential,
+// this node's signed mark and the caller's access path.
+func (rt *Router) headers(ctx context.Context, caller controller.Caller, h http.Header) {
 	if cred := controller.CredentialFrom(ctx); cred != "" {
 		h.Set("Authorization", cred)
 	}
 	h.Set(HeaderForwardedBy, rt.forwardedBy())
+	if validPath(caller.Path) {
+		h.Set(HeaderForwardedPath, caller.Path)
+	}
 }
 
 // forwardCall is POST /v1/{name} on the node at addr.
-func (rt *Router) forwardCall(ctx context.Context, addr, name string, args json.RawMessage) (json.RawMessage, error) {
+func (rt *Router) forwardCall(ctx context.Context, caller controller.Caller, addr, name string, args json.RawMessage) (json.RawMessage, error) {
 	u := (&url.URL{Scheme: "http", Host: addr, Path: "/v1/" + name}).String()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(args))
 	if err != nil {
 		return nil, capability.Errorf(capability.Internal, "forwarding %s: %v", name, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	rt.headers(ctx, req.Header)
+	rt.headers(ctx, caller, req.Header)
 	resp, err := rt.client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -187,14 +190,15 @@ type streamMessage struct {
 // /v1/stream/{name}, passing each output message to out (and progress to
 // ctx's progress.Func) as it arrives; canceling ctx closes the socket,
 // which stops the run on the owner.
-func (rt *Router) forwardStream(ctx context.Context, addr, name string, args json.RawMessage, out runcode.OutputFunc) (json.RawMessage, error) {
+func (rt *Router) forwardStream(ctx context.Context, caller controller.Caller, addr, name string, args json.RawMessage, out runcode.OutputFunc) (json.RawMessage, error) {
 	h := http.Header{}
-	rt.headers(ctx, h)
+	rt.headers(ctx, caller, h)
 	u := (&url.URL{Scheme: "ws", Host: addr, Path: "/v1/stream/" + name}).String()
 	c, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: h, HTTPClient: rt.client})
 	if err != nil {
-		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if resp != nil && resp.Body != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10)) // the library keeps at most 1 KiB of it
+			resp.Body.Close()
 			return nil, remoteError(resp.StatusCode, resp.Header.Get("Retry-After"), body)
 		}
 		if ctx.Err() != nil {

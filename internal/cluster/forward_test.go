@@ -28,7 +28,7 @@ func TestRouterForward(t *testing.T) {
 	key := []byte("the cluster's forwarding key....")
 	check := &Router{Table: &staticTable{self: "b"}, Key: key}
 	owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !check.signed(r.Header.Values(HeaderForwardedBy)) || r.Header.Get("Authorization") != "Bearer tok" {
+		if !check.signed(r.Header.Values(HeaderForwardedBy)) || r.Header.Get("Authorization") != "Bearer tok" || r.Header.Get(HeaderForwardedPath) != "mcp" {
 			w.WriteHeader(http.StatusForbidden)
 			fmt.Fprint(w, `{"error":{"code":"permission_denied","message":"not signed by this cluster, or no token"}}`)
 			return
@@ -67,7 +67,7 @@ func TestRouterForward(t *testing.T) {
 			{Name: "d", Address: deadAddr, Renewed: now, TTL: time.Hour},
 		}}}
 	ctx := controller.WithCredential(context.Background(), "Bearer tok")
-	caller := controller.Caller{Tenant: "acme", Scope: capability.ScopeExec}
+	caller := controller.Caller{Path: "mcp", Tenant: "acme", Scope: capability.ScopeExec}
 	call := func(ctx context.Context, ref string) (string, bool, error) {
 		raw, ok, err := rt.Forward(ctx, caller, "run_code", ref, json.RawMessage(fmt.Sprintf(`{"session":%q}`, ref)))
 		return string(raw), ok, err

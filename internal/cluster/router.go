@@ -34,6 +34,25 @@ import (
 // (docs/security.md).
 const HeaderForwardedBy = "Quro-Forwarded-By"
 
+// HeaderForwardedPath is the access path ("mcp", "ws") of a call the
+// controller forwarded (Forward): the owner records the call under it.
+// Read only on a request whose HeaderForwardedBy is signed, and only a
+// short lowercase word (validPath); it labels the record, nothing more.
+const HeaderForwardedPath = "Quro-Forwarded-Path"
+
+// validPath: a path name as access paths are named.
+func validPath(p string) bool {
+	if p == "" || len(p) > 16 {
+		return false
+	}
+	for _, c := range p {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
 // RetryAfter is what a call to a session whose owner is down is told.
 const RetryAfter = "5"
 
@@ -173,7 +192,11 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		// Signed by a node: served here, its calls never forwarded again
 		// (a record that lags cannot send it back and forth).
-		r = r.WithContext(controller.ServeHere(r.Context()))
+		ctx := controller.ServeHere(r.Context())
+		if p := r.Header.Get(HeaderForwardedPath); validPath(p) {
+			ctx = controller.WithPath(ctx, p)
+		}
+		r = r.WithContext(ctx)
 		rt.local(w, r, rt.ours(r.Context(), rt.ref(r)))
 		return
 	}

@@ -166,6 +166,15 @@ func ServeHere(ctx context.Context) context.Context {
 	return context.WithValue(ctx, serveHereKey{}, true)
 }
 
+type pathKey struct{}
+
+// WithPath says, for a call another node forwarded here (whose header it
+// signed), the access path its caller used there ("mcp", "ws"): the
+// call's record names that path, not the REST route it arrived by.
+func WithPath(ctx context.Context, path string) context.Context {
+	return context.WithValue(ctx, pathKey{}, path)
+}
+
 type credentialKey struct{}
 
 // WithCredential carries the credential (an Authorization header's
@@ -291,6 +300,9 @@ type typedInput struct {
 
 func (c *Controller) dispatch(ctx context.Context, caller Caller, name string, args json.RawMessage, typed *typedInput) (*Reply, error) {
 	start := time.Now()
+	if p, ok := ctx.Value(pathKey{}).(string); ok && p != "" {
+		caller.Path = p
+	}
 	var entered string
 	var forwarded bool
 	reply, lc, err := c.call(ctx, caller, name, args, typed, &entered, &forwarded)
