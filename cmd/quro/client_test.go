@@ -37,7 +37,7 @@ func cliEnv() []string {
 
 // quroBin is the quro binary testscript put on $PATH (this test binary,
 // running Main as a separate process).
-func quroBin(t *testing.T) string {
+func quroBin(t testing.TB) string {
 	t.Helper()
 	bin, err := exec.LookPath("quro")
 	if err != nil {
@@ -48,7 +48,7 @@ func quroBin(t *testing.T) string {
 
 // cli runs quro as a separate process and returns stdout, stderr and the
 // exit status.
-func cli(t *testing.T, args ...string) (string, string, int) {
+func cli(t testing.TB, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(quroBin(t), args...)
 	cmd.Env = cliEnv()

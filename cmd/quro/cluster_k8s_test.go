@@ -65,7 +65,7 @@ func k8sBin() string {
 	return dir
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -77,7 +77,7 @@ func freePort(t *testing.T) int {
 
 // apiServer starts etcd and kube-apiserver for the test and returns a
 // client config (a static admin token) and a kubeconfig file.
-func apiServer(t *testing.T) (*rest.Config, string) {
+func apiServer(t testing.TB) (*rest.Config, string) {
 	t.Helper()
 	bin := k8sBin()
 	if bin == "" {
@@ -165,7 +165,7 @@ current-context: t
 
 // installCRD applies deploy/kubernetes/crd-sessions.yaml and waits until
 // it is established.
-func installCRD(t *testing.T, cfg *rest.Config) {
+func installCRD(t testing.TB, cfg *rest.Config) {
 	t.Helper()
 	b, err := os.ReadFile("../../deploy/kubernetes/crd-sessions.yaml")
 	if err != nil {
@@ -221,7 +221,7 @@ type node struct {
 	stop      func()
 }
 
-func startNode(t *testing.T, name, kubeconfig, tokens string) *node {
+func startNode(t testing.TB, name, kubeconfig, tokens string) *node {
 	t.Helper()
 	data := t.TempDir()
 	seedPython(t, data)
@@ -362,6 +362,8 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	testClusterRoutes(t, a, b, dyn, onB, acme, other)
+
 	t.Run("an owner that is down gives 503 with Retry-After", func(t *testing.T) {
 		b.stop()
 		req, _ := http.NewRequest("GET", a.url+"/v1/sessions/"+onB+"/files/note.txt", nil)
@@ -388,7 +390,7 @@ func indexOf(s []string, v string) int {
 }
 
 // waitLeases waits until n node Leases exist.
-func waitLeases(t *testing.T, dyn dynamic.Interface, n int) {
+func waitLeases(t testing.TB, dyn dynamic.Interface, n int) {
 	t.Helper()
 	leases := dyn.Resource(cluster.LeasesGVR).Namespace("default")
 	sel := metav1.ListOptions{LabelSelector: cluster.LabelComponent + "=" + cluster.ComponentNode}

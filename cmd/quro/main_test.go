@@ -57,7 +57,7 @@ var sharedPython struct {
 }
 
 // seedPython links the shared Python into data, unless it has one.
-func seedPython(t *testing.T, data string) {
+func seedPython(t testing.TB, data string) {
 	t.Helper()
 	if _, err := os.Lstat(filepath.Join(data, "python")); err == nil {
 		return
@@ -154,7 +154,7 @@ type httpResult struct {
 	ctype  string
 }
 
-func do(t *testing.T, method, url, ctype, body string, hdr ...string) httpResult {
+func do(t testing.TB, method, url, ctype, body string, hdr ...string) httpResult {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {

@@ -374,7 +374,7 @@ func (f *serveFlags) server(a *app.App, authFn httpauth.Func, maxConns int, log 
 	}
 	if f.node != nil {
 		// Every call for a session another node owns goes there.
-		handler = f.node.router(handler, authFn, refs, log)
+		handler = f.node.router(a.Controller, handler, authFn, refs, log)
 	}
 	srv := connlimit.NewServer(handler, &connlimit.HTTPOptions{
 		Authenticated: authed,

@@ -18,6 +18,7 @@ import (
 	"github.com/quro-dev/quro/internal/api/httpauth"
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/cluster"
+	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -144,8 +145,10 @@ func localSessions(a *app.App) func(ctx context.Context) ([]cluster.LocalSession
 
 // router puts the cluster's routing in front of h.
 // refs find the sessions that requests name by their Host.
-func (n *clusterNode) router(h http.Handler, authFn httpauth.Func, refs []func(*http.Request) string, log *slog.Logger) http.Handler {
-	return &cluster.Router{Table: n.c, Next: h, Auth: authFn, Logger: log, Refs: refs, Key: n.key,
+// The controller forwards every call for a session another node owns
+// (MCP's, the stream's) through the same router (Router.Forward).
+func (n *clusterNode) router(ctl *controller.Controller, h http.Handler, authFn httpauth.Func, refs []func(*http.Request) string, log *slog.Logger) http.Handler {
+	rt := &cluster.Router{Table: n.c, Next: h, Auth: authFn, Logger: log, Refs: refs, Key: n.key, Registry: ctl.Registry(),
 		TenantLimit: func(string) int { return n.limit },
 		Changed: func(ctx context.Context) {
 			if err := n.member.Sync(context.WithoutCancel(ctx)); err != nil {
@@ -154,4 +157,6 @@ func (n *clusterNode) router(h http.Handler, authFn httpauth.Func, refs []func(*
 		},
 		Used: n.member.Used,
 	}
+	ctl.SetForward(rt.Forward, rt.Served)
+	return rt
 }

@@ -93,6 +93,8 @@ type Capability struct {
 	decode func(args json.RawMessage) (any, error)
 	run    func(ctx context.Context, in any) (any, error)
 	zero   any // a zero value of the input's type
+	// output decodes an output's JSON form into a value of Out.
+	output func(data json.RawMessage) (any, error)
 }
 
 // Use is how a call uses the session its input names. The controller
@@ -181,6 +183,13 @@ func New[In, Out any](name, description string, scope Scope, h func(ctx context.
 			return h(ctx, typed)
 		},
 		zero: *new(In),
+		output: func(data json.RawMessage) (any, error) {
+			var v Out
+			if err := json.Unmarshal(data, &v); err != nil {
+				return nil, Errorf(Internal, "the output of %s is not its JSON form: %v", name, err)
+			}
+			return v, nil
+		},
 	}
 }
 
@@ -248,6 +257,11 @@ func (c *Capability) Check(in any, args json.RawMessage, jsonErr error) (any, er
 	}
 	return in, nil
 }
+
+// DecodeOutput decodes data, an output of c in its JSON form (as the REST
+// route of another node answered it), into a value of the handler's Out:
+// what Run would have returned, for a call another node ran.
+func (c *Capability) DecodeOutput(data json.RawMessage) (any, error) { return c.output(data) }
 
 // Run runs the handler on in, a value of its input type (from Decode, or
 // built by an access path that calls with typed inputs).

@@ -21,6 +21,7 @@ import (
 	"github.com/quro-dev/quro/internal/api/httpauth"
 	"github.com/quro-dev/quro/internal/api/rest"
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
 )
 
 // HeaderForwardedBy marks a request one node forwarded to another: the
@@ -32,6 +33,25 @@ import (
 // would skip placement and the cluster-wide tenant limit of a create
 // (docs/security.md).
 const HeaderForwardedBy = "Quro-Forwarded-By"
+
+// HeaderForwardedPath is the access path ("mcp", "ws") of a call the
+// controller forwarded (Forward): the owner records the call under it.
+// Read only on a request whose HeaderForwardedBy is signed, and only a
+// short lowercase word (validPath); it labels the record, nothing more.
+const HeaderForwardedPath = "Quro-Forwarded-Path"
+
+// validPath: a path name as access paths are named.
+func validPath(p string) bool {
+	if p == "" || len(p) > 16 {
+		return false
+	}
+	for _, c := range p {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
+}
 
 // RetryAfter is what a call to a session whose owner is down is told.
 const RetryAfter = "5"
@@ -78,10 +98,19 @@ type Router struct {
 	// the session it names (rest.DefaultMaxBody when 0): the REST server's own
 	// limit, so that a body the owner would take is never cut here.
 	MaxBody int64
-	Logger  *slog.Logger
+	// MaxReply bounds the answer of a call Forward sent, read into
+	// memory (maxForwardedReply when 0): a capability's output is
+	// budgeted far below it (what a model reads), and a node that sends
+	// more is answered as broken.
+	MaxReply int64
+	// Registry, when set, says which capabilities stream their output
+	// (Forward streams those through the owner's /v1/stream).
+	Registry *capability.Registry
+	Logger   *slog.Logger
 
-	once  sync.Once
-	proxy *httputil.ReverseProxy
+	once   sync.Once
+	proxy  *httputil.ReverseProxy
+	client *http.Client // Forward's
 
 	mu      sync.Mutex
 	assumed map[string]assumption // by node: see place
@@ -110,6 +139,10 @@ func (rt *Router) init() {
 		if rt.Logger == nil {
 			rt.Logger = slog.New(slog.DiscardHandler)
 		}
+		// Forward's calls: no timeout of their own (a run lasts as long
+		// as its budget; the caller's context ends it), connections kept.
+		rt.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(),
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 		rt.proxy = &httputil.ReverseProxy{
 			Rewrite: func(pr *httputil.ProxyRequest) {
 				target := pr.In.Context().Value(targetKey{}).(*url.URL)
@@ -141,6 +174,11 @@ func unavailable(w http.ResponseWriter, msg string) {
 
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.init()
+	if cred := r.Header.Get("Authorization"); cred != "" {
+		// A call this request makes that another node owns (Forward) is
+		// authenticated there with the caller's own credential.
+		r = r.WithContext(controller.WithCredential(r.Context(), cred))
+	}
 	if _, forwarded := r.Header[http.CanonicalHeaderKey(HeaderForwardedBy)]; forwarded {
 		if !rt.signed(r.Header.Values(HeaderForwardedBy)) {
 			if rt.Auth != nil {
@@ -156,6 +194,13 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				"%s is set by the cluster's nodes only; a client does not send it", HeaderForwardedBy))
 			return
 		}
+		// Signed by a node: served here, its calls never forwarded again
+		// (a record that lags cannot send it back and forth).
+		ctx := controller.ServeHere(r.Context())
+		if p := r.Header.Get(HeaderForwardedPath); validPath(p) {
+			ctx = controller.WithPath(ctx, p)
+		}
+		r = r.WithContext(ctx)
 		// Checked: it goes no further. The signature names only the
 		// node, so whoever reads it can replay it; the local handler
 		// hands a preview's headers on to the box's own web server.
@@ -185,7 +230,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok || s.Spec.Node == rt.Table.Self() {
 		// This node's, or nobody's: the local answer is the true one.
 		if ok {
-			rt.local(w, r, s.Name)
+			rt.local(w, r.WithContext(controller.ServeHere(r.Context())), s.Name)
 		} else {
 			rt.local(w, r, "")
 		}
@@ -244,6 +289,12 @@ func (rt *Router) ref(r *http.Request) string {
 	}
 	if r.Method == http.MethodGet && r.URL.Path == auditPath {
 		return r.URL.Query().Get("session") // its calls are in its owner's log
+	}
+	if r.Method == http.MethodGet && r.URL.Path == eventsPath {
+		// A page that watches one session: its events (the replay ring
+		// and the live ones) are on its owner, where a take of its
+		// shell holds too.
+		return r.URL.Query().Get("replay")
 	}
 	return ""
 }
@@ -345,7 +396,8 @@ func (rt *Router) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if n.Name == rt.Table.Self() {
-		rt.local(w, r, "")
+		// Placed: the controller does not place it again (Forward).
+		rt.local(w, r.WithContext(controller.ServeHere(r.Context())), "")
 		return
 	}
 	rt.forward(w, r, n.Name)
@@ -412,7 +464,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, node string) {
 // on every node.
 func (rt *Router) serveThenRecord(w http.ResponseWriter, r *http.Request) {
 	rec := &held{header: http.Header{}, status: http.StatusOK}
-	rt.Next.ServeHTTP(rec, r)
+	rt.Next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), recordingKey{}, true)))
 	rt.Changed(r.Context())
 	for k, v := range rec.header {
 		w.Header()[k] = v
@@ -420,6 +472,10 @@ func (rt *Router) serveThenRecord(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(rec.status)
 	_, _ = w.Write(rec.body.Bytes())
 }
+
+// recordingKey marks a request whose records serveThenRecord writes
+// (Served leaves them to it).
+type recordingKey struct{}
 
 // held is a response kept until its records are written (creates and
 // destroys answer a small JSON document).
@@ -437,6 +493,9 @@ func (h *held) WriteHeader(code int) {
 	}
 }
 func (h *held) Write(b []byte) (int, error) { h.WriteHeader(http.StatusOK); return h.body.Write(b) }
+
+// eventsPath is the WebSocket of live events (?replay=ID: one session's).
+const eventsPath = "/v1/events"
 
 // isCreate: a request that creates a session (REST, its capability
 // route, or E2B's).

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -499,5 +500,25 @@ func TestBurstOfCreatesHeldToTheTenantLimit(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("a create past the limit: %d", resp.StatusCode)
+	}
+}
+
+// TestForwardedCreatesEndTheirCount: a create_session offered to Forward
+// (MCP, the CLI: any path through the controller) is counted against its
+// tenant only until it is handed on. Forward once left every such create
+// counted for the node's life, so a tenant's creates over MCP reached its
+// cluster-wide limit with no session of its own.
+func TestForwardedCreatesEndTheirCount(t *testing.T) {
+	t.Parallel()
+	const limit = 2
+	now := time.Now()
+	rt := &Router{Table: &countingTable{staticTable: staticTable{self: "a", nodes: []Node{
+		{Name: "a", Address: "unused", Renewed: now, TTL: time.Hour},
+	}}}, TenantLimit: func(string) int { return limit }}
+	for i := range 3 * limit {
+		_, forwarded, err := rt.Forward(context.Background(), controller.Caller{Tenant: "t"}, "create_session", "", json.RawMessage(`{}`))
+		if err != nil || forwarded {
+			t.Fatalf("create %d through the controller: forwarded %v, %v", i, forwarded, err)
+		}
 	}
 }

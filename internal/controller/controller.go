@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
@@ -139,6 +140,58 @@ type Options struct {
 	// may change or run something (not ReadOnly): its beginning, its
 	// streamed output and its end (the web UI's timeline).
 	Events *events.Bus
+	// Forward, when set, may run a call on another node (a cluster's):
+	// every call that names a session, and every create_session, is
+	// offered to it, whatever the access path, unless ServeHere marks
+	// the context. See Forward.
+	Forward Forward
+}
+
+// Forward runs capability name for caller on the node that owns the
+// session ref names (or, for create_session, ref "", on the node the
+// cluster places it on) when that is another node, returning the
+// output's JSON form with forwarded true; the owner checks, runs and
+// records the call as its own (this node records nothing of it). The
+// output a streaming capability reports under ctx (runcode.WithOutput,
+// progress.With) is passed on as it arrives. forwarded false: the call
+// is this node's to run. The error is a *capability.Error.
+type Forward func(ctx context.Context, caller Caller, name, ref string, args json.RawMessage) (out json.RawMessage, forwarded bool, err error)
+
+type serveHereKey struct{}
+
+// ServeHere marks ctx as a call to run on this node, never offered to
+// Forward: one another node forwarded here, or one whose session the
+// cluster's router already found to be this node's (or placed here).
+func ServeHere(ctx context.Context) context.Context {
+	return context.WithValue(ctx, serveHereKey{}, true)
+}
+
+type pathKey struct{}
+
+// WithPath says, for a call another node forwarded here (whose header it
+// signed), the access path its caller used there ("mcp", "ws"): the
+// call's record names that path, not the REST route it arrived by.
+func WithPath(ctx context.Context, path string) context.Context {
+	return context.WithValue(ctx, pathKey{}, path)
+}
+
+type credentialKey struct{}
+
+// WithCredential carries the credential (an Authorization header's
+// value) that authenticated the caller of the calls under ctx: a call
+// forwarded to another node is authenticated there with it, as if the
+// caller had sent it there (no node vouches for a caller).
+func WithCredential(ctx context.Context, authorization string) context.Context {
+	if authorization == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, credentialKey{}, authorization)
+}
+
+// CredentialFrom is the credential WithCredential put in ctx ("": none).
+func CredentialFrom(ctx context.Context) string {
+	s, _ := ctx.Value(credentialKey{}).(string)
+	return s
 }
 
 // Enter enters the session ref names ("": the caller's default, which ctx
@@ -175,6 +228,7 @@ type Controller struct {
 	limits    Limits
 	enter     Enter
 	events    *events.Bus
+	forward   atomic.Pointer[forwarding]
 
 	mu       sync.Mutex
 	inFlight map[string]int // calls that run code in flight, by tenant
@@ -185,11 +239,34 @@ func New(reg *capability.Registry, opts *Options) *Controller {
 	if opts == nil {
 		opts = &Options{}
 	}
-	c := &Controller{reg: reg, log: opts.Logger, limits: opts.Limits, enter: opts.Enter, events: opts.Events, observers: append([]Observer(nil), opts.Observers...)}
+	c := &Controller{reg: reg, log: opts.Logger, limits: opts.Limits, enter: opts.Enter, events: opts.Events,
+		observers: append([]Observer(nil), opts.Observers...)}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
+	if opts.Forward != nil {
+		c.SetForward(opts.Forward, nil)
+	}
 	return c
+}
+
+// SetForward sets Options.Forward (a cluster's node joins after its
+// controller is made), and served, when set, is told of every call
+// Forward left to this node once it has run, before the reply returns
+// (as an Observer: the cluster records a session created here before its
+// caller learns its ID). nil: every call runs here.
+func (c *Controller) SetForward(f Forward, served Observer) {
+	if f == nil {
+		c.forward.Store(nil)
+		return
+	}
+	c.forward.Store(&forwarding{forward: f, served: served})
+}
+
+// forwarding is what SetForward set.
+type forwarding struct {
+	forward Forward
+	served  Observer
 }
 
 // Registry returns the capability registry.
@@ -223,8 +300,20 @@ type typedInput struct {
 
 func (c *Controller) dispatch(ctx context.Context, caller Caller, name string, args json.RawMessage, typed *typedInput) (*Reply, error) {
 	start := time.Now()
+	if p, ok := ctx.Value(pathKey{}).(string); ok && p != "" {
+		caller.Path = p
+	}
 	var entered string
-	reply, lc, err := c.call(ctx, caller, name, args, typed, &entered)
+	var forwarded bool
+	reply, lc, err := c.call(ctx, caller, name, args, typed, &entered, &forwarded)
+	if forwarded {
+		// The owner checked, ran and recorded it: its log and metrics
+		// have the call, once.
+		if err != nil {
+			err = Classify(err)
+		}
+		return reply, err
+	}
 	rec := &Record{Start: start, Caller: caller, Capability: name, Args: args, Outcome: "ok", Duration: time.Since(start), Session: entered}
 	if capb, ok := c.reg.Get(name); ok && caller.Background && capb.Scope == capability.ScopeRead {
 		rec.Background = true
@@ -253,6 +342,9 @@ func (c *Controller) dispatch(ctx context.Context, caller Caller, name string, a
 			fn(ctx, rec)
 		}
 	}
+	if fwd := c.forward.Load(); fwd != nil && fwd.served != nil {
+		fwd.served(ctx, rec)
+	}
 	if lc != nil {
 		lc.end(rec, reply)
 	}
@@ -260,8 +352,9 @@ func (c *Controller) dispatch(ctx context.Context, caller Caller, name string, a
 }
 
 // call runs the capability; entered is set to the id of the session the
-// call entered, if any, and lc is the live view's record of the call.
-func (c *Controller) call(ctx context.Context, caller Caller, name string, args json.RawMessage, typed *typedInput, entered *string) (_ *Reply, lc *liveCall, _ error) {
+// call entered, if any, forwarded to whether another node ran it
+// (Forward), and lc is the live view's record of the call.
+func (c *Controller) call(ctx context.Context, caller Caller, name string, args json.RawMessage, typed *typedInput, entered *string, forwarded *bool) (_ *Reply, lc *liveCall, _ error) {
 	capb, ok := c.reg.Get(name)
 	if !ok {
 		return nil, nil, capability.Errorf(capability.NotFound, "no capability %q; list_capabilities shows them", name)
@@ -278,6 +371,26 @@ func (c *Controller) call(ctx context.Context, caller Caller, name string, args 
 	}
 	if err != nil {
 		return nil, nil, err
+	}
+	if fwd := c.forward.Load(); fwd != nil && ctx.Value(serveHereKey{}) == nil {
+		ref, enter := capb.SessionRef(in)
+		if enter && ref == "" {
+			ref = caller.Session // its default: confined callers run on its node
+		}
+		if enter && ref != "" || name == "create_session" && caller.Session == "" {
+			raw, ok, err := fwd.forward(ctx, caller, name, ref, args)
+			if ok {
+				*forwarded = true
+				if err != nil {
+					return nil, nil, err
+				}
+				out, err := capb.DecodeOutput(raw)
+				if err != nil {
+					return nil, nil, err
+				}
+				return replyOf(out), nil, nil
+			}
+		}
 	}
 	if capb.RunsCode() && (c.limits.RunsPerTenant > 0 || c.limits.RunsOf != nil) {
 		release, err := c.acquire(ctx, caller.Tenant)
@@ -313,6 +426,11 @@ func (c *Controller) call(ctx context.Context, caller Caller, name string, args 
 	if err != nil {
 		return nil, lc, err
 	}
+	return replyOf(out), lc, nil
+}
+
+// replyOf is the reply of a call whose output is out.
+func replyOf(out any) *Reply {
 	reply := &Reply{Output: out}
 	if t, ok := out.(capability.Texter); ok {
 		reply.Text = t.Text()
@@ -320,7 +438,7 @@ func (c *Controller) call(ctx context.Context, caller Caller, name string, args 
 		b, _ := json.MarshalIndent(out, "", "  ")
 		reply.Text = string(b)
 	}
-	return reply, lc, nil
+	return reply
 }
 
 // runSlot is a call's run slot, released once: when the call returns, or

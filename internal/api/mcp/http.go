@@ -242,7 +242,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	admitted := opensSession(r)
 	if admitted {
 		var evicted []*pin
-		p, evicted, err = h.admit(caller, profile)
+		p, evicted, err = h.admit(caller, r.Header.Get("Authorization"), profile)
 		closeAll(evicted)
 		if err != nil {
 			w.Header().Set("Retry-After", "1")
@@ -251,7 +251,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	} else {
 		p = &pin{id: rand.Text(), caller: caller}
-		p.server, _ = newServer(h.ctl, caller, h.opts, p.id, &h.schemas, profile)
+		p.server, _ = newServer(h.ctl, caller, r.Header.Get("Authorization"), h.opts, p.id, &h.schemas, profile)
 		defer closeAll([]*pin{p})
 	}
 	h.sdk.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), newSessionKey{}, p)))
@@ -418,8 +418,9 @@ func refuseModernDiscover(w http.ResponseWriter, r *http.Request) bool {
 
 // admit makes room for a new session of caller and holds it, busy, until
 // done; it returns the sessions evicted for it, to close. Over a cap with
-// no idle session to evict, it fails with ResourceExhausted.
-func (h *httpHandler) admit(caller controller.Caller, profile capability.Profile) (p *pin, evicted []*pin, err error) {
+// no idle session to evict, it fails with ResourceExhausted. cred is the
+// credential caller authenticated with (newServer).
+func (h *httpHandler) admit(caller controller.Caller, cred string, profile capability.Profile) (p *pin, evicted []*pin, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c := h.callers[caller]
@@ -467,7 +468,7 @@ func (h *httpHandler) admit(caller controller.Caller, profile capability.Profile
 	}
 	h.clock++
 	p = &pin{id: rand.Text(), caller: caller, busy: 1, used: h.clock, calls: map[string]context.CancelFunc{}}
-	p.server, p.tools = newServer(h.ctl, caller, h.opts, p.id, &h.schemas, profile)
+	p.server, p.tools = newServer(h.ctl, caller, cred, h.opts, p.id, &h.schemas, profile)
 	h.pins[p.id] = p
 	if c = h.callers[caller]; c == nil { // an eviction may have dropped it
 		c = &callerPins{idle: list.New()}

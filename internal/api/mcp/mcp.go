@@ -115,7 +115,7 @@ func NewServer(ctl *controller.Controller, caller controller.Caller, opts *Optio
 	if err != nil {
 		return nil, err
 	}
-	s, _ := newServer(ctl, caller, o, "", &schemas{}, p)
+	s, _ := newServer(ctl, caller, "", o, "", &schemas{}, p)
 	return s, nil
 }
 
@@ -140,6 +140,11 @@ type tool struct {
 	ctl    *controller.Controller
 	name   string
 	caller controller.Caller
+	// cred is the credential caller authenticated with (an Authorization
+	// header; "" for none): a call another node owns is authenticated
+	// there with it (controller.WithCredential). The MCP session is
+	// pinned to caller, so every request of it presents this token.
+	cred   string
 	cap    *capability.Capability
 	output *jsonschema.Resolved // nil when the schema cannot be resolved
 	opts   Options
@@ -176,7 +181,7 @@ func (s *schemas) output(c *capability.Capability, log *slog.Logger) *jsonschema
 // capability is a tool the caller may call (the controller checks its
 // scope, as for REST and the CLI); tools/list shows only profile's members
 // that the caller's scope covers, in profile's order.
-func newServer(ctl *controller.Controller, caller controller.Caller, opts Options, sessionID string, sc *schemas, profile capability.Profile) (*mcp.Server, map[string]*tool) {
+func newServer(ctl *controller.Controller, caller controller.Caller, cred string, opts Options, sessionID string, sc *schemas, profile capability.Profile) (*mcp.Server, map[string]*tool) {
 	var getID func() string
 	if sessionID != "" {
 		getID = func() string { return sessionID }
@@ -194,7 +199,7 @@ func newServer(ctl *controller.Controller, caller controller.Caller, opts Option
 	}
 	tools := map[string]*tool{}
 	for _, c := range reg.List() {
-		t := &tool{ctl: ctl, name: c.Name, caller: caller, cap: c, opts: opts, output: sc.output(c, opts.Logger)}
+		t := &tool{ctl: ctl, name: c.Name, caller: caller, cred: cred, cap: c, opts: opts, output: sc.output(c, opts.Logger)}
 		tools[c.Name] = t
 		desc, input := c.Description, c.InputSchema
 		if _, ok := listed[c.Name]; ok {
@@ -272,7 +277,7 @@ func (t *tool) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 		stop := t.progress(ctx, req.Session, tok, &latest)
 		defer stop()
 	}
-	reply, err := t.ctl.Call(ctx, t.caller, t.name, req.Params.Arguments)
+	reply, err := t.ctl.Call(controller.WithCredential(ctx, t.cred), t.caller, t.name, req.Params.Arguments)
 	if err != nil {
 		return errorResult(controller.Classify(err)), nil
 	}
