@@ -45,6 +45,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"text/tabwriter"
@@ -72,6 +73,7 @@ var (
 	shipped   = flag.Bool("shipped-limits", false, "keep the shipped admission ceilings (sessions, tasks, memory, disks) instead of lifting them")
 	jsonPath  = flag.String("json", "", "also write the figures as JSON to this file")
 	logWarn   = flag.Bool("log", false, "print the App's warnings (an unfit spare, a failed box) on stderr")
+	heapProf  = flag.String("heapprofile", "", "write the server's heap profile (pprof) at the baseline and with the n idle sessions to FILE.base and FILE.idle")
 )
 
 func main() {
@@ -99,6 +101,25 @@ func main() {
 	}
 	if err != nil {
 		os.Exit(1)
+	}
+}
+
+// writeHeap writes the heap profile of this process (the App and the
+// client) to -heapprofile's FILE+suffix after a GC, when the flag is set.
+func writeHeap(suffix string) {
+	if *heapProf == "" {
+		return
+	}
+	runtime.GC()
+	f, err := os.Create(*heapProf + suffix)
+	if err == nil {
+		err = pprof.WriteHeapProfile(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "density: -heapprofile:", err)
 	}
 }
 
@@ -263,6 +284,7 @@ func run(r *results) error {
 	if r.Baseline, err = measurePSS(); err != nil {
 		return err
 	}
+	writeHeap(".base")
 	r.Avail[0] = procs.MemAvailable()
 	// 5. N/2, then N.
 	var ids []string
@@ -290,6 +312,7 @@ func run(r *results) error {
 		destroyAll(ctx, b, ids)
 		return err
 	}
+	writeHeap(".idle")
 	r.Avail[1] = procs.MemAvailable()
 	fmt.Fprintf(os.Stderr, "run_code print(1) in each of the %d ...\n", n)
 	t := time.Now()
