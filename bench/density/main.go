@@ -73,6 +73,7 @@ var (
 	shipped   = flag.Bool("shipped-limits", false, "keep the shipped admission ceilings (sessions, tasks, memory, disks) instead of lifting them")
 	jsonPath  = flag.String("json", "", "also write the figures as JSON to this file")
 	logWarn   = flag.Bool("log", false, "print the App's warnings (an unfit spare, a failed box) on stderr")
+	memOnly   = flag.Bool("memory-only", false, "measure only memory (the PSS baseline, n idle, n once Python ran) and the host: no timed samples, burst or one-shot runs, and each run may take 2 minutes (for a loaded machine, where the timed parts say little)")
 	heapProf  = flag.String("heapprofile", "", "write the server's heap profile (pprof) at the baseline and with the n idle sessions to FILE.base and FILE.idle")
 )
 
@@ -268,14 +269,16 @@ func run(r *results) error {
 
 	n := *nSessions
 	// 1, 2, 3 at 0 open sessions.
-	if err := samplesAt(ctx, b, r, 0, 2); err != nil {
-		return err
-	}
-	if err := probeAt(ctx, b, r, 0); err != nil {
-		return err
-	}
-	if err := doBurst(ctx, b, r); err != nil {
-		return err
+	if !*memOnly {
+		if err := samplesAt(ctx, b, r, 0, 2); err != nil {
+			return err
+		}
+		if err := probeAt(ctx, b, r, 0); err != nil {
+			return err
+		}
+		if err := doBurst(ctx, b, r); err != nil {
+			return err
+		}
 	}
 	// 4. The baseline.
 	b.spareReady(time.Minute)
@@ -295,15 +298,20 @@ func run(r *results) error {
 			destroyAll(ctx, b, ids)
 			return err
 		}
+		if *memOnly {
+			continue
+		}
 		if err := samplesAt(ctx, b, r, to, 0); err != nil {
 			destroyAll(ctx, b, ids)
 			return err
 		}
 	}
 	r.Host["at_n"] = measureHost(data)
-	if err := probeAt(ctx, b, r, n); err != nil {
-		destroyAll(ctx, b, ids)
-		return err
+	if !*memOnly {
+		if err := probeAt(ctx, b, r, n); err != nil {
+			destroyAll(ctx, b, ids)
+			return err
+		}
 	}
 	// 6. PSS at N, idle and after one Python run each.
 	fmt.Fprintf(os.Stderr, "%d idle sessions: waiting %s ...\n", n, *settle)
@@ -316,7 +324,13 @@ func run(r *results) error {
 	r.Avail[1] = procs.MemAvailable()
 	fmt.Fprintf(os.Stderr, "run_code print(1) in each of the %d ...\n", n)
 	t := time.Now()
-	if err := parallel(len(ids), *clients, func(i int) error { return b.Run(ctx, benchbed.RunBody(ids[i], "", "print(1)"), "1\n") }); err != nil {
+	if err := parallel(len(ids), *clients, func(i int) error {
+		body := benchbed.RunBody(ids[i], "", "print(1)")
+		if *memOnly {
+			body = benchbed.MustJSON(app.RunCodeInput{Session: ids[i], Code: "print(1)", TimeoutMS: 120_000})
+		}
+		return b.Run(ctx, body, "1\n")
+	}); err != nil {
 		destroyAll(ctx, b, ids)
 		return err
 	}
