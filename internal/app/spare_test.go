@@ -106,7 +106,7 @@ func TestSpareIsClaimedAsTheNewSession(t *testing.T) {
 	v := "v1"
 	mustCall(t, a, "set_session_env", SetEnvInput{Session: "work", Env: map[string]*string{"WHO": &v}})
 	// A spare's worker imported nothing a worker made for the session
-	// would not have (json, traceback and tempfile are 5 MiB in 3.14): the
+	// would not have (json, traceback and tempfile are 3.7 MiB in 3.14): the
 	// modules the run finds loaded before its own imports are listed.
 	res := runCode(t, a, RunCodeInput{Session: "work", Code: "import os, sys\nheavy = sorted(m for m in ('json', 'traceback', 'tempfile') if m in sys.modules)\n" +
 		"open('mine.txt', 'w').write('x')\nimport tempfile\nprint(os.environ['WHO'], os.environ['HOME'] == os.environ['TMPDIR'], heavy, tempfile.gettempdir() == os.environ['TMPDIR'])"})

@@ -1844,7 +1844,7 @@ def main(env_keys=(), flush_ms=20):
     environment. flush_ms: the flush interval of stdout while a run is in
     progress (0: no flush thread; the tests use it to see the other flushes
     alone). A spare imports nothing more than any worker: traceback and
-    tempfile (3.5 MiB in 3.14) are imported by the first run that needs
+    tempfile (2.5 MiB in 3.14) are imported by the first run that needs
     them, in every session alike."""
     global _session_env_keys
     _setup(flush_ms)
