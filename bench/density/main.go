@@ -231,6 +231,22 @@ type results struct {
 
 func (r *results) load(when string) { r.LoadAt = append(r.LoadAt, when+": "+procs.LoadAvg()) }
 
+// timedAtZero takes the timed parts with no session of the bench's open:
+// create + first run samples, the one-shot paths and the burst (none with
+// -memory-only).
+func timedAtZero(ctx context.Context, b *bed, r *results) error {
+	if *memOnly {
+		return nil
+	}
+	if err := samplesAt(ctx, b, r, 0, 2); err != nil {
+		return err
+	}
+	if err := probeAt(ctx, b, r, 0); err != nil {
+		return err
+	}
+	return doBurst(ctx, b, r)
+}
+
 func run(r *results) error {
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "density: not root: the boxes run with less isolation than in production; run as root")
@@ -269,16 +285,8 @@ func run(r *results) error {
 
 	n := *nSessions
 	// 1, 2, 3 at 0 open sessions.
-	if !*memOnly {
-		if err := samplesAt(ctx, b, r, 0, 2); err != nil {
-			return err
-		}
-		if err := probeAt(ctx, b, r, 0); err != nil {
-			return err
-		}
-		if err := doBurst(ctx, b, r); err != nil {
-			return err
-		}
+	if err := timedAtZero(ctx, b, r); err != nil {
+		return err
 	}
 	// 4. The baseline.
 	b.spareReady(time.Minute)
