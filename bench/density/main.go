@@ -45,6 +45,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"text/tabwriter"
@@ -72,6 +73,8 @@ var (
 	shipped   = flag.Bool("shipped-limits", false, "keep the shipped admission ceilings (sessions, tasks, memory, disks) instead of lifting them")
 	jsonPath  = flag.String("json", "", "also write the figures as JSON to this file")
 	logWarn   = flag.Bool("log", false, "print the App's warnings (an unfit spare, a failed box) on stderr")
+	memOnly   = flag.Bool("memory-only", false, "measure only memory (the PSS baseline, n idle, n once Python ran) and the host: no timed samples, burst or one-shot runs, and each run may take 2 minutes (for a loaded machine, where the timed parts say little)")
+	heapProf  = flag.String("heapprofile", "", "write the server's heap profile (pprof) at the baseline and with the n idle sessions to FILE.base and FILE.idle")
 )
 
 func main() {
@@ -99,6 +102,25 @@ func main() {
 	}
 	if err != nil {
 		os.Exit(1)
+	}
+}
+
+// writeHeap writes the heap profile of this process (the App and the
+// client) to -heapprofile's FILE+suffix after a GC, when the flag is set.
+func writeHeap(suffix string) {
+	if *heapProf == "" {
+		return
+	}
+	runtime.GC()
+	f, err := os.Create(*heapProf + suffix)
+	if err == nil {
+		err = pprof.WriteHeapProfile(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "density: -heapprofile:", err)
 	}
 }
 
@@ -209,6 +231,22 @@ type results struct {
 
 func (r *results) load(when string) { r.LoadAt = append(r.LoadAt, when+": "+procs.LoadAvg()) }
 
+// timedAtZero takes the timed parts with no session of the bench's open:
+// create + first run samples, the one-shot paths and the burst (none with
+// -memory-only).
+func timedAtZero(ctx context.Context, b *bed, r *results) error {
+	if *memOnly {
+		return nil
+	}
+	if err := samplesAt(ctx, b, r, 0, 2); err != nil {
+		return err
+	}
+	if err := probeAt(ctx, b, r, 0); err != nil {
+		return err
+	}
+	return doBurst(ctx, b, r)
+}
+
 func run(r *results) error {
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "density: not root: the boxes run with less isolation than in production; run as root")
@@ -247,13 +285,7 @@ func run(r *results) error {
 
 	n := *nSessions
 	// 1, 2, 3 at 0 open sessions.
-	if err := samplesAt(ctx, b, r, 0, 2); err != nil {
-		return err
-	}
-	if err := probeAt(ctx, b, r, 0); err != nil {
-		return err
-	}
-	if err := doBurst(ctx, b, r); err != nil {
+	if err := timedAtZero(ctx, b, r); err != nil {
 		return err
 	}
 	// 4. The baseline.
@@ -263,6 +295,7 @@ func run(r *results) error {
 	if r.Baseline, err = measurePSS(); err != nil {
 		return err
 	}
+	writeHeap(".base")
 	r.Avail[0] = procs.MemAvailable()
 	// 5. N/2, then N.
 	var ids []string
@@ -273,15 +306,20 @@ func run(r *results) error {
 			destroyAll(ctx, b, ids)
 			return err
 		}
+		if *memOnly {
+			continue
+		}
 		if err := samplesAt(ctx, b, r, to, 0); err != nil {
 			destroyAll(ctx, b, ids)
 			return err
 		}
 	}
 	r.Host["at_n"] = measureHost(data)
-	if err := probeAt(ctx, b, r, n); err != nil {
-		destroyAll(ctx, b, ids)
-		return err
+	if !*memOnly {
+		if err := probeAt(ctx, b, r, n); err != nil {
+			destroyAll(ctx, b, ids)
+			return err
+		}
 	}
 	// 6. PSS at N, idle and after one Python run each.
 	fmt.Fprintf(os.Stderr, "%d idle sessions: waiting %s ...\n", n, *settle)
@@ -290,10 +328,17 @@ func run(r *results) error {
 		destroyAll(ctx, b, ids)
 		return err
 	}
+	writeHeap(".idle")
 	r.Avail[1] = procs.MemAvailable()
 	fmt.Fprintf(os.Stderr, "run_code print(1) in each of the %d ...\n", n)
 	t := time.Now()
-	if err := parallel(len(ids), *clients, func(i int) error { return b.Run(ctx, benchbed.RunBody(ids[i], "", "print(1)"), "1\n") }); err != nil {
+	if err := parallel(len(ids), *clients, func(i int) error {
+		body := benchbed.RunBody(ids[i], "", "print(1)")
+		if *memOnly {
+			body = benchbed.MustJSON(app.RunCodeInput{Session: ids[i], Code: "print(1)", TimeoutMS: 120_000})
+		}
+		return b.Run(ctx, body, "1\n")
+	}); err != nil {
 		destroyAll(ctx, b, ids)
 		return err
 	}

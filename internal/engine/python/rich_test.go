@@ -327,3 +327,36 @@ Frame()`
 		t.Errorf("the reply text misses the frame's text:\n%s", txt)
 	}
 }
+
+// The worker reads and writes its protocol's JSON, and rich values', with
+// the C codec alone: the json package (which imports re and compiles its
+// patterns, 1.3 MiB a worker) is not imported by a run, a rich result or a
+// display of JSON, and the values and errors are json's.
+func TestWorkerJSONWithoutTheJSONPackage(t *testing.T) {
+	code := `import sys
+class J:
+    def _repr_json_(self): return {"a": [1, 2.5, None, True, "\u00e9<"]}
+display(J())
+display('{"b": [3]}', mime="application/json")
+print(sorted(m for m in ("json", "json.decoder", "json.encoder") if m in sys.modules))
+for bad in ('{"b": 3', '', '[1] x'):
+    try:
+        display(bad, mime="application/json")
+    except ValueError as e:
+        print(e)`
+	r := run(t, testEng, newSession(t), code)
+	if r.ExitCode != 0 {
+		t.Fatalf("stderr %q", r.err)
+	}
+	want := "[]\n" +
+		"display(): the data given as application/json is not JSON (Expecting ',' delimiter: line 1 column 8 (char 7))\n" +
+		"display(): the data given as application/json is not JSON (Expecting value (char 0))\n" +
+		"display(): the data given as application/json is not JSON (Extra data (char 4))\n"
+	if r.out != want {
+		t.Errorf("stdout %q, want %q (the first line lists the json modules imported)", r.out, want)
+	}
+	checkArtifacts(t, r, []runcode.Artifact{
+		{Kind: "json", MIME: "application/json", Data: `{"a": [1, 2.5, null, true, "\u00e9<"]}`},
+		{Kind: "json", MIME: "application/json", Data: `{"b": [3]}`},
+	})
+}

@@ -143,10 +143,6 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 	}
 	// Both at their box paths (BoxPlaces) when sb's runs start in a box.
 	dirJSON, _ := json.Marshal(boxPath(sb, cfg.workerDir))
-	preload := "False"
-	if spare {
-		preload = "True"
-	}
 	// The session's variables are in the environment already; the worker
 	// learns their names (a JSON list of strings is a Python literal), so the
 	// first run need not send them.
@@ -155,8 +151,8 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 		keys = []string{}
 	}
 	keysJSON, _ := json.Marshal(keys)
-	boot := fmt.Sprintf("import sys; sys.path.insert(0, %s); import %s as w; del sys.path[0]; w.main(%s, %s, %d)",
-		dirJSON, workerModule, preload, keysJSON, workerFlushInterval.Milliseconds())
+	boot := fmt.Sprintf("import sys; sys.path.insert(0, %s); import %s as w; del sys.path[0]; w.main(%s, %d)",
+		dirJSON, workerModule, keysJSON, workerFlushInterval.Milliseconds())
 	spec := &sandbox.Spec{
 		Args:       append(append([]string{boxPath(sb, cfg.python)}, cfg.flags...), "-c", boot),
 		Dir:        dir,

@@ -65,9 +65,9 @@ segfault in C code) is at most the last flush interval of stdout.
 """
 
 # Imports are few and cheap: a worker started for a session (no spare)
-# pays them before its first run. json, traceback, tempfile, asyncio and
-# ctypes proper are imported when needed; C modules stand in for ast,
-# signal and ctypes.
+# pays them before its first run. traceback, tempfile, asyncio and ctypes
+# proper are imported when needed; C modules stand in for ast, signal,
+# ctypes and json.
 import _ast
 import _ctypes
 import _signal
@@ -78,6 +78,10 @@ import io
 import linecache
 import os
 import sys
+try:
+    import _json as _cjson
+except ImportError:  # a python3 built without it (a rootfs's): json's own code
+    _cjson = None
 
 REQ_FD = 3
 REP_FD = 4
@@ -102,7 +106,6 @@ _children_fd = -1
 _orig_stdin = None
 _orig_input = builtins.input
 _main = None
-_json_mod = None
 # Code contexts: id -> [module, cwd, execution count]; the default
 # namespace (_main) counts in _default_count.
 _ctxs = {}
@@ -127,12 +130,56 @@ _os_fork = os.fork
 _os_forkpty = getattr(os, "forkpty", None)
 
 
-def _json():
-    global _json_mod
-    if _json_mod is None:
+# JSON through the C codec alone (_json): the json package imports re and
+# compiles its patterns, 1.2 MiB of a worker's memory for as long as it
+# lives (3.14: 3.3 -> 4.5 MiB anonymous), and every worker reads a JSON
+# request.
+# The C scanner and encoder are json.loads and json.dumps without that
+# (same values, same errors inside a document: the C code raises
+# json.decoder's JSONDecodeError, importing it then).
+class _JSONContext:
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
+
+
+_scan_json = _cjson.make_scanner(_JSONContext()) if _cjson else None
+_JSON_WS = " \t\n\r"
+
+
+def _loads(s):
+    """json.loads of a document (str, or UTF-8 bytes)."""
+    if not isinstance(s, str):
+        s = bytes(s).decode("utf-8")
+    if _scan_json is None:
         import json
-        _json_mod = json
-    return _json_mod
+        return json.loads(s)
+    i = len(s) - len(s.lstrip(_JSON_WS))
+    try:
+        obj, end = _scan_json(s, i)
+    except StopIteration as e:
+        raise ValueError("Expecting value (char %d)" % e.value) from None
+    rest = s[end:].lstrip(_JSON_WS)
+    if rest:
+        raise ValueError("Extra data (char %d)" % (len(s) - len(rest)))
+    return obj
+
+
+def _not_json(o):
+    raise TypeError("Object of type %s is not JSON serializable" % type(o).__name__)
+
+
+def _dumps(obj):
+    """json.dumps(obj) with its defaults (ASCII, ", " and ": ", NaN
+    allowed, circular references refused)."""
+    if _cjson is None:
+        import json
+        return json.dumps(obj)
+    enc = _cjson.make_encoder({}, _not_json, _cjson.encode_basestring_ascii, None, ": ", ", ", False, False, True)
+    return "".join(enc(obj, 0))
 
 
 # ---- protocol ---------------------------------------------------------------
@@ -170,11 +217,11 @@ def _recv():
         return None
     i = body.find(b"\n")
     if i < 0:
-        return _json().loads(body)
+        return _loads(body)
     if body[:1] == b"R":
         rid, _, token = body[1:i].partition(b" ")
         return {"op": "run", "id": int(rid), "token": token.decode(), "payload": body[i + 1:]}
-    msg = _json().loads(body[:i])
+    msg = _loads(body[:i])
     msg["payload"] = body[i + 1:]
     return msg
 
@@ -187,7 +234,7 @@ def _send(obj):
     elif obj.get("op") == "hello":
         body = b'{"op":"hello","pid":%d,"version":"%s"}' % (obj["pid"], obj["version"].encode())
     else:
-        body = _json().dumps(obj).encode()
+        body = _dumps(obj).encode()
     data = memoryview(len(body).to_bytes(4, "big") + body)
     while data:
         n = _os_write(REP_FD, data)
@@ -683,8 +730,11 @@ def _bind(msg):
     for k, v in base.items():
         os.environ[k] = v
     _set_env(msg.get("env") or {})
-    import tempfile
-    tempfile.tempdir = None
+    # tempfile keeps the directory it first chose; the session's TMPDIR
+    # is now in the environment. Not imported otherwise (2 MiB a worker).
+    tf = sys.modules.get("tempfile")
+    if tf is not None:
+        tf.tempdir = None
 
 
 # ---- rich output --------------------------------------------------------------
@@ -823,7 +873,7 @@ def _artifact_data(mime, data):
     """A form's data as an artifact's text: base64 for binary forms."""
     v = _mime_value(mime, data)
     if mime == "application/json":
-        return _json().dumps(v)
+        return _dumps(v)
     return v
 
 
@@ -1000,11 +1050,11 @@ def _raw_form(mime, data):
             data = bytes(data).decode("utf-8")
         if isinstance(data, str):
             try:
-                return _json().loads(data)
+                return _loads(data)
             except ValueError as e:
                 raise ValueError("display(): the data given as application/json is not JSON (%s)" % e) from None
         try:
-            _json().dumps(data)
+            _dumps(data)
         except (TypeError, ValueError) as e:
             raise ValueError("display(): the data given as application/json cannot be JSON (%s)" % e) from None
         return data
@@ -1020,7 +1070,7 @@ def _display_raw(bundle, what):
     if _rich_mode:
         b = {}
         for mime, v in bundle.items():
-            if mime != "text/plain" and not _fits(len(v) if isinstance(v, str) else len(_json().dumps(v)), what, mime):
+            if mime != "text/plain" and not _fits(len(v) if isinstance(v, str) else len(_dumps(v)), what, mime):
                 continue
             b[mime] = v
         b.setdefault("text/plain", what)
@@ -1034,7 +1084,7 @@ def _display_raw(bundle, what):
             print(v)
             return
         if mime == "application/json":
-            v = _json().dumps(v)
+            v = _dumps(v)
         text = bundle.get("text/plain")
         if _add(kind, mime, ext, v, what, _cut_text(text) if isinstance(text, str) else None):
             return
@@ -1106,8 +1156,8 @@ def _mime_value(mime, data):
         return binascii.b2a_base64(bytes(data), newline=False).decode()
     if mime == "application/json":
         if isinstance(data, (str, bytes)):
-            return _json().loads(data)
-        _json().dumps(data)  # refuses what is not JSON
+            return _loads(data)
+        _dumps(data)  # refuses what is not JSON
         return data
     if isinstance(data, bytes):
         return data.decode("utf-8", "replace")
@@ -1159,7 +1209,7 @@ def _bundle(obj):
         if mime == "text/plain":
             b[mime] = v
             continue
-        n = len(v) if isinstance(v, str) else len(_json().dumps(v))
+        n = len(v) if isinstance(v, str) else len(_dumps(v))
         if _fits(n, what, mime):
             b[mime] = v
     return b
@@ -1189,7 +1239,7 @@ def _frame_data(obj, what):
         for i in range(obj.shape[1]):
             col = obj.iloc[:, i]
             key = obj.columns[i]
-            out[key if isinstance(key, str) else str(key)] = _json().loads(col.to_json(orient="values", date_format="iso"))
+            out[key if isinstance(key, str) else str(key)] = _loads(col.to_json(orient="values", date_format="iso"))
         return out
     except Exception as e:
         _note("the data of %s could not be made (%s: %s); it was left out" % (what, type(e).__name__, _safe_str(e)[:200]))
@@ -1789,20 +1839,16 @@ def _run(msg):
     return rep
 
 
-def main(preload=False, env_keys=(), flush_ms=20):
-    """preload: a spare (import what a traceback needs now). env_keys: the
-    names of the session's variables already in the environment. flush_ms:
-    the flush interval of stdout while a run is in progress (0: no flush
-    thread; the tests use it to see the other flushes alone)."""
+def main(env_keys=(), flush_ms=20):
+    """env_keys: the names of the session's variables already in the
+    environment. flush_ms: the flush interval of stdout while a run is in
+    progress (0: no flush thread; the tests use it to see the other flushes
+    alone). A spare imports nothing more than any worker: traceback and
+    tempfile (2.5 MiB in 3.14) are imported by the first run that needs
+    them, in every session alike."""
     global _session_env_keys
     _setup(flush_ms)
     _session_env_keys = set(env_keys)
-    if preload:
-        # A spare has time: import what a traceback needs (~40 ms in 3.14)
-        # before it is handed to a session.
-        import traceback  # noqa: F401
-        import tempfile  # noqa: F401
-        _json()  # the bind request is JSON
     _send({"op": "hello", "pid": _pid, "version": sys.version.split()[0]})
     while True:
         try:
