@@ -58,7 +58,12 @@ func newBox(t testing.TB, o TransparentOptions, pol *Policy, public map[string]s
 		return d.DialContext(ctx, network, addr)
 	}
 	b.tp = NewTransparent(o)
-	b.tp.peekTimeout = 300 * time.Millisecond
+	// A client's first bytes must come within the peek timeout (for 80
+	// and 443; elsewhere the server is taken to speak first): 3 s, so that
+	// a test's client, writing at once, is never late on a loaded machine
+	// (300 ms could pass before its write was scheduled). A test of the
+	// timeout itself waits it out.
+	b.tp.peekTimeout = 3 * time.Second
 	for _, f := range set {
 		f(b.tp)
 	}
@@ -457,7 +462,7 @@ func TestTransparentSNI(t *testing.T) {
 	if n, _ := io.ReadAll(c); len(n) != 0 {
 		t.Errorf("quiet 443: %q", n)
 	}
-	if e := b.event(); e.Decision != Denied || !strings.Contains(e.Reason, "sent nothing") || time.Since(start) < 250*time.Millisecond {
+	if e := b.event(); e.Decision != Denied || !strings.Contains(e.Reason, "sent nothing") || time.Since(start) < 2500*time.Millisecond {
 		t.Errorf("quiet 443 event %+v after %v", e, time.Since(start))
 	}
 	c = b.dial("ssh.test:" + port(banner.Addr().String()))
