@@ -46,6 +46,22 @@ func callAs(t testing.TB, a *App, c controller.Caller, name string, args any) (*
 	return callWithin(t, a, c, name, args, 2*time.Minute)
 }
 
+// callerOfToken is a caller of tenant with scopes as an access path makes
+// it: a token created, then verified. The token is returned too, for the
+// paths that send it.
+func callerOfToken(t testing.TB, a *App, tenant string, scopes ...string) (controller.Caller, string) {
+	t.Helper()
+	iss, err := a.tokens.Create(t.Context(), tenant, scopes, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := a.VerifyToken(t.Context(), iss.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, iss.Token
+}
+
 // callWithin is callAs giving the call d rather than 2 minutes.
 func callWithin(t testing.TB, a *App, c controller.Caller, name string, args any, d time.Duration) (*controller.Reply, error) {
 	t.Helper()

@@ -309,14 +309,7 @@ func TestInstallPackagesLiteralNamesNoRemovalAndRepair(t *testing.T) {
 	ctx := context.Background()
 	token := func(scopes ...string) controller.Caller {
 		t.Helper()
-		iss, err := a.tokens.Create(ctx, "acme", scopes, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := a.VerifyToken(ctx, iss.Token)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c, _ := callerOfToken(t, a, "acme", scopes...)
 		return c
 	}
 	execTok, installTok := token("read", "exec"), token("read", "exec", "install")
