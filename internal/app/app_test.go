@@ -207,15 +207,16 @@ func TestTimeoutKeepsPartialOutput(t *testing.T) {
 	t.Parallel()
 	a := newApp(t, nil)
 	for _, tc := range []struct{ lang, code string }{
-		{"python", "print('before', flush=True)\nwhile True: pass"},
-		{"sh", "echo before; while :; do :; done"},
+		{"python", "import time\nprint('before', flush=True)\nwhile True: time.sleep(1)"},
+		{"sh", "echo before; while :; do sleep 1; done"},
 	} {
 		// The budget also covers starting the interpreter (in the slim
-		// build a python3 process per run): on a loaded machine 500 ms
-		// ran out before the code printed. A warm-up run starts what the
-		// session keeps.
+		// build a python3 process per run) and, for sh, the run's process
+		// in the box: on a loaded machine 500 ms, then 2 s, could run out
+		// before the code printed. 8 s, spent asleep, not spinning. A
+		// warm-up run starts what the session keeps.
 		runCode(t, a, RunCodeInput{Code: "1", Lang: tc.lang})
-		res := runCode(t, a, RunCodeInput{Code: tc.code, Lang: tc.lang, TimeoutMS: 2000})
+		res := runCode(t, a, RunCodeInput{Code: tc.code, Lang: tc.lang, TimeoutMS: 8000})
 		if !res.TimedOut || !res.Interrupted || !strings.Contains(res.Error, "timed out") || res.Stdout != "before\n" {
 			t.Errorf("%s: %+v", tc.lang, res)
 		}
