@@ -196,7 +196,7 @@ func TestInstallPackagesInRealRootfs(t *testing.T) {
 	// The install box: root of the rootfs, and of nothing else it shows.
 	var box strings.Builder
 	cur, _ := os.ReadFile("/proc/sys/vm/swappiness")
-	bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
+	bctx, bcancel := context.WithTimeout(ctx, 2*time.Minute) // a bound on a failure, for a loaded machine
 	defer bcancel()
 	exit, err := a.Sandbox.Run(bctx, &sandbox.Spec{
 		Args: []string{"sh", "-c", `id -u; touch /usr/share/quro-probe && echo usr-writable
