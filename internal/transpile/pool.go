@@ -66,10 +66,11 @@ func startChild() (*child, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &child{in: inW, out: outR, kill: cancel, dead: make(chan struct{}), stderr: &limitbuf.Buffer{Max: 4 << 10}}
+	args := childArgs
 	go func() {
 		_ = sandbox.RunHelper(ctx, &sandbox.Helper{
 			Path:         "/proc/self/exe",
-			Args:         childArgs,
+			Args:         args,
 			Env:          []string{"GOMAXPROCS=2", "GOTRACEBACK=none"},
 			Stdin:        inR,
 			Stdout:       outW,
