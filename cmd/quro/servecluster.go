@@ -119,6 +119,12 @@ func joinCluster(ctx context.Context, cfg *rest.Config, cf *clusterFlags, a *app
 	if err := m.Sync(sctx); err != nil {
 		return nil, fmt.Errorf("cluster: the first sync with the API server: %w", err)
 	}
+	// The first sync wrote this node's Lease; until the informer brings
+	// it back, a create here would find no live node (503). The node
+	// serves once it can place.
+	if err := c.WaitNode(sctx, cf.node); err != nil {
+		return nil, err
+	}
 	go m.Run(ctx, 0)
 	log.Info("quro cluster node", "node", cf.node, "namespace", cf.namespace, "address", cf.address)
 	return &clusterNode{c: c, member: m, limit: max(perTenant, 0), key: key}, nil

@@ -46,6 +46,22 @@ func callAs(t testing.TB, a *App, c controller.Caller, name string, args any) (*
 	return callWithin(t, a, c, name, args, 2*time.Minute)
 }
 
+// callerOfToken is a caller of tenant with scopes as an access path makes
+// it: a token created, then verified. The token is returned too, for the
+// paths that send it.
+func callerOfToken(t testing.TB, a *App, tenant string, scopes ...string) (controller.Caller, string) {
+	t.Helper()
+	iss, err := a.tokens.Create(t.Context(), tenant, scopes, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := a.VerifyToken(t.Context(), iss.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, iss.Token
+}
+
 // callWithin is callAs giving the call d rather than 2 minutes.
 func callWithin(t testing.TB, a *App, c controller.Caller, name string, args any, d time.Duration) (*controller.Reply, error) {
 	t.Helper()
@@ -191,15 +207,16 @@ func TestTimeoutKeepsPartialOutput(t *testing.T) {
 	t.Parallel()
 	a := newApp(t, nil)
 	for _, tc := range []struct{ lang, code string }{
-		{"python", "print('before', flush=True)\nwhile True: pass"},
-		{"sh", "echo before; while :; do :; done"},
+		{"python", "import time\nprint('before', flush=True)\nwhile True: time.sleep(1)"},
+		{"sh", "echo before; while :; do sleep 1; done"},
 	} {
 		// The budget also covers starting the interpreter (in the slim
-		// build a python3 process per run): on a loaded machine 500 ms
-		// ran out before the code printed. A warm-up run starts what the
-		// session keeps.
+		// build a python3 process per run) and, for sh, the run's process
+		// in the box: on a loaded machine 500 ms, then 2 s, could run out
+		// before the code printed. 8 s, spent asleep, not spinning. A
+		// warm-up run starts what the session keeps.
 		runCode(t, a, RunCodeInput{Code: "1", Lang: tc.lang})
-		res := runCode(t, a, RunCodeInput{Code: tc.code, Lang: tc.lang, TimeoutMS: 2000})
+		res := runCode(t, a, RunCodeInput{Code: tc.code, Lang: tc.lang, TimeoutMS: 8000})
 		if !res.TimedOut || !res.Interrupted || !strings.Contains(res.Error, "timed out") || res.Stdout != "before\n" {
 			t.Errorf("%s: %+v", tc.lang, res)
 		}

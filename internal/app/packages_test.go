@@ -196,7 +196,7 @@ func TestInstallPackagesInRealRootfs(t *testing.T) {
 	// The install box: root of the rootfs, and of nothing else it shows.
 	var box strings.Builder
 	cur, _ := os.ReadFile("/proc/sys/vm/swappiness")
-	bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
+	bctx, bcancel := context.WithTimeout(ctx, 2*time.Minute) // a bound on a failure, for a loaded machine
 	defer bcancel()
 	exit, err := a.Sandbox.Run(bctx, &sandbox.Spec{
 		Args: []string{"sh", "-c", `id -u; touch /usr/share/quro-probe && echo usr-writable
@@ -309,14 +309,7 @@ func TestInstallPackagesLiteralNamesNoRemovalAndRepair(t *testing.T) {
 	ctx := context.Background()
 	token := func(scopes ...string) controller.Caller {
 		t.Helper()
-		iss, err := a.tokens.Create(ctx, "acme", scopes, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := a.VerifyToken(ctx, iss.Token)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c, _ := callerOfToken(t, a, "acme", scopes...)
 		return c
 	}
 	execTok, installTok := token("read", "exec"), token("read", "exec", "install")

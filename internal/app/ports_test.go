@@ -29,16 +29,8 @@ func TestListPorts(t *testing.T) {
 	t.Parallel()
 	a := newApp(t, nil)
 	needBoxes(t, a)
-	ctx := t.Context()
 	as := func(tenant string) controller.Caller {
-		iss, err := a.tokens.Create(ctx, tenant, []string{"read", "exec"}, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := a.VerifyToken(ctx, iss.Token)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c, _ := callerOfToken(t, a, tenant, "read", "exec")
 		return c
 	}
 	alice, bob := as("alice"), as("bob")

@@ -88,19 +88,8 @@ func TestPreviewURLs(t *testing.T) {
 	a := newApp(t, nil)
 	needBoxes(t, a)
 	ctx := t.Context()
-	caller := func(tenant string) (controller.Caller, string) {
-		iss, err := a.tokens.Create(ctx, tenant, []string{"read", "exec"}, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := a.VerifyToken(ctx, iss.Token)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c, iss.Token
-	}
-	alice, aliceTok := caller("alice")
-	_, bobTok := caller("bob")
+	alice, aliceTok := callerOfToken(t, a, "alice", "read", "exec")
+	_, bobTok := callerOfToken(t, a, "bob", "read", "exec")
 
 	s := mustCallAs(t, a, alice, "create_session", CreateSessionInput{Name: "web", Network: "none"}).(*SessionInfo)
 	if reply, err := callAs(t, a, alice, "run_code", RunCodeInput{Session: s.ID, Lang: "bash", Code: "mkfifo ready"}); err != nil ||
@@ -312,19 +301,8 @@ func TestPreviewHostForm(t *testing.T) {
 	t.Cleanup(func() { a.Close() })
 	needBoxes(t, a)
 	ctx := t.Context()
-	caller := func(tenant string) (controller.Caller, string) {
-		iss, err := a.tokens.Create(ctx, tenant, []string{"read", "exec"}, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := a.VerifyToken(ctx, iss.Token)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c, iss.Token
-	}
-	alice, aliceTok := caller("alice")
-	_, bobTok := caller("bob")
+	alice, aliceTok := callerOfToken(t, a, "alice", "read", "exec")
+	_, bobTok := callerOfToken(t, a, "bob", "read", "exec")
 	s := mustCallAs(t, a, alice, "create_session", CreateSessionInput{Name: "web", Network: "none"}).(*SessionInfo)
 	mustCallAs(t, a, alice, "run_code", RunCodeInput{Session: s.ID, Lang: "bash", Code: "mkfifo ready"})
 	mustCallAs(t, a, alice, "start_process", StartProcessInput{Session: s.ID, Cmd: "python3", Args: []string{"-c", previewServer}, Background: true})
@@ -499,14 +477,7 @@ func TestPublicPreview(t *testing.T) {
 	t.Cleanup(func() { a.Close() })
 	needBoxes(t, a)
 	ctx := t.Context()
-	iss, err := a.tokens.Create(ctx, "alice", []string{"read", "exec"}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	alice, err := a.VerifyToken(ctx, iss.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
+	alice, aliceTok := callerOfToken(t, a, "alice", "read", "exec")
 	s := mustCallAs(t, a, alice, "create_session", CreateSessionInput{Name: "web", Network: "none"}).(*SessionInfo)
 	other := mustCallAs(t, a, alice, "create_session", CreateSessionInput{Name: "other", Network: "none"}).(*SessionInfo)
 	mustCallAs(t, a, alice, "run_code", RunCodeInput{Session: s.ID, Lang: "bash", Code: "mkfifo ready"})
@@ -573,7 +544,7 @@ func TestPublicPreview(t *testing.T) {
 		t.Fatalf("public true: %+v %v", u, err)
 	}
 	// No token; and what a visitor sends of ours is still stripped.
-	code, body := get(name, "/page?quro_preview=forged", http.Header{"Authorization": {"Bearer " + iss.Token}, "Cookie": {"quro_preview=x; theirs=1"}})
+	code, body := get(name, "/page?quro_preview=forged", http.Header{"Authorization": {"Bearer " + aliceTok}, "Cookie": {"quro_preview=x; theirs=1"}})
 	if code != 200 {
 		t.Fatalf("a public port with no token: %d %s", code, body)
 	}

@@ -230,6 +230,38 @@ func (c *Cluster) Node(name string) (Node, bool) {
 	return Node{}, false
 }
 
+// WaitNode waits until the informer's table holds name's live Lease,
+// woken by the informer's events on Leases. A node's own Lease reaches
+// its table a moment after its first heartbeat; until then it can place
+// no session (ErrNoNode), so a node serves only once it is there.
+func (c *Cluster) WaitNode(ctx context.Context, name string) error {
+	seen := make(chan struct{}, 1)
+	note := func() {
+		select {
+		case seen <- struct{}{}:
+		default:
+		}
+	}
+	reg, err := c.leases.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { note() },
+		UpdateFunc: func(any, any) { note() },
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.leases.RemoveEventHandler(reg) }()
+	for {
+		if n, ok := c.Node(name); ok && n.Live(time.Now()) {
+			return nil
+		}
+		select {
+		case <-seen:
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: node %s's live Lease is not in this node's table: %w", name, context.Cause(ctx))
+		}
+	}
+}
+
 // validObjectName: an ID that may name an object (a DNS subdomain); any
 // other is no session's, and is not sent to the API server.
 func validObjectName(s string) bool {

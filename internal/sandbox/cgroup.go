@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The cgroup layer puts every run in a cgroup of its own with a memory limit
@@ -574,17 +576,82 @@ func (r *runCgroup) kill() {
 }
 
 // remove deletes the run's cgroups. A cgroup can only be removed once its
-// last process has been reaped, which the kernel finishes shortly after the
-// kill; remove retries for a bounded time and leaves it otherwise.
+// last process has left it: remove waits for the exit of each process still
+// listed (killed already) on a pidfd, the kernel's event for it, within
+// removeWait in all, then retries a removal the kernel still refuses for a
+// bounded time and leaves the cgroup otherwise. A fixed count of retries
+// was not enough: at a load of 20, a killed box's processes took longer to
+// exit than 200 retries, and the run's cgroup, left behind, kept its
+// tenant's cgroup from being removed.
 func (r *runCgroup) remove() {
 	r.watch.close()
+	until := time.Now().Add(removeWait)
 	for _, dir := range r.dirs {
+		awaitEmpty(dir, until)
 		for i := 0; i < 200; i++ {
 			err := os.Remove(dir)
 			if err == nil || errors.Is(err, os.ErrNotExist) || !errors.Is(err, syscall.EBUSY) {
 				break
 			}
 			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// removeWait bounds remove's wait for a run's processes to exit: generous
+// for a loaded machine, short enough that a process that cannot die (one
+// in a freezer that could not be thawed) does not hold its caller for long.
+const removeWait = 20 * time.Second
+
+// awaitEmpty waits until no process but the server is listed in dir's
+// cgroup.procs, or until. It waits on each listed process's pidfd, which
+// the kernel makes readable once the process has exited (after it has
+// left its cgroups). A pid is waited on only while it is still listed
+// after its pidfd was opened: a live pid names one process, so a pid
+// reused by a process outside the cgroup is never waited on.
+func awaitEmpty(dir string, until time.Time) {
+	self := os.Getpid()
+	procs := func() map[int]bool {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if err != nil {
+			return nil
+		}
+		m := map[int]bool{}
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid != self {
+				m[pid] = true
+			}
+		}
+		return m
+	}
+	for listed := procs(); len(listed) > 0 && time.Now().Before(until); listed = procs() {
+		for pid := range listed {
+			fd, err := unix.PidfdOpen(pid, 0)
+			if errors.Is(err, unix.ESRCH) {
+				continue // gone already
+			}
+			if err != nil {
+				time.Sleep(time.Millisecond) // no pidfds here: look again shortly
+				break
+			}
+			if procs()[pid] {
+				awaitPidfd(fd, until)
+			}
+			unix.Close(fd)
+		}
+	}
+}
+
+// awaitPidfd waits until the process of pidfd fd has exited, or until.
+func awaitPidfd(fd int, until time.Time) {
+	for {
+		ms := time.Until(until).Milliseconds()
+		if ms <= 0 {
+			return
+		}
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(ms))
+		if n > 0 || (err != nil && !errors.Is(err, unix.EINTR)) {
+			return
 		}
 	}
 }

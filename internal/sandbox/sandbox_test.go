@@ -217,17 +217,53 @@ func waitGone(t *testing.T, r *os.File, w *os.File) {
 
 func TestTimeoutKillsTheGroupAndKeepsPartialOutput(t *testing.T) {
 	sb := newSandbox(t)
-	// The budget covers the sandbox's start: 300 ms ran out before the
-	// script printed on a loaded machine.
-	ctx, cancel := context.WithTimeout(testCtx(t), 2*time.Second)
-	defer cancel()
+	// The run's deadline passes once it has printed, not at a time: a
+	// fixed budget (300 ms, then 2 s) raced the box's start on a loaded
+	// machine, and the run timed out before it printed.
+	ctx := &expiring{Context: testCtx(t), done: make(chan struct{})}
+	out := &expireOn{ctx: ctx, marker: "started\n"}
 	r, mod := witness(t)
 	var w *os.File
-	out, _, exit := run(t, sb, ctx, "sleep 1000 & echo started; wait", func(s *Spec) { mod(s); w = s.ExtraFiles[0] })
-	if !exit.TimedOut || out != "started\n" {
-		t.Fatalf("exit %+v output %q", exit, out)
+	_, _, exit := run(t, sb, ctx, "sleep 1000 & echo started; wait", func(s *Spec) { mod(s); w = s.ExtraFiles[0]; s.Stdout = out })
+	if !exit.TimedOut || out.b.String() != "started\n" {
+		t.Fatalf("exit %+v output %q", exit, out.b.String())
 	}
 	waitGone(t, r, w)
+}
+
+// expiring is a context whose deadline passes when expire is called.
+type expiring struct {
+	context.Context
+	done chan struct{}
+	once sync.Once
+}
+
+func (c *expiring) Done() <-chan struct{} { return c.done }
+
+func (c *expiring) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+func (c *expiring) expire() { c.once.Do(func() { close(c.done) }) }
+
+// expireOn keeps what is written and expires ctx once it holds marker.
+type expireOn struct {
+	ctx    *expiring
+	marker string
+	b      bytes.Buffer
+}
+
+func (e *expireOn) Write(p []byte) (int, error) {
+	e.b.Write(p)
+	if strings.Contains(e.b.String(), e.marker) {
+		e.ctx.expire()
+	}
+	return len(p), nil
 }
 
 func TestBackgroundJobDoesNotOutliveTheRun(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -473,6 +474,76 @@ func TestTenantCgroupsArePerScope(t *testing.T) {
 	one.ReleaseTenants()
 	if n := dirs(); n != 0 {
 		t.Fatalf("%d tenant cgroups left after the server closed", n)
+	}
+}
+
+// A run's cgroup is removed once its last process has exited, however
+// long that takes: remove waits for the exit (on the process's pidfd)
+// instead of giving up after a fixed count of retries, which at a load of
+// 20 left the run's cgroup, and so its tenant's, behind. The process here
+// exits only when the test closes its stdin, which it does once remove is
+// waiting on that process's pidfd.
+func TestRunCgroupRemovalWaitsForTheLastExit(t *testing.T) {
+	t.Parallel()
+	sb := newSandbox(t)
+	c := sb.layers.cg
+	if c.base["pids"] == "" {
+		t.Skip("no pids cgroup here")
+	}
+	d := filepath.Join(c.base["pids"], fmt.Sprintf("run-%d-lastexit%s", os.Getpid(), pidNSTag()))
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(d) })
+	victim := exec.Command("cat")
+	in, err := victim.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { victim.Process.Kill() })
+	reaped := make(chan struct{})
+	go func() { victim.Wait(); close(reaped) }()
+	if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(victim.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	// remove is waiting once this process holds one more pidfd of the
+	// victim than before (os/exec holds one of its own).
+	want := fmt.Sprintf("\nPid:\t%d\n", victim.Process.Pid)
+	pidfds := func() (n int) {
+		fds, _ := filepath.Glob("/proc/self/fdinfo/*")
+		for _, f := range fds {
+			if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), want) {
+				n++
+			}
+		}
+		return n
+	}
+	before := pidfds()
+	r := &runCgroup{dirs: []string{d}}
+	removed := make(chan struct{})
+	go func() { r.remove(); close(removed) }()
+	ctx := testCtx(t)
+	for pidfds() <= before {
+		select {
+		case <-removed:
+			t.Fatal("remove returned while the run's process was alive")
+		case <-ctx.Done():
+			t.Fatal("remove never waited on the run's process")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	in.Close() // the victim exits
+	<-reaped
+	select {
+	case <-removed:
+	case <-ctx.Done():
+		t.Fatal("remove did not return after the run's last process exited")
+	}
+	if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the run's cgroup %s is still there (%v)", d, err)
 	}
 }
 

@@ -189,23 +189,26 @@ func TestReadWaitsForInputAndSendInputAnswers(t *testing.T) {
 func TestSoftInterrupt(t *testing.T) {
 	s, ws, _ := newShell(t, nil)
 	exec(t, s, "cd /tmp", ExecOptions{})
-	res := exec(t, s, "echo before; sleep 1000", ExecOptions{Timeout: 300 * time.Millisecond})
+	// The timeouts (3 s) also cover the command's start in the shell:
+	// with 300 ms, at a load of 80 the SIGINT came before the command had
+	// printed or its subshell was ready to hand its state back.
+	res := exec(t, s, "echo before; sleep 1000", ExecOptions{Timeout: 3 * time.Second})
 	// (an interactive shell prints a newline for ^C, as in a terminal)
 	if !res.TimedOut || res.InterruptStage != "soft" || res.ShellRestarted || strings.TrimRight(res.Output, "\n") != "before" || res.ExitCode != 130 {
 		t.Fatalf("%+v", res)
 	}
 	// What the model reads says it timed out, after how long, what was
 	// done and that the state was kept.
-	if txt := res.Text(); !strings.Contains(txt, "[exit 130] /tmp\n⏱️ timed out after 300ms: the command was stopped with SIGINT (Ctrl-C); the shell kept its directory /tmp and the variables the command set") {
+	if txt := res.Text(); !strings.Contains(txt, "[exit 130] /tmp\n⏱️ timed out after 3s: the command was stopped with SIGINT (Ctrl-C); the shell kept its directory /tmp and the variables the command set") {
 		t.Fatalf("text:\n%s", txt)
 	}
 	// Variables the interrupted command set are kept, as the text says.
-	exec(t, s, "KEPT=1; sleep 1000", ExecOptions{Timeout: 300 * time.Millisecond})
+	exec(t, s, "KEPT=1; sleep 1000", ExecOptions{Timeout: 3 * time.Second})
 	if res := exec(t, s, "echo kept=$KEPT", ExecOptions{}); res.Output != "kept=1\n" {
 		t.Fatalf("variable of the interrupted command: %q", res.Output)
 	}
 	// A loop in the shell itself stops on SIGINT too (interactive shell).
-	res = exec(t, s, "while :; do :; done", ExecOptions{Timeout: 300 * time.Millisecond})
+	res = exec(t, s, "while :; do :; done", ExecOptions{Timeout: 3 * time.Second})
 	if res.InterruptStage != "soft" || res.ShellRestarted {
 		t.Fatalf("loop: %+v", res)
 	}
@@ -218,12 +221,14 @@ func TestHardInterruptRecreatesTheShellInTheLastDirectory(t *testing.T) {
 	s, _, env := newShell(t, func(o *ShellOptions) { o.Grace = 300 * time.Millisecond })
 	env.set("KEEP", "yes")
 	exec(t, s, "mkdir -p deep && cd deep", ExecOptions{})
-	res := exec(t, s, "trap '' INT; echo stubborn; while :; do :; done", ExecOptions{Timeout: 300 * time.Millisecond})
+	// 3 s: the command must have set its trap before the SIGINT (see
+	// TestSoftInterrupt); the loop sleeps (its sleep ignores SIGINT too).
+	res := exec(t, s, "trap '' INT; echo stubborn; while :; do sleep 1; done", ExecOptions{Timeout: 3 * time.Second})
 	if !res.TimedOut || res.InterruptStage != "hard" || !res.ShellRestarted || res.Output != "stubborn\n" {
 		t.Fatalf("%+v", res)
 	}
 	deep := "/home/user/deep"
-	if txt := res.Text(); !strings.Contains(txt, "⏱️ timed out after 300ms: the command did not stop on SIGINT, so it was killed and the shell rebuilt in "+deep+
+	if txt := res.Text(); !strings.Contains(txt, "⏱️ timed out after 3s: the command did not stop on SIGINT, so it was killed and the shell rebuilt in "+deep+
 		" (its directory before this command); shell variables and functions not set with set_session_env were lost") {
 		t.Fatalf("text:\n%s", txt)
 	}

@@ -37,6 +37,12 @@ func childMain(args []string, in io.Reader, out io.Writer) int {
 		fmt.Fprintln(os.Stderr, "transpile:", err)
 		return 2
 	}
+	// The hello, an empty frame: the server tells a child that could not
+	// start (it passes on the child's stderr) from one that died on a
+	// request (code that nests too deeply).
+	if _, err := out.Write([]byte{0, 0, 0, 0}); err != nil {
+		return 2
+	}
 	for {
 		body, err := readFrame(in, 2*MaxSource+4096)
 		if errors.Is(err, io.EOF) {

@@ -7,16 +7,20 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/quro-dev/quro/internal/limitbuf"
 	"github.com/quro-dev/quro/internal/sandbox"
 )
 
-// A child serves requests one at a time, each framed as a uint32
-// big-endian length and that many bytes of JSON, on its stdin and stdout,
-// until its stdin ends. Starting the quro binary costs some 100 ms on a
+// A child, once confined, says hello (an empty frame) on its stdout, then
+// serves requests one at a time, each framed as a uint32 big-endian length
+// and that many bytes of JSON, on its stdin and stdout, until its stdin
+// ends. A child that exits before its hello could not start: the error
+// passes on its stderr's first line instead of blaming the code. Starting the quro binary costs some 100 ms on a
 // loaded machine, esbuild's transform of a snippet 2 ms: idle children are
 // kept and reused. A child that crashed, timed out or answered out of
 // shape is killed and never reused; a child is retired once the requests
@@ -30,12 +34,17 @@ const (
 )
 
 type child struct {
-	in   *os.File // the child's stdin (ours to write)
-	out  *os.File // the child's stdout (ours to read)
-	kill context.CancelFunc
-	dead chan struct{} // closed when the child has exited
-	busy time.Duration // the wall-clock time of the requests it served
+	in     *os.File // the child's stdin (ours to write)
+	out    *os.File // the child's stdout (ours to read)
+	kill   context.CancelFunc
+	dead   chan struct{}    // closed when the child has exited
+	stderr *limitbuf.Buffer // the child's stderr; read once dead is closed
+	hello  bool             // the child's hello has been read: it started
+	busy   time.Duration    // the wall-clock time of the requests it served
 }
+
+// childArgs is the child's command line after the binary.
+var childArgs = []string{Arg, fmt.Sprint(childCPU)}
 
 var (
 	idleMu sync.Mutex
@@ -56,15 +65,16 @@ func startChild() (*child, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &child{in: inW, out: outR, kill: cancel, dead: make(chan struct{})}
+	c := &child{in: inW, out: outR, kill: cancel, dead: make(chan struct{}), stderr: &limitbuf.Buffer{Max: 4 << 10}}
+	args := childArgs
 	go func() {
 		_ = sandbox.RunHelper(ctx, &sandbox.Helper{
 			Path:         "/proc/self/exe",
-			Args:         []string{Arg, fmt.Sprint(childCPU)},
+			Args:         args,
 			Env:          []string{"GOMAXPROCS=2", "GOTRACEBACK=none"},
 			Stdin:        inR,
 			Stdout:       outW,
-			Stderr:       &limitbuf.Buffer{Max: 4 << 10},
+			Stderr:       c.stderr,
 			Unprivileged: true,
 			WaitDelay:    time.Second,
 		})
@@ -118,6 +128,31 @@ func putChild(c *child) {
 // errDied is a child that ended before it answered.
 var errDied = errors.New("transpile: the compiler died")
 
+// errNoStart is a child that ended before its hello.
+var errNoStart = errors.New("transpile: the compiler exited at start")
+
+// startError is errNoStart with the first line of the dead child's stderr,
+// bounded and made printable: the child's own word on what it refused.
+func (c *child) startError() error {
+	line, _, _ := strings.Cut(c.stderr.String(), "\n")
+	line = strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) {
+			return r
+		}
+		return '?'
+	}, strings.ToValidUTF8(line, "?"))
+	if len(line) > maxStartLine {
+		line = strings.ToValidUTF8(line[:maxStartLine], "") + "..."
+	}
+	if line == "" {
+		line = "(nothing on its stderr)"
+	}
+	return fmt.Errorf("%w: %s", errNoStart, line)
+}
+
+// maxStartLine bounds the child's line passed on in a start error.
+const maxStartLine = 300
+
 // exchange sends body to a child and reads its reply, bounded by bound
 // bytes. The child is killed when ctx ends.
 func exchange(ctx context.Context, body []byte, bound int) ([]byte, error) {
@@ -132,6 +167,16 @@ func exchange(ctx context.Context, body []byte, bound int) ([]byte, error) {
 	}
 	got := make(chan answer, 1)
 	go func() {
+		if !c.hello {
+			if _, err := readFrame(c.out, 0); err != nil {
+				if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+					err = errNoStart
+				}
+				got <- answer{nil, err}
+				return
+			}
+			c.hello = true
+		}
 		b, err := readFrame(c.out, bound)
 		got <- answer{b, err}
 	}()
@@ -146,6 +191,9 @@ func exchange(ctx context.Context, body []byte, bound int) ([]byte, error) {
 		c.busy += time.Since(start)
 		if a.err != nil {
 			c.close()
+			if errors.Is(a.err, errNoStart) {
+				return nil, c.startError()
+			}
 			if errors.Is(a.err, io.EOF) || errors.Is(a.err, io.ErrUnexpectedEOF) || errors.Is(a.err, os.ErrClosed) {
 				return nil, errDied
 			}

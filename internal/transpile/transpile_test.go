@@ -11,7 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
+	"github.com/quro-dev/quro/internal/limitbuf"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -142,6 +144,53 @@ func TestChildIsConfined(t *testing.T) {
 	}
 	if seen == 0 {
 		t.Fatal("no idle child found")
+	}
+}
+
+// TestChildThatCannotStartSaysWhy: a child that exits at start, before
+// any request (here it refuses its CPU limit of 0), is reported with its
+// own stderr line, not as code that nests too deeply; the next child,
+// started as usual, works. Not parallel: it changes the children's command
+// line while no other transform runs.
+func TestChildThatCannotStartSaysWhy(t *testing.T) {
+	closeIdle()
+	saved := childArgs
+	childArgs = []string{Arg, "0"}
+	t.Cleanup(func() { childArgs = saved; closeIdle() })
+	_, err := Transform(context.Background(), &Request{Src: "let a: number = 1", File: "a.ts", TS: true, Target: ES2022})
+	var e *Error
+	if errors.As(err, &e) || !errors.Is(err, errNoStart) || !strings.Contains(err.Error(), "exited at start: transpile: bad CPU seconds") {
+		t.Fatalf("got %v, want the child's own refusal", err)
+	}
+	childArgs = saved
+	if r, err := Transform(context.Background(), &Request{Src: "let a: number = 1", File: "a.ts", TS: true, Target: ES2022}); err != nil || !strings.Contains(r.Code, "a = 1") {
+		t.Fatalf("after a child that could not start: %+v, %v", r, err)
+	}
+}
+
+// TestStartErrorIsBounded: the line passed on is the first, printable and
+// at most maxStartLine bytes, whatever the child wrote.
+func TestStartErrorIsBounded(t *testing.T) {
+	t.Parallel()
+	c := &child{stderr: &limitbuf.Buffer{Max: 4 << 10}}
+	c.stderr.Write([]byte(strings.Repeat("x\x1b[2J\xff", 200) + "\nsecond line"))
+	msg := c.startError().Error()
+	if len(msg) > len(errNoStart.Error())+2+maxStartLine+3 || strings.ContainsAny(msg, "\x1b\n") || strings.Contains(msg, "second") || !utf8.ValidString(msg) {
+		t.Fatalf("start error %q", msg)
+	}
+	if msg := (&child{stderr: &limitbuf.Buffer{Max: 10}}).startError().Error(); !strings.Contains(msg, "nothing on its stderr") {
+		t.Fatalf("empty stderr: %q", msg)
+	}
+}
+
+// closeIdle ends the idle children.
+func closeIdle() {
+	idleMu.Lock()
+	cs := idle
+	idle = nil
+	idleMu.Unlock()
+	for _, c := range cs {
+		c.close()
 	}
 }
 

@@ -456,7 +456,9 @@ func TestControlTimeouts(t *testing.T) {
 	e.supervise(t)
 	// A sandbox whose timeout passes is killed: the API then answers 404.
 	short := e.create(t, map[string]any{"templateID": "base", "timeout": 1}).SandboxID
-	long := e.create(t, map[string]any{"templateID": "base", "timeout": 1}).SandboxID
+	// (Created with 600 s, not 1: at load, more than a second could pass
+	// before the setTimeout below, and the sandbox was killed first.)
+	long := e.create(t, map[string]any{"templateID": "base", "timeout": 600}).SandboxID
 	// setTimeout extends (and may shorten) from now.
 	asked := time.Now()
 	e.api(t, e.Key, "POST", "/sandboxes/"+long+"/timeout", map[string]any{"timeout": 3600}).want(t, http.StatusNoContent, "")

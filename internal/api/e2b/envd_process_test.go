@@ -498,7 +498,9 @@ func TestEnvdTimeoutKills(t *testing.T) {
 	req := bash("echo started; exec sleep 100000", false)
 	req.Tag = &tag
 	r := connect.NewRequest(req)
-	r.Header().Set("Connect-Timeout-Ms", "3000")
+	// The deadline must also cover the spawn in the box and the echo:
+	// at a load of 80, 3 s passed before "started" was printed.
+	r.Header().Set("Connect-Timeout-Ms", "15000")
 	s, err := c.Start(context.Background(), r)
 	if err != nil {
 		t.Fatal(err)

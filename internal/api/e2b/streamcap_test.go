@@ -211,8 +211,14 @@ func TestEnvdIdleWatchGetsKeepalives(t *testing.T) {
 // StreamInput's client must send something (data or envd's keepalive)
 // within the stream idle timeout: one that sends keepalives stays, one
 // that goes silent is ended and its place in the cap given back.
+//
+// The keepalives come every 100 ms against an idle timeout of 3 s: a
+// client that keeps to its interval must never be taken for silent by a
+// loaded machine's late wake-up (with 400 ms, a keepalive every 100 ms
+// left 300 ms of slack, which a load of 30 can eat).
 func TestEnvdStreamInputIdle(t *testing.T) {
-	const idle = 400 * time.Millisecond
+	const idle = 3 * time.Second
+	const every = 100 * time.Millisecond
 	e, lim := cappedEnv(t, 4, idle)
 	id := e.newSession(t)
 	a := controller.Caller{Tenant: e.Tenant, TokenID: e.KeyID}
@@ -222,14 +228,14 @@ func TestEnvdStreamInputIdle(t *testing.T) {
 	keepalive := &process.StreamInputRequest{Event: &process.StreamInputRequest_Keepalive{Keepalive: &process.StreamInputRequest_KeepAlive{}}}
 	startMsg := &process.StreamInputRequest{Event: &process.StreamInputRequest_Start{Start: &process.StreamInputRequest_StartEvent{Process: pidSel(pid)}}}
 
-	// Keepalives every quarter of the idle timeout, for three of them.
+	// Keepalives for one and a half idle timeouts.
 	talker := procA.StreamInput(context.Background())
 	if err := talker.Send(startMsg); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the input stream's hold", func() bool { return lim.Held(a) == 2 })
-	for range 12 {
-		time.Sleep(idle / 4)
+	for range int(idle * 3 / 2 / every) {
+		time.Sleep(every)
 		if err := talker.Send(keepalive); err != nil {
 			t.Fatalf("a stream sending keepalives was ended: %v", err)
 		}

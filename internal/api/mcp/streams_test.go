@@ -67,7 +67,10 @@ func waitHeld(t *testing.T, lim *streamcap.Limiter, c controller.Caller, n int) 
 // client that holds the stream but answers no ping has it ended (its
 // session stays, for its POSTs).
 func TestHTTPStreamKeepalive(t *testing.T) {
-	const idle = time.Second // pings every 250 ms
+	// Pings every 750 ms, each to be answered within 3 s: a client that
+	// answers must never be taken for silent by a loaded machine's late
+	// wake-up (1 s of slack was thin at a load of 60).
+	const idle = 3 * time.Second
 	var ended atomic.Int32
 	t.Cleanup(quromcp.OnStreamEnded(func() { ended.Add(1) }))
 	a := newApp(t)

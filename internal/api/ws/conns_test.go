@@ -54,7 +54,10 @@ func bearer(tok string) []string { return []string{ws.Protocol, ws.BearerPrefix 
 // kept past many idle timeouts; a connection that completed the upgrade
 // and then answers nothing is closed once a ping goes unanswered.
 func TestIdleTimeoutKeepsAnsweringClientsAndClosesSilentOnes(t *testing.T) {
-	const idle = time.Second // pings every 250 ms
+	// Pings every 750 ms, each to be answered within 3 s: a client that
+	// answers must never be taken for silent by a loaded machine's late
+	// wake-up (1 s of slack was thin at a load of 60).
+	const idle = 3 * time.Second
 	e := setupWith(t, ws.Options{IdleTimeout: idle})
 	s := e.session(t, "idle")
 	pty := "/v1/sessions/" + s.ID + "/pty"

@@ -172,11 +172,13 @@ func TestContract(t *testing.T) {
 				t.Fatalf("%s: this machine has the toolchain, but contractCaps has no snippets for %s: declare them", e.Name(), tool.Lang)
 			}
 			caps.Lang = tool.Lang
-			// A cold build (Go compiles its standard library into the
-			// session's cache, the JVM compilers start slowly) gets more
-			// than run_code's default minute on a loaded machine; each
-			// check's own run budget is unchanged.
-			caps.CompileTimeout = 5 * time.Minute
+			// A build (the JVM compilers start slowly; Go's links with
+			// a warm cache) gets more than run_code's default minute on
+			// a loaded machine: the longest a server accepts. It bounds
+			// a failure, it is not waited out. Each check's own run
+			// budget is unchanged. Go's cold build has its own budget
+			// (warmGoSessions).
+			caps.CompileTimeout = 10 * time.Minute
 			// Each run of a toolchain's program is a process (and for
 			// the interpreters, an interpreter start) in a fresh box: at
 			// a load of 30 on 2 cores Ruby's start passed the default
@@ -201,8 +203,16 @@ func TestContract(t *testing.T) {
 func warmGoSessions(t *testing.T, e *toolchain.Engine, caps enginetest.Caps) func(*testing.T) *session.Session {
 	t.Helper()
 	warm := newSession(t)
-	r := runcode.New([]runcode.Language{{Name: caps.Lang, Runs: true, Chain: []runcode.Engine{e}}}, nil)
-	res, err := r.Run(context.Background(), runcode.Input{Code: caps.Print, Lang: caps.Lang, Session: warm, CompileTimeout: caps.CompileTimeout})
+	// The cold build compiles some 50 packages of the standard library:
+	// ~30 s idle, and past 10 minutes at a load of 60 on 2 cores. Its
+	// budget is what the test binary has left (go test -timeout) but a
+	// margin for the checks, at least 10 minutes: a bound on a failure.
+	budget := 10 * time.Minute
+	if d, ok := t.Deadline(); ok {
+		budget = max(budget, time.Until(d)-5*time.Minute)
+	}
+	r := runcode.New([]runcode.Language{{Name: caps.Lang, Runs: true, Chain: []runcode.Engine{e}}}, &runcode.Options{MaxTimeout: budget})
+	res, err := r.Run(context.Background(), runcode.Input{Code: caps.Print, Lang: caps.Lang, Session: warm, CompileTimeout: budget})
 	if err != nil {
 		t.Fatal(err)
 	}
