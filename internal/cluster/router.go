@@ -78,7 +78,11 @@ type Router struct {
 	// the session it names (rest.DefaultMaxBody when 0): the REST server's own
 	// limit, so that a body the owner would take is never cut here.
 	MaxBody int64
-	Logger  *slog.Logger
+	// Quiesced, when set, reports a session of this node's that is
+	// being moved to another (Drainer.Quiesced): a call for it is told
+	// 503 with Retry-After, through any node.
+	Quiesced func(ref string) bool
+	Logger   *slog.Logger
 
 	once  sync.Once
 	proxy *httputil.ReverseProxy
@@ -152,7 +156,11 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				"%s is set by the cluster's nodes only; a client does not send it", HeaderForwardedBy))
 			return
 		}
-		rt.local(w, r, rt.ours(r.Context(), rt.ref(r)))
+		ref := rt.ref(r)
+		if rt.moving(w, ref) {
+			return
+		}
+		rt.local(w, r, rt.ours(r.Context(), ref))
 		return
 	}
 	if isCreate(r) {
@@ -175,6 +183,9 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !ok || s.Spec.Node == rt.Table.Self() {
+		if rt.moving(w, ref) || ok && rt.moving(w, s.Name) {
+			return
+		}
 		// This node's, or nobody's: the local answer is the true one.
 		if ok {
 			rt.local(w, r, s.Name)
@@ -184,6 +195,16 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rt.forward(w, r, s.Spec.Node)
+}
+
+// moving answers 503 with Retry-After for a session being moved from
+// this node (Quiesced), and reports whether it did.
+func (rt *Router) moving(w http.ResponseWriter, ref string) bool {
+	if ref == "" || rt.Quiesced == nil || !rt.Quiesced(ref) {
+		return false
+	}
+	unavailable(w, "session "+ref+" is being moved to another node of the cluster; try again in a few seconds")
+	return true
 }
 
 // forwardedBy is this node's HeaderForwardedBy: its name, signed with

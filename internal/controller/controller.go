@@ -139,7 +139,15 @@ type Options struct {
 	// may change or run something (not ReadOnly): its beginning, its
 	// streamed output and its end (the web UI's timeline).
 	Events *events.Bus
+	// Note, when set, is asked after each call that entered a session
+	// for a one-line remark about that session to put first in the
+	// reply's text (and in its output's notes, when it has them): a
+	// session moved from another node of a cluster lost its processes.
+	Note func(session string) string
 }
+
+// Noter is an output that takes a Note.
+type Noter interface{ AddNote(string) }
 
 // Enter enters the session ref names ("": the caller's default, which ctx
 // carries) for a call that uses it in mode use, returning the context
@@ -175,6 +183,7 @@ type Controller struct {
 	limits    Limits
 	enter     Enter
 	events    *events.Bus
+	note      func(session string) string
 
 	mu       sync.Mutex
 	inFlight map[string]int // calls that run code in flight, by tenant
@@ -185,7 +194,7 @@ func New(reg *capability.Registry, opts *Options) *Controller {
 	if opts == nil {
 		opts = &Options{}
 	}
-	c := &Controller{reg: reg, log: opts.Logger, limits: opts.Limits, enter: opts.Enter, events: opts.Events, observers: append([]Observer(nil), opts.Observers...)}
+	c := &Controller{reg: reg, log: opts.Logger, limits: opts.Limits, enter: opts.Enter, events: opts.Events, note: opts.Note, observers: append([]Observer(nil), opts.Observers...)}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -225,6 +234,14 @@ func (c *Controller) dispatch(ctx context.Context, caller Caller, name string, a
 	start := time.Now()
 	var entered string
 	reply, lc, err := c.call(ctx, caller, name, args, typed, &entered)
+	if err == nil && reply != nil && entered != "" && c.note != nil {
+		if n := c.note(entered); n != "" {
+			reply.Text = n + "\n" + reply.Text
+			if nt, ok := reply.Output.(Noter); ok {
+				nt.AddNote(n)
+			}
+		}
+	}
 	rec := &Record{Start: start, Caller: caller, Capability: name, Args: args, Outcome: "ok", Duration: time.Since(start), Session: entered}
 	if capb, ok := c.reg.Get(name); ok && caller.Background && capb.Scope == capability.ScopeRead {
 		rec.Background = true

@@ -79,6 +79,9 @@ type Exception struct {
 
 // Text renders the result for a model, with one template for every engine:
 // the error line, stdout, stderr, then notes and artifacts, or "(no output)".
+// AddNote adds a remark about the run (controller.Noter).
+func (r *Result) AddNote(n string) { r.Notes = append(r.Notes, n) }
+
 func (r *Result) Text() string {
 	var b strings.Builder
 	line := func(s string) {
