@@ -66,7 +66,7 @@ func TestExtractRefusesHostileEntries(t *testing.T) {
 		{"fifo", []*tar.Header{{Name: "p", Typeflag: tar.TypeFifo}}, ErrUnsafeArchive},
 		{"block device", []*tar.Header{{Name: "sda", Typeflag: tar.TypeBlock, Devmajor: 8}}, ErrUnsafeArchive},
 		{"over budget", []*tar.Header{reg("a", 600), reg("b", 600)}, ErrBudget},
-		{"over budget at once", []*tar.Header{reg("huge", 1 << 40)}, ErrBudget},
+		{"over budget at once", []*tar.Header{reg("huge", 1<<40)}, ErrBudget},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			parent := t.TempDir()
