@@ -112,7 +112,11 @@ func drain(ctx context.Context, g *globals, out io.Writer) error {
 		}
 		switch {
 		case l.Move != nil && l.Move.Session != "" && l.OK:
-			fmt.Fprintf(out, "moved %s (%s) to %s\n", l.Move.Session, l.Move.Name, l.To)
+			renamed := ""
+			if l.NewName != "" {
+				renamed = ", named " + l.NewName + " there (its name was taken)"
+			}
+			fmt.Fprintf(out, "moved %s (%s) to %s%s\n", l.Move.Session, l.Move.Name, l.To, renamed)
 		case l.Move != nil && l.Move.Session != "":
 			fmt.Fprintf(out, "NOT moved %s (%s): %s\n", l.Move.Session, l.Move.Name, l.Move.Error)
 		default:

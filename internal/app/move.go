@@ -150,33 +150,34 @@ func (m *Mover) Export(ctx context.Context, id string, w io.Writer) error {
 // tenant's per-session disk quota, then given to the session's uid. A
 // copy of id left here by an earlier move that did not end is replaced
 // (the caller checked that the record names the sender). It returns the
-// files and bytes made.
-func (m *Mover) Import(ctx context.Context, id, tenant, name string, r io.Reader) (files int, size int64, err error) {
+// name it got here (its own, or suffixed when another session holds it)
+// and the files and bytes made.
+func (m *Mover) Import(ctx context.Context, id, tenant, name string, r io.Reader) (got string, files int, size int64, err error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	line, err := readLine(br, maxMoveSettings)
 	if err != nil {
-		return 0, 0, capability.Errorf(capability.InvalidArgument, "the move's settings line: %v", err)
+		return "", 0, 0, capability.Errorf(capability.InvalidArgument, "the move's settings line: %v", err)
 	}
 	var ms moveSettings
 	if err := json.Unmarshal(line, &ms); err != nil {
-		return 0, 0, capability.Errorf(capability.InvalidArgument, "the move's settings: %v", err)
+		return "", 0, 0, capability.Errorf(capability.InvalidArgument, "the move's settings: %v", err)
 	}
 	if ms.ID != id {
-		return 0, 0, capability.Errorf(capability.InvalidArgument, "the move's settings are of session %q, not %q", ms.ID, id)
+		return "", 0, 0, capability.Errorf(capability.InvalidArgument, "the move's settings are of session %q, not %q", ms.ID, id)
 	}
 	if ms.Tenant != tenant || name != "" && ms.Name != name {
-		return 0, 0, capability.Errorf(capability.PermissionDenied, "the move's settings name tenant %q and session name %q; the session's record says %q and %q", ms.Tenant, ms.Name, tenant, name)
+		return "", 0, 0, capability.Errorf(capability.PermissionDenied, "the move's settings name tenant %q and session name %q; the session's record says %q and %q", ms.Tenant, ms.Name, tenant, name)
 	}
 	if old, err := m.a.Sessions.ByIDAnyTenant(ctx, id); err == nil {
 		// An earlier move's copy: the sender still owns the session.
 		if _, err := m.a.lives.Destroy(ctx, old); err != nil {
-			return 0, 0, err
+			return "", 0, 0, err
 		}
 		m.a.Sessions.WaitReleases() // its directory is gone before the new one is made
 	}
 	lim, err := m.a.tenants.Limits(ctx, ms.Tenant)
 	if err != nil {
-		return 0, 0, err
+		return "", 0, 0, err
 	}
 	budget := max(lim.Disk, 0)
 	var st *workspace.CopyStats
@@ -201,14 +202,14 @@ func (m *Mover) Import(ctx context.Context, id, tenant, name string, r io.Reader
 		return err
 	})
 	if err != nil {
-		return 0, 0, err
+		return "", 0, 0, err
 	}
 	if os.Geteuid() == 0 {
 		// The files are the session's, as a fork's are (its uid is
 		// the store's, given when Adopt stored the row).
 		if err := chownTree(s.Workspace(), s.UID); err != nil {
 			_, _ = m.a.lives.Destroy(context.WithoutCancel(ctx), s) // clean-up of an import that failed: its error is the one to report
-			return 0, 0, fmt.Errorf("session %s: give its files to its uid: %w", s.Name, err)
+			return "", 0, 0, fmt.Errorf("session %s: give its files to its uid: %w", s.Name, err)
 		}
 	}
 	m.a.moved.mu.Lock()
@@ -217,7 +218,7 @@ func (m *Mover) Import(ctx context.Context, id, tenant, name string, r io.Reader
 	}
 	m.a.moved.ids[s.ID] = true
 	m.a.moved.mu.Unlock()
-	return st.Files, st.Bytes, nil
+	return s.Name, st.Files, st.Bytes, nil
 }
 
 // chownTree gives the tree under dir, which this server made and no

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -183,8 +184,9 @@ type Local interface {
 	Release(ctx context.Context, id string) error
 	// Import adopts session id, of tenant and named name as its record
 	// says, from a move stream another node sent, checked as hostile; it
-	// returns the files and bytes made.
-	Import(ctx context.Context, id, tenant, name string, r io.Reader) (files int, size int64, err error)
+	// returns the name it got (another session here may hold its own) and
+	// the files and bytes made.
+	Import(ctx context.Context, id, tenant, name string, r io.Reader) (got string, files int, size int64, err error)
 }
 
 // Drainer moves a node's sessions to the other nodes.
@@ -204,12 +206,12 @@ type Drainer struct {
 // other nodes' tables show its new owner within it.
 const MovedGrace = 2 * time.Minute
 
-// Quiesced reports whether calls for session ref must wait (503 with
+// Quiesced reports whether calls for session id must wait (503 with
 // Retry-After): it is being moved from this node, or was a moment ago.
-func (d *Drainer) Quiesced(ref string) bool {
+func (d *Drainer) Quiesced(id string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	t, ok := d.moves[ref]
+	t, ok := d.moves[id]
 	return ok && (t.IsZero() || time.Since(t) < MovedGrace)
 }
 
@@ -232,12 +234,22 @@ func (d *Drainer) unmark(id string) {
 	delete(d.moves, id)
 }
 
+// moveAnswer is the answer of a move's receiver.
+type moveAnswer struct {
+	Session string `json:"session"`
+	Node    string `json:"node"`
+	Name    string `json:"name"` // the session's name there
+	Files   int    `json:"files"`
+	Bytes   int64  `json:"bytes"`
+}
+
 // Move is one session's move as a drain reports it.
 type Move struct {
 	Session string `json:"session"`
 	Name    string `json:"name,omitempty"`
 	Tenant  string `json:"tenant,omitempty"`
 	To      string `json:"to,omitempty"`
+	NewName string `json:"new_name,omitempty"` // the name it got there, when another session held its own
 	OK      bool   `json:"ok"`
 	Error   string `json:"error,omitempty"`
 }
@@ -256,8 +268,8 @@ func (d *Drainer) Drain(ctx context.Context, report func(Move)) (failed int, err
 			return failed, ctx.Err()
 		}
 		m := Move{Session: s.Name, Name: s.Spec.Name, Tenant: s.Spec.Tenant}
-		to, err := d.moveOne(ctx, s)
-		m.To = to
+		to, newName, err := d.moveOne(ctx, s)
+		m.To, m.NewName = to, newName
 		if err != nil {
 			m.Error = err.Error()
 			failed++
@@ -282,25 +294,21 @@ func (d *Drainer) target(tenant string) (*Node, error) {
 }
 
 // moveOne moves s and returns the node it went to.
-func (d *Drainer) moveOne(ctx context.Context, s *Session) (string, error) {
+func (d *Drainer) moveOne(ctx context.Context, s *Session) (to, newName string, err error) {
 	n, err := d.target(s.Spec.Tenant)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	id := s.Name
 	unhold := d.Member.Hold(id)
 	defer unhold()
 	d.mark(id, false)
-	if s.Spec.Name != "" {
-		d.mark(s.Spec.Name, false)
-	}
 	if err := d.Local.Quiesce(ctx, id); err != nil {
 		d.unmark(id)
-		d.unmark(s.Spec.Name)
-		return n.Name, err
+		return n.Name, "", err
 	}
 	_ = d.C.SetPhase(ctx, id, d.C.Self(), PhaseDraining) // shown by kubectl get; the move does not depend on it
-	err = d.send(ctx, id, n)
+	ans, err := d.send(ctx, id, n)
 	if err != nil {
 		// The answer may be lost after the target took it: the record
 		// tells.
@@ -315,23 +323,22 @@ func (d *Drainer) moveOne(ctx context.Context, s *Session) (string, error) {
 		_ = d.C.SetPhase(context.WithoutCancel(ctx), id, d.C.Self(), PhaseReady) // it stays here
 		d.Local.Unquiesce(id)
 		d.unmark(id)
-		d.unmark(s.Spec.Name)
-		return n.Name, err
+		return n.Name, "", err
 	}
 	d.mark(id, true)
-	if s.Spec.Name != "" {
-		d.mark(s.Spec.Name, true)
-	}
 	if err := d.Local.Release(context.WithoutCancel(ctx), id); err != nil {
 		// Moved: the files are on the target and the record names it;
 		// the copy here is released by the next Sync (MovedAway).
 		d.C.log.Warn("cluster: a moved session's copy here is not released yet", "session", id, "err", err)
 	}
-	return n.Name, nil
+	if ans != nil && ans.Name != s.Spec.Name {
+		newName = ans.Name
+	}
+	return n.Name, newName, nil
 }
 
 // send streams session id to node n and reads its answer.
-func (d *Drainer) send(ctx context.Context, id string, n *Node) error {
+func (d *Drainer) send(ctx context.Context, id string, n *Node) (*moveAnswer, error) {
 	pr, pw := io.Pipe()
 	go func() {
 		pw.CloseWithError(d.Local.Export(ctx, id, pw))
@@ -340,7 +347,7 @@ func (d *Drainer) send(ctx context.Context, id string, n *Node) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u.String(), pr)
 	if err != nil {
 		pr.Close()
-		return err
+		return nil, err
 	}
 	req.Header.Set(MoveHeader, MoveSignature(d.Key, d.C.Self(), id, time.Now()))
 	req.Header.Set("Content-Type", "application/x-tar")
@@ -351,14 +358,18 @@ func (d *Drainer) send(ctx context.Context, id string, n *Node) error {
 	resp, err := c.Do(req)
 	pr.Close()
 	if err != nil {
-		return fmt.Errorf("sending to %s: %w", n.Name, err)
+		return nil, fmt.Errorf("sending to %s: %w", n.Name, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s refused it (%d): %s", n.Name, resp.StatusCode, strings.TrimSpace(string(body)))
+		return nil, fmt.Errorf("%s refused it (%d): %s", n.Name, resp.StatusCode, strings.TrimSpace(string(body)))
 	}
-	return nil
+	ans := &moveAnswer{}
+	if err := json.Unmarshal(body, ans); err != nil {
+		return nil, fmt.Errorf("%s's answer: %v", n.Name, err)
+	}
+	return ans, nil
 }
 
 // ServeHTTP receives a session another node moves here (PUT
@@ -403,7 +414,7 @@ func (d *Drainer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	unhold := d.Member.Hold(id)
 	defer unhold()
-	files, size, err := d.Local.Import(r.Context(), id, rec.Spec.Tenant, rec.Spec.Name, r.Body)
+	got, files, size, err := d.Local.Import(r.Context(), id, rec.Spec.Tenant, rec.Spec.Name, r.Body)
 	if err != nil {
 		ce := controller.Classify(err)
 		d.C.log.Warn("cluster: a moved session was refused", "session", id, "from", from, "err", err)
@@ -417,5 +428,5 @@ func (d *Drainer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	d.C.log.Info("cluster: a session moved here", "session", id, "from", from, "files", files, "bytes", size)
 	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprintf(w, "{\"session\":%q,\"node\":%q,\"files\":%d,\"bytes\":%d}\n", id, self, files, size)
+	_ = json.NewEncoder(w).Encode(moveAnswer{Session: id, Node: self, Name: got, Files: files, Bytes: size})
 }

@@ -1,6 +1,9 @@
 package cluster
 
 import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -49,5 +52,48 @@ func TestPlaceSkipsDrainingNodes(t *testing.T) {
 	nodes[1].Draining = true
 	if _, err := Place(nodes, now, "", 0, 0); err != ErrNoNode {
 		t.Fatalf("every node draining: %v", err)
+	}
+}
+
+// TestRouterQuiesced: a call for a session being moved from this node is
+// told 503 with Retry-After, whether it comes from a client or another
+// node; other sessions are served.
+func TestRouterQuiesced(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	table := &staticTable{self: "a",
+		sessions: map[string]*Session{"moving": {Spec: SessionSpec{Node: "a"}}, "staying": {Spec: SessionSpec{Node: "a"}}},
+		nodes:    []Node{{Name: "a", Address: "unused", Renewed: now, TTL: time.Hour}}}
+	table.sessions["moving"].Name, table.sessions["staying"].Name = "moving", "staying"
+	d := &Drainer{}
+	d.mark("moving", false)
+	rt := &Router{Table: table, Quiesced: d.Quiesced,
+		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "local") })}
+	for _, tc := range []struct {
+		path, fwd string
+		want      int
+	}{
+		{"/v1/sessions/moving/run", "", http.StatusServiceUnavailable},
+		{"/v1/sessions/moving/run", "b", http.StatusServiceUnavailable},
+		{"/v1/sessions/staying/run", "", http.StatusOK},
+		{"/v1/sessions/staying/run", "b", http.StatusOK},
+	} {
+		req := httptest.NewRequest("GET", tc.path, nil)
+		if tc.fwd != "" {
+			req.Header.Set(HeaderForwardedBy, tc.fwd)
+		}
+		w := httptest.NewRecorder()
+		rt.ServeHTTP(w, req)
+		if w.Code != tc.want || tc.want == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
+			t.Errorf("%s (forwarded by %q): %d Retry-After=%q %s", tc.path, tc.fwd, w.Code, w.Header().Get("Retry-After"), w.Body)
+		}
+	}
+	// Moved away: still 503 for a while, so that a stale table elsewhere
+	// never gets this node's "not found".
+	d.mark("moving", true)
+	w := httptest.NewRecorder()
+	rt.ServeHTTP(w, httptest.NewRequest("GET", "/v1/sessions/moving/run", nil))
+	if w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("a session moved a moment ago: %d", w.Code)
 	}
 }

@@ -78,9 +78,9 @@ type Router struct {
 	// the session it names (rest.DefaultMaxBody when 0): the REST server's own
 	// limit, so that a body the owner would take is never cut here.
 	MaxBody int64
-	// Quiesced, when set, reports a session of this node's that is
-	// being moved to another (Drainer.Quiesced): a call for it is told
-	// 503 with Retry-After, through any node.
+	// Quiesced, when set, reports a session (by ID) of this node's that
+	// is being moved to another (Drainer.Quiesced): a call for it is
+	// told 503 with Retry-After, through any node.
 	Quiesced func(ref string) bool
 	Logger   *slog.Logger
 
@@ -157,7 +157,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		ref := rt.ref(r)
-		if rt.moving(w, ref) {
+		if rt.moving(w, rt.idOf(r, ref)) {
 			return
 		}
 		rt.local(w, r, rt.ours(r.Context(), ref))
@@ -183,7 +183,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !ok || s.Spec.Node == rt.Table.Self() {
-		if rt.moving(w, ref) || ok && rt.moving(w, s.Name) {
+		if ok && rt.moving(w, s.Name) {
 			return
 		}
 		// This node's, or nobody's: the local answer is the true one.
@@ -195,6 +195,26 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rt.forward(w, r, s.Spec.Node)
+}
+
+// idOf is the ID of the session ref names for r's caller (a name is
+// resolved only while sessions are being moved from this node, Quiesced
+// being set), else ref.
+func (rt *Router) idOf(r *http.Request, ref string) string {
+	if ref == "" || rt.Quiesced == nil {
+		return ref
+	}
+	if s, ok := rt.Table.Lookup(r.Context(), ref); ok {
+		return s.Name
+	}
+	if rt.Auth != nil {
+		if caller, err := rt.Auth(r); err == nil {
+			if s, ok := rt.Table.ByName(caller.Tenant, ref); ok {
+				return s.Name
+			}
+		}
+	}
+	return ref
 }
 
 // moving answers 503 with Retry-After for a session being moved from

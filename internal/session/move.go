@@ -89,7 +89,8 @@ type Adopted struct {
 // fill writes its workspace before its row is stored, so no caller (nor
 // the cluster's sync of this node's sessions) sees it half made; on an
 // error nothing of it is left. It is not counted against the ceilings:
-// it was counted where it was made.
+// it was counted where it was made. A name another session holds here is
+// suffixed with the ID's first 8 digits (s.Name says which).
 func (m *Manager) Adopt(ctx context.Context, a *Adopted, fill func(s *Session) error) (*Session, error) {
 	if !idRE.MatchString(a.ID) {
 		return nil, fmt.Errorf("%w: session id %q", ErrBadName, a.ID)
@@ -118,6 +119,16 @@ func (m *Manager) Adopt(ctx context.Context, a *Adopted, fill func(s *Session) e
 	}
 	if m.Exists(ctx, a.ID) {
 		return nil, fmt.Errorf("%w: session %s is here already", ErrExists, a.ID)
+	}
+	// Names are each node's own (every node makes its tenants' "default"
+	// session): a name taken here gets the ID's first 8 digits.
+	if _, err := m.store.SessionByName(ctx, a.Tenant, name); err == nil {
+		name = name[:min(len(name), 55)] + "-" + a.ID[:8]
+		if _, err := m.store.SessionByName(ctx, a.Tenant, name); err == nil {
+			return nil, fmt.Errorf("%w: %q", ErrExists, name)
+		}
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, err
 	}
 	now := time.Now()
 	created, used := a.CreatedAt, a.LastUsedAt
