@@ -205,7 +205,7 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 
 		// The next call says the processes were lost (one line), and
 		// runs on the new owner, reached through the drained node.
-		body, _ := json.Marshal(map[string]any{"session": onA[0], "language": "python", "code": "import os; print(open('tree/top.txt').read().strip(), os.environ.get('KEPT'))"})
+		body, _ := json.Marshal(map[string]any{"session": onA[0], "lang": "python", "code": "import os; print(open('tree/top.txt').read().strip(), os.environ.get('KEPT'))"})
 		r := do(t, "POST", a.url+"/v1/run_code", "application/json", string(body), auth(acme)...)
 		var rc struct {
 			Stdout string   `json:"stdout"`
