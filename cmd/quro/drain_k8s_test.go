@@ -63,7 +63,7 @@ func TestClusterDrain(t *testing.T) {
 		}
 		return out.ID
 	}
-	exec := func(via *node, id, cmd string) string {
+	exec := func(t *testing.T, via *node, id, cmd string) string {
 		t.Helper()
 		body, _ := json.Marshal(map[string]any{"command": cmd})
 		r := do(t, "POST", via.url+"/v1/sessions/"+id+"/exec", "application/json", string(body), auth(acme)...)
@@ -93,8 +93,8 @@ func TestClusterDrain(t *testing.T) {
 	const setup = `mkdir -p tree/a/b/c && for i in 1 2 3; do echo "leaf $i" > tree/a/b/c/f$i.txt; done && echo top > tree/top.txt &&
 head -c 24000000 /dev/urandom > big.bin && ln -s tree/a/b link && chmod 750 tree/a && cd tree &&
 sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\./##'`
-	sums := exec(a, onA[0], setup)
-	exec(b, onA[1], "echo second > note.txt") // through the other node
+	sums := exec(t, a, onA[0], setup)
+	exec(t, b, onA[1], "echo second > note.txt") // through the other node
 
 	// An attack session that stays on node a: the move route's tests
 	// below aim at it.
@@ -108,7 +108,7 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 			victim = id
 		}
 	}
-	exec(a, victim, "echo mine > kept.txt")
+	exec(t, a, victim, "echo mine > kept.txt")
 	key := forwardKey(t, dyn)
 
 	t.Run("the move route refuses hostile streams", func(t *testing.T) {
@@ -175,7 +175,7 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 		if o := owner(victim); o != "node-a" {
 			t.Fatalf("after the refused moves the record names %s", o)
 		}
-		if out := exec(b, victim, "cat kept.txt; ls"); !strings.Contains(out, "mine") || strings.Contains(out, "huge") || strings.Contains(out, "escape") {
+		if out := exec(t, b, victim, "cat kept.txt; ls"); !strings.Contains(out, "mine") || strings.Contains(out, "huge") || strings.Contains(out, "escape") {
 			t.Fatalf("the victim after the refused moves: %q", out)
 		}
 	})
@@ -225,17 +225,17 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 		// Files intact, through either node: the large file and the
 		// tree by their sums, the link as a link, the modes.
 		for _, via := range []*node{a, b} {
-			got := exec(via, onA[0], "cd tree && sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\\.\\./##'")
+			got := exec(t, via, onA[0], "cd /home/user/tree && sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\\.\\./##'")
 			if got != sums {
 				t.Fatalf("sums through %s after the move:\n%s\nbefore:\n%s", via.name, got, sums)
 			}
 		}
-		if got := exec(a, onA[0], `readlink link; stat -c %a tree/a; echo "$KEPT"; id -u; stat -c %u big.bin`); !strings.HasPrefix(got, "tree/a/b\n750\nv0\n") {
+		if got := exec(t, a, onA[0], `cd /home/user && readlink link; stat -c %a tree/a; echo "$KEPT"; id -u; stat -c %u big.bin`); !strings.HasPrefix(got, "tree/a/b\n750\nv0\n") {
 			t.Fatalf("link, mode or variable after the move: %q", got)
 		} else if f := strings.Fields(got); len(f) != 5 || f[3] != f[4] {
 			t.Fatalf("the moved files are not the session's own uid: %q", got)
 		}
-		if got := exec(a, onA[1], "cat note.txt"); got != "second\n" {
+		if got := exec(t, a, onA[1], "cat /home/user/note.txt"); got != "second\n" {
 			t.Fatalf("the second session's file after the move: %q", got)
 		}
 		// Its metadata came along.

@@ -63,7 +63,7 @@ func newNodeCmd(g *globals) *cobra.Command {
 		Short: "Act on this node of a Quro cluster on Kubernetes (docs/kubernetes.md)",
 	}
 	g.serverFlags(cmd, true)
-	cmd.AddCommand(&cobra.Command{
+	cmd.AddCommand(local(&cobra.Command{
 		Use:   "drain",
 		Short: "Move every session of this node to the other nodes (the pod's preStop hook runs it)",
 		Long: `Drain the cluster node running on --data (or --server): it stops taking new
@@ -74,7 +74,8 @@ its next call says so. A session whose move fails stays here, usable, and is
 reported; the command then exits 1. Running it again finishes the job.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return drain(cmd.Context(), g, cmd.OutOrStdout()) },
-	})
+	}, "no capability: asks the running cluster node to drain over its operator-only route "+DrainPath+
+		"; the moves are the node's own, each session quiesced and released by its life owner"))
 	return cmd
 }
 
