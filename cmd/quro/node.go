@@ -112,14 +112,14 @@ func drain(ctx context.Context, g *globals, out io.Writer) error {
 			return fmt.Errorf("quro node drain: the server's answer: %w", err)
 		}
 		switch {
-		case l.Move != nil && l.Move.Session != "" && l.OK:
+		case l.Move != nil && l.Session != "" && l.OK:
 			renamed := ""
 			if l.NewName != "" {
 				renamed = ", named " + l.NewName + " there (its name was taken)"
 			}
-			fmt.Fprintf(out, "moved %s (%s) to %s%s\n", l.Move.Session, l.Move.Name, l.To, renamed)
-		case l.Move != nil && l.Move.Session != "":
-			fmt.Fprintf(out, "NOT moved %s (%s): %s\n", l.Move.Session, l.Move.Name, l.Move.Error)
+			fmt.Fprintf(out, "moved %s (%s) to %s%s\n", l.Session, l.Name, l.To, renamed)
+		case l.Move != nil && l.Session != "":
+			fmt.Fprintf(out, "NOT moved %s (%s): %s\n", l.Session, l.Name, l.Error)
 		default:
 			fmt.Fprintf(out, "%d sessions moved, %d not\n", l.Moved, l.Failed)
 			if l.Fatal != "" {

@@ -245,7 +245,7 @@ func readLine(br *bufio.Reader, limit int) ([]byte, error) {
 		if err == nil {
 			return out[:len(out)-1], nil
 		}
-		if err != bufio.ErrBufferFull {
+		if !errors.Is(err, bufio.ErrBufferFull) {
 			return nil, err
 		}
 	}

@@ -110,8 +110,8 @@ func (c *Cluster) Get(ctx context.Context, id string) (*Session, error) {
 	return sessionFrom(u)
 }
 
-// ErrNotOwner: a record's owner is neither the node a move is from nor
-// the one it goes to.
+// ErrNotOwner means a record's owner is neither the node a move is from
+// nor the one it goes to.
 var ErrNotOwner = errors.New("the session's record names another owner")
 
 // SwitchOwner gives session id's record to node to, when from owns it

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -50,7 +51,7 @@ func TestPlaceSkipsDrainingNodes(t *testing.T) {
 		t.Fatalf("placed on %v (%v)", n, err)
 	}
 	nodes[1].Draining = true
-	if _, err := Place(nodes, now, "", 0, 0); err != ErrNoNode {
+	if _, err := Place(nodes, now, "", 0, 0); !errors.Is(err, ErrNoNode) {
 		t.Fatalf("every node draining: %v", err)
 	}
 }

@@ -136,7 +136,7 @@ func Extract(ctx context.Context, r io.Reader, dir string, o ExtractOptions) (*C
 			return st, err
 		}
 		hdr, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
