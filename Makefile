@@ -158,8 +158,12 @@ TRIM := -trimpath
 # starting, servers, subprocesses, apt and pip) rather than compute
 # (internal/app's test process and its children used 83 s of CPU in its
 # first 570 s at a load of 15 on 2 cores), so four of them side by side
-# end sooner than two. For the same reason the fuzz run (compiling and
-# fuzzing, mostly CPU) runs beside them, not after (test/run.sh); the
+# end sooner than two (in CPU seconds, the boxes they start included, at
+# a load of 40-85: cmd/quro 195, internal/app 112, the embedded Python
+# 111, the toolchain engine 80, MCP 69, internal/sandbox 59, the other
+# packages 132; their builds 86: docs/RATIONALE.md). For the same reason the fuzz run
+# (compiling and fuzzing, mostly CPU) runs beside them, at nice 10 and
+# until they end, not after (test/run.sh); the
 # slim build's tests (no embedded Python: the rest of the chain must
 # answer) run after (test/run.sh says why). The slim build runs the Python engine's
 # tests whole, and of MCP's and internal/app's those whose behaviour the
@@ -252,7 +256,8 @@ e2b-suite: build
 	bash test/e2b/run-suite.sh "$(SUITE)" $(SUITE_ARGS)
 
 # Every fuzz target of a parser that reads bytes a box or a tenant
-# controls, a minute each (make test gives them 20,000 inputs; go test alone runs
+# controls, a minute each (make test gives them a round of 2,000 inputs,
+# then more rounds while its tests run: test/run.sh; go test alone runs
 # only their seed corpora).
 FUZZTIME ?= 60s
 fuzz:

@@ -458,12 +458,13 @@ func (c *restClient) create(ctx context.Context) (string, error) {
 }
 
 func (c *restClient) run(ctx context.Context, session string) error {
-	var r struct{ Stdout string }
+	var r map[string]any
 	if err := c.post(ctx, "run_code", map[string]any{"code": "print(1)", "session": session}, &r); err != nil {
 		return err
 	}
-	if r.Stdout != "1\n" {
-		return fmt.Errorf("run_code print(1): stdout %q", r.Stdout)
+	if r["stdout"] != "1\n" {
+		// The whole answer: a timeout or an engine's error says why.
+		return fmt.Errorf("run_code print(1): %v", r)
 	}
 	return nil
 }

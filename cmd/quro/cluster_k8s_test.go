@@ -22,6 +22,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -465,6 +466,7 @@ current-context: t
 
 	const calls = 60
 	var wg sync.WaitGroup
+	start := time.Now()
 	for i := range calls {
 		wg.Add(1)
 		go func() {
@@ -481,10 +483,14 @@ current-context: t
 		}()
 	}
 	wg.Wait()
+	// The bucket refills while the calls run (on a loaded machine, for
+	// seconds): the bound is its burst and what it refilled meanwhile.
+	elapsed := time.Since(start)
+	bound := cluster.LookupBurst + int(math.Ceil(elapsed.Seconds()*cluster.LookupRate))
 	mu.Lock()
 	defer mu.Unlock()
-	if gets > cluster.LookupBurst {
-		t.Fatalf("%d calls with no token made %d GETs of the API server (at most %d may)", calls, gets, cluster.LookupBurst)
+	if gets > bound || gets >= calls {
+		t.Fatalf("%d calls with no token in %s made %d GETs of the API server (at most %d may)", calls, elapsed, gets, bound)
 	}
-	t.Logf("%d calls with no token, %d API server GETs", calls, gets)
+	t.Logf("%d calls with no token in %s, %d API server GETs (at most %d)", calls, elapsed, gets, bound)
 }

@@ -121,4 +121,48 @@ func TestClusterRoutes(t *testing.T) {
 			}
 		}
 	})
+
+	// The replay attack: a preview through the node that does not own the
+	// session reaches the box's web server by the owner's proxy, which
+	// hands the request's headers on. A signed forwarding header the box
+	// read would be the tenant's to send from outside, for good.
+	t.Run("the box's web server never reads the forwarding header", func(t *testing.T) {
+		const echo = `import http.server, json
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        b = json.dumps({k.lower(): v for k, v in self.headers.items()}).encode()
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+    def log_message(self, *a):
+        pass
+s = http.server.ThreadingHTTPServer(('127.0.0.1', 8765), H)
+open('ready', 'w').write('up\n')
+s.serve_forever()
+`
+		r := do(t, "POST", via.url+"/v1/run_code", "application/json", `{"session":"`+id+`","lang":"bash","code":"mkfifo ready"}`, auth(acme)...)
+		if r.status != 200 {
+			t.Fatalf("mkfifo: %d %.300s", r.status, r.body)
+		}
+		start, _ := json.Marshal(map[string]any{"session": id, "cmd": "python3", "args": []string{"-c", echo}, "background": true})
+		if r = do(t, "POST", via.url+"/v1/start_process", "application/json", string(start), auth(acme)...); r.status != 200 {
+			t.Fatalf("start_process: %d %.300s", r.status, r.body)
+		}
+		// The server writes the FIFO once it listens.
+		if r = do(t, "POST", via.url+"/v1/run_code", "application/json", `{"session":"`+id+`","lang":"bash","code":"read up < ready && echo $up"}`, auth(acme)...); r.status != 200 || !strings.Contains(r.body, "up") {
+			t.Fatalf("the box's server did not start: %d %.300s", r.status, r.body)
+		}
+		r = do(t, "GET", via.url+"/v1/sessions/"+id+"/ports/8765/", "", "", auth(acme)...)
+		var saw map[string]string
+		if err := json.Unmarshal([]byte(r.body), &saw); r.status != 200 || err != nil {
+			t.Fatalf("the preview through %s: %d %.300s", via.name, r.status, r.body)
+		}
+		if v, ok := saw[strings.ToLower(cluster.HeaderForwardedBy)]; ok {
+			t.Fatalf("the box read %s %q through %s's forward", cluster.HeaderForwardedBy, v, via.name)
+		}
+		if saw["authorization"] != "" {
+			t.Fatalf("the box read the caller's token")
+		}
+	})
 }

@@ -78,7 +78,9 @@ func (rt *Router) auditFanOut(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if !n.Live(now) {
+			mu.Lock() // the askers started already append too
 			unanswered = append(unanswered, n.Name)
+			mu.Unlock()
 			continue
 		}
 		wg.Go(func() {

@@ -89,6 +89,10 @@ type Router struct {
 
 	mu      sync.Mutex
 	assumed map[string]assumption // by node: see place
+	// creating is, by tenant, the creates this node placed that have not
+	// answered yet: their records are written when they are done, so the
+	// table counts none of them until then (see place).
+	creating map[string]int
 }
 
 // assumption is how many sessions this node believes a node holds after
@@ -160,6 +164,10 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if rt.moving(w, rt.idOf(r, ref)) {
 			return
 		}
+		// Checked: it goes no further. The signature names only the
+		// node, so whoever reads it can replay it; the local handler
+		// hands a preview's headers on to the box's own web server.
+		r.Header.Del(HeaderForwardedBy)
 		rt.local(w, r, rt.ours(r.Context(), ref))
 		return
 	}
@@ -365,6 +373,9 @@ func (rt *Router) create(w http.ResponseWriter, r *http.Request) {
 		limit = rt.TenantLimit(tenant)
 	}
 	n, err := rt.place(tenant, limit)
+	if err == nil {
+		defer rt.created(tenant)
+	}
 	var tl *TenantLimitError
 	switch {
 	case errors.As(err, &tl):
@@ -387,6 +398,9 @@ func (rt *Router) create(w http.ResponseWriter, r *http.Request) {
 // only by count: without its own placements counted, a burst of creates
 // through one node would all go to the same node. So a node counts as
 // holding at least what this node last believed of it, for assumeFor.
+// Likewise a tenant's creates that this node placed count against its
+// limit until they have answered (created): a burst of creates at once
+// would otherwise all see the count from before any of them.
 func (rt *Router) place(tenant string, limit int) (*Node, error) {
 	nodes := rt.Table.Nodes()
 	now := time.Now()
@@ -397,15 +411,30 @@ func (rt *Router) place(tenant string, limit int) (*Node, error) {
 			nodes[i].Sessions = max(nodes[i].Sessions, a.sessions)
 		}
 	}
-	n, err := Place(nodes, now, tenant, rt.Table.TenantSessions(tenant), limit)
+	n, err := Place(nodes, now, tenant, rt.Table.TenantSessions(tenant)+rt.creating[tenant], limit)
 	if err != nil {
 		return nil, err
 	}
+	if rt.creating == nil {
+		rt.creating = map[string]int{}
+	}
+	rt.creating[tenant]++
 	if rt.assumed == nil {
 		rt.assumed = map[string]assumption{}
 	}
 	rt.assumed[n.Name] = assumption{sessions: n.Sessions + 1, at: now}
 	return n, nil
+}
+
+// created ends the count of one of tenant's creates that place let
+// through: it has answered, and its record (written before the answer)
+// is the table's to count.
+func (rt *Router) created(tenant string) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.creating[tenant]--; rt.creating[tenant] <= 0 {
+		delete(rt.creating, tenant)
+	}
 }
 
 // forward sends r to node, or answers 503 when node is not live.

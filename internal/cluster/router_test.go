@@ -11,10 +11,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/quro-dev/quro/internal/api/rest"
 	"github.com/quro-dev/quro/internal/controller"
 )
 
@@ -336,5 +338,166 @@ func TestForgedForwardingHeader(t *testing.T) {
 	}
 	if served.Load() != 1 {
 		t.Fatalf("the owner served %d requests, want the one signed forward", served.Load())
+	}
+}
+
+// previewBox is a session's box as the preview proxy reaches it: every
+// port dials the test's listener.
+type previewBox struct{ addr string }
+
+func (previewBox) PreviewByCaller(context.Context, controller.Caller, string, int) error { return nil }
+func (previewBox) PreviewBySignature(context.Context, string, int, string) error         { return nil }
+func (previewBox) PreviewPublic(context.Context, string, int) bool                       { return false }
+func (b previewBox) DialPreview(ctx context.Context, _ string, _ int) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", b.addr)
+}
+
+// TestForwardingHeaderNeverReachesABox runs the replay attack on the
+// forwarding header: the signature names only the node, so a header a
+// box could read would sign any request of its tenant, from outside, for
+// good (a create then skips placement and the cluster-wide tenant
+// limit). A preview of a session on another node is forwarded to its
+// owner with the signed header, and the owner's preview proxy hands the
+// request's headers on to the box's web server: the owner's router takes
+// the header off once it has checked it, so the box sees none, and
+// nothing it can replay.
+func TestForwardingHeaderNeverReachesABox(t *testing.T) {
+	t.Parallel()
+	key := []byte("0123456789abcdef0123456789abcdef")
+	captured := make(chan []string, 1)
+	box := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		captured <- r.Header.Values(HeaderForwardedBy)
+		fmt.Fprint(w, "the box's page")
+	}))
+	defer box.Close()
+	backend := previewBox{addr: strings.TrimPrefix(box.URL, "http://")}
+	owner := httptest.NewServer(&Router{Table: &staticTable{self: "b",
+		sessions: map[string]*Session{"onb": {Spec: SessionSpec{Node: "b"}}}}, Key: key,
+		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rest.ProxyPreview(w, r, backend, "onb", 8080, "/v1/sessions/onb/preview/8080", nil)
+		})})
+	defer owner.Close()
+	now := time.Now()
+	table := &staticTable{self: "a",
+		sessions: map[string]*Session{"onb": {Spec: SessionSpec{Node: "b"}}},
+		nodes: []Node{
+			{Name: "a", Address: "unused", Renewed: now, TTL: time.Hour},
+			{Name: "b", Address: strings.TrimPrefix(owner.URL, "http://"), Renewed: now, TTL: time.Hour},
+		}}
+	var localCreates atomic.Int32
+	entry := httptest.NewServer(&Router{Table: table, Key: key,
+		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if isCreate(r) {
+				localCreates.Add(1)
+			}
+			fmt.Fprint(w, "entry served")
+		})})
+	defer entry.Close()
+
+	resp, err := http.Get(entry.URL + "/v1/sessions/onb/preview/8080/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "the box's page" {
+		t.Fatalf("the preview through the entry node: %d %s", resp.StatusCode, body)
+	}
+	got := <-captured
+	if len(got) == 0 {
+		return
+	}
+	// The box read a signed header: replayed from outside on a create it
+	// skips placement (served on the entry node, never placed).
+	req, _ := http.NewRequest("POST", entry.URL+"/v1/sessions", strings.NewReader("{}"))
+	req.Header.Set(HeaderForwardedBy, got[0])
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	t.Fatalf("the box read %s %q; replayed on a create: %d, served on the entry node without placement %d time(s)",
+		HeaderForwardedBy, got, resp.StatusCode, localCreates.Load())
+}
+
+// countingTable is a table whose tenant count is the creates that have
+// finished (as the records a node writes before its create answers).
+type countingTable struct {
+	staticTable
+	done atomic.Int32
+}
+
+func (c *countingTable) TenantSessions(string) int { return int(c.done.Load()) }
+
+// TestBurstOfCreatesHeldToTheTenantLimit runs a burst of creates at once
+// through one node: a create's record is written only when it is done,
+// so while they all run the table counts none of them. Each placement
+// counts until its create has answered: the tenant gets its limit of
+// sessions, and the rest are refused (429), not placed.
+func TestBurstOfCreatesHeldToTheTenantLimit(t *testing.T) {
+	t.Parallel()
+	const limit, burst = 2, 6
+	now := time.Now()
+	table := &countingTable{staticTable: staticTable{self: "a", nodes: []Node{
+		{Name: "a", Address: "unused", Renewed: now, TTL: time.Hour},
+	}}}
+	entered := make(chan struct{}, burst)
+	release := make(chan struct{})
+	rt := &Router{Table: table, TenantLimit: func(string) int { return limit },
+		Auth: func(*http.Request) (controller.Caller, error) { return controller.Caller{Tenant: "t"}, nil },
+		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			entered <- struct{}{}
+			<-release // the box is being made
+			table.done.Add(1)
+		})}
+	srv := httptest.NewServer(rt)
+	defer srv.Close()
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
+	defer let() // before Close, which waits for the creates held here
+	codes := make(chan int, burst)
+	for range burst {
+		go func() {
+			resp, err := http.Post(srv.URL+"/v1/sessions", "application/json", strings.NewReader("{}"))
+			if err != nil {
+				codes <- 0
+				return
+			}
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	// Every create is either being made or answered: wait for the one or
+	// the other of each.
+	served, refused := 0, 0
+	for served+refused < burst {
+		select {
+		case <-entered:
+			served++
+		case code := <-codes:
+			if code != http.StatusTooManyRequests {
+				t.Fatalf("a create answered %d before any was let through", code)
+			}
+			refused++
+		}
+	}
+	let()
+	if served != limit {
+		t.Fatalf("%d creates of a burst of %d were placed, the tenant's limit is %d", served, burst, limit)
+	}
+	for range served {
+		if code := <-codes; code != http.StatusOK {
+			t.Fatalf("a placed create: %d", code)
+		}
+	}
+	// Done, the table counts them: the next is refused as well.
+	resp, err := http.Post(srv.URL+"/v1/sessions", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a create past the limit: %d", resp.StatusCode)
 	}
 }

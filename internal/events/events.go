@@ -18,6 +18,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quro-dev/quro/internal/recent"
 )
 
 // Event types.
@@ -130,8 +132,12 @@ type Bus struct {
 	mu   sync.RWMutex
 	subs map[string]map[*Sub]struct{} // by tenant
 
-	ringMu sync.Mutex // the rings, and the order of sequence numbers and of delivery
+	ringMu sync.Mutex // the rings, forgotten, and the order of sequence numbers and of delivery
 	rings  map[string]*ring
+	// forgotten are the sessions Forget released: a call that entered
+	// one just before its destroy publishes after it, and must not make
+	// its ring again (nothing would release it).
+	forgotten recent.Set
 }
 
 // New returns an empty bus.
@@ -172,7 +178,7 @@ func (b *Bus) Publish(tenant string, e Event) {
 	}
 	if e.Session != "" {
 		r := b.rings[e.Session]
-		if r == nil && e.Type == TypeCall {
+		if r == nil && e.Type == TypeCall && !b.forgotten.Has(e.Session) {
 			r = &ring{tenant: tenant}
 			b.rings[e.Session] = r
 		}
@@ -188,13 +194,15 @@ func (b *Bus) Publish(tenant string, e Event) {
 	b.ringMu.Unlock()
 }
 
-// Forget releases session's ring (at the session's end).
+// Forget releases session's ring (at the session's end); a call event
+// of the session published later makes none.
 func (b *Bus) Forget(session string) {
 	if b == nil {
 		return
 	}
 	b.ringMu.Lock()
 	delete(b.rings, session)
+	b.forgotten.Add(session)
 	b.ringMu.Unlock()
 }
 

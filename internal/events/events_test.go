@@ -156,3 +156,27 @@ func TestLateViewerGetsReplay(t *testing.T) {
 		t.Fatalf("after Forget: %+v, %d rings", evs, b.Rings())
 	}
 }
+
+// TestForgottenSessionMakesNoRing: a call that entered its session just
+// before a destroy (calls that only read, or change a setting, are not
+// waited for: destroy_session itself, set_session_timeout, a second
+// destroy) publishes its call event after the session's end released its
+// ring. Such a call event must not make the ring again: nothing would
+// release it, and a tenant repeating the race would grow the server's
+// memory by a ring a session.
+func TestForgottenSessionMakesNoRing(t *testing.T) {
+	t.Parallel()
+	b := New()
+	b.Publish("acme", Event{Type: TypeCall, Session: "s1", Call: "c1"})
+	b.Forget("s1")
+	b.Publish("acme", Event{Type: TypeCall, Session: "s1", Call: "c2"}) // the racing call
+	b.Publish("acme", Event{Type: TypeEnd, Session: "s1", Call: "c2"})
+	if b.Rings() != 0 {
+		t.Fatalf("%d rings for a session its end forgot", b.Rings())
+	}
+	// Another session's still makes its own.
+	b.Publish("acme", Event{Type: TypeCall, Session: "s2", Call: "c3"})
+	if b.Rings() != 1 {
+		t.Fatalf("%d rings", b.Rings())
+	}
+}

@@ -14,7 +14,8 @@
 // request is one JSON document on the child's stdin, the reply one on its
 // stdout; the reply is read as hostile: bounded, decoded strictly and
 // checked. A crash, a kill or the wall-clock timeout is an *Error for the
-// caller, never more.
+// caller, never more. One tenant's transforms (the tenant of the call's
+// context) hold at most all but one of the children running at once.
 package transpile
 
 import (
@@ -27,7 +28,10 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/quro-dev/quro/internal/session"
 )
 
 // Arg is the hidden first argument that makes the quro binary the esbuild
@@ -109,6 +113,74 @@ func (e *Error) Error() string {
 // slots bounds the children running at once.
 var slots = make(chan struct{}, max(2, runtime.NumCPU()))
 
+// perOwner bounds the transforms of one owner (the tenant of the call's
+// context) that hold a slot at once: a source esbuild takes minutes over
+// is cut only at the timeout, and one tenant's run_code calls in flight
+// would otherwise hold every slot, one timeout after another, while every
+// other tenant's TypeScript waited behind them. An owner's transforms
+// past it wait in their own line, holding no slot.
+var perOwner = max(1, cap(slots)-1)
+
+// owner is the line of one owner's transforms.
+type owner struct {
+	slots   chan struct{} // at most perOwner
+	entered int           // its transforms in Transform, waiting or running
+}
+
+var (
+	ownersMu sync.Mutex
+	ownersCh = sync.NewCond(&ownersMu) // signalled when entered changes
+	owners   = map[string]*owner{}
+)
+
+// enter counts a transform of name's and returns its line.
+func enter(name string) *owner {
+	ownersMu.Lock()
+	defer ownersMu.Unlock()
+	o := owners[name]
+	if o == nil {
+		o = &owner{slots: make(chan struct{}, perOwner)}
+		owners[name] = o
+	}
+	o.entered++
+	ownersCh.Broadcast()
+	return o
+}
+
+// leave ends the count enter began; an owner with no transform left is
+// forgotten.
+func leave(name string, o *owner) {
+	ownersMu.Lock()
+	defer ownersMu.Unlock()
+	if o.entered--; o.entered == 0 {
+		delete(owners, name)
+	}
+	ownersCh.Broadcast()
+}
+
+// acquire takes a slot of name's line, then one of the children's.
+func acquire(ctx context.Context, name string) (release func(), err error) {
+	o := enter(name)
+	select {
+	case o.slots <- struct{}{}:
+	case <-ctx.Done():
+		leave(name, o)
+		return nil, ctx.Err()
+	}
+	select {
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		<-o.slots
+		leave(name, o)
+		return nil, ctx.Err()
+	}
+	return func() {
+		<-slots
+		<-o.slots
+		leave(name, o)
+	}, nil
+}
+
 // Transform runs req in a child process and returns esbuild's result. The
 // error is ctx's, an *Error, or a failure to run or read the child.
 func Transform(ctx context.Context, req *Request) (*Result, error) {
@@ -122,12 +194,11 @@ func Transform(ctx context.Context, req *Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case slots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	release, err := acquire(ctx, session.TenantFrom(ctx))
+	if err != nil {
+		return nil, err
 	}
-	defer func() { <-slots }()
+	defer release()
 
 	timeout := req.Timeout
 	if timeout <= 0 {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quro-dev/quro/internal/session"
 )
 
 func TestTransformTS(t *testing.T) {
@@ -172,5 +174,51 @@ func TestTransformConcurrent(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// waitEntered waits until name has n transforms in Transform.
+func waitEntered(name string, n int) {
+	ownersMu.Lock()
+	defer ownersMu.Unlock()
+	for owners[name] == nil || owners[name].entered < n {
+		ownersCh.Wait()
+	}
+}
+
+// TestOneTenantCannotHoldEveryChild runs the starvation attack: tenant a
+// sends more sources esbuild takes minutes over than there are slots
+// (each would hold its slot until its timeout, one after another);
+// tenant b's snippet, sent after them, still compiles while every one of
+// a's is running or waiting.
+func TestOneTenantCannotHoldEveryChild(t *testing.T) {
+	t.Parallel()
+	actx, cancel := context.WithCancel(session.WithTenant(context.Background(), "a"))
+	slow := "let x = " + strings.Repeat("a=>", 3000) + "1"
+	n := cap(slots) + 2
+	aDone := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := Transform(actx, &Request{Src: slow, File: "a.ts", TS: true, Target: ES2022, Timeout: 5 * time.Minute})
+			aDone <- err
+		}()
+	}
+	defer func() {
+		cancel()
+		for range n {
+			<-aDone
+		}
+	}()
+	waitEntered("a", n)
+	// A generous bound, for a loaded machine: without the owner's line b
+	// waits behind a's timeouts, minutes.
+	bctx, bcancel := context.WithTimeout(session.WithTenant(context.Background(), "b"), time.Minute)
+	defer bcancel()
+	r, err := Transform(bctx, &Request{Src: "let b: number = 1", File: "b.ts", TS: true, Target: ES2022})
+	if err != nil || !strings.Contains(r.Code, "let b = 1") {
+		t.Fatalf("tenant b's transform while a's run: %v, %+v", err, r)
+	}
+	if got := len(aDone); got > 0 {
+		t.Fatalf("%d of a's transforms ended before b's answered: the test did not hold the slots", got)
 	}
 }

@@ -1,10 +1,22 @@
 #!/usr/bin/env bash
 # Runs every fuzz target of the parsers that read bytes a box or a tenant
-# controls, each for FUZZTIME (a count of inputs, 20000x, in make test;
-# `make fuzz` gives them a minute each).
-# `go test` alone runs only their seed corpora; this explores past them.
-# A failing input is written under the package's testdata/fuzz/ by Go, so
-# it becomes a seed of every later `go test`.
+# controls. `go test` alone runs only their seed corpora; this explores
+# past them. A failing input is written under the package's testdata/fuzz/
+# by Go, so it becomes a seed of every later `go test`.
+#
+# Two ways to bound it:
+#   - make fuzz: one round, each target for FUZZTIME (a minute; a count
+#     of inputs such as 20000x works too);
+#   - make test: FUZZ_UNTIL names a file that test/run.sh creates when
+#     every package's tests have ended. One round of FUZZTIME inputs
+#     (2,000 each) always runs whole; then rounds of the same go on, each
+#     target in turn, until that file exists, and the run ends with the
+#     target it is on. The run is started at nice 10 beside the tests:
+#     it uses the CPU they leave idle (they mostly wait on boxes, apt and
+#     pip) and mostly gives way when they need it, so with one core free
+#     (CI, or stress-ng --cpu 1 beside it) it adds little wall time to
+#     make test past its first round; on an idle machine it fuzzes for
+#     as long as the tests run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 time=${FUZZTIME:-20000x}
@@ -13,6 +25,7 @@ time=${FUZZTIME:-20000x}
 # running is reported by go test as "context deadline exceeded", a failure
 # of the harness rather than of the code.
 slow=${FUZZCOUNT_SLOW:-300x}
+until_file=${FUZZ_UNTIL:-}
 # go test's -timeout also bounds a fuzz run (the seed corpus and then the
 # fuzzing, in one test binary); its default, 10 minutes, is not something
 # to rely on by accident on a loaded machine, so each run says its limit:
@@ -37,34 +50,8 @@ trap 'rm -rf "$bin"' EXIT
 log=$bin/log
 fail=0
 # Each line: a package, then its fuzz targets (one line a package).
-while read -r pkg targets; do
-	[ -z "$pkg" ] && continue
-	first=${targets%% *}
-	first=${first%:slow}
-	t0=$(date +%s)
-	if ! "$go" test $trim -c -fuzz "^$first\$" -o "$bin/pkg.test" "$pkg" >"$log" 2>&1; then
-		cat "$log"
-		fail=1
-		continue
-	fi
-	echo "build $pkg: $(($(date +%s) - t0)) s"
-	importpath=$("$go" list "$pkg")
-	for t in $targets; do
-		limit=$time
-		case $t in *:slow)
-			t=${t%:slow}
-			limit=$slow
-			;;
-		esac
-		t0=$(date +%s)
-		if ! (cd "$pkg" && "$bin/pkg.test" -test.paniconexit0 -test.run '^$' -test.fuzz "^$t\$" -test.fuzztime "$limit" \
-			-test.timeout "$timeout" -test.parallel 2 -test.fuzzcachedir "$cache/fuzz/$importpath") >"$log" 2>&1; then
-			cat "$log"
-			fail=1
-		fi
-		echo "fuzz $pkg $t ($limit): $(($(date +%s) - t0)) s"
-	done
-done <<'LIST'
+list=$(
+	cat <<'LIST'
 ./internal/sandbox/boxinit FuzzParseEnv FuzzBoxMsg
 ./internal/sandbox/socktable FuzzParseTCPTable
 ./internal/engine/python FuzzReadFrame
@@ -81,4 +68,61 @@ done <<'LIST'
 ./internal/transpile FuzzReply
 ./internal/picture FuzzSVGToPNG:slow FuzzSniff
 LIST
+)
+
+# fuzz_one pkgbin pkg target limit
+fuzz_one() {
+	local pkgbin=$1 pkg=$2 t=$3 limit=$4 importpath t0
+	importpath=$("$go" list "$pkg")
+	t0=$(date +%s)
+	if ! (cd "$pkg" && "$pkgbin" -test.paniconexit0 -test.run '^$' -test.fuzz "^$t\$" -test.fuzztime "$limit" \
+		-test.timeout "$timeout" -test.parallel 2 -test.fuzzcachedir "$cache/fuzz/$importpath") >"$log" 2>&1; then
+		cat "$log"
+		fail=1
+	fi
+	echo "fuzz $pkg $t ($limit): $(($(date +%s) - t0)) s"
+}
+
+stopped() { [ -n "$until_file" ] && [ -e "$until_file" ]; }
+
+round=1
+while :; do
+	n=0
+	while read -r pkg targets; do
+		[ -z "$pkg" ] && continue
+		n=$((n + 1))
+		pkgbin=$bin/$n.test
+		if [ ! -x "$pkgbin" ]; then
+			first=${targets%% *}
+			first=${first%:slow}
+			t0=$(date +%s)
+			if ! "$go" test $trim -c -fuzz "^$first\$" -o "$pkgbin" "$pkg" >"$log" 2>&1; then
+				cat "$log"
+				fail=1
+				continue
+			fi
+			echo "build $pkg: $(($(date +%s) - t0)) s"
+		fi
+		for t in $targets; do
+			# Past the first round, stop at the next target once the
+			# tests have ended.
+			if [ "$round" -gt 1 ] && stopped; then
+				break 3
+			fi
+			limit=$time
+			case $t in *:slow)
+				t=${t%:slow}
+				limit=$slow
+				;;
+			esac
+			fuzz_one "$pkgbin" "$pkg" "$t" "$limit"
+		done
+	done <<<"$list"
+	if [ -z "$until_file" ] || stopped || [ "$fail" != 0 ]; then
+		break
+	fi
+	round=$((round + 1))
+	echo "round $round"
+done
+echo "fuzz: $round round(s)"
 exit $fail

@@ -161,7 +161,12 @@ func TestMcpGoClientStdio(t *testing.T) {
 	if err := tr.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	c := mgclient.NewClient(tr)
+	// The server is modern (2026-07-28) and answers server/discover, but
+	// a loaded machine can take longer than mcp-go's 5 s probe bound to
+	// start it: the client then sends initialize as well, after the late
+	// discover had set the session up ("duplicate initialize received").
+	// The probe gets the handshake's own minute.
+	c := mgclient.NewClient(tr, mgclient.WithDiscoverTimeout(time.Minute))
 	defer c.Close()
 	v := startMcpGo(t, c)
 	t.Logf("mcp-go over stdio speaks %s", v)
