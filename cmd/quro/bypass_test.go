@@ -366,8 +366,11 @@ var appUses = map[string]map[string]bool{
 	// --tokens-file (a cluster's shared Secret), metrics (the
 	// in-session sockets' connection counts among them) and the log line.
 	"serve.go": {"Sessions": true, "Authenticate": true, "EnsureAdminToken": true, "ImportTokens": true, "OpenPTY": true, "Events": true, "TakeShell": true, "HandBackShell": true, "Metrics": true, "Sandbox": true, "PreparePython": true, "InSession": true},
-	// A cluster node lists the sessions it holds (to publish them).
-	"servecluster.go": {"Sessions": true},
+	// A cluster node lists the sessions it holds (to publish them), and
+	// moves them to other nodes when drained (app.Mover: the session's
+	// life owner quiesces and releases; no caller's call, the operator's
+	// token on the drain route and the cluster's key on the move route).
+	"servecluster.go": {"Sessions": true, "Mover": true},
 	// quro term attaches to the PTY open_terminal started.
 	"term.go": {"OpenPTY": true},
 	// The E2B access path's wiring: API keys are tokens (and an access

@@ -90,7 +90,7 @@ capability over HTTP; quro run calls the same controller in-process.`,
 	root.PersistentFlags().StringVar(&g.isolation, "isolation", sandbox.IsolationFull,
 		"full: refuse to run user code when an isolation layer is missing; minimal: run with the layers this machine has (logged)")
 	root.AddCommand(newServeCmd(g), newMCPCmd(g), newRunCmd(g), newCallCmd(g), newDoctorCmd(g), newVersionCmd(), newSessionCmd(g),
-		newExecCmd(g), newTermCmd(g), newRootfsCmd(g), newTokenCmd(g), newAuditCmd(g), newTenantCmd(g))
+		newExecCmd(g), newTermCmd(g), newRootfsCmd(g), newTokenCmd(g), newAuditCmd(g), newTenantCmd(g), newNodeCmd(g))
 	return root
 }
 

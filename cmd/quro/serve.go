@@ -333,6 +333,9 @@ func (f *serveFlags) server(a *app.App, authFn httpauth.Func, maxConns int, log 
 		metricsH = a.Metrics.NodeHandler(f.node.c.Self())
 	}
 	mux.Handle("GET /metrics", guard(access, requireOperator(authFn, "/metrics shows every tenant's counts", metricsH)))
+	if f.node != nil {
+		f.node.routes(mux, access, authFn)
+	}
 	// The web UI: public static files, no token needed to load them
 	// (it calls /v1/ like any other client, with the user's token).
 	// Only the Host is checked: the sandboxed artifact frame loads
@@ -374,6 +377,7 @@ func (f *serveFlags) server(a *app.App, authFn httpauth.Func, maxConns int, log 
 	}
 	if f.node != nil {
 		// Every call for a session another node owns goes there.
+		long = f.node.long(long)
 		handler = f.node.router(a.Controller, handler, authFn, refs, log)
 	}
 	srv := connlimit.NewServer(handler, &connlimit.HTTPOptions{

@@ -90,10 +90,11 @@ func (c *clusterFlags) resolve(addr string, listening net.Addr) (*rest.Config, e
 // clusterNode is a running node: its view of the cluster and the sync of
 // its own records.
 type clusterNode struct {
-	c      *cluster.Cluster
-	member *cluster.Member
-	limit  int    // a tenant's sessions across the cluster (0: none)
-	key    []byte // the cluster's forwarding key (Router.Key)
+	c       *cluster.Cluster
+	member  *cluster.Member
+	limit   int    // a tenant's sessions across the cluster (0: none)
+	key     []byte // the cluster's forwarding key (Router.Key)
+	drainer *cluster.Drainer
 }
 
 // joinCluster connects a to the cluster, syncs its records once and keeps
@@ -115,7 +116,9 @@ func joinCluster(ctx context.Context, cfg *rest.Config, cf *clusterFlags, a *app
 	if err != nil {
 		return nil, err
 	}
-	m := &cluster.Member{C: c, MaxSessions: max(maxSessions, 0), SessionReserve: cf.reserve, List: localSessions(a)}
+	mover := a.Mover()
+	m := &cluster.Member{C: c, MaxSessions: max(maxSessions, 0), SessionReserve: cf.reserve, List: localSessions(a),
+		MovedAway: mover.Release}
 	if err := m.Sync(sctx); err != nil {
 		return nil, fmt.Errorf("cluster: the first sync with the API server: %w", err)
 	}
@@ -127,7 +130,8 @@ func joinCluster(ctx context.Context, cfg *rest.Config, cf *clusterFlags, a *app
 	}
 	go m.Run(ctx, 0)
 	log.Info("quro cluster node", "node", cf.node, "namespace", cf.namespace, "address", cf.address)
-	return &clusterNode{c: c, member: m, limit: max(perTenant, 0), key: key}, nil
+	return &clusterNode{c: c, member: m, limit: max(perTenant, 0), key: key,
+		drainer: &cluster.Drainer{C: c, Member: m, Local: mover, Key: key}}, nil
 }
 
 // localSessions lists a's sessions of every tenant, spares left out.
@@ -161,7 +165,8 @@ func (n *clusterNode) router(ctl *controller.Controller, h http.Handler, authFn 
 				log.Warn("cluster: recording a session change failed", "err", err)
 			}
 		},
-		Used: n.member.Used,
+		Used:     n.member.Used,
+		Quiesced: n.drainer.Quiesced,
 	}
 	ctl.SetForward(rt.Forward, rt.Served)
 	return rt

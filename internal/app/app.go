@@ -173,6 +173,7 @@ type Limits struct {
 // exported at all: tokens change through create_token and revoke_token
 // only, besides the first admin token (EnsureAdminToken).
 type App struct {
+	moved      movedNotes // sessions moved here whose next call is told so
 	DataDir    string
 	Store      *store.Store
 	Sessions   *session.Manager
@@ -516,6 +517,7 @@ func (a *App) newController(reg *capability.Registry, log *slog.Logger, observer
 		Observers: append([]controller.Observer{a.auditLog.Observe, a.Metrics.Observer(reg)}, observers...),
 		Enter:     a.lives.Enter,
 		Events:    a.Events,
+		Note:      a.moveNote,
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -56,6 +57,10 @@ type Cluster struct {
 	sessions cache.SharedIndexInformer
 	leases   cache.SharedIndexInformer
 	log      *slog.Logger
+	// draining: this node is being drained (Member.SetDraining); its own
+	// view of itself says so at once, before its Lease comes back
+	// through the informer.
+	draining atomic.Bool
 }
 
 // Index names of the session informer.
@@ -212,6 +217,9 @@ func (c *Cluster) Nodes() []Node {
 				// The records can be newer than the Lease's count.
 				if objs, err := c.sessions.GetIndexer().ByIndex(byNode, n.Name); err == nil {
 					n.Sessions = max(n.Sessions, len(objs))
+				}
+				if n.Name == c.opts.Node && c.draining.Load() {
+					n.Draining = true
 				}
 				out = append(out, n)
 			}
@@ -414,6 +422,7 @@ func leaseObject(ns, node, address string, ttl time.Duration, h Node, now time.T
 		AnnotMemAvail: strconv.FormatInt(h.MemAvail, 10),
 		AnnotMemTotal: strconv.FormatInt(h.MemTotal, 10),
 		AnnotReserve:  strconv.FormatInt(h.SessionReserve, 10),
+		AnnotDraining: strconv.FormatBool(h.Draining),
 	})
 	return u
 }

@@ -29,10 +29,55 @@ type Member struct {
 	// SessionReserve is the memory this node reserves per session in
 	// its published headroom (0: DefaultSessionReserve).
 	SessionReserve int64
+	// MovedAway, when set, releases a session this node holds whose
+	// record the API server gives to another node: a move (quro node
+	// drain) switched its owner, and this node stopped before it let its
+	// copy go. Without it such a session is left alone.
+	MovedAway func(ctx context.Context, id string) error
 
-	mu    sync.Mutex // one Sync at a time
-	amu   sync.Mutex
-	alive map[string]bool // sessions a call used since this node started
+	mu       sync.Mutex // one Sync at a time
+	amu      sync.Mutex
+	alive    map[string]bool // sessions a call used since this node started
+	held     map[string]bool // sessions a move holds: Sync leaves their records alone (Hold)
+	draining bool            // published in the Lease: no new session here
+}
+
+// Hold makes Sync leave session id's record alone while a move of it in
+// or out of this node runs; the move's end calls the function returned.
+func (m *Member) Hold(id string) (unhold func()) {
+	m.amu.Lock()
+	defer m.amu.Unlock()
+	if m.held == nil {
+		m.held = map[string]bool{}
+	}
+	m.held[id] = true
+	return func() {
+		m.amu.Lock()
+		defer m.amu.Unlock()
+		delete(m.held, id)
+	}
+}
+
+func (m *Member) isHeld(id string) bool {
+	m.amu.Lock()
+	defer m.amu.Unlock()
+	return m.held[id]
+}
+
+// SetDraining publishes that this node takes no new session (its Lease
+// says so at the next Sync, which the caller runs).
+func (m *Member) SetDraining(on bool) {
+	m.amu.Lock()
+	defer m.amu.Unlock()
+	m.draining = on
+	m.C.draining.Store(on)
+}
+
+// Draining reports whether this node is being drained.
+func (m *Member) Draining() bool {
+	m.amu.Lock()
+	defer m.amu.Unlock()
+	return m.draining
 }
 
 // Used marks a session alive: a call reached it on this node. The record
@@ -75,6 +120,15 @@ func (m *Member) Sync(ctx context.Context) error {
 	m.amu.Unlock()
 	var firstErr error
 	for _, ls := range local {
+		if m.isHeld(ls.ID) {
+			continue // a move's: it writes the record
+		}
+		if away, err := m.movedAway(ctx, ls.ID); err != nil || away {
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
 		want := &Session{Spec: SessionSpec{Node: self, Tenant: ls.Tenant, Name: ls.Name, Network: ls.Network,
 			Rootfs: ls.Rootfs, Created: ls.Created.UTC().Format(time.RFC3339)},
 			Status: SessionStatus{Alive: m.isAlive(ls.ID), Node: self, Phase: PhaseReady}}
@@ -87,7 +141,7 @@ func (m *Member) Sync(ctx context.Context) error {
 		}
 	}
 	for _, s := range m.C.Owned(self) {
-		if !held[s.Name] {
+		if !held[s.Name] && !m.isHeld(s.Name) {
 			if err := m.C.Forget(ctx, s.Name, self); err != nil && firstErr == nil {
 				firstErr = err
 			}
@@ -95,10 +149,27 @@ func (m *Member) Sync(ctx context.Context) error {
 	}
 	avail, total := memInfo()
 	if err := m.C.Heartbeat(ctx, Node{Sessions: len(local), MaxSessions: m.MaxSessions, MemAvail: avail, MemTotal: total,
-		SessionReserve: cmp.Or(m.SessionReserve, DefaultSessionReserve)}); err != nil && firstErr == nil {
+		SessionReserve: cmp.Or(m.SessionReserve, DefaultSessionReserve), Draining: m.Draining()}); err != nil && firstErr == nil {
 		firstErr = err
 	}
 	return firstErr
+}
+
+// movedAway reports whether the local session id now belongs to another
+// node (a move switched its owner; the informer's table is confirmed by
+// a read of the API server, since a stale table must never cost a
+// session its files), and if so releases this node's copy (MovedAway).
+func (m *Member) movedAway(ctx context.Context, id string) (bool, error) {
+	have, ok := m.C.cached(id)
+	if !ok || have.Spec.Node == "" || have.Spec.Node == m.C.Self() || m.MovedAway == nil {
+		return false, nil
+	}
+	cur, err := m.C.Get(ctx, id)
+	if err != nil || cur == nil || cur.Spec.Node == "" || cur.Spec.Node == m.C.Self() {
+		return false, err
+	}
+	m.C.log.Info("cluster: a session of this node moved to another; its copy here is released", "session", id, "owner", cur.Spec.Node)
+	return true, m.MovedAway(ctx, id)
 }
 
 // Run syncs every interval until ctx ends (at least three times per

@@ -56,11 +56,13 @@ func Headroom(n *Node) float64 {
 	return max(h, 0)
 }
 
-// Full reports whether n takes no new session: at its cap, its memory all
-// reserved, or its live MemAvailable (when known) under MemFloor of its
-// memory.
+// Full reports whether n takes no new session: being drained, at its
+// cap, its memory all reserved, or its live MemAvailable (when known)
+// under MemFloor of its memory.
 func Full(n *Node) bool {
 	switch {
+	case n.Draining:
+		return true
 	case n.MaxSessions > 0 && n.Sessions >= n.MaxSessions:
 		return true
 	case n.MemTotal > 0 && n.SessionReserve > 0 && int64(n.Sessions+1)*n.SessionReserve > n.MemTotal:

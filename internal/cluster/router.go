@@ -106,6 +106,10 @@ type Router struct {
 	// Registry, when set, says which capabilities stream their output
 	// (Forward streams those through the owner's /v1/stream).
 	Registry *capability.Registry
+	// Quiesced, when set, reports a session (by ID) of this node's that
+	// is being moved to another (Drainer.Quiesced): a call for it is
+	// told 503 with Retry-After, through any node.
+	Quiesced func(ref string) bool
 	Logger   *slog.Logger
 
 	once   sync.Once
@@ -201,11 +205,15 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ctx = controller.WithPath(ctx, p)
 		}
 		r = r.WithContext(ctx)
+		ref := rt.ref(r)
+		if rt.moving(w, rt.idOf(r, ref)) {
+			return
+		}
 		// Checked: it goes no further. The signature names only the
 		// node, so whoever reads it can replay it; the local handler
 		// hands a preview's headers on to the box's own web server.
 		r.Header.Del(HeaderForwardedBy)
-		rt.local(w, r, rt.ours(r.Context(), rt.ref(r)))
+		rt.local(w, r, rt.ours(r.Context(), ref))
 		return
 	}
 	if isCreate(r) {
@@ -228,6 +236,9 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !ok || s.Spec.Node == rt.Table.Self() {
+		if ok && rt.moving(w, s.Name) {
+			return
+		}
 		// This node's, or nobody's: the local answer is the true one.
 		if ok {
 			rt.local(w, r.WithContext(controller.ServeHere(r.Context())), s.Name)
@@ -237,6 +248,36 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rt.forward(w, r, s.Spec.Node)
+}
+
+// idOf is the ID of the session ref names for r's caller (a name is
+// resolved only while sessions are being moved from this node, Quiesced
+// being set), else ref.
+func (rt *Router) idOf(r *http.Request, ref string) string {
+	if ref == "" || rt.Quiesced == nil {
+		return ref
+	}
+	if s, ok := rt.Table.Lookup(r.Context(), ref); ok {
+		return s.Name
+	}
+	if rt.Auth != nil {
+		if caller, err := rt.Auth(r); err == nil {
+			if s, ok := rt.Table.ByName(caller.Tenant, ref); ok {
+				return s.Name
+			}
+		}
+	}
+	return ref
+}
+
+// moving answers 503 with Retry-After for a session being moved from
+// this node (Quiesced), and reports whether it did.
+func (rt *Router) moving(w http.ResponseWriter, ref string) bool {
+	if ref == "" || rt.Quiesced == nil || !rt.Quiesced(ref) {
+		return false
+	}
+	unavailable(w, "session "+ref+" is being moved to another node of the cluster; try again in a few seconds")
+	return true
 }
 
 // forwardedBy is this node's HeaderForwardedBy: its name, signed with

@@ -43,6 +43,7 @@ const (
 	AnnotMemAvail   = "quro.dev/memory-available"
 	AnnotMemTotal   = "quro.dev/memory-total"
 	AnnotReserve    = "quro.dev/memory-per-session" // the memory it reserves per session
+	AnnotDraining   = "quro.dev/draining"           // "true": it is being drained, and takes no new session
 	LeasePrefix     = "quro-node-"
 	DefaultLeaseTTL = 15 * time.Second
 )
@@ -111,6 +112,8 @@ type Node struct {
 	SessionReserve int64
 	Renewed        time.Time // the Lease's last renewal
 	TTL            time.Duration
+	// Draining: quro node drain runs on it; it takes no new session.
+	Draining bool
 }
 
 // Live reports whether n renewed its Lease within its duration at now.
@@ -131,6 +134,7 @@ func nodeFromLease(u *unstructured.Unstructured) (Node, bool) {
 	n.MemAvail, _ = strconv.ParseInt(an[AnnotMemAvail], 10, 64)
 	n.MemTotal, _ = strconv.ParseInt(an[AnnotMemTotal], 10, 64)
 	n.SessionReserve, _ = strconv.ParseInt(an[AnnotReserve], 10, 64)
+	n.Draining = an[AnnotDraining] == "true"
 	secs, _, _ := unstructured.NestedInt64(u.Object, "spec", "leaseDurationSeconds")
 	n.TTL = time.Duration(secs) * time.Second
 	if rt, ok, _ := unstructured.NestedString(u.Object, "spec", "renewTime"); ok {

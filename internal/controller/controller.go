@@ -145,6 +145,11 @@ type Options struct {
 	// offered to it, whatever the access path, unless ServeHere marks
 	// the context. See Forward.
 	Forward Forward
+	// Note, when set, is asked after each call that entered a session
+	// for a one-line remark about that session to put first in the
+	// reply's text (and in its output's notes, when it has them): a
+	// session moved from another node of a cluster lost its processes.
+	Note func(session string) string
 }
 
 // Forward runs capability name for caller on the node that owns the
@@ -194,6 +199,9 @@ func CredentialFrom(ctx context.Context) string {
 	return s
 }
 
+// Noter is an output that takes a Note.
+type Noter interface{ AddNote(string) }
+
 // Enter enters the session ref names ("": the caller's default, which ctx
 // carries) for a call that uses it in mode use, returning the context
 // the handler runs under (canceled if the session is destroyed meanwhile)
@@ -229,6 +237,7 @@ type Controller struct {
 	enter     Enter
 	events    *events.Bus
 	forward   atomic.Pointer[forwarding]
+	note      func(session string) string
 
 	mu       sync.Mutex
 	inFlight map[string]int // calls that run code in flight, by tenant
@@ -239,7 +248,7 @@ func New(reg *capability.Registry, opts *Options) *Controller {
 	if opts == nil {
 		opts = &Options{}
 	}
-	c := &Controller{reg: reg, log: opts.Logger, limits: opts.Limits, enter: opts.Enter, events: opts.Events,
+	c := &Controller{reg: reg, log: opts.Logger, limits: opts.Limits, enter: opts.Enter, events: opts.Events, note: opts.Note,
 		observers: append([]Observer(nil), opts.Observers...)}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -313,6 +322,14 @@ func (c *Controller) dispatch(ctx context.Context, caller Caller, name string, a
 			err = Classify(err)
 		}
 		return reply, err
+	}
+	if err == nil && reply != nil && entered != "" && c.note != nil {
+		if n := c.note(entered); n != "" {
+			reply.Text = n + "\n" + reply.Text
+			if nt, ok := reply.Output.(Noter); ok {
+				nt.AddNote(n)
+			}
+		}
 	}
 	rec := &Record{Start: start, Caller: caller, Capability: name, Args: args, Outcome: "ok", Duration: time.Since(start), Session: entered}
 	if capb, ok := c.reg.Get(name); ok && caller.Background && capb.Scope == capability.ScopeRead {

@@ -77,6 +77,9 @@ type Exception struct {
 	Traceback string `json:"traceback" jsonschema:"the traceback as Python prints it, the worker's own frames left out"`
 }
 
+// AddNote adds a remark about the run (controller.Noter).
+func (r *Result) AddNote(n string) { r.Notes = append(r.Notes, n) }
+
 // Text renders the result for a model, with one template for every engine:
 // the error line, stdout, stderr, then notes and artifacts, or "(no output)".
 func (r *Result) Text() string {

@@ -46,6 +46,8 @@ type Life struct {
 	// the session up before the destroy is refused instead of running in it.
 	gone   recent.Set
 	closed bool
+	// moving are sessions quiesced for a move to another node (Quiesce).
+	moving map[string]bool
 }
 
 // Boxes is what the Life asks of the sessions' boxes (the sandbox).
@@ -183,6 +185,11 @@ func (l *Life) EnterSession(ctx context.Context, s *Session, use capability.Use)
 		l.mu.Unlock()
 		cancel(nil)
 		return nil, nil, capability.Errorf(capability.NotFound, "session %s was destroyed", s.Name)
+	}
+	if l.moving[s.ID] {
+		l.mu.Unlock()
+		cancel(nil)
+		return nil, nil, errMoving(s)
 	}
 	if use == capability.UseRead {
 		l.mu.Unlock()
@@ -473,6 +480,12 @@ func (l *Life) Destroy(ctx context.Context, s *Session) (late int, err error) {
 	if late > 0 {
 		l.log.Warn("destroy: calls still running after the grace; their session's box ended under them", "session", s.ID, "calls", late)
 	}
+	return late, l.forget(ctx, s)
+}
+
+// forget removes s's row (Manager.Forget) and releases what it left on
+// the host in the background: the tail of Destroy and Moved.
+func (l *Life) forget(ctx context.Context, s *Session) error {
 	release, err := l.m.Forget(ctx, s)
 	l.mu.Lock()
 	if lf := l.lives[s.ID]; lf != nil && len(lf.calls) == 0 {
@@ -480,14 +493,14 @@ func (l *Life) Destroy(ctx context.Context, s *Session) (late int, err error) {
 	}
 	l.mu.Unlock()
 	if err != nil {
-		return late, err
+		return err
 	}
 	go func() {
 		if err := release(); err != nil {
 			l.log.Warn("destroy: what the session left on the host is not all released (looked at again on the next destroy and start)", "session", s.ID, "err", err)
 		}
 	}()
-	return late, nil
+	return nil
 }
 
 // end refuses new entries in s, cancels and waits for its calls (when
@@ -495,6 +508,15 @@ func (l *Life) Destroy(ctx context.Context, s *Session) (late int, err error) {
 func (l *Life) end(s *Session, wait bool) int {
 	l.mu.Lock()
 	l.gone.Add(s.ID)
+	l.mu.Unlock()
+	return l.stop(s, errDestroyed(s), wait)
+}
+
+// stop cancels the calls in s with cause and waits for them (when wait),
+// then runs its ends; the caller marked s first, so that no new call
+// enters. It returns the calls still running.
+func (l *Life) stop(s *Session, cause error, wait bool) int {
+	l.mu.Lock()
 	lf := l.lifeOf(s.ID)
 	var drained chan struct{}
 	if len(lf.calls) > 0 {
@@ -504,7 +526,7 @@ func (l *Life) end(s *Session, wait bool) int {
 		drained = lf.drained
 	}
 	for c := range lf.calls {
-		c.cancel(errDestroyed(s))
+		c.cancel(cause)
 	}
 	l.mu.Unlock()
 	late := 0

@@ -424,10 +424,13 @@ func TestKubernetes(t *testing.T) {
 		}
 	})
 
-	// A pod deleted is made again by the StatefulSet with its volume:
-	// meanwhile calls for its sessions through another node get 503 with
-	// Retry-After, never another answer; then its sessions are there,
-	// alive=false until used, with their files.
+	// A pod deleted first drains (its preStop hook: quro node drain
+	// moves its sessions to the other nodes), then is made again by the
+	// StatefulSet with its volume. Meanwhile calls for its sessions
+	// through another node get their answer from wherever the session is,
+	// or 503 with Retry-After (quiesced for its move, or its node away),
+	// never another answer; once the new pod is Ready, every session is
+	// there with its files.
 	t.Run("PodRestartKeepsSessions", func(t *testing.T) {
 		old := nodes["quro-1"]
 		id := of("quro-1")
@@ -435,7 +438,7 @@ func TestKubernetes(t *testing.T) {
 		c.kubectl(t, "", "-n", ns, "delete", "pod", "quro-1", "--wait=false")
 		saw503 := 0
 		deadline := time.Now().Add(15 * time.Minute)
-		for {
+		for polls := 0; ; polls++ {
 			a, err := via.do("GET", "/v1/sessions/"+id+"/files/id.txt", acme, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -446,16 +449,21 @@ func TestKubernetes(t *testing.T) {
 				}
 				saw503++
 			} else if a.status != 200 || !bytes.Contains(a.body, []byte(id)) {
-				t.Fatalf("during the restart, through %s: %d %s", via.name, a.status, a.body)
-			} else if saw503 > 0 {
-				break // back
+				t.Fatalf("during the drain and restart, through %s: %d %s", via.name, a.status, a.body)
+			} else if polls%25 == 0 {
+				// Answered: done once the pod deleted is replaced and Ready.
+				f := strings.Fields(c.kubectl(t, "", "-n", ns, "get", "pod", "quro-1", "--ignore-not-found", "-o",
+					`jsonpath={.metadata.uid} {.status.conditions[?(@.type=="Ready")].status}`))
+				if len(f) == 2 && f[0] != old.uid && f[1] == "True" {
+					break
+				}
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("quro-1's session not back after 15 minutes (503s seen: %d)", saw503)
+				t.Fatalf("quro-1 not replaced and Ready after 15 minutes (503s seen: %d)", saw503)
 			}
 			time.Sleep(200 * time.Millisecond) // polled: the answer is the event
 		}
-		t.Logf("%d answers 503 with Retry-After during the restart", saw503)
+		t.Logf("%d answers 503 with Retry-After during the drain and restart", saw503)
 		n := c.pod(t, "quro-1")
 		if n.uid == old.uid {
 			t.Fatalf("quro-1 is still the pod deleted (uid %s)", n.uid)
@@ -486,7 +494,16 @@ func TestKubernetes(t *testing.T) {
 		nodes["quro-3"] = n
 		checkDoctor(t, c, n.name)
 		// quro-3's Lease is in quro-0's table once it is Ready (it syncs
-		// before it serves); the empty node has the most headroom.
+		// before it serves); the emptiest nodes have the most headroom:
+		// quro-3, and quro-1 when its drain left it empty.
+		held := map[string]int{"quro-0": 0, "quro-1": 0, "quro-2": 0, "quro-3": 0}
+		for _, n := range c.owners(t) {
+			held[n]++
+		}
+		least := held["quro-3"]
+		for _, k := range held {
+			least = min(least, k)
+		}
 		var created []string
 		for i := range 3 {
 			var out struct {
@@ -496,10 +513,19 @@ func TestKubernetes(t *testing.T) {
 			created = append(created, out.ID)
 		}
 		o := c.owners(t)
+		onNew := 0
 		for _, id := range created {
-			if o[id] != "quro-3" {
-				t.Errorf("a new session went to %s, not the new empty node quro-3", o[id])
+			if o[id] == "quro-3" {
+				onNew++
 			}
+			if held[o[id]] != least {
+				t.Errorf("a new session went to %s, which held %d sessions; the new node quro-3 held %d (all: %v)", o[id], held[o[id]], held["quro-3"], held)
+			}
+		}
+		if onNew == 0 {
+			t.Errorf("no new session went to the new node quro-3 (held before: %v)", held)
+		}
+		for _, id := range created {
 			nodes["quro-1"].must(t, "PUT", "/v1/sessions/"+id+"/files/id.txt", acme, id, nil)
 			if r := nodes["quro-2"].run(t, acme, id, "python", "print('fourth')"); strings.TrimSpace(r.Stdout) != "fourth" {
 				t.Fatalf("%s: python printed %q", id, r.Stdout)

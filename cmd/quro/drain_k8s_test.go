@@ -1,0 +1,294 @@
+//go:build k8s
+
+package main
+
+// quro node drain on two nodes against a real API server (the harness of
+// cluster_k8s_test.go): a node's sessions move with their files and
+// settings, calls through any node reach the new owner, the next call
+// says the processes were lost, the drained node places nothing new; and
+// the node-to-node move route refuses hostile streams. Run:
+//
+//	go test -tags k8s -trimpath -count=1 -run TestClusterDrain ./cmd/quro/
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/quro-dev/quro/internal/cluster"
+)
+
+func TestClusterDrain(t *testing.T) {
+	cfg, kc := apiServer(t)
+	acme, admin := quroToken(), quroToken()
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	os.WriteFile(tokens, []byte(acme+" acme exec\n"+admin+" - admin\n"), 0o600)
+	a := startNode(t, "node-a", kc, tokens)
+	b := startNode(t, "node-b", kc, tokens)
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	waitLeases(t, dyn, 2)
+	auth := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
+	sessions := dyn.Resource(cluster.SessionsGVR).Namespace("default")
+	owner := func(id string) string {
+		u, err := sessions.Get(context.Background(), id, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("session %s has no record: %v", id, err)
+		}
+		n, _, _ := unstructured.NestedString(u.Object, "spec", "node")
+		return n
+	}
+	create := func(via *node, body string) string {
+		t.Helper()
+		r := do(t, "POST", via.url+"/v1/sessions", "application/json", body, auth(acme)...)
+		if r.status != http.StatusCreated {
+			t.Fatalf("create %s: %d %s", body, r.status, r.body)
+		}
+		var out struct{ ID string }
+		if err := json.Unmarshal([]byte(r.body), &out); err != nil || out.ID == "" {
+			t.Fatalf("create: %s", r.body)
+		}
+		return out.ID
+	}
+	exec := func(t *testing.T, via *node, id, cmd string) string {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"command": cmd})
+		r := do(t, "POST", via.url+"/v1/sessions/"+id+"/exec", "application/json", string(body), auth(acme)...)
+		var res struct {
+			Output   string `json:"output"`
+			ExitCode int    `json:"exit_code"`
+		}
+		if r.status != 200 || json.Unmarshal([]byte(r.body), &res) != nil || res.ExitCode != 0 {
+			t.Fatalf("exec %q in %s through %s: %d %s", cmd, id, via.name, r.status, r.body)
+		}
+		return res.Output
+	}
+
+	// Sessions through node a until two are node a's (placement spreads
+	// them; the test needs some on the node it drains).
+	var onA []string
+	for i := 0; len(onA) < 2; i++ {
+		if i == 10 {
+			t.Fatalf("10 sessions, %d on node-a", len(onA))
+		}
+		id := create(a, fmt.Sprintf(`{"name":"d%d","env":{"KEPT":"v%d"},"metadata":{"team":"t%d"}}`, i, i, i))
+		if owner(id) == "node-a" {
+			onA = append(onA, id)
+		}
+	}
+	// A nested tree, a large file and a link in the first; its sums.
+	const setup = `mkdir -p tree/a/b/c && for i in 1 2 3; do echo "leaf $i" > tree/a/b/c/f$i.txt; done && echo top > tree/top.txt &&
+head -c 24000000 /dev/urandom > big.bin && ln -s tree/a/b link && chmod 750 tree/a && cd tree &&
+sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\./##'`
+	sums := exec(t, a, onA[0], setup)
+	exec(t, b, onA[1], "echo second > note.txt") // through the other node
+
+	// An attack session that stays on node a: the move route's tests
+	// below aim at it.
+	var victim, victimName string
+	for i := 0; victim == ""; i++ {
+		if i == 10 {
+			t.Fatal("no third session landed on node-a")
+		}
+		victimName = fmt.Sprintf("v%d", i)
+		if id := create(a, `{"name":"`+victimName+`"}`); owner(id) == "node-a" {
+			victim = id
+		}
+	}
+	exec(t, a, victim, "echo mine > kept.txt")
+	key := forwardKey(t, dyn)
+
+	t.Run("the move route refuses hostile streams", func(t *testing.T) {
+		put := func(t *testing.T, sig string, body io.Reader) httpResult {
+			t.Helper()
+			req, _ := http.NewRequest("PUT", b.url+cluster.MovePath+victim, body)
+			if sig != "" {
+				req.Header.Set(cluster.MoveHeader, sig)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			rb, _ := io.ReadAll(resp.Body)
+			return httpResult{resp.StatusCode, string(rb), resp.Header.Get("Content-Type")}
+		}
+		settings := fmt.Sprintf(`{"id":%q,"name":%q,"tenant":"acme","network":"none"}`+"\n", victim, victimName)
+		stream := func(entries ...*tar.Header) io.Reader {
+			var buf bytes.Buffer
+			buf.WriteString(settings)
+			tw := tar.NewWriter(&buf)
+			for _, h := range entries {
+				tw.WriteHeader(h)
+				if h.Typeflag == tar.TypeReg && h.Size < 1<<20 {
+					tw.Write(bytes.Repeat([]byte("x"), int(h.Size)))
+				}
+			}
+			tw.Flush() // an oversize entry's body is never written: the refusal comes first
+			return &buf
+		}
+		signed := cluster.MoveSignature(key, "node-a", victim, time.Now())
+		for _, tc := range []struct {
+			name, sig string
+			body      io.Reader
+			status    int
+			want      string
+		}{
+			{"no signature", "", stream(), http.StatusForbidden, "FROM TIME SIGNATURE"},
+			{"a forged signature", "node-a " + fmt.Sprint(time.Now().Unix()) + " " + base64.RawURLEncoding.EncodeToString(make([]byte, 32)), stream(), http.StatusForbidden, "not signed"},
+			{"a replay for another session", cluster.MoveSignature(key, "node-a", onA[0], time.Now()), stream(), http.StatusForbidden, "not signed"},
+			{"a stale signature", cluster.MoveSignature(key, "node-a", victim, time.Now().Add(-time.Hour)), stream(), http.StatusForbidden, "signed"},
+			{"a node that does not own it", cluster.MoveSignature(key, "node-c", victim, time.Now()), stream(), http.StatusForbidden, "not node-c's"},
+			{"a .. path", signed, stream(&tar.Header{Name: "../escape.txt", Typeflag: tar.TypeReg, Size: 4, Mode: 0o644}), http.StatusBadRequest, "not a clean path"},
+			{"an absolute path", signed, stream(&tar.Header{Name: "/etc/cron.d/x", Typeflag: tar.TypeReg, Size: 4, Mode: 0o644}), http.StatusBadRequest, "not a clean path"},
+			{"a symlink out", signed, stream(&tar.Header{Name: "out", Typeflag: tar.TypeSymlink, Linkname: "/etc"}), http.StatusBadRequest, "outside /home/user"},
+			{"a relative symlink out", signed, stream(&tar.Header{Name: "d/up", Typeflag: tar.TypeSymlink, Linkname: "../../.."}), http.StatusBadRequest, "outside /home/user"},
+			{"a file through a link", signed, stream(&tar.Header{Name: "in", Typeflag: tar.TypeSymlink, Linkname: "sub"},
+				&tar.Header{Name: "in/x", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}), http.StatusBadRequest, "goes through the symbolic link"},
+			{"a hard link", signed, stream(&tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "/etc/shadow"}), http.StatusBadRequest, "hard link"},
+			{"a device", signed, stream(&tar.Header{Name: "mem", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 1}), http.StatusBadRequest, "character device"},
+			{"oversize", signed, stream(&tar.Header{Name: "huge", Typeflag: tar.TypeReg, Size: 3 << 30, Mode: 0o644}), 0, "disk quota"},
+			{"settings of another session", signed, strings.NewReader(fmt.Sprintf(`{"id":%q,"tenant":"acme"}`+"\n", onA[0])), http.StatusBadRequest, "not"},
+			{"another tenant", signed, strings.NewReader(fmt.Sprintf(`{"id":%q,"name":%q,"tenant":"other"}`+"\n", victim, victimName)), http.StatusForbidden, "record says"},
+			{"a bad name", signed, strings.NewReader(fmt.Sprintf(`{"id":%q,"name":"../x","tenant":"acme"}`+"\n", victim)), http.StatusForbidden, "record says"},
+		} {
+			r := put(t, tc.sig, tc.body)
+			if r.status == http.StatusOK || tc.status != 0 && r.status != tc.status || !strings.Contains(r.body, tc.want) {
+				t.Errorf("%s: %d %s (want %d, %q)", tc.name, r.status, r.body, tc.status, tc.want)
+			}
+		}
+		// Nothing moved: the record is still node a's, and the session
+		// works there with its file.
+		if o := owner(victim); o != "node-a" {
+			t.Fatalf("after the refused moves the record names %s", o)
+		}
+		if out := exec(t, b, victim, "cat kept.txt; ls"); !strings.Contains(out, "mine") || strings.Contains(out, "huge") || strings.Contains(out, "escape") {
+			t.Fatalf("the victim after the refused moves: %q", out)
+		}
+	})
+
+	t.Run("drain moves every session with its files", func(t *testing.T) {
+		adminFile := filepath.Join(t.TempDir(), "admin")
+		os.WriteFile(adminFile, []byte(admin), 0o600)
+		var out, errOut bytes.Buffer
+		root := newRoot(strings.NewReader(""), &out, &errOut)
+		root.SetArgs([]string{"node", "drain", "--server", a.url, "--token-file", adminFile})
+		if err := root.ExecuteContext(context.Background()); err != nil {
+			t.Fatalf("quro node drain: %v\n%s%s", err, out.String(), errOut.String())
+		}
+		t.Logf("quro node drain:\n%s", out.String())
+		for _, id := range append(onA, victim) {
+			if !strings.Contains(out.String(), "moved "+id) {
+				t.Errorf("the drain did not report %s moved", id)
+			}
+			if o := owner(id); o != "node-b" {
+				t.Errorf("session %s: owner %s after the drain", id, o)
+			}
+		}
+		l, err := dyn.Resource(cluster.LeasesGVR).Namespace("default").Get(context.Background(), cluster.LeasePrefix+"node-a", metav1.GetOptions{})
+		if err != nil || l.GetAnnotations()[cluster.AnnotDraining] != "true" {
+			t.Fatalf("node a's Lease does not say draining: %v %v", err, l.GetAnnotations())
+		}
+
+		// The next call says the processes were lost (one line), and
+		// runs on the new owner, reached through the drained node.
+		body, _ := json.Marshal(map[string]any{"session": onA[0], "lang": "python", "code": "import os; print(open('tree/top.txt').read().strip(), os.environ.get('KEPT'))"})
+		r := do(t, "POST", a.url+"/v1/run_code", "application/json", string(body), auth(acme)...)
+		var rc struct {
+			Stdout string   `json:"stdout"`
+			Notes  []string `json:"notes"`
+		}
+		if r.status != 200 || json.Unmarshal([]byte(r.body), &rc) != nil || strings.TrimSpace(rc.Stdout) != "top v0" {
+			t.Fatalf("run_code after the move: %d %s", r.status, r.body)
+		}
+		if len(rc.Notes) == 0 || !strings.Contains(rc.Notes[0], "moved to another node") || strings.Contains(rc.Notes[0], "\n") {
+			t.Fatalf("the first call after the move does not say the processes were lost in one line: %q", rc.Notes)
+		}
+		r = do(t, "POST", a.url+"/v1/run_code", "application/json", string(body), auth(acme)...)
+		if strings.Contains(r.body, "moved to another node") {
+			t.Fatalf("the second call after the move says it again: %s", r.body)
+		}
+
+		// Files intact, through either node: the large file and the
+		// tree by their sums, the link as a link, the modes.
+		for _, via := range []*node{a, b} {
+			got := exec(t, via, onA[0], "cd /home/user/tree && sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\\.\\./##'")
+			if got != sums {
+				t.Fatalf("sums through %s after the move:\n%s\nbefore:\n%s", via.name, got, sums)
+			}
+		}
+		if got := exec(t, a, onA[0], `cd /home/user && readlink link; stat -c %a tree/a; echo "$KEPT"; id -u; stat -c %u big.bin`); !strings.HasPrefix(got, "tree/a/b\n750\nv0\n") {
+			t.Fatalf("link, mode or variable after the move: %q", got)
+		} else if f := strings.Fields(got); len(f) != 5 || f[3] != f[4] {
+			t.Fatalf("the moved files are not the session's own uid: %q", got)
+		}
+		if got := exec(t, a, onA[1], "cat /home/user/note.txt"); got != "second\n" {
+			t.Fatalf("the second session's file after the move: %q", got)
+		}
+		// Its metadata came along.
+		r = do(t, "GET", a.url+"/v1/sessions/"+onA[0], "", "", auth(acme)...)
+		if r.status != 200 || !strings.Contains(r.body, `"team":"t0"`) {
+			t.Fatalf("the session's metadata after the move: %d %s", r.status, r.body)
+		}
+	})
+
+	t.Run("a drained node places nothing new", func(t *testing.T) {
+		for i := range 3 {
+			if o := owner(create(a, fmt.Sprintf(`{"name":"after%d"}`, i))); o != "node-b" {
+				t.Fatalf("a session made after the drain landed on %s", o)
+			}
+		}
+	})
+
+	// A second drain ends with nothing left: none of the sessions moved
+	// comes up again. (A node makes its local tenant's "default" session
+	// anew when a status call asks for it: the second drain moves that
+	// one, which is all it may list.)
+	t.Run("a second drain finds nothing left", func(t *testing.T) {
+		r := do(t, "POST", a.url+DrainPath, "", "", auth(admin)...)
+		if r.status != 200 || !strings.Contains(r.body, `"done":true`) || strings.Contains(r.body, `"ok":false`) {
+			t.Fatalf("second drain: %d %s", r.status, r.body)
+		}
+		for _, id := range append(onA, victim) {
+			if strings.Contains(r.body, id) {
+				t.Fatalf("the second drain moved %s again: %s", id, r.body)
+			}
+		}
+		for _, l := range strings.Split(strings.TrimSpace(r.body), "\n") {
+			if strings.Contains(l, `"session"`) && !strings.Contains(l, `"name":"default"`) {
+				t.Fatalf("the second drain found a session other than a new default one: %s", l)
+			}
+		}
+		if r := do(t, "POST", a.url+DrainPath, "", "", auth(acme)...); r.status != http.StatusForbidden {
+			t.Fatalf("a tenant's token drained a node: %d %s", r.status, r.body)
+		}
+	})
+}
+
+// forwardKey reads the cluster's forwarding key from its Secret.
+func forwardKey(t *testing.T, dyn dynamic.Interface) []byte {
+	t.Helper()
+	u, err := dyn.Resource(cluster.SecretsGVR).Namespace("default").Get(context.Background(), cluster.ForwardKeySecret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, _, _ := unstructured.NestedString(u.Object, "data", "key")
+	key, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}

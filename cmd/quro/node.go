@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/quro-dev/quro/internal/api/httpauth"
+	"github.com/quro-dev/quro/internal/api/rest"
+	"github.com/quro-dev/quro/internal/cluster"
+)
+
+// DrainPath is the running server's route of quro node drain (the
+// operator's token only).
+const DrainPath = "/cluster/v1/drain"
+
+// drainLine is one line of DrainPath's answer: a session's move, or the
+// summary at the end.
+type drainLine struct {
+	*cluster.Move
+	Done   bool   `json:"done,omitempty"`
+	Moved  int    `json:"moved,omitempty"`
+	Failed int    `json:"failed,omitempty"`
+	Fatal  string `json:"fatal,omitempty"` // why the drain stopped
+}
+
+// drainHandler runs a drain of n and streams its moves, one JSON line
+// each, then the summary.
+func (n *clusterNode) drainHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.WriteHeader(http.StatusOK)
+		enc := json.NewEncoder(w)
+		fl, _ := w.(http.Flusher)
+		moved := 0
+		failed, err := n.drainer.Drain(r.Context(), func(m cluster.Move) {
+			if m.OK {
+				moved++
+			}
+			_ = enc.Encode(drainLine{Move: &m})
+			if fl != nil {
+				fl.Flush()
+			}
+		})
+		end := drainLine{Done: err == nil && failed == 0, Moved: moved, Failed: failed}
+		if err != nil {
+			end.Fatal = err.Error()
+		}
+		_ = enc.Encode(end)
+	})
+}
+
+func newNodeCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Act on this node of a Quro cluster on Kubernetes (docs/kubernetes.md)",
+	}
+	g.serverFlags(cmd, true)
+	cmd.AddCommand(local(&cobra.Command{
+		Use:   "drain",
+		Short: "Move every session of this node to the other nodes (the pod's preStop hook runs it)",
+		Long: `Drain the cluster node running on --data (or --server): it stops taking new
+sessions, then moves each session it owns to the live node with the most
+headroom — its workspace and settings copied, then its owner switched in the
+sessions.quro.dev record. A session's processes do not move: the result of
+its next call says so. A session whose move fails stays here, usable, and is
+reported; the command then exits 1. Running it again finishes the job.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return drain(cmd.Context(), g, cmd.OutOrStdout()) },
+	}, "no capability: asks the running cluster node to drain over its operator-only route "+DrainPath+
+		"; the moves are the node's own, each session quiesced and released by its life owner"))
+	return cmd
+}
+
+// drain asks the server of g's target to drain and prints its moves.
+func drain(ctx context.Context, g *globals, out io.Writer) error {
+	t, err := g.target()
+	if err != nil {
+		return err
+	}
+	if t.url == "" || strings.HasPrefix(t.url, "unix://") {
+		return errors.New("quro node drain acts on a running cluster node: run it where quro serve --cluster runs on --data, or name it with --server")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(t.url, "/")+DrainPath, nil)
+	if err != nil {
+		return err
+	}
+	if t.token.value != "" {
+		req.Header.Set("Authorization", "Bearer "+t.token.value)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("quro node drain: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("quro node drain: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var l drainLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			return fmt.Errorf("quro node drain: the server's answer: %w", err)
+		}
+		switch {
+		case l.Move != nil && l.Session != "" && l.OK:
+			renamed := ""
+			if l.NewName != "" {
+				renamed = ", named " + l.NewName + " there (its name was taken)"
+			}
+			fmt.Fprintf(out, "moved %s (%s) to %s%s\n", l.Session, l.Name, l.To, renamed)
+		case l.Move != nil && l.Session != "":
+			fmt.Fprintf(out, "NOT moved %s (%s): %s\n", l.Session, l.Name, l.Error)
+		default:
+			fmt.Fprintf(out, "%d sessions moved, %d not\n", l.Moved, l.Failed)
+			if l.Fatal != "" {
+				return fmt.Errorf("quro node drain: %s", l.Fatal)
+			}
+			if l.Failed > 0 {
+				return fmt.Errorf("quro node drain: %d sessions stay on this node; run it again to retry them", l.Failed)
+			}
+			return nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("quro node drain: %w", err)
+	}
+	return errors.New("quro node drain: the server's answer ended before its summary (did the server stop?); run it again to finish")
+}
+
+// routes are the node's own: a session another node moves here (signed
+// by the cluster's key, checked as hostile), and quro node drain.
+func (n *clusterNode) routes(mux *http.ServeMux, access rest.Access, authFn httpauth.Func) {
+	mux.Handle(cluster.MovePath, n.drainer)
+	mux.Handle("POST "+DrainPath, guard(access, requireOperator(authFn, "a drain moves every tenant's sessions", n.drainHandler())))
+}
+
+// long adds the node's routes to the long requests: a move's stream and
+// a drain last as long as their copies.
+func (n *clusterNode) long(prev func(*http.Request) bool) func(*http.Request) bool {
+	return func(r *http.Request) bool { return prev(r) || strings.HasPrefix(r.URL.Path, "/cluster/v1/") }
+}

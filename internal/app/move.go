@@ -1,0 +1,252 @@
+package app
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/quota"
+	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/workspace"
+)
+
+// A session's move between the nodes of a cluster (quro node drain,
+// internal/cluster's Drainer): the Mover is this node's side of it. The
+// move stream is one JSON line of the session's settings, then its
+// workspace as a tar (workspace.WriteArchive); the node it goes to
+// checks both as hostile (Import).
+
+// MoveNote is the line the next call of a moved session starts with.
+const MoveNote = "note: this session was moved to another node of the cluster; its files and settings are here, but its processes (shells, Python variables, running commands) were stopped by the move"
+
+// maxMoveSettings bounds the settings line of a move stream.
+const maxMoveSettings = 1 << 20
+
+// moveSettings are a session's settings as a move carries them.
+type moveSettings struct {
+	ID         string            `json:"id"`
+	Name       string            `json:"name"`
+	Tenant     string            `json:"tenant"`
+	CreatedAt  time.Time         `json:"created_at"`
+	LastUsedAt time.Time         `json:"last_used_at"`
+	Env        map[string]string `json:"env,omitempty"`
+	Cwd        string            `json:"cwd,omitempty"` // relative to /home/user
+	Network    string            `json:"network"`
+	NetRules   *session.NetRules `json:"network_rules,omitempty"`
+	Rootfs     string            `json:"rootfs,omitempty"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	ExpiresAt  time.Time         `json:"expires_at,omitzero"`
+	OnExpiry   string            `json:"on_expiry,omitempty"`
+}
+
+// Mover is a's side of sessions' moves (cluster.Local).
+type Mover struct{ a *App }
+
+// Mover returns a's side of the cluster's session moves.
+func (a *App) Mover() *Mover { return &Mover{a: a} }
+
+// moved are the sessions moved here whose next call has not yet been
+// told so (Note).
+type movedNotes struct {
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+// moveNote is the controller's Note: MoveNote once for a session moved
+// here.
+func (a *App) moveNote(id string) string {
+	a.moved.mu.Lock()
+	defer a.moved.mu.Unlock()
+	if !a.moved.ids[id] {
+		return ""
+	}
+	delete(a.moved.ids, id)
+	return MoveNote
+}
+
+func (m *Mover) session(ctx context.Context, id string) (*session.Session, error) {
+	s, err := m.a.Sessions.ByIDAnyTenant(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if s.Tenant == session.SpareTenant {
+		return nil, capability.Errorf(capability.NotFound, "session %s is a spare", id)
+	}
+	return s, nil
+}
+
+// Quiesce stops session id for its move (session.Life.Quiesce).
+func (m *Mover) Quiesce(ctx context.Context, id string) error {
+	s, err := m.session(ctx, id)
+	if err != nil {
+		return err
+	}
+	if late := m.a.lives.Quiesce(s); late > 0 {
+		m.a.lives.Unquiesce(s)
+		return fmt.Errorf("session %s: %d calls still ran after the grace; it stays here", s.Name, late)
+	}
+	return nil
+}
+
+// Unquiesce makes session id usable here again.
+func (m *Mover) Unquiesce(id string) {
+	if s, err := m.session(context.Background(), id); err == nil {
+		m.a.lives.Unquiesce(s)
+	}
+}
+
+// Release lets this node's copy of session id go after its move: the
+// one teardown of a destroy (session.Life.Moved).
+func (m *Mover) Release(ctx context.Context, id string) error {
+	s, err := m.a.Sessions.ByIDAnyTenant(ctx, id)
+	if errors.Is(err, session.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !m.a.lives.Moving(id) {
+		m.a.lives.Quiesce(s) // a copy left by a crash: nothing may run in it as it goes
+	}
+	return m.a.lives.Moved(ctx, s)
+}
+
+// Export writes session id's move stream to w.
+func (m *Mover) Export(ctx context.Context, id string, w io.Writer) error {
+	s, err := m.session(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := m.a.tenants.disks.Remount(s.Dir); err != nil {
+		return fmt.Errorf("session %s: mount its disk: %w", s.Name, err)
+	}
+	ms := moveSettings{ID: s.ID, Name: s.Name, Tenant: s.Tenant, CreatedAt: s.CreatedAt, LastUsedAt: s.LastUsedAt,
+		Env: s.Env, Cwd: relCwd(s.Workspace(), s.Cwd), Network: s.Network, NetRules: s.NetRules, Rootfs: s.Rootfs,
+		Metadata: s.Metadata, ExpiresAt: s.ExpiresAt, OnExpiry: s.OnExpiry}
+	b, err := json.Marshal(ms)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	_, err = workspace.WriteArchive(ctx, w, s.Workspace())
+	return err
+}
+
+// Import adopts session id of tenant, named name (as its record in the
+// cluster says), from the move stream r sent by another node:
+// its settings checked as a create checks them (session.Manager.Adopt),
+// its workspace extracted as hostile (workspace.Extract) within the
+// tenant's per-session disk quota, then given to the session's uid. A
+// copy of id left here by an earlier move that did not end is replaced
+// (the caller checked that the record names the sender). It returns the
+// name it got here (its own, or suffixed when another session holds it)
+// and the files and bytes made.
+func (m *Mover) Import(ctx context.Context, id, tenant, name string, r io.Reader) (got string, files int, size int64, err error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	line, err := readLine(br, maxMoveSettings)
+	if err != nil {
+		return "", 0, 0, capability.Errorf(capability.InvalidArgument, "the move's settings line: %v", err)
+	}
+	var ms moveSettings
+	if err := json.Unmarshal(line, &ms); err != nil {
+		return "", 0, 0, capability.Errorf(capability.InvalidArgument, "the move's settings: %v", err)
+	}
+	if ms.ID != id {
+		return "", 0, 0, capability.Errorf(capability.InvalidArgument, "the move's settings are of session %q, not %q", ms.ID, id)
+	}
+	if ms.Tenant != tenant || name != "" && ms.Name != name {
+		return "", 0, 0, capability.Errorf(capability.PermissionDenied, "the move's settings name tenant %q and session name %q; the session's record says %q and %q", ms.Tenant, ms.Name, tenant, name)
+	}
+	if old, err := m.a.Sessions.ByIDAnyTenant(ctx, id); err == nil {
+		// An earlier move's copy: the sender still owns the session.
+		if _, err := m.a.lives.Destroy(ctx, old); err != nil {
+			return "", 0, 0, err
+		}
+		m.a.Sessions.WaitReleases() // its directory is gone before the new one is made
+	}
+	lim, err := m.a.tenants.Limits(ctx, ms.Tenant)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	budget := max(lim.Disk, 0)
+	var st *workspace.CopyStats
+	ad := &session.Adopted{ID: ms.ID, Name: ms.Name, Tenant: ms.Tenant, CreatedAt: ms.CreatedAt, LastUsedAt: ms.LastUsedAt,
+		Env: ms.Env, Network: ms.Network, NetRules: ms.NetRules, Rootfs: ms.Rootfs, Metadata: ms.Metadata,
+		ExpiresAt: ms.ExpiresAt, OnExpiry: ms.OnExpiry}
+	s, err := m.a.Sessions.Adopt(ctx, ad, func(s *session.Session) error {
+		// A working directory inside the workspace is kept; any other
+		// (a path only the sender's box knew) is dropped: the shell
+		// starts in /home/user.
+		if ms.Cwd != "" && filepath.IsLocal(ms.Cwd) {
+			ad.Cwd = filepath.Join(s.Workspace(), ms.Cwd)
+		}
+		var err error
+		st, err = workspace.Extract(ctx, br, s.Workspace(), workspace.ExtractOptions{Budget: budget})
+		switch {
+		case errors.Is(err, workspace.ErrBudget):
+			return capability.Errorf(capability.ResourceExhausted, "the moved workspace is larger than the session's disk quota (%s): %v", quota.Human(budget), err)
+		case errors.Is(err, workspace.ErrUnsafeArchive), errors.Is(err, workspace.ErrTooMany), errors.Is(err, workspace.ErrTooDeep):
+			return capability.Errorf(capability.InvalidArgument, "the moved workspace: %v", err)
+		}
+		return err
+	})
+	if err != nil {
+		return "", 0, 0, err
+	}
+	if os.Geteuid() == 0 {
+		// The files are the session's, as a fork's are (its uid is
+		// the store's, given when Adopt stored the row).
+		if err := chownTree(s.Workspace(), s.UID); err != nil {
+			_, _ = m.a.lives.Destroy(context.WithoutCancel(ctx), s) // clean-up of an import that failed: its error is the one to report
+			return "", 0, 0, fmt.Errorf("session %s: give its files to its uid: %w", s.Name, err)
+		}
+	}
+	m.a.moved.mu.Lock()
+	if m.a.moved.ids == nil {
+		m.a.moved.ids = map[string]bool{}
+	}
+	m.a.moved.ids[s.ID] = true
+	m.a.moved.mu.Unlock()
+	return s.Name, st.Files, st.Bytes, nil
+}
+
+// chownTree gives the tree under dir, which this server made and no
+// process of a session has seen yet, to uid (links themselves, never
+// followed).
+func chownTree(dir string, uid int) error {
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, uid)
+	})
+}
+
+// readLine reads one line of at most limit bytes.
+func readLine(br *bufio.Reader, limit int) ([]byte, error) {
+	var out []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		out = append(out, frag...)
+		if len(out) > limit {
+			return nil, fmt.Errorf("longer than %d bytes", limit)
+		}
+		if err == nil {
+			return out[:len(out)-1], nil
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return nil, err
+		}
+	}
+}

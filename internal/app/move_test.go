@@ -1,0 +1,80 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/session"
+)
+
+// TestMoveBetweenApps moves a session from one server's data directory to
+// another's the way a drain does (quiesce, export, import, release):
+// files, links, modes and variables arrive, calls wait meanwhile, the
+// first call after says the processes were lost and the old copy is gone.
+func TestMoveBetweenApps(t *testing.T) {
+	from, to := newApp(t, nil), newApp(t, nil)
+	ctx := context.Background()
+	info := mustCall(t, from, "create_session", CreateSessionInput{Name: "mover", Env: map[string]string{"KEPT": "yes"},
+		Metadata: map[string]string{"team": "x"}}).(*SessionInfo)
+	id := info.ID
+	exec := func(a *App, cmd string) (string, error) {
+		t.Helper()
+		r, err := call(t, a, "terminal_exec", TerminalExecInput{Session: id, Command: cmd})
+		if err != nil {
+			return "", err
+		}
+		return r.Text, nil
+	}
+	if _, err := exec(from, "mkdir -p a/b && echo deep > a/b/f.txt && ln -s a/b l && chmod 700 a && cd a"); err != nil {
+		t.Fatal(err)
+	}
+	m := from.Mover()
+	if err := m.Quiesce(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec(from, "echo nope"); !errors.Is(err, session.ErrMoving) && capabilityCode(err) != capability.Unavailable {
+		t.Fatalf("a call while quiesced: %v", err)
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(m.Export(ctx, id, pw)) }()
+	name, files, size, err := to.Mover().Import(ctx, id, "", "mover", pr)
+	if err != nil || name != "mover" || files != 1 || size != 5 {
+		t.Fatalf("import: %q %d files %d bytes, %v", name, files, size, err)
+	}
+	if err := m.Release(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := from.Sessions.ByIDAnyTenant(ctx, id); !errors.Is(err, session.ErrNotFound) {
+		t.Fatalf("the old copy after release: %v", err)
+	}
+	out, err := exec(to, `pwd; cd /home/user && cat a/b/f.txt; readlink l; stat -c %a a; echo "$KEPT"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, rest, _ := strings.Cut(out, "\n")
+	if first != MoveNote {
+		t.Fatalf("the first call after the move does not start with the note: %q", out)
+	}
+	if !strings.HasPrefix(rest, "/home/user/a\ndeep\na/b\n700\nyes\n") {
+		t.Fatalf("after the move: %q", rest)
+	}
+	if out, _ := exec(to, "true"); strings.Contains(out, MoveNote) {
+		t.Fatalf("the note came twice: %q", out)
+	}
+	got := mustCall(t, to, "get_session_status", SessionRef{Session: id}).(*SessionInfo)
+	if got.Metadata["team"] != "x" {
+		t.Fatalf("metadata after the move: %v", got.Metadata)
+	}
+}
+
+func capabilityCode(err error) capability.Code {
+	var ce *capability.Error
+	if errors.As(err, &ce) {
+		return ce.Code
+	}
+	return ""
+}

@@ -1,0 +1,432 @@
+package cluster
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/quro-dev/quro/internal/api/rest"
+	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
+)
+
+// Draining a node (quro node drain, the pod's preStop hook): the node
+// stops taking new sessions (its Lease says draining, so Place skips it),
+// then moves each session it owns to the live node with the most
+// headroom, one at a time:
+//
+//  1. quiesce it here: no call enters (503 with Retry-After through any
+//     node), the calls in it are canceled and its box ends;
+//  2. stream its settings and workspace (a tar) to the target's
+//     MovePath, signed with the cluster's forwarding key for this
+//     session, this node and this moment (MoveSignature); the target
+//     checks the stream as hostile and adopts the session under its ID;
+//  3. the target switches the record's owner to itself (SwitchOwner:
+//     resourceVersion-checked, and only from the node that sent it), and
+//     so does this node after the answer (a no-op when done);
+//  4. this node lets its copy go through the session's one teardown.
+//
+// A move that fails leaves the session here, usable, and the drain
+// reports it. Every step can be run again: a second drain, or one after
+// a crash, finds the sessions still recorded as this node's and moves
+// them; a copy left on either side by a crash is released by Member.Sync
+// on the side the record does not name.
+
+// MovePath is the route a node receives a session on; MoveHeader carries
+// its signature.
+const (
+	MovePath   = "/cluster/v1/move/"
+	MoveHeader = "Quro-Move"
+	// MoveSkew is how far a move's signed time may be from the
+	// receiver's clock.
+	MoveSkew = 2 * time.Minute
+)
+
+// MoveSignature is the MoveHeader of node from moving session id at t:
+// "FROM UNIXTIME SIGNATURE", an HMAC of all three with the cluster's key.
+func MoveSignature(key []byte, from, id string, t time.Time) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	return from + " " + ts + " " + base64.RawURLEncoding.EncodeToString(moveMAC(key, from, id, ts))
+}
+
+func moveMAC(key []byte, from, id, ts string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("quro-move\x00" + from + "\x00" + id + "\x00" + ts))
+	return m.Sum(nil)
+}
+
+// VerifyMove checks a MoveHeader for session id at now and returns the
+// node that sent it.
+func VerifyMove(key []byte, header, id string, now time.Time) (string, error) {
+	if len(key) == 0 {
+		return "", errors.New("this node has no forwarding key")
+	}
+	f := strings.Fields(header)
+	if len(f) != 3 {
+		return "", fmt.Errorf("%s is not FROM TIME SIGNATURE", MoveHeader)
+	}
+	sec, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return "", fmt.Errorf("%s's time: %v", MoveHeader, err)
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > MoveSkew || d < -MoveSkew {
+		return "", fmt.Errorf("%s was signed %s from now", MoveHeader, d.Round(time.Second))
+	}
+	got, err := base64.RawURLEncoding.DecodeString(f[2])
+	if err != nil || !hmac.Equal(got, moveMAC(key, f[0], id, f[1])) {
+		return "", fmt.Errorf("%s is not signed with the cluster's key for this session", MoveHeader)
+	}
+	return f[0], nil
+}
+
+// Get reads session id's record from the API server (nil, nil when it
+// has none).
+func (c *Cluster) Get(ctx context.Context, id string) (*Session, error) {
+	if !validObjectName(id) {
+		return nil, nil
+	}
+	u, err := c.dyn.Resource(SessionsGVR).Namespace(c.opts.Namespace).Get(ctx, id, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return sessionFrom(u)
+}
+
+// ErrNotOwner means a record's owner is neither the node a move is from
+// nor the one it goes to.
+var ErrNotOwner = errors.New("the session's record names another owner")
+
+// SwitchOwner gives session id's record to node to, when from owns it
+// (done already when to does): the record's spec and labels, then its
+// status (alive=false: its processes did not move), each write checked
+// by the resourceVersion read, retried from a fresh read on a conflict.
+func (c *Cluster) SwitchOwner(ctx context.Context, id, from, to string) error {
+	res := c.dyn.Resource(SessionsGVR).Namespace(c.opts.Namespace)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := res.Get(ctx, id, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s, err := sessionFrom(cur)
+		if err != nil {
+			return err
+		}
+		switch s.Spec.Node {
+		case to:
+			if s.Status.Node == to {
+				return nil
+			}
+		case from:
+			s.Spec.Node = to
+			s.Labels = map[string]string{LabelNode: to}
+			u, err := s.toUnstructured()
+			if err != nil {
+				return err
+			}
+			if cur, err = res.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+				return err // a conflict: retried from a fresh read
+			}
+		default:
+			return fmt.Errorf("%w: session %s is %s's, not %s's", ErrNotOwner, id, s.Spec.Node, from)
+		}
+		return c.writeStatus(ctx, cur, SessionStatus{Alive: false, Node: to, Phase: PhaseReady})
+	})
+}
+
+// SetPhase writes session id's status phase, when node owns it.
+func (c *Cluster) SetPhase(ctx context.Context, id, node, phase string) error {
+	res := c.dyn.Resource(SessionsGVR).Namespace(c.opts.Namespace)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := res.Get(ctx, id, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s, err := sessionFrom(cur)
+		if err != nil {
+			return err
+		}
+		if s.Spec.Node != node {
+			return fmt.Errorf("%w: session %s is %s's, not %s's", ErrNotOwner, id, s.Spec.Node, node)
+		}
+		st := s.Status
+		st.Phase = phase
+		return c.writeStatus(ctx, cur, st)
+	})
+}
+
+// Local is what a drain asks of this node's sessions (the App).
+type Local interface {
+	// Quiesce stops session id for its move: no call enters, none runs.
+	Quiesce(ctx context.Context, id string) error
+	// Unquiesce makes it usable here again (its move failed).
+	Unquiesce(id string)
+	// Export writes its move stream (settings, then the workspace).
+	Export(ctx context.Context, id string, w io.Writer) error
+	// Release lets this node's copy go (the session's one teardown).
+	Release(ctx context.Context, id string) error
+	// Import adopts session id, of tenant and named name as its record
+	// says, from a move stream another node sent, checked as hostile; it
+	// returns the name it got (another session here may hold its own) and
+	// the files and bytes made.
+	Import(ctx context.Context, id, tenant, name string, r io.Reader) (got string, files int, size int64, err error)
+}
+
+// Drainer moves a node's sessions to the other nodes.
+type Drainer struct {
+	C      *Cluster
+	Member *Member
+	Local  Local
+	Key    []byte       // the cluster's forwarding key
+	Client *http.Client // to the other nodes (nil: one without a total timeout)
+
+	mu    sync.Mutex
+	moves map[string]time.Time // quiesced or moved away, and when (Quiesced)
+	run   sync.Mutex           // one drain at a time
+}
+
+// MovedGrace is how long a session moved away answers 503 here: the
+// other nodes' tables show its new owner within it.
+const MovedGrace = 2 * time.Minute
+
+// Quiesced reports whether calls for session id must wait (503 with
+// Retry-After): it is being moved from this node, or was a moment ago.
+func (d *Drainer) Quiesced(id string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t, ok := d.moves[id]
+	return ok && (t.IsZero() || time.Since(t) < MovedGrace)
+}
+
+func (d *Drainer) mark(id string, moved bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.moves == nil {
+		d.moves = map[string]time.Time{}
+	}
+	if moved {
+		d.moves[id] = time.Now()
+	} else {
+		d.moves[id] = time.Time{}
+	}
+}
+
+func (d *Drainer) unmark(id string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.moves, id)
+}
+
+// moveAnswer is the answer of a move's receiver.
+type moveAnswer struct {
+	Session string `json:"session"`
+	Node    string `json:"node"`
+	Name    string `json:"name"` // the session's name there
+	Files   int    `json:"files"`
+	Bytes   int64  `json:"bytes"`
+}
+
+// Move is one session's move as a drain reports it.
+type Move struct {
+	Session string `json:"session"`
+	Name    string `json:"name,omitempty"`
+	Tenant  string `json:"tenant,omitempty"`
+	To      string `json:"to,omitempty"`
+	NewName string `json:"new_name,omitempty"` // the name it got there, when another session held its own
+	OK      bool   `json:"ok"`
+	Error   string `json:"error,omitempty"`
+}
+
+// Drain marks this node draining and moves every session it owns,
+// telling report of each move as it ends. It returns how many failed.
+func (d *Drainer) Drain(ctx context.Context, report func(Move)) (failed int, err error) {
+	d.run.Lock()
+	defer d.run.Unlock()
+	d.Member.SetDraining(true)
+	if err := d.Member.Sync(ctx); err != nil {
+		return 0, fmt.Errorf("cluster: publishing that this node drains: %w", err)
+	}
+	for _, s := range d.C.Owned(d.C.Self()) {
+		if ctx.Err() != nil {
+			return failed, ctx.Err()
+		}
+		m := Move{Session: s.Name, Name: s.Spec.Name, Tenant: s.Spec.Tenant}
+		to, newName, err := d.moveOne(ctx, s)
+		m.To, m.NewName = to, newName
+		if err != nil {
+			m.Error = err.Error()
+			failed++
+		} else {
+			m.OK = true
+		}
+		report(m)
+	}
+	return failed, nil
+}
+
+// target picks the node a session goes to: the live node, not this one,
+// with the most headroom.
+func (d *Drainer) target(tenant string) (*Node, error) {
+	var nodes []Node
+	for _, n := range d.C.Nodes() {
+		if n.Name != d.C.Self() {
+			nodes = append(nodes, n)
+		}
+	}
+	return Place(nodes, time.Now(), tenant, 0, 0)
+}
+
+// moveOne moves s and returns the node it went to.
+func (d *Drainer) moveOne(ctx context.Context, s *Session) (to, newName string, err error) {
+	n, err := d.target(s.Spec.Tenant)
+	if err != nil {
+		return "", "", err
+	}
+	id := s.Name
+	unhold := d.Member.Hold(id)
+	defer unhold()
+	d.mark(id, false)
+	if err := d.Local.Quiesce(ctx, id); err != nil {
+		d.unmark(id)
+		return n.Name, "", err
+	}
+	_ = d.C.SetPhase(ctx, id, d.C.Self(), PhaseDraining) // shown by kubectl get; the move does not depend on it
+	ans, err := d.send(ctx, id, n)
+	if err != nil {
+		// The answer may be lost after the target took it: the record
+		// tells.
+		if cur, gerr := d.C.Get(context.WithoutCancel(ctx), id); gerr == nil && cur != nil && cur.Spec.Node == n.Name {
+			err = nil
+		}
+	}
+	if err == nil {
+		err = d.C.SwitchOwner(ctx, id, d.C.Self(), n.Name)
+	}
+	if err != nil {
+		_ = d.C.SetPhase(context.WithoutCancel(ctx), id, d.C.Self(), PhaseReady) // it stays here
+		d.Local.Unquiesce(id)
+		d.unmark(id)
+		return n.Name, "", err
+	}
+	d.mark(id, true)
+	if err := d.Local.Release(context.WithoutCancel(ctx), id); err != nil {
+		// Moved: the files are on the target and the record names it;
+		// the copy here is released by the next Sync (MovedAway).
+		d.C.log.Warn("cluster: a moved session's copy here is not released yet", "session", id, "err", err)
+	}
+	if ans != nil && ans.Name != s.Spec.Name {
+		newName = ans.Name
+	}
+	return n.Name, newName, nil
+}
+
+// send streams session id to node n and reads its answer.
+func (d *Drainer) send(ctx context.Context, id string, n *Node) (*moveAnswer, error) {
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(d.Local.Export(ctx, id, pw))
+	}()
+	u := &url.URL{Scheme: "http", Host: n.Address, Path: MovePath + url.PathEscape(id)}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u.String(), pr)
+	if err != nil {
+		pr.Close()
+		return nil, err
+	}
+	req.Header.Set(MoveHeader, MoveSignature(d.Key, d.C.Self(), id, time.Now()))
+	req.Header.Set("Content-Type", "application/x-tar")
+	c := d.Client
+	if c == nil {
+		c = http.DefaultClient
+	}
+	resp, err := c.Do(req)
+	pr.Close()
+	if err != nil {
+		return nil, fmt.Errorf("sending to %s: %w", n.Name, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s refused it (%d): %s", n.Name, resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	ans := &moveAnswer{}
+	if err := json.Unmarshal(body, ans); err != nil {
+		return nil, fmt.Errorf("%s's answer: %v", n.Name, err)
+	}
+	return ans, nil
+}
+
+// ServeHTTP receives a session another node moves here (PUT
+// MovePath{id}): the stream is taken only when MoveHeader is signed with
+// the cluster's key for this session, by the node the session's record
+// names as its owner, and only while this node is not draining; the
+// stream itself is checked as hostile (Local.Import). The record is then
+// switched to this node, and the answer says what was made.
+func (d *Drainer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id, ok := strings.CutPrefix(r.URL.Path, MovePath)
+	if r.Method != http.MethodPut || !ok || !validObjectName(id) {
+		rest.WriteError(w, http.StatusNotFound, capability.Errorf(capability.NotFound, "no such route"))
+		return
+	}
+	from, err := VerifyMove(d.Key, r.Header.Get(MoveHeader), id, time.Now())
+	if err != nil {
+		rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied, "moving session %s here: %v", id, err))
+		return
+	}
+	self := d.C.Self()
+	if from == self {
+		rest.WriteError(w, http.StatusConflict, capability.Errorf(capability.InvalidArgument, "a node does not move a session to itself"))
+		return
+	}
+	if d.Member.Draining() {
+		unavailable(w, "this node is being drained and takes no session")
+		return
+	}
+	rec, err := d.C.Get(r.Context(), id)
+	switch {
+	case err != nil:
+		unavailable(w, "reading session "+id+"'s record: "+err.Error())
+		return
+	case rec == nil || rec.Spec.Node != from:
+		owner := "none"
+		if rec != nil {
+			owner = rec.Spec.Node
+		}
+		rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
+			"session %s is not %s's to move (its record names %s)", id, from, owner))
+		return
+	}
+	unhold := d.Member.Hold(id)
+	defer unhold()
+	got, files, size, err := d.Local.Import(r.Context(), id, rec.Spec.Tenant, rec.Spec.Name, r.Body)
+	if err != nil {
+		ce := controller.Classify(err)
+		d.C.log.Warn("cluster: a moved session was refused", "session", id, "from", from, "err", err)
+		rest.WriteError(w, rest.Status(ce.Code), ce)
+		return
+	}
+	if err := d.C.SwitchOwner(context.WithoutCancel(r.Context()), id, from, self); err != nil {
+		_ = d.Local.Release(context.WithoutCancel(r.Context()), id) // the record is not ours: neither is the copy
+		unavailable(w, "switching session "+id+"'s owner: "+err.Error())
+		return
+	}
+	d.C.log.Info("cluster: a session moved here", "session", id, "from", from, "files", files, "bytes", size)
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(moveAnswer{Session: id, Node: self, Name: got, Files: files, Bytes: size})
+}

@@ -1,0 +1,100 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMoveSignature(t *testing.T) {
+	t.Parallel()
+	key := []byte("0123456789abcdef0123456789abcdef")
+	now := time.Now()
+	sig := MoveSignature(key, "quro-0", "abc", now)
+	if from, err := VerifyMove(key, sig, "abc", now); err != nil || from != "quro-0" {
+		t.Fatalf("a good signature: %q %v", from, err)
+	}
+	for name, tc := range map[string]struct {
+		key      []byte
+		header   string
+		id       string
+		at       time.Time
+		contains string
+	}{
+		"another session":  {key, sig, "abd", now, "not signed"},
+		"another key":      {[]byte("another key of thirty-two bytes!!"), sig, "abc", now, "not signed"},
+		"another node":     {key, "quro-1" + strings.TrimPrefix(sig, "quro-0"), "abc", now, "not signed"},
+		"too old":          {key, sig, "abc", now.Add(MoveSkew + time.Minute), "from now"},
+		"from the future":  {key, sig, "abc", now.Add(-MoveSkew - time.Minute), "from now"},
+		"no key":           {nil, sig, "abc", now, "no forwarding key"},
+		"not three fields": {key, "quro-0 " + sig, "abc", now, "FROM TIME SIGNATURE"},
+	} {
+		if _, err := VerifyMove(tc.key, tc.header, tc.id, tc.at); err == nil || !strings.Contains(err.Error(), tc.contains) {
+			t.Errorf("%s: %v, want %q", name, err, tc.contains)
+		}
+	}
+}
+
+func TestPlaceSkipsDrainingNodes(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	nodes := []Node{
+		{Name: "empty-but-draining", Renewed: now, TTL: time.Minute, Draining: true},
+		{Name: "busy", Sessions: 50, Renewed: now, TTL: time.Minute},
+	}
+	n, err := Place(nodes, now, "", 0, 0)
+	if err != nil || n.Name != "busy" {
+		t.Fatalf("placed on %v (%v)", n, err)
+	}
+	nodes[1].Draining = true
+	if _, err := Place(nodes, now, "", 0, 0); !errors.Is(err, ErrNoNode) {
+		t.Fatalf("every node draining: %v", err)
+	}
+}
+
+// TestRouterQuiesced: a call for a session being moved from this node is
+// told 503 with Retry-After, whether it comes from a client or another
+// node; other sessions are served.
+func TestRouterQuiesced(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	table := &staticTable{self: "a",
+		sessions: map[string]*Session{"moving": {Spec: SessionSpec{Node: "a"}}, "staying": {Spec: SessionSpec{Node: "a"}}},
+		nodes:    []Node{{Name: "a", Address: "unused", Renewed: now, TTL: time.Hour}}}
+	table.sessions["moving"].Name, table.sessions["staying"].Name = "moving", "staying"
+	d := &Drainer{}
+	d.mark("moving", false)
+	rt := &Router{Table: table, Quiesced: d.Quiesced,
+		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "local") })}
+	for _, tc := range []struct {
+		path, fwd string
+		want      int
+	}{
+		{"/v1/sessions/moving/run", "", http.StatusServiceUnavailable},
+		{"/v1/sessions/moving/run", "b", http.StatusServiceUnavailable},
+		{"/v1/sessions/staying/run", "", http.StatusOK},
+		{"/v1/sessions/staying/run", "b", http.StatusOK},
+	} {
+		req := httptest.NewRequest("GET", tc.path, nil)
+		if tc.fwd != "" {
+			req.Header.Set(HeaderForwardedBy, tc.fwd)
+		}
+		w := httptest.NewRecorder()
+		rt.ServeHTTP(w, req)
+		if w.Code != tc.want || tc.want == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
+			t.Errorf("%s (forwarded by %q): %d Retry-After=%q %s", tc.path, tc.fwd, w.Code, w.Header().Get("Retry-After"), w.Body)
+		}
+	}
+	// Moved away: still 503 for a while, so that a stale table elsewhere
+	// never gets this node's "not found".
+	d.mark("moving", true)
+	w := httptest.NewRecorder()
+	rt.ServeHTTP(w, httptest.NewRequest("GET", "/v1/sessions/moving/run", nil))
+	if w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("a session moved a moment ago: %d", w.Code)
+	}
+}
