@@ -300,10 +300,11 @@ func TestExecuteDisconnectInterrupts(t *testing.T) {
 	cancel()
 	resp.Body.Close()
 	// The next run in the context waits for the interrupted one to end.
-	a := ofType(e.execute(t, id, map[string]any{"code": "n", "context_id": c}), "result")
-	b := ofType(e.execute(t, id, map[string]any{"code": "n", "context_id": c}), "result")
+	la := e.execute(t, id, map[string]any{"code": "n", "context_id": c})
+	lb := e.execute(t, id, map[string]any{"code": "n", "context_id": c})
+	a, b := ofType(la, "result"), ofType(lb, "result")
 	if len(a) != 1 || len(b) != 1 || len(a[0]["text"].(string)) < 4 || a[0]["text"] != b[0]["text"] {
-		t.Errorf("the loop went on or the state was lost: %v then %v", a, b)
+		t.Errorf("the loop went on or the state was lost: %v then %v", la, lb)
 	}
 }
 

@@ -91,7 +91,6 @@ _pid = os.getpid()
 _running = False
 _interrupted = False
 _in_run = False   # a run request is being handled
-_pending = False  # a SIGINT arrived for this run before its code started
 _in_child = False
 _counter = 0
 _artifacts = []
@@ -254,18 +253,19 @@ def _write_all(fd, b):
 # ---- set-up -----------------------------------------------------------------
 
 def _on_sigint(signum, frame):
-    global _interrupted, _pending
+    global _interrupted
     if _running:
         _interrupted = True
         # Code that swallows the KeyboardInterrupt may be killed after the
         # grace: what it printed goes out now.
         _flush_out()
         raise KeyboardInterrupt
-    if _in_run:
-        # The run's request is read but its code has not started (it is
-        # being compiled): interrupt it as soon as it starts.
-        _pending = True
-    # Between runs (a timeout that raced the end of the run): ignore.
+    # Before the code starts (its request read, being compiled) or between
+    # runs: ignored. The server repeats a run's SIGINT until the run ends,
+    # so one that lands early is sent again once the code runs; and a
+    # boxed worker's signal goes through the box's init, which may deliver
+    # one sent for the run before after the next run's request is read —
+    # kept for later, it would interrupt a run nobody interrupted.
 
 
 def _after_fork_in_child():
@@ -1555,9 +1555,6 @@ def _execute(src, filename, ns):
     if has_last:
         ns.pop(_LAST, None)
     _running = True
-    if _pending:
-        _interrupted = True
-        raise KeyboardInterrupt
     r = eval(code, ns)
     if code.co_flags & _CO_COROUTINE:
         r = _run_coroutine(r)
@@ -1757,11 +1754,10 @@ def _leave_context(c, prev, saved_env):
 
 
 def _run(msg):
-    global _counter, _running, _interrupted, _artifacts, _in_run, _pending
+    global _counter, _running, _interrupted, _artifacts, _in_run
     global _rich_mode, _results
     _counter += 1
     _interrupted = False
-    _pending = False
     _in_run = True
     if "env" in msg:
         _set_env(msg["env"] or {})
