@@ -18,6 +18,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/quro-dev/quro/internal/api/rest"
@@ -119,16 +121,7 @@ var ErrNotOwner = errors.New("the session's record names another owner")
 // status (alive=false: its processes did not move), each write checked
 // by the resourceVersion read, retried from a fresh read on a conflict.
 func (c *Cluster) SwitchOwner(ctx context.Context, id, from, to string) error {
-	res := c.dyn.Resource(SessionsGVR).Namespace(c.opts.Namespace)
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := res.Get(ctx, id, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		s, err := sessionFrom(cur)
-		if err != nil {
-			return err
-		}
+	return c.updateRecord(ctx, id, func(res dynamic.ResourceInterface, cur *unstructured.Unstructured, s *Session) error {
 		switch s.Spec.Node {
 		case to:
 			if s.Status.Node == to {
@@ -145,7 +138,7 @@ func (c *Cluster) SwitchOwner(ctx context.Context, id, from, to string) error {
 				return err // a conflict: retried from a fresh read
 			}
 		default:
-			return fmt.Errorf("%w: session %s is %s's, not %s's", ErrNotOwner, id, s.Spec.Node, from)
+			return notOwner(id, s, from)
 		}
 		return c.writeStatus(ctx, cur, SessionStatus{Alive: false, Node: to, Phase: PhaseReady})
 	})
@@ -153,6 +146,20 @@ func (c *Cluster) SwitchOwner(ctx context.Context, id, from, to string) error {
 
 // SetPhase writes session id's status phase, when node owns it.
 func (c *Cluster) SetPhase(ctx context.Context, id, node, phase string) error {
+	return c.updateRecord(ctx, id, func(_ dynamic.ResourceInterface, cur *unstructured.Unstructured, s *Session) error {
+		if s.Spec.Node != node {
+			return notOwner(id, s, node)
+		}
+		st := s.Status
+		st.Phase = phase
+		return c.writeStatus(ctx, cur, st)
+	})
+}
+
+// updateRecord reads session id's record afresh and hands it to write,
+// again from a fresh read when a write of it meets a conflict (the
+// resourceVersion read is what each write is checked against).
+func (c *Cluster) updateRecord(ctx context.Context, id string, write func(res dynamic.ResourceInterface, cur *unstructured.Unstructured, s *Session) error) error {
 	res := c.dyn.Resource(SessionsGVR).Namespace(c.opts.Namespace)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur, err := res.Get(ctx, id, metav1.GetOptions{})
@@ -163,13 +170,12 @@ func (c *Cluster) SetPhase(ctx context.Context, id, node, phase string) error {
 		if err != nil {
 			return err
 		}
-		if s.Spec.Node != node {
-			return fmt.Errorf("%w: session %s is %s's, not %s's", ErrNotOwner, id, s.Spec.Node, node)
-		}
-		st := s.Status
-		st.Phase = phase
-		return c.writeStatus(ctx, cur, st)
+		return write(res, cur, s)
 	})
+}
+
+func notOwner(id string, s *Session, node string) error {
+	return fmt.Errorf("%w: session %s is %s's, not %s's", ErrNotOwner, id, s.Spec.Node, node)
 }
 
 // Local is what a drain asks of this node's sessions (the App).
