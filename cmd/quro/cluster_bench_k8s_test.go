@@ -3,23 +3,15 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
-
-	"github.com/quro-dev/quro/internal/cluster"
 )
 
 // BenchmarkClusterForwarding: two nodes on a real API server; through
@@ -37,14 +29,8 @@ func BenchmarkClusterForwarding(b *testing.B) {
 	if v := os.Getenv("QURO_BENCH_N"); v != "" {
 		fmt.Sscan(v, &n)
 	}
-	cfg, kc := apiServer(b)
 	tok := quroToken()
-	tokens := filepath.Join(b.TempDir(), "tokens")
-	os.WriteFile(tokens, []byte(tok+" acme exec\n"), 0o600)
-	a := startNode(b, "node-a", kc, tokens)
-	startNode(b, "node-b", kc, tokens)
-	dyn := dynamic.NewForConfigOrDie(cfg)
-	waitLeases(b, dyn, 2)
+	a, _, _, owner := twoNodes(b, tok+" acme exec\n")
 	client := &http.Client{Timeout: 10 * time.Minute}
 	post := func(url, body string) (int, string, time.Duration) {
 		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
@@ -58,14 +44,6 @@ func BenchmarkClusterForwarding(b *testing.B) {
 		out, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		return resp.StatusCode, string(out), time.Since(start)
-	}
-	owner := func(id string) string {
-		u, err := dyn.Resource(cluster.SessionsGVR).Namespace("default").Get(context.Background(), id, metav1.GetOptions{})
-		if err != nil {
-			b.Fatalf("session %s has no record: %v", id, err)
-		}
-		s, _, _ := unstructured.NestedString(u.Object, "spec", "node")
-		return s
 	}
 	// Session creates through a, placed on both nodes.
 	var creates []time.Duration

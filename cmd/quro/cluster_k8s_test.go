@@ -389,6 +389,32 @@ func indexOf(s []string, v string) int {
 	return -1
 }
 
+// twoNodes starts nodes a and b of one cluster on a fresh API server,
+// both taking the tokens file's lines ("TOKEN TENANT SCOPE\n"...), and
+// returns once both hold live Leases; owner is the node a session's
+// record names.
+func twoNodes(t testing.TB, tokenLines string) (a, b *node, dyn dynamic.Interface, owner func(id string) string) {
+	t.Helper()
+	cfg, kc := apiServer(t)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte(tokenLines), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a = startNode(t, "node-a", kc, tokens)
+	b = startNode(t, "node-b", kc, tokens)
+	dyn = dynamic.NewForConfigOrDie(cfg)
+	waitLeases(t, dyn, 2)
+	owner = func(id string) string {
+		u, err := dyn.Resource(cluster.SessionsGVR).Namespace("default").Get(context.Background(), id, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("session %s has no record: %v", id, err)
+		}
+		n, _, _ := unstructured.NestedString(u.Object, "spec", "node")
+		return n
+	}
+	return a, b, dyn, owner
+}
+
 // waitLeases waits until n node Leases exist.
 func waitLeases(t testing.TB, dyn dynamic.Interface, n int) {
 	t.Helper()

@@ -33,24 +33,9 @@ import (
 )
 
 func TestClusterDrain(t *testing.T) {
-	cfg, kc := apiServer(t)
 	acme, admin := quroToken(), quroToken()
-	tokens := filepath.Join(t.TempDir(), "tokens")
-	os.WriteFile(tokens, []byte(acme+" acme exec\n"+admin+" - admin\n"), 0o600)
-	a := startNode(t, "node-a", kc, tokens)
-	b := startNode(t, "node-b", kc, tokens)
-	dyn := dynamic.NewForConfigOrDie(cfg)
-	waitLeases(t, dyn, 2)
+	a, b, dyn, owner := twoNodes(t, acme+" acme exec\n"+admin+" - admin\n")
 	auth := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
-	sessions := dyn.Resource(cluster.SessionsGVR).Namespace("default")
-	owner := func(id string) string {
-		u, err := sessions.Get(context.Background(), id, metav1.GetOptions{})
-		if err != nil {
-			t.Fatalf("session %s has no record: %v", id, err)
-		}
-		n, _, _ := unstructured.NestedString(u.Object, "spec", "node")
-		return n
-	}
 	create := func(via *node, body string) string {
 		t.Helper()
 		r := do(t, "POST", via.url+"/v1/sessions", "application/json", body, auth(acme)...)

@@ -9,40 +9,19 @@ package main
 //	go test -tags k8s -trimpath -count=1 -run TestClusterRoutes ./cmd/quro/
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/quro-dev/quro/internal/cluster"
 )
 
 func TestClusterRoutes(t *testing.T) {
-	cfg, kc := apiServer(t)
 	acme, other := quroToken(), quroToken()
-	tokens := filepath.Join(t.TempDir(), "tokens")
-	os.WriteFile(tokens, []byte(acme+" acme exec\n"+other+" other exec\n"), 0o600)
-	a := startNode(t, "node-a", kc, tokens)
-	b := startNode(t, "node-b", kc, tokens)
-	dyn := dynamic.NewForConfigOrDie(cfg)
-	waitLeases(t, dyn, 2)
+	a, b, _, owner := twoNodes(t, acme+" acme exec\n"+other+" other exec\n")
 	auth := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
-	owner := func(id string) string {
-		u, err := dyn.Resource(cluster.SessionsGVR).Namespace("default").Get(context.Background(), id, metav1.GetOptions{})
-		if err != nil {
-			t.Fatalf("session %s has no record: %v", id, err)
-		}
-		n, _, _ := unstructured.NestedString(u.Object, "spec", "node")
-		return n
-	}
 
 	// A session made through node a by the capability route; the calls
 	// below go through the node that does not own it (placement is not
