@@ -195,7 +195,7 @@ func (d *Disks) Create(dir string, size int64) error {
 			"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=0:0", img)
 	}
 	if err == nil {
-		err = d.mountNew(f, dir)
+		err = d.mountNew(img, dir)
 	}
 	if err != nil {
 		os.Remove(img)
@@ -204,20 +204,21 @@ func (d *Disks) Create(dir string, size int64) error {
 	return nil
 }
 
-// mountNew attaches the new image locked (open, locked) to a free loop
-// device and mounts its filesystem at dir, as mount(8) would, with the
-// same flags (see mount) but without reading the mount table and every
-// loop device's backing file, which grow with the number of sessions.
-// The device clears itself once the filesystem's last mount is gone.
-func (d *Disks) mountNew(locked *os.File, dir string) error {
+// mountNew attaches the image img to a free loop device and mounts its
+// filesystem at dir, as mount(8) would, with the same flags (see mount)
+// but without reading the mount table and every loop device's backing
+// file, which grow with the number of sessions. The caller holds the
+// image's lock. The device clears itself once the filesystem's last
+// mount is gone.
+func (d *Disks) mountNew(img, dir string) error {
 	// The loop device keeps the open file it is given for as long as it
 	// is bound, and with it any flock on it: it gets an open file of its
 	// own, never the one that holds the image's lock.
-	img, err := os.OpenFile(locked.Name(), os.O_RDWR|unix.O_CLOEXEC, 0)
+	f, err := os.OpenFile(img, os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
-	defer img.Close()
+	defer f.Close()
 	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -228,19 +229,18 @@ func (d *Disks) mountNew(locked *os.File, dir string) error {
 		if err != nil {
 			return fmt.Errorf("no free loop device: %w", err)
 		}
-		dev := fmt.Sprintf("/dev/loop%d", n)
 		if err := loopNode(n); err != nil {
 			return err
 		}
-		lo, err := os.OpenFile(dev, os.O_RDWR|unix.O_CLOEXEC, 0)
+		lo, err := os.OpenFile(fmt.Sprintf("/dev/loop%d", n), os.O_RDWR|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("a loop device: %w", err)
 		}
-		cfg := unix.LoopConfig{Fd: uint32(img.Fd())}
+		cfg := unix.LoopConfig{Fd: uint32(f.Fd())}
 		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
 		err = unix.IoctlLoopConfigure(int(lo.Fd()), &cfg)
 		if errors.Is(err, unix.EBUSY) && try < 16 {
-			lo.Close() // another attach took it first
+			lo.Close() // another attach (any process's) took it first
 			continue
 		}
 		if err != nil {
@@ -249,16 +249,23 @@ func (d *Disks) mountNew(locked *os.File, dir string) error {
 		}
 		// The device's open descriptor holds it until the mount does
 		// (autoclear would clear it on its last close).
-		err = unix.Mount(dev, dir, "ext4", unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOATIME, "")
+		err = d.mountDev(lo.Name(), dir)
 		lo.Close()
-		if err != nil {
-			return fmt.Errorf("mounting the session's disk: %w", err)
-		}
-		d.mu.Lock()
-		d.mine[dir] = true
-		d.mu.Unlock()
-		return nil
+		return err
 	}
+}
+
+// mountDev mounts the ext4 filesystem on the loop device dev at dir.
+// nodev, nosuid: a file the box made must never be a device or a set-uid
+// program for the host.
+func (d *Disks) mountDev(dev, dir string) error {
+	if err := unix.Mount(dev, dir, "ext4", unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOATIME, ""); err != nil {
+		return fmt.Errorf("mounting the session's disk: %w", err)
+	}
+	d.mu.Lock()
+	d.mine[dir] = true
+	d.mu.Unlock()
+	return nil
 }
 
 // lock takes the image's lock (an flock on the image file, so it holds
@@ -304,38 +311,57 @@ func loopNode(n int) error {
 	return nil
 }
 
-// freeLoopNode makes the node of the loop device loop-control names free
-// (loopNode), the one mount(8) is about to attach.
-func freeLoopNode() error {
-	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+// mount mounts the filesystem of the existing image img at dir; the
+// caller holds the image's lock. When a loop device backs img already
+// (its filesystem lives on in another mount namespace, a box's), that
+// device is mounted again, so one filesystem is never mounted from two
+// devices; else img is attached to a free one (mountNew). The device is
+// chosen here, never by mount(8): mount(8) asks loop-control for a free
+// device of its own, which another process may take first or which may
+// have no node in a container's /dev.
+func (d *Disks) mount(img, dir string) error {
+	lo, err := boundLoop(img)
 	if err != nil {
 		return err
 	}
-	defer ctl.Close()
-	n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
-	if err != nil {
-		return err
+	if lo == nil {
+		return d.mountNew(img, dir)
 	}
-	return loopNode(n)
+	defer lo.Close() // held open, the device cannot clear itself before the mount holds it
+	return d.mountDev(lo.Name(), dir)
 }
 
-func (d *Disks) mount(img, dir string) error {
-	// nodev, nosuid: a file the box made must never be a device or a
-	// set-uid program for the host.
-	// mount(8) reuses the loop device of an image that is mounted
-	// elsewhere already, so the filesystem is never mounted twice from two
-	// devices — unless two mounts race, which the image's lock (lock)
-	// prevents: every caller holds it.
-	// mount(8) attaches the device loop-control names free; its node must
-	// be there (loopNode). If this fails, mount says what it could not do.
-	_ = freeLoopNode()
-	if err := d.run("mount", "-t", "ext4", "-o", "loop,nodev,nosuid,noatime", img, dir); err != nil {
-		return err
+// boundLoop opens the loop device whose backing file is img, if one is;
+// nil if none. It reads sysfs, as losetup -j does: this is the rare path
+// (a session's disk mounted again), not a create's.
+func boundLoop(img string) (*os.File, error) {
+	abs, err := filepath.Abs(img)
+	if err != nil {
+		return nil, err
 	}
-	d.mu.Lock()
-	d.mine[dir] = true
-	d.mu.Unlock()
-	return nil
+	backs := func(n int) bool {
+		b, err := os.ReadFile(fmt.Sprintf("/sys/block/loop%d/loop/backing_file", n))
+		return err == nil && strings.TrimSuffix(string(b), "\n") == abs
+	}
+	names, _ := filepath.Glob("/sys/block/loop[0-9]*")
+	for _, name := range names {
+		n, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(name), "loop"))
+		if err != nil || !backs(n) {
+			continue
+		}
+		if err := loopNode(n); err != nil {
+			return nil, err
+		}
+		lo, err := os.OpenFile(fmt.Sprintf("/dev/loop%d", n), os.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("a loop device: %w", err)
+		}
+		if backs(n) { // still: it did not clear itself before the open held it
+			return lo, nil
+		}
+		lo.Close()
+	}
+	return nil, nil
 }
 
 // UnmountMine unmounts the images this process mounted and no process

@@ -436,8 +436,8 @@ func TestDiskInADevWithoutLoopNodes(t *testing.T) {
 	}
 	s := session(t, d, data, "s", 32<<20)
 	made := loops()
-	if len(made) != 1 {
-		t.Fatalf("after making the disk, /dev holds loop nodes %v, want the one attached", made)
+	if len(made) == 0 { // more than one when another process took a free device first
+		t.Fatal("after making the disk, /dev holds no loop node")
 	}
 	if err := os.WriteFile(filepath.Join(s, "workspace", "keep"), []byte("kept"), 0o644); err != nil {
 		t.Fatal(err)
