@@ -34,6 +34,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -135,9 +136,9 @@ func (d *Disks) probe() error {
 	if os.Geteuid() != 0 {
 		return errors.New("the server is not root: it cannot mount a per-session disk image")
 	}
-	for _, tool := range []string{"mkfs.ext4", "mount", "umount", "resize2fs", "losetup"} {
+	for _, tool := range []string{"mkfs.ext4", "e2fsck", "resize2fs"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("%s is missing (apt-get install e2fsprogs mount)", tool)
+			return fmt.Errorf("%s is missing (apt-get install e2fsprogs)", tool)
 		}
 	}
 	if _, err := os.Stat("/dev/loop-control"); err != nil {
@@ -339,9 +340,19 @@ func boundLoop(img string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	var ist unix.Stat_t
+	if err := unix.Stat(abs, &ist); err != nil {
+		return nil, err
+	}
+	// sysfs names the backing file by the kernel's path: the data
+	// directory's links resolved.
+	paths := []string{abs}
+	if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
+		paths = append(paths, real)
+	}
 	backs := func(n int) bool {
 		b, err := os.ReadFile(fmt.Sprintf("/sys/block/loop%d/loop/backing_file", n))
-		return err == nil && strings.TrimSuffix(string(b), "\n") == abs
+		return err == nil && slices.Contains(paths, strings.TrimSuffix(string(b), "\n"))
 	}
 	names, _ := filepath.Glob("/sys/block/loop[0-9]*")
 	for _, name := range names {
@@ -356,7 +367,7 @@ func boundLoop(img string) (*os.File, error) {
 		if err != nil {
 			return nil, fmt.Errorf("a loop device: %w", err)
 		}
-		if backs(n) { // still: it did not clear itself before the open held it
+		if backsImage(lo, &ist) { // still: it did not clear itself before the open held it
 			return lo, nil
 		}
 		lo.Close()
@@ -412,12 +423,26 @@ func (d *Disks) Remount(dir string) error {
 	}
 	// A disk Grow could not grow while it was in use grows now, unless
 	// its filesystem still lives in another mount namespace.
-	if d.short(img) && !d.attached(img) {
-		if err := d.resizeOffline(img); err != nil {
+	lo, err := boundLoop(img)
+	if err != nil {
+		return err
+	}
+	if lo == nil {
+		// No loop device backs the image: nothing has its filesystem.
+		if d.short(img) {
+			if err := d.resizeOffline(img); err != nil {
+				return fmt.Errorf("growing the session's disk: %w", err)
+			}
+		}
+		return d.mountNew(img, dir)
+	}
+	defer lo.Close() // held open, the device cannot clear itself before the mount holds it
+	if d.short(img) && unmountedEverywhere(lo) {
+		if err := d.growDevice(lo); err != nil {
 			return fmt.Errorf("growing the session's disk: %w", err)
 		}
 	}
-	return d.mount(img, dir)
+	return d.mountDev(lo.Name(), dir)
 }
 
 // ErrNotGrown is Grow's error when the session's disk is in use and the
@@ -460,19 +485,34 @@ func (d *Disks) grow(dir string, size int64) error {
 		return nil // the image and its filesystem are that large already
 	}
 	if !Mounted(dir) {
-		if d.attached(img) {
+		lo, err := boundLoop(img)
+		if err != nil {
+			return err
+		}
+		if lo == nil {
+			return d.resizeOffline(img) // no loop device backs it: nothing has its filesystem
+		}
+		defer lo.Close()
+		if !unmountedEverywhere(lo) {
 			return fmt.Errorf("%w (the filesystem is in use in another mount namespace)", ErrNotGrown)
 		}
-		return d.resizeOffline(img)
+		return d.growDevice(lo)
 	}
-	dev, err := d.output("findmnt", "-n", "-o", "SOURCE", "--mountpoint", dir)
+	// The loop device under dir is held open from here to the end: it
+	// stays bound to the image across the unmount below (an autoclear
+	// device is released on its last close, which may be any process's:
+	// one that scans or probes the loop devices), so that the filesystem
+	// is checked, grown and mounted again on the one device whose page
+	// cache holds it.
+	lo, err := mountedLoop(dir, img)
 	if err != nil {
 		return err
 	}
-	if err := d.run("losetup", "-c", dev); err != nil {
-		return err
+	defer lo.Close()
+	if err := unix.IoctlSetInt(int(lo.Fd()), unix.LOOP_SET_CAPACITY, 0); err != nil {
+		return fmt.Errorf("a loop device's new size: %w", err)
 	}
-	online := d.run("resize2fs", dev)
+	online := resizeOnline(dir, img)
 	if online == nil {
 		return nil
 	}
@@ -480,25 +520,134 @@ func (d *Disks) grow(dir string, size int64) error {
 		return fmt.Errorf("%w (online resizing failed: %v; unmount: %v)", ErrNotGrown, online, err)
 	}
 	// The filesystem may still be mounted in another mount namespace (a
-	// box made while it was mounted here holds a copy of the mount): then
-	// its loop device stays bound, and checking or resizing the image under
-	// the live filesystem would corrupt it. Mount it back (mount reuses the
-	// bound loop device, so the same filesystem) and grow it when idle.
-	if loopBound(dev) {
-		if merr := d.mount(img, dir); merr != nil {
+	// box made while it was mounted here holds a copy of the mount):
+	// checking or resizing it under the live filesystem would corrupt
+	// it. Mount it back (the same device, so the same filesystem) and
+	// grow it when idle.
+	if !unmountedEverywhere(lo) {
+		if merr := d.mountDev(lo.Name(), dir); merr != nil {
 			return merr
 		}
 		return fmt.Errorf("%w (online resizing failed: %v; the filesystem is still in use in another mount namespace)", ErrNotGrown, online)
 	}
-	err = d.resizeOffline(img)
-	if merr := d.mount(img, dir); merr != nil {
+	err = d.resizeOffline(lo.Name())
+	if merr := d.mountDev(lo.Name(), dir); merr != nil {
 		return merr
 	}
 	return err
 }
 
-// resizeOffline checks img's filesystem and grows it to the image's size.
-// Nothing may have it mounted, in any mount namespace.
+// ext4IocResizeFS is EXT4_IOC_RESIZE_FS, _IOW('f', 16, __u64)
+// (linux/fs/ext4/ext4.h): grow a mounted ext4 filesystem to a number of
+// blocks. x/sys/unix does not name it.
+const ext4IocResizeFS = 0x40086610
+
+// resizeOnline grows the ext4 filesystem mounted at dir to the size of
+// its image img, by the ioctl resize2fs makes, on the mount point itself
+// (resize2fs finds a mount point by the device's name in the mount
+// table). The kernel needs CAP_SYS_RESOURCE (else EPERM) and trims a
+// last block group too small for its metadata.
+func resizeOnline(dir, img string) error {
+	fi, err := os.Stat(img)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+		return err
+	}
+	if st.Type != unix.EXT4_SUPER_MAGIC || st.Bsize <= 0 {
+		return fmt.Errorf("the session's disk is not an ext4 filesystem (type %#x)", st.Type)
+	}
+	blocks := uint64(fi.Size()) / uint64(st.Bsize)
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), ext4IocResizeFS, uintptr(unsafe.Pointer(&blocks))); e != 0 {
+		return fmt.Errorf("EXT4_IOC_RESIZE_FS: %w", e)
+	}
+	return nil
+}
+
+// mountedLoop opens the loop device of the filesystem mounted at dir,
+// found by the mount's device numbers (sysfs names the device), and
+// checks that it is the one backing img.
+func mountedLoop(dir, img string) (*os.File, error) {
+	var st, ist unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return nil, err
+	}
+	if err := unix.Stat(img, &ist); err != nil {
+		return nil, err
+	}
+	link, err := os.Readlink(fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)))
+	if err != nil {
+		return nil, fmt.Errorf("the device of the session's disk: %w", err)
+	}
+	n, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(link), "loop"))
+	if err != nil || !strings.HasPrefix(filepath.Base(link), "loop") {
+		return nil, fmt.Errorf("the session's disk is not on a loop device (%s)", filepath.Base(link))
+	}
+	if err := loopNode(n); err != nil {
+		return nil, err
+	}
+	lo, err := os.OpenFile(fmt.Sprintf("/dev/loop%d", n), os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("a loop device: %w", err)
+	}
+	var lst unix.Stat_t
+	err = unix.Fstat(int(lo.Fd()), &lst)
+	if err == nil && lst.Rdev != st.Dev {
+		err = errors.New("its node is another device")
+	}
+	if err == nil && !backsImage(lo, &ist) {
+		err = errors.New("the device mounted there is not the session's image")
+	}
+	if err != nil {
+		lo.Close()
+		return nil, fmt.Errorf("a loop device: %w", err)
+	}
+	return lo, nil
+}
+
+// backsImage reports whether the open loop device lo is bound to the file
+// img (its device and inode numbers, as the kernel keeps them).
+func backsImage(lo *os.File, img *unix.Stat_t) bool {
+	info, err := unix.IoctlLoopGetStatus64(int(lo.Fd()))
+	return err == nil && info.Device == img.Dev && info.Inode == img.Ino
+}
+
+// unmountedEverywhere reports whether no mount, in any mount namespace,
+// holds the filesystem on the loop device lo: a mounted filesystem holds
+// its block device exclusively, and an exclusive open (O_EXCL) then
+// fails with EBUSY. Other opens of the device (a tool that probes it)
+// do not count; whether the device is still bound to its file after an
+// unmount does not tell (see grow).
+func unmountedEverywhere(lo *os.File) bool {
+	ex, err := os.OpenFile(lo.Name(), os.O_RDWR|unix.O_EXCL|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	ex.Close()
+	return true
+}
+
+// growDevice grows the filesystem on the loop device lo, mounted
+// nowhere, to its image's size: the device takes the image's new size,
+// and the filesystem is checked and grown through the device, whose
+// page cache a mount of it reads afterwards.
+func (d *Disks) growDevice(lo *os.File) error {
+	if err := unix.IoctlSetInt(int(lo.Fd()), unix.LOOP_SET_CAPACITY, 0); err != nil {
+		return fmt.Errorf("a loop device's new size: %w", err)
+	}
+	return d.resizeOffline(lo.Name())
+}
+
+// resizeOffline checks the filesystem on img (an image, or the loop
+// device bound to it) and grows it to its size. Nothing may have it
+// mounted, in any mount namespace.
 func (d *Disks) resizeOffline(img string) error {
 	// e2fsck exits 1 when it corrected something, which is fine here.
 	err := d.run("e2fsck", "-f", "-p", img)
@@ -548,21 +697,6 @@ func fsSize(img string) (int64, error) {
 		blocks |= uint64(le.Uint32(sb[0x150:])) << 32
 	}
 	return int64(blocks) << (10 + le.Uint32(sb[0x18:])), nil
-}
-
-// attached reports whether a loop device is bound to img: its filesystem
-// is mounted somewhere, maybe in another mount namespace.
-func (d *Disks) attached(img string) bool {
-	out, err := d.output("losetup", "-j", img)
-	return err != nil || strings.TrimSpace(out) != ""
-}
-
-// loopBound reports whether the loop device dev (/dev/loopN) still has a
-// backing file: after its filesystem was unmounted here, another mount of
-// it lives on (an autoclear loop device is released with its last user).
-func loopBound(dev string) bool {
-	_, err := os.Stat(filepath.Join("/sys/block", filepath.Base(dev), "loop", "backing_file"))
-	return err == nil
 }
 
 // Remove unmounts dir and deletes its image. Stop every process of the
@@ -722,8 +856,7 @@ func (d *Disks) run(name string, args ...string) error {
 	return err
 }
 
-// output runs a disk tool (mkfs.ext4, mount, losetup, resize2fs,
-// e2fsck, findmnt) to its end and returns its output, stdout and stderr
+// output runs a disk tool (mkfs.ext4, e2fsck, resize2fs) to its end and returns its output, stdout and stderr
 // together. It runs through sandbox.RunHelper, the one way the server
 // runs a program of its own: in a process group of its own, killed as a
 // whole once the tool exited, with a parent-death signal. A failure is a

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/quro-dev/quro/internal/sandbox"
 )
 
@@ -198,6 +200,89 @@ func TestGrowLeavesAFilesystemInUseElsewhereAlone(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(s, "workspace", name)); string(b) != want {
 			t.Errorf("after growing, %s: %q %v", name, b, err)
 		}
+	}
+}
+
+// Any process may hold a session's loop device open for a moment (udev
+// probing it, losetup scanning for a free one, another session's attach):
+// an autoclear device then stays bound to its image after the disk's
+// unmount until that process closes it. Such an open is not a mount: an
+// idle disk still grows, offline in Grow and at its next mount in Remount
+// ("still in use in another mount namespace" was the flake of
+// TestQuotaRemountAndGrow beside a loop of losetup -f / -d). Here a
+// process of the test holds the device open across both, every time.
+func TestGrowWhileAnotherProcessHoldsTheLoopDeviceOpen(t *testing.T) {
+	d, data := newDisks(t)
+	s := session(t, d, data, "s", 32<<20)
+	if err := os.WriteFile(filepath.Join(s, "workspace", "keep"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(s, &st); err != nil {
+		t.Fatal(err)
+	}
+	link, err := os.Readlink(fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := "/dev/" + filepath.Base(link)
+	// A process of its own, as udev's or losetup's would be: it opens
+	// the device (not exclusively) and keeps it open until its stdin
+	// closes.
+	hold := func() (release func()) {
+		t.Helper()
+		holder := exec.Command("sh", "-c", "exec 3<"+dev+" && echo open && exec cat")
+		stdin, err := holder.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := holder.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := holder.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := bufio.NewReader(stdout).ReadString('\n'); line != "open\n" {
+			stdin.Close()
+			holder.Wait()
+			t.Fatalf("the holder of %s said %q, %v", dev, line, err)
+		}
+		return func() { stdin.Close(); holder.Wait() }
+	}
+
+	release := hold()
+	err = d.Grow(s, 64<<20)
+	release()
+	if err != nil {
+		t.Fatalf("Grow of an idle disk whose loop device another process had open: %v", err)
+	}
+	if u, ok := d.Usage(s); !ok || u.Quota != 64<<20 || u.Free < 48<<20 {
+		t.Fatalf("after growing to 64 MiB: %+v %v", u, ok)
+	}
+
+	// Unmounted with the device held open, and the image larger than
+	// its filesystem (a grow that waited for the session to be idle):
+	// the next mount grows it, on that device.
+	release = hold()
+	defer release()
+	if err := syscallUnmount(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(d.image(s), 96<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Remount(s); err != nil {
+		t.Fatal(err)
+	}
+	if u, ok := d.Usage(s); !ok || u.Quota != 96<<20 || u.Free < 64<<20 {
+		t.Fatalf("after the remount with the image grown to 96 MiB: %+v %v", u, ok)
+	}
+	if b, err := os.ReadFile(filepath.Join(s, "workspace", "keep")); string(b) != "kept" {
+		t.Fatalf("after growing: %q %v", b, err)
+	}
+	if out, err := exec.Command("losetup", "-j", d.image(s)).Output(); err != nil || strings.Count(strings.TrimSpace(string(out)), "\n") != 0 {
+		t.Fatalf("the image is on more than one loop device: %s %v", out, err)
 	}
 }
 
