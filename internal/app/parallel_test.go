@@ -277,7 +277,7 @@ func TestParallelPythonRunsWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	late := reply.Output.(*runcode.Result)
-	if !strings.Contains(late.Error, "did not start") || !strings.Contains(late.Error, "another run of this session's Python, running for") || strings.Contains(late.Error, "interrupt") {
+	if !strings.Contains(late.Error, "did not start") || !strings.Contains(late.Error, "another run of this session's Python, busy for") || strings.Contains(late.Error, "interrupt") {
 		t.Fatalf("%+v", late)
 	}
 	second := make(chan *runcode.Result, 1)

@@ -507,7 +507,8 @@ func (e *Embedded) StartSpare(ctx context.Context, sess *session.Session) error 
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	defer func() { <-s.sem }()
+	s.took("this session's Python to start")
+	defer s.give()
 	e.mu.Lock()
 	gone := e.slots[sess.ID] != s // Stop ran meanwhile
 	e.mu.Unlock()
@@ -542,7 +543,8 @@ func (e *Embedded) BindSpare(ctx context.Context, sess *session.Session) error {
 	default:
 		return errors.New("the spare session's worker is in use")
 	}
-	defer func() { <-s.sem }()
+	s.took("the check of this session's spare Python")
+	defer s.give()
 	switch {
 	case s.w == nil || !s.w.alive():
 		return errors.New("the spare session's worker has exited")

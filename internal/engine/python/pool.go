@@ -62,7 +62,36 @@ type slot struct {
 	// The code context of the run in progress and its cancel (under mu).
 	runCtx    string
 	cancelRun context.CancelCauseFunc
-	since     time.Time // when the run in progress took sem (under mu)
+	// What holds sem and since when (under mu), for the error of a run
+	// that waited for it in vain: another run, the worker's start, a
+	// reset...
+	holder string
+	since  time.Time
+}
+
+// took records that the caller, which has just taken s.sem, is what
+// (e.g. "another run of this session's Python"). give releases s.sem.
+func (s *slot) took(what string) {
+	s.mu.Lock()
+	s.holder, s.since = what, time.Now()
+	s.mu.Unlock()
+}
+
+func (s *slot) give() {
+	s.mu.Lock()
+	s.holder, s.since = "", time.Time{}
+	s.mu.Unlock()
+	<-s.sem
+}
+
+// waitedFor says what a run that could not take s.sem waited for.
+func (s *slot) waitedFor() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.holder == "" {
+		return "its turn in this session's Python" // released just now
+	}
+	return s.holder + ", busy for " + time.Since(s.since).Round(100*time.Millisecond).String() + ","
 }
 
 func (e *pool) slot(id string) (*slot, error) {
@@ -91,25 +120,12 @@ func (e *pool) run(ctx context.Context, req *runcode.Request) (*runcode.Result, 
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
-		what := "a reset or stop of this session's Python"
-		s.mu.Lock()
-		if !s.since.IsZero() {
-			what = "another run of this session's Python, running for " + time.Since(s.since).Round(100*time.Millisecond).String() + ","
-		}
-		s.mu.Unlock()
 		return &runcode.Result{ExitCode: -1, Interrupted: true, TimedOut: errors.Is(ctx.Err(), context.DeadlineExceeded),
 			Error: fmt.Sprintf("this run waited %s for %s and did not start (%v): call again when it is done, or run this in another session",
-				time.Since(waitStart).Round(100*time.Millisecond), what, ctx.Err())}, nil
+				time.Since(waitStart).Round(100*time.Millisecond), s.waitedFor(), ctx.Err())}, nil
 	}
-	s.mu.Lock()
-	s.since = time.Now()
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.since = time.Time{}
-		s.mu.Unlock()
-		<-s.sem
-	}()
+	s.took("another run of this session's Python")
+	defer s.give()
 	if s.idle != nil {
 		s.idle.Stop()
 	}
@@ -196,7 +212,8 @@ func (e *pool) idleStop(s *slot, gen uint64) {
 	default:
 		return // a run is in progress; it re-arms the timer
 	}
-	defer func() { <-s.sem }()
+	s.took("the release of this session's idle Python")
+	defer s.give()
 	if s.gen != gen {
 		return // a run came between the timer firing and now
 	}
@@ -220,7 +237,8 @@ func (e *pool) ReleaseIdle(sessionID string) bool {
 	default:
 		return false
 	}
-	defer func() { <-s.sem }()
+	s.took("the release of this session's idle Python")
+	defer s.give()
 	return e.release(s)
 }
 
@@ -278,7 +296,8 @@ func (e *pool) Reset(ctx context.Context, sessionID string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	defer func() { <-s.sem }()
+	s.took("a reset of this session's Python")
+	defer s.give()
 	s.endWorker()
 	s.lost = ""
 	return nil
@@ -309,8 +328,9 @@ func (e *pool) Stop(sessionID string) {
 	}
 	select {
 	case s.sem <- struct{}{}:
+		s.took("the stop of this session's Python")
 		s.endWorker()
-		<-s.sem
+		s.give()
 	default:
 		// A run holds the slot: end its worker under it; the run reports it.
 		if w := s.worker(); w != nil {
@@ -383,7 +403,8 @@ func (e *pool) Claimed(id string) {
 	default:
 		return // a run holds it (the session was found already): it arms the timer
 	}
-	defer func() { <-s.sem }()
+	s.took("the claim of this session's spare Python")
+	defer s.give()
 	if s.w == nil {
 		return
 	}
@@ -420,7 +441,8 @@ func (e *pool) DropContext(ctx context.Context, sessionID, id string) error {
 			return ctx.Err()
 		}
 	}
-	defer func() { <-s.sem }()
+	s.took("the restart of a code context of this session's Python")
+	defer s.give()
 	w := s.w
 	if w == nil || !w.alive() {
 		return nil
@@ -467,7 +489,8 @@ func (e *pool) prestart(sess *session.Session, ready func(ctx context.Context) e
 		case <-e.ctx.Done():
 			return
 		}
-		defer func() { <-s.sem }()
+		s.took("this session's Python to start")
+		defer s.give()
 		e.mu.Lock()
 		gone := e.slots[sess.ID] != s // Stop ran meanwhile
 		e.mu.Unlock()
