@@ -58,6 +58,9 @@ type Box struct {
 	mu     sync.Mutex
 	procs  map[string]*Process // spawned, not yet reported exited
 	seq    uint64
+	// syncs are the waiters of signalsSent, by token; closed when the
+	// box init answers, or when the box ends.
+	syncs  map[string]chan struct{}
 	frozen bool
 	closed bool
 	dead   chan struct{} // closed when bubblewrap has exited
@@ -481,6 +484,15 @@ func (bx *Box) read() {
 		if err != nil || len(f) < 1 {
 			continue
 		}
+		if kind == boxinit.MsgSynced {
+			bx.mu.Lock()
+			if ch := bx.syncs[f[0]]; ch != nil {
+				delete(bx.syncs, f[0])
+				close(ch)
+			}
+			bx.mu.Unlock()
+			continue
+		}
 		bx.mu.Lock()
 		p := bx.procs[f[0]]
 		bx.mu.Unlock()
@@ -502,6 +514,10 @@ func (bx *Box) read() {
 	}
 	bx.mu.Lock()
 	bx.closed = true
+	for tok, ch := range bx.syncs { // no signal of the box's is on its way any more
+		delete(bx.syncs, tok)
+		close(ch)
+	}
 	left := make([]*Process, 0, len(bx.procs))
 	for _, p := range bx.procs {
 		left = append(left, p)
@@ -537,6 +553,41 @@ func (bx *Box) signal(id string, sig syscall.Signal, group bool) {
 	// Best effort, like kill(2) on a process that may be gone: a send
 	// fails only when the box is, and its processes died with it.
 	_ = bx.send(boxinit.EncodeMsg(boxinit.MsgSignal, id, strconv.Itoa(int(sig)), g), nil)
+}
+
+// signalsSent returns once the box init has handled every message sent
+// to it before this call, each signal by kill(2); or when the box ends
+// (its processes with it), or ctx does.
+func (bx *Box) signalsSent(ctx context.Context) error {
+	ch := make(chan struct{})
+	bx.mu.Lock()
+	if bx.closed {
+		bx.mu.Unlock()
+		return nil
+	}
+	bx.seq++
+	tok := "sync-" + strconv.FormatUint(bx.seq, 10)
+	if bx.syncs == nil {
+		bx.syncs = map[string]chan struct{}{}
+	}
+	bx.syncs[tok] = ch
+	bx.mu.Unlock()
+	forget := func() {
+		bx.mu.Lock()
+		delete(bx.syncs, tok)
+		bx.mu.Unlock()
+	}
+	if err := bx.send(boxinit.EncodeMsg(boxinit.MsgSync, tok), nil); err != nil {
+		forget()
+		return nil // the box is gone, and its processes
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		forget()
+		return ctx.Err()
+	}
 }
 
 // Close ends the box in one step: SIGKILL to its init, pid 1 of its pid

@@ -475,3 +475,62 @@ func TestSessionBoxShowsOnlyTheReadyEntries(t *testing.T) {
 		t.Fatalf("the run beside the busy box was not in a box of its own: %+v", sb.BoxStats())
 	}
 }
+
+// A signal to a process in a session box is a message to the box's init,
+// which sends it by kill(2) when it reads it, maybe after its sender has
+// gone on (a SIGINT for one run of the Python worker landed in the next).
+// SignalsDelivered returns once it has been sent: the process, which
+// blocks these signals so that they stay pending, has each one pending
+// then, every time.
+func TestSignalsDeliveredWaitsForTheBoxInit(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3 here")
+	}
+	sb := newBoxSandbox(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	const first, last = 34, 60 // real-time signals: nothing else sends them
+	spec := boxSpec("sigsync", t.TempDir(), nil, "exec python3 -c 'import signal, time\n"+
+		"signal.pthread_sigmask(signal.SIG_BLOCK, range("+strconv.Itoa(first)+", "+strconv.Itoa(last+1)+"))\n"+
+		"print(\"ready\", flush=True)\ntime.sleep(3600)'")
+	spec.Stdout, spec.Stderr = w, w
+	p, err := sb.Start(testCtx(t), spec)
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { p.Kill(); p.Wait() }()
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(r, buf); err != nil || string(buf) != "ready\n" {
+		t.Fatalf("the process said %q, %v", buf, err)
+	}
+	pending := func() uint64 {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(p.Pid()) + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "ShdPnd:\t"); ok {
+				n, err := strconv.ParseUint(v, 16, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+		}
+		t.Fatal("no ShdPnd in the process's status")
+		return 0
+	}
+	for sig := first; sig <= last; sig++ {
+		p.Signal(syscall.Signal(sig))
+		if err := p.SignalsDelivered(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if got := pending(); got&(1<<(sig-1)) == 0 {
+			t.Fatalf("signal %d is not pending once SignalsDelivered returned (pending %#x)", sig, got)
+		}
+	}
+}

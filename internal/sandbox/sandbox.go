@@ -1328,6 +1328,19 @@ func (p *Process) Signal(sig syscall.Signal) {
 	}
 }
 
+// SignalsDelivered returns once every signal sent to the program so far
+// (Signal, Interrupt) has been sent by kill(2): in a session box a signal
+// is a message to the box's init, which sends it when it reads it — at
+// load, after its sender has gone on (a SIGINT meant for one request of
+// a long-lived program that lands while it serves the next). Outside a
+// box Signal is kill(2) itself. Its error is ctx's, when ctx ended first.
+func (p *Process) SignalsDelivered(ctx context.Context) error {
+	if p.bx == nil {
+		return nil
+	}
+	return p.bx.signalsSent(ctx)
+}
+
 // Interrupt asks the program to stop as a person at a terminal would: sig
 // to its process group now and, when every > 0, again every `every` (a
 // signal that lands before the program is ready for it is lost), until

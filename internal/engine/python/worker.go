@@ -506,6 +506,18 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 		// did: its word is waited for, or a kill reads as a crash.
 		<-in.exited
 	}
+	if in.sent && reply != nil {
+		// A boxed worker's SIGINT goes through the box's init, which may
+		// send it after the worker replied: it would then land in the
+		// next run, which nobody interrupted. The run ends once every
+		// SIGINT sent for it has been sent by kill(2) (and the worker,
+		// reading the next request, finds it pending and drops it, as
+		// between runs). Bounded by the grace: a box that does not
+		// answer in that time (frozen by a pause) is left as before.
+		sctx, cancel := context.WithTimeout(context.Background(), o.grace+time.Second)
+		_ = w.proc.SignalsDelivered(sctx)
+		cancel()
+	}
 	if reply == nil {
 		w.reap()
 	}

@@ -23,9 +23,12 @@ import (
 //
 //	server → box:  MsgSpawn id dir tty argv...   (SCM_RIGHTS: the child's fds 0..n-1)
 //	               MsgSignal id signal group
+//	               MsgSync token
 //	box → server:  MsgStarted id pid             (pid in the box's namespace)
 //	               MsgFailed id reason
 //	               MsgExited id wait-status
+//	               MsgSynced token               (every message before MsgSync is handled:
+//	                                              its signals were sent by kill(2))
 //
 // Every spawned process leads a session of its own (so its process group
 // is its pid, and it has no controlling terminal unless tty is "1", when
@@ -43,6 +46,8 @@ const (
 	MsgStarted = 'p'
 	MsgFailed  = 'f'
 	MsgExited  = 'x'
+	MsgSync    = 'y'
+	MsgSynced  = 'z'
 )
 
 // MaxMsg is the largest message either side sends: an argv with the init
@@ -161,6 +166,14 @@ func boxMain(args []string) int {
 		case MsgSignal:
 			closeAll(fds)
 			b.signal(fields)
+		case MsgSync:
+			// Messages are handled in order, each signal by kill(2)
+			// before the next is read: the server's signals before
+			// this one have all been sent.
+			closeAll(fds)
+			if len(fields) == 1 {
+				b.reply(MsgSynced, fields[0])
+			}
 		default:
 			closeAll(fds)
 		}

@@ -1554,6 +1554,12 @@ def _execute(src, filename, ns):
         code, has_last = _compile(shell or cell, filename)
     if has_last:
         ns.pop(_LAST, None)
+    # A SIGINT sent for the run before may be pending still (the server
+    # waits until the box's init has sent it before the next request, so
+    # its C handler ran, but its Python handler may not have yet):
+    # pthread_sigmask runs pending handlers, here while _running is False,
+    # so that it is dropped and never interrupts this run.
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, ())
     _running = True
     r = eval(code, ns)
     if code.co_flags & _CO_COROUTINE:
