@@ -12,8 +12,8 @@ import (
 
 // Helper is a program the server runs for its own work, outside any box
 // and with the server's privileges: the embedded Python's compileall,
-// debootstrap, the disk tools of internal/quota (mkfs.ext4, mount,
-// losetup, resize2fs, e2fsck, findmnt), the probe of the host's python3.
+// debootstrap, the disk tools of internal/quota (mkfs.ext4, e2fsck,
+// resize2fs), the probe of the host's python3.
 // It never runs user code. RunHelper is the one way to run one, so that
 // like a sandboxed run it gets a process group of its own, killed as a
 // whole when ctx ends or when it exits, a parent-death signal, and a
