@@ -206,7 +206,7 @@ func (d *Disks) Create(dir string, size int64) error {
 }
 
 // mountNew attaches the image img to a free loop device and mounts its
-// filesystem at dir, as mount(8) would, with the same flags (see mount)
+// filesystem at dir, as mount(8) would, with the same flags (see mountDev)
 // but without reading the mount table and every loop device's backing
 // file, which grow with the number of sessions. The caller holds the
 // image's lock. The device clears itself once the filesystem's last
@@ -312,26 +312,6 @@ func loopNode(n int) error {
 	return nil
 }
 
-// mount mounts the filesystem of the existing image img at dir; the
-// caller holds the image's lock. When a loop device backs img already
-// (its filesystem lives on in another mount namespace, a box's), that
-// device is mounted again, so one filesystem is never mounted from two
-// devices; else img is attached to a free one (mountNew). The device is
-// chosen here, never by mount(8): mount(8) asks loop-control for a free
-// device of its own, which another process may take first or which may
-// have no node in a container's /dev.
-func (d *Disks) mount(img, dir string) error {
-	lo, err := boundLoop(img)
-	if err != nil {
-		return err
-	}
-	if lo == nil {
-		return d.mountNew(img, dir)
-	}
-	defer lo.Close() // held open, the device cannot clear itself before the mount holds it
-	return d.mountDev(lo.Name(), dir)
-}
-
 // boundLoop opens the loop device whose backing file is img, if one is;
 // nil if none. It reads sysfs, as losetup -j does: this is the rare path
 // (a session's disk mounted again), not a create's.
@@ -421,6 +401,13 @@ func (d *Disks) Remount(dir string) error {
 	if Mounted(dir) {
 		return nil // mounted by another call meanwhile
 	}
+	// When a loop device backs img already (its filesystem lives on in
+	// another mount namespace, a box's, or a process has the device
+	// open), that device is mounted again, so one filesystem is never
+	// mounted from two devices; else img is attached to a free one
+	// (mountNew). The device is chosen here, never by mount(8), which
+	// asks loop-control for a free device of its own: another process
+	// may take it first, or it may have no node in a container's /dev.
 	// A disk Grow could not grow while it was in use grows now, unless
 	// its filesystem still lives in another mount namespace.
 	lo, err := boundLoop(img)

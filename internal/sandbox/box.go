@@ -557,7 +557,7 @@ func (bx *Box) signal(id string, sig syscall.Signal, group bool) {
 
 // signalsSent returns once the box init has handled every message sent
 // to it before this call, each signal by kill(2); or when the box ends
-// (its processes with it), or ctx does.
+// (its processes with it), or ctx does (its error then).
 func (bx *Box) signalsSent(ctx context.Context) error {
 	ch := make(chan struct{})
 	bx.mu.Lock()
@@ -579,7 +579,8 @@ func (bx *Box) signalsSent(ctx context.Context) error {
 	}
 	if err := bx.send(boxinit.EncodeMsg(boxinit.MsgSync, tok), nil); err != nil {
 		forget()
-		return nil // the box is gone, and its processes
+		// The box is gone, and its processes: no signal is on its way.
+		return fmt.Errorf("the session box is gone: %w", err)
 	}
 	select {
 	case <-ch:

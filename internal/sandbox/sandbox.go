@@ -1333,7 +1333,8 @@ func (p *Process) Signal(sig syscall.Signal) {
 // is a message to the box's init, which sends it when it reads it — at
 // load, after its sender has gone on (a SIGINT meant for one request of
 // a long-lived program that lands while it serves the next). Outside a
-// box Signal is kill(2) itself. Its error is ctx's, when ctx ended first.
+// box Signal is kill(2) itself. It fails when ctx ended first, or the
+// box is gone (its processes with it: no signal is on its way).
 func (p *Process) SignalsDelivered(ctx context.Context) error {
 	if p.bx == nil {
 		return nil
