@@ -333,10 +333,18 @@ func (d *Disks) mount(img, dir string) error {
 
 // boundLoop opens the loop device whose backing file is img, if one is;
 // nil if none. It reads sysfs, as losetup -j does: this is the rare path
-// (a session's disk mounted again), not a create's.
+// (a session's disk mounted again), not a create's. sysfs names a
+// device's backing file by its path, which a file of another mount
+// namespace (another pod's data volume on the same machine, mounted at
+// the same place) shows too: a device is taken only when the kernel says
+// its backing file is img itself (device and inode, LOOP_GET_STATUS64).
 func boundLoop(img string) (*os.File, error) {
 	abs, err := filepath.Abs(img)
 	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(abs, &st); err != nil {
 		return nil, err
 	}
 	backs := func(n int) bool {
@@ -356,7 +364,9 @@ func boundLoop(img string) (*os.File, error) {
 		if err != nil {
 			return nil, fmt.Errorf("a loop device: %w", err)
 		}
-		if backs(n) { // still: it did not clear itself before the open held it
+		// The open holds the device: it backs img still only if it is
+		// bound to img's own inode now.
+		if info, err := unix.IoctlLoopGetStatus64(int(lo.Fd())); err == nil && info.Device == st.Dev && info.Inode == st.Ino {
 			return lo, nil
 		}
 		lo.Close()
