@@ -191,7 +191,7 @@ func Extract(ctx context.Context, r io.Reader, dir string, o ExtractOptions) (*C
 				return st, err
 			}
 			st.Dirs++
-		case tar.TypeReg:
+		case tar.TypeReg, typeSparse:
 			if hdr.Size < 0 || o.Budget > 0 && st.Bytes+hdr.Size > o.Budget {
 				return st, fmt.Errorf("%w: %q is %d bytes, and with the %d before it passes the %d allowed", ErrBudget, hdr.Name, hdr.Size, st.Bytes, o.Budget)
 			}

@@ -56,6 +56,7 @@ func TestExtractRefusesHostileEntries(t *testing.T) {
 	}
 	sparse := func(name string, data int64, m, size string) *tar.Header {
 		h := reg(name, data)
+		h.Typeflag = typeSparse
 		h.PAXRecords = map[string]string{sparseMapKey: m, sparseSizeKey: size}
 		return h
 	}
@@ -85,6 +86,7 @@ func TestExtractRefusesHostileEntries(t *testing.T) {
 		{"holes overflowing", []*tar.Header{sparse("s", 1, "9223372036854775807+1", "9223372036854775807")}, ErrUnsafeArchive},
 		{"holes of a negative size", []*tar.Header{sparse("s", 0, "", "-1")}, ErrUnsafeArchive},
 		{"holes with no size", []*tar.Header{sparse("s", 0, "", "")}, ErrUnsafeArchive},
+		{"sparse with no map", []*tar.Header{{Name: "s", Typeflag: typeSparse, Size: 1, Mode: 0o644}}, ErrUnsafeArchive},
 		{"holes as garbage", []*tar.Header{sparse("s", 1, "zero", "10")}, ErrUnsafeArchive},
 		{"holes over budget", []*tar.Header{sparse("s", 1001, "0+1001", "1099511627776")}, ErrBudget},
 		{"fifo", []*tar.Header{{Name: "p", Typeflag: tar.TypeFifo}}, ErrUnsafeArchive},
@@ -102,7 +104,7 @@ func TestExtractRefusesHostileEntries(t *testing.T) {
 				if err := tw.WriteHeader(h); err != nil {
 					t.Fatal(err)
 				}
-				if h.Typeflag == tar.TypeReg && h.Size < 1<<20 {
+				if (h.Typeflag == tar.TypeReg || h.Typeflag == typeSparse) && h.Size < 1<<20 {
 					tw.Write(bytes.Repeat([]byte("x"), int(h.Size)))
 				}
 			}
@@ -152,6 +154,19 @@ func TestArchiveMovesWhatABoxMakes(t *testing.T) {
 	wst, err := WriteArchive(context.Background(), capped{&buf, 4 << 20}, src)
 	if err != nil {
 		t.Fatalf("the stream of 1 MiB and two blocks of data: %v", err)
+	}
+	// A sparse file is no regular-file entry: a reader that knows no map
+	// of holes (a node of an earlier version) refuses it rather than take
+	// its data as the whole file.
+	tr := tar.NewReader(bytes.NewReader(buf.Bytes()))
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		if sparse := h.Name == "sparse" || h.Name == "holes-only"; sparse != (h.Typeflag == typeSparse) {
+			t.Fatalf("%q is an entry of type %q", h.Name, h.Typeflag)
+		}
 	}
 	st, err := Extract(context.Background(), &buf, dst, ExtractOptions{Budget: 2 << 20})
 	if err != nil {

@@ -14,15 +14,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A sparse file in a move's tar stream: a regular entry whose bytes are
-// only the file's data, with the PAX records sparseMapKey ("OFFSET+LENGTH"
-// of each data segment, in order, separated by commas; "" when the file
-// is all hole) and sparseSizeKey (the file's size). archive/tar reads the
-// standard sparse formats back as zeros and writes none, so the stream
-// uses its own records; a stream without them is a plain file.
+// A sparse file in a move's tar stream: an entry of type typeSparse whose
+// bytes are only the file's data, with the PAX records sparseMapKey
+// ("OFFSET+LENGTH" of each data segment, in order, separated by commas;
+// "" when the file is all hole) and sparseSizeKey (the file's size).
+// archive/tar reads the standard sparse formats back as zeros and writes
+// none, so the stream uses its own. The type is one of tar's vendor
+// letters, not a regular file's: a node of an earlier version refuses the
+// entry (the move fails, the session stays where it was) rather than
+// take its data as the whole file.
 const (
-	sparseMapKey  = "QURO.sparse.map"
-	sparseSizeKey = "QURO.sparse.size"
+	typeSparse    byte = 'Q'
+	sparseMapKey       = "QURO.sparse.map"
+	sparseSizeKey      = "QURO.sparse.size"
 	// maxSparseSegs bounds a map (the PAX header that holds it stays
 	// well under archive/tar's 1 MiB): a file with more data segments
 	// sends its smallest holes as zeros.
@@ -103,6 +107,7 @@ func writeFile(tw *tar.Writer, hdr *tar.Header, f *os.File, size int64) (int64, 
 		for i, s := range segs {
 			m[i] = strconv.FormatInt(s.off, 10) + "+" + strconv.FormatInt(s.n, 10)
 		}
+		hdr.Typeflag = typeSparse
 		hdr.PAXRecords = map[string]string{sparseMapKey: strings.Join(m, ","), sparseSizeKey: strconv.FormatInt(size, 10)}
 	}
 	if err := tw.WriteHeader(hdr); err != nil {
@@ -122,13 +127,17 @@ func writeFile(tw *tar.Writer, hdr *tar.Header, f *os.File, size int64) (int64, 
 	return n, nil
 }
 
-// sparseMap is the data segments and size of the regular entry hdr,
-// checked as hostile: segments in order, none empty, overlapping or past
-// the size, their lengths adding up to the entry's bytes.
+// sparseMap is the data segments and size of the file entry hdr (a
+// regular file's: all of it), checked as hostile: segments in order, none
+// empty, overlapping or past the size, their lengths adding up to the
+// entry's bytes.
 func sparseMap(hdr *tar.Header) ([]segment, int64, error) {
+	if hdr.Typeflag != typeSparse {
+		return []segment{{0, hdr.Size}}, hdr.Size, nil
+	}
 	m, ok := hdr.PAXRecords[sparseMapKey]
 	if !ok {
-		return []segment{{0, hdr.Size}}, hdr.Size, nil
+		return nil, 0, fmt.Errorf("%w: %q is a sparse file with no map of its data", ErrUnsafeArchive, hdr.Name)
 	}
 	bad := func(why string) ([]segment, int64, error) {
 		return nil, 0, fmt.Errorf("%w: %q's map of holes %s", ErrUnsafeArchive, hdr.Name, why)
