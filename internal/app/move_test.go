@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -77,4 +79,63 @@ func capabilityCode(err error) capability.Code {
 		return ce.Code
 	}
 	return ""
+}
+
+// TestMoveOfAWorkspaceABoxMade: a session's code makes, in one command,
+// what a workspace may hold — three sparse files of 1 GiB each (the box's
+// largest file; no disk on its own node), one 64 MiB file under 40
+// names (64 MiB there), a virtualenv's link to the system's python, a
+// fifo, a name with a newline — and the session moves: within its 2 GiB
+// quota on the node it goes to, at the cost of its data, with its names
+// and links as they were. (Before, the stream sent each sparse file as
+// zeros and each name as a copy, so the move was refused for the quota —
+// or, with none, wrote them all to the other node's disk — and the link
+// out was refused: such a session could not be drained.)
+func TestMoveOfAWorkspaceABoxMade(t *testing.T) {
+	t.Parallel()
+	from, to := newApp(t, nil), newApp(t, nil)
+	ctx := context.Background()
+	id := mustCall(t, from, "create_session", CreateSessionInput{Name: "hostile"}).(*SessionInfo).ID
+	exec := func(a *App, cmd string) string {
+		t.Helper()
+		r, err := call(t, a, "terminal_exec", TerminalExecInput{Session: id, Command: cmd, TimeoutMS: 110_000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Text
+	}
+	const made = "made"
+	if out := exec(from, `for i in 1 2 3; do truncate -s 1073741820 s$i && printf end >> s$i || exit; done
+head -c 67108864 /dev/zero > one && mkdir names && for i in $(seq 40); do ln one names/$i || exit; done
+mkdir -p .venv/bin && ln -s /usr/bin/python3 .venv/bin/python && mkfifo pipe && printf nl > "$(printf 'new\nline')" &&
+md5sum one > one.md5 && echo `+made); !strings.Contains(out, made) {
+		t.Fatalf("making the workspace: %q", out)
+	}
+	m := from.Mover()
+	if err := m.Quiesce(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(m.Export(ctx, id, pw)) }()
+	_, files, size, err := to.Mover().Import(ctx, id, "", "hostile", pr)
+	pr.CloseWithError(errors.New("the import ended"))
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	if files != 6 || size > 65<<20 {
+		t.Fatalf("import made %d files of %d bytes", files, size)
+	}
+	if err := m.Release(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	out := exec(to, `stat -c '%s %h' s1 s2 s3 one; tail -c 3 s3; echo; md5sum -c --quiet one.md5 && echo same
+readlink .venv/bin/python; cat "$(printf 'new\nline')"; echo; ls pipe 2>&1 | wc -l; du -s --block-size=1M . | cut -f1`)
+	lines := strings.Split(strings.TrimSuffix(strings.TrimSpace(out), "\n[exit 0]"), "\n")
+	want := []string{MoveNote, "1073741823 1", "1073741823 1", "1073741823 1", "67108864 41", "end", "same", "/usr/bin/python3", "nl", "1"}
+	if len(lines) != len(want)+1 || !slices.Equal(lines[:len(want)], want) {
+		t.Fatalf("after the move:\n%s\nwant:\n%s\n(then the MiB used)", out, strings.Join(want, "\n"))
+	}
+	if used, err := strconv.Atoi(lines[len(want)]); err != nil || used > 72 {
+		t.Fatalf("the moved workspace uses %s MiB of disk", lines[len(want)])
+	}
 }

@@ -32,6 +32,49 @@ func isAuditQuery(r *http.Request) bool {
 // entries of bounded summaries fit well within it).
 const maxAuditReply = 8 << 20
 
+// A fan-out costs the cluster a sub-query on every node and this node up
+// to maxAuditReply of each answer, decoded, at once: the fan-outs in
+// flight are bounded per tenant and on this node, so that a tenant's
+// many connections (256 per address by default) cannot hold the cluster
+// with the same query. A query over a bound is told 429 with Retry-After
+// (it costs nothing then: this node's own answer was read only).
+const (
+	maxAuditFanOutsPerTenant = 2
+	maxAuditFanOuts          = 8
+)
+
+// fanOuts counts the audit fan-outs in flight (a Router's).
+type fanOuts struct {
+	mu        sync.Mutex
+	all       int
+	perTenant map[string]int
+}
+
+// take counts a fan-out of tenant, or reports false when one more would
+// pass a bound; release gives it back.
+func (f *fanOuts) take(tenant string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.all >= maxAuditFanOuts || f.perTenant[tenant] >= maxAuditFanOutsPerTenant {
+		return false
+	}
+	if f.perTenant == nil {
+		f.perTenant = map[string]int{}
+	}
+	f.all++
+	f.perTenant[tenant]++
+	return true
+}
+
+func (f *fanOuts) release(tenant string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.all--
+	if f.perTenant[tenant]--; f.perTenant[tenant] <= 0 {
+		delete(f.perTenant, tenant)
+	}
+}
+
 // nodeEntry is one audit entry as a node answered it, with the node
 // named.
 type nodeEntry struct {
@@ -60,6 +103,23 @@ func (rt *Router) auditFanOut(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(rec.Body.Bytes())
 		return
 	}
+	tenant := ""
+	if rt.Auth != nil {
+		caller, err := rt.Auth(r)
+		if err != nil { // this node answered it: the caller is known
+			rest.WriteError(w, http.StatusUnauthorized, capability.Errorf(capability.Unauthenticated, "%v", err))
+			return
+		}
+		tenant = caller.Tenant
+	}
+	if !rt.fanOuts.take(tenant) {
+		e := capability.Errorf(capability.ResourceExhausted, "too many audit queries across the cluster at once (at most %d of a tenant's, %d on this node): try again when one has answered", maxAuditFanOutsPerTenant, maxAuditFanOuts)
+		e.RetryAfter = 1
+		w.Header().Set("Retry-After", "1")
+		rest.WriteError(w, http.StatusTooManyRequests, e)
+		return
+	}
+	defer rt.fanOuts.release(tenant)
 	var all []nodeEntry
 	mine, err := auditEntries(self, rec.Body)
 	if err != nil {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quro-dev/quro/internal/controller"
 )
 
 // TestAuditFanOut: an audit query on any node answers every live node's
@@ -98,5 +101,95 @@ func TestAuditFanOut(t *testing.T) {
 	}
 	if code, body := get(""); code != http.StatusUnauthorized || !strings.Contains(body, "no token") {
 		t.Errorf("no token: %d %s", code, body)
+	}
+}
+
+// TestAuditFanOutIsBounded: a tenant that sends the same audit query on
+// many connections at once (each a sub-query on every node, each answer
+// up to 8 MiB decoded here) has at most maxAuditFanOutsPerTenant of them
+// out in the cluster; the rest are told 429 with Retry-After without a
+// sub-query, and another tenant's query still goes out.
+func TestAuditFanOutIsBounded(t *testing.T) {
+	t.Parallel()
+	type event struct{ tenant, what string }
+	events := make(chan event, 64)
+	release := make(chan struct{})
+	tenantOf := map[string]string{"Bearer acme": "acme", "Bearer other": "other"}
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		events <- event{tenantOf[r.Header.Get("Authorization")], "asked"}
+		<-release
+		fmt.Fprint(w, `{"entries":[]}`)
+	}))
+	defer b.Close()
+	now := time.Now()
+	table := &staticTable{self: "a", nodes: []Node{
+		{Name: "a", Address: "unused", Renewed: now, TTL: time.Hour},
+		{Name: "b", Address: strings.TrimPrefix(b.URL, "http://"), Renewed: now, TTL: time.Hour},
+	}}
+	entry := httptest.NewServer(&Router{Table: table, Key: []byte("0123456789abcdef0123456789abcdef"),
+		Auth: func(r *http.Request) (controller.Caller, error) {
+			if tn, ok := tenantOf[r.Header.Get("Authorization")]; ok {
+				return controller.Caller{Tenant: tn}, nil
+			}
+			return controller.Caller{}, errors.New("no token")
+		},
+		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `{"entries":[]}`) })})
+	defer entry.Close()
+	codes := make(chan int, 64)
+	query := func(tenant string) {
+		req, _ := http.NewRequest("GET", entry.URL+"/v1/audit", nil)
+		req.Header.Set("Authorization", "Bearer "+tenant)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			codes <- 0
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusTooManyRequests {
+			if resp.Header.Get("Retry-After") == "" {
+				t.Errorf("a 429 without Retry-After")
+			}
+			events <- event{tenant, "refused"}
+		}
+		codes <- resp.StatusCode
+	}
+	const flood = 6
+	for range flood {
+		go query("acme")
+	}
+	// Each query of the flood is either asked of node b or refused.
+	got := map[event]int{}
+	wait := func(n int) {
+		t.Helper()
+		for range n {
+			select {
+			case e := <-events:
+				got[e]++
+			case <-time.After(2 * time.Minute):
+				close(release)
+				t.Fatalf("the queries' fates after 2 minutes: %v", got)
+			}
+		}
+	}
+	wait(flood)
+	if got[event{"acme", "asked"}] != maxAuditFanOutsPerTenant || got[event{"acme", "refused"}] != flood-maxAuditFanOutsPerTenant {
+		close(release)
+		t.Fatalf("%d queries of one tenant at once: %v, want %d asked of the other node and the rest refused", flood, got, maxAuditFanOutsPerTenant)
+	}
+	go query("other")
+	wait(1)
+	close(release)
+	if got[event{"other", "asked"}] != 1 {
+		t.Fatalf("another tenant's query while the first's are out: %v", got)
+	}
+	ok := 0
+	for range flood + 1 {
+		if <-codes == http.StatusOK {
+			ok++
+		}
+	}
+	if ok != maxAuditFanOutsPerTenant+1 {
+		t.Fatalf("%d queries answered, want %d", ok, maxAuditFanOutsPerTenant+1)
 	}
 }

@@ -122,6 +122,8 @@ type Router struct {
 	// answered yet: their records are written when they are done, so the
 	// table counts none of them until then (see place).
 	creating map[string]int
+
+	fanOuts fanOuts // the audit fan-outs in flight
 }
 
 // assumption is how many sessions this node believes a node holds after

@@ -314,7 +314,11 @@ func loopNode(n int) error {
 
 // boundLoop opens the loop device whose backing file is img, if one is;
 // nil if none. It reads sysfs, as losetup -j does: this is the rare path
-// (a session's disk mounted again), not a create's.
+// (a session's disk mounted again), not a create's. sysfs names a
+// device's backing file by its path, which a file of another mount
+// namespace (another pod's data volume on the same machine, mounted at
+// the same place) shows too: a device is taken only when the kernel says
+// its backing file is img itself (device and inode, LOOP_GET_STATUS64).
 func boundLoop(img string) (*os.File, error) {
 	abs, err := filepath.Abs(img)
 	if err != nil {

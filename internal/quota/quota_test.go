@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -544,4 +545,98 @@ func TestDiskInADevWithoutLoopNodes(t *testing.T) {
 	if len(loops()) == 0 {
 		t.Fatal("remounted without a loop node in /dev: mount(8) attached none?")
 	}
+}
+
+// TestRemountMountsTheSessionsOwnImage: a loop device that another mount
+// namespace (another server's pod on the same machine, a leftover) bound
+// to a file of the same path — its own data volume — shows that path as
+// its backing_file in sysfs, which is all a remount used to look at: the
+// session's disk was mounted from the other file, another filesystem
+// (here one whose marker says "intruder"). The device is taken only when
+// its backing file is the image itself (device and inode).
+func TestRemountMountsTheSessionsOwnImage(t *testing.T) {
+	d, data := newDisks(t)
+	dir := filepath.Join(data, "sessions", "s")
+	img := d.image(dir)
+	script := `set -e; mount -t tmpfs none "$1"; truncate -s 16M "$2"; mkfs.ext4 -q -F "$2"; m=$(mktemp -d)
+mount -o loop "$2" "$m"; echo intruder > "$m/marker"; umount "$m"; losetup -f --show "$2"; exec cat`
+	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", filepath.Dir(img), img)
+	stdin, err := holder.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder.Stderr = os.Stderr
+	if err := holder.Start(); err != nil {
+		t.Skipf("unshare: %v", err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	other := strings.TrimSpace(line)
+	t.Cleanup(func() {
+		stdin.Close()
+		holder.Wait()
+		if strings.HasPrefix(other, "/dev/loop") {
+			exec.Command("losetup", "-d", other).Run() // the other namespace's device: nothing else clears it
+		}
+	})
+	if !strings.HasPrefix(other, "/dev/loop") {
+		t.Fatalf("the other namespace's loop device: %q %v", line, err)
+	}
+
+	s := session(t, d, data, "s", 16<<20)
+	if err := os.WriteFile(filepath.Join(s, "workspace", "marker"), []byte("mine\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mine, err := mountSource(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// While its own device backs it, that device is the one found.
+	if lo, err := boundLoop(img); err != nil || lo == nil || lo.Name() != mine {
+		t.Fatalf("the device bound to the session's image: %v %v, want %s", lo, err, mine)
+	} else {
+		lo.Close()
+	}
+	if err := syscallUnmount(s); err != nil {
+		t.Fatal(err)
+	}
+	// The session's own device clears itself with its last mount: wait
+	// for that state, so that the only device naming the path is the
+	// other namespace's.
+	// sysfs has no event for it: its state is read until it says so.
+	for deadline := time.Now().Add(2 * time.Minute); !cleared(mine); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still bound 2 minutes after its last unmount", mine)
+		}
+	}
+	if err := d.Remount(s); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(s, "workspace", "marker")); string(b) != "mine\n" {
+		t.Fatalf("the session's disk after a remount holds %q (%v): the other namespace's image was mounted", b, err)
+	}
+}
+
+// mountSource is the device mounted at dir.
+func mountSource(dir string) (string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	for l := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 9 && f[4] == dir {
+			return f[len(f)-2], nil
+		}
+	}
+	return "", fmt.Errorf("nothing is mounted at %s", dir)
+}
+
+// cleared reports whether loop device dev is bound to no file.
+func cleared(dev string) bool {
+	_, err := os.Stat("/sys/block/" + filepath.Base(dev) + "/loop/backing_file")
+	return errors.Is(err, fs.ErrNotExist)
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -20,9 +21,16 @@ const noFollow = unix.O_NOFOLLOW
 // A workspace as a tar stream, for a session's move between the nodes of
 // a cluster: WriteArchive on the node it leaves, Extract on the node it
 // goes to. The stream comes from another machine, so Extract takes it as
-// hostile: it makes only directories, regular files and symbolic links
-// that stay in /home/user, within a byte budget, all through an os.Root
-// of the new workspace (no path, link or later entry leads out of it).
+// hostile: it makes only directories, regular files, hard links to the
+// files it made and symbolic links, within a byte budget, all through an
+// os.Root of the new workspace (no path, link or later entry leads out of
+// it). A file's holes travel as a map (the PAX records sparseMapKey and
+// sparseSizeKey; archive/tar writes no sparse entries), so a sparse file
+// costs the stream, the budget and the new disk only its data; a file
+// with several names travels once, its other names as hard links. A
+// symbolic link is text the box resolves in its own view, as it can make
+// any link there itself: its target is kept as it is (the server never
+// follows one out of an os.Root).
 
 // ErrUnsafeArchive wraps every entry Extract refuses.
 var ErrUnsafeArchive = errors.New("the archive holds an entry a workspace does not take")
@@ -40,6 +48,7 @@ func WriteArchive(ctx context.Context, w io.Writer, dir string) (*CopyStats, err
 	defer root.Close()
 	tw := tar.NewWriter(w)
 	st := &CopyStats{}
+	first := map[inode]string{} // the name a file with several names went under
 	err = fs.WalkDir(root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -69,16 +78,26 @@ func WriteArchive(ctx context.Context, w io.Writer, dir string) (*CopyStats, err
 			st.Symlinks++
 			return tw.WriteHeader(hdr)
 		case d.Type().IsRegular():
-			f, err := root.OpenFile(name, os.O_RDONLY|noFollow, 0)
+			if sys, ok := fi.Sys().(*syscall.Stat_t); ok && sys.Nlink > 1 {
+				ino := inode{uint64(sys.Dev), sys.Ino} //nolint:unconvert // Dev's type differs between architectures
+				if to, ok := first[ino]; ok {
+					hdr.Typeflag, hdr.Linkname = tar.TypeLink, to
+					st.Hardlinks++
+					return tw.WriteHeader(hdr)
+				}
+				first[ino] = name
+			}
+			// O_NONBLOCK: a fifo put in the file's place does not block
+			// the move (the fstat below refuses it).
+			f, err := root.OpenFile(name, os.O_RDONLY|noFollow|unix.O_NONBLOCK, 0)
 			if err != nil {
 				return err
 			}
 			defer f.Close()
-			hdr.Typeflag, hdr.Size = tar.TypeReg, fi.Size()
-			if err := tw.WriteHeader(hdr); err != nil {
-				return err
+			if now, err := f.Stat(); err != nil || !os.SameFile(fi, now) || !now.Mode().IsRegular() {
+				return fmt.Errorf("%s changed during the move", name)
 			}
-			n, err := io.Copy(tw, f)
+			n, err := writeFile(tw, hdr, f, fi.Size())
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
@@ -125,6 +144,7 @@ func Extract(ctx context.Context, r io.Reader, dir string, o ExtractOptions) (*C
 	}
 	st := &CopyStats{}
 	links := map[string]bool{} // symbolic links made: no later entry goes through one
+	files := map[string]bool{} // regular files made: the only targets of a hard link
 	type dirTime struct {
 		name string
 		t    time.Time
@@ -157,6 +177,9 @@ func Extract(ctx context.Context, r io.Reader, dir string, o ExtractOptions) (*C
 		if strings.Count(name, "/") >= copyMaxDepth {
 			return st, fmt.Errorf("%w: %q", ErrTooDeep, hdr.Name)
 		}
+		if links[name] || files[name] {
+			return st, fmt.Errorf("%w: %q comes twice", ErrUnsafeArchive, hdr.Name)
+		}
 		perm := os.FileMode(hdr.Mode) & os.ModePerm
 		switch hdr.Typeflag {
 		case tar.TypeDir:
@@ -168,9 +191,13 @@ func Extract(ctx context.Context, r io.Reader, dir string, o ExtractOptions) (*C
 				return st, err
 			}
 			st.Dirs++
-		case tar.TypeReg:
+		case tar.TypeReg, typeSparse:
 			if hdr.Size < 0 || o.Budget > 0 && st.Bytes+hdr.Size > o.Budget {
 				return st, fmt.Errorf("%w: %q is %d bytes, and with the %d before it passes the %d allowed", ErrBudget, hdr.Name, hdr.Size, st.Bytes, o.Budget)
+			}
+			segs, size, err := sparseMap(hdr)
+			if err != nil {
+				return st, err
 			}
 			if err := mkParent(root, name); err != nil {
 				return st, err
@@ -179,7 +206,8 @@ func Extract(ctx context.Context, r io.Reader, dir string, o ExtractOptions) (*C
 			if err != nil {
 				return st, fmt.Errorf("%s: %w", name, err)
 			}
-			n, err := io.Copy(f, io.LimitReader(tr, hdr.Size))
+			files[name] = true
+			n, err := readFile(f, tr, segs, size)
 			if cerr := f.Close(); err == nil {
 				err = cerr
 			}
@@ -195,9 +223,23 @@ func Extract(ctx context.Context, r io.Reader, dir string, o ExtractOptions) (*C
 			_ = root.Chtimes(name, hdr.ModTime, hdr.ModTime) // times are kept where they can be
 			st.Files++
 			st.Bytes += n
+		case tar.TypeLink:
+			// Only another name of a regular file this archive made: no
+			// file of the target's own, nor a link, directory or device.
+			if !files[hdr.Linkname] {
+				return st, fmt.Errorf("%w: the hard link %q names %q, not a file made before it", ErrUnsafeArchive, hdr.Name, hdr.Linkname)
+			}
+			if err := mkParent(root, name); err != nil {
+				return st, err
+			}
+			if err := root.Link(hdr.Linkname, name); err != nil {
+				return st, fmt.Errorf("%s: %w", name, err)
+			}
+			files[name] = true
+			st.Hardlinks++
 		case tar.TypeSymlink:
-			if !linkInside(name, hdr.Linkname) {
-				return st, fmt.Errorf("%w: the symbolic link %q points to %q, outside /home/user", ErrUnsafeArchive, hdr.Name, hdr.Linkname)
+			if hdr.Linkname == "" || strings.ContainsRune(hdr.Linkname, 0) {
+				return st, fmt.Errorf("%w: the symbolic link %q has no target", ErrUnsafeArchive, hdr.Name)
 			}
 			if err := mkParent(root, name); err != nil {
 				return st, err
@@ -227,21 +269,6 @@ func entryName(n string) (string, error) {
 	return c, nil
 }
 
-// linkInside reports whether a symbolic link at name (relative to
-// /home/user) with target resolves, as text, inside /home/user.
-func linkInside(name, target string) bool {
-	const home = "/home/user"
-	if target == "" || strings.ContainsRune(target, 0) {
-		return false
-	}
-	abs := target
-	if !path.IsAbs(target) {
-		abs = path.Join(home, path.Dir(name), target)
-	}
-	abs = path.Clean(abs)
-	return abs == home || strings.HasPrefix(abs, home+"/")
-}
-
 // mkParent makes the directories above name.
 func mkParent(root *os.Root, name string) error {
 	if d := path.Dir(name); d != "." {
@@ -255,8 +282,6 @@ func mkParent(root *os.Root, name string) error {
 // kind names a tar entry type.
 func kind(t byte) string {
 	switch t {
-	case tar.TypeLink:
-		return "hard link"
 	case tar.TypeChar:
 		return "character device"
 	case tar.TypeBlock:

@@ -5,8 +5,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"syscall"
 	"testing"
 )
 
@@ -51,6 +54,12 @@ func TestExtractRefusesHostileEntries(t *testing.T) {
 	reg := func(name string, size int64) *tar.Header {
 		return &tar.Header{Name: name, Typeflag: tar.TypeReg, Size: size, Mode: 0o644}
 	}
+	sparse := func(name string, data int64, m, size string) *tar.Header {
+		h := reg(name, data)
+		h.Typeflag = typeSparse
+		h.PAXRecords = map[string]string{sparseMapKey: m, sparseSizeKey: size}
+		return h
+	}
 	for _, tc := range []struct {
 		name    string
 		entries []*tar.Header
@@ -59,10 +68,27 @@ func TestExtractRefusesHostileEntries(t *testing.T) {
 		{"dot-dot", []*tar.Header{reg("../out.txt", 1)}, ErrUnsafeArchive},
 		{"dot-dot inside", []*tar.Header{reg("a/../../out.txt", 1)}, ErrUnsafeArchive},
 		{"absolute", []*tar.Header{reg("/tmp/out.txt", 1)}, ErrUnsafeArchive},
-		{"symlink out absolute", []*tar.Header{{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/etc"}}, ErrUnsafeArchive},
-		{"symlink out relative", []*tar.Header{{Name: "a/l", Typeflag: tar.TypeSymlink, Linkname: "../../x"}}, ErrUnsafeArchive},
 		{"through a link", []*tar.Header{{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "d"}, reg("l/x", 1)}, ErrUnsafeArchive},
-		{"hard link", []*tar.Header{{Name: "h", Typeflag: tar.TypeLink, Linkname: "x"}}, ErrUnsafeArchive},
+		{"through a link out", []*tar.Header{{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/tmp"}, reg("l/x", 1)}, ErrUnsafeArchive},
+		{"a directory over a link out", []*tar.Header{{Name: "l", Typeflag: tar.TypeSymlink, Linkname: ".."}, {Name: "l/", Typeflag: tar.TypeDir, Mode: 0o777}}, ErrUnsafeArchive},
+		{"a file over a file", []*tar.Header{reg("f", 1), reg("f", 1)}, ErrUnsafeArchive},
+		{"link with no target", []*tar.Header{{Name: "l", Typeflag: tar.TypeSymlink}}, ErrUnsafeArchive},
+		{"hard link to a file not made", []*tar.Header{{Name: "h", Typeflag: tar.TypeLink, Linkname: "x"}}, ErrUnsafeArchive},
+		{"hard link out", []*tar.Header{{Name: "h", Typeflag: tar.TypeLink, Linkname: "../out"}}, ErrUnsafeArchive},
+		{"hard link to the host", []*tar.Header{{Name: "h", Typeflag: tar.TypeLink, Linkname: "/etc/passwd"}}, ErrUnsafeArchive},
+		{"hard link to a directory", []*tar.Header{{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755}, {Name: "h", Typeflag: tar.TypeLink, Linkname: "d"}}, ErrUnsafeArchive},
+		{"hard link to a symbolic link", []*tar.Header{{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd"}, {Name: "h", Typeflag: tar.TypeLink, Linkname: "l"}}, ErrUnsafeArchive},
+		{"hard link through a link", []*tar.Header{reg("f", 1), {Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/tmp"}, {Name: "l/h", Typeflag: tar.TypeLink, Linkname: "f"}}, ErrUnsafeArchive},
+		{"holes past the size", []*tar.Header{sparse("s", 1, "0+1", "0")}, ErrUnsafeArchive},
+		{"holes overlapping", []*tar.Header{sparse("s", 2, "0+1,0+1", "10")}, ErrUnsafeArchive},
+		{"holes out of order", []*tar.Header{sparse("s", 2, "5+1,0+1", "10")}, ErrUnsafeArchive},
+		{"holes not adding up", []*tar.Header{sparse("s", 2, "0+1", "10")}, ErrUnsafeArchive},
+		{"holes overflowing", []*tar.Header{sparse("s", 1, "9223372036854775807+1", "9223372036854775807")}, ErrUnsafeArchive},
+		{"holes of a negative size", []*tar.Header{sparse("s", 0, "", "-1")}, ErrUnsafeArchive},
+		{"holes with no size", []*tar.Header{sparse("s", 0, "", "")}, ErrUnsafeArchive},
+		{"sparse with no map", []*tar.Header{{Name: "s", Typeflag: typeSparse, Size: 1, Mode: 0o644}}, ErrUnsafeArchive},
+		{"holes as garbage", []*tar.Header{sparse("s", 1, "zero", "10")}, ErrUnsafeArchive},
+		{"holes over budget", []*tar.Header{sparse("s", 1001, "0+1001", "1099511627776")}, ErrBudget},
 		{"fifo", []*tar.Header{{Name: "p", Typeflag: tar.TypeFifo}}, ErrUnsafeArchive},
 		{"block device", []*tar.Header{{Name: "sda", Typeflag: tar.TypeBlock, Devmajor: 8}}, ErrUnsafeArchive},
 		{"over budget", []*tar.Header{reg("a", 600), reg("b", 600)}, ErrBudget},
@@ -78,7 +104,7 @@ func TestExtractRefusesHostileEntries(t *testing.T) {
 				if err := tw.WriteHeader(h); err != nil {
 					t.Fatal(err)
 				}
-				if h.Typeflag == tar.TypeReg && h.Size < 1<<20 {
+				if (h.Typeflag == tar.TypeReg || h.Typeflag == typeSparse) && h.Size < 1<<20 {
 					tw.Write(bytes.Repeat([]byte("x"), int(h.Size)))
 				}
 			}
@@ -92,4 +118,113 @@ func TestExtractRefusesHostileEntries(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestArchiveMovesWhatABoxMakes: what a session's code makes in its
+// workspace in a few commands — a huge sparse file, one file under many
+// names, links out of /home/user (a virtualenv's bin/python), a name
+// with a newline — travels at the cost of its data, not of its size or
+// its names, and arrives as it was.
+func TestArchiveMovesWhatABoxMakes(t *testing.T) {
+	t.Parallel()
+	src, dst := t.TempDir(), t.TempDir()
+	const huge = 1 << 40
+	f, err := os.Create(filepath.Join(src, "sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("head"), 0)
+	f.WriteAt([]byte("middle"), 1<<30)
+	f.Truncate(huge)
+	f.Close()
+	os.WriteFile(filepath.Join(src, "holes-only"), nil, 0o644)
+	os.Truncate(filepath.Join(src, "holes-only"), huge)
+	os.WriteFile(filepath.Join(src, "one"), bytes.Repeat([]byte("x"), 1<<20), 0o640)
+	os.Mkdir(filepath.Join(src, "d"), 0o755)
+	const names = 200
+	for i := range names {
+		if err := os.Link(filepath.Join(src, "one"), filepath.Join(src, "d", fmt.Sprint("name", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Symlink("/usr/bin/python3", filepath.Join(src, "python"))
+	os.Symlink("../../etc/passwd", filepath.Join(src, "d", "up"))
+	os.WriteFile(filepath.Join(src, "new\nline"), []byte("nl"), 0o600)
+	var buf bytes.Buffer
+	wst, err := WriteArchive(context.Background(), capped{&buf, 4 << 20}, src)
+	if err != nil {
+		t.Fatalf("the stream of 1 MiB and two blocks of data: %v", err)
+	}
+	// A sparse file is no regular-file entry: a reader that knows no map
+	// of holes (a node of an earlier version) refuses it rather than take
+	// its data as the whole file.
+	tr := tar.NewReader(bytes.NewReader(buf.Bytes()))
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		if sparse := h.Name == "sparse" || h.Name == "holes-only"; sparse != (h.Typeflag == typeSparse) {
+			t.Fatalf("%q is an entry of type %q", h.Name, h.Typeflag)
+		}
+	}
+	st, err := Extract(context.Background(), &buf, dst, ExtractOptions{Budget: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Files != 4 || st.Hardlinks != names || st.Symlinks != 2 || st.Bytes != wst.Bytes || st.Bytes > 1<<20+2+2*(64<<10) {
+		t.Fatalf("extracted %+v, written %+v", st, wst)
+	}
+	for _, name := range []string{"sparse", "holes-only"} {
+		fi, err := os.Stat(filepath.Join(dst, name))
+		if err != nil || fi.Size() != huge {
+			t.Fatalf("%s: %v %v", name, fi, err)
+		}
+		if blocks := fi.Sys().(*syscall.Stat_t).Blocks; blocks*512 > 1<<20 {
+			t.Fatalf("%s takes %d bytes of disk", name, blocks*512)
+		}
+	}
+	g, _ := os.Open(filepath.Join(dst, "sparse"))
+	head, mid := make([]byte, 5), make([]byte, 7)
+	g.ReadAt(head, 0)
+	g.ReadAt(mid, 1<<30-1)
+	g.Close()
+	if string(head) != "head\x00" || string(mid) != "\x00middle" {
+		t.Fatalf("the sparse file's data: %q %q", head, mid)
+	}
+	fi, err := os.Stat(filepath.Join(dst, "d", "name7"))
+	if err != nil || fi.Sys().(*syscall.Stat_t).Nlink != names+1 || fi.Mode().Perm() != 0o640 {
+		t.Fatalf("a file of many names: %v %v", fi, err)
+	}
+	if l, _ := os.Readlink(filepath.Join(dst, "python")); l != "/usr/bin/python3" {
+		t.Fatalf("a link out: %q", l)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst, "new\nline")); string(b) != "nl" {
+		t.Fatalf("a name with a newline: %q", b)
+	}
+}
+
+// TestCoalesceKeepsTheMapBounded: a file of more data segments than a map
+// holds sends its smallest holes as zeros, and nothing else.
+func TestCoalesceKeepsTheMapBounded(t *testing.T) {
+	t.Parallel()
+	segs := []segment{{0, 1}, {10, 1}, {12, 1}, {100, 1}, {103, 1}}
+	got := coalesce(segs, 3)
+	want := []segment{{0, 1}, {10, 3}, {100, 4}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("coalesce: %v, want %v", got, want)
+	}
+}
+
+// capped fails a write that takes buf past max bytes.
+type capped struct {
+	buf *bytes.Buffer
+	max int
+}
+
+func (c capped) Write(p []byte) (int, error) {
+	if c.buf.Len()+len(p) > c.max {
+		return 0, fmt.Errorf("the stream passes %d bytes", c.max)
+	}
+	return c.buf.Write(p)
 }

@@ -10,7 +10,10 @@ import (
 
 // transpileCache keeps esbuild's results by a SHA-256 of what decides them:
 // the source, the file name (it is in the error messages) and the loader
-// (TypeScript or JavaScript); every other option is fixed. An agent runs the
+// (TypeScript or JavaScript); every other option is fixed. The tenant is
+// in the key too: a hit answers in a fraction of a miss's time (esbuild's
+// round trip to its child), so a cache shared by tenants would tell one,
+// by timing its own run, whether another had run the exact same source. An agent runs the
 // same snippet, or requires the same module, again and again, and a
 // transpile costs more than the rest of a small run. A source esbuild
 // refuses is cached too, as its diagnostics, so a cached error reads the
@@ -39,30 +42,33 @@ func newTranspileCache(limit int64) *transpileCache {
 	return &transpileCache{limit: limit, lru: clist.New(), byKey: map[[sha256.Size]byte]*clist.Element{}}
 }
 
-func cacheKey(src, file string, ts bool) [sha256.Size]byte {
+func cacheKey(tenant, src, file string, ts bool) [sha256.Size]byte {
 	h := sha256.New()
 	if ts {
 		h.Write([]byte{1})
 	} else {
 		h.Write([]byte{0})
 	}
-	// The file name's length first, so that no (file, src) pair can be
-	// shifted into another.
-	n := len(file)
-	h.Write([]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
-	h.Write([]byte(file))
+	// The tenant's and the file name's lengths first, so that no
+	// (tenant, file, src) triple can be shifted into another.
+	for _, s := range []string{tenant, file} {
+		n := len(s)
+		h.Write([]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
+		h.Write([]byte(s))
+	}
 	h.Write([]byte(src))
 	var k [sha256.Size]byte
 	h.Sum(k[:0])
 	return k
 }
 
-// transpile is the package's transpile through the cache.
-func (c *transpileCache) transpile(ctx context.Context, src, file string, ts bool) (*transpiled, error) {
+// transpile is the package's transpile through the cache, for a run of
+// tenant's.
+func (c *transpileCache) transpile(ctx context.Context, tenant, src, file string, ts bool) (*transpiled, error) {
 	if c.limit <= 0 {
 		return transpile(ctx, src, file, ts)
 	}
-	key := cacheKey(src, file, ts)
+	key := cacheKey(tenant, src, file, ts)
 	c.mu.Lock()
 	if el, ok := c.byKey[key]; ok {
 		c.lru.MoveToFront(el)

@@ -21,11 +21,11 @@ func TestTranspileCacheKeys(t *testing.T) {
 		t.Fatalf("%d cache entries, want 3", n)
 	}
 
-	one, err := c.transpile(context.Background(), "let x: number = 1\n", "a.ts", true)
+	one, err := c.transpile(context.Background(), "", "let x: number = 1\n", "a.ts", true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := c.transpile(context.Background(), "let x: number = 1\n", "b.ts", true)
+	other, err := c.transpile(context.Background(), "", "let x: number = 1\n", "b.ts", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,10 +34,10 @@ func TestTranspileCacheKeys(t *testing.T) {
 	}
 	// The same text as JavaScript is an error (a type annotation), as
 	// TypeScript it is not.
-	if _, err := c.transpile(context.Background(), "let x: number = 1\n", "a.ts", false); err == nil {
+	if _, err := c.transpile(context.Background(), "", "let x: number = 1\n", "a.ts", false); err == nil {
 		t.Fatal("a TypeScript annotation transpiled as JavaScript")
 	}
-	again, err := c.transpile(context.Background(), "let x: number = 1\n", "a.ts", true)
+	again, err := c.transpile(context.Background(), "", "let x: number = 1\n", "a.ts", true)
 	if err != nil || again != one {
 		t.Fatalf("not served from the cache: %v", err)
 	}
@@ -84,11 +84,11 @@ func TestTranspileCacheBounded(t *testing.T) {
 	c := newTranspileCache(64 << 10)
 	src := func(i int) string { return fmt.Sprintf("const v%d: number = %d;\n", i, i) }
 	for i := range 1000 {
-		if _, err := c.transpile(context.Background(), src(i), "a.ts", true); err != nil {
+		if _, err := c.transpile(context.Background(), "", src(i), "a.ts", true); err != nil {
 			t.Fatal(err)
 		}
 		// Keep entry 0 in use: it must survive.
-		if _, err := c.transpile(context.Background(), src(0), "a.ts", true); err != nil {
+		if _, err := c.transpile(context.Background(), "", src(0), "a.ts", true); err != nil {
 			t.Fatal(err)
 		}
 		if c.bytes > c.limit {
@@ -98,17 +98,17 @@ func TestTranspileCacheBounded(t *testing.T) {
 	if n := len(c.byKey); n < 10 || n >= 1000 || n != c.lru.Len() {
 		t.Fatalf("%d entries (%d in the list) after 1000 sources in 64 KiB", n, c.lru.Len())
 	}
-	if _, ok := c.byKey[cacheKey(src(0), "a.ts", true)]; !ok {
+	if _, ok := c.byKey[cacheKey("", src(0), "a.ts", true)]; !ok {
 		t.Fatal("the most recently used entry was dropped")
 	}
-	if _, ok := c.byKey[cacheKey(src(1), "a.ts", true)]; ok {
+	if _, ok := c.byKey[cacheKey("", src(1), "a.ts", true)]; ok {
 		t.Fatal("the least recently used entry was kept")
 	}
 	big := "const s: string = \"" + strings.Repeat("x", 10<<10) + "\";\n"
-	if _, err := c.transpile(context.Background(), big, "a.ts", true); err != nil {
+	if _, err := c.transpile(context.Background(), "", big, "a.ts", true); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := c.byKey[cacheKey(big, "a.ts", true)]; ok {
+	if _, ok := c.byKey[cacheKey("", big, "a.ts", true)]; ok {
 		t.Fatal("an entry over an eighth of the limit was kept")
 	}
 
@@ -116,5 +116,42 @@ func TestTranspileCacheBounded(t *testing.T) {
 	check{exactStdout: ptr("➡️ 1\n")}.verify(t, off.run(t, "ts", "const a: number = 1; a"))
 	if n := len(off.eng.cache.byKey); n != 0 {
 		t.Fatalf("cache off: %d entries", n)
+	}
+}
+
+// TestTranspileCacheIsEachTenants: a tenant's run of a source another
+// tenant ran is not served from that tenant's entry (a hit answers in a
+// fraction of a miss's time: BenchmarkRunTS against BenchmarkRunTSUncached,
+// so a shared entry would tell, by timing, whether another tenant had run
+// exactly that source); each tenant's own runs are, inline and required.
+func TestTranspileCacheIsEachTenants(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	const probe = `const pin: string = "4711"; pin.length`
+	e.write(t, "m.ts", "export const v: number = 7;\n")
+	runAs := func(tenant string) {
+		t.Helper()
+		e.sess.Tenant = tenant
+		check{exactStdout: ptr("➡️ 4\n")}.verify(t, e.run(t, "ts", probe))
+		check{exactStdout: ptr("➡️ 7\n")}.verify(t, e.run(t, "js", "require('./m').v"))
+	}
+	runAs("victim")
+	c := e.eng.cache
+	c.mu.Lock()
+	before := len(c.byKey)
+	c.mu.Unlock()
+	runAs("attacker")
+	c.mu.Lock()
+	after := len(c.byKey)
+	_, shared := c.byKey[cacheKey("", probe, mainName, true)]
+	c.mu.Unlock()
+	if before != 2 || after != 4 || shared {
+		t.Fatalf("cache entries: %d after the victim's runs, %d after the attacker's (want 2 and 4: none shared)", before, after)
+	}
+	runAs("victim")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := len(c.byKey); n != 4 {
+		t.Fatalf("a tenant's second runs made %d entries, want them served from its own", n)
 	}
 }

@@ -7,7 +7,7 @@
 // leaks between runs or sessions; state that should last is kept in the
 // workspace. The VMs are prepared ahead, a few at a time, and each is closed
 // after its one run (see pool.go); TypeScript transpiles are cached by a
-// hash of the source (see cache.go).
+// hash of the source and the tenant (see cache.go).
 //
 // A run is bounded by a memory limit (64 MiB by default: exceeding it is an
 // "out of memory" error of the code, never a crash of the server), by its

@@ -280,7 +280,7 @@ func (r *run) compile(rel string) quickjs.Value {
 	ext := path.Ext(rel)
 	ts := ext == ".ts" || ext == ".mts" || ext == ".cts"
 	if ts || esmSyntax.MatchString(code) {
-		t, err := r.eng.cache.transpile(r.ctx, code, rel, ts)
+		t, err := r.eng.cache.transpile(r.ctx, r.req.Session.Tenant, code, rel, ts)
 		if err != nil {
 			name := "SyntaxError"
 			if !errors.As(err, new(*transpileError)) {

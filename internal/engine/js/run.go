@@ -133,7 +133,7 @@ func (r *run) main0() (*runcode.Result, error) {
 	code, original := r.req.Code, r.req.Code
 	var sm *sourceMap
 	if r.ts || esmSyntax.MatchString(code) {
-		t, err := r.eng.cache.transpile(r.ctx, code, mainName, r.ts)
+		t, err := r.eng.cache.transpile(r.ctx, r.req.Session.Tenant, code, mainName, r.ts)
 		if err != nil {
 			var te *transpileError
 			var le *qtranspile.Error
