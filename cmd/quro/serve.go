@@ -486,8 +486,18 @@ func requireOperator(auth httpauth.Func, why string, h http.Handler) http.Handle
 				r.URL.Path, why, caller.Scope, caller.Tenant))
 			return
 		}
-		h.ServeHTTP(w, r)
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), operatorKey{}, caller)))
 	})
+}
+
+// operatorKey holds, in a request's context, the caller requireOperator
+// let through.
+type operatorKey struct{}
+
+// operatorFrom is the caller requireOperator let through ctx's request.
+func operatorFrom(ctx context.Context) controller.Caller {
+	c, _ := ctx.Value(operatorKey{}).(controller.Caller)
+	return c
 }
 
 // checkLoopback refuses a non-loopback address for a server without

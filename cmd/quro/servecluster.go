@@ -95,6 +95,8 @@ type clusterNode struct {
 	limit   int    // a tenant's sessions across the cluster (0: none)
 	key     []byte // the cluster's forwarding key (Router.Key)
 	drainer *cluster.Drainer
+	// audit records a drain and each of its moves (App.AuditAction).
+	audit func(context.Context, *controller.Record)
 }
 
 // joinCluster connects a to the cluster, syncs its records once and keeps
@@ -131,7 +133,7 @@ func joinCluster(ctx context.Context, cfg *rest.Config, cf *clusterFlags, a *app
 	go m.Run(ctx, 0)
 	log.Info("quro cluster node", "node", cf.node, "namespace", cf.namespace, "address", cf.address)
 	return &clusterNode{c: c, member: m, limit: max(perTenant, 0), key: key,
-		drainer: &cluster.Drainer{C: c, Member: m, Local: mover, Key: key}}, nil
+		drainer: &cluster.Drainer{C: c, Member: m, Local: mover, Key: key}, audit: a.AuditAction}, nil
 }
 
 // localSessions lists a's sessions of every tenant, spares left out.
