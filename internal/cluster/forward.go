@@ -86,11 +86,18 @@ func (rt *Router) Forward(ctx context.Context, caller controller.Caller, name, r
 }
 
 // Served is the controller's served observer (controller.SetForward):
+// a call that entered a session of this node's marks it alive (Used);
 // a session this node created or destroyed for a call that came by any
 // path but the REST routes serveThenRecord serves (MCP's, the CLI's) is
 // in the API server's records before the caller sees the reply, so that
 // its next call finds it through any node.
 func (rt *Router) Served(ctx context.Context, rec *controller.Record) {
+	if rt.Used != nil && rec.Session != "" {
+		// Entered: authenticated, and the caller's own session.
+		if id := rt.ours(ctx, rec.Session); id != "" {
+			rt.Used(id)
+		}
+	}
 	if rt.Changed == nil || rec.Err != nil || ctx.Value(recordingKey{}) != nil {
 		return
 	}
