@@ -408,6 +408,11 @@ func (f *serveFlags) withE2B(a *app.App, log *slog.Logger, access rest.Access, m
 		return nil, nil, nil, err
 	}
 	*refs = append(*refs, es.HostSandbox)
+	if f.node != nil {
+		// A signed /files URL names its sandbox only by its signature,
+		// which the node holding the sandbox checks: the router finds it.
+		f.node.signedFiles, f.node.signedLocal = es.SignedFiles, es.SignedSandbox
+	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if es.Match(r) {
 			es.ServeHTTP(w, r)

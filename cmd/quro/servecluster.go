@@ -97,6 +97,10 @@ type clusterNode struct {
 	drainer *cluster.Drainer
 	// audit records a drain and each of its moves (App.AuditAction).
 	audit func(context.Context, *controller.Record)
+	// E2B's signed /files URLs that name no sandbox (Router.SignedFiles,
+	// Router.SignedLocal), set when the E2B routes are on.
+	signedFiles func(*http.Request) bool
+	signedLocal func(*http.Request) string
 }
 
 // joinCluster connects a to the cluster, syncs its records once and keeps
@@ -167,8 +171,10 @@ func (n *clusterNode) router(ctl *controller.Controller, h http.Handler, authFn 
 				log.Warn("cluster: recording a session change failed", "err", err)
 			}
 		},
-		Used:     n.member.Used,
-		Quiesced: n.drainer.Quiesced,
+		Used:        n.member.Used,
+		Quiesced:    n.drainer.Quiesced,
+		SignedFiles: n.signedFiles,
+		SignedLocal: n.signedLocal,
 	}
 	ctl.SetForward(rt.Forward, rt.Served)
 	return rt

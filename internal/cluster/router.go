@@ -112,7 +112,15 @@ type Router struct {
 	// is being moved to another (Drainer.Quiesced): a call for it is
 	// told 503 with Retry-After, through any node.
 	Quiesced func(ref string) bool
-	Logger   *slog.Logger
+	// SignedFiles, when set, reports a request whose session only its
+	// signature names (E2B's signed /files URLs under E2B_SANDBOX_URL),
+	// and SignedLocal finds which of this node's sessions signed it (""
+	// for none): such a request goes to the node whose session signed it,
+	// found by asking every live node (HeaderSignedProbe); that node
+	// checks the signature again as it serves it.
+	SignedFiles func(*http.Request) bool
+	SignedLocal func(*http.Request) string
+	Logger      *slog.Logger
 
 	once   sync.Once
 	proxy  *httputil.ReverseProxy
@@ -207,6 +215,10 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ctx = controller.WithPath(ctx, p)
 		}
 		r = r.WithContext(ctx)
+		if m := r.Header.Get(HeaderSignedProbe); m != "" {
+			rt.answerProbe(w, r, m)
+			return
+		}
 		ref, err := rt.ref(r)
 		if err != nil {
 			badRef(w, err)
@@ -228,6 +240,13 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if isAuditQuery(r) {
 		rt.auditFanOut(w, r)
+		return
+	}
+	// A probe is a node's question, answered only under a signed header
+	// (above): one a client sent goes no further.
+	r.Header.Del(HeaderSignedProbe)
+	if rt.SignedFiles != nil && rt.SignedFiles(r) {
+		rt.signedFiles(w, r)
 		return
 	}
 	ref, err := rt.ref(r)
@@ -635,6 +654,107 @@ func sessionRef(r *http.Request) string {
 				return u
 			}
 			return ref
+		}
+	}
+	return ""
+}
+
+// HeaderSignedProbe asks a node, on a request signed with the cluster's
+// key (HeaderForwardedBy), which of its sessions signed the signed
+// /files URL of the request's path and query, for the method it names
+// (GET or POST: a signature covers the operation); the node answers the
+// session's ID, or 404. Nothing is served.
+const HeaderSignedProbe = "Quro-Signed-Probe"
+
+// probeTimeout bounds a probe of the other nodes for a signed URL.
+const probeTimeout = 10 * time.Second
+
+// answerProbe answers a HeaderSignedProbe of another node.
+func (rt *Router) answerProbe(w http.ResponseWriter, r *http.Request, method string) {
+	if method != http.MethodGet && method != http.MethodPost || rt.SignedLocal == nil {
+		http.NotFound(w, r)
+		return
+	}
+	pr := r.Clone(r.Context())
+	pr.Method, pr.Body = method, http.NoBody
+	id := rt.SignedLocal(pr)
+	if id == "" {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	_, _ = io.WriteString(w, id)
+}
+
+// signedFiles serves a signed /files URL that names no session: here
+// when one of this node's sessions signed it, else on the node whose
+// session did (asked of every other live node at once); a URL no node
+// knows gets this node's answer (401).
+func (rt *Router) signedFiles(w http.ResponseWriter, r *http.Request) {
+	if id := rt.SignedLocal(r); id != "" {
+		if rt.moving(w, id) {
+			return
+		}
+		rt.local(w, r.WithContext(controller.ServeHere(r.Context())))
+		return
+	}
+	if node := rt.probe(r); node != "" {
+		rt.forward(w, r, node)
+		return
+	}
+	rt.local(w, r)
+}
+
+// probe asks every other live node which one's session signed r (see
+// HeaderSignedProbe) and returns that node, "" for none.
+func (rt *Router) probe(r *http.Request) string {
+	ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
+	defer cancel()
+	now := time.Now()
+	found := make(chan string)
+	n := 0
+	for _, node := range rt.Table.Nodes() {
+		if node.Name == rt.Table.Self() || !node.Live(now) {
+			continue
+		}
+		n++
+		go func(node Node) {
+			u := url.URL{Scheme: "http", Host: node.Address, Path: r.URL.Path, RawQuery: r.URL.RawQuery}
+			got := ""
+			defer func() {
+				select {
+				case found <- got:
+				case <-ctx.Done():
+				}
+			}()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+			if err != nil {
+				return
+			}
+			req.Host = r.Host
+			req.Header.Set(HeaderForwardedBy, rt.forwardedBy())
+			req.Header.Set(HeaderSignedProbe, r.Method)
+			resp, err := rt.client.Do(req)
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+			if id := string(b); resp.StatusCode == http.StatusOK && validObjectName(id) {
+				if s, ok := rt.Table.Lookup(ctx, id); ok && s.Spec.Node == node.Name {
+					got = node.Name // the node that answers is the one the record names
+				}
+			}
+		}(node)
+	}
+	for range n {
+		select {
+		case name := <-found:
+			if name != "" {
+				return name
+			}
+		case <-ctx.Done():
+			return ""
 		}
 	}
 	return ""

@@ -606,3 +606,72 @@ func TestUsedOnlyForACallThatEnteredTheSession(t *testing.T) {
 		t.Fatalf("calls that entered sessions marked %v alive, want [ona]", used)
 	}
 }
+
+// TestSignedFilesProbe: a signed /files URL that names no session goes
+// to the node whose session signed it (found by a probe signed with the
+// cluster's key); a probe without that signature, or one a client adds
+// to its own request, is answered by no node.
+func TestSignedFilesProbe(t *testing.T) {
+	t.Parallel()
+	key := []byte("0123456789abcdef0123456789abcdef")
+	isSigned := func(r *http.Request) bool { return r.URL.Path == "/files" && r.URL.Query().Has("signature") }
+	signedBy := func(sig, id string) func(*http.Request) string {
+		return func(r *http.Request) string {
+			if r.URL.Query().Get("signature") == sig {
+				return id
+			}
+			return ""
+		}
+	}
+	now := time.Now()
+	table := &staticTable{sessions: map[string]*Session{"sbb": {ObjectMeta: metav1.ObjectMeta{Name: "sbb"}, Spec: SessionSpec{Node: "b"}}}}
+	owner := httptest.NewServer(&Router{Table: &staticTable{self: "b", sessions: table.sessions}, Key: key,
+		SignedFiles: isSigned, SignedLocal: signedBy("good", "sbb"),
+		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "owner served %s probe=%q", r.Method, r.Header.Get(HeaderSignedProbe))
+		})})
+	defer owner.Close()
+	table.self = "a"
+	table.nodes = []Node{
+		{Name: "a", Address: "unused", Renewed: now, TTL: time.Hour},
+		{Name: "b", Address: strings.TrimPrefix(owner.URL, "http://"), Renewed: now, TTL: time.Hour},
+	}
+	entry := httptest.NewServer(&Router{Table: table, Key: key, SignedFiles: isSigned, SignedLocal: signedBy("none", ""),
+		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "entry served") })})
+	defer entry.Close()
+	do := func(base, method, query string, hdr ...string) string {
+		req, _ := http.NewRequest(method, base+"/files?"+query, strings.NewReader("x"))
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}
+	for _, m := range []string{"GET", "POST"} {
+		if got := do(entry.URL, m, "path=/f&signature=good"); got != `200 owner served `+m+` probe=""` {
+			t.Errorf("a signed %s through the other node: %s", m, got)
+		}
+	}
+	if got := do(entry.URL, "GET", "path=/f&signature=forged"); got != "200 entry served" {
+		t.Errorf("a signature no node knows: %s (want this node's own answer)", got)
+	}
+	if got := do(entry.URL, "GET", "path=/f&signature=good", HeaderSignedProbe, "GET"); got != `200 owner served GET probe=""` {
+		t.Errorf("a client's probe header: %s", got)
+	}
+	if got := do(owner.URL, "GET", "path=/f&signature=good", HeaderSignedProbe, "GET",
+		HeaderForwardedBy, "a "+base64.RawURLEncoding.EncodeToString(make([]byte, 32))); !strings.HasPrefix(got, "403 ") {
+		t.Errorf("a probe with a forged signature: %s", got)
+	}
+	signed := "a " + base64.RawURLEncoding.EncodeToString(forwardMAC(key, "a"))
+	if got := do(owner.URL, "GET", "path=/f&signature=good", HeaderSignedProbe, "GET", HeaderForwardedBy, signed); got != "200 sbb" {
+		t.Errorf("a node's probe: %s", got)
+	}
+	if got := do(owner.URL, "GET", "path=/f&signature=good", HeaderSignedProbe, "DELETE", HeaderForwardedBy, signed); !strings.HasPrefix(got, "404 ") {
+		t.Errorf("a probe for another method: %s", got)
+	}
+}
