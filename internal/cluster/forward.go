@@ -93,10 +93,11 @@ func (rt *Router) Forward(ctx context.Context, caller controller.Caller, name, r
 // its next call finds it through any node.
 func (rt *Router) Served(ctx context.Context, rec *controller.Record) {
 	if rt.Used != nil && rec.Session != "" {
-		// Entered: authenticated, and the caller's own session.
-		if id := rt.ours(ctx, rec.Session); id != "" {
-			rt.Used(id)
-		}
+		// Entered (or made) here for its authenticated caller: the
+		// controller tells Served only of the calls this node ran, never
+		// of one it forwarded. No lookup in the table: a session just made
+		// has no record yet, and a miss would ask the API server.
+		rt.Used(rec.Session)
 	}
 	if rt.Changed == nil || rec.Err != nil || ctx.Value(recordingKey{}) != nil {
 		return

@@ -451,18 +451,6 @@ func skipValue(dec *json.Decoder) error {
 	}
 }
 
-// ours is id when the table records it as this node's, else "" (a
-// session is only marked alive when it is one of this node's).
-func (rt *Router) ours(ctx context.Context, id string) string {
-	if id == "" {
-		return ""
-	}
-	if s, ok := rt.Table.Lookup(ctx, id); ok && s.Spec.Node == rt.Table.Self() {
-		return s.Name
-	}
-	return ""
-}
-
 // local serves r on this node.
 func (rt *Router) local(w http.ResponseWriter, r *http.Request) {
 	if rt.Changed != nil && (isCreate(r) || isDestroy(r)) {
