@@ -744,19 +744,17 @@ func (s *Server) serveSigned(w http.ResponseWriter, r *http.Request, t target) {
 		return
 	}
 	id, err := s.signer(r.Context(), u)
+	if r.Context().Err() != nil {
+		return // the client went away
+	}
 	if err != nil {
-		if r.Context().Err() == nil {
-			s.log.Error("e2b: listing the sandboxes for a signed URL", "err", err)
-		}
+		s.log.Error("e2b: listing the sandboxes for a signed URL", "err", err)
 		writeJSONError(w, http.StatusServiceUnavailable, "the server could not look the sandboxes up; try again")
 		return
 	}
 	if id != "" {
 		t.plane, t.id = planeSandbox, id
 		s.serveSandbox(w, r, t)
-		return
-	}
-	if r.Context().Err() != nil {
 		return
 	}
 	writeJSONError(w, http.StatusUnauthorized,
@@ -771,8 +769,8 @@ func (s *Server) signer(ctx context.Context, u signedURL) (string, error) {
 	}
 	keys := map[string][]string{}
 	for _, sb := range sbs {
-		if ctx.Err() != nil {
-			return "", nil
+		if err := ctx.Err(); err != nil {
+			return "", err
 		}
 		k, seen := keys[sb.Tenant]
 		if !seen {
