@@ -369,8 +369,10 @@ var appUses = map[string]map[string]bool{
 	// A cluster node lists the sessions it holds (to publish them), and
 	// moves them to other nodes when drained (app.Mover: the session's
 	// life owner quiesces and releases; no caller's call, the operator's
-	// token on the drain route and the cluster's key on the move route).
-	"servecluster.go": {"Sessions": true, "Mover": true},
+	// token on the drain route and the cluster's key on the move route),
+	// and records each drain and move in the audit log (AuditAction: an
+	// entry, no state changed).
+	"servecluster.go": {"Sessions": true, "Mover": true, "AuditAction": true},
 	// quro term attaches to the PTY open_terminal started.
 	"term.go": {"OpenPTY": true},
 	// The E2B access path's wiring: API keys are tokens (and an access

@@ -221,16 +221,16 @@ type node struct {
 	stop      func()
 }
 
-func startNode(t testing.TB, name, kubeconfig, tokens string) *node {
+func startNode(t testing.TB, name, kubeconfig, tokens string, extra ...string) *node {
 	t.Helper()
 	data := t.TempDir()
 	seedPython(t, data)
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	root := newRoot(strings.NewReader(""), pw, io.Discard)
-	root.SetArgs([]string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--cluster", "--kubeconfig", kubeconfig,
+	root.SetArgs(append([]string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--cluster", "--kubeconfig", kubeconfig,
 		"--cluster-namespace", "default", "--node-name", name, "--node-address", "127.0.0.1:0", "--tokens-file", tokens,
-		"--spare-sessions", "0", "--prestart-python=false", "--e2b=false"})
+		"--spare-sessions", "0", "--prestart-python=false", "--e2b=false"}, extra...))
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx); pw.Close() }()
 	stopped := false
@@ -393,15 +393,16 @@ func indexOf(s []string, v string) int {
 // both taking the tokens file's lines ("TOKEN TENANT SCOPE\n"...), and
 // returns once both hold live Leases; owner is the node a session's
 // record names.
-func twoNodes(t testing.TB, tokenLines string) (a, b *node, dyn dynamic.Interface, owner func(id string) string) {
+// extra are more flags of both nodes' quro serve.
+func twoNodes(t testing.TB, tokenLines string, extra ...string) (a, b *node, dyn dynamic.Interface, owner func(id string) string) {
 	t.Helper()
 	cfg, kc := apiServer(t)
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(tokens, []byte(tokenLines), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a = startNode(t, "node-a", kc, tokens)
-	b = startNode(t, "node-b", kc, tokens)
+	a = startNode(t, "node-a", kc, tokens, extra...)
+	b = startNode(t, "node-b", kc, tokens, extra...)
 	dyn = dynamic.NewForConfigOrDie(cfg)
 	waitLeases(t, dyn, 2)
 	owner = func(id string) string {

@@ -76,7 +76,8 @@ func TestClusterDrain(t *testing.T) {
 	}
 	// A nested tree, a large file and a link in the first; its sums.
 	const setup = `mkdir -p tree/a/b/c && for i in 1 2 3; do echo "leaf $i" > tree/a/b/c/f$i.txt; done && echo top > tree/top.txt &&
-head -c 24000000 /dev/urandom > big.bin && ln -s tree/a/b link && chmod 750 tree/a && cd tree &&
+head -c 24000000 /dev/urandom > big.bin && ln -s tree/a/b link && chmod 750 tree/a &&
+mkdir -p venv/bin && ln -s /usr/bin/python3 venv/bin/python && ln -s python venv/bin/python3 && ln -s /etc/shadow shadow && cd tree &&
 sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\./##'`
 	sums := exec(t, a, onA[0], setup)
 	exec(t, b, onA[1], "echo second > note.txt") // through the other node
@@ -95,6 +96,20 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 	}
 	exec(t, a, victim, "echo mine > kept.txt")
 	key := forwardKey(t, dyn)
+
+	// A session on node a whose move fails: its tree is deeper than a
+	// moved workspace may be, so node b refuses it after node a stopped
+	// its processes.
+	var stuck string
+	for i := 0; stuck == ""; i++ {
+		if i == 10 {
+			t.Fatal("no fourth session landed on node-a")
+		}
+		if id := create(a, fmt.Sprintf(`{"name":"s%d"}`, i)); owner(id) == "node-a" {
+			stuck = id
+		}
+	}
+	exec(t, a, stuck, "mkdir -p $(printf 'd/%.0s' $(seq 300)) && echo stays > stays.txt")
 
 	t.Run("the move route refuses hostile streams", func(t *testing.T) {
 		put := func(t *testing.T, sig string, body io.Reader) httpResult {
@@ -126,6 +141,12 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 			return &buf
 		}
 		signed := cluster.MoveSignature(key, "node-a", victim, time.Now())
+		outside := t.TempDir() // on the receiving node's host: stays empty
+		defer func() {
+			if ents, err := os.ReadDir(outside); err != nil || len(ents) != 0 {
+				t.Errorf("a move stream wrote outside the workspace: %v %v", ents, err)
+			}
+		}()
 		for _, tc := range []struct {
 			name, sig string
 			body      io.Reader
@@ -142,9 +163,17 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 			{"a file through a symlink out", signed, stream(&tar.Header{Name: "out", Typeflag: tar.TypeSymlink, Linkname: "/etc"},
 				&tar.Header{Name: "out/cron.d", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}), http.StatusBadRequest, "goes through the symbolic link"},
 			{"a directory over a relative symlink out", signed, stream(&tar.Header{Name: "up", Typeflag: tar.TypeSymlink, Linkname: "../../.."},
-				&tar.Header{Name: "up/", Typeflag: tar.TypeDir, Mode: 0o777}), http.StatusBadRequest, "comes twice"},
+				&tar.Header{Name: "up/", Typeflag: tar.TypeDir, Mode: 0o777}), http.StatusBadRequest, "twice"},
 			{"holes past a file's size", signed, stream(&tar.Header{Name: "s", Typeflag: 'Q', Size: 1, Mode: 0o644,
 				PAXRecords: map[string]string{"QURO.sparse.map": "4096+1", "QURO.sparse.size": "1"}}), http.StatusBadRequest, "map of holes"},
+			// Links out of /home/user travel as links; nothing is written
+			// through one made by an earlier entry, under it or in its place.
+			{"a file through a link out", signed, stream(&tar.Header{Name: "out", Typeflag: tar.TypeSymlink, Linkname: outside},
+				&tar.Header{Name: "out/x", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}), http.StatusBadRequest, "goes through the symbolic link"},
+			{"a file in place of a link out", signed, stream(&tar.Header{Name: "out", Typeflag: tar.TypeSymlink, Linkname: outside + "/x"},
+				&tar.Header{Name: "out", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}), http.StatusBadRequest, "twice"},
+			{"a file through a relative link out", signed, stream(&tar.Header{Name: "d/up", Typeflag: tar.TypeSymlink, Linkname: "../../../../../../../.." + outside},
+				&tar.Header{Name: "d/up/x", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}), http.StatusBadRequest, "goes through the symbolic link"},
 			{"a file through a link", signed, stream(&tar.Header{Name: "in", Typeflag: tar.TypeSymlink, Linkname: "sub"},
 				&tar.Header{Name: "in/x", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}), http.StatusBadRequest, "goes through the symbolic link"},
 			{"a hard link to the host", signed, stream(&tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "/etc/shadow"}), http.StatusBadRequest, "not a file made before it"},
@@ -175,10 +204,13 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 		var out, errOut bytes.Buffer
 		root := newRoot(strings.NewReader(""), &out, &errOut)
 		root.SetArgs([]string{"node", "drain", "--server", a.url, "--token-file", adminFile})
-		if err := root.ExecuteContext(context.Background()); err != nil {
-			t.Fatalf("quro node drain: %v\n%s%s", err, out.String(), errOut.String())
+		if err := root.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), "1 sessions stay") {
+			t.Fatalf("quro node drain with a session that cannot move: %v\n%s%s", err, out.String(), errOut.String())
 		}
 		t.Logf("quro node drain:\n%s", out.String())
+		if !strings.Contains(out.String(), "NOT moved "+stuck) || !strings.Contains(out.String(), " moved, 1 not") {
+			t.Errorf("the drain did not report %s not moved", stuck)
+		}
 		for _, id := range append(onA, victim) {
 			if !strings.Contains(out.String(), "moved "+id) {
 				t.Errorf("the drain did not report %s moved", id)
@@ -224,8 +256,77 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 		} else if f := strings.Fields(got); len(f) != 5 || f[3] != f[4] {
 			t.Fatalf("the moved files are not the session's own uid: %q", got)
 		}
+		// A venv's links out of /home/user came as links (never
+		// followed: the copy holds no python binary nor the host's
+		// shadow file), and resolve in the new box.
+		if got := exec(t, b, onA[0], `cd /home/user && for l in venv/bin/python venv/bin/python3 shadow; do test -L $l && readlink $l; done; venv/bin/python3 -c 'print(6*7)'`); got != "/usr/bin/python3\npython\n/etc/shadow\n42\n" {
+			t.Fatalf("a venv's links after the move: %q", got)
+		}
 		if got := exec(t, a, onA[1], "cat /home/user/note.txt"); got != "second\n" {
 			t.Fatalf("the second session's file after the move: %q", got)
+		}
+
+		// The session whose move failed stays on node a with its files;
+		// its next call, through either node, says its processes were
+		// stopped, once.
+		if o := owner(stuck); o != "node-a" {
+			t.Fatalf("the session whose move failed is %s's", o)
+		}
+		body, _ = json.Marshal(map[string]any{"session": stuck, "lang": "python", "code": "print(open('stays.txt').read().strip())"})
+		r = do(t, "POST", b.url+"/v1/run_code", "application/json", string(body), auth(acme)...)
+		if r.status != 200 || json.Unmarshal([]byte(r.body), &rc) != nil || strings.TrimSpace(rc.Stdout) != "stays" {
+			t.Fatalf("run_code after a failed move: %d %s", r.status, r.body)
+		}
+		if len(rc.Notes) == 0 || !strings.Contains(rc.Notes[0], "move of this session to another node of the cluster failed") ||
+			!strings.Contains(rc.Notes[0], "processes") || strings.Contains(rc.Notes[0], "\n") {
+			t.Fatalf("the first call after a failed move does not say its processes were stopped, in one line: %q", rc.Notes)
+		}
+		if r = do(t, "POST", b.url+"/v1/run_code", "application/json", string(body), auth(acme)...); strings.Contains(r.body, "failed; it stays") {
+			t.Fatalf("the second call after a failed move says it again: %s", r.body)
+		}
+	})
+
+	// Each move is in its session's tenant's audit log, with the nodes'
+	// names, and the drain in the operator's; no host path in any.
+	t.Run("drains are audited", func(t *testing.T) {
+		type entries struct {
+			Entries []struct {
+				Capability, Args, Outcome, Message, Session string
+			}
+		}
+		var moves entries
+		r := do(t, "GET", a.url+"/v1/audit?capability=session_move&limit=100", "", "", auth(acme)...)
+		if r.status != 200 || json.Unmarshal([]byte(r.body), &moves) != nil {
+			t.Fatalf("acme's audit of moves: %d %s", r.status, r.body)
+		}
+		movesBody := r.body
+		got := map[string]string{}
+		for _, e := range moves.Entries {
+			if _, dup := got[e.Session]; dup {
+				t.Errorf("two entries for the move of %s: %s", e.Session, r.body)
+			}
+			got[e.Session] = e.Outcome + " " + e.Args + " " + e.Message
+		}
+		for _, id := range append(onA, victim) {
+			if g := got[id]; !strings.HasPrefix(g, "ok ") || !strings.Contains(g, `from="node-a"`) || !strings.Contains(g, `to="node-b"`) {
+				t.Errorf("the audit entry of %s's move: %q", id, g)
+			}
+		}
+		if g := got[stuck]; !strings.HasPrefix(g, "unavailable ") || !strings.Contains(g, "failed") || !strings.Contains(g, `from="node-a"`) {
+			t.Errorf("the audit entry of %s's failed move: %q", stuck, g)
+		}
+		var drains entries
+		r = do(t, "GET", a.url+"/v1/audit?capability=node_drain&limit=100", "", "", auth(admin)...)
+		if r.status != 200 || json.Unmarshal([]byte(r.body), &drains) != nil || len(drains.Entries) != 1 {
+			t.Fatalf("the operator's audit of drains: %d %s", r.status, r.body)
+		}
+		if e := drains.Entries[0]; e.Outcome != "unavailable" || !strings.Contains(e.Args, `node="node-a"`) || !strings.Contains(e.Args, "failed=1") {
+			t.Fatalf("the drain's audit entry: %+v", e)
+		}
+		for _, body := range []string{r.body, movesBody} {
+			if strings.Contains(body, "/var/") || strings.Contains(body, "/tmp/") || strings.Contains(body, os.TempDir()) {
+				t.Fatalf("a host path in the audit of a drain: %s", body)
+			}
 		}
 		// Its metadata came along.
 		r = do(t, "GET", a.url+"/v1/sessions/"+onA[0], "", "", auth(acme)...)
@@ -247,6 +348,8 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 	// anew when a status call asks for it: the second drain moves that
 	// one, which is all it may list.)
 	t.Run("a second drain finds nothing left", func(t *testing.T) {
+		// The session that could not move can once its deep tree is gone.
+		exec(t, b, stuck, "rm -rf d")
 		r := do(t, "POST", a.url+DrainPath, "", "", auth(admin)...)
 		if r.status != 200 || !strings.Contains(r.body, `"done":true`) || strings.Contains(r.body, `"ok":false`) {
 			t.Fatalf("second drain: %d %s", r.status, r.body)
@@ -256,8 +359,14 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 				t.Fatalf("the second drain moved %s again: %s", id, r.body)
 			}
 		}
+		if o := owner(stuck); o != "node-b" || !strings.Contains(r.body, stuck) {
+			t.Fatalf("the second drain did not move %s (owner %s): %s", stuck, o, r.body)
+		}
+		if got := exec(t, a, stuck, "cat stays.txt"); got != "stays\n" {
+			t.Fatalf("the file of the session moved by the second drain: %q", got)
+		}
 		for _, l := range strings.Split(strings.TrimSpace(r.body), "\n") {
-			if strings.Contains(l, `"session"`) && !strings.Contains(l, `"name":"default"`) {
+			if strings.Contains(l, `"session"`) && !strings.Contains(l, `"name":"default"`) && !strings.Contains(l, stuck) {
 				t.Fatalf("the second drain found a session other than a new default one: %s", l)
 			}
 		}

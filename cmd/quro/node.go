@@ -9,12 +9,16 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/quro-dev/quro/internal/api/httpauth"
 	"github.com/quro-dev/quro/internal/api/rest"
+	"github.com/quro-dev/quro/internal/app"
+	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/cluster"
+	"github.com/quro-dev/quro/internal/controller"
 )
 
 // DrainPath is the running server's route of quro node drain (the
@@ -40,10 +44,14 @@ func (n *clusterNode) drainHandler() http.Handler {
 		enc := json.NewEncoder(w)
 		fl, _ := w.(http.Flusher)
 		moved := 0
+		caller := operatorFrom(r.Context())
+		caller.Path = "rest"
+		start := time.Now()
 		failed, err := n.drainer.Drain(r.Context(), func(m cluster.Move) {
 			if m.OK {
 				moved++
 			}
+			n.auditMove(r.Context(), caller, m)
 			_ = enc.Encode(drainLine{Move: &m})
 			if fl != nil {
 				fl.Flush()
@@ -54,7 +62,46 @@ func (n *clusterNode) drainHandler() http.Handler {
 			end.Fatal = err.Error()
 		}
 		_ = enc.Encode(end)
+		n.auditDrain(r.Context(), caller, start, end)
 	})
+}
+
+// auditMove records one move of a drain in the log of its session's
+// tenant: the nodes it left and went to, and why it failed.
+func (n *clusterNode) auditMove(ctx context.Context, caller controller.Caller, m cluster.Move) {
+	if n.audit == nil {
+		return
+	}
+	args, _ := json.Marshal(map[string]string{"from": n.c.Self(), "to": m.To, "name": m.Name, "new_name": m.NewName})
+	rec := &controller.Record{Start: time.Now(), Caller: caller, Capability: app.AuditSessionMove, Args: args,
+		Outcome: "ok", Session: m.Session}
+	rec.Caller.Tenant = m.Tenant // the session's owner sees its move
+	if !m.OK {
+		rec.Outcome = string(capability.Unavailable)
+		// The error's detail is the operator's (the drain's answer, the
+		// node's log): the tenant's entry says what became of the session.
+		rec.Err = capability.Errorf(capability.Unavailable, "the move to %s failed; the session stays on %s with its files, its processes were stopped", m.To, n.c.Self())
+	}
+	n.audit(ctx, rec)
+}
+
+// auditDrain records the drain itself in the operator's log.
+func (n *clusterNode) auditDrain(ctx context.Context, caller controller.Caller, start time.Time, end drainLine) {
+	if n.audit == nil {
+		return
+	}
+	args, _ := json.Marshal(map[string]any{"node": n.c.Self(), "moved": end.Moved, "failed": end.Failed})
+	rec := &controller.Record{Start: start, Caller: caller, Capability: app.AuditNodeDrain, Args: args,
+		Outcome: "ok", Duration: time.Since(start)}
+	switch {
+	case end.Fatal != "":
+		rec.Outcome = string(capability.Unavailable)
+		rec.Err = capability.Errorf(capability.Unavailable, "%s", end.Fatal)
+	case end.Failed > 0:
+		rec.Outcome = string(capability.Unavailable)
+		rec.Err = capability.Errorf(capability.Unavailable, "%d sessions stay on this node", end.Failed)
+	}
+	n.audit(context.WithoutCancel(ctx), rec)
 }
 
 func newNodeCmd(g *globals) *cobra.Command {

@@ -72,6 +72,46 @@ func TestClusterRoutes(t *testing.T) {
 		}
 	})
 
+	// The route follows a body's first "session" and the owner's decoder
+	// took the last: a body that names two sessions (one on each node)
+	// is refused by whichever node it reaches, and runs in neither.
+	t.Run("a body that names its session twice is refused", func(t *testing.T) {
+		var id2 string
+		for i := 0; id2 == ""; i++ {
+			if i == 10 {
+				t.Fatal("10 sessions, none on the other node")
+			}
+			r := do(t, "POST", a.url+"/v1/create_session", "application/json", fmt.Sprintf(`{"name":"dup%d"}`, i), auth(acme)...)
+			var c struct {
+				ID string `json:"id"`
+			}
+			if r.status != 200 || json.Unmarshal([]byte(r.body), &c) != nil {
+				t.Fatalf("create_session: %d %s", r.status, r.body)
+			}
+			if owner(c.ID) != owner(id) {
+				id2 = c.ID
+			}
+		}
+		for _, n := range []*node{a, b} {
+			for _, body := range []string{
+				`{"session":"` + id + `","lang":"bash","code":"touch pwned","session":"` + id2 + `"}`,
+				`{"session":"` + id2 + `","lang":"bash","code":"touch pwned","Session":"` + id + `"}`,
+			} {
+				r := do(t, "POST", n.url+"/v1/run_code", "application/json", body, auth(acme)...)
+				if r.status != http.StatusBadRequest || !strings.Contains(r.body, "more than once") {
+					t.Fatalf("a body naming two sessions through %s: %d %.300s", n.name, r.status, r.body)
+				}
+			}
+		}
+		for _, s := range []string{id, id2} {
+			r := do(t, "POST", via.url+"/v1/run_code", "application/json",
+				`{"session":"`+s+`","lang":"bash","code":"ls pwned 2>&1 || echo clean"}`, auth(acme)...)
+			if r.status != 200 || !strings.Contains(r.body, "clean") {
+				t.Fatalf("session %s after the refused bodies: %d %.300s", s, r.status, r.body)
+			}
+		}
+	})
+
 	t.Run("another tenant cannot reach it through the body either", func(t *testing.T) {
 		for _, n := range []*node{a, b} {
 			r := do(t, "POST", n.url+"/v1/read_file", "application/json", `{"session":"`+id+`","path":"big.txt","limit":3}`, auth(other)...)

@@ -408,6 +408,11 @@ func (f *serveFlags) withE2B(a *app.App, log *slog.Logger, access rest.Access, m
 		return nil, nil, nil, err
 	}
 	*refs = append(*refs, es.HostSandbox)
+	if f.node != nil {
+		// A signed /files URL names its sandbox only by its signature,
+		// which the node holding the sandbox checks: the router finds it.
+		f.node.signedFiles, f.node.signedLocal = es.SignedFiles, es.SignedSandbox
+	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if es.Match(r) {
 			es.ServeHTTP(w, r)
@@ -486,8 +491,18 @@ func requireOperator(auth httpauth.Func, why string, h http.Handler) http.Handle
 				r.URL.Path, why, caller.Scope, caller.Tenant))
 			return
 		}
-		h.ServeHTTP(w, r)
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), operatorKey{}, caller)))
 	})
+}
+
+// operatorKey holds, in a request's context, the caller requireOperator
+// let through.
+type operatorKey struct{}
+
+// operatorFrom is the caller requireOperator let through ctx's request.
+func operatorFrom(ctx context.Context) controller.Caller {
+	c, _ := ctx.Value(operatorKey{}).(controller.Caller)
+	return c
 }
 
 // checkLoopback refuses a non-loopback address for a server without

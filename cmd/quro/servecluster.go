@@ -95,6 +95,12 @@ type clusterNode struct {
 	limit   int    // a tenant's sessions across the cluster (0: none)
 	key     []byte // the cluster's forwarding key (Router.Key)
 	drainer *cluster.Drainer
+	// audit records a drain and each of its moves (App.AuditAction).
+	audit func(context.Context, *controller.Record)
+	// E2B's signed /files URLs that name no sandbox (Router.SignedFiles,
+	// Router.SignedLocal), set when the E2B routes are on.
+	signedFiles func(*http.Request) bool
+	signedLocal func(*http.Request) string
 }
 
 // joinCluster connects a to the cluster, syncs its records once and keeps
@@ -131,7 +137,7 @@ func joinCluster(ctx context.Context, cfg *rest.Config, cf *clusterFlags, a *app
 	go m.Run(ctx, 0)
 	log.Info("quro cluster node", "node", cf.node, "namespace", cf.namespace, "address", cf.address)
 	return &clusterNode{c: c, member: m, limit: max(perTenant, 0), key: key,
-		drainer: &cluster.Drainer{C: c, Member: m, Local: mover, Key: key}}, nil
+		drainer: &cluster.Drainer{C: c, Member: m, Local: mover, Key: key}, audit: a.AuditAction}, nil
 }
 
 // localSessions lists a's sessions of every tenant, spares left out.
@@ -165,8 +171,10 @@ func (n *clusterNode) router(ctl *controller.Controller, h http.Handler, authFn 
 				log.Warn("cluster: recording a session change failed", "err", err)
 			}
 		},
-		Used:     n.member.Used,
-		Quiesced: n.drainer.Quiesced,
+		Used:        n.member.Used,
+		Quiesced:    n.drainer.Quiesced,
+		SignedFiles: n.signedFiles,
+		SignedLocal: n.signedLocal,
 	}
 	ctl.SetForward(rt.Forward, rt.Served)
 	return rt

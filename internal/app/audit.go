@@ -115,3 +115,18 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 	return time.Time{}, capability.Errorf(capability.InvalidArgument,
 		"since %q is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a duration (15m, 2h)", s)
 }
+
+// Audit capabilities of the operator's actions that are no capability
+// call: a cluster node's drain (the operator's entry) and each session it
+// moves or fails to move (an entry in the session's tenant's log).
+const (
+	AuditNodeDrain   = "node_drain"
+	AuditSessionMove = "session_move"
+)
+
+// AuditAction records r, an action outside the capability registry
+// (AuditNodeDrain, AuditSessionMove), in the audit log as a call's entry
+// is recorded. Its arguments name nodes and sessions, never a host path.
+func (a *App) AuditAction(ctx context.Context, r *controller.Record) {
+	a.auditLog.Observe(ctx, r)
+}

@@ -62,13 +62,15 @@ func (b sessionBoxes) Resume(id string) (bool, error) {
 // does not.
 func (a *App) enders() []session.Ender {
 	return []session.Ender{
-		{Name: "box", First: true, End: func(s *session.Session) { a.Sandbox.EndSession(s.ID) }},
+		{Name: "box", First: true, End: func(s *session.Session) { a.Sandbox.EndSession(s.ID) },
+			Reopen: func(s *session.Session) { a.Sandbox.ReopenSession(s.ID) }},
 		{Name: "processes", End: func(s *session.Session) { a.procs.EndSession(s.ID) }},
 		{Name: "python", End: func(s *session.Session) { a.stopPython(s.ID) }},
 		{Name: "node", End: func(s *session.Session) { a.node.Stop(s.ID) }},
 		{Name: "box files", End: func(s *session.Session) { a.boxFiles.forget(s.ID) }},
 		{Name: "code contexts", End: func(s *session.Session) { a.forgetContexts(s.ID) }},
-		{Name: "terminals", End: func(s *session.Session) { a.Terminals.CloseSession(s) }},
+		{Name: "terminals", End: func(s *session.Session) { a.Terminals.CloseSession(s) },
+			Reopen: func(s *session.Session) { a.Terminals.ReopenSession(s) }},
 		{Name: "tenant", End: func(s *session.Session) { a.tenants.forget(s.ID) }},
 		{Name: "network", End: func(s *session.Session) { a.netPolicies.forget(s.ID); a.egress.events.forget(s.ID) }},
 		// Their rows go with the session's (ON DELETE CASCADE).

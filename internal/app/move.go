@@ -25,8 +25,13 @@ import (
 // workspace as a tar (workspace.WriteArchive); the node it goes to
 // checks both as hostile (Import).
 
-// MoveNote is the line the next call of a moved session starts with.
-const MoveNote = "note: this session was moved to another node of the cluster; its files and settings are here, but its processes (shells, Python variables, running commands) were stopped by the move"
+// MoveNote is the line the next call of a moved session starts with;
+// MoveFailedNote that of a session whose move failed after its
+// processes were stopped (it stays on its node, files untouched).
+const (
+	MoveNote       = "note: this session was moved to another node of the cluster; its files and settings are here, but its processes (shells, Python variables, running commands) were stopped by the move"
+	MoveFailedNote = "note: a move of this session to another node of the cluster failed; it stays where it was with its files and settings untouched, but its processes (shells, Python variables, running commands) were stopped for the move"
+)
 
 // maxMoveSettings bounds the settings line of a move stream.
 const maxMoveSettings = 1 << 20
@@ -54,23 +59,32 @@ type Mover struct{ a *App }
 // Mover returns a's side of the cluster's session moves.
 func (a *App) Mover() *Mover { return &Mover{a: a} }
 
-// moved are the sessions moved here whose next call has not yet been
-// told so (Note).
+// movedNotes are the sessions whose processes a move stopped (moved
+// here, or left here by a move that failed) and whose next call has not
+// yet been told so (Note), with what to tell it.
 type movedNotes struct {
 	mu  sync.Mutex
-	ids map[string]bool
+	ids map[string]string
 }
 
-// moveNote is the controller's Note: MoveNote once for a session moved
-// here.
+// moveNote is the controller's Note: MoveNote or MoveFailedNote once for
+// a session whose processes a move stopped.
 func (a *App) moveNote(id string) string {
 	a.moved.mu.Lock()
 	defer a.moved.mu.Unlock()
-	if !a.moved.ids[id] {
-		return ""
-	}
+	n := a.moved.ids[id]
 	delete(a.moved.ids, id)
-	return MoveNote
+	return n
+}
+
+// setMoveNote makes note the next call's of session id.
+func (a *App) setMoveNote(id, note string) {
+	a.moved.mu.Lock()
+	defer a.moved.mu.Unlock()
+	if a.moved.ids == nil {
+		a.moved.ids = map[string]string{}
+	}
+	a.moved.ids[id] = note
 }
 
 func (m *Mover) session(ctx context.Context, id string) (*session.Session, error) {
@@ -92,15 +106,18 @@ func (m *Mover) Quiesce(ctx context.Context, id string) error {
 	}
 	if late := m.a.lives.Quiesce(s); late > 0 {
 		m.a.lives.Unquiesce(s)
+		m.a.setMoveNote(s.ID, MoveFailedNote) // its box ended all the same
 		return fmt.Errorf("session %s: %d calls still ran after the grace; it stays here", s.Name, late)
 	}
 	return nil
 }
 
-// Unquiesce makes session id usable here again.
+// Unquiesce makes session id usable here again after its move failed:
+// its next call says that its processes were stopped (MoveFailedNote).
 func (m *Mover) Unquiesce(id string) {
 	if s, err := m.session(context.Background(), id); err == nil {
 		m.a.lives.Unquiesce(s)
+		m.a.setMoveNote(s.ID, MoveFailedNote)
 	}
 }
 
@@ -212,12 +229,7 @@ func (m *Mover) Import(ctx context.Context, id, tenant, name string, r io.Reader
 			return "", 0, 0, fmt.Errorf("session %s: give its files to its uid: %w", s.Name, err)
 		}
 	}
-	m.a.moved.mu.Lock()
-	if m.a.moved.ids == nil {
-		m.a.moved.ids = map[string]bool{}
-	}
-	m.a.moved.ids[s.ID] = true
-	m.a.moved.mu.Unlock()
+	m.a.setMoveNote(s.ID, MoveNote)
 	return s.Name, st.Files, st.Bytes, nil
 }
 

@@ -139,3 +139,45 @@ readlink .venv/bin/python; cat "$(printf 'new\nline')"; echo; ls pipe 2>&1 | wc 
 		t.Fatalf("the moved workspace uses %s MiB of disk", lines[len(want)])
 	}
 }
+
+// TestMoveThatFailsLeavesTheSessionUsable: a move the receiver refuses
+// after this node quiesced the session (its box and shell ended) leaves
+// it usable here — a shell and a Python run start again — with its
+// files, and its next call (only that one) says its processes were
+// stopped.
+func TestMoveThatFailsLeavesTheSessionUsable(t *testing.T) {
+	from, to := newApp(t, nil), newApp(t, nil)
+	ctx := context.Background()
+	id := mustCall(t, from, "create_session", CreateSessionInput{Name: "stays"}).(*SessionInfo).ID
+	exec := func(cmd string) string {
+		t.Helper()
+		r, err := call(t, from, "terminal_exec", TerminalExecInput{Session: id, Command: cmd})
+		if err != nil {
+			t.Fatalf("%s: %v", cmd, err)
+		}
+		return r.Text
+	}
+	exec("echo kept > f.txt && export GONE=1")
+	m := from.Mover()
+	if err := m.Quiesce(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	// The receiver refuses the stream: settings of another session.
+	bad := strings.NewReader(`{"id":"0123456789abcdef0123456789abcdef","tenant":""}` + "\n")
+	if _, _, _, err := to.Mover().Import(ctx, id, "", "stays", bad); capabilityCode(err) != capability.InvalidArgument {
+		t.Fatalf("the receiver took a stream of another session: %v", err)
+	}
+	m.Unquiesce(id)
+	out := exec(`cat f.txt; echo "GONE=$GONE"`)
+	first, rest, _ := strings.Cut(out, "\n")
+	if first != MoveFailedNote || !strings.HasPrefix(rest, "kept\nGONE=\n") {
+		t.Fatalf("the first call after a failed move: %q", out)
+	}
+	if out := exec("echo again"); strings.Contains(out, "note:") || !strings.Contains(out, "again") {
+		t.Fatalf("the second call after a failed move: %q", out)
+	}
+	r, err := call(t, from, "run_code", RunCodeInput{Session: id, Lang: "python", Code: "print(6*7)"})
+	if err != nil || !strings.Contains(r.Text, "42") {
+		t.Fatalf("a Python run after a failed move: %v %v", r, err)
+	}
+}

@@ -47,6 +47,18 @@ const (
 	LookupBurst = 10
 )
 
+// WriteQPS and WriteBurst are the client-side rate limit of the node's
+// own API calls (its records, Lease and informers), when the config sets
+// none: client-go's default (5 a second, 10 at once) queued a create's
+// four writes (the record, its status, the Lease read and renewed) behind
+// the ones before, and a burst of creates answered in 500 ms each. A node
+// writes only for the sessions its authenticated callers make and end;
+// the API server's own fairness (APF) bounds the rest. kubelet's default.
+const (
+	WriteQPS   = 50
+	WriteBurst = 100
+)
+
 // Cluster is one node's view of the cluster: the session → node table and
 // the nodes' Leases, kept by informers, and the writes of its own records.
 type Cluster struct {
@@ -81,7 +93,11 @@ func New(o Options) (*Cluster, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	dyn, err := dynamic.NewForConfig(o.Config)
+	cfg := rest.CopyConfig(o.Config)
+	if cfg.QPS == 0 && cfg.RateLimiter == nil {
+		cfg.QPS, cfg.Burst = WriteQPS, WriteBurst
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -86,11 +86,19 @@ func (rt *Router) Forward(ctx context.Context, caller controller.Caller, name, r
 }
 
 // Served is the controller's served observer (controller.SetForward):
+// a call that entered a session of this node's marks it alive (Used);
 // a session this node created or destroyed for a call that came by any
 // path but the REST routes serveThenRecord serves (MCP's, the CLI's) is
 // in the API server's records before the caller sees the reply, so that
 // its next call finds it through any node.
 func (rt *Router) Served(ctx context.Context, rec *controller.Record) {
+	if rt.Used != nil && rec.Session != "" {
+		// Entered (or made) here for its authenticated caller: the
+		// controller tells Served only of the calls this node ran, never
+		// of one it forwarded. No lookup in the table: a session just made
+		// has no record yet, and a miss would ask the API server.
+		rt.Used(rec.Session)
+	}
 	if rt.Changed == nil || rec.Err != nil || ctx.Value(recordingKey{}) != nil {
 		return
 	}

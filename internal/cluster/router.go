@@ -88,7 +88,9 @@ type Router struct {
 	// it signs this node's HeaderForwardedBy and checks every one that
 	// arrives; a request whose header it did not sign is refused (403).
 	Key []byte
-	// Used, when set, hears of each call this node serves for a session.
+	// Used, when set, hears of each call this node's controller ran in
+	// one of this node's sessions (Served): the caller was authenticated
+	// and the session entered as its own, never for a request alone.
 	Used func(id string)
 	// Refs, when set, find the session of a request whose path names
 	// none: a Host of its own (E2B's PORT-ID.DOMAIN, a preview's). The
@@ -110,7 +112,15 @@ type Router struct {
 	// is being moved to another (Drainer.Quiesced): a call for it is
 	// told 503 with Retry-After, through any node.
 	Quiesced func(ref string) bool
-	Logger   *slog.Logger
+	// SignedFiles, when set, reports a request whose session only its
+	// signature names (E2B's signed /files URLs under E2B_SANDBOX_URL),
+	// and SignedLocal finds which of this node's sessions signed it (""
+	// for none): such a request goes to the node whose session signed it,
+	// found by asking every live node (HeaderSignedProbe); that node
+	// checks the signature again as it serves it.
+	SignedFiles func(*http.Request) bool
+	SignedLocal func(*http.Request) string
+	Logger      *slog.Logger
 
 	once   sync.Once
 	proxy  *httputil.ReverseProxy
@@ -207,7 +217,15 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ctx = controller.WithPath(ctx, p)
 		}
 		r = r.WithContext(ctx)
-		ref := rt.ref(r)
+		if m := r.Header.Get(HeaderSignedProbe); m != "" {
+			rt.answerProbe(w, r, m)
+			return
+		}
+		ref, err := rt.ref(r)
+		if err != nil {
+			badRef(w, err)
+			return
+		}
 		if rt.moving(w, rt.idOf(r, ref)) {
 			return
 		}
@@ -215,7 +233,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// node, so whoever reads it can replay it; the local handler
 		// hands a preview's headers on to the box's own web server.
 		r.Header.Del(HeaderForwardedBy)
-		rt.local(w, r, rt.ours(r.Context(), ref))
+		rt.local(w, r)
 		return
 	}
 	if isCreate(r) {
@@ -226,9 +244,20 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rt.auditFanOut(w, r)
 		return
 	}
-	ref := rt.ref(r)
+	// A probe is a node's question, answered only under a signed header
+	// (above): one a client sent goes no further.
+	r.Header.Del(HeaderSignedProbe)
+	if rt.SignedFiles != nil && rt.SignedFiles(r) {
+		rt.signedFiles(w, r)
+		return
+	}
+	ref, err := rt.ref(r)
+	if err != nil {
+		badRef(w, err)
+		return
+	}
 	if ref == "" {
-		rt.local(w, r, "")
+		rt.local(w, r)
 		return
 	}
 	s, ok := rt.Table.Lookup(r.Context(), ref)
@@ -243,10 +272,9 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		// This node's, or nobody's: the local answer is the true one.
 		if ok {
-			rt.local(w, r.WithContext(controller.ServeHere(r.Context())), s.Name)
-		} else {
-			rt.local(w, r, "")
+			r = r.WithContext(controller.ServeHere(r.Context()))
 		}
+		rt.local(w, r)
 		return
 	}
 	rt.forward(w, r, s.Spec.Node)
@@ -317,37 +345,52 @@ func (rt *Router) signed(vs []string) bool {
 }
 
 // ref is the session r names: in its path, a header, its Host (Refs) or,
-// for POST /v1/{capability}, its body's "session" (bodyRef).
-func (rt *Router) ref(r *http.Request) string {
+// for POST /v1/{capability}, its body's "session" (bodyRef, whose error
+// is the only one).
+func (rt *Router) ref(r *http.Request) (string, error) {
 	if ref := sessionRef(r); ref != "" {
-		return ref
+		return ref, nil
 	}
 	for _, f := range rt.Refs {
 		if ref := f(r); ref != "" {
-			return ref
+			return ref, nil
 		}
 	}
 	if isCapabilityPost(r) {
 		return rt.bodyRef(r)
 	}
 	if r.Method == http.MethodGet && r.URL.Path == auditPath {
-		return r.URL.Query().Get("session") // its calls are in its owner's log
+		return r.URL.Query().Get("session"), nil // its calls are in its owner's log
 	}
 	if r.Method == http.MethodGet && r.URL.Path == eventsPath {
 		// A page that watches one session: its events (the replay ring
 		// and the live ones) are on its owner, where a take of its
 		// shell holds too.
-		return r.URL.Query().Get("replay")
+		return r.URL.Query().Get("replay"), nil
 	}
-	return ""
+	return "", nil
 }
 
-// bodyRef is the top-level "session" of r's JSON body, read no further
-// than that member and at most MaxBody bytes; r.Body is replaced by the
-// same bytes, so the node that serves r reads them all as they came. A
-// body that is no JSON object, names no session or is too large names
-// none here: the local REST server then gives its own answer (400, 413).
-func (rt *Router) bodyRef(r *http.Request) string {
+// badRef answers 400 for a request whose session ref could not be read
+// as one (ErrDuplicateSession).
+func badRef(w http.ResponseWriter, err error) {
+	rest.WriteError(w, http.StatusBadRequest, capability.Errorf(capability.InvalidArgument, "%v: send it once", err))
+}
+
+// ErrDuplicateSession is the error of a body that names its session
+// twice: the route would follow one and the owner's decoder take the
+// other, so it is refused (400) before either.
+var ErrDuplicateSession = errors.New(`the body names "session" more than once`)
+
+// bodyRef is the top-level "session" of r's JSON body, read whole (at
+// most MaxBody bytes) to make sure it names only one: a second member
+// whose key is "session" in any case is ErrDuplicateSession (Go's
+// decoder on the owner would take the last, in any case, where this
+// route follows the first). r.Body is replaced by the same bytes, so
+// the node that serves r reads them all as they came. A body that is no
+// JSON object, names no session or is too large names none here: the
+// local REST server then gives its own answer (400, 413).
+func (rt *Router) bodyRef(r *http.Request) (string, error) {
 	limit := rt.MaxBody
 	if limit <= 0 {
 		limit = rest.DefaultMaxBody
@@ -362,46 +405,56 @@ func (rt *Router) bodyRef(r *http.Request) string {
 	}()
 	dec := json.NewDecoder(io.TeeReader(io.LimitReader(body, limit), &seen))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return ""
+		return "", nil
 	}
+	var ref string
+	named := false
 	for dec.More() {
-		key, err := dec.Token()
+		tok, err := dec.Token()
 		if err != nil {
-			return ""
+			return "", nil
 		}
-		if key == "session" {
-			var ref string
-			if err := dec.Decode(&ref); err != nil {
-				return ""
+		if key, _ := tok.(string); strings.EqualFold(key, "session") {
+			if named {
+				return "", ErrDuplicateSession
 			}
-			return ref
+			named = true
+			if key == "session" {
+				if err := dec.Decode(&ref); err != nil {
+					return "", nil
+				}
+				continue
+			}
 		}
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return ""
+		if err := skipValue(dec); err != nil {
+			return "", nil
 		}
 	}
-	return ""
+	return ref, nil
 }
 
-// ours is id when the table records it as this node's, else "" (a
-// caller's ID is only marked alive when it is a session of this node's).
-func (rt *Router) ours(ctx context.Context, id string) string {
-	if id == "" {
-		return ""
+// skipValue reads past the next JSON value of dec, token by token.
+func skipValue(dec *json.Decoder) error {
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			depth++
+		case json.Delim('}'), json.Delim(']'):
+			depth--
+		}
+		if depth == 0 {
+			return nil
+		}
 	}
-	if s, ok := rt.Table.Lookup(ctx, id); ok && s.Spec.Node == rt.Table.Self() {
-		return s.Name
-	}
-	return ""
 }
 
-// local serves r on this node; id, when set, is the session of this
-// node's that it uses.
-func (rt *Router) local(w http.ResponseWriter, r *http.Request, id string) {
-	if id != "" && rt.Used != nil {
-		rt.Used(id)
-	}
+// local serves r on this node.
+func (rt *Router) local(w http.ResponseWriter, r *http.Request) {
 	if rt.Changed != nil && (isCreate(r) || isDestroy(r)) {
 		rt.serveThenRecord(w, r)
 		return
@@ -440,7 +493,7 @@ func (rt *Router) create(w http.ResponseWriter, r *http.Request) {
 	}
 	if n.Name == rt.Table.Self() {
 		// Placed: the controller does not place it again (Forward).
-		rt.local(w, r.WithContext(controller.ServeHere(r.Context())), "")
+		rt.local(w, r.WithContext(controller.ServeHere(r.Context())))
 		return
 	}
 	rt.forward(w, r, n.Name)
@@ -591,6 +644,107 @@ func sessionRef(r *http.Request) string {
 				return u
 			}
 			return ref
+		}
+	}
+	return ""
+}
+
+// HeaderSignedProbe asks a node, on a request signed with the cluster's
+// key (HeaderForwardedBy), which of its sessions signed the signed
+// /files URL of the request's path and query, for the method it names
+// (GET or POST: a signature covers the operation); the node answers the
+// session's ID, or 404. Nothing is served.
+const HeaderSignedProbe = "Quro-Signed-Probe"
+
+// probeTimeout bounds a probe of the other nodes for a signed URL.
+const probeTimeout = 10 * time.Second
+
+// answerProbe answers a HeaderSignedProbe of another node.
+func (rt *Router) answerProbe(w http.ResponseWriter, r *http.Request, method string) {
+	if method != http.MethodGet && method != http.MethodPost || rt.SignedLocal == nil {
+		http.NotFound(w, r)
+		return
+	}
+	pr := r.Clone(r.Context())
+	pr.Method, pr.Body = method, http.NoBody
+	id := rt.SignedLocal(pr)
+	if id == "" {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	_, _ = io.WriteString(w, id)
+}
+
+// signedFiles serves a signed /files URL that names no session: here
+// when one of this node's sessions signed it, else on the node whose
+// session did (asked of every other live node at once); a URL no node
+// knows gets this node's answer (401).
+func (rt *Router) signedFiles(w http.ResponseWriter, r *http.Request) {
+	if id := rt.SignedLocal(r); id != "" {
+		if rt.moving(w, id) {
+			return
+		}
+		rt.local(w, r.WithContext(controller.ServeHere(r.Context())))
+		return
+	}
+	if node := rt.probe(r); node != "" {
+		rt.forward(w, r, node)
+		return
+	}
+	rt.local(w, r)
+}
+
+// probe asks every other live node which one's session signed r (see
+// HeaderSignedProbe) and returns that node, "" for none.
+func (rt *Router) probe(r *http.Request) string {
+	ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
+	defer cancel()
+	now := time.Now()
+	found := make(chan string)
+	n := 0
+	for _, node := range rt.Table.Nodes() {
+		if node.Name == rt.Table.Self() || !node.Live(now) {
+			continue
+		}
+		n++
+		go func(node Node) {
+			u := url.URL{Scheme: "http", Host: node.Address, Path: r.URL.Path, RawQuery: r.URL.RawQuery}
+			got := ""
+			defer func() {
+				select {
+				case found <- got:
+				case <-ctx.Done():
+				}
+			}()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+			if err != nil {
+				return
+			}
+			req.Host = r.Host
+			req.Header.Set(HeaderForwardedBy, rt.forwardedBy())
+			req.Header.Set(HeaderSignedProbe, r.Method)
+			resp, err := rt.client.Do(req)
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+			if id := string(b); resp.StatusCode == http.StatusOK && validObjectName(id) {
+				if s, ok := rt.Table.Lookup(ctx, id); ok && s.Spec.Node == node.Name {
+					got = node.Name // the node that answers is the one the record names
+				}
+			}
+		}(node)
+	}
+	for range n {
+		select {
+		case name := <-found:
+			if name != "" {
+				return name
+			}
+		case <-ctx.Done():
+			return ""
 		}
 	}
 	return ""

@@ -17,7 +17,10 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/quro-dev/quro/internal/api/rest"
+	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 )
 
@@ -226,7 +229,9 @@ func TestRouterBody(t *testing.T) {
 		{"this node's session", "/v1/run_code", `{"session":"ona","code":"1"}`, "local"},
 		{"nobody's session", "/v1/run_code", `{"session":"nobody"}`, "local"},
 		{"not JSON before the session", "/v1/run_code", `{"code":1,,"session":"onb"}`, "local"},
-		{"not JSON after it: the owner's 400", "/v1/run_code", `{"session":"onb",`, "owner"},
+		{"not JSON after it: the local server's 400", "/v1/run_code", `{"session":"onb",`, "local"},
+		{"a session in another case only: the local server's 400", "/v1/run_code", `{"SESSION":"onb"}`, "local"},
+		{"a duplicate nested is no duplicate", "/v1/run_code", `{"session":"onb","args":{"session":"ona"}}`, "owner"},
 		{"not an object", "/v1/run_code", `["session","onb"]`, "local"},
 		{"a session that is no string", "/v1/run_code", `{"session":{"id":"onb"}}`, "local"},
 		{"past MaxBody: the local server's 413", "/v1/write_file", `{"content":"` + big + big + `","session":"onb"}`, "local"},
@@ -238,6 +243,21 @@ func TestRouterBody(t *testing.T) {
 				got = got[:200] + "..."
 			}
 			t.Errorf("%s: got %q", c.name, got)
+		}
+	}
+	// A body that names its session twice is refused before any node
+	// serves it: this route would follow the first, the owner's decoder
+	// take the last (in any case).
+	for _, body := range []string{`{"session":"onb","code":"1","session":"ona"}`, `{"session":"ona","session":"onb"}`,
+		`{"session":"onb","Session":"ona"}`, `{"SESSION":"ona","session":"onb"}`, `{"session":"onb","content":"` + big + `","session":"ona"}`} {
+		resp, err := http.Post(entry.URL+"/v1/run_code", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), `names \"session\" more than once`) {
+			t.Errorf("a body naming its session twice: %d %.200s", resp.StatusCode, b)
 		}
 	}
 	// A session named by the Host (Refs: E2B's PORT-ID.DOMAIN, a preview's).
@@ -520,5 +540,139 @@ func TestForwardedCreatesEndTheirCount(t *testing.T) {
 		if err != nil || forwarded {
 			t.Fatalf("create %d through the controller: forwarded %v, %v", i, forwarded, err)
 		}
+	}
+}
+
+// TestUsedOnlyForACallThatEnteredTheSession: a session is marked alive
+// (Router.Used) when this node's controller ran a call in it — the
+// caller authenticated, the session its own — never for a request that
+// only names it: an unauthenticated call through this node or one a
+// node forwarded here (its caller checked only by the handler) marks
+// nothing, and neither does a call another node ran.
+func TestUsedOnlyForACallThatEnteredTheSession(t *testing.T) {
+	t.Parallel()
+	key := []byte("0123456789abcdef0123456789abcdef")
+	var mu sync.Mutex
+	var used []string
+	rt := &Router{Key: key,
+		Table: &staticTable{self: "a", sessions: map[string]*Session{
+			"ona": {ObjectMeta: metav1.ObjectMeta{Name: "ona"}, Spec: SessionSpec{Node: "a"}},
+			"onb": {ObjectMeta: metav1.ObjectMeta{Name: "onb"}, Spec: SessionSpec{Node: "b"}}}},
+		Auth: func(*http.Request) (controller.Caller, error) {
+			return controller.Caller{}, capability.Errorf(capability.Unauthenticated, "no token")
+		},
+		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusUnauthorized) // what the handler answers without a token
+		}),
+		Used: func(id string) { mu.Lock(); used = append(used, id); mu.Unlock() },
+	}
+	srv := httptest.NewServer(rt)
+	defer srv.Close()
+	for _, tc := range []struct {
+		path, body string
+		forwarded  bool
+	}{
+		{"/v1/sessions/ona/exec", `{"command":"true"}`, false},
+		{"/v1/run_code", `{"session":"ona","code":"1"}`, false},
+		{"/v1/sessions/ona/exec", `{"command":"true"}`, true},
+		{"/v1/run_code", `{"session":"ona","code":"1"}`, true},
+	} {
+		req, _ := http.NewRequest("POST", srv.URL+tc.path, strings.NewReader(tc.body))
+		if tc.forwarded {
+			req.Header.Set(HeaderForwardedBy, "b "+base64.RawURLEncoding.EncodeToString(forwardMAC(key, "b")))
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("%s (forwarded %v): %d", tc.path, tc.forwarded, resp.StatusCode)
+		}
+	}
+	mu.Lock()
+	if len(used) != 0 {
+		t.Fatalf("unauthenticated requests marked %v alive", used)
+	}
+	mu.Unlock()
+	// The controller's served observer, told only of the calls this
+	// node ran: one that entered a session marks it; one that entered
+	// none does not.
+	for _, id := range []string{"ona", ""} {
+		rt.Served(context.Background(), &controller.Record{Capability: "run_code", Session: id})
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(used) != 1 || used[0] != "ona" {
+		t.Fatalf("calls that entered sessions marked %v alive, want [ona]", used)
+	}
+}
+
+// TestSignedFilesProbe: a signed /files URL that names no session goes
+// to the node whose session signed it (found by a probe signed with the
+// cluster's key); a probe without that signature, or one a client adds
+// to its own request, is answered by no node.
+func TestSignedFilesProbe(t *testing.T) {
+	t.Parallel()
+	key := []byte("0123456789abcdef0123456789abcdef")
+	isSigned := func(r *http.Request) bool { return r.URL.Path == "/files" && r.URL.Query().Has("signature") }
+	signedBy := func(sig, id string) func(*http.Request) string {
+		return func(r *http.Request) string {
+			if r.URL.Query().Get("signature") == sig {
+				return id
+			}
+			return ""
+		}
+	}
+	now := time.Now()
+	table := &staticTable{sessions: map[string]*Session{"sbb": {ObjectMeta: metav1.ObjectMeta{Name: "sbb"}, Spec: SessionSpec{Node: "b"}}}}
+	owner := httptest.NewServer(&Router{Table: &staticTable{self: "b", sessions: table.sessions}, Key: key,
+		SignedFiles: isSigned, SignedLocal: signedBy("good", "sbb"),
+		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "owner served %s probe=%q", r.Method, r.Header.Get(HeaderSignedProbe))
+		})})
+	defer owner.Close()
+	table.self = "a"
+	table.nodes = []Node{
+		{Name: "a", Address: "unused", Renewed: now, TTL: time.Hour},
+		{Name: "b", Address: strings.TrimPrefix(owner.URL, "http://"), Renewed: now, TTL: time.Hour},
+	}
+	entry := httptest.NewServer(&Router{Table: table, Key: key, SignedFiles: isSigned, SignedLocal: signedBy("none", ""),
+		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "entry served") })})
+	defer entry.Close()
+	do := func(base, method, query string, hdr ...string) string {
+		req, _ := http.NewRequest(method, base+"/files?"+query, strings.NewReader("x"))
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}
+	for _, m := range []string{"GET", "POST"} {
+		if got := do(entry.URL, m, "path=/f&signature=good"); got != `200 owner served `+m+` probe=""` {
+			t.Errorf("a signed %s through the other node: %s", m, got)
+		}
+	}
+	if got := do(entry.URL, "GET", "path=/f&signature=forged"); got != "200 entry served" {
+		t.Errorf("a signature no node knows: %s (want this node's own answer)", got)
+	}
+	if got := do(entry.URL, "GET", "path=/f&signature=good", HeaderSignedProbe, "GET"); got != `200 owner served GET probe=""` {
+		t.Errorf("a client's probe header: %s", got)
+	}
+	if got := do(owner.URL, "GET", "path=/f&signature=good", HeaderSignedProbe, "GET",
+		HeaderForwardedBy, "a "+base64.RawURLEncoding.EncodeToString(make([]byte, 32))); !strings.HasPrefix(got, "403 ") {
+		t.Errorf("a probe with a forged signature: %s", got)
+	}
+	signed := "a " + base64.RawURLEncoding.EncodeToString(forwardMAC(key, "a"))
+	if got := do(owner.URL, "GET", "path=/f&signature=good", HeaderSignedProbe, "GET", HeaderForwardedBy, signed); got != "200 sbb" {
+		t.Errorf("a node's probe: %s", got)
+	}
+	if got := do(owner.URL, "GET", "path=/f&signature=good", HeaderSignedProbe, "DELETE", HeaderForwardedBy, signed); !strings.HasPrefix(got, "404 ") {
+		t.Errorf("a probe for another method: %s", got)
 	}
 }

@@ -38,5 +38,20 @@ func (s *Set) Add(key string) {
 	}
 }
 
+// Delete takes key out of the set (a session's move that failed: it is
+// usable again).
+func (s *Set) Delete(key string) {
+	if !s.has[key] {
+		return
+	}
+	delete(s.has, key)
+	for i, k := range s.order {
+		if k == key {
+			s.order = append(s.order[:i], s.order[i+1:]...)
+			break
+		}
+	}
+}
+
 // Has reports whether key is in the set.
 func (s *Set) Has(key string) bool { return s.has[key] }

@@ -34,3 +34,19 @@ func TestSetDefaultMax(t *testing.T) {
 		t.Error("the zero Set does not keep the most recent DefaultMax keys")
 	}
 }
+
+func TestSetDelete(t *testing.T) {
+	s := Set{Max: 3}
+	for _, k := range []string{"a", "b", "c"} {
+		s.Add(k)
+	}
+	s.Delete("b")
+	s.Delete("z") // not there: nothing
+	if s.Has("b") || !s.Has("a") || !s.Has("c") {
+		t.Fatalf("after Delete(b): a=%v b=%v c=%v", s.Has("a"), s.Has("b"), s.Has("c"))
+	}
+	s.Add("d") // room for it: a stays
+	if !s.Has("a") || len(s.order) != 3 {
+		t.Fatalf("after Delete then Add: a=%v, %d in order", s.Has("a"), len(s.order))
+	}
+}

@@ -300,6 +300,18 @@ func (s *Sandbox) EndSession(key string) {
 	s.CloseBox(key)
 }
 
+// ReopenSession undoes EndSession for a session that lives on (its move
+// to another node failed): its next run makes it a box again.
+func (s *Sandbox) ReopenSession(key string) {
+	r := s.boxes
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.ended.Delete(key)
+	r.mu.Unlock()
+}
+
 // Box returns the open box of session key, or nil.
 func (s *Sandbox) Box(key string) *Box {
 	r := s.boxes

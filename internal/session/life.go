@@ -70,6 +70,10 @@ type Ender struct {
 	// kill, after which the rest only tidy up.
 	First bool
 	End   func(s *Session)
+	// Reopen, when set, undoes End's mark that the session ended for
+	// good (a part that refuses it afterwards), for a session whose move
+	// to another node failed after Quiesce ran its ends (Unquiesce).
+	Reopen func(s *Session)
 }
 
 // LifeOptions configure a Life.

@@ -43,9 +43,15 @@ func (l *Life) Quiesce(s *Session) int {
 	return l.stop(s, errMoving(s), true)
 }
 
-// Unquiesce makes s usable again after a move that failed: calls enter
-// it, and its box starts anew on the next one.
+// Unquiesce makes s usable again after a move that failed: the parts
+// that marked it ended for good take it again (Ender.Reopen), then calls
+// enter it, and its box starts anew on the next one.
 func (l *Life) Unquiesce(s *Session) {
+	for _, e := range l.ends {
+		if e.Reopen != nil {
+			e.Reopen(s)
+		}
+	}
 	l.mu.Lock()
 	delete(l.moving, s.ID)
 	l.mu.Unlock()

@@ -275,6 +275,14 @@ func (m *Manager) CloseSession(s *session.Session) int {
 	return sandbox.KillProcessesIn(s.Dir)
 }
 
+// ReopenSession undoes CloseSession for a session that lives on (its
+// move to another node failed): its next call opens it a shell again.
+func (m *Manager) ReopenSession(s *session.Session) {
+	m.mu.Lock()
+	m.ended.Delete(s.ID)
+	m.mu.Unlock()
+}
+
 // Close stops every terminal.
 func (m *Manager) Close() {
 	m.mu.Lock()

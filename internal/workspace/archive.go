@@ -24,13 +24,15 @@ const noFollow = unix.O_NOFOLLOW
 // hostile: it makes only directories, regular files, hard links to the
 // files it made and symbolic links, within a byte budget, all through an
 // os.Root of the new workspace (no path, link or later entry leads out of
-// it). A file's holes travel as a map (the PAX records sparseMapKey and
-// sparseSizeKey; archive/tar writes no sparse entries), so a sparse file
-// costs the stream, the budget and the new disk only its data; a file
-// with several names travels once, its other names as hard links. A
-// symbolic link is text the box resolves in its own view, as it can make
-// any link there itself: its target is kept as it is (the server never
-// follows one out of an os.Root).
+// it, and no name is made twice). A file's holes travel as a map (the PAX
+// records sparseMapKey and sparseSizeKey; archive/tar writes no sparse
+// entries), so a sparse file costs the stream, the budget and the new
+// disk only its data; a file with several names travels once, its other
+// names as hard links. A symbolic link is carried as a link, whatever its
+// target (a Python venv's bin/python points to /usr/bin/python3): neither
+// side ever follows one (WriteArchive reads a link's text, never through
+// it; Extract makes it and never writes through it, nor makes an entry of
+// the same name), and its target is resolved only inside the session's box.
 
 // ErrUnsafeArchive wraps every entry Extract refuses.
 var ErrUnsafeArchive = errors.New("the archive holds an entry a workspace does not take")
@@ -126,9 +128,12 @@ type ExtractOptions struct {
 // Extract makes the tree of the tar stream r under dir, an empty
 // workspace, checking every entry as hostile: a name that is not a
 // clean path inside dir ("..", absolute, through a link the archive
-// made), a link whose target leads out of /home/user, a hard link,
-// device, fifo or any other kind, an entry past the budget or the count
-// fails the whole extraction (ErrUnsafeArchive, ErrBudget, ErrTooMany);
+// made), a name made already (so nothing is written through a link
+// made before it), a link target that is empty, holds a NUL or is
+// longer than PATH_MAX, a hard link, device, fifo or any other kind, an
+// entry past the budget or the count fails the whole extraction
+// (ErrUnsafeArchive, ErrBudget, ErrTooMany); a link is made as a link,
+// never followed here, whatever its target;
 // what it made is left for the caller to remove. Modes keep their
 // permission bits only (no set-uid, set-gid or sticky bit); everything
 // is owned by the server (the caller gives it to the session).
@@ -145,6 +150,7 @@ func Extract(ctx context.Context, r io.Reader, dir string, o ExtractOptions) (*C
 	st := &CopyStats{}
 	links := map[string]bool{} // symbolic links made: no later entry goes through one
 	files := map[string]bool{} // regular files made: the only targets of a hard link
+	made := map[string]bool{}  // every name made: no later entry takes one again
 	type dirTime struct {
 		name string
 		t    time.Time
@@ -174,11 +180,12 @@ func Extract(ctx context.Context, r io.Reader, dir string, o ExtractOptions) (*C
 				return st, fmt.Errorf("%w: %q goes through the symbolic link %q", ErrUnsafeArchive, hdr.Name, p)
 			}
 		}
+		if made[name] {
+			return st, fmt.Errorf("%w: %q is in the archive twice", ErrUnsafeArchive, hdr.Name)
+		}
+		made[name] = true
 		if strings.Count(name, "/") >= copyMaxDepth {
 			return st, fmt.Errorf("%w: %q", ErrTooDeep, hdr.Name)
-		}
-		if links[name] || files[name] {
-			return st, fmt.Errorf("%w: %q comes twice", ErrUnsafeArchive, hdr.Name)
 		}
 		perm := os.FileMode(hdr.Mode) & os.ModePerm
 		switch hdr.Typeflag {
@@ -238,8 +245,8 @@ func Extract(ctx context.Context, r io.Reader, dir string, o ExtractOptions) (*C
 			files[name] = true
 			st.Hardlinks++
 		case tar.TypeSymlink:
-			if hdr.Linkname == "" || strings.ContainsRune(hdr.Linkname, 0) {
-				return st, fmt.Errorf("%w: the symbolic link %q has no target", ErrUnsafeArchive, hdr.Name)
+			if t := hdr.Linkname; t == "" || len(t) >= unix.PathMax || strings.ContainsRune(t, 0) {
+				return st, fmt.Errorf("%w: the symbolic link %q has the target %.64q", ErrUnsafeArchive, hdr.Name, t)
 			}
 			if err := mkParent(root, name); err != nil {
 				return st, err

@@ -21,6 +21,12 @@ func TestArchiveRoundTrip(t *testing.T) {
 	os.WriteFile(filepath.Join(src, "big"), bytes.Repeat([]byte("0123456789"), 300_000), 0o600)
 	os.Symlink("a/b", filepath.Join(src, "link"))
 	os.Symlink("/home/user/a", filepath.Join(src, "abs"))
+	// A venv: links out of /home/user travel as links, never followed.
+	os.MkdirAll(filepath.Join(src, "venv/bin"), 0o755)
+	os.Symlink("/usr/bin/python3", filepath.Join(src, "venv/bin/python"))
+	os.Symlink("python", filepath.Join(src, "venv/bin/python3"))
+	os.Symlink("/etc/shadow", filepath.Join(src, "shadow"))
+	os.Symlink("../../../../..", filepath.Join(src, "venv/up"))
 	var buf bytes.Buffer
 	wst, err := WriteArchive(context.Background(), &buf, src)
 	if err != nil {
@@ -30,7 +36,7 @@ func TestArchiveRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Files != 2 || st.Symlinks != 2 || st.Bytes != wst.Bytes || st.Bytes != 3_000_004 {
+	if st.Files != 2 || st.Symlinks != 6 || st.Bytes != wst.Bytes || st.Bytes != 3_000_004 {
 		t.Fatalf("extracted %+v, written %+v", st, wst)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dst, "a/b/c/f.txt")); string(b) != "leaf" {
@@ -38,6 +44,16 @@ func TestArchiveRoundTrip(t *testing.T) {
 	}
 	if l, _ := os.Readlink(filepath.Join(dst, "link")); l != "a/b" {
 		t.Fatalf("link: %q", l)
+	}
+	for link, want := range map[string]string{"venv/bin/python": "/usr/bin/python3", "venv/bin/python3": "python",
+		"shadow": "/etc/shadow", "venv/up": "../../../../.."} {
+		fi, err := os.Lstat(filepath.Join(dst, link))
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Fatalf("%s is not a link: %v %v", link, fi, err)
+		}
+		if got, _ := os.Readlink(filepath.Join(dst, link)); got != want {
+			t.Fatalf("%s points to %q, not %q", link, got, want)
+		}
 	}
 	if fi, _ := os.Stat(filepath.Join(dst, "a")); fi == nil || fi.Mode().Perm() != 0o750 {
 		t.Fatalf("a directory's mode: %v", fi)
@@ -227,4 +243,85 @@ func (c capped) Write(p []byte) (int, error) {
 		return 0, fmt.Errorf("the stream passes %d bytes", c.max)
 	}
 	return c.buf.Write(p)
+}
+
+// TestExtractNeverWritesThroughALink is the attack on links carried as
+// links: an entry made after a link to a directory or a file outside
+// the workspace, under it or in its place, is refused, and nothing
+// outside the workspace is written (the outside file keeps its bytes,
+// the outside directory stays empty).
+func TestExtractNeverWritesThroughALink(t *testing.T) {
+	t.Parallel()
+	reg := func(name string) *tar.Header {
+		return &tar.Header{Name: name, Typeflag: tar.TypeReg, Size: 5, Mode: 0o644}
+	}
+	for _, tc := range []struct {
+		name  string
+		entry func(outDir, outFile string) []*tar.Header
+	}{
+		{"a file under a link to a directory", func(d, _ string) []*tar.Header {
+			return []*tar.Header{{Name: "l", Typeflag: tar.TypeSymlink, Linkname: d}, reg("l/x")}
+		}},
+		{"a directory under a link to a directory", func(d, _ string) []*tar.Header {
+			return []*tar.Header{{Name: "l", Typeflag: tar.TypeSymlink, Linkname: d}, {Name: "l/sub/", Typeflag: tar.TypeDir, Mode: 0o755}}
+		}},
+		{"a link under a link to a directory", func(d, _ string) []*tar.Header {
+			return []*tar.Header{{Name: "l", Typeflag: tar.TypeSymlink, Linkname: d}, {Name: "l/x", Typeflag: tar.TypeSymlink, Linkname: "y"}}
+		}},
+		{"a file in place of a link to a file", func(_, f string) []*tar.Header {
+			return []*tar.Header{{Name: "l", Typeflag: tar.TypeSymlink, Linkname: f}, reg("l")}
+		}},
+		{"a directory in place of a link to a directory", func(d, _ string) []*tar.Header {
+			return []*tar.Header{{Name: "l", Typeflag: tar.TypeSymlink, Linkname: d}, {Name: "l/", Typeflag: tar.TypeDir, Mode: 0o777}}
+		}},
+		{"a file under a relative link that climbs out", func(_, _ string) []*tar.Header {
+			return []*tar.Header{{Name: "a/l", Typeflag: tar.TypeSymlink, Linkname: "../../out"}, reg("a/l/x")}
+		}},
+		{"a file under a link made implicitly a parent", func(d, _ string) []*tar.Header {
+			return []*tar.Header{{Name: "a/l", Typeflag: tar.TypeSymlink, Linkname: d}, reg("a/l/b/x")}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			parent := t.TempDir()
+			dst := filepath.Join(parent, "ws")
+			outDir := filepath.Join(parent, "out")
+			outFile := filepath.Join(parent, "secret")
+			for _, d := range []string{dst, outDir} {
+				if err := os.Mkdir(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(outFile, []byte("keep"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			tw := tar.NewWriter(&buf)
+			for _, h := range tc.entry(outDir, outFile) {
+				if err := tw.WriteHeader(h); err != nil {
+					t.Fatal(err)
+				}
+				if h.Typeflag == tar.TypeReg {
+					tw.Write([]byte("owned"))
+				}
+			}
+			tw.Close()
+			_, err := Extract(context.Background(), &buf, dst, ExtractOptions{})
+			if !errors.Is(err, ErrUnsafeArchive) {
+				t.Fatalf("err %v, want ErrUnsafeArchive", err)
+			}
+			if ents, _ := os.ReadDir(outDir); len(ents) != 0 {
+				t.Fatalf("written through the link: %v", ents)
+			}
+			if b, _ := os.ReadFile(outFile); string(b) != "keep" {
+				t.Fatalf("the outside file now holds %q", b)
+			}
+			if fi, _ := os.Stat(outDir); fi.Mode().Perm() != 0o755 {
+				t.Fatalf("the outside directory's mode changed: %v", fi.Mode())
+			}
+			if ents, _ := os.ReadDir(parent); len(ents) != 3 {
+				t.Fatalf("something landed beside the workspace: %v", ents)
+			}
+		})
+	}
 }

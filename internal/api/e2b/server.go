@@ -743,32 +743,73 @@ func (s *Server) serveSigned(w http.ResponseWriter, r *http.Request, t target) {
 	case <-r.Context().Done():
 		return
 	}
-	sbs, err := s.opts.Sandboxes(r.Context())
+	id, err := s.signer(r.Context(), u)
+	if r.Context().Err() != nil {
+		return // the client went away
+	}
 	if err != nil {
-		if r.Context().Err() == nil {
-			s.log.Error("e2b: listing the sandboxes for a signed URL", "err", err)
-		}
+		s.log.Error("e2b: listing the sandboxes for a signed URL", "err", err)
 		writeJSONError(w, http.StatusServiceUnavailable, "the server could not look the sandboxes up; try again")
 		return
 	}
-	keys := map[string][]string{}
-	for _, sb := range sbs {
-		if r.Context().Err() != nil {
-			return
-		}
-		k, seen := keys[sb.Tenant]
-		if !seen {
-			k, _ = s.signingKeys(r.Context(), sb.Tenant)
-			keys[sb.Tenant] = k
-		}
-		if _, ok := s.signedBy(u, sb.ID, k); ok {
-			t.plane, t.id = planeSandbox, sb.ID
-			s.serveSandbox(w, r, t)
-			return
-		}
+	if id != "" {
+		t.plane, t.id = planeSandbox, id
+		s.serveSandbox(w, r, t)
+		return
 	}
 	writeJSONError(w, http.StatusUnauthorized,
 		"invalid signature: no live sandbox's access token made it (a signed URL dies with its sandbox and its API key); make a new one with downloadUrl or uploadUrl")
+}
+
+// signer is the live sandbox whose access token made u ("" for none).
+func (s *Server) signer(ctx context.Context, u signedURL) (string, error) {
+	sbs, err := s.opts.Sandboxes(ctx)
+	if err != nil {
+		return "", err
+	}
+	keys := map[string][]string{}
+	for _, sb := range sbs {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		k, seen := keys[sb.Tenant]
+		if !seen {
+			k, _ = s.signingKeys(ctx, sb.Tenant)
+			keys[sb.Tenant] = k
+		}
+		if _, ok := s.signedBy(u, sb.ID, k); ok {
+			return sb.ID, nil
+		}
+	}
+	return "", nil
+}
+
+// SignedFiles reports whether r is a signed /files URL that names no
+// sandbox (E2B_SANDBOX_URL's uploadUrl and downloadUrl): only its
+// signature tells whose it is.
+func (s *Server) SignedFiles(r *http.Request) bool { return s.route(r).plane == planeSigned }
+
+// SignedSandbox is the sandbox of this server whose access token made
+// the signature of r, a signed /files URL (SignedFiles), or "" for none
+// (expired, malformed, or another server's). A cluster node that holds
+// none asks the others, then forwards r to the one that does, which
+// checks the signature again as it serves it (serveSigned).
+func (s *Server) SignedSandbox(r *http.Request) string {
+	if !s.SignedFiles(r) {
+		return ""
+	}
+	u, _, ok := parseSigned(r)
+	if !ok {
+		return ""
+	}
+	select {
+	case s.searches <- struct{}{}:
+		defer func() { <-s.searches }()
+	case <-r.Context().Done():
+		return ""
+	}
+	id, _ := s.signer(r.Context(), u) // an error: none found here
+	return id
 }
 
 // maxSignedSearches bounds the signed URLs without a sandbox id being
