@@ -65,6 +65,10 @@ type Box struct {
 	// finished is done once the box has ended and its cgroup and network
 	// are gone (finish); a caller after the first waits for it.
 	finished sync.Once
+	// tenantDir names the box's tenant (Spec.tenantDir of the run that
+	// made it): an admission refused at a tenant ceiling waits for that
+	// tenant's boxes still ending (awaitEnding).
+	tenantDir string
 }
 
 // boxShape is what a box is made of; a spec fits a box when its own shape
@@ -325,6 +329,44 @@ func (s *Sandbox) EndSession(key string) {
 	}()
 }
 
+// awaitEnding waits for the boxes of tenant that EndSession killed and
+// whose ends are under way (their processes still count in the tenant's
+// cgroup until they have exited), and reports whether there were any.
+func (s *Sandbox) awaitEnding(tenant string) bool {
+	r := s.boxes
+	if r == nil || s.tenant == nil {
+		return false
+	}
+	r.mu.Lock()
+	ending := make([]*Box, 0, len(r.ending))
+	for _, bx := range r.ending {
+		ending = append(ending, bx)
+	}
+	r.mu.Unlock()
+	waited := false
+	for _, bx := range ending {
+		if t, ok := s.tenant(bx.tenantDir); ok && t.Name == tenant {
+			bx.finish()
+			waited = true
+		}
+	}
+	return waited
+}
+
+// admitAwaiting is cgroups.admit for tenant t, but a refusal at a ceiling
+// while boxes of t are still ending (a destroy answers before its box's
+// processes have exited) waits for them, then asks again: a destroy gives
+// its processes and memory back to the next call, as it did when it
+// waited for them itself.
+func (s *Sandbox) admitAwaiting(t *Tenant, room Room) error {
+	err := s.layers.cg.admit(t, room)
+	var ce *CeilingError
+	if errors.As(err, &ce) && s.awaitEnding(t.Name) {
+		err = s.layers.cg.admit(t, room)
+	}
+	return err
+}
+
 // AwaitEnded waits until the box of session key that EndSession killed
 // has ended: bubblewrap has exited with every process of the box, and
 // the box's cgroup and network are gone. It returns at once when no such
@@ -365,7 +407,7 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 	// The box's cgroup holds the session's budget (the Sandbox's limits),
 	// whatever the run that made it: each run keeps its own rlimits.
 	bx := &Box{s: s, key: key, shape: shape, network: shape.network, procs: map[string]*Process{}, dead: make(chan struct{}), limits: s.limits,
-		roIDs: map[string]fileID{}}
+		roIDs: map[string]fileID{}, tenantDir: pl.spec.tenantDir()}
 	for _, p := range shape.readOnly {
 		if id, ok := fileIDOf(p); ok {
 			bx.roIDs[p] = id
