@@ -44,6 +44,8 @@ func (b sessionBoxes) Pause(id string) (bool, error) {
 	return true, bx.Pause()
 }
 
+func (b sessionBoxes) AwaitEnded(id string) { b.sb.AwaitEnded(id) }
+
 func (b sessionBoxes) Resume(id string) (bool, error) {
 	bx := b.sb.Box(id)
 	if bx == nil || !bx.Paused() {

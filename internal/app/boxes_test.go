@@ -554,8 +554,12 @@ func TestDestroyEndsTheCallsInFlight(t *testing.T) {
 	default:
 		t.Error("destroy_session returned while run_code still ran")
 	}
+	// The destroy answered once the box's init was sent SIGKILL; its
+	// exit and its cgroup's removal go on in the background, which this
+	// waits for (the release after them waits for the box's end).
+	a.Sessions.WaitReleases()
 	if left := procsOfUID(sess.UID); len(left) > 0 {
-		t.Errorf("processes of the session still run after its destroy: %v", left)
+		t.Errorf("processes of the session still run after its destroy's teardown: %v", left)
 	}
 	if a.Sandbox.Box(s.ID) != nil {
 		t.Error("the session still has a box")

@@ -117,8 +117,15 @@ func heldAtOnceLeaveNothing(t *testing.T, n int) {
 		t.FailNow()
 	}
 
-	// Boxes end as their kills land, cgroups go once empty: the wait is
-	// for those events, bounded by waitFor's guard.
+	// The destroys answered once the boxes were sent their kills; the
+	// rest of each teardown (the box's exit, its cgroup's removal, the
+	// disk's release) goes on in the background: wait for all of it,
+	// then release the uids of the destroyed sessions now (a release does
+	// so at most once a second).
+	a.Sessions.WaitReleases()
+	a.Sessions.ReapUIDs(ctx)
+	// What winds down after (goroutines, fds): the wait is for those
+	// events, bounded by a minute.
 	var after holdings
 	var afterHost hostCounts
 	released := func() bool {
@@ -133,11 +140,6 @@ func heldAtOnceLeaveNothing(t *testing.T, n int) {
 		}
 		time.Sleep(10 * time.Millisecond) // a poll interval, as waitFor's
 	}
-	// A destroy releases the uids of the sessions destroyed before it
-	// whose processes are gone (Manager.reapUIDs): one more session, made
-	// and destroyed, releases the last of the n.
-	mustCall(t, a, "create_session", CreateSessionInput{Name: "sweep"})
-	mustCall(t, a, "destroy_session", SessionRef{Session: "sweep"})
 	retired, err := a.Store.RetiredUIDs(context.Background())
 	if err != nil {
 		t.Fatal(err)

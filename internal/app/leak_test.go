@@ -77,8 +77,12 @@ func sessionsLeaveNothing(t *testing.T, rounds int) {
 		a.useAndDestroy(t, fmt.Sprintf("s%d", i), []string{"none", "internet"}[i%2])
 	}
 
-	// Processes end and goroutines return as their boxes' kills land: the
-	// wait is for those events, bounded by waitFor's guard.
+	// Each destroy answered once its box was sent its kill; the rest of
+	// its teardown (the box's exit, its cgroup, the disk) goes on in the
+	// background: wait for all of it. Then goroutines return and fds
+	// close as their processes' ends land: the wait is for those events,
+	// bounded by waitFor's guard.
+	a.Sessions.WaitReleases()
 	var after holdings
 	t.Cleanup(func() {
 		if t.Failed() {

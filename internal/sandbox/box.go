@@ -65,6 +65,13 @@ type Box struct {
 	closed bool
 	dead   chan struct{} // closed when bubblewrap has exited
 	limits Limits
+	// finished is done once the box has ended and its cgroup and network
+	// are gone (finish); a caller after the first waits for it.
+	finished sync.Once
+	// tenantDir names the box's tenant (Spec.tenantDir of the run that
+	// made it): an admission refused at a tenant ceiling waits for that
+	// tenant's boxes still ending (awaitEnding).
+	tenantDir string
 }
 
 // boxShape is what a box is made of; a spec fits a box when its own shape
@@ -129,6 +136,9 @@ type boxRegistry struct {
 	// a run racing with a destroy cannot make a new box for a session that
 	// is gone.
 	ended recent.Set
+	// ending are the boxes EndSession killed whose end (bubblewrap's
+	// exit, the cgroup's removal) goes on in the background.
+	ending map[string]*Box
 
 	// peak is the most boxes open at once since memory was last given
 	// back; giveBack is pending while a burst of closes goes on.
@@ -285,9 +295,13 @@ func (s *Sandbox) CloseBox(key string) {
 	}
 }
 
-// EndSession closes the box of session key for good: no run of that
+// EndSession ends the box of session key for good: no run of that
 // session makes a box again (a run racing with the session's destroy
-// fails instead).
+// fails instead). It returns once the box's init is sent SIGKILL — every
+// process of the box dies with its pid namespace — and leaves the wait
+// for their exit and the removal of the box's cgroup and network to the
+// background (AwaitEnded waits for them; CloseBoxes does too): a destroy
+// does not wait for the kernel to tear a box down.
 func (s *Sandbox) EndSession(key string) {
 	r := s.boxes
 	if r == nil {
@@ -296,8 +310,81 @@ func (s *Sandbox) EndSession(key string) {
 	r.mu.Lock()
 	r.ended.Add(key)
 	r.mu.Unlock()
-	// Any box registered before the mark is closed here; none after it.
-	s.CloseBox(key)
+	// Any box registered before the mark is killed here; none after it.
+	bx := s.Box(key)
+	if bx == nil {
+		return
+	}
+	bx.kill()
+	r.mu.Lock()
+	if r.ending == nil {
+		r.ending = map[string]*Box{}
+	}
+	r.ending[key] = bx
+	r.mu.Unlock()
+	go func() {
+		bx.finish()
+		r.mu.Lock()
+		if r.ending[key] == bx {
+			delete(r.ending, key)
+		}
+		r.mu.Unlock()
+	}()
+}
+
+// awaitEnding waits for the boxes of tenant that EndSession killed and
+// whose ends are under way (their processes still count in the tenant's
+// cgroup until they have exited), and reports whether there were any.
+func (s *Sandbox) awaitEnding(tenant string) bool {
+	r := s.boxes
+	if r == nil || s.tenant == nil {
+		return false
+	}
+	r.mu.Lock()
+	ending := make([]*Box, 0, len(r.ending))
+	for _, bx := range r.ending {
+		ending = append(ending, bx)
+	}
+	r.mu.Unlock()
+	waited := false
+	for _, bx := range ending {
+		if t, ok := s.tenant(bx.tenantDir); ok && t.Name == tenant {
+			bx.finish()
+			waited = true
+		}
+	}
+	return waited
+}
+
+// admitAwaiting is cgroups.admit for tenant t, but a refusal at a ceiling
+// while boxes of t are still ending (a destroy answers before its box's
+// processes have exited) waits for them, then asks again: a destroy gives
+// its processes and memory back to the next call, as it did when it
+// waited for them itself.
+func (s *Sandbox) admitAwaiting(t *Tenant, room Room) error {
+	err := s.layers.cg.admit(t, room)
+	var ce *CeilingError
+	if errors.As(err, &ce) && s.awaitEnding(t.Name) {
+		err = s.layers.cg.admit(t, room)
+	}
+	return err
+}
+
+// AwaitEnded waits until the box of session key that EndSession killed
+// has ended: bubblewrap has exited with every process of the box, and
+// the box's cgroup and network are gone. It returns at once when no such
+// box is ending.
+func (s *Sandbox) AwaitEnded(key string) {
+	r := s.boxes
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	bx := r.ending[key]
+	r.mu.Unlock()
+	if bx != nil {
+		bx.finish()
+	}
 }
 
 // ReopenSession undoes EndSession for a session that lives on (its move
@@ -335,7 +422,7 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 	// The box's cgroup holds the session's budget (the Sandbox's limits),
 	// whatever the run that made it: each run keeps its own rlimits.
 	bx := &Box{s: s, key: key, shape: shape, network: shape.network, procs: map[string]*Process{}, dead: make(chan struct{}), limits: s.limits,
-		roIDs: map[string]fileID{}}
+		roIDs: map[string]fileID{}, tenantDir: pl.spec.tenantDir()}
 	for _, p := range shape.readOnly {
 		if id, ok := fileIDOf(p); ok {
 			bx.roIDs[p] = id
@@ -607,6 +694,14 @@ func (bx *Box) signalsSent(ctx context.Context) error {
 // namespace, takes every process of the box with it; then its cgroup is
 // emptied and removed. Processes still running end as killed by SIGKILL.
 func (bx *Box) Close() {
+	bx.kill()
+	bx.finish()
+}
+
+// kill is the first step of Close: the box is marked closed and leaves
+// the registry, and its init is sent SIGKILL (a frozen box thawed so that
+// it dies). It does not wait.
+func (bx *Box) kill() {
 	bx.mu.Lock()
 	bx.closed = true
 	frozen := bx.frozen
@@ -627,17 +722,25 @@ func (bx *Box) Close() {
 		// wait below gives up after 5 s and the cgroup's removal says so.
 		_ = bx.cg.thaw()
 	}
-	select {
-	case <-bx.dead:
-	case <-time.After(5 * time.Second):
-		syscall.Kill(-bx.cmd.Process.Pid, syscall.SIGKILL)
-		<-bx.dead
-	}
-	if bx.cg != nil {
-		bx.cg.kill()
-		bx.cg.remove()
-	}
-	bx.net.close()
+}
+
+// finish is the rest of Close, after kill: it waits for bubblewrap's exit,
+// empties and removes the box's cgroup and closes its network. It runs
+// once; a later caller waits for the first to finish.
+func (bx *Box) finish() {
+	bx.finished.Do(func() {
+		select {
+		case <-bx.dead:
+		case <-time.After(5 * time.Second):
+			syscall.Kill(-bx.cmd.Process.Pid, syscall.SIGKILL)
+			<-bx.dead
+		}
+		if bx.cg != nil {
+			bx.cg.kill()
+			bx.cg.remove()
+		}
+		bx.net.close()
+	})
 }
 
 // Done is closed when the box has ended.
@@ -1014,12 +1117,19 @@ func (s *Sandbox) CloseBoxes() {
 	for _, e := range r.boxes {
 		all = append(all, e)
 	}
+	ending := make([]*Box, 0, len(r.ending))
+	for _, bx := range r.ending {
+		ending = append(ending, bx)
+	}
 	r.mu.Unlock()
 	for _, e := range all {
 		<-e.ready
 		if e.box != nil {
 			e.box.Close()
 		}
+	}
+	for _, bx := range ending { // ended by EndSession: their ends under way
+		bx.finish()
 	}
 }
 

@@ -534,3 +534,69 @@ func TestSignalsDeliveredWaitsForTheBoxInit(t *testing.T) {
 		}
 	}
 }
+
+// EndSession answers once the box's init is sent SIGKILL: the box leaves
+// the registry at once and no run of the session makes another;
+// AwaitEnded then waits until bubblewrap has exited, every process of the
+// box is gone and its cgroup removed — the events a destroy's background
+// release waits for before it frees the session's disk.
+func TestEndSessionKillsNowAndAwaitEndedWaitsForTheEnd(t *testing.T) {
+	sb := newBoxSandbox(t)
+	dir := t.TempDir()
+	var out bytes.Buffer
+	exit, err := sb.Run(testCtx(t), boxSpec("end", dir, &out, "mkfifo p; setsid sh -c 'echo $$ >p; exec sleep 1000' </dev/null >/dev/null 2>&1 & read x <p; echo $x"))
+	if err != nil || exit.Code != 0 {
+		t.Fatalf("run: %v %+v %s", err, exit, out.String())
+	}
+	inner, err := strconv.Atoi(strings.TrimSpace(out.String()))
+	if err != nil {
+		t.Fatalf("the run printed %q, want the sleeper's pid", out.String())
+	}
+	sleeper, ok := sandboxtest.HostPID(inner, dir)
+	if !ok {
+		t.Fatal("the background sleep is not running after its run ended")
+	}
+	pidfd, err := pidfdOpen(sleeper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pidfd)
+	bx := sb.Box("end")
+	if bx == nil {
+		t.Fatal("no box after a run")
+	}
+	var cgDirs []string
+	if bx.cg != nil {
+		cgDirs = bx.cg.dirs
+	}
+	sb.EndSession("end")
+	if sb.Box("end") != nil {
+		t.Error("the box is still registered after EndSession")
+	}
+	if _, err := sb.Run(testCtx(t), boxSpec("end", dir, &out, "true")); !errors.Is(err, ErrSessionEnded) {
+		t.Errorf("a run after EndSession: %v, want ErrSessionEnded", err)
+	}
+	sb.AwaitEnded("end")
+	select {
+	case <-bx.Done():
+	default:
+		t.Error("AwaitEnded returned before bubblewrap exited")
+	}
+	// Its pidfd is readable once the sleeper has exited: at once here.
+	for {
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n != 1 {
+			t.Errorf("the box's sleeper %d still runs after AwaitEnded (%v)", sleeper, err)
+		}
+		break
+	}
+	for _, d := range cgDirs {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("the box's cgroup %s is left after AwaitEnded: %v", d, err)
+		}
+	}
+	sb.AwaitEnded("end") // ended already: at once
+}

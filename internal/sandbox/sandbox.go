@@ -1056,7 +1056,7 @@ func (s *Sandbox) admitTenant(dir string) (*Tenant, error) {
 	if t.Refused != nil {
 		return nil, t.Refused
 	}
-	if err := s.layers.cg.admit(&t, Room{}); err != nil {
+	if err := s.admitAwaiting(&t, Room{}); err != nil {
 		return nil, err
 	}
 	return &t, nil

@@ -521,5 +521,5 @@ func (s *Sandbox) AdmitWith(t Tenant, room Room) error {
 	if !s.layers.ok(LayerCgroups) {
 		return nil
 	}
-	return s.layers.cg.admit(&t, room)
+	return s.admitAwaiting(&t, room)
 }

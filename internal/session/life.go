@@ -58,6 +58,10 @@ type Boxes interface {
 	Pause(id string) (bool, error)
 	// Resume thaws the session's box; false when it was not frozen.
 	Resume(id string) (bool, error)
+	// AwaitEnded waits until the session's box, killed by its ends, has
+	// exited and its cgroup is gone (at once when none is ending): what
+	// the background release waits for before it frees the disk.
+	AwaitEnded(id string)
 }
 
 // Ender releases what a part of the server keeps for one session. End
@@ -472,13 +476,15 @@ func (l *Life) Tracked() int {
 // Destroy ends s for good — a caller's destroy, an expired lifetime, a
 // spare retired: new entries are refused, the calls in it are canceled
 // (their cause: the session was destroyed) and waited for (at most the
-// grace), its ends run (the box's kill first: none of its processes is
-// left), and its row goes (Manager.Forget). It returns then: the session
-// is gone for every caller. What is left of it on the host — its disk
-// image unmounted, detached and removed, its directory, its uid — is
-// released in the background by the same one teardown (the release
-// Forget returned), which Close waits for. It reports how many calls
-// were still running after the grace in late.
+// grace), its ends run (the box's kill first: its init is sent SIGKILL,
+// which takes every process of the box with it), and its row goes
+// (Manager.Forget). It returns then: the session is gone for every
+// caller. What the kernel and the host still hold of it — the box's exit
+// and its cgroup's removal, then its disk image unmounted, detached and
+// removed, its directory, its uid — is released in the background by the
+// same one teardown (the release Forget returned), which Close and
+// Manager.WaitReleases wait for. It reports how many calls were still
+// running after the grace in late.
 func (l *Life) Destroy(ctx context.Context, s *Session) (late int, err error) {
 	late = l.end(s, true)
 	if late > 0 {
@@ -500,6 +506,9 @@ func (l *Life) forget(ctx context.Context, s *Session) error {
 		return err
 	}
 	go func() {
+		if l.boxes != nil {
+			l.boxes.AwaitEnded(s.ID) // its disk is unmounted once no process of the box holds it
+		}
 		if err := release(); err != nil {
 			l.log.Warn("destroy: what the session left on the host is not all released (looked at again on the next destroy and start)", "session", s.ID, "err", err)
 		}

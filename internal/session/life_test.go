@@ -43,6 +43,8 @@ func (b *fakeBoxes) Pause(id string) (bool, error) {
 	return true, nil
 }
 
+func (b *fakeBoxes) AwaitEnded(string) {}
+
 func (b *fakeBoxes) Resume(id string) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -905,12 +905,8 @@ func (m *Manager) Delete(ctx context.Context, s *Session) error {
 // process of the session that outlived the stop keeps the uid from being
 // given to a new session.
 func (m *Manager) Forget(ctx context.Context, s *Session) (release func() error, err error) {
-	if _, err := m.store.DeleteSession(ctx, s.ID); err != nil {
-		return nil, m.wrap(err, s.ID)
-	}
-	if h := m.hooks; h != nil && h.Destroyed != nil {
-		h.Destroyed(s)
-	}
+	// Marked releasing before the row goes: a uid reap that sees the
+	// session retired leaves its directory to this release.
 	m.relMu.Lock()
 	if m.releasing == nil {
 		m.releasing = map[string]bool{}
@@ -918,11 +914,18 @@ func (m *Manager) Forget(ctx context.Context, s *Session) (release func() error,
 	m.releasing[s.ID] = true
 	m.pending++
 	m.relMu.Unlock()
-	// The uids of sessions destroyed before, whose releases ended, go back
-	// now (at most once per reapEvery: a scan of the host's processes),
-	// so that a destroy answers with the earlier ones released; this
-	// one's goes in its own release.
-	m.reapDue(ctx)
+	if _, err := m.store.DeleteSession(ctx, s.ID); err != nil {
+		m.released1(s.ID)
+		m.releaseEnded()
+		return nil, m.wrap(err, s.ID)
+	}
+	if h := m.hooks; h != nil && h.Destroyed != nil {
+		h.Destroyed(s)
+	}
+	// The uids of the sessions destroyed before go back in the releases
+	// (at most once per reapEvery: a scan of every process on the host,
+	// which grows with the sessions open), not here: a destroy answers
+	// without it.
 	var once sync.Once
 	return func() (err error) {
 		once.Do(func() {
@@ -966,6 +969,16 @@ func (m *Manager) reapDue(ctx context.Context) {
 	if due {
 		m.reapUIDs(ctx)
 	}
+}
+
+// ReapUIDs releases now the uids of destroyed sessions whose releases
+// ended and under which no process runs (the releases and the start do
+// it on their own, at most once per reapEvery).
+func (m *Manager) ReapUIDs(ctx context.Context) {
+	m.reapMu.Lock()
+	m.lastReap = time.Now()
+	m.reapMu.Unlock()
+	m.reapUIDs(ctx)
 }
 
 // released1 marks the disk and directory of session id released.

@@ -317,7 +317,9 @@ func (s *slot) endWorker() {
 }
 
 // Stop ends the session's worker now, even in the middle of a run (which
-// then reports that the worker was killed), and forgets the session.
+// then reports that the worker was killed), and forgets the session. It
+// does not wait for the worker's exit (a destroy answers without it;
+// Close waits for it).
 func (e *pool) Stop(sessionID string) {
 	e.mu.Lock()
 	s := e.slots[sessionID]
@@ -329,7 +331,22 @@ func (e *pool) Stop(sessionID string) {
 	select {
 	case s.sem <- struct{}{}:
 		s.took("the stop of this session's Python")
-		s.endWorker()
+		if s.idle != nil {
+			s.idle.Stop()
+		}
+		if w := s.worker(); w != nil {
+			w.kill()
+			s.setWorker(nil)
+			e.mu.Lock()
+			if !e.closed { // else Close's cancel kills it and Close waits
+				e.wg.Add(1)
+				go func() {
+					defer e.wg.Done()
+					<-w.done
+				}()
+			}
+			e.mu.Unlock()
+		}
 		s.give()
 	default:
 		// A run holds the slot: end its worker under it; the run reports it.
