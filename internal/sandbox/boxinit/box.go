@@ -198,8 +198,8 @@ func (b *boxInit) reply(kind byte, fields ...string) {
 // (the request without its id); else the init child is forked and
 // exec'd here.
 func (b *boxInit) spawn(msg []byte, f []string, fds []int) {
-	defer closeAll(fds)
 	if len(f) < 4 {
+		closeAll(fds)
 		if len(f) > 0 {
 			b.reply(MsgFailed, f[0], "bad spawn request")
 		}
@@ -224,6 +224,10 @@ func (b *boxInit) spawn(msg []byte, f []string, fds []int) {
 		b.byID[id], b.ids[pid] = pid, id
 	}
 	b.mu.Unlock()
+	// The child has its descriptors: this process lets go of its copies
+	// at once, so that the server sees the end of the output when the
+	// program closes its ends, not when the next zygote is up.
+	closeAll(fds)
 	if err != nil {
 		b.reply(MsgFailed, id, "spawn "+argv[0]+": "+err.Error())
 		return
@@ -233,11 +237,14 @@ func (b *boxInit) spawn(msg []byte, f []string, fds []int) {
 	default:
 	}
 	b.reply(MsgStarted, id, strconv.Itoa(pid))
-	// The next spawn's zygote, after this one's answer.
+	// The next spawn's zygote, after this one's answer, and without b.mu:
+	// its fork and exec take milliseconds (tens on a loaded machine),
+	// and the reaper, which reports the end of a short program, must not
+	// wait for them.
 	b.mu.Lock()
-	b.startZygote()
 	b.armZygoteIdle()
 	b.mu.Unlock()
+	b.startZygote()
 }
 
 // signal: id, signal, group ("1": the process's group).

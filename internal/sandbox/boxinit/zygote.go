@@ -30,9 +30,17 @@ type zygote struct {
 	sock int // the box init's end
 }
 
-// startZygote starts a zygote if the box has none. Called with b.mu held.
+// startZygote starts a zygote if the box has none. Called without b.mu,
+// from the goroutine that reads the server's messages (the only one that
+// sets b.zyg, so no other zygote is started meanwhile). A zygote that
+// dies before it is recorded is reaped as an orphan; the spawn handed to
+// it then fails to send (its socket's other end is gone) and forks the
+// init child itself.
 func (b *boxInit) startZygote() {
-	if b.zyg != nil || b.self == "" {
+	b.mu.Lock()
+	have := b.zyg != nil
+	b.mu.Unlock()
+	if have || b.self == "" {
 		return
 	}
 	pair, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
@@ -46,7 +54,9 @@ func (b *boxInit) startZygote() {
 		syscall.Close(pair[0])
 		return
 	}
+	b.mu.Lock()
 	b.zyg = &zygote{pid: pid, sock: pair[0]}
+	b.mu.Unlock()
 	select {
 	case b.kick <- struct{}{}:
 	default:

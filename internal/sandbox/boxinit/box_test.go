@@ -1,0 +1,95 @@
+package boxinit
+
+import (
+	"io"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestSpawnLetsGoOfDescriptorsBeforeStarted: the box init closes its
+// copies of a spawned program's descriptors before it answers Started
+// (and so before it starts the next zygote): the server's reader of the
+// program's output sees its end when the program ends, not when the box
+// init is done with other work (a `true` through start_process waited
+// for the next zygote's fork and exec before its output ended).
+func TestSpawnLetsGoOfDescriptorsBeforeStarted(t *testing.T) {
+	ctl, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(ctl[0])
+	defer syscall.Close(ctl[1])
+	// No reaper (it would wait for every child of the test binary) and no
+	// zygote (self is empty): the spawn forks the program itself.
+	b := &boxInit{ctl: ctl[0], byID: map[string]int{}, ids: map[int]string{}, kick: make(chan struct{}, 1)}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	// The program's stdout and stderr: the spawn owns (and closes) these
+	// descriptors, not w.
+	out, err := dupCloexec(int(w.Fd()))
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errFd, err := dupCloexec(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := EncodeMsg(MsgSpawn, "7", "/", "0", "/bin/sh", "-c", "echo out")
+	_, fields, err := DecodeMsg(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The answer waits (its sender's lock is held here): the program's
+	// output must end all the same, once the program has ended.
+	b.send.Lock()
+	spawned := make(chan struct{})
+	go func() {
+		defer close(spawned)
+		b.spawn(msg, fields, []int{in, out, errFd})
+	}()
+	// Generous: this bounds a failure (the box init keeps its copies of
+	// the pipe until it has answered), it measures nothing.
+	r.SetReadDeadline(time.Now().Add(2 * time.Minute))
+	got, err := io.ReadAll(r)
+	b.send.Unlock()
+	if err != nil || string(got) != "out\n" {
+		t.Fatalf("the program's output before the box init answered its spawn: %q, %v (the box init holds its descriptors until it has answered)", got, err)
+	}
+	reply := make([]byte, 256)
+	n, _, err := syscall.Recvfrom(ctl[1], reply, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-spawned
+	kind, f, err := DecodeMsg(reply[:n])
+	if err != nil || kind != MsgStarted || len(f) != 2 || f[0] != "7" {
+		t.Fatalf("the answer to the spawn: %q (%v)", reply[:n], err)
+	}
+	pid, err := strconv.Atoi(f[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(pid, &ws, 0, nil); err != nil || ws.ExitStatus() != 0 {
+		t.Fatalf("the program: %v, %v", ws, err)
+	}
+}
+
+func dupCloexec(fd int) (int, error) {
+	r, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
+	if errno != 0 {
+		return -1, errno
+	}
+	return int(r), nil
+}
