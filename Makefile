@@ -188,7 +188,7 @@ TEST_PARALLEL ?= 4
 SLIM_APP_RUN := Python|Pip|RunCode|Plot|Context|Tier|Slim|Language|Rich|Worker|Prestart|Spare
 SLIM_MCP_RUN := ^Test(ScriptedAgentTask|ImagesReachTheModel|HTTPEveryTool|ServeStdioInProcess|StdioBinaryEveryTool)$$
 test: test-install test-deps
-	@GO='$(GO)' MAKE='$(MAKE)' TRIM='$(TRIM)' TEST_P='$(TEST_P)' TEST_PARALLEL='$(TEST_PARALLEL)' \
+	@QURO_TEST_BIN='$(CURDIR)/$(BIN)' GO='$(GO)' MAKE='$(MAKE)' TRIM='$(TRIM)' TEST_P='$(TEST_P)' TEST_PARALLEL='$(TEST_PARALLEL)' \
 		TEST_TIMEOUT='$(TEST_TIMEOUT)' SLOW_PKGS='$(SLOW_PKGS)' SLIM_APP_RUN='$(SLIM_APP_RUN)' SLIM_MCP_RUN='$(SLIM_MCP_RUN)' \
 		GOLANGCI='$(GOLANGCI)' bash test/run.sh
 
