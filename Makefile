@@ -199,12 +199,12 @@ test: test-install test-deps
 # destroyed, leave no mount, loop device, cgroup, uid or process), or the
 # long tail of a workload (the
 # CPython test suite's asyncio, threading and pool modules under the
-# seccomp filter), minutes each. A soak test is named TestSoak* and
+# seccomp filter; a 50 MB file through E2B's SDK), minutes each. A soak test is named TestSoak* and
 # starts with soak.Skip(t) (internal/soak), which skips it unless
 # QURO_SOAK is set; make test runs a smaller count (or share) of the same
 # check under the test's name without Soak. Run here: the packages that
 # call soak.Skip, only their TestSoak* tests. Not part of make test.
-test-soak: test-deps
+test-soak: test-deps $(E2B_STAMP)
 	QURO_SOAK=1 $(GO) test $(TRIM) -count=1 -timeout 80m -run '^TestSoak' \
 		$$(grep -rl --include='*_test.go' 'soak\.Skip(' internal cmd | xargs -n1 dirname | sort -u | sed 's|^|./|; s|$$|/|')
 
