@@ -188,7 +188,7 @@ TEST_PARALLEL ?= 4
 SLIM_APP_RUN := Python|Pip|RunCode|Plot|Context|Tier|Slim|Language|Rich|Worker|Prestart|Spare
 SLIM_MCP_RUN := ^Test(ScriptedAgentTask|ImagesReachTheModel|HTTPEveryTool|ServeStdioInProcess|StdioBinaryEveryTool)$$
 test: test-install test-deps
-	@GO='$(GO)' MAKE='$(MAKE)' TRIM='$(TRIM)' TEST_P='$(TEST_P)' TEST_PARALLEL='$(TEST_PARALLEL)' \
+	@QURO_TEST_BIN='$(CURDIR)/$(BIN)' GO='$(GO)' MAKE='$(MAKE)' TRIM='$(TRIM)' TEST_P='$(TEST_P)' TEST_PARALLEL='$(TEST_PARALLEL)' \
 		TEST_TIMEOUT='$(TEST_TIMEOUT)' SLOW_PKGS='$(SLOW_PKGS)' SLIM_APP_RUN='$(SLIM_APP_RUN)' SLIM_MCP_RUN='$(SLIM_MCP_RUN)' \
 		GOLANGCI='$(GOLANGCI)' bash test/run.sh
 
@@ -199,12 +199,12 @@ test: test-install test-deps
 # destroyed, leave no mount, loop device, cgroup, uid or process), or the
 # long tail of a workload (the
 # CPython test suite's asyncio, threading and pool modules under the
-# seccomp filter), minutes each. A soak test is named TestSoak* and
+# seccomp filter; a 50 MB file through E2B's SDK), minutes each. A soak test is named TestSoak* and
 # starts with soak.Skip(t) (internal/soak), which skips it unless
 # QURO_SOAK is set; make test runs a smaller count (or share) of the same
 # check under the test's name without Soak. Run here: the packages that
 # call soak.Skip, only their TestSoak* tests. Not part of make test.
-test-soak: test-deps
+test-soak: test-deps $(E2B_STAMP)
 	QURO_SOAK=1 $(GO) test $(TRIM) -count=1 -timeout 80m -run '^TestSoak' \
 		$$(grep -rl --include='*_test.go' 'soak\.Skip(' internal cmd | xargs -n1 dirname | sort -u | sed 's|^|./|; s|$$|/|')
 

@@ -2,7 +2,9 @@
 # make test's checks and tests, after its install steps (test-install,
 # test-deps): the Makefile passes its settings in the environment (GO,
 # TRIM, TEST_P, TEST_PARALLEL, TEST_TIMEOUT, SLOW_PKGS, SLIM_APP_RUN,
-# SLIM_MCP_RUN, GOLANGCI, MAKE).
+# SLIM_MCP_RUN, GOLANGCI, MAKE; QURO_TEST_BIN, the bin/quro test-install
+# has just built, which internal/api/mcp's and internal/sandbox's tests
+# run instead of linking a quro of their own: a link is seconds of CPU).
 #
 # Each phase prints how long it took, so that a slow run says where its
 # minutes went:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/pip/piptest"
+	"github.com/quro-dev/quro/internal/soak"
 )
 
 // e2bDir holds the E2B SDK scenario and its pinned e2b and
@@ -25,15 +26,46 @@ const e2bDir = "../../test/e2b"
 // need node >= 20.18.1 and Debian 12's nodejs is 18.
 var e2bNode = filepath.Join(e2bDir, "node_modules", ".bin", "node")
 
+// e2bScenarioWheel is the package the python area installs with pip.
+const e2bScenarioWheel = "quroe2bwheel"
+
 // TestE2BSDK runs E2B's own SDKs (npm e2b 2.51.0, @e2b/code-interpreter
 // 2.8.0, unchanged) against a real `quro serve`, with only the three
 // environment variables docs/e2b.md tells a user to set, and checks that
 // they see what they would see from E2B: test/e2b/scenario/*.mjs, one
 // subtest per area, one failure per check that fails.
-// e2bScenarioWheel is the package the python area installs with pip.
-const e2bScenarioWheel = "quroe2bwheel"
-
 func TestE2BSDK(t *testing.T) {
+	env := e2bSDKServer(t)
+	// The files area's large file: 6 MB, six of the 1 MiB pieces a gzip
+	// download leaves in (internal/api/e2b's TestEnvdFilesGzipInLargeChunks
+	// checks the pieces' size over a raw connection), written and read
+	// back whole through the SDK. The 50 MB of a user's large upload, tens
+	// of seconds of CPU in hashing, gzip and the box's disk, is
+	// TestSoakE2BSDKLargeFile's.
+	env = append(env, "E2B_SCENARIO_LARGE_FILE_BYTES=6000000")
+	for _, area := range []string{"control", "commands", "pty", "files", "code", "code-js", "limits", "python"} {
+		t.Run(area, func(t *testing.T) {
+			if area == "python" && python.PipVersion == "" {
+				t.Skip("a slim build has no embedded Python, whose python3 and pip the area checks")
+			}
+			runE2BArea(t, area, env)
+		})
+	}
+}
+
+// TestSoakE2BSDKLargeFile runs the files area with a 50 MB file (the
+// scenario's default), written and read back whole within the SDK's
+// default timeouts.
+func TestSoakE2BSDKLargeFile(t *testing.T) {
+	soak.Skip(t)
+	runE2BArea(t, "files", e2bSDKServer(t))
+}
+
+// e2bSDKServer starts the quro serve the E2B SDK scenario runs against
+// (skipping t when the SDKs are not installed, failing it under CI) and
+// returns the scenario's environment.
+func e2bSDKServer(t *testing.T) []string {
+	t.Helper()
 	if _, err := os.Stat(e2bNode); err != nil {
 		if os.Getenv("CI") != "" {
 			// make test installs them: under CI their absence is a broken
@@ -43,7 +75,6 @@ func TestE2BSDK(t *testing.T) {
 		t.Skip("\n\n*** SKIPPED: the E2B SDKs are not installed (test/e2b/node_modules is missing).\n" +
 			"*** Run `npm ci --prefix test/e2b` (make test does) to test quro against E2B's SDKs. ***\n\n")
 	}
-	areas := []string{"control", "commands", "pty", "files", "code", "code-js", "limits", "python"}
 	// The python area's `pip install` from the server's index (a session's
 	// pip asks the server to fetch: install_packages).
 	ix := piptest.NewIndex(t, piptest.PureWheel(t, e2bScenarioWheel, "1.0", "e2b"))
@@ -67,7 +98,7 @@ func TestE2BSDK(t *testing.T) {
 	if _, errs, code := quro(t, "", "--data", srv.data, "tenant", "limits", "set", "--tenant", "sdk-limited", "--processes", "2"); code != 0 {
 		t.Fatalf("tenant limits set: %s", errs)
 	}
-	env := append(os.Environ(),
+	return append(os.Environ(),
 		"E2B_API_KEY="+strings.TrimSpace(key),
 		"E2B_OTHER_API_KEY="+strings.TrimSpace(other),
 		"E2B_LIMITED_API_KEY="+strings.TrimSpace(limited),
@@ -75,14 +106,6 @@ func TestE2BSDK(t *testing.T) {
 		"E2B_SANDBOX_URL="+srv.url,
 		"E2B_SCENARIO_WHEEL="+e2bScenarioWheel,
 	)
-	for _, area := range areas {
-		t.Run(area, func(t *testing.T) {
-			if area == "python" && python.PipVersion == "" {
-				t.Skip("a slim build has no embedded Python, whose python3 and pip the area checks")
-			}
-			runE2BArea(t, area, env)
-		})
-	}
 }
 
 // runE2BArea runs node test/e2b/scenario.mjs area and fails t once per

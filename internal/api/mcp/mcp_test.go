@@ -527,12 +527,20 @@ func TestServeStdioInProcess(t *testing.T) {
 	}
 }
 
-// buildQuro builds the quro binary once per test run.
+// buildQuro builds the quro binary once per test run, or returns
+// $QURO_TEST_BIN: make test passes the bin/quro its install step has just
+// built from this tree (a link of the binary is seconds of CPU on a
+// loaded machine). The slim build always builds its own (make build's
+// has the embedded Python).
 var buildQuro = sync.OnceValues(func() (string, error) {
+	if bin := os.Getenv("QURO_TEST_BIN"); bin != "" && embeddedPython {
+		return bin, nil
+	}
 	dir, err := os.MkdirTemp("", "quro-mcp-test-bin")
 	if err != nil {
 		return "", err
 	}
+	builtDir = dir
 	bin := filepath.Join(dir, "quro")
 	// -trimpath as make build and make test compile: the packages come
 	// from the build cache instead of a second compile of the module.
@@ -547,10 +555,15 @@ var buildQuro = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
+// builtDir holds the binary buildQuro built ("" when none was built).
+var builtDir string
+
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if bin, err := buildQuro(); err == nil {
-		os.RemoveAll(filepath.Dir(bin))
+	// Only what a test built: a run of tests that needed no binary (go
+	// test -run) builds none here either.
+	if builtDir != "" {
+		os.RemoveAll(builtDir)
 	}
 	os.Exit(code)
 }
