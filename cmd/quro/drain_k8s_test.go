@@ -140,7 +140,10 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 			tw.Flush() // an oversize entry's body is never written: the refusal comes first
 			return &buf
 		}
-		signed := cluster.MoveSignature(key, "node-a", victim, time.Now())
+		// Each move signs anew: a header is good at its receiver, once.
+		sign := func(to string) string { return cluster.MoveSignature(key, "node-a", to, victim, time.Now()) }
+		// A header captured from a move to node b that node b refused.
+		captured := sign("node-b")
 		outside := t.TempDir() // on the receiving node's host: stays empty
 		defer func() {
 			if ents, err := os.ReadDir(outside); err != nil || len(ents) != 0 {
@@ -153,35 +156,38 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 			status    int
 			want      string
 		}{
-			{"no signature", "", stream(), http.StatusForbidden, "FROM TIME SIGNATURE"},
-			{"a forged signature", "node-a " + fmt.Sprint(time.Now().Unix()) + " " + base64.RawURLEncoding.EncodeToString(make([]byte, 32)), stream(), http.StatusForbidden, "not signed"},
-			{"a replay for another session", cluster.MoveSignature(key, "node-a", onA[0], time.Now()), stream(), http.StatusForbidden, "not signed"},
-			{"a stale signature", cluster.MoveSignature(key, "node-a", victim, time.Now().Add(-time.Hour)), stream(), http.StatusForbidden, "signed"},
-			{"a node that does not own it", cluster.MoveSignature(key, "node-c", victim, time.Now()), stream(), http.StatusForbidden, "not node-c's"},
-			{"a .. path", signed, stream(&tar.Header{Name: "../escape.txt", Typeflag: tar.TypeReg, Size: 4, Mode: 0o644}), http.StatusBadRequest, "not a clean path"},
-			{"an absolute path", signed, stream(&tar.Header{Name: "/etc/cron.d/x", Typeflag: tar.TypeReg, Size: 4, Mode: 0o644}), http.StatusBadRequest, "not a clean path"},
-			{"a file through a symlink out", signed, stream(&tar.Header{Name: "out", Typeflag: tar.TypeSymlink, Linkname: "/etc"},
+			{"no signature", "", stream(), http.StatusForbidden, "FROM TIME NONCE SIGNATURE"},
+			{"a forged signature", "node-a " + fmt.Sprint(time.Now().Unix()) + " AAAAAAAAAAAAAAAAAAAAAA " + base64.RawURLEncoding.EncodeToString(make([]byte, 32)), stream(), http.StatusForbidden, "not signed"},
+			{"a replay for another session", cluster.MoveSignature(key, "node-a", "node-b", onA[0], time.Now()), stream(), http.StatusForbidden, "not signed"},
+			{"a stale signature", cluster.MoveSignature(key, "node-a", "node-b", victim, time.Now().Add(-time.Hour)), stream(), http.StatusForbidden, "signed"},
+			{"a node that does not own it", cluster.MoveSignature(key, "node-c", "node-b", victim, time.Now()), stream(), http.StatusForbidden, "not node-c's"},
+			{"a header signed for another receiver", sign("node-c"), stream(), http.StatusForbidden, "not signed with the cluster's key for this session and this node"},
+			{"a header captured from a refused move", captured, strings.NewReader(fmt.Sprintf(`{"id":%q,"name":"../x","tenant":"acme"}`+"\n", victim)), http.StatusForbidden, "record says"},
+			{"the captured header replayed to its receiver", captured, stream(), http.StatusForbidden, "used already"},
+			{"a .. path", sign("node-b"), stream(&tar.Header{Name: "../escape.txt", Typeflag: tar.TypeReg, Size: 4, Mode: 0o644}), http.StatusBadRequest, "not a clean path"},
+			{"an absolute path", sign("node-b"), stream(&tar.Header{Name: "/etc/cron.d/x", Typeflag: tar.TypeReg, Size: 4, Mode: 0o644}), http.StatusBadRequest, "not a clean path"},
+			{"a file through a symlink out", sign("node-b"), stream(&tar.Header{Name: "out", Typeflag: tar.TypeSymlink, Linkname: "/etc"},
 				&tar.Header{Name: "out/cron.d", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}), http.StatusBadRequest, "goes through the symbolic link"},
-			{"a directory over a relative symlink out", signed, stream(&tar.Header{Name: "up", Typeflag: tar.TypeSymlink, Linkname: "../../.."},
+			{"a directory over a relative symlink out", sign("node-b"), stream(&tar.Header{Name: "up", Typeflag: tar.TypeSymlink, Linkname: "../../.."},
 				&tar.Header{Name: "up/", Typeflag: tar.TypeDir, Mode: 0o777}), http.StatusBadRequest, "twice"},
-			{"holes past a file's size", signed, stream(&tar.Header{Name: "s", Typeflag: 'Q', Size: 1, Mode: 0o644,
+			{"holes past a file's size", sign("node-b"), stream(&tar.Header{Name: "s", Typeflag: 'Q', Size: 1, Mode: 0o644,
 				PAXRecords: map[string]string{"QURO.sparse.map": "4096+1", "QURO.sparse.size": "1"}}), http.StatusBadRequest, "map of holes"},
 			// Links out of /home/user travel as links; nothing is written
 			// through one made by an earlier entry, under it or in its place.
-			{"a file through a link out", signed, stream(&tar.Header{Name: "out", Typeflag: tar.TypeSymlink, Linkname: outside},
+			{"a file through a link out", sign("node-b"), stream(&tar.Header{Name: "out", Typeflag: tar.TypeSymlink, Linkname: outside},
 				&tar.Header{Name: "out/x", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}), http.StatusBadRequest, "goes through the symbolic link"},
-			{"a file in place of a link out", signed, stream(&tar.Header{Name: "out", Typeflag: tar.TypeSymlink, Linkname: outside + "/x"},
+			{"a file in place of a link out", sign("node-b"), stream(&tar.Header{Name: "out", Typeflag: tar.TypeSymlink, Linkname: outside + "/x"},
 				&tar.Header{Name: "out", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}), http.StatusBadRequest, "twice"},
-			{"a file through a relative link out", signed, stream(&tar.Header{Name: "d/up", Typeflag: tar.TypeSymlink, Linkname: "../../../../../../../.." + outside},
+			{"a file through a relative link out", sign("node-b"), stream(&tar.Header{Name: "d/up", Typeflag: tar.TypeSymlink, Linkname: "../../../../../../../.." + outside},
 				&tar.Header{Name: "d/up/x", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}), http.StatusBadRequest, "goes through the symbolic link"},
-			{"a file through a link", signed, stream(&tar.Header{Name: "in", Typeflag: tar.TypeSymlink, Linkname: "sub"},
+			{"a file through a link", sign("node-b"), stream(&tar.Header{Name: "in", Typeflag: tar.TypeSymlink, Linkname: "sub"},
 				&tar.Header{Name: "in/x", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}), http.StatusBadRequest, "goes through the symbolic link"},
-			{"a hard link to the host", signed, stream(&tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "/etc/shadow"}), http.StatusBadRequest, "not a file made before it"},
-			{"a device", signed, stream(&tar.Header{Name: "mem", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 1}), http.StatusBadRequest, "character device"},
-			{"oversize", signed, stream(&tar.Header{Name: "huge", Typeflag: tar.TypeReg, Size: 3 << 30, Mode: 0o644}), 0, "disk quota"},
-			{"settings of another session", signed, strings.NewReader(fmt.Sprintf(`{"id":%q,"tenant":"acme"}`+"\n", onA[0])), http.StatusBadRequest, "not"},
-			{"another tenant", signed, strings.NewReader(fmt.Sprintf(`{"id":%q,"name":%q,"tenant":"other"}`+"\n", victim, victimName)), http.StatusForbidden, "record says"},
-			{"a bad name", signed, strings.NewReader(fmt.Sprintf(`{"id":%q,"name":"../x","tenant":"acme"}`+"\n", victim)), http.StatusForbidden, "record says"},
+			{"a hard link to the host", sign("node-b"), stream(&tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "/etc/shadow"}), http.StatusBadRequest, "not a file made before it"},
+			{"a device", sign("node-b"), stream(&tar.Header{Name: "mem", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 1}), http.StatusBadRequest, "character device"},
+			{"oversize", sign("node-b"), stream(&tar.Header{Name: "huge", Typeflag: tar.TypeReg, Size: 3 << 30, Mode: 0o644}), 0, "disk quota"},
+			{"settings of another session", sign("node-b"), strings.NewReader(fmt.Sprintf(`{"id":%q,"tenant":"acme"}`+"\n", onA[0])), http.StatusBadRequest, "not"},
+			{"another tenant", sign("node-b"), strings.NewReader(fmt.Sprintf(`{"id":%q,"name":%q,"tenant":"other"}`+"\n", victim, victimName)), http.StatusForbidden, "record says"},
+			{"a bad name", sign("node-b"), strings.NewReader(fmt.Sprintf(`{"id":%q,"name":"../x","tenant":"acme"}`+"\n", victim)), http.StatusForbidden, "record says"},
 		} {
 			r := put(t, tc.sig, tc.body)
 			if r.status == http.StatusOK || tc.status != 0 && r.status != tc.status || !strings.Contains(r.body, tc.want) {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -36,7 +37,8 @@ import (
 //     node), the calls in it are canceled and its box ends;
 //  2. stream its settings and workspace (a tar) to the target's
 //     MovePath, signed with the cluster's forwarding key for this
-//     session, this node and this moment (MoveSignature); the target
+//     session, this node, the target, this moment and a nonce
+//     (MoveSignature: good at the target only, and once); the target
 //     checks the stream as hostile and adopts the session under its ID;
 //  3. the target switches the record's owner to itself (SwitchOwner:
 //     resourceVersion-checked, and only from the node that sent it), and
@@ -59,41 +61,91 @@ const (
 	MoveSkew = 2 * time.Minute
 )
 
-// MoveSignature is the MoveHeader of node from moving session id at t:
-// "FROM UNIXTIME SIGNATURE", an HMAC of all three with the cluster's key.
-func MoveSignature(key []byte, from, id string, t time.Time) string {
+// MoveSignature is the MoveHeader of node from moving session id to
+// node to at t: "FROM UNIXTIME NONCE SIGNATURE", an HMAC of the sender,
+// the receiver, the session, the time and a fresh random nonce with the
+// cluster's key. Bound to the receiver, a header captured on the pod
+// network works at no other node; single-use (the receiver remembers its
+// nonce for as long as its time is accepted, MoveReplays), it works
+// there only once.
+func MoveSignature(key []byte, from, to, id string, t time.Time) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
-	return from + " " + ts + " " + base64.RawURLEncoding.EncodeToString(moveMAC(key, from, id, ts))
+	var n [moveNonceSize]byte
+	_, _ = rand.Read(n[:]) // crypto/rand.Read does not fail (it panics where it cannot)
+	nonce := base64.RawURLEncoding.EncodeToString(n[:])
+	return from + " " + ts + " " + nonce + " " + base64.RawURLEncoding.EncodeToString(moveMAC(key, from, to, id, ts, nonce))
 }
 
-func moveMAC(key []byte, from, id, ts string) []byte {
+const moveNonceSize = 16
+
+func moveMAC(key []byte, from, to, id, ts, nonce string) []byte {
 	m := hmac.New(sha256.New, key)
-	m.Write([]byte("quro-move\x00" + from + "\x00" + id + "\x00" + ts))
+	m.Write([]byte("quro-move-v2\x00" + from + "\x00" + to + "\x00" + id + "\x00" + ts + "\x00" + nonce))
 	return m.Sum(nil)
 }
 
-// VerifyMove checks a MoveHeader for session id at now and returns the
-// node that sent it.
-func VerifyMove(key []byte, header, id string, now time.Time) (string, error) {
+// MoveClaim is what a verified MoveHeader says.
+type MoveClaim struct {
+	From  string    // the node that sent it
+	At    time.Time // when it was signed
+	Nonce string
+}
+
+// VerifyMove checks a MoveHeader received by node to for session id at
+// now. It does not say whether the header was used before: that is
+// MoveReplays' part.
+func VerifyMove(key []byte, header, to, id string, now time.Time) (MoveClaim, error) {
 	if len(key) == 0 {
-		return "", errors.New("this node has no forwarding key")
+		return MoveClaim{}, errors.New("this node has no forwarding key")
 	}
 	f := strings.Fields(header)
-	if len(f) != 3 {
-		return "", fmt.Errorf("%s is not FROM TIME SIGNATURE", MoveHeader)
+	if len(f) != 4 {
+		return MoveClaim{}, fmt.Errorf("%s is not FROM TIME NONCE SIGNATURE (a node of an older version signs without the receiver and a nonce: upgrade it)", MoveHeader)
 	}
 	sec, err := strconv.ParseInt(f[1], 10, 64)
 	if err != nil {
-		return "", fmt.Errorf("%s's time: %v", MoveHeader, err)
+		return MoveClaim{}, fmt.Errorf("%s's time: %v", MoveHeader, err)
 	}
-	if d := now.Sub(time.Unix(sec, 0)); d > MoveSkew || d < -MoveSkew {
-		return "", fmt.Errorf("%s was signed %s from now", MoveHeader, d.Round(time.Second))
+	at := time.Unix(sec, 0)
+	if d := now.Sub(at); d > MoveSkew || d < -MoveSkew {
+		return MoveClaim{}, fmt.Errorf("%s was signed %s from now", MoveHeader, d.Round(time.Second))
 	}
-	got, err := base64.RawURLEncoding.DecodeString(f[2])
-	if err != nil || !hmac.Equal(got, moveMAC(key, f[0], id, f[1])) {
-		return "", fmt.Errorf("%s is not signed with the cluster's key for this session", MoveHeader)
+	if n, err := base64.RawURLEncoding.DecodeString(f[2]); err != nil || len(n) != moveNonceSize {
+		return MoveClaim{}, fmt.Errorf("%s's nonce is not %d bytes in base64url", MoveHeader, moveNonceSize)
 	}
-	return f[0], nil
+	got, err := base64.RawURLEncoding.DecodeString(f[3])
+	if err != nil || !hmac.Equal(got, moveMAC(key, f[0], to, id, f[1], f[2])) {
+		return MoveClaim{}, fmt.Errorf("%s is not signed with the cluster's key for this session and this node", MoveHeader)
+	}
+	return MoveClaim{From: f[0], At: at, Nonce: f[2]}, nil
+}
+
+// MoveReplays are the nonces of the moves a node took, each remembered
+// until its signed time is no longer accepted (MoveSkew): a header is
+// used once.
+type MoveReplays struct {
+	mu   sync.Mutex
+	seen map[string]time.Time // nonce -> the end of its acceptance
+}
+
+// Use records c's nonce; false when it was used already (a replay).
+func (r *MoveReplays) Use(c MoveClaim, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for n, until := range r.seen {
+		if now.After(until) {
+			delete(r.seen, n)
+		}
+	}
+	if _, ok := r.seen[c.Nonce]; ok {
+		return false
+	}
+	if r.seen == nil {
+		r.seen = map[string]time.Time{}
+	}
+	// Kept a second past the end of the window VerifyMove accepts.
+	r.seen[c.Nonce] = c.At.Add(MoveSkew + time.Second)
+	return true
 }
 
 // Get reads session id's record from the API server (nil, nil when it
@@ -203,9 +255,10 @@ type Drainer struct {
 	Key    []byte       // the cluster's forwarding key
 	Client *http.Client // to the other nodes (nil: one without a total timeout)
 
-	mu    sync.Mutex
-	moves map[string]time.Time // quiesced or moved away, and when (Quiesced)
-	run   sync.Mutex           // one drain at a time
+	mu      sync.Mutex
+	moves   map[string]time.Time // quiesced or moved away, and when (Quiesced)
+	run     sync.Mutex           // one drain at a time
+	replays MoveReplays          // the move headers this node took
 }
 
 // MovedGrace is how long a session moved away answers 503 here: the
@@ -355,7 +408,7 @@ func (d *Drainer) send(ctx context.Context, id string, n *Node) (*moveAnswer, er
 		pr.Close()
 		return nil, err
 	}
-	req.Header.Set(MoveHeader, MoveSignature(d.Key, d.C.Self(), id, time.Now()))
+	req.Header.Set(MoveHeader, MoveSignature(d.Key, d.C.Self(), n.Name, id, time.Now()))
 	req.Header.Set("Content-Type", "application/x-tar")
 	c := d.Client
 	if c == nil {
@@ -380,8 +433,9 @@ func (d *Drainer) send(ctx context.Context, id string, n *Node) (*moveAnswer, er
 
 // ServeHTTP receives a session another node moves here (PUT
 // MovePath{id}): the stream is taken only when MoveHeader is signed with
-// the cluster's key for this session, by the node the session's record
-// names as its owner, and only while this node is not draining; the
+// the cluster's key for this session and this node, by the node the
+// session's record names as its owner, not used before (MoveReplays),
+// and only while this node is not draining; the
 // stream itself is checked as hostile (Local.Import). The record is then
 // switched to this node, and the answer says what was made.
 func (d *Drainer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -390,12 +444,19 @@ func (d *Drainer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rest.WriteError(w, http.StatusNotFound, capability.Errorf(capability.NotFound, "no such route"))
 		return
 	}
-	from, err := VerifyMove(d.Key, r.Header.Get(MoveHeader), id, time.Now())
+	self := d.C.Self()
+	now := time.Now()
+	claim, err := VerifyMove(d.Key, r.Header.Get(MoveHeader), self, id, now)
 	if err != nil {
 		rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied, "moving session %s here: %v", id, err))
 		return
 	}
-	self := d.C.Self()
+	if !d.replays.Use(claim, now) {
+		rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
+			"moving session %s here: this %s was used already (a signature is good for one move; the sender signs each anew)", id, MoveHeader))
+		return
+	}
+	from := claim.From
 	if from == self {
 		rest.WriteError(w, http.StatusConflict, capability.Errorf(capability.InvalidArgument, "a node does not move a session to itself"))
 		return

@@ -14,28 +14,69 @@ func TestMoveSignature(t *testing.T) {
 	t.Parallel()
 	key := []byte("0123456789abcdef0123456789abcdef")
 	now := time.Now()
-	sig := MoveSignature(key, "quro-0", "abc", now)
-	if from, err := VerifyMove(key, sig, "abc", now); err != nil || from != "quro-0" {
-		t.Fatalf("a good signature: %q %v", from, err)
+	sig := MoveSignature(key, "quro-0", "quro-1", "abc", now)
+	c, err := VerifyMove(key, sig, "quro-1", "abc", now)
+	if err != nil || c.From != "quro-0" || c.Nonce == "" {
+		t.Fatalf("a good signature: %+v %v", c, err)
 	}
+	if again := MoveSignature(key, "quro-0", "quro-1", "abc", now); again == sig {
+		t.Fatal("two signatures of the same move at the same second are equal: no nonce")
+	}
+	f := strings.Fields(sig)
 	for name, tc := range map[string]struct {
 		key      []byte
 		header   string
-		id       string
+		to, id   string
 		at       time.Time
 		contains string
 	}{
-		"another session":  {key, sig, "abd", now, "not signed"},
-		"another key":      {[]byte("another key of thirty-two bytes!!"), sig, "abc", now, "not signed"},
-		"another node":     {key, "quro-1" + strings.TrimPrefix(sig, "quro-0"), "abc", now, "not signed"},
-		"too old":          {key, sig, "abc", now.Add(MoveSkew + time.Minute), "from now"},
-		"from the future":  {key, sig, "abc", now.Add(-MoveSkew - time.Minute), "from now"},
-		"no key":           {nil, sig, "abc", now, "no forwarding key"},
-		"not three fields": {key, "quro-0 " + sig, "abc", now, "FROM TIME SIGNATURE"},
+		"another session":  {key, sig, "quro-1", "abd", now, "not signed"},
+		"another receiver": {key, sig, "quro-2", "abc", now, "not signed"},
+		"the sender":       {key, sig, "quro-0", "abc", now, "not signed"},
+		"another key":      {[]byte("another key of thirty-two bytes!!"), sig, "quro-1", "abc", now, "not signed"},
+		"another node":     {key, "quro-2" + strings.TrimPrefix(sig, "quro-0"), "quro-1", "abc", now, "not signed"},
+		"another nonce":    {key, strings.Join([]string{f[0], f[1], "AAAAAAAAAAAAAAAAAAAAAA", f[3]}, " "), "quro-1", "abc", now, "not signed"},
+		"a short nonce":    {key, strings.Join([]string{f[0], f[1], "AAAA", f[3]}, " "), "quro-1", "abc", now, "nonce"},
+		"too old":          {key, sig, "quro-1", "abc", now.Add(MoveSkew + time.Minute), "from now"},
+		"from the future":  {key, sig, "quro-1", "abc", now.Add(-MoveSkew - time.Minute), "from now"},
+		"no key":           {nil, sig, "quro-1", "abc", now, "no forwarding key"},
+		"an older node's":  {key, strings.Join([]string{f[0], f[1], f[3]}, " "), "quro-1", "abc", now, "older version"},
+		"five fields":      {key, "quro-0 " + sig, "quro-1", "abc", now, "FROM TIME NONCE SIGNATURE"},
 	} {
-		if _, err := VerifyMove(tc.key, tc.header, tc.id, tc.at); err == nil || !strings.Contains(err.Error(), tc.contains) {
+		if _, err := VerifyMove(tc.key, tc.header, tc.to, tc.id, tc.at); err == nil || !strings.Contains(err.Error(), tc.contains) {
 			t.Errorf("%s: %v, want %q", name, err, tc.contains)
 		}
+	}
+}
+
+func TestMoveReplays(t *testing.T) {
+	t.Parallel()
+	key := []byte("0123456789abcdef0123456789abcdef")
+	now := time.Now()
+	var r MoveReplays
+	claim := func(sig string) MoveClaim {
+		t.Helper()
+		c, err := VerifyMove(key, sig, "quro-1", "abc", now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	first := claim(MoveSignature(key, "quro-0", "quro-1", "abc", now))
+	if !r.Use(first, now) {
+		t.Fatal("a fresh header was taken for a replay")
+	}
+	if r.Use(first, now) || r.Use(first, now.Add(MoveSkew)) {
+		t.Fatal("a header was taken twice within its window")
+	}
+	if !r.Use(claim(MoveSignature(key, "quro-0", "quro-1", "abc", now)), now) {
+		t.Fatal("the next move of the same session was taken for a replay")
+	}
+	// Past its window the nonce is forgotten (VerifyMove refuses the
+	// header by then), so the set does not grow for ever.
+	r.Use(claim(MoveSignature(key, "quro-0", "quro-1", "abc", now)), now.Add(MoveSkew+2*time.Second))
+	if n := len(r.seen); n != 1 {
+		t.Fatalf("%d nonces remembered past their window, want 1", n)
 	}
 }
 
