@@ -14,7 +14,10 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/quota"
+	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/workspace"
 )
@@ -185,6 +188,9 @@ func (m *Mover) Import(ctx context.Context, id, tenant, name string, r io.Reader
 	if ms.Tenant != tenant || name != "" && ms.Name != name {
 		return "", 0, 0, capability.Errorf(capability.PermissionDenied, "the move's settings name tenant %q and session name %q; the session's record says %q and %q", ms.Tenant, ms.Name, tenant, name)
 	}
+	if err := m.a.checkMoved(ctx, &ms); err != nil {
+		return "", 0, 0, err
+	}
 	if old, err := m.a.Sessions.ByIDAnyTenant(ctx, id); err == nil {
 		// An earlier move's copy: the sender still owns the session.
 		if _, err := m.a.lives.Destroy(ctx, old); err != nil {
@@ -231,6 +237,53 @@ func (m *Mover) Import(ctx context.Context, id, tenant, name string, r io.Reader
 	}
 	m.a.setMoveNote(s.ID, MoveNote)
 	return s.Name, st.Files, st.Bytes, nil
+}
+
+// checkMoved checks the settings of a move stream as a create checks
+// its input (createSession), before anything is made: the network policy
+// within this node's and the tenant's ceilings, the egress rules,
+// the variables' names, the metadata, the lifetime and its end action,
+// the rootfs's name. The stream is hostile even when its signature is
+// good (a node's key may be stolen; a node of another version may
+// write what this one would not take). What passes is written back in
+// the form a create stores (ms.Network, ms.NetRules). session.Adopt
+// checks the same again, as the last word.
+func (a *App) checkMoved(ctx context.Context, ms *moveSettings) error {
+	refuse := func(err error) error {
+		ce := controller.Classify(err)
+		return capability.Errorf(ce.Code, "the move's settings: %s", ce.Message)
+	}
+	asked := ms.Network
+	if asked == "" {
+		asked = sandbox.NetworkNone // a stored session always names its policy: none is the least
+	}
+	network, _, err := a.networkPolicy(ctx, ms.Tenant, asked)
+	if err != nil {
+		return refuse(err)
+	}
+	var rules *session.NetRules
+	if ms.NetRules != nil {
+		if rules, err = netRules(network, ms.NetRules.Allow, ms.NetRules.Deny); err != nil {
+			return refuse(err)
+		}
+	}
+	ms.Network, ms.NetRules = network, rules
+	in := CreateSessionInput{Network: network, Env: ms.Env, Metadata: ms.Metadata, OnTimeout: ms.OnExpiry}
+	if _, err := createOptions(in); err != nil {
+		return refuse(err)
+	}
+	if !ms.ExpiresAt.IsZero() && ms.ExpiresAt.After(time.Now().Add(MaxSessionTimeout)) {
+		return capability.Errorf(capability.InvalidArgument, "the move's settings: the lifetime ends %s, more than %d days from now",
+			ms.ExpiresAt.UTC().Format(time.RFC3339), int(MaxSessionTimeout/(24*time.Hour)))
+	}
+	// The rootfs's name only: one not installed on this node is
+	// installed on the session's next use, as after a restart.
+	if ms.Rootfs != "" {
+		if err := rootfs.CheckName(ms.Rootfs); err != nil {
+			return capability.Errorf(capability.InvalidArgument, "the move's settings: %v", err)
+		}
+	}
+	return nil
 }
 
 // chownTree gives the tree under dir, which this server made and no

@@ -1,6 +1,8 @@
 package app
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -8,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/session"
@@ -180,4 +183,67 @@ func TestMoveThatFailsLeavesTheSessionUsable(t *testing.T) {
 	if err != nil || !strings.Contains(r.Text, "42") {
 		t.Fatalf("a Python run after a failed move: %v %v", r, err)
 	}
+}
+
+// TestImportChecksSettingsAsACreate sends hostile settings documents
+// through a move's receiving side: each setting a create refuses is
+// refused here too (the host's network past the server's ceiling, egress
+// rules that do not parse or belong to no internet policy, a variable
+// the loader obeys, metadata past its bounds, a lifetime past the
+// longest, an unknown end action, a rootfs name with a path in it), and
+// nothing of the session is left.
+func TestImportChecksSettingsAsACreate(t *testing.T) {
+	// The receiver has the default ceiling (internet), as a server
+	// started without --network-max.
+	to, err := New(context.Background(), t.TempDir(), &Options{Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { to.Close() })
+	ctx := context.Background()
+	const id = "0123456789abcdef0123456789abcdef"
+	far := time.Now().Add(MaxSessionTimeout + 48*time.Hour).UTC().Format(time.RFC3339)
+	for _, tc := range []struct {
+		name, settings string
+		code           capability.Code
+		want           string
+	}{
+		{"the host's network", `"network":"host"`, capability.PermissionDenied, `at most "internet"`},
+		{"rules under none", `"network":"none","network_rules":{"allow":["pypi.org"]}`, capability.InvalidArgument, "rules of network internet"},
+		{"a rule that does not parse", `"network":"internet","network_rules":{"deny":["http://x y"]}`, capability.InvalidArgument, "network rules"},
+		{"a policy that is none", `"network":"everything"`, capability.InvalidArgument, "use none, internet or host"},
+		{"the loader's variable", `"network":"none","env":{"LD_PRELOAD":"/home/user/x.so"}`, capability.InvalidArgument, "LD_PRELOAD"},
+		{"a variable name with a dash", `"network":"none","env":{"A-B":"x"}`, capability.InvalidArgument, "not allowed"},
+		{"metadata past its bounds", `"network":"none","metadata":{"` + strings.Repeat("k", 300) + `":"v"}`, capability.InvalidArgument, "metadata"},
+		{"a lifetime past the longest", `"network":"none","expires_at":"` + far + `"`, capability.InvalidArgument, "days from now"},
+		{"an unknown end action", `"network":"none","on_expiry":"explode"`, capability.InvalidArgument, "explode"},
+		{"a rootfs path", `"network":"none","rootfs":"../../etc"`, capability.InvalidArgument, "rootfs"},
+	} {
+		body := `{"id":"` + id + `","name":"h","tenant":"",` + tc.settings + "}\n"
+		_, _, _, err := to.Mover().Import(ctx, id, "", "h", strings.NewReader(body))
+		if capabilityCode(err) != tc.code || err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %s %q", tc.name, err, tc.code, tc.want)
+		}
+		if _, err := to.Sessions.ByIDAnyTenant(ctx, id); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("%s: the refused session is here: %v", tc.name, err)
+		}
+	}
+	// Settings a create takes pass, in the form a create stores: a
+	// legacy policy read as internet, its rules kept.
+	body := `{"id":"` + id + `","name":"h","tenant":"","network":"full","network_rules":{"allow":["pypi.org"]},"env":{"K":"v"}}` + "\n"
+	if _, _, _, err := to.Mover().Import(ctx, id, "", "h", io.MultiReader(strings.NewReader(body), emptyTar())); err != nil {
+		t.Fatalf("good settings: %v", err)
+	}
+	s, err := to.Sessions.ByIDAnyTenant(ctx, id)
+	if err != nil || s.Network != "internet" || s.NetRules == nil || !slices.Equal(s.NetRules.Allow, []string{"pypi.org"}) || s.Env["K"] != "v" {
+		t.Fatalf("the adopted session: %+v %v", s, err)
+	}
+}
+
+// emptyTar is a tar archive of nothing.
+func emptyTar() io.Reader {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	_ = tw.Close()
+	return &b
 }
