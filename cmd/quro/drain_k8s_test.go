@@ -188,6 +188,10 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 			{"settings of another session", sign("node-b"), strings.NewReader(fmt.Sprintf(`{"id":%q,"tenant":"acme"}`+"\n", onA[0])), http.StatusBadRequest, "not"},
 			{"another tenant", sign("node-b"), strings.NewReader(fmt.Sprintf(`{"id":%q,"name":%q,"tenant":"other"}`+"\n", victim, victimName)), http.StatusForbidden, "record says"},
 			{"a bad name", sign("node-b"), strings.NewReader(fmt.Sprintf(`{"id":%q,"name":"../x","tenant":"acme"}`+"\n", victim)), http.StatusForbidden, "record says"},
+			// Settings a create refuses are refused in a move stream too.
+			{"the loader's variable", sign("node-b"), strings.NewReader(fmt.Sprintf(`{"id":%q,"name":%q,"tenant":"acme","network":"none","env":{"LD_PRELOAD":"/home/user/x.so"}}`+"\n", victim, victimName)), http.StatusBadRequest, "LD_PRELOAD"},
+			{"egress rules of no internet policy", sign("node-b"), strings.NewReader(fmt.Sprintf(`{"id":%q,"name":%q,"tenant":"acme","network":"none","network_rules":{"allow":["10.0.0.0/8"]}}`+"\n", victim, victimName)), http.StatusBadRequest, "rules of network internet"},
+			{"a lifetime past the longest", sign("node-b"), strings.NewReader(fmt.Sprintf(`{"id":%q,"name":%q,"tenant":"acme","network":"none","expires_at":"2999-01-01T00:00:00Z"}`+"\n", victim, victimName)), http.StatusBadRequest, "days from now"},
 		} {
 			r := put(t, tc.sig, tc.body)
 			if r.status == http.StatusOK || tc.status != 0 && r.status != tc.status || !strings.Contains(r.body, tc.want) {
