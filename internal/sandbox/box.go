@@ -613,17 +613,6 @@ func ctlPair() (*net.UnixConn, *os.File, error) {
 	return c.(*net.UnixConn), theirs, nil
 }
 
-func (bx *Box) alive() bool {
-	select {
-	case <-bx.dead:
-		return false
-	default:
-	}
-	bx.mu.Lock()
-	defer bx.mu.Unlock()
-	return !bx.closed
-}
-
 // Procs is how many spawned processes of the box are running.
 func (bx *Box) Procs() int {
 	bx.mu.Lock()
