@@ -103,6 +103,24 @@ type Builder interface {
 	Builds()
 }
 
+// Preparer is an engine with one-time work before its first run that is
+// not any run's (the embedded Python's extraction and byte-compilation on
+// a fresh data directory: seconds, minutes on a loaded machine). The
+// runner waits for it before the run's budget starts, under a budget of
+// its own (Options.PrepareTimeout) and the caller's context, whose
+// progress reporter Prepare tells how it goes: a run's timeout is its
+// code's, and a first run with the default 30 s must not fail because
+// the preparation took longer.
+type Preparer interface {
+	Engine
+	// Prepare returns nil at once when the engine is prepared, or needs
+	// no preparation for req (it will step aside); else it waits for the
+	// preparation, or for ctx (an error that says what it waited for).
+	// Any other error is the preparation's failure: the engine cannot
+	// run, and the chain's next engine is asked.
+	Prepare(ctx context.Context, req *Request) error
+}
+
 // Shower is an engine that shows the code (a highlighted page, a rendered
 // document) instead of running it: help does not count it as running the
 // language, and a run it answers after the chain's runners failed says

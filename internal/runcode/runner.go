@@ -55,6 +55,10 @@ type Options struct {
 	SpillLimit     int64         // bytes of each stream kept on disk (256 MiB)
 	DefaultTimeout time.Duration // when the caller gives none (30 s)
 	MaxTimeout     time.Duration // largest accepted timeout (10 min)
+	// PrepareTimeout bounds the wait for an engine's one-time preparation
+	// (Preparer) before a run's own budget starts; default MaxTimeout,
+	// the longest a caller may already ask a run to wait.
+	PrepareTimeout time.Duration
 	// DefaultCompileTimeout is a build stage's budget when the caller
 	// gives none (the package's DefaultCompileTimeout); at most MaxTimeout.
 	DefaultCompileTimeout time.Duration
@@ -81,6 +85,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.MaxTimeout <= 0 {
 		r.MaxTimeout = 10 * time.Minute
+	}
+	if r.PrepareTimeout <= 0 {
+		r.PrepareTimeout = r.MaxTimeout
 	}
 	if r.DefaultCompileTimeout <= 0 {
 		r.DefaultCompileTimeout = min(DefaultCompileTimeout, r.MaxTimeout)
@@ -353,6 +360,15 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 		if _, ok := e.(Builder); ok {
 			budget += req.CompileTimeout
 		}
+		if p, ok := e.(Preparer); ok {
+			if res, err := r.prepare(ctx, p, req, budget); res != nil {
+				return res
+			} else if err != nil {
+				why.add(e.Name(), err.Error())
+				runFailed.add(e.Name(), err.Error())
+				continue
+			}
+		}
 		runCtx, cancel := context.WithTimeout(ctx, budget)
 		res, err := e.Run(runCtx, req)
 		cancel()
@@ -386,6 +402,21 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 	}
 	return &Result{Engine: "none", ExitCode: -1,
 		Error: "no " + lang.Name + " engine could run the code (" + why.String() + ")"}
+}
+
+// prepare waits for p's one-time preparation under PrepareTimeout (or the
+// run's budget, when larger) and ctx. A wait that ended first is the
+// run's result: it did not start, and the preparation goes on for the
+// next. Any other error is the preparation's failure.
+func (r *Runner) prepare(ctx context.Context, p Preparer, req *Request, budget time.Duration) (*Result, error) {
+	pctx, cancel := context.WithTimeout(ctx, max(budget, r.opts.PrepareTimeout))
+	defer cancel()
+	err := p.Prepare(pctx, req)
+	if err == nil || pctx.Err() == nil {
+		return nil, err
+	}
+	return &Result{Engine: p.Name(), ExitCode: -1, TimedOut: errors.Is(pctx.Err(), context.DeadlineExceeded),
+		Error: err.Error() + "; this run did not start"}, nil
 }
 
 // maxArgs bounds a program's arguments.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/quro-dev/quro/internal/session"
 )
@@ -202,5 +203,53 @@ func TestFallbackAtRunTimeIsNoted(t *testing.T) {
 	res, _ = r.Run(context.Background(), Input{Code: "echo ok", Lang: "shell", Session: testSession(t)})
 	if res.Engine != "shell/sh" || len(res.Notes) != 0 {
 		t.Errorf("probe failure: engine %s notes %q", res.Engine, res.Notes)
+	}
+}
+
+// preparing is a scripted engine with a one-time preparation: it records
+// how long the context it is prepared under has left, and fails with
+// prepErr.
+type preparing struct {
+	scripted
+	prepErr error
+	left    time.Duration
+}
+
+func (p *preparing) Prepare(ctx context.Context, req *Request) error {
+	p.left = time.Duration(1<<63 - 1)
+	if dl, ok := ctx.Deadline(); ok {
+		p.left = time.Until(dl)
+	}
+	return p.prepErr
+}
+
+// An engine's preparation is waited for under PrepareTimeout, not the
+// run's budget; a preparation that failed sends the run to the next
+// tier, noted; one that the caller's context ended is the run's result.
+func TestPreparationIsNotTheRunsBudget(t *testing.T) {
+	var ran []string
+	a := &preparing{scripted: scripted{name: "a", output: "A", ran: &ran}}
+	r := New([]Language{{Name: "python", Chain: []Engine{a, &scripted{name: "b", output: "B", ran: &ran}}}}, &Options{PrepareTimeout: time.Hour})
+	res, err := r.Run(context.Background(), Input{Code: "x", Lang: "python", Session: testSession(t), Timeout: time.Second})
+	if err != nil || res.Engine != "a" || res.Stdout != "A" {
+		t.Fatalf("prepared run: %v %+v", err, res)
+	}
+	if a.left <= time.Minute {
+		t.Fatalf("prepared under %s, want the hour of PrepareTimeout", a.left)
+	}
+
+	a.prepErr = errors.New("extraction failed")
+	res, _ = r.Run(context.Background(), Input{Code: "x", Lang: "python", Session: testSession(t)})
+	if res.Engine != "b" || len(res.Notes) != 1 || !strings.Contains(res.Notes[0], "a: extraction failed") {
+		t.Fatalf("failed preparation: engine %s notes %q", res.Engine, res.Notes)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ran = nil
+	a.prepErr = fmt.Errorf("still being prepared: %w", context.Canceled)
+	res, _ = r.Run(ctx, Input{Code: "x", Lang: "python", Session: testSession(t)})
+	if res.Engine != "a" || res.ExitCode != -1 || !strings.Contains(res.Error, "did not start") || len(ran) != 0 {
+		t.Fatalf("canceled preparation: ran %v, %+v", ran, res)
 	}
 }

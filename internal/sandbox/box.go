@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -63,6 +64,12 @@ type Box struct {
 	syncs  map[string]chan struct{}
 	frozen bool
 	closed bool
+	// claims are the runs boxFor handed this box that have not yet
+	// registered their process (launch) or given up: a box that is
+	// replaced must have neither, or a run told "this box" finds it
+	// closed (a start_process beside the Python worker that, once the
+	// embedded Python was prepared, needed a box showing its tree).
+	claims int
 	dead   chan struct{} // closed when bubblewrap has exited
 	limits Limits
 	// finished is done once the box has ended and its cgroup and network
@@ -252,6 +259,9 @@ func (s *Sandbox) boxFor(ctx context.Context, pl *plan) (*Box, error) {
 			r.opened()
 			r.mu.Unlock()
 			e.box, e.err = s.openBox(key, pl, want)
+			if e.err == nil {
+				e.box.claims = 1 // this run's, before any other sees the box
+			}
 			close(e.ready)
 			if e.err != nil {
 				r.mu.Lock()
@@ -273,18 +283,69 @@ func (s *Sandbox) boxFor(ctx context.Context, pl *plan) (*Box, error) {
 			return nil, e.err
 		}
 		bx := e.box
-		if bx.shape.holds(&want) && bx.Network() == want.network && bx.current(&want) && bx.alive() {
-			return bx, nil
+		if bx.shape.holds(&want) && bx.Network() == want.network && bx.current(&want) && bx.claim() {
+			return bx, nil // the caller's spawn takes the claim (launch) or gives it back
 		}
-		if bx.alive() && bx.Procs() > 0 {
+		if !bx.retire() {
 			r.mu.Lock()
 			r.outside++
 			r.mu.Unlock()
 			return nil, nil
 		}
-		// An idle box of another shape (or a dead one): replace it.
+		// An idle box of another shape (or a dead one), closed to new
+		// runs by retire: replace it.
 		bx.Close()
 	}
+}
+
+// boxClaimedHook, when set (by tests), is called with the session's key
+// once boxFor has handed a run its box and before the run spawns in it:
+// the moment a replacement of the box must not close it.
+var boxClaimedHook atomic.Pointer[func(key string)]
+
+// claim reserves the box for a run about to spawn in it (see claims),
+// unless it is closed or dead.
+func (bx *Box) claim() bool {
+	select {
+	case <-bx.dead:
+		return false
+	default:
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	if bx.closed {
+		return false
+	}
+	bx.claims++
+	return true
+}
+
+// unclaim gives back a claim whose run never reached launch's
+// registration.
+func (bx *Box) unclaim() {
+	bx.mu.Lock()
+	bx.claims--
+	bx.mu.Unlock()
+}
+
+// retire closes the box to new runs when no process runs in it and no
+// run holds a claim on it (or it is closed or dead already), and reports
+// whether it did: the check and the closing are one step, so that no run
+// is handed the box between them. A busy box is left as it is.
+func (bx *Box) retire() bool {
+	dead := false
+	select {
+	case <-bx.dead:
+		dead = true
+	default:
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	if !dead && !bx.closed && len(bx.procs)+bx.claims > 0 {
+		return false
+	}
+	bx.closed = true
+	return true
 }
 
 // CloseBox ends the box of session key, if it has one: every process in
@@ -552,17 +613,6 @@ func ctlPair() (*net.UnixConn, *os.File, error) {
 	return c.(*net.UnixConn), theirs, nil
 }
 
-func (bx *Box) alive() bool {
-	select {
-	case <-bx.dead:
-		return false
-	default:
-	}
-	bx.mu.Lock()
-	defer bx.mu.Unlock()
-	return !bx.closed
-}
-
 // Procs is how many spawned processes of the box are running.
 func (bx *Box) Procs() int {
 	bx.mu.Lock()
@@ -755,6 +805,12 @@ func (bx *Box) spawn(ctx context.Context, pl *plan) (*Process, error) {
 	if s.note != nil {
 		p.note = func() string { return s.note(spec.Dir) }
 	}
+	launched := false // launch took boxFor's claim
+	defer func() {
+		if !launched {
+			bx.unclaim()
+		}
+	}()
 	statusR, statusW, err := credPair()
 	if err != nil {
 		return nil, pl.startErr(err)
@@ -764,6 +820,7 @@ func (bx *Box) spawn(ctx context.Context, pl *plan) (*Process, error) {
 	if err == nil {
 		var args []string
 		if args, err = pl.initArgs(pb); err == nil {
+			launched = true
 			err = bx.launch(p, pl, pb, args)
 		}
 	}
@@ -821,13 +878,16 @@ func (bx *Box) spawn(ctx context.Context, pl *plan) (*Process, error) {
 	return nil, &StartError{Program: pl.prog, Reason: msg, from: from}
 }
 
-// launch registers p and asks the box init to spawn it.
+// launch registers p and asks the box init to spawn it. It takes the
+// claim boxFor made for p's run: on every path it is given back or
+// turned into p's registration.
 func (bx *Box) launch(p *Process, pl *plan, pb *plumbing, args []string) error {
 	files := make([]*os.File, 0, 3+len(pb.fds.files))
 	for _, f := range pb.stdio {
 		if f == nil {
 			f = devNull()
 			if f == nil {
+				bx.unclaim()
 				return errors.New("cannot open /dev/null")
 			}
 		}
@@ -835,6 +895,7 @@ func (bx *Box) launch(p *Process, pl *plan, pb *plumbing, args []string) error {
 	}
 	files = append(files, pb.fds.files...)
 	if len(files) > boxinit.MaxMsgFDs {
+		bx.unclaim()
 		return fmt.Errorf("%w: too many descriptors (%d)", ErrInvalidSpec, len(files))
 	}
 	tty := "0"
@@ -845,6 +906,7 @@ func (bx *Box) launch(p *Process, pl *plan, pb *plumbing, args []string) error {
 		p.oomBefore = bx.cg.oomCounts()
 	}
 	bx.mu.Lock()
+	bx.claims--
 	if bx.closed {
 		bx.mu.Unlock()
 		return errors.New("the session box was closed")

@@ -644,3 +644,85 @@ func TestStartsInHome(t *testing.T) {
 		t.Errorf("StartsInHome in a box of its own: %v, want ErrInvalidSpec", err)
 	}
 }
+
+// A run handed the session's idle box must still find it open when it
+// spawns, though a run of another shape comes between (on a fresh data
+// directory the Python worker, once the embedded Python was prepared,
+// named the interpreter's tree, which a box made before did not show; it
+// replaced the idle box and a start_process that had just been handed
+// that box failed with "the session box was closed"). The hook stops the
+// first run at that moment; the run of the other shape goes to a box of
+// its own, the first run spawns in the session's box, and once both have
+// ended the idle box is replaced as before.
+func TestBoxHandedToARunIsNotReplacedUnderIt(t *testing.T) {
+	sb := newBoxSandbox(t)
+	dir := t.TempDir()
+	tree := t.TempDir()
+	if err := os.Chmod(tree, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tree, "version"), []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const key = "claimed"
+	run := func(spec *Spec, out *bytes.Buffer) {
+		t.Helper()
+		if exit, err := sb.Run(testCtx(t), spec); err != nil || exit.Code != 0 {
+			t.Fatalf("run: %v %+v %s", err, exit, out.String())
+		}
+	}
+	var first bytes.Buffer
+	run(boxSpec(key, dir, &first, "true"), &first) // the box, without tree
+	bx := sb.Box(key)
+	if bx == nil {
+		t.Fatal("no box for the session")
+	}
+
+	var other bytes.Buffer
+	otherSpec := boxSpec(key, dir, &other, "cat "+tree+"/version")
+	otherSpec.ReadOnly = []string{tree}
+	outside := sb.BoxStats().Outside
+	armed := make(chan struct{}, 1)
+	armed <- struct{}{}
+	hook := func(k string) {
+		if k != key {
+			return
+		}
+		select {
+		case <-armed: // once: the other run must not stop here
+		default:
+			return
+		}
+		run(otherSpec, &other)
+	}
+	boxClaimedHook.Store(&hook)
+	t.Cleanup(func() { boxClaimedHook.Store(nil) })
+
+	var out bytes.Buffer
+	run(boxSpec(key, dir, &out, "echo in the box"), &out)
+	if len(armed) != 0 {
+		t.Fatal("the hook never ran: the run was not handed the session's box")
+	}
+	if out.String() != "in the box\n" || other.String() != "v1" {
+		t.Fatalf("the runs printed %q and %q", out.String(), other.String())
+	}
+	if sb.Box(key) != bx {
+		t.Fatal("the box handed to the run was replaced under it")
+	}
+	if got := sb.BoxStats().Outside; got != outside+1 {
+		t.Fatalf("the run of the other shape was not in a box of its own: outside %d, want %d", got, outside+1)
+	}
+	bx.mu.Lock()
+	claims := bx.claims
+	bx.mu.Unlock()
+	if claims != 0 || bx.Procs() != 0 {
+		t.Fatalf("the idle box still has %d claims and %d processes", claims, bx.Procs())
+	}
+
+	// Idle again, the box is replaced by the run that needs tree.
+	other.Reset()
+	run(otherSpec, &other)
+	if sb.Box(key) == bx || sb.BoxStats().Outside != outside+1 {
+		t.Fatalf("the idle box was not replaced for the run of the other shape: %+v", sb.BoxStats())
+	}
+}

@@ -630,6 +630,9 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 	if bx, err := s.boxFor(ctx, pl); err != nil {
 		return nil, pl.startErr(err)
 	} else if bx != nil {
+		if h := boxClaimedHook.Load(); h != nil {
+			(*h)(bx.key)
+		}
 		return bx.spawn(ctx, pl)
 	}
 	if spec.StartsInHome {

@@ -302,12 +302,33 @@ func (e *Embedded) prepare(ctx context.Context) (*workerConfig, error) {
 	if f := progress.From(ctx); f != nil {
 		defer p.subscribe(f)()
 	}
+	waited := time.Now()
 	select {
 	case <-p.done:
 		return p.cfg, p.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: %w", errPreparing, ctx.Err())
+		p.mu.Lock()
+		stage := strings.TrimPrefix(p.msg, preparing)
+		p.mu.Unlock()
+		if stage == "" {
+			stage = "starting"
+		}
+		return nil, fmt.Errorf("%w; waited %s for it, at %q: %w", errPreparing,
+			time.Since(waited).Round(time.Second), stage, ctx.Err())
 	}
+}
+
+var _ runcode.Preparer = (*Embedded)(nil)
+
+// Prepare implements runcode.Preparer: the runner waits for the
+// preparation under its own budget before the run's starts. A session on
+// a rootfs needs none (Run steps aside).
+func (e *Embedded) Prepare(ctx context.Context, req *runcode.Request) error {
+	if req.Session != nil && req.Session.Rootfs != "" {
+		return nil
+	}
+	_, err := e.prepare(ctx)
+	return err
 }
 
 // errPreparing is a run that ended while the interpreter was still being

@@ -5,6 +5,7 @@ package python
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,10 +91,53 @@ func TestFirstRunPreparesOnceWithProgress(t *testing.T) {
 		t.Fatalf("run canceled while preparing: %+v", r.Result)
 	}
 
+	// Through the runner, as every access path runs code: the wait for
+	// the preparation is not bounded by the run's budget (a first run
+	// with the default 30 s failed on a loaded machine while the
+	// preparation went on) but by the runner's PrepareTimeout and the
+	// caller; one that ends says what it waited for, and the run does not
+	// fall to another tier.
+	const budget = time.Minute
+	seen := &preparedUnder{Embedded: e, left: make(chan time.Duration, 10)}
+	runner := runcode.New([]runcode.Language{{Name: "python", Runs: true, Chain: []runcode.Engine{seen, &scriptedTier{}}}}, nil)
+	viaRunner := func(ctx context.Context, rec *recorder) (*runcode.Result, error) {
+		return runner.Run(progress.With(ctx, rec.report), runcode.Input{Code: "print(6 * 7)", Lang: "python", Session: newSession(t), Timeout: budget})
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	canceled := newRecorder()
+	cdone := make(chan *runcode.Result, 1)
+	go func() {
+		res, err := viaRunner(ctx, canceled)
+		if err != nil {
+			t.Errorf("runner: %v", err)
+		}
+		cdone <- res
+	}()
+	if left := <-seen.left; left <= budget {
+		t.Fatalf("the preparation was waited for under %s, within the run's budget of %s", left, budget)
+	}
+	<-canceled.got // it waits
+	cancel()
+	if res := <-cdone; res == nil || res.Engine != "python/embedded" || res.ExitCode != -1 ||
+		!strings.Contains(res.Error, "still being prepared") || !strings.Contains(res.Error, "waited") ||
+		!strings.Contains(res.Error, "waiting for another quro process") || !strings.Contains(res.Error, "did not start") {
+		t.Fatalf("a runner's run canceled while preparing: %+v", res)
+	}
+
 	// Two runs wait together; the lock is released; both run, after one
 	// extraction, each having seen the progress.
 	recs := []*recorder{newRecorder(), newRecorder()}
 	var wg sync.WaitGroup
+	viaRec := newRecorder()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		res, err := viaRunner(context.Background(), viaRec)
+		if err != nil || res.ExitCode != 0 || res.Stdout != "42\n" || res.Engine != "python/embedded" {
+			t.Errorf("a runner's run after preparing: %v %+v", err, res)
+		}
+	}()
+	<-viaRec.got // it waits, and was told so
 	for _, rec := range recs {
 		wg.Add(1)
 		go func() {
@@ -132,4 +176,29 @@ func TestFirstRunPreparesOnceWithProgress(t *testing.T) {
 	if err := e.Probe(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// preparedUnder is the embedded engine, telling how long the context of
+// each wait for its preparation had left.
+type preparedUnder struct {
+	*Embedded
+	left chan time.Duration
+}
+
+func (p *preparedUnder) Prepare(ctx context.Context, req *runcode.Request) error {
+	left := time.Duration(1<<63 - 1)
+	if dl, ok := ctx.Deadline(); ok {
+		left = time.Until(dl)
+	}
+	p.left <- left
+	return p.Embedded.Prepare(ctx, req)
+}
+
+// scriptedTier is a next tier that must not be asked.
+type scriptedTier struct{}
+
+func (scriptedTier) Name() string                    { return "next-tier" }
+func (scriptedTier) Probe(ctx context.Context) error { return nil }
+func (scriptedTier) Run(ctx context.Context, req *runcode.Request) (*runcode.Result, error) {
+	return nil, errors.New("the next tier was asked")
 }
