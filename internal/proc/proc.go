@@ -365,7 +365,7 @@ func (t *Table) Start(ctx context.Context, sb *sandbox.Sandbox, base *sandbox.Sp
 	}
 	defer t.unreserve(session, st.Tenant)
 
-	spec, err := startSpec(base, st, sb.CanStartInHome(base))
+	spec, err := startSpec(base, st)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -423,16 +423,10 @@ func (t *Table) Start(ctx context.Context, sb *sandbox.Sandbox, base *sandbox.Sp
 }
 
 // startSpec is base with st's program, working directory and variables.
-// inHome says that base's box can start the program in sandbox.HomeUser
-// itself (sandbox.Spec.StartsInHome): a process there needs no shell to
-// change directory first.
-func startSpec(base *sandbox.Spec, st *Start, inHome bool) (sandbox.Spec, error) {
+func startSpec(base *sandbox.Spec, st *Start) (sandbox.Spec, error) {
 	spec := *base
 	spec.Args = append([]string{st.Cmd}, st.Args...)
-	switch {
-	case st.Dir == sandbox.HomeUser && inHome:
-		spec.StartsInHome = true
-	case st.Dir != "":
+	if st.Dir != "" {
 		// The working directory is entered inside the box, by the
 		// box's own sh: the server never resolves a path the session
 		// chose (Spec.Dir is the workspace, which the sandbox binds

@@ -919,15 +919,7 @@ func (bx *Box) launch(p *Process, pl *plan, pb *plumbing, args []string) error {
 	p.boxID = strconv.FormatUint(bx.seq, 10)
 	bx.procs[p.boxID] = p
 	bx.mu.Unlock()
-	dir := pl.spec.Dir
-	if pl.spec.StartsInHome {
-		if !slices.ContainsFunc(bx.shape.binds, func(b Bind) bool { return b.Dst == HomeUser }) {
-			bx.forget(p)
-			return fmt.Errorf("%w: StartsInHome: this session box shows no workspace at %s", ErrInvalidSpec, HomeUser)
-		}
-		dir = HomeUser
-	}
-	argv := append([]string{p.boxID, dir, tty, initPath}, args...)
+	argv := append([]string{p.boxID, pl.spec.Dir, tty, initPath}, args...)
 	msg := boxinit.EncodeMsg(boxinit.MsgSpawn, argv...)
 	if len(msg) > boxinit.MaxMsg {
 		bx.forget(p)
@@ -1205,17 +1197,6 @@ func (s *Sandbox) CloseBoxes() {
 
 // SessionBoxes reports whether runs of a session are spawned in its box.
 func (s *Sandbox) SessionBoxes() bool { return s.boxes != nil && s.Boxed() }
-
-// CanStartInHome reports whether spec, as it is, would be spawned in a
-// session box that shows the workspace at HomeUser: whether it may set
-// Spec.StartsInHome.
-func (s *Sandbox) CanStartInHome(spec *Spec) bool {
-	if s == nil || !s.SessionBoxes() || spec.RootfsAdmin || spec.Session == "" && s.session == "" {
-		return false
-	}
-	has := func(b Bind) bool { return b.Dst == HomeUser }
-	return slices.ContainsFunc(s.binds, has) || slices.ContainsFunc(spec.Binds, has)
-}
 
 // BoxKeys lists the sessions that have an open box.
 func (s *Sandbox) BoxKeys() []string {

@@ -601,50 +601,6 @@ func TestEndSessionKillsNowAndAwaitEndedWaitsForTheEnd(t *testing.T) {
 	sb.AwaitEnded("end") // ended already: at once
 }
 
-// TestStartsInHome: a run of a session box that shows the workspace at
-// HomeUser starts there when it asks (the box's init enters it, no shell
-// does), sees its files, and is the session's uid there; a run that asks
-// without such a box — a box of its own, or a session box without the
-// bind — is refused before anything starts.
-func TestStartsInHome(t *testing.T) {
-	sb := newBoxSandbox(t)
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "seen"), []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	home := []Bind{{Src: dir, Dst: HomeUser, Writable: true}}
-	var out bytes.Buffer
-	spec := boxSpec("home", dir, &out, `pwd; ls; id -u`)
-	spec.Binds, spec.StartsInHome = home, true
-	if !sb.CanStartInHome(spec) {
-		t.Fatal("CanStartInHome: false for a session box with the workspace at " + HomeUser)
-	}
-	exit, err := sb.Run(testCtx(t), spec)
-	if err != nil || exit.Code != 0 || out.String() != HomeUser+"\nseen\n1000\n" {
-		t.Fatalf("a run that starts in %s: %v %+v %q", HomeUser, err, exit, out.String())
-	}
-
-	out.Reset()
-	noBind := boxSpec("nobind", t.TempDir(), &out, "pwd")
-	noBind.StartsInHome = true
-	if sb.CanStartInHome(noBind) {
-		t.Error("CanStartInHome: true for a box without the workspace at " + HomeUser)
-	}
-	if _, err := sb.Run(testCtx(t), noBind); !errors.Is(err, ErrInvalidSpec) {
-		t.Errorf("StartsInHome in a box without the workspace at %s: %v (%q), want ErrInvalidSpec", HomeUser, err, out.String())
-	}
-
-	own := newSandbox(t)
-	d := t.TempDir()
-	alone := &Spec{Args: []string{"pwd"}, Dir: d, Binds: []Bind{{Src: d, Dst: HomeUser, Writable: true}}, StartsInHome: true, Stdout: &out, Stderr: &out}
-	if own.CanStartInHome(alone) {
-		t.Error("CanStartInHome: true for a run in a box of its own")
-	}
-	if _, err := own.Run(testCtx(t), alone); !errors.Is(err, ErrInvalidSpec) {
-		t.Errorf("StartsInHome in a box of its own: %v, want ErrInvalidSpec", err)
-	}
-}
-
 // A run handed the session's idle box must still find it open when it
 // spawns, though a run of another shape comes between (on a fresh data
 // directory the Python worker, once the embedded Python was prepared,

@@ -398,12 +398,6 @@ type Spec struct {
 	// session's box ("": it does not; see Options.SessionOf): an explicit
 	// choice, never a forgotten Session.
 	Outside string
-	// StartsInHome starts the program in HomeUser, the box's view of the
-	// workspace, instead of at Dir's host path: the box's init enters it
-	// as it enters Dir, so that no shell is run to change directory first.
-	// Only for a run spawned in a session box that shows the workspace
-	// there; any other run with it is refused (ErrInvalidSpec).
-	StartsInHome bool
 	// TenantDir, when set, is the directory whose tenant the run belongs
 	// to (Options.Tenant is asked about it) instead of Dir: a helper run
 	// the server starts for a tenant in a directory of its own (pip's
@@ -634,9 +628,6 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 			(*h)(bx.key)
 		}
 		return bx.spawn(ctx, pl)
-	}
-	if spec.StartsInHome {
-		return nil, fmt.Errorf("%w: StartsInHome is for a run in a session box (which shows the workspace at %s)", ErrInvalidSpec, HomeUser)
 	}
 	return s.startOneShot(ctx, pl)
 }
