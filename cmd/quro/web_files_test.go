@@ -160,6 +160,11 @@ func TestWebFiles(t *testing.T) {
 			document.querySelector('#files-drop').dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
 		})()`))
 		e.waitJS(`document.querySelector('#files-status')?.textContent === 'uploaded /home/user/dropped.bin'`)
+		// The page lists the directory again after an upload: until the
+		// new row is drawn, a click meant for a row of the old tree can
+		// land on the row that takes its place (dropped.bin sorts before
+		// up.bin), or on a row that is then replaced.
+		e.waitJS(`document.querySelector('#files-tree [data-path="dropped.bin"]') !== null`)
 		r := do(t, "GET", base+sp+"/download/dropped.bin", "", "", auth...)
 		want := make([]byte, 256)
 		for i := range want {

@@ -47,17 +47,21 @@ func TestTenantCeilingAcrossSessionsThroughTheController(t *testing.T) {
 		t.Fatal(err)
 	}
 	base, _ := a.Sandbox.TenantUsage(acmeName)
-	// 60 background processes stay in s1's persistent shell, with the
-	// command's subshell: the ceiling leaves room for them, and admission
-	// keeps a margin of 8, so the next box is refused.
-	ceiling := int64(base.Tasks) + 60 + 5
+	// 60 background processes stay in s1's persistent shell. The ceiling
+	// is set once they run, one above what the tenant holds then, and
+	// admission keeps a margin of 8, so the next box is refused. (Set
+	// from the count before them, it depended on that count: a process
+	// of the box still ending or starting as it was read, such as the
+	// box's next zygote, moved it by a few and let the next box in.)
+	if _, err := callAs(t, a, acme, "terminal_exec", TerminalExecInput{Session: "s1", Command: "for i in $(seq 60); do sleep 1000 & done; echo held"}); err != nil {
+		t.Fatal(err)
+	}
+	held, _ := a.Sandbox.TenantUsage(acmeName)
+	ceiling := int64(held.Tasks) + 1
 	if err := a.setTenantLimits(context.Background(), acmeName, TenantLimits{Tasks: ceiling}); err != nil {
 		t.Fatal(err)
 	}
 	ceilingText := fmt.Sprintf("process ceiling of %d", ceiling)
-	if _, err := callAs(t, a, acme, "terminal_exec", TerminalExecInput{Session: "s1", Command: "for i in $(seq 60); do sleep 1000 & done; echo held"}); err != nil {
-		t.Fatal(err)
-	}
 	_, err = callAs(t, a, acme, "run_code", RunCodeInput{Session: "s2", Lang: "shell", Code: "echo hi"})
 	ce := wantCode(t, err, capability.ResourceExhausted)
 	for _, want := range []string{"tenant " + acmeName, ceilingText, "quro tenant limits set"} {
