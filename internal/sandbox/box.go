@@ -77,7 +77,7 @@ type Box struct {
 	finished sync.Once
 	// tenantDir names the box's tenant (Spec.tenantDir of the run that
 	// made it): an admission refused at a tenant ceiling waits for that
-	// tenant's boxes still ending (awaitEnding).
+	// tenant's boxes still ending (admitAwaiting).
 	tenantDir string
 }
 
@@ -393,39 +393,47 @@ func (s *Sandbox) EndSession(key string) {
 	}()
 }
 
-// awaitEnding waits for the boxes of tenant that EndSession killed and
-// whose ends are under way (their processes still count in the tenant's
-// cgroup until they have exited), and reports whether there were any.
-func (s *Sandbox) awaitEnding(tenant string) bool {
+// endingOf returns the boxes of tenant that EndSession killed and whose
+// ends are under way: their processes still count in the tenant's cgroup
+// until they have exited.
+func (s *Sandbox) endingOf(tenant string) []*Box {
 	r := s.boxes
 	if r == nil || s.tenant == nil {
-		return false
+		return nil
 	}
 	r.mu.Lock()
-	ending := make([]*Box, 0, len(r.ending))
+	all := make([]*Box, 0, len(r.ending))
 	for _, bx := range r.ending {
-		ending = append(ending, bx)
+		all = append(all, bx)
 	}
 	r.mu.Unlock()
-	waited := false
-	for _, bx := range ending {
+	var ending []*Box
+	for _, bx := range all {
 		if t, ok := s.tenant(bx.tenantDir); ok && t.Name == tenant {
-			bx.finish()
-			waited = true
+			ending = append(ending, bx)
 		}
 	}
-	return waited
+	return ending
 }
 
 // admitAwaiting is cgroups.admit for tenant t, but a refusal at a ceiling
 // while boxes of t are still ending (a destroy answers before its box's
 // processes have exited) waits for them, then asks again: a destroy gives
 // its processes and memory back to the next call, as it did when it
-// waited for them itself.
+// waited for them itself. The ending boxes are taken before the first
+// count: a box whose end completes between that count and the refusal
+// has left the ending set, yet the count still held its processes.
 func (s *Sandbox) admitAwaiting(t *Tenant, room Room) error {
+	ending := s.endingOf(t.Name)
 	err := s.layers.cg.admit(t, room)
 	var ce *CeilingError
-	if errors.As(err, &ce) && s.awaitEnding(t.Name) {
+	if errors.As(err, &ce) && s.refused != nil {
+		s.refused()
+	}
+	if errors.As(err, &ce) && len(ending) > 0 {
+		for _, bx := range ending {
+			bx.finish()
+		}
 		err = s.layers.cg.admit(t, room)
 	}
 	return err

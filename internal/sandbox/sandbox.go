@@ -235,6 +235,9 @@ type Sandbox struct {
 	egress     Egress
 	host       hostView // where a box's host userland is read from
 	mounts     *mountView
+	// refused, set by tests, runs when admitAwaiting's first count is
+	// refused at a ceiling, before it looks at the ending boxes.
+	refused func()
 }
 
 // New returns a Sandbox. opts may be nil.

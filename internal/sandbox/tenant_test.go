@@ -663,3 +663,47 @@ func TestCgroupStartErrorNamesNoHostPath(t *testing.T) {
 		t.Errorf("the server log does not have the whole text: %q", logged.String())
 	}
 }
+
+// A destroyed session's box gives its processes back to the next run of
+// its tenant even when the box's end completes between the admission's
+// count (which still held them) and its look at the boxes still ending:
+// the refusal waits for the boxes that were ending when it counted, and
+// counts again. The test lands the end exactly there.
+func TestCeilingRefusalCountsAgainAfterABoxEndedDuringTheCount(t *testing.T) {
+	e := newTenantEnvWith(t, Limits{Tasks: 200}, &Options{SessionBoxes: true})
+	s1 := e.dir(t, "a", "s1")
+	h := e.hold(t, s1, `for i in $(seq 60); do sleep 1000 & done; echo HELD; wait`)
+	if !strings.Contains(h.ready, "HELD") {
+		t.Fatalf("holder: %q", h.ready+h.rest())
+	}
+	// The ceiling: one above what the tenant holds now.
+	held, _ := e.sb.TenantUsage(e.a)
+	e.aLimits = Limits{Tasks: held.Tasks + 1}
+	key := e.session(s1)
+	if _, err := e.sb.Run(testCtx(t), &Spec{Args: []string{"true"}, Dir: e.dir(t, "a", "s2")}); !errors.Is(err, ErrTenantCeiling) {
+		t.Fatalf("a run beside the 60 sleeps: %v, want ErrTenantCeiling", err)
+	}
+	bx := e.sb.Box(key)
+	if bx == nil {
+		t.Fatal("the holder has no session box")
+	}
+	e.sb.EndSession(key)
+	r := e.sb.boxes
+	refusals := 0
+	e.sb.refused = func() {
+		refusals++
+		// The box's end completes and it leaves the ending set, as its
+		// background goroutine does, after the count that held it.
+		bx.finish()
+		r.mu.Lock()
+		delete(r.ending, key)
+		r.mu.Unlock()
+	}
+	if _, err := e.sb.Run(testCtx(t), &Spec{Args: []string{"true"}, Dir: e.dir(t, "a", "s2")}); err != nil {
+		t.Fatalf("a run after the session holding the tenant's processes ended: %v", err)
+	}
+	if refusals != 1 {
+		t.Fatalf("the first count was refused %d times, want once: the race was not landed", refusals)
+	}
+	<-h.done
+}
