@@ -75,10 +75,12 @@ type Box struct {
 	// finished is done once the box has ended and its cgroup and network
 	// are gone (finish); a caller after the first waits for it.
 	finished sync.Once
-	// tenantDir names the box's tenant (Spec.tenantDir of the run that
-	// made it): an admission refused at a tenant ceiling waits for that
-	// tenant's boxes still ending (admitAwaiting).
-	tenantDir string
+	// tenant is the name of the box's tenant, resolved when the box was
+	// made (from Spec.tenantDir of the run that made it): an admission
+	// refused at a tenant ceiling waits for that tenant's boxes still
+	// ending (admitAwaiting). It is kept, not looked up again: once a
+	// session is destroyed its directory no longer names a tenant.
+	tenant string
 }
 
 // boxShape is what a box is made of; a spec fits a box when its own shape
@@ -402,14 +404,10 @@ func (s *Sandbox) endingOf(tenant string) []*Box {
 		return nil
 	}
 	r.mu.Lock()
-	all := make([]*Box, 0, len(r.ending))
-	for _, bx := range r.ending {
-		all = append(all, bx)
-	}
-	r.mu.Unlock()
+	defer r.mu.Unlock()
 	var ending []*Box
-	for _, bx := range all {
-		if t, ok := s.tenant(bx.tenantDir); ok && t.Name == tenant {
+	for _, bx := range r.ending {
+		if bx.tenant == tenant {
 			ending = append(ending, bx)
 		}
 	}
@@ -491,7 +489,12 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 	// The box's cgroup holds the session's budget (the Sandbox's limits),
 	// whatever the run that made it: each run keeps its own rlimits.
 	bx := &Box{s: s, key: key, shape: shape, network: shape.network, procs: map[string]*Process{}, dead: make(chan struct{}), limits: s.limits,
-		roIDs: map[string]fileID{}, tenantDir: pl.spec.tenantDir()}
+		roIDs: map[string]fileID{}}
+	if s.tenant != nil {
+		if t, ok := s.tenant(pl.spec.tenantDir()); ok {
+			bx.tenant = t.Name
+		}
+	}
 	for _, p := range shape.readOnly {
 		if id, ok := fileIDOf(p); ok {
 			bx.roIDs[p] = id

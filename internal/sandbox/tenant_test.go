@@ -31,6 +31,9 @@ type tenantEnv struct {
 	aLimits Limits
 	bLimits Limits
 	boxes   bool // runs of a session directory (a/s1) are spawned in its session box
+	// gone is a session directory that no longer names a tenant, as a
+	// destroyed session's does once its row is deleted.
+	gone string
 }
 
 func newTenantEnv(t *testing.T, lim Limits) *tenantEnv {
@@ -47,7 +50,7 @@ func newTenantEnvWith(t *testing.T, lim Limits, o *Options) *tenantEnv {
 	e.a, e.b = "a-"+sfx, "b-"+sfx
 	o.Tenant = func(dir string) (Tenant, bool) {
 		rel, err := filepath.Rel(e.root, dir)
-		if err != nil || strings.HasPrefix(rel, "..") {
+		if err != nil || strings.HasPrefix(rel, "..") || (e.gone != "" && strings.HasPrefix(dir, e.gone)) {
 			return Tenant{}, false
 		}
 		switch strings.SplitN(rel, "/", 2)[0] {
@@ -668,7 +671,9 @@ func TestCgroupStartErrorNamesNoHostPath(t *testing.T) {
 // its tenant even when the box's end completes between the admission's
 // count (which still held them) and its look at the boxes still ending:
 // the refusal waits for the boxes that were ending when it counted, and
-// counts again. The test lands the end exactly there.
+// counts again. The test lands the end exactly there. And the box is
+// known as its tenant's after its session's directory no longer names
+// one (a destroy forgets the session's tenant at once).
 func TestCeilingRefusalCountsAgainAfterABoxEndedDuringTheCount(t *testing.T) {
 	e := newTenantEnvWith(t, Limits{Tasks: 200}, &Options{SessionBoxes: true})
 	s1 := e.dir(t, "a", "s1")
@@ -688,6 +693,7 @@ func TestCeilingRefusalCountsAgainAfterABoxEndedDuringTheCount(t *testing.T) {
 		t.Fatal("the holder has no session box")
 	}
 	e.sb.EndSession(key)
+	e.gone = s1
 	r := e.sb.boxes
 	refusals := 0
 	e.sb.refused = func() {
