@@ -38,9 +38,17 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 
-// startLogServer starts quro serve with flags; stop ends it (a clean
-// shutdown, which writes the last summaries) and returns its stderr.
+// startLogServer starts quro serve with flags and no spare sessions
+// (testServeFlags); stop ends it (a clean shutdown, which writes the last
+// summaries) and returns its stderr.
 func startLogServer(t *testing.T, flags ...string) *logServer {
+	t.Helper()
+	return startLogServerAtDefaults(t, testServeFlags(flags)...)
+}
+
+// startLogServerAtDefaults is startLogServer at the server's defaults,
+// spare sessions included.
+func startLogServerAtDefaults(t *testing.T, flags ...string) *logServer {
 	t.Helper()
 	data := t.TempDir()
 	seedPython(t, data)
@@ -197,7 +205,14 @@ func TestServeLogsO1LinesAtDefault(t *testing.T) {
 	} {
 		t.Run(strings.Join(append([]string{"default"}, tc.flags...), " "), func(t *testing.T) {
 			t.Parallel() // each its own server, data directory and stderr
-			srv := startLogServer(t, tc.flags...)
+			// The server at its defaults (spare sessions made as it
+			// starts and after the calls) logs a handful of lines; the
+			// other cases are about the log's flags (testServeFlags).
+			start := startLogServer
+			if tc.flags == nil {
+				start = startLogServerAtDefaults
+			}
+			srv := start(t, tc.flags...)
 			calls(t, srv.url, srv.token, n)
 			stderr := srv.stop()
 			lines := logLines(t, stderr, tc.json)
