@@ -32,11 +32,13 @@ func TestMain(m *testing.M) {
 // parallel (t.Parallel), each with its own data directory and port; go
 // test runs them after the serial ones, so no t.Setenv overlaps them.
 
-// removingSharedPython runs the tests, then removes sharedPython's tree.
+// removingSharedPython runs the tests, then removes sharedPython's tree
+// and stops the shared browser (sharedBrowser).
 type removingSharedPython struct{ m *testing.M }
 
 func (r removingSharedPython) Run() int {
 	code := r.m.Run()
+	sharedBrowser.close()
 	if sharedPython.dir != "" {
 		os.RemoveAll(sharedPython.dir)
 	}
