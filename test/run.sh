@@ -83,7 +83,14 @@ wait_side() { # name
 # The fuzz run goes on until the tests end (test/fuzz/run.sh): this file
 # says they have.
 fuzz_stop=$(mktemp -d)/tests-ended
-trap 'touch "$fuzz_stop"; for p in "${side_pid[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "${fuzz_stop%/*}"' EXIT
+# One Go build cache for the two tests that build Go in a box, empty as
+# make test starts and gone when it ends: the first of them builds the
+# standard library cold and leaves its cache here, the other starts from a
+# copy (internal/engine/toolchain/toolchaintest). Each make test still
+# makes one cold build.
+QURO_TEST_GOCACHE=$(mktemp -d)
+export QURO_TEST_GOCACHE
+trap 'touch "$fuzz_stop"; for p in "${side_pid[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "${fuzz_stop%/*}" "$QURO_TEST_GOCACHE"' EXIT
 
 phase "npm ci (four trees side by side)" \
 	"$MAKE" --no-print-directory -j4 -Otarget \

@@ -169,7 +169,7 @@ func TestCLIThroughTheRunningServer(t *testing.T) {
 func TestServeMarkerLifecycle(t *testing.T) {
 	t.Parallel()
 	data := t.TempDir()
-	cmd := exec.Command(quroBin(t), "serve", "--addr", "127.0.0.1:0", "--data", data)
+	cmd := exec.Command(quroBin(t), append([]string{"serve"}, testServeFlags([]string{"--addr", "127.0.0.1:0", "--data", data})...)...)
 	cmd.Env = cliEnv()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -78,7 +78,9 @@ func e2bSDKServer(t *testing.T) []string {
 	// The python area's `pip install` from the server's index (a session's
 	// pip asks the server to fetch: install_packages).
 	ix := piptest.NewIndex(t, piptest.PureWheel(t, e2bScenarioWheel, "1.0", "e2b"))
-	srv := startServer(t, "--pip-index-url", ix.URL())
+	// At the server's defaults (spare sessions too): the SDKs' user
+	// starts it so.
+	srv := startServerAtDefaults(t, t.TempDir(), "--pip-index-url", ix.URL())
 	// A tenant's key, as a user of the SDKs would have: read and exec.
 	key, errs, code := quro(t, "", "token", "create", "--data", srv.data, "--tenant", "sdk", "--scopes", "read,exec")
 	if code != 0 {

@@ -32,11 +32,13 @@ func TestMain(m *testing.M) {
 // parallel (t.Parallel), each with its own data directory and port; go
 // test runs them after the serial ones, so no t.Setenv overlaps them.
 
-// removingSharedPython runs the tests, then removes sharedPython's tree.
+// removingSharedPython runs the tests, then removes sharedPython's tree
+// and stops the shared browser (sharedBrowser).
 type removingSharedPython struct{ m *testing.M }
 
 func (r removingSharedPython) Run() int {
 	code := r.m.Run()
+	sharedBrowser.close()
 	if sharedPython.dir != "" {
 		os.RemoveAll(sharedPython.dir)
 	}
@@ -107,7 +109,7 @@ type server struct {
 
 // startServer runs `quro serve --addr 127.0.0.1:0` in-process with extra
 // flags and returns its base URL and admin token; the server stops when
-// the test ends.
+// the test ends. It keeps no spare sessions (testServeFlags).
 func startServer(t *testing.T, flags ...string) *server {
 	t.Helper()
 	return startServerIn(t, t.TempDir(), flags...)
@@ -115,6 +117,33 @@ func startServer(t *testing.T, flags ...string) *server {
 
 // startServerIn is startServer on the data directory data.
 func startServerIn(t *testing.T, data string, flags ...string) *server {
+	t.Helper()
+	return startServerAtDefaults(t, data, testServeFlags(flags)...)
+}
+
+// testServeFlags is flags with --spare-sessions 0 before them, unless
+// they set --spare-sessions themselves. A spare session is a box and a
+// started Python worker kept ready per tenant and network policy, made
+// as the server starts and again after each use: CPU that no test of a
+// server's other behaviour needs (one test fell from 29.5 to 24.0 CPU-s
+// without it, and cmd/quro starts some fifty servers). The spare pool is
+// tested in internal/app (TestSpare*); the tests that claim to work at the
+// server's defaults use startServerAtDefaults: TestE2BSDK (its areas,
+// limits included, share one server), the default case of
+// TestServeLogsO1LinesAtDefault; TestServePreparesPythonAtStart and
+// the README's transcripts start their servers as a user would.
+func testServeFlags(flags []string) []string {
+	for _, f := range flags {
+		if f == "--spare-sessions" || strings.HasPrefix(f, "--spare-sessions=") {
+			return flags
+		}
+	}
+	return append([]string{"--spare-sessions", "0"}, flags...)
+}
+
+// startServerAtDefaults is startServerIn with the server's own defaults,
+// spare sessions included.
+func startServerAtDefaults(t *testing.T, data string, flags ...string) *server {
 	t.Helper()
 	seedPython(t, data)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -105,6 +105,7 @@ func TestWebFiles(t *testing.T) {
 	}
 	if _, err := chromedp.CallBrowser(e.ctx, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
 		Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dir, EventsEnabled: new(true),
+		BrowserContextID: e.bcid, // the events are of this test's downloads only
 	}); err != nil {
 		t.Fatalf("allow downloads: %v", err)
 	}

@@ -145,6 +145,7 @@ func TestWebUI(t *testing.T) {
 	for _, name := range []string{"clipboard-read", "clipboard-write"} {
 		if _, err := chromedp.CallBrowser(e.ctx, browser.SetPermission, browser.SetPermissionParams{
 			Permission: &browser.PermissionDescriptor{Name: name}, Setting: browser.PermissionSettingGranted, Origin: origin,
+			BrowserContextID: e.bcid,
 		}); err != nil {
 			t.Fatalf("grant %s: %v", name, err)
 		}
@@ -367,23 +368,63 @@ type e2e struct {
 	ctx  context.Context // the browser's: lives as long as the test
 	sctx context.Context // the current step's: bounded by stepTimeout
 	name string
+	bcid cdp.BrowserContextID // the test's browser context in the shared browser
 }
 
+// newE2E opens a tab for t in a browser context of its own (cookies,
+// storage, permissions and downloads apart, as an incognito window's) of
+// the shared browser, closed when t ends.
 func newE2E(t *testing.T, out string) *e2e {
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.Flag("headless", "new"),
-		chromedp.NoSandbox, // root in a container: Chromium's own sandbox cannot start
-		chromedp.DisableGPU,
-		chromedp.WindowSize(1280, 800),
-	)
-	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); acancel() })
-	if err := chromedp.Do(ctx); err != nil { // starts the browser, bound to ctx
-		t.Fatalf("start %s: %v", chromium, err)
+	bctx := sharedBrowser.start(t)
+	ctx, cancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx); err != nil { // makes the browser context and its tab
+		t.Fatalf("open a tab of %s: %v", chromium, err)
 	}
-	return &e2e{t: t, out: out, ctx: ctx, sctx: ctx}
+	return &e2e{t: t, out: out, ctx: ctx, sctx: ctx, bcid: chromedp.FromContext(ctx).BrowserContextID}
+}
+
+// sharedBrowser is the one headless Chromium of the test binary, started
+// by the first browser test and stopped after the last (TestMain): a
+// Chromium's start and its helper processes were about 2.5 CPU-s each
+// time, for each of the four browser tests. Each test keeps its own quro
+// serve (its sessions, tenants and audit log, whose page of 100 rows
+// another test's calls would push a row off) and its own browser context.
+var sharedBrowser browserOnce
+
+type browserOnce struct {
+	once sync.Once
+	ctx  context.Context // the browser's first tab: what newE2E's contexts derive from
+	stop func()
+	err  error
+}
+
+func (b *browserOnce) start(t *testing.T) context.Context {
+	t.Helper()
+	b.once.Do(func() {
+		opts := append(chromedp.DefaultExecAllocatorOptions[:],
+			chromedp.ExecPath(chromium),
+			chromedp.Flag("headless", "new"),
+			chromedp.NoSandbox, // root in a container: Chromium's own sandbox cannot start
+			chromedp.DisableGPU,
+			chromedp.WindowSize(1280, 800),
+		)
+		actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+		ctx, cancel := chromedp.NewContext(actx)
+		b.ctx, b.stop = ctx, func() { cancel(); acancel() }
+		b.err = chromedp.Do(ctx) // starts the browser, bound to ctx
+	})
+	if b.err != nil {
+		t.Fatalf("start %s: %v", chromium, b.err)
+	}
+	return b.ctx
+}
+
+// close stops the browser, if one was started.
+func (b *browserOnce) close() {
+	if b.stop != nil {
+		b.stop()
+	}
 }
 
 // step runs fn as one named step; the first failing step ends the test
@@ -614,7 +655,8 @@ func (e *e2e) waitFrameText(sel, want string) {
 			e.fail("list targets: %v", err)
 		}
 		for _, info := range infos {
-			if info.Type == "iframe" && strings.Contains(info.URL, "/frame.html") {
+			// The shared browser's other tests have artifact frames too.
+			if info.Type == "iframe" && info.BrowserContextID == e.bcid && strings.Contains(info.URL, "/frame.html") {
 				fctx, cancel := chromedp.NewContext(e.sctx, chromedp.WithTargetID(info.TargetID), chromedp.WithDetachOnCancel())
 				_, err := chromedp.Run(fctx, chromedp.Poll[chromedp.Void](pred, chromedp.WithPollingMutation(), chromedp.WithPollingTimeout(0)))
 				cancel()

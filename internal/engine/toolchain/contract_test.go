@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/engine/toolchain"
+	"github.com/quro-dev/quro/internal/engine/toolchain/toolchaintest"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/runcode/enginetest"
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -198,8 +199,9 @@ func TestContract(t *testing.T) {
 // of one a first build of caps.Print filled. Each of the suite's sessions
 // would otherwise compile the standard library anew (a minute each on a
 // loaded 2-core machine, nine of them): the builds are still real builds
-// by the engine, in the box, of the checks' own code. A cold build is
-// internal/app's TestToolchainGoAndJava's.
+// by the engine, in the box, of the checks' own code. In make test the
+// first build is cold here or in internal/app's TestToolchainGoAndJava,
+// whichever takes the shared cache first (toolchaintest).
 func warmGoSessions(t *testing.T, e *toolchain.Engine, caps enginetest.Caps) func(*testing.T) *session.Session {
 	t.Helper()
 	warm := newSession(t)
@@ -212,15 +214,20 @@ func warmGoSessions(t *testing.T, e *toolchain.Engine, caps enginetest.Caps) fun
 		budget = max(budget, time.Until(d)-5*time.Minute)
 	}
 	r := runcode.New([]runcode.Language{{Name: caps.Lang, Runs: true, Chain: []runcode.Engine{e}}}, &runcode.Options{MaxTimeout: budget})
-	res, err := r.Run(context.Background(), runcode.Input{Code: caps.Print, Lang: caps.Lang, Session: warm, CompileTimeout: budget})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Stdout != "contract-out\n" || res.Stage != "run" {
-		t.Fatalf("the build that warms the Go cache: engine %s stage %s exit %d error %q stdout %q stderr %q",
-			res.Engine, res.Stage, res.ExitCode, res.Error, res.Stdout, res.Stderr)
-	}
 	cache := filepath.Join(warm.TmpDir(), ".cache", "go-build")
+	// In make test, the cold build is this one or internal/app's
+	// TestToolchainGoAndJava's, whichever comes first (toolchaintest).
+	toolchaintest.SharedGoCache(t, cache, -1, func() bool {
+		res, err := r.Run(context.Background(), runcode.Input{Code: caps.Print, Lang: caps.Lang, Session: warm, CompileTimeout: budget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Stdout != "contract-out\n" || res.Stage != "run" {
+			t.Fatalf("the build that warms the Go cache: engine %s stage %s exit %d error %q stdout %q stderr %q",
+				res.Engine, res.Stage, res.ExitCode, res.Error, res.Stdout, res.Stderr)
+		}
+		return true
+	})
 	return func(t *testing.T) *session.Session {
 		s := newSession(t)
 		if err := os.CopyFS(filepath.Join(s.TmpDir(), ".cache", "go-build"), os.DirFS(cache)); err != nil {
