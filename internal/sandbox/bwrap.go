@@ -548,7 +548,11 @@ func (b *bwrapBox) sessionPaths(w *bwrapArgs) {
 // control: the working directory and the descriptors through which the
 // server learns the box's pid and holds it until the go-ahead.
 func (b *bwrapBox) control(w *bwrapArgs) {
-	w.add("--chdir", b.spec.Dir)
+	if b.spec.StartsInHome {
+		w.add("--chdir", HomeUser) // the box shows the workspace there (prepare)
+	} else {
+		w.add("--chdir", b.spec.Dir)
+	}
 	if b.infoFD != "" {
 		w.add("--info-fd", b.infoFD)
 	}
