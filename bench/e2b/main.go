@@ -25,6 +25,11 @@
 //     GET --compressed) and /v1/write_file + /v1/read_file (base64, in
 //     parts of 8 MiB, the most one call takes or gives).
 //
+// With -before BIN, two builds are served side by side instead (the
+// -quro one and BIN, each on a fresh data directory with its own SDK
+// process) and steps 1–3 of the SDK, and REST's start_process, alternate
+// between them round by round: a before/after comparison under one load.
+//
 // The report gives medians and p95 per step, the SDK/peer ratio of the
 // medians, the load average while each part ran, and issue 28's goals:
 // create + first run ≤ 50 ms, warm runCode ≤ 2 ms, commands.run ≤ 10 ms,
@@ -62,6 +67,7 @@ var (
 	quroBin  = flag.String("quro", "", "the quro binary (default: go build ./cmd/quro into a temporary directory)")
 	modules  = flag.String("modules", "test/e2b/node_modules", "where the E2B SDKs are installed (npm ci --prefix test/e2b)")
 	jsonPath = flag.String("json", "", "also write the figures as JSON to this file")
+	before   = flag.String("before", "", "a quro binary to compare -quro (or ./cmd/quro's build) with: both served side by side, each SDK step alternating between them round by round (cold, warm, commands; no files), instead of the SDK beside REST")
 	network  = flag.String("network", "internet", "REST's create_session network: internet is what an E2B sandbox gets by default (allowInternetAccess), so both paths make the same box")
 )
 
@@ -127,40 +133,16 @@ func run() error {
 			return fmt.Errorf("go build ./cmd/quro: %v\n%s", err, out)
 		}
 	}
-	srv, err := startServe(bin, filepath.Join(tmp, "data"))
-	if err != nil {
-		return err
-	}
-	defer srv.stop()
-	key, err := exec.Command(bin, "token", "create", "--data", srv.data, "--tenant", "bench", "--scopes", "read,exec").Output()
-	if err != nil {
-		return fmt.Errorf("token create: %w", err)
-	}
-	rest := &restClient{url: srv.url, token: strings.TrimSpace(string(key)), hc: &http.Client{}}
 	ctx := context.Background()
-
-	// Warm-up: the first Python run of the data directory, connections.
-	fmt.Fprintln(os.Stderr, "warming up ...")
-	for range 3 {
-		if _, _, err := rest.cold(ctx); err != nil {
-			return err
-		}
+	if *before != "" {
+		return abRun(ctx, tmp, mods, *before, bin)
 	}
-	env := append(os.Environ(), "E2B_API_KEY="+rest.token, "E2B_API_URL="+srv.url+"/e2b", "E2B_SANDBOX_URL="+srv.url, "E2B_NODE_MODULES="+mods)
-	sdk, err := startSDK(ctx, env)
+	sd, err := startSide(ctx, tmp, "data", bin, mods)
 	if err != nil {
 		return err
 	}
-	defer sdk.quit()
-	session, err := rest.create(ctx)
-	if err != nil {
-		return err
-	}
-	for range 20 {
-		if err := rest.run(ctx, session); err != nil {
-			return err
-		}
-	}
+	defer sd.stop()
+	sdk, rest, session := sd.sdk, sd.rest, sd.session
 
 	var parts []*part
 	if *nCold > 0 {
@@ -185,8 +167,152 @@ func run() error {
 		parts = append(parts, p)
 	}
 	if *nFiles > 0 {
-		p, err := filesPart(ctx, sdk, rest, session, tmp, srv.url)
+		p, err := filesPart(ctx, sdk, rest, session, tmp, sd.srv.url)
 		if err != nil {
+			return err
+		}
+		parts = append(parts, p)
+	}
+	report(parts)
+	if *jsonPath != "" {
+		return writeJSON(*jsonPath, parts)
+	}
+	return nil
+}
+
+// side is one served build with its REST client, its SDK driver and a
+// warm REST session.
+type side struct {
+	srv     *serve
+	rest    *restClient
+	sdk     *sdkDriver
+	session string
+}
+
+func (sd *side) stop() {
+	if sd.sdk != nil {
+		sd.sdk.quit()
+	}
+	sd.srv.stop()
+}
+
+// startSide serves bin on a fresh data directory tmp/name, warms it (the
+// first Python run of a data directory, connections) and starts the
+// SDK's side against it.
+func startSide(ctx context.Context, tmp, name, bin, mods string) (*side, error) {
+	srv, err := startServe(bin, filepath.Join(tmp, name))
+	if err != nil {
+		return nil, err
+	}
+	sd := &side{srv: srv}
+	key, err := exec.Command(bin, "token", "create", "--data", srv.data, "--tenant", "bench", "--scopes", "read,exec").Output()
+	if err != nil {
+		sd.stop()
+		return nil, fmt.Errorf("token create: %w", err)
+	}
+	sd.rest = &restClient{url: srv.url, token: strings.TrimSpace(string(key)), hc: &http.Client{}}
+	fmt.Fprintln(os.Stderr, "warming up ...")
+	for range 3 {
+		if _, _, err := sd.rest.cold(ctx); err != nil {
+			sd.stop()
+			return nil, err
+		}
+	}
+	env := append(os.Environ(), "E2B_API_KEY="+sd.rest.token, "E2B_API_URL="+srv.url+"/e2b", "E2B_SANDBOX_URL="+srv.url, "E2B_NODE_MODULES="+mods)
+	if sd.sdk, err = startSDK(ctx, env); err != nil {
+		sd.stop()
+		return nil, err
+	}
+	if sd.session, err = sd.rest.create(ctx); err != nil {
+		sd.stop()
+		return nil, err
+	}
+	for range 20 {
+		if err := sd.rest.run(ctx, sd.session); err != nil {
+			sd.stop()
+			return nil, err
+		}
+	}
+	return sd, nil
+}
+
+// abRun serves two builds side by side and alternates each SDK step (and
+// REST's start_process, the command's own path) between them round by
+// round, so that both see the same load: the report's SDK rows are
+// this build's (-quro), the peers the -before build's.
+func abRun(ctx context.Context, tmp, mods, beforeBin, afterBin string) error {
+	a, err := startSide(ctx, tmp, "after", afterBin, mods)
+	if err != nil {
+		return err
+	}
+	defer a.stop()
+	b, err := startSide(ctx, tmp, "before", beforeBin, mods)
+	if err != nil {
+		return err
+	}
+	defer b.stop()
+	pair := func(step string) (*series, *series) {
+		return &series{name: "this build: " + step}, &series{name: "-before build: " + step}
+	}
+	var parts []*part
+	if *nCold > 0 {
+		aRun, bRun := pair("SDK create() + runCode('print(1)')")
+		aKill, bKill := pair("SDK kill()")
+		p := &part{title: "cold", sdk: []*series{aRun, aKill}, peers: [][]*series{{bRun}, {bKill}}}
+		cold := func(sd *side, run, kill *series) func() error {
+			return func() error {
+				var r struct{ Create, CreateRun, Kill int64 }
+				if err := sd.sdk.step("cold", &r); err != nil {
+					return err
+				}
+				run.add(micros(r.CreateRun))
+				kill.add(micros(r.Kill))
+				return nil
+			}
+		}
+		if err := interleave("cold", *nCold, &p.load, cold(a, aRun, aKill), cold(b, bRun, bKill)); err != nil {
+			return err
+		}
+		parts = append(parts, p)
+	}
+	if *nWarm > 0 {
+		aw, bw := pair("SDK runCode('print(1)'), warm")
+		p := &part{title: "warm", sdk: []*series{aw}, peers: [][]*series{{bw}}}
+		if err := interleave("warm runCode", *nWarm, &p.load, func() error { return a.sdk.timed("warm", aw) }, func() error { return b.sdk.timed("warm", bw) }); err != nil {
+			return err
+		}
+		parts = append(parts, p)
+	}
+	if *nCmd > 0 {
+		ac, bc := pair("SDK commands.run('true')")
+		as, bs := pair("REST start_process true")
+		p := &part{title: "commands", sdk: []*series{ac, as}, peers: [][]*series{{bc}, {bs}}}
+		start := func(sd *side, s *series) error {
+			var pr struct {
+				Running  bool
+				ExitCode int `json:"exit_code"`
+			}
+			t := time.Now()
+			if err := sd.rest.post(ctx, "start_process", map[string]any{"session": sd.session, "command": "true"}, &pr); err != nil {
+				return err
+			}
+			s.add(time.Since(t))
+			if pr.Running || pr.ExitCode != 0 {
+				return fmt.Errorf("start_process true: running %v, exit code %d", pr.Running, pr.ExitCode)
+			}
+			return nil
+		}
+		if err := interleave("commands.run", *nCmd, &p.load, func() error {
+			if err := a.sdk.timed("cmd", ac); err != nil {
+				return err
+			}
+			return start(a, as)
+		}, func() error {
+			if err := b.sdk.timed("cmd", bc); err != nil {
+				return err
+			}
+			return start(b, bs)
+		}); err != nil {
 			return err
 		}
 		parts = append(parts, p)
@@ -486,8 +612,12 @@ func (c *restClient) cold(ctx context.Context) (create, createRun time.Duration,
 }
 
 func report(parts []*part) {
-	fmt.Printf("Quro E2B benchmark: E2B's SDK (@e2b/code-interpreter 2.8.0 / e2b 2.51.0, node %s) beside Quro's REST (and curl) on one quro serve,\nround by round; %s/%s, %d CPUs, %s, %s\n\n",
-		nodeVersion(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format(time.RFC3339))
+	beside := "beside Quro's REST (and curl) on one quro serve"
+	if *before != "" {
+		beside = "on this build (SDK rows) beside the -before build (peers), two quro serve side by side"
+	}
+	fmt.Printf("Quro E2B benchmark: E2B's SDK (@e2b/code-interpreter 2.8.0 / e2b 2.51.0, node %s) %s,\nround by round; %s/%s, %d CPUs, %s, %s\n\n",
+		nodeVersion(), beside, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format(time.RFC3339))
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "step\tn\tmedian\tp95 (max if n < 20)\tSDK/peer (median)\tload average\t")
 	for _, p := range parts {
@@ -513,7 +643,11 @@ func report(parts []*part) {
 	for _, p := range parts {
 		switch p.title {
 		case "cold":
-			goal("SDK create + first runCode", p.sdk[1], 50*time.Millisecond, p.load)
+			for _, s := range p.sdk {
+				if strings.Contains(s.name, "runCode") {
+					goal("SDK create + first runCode", s, 50*time.Millisecond, p.load)
+				}
+			}
 		case "warm":
 			goal("SDK warm runCode", p.sdk[0], 2*time.Millisecond, p.load)
 		case "commands":

@@ -337,7 +337,7 @@ func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessR
 	}
 	// In a session box the workspace is also /home/user: the process
 	// starts there (and relative directories are taken from there) with
-	// HOME /home/user, as E2B's sandboxes do; the box's sh enters it.
+	// HOME /home/user, as E2B's sandboxes do; the box enters it (proc.Start).
 	home, dir := s.Workspace(), in.Cwd
 	if a.Sandbox.Boxed() {
 		home = sandbox.HomeUser

@@ -426,12 +426,19 @@ func (t *Table) Start(ctx context.Context, sb *sandbox.Sandbox, base *sandbox.Sp
 func startSpec(base *sandbox.Spec, st *Start) (sandbox.Spec, error) {
 	spec := *base
 	spec.Args = append([]string{st.Cmd}, st.Args...)
-	if st.Dir != "" {
+	switch st.Dir {
+	case "":
+	case sandbox.HomeUser:
+		// The default: the box enters it as cheaply as it can (its
+		// init, or bubblewrap, when it shows the workspace there; its
+		// sh otherwise).
+		spec.StartsInHome = true
+	default:
 		// The working directory is entered inside the box, by the
 		// box's own sh: the server never resolves a path the session
 		// chose (Spec.Dir is the workspace, which the sandbox binds
 		// and hands over).
-		spec.Args = append([]string{"/bin/sh", "-c", `cd -- "$0" || exit 1; exec "$@"`, st.Dir}, spec.Args...)
+		spec.Args = sandbox.EnterDirArgs(st.Dir, spec.Args)
 	}
 	env := map[string]string{}
 	for k, v := range base.Env {

@@ -930,7 +930,11 @@ func (bx *Box) launch(p *Process, pl *plan, pb *plumbing, args []string) error {
 	p.boxID = strconv.FormatUint(bx.seq, 10)
 	bx.procs[p.boxID] = p
 	bx.mu.Unlock()
-	argv := append([]string{p.boxID, pl.spec.Dir, tty, initPath}, args...)
+	dir := pl.spec.Dir
+	if pl.spec.StartsInHome {
+		dir = HomeUser // the box shows the workspace there (prepare)
+	}
+	argv := append([]string{p.boxID, dir, tty, initPath}, args...)
 	msg := boxinit.EncodeMsg(boxinit.MsgSpawn, argv...)
 	if len(msg) > boxinit.MaxMsg {
 		bx.forget(p)

@@ -682,3 +682,92 @@ func TestBoxHandedToARunIsNotReplacedUnderIt(t *testing.T) {
 		t.Fatalf("the idle box was not replaced for the run of the other shape: %+v", sb.BoxStats())
 	}
 }
+
+// TestStartsInHome: a run that asks to start in HomeUser starts there
+// whichever box takes it, and the box enters it without a shell when it
+// shows the workspace there: the session box's init (an idle box), or
+// bubblewrap (a box of its own, when the session's box is busy with a run
+// of another shape, as start_process over quro mcp met it); without that
+// view the box's sh tries, and its failure is the run's (exit 1), never a
+// refused spec.
+func TestStartsInHome(t *testing.T) {
+	sb := newBoxSandbox(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "seen"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	home := []Bind{{Src: dir, Dst: HomeUser, Writable: true}}
+	homeSpec := func(out *bytes.Buffer, script string) *Spec {
+		spec := boxSpec("home", dir, out, script)
+		spec.Binds, spec.StartsInHome = home, true
+		return spec
+	}
+	// No shell first when the box shows the workspace at HomeUser; the
+	// box's sh when it does not.
+	var out bytes.Buffer
+	if pl, err := sb.prepare(homeSpec(&out, "pwd")); err != nil || pl.spec.Args[0] != "sh" || !pl.spec.StartsInHome {
+		t.Fatalf("prepare with the workspace at %s: %v, args %q", HomeUser, err, pl.spec.Args)
+	}
+	noBind := boxSpec("nobind", t.TempDir(), &out, "pwd")
+	noBind.StartsInHome = true
+	if pl, err := sb.prepare(noBind); err != nil || pl.spec.StartsInHome || !slices.Equal(pl.spec.Args, EnterDirArgs(HomeUser, noBind.Args)) {
+		t.Fatalf("prepare without the workspace at %s: %v, args %q", HomeUser, err, pl.spec.Args)
+	}
+
+	// The session box's init enters it.
+	exit, err := sb.Run(testCtx(t), homeSpec(&out, `pwd; ls; id -u`))
+	if err != nil || exit.Code != 0 || out.String() != HomeUser+"\nseen\n1000\n" {
+		t.Fatalf("a run that starts in %s: %v %+v %q", HomeUser, err, exit, out.String())
+	}
+	bx := sb.Box("home")
+	if bx == nil {
+		t.Fatal("no box for the session")
+	}
+
+	// The box busy with a run that waits for its stdin; a run of another
+	// shape (one more read-only tree) gets a box of its own: bubblewrap
+	// enters HomeUser.
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdinR.Close()
+	defer stdinW.Close()
+	var busyOut bytes.Buffer
+	busy := homeSpec(&busyOut, "cat >/dev/null; echo done")
+	busy.Stdin = stdinR
+	p, err := sb.Start(testCtx(t), busy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := t.TempDir()
+	if err := os.Chmod(tree, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	outside := sb.BoxStats().Outside
+	out.Reset()
+	other := homeSpec(&out, `pwd; ls`)
+	other.ReadOnly = []string{tree}
+	exit, err = sb.Run(testCtx(t), other)
+	if err != nil || exit.Code != 0 || out.String() != HomeUser+"\nseen\n" {
+		t.Fatalf("a run beside the busy box that starts in %s: %v %+v %q", HomeUser, err, exit, out.String())
+	}
+	if got := sb.BoxStats().Outside; got != outside+1 || sb.Box("home") != bx {
+		t.Fatalf("the run of the other shape was not in a box of its own: outside %d, want %d", got, outside+1)
+	}
+	stdinW.Close()
+	if exit := p.Wait(); exit.Code != 0 || busyOut.String() != "done\n" {
+		t.Fatalf("the busy run: %+v %q", exit, busyOut.String())
+	}
+
+	// Without the workspace at HomeUser, in the session's box and in a
+	// box of its own: the box's sh cannot enter it, and says so.
+	for _, spec := range []*Spec{noBind, {Args: []string{"pwd"}, Dir: dir, StartsInHome: true}} {
+		out.Reset()
+		spec.Stdout, spec.Stderr = &out, &out
+		exit, err := sb.Run(testCtx(t), spec)
+		if err != nil || exit.Code != 1 || !strings.Contains(out.String(), HomeUser) {
+			t.Errorf("StartsInHome without the workspace at %s (session %q): %v %+v %q, want exit 1 and sh's word", HomeUser, spec.Session, err, exit, out.String())
+		}
+	}
+}

@@ -399,7 +399,13 @@ func (b *bwrapBox) profileFile(w *bwrapArgs) error {
 // loginPathKept is profile (a shell script) with the PATH it was entered
 // with put back in front at its end, in POSIX sh (dash reads it too),
 // followed by the directories the profile added.
+//
+// Its "$(id -u)" (Debian's profile asks it to choose root's PATH) is bash's
+// $EUID when there is one: the same number without a fork and exec of id
+// in every login shell (E2B's commands.run is one: `bash -l -c CMD`); dash,
+// which has no EUID, still runs id.
 func loginPathKept(profile string) string {
+	profile = strings.ReplaceAll(profile, `"$(id -u)"`, `"${EUID:-$(id -u)}"`)
 	return "# quro: the PATH this login shell was started with stays first (quro's\n" +
 		"# stand-ins, the session's python3 and pip); what follows is the userland's\n" +
 		"# " + profilePath + ", whose directories come after.\n" +
@@ -548,7 +554,11 @@ func (b *bwrapBox) sessionPaths(w *bwrapArgs) {
 // control: the working directory and the descriptors through which the
 // server learns the box's pid and holds it until the go-ahead.
 func (b *bwrapBox) control(w *bwrapArgs) {
-	w.add("--chdir", b.spec.Dir)
+	if b.spec.StartsInHome {
+		w.add("--chdir", HomeUser) // the box shows the workspace there (prepare)
+	} else {
+		w.add("--chdir", b.spec.Dir)
+	}
 	if b.infoFD != "" {
 		w.add("--info-fd", b.infoFD)
 	}

@@ -85,7 +85,7 @@ func (s *Sandbox) oneShotLaunch(ctx context.Context, pl *plan, pb *plumbing, cgr
 // TTY run gets its own from the box init.
 func (s *Sandbox) sessionLaunch(pl *plan, shape boxShape, ctl *os.File, ns *Netns) (*launch, error) {
 	spec := *pl.spec
-	spec.TTY = false
+	spec.TTY, spec.StartsInHome = false, false // the box init stays in Dir; each spawn names its own
 	bpl := *pl
 	bpl.spec = &spec
 	bpl.writable, bpl.readOnly = shape.writable, shape.readOnly

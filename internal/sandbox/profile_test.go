@@ -81,3 +81,58 @@ func TestProfileOfRootfsReadInIt(t *testing.T) {
 		t.Fatalf("read %q, %v; want the rootfs's own file", b, err)
 	}
 }
+
+// TestLoginProfileAsksBashForTheUID: Debian's profile chooses root's PATH
+// by "$(id -u)"; in the box's copy a login bash takes its $EUID instead
+// (no fork and exec of id in each E2B commands.run) and chooses the same
+// branch, while dash, which has no EUID, still asks id. The id on PATH
+// here records that it ran.
+func TestLoginProfileAsksBashForTheUID(t *testing.T) {
+	debian := `if [ "$(id -u)" -eq 0 ]; then
+  PATH="/root/bin"
+else
+  PATH="/user/bin"
+fi
+export PATH
+`
+	dir := t.TempDir()
+	f := filepath.Join(dir, "profile")
+	if err := os.WriteFile(f, []byte(loginPathKept(debian)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ran := filepath.Join(dir, "id-ran")
+	if err := os.WriteFile(filepath.Join(bin, "id"), []byte("#!/bin/sh\n: >>"+ran+"\nexec /usr/bin/id \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want := bin + ":/user/bin"
+	if os.Geteuid() == 0 {
+		want = bin + ":/root/bin"
+	}
+	for _, c := range []struct {
+		sh    string
+		askID bool
+	}{{"bash", false}, {"dash", true}} {
+		path, err := exec.LookPath(c.sh)
+		if err != nil {
+			t.Logf("no %s here", c.sh)
+			continue
+		}
+		os.Remove(ran)
+		cmd := exec.Command(path, "-c", `. "$1"; printf %s "$PATH"`, c.sh, f)
+		cmd.Env = []string{"PATH=" + bin}
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: %v", c.sh, err)
+		}
+		if string(out) != want {
+			t.Errorf("%s: PATH after the profile %q, want %q", c.sh, out, want)
+		}
+		if _, err := os.Stat(ran); (err == nil) != c.askID {
+			t.Errorf("%s: id ran: %v, want %v", c.sh, err == nil, c.askID)
+		}
+	}
+}

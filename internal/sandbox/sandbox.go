@@ -195,6 +195,13 @@ type Bind struct {
 	Writable bool
 }
 
+// EnterDirArgs is args run by the box's own sh once it entered dir (a
+// path in the box, which the server never resolves), exiting 1 when it
+// cannot: how a run starts in a directory other than its Dir.
+func EnterDirArgs(dir string, args []string) []string {
+	return append([]string{"/bin/sh", "-c", `cd -- "$0" || exit 1; exec "$@"`, dir}, args...)
+}
+
 // HomeUser is where every session box also shows its workspace,
 // read-write: E2B's SDKs and the code written for them expect the home
 // directory /home/user (see docs/e2b.md).
@@ -401,6 +408,15 @@ type Spec struct {
 	// session's box ("": it does not; see Options.SessionOf): an explicit
 	// choice, never a forgotten Session.
 	Outside string
+	// StartsInHome starts the program in HomeUser, the box's view of the
+	// workspace, instead of at Dir's host path, by the cheapest way the
+	// run's box has: when the box shows the workspace there, the session
+	// box's init enters it as it enters Dir (a box of its own: bubblewrap's
+	// --chdir), so that no shell runs first; otherwise the box's own sh
+	// enters it first (EnterDirArgs), as for any other directory. Never
+	// refused: whichever box takes the run, it starts in HomeUser or fails
+	// as `cd` into it fails.
+	StartsInHome bool
 	// TenantDir, when set, is the directory whose tenant the run belongs
 	// to (Options.Tenant is asked about it) instead of Dir: a helper run
 	// the server starts for a tenant in a directory of its own (pip's
@@ -693,6 +709,15 @@ func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 	if err := s.checkNetwork(spec); err != nil {
 		return nil, err
 	}
+	pl.boxed = s.layers.ok(LayerNamespaces)
+	if spec.StartsInHome && !(pl.boxed && slices.ContainsFunc(append(slices.Clone(s.binds), spec.Binds...), func(b Bind) bool { return b.Dst == HomeUser })) {
+		// No view of the workspace at HomeUser for the box's init or
+		// bubblewrap to enter: the box's sh enters it (or says why not).
+		c := *spec
+		c.StartsInHome = false
+		c.Args = EnterDirArgs(HomeUser, spec.Args)
+		spec, pl.spec, pl.prog = &c, &c, c.Args[0]
+	}
 	var extra RunEnv
 	if s.runEnv != nil && !spec.RootfsAdmin {
 		extra = s.runEnv(spec, pl.network)
@@ -708,7 +733,6 @@ func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 	if spec.Limits != nil {
 		pl.limits = *spec.Limits
 	}
-	pl.boxed = s.layers.ok(LayerNamespaces)
 	if spec.Rootfs != "" && !pl.boxed {
 		return nil, pl.startErr(errors.New("a rootfs needs the namespaces layer (bubblewrap)"))
 	}

@@ -140,6 +140,9 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	out := newNDJSON(w)
 	ctx := runcode.WithOutput(r.Context(), out.output)
 	res, err := invoke[*runcode.Result](ctx, s, "run_code", in)
+	// The run ended: what is left (its results, its count, the end) goes
+	// out in one write and one flush at close, not a flush a line.
+	out.batch()
 	restarted := err == nil && res.Exception != nil && res.Exception.Name == runcode.RestartedException().Name
 	stopped := err != nil && asCapError(err).Code == capability.Canceled || err == nil && res.Interrupted && !res.TimedOut && !restarted
 	if stopped && r.Context().Err() == nil {
@@ -239,6 +242,7 @@ type ndjson struct {
 	pending int
 	dropped bool
 	closed  bool
+	batched bool              // lines wait for close (batch)
 	carry   map[string][]byte // a stream's incomplete UTF-8 sequence
 	wake    chan struct{}
 	done    chan struct{}
@@ -315,10 +319,21 @@ func (n *ndjson) line(v any) {
 	}
 	n.queue = append(n.queue, b)
 	n.pending += len(b)
+	if n.batched {
+		return // close wakes the writer
+	}
 	select {
 	case n.wake <- struct{}{}:
 	default:
 	}
+}
+
+// batch holds the lines queued from now on until close, which writes them
+// together: the run's last lines reach the client in one chunk.
+func (n *ndjson) batch() {
+	n.mu.Lock()
+	n.batched = true
+	n.mu.Unlock()
 }
 
 // close ends the stream after the lines queued; it returns when they
@@ -362,13 +377,19 @@ func (n *ndjson) write() {
 		case <-n.wake:
 		case <-t.C:
 			n.mu.Lock()
-			if len(n.queue) == 0 && !n.closed {
+			if len(n.queue) == 0 && !n.closed && !n.batched {
 				n.queue = append(n.queue, keepalive)
 				n.pending += len(keepalive)
 			}
 			n.mu.Unlock()
 		}
 		n.mu.Lock()
+		if n.batched && !n.closed && header {
+			// The run ended: its last lines wait for close.
+			n.mu.Unlock()
+			t.Reset(executeKeepalive)
+			continue
+		}
 		q := n.queue
 		n.queue = nil
 		closed := n.closed
