@@ -185,7 +185,7 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 		if err != nil {
 			return err
 		}
-		if f.node, err = joinCluster(cmd.Context(), cfg, &f.cluster, a, f.maxSessions, f.maxPerTenant, log); err != nil {
+		if f.node, err = joinCluster(cmd.Context(), cfg, &f.cluster, a, f.maxSessions, f.maxPerTenant, f.e2bOn, log); err != nil {
 			return err
 		}
 	}
@@ -403,6 +403,9 @@ func (f *serveFlags) withE2B(a *app.App, log *slog.Logger, access rest.Access, m
 	}
 	es, err := e2bServer(a, log, f.e2bDomain, f.noAuth, e2bAccess.Check, func(o *e2b.Options) {
 		o.Streams, o.StreamIdle = streams, f.streamIdle
+		if f.node != nil {
+			o.Secret = f.node.e2bKey // the cluster's, not the node's own e2b.key
+		}
 	})
 	if err != nil {
 		return nil, nil, nil, err
