@@ -149,8 +149,10 @@ func joinCluster(ctx context.Context, cfg *rest.Config, cf *clusterFlags, a *app
 	}
 	go m.Run(ctx, 0)
 	log.Info("quro cluster node", "node", cf.node, "namespace", cf.namespace, "address", cf.address)
-	return &clusterNode{c: c, member: m, limit: max(perTenant, 0), key: key, e2bKey: e2bKey,
-		drainer: &cluster.Drainer{C: c, Member: m, Local: mover, Key: key}, audit: a.AuditAction}, nil
+	n := &clusterNode{c: c, member: m, limit: max(perTenant, 0), key: key, e2bKey: e2bKey,
+		drainer: &cluster.Drainer{C: c, Member: m, Local: mover, Key: key}, audit: a.AuditAction}
+	n.drainer.Adopted = n.auditAdopted
+	return n, nil
 }
 
 // localSessions lists a's sessions of every tenant, spares left out.
