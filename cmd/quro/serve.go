@@ -316,9 +316,14 @@ func (f *serveFlags) server(a *app.App, authFn httpauth.Func, maxConns int, log 
 	// together hold a quarter.
 	streams := streamcap.New(f.maxStreams, "--max-streams-per-token")
 	streams.Tenants(maxConns, "--max-conns")
-	wsrv := ws.New(a.Controller, &ws.Options{Access: access, PTY: a.OpenPTY, Logger: log,
+	wopts := &ws.Options{Access: access, PTY: a.OpenPTY, Logger: log,
 		Events: a.Events, Take: a.TakeShell, HandBack: a.HandBackShell,
-		Streams: streams, IdleTimeout: f.streamIdle})
+		Streams: streams, IdleTimeout: f.streamIdle}
+	if f.node != nil {
+		// GET /v1/events merges every node's live events.
+		wopts.Peers, wopts.Node = f.node.peerEvents, f.node.c.Self()
+	}
+	wsrv := ws.New(a.Controller, wopts)
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: access, WebSocket: wsrv.Handlers()}))
 	// Preview URLs: a session's port, through the origin and Host checks

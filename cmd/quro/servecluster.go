@@ -19,6 +19,7 @@ import (
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/cluster"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/events"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -104,6 +105,13 @@ type clusterNode struct {
 	// Router.SignedLocal), set when the E2B routes are on.
 	signedFiles func(*http.Request) bool
 	signedLocal func(*http.Request) string
+	rt          *cluster.Router // set by router
+}
+
+// peerEvents is ws.Options.Peers: the other nodes' live events, through
+// the router (set before the server serves).
+func (n *clusterNode) peerEvents(ctx context.Context, cred string, ready func(joined, unanswered []string), send func(events.Event) bool) {
+	n.rt.PeerEvents(ctx, cred, ready, send)
 }
 
 // joinCluster connects a to the cluster, syncs its records once and keeps
@@ -192,5 +200,6 @@ func (n *clusterNode) router(ctl *controller.Controller, h http.Handler, authFn 
 		SignedLocal: n.signedLocal,
 	}
 	ctl.SetForward(rt.Forward, rt.Served)
+	n.rt = rt
 	return rt
 }
