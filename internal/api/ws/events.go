@@ -104,12 +104,13 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	defer func() { <-readDone }()
 	hello := &reply{Type: "hello"}
 	send := func(ev *events.Event) error { return h.send(ctx, ev) }
+	var m *merged
 	if replay == "" && s.opts.Peers != nil && !controller.IsServeHere(r.Context()) {
 		// A cluster node: the other nodes' events too, once each
 		// node's stream is subscribed (or found not answering). A
 		// stream another node asked for (signed, served here) is this
 		// node's own events: that node merges.
-		m := &merged{h: h, node: s.opts.Node}
+		m = &merged{h: h, node: s.opts.Node, hello: make(chan struct{})}
 		send = func(ev *events.Event) error { return m.send(ctx, ev) }
 		ready := make(chan struct{})
 		peersDone := make(chan struct{})
@@ -139,6 +140,9 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	if h.send(ctx, hello) != nil {
 		return
+	}
+	if m != nil {
+		m.open()
 	}
 	for {
 		evs, err := sub.Next(ctx)
@@ -177,13 +181,23 @@ func credential(r *http.Request) string {
 // reconnections to this node: the microseconds of its clock, or the
 // last one's next.
 type merged struct {
-	h    *holder
-	node string
-	mu   sync.Mutex
-	last uint64
+	h     *holder
+	node  string
+	hello chan struct{} // closed once the hello is sent (open): no event goes before it
+	once  sync.Once
+	mu    sync.Mutex
+	last  uint64
 }
 
+// open lets the events go, once the hello is out.
+func (m *merged) open() { m.once.Do(func() { close(m.hello) }) }
+
 func (m *merged) send(ctx context.Context, ev *events.Event) error {
+	select {
+	case <-m.hello:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if ev.Node == "" {
