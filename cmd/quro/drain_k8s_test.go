@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -112,11 +113,14 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 	exec(t, a, stuck, "mkdir -p $(printf 'd/%.0s' $(seq 300)) && echo stays > stays.txt")
 
 	t.Run("the move route refuses hostile streams", func(t *testing.T) {
-		put := func(t *testing.T, sig string, body io.Reader) httpResult {
+		put := func(t *testing.T, sig string, body io.Reader, hdr ...string) httpResult {
 			t.Helper()
 			req, _ := http.NewRequest("PUT", b.url+cluster.MovePath+victim, body)
 			if sig != "" {
 				req.Header.Set(cluster.MoveHeader, sig)
+			}
+			for i := 0; i+1 < len(hdr); i += 2 {
+				req.Header.Set(hdr[i], hdr[i+1])
 			}
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
@@ -196,6 +200,13 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 			r := put(t, tc.sig, tc.body)
 			if r.status == http.StatusOK || tc.status != 0 && r.status != tc.status || !strings.Contains(r.body, tc.want) {
 				t.Errorf("%s: %d %s (want %d, %q)", tc.name, r.status, r.body, tc.status, tc.want)
+			}
+		}
+		// A drain's id goes into the tenant's audit log on the receiver:
+		// anything but its form is refused, even under a good signature.
+		for _, bad := range []string{`0123456789abcdef" to="node-z`, "../../../etc", strings.Repeat("a", 4000)} {
+			if r := put(t, sign("node-b"), stream(), cluster.DrainHeader, bad); r.status != http.StatusBadRequest || !strings.Contains(r.body, "not a drain's id") {
+				t.Errorf("drain id %.40q: %d %s", bad, r.status, r.body)
 			}
 		}
 		// Nothing moved: the record is still node a's, and the session
@@ -297,11 +308,13 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 	})
 
 	// Each move is in its session's tenant's audit log, with the nodes'
-	// names, and the drain in the operator's; no host path in any.
+	// names and the drain's id, on both sides: the drained node's entry,
+	// and the receiving node's (adopted from which node, by which drain);
+	// the drain in the operator's; no host path in any.
 	t.Run("drains are audited", func(t *testing.T) {
 		type entries struct {
 			Entries []struct {
-				Capability, Args, Outcome, Message, Session string
+				Capability, Args, Outcome, Message, Session, Node, Path string
 			}
 		}
 		var moves entries
@@ -310,27 +323,45 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 			t.Fatalf("acme's audit of moves: %d %s", r.status, r.body)
 		}
 		movesBody := r.body
-		got := map[string]string{}
+		got := map[string]string{} // session and node -> its entry
 		for _, e := range moves.Entries {
-			if _, dup := got[e.Session]; dup {
-				t.Errorf("two entries for the move of %s: %s", e.Session, r.body)
+			k := e.Session + " on " + e.Node
+			if _, dup := got[k]; dup {
+				t.Errorf("two entries for the move of %s: %s", k, r.body)
 			}
-			got[e.Session] = e.Outcome + " " + e.Args + " " + e.Message
+			got[k] = e.Outcome + " " + e.Path + " " + e.Args + " " + e.Message
 		}
+		drainID := regexp.MustCompile(`drain="([0-9a-f]{16})"`)
+		var drain string
 		for _, id := range append(onA, victim) {
-			if g := got[id]; !strings.HasPrefix(g, "ok ") || !strings.Contains(g, `from="node-a"`) || !strings.Contains(g, `to="node-b"`) {
-				t.Errorf("the audit entry of %s's move: %q", id, g)
+			sent, took := got[id+" on node-a"], got[id+" on node-b"]
+			if !strings.HasPrefix(sent, "ok ") || !strings.Contains(sent, `from="node-a"`) || !strings.Contains(sent, `to="node-b"`) {
+				t.Errorf("the drained node's audit entry of %s's move: %q", id, sent)
+			}
+			if !strings.HasPrefix(took, "ok cluster ") || !strings.Contains(took, `from="node-a"`) || !strings.Contains(took, `to="node-b"`) ||
+				!strings.Contains(took, "files=") {
+				t.Errorf("the receiving node's audit entry of %s's move: %q", id, took)
+			}
+			m1, m2 := drainID.FindStringSubmatch(sent), drainID.FindStringSubmatch(took)
+			if m1 == nil || m2 == nil || m1[1] != m2[1] || drain != "" && m1[1] != drain {
+				t.Errorf("the entries of %s's move do not name one drain: %q, %q (the drain: %q)", id, sent, took, drain)
+			} else {
+				drain = m1[1]
 			}
 		}
-		if g := got[stuck]; !strings.HasPrefix(g, "unavailable ") || !strings.Contains(g, "failed") || !strings.Contains(g, `from="node-a"`) {
+		if g := got[stuck+" on node-a"]; !strings.HasPrefix(g, "unavailable ") || !strings.Contains(g, "failed") || !strings.Contains(g, `from="node-a"`) {
 			t.Errorf("the audit entry of %s's failed move: %q", stuck, g)
+		}
+		if g, ok := got[stuck+" on node-b"]; ok {
+			t.Errorf("node b audited a move it refused as taken: %q", g)
 		}
 		var drains entries
 		r = do(t, "GET", a.url+"/v1/audit?capability=node_drain&limit=100", "", "", auth(admin)...)
 		if r.status != 200 || json.Unmarshal([]byte(r.body), &drains) != nil || len(drains.Entries) != 1 {
 			t.Fatalf("the operator's audit of drains: %d %s", r.status, r.body)
 		}
-		if e := drains.Entries[0]; e.Outcome != "unavailable" || !strings.Contains(e.Args, `node="node-a"`) || !strings.Contains(e.Args, "failed=1") {
+		if e := drains.Entries[0]; e.Outcome != "unavailable" || !strings.Contains(e.Args, `node="node-a"`) || !strings.Contains(e.Args, "failed=1") ||
+			!strings.Contains(e.Args, `drain="`+drain+`"`) {
 			t.Fatalf("the drain's audit entry: %+v", e)
 		}
 		for _, body := range []string{r.body, movesBody} {

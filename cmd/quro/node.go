@@ -29,6 +29,7 @@ const DrainPath = "/cluster/v1/drain"
 // summary at the end.
 type drainLine struct {
 	*cluster.Move
+	ID     string `json:"id,omitempty"` // the summary's: the drain's id (cluster.NewDrainID)
 	Done   bool   `json:"done,omitempty"`
 	Moved  int    `json:"moved,omitempty"`
 	Failed int    `json:"failed,omitempty"`
@@ -47,7 +48,8 @@ func (n *clusterNode) drainHandler() http.Handler {
 		caller := operatorFrom(r.Context())
 		caller.Path = "rest"
 		start := time.Now()
-		failed, err := n.drainer.Drain(r.Context(), func(m cluster.Move) {
+		id := cluster.NewDrainID()
+		failed, err := n.drainer.Drain(r.Context(), id, func(m cluster.Move) {
 			if m.OK {
 				moved++
 			}
@@ -57,7 +59,7 @@ func (n *clusterNode) drainHandler() http.Handler {
 				fl.Flush()
 			}
 		})
-		end := drainLine{Done: err == nil && failed == 0, Moved: moved, Failed: failed}
+		end := drainLine{ID: id, Done: err == nil && failed == 0, Moved: moved, Failed: failed}
 		if err != nil {
 			end.Fatal = err.Error()
 		}
@@ -67,12 +69,13 @@ func (n *clusterNode) drainHandler() http.Handler {
 }
 
 // auditMove records one move of a drain in the log of its session's
-// tenant: the nodes it left and went to, and why it failed.
+// tenant: the nodes it left and went to, the drain, and why it failed.
+// The node it went to records its side (auditAdopted).
 func (n *clusterNode) auditMove(ctx context.Context, caller controller.Caller, m cluster.Move) {
 	if n.audit == nil {
 		return
 	}
-	args, _ := json.Marshal(map[string]string{"from": n.c.Self(), "to": m.To, "name": m.Name, "new_name": m.NewName})
+	args, _ := json.Marshal(map[string]string{"from": n.c.Self(), "to": m.To, "drain": m.Drain, "name": m.Name, "new_name": m.NewName})
 	rec := &controller.Record{Start: time.Now(), Caller: caller, Capability: app.AuditSessionMove, Args: args,
 		Outcome: "ok", Session: m.Session}
 	rec.Caller.Tenant = m.Tenant // the session's owner sees its move
@@ -85,12 +88,27 @@ func (n *clusterNode) auditMove(ctx context.Context, caller controller.Caller, m
 	n.audit(ctx, rec)
 }
 
+// auditAdopted records, in the log of its session's tenant on this node,
+// a session this node took from another node's drain: from which node,
+// by which drain, what it is named here, the files and bytes that came.
+// The drained node's entry goes with its volume; this one stays where
+// the session now lives.
+func (n *clusterNode) auditAdopted(ctx context.Context, a cluster.Adoption) {
+	if n.audit == nil {
+		return
+	}
+	args, _ := json.Marshal(map[string]any{"from": a.From, "to": n.c.Self(), "drain": a.Drain, "name": a.Name,
+		"files": a.Files, "bytes": a.Bytes})
+	n.audit(ctx, &controller.Record{Start: time.Now(), Caller: controller.Caller{Path: "cluster", Tenant: a.Tenant},
+		Capability: app.AuditSessionMove, Args: args, Outcome: "ok", Session: a.Session})
+}
+
 // auditDrain records the drain itself in the operator's log.
 func (n *clusterNode) auditDrain(ctx context.Context, caller controller.Caller, start time.Time, end drainLine) {
 	if n.audit == nil {
 		return
 	}
-	args, _ := json.Marshal(map[string]any{"node": n.c.Self(), "moved": end.Moved, "failed": end.Failed})
+	args, _ := json.Marshal(map[string]any{"node": n.c.Self(), "drain": end.ID, "moved": end.Moved, "failed": end.Failed})
 	rec := &controller.Record{Start: start, Caller: caller, Capability: app.AuditNodeDrain, Args: args,
 		Outcome: "ok", Duration: time.Since(start)}
 	switch {
@@ -168,7 +186,7 @@ func drain(ctx context.Context, g *globals, out io.Writer) error {
 		case l.Move != nil && l.Session != "":
 			fmt.Fprintf(out, "NOT moved %s (%s): %s\n", l.Session, l.Name, l.Error)
 		default:
-			fmt.Fprintf(out, "%d sessions moved, %d not\n", l.Moved, l.Failed)
+			fmt.Fprintf(out, "%d sessions moved, %d not (drain %s, the id its audit entries name)\n", l.Moved, l.Failed, l.ID)
 			if l.Fatal != "" {
 				return fmt.Errorf("quro node drain: %s", l.Fatal)
 			}

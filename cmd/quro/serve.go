@@ -185,7 +185,7 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 		if err != nil {
 			return err
 		}
-		if f.node, err = joinCluster(cmd.Context(), cfg, &f.cluster, a, f.maxSessions, f.maxPerTenant, log); err != nil {
+		if f.node, err = joinCluster(cmd.Context(), cfg, &f.cluster, a, f.maxSessions, f.maxPerTenant, f.e2bOn, log); err != nil {
 			return err
 		}
 	}
@@ -316,9 +316,14 @@ func (f *serveFlags) server(a *app.App, authFn httpauth.Func, maxConns int, log 
 	// together hold a quarter.
 	streams := streamcap.New(f.maxStreams, "--max-streams-per-token")
 	streams.Tenants(maxConns, "--max-conns")
-	wsrv := ws.New(a.Controller, &ws.Options{Access: access, PTY: a.OpenPTY, Logger: log,
+	wopts := &ws.Options{Access: access, PTY: a.OpenPTY, Logger: log,
 		Events: a.Events, Take: a.TakeShell, HandBack: a.HandBackShell,
-		Streams: streams, IdleTimeout: f.streamIdle})
+		Streams: streams, IdleTimeout: f.streamIdle}
+	if f.node != nil {
+		// GET /v1/events merges every node's live events.
+		wopts.Peers, wopts.Node = f.node.peerEvents, f.node.c.Self()
+	}
+	wsrv := ws.New(a.Controller, wopts)
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", rest.New(a.Controller, &rest.Options{Logger: log, Access: access, WebSocket: wsrv.Handlers()}))
 	// Preview URLs: a session's port, through the origin and Host checks
@@ -403,6 +408,9 @@ func (f *serveFlags) withE2B(a *app.App, log *slog.Logger, access rest.Access, m
 	}
 	es, err := e2bServer(a, log, f.e2bDomain, f.noAuth, e2bAccess.Check, func(o *e2b.Options) {
 		o.Streams, o.StreamIdle = streams, f.streamIdle
+		if f.node != nil {
+			o.Secret = f.node.e2bKey // the cluster's, not the node's own e2b.key
+		}
 	})
 	if err != nil {
 		return nil, nil, nil, err

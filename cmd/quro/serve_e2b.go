@@ -18,7 +18,9 @@ import (
 
 // E2BKeyFile, in the data directory, keeps the secret the E2B sandboxes'
 // access tokens are derived from (0600, 32 random bytes, made at the first
-// start). Removing it invalidates every access token handed out.
+// start). Removing it invalidates every access token handed out. A
+// cluster node uses the cluster's key instead (Cluster.E2BKey), which
+// edit sets.
 const E2BKeyFile = "e2b.key"
 
 // e2bServer builds the E2B-compatible API of a (see docs/e2b.md); check
@@ -26,14 +28,9 @@ const E2BKeyFile = "e2b.key"
 // (nil: none) sets the options quro serve shares with its other routes.
 func e2bServer(a *app.App, log *slog.Logger, domain string, noAuth bool, check func(*http.Request) *capability.Error,
 	edit func(*e2b.Options)) (*e2b.Server, error) {
-	secret, err := app.KeyFile(filepath.Join(a.DataDir, E2BKeyFile), "access tokens handed out die with it")
-	if err != nil {
-		return nil, err
-	}
 	opts := &e2b.Options{
 		Logger:  log,
 		Domain:  domain,
-		Secret:  secret,
 		Version: version.String(),
 		Check:   check,
 		Preview: a, // getHost: a sandbox's other ports, through the preview proxy
@@ -67,6 +64,13 @@ func e2bServer(a *app.App, log *slog.Logger, domain string, noAuth bool, check f
 	}
 	if edit != nil {
 		edit(opts)
+	}
+	if opts.Secret == nil {
+		secret, err := app.KeyFile(filepath.Join(a.DataDir, E2BKeyFile), "access tokens handed out die with it")
+		if err != nil {
+			return nil, err
+		}
+		opts.Secret = secret
 	}
 	return e2b.New(a.Controller, opts)
 }

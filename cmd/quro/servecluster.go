@@ -19,6 +19,7 @@ import (
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/cluster"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/events"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -90,10 +91,13 @@ func (c *clusterFlags) resolve(addr string, listening net.Addr) (*rest.Config, e
 // clusterNode is a running node: its view of the cluster and the sync of
 // its own records.
 type clusterNode struct {
-	c       *cluster.Cluster
-	member  *cluster.Member
-	limit   int    // a tenant's sessions across the cluster (0: none)
-	key     []byte // the cluster's forwarding key (Router.Key)
+	c      *cluster.Cluster
+	member *cluster.Member
+	limit  int    // a tenant's sessions across the cluster (0: none)
+	key    []byte // the cluster's forwarding key (Router.Key)
+	// e2bKey is the cluster's E2B key (Cluster.E2BKey), the secret of
+	// every node's E2B access tokens; nil when the E2B routes are off.
+	e2bKey  []byte
 	drainer *cluster.Drainer
 	// audit records a drain and each of its moves (App.AuditAction).
 	audit func(context.Context, *controller.Record)
@@ -101,11 +105,19 @@ type clusterNode struct {
 	// Router.SignedLocal), set when the E2B routes are on.
 	signedFiles func(*http.Request) bool
 	signedLocal func(*http.Request) string
+	rt          *cluster.Router // set by router
+}
+
+// peerEvents is ws.Options.Peers: the other nodes' live events, through
+// the router (set before the server serves).
+func (n *clusterNode) peerEvents(ctx context.Context, cred string, ready func(joined, unanswered []string), send func(events.Event) bool) {
+	n.rt.PeerEvents(ctx, cred, ready, send)
 }
 
 // joinCluster connects a to the cluster, syncs its records once and keeps
 // them synced until ctx ends.
-func joinCluster(ctx context.Context, cfg *rest.Config, cf *clusterFlags, a *app.App, maxSessions, perTenant int, log *slog.Logger) (*clusterNode, error) {
+// With withE2B it reads the cluster's E2B key too.
+func joinCluster(ctx context.Context, cfg *rest.Config, cf *clusterFlags, a *app.App, maxSessions, perTenant int, withE2B bool, log *slog.Logger) (*clusterNode, error) {
 	c, err := cluster.New(cluster.Options{Config: cfg, Namespace: cf.namespace, Node: cf.node, Address: cf.address,
 		LeaseTTL: cf.leaseTTL, Logger: log})
 	if err != nil {
@@ -122,6 +134,15 @@ func joinCluster(ctx context.Context, cfg *rest.Config, cf *clusterFlags, a *app
 	if err != nil {
 		return nil, err
 	}
+	// One E2B key for the cluster, not a node's own (e2b.key in its data
+	// directory): a sandbox a drain moves keeps the access token it was
+	// given, and any node checks it.
+	var e2bKey []byte
+	if withE2B {
+		if e2bKey, err = c.E2BKey(sctx); err != nil {
+			return nil, err
+		}
+	}
 	mover := a.Mover()
 	m := &cluster.Member{C: c, MaxSessions: max(maxSessions, 0), SessionReserve: cf.reserve, List: localSessions(a),
 		MovedAway: mover.Release}
@@ -136,8 +157,10 @@ func joinCluster(ctx context.Context, cfg *rest.Config, cf *clusterFlags, a *app
 	}
 	go m.Run(ctx, 0)
 	log.Info("quro cluster node", "node", cf.node, "namespace", cf.namespace, "address", cf.address)
-	return &clusterNode{c: c, member: m, limit: max(perTenant, 0), key: key,
-		drainer: &cluster.Drainer{C: c, Member: m, Local: mover, Key: key}, audit: a.AuditAction}, nil
+	n := &clusterNode{c: c, member: m, limit: max(perTenant, 0), key: key, e2bKey: e2bKey,
+		drainer: &cluster.Drainer{C: c, Member: m, Local: mover, Key: key}, audit: a.AuditAction}
+	n.drainer.Adopted = n.auditAdopted
+	return n, nil
 }
 
 // localSessions lists a's sessions of every tenant, spares left out.
@@ -177,5 +200,6 @@ func (n *clusterNode) router(ctl *controller.Controller, h http.Handler, authFn 
 		SignedLocal: n.signedLocal,
 	}
 	ctl.SetForward(rt.Forward, rt.Served)
+	n.rt = rt
 	return rt
 }

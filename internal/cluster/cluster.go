@@ -460,27 +460,46 @@ var SecretsGVR = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 // (in data.key).
 const ForwardKeySecret = "quro-forwarding-key"
 
-const forwardKeyField = "key"
+// E2BKeySecret is the Secret that holds the cluster's E2B key (in
+// data.key): the secret every node derives the E2B sandboxes' access
+// tokens from (e2b.Options.Secret), so that a token, and a signed URL
+// made with it, opens its sandbox on whichever node holds it now.
+const E2BKeySecret = "quro-e2b-key"
+
+const sharedKeyField = "key"
 
 // ForwardKey is the cluster's forwarding key (Router.Key), shared by
-// every node through a Secret of the namespace: read when there, else
-// made by this node (32 random bytes). Two nodes that start at once
-// both try to create it; the API server takes one, and the other reads
-// it.
+// every node through the Secret ForwardKeySecret (sharedKey).
 func (c *Cluster) ForwardKey(ctx context.Context) ([]byte, error) {
+	return c.sharedKey(ctx, ForwardKeySecret, "forwarding", "forwarding key")
+}
+
+// E2BKey is the cluster's E2B key, shared by every node through the
+// Secret E2BKeySecret (sharedKey). Apart from the forwarding key: either
+// is replaced alone (deleting the Secret and restarting the nodes), and
+// replacing this one ends every E2B access token handed out.
+func (c *Cluster) E2BKey(ctx context.Context) ([]byte, error) {
+	return c.sharedKey(ctx, E2BKeySecret, "e2b", "E2B key")
+}
+
+// sharedKey is the key in the Secret name of the namespace: read when
+// there, else made by this node (32 random bytes), labeled component.
+// Two nodes that start at once both try to create it; the API server
+// takes one, and the other reads it.
+func (c *Cluster) sharedKey(ctx context.Context, name, component, what string) ([]byte, error) {
 	res := c.dyn.Resource(SecretsGVR).Namespace(c.opts.Namespace)
 	for range 3 {
-		u, err := res.Get(ctx, ForwardKeySecret, metav1.GetOptions{})
+		u, err := res.Get(ctx, name, metav1.GetOptions{})
 		if err == nil {
-			enc, _, _ := unstructured.NestedString(u.Object, "data", forwardKeyField)
+			enc, _, _ := unstructured.NestedString(u.Object, "data", sharedKeyField)
 			key, err := base64.StdEncoding.DecodeString(enc)
 			if err != nil || len(key) < 32 {
-				return nil, fmt.Errorf("cluster: Secret %s/%s holds no key of 32 bytes or more in data.%s", c.opts.Namespace, ForwardKeySecret, forwardKeyField)
+				return nil, fmt.Errorf("cluster: Secret %s/%s holds no key of 32 bytes or more in data.%s", c.opts.Namespace, name, sharedKeyField)
 			}
 			return key, nil
 		}
 		if !apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("cluster: reading the forwarding key: %w", err)
+			return nil, fmt.Errorf("cluster: reading the %s: %w", what, err)
 		}
 		key := make([]byte, 32)
 		if _, err := rand.Read(key); err != nil {
@@ -488,18 +507,18 @@ func (c *Cluster) ForwardKey(ctx context.Context) ([]byte, error) {
 		}
 		s := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-			"metadata": map[string]any{"name": ForwardKeySecret, "namespace": c.opts.Namespace,
-				"labels": map[string]any{LabelComponent: "forwarding"}},
-			"data": map[string]any{forwardKeyField: base64.StdEncoding.EncodeToString(key)},
+			"metadata": map[string]any{"name": name, "namespace": c.opts.Namespace,
+				"labels": map[string]any{LabelComponent: component}},
+			"data": map[string]any{sharedKeyField: base64.StdEncoding.EncodeToString(key)},
 		}}
 		_, err = res.Create(ctx, s, metav1.CreateOptions{})
 		if err == nil {
 			return key, nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("cluster: making the forwarding key: %w", err)
+			return nil, fmt.Errorf("cluster: making the %s: %w", what, err)
 		}
 		// Another node made it first: read it.
 	}
-	return nil, errors.New("cluster: the forwarding key's Secret was made and removed again three times")
+	return nil, fmt.Errorf("cluster: the %s's Secret %s was made and removed again three times", what, name)
 }

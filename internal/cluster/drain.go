@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,6 +57,10 @@ import (
 const (
 	MovePath   = "/cluster/v1/move/"
 	MoveHeader = "Quro-Move"
+	// DrainHeader names the drain a move belongs to (NewDrainID), for
+	// the receiver's audit entry; a node of an earlier version sends
+	// none.
+	DrainHeader = "Quro-Drain"
 	// MoveSkew is how far a move's signed time may be from the
 	// receiver's clock.
 	MoveSkew = 2 * time.Minute
@@ -82,6 +87,28 @@ func moveMAC(key []byte, from, to, id, ts, nonce string) []byte {
 	m := hmac.New(sha256.New, key)
 	m.Write([]byte("quro-move-v2\x00" + from + "\x00" + to + "\x00" + id + "\x00" + ts + "\x00" + nonce))
 	return m.Sum(nil)
+}
+
+// NewDrainID is a fresh drain's id: 16 lowercase hex digits, random.
+// Every audit entry of the drain names it, on the drained node (the
+// drain's, each move's) and on the receivers (each adoption's).
+func NewDrainID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail (it panics where it cannot)
+	return hex.EncodeToString(b[:])
+}
+
+// ValidDrainID reports whether s has NewDrainID's form.
+func ValidDrainID(s string) bool {
+	if len(s) != 16 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // MoveClaim is what a verified MoveHeader says.
@@ -247,6 +274,17 @@ type Local interface {
 	Import(ctx context.Context, id, tenant, name string, r io.Reader) (got string, files int, size int64, err error)
 }
 
+// Adoption is a session this node took from another one's drain.
+type Adoption struct {
+	Session string // its id
+	Tenant  string
+	Name    string // its name here
+	From    string // the node that sent it
+	Drain   string // the sender's drain (NewDrainID), "" when it named none
+	Files   int
+	Bytes   int64
+}
+
 // Drainer moves a node's sessions to the other nodes.
 type Drainer struct {
 	C      *Cluster
@@ -254,6 +292,10 @@ type Drainer struct {
 	Local  Local
 	Key    []byte       // the cluster's forwarding key
 	Client *http.Client // to the other nodes (nil: one without a total timeout)
+	// Adopted, when set, is told of each session this node took from
+	// another's drain, once its record names this node (the audit entry
+	// of the receiving side).
+	Adopted func(context.Context, Adoption)
 
 	mu      sync.Mutex
 	moves   map[string]time.Time // quiesced or moved away, and when (Quiesced)
@@ -304,6 +346,7 @@ type moveAnswer struct {
 
 // Move is one session's move as a drain reports it.
 type Move struct {
+	Drain   string `json:"drain,omitempty"` // the drain's id (NewDrainID)
 	Session string `json:"session"`
 	Name    string `json:"name,omitempty"`
 	Tenant  string `json:"tenant,omitempty"`
@@ -315,7 +358,8 @@ type Move struct {
 
 // Drain marks this node draining and moves every session it owns,
 // telling report of each move as it ends. It returns how many failed.
-func (d *Drainer) Drain(ctx context.Context, report func(Move)) (failed int, err error) {
+// drain is its id (NewDrainID), which each receiver is told.
+func (d *Drainer) Drain(ctx context.Context, drain string, report func(Move)) (failed int, err error) {
 	d.run.Lock()
 	defer d.run.Unlock()
 	d.Member.SetDraining(true)
@@ -326,8 +370,8 @@ func (d *Drainer) Drain(ctx context.Context, report func(Move)) (failed int, err
 		if ctx.Err() != nil {
 			return failed, ctx.Err()
 		}
-		m := Move{Session: s.Name, Name: s.Spec.Name, Tenant: s.Spec.Tenant}
-		to, newName, err := d.moveOne(ctx, s)
+		m := Move{Drain: drain, Session: s.Name, Name: s.Spec.Name, Tenant: s.Spec.Tenant}
+		to, newName, err := d.moveOne(ctx, s, drain)
 		m.To, m.NewName = to, newName
 		if err != nil {
 			m.Error = err.Error()
@@ -353,7 +397,7 @@ func (d *Drainer) target(tenant string) (*Node, error) {
 }
 
 // moveOne moves s and returns the node it went to.
-func (d *Drainer) moveOne(ctx context.Context, s *Session) (to, newName string, err error) {
+func (d *Drainer) moveOne(ctx context.Context, s *Session, drain string) (to, newName string, err error) {
 	n, err := d.target(s.Spec.Tenant)
 	if err != nil {
 		return "", "", err
@@ -367,7 +411,7 @@ func (d *Drainer) moveOne(ctx context.Context, s *Session) (to, newName string, 
 		return n.Name, "", err
 	}
 	_ = d.C.SetPhase(ctx, id, d.C.Self(), PhaseDraining) // shown by kubectl get; the move does not depend on it
-	ans, err := d.send(ctx, id, n)
+	ans, err := d.send(ctx, id, n, drain)
 	if err != nil {
 		// The answer may be lost after the target took it: the record
 		// tells.
@@ -396,8 +440,8 @@ func (d *Drainer) moveOne(ctx context.Context, s *Session) (to, newName string, 
 	return n.Name, newName, nil
 }
 
-// send streams session id to node n and reads its answer.
-func (d *Drainer) send(ctx context.Context, id string, n *Node) (*moveAnswer, error) {
+// send streams session id to node n, for drain, and reads its answer.
+func (d *Drainer) send(ctx context.Context, id string, n *Node, drain string) (*moveAnswer, error) {
 	pr, pw := io.Pipe()
 	go func() {
 		pw.CloseWithError(d.Local.Export(ctx, id, pw))
@@ -409,6 +453,9 @@ func (d *Drainer) send(ctx context.Context, id string, n *Node) (*moveAnswer, er
 		return nil, err
 	}
 	req.Header.Set(MoveHeader, MoveSignature(d.Key, d.C.Self(), n.Name, id, time.Now()))
+	if drain != "" {
+		req.Header.Set(DrainHeader, drain)
+	}
 	req.Header.Set("Content-Type", "application/x-tar")
 	c := d.Client
 	if c == nil {
@@ -457,6 +504,13 @@ func (d *Drainer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	from := claim.From
+	// The drain's id goes into the tenant's audit log: its form only.
+	drain := r.Header.Get(DrainHeader)
+	if drain != "" && !ValidDrainID(drain) {
+		rest.WriteError(w, http.StatusBadRequest, capability.Errorf(capability.InvalidArgument,
+			"moving session %s here: %s is not a drain's id (16 lowercase hex digits)", id, DrainHeader))
+		return
+	}
 	if from == self {
 		rest.WriteError(w, http.StatusConflict, capability.Errorf(capability.InvalidArgument, "a node does not move a session to itself"))
 		return
@@ -493,7 +547,11 @@ func (d *Drainer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		unavailable(w, "switching session "+id+"'s owner: "+err.Error())
 		return
 	}
-	d.C.log.Info("cluster: a session moved here", "session", id, "from", from, "files", files, "bytes", size)
+	d.C.log.Info("cluster: a session moved here", "session", id, "from", from, "drain", drain, "files", files, "bytes", size)
+	if d.Adopted != nil {
+		d.Adopted(context.WithoutCancel(r.Context()), Adoption{Session: id, Tenant: rec.Spec.Tenant, Name: got, From: from,
+			Drain: drain, Files: files, Bytes: size})
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(moveAnswer{Session: id, Node: self, Name: got, Files: files, Bytes: size})
 }

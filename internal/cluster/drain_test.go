@@ -139,3 +139,23 @@ func TestRouterQuiesced(t *testing.T) {
 		t.Fatalf("a session moved a moment ago: %d", w.Code)
 	}
 }
+
+// TestDrainID: a drain's id, which receivers write into a tenant's audit
+// log, has one form; a move naming anything else is refused.
+func TestDrainID(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	for range 100 {
+		id := NewDrainID()
+		if !ValidDrainID(id) || seen[id] {
+			t.Fatalf("NewDrainID gave %q (valid %v, seen before %v)", id, ValidDrainID(id), seen[id])
+		}
+		seen[id] = true
+	}
+	for _, bad := range []string{"", "0123456789abcde", "0123456789abcdef0", "0123456789ABCDEF", "0123456789abcde\n",
+		`0123456789abc"=x`, "../../etc/passwd", "0123456789abcdeg"} {
+		if ValidDrainID(bad) {
+			t.Errorf("ValidDrainID(%q) is true", bad)
+		}
+	}
+}

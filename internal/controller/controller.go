@@ -171,6 +171,9 @@ func ServeHere(ctx context.Context) context.Context {
 	return context.WithValue(ctx, serveHereKey{}, true)
 }
 
+// IsServeHere reports whether ctx was marked by ServeHere.
+func IsServeHere(ctx context.Context) bool { return ctx.Value(serveHereKey{}) != nil }
+
 type pathKey struct{}
 
 // WithPath says, for a call another node forwarded here (whose header it

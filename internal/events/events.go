@@ -52,7 +52,11 @@ type Event struct {
 	Held       *bool          `json:"held,omitempty"`
 	Dropped    int            `json:"dropped,omitempty"`
 	Replay     bool           `json:"replay,omitempty"` // sent from the session's ring to a viewer that subscribed after it
-	Time       time.Time      `json:"time"`
+	// Node is the cluster node whose session the event is of, on a
+	// stream that merges the nodes' (GET /v1/events without replay in
+	// cluster mode); "" elsewhere.
+	Node string    `json:"node,omitempty"`
+	Time time.Time `json:"time"`
 }
 
 // The bounds of one session's ring of recent events: the last

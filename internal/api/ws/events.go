@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -36,6 +38,11 @@ type reply struct {
 	Session string            `json:"session,omitempty"`
 	Output  any               `json:"output,omitempty"`
 	Error   *capability.Error `json:"error,omitempty"`
+	// The hello of a stream that merges the cluster's nodes: the nodes
+	// whose events it carries, and those that did not answer (asked
+	// again in the background).
+	Nodes      []string `json:"nodes,omitempty"`
+	Unanswered []string `json:"nodes_unanswered,omitempty"`
 }
 
 // serveEvents streams the caller's tenant's events (events.Bus) and lets
@@ -95,8 +102,47 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		h.read(ctx)
 	}()
 	defer func() { <-readDone }()
-	if h.send(ctx, &reply{Type: "hello"}) != nil {
+	hello := &reply{Type: "hello"}
+	send := func(ev *events.Event) error { return h.send(ctx, ev) }
+	var m *merged
+	if replay == "" && s.opts.Peers != nil && !controller.IsServeHere(r.Context()) {
+		// A cluster node: the other nodes' events too, once each
+		// node's stream is subscribed (or found not answering). A
+		// stream another node asked for (signed, served here) is this
+		// node's own events: that node merges.
+		m = &merged{h: h, node: s.opts.Node, hello: make(chan struct{})}
+		send = func(ev *events.Event) error { return m.send(ctx, ev) }
+		ready := make(chan struct{})
+		peersDone := make(chan struct{})
+		go func() {
+			defer close(peersDone)
+			s.opts.Peers(ctx, credential(r), func(joined, unanswered []string) {
+				hello.Nodes, hello.Unanswered = append([]string{s.opts.Node}, joined...), unanswered
+				close(ready)
+			}, func(ev events.Event) bool {
+				if send(&ev) != nil {
+					cancel() // the connection failed: it ends
+					return false
+				}
+				return true
+			})
+		}()
+		defer func() { cancel(); <-peersDone }()
+		select {
+		case <-ready:
+		case <-peersDone:
+			select {
+			case <-ready:
+			default:
+				return // the connection ended first
+			}
+		}
+	}
+	if h.send(ctx, hello) != nil {
 		return
+	}
+	if m != nil {
+		m.open()
 	}
 	for {
 		evs, err := sub.Next(ctx)
@@ -105,12 +151,61 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		for i := range evs {
-			if h.send(ctx, &evs[i]) != nil {
+			if send(&evs[i]) != nil {
 				c.CloseNow()
 				return
 			}
 		}
 	}
+}
+
+// credential is the caller's credential as an Authorization value: the
+// header, else the token of the bearer subprotocol (a browser's).
+func credential(r *http.Request) string {
+	if a := r.Header.Get("Authorization"); a != "" {
+		return a
+	}
+	for _, p := range subprotocols(r) {
+		if tok, ok := strings.CutPrefix(p, BearerPrefix); ok && tok != "" {
+			return "Bearer " + tok
+		}
+	}
+	return ""
+}
+
+// merged sends the events of a stream that merges the cluster's nodes:
+// one at a time, each marked with its node and numbered anew by this
+// connection — the nodes' own numbers are unrelated, and a client takes
+// a number not above the last it saw as one it has handled (a replay
+// after a reconnect). The numbers grow on the connection and across
+// reconnections to this node: the microseconds of its clock, or the
+// last one's next.
+type merged struct {
+	h     *holder
+	node  string
+	hello chan struct{} // closed once the hello is sent (open): no event goes before it
+	once  sync.Once
+	mu    sync.Mutex
+	last  uint64
+}
+
+// open lets the events go, once the hello is out.
+func (m *merged) open() { m.once.Do(func() { close(m.hello) }) }
+
+func (m *merged) send(ctx context.Context, ev *events.Event) error {
+	select {
+	case <-m.hello:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ev.Node == "" {
+		ev.Node = m.node
+	}
+	m.last = max(m.last+1, uint64(time.Now().UnixMicro()))
+	ev.Seq = m.last
+	return m.h.send(ctx, ev)
 }
 
 // sessionID reports whether v has the form of a session's id.

@@ -234,3 +234,67 @@ func TestEventsTenancyAndTakeOver(t *testing.T) {
 		t.Fatalf("the agent after the hand back: %v %+v", err, r)
 	}
 }
+
+// TestEventsMergedWithPeers: on a cluster node (Options.Peers) a stream
+// without replay says hello once the other nodes' streams are in, naming
+// the nodes merged and those that did not answer; the other nodes are
+// asked with the caller's credential (a browser's, from its bearer
+// subprotocol); every event, the peers' and this node's, is marked with
+// its node and numbered anew, growing on the connection (the nodes' own
+// numbers are unrelated: a client drops a number not above the last).
+func TestEventsMergedWithPeers(t *testing.T) {
+	t.Parallel()
+	a, err := app.New(context.Background(), t.TempDir(), &app.Options{Python: testPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	creds := make(chan string, 1)
+	peers := func(ctx context.Context, cred string, ready func(joined, unanswered []string), send func(events.Event) bool) {
+		creds <- cred
+		ready([]string{"node-b"}, []string{"node-c"})
+		send(events.Event{Seq: 1, Type: events.TypeCall, Session: "of-node-b", Capability: "terminal_exec", Node: "node-b"})
+		<-ctx.Done()
+	}
+	access := rest.Access{Auth: tokenAuth}
+	w := ws.New(a.Controller, &ws.Options{Access: access, Events: a.Events, Peers: peers, Node: "node-a"})
+	srv := httptest.NewServer(rest.New(a.Controller, &rest.Options{Access: access, WebSocket: w.Handlers()}))
+	t.Cleanup(srv.Close)
+	e := &env{a: a, ws: w, srv: srv, url: "ws" + strings.TrimPrefix(srv.URL, "http")}
+	sess := e.session(t, "merged")
+
+	c, _, err := e.dial(t, "/v1/events", withToken, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	_, data, err := c.Read(ctxT(t))
+	var hello struct {
+		Type       string
+		Nodes      []string
+		Unanswered []string `json:"nodes_unanswered"`
+	}
+	if err != nil || json.Unmarshal(data, &hello) != nil || hello.Type != "hello" ||
+		strings.Join(hello.Nodes, ",") != "node-a,node-b" || strings.Join(hello.Unanswered, ",") != "node-c" {
+		t.Fatalf("hello %s %v", data, err)
+	}
+	if cred := <-creds; cred != "Bearer exec-token" {
+		t.Fatalf("the other nodes were asked with %q", cred)
+	}
+	m := readLive(t, c)
+	if m.Type != "call" || m.Session != "of-node-b" || m.Node != "node-b" || m.Seq <= 1 {
+		t.Fatalf("the other node's event %+v", m.Event)
+	}
+	last := m.Seq
+	args, _ := json.Marshal(map[string]string{"session": sess.ID, "command": "echo merged"})
+	if _, err := a.Controller.Call(ctxT(t), controller.Caller{Path: "rest", Tenant: "alice", Scope: capability.ScopeExec}, "terminal_exec", args); err != nil {
+		t.Fatal(err)
+	}
+	for done := false; !done; {
+		m := readLive(t, c)
+		if m.Session != sess.ID || m.Node != "node-a" || m.Seq <= last {
+			t.Fatalf("this node's event after seq %d: %+v", last, m.Event)
+		}
+		last, done = m.Seq, m.Type == "end"
+	}
+}

@@ -69,6 +69,14 @@ type Options struct {
 	// it. Browsers and WebSocket libraries answer pings by themselves, so
 	// a client that is still there is never closed by it.
 	IdleTimeout time.Duration
+	// Peers, set on a cluster node (cluster.Router.PeerEvents), streams
+	// the other nodes' live events for a caller whose credential is cred
+	// (an Authorization value): GET /v1/events without replay merges them
+	// with this node's, each marked with its Node. nil: this node's only.
+	Peers func(ctx context.Context, cred string, ready func(joined, unanswered []string), send func(events.Event) bool)
+	// Node is this node's name in a cluster: the Node of its own events
+	// on a merged stream.
+	Node string
 }
 
 // DefaultIdleTimeout is Options.IdleTimeout's default: pings every 30 s,
