@@ -511,9 +511,9 @@ func doBurst(ctx context.Context, b *bed, r *results) error {
 
 // destroyBurst gives each of ids a box and a shell (terminal_exec true),
 // then destroys them all at once: each destroy's answer, and the time
-// until every background teardown and release has ended; right after
-// the destroys answered, 5 create + first run samples, taken while the
-// teardowns go on.
+// until every background teardown and release has ended; beside that
+// wait, from when the destroys answered, 5 create + first run samples,
+// one after the other.
 func destroyBurst(ctx context.Context, b *bed, r *results, ids []string) error {
 	fmt.Fprintf(os.Stderr, "terminal_exec true in each of the %d ...\n", len(ids))
 	if err := parallel(len(ids), *clients, func(i int) error {
@@ -541,23 +541,35 @@ func destroyBurst(ctx context.Context, b *bed, r *results, ids []string) error {
 	close(gate)
 	wg.Wait()
 	answered := time.Since(start)
+	// The samples run beside the wait for the releases; their own
+	// sessions are destroyed only after it.
 	r.During = &series{Name: "create + first run during the teardowns"}
-	for range 5 {
-		t := time.Now()
-		id, err := b.CreateSession(ctx)
-		if err != nil {
-			return err
+	var made []string
+	sampled := make(chan error, 1)
+	go func() {
+		for range 5 {
+			t := time.Now()
+			id, err := b.CreateSession(ctx)
+			if err != nil {
+				sampled <- err
+				return
+			}
+			made = append(made, id)
+			if err := b.Run(ctx, benchbed.RunBody(id, "", "print(1)"), "1\n"); err != nil {
+				sampled <- err
+				return
+			}
+			r.During.D = append(r.During.D, time.Since(t))
 		}
-		if err := b.Run(ctx, benchbed.RunBody(id, "", "print(1)"), "1\n"); err != nil {
-			return err
-		}
-		r.During.D = append(r.During.D, time.Since(t))
-		if err := b.DestroySession(ctx, id); err != nil {
-			return err
-		}
-	}
+		sampled <- nil
+	}()
 	b.App.Sessions.WaitReleases()
 	bu.Total = time.Since(start)
+	err := <-sampled
+	destroyAll(ctx, b, made)
+	if err != nil {
+		return err
+	}
 	for i := range ids {
 		if errs[i] != nil {
 			bu.Errors++
@@ -637,11 +649,11 @@ func report(r *results) {
 			map[bool]string{true: "met", false: "NOT met"}[bu.PerSec >= 50 && bu.Errors == 0])
 	}
 	if bu := r.Destroys; bu != nil {
-		fmt.Printf("burst of %d concurrent destroy_session (each with a box and a shell): answered at %.1f/s, p50 %s, p95 %s, %d errors%s; every teardown and release ended %s after the burst\n",
+		fmt.Printf("burst of %d concurrent destroy_session (each with a box and a shell): answered at %.1f/s, p50 %s, p95 %s, %d errors%s; every teardown and release ended %s after the burst began\n",
 			bu.N, bu.PerSec, benchbed.Dur(bu.Each.q(0.5)), benchbed.Dur(bu.Each.q(0.95)), bu.Errors, firstErr(bu.FirstEr), benchbed.Dur(bu.Total))
 	}
 	if d := r.During; d != nil && len(d.D) > 0 {
-		fmt.Printf("create + first run right after it (%d, sequential, while the teardowns go on): p50 %s, max %s\n\n",
+		fmt.Printf("create + first run once the destroys answered (%d, one after the other, beside the teardowns): p50 %s, max %s\n\n",
 			len(d.D), benchbed.Dur(d.q(0.5)), benchbed.Dur(d.q(1)))
 	}
 
