@@ -274,14 +274,10 @@ func run(r *results) error {
 	if err != nil {
 		return err
 	}
-	closed := false
-	closeBed := func() {
-		if !closed {
-			closed = true
-			r.Outside = b.App.Sandbox.BoxStats().Outside
-			b.Close()
-		}
-	}
+	closeBed := sync.OnceFunc(func() {
+		r.Outside = b.App.Sandbox.BoxStats().Outside
+		b.Close()
+	})
 	defer closeBed()
 	if !b.App.Sandbox.SessionBoxes() {
 		return fmt.Errorf("the sandbox does not run session boxes here (bwrap missing, or no isolation?)")
