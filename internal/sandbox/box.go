@@ -78,10 +78,15 @@ type Box struct {
 	// gone. A caller after the first waits for it.
 	begun atomic.Bool
 	ended chan struct{}
-	// tenantDir names the box's tenant (Spec.tenantDir of the run that
-	// made it): an admission refused at a tenant ceiling waits for that
-	// tenant's boxes still ending (admitAwaiting).
-	tenantDir string
+	// tenant is the name of the box's tenant (of Spec.tenantDir of the
+	// run that made it), found when the box is made, and tenanted whether
+	// it has one: an admission refused at a tenant ceiling waits for that
+	// tenant's boxes still ending (admitAwaiting). It is not looked up
+	// again then: a destroyed session's row and its entry in the tenant
+	// map are gone before its box has ended, and a box looked up by its
+	// directory then belonged to no tenant, so the refusal did not wait.
+	tenant   string
+	tenanted bool
 }
 
 // boxShape is what a box is made of; a spec fits a box when its own shape
@@ -442,14 +447,10 @@ func (s *Sandbox) endingOf(tenant string) []*Box {
 		return nil
 	}
 	r.mu.Lock()
-	all := make([]*Box, 0, len(r.ending))
-	for _, bx := range r.ending {
-		all = append(all, bx)
-	}
-	r.mu.Unlock()
+	defer r.mu.Unlock()
 	var ending []*Box
-	for _, bx := range all {
-		if t, ok := s.tenant(bx.tenantDir); ok && t.Name == tenant {
+	for _, bx := range r.ending {
+		if bx.tenanted && bx.tenant == tenant {
 			ending = append(ending, bx)
 		}
 	}
@@ -531,7 +532,12 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 	// The box's cgroup holds the session's budget (the Sandbox's limits),
 	// whatever the run that made it: each run keeps its own rlimits.
 	bx := &Box{s: s, key: key, shape: shape, network: shape.network, procs: map[string]*Process{}, dead: make(chan struct{}), ended: make(chan struct{}), limits: s.limits,
-		roIDs: map[string]fileID{}, tenantDir: pl.spec.tenantDir()}
+		roIDs: map[string]fileID{}}
+	if s.tenant != nil {
+		if t, ok := s.tenant(pl.spec.tenantDir()); ok {
+			bx.tenant, bx.tenanted = t.Name, true
+		}
+	}
 	for _, p := range shape.readOnly {
 		if id, ok := fileIDOf(p); ok {
 			bx.roIDs[p] = id
