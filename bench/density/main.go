@@ -62,6 +62,7 @@ var (
 	samples   = flag.Int("samples", 30, "create + first run samples per level")
 	pace      = flag.Duration("pace", 0, "pause between two samples (0: back to back, no spare made in between)")
 	burstN    = flag.Int("burst", 100, "concurrent create_session calls in the burst")
+	burstOnly = flag.Bool("burst-only", false, "only the bursts: -burst concurrent creates, then a terminal_exec true in each (a box and a shell) and as many concurrent destroys, timed until every release ended, with create + first run samples while they go on")
 	nOne      = flag.Int("oneshot", 300, "one-shot runs per path (run_code sh true, bwrap alone, terminal_exec true), at 0 and at n")
 	blocks    = flag.Int("blocks", 10, "the one-shot paths alternate in this many blocks")
 	clients   = flag.Int("clients", 4, "concurrent REST clients making (and using) the n sessions")
@@ -213,9 +214,13 @@ type results struct {
 	Shipped bool     `json:"shipped_limits"`
 	LoadAt  []string `json:"load_average"`
 
-	Levels   []*level             `json:"levels"`
-	Probes   []*probe             `json:"probes"`
-	Burst    *burst               `json:"burst,omitempty"`
+	Levels   []*level `json:"levels"`
+	Probes   []*probe `json:"probes"`
+	Burst    *burst   `json:"burst,omitempty"`
+	Destroys *burst   `json:"destroy_burst,omitempty"`
+	// During are create + first run samples taken right after the burst
+	// of destroys answered, while their teardowns go on.
+	During   *series              `json:"create_first_run_during_teardown,omitempty"`
 	Fills    []fill               `json:"fills"`
 	Baseline *pssPoint            `json:"pss_baseline,omitempty"`
 	Idle     *pssPoint            `json:"pss_idle_at_n,omitempty"`
@@ -269,19 +274,19 @@ func run(r *results) error {
 	if err != nil {
 		return err
 	}
-	closed := false
-	closeBed := func() {
-		if !closed {
-			closed = true
-			r.Outside = b.App.Sandbox.BoxStats().Outside
-			b.Close()
-		}
-	}
+	closeBed := sync.OnceFunc(func() {
+		r.Outside = b.App.Sandbox.BoxStats().Outside
+		b.Close()
+	})
 	defer closeBed()
 	if !b.App.Sandbox.SessionBoxes() {
 		return fmt.Errorf("the sandbox does not run session boxes here (bwrap missing, or no isolation?)")
 	}
 	b.spareReady(time.Minute)
+	if *burstOnly {
+		r.load("burst")
+		return doBurst(ctx, b, r)
+	}
 
 	n := *nSessions
 	// 1, 2, 3 at 0 open sessions.
@@ -493,7 +498,87 @@ func doBurst(ctx context.Context, b *bed, r *results) error {
 	}
 	bu.PerSec = float64(k-bu.Errors) / bu.Total.Seconds()
 	r.Burst = bu
-	destroyAll(ctx, b, ids)
+	if !*burstOnly {
+		destroyAll(ctx, b, ids)
+		return nil
+	}
+	return destroyBurst(ctx, b, r, slices.DeleteFunc(ids, func(id string) bool { return id == "" }))
+}
+
+// destroyBurst gives each of ids a box and a shell (terminal_exec true),
+// then destroys them all at once: each destroy's answer, and the time
+// until every background teardown and release has ended; beside that
+// wait, from when the destroys answered, 5 create + first run samples,
+// one after the other.
+func destroyBurst(ctx context.Context, b *bed, r *results, ids []string) error {
+	fmt.Fprintf(os.Stderr, "terminal_exec true in each of the %d ...\n", len(ids))
+	if err := parallel(len(ids), *clients, func(i int) error {
+		return b.texec(ctx, benchbed.MustJSON(app.TerminalExecInput{Session: ids[i], Command: "true"}))
+	}); err != nil {
+		destroyAll(ctx, b, ids)
+		return err
+	}
+	b.App.Sessions.WaitReleases()
+	fmt.Fprintf(os.Stderr, "a burst of %d concurrent destroy_session ...\n", len(ids))
+	bu := &burst{N: len(ids), Each: &series{Name: "destroy_session in the burst"}}
+	ds := make([]time.Duration, len(ids))
+	errs := make([]error, len(ids))
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Go(func() {
+			<-gate
+			t := time.Now()
+			errs[i] = b.DestroySession(ctx, ids[i])
+			ds[i] = time.Since(t)
+		})
+	}
+	start := time.Now()
+	close(gate)
+	wg.Wait()
+	answered := time.Since(start)
+	// The samples run beside the wait for the releases; their own
+	// sessions are destroyed only after it.
+	r.During = &series{Name: "create + first run during the teardowns"}
+	var made []string
+	sampled := make(chan error, 1)
+	go func() {
+		for range 5 {
+			t := time.Now()
+			id, err := b.CreateSession(ctx)
+			if err != nil {
+				sampled <- err
+				return
+			}
+			made = append(made, id)
+			if err := b.Run(ctx, benchbed.RunBody(id, "", "print(1)"), "1\n"); err != nil {
+				sampled <- err
+				return
+			}
+			r.During.D = append(r.During.D, time.Since(t))
+		}
+		sampled <- nil
+	}()
+	b.App.Sessions.WaitReleases()
+	bu.Total = time.Since(start)
+	err := <-sampled
+	destroyAll(ctx, b, made)
+	if err != nil {
+		return err
+	}
+	for i := range ids {
+		if errs[i] != nil {
+			bu.Errors++
+			if bu.FirstEr == "" {
+				bu.FirstEr = errs[i].Error()
+			}
+			continue
+		}
+		bu.Each.D = append(bu.Each.D, ds[i])
+	}
+	bu.PerSec = float64(len(ids)-bu.Errors) / answered.Seconds()
+	r.Destroys = bu
+	r.load("after the destroy burst")
 	return nil
 }
 
@@ -558,6 +643,14 @@ func report(r *results) {
 			bu.N, benchbed.Dur(bu.Total), bu.PerSec, benchbed.Dur(bu.Each.q(0.5)), benchbed.Dur(bu.Each.q(0.95)), bu.Errors, firstErr(bu.FirstEr))
 		fmt.Printf("goal all within 2 s: %s; ≥ 50 creates/s: %s\n\n", verdict(bu.Total, 2*time.Second),
 			map[bool]string{true: "met", false: "NOT met"}[bu.PerSec >= 50 && bu.Errors == 0])
+	}
+	if bu := r.Destroys; bu != nil {
+		fmt.Printf("burst of %d concurrent destroy_session (each with a box and a shell): answered at %.1f/s, p50 %s, p95 %s, %d errors%s; every teardown and release ended %s after the burst began\n",
+			bu.N, bu.PerSec, benchbed.Dur(bu.Each.q(0.5)), benchbed.Dur(bu.Each.q(0.95)), bu.Errors, firstErr(bu.FirstEr), benchbed.Dur(bu.Total))
+	}
+	if d := r.During; d != nil && len(d.D) > 0 {
+		fmt.Printf("create + first run once the destroys answered (%d, one after the other, beside the teardowns): p50 %s, max %s\n\n",
+			len(d.D), benchbed.Dur(d.q(0.5)), benchbed.Dur(d.q(1)))
 	}
 
 	if len(r.Probes) > 0 {

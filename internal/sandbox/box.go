@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -72,15 +73,20 @@ type Box struct {
 	claims int
 	dead   chan struct{} // closed when bubblewrap has exited
 	limits Limits
-	// finished is done once the box has ended and its cgroup and network
-	// are gone (finish); a caller after the first waits for it.
-	finished sync.Once
-	// tenant is the name of the box's tenant, resolved when the box was
-	// made (from Spec.tenantDir of the run that made it): an admission
-	// refused at a tenant ceiling waits for that tenant's boxes still
-	// ending (admitAwaiting). It is kept, not looked up again: once a
-	// session is destroyed its directory no longer names a tenant.
-	tenant string
+	// begun is set by the first to start the box's end (finish); ended
+	// is closed once the box has ended and its cgroup and network are
+	// gone. A caller after the first waits for it.
+	begun atomic.Bool
+	ended chan struct{}
+	// tenant is the name of the box's tenant (of Spec.tenantDir of the
+	// run that made it), found when the box is made, and tenanted whether
+	// it has one: an admission refused at a tenant ceiling waits for that
+	// tenant's boxes still ending (admitAwaiting). It is not looked up
+	// again then: a destroyed session's row and its entry in the tenant
+	// map are gone before its box has ended, and a box looked up by its
+	// directory then belonged to no tenant, so the refusal did not wait.
+	tenant   string
+	tenanted bool
 }
 
 // boxShape is what a box is made of; a spec fits a box when its own shape
@@ -156,6 +162,43 @@ type boxRegistry struct {
 	pending  bool
 	minPeak  int    // giveBackPeak; lower in tests
 	gaveBack func() // called after each give-back; for tests
+
+	// teardowns holds a slot for each end EndSession left to the
+	// background that runs now (endBounded): a burst of destroys is as
+	// many bubblewrap exits, cgroup removals and network closes, which
+	// run at most cap(teardowns) at once; the others wait their turn.
+	teardowns chan struct{}
+	tearing   atomic.Int32 // ends running in a slot
+	queued    atomic.Int32 // ends waiting for a slot
+	// teardownHook, when set, is told of each change of tearing or queued,
+	// start true at the start of an end in its slot (it may block there);
+	// for tests.
+	teardownHook func(start bool)
+}
+
+// TeardownSlots is how many box ends run at once in the background
+// (boxRegistry.teardowns), and how many destroyed sessions' disks a
+// server releases at once: two per core, at least 4 and at most 16. Much
+// of an end is waiting for the kernel (the pid namespace's processes
+// reaped before bubblewrap exits, a cgroup removed once empty), so two
+// per core keep the cores busy; a hundred at once only crowd them and
+// the kernel's locks that creates need too.
+func TeardownSlots() int { return min(16, max(4, 2*runtime.NumCPU())) }
+
+// slots returns r.teardowns, made on first use.
+func (r *boxRegistry) slots() chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.teardowns == nil {
+		r.teardowns = make(chan struct{}, TeardownSlots())
+	}
+	return r.teardowns
+}
+
+func (r *boxRegistry) teardownChanged(start bool) {
+	if r.teardownHook != nil {
+		r.teardownHook(start)
+	}
 }
 
 // A burst of closes gives the server's freed memory back to the kernel.
@@ -386,7 +429,7 @@ func (s *Sandbox) EndSession(key string) {
 	r.ending[key] = bx
 	r.mu.Unlock()
 	go func() {
-		bx.finish()
+		bx.endBounded()
 		r.mu.Lock()
 		if r.ending[key] == bx {
 			delete(r.ending, key)
@@ -407,7 +450,7 @@ func (s *Sandbox) endingOf(tenant string) []*Box {
 	defer r.mu.Unlock()
 	var ending []*Box
 	for _, bx := range r.ending {
-		if bx.tenant == tenant {
+		if bx.tenanted && bx.tenant == tenant {
 			ending = append(ending, bx)
 		}
 	}
@@ -430,7 +473,7 @@ func (s *Sandbox) admitAwaiting(t *Tenant, room Room) error {
 	}
 	if errors.As(err, &ce) && len(ending) > 0 {
 		for _, bx := range ending {
-			bx.finish()
+			bx.endBounded()
 		}
 		err = s.layers.cg.admit(t, room)
 	}
@@ -450,7 +493,7 @@ func (s *Sandbox) AwaitEnded(key string) {
 	bx := r.ending[key]
 	r.mu.Unlock()
 	if bx != nil {
-		bx.finish()
+		bx.endBounded()
 	}
 }
 
@@ -488,11 +531,11 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 	shape.readOnly = s.boxReadOnly(shape.readOnly)
 	// The box's cgroup holds the session's budget (the Sandbox's limits),
 	// whatever the run that made it: each run keeps its own rlimits.
-	bx := &Box{s: s, key: key, shape: shape, network: shape.network, procs: map[string]*Process{}, dead: make(chan struct{}), limits: s.limits,
+	bx := &Box{s: s, key: key, shape: shape, network: shape.network, procs: map[string]*Process{}, dead: make(chan struct{}), ended: make(chan struct{}), limits: s.limits,
 		roIDs: map[string]fileID{}}
 	if s.tenant != nil {
 		if t, ok := s.tenant(pl.spec.tenantDir()); ok {
-			bx.tenant = t.Name
+			bx.tenant, bx.tenanted = t.Name, true
 		}
 	}
 	for _, p := range shape.readOnly {
@@ -789,19 +832,65 @@ func (bx *Box) kill() {
 // empties and removes the box's cgroup and closes its network. It runs
 // once; a later caller waits for the first to finish.
 func (bx *Box) finish() {
-	bx.finished.Do(func() {
-		select {
-		case <-bx.dead:
-		case <-time.After(5 * time.Second):
-			syscall.Kill(-bx.cmd.Process.Pid, syscall.SIGKILL)
-			<-bx.dead
-		}
-		if bx.cg != nil {
-			bx.cg.kill()
-			bx.cg.remove()
-		}
-		bx.net.close()
-	})
+	if !bx.begin() {
+		<-bx.ended
+	}
+}
+
+// begin runs the box's end unless another caller began it first, and
+// reports whether it ran it.
+func (bx *Box) begin() bool {
+	if !bx.begun.CompareAndSwap(false, true) {
+		return false
+	}
+	defer close(bx.ended)
+	select {
+	case <-bx.dead:
+	case <-time.After(5 * time.Second):
+		syscall.Kill(-bx.cmd.Process.Pid, syscall.SIGKILL)
+		<-bx.dead
+	}
+	if bx.cg != nil {
+		bx.cg.kill()
+		bx.cg.remove()
+	}
+	bx.net.close()
+	return true
+}
+
+// endBounded is finish for a box EndSession left to end in the
+// background: the end runs in one of the registry's teardown slots, or
+// is waited for if another caller began it. A waiter (AwaitEnded, an
+// admission at a tenant ceiling, CloseBoxes) of a box whose end waits
+// for a slot waits for that slot too, or for the end if the box's own
+// turn comes first: whoever takes a slot first runs it, and no one waits
+// behind an end that is not running or about to.
+func (bx *Box) endBounded() {
+	r := bx.s.boxes
+	slots := r.slots()
+	r.queued.Add(1)
+	r.teardownChanged(false)
+	select {
+	case <-bx.ended:
+		r.queued.Add(-1)
+		r.teardownChanged(false)
+		return
+	case slots <- struct{}{}:
+	}
+	r.queued.Add(-1)
+	if bx.begun.Load() { // another caller runs it: give the slot back
+		<-slots
+		r.teardownChanged(false)
+		<-bx.ended
+		return
+	}
+	r.tearing.Add(1)
+	r.teardownChanged(true)
+	bx.begin()
+	r.tearing.Add(-1)
+	<-slots
+	r.teardownChanged(false)
+	<-bx.ended
 }
 
 // Done is closed when the box has ended.
@@ -1206,7 +1295,7 @@ func (s *Sandbox) CloseBoxes() {
 		}
 	}
 	for _, bx := range ending { // ended by EndSession: their ends under way
-		bx.finish()
+		bx.endBounded()
 	}
 }
 

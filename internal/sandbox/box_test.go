@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -599,6 +601,117 @@ func TestEndSessionKillsNowAndAwaitEndedWaitsForTheEnd(t *testing.T) {
 		}
 	}
 	sb.AwaitEnded("end") // ended already: at once
+}
+
+// A burst of destroys ends its boxes at most cap(teardowns) at once in the
+// background; the others wait for a slot, and a waiter of a box still
+// waiting (AwaitEnded: a destroy's release) waits for a slot or for its
+// end, never behind the bound for good. The hook holds the first ends in
+// their slots, so that the rest must queue (the former code started every
+// end at once); then they go, and every box's bubblewrap and cgroup are
+// gone.
+func TestEndSessionBurstIsBounded(t *testing.T) {
+	sb := newBoxSandbox(t)
+	const n, bound = 6, 2
+	keys := make([]string, n)
+	boxes := make([]*Box, n)
+	var cgDirs []string
+	for i := range keys {
+		keys[i] = fmt.Sprintf("burst%d", i)
+		var out bytes.Buffer
+		if exit, err := sb.Run(testCtx(t), boxSpec(keys[i], t.TempDir(), &out, "true")); err != nil || exit.Code != 0 {
+			t.Fatalf("run: %v %+v %s", err, exit, out.String())
+		}
+		if boxes[i] = sb.Box(keys[i]); boxes[i] == nil {
+			t.Fatal("no box after a run")
+		}
+		if boxes[i].cg != nil {
+			cgDirs = append(cgDirs, boxes[i].cg.dirs...)
+		}
+	}
+	r := sb.boxes
+	r.teardowns = make(chan struct{}, bound)
+	gate := make(chan struct{})
+	changed := make(chan struct{}, 1)
+	var most atomic.Int32
+	r.teardownHook = func(start bool) {
+		if start {
+			k := r.tearing.Load()
+			if k > bound {
+				t.Errorf("%d box ends at once, bound %d", k, bound)
+			}
+			for m := most.Load(); k > m && !most.CompareAndSwap(m, k); m = most.Load() {
+			}
+		}
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+		if start {
+			<-gate
+		}
+	}
+	until := func(what string, ok func() bool) {
+		t.Helper()
+		ctx := testCtx(t)
+		for !ok() {
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				t.Fatalf("waiting for %s: %d ending, %d queued", what, r.tearing.Load(), r.queued.Load())
+			}
+		}
+	}
+	for _, k := range keys {
+		sb.EndSession(k)
+	}
+	until("the bound's ends held and the rest queued", func() bool { return r.tearing.Load() == bound && r.queued.Load() == n-bound })
+	waiting := -1
+	for i, bx := range boxes {
+		if !bx.begun.Load() {
+			waiting = i
+		}
+	}
+	if waiting < 0 {
+		t.Fatal("every end began though the slots are held")
+	}
+	awaited := make(chan struct{})
+	go func() {
+		sb.AwaitEnded(keys[waiting])
+		close(awaited)
+	}()
+	until("the waiter queued", func() bool { return r.queued.Load() == n-bound+1 })
+	select {
+	case <-awaited:
+		t.Fatal("AwaitEnded returned while its box's end waits for a slot")
+	default:
+	}
+	close(gate)
+	<-awaited
+	select {
+	case <-boxes[waiting].Done():
+	default:
+		t.Error("AwaitEnded returned before bubblewrap exited")
+	}
+	for _, k := range keys {
+		sb.AwaitEnded(k)
+	}
+	until("every slot given back", func() bool { return r.tearing.Load() == 0 && r.queued.Load() == 0 && len(r.teardowns) == 0 })
+	if m := most.Load(); m != bound {
+		t.Errorf("at most %d ends at once, want the bound %d", m, bound)
+	}
+	for i, bx := range boxes {
+		select {
+		case <-bx.ended:
+		default:
+			t.Errorf("box %s has not ended", keys[i])
+		}
+	}
+	for _, d := range cgDirs {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("a box's cgroup %s is left: %v", d, err)
+		}
+	}
 }
 
 // A run handed the session's idle box must still find it open when it

@@ -12,8 +12,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,9 +33,9 @@ type tenantEnv struct {
 	aLimits Limits
 	bLimits Limits
 	boxes   bool // runs of a session directory (a/s1) are spawned in its session box
-	// gone is a session directory that no longer names a tenant, as a
-	// destroyed session's does once its row is deleted.
-	gone string
+	// gone are directories whose tenant is no longer known (a destroyed
+	// session's row and tenant map entry go before its box has ended).
+	gone sync.Map
 }
 
 func newTenantEnv(t *testing.T, lim Limits) *tenantEnv {
@@ -49,8 +51,11 @@ func newTenantEnvWith(t *testing.T, lim Limits, o *Options) *tenantEnv {
 	sfx := fmt.Sprintf("%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-"))
 	e.a, e.b = "a-"+sfx, "b-"+sfx
 	o.Tenant = func(dir string) (Tenant, bool) {
+		if _, gone := e.gone.Load(dir); gone {
+			return Tenant{}, false
+		}
 		rel, err := filepath.Rel(e.root, dir)
-		if err != nil || strings.HasPrefix(rel, "..") || (e.gone != "" && strings.HasPrefix(dir, e.gone)) {
+		if err != nil || strings.HasPrefix(rel, "..") {
 			return Tenant{}, false
 		}
 		switch strings.SplitN(rel, "/", 2)[0] {
@@ -693,7 +698,7 @@ func TestCeilingRefusalCountsAgainAfterABoxEndedDuringTheCount(t *testing.T) {
 		t.Fatal("the holder has no session box")
 	}
 	e.sb.EndSession(key)
-	e.gone = s1
+	e.gone.Store(s1, true)
 	r := e.sb.boxes
 	refusals := 0
 	e.sb.refused = func() {
@@ -712,4 +717,42 @@ func TestCeilingRefusalCountsAgainAfterABoxEndedDuringTheCount(t *testing.T) {
 		t.Fatalf("the first count was refused %d times, want once: the race was not landed", refusals)
 	}
 	<-h.done
+}
+
+// A box still ending counts as its tenant's though the session is gone
+// from the tenant map (the App forgets a destroyed session's tenant, and
+// its row, before its box has ended): a refusal at the tenant's ceiling
+// waits for it. CI refused the run after destroy_session in
+// TestTenantCeilingAcrossSessionsThroughTheController (internal/app)
+// while the destroyed box's processes were still exiting: the box was
+// looked up by its directory, which named no tenant any more. The
+// background end is held in its slot, so the box is ending when looked
+// at.
+func TestEndingBoxKeepsItsTenantAfterTheSessionIsGone(t *testing.T) {
+	e := newTenantEnvWith(t, Limits{Tasks: 1 << 20}, &Options{SessionBoxes: true})
+	s1 := e.dir(t, "a", "s1")
+	if _, err := e.sb.Run(testCtx(t), &Spec{Args: []string{"true"}, Dir: s1, Session: e.session(s1)}); err != nil {
+		t.Fatal(err)
+	}
+	key := e.session(s1)
+	bx := e.sb.Box(key)
+	if bx == nil {
+		t.Fatal("no session box after a run")
+	}
+	r := e.sb.boxes
+	held, gate := make(chan struct{}, 1), make(chan struct{})
+	r.teardownHook = func(start bool) {
+		if start {
+			held <- struct{}{}
+			<-gate
+		}
+	}
+	e.sb.EndSession(key)
+	e.gone.Store(s1, true)
+	<-held
+	if ending := e.sb.endingOf(e.a); !slices.Contains(ending, bx) {
+		t.Errorf("the ending box is not its tenant's once the session is gone: %d ending", len(ending))
+	}
+	close(gate)
+	e.sb.AwaitEnded(key)
 }

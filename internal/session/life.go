@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/recent"
+	"github.com/quro-dev/quro/internal/sandbox"
 )
 
 // Life is the one owner of the sessions' lives: their states, the calls
@@ -48,6 +50,16 @@ type Life struct {
 	closed bool
 	// moving are sessions quiesced for a move to another node (Quiesce).
 	moving map[string]bool
+
+	// releases holds a slot for each destroyed session's release (its
+	// disk unmounted and detached, its directory removed, the uid reap)
+	// that runs now: a burst of destroys releases at most cap(releases)
+	// at once, the others wait their turn in the background.
+	releases chan struct{}
+	queued   atomic.Int32 // releases waiting for a slot
+	// releaseHook, when set, is told of each change of queued or of the
+	// slots held; for tests.
+	releaseHook func()
 }
 
 // Boxes is what the Life asks of the sessions' boxes (the sandbox).
@@ -132,7 +144,8 @@ type callKey struct{}
 
 // NewLife returns the owner of the lives of m's sessions.
 func NewLife(m *Manager, o LifeOptions) *Life {
-	l := &Life{m: m, boxes: o.Boxes, grace: o.Grace, log: o.Log, lives: map[string]*life{}}
+	l := &Life{m: m, boxes: o.Boxes, grace: o.Grace, log: o.Log, lives: map[string]*life{},
+		releases: make(chan struct{}, sandbox.TeardownSlots())}
 	if l.grace <= 0 {
 		l.grace = DestroyGrace
 	}
@@ -509,11 +522,25 @@ func (l *Life) forget(ctx context.Context, s *Session) error {
 		if l.boxes != nil {
 			l.boxes.AwaitEnded(s.ID) // its disk is unmounted once no process of the box holds it
 		}
-		if err := release(); err != nil {
+		l.queued.Add(1)
+		l.releaseChanged()
+		l.releases <- struct{}{}
+		l.queued.Add(-1)
+		l.releaseChanged()
+		err := release()
+		<-l.releases
+		l.releaseChanged()
+		if err != nil {
 			l.log.Warn("destroy: what the session left on the host is not all released (looked at again on the next destroy and start)", "session", s.ID, "err", err)
 		}
 	}()
 	return nil
+}
+
+func (l *Life) releaseChanged() {
+	if l.releaseHook != nil {
+		l.releaseHook()
+	}
 }
 
 // end refuses new entries in s, cancels and waits for its calls (when

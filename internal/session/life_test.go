@@ -3,9 +3,11 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -314,6 +316,75 @@ func TestLifeDestroyReleasesInTheBackground(t *testing.T) {
 	}
 	if n := m.Releasing(); n != 0 {
 		t.Errorf("%d releases under way after Close", n)
+	}
+}
+
+// A burst of destroys releases at most cap(releases) sessions' disks at
+// once in the background; the others wait for a slot (the former code
+// started every release at once), and WaitReleases waits for them all.
+// Disk.Release holds the first releases until the rest have queued.
+func TestLifeDestroyBurstReleasesBounded(t *testing.T) {
+	var log []string
+	l, m, _ := newLife(t, &log, time.Second)
+	ctx := context.Background()
+	const n, bound = 6, 2
+	l.releases = make(chan struct{}, bound)
+	var all []*Session
+	for i := range n {
+		s, err := m.Create(ctx, fmt.Sprintf("burst%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, s)
+	}
+	changed := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	l.releaseHook = signal
+	gate := make(chan struct{})
+	var inside, most atomic.Int32
+	m.Disk.Release = func(dir string) error {
+		k := inside.Add(1)
+		if k > bound {
+			t.Errorf("%d releases at once, bound %d", k, bound)
+		}
+		for h := most.Load(); k > h && !most.CompareAndSwap(h, k); h = most.Load() {
+		}
+		signal()
+		<-gate // an unmount the kernel takes its time over
+		inside.Add(-1)
+		return nil
+	}
+	for _, s := range all {
+		if _, err := l.Destroy(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.NewTimer(time.Minute)
+	defer deadline.Stop()
+	for inside.Load() != bound || l.queued.Load() != n-bound {
+		select {
+		case <-changed:
+		case <-deadline.C:
+			t.Fatalf("%d releasing, %d queued; want %d and %d", inside.Load(), l.queued.Load(), bound, n-bound)
+		}
+	}
+	close(gate)
+	m.WaitReleases()
+	if h := most.Load(); h != bound {
+		t.Errorf("at most %d releases at once, want the bound %d", h, bound)
+	}
+	for _, s := range all {
+		if _, err := os.Stat(s.Dir); !os.IsNotExist(err) {
+			t.Errorf("session %s's directory is left: %v", s.Name, err)
+		}
+	}
+	if r := m.Releasing(); r != 0 {
+		t.Errorf("%d releases under way after WaitReleases", r)
 	}
 }
 
