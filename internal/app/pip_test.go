@@ -87,9 +87,15 @@ func pipAppWith(t *testing.T, o PipOptions) *App {
 	return a
 }
 
+// runIn runs in as c. A run without a budget of its own gets slowRunMS:
+// these runs start pip (or the worker that imports what pip installed)
+// in the box, work that passed run_code's default 30 s at a load of 40.
 func runIn(t *testing.T, a *App, c controller.Caller, in RunCodeInput) *runcode.Result {
 	t.Helper()
-	reply, err := callAs(t, a, c, "run_code", in)
+	if in.TimeoutMS == 0 {
+		in.TimeoutMS = slowRunMS
+	}
+	reply, err := callWithin(t, a, c, "run_code", in, slowRunCall)
 	if err != nil {
 		t.Fatalf("run_code %q: %v", in.Code, err)
 	}
