@@ -75,10 +75,6 @@ type Box struct {
 	// finished is done once the box has ended and its cgroup and network
 	// are gone (finish); a caller after the first waits for it.
 	finished sync.Once
-	// tenantDir names the box's tenant (Spec.tenantDir of the run that
-	// made it): an admission refused at a tenant ceiling waits for that
-	// tenant's boxes still ending (admitAwaiting).
-	tenantDir string
 }
 
 // boxShape is what a box is made of; a spec fits a box when its own shape
@@ -395,21 +391,22 @@ func (s *Sandbox) EndSession(key string) {
 
 // endingOf returns the boxes of tenant that EndSession killed and whose
 // ends are under way: their processes still count in the tenant's cgroup
-// until they have exited.
+// until they have exited. A box is the tenant's its cgroup was made under
+// (runCgroup.tenantName), not the tenant its session's directory
+// resolves to now: by the time a destroy answers, the app has forgotten
+// the session's tenant and deleted its row, so the directory resolves to
+// none (and resolving it would remount a disk its release is taking
+// away).
 func (s *Sandbox) endingOf(tenant string) []*Box {
 	r := s.boxes
-	if r == nil || s.tenant == nil {
+	if r == nil {
 		return nil
 	}
 	r.mu.Lock()
-	all := make([]*Box, 0, len(r.ending))
-	for _, bx := range r.ending {
-		all = append(all, bx)
-	}
-	r.mu.Unlock()
+	defer r.mu.Unlock()
 	var ending []*Box
-	for _, bx := range all {
-		if t, ok := s.tenant(bx.tenantDir); ok && t.Name == tenant {
+	for _, bx := range r.ending {
+		if bx.cg != nil && bx.cg.tenantName == tenant {
 			ending = append(ending, bx)
 		}
 	}
@@ -491,7 +488,7 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 	// The box's cgroup holds the session's budget (the Sandbox's limits),
 	// whatever the run that made it: each run keeps its own rlimits.
 	bx := &Box{s: s, key: key, shape: shape, network: shape.network, procs: map[string]*Process{}, dead: make(chan struct{}), limits: s.limits,
-		roIDs: map[string]fileID{}, tenantDir: pl.spec.tenantDir()}
+		roIDs: map[string]fileID{}}
 	for _, p := range shape.readOnly {
 		if id, ok := fileIDOf(p); ok {
 			bx.roIDs[p] = id

@@ -12,8 +12,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,6 +33,22 @@ type tenantEnv struct {
 	aLimits Limits
 	bLimits Limits
 	boxes   bool // runs of a session directory (a/s1) are spawned in its session box
+	// gone are session directories the tenant resolver no longer knows
+	// (forget): a destroyed session's, whose row and tenant the app
+	// drops before its destroy answers.
+	mu   sync.Mutex
+	gone map[string]bool
+}
+
+// forget makes dir's session unknown to the tenant resolver, as the app's
+// destroy makes a session's.
+func (e *tenantEnv) forget(dir string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.gone == nil {
+		e.gone = map[string]bool{}
+	}
+	e.gone[dir] = true
 }
 
 func newTenantEnv(t *testing.T, lim Limits) *tenantEnv {
@@ -48,6 +66,12 @@ func newTenantEnvWith(t *testing.T, lim Limits, o *Options) *tenantEnv {
 	o.Tenant = func(dir string) (Tenant, bool) {
 		rel, err := filepath.Rel(e.root, dir)
 		if err != nil || strings.HasPrefix(rel, "..") {
+			return Tenant{}, false
+		}
+		e.mu.Lock()
+		gone := e.gone[dir]
+		e.mu.Unlock()
+		if gone {
 			return Tenant{}, false
 		}
 		switch strings.SplitN(rel, "/", 2)[0] {
@@ -662,6 +686,46 @@ func TestCgroupStartErrorNamesNoHostPath(t *testing.T) {
 	if !strings.Contains(logged.String(), filepath.Join(base, TenantCgroupName("", e.a), "pids.max")) {
 		t.Errorf("the server log does not have the whole text: %q", logged.String())
 	}
+}
+
+// A box still ending after its session's destroy counts for the tenant
+// its cgroup was made under, though nothing resolves the session's
+// directory to a tenant any more: the app's destroy forgets the session's
+// tenant and deletes its row before it answers, while the box's end goes
+// on in the background. (Resolved from the directory again, the box was
+// no tenant's: an admission refused at the ceiling did not wait for it,
+// and a run right after destroy_session was refused for processes that
+// were already dying.)
+func TestEndingBoxCountsForItsTenantOnceItsSessionIsForgotten(t *testing.T) {
+	e := newTenantEnvWith(t, Limits{Tasks: 1000}, &Options{SessionBoxes: true})
+	s1 := e.dir(t, "a", "s1")
+	h := e.hold(t, s1, "echo HELD; exec sleep 1000")
+	if !strings.Contains(h.ready, "HELD") {
+		t.Fatalf("holder: %q", h.ready+h.rest())
+	}
+	key := e.session(s1)
+	bx := e.sb.Box(key)
+	if bx == nil {
+		t.Fatal("the holder has no session box")
+	}
+	e.sb.EndSession(key)
+	e.forget(s1)
+	// The box as its background end leaves it until it is done: in the
+	// ending set (the end of a box of one sleep may be done already).
+	r := e.sb.boxes
+	r.mu.Lock()
+	if r.ending == nil {
+		r.ending = map[string]*Box{}
+	}
+	r.ending[key] = bx
+	r.mu.Unlock()
+	if got := e.sb.endingOf(e.a); !slices.Contains(got, bx) {
+		t.Fatalf("the boxes ending for tenant a: %d, without the destroyed session's", len(got))
+	}
+	if got := e.sb.endingOf(e.b); len(got) != 0 {
+		t.Fatalf("tenant b has %d boxes ending, want none", len(got))
+	}
+	<-h.done
 }
 
 // A destroyed session's box gives its processes back to the next run of
