@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
@@ -102,9 +103,14 @@ func runIn(t *testing.T, a *App, c controller.Caller, in RunCodeInput) *runcode.
 	return reply.Output.(*runcode.Result)
 }
 
+// installPip installs pkgs with install_packages' pip in session as c.
+// The call's guard outlasts the install's own budget (its default, 10
+// minutes): callAs's 2 minutes cut TestPipInstallOutputBoundedAgainstPth's
+// install (512 MiB through pip's stdout, twice) at a load of 40, and the
+// call answered deadline_exceeded instead of the install's result.
 func installPip(t *testing.T, a *App, c controller.Caller, session string, pkgs ...string) (*InstallPackagesResult, error) {
 	t.Helper()
-	reply, err := callAs(t, a, c, "install_packages", InstallPackagesInput{Session: session, Manager: "pip", Packages: pkgs})
+	reply, err := callWithin(t, a, c, "install_packages", InstallPackagesInput{Session: session, Manager: "pip", Packages: pkgs}, packagesDefaultTimeout+time.Minute)
 	if err != nil {
 		return nil, err
 	}
