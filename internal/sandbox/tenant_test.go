@@ -711,13 +711,15 @@ func TestEndingBoxCountsForItsTenantOnceItsSessionIsForgotten(t *testing.T) {
 	e.sb.EndSession(key)
 	e.forget(s1)
 	// The box as its background end leaves it until it is done: in the
-	// ending set (the end of a box of one sleep may be done already).
+	// ending set. The end of a box of one sleep may be done already, and
+	// takes the box out of the set under its key whenever it is: the box
+	// is held there under a key of the test's, which its end leaves.
 	r := e.sb.boxes
 	r.mu.Lock()
 	if r.ending == nil {
 		r.ending = map[string]*Box{}
 	}
-	r.ending[key] = bx
+	r.ending[key+" (held by the test)"] = bx
 	r.mu.Unlock()
 	if got := e.sb.endingOf(e.a); !slices.Contains(got, bx) {
 		t.Fatalf("the boxes ending for tenant a: %d, without the destroyed session's", len(got))
@@ -733,23 +735,41 @@ func TestEndingBoxCountsForItsTenantOnceItsSessionIsForgotten(t *testing.T) {
 // count (which still held them) and its look at the boxes still ending:
 // the refusal waits for the boxes that were ending when it counted, and
 // counts again. The test lands the end exactly there.
+//
+// What the count holds is a process of the box's cgroup outside its pid
+// namespace, which the box's kill does not end and its end (finish:
+// the cgroup's processes killed, the cgroup removed) does, and which
+// counts until the test reaps it: the first count holds it whatever the
+// kernel's pace. (With the box's own processes, which its kill ends, the
+// kernel could have reaped enough of them before the count that the run
+// was admitted at once, and the race was not landed.)
 func TestCeilingRefusalCountsAgainAfterABoxEndedDuringTheCount(t *testing.T) {
 	e := newTenantEnvWith(t, Limits{Tasks: 200}, &Options{SessionBoxes: true})
 	s1 := e.dir(t, "a", "s1")
-	h := e.hold(t, s1, `for i in $(seq 60); do sleep 1000 & done; echo HELD; wait`)
+	h := e.hold(t, s1, "echo HELD; exec sleep 1000")
 	if !strings.Contains(h.ready, "HELD") {
 		t.Fatalf("holder: %q", h.ready+h.rest())
 	}
-	// The ceiling: one above what the tenant holds now.
-	held, _ := e.sb.TenantUsage(e.a)
-	e.aLimits = Limits{Tasks: held.Tasks + 1}
 	key := e.session(s1)
-	if _, err := e.sb.Run(testCtx(t), &Spec{Args: []string{"true"}, Dir: e.dir(t, "a", "s2")}); !errors.Is(err, ErrTenantCeiling) {
-		t.Fatalf("a run beside the 60 sleeps: %v, want ErrTenantCeiling", err)
-	}
 	bx := e.sb.Box(key)
-	if bx == nil {
-		t.Fatal("the holder has no session box")
+	if bx == nil || bx.cg == nil {
+		t.Fatal("the holder has no session box with a cgroup")
+	}
+	extra := exec.Command("sleep", "1000")
+	if err := extra.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var reap sync.Once
+	reaped := func() { reap.Do(func() { _ = extra.Wait() }) }
+	t.Cleanup(func() { _ = extra.Process.Kill(); reaped() })
+	if err := bx.cg.join(extra.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	// The ceiling: with admission's margin of 8, one process of tenant a
+	// refuses a run, none admits it.
+	e.aLimits = Limits{Tasks: 9}
+	if _, err := e.sb.Run(testCtx(t), &Spec{Args: []string{"true"}, Dir: e.dir(t, "a", "s2")}); !errors.Is(err, ErrTenantCeiling) {
+		t.Fatalf("a run beside the holder: %v, want ErrTenantCeiling", err)
 	}
 	e.sb.EndSession(key)
 	r := e.sb.boxes
@@ -757,8 +777,10 @@ func TestCeilingRefusalCountsAgainAfterABoxEndedDuringTheCount(t *testing.T) {
 	e.sb.refused = func() {
 		refusals++
 		// The box's end completes and it leaves the ending set, as its
-		// background goroutine does, after the count that held it.
+		// background goroutine does, after the count that held it; the
+		// extra process, killed with the box's cgroup, is reaped.
 		bx.finish()
+		reaped()
 		r.mu.Lock()
 		delete(r.ending, key)
 		r.mu.Unlock()
