@@ -406,7 +406,7 @@ func (s *Sandbox) endingOf(tenant string) []*Box {
 	defer r.mu.Unlock()
 	var ending []*Box
 	for _, bx := range r.ending {
-		if bx.cg != nil && bx.cg.tenantName == tenant {
+		if bx.cg != nil && bx.cg.tenant && bx.cg.tenantName == tenant {
 			ending = append(ending, bx)
 		}
 	}
