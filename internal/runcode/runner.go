@@ -121,21 +121,44 @@ type probe struct {
 	mu      sync.Mutex
 	done    bool
 	err     error
+	// running is closed when the probe under way ends: a caller meanwhile
+	// takes its outcome instead of probing again after it.
+	running chan struct{}
 }
 
 func (p *probe) get() error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.done {
+		defer p.mu.Unlock()
 		return p.err
 	}
+	if ch := p.running; ch != nil {
+		p.mu.Unlock()
+		<-ch
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.done {
+			return p.err
+		}
+		return nil // that probe gave no verdict: tried
+	}
+	ch := make(chan struct{})
+	p.running = ch
+	p.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), *p.timeout)
-	defer cancel()
 	err := p.e.Probe(ctx)
-	if err != nil && ctx.Err() != nil {
+	undecided := err != nil && ctx.Err() != nil
+	cancel()
+	p.mu.Lock()
+	if !undecided {
+		p.done, p.err = true, err
+	}
+	p.running = nil
+	close(ch)
+	p.mu.Unlock()
+	if undecided {
 		return nil // no verdict within the bound: tried, and asked again next time
 	}
-	p.done, p.err = true, err
 	return err
 }
 
