@@ -240,9 +240,16 @@ func TestInSessionSocketFlood(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ws, "flood.py"), []byte(floodScript), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The runs' own budgets are the work's, sized for a loaded machine:
+	// the flood's run starts its session's box and a Python, opens its
+	// connections and then holds them until the server's header timeout
+	// (10 s) lets go; the other session's starts its box and a quro call.
+	// run_code's default 30 s can be passed by that at a load of 40, and
+	// a run cut at its budget never writes the flood's report.
+	const budgetMS = 180_000
 	runIn := func(sess, code string) string {
 		t.Helper()
-		body, _ := json.Marshal(map[string]any{"lang": "sh", "session": sess, "code": code})
+		body, _ := json.Marshal(map[string]any{"lang": "sh", "session": sess, "code": code, "timeout_ms": budgetMS})
 		r := do(t, "POST", srv.url+"/v1/run_code", js, string(body), append([]string{"Accept", "text/plain"}, admin...)...)
 		if r.status != 200 {
 			t.Errorf("%d %s", r.status, r.body)
@@ -253,7 +260,7 @@ func TestInSessionSocketFlood(t *testing.T) {
 	flood := make(chan string, 1)
 	go func() {
 		// Not runIn: no t.Fatal off the test's goroutine.
-		body, _ := json.Marshal(map[string]any{"lang": "sh", "session": "evil",
+		body, _ := json.Marshal(map[string]any{"lang": "sh", "session": "evil", "timeout_ms": budgetMS,
 			"code": fmt.Sprintf(`cd %q && python3 flood.py %d ready & wait; echo "exit=$?"`, ws, n)})
 		req, _ := http.NewRequest("POST", srv.url+"/v1/run_code", strings.NewReader(string(body)))
 		req.Header.Set("Content-Type", js)

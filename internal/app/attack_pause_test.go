@@ -138,6 +138,9 @@ func TestAttackPauseResumeRacingDestroyForkRun(t *testing.T) {
 		if !gone(a, s.ID) {
 			t.Fatalf("round %d: session %s is still there after its destroy", i, s.ID)
 		}
+		// The destroy answered once the box was sent its kill: its end
+		// (bubblewrap's exit with every process of the box) is the event.
+		a.Sandbox.AwaitEnded(s.ID)
 		waitFor(t, "the destroyed session's processes gone", func() bool {
 			return a.Sandbox.Box(s.ID) == nil && len(procsIn(sess.Dir)) == 0
 		})

@@ -126,7 +126,7 @@ for p in ["~/.config/pip/pip.conf", "~/.pip/pip.conf", "/etc/pip.conf", "/etc/xd
 		t.Fatalf("the other session's install_packages got: %+v", r)
 	}
 	net := sessionAs(t, a, pipAlice, "net", "host", nil)
-	r = runIn(t, a, pipAlice, RunCodeInput{Session: net.ID, Lang: "bash", Code: "pip install -q quroplant && python3 -c 'import quroplant; print(quroplant.VALUE)'", TimeoutMS: 240000}) // pip took over the default 30 s under load
+	r = runIn(t, a, pipAlice, RunCodeInput{Session: net.ID, Lang: "bash", Code: "pip install -q quroplant && python3 -c 'import quroplant; print(quroplant.VALUE)'"}) // runIn's budget: pip took over the default 30 s under load
 	if r.ExitCode != 0 || !strings.HasSuffix(r.Stdout, "real\n") {
 		t.Fatalf("the other session's shell pip got: %+v", r)
 	}

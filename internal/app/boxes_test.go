@@ -234,7 +234,11 @@ func TestBackgroundProcessIsTheSessionsUntilDestroy(t *testing.T) {
 	}
 	mustCall(t, a, "destroy_session", SessionRef{Session: s.ID})
 	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	if n, err := unix.Poll(fds, 30_000); n != 1 || err != nil {
+	n, err := unix.Poll(fds, 30_000)
+	for errors.Is(err, unix.EINTR) { // a signal to this thread (a child's SIGCHLD), not the exit
+		n, err = unix.Poll(fds, 30_000)
+	}
+	if n != 1 || err != nil {
 		t.Fatalf("the background process outlived its session's destroy: %v", err)
 	}
 }

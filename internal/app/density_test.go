@@ -66,6 +66,13 @@ func heldAtOnceLeaveNothing(t *testing.T, n int) {
 	mustCall(t, a, "create_session", CreateSessionInput{Name: "warm"})
 	runCode(t, a, RunCodeInput{Session: "warm", Code: "print(1)"})
 	mustCall(t, a, "destroy_session", SessionRef{Session: "warm"})
+	// Taken once the warm-up has settled: warm's background release
+	// ended and the spare its create claimed made again (the pool's
+	// refill). Taken before, a spare still being made was missing from
+	// the baseline (its box, worker, run cgroup, processes) and read as
+	// a leak once the count after, which waits, had it.
+	a.Sessions.WaitReleases()
+	waitSettled(t, a)
 	before := a.holdings(t, dir)
 	beforeHost := hostHoldings(t)
 
@@ -124,6 +131,7 @@ func heldAtOnceLeaveNothing(t *testing.T, n int) {
 	// so at most once a second).
 	a.Sessions.WaitReleases()
 	a.Sessions.ReapUIDs(ctx)
+	waitSettled(t, a) // the pool's refill after the last claims: its spare is in the baseline
 	// What winds down after (goroutines, fds): the wait is for those
 	// events, bounded by a minute.
 	var after holdings

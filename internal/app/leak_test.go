@@ -71,6 +71,16 @@ func sessionsLeaveNothing(t *testing.T, rounds int) {
 		runCode(t, a, RunCodeInput{Session: "warm", Lang: "python", Code: "1"})
 		mustCall(t, a, "destroy_session", SessionRef{Session: "warm"})
 	}
+	// The baseline is taken once the warm-up has settled: the warm
+	// sessions' background releases ended and the pool's refills (each
+	// create above claimed a spare or missed one, and a refill started)
+	// made their spares. Taken before, it raced with both: a spare still
+	// being made was missing from it (its box, worker, directory) while
+	// the count after the rounds, which waits, had it — a leak reported
+	// where there was none — and a warm session not yet released was in
+	// it, hiding one that was.
+	a.Sessions.WaitReleases()
+	waitSettled(t, a)
 	before := a.holdings(t, dir)
 
 	for i := range rounds {
@@ -81,8 +91,10 @@ func sessionsLeaveNothing(t *testing.T, rounds int) {
 	// its teardown (the box's exit, its cgroup, the disk) goes on in the
 	// background: wait for all of it. Then goroutines return and fds
 	// close as their processes' ends land: the wait is for those events,
-	// bounded by waitFor's guard.
+	// bounded by waitFor's guard. The pool's refills after the last
+	// claims are waited for too: their spares are in the baseline.
 	a.Sessions.WaitReleases()
+	waitSettled(t, a)
 	var after holdings
 	t.Cleanup(func() {
 		if t.Failed() {

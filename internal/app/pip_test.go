@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
@@ -87,18 +88,29 @@ func pipAppWith(t *testing.T, o PipOptions) *App {
 	return a
 }
 
+// runIn runs in as c. A run without a budget of its own gets slowRunMS:
+// these runs start pip (or the worker that imports what pip installed)
+// in the box, work that passed run_code's default 30 s at a load of 40.
 func runIn(t *testing.T, a *App, c controller.Caller, in RunCodeInput) *runcode.Result {
 	t.Helper()
-	reply, err := callAs(t, a, c, "run_code", in)
+	if in.TimeoutMS == 0 {
+		in.TimeoutMS = slowRunMS
+	}
+	reply, err := callWithin(t, a, c, "run_code", in, slowRunCall)
 	if err != nil {
 		t.Fatalf("run_code %q: %v", in.Code, err)
 	}
 	return reply.Output.(*runcode.Result)
 }
 
+// installPip installs pkgs with install_packages' pip in session as c.
+// The call's guard outlasts the install's own budget (its default, 10
+// minutes): callAs's 2 minutes cut TestPipInstallOutputBoundedAgainstPth's
+// install (512 MiB through pip's stdout, twice) at a load of 40, and the
+// call answered deadline_exceeded instead of the install's result.
 func installPip(t *testing.T, a *App, c controller.Caller, session string, pkgs ...string) (*InstallPackagesResult, error) {
 	t.Helper()
-	reply, err := callAs(t, a, c, "install_packages", InstallPackagesInput{Session: session, Manager: "pip", Packages: pkgs})
+	reply, err := callWithin(t, a, c, "install_packages", InstallPackagesInput{Session: session, Manager: "pip", Packages: pkgs}, packagesDefaultTimeout+time.Minute)
 	if err != nil {
 		return nil, err
 	}
@@ -162,8 +174,12 @@ func TestLoginShellIsTheSessionsPython(t *testing.T) {
 	if !strings.HasPrefix(want, python.BoxTree+"/bin/python3.14 3.14.") {
 		t.Fatalf("run_code's Python is not the embedded 3.14 at its box path %s: %q", python.BoxTree, want)
 	}
-	pr := mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "/bin/bash", Args: []string{"-l", "-c", "pip install loginpure"}}).(*ProcessResult)
-	if !pr.Exited || pr.ExitCode != 0 {
+	// pip's start and install, slow under load: the call gets runIn's budget.
+	reply, err := callWithin(t, a, admin, "start_process", StartProcessInput{Session: s.ID, Cmd: "/bin/bash", Args: []string{"-l", "-c", "pip install loginpure"}}, slowRunCall)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr := reply.Output.(*ProcessResult); !pr.Exited || pr.ExitCode != 0 {
 		t.Fatalf("pip install in a login shell: %+v", pr)
 	}
 	if r := runIn(t, a, admin, RunCodeInput{Session: s.ID, Code: "import loginpure; print(loginpure.VALUE)"}); r.Stdout != "login\n" {

@@ -274,7 +274,11 @@ func TestProcessLimitAndDestroy(t *testing.T) {
 	mustCall(t, a, "destroy_session", SessionRef{Session: s.ID})
 	for _, fd := range pidfds {
 		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		if n, err := unix.Poll(fds, 30_000); n != 1 || err != nil {
+		n, err := unix.Poll(fds, 30_000)
+		for errors.Is(err, unix.EINTR) { // a signal to this thread (a child's SIGCHLD), not the exit
+			n, err = unix.Poll(fds, 30_000)
+		}
+		if n != 1 || err != nil {
 			t.Fatalf("a process outlived its session's destroy: %v", err)
 		}
 	}

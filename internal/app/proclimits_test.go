@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
@@ -31,8 +32,12 @@ func holdRun(t *testing.T, a *App, c controller.Caller, session, ws, name string
 	}
 	done := make(chan error, 1)
 	go func() {
-		r, err := callAs(t, a, c, "run_code", RunCodeInput{Lang: "sh", Session: session,
-			Code: fmt.Sprintf("echo up > %s.started; read line < %s.release; echo \"$line\"", name, name)})
+		// It holds its slot until released, however long the test takes
+		// to get there (over 30 s at a load of 100, when run_code's
+		// default budget ended it early and freed the slot): the longest
+		// budget, and a call that outlasts it.
+		r, err := callWithin(t, a, c, "run_code", RunCodeInput{Lang: "sh", Session: session, TimeoutMS: -1,
+			Code: fmt.Sprintf("echo up > %s.started; read line < %s.release; echo \"$line\"", name, name)}, 11*time.Minute)
 		if err == nil && r.Output.(*runcode.Result).Stdout != "go\n" {
 			err = fmt.Errorf("the run did not finish as planned: %s", r.Text)
 		}

@@ -63,6 +63,20 @@ func testCA(t *testing.T, names ...string) ([]byte, tls.Certificate) {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), tls.Certificate{Certificate: [][]byte{der, caDER}, PrivateKey: key}
 }
 
+// slowRunMS is the own budget (timeout_ms) of a run in these tests that
+// starts a tool in the box and waits on the network through the egress
+// — pip, apt-get, git clone, node, curl —, and slowRunCall the call's,
+// a little longer so that the run's own timeout is what answers. Each is
+// work that is slow under load, not a wait on an event: at a load of 40
+// on 2 cores pip's start alone took over run_code's default 30 s
+// (attack_wheel_test.go's pip, TestToolsThroughTheEgress's pip in CI's
+// note), and a run cut at its budget answers "timed out" where the test
+// wants the tool's output.
+const (
+	slowRunMS   = 240_000
+	slowRunCall = slowRunMS*time.Millisecond + time.Minute
+)
+
 // TestToolsThroughTheEgress: one session under allow rules reaches
 // HTTPS stand-ins on the host's loopback (which the egress resolves
 // web.test, git.test and pypi.test to, and the operator listed) with the
@@ -141,17 +155,19 @@ func TestToolsThroughTheEgress(t *testing.T) {
 
 	web := fmt.Sprintf("https://web.test:%d/", port)
 	for _, run := range []struct{ tool, lang, code string }{
-		{"curl", "bash", "curl -sS --max-time 20 " + web},
-		{"python", "python", "import urllib.request\nprint(urllib.request.urlopen('" + web + "', timeout=20).read().decode())"},
+		// The tools' own time limits guard against a hang, sized for a
+		// loaded machine (a TLS handshake through the egress).
+		{"curl", "bash", "curl -sS --max-time 120 " + web},
+		{"python", "python", "import urllib.request\nprint(urllib.request.urlopen('" + web + "', timeout=120).read().decode())"},
 		{"node", "bash", "command -v node >/dev/null || { echo hello-from-web.test no node; exit; }; node -e \"fetch('" + web + "').then(r => r.text()).then(console.log)\""},
 		{"js engine", "js", fmt.Sprintf("const r = await fetch('http://allowed.test:%d/'); console.log(await r.text())", plain.port)},
 	} {
-		res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: run.lang, Code: run.code})
+		res := runCodeWithin(t, a, RunCodeInput{Session: s.ID, Lang: run.lang, Code: run.code, TimeoutMS: slowRunMS}, slowRunCall)
 		if !strings.Contains(res.Stdout, "hello-from-") {
 			t.Errorf("%s did not reach its stand-in through the egress: %+v", run.tool, res)
 		}
 	}
-	res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: fmt.Sprintf("git clone -q https://git.test:%d/git/repo.git r 2>&1 && cat r/README", port)})
+	res := runCodeWithin(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: fmt.Sprintf("git clone -q https://git.test:%d/git/repo.git r 2>&1 && cat r/README", port), TimeoutMS: slowRunMS}, slowRunCall)
 	if !strings.Contains(res.Stdout, "hello-from-the-repo") || upload.Load() == 0 {
 		t.Errorf("git clone over smart HTTP(S) through the egress (%d upload-pack requests): %+v", upload.Load(), res)
 	}
@@ -159,7 +175,7 @@ func TestToolsThroughTheEgress(t *testing.T) {
 	// through the session's egress (not install_packages' fetch).
 	if wantPython == "python/embedded" {
 		before := ix.Requests.Load()
-		res = runCodeWithin(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: "python3 -m pip install -q qurotool 2>&1 && python3 -c 'import qurotool; print(qurotool.VALUE)'"}, 4*time.Minute)
+		res = runCodeWithin(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: "python3 -m pip install -q qurotool 2>&1 && python3 -c 'import qurotool; print(qurotool.VALUE)'", TimeoutMS: slowRunMS}, slowRunCall)
 		t.Logf("pip: %s", res.Stdout)
 		if !strings.Contains(res.Stdout, "from-the-stand-in-index") || ix.Requests.Load() == before {
 			t.Errorf("pip install in the session through the egress: %+v", res)
@@ -173,7 +189,7 @@ func TestToolsThroughTheEgress(t *testing.T) {
 		{"python", "python", "import urllib.request\nprint(urllib.request.urlopen('" + other + "', timeout=20).read().decode())"},
 		{"git", "bash", fmt.Sprintf("git clone -q https://other.test:%d/git/repo.git o", port)},
 	} {
-		res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: run.lang, Code: run.code})
+		res := runCodeWithin(t, a, RunCodeInput{Session: s.ID, Lang: run.lang, Code: run.code, TimeoutMS: slowRunMS}, slowRunCall)
 		t.Logf("%s to a denied name: %s %s %q", run.tool, res.Stdout, res.Stderr, res.Notes)
 		if res.ExitCode == 0 || strings.Contains(res.Stdout, "hello-from-other") {
 			t.Errorf("%s reached a denied name: %+v", run.tool, res)
@@ -262,7 +278,7 @@ o="-o Dir::Etc::SourceList=$HOME/apt-%[1]s/sources.list -o Dir::Etc::SourceParts
 /usr/bin/apt-get $o -q update 2>&1
 cd ~/dl-%[1]s && /usr/bin/apt-get $o -q download qurohello 2>&1 && ls`, host, port)
 	}
-	res := runCodeWithin(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: apt("apt.test")}, 4*time.Minute)
+	res := runCodeWithin(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: apt("apt.test"), TimeoutMS: slowRunMS}, slowRunCall)
 	t.Logf("apt: %s %s %q", res.Stdout, res.Stderr, res.Notes)
 	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "qurohello_1.0_all.deb") {
 		t.Fatalf("apt-get update and download through the egress: %+v", res)
@@ -271,13 +287,13 @@ cd ~/dl-%[1]s && /usr/bin/apt-get $o -q download qurohello 2>&1 && ls`, host, po
 	// the session's egress too (--trusted-host: pip takes plain HTTP from
 	// a name other than localhost only so).
 	if embedded {
-		res = runCodeWithin(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: "python3 -m pip install -q --trusted-host apt.test qurorootfs 2>&1 && python3 -c 'import sys, qurorootfs; print(sys.version_info[:2], qurorootfs.VALUE)'"}, 4*time.Minute)
+		res = runCodeWithin(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: "python3 -m pip install -q --trusted-host apt.test qurorootfs 2>&1 && python3 -c 'import sys, qurorootfs; print(sys.version_info[:2], qurorootfs.VALUE)'", TimeoutMS: slowRunMS}, slowRunCall)
 		if !strings.Contains(res.Stdout, "(3, 11) from-the-stand-in-index") || ix.Requests.Load() == 0 {
 			t.Errorf("the rootfs's pip through the egress: %+v", res)
 		}
 	}
 	before := served.Load()
-	res = runCodeWithin(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: apt("other.test")}, 4*time.Minute)
+	res = runCodeWithin(t, a, RunCodeInput{Session: s.ID, Lang: "bash", Code: apt("other.test"), TimeoutMS: slowRunMS}, slowRunCall)
 	t.Logf("apt from a name not allowed: %s %q", res.Stdout, res.Notes)
 	if strings.Contains(res.Stdout, "qurohello_1.0_all.deb") || served.Load() != before {
 		t.Errorf("apt reached a repository the rules do not list: %+v", res)

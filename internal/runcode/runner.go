@@ -100,12 +100,71 @@ type Runner struct {
 	opts   Options
 	langs  []*Language
 	byName map[string]*Language
-	probes map[Engine]func() error
+	probes map[Engine]*probe
+	// probeTimeout bounds one Probe (20 s; tests shorten it).
+	probeTimeout time.Duration
+}
+
+// probe is an engine's Probe, asked on first need: its verdict is kept.
+// A probe its bound cut short gave no verdict (an engine still warming
+// up on a loaded machine: the embedded Python's Probe waits for its first
+// worker, which took over 20 s at a load of 100): nothing is kept, the
+// engine is tried (its run prepares what it needs under the run's own
+// budget, and a run it cannot do falls to the next engine as any engine
+// failure does), and the next need asks again. Kept, that timeout took
+// the engine out of every chain until the server restarted: Python ran
+// on the next tier, without the packages the session's pip had put in
+// the embedded interpreter's site.
+type probe struct {
+	e       Engine
+	timeout *time.Duration
+	mu      sync.Mutex
+	done    bool
+	err     error
+	// running is closed when the probe under way ends: a caller meanwhile
+	// takes its outcome instead of probing again after it.
+	running chan struct{}
+}
+
+func (p *probe) get() error {
+	p.mu.Lock()
+	if p.done {
+		defer p.mu.Unlock()
+		return p.err
+	}
+	if ch := p.running; ch != nil {
+		p.mu.Unlock()
+		<-ch
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.done {
+			return p.err
+		}
+		return nil // that probe gave no verdict: tried
+	}
+	ch := make(chan struct{})
+	p.running = ch
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), *p.timeout)
+	err := p.e.Probe(ctx)
+	undecided := err != nil && ctx.Err() != nil
+	cancel()
+	p.mu.Lock()
+	if !undecided {
+		p.done, p.err = true, err
+	}
+	p.running = nil
+	close(ch)
+	p.mu.Unlock()
+	if undecided {
+		return nil // no verdict within the bound: tried, and asked again next time
+	}
+	return err
 }
 
 // New returns a Runner for langs. Each engine is probed once, on first need.
 func New(langs []Language, opts *Options) *Runner {
-	r := &Runner{opts: opts.withDefaults(), byName: map[string]*Language{}, probes: map[Engine]func() error{}}
+	r := &Runner{opts: opts.withDefaults(), byName: map[string]*Language{}, probes: map[Engine]*probe{}, probeTimeout: 20 * time.Second}
 	for i := range langs {
 		l := &langs[i]
 		r.langs = append(r.langs, l)
@@ -117,12 +176,7 @@ func New(langs []Language, opts *Options) *Runner {
 		}
 		for _, e := range l.Chain {
 			if _, ok := r.probes[e]; !ok {
-				e := e
-				r.probes[e] = sync.OnceValue(func() error {
-					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-					defer cancel()
-					return e.Probe(ctx)
-				})
+				r.probes[e] = &probe{e: e, timeout: &r.probeTimeout}
 			}
 		}
 	}
@@ -193,7 +247,7 @@ func (r *Runner) Engines() []EngineStatus {
 // probe is e's availability for status and help: its Probe, and for an
 // engine of the session's userland whether the host's has its program.
 func (r *Runner) probe(e Engine) error {
-	if err := r.probes[e](); err != nil {
+	if err := r.probes[e].get(); err != nil {
 		return err
 	}
 	if u, ok := e.(UserlandEngine); ok {
@@ -352,7 +406,7 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 			why.add(e.Name(), "keeps no code contexts")
 			continue
 		}
-		if err := r.probes[e](); err != nil {
+		if err := r.probes[e].get(); err != nil {
 			why.add(e.Name(), err.Error())
 			continue
 		}

@@ -110,6 +110,61 @@ func TestChainFallsThroughOnlyOnSilentEngineFailure(t *testing.T) {
 	}
 }
 
+// slowProbe is an engine whose first Probe gives no verdict before its
+// bound ends (an engine warming up on a loaded machine), and whose later
+// probes pass.
+type slowProbe struct {
+	scripted
+	probes int
+}
+
+func (s *slowProbe) Probe(ctx context.Context) error {
+	s.probes++
+	if s.probes == 1 {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+
+// A probe its bound cuts short is no verdict: the engine is tried, not
+// skipped, and asked again on the next run, not taken out of the chain
+// for the Runner's life (the embedded Python's probe, waiting for its
+// first worker at a load of 100, timed out once and every later Python
+// run went to the next tier, without the session's pip packages). A
+// verdict is kept: an engine absent is probed once.
+func TestProbeCutShortByItsBoundIsNoVerdict(t *testing.T) {
+	var ran []string
+	slow := &slowProbe{scripted: scripted{name: "a", output: "A", ran: &ran}}
+	absent := &scripted{name: "x", probe: errors.New("absent"), ran: &ran}
+	r := New([]Language{{Name: "py", Chain: []Engine{slow, &scripted{name: "b", output: "B", ran: &ran}}},
+		{Name: "other", Chain: []Engine{absent, &scripted{name: "c", output: "C", ran: &ran}}}}, nil)
+	r.probeTimeout = time.Millisecond
+	for i := range 2 {
+		res, err := r.Run(context.Background(), Input{Code: "x", Lang: "py", Session: testSession(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Engine != "a" || res.Stdout != "A" || len(res.Notes) != 0 {
+			t.Fatalf("run %d: %+v, want engine a's answer", i+1, res)
+		}
+	}
+	if slow.probes != 2 {
+		t.Errorf("the engine whose first probe was cut short was probed %d times, want 2 (once more, then kept)", slow.probes)
+	}
+	if _, err := r.Run(context.Background(), Input{Code: "x", Lang: "py", Session: testSession(t)}); err != nil || slow.probes != 2 {
+		t.Errorf("a passed probe was asked again (%d probes): %v", slow.probes, err)
+	}
+	for range 2 {
+		if res, err := r.Run(context.Background(), Input{Code: "x", Lang: "other", Session: testSession(t)}); err != nil || res.Engine != "c" {
+			t.Fatalf("an absent engine's chain: %+v %v", res, err)
+		}
+	}
+	if got := strings.Join(ran, ","); got != "a,a,a,c,c" {
+		t.Errorf("ran %s, want a,a,a,c,c", got)
+	}
+}
+
 func TestRunRejectsBadInput(t *testing.T) {
 	var ran []string
 	r := New([]Language{{Name: "python", Aliases: []string{"py"}, Chain: []Engine{&scripted{name: "a", ran: &ran}}}, {Name: "js"}},

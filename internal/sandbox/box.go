@@ -78,15 +78,6 @@ type Box struct {
 	// gone. A caller after the first waits for it.
 	begun atomic.Bool
 	ended chan struct{}
-	// tenant is the name of the box's tenant (of Spec.tenantDir of the
-	// run that made it), found when the box is made, and tenanted whether
-	// it has one: an admission refused at a tenant ceiling waits for that
-	// tenant's boxes still ending (admitAwaiting). It is not looked up
-	// again then: a destroyed session's row and its entry in the tenant
-	// map are gone before its box has ended, and a box looked up by its
-	// directory then belonged to no tenant, so the refusal did not wait.
-	tenant   string
-	tenanted bool
 }
 
 // boxShape is what a box is made of; a spec fits a box when its own shape
@@ -440,17 +431,22 @@ func (s *Sandbox) EndSession(key string) {
 
 // endingOf returns the boxes of tenant that EndSession killed and whose
 // ends are under way: their processes still count in the tenant's cgroup
-// until they have exited.
+// until they have exited. A box is the tenant's its cgroup was made under
+// (runCgroup.tenantName), not the tenant its session's directory
+// resolves to now: by the time a destroy answers, the app has forgotten
+// the session's tenant and deleted its row, so the directory resolves to
+// none (and resolving it would remount a disk its release is taking
+// away).
 func (s *Sandbox) endingOf(tenant string) []*Box {
 	r := s.boxes
-	if r == nil || s.tenant == nil {
+	if r == nil {
 		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var ending []*Box
 	for _, bx := range r.ending {
-		if bx.tenanted && bx.tenant == tenant {
+		if bx.cg != nil && bx.cg.tenant && bx.cg.tenantName == tenant {
 			ending = append(ending, bx)
 		}
 	}
@@ -533,11 +529,6 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 	// whatever the run that made it: each run keeps its own rlimits.
 	bx := &Box{s: s, key: key, shape: shape, network: shape.network, procs: map[string]*Process{}, dead: make(chan struct{}), ended: make(chan struct{}), limits: s.limits,
 		roIDs: map[string]fileID{}}
-	if s.tenant != nil {
-		if t, ok := s.tenant(pl.spec.tenantDir()); ok {
-			bx.tenant, bx.tenanted = t.Name, true
-		}
-	}
 	for _, p := range shape.readOnly {
 		if id, ok := fileIDOf(p); ok {
 			bx.roIDs[p] = id

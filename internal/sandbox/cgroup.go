@@ -291,6 +291,10 @@ type runCgroup struct {
 	ctrl, mnt []string
 	byCtrl    map[string]string // controller → its directory
 	tenant    bool              // made beneath a tenant's cgroup: mem's parent holds the tenant's ceiling
+	// tenantName is that tenant's name: its processes count in the
+	// tenant's cgroup until they have exited, whatever becomes of the
+	// session that made them.
+	tenantName string
 	// v1: the OOM notifications of mem, of its tenant's cgroup, and of
 	// quro/ (nil: none, or v2, which counts OOM events in memory.events).
 	watch, tenantWatch, above *oomWatch
@@ -319,7 +323,7 @@ func (c *cgroups) create(lim Limits, t *Tenant) (*runCgroup, error) {
 			r, err = c.make(name, lim)
 		}
 		if r != nil {
-			r.tenant = true
+			r.tenant, r.tenantName = true, t.Name
 			c.mu.Lock()
 			r.tenantWatch = c.watches[tdir]
 			c.mu.Unlock()

@@ -387,7 +387,11 @@ func TestSeccompWorkloadQuroCall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s version: %v", bin, err)
 	}
-	out, exit := boxRun(t, fullSandbox(t), testCtx(t), t.TempDir(), `set -e
+	// The run's budget is the work's, sized for a loaded machine: seven
+	// quro processes one after another, each opening the store and
+	// starting a run (esbuild for the ts one). testCtx's 60 s was passed
+	// at a load of 40 (killed after "js 42", two calls from the end).
+	out, exit := boxRun(t, fullSandbox(t), longCtx(t, 5*time.Minute), t.TempDir(), `set -e
 "$QURO" version
 "$QURO" call --data "$PWD/data" run_code '{"lang":"sh","code":"echo nested-full"}' 2>&1 || true
 "$QURO" call --data "$PWD/data" --isolation minimal run_code '{"lang":"sh","code":"echo nested"}'

@@ -33,9 +33,22 @@ type tenantEnv struct {
 	aLimits Limits
 	bLimits Limits
 	boxes   bool // runs of a session directory (a/s1) are spawned in its session box
-	// gone are directories whose tenant is no longer known (a destroyed
-	// session's row and tenant map entry go before its box has ended).
-	gone sync.Map
+	// gone are session directories the tenant resolver no longer knows
+	// (forget): a destroyed session's, whose row and tenant the app
+	// drops before its destroy answers.
+	mu   sync.Mutex
+	gone map[string]bool
+}
+
+// forget makes dir's session unknown to the tenant resolver, as the app's
+// destroy makes a session's.
+func (e *tenantEnv) forget(dir string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.gone == nil {
+		e.gone = map[string]bool{}
+	}
+	e.gone[dir] = true
 }
 
 func newTenantEnv(t *testing.T, lim Limits) *tenantEnv {
@@ -51,11 +64,14 @@ func newTenantEnvWith(t *testing.T, lim Limits, o *Options) *tenantEnv {
 	sfx := fmt.Sprintf("%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-"))
 	e.a, e.b = "a-"+sfx, "b-"+sfx
 	o.Tenant = func(dir string) (Tenant, bool) {
-		if _, gone := e.gone.Load(dir); gone {
-			return Tenant{}, false
-		}
 		rel, err := filepath.Rel(e.root, dir)
 		if err != nil || strings.HasPrefix(rel, "..") {
+			return Tenant{}, false
+		}
+		e.mu.Lock()
+		gone := e.gone[dir]
+		e.mu.Unlock()
+		if gone {
 			return Tenant{}, false
 		}
 		switch strings.SplitN(rel, "/", 2)[0] {
@@ -676,36 +692,54 @@ func TestCgroupStartErrorNamesNoHostPath(t *testing.T) {
 // its tenant even when the box's end completes between the admission's
 // count (which still held them) and its look at the boxes still ending:
 // the refusal waits for the boxes that were ending when it counted, and
-// counts again. The test lands the end exactly there. And the box is
-// known as its tenant's after its session's directory no longer names
-// one (a destroy forgets the session's tenant at once).
+// counts again. The test lands the end exactly there.
+//
+// What the count holds is a process of the box's cgroup outside its pid
+// namespace, which the box's kill does not end and its end (finish:
+// the cgroup's processes killed, the cgroup removed) does, and which
+// counts until the test reaps it: the first count holds it whatever the
+// kernel's pace. (With the box's own processes, which its kill ends, the
+// kernel could have reaped enough of them before the count that the run
+// was admitted at once, and the race was not landed.)
 func TestCeilingRefusalCountsAgainAfterABoxEndedDuringTheCount(t *testing.T) {
 	e := newTenantEnvWith(t, Limits{Tasks: 200}, &Options{SessionBoxes: true})
 	s1 := e.dir(t, "a", "s1")
-	h := e.hold(t, s1, `for i in $(seq 60); do sleep 1000 & done; echo HELD; wait`)
+	h := e.hold(t, s1, "echo HELD; exec sleep 1000")
 	if !strings.Contains(h.ready, "HELD") {
 		t.Fatalf("holder: %q", h.ready+h.rest())
 	}
-	// The ceiling: one above what the tenant holds now.
-	held, _ := e.sb.TenantUsage(e.a)
-	e.aLimits = Limits{Tasks: held.Tasks + 1}
 	key := e.session(s1)
-	if _, err := e.sb.Run(testCtx(t), &Spec{Args: []string{"true"}, Dir: e.dir(t, "a", "s2")}); !errors.Is(err, ErrTenantCeiling) {
-		t.Fatalf("a run beside the 60 sleeps: %v, want ErrTenantCeiling", err)
-	}
 	bx := e.sb.Box(key)
-	if bx == nil {
-		t.Fatal("the holder has no session box")
+	if bx == nil || bx.cg == nil {
+		t.Fatal("the holder has no session box with a cgroup")
+	}
+	extra := exec.Command("sleep", "1000")
+	if err := extra.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var reap sync.Once
+	reaped := func() { reap.Do(func() { _ = extra.Wait() }) }
+	t.Cleanup(func() { _ = extra.Process.Kill(); reaped() })
+	if err := bx.cg.join(extra.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	// The ceiling: with admission's margin of 8, one process of tenant a
+	// refuses a run, none admits it.
+	e.aLimits = Limits{Tasks: 9}
+	if _, err := e.sb.Run(testCtx(t), &Spec{Args: []string{"true"}, Dir: e.dir(t, "a", "s2")}); !errors.Is(err, ErrTenantCeiling) {
+		t.Fatalf("a run beside the holder: %v, want ErrTenantCeiling", err)
 	}
 	e.sb.EndSession(key)
-	e.gone.Store(s1, true)
+	e.forget(s1)
 	r := e.sb.boxes
 	refusals := 0
 	e.sb.refused = func() {
 		refusals++
 		// The box's end completes and it leaves the ending set, as its
-		// background goroutine does, after the count that held it.
+		// background goroutine does, after the count that held it; the
+		// extra process, killed with the box's cgroup, is reaped.
 		bx.finish()
+		reaped()
 		r.mu.Lock()
 		delete(r.ending, key)
 		r.mu.Unlock()
@@ -748,10 +782,13 @@ func TestEndingBoxKeepsItsTenantAfterTheSessionIsGone(t *testing.T) {
 		}
 	}
 	e.sb.EndSession(key)
-	e.gone.Store(s1, true)
+	e.forget(s1)
 	<-held
 	if ending := e.sb.endingOf(e.a); !slices.Contains(ending, bx) {
 		t.Errorf("the ending box is not its tenant's once the session is gone: %d ending", len(ending))
+	}
+	if ending := e.sb.endingOf(e.b); len(ending) != 0 {
+		t.Errorf("tenant b has %d boxes ending, want none", len(ending))
 	}
 	close(gate)
 	e.sb.AwaitEnded(key)

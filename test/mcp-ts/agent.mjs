@@ -103,16 +103,25 @@ steps.parallel_one = one;
 steps.parallel_two = two;
 await step("server", "start_process", { command: "python3 -m http.server 8765 --bind 127.0.0.1", background: true, tag: "web" });
 // The agent checks its server as it would: a request from the session,
-// retried while the server starts listening.
+// retried while the server starts listening — until it listens, not a
+// fixed count of tries (100 tries, 10 s, can be less than a Python's start
+// at a load of 40); the 2 minutes only end a server that never comes,
+// within the command's own budget.
 await step("fetch", "terminal_exec", {
-  command: "python3 -c \"import time, urllib.request\nfor i in range(100):\n    try: print(urllib.request.urlopen('http://127.0.0.1:8765/stats/data.csv').read().decode()); break\n    except urllib.error.URLError as e:\n        if getattr(e, 'code', None): raise\n        time.sleep(0.1)\"",
+  command: "python3 -c \"import time, urllib.request\nend = time.monotonic() + 120\nwhile True:\n    try: print(urllib.request.urlopen('http://127.0.0.1:8765/stats/data.csv').read().decode()); break\n    except urllib.error.URLError as e:\n        if getattr(e, 'code', None) or time.monotonic() > end: raise\n        time.sleep(0.1)\"",
+  timeout_ms: 150_000,
 });
 await step("server_log", "read_process_output", { tag: "web" });
 await step("prompt", "terminal_exec", { command: "python3 -c 'print(\"hi\", input(\"name? \"))'" });
 await step("answer", "send_input", { data: "quro\n" });
 await step("prompt_again", "terminal_exec", { command: "read -p 'continue? ' yn" });
 await step("moved_on", "terminal_exec", { command: "echo moved on" });
-await step("oom", "run_code", { code: "b = bytearray(600 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('allocated')" });
+// The budget is the work's, sized for a loaded machine: before the kill
+// the kernel reclaims what it can of the box (the page cache, the
+// worker's and the server's code, read back as they run), for which
+// run_code's default 30 s can be too little at a load of 40 — and a run
+// cut at its budget says "timed out", not the memory limit.
+await step("oom", "run_code", { code: "b = bytearray(600 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('allocated')", timeout_ms: 150_000 });
 await step("after_oom", "run_code", { code: "print('still here')" });
 
 await client.close();

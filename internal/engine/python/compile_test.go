@@ -91,6 +91,9 @@ wait
 	// loop; the bound is only a failure guard).
 	for i, fd := range pidfds {
 		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 60_000)
+		for errors.Is(err, unix.EINTR) { // a signal to this thread (a child's SIGCHLD), not the exit
+			n, err = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 60_000)
+		}
 		if err != nil || n != 1 {
 			t.Errorf("process %d of the group (%s) survived: %v", i, strings.Fields(line)[i], err)
 		}
