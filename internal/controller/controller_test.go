@@ -317,6 +317,7 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("tenant t1's stored ceilings cannot be read (bad JSON); an operator repairs them with quro tenant limits set --tenant t1: %w", sandbox.ErrTenantUnreadable), capability.Unavailable, []string{"quro tenant limits set"}, false},
 		{fmt.Errorf("%q: %w", "f", workspace.ErrNoSpace), capability.ResourceExhausted, []string{`"f"`, "disk"}, false},
 		{fmt.Errorf("%w (online resizing failed)", quota.ErrNotGrown), capability.Busy, []string{"idle"}, false},
+		{fmt.Errorf("session disk: %w: other attaches took the 16 offered first", quota.ErrNoLoop), capability.Unavailable, []string{"loop device", "try again"}, true},
 		{fmt.Errorf("watch %q: %w: inotify instances used up", "w", workspace.ErrWatchLimit), capability.ResourceExhausted, []string{`"w"`, "inotify"}, true},
 		{fmt.Errorf("unknown language %q: %w", "cobol", runcode.ErrInvalid), capability.InvalidArgument, []string{"cobol"}, false},
 		{fmt.Errorf("%w: session s1 has 4", js.ErrContextLimit), capability.ResourceExhausted, []string{"s1"}, true},

@@ -68,6 +68,10 @@ var classes = []class{
 	// The session's disk.
 	{match: is(workspace.ErrNoSpace), code: capability.ResourceExhausted},
 	{match: is(quota.ErrNotGrown), code: capability.Busy},
+	// A new session's disk found no loop device (other processes of the
+	// host took the free ones, or the kernel's are used up): nothing of
+	// the session was made.
+	{match: is(quota.ErrNoLoop), code: capability.Unavailable, retry: 5, hint: "nothing was made: try again"},
 	// A cap on watches or watched directories (a tenant's, the
 	// server's), or the host's inotify limits.
 	{match: is(workspace.ErrWatchLimit), code: capability.ResourceExhausted, retry: 30},

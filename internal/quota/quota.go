@@ -34,6 +34,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -55,6 +56,8 @@ type Disks struct {
 	// privateRoot); boundRoot: this process made it one.
 	root      string
 	boundRoot bool
+
+	waitDelay time.Duration // the tools' sandbox.Helper.WaitDelay (0: its default)
 }
 
 // Open prepares the images directory of dataDir and probes whether images
@@ -179,13 +182,17 @@ func (d *Disks) Create(dir string, size int64) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	// On a failure the mount point goes too (when empty: a directory the
+	// caller filled is its own), so that a refused create leaves nothing.
 	f, err := os.OpenFile(img, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
+		os.Remove(dir)
 		return fmt.Errorf("disk image: %w", err)
 	}
 	defer f.Close()
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
 		os.Remove(img)
+		os.Remove(dir)
 		return fmt.Errorf("disk image: %w", err)
 	}
 	err = f.Truncate(size)
@@ -200,10 +207,35 @@ func (d *Disks) Create(dir string, size int64) error {
 	}
 	if err != nil {
 		os.Remove(img)
+		os.Remove(dir)
 		return fmt.Errorf("session disk: %w", err)
 	}
 	return nil
 }
+
+// ErrNoLoop is a disk that could not get a loop device: none was free
+// (the kernel's max_loop reached), or other attaches, of this host's
+// other processes, took every free one offered first. Nothing of the
+// disk is left; trying again later may succeed.
+var ErrNoLoop = errors.New("no loop device could be had for the session's disk")
+
+// attachTries bounds the loop devices a disk tries to attach to, each
+// one taken by another process between LOOP_CTL_GET_FREE and the
+// attach; the attaches of this process take turns (attachMu), so only
+// other processes race it.
+const attachTries = 16
+
+// attachMu makes this process's attaches take turns: LOOP_CTL_GET_FREE
+// offers every concurrent caller the same device, of which one attach
+// wins, so a burst of creates at once lost all but one attach per round
+// and some ran out of tries (issue 29: `a loop device: device or
+// resource busy` at load). An attach is two ioctls; the mount after it
+// runs outside.
+var attachMu sync.Mutex
+
+// testBeforeAttach, when set (by tests), runs between the kernel's offer
+// of free loop device n and the attach to it.
+var testBeforeAttach func(n int)
 
 // mountNew attaches the image img to a free loop device and mounts its
 // filesystem at dir, as mount(8) would, with the same flags (see mountDev)
@@ -220,40 +252,56 @@ func (d *Disks) mountNew(img, dir string) error {
 		return err
 	}
 	defer f.Close()
-	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	lo, err := attach(f)
 	if err != nil {
 		return err
 	}
+	// The device's open descriptor holds it until the mount does
+	// (autoclear would clear it on its last close).
+	err = d.mountDev(lo.Name(), dir)
+	lo.Close()
+	return err
+}
+
+// attach binds the open image f to a free loop device, with autoclear,
+// and returns the device open.
+func attach(f *os.File) (*os.File, error) {
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
 	defer ctl.Close()
-	for try := 0; ; try++ {
+	attachMu.Lock()
+	defer attachMu.Unlock()
+	for range attachTries {
 		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
 		if err != nil {
-			return fmt.Errorf("no free loop device: %w", err)
+			return nil, fmt.Errorf("%w: no free loop device: %w", ErrNoLoop, err)
 		}
 		if err := loopNode(n); err != nil {
-			return err
+			return nil, err
 		}
 		lo, err := os.OpenFile(fmt.Sprintf("/dev/loop%d", n), os.O_RDWR|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return fmt.Errorf("a loop device: %w", err)
+			return nil, fmt.Errorf("a loop device: %w", err)
+		}
+		if testBeforeAttach != nil {
+			testBeforeAttach(n)
 		}
 		cfg := unix.LoopConfig{Fd: uint32(f.Fd())}
 		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
 		err = unix.IoctlLoopConfigure(int(lo.Fd()), &cfg)
-		if errors.Is(err, unix.EBUSY) && try < 16 {
-			lo.Close() // another attach (any process's) took it first
+		if errors.Is(err, unix.EBUSY) {
+			lo.Close() // another process's attach took it first
 			continue
 		}
 		if err != nil {
 			lo.Close()
-			return fmt.Errorf("a loop device: %w", err)
+			return nil, fmt.Errorf("a loop device: %w", err)
 		}
-		// The device's open descriptor holds it until the mount does
-		// (autoclear would clear it on its last close).
-		err = d.mountDev(lo.Name(), dir)
-		lo.Close()
-		return err
+		return lo, nil
 	}
+	return nil, fmt.Errorf("%w: other attaches took the %d offered first", ErrNoLoop, attachTries)
 }
 
 // mountDev mounts the ext4 filesystem on the loop device dev at dir.
@@ -844,6 +892,15 @@ const maxToolOutput = 16 << 10
 
 func (d *Disks) run(name string, args ...string) error {
 	_, err := d.output(name, args...)
+	if errors.Is(err, exec.ErrWaitDelay) {
+		// The tool exited 0 and only the drain of its output (which
+		// run drops) outlived the helper's WaitDelay: on a loaded
+		// machine (issue 29: mkfs.ext4 failed 7 of a burst's creates
+		// at load 400) the pipe's last copy, held by a child forked
+		// elsewhere in the server until its exec, or the server's
+		// starved reader, can take longer. The work is done.
+		return nil
+	}
 	return err
 }
 
@@ -856,7 +913,7 @@ func (d *Disks) output(name string, args ...string) (string, error) {
 	out := &limitbuf.Buffer{Max: maxToolOutput}
 	// No deadline, as before: no caller has a context, and a mount or
 	// a check of a large image has no bound known beforehand.
-	err := sandbox.RunHelper(context.Background(), &sandbox.Helper{Path: name, Args: args, Env: toolEnv, Stdout: out, Stderr: out})
+	err := sandbox.RunHelper(context.Background(), &sandbox.Helper{Path: name, Args: args, Env: toolEnv, Stdout: out, Stderr: out, WaitDelay: d.waitDelay})
 	if err != nil {
 		return "", &toolError{tool: name, err: err, out: strings.TrimSpace(out.String()), data: d.data}
 	}
