@@ -43,7 +43,9 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"regexp"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -192,6 +194,36 @@ type burst struct {
 	Each    *series       `json:"each"`
 	Errors  int           `json:"errors"`
 	FirstEr string        `json:"first_error,omitempty"`
+	// Kinds counts the errors by their text, an internal error's id
+	// left out, cut at 160 bytes.
+	Kinds map[string]int `json:"error_kinds,omitempty"`
+}
+
+var internalID = regexp.MustCompile(`\(id [0-9a-f]+\)`)
+
+// failed counts err.
+func (bu *burst) failed(err error) {
+	bu.Errors++
+	if bu.FirstEr == "" {
+		bu.FirstEr = err.Error()
+	}
+	if bu.Kinds == nil {
+		bu.Kinds = map[string]int{}
+	}
+	k := internalID.ReplaceAllString(err.Error(), "(id …)")
+	if len(k) > 160 {
+		k = k[:160]
+	}
+	bu.Kinds[k]++
+}
+
+// kinds prints bu's error kinds, most frequent first.
+func (bu *burst) kinds() {
+	ks := slices.Collect(maps.Keys(bu.Kinds))
+	slices.SortFunc(ks, func(a, b string) int { return bu.Kinds[b] - bu.Kinds[a] })
+	for _, k := range ks {
+		fmt.Printf("  %4d× %s\n", bu.Kinds[k], k)
+	}
 }
 
 type fill struct {
@@ -488,10 +520,7 @@ func doBurst(ctx context.Context, b *bed, r *results) error {
 	bu.Total = time.Since(start)
 	for i := range k {
 		if errs[i] != nil {
-			bu.Errors++
-			if bu.FirstEr == "" {
-				bu.FirstEr = errs[i].Error()
-			}
+			bu.failed(errs[i])
 			continue
 		}
 		bu.Each.D = append(bu.Each.D, ds[i])
@@ -568,10 +597,7 @@ func destroyBurst(ctx context.Context, b *bed, r *results, ids []string) error {
 	}
 	for i := range ids {
 		if errs[i] != nil {
-			bu.Errors++
-			if bu.FirstEr == "" {
-				bu.FirstEr = errs[i].Error()
-			}
+			bu.failed(errs[i])
 			continue
 		}
 		bu.Each.D = append(bu.Each.D, ds[i])
@@ -641,12 +667,14 @@ func report(r *results) {
 	if bu := r.Burst; bu != nil {
 		fmt.Printf("burst of %d concurrent create_session: all answered in %s, %.1f creates/s, p50 %s, p95 %s, %d errors%s\n",
 			bu.N, benchbed.Dur(bu.Total), bu.PerSec, benchbed.Dur(bu.Each.q(0.5)), benchbed.Dur(bu.Each.q(0.95)), bu.Errors, firstErr(bu.FirstEr))
+		bu.kinds()
 		fmt.Printf("goal all within 2 s: %s; ≥ 50 creates/s: %s\n\n", verdict(bu.Total, 2*time.Second),
 			map[bool]string{true: "met", false: "NOT met"}[bu.PerSec >= 50 && bu.Errors == 0])
 	}
 	if bu := r.Destroys; bu != nil {
 		fmt.Printf("burst of %d concurrent destroy_session (each with a box and a shell): answered at %.1f/s, p50 %s, p95 %s, %d errors%s; every teardown and release ended %s after the burst began\n",
 			bu.N, bu.PerSec, benchbed.Dur(bu.Each.q(0.5)), benchbed.Dur(bu.Each.q(0.95)), bu.Errors, firstErr(bu.FirstEr), benchbed.Dur(bu.Total))
+		bu.kinds()
 	}
 	if d := r.During; d != nil && len(d.D) > 0 {
 		fmt.Printf("create + first run once the destroys answered (%d, one after the other, beside the teardowns): p50 %s, max %s\n\n",
