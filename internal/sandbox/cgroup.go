@@ -561,22 +561,42 @@ func (r *runCgroup) kill() {
 		}
 	}
 	for _, dir := range r.dirs {
-		for i := 0; i < 100; i++ {
-			b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-			killed := 0
-			for _, p := range strings.Fields(string(b)) {
-				// Never the server: a thread of it that could not leave
-				// after starting the run (see startInside) lists it here.
-				if n, err := strconv.Atoi(p); err == nil && n != os.Getpid() {
-					syscall.Kill(n, syscall.SIGKILL)
-					killed++
+		killListed(dir)
+	}
+}
+
+// killListed sends SIGKILL to every process dir's cgroup.procs lists,
+// reading it again while a listing names a process not signaled yet (one
+// forked before the kill reached its parent), at most 100 times; it
+// returns how many listings it read. A process already signaled that is
+// listed again is signaled again, but does not make another read: a
+// zombie stays listed until its parent reaps it, which may be never (a
+// stale run's box reparented to a pid 1 that reaps nothing), and each
+// listing of one used to read the file again, 100 times a call, which
+// removeCgroupTree makes up to 1,000 times a cgroup: 12 s of CPU at every
+// server's start on such a host (issue 29).
+func killListed(dir string) (reads int) {
+	signaled := map[int]bool{}
+	for reads < 100 {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		reads++
+		fresh := 0
+		for _, p := range strings.Fields(string(b)) {
+			// Never the server: a thread of it that could not leave
+			// after starting the run (see startInside) lists it here.
+			if n, err := strconv.Atoi(p); err == nil && n != os.Getpid() {
+				syscall.Kill(n, syscall.SIGKILL)
+				if !signaled[n] {
+					signaled[n] = true
+					fresh++
 				}
 			}
-			if err != nil || killed == 0 {
-				break
-			}
+		}
+		if err != nil || fresh == 0 {
+			break
 		}
 	}
+	return reads
 }
 
 // remove deletes the run's cgroups. A cgroup can only be removed once its

@@ -793,3 +793,59 @@ func TestEndingBoxKeepsItsTenantAfterTheSessionIsGone(t *testing.T) {
 	close(gate)
 	e.sb.AwaitEnded(key)
 }
+
+// A process that SIGKILL does not end at once stays listed in its cgroup:
+// a stale run's process stuck in its exit (this host's had a box's bwrap,
+// a zombie, and processes /proc no longer showed, listed for hours), or a
+// frozen one. Killing the cgroup reads the listing again only while it
+// names a process not signaled yet, so such a process costs one more
+// read, not 100 (removeCgroupTree kills up to 1,000 times a cgroup: 12 s
+// of CPU at every server start on that host). A v1-frozen process stands
+// in for the stuck one here: it is listed, and dies only once thawed.
+func TestKillingACgroupWithAStuckProcessReadsItTwice(t *testing.T) {
+	sb := newSandbox(t)
+	c := sb.layers.cg
+	if c.base["freezer"] == "" || c.v2["freezer"] {
+		t.Skip("no v1 freezer here (v2 kills with cgroup.kill, and its freezer lets SIGKILL through)")
+	}
+	victim := exec.Command("sleep", "1000")
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var waitErr error
+	gone := make(chan struct{})
+	go func() { waitErr = victim.Wait(); close(gone) }()
+	d := filepath.Join(c.base["freezer"], fmt.Sprintf("stuck-test-%d", os.Getpid()))
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := &runCgroup{byCtrl: map[string]string{"freezer": d}}
+	t.Cleanup(func() {
+		_ = r.thaw()
+		victim.Process.Kill()
+		<-gone
+		os.Remove(d)
+	})
+	if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(victim.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.freeze(); err != nil {
+		t.Fatal(err)
+	}
+	if reads := killListed(d); reads != 2 {
+		t.Errorf("killing a cgroup whose one process stays listed read its listing %d times, want 2", reads)
+	}
+	// Signaled all the same: thawed, it dies of the SIGKILL.
+	if err := r.thaw(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-gone:
+		var ee *exec.ExitError
+		if !errors.As(waitErr, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Errorf("the process ended with %v, want SIGKILL", waitErr)
+		}
+	case <-testCtx(t).Done():
+		t.Fatal("the thawed process did not die of the SIGKILL it was sent")
+	}
+}
