@@ -232,3 +232,18 @@ func TestDestroyReservesUIDUntilProcessesAndFilesAreGone(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkUIDsInUse is the uid reap's scan of every process of the host
+// (at most once a second while destroyed sessions' uids wait): its cost
+// grows with the host's processes, not the server's sessions.
+//
+//	go test -run '^$' -bench UIDsInUse ./internal/session/
+func BenchmarkUIDsInUse(b *testing.B) {
+	n := 0
+	for b.Loop() {
+		n = len(uidsInUse())
+	}
+	entries, _ := os.ReadDir("/proc")
+	b.ReportMetric(float64(len(entries)), "proc-entries")
+	b.ReportMetric(float64(n), "uids")
+}
