@@ -254,9 +254,13 @@ func TestInterruptThenKill(t *testing.T) {
 		for _, tc := range []struct {
 			script string
 			killed bool
+			// grace: the program that ends on SIGINT gets a grace no
+			// load outlasts (the test waits for its exit, not the
+			// grace); the one that ignores it is killed at its end.
+			grace time.Duration
 		}{
-			{"echo ready; exec sleep 1000", false},
-			{"trap '' INT; echo ready; while :; do sleep 1; done", true},
+			{"echo ready; exec sleep 1000", false, time.Minute},
+			{"trap '' INT; echo ready; while :; do sleep 1; done", true, 500 * time.Millisecond},
 		} {
 			r, w, err := os.Pipe()
 			if err != nil {
@@ -276,7 +280,7 @@ func TestInterruptThenKill(t *testing.T) {
 			exited := make(chan struct{})
 			var exit Exit
 			go func() { exit = p.Wait(); close(exited) }()
-			killed := p.Interrupt(syscall.SIGINT, 50*time.Millisecond, 500*time.Millisecond, exited)
+			killed := p.Interrupt(syscall.SIGINT, 50*time.Millisecond, tc.grace, exited)
 			<-exited
 			r.Close()
 			if killed != tc.killed {
