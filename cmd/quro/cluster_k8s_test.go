@@ -227,10 +227,23 @@ func startNode(t testing.TB, name, kubeconfig, tokens string, extra ...string) *
 	seedPython(t, data)
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	root := newRoot(strings.NewReader(""), pw, io.Discard)
+	// The node's log, printed when the test fails (or QURO_TEST_NODE_LOGS
+	// is set): the only account of its informers (a watch that ended, a
+	// relist) and of the calls it served or forwarded.
+	logs := &syncBuffer{}
+	t.Cleanup(func() { // after the node's stop (cleanups run last first)
+		if t.Failed() || os.Getenv("QURO_TEST_NODE_LOGS") != "" {
+			b := logs.text()
+			if len(b) > 12000 {
+				b = "..." + b[len(b)-12000:]
+			}
+			t.Logf("%s's log ends:\n%s", name, b)
+		}
+	})
+	root := newRoot(strings.NewReader(""), pw, logs)
 	root.SetArgs(append([]string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--cluster", "--kubeconfig", kubeconfig,
 		"--cluster-namespace", "default", "--node-name", name, "--node-address", "127.0.0.1:0", "--tokens-file", tokens,
-		"--spare-sessions", "0", "--prestart-python=false", "--e2b=false"}, extra...))
+		"--spare-sessions", "0", "--prestart-python=false", "--e2b=false", "--log-level", "debug"}, extra...))
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx); pw.Close() }()
 	stopped := false

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
 )
 
 // Options configure a node of the cluster.
@@ -109,8 +111,8 @@ func New(o Options) (*Cluster, error) {
 	}
 	c := &Cluster{opts: o, dyn: dyn, lookups: lookups, log: o.Logger,
 		lookRate: flowcontrol.NewTokenBucketRateLimiter(LookupRate, LookupBurst)}
-	c.sessions = informer(dyn.Resource(SessionsGVR).Namespace(o.Namespace), "")
-	c.leases = informer(dyn.Resource(LeasesGVR).Namespace(o.Namespace), LabelComponent+"="+ComponentNode)
+	c.sessions = informer(dyn.Resource(SessionsGVR).Namespace(o.Namespace), "", "sessions", o.Logger)
+	c.leases = informer(dyn.Resource(LeasesGVR).Namespace(o.Namespace), LabelComponent+"="+ComponentNode, "leases", o.Logger)
 	if err := c.sessions.AddIndexers(cache.Indexers{
 		byTenant:     index(func(s *Session) string { return s.Spec.Tenant }),
 		byTenantName: index(func(s *Session) string { return s.Spec.Tenant + "\x00" + s.Spec.Name }),
@@ -134,19 +136,42 @@ func index(key func(*Session) string) cache.IndexFunc {
 
 // informer lists and watches res (objects with the labels sel, "" for
 // all), straight from the dynamic client: client-go's informer factories
-// bring every built-in type's client along.
-func informer(res dynamic.ResourceInterface, sel string) cache.SharedIndexInformer {
+// bring every built-in type's client along. Its table lags the API server
+// while a watch is down (the reflector waits 0.8 s and more, doubling,
+// before it lists again), so each list after the first, each watch that
+// cannot start and each error that ends one are logged at Warn; a watch
+// that ends and starts again (every 5 to 10 minutes) at Info.
+func informer(res dynamic.ResourceInterface, sel, what string, log *slog.Logger) cache.SharedIndexInformer {
+	var lists, watches atomic.Int64
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = sel
-			return res.List(ctx, o)
+			l, err := res.List(ctx, o)
+			if n := lists.Add(1); n > 1 || err != nil {
+				log.Warn("cluster: an informer lists its objects again; its table lagged the API server meanwhile",
+					"of", what, "lists", n, "from", o.ResourceVersion, "err", err)
+			}
+			return l, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.LabelSelector = sel
-			return res.Watch(ctx, o)
+			w, err := res.Watch(ctx, o)
+			switch n := watches.Add(1); {
+			case err != nil:
+				log.Warn("cluster: an informer's watch did not start", "of", what, "from", o.ResourceVersion, "err", err)
+			case n > 1:
+				log.Info("cluster: an informer watches again", "of", what, "from", o.ResourceVersion, "watches", n)
+			default:
+				log.Debug("cluster: an informer watches", "of", what, "from", o.ResourceVersion)
+			}
+			return w, err
 		},
 	}
-	return cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 10*time.Minute, cache.Indexers{})
+	inf := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 10*time.Minute, cache.Indexers{})
+	_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		log.Warn("cluster: an informer's list or watch failed; it tries again after a backoff", "of", what, "err", err)
+	})
+	return inf
 }
 
 // Start runs the informers until ctx ends and waits at most wait for
@@ -154,8 +179,11 @@ func informer(res dynamic.ResourceInterface, sel string) cache.SharedIndexInform
 // run by a context that ends when Start returns would stop watching, and
 // the node would place and route by the table of its start for ever.
 func (c *Cluster) Start(ctx context.Context, wait time.Duration) error {
-	go c.sessions.RunWithContext(ctx)
-	go c.leases.RunWithContext(ctx)
+	// client-go's own account of the informers (a watch that ended with
+	// an error) goes to the node's log, not to klog's stderr.
+	ictx := klog.NewContext(ctx, logr.FromSlogHandler(c.log.Handler()))
+	go c.sessions.RunWithContext(ictx)
+	go c.leases.RunWithContext(ictx)
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	if !cache.WaitForCacheSync(wctx.Done(), c.sessions.HasSynced, c.leases.HasSynced) {
