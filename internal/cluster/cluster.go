@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -8,10 +9,12 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,7 +24,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 )
@@ -34,19 +36,32 @@ type Options struct {
 	Address   string       // host:port other nodes forward to (POD_IP and the port)
 	LeaseTTL  time.Duration
 	Logger    *slog.Logger
+
+	// Tests only: watchHook wraps each watch of the session informer (an
+	// informer that lags), onWait runs when Resolve starts to wait,
+	// lookRate replaces the bound of LookupRate and LookupBurst, and
+	// lookupWait LookupWait.
+	watchHook  func(watch.Interface) watch.Interface
+	onWait     func()
+	lookRate   *rate.Limiter
+	lookupWait time.Duration
 }
 
-// LookupRate and LookupBurst bound the API server GETs of Lookup: a
-// call's ID missing from the informer's table is fetched before anyone
-// authenticated the call, so a client with no token could otherwise turn
-// every made-up ID into a GET, queued with the node's Lease renewals
-// behind client-go's rate limit until the Lease lapsed. Past the bound a
-// missing ID is not found (the informer has it soon after). The GETs go
-// through a client of their own, so that they never wait in line with
-// the node's Lease and records.
+// LookupRate and LookupBurst bound the API server reads of Lookup and
+// Resolve: a call's session missing from the informer's table is read
+// from the API server (a session another node created a moment ago,
+// which the informer brings a moment later), and a client that names
+// made-up sessions must not turn each into a read, queued with the
+// node's Lease renewals until the Lease lapsed. Lookup, which runs before
+// anyone authenticated the call, reads only while the bound allows it at
+// once; Resolve, for an authenticated caller, waits past it for the
+// informer to bring the record or for the bound to allow a read, at most
+// LookupWait. The reads go through a client of their own, so that they
+// never wait in line with the node's Lease and records.
 const (
 	LookupRate  = 2 // per second
 	LookupBurst = 10
+	LookupWait  = 5 * time.Second
 )
 
 // WriteQPS and WriteBurst are the client-side rate limit of the node's
@@ -66,11 +81,15 @@ const (
 type Cluster struct {
 	opts     Options
 	dyn      dynamic.Interface
-	lookups  dynamic.Interface       // Lookup's GETs: a client of their own
-	lookRate flowcontrol.RateLimiter // LookupRate, LookupBurst
-	sessions cache.SharedIndexInformer
-	leases   cache.SharedIndexInformer
-	log      *slog.Logger
+	lookups  dynamic.Interface // Lookup's and Resolve's reads: a client of their own
+	lookRate *rate.Limiter     // LookupRate, LookupBurst
+	// changed is closed, and replaced, at each event of the session
+	// informer: what Resolve waits on.
+	changedMu sync.Mutex
+	changed   chan struct{}
+	sessions  cache.SharedIndexInformer
+	leases    cache.SharedIndexInformer
+	log       *slog.Logger
 	// draining: this node is being drained (Member.SetDraining); its own
 	// view of itself says so at once, before its Lease comes back
 	// through the informer.
@@ -110,9 +129,19 @@ func New(o Options) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{opts: o, dyn: dyn, lookups: lookups, log: o.Logger,
-		lookRate: flowcontrol.NewTokenBucketRateLimiter(LookupRate, LookupBurst)}
-	c.sessions = informer(dyn.Resource(SessionsGVR).Namespace(o.Namespace), "", "sessions", o.Logger)
-	c.leases = informer(dyn.Resource(LeasesGVR).Namespace(o.Namespace), LabelComponent+"="+ComponentNode, "leases", o.Logger)
+		lookRate: rate.NewLimiter(LookupRate, LookupBurst), changed: make(chan struct{})}
+	if o.lookRate != nil {
+		c.lookRate = o.lookRate
+	}
+	c.sessions = informer(dyn.Resource(SessionsGVR).Namespace(o.Namespace), "", "sessions", o.Logger, o.watchHook)
+	c.leases = informer(dyn.Resource(LeasesGVR).Namespace(o.Namespace), LabelComponent+"="+ComponentNode, "leases", o.Logger, nil)
+	if _, err := c.sessions.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.notify() },
+		UpdateFunc: func(any, any) { c.notify() },
+		DeleteFunc: func(any) { c.notify() },
+	}); err != nil {
+		return nil, err
+	}
 	if err := c.sessions.AddIndexers(cache.Indexers{
 		byTenant:     index(func(s *Session) string { return s.Spec.Tenant }),
 		byTenantName: index(func(s *Session) string { return s.Spec.Tenant + "\x00" + s.Spec.Name }),
@@ -141,7 +170,7 @@ func index(key func(*Session) string) cache.IndexFunc {
 // before it lists again), so each list after the first, each watch that
 // cannot start and each error that ends one are logged at Warn; a watch
 // that ends and starts again (every 5 to 10 minutes) at Info.
-func informer(res dynamic.ResourceInterface, sel, what string, log *slog.Logger) cache.SharedIndexInformer {
+func informer(res dynamic.ResourceInterface, sel, what string, log *slog.Logger, hook func(watch.Interface) watch.Interface) cache.SharedIndexInformer {
 	var lists, watches atomic.Int64
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -163,6 +192,9 @@ func informer(res dynamic.ResourceInterface, sel, what string, log *slog.Logger)
 				log.Info("cluster: an informer watches again", "of", what, "from", o.ResourceVersion, "watches", n)
 			default:
 				log.Debug("cluster: an informer watches", "of", what, "from", o.ResourceVersion)
+			}
+			if err == nil && hook != nil {
+				w = hook(w)
 			}
 			return w, err
 		},
@@ -204,28 +236,153 @@ func asSession(obj any) (*Session, error) {
 	return sessionFrom(u)
 }
 
-// Lookup finds a session's record by ID in the informer's table, then in
-// the API server (a session another node created a moment ago), at most
-// LookupRate a second (LookupBurst at once): past it, not found.
-func (c *Cluster) Lookup(ctx context.Context, id string) (*Session, bool) {
-	if obj, ok, err := c.sessions.GetStore().GetByKey(c.opts.Namespace + "/" + id); err == nil && ok {
-		if s, err := asSession(obj); err == nil {
-			return s, true
-		}
-	}
-	if !validObjectName(id) || !c.lookRate.TryAccept() {
-		return nil, false
-	}
-	u, err := c.lookups.Resource(SessionsGVR).Namespace(c.opts.Namespace).Get(ctx, id, metav1.GetOptions{})
-	if err != nil {
-		return nil, false
-	}
-	s, err := sessionFrom(u)
-	return s, err == nil
+// notify wakes every Resolve waiting for the informer.
+func (c *Cluster) notify() {
+	c.changedMu.Lock()
+	defer c.changedMu.Unlock()
+	close(c.changed)
+	c.changed = make(chan struct{})
 }
 
-// ByName finds a tenant's session by its name (informer only).
-func (c *Cluster) ByName(tenant, name string) (*Session, bool) {
+// changes is closed at the informer's next event.
+func (c *Cluster) changes() <-chan struct{} {
+	c.changedMu.Lock()
+	defer c.changedMu.Unlock()
+	return c.changed
+}
+
+// Cached finds a session's record by ID in the informer's table only.
+func (c *Cluster) Cached(id string) (*Session, bool) { return c.cached(id) }
+
+// Lookup finds a session's record by ID in the informer's table, then in
+// the API server (a session another node created a moment ago) while the
+// bound of LookupRate and LookupBurst allows a read at once: past it, not
+// found. For a call no one authenticated (yet): Resolve is the
+// authenticated caller's.
+func (c *Cluster) Lookup(ctx context.Context, id string) (*Session, bool) {
+	if s, ok := c.cached(id); ok {
+		return s, true
+	}
+	if !validObjectName(id) || !c.lookRate.Allow() {
+		return nil, false
+	}
+	s, _ := c.readID(ctx, id)
+	return s, s != nil
+}
+
+// Resolve finds the record of the session ref names for an authenticated
+// caller of tenant: by ID, else by the tenant's own name for it (another
+// tenant's name never resolves). The informer's table answers first; a
+// record it lacks is read from the API server, which holds every record
+// the moment its create answered, while the informer's table may lag it
+// by seconds (a watch that ended waits 0.8 s and more before it lists
+// again). Past the bound of the reads, Resolve waits for the informer to
+// bring the record or for the bound to allow a read, at most LookupWait:
+// a session made through another node is found, never "not found"
+// because the table had not caught up. A session no record names is not
+// found (at once while the bound allows the read that says so).
+func (c *Cluster) Resolve(ctx context.Context, tenant, ref string) (*Session, bool) {
+	if ref == "" {
+		return nil, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(c.opts.lookupWait, LookupWait))
+	defer cancel()
+	for {
+		changed := c.changes() // before the look: an event after it wakes the wait
+		if s, ok := c.cached(ref); ok {
+			return s, true
+		}
+		if s, ok := c.byName(tenant, ref); ok {
+			return s, true
+		}
+		r := c.lookRate.Reserve()
+		delay := r.Delay()
+		var tick <-chan time.Time
+		switch dl, _ := ctx.Deadline(); {
+		case r.OK() && delay == 0:
+			if s, err, done := c.readRef(ctx, tenant, ref); done {
+				return s, s != nil
+			} else if err != nil {
+				c.log.Warn("cluster: reading a session's record from the API server failed", "session", ref, "err", err)
+			}
+			continue // the informer, or the next read
+		case r.OK() && time.Until(dl) > delay:
+			t := time.NewTimer(delay)
+			defer t.Stop()
+			tick = t.C
+		default:
+			r.Cancel() // not before the wait ends: the informer only
+		}
+		if c.opts.onWait != nil {
+			c.opts.onWait()
+		}
+		select {
+		case <-changed:
+			r.Cancel() // the informer may have it now: the read's turn goes back
+		case <-tick: // the read reserved is due
+			if s, ok := c.cached(ref); ok {
+				return s, true
+			}
+			if s, err, done := c.readRef(ctx, tenant, ref); done {
+				return s, s != nil
+			} else if err != nil {
+				c.log.Warn("cluster: reading a session's record from the API server failed", "session", ref, "err", err)
+			}
+		case <-ctx.Done():
+			r.Cancel()
+			return nil, false
+		}
+	}
+}
+
+// readRef reads the record of the session ref names for tenant's caller
+// from the API server: by ID, else by the tenant's name. done: the API
+// server answered (s nil: no such session), or ctx ended.
+func (c *Cluster) readRef(ctx context.Context, tenant, ref string) (s *Session, err error, done bool) {
+	if s, err = c.readID(ctx, ref); s != nil || err != nil {
+		return s, err, err == nil || ctx.Err() != nil
+	}
+	s, err = c.readName(ctx, tenant, ref)
+	return s, err, err == nil || ctx.Err() != nil
+}
+
+// readID reads session id's record from the API server (nil, nil: none).
+func (c *Cluster) readID(ctx context.Context, id string) (*Session, error) {
+	if !validObjectName(id) {
+		return nil, nil
+	}
+	u, err := c.lookups.Resource(SessionsGVR).Namespace(c.opts.Namespace).Get(ctx, id, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return sessionFrom(u)
+}
+
+// readName reads the record of tenant's session named name from the API
+// server, found by the label of the hash of its tenant and name
+// (LabelTenantName) and checked against both (nil, nil: none).
+func (c *Cluster) readName(ctx context.Context, tenant, name string) (*Session, error) {
+	if name == "" {
+		return nil, nil
+	}
+	l, err := c.lookups.Resource(SessionsGVR).Namespace(c.opts.Namespace).List(ctx,
+		metav1.ListOptions{LabelSelector: LabelTenantName + "=" + nameHash(tenant, name)})
+	if err != nil {
+		return nil, err
+	}
+	for i := range l.Items {
+		if s, err := sessionFrom(&l.Items[i]); err == nil && s.Spec.Tenant == tenant && s.Spec.Name == name {
+			return s, nil
+		}
+	}
+	return nil, nil
+}
+
+// byName finds a tenant's session by its name in the informer's table.
+func (c *Cluster) byName(tenant, name string) (*Session, bool) {
 	objs, err := c.sessions.GetIndexer().ByIndex(byTenantName, tenant+"\x00"+name)
 	if err != nil || len(objs) != 1 {
 		return nil, false
@@ -342,7 +499,7 @@ func (c *Cluster) Record(ctx context.Context, want *Session) error {
 		if apierrors.IsNotFound(err) {
 			s := *want
 			s.Namespace = c.opts.Namespace
-			s.Labels = map[string]string{LabelNode: want.Spec.Node}
+			s.Labels = recordLabels(want.Spec)
 			u, err := s.toUnstructured()
 			if err != nil {
 				return err
@@ -363,9 +520,9 @@ func (c *Cluster) Record(ctx context.Context, want *Session) error {
 		if err != nil {
 			return err
 		}
-		if have.Spec != want.Spec {
+		if have.Spec != want.Spec || !labeled(have) {
 			have.Spec = want.Spec
-			have.Labels = map[string]string{LabelNode: want.Spec.Node}
+			have.Labels = recordLabels(want.Spec)
 			u, err := have.toUnstructured()
 			if err != nil {
 				return err
@@ -379,6 +536,21 @@ func (c *Cluster) Record(ctx context.Context, want *Session) error {
 		}
 		return nil
 	})
+}
+
+// labeled reports whether s has the labels of its spec (recordLabels): a
+// record an older node wrote lacks LabelTenantName.
+func labeled(s *Session) bool {
+	want := recordLabels(s.Spec)
+	if len(s.Labels) != len(want) {
+		return false
+	}
+	for k, v := range want {
+		if s.Labels[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // writeStatus sets the status subresource of cur (its resourceVersion

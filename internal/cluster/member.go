@@ -133,7 +133,7 @@ func (m *Member) Sync(ctx context.Context) error {
 			Rootfs: ls.Rootfs, Created: ls.Created.UTC().Format(time.RFC3339)},
 			Status: SessionStatus{Alive: m.isAlive(ls.ID), Node: self, Phase: PhaseReady}}
 		want.Name = ls.ID
-		if have, ok := m.C.cached(ls.ID); ok && have.Spec == want.Spec && have.Status == want.Status {
+		if have, ok := m.C.cached(ls.ID); ok && have.Spec == want.Spec && have.Status == want.Status && labeled(have) {
 			continue
 		}
 		if err := m.C.Record(ctx, want); err != nil && firstErr == nil {

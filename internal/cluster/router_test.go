@@ -37,9 +37,12 @@ func (s *staticTable) Lookup(_ context.Context, id string) (*Session, bool) {
 	x, ok := s.sessions[id]
 	return x, ok
 }
-func (s *staticTable) ByName(string, string) (*Session, bool) { return nil, false }
-func (s *staticTable) TenantSessions(string) int              { return 0 }
-func (s *staticTable) Nodes() []Node                          { return s.nodes }
+func (s *staticTable) Cached(id string) (*Session, bool) { return s.Lookup(context.Background(), id) }
+func (s *staticTable) Resolve(ctx context.Context, _, ref string) (*Session, bool) {
+	return s.Lookup(ctx, ref)
+}
+func (s *staticTable) TenantSessions(string) int { return 0 }
+func (s *staticTable) Nodes() []Node             { return s.nodes }
 func (s *staticTable) Node(name string) (Node, bool) {
 	for _, n := range s.nodes {
 		if n.Name == name {
