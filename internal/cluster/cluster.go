@@ -297,6 +297,7 @@ func (c *Cluster) Resolve(ctx context.Context, tenant, ref string) (*Session, bo
 		}
 		r := c.lookRate.Reserve()
 		delay := r.Delay()
+		var timer *time.Timer
 		var tick <-chan time.Time
 		switch dl, _ := ctx.Deadline(); {
 		case r.OK() && delay == 0:
@@ -307,9 +308,8 @@ func (c *Cluster) Resolve(ctx context.Context, tenant, ref string) (*Session, bo
 			}
 			continue // the informer, or the next read
 		case r.OK() && time.Until(dl) > delay:
-			t := time.NewTimer(delay)
-			defer t.Stop()
-			tick = t.C
+			timer = time.NewTimer(delay)
+			tick = timer.C
 		default:
 			r.Cancel() // not before the wait ends: the informer only
 		}
@@ -319,6 +319,9 @@ func (c *Cluster) Resolve(ctx context.Context, tenant, ref string) (*Session, bo
 		select {
 		case <-changed:
 			r.Cancel() // the informer may have it now: the read's turn goes back
+			if timer != nil {
+				timer.Stop()
+			}
 		case <-tick: // the read reserved is due
 			if s, ok := c.cached(ref); ok {
 				return s, true
@@ -330,6 +333,9 @@ func (c *Cluster) Resolve(ctx context.Context, tenant, ref string) (*Session, bo
 			}
 		case <-ctx.Done():
 			r.Cancel()
+			if timer != nil {
+				timer.Stop()
+			}
 			return nil, false
 		}
 	}
