@@ -500,8 +500,18 @@ func (c *Cluster) Record(ctx context.Context, want *Session) error {
 		return fmt.Errorf("cluster: session ID %q cannot name an object", want.Name)
 	}
 	res := c.dyn.Resource(SessionsGVR).Namespace(c.opts.Namespace)
+	// A record the informer has never seen is most likely new: created
+	// at once, without a read first (a create's answer waits for it); if
+	// it exists after all, the read and update below.
+	_, seen := c.cached(want.Name)
+	fresh := !seen
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := res.Get(ctx, want.Name, metav1.GetOptions{})
+		var cur *unstructured.Unstructured
+		var err error = apierrors.NewNotFound(SessionsGVR.GroupResource(), want.Name)
+		if !fresh {
+			cur, err = res.Get(ctx, want.Name, metav1.GetOptions{})
+		}
+		fresh = false // a conflict's retry reads first
 		if apierrors.IsNotFound(err) {
 			s := *want
 			s.Namespace = c.opts.Namespace
