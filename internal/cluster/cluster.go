@@ -169,7 +169,7 @@ func index(key func(*Session) string) cache.IndexFunc {
 // while a watch is down (the reflector waits 0.8 s and more, doubling,
 // before it lists again), so each list after the first, each watch that
 // cannot start and each error that ends one are logged at Warn; a watch
-// that ends and starts again (every 5 to 10 minutes) at Info.
+// that ends and starts again (every 5 to 10 minutes) at Debug.
 func informer(res dynamic.ResourceInterface, sel, what string, log *slog.Logger, hook func(watch.Interface) watch.Interface) cache.SharedIndexInformer {
 	var lists, watches atomic.Int64
 	lw := &cache.ListWatch{
@@ -188,10 +188,8 @@ func informer(res dynamic.ResourceInterface, sel, what string, log *slog.Logger,
 			switch n := watches.Add(1); {
 			case err != nil:
 				log.Warn("cluster: an informer's watch did not start", "of", what, "from", o.ResourceVersion, "err", err)
-			case n > 1:
-				log.Info("cluster: an informer watches again", "of", what, "from", o.ResourceVersion, "watches", n)
 			default:
-				log.Debug("cluster: an informer watches", "of", what, "from", o.ResourceVersion)
+				log.Debug("cluster: an informer watches", "of", what, "from", o.ResourceVersion, "watches", n)
 			}
 			if err == nil && hook != nil {
 				w = hook(w)
