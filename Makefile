@@ -326,7 +326,7 @@ image: build
 test-k8s: build
 	@$(MAKE) --no-print-directory test-deps TEST_PKGS="containerd runc containernetworking-plugins iptables conntrack umoci skopeo debootstrap openssl"
 	@bash test/k8s/cluster.sh can-run >/dev/null 2>&1 && bash test/k8s/build.sh || true   # the build, once, outside the test's time limit
-	$(GO) test $(TRIM) -tags k8s -count=1 -timeout 20m -run '^TestCluster' ./cmd/quro/
+	$(GO) test $(TRIM) -tags k8s -count=1 -timeout 20m -run '^TestCluster' ./cmd/quro/ ./internal/cluster/
 	QURO_BIN=$(CURDIR)/$(BIN) $(GO) test $(TRIM) -tags k8s -count=1 -v -timeout 80m ./test/k8s/
 
 # The E2B envd API's Go code, generated from the protos copied verbatim from

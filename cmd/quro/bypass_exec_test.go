@@ -45,13 +45,14 @@ var processStarters = map[string]string{
 	// Code that is never part of the server (checked below: no non-test
 	// code outside them imports them).
 	"internal/rootfs/rootfstest/": "a test helper package (cp -a of the shared test rootfs); only tests import it",
+	"internal/k8stest/":           "a test helper package (etcd and kube-apiserver for the tests built with -tags k8s); only tests import it",
 	"bench/":                      "measurement programs, main packages of their own that start the quro binary, compilers and node as a user would",
 }
 
 // outsideServer are the allowlisted trees whose packages the server must
 // never import (their entry in processStarters says why they may start
 // processes: they are not the server).
-var outsideServer = []string{"internal/rootfs/rootfstest/", "bench/"}
+var outsideServer = []string{"internal/rootfs/rootfstest/", "internal/k8stest/", "bench/"}
 
 // TestBypassNoProcessStartOutsideTheHelper scans every non-test Go file
 // of the module (whatever its build tags) and fails on a direct process

@@ -13,23 +13,18 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
-	"crypto/rsa"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -38,173 +33,18 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 
 	"github.com/quro-dev/quro/internal/cluster"
+	"github.com/quro-dev/quro/internal/k8stest"
 )
 
-// k8sBin is the directory of etcd and kube-apiserver ("" when absent).
-func k8sBin() string {
-	dir := os.Getenv("KUBEBUILDER_ASSETS")
-	if dir == "" {
-		base := os.Getenv("XDG_CACHE_HOME")
-		if base == "" {
-			home, _ := os.UserHomeDir()
-			base = filepath.Join(home, ".cache")
-		}
-		dir = filepath.Join(base, "quro-k8s", "v1.34.4", "bin")
-	}
-	for _, b := range []string{"etcd", "kube-apiserver"} {
-		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-			return ""
-		}
-	}
-	return dir
-}
+// apiServer starts etcd and kube-apiserver for the test, with the
+// sessions.quro.dev CRD established (k8stest.APIServer).
+func apiServer(t testing.TB) (*rest.Config, string) { return k8stest.APIServer(t) }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// apiServer starts etcd and kube-apiserver for the test and returns a
-// client config (a static admin token) and a kubeconfig file.
-func apiServer(t testing.TB) (*rest.Config, string) {
-	t.Helper()
-	bin := k8sBin()
-	if bin == "" {
-		t.Skip("no etcd and kube-apiserver binaries: make test-k8s builds them (or set KUBEBUILDER_ASSETS)")
-	}
-	dir := t.TempDir()
-	start := func(name string, args ...string) {
-		ctx, cancel := context.WithCancel(context.Background())
-		cmd := exec.CommandContext(ctx, filepath.Join(bin, name), args...)
-		logf, err := os.Create(filepath.Join(dir, name+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			cancel()
-			_ = cmd.Wait()
-			logf.Close()
-			if t.Failed() {
-				b, _ := os.ReadFile(logf.Name())
-				if len(b) > 4000 {
-					b = b[len(b)-4000:]
-				}
-				t.Logf("%s's log ends:\n%s", name, b)
-			}
-		})
-	}
-	etcdPort, peerPort, apiPort := freePort(t), freePort(t), freePort(t)
-	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
-	start("etcd", "--data-dir", filepath.Join(dir, "etcd"), "--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
-		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort), "--log-level", "warn")
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
-	os.WriteFile(filepath.Join(dir, "sa.key"), pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600)
-	os.WriteFile(filepath.Join(dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600)
-	var tb [16]byte
-	rand.Read(tb[:])
-	token := hex.EncodeToString(tb[:])
-	os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(token+",admin,admin,system:masters\n"), 0o600)
-	start("kube-apiserver", "--etcd-servers", etcdURL, "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
-		"--secure-port", fmt.Sprint(apiPort), "--cert-dir", filepath.Join(dir, "certs"),
-		"--token-auth-file", filepath.Join(dir, "tokens.csv"), "--authorization-mode", "RBAC",
-		"--service-account-issuer", "https://kubernetes.default.svc",
-		"--service-account-key-file", filepath.Join(dir, "sa.pub"),
-		"--service-account-signing-key-file", filepath.Join(dir, "sa.key"),
-		"--service-cluster-ip-range", "10.0.0.0/24", "--disable-admission-plugins", "ServiceAccount")
-	host := fmt.Sprintf("https://127.0.0.1:%d", apiPort)
-	cfg := &rest.Config{Host: host, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
-	// Ready: /readyz answers 200 (polled: the API server has no event to
-	// wait on before it listens).
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 5 * time.Second}
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		req, _ := http.NewRequest("GET", host+"/readyz", nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("kube-apiserver not ready after 3 minutes: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	kc := filepath.Join(dir, "kubeconfig")
-	os.WriteFile(kc, []byte(fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters: [{name: t, cluster: {server: %q, insecure-skip-tls-verify: true}}]
-users: [{name: t, user: {token: %q}}]
-contexts: [{name: t, context: {cluster: t, user: t, namespace: default}}]
-current-context: t
-`, host, token)), 0o600)
-	installCRD(t, cfg)
-	return cfg, kc
-}
-
-// installCRD applies deploy/kubernetes/crd-sessions.yaml and waits until
-// it is established.
-func installCRD(t testing.TB, cfg *rest.Config) {
-	t.Helper()
-	b, err := os.ReadFile("../../deploy/kubernetes/crd-sessions.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := yaml.YAMLToJSON(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(js); err != nil {
-		t.Fatal(err)
-	}
-	dyn := dynamic.NewForConfigOrDie(cfg)
-	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	ctx := context.Background()
-	if _, err := crds.Create(ctx, u, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	w, err := crds.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=sessions.quro.dev"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	for ev := range w.ResultChan() {
-		obj, ok := ev.Object.(*unstructured.Unstructured)
-		if !ok {
-			continue
-		}
-		conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
-		for _, c := range conds {
-			m, _ := c.(map[string]any)
-			if m["type"] == "Established" && m["status"] == "True" {
-				return
-			}
-		}
-	}
-	t.Fatal("the CRD's watch ended before it was established")
-}
+func freePort(t testing.TB) int { return k8stest.FreePort(t) }
 
 // quroToken makes a token for the tokens file.
 func quroToken() string {
@@ -227,10 +67,23 @@ func startNode(t testing.TB, name, kubeconfig, tokens string, extra ...string) *
 	seedPython(t, data)
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	root := newRoot(strings.NewReader(""), pw, io.Discard)
+	// The node's log, printed when the test fails (or QURO_TEST_NODE_LOGS
+	// is set): the only account of its informers (a watch that ended, a
+	// relist) and of the calls it served or forwarded.
+	logs := &syncBuffer{}
+	t.Cleanup(func() { // after the node's stop (cleanups run last first)
+		if t.Failed() || os.Getenv("QURO_TEST_NODE_LOGS") != "" {
+			b := logs.text()
+			if len(b) > 12000 {
+				b = "..." + b[len(b)-12000:]
+			}
+			t.Logf("%s's log ends:\n%s", name, b)
+		}
+	})
+	root := newRoot(strings.NewReader(""), pw, logs)
 	root.SetArgs(append([]string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--cluster", "--kubeconfig", kubeconfig,
 		"--cluster-namespace", "default", "--node-name", name, "--node-address", "127.0.0.1:0", "--tokens-file", tokens,
-		"--spare-sessions", "0", "--prestart-python=false", "--e2b=false"}, extra...))
+		"--spare-sessions", "0", "--prestart-python=false", "--e2b=false", "--log-level", "debug"}, extra...))
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx); pw.Close() }()
 	stopped := false

@@ -190,7 +190,7 @@ func (n *clusterNode) router(ctl *controller.Controller, h http.Handler, authFn 
 	rt := &cluster.Router{Table: n.c, Next: h, Auth: authFn, Logger: log, Refs: refs, Key: n.key, Registry: ctl.Registry(),
 		TenantLimit: func(string) int { return n.limit },
 		Changed: func(ctx context.Context) {
-			if err := n.member.Sync(context.WithoutCancel(ctx)); err != nil {
+			if err := n.member.SyncRecords(context.WithoutCancel(ctx)); err != nil {
 				log.Warn("cluster: recording a session change failed", "err", err)
 			}
 		},

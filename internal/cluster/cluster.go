@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -8,9 +9,12 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
+	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -20,8 +24,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
 )
 
 // Options configure a node of the cluster.
@@ -32,19 +36,32 @@ type Options struct {
 	Address   string       // host:port other nodes forward to (POD_IP and the port)
 	LeaseTTL  time.Duration
 	Logger    *slog.Logger
+
+	// Tests only: watchHook wraps each watch of the session informer (an
+	// informer that lags), onWait runs when Resolve starts to wait,
+	// lookRate replaces the bound of LookupRate and LookupBurst, and
+	// lookupWait LookupWait.
+	watchHook  func(watch.Interface) watch.Interface
+	onWait     func()
+	lookRate   *rate.Limiter
+	lookupWait time.Duration
 }
 
-// LookupRate and LookupBurst bound the API server GETs of Lookup: a
-// call's ID missing from the informer's table is fetched before anyone
-// authenticated the call, so a client with no token could otherwise turn
-// every made-up ID into a GET, queued with the node's Lease renewals
-// behind client-go's rate limit until the Lease lapsed. Past the bound a
-// missing ID is not found (the informer has it soon after). The GETs go
-// through a client of their own, so that they never wait in line with
-// the node's Lease and records.
+// LookupRate and LookupBurst bound the API server reads of Lookup and
+// Resolve: a call's session missing from the informer's table is read
+// from the API server (a session another node created a moment ago,
+// which the informer brings a moment later), and a client that names
+// made-up sessions must not turn each into a read, queued with the
+// node's Lease renewals until the Lease lapsed. Lookup, which runs before
+// anyone authenticated the call, reads only while the bound allows it at
+// once; Resolve, for an authenticated caller, waits past it for the
+// informer to bring the record or for the bound to allow a read, at most
+// LookupWait. The reads go through a client of their own, so that they
+// never wait in line with the node's Lease and records.
 const (
 	LookupRate  = 2 // per second
 	LookupBurst = 10
+	LookupWait  = 5 * time.Second
 )
 
 // WriteQPS and WriteBurst are the client-side rate limit of the node's
@@ -64,11 +81,15 @@ const (
 type Cluster struct {
 	opts     Options
 	dyn      dynamic.Interface
-	lookups  dynamic.Interface       // Lookup's GETs: a client of their own
-	lookRate flowcontrol.RateLimiter // LookupRate, LookupBurst
-	sessions cache.SharedIndexInformer
-	leases   cache.SharedIndexInformer
-	log      *slog.Logger
+	lookups  dynamic.Interface // Lookup's and Resolve's reads: a client of their own
+	lookRate *rate.Limiter     // LookupRate, LookupBurst
+	// changed is closed, and replaced, at each event of the session
+	// informer: what Resolve waits on.
+	changedMu sync.Mutex
+	changed   chan struct{}
+	sessions  cache.SharedIndexInformer
+	leases    cache.SharedIndexInformer
+	log       *slog.Logger
 	// draining: this node is being drained (Member.SetDraining); its own
 	// view of itself says so at once, before its Lease comes back
 	// through the informer.
@@ -108,9 +129,19 @@ func New(o Options) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{opts: o, dyn: dyn, lookups: lookups, log: o.Logger,
-		lookRate: flowcontrol.NewTokenBucketRateLimiter(LookupRate, LookupBurst)}
-	c.sessions = informer(dyn.Resource(SessionsGVR).Namespace(o.Namespace), "")
-	c.leases = informer(dyn.Resource(LeasesGVR).Namespace(o.Namespace), LabelComponent+"="+ComponentNode)
+		lookRate: rate.NewLimiter(LookupRate, LookupBurst), changed: make(chan struct{})}
+	if o.lookRate != nil {
+		c.lookRate = o.lookRate
+	}
+	c.sessions = informer(dyn.Resource(SessionsGVR).Namespace(o.Namespace), "", "sessions", o.Logger, o.watchHook)
+	c.leases = informer(dyn.Resource(LeasesGVR).Namespace(o.Namespace), LabelComponent+"="+ComponentNode, "leases", o.Logger, nil)
+	if _, err := c.sessions.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.notify() },
+		UpdateFunc: func(any, any) { c.notify() },
+		DeleteFunc: func(any) { c.notify() },
+	}); err != nil {
+		return nil, err
+	}
 	if err := c.sessions.AddIndexers(cache.Indexers{
 		byTenant:     index(func(s *Session) string { return s.Spec.Tenant }),
 		byTenantName: index(func(s *Session) string { return s.Spec.Tenant + "\x00" + s.Spec.Name }),
@@ -134,19 +165,43 @@ func index(key func(*Session) string) cache.IndexFunc {
 
 // informer lists and watches res (objects with the labels sel, "" for
 // all), straight from the dynamic client: client-go's informer factories
-// bring every built-in type's client along.
-func informer(res dynamic.ResourceInterface, sel string) cache.SharedIndexInformer {
+// bring every built-in type's client along. Its table lags the API server
+// while a watch is down (the reflector waits 0.8 s and more, doubling,
+// before it lists again), so each list after the first, each watch that
+// cannot start and each error that ends one are logged at Warn; a watch
+// that ends and starts again (every 5 to 10 minutes) at Debug.
+func informer(res dynamic.ResourceInterface, sel, what string, log *slog.Logger, hook func(watch.Interface) watch.Interface) cache.SharedIndexInformer {
+	var lists, watches atomic.Int64
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = sel
-			return res.List(ctx, o)
+			l, err := res.List(ctx, o)
+			if n := lists.Add(1); n > 1 || err != nil {
+				log.Warn("cluster: an informer lists its objects again; its table lagged the API server meanwhile",
+					"of", what, "lists", n, "from", o.ResourceVersion, "err", err)
+			}
+			return l, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.LabelSelector = sel
-			return res.Watch(ctx, o)
+			w, err := res.Watch(ctx, o)
+			switch n := watches.Add(1); {
+			case err != nil:
+				log.Warn("cluster: an informer's watch did not start", "of", what, "from", o.ResourceVersion, "err", err)
+			default:
+				log.Debug("cluster: an informer watches", "of", what, "from", o.ResourceVersion, "watches", n)
+			}
+			if err == nil && hook != nil {
+				w = hook(w)
+			}
+			return w, err
 		},
 	}
-	return cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 10*time.Minute, cache.Indexers{})
+	inf := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 10*time.Minute, cache.Indexers{})
+	_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		log.Warn("cluster: an informer's list or watch failed; it tries again after a backoff", "of", what, "err", err)
+	})
+	return inf
 }
 
 // Start runs the informers until ctx ends and waits at most wait for
@@ -154,8 +209,11 @@ func informer(res dynamic.ResourceInterface, sel string) cache.SharedIndexInform
 // run by a context that ends when Start returns would stop watching, and
 // the node would place and route by the table of its start for ever.
 func (c *Cluster) Start(ctx context.Context, wait time.Duration) error {
-	go c.sessions.RunWithContext(ctx)
-	go c.leases.RunWithContext(ctx)
+	// client-go's own account of the informers (a watch that ended with
+	// an error) goes to the node's log, not to klog's stderr.
+	ictx := klog.NewContext(ctx, logr.FromSlogHandler(c.log.Handler()))
+	go c.sessions.RunWithContext(ictx)
+	go c.leases.RunWithContext(ictx)
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	if !cache.WaitForCacheSync(wctx.Done(), c.sessions.HasSynced, c.leases.HasSynced) {
@@ -176,28 +234,159 @@ func asSession(obj any) (*Session, error) {
 	return sessionFrom(u)
 }
 
-// Lookup finds a session's record by ID in the informer's table, then in
-// the API server (a session another node created a moment ago), at most
-// LookupRate a second (LookupBurst at once): past it, not found.
-func (c *Cluster) Lookup(ctx context.Context, id string) (*Session, bool) {
-	if obj, ok, err := c.sessions.GetStore().GetByKey(c.opts.Namespace + "/" + id); err == nil && ok {
-		if s, err := asSession(obj); err == nil {
-			return s, true
-		}
-	}
-	if !validObjectName(id) || !c.lookRate.TryAccept() {
-		return nil, false
-	}
-	u, err := c.lookups.Resource(SessionsGVR).Namespace(c.opts.Namespace).Get(ctx, id, metav1.GetOptions{})
-	if err != nil {
-		return nil, false
-	}
-	s, err := sessionFrom(u)
-	return s, err == nil
+// notify wakes every Resolve waiting for the informer.
+func (c *Cluster) notify() {
+	c.changedMu.Lock()
+	defer c.changedMu.Unlock()
+	close(c.changed)
+	c.changed = make(chan struct{})
 }
 
-// ByName finds a tenant's session by its name (informer only).
-func (c *Cluster) ByName(tenant, name string) (*Session, bool) {
+// changes is closed at the informer's next event.
+func (c *Cluster) changes() <-chan struct{} {
+	c.changedMu.Lock()
+	defer c.changedMu.Unlock()
+	return c.changed
+}
+
+// Cached finds a session's record by ID in the informer's table only.
+func (c *Cluster) Cached(id string) (*Session, bool) { return c.cached(id) }
+
+// Lookup finds a session's record by ID in the informer's table, then in
+// the API server (a session another node created a moment ago) while the
+// bound of LookupRate and LookupBurst allows a read at once: past it, not
+// found. For a call no one authenticated (yet): Resolve is the
+// authenticated caller's.
+func (c *Cluster) Lookup(ctx context.Context, id string) (*Session, bool) {
+	if s, ok := c.cached(id); ok {
+		return s, true
+	}
+	if !validObjectName(id) || !c.lookRate.Allow() {
+		return nil, false
+	}
+	s, _ := c.readID(ctx, id)
+	return s, s != nil
+}
+
+// Resolve finds the record of the session ref names for an authenticated
+// caller of tenant: by ID, else by the tenant's own name for it (another
+// tenant's name never resolves). The informer's table answers first; a
+// record it lacks is read from the API server, which holds every record
+// the moment its create answered, while the informer's table may lag it
+// by seconds (a watch that ended waits 0.8 s and more before it lists
+// again). Past the bound of the reads, Resolve waits for the informer to
+// bring the record or for the bound to allow a read, at most LookupWait:
+// a session made through another node is found, never "not found"
+// because the table had not caught up. A session no record names is not
+// found (at once while the bound allows the read that says so).
+func (c *Cluster) Resolve(ctx context.Context, tenant, ref string) (*Session, bool) {
+	if ref == "" {
+		return nil, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(c.opts.lookupWait, LookupWait))
+	defer cancel()
+	for {
+		changed := c.changes() // before the look: an event after it wakes the wait
+		if s, ok := c.cached(ref); ok {
+			return s, true
+		}
+		if s, ok := c.byName(tenant, ref); ok {
+			return s, true
+		}
+		r := c.lookRate.Reserve()
+		delay := r.Delay()
+		var timer *time.Timer
+		var tick <-chan time.Time
+		switch dl, _ := ctx.Deadline(); {
+		case r.OK() && delay == 0:
+			if s, err, done := c.readRef(ctx, tenant, ref); done {
+				return s, s != nil
+			} else if err != nil {
+				c.log.Warn("cluster: reading a session's record from the API server failed", "session", ref, "err", err)
+			}
+			continue // the informer, or the next read
+		case r.OK() && time.Until(dl) > delay:
+			timer = time.NewTimer(delay)
+			tick = timer.C
+		default:
+			r.Cancel() // not before the wait ends: the informer only
+		}
+		if c.opts.onWait != nil {
+			c.opts.onWait()
+		}
+		select {
+		case <-changed:
+			r.Cancel() // the informer may have it now: the read's turn goes back
+			if timer != nil {
+				timer.Stop()
+			}
+		case <-tick: // the read reserved is due
+			if s, ok := c.cached(ref); ok {
+				return s, true
+			}
+			if s, err, done := c.readRef(ctx, tenant, ref); done {
+				return s, s != nil
+			} else if err != nil {
+				c.log.Warn("cluster: reading a session's record from the API server failed", "session", ref, "err", err)
+			}
+		case <-ctx.Done():
+			r.Cancel()
+			if timer != nil {
+				timer.Stop()
+			}
+			return nil, false
+		}
+	}
+}
+
+// readRef reads the record of the session ref names for tenant's caller
+// from the API server: by ID, else by the tenant's name. done: the API
+// server answered (s nil: no such session), or ctx ended.
+func (c *Cluster) readRef(ctx context.Context, tenant, ref string) (s *Session, err error, done bool) {
+	if s, err = c.readID(ctx, ref); s != nil || err != nil {
+		return s, err, err == nil || ctx.Err() != nil
+	}
+	s, err = c.readName(ctx, tenant, ref)
+	return s, err, err == nil || ctx.Err() != nil
+}
+
+// readID reads session id's record from the API server (nil, nil: none).
+func (c *Cluster) readID(ctx context.Context, id string) (*Session, error) {
+	if !validObjectName(id) {
+		return nil, nil
+	}
+	u, err := c.lookups.Resource(SessionsGVR).Namespace(c.opts.Namespace).Get(ctx, id, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return sessionFrom(u)
+}
+
+// readName reads the record of tenant's session named name from the API
+// server, found by the label of the hash of its tenant and name
+// (LabelTenantName) and checked against both (nil, nil: none).
+func (c *Cluster) readName(ctx context.Context, tenant, name string) (*Session, error) {
+	if name == "" {
+		return nil, nil
+	}
+	l, err := c.lookups.Resource(SessionsGVR).Namespace(c.opts.Namespace).List(ctx,
+		metav1.ListOptions{LabelSelector: LabelTenantName + "=" + nameHash(tenant, name)})
+	if err != nil {
+		return nil, err
+	}
+	for i := range l.Items {
+		if s, err := sessionFrom(&l.Items[i]); err == nil && s.Spec.Tenant == tenant && s.Spec.Name == name {
+			return s, nil
+		}
+	}
+	return nil, nil
+}
+
+// byName finds a tenant's session by its name in the informer's table.
+func (c *Cluster) byName(tenant, name string) (*Session, bool) {
 	objs, err := c.sessions.GetIndexer().ByIndex(byTenantName, tenant+"\x00"+name)
 	if err != nil || len(objs) != 1 {
 		return nil, false
@@ -309,12 +498,22 @@ func (c *Cluster) Record(ctx context.Context, want *Session) error {
 		return fmt.Errorf("cluster: session ID %q cannot name an object", want.Name)
 	}
 	res := c.dyn.Resource(SessionsGVR).Namespace(c.opts.Namespace)
+	// A record the informer has never seen is most likely new: created
+	// at once, without a read first (a create's answer waits for it); if
+	// it exists after all, the read and update below.
+	_, seen := c.cached(want.Name)
+	fresh := !seen
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := res.Get(ctx, want.Name, metav1.GetOptions{})
+		var cur *unstructured.Unstructured
+		var err error = apierrors.NewNotFound(SessionsGVR.GroupResource(), want.Name)
+		if !fresh {
+			cur, err = res.Get(ctx, want.Name, metav1.GetOptions{})
+		}
+		fresh = false // a conflict's retry reads first
 		if apierrors.IsNotFound(err) {
 			s := *want
 			s.Namespace = c.opts.Namespace
-			s.Labels = map[string]string{LabelNode: want.Spec.Node}
+			s.Labels = recordLabels(want.Spec)
 			u, err := s.toUnstructured()
 			if err != nil {
 				return err
@@ -335,9 +534,9 @@ func (c *Cluster) Record(ctx context.Context, want *Session) error {
 		if err != nil {
 			return err
 		}
-		if have.Spec != want.Spec {
+		if have.Spec != want.Spec || !labeled(have) {
 			have.Spec = want.Spec
-			have.Labels = map[string]string{LabelNode: want.Spec.Node}
+			have.Labels = recordLabels(want.Spec)
 			u, err := have.toUnstructured()
 			if err != nil {
 				return err
@@ -351,6 +550,21 @@ func (c *Cluster) Record(ctx context.Context, want *Session) error {
 		}
 		return nil
 	})
+}
+
+// labeled reports whether s has the labels of its spec (recordLabels): a
+// record an older node wrote lacks LabelTenantName.
+func labeled(s *Session) bool {
+	want := recordLabels(s.Spec)
+	if len(s.Labels) != len(want) {
+		return false
+	}
+	for k, v := range want {
+		if s.Labels[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // writeStatus sets the status subresource of cur (its resourceVersion

@@ -208,7 +208,7 @@ func (c *Cluster) SwitchOwner(ctx context.Context, id, from, to string) error {
 			}
 		case from:
 			s.Spec.Node = to
-			s.Labels = map[string]string{LabelNode: to}
+			s.Labels = recordLabels(s.Spec)
 			u, err := s.toUnstructured()
 			if err != nil {
 				return err

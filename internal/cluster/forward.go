@@ -60,10 +60,7 @@ func (rt *Router) Forward(ctx context.Context, caller controller.Caller, name, r
 		}
 		node = n.Name
 	} else {
-		s, ok := rt.Table.Lookup(ctx, ref)
-		if !ok {
-			s, ok = rt.Table.ByName(caller.Tenant, ref)
-		}
+		s, ok := rt.Table.Resolve(ctx, caller.Tenant, ref)
 		if !ok || s.Spec.Node == rt.Table.Self() {
 			return nil, false, nil // this node's, or nobody's: the local answer is the true one
 		}

@@ -99,7 +99,15 @@ func (m *Member) isAlive(id string) bool {
 
 // Sync writes what differs between this node's sessions and their
 // records, then renews the Lease.
-func (m *Member) Sync(ctx context.Context) error {
+func (m *Member) Sync(ctx context.Context) error { return m.sync(ctx, true) }
+
+// SyncRecords is Sync without the Lease: what a create or destroy waits
+// for before it answers (Router.Changed). Another node counts this
+// node's sessions by their records as well as by its Lease (Nodes), so
+// the Lease's count can wait for the next Sync.
+func (m *Member) SyncRecords(ctx context.Context) error { return m.sync(ctx, false) }
+
+func (m *Member) sync(ctx context.Context, lease bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	local, err := m.List(ctx)
@@ -133,7 +141,7 @@ func (m *Member) Sync(ctx context.Context) error {
 			Rootfs: ls.Rootfs, Created: ls.Created.UTC().Format(time.RFC3339)},
 			Status: SessionStatus{Alive: m.isAlive(ls.ID), Node: self, Phase: PhaseReady}}
 		want.Name = ls.ID
-		if have, ok := m.C.cached(ls.ID); ok && have.Spec == want.Spec && have.Status == want.Status {
+		if have, ok := m.C.cached(ls.ID); ok && have.Spec == want.Spec && have.Status == want.Status && labeled(have) {
 			continue
 		}
 		if err := m.C.Record(ctx, want); err != nil && firstErr == nil {
@@ -146,6 +154,9 @@ func (m *Member) Sync(ctx context.Context) error {
 				firstErr = err
 			}
 		}
+	}
+	if !lease {
+		return firstErr
 	}
 	avail, total := memInfo()
 	if err := m.C.Heartbeat(ctx, Node{Sessions: len(local), MaxSessions: m.MaxSessions, MemAvail: avail, MemTotal: total,

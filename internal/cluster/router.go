@@ -59,8 +59,14 @@ const RetryAfter = "5"
 // Table is what the Router reads of the cluster (Cluster is one).
 type Table interface {
 	Self() string
+	// Cached finds a record by ID in the node's table only.
+	Cached(id string) (*Session, bool)
+	// Lookup finds a record by ID, for a call no one authenticated.
 	Lookup(ctx context.Context, id string) (*Session, bool)
-	ByName(tenant, name string) (*Session, bool)
+	// Resolve finds the record of the session ref (an ID, or a name of
+	// tenant's) names for an authenticated caller of tenant, waiting a
+	// bounded time for a table that lags the API server.
+	Resolve(ctx context.Context, tenant, ref string) (*Session, bool)
 	TenantSessions(tenant string) int
 	Nodes() []Node
 	Node(name string) (Node, bool)
@@ -260,12 +266,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rt.local(w, r)
 		return
 	}
-	s, ok := rt.Table.Lookup(r.Context(), ref)
-	if !ok && rt.Auth != nil {
-		if caller, err := rt.Auth(r); err == nil {
-			s, ok = rt.Table.ByName(caller.Tenant, ref)
-		}
-	}
+	s, ok := rt.find(r, ref)
 	if !ok || s.Spec.Node == rt.Table.Self() {
 		if ok && rt.moving(w, s.Name) {
 			return
@@ -287,17 +288,28 @@ func (rt *Router) idOf(r *http.Request, ref string) string {
 	if ref == "" || rt.Quiesced == nil {
 		return ref
 	}
-	if s, ok := rt.Table.Lookup(r.Context(), ref); ok {
+	if s, ok := rt.find(r, ref); ok {
 		return s.Name
+	}
+	return ref
+}
+
+// find is the record of the session ref names: the node's table's, else
+// for an authenticated caller the one its ID or its tenant's name for it
+// resolves to (Table.Resolve: read from the API server, or awaited from
+// the informer, when the table lags it), else for a call no one
+// authenticated here (a preview's, an E2B access token's: the owner
+// checks it) the one its ID names (Table.Lookup).
+func (rt *Router) find(r *http.Request, ref string) (*Session, bool) {
+	if s, ok := rt.Table.Cached(ref); ok {
+		return s, true
 	}
 	if rt.Auth != nil {
 		if caller, err := rt.Auth(r); err == nil {
-			if s, ok := rt.Table.ByName(caller.Tenant, ref); ok {
-				return s.Name
-			}
+			return rt.Table.Resolve(r.Context(), caller.Tenant, ref)
 		}
 	}
-	return ref
+	return rt.Table.Lookup(r.Context(), ref)
 }
 
 // moving answers 503 with Retry-After for a session being moved from

@@ -37,9 +37,12 @@ func (s *staticTable) Lookup(_ context.Context, id string) (*Session, bool) {
 	x, ok := s.sessions[id]
 	return x, ok
 }
-func (s *staticTable) ByName(string, string) (*Session, bool) { return nil, false }
-func (s *staticTable) TenantSessions(string) int              { return 0 }
-func (s *staticTable) Nodes() []Node                          { return s.nodes }
+func (s *staticTable) Cached(id string) (*Session, bool) { return s.Lookup(context.Background(), id) }
+func (s *staticTable) Resolve(ctx context.Context, _, ref string) (*Session, bool) {
+	return s.Lookup(ctx, ref)
+}
+func (s *staticTable) TenantSessions(string) int { return 0 }
+func (s *staticTable) Nodes() []Node             { return s.nodes }
 func (s *staticTable) Node(name string) (Node, bool) {
 	for _, n := range s.nodes {
 		if n.Name == name {
@@ -674,5 +677,73 @@ func TestSignedFilesProbe(t *testing.T) {
 	}
 	if got := do(owner.URL, "GET", "path=/f&signature=good", HeaderSignedProbe, "DELETE", HeaderForwardedBy, signed); !strings.HasPrefix(got, "404 ") {
 		t.Errorf("a probe for another method: %s", got)
+	}
+}
+
+// askingTable is a staticTable that notes which of its lookups a Router
+// asked for a session its table lacks.
+type askingTable struct {
+	staticTable
+	mu    sync.Mutex
+	asked []string
+}
+
+func (a *askingTable) note(s string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.asked = append(a.asked, s)
+}
+
+func (a *askingTable) Lookup(ctx context.Context, id string) (*Session, bool) {
+	a.note("lookup " + id)
+	return a.staticTable.Lookup(ctx, id)
+}
+
+func (a *askingTable) Resolve(ctx context.Context, tenant, ref string) (*Session, bool) {
+	a.note("resolve " + tenant + " " + ref)
+	return a.staticTable.Resolve(ctx, tenant, ref)
+}
+
+// TestRouterResolvesForTheAuthenticatedCaller: a session the node's table
+// holds is routed by the table alone; one it lacks is resolved for an
+// authenticated caller's tenant (Table.Resolve, which reads the API
+// server or waits for the informer), and looked up by ID only (the
+// bounded Table.Lookup, which never waits) for a call no one
+// authenticated.
+func TestRouterResolvesForTheAuthenticatedCaller(t *testing.T) {
+	t.Parallel()
+	table := &askingTable{staticTable: staticTable{self: "a",
+		sessions: map[string]*Session{"sa": {ObjectMeta: metav1.ObjectMeta{Name: "sa"}, Spec: SessionSpec{Node: "a"}}}}}
+	rt := &Router{Table: table, Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) }),
+		Auth: func(r *http.Request) (controller.Caller, error) {
+			if r.Header.Get("Authorization") != "Bearer good" {
+				return controller.Caller{}, errors.New("no token")
+			}
+			return controller.Caller{Tenant: "acme"}, nil
+		}}
+	for _, c := range []struct {
+		ref, auth, want string
+	}{
+		{"sa", "Bearer good", ""},
+		{"sa", "", ""},
+		{"work", "Bearer good", "resolve acme work"},
+		{"made-up", "", "lookup made-up"},
+		{"made-up", "Bearer bad", "lookup made-up"},
+	} {
+		table.mu.Lock()
+		table.asked = nil
+		table.mu.Unlock()
+		req := httptest.NewRequest("GET", "/v1/sessions/"+c.ref+"/files/x", nil)
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		w := httptest.NewRecorder()
+		rt.ServeHTTP(w, req)
+		table.mu.Lock()
+		got := strings.Join(table.asked, "; ")
+		table.mu.Unlock()
+		if got != c.want || w.Code != http.StatusTeapot {
+			t.Errorf("%s with %q: asked %q (want %q), answered %d", c.ref, c.auth, got, c.want, w.Code)
+		}
 	}
 }

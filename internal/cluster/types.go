@@ -9,6 +9,8 @@
 package cluster
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"time"
@@ -34,7 +36,11 @@ var (
 
 // Labels and annotations Quro sets.
 const (
-	LabelNode       = "quro.dev/node" // a Session's owner; a node Lease's node
+	LabelNode = "quro.dev/node" // a Session's owner; a node Lease's node
+	// LabelTenantName is a named Session's nameHash of its tenant and
+	// name: a node whose informer lags finds a tenant's session by name
+	// in the API server (Cluster.Resolve).
+	LabelTenantName = "quro.dev/tenant-name"
 	LabelComponent  = "quro.dev/component"
 	ComponentNode   = "node"
 	AnnotAddress    = "quro.dev/address"      // a node's host:port, where other nodes forward
@@ -145,4 +151,23 @@ func nodeFromLease(u *unstructured.Unstructured) (Node, bool) {
 		}
 	}
 	return n, true
+}
+
+// nameHash is a label value (63 characters at most) for a tenant's
+// session name: the first 30 bytes of the SHA-256 of tenant and name, in
+// hex. A name is any text the tenant chose, so it is hashed, never put in
+// a label; a record found by the label is checked against the tenant and
+// name themselves.
+func nameHash(tenant, name string) string {
+	h := sha256.Sum256([]byte(tenant + "\x00" + name))
+	return hex.EncodeToString(h[:30])
+}
+
+// recordLabels are the labels of a session's record with spec.
+func recordLabels(spec SessionSpec) map[string]string {
+	l := map[string]string{LabelNode: spec.Node}
+	if spec.Name != "" {
+		l[LabelTenantName] = nameHash(spec.Tenant, spec.Name)
+	}
+	return l
 }

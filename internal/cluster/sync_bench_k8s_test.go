@@ -1,0 +1,72 @@
+//go:build k8s
+
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quro-dev/quro/internal/k8stest"
+)
+
+// BenchmarkClusterSyncAfterCreate: what a create's answer waits for after
+// the box started, against a real API server: a node's sync once one new
+// session is in its list. "records" is SyncRecords (what Router.Changed
+// runs: the record created, its status written), "with-lease" is Sync
+// (the same, then the Lease read and renewed: what Changed ran before).
+// Medians, in ms. Run (bench/README.md):
+//
+//	go test -tags k8s -trimpath -run '^$' -bench ClusterSyncAfterCreate -benchtime 30x ./internal/cluster/
+func BenchmarkClusterSyncAfterCreate(b *testing.B) {
+	cfg, _ := k8stest.APIServer(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	c, err := New(Options{Config: cfg, Namespace: "default", Node: "node-a", Address: "127.0.0.1:1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := c.Start(ctx, 2*time.Minute); err != nil {
+		b.Fatal(err)
+	}
+	var mu sync.Mutex
+	local := []LocalSession{{ID: "bench-0", Tenant: "acme", Name: "s0", Created: time.Now()}}
+	m := &Member{C: c, List: func(context.Context) ([]LocalSession, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(local), nil
+	}}
+	// The Lease, and a first record: the API server holds the creates of
+	// a CRD established less than 2 s ago for 2 s.
+	if err := m.Sync(ctx); err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	for _, mode := range []string{"records", "with-lease"} {
+		b.Run(mode, func(b *testing.B) {
+			var took []time.Duration
+			for b.Loop() {
+				n++
+				mu.Lock()
+				local = append(local, LocalSession{ID: fmt.Sprintf("bench-%d", n), Tenant: "acme", Name: fmt.Sprintf("s%d", n), Created: time.Now()})
+				mu.Unlock()
+				start := time.Now()
+				sync := m.SyncRecords
+				if mode == "with-lease" {
+					sync = m.Sync
+				}
+				if err := sync(ctx); err != nil {
+					b.Fatal(err)
+				}
+				took = append(took, time.Since(start))
+			}
+			slices.Sort(took)
+			med := took[len(took)/2]
+			b.ReportMetric(float64(med.Microseconds())/1000, "median-ms")
+			b.Logf("%s: median %s of %d (min %s, max %s)", mode, med, len(took), took[0], took[len(took)-1])
+		})
+	}
+}
