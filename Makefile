@@ -165,7 +165,8 @@ TRIM := -trimpath
 # (compiling and fuzzing, mostly CPU) runs beside them, at nice 10 and
 # until they end, not after (test/run.sh); the
 # slim build's tests (no embedded Python: the rest of the chain must
-# answer) run after (test/run.sh says why). The slim build runs the Python engine's
+# answer) run beside them too, at nice 0, but for internal/app's, which
+# run after (test/run.sh says why). The slim build runs the Python engine's
 # tests whole, and of MCP's and internal/app's those whose behaviour the
 # build changes: SLIM_MCP_RUN, the ones that branch on the build
 # (embeddedPython: rich outputs, images, the scripted agent) or run the
