@@ -200,7 +200,9 @@ test: test-install test-deps
 # destroyed, leave no mount, loop device, cgroup, uid or process), or the
 # long tail of a workload (the
 # CPython test suite's asyncio, threading and pool modules under the
-# seccomp filter; a 50 MB file through E2B's SDK), minutes each. A soak test is named TestSoak* and
+# seccomp filter; a 50 MB file through E2B's SDK; 2 GiB of a run's
+# output through the server; the attacks on memory and disk at a run's
+# default limits), minutes each. A soak test is named TestSoak* and
 # starts with soak.Skip(t) (internal/soak), which skips it unless
 # QURO_SOAK is set; make test runs a smaller count (or share) of the same
 # check under the test's name without Soak. Run here: the packages that
