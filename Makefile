@@ -165,7 +165,8 @@ TRIM := -trimpath
 # (compiling and fuzzing, mostly CPU) runs beside them, at nice 10 and
 # until they end, not after (test/run.sh); the
 # slim build's tests (no embedded Python: the rest of the chain must
-# answer) run after (test/run.sh says why). The slim build runs the Python engine's
+# answer) run beside them too, at nice 0, but for internal/app's, which
+# run after (test/run.sh says why). The slim build runs the Python engine's
 # tests whole, and of MCP's and internal/app's those whose behaviour the
 # build changes: SLIM_MCP_RUN, the ones that branch on the build
 # (embeddedPython: rich outputs, images, the scripted agent) or run the
@@ -199,7 +200,9 @@ test: test-install test-deps
 # destroyed, leave no mount, loop device, cgroup, uid or process), or the
 # long tail of a workload (the
 # CPython test suite's asyncio, threading and pool modules under the
-# seccomp filter; a 50 MB file through E2B's SDK), minutes each. A soak test is named TestSoak* and
+# seccomp filter; a 50 MB file through E2B's SDK; 2 GiB of a run's
+# output through the server; the attacks on memory and disk at a run's
+# default limits), minutes each. A soak test is named TestSoak* and
 # starts with soak.Skip(t) (internal/soak), which skips it unless
 # QURO_SOAK is set; make test runs a smaller count (or share) of the same
 # check under the test's name without Soak. Run here: the packages that

@@ -13,13 +13,14 @@
 #   2. the quick checks (the web bundle's types, gofmt, go.mod tidiness,
 #      vet);
 #   3. every package's tests (SLOW_PKGS, the longest, first), with
-#      two runs beside them at nice 10: the linter (it loads the packages
-#      compiled with $TRIM, as the tests are, from the build cache: 11 s
-#      of CPU in a fresh clone, 86 s without the flag) and the fuzz
-#      targets (a first round, then rounds until the tests end). Each
+#      three runs beside them: at nice 10, the linter (it loads the
+#      packages compiled with $TRIM, as the tests are, from the build
+#      cache: 11 s of CPU in a fresh clone, 86 s without the flag) and
+#      the fuzz targets (a first round, then rounds until the tests
+#      end); at nice 0, the slim build's Python engine and MCP tests (no
+#      embedded Python: the rest of the Python chain must answer). Each
 #      side run prints its output and time when the tests end;
-#   4. the slim build's tests (no embedded Python: the rest of the Python
-#      chain must answer).
+#   4. the slim build's internal/app tests.
 # The tests' phase's wall time is internal/app's, which mostly waits
 # (boxes, apt, pip, compilers: its process and children used 83 s of CPU
 # in its first 570 s at a load of 15), so the fuzz run (mostly CPU, and
@@ -29,10 +30,11 @@
 # nice 10 (about a tenth of a core the tests also want) and the fuzz run
 # past its first round mostly uses CPU the tests leave idle: it ends when
 # they do, not after a fixed count. The
-# slim build's tests stay after: its internal/app makes and destroys
-# sessions, and the one run with it beside the full build's had a leak
+# slim build's internal/app tests stay after: they make and destroy
+# sessions, and the one run with them beside the full build's had a leak
 # test that did not settle (TestSessionsHeldAtOnceLeaveNothing; its
-# counts are this process's, so the cause is not proven).
+# counts are this process's, so the cause is not proven). The slim
+# build's Python engine and MCP tests run beside the tests (below).
 # A failing phase does not stop the later ones (a lint finding and a test
 # failure are both worth seeing in one run); the exit status is that of
 # the first failure.
@@ -117,20 +119,29 @@ side lint nice -n 10 env GOFLAGS="$TRIM${GOFLAGS:+ $GOFLAGS}" $GOLANGCI run --al
 # until the tests end (test/fuzz/run.sh).
 side fuzz nice -n 10 env FUZZTIME="$FUZZ_FIRST" FUZZCOUNT_SLOW="$FUZZ_SLOW" FUZZ_UNTIL="$fuzz_stop" \
 	GO="$GO" TRIM="$TRIM" bash test/fuzz/run.sh
-slim() {
+# The slim build's Python engine and MCP tests run beside the tests, at
+# nice 0 (they are tests, not filler): they were 75 s of wall time after
+# them (62 s and 12 s in CI), mostly the slim build's compile and the
+# Python chain's waits, while the tests' phase mostly waits too. Neither
+# package's tests count what the host holds, and internal/app's leak
+# tests count only what lies under their own data directory (mounts,
+# loop devices) or their own App, which the full build's MCP, Python
+# engine and cmd/quro tests already run beside.
+slim_side() {
 	"$GO" test $TRIM -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim ./internal/engine/python/ &&
-		"$GO" test $TRIM -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim -run "$SLIM_MCP_RUN" ./internal/api/mcp/ &&
-		"$GO" test $TRIM -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim -run "$SLIM_APP_RUN" ./internal/app/
+		"$GO" test $TRIM -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim -run "$SLIM_MCP_RUN" ./internal/api/mcp/
 }
+side "go test -tags slim (Python engine, MCP)" slim_side
 phase "go test (every package)" \
 	"$GO" test $TRIM -p "$TEST_P" -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" ${pkgs[@]+"${pkgs[@]}"} ./...
 touch "$fuzz_stop"
 wait_side lint
-# The slim build's tests after, not beside: internal/app's leak tests
-# count what the host holds (mounts, loop devices, cgroups, uids), and a
-# second internal/app making and destroying sessions beside them kept
-# those counts from settling.
-phase "go test -tags slim" slim
+wait_side "go test -tags slim (Python engine, MCP)"
+# The slim build's internal/app tests after, not beside: the one run of
+# them beside the full build's internal/app had a leak test that did not
+# settle (TestSessionsHeldAtOnceLeaveNothing; see the header).
+phase "go test -tags slim ./internal/app/" \
+	"$GO" test $TRIM -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim -run "$SLIM_APP_RUN" ./internal/app/
 wait_side fuzz
 
 echo "make test: $(($(date +%s) - start)) s after the install steps, rc $status"

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/sandbox/sandboxtest"
+	"github.com/quro-dev/quro/internal/soak"
 )
 
 // The attack suite: each test runs a real attack from user code in a real
@@ -101,11 +102,56 @@ def sc(*a):
     return r, ctypes.get_errno()
 `
 
+// attackLimits are the limits TestAttacks' long cases (memory and disk
+// traffic) attack: the defaults with a quarter of their memory and a
+// sixteenth of their file size. The attacks are the same and so is the
+// check (the run is killed by the memory cgroup, the write stopped by
+// RLIMIT_FSIZE); at the defaults they moved 3 GiB of memory and 1.1 GB
+// of disk, 51 s of TestAttacks' 98 s at a load of 50, and run in make
+// test-soak (TestSoakAttacksAtTheDefaultLimits).
+func attackLimits() Limits {
+	lim := DefaultLimits()
+	lim.Memory /= 4
+	lim.FileSize /= 16
+	return lim
+}
+
 func TestAttacks(t *testing.T) {
+	lim := attackLimits()
+	attacks(t, &lim, false)
+}
+
+// TestSoakAttacksAtTheDefaultLimits is TestAttacks' long cases at a
+// run's default limits (1 GiB of memory, a 1 GiB file).
+func TestSoakAttacksAtTheDefaultLimits(t *testing.T) {
+	soak.Skip(t)
+	attacks(t, nil, true)
+}
+
+// attacks runs the attack suite. The long cases attack lim (nil: the
+// runs' defaults, as a session gets them); longOnly runs only those.
+func attacks(t *testing.T, lim *Limits, longOnly bool) {
 	e := newAttackEnv(t)
 	py := func(code string) string {
 		return "python3 -I -c '" + strings.ReplaceAll(pyErrno+code, "'", `'"'"'`) + "'"
 	}
+	// The long cases run in a sandbox whose runs get lim (a session box
+	// takes its limits from its sandbox, not from a run's Spec).
+	longLim, longEnv := DefaultLimits(), e
+	if lim != nil {
+		longLim = *lim
+		sb, err := New(&Options{SessionBoxes: true, Limits: &longLim})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(sb.CloseBoxes)
+		le := *e
+		le.sb, longEnv = sb, &le
+	}
+	// The memory attack touches 1.5 times the limit twice (no swap: the
+	// cgroup's swap is 0); the file is the limit and 76 MiB more.
+	touch := strconv.FormatUint(longLim.Memory*3/2, 10)
+	fill := strconv.FormatUint(longLim.FileSize>>20+76, 10) + "M"
 	for _, tc := range []struct {
 		name    string
 		script  string
@@ -113,8 +159,9 @@ func TestAttacks(t *testing.T) {
 		timeout time.Duration
 		// safe checks the outcome; it gets the output and the exit.
 		safe func(out string, exit Exit) bool
-		// long: seconds to tens of seconds of memory or disk traffic,
-		// skipped under -short (TestTenantMemoryCeilingSpansSessions and
+		// long: seconds to tens of seconds of memory or disk traffic
+		// (sized by the limits attacked, see attackLimits), skipped
+		// under -short (TestTenantMemoryCeilingSpansSessions and
 		// TestFileSizeLimitStopsAWrite still check those limits there).
 		long bool
 	}{
@@ -174,28 +221,40 @@ func TestAttacks(t *testing.T) {
 			safe: func(out string, exit Exit) bool { return exit.TimedOut }},
 		{name: "100 GB allocation", script: py("try:\n b = bytearray(100 << 30); print('ALLOCATED')\nexcept MemoryError: print('MemoryError')"),
 			safe: func(out string, _ Exit) bool { return strings.Contains(out, "MemoryError") }},
-		{name: "touch more memory than the cgroup allows", long: true, script: py("b = b'x' * (3 << 29)\nb2 = b'y' * (3 << 29)\nprint('ALLOCATED')"),
+		{name: "touch more memory than the cgroup allows", long: true, script: py("b = b'x' * " + touch + "\nb2 = b'y' * " + touch + "\nprint('ALLOCATED')"),
 			safe: func(out string, exit Exit) bool { return !strings.Contains(out, "ALLOCATED") && exit.OOMKilled }},
 		{name: "fill /tmp", script: "head -c 400M /dev/zero > /tmp/fill; echo rc=$?; df -m /tmp | tail -1",
 			safe: func(out string, _ Exit) bool { return strings.Contains(out, "No space left") }},
-		{name: "fill the workspace with one file", long: true, script: "head -c 1100M /dev/zero > fill; echo rc=$?; rm -f fill",
+		{name: "fill the workspace with one file", long: true, script: "head -c " + fill + " /dev/zero > fill; echo rc=$?; rm -f fill",
 			safe: func(out string, exit Exit) bool {
 				return strings.Contains(out, "rc=153") || strings.Contains(out, "File size limit")
 			}},
 		{name: "open files until EMFILE", script: py("fs=[]\ntry:\n while True: fs.append(open('/dev/null'))\nexcept OSError as x: print(len(fs), x.errno)"),
 			safe: func(out string, _ Exit) bool { return strings.Contains(out, " 24") }},
 	} {
+		if longOnly && !tc.long {
+			continue
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.long && testing.Short() {
 				t.Skip("long: memory or disk traffic")
 			}
 			ctx := testCtx(t)
+			if tc.long && lim == nil {
+				// At the defaults the memory case moves 3 GiB: it passed
+				// testCtx's 60 s at loads of 30 and 300.
+				ctx = longCtx(t, 5*time.Minute)
+			}
 			if tc.timeout > 0 {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, tc.timeout)
 				defer cancel()
 			}
-			out, exit := e.attack(t, ctx, tc.script, tc.mod)
+			env := e
+			if tc.long {
+				env = longEnv
+			}
+			out, exit := env.attack(t, ctx, tc.script, tc.mod)
 			t.Logf("exit %d oom=%v timed_out=%v\n%s", exit.Code, exit.OOMKilled, exit.TimedOut, out)
 			if !tc.safe(out, exit) {
 				t.Errorf("unsafe outcome: exit %+v\n%s", exit, out)
