@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/quota"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/terminal"
 )
@@ -589,4 +591,70 @@ du -sm . | cut -f1`})
 	b.ReportMetric(median(snaps), "ms-snapshot-p50")
 	b.ReportMetric(median(one), "ms-fork1-p50")
 	b.ReportMetric(median(four), "ms-per-copy-fork4-p50")
+}
+
+// A program the server starts while a snapshot is copied (another
+// session's box, a helper: here a sleep, started from the copy's hook
+// before each entry's open) holds nothing of the session's disk: Close
+// unmounts the disk while the program still runs. When the copy's
+// descriptors were inherited, the disk stayed mounted (EBUSY) and the
+// data directory could not be removed.
+func TestCloseUnmountsADiskCopiedWhileProgramsStarted(t *testing.T) {
+	t.Parallel()
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed,
+		Limits: Limits{Tenant: TenantLimits{Disk: 16 << 20}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			a.Close()
+		}
+	})
+	if err := a.tenants.disks.Enforced(); err != nil {
+		t.Skipf("no kernel disk quota here: %v", err)
+	}
+	shIn(t, a, "", "mkdir -p d/e && echo x > d/e/f && echo y > g")
+	def, err := a.Sessions.Default(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !quota.Mounted(def.Dir) {
+		t.Fatal("the default session has no disk mounted")
+	}
+	var started []*exec.Cmd
+	t.Cleanup(func() {
+		for _, c := range started {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+		// What the former code left behind (the disk, and the bind of
+		// the sessions' directory Close keeps above a disk still
+		// mounted), so that TempDir's removal does not fail too.
+		if quota.Mounted(def.Dir) {
+			_ = syscall.Unmount(def.Dir, syscall.MNT_DETACH)
+			_ = syscall.Unmount(filepath.Dir(def.Dir), syscall.MNT_DETACH)
+		}
+	})
+	a.copyHook = func(string) {
+		c := exec.Command("sleep", "600")
+		if err := c.Start(); err != nil {
+			t.Error(err)
+			return
+		}
+		started = append(started, c)
+	}
+	snapshot(t, a, SnapshotInput{Name: "s"})
+	a.copyHook = nil
+	if len(started) == 0 {
+		t.Fatal("the copy's hook never ran")
+	}
+	closed = true
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if quota.Mounted(def.Dir) {
+		t.Errorf("after Close, the session's disk is still mounted while %d programs started during the copy run", len(started))
+	}
 }
