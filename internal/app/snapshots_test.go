@@ -25,6 +25,19 @@ func shIn(t testing.TB, a *App, sess, code string) *runcode.Result {
 	return runCode(t, a, RunCodeInput{Lang: "sh", Session: sess, Code: code})
 }
 
+// shOK is shIn for code that must succeed: a run that did not (an error,
+// a timeout, a non-zero exit) fails the test with what it said, rather
+// than leave a later check to fail on what it did not write.
+func shOK(t testing.TB, a *App, sess, code string) *runcode.Result {
+	t.Helper()
+	r := shIn(t, a, sess, code)
+	if r.ExitCode != 0 || r.Error != "" || r.Interrupted {
+		t.Fatalf("%q in session %q: exit %d, error %q, interrupted %v, notes %q\nstdout: %s\nstderr: %s",
+			code, sess, r.ExitCode, r.Error, r.Interrupted, r.Notes, r.Stdout, r.Stderr)
+	}
+	return r
+}
+
 func snapshot(t testing.TB, a *App, in SnapshotInput) *SnapshotInfo {
 	t.Helper()
 	reply, err := call(t, a, "snapshot_session", in)
@@ -323,7 +336,7 @@ func TestSnapshotCeilings(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	shIn(t, a, "", "head -c 1M /dev/zero > one")
+	shOK(t, a, "", "head -c 1M /dev/zero > one")
 	snapshot(t, a, SnapshotInput{Name: "a"})
 	snapshot(t, a, SnapshotInput{Name: "b"})
 	_, err = call(t, a, "snapshot_session", SnapshotInput{Name: "c"})
@@ -334,7 +347,7 @@ func TestSnapshotCeilings(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 1 MiB held, 2 MiB left: a 2.5 MiB workspace does not fit.
-	shIn(t, a, "", "head -c 1536K /dev/zero > two")
+	shOK(t, a, "", "head -c 1536K /dev/zero > two")
 	_, err = call(t, a, "snapshot_session", SnapshotInput{Name: "c"})
 	if ce := wantCode(t, err, capability.ResourceExhausted); !strings.Contains(ce.Message, "larger than what your snapshots may still hold") {
 		t.Errorf("bytes ceiling: %s", ce.Message)
@@ -356,11 +369,11 @@ func TestSnapshotCeilings(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	shIn(t, b, "", "head -c 3M /dev/zero > f; for i in $(seq 20); do ln f f$i; done")
+	shOK(t, b, "", "head -c 3M /dev/zero > f; for i in $(seq 20); do ln f f$i; done")
 	if s := snapshot(t, b, SnapshotInput{Name: "links"}); s.SizeBytes != 3<<20 || s.Hardlinks != 20 {
 		t.Errorf("hard links: %+v", s)
 	}
-	shIn(t, b, "", "rm f*; truncate -s 1G sparse")
+	shOK(t, b, "", "rm f*; truncate -s 1G sparse")
 	_, err = call(t, b, "snapshot_session", SnapshotInput{Name: "sparse"})
 	if ce := wantCode(t, err, capability.ResourceExhausted); !strings.Contains(ce.Message, "larger than your per-session disk quota") {
 		t.Errorf("a sparse file larger than the quota: %s", ce.Message)
@@ -615,7 +628,7 @@ func TestCloseUnmountsADiskCopiedWhileProgramsStarted(t *testing.T) {
 	if err := a.tenants.disks.Enforced(); err != nil {
 		t.Skipf("no kernel disk quota here: %v", err)
 	}
-	shIn(t, a, "", "mkdir -p d/e && echo x > d/e/f && echo y > g")
+	shOK(t, a, "", "mkdir -p d/e && echo x > d/e/f && echo y > g")
 	def, err := a.Sessions.Default(context.Background())
 	if err != nil {
 		t.Fatal(err)
