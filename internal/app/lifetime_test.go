@@ -119,7 +119,13 @@ func TestSessionLifetimeDestroys(t *testing.T) {
 	if short.ExpiresAt == nil || short.OnTimeout != session.ExpiryDestroy {
 		t.Fatalf("no lifetime: %+v", short)
 	}
-	kept := mustCall(t, a, "create_session", CreateSessionInput{Name: "kept", TimeoutS: 1}).(*SessionInfo)
+	// An hour, not a second: at load the create and the call below took
+	// longer than a second, and the session had expired (destroyed, "not
+	// found") before its lifetime was removed.
+	kept := mustCall(t, a, "create_session", CreateSessionInput{Name: "kept", TimeoutS: 3600}).(*SessionInfo)
+	if kept.ExpiresAt == nil {
+		t.Fatalf("no lifetime: %+v", kept)
+	}
 	mustCall(t, a, "set_session_timeout", SetTimeoutInput{Session: "kept", TimeoutS: 0})
 	long := mustCall(t, a, "create_session", CreateSessionInput{Name: "long", TimeoutS: 3600}).(*SessionInfo)
 	shortened := mustCall(t, a, "set_session_timeout", SetTimeoutInput{Session: "long", TimeoutS: 1}).(*SessionInfo)
@@ -131,7 +137,8 @@ func TestSessionLifetimeDestroys(t *testing.T) {
 	if st.ExpiresAt != nil {
 		t.Fatalf("a removed lifetime is back: %+v", st)
 	}
-	// The session whose lifetime was removed outlived the others' end.
+	// The session whose lifetime was removed outlived the others' end (the
+	// patrol that ended them passed it by).
 	if gone(a, kept.ID) {
 		t.Fatal("a session with no lifetime was destroyed")
 	}

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -56,7 +57,8 @@ func TestInstallPackagesBadInput(t *testing.T) {
 
 // A session with network none is told what it needs, and apt is never
 // started: here the rootfs's lock is held, so a call that went as far as
-// apt would wait for it instead of answering at once.
+// apt would wait for it (and say so on its output) instead of answering
+// at once.
 func TestInstallPackagesNeedsNetwork(t *testing.T) {
 	a := newApp(t, nil)
 	m := rootfs.New(rootfs.DirIn(a.DataDir))
@@ -74,14 +76,29 @@ func TestInstallPackagesNeedsNetwork(t *testing.T) {
 	if _, err := a.Sessions.CreateWith(context.Background(), "offline", session.CreateOptions{Rootfs: "default"}); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	_, err = call(t, a, "install_packages", InstallPackagesInput{Session: "offline", Packages: []string{"jq"}, TimeoutMS: 60000})
+	var out strings.Builder
+	var mu sync.Mutex
+	ctx := runcode.WithOutput(context.Background(), func(_ string, p []byte) {
+		mu.Lock()
+		out.Write(p)
+		mu.Unlock()
+	})
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	args, _ := json.Marshal(InstallPackagesInput{Session: "offline", Packages: []string{"jq"}, TimeoutMS: 60000})
+	_, err = a.Controller.Call(ctx, admin, "install_packages", args)
 	if capCode(err) != capability.PermissionDenied || !strings.Contains(err.Error(), "network internet") ||
 		!strings.Contains(err.Error(), "create_session") || !strings.Contains(err.Error(), "apt was not started") {
 		t.Fatalf("network none: %v", err)
 	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("the refusal took %s: it waited for the rootfs", d)
+	// A refusal after a wait would say it waited (and a wait to the
+	// call's end is deadline_exceeded, not the refusal above). Not a
+	// bound of 5 s on the call: on a loaded machine the call alone can
+	// take longer.
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(out.String(), "waiting for another change") {
+		t.Errorf("the refusal waited for the rootfs's lock first: %q", out.String())
 	}
 }
 
@@ -257,6 +274,17 @@ func TestInstallPackagesWaitsForTheLock(t *testing.T) {
 	// the mirror, which took 14 s of a minute on a loaded CI machine.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	// The call says on its output when it finds the lock held and begins
+	// to wait: the lock is let go only then. (A fixed second here let a
+	// call that reached the lock after the second pass without waiting:
+	// the test then proved nothing.)
+	waiting := make(chan struct{})
+	var once sync.Once
+	ctx = runcode.WithOutput(ctx, func(_ string, p []byte) {
+		if bytes.Contains(p, []byte("# waiting for another change of rootfs")) {
+			once.Do(func() { close(waiting) })
+		}
+	})
 	done := make(chan error, 1)
 	var res *InstallPackagesResult
 	go func() {
@@ -267,19 +295,17 @@ func TestInstallPackagesWaitsForTheLock(t *testing.T) {
 	select {
 	case err := <-done:
 		t.Fatalf("returned while the lock was held: %v", err)
-	case <-time.After(time.Second):
+	case <-waiting:
+	case <-time.After(2 * time.Minute): // a guard: the line comes as soon as the call reaches the lock
+		unlock()
+		t.Fatal("the call did not say it waits for the lock")
 	}
 	unlock()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	// The call says it waited. How long is not the test's to know: the
-	// wait began when the call reached the lock, some time after the
-	// goroutine started (under load, a good part of the second above),
-	// so a bound taken from the test's clock (it was >= 1000 ms) failed
-	// whenever the call reached the lock later than the test's timer
-	// woke it.
-	if res.WaitedMS <= 0 || res.ExitCode != 0 {
+	// The call says it waited. How long is not the test's to know.
+	if res.WaitedMS <= 0 || res.ExitCode != 0 || !strings.HasPrefix(res.Output, `# waiting for another change of rootfs "default" to finish`) {
 		t.Errorf("%+v", res)
 	}
 	// A timeout while waiting is a clear deadline_exceeded.

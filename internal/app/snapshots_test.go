@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/quota"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/terminal"
 )
@@ -21,6 +23,19 @@ import (
 func shIn(t testing.TB, a *App, sess, code string) *runcode.Result {
 	t.Helper()
 	return runCode(t, a, RunCodeInput{Lang: "sh", Session: sess, Code: code})
+}
+
+// shOK is shIn for code that must succeed: a run that did not (an error,
+// a timeout, a non-zero exit) fails the test with what it said, rather
+// than leave a later check to fail on what it did not write.
+func shOK(t testing.TB, a *App, sess, code string) *runcode.Result {
+	t.Helper()
+	r := shIn(t, a, sess, code)
+	if r.ExitCode != 0 || r.Error != "" || r.Interrupted {
+		t.Fatalf("%q in session %q: exit %d, error %q, interrupted %v, notes %q\nstdout: %s\nstderr: %s",
+			code, sess, r.ExitCode, r.Error, r.Interrupted, r.Notes, r.Stdout, r.Stderr)
+	}
+	return r
 }
 
 func snapshot(t testing.TB, a *App, in SnapshotInput) *SnapshotInfo {
@@ -321,7 +336,7 @@ func TestSnapshotCeilings(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	shIn(t, a, "", "head -c 1M /dev/zero > one")
+	shOK(t, a, "", "head -c 1M /dev/zero > one")
 	snapshot(t, a, SnapshotInput{Name: "a"})
 	snapshot(t, a, SnapshotInput{Name: "b"})
 	_, err = call(t, a, "snapshot_session", SnapshotInput{Name: "c"})
@@ -332,7 +347,7 @@ func TestSnapshotCeilings(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 1 MiB held, 2 MiB left: a 2.5 MiB workspace does not fit.
-	shIn(t, a, "", "head -c 1536K /dev/zero > two")
+	shOK(t, a, "", "head -c 1536K /dev/zero > two")
 	_, err = call(t, a, "snapshot_session", SnapshotInput{Name: "c"})
 	if ce := wantCode(t, err, capability.ResourceExhausted); !strings.Contains(ce.Message, "larger than what your snapshots may still hold") {
 		t.Errorf("bytes ceiling: %s", ce.Message)
@@ -354,11 +369,11 @@ func TestSnapshotCeilings(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	shIn(t, b, "", "head -c 3M /dev/zero > f; for i in $(seq 20); do ln f f$i; done")
+	shOK(t, b, "", "head -c 3M /dev/zero > f; for i in $(seq 20); do ln f f$i; done")
 	if s := snapshot(t, b, SnapshotInput{Name: "links"}); s.SizeBytes != 3<<20 || s.Hardlinks != 20 {
 		t.Errorf("hard links: %+v", s)
 	}
-	shIn(t, b, "", "rm f*; truncate -s 1G sparse")
+	shOK(t, b, "", "rm f*; truncate -s 1G sparse")
 	_, err = call(t, b, "snapshot_session", SnapshotInput{Name: "sparse"})
 	if ce := wantCode(t, err, capability.ResourceExhausted); !strings.Contains(ce.Message, "larger than your per-session disk quota") {
 		t.Errorf("a sparse file larger than the quota: %s", ce.Message)
@@ -589,4 +604,70 @@ du -sm . | cut -f1`})
 	b.ReportMetric(median(snaps), "ms-snapshot-p50")
 	b.ReportMetric(median(one), "ms-fork1-p50")
 	b.ReportMetric(median(four), "ms-per-copy-fork4-p50")
+}
+
+// A program the server starts while a snapshot is copied (another
+// session's box, a helper: here a sleep, started from the copy's hook
+// before each entry's open) holds nothing of the session's disk: Close
+// unmounts the disk while the program still runs. When the copy's
+// descriptors were inherited, the disk stayed mounted (EBUSY) and the
+// data directory could not be removed.
+func TestCloseUnmountsADiskCopiedWhileProgramsStarted(t *testing.T) {
+	t.Parallel()
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed,
+		Limits: Limits{Tenant: TenantLimits{Disk: 16 << 20}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			a.Close()
+		}
+	})
+	if err := a.tenants.disks.Enforced(); err != nil {
+		t.Skipf("no kernel disk quota here: %v", err)
+	}
+	shOK(t, a, "", "mkdir -p d/e && echo x > d/e/f && echo y > g")
+	def, err := a.Sessions.Default(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !quota.Mounted(def.Dir) {
+		t.Fatal("the default session has no disk mounted")
+	}
+	var started []*exec.Cmd
+	t.Cleanup(func() {
+		for _, c := range started {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+		// What the former code left behind (the disk, and the bind of
+		// the sessions' directory Close keeps above a disk still
+		// mounted), so that TempDir's removal does not fail too.
+		if quota.Mounted(def.Dir) {
+			_ = syscall.Unmount(def.Dir, syscall.MNT_DETACH)
+			_ = syscall.Unmount(filepath.Dir(def.Dir), syscall.MNT_DETACH)
+		}
+	})
+	a.copyHook = func(string) {
+		c := exec.Command("sleep", "600")
+		if err := c.Start(); err != nil {
+			t.Error(err)
+			return
+		}
+		started = append(started, c)
+	}
+	snapshot(t, a, SnapshotInput{Name: "s"})
+	a.copyHook = nil
+	if len(started) == 0 {
+		t.Fatal("the copy's hook never ran")
+	}
+	closed = true
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if quota.Mounted(def.Dir) {
+		t.Errorf("after Close, the session's disk is still mounted while %d programs started during the copy run", len(started))
+	}
 }

@@ -94,6 +94,13 @@ func query(t testing.TB, id uint16, name string, qtype dnsmessage.Type) []byte {
 	return b
 }
 
+// answered is how long exchangeUDP waits for a query that must be
+// answered (and a TCP read of one): the answer is the event waited for,
+// and on a loaded machine (CI, other packages' tests beside, loads of 100
+// and more here) a goroutine can stay unscheduled longer than the 300 ms
+// and 2 s these waits were.
+const answered = time.Minute
+
 // exchangeUDP sends q in one datagram and is the answer, or nil if none
 // came within wait.
 func (b *dnsBox) exchangeUDP(t *testing.T, q []byte, wait time.Duration) []byte {
@@ -189,7 +196,7 @@ func TestDNSAnswers(t *testing.T) {
 		{".", dnsmessage.TypeNS, dnsmessage.RCodeSuccess, ""},
 	} {
 		q := query(t, 0x1234, c.name, c.qtype)
-		m := parse(t, b.exchangeUDP(t, q, 2*time.Second))
+		m := parse(t, b.exchangeUDP(t, q, answered))
 		label := fmt.Sprintf("%s %s", c.name, typeName(c.qtype))
 		if m.ID != 0x1234 || !m.Response || !m.RecursionDesired || !m.RecursionAvailable || m.Truncated {
 			t.Errorf("%s: header %+v", label, m.Header)
@@ -274,7 +281,14 @@ func TestDNSMalformed(t *testing.T) {
 		{"pointer loop", raw(1, 0x0100, 1, 0xc0, 12, 0, 1, 0, 1), dnsmessage.RCodeFormatError, false},
 		{"class CHAOS", raw(1, 0x0100, 1, append(append([]byte{}, exampleQ[:len(exampleQ)-1]...), 3)...), dnsmessage.RCodeNotImplemented, false},
 	} {
-		resp := b.exchangeUDP(t, c.q, 300*time.Millisecond)
+		// An answer is waited for as long as a loaded machine may take;
+		// a query that must go unanswered, a short while (a late answer
+		// then passes unseen, but no answer is ever missed).
+		wait := answered
+		if c.drop {
+			wait = 300 * time.Millisecond
+		}
+		resp := b.exchangeUDP(t, c.q, wait)
 		switch {
 		case c.drop && resp != nil:
 			t.Errorf("%s: answered % x", c.what, resp)
@@ -288,7 +302,7 @@ func TestDNSMalformed(t *testing.T) {
 			}
 		}
 		// The server keeps serving.
-		if resp := b.exchangeUDP(t, query(t, 9, "example.com.", dnsmessage.TypeA), 2*time.Second); resp == nil || len(parse(t, resp).Answers) != 1 {
+		if resp := b.exchangeUDP(t, query(t, 9, "example.com.", dnsmessage.TypeA), answered); resp == nil || len(parse(t, resp).Answers) != 1 {
 			t.Fatalf("after %s: no answer to a good query", c.what)
 		}
 	}
@@ -299,7 +313,7 @@ func TestDNSMalformed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	_ = c.SetDeadline(time.Now().Add(answered))
 	if _, err := c.Write([]byte{0, 0}); err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +334,7 @@ func TestDNSTCPConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	_ = c.SetDeadline(time.Now().Add(answered))
 	framed := func(q []byte) []byte { return append(binary.BigEndian.AppendUint16(nil, uint16(len(q))), q...) }
 	one, two := framed(query(t, 1, "one.example.", dnsmessage.TypeA)), framed(query(t, 2, "two.example.", dnsmessage.TypeAAAA))
 	if _, err := c.Write(one); err != nil {
@@ -518,13 +532,17 @@ func TestDNSStops(t *testing.T) {
 	if _, err := c.Write([]byte{0, 40, 1, 2}); err != nil { // 4 of 42 bytes
 		t.Fatal(err)
 	}
-	if resp := b.exchangeUDP(t, query(t, 3, "example.com.", dnsmessage.TypeA), 2*time.Second); resp == nil {
+	if resp := b.exchangeUDP(t, query(t, 3, "example.com.", dnsmessage.TypeA), answered); resp == nil {
 		t.Fatal("no answer")
 	}
+	// ServeDNS returns without waiting for the connection that holds a
+	// half-sent query: had it waited, it would have returned only when
+	// that connection's idle limit (DNSIdle) ended it. (Not a bound of a
+	// second: on a loaded machine the return itself can take longer.)
 	start := time.Now()
 	b.stop()
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("ServeDNS took %v to return", d)
+	if d := time.Since(start); d >= DNSIdle {
+		t.Errorf("ServeDNS took %v to return: it waited for the half-sent query's connection", d)
 	}
 	c.Close()
 	goleak.VerifyNone(t, ignore)

@@ -27,14 +27,19 @@ import (
 // the OriginalDst override; names are the fake addresses its DNS
 // answered.
 type box struct {
-	t      testing.TB
-	tp     *Transparent
-	ln     net.Listener
-	dsts   sync.Map // the box connection's local address → its destination
-	events chan Event
-	pol    atomic.Pointer[Policy]
-	dialed sync.Map // addresses the proxy dialed
-	served chan struct{}
+	t  testing.TB
+	tp *Transparent
+	ln net.Listener
+	// dsts: the box connection's local address → its destination (an
+	// invalid one: deliberately not redirected); dstsChanged is closed
+	// and replaced at each entry, the event origDst waits on.
+	dmu         sync.Mutex
+	dsts        map[string]netip.AddrPort
+	dstsChanged chan struct{}
+	events      chan Event
+	pol         atomic.Pointer[Policy]
+	dialed      sync.Map // addresses the proxy dialed
+	served      chan struct{}
 
 	mu    sync.Mutex
 	names map[netip.Addr]string
@@ -45,7 +50,8 @@ type box struct {
 // overridden: Dial sends the addresses of public in o's stead to the
 // stand-ins public maps them to) under policy pol.
 func newBox(t testing.TB, o TransparentOptions, pol *Policy, public map[string]string, set ...func(*Transparent)) *box {
-	b := &box{t: t, events: make(chan Event, 1000), names: map[netip.Addr]string{}, served: make(chan struct{})}
+	b := &box{t: t, events: make(chan Event, 1000), names: map[netip.Addr]string{}, served: make(chan struct{}),
+		dsts: map[string]netip.AddrPort{}, dstsChanged: make(chan struct{})}
 	b.pol.Store(pol)
 	o.OriginalDst = b.origDst
 	o.Log = func(e Event) { b.events <- e }
@@ -101,14 +107,40 @@ func (b *box) fake(name string) netip.Addr {
 	return a
 }
 
+// origDst waits for the entry the box's dial makes once its connect
+// returns. (It polled for 2 s: at load the dialing goroutine can take
+// longer to run, and the proxy then took a redirected connection for one
+// that was not.) The minute is a guard against a hang, not a measurement.
 func (b *box) origDst(c net.Conn) (netip.AddrPort, error) {
-	for range 400 {
-		if d, ok := b.dsts.Load(c.RemoteAddr().String()); ok {
-			return d.(netip.AddrPort), nil
+	guard := time.NewTimer(time.Minute)
+	defer guard.Stop()
+	for {
+		b.dmu.Lock()
+		d, ok := b.dsts[c.RemoteAddr().String()]
+		changed := b.dstsChanged
+		b.dmu.Unlock()
+		switch {
+		case ok && d.IsValid():
+			return d, nil
+		case ok:
+			return netip.AddrPort{}, errors.New("not redirected")
 		}
-		time.Sleep(5 * time.Millisecond)
+		select {
+		case <-changed:
+		case <-guard.C:
+			return netip.AddrPort{}, errors.New("not redirected (no entry after a minute)")
+		}
 	}
-	return netip.AddrPort{}, errors.New("not redirected")
+}
+
+// setDst records the destination of the box's connection c (invalid: not
+// redirected).
+func (b *box) setDst(c net.Conn, d netip.AddrPort) {
+	b.dmu.Lock()
+	defer b.dmu.Unlock()
+	b.dsts[c.LocalAddr().String()] = d
+	close(b.dstsChanged)
+	b.dstsChanged = make(chan struct{})
 }
 
 // dial connects the box to dest: name:port (through a fake address) or
@@ -141,7 +173,7 @@ func (b *box) tryDial(dest string) (*net.TCPConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.dsts.Store(c.LocalAddr().String(), netip.AddrPortFrom(a, uint16(port)))
+	b.setDst(c, netip.AddrPortFrom(a, uint16(port)))
 	b.t.Cleanup(func() { c.Close() })
 	return c.(*net.TCPConn), nil
 }
@@ -151,7 +183,7 @@ func (b *box) event() Event {
 	select {
 	case e := <-b.events:
 		return e
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute): // a guard against a hang, sized for a loaded machine
 		b.t.Fatal("no event")
 		return Event{}
 	}
@@ -283,6 +315,7 @@ func TestTransparentInternet(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	b.setDst(c, netip.AddrPort{})
 	if e := b.event(); e.Decision != Denied || e.Reason != "not redirected" {
 		t.Errorf("unredirected: %+v", e)
 	}

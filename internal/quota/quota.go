@@ -199,7 +199,7 @@ func (d *Disks) Create(dir string, size int64) error {
 	if err == nil {
 		// No reserved blocks (the server writes spilled outputs as root),
 		// lazy init and a small journal keep the image sparse and quick.
-		err = d.run("mkfs.ext4", "-q", "-F", "-m", "0", "-J", "size=4",
+		err = d.run("mkfs.ext4", "-q", "-F", "-m", "0", "-J", "size="+strconv.Itoa(journalMiB(size)),
 			"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=0:0", img)
 	}
 	if err == nil {
@@ -236,6 +236,15 @@ var attachMu sync.Mutex
 // testBeforeAttach, when set (by tests), runs between the kernel's offer
 // of free loop device n and the attach to it.
 var testBeforeAttach func(n int)
+
+// journalMiB is the journal's size for an image of size bytes: 4 MiB, or
+// a quarter of a smaller image (at least 1 MiB, mkfs's least). mkfs.ext4
+// refuses a journal larger than half the free blocks ("Total journal
+// size too big for filesystem"): a 4 MiB one made the smallest quota
+// Create takes, 8 MiB, fail.
+func journalMiB(size int64) int {
+	return int(min(max(size>>20/4, 1), 4))
+}
 
 // mountNew attaches the image img to a free loop device and mounts its
 // filesystem at dir, as mount(8) would, with the same flags (see mountDev)

@@ -59,6 +59,27 @@ func session(t testing.TB, d *Disks, data, id string, size int64) string {
 	return dir
 }
 
+// The smallest quota Create takes, 8 MiB, makes a disk (its journal
+// scaled down: mkfs.ext4 refused the 4 MiB one of larger disks), and
+// most of it is the session's to write.
+func TestSmallestDiskIsMade(t *testing.T) {
+	t.Parallel()
+	d, data := newDisks(t)
+	s := session(t, d, data, "small", 8<<20)
+	u, ok := d.Usage(s)
+	if !ok || u.Quota != 8<<20 || u.Free < 5<<20 {
+		t.Fatalf("usage %+v (%v), want an 8 MiB disk with at least 5 MiB free", u, ok)
+	}
+	if err := os.WriteFile(filepath.Join(s, "workspace", "f"), make([]byte, 4<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int64{8 << 20, 9 << 20, 16 << 20, 2 << 30} {
+		if j := journalMiB(size); j < 1 || j > 4 || int64(j)<<20 > size/4 {
+			t.Errorf("journal of a %d MiB disk: %d MiB", size>>20, j)
+		}
+	}
+}
+
 // Writes from a real box beyond the session's quota fail with ENOSPC, the
 // run's output says which quota is full and what fills it, outputs the
 // server spilled count, and another session keeps writing.

@@ -161,7 +161,7 @@ func (a *Apt) Install(ctx context.Context, name string, pkgs []string, timeout t
 			return nil, err
 		}
 	}
-	ctx, l, err := a.lock(ctx, name, timeout)
+	ctx, l, err := a.lock(ctx, name, timeout, out)
 	if err != nil {
 		return nil, err
 	}
@@ -369,7 +369,7 @@ type RepairResult struct {
 // Errors: ErrBadName, ErrNotInstalled, a *WaitError, ErrUnreadable, or the
 // sandbox's.
 func (a *Apt) Repair(ctx context.Context, name string, timeout time.Duration, out io.Writer) (*RepairResult, error) {
-	ctx, l, err := a.lock(ctx, name, timeout)
+	ctx, l, err := a.lock(ctx, name, timeout, out)
 	if err != nil {
 		return nil, err
 	}
@@ -416,8 +416,9 @@ func (l *aptLock) done() { l.unlock(); l.cancel() }
 
 // lock checks the rootfs name, waits for its lock within timeout (the
 // context returned has that deadline) and checks again that it is ready:
-// the one way Install and Repair start changing a shared rootfs.
-func (a *Apt) lock(ctx context.Context, name string, timeout time.Duration) (context.Context, *aptLock, error) {
+// the one way Install and Repair start changing a shared rootfs. A wait
+// begins with a line on out saying so.
+func (a *Apt) lock(ctx context.Context, name string, timeout time.Duration, out io.Writer) (context.Context, *aptLock, error) {
 	if err := CheckName(name); err != nil {
 		return nil, nil, err
 	}
@@ -426,7 +427,15 @@ func (a *Apt) lock(ctx context.Context, name string, timeout time.Duration) (con
 	}
 	l := &aptLock{start: time.Now()}
 	ctx, l.cancel = context.WithTimeout(ctx, timeout)
-	unlock, err := a.M.Lock(ctx, name)
+	unlock, err := a.M.tryLock(name)
+	if errors.Is(err, ErrBusy) {
+		// Said on the output as the wait begins: the caller (a model
+		// watching the stream) learns why nothing happens yet.
+		if out != nil {
+			fmt.Fprintf(out, "# waiting for another change of rootfs %q to finish (at most %v)\n", name, timeout)
+		}
+		unlock, err = a.M.Lock(ctx, name)
+	}
 	if err != nil {
 		l.cancel()
 		if errors.Is(err, ErrBusy) {

@@ -108,9 +108,13 @@ func TestAptRefusesBeforeRunningApt(t *testing.T) {
 		t.Fatal(err)
 	}
 	var we *WaitError
-	_, err = a.Install(ctx, "default", []string{"jq"}, 200*time.Millisecond, nil)
+	var out strings.Builder
+	_, err = a.Install(ctx, "default", []string{"jq"}, 200*time.Millisecond, &out)
 	if !errors.As(err, &we) || we.Canceled || !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "after 200ms, this call's timeout") {
 		t.Errorf("lock held past the timeout: %v", err)
+	}
+	if want := `# waiting for another change of rootfs "default" to finish (at most 200ms)` + "\n"; out.String() != want {
+		t.Errorf("the output of a call that waited: %q, want %q", out.String(), want)
 	}
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()

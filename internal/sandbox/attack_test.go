@@ -246,6 +246,13 @@ func attacks(t *testing.T, lim *Limits, longOnly bool) {
 				ctx = longCtx(t, 5*time.Minute)
 			}
 			if tc.timeout > 0 {
+				// The run's session box is made first, outside the
+				// timeout: a timeout that also covered the box's start
+				// ended the start itself at load ("canceled while the
+				// sandbox was starting"), and the attack never ran.
+				if _, exit := e.attack(t, ctx, "true", tc.mod); exit.Code != 0 {
+					t.Fatalf("the session box's first run: %+v", exit)
+				}
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, tc.timeout)
 				defer cancel()

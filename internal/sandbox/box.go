@@ -339,6 +339,10 @@ func (s *Sandbox) boxFor(ctx context.Context, pl *plan) (*Box, error) {
 // the moment a replacement of the box must not close it.
 var boxClaimedHook atomic.Pointer[func(key string)]
 
+// endSessionKilledHook, when set (by tests), is called by EndSession
+// once the box of session key is killed, before its end is begun.
+var endSessionKilledHook atomic.Pointer[func(key string)]
+
 // claim reserves the box for a run about to spawn in it (see claims),
 // unless it is closed or dead.
 func (bx *Box) claim() bool {
@@ -412,13 +416,20 @@ func (s *Sandbox) EndSession(key string) {
 	if bx == nil {
 		return
 	}
-	bx.kill()
+	// Among the ending boxes before kill takes it out of the registry:
+	// a CloseBoxes in between saw it in neither and did not wait for its
+	// end, and App.Close went on (unmounting the sessions' disks,
+	// releasing the tenants' cgroups) with the box's end not begun.
 	r.mu.Lock()
 	if r.ending == nil {
 		r.ending = map[string]*Box{}
 	}
 	r.ending[key] = bx
 	r.mu.Unlock()
+	bx.kill()
+	if h := endSessionKilledHook.Load(); h != nil {
+		(*h)(key)
+	}
 	go func() {
 		bx.endBounded()
 		r.mu.Lock()

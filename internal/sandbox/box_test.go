@@ -607,6 +607,44 @@ func TestEndSessionKillsNowAndAwaitEndedWaitsForTheEnd(t *testing.T) {
 	sb.AwaitEnded("end") // ended already: at once
 }
 
+// A CloseBoxes (a server's Close) that comes while EndSession (a
+// destroy) is killing a box waits for that box's end too: the hook runs
+// it right after the kill, where the box was in neither the registry nor
+// the ending boxes, and CloseBoxes returned with the box's end not begun
+// (App.Close then went on to unmount the disks under it).
+func TestCloseBoxesDuringEndSessionWaitsForTheEnd(t *testing.T) {
+	sb := newBoxSandbox(t)
+	dir := t.TempDir()
+	var out bytes.Buffer
+	if exit, err := sb.Run(testCtx(t), boxSpec("closing", dir, &out, "true")); err != nil || exit.Code != 0 {
+		t.Fatalf("run: %v %+v %s", err, exit, out.String())
+	}
+	bx := sb.Box("closing")
+	if bx == nil {
+		t.Fatal("no box after a run")
+	}
+	ran := false
+	hook := func(key string) {
+		if key != "closing" {
+			return
+		}
+		ran = true
+		sb.CloseBoxes()
+		select {
+		case <-bx.ended:
+		default:
+			t.Error("CloseBoxes returned while the box EndSession killed had not ended")
+		}
+	}
+	endSessionKilledHook.Store(&hook)
+	t.Cleanup(func() { endSessionKilledHook.Store(nil) })
+	sb.EndSession("closing")
+	if !ran {
+		t.Fatal("the hook did not run")
+	}
+	sb.AwaitEnded("closing")
+}
+
 // A burst of destroys ends its boxes at most cap(teardowns) at once in the
 // background; the others wait for a slot, and a waiter of a box still
 // waiting (AwaitEnded: a destroy's release) waits for a slot or for its

@@ -98,8 +98,8 @@ type LifeOptions struct {
 	// Enders are the parts' releases, run in order (First ones first)
 	// after the calls in the session have returned.
 	Enders []Ender
-	// Grace bounds how long a destroy waits for the calls it canceled
-	// (default DestroyGrace).
+	// Grace bounds how long a destroy (and Close) waits for the calls it
+	// canceled (default DestroyGrace).
 	Grace time.Duration
 	Log   *slog.Logger
 }
@@ -612,9 +612,15 @@ func (l *Life) runEnds(s *Session, lf *life) {
 
 // Close ends every session the server holds something of (the server is
 // going): the background releases of the sessions destroyed are waited
-// for, then the others' calls are canceled, not waited for, and their
-// ends run; their rows stay (a session outlives a restart of the server, its
-// processes do not). After Close every entry is refused.
+// for, then the others' calls are canceled and waited for (within the
+// grace, together, as a destroy waits), and their ends run; their rows
+// stay (a session outlives a restart of the server, its processes do
+// not). After Close every entry is refused.
+//
+// The wait: a canceled call still running (a snapshot's copy, a file
+// operation) holds files of the session's disk open in the server, and
+// the ends, then the server's unmount of the disks, came while it did:
+// the disk stayed mounted (EBUSY).
 func (l *Life) Close(ctx context.Context) {
 	l.m.WaitReleases() // the destroys' background releases first
 	l.mu.Lock()
@@ -623,18 +629,41 @@ func (l *Life) Close(ctx context.Context) {
 	for id := range l.lives {
 		ids = append(ids, id)
 	}
+	cause := errors.New("the server is shutting down")
+	lives := make([]*life, len(ids))
+	var drained []chan struct{}
+	for i, id := range ids {
+		lf := l.lifeOf(id)
+		lives[i] = lf
+		if len(lf.calls) > 0 {
+			if lf.drained == nil {
+				lf.drained = make(chan struct{})
+			}
+			drained = append(drained, lf.drained)
+		}
+		for c := range lf.calls {
+			c.cancel(cause)
+		}
+	}
 	l.mu.Unlock()
-	for _, id := range ids {
+	if len(drained) > 0 {
+		t := time.NewTimer(l.grace)
+	wait:
+		for _, ch := range drained {
+			select {
+			case <-ch:
+			case <-t.C:
+				l.log.Warn("close: calls still running after the grace; their sessions' ends run under them")
+				break wait
+			}
+		}
+		t.Stop()
+	}
+	for i, id := range ids {
 		s, err := l.m.ByIDAnyTenant(ctx, id)
 		if err != nil {
 			s = &Session{ID: id, Name: id}
 		}
-		l.mu.Lock()
-		lf := l.lifeOf(id)
-		for c := range lf.calls {
-			c.cancel(errors.New("the server is shutting down"))
-		}
-		l.mu.Unlock()
-		l.runEnds(s, lf)
+		l.runEnds(s, lives[i])
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -432,6 +433,48 @@ func TestLifeClose(t *testing.T) {
 	}
 	if _, _, err := l.EnterSession(ctx, s, capability.UseRead); err == nil {
 		t.Error("entered after Close")
+	}
+}
+
+// Close cancels the calls in the sessions and waits for them before the
+// sessions' ends run: a canceled call still running holds files of the
+// session's disk open in the server, and the ends (then the server's
+// unmount of the disks) came while it ran. The call here returns when
+// its context ends; each end records whether it was still running.
+func TestLifeCloseWaitsForTheCanceledCalls(t *testing.T) {
+	var log []string
+	l, m, _ := newLife(t, &log, time.Minute) // a guard: the call returns as soon as it is canceled
+	ctx := context.Background()
+	s, err := m.Create(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, release, err := l.EnterSession(ctx, s, capability.UseHold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var running atomic.Bool
+	running.Store(true)
+	var under atomic.Int32
+	l.OnEnd(s.ID, func() {
+		if running.Load() {
+			under.Add(1)
+		}
+	})
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		<-cctx.Done()
+		running.Store(false)
+		release()
+	}()
+	l.Close(ctx)
+	<-returned
+	if n := under.Load(); n != 0 {
+		t.Error("the session's end ran while its canceled call still ran")
+	}
+	if !slices.Contains(log, "kill s") || !slices.Contains(log, "tidy s") {
+		t.Errorf("close ran %q", log)
 	}
 }
 

@@ -140,7 +140,11 @@ func (c *copier) dir(srcFd, dstFd int, rel string, depth int) error {
 	if depth >= copyMaxDepth {
 		return fmt.Errorf("%s: %w (more than %d levels)", rel, ErrTooDeep, copyMaxDepth)
 	}
-	dup, err := unix.Dup(srcFd)
+	// Close-on-exec, as every descriptor the server opens: a program
+	// another goroutine starts meanwhile (a session's box) would hold the
+	// directory, and with it the session's disk (busy: not unmountable),
+	// for as long as it runs.
+	dup, err := unix.FcntlInt(uintptr(srcFd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}

@@ -55,3 +55,41 @@ func TestCopyTreeClonesWhereItCan(t *testing.T) {
 		t.Fatalf("a clone past the budget: %v", err)
 	}
 }
+
+// A program the server starts while a copy is under way (any goroutine's:
+// another session's box, a helper) inherits no descriptor of the copy.
+// One it did inherit kept the tree's filesystem busy for as long as the
+// program ran: a session's disk could then not be unmounted when the
+// server stopped (its directory stayed a mount point, EBUSY).
+func TestCopyTreeLeavesNoDescriptorToAChild(t *testing.T) {
+	t.Parallel()
+	src, dst := filepath.Join(t.TempDir(), "src"), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(src, "sub", "deeper"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"a", "sub/b", "sub/deeper/c"} {
+		if err := os.WriteFile(filepath.Join(src, f), []byte(f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := 0
+	_, err := CopyTree(context.Background(), src, dst, CopyOptions{UID: -1, BeforeOpen: func(rel string) {
+		// The child lists the descriptors it was started with (exec'd:
+		// what it holds is what it inherited, plus ls's own).
+		out, err := exec.Command("ls", "-l", "/proc/self/fd/").CombinedOutput()
+		if err != nil {
+			t.Errorf("ls: %v %s", err, out)
+			return
+		}
+		seen++
+		if strings.Contains(string(out), src) {
+			t.Errorf("before %s, a child started during the copy holds a descriptor of the tree:\n%s", rel, out)
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen != 5 {
+		t.Fatalf("the hook ran %d times, want one per entry (5)", seen)
+	}
+}
