@@ -220,21 +220,29 @@ func (d *Disks) Create(dir string, size int64) error {
 var ErrNoLoop = errors.New("no loop device could be had for the session's disk")
 
 // attachTries bounds the loop devices a disk tries to attach to, each
-// one taken by another process between LOOP_CTL_GET_FREE and the
-// attach; the attaches of this process take turns (attachMu), so only
-// other processes race it.
+// one taken by another process between its choice and the attach; the
+// attaches of this process never choose the same device (offers), so
+// only other processes race it.
 const attachTries = 16
 
-// attachMu makes this process's attaches take turns: LOOP_CTL_GET_FREE
-// offers every concurrent caller the same device, of which one attach
-// wins, so a burst of creates at once lost all but one attach per round
-// and some ran out of tries (issue 29: `a loop device: device or
-// resource busy` at load). An attach is two ioctls; the mount after it
-// runs outside.
-var attachMu sync.Mutex
+// offers are the loop devices this process's attaches have chosen and
+// not yet attached (or given up). LOOP_CTL_GET_FREE offers every
+// concurrent caller the same device, of which one attach wins, so a
+// burst of creates at once lost all but one attach per round and some
+// ran out of tries (issue 29: `a loop device: device or resource busy`
+// at load). The attaches then took turns under one lock; but an attach
+// (LOOP_CONFIGURE) waits for the kernel — a queue freeze, an RCU grace
+// period — for up to a second at load, and a burst of 100 creates spent
+// most of its time in that line (bench/README.md). Now each attach
+// takes a device no other attach of this process holds, under offersMu
+// only while it chooses, and the attaches themselves run at once.
+var (
+	offersMu sync.Mutex
+	offers   = map[int]bool{}
+)
 
-// testBeforeAttach, when set (by tests), runs between the kernel's offer
-// of free loop device n and the attach to it.
+// testBeforeAttach, when set (by tests), runs between the choice of free
+// loop device n and the attach to it.
 var testBeforeAttach func(n int)
 
 // journalMiB is the journal's size for an image of size bytes: 4 MiB, or
@@ -280,37 +288,103 @@ func attach(f *os.File) (*os.File, error) {
 		return nil, err
 	}
 	defer ctl.Close()
-	attachMu.Lock()
-	defer attachMu.Unlock()
 	for range attachTries {
-		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		n, err := offer(ctl)
 		if err != nil {
-			return nil, fmt.Errorf("%w: no free loop device: %w", ErrNoLoop, err)
-		}
-		if err := loopNode(n); err != nil {
 			return nil, err
 		}
-		lo, err := os.OpenFile(fmt.Sprintf("/dev/loop%d", n), os.O_RDWR|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, fmt.Errorf("a loop device: %w", err)
-		}
-		if testBeforeAttach != nil {
-			testBeforeAttach(n)
-		}
-		cfg := unix.LoopConfig{Fd: uint32(f.Fd())}
-		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
-		err = unix.IoctlLoopConfigure(int(lo.Fd()), &cfg)
+		lo, err := configure(n, f)
 		if errors.Is(err, unix.EBUSY) {
-			lo.Close() // another process's attach took it first
-			continue
+			continue // another process's attach took it first
 		}
-		if err != nil {
-			lo.Close()
-			return nil, fmt.Errorf("a loop device: %w", err)
-		}
-		return lo, nil
+		return lo, err
 	}
 	return nil, fmt.Errorf("%w: other attaches took the %d offered first", ErrNoLoop, attachTries)
+}
+
+// configure attaches f to loop device n, which offer chose, and gives
+// n back to the other attaches once the kernel has it bound (or not).
+func configure(n int, f *os.File) (*os.File, error) {
+	defer func() {
+		offersMu.Lock()
+		delete(offers, n)
+		offersMu.Unlock()
+	}()
+	if err := loopNode(n); err != nil {
+		return nil, err
+	}
+	lo, err := os.OpenFile(fmt.Sprintf("/dev/loop%d", n), os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("a loop device: %w", err)
+	}
+	if testBeforeAttach != nil {
+		testBeforeAttach(n)
+	}
+	cfg := unix.LoopConfig{Fd: uint32(f.Fd())}
+	cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+	err = unix.IoctlLoopConfigure(int(lo.Fd()), &cfg)
+	if err != nil {
+		lo.Close()
+		if errors.Is(err, unix.EBUSY) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("a loop device: %w", err)
+	}
+	return lo, nil
+}
+
+// offer chooses a free loop device that no other attach of this process
+// holds, and marks it held (offers). The kernel's choice
+// (LOOP_CTL_GET_FREE: the lowest unbound device, made when none is) is
+// taken when it is not held; otherwise the devices above it are looked
+// at in sysfs, where a bound device has a "loop" directory, and one past
+// the last is made (LOOP_CTL_ADD). sysfs can be behind the kernel, and
+// another process can bind a device between the choice and the attach:
+// either is an EBUSY at the attach, and the next offer.
+func offer(ctl *os.File) (int, error) {
+	offersMu.Lock()
+	defer offersMu.Unlock()
+	n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+	if err != nil {
+		return 0, fmt.Errorf("%w: no free loop device: %w", ErrNoLoop, err)
+	}
+	if offers[n] {
+		for {
+			n++
+			if offers[n] {
+				continue
+			}
+			free, err := unbound(ctl, n)
+			if err != nil {
+				return 0, err
+			}
+			if free {
+				break
+			}
+		}
+	}
+	offers[n] = true
+	return n, nil
+}
+
+// unbound says whether loop device n looks free in sysfs, making it
+// when it does not exist yet (as LOOP_CTL_GET_FREE does when no device
+// is free).
+func unbound(ctl *os.File, n int) (bool, error) {
+	_, err := os.Stat(fmt.Sprintf("/sys/block/loop%d", n))
+	if errors.Is(err, fs.ErrNotExist) {
+		// Past the last device. Another process may have made it
+		// meanwhile: then it is there, and taken or not, the attach says.
+		if err := unix.IoctlSetInt(int(ctl.Fd()), unix.LOOP_CTL_ADD, n); err != nil && !errors.Is(err, unix.EEXIST) {
+			return false, fmt.Errorf("%w: adding loop device %d: %w", ErrNoLoop, n, err)
+		}
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("a loop device: %w", err)
+	}
+	_, err = os.Stat(fmt.Sprintf("/sys/block/loop%d/loop", n))
+	return errors.Is(err, fs.ErrNotExist), nil
 }
 
 // mountDev mounts the ext4 filesystem on the loop device dev at dir.

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -754,6 +755,78 @@ func TestCreateWhenOthersTakeTheOfferedLoopDevices(t *testing.T) {
 	for _, p := range []string{dir, d.image(dir)} {
 		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("a refused create left %s behind (%v)", p, err)
+		}
+	}
+}
+
+// TestAttachesRunAtOnce: an attach that the kernel holds up (here the
+// hook holds the first one between its device's choice and the attach,
+// as LOOP_CONFIGURE's wait for a queue freeze does at load) holds up no
+// other create of the process: a second create is attached to another
+// device and mounted meanwhile. Before, the attaches took turns under
+// one lock, and a burst of 100 creates spent most of its time in that
+// line (bench/README.md).
+func TestAttachesRunAtOnce(t *testing.T) {
+	d, data := newDisks(t)
+	var mu sync.Mutex
+	var devs []int
+	held := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	letGo := func() { once.Do(func() { close(release) }) }
+	testBeforeAttach = func(n int) {
+		mu.Lock()
+		devs = append(devs, n)
+		first := len(devs) == 1
+		mu.Unlock()
+		if first {
+			close(held)
+			<-release
+		}
+	}
+	t.Cleanup(func() { testBeforeAttach = nil })
+	t.Cleanup(letGo)
+	create := func(name string, done chan<- error) {
+		dir := filepath.Join(data, "sessions", name)
+		err := d.Create(dir, 16<<20)
+		if err == nil {
+			t.Cleanup(func() {
+				if err := d.Remove(dir); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		done <- err
+	}
+	doneA, doneB := make(chan error, 1), make(chan error, 1)
+	go create("a", doneA)
+	select {
+	case <-held:
+	case err := <-doneA:
+		t.Fatalf("the first create ended before its attach: %v", err)
+	}
+	go create("b", doneB)
+	select {
+	case err := <-doneB:
+		if err != nil {
+			t.Fatalf("the second create, beside the held attach: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		letGo()
+		t.Fatal("the second create waited for the first one's attach")
+	}
+	letGo()
+	if err := <-doneA; err != nil {
+		t.Fatalf("the held create: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(devs) < 2 || devs[1] == devs[0] {
+		t.Errorf("devices chosen: %v; the second create was offered the held one", devs)
+	}
+	for _, name := range []string{"a", "b"} {
+		if dir := filepath.Join(data, "sessions", name); !Mounted(dir) {
+			t.Errorf("%s is not mounted", dir)
 		}
 	}
 }
