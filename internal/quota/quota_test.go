@@ -830,3 +830,74 @@ func TestAttachesRunAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestDisksAreCopiesOfATemplate: the disks of one size are copies of one
+// image formatted once (no mkfs.ext4 per create: the same filesystem
+// UUID), each as sparse as a new one, mounted on its own device and
+// written apart from the others; Close removes the template.
+func TestDisksAreCopiesOfATemplate(t *testing.T) {
+	data := t.TempDir()
+	d := Open(data)
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			d.Close()
+		}
+	})
+	if err := d.Enforced(); err != nil {
+		t.Skipf("no kernel-enforced quota here: %v", err)
+	}
+	var dirs []string
+	for _, id := range []string{"s1", "s2", "s3"} {
+		dir := filepath.Join(data, "sessions", id)
+		if err := d.Create(dir, 32<<20); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, dir)
+	}
+	uuids := map[string]bool{}
+	for i, dir := range dirs {
+		out, err := exec.Command("blkid", "-p", "-o", "value", "-s", "UUID", d.image(dir)).Output()
+		if err != nil {
+			t.Fatalf("blkid %s: %v", d.image(dir), err)
+		}
+		uuids[strings.TrimSpace(string(out))] = true
+		var st unix.Stat_t
+		if err := unix.Stat(d.image(dir), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Size != 32<<20 || st.Blocks*512 > 8<<20 {
+			t.Errorf("image %d: %d bytes long, %d allocated; want 32 MiB long and sparse", i, st.Size, st.Blocks*512)
+		}
+		if !Mounted(dir) {
+			t.Errorf("%s is not mounted", dir)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "mine"), []byte(dir), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(uuids) != 1 {
+		t.Errorf("filesystem UUIDs %v: want the template's one (a copy each, not a mkfs each)", uuids)
+	}
+	for _, dir := range dirs {
+		if b, err := os.ReadFile(filepath.Join(dir, "mine")); err != nil || string(b) != dir {
+			t.Errorf("%s reads %q, %v: the disks are not apart", dir, b, err)
+		}
+	}
+	d.tmplMu.Lock()
+	tmpl := d.templates[32<<20]
+	d.tmplMu.Unlock()
+	if tmpl == "" {
+		t.Fatal("no template kept for 32 MiB")
+	}
+	for _, dir := range dirs {
+		if err := d.Remove(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.Close()
+	closed = true
+	if _, err := os.Stat(tmpl); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Close left the template %s (%v)", tmpl, err)
+	}
+}
