@@ -61,6 +61,7 @@ type Disks struct {
 
 	tmplMu    sync.Mutex
 	templates map[int64]string // image size -> a formatted image of that size (template)
+	tmplUsed  []int64          // the templates' sizes, the one used least recently first
 }
 
 // Open prepares the images directory of dataDir and probes whether images
@@ -137,6 +138,8 @@ func (d *Disks) Close() {
 		os.Remove(p)
 		delete(d.templates, size)
 	}
+	d.tmplUsed = nil
+	os.Remove(filepath.Join(d.dir, "templates")) // when empty: another process's may be there
 	d.tmplMu.Unlock()
 	if d.boundRoot {
 		if unix.Unmount(d.root, 0) == nil {
@@ -208,6 +211,7 @@ func (d *Disks) Create(dir string, size int64) error {
 	tmpl, err := d.template(size)
 	if err == nil {
 		err = copySparse(f, tmpl, size)
+		tmpl.Close()
 	}
 	if err == nil {
 		err = d.mountNew(img, dir)
@@ -220,27 +224,41 @@ func (d *Disks) Create(dir string, size int64) error {
 	return nil
 }
 
-// template returns the path of an image of size bytes formatted as a
-// session's disk is, made once per size and server (and kept in the
-// images directory, where no session reaches) and copied for each new
-// disk: a burst of creates ran a mkfs.ext4 each, 100 processes at once
-// on 2 cores (p50 1.3 s each at load; bench/README.md), where a copy of
-// the template's 1.2 MB of written blocks takes no process. The copies
-// share the template's filesystem UUID and directory hash seed; each is
-// a filesystem of its own on a device of its own, and nothing mounts
-// them by UUID (mountDev mounts the device).
-func (d *Disks) template(size int64) (string, error) {
+// maxTemplates bounds the templates a process keeps (one per disk
+// size: the tenants' quotas); the one used least recently goes first.
+const maxTemplates = 4
+
+// template opens an image of size bytes formatted as a session's disk
+// is, made once per size and process and copied for each new disk: a
+// burst of creates ran a mkfs.ext4 each, 100 processes at once on 2
+// cores (p50 1.3 s each at load; bench/README.md), where a copy of the
+// template's 1.2 MB of written blocks takes no process. The templates
+// are a cache, no session's: they live in their own directory
+// ($QURO_DATA/disks/templates, where no session reaches), at most
+// maxTemplates of them, removed on Close. The copies share the
+// template's filesystem UUID and directory hash seed; each is a
+// filesystem of its own on a device of its own, and nothing mounts them
+// by UUID (mountDev mounts the device).
+func (d *Disks) template(size int64) (*os.File, error) {
 	d.tmplMu.Lock()
 	defer d.tmplMu.Unlock()
 	if p, ok := d.templates[size]; ok {
-		return p, nil
+		d.tmplUsed = append(slices.DeleteFunc(d.tmplUsed, func(s int64) bool { return s == size }), size)
+		if f, err := os.Open(p); err == nil {
+			return f, nil
+		}
+		delete(d.templates, size) // removed under it: made again
 	}
 	// A new file each time the process starts (a template left by an
-	// earlier server, or a crash in the middle of a mkfs, is never
+	// earlier server, or by a crash in the middle of a mkfs, is never
 	// trusted): made under a temporary name, then renamed.
-	f, err := os.CreateTemp(d.dir, ".template-*.tmp")
+	dir := filepath.Join(d.dir, "templates")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("disk template: %w", err)
+	}
+	f, err := os.CreateTemp(dir, ".new-*")
 	if err != nil {
-		return "", fmt.Errorf("disk template: %w", err)
+		return nil, fmt.Errorf("disk template: %w", err)
 	}
 	tmp := f.Name()
 	err = f.Truncate(size)
@@ -253,28 +271,34 @@ func (d *Disks) template(size int64) (string, error) {
 		err = d.run("mkfs.ext4", "-q", "-F", "-m", "0", "-J", "size="+strconv.Itoa(journalMiB(size)),
 			"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=0:0", tmp)
 	}
-	p := strings.TrimSuffix(tmp, ".tmp") + "-" + strconv.FormatInt(size, 10) + ".img"
+	p := filepath.Join(dir, strings.TrimPrefix(filepath.Base(tmp), ".new-")+"-"+strconv.FormatInt(size, 10)+".img")
 	if err == nil {
 		err = os.Rename(tmp, p)
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return "", err
+		return nil, err
+	}
+	if f, err = os.Open(p); err != nil {
+		os.Remove(p)
+		return nil, fmt.Errorf("disk template: %w", err)
 	}
 	d.templates[size] = p
-	return p, nil
+	d.tmplUsed = append(d.tmplUsed, size)
+	for len(d.tmplUsed) > maxTemplates {
+		// An open template stays readable for the copy under way.
+		os.Remove(d.templates[d.tmplUsed[0]])
+		delete(d.templates, d.tmplUsed[0])
+		d.tmplUsed = d.tmplUsed[1:]
+	}
+	return f, nil
 }
 
-// copySparse copies the file at src into dst, whose length becomes
-// size: only src's written extents (SEEK_DATA, SEEK_HOLE), in the
-// kernel (copy_file_range), so that dst is as sparse as src.
-func copySparse(dst *os.File, src string, size int64) error {
-	s, err := os.Open(src)
-	if err != nil {
-		return fmt.Errorf("disk template: %w", err)
-	}
-	defer s.Close()
-	sfd, dfd := int(s.Fd()), int(dst.Fd())
+// copySparse copies src into dst, whose length becomes size: only src's
+// written extents (SEEK_DATA, SEEK_HOLE), in the kernel
+// (copy_file_range), so that dst is as sparse as src.
+func copySparse(dst, src *os.File, size int64) error {
+	sfd, dfd := int(src.Fd()), int(dst.Fd())
 	var off int64
 	for {
 		data, err := unix.Seek(sfd, off, unix.SEEK_DATA)

@@ -897,7 +897,39 @@ func TestDisksAreCopiesOfATemplate(t *testing.T) {
 	}
 	d.Close()
 	closed = true
-	if _, err := os.Stat(tmpl); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("Close left the template %s (%v)", tmpl, err)
+	for _, p := range []string{tmpl, filepath.Dir(tmpl)} {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("Close left %s (%v)", p, err)
+		}
+	}
+}
+
+// TestTemplatesAreBounded: one template per disk size, at most
+// maxTemplates of them; the one used least recently goes, and a disk of
+// its size is made again (from a new template).
+func TestTemplatesAreBounded(t *testing.T) {
+	t.Parallel()
+	d, data := newDisks(t)
+	sizes := []int64{8 << 20, 9 << 20, 10 << 20, 11 << 20, 12 << 20, 8 << 20}
+	for i, size := range sizes {
+		dir := filepath.Join(data, "sessions", fmt.Sprintf("s%d", i))
+		if err := d.Create(dir, size); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Remove(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.tmplMu.Lock()
+	defer d.tmplMu.Unlock()
+	names, _ := filepath.Glob(filepath.Join(data, "disks", "templates", "*"))
+	if len(d.templates) != maxTemplates || len(names) != maxTemplates {
+		t.Errorf("%d templates kept, %d files (%v); want %d", len(d.templates), len(names), names, maxTemplates)
+	}
+	if _, ok := d.templates[9<<20]; ok {
+		t.Errorf("the template used least recently (9 MiB) was kept: %v", d.tmplUsed)
+	}
+	if _, ok := d.templates[8<<20]; !ok {
+		t.Errorf("the 8 MiB template, made again, is not kept: %v", d.tmplUsed)
 	}
 }
