@@ -2,8 +2,9 @@
 //
 // Each session directory ($QURO_DATA/sessions/<id>: workspace, tmp and the
 // spilled outputs under workspace/.quro/outputs) is its own ext4
-// filesystem: a sparse image file ($QURO_DATA/disks/<id>.img) loop-mounted
-// at the session directory, a copy of one formatted once per size (template). A write beyond the image's size fails with
+// filesystem: a sparse image file ($QURO_DATA/disks/<id>.img, a copy of
+// one formatted once per size: see Disks.template) loop-mounted at the
+// session directory. A write beyond the image's size fails with
 // ENOSPC inside the box, whoever writes (the session's code, or the server
 // spilling an output), and other sessions, on other images, keep writing.
 //
