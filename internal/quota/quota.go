@@ -61,8 +61,16 @@ type Disks struct {
 	waitDelay time.Duration // the tools' sandbox.Helper.WaitDelay (0: its default)
 
 	tmplMu    sync.Mutex
-	templates map[int64]string // image size -> a formatted image of that size (template)
-	tmplUsed  []int64          // the templates' sizes, the one used least recently first
+	templates map[int64]template // by image size
+	tmplUsed  []int64            // the templates' sizes, the one used least recently first
+	swept     bool               // the templates of processes gone were removed
+}
+
+// template is a formatted image (see Disks.template): its path, and an
+// open file of it that holds a shared lock while this process keeps it.
+type template struct {
+	path string
+	lock *os.File
 }
 
 // Open prepares the images directory of dataDir and probes whether images
@@ -74,7 +82,7 @@ func Open(dataDir string) *Disks {
 		dataDir = abs
 	}
 	d := &Disks{dir: filepath.Join(dataDir, "disks"), data: dataPaths(dataDir), mine: map[string]bool{},
-		root: filepath.Join(dataDir, "sessions"), templates: map[int64]string{}}
+		root: filepath.Join(dataDir, "sessions"), templates: map[int64]template{}}
 	d.usable = d.probe()
 	if d.usable == nil {
 		d.boundRoot = privateRoot(d.root)
@@ -135,8 +143,9 @@ func mountPoint(dir string) bool {
 // mounted below it (another process's, or a busy one).
 func (d *Disks) Close() {
 	d.tmplMu.Lock()
-	for size, p := range d.templates {
-		os.Remove(p)
+	for size, t := range d.templates {
+		os.Remove(t.path)
+		t.lock.Close()
 		delete(d.templates, size)
 	}
 	d.tmplUsed = nil
@@ -243,56 +252,81 @@ const maxTemplates = 4
 func (d *Disks) template(size int64) (*os.File, error) {
 	d.tmplMu.Lock()
 	defer d.tmplMu.Unlock()
-	if p, ok := d.templates[size]; ok {
+	if t, ok := d.templates[size]; ok {
 		d.tmplUsed = append(slices.DeleteFunc(d.tmplUsed, func(s int64) bool { return s == size }), size)
-		if f, err := os.Open(p); err == nil {
-			return f, nil
-		}
-		delete(d.templates, size) // removed under it: made again
+		return os.Open(t.path)
 	}
-	// A new file each time the process starts (a template left by an
-	// earlier server, or by a crash in the middle of a mkfs, is never
-	// trusted): made under a temporary name, then renamed.
 	dir := filepath.Join(d.dir, "templates")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("disk template: %w", err)
 	}
-	f, err := os.CreateTemp(dir, ".new-*")
+	if !d.swept {
+		d.swept = true
+		sweepTemplates(dir)
+	}
+	// A new file each time the process starts (a template left by an
+	// earlier server, or by a crash in the middle of a mkfs, is never
+	// trusted): made under a temporary name and share-locked for as long
+	// as this process keeps it, so that another process's sweep leaves
+	// it; then renamed.
+	t, err := os.CreateTemp(dir, ".new-*")
 	if err != nil {
 		return nil, fmt.Errorf("disk template: %w", err)
 	}
-	tmp := f.Name()
-	err = f.Truncate(size)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	err = unix.Flock(int(t.Fd()), unix.LOCK_SH)
+	if err == nil {
+		err = t.Truncate(size)
 	}
 	if err == nil {
 		// No reserved blocks (the server writes spilled outputs as root),
 		// lazy init and a small journal keep the image sparse and quick.
 		err = d.run("mkfs.ext4", "-q", "-F", "-m", "0", "-J", "size="+strconv.Itoa(journalMiB(size)),
-			"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=0:0", tmp)
+			"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=0:0", t.Name())
 	}
-	p := filepath.Join(dir, strings.TrimPrefix(filepath.Base(tmp), ".new-")+"-"+strconv.FormatInt(size, 10)+".img")
+	p := filepath.Join(dir, strings.TrimPrefix(filepath.Base(t.Name()), ".new-")+"-"+strconv.FormatInt(size, 10)+".img")
 	if err == nil {
-		err = os.Rename(tmp, p)
+		err = os.Rename(t.Name(), p)
+	}
+	var f *os.File
+	if err == nil {
+		f, err = os.Open(p)
 	}
 	if err != nil {
-		os.Remove(tmp)
-		return nil, err
-	}
-	if f, err = os.Open(p); err != nil {
+		os.Remove(t.Name())
 		os.Remove(p)
+		t.Close()
 		return nil, fmt.Errorf("disk template: %w", err)
 	}
-	d.templates[size] = p
+	// t keeps its lock across the rename (t.Name() is the old name).
+	d.templates[size] = template{path: p, lock: t}
 	d.tmplUsed = append(d.tmplUsed, size)
 	for len(d.tmplUsed) > maxTemplates {
 		// An open template stays readable for the copy under way.
-		os.Remove(d.templates[d.tmplUsed[0]])
+		old := d.templates[d.tmplUsed[0]]
+		os.Remove(old.path)
+		old.lock.Close()
 		delete(d.templates, d.tmplUsed[0])
 		d.tmplUsed = d.tmplUsed[1:]
 	}
 	return f, nil
+}
+
+// sweepTemplates removes the templates in dir that no process holds
+// (each process share-locks its own while it lives): those of a server
+// that stopped without Close. A template is named .img only once it is
+// locked; an unfinished one (.new-*, a crash during its mkfs) is left.
+func sweepTemplates(dir string) {
+	names, _ := filepath.Glob(filepath.Join(dir, "*.img"))
+	for _, p := range names {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+			os.Remove(p)
+		}
+		f.Close()
+	}
 }
 
 // copySparse copies src into dst, whose length becomes size: only src's

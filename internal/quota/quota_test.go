@@ -885,7 +885,7 @@ func TestDisksAreCopiesOfATemplate(t *testing.T) {
 		}
 	}
 	d.tmplMu.Lock()
-	tmpl := d.templates[32<<20]
+	tmpl := d.templates[32<<20].path
 	d.tmplMu.Unlock()
 	if tmpl == "" {
 		t.Fatal("no template kept for 32 MiB")
@@ -931,5 +931,41 @@ func TestTemplatesAreBounded(t *testing.T) {
 	}
 	if _, ok := d.templates[8<<20]; !ok {
 		t.Errorf("the 8 MiB template, made again, is not kept: %v", d.tmplUsed)
+	}
+}
+
+// TestTemplatesOfProcessesGoneAreSwept: a template whose process ended
+// without Close (its lock gone) is removed by the next process's first
+// template; one a live process holds is left.
+func TestTemplatesOfProcessesGoneAreSwept(t *testing.T) {
+	t.Parallel()
+	d1, data := newDisks(t)
+	d2 := openDisks(t, data)
+	d3 := openDisks(t, data)
+	for i, d := range []*Disks{d1, d2} {
+		dir := filepath.Join(data, "sessions", fmt.Sprintf("s%d", i))
+		if err := d.Create(dir, 16<<20); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Remove(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone, live := d1.templates[16<<20], d2.templates[16<<20]
+	// d1's process ends: the kernel drops its lock, the file stays.
+	gone.lock.Close()
+	delete(d1.templates, 16<<20)
+	dir := filepath.Join(data, "sessions", "s3")
+	if err := d3.Create(dir, 16<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := d3.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(gone.path); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the template of a process gone is left: %v", err)
+	}
+	if _, err := os.Stat(live.path); err != nil {
+		t.Errorf("a live process's template was removed: %v", err)
 	}
 }
