@@ -64,6 +64,7 @@ type Disks struct {
 	templates map[int64]template // by image size
 	tmplUsed  []int64            // the templates' sizes, the one used least recently first
 	swept     bool               // the templates of processes gone were removed
+	noHoles   bool               // the images' filesystem shows no holes: mkfs each disk (errNoHoles)
 }
 
 // template is a formatted image (see Disks.template): its path, and an
@@ -219,9 +220,15 @@ func (d *Disks) Create(dir string, size int64) error {
 		return fmt.Errorf("disk image: %w", err)
 	}
 	tmpl, err := d.template(size)
-	if err == nil {
+	switch {
+	case err == nil:
 		err = copySparse(f, tmpl, size)
 		tmpl.Close()
+	case errors.Is(err, errNoHoles):
+		// A copy would write the whole image: mkfs it instead.
+		if err = f.Truncate(size); err == nil {
+			err = d.mkfs(img, size)
+		}
 	}
 	if err == nil {
 		err = d.mountNew(img, dir)
@@ -252,6 +259,9 @@ const maxTemplates = 4
 func (d *Disks) template(size int64) (*os.File, error) {
 	d.tmplMu.Lock()
 	defer d.tmplMu.Unlock()
+	if d.noHoles {
+		return nil, errNoHoles
+	}
 	if t, ok := d.templates[size]; ok {
 		d.tmplUsed = append(slices.DeleteFunc(d.tmplUsed, func(s int64) bool { return s == size }), size)
 		return os.Open(t.path)
@@ -278,10 +288,16 @@ func (d *Disks) template(size int64) (*os.File, error) {
 		err = t.Truncate(size)
 	}
 	if err == nil {
-		// No reserved blocks (the server writes spilled outputs as root),
-		// lazy init and a small journal keep the image sparse and quick.
-		err = d.run("mkfs.ext4", "-q", "-F", "-m", "0", "-J", "size="+strconv.Itoa(journalMiB(size)),
-			"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=0:0", t.Name())
+		err = d.mkfs(t.Name(), size)
+	}
+	if err == nil {
+		// A filesystem that shows no holes (SEEK_HOLE at the end) would
+		// have every copy write the whole image.
+		var hole int64
+		if hole, err = unix.Seek(int(t.Fd()), 0, unix.SEEK_HOLE); err == nil && hole >= size {
+			d.noHoles = true
+			err = errNoHoles
+		}
 	}
 	p := filepath.Join(dir, strings.TrimPrefix(filepath.Base(t.Name()), ".new-")+"-"+strconv.FormatInt(size, 10)+".img")
 	if err == nil {
@@ -295,6 +311,9 @@ func (d *Disks) template(size int64) (*os.File, error) {
 		os.Remove(t.Name())
 		os.Remove(p)
 		t.Close()
+		if errors.Is(err, errNoHoles) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("disk template: %w", err)
 	}
 	// t keeps its lock across the rename (t.Name() is the old name).
@@ -309,6 +328,19 @@ func (d *Disks) template(size int64) (*os.File, error) {
 		d.tmplUsed = d.tmplUsed[1:]
 	}
 	return f, nil
+}
+
+// errNoHoles: the images directory's filesystem shows no holes
+// (SEEK_HOLE), so a copy of a template would write every byte of the
+// image; each disk is made by mkfs.ext4 then.
+var errNoHoles = errors.New("the images' filesystem shows no holes")
+
+// mkfs formats the image file path of size bytes as a session's disk.
+func (d *Disks) mkfs(path string, size int64) error {
+	// No reserved blocks (the server writes spilled outputs as root),
+	// lazy init and a small journal keep the image sparse and quick.
+	return d.run("mkfs.ext4", "-q", "-F", "-m", "0", "-J", "size="+strconv.Itoa(journalMiB(size)),
+		"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=0:0", path)
 }
 
 // sweepTemplates removes the templates in dir that no process holds

@@ -969,3 +969,28 @@ func TestTemplatesOfProcessesGoneAreSwept(t *testing.T) {
 		t.Errorf("a live process's template was removed: %v", err)
 	}
 }
+
+// TestDiskWithoutHolesIsMadeByMkfs: where the images' filesystem shows
+// no holes (a copy would write the whole image), each disk is made by
+// mkfs.ext4, sparse, mounted and writable, and no template is kept. The
+// fallback is forced here: this machine's filesystems show holes.
+func TestDiskWithoutHolesIsMadeByMkfs(t *testing.T) {
+	t.Parallel()
+	d, data := newDisks(t)
+	d.tmplMu.Lock()
+	d.noHoles = true
+	d.tmplMu.Unlock()
+	dir := session(t, d, data, "s1", 16<<20)
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644); err != nil || !Mounted(dir) {
+		t.Fatalf("the disk made without a template: write %v, mounted %v", err, Mounted(dir))
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(d.image(dir), &st); err != nil || st.Blocks*512 > 8<<20 {
+		t.Errorf("image: %d bytes allocated (%v); want sparse", st.Blocks*512, err)
+	}
+	d.tmplMu.Lock()
+	defer d.tmplMu.Unlock()
+	if len(d.templates) != 0 {
+		t.Errorf("templates kept without holes: %v", d.templates)
+	}
+}
