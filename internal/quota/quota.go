@@ -2,8 +2,9 @@
 //
 // Each session directory ($QURO_DATA/sessions/<id>: workspace, tmp and the
 // spilled outputs under workspace/.quro/outputs) is its own ext4
-// filesystem: a sparse image file ($QURO_DATA/disks/<id>.img) loop-mounted
-// at the session directory. A write beyond the image's size fails with
+// filesystem: a sparse image file ($QURO_DATA/disks/<id>.img, a copy of
+// one formatted once per size: see Disks.template) loop-mounted at the
+// session directory. A write beyond the image's size fails with
 // ENOSPC inside the box, whoever writes (the session's code, or the server
 // spilling an output), and other sessions, on other images, keep writing.
 //
@@ -58,6 +59,19 @@ type Disks struct {
 	boundRoot bool
 
 	waitDelay time.Duration // the tools' sandbox.Helper.WaitDelay (0: its default)
+
+	tmplMu    sync.Mutex
+	templates map[int64]template // by image size
+	tmplUsed  []int64            // the templates' sizes, the one used least recently first
+	swept     bool               // the templates of processes gone were removed
+	noHoles   bool               // the images' filesystem shows no holes: mkfs each disk (errNoHoles)
+}
+
+// template is a formatted image (see Disks.template): its path, and an
+// open file of it that holds a shared lock while this process keeps it.
+type template struct {
+	path string
+	lock *os.File
 }
 
 // Open prepares the images directory of dataDir and probes whether images
@@ -69,7 +83,7 @@ func Open(dataDir string) *Disks {
 		dataDir = abs
 	}
 	d := &Disks{dir: filepath.Join(dataDir, "disks"), data: dataPaths(dataDir), mine: map[string]bool{},
-		root: filepath.Join(dataDir, "sessions")}
+		root: filepath.Join(dataDir, "sessions"), templates: map[int64]template{}}
 	d.usable = d.probe()
 	if d.usable == nil {
 		d.boundRoot = privateRoot(d.root)
@@ -125,9 +139,19 @@ func mountPoint(dir string) bool {
 	return a.Mnt_id != b.Mnt_id
 }
 
-// Close unmounts the bind Open made of the sessions' directory, unless a
-// disk is still mounted below it (another process's, or a busy one).
+// Close removes the disk templates this process made and unmounts the
+// bind Open made of the sessions' directory, unless a disk is still
+// mounted below it (another process's, or a busy one).
 func (d *Disks) Close() {
+	d.tmplMu.Lock()
+	for size, t := range d.templates {
+		os.Remove(t.path)
+		t.lock.Close()
+		delete(d.templates, size)
+	}
+	d.tmplUsed = nil
+	os.Remove(filepath.Join(d.dir, "templates")) // when empty: another process's may be there
+	d.tmplMu.Unlock()
 	if d.boundRoot {
 		if unix.Unmount(d.root, 0) == nil {
 			d.boundRoot = false
@@ -195,12 +219,16 @@ func (d *Disks) Create(dir string, size int64) error {
 		os.Remove(dir)
 		return fmt.Errorf("disk image: %w", err)
 	}
-	err = f.Truncate(size)
-	if err == nil {
-		// No reserved blocks (the server writes spilled outputs as root),
-		// lazy init and a small journal keep the image sparse and quick.
-		err = d.run("mkfs.ext4", "-q", "-F", "-m", "0", "-J", "size="+strconv.Itoa(journalMiB(size)),
-			"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=0:0", img)
+	tmpl, err := d.template(size)
+	switch {
+	case err == nil:
+		err = copySparse(f, tmpl, size)
+		tmpl.Close()
+	case errors.Is(err, errNoHoles):
+		// A copy would write the whole image: mkfs it instead.
+		if err = f.Truncate(size); err == nil {
+			err = d.mkfs(img, size)
+		}
 	}
 	if err == nil {
 		err = d.mountNew(img, dir)
@@ -213,6 +241,161 @@ func (d *Disks) Create(dir string, size int64) error {
 	return nil
 }
 
+// maxTemplates bounds the templates a process keeps (one per disk
+// size: the tenants' quotas); the one used least recently goes first.
+const maxTemplates = 4
+
+// template opens an image of size bytes formatted as a session's disk
+// is, made once per size and process and copied for each new disk: a
+// burst of creates ran a mkfs.ext4 each, 100 processes at once on 2
+// cores (p50 1.3 s each at load; bench/README.md), where a copy of the
+// template's 1.2 MB of written blocks takes no process. The templates
+// are a cache, no session's: they live in their own directory
+// ($QURO_DATA/disks/templates, where no session reaches), at most
+// maxTemplates of them, removed on Close. The copies share the
+// template's filesystem UUID and directory hash seed; each is a
+// filesystem of its own on a device of its own, and nothing mounts them
+// by UUID (mountDev mounts the device).
+func (d *Disks) template(size int64) (*os.File, error) {
+	d.tmplMu.Lock()
+	defer d.tmplMu.Unlock()
+	if d.noHoles {
+		return nil, errNoHoles
+	}
+	if t, ok := d.templates[size]; ok {
+		d.tmplUsed = append(slices.DeleteFunc(d.tmplUsed, func(s int64) bool { return s == size }), size)
+		return os.Open(t.path)
+	}
+	dir := filepath.Join(d.dir, "templates")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("disk template: %w", err)
+	}
+	if !d.swept {
+		d.swept = true
+		sweepTemplates(dir)
+	}
+	// A new file each time the process starts (a template left by an
+	// earlier server, or by a crash in the middle of a mkfs, is never
+	// trusted): made under a temporary name and share-locked for as long
+	// as this process keeps it, so that another process's sweep leaves
+	// it; then renamed.
+	t, err := os.CreateTemp(dir, ".new-*")
+	if err != nil {
+		return nil, fmt.Errorf("disk template: %w", err)
+	}
+	err = unix.Flock(int(t.Fd()), unix.LOCK_SH)
+	if err == nil {
+		err = t.Truncate(size)
+	}
+	if err == nil {
+		err = d.mkfs(t.Name(), size)
+	}
+	if err == nil {
+		// A filesystem that shows no holes (SEEK_HOLE at the end) would
+		// have every copy write the whole image.
+		var hole int64
+		if hole, err = unix.Seek(int(t.Fd()), 0, unix.SEEK_HOLE); err == nil && hole >= size {
+			d.noHoles = true
+			err = errNoHoles
+		}
+	}
+	p := filepath.Join(dir, strings.TrimPrefix(filepath.Base(t.Name()), ".new-")+"-"+strconv.FormatInt(size, 10)+".img")
+	if err == nil {
+		err = os.Rename(t.Name(), p)
+	}
+	var f *os.File
+	if err == nil {
+		f, err = os.Open(p)
+	}
+	if err != nil {
+		os.Remove(t.Name())
+		os.Remove(p)
+		t.Close()
+		if errors.Is(err, errNoHoles) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("disk template: %w", err)
+	}
+	// t keeps its lock across the rename (t.Name() is the old name).
+	d.templates[size] = template{path: p, lock: t}
+	d.tmplUsed = append(d.tmplUsed, size)
+	for len(d.tmplUsed) > maxTemplates {
+		// An open template stays readable for the copy under way.
+		old := d.templates[d.tmplUsed[0]]
+		os.Remove(old.path)
+		old.lock.Close()
+		delete(d.templates, d.tmplUsed[0])
+		d.tmplUsed = d.tmplUsed[1:]
+	}
+	return f, nil
+}
+
+// errNoHoles: the images directory's filesystem shows no holes
+// (SEEK_HOLE), so a copy of a template would write every byte of the
+// image; each disk is made by mkfs.ext4 then.
+var errNoHoles = errors.New("the images' filesystem shows no holes")
+
+// mkfs formats the image file path of size bytes as a session's disk.
+func (d *Disks) mkfs(path string, size int64) error {
+	// No reserved blocks (the server writes spilled outputs as root),
+	// lazy init and a small journal keep the image sparse and quick.
+	return d.run("mkfs.ext4", "-q", "-F", "-m", "0", "-J", "size="+strconv.Itoa(journalMiB(size)),
+		"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=0:0", path)
+}
+
+// sweepTemplates removes the templates in dir that no process holds
+// (each process share-locks its own while it lives): those of a server
+// that stopped without Close. A template is named .img only once it is
+// locked; an unfinished one (.new-*, a crash during its mkfs) is left.
+func sweepTemplates(dir string) {
+	names, _ := filepath.Glob(filepath.Join(dir, "*.img"))
+	for _, p := range names {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+			os.Remove(p)
+		}
+		f.Close()
+	}
+}
+
+// copySparse copies src into dst, whose length becomes size: only src's
+// written extents (SEEK_DATA, SEEK_HOLE), in the kernel
+// (copy_file_range), so that dst is as sparse as src.
+func copySparse(dst, src *os.File, size int64) error {
+	sfd, dfd := int(src.Fd()), int(dst.Fd())
+	var off int64
+	for {
+		data, err := unix.Seek(sfd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // no data past off
+		}
+		if err != nil {
+			return fmt.Errorf("disk template: %w", err)
+		}
+		hole, err := unix.Seek(sfd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return fmt.Errorf("disk template: %w", err)
+		}
+		for in, out := data, data; in < hole; {
+			n, err := unix.CopyFileRange(sfd, &in, dfd, &out, int(hole-in), 0)
+			if err != nil {
+				return fmt.Errorf("disk template: copy: %w", err)
+			}
+			if n == 0 {
+				return errors.New("disk template: copy: the template ended early")
+			}
+		}
+		off = hole
+	}
+	if err := dst.Truncate(size); err != nil {
+		return fmt.Errorf("disk image: %w", err)
+	}
+	return nil
+}
+
 // ErrNoLoop is a disk that could not get a loop device: none was free
 // (the kernel's max_loop reached), or other attaches, of this host's
 // other processes, took every free one offered first. Nothing of the
@@ -220,21 +403,29 @@ func (d *Disks) Create(dir string, size int64) error {
 var ErrNoLoop = errors.New("no loop device could be had for the session's disk")
 
 // attachTries bounds the loop devices a disk tries to attach to, each
-// one taken by another process between LOOP_CTL_GET_FREE and the
-// attach; the attaches of this process take turns (attachMu), so only
-// other processes race it.
+// one taken by another process between its choice and the attach; the
+// attaches of this process never choose the same device (offers), so
+// only other processes race it.
 const attachTries = 16
 
-// attachMu makes this process's attaches take turns: LOOP_CTL_GET_FREE
-// offers every concurrent caller the same device, of which one attach
-// wins, so a burst of creates at once lost all but one attach per round
-// and some ran out of tries (issue 29: `a loop device: device or
-// resource busy` at load). An attach is two ioctls; the mount after it
-// runs outside.
-var attachMu sync.Mutex
+// offers are the loop devices this process's attaches have chosen and
+// not yet attached (or given up). LOOP_CTL_GET_FREE offers every
+// concurrent caller the same device, of which one attach wins, so a
+// burst of creates at once lost all but one attach per round and some
+// ran out of tries (issue 29: `a loop device: device or resource busy`
+// at load). The attaches then took turns under one lock; but an attach
+// (LOOP_CONFIGURE) waits for the kernel — a queue freeze, an RCU grace
+// period — for up to a second at load, and a burst of 100 creates spent
+// most of its time in that line (bench/README.md). Now each attach
+// takes a device no other attach of this process holds, under offersMu
+// only while it chooses, and the attaches themselves run at once.
+var (
+	offersMu sync.Mutex
+	offers   = map[int]bool{}
+)
 
-// testBeforeAttach, when set (by tests), runs between the kernel's offer
-// of free loop device n and the attach to it.
+// testBeforeAttach, when set (by tests), runs between the choice of free
+// loop device n and the attach to it.
 var testBeforeAttach func(n int)
 
 // journalMiB is the journal's size for an image of size bytes: 4 MiB, or
@@ -280,37 +471,103 @@ func attach(f *os.File) (*os.File, error) {
 		return nil, err
 	}
 	defer ctl.Close()
-	attachMu.Lock()
-	defer attachMu.Unlock()
 	for range attachTries {
-		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		n, err := offer(ctl)
 		if err != nil {
-			return nil, fmt.Errorf("%w: no free loop device: %w", ErrNoLoop, err)
-		}
-		if err := loopNode(n); err != nil {
 			return nil, err
 		}
-		lo, err := os.OpenFile(fmt.Sprintf("/dev/loop%d", n), os.O_RDWR|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, fmt.Errorf("a loop device: %w", err)
-		}
-		if testBeforeAttach != nil {
-			testBeforeAttach(n)
-		}
-		cfg := unix.LoopConfig{Fd: uint32(f.Fd())}
-		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
-		err = unix.IoctlLoopConfigure(int(lo.Fd()), &cfg)
+		lo, err := configure(n, f)
 		if errors.Is(err, unix.EBUSY) {
-			lo.Close() // another process's attach took it first
-			continue
+			continue // another process's attach took it first
 		}
-		if err != nil {
-			lo.Close()
-			return nil, fmt.Errorf("a loop device: %w", err)
-		}
-		return lo, nil
+		return lo, err
 	}
 	return nil, fmt.Errorf("%w: other attaches took the %d offered first", ErrNoLoop, attachTries)
+}
+
+// configure attaches f to loop device n, which offer chose, and gives
+// n back to the other attaches once the kernel has it bound (or not).
+func configure(n int, f *os.File) (*os.File, error) {
+	defer func() {
+		offersMu.Lock()
+		delete(offers, n)
+		offersMu.Unlock()
+	}()
+	if err := loopNode(n); err != nil {
+		return nil, err
+	}
+	lo, err := os.OpenFile(fmt.Sprintf("/dev/loop%d", n), os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("a loop device: %w", err)
+	}
+	if testBeforeAttach != nil {
+		testBeforeAttach(n)
+	}
+	cfg := unix.LoopConfig{Fd: uint32(f.Fd())}
+	cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+	err = unix.IoctlLoopConfigure(int(lo.Fd()), &cfg)
+	if err != nil {
+		lo.Close()
+		if errors.Is(err, unix.EBUSY) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("a loop device: %w", err)
+	}
+	return lo, nil
+}
+
+// offer chooses a free loop device that no other attach of this process
+// holds, and marks it held (offers). The kernel's choice
+// (LOOP_CTL_GET_FREE: the lowest unbound device, made when none is) is
+// taken when it is not held; otherwise the devices above it are looked
+// at in sysfs, where a bound device has a "loop" directory, and one past
+// the last is made (LOOP_CTL_ADD). sysfs can be behind the kernel, and
+// another process can bind a device between the choice and the attach:
+// either is an EBUSY at the attach, and the next offer.
+func offer(ctl *os.File) (int, error) {
+	offersMu.Lock()
+	defer offersMu.Unlock()
+	n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+	if err != nil {
+		return 0, fmt.Errorf("%w: no free loop device: %w", ErrNoLoop, err)
+	}
+	if offers[n] {
+		for {
+			n++
+			if offers[n] {
+				continue
+			}
+			free, err := unbound(ctl, n)
+			if err != nil {
+				return 0, err
+			}
+			if free {
+				break
+			}
+		}
+	}
+	offers[n] = true
+	return n, nil
+}
+
+// unbound says whether loop device n looks free in sysfs, making it
+// when it does not exist yet (as LOOP_CTL_GET_FREE does when no device
+// is free).
+func unbound(ctl *os.File, n int) (bool, error) {
+	_, err := os.Stat(fmt.Sprintf("/sys/block/loop%d", n))
+	if errors.Is(err, fs.ErrNotExist) {
+		// Past the last device. Another process may have made it
+		// meanwhile: then it is there, and taken or not, the attach says.
+		if err := unix.IoctlSetInt(int(ctl.Fd()), unix.LOOP_CTL_ADD, n); err != nil && !errors.Is(err, unix.EEXIST) {
+			return false, fmt.Errorf("%w: adding loop device %d: %w", ErrNoLoop, n, err)
+		}
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("a loop device: %w", err)
+	}
+	_, err = os.Stat(fmt.Sprintf("/sys/block/loop%d/loop", n))
+	return errors.Is(err, fs.ErrNotExist), nil
 }
 
 // mountDev mounts the ext4 filesystem on the loop device dev at dir.

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -755,5 +756,248 @@ func TestCreateWhenOthersTakeTheOfferedLoopDevices(t *testing.T) {
 		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("a refused create left %s behind (%v)", p, err)
 		}
+	}
+}
+
+// TestAttachesRunAtOnce: an attach that the kernel holds up (here the
+// hook holds the first one between its device's choice and the attach,
+// as LOOP_CONFIGURE's wait for a queue freeze does at load) holds up no
+// other create of the process: a second create is attached to another
+// device and mounted meanwhile. Before, the attaches took turns under
+// one lock, and a burst of 100 creates spent most of its time in that
+// line (bench/README.md).
+func TestAttachesRunAtOnce(t *testing.T) {
+	d, data := newDisks(t)
+	var mu sync.Mutex
+	var devs []int
+	held := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	letGo := func() { once.Do(func() { close(release) }) }
+	testBeforeAttach = func(n int) {
+		mu.Lock()
+		devs = append(devs, n)
+		first := len(devs) == 1
+		mu.Unlock()
+		if first {
+			close(held)
+			<-release
+		}
+	}
+	t.Cleanup(func() { testBeforeAttach = nil })
+	t.Cleanup(letGo)
+	create := func(name string, done chan<- error) {
+		dir := filepath.Join(data, "sessions", name)
+		err := d.Create(dir, 16<<20)
+		if err == nil {
+			t.Cleanup(func() {
+				if err := d.Remove(dir); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		done <- err
+	}
+	doneA, doneB := make(chan error, 1), make(chan error, 1)
+	go create("a", doneA)
+	select {
+	case <-held:
+	case err := <-doneA:
+		t.Fatalf("the first create ended before its attach: %v", err)
+	}
+	go create("b", doneB)
+	select {
+	case err := <-doneB:
+		if err != nil {
+			t.Fatalf("the second create, beside the held attach: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		letGo()
+		t.Fatal("the second create waited for the first one's attach")
+	}
+	letGo()
+	if err := <-doneA; err != nil {
+		t.Fatalf("the held create: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(devs) < 2 || devs[1] == devs[0] {
+		t.Errorf("devices chosen: %v; the second create was offered the held one", devs)
+	}
+	for _, name := range []string{"a", "b"} {
+		if dir := filepath.Join(data, "sessions", name); !Mounted(dir) {
+			t.Errorf("%s is not mounted", dir)
+		}
+	}
+}
+
+// TestDisksAreCopiesOfATemplate: the disks of one size are copies of one
+// image formatted once (no mkfs.ext4 per create: the same filesystem
+// UUID), each as sparse as a new one, mounted on its own device and
+// written apart from the others; Close removes the template.
+func TestDisksAreCopiesOfATemplate(t *testing.T) {
+	data := t.TempDir()
+	d := Open(data)
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			d.Close()
+		}
+	})
+	if err := d.Enforced(); err != nil {
+		t.Skipf("no kernel-enforced quota here: %v", err)
+	}
+	var dirs []string
+	for _, id := range []string{"s1", "s2", "s3"} {
+		dir := filepath.Join(data, "sessions", id)
+		if err := d.Create(dir, 32<<20); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, dir)
+	}
+	uuids := map[string]bool{}
+	for i, dir := range dirs {
+		// The ext4 superblock is 1024 bytes in; its s_uuid 0x68 into it.
+		f, err := os.Open(d.image(dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		uuid := make([]byte, 16)
+		_, err = f.ReadAt(uuid, 1024+0x68)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		uuids[fmt.Sprintf("%x", uuid)] = true
+		var st unix.Stat_t
+		if err := unix.Stat(d.image(dir), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Size != 32<<20 || st.Blocks*512 > 8<<20 {
+			t.Errorf("image %d: %d bytes long, %d allocated; want 32 MiB long and sparse", i, st.Size, st.Blocks*512)
+		}
+		if !Mounted(dir) {
+			t.Errorf("%s is not mounted", dir)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "mine"), []byte(dir), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(uuids) != 1 {
+		t.Errorf("filesystem UUIDs %v: want the template's one (a copy each, not a mkfs each)", uuids)
+	}
+	for _, dir := range dirs {
+		if b, err := os.ReadFile(filepath.Join(dir, "mine")); err != nil || string(b) != dir {
+			t.Errorf("%s reads %q, %v: the disks are not apart", dir, b, err)
+		}
+	}
+	d.tmplMu.Lock()
+	tmpl := d.templates[32<<20].path
+	d.tmplMu.Unlock()
+	if tmpl == "" {
+		t.Fatal("no template kept for 32 MiB")
+	}
+	for _, dir := range dirs {
+		if err := d.Remove(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.Close()
+	closed = true
+	for _, p := range []string{tmpl, filepath.Dir(tmpl)} {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("Close left %s (%v)", p, err)
+		}
+	}
+}
+
+// TestTemplatesAreBounded: one template per disk size, at most
+// maxTemplates of them; the one used least recently goes, and a disk of
+// its size is made again (from a new template).
+func TestTemplatesAreBounded(t *testing.T) {
+	t.Parallel()
+	d, data := newDisks(t)
+	sizes := []int64{8 << 20, 9 << 20, 10 << 20, 11 << 20, 12 << 20, 8 << 20}
+	for i, size := range sizes {
+		dir := filepath.Join(data, "sessions", fmt.Sprintf("s%d", i))
+		if err := d.Create(dir, size); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Remove(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.tmplMu.Lock()
+	defer d.tmplMu.Unlock()
+	names, _ := filepath.Glob(filepath.Join(data, "disks", "templates", "*"))
+	if len(d.templates) != maxTemplates || len(names) != maxTemplates {
+		t.Errorf("%d templates kept, %d files (%v); want %d", len(d.templates), len(names), names, maxTemplates)
+	}
+	if _, ok := d.templates[9<<20]; ok {
+		t.Errorf("the template used least recently (9 MiB) was kept: %v", d.tmplUsed)
+	}
+	if _, ok := d.templates[8<<20]; !ok {
+		t.Errorf("the 8 MiB template, made again, is not kept: %v", d.tmplUsed)
+	}
+}
+
+// TestTemplatesOfProcessesGoneAreSwept: a template whose process ended
+// without Close (its lock gone) is removed by the next process's first
+// template; one a live process holds is left.
+func TestTemplatesOfProcessesGoneAreSwept(t *testing.T) {
+	t.Parallel()
+	d1, data := newDisks(t)
+	d2 := openDisks(t, data)
+	d3 := openDisks(t, data)
+	for i, d := range []*Disks{d1, d2} {
+		dir := filepath.Join(data, "sessions", fmt.Sprintf("s%d", i))
+		if err := d.Create(dir, 16<<20); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Remove(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone, live := d1.templates[16<<20], d2.templates[16<<20]
+	// d1's process ends: the kernel drops its lock, the file stays.
+	gone.lock.Close()
+	delete(d1.templates, 16<<20)
+	dir := filepath.Join(data, "sessions", "s3")
+	if err := d3.Create(dir, 16<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := d3.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(gone.path); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the template of a process gone is left: %v", err)
+	}
+	if _, err := os.Stat(live.path); err != nil {
+		t.Errorf("a live process's template was removed: %v", err)
+	}
+}
+
+// TestDiskWithoutHolesIsMadeByMkfs: where the images' filesystem shows
+// no holes (a copy would write the whole image), each disk is made by
+// mkfs.ext4, sparse, mounted and writable, and no template is kept. The
+// fallback is forced here: this machine's filesystems show holes.
+func TestDiskWithoutHolesIsMadeByMkfs(t *testing.T) {
+	t.Parallel()
+	d, data := newDisks(t)
+	d.tmplMu.Lock()
+	d.noHoles = true
+	d.tmplMu.Unlock()
+	dir := session(t, d, data, "s1", 16<<20)
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644); err != nil || !Mounted(dir) {
+		t.Fatalf("the disk made without a template: write %v, mounted %v", err, Mounted(dir))
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(d.image(dir), &st); err != nil || st.Blocks*512 > 8<<20 {
+		t.Errorf("image: %d bytes allocated (%v); want sparse", st.Blocks*512, err)
+	}
+	d.tmplMu.Lock()
+	defer d.tmplMu.Unlock()
+	if len(d.templates) != 0 {
+		t.Errorf("templates kept without holes: %v", d.templates)
 	}
 }
