@@ -70,7 +70,7 @@ func (c *runClock) stop() {
 // timedOut says whether the run's context ended by a timeout: the run's
 // own or the caller's deadline.
 func timedOut(ctx context.Context) bool {
-	return errors.Is(ctx.Err(), context.DeadlineExceeded) || context.Cause(ctx) == errRunTimeout
+	return errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(context.Cause(ctx), errRunTimeout)
 }
 
 // canceledWhileStarting words a start that ctx ended.
