@@ -79,7 +79,9 @@ func TestPlotsInSciRootfs(t *testing.T) {
 	a := sciSession(t)
 	run := func(code string, env map[string]string) *runcode.Result {
 		t.Helper()
-		r := runCode(t, a, RunCodeInput{Session: "sci", Code: code, Env: env})
+		// The longest timeout: the default 30 s (the first import of
+		// matplotlib builds its font cache) passed at a load of 100.
+		r := runCode(t, a, RunCodeInput{Session: "sci", Code: code, Env: env, TimeoutMS: -1})
 		if r.ExitCode != 0 || r.Error != "" {
 			t.Fatalf("%q: exit %d, error %q, stderr %q", code, r.ExitCode, r.Error, r.Stderr)
 		}

@@ -197,9 +197,10 @@ func (p *pythonRun) exec(ctx context.Context, sess *session.Session, name, code 
 	outDir := sess.OutputsDir()
 	stdout := runcode.NewCapture(opts.MaxStdout, filepath.Join(outDir, "python_run-"+runID+".stdout"), opts.SpillLimit).Within(ws).Observed(ctx, "stdout")
 	stderr := runcode.NewCapture(opts.MaxStderr, filepath.Join(outDir, "python_run-"+runID+".stderr"), opts.SpillLimit).Within(ws).Observed(ctx, "stderr")
-	runCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	r, err := p.eng.RunIn(runCtx, name, &runcode.Request{
+	// The timeout is the program's (runcode.ProcessSpec puts it on the
+	// box's Spec, counted from python3's start): a deadline on ctx also
+	// counted the making of the box.
+	r, err := p.eng.RunIn(ctx, name, &runcode.Request{
 		Code: code, Lang: "python", Session: sess, Timeout: timeout, Stdout: stdout, Stderr: stderr,
 	}, python.ViaArg)
 	if err != nil {

@@ -53,8 +53,13 @@ func TestTenantCeilingAcrossSessionsThroughTheController(t *testing.T) {
 	// from the count before them, it depended on that count: a process
 	// of the box still ending or starting as it was read, such as the
 	// box's next zygote, moved it by a few and let the next box in.)
-	if _, err := callAs(t, a, acme, "terminal_exec", TerminalExecInput{Session: "s1", Command: "for i in $(seq 60); do sleep 1000 & done; echo held"}); err != nil {
+	// Its own timeout, not the default 30 s: 60 forks took longer at a
+	// load of 100, and the ceiling was then read while they went on.
+	if reply, err := callAs(t, a, acme, "terminal_exec", TerminalExecInput{Session: "s1", TimeoutMS: 300_000,
+		Command: "for i in $(seq 60); do sleep 1000 & done; echo held"}); err != nil {
 		t.Fatal(err)
+	} else if r := reply.Output.(*terminal.Result); r.TimedOut || !strings.Contains(r.Output, "held") {
+		t.Fatalf("60 background processes: %+v", r)
 	}
 	held, _ := a.Sandbox.TenantUsage(acmeName)
 	ceiling := int64(held.Tasks) + 1
@@ -91,7 +96,7 @@ func TestTenantCeilingAcrossSessionsThroughTheController(t *testing.T) {
 		t.Errorf("quro_tenant_ceiling_refusals_total{tasks} = %v, want 1", v)
 	}
 	// Bob is not charged for acme's processes.
-	reply, err = callAs(t, a, bob, "run_code", RunCodeInput{Lang: "shell", Code: "for i in $(seq 60); do sleep 1 & done; echo bob-ok"})
+	reply, err = callAs(t, a, bob, "run_code", RunCodeInput{Lang: "shell", TimeoutMS: -1, Code: "for i in $(seq 60); do sleep 1 & done; echo bob-ok"})
 	if err != nil || !strings.Contains(reply.Output.(*runcode.Result).Stdout, "bob-ok") {
 		t.Fatalf("bob: %v %+v", err, reply)
 	}

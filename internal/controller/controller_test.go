@@ -400,6 +400,35 @@ var idRE = regexp.MustCompile(`^internal error \(id ([0-9a-f]{8})\): the server 
 // TestInternalErrorIsLoggedNotLeaked: an error the table does not know
 // reaches the client as an id only; the log has the id with the cause,
 // the capability, the tenant and the access path.
+// An error the table does not know, from a call whose context ended (a
+// store query the cancel interrupted), is the call's cancel or timeout,
+// not an internal error: at load a client's short deadline read as one.
+func TestUnknownErrorOfAnEndedCallIsItsEnd(t *testing.T) {
+	t.Parallel()
+	for _, timeout := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		want := capability.Canceled
+		if timeout {
+			ctx, cancel = context.WithTimeout(context.Background(), time.Millisecond)
+			want = capability.DeadlineExceeded
+		}
+		boom := capability.New("boom", "fails", capability.ScopeRead, func(ctx context.Context, _ empty) (*controller.Reply, error) {
+			if !timeout {
+				cancel() // the client goes away while the call runs
+			}
+			<-ctx.Done()
+			return nil, errors.New("interrupted (9)")
+		})
+		ctl := controller.New(newRegistry(t, boom), nil)
+		_, err := ctl.Call(ctx, controller.Caller{Path: "mcp", Tenant: "alice", Scope: capability.ScopeRead}, "boom", nil)
+		var ce *capability.Error
+		if !errors.As(err, &ce) || ce.Code != want {
+			t.Errorf("timeout %v: got %v, want %s", timeout, err, want)
+		}
+		cancel()
+	}
+}
+
 func TestInternalErrorIsLoggedNotLeaked(t *testing.T) {
 	const secret = "open /var/lib/quro/store.db: disk I/O error"
 	var causes = []error{

@@ -197,6 +197,14 @@ func classify(ctx context.Context, log *slog.Logger, err error, attrs ...slog.At
 	if e := lookup(err); e != nil {
 		return e
 	}
+	if cerr := ctx.Err(); cerr != nil {
+		// The call's context ended and what failed under it is not in
+		// the table (a store query it interrupted: SQLite's
+		// "interrupted"): the caller canceled the call or its time ran
+		// out, not the server. At load a client's short deadline read as
+		// an internal error.
+		return lookup(cerr)
+	}
 	id := newID()
 	log.LogAttrs(ctx, slog.LevelError, "internal error", append(attrs, slog.String("id", id), slog.String("err", err.Error()))...)
 	return capability.Errorf(capability.Internal, "internal error (id %s): the server failed, not the call; try again, and if it goes on, give the operator this id (the server log has the details)", id)

@@ -30,8 +30,13 @@ type Request struct {
 	Code    string
 	Lang    string
 	Session *session.Session
-	// Timeout is the run's time budget; ctx also carries it as a deadline
-	// (plus CompileTimeout for a Builder).
+	// Timeout is the run's time budget, counted from the start of the
+	// code: the engine keeps it (ProcessSpec puts it on the sandbox.Spec,
+	// whose sandbox counts it from the program's exec; a resident worker
+	// counts it from when it is handed the code), never counting the
+	// making of a box or the start of a worker, which a loaded machine can
+	// take seconds over. ctx carries it only as a backstop: the runner's
+	// deadline is the budget plus sandbox.DefaultStartTimeout.
 	Timeout time.Duration
 	// CompileTimeout is the budget of a Builder's build stage, apart from
 	// Timeout.
@@ -96,7 +101,7 @@ const NoteRestarted = "the Python interpreter was restarted"
 const DefaultCompileTimeout = time.Minute
 
 // Builder is an engine whose run may first build the code (compile it)
-// under the request's CompileTimeout: the runner's deadline for it is
+// under the request's CompileTimeout: the runner's backstop for it counts
 // Timeout plus CompileTimeout, and the engine keeps each stage to its own.
 type Builder interface {
 	Engine

@@ -9,7 +9,8 @@ import (
 
 // ProcessSpec is the sandbox spec for running args in req's session: the
 // workspace as working directory and HOME, the session's tmp directory, its
-// variables, its network policy, and req's output writers. Inside the box
+// variables, its network policy, req's output writers and req.Timeout as
+// the run's timeout (which the sandbox counts from the program's start). Inside the box
 // the workspace and tmp directory keep their host paths, so paths in
 // results (stdout_file, …) are valid for the session's code too.
 //
@@ -18,6 +19,7 @@ import (
 func ProcessSpec(req *Request, args ...string) *sandbox.Spec {
 	spec := req.Session.Spec(args...)
 	spec.Stdout, spec.Stderr = req.Stdout, req.Stderr
+	spec.Timeout = req.Timeout // counted from the program's start, not its box's
 	return spec
 }
 

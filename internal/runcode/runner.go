@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/hostpath"
+	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -423,7 +424,12 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 				continue
 			}
 		}
-		runCtx, cancel := context.WithTimeout(ctx, budget)
+		// The engine keeps the budget from the code's start (see
+		// Request.Timeout): a deadline of the budget here also counted
+		// the making of the box or the worker, and a short run_code on a
+		// loaded machine ended as "canceled while the sandbox was
+		// starting". This one is the backstop of an engine that forgot.
+		runCtx, cancel := context.WithTimeout(ctx, budget+sandbox.DefaultStartTimeout)
 		res, err := e.Run(runCtx, req)
 		cancel()
 		if err == nil {

@@ -972,7 +972,7 @@ func (bx *Box) spawn(ctx context.Context, pl *plan) (*Process, error) {
 		case p.boxExit.failed != "":
 			msg = p.boxExit.failed
 		case ctx.Err() != nil:
-			msg = "canceled while the sandbox was starting"
+			msg = canceledWhileStarting(ctx)
 		default:
 			msg = "the session box ended while the program was starting"
 		}
@@ -1197,10 +1197,10 @@ func (p *Process) finish() Exit {
 		}
 	}
 	e := Exit{Duration: time.Since(p.start)}
-	switch p.ctx.Err() {
-	case context.DeadlineExceeded:
+	switch {
+	case timedOut(p.ctx):
 		e.TimedOut = true
-	case context.Canceled:
+	case p.ctx.Err() != nil:
 		e.Canceled = true
 	}
 	p.errMu.Lock()

@@ -99,6 +99,12 @@ type Options struct {
 	Path string
 	// Limits replace DefaultLimits for specs that leave Limits zero.
 	Limits *Limits
+	// StartTimeout bounds the start of a run (its box made or claimed,
+	// its cgroups, the init child up to the program's exec), apart from
+	// the run's own time (Spec.Timeout) and besides the caller's context;
+	// default DefaultStartTimeout. A start past it fails with a
+	// *StartError that says so (FailStartTimeout).
+	StartTimeout time.Duration
 	// DrainGrace bounds how long Wait keeps reading output after the process
 	// group was killed (a process that left the group may hold a pipe open).
 	// Default 1s.
@@ -215,10 +221,16 @@ const (
 	FailInit         = "init"          // the init child refused (program not found, a limit or policy failed)
 	FailBox          = "box"           // the box ended before the init child said anything
 	FailCanceled     = "canceled"      // the context ended while the run was starting
+	FailStartTimeout = "start_timeout" // the start took longer than Options.StartTimeout
 )
 
 // FailureReasons lists every reason OnFailure reports.
-var FailureReasons = []string{FailInvalidSpec, FailLayerMissing, FailSetup, FailInit, FailBox, FailCanceled}
+var FailureReasons = []string{FailInvalidSpec, FailLayerMissing, FailSetup, FailInit, FailBox, FailCanceled, FailStartTimeout}
+
+// DefaultStartTimeout is Options.StartTimeout's default: generous, as a
+// box's start on a loaded machine takes seconds, and a start that takes
+// this long is a server in trouble, not a slow one.
+const DefaultStartTimeout = 2 * time.Minute
 
 // Sandbox starts isolated processes. Create it once with New.
 type Sandbox struct {
@@ -226,6 +238,7 @@ type Sandbox struct {
 	path       string
 	limits     Limits
 	drainGrace time.Duration
+	startLimit time.Duration // Options.StartTimeout
 	isolation  string
 	layers     *layerSet
 	onFailure  func(reason string)
@@ -277,6 +290,7 @@ func New(opts *Options) (*Sandbox, error) {
 	if s.drainGrace <= 0 {
 		s.drainGrace = time.Second
 	}
+	s.startLimit = cmp.Or(max(o.StartTimeout, 0), DefaultStartTimeout)
 	switch o.Isolation {
 	case "", IsolationFull:
 		s.isolation = IsolationFull
@@ -427,6 +441,15 @@ type Spec struct {
 	Stdout, Stderr io.Writer // nil discards
 	ExtraFiles     []*os.File
 
+	// Timeout, when > 0, is the run's time, counted from the program's
+	// start (the init child's exec), never from the making of its box,
+	// which a loaded machine can take seconds over (a short timeout then
+	// failed the start itself). When it passes the run is killed and
+	// Exit.TimedOut is set. The caller's context still ends the run at any
+	// time (its own deadline too), and bounds the start with
+	// Options.StartTimeout.
+	Timeout time.Duration
+
 	// TTY makes Stdin (a terminal's slave side, an *os.File) the process's
 	// controlling terminal, in a session of its own. In the box, bubblewrap
 	// then keeps the session (no --new-session, which would drop the
@@ -530,6 +553,7 @@ type Process struct {
 	Cmd *exec.Cmd
 
 	ctx     context.Context
+	clock   *runClock // the run's bounds, released by Wait; nil until Start returns it
 	start   time.Time
 	drain   time.Duration
 	readers []*os.File // parent ends of output pipes, closed by Wait
@@ -639,6 +663,43 @@ func (s *Sandbox) start(ctx context.Context, spec *Spec) (*Process, error) {
 	pl, err := s.prepare(spec)
 	if err != nil {
 		return nil, err
+	}
+	clock := newRunClock(ctx, s.startLimit)
+	p, err := s.launchPlan(clock.ctx, pl)
+	if err == nil && !clock.started(spec.Timeout) {
+		// The run's context ended as the program began: it was killed.
+		p.clock = clock
+		p.Wait()
+		return nil, pl.startCut(clock.ctx)
+	}
+	if err != nil {
+		clock.stop()
+		var st startTimeout
+		if errors.As(context.Cause(clock.ctx), &st) && ctx.Err() == nil {
+			return nil, pl.startCut(clock.ctx)
+		}
+		return p, err
+	}
+	p.clock = clock
+	return p, nil
+}
+
+// startCut is the StartError of a start that ctx, the run's context,
+// ended: the caller's, or the start's own bound.
+func (pl *plan) startCut(ctx context.Context) error {
+	from := FailCanceled
+	var st startTimeout
+	if errors.As(context.Cause(ctx), &st) {
+		from = FailStartTimeout
+	}
+	return &StartError{Program: pl.prog, Reason: canceledWhileStarting(ctx), from: from}
+}
+
+// launchPlan starts pl under ctx, the run's context: in its session's box
+// or in a box of its own.
+func (s *Sandbox) launchPlan(ctx context.Context, pl *plan) (*Process, error) {
+	if h := startHook.Load(); h != nil {
+		(*h)(ctx, pl.spec)
 	}
 	if bx, err := s.boxFor(ctx, pl); err != nil {
 		return nil, pl.startErr(err)
@@ -1057,7 +1118,7 @@ func (p *Process) startFailed(prog, msg string) error {
 	if msg == "" {
 		from = FailBox
 		if p.ctx.Err() != nil {
-			msg = "canceled while the sandbox was starting"
+			msg = canceledWhileStarting(p.ctx)
 		} else {
 			msg = fmt.Sprintf("the sandbox could not be set up (exit status %d; its message, if any, is in stderr)", exit.Code)
 		}
@@ -1295,6 +1356,7 @@ func (p *Process) pump(w io.Writer, r *os.File) {
 // group, drains its output (bounded by the drain grace) and reports how it
 // ended.
 func (p *Process) Wait() Exit {
+	defer p.clock.stop()
 	if p.bx != nil {
 		return p.waitBox()
 	}

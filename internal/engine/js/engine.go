@@ -206,12 +206,17 @@ func (e *Engine) run(ctx context.Context, req *runcode.Request, ts bool) (res *r
 		return nil, err
 	}
 	defer ws.Close()
+	// The run's time counts from here (ctx's deadline, the runner's, is
+	// a backstop that also counts what came before), or ctx's deadline
+	// when it is sooner.
 	deadline, ok := ctx.Deadline()
-	if !ok {
-		if req.Timeout <= 0 {
-			return nil, errors.New("js: no time budget: give a deadline or req.Timeout")
+	if req.Timeout > 0 {
+		if d := time.Now().Add(req.Timeout); !ok || d.Before(deadline) {
+			deadline, ok = d, true
 		}
-		deadline = time.Now().Add(req.Timeout)
+	}
+	if !ok {
+		return nil, errors.New("js: no time budget: give a deadline or req.Timeout")
 	}
 	r := &run{eng: e, ctx: ctx, req: req, ws: ws, ts: ts, deadline: deadline, src: newSources()}
 	defer func() {

@@ -188,11 +188,15 @@ func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result
 	if err != nil {
 		return nil, err
 	}
+	// It waits for another run for at most its timeout.
+	wctx, wcancel := withTimeout(ctx, req.Timeout)
 	select {
 	case s.sem <- struct{}{}:
-	case <-ctx.Done():
-		return &runcode.Result{ExitCode: -1, Interrupted: true, TimedOut: errors.Is(ctx.Err(), context.DeadlineExceeded),
-			Error: fmt.Sprintf("this run waited for another run of this session's Node worker and did not start (%v): call again when it is done", ctx.Err())}, nil
+		wcancel()
+	case <-wctx.Done():
+		wcancel()
+		return &runcode.Result{ExitCode: -1, Interrupted: true, TimedOut: errors.Is(wctx.Err(), context.DeadlineExceeded),
+			Error: fmt.Sprintf("this run waited for another run of this session's Node worker and did not start (%v): call again when it is done", wctx.Err())}, nil
 	}
 	defer func() { <-s.sem }()
 	var notes []string
@@ -214,6 +218,10 @@ func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result
 		s.w = w
 		s.mu.Unlock()
 	}
+	// The run's timeout counts from here, the worker started: a first
+	// run's worker start is not the code's time.
+	ctx, cancel := withTimeout(ctx, req.Timeout)
+	defer cancel()
 	var ctxID string
 	cwd := sandbox.HomeUser
 	rich := false
@@ -791,4 +799,12 @@ func (s *stream) held() []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]byte(nil), s.pending...)
+}
+
+// withTimeout is ctx bounded by d when d > 0.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
 }

@@ -20,8 +20,13 @@ import (
 // an observer that sees the output as it comes.
 func runCtx(t testing.TB, ctx context.Context, s *session.Session, c runcode.ContextRun, code string) ran {
 	t.Helper()
+	return runCtxOn(t, testEng, ctx, s, c, code)
+}
+
+func runCtxOn(t testing.TB, e *Embedded, ctx context.Context, s *session.Session, c runcode.ContextRun, code string) ran {
+	t.Helper()
 	var out, errb bytes.Buffer
-	res, err := testEng.Run(ctx, &runcode.Request{Code: code, Lang: "python", Session: s, Timeout: time.Minute,
+	res, err := e.Run(ctx, &runcode.Request{Code: code, Lang: "python", Session: s, Timeout: time.Minute,
 		Stdout: &out, Stderr: &errb, Context: &c})
 	if err != nil {
 		t.Fatalf("Run(%q): engine error: %v", code, err)
@@ -168,12 +173,13 @@ func TestContextEnvIsRestored(t *testing.T) {
 }
 
 // An interrupt (the client of /execute went away) stops the run and keeps
-// the context's state.
+// the context's state. patientEng: at load the SIGINT was handled past
+// testEng's 2 s grace, and the worker killed.
 func TestContextInterruptKeepsState(t *testing.T) {
 	s := newSession(t)
 	bg := context.Background()
 	c := runcode.ContextRun{ID: "i", Rich: true}
-	runCtx(t, bg, s, c, "n = 0")
+	runCtxOn(t, patientEng, bg, s, c, "n = 0")
 	ctx, cancel := context.WithCancel(bg)
 	started := make(chan struct{})
 	var once bool
@@ -186,7 +192,7 @@ func TestContextInterruptKeepsState(t *testing.T) {
 				close(started)
 			}
 		}}
-		res, err := testEng.Run(ctx, &runcode.Request{Code: "while True:\n    n += 1\n    if n == 1000:\n        print('looping', flush=True)", Lang: "python",
+		res, err := patientEng.Run(ctx, &runcode.Request{Code: "while True:\n    n += 1\n    if n == 1000:\n        print('looping', flush=True)", Lang: "python",
 			Session: s, Timeout: time.Minute, Stdout: out, Stderr: &errb, Context: &c})
 		if err != nil {
 			t.Error(err)
@@ -197,10 +203,10 @@ func TestContextInterruptKeepsState(t *testing.T) {
 	cancel()
 	r := <-done
 	if !r.Interrupted || r.Exception == nil || r.Exception.Name != "KeyboardInterrupt" {
-		t.Fatalf("interrupted %v exception %+v", r.Interrupted, r.Exception)
+		t.Fatalf("interrupted %v exception %+v error %q notes %q stderr %q", r.Interrupted, r.Exception, r.Error, r.Notes, r.err)
 	}
-	a := runCtx(t, bg, s, c, "n")
-	b := runCtx(t, bg, s, c, "n")
+	a := runCtxOn(t, patientEng, bg, s, c, "n")
+	b := runCtxOn(t, patientEng, bg, s, c, "n")
 	if len(a.Results) != 1 || len(b.Results) != 1 || len(a.Results[0].Data["text/plain"].(string)) < 4 ||
 		a.Results[0].Data["text/plain"] != b.Results[0].Data["text/plain"] {
 		t.Errorf("the loop did not stop or the state was lost: %+v then %+v", a.Results, b.Results)

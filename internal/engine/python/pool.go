@@ -117,12 +117,15 @@ func (e *pool) run(ctx context.Context, req *runcode.Request) (*runcode.Result, 
 	// Runs of a session wait for each other in the order they came (a
 	// channel's blocked senders go in turn), for at most their timeout.
 	waitStart := time.Now()
+	wctx, wcancel := withTimeout(ctx, req.Timeout)
 	select {
 	case s.sem <- struct{}{}:
-	case <-ctx.Done():
-		return &runcode.Result{ExitCode: -1, Interrupted: true, TimedOut: errors.Is(ctx.Err(), context.DeadlineExceeded),
+		wcancel()
+	case <-wctx.Done():
+		wcancel()
+		return &runcode.Result{ExitCode: -1, Interrupted: true, TimedOut: errors.Is(wctx.Err(), context.DeadlineExceeded),
 			Error: fmt.Sprintf("this run waited %s for %s and did not start (%v): call again when it is done, or run this in another session",
-				time.Since(waitStart).Round(100*time.Millisecond), s.waitedFor(), ctx.Err())}, nil
+				time.Since(waitStart).Round(100*time.Millisecond), s.waitedFor(), wctx.Err())}, nil
 	}
 	s.took("another run of this session's Python")
 	defer s.give()
@@ -164,6 +167,11 @@ func (e *pool) run(ctx context.Context, req *runcode.Request) (*runcode.Result, 
 			s.mu.Unlock()
 		}()
 	}
+	// The run's timeout counts from here, the worker started: a first
+	// run's worker start (seconds on a loaded machine) is not the code's
+	// time.
+	ctx, cancel := withTimeout(ctx, req.Timeout)
+	defer cancel()
 	res, usable := s.w.run(ctx, req, req.Session.Env, runOptions{grace: e.opts.InterruptGrace})
 	if !usable {
 		s.setWorker(nil)
@@ -518,4 +526,12 @@ func (e *pool) prestart(sess *session.Session, ready func(ctx context.Context) e
 			e.armIdle(s)
 		}
 	}()
+}
+
+// withTimeout is ctx bounded by d when d > 0.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
 }

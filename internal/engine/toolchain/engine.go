@@ -254,9 +254,8 @@ func (e *Engine) version(ctx context.Context, u userland, prog string, req *runc
 	spec := e.spec(req, u, append([]string{prog}, e.tool.Version...))
 	spec.Env = nil
 	spec.Stdout, spec.Stderr = out, out
-	vctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	exit, err := e.sb.Run(vctx, spec)
+	spec.Timeout = 30 * time.Second
+	exit, err := e.sb.Run(ctx, spec)
 	v = filepath.Base(prog)
 	if err == nil && exit.Code == 0 && !exit.TimedOut && !exit.Canceled {
 		for _, line := range strings.Split(out.String(), "\n") {
@@ -389,9 +388,9 @@ func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result
 		if req.Stdin != "" {
 			spec.Stdin = strings.NewReader(req.Stdin)
 		}
-		rctx, cancel := context.WithTimeout(ctx, req.Timeout)
-		exit, err := e.sb.Run(rctx, spec)
-		cancel()
+		// spec.Timeout is req.Timeout (ProcessSpec), counted from the
+		// program's start.
+		exit, err := e.sb.Run(ctx, spec)
 		var se *sandbox.StartError
 		if err != nil && cached && attempt == 0 && errors.As(err, &se) {
 			// The entry went away between the check and the run
@@ -451,10 +450,9 @@ func (e *Engine) build(ctx context.Context, req *runcode.Request, u userland, ve
 	if timeout <= 0 {
 		timeout = runcode.DefaultCompileTimeout
 	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	spec.Timeout = timeout // from the compiler's start, not its box's
 	start := time.Now()
-	exit, err := e.sb.Run(cctx, spec)
+	exit, err := e.sb.Run(ctx, spec)
 	ms := float64(time.Since(start).Microseconds()) / 1000
 	if err != nil {
 		return ms, false, &runcode.Result{ExitCode: -1, Stage: "compile", Toolchain: version, CompileMS: ms,
