@@ -24,13 +24,22 @@ import (
 //	go test -tags k8s -trimpath -run '^$' -bench ClusterForwarding -benchtime 1x ./cmd/quro/
 //
 // QURO_BENCH_N sets the round trips of each kind (default 300).
+// Spares on (quro serve's default) unless QURO_BENCH_SPARES=0.
 func BenchmarkClusterForwarding(b *testing.B) {
 	n := 300
 	if v := os.Getenv("QURO_BENCH_N"); v != "" {
 		fmt.Sscan(v, &n)
 	}
 	tok := quroToken()
-	a, _, _, owner := twoNodes(b, tok+" acme exec\n")
+	// Spares as quro serve keeps them by default (one per tenant and
+	// network policy, more under a burst): a create takes a ready box, as
+	// on a single node. QURO_BENCH_SPARES=0: every create starts its box.
+	spares := "1"
+	if v := os.Getenv("QURO_BENCH_SPARES"); v != "" {
+		spares = v
+	}
+	op := quroToken()
+	a, nb, _, owner := twoNodes(b, tok+" acme exec\n"+op+" - admin\n", "--spare-sessions", spares)
 	client := &http.Client{Timeout: 10 * time.Minute}
 	post := func(url, body string) (int, string, time.Duration) {
 		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
@@ -60,6 +69,28 @@ func BenchmarkClusterForwarding(b *testing.B) {
 		creates = append(creates, d)
 		if node := owner(out.ID); on[node] == "" {
 			on[node] = out.ID
+		}
+	}
+	// Paced creates: each once both nodes' spare pools are full again
+	// (no spare being made), as creates come apart: placed on node b
+	// (forwarded by a) or on a.
+	var pacedA, pacedB []time.Duration
+	if spares != "0" {
+		for i := 0; len(pacedA) < 10 || len(pacedB) < 10; i++ {
+			if i == 80 {
+				b.Fatalf("80 paced creates did not land 10 on each node: %d on a, %d on b", len(pacedA), len(pacedB))
+			}
+			sparesSettled(b, op, a.url, nb.url)
+			status, body, d := post(a.url+"/v1/sessions", fmt.Sprintf(`{"name":"paced%d"}`, i))
+			var out struct{ ID string }
+			if status != http.StatusCreated || json.Unmarshal([]byte(body), &out) != nil {
+				b.Fatalf("create: %d %s", status, body)
+			}
+			if owner(out.ID) == "node-b" {
+				pacedB = append(pacedB, d)
+			} else {
+				pacedA = append(pacedA, d)
+			}
 		}
 	}
 	local, remote := on["node-a"], on["node-b"]
@@ -108,10 +139,51 @@ func BenchmarkClusterForwarding(b *testing.B) {
 		med(restL), med(restF), med(restF)-med(restL), med(restF)/med(restL), len(restL))
 	b.Logf("MCP tools/call run_code through node a: local %.3f ms, forwarded %.3f ms (+%.3f ms, x%.2f), n=%d each",
 		med(mcpL), med(mcpF), med(mcpF)-med(mcpL), med(mcpF)/med(mcpL), len(mcpL))
-	b.Logf("session create through node a, placed on either: median %.3f ms, n=%d", med(creates), len(creates))
+	b.Logf("session create through node a, placed on either, back to back (spares %s): median %.3f ms, n=%d", spares, med(creates), len(creates))
+	if len(pacedB) > 0 {
+		b.Logf("session create through node a, a spare ready: placed on node b (forwarded) median %.3f ms, on node a median %.3f ms, n=%d+%d",
+			med(pacedB), med(pacedA), len(pacedB), len(pacedA))
+		b.ReportMetric(med(pacedB), "create-paced-forwarded-ms")
+		b.ReportMetric(med(pacedA), "create-paced-local-ms")
+	}
 	b.ReportMetric(med(restL), "rest-local-ms")
 	b.ReportMetric(med(restF), "rest-forwarded-ms")
 	b.ReportMetric(med(mcpL), "mcp-local-ms")
 	b.ReportMetric(med(mcpF), "mcp-forwarded-ms")
 	b.ReportMetric(med(creates), "create-ms")
+}
+
+// sparesSettled waits until no spare session is being made on the nodes
+// at urls (their /metrics' quro_spare_sessions{state="filling"} is 0) and
+// each has one ready. A poll: the pool has no event to wait on.
+func sparesSettled(b *testing.B, op string, urls ...string) {
+	b.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	gauge := func(url, state string) float64 {
+		req, _ := http.NewRequest("GET", url+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+op)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, `quro_spare_sessions{`) && strings.Contains(line, `state="`+state+`"`) {
+				var v float64
+				fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v)
+				return v
+			}
+		}
+		b.Fatalf("%s/metrics has no quro_spare_sessions{state=%q}: %d %.300s", url, state, resp.StatusCode, body)
+		return 0
+	}
+	for _, url := range urls {
+		for gauge(url, "filling") > 0 || gauge(url, "ready") < 1 {
+			if time.Now().After(deadline) {
+				b.Fatalf("%s's spare pool did not settle within 2 minutes", url)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 }

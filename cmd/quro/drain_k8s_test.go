@@ -82,6 +82,20 @@ mkdir -p venv/bin && ln -s /usr/bin/python3 venv/bin/python && ln -s python venv
 sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\./##'`
 	sums := exec(t, a, onA[0], setup)
 	exec(t, b, onA[1], "echo second > note.txt") // through the other node
+	// A secret of the second session, set through the other node: it
+	// moves with the session, its value in the move stream only.
+	if r := do(t, "POST", b.url+"/v1/set_session_secret", "application/json",
+		fmt.Sprintf(`{"session":%q,"name":"API_TOKEN","value":"s3cr3t-moved","hosts":["api.example.com"]}`, onA[1]), auth(acme)...); r.status != 200 {
+		t.Fatalf("set_session_secret: %d %s", r.status, r.body)
+	}
+	var status struct {
+		Secrets []struct{ Name, Placeholder string }
+	}
+	if r := do(t, "POST", a.url+"/v1/get_session_status", "application/json", fmt.Sprintf(`{"session":%q}`, onA[1]), auth(acme)...); r.status != 200 ||
+		json.Unmarshal([]byte(r.body), &status) != nil || len(status.Secrets) != 1 || !strings.HasPrefix(status.Secrets[0].Placeholder, "quro-secret-") {
+		t.Fatalf("the session's secret: %d %s", r.status, r.body)
+	}
+	placeholder := status.Secrets[0].Placeholder
 
 	// An attack session that stays on node a: the move route's tests
 	// below aim at it.
@@ -285,6 +299,20 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 		}
 		if got := exec(t, a, onA[1], "cat /home/user/note.txt"); got != "second\n" {
 			t.Fatalf("the second session's file after the move: %q", got)
+		}
+		// Its secret came with it: the same placeholder in the box (a
+		// shell started since the move), the secret listed on its new
+		// node; its value in no answer and not in the record.
+		if got := exec(t, a, onA[1], `printf %s "$API_TOKEN"`); got != placeholder {
+			t.Fatalf("the secret's variable after the move: %q, before %q", got, placeholder)
+		}
+		st := do(t, "POST", a.url+"/v1/get_session_status", "application/json", fmt.Sprintf(`{"session":%q}`, onA[1]), auth(acme)...)
+		if st.status != 200 || !strings.Contains(st.body, `"API_TOKEN"`) || !strings.Contains(st.body, placeholder) || !strings.Contains(st.body, "api.example.com") || strings.Contains(st.body, "s3cr3t") {
+			t.Fatalf("the moved session's secrets: %d %s", st.status, st.body)
+		}
+		rec, err := dyn.Resource(cluster.SessionsGVR).Namespace("default").Get(context.Background(), onA[1], metav1.GetOptions{})
+		if raw, _ := json.Marshal(rec); err != nil || strings.Contains(string(raw), "s3cr3t") || strings.Contains(string(raw), "API_TOKEN") {
+			t.Fatalf("the moved session's record holds its secret: %v %s", err, raw)
 		}
 
 		// The session whose move failed stays on node a with its files;

@@ -33,12 +33,14 @@ func TestClusterE2BAfterDrain(t *testing.T) {
 		EnvdAccessToken string `json:"envdAccessToken"`
 	}
 	// Sandboxes through node a until one is node a's: the node drained.
+	// An hour's lifetime: E2B's default, 15 s, ended the sandbox during
+	// the drain at a load of 100.
 	var sb sandbox
 	for i := 0; sb.SandboxID == ""; i++ {
 		if i == 10 {
 			t.Fatal("10 sandboxes, none on node-a")
 		}
-		r := do(t, "POST", a.url+"/e2b/sandboxes", "application/json", `{"templateID":"base"}`, "X-API-Key", acme)
+		r := do(t, "POST", a.url+"/e2b/sandboxes", "application/json", `{"templateID":"base","timeout":3600}`, "X-API-Key", acme)
 		var got sandbox
 		if r.status != http.StatusCreated || json.Unmarshal([]byte(r.body), &got) != nil || got.SandboxID == "" || got.EnvdAccessToken == "" {
 			t.Fatalf("create a sandbox: %d %s", r.status, r.body)

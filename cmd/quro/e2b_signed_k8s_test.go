@@ -30,8 +30,9 @@ func TestClusterE2BSignedFiles(t *testing.T) {
 		return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
 	}
 	// A sandbox made through node a, wherever it is placed; the calls
-	// below go through the node that does not hold it.
-	r := do(t, "POST", a.url+"/e2b/sandboxes", "application/json", `{"templateID":"base"}`, "X-API-Key", acme)
+	// below go through the node that does not hold it. An hour's
+	// lifetime: E2B's default, 15 s, ended it mid-test at a load of 100.
+	r := do(t, "POST", a.url+"/e2b/sandboxes", "application/json", `{"templateID":"base","timeout":3600}`, "X-API-Key", acme)
 	var sb struct {
 		SandboxID       string `json:"sandboxID"`
 		EnvdAccessToken string `json:"envdAccessToken"`

@@ -153,6 +153,50 @@ func TestClusterEventsMerged(t *testing.T) {
 		t.Fatalf("the calls' events on the merged stream: %v", count)
 	}
 
+	// A person's take-over of a shell: on the merged stream, of a
+	// session of the node called only; for node b's session it answers
+	// where it is done — the session's own stream (?replay=), which
+	// node a sends to node b, where the take holds.
+	type answer struct {
+		Type, ID, Session string
+		Error             *struct{ Code, Message string }
+	}
+	control := func(c *websocket.Conn, m map[string]string) answer {
+		t.Helper()
+		b, _ := json.Marshal(m)
+		if err := c.Write(ctx, websocket.MessageText, b); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			_, data, err := c.Read(ctx)
+			if err != nil {
+				t.Fatalf("the stream ended before the answer to %v: %v", m, err)
+			}
+			var a answer
+			if json.Unmarshal(data, &a) == nil && a.ID == m["id"] {
+				return a
+			}
+		}
+	}
+	onB := sessions["acme node-b"]
+	if a := control(acmeC, map[string]string{"type": "take", "session": onB, "id": "t1"}); a.Type != "error" || a.Error == nil ||
+		!strings.Contains(a.Error.Message, "/v1/events?replay="+onB) {
+		t.Fatalf("a take of node b's session on node a's merged stream: %+v %+v", a, a.Error)
+	}
+	page, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(a.url, "http")+"/v1/events?replay="+onB,
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + acme}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer page.CloseNow()
+	page.SetReadLimit(16 << 20)
+	if a := control(page, map[string]string{"type": "take", "session": onB, "id": "t2"}); a.Type != "taken" || a.Session != onB {
+		t.Fatalf("a take on the session's own stream through node a: %+v", a)
+	}
+	if a := control(page, map[string]string{"type": "release", "session": onB, "id": "t3"}); a.Type != "released" {
+		t.Fatalf("the hand-back: %+v", a)
+	}
+
 	// A stream asked for with no credential gets nothing of anyone's.
 	if _, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(a.url, "http")+"/v1/events", nil); err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("a stream without a token: %v %v", resp, err)

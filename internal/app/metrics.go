@@ -34,6 +34,10 @@ func (a *App) instrument() {
 		Boxes:         a.boxGauges,
 		Processes:     a.procs.Total,
 		RunsInFlight:  a.Controller.RunsInFlightAll,
+		Spares: func() (int, int) {
+			st := a.SpareStats()
+			return st.Ready, st.Filling
+		},
 	})
 }
 

@@ -3,6 +3,7 @@ package app
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,11 +11,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
+	"github.com/quro-dev/quro/internal/egress"
 	"github.com/quro-dev/quro/internal/quota"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -36,8 +40,10 @@ const (
 	MoveFailedNote = "note: a move of this session to another node of the cluster failed; it stays where it was with its files and settings untouched, but its processes (shells, Python variables, running commands) were stopped for the move"
 )
 
-// maxMoveSettings bounds the settings line of a move stream.
-const maxMoveSettings = 1 << 20
+// maxMoveSettings bounds the settings line of a move stream: a session's
+// variables and metadata, and its secrets (MaxSecretsPerSession of
+// MaxSecretValue bytes each, in base64, about 700 KiB at most).
+const maxMoveSettings = 2 << 20
 
 // moveSettings are a session's settings as a move carries them.
 type moveSettings struct {
@@ -54,6 +60,28 @@ type moveSettings struct {
 	Metadata   map[string]string `json:"metadata,omitempty"`
 	ExpiresAt  time.Time         `json:"expires_at,omitzero"`
 	OnExpiry   string            `json:"on_expiry,omitempty"`
+	// Secrets are the session's secrets with their values: in the move
+	// stream only (never in the record, a log or an error), sealed again
+	// with the receiving node's key. Each keeps its placeholder, which
+	// the session's files may hold.
+	Secrets []movedSecret `json:"secrets,omitempty"`
+	// Public is which of its preview ports answer anyone.
+	Public *movedPublic `json:"public_previews,omitempty"`
+}
+
+// movedSecret is one secret of a moved session.
+type movedSecret struct {
+	Name        string   `json:"name"`
+	Value       []byte   `json:"value"` // base64 in the stream: no escaping grows it past maxMoveSettings
+	Hosts       []string `json:"hosts"`
+	Placeholder string   `json:"placeholder"`
+}
+
+// movedPublic is a moved session's public preview ports (publicSet).
+type movedPublic struct {
+	All    bool  `json:"all,omitempty"`
+	Open   []int `json:"open,omitempty"`
+	Closed []int `json:"closed,omitempty"`
 }
 
 // Mover is a's side of sessions' moves (cluster.Local).
@@ -68,6 +96,49 @@ func (a *App) Mover() *Mover { return &Mover{a: a} }
 type movedNotes struct {
 	mu  sync.Mutex
 	ids map[string]string
+	// public holds, from its Quiesce to its Release or Unquiesce, the
+	// public ports of a session being moved: its quiesce ends them here
+	// (they go with the session, publicPorts).
+	public map[string]*movedPublic
+}
+
+// keepPublic holds session id's public ports (publicOf) for its move.
+func (a *App) keepPublic(id string) {
+	p := a.publicOf(id)
+	a.moved.mu.Lock()
+	defer a.moved.mu.Unlock()
+	if a.moved.public == nil {
+		a.moved.public = map[string]*movedPublic{}
+	}
+	a.moved.public[id] = p
+}
+
+// keptPublic is what keepPublic held of session id; with drop, no
+// longer held.
+func (a *App) keptPublic(id string, drop bool) *movedPublic {
+	a.moved.mu.Lock()
+	defer a.moved.mu.Unlock()
+	p := a.moved.public[id]
+	if drop {
+		delete(a.moved.public, id)
+	}
+	return p
+}
+
+// applyPublic makes the ports p names public for session id.
+func (a *App) applyPublic(id string, p *movedPublic) {
+	if p == nil {
+		return
+	}
+	if p.All {
+		a.setPublic(id, 0, true)
+	}
+	for _, port := range p.Open {
+		a.setPublic(id, port, true)
+	}
+	for _, port := range p.Closed {
+		a.setPublic(id, port, false)
+	}
 }
 
 // moveNote is the controller's Note: MoveNote or MoveFailedNote once for
@@ -107,8 +178,10 @@ func (m *Mover) Quiesce(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	m.a.keepPublic(s.ID)
 	if late := m.a.lives.Quiesce(s); late > 0 {
 		m.a.lives.Unquiesce(s)
+		m.a.applyPublic(s.ID, m.a.keptPublic(s.ID, true))
 		m.a.setMoveNote(s.ID, MoveFailedNote) // its box ended all the same
 		return fmt.Errorf("session %s: %d calls still ran after the grace; it stays here", s.Name, late)
 	}
@@ -120,6 +193,7 @@ func (m *Mover) Quiesce(ctx context.Context, id string) error {
 func (m *Mover) Unquiesce(id string) {
 	if s, err := m.session(context.Background(), id); err == nil {
 		m.a.lives.Unquiesce(s)
+		m.a.applyPublic(s.ID, m.a.keptPublic(s.ID, true)) // its ports answer as before
 		m.a.setMoveNote(s.ID, MoveFailedNote)
 	}
 }
@@ -127,6 +201,7 @@ func (m *Mover) Unquiesce(id string) {
 // Release lets this node's copy of session id go after its move: the
 // one teardown of a destroy (session.Life.Moved).
 func (m *Mover) Release(ctx context.Context, id string) error {
+	m.a.keptPublic(id, true)
 	s, err := m.a.Sessions.ByIDAnyTenant(ctx, id)
 	if errors.Is(err, session.ErrNotFound) {
 		return nil
@@ -151,7 +226,21 @@ func (m *Mover) Export(ctx context.Context, id string, w io.Writer) error {
 	}
 	ms := moveSettings{ID: s.ID, Name: s.Name, Tenant: s.Tenant, CreatedAt: s.CreatedAt, LastUsedAt: s.LastUsedAt,
 		Env: s.Env, Cwd: relCwd(s.Workspace(), s.Cwd), Network: s.Network, NetRules: s.NetRules, Rootfs: s.Rootfs,
-		Metadata: s.Metadata, ExpiresAt: s.ExpiresAt, OnExpiry: s.OnExpiry}
+		Metadata: s.Metadata, ExpiresAt: s.ExpiresAt, OnExpiry: s.OnExpiry, Public: m.a.keptPublic(s.ID, false)}
+	// Read from the store, not the cache: a secret that cannot be opened
+	// fails the move (the session stays here with it) rather than being
+	// left behind.
+	secs, err := m.a.secrets.load(ctx, s.ID)
+	if err != nil {
+		return fmt.Errorf("session %s: its secrets: %w", s.Name, err)
+	}
+	for _, sec := range secs {
+		ps := movedSecret{Name: sec.Name, Value: []byte(sec.Value), Placeholder: sec.Placeholder, Hosts: []string{}}
+		for _, r := range sec.Hosts {
+			ps.Hosts = append(ps.Hosts, r.String())
+		}
+		ms.Secrets = append(ms.Secrets, ps)
+	}
 	b, err := json.Marshal(ms)
 	if err != nil {
 		return err
@@ -235,6 +324,18 @@ func (m *Mover) Import(ctx context.Context, id, tenant, name string, r io.Reader
 			return "", 0, 0, fmt.Errorf("session %s: give its files to its uid: %w", s.Name, err)
 		}
 	}
+	for _, sec := range ms.Secrets {
+		if err := m.a.secrets.setAs(ctx, s.ID, sec.Name, string(sec.Value), sec.Hosts, sec.Placeholder); err != nil {
+			// All or nothing, as a create with secrets: the sender keeps it.
+			_, _ = m.a.lives.Destroy(context.WithoutCancel(ctx), s)
+			return "", 0, 0, fmt.Errorf("session %s: store secret %s: %w", s.Name, sec.Name, err)
+		}
+	}
+	if m.a.network.PreviewPublic {
+		// Public only where this node's operator allows it too
+		// (checkPublic); else its ports are private here.
+		m.a.applyPublic(s.ID, ms.Public)
+	}
 	m.a.setMoveNote(s.ID, MoveNote)
 	return s.Name, st.Files, st.Bytes, nil
 }
@@ -276,12 +377,49 @@ func (a *App) checkMoved(ctx context.Context, ms *moveSettings) error {
 		return capability.Errorf(capability.InvalidArgument, "the move's settings: the lifetime ends %s, more than %d days from now",
 			ms.ExpiresAt.UTC().Format(time.RFC3339), int(MaxSessionTimeout/(24*time.Hour)))
 	}
+	if err := checkMovedSecrets(ms.Secrets); err != nil {
+		return err
+	}
+	if p := ms.Public; p != nil {
+		for _, port := range slices.Concat(p.Open, p.Closed) {
+			if port < 1 || port > 65535 {
+				return capability.Errorf(capability.InvalidArgument, "the move's settings: public preview port %d is not a TCP port", port)
+			}
+		}
+	}
 	// The rootfs's name only: one not installed on this node is
 	// installed on the session's next use, as after a restart.
 	if ms.Rootfs != "" {
 		if err := rootfs.CheckName(ms.Rootfs); err != nil {
 			return capability.Errorf(capability.InvalidArgument, "the move's settings: %v", err)
 		}
+	}
+	return nil
+}
+
+// checkMovedSecrets checks a move stream's secrets as a create checks its
+// own (checkCreateSecrets: names, values, hosts, how many), and each
+// placeholder's form (what the egress looks for: PlaceholderPrefix and
+// 32 hex digits, each once); its hosts are written back in the form
+// they are stored. No error names a value.
+func checkMovedSecrets(secs []movedSecret) error {
+	in := make([]SecretInput, 0, len(secs))
+	seen := map[string]bool{}
+	for _, sec := range secs {
+		hexPart, ok := strings.CutPrefix(sec.Placeholder, egress.PlaceholderPrefix)
+		if _, err := hex.DecodeString(hexPart); !ok || err != nil || len(hexPart) != 32 || strings.ToLower(hexPart) != hexPart || seen[sec.Placeholder] {
+			return capability.Errorf(capability.InvalidArgument, "the move's settings: secret %q's placeholder is not %s and 32 lowercase hex digits, once", sec.Name, egress.PlaceholderPrefix)
+		}
+		seen[sec.Placeholder] = true
+		in = append(in, SecretInput{Name: sec.Name, Value: string(sec.Value), Hosts: sec.Hosts})
+	}
+	checked, err := checkCreateSecrets(in)
+	if err != nil {
+		ce := controller.Classify(err)
+		return capability.Errorf(ce.Code, "the move's settings: %s", ce.Message)
+	}
+	for i := range secs {
+		secs[i].Hosts = checked[i].Hosts
 	}
 	return nil
 }

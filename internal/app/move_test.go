@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"io"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/egress"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -203,6 +205,7 @@ func TestImportChecksSettingsAsACreate(t *testing.T) {
 	ctx := context.Background()
 	const id = "0123456789abcdef0123456789abcdef"
 	far := time.Now().Add(MaxSessionTimeout + 48*time.Hour).UTC().Format(time.RFC3339)
+	const ph = egress.PlaceholderPrefix + "0123456789abcdef0123456789abcdef"
 	for _, tc := range []struct {
 		name, settings string
 		code           capability.Code
@@ -218,11 +221,20 @@ func TestImportChecksSettingsAsACreate(t *testing.T) {
 		{"a lifetime past the longest", `"network":"none","expires_at":"` + far + `"`, capability.InvalidArgument, "days from now"},
 		{"an unknown end action", `"network":"none","on_expiry":"explode"`, capability.InvalidArgument, "explode"},
 		{"a rootfs path", `"network":"none","rootfs":"../../etc"`, capability.InvalidArgument, "rootfs"},
+		{"a secret's placeholder of another form", `"network":"none","secrets":[{"name":"TOK","value":"` + b64("s3cr3t-value") + `","hosts":["api.example.com"],"placeholder":"$(reboot)"}]`, capability.InvalidArgument, "placeholder"},
+		{"a secret's placeholder twice", `"network":"none","secrets":[{"name":"A","value":"` + b64("s3cr3t-value") + `","hosts":["api.example.com"],"placeholder":"` + ph + `"},{"name":"B","value":"` + b64("s3cr3t-value") + `","hosts":["api.example.com"],"placeholder":"` + ph + `"}]`, capability.InvalidArgument, "placeholder"},
+		{"a secret's value with a line break", `"network":"none","secrets":[{"name":"TOK","value":"` + b64("s3cr3t-value\r\nX-Evil: 1") + `","hosts":["api.example.com"],"placeholder":"` + ph + `"}]`, capability.InvalidArgument, "CR or LF"},
+		{"a secret sent nowhere", `"network":"none","secrets":[{"name":"TOK","value":"` + b64("s3cr3t-value") + `","hosts":[],"placeholder":"` + ph + `"}]`, capability.InvalidArgument, "hosts"},
+		{"a secret named as the loader", `"network":"none","secrets":[{"name":"LD_PRELOAD","value":"` + b64("s3cr3t-value") + `","hosts":["api.example.com"],"placeholder":"` + ph + `"}]`, capability.InvalidArgument, "LD_PRELOAD"},
+		{"a public port that is none", `"network":"none","public_previews":{"open":[70000]}`, capability.InvalidArgument, "not a TCP port"},
 	} {
 		body := `{"id":"` + id + `","name":"h","tenant":"",` + tc.settings + "}\n"
 		_, _, _, err := to.Mover().Import(ctx, id, "", "h", strings.NewReader(body))
 		if capabilityCode(err) != tc.code || err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %s %q", tc.name, err, tc.code, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("%s: the error shows a secret's value: %v", tc.name, err)
 		}
 		if _, err := to.Sessions.ByIDAnyTenant(ctx, id); !errors.Is(err, session.ErrNotFound) {
 			t.Fatalf("%s: the refused session is here: %v", tc.name, err)
@@ -237,6 +249,89 @@ func TestImportChecksSettingsAsACreate(t *testing.T) {
 	s, err := to.Sessions.ByIDAnyTenant(ctx, id)
 	if err != nil || s.Network != "internet" || s.NetRules == nil || !slices.Equal(s.NetRules.Allow, []string{"pypi.org"}) || s.Env["K"] != "v" {
 		t.Fatalf("the adopted session: %+v %v", s, err)
+	}
+}
+
+// b64 is s in standard base64 (a []byte in JSON).
+func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+// TestMoveCarriesSecretsAndPublicPreviews: a session's secrets (values,
+// hosts and placeholders, which its files may hold) and its public
+// preview ports move with it through the move stream: the receiver seals
+// them with its own key, its egress has the value, its box the same
+// placeholder, and the ports answer anyone there as they did; the
+// sender keeps none of them; a move that fails leaves them as they were.
+// A receiver whose operator serves no public previews makes the ports
+// private (fail closed).
+func TestMoveCarriesSecretsAndPublicPreviews(t *testing.T) {
+	t.Parallel()
+	open := func(public bool) *App {
+		a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
+			Network: NetworkOptions{PreviewDomain: "http://preview.test", PreviewPublic: public}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		return a
+	}
+	from, to, private := open(true), open(true), open(false)
+	ctx := context.Background()
+	info := mustCall(t, from, "create_session", CreateSessionInput{Name: "keys", PublicPreviews: true,
+		Secrets: []SecretInput{{Name: "API_TOKEN", Value: "s3cr3t-value", Hosts: []string{"api.example.com", "*.example.org"}}}}).(*SessionInfo)
+	id := info.ID
+	from.setPublic(id, 8081, false) // every port public but this one
+	before := from.secrets.of(id)
+	if len(before) != 1 {
+		t.Fatalf("the session's secrets before the move: %+v", before)
+	}
+	move := func(to *App) {
+		t.Helper()
+		m := from.Mover()
+		if err := m.Quiesce(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(m.Export(ctx, id, pw)) }()
+		if _, _, _, err := to.Mover().Import(ctx, id, "", "keys", pr); err != nil {
+			t.Fatalf("import: %v", err)
+		}
+	}
+	// A move that fails (quiesced, then usable here again) keeps them.
+	if err := from.Mover().Quiesce(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	from.Mover().Unquiesce(id)
+	if !from.isPublic(id, 3000) || from.isPublic(id, 8081) || len(from.secrets.of(id)) != 1 {
+		t.Fatalf("after a move that failed: public 3000 %v 8081 %v, secrets %+v", from.isPublic(id, 3000), from.isPublic(id, 8081), from.secrets.of(id))
+	}
+	move(to)
+	got := to.secrets.of(id)
+	if len(got) != 1 || got[0].Name != "API_TOKEN" || got[0].Value != "s3cr3t-value" || got[0].Placeholder != before[0].Placeholder ||
+		len(got[0].Hosts) != 2 || got[0].Hosts[0].String() != before[0].Hosts[0].String() || got[0].Hosts[1].String() != before[0].Hosts[1].String() {
+		t.Fatalf("the secrets after the move: %+v, before %+v", got, before)
+	}
+	r, err := call(t, to, "terminal_exec", TerminalExecInput{Session: id, Command: `echo "$API_TOKEN"`})
+	if err != nil || !strings.Contains(r.Text, before[0].Placeholder) || strings.Contains(r.Text, "s3cr3t") {
+		t.Fatalf("the box's variable after the move: %v %q", err, r.Text)
+	}
+	if !to.isPublic(id, 3000) || to.isPublic(id, 8081) {
+		t.Fatalf("public ports after the move: 3000 %v (want true), 8081 %v (want false)", to.isPublic(id, 3000), to.isPublic(id, 8081))
+	}
+	if err := from.Mover().Release(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := from.secrets.load(ctx, id); err != nil || len(left) != 0 || from.isPublic(id, 3000) {
+		t.Fatalf("the sender after the release: secrets %+v %v, public %v", left, err, from.isPublic(id, 3000))
+	}
+
+	// On: from the receiver to one that serves no public previews.
+	from, to = to, private
+	move(to)
+	if to.isPublic(id, 3000) {
+		t.Fatal("a node that serves no public previews made a moved session's port public")
+	}
+	if got := to.secrets.of(id); len(got) != 1 || got[0].Value != "s3cr3t-value" {
+		t.Fatalf("the secrets after the second move: %+v", got)
 	}
 }
 

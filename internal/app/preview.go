@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -163,6 +164,27 @@ func (a *App) setPublic(id string, port int, public bool) {
 			}
 		})
 	}
+}
+
+// publicOf is session id's public ports as a move carries them (nil:
+// none).
+func (a *App) publicOf(id string) *movedPublic {
+	a.public.mu.Lock()
+	defer a.public.mu.Unlock()
+	ps := a.public.byID[id]
+	if ps == nil || !ps.all && len(ps.open) == 0 {
+		return nil
+	}
+	p := &movedPublic{All: ps.all}
+	for port := range ps.open {
+		p.Open = append(p.Open, port)
+	}
+	for port := range ps.closed {
+		p.Closed = append(p.Closed, port)
+	}
+	slices.Sort(p.Open)
+	slices.Sort(p.Closed)
+	return p
 }
 
 // isPublic reports whether port of session id is public.

@@ -201,6 +201,13 @@ func (s *sessionSecrets) load(ctx context.Context, id string) ([]egress.Secret, 
 // set stores the session's secret name (value "": removes it) and makes
 // it the egress's at once.
 func (s *sessionSecrets) set(ctx context.Context, id, name, value string, hosts []string) error {
+	return s.setAs(ctx, id, name, value, hosts, "")
+}
+
+// setAs is set with the placeholder given (a moved session's, which its
+// files may hold; checkMovedSecrets checked its form), or a new random
+// one when "".
+func (s *sessionSecrets) setAs(ctx context.Context, id, name, value string, hosts []string, placeholder string) error {
 	s.setMu.Lock()
 	defer s.setMu.Unlock()
 	if value == "" {
@@ -208,11 +215,14 @@ func (s *sessionSecrets) set(ctx context.Context, id, name, value string, hosts 
 			return err
 		}
 	} else {
-		ph := make([]byte, 16)
-		if _, err := rand.Read(ph); err != nil {
-			return err
+		if placeholder == "" {
+			ph := make([]byte, 16)
+			if _, err := rand.Read(ph); err != nil {
+				return err
+			}
+			placeholder = egress.PlaceholderPrefix + hex.EncodeToString(ph)
 		}
-		if err := s.store.SetSessionSecret(ctx, id, store.SessionSecret{Name: name, Placeholder: egress.PlaceholderPrefix + hex.EncodeToString(ph),
+		if err := s.store.SetSessionSecret(ctx, id, store.SessionSecret{Name: name, Placeholder: placeholder,
 			Hosts: hosts, Sealed: s.seal(id, name, value, hosts), CreatedAt: time.Now()}); err != nil {
 			return err
 		}

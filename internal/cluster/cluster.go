@@ -494,8 +494,16 @@ func validObjectName(s string) bool {
 // else its spec and status set, retried from a fresh read on a conflict
 // (another node's write in between wins the race and is read again).
 func (c *Cluster) Record(ctx context.Context, want *Session) error {
+	_, err := c.record(ctx, want, false)
+	return err
+}
+
+// record is Record; with specOnly, a record it creates gets no status
+// (a write of its own, the status subresource's): created reports that,
+// and the caller writes the status later (Member.SyncRecords).
+func (c *Cluster) record(ctx context.Context, want *Session, specOnly bool) (created bool, err error) {
 	if !validObjectName(want.Name) {
-		return fmt.Errorf("cluster: session ID %q cannot name an object", want.Name)
+		return false, fmt.Errorf("cluster: session ID %q cannot name an object", want.Name)
 	}
 	res := c.dyn.Resource(SessionsGVR).Namespace(c.opts.Namespace)
 	// A record the informer has never seen is most likely new: created
@@ -503,7 +511,8 @@ func (c *Cluster) Record(ctx context.Context, want *Session) error {
 	// it exists after all, the read and update below.
 	_, seen := c.cached(want.Name)
 	fresh := !seen
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		created = false
 		var cur *unstructured.Unstructured
 		var err error = apierrors.NewNotFound(SessionsGVR.GroupResource(), want.Name)
 		if !fresh {
@@ -518,14 +527,18 @@ func (c *Cluster) Record(ctx context.Context, want *Session) error {
 			if err != nil {
 				return err
 			}
-			created, err := res.Create(ctx, u, metav1.CreateOptions{})
+			made, err := res.Create(ctx, u, metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
 				return apierrors.NewConflict(SessionsGVR.GroupResource(), want.Name, err)
 			}
 			if err != nil {
 				return err
 			}
-			return c.writeStatus(ctx, created, want.Status)
+			if specOnly {
+				created = true
+				return nil
+			}
+			return c.writeStatus(ctx, made, want.Status)
 		}
 		if err != nil {
 			return err
@@ -550,6 +563,7 @@ func (c *Cluster) Record(ctx context.Context, want *Session) error {
 		}
 		return nil
 	})
+	return created, err
 }
 
 // labeled reports whether s has the labels of its spec (recordLabels): a

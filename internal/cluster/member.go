@@ -35,7 +35,12 @@ type Member struct {
 	// copy go. Without it such a session is left alone.
 	MovedAway func(ctx context.Context, id string) error
 
-	mu       sync.Mutex // one Sync at a time
+	mu  sync.Mutex // one write of the records at a time
+	lmu sync.Mutex // one renewal of the Lease at a time
+	// due is signalled when records were created without their status
+	// (SyncRecords): Run writes it at once, after the answer.
+	due      chan struct{}
+	dueOnce  sync.Once
 	amu      sync.Mutex
 	alive    map[string]bool // sessions a call used since this node started
 	held     map[string]bool // sessions a move holds: Sync leaves their records alone (Hold)
@@ -99,20 +104,44 @@ func (m *Member) isAlive(id string) bool {
 
 // Sync writes what differs between this node's sessions and their
 // records, then renews the Lease.
-func (m *Member) Sync(ctx context.Context) error { return m.sync(ctx, true) }
+func (m *Member) Sync(ctx context.Context) error {
+	n, err := m.syncRecords(ctx, false)
+	if err != nil && n < 0 {
+		return err
+	}
+	if herr := m.heartbeat(ctx, n); err == nil {
+		err = herr
+	}
+	return err
+}
 
-// SyncRecords is Sync without the Lease: what a create or destroy waits
-// for before it answers (Router.Changed). Another node counts this
-// node's sessions by their records as well as by its Lease (Nodes), so
-// the Lease's count can wait for the next Sync.
-func (m *Member) SyncRecords(ctx context.Context) error { return m.sync(ctx, false) }
+// SyncRecords is what a create or destroy waits for before it answers
+// (Router.Changed): what another node needs to route a call, each new
+// session's record naming this node, and no record of a session this
+// node no longer holds. A new record's status (alive, phase: nothing
+// routes by it) is a write of its own, made by Run at once after the
+// answer; the Lease's count waits for the next Sync (another node counts
+// this node's sessions by their records as well, Nodes).
+func (m *Member) SyncRecords(ctx context.Context) error {
+	_, err := m.syncRecords(ctx, true)
+	return err
+}
 
-func (m *Member) sync(ctx context.Context, lease bool) error {
+// statusDue wakes Run to write the status of records SyncRecords made.
+func (m *Member) statusDue() chan struct{} {
+	m.dueOnce.Do(func() { m.due = make(chan struct{}, 1) })
+	return m.due
+}
+
+// syncRecords writes what differs between this node's sessions and their
+// records and returns how many sessions it holds (-1: its list failed).
+// With specOnly, a record it creates gets no status yet (statusDue).
+func (m *Member) syncRecords(ctx context.Context, specOnly bool) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	local, err := m.List(ctx)
 	if err != nil {
-		return err
+		return -1, err
 	}
 	self := m.C.Self()
 	held := make(map[string]bool, len(local))
@@ -144,8 +173,15 @@ func (m *Member) sync(ctx context.Context, lease bool) error {
 		if have, ok := m.C.cached(ls.ID); ok && have.Spec == want.Spec && have.Status == want.Status && labeled(have) {
 			continue
 		}
-		if err := m.C.Record(ctx, want); err != nil && firstErr == nil {
+		created, err := m.C.record(ctx, want, specOnly)
+		if err != nil && firstErr == nil {
 			firstErr = err
+		}
+		if created {
+			select {
+			case m.statusDue() <- struct{}{}:
+			default: // due already
+			}
 		}
 	}
 	for _, s := range m.C.Owned(self) {
@@ -155,15 +191,18 @@ func (m *Member) sync(ctx context.Context, lease bool) error {
 			}
 		}
 	}
-	if !lease {
-		return firstErr
-	}
+	return len(local), firstErr
+}
+
+// heartbeat renews this node's Lease with its headroom, holding sessions
+// sessions. Apart from the records' lock: a create's SyncRecords does not
+// wait for a renewal.
+func (m *Member) heartbeat(ctx context.Context, sessions int) error {
+	m.lmu.Lock()
+	defer m.lmu.Unlock()
 	avail, total := memInfo()
-	if err := m.C.Heartbeat(ctx, Node{Sessions: len(local), MaxSessions: m.MaxSessions, MemAvail: avail, MemTotal: total,
-		SessionReserve: cmp.Or(m.SessionReserve, DefaultSessionReserve), Draining: m.Draining()}); err != nil && firstErr == nil {
-		firstErr = err
-	}
-	return firstErr
+	return m.C.Heartbeat(ctx, Node{Sessions: sessions, MaxSessions: m.MaxSessions, MemAvail: avail, MemTotal: total,
+		SessionReserve: cmp.Or(m.SessionReserve, DefaultSessionReserve), Draining: m.Draining()})
 }
 
 // movedAway reports whether the local session id now belongs to another
@@ -195,10 +234,26 @@ func (m *Member) Run(ctx context.Context, interval time.Duration) {
 		if err := m.Sync(ctx); err != nil && ctx.Err() == nil {
 			m.C.log.Warn("cluster: sync with the API server failed", "err", err)
 		}
+		if !m.wait(ctx, t.C) {
+			return
+		}
+	}
+}
+
+// wait waits for tick, writing new records' status whenever SyncRecords
+// made some without (statusDue); false when ctx ended.
+func (m *Member) wait(ctx context.Context, tick <-chan time.Time) bool {
+	due := m.statusDue()
+	for {
 		select {
 		case <-ctx.Done():
-			return
-		case <-t.C:
+			return false
+		case <-tick:
+			return true
+		case <-due:
+			if _, err := m.syncRecords(ctx, false); err != nil && ctx.Err() == nil {
+				m.C.log.Warn("cluster: writing new sessions' status failed", "err", err)
+			}
 		}
 	}
 }

@@ -67,6 +67,9 @@ type Sources struct {
 	Boxes         func() BoxStats                        // session boxes
 	Processes     func() int                             // background processes of all sessions
 	RunsInFlight  func() int                             // calls running code in flight, all tenants
+	// Spares: the spare sessions ready to be claimed by a create, and
+	// those being made.
+	Spares func() (ready, filling int)
 }
 
 // BoxStats are the session boxes' gauges.
@@ -294,6 +297,7 @@ var (
 	boxOutDesc    = prometheus.NewDesc("quro_session_box_outside_runs_total", "Runs of a session that did not fit its box and got a box of their own.", nil, nil)
 	procsDesc     = prometheus.NewDesc("quro_background_processes", "Background processes (start_process, E2B's commands and PTYs) of all sessions.", nil, nil)
 	runsDesc      = prometheus.NewDesc("quro_runs_in_flight", "Calls running code in flight, of all tenants (each tenant's are capped: runs_in_flight).", nil, nil)
+	sparesDesc    = prometheus.NewDesc("quro_spare_sessions", "Spare sessions by state (ready: a create claims one, its box and Python worker started; filling: being made).", []string{"state"}, nil)
 )
 
 // gauges reads Sources when scraped.
@@ -309,6 +313,7 @@ func (g *gauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- boxOutDesc
 	ch <- procsDesc
 	ch <- runsDesc
+	ch <- sparesDesc
 }
 
 func (g *gauges) Collect(ch chan<- prometheus.Metric) {
@@ -335,6 +340,11 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(boxMemDesc, prometheus.GaugeValue, float64(b.MemoryBytes))
 		ch <- prometheus.MustNewConstMetric(boxTasksDesc, prometheus.GaugeValue, float64(b.Tasks))
 		ch <- prometheus.MustNewConstMetric(boxOutDesc, prometheus.CounterValue, float64(b.Outside))
+	}
+	if g.src.Spares != nil {
+		ready, filling := g.src.Spares()
+		ch <- prometheus.MustNewConstMetric(sparesDesc, prometheus.GaugeValue, float64(ready), "ready")
+		ch <- prometheus.MustNewConstMetric(sparesDesc, prometheus.GaugeValue, float64(filling), "filling")
 	}
 	if g.src.Processes != nil {
 		ch <- prometheus.MustNewConstMetric(procsDesc, prometheus.GaugeValue, float64(g.src.Processes()))

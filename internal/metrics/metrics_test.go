@@ -117,6 +117,7 @@ func TestGauges(t *testing.T) {
 		PythonWorkers: func() int { return 4 },
 		Processes:     func() int { return 6 },
 		RunsInFlight:  func() int { return 7 },
+		Spares:        func() (int, int) { return 8, 9 },
 	})
 	check := func(name string, want float64, labels ...string) {
 		t.Helper()
@@ -133,6 +134,8 @@ func TestGauges(t *testing.T) {
 	check("quro_python_workers", 4)
 	check("quro_background_processes", 6)
 	check("quro_runs_in_flight", 7)
+	check("quro_spare_sessions", 8, "state", "ready")
+	check("quro_spare_sessions", 9, "state", "filling")
 }
 
 // TestNodeHandler: a cluster node's /metrics labels every sample with the

@@ -429,8 +429,9 @@ func TestKubernetes(t *testing.T) {
 	// StatefulSet with its volume. Meanwhile calls for its sessions
 	// through another node get their answer from wherever the session is,
 	// or 503 with Retry-After (quiesced for its move, or its node away),
-	// never another answer; once the new pod is Ready, every session is
-	// there with its files.
+	// never another answer; once the new pod is Ready, the session called
+	// is on another node (the drain moved it) and every session is
+	// somewhere with its files.
 	t.Run("PodRestartKeepsSessions", func(t *testing.T) {
 		old := nodes["quro-1"]
 		id := of("quro-1")
@@ -469,6 +470,14 @@ func TestKubernetes(t *testing.T) {
 			t.Fatalf("quro-1 is still the pod deleted (uid %s)", n.uid)
 		}
 		nodes["quro-1"] = n
+		// The pod's preStop hook (quro node drain, run inside it by the
+		// kubelet) moved its sessions: the one called through the gap
+		// is another node's now, its file read there.
+		if o := c.owners(t)[id]; o == "quro-1" || o == "" {
+			t.Errorf("%s is %q's after quro-1 was deleted: the preStop hook's drain did not move it", id, o)
+		} else if r := nodes[o].run(t, acme, id, "sh", "cat id.txt"); strings.TrimSpace(r.Stdout) != id {
+			t.Errorf("%s on %s after the drain: a run read %q", id, o, r.Stdout)
+		}
 		// A session of quro-1 no call has reached since: alive=false.
 		var unused string
 		for _, s := range ids {

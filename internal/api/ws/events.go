@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -86,7 +87,11 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	defer c.CloseNow()
 	defer s.keepalive(r.Context(), c)()
-	ctx, cancel := context.WithCancel(r.Context())
+	// The caller's credential goes with the calls this stream makes
+	// (a take's status, its commands): on a cluster node, one for a
+	// session of another node is sent there with it (the header's is set
+	// by the router already; a browser's is in the subprotocol).
+	ctx, cancel := context.WithCancel(controller.WithCredential(r.Context(), credential(r)))
 	defer cancel()
 	sub := s.opts.Events.SubscribeReplay(caller.Tenant, eventsQueue, replay)
 	defer sub.Close()
@@ -323,7 +328,7 @@ func (h *holder) take(ctx context.Context, m *control) {
 	args, _ := json.Marshal(map[string]string{"session": m.Session})
 	out, err := h.s.ctl.Call(ctx, h.caller, "get_session_status", args)
 	if err != nil {
-		h.fail(ctx, m, err)
+		h.fail(ctx, m, h.elsewhere(err, m.Session))
 		return
 	}
 	so, ok := out.Output.(sessionOutput)
@@ -333,7 +338,7 @@ func (h *holder) take(ctx context.Context, m *control) {
 	}
 	id := so.SessionID()
 	if err := h.s.opts.Take(ctx, id, h.key); err != nil {
-		h.fail(ctx, m, err)
+		h.fail(ctx, m, h.elsewhere(err, id))
 		return
 	}
 	h.mu.Lock()
@@ -342,6 +347,20 @@ func (h *holder) take(ctx context.Context, m *control) {
 	yes := true
 	h.s.opts.Events.Publish(h.caller.Tenant, events.Event{Type: events.TypeHold, Session: id, Held: &yes})
 	h.answer(ctx, &reply{Type: "taken", ID: m.ID, Session: id})
+}
+
+// elsewhere is err of a take of session ref, which on a cluster node
+// (Options.Peers) says, when ref is not found here, where the take of a
+// session of another node is done: a hold is a node's own, of its own
+// sessions' shells, and the merged stream's node is not the session's.
+func (h *holder) elsewhere(err error, ref string) error {
+	ce := controller.Classify(err)
+	if h.s.opts.Peers == nil || ce.Code != capability.NotFound {
+		return err
+	}
+	return capability.Errorf(capability.NotFound,
+		"%s; a person takes over the shell of a session of another node of the cluster on the session's own event stream, GET /v1/events?replay=%s (through any node: it goes to the session's node)",
+		ce.Message, url.QueryEscape(ref))
 }
 
 // holding is the id of the session ref names if this connection holds
