@@ -3,7 +3,7 @@ package render
 import (
 	"strings"
 
-	. "github.com/alecthomas/chroma/v2" //nolint:revive,staticcheck // as in chroma's lexers/go.go, copied below
+	. "github.com/alecthomas/chroma/v2" //nolint:staticcheck // as in chroma's lexers/go.go, copied below
 )
 
 // goLexer and goRules are chroma v2.27.0's lexers/go.go (MIT,
