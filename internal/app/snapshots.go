@@ -154,7 +154,7 @@ func (r *ForkResult) Text() string {
 	return b.String()
 }
 
-var snapNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+var snapNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`) })
 var snapIDRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 // snapLocks keeps a snapshot from being deleted while a fork reads it (in
@@ -328,7 +328,7 @@ func (a *App) takeSnapshot(ctx context.Context, s *session.Session, name string)
 		}
 		name = base + "-" + id[:8]
 	}
-	if !snapNameRE.MatchString(name) || snapIDRE.MatchString(name) {
+	if !snapNameRE().MatchString(name) || snapIDRE.MatchString(name) {
 		return nil, nil, capability.Errorf(capability.InvalidArgument,
 			"snapshot name %q: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit (and not 32 hex digits, which is an id)", name)
 	}

@@ -125,14 +125,14 @@ func (c *Cache) tenantDir(tenant string) string {
 	switch {
 	case tenant == "":
 		return filepath.Join(c.Root, "local")
-	case plainName.MatchString(tenant):
+	case plainName().MatchString(tenant):
 		return filepath.Join(c.Root, "t-"+tenant)
 	}
 	sum := sha256.Sum256([]byte(tenant))
 	return filepath.Join(c.Root, "h-"+hex.EncodeToString(sum[:12]))
 }
 
-var plainName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+var plainName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`) })
 
 // Wheels is the directory of tenant's wheels by file name (PIP_FIND_LINKS
 // of its sessions, bound read-only into their boxes).

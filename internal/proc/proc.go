@@ -199,8 +199,8 @@ type Process struct {
 // until it is closed: then Err says why when it fell behind (the process
 // runs on), else the process ended (Process.End).
 type Viewer struct {
-	C      <-chan Event
-	c      chan Event
+	C      <-chan *Event
+	c      chan *Event
 	p      *Process
 	lagged error // under p.mu: why it was detached for falling behind
 	queued atomic.Int64
@@ -284,7 +284,10 @@ func (p *Process) attach(replay bool) (*Viewer, []byte, error) {
 }
 
 func (p *Process) attachLocked() *Viewer {
-	c := make(chan Event, maxQueuedChunks)
+	// Pointers: the queue's buffer is allocated and cleared whole when a
+	// viewer attaches (every E2B commands.run, every followed
+	// start_process), 32 KiB of them against 160 KiB of Events.
+	c := make(chan *Event, maxQueuedChunks)
 	v := &Viewer{C: c, c: c, p: p}
 	p.viewers[v] = struct{}{}
 	return v
@@ -298,7 +301,7 @@ func (p *Process) emit(stream string, b []byte) {
 	if len(b) == 0 {
 		return
 	}
-	ev := Event{Stream: stream, Data: slices.Clone(b)}
+	ev := &Event{Stream: stream, Data: slices.Clone(b)} // shared by the viewers, which only read it
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.out.write(b)

@@ -95,3 +95,25 @@ func TestQueueDropsByChunks(t *testing.T) {
 		t.Fatalf("a detached viewer: %q closed %v err %v", got, closed, fast.Err())
 	}
 }
+
+// BenchmarkAttachFollow is what a followed process (an E2B commands.run, a
+// start_process that waits for its end) costs its viewer's queue: attach,
+// one chunk of output, the end. Its B/op is the queue's buffer, allocated
+// and cleared whole at attach.
+//
+//	go test -run '^$' -bench AttachFollow -benchmem ./internal/proc/
+func BenchmarkAttachFollow(b *testing.B) {
+	tab := newTable(DefaultMax, DefaultQueue)
+	b.ReportAllocs()
+	for b.Loop() {
+		p := fakeProcess(tab, 9)
+		p.mu.Lock()
+		v := p.attachLocked()
+		p.mu.Unlock()
+		p.emit("stdout", []byte("hello\n"))
+		if got, _ := drain(v); got != "hello\n" {
+			b.Fatalf("got %q", got)
+		}
+		v.Detach()
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -121,7 +122,7 @@ func openRegular(r *os.Root, name string) (*os.File, error) {
 func ParsePackages(r io.Reader, av Available) error {
 	var name, arch, ver string
 	flush := func() error {
-		if name != "" && packageNameRE.MatchString(name) {
+		if name != "" && packageNameRE().MatchString(name) {
 			o := av[name]
 			if o == nil {
 				if len(av) >= listNamesMax {
@@ -267,7 +268,7 @@ func editDistance(a, b string, max int) int {
 
 // packageNameRE is a bare Debian package name (no architecture, no
 // version).
-var packageNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]{1,127}$`)
+var packageNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]{1,127}$`) })
 
 // SplitPackage splits an argument that CheckPackage accepted into its
 // name, architecture ("" when none) and version ("" when none).

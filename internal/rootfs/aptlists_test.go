@@ -135,7 +135,7 @@ func FuzzParsePackages(f *testing.F) {
 			return
 		}
 		for k, o := range av {
-			if !packageNameRE.MatchString(k) || o == nil {
+			if !packageNameRE().MatchString(k) || o == nil {
 				t.Fatalf("kept %q", k)
 			}
 			for _, a := range o.Archs {

@@ -34,6 +34,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -92,7 +93,7 @@ const (
 
 // Names are letters, digits, '_' and '-' (no dots, so that no name can
 // collide with a partial or hidden entry).
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`) })
 
 // ErrBadOption reports a suite or mirror Install does not take: a suite
 // is a Debian codename (debootstrap sources a script of that name, so
@@ -130,7 +131,7 @@ var ErrInstallFailed = errors.New("rootfs: installing failed")
 
 // CheckName validates a rootfs name.
 func CheckName(name string) error {
-	if !nameRE.MatchString(name) {
+	if !nameRE().MatchString(name) {
 		return fmt.Errorf("%w: %q", ErrBadName, name)
 	}
 	return nil
@@ -505,14 +506,16 @@ func Installed(root string) map[string]string {
 // (=1.6-2.1, Policy §5.6.12: digits, letters, . + ~ - and : for the
 // epoch, starting with a digit). Nothing that starts with '-' or holds a
 // space, so a name can never be read as an option.
-var packageRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]{1,127}(:[a-z0-9][a-z0-9-]{0,31})?(=[0-9][A-Za-z0-9.+~:-]{0,127})?$`)
+var packageRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]{1,127}(:[a-z0-9][a-z0-9-]{0,31})?(=[0-9][A-Za-z0-9.+~:-]{0,127})?$`)
+})
 
 // ErrBadPackage reports a package name that is not a Debian one.
 var ErrBadPackage = errors.New("not a Debian package name (lower-case letters, digits, + - .; optionally NAME=VERSION)")
 
 // CheckPackage validates one package argument for apt-get install.
 func CheckPackage(p string) error {
-	if !packageRE.MatchString(p) {
+	if !packageRE().MatchString(p) {
 		return fmt.Errorf("%q: %w", p, ErrBadPackage)
 	}
 	return nil

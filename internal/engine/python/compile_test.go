@@ -106,11 +106,11 @@ wait
 // stdlib-pyc` is run (the server would still work: it compiles at
 // extraction, as before, taking seconds).
 func TestPrecompiledMatchesInterpreter(t *testing.T) {
-	if precompiledArchive == nil {
+	if precompiledArchive() == nil {
 		t.Skip("this platform's build ships no precompiled standard library (only linux/amd64 does): it is compiled at extraction")
 	}
 	m := mustManifest(t)
-	hdr, tr, closeFn, err := openPrecompiled(m, precompiledArchive)
+	hdr, tr, closeFn, err := openPrecompiled(m, precompiledArchive())
 	if err != nil {
 		t.Fatal(err)
 	}

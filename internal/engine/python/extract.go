@@ -138,7 +138,7 @@ var srcdirVersion = regexp.MustCompile(`(?m)^abs_srcdir=\s*\S*/Python-([0-9]+\.[
 // It holds an exclusive flock on dataDir/python/.lock meanwhile, so that
 // several quro processes sharing a data directory extract it once.
 func ensureInstalled(ctx context.Context, dataDir string, step Step) (*installation, error) {
-	inst, err := installFrom(ctx, dataDir, precompiledArchive, step)
+	inst, err := installFrom(ctx, dataDir, precompiledArchive(), step)
 	if err != nil {
 		return nil, err
 	}

@@ -4,4 +4,4 @@ package python
 
 // precompiledArchive: only linux/amd64 ships one (see precompiled.go); this
 // platform's standard library is compiled at extraction.
-var precompiledArchive []byte
+func precompiledArchive() []byte { return nil }
