@@ -157,8 +157,8 @@ TRIM := -trimpath
 # longest, are not among the TEST_P: test/run.sh runs them beside them
 # from the start, each as several processes (SPLIT_PKGS below). TEST_P
 # is 4 on any machine, not GOMAXPROCS (2 here): the end-to-end packages
-# mostly wait (boxes starting, servers, subprocesses, apt and pip) rather than compute
-# (internal/app's test process and its children used 83 s of CPU in its
+# mostly wait (boxes starting, servers, subprocesses, apt and pip)
+# rather than compute (internal/app's test process and its children used 83 s of CPU in its
 # first 570 s at a load of 15 on 2 cores), so four of them side by side
 # end sooner than two (in CPU seconds, the boxes they start included, at
 # a load of 40-85: cmd/quro 195, internal/app 112, the embedded Python
