@@ -203,6 +203,7 @@ TEST_PARALLEL ?= 4
 # escalation).
 APP_SPLIT := ^Test(Pip|InstallPackages|Toolchain|AttackNetwork|AptThroughTheEgress|ToolsThroughTheEgress|PythonRunInRealRootfs|PreviewURLs|PublicPreview|PlotsInSciRootfs),^Test(SessionsLeaveNothing|ManyCommandsLeaveNoGoroutinesOrFiles|SessionsHeldAtOnceLeaveNothing)$$
 SANDBOX_SPLIT := ^Test(SeccompWorkload|TenantMemoryCeilingSpansSessions|TenantCeilingOOMIsReported|TenantProcessCeilingSpansSessions|TenantAtCeilingIsRefusedWithAClearMessage|RunCgroupRemovalWaitsForTheLastExit|UnderRoot),^Test(Attacks|WaitingHoldsNoThread|SessionBoxesHoldNoThread|OutputFloodIsStreamedInBoundedMemory|InterruptThenKill)$$
+# make test SPLIT_PKGS= runs every package in the one go test, as before.
 SPLIT_PKGS := internal/app=$(APP_SPLIT) internal/sandbox=$(SANDBOX_SPLIT)
 SLIM_APP_RUN := Python|Pip|RunCode|Plot|Context|Tier|Slim|Language|Rich|Worker|Prestart|Spare
 SLIM_MCP_RUN := ^Test(ScriptedAgentTask|ImagesReachTheModel|HTTPEveryTool|ServeStdioInProcess|StdioBinaryEveryTool)$$

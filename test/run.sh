@@ -193,7 +193,7 @@ for p in $(for p in $SLOW_PKGS; do echo "$mod/$p"; done) $("$GO" list ./...); do
 	named[$p]=1
 	rest+=("$p")
 done
-phase "go test (every package but ${split[*]:-none})" \
+phase "go test (every package${split[*]:+ but ${split[*]}})" \
 	"$GO" test $TRIM -p "$TEST_P" -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" "${rest[@]}"
 for s in ${split[@]+"${split[@]}"}; do wait_side "$s"; done
 touch "$fuzz_stop"
