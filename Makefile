@@ -153,10 +153,12 @@ TRIM := -trimpath
 #
 # go test runs packages in the order named, TEST_P at a time: the
 # longest (SLOW_PKGS, longest first) start first so that none of them is
-# left running alone at the end. TEST_P is 4 on any machine, not
-# GOMAXPROCS (2 here): the end-to-end packages mostly wait (boxes
-# starting, servers, subprocesses, apt and pip) rather than compute
-# (internal/app's test process and its children used 83 s of CPU in its
+# left running alone at the end. internal/app and internal/sandbox, the
+# longest, are not among the TEST_P: test/run.sh runs them beside them
+# from the start, each as several processes (SPLIT_PKGS below). TEST_P
+# is 4 on any machine, not GOMAXPROCS (2 here): the end-to-end packages
+# mostly wait (boxes starting, servers, subprocesses, apt and pip)
+# rather than compute (internal/app's test process and its children used 83 s of CPU in its
 # first 570 s at a load of 15 on 2 cores), so four of them side by side
 # end sooner than two (in CPU seconds, the boxes they start included, at
 # a load of 40-85: cmd/quro 195, internal/app 112, the embedded Python
@@ -186,11 +188,28 @@ TEST_P ?= 4
 # (goroutines, fds, mounts, memory) stays serial: go test runs the
 # parallel ones only after every serial one has ended.
 TEST_PARALLEL ?= 4
+# The longest packages run as several processes of one test binary each,
+# side by side (test/run.sh): one for the tests each regexp names, one
+# for the rest. internal/app: the tests that wait on pip, apt, a package
+# index, compilers and the egress (most of its parallel tests' time; in
+# one process they started only after its 98 serial ones, and
+# TestPythonRunInRealRootfs, serial, swaps the package's rootfs
+# installer: it runs first in its process); its three leak tests, serial,
+# each hundreds of sessions (in one process they ran one after another
+# with the other serial tests). internal/sandbox: its parallel tests (the
+# seccomp workloads, the tenant ceilings), which started after its 75
+# serial ones; its five longest serial tests (the attacks, the two
+# thread counts of waiting runs, the output flood, an interrupt's
+# escalation).
+APP_SPLIT := ^Test(Pip|InstallPackages|Toolchain|AttackNetwork|AptThroughTheEgress|ToolsThroughTheEgress|PythonRunInRealRootfs|PreviewURLs|PublicPreview|PlotsInSciRootfs),^Test(SessionsLeaveNothing|ManyCommandsLeaveNoGoroutinesOrFiles|SessionsHeldAtOnceLeaveNothing)$$
+SANDBOX_SPLIT := ^Test(SeccompWorkload|TenantMemoryCeilingSpansSessions|TenantCeilingOOMIsReported|TenantProcessCeilingSpansSessions|TenantAtCeilingIsRefusedWithAClearMessage|RunCgroupRemovalWaitsForTheLastExit|UnderRoot),^Test(Attacks|WaitingHoldsNoThread|SessionBoxesHoldNoThread|OutputFloodIsStreamedInBoundedMemory|InterruptThenKill)$$
+# make test SPLIT_PKGS= runs every package in the one go test, as before.
+SPLIT_PKGS := internal/app=$(APP_SPLIT) internal/sandbox=$(SANDBOX_SPLIT)
 SLIM_APP_RUN := Python|Pip|RunCode|Plot|Context|Tier|Slim|Language|Rich|Worker|Prestart|Spare
 SLIM_MCP_RUN := ^Test(ScriptedAgentTask|ImagesReachTheModel|HTTPEveryTool|ServeStdioInProcess|StdioBinaryEveryTool)$$
 test: test-install test-deps
 	@QURO_TEST_BIN='$(CURDIR)/$(BIN)' GO='$(GO)' MAKE='$(MAKE)' TRIM='$(TRIM)' TEST_P='$(TEST_P)' TEST_PARALLEL='$(TEST_PARALLEL)' \
-		TEST_TIMEOUT='$(TEST_TIMEOUT)' SLOW_PKGS='$(SLOW_PKGS)' SLIM_APP_RUN='$(SLIM_APP_RUN)' SLIM_MCP_RUN='$(SLIM_MCP_RUN)' \
+		TEST_TIMEOUT='$(TEST_TIMEOUT)' SLOW_PKGS='$(SLOW_PKGS)' SLIM_APP_RUN='$(SLIM_APP_RUN)' SLIM_MCP_RUN='$(SLIM_MCP_RUN)' SPLIT_PKGS='$(SPLIT_PKGS)' \
 		GOLANGCI='$(GOLANGCI)' bash test/run.sh
 
 # The soak tests: a property that is a count of repetitions rather than a

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # make test's checks and tests, after its install steps (test-install,
 # test-deps): the Makefile passes its settings in the environment (GO,
-# TRIM, TEST_P, TEST_PARALLEL, TEST_TIMEOUT, SLOW_PKGS, SLIM_APP_RUN,
-# SLIM_MCP_RUN, GOLANGCI, MAKE; QURO_TEST_BIN, the bin/quro test-install
+# TRIM, TEST_P, TEST_PARALLEL, TEST_TIMEOUT, SLOW_PKGS, SPLIT_PKGS,
+# SLIM_APP_RUN, SLIM_MCP_RUN, GOLANGCI, MAKE; QURO_TEST_BIN, the bin/quro test-install
 # has just built, which internal/api/mcp's and internal/sandbox's tests
 # run instead of linking a quro of their own: a link is seconds of CPU).
 #
@@ -12,7 +12,8 @@
 #      and the disk: 12 s, against 42 s one after the other);
 #   2. the quick checks (the web bundle's types, gofmt, go.mod tidiness,
 #      vet);
-#   3. every package's tests (SLOW_PKGS, the longest, first), with
+#   3. every package's tests (SLOW_PKGS, the longest, first; SPLIT_PKGS
+#      each as two processes of one test binary beside them, below), with
 #      three runs beside them: at nice 10, the linter (it loads the
 #      packages compiled with $TRIM, as the tests are, from the build
 #      cache: 11 s of CPU in a fresh clone, 86 s without the flag) and
@@ -21,7 +22,7 @@
 #      embedded Python: the rest of the Python chain must answer). Each
 #      side run prints its output and time when the tests end;
 #   4. the slim build's internal/app tests.
-# The tests' phase's wall time is internal/app's, which mostly waits
+# The tests' phase's wall time was internal/app's, which mostly waits
 # (boxes, apt, pip, compilers: its process and children used 83 s of CPU
 # in its first 570 s at a load of 15), so the fuzz run (mostly CPU, and
 # nothing on the host) fills that wait instead of running after it. With
@@ -44,7 +45,7 @@ cd "$(dirname "$0")/.."
 : "${GO:=go}" "${MAKE:=make}" "${TRIM:=-trimpath}" "${TEST_P:=4}" "${TEST_PARALLEL:=4}"
 : "${TEST_TIMEOUT:=30m}" "${SLOW_PKGS:=}" "${SLIM_APP_RUN:=.}" "${SLIM_MCP_RUN:=.}"
 : "${GOLANGCI:=$GO tool -modfile=tools/golangci/go.mod golangci-lint}"
-: "${FUZZ_FIRST:=2000x}" "${FUZZ_SLOW:=50x}"
+: "${FUZZ_FIRST:=2000x}" "${FUZZ_SLOW:=50x}" "${SPLIT_PKGS:=}"
 
 status=0
 start=$(date +%s)
@@ -92,7 +93,9 @@ fuzz_stop=$(mktemp -d)/tests-ended
 # makes one cold build.
 QURO_TEST_GOCACHE=$(mktemp -d)
 export QURO_TEST_GOCACHE
-trap 'touch "$fuzz_stop"; for p in "${side_pid[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "${fuzz_stop%/*}" "$QURO_TEST_GOCACHE"' EXIT
+# The test binaries of SPLIT_PKGS (below).
+split_dir=$(mktemp -d)
+trap 'touch "$fuzz_stop"; for p in "${side_pid[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "${fuzz_stop%/*}" "$QURO_TEST_GOCACHE" "$split_dir"' EXIT
 
 phase "npm ci (four trees side by side)" \
 	"$MAKE" --no-print-directory -j4 -Otarget \
@@ -101,8 +104,6 @@ phase "npm ci (four trees side by side)" \
 phase "web-check, fmt-check, tidy-check, vet" \
 	"$MAKE" --no-print-directory web-check fmt-check tidy-check vet
 
-pkgs=()
-for p in $SLOW_PKGS; do pkgs+=("./$p/"); done
 # GOFLAGS=$TRIM: see the Makefile's lint (a fresh clone's lint compiled
 # the whole tree again without it).
 # Both side runs at nice 10: they take the CPU the tests leave idle and
@@ -132,8 +133,69 @@ slim_side() {
 		"$GO" test $TRIM -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim -run "$SLIM_MCP_RUN" ./internal/api/mcp/
 }
 side "go test -tags slim (Python engine, MCP)" slim_side
-phase "go test (every package)" \
-	"$GO" test $TRIM -p "$TEST_P" -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" ${pkgs[@]+"${pkgs[@]}"} ./...
+# The longest packages (SPLIT_PKGS, each "pkg=regexp[,regexp...]":
+# internal/app and internal/sandbox) run as several processes of one test
+# binary each, started with the tests' phase, beside it: one process per
+# regexp, for the tests it names, and one for the rest. In one process
+# go test runs every serial test first, one at a time, and only then the
+# parallel ones, -parallel at a time: so a package's long parallel tests
+# (those that wait on pip, apt, a package index, compilers, the egress,
+# the CPython suite) started only after all its serial ones, and its
+# long serial tests (the leak tests' hundreds of sessions) ran one after
+# another with everything else. In processes of their own they run side
+# by side. Each process counts only what it holds (the leak tests count
+# their process's goroutines, fds, threads, children and run cgroups,
+# and the mounts under their own data directory), a serial test is
+# still alone in its process, and the shared test rootfs is built under
+# an flock (rootfstest). The binary is built once (go test -c), not once
+# per go test, and runs in its package's directory as go test runs it;
+# go test's vet of the package is the vet phase's.
+split_side() { # pkg regexp[,regexp...]
+	local pkg=$1 dir=$split_dir/${1//\//_} t=$(date +%s) rc i pids=() res
+	local args=(-test.paniconexit0 -test.count=1 -test.parallel="$TEST_PARALLEL" -test.timeout="$TEST_TIMEOUT")
+	IFS=, read -ra res <<<"$2"
+	mkdir -p "$dir" && "$GO" test $TRIM -c -o "$dir/test" "./$pkg/" || return
+	echo "$pkg built in $(($(date +%s) - t)) s"
+	t=$(date +%s)
+	for i in "${!res[@]}"; do
+		(
+			(cd "$pkg" && exec "$dir/test" "${args[@]}" -test.run="${res[i]}")
+			set -- $?
+			echo "$pkg -run '${res[i]}': rc $1, $(($(date +%s) - t)) s"
+			exit "$1"
+		) >"$dir/$i.log" 2>&1 &
+		pids+=($!)
+	done
+	(cd "$pkg" && exec "$dir/test" "${args[@]}" -test.skip="$(IFS='|' && echo "${res[*]}")")
+	rc=$?
+	echo "$pkg, the rest: rc $rc, $(($(date +%s) - t)) s"
+	for i in "${!res[@]}"; do
+		wait "${pids[i]}"
+		set -- $?
+		cat "$dir/$i.log"
+		[ "$rc" = 0 ] && rc=$1
+	done
+	return "$rc"
+}
+split=()
+for s in $SPLIT_PKGS; do
+	split+=("${s%%=*}")
+	side "${s%%=*}" split_side "${s%%=*}" "${s#*=}"
+done
+# The other packages, by import path: SLOW_PKGS first, then the rest of
+# ./... (go test runs them in the order named).
+mod=$("$GO" list -m)
+declare -A named
+for s in ${split[@]+"${split[@]}"}; do named[$mod/$s]=1; done
+rest=()
+for p in $(for p in $SLOW_PKGS; do echo "$mod/$p"; done) $("$GO" list ./...); do
+	[ -n "${named[$p]:-}" ] && continue
+	named[$p]=1
+	rest+=("$p")
+done
+phase "go test (every package${split[*]:+ but ${split[*]}})" \
+	"$GO" test $TRIM -p "$TEST_P" -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" "${rest[@]}"
+for s in ${split[@]+"${split[@]}"}; do wait_side "$s"; done
 touch "$fuzz_stop"
 wait_side lint
 wait_side "go test -tags slim (Python engine, MCP)"
