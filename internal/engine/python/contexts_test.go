@@ -282,3 +282,45 @@ display(H())
 		t.Errorf("the exception is not in the text:\n%s", txt)
 	}
 }
+
+// A restart whose run does not stop within the interrupt grace (it
+// blocks SIGINT; at load a SIGINT can also be handled past the grace) kills the worker, and the run still ends as the restart:
+// E2B's /execute waits for its ContextRestarting error, and without it
+// cut the stream as if the sandbox had been killed.
+func TestRestartThatKillsTheWorkerIsARestart(t *testing.T) {
+	e := NewEmbedded(testData, testSB, &EmbeddedOptions{InterruptGrace: 200 * time.Millisecond, NoSpare: true})
+	defer e.Close()
+	s := newSession(t)
+	bg := context.Background()
+	c := runcode.ContextRun{ID: "r", Rich: true}
+	runCtxOn(t, e, bg, s, c, "n = 0")
+	started := make(chan struct{})
+	var once bool
+	done := make(chan ran)
+	go func() {
+		var errb bytes.Buffer
+		out := &notify{f: func(p []byte) {
+			if !once && bytes.Contains(p, []byte("looping")) {
+				once = true
+				close(started)
+			}
+		}}
+		res, err := e.Run(bg, &runcode.Request{Code: "import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\nprint('looping', flush=True)\nwhile True:\n    time.sleep(0.01)",
+			Lang: "python", Session: s, Timeout: 10 * time.Minute, Stdout: out, Stderr: &errb, Context: &c})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- ran{Result: res, err: errb.String()}
+	}()
+	<-started
+	if err := e.DropContext(bg, s.ID, "r"); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.Exception == nil || r.Exception.Name != runcode.RestartedException().Name || !strings.Contains(r.Error, "was killed") {
+		t.Fatalf("exception %+v error %q notes %q", r.Exception, r.Error, r.Notes)
+	}
+	if a := runCtxOn(t, e, bg, s, c, "'n' in globals()"); len(a.Results) != 1 || a.Results[0].Data["text/plain"] != "False" {
+		t.Errorf("after the restart: %+v %q", a.Results, a.err)
+	}
+}

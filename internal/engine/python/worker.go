@@ -682,6 +682,12 @@ func (w *worker) deathResult(res *runcode.Result, in *interruption, req *runcode
 	case in.escalated && in.timedOut():
 		res.Error = fmt.Sprintf("timed out after %s and the code did not stop within %s of KeyboardInterrupt: the Python worker was killed; %s",
 			req.Timeout.Round(time.Millisecond), o.grace, lost)
+	case in.escalated && errors.Is(in.cause, runcode.ErrContextRestarted):
+		// A restart that had to kill the worker is still the restart the
+		// caller asked for (E2B's client waits for its ContextRestarting
+		// error; at load a SIGINT can be handled past the grace).
+		res.Error = fmt.Sprintf("%s; the code did not stop within %s of KeyboardInterrupt: the Python worker was killed; %s", runcode.ErrContextRestarted, o.grace, lost)
+		res.Exception = runcode.RestartedException()
 	case in.escalated:
 		res.Error = fmt.Sprintf("canceled, and the code did not stop within %s of KeyboardInterrupt: the Python worker was killed; %s", o.grace, lost)
 	case e.OOMKilled && e.Signal == syscall.SIGKILL:
