@@ -20,8 +20,10 @@ await check(`${N} sandboxes at once, each with a background process, then a comm
     const failed = made.filter((r) => r.status === 'rejected').map((r) => `${r.reason?.name}: ${r.reason?.message}`)
     assert.deepEqual(failed, [], `${failed.length} of ${N} Sandbox.create failed`)
     // The background processes run on (a server; here a sleep) and hold
-    // their streams while the rest goes on.
-    const handles = await Promise.all(sbxs.map((s) => s.commands.run('sleep 100000', { background: true })))
+    // their streams while the rest goes on. timeoutMs: 0, as a long-lived
+    // process is started with E2B: the SDK's default (60 s) kills it, and
+    // at load the steps below took longer than that.
+    const handles = await Promise.all(sbxs.map((s) => s.commands.run('sleep 100000', { background: true, timeoutMs: 0 })))
     const results = await Promise.allSettled(sbxs.map(async (s, i) => {
       const r = await s.commands.run(`echo sandbox ${i}`)
       assert.equal(r.stdout, `sandbox ${i}\n`)
@@ -45,8 +47,8 @@ if (process.env.E2B_LIMITED_API_KEY) {
   await check('past the tenant\'s process limit: a RateLimitError naming it; kill and files work at it', async () => {
     const sbx = await Sandbox.create({ apiKey: process.env.E2B_LIMITED_API_KEY, metadata: { scenario: tag(), area: 'limits' } })
     try {
-      const a = await sbx.commands.run('sleep 100000', { background: true })
-      const b = await sbx.commands.run('sleep 100000', { background: true })
+      const a = await sbx.commands.run('sleep 100000', { background: true, timeoutMs: 0 })
+      const b = await sbx.commands.run('sleep 100000', { background: true, timeoutMs: 0 })
       const e = await rejects(() => sbx.commands.run('echo a third'), RateLimitError, 'a third process of 2')
       for (const want of ['tenant already runs 2 background processes (its limit is 2)', '--processes-per-tenant', 'set_tenant_limits processes']) {
         assert.ok(e.message.includes(want), `${e.message} does not say ${want}`)
