@@ -12,8 +12,9 @@
 #      and the disk: 12 s, against 42 s one after the other);
 #   2. the quick checks (the web bundle's types, gofmt, go.mod tidiness,
 #      vet);
-#   3. every package's tests (SLOW_PKGS, the longest, first; SPLIT_PKGS
-#      each as two processes of one test binary beside them, below), with
+#   3. every package's tests (SLOW_PKGS, the longest, first; SPLIT_PKGS,
+#      empty by default, each as several processes of one test binary
+#      beside them, below), with
 #      three runs beside them: at nice 10, the linter (it loads the
 #      packages compiled with $TRIM, as the tests are, from the build
 #      cache: 11 s of CPU in a fresh clone, 86 s without the flag) and
