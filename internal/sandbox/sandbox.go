@@ -352,6 +352,11 @@ func (s *Sandbox) Isolation() string { return s.isolation }
 // ReadOnly), fixed when it starts.
 func (s *Sandbox) Boxed() bool { return s.layers.ok(LayerNamespaces) }
 
+// StartTimeout is the bound of a run's start (Options.StartTimeout, or
+// its default): what a caller waiting for a start made by another (a
+// worker prestarted) allows it too.
+func (s *Sandbox) StartTimeout() time.Duration { return s.startLimit }
+
 // Path is the PATH that user code sees.
 func (s *Sandbox) Path() string { return s.path }
 
