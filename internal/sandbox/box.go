@@ -953,7 +953,7 @@ func (bx *Box) spawn(ctx context.Context, pl *plan) (*Process, error) {
 		p.unwatch = stop // boxEnded calls it
 	}
 	bx.mu.Unlock()
-	pid, msg, ready := readStatus(statusR)
+	pid, msg, ready := readStatus(ctx, statusR)
 	p.pid = pid
 	if ready {
 		// ctx may have ended before the init spawned the program: the
@@ -963,6 +963,9 @@ func (bx *Box) spawn(ctx context.Context, pl *plan) (*Process, error) {
 			bx.signal(p.boxID, syscall.SIGKILL, true)
 		}
 		return p, nil
+	}
+	if msg == "" && ctx.Err() != nil {
+		bx.awaitStartKilled(p)
 	}
 	p.Wait()
 	from := FailInit
@@ -978,6 +981,31 @@ func (bx *Box) spawn(ctx context.Context, pl *plan) (*Process, error) {
 		}
 	}
 	return nil, &StartError{Program: pl.prog, Reason: msg, from: from}
+}
+
+// stuckBoxGrace is how long a start whose caller gave up (its context
+// ended before the init child's status came) waits for the box init to
+// end the process, as the kill sent at the context's end asks: a box init
+// that has not in that time is not running (stopped, held by a tracer),
+// and its box is closed, which ends every process of it.
+const stuckBoxGrace = 10 * time.Second
+
+// awaitStartKilled waits for the end of p, whose start's context ended
+// before its status came, or closes the box when its init does not end
+// it within s.stuckGrace: a start never waits past its context for a box
+// that does not answer.
+func (bx *Box) awaitStartKilled(p *Process) {
+	t := time.NewTimer(bx.s.stuckGrace)
+	defer t.Stop()
+	select {
+	case <-p.ended:
+		return
+	case <-t.C:
+	}
+	bx.s.log.Warn("a session box did not end a start its caller gave up on; the box is closed with its processes",
+		"session", bx.key, "waited", bx.s.stuckGrace)
+	bx.Close()
+	<-p.ended // the box's end ends every process registered in it
 }
 
 // launch registers p and asks the box init to spawn it. It takes the
@@ -1112,12 +1140,18 @@ func CredSocketPair() (mine, theirs int, err error) {
 }
 
 // readStatus reads the init child's status channel: ready, or the reason
-// it could not exec, and the host pid of the process that wrote it.
-func readStatus(f *os.File) (pid int, msg string, ready bool) {
+// it could not exec, and the host pid of the process that wrote it. It
+// ends when ctx does (not ready, no reason): a status that never comes
+// (a box init stopped or traced, which neither spawns the program nor
+// kills it) does not hold the start past its context.
+func readStatus(ctx context.Context, f *os.File) (pid int, msg string, ready bool) {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return 0, err.Error(), false
 	}
+	// f is in the poller: a past deadline wakes the read below.
+	stop := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
 	buf := make([]byte, 4096)
 	oob := make([]byte, syscall.CmsgSpace(syscall.SizeofUcred))
 	var out []byte

@@ -926,3 +926,58 @@ func TestStartsInHome(t *testing.T) {
 		}
 	}
 }
+
+// expireOnRead is a Stdin whose first read expires ctx: the run's start
+// has sent its program to the box (the stdin copy begins just before the
+// start waits for the init child's status). It then reads as empty.
+type expireOnRead struct{ ctx *expiring }
+
+func (r expireOnRead) Read([]byte) (int, error) {
+	r.ctx.expire()
+	return 0, io.EOF
+}
+
+// TestStartInAStuckBoxEndsWithItsContext: the box init of a session is
+// stopped (as a foreign tracer leaves it), so that the status of a start
+// never comes and the kill sent at the start's end is never carried out.
+// The start ends all the same when its context does, with a start error;
+// the box that does not answer is closed (its init killed, its processes
+// with it), and the session's next run gets a new box.
+func TestStartInAStuckBoxEndsWithItsContext(t *testing.T) {
+	sb := newBoxSandbox(t)
+	sb.stuckGrace = 100 * time.Millisecond // the box init is stopped: it never answers
+	dir := t.TempDir()
+	var out bytes.Buffer
+	if exit, err := sb.Run(testCtx(t), boxSpec("stuck", dir, &out, "true")); err != nil || exit.Code != 0 {
+		t.Fatalf("first run: %v %+v %s", err, exit, out.String())
+	}
+	bx := sb.Box("stuck")
+	if bx == nil {
+		t.Fatal("no box for the session")
+	}
+	if err := syscall.Kill(bx.pid1, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(bx.pid1, syscall.SIGCONT) })
+
+	ctx := &expiring{Context: testCtx(t), done: make(chan struct{})}
+	spec := boxSpec("stuck", dir, &out, "echo never")
+	spec.Stdin = expireOnRead{ctx}
+	_, err := sb.Run(ctx, spec)
+	var se *StartError
+	if !errors.As(err, &se) || !strings.Contains(se.Reason, "canceled while the sandbox was starting") {
+		t.Fatalf("a start in a stuck box: %v, want a start error saying it was canceled", err)
+	}
+	select {
+	case <-bx.Done():
+	default:
+		t.Fatal("the box that did not answer is still running")
+	}
+	out.Reset()
+	if exit, err := sb.Run(testCtx(t), boxSpec("stuck", dir, &out, "echo again")); err != nil || exit.Code != 0 || out.String() != "again\n" {
+		t.Fatalf("the next run: %v %+v %q", err, exit, out.String())
+	}
+	if nb := sb.Box("stuck"); nb == nil || nb == bx {
+		t.Fatal("the next run did not get a new box")
+	}
+}

@@ -238,6 +238,7 @@ type Sandbox struct {
 	path       string
 	limits     Limits
 	drainGrace time.Duration
+	stuckGrace time.Duration // stuckBoxGrace; tests shorten it
 	startLimit time.Duration // Options.StartTimeout
 	isolation  string
 	layers     *layerSet
@@ -287,6 +288,7 @@ func New(opts *Options) (*Sandbox, error) {
 	if o.Limits != nil {
 		s.limits = *o.Limits
 	}
+	s.stuckGrace = stuckBoxGrace
 	if s.drainGrace <= 0 {
 		s.drainGrace = time.Second
 	}
