@@ -930,10 +930,10 @@ func TestStartsInHome(t *testing.T) {
 // expireOnRead is a Stdin whose first read expires ctx: the run's start
 // has sent its program to the box (the stdin copy begins just before the
 // start waits for the init child's status). It then reads as empty.
-type expireOnRead struct{ ctx *expiring }
+type expireOnRead struct{ ctx *sandboxtest.Expiring }
 
 func (r expireOnRead) Read([]byte) (int, error) {
-	r.ctx.expire()
+	r.ctx.Expire()
 	return 0, io.EOF
 }
 
@@ -960,7 +960,7 @@ func TestStartInAStuckBoxEndsWithItsContext(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = syscall.Kill(bx.pid1, syscall.SIGCONT) })
 
-	ctx := &expiring{Context: testCtx(t), done: make(chan struct{})}
+	ctx := sandboxtest.NewExpiring(testCtx(t))
 	spec := boxSpec("stuck", dir, &out, "echo never")
 	spec.Stdin = expireOnRead{ctx}
 	_, err := sb.Run(ctx, spec)
