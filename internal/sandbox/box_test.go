@@ -40,6 +40,20 @@ func boxSpec(key, dir string, out *bytes.Buffer, script string) *Spec {
 	return &Spec{Args: []string{"sh", "-c", script}, Dir: dir, Session: key, UID: 2_500_000 + len(key), Stdout: out, Stderr: out}
 }
 
+// openedBox is the box of session key, opened by a run of true in dir.
+func openedBox(t *testing.T, sb *Sandbox, key, dir string) *Box {
+	t.Helper()
+	var out bytes.Buffer
+	if exit, err := sb.Run(testCtx(t), boxSpec(key, dir, &out, "true")); err != nil || exit.Code != 0 {
+		t.Fatalf("run: %v %+v %s", err, exit, out.String())
+	}
+	bx := sb.Box(key)
+	if bx == nil {
+		t.Fatal("no box after a run")
+	}
+	return bx
+}
+
 func TestSessionBoxRunsShareOneBox(t *testing.T) {
 	sb := newBoxSandbox(t)
 	dir := t.TempDir()
@@ -614,15 +628,7 @@ func TestEndSessionKillsNowAndAwaitEndedWaitsForTheEnd(t *testing.T) {
 // (App.Close then went on to unmount the disks under it).
 func TestCloseBoxesDuringEndSessionWaitsForTheEnd(t *testing.T) {
 	sb := newBoxSandbox(t)
-	dir := t.TempDir()
-	var out bytes.Buffer
-	if exit, err := sb.Run(testCtx(t), boxSpec("closing", dir, &out, "true")); err != nil || exit.Code != 0 {
-		t.Fatalf("run: %v %+v %s", err, exit, out.String())
-	}
-	bx := sb.Box("closing")
-	if bx == nil {
-		t.Fatal("no box after a run")
-	}
+	bx := openedBox(t, sb, "closing", t.TempDir())
 	ran := false
 	hook := func(key string) {
 		if key != "closing" {
@@ -947,20 +953,14 @@ func TestStartInAStuckBoxEndsWithItsContext(t *testing.T) {
 	sb := newBoxSandbox(t)
 	sb.stuckGrace = 100 * time.Millisecond // the box init is stopped: it never answers
 	dir := t.TempDir()
-	var out bytes.Buffer
-	if exit, err := sb.Run(testCtx(t), boxSpec("stuck", dir, &out, "true")); err != nil || exit.Code != 0 {
-		t.Fatalf("first run: %v %+v %s", err, exit, out.String())
-	}
-	bx := sb.Box("stuck")
-	if bx == nil {
-		t.Fatal("no box for the session")
-	}
+	bx := openedBox(t, sb, "stuck", dir)
 	if err := syscall.Kill(bx.pid1, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(bx.pid1, syscall.SIGCONT) })
 
 	ctx := sandboxtest.NewExpiring(testCtx(t))
+	var out bytes.Buffer
 	spec := boxSpec("stuck", dir, &out, "echo never")
 	spec.Stdin = expireOnRead{ctx}
 	_, err := sb.Run(ctx, spec)
