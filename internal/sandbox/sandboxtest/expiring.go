@@ -22,6 +22,7 @@ func NewExpiring(parent context.Context) *Expiring {
 	return &Expiring{Context: parent, done: make(chan struct{})}
 }
 
+// Done is closed when Expire is called.
 func (c *Expiring) Done() <-chan struct{} { return c.done }
 
 // Err is context.DeadlineExceeded once Expire was called, else nil.
