@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -983,29 +984,49 @@ func (bx *Box) spawn(ctx context.Context, pl *plan) (*Process, error) {
 	return nil, &StartError{Program: pl.prog, Reason: msg, from: from}
 }
 
-// stuckBoxGrace is how long a start whose caller gave up (its context
-// ended before the init child's status came) waits for the box init to
-// end the process, as the kill sent at the context's end asks: a box init
-// that has not in that time is not running (stopped, held by a tracer),
-// and its box is closed, which ends every process of it.
+// stuckBoxGrace is how often a start whose caller gave up (its context
+// ended before the init child's status came) looks at the box init while
+// it waits for it to end the process, as the kill sent at the context's
+// end asks.
 const stuckBoxGrace = 10 * time.Second
 
 // awaitStartKilled waits for the end of p, whose start's context ended
-// before its status came, or closes the box when its init does not end
-// it within s.stuckGrace: a start never waits past its context for a box
-// that does not answer.
+// before its status came. A box init that has not ended it within
+// s.stuckGrace and is stopped (a SIGSTOP, a tracer's stop) cannot: its
+// box is closed, which ends every process of it. One merely slow at load
+// is waited for, up to the start bound, before its box is closed too: a
+// start never waits for ever on a box that does not answer.
 func (bx *Box) awaitStartKilled(p *Process) {
 	t := time.NewTimer(bx.s.stuckGrace)
 	defer t.Stop()
-	select {
-	case <-p.ended:
-		return
-	case <-t.C:
+	for waited := time.Duration(0); ; {
+		select {
+		case <-p.ended:
+			return
+		case <-t.C:
+		}
+		waited += bx.s.stuckGrace
+		if stopped(bx.pid1) || waited >= bx.s.startLimit {
+			break
+		}
+		t.Reset(bx.s.stuckGrace)
 	}
 	bx.s.log.Warn("a session box did not end a start its caller gave up on; the box is closed with its processes",
-		"session", bx.key, "waited", bx.s.stuckGrace)
+		"session", bx.key, "stopped", stopped(bx.pid1))
 	bx.Close()
 	<-p.ended // the box's end ends every process registered in it
+}
+
+// stopped reports whether process pid is stopped: by a signal (T) or by
+// a tracer (t).
+func stopped(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't')
 }
 
 // launch registers p and asks the box init to spawn it. It takes the
