@@ -240,7 +240,8 @@ func TestProcessLimitAndDestroy(t *testing.T) {
 	t.Parallel()
 	a := newApp(t, nil)
 	s := newSession(t, a, "lim", "")
-	// A sleep no other test runs, to find these on the host.
+	ns := boxPidNS(t, a, s.ID)
+	// A sleep no other test runs.
 	forever := fmt.Sprintf("%d.%d", 100000+rand.IntN(100000), os.Getpid())
 	for i := range proc.DefaultMax {
 		res := mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "sleep", Args: []string{forever}, Background: true, Tag: fmt.Sprint(i)}).(*ProcessResult)
@@ -258,6 +259,11 @@ func TestProcessLimitAndDestroy(t *testing.T) {
 		t.Fatalf("other session: %+v", res)
 	}
 
+	// Every process ran in its session's box: none had a box of its own,
+	// which a destroy of the session does not end.
+	if o := a.Sandbox.BoxStats().Outside; o != 0 {
+		t.Fatalf("%d runs got a box of their own outside their session's", o)
+	}
 	var pidfds []int
 	defer func() {
 		for _, fd := range pidfds {
@@ -265,7 +271,7 @@ func TestProcessLimitAndDestroy(t *testing.T) {
 		}
 	}()
 	for _, info := range a.procs.List(s.ID) {
-		fd, err := unix.PidfdOpen(hostPid(t, a, info.Pid, forever), 0)
+		fd, err := unix.PidfdOpen(hostPid(t, a, ns, info.Pid), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -273,12 +279,7 @@ func TestProcessLimitAndDestroy(t *testing.T) {
 	}
 	mustCall(t, a, "destroy_session", SessionRef{Session: s.ID})
 	for _, fd := range pidfds {
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, 30_000)
-		for errors.Is(err, unix.EINTR) { // a signal to this thread (a child's SIGCHLD), not the exit
-			n, err = unix.Poll(fds, 30_000)
-		}
-		if n != 1 || err != nil {
+		if err := awaitExit(t, fd); err != nil {
 			t.Fatalf("a process outlived its session's destroy: %v", err)
 		}
 	}
@@ -353,10 +354,25 @@ func TestProcessesAcrossTenantsAndSessions(t *testing.T) {
 	}
 }
 
-// hostPid is the host pid of the process whose pid in its box is inner
-// and whose arguments hold marker (the processes' pid is the host's when
-// they run without a box of their own).
-func hostPid(t *testing.T, a *App, inner int, marker string) int {
+// boxPidNS is the pid namespace of session id's box, as its processes
+// see it ("pid:[N]"; "" when runs are not boxed).
+func boxPidNS(t *testing.T, a *App, id string) string {
+	t.Helper()
+	if !a.Sandbox.Boxed() {
+		return ""
+	}
+	res := mustCall(t, a, "start_process", StartProcessInput{Session: id, Cmd: "readlink", Args: []string{"/proc/self/ns/pid"}}).(*ProcessResult)
+	if res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "pid:[") {
+		t.Fatalf("the session box's pid namespace: %+v", res)
+	}
+	return strings.TrimSpace(res.Stdout)
+}
+
+// hostPid is the host pid of the process that is pid inner in the pid
+// namespace ns (boxPidNS). The namespace names the process, not its
+// arguments: a process spawned in a box is reported started just before
+// its exec, when it still has the arguments of the box's zygote.
+func hostPid(t *testing.T, a *App, ns string, inner int) int {
 	t.Helper()
 	if !a.Sandbox.Boxed() {
 		return inner
@@ -366,12 +382,10 @@ func hostPid(t *testing.T, a *App, inner int, marker string) int {
 		t.Fatal(err)
 	}
 	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
 			continue
 		}
-		cmdline, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
-		if err != nil || !strings.Contains("\x00"+string(cmdline), "\x00"+marker+"\x00") {
+		if l, err := os.Readlink("/proc/" + d.Name() + "/ns/pid"); err != nil || l != ns {
 			continue
 		}
 		status, err := os.ReadFile("/proc/" + d.Name() + "/status")
@@ -381,13 +395,37 @@ func hostPid(t *testing.T, a *App, inner int, marker string) int {
 		for _, line := range strings.Split(string(status), "\n") {
 			if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
 				if f := strings.Fields(rest); len(f) >= 2 && f[len(f)-1] == strconv.Itoa(inner) {
+					pid, _ := strconv.Atoi(d.Name())
 					return pid
 				}
 			}
 		}
 	}
-	t.Fatalf("no process on the host is pid %d in a box with %q in its arguments", inner, marker)
+	t.Fatalf("no process on the host is pid %d in the box's pid namespace %s", inner, ns)
 	return 0
+}
+
+// awaitExit waits until the process of pidfd fd has exited, for as long
+// as the test may run (its -timeout, less a minute to report), never a
+// fixed time, which a loaded machine passes.
+func awaitExit(t *testing.T, fd int) error {
+	wait := -1
+	if d, ok := t.Deadline(); ok {
+		wait = max(int(time.Until(d).Milliseconds())-60_000, 1000)
+	}
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, wait)
+		switch {
+		case errors.Is(err, unix.EINTR): // a signal to this thread (a child's SIGCHLD), not the exit
+			continue
+		case err != nil:
+			return err
+		case n != 1:
+			return errors.New("still running when the test's time ran out")
+		}
+		return nil
+	}
 }
 
 func mustCallAs(t *testing.T, a *App, c controller.Caller, name string, args any) any {

@@ -339,19 +339,14 @@ func TestSnapshotCeilings(t *testing.T) {
 	shOK(t, a, "", "head -c 1M /dev/zero > one")
 	snapshot(t, a, SnapshotInput{Name: "a"})
 	snapshot(t, a, SnapshotInput{Name: "b"})
-	_, err = call(t, a, "snapshot_session", SnapshotInput{Name: "c"})
-	if ce := wantCode(t, err, capability.ResourceExhausted); !strings.Contains(ce.Message, "you hold 2 snapshots") {
-		t.Errorf("count ceiling: %s", ce.Message)
-	}
+	snapshotRefused(t, a, SnapshotInput{Name: "c"}, "you hold 2 snapshots")
 	if _, err := call(t, a, "delete_snapshot", SnapshotRef{Snapshot: "b"}); err != nil {
 		t.Fatal(err)
 	}
 	// 1 MiB held, 2 MiB left: a 2.5 MiB workspace does not fit.
 	shOK(t, a, "", "head -c 1536K /dev/zero > two")
-	_, err = call(t, a, "snapshot_session", SnapshotInput{Name: "c"})
-	if ce := wantCode(t, err, capability.ResourceExhausted); !strings.Contains(ce.Message, "larger than what your snapshots may still hold") {
-		t.Errorf("bytes ceiling: %s", ce.Message)
-	}
+	serverSees(t, a, map[string]int64{"one": 1 << 20, "two": 1536 << 10})
+	snapshotRefused(t, a, SnapshotInput{Name: "c"}, "larger than what your snapshots may still hold")
 	if _, _, snaps := leftovers(t, a); len(snaps) != 1 {
 		t.Errorf("refused snapshots left files: %v", snaps)
 	}
@@ -374,9 +369,50 @@ func TestSnapshotCeilings(t *testing.T) {
 		t.Errorf("hard links: %+v", s)
 	}
 	shOK(t, b, "", "rm f*; truncate -s 1G sparse")
-	_, err = call(t, b, "snapshot_session", SnapshotInput{Name: "sparse"})
-	if ce := wantCode(t, err, capability.ResourceExhausted); !strings.Contains(ce.Message, "larger than your per-session disk quota") {
-		t.Errorf("a sparse file larger than the quota: %s", ce.Message)
+	serverSees(t, b, map[string]int64{"sparse": 1 << 30})
+	snapshotRefused(t, b, SnapshotInput{Name: "sparse"}, "larger than your per-session disk quota")
+}
+
+// snapshotRefused asks for snapshot in of the default session and wants
+// it refused as resource_exhausted, saying want. A snapshot taken instead
+// fails the test with what it copied (its size, files and what it
+// skipped), which says why it fitted.
+func snapshotRefused(t *testing.T, a *App, in SnapshotInput, want string) {
+	t.Helper()
+	reply, err := call(t, a, "snapshot_session", in)
+	if err == nil {
+		t.Fatalf("snapshot %q was taken, want it refused (%q): %s", in.Name, want, reply.Text)
+	}
+	if ce := wantCode(t, err, capability.ResourceExhausted); !strings.Contains(ce.Message, want) {
+		t.Errorf("snapshot %q refused saying %q, want %q", in.Name, ce.Message, want)
+	}
+}
+
+// serverSees checks that the server, which a snapshot's copy reads as,
+// sees the default session's workspace as the session's code does: the
+// same filesystem (one device: a second mount of the session's disk
+// image would not see the other's writes) and the files the session
+// wrote, at their sizes. A ceiling test whose copy read another view
+// would pass a snapshot that the session's files do not fit.
+func serverSees(t *testing.T, a *App, want map[string]int64) {
+	t.Helper()
+	def, err := a.Sessions.Default(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inBox := strings.TrimSpace(shOK(t, a, "", "stat -c %d /home/user").Stdout)
+	var st syscall.Stat_t
+	if err := syscall.Stat(def.Workspace(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(st.Dev) != inBox {
+		t.Fatalf("the session's workspace is on device %s in its box and %d for the server: not one filesystem", inBox, st.Dev)
+	}
+	for name, size := range want {
+		fi, err := os.Lstat(filepath.Join(def.Workspace(), name))
+		if err != nil || fi.Size() != size {
+			t.Fatalf("the server sees %s as %v (%v); the session wrote %d bytes", name, fi, err, size)
+		}
 	}
 }
 

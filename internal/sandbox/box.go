@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -953,7 +954,7 @@ func (bx *Box) spawn(ctx context.Context, pl *plan) (*Process, error) {
 		p.unwatch = stop // boxEnded calls it
 	}
 	bx.mu.Unlock()
-	pid, msg, ready := readStatus(statusR)
+	pid, msg, ready := readStatus(ctx, statusR)
 	p.pid = pid
 	if ready {
 		// ctx may have ended before the init spawned the program: the
@@ -963,6 +964,9 @@ func (bx *Box) spawn(ctx context.Context, pl *plan) (*Process, error) {
 			bx.signal(p.boxID, syscall.SIGKILL, true)
 		}
 		return p, nil
+	}
+	if msg == "" && ctx.Err() != nil {
+		bx.awaitStartKilled(p)
 	}
 	p.Wait()
 	from := FailInit
@@ -978,6 +982,51 @@ func (bx *Box) spawn(ctx context.Context, pl *plan) (*Process, error) {
 		}
 	}
 	return nil, &StartError{Program: pl.prog, Reason: msg, from: from}
+}
+
+// stuckBoxGrace is how often a start whose caller gave up (its context
+// ended before the init child's status came) looks at the box init while
+// it waits for it to end the process, as the kill sent at the context's
+// end asks.
+const stuckBoxGrace = 10 * time.Second
+
+// awaitStartKilled waits for the end of p, whose start's context ended
+// before its status came. A box init that has not ended it within
+// s.stuckGrace and is stopped (a SIGSTOP, a tracer's stop) cannot: its
+// box is closed, which ends every process of it. One merely slow at load
+// is waited for, up to the start bound, before its box is closed too: a
+// start never waits for ever on a box that does not answer.
+func (bx *Box) awaitStartKilled(p *Process) {
+	t := time.NewTimer(bx.s.stuckGrace)
+	defer t.Stop()
+	for waited := time.Duration(0); ; {
+		select {
+		case <-p.ended:
+			return
+		case <-t.C:
+		}
+		waited += bx.s.stuckGrace
+		if stopped(bx.pid1) || waited >= bx.s.startLimit {
+			break
+		}
+		t.Reset(bx.s.stuckGrace)
+	}
+	bx.s.log.Warn("a session box did not end a start its caller gave up on; the box is closed with its processes",
+		"session", bx.key, "stopped", stopped(bx.pid1))
+	bx.Close()
+	<-p.ended // the box's end ends every process registered in it
+}
+
+// stopped reports whether process pid is stopped: by a signal (T) or by
+// a tracer (t).
+func stopped(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't')
 }
 
 // launch registers p and asks the box init to spawn it. It takes the
@@ -1112,12 +1161,18 @@ func CredSocketPair() (mine, theirs int, err error) {
 }
 
 // readStatus reads the init child's status channel: ready, or the reason
-// it could not exec, and the host pid of the process that wrote it.
-func readStatus(f *os.File) (pid int, msg string, ready bool) {
+// it could not exec, and the host pid of the process that wrote it. It
+// ends when ctx does (not ready, no reason): a status that never comes
+// (a box init stopped or traced, which neither spawns the program nor
+// kills it) does not hold the start past its context.
+func readStatus(ctx context.Context, f *os.File) (pid int, msg string, ready bool) {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return 0, err.Error(), false
 	}
+	// f is in the poller: a past deadline wakes the read below.
+	stop := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
 	buf := make([]byte, 4096)
 	oob := make([]byte, syscall.CmsgSpace(syscall.SizeofUcred))
 	var out []byte

@@ -40,6 +40,20 @@ func boxSpec(key, dir string, out *bytes.Buffer, script string) *Spec {
 	return &Spec{Args: []string{"sh", "-c", script}, Dir: dir, Session: key, UID: 2_500_000 + len(key), Stdout: out, Stderr: out}
 }
 
+// openedBox is the box of session key, opened by a run of true in dir.
+func openedBox(t *testing.T, sb *Sandbox, key, dir string) *Box {
+	t.Helper()
+	var out bytes.Buffer
+	if exit, err := sb.Run(testCtx(t), boxSpec(key, dir, &out, "true")); err != nil || exit.Code != 0 {
+		t.Fatalf("run: %v %+v %s", err, exit, out.String())
+	}
+	bx := sb.Box(key)
+	if bx == nil {
+		t.Fatal("no box after a run")
+	}
+	return bx
+}
+
 func TestSessionBoxRunsShareOneBox(t *testing.T) {
 	sb := newBoxSandbox(t)
 	dir := t.TempDir()
@@ -614,15 +628,7 @@ func TestEndSessionKillsNowAndAwaitEndedWaitsForTheEnd(t *testing.T) {
 // (App.Close then went on to unmount the disks under it).
 func TestCloseBoxesDuringEndSessionWaitsForTheEnd(t *testing.T) {
 	sb := newBoxSandbox(t)
-	dir := t.TempDir()
-	var out bytes.Buffer
-	if exit, err := sb.Run(testCtx(t), boxSpec("closing", dir, &out, "true")); err != nil || exit.Code != 0 {
-		t.Fatalf("run: %v %+v %s", err, exit, out.String())
-	}
-	bx := sb.Box("closing")
-	if bx == nil {
-		t.Fatal("no box after a run")
-	}
+	bx := openedBox(t, sb, "closing", t.TempDir())
 	ran := false
 	hook := func(key string) {
 		if key != "closing" {
@@ -924,5 +930,54 @@ func TestStartsInHome(t *testing.T) {
 		if err != nil || exit.Code != 1 || !strings.Contains(out.String(), HomeUser) {
 			t.Errorf("StartsInHome without the workspace at %s (session %q): %v %+v %q, want exit 1 and sh's word", HomeUser, spec.Session, err, exit, out.String())
 		}
+	}
+}
+
+// expireOnRead is a Stdin whose first read expires ctx: the run's start
+// has sent its program to the box (the stdin copy begins just before the
+// start waits for the init child's status). It then reads as empty.
+type expireOnRead struct{ ctx *sandboxtest.Expiring }
+
+func (r expireOnRead) Read([]byte) (int, error) {
+	r.ctx.Expire()
+	return 0, io.EOF
+}
+
+// TestStartInAStuckBoxEndsWithItsContext: the box init of a session is
+// stopped (as a foreign tracer leaves it), so that the status of a start
+// never comes and the kill sent at the start's end is never carried out.
+// The start ends all the same when its context does, with a start error;
+// the box that does not answer is closed (its init killed, its processes
+// with it), and the session's next run gets a new box.
+func TestStartInAStuckBoxEndsWithItsContext(t *testing.T) {
+	sb := newBoxSandbox(t)
+	sb.stuckGrace = 100 * time.Millisecond // the box init is stopped: it never answers
+	dir := t.TempDir()
+	bx := openedBox(t, sb, "stuck", dir)
+	if err := syscall.Kill(bx.pid1, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(bx.pid1, syscall.SIGCONT) })
+
+	ctx := sandboxtest.NewExpiring(testCtx(t))
+	var out bytes.Buffer
+	spec := boxSpec("stuck", dir, &out, "echo never")
+	spec.Stdin = expireOnRead{ctx}
+	_, err := sb.Run(ctx, spec)
+	var se *StartError
+	if !errors.As(err, &se) || !strings.Contains(se.Reason, "canceled while the sandbox was starting") {
+		t.Fatalf("a start in a stuck box: %v, want a start error saying it was canceled", err)
+	}
+	select {
+	case <-bx.Done():
+	default:
+		t.Fatal("the box that did not answer is still running")
+	}
+	out.Reset()
+	if exit, err := sb.Run(testCtx(t), boxSpec("stuck", dir, &out, "echo again")); err != nil || exit.Code != 0 || out.String() != "again\n" {
+		t.Fatalf("the next run: %v %+v %q", err, exit, out.String())
+	}
+	if nb := sb.Box("stuck"); nb == nil || nb == bx {
+		t.Fatal("the next run did not get a new box")
 	}
 }

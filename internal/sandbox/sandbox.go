@@ -238,6 +238,7 @@ type Sandbox struct {
 	path       string
 	limits     Limits
 	drainGrace time.Duration
+	stuckGrace time.Duration // stuckBoxGrace; tests shorten it
 	startLimit time.Duration // Options.StartTimeout
 	isolation  string
 	layers     *layerSet
@@ -287,6 +288,7 @@ func New(opts *Options) (*Sandbox, error) {
 	if o.Limits != nil {
 		s.limits = *o.Limits
 	}
+	s.stuckGrace = stuckBoxGrace
 	if s.drainGrace <= 0 {
 		s.drainGrace = time.Second
 	}
@@ -351,6 +353,11 @@ func (s *Sandbox) Isolation() string { return s.isolation }
 // sees only the host paths its Spec names (Dir, TmpDir, Writable,
 // ReadOnly), fixed when it starts.
 func (s *Sandbox) Boxed() bool { return s.layers.ok(LayerNamespaces) }
+
+// StartTimeout is the bound of a run's start (Options.StartTimeout, or
+// its default): what a caller waiting for a start made by another (a
+// worker prestarted) allows it too.
+func (s *Sandbox) StartTimeout() time.Duration { return s.startLimit }
 
 // Path is the PATH that user code sees.
 func (s *Sandbox) Path() string { return s.path }

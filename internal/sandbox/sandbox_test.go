@@ -22,6 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/quro-dev/quro/internal/sandbox/sandboxtest"
 	"github.com/quro-dev/quro/internal/soak"
 )
 
@@ -222,7 +223,7 @@ func TestTimeoutKillsTheGroupAndKeepsPartialOutput(t *testing.T) {
 	// The run's deadline passes once it has printed, not at a time: a
 	// fixed budget (300 ms, then 2 s) raced the box's start on a loaded
 	// machine, and the run timed out before it printed.
-	ctx := &expiring{Context: testCtx(t), done: make(chan struct{})}
+	ctx := sandboxtest.NewExpiring(testCtx(t))
 	out := &expireOn{ctx: ctx, marker: "started\n"}
 	r, mod := witness(t)
 	var w *os.File
@@ -233,29 +234,9 @@ func TestTimeoutKillsTheGroupAndKeepsPartialOutput(t *testing.T) {
 	waitGone(t, r, w)
 }
 
-// expiring is a context whose deadline passes when expire is called.
-type expiring struct {
-	context.Context
-	done chan struct{}
-	once sync.Once
-}
-
-func (c *expiring) Done() <-chan struct{} { return c.done }
-
-func (c *expiring) Err() error {
-	select {
-	case <-c.done:
-		return context.DeadlineExceeded
-	default:
-		return nil
-	}
-}
-
-func (c *expiring) expire() { c.once.Do(func() { close(c.done) }) }
-
 // expireOn keeps what is written and expires ctx once it holds marker.
 type expireOn struct {
-	ctx    *expiring
+	ctx    *sandboxtest.Expiring
 	marker string
 	b      bytes.Buffer
 }
@@ -263,7 +244,7 @@ type expireOn struct {
 func (e *expireOn) Write(p []byte) (int, error) {
 	e.b.Write(p)
 	if strings.Contains(e.b.String(), e.marker) {
-		e.ctx.expire()
+		e.ctx.Expire()
 	}
 	return len(p), nil
 }

@@ -662,7 +662,11 @@ func (w *worker) run(ctx context.Context, rq runRequest, req *runcode.Request) (
 		res := &runcode.Result{ExitCode: -1}
 		switch {
 		case errors.Is(err, runcode.ErrContextRestarted):
+			// The restart the caller asked for, though it took the
+			// worker (a busy loop takes no signal): said as the Python
+			// and JS engines say it, with what it cost.
 			res.Interrupted = true
+			res.Error = runcode.ErrContextRestarted.Error() + "; the session's Node worker was stopped, and the state of its JavaScript contexts (variables, modules loaded) is lost"
 			res.Exception = runcode.RestartedException()
 		case errors.Is(err, context.DeadlineExceeded):
 			res.TimedOut, res.Interrupted = true, true

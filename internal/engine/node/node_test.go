@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/quro-dev/quro/internal/engine/js"
 	"github.com/quro-dev/quro/internal/engine/node"
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/runcode/enginetest"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 )
@@ -244,5 +246,41 @@ func TestNodeFallsBackToQuickJS(t *testing.T) {
 	res := run(t, r, s, "node", "console.log(6 * 7)", nil, time.Minute)
 	if res.Engine != "js/quickjs" || res.Stdout != "42\n" || len(res.Notes) != 1 || !strings.Contains(res.Notes[0], `rootfs "bare" has no node`) {
 		t.Errorf("fallback: engine %s stdout %q notes %q", res.Engine, res.Stdout, res.Notes)
+	}
+}
+
+// TestNodeRestartThatKillsTheWorkerIsARestart: a restart of the context
+// of a run whose code ignores SIGINT and never yields ends the run as the
+// restart the caller asked for (E2B's /execute waits for its
+// ContextRestarting error, and without it cut the stream as if the
+// sandbox had been killed), though the worker had to be killed; the
+// error says the state of the session's contexts is gone, and the next
+// run starts afresh. The restart comes once the code printed, an event.
+func TestNodeRestartThatKillsTheWorkerIsARestart(t *testing.T) {
+	r, e, s := setup(t)
+	c := &runcode.ContextRun{ID: "r", Dir: sandbox.HomeUser, Rich: true}
+	run(t, r, s, "node", "globalThis.kept = 1", c, time.Minute)
+	bg := enginetest.StartPrinting(t, "looping", func(stdout, stderr io.Writer) (*runcode.Result, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		return r.Run(runcode.WithOutput(ctx, func(stream string, p []byte) {
+			if stream == "stdout" {
+				stdout.Write(p)
+			}
+		}), runcode.Input{Code: "process.on('SIGINT', () => {}); console.log('looping'); for (;;) {}", Lang: "node", Session: s, Timeout: 10 * time.Minute, Context: c})
+	})
+	if err := e.DropContext(context.Background(), s.ID, "r"); err != nil {
+		t.Fatal(err)
+	}
+	res, _, err := bg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x := res.Exception; x == nil || x.Name != runcode.RestartedException().Name || !strings.Contains(res.Error, "restarted") ||
+		!strings.Contains(res.Error, "state of its JavaScript contexts") || res.TimedOut {
+		t.Fatalf("the restart: exception %+v error %q timed out %v notes %q", res.Exception, res.Error, res.TimedOut, res.Notes)
+	}
+	if res := run(t, r, s, "node", "typeof kept", c, time.Minute); mainText(res) != "'undefined'" {
+		t.Errorf("after the restart: %q %+v", mainText(res), res.Exception)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/runcode/enginetest"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -181,27 +183,13 @@ func TestContextInterruptKeepsState(t *testing.T) {
 	c := runcode.ContextRun{ID: "i", Rich: true}
 	runCtxOn(t, patientEng, bg, s, c, "n = 0")
 	ctx, cancel := context.WithCancel(bg)
-	started := make(chan struct{})
-	var once bool
-	done := make(chan ran)
-	go func() {
-		var errb bytes.Buffer
-		out := &notify{f: func(p []byte) {
-			if !once && bytes.Contains(p, []byte("looping")) {
-				once = true
-				close(started)
-			}
-		}}
-		res, err := patientEng.Run(ctx, &runcode.Request{Code: "while True:\n    n += 1\n    if n == 1000:\n        print('looping', flush=True)", Lang: "python",
-			Session: s, Timeout: time.Minute, Stdout: out, Stderr: &errb, Context: &c})
-		if err != nil {
-			t.Error(err)
-		}
-		done <- ran{Result: res, err: errb.String()}
-	}()
-	<-started
+	defer cancel()
+	bgRun := enginetest.StartPrinting(t, "looping", func(stdout, stderr io.Writer) (*runcode.Result, error) {
+		return patientEng.Run(ctx, &runcode.Request{Code: "while True:\n    n += 1\n    if n == 1000:\n        print('looping', flush=True)", Lang: "python",
+			Session: s, Timeout: time.Minute, Stdout: stdout, Stderr: stderr, Context: &c})
+	})
 	cancel()
-	r := <-done
+	r := waitRan(t, bgRun)
 	if !r.Interrupted || r.Exception == nil || r.Exception.Name != "KeyboardInterrupt" {
 		t.Fatalf("interrupted %v exception %+v error %q notes %q stderr %q", r.Interrupted, r.Exception, r.Error, r.Notes, r.err)
 	}
@@ -211,6 +199,16 @@ func TestContextInterruptKeepsState(t *testing.T) {
 		a.Results[0].Data["text/plain"] != b.Results[0].Data["text/plain"] {
 		t.Errorf("the loop did not stop or the state was lost: %+v then %+v", a.Results, b.Results)
 	}
+}
+
+// waitRan waits for a run StartPrinting started, which must not fail.
+func waitRan(t *testing.T, b *enginetest.Background) ran {
+	t.Helper()
+	res, stderr, err := b.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ran{Result: res, err: stderr}
 }
 
 type notify struct {
@@ -294,29 +292,14 @@ func TestRestartThatKillsTheWorkerIsARestart(t *testing.T) {
 	bg := context.Background()
 	c := runcode.ContextRun{ID: "r", Rich: true}
 	runCtxOn(t, e, bg, s, c, "n = 0")
-	started := make(chan struct{})
-	var once bool
-	done := make(chan ran)
-	go func() {
-		var errb bytes.Buffer
-		out := &notify{f: func(p []byte) {
-			if !once && bytes.Contains(p, []byte("looping")) {
-				once = true
-				close(started)
-			}
-		}}
-		res, err := e.Run(bg, &runcode.Request{Code: "import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\nprint('looping', flush=True)\nwhile True:\n    time.sleep(0.01)",
-			Lang: "python", Session: s, Timeout: 10 * time.Minute, Stdout: out, Stderr: &errb, Context: &c})
-		if err != nil {
-			t.Error(err)
-		}
-		done <- ran{Result: res, err: errb.String()}
-	}()
-	<-started
+	bgRun := enginetest.StartPrinting(t, "looping", func(stdout, stderr io.Writer) (*runcode.Result, error) {
+		return e.Run(bg, &runcode.Request{Code: "import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\nprint('looping', flush=True)\nwhile True:\n    time.sleep(0.01)",
+			Lang: "python", Session: s, Timeout: 10 * time.Minute, Stdout: stdout, Stderr: stderr, Context: &c})
+	})
 	if err := e.DropContext(bg, s.ID, "r"); err != nil {
 		t.Fatal(err)
 	}
-	r := <-done
+	r := waitRan(t, bgRun)
 	if r.Exception == nil || r.Exception.Name != runcode.RestartedException().Name || !strings.Contains(r.Error, "was killed") {
 		t.Fatalf("exception %+v error %q notes %q", r.Exception, r.Error, r.Notes)
 	}

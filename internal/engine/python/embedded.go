@@ -528,7 +528,7 @@ func (e *Embedded) StartSpare(ctx context.Context, sess *session.Session) error 
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	s.took("this session's Python to start")
+	s.tookToStart()
 	defer s.give()
 	e.mu.Lock()
 	gone := e.slots[sess.ID] != s // Stop ran meanwhile

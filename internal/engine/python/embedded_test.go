@@ -205,10 +205,10 @@ func TestTracebackPointsAtUserCode(t *testing.T) {
 func TestTimeoutInterruptsAndKeepsState(t *testing.T) {
 	s := newSession(t)
 	run(t, patientEng, s, "kept = 'yes'", 0)
-	ctx := &expiring{Context: context.Background(), done: make(chan struct{})}
+	ctx := sandboxtest.NewExpiring(context.Background())
 	out := &notify{f: func(p []byte) {
 		if bytes.Contains(p, []byte("started\n")) {
-			ctx.expire()
+			ctx.Expire()
 		}
 	}}
 	var errb bytes.Buffer
@@ -763,24 +763,3 @@ func findProcess(pid int, workspace string) (int, bool) {
 func TestEmbeddedWorkerSeesUserSiteInstalls(t *testing.T) {
 	checkUserSiteInstalls(t, testEng, newSession(t), "3.14")
 }
-
-// expiring is a context whose deadline passes when expire is called: a
-// timeout at an event of the run, not at a time.
-type expiring struct {
-	context.Context
-	done chan struct{}
-	once sync.Once
-}
-
-func (c *expiring) Done() <-chan struct{} { return c.done }
-
-func (c *expiring) Err() error {
-	select {
-	case <-c.done:
-		return context.DeadlineExceeded
-	default:
-		return nil
-	}
-}
-
-func (c *expiring) expire() { c.once.Do(func() { close(c.done) }) }

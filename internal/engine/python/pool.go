@@ -33,6 +33,10 @@ type pool struct {
 	slots  map[string]*slot
 	closed bool
 	wg     sync.WaitGroup
+
+	// waitingForStart, when set (by tests), is called as a run begins to
+	// wait for a worker's start that holds its session's slot.
+	waitingForStart func()
 }
 
 func newPool(sb *sandbox.Sandbox, opts EmbeddedOptions, what string) pool {
@@ -67,6 +71,11 @@ type slot struct {
 	// reset...
 	holder string
 	since  time.Time
+	// starting is set (under mu) while the holder of sem starts the
+	// session's worker (a prestart, a spare's start), and closed when it
+	// gives sem back: a run that waits for it waits for its worker's
+	// start, which is start time, not the run's.
+	starting chan struct{}
 }
 
 // took records that the caller, which has just taken s.sem, is what
@@ -77,11 +86,33 @@ func (s *slot) took(what string) {
 	s.mu.Unlock()
 }
 
+// tookToStart is took for a holder that starts the session's worker.
+func (s *slot) tookToStart() {
+	s.mu.Lock()
+	s.holder, s.since, s.starting = startingHolder, time.Now(), make(chan struct{})
+	s.mu.Unlock()
+}
+
+const startingHolder = "this session's Python to start"
+
 func (s *slot) give() {
 	s.mu.Lock()
 	s.holder, s.since = "", time.Time{}
+	starting := s.starting
+	s.starting = nil
 	s.mu.Unlock()
 	<-s.sem
+	if starting != nil {
+		close(starting) // after sem is free: a run woken by it finds its turn
+	}
+}
+
+// startingNow is the channel closed when the worker's start that holds
+// s.sem ends, or nil when no start holds it.
+func (s *slot) startingNow() chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.starting
 }
 
 // waitedFor says what a run that could not take s.sem waited for.
@@ -114,18 +145,8 @@ func (e *pool) run(ctx context.Context, req *runcode.Request) (*runcode.Result, 
 	if err != nil {
 		return nil, err
 	}
-	// Runs of a session wait for each other in the order they came (a
-	// channel's blocked senders go in turn), for at most their timeout.
-	waitStart := time.Now()
-	wctx, wcancel := withTimeout(ctx, req.Timeout)
-	select {
-	case s.sem <- struct{}{}:
-		wcancel()
-	case <-wctx.Done():
-		wcancel()
-		return &runcode.Result{ExitCode: -1, Interrupted: true, TimedOut: errors.Is(wctx.Err(), context.DeadlineExceeded),
-			Error: fmt.Sprintf("this run waited %s for %s and did not start (%v): call again when it is done, or run this in another session",
-				time.Since(waitStart).Round(100*time.Millisecond), s.waitedFor(), wctx.Err())}, nil
+	if res := e.turn(ctx, s, req.Timeout); res != nil {
+		return res, nil
 	}
 	s.took("another run of this session's Python")
 	defer s.give()
@@ -181,6 +202,68 @@ func (e *pool) run(ctx context.Context, req *runcode.Request) (*runcode.Result, 
 		e.armIdle(s)
 	}
 	return res, nil
+}
+
+// turn takes s.sem for a run, or returns the result of a run that could
+// not. Runs of a session wait for each other in the order they came (a
+// channel's blocked senders go in turn), for at most their timeout. A
+// worker's start that holds the slot (a prestart, a spare's start) is
+// waited for as the run's own start would be: for the caller's context
+// and at most the sandbox's start bound, never out of the run's timeout,
+// which counts from the code's start (a worker still starting on a
+// loaded machine failed a first run with a short timeout that its own
+// start would have been allowed).
+func (e *pool) turn(ctx context.Context, s *slot, timeout time.Duration) *runcode.Result {
+	waitStart := time.Now()
+	gaveUp := func(err error, timedOut bool) *runcode.Result {
+		return &runcode.Result{ExitCode: -1, Interrupted: true, TimedOut: timedOut,
+			Error: fmt.Sprintf("this run waited %s for %s and did not start (%v): call again when it is done, or run this in another session",
+				time.Since(waitStart).Round(100*time.Millisecond), s.waitedFor(), err)}
+	}
+	for {
+		if starting := s.startingNow(); starting != nil {
+			if e.waitingForStart != nil {
+				e.waitingForStart()
+			}
+			bound := e.startBound()
+			sctx, cancel := context.WithTimeoutCause(ctx, bound, fmt.Errorf("the worker did not start within %s", bound))
+			select {
+			case s.sem <- struct{}{}:
+				cancel()
+				return nil
+			case <-starting:
+				cancel()
+				continue // the start ended: whatever holds the slot now
+			case <-sctx.Done():
+				err := context.Cause(sctx)
+				cancel()
+				return gaveUp(err, false)
+			}
+		}
+		select {
+		case s.sem <- struct{}{}: // free: taken, whatever the timeout
+			return nil
+		default:
+		}
+		wctx, wcancel := withTimeout(ctx, timeout)
+		select {
+		case s.sem <- struct{}{}:
+			wcancel()
+			return nil
+		case <-wctx.Done():
+			wcancel()
+			return gaveUp(wctx.Err(), errors.Is(wctx.Err(), context.DeadlineExceeded))
+		}
+	}
+}
+
+// startBound is how long a run waits for a worker's start that holds its
+// session's slot: the sandbox's start bound (sandbox.Options.StartTimeout).
+func (e *pool) startBound() time.Duration {
+	if e.sb == nil {
+		return sandbox.DefaultStartTimeout
+	}
+	return e.sb.StartTimeout()
 }
 
 // ensureWorker gives s a worker for sess when it has none. Called by the
@@ -514,7 +597,7 @@ func (e *pool) prestart(sess *session.Session, ready func(ctx context.Context) e
 		case <-e.ctx.Done():
 			return
 		}
-		s.took("this session's Python to start")
+		s.tookToStart()
 		defer s.give()
 		e.mu.Lock()
 		gone := e.slots[sess.ID] != s // Stop ran meanwhile

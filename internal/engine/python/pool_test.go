@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/session"
@@ -38,5 +40,56 @@ func TestRunThatWaitedForTheStartSaysSo(t *testing.T) {
 	if !strings.Contains(res.Error, "waited") || !strings.Contains(res.Error, "for this session's Python to start, busy for ") ||
 		!strings.Contains(res.Error, "did not start") || strings.Contains(res.Error, "reset") || !res.Interrupted {
 		t.Fatalf("the run that waited for the start: %+v", res)
+	}
+}
+
+// A run that comes while its session's worker is still being prestarted
+// waits for that start as for its own, not out of its timeout, which
+// counts from the code's start: a timeout far shorter than the start (a
+// nanosecond here) does not end the run while it waits. The start ends
+// when the test lets it (after the run began to wait, an event); the run
+// then takes its turn and starts its own worker, which the test refuses
+// with an error of its own to show the run got there.
+func TestRunWaitsForAPrestartOutOfItsTimeout(t *testing.T) {
+	t.Parallel()
+	p := newPool(nil, EmbeddedOptions{}, "the test's Python engine")
+	starting, release := make(chan struct{}), make(chan struct{})
+	second := errors.New("the run's own start, refused by the test")
+	calls := 0
+	p.startFor = func(ctx context.Context, sess *session.Session) (*worker, error) {
+		calls++ // under the slot's turn: one call at a time
+		if calls == 1 {
+			close(starting)
+			<-release
+			return nil, errors.New("the prestart, not started by the test")
+		}
+		return nil, second
+	}
+	waiting := make(chan struct{})
+	var once sync.Once
+	p.waitingForStart = func() { once.Do(func() { close(waiting) }) }
+	sess := &session.Session{ID: "s1"}
+	p.prestart(sess, nil)
+	<-starting
+	t.Cleanup(func() { p.wg.Wait(); p.cancel() })
+
+	type ran struct {
+		res *runcode.Result
+		err error
+	}
+	done := make(chan ran, 1)
+	go func() {
+		res, err := p.run(context.Background(), &runcode.Request{Session: sess, Code: "1", Timeout: time.Nanosecond})
+		done <- ran{res, err}
+	}()
+	select {
+	case r := <-done:
+		close(release)
+		t.Fatalf("the run ended while the prestart was still starting its worker: %+v %v", r.res, r.err)
+	case <-waiting:
+	}
+	close(release)
+	if r := <-done; !errors.Is(r.err, second) {
+		t.Fatalf("after the prestart, the run did not take its turn: %+v %v", r.res, r.err)
 	}
 }

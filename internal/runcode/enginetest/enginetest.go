@@ -30,6 +30,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/quro-dev/quro/internal/runcode"
+	"github.com/quro-dev/quro/internal/sandbox/sandboxtest"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -216,7 +217,7 @@ func (s *suite) timeout(t *testing.T) {
 	// A timeout keeps the output written before it. The deadline passes
 	// once the loop printed, an event: at a load of 40 and more a 3 s
 	// budget passed before an interpreter (ruby) had printed.
-	ctx := &expiring{done: make(chan struct{})}
+	ctx := sandboxtest.NewExpiring(context.Background())
 	var seen bytes.Buffer
 	var mu sync.Mutex
 	ctx.Context = runcode.WithOutput(context.Background(), func(stream string, p []byte) {
@@ -225,7 +226,7 @@ func (s *suite) timeout(t *testing.T) {
 		if stream == "stdout" {
 			seen.Write(p)
 			if strings.Contains(seen.String(), "before-loop\n") {
-				ctx.expire()
+				ctx.Expire()
 			}
 		}
 	})
@@ -370,24 +371,3 @@ func (s *suite) state(t *testing.T) {
 		t.Errorf("another session sees the variable: %s", dump(r))
 	}
 }
-
-// expiring is a context whose deadline passes when expire is called: a
-// timeout at an event of the run, not at a time.
-type expiring struct {
-	context.Context
-	done chan struct{}
-	once sync.Once
-}
-
-func (c *expiring) Done() <-chan struct{} { return c.done }
-
-func (c *expiring) Err() error {
-	select {
-	case <-c.done:
-		return context.DeadlineExceeded
-	default:
-		return nil
-	}
-}
-
-func (c *expiring) expire() { c.once.Do(func() { close(c.done) }) }
