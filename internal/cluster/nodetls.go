@@ -249,9 +249,6 @@ func fromNode(r *http.Request) bool {
 	return on && r.TLS != nil && len(r.TLS.PeerCertificates) > 0
 }
 
-// FromNode is fromNode for cmd/quro's routes.
-func FromNode(r *http.Request) bool { return fromNode(r) }
-
 // scheme is the URL scheme of node traffic: "https" (or "wss" for ws)
 // with t, else plain.
 func (t *NodeTLS) scheme(plain string) string {

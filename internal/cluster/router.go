@@ -93,7 +93,7 @@ type Router struct {
 	// TLS, when set, is this node's identity on the node port (NodeTLS):
 	// every request to another node goes there over mutual TLS, and a
 	// request that carries HeaderForwardedBy is taken from the node port
-	// alone (FromNode); nil: plain HTTP, for tests of the routing alone.
+	// alone (NodePortContext); nil: plain HTTP, for tests of the routing alone.
 	TLS *NodeTLS
 	// Key, when set, is the cluster's forwarding key (Cluster.ForwardKey):
 	// it signs this node's HeaderForwardedBy and checks every one that
