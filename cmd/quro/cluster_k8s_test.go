@@ -82,7 +82,7 @@ func startNode(t testing.TB, name, kubeconfig, tokens string, extra ...string) *
 	})
 	root := newRoot(strings.NewReader(""), pw, logs)
 	root.SetArgs(append([]string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--cluster", "--kubeconfig", kubeconfig,
-		"--cluster-namespace", "default", "--node-name", name, "--node-address", "127.0.0.1:0", "--tokens-file", tokens,
+		"--cluster-namespace", "default", "--node-name", name, "--node-listen", "127.0.0.1:0", "--node-address", "127.0.0.1:0", "--tokens-file", tokens,
 		"--spare-sessions", "0", "--prestart-python=false", "--e2b=false", "--log-level", "debug"}, extra...))
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx); pw.Close() }()

@@ -14,6 +14,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -126,17 +127,36 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 	}
 	exec(t, a, stuck, "mkdir -p $(printf 'd/%.0s' $(seq 300)) && echo stays > stays.txt")
 
+	t.Run("a move on the public port is refused", func(t *testing.T) {
+		// Signed with the cluster's key, on the port clients use: a move
+		// comes from a node, over the node port, or not at all.
+		req, _ := http.NewRequest("PUT", b.url+cluster.MovePath+victim, strings.NewReader("{}"))
+		req.Header.Set(cluster.MoveHeader, cluster.MoveSignature(key, "node-a", "node-b", victim, time.Now()))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rb, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(rb), "node port") {
+			t.Fatalf("a signed move on node b's public port: %d %s", resp.StatusCode, rb)
+		}
+	})
+
 	t.Run("the move route refuses hostile streams", func(t *testing.T) {
+		// What a node that is itself hostile sends: the move route's
+		// checks, past the node port's (a client certificate a Lease pins).
+		bPort, hostile := nodePort(t, dyn, "node-b", "node-hostile")
 		put := func(t *testing.T, sig string, body io.Reader, hdr ...string) httpResult {
 			t.Helper()
-			req, _ := http.NewRequest("PUT", b.url+cluster.MovePath+victim, body)
+			req, _ := http.NewRequest("PUT", "https://"+bPort+cluster.MovePath+victim, body)
 			if sig != "" {
 				req.Header.Set(cluster.MoveHeader, sig)
 			}
 			for i := 0; i+1 < len(hdr); i += 2 {
 				req.Header.Set(hdr[i], hdr[i+1])
 			}
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := hostile.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -458,4 +478,53 @@ func forwardKey(t *testing.T, dyn dynamic.Interface) []byte {
 		t.Fatal(err)
 	}
 	return key
+}
+
+// nodePort is the node port's address of node to, from its Lease, and a
+// client of it as node from: a key pair of the test's whose pin a Lease
+// of from publishes (renewed an hour ago: no session is placed there),
+// as a node of the cluster that turned hostile would hold. The client
+// checks to's certificate against to's pin.
+func nodePort(t *testing.T, dyn dynamic.Interface, to, from string) (string, *http.Client) {
+	t.Helper()
+	ctx := context.Background()
+	leases := dyn.Resource(cluster.LeasesGVR).Namespace("default")
+	l, err := leases.Get(ctx, cluster.LeasePrefix+to, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, pin := l.GetAnnotations()[cluster.AnnotAddress], l.GetAnnotations()[cluster.AnnotPin]
+	if addr == "" || pin == "" {
+		t.Fatalf("%s's Lease names no node port: %v", to, l.GetAnnotations())
+	}
+	id, err := cluster.NewNodeTLS(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+		"metadata": map[string]any{"name": cluster.LeasePrefix + from, "namespace": "default",
+			"labels":      map[string]any{cluster.LabelComponent: cluster.ComponentNode, cluster.LabelNode: from},
+			"annotations": map[string]any{cluster.AnnotAddress: "127.0.0.1:1", cluster.AnnotPin: id.Pin()}},
+		"spec": map[string]any{"holderIdentity": from, "leaseDurationSeconds": int64(15),
+			"renewTime": metav1.NewMicroTime(time.Now().Add(-time.Hour)).Format(metav1.RFC3339Micro)},
+	}}
+	if _, err := leases.Create(ctx, lease, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { leases.Delete(context.Background(), cluster.LeasePrefix+from, metav1.DeleteOptions{}) })
+	conf := &tls.Config{
+		Certificates: []tls.Certificate{id.Certificate()},
+		// Checked against to's pin (VerifyConnection), not a CA.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 || cluster.Pin(cs.PeerCertificates[0].Raw) != pin {
+				return fmt.Errorf("%s's node port presented a certificate its Lease does not pin", to)
+			}
+			return nil
+		},
+	}
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: conf}}
+	t.Cleanup(c.CloseIdleConnections)
+	return addr, c
 }

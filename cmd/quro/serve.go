@@ -180,8 +180,13 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	if err != nil {
 		return err
 	}
+	var nodeLn net.Listener
 	if f.cluster.on {
-		cfg, err := f.cluster.resolve(f.addr, ln.Addr())
+		if nodeLn, err = f.cluster.listenNode(); err != nil {
+			return err
+		}
+		defer nodeLn.Close()
+		cfg, err := f.cluster.resolve(nodeLn.Addr())
 		if err != nil {
 			return err
 		}
@@ -200,6 +205,9 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 		return err
 	}
 	loggers.serve(srv)
+	if f.node != nil {
+		defer f.node.serveNode(cmd.Context(), srv, nodeLn, log)()
+	}
 	log.Info("quro serving", "url", "http://"+ln.Addr().String(), "data", a.DataDir, "version", version.String(),
 		"isolation", a.Sandbox.Isolation(), "auth", !f.noAuth)
 	// <data>/run/serve.json: the CLI on this data directory goes

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +30,7 @@ type clusterFlags struct {
 	namespace  string
 	node       string
 	address    string
+	listen     string // the node port's address (node traffic, mutual TLS)
 	kubeconfig string
 	leaseTTL   time.Duration
 	reserve    int64
@@ -38,15 +40,16 @@ func (c *clusterFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&c.on, "cluster", false, "run as one node of a Quro cluster on Kubernetes: sessions recorded as sessions.quro.dev objects, new ones placed on the node with the most headroom, every call forwarded to its session's node (docs/kubernetes.md)")
 	cmd.Flags().StringVar(&c.namespace, "cluster-namespace", "", "the namespace of the cluster's records (default: $POD_NAMESPACE, else the service account's)")
 	cmd.Flags().StringVar(&c.node, "node-name", "", "this node's name in the cluster (default: $POD_NAME)")
-	cmd.Flags().StringVar(&c.address, "node-address", "", "host:port where the other nodes reach this one (default: $POD_IP and --addr's port)")
+	cmd.Flags().StringVar(&c.listen, "node-listen", "0.0.0.0:7071", "the node port: where this node takes the other nodes' traffic (forwarded calls, drains' moves), over mutual TLS with the certificates the nodes' Leases pin; keep it out of the Service")
+	cmd.Flags().StringVar(&c.address, "node-address", "", "host:port where the other nodes reach this one's node port (default: $POD_IP and --node-listen's port; a port 0 is the port --node-listen got)")
 	cmd.Flags().StringVar(&c.kubeconfig, "kubeconfig", "", "a kubeconfig file for the API server (default: the pod's service account)")
 	cmd.Flags().Int64Var(&c.reserve, "node-session-memory", cluster.DefaultSessionReserve, "bytes of memory this node reserves per session when the cluster places new ones (as a Kubernetes request): its headroom is its memory less this much per session it holds; its live available memory only stops new sessions under 5% of its memory")
 	cmd.Flags().DurationVar(&c.leaseTTL, "node-lease", cluster.DefaultLeaseTTL, "how long this node's Lease holds without renewal; a node silent this long gets no new sessions and calls for its sessions are answered 503 with Retry-After")
 }
 
 // resolve fills the defaults from the pod's environment.
-// A --node-address whose port is 0 takes the port the server listens on.
-func (c *clusterFlags) resolve(addr string, listening net.Addr) (*rest.Config, error) {
+// A --node-address whose port is 0 takes the port the node port listens on.
+func (c *clusterFlags) resolve(listening net.Addr) (*rest.Config, error) {
 	if c.namespace == "" {
 		c.namespace = os.Getenv("POD_NAMESPACE")
 	}
@@ -60,9 +63,9 @@ func (c *clusterFlags) resolve(addr string, listening net.Addr) (*rest.Config, e
 	}
 	if c.address == "" {
 		if ip := os.Getenv("POD_IP"); ip != "" {
-			_, port, err := net.SplitHostPort(addr)
+			_, port, err := net.SplitHostPort(c.listen)
 			if err != nil {
-				return nil, fmt.Errorf("--addr %q: %v", addr, err)
+				return nil, fmt.Errorf("--node-listen %q: %v", c.listen, err)
 			}
 			c.address = net.JoinHostPort(ip, port)
 		}
@@ -95,6 +98,7 @@ type clusterNode struct {
 	member *cluster.Member
 	limit  int    // a tenant's sessions across the cluster (0: none)
 	key    []byte // the cluster's forwarding key (Router.Key)
+	tls    *cluster.NodeTLS
 	// e2bKey is the cluster's E2B key (Cluster.E2BKey), the secret of
 	// every node's E2B access tokens; nil when the E2B routes are off.
 	e2bKey  []byte
@@ -118,8 +122,13 @@ func (n *clusterNode) peerEvents(ctx context.Context, cred string, ready func(jo
 // them synced until ctx ends.
 // With withE2B it reads the cluster's E2B key too.
 func joinCluster(ctx context.Context, cfg *rest.Config, cf *clusterFlags, a *app.App, maxSessions, perTenant int, withE2B bool, log *slog.Logger) (*clusterNode, error) {
+	// A key pair of this start's own: its pin goes into the Lease.
+	ntls, err := cluster.NewNodeTLS(cf.node)
+	if err != nil {
+		return nil, err
+	}
 	c, err := cluster.New(cluster.Options{Config: cfg, Namespace: cf.namespace, Node: cf.node, Address: cf.address,
-		LeaseTTL: cf.leaseTTL, Logger: log})
+		LeaseTTL: cf.leaseTTL, Logger: log, TLS: ntls})
 	if err != nil {
 		return nil, err
 	}
@@ -157,8 +166,8 @@ func joinCluster(ctx context.Context, cfg *rest.Config, cf *clusterFlags, a *app
 	}
 	go m.Run(ctx, 0)
 	log.Info("quro cluster node", "node", cf.node, "namespace", cf.namespace, "address", cf.address)
-	n := &clusterNode{c: c, member: m, limit: max(perTenant, 0), key: key, e2bKey: e2bKey,
-		drainer: &cluster.Drainer{C: c, Member: m, Local: mover, Key: key}, audit: a.AuditAction}
+	n := &clusterNode{c: c, member: m, limit: max(perTenant, 0), key: key, e2bKey: e2bKey, tls: ntls,
+		drainer: &cluster.Drainer{C: c, Member: m, Local: mover, Key: key, TLS: ntls}, audit: a.AuditAction}
 	n.drainer.Adopted = n.auditAdopted
 	return n, nil
 }
@@ -187,7 +196,7 @@ func localSessions(a *app.App) func(ctx context.Context) ([]cluster.LocalSession
 // The controller forwards every call for a session another node owns
 // (MCP's, the stream's) through the same router (Router.Forward).
 func (n *clusterNode) router(ctl *controller.Controller, h http.Handler, authFn httpauth.Func, refs []func(*http.Request) string, log *slog.Logger) http.Handler {
-	rt := &cluster.Router{Table: n.c, Next: h, Auth: authFn, Logger: log, Refs: refs, Key: n.key, Registry: ctl.Registry(),
+	rt := &cluster.Router{Table: n.c, Next: h, Auth: authFn, Logger: log, Refs: refs, Key: n.key, TLS: n.tls, Registry: ctl.Registry(),
 		TenantLimit: func(string) int { return n.limit },
 		Changed: func(ctx context.Context) {
 			if err := n.member.SyncRecords(context.WithoutCancel(ctx)); err != nil {
@@ -202,4 +211,49 @@ func (n *clusterNode) router(ctl *controller.Controller, h http.Handler, authFn 
 	ctl.SetForward(rt.Forward, rt.Served)
 	n.rt = rt
 	return rt
+}
+
+// listenNode opens the node port (--node-listen), before the cluster is
+// joined: its port goes into the Lease's address.
+func (c *clusterFlags) listenNode() (net.Listener, error) {
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return nil, fmt.Errorf("--node-listen: %w", err)
+	}
+	return ln, nil
+}
+
+// serveNode serves the node port on ln until ctx ends: the same routes
+// as srv's (the router takes a forwarded call as from the public port),
+// over TLS that takes a node's client certificate alone (NodeTLS).
+func (n *clusterNode) serveNode(ctx context.Context, srv *http.Server, ln net.Listener, log *slog.Logger) (stop func()) {
+	nsrv := &http.Server{
+		Handler:           srv.Handler,
+		ReadHeaderTimeout: srv.ReadHeaderTimeout,
+		IdleTimeout:       srv.IdleTimeout,
+		ConnContext: func(cctx context.Context, c net.Conn) context.Context {
+			if srv.ConnContext != nil {
+				cctx = srv.ConnContext(cctx, c)
+			}
+			return cluster.NodePortContext(cctx, c)
+		},
+		// A peer whose certificate its Lease does not pin fails the
+		// handshake: logged by the server at Debug, not per attempt at Warn.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := nsrv.Serve(tls.NewListener(ln, n.tls.ServerConfig())); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("cluster: the node port stopped", "err", err)
+		}
+	}()
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := nsrv.Shutdown(sctx); err != nil {
+			nsrv.Close()
+		}
+		<-done
+	}
 }

@@ -36,6 +36,10 @@ type Options struct {
 	Address   string       // host:port other nodes forward to (POD_IP and the port)
 	LeaseTTL  time.Duration
 	Logger    *slog.Logger
+	// TLS, when set, is this node's identity on the node port: its pin
+	// goes into its Lease, and the pins of the others' are checked
+	// through this Cluster (NodeTLS).
+	TLS *NodeTLS
 
 	// Tests only: watchHook wraps each watch of the session informer (an
 	// informer that lags), onWait runs when Resolve starts to wait,
@@ -132,6 +136,9 @@ func New(o Options) (*Cluster, error) {
 		lookRate: rate.NewLimiter(LookupRate, LookupBurst), changed: make(chan struct{})}
 	if o.lookRate != nil {
 		c.lookRate = o.lookRate
+	}
+	if o.TLS != nil {
+		o.TLS.c = c
 	}
 	c.sessions = informer(dyn.Resource(SessionsGVR).Namespace(o.Namespace), "", "sessions", o.Logger, o.watchHook)
 	c.leases = informer(dyn.Resource(LeasesGVR).Namespace(o.Namespace), LabelComponent+"="+ComponentNode, "leases", o.Logger, nil)
@@ -628,6 +635,9 @@ func (c *Cluster) Forget(ctx context.Context, id, node string) error {
 // Heartbeat creates or renews this node's Lease with its headroom.
 func (c *Cluster) Heartbeat(ctx context.Context, h Node) error {
 	res := c.dyn.Resource(LeasesGVR).Namespace(c.opts.Namespace)
+	if c.opts.TLS != nil {
+		h.Pin = c.opts.TLS.Pin()
+	}
 	want := leaseObject(c.opts.Namespace, c.opts.Node, c.opts.Address, c.opts.LeaseTTL, h, time.Now())
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur, err := res.Get(ctx, want.GetName(), metav1.GetOptions{})
@@ -668,6 +678,11 @@ func leaseObject(ns, node, address string, ttl time.Duration, h Node, now time.T
 		AnnotReserve:  strconv.FormatInt(h.SessionReserve, 10),
 		AnnotDraining: strconv.FormatBool(h.Draining),
 	})
+	if h.Pin != "" {
+		an := u.GetAnnotations()
+		an[AnnotPin] = h.Pin
+		u.SetAnnotations(an)
+	}
 	return u
 }
 

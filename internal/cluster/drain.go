@@ -291,7 +291,11 @@ type Drainer struct {
 	Member *Member
 	Local  Local
 	Key    []byte       // the cluster's forwarding key
-	Client *http.Client // to the other nodes (nil: one without a total timeout)
+	Client *http.Client // to the other nodes (nil: one without a total timeout, over TLS's transport)
+	// TLS, when set, is this node's identity on the node port (NodeTLS):
+	// a move is sent to the receiver's node port, whose certificate its
+	// Lease pins, and taken from the node port alone.
+	TLS *NodeTLS
 	// Adopted, when set, is told of each session this node took from
 	// another's drain, once its record names this node (the audit entry
 	// of the receiving side).
@@ -301,11 +305,29 @@ type Drainer struct {
 	moves   map[string]time.Time // quiesced or moved away, and when (Quiesced)
 	run     sync.Mutex           // one drain at a time
 	replays MoveReplays          // the move headers this node took
+
+	clientOnce sync.Once
+	defClient  *http.Client // client's
 }
 
 // MovedGrace is how long a session moved away answers 503 here: the
 // other nodes' tables show its new owner within it.
 const MovedGrace = 2 * time.Minute
+
+// client is Client, else one over TLS's transport (or plain HTTP's).
+func (d *Drainer) client() *http.Client {
+	d.clientOnce.Do(func() {
+		switch {
+		case d.Client != nil:
+			d.defClient = d.Client
+		case d.TLS != nil:
+			d.defClient = &http.Client{Transport: d.TLS.Transport()}
+		default:
+			d.defClient = http.DefaultClient
+		}
+	})
+	return d.defClient
+}
 
 // Quiesced reports whether calls for session id must wait (503 with
 // Retry-After): it is being moved from this node, or was a moment ago.
@@ -446,7 +468,7 @@ func (d *Drainer) send(ctx context.Context, id string, n *Node, drain string) (*
 	go func() {
 		pw.CloseWithError(d.Local.Export(ctx, id, pw))
 	}()
-	u := &url.URL{Scheme: "http", Host: n.Address, Path: MovePath + url.PathEscape(id)}
+	u := &url.URL{Scheme: d.TLS.scheme("http"), Host: n.Address, Path: MovePath + url.PathEscape(id)}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u.String(), pr)
 	if err != nil {
 		pr.Close()
@@ -457,11 +479,7 @@ func (d *Drainer) send(ctx context.Context, id string, n *Node, drain string) (*
 		req.Header.Set(DrainHeader, drain)
 	}
 	req.Header.Set("Content-Type", "application/x-tar")
-	c := d.Client
-	if c == nil {
-		c = http.DefaultClient
-	}
-	resp, err := c.Do(req)
+	resp, err := d.client().Do(req)
 	pr.Close()
 	if err != nil {
 		return nil, fmt.Errorf("sending to %s: %w", n.Name, err)
@@ -489,6 +507,11 @@ func (d *Drainer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id, ok := strings.CutPrefix(r.URL.Path, MovePath)
 	if r.Method != http.MethodPut || !ok || !validObjectName(id) {
 		rest.WriteError(w, http.StatusNotFound, capability.Errorf(capability.NotFound, "no such route"))
+		return
+	}
+	if d.TLS != nil && !fromNode(r) {
+		rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
+			"moving session %s here: a move is taken from the cluster's nodes on the node port only", id))
 		return
 	}
 	self := d.C.Self()

@@ -183,7 +183,7 @@ func (rt *Router) auditFanOut(w http.ResponseWriter, r *http.Request) {
 func (rt *Router) askAudit(r *http.Request, n Node) ([]nodeEntry, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	u := url.URL{Scheme: "http", Host: n.Address, Path: auditPath, RawQuery: r.URL.RawQuery}
+	u := url.URL{Scheme: rt.TLS.scheme("http"), Host: n.Address, Path: auditPath, RawQuery: r.URL.RawQuery}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err
@@ -195,7 +195,7 @@ func (rt *Router) askAudit(r *http.Request, n Node) ([]nodeEntry, error) {
 		}
 	}
 	req.Header.Set(HeaderForwardedBy, rt.forwardedBy())
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := rt.client.Do(req)
 	if err != nil {
 		return nil, err
 	}

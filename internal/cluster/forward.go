@@ -135,7 +135,7 @@ func (rt *Router) headers(ctx context.Context, caller controller.Caller, h http.
 
 // forwardCall is POST /v1/{name} on the node at addr.
 func (rt *Router) forwardCall(ctx context.Context, caller controller.Caller, addr, name string, args json.RawMessage) (json.RawMessage, error) {
-	u := (&url.URL{Scheme: "http", Host: addr, Path: "/v1/" + name}).String()
+	u := (&url.URL{Scheme: rt.TLS.scheme("http"), Host: addr, Path: "/v1/" + name}).String()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(args))
 	if err != nil {
 		return nil, capability.Errorf(capability.Internal, "forwarding %s: %v", name, err)
@@ -204,7 +204,7 @@ type streamMessage struct {
 func (rt *Router) forwardStream(ctx context.Context, caller controller.Caller, addr, name string, args json.RawMessage, out runcode.OutputFunc) (json.RawMessage, error) {
 	h := http.Header{}
 	rt.headers(ctx, caller, h)
-	u := (&url.URL{Scheme: "ws", Host: addr, Path: "/v1/stream/" + name}).String()
+	u := (&url.URL{Scheme: rt.TLS.scheme("ws"), Host: addr, Path: "/v1/stream/" + name}).String()
 	c, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: h, HTTPClient: rt.client})
 	if err != nil {
 		if resp != nil && resp.Body != nil && resp.StatusCode != http.StatusSwitchingProtocols {

@@ -90,6 +90,11 @@ type Router struct {
 	// destroy, before the response leaves: the node's records are then
 	// in the API server when the client sees the new session.
 	Changed func(ctx context.Context)
+	// TLS, when set, is this node's identity on the node port (NodeTLS):
+	// every request to another node goes there over mutual TLS, and a
+	// request that carries HeaderForwardedBy is taken from the node port
+	// alone (NodePortContext); nil: plain HTTP, for tests of the routing alone.
+	TLS *NodeTLS
 	// Key, when set, is the cluster's forwarding key (Cluster.ForwardKey):
 	// it signs this node's HeaderForwardedBy and checks every one that
 	// arrives; a request whose header it did not sign is refused (403).
@@ -163,9 +168,14 @@ func (rt *Router) init() {
 		}
 		// Forward's calls: no timeout of their own (a run lasts as long
 		// as its budget; the caller's context ends it), connections kept.
-		rt.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(),
+		var tr http.RoundTripper = http.DefaultTransport.(*http.Transport).Clone()
+		if rt.TLS != nil {
+			tr = rt.TLS.Transport()
+		}
+		rt.client = &http.Client{Transport: tr,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 		rt.proxy = &httputil.ReverseProxy{
+			Transport: tr,
 			Rewrite: func(pr *httputil.ProxyRequest) {
 				target := pr.In.Context().Value(targetKey{}).(*url.URL)
 				pr.SetURL(target)
@@ -202,7 +212,10 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(controller.WithCredential(r.Context(), cred))
 	}
 	if _, forwarded := r.Header[http.CanonicalHeaderKey(HeaderForwardedBy)]; forwarded {
-		if !rt.signed(r.Header.Values(HeaderForwardedBy)) {
+		// With TLS, a node's request comes over the node port, from a
+		// node whose certificate its Lease pins: on any other it is a
+		// client's, whatever its signature.
+		if rt.TLS != nil && !fromNode(r) || !rt.signed(r.Header.Values(HeaderForwardedBy)) {
 			if rt.Auth != nil {
 				if _, err := rt.Auth(r); err != nil {
 					// No caller at all: this node's answer (401), as
@@ -213,7 +226,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 			rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
-				"%s is set by the cluster's nodes only; a client does not send it", HeaderForwardedBy))
+				"%s is set by the cluster's nodes only, on their node port; a client does not send it", HeaderForwardedBy))
 			return
 		}
 		// Signed by a node: served here, its calls never forwarded again
@@ -563,7 +576,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, node string) {
 		unavailable(w, "the node that owns this session ("+node+") is not running; it comes back with its sessions, try again shortly")
 		return
 	}
-	target := &url.URL{Scheme: "http", Host: n.Address}
+	target := &url.URL{Scheme: rt.TLS.scheme("http"), Host: n.Address}
 	rt.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, target)))
 }
 
@@ -721,7 +734,7 @@ func (rt *Router) probe(r *http.Request) string {
 		}
 		n++
 		go func(node Node) {
-			u := url.URL{Scheme: "http", Host: node.Address, Path: r.URL.Path, RawQuery: r.URL.RawQuery}
+			u := url.URL{Scheme: rt.TLS.scheme("http"), Host: node.Address, Path: r.URL.Path, RawQuery: r.URL.RawQuery}
 			got := ""
 			defer func() {
 				select {

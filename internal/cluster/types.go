@@ -50,6 +50,9 @@ const (
 	AnnotMemTotal   = "quro.dev/memory-total"
 	AnnotReserve    = "quro.dev/memory-per-session" // the memory it reserves per session
 	AnnotDraining   = "quro.dev/draining"           // "true": it is being drained, and takes no new session
+	// AnnotPin is the SHA-256 of the certificate a node presents on its
+	// node port (NodeTLS): its peers accept that certificate alone.
+	AnnotPin        = "quro.dev/tls-sha256"
 	LeasePrefix     = "quro-node-"
 	DefaultLeaseTTL = 15 * time.Second
 )
@@ -120,6 +123,9 @@ type Node struct {
 	TTL            time.Duration
 	// Draining: quro node drain runs on it; it takes no new session.
 	Draining bool
+	// Pin is the SHA-256 of its node port's certificate (NodeTLS), ""
+	// for a node without one.
+	Pin string
 }
 
 // Live reports whether n renewed its Lease within its duration at now.
@@ -141,6 +147,7 @@ func nodeFromLease(u *unstructured.Unstructured) (Node, bool) {
 	n.MemTotal, _ = strconv.ParseInt(an[AnnotMemTotal], 10, 64)
 	n.SessionReserve, _ = strconv.ParseInt(an[AnnotReserve], 10, 64)
 	n.Draining = an[AnnotDraining] == "true"
+	n.Pin = an[AnnotPin]
 	secs, _, _ := unstructured.NestedInt64(u.Object, "spec", "leaseDurationSeconds")
 	n.TTL = time.Duration(secs) * time.Second
 	if rt, ok, _ := unstructured.NestedString(u.Object, "spec", "renewTime"); ok {

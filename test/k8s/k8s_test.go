@@ -12,12 +12,19 @@ package k8s_test
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
@@ -424,6 +431,56 @@ func TestKubernetes(t *testing.T) {
 		}
 	})
 
+	// Node traffic goes to each pod's node port (7071) over mutual TLS,
+	// each certificate pinned by its node's Lease: a client of the pod
+	// network without a pinned certificate is refused at the handshake,
+	// with a certificate of its own making too, and a node's header on
+	// the public port is refused.
+	t.Run("NodePortTakesNodesOnly", func(t *testing.T) {
+		n := nodes["quro-1"]
+		lease := c.kubectl(t, "", "-n", ns, "get", "lease", "quro-node-quro-1", "-o",
+			`jsonpath={.metadata.annotations.quro\.dev/address} {.metadata.annotations.quro\.dev/tls-sha256}`)
+		addr, pin, _ := strings.Cut(strings.TrimSpace(lease), " ")
+		if addr != n.ip+":7071" || len(pin) != 64 {
+			t.Fatalf("quro-1's Lease: address %q pin %q (want %s:7071 and a SHA-256)", addr, pin, n.ip)
+		}
+		self := selfSigned(t, "quro-0") // named as a node, pinned by no Lease
+		for what, certs := range map[string][]tls.Certificate{"no certificate": nil, "a self-made one named quro-0": {self}} {
+			var got string
+			conf := &tls.Config{Certificates: certs, InsecureSkipVerify: true, // the server's side is what is checked
+				VerifyConnection: func(cs tls.ConnectionState) error {
+					got = hex.EncodeToString(sha256Of(cs.PeerCertificates[0].Raw))
+					return nil
+				}}
+			client := &http.Client{Transport: &http.Transport{TLSClientConfig: conf}, Timeout: 2 * time.Minute}
+			resp, err := client.Get("https://" + addr + "/v1/sessions")
+			if err == nil {
+				resp.Body.Close()
+				t.Fatalf("quro-1's node port served a client with %s: %d", what, resp.StatusCode)
+			}
+			if got != pin {
+				t.Fatalf("quro-1's node port presented %s, its Lease pins %s", got, pin)
+			}
+			client.CloseIdleConnections()
+		}
+		a, err := n.do("POST", "/v1/read_file", acme, map[string]any{"session": of("quro-2"), "path": "id.txt"})
+		if err != nil || a.status != http.StatusOK {
+			t.Fatalf("a forwarded call through quro-1: %v %d %s", err, a.status, a.body)
+		}
+		req, _ := http.NewRequest("POST", n.url("/v1/sessions"), strings.NewReader("{}"))
+		req.Header.Set("Authorization", "Bearer "+acme)
+		req.Header.Set("Quro-Forwarded-By", "quro-0 AAAA")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("a node's header on quro-1's public port: %d %s", resp.StatusCode, body)
+		}
+	})
+
 	// A pod deleted first drains (its preStop hook: quro node drain
 	// moves its sessions to the other nodes), then is made again by the
 	// StatefulSet with its volume. Meanwhile calls for its sessions
@@ -606,4 +663,27 @@ func checkDoctor(t *testing.T, c *cluster, pod string) {
 			t.Errorf("quro doctor in %s: no %s row", pod, name)
 		}
 	}
+}
+
+// selfSigned is a key pair and a self-signed certificate named name,
+// which no Lease pins.
+func selfSigned(t *testing.T, name string) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+func sha256Of(b []byte) []byte {
+	h := sha256.Sum256(b)
+	return h[:]
 }
