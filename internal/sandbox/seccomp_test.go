@@ -133,6 +133,16 @@ func TestSeccompProgramDecisions(t *testing.T) {
 		check("ioctl TIOCSTI with high bits", dec("ioctl", 0, unix.TIOCSTI|1<<32), retEPERM)
 		check("ioctl TIOCLINUX", dec("ioctl", 0, unix.TIOCLINUX), retEPERM)
 		check("ioctl TIOCLINUX with high bits", dec("ioctl", 0, unix.TIOCLINUX|0xffffffff00000000), retEPERM)
+		// btrfs's ioctls (a subvolume of the box's own would escape the
+		// session's quota group), but not the generic reflink ones.
+		for name, req := range map[string]uint64{"BTRFS_IOC_SUBVOL_CREATE": 0x5000940e, "BTRFS_IOC_SUBVOL_CREATE_V2": 0x50009418,
+			"BTRFS_IOC_SNAP_CREATE_V2": 0x50009417, "BTRFS_IOC_SNAP_DESTROY": 0x5000940f, "BTRFS_IOC_QGROUP_LIMIT": 0x8030942b,
+			"BTRFS_IOC_QUOTA_CTL": 0xc0109428, "BTRFS_IOC_TREE_SEARCH": 0xd0009411, "a btrfs ioctl with high bits": 0x5000940e | 1<<32} {
+			check("ioctl "+name, dec("ioctl", 3, req), retEPERM)
+		}
+		for _, req := range []uint64{unix.FICLONE, unix.FICLONERANGE, unix.FIDEDUPERANGE, unix.FS_IOC_GETFLAGS} {
+			check(fmt.Sprintf("ioctl %#x", req), dec("ioctl", 3, req), retAllow)
+		}
 		for _, af := range []uint64{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK, unix.AF_PACKET} {
 			check(fmt.Sprintf("socket %d", af), dec("socket", af, unix.SOCK_STREAM), retAllow)
 		}
