@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -221,4 +222,131 @@ func TestRestartFindsTheSubvolumesAndTheirLimits(t *testing.T) {
 	if u, ok := d.Usage(s); !ok || u.Quota != 96<<20 || u.Used < 48<<20 {
 		t.Fatalf("after growing to 96 MiB: %+v %v", u, ok)
 	}
+}
+
+// Boxes are born without other sessions' disks (sandbox.mountView): with
+// one shared filesystem, the base namespace boxes start from drops its
+// mount, and a box gets a bind of its own session's subvolume alone. No
+// mount namespace of a session box (bubblewrap's, the box's) holds the
+// shared filesystem at another session's subvolume or at its root; a
+// box made from the server's namespace does (the check sees what it looks
+// for).
+func TestBoxesHoldOnlyTheirOwnSubvolume(t *testing.T) {
+	d, data := newShared(t)
+	for _, id := range []string{"a", "b", "c"} {
+		s := session(t, d, data, id, 16<<20)
+		if err := os.WriteFile(filepath.Join(s, "marker"), []byte(id), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := d.Root()
+	dev := mountDev(t, "/proc/self/mountinfo", root)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run := func(sb *sandbox.Sandbox, key string) (seen string, own, others int) {
+		t.Helper()
+		var out bytes.Buffer
+		exit, err := sb.Run(ctx, &sandbox.Spec{Args: []string{"cat", "marker"}, Dir: filepath.Join(root, "a"), Session: key,
+			UID: 2_500_000 + len(key), Stdout: &out, Stderr: &out})
+		if err != nil || exit.Code != 0 {
+			t.Fatalf("run: %v %+v %s", err, exit, out.String())
+		}
+		for _, pid := range descendants(t, os.Getpid()) {
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/mountinfo")
+			if err != nil {
+				continue // gone meanwhile
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				f := strings.Fields(line)
+				if len(f) < 5 || f[2] != dev {
+					continue
+				}
+				if f[3] == "/a" || strings.HasPrefix(f[3], "/a/") {
+					own++
+				} else {
+					others++
+				}
+			}
+		}
+		return out.String(), own, others
+	}
+	sb, err := sandbox.New(&sandbox.Options{SessionBoxes: true, MountRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sb.CloseBoxes)
+	if !sb.Boxed() {
+		t.Skip("no bubblewrap box here")
+	}
+	seen, own, others := run(sb, "mv-a")
+	if seen != "a" {
+		t.Errorf("the box read %q in its session's directory, want its own marker %q", seen, "a")
+	}
+	if own == 0 || others != 0 {
+		t.Errorf("the box's namespaces hold %d mounts of its own subvolume and %d of the shared filesystem elsewhere, want some and none", own, others)
+	}
+	plain, err := sandbox.New(&sandbox.Options{SessionBoxes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(plain.CloseBoxes)
+	if _, _, others := run(plain, "plain-a"); others == 0 {
+		t.Error("a box made from the server's namespace holds the shared filesystem nowhere else: the check cannot see it")
+	}
+}
+
+// mountDev is the device (major:minor) of the mount at dir in the
+// mountinfo file at path.
+func mountDev(t *testing.T, path, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			return f[2]
+		}
+	}
+	t.Fatalf("nothing mounted at %s", dir)
+	return ""
+}
+
+// descendants lists the pids of every process below pid.
+func descendants(t *testing.T, pid int) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	children := map[int][]int{}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 {
+			if pp, err := strconv.Atoi(f[1]); err == nil {
+				children[pp] = append(children[pp], p)
+			}
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
 }
