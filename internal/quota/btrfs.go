@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -122,10 +123,15 @@ func (d *Disks) openBtrfs() (*btrfsFS, error) {
 	}
 	fs := &btrfsFS{}
 	img := filepath.Join(d.dir, sharedImage)
+	var moved []dirEntry // the empty directories the new filesystem takes over
 	if !isBtrfsMount(d.root) {
 		if _, err := os.Stat(img); errors.Is(err, os.ErrNotExist) {
 			if why := d.imagesInUse(); why != "" {
 				return nil, errors.New(why)
+			}
+			var err error
+			if moved, err = emptyTree(d.root); err != nil {
+				return nil, err
 			}
 			if err := d.mkfsShared(img); err != nil {
 				return nil, err
@@ -143,6 +149,16 @@ func (d *Disks) openBtrfs() (*btrfsFS, error) {
 			_ = unix.Unmount(d.root, unix.MNT_DETACH)
 		}
 		return nil, err
+	}
+	if len(moved) > 0 {
+		// The directories beneath stay where they were, hidden; their
+		// copies (the session directories session.Open made, all empty)
+		// are made on the new filesystem.
+		for _, e := range moved {
+			if err := e.make(d.root); err != nil {
+				return fail(err)
+			}
+		}
 	}
 	// Private: the subvolumes' binds into boxes (sandbox.mountView) and
 	// the boxes' copies of mounts never come back to the server's view.
@@ -207,8 +223,8 @@ func (d *Disks) imagesInUse() string {
 	if len(imgs) > 0 {
 		return "the data directory's sessions have ext4 images already"
 	}
-	if names, _ := os.ReadDir(d.root); len(names) > 0 {
-		return "the data directory has session directories made without the shared filesystem"
+	if _, err := emptyTree(d.root); err != nil {
+		return "the data directory has sessions' files made without the shared filesystem"
 	}
 	if mountPoint(d.root) {
 		return "the sessions' directory is a mount point of another filesystem"
@@ -453,4 +469,52 @@ func (d *Disks) unmountShared() {
 		_ = unix.Unmount(d.root, unix.MNT_DETACH)
 	}
 	d.shared.mounted = false
+}
+
+// dirEntry is a directory of a tree, relative to its root, with its
+// mode and owner.
+type dirEntry struct {
+	rel      string
+	mode     os.FileMode
+	uid, gid int
+}
+
+// make makes e below root as it was.
+func (e dirEntry) make(root string) error {
+	p := filepath.Join(root, e.rel)
+	if err := os.Mkdir(p, e.mode.Perm()); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if err := os.Chown(p, e.uid, e.gid); err != nil {
+		return err
+	}
+	return os.Chmod(p, e.mode.Perm())
+}
+
+// emptyTree lists root and the directories beneath it, parents first,
+// when it holds nothing else (no file, link or device): the session
+// directories session.Open made before the disks were set up. An error
+// when it holds anything else.
+func emptyTree(root string) ([]dirEntry, error) {
+	var out []dirEntry
+	err := filepath.WalkDir(root, func(p string, de os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !de.IsDir() {
+			return fmt.Errorf("%s is not empty", filepath.Base(root))
+		}
+		fi, err := de.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		e := dirEntry{rel: rel, mode: fi.Mode()}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			e.uid, e.gid = int(st.Uid), int(st.Gid)
+		}
+		out = append(out, e)
+		return nil
+	})
+	return out, err
 }

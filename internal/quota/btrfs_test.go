@@ -350,3 +350,58 @@ func descendants(t *testing.T, pid int) []int {
 	}
 	return out
 }
+
+// A data directory whose sessions' directory holds only empty directories
+// (the default session session.Open made before the disks were set up)
+// gets the shared filesystem, with those directories on it as they were
+// (mode, owner); one that holds a file (sessions of before, without
+// disks or with images) keeps the images method, its files untouched.
+func TestOpenTakesOverEmptySessionDirectoriesOnly(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("mkfs.btrfs"); err != nil || os.Geteuid() != 0 || !btrfsBuiltIn() {
+		t.Skip("no btrfs here")
+	}
+	data := t.TempDir()
+	ws := filepath.Join(data, "sessions", "default", "workspace")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(ws, 2_500_001, 2_500_001); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(data, "sessions"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	d := Open(data)
+	t.Cleanup(d.Close)
+	if d.shared == nil {
+		t.Fatalf("empty session directories kept the shared filesystem away: %s", d.Method())
+	}
+	fi, err := os.Stat(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 2_500_001 || fi.Mode().Perm() != 0o755 || !isBtrfsMount(filepath.Join(data, "sessions")) {
+		t.Errorf("the workspace on the shared filesystem: uid %d, mode %v", st.Uid, fi.Mode())
+	}
+	if fi, err := os.Stat(filepath.Join(data, "sessions")); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("the sessions' directory: %v %v, want mode 0700 as before", fi.Mode(), err)
+	}
+
+	old := t.TempDir()
+	f := filepath.Join(old, "sessions", "s", "workspace", "notes.txt")
+	if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f, []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := Open(old)
+	t.Cleanup(o.Close)
+	if o.shared != nil || !strings.HasPrefix(o.Method(), MethodImages) || strings.Contains(o.Method(), old) {
+		t.Errorf("a data directory with sessions' files: %q, want the images method, its reason naming no host path", o.Method())
+	}
+	if b, err := os.ReadFile(f); string(b) != "mine" {
+		t.Errorf("the session's file: %q %v", b, err)
+	}
+}
