@@ -87,8 +87,18 @@ func Open(dataDir string) *Disks {
 	return open(dataDir, true)
 }
 
-// open is Open; withShared false keeps to the images method (the
-// fallback's tests).
+// OpenImages is Open with the images method alone, never the shared
+// filesystem: the fallback, as a machine without btrfs or a data
+// directory of before gets it (its tests).
+func OpenImages(dataDir string) *Disks {
+	return open(dataDir, false)
+}
+
+// Shared reports whether the sessions' disks are subvolumes of the data
+// directory's one shared btrfs filesystem (no loop device or mount each).
+func (d *Disks) Shared() bool { return d.shared != nil }
+
+// open is Open; withShared false keeps to the images method.
 func open(dataDir string, withShared bool) *Disks {
 	if abs, err := filepath.Abs(dataDir); err == nil {
 		dataDir = abs
