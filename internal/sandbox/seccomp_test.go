@@ -195,6 +195,11 @@ func TestSeccompOpsCompile(t *testing.T) {
 		{scCond{op: opMaskedEq, mask: 1<<40 | 1, value: 1 << 40}, 2, false},
 		{scCond{op: opNe32, value: 7}, 7 | 1<<32, false},
 		{scCond{op: opNe32, value: 7}, 8, true},
+		{scCond{op: opMaskedNe32, mask: 0xff00, value: 0x9400}, 0x5000940e, false},
+		{scCond{op: opMaskedNe32, mask: 0xff00, value: 0x9400}, 0x5000940e | 1<<40, false},
+		{scCond{op: opMaskedNe32, mask: 0xff00, value: 0x9400}, 0x5401, true},
+		{scCond{op: opEq32, value: 9}, 9 | 1<<32, true},
+		{scCond{op: opEq32, value: 9}, 10, false},
 	} {
 		for _, arg := range []uint32{0, 3, 5} {
 			tc.c.arg = arg
