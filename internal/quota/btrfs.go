@@ -139,7 +139,12 @@ func (d *Disks) openBtrfs() (*btrfsFS, error) {
 		} else if err != nil {
 			return nil, err
 		}
+		// The filesystem is mounted on a private bind of the directory
+		// (as the images are), so that its mount propagates to no other
+		// mount namespace, not even at the moment it is made.
+		d.boundRoot = privateRoot(d.root)
 		if err := d.mountShared(img); err != nil {
+			d.unbindRoot()
 			return nil, err
 		}
 		fs.mounted = true
@@ -147,6 +152,7 @@ func (d *Disks) openBtrfs() (*btrfsFS, error) {
 	fail := func(err error) (*btrfsFS, error) {
 		if fs.mounted {
 			_ = unix.Unmount(d.root, unix.MNT_DETACH)
+			d.unbindRoot()
 		}
 		return nil, err
 	}
@@ -446,6 +452,11 @@ func (d *Disks) ensureShared() error {
 	if isBtrfsMount(d.root) {
 		return nil
 	}
+	d.mu.Lock()
+	if !d.boundRoot {
+		d.boundRoot = privateRoot(d.root)
+	}
+	d.mu.Unlock()
 	if err := d.mountShared(filepath.Join(d.dir, sharedImage)); err != nil {
 		return &hiddenPaths{err: err, data: d.data}
 	}
@@ -469,6 +480,15 @@ func (d *Disks) unmountShared() {
 		_ = unix.Unmount(d.root, unix.MNT_DETACH)
 	}
 	d.shared.mounted = false
+	d.unbindRoot()
+}
+
+// unbindRoot unmounts the private bind of the sessions' directory this
+// process made beneath the shared filesystem.
+func (d *Disks) unbindRoot() {
+	if d.boundRoot && unix.Unmount(d.root, 0) == nil {
+		d.boundRoot = false
+	}
 }
 
 // dirEntry is a directory of a tree, relative to its root, with its

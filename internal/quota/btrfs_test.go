@@ -295,21 +295,25 @@ func TestBoxesHoldOnlyTheirOwnSubvolume(t *testing.T) {
 	}
 }
 
-// mountDev is the device (major:minor) of the mount at dir in the
-// mountinfo file at path.
+// mountDev is the device (major:minor) of the top mount at dir in the
+// mountinfo file at path (the shared filesystem lies on a bind of the
+// directory).
 func mountDev(t *testing.T, path, dir string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	dev := ""
 	for _, line := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
-			return f[2]
+			dev = f[2]
 		}
 	}
-	t.Fatalf("nothing mounted at %s", dir)
-	return ""
+	if dev == "" {
+		t.Fatalf("nothing mounted at %s", dir)
+	}
+	return dev
 }
 
 // descendants lists the pids of every process below pid.
