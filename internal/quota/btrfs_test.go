@@ -171,6 +171,11 @@ func TestSessionsAreSeparateSubvolumes(t *testing.T) {
 	if !strings.HasPrefix(d.Method(), MethodShared) {
 		t.Errorf("Method %q", d.Method())
 	}
+	// Grow's errors reach a tenant: none names a host path.
+	err := d.Grow(filepath.Join(data, "sessions", "gone"), 64<<20)
+	if err == nil || strings.Contains(err.Error(), data) || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Grow of a session without a subvolume: %v", err)
+	}
 }
 
 // A server restarted (its Disks closed, the shared filesystem unmounted,
