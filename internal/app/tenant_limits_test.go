@@ -402,3 +402,40 @@ func TestSharedDisksHaveNoLoopDeviceCap(t *testing.T) {
 		t.Errorf("%d mounts (%d btrfs) at or below the sessions' directory for three sessions' disks, want the shared one on its bind", all, btrfs)
 	}
 }
+
+// A server restarted on a data directory whose sessions' disks are
+// subvolumes of the shared filesystem finds each session's subvolume,
+// its files and its quota: a run past the quota still fails.
+func TestRestartKeepsTheSessionsSubvolumes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	opts := &Options{Python: testPython, Limits: Limits{Tenant: TenantLimits{Disk: 16 << 20}}}
+	a, err := New(context.Background(), dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.tenants.disks.Shared() {
+		a.Close()
+		t.Skipf("no shared filesystem here: %s", a.tenants.disks.Method())
+	}
+	mustCall(t, a, "create_session", CreateSessionInput{Name: "kept"})
+	shOK(t, a, "kept", "echo kept > note")
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a, err = New(context.Background(), dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if !a.tenants.disks.Shared() {
+		t.Fatalf("after a restart: %s", a.tenants.disks.Method())
+	}
+	if r := shOK(t, a, "kept", "cat note"); strings.TrimSpace(r.Stdout) != "kept" {
+		t.Errorf("after a restart the session's file reads %q", r.Stdout)
+	}
+	r := runCode(t, a, RunCodeInput{Session: "kept", Lang: "shell", Code: "head -c 32M /dev/zero > big; echo rc=$?"})
+	if !strings.Contains(r.Stderr+r.Stdout, "Disk quota exceeded") || !strings.Contains(r.Stderr+r.Stdout, "disk quota of 16 MiB is full") {
+		t.Errorf("32 MiB into a 16 MiB quota after a restart:\nstdout %q\nstderr %q", r.Stdout, r.Stderr)
+	}
+}
