@@ -377,10 +377,46 @@ func (d *Disks) removeSubvol(dir string) error {
 func subvolID(dir string) uint64 {
 	var st unix.Statx_t
 	if unix.Statx(unix.AT_FDCWD, dir, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_INO|unix.STATX_SUBVOL, &st) != nil ||
-		st.Mask&unix.STATX_SUBVOL == 0 || st.Ino != btrfsFirstFreeObjectID || st.Subvol <= 5 {
+		st.Ino != btrfsFirstFreeObjectID || st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return 0
 	}
-	return st.Subvol
+	id := st.Subvol
+	if st.Mask&unix.STATX_SUBVOL == 0 {
+		id = inoLookupTree(dir) // a kernel before 6.10
+	}
+	if id <= 5 {
+		return 0
+	}
+	return id
+}
+
+// btrfsIocInoLookup is BTRFS_IOC_INO_LOOKUP, _IOWR(0x94, 18, struct
+// btrfs_ioctl_ino_lookup_args): with treeid 0 and the objectid of a
+// subvolume's root directory it answers the subvolume's id (no
+// capability needed).
+const btrfsIocInoLookup = 0xd0009412
+
+// inoLookupTree is the id of the subvolume dir is in (0 when dir is not
+// on btrfs).
+func inoLookupTree(dir string) uint64 {
+	var sfs unix.Statfs_t
+	if unix.Statfs(dir, &sfs) != nil || sfs.Type != unix.BTRFS_SUPER_MAGIC {
+		return 0
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	var a struct {
+		treeid, objectid uint64
+		name             [4080]byte
+	}
+	a.objectid = btrfsFirstFreeObjectID
+	if btrfsIoctl(f.Fd(), btrfsIocInoLookup, unsafe.Pointer(&a)) != nil {
+		return 0
+	}
+	return a.treeid
 }
 
 // qgroupUsage reads the usage and limit of dir's subvolume from sysfs.

@@ -168,6 +168,11 @@ func TestSessionsAreSeparateSubvolumes(t *testing.T) {
 	if !d.Has(a) || !d.Has(b) || d.Has(filepath.Join(a, "workspace")) {
 		t.Errorf("Has: a %v, b %v, a's workspace %v", d.Has(a), d.Has(b), d.Has(filepath.Join(a, "workspace")))
 	}
+	// The ioctl a kernel before statx's STATX_SUBVOL (6.10) is asked
+	// answers what statx does.
+	if ida, idb := subvolID(a), subvolID(b); ida == idb || inoLookupTree(a) != ida || inoLookupTree(b) != idb {
+		t.Errorf("subvolume ids: statx %d %d, BTRFS_IOC_INO_LOOKUP %d %d", ida, idb, inoLookupTree(a), inoLookupTree(b))
+	}
 	if !strings.HasPrefix(d.Method(), MethodShared) {
 		t.Errorf("Method %q", d.Method())
 	}
