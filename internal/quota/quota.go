@@ -1,6 +1,10 @@
 // Package quota bounds the disk a session may fill, in the kernel.
 //
-// Each session directory ($QURO_DATA/sessions/<id>: workspace, tmp and the
+// Where it can (root, btrfs in the kernel, mkfs.btrfs installed, and a
+// data directory without sessions' files of before), every session
+// directory is a subvolume of one shared btrfs filesystem with a quota
+// group limit (btrfs.go): no loop device or mount per session. Otherwise
+// each session directory ($QURO_DATA/sessions/<id>: workspace, tmp and the
 // spilled outputs under workspace/.quro/outputs) is its own ext4
 // filesystem: a sparse image file ($QURO_DATA/disks/<id>.img, a copy of
 // one formatted once per size: see Disks.template) loop-mounted at the
