@@ -744,7 +744,7 @@ func (d *Disks) UnmountMine() {
 	}
 }
 
-// Has reports whether dir has an image.
+// Has reports whether dir has a disk of its own (a subvolume, or an image).
 func (d *Disks) Has(dir string) bool {
 	if d.shared != nil {
 		return subvolID(dir) != 0
@@ -1110,7 +1110,8 @@ type Usage struct {
 	Free  int64 // bytes that can still be written
 }
 
-// Usage reads dir's filesystem; ok is false when dir is not on an image.
+// Usage reads the quota and usage of dir's disk (its subvolume's quota
+// group, or its image's filesystem); ok is false when dir has none.
 func (d *Disks) Usage(dir string) (u Usage, ok bool) {
 	if d.shared != nil {
 		used, limit, ok := d.shared.qgroupUsage(dir)
