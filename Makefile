@@ -21,9 +21,13 @@ BINDIR  ?= $(PREFIX)/bin
 # (cmd/quro's TestREADME). g++, ruby, php-cli and lua5.4 are toolchains
 # run_code's toolchain languages run in tests (internal/app's TestToolchain*);
 # python3-dev builds the C-extension test wheel of internal/app's TestPip*.
-TEST_PKGS := python3 bash bubblewrap debootstrap nodejs npm chromium curl gcc libc6-dev libpython3.11-testsuite g++ ruby php-cli lua5.4 python3-dev python3-setuptools python3-wheel
-# What `make run` needs: the sandbox refuses to run user code without bwrap.
-RUN_PKGS := bubblewrap
+# btrfs-progs' mkfs.btrfs formats the data directory's one shared
+# filesystem of sessions' disks (internal/quota; without it, the ext4
+# images of before).
+TEST_PKGS := python3 bash bubblewrap btrfs-progs debootstrap nodejs npm chromium curl gcc libc6-dev libpython3.11-testsuite g++ ruby php-cli lua5.4 python3-dev python3-setuptools python3-wheel
+# What `make run` needs: the sandbox refuses to run user code without bwrap;
+# btrfs-progs makes the sessions' disk quotas one filesystem (see TEST_PKGS).
+RUN_PKGS := bubblewrap btrfs-progs
 
 .PHONY: image test-k8s e2b-gen e2b-suite stdlib-pyc pip-wheel all build install uninstall run run-deps test test-soak test-short test-stress test-install fuzz deps test-deps vet lint fmt-check tidy-check bench clean ui web web-check web-types
 

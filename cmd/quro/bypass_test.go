@@ -348,6 +348,9 @@ var partReads = map[string]bool{
 	"rootfs.Manager.Status": true, "rootfs.Manager.List": true, "rootfs.Manager.Ready": true,
 	"rootfs.Manager.Path": true, "rootfs.Manager.Info": true, "rootfs.Manager.Dir": true,
 	"quota.Disks.Enforced": true, "quota.Disks.Method": true, "quota.Disks.Has": true, "quota.Disks.Usage": true, "quota.Disks.Note": true,
+	// Not a read, but no session's state either: doctor's check undoes
+	// what its own quota.Open mounted (the shared filesystem, the bind).
+	"quota.Disks.Close": true,
 	// E2B's sandbox plane looks a sandbox's tenant up, and the owners of
 	// every sandbox for a signed URL that names none (serve_e2b.go).
 	"session.Manager.ByIDAnyTenant": true, "session.Manager.Owners": true,

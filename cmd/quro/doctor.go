@@ -109,10 +109,14 @@ func doctorEngines(in []runcode.EngineStatus, dataDir string) []runcode.EngineSt
 	return out
 }
 
-// diskQuotaRow says whether each session's directory gets a disk of its
-// own (a loop-mounted image), which needs root, loop devices and e2fsprogs.
+// diskQuotaRow says whether each session's directory gets a disk quota of
+// its own, and by which method: a subvolume of the data directory's one
+// shared btrfs filesystem (root, loop devices, btrfs in the kernel and
+// btrfs-progs), or else a loop-mounted ext4 image (root, loop devices and
+// e2fsprogs). What Open mounted for the check it unmounts again.
 func diskQuotaRow(dataDir string) sandbox.Feature {
 	d := quota.Open(dataDir)
+	defer d.Close()
 	f := sandbox.Feature{Name: "disk quota", Detail: d.Method()}
 	if d.Enforced() == nil {
 		f.Available, f.Used = true, true

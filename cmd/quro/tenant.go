@@ -35,7 +35,7 @@ func tenantLimitFlags(cmd *cobra.Command, prefix string, l *app.TenantLimits) {
 	f.Var(sizeFlag{&l.Memory}, prefix+"memory", "memory of all of a tenant's processes together and their kernel memory, no swap (e.g. 8G; none; 0: the default, 3/4 of the machine's memory; kernel-enforced by a tenant cgroup)")
 	f.Int64Var(&l.Tasks, prefix+"tasks", 0, "processes and threads of a tenant together (-1: none; 0: the default, half of the kernel's pid_max or threads-max, the lower; kernel-enforced)")
 	f.Int64Var(&l.CPUPercent, prefix+"cpu", 0, "CPU of a tenant together, in percent of one CPU (-1: none; 0: the default, every CPU of the machine; kernel-enforced)")
-	f.Var(sizeFlag{&l.Disk}, map[bool]string{true: "disk-quota", false: "disk"}[prefix == "tenant-"], "disk of each session: workspace, tmp and saved outputs together (e.g. 2G; 0: the default, 2G; kernel-enforced by an ext4 image per session when the server is root)")
+	f.Var(sizeFlag{&l.Disk}, map[bool]string{true: "disk-quota", false: "disk"}[prefix == "tenant-"], "disk of each session: workspace, tmp and saved outputs together (e.g. 2G; 0: the default, 2G; kernel-enforced by a btrfs subvolume per session, or an ext4 image per session, when the server is root)")
 	// quro serve's names say whose they are (--runs-per-tenant); quro
 	// tenant limits set's are a tenant's own (--runs).
 	serve := prefix == "tenant-"

@@ -9,9 +9,10 @@
 set -euo pipefail
 BIN=${1:?binary}; OUT=${2:?output archive}; TAG=${3:-localhost/quro/quro:dev}
 SUITE=${QURO_IMAGE_SUITE:-bookworm}; MIRROR=${QURO_IMAGE_MIRROR:-http://deb.debian.org/debian}
-# What the image holds besides minbase (bash, coreutils, mount/losetup): bubblewrap (every box), e2fsprogs
-# (each session's ext4 disk image), ca-certificates (the egress's TLS, pip), procps (ps in terminals).
-PKGS=${QURO_IMAGE_PKGS:-bubblewrap,e2fsprogs,ca-certificates,procps}
+# What the image holds besides minbase (bash, coreutils, mount/losetup): bubblewrap (every box), btrfs-progs
+# (the data directory's one shared filesystem of sessions' disks), e2fsprogs (the ext4 disk images of a data
+# directory made before, or of a kernel without btrfs), ca-certificates (the egress's TLS, pip), procps (ps in terminals).
+PKGS=${QURO_IMAGE_PKGS:-bubblewrap,btrfs-progs,e2fsprogs,ca-certificates,procps}
 C=${QURO_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/quro-image}; mkdir -p "$C"
 KEY=$(printf '%s %s %s' "$SUITE" "$MIRROR" "$PKGS" | sha256sum | cut -c1-12)
 BASE=$C/base-$SUITE-$KEY.tar

@@ -107,6 +107,10 @@ type Options struct {
 	// call, pip and apt-get through the server) as its own session. nil:
 	// none.
 	InSession *InSessionOptions
+	// diskImages keeps the sessions' disks to the ext4 images (the
+	// fallback of a machine without btrfs, or a data directory of
+	// before): its tests.
+	diskImages bool
 }
 
 // InSessionOptions configure the in-session sockets.
@@ -415,19 +419,28 @@ func openTenants(ctx context.Context, dir string, st *store.Store, sessions *ses
 			Processes:        int64(orDefault(opts.Limits.ProcessesPerTenant, DefaultProcessesPerTenant)),
 			SessionProcesses: int64(orDefault(opts.Limits.ProcessesPerSession, proc.DefaultMax)),
 			NetworkMax:       opts.Network.Max}),
-		disks: quota.Open(dir), log: log, ofID: map[string]string{}, diskOf: map[string]string{}}
+		log: log, ofID: map[string]string{}, diskOf: map[string]string{}}
+	if opts.diskImages {
+		tl.disks = quota.OpenImages(dir)
+	} else {
+		tl.disks = quota.Open(dir)
+	}
 	// The disks: one per session, and a tenant's share as many as its
 	// sessions, so that they never refuse a session the session ceilings
-	// admit; of a cap the operator set, a quarter.
+	// admit; of a cap the operator set, a quarter. Only images hold a
+	// loop device each: subvolumes of the shared filesystem need no cap.
 	maxDisks, diskShare := sessions.MaxTotal, sessions.MaxPerTenant
 	if opts.Limits.SessionDisks != 0 {
 		maxDisks = orDefault(opts.Limits.SessionDisks, 0)
 		diskShare = share.Of(maxDisks, 1)
 	}
-	if maxDisks > 0 {
+	if maxDisks > 0 && !tl.disks.Shared() {
 		tl.diskShares = share.New("session disks (loop-mounted images)", maxDisks, diskShare)
 	}
 	tl.ceilings = effectiveCeilings(derived, tl.defaults, sessions.MaxTotal, maxDisks)
+	if tl.disks.Shared() {
+		tl.ceilings.From["session_disks"] = "not applied: the sessions' disks are subvolumes of one shared filesystem, no loop device each"
+	}
 	sessions.MaxFor = tl.maxSessions
 	sessions.LimitHint = tl.sessionLimitHint
 	sessions.Disk.Prepare, sessions.Disk.Release = tl.prepare, tl.release

@@ -113,7 +113,16 @@ func TestTenantCeilingAcrossSessionsThroughTheController(t *testing.T) {
 // run that fills it reads what filled it.
 func TestSpilledOutputsCountAgainstTheDiskQuota(t *testing.T) {
 	t.Parallel()
-	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
+	for _, images := range []bool{false, true} {
+		t.Run(map[bool]string{false: "default", true: "images"}[images], func(t *testing.T) {
+			t.Parallel()
+			spilledOutputsCountAgainstTheDiskQuota(t, images)
+		})
+	}
+}
+
+func spilledOutputsCountAgainstTheDiskQuota(t *testing.T, images bool) {
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, diskImages: images,
 		Limits: Limits{Tenant: TenantLimits{Disk: 64 << 20}}})
 	if err != nil {
 		t.Fatal(err)
@@ -122,13 +131,17 @@ func TestSpilledOutputsCountAgainstTheDiskQuota(t *testing.T) {
 	if err := a.tenants.disks.Enforced(); err != nil {
 		t.Skipf("no kernel disk quota here: %v", err)
 	}
+	full := "No space left on device"
+	if a.tenants.disks.Shared() {
+		full = "Disk quota exceeded"
+	}
 	// 40 MiB of stdout: cut in the result, saved whole in the workspace.
 	res := runCode(t, a, RunCodeInput{Lang: "shell", Code: "head -c 40M /dev/zero | tr '\\0' x"})
 	if res.StdoutFile == "" {
 		t.Fatalf("the output was not saved: %+v", res.Notes)
 	}
 	res = runCode(t, a, RunCodeInput{Lang: "shell", Code: "head -c 40M /dev/zero > fill; echo rc=$?"})
-	for _, want := range []string{"No space left on device", "disk quota of 64 MiB is full", "workspace/.quro/outputs"} {
+	for _, want := range []string{full, "disk quota of 64 MiB is full", "workspace/.quro/outputs"} {
 		if !strings.Contains(res.Stderr+res.Stdout, want) {
 			t.Errorf("the run that filled the quota does not read %q:\nstdout %q\nstderr %q", want, res.Stdout, res.Stderr)
 		}
@@ -293,7 +306,10 @@ func TestServiceStatusNamesNoHostPathToATenant(t *testing.T) {
 func TestSessionDisksHaveTenantShares(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	opts := &Options{Python: testPython, Limits: Limits{SessionDisks: 3, Tenant: TenantLimits{Disk: 16 << 20}}}
+	// The images method's: the shared filesystem's subvolumes hold no
+	// loop device, and no cap applies to them
+	// (TestSharedDisksHaveNoLoopDeviceCap).
+	opts := &Options{Python: testPython, diskImages: true, Limits: Limits{SessionDisks: 3, Tenant: TenantLimits{Disk: 16 << 20}}}
 	a, err := New(context.Background(), dir, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -346,5 +362,80 @@ func TestSessionDisksHaveTenantShares(t *testing.T) {
 	_, err = callAs(t, a2, bob, "create_session", CreateSessionInput{Name: "b2"})
 	if ce := wantCode(t, err, capability.ResourceExhausted); !strings.Contains(ce.Message, "tenant's share of the session disks") {
 		t.Errorf("bob at his share after a restart: %q", ce.Message)
+	}
+}
+
+// With the shared filesystem, the sessions' disks are subvolumes (no loop
+// device, no mount each): the cap of --max-session-disks does not apply,
+// and the ceilings say so.
+func TestSharedDisksHaveNoLoopDeviceCap(t *testing.T) {
+	t.Parallel()
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Limits: Limits{SessionDisks: 1, Tenant: TenantLimits{Disk: 16 << 20}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if !a.tenants.disks.Shared() {
+		t.Skipf("no shared filesystem here: %s", a.tenants.disks.Method())
+	}
+	for _, name := range []string{"s1", "s2"} {
+		mustCall(t, a, "create_session", CreateSessionInput{Name: name})
+	}
+	if !strings.HasPrefix(a.tenants.ceilings.From["session_disks"], "not applied") {
+		t.Errorf("the session disks' ceiling says %q", a.tenants.ceilings.From["session_disks"])
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The shared filesystem, on a private bind of the sessions' directory.
+	var btrfs, all int
+	for _, l := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && (f[4] == a.tenants.root || strings.HasPrefix(f[4], a.tenants.root+"/")) {
+			all++
+			if strings.Contains(l, " - btrfs ") {
+				btrfs++
+			}
+		}
+	}
+	if btrfs != 1 || all > 2 {
+		t.Errorf("%d mounts (%d btrfs) at or below the sessions' directory for three sessions' disks, want the shared one on its bind", all, btrfs)
+	}
+}
+
+// A server restarted on a data directory whose sessions' disks are
+// subvolumes of the shared filesystem finds each session's subvolume,
+// its files and its quota: a run past the quota still fails.
+func TestRestartKeepsTheSessionsSubvolumes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	opts := &Options{Python: testPython, Limits: Limits{Tenant: TenantLimits{Disk: 16 << 20}}}
+	a, err := New(context.Background(), dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.tenants.disks.Shared() {
+		a.Close()
+		t.Skipf("no shared filesystem here: %s", a.tenants.disks.Method())
+	}
+	mustCall(t, a, "create_session", CreateSessionInput{Name: "kept"})
+	shOK(t, a, "kept", "echo kept > note")
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a, err = New(context.Background(), dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if !a.tenants.disks.Shared() {
+		t.Fatalf("after a restart: %s", a.tenants.disks.Method())
+	}
+	if r := shOK(t, a, "kept", "cat note"); strings.TrimSpace(r.Stdout) != "kept" {
+		t.Errorf("after a restart the session's file reads %q", r.Stdout)
+	}
+	r := runCode(t, a, RunCodeInput{Session: "kept", Lang: "shell", Code: "head -c 32M /dev/zero > big; echo rc=$?"})
+	if !strings.Contains(r.Stderr+r.Stdout, "Disk quota exceeded") || !strings.Contains(r.Stderr+r.Stdout, "disk quota of 16 MiB is full") {
+		t.Errorf("32 MiB into a 16 MiB quota after a restart:\nstdout %q\nstderr %q", r.Stdout, r.Stderr)
 	}
 }

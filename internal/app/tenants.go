@@ -32,7 +32,7 @@ type TenantLimits struct {
 	Tasks      int64 `json:"tasks,omitempty"`        // processes and threads together (kernel: pids.max of the tenant cgroup)
 	CPUPercent int64 `json:"cpu_percent,omitempty"`  // CPU quota in percent of one CPU (kernel: CFS quota of the tenant cgroup)
 	Sessions   int64 `json:"sessions,omitempty"`     // sessions at once (admission)
-	Disk       int64 `json:"disk_bytes,omitempty"`   // disk quota of each session: workspace, tmp and saved outputs (kernel: one ext4 image per session)
+	Disk       int64 `json:"disk_bytes,omitempty"`   // disk quota of each session: workspace, tmp and saved outputs (kernel: a btrfs subvolume, or an ext4 image, per session)
 	// Runs caps the tenant's calls that run code in flight at once
 	// (controller.Limits: a run, a command, terminal input, a process's
 	// start); files, kill, status and lists take none.

@@ -1,6 +1,10 @@
 // Package quota bounds the disk a session may fill, in the kernel.
 //
-// Each session directory ($QURO_DATA/sessions/<id>: workspace, tmp and the
+// Where it can (root, btrfs in the kernel, mkfs.btrfs installed, and a
+// data directory without sessions' files of before), every session
+// directory is a subvolume of one shared btrfs filesystem with a quota
+// group limit (btrfs.go): no loop device or mount per session. Otherwise
+// each session directory ($QURO_DATA/sessions/<id>: workspace, tmp and the
 // spilled outputs under workspace/.quro/outputs) is its own ext4
 // filesystem: a sparse image file ($QURO_DATA/disks/<id>.img, a copy of
 // one formatted once per size: see Disks.template) loop-mounted at the
@@ -50,6 +54,11 @@ type Disks struct {
 	data   []string // $QURO_DATA as given and resolved, for tool errors (toolError)
 	usable error    // nil when images can be used here
 
+	// shared is the btrfs method's filesystem (btrfs.go), nil when the
+	// images method is used (usable) or none; noShared says why not.
+	shared   *btrfsFS
+	noShared error
+
 	mu   sync.Mutex
 	mine map[string]bool // session directories this process mounted
 
@@ -79,11 +88,34 @@ type template struct {
 // default): dataDir is made absolute here, and the session directories
 // given to the methods must be absolute too (the App's are).
 func Open(dataDir string) *Disks {
+	return open(dataDir, true)
+}
+
+// OpenImages is Open with the images method alone, never the shared
+// filesystem: the fallback, as a machine without btrfs or a data
+// directory of before gets it (its tests).
+func OpenImages(dataDir string) *Disks {
+	return open(dataDir, false)
+}
+
+// Shared reports whether the sessions' disks are subvolumes of the data
+// directory's one shared btrfs filesystem (no loop device or mount each).
+func (d *Disks) Shared() bool { return d.shared != nil }
+
+// open is Open; withShared false keeps to the images method.
+func open(dataDir string, withShared bool) *Disks {
 	if abs, err := filepath.Abs(dataDir); err == nil {
 		dataDir = abs
 	}
 	d := &Disks{dir: filepath.Join(dataDir, "disks"), data: dataPaths(dataDir), mine: map[string]bool{},
 		root: filepath.Join(dataDir, "sessions"), templates: map[int64]template{}}
+	d.noShared = errors.New("not tried")
+	if withShared {
+		d.noShared = d.tryShared()
+		if d.noShared == nil {
+			return d
+		}
+	}
 	d.usable = d.probe()
 	if d.usable == nil {
 		d.boundRoot = privateRoot(d.root)
@@ -98,6 +130,9 @@ func Open(dataDir string) *Disks {
 // without the disks, and get their own session's alone: see
 // sandbox.Options.MountRoot).
 func (d *Disks) Root() string {
+	if d.shared != nil {
+		return d.root
+	}
 	if d.usable != nil {
 		return ""
 	}
@@ -143,6 +178,10 @@ func mountPoint(dir string) bool {
 // bind Open made of the sessions' directory, unless a disk is still
 // mounted below it (another process's, or a busy one).
 func (d *Disks) Close() {
+	if d.shared != nil {
+		d.UnmountMine()
+		return
+	}
 	d.tmplMu.Lock()
 	for size, t := range d.templates {
 		os.Remove(t.path)
@@ -183,11 +222,20 @@ func (d *Disks) Enforced() error { return d.usable }
 
 // Method names the mechanism, for status and doctor.
 func (d *Disks) Method() string {
+	if d.shared != nil {
+		return MethodShared
+	}
 	if d.usable != nil {
 		return "none (" + d.usable.Error() + ")"
 	}
-	return "ext4 image per session, loop-mounted"
+	return MethodImages + " (no shared btrfs filesystem: " + hidePaths(d.noShared.Error(), d.data) + ")"
 }
+
+// The methods, as Method names them.
+const (
+	MethodShared = "btrfs subvolume per session on one shared filesystem"
+	MethodImages = "ext4 image per session, loop-mounted"
+)
 
 func (d *Disks) image(sessionDir string) string {
 	return filepath.Join(d.dir, filepath.Base(sessionDir)+".img")
@@ -201,6 +249,12 @@ func (d *Disks) Create(dir string, size int64) error {
 	}
 	if size < 8<<20 {
 		return fmt.Errorf("disk quota %d bytes: at least 8 MiB", size)
+	}
+	if d.shared != nil {
+		if err := d.ensureShared(); err != nil {
+			return err
+		}
+		return d.createSubvol(dir, size)
 	}
 	img := d.image(dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -679,6 +733,10 @@ func boundLoop(img string) (*os.File, error) {
 func (d *Disks) UnmountMine() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.shared != nil {
+		d.unmountShared()
+		return
+	}
 	for dir := range d.mine {
 		if syscall.Unmount(dir, 0) == nil || !Mounted(dir) {
 			delete(d.mine, dir)
@@ -686,8 +744,11 @@ func (d *Disks) UnmountMine() {
 	}
 }
 
-// Has reports whether dir has an image.
+// Has reports whether dir has a disk of its own (a subvolume, or an image).
 func (d *Disks) Has(dir string) bool {
+	if d.shared != nil {
+		return subvolID(dir) != 0
+	}
 	_, err := os.Stat(d.image(dir))
 	return err == nil
 }
@@ -704,6 +765,9 @@ func Mounted(dir string) bool {
 // Remount mounts dir's image again if it has one and it is not mounted
 // (after a restart of the machine or a server killed mid-way).
 func (d *Disks) Remount(dir string) error {
+	if d.shared != nil {
+		return d.ensureShared()
+	}
 	if d.usable != nil || !d.Has(dir) || Mounted(dir) {
 		return nil // no images on this server (d.usable says why), none to remount, or mounted already
 	}
@@ -772,6 +836,12 @@ func (d *Disks) Grow(dir string, size int64) error {
 }
 
 func (d *Disks) grow(dir string, size int64) error {
+	if d.shared != nil {
+		if _, limit, ok := d.shared.qgroupUsage(dir); ok && limit >= size {
+			return nil
+		}
+		return setLimit(dir, size)
+	}
 	img := d.image(dir)
 	unlock, err := lock(img)
 	if err != nil {
@@ -1008,6 +1078,12 @@ func fsSize(img string) (int64, error) {
 // session first: a busy filesystem is detached (MNT_DETACH) and freed when
 // its last user is gone.
 func (d *Disks) Remove(dir string) error {
+	if d.shared != nil {
+		if subvolID(dir) == 0 {
+			return nil // none made, or removed already
+		}
+		return d.removeSubvol(dir)
+	}
 	if unlock, err := lock(d.image(dir)); err == nil {
 		defer unlock()
 	}
@@ -1034,8 +1110,16 @@ type Usage struct {
 	Free  int64 // bytes that can still be written
 }
 
-// Usage reads dir's filesystem; ok is false when dir is not on an image.
+// Usage reads the quota and usage of dir's disk (its subvolume's quota
+// group, or its image's filesystem); ok is false when dir has none.
 func (d *Disks) Usage(dir string) (u Usage, ok bool) {
+	if d.shared != nil {
+		used, limit, ok := d.shared.qgroupUsage(dir)
+		if !ok || limit <= 0 {
+			return u, false
+		}
+		return Usage{Quota: limit, Used: used, Free: max(limit-used, 0)}, true
+	}
 	if !Mounted(dir) || !d.Has(dir) {
 		return u, false
 	}
@@ -1078,7 +1162,11 @@ func (d *Disks) Note(sessionDir string) string {
 		b.Reset()
 		b.WriteString(s)
 	}
-	b.WriteString(". Writes fail with \"No space left on device\" until you delete files you no longer need (rm), or an admin raises the quota (quro serve --disk-quota, or quro tenant limits set --disk).\n")
+	msg := "No space left on device"
+	if d.shared != nil {
+		msg = "Disk quota exceeded"
+	}
+	b.WriteString(". Writes fail with \"" + msg + "\" until you delete files you no longer need (rm), or an admin raises the quota (quro serve --disk-quota, or quro tenant limits set --disk).\n")
 	return b.String()
 }
 

@@ -31,13 +31,37 @@ func newDisks(t testing.TB) (*Disks, string) {
 	return d, data
 }
 
-// openDisks opens the disks of data and closes them when t ends (before
-// data is removed: the sessions' directory is a mount point meanwhile).
+// openDisks opens the disks of data with the images method (the
+// fallback, whose loop devices and mounts most tests here are about) and
+// closes them when t ends (before data is removed: the sessions'
+// directory is a mount point meanwhile).
 func openDisks(t testing.TB, data string) *Disks {
 	t.Helper()
-	d := Open(data)
+	d := open(data, false)
 	t.Cleanup(d.Close)
 	return d
+}
+
+// eachMethod runs f on a new data directory with each method this
+// machine has: the shared btrfs filesystem (btrfs.go) and the ext4 images.
+func eachMethod(t *testing.T, f func(t *testing.T, d *Disks, data string)) {
+	t.Helper()
+	t.Run("btrfs", func(t *testing.T) {
+		d, data := newShared(t)
+		f(t, d, data)
+	})
+	t.Run("images", func(t *testing.T) {
+		d, data := newDisks(t)
+		f(t, d, data)
+	})
+}
+
+// full is what a write past the quota answers with d's method.
+func full(d *Disks) string {
+	if d.shared != nil {
+		return "Disk quota exceeded"
+	}
+	return "No space left on device"
 }
 
 // session makes a session directory with a quota of size bytes.
@@ -65,15 +89,16 @@ func session(t testing.TB, d *Disks, data, id string, size int64) string {
 // most of it is the session's to write.
 func TestSmallestDiskIsMade(t *testing.T) {
 	t.Parallel()
-	d, data := newDisks(t)
-	s := session(t, d, data, "small", 8<<20)
-	u, ok := d.Usage(s)
-	if !ok || u.Quota != 8<<20 || u.Free < 5<<20 {
-		t.Fatalf("usage %+v (%v), want an 8 MiB disk with at least 5 MiB free", u, ok)
-	}
-	if err := os.WriteFile(filepath.Join(s, "workspace", "f"), make([]byte, 4<<20), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	eachMethod(t, func(t *testing.T, d *Disks, data string) {
+		s := session(t, d, data, "small", 8<<20)
+		u, ok := d.Usage(s)
+		if !ok || u.Quota != 8<<20 || u.Free < 5<<20 {
+			t.Fatalf("usage %+v (%v), want an 8 MiB disk with at least 5 MiB free", u, ok)
+		}
+		if err := os.WriteFile(filepath.Join(s, "workspace", "f"), make([]byte, 4<<20), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
 	for _, size := range []int64{8 << 20, 9 << 20, 16 << 20, 2 << 30} {
 		if j := journalMiB(size); j < 1 || j > 4 || int64(j)<<20 > size/4 {
 			t.Errorf("journal of a %d MiB disk: %d MiB", size>>20, j)
@@ -81,11 +106,15 @@ func TestSmallestDiskIsMade(t *testing.T) {
 	}
 }
 
-// Writes from a real box beyond the session's quota fail with ENOSPC, the
-// run's output says which quota is full and what fills it, outputs the
-// server spilled count, and another session keeps writing.
+// Writes from a real box beyond the session's quota fail (ENOSPC on an
+// image, EDQUOT on the shared filesystem), the run's output says which
+// quota is full and what fills it, outputs the server spilled count, and
+// another session keeps writing.
 func TestQuotaStopsWritesInTheBox(t *testing.T) {
-	d, data := newDisks(t)
+	eachMethod(t, quotaStopsWritesInTheBox)
+}
+
+func quotaStopsWritesInTheBox(t *testing.T, d *Disks, data string) {
 	s1 := session(t, d, data, "s1", 64<<20)
 	s2 := session(t, d, data, "s2", 64<<20)
 	// The server spilled 20 MiB of a run's output into s1.
@@ -108,7 +137,7 @@ func TestQuotaStopsWritesInTheBox(t *testing.T) {
 		return out.String()
 	}
 	out := run(s1, `mkdir -p data; head -c 30M /dev/zero > "$TMPDIR/t"; head -c 100M /dev/zero > data/big; echo rc=$?; du -sm data/big`)
-	for _, want := range []string{"No space left on device", "disk quota of 64 MiB is full", "workspace/data", "workspace/.quro/outputs", "tmp ", "--disk-quota"} {
+	for _, want := range []string{full(d), "disk quota of 64 MiB is full", "workspace/data", "workspace/.quro/outputs", "tmp ", "--disk-quota"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the output of the run that filled its quota does not say %q:\n%s", want, out)
 		}
@@ -129,7 +158,8 @@ func TestQuotaStopsWritesInTheBox(t *testing.T) {
 	}
 }
 
-// The image is remounted after an unmount (a restart), and grows.
+// The image is remounted after an unmount (a restart), and grows. (The
+// shared filesystem's: TestRestartFindsTheSubvolumesAndTheirLimits.)
 func TestQuotaRemountAndGrow(t *testing.T) {
 	d, data := newDisks(t)
 	s := session(t, d, data, "s", 32<<20)
@@ -375,18 +405,31 @@ func mustFsSize(t *testing.T, img string) int64 {
 
 // BenchmarkCreate measures making and mounting one session image (2 GiB,
 // sparse) and removing it.
+// BenchmarkCreate makes (and removes) a 2 GiB session disk, with each
+// method: remove-ns/op is the removal's time.
 func BenchmarkCreate(b *testing.B) {
-	d, data := newDisks(b)
-	for i := 0; i < b.N; i++ {
-		dir := filepath.Join(data, "sessions", fmt.Sprint(i))
-		if err := d.Create(dir, 2<<30); err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		if err := d.Remove(dir); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
+	for _, m := range []struct {
+		name string
+		open func(testing.TB) (*Disks, string)
+	}{{"btrfs", newShared}, {"images", newDisks}} {
+		b.Run(m.name, func(b *testing.B) {
+			d, data := m.open(b)
+			var removing time.Duration
+			for i := 0; i < b.N; i++ {
+				dir := filepath.Join(data, "sessions", fmt.Sprint(i))
+				if err := d.Create(dir, 2<<30); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				t0 := time.Now()
+				if err := d.Remove(dir); err != nil {
+					b.Fatal(err)
+				}
+				removing += time.Since(t0)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(removing.Nanoseconds())/float64(b.N), "remove-ns/op")
+		})
 	}
 }
 
@@ -837,7 +880,7 @@ func TestAttachesRunAtOnce(t *testing.T) {
 // written apart from the others; Close removes the template.
 func TestDisksAreCopiesOfATemplate(t *testing.T) {
 	data := t.TempDir()
-	d := Open(data)
+	d := open(data, false) // the images method
 	closed := false
 	t.Cleanup(func() {
 		if !closed {

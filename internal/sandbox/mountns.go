@@ -181,16 +181,20 @@ func unescapeMountPath(s string) string {
 	return b.String()
 }
 
-// sessionDisk is the mount point of the session directory dir lies in,
-// when dir is below the root and that directory is a mount point; "".
+// sessionDisk is the session directory dir lies in, when dir is below
+// the root and that directory exists; "". It is the session's disk: its
+// image's mount point, or its subvolume of the shared filesystem mounted
+// at the root (see quota), or a plain directory (a session without a
+// disk quota), which the base namespace may not show either (when the
+// root is itself a mount, the base drops it).
 func (v *mountView) sessionDisk(dir string) string {
 	rel, err := filepath.Rel(v.root, filepath.Clean(dir))
 	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
 		return ""
 	}
 	sdir := filepath.Join(v.root, strings.SplitN(rel, "/", 2)[0])
-	var a, b syscall.Stat_t
-	if syscall.Stat(sdir, &a) != nil || syscall.Stat(v.root, &b) != nil || a.Dev == b.Dev {
+	var a syscall.Stat_t
+	if syscall.Lstat(sdir, &a) != nil || a.Mode&syscall.S_IFMT != syscall.S_IFDIR {
 		return ""
 	}
 	return sdir
@@ -242,11 +246,31 @@ func (v *mountView) enter(dir string) (leave func() error, err error) {
 		return nil, errors.Join(fmt.Errorf("mount namespace: %w", err), leave())
 	}
 	if tree >= 0 {
+		if err := mountPointFor(v.root, disk); err != nil {
+			return nil, errors.Join(fmt.Errorf("mount namespace: the session's disk: %w", err), leave())
+		}
 		if err := unix.MoveMount(tree, "", unix.AT_FDCWD, disk, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 			return nil, errors.Join(fmt.Errorf("mount namespace: the session's disk: %w", err), leave())
 		}
 	}
 	return leave, nil
+}
+
+// mountPointFor makes sure the session directory disk exists in the
+// calling thread's fresh namespace, to move the session's disk onto. When
+// the sessions' root was itself a mount (one shared filesystem for every
+// session), the base dropped it and the directory beneath shows no
+// session: a small tmpfs of this namespace alone is mounted at the root
+// and the directory made in it, so that nothing is written to the host's
+// directory and no other box sees the name.
+func mountPointFor(root, disk string) error {
+	if _, err := os.Lstat(disk); err == nil {
+		return nil
+	}
+	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC, "size=16k,nr_inodes=4,mode=0755"); err != nil {
+		return err
+	}
+	return os.Mkdir(disk, 0o755)
 }
 
 // errNamespaceStuck marks an error after which the thread is in a

@@ -29,6 +29,12 @@ import (
 //     can read (clone3 passes them in memory);
 //   - clone with namespace flags, ioctl TIOCSTI or TIOCLINUX (on the low 32
 //     bits of the request, as the kernel compares it): EPERM;
+//   - an ioctl of btrfs's type (0x94) other than the reflink ones every
+//     filesystem answers (FICLONE, FICLONERANGE, FIDEDUPERANGE): EPERM. The
+//     sessions' disks are subvolumes of one btrfs filesystem (see
+//     internal/quota), and a box that made a subvolume or snapshot of its
+//     own (the ioctl needs mere write permission) would get a quota group
+//     the session's limit does not hold;
 //   - allowed by the resolved profile (with its argument conditions:
 //     personality values, socket families — no AF_VSOCK —, clone flags):
 //     allowed;
@@ -106,17 +112,28 @@ const namespaceCloneFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUSER | unix.CLONE_N
 // allows the call: the call is allowed only if they hold too (else EPERM).
 var restrictions = map[uintptr][]scCond{
 	unix.SYS_CLONE: {{arg: 0, op: opMaskedEq, mask: namespaceCloneFlags, value: 0}},
-	unix.SYS_IOCTL: {{arg: 1, op: opNe32, value: unix.TIOCSTI}, {arg: 1, op: opNe32, value: unix.TIOCLINUX}},
+	unix.SYS_IOCTL: {{arg: 1, op: opNe32, value: unix.TIOCSTI}, {arg: 1, op: opNe32, value: unix.TIOCLINUX},
+		{arg: 1, op: opMaskedNe32, mask: 0xff00, value: btrfsIoctlType << 8}},
 }
+
+// btrfsIoctlType is the type byte of btrfs's ioctls (BTRFS_IOCTL_MAGIC).
+const btrfsIoctlType = 0x94
+
+// allowedBtrfsIoctls are the requests of btrfs's type that stay allowed:
+// the generic reflink and dedupe ioctls (cp --reflink, copy tools), which
+// make no subvolume and share extents only within what the box reaches.
+var allowedBtrfsIoctls = []uint64{unix.FICLONE, unix.FICLONERANGE, unix.FIDEDUPERANGE}
 
 // scOp is a comparison of one system call argument.
 type scOp int
 
 const (
-	opEq       scOp = iota // arg == value (64 bits)
-	opMaskedEq             // arg & mask == value (64 bits)
-	opLt                   // arg < value (unsigned, 64 bits)
-	opNe32                 // low 32 bits of arg != value
+	opEq         scOp = iota // arg == value (64 bits)
+	opMaskedEq               // arg & mask == value (64 bits)
+	opLt                     // arg < value (unsigned, 64 bits)
+	opNe32                   // low 32 bits of arg != value
+	opMaskedNe32             // low 32 bits of arg & mask != value
+	opEq32                   // low 32 bits of arg == value
 )
 
 type scCond struct {
@@ -233,6 +250,14 @@ func seccompPolicy(caps []string) (map[uint32]*scHandler, error) {
 				h.rules[i].conds = append(slices.Clone(h.rules[i].conds), cs...)
 			}
 		}
+	}
+	// The reflink ioctls pass before the restriction of btrfs's type.
+	if h := hs[unix.SYS_IOCTL]; h != nil && slices.ContainsFunc(h.rules, func(r scRule) bool { return r.ret == retAllow }) {
+		var first []scRule
+		for _, req := range allowedBtrfsIoctls {
+			first = append(first, scRule{conds: []scCond{{arg: 1, op: opEq32, value: req}}, ret: retAllow})
+		}
+		h.rules = append(first, h.rules...)
 	}
 	for _, d := range deniedSyscalls {
 		hs[uint32(d.nr)] = &scHandler{fallback: retEPERM}
@@ -428,6 +453,10 @@ func condCode(c scCond, fail int) ([]unix.SockFilter, error) {
 		}, nil
 	case opNe32:
 		return []unix.SockFilter{stmt(ldAbs, lo), jump(jeqK, uint32(c.value), f, 0)}, nil
+	case opMaskedNe32:
+		return []unix.SockFilter{stmt(ldAbs, lo), stmt(andK, uint32(c.mask)), jump(jeqK, uint32(c.value), f, 0)}, nil
+	case opEq32:
+		return []unix.SockFilter{stmt(ldAbs, lo), jump(jeqK, uint32(c.value), 0, f)}, nil
 	}
 	return nil, fmt.Errorf("unknown comparison %d", c.op)
 }

@@ -133,6 +133,16 @@ func TestSeccompProgramDecisions(t *testing.T) {
 		check("ioctl TIOCSTI with high bits", dec("ioctl", 0, unix.TIOCSTI|1<<32), retEPERM)
 		check("ioctl TIOCLINUX", dec("ioctl", 0, unix.TIOCLINUX), retEPERM)
 		check("ioctl TIOCLINUX with high bits", dec("ioctl", 0, unix.TIOCLINUX|0xffffffff00000000), retEPERM)
+		// btrfs's ioctls (a subvolume of the box's own would escape the
+		// session's quota group), but not the generic reflink ones.
+		for name, req := range map[string]uint64{"BTRFS_IOC_SUBVOL_CREATE": 0x5000940e, "BTRFS_IOC_SUBVOL_CREATE_V2": 0x50009418,
+			"BTRFS_IOC_SNAP_CREATE_V2": 0x50009417, "BTRFS_IOC_SNAP_DESTROY": 0x5000940f, "BTRFS_IOC_QGROUP_LIMIT": 0x8030942b,
+			"BTRFS_IOC_QUOTA_CTL": 0xc0109428, "BTRFS_IOC_TREE_SEARCH": 0xd0009411, "a btrfs ioctl with high bits": 0x5000940e | 1<<32} {
+			check("ioctl "+name, dec("ioctl", 3, req), retEPERM)
+		}
+		for _, req := range []uint64{unix.FICLONE, unix.FICLONERANGE, unix.FIDEDUPERANGE, unix.FS_IOC_GETFLAGS} {
+			check(fmt.Sprintf("ioctl %#x", req), dec("ioctl", 3, req), retAllow)
+		}
 		for _, af := range []uint64{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK, unix.AF_PACKET} {
 			check(fmt.Sprintf("socket %d", af), dec("socket", af, unix.SOCK_STREAM), retAllow)
 		}
@@ -185,6 +195,11 @@ func TestSeccompOpsCompile(t *testing.T) {
 		{scCond{op: opMaskedEq, mask: 1<<40 | 1, value: 1 << 40}, 2, false},
 		{scCond{op: opNe32, value: 7}, 7 | 1<<32, false},
 		{scCond{op: opNe32, value: 7}, 8, true},
+		{scCond{op: opMaskedNe32, mask: 0xff00, value: 0x9400}, 0x5000940e, false},
+		{scCond{op: opMaskedNe32, mask: 0xff00, value: 0x9400}, 0x5000940e | 1<<40, false},
+		{scCond{op: opMaskedNe32, mask: 0xff00, value: 0x9400}, 0x5401, true},
+		{scCond{op: opEq32, value: 9}, 9 | 1<<32, true},
+		{scCond{op: opEq32, value: 9}, 10, false},
 	} {
 		for _, arg := range []uint32{0, 3, 5} {
 			tc.c.arg = arg
