@@ -706,6 +706,11 @@ func (bx *Box) read() {
 		}
 		switch kind {
 		case boxinit.MsgStarted:
+			if len(f) == 3 && f[2] == boxinit.BySpawner {
+				bx.mu.Lock()
+				p.bySpawner = true
+				bx.mu.Unlock()
+			}
 		case boxinit.MsgFailed:
 			if len(f) == 2 {
 				p.boxEnded(boxExit{failed: f[1]})
@@ -1119,7 +1124,7 @@ func readStatus(f *os.File) (pid int, msg string, ready bool) {
 		return 0, err.Error(), false
 	}
 	buf := make([]byte, 4096)
-	oob := make([]byte, syscall.CmsgSpace(syscall.SizeofUcred))
+	oob := make([]byte, syscall.CmsgSpace(syscall.SizeofUcred)+syscall.CmsgSpace(4))
 	var out []byte
 	for len(out) < 64<<10 {
 		var n, oobn int
@@ -1128,7 +1133,7 @@ func readStatus(f *os.File) (pid int, msg string, ready bool) {
 		// or closes its end.
 		if err := rc.Read(func(fd uintptr) bool {
 			for {
-				n, oobn, _, _, rerr = syscall.Recvmsg(int(fd), buf, oob, syscall.MSG_DONTWAIT)
+				n, oobn, _, _, rerr = syscall.Recvmsg(int(fd), buf, oob, syscall.MSG_DONTWAIT|syscall.MSG_CMSG_CLOEXEC)
 				if rerr != syscall.EINTR {
 					return rerr != syscall.EAGAIN
 				}
@@ -1136,14 +1141,8 @@ func readStatus(f *os.File) (pid int, msg string, ready bool) {
 		}); err != nil || rerr != nil || n == 0 {
 			break
 		}
-		if pid == 0 && oobn > 0 {
-			if msgs, err := syscall.ParseSocketControlMessage(oob[:oobn]); err == nil {
-				for _, m := range msgs {
-					if c, err := syscall.ParseUnixCredentials(&m); err == nil {
-						pid = int(c.Pid)
-					}
-				}
-			}
+		if p := statusPid(oob[:oobn]); pid == 0 {
+			pid = p
 		}
 		if len(out) == 0 && buf[0] == boxinit.ReadyByte {
 			return pid, "", true
@@ -1151,6 +1150,51 @@ func readStatus(f *os.File) (pid int, msg string, ready bool) {
 		out = append(out, buf[:n]...)
 	}
 	return pid, string(out), false
+}
+
+// statusPid is the host pid a status message names: the pidfd that came
+// with it (the box init's answer for a program its spawner started), else
+// its writer's credentials (the init child, about to exec the program).
+// Descriptors that came with it are closed.
+func statusPid(oob []byte) int {
+	if len(oob) == 0 {
+		return 0
+	}
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return 0
+	}
+	byFD, byCred := 0, 0
+	for _, m := range msgs {
+		if fds, err := syscall.ParseUnixRights(&m); err == nil {
+			for _, fd := range fds {
+				if byFD == 0 {
+					byFD = pidfdPid(fd)
+				}
+				syscall.Close(fd)
+			}
+		} else if c, err := syscall.ParseUnixCredentials(&m); err == nil {
+			byCred = int(c.Pid)
+		}
+	}
+	return cmp.Or(byFD, byCred)
+}
+
+// pidfdPid is the pid, in the server's namespace, of the process pidfd
+// refers to (its fdinfo's Pid line); 0 if fd is no pidfd of a live or
+// unreaped process.
+func pidfdPid(fd int) int {
+	b, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(fd))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "Pid:"); ok {
+			pid, _ := strconv.Atoi(strings.TrimSpace(v))
+			return max(pid, 0)
+		}
+	}
+	return 0
 }
 
 // waitBox is Wait for a process spawned in a session box.
