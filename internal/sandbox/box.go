@@ -28,11 +28,13 @@ import (
 // lifetime. Its first process is the box init (boxinit.BoxArg), pid 1 of
 // the box's pid namespace; every process of the session (the resident
 // shell, the PTY's shell, the Python worker, one-shot runs) is spawned by
-// it on the server's request over a private socket, each through the init
+// it on the server's request over a private socket, through the init
 // child, which applies rlimits, the uid switch, no_new_privs, Landlock and
-// seccomp per process as in a box of its own. The namespaces (user, pid,
-// mount, ipc, uts, network), the mounts and the cgroup are the box's, made
-// once: a spawn costs a fork and two execs instead of a new box.
+// seccomp per process as in a box of its own, or through the box's spawner
+// for that policy, which applied them to itself once (boxinit.SpawnerArg).
+// The namespaces (user, pid, mount, ipc, uts, network), the mounts and the
+// cgroup are the box's, made once: a spawn costs a fork and one exec
+// (two through an init child) instead of a new box.
 //
 // Spec.Session names the box a run goes to (ForSession sets it for a
 // session's code). A spec that the box cannot hold — another uid, network

@@ -13,8 +13,10 @@ import (
 // the init (pid 1) of a session box: bubblewrap builds the box once for
 // the session's lifetime and execs this as its first and only process.
 // It holds no user code and applies no layer to itself; it spawns every
-// process of the session on the server's request, each through the init
-// child (Arg), which applies the layers and execs the program:
+// process of the session on the server's request, through the init child
+// (Arg), which applies the layers and execs the program, or, for a policy
+// it has started one for, through the box's spawner (SpawnerArg), which
+// applied them to itself and fork+execs the program:
 //
 //	quro __quro_box CTL_FD
 //
