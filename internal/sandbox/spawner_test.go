@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -161,4 +162,44 @@ echo DONE`
 		t.Fatalf("after the attack the box's runs do not start from the same spawner (by spawner: %v): %q, was %q", by, next.String(), first)
 	}
 	e.stillAnswers(t)
+}
+
+// TestSpawnerStartErrors: a program the spawner cannot start fails to
+// start as it does through an init child (the reason on the status
+// socket: "not found"), and the spawner starts the next program.
+func TestSpawnerStartErrors(t *testing.T) {
+	sb := newBoxSandbox(t)
+	dir := t.TempDir()
+	start := func(args ...string) (string, bool, error) {
+		var out bytes.Buffer
+		spec := boxSpec("spawner-err", dir, &out, "")
+		spec.Args = args
+		p, err := sb.Start(testCtx(t), spec)
+		if err != nil {
+			return "", false, err
+		}
+		p.Wait()
+		p.bx.mu.Lock()
+		defer p.bx.mu.Unlock()
+		return out.String(), p.bySpawner, nil
+	}
+	if _, by, err := start("true"); err != nil || by {
+		t.Fatalf("the box's first run: %v (by the spawner: %v)", err, by)
+	}
+	if _, by, err := start("true"); err != nil || !by {
+		t.Fatalf("the box's second run: %v (by the spawner: %v)", err, by)
+	}
+	for _, prog := range []string{"no-such-program-quro", "./not-executable"} {
+		if err := os.WriteFile(filepath.Join(dir, "not-executable"), []byte("echo no\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := start(prog)
+		var se *StartError
+		if !errors.As(err, &se) || se.from != FailInit || !strings.Contains(err.Error(), prog) {
+			t.Errorf("%s through the spawner: %v, want the init child's start error", prog, err)
+		}
+		if out, by, err := start("echo", "still"); err != nil || !by || out != "still\n" {
+			t.Fatalf("after a failed start: %q %v (by the spawner: %v)", out, err, by)
+		}
+	}
 }
