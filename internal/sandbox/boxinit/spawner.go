@@ -254,7 +254,15 @@ func (b *boxInit) viaSpawner(sp *spawner, id string, req []byte, fds []int, stat
 		b.spawnerFailed(id, fds, status, pidfd, f[0])
 		return true
 	}
-	// An answer the spawner does not give: let it go, start nothing.
+	// An answer the spawner does not give (a pid without its pidfd: the
+	// server could not learn the host pid): let it go, and end a program
+	// it names (the init's child, not reaped while this answer was
+	// pending).
+	if kind == spawnedOK && len(f) == 2 {
+		if pid, perr := strconv.Atoi(f[0]); perr == nil && pid > 1 {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 	b.dropSpawner(sp)
 	done()
 	b.mu.Unlock()
