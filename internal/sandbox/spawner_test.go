@@ -156,8 +156,9 @@ echo DONE`
 	p.bx.mu.Lock()
 	by := p.bySpawner
 	p.bx.mu.Unlock()
-	first := out[strings.Index(out, "SPAWNER="):]
-	first = first[:strings.IndexByte(first, '\n')+1]
+	_, first, _ := strings.Cut(out, "SPAWNER=") // there: checked above
+	first, _, _ = strings.Cut(first, "\n")
+	first = "SPAWNER=" + first + "\n"
 	if !by || next.String() != first {
 		t.Fatalf("after the attack the box's runs do not start from the same spawner (by spawner: %v): %q, was %q", by, next.String(), first)
 	}
