@@ -204,3 +204,54 @@ func TestSpawnerStartErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestSpawnerLooksUpAsTheSession: the program is looked up in PATH as
+// the session's uid would (the init child looked after its uid switch): a
+// directory in PATH that the session cannot search is passed over for the
+// next, by the spawner as by the init child, though the spawner itself is
+// the box's root.
+func TestSpawnerLooksUpAsTheSession(t *testing.T) {
+	sb := newBoxSandbox(t)
+	dir := t.TempDir()
+	// ro/locked: the server's (root), mode 0700, shown read-only in the
+	// box; open: in the workspace, the session's.
+	ro := t.TempDir()
+	locked, open := filepath.Join(ro, "locked"), filepath.Join(dir, "open")
+	for _, d := range []string{locked, open} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "quro-which"), []byte("#!/bin/sh\necho "+filepath.Base(d)+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(ro, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(locked, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i := range 2 {
+		var out bytes.Buffer
+		spec := boxSpec("spawner-path", dir, &out, "")
+		spec.Args = []string{"quro-which"}
+		spec.ReadOnly = []string{ro}
+		spec.Env = map[string]string{"PATH": locked + ":" + open + ":/usr/bin:/bin"}
+		p, err := sb.Start(testCtx(t), spec)
+		if err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		p.Wait()
+		p.bx.mu.Lock()
+		by := p.bySpawner
+		p.bx.mu.Unlock()
+		if by != (i == 1) {
+			t.Fatalf("run %d went by the spawner: %v", i, by)
+		}
+		got = append(got, out.String())
+	}
+	if got[0] != "open\n" || got[1] != got[0] {
+		t.Errorf("the init child ran %q, the spawner %q; want open both times", got[0], got[1])
+	}
+}

@@ -1,6 +1,7 @@
 package boxinit
 
 import (
+	"errors"
 	"runtime"
 	"strconv"
 	"syscall"
@@ -387,6 +388,14 @@ func restrictSpawner(limits string, pol *Policy) error {
 	if err := applyLimits(limits); err != nil {
 		return err
 	}
+	if pol.UID > 0 {
+		// No supplementary group for the lookups (lookPathAs), as the
+		// init child had none after its switch (this thread's: each
+		// child sets its own, none, again).
+		if _, _, errno := syscall.RawSyscall(syscall.SYS_SETGROUPS, 0, 0, 0); errno != 0 {
+			return errors.New("setgroups: " + errno.Error())
+		}
+	}
 	if err := noNewPrivs(); err != nil {
 		return err
 	}
@@ -427,7 +436,7 @@ func spawnOne(dir string, tty bool, prog []string, pol *Policy, status int, fds 
 	if err := syscall.Chdir(dir); err != nil {
 		return 0, -1, "chdir " + dir + ": " + err.Error()
 	}
-	path, err := LookPath(prog[0], lookupEnv(env, "PATH"))
+	path, err := lookPathAs(pol.UID, prog[0], lookupEnv(env, "PATH"))
 	if err != nil {
 		return 0, -1, err.Error()
 	}
@@ -453,6 +462,36 @@ func spawnOne(dir string, tty bool, prog []string, pol *Policy, status int, fds 
 		return 0, -1, "pidfd_open: " + errno.Error()
 	}
 	return pid, int(r), ""
+}
+
+// lookPathAs is LookPath as uid looks (the init child looked after its
+// uid switch): for the lookup this thread's effective (and so filesystem)
+// uid and gid are uid's, with no capability in effect, then the box
+// root's again (its saved ids; the permitted capabilities come back into
+// effect). Only this thread's: it is the one that forks. A spawner that
+// could not come back exits: it must not fork as anyone else.
+func lookPathAs(uid int, file, path string) (string, error) {
+	if uid <= 0 {
+		return LookPath(file, path)
+	}
+	const keep = ^uintptr(0) // -1: unchanged
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_SETRESGID, keep, uintptr(uid), keep); errno != 0 {
+		return "", errors.New("setresgid " + strconv.Itoa(uid) + ": " + errno.Error())
+	}
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_SETRESUID, keep, uintptr(uid), keep); errno != 0 {
+		if _, _, errno := syscall.RawSyscall(syscall.SYS_SETRESGID, keep, 0, keep); errno != 0 {
+			syscall.Exit(127)
+		}
+		return "", errors.New("setresuid " + strconv.Itoa(uid) + ": " + errno.Error())
+	}
+	p, err := LookPath(file, path)
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_SETRESUID, keep, 0, keep); errno != 0 {
+		syscall.Exit(127)
+	}
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_SETRESGID, keep, 0, keep); errno != 0 {
+		syscall.Exit(127)
+	}
+	return p, err
 }
 
 // cpuUsed is the spawner's own CPU time in microseconds.
