@@ -655,10 +655,10 @@ func destroy(ctx context.Context, b *bed, r *results) error {
 }
 
 // 5. The memory of idle sessions.
-// zygoteWait outlasts a box's unused zygote (boxinit.zygoteIdle, 30 s)
+// spawnerWait outlasts a box's unused spawner (boxinit.spawnerIdle, 30 s)
 // and a prestarted worker that ran nothing (python.DefaultUnusedTimeout,
 // 30 s from its start, which may come a few seconds after the session's).
-const zygoteWait = 40 * time.Second
+const spawnerWait = 40 * time.Second
 
 func idle(ctx context.Context, b *bed, r *results) error {
 	n := *nIdle
@@ -693,10 +693,11 @@ func idle(ctx context.Context, b *bed, r *results) error {
 		_ = destroyAll(ctx, b, ids, *clients) // best effort: err is the one to report
 		return err
 	}
-	// Idle means idle: a box keeps a zygote (a started init child) for
-	// 30 s after its last spawn; wait until they are let go.
-	fmt.Fprintf(os.Stderr, "5: waiting %s for the boxes' zygotes to be let go ...\n", zygoteWait)
-	time.Sleep(zygoteWait)
+	// Idle means idle: a box keeps a spawner (a restricted init child that
+	// forks its programs) for 30 s after its last spawn; wait until they
+	// are let go.
+	fmt.Fprintf(os.Stderr, "5: waiting %s for the boxes' spawners to be let go ...\n", spawnerWait)
+	time.Sleep(spawnerWait)
 	ir.AvailAfter = procs.MemAvailable()
 	if ir.PSS, err = measurePSS(); err != nil {
 		return err

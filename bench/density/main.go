@@ -20,7 +20,7 @@
 //  3. a burst of -burst concurrent create_session (all released at once):
 //     total time, creates/s, p50 and p95; then destroyed;
 //  4. the PSS baseline with no session of the bench's (the server and every
-//     process below it, once the boxes' unused zygotes are let go);
+//     process below it, once the boxes' unused spawners are let go);
 //  5. N/2 idle sessions made (created, nothing run), then the samples of 1;
 //     N idle sessions, the samples of 1 again, and the probe of 2 again;
 //  6. the PSS of the N idle sessions, then of the same once each has run
@@ -68,7 +68,7 @@ var (
 	nOne      = flag.Int("oneshot", 300, "one-shot runs per path (run_code sh true, bwrap alone, terminal_exec true), at 0 and at n")
 	blocks    = flag.Int("blocks", 10, "the one-shot paths alternate in this many blocks")
 	clients   = flag.Int("clients", 4, "concurrent REST clients making (and using) the n sessions")
-	settle    = flag.Duration("settle", 32*time.Second, "wait before each PSS measurement: a box's unused zygote is let go after 30 s")
+	settle    = flag.Duration("settle", 32*time.Second, "wait before each PSS measurement: a box's unused spawner is let go after 30 s")
 	fresh     = flag.Int("fresh", 3, "fresh data directories timed to their first result (0: skip)")
 	jupyter   = flag.String("jupyter-python", "/usr/bin/python3", "a python3 with ipykernel and jupyter_client for the cold start beside (skipped when it lacks them; empty: skip)")
 	install   = flag.String("install", os.TempDir()+"/quro-test-python", "where the embedded interpreter is extracted for the main App (shared with the tests)")

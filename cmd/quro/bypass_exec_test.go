@@ -41,7 +41,7 @@ var processStarters = map[string]string{
 	"internal/sandbox/launch.go": "starts bwrap (or, without the box, the init child) for a one-shot run's box or a session's box",
 	"internal/sandbox/probe.go":  "starts the box's init to probe the isolation layers",
 	// Inside the box.
-	"internal/sandbox/boxinit/": "the box's init and zygote: they run inside the box and fork the user's program there",
+	"internal/sandbox/boxinit/": "the box's init and spawners: they run inside the box and fork the user's program there",
 	// Code that is never part of the server (checked below: no non-test
 	// code outside them imports them).
 	"internal/rootfs/rootfstest/": "a test helper package (cp -a of the shared test rootfs); only tests import it",

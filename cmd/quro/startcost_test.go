@@ -10,7 +10,7 @@ import (
 )
 
 // TestStartAllocatesLittleInInit: every quro process that gets past the
-// early hooks (the box's init, zygote, init child and file helper leave
+// early hooks (the box's init, spawners, init child and file helper leave
 // before: boxinit's footprint_test) runs the whole binary's package
 // initialisation before its main — the server, each CLI command, and in a
 // box the esbuild child of each TS/JS transform and the pip, apt-get and

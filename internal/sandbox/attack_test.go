@@ -69,14 +69,24 @@ func newAttackEnv(t *testing.T) *attackEnv {
 
 // attack runs script in the attacker's session and returns its output
 // (stdout and stderr together) and exit.
+//
+// The attack runs as the box's second run of its spec: the first (true)
+// goes through an init child and starts the box's spawner for the spec's
+// policy, so that the attack is made from a program the spawner started
+// (the way every later run of a session starts).
 func (e *attackEnv) attack(t *testing.T, ctx context.Context, script string, mod func(*Spec)) (string, Exit) {
 	t.Helper()
-	out, errOut, exit := run(t, e.sb, ctx, script, func(s *Spec) {
+	spec := func(s *Spec) {
 		s.Dir = e.mine
 		if mod != nil {
 			mod(s)
 		}
-	})
+	}
+	warm := &Spec{Session: "test-" + t.Name()}
+	spec(warm)
+	warm.Args, warm.Stdin, warm.Stdout, warm.Stderr, warm.TTY = []string{"true"}, nil, nil, nil, false
+	_, _ = e.sb.Run(ctx, warm) // a spec the box refuses is the attack's to find
+	out, errOut, exit := run(t, e.sb, ctx, script, spec)
 	return out + errOut, exit
 }
 

@@ -29,11 +29,13 @@ import (
 // lifetime. Its first process is the box init (boxinit.BoxArg), pid 1 of
 // the box's pid namespace; every process of the session (the resident
 // shell, the PTY's shell, the Python worker, one-shot runs) is spawned by
-// it on the server's request over a private socket, each through the init
+// it on the server's request over a private socket, through the init
 // child, which applies rlimits, the uid switch, no_new_privs, Landlock and
-// seccomp per process as in a box of its own. The namespaces (user, pid,
-// mount, ipc, uts, network), the mounts and the cgroup are the box's, made
-// once: a spawn costs a fork and two execs instead of a new box.
+// seccomp per process as in a box of its own, or through the box's spawner
+// for that policy, which applied them to itself once (boxinit.SpawnerArg).
+// The namespaces (user, pid, mount, ipc, uts, network), the mounts and the
+// cgroup are the box's, made once: a spawn costs a fork and one exec
+// (two through an init child) instead of a new box.
 //
 // Spec.Session names the box a run goes to (ForSession sets it for a
 // session's code). A spec that the box cannot hold — another uid, network
@@ -707,6 +709,11 @@ func (bx *Box) read() {
 		}
 		switch kind {
 		case boxinit.MsgStarted:
+			if len(f) == 3 && f[2] == boxinit.BySpawner {
+				bx.mu.Lock()
+				p.bySpawner = true
+				bx.mu.Unlock()
+			}
 		case boxinit.MsgFailed:
 			if len(f) == 2 {
 				p.boxEnded(boxExit{failed: f[1]})
@@ -1174,7 +1181,7 @@ func readStatus(ctx context.Context, f *os.File) (pid int, msg string, ready boo
 	stop := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
 	buf := make([]byte, 4096)
-	oob := make([]byte, syscall.CmsgSpace(syscall.SizeofUcred))
+	oob := make([]byte, syscall.CmsgSpace(syscall.SizeofUcred)+syscall.CmsgSpace(4))
 	var out []byte
 	for len(out) < 64<<10 {
 		var n, oobn int
@@ -1183,7 +1190,7 @@ func readStatus(ctx context.Context, f *os.File) (pid int, msg string, ready boo
 		// or closes its end.
 		if err := rc.Read(func(fd uintptr) bool {
 			for {
-				n, oobn, _, _, rerr = syscall.Recvmsg(int(fd), buf, oob, syscall.MSG_DONTWAIT)
+				n, oobn, _, _, rerr = syscall.Recvmsg(int(fd), buf, oob, syscall.MSG_DONTWAIT|syscall.MSG_CMSG_CLOEXEC)
 				if rerr != syscall.EINTR {
 					return rerr != syscall.EAGAIN
 				}
@@ -1191,14 +1198,8 @@ func readStatus(ctx context.Context, f *os.File) (pid int, msg string, ready boo
 		}); err != nil || rerr != nil || n == 0 {
 			break
 		}
-		if pid == 0 && oobn > 0 {
-			if msgs, err := syscall.ParseSocketControlMessage(oob[:oobn]); err == nil {
-				for _, m := range msgs {
-					if c, err := syscall.ParseUnixCredentials(&m); err == nil {
-						pid = int(c.Pid)
-					}
-				}
-			}
+		if p := statusPid(oob[:oobn]); pid == 0 {
+			pid = p
 		}
 		if len(out) == 0 && buf[0] == boxinit.ReadyByte {
 			return pid, "", true
@@ -1206,6 +1207,51 @@ func readStatus(ctx context.Context, f *os.File) (pid int, msg string, ready boo
 		out = append(out, buf[:n]...)
 	}
 	return pid, string(out), false
+}
+
+// statusPid is the host pid a status message names: the pidfd that came
+// with it (the box init's answer for a program its spawner started), else
+// its writer's credentials (the init child, about to exec the program).
+// Descriptors that came with it are closed.
+func statusPid(oob []byte) int {
+	if len(oob) == 0 {
+		return 0
+	}
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return 0
+	}
+	byFD, byCred := 0, 0
+	for _, m := range msgs {
+		if fds, err := syscall.ParseUnixRights(&m); err == nil {
+			for _, fd := range fds {
+				if byFD == 0 {
+					byFD = pidfdPid(fd)
+				}
+				syscall.Close(fd)
+			}
+		} else if c, err := syscall.ParseUnixCredentials(&m); err == nil {
+			byCred = int(c.Pid)
+		}
+	}
+	return cmp.Or(byFD, byCred)
+}
+
+// pidfdPid is the pid, in the server's namespace, of the process pidfd
+// refers to (its fdinfo's Pid line); 0 if fd is no pidfd of a live or
+// unreaped process.
+func pidfdPid(fd int) int {
+	b, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(fd))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "Pid:"); ok {
+			pid, _ := strconv.Atoi(strings.TrimSpace(v))
+			return max(pid, 0)
+		}
+	}
+	return 0
 }
 
 // waitBox is Wait for a process spawned in a session box.

@@ -317,8 +317,8 @@ func TestInterruptThenKill(t *testing.T) {
 //	go test -run '^$' -bench BenchmarkSpawn -benchtime 200x ./internal/sandbox/
 //
 // QURO_BENCH_GAP=50ms waits that long (untimed) between runs, as an agent
-// does between calls; back to back, each run also pays for starting the
-// next run's zygote.
+// does between calls (the box's spawner, made after the warm-up run, serves
+// every timed run either way).
 func BenchmarkSpawn(b *testing.B) {
 	spawnGap, _ := time.ParseDuration(os.Getenv("QURO_BENCH_GAP"))
 	sb, err := New(&Options{SessionBoxes: true})
@@ -353,8 +353,7 @@ func BenchmarkSpawn(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				if spawnGap > 0 {
-					// An agent thinks between runs: the box's zygote is
-					// ready by then. Not timed.
+					// An agent thinks between runs. Not timed.
 					b.StopTimer()
 					time.Sleep(spawnGap)
 					b.StartTimer()

@@ -93,10 +93,11 @@ func (s *Sandbox) sessionLaunch(pl *plan, shape boxShape, ctl *os.File, ns *Netn
 	b.binds = shape.binds
 	b.asPID1 = true
 	b.ownNetns = ns != nil
-	// The box init, its zygotes and init children are Go programs that
+	// The box init, its spawners and init children are Go programs that
 	// mostly wait: one P each is all they use (fewer threads against the
 	// session's pids budget, less memory per box). The user program never
-	// sees it: it gets its own environment from the init child.
+	// sees it: it gets its own environment from the init child (or the
+	// spawner, through execve).
 	l := &launch{box: b, bwrap: s.layers.bwrap, self: s.self, fds: &fdList{},
 		env: append(slices.Clone(HelperEnv), "GOMAXPROCS=1"), hold: true, uid: pl.uid, netns: ns,
 		mounts: s.mounts, mountDir: spec.Dir}

@@ -588,6 +588,10 @@ type Process struct {
 	unwatch   func() bool   // stops the ctx watch (context.AfterFunc); set and taken under bx.mu
 	boxExit   boxExit
 	oomBefore oomCounts // the cgroups' OOM counters when it started (cg's or bx's)
+	// bySpawner: the box init said its spawner started it (forked from
+	// the restricted spawner rather than through an init child); set
+	// under bx.mu when the box init's Started arrives.
+	bySpawner bool
 }
 
 // Env builds the environment a spec's process sees.

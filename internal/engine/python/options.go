@@ -15,7 +15,7 @@ const DefaultIdleTimeout = 15 * time.Minute
 
 // DefaultUnusedTimeout is how long a worker that has run nothing is kept
 // (EmbeddedOptions.UnusedTimeout), as long as a box keeps an unused
-// zygote.
+// spawner.
 const DefaultUnusedTimeout = 30 * time.Second
 
 // EmbeddedOptions tune the embedded-CPython engine. Zero fields take the

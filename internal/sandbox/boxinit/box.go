@@ -13,8 +13,10 @@ import (
 // the init (pid 1) of a session box: bubblewrap builds the box once for
 // the session's lifetime and execs this as its first and only process.
 // It holds no user code and applies no layer to itself; it spawns every
-// process of the session on the server's request, each through the init
-// child (Arg), which applies the layers and execs the program:
+// process of the session on the server's request, through the init child
+// (Arg), which applies the layers and execs the program, or, for a policy
+// it has started one for, through the box's spawner (SpawnerArg), which
+// applied them to itself and fork+execs the program:
 //
 //	quro __quro_box CTL_FD
 //
@@ -24,7 +26,8 @@ import (
 //	server → box:  MsgSpawn id dir tty argv...   (SCM_RIGHTS: the child's fds 0..n-1)
 //	               MsgSignal id signal group
 //	               MsgSync token
-//	box → server:  MsgStarted id pid             (pid in the box's namespace)
+//	box → server:  MsgStarted id pid [how]       (pid in the box's namespace; how:
+//	                                              BySpawner when the spawner started it)
 //	               MsgFailed id reason
 //	               MsgExited id wait-status
 //	               MsgSynced token               (every message before MsgSync is handled:
@@ -99,15 +102,24 @@ const (
 )
 
 type boxInit struct {
-	ctl       int
-	self      string // the quro binary in the box (for zygotes)
-	zyg       *zygote
+	ctl  int
+	self string // the quro binary in the box (for spawners)
+	// spawners by policy (see spawnPlan); unfit: policies a spawner
+	// could not apply to itself (their spawns go the init child's way).
+	spawners  map[string]*spawner
+	unfit     map[string]bool
 	lastSpawn uint64
-	mu        sync.Mutex
-	byID      map[string]int // id → pid of a spawned process not yet reaped
-	ids       map[int]string // pid → id
-	kick      chan struct{}  // a process was spawned: the reaper may have children again
-	send      sync.Mutex
+	// pending counts spawns a spawner is starting: until its answer, the
+	// reaper leaves a child it does not know alone (it may be that
+	// spawn's program, whose pid is not yet recorded); pendingDone is
+	// signalled as each ends.
+	pending     int
+	pendingDone *sync.Cond
+	mu          sync.Mutex
+	byID        map[string]int // id → pid of a spawned process not yet reaped
+	ids         map[int]string // pid → id
+	kick        chan struct{}  // a process was spawned: the reaper may have children again
+	send        sync.Mutex
 }
 
 func boxMain(args []string) int {
@@ -132,7 +144,7 @@ func boxMain(args []string) int {
 		os.Stderr.WriteString("quro box: prctl(PR_SET_DUMPABLE, 0): " + errno.Error() + "\n")
 		return 127
 	}
-	b := &boxInit{ctl: ctl, self: os.Args[0], byID: map[string]int{}, ids: map[int]string{}, kick: make(chan struct{}, 1)}
+	b := newBoxInit(ctl, os.Args[0])
 	go b.reap()
 	buf := make([]byte, MaxMsg)
 	oob := make([]byte, syscall.CmsgSpace(MaxMsgFDs*4))
@@ -180,9 +192,18 @@ func boxMain(args []string) int {
 	}
 }
 
+func newBoxInit(ctl int, self string) *boxInit {
+	b := &boxInit{ctl: ctl, self: self, spawners: map[string]*spawner{}, unfit: map[string]bool{},
+		byID: map[string]int{}, ids: map[int]string{}, kick: make(chan struct{}, 1)}
+	b.pendingDone = sync.NewCond(&b.mu)
+	return b
+}
+
 func closeAll(fds []int) {
 	for _, fd := range fds {
-		syscall.Close(fd)
+		if fd >= 0 {
+			syscall.Close(fd)
+		}
 	}
 }
 
@@ -194,9 +215,9 @@ func (b *boxInit) reply(kind byte, fields ...string) {
 	_ = syscall.Sendmsg(b.ctl, EncodeMsg(kind, fields...), nil, nil, 0)
 }
 
-// spawn: id, dir, tty, argv... The zygote takes it when there is one
-// (the request without its id); else the init child is forked and
-// exec'd here.
+// spawn: id, dir, tty, argv... The box's spawner for the spawn's policy
+// starts it when there is one; else the init child is forked and exec'd
+// here, and a spawner for that policy started after the answer.
 func (b *boxInit) spawn(msg []byte, f []string, fds []int) {
 	if len(f) < 4 {
 		closeAll(fds)
@@ -206,27 +227,37 @@ func (b *boxInit) spawn(msg []byte, f []string, fds []int) {
 		return
 	}
 	id, dir, tty, argv := f[0], f[1], f[2] == "1", f[3:]
-	b.mu.Lock()
-	// The request as the zygote reads it: the kind, then the fields after
-	// the id.
-	pid := b.handOff(append([]byte{MsgSpawn}, msg[2+len(id):]...), fds)
-	var err error
-	if pid == 0 {
-		files := make([]uintptr, len(fds))
-		for i, fd := range fds {
-			files[i] = uintptr(fd)
+	key, _, status, keyed := spawnPlan(argv, len(fds))
+	if keyed {
+		b.mu.Lock()
+		sp := b.spawners[key]
+		if sp != nil {
+			b.pending++
+			b.lastSpawn++
+			sp.used = b.lastSpawn // in use: not let go idle meanwhile
 		}
-		attr := &syscall.ProcAttr{Dir: dir, Env: syscall.Environ(), Files: files,
-			Sys: &syscall.SysProcAttr{Setsid: true, Setctty: tty && len(fds) > 0, Ctty: 0}}
-		pid, err = syscall.ForkExec(argv[0], argv, attr)
+		b.mu.Unlock()
+		// The request as the spawner reads it: the kind, then the fields
+		// after the id.
+		if sp != nil && b.viaSpawner(sp, id, append([]byte{MsgSpawn}, msg[2+len(id):]...), fds, status) {
+			return
+		}
 	}
+	files := make([]uintptr, len(fds))
+	for i, fd := range fds {
+		files[i] = uintptr(fd)
+	}
+	attr := &syscall.ProcAttr{Dir: dir, Env: syscall.Environ(), Files: files,
+		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: tty && len(fds) > 0, Ctty: 0}}
+	b.mu.Lock()
+	pid, err := syscall.ForkExec(argv[0], argv, attr)
 	if err == nil {
 		b.byID[id], b.ids[pid] = pid, id
 	}
 	b.mu.Unlock()
 	// The child has its descriptors: this process lets go of its copies
 	// at once, so that the server sees the end of the output when the
-	// program closes its ends, not when the next zygote is up.
+	// program closes its ends, not when the spawner is up.
 	closeAll(fds)
 	if err != nil {
 		b.reply(MsgFailed, id, "spawn "+argv[0]+": "+err.Error())
@@ -237,14 +268,13 @@ func (b *boxInit) spawn(msg []byte, f []string, fds []int) {
 	default:
 	}
 	b.reply(MsgStarted, id, strconv.Itoa(pid))
-	// The next spawn's zygote, after this one's answer, and without b.mu:
-	// its fork and exec take milliseconds (tens on a loaded machine),
-	// and the reaper, which reports the end of a short program, must not
-	// wait for them.
-	b.mu.Lock()
-	b.armZygoteIdle()
-	b.mu.Unlock()
-	b.startZygote()
+	// The spawner for the next spawns of this policy, after this one's
+	// answer, and without b.mu: its fork and exec take milliseconds (tens
+	// on a loaded machine), and the reaper, which reports the end of a
+	// short program, must not wait for them.
+	if keyed {
+		b.startSpawner(key)
+	}
 }
 
 // signal: id, signal, group ("1": the process's group).
@@ -295,10 +325,18 @@ func (b *boxInit) reap() {
 		}
 		pid := int(*(*int32)(unsafe.Pointer(&info[16])))
 		b.mu.Lock()
-		if b.zyg != nil && b.zyg.pid == pid {
-			// The zygote died unused.
-			syscall.Close(b.zyg.sock)
-			b.zyg = nil
+		// A child not known while a spawner is starting a program may be
+		// that program: wait for the spawner's answer (an orphan waits
+		// as long, a spawn's round trip).
+		for b.pending > 0 && b.ids[pid] == "" {
+			b.pendingDone.Wait()
+		}
+		for _, sp := range b.spawners {
+			if sp.pid == pid {
+				// The spawner ended (it retired or was killed).
+				b.dropSpawner(sp)
+				break
+			}
 		}
 		id, spawned := b.ids[pid]
 		if spawned {

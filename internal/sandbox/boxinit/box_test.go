@@ -24,7 +24,7 @@ func TestSpawnLetsGoOfDescriptorsBeforeStarted(t *testing.T) {
 	defer syscall.Close(ctl[1])
 	// No reaper (it would wait for every child of the test binary) and no
 	// zygote (self is empty): the spawn forks the program itself.
-	b := &boxInit{ctl: ctl[0], byID: map[string]int{}, ids: map[int]string{}, kick: make(chan struct{}, 1)}
+	b := newBoxInit(ctl[0], "")
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)

@@ -191,8 +191,8 @@ func init() {
 			os.Exit(0)
 		case BoxArg:
 			os.Exit(boxMain(os.Args[2:]))
-		case ZygoteArg:
-			os.Exit(zygoteMain(os.Args[2:]))
+		case SpawnerArg:
+			os.Exit(spawnerMain(os.Args[2:]))
 		}
 	}
 }
@@ -287,6 +287,7 @@ func initMain(args []string) int {
 // lacks. Calls added to Linux since 5.1 have one number on every
 // architecture; seccomp's is per architecture (sysSeccomp).
 const (
+	sysPidfdOpen           = 434
 	sysCloseRange          = 436
 	sysLandlockCreate      = 444
 	sysLandlockAddRule     = 445

@@ -1,0 +1,257 @@
+package sandbox
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// spawnerReport is what a process learns of its own restrictions: its
+// identity, capabilities, no_new_privs, seccomp, signal state, rlimits,
+// cgroup, session and group, parent, descriptors, directory, environment,
+// and whether Landlock lets it read a file that only Landlock keeps from
+// it (a read-only bind of a world-readable host directory, outside every
+// rule).
+const spawnerReport = `
+grep -E '^(Uid|Gid|Groups|NoNewPrivs|Seccomp|Seccomp_filters|CapInh|CapPrm|CapEff|CapBnd|CapAmb|SigIgn|SigBlk|Umask|NSpid)' /proc/$$/status | sed 's/^NSpid:.*/NSpid: (own)/'
+cat /proc/$$/limits
+cat /proc/$$/cgroup
+set -- $(sed 's/^.*) //' /proc/$$/stat)
+echo "ppid=$2 group-is-own=$([ "$3" = $$ ] && echo y) session-is-own=$([ "$4" = $$ ] && echo y) tty=$5"
+ls -l /proc/$$/fd | sed -n 's/.* \([0-9]*\) -> \([a-z/]*\).*/fd \1 \2/p' 
+pwd
+env | sort
+test -r /quro-probe/f && echo "/quro-probe/f is there, readable for its mode bits"
+cat /quro-probe/f 2>/dev/null || echo "landlock: /quro-probe/f denied"
+touch /quro-probe/new 2>/dev/null && echo "wrote the read-only bind"
+echo END
+`
+
+// TestSpawnerIsAsRestrictedAsTheInitChild: a program the box's spawner
+// starts (fork+exec of a process that applied the policy to itself once)
+// is exactly as restricted as one an init child starts (the policy applied
+// to it, then exec): the first spawn of a session box goes the init
+// child's way, the second through the spawner started after it; their
+// reports of themselves are the same, and hold what the policy says.
+func TestSpawnerIsAsRestrictedAsTheInitChild(t *testing.T) {
+	sb := newSandbox(t)
+	if err := sb.layers.check(IsolationFull); err != nil {
+		t.Fatalf("the test needs every layer (make test-deps installs bubblewrap): %v", err)
+	}
+	dir := t.TempDir()
+	probe := t.TempDir()
+	if err := os.WriteFile(filepath.Join(probe, "f"), []byte("readable by anyone\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(probe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	report := func() (string, bool) {
+		var out bytes.Buffer
+		p, err := sb.Start(testCtx(t), &Spec{Args: []string{"sh", "-c", spawnerReport}, Dir: dir, Session: "spawner-eq",
+			UID: 2_700_000, Stdout: &out, Stderr: &out, Binds: []Bind{{Src: probe, Dst: "/quro-probe"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if exit := p.Wait(); exit.Code != 0 {
+			t.Fatalf("the report: %+v\n%s", exit, out.String())
+		}
+		if p.bx == nil {
+			t.Fatal("the run did not go to the session box")
+		}
+		p.bx.mu.Lock()
+		defer p.bx.mu.Unlock()
+		return out.String(), p.bySpawner
+	}
+	byInit, by := report()
+	if by {
+		t.Fatal("the first spawn of a box went through a spawner: there is none yet")
+	}
+	bySpawner, by := report()
+	if !by {
+		t.Fatal("the second spawn of the same policy did not go through the box's spawner")
+	}
+	if byInit != bySpawner {
+		t.Errorf("a program the spawner started differs from one an init child started:\n--- init child\n%s--- spawner\n%s", byInit, bySpawner)
+	}
+	for _, want := range []string{
+		"Uid:\t1000\t1000\t1000\t1000\n", "Gid:\t1000\t1000\t1000\t1000\n", "Groups:\t \n",
+		"NoNewPrivs:\t1\n", "Seccomp:\t2\n", "Seccomp_filters:\t1\n",
+		"CapPrm:\t0000000000000000\n", "CapEff:\t0000000000000000\n", "CapAmb:\t0000000000000000\n",
+		"ppid=1 group-is-own=y session-is-own=y tty=0\n",
+		"fd 0 /dev/null\nfd 1 pipe\nfd 2 pipe\n/",
+		"/quro-probe/f is there, readable for its mode bits\nlandlock: /quro-probe/f denied\n",
+	} {
+		if !strings.Contains(bySpawner, want) {
+			t.Errorf("the spawner's program lacks %q:\n%s", want, bySpawner)
+		}
+	}
+	if strings.Contains(bySpawner, "wrote the read-only bind") {
+		t.Errorf("the spawner's program wrote a read-only bind")
+	}
+}
+
+// TestAttackSessionBoxSpawner: a program the spawner started goes for the
+// spawner itself — signals, ptrace, its /proc files, its descriptors
+// (pidfd_getfd), its memory — and reaches none of it: the spawner is the
+// box's root, another uid, and not dumpable. It still starts the box's
+// next program after the attack.
+func TestAttackSessionBoxSpawner(t *testing.T) {
+	e := newAttackEnv(t)
+	ctx := testCtx(t)
+	// (Anchored: the script's own command line names the spawner too.)
+	const find = `sp=$(for p in /proc/[0-9]*; do case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in /*/quro\ __quro_spawner\ [0-9]*) echo ${p#/proc/};; esac; done | head -1)
+[ -n "$sp" ] && echo "SPAWNER=$sp"
+`
+	script := find + `
+for s in KILL TERM STOP INT; do kill -$s $sp 2>/dev/null && echo "SIGNALLED-$s"; done
+cat /proc/$sp/environ >/dev/null 2>&1 && echo READ-ENVIRON
+ls /proc/$sp/fd >/dev/null 2>&1 && echo LISTED-FDS
+cat /proc/$sp/maps >/dev/null 2>&1 && echo READ-MAPS
+readlink /proc/$sp/exe >/dev/null 2>&1 && echo READ-EXE
+SP=$sp python3 - <<'PY'
+` + pyErrno + `
+import os
+sp = int(os.environ["SP"])
+PTRACE_ATTACH, PTRACE_SEIZE = 16, 0x4206
+for req in (PTRACE_ATTACH, PTRACE_SEIZE):
+    if libc.ptrace(req, sp, 0, 0) == 0:
+        print("PTRACED", req)
+fd = libc.syscall(434, sp, 0)
+if fd >= 0:
+    for n in range(0, 64):
+        if libc.syscall(438, fd, n, 0) >= 0:
+            print("STOLE-FD", n)
+try:
+    open("/proc/%d/mem" % sp, "r+b")
+    print("OPENED-MEM")
+except OSError:
+    pass
+PY
+echo DONE`
+	out, exit := e.attack(t, ctx, script, nil)
+	if !strings.Contains(out, "SPAWNER=") {
+		t.Fatalf("the attack found no spawner in the box:\n%s", out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		for _, bad := range []string{"SIGNALLED", "READ-ENVIRON", "LISTED-FDS", "READ-MAPS", "READ-EXE", "PTRACED", "STOLE-FD", "OPENED-MEM"} {
+			if strings.HasPrefix(line, bad) {
+				t.Errorf("the attack reached the spawner: %s", line)
+			}
+		}
+	}
+	if !strings.Contains(out, "DONE") || exit.Code != 0 {
+		t.Fatalf("the attack did not run to its end: %+v\n%s", exit, out)
+	}
+	// The same spawner starts the next program.
+	var next bytes.Buffer
+	p, err := e.sb.Start(ctx, &Spec{Args: []string{"sh", "-c", find}, Dir: e.mine, Session: "test-" + t.Name(), Stdout: &next, Stderr: &next})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Wait()
+	p.bx.mu.Lock()
+	by := p.bySpawner
+	p.bx.mu.Unlock()
+	_, first, _ := strings.Cut(out, "SPAWNER=") // there: checked above
+	first, _, _ = strings.Cut(first, "\n")
+	first = "SPAWNER=" + first + "\n"
+	if !by || next.String() != first {
+		t.Fatalf("after the attack the box's runs do not start from the same spawner (by spawner: %v): %q, was %q", by, next.String(), first)
+	}
+	e.stillAnswers(t)
+}
+
+// TestSpawnerStartErrors: a program the spawner cannot start fails to
+// start as it does through an init child (the reason on the status
+// socket: "not found"), and the spawner starts the next program.
+func TestSpawnerStartErrors(t *testing.T) {
+	sb := newBoxSandbox(t)
+	dir := t.TempDir()
+	start := func(args ...string) (string, bool, error) {
+		var out bytes.Buffer
+		spec := boxSpec("spawner-err", dir, &out, "")
+		spec.Args = args
+		p, err := sb.Start(testCtx(t), spec)
+		if err != nil {
+			return "", false, err
+		}
+		p.Wait()
+		p.bx.mu.Lock()
+		defer p.bx.mu.Unlock()
+		return out.String(), p.bySpawner, nil
+	}
+	if _, by, err := start("true"); err != nil || by {
+		t.Fatalf("the box's first run: %v (by the spawner: %v)", err, by)
+	}
+	if _, by, err := start("true"); err != nil || !by {
+		t.Fatalf("the box's second run: %v (by the spawner: %v)", err, by)
+	}
+	for _, prog := range []string{"no-such-program-quro", "./not-executable"} {
+		if err := os.WriteFile(filepath.Join(dir, "not-executable"), []byte("echo no\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := start(prog)
+		var se *StartError
+		if !errors.As(err, &se) || se.from != FailInit || !strings.Contains(err.Error(), prog) {
+			t.Errorf("%s through the spawner: %v, want the init child's start error", prog, err)
+		}
+		if out, by, err := start("echo", "still"); err != nil || !by || out != "still\n" {
+			t.Fatalf("after a failed start: %q %v (by the spawner: %v)", out, err, by)
+		}
+	}
+}
+
+// TestSpawnerLooksUpAsTheSession: the program is looked up in PATH as
+// the session's uid would (the init child looked after its uid switch): a
+// directory in PATH that the session cannot search is passed over for the
+// next, by the spawner as by the init child, though the spawner itself is
+// the box's root.
+func TestSpawnerLooksUpAsTheSession(t *testing.T) {
+	sb := newBoxSandbox(t)
+	dir := t.TempDir()
+	// ro/locked: the server's (root), mode 0700, shown read-only in the
+	// box; open: in the workspace, the session's.
+	ro := t.TempDir()
+	locked, open := filepath.Join(ro, "locked"), filepath.Join(dir, "open")
+	for _, d := range []string{locked, open} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "quro-which"), []byte("#!/bin/sh\necho "+filepath.Base(d)+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(ro, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(locked, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i := range 2 {
+		var out bytes.Buffer
+		spec := boxSpec("spawner-path", dir, &out, "")
+		spec.Args = []string{"quro-which"}
+		spec.ReadOnly = []string{ro}
+		spec.Env = map[string]string{"PATH": locked + ":" + open + ":/usr/bin:/bin"}
+		p, err := sb.Start(testCtx(t), spec)
+		if err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		p.Wait()
+		p.bx.mu.Lock()
+		by := p.bySpawner
+		p.bx.mu.Unlock()
+		if by != (i == 1) {
+			t.Fatalf("run %d went by the spawner: %v", i, by)
+		}
+		got = append(got, out.String())
+	}
+	if got[0] != "open\n" || got[1] != got[0] {
+		t.Errorf("the init child ran %q, the spawner %q; want open both times", got[0], got[1])
+	}
+}
