@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -73,9 +74,14 @@ func pipApp(t *testing.T, ix *testIndex) *App {
 }
 
 // pipAppWith is an App with pip options o, in session boxes with the
-// embedded Python (the test skips where there are none).
+// embedded Python (the test skips where there are none). Its fetches do
+// not retry (o.FetchRetries, unless o sets it): the tests' indexes are on
+// loopback, and a fetch the test means to fail (an index that is down or
+// answers 503, a destination the proxy refuses) spent some 7.5 s in
+// pip's back-off before it failed.
 func pipAppWith(t *testing.T, o PipOptions) *App {
 	t.Helper()
+	o.FetchRetries = cmp.Or(o.FetchRetries, -1)
 	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed, Pip: o})
 	if err != nil {
 		t.Fatal(err)
