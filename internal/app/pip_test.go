@@ -416,6 +416,7 @@ print(p.returncode, magic_d.VALUE)`})
 // anything but NAME[extras] with version specifiers before any process
 // starts: options, URLs, paths, a 10 KB name.
 func TestPipHostileRequirements(t *testing.T) {
+	t.Parallel()
 	ix := newTestIndex(t)
 	a := pipApp(t, ix)
 	s := sessionAs(t, a, pipAlice, "hostile", "", nil)
@@ -533,6 +534,7 @@ python3 -c 'import sys, quropure, qurocext; print(sys.version_info[:2], quropure
 // TestPipIndexURLChecked: the server's index URLs must be http(s) URLs
 // with a host (quro serve --pip-index-url refuses others at start).
 func TestPipIndexURLChecked(t *testing.T) {
+	t.Parallel()
 	for _, u := range []string{"file:///etc/passwd", "/simple", "ftp://x/simple", "http:///simple", "https://pypi.org/simple --trusted-host x"} {
 		if _, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed, Pip: PipOptions{ExtraIndexURLs: []string{u}}}); err == nil {
 			t.Errorf("index %q accepted", u)
