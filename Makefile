@@ -195,8 +195,8 @@ TEST_PARALLEL ?= 4
 # side by side (test/run.sh): one for the tests each regexp names, one
 # for the rest. internal/app: the tests that wait on pip, apt, a package
 # index, compilers and the egress (most of its parallel tests' time; in
-# one process they started only after its 98 serial ones, and
-# TestPythonRunInRealRootfs, serial, swaps the package's rootfs
+# one process they started only after its serial ones, 98 then, 32 now,
+# and TestPythonRunInRealRootfs, serial, swaps the package's rootfs
 # installer: it runs first in its process); its three leak tests, serial,
 # each hundreds of sessions (in one process they ran one after another
 # with the other serial tests). internal/sandbox: its parallel tests (the

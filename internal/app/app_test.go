@@ -91,6 +91,7 @@ func runCodeWithin(t testing.TB, a *App, in RunCodeInput, d time.Duration) *runc
 }
 
 func TestRunCodeLanguages(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	for _, tc := range []struct {
 		name, lang, code string
@@ -249,6 +250,7 @@ func TestOutputFloodIsCutAndSavedWhole(t *testing.T) {
 }
 
 func TestBinaryOutputIsEscapedAndKeptRaw(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	res := runCode(t, a, RunCodeInput{Code: `printf 'a\377b\000c'`, Lang: "sh"})
 	if res.Stdout != `a\xffb\x00c` || res.StdoutFile == "" {
@@ -266,6 +268,7 @@ func TestBinaryOutputIsEscapedAndKeptRaw(t *testing.T) {
 }
 
 func TestSessionsAreSeparate(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	ctx := context.Background()
 	if _, err := a.Sessions.Create(ctx, "other"); err != nil {
@@ -321,6 +324,7 @@ func TestServerEnvironmentDoesNotReachUserCode(t *testing.T) {
 }
 
 func TestRegistryCapabilities(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	reply, err := call(t, a, "list_capabilities", map[string]any{})
 	if err != nil {
@@ -387,6 +391,7 @@ func TestRegistryCapabilities(t *testing.T) {
 }
 
 func TestScopesAreChecked(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	reader := controller.Caller{Path: "test", Scope: capability.ScopeRead}
 	_, err := a.Controller.Call(context.Background(), reader, "run_code", json.RawMessage(`{"code":"print(1)"}`))

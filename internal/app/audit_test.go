@@ -8,6 +8,7 @@ import (
 // The audit log shows arguments as they were written (no \u003e for >) and
 // a write's size as the bytes written, not its JSON encoding's.
 func TestAuditSummaryAsWritten(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	if _, err := call(t, a, "write_file", WriteFileInput{Path: "a&b.txt", Content: "a > b\n"}); err != nil {
 		t.Fatal(err)

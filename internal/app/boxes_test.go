@@ -319,6 +319,7 @@ func TestPauseAndResume(t *testing.T) {
 // A command waiting for input in a paused session gets its answer:
 // send_input resumes the box like any call that runs something.
 func TestSendInputResumesAPausedSession(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	needBoxes(t, a)
 	s := newSession(t, a, "asks", "")
@@ -367,6 +368,7 @@ func procsOfUID(uid int) []int {
 
 // TestPauseRefusedDuringACall: a call in flight is never frozen.
 func TestPauseRefusedDuringACall(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	needBoxes(t, a)
 	s := newSession(t, a, "busy", "")
@@ -404,6 +406,7 @@ func TestPauseRefusedDuringACall(t *testing.T) {
 // (watch_dir) do not hold off a pause, as on E2B: they stay attached to
 // the frozen box and go on once it resumes.
 func TestPauseWithStreamsOpen(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	needBoxes(t, a)
 	s := newSession(t, a, "streams", "")
@@ -455,6 +458,7 @@ func TestPauseWithStreamsOpen(t *testing.T) {
 // TestPrestartedWorker: with PrestartPython, create_session starts the
 // session's worker in its box, and the first run uses that worker.
 func TestPrestartedWorker(t *testing.T) {
+	t.Parallel()
 	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed, PrestartPython: true})
 	if err != nil {
 		t.Fatal(err)
@@ -631,6 +635,7 @@ func TestWorkspaceIsAlsoHomeUser(t *testing.T) {
 // raise as ServiceBusyError ("please retry"). Another failure of the
 // freezer stays unavailable without a hint to retry.
 func TestPauseStalledIsRetryable(t *testing.T) {
+	t.Parallel()
 	s := &session.Session{ID: "0123456789abcdef0123456789abcdef"}
 	stalled := fmt.Errorf("%w: cgroup freezer: not FROZEN after 10s (not in the freezer: dd (D io_schedule))", sandbox.ErrFreezeStalled)
 	var ce *capability.Error

@@ -16,6 +16,7 @@ import (
 // namespace (not run_code's), restart clears it, remove forgets it, and a
 // context id names nothing in another session.
 func TestCodeContexts(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	needEmbedded(t, a) // Python contexts are the resident worker's namespaces
 	s1 := mustCall(t, a, "create_session", CreateSessionInput{Name: "c1"}).(*SessionInfo)
@@ -133,6 +134,7 @@ func TestRunCodeNode(t *testing.T) {
 // language: two defaults would split the session's state between two
 // namespaces, and later runs would land in either.
 func TestDefaultContextOnce(t *testing.T) {
+	t.Parallel()
 	var r codeContexts
 	const rounds, racers = 3000, 4
 	for i := 0; i < rounds; i++ {
@@ -169,6 +171,7 @@ func TestDefaultContextOnce(t *testing.T) {
 // create_code_context with default answers the session's default context
 // of the language, the one run_code's context "default" runs in.
 func TestCreateDefaultContext(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	needEmbedded(t, a) // Python contexts are the resident worker's namespaces
 	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "d"}).(*SessionInfo)

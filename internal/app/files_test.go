@@ -42,6 +42,7 @@ func runShell(t *testing.T, a *App, code string) *runcode.Result {
 // place (sed -i replaces the file, so the directory must be writable too)
 // and removes a file beside it.
 func TestWriteFileThenCodeChangesIt(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	w := fileCall[*FileWritten](t, a, "write_file", WriteFileInput{Path: "notes/a.txt", Content: "hello\n"})
 	if w.Path != "notes/a.txt" || !w.Created || w.Wrote != 6 || w.Mode != "0644" {
@@ -83,6 +84,7 @@ func TestWriteFileThenCodeChangesIt(t *testing.T) {
 // What code writes, read_file reads: text as text, bytes as base64; and
 // bytes written as base64 reach the code unchanged.
 func TestCodeAndFileAPIShareFiles(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	runShell(t, a, `mkdir -p out && printf 'héllo\n' > out/t.txt && printf 'a\000b\377' > out/b.bin`)
 	c := fileCall[*FileContent](t, a, "read_file", ReadFileInput{Path: "out/t.txt"})
@@ -276,6 +278,7 @@ func TestCreateProjectRuns(t *testing.T) {
 
 // The schemas and descriptions say what the REST routes rely on.
 func TestFileCapabilitiesDeclared(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	for name, args := range map[string][]string{
 		"read_file":      {"session", "path", "offset", "limit"},
@@ -300,6 +303,7 @@ func TestFileCapabilitiesDeclared(t *testing.T) {
 // unclassified. Every path-taking capability now answers invalid_argument
 // (HTTP 400) saying the path is too long.
 func TestPathTooLongIsInvalidArgument(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	long := strings.Repeat("a", 10000)
 	longName := "d/" + strings.Repeat("b", 300)
@@ -333,6 +337,7 @@ func TestPathTooLongIsInvalidArgument(t *testing.T) {
 // error and frees its slot: 20 calls in a row, then a normal call, all
 // answered, none resource_exhausted.
 func TestJSFilesOnAFIFODoNotHoldSlots(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	runShell(t, a, "mkfifo fifo && ln -s /etc/passwd pw && printf 'module.exports.f = () => Tools.Files.read(\"fifo\")\\n' > m.js")
 	codes := []string{
@@ -370,6 +375,7 @@ func TestJSFilesOnAFIFODoNotHoldSlots(t *testing.T) {
 // writes: the session's code (its own uid in the box) appends to it and
 // replaces the directory's content.
 func TestJSWritesBelongToTheSession(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	res := runCode(t, a, RunCodeInput{Code: "Tools.Files.write('js/out/a.txt', 'from js'); 1", Lang: "js"})
 	if res.ExitCode != 0 {

@@ -90,6 +90,7 @@ func TestFileOpsWithTheSessionsCode(t *testing.T) {
 // watch_dir streams the changes the session's code makes, to a streaming
 // caller, as they happen: "ready" first, then one event per change.
 func TestWatchDirStreamsTheSessionsChanges(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	fileCall[*FileInfo](t, a, "make_dir", PathInput{Path: "w"})
 	type out struct {

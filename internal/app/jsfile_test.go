@@ -10,6 +10,7 @@ import (
 // run_js_file reports the language the file is written in: a .ts file is
 // ts (it is transpiled), a .js file js.
 func TestRunJSFileLang(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	for path, src := range map[string]string{
 		"typed.ts": "const n: number = 6 * 7\nconsole.log('answer', n)\n",

@@ -164,6 +164,7 @@ func TestToolchainCompileAndRunTimeouts(t *testing.T) {
 }
 
 func TestToolchainInputChecks(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	for _, tc := range []struct {
 		in   RunCodeInput
@@ -184,6 +185,7 @@ func TestToolchainInputChecks(t *testing.T) {
 // Without a toolchain the code keeps today's highlighted page and a note
 // says which Debian package adds it.
 func TestToolchainMissingFallsThroughToPage(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	for _, tc := range []struct{ lang, code, prog, want string }{
 		{"zig", "pub fn main() void {}\n", "zig", "not packaged in Debian 12"},

@@ -40,6 +40,7 @@ func gone(a *App, id string) bool {
 }
 
 func TestSessionMetadataEnvAndFilters(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	one := mustCall(t, a, "create_session", CreateSessionInput{Name: "one", Metadata: map[string]string{"team": "a", "role": "web"},
 		Env: map[string]string{"GREETING": "hi"}}).(*SessionInfo)
@@ -148,6 +149,7 @@ func TestSessionLifetimeDestroys(t *testing.T) {
 // it ended this one, is kept: the patrol looks at each again right before
 // ending it.
 func TestSessionLifetimeExtendedMeanwhile(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	ctx := context.Background()
 	saved := mustCall(t, a, "create_session", CreateSessionInput{Name: "saved", TimeoutS: 3600}).(*SessionInfo)
@@ -183,6 +185,7 @@ func TestSessionLifetimeExtendedMeanwhile(t *testing.T) {
 // One slow destroy (its session's call takes long to return) does not hold
 // back the end of the other expired sessions.
 func TestSessionLifetimesEndedTogether(t *testing.T) {
+	t.Parallel()
 	// The slow destroy waits until the test releases its call.
 	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, DestroyGrace: time.Hour})
 	if err != nil {
@@ -224,6 +227,7 @@ func TestSessionLifetimesEndedTogether(t *testing.T) {
 // A lifetime set while the session's destroy waits for its calls is
 // refused (not found), not reported set on a session about to go.
 func TestSessionLifetimeNotSetDuringDestroy(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	ctx := context.Background()
 	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "going", TimeoutS: 3600}).(*SessionInfo)
@@ -249,6 +253,7 @@ func TestSessionLifetimeNotSetDuringDestroy(t *testing.T) {
 
 // Code in a session cannot extend (or end) its own lifetime.
 func TestSessionLifetimeNotSetFromInside(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	s := mustCall(t, a, "create_session", CreateSessionInput{Name: "boxed", TimeoutS: 600}).(*SessionInfo)
 	inside := controller.Caller{Path: "insession", Scope: capability.ScopeExec, Session: s.ID}
@@ -334,6 +339,7 @@ func TestSessionLifetimePausesWithAStreamOpen(t *testing.T) {
 // Sessions whose lifetime ended while no server ran are ended when the
 // next one starts.
 func TestSessionLifetimeEndedAtStart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
 	a, err := New(ctx, dir, &Options{Python: testPython})
@@ -388,6 +394,7 @@ func TestSpareClaimedWithLifetime(t *testing.T) {
 // A session with nothing running in it is paused all the same: its state
 // says so, also after a restart, until it is resumed or used.
 func TestPauseWithoutABoxIsAState(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
 	a, err := New(ctx, dir, &Options{Python: testPython})

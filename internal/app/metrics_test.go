@@ -143,6 +143,7 @@ func TestMetricsGaugesFollowSessions(t *testing.T) {
 }
 
 func TestMetricsCountSandboxFailures(t *testing.T) {
+	t.Parallel()
 	var seen []string
 	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython,
 		Sandbox: &sandbox.Options{Path: "/nonexistent", OnFailure: func(r string) { seen = append(seen, r) }}})

@@ -23,6 +23,7 @@ import (
 // files, links, modes and variables arrive, calls wait meanwhile, the
 // first call after says the processes were lost and the old copy is gone.
 func TestMoveBetweenApps(t *testing.T) {
+	t.Parallel()
 	from, to := newApp(t, nil), newApp(t, nil)
 	ctx := context.Background()
 	info := mustCall(t, from, "create_session", CreateSessionInput{Name: "mover", Env: map[string]string{"KEPT": "yes"},
@@ -151,6 +152,7 @@ readlink .venv/bin/python; cat "$(printf 'new\nline')"; echo; ls pipe 2>&1 | wc 
 // files, and its next call (only that one) says its processes were
 // stopped.
 func TestMoveThatFailsLeavesTheSessionUsable(t *testing.T) {
+	t.Parallel()
 	from, to := newApp(t, nil), newApp(t, nil)
 	ctx := context.Background()
 	id := mustCall(t, from, "create_session", CreateSessionInput{Name: "stays"}).(*SessionInfo).ID
@@ -195,6 +197,7 @@ func TestMoveThatFailsLeavesTheSessionUsable(t *testing.T) {
 // longest, an unknown end action, a rootfs name with a path in it), and
 // nothing of the session is left.
 func TestImportChecksSettingsAsACreate(t *testing.T) {
+	t.Parallel()
 	// The receiver has the default ceiling (internet), as a server
 	// started without --network-max.
 	to, err := New(context.Background(), t.TempDir(), &Options{Python: testPython})

@@ -24,6 +24,7 @@ import (
 // Bad package names never reach apt: each is refused before anything
 // else, whatever the session.
 func TestInstallPackagesBadInput(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	for _, pkgs := range [][]string{
 		nil, {}, {"-o", "APT::Get::AllowUnauthenticated=1"}, {"-oAPT::Sandbox::User=root"}, {"foo;rm"}, {"foo bar"},
@@ -60,6 +61,7 @@ func TestInstallPackagesBadInput(t *testing.T) {
 // apt would wait for it (and say so on its output) instead of answering
 // at once.
 func TestInstallPackagesNeedsNetwork(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	m := rootfs.New(rootfs.DirIn(a.DataDir))
 	if err := os.MkdirAll(m.Path("default"), 0o755); err != nil {

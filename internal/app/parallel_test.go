@@ -54,6 +54,7 @@ func waitLine(t *testing.T, sh *terminal.Shell, n int) {
 // for it and run one by one in the order they came, and each gets its
 // own result.
 func TestParallelTerminalExecRunInArrivalOrder(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	s := newSession(t, a, "par", "")
 	sh, release, first := gatedShell(t, a, s)
@@ -93,6 +94,7 @@ func TestParallelTerminalExecRunInArrivalOrder(t *testing.T) {
 // a busy error that says what runs, for how long, and what to do — never
 // to interrupt the other call's command — and it ran nothing.
 func TestBusyTerminalNamesWhatRuns(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	s := newSession(t, a, "busy", "")
 	_, release, first := gatedShell(t, a, s)
@@ -158,6 +160,7 @@ func newAppWindow(t *testing.T, window time.Duration) *App {
 // reports a process that ends within its start window as ended, with its
 // exit code and output; command is a shell line, cmd a program with args.
 func TestBackgroundProcessThatEndsAtOnce(t *testing.T) {
+	t.Parallel()
 	a := newAppWindow(t, time.Minute) // the window ends at the exit, long before
 	s := newSession(t, a, "dies", "")
 	res := mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Background: true,
@@ -190,6 +193,7 @@ func TestBackgroundProcessThatEndsAtOnce(t *testing.T) {
 // printed since an offset, says how much of it the ring dropped, and
 // still answers for a process that ended.
 func TestReadProcessOutput(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	s := newSession(t, a, "ring", "")
 	// About 90 KiB, more than the ring keeps, then a prompt.
@@ -227,6 +231,7 @@ func TestReadProcessOutput(t *testing.T) {
 // TestConnectProcessTimeout: connect_process returns at its timeout_ms
 // saying so, and the process runs on.
 func TestConnectProcessTimeout(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	s := newSession(t, a, "conn", "")
 	started := mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Command: "sleep 100000", Background: true}).(*ProcessResult)
@@ -250,6 +255,7 @@ func TestConnectProcessTimeout(t *testing.T) {
 // run of the session goes waits for it; one whose wait runs out did not
 // start, and says what it waited for and what to do.
 func TestParallelPythonRunsWait(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	needEmbedded(t, a) // the resident worker's line; one-shot runs do not wait
 	s := newSession(t, a, "py", "")
@@ -308,6 +314,7 @@ func TestParallelPythonRunsWait(t *testing.T) {
 // printed (the next of another process that had the tag) reads the
 // process from its start and says so, instead of skipping its output.
 func TestReadProcessOutputOfARestartedTag(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	s := newSession(t, a, "again", "")
 	sel := ProcessSelector{Session: s.ID, Tag: "srv"}

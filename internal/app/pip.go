@@ -30,6 +30,10 @@ type PipOptions struct {
 	// install_packages {manager: pip}; "" is pip's default (PyPI).
 	IndexURL       string
 	ExtraIndexURLs []string
+	// FetchRetries is how many times the server's fetch retries a
+	// connection to an index that failed or an index's server error
+	// (pip.Fetch.Retries): 0 is pip's default (5); negative, none.
+	FetchRetries int
 }
 
 // CheckIndexURL checks an index URL of the server's configuration: http
@@ -255,7 +259,7 @@ func (a *App) installPip(ctx context.Context, sess *session.Session, reqs []stri
 		fetchOut := &dataDirWriter{w: out, dir: a.DataDir}
 		// PipDir and Python as the fetch box shows them (BoxPlaces);
 		// HostPipDir is what it binds there.
-		f := &pip.Fetch{SB: a.Sandbox, PipDir: p.inBox(python.PipDir(p.pyRoot)), HostPipDir: python.PipDir(p.pyRoot), Index: p.opts.IndexURL, Extra: p.opts.ExtraIndexURLs, Reqs: reqs, Out: fetchOut, TenantDir: sess.Workspace(),
+		f := &pip.Fetch{SB: a.Sandbox, PipDir: p.inBox(python.PipDir(p.pyRoot)), HostPipDir: python.PipDir(p.pyRoot), Index: p.opts.IndexURL, Extra: p.opts.ExtraIndexURLs, Retries: p.opts.FetchRetries, Reqs: reqs, Out: fetchOut, TenantDir: sess.Workspace(),
 			Egress: func(pol *egress.Policy) pip.FetchEgress { return a.egress.helper(pol) }, Resolve: a.network.Resolve}
 		if sess.Rootfs != "" {
 			dir, err := RootfsDir(a.DataDir)(sess.Rootfs)

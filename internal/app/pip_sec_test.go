@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -19,9 +21,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/quro-dev/quro/internal/pip"
 	"github.com/quro-dev/quro/internal/pip/piptest"
+	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/sandbox/sandboxtest"
 )
@@ -188,7 +192,32 @@ func TestPipFetchInTenantCgroupOneAtATime(t *testing.T) {
 		t.Fatalf("the fetch's pip (pid %d) is not in alice's cgroup %s:\n%s", pid, name, cg)
 	}
 
-	reply, err := callAs(t, a, pipAlice, "install_packages", InstallPackagesInput{Session: s2.ID, Manager: "pip", Packages: []string{"quroother"}, TimeoutMS: 10000})
+	// The second call says it waits for the first (the event waited
+	// on), then its caller gives up: it ends with an error, having
+	// reached nothing.
+	waiting := make(chan struct{})
+	var once sync.Once
+	ctx, cancel := context.WithCancel(runcode.WithOutput(context.Background(), func(_ string, p []byte) {
+		if bytes.Contains(p, []byte(pip.FetchWaitLine)) {
+			once.Do(func() { close(waiting) })
+		}
+	}))
+	defer cancel()
+	go func() {
+		select {
+		case <-waiting:
+		case <-ctx.Done(): // the call ended first: said below
+		case <-time.After(slowRunCall): // a guard: the line comes as soon as the call reaches the lock
+		}
+		cancel()
+	}()
+	b, _ := json.Marshal(InstallPackagesInput{Session: s2.ID, Manager: "pip", Packages: []string{"quroother"}})
+	reply, err := a.Controller.Call(ctx, pipAlice, "install_packages", b)
+	select {
+	case <-waiting:
+	default:
+		t.Errorf("the second call did not say it waits for the first: %v", err)
+	}
 	if err == nil {
 		t.Fatalf("the second fetch ran beside the first: %+v", reply.Output)
 	}

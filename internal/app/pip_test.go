@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -73,9 +74,14 @@ func pipApp(t *testing.T, ix *testIndex) *App {
 }
 
 // pipAppWith is an App with pip options o, in session boxes with the
-// embedded Python (the test skips where there are none).
+// embedded Python (the test skips where there are none). Its fetches do
+// not retry (o.FetchRetries, unless o sets it): the tests' indexes are on
+// loopback, and a fetch the test means to fail (an index that is down or
+// answers 503, a destination the proxy refuses) spent some 7.5 s in
+// pip's back-off before it failed.
 func pipAppWith(t *testing.T, o PipOptions) *App {
 	t.Helper()
+	o.FetchRetries = cmp.Or(o.FetchRetries, -1)
 	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed, Pip: o})
 	if err != nil {
 		t.Fatal(err)
@@ -410,6 +416,7 @@ print(p.returncode, magic_d.VALUE)`})
 // anything but NAME[extras] with version specifiers before any process
 // starts: options, URLs, paths, a 10 KB name.
 func TestPipHostileRequirements(t *testing.T) {
+	t.Parallel()
 	ix := newTestIndex(t)
 	a := pipApp(t, ix)
 	s := sessionAs(t, a, pipAlice, "hostile", "", nil)
@@ -527,6 +534,7 @@ python3 -c 'import sys, quropure, qurocext; print(sys.version_info[:2], quropure
 // TestPipIndexURLChecked: the server's index URLs must be http(s) URLs
 // with a host (quro serve --pip-index-url refuses others at start).
 func TestPipIndexURLChecked(t *testing.T) {
+	t.Parallel()
 	for _, u := range []string{"file:///etc/passwd", "/simple", "ftp://x/simple", "http:///simple", "https://pypi.org/simple --trusted-host x"} {
 		if _, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed, Pip: PipOptions{ExtraIndexURLs: []string{u}}}); err == nil {
 			t.Errorf("index %q accepted", u)

@@ -201,6 +201,7 @@ func TestLongLivedProcessesHoldNoRunSlot(t *testing.T) {
 // sandboxes with background processes (docs/e2b.md), and "no cap" is
 // none.
 func TestProcessLimitDefaults(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	info := mustCall(t, a, "get_tenant_limits", TenantLimitsInput{}).(*TenantLimitsInfo)
 	if e := info.Effective; e.Runs != DefaultRunsPerTenant || e.Processes != DefaultProcessesPerTenant || e.SessionProcesses != 64 {
@@ -218,6 +219,7 @@ func TestProcessLimitDefaults(t *testing.T) {
 // those that run code, and only those (capability.RunsCode): kill, files,
 // sessions, status and lists never wait on one.
 func TestRunSlotCapabilities(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	var got []string
 	for _, c := range a.Controller.Registry().List() {

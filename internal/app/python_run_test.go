@@ -38,6 +38,7 @@ func capCode(err error) capability.Code {
 }
 
 func TestPythonRunBadInput(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	for _, in := range []PythonRunInput{
 		{Code: "print(1)", TimeoutMS: 999},

@@ -12,6 +12,7 @@ import (
 // help tell a model is the registry itself, so the two cannot drift. MCP
 // and OpenAPI are checked against the registry in their own packages.
 func TestRegistryIsTheOneSource(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	reg := a.Controller.Registry()
 	want := []string{"run_code", "python_run", "terminal_exec", "create_session", "destroy_session", "send_input",

@@ -13,6 +13,7 @@ import (
 // rootfs that is not there, a scope too narrow — and choosing the suite
 // or mirror every tenant on the rootfs will run is the operator's alone.
 func TestRootfsCapabilitiesRefuseFast(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	installer := controller.Caller{Path: "test", Tenant: "acme", Scope: capability.ScopeInstall}
 	runner := controller.Caller{Path: "test", Tenant: "acme", Scope: capability.ScopeExec}

@@ -14,6 +14,7 @@ import (
 // session is set is gone from what the egress replaces, not brought
 // back by the other set's reload.
 func TestSecretsSetConcurrent(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	st, err := store.Open(ctx, filepath.Join(dir, "q.db"))
@@ -57,6 +58,7 @@ func TestSecretsSetConcurrent(t *testing.T) {
 // (by whoever can write quro.db but not read secrets.key) does not open,
 // so its value is never sent to the hosts written there.
 func TestSecretHostsSealed(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	st, err := store.Open(ctx, filepath.Join(dir, "q.db"))

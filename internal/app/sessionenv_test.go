@@ -137,6 +137,7 @@ func TestExecScopeDestroysItsOwnSessions(t *testing.T) {
 // holds is refused with the accepted range, by every capability that takes
 // one, before anything starts.
 func TestHugeTimeoutsAreRefusedClearly(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	for _, tc := range []struct {
 		name string

@@ -81,6 +81,7 @@ func fileUID(t *testing.T, path string) int {
 }
 
 func TestSpareIsClaimedAsTheNewSession(t *testing.T) {
+	t.Parallel()
 	a, _ := newSpareApp(t, 1)
 	sp := waitSpares(t, a, localNone, 1)[0]
 	list := mustCall(t, a, "list_sessions", Empty{}).(*SessionList)
@@ -339,6 +340,7 @@ func TestSparesAreGoneAfterClose(t *testing.T) {
 // A server that did not close leaves spare rows: the next one with spares
 // removes them; a process without spares leaves them to it.
 func TestStaleSparesAreRemovedAtStart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a, err := New(context.Background(), dir, &Options{Python: testPython, Network: hostAllowed})
 	if err != nil {
@@ -380,6 +382,7 @@ func TestStaleSparesAreRemovedAtStart(t *testing.T) {
 // server's hooks after New had started the first spare, whose box then
 // lacked the socket.)
 func TestTheFirstSpareHasTheInSessionSocket(t *testing.T) {
+	t.Parallel()
 	served := make(chan string, 4)
 	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed, SpareSessions: 1,
 		InSession: &InSessionOptions{Handler: func(ctrl *controller.Controller, sessions *session.Manager) http.Handler {

@@ -267,6 +267,7 @@ func TestSessionMemoryLimitOOMIsNamedInTheResult(t *testing.T) {
 // the data directory, nor the cgroups or programs the isolation features
 // name; the operator's (and quro doctor's) status keeps them.
 func TestServiceStatusNamesNoHostPathToATenant(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	for _, c := range []controller.Caller{
 		{Path: "test", Scope: capability.ScopeRead, TokenID: "tr"},

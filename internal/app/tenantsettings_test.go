@@ -17,6 +17,7 @@ import (
 // server's defaults; get_tenant_limits says why; setting them again with
 // the real SQLite store repairs them and runs go ahead.
 func TestTenantCeilingsUnreadableRefuseRuns(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	ctx := context.Background()
 	_, cgroups := a.Sandbox.TenantUsage("")

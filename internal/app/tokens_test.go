@@ -13,6 +13,7 @@ import (
 // tenant's, code in a session none; a secret is shown once and never
 // listed; and every call is in the audit log.
 func TestTokenCapabilitiesTenancy(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	alice := controller.Caller{Path: "test", Tenant: "alice", Scope: capability.ScopeAdmin, TokenID: "ta"}
 	aliceExec := controller.Caller{Path: "test", Tenant: "alice", Scope: capability.ScopeExec, TokenID: "te"}
@@ -111,6 +112,7 @@ func TestTokenCapabilitiesTenancy(t *testing.T) {
 
 // A tenant reads its own ceilings; only the operator sets any.
 func TestTenantLimitsCapabilities(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	alice := controller.Caller{Path: "test", Tenant: "alice", Scope: capability.ScopeAdmin, TokenID: "ta"}
 	aliceRead := controller.Caller{Path: "test", Tenant: "alice", Scope: capability.ScopeRead, TokenID: "tr"}

@@ -31,6 +31,7 @@ func registeredOrPending(t *testing.T, reg *capability.Registry, what, name stri
 // hints table (its MCP annotations by meaning), and every row is a
 // capability; the rows the issue named say what they mean.
 func TestHintsCoverEveryCapability(t *testing.T) {
+	t.Parallel()
 	reg := newApp(t, nil).Controller.Registry()
 	for _, c := range reg.List() {
 		if _, ok := hints[c.Name]; !ok {
@@ -56,6 +57,7 @@ func TestHintsCoverEveryCapability(t *testing.T) {
 // TestProfiles: the agent profile is the default, has at most 12 tools,
 // all with a brief; every member of every profile is a capability.
 func TestProfiles(t *testing.T) {
+	t.Parallel()
 	reg := newApp(t, nil).Controller.Registry()
 	for _, n := range reg.ProfileNames() {
 		p, _ := reg.Profile(n)
@@ -93,6 +95,7 @@ func TestProfiles(t *testing.T) {
 // answers, every capability is in a topic, and an unknown topic is an
 // error naming the topics.
 func TestHelpTopics(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	reg := a.Controller.Registry()
 	short, err := call(t, a, "help", nil)
@@ -131,6 +134,7 @@ func TestHelpTopics(t *testing.T) {
 // list_tokens, carried by the caller it verifies as; an unknown profile
 // is refused naming the profiles.
 func TestTokenToolProfile(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	reply, err := callAs(t, a, admin, "create_token", CreateTokenInput{Tenant: "bob", Tools: "sessions"})
 	if err != nil {

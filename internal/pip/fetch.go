@@ -43,7 +43,13 @@ type Fetch struct {
 	Index string
 	Extra []string
 	Reqs  []string
-	Out   io.Writer // pip's output as it comes
+	// Retries is how many times pip retries a connection that failed or
+	// an index's server error (pip's --retries, each after a back-off
+	// that doubles from half a second): 0 is pip's default (5, some 7.5 s
+	// of back-off before a fetch from an index that is down fails);
+	// negative, none.
+	Retries int
+	Out     io.Writer // pip's output as it comes
 	// TenantDir is a directory of the tenant's (the session's workspace):
 	// the fetch box runs in the tenant's cgroup, under its ceilings, as a
 	// run there would (sandbox.Spec.TenantDir).
@@ -93,11 +99,15 @@ type FetchResult struct {
 // archive still has its build backend run for its metadata), into dest,
 // with the tenant's wheels as a local source, through proxy (pip then
 // ignores the environment's proxy variables and no_proxy, and with
-// --isolated PIP_* variables and configuration files).
-func DownloadArgs(pipDir, dest, wheels, proxy, index string, extra, reqs []string) []string {
+// --isolated PIP_* variables and configuration files), retrying as
+// Fetch.Retries says.
+func DownloadArgs(pipDir, dest, wheels, proxy, index string, retries int, extra, reqs []string) []string {
 	args := []string{"-I", "-S", filepath.Join(pipDir, "pip"), "download", "--only-binary=:all:", "--dest", dest,
 		"--isolated", "--no-input", "--progress-bar", "off", "--disable-pip-version-check", "--no-cache-dir",
 		"--proxy", proxy, "--find-links", wheels}
+	if retries != 0 {
+		args = append(args, "--retries", strconv.Itoa(max(retries, 0)))
+	}
 	if index != "" {
 		args = append(args, "--index-url", index)
 	}
@@ -176,9 +186,13 @@ func (c *Cache) Fetch(ctx context.Context, tenant string, f *Fetch) (*FetchResul
 	if err != nil {
 		return nil, err
 	}
+	out := f.Out
+	if out == nil {
+		out = io.Discard
+	}
 	// One fetch at a time per tenant: a tenant's calls cannot open any
 	// number of network boxes at once.
-	unlock, err := c.lockFetch(ctx, tenant)
+	unlock, err := c.lockFetch(ctx, tenant, out)
 	if err != nil {
 		return nil, err
 	}
@@ -192,16 +206,12 @@ func (c *Cache) Fetch(ctx context.Context, tenant string, f *Fetch) (*FetchResul
 	if err := os.Mkdir(dest, 0o700); err != nil {
 		return nil, err
 	}
-	out := f.Out
-	if out == nil {
-		out = io.Discard
-	}
 	trusted := TrustedDestinations(f.Index, f.Extra)
 	eg := &fetchNet{egress: f.Egress(Policy(f.Index, f.Extra)), trusted: trusted, resolve: f.Resolve}
 	proxyURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ProxyPort))
 	wheelsAt, _ := f.SB.BoxPath(wheels) // where the box shows it (sandbox.Options.Places)
 	spec := &sandbox.Spec{
-		Args:      append([]string{f.Python}, DownloadArgs(f.PipDir, dest, wheelsAt, proxyURL, f.Index, f.Extra, f.Reqs)...),
+		Args:      append([]string{f.Python}, DownloadArgs(f.PipDir, dest, wheelsAt, proxyURL, f.Index, f.Retries, f.Extra, f.Reqs)...),
 		Dir:       scratch,
 		Home:      scratch,
 		TmpDir:    scratch,
@@ -291,11 +301,17 @@ type closerFunc func() error
 
 func (f closerFunc) Close() error { return f() }
 
+// FetchWaitLine is what a fetch writes on its output when it finds
+// another fetch of its tenant running and begins to wait for it (as an
+// apt install says it waits for its rootfs's lock): a caller sees why
+// its install has not started.
+const FetchWaitLine = "# waiting for another pip fetch of this tenant to finish (one at a time per tenant)"
+
 // lockFetch waits (bounded by ctx) until no other fetch of tenant runs in
 // this process: each tenant's share of the fetch boxes is one, and there
 // is no pool shared between tenants, so one tenant's fetches never make
-// another's wait.
-func (c *Cache) lockFetch(ctx context.Context, tenant string) (unlock func(), err error) {
+// another's wait. A wait is said on out first (FetchWaitLine).
+func (c *Cache) lockFetch(ctx context.Context, tenant string, out io.Writer) (unlock func(), err error) {
 	c.mu.Lock()
 	if c.fetching == nil {
 		c.fetching = map[string]chan struct{}{}
@@ -306,6 +322,12 @@ func (c *Cache) lockFetch(ctx context.Context, tenant string) (unlock func(), er
 		c.fetching[tenant] = ch
 	}
 	c.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	default:
+	}
+	fmt.Fprintln(out, FetchWaitLine)
 	select {
 	case ch <- struct{}{}:
 		return func() { <-ch }, nil

@@ -6,39 +6,61 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/quro-dev/quro/internal/egress"
 )
 
 // Each tenant's share of the fetch boxes is one at a time: a's second
-// fetch waits for its first (and says so when its time runs out), while
-// b's fetch starts at once.
+// fetch says it waits for its first (FetchWaitLine) and waits (its error
+// says so when its time runs out), while b's fetch starts at once and
+// says nothing of waiting.
 func TestFetchShareIsPerTenant(t *testing.T) {
 	c := &Cache{Root: t.TempDir()}
 	ctx := context.Background()
-	unlockA, err := c.lockFetch(ctx, "a")
-	if err != nil {
-		t.Fatal(err)
+	var out strings.Builder
+	unlockA, err := c.lockFetch(ctx, "a", &out)
+	if err != nil || out.Len() != 0 {
+		t.Fatalf("a's first fetch: %v, said %q", err, out.String())
 	}
-	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	// The second waits until its caller gives up: canceled once it
+	// said it waits (no time limit to run out).
+	seen := make(chan struct{})
+	said := &lineWriter{line: FetchWaitLine, seen: seen}
+	second, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if _, err := c.lockFetch(short, "a"); err == nil || !strings.Contains(err.Error(), "a tenant's share is one fetch at a time") {
+	go func() { <-seen; cancel() }()
+	if _, err := c.lockFetch(second, "a", said); err == nil || !strings.Contains(err.Error(), "a tenant's share is one fetch at a time") {
 		t.Fatalf("a's second fetch: %v", err)
 	}
-	b, cancelB := context.WithTimeout(ctx, 5*time.Second)
-	defer cancelB()
-	unlockB, err := c.lockFetch(b, "b")
-	if err != nil {
-		t.Fatalf("b's fetch while a's runs: %v", err)
+	unlockB, err := c.lockFetch(ctx, "b", &out)
+	if err != nil || out.Len() != 0 {
+		t.Fatalf("b's fetch while a's runs: %v, said %q", err, out.String())
 	}
 	unlockB()
 	unlockA()
-	unlockA2, err := c.lockFetch(b, "a")
-	if err != nil {
-		t.Fatalf("a's fetch after its first ended: %v", err)
+	unlockA2, err := c.lockFetch(ctx, "a", &out)
+	if err != nil || out.Len() != 0 {
+		t.Fatalf("a's fetch after its first ended: %v, said %q", err, out.String())
 	}
 	unlockA2()
+}
+
+// lineWriter closes seen when line has been written to it (by one
+// writer: lockFetch's).
+type lineWriter struct {
+	line   string
+	seen   chan struct{}
+	b      strings.Builder
+	closed bool
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.b.Write(p)
+	if !w.closed && strings.Contains(w.b.String(), w.line+"\n") {
+		w.closed = true
+		close(w.seen)
+	}
+	return len(p), nil
 }
 
 // TestTrustedDestinations: the configured indexes' host:port, with the
@@ -53,9 +75,16 @@ func TestTrustedDestinations(t *testing.T) {
 	if got := TrustedDestinations("", nil); !slices.Equal(got, []string{"pypi.org:443", "files.pythonhosted.org:443"}) {
 		t.Fatalf("default: %q", got)
 	}
-	args := DownloadArgs("/pip", "/dest", "/wheels", "http://127.0.0.1:3128", "", nil, []string{"x"})
-	if i := slices.Index(args, "--proxy"); i < 0 || args[i+1] != "http://127.0.0.1:3128" || !slices.Contains(args, "--isolated") {
+	args := DownloadArgs("/pip", "/dest", "/wheels", "http://127.0.0.1:3128", "", 0, nil, []string{"x"})
+	if i := slices.Index(args, "--proxy"); i < 0 || args[i+1] != "http://127.0.0.1:3128" || !slices.Contains(args, "--isolated") || slices.Contains(args, "--retries") {
 		t.Fatalf("pip download's arguments: %q", args)
+	}
+	// Retries: pip's default at 0, none when negative, the number else.
+	for retries, want := range map[int]string{-1: "0", 2: "2"} {
+		args := DownloadArgs("/pip", "/dest", "/wheels", "http://127.0.0.1:3128", "", retries, nil, []string{"x"})
+		if i := slices.Index(args, "--retries"); i < 0 || args[i+1] != want || i > slices.Index(args, "--") {
+			t.Fatalf("retries %d: %q", retries, args)
+		}
 	}
 }
 
