@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/sandbox/sandboxtest"
 )
 
 // newShared opens the disks of a new data directory with the btrfs
@@ -261,7 +262,7 @@ func TestBoxesHoldOnlyTheirOwnSubvolume(t *testing.T) {
 		if err != nil || exit.Code != 0 {
 			t.Fatalf("run: %v %+v %s", err, exit, out.String())
 		}
-		for _, pid := range descendants(t, os.Getpid()) {
+		for _, pid := range sandboxtest.Descendants(t, os.Getpid()) {
 			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/mountinfo")
 			if err != nil {
 				continue // gone meanwhile
@@ -324,45 +325,6 @@ func mountDev(t *testing.T, path, dir string) string {
 		t.Fatalf("nothing mounted at %s", dir)
 	}
 	return dev
-}
-
-// descendants lists the pids of every process below pid.
-func descendants(t *testing.T, pid int) []int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	children := map[int][]int{}
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) > 1 {
-			if pp, err := strconv.Atoi(f[1]); err == nil {
-				children[pp] = append(children[pp], p)
-			}
-		}
-	}
-	var out []int
-	queue := []int{pid}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		for _, c := range children[p] {
-			out = append(out, c)
-			queue = append(queue, c)
-		}
-	}
-	return out
 }
 
 // A data directory whose sessions' directory holds only empty directories

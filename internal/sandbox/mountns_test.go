@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/quro-dev/quro/internal/sandbox/sandboxtest"
 )
 
 // TestBoxesAreBornWithoutOtherSessionsDisks mounts three sessions'
@@ -32,7 +34,7 @@ func TestBoxesAreBornWithoutOtherSessionsDisks(t *testing.T) {
 		if err != nil || exit.Code != 0 {
 			t.Fatalf("run: %v %+v %s", err, exit, out.String())
 		}
-		for _, pid := range descendants(t, os.Getpid()) {
+		for _, pid := range sandboxtest.Descendants(t, os.Getpid()) {
 			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/mountinfo")
 			if err != nil {
 				continue // gone meanwhile
@@ -80,45 +82,6 @@ func TestBoxesAreBornWithoutOtherSessionsDisks(t *testing.T) {
 	if _, _, others := run(plain, "plain-a"); others == 0 {
 		t.Error("a box made from the server's namespace holds no other session's disk: the check cannot see them")
 	}
-}
-
-// descendants lists the pids of every process below pid.
-func descendants(t *testing.T, pid int) []int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	children := map[int][]int{}
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) > 1 {
-			if pp, err := strconv.Atoi(f[1]); err == nil {
-				children[pp] = append(children[pp], p)
-			}
-		}
-	}
-	var out []int
-	queue := []int{pid}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		for _, c := range children[p] {
-			out = append(out, c)
-			queue = append(queue, c)
-		}
-	}
-	return out
 }
 
 // TestBoxStartsLeaveEveryThreadInTheServersNamespace starts boxes of two
