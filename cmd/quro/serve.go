@@ -185,6 +185,11 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 		if nodeLn, err = f.cluster.listenNode(); err != nil {
 			return err
 		}
+		// Any pod may reach the node port: its connections, handshakes
+		// unfinished included, are held to the public port's caps (a
+		// forwarding node counts against its address's, as it did on
+		// the public port).
+		nodeLn = connlimit.New(nodeLn, &connlimit.Options{Name: "node", Max: caps.max, PerPeer: caps.perIP, Logger: log})
 		defer nodeLn.Close()
 		cfg, err := f.cluster.resolve(nodeLn.Addr())
 		if err != nil {

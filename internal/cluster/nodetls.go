@@ -200,6 +200,7 @@ func (t *NodeTLS) Transport() *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.ForceAttemptHTTP2 = false
 	tr.TLSClientConfig = nil
+	tr.Proxy = nil // node to node, never through the environment's proxy
 	tr.DialTLSContext = t.dialTLS
 	return tr
 }
