@@ -11,6 +11,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/quro-dev/quro/internal/sandbox"
 )
 
 // The btrfs method: one filesystem for every session's disk.
@@ -30,7 +32,8 @@ import (
 // A box could make a subvolume of its own in its workspace (the ioctl
 // needs only write permission on the directory), whose qgroup the
 // session's limit does not hold: the box's seccomp filter refuses every
-// btrfs ioctl (sandbox.deniedIoctlTypes).
+// btrfs ioctl (internal/sandbox/seccomp.go, btrfsIoctlType), so where
+// boxes get no filter the shared filesystem is not used (tryShared).
 //
 // Kernel interface (include/uapi/linux/btrfs.h); x/sys/unix names none of it.
 const (
@@ -443,7 +446,18 @@ func (fs *btrfsFS) qgroupUsage(dir string) (used, limit int64, ok bool) {
 // tryShared sets up the btrfs method, under the disks directory's lock
 // (two processes of one data directory never make or mount the shared
 // filesystem at once); its error says why the method is not used.
+// seccompAvailable is sandbox.SeccompAvailable; a test stands in a
+// machine without seccomp.
+var seccompAvailable = sandbox.SeccompAvailable
+
 func (d *Disks) tryShared() error {
+	// A box can make a subvolume of its own in its workspace, which
+	// needs only write permission, and a new subvolume's quota group has
+	// no limit: only the boxes' seccomp filter, which refuses btrfs's
+	// ioctls, keeps the session's quota whole.
+	if err := seccompAvailable(); err != nil {
+		return fmt.Errorf("boxes get no seccomp filter here (%v), which the shared filesystem needs to hold each session to its quota", err)
+	}
 	if err := os.MkdirAll(d.dir, 0o700); err != nil {
 		return err
 	}

@@ -381,3 +381,18 @@ func TestOpenTakesOverEmptySessionDirectoriesOnly(t *testing.T) {
 		t.Errorf("the session's file: %q %v", b, err)
 	}
 }
+
+// Where boxes get no seccomp filter (an architecture without one, a
+// kernel without seccomp), a box could make a subvolume outside its
+// quota: the data directory keeps the images method, and says why.
+// Not parallel: it stands in a machine without seccomp for the package.
+func TestNoSharedFilesystemWithoutSeccomp(t *testing.T) {
+	newShared(t) // skips where there is no shared filesystem to refuse
+	seccompAvailable = func() error { return errors.New("kernel has no seccomp: EINVAL") }
+	t.Cleanup(func() { seccompAvailable = sandbox.SeccompAvailable })
+	d := Open(t.TempDir())
+	t.Cleanup(d.Close)
+	if d.Shared() || !strings.Contains(d.Method(), "seccomp") {
+		t.Fatalf("without seccomp: shared %v, method %q", d.Shared(), d.Method())
+	}
+}

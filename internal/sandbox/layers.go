@@ -112,16 +112,29 @@ func findLayers(require []string) *layerSet {
 	add(ll)
 
 	sc := Feature{Name: LayerSeccomp}
-	if _, ok := auditArch[runtime.GOARCH]; !ok {
-		sc.Detail = "no filter for " + runtime.GOARCH
-	} else if _, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err != nil {
-		sc.Detail = "kernel has no seccomp: " + err.Error()
+	if err := SeccompAvailable(); err != nil {
+		sc.Detail = err.Error()
 	} else {
 		sc.Available = true
 		sc.Detail = fmt.Sprintf("filter denies %d syscalls (ptrace, mount, unshare, bpf, io_uring, keyctl, …), namespace clone flags and TIOCSTI/TIOCLINUX", len(deniedSyscalls)+1)
 	}
 	add(sc)
 	return l
+}
+
+// SeccompAvailable says why boxes on this machine get no seccomp filter
+// (nil: they get it, whatever the isolation level, since minimal
+// isolation skips only the layers the machine lacks). Other layers that
+// rely on the filter ask it: the shared btrfs disks (internal/quota) are
+// safe only where the filter refuses btrfs's ioctls to boxes.
+func SeccompAvailable() error {
+	if _, ok := auditArch[runtime.GOARCH]; !ok {
+		return errors.New("no filter for " + runtime.GOARCH)
+	}
+	if _, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err != nil {
+		return errors.New("kernel has no seccomp: " + err.Error())
+	}
+	return nil
 }
 
 func landlockScope(abi int) string {
