@@ -1221,10 +1221,11 @@ func statusPid(oob []byte) int {
 	if err != nil {
 		return 0
 	}
-	byFD, byCred := 0, 0
+	byFD, byCred, sent := 0, 0, false
 	for _, m := range msgs {
 		if fds, err := syscall.ParseUnixRights(&m); err == nil {
 			for _, fd := range fds {
+				sent = true
 				if byFD == 0 {
 					byFD = pidfdPid(fd)
 				}
@@ -1234,7 +1235,13 @@ func statusPid(oob []byte) int {
 			byCred = int(c.Pid)
 		}
 	}
-	return cmp.Or(byFD, byCred)
+	if sent {
+		// The box init's answer for a spawner's program: its writer is
+		// the box init, never the program. A program that ended and was
+		// reaped before the read has no pid left (0), not the init's.
+		return byFD
+	}
+	return byCred
 }
 
 // pidfdPid is the pid, in the server's namespace, of the process pidfd

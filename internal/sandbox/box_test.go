@@ -980,3 +980,37 @@ func TestStartInAStuckBoxEndsWithItsContext(t *testing.T) {
 		t.Fatal("the next run did not get a new box")
 	}
 }
+
+// A status message that carries a pidfd is the box init's answer for a
+// program its spawner started: its writer's credentials are the box
+// init's, never the program's. When the program ended and was reaped
+// before the server read the pidfd, the pid is 0 (gone), not the init's.
+func TestStatusPidOfAProgramGoneIsNotTheWriters(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pidfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+	if err != nil {
+		t.Skipf("no pidfd here: %v", err)
+	}
+	defer unix.Close(pidfd)
+	cred := syscall.UnixCredentials(&syscall.Ucred{Pid: 4242, Uid: 0, Gid: 0})
+	fd, err := unix.Dup(pidfd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := statusPid(append(syscall.UnixRights(fd), cred...)); got != cmd.Process.Pid {
+		t.Fatalf("a live program's pidfd: pid %d, want %d", got, cmd.Process.Pid)
+	}
+	cmd.Wait() // reaped: the pidfd names no process now
+	if fd, err = unix.Dup(pidfd); err != nil {
+		t.Fatal(err)
+	}
+	if got := statusPid(append(syscall.UnixRights(fd), cred...)); got != 0 {
+		t.Fatalf("a reaped program's pidfd: pid %d, want 0 (not the writer's 4242)", got)
+	}
+	if got := statusPid(cred); got != 4242 {
+		t.Fatalf("no pidfd: pid %d, want the writer's 4242", got)
+	}
+}
