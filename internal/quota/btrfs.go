@@ -104,6 +104,12 @@ const sharedMinSize = 1 << 30
 type btrfsFS struct {
 	qgroups string // /sys/fs/btrfs/<fsid>/qgroups: each subvolume's usage and limit
 	mounted bool   // this process mounted it (Close unmounts it)
+	// users is this process's shared flock on disks/.shared.users, held
+	// while it uses the filesystem: the last process of the data
+	// directory to let go unmounts it, never one while another (a CLI
+	// command beside the server, a server beside a CLI command that
+	// mounted it first) still makes and removes sessions' subvolumes.
+	users *os.File
 }
 
 // openBtrfs makes the shared filesystem usable at d.root: found mounted
@@ -470,8 +476,23 @@ func (d *Disks) tryShared() error {
 	if err != nil {
 		return err
 	}
+	fs.users = holdUsers(d.dir)
 	d.shared = fs
 	return nil
+}
+
+// holdUsers opens disks/.shared.users with a shared flock (nil if it
+// cannot: then this process unmounts only what it mounted, as before).
+func holdUsers(dir string) *os.File {
+	f, err := os.OpenFile(filepath.Join(dir, ".shared.users"), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil
+	}
+	if unix.Flock(int(f.Fd()), unix.LOCK_SH) != nil {
+		f.Close()
+		return nil
+	}
+	return f
 }
 
 // lockShared takes the lock of the shared filesystem's setup.
@@ -523,6 +544,24 @@ func (d *Disks) ensureShared() error {
 // it; a busy one (a process of a session still running) is detached, and
 // its loop device freed once its last user is gone. The caller holds d.mu.
 func (d *Disks) unmountShared() {
+	if u := d.shared.users; u != nil {
+		// Under the setup lock, so no other process mounts or takes
+		// the filesystem meanwhile: the last user unmounts it, whoever
+		// mounted it; none while another process still holds it.
+		unlock, err := d.lockShared()
+		if err != nil {
+			return
+		}
+		defer unlock()
+		if unix.Flock(int(u.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+			d.shared.mounted = false // another process's now
+			return
+		}
+		defer unix.Flock(int(u.Fd()), unix.LOCK_SH) // this process may mount it again (ensureShared)
+		if isBtrfsMount(d.root) {
+			d.shared.mounted = true
+		}
+	}
 	if !d.shared.mounted {
 		return
 	}
@@ -530,7 +569,11 @@ func (d *Disks) unmountShared() {
 		_ = unix.Unmount(d.root, unix.MNT_DETACH)
 	}
 	d.shared.mounted = false
-	d.unbindRoot()
+	if d.boundRoot {
+		d.unbindRoot()
+	} else if d.shared.users != nil && mountPoint(d.root) {
+		_ = unix.Unmount(d.root, 0) // the private bind of the process that mounted it
+	}
 }
 
 // unbindRoot unmounts the private bind of the sessions' directory this

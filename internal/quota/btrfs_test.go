@@ -396,3 +396,37 @@ func TestNoSharedFilesystemWithoutSeccomp(t *testing.T) {
 		t.Fatalf("without seccomp: shared %v, method %q", d.Shared(), d.Method())
 	}
 }
+
+// Two processes of one data directory (here two Disks, each its own open
+// file of the users' lock, as two processes have): the one that mounted
+// the shared filesystem lets go first, and it stays mounted for the
+// other, which still makes and removes subvolumes; the last to let go
+// unmounts it, and the private bind beneath.
+func TestTheLastUserUnmountsTheSharedFilesystem(t *testing.T) {
+	t.Parallel()
+	first, data := newShared(t)
+	root := filepath.Join(data, "sessions")
+	second := Open(data)
+	t.Cleanup(second.Close)
+	if second.shared == nil {
+		t.Fatalf("the second: %s", second.Method())
+	}
+	first.Close()
+	if !isBtrfsMount(root) {
+		t.Fatal("the first's Close unmounted the filesystem the second still uses")
+	}
+	s := filepath.Join(root, "s")
+	if err := second.Create(s, 16<<20); err != nil {
+		t.Fatal(err)
+	}
+	if !second.Has(s) {
+		t.Fatal("the second's new subvolume is not there")
+	}
+	if err := second.Remove(s); err != nil {
+		t.Fatal(err)
+	}
+	second.Close()
+	if isBtrfsMount(root) || mountPoint(root) {
+		t.Fatal("the last user's Close left the filesystem or its bind mounted")
+	}
+}

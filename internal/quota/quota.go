@@ -180,6 +180,12 @@ func mountPoint(dir string) bool {
 func (d *Disks) Close() {
 	if d.shared != nil {
 		d.UnmountMine()
+		d.mu.Lock()
+		if u := d.shared.users; u != nil {
+			u.Close()
+			d.shared.users = nil
+		}
+		d.mu.Unlock()
 		return
 	}
 	d.tmplMu.Lock()
