@@ -241,7 +241,7 @@ type SessionResources struct {
 	TasksLimit      uint64  `json:"tasks_limit"`
 	CPUSeconds      float64 `json:"cpu_seconds"`
 	CPUPercentLimit uint64  `json:"cpu_percent_limit"`
-	DiskBytes       int64   `json:"disk_bytes,omitempty"`
+	DiskBytes       int64   `json:"disk_bytes"` // 0 too: an empty subvolume of the shared filesystem uses none
 	DiskLimit       int64   `json:"disk_limit,omitempty"`
 }
 

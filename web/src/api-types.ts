@@ -1974,7 +1974,7 @@ export interface components {
             resources?: {
                 cpu_percent_limit: number;
                 cpu_seconds: number;
-                disk_bytes?: number;
+                disk_bytes: number;
                 disk_limit?: number;
                 memory_bytes: number;
                 memory_limit: number;
@@ -2350,7 +2350,7 @@ export interface components {
             resources?: {
                 cpu_percent_limit: number;
                 cpu_seconds: number;
-                disk_bytes?: number;
+                disk_bytes: number;
                 disk_limit?: number;
                 memory_bytes: number;
                 memory_limit: number;
@@ -2646,7 +2646,7 @@ export interface components {
                 resources?: {
                     cpu_percent_limit: number;
                     cpu_seconds: number;
-                    disk_bytes?: number;
+                    disk_bytes: number;
                     disk_limit?: number;
                     memory_bytes: number;
                     memory_limit: number;
@@ -3306,7 +3306,7 @@ export interface components {
             resources?: {
                 cpu_percent_limit: number;
                 cpu_seconds: number;
-                disk_bytes?: number;
+                disk_bytes: number;
                 disk_limit?: number;
                 memory_bytes: number;
                 memory_limit: number;
@@ -3383,7 +3383,7 @@ export interface components {
             resources?: {
                 cpu_percent_limit: number;
                 cpu_seconds: number;
-                disk_bytes?: number;
+                disk_bytes: number;
                 disk_limit?: number;
                 memory_bytes: number;
                 memory_limit: number;
@@ -3464,7 +3464,7 @@ export interface components {
             resources?: {
                 cpu_percent_limit: number;
                 cpu_seconds: number;
-                disk_bytes?: number;
+                disk_bytes: number;
                 disk_limit?: number;
                 memory_bytes: number;
                 memory_limit: number;
