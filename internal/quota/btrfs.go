@@ -557,7 +557,7 @@ func (d *Disks) unmountShared() {
 			d.shared.mounted = false // another process's now
 			return
 		}
-		defer unix.Flock(int(u.Fd()), unix.LOCK_SH) // this process may mount it again (ensureShared)
+		defer func() { _ = unix.Flock(int(u.Fd()), unix.LOCK_SH) }() // this process may mount it again (ensureShared)
 		if isBtrfsMount(d.root) {
 			d.shared.mounted = true
 		}
