@@ -1167,6 +1167,10 @@ func CredSocketPair() (mine, theirs int, err error) {
 	return fds[0], fds[1], nil
 }
 
+// statusGrace is how long a start's status read goes on after the
+// start's context ended (readStatus).
+const statusGrace = 5 * time.Second
+
 // readStatus reads the init child's status channel: ready, or the reason
 // it could not exec, and the host pid of the process that wrote it. It
 // ends when ctx does (not ready, no reason): a status that never comes
@@ -1177,8 +1181,13 @@ func readStatus(ctx context.Context, f *os.File) (pid int, msg string, ready boo
 	if err != nil {
 		return 0, err.Error(), false
 	}
-	// f is in the poller: a past deadline wakes the read below.
-	stop := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Unix(1, 0)) })
+	// f is in the poller: a deadline wakes the read below. Not at once
+	// when ctx ends: a program its box's spawner started may run before
+	// the init's status for it comes (the init answers after the
+	// spawner), and a status that comes within statusGrace makes the
+	// start a started program, which the caller's end then stops as a
+	// run (interrupted), not a start that never was.
+	stop := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Now().Add(statusGrace)) })
 	defer stop()
 	buf := make([]byte, 4096)
 	oob := make([]byte, syscall.CmsgSpace(syscall.SizeofUcred)+syscall.CmsgSpace(4))
