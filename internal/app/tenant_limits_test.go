@@ -42,7 +42,7 @@ func TestTenantCeilingAcrossSessionsThroughTheController(t *testing.T) {
 		}
 	}
 	// s1's box and shell first: what they hold (bubblewrap, the box's
-	// init and its zygote, the resident bash) is the base.
+	// init and its spawner, the resident bash) is the base.
 	if _, err := callAs(t, a, acme, "terminal_exec", TerminalExecInput{Session: "s1", Command: "true"}); err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestTenantCeilingAcrossSessionsThroughTheController(t *testing.T) {
 	// admission keeps a margin of 8, so the next box is refused. (Set
 	// from the count before them, it depended on that count: a process
 	// of the box still ending or starting as it was read, such as the
-	// box's next zygote, moved it by a few and let the next box in.)
+	// box's spawner's next child, moved it by a few and let the next box in.)
 	// Its own timeout, not the default 30 s: 60 forks took longer at a
 	// load of 100, and the ceiling was then read while they went on.
 	if reply, err := callAs(t, a, acme, "terminal_exec", TerminalExecInput{Session: "s1", TimeoutMS: 300_000,
