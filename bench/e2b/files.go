@@ -7,6 +7,8 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -45,17 +47,40 @@ func filesPart(ctx context.Context, sdk *sdkDriver, rest *restClient, session, t
 	dir := strings.TrimSuffix(*filesDir, "/")
 	sdkPath, curlPath, restPath := dir+"/big.bin", dir+"/curl.bin", dir+"/big.bin"
 
+	// The peer that is not Quro: a plain Go file server (net/http's
+	// ServeContent, the same bytes, no gzip) that the SDK's own
+	// files.read reaches as its sandbox URL, so that what the SDK and node
+	// spend on a read of those bytes is measured apart from Quro's side.
+	plain, err := plainFileServer(data)
+	if err != nil {
+		return nil, err
+	}
+	defer plain.Close()
+	if err := sdk.step("plain http://"+plain.Addr().String(), &struct{}{}); err != nil {
+		return nil, err
+	}
+
 	sWrite, sRead := &series{name: "SDK files.write"}, &series{name: "SDK files.read (bytes)"}
 	cWrite, cRead, cGzip := &series{name: "curl POST /files (octet-stream)"}, &series{name: "curl GET /files"}, &series{name: "curl --compressed GET /files"}
 	rWrite, rRead := &series{name: "REST write_file (8 MiB parts, base64)"}, &series{name: "REST read_file (8 MiB parts, base64)"}
-	p := &part{title: "files", sdk: []*series{sWrite, sRead}, peers: [][]*series{{cWrite, rWrite}, {cRead, cGzip, rRead}}}
-	err := interleave(fmt.Sprintf("files (%d MB)", *filesMB), *nFiles, &p.load, func() error {
+	pRead := &series{name: "SDK files.read (bytes) from a plain Go file server"}
+	pcRead := &series{name: "curl GET from the plain Go file server"}
+	p := &part{title: "files", sdk: []*series{sWrite, sRead}, peers: [][]*series{{cWrite, rWrite}, {cRead, cGzip, rRead, pRead, pcRead}}}
+	err = interleave(fmt.Sprintf("files (%d MB)", *filesMB), *nFiles, &p.load, func() error {
 		if err := sdk.timed("write "+sdkPath, sWrite); err != nil {
 			return err
 		}
 		return sdk.timed("read "+sdkPath, sRead)
 	}, func() error {
-		d, err := curl(append(headers, "-H", "Content-Type: application/octet-stream", "--data-binary", "@"+local, fileURL(curlPath)))
+		if err := sdk.timed("plainread "+sdkPath, pRead); err != nil {
+			return err
+		}
+		d, err := curl([]string{"http://" + plain.Addr().String() + "/files?path=x"})
+		if err != nil {
+			return err
+		}
+		pcRead.add(d)
+		d, err = curl(append(headers, "-H", "Content-Type: application/octet-stream", "--data-binary", "@"+local, fileURL(curlPath)))
 		if err != nil {
 			return err
 		}
@@ -85,6 +110,22 @@ func filesPart(ctx context.Context, sdk *sdkDriver, rest *restClient, session, t
 		return nil
 	})
 	return p, err
+}
+
+// plainFileServer serves data at every GET on a listener of its own
+// (127.0.0.1), as net/http serves a file: Content-Length, no encoding.
+func plainFileServer(data []byte) (net.Listener, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/octet-stream")
+			http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(data))
+		}))
+	}()
+	return ln, nil
 }
 
 // curl runs curl and answers its own total time (-w %{time_total}), so

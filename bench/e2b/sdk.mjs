@@ -15,6 +15,9 @@
 //                 to reach the warm sandbox's /files: {id, token}
 //   write PATH    files.write(PATH, the bytes): {us}
 //   read PATH     files.read(PATH, {format: 'bytes'}), checked by SHA-256: {us}
+//   plain URL     a second handle on the warm sandbox whose envd is URL
+//                 (a plain Go file server with the same bytes): {}
+//   plainread PATH  read's files.read through that handle: {us}
 //   quit          kill the warm sandbox and end
 import { createRequire } from 'node:module'
 import { createHash } from 'node:crypto'
@@ -33,7 +36,7 @@ function checkPrint(ex) {
 
 const warm = await Sandbox.create({ timeoutMs: 3_600_000 })
 for (let i = 0; i < 20; i++) checkPrint(await warm.runCode('print(1)'))
-let data, want
+let data, want, plain
 
 const steps = {
   async cold() {
@@ -70,6 +73,19 @@ const steps = {
     const t0 = performance.now()
     await warm.files.write(path, data)
     return { us: us(t0, performance.now()) }
+  },
+  // plain URL: a handle on the warm sandbox whose envd URL is URL (a
+  // plain Go file server sending the same bytes), for plainread.
+  async plain(url) {
+    plain = await Sandbox.connect(warm.sandboxId, { sandboxUrl: url })
+    return {}
+  },
+  async plainread(path) {
+    const t0 = performance.now()
+    const got = await plain.files.read(path, { format: 'bytes', requestTimeoutMs: 600_000 })
+    const t1 = performance.now()
+    if (got.length !== data.length || sha(got) !== want) throw new Error(`files.read from the plain server gave ${got.length} bytes, not the ${data.length} written`)
+    return { us: us(t0, t1) }
   },
   async read(path) {
     const t0 = performance.now()

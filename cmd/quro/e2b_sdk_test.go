@@ -107,6 +107,9 @@ func e2bSDKServer(t *testing.T) []string {
 		"E2B_API_URL="+srv.url+"/e2b",
 		"E2B_SANDBOX_URL="+srv.url,
 		"E2B_SCENARIO_WHEEL="+e2bScenarioWheel,
+		// Where the server's Python was extracted (the data directory and
+		// the tests' shared copy it links from): no answer may name them.
+		"E2B_SCENARIO_HOST_PATHS="+srv.data+":"+sharedPython.dir,
 	)
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/terminal"
 )
 
 // TestPythonShowsNoHostPath: what a session's code reads of its Python
@@ -14,7 +15,7 @@ import (
 // data directory or the install root the interpreter was extracted to:
 // sys.prefix, sys.base_prefix, sys.executable, every sys.path entry, the
 // worker module's __file__, a traceback into the standard library, the
-// shell's `pip --version`, `pip show pip`, `python3 -m site` and the
+// shell's (run_code's bash and terminal_exec) `pip --version`, `pip show pip`, `python3 -m site` and the
 // tenant's wheels pip looks in (PIP_FIND_LINKS). Each is
 // also checked to name the box path it should, so the test cannot pass
 // by reading nothing.
@@ -72,15 +73,30 @@ print(json.dumps({"prefix": sys.prefix, "base_prefix": sys.base_prefix, "executa
 		t.Errorf("the traceback does not name json's box path:\n%s", tb)
 	}
 
-	res = runCode(t, a, RunCodeInput{Session: "hostpath", Lang: "bash",
-		Code: "pip --version; pip show pip | grep ^Location; python3 -m site; python -c 'import sys; print(sys.prefix)'; " +
-			"echo \"links=$PIP_FIND_LINKS\"; test -d \"$PIP_FIND_LINKS\" && echo links-there"})
-	out := res.Stdout + res.Stderr
-	noHost("the shell's pip and python", out)
-	if !strings.Contains(out, "from "+python.BoxPip+"/pip") || !strings.Contains(out, "Location: "+python.BoxPip) {
-		t.Errorf("pip is not named at %s:\n%s", python.BoxPip, out)
+	// The same lines through run_code's bash and through terminal_exec:
+	// each path to the session's shell must see the box's Python.
+	shell := "pip --version; pip show pip | grep ^Location; python3 -m site; python -c 'import sys; print(sys.prefix)'; " +
+		"python3 -c 'import json; json.loads(\"x\")'; " +
+		"echo \"links=$PIP_FIND_LINKS\"; test -d \"$PIP_FIND_LINKS\" && echo links-there"
+	res = runCode(t, a, RunCodeInput{Session: "hostpath", Lang: "bash", Code: shell})
+	reply, err := call(t, a, "terminal_exec", TerminalExecInput{Session: "hostpath", Command: shell})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(out, "links="+WheelsInBox+"/") || !strings.Contains(out, "links-there") {
-		t.Errorf("the tenant's wheels (PIP_FIND_LINKS) are not shown at %s:\n%s", WheelsInBox, out)
+	for _, sh := range []struct{ name, out string }{
+		{"run_code's bash", res.Stdout + res.Stderr},
+		{"terminal_exec", reply.Output.(*terminal.Result).Output},
+	} {
+		out := sh.out
+		noHost(sh.name+"'s pip and python", out)
+		if !strings.Contains(out, "from "+python.BoxPip+"/pip") || !strings.Contains(out, "Location: "+python.BoxPip) {
+			t.Errorf("%s: pip is not named at %s:\n%s", sh.name, python.BoxPip, out)
+		}
+		if !strings.Contains(out, python.BoxTree+"/lib/python3.14/json/") {
+			t.Errorf("%s: python3's traceback does not name json's box path:\n%s", sh.name, out)
+		}
+		if !strings.Contains(out, "links="+WheelsInBox+"/") || !strings.Contains(out, "links-there") {
+			t.Errorf("%s: the tenant's wheels (PIP_FIND_LINKS) are not shown at %s:\n%s", sh.name, WheelsInBox, out)
+		}
 	}
 }

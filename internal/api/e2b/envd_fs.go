@@ -132,6 +132,7 @@ func entryInfo(e *workspace.Entry) *filesystem.EntryInfo {
 		out.Type = filesystem.FileType_FILE_TYPE_FILE
 	case "dir":
 		out.Type = filesystem.FileType_FILE_TYPE_DIRECTORY
+		out.Size = dirSize(e.Size)
 	case "symlink":
 		// As envd: a link's type is its target's (file or directory;
 		// unspecified when it dangles, or leads where Quro's file API
@@ -154,6 +155,18 @@ func entryInfo(e *workspace.Entry) *filesystem.EntryInfo {
 		out.ModifiedTime = timestamppb.New(e.ModTime)
 	}
 	return out
+}
+
+// dirBlock is the block of the ext4 disk E2B's sandboxes run on.
+const dirBlock = 4096
+
+// dirSize is a directory's size as envd reports it on E2B's ext4 disk:
+// whole blocks, at least one (an empty directory is 4096), where stat on
+// another filesystem says less (btrfs, a session disk, counts the bytes of
+// the names in it: 0 for an empty directory). The SDKs' own tests take a
+// directory's size above 0 as given.
+func dirSize(n int64) int64 {
+	return max(dirBlock, (n+dirBlock-1)/dirBlock*dirBlock)
 }
 
 // linkTarget is a symbolic link's target as the box sees it, as envd

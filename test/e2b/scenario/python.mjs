@@ -1,13 +1,14 @@
 // python: one Python per sandbox. commands.run's python and python3 (a
 // login shell, as E2B runs every command) and the PTY's are runCode's
-// interpreter; what commands.run('pip install …') installs, runCode
-// imports. And no root: user 'root' and sudo say why and what to use.
+// interpreter, and none of them names a host path (sys.prefix, sys.path,
+// tracebacks, pip's location); what commands.run('pip install …')
+// installs, runCode imports. And no root: user 'root' and sudo say why and what to use.
 // E2B_SCENARIO_WHEEL names a wheel the server's pip index has
 // (cmd/quro's TestE2BSDK serves one); without it that check is skipped.
 import assert from 'node:assert/strict'
 import { Sandbox } from '@e2b/code-interpreter'
 import { CommandExitError } from 'e2b'
-import { check, rejects, tag } from './check.mjs'
+import { check, rejects, tag, waitFor } from './check.mjs'
 
 const enc = new TextEncoder()
 const probe = 'import sys; print(sys.executable, sys.version.split()[0])'
@@ -42,6 +43,49 @@ try {
     await seen
     await sbx.pty.kill(h.pid)
     assert.match(out.replaceAll('\r', ''), new RegExp(`PY=${want.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\n`))
+  })
+
+  // E2B_SCENARIO_HOST_PATHS: the server's data directory (where it
+  // extracted its Python), which no answer may name.
+  const hostPaths = (process.env.E2B_SCENARIO_HOST_PATHS ?? '').split(':').filter(Boolean)
+  const noHost = (what, text) => {
+    for (const d of hostPaths) assert.ok(!text.includes(d), `${what} names the host path ${d}:\n${text}`)
+  }
+  await check("Python's view names box paths only: runCode, commands.run, the PTY", async () => {
+    const tree = '/run/quro/python'
+    const ex = await sbx.runCode('import json, sys; print(json.dumps([sys.prefix, sys.base_prefix, sys.path]))')
+    assert.equal(ex.error, undefined, JSON.stringify(ex.error))
+    const [prefix, base, path] = JSON.parse(ex.logs.stdout.join(''))
+    noHost("runCode's sys", JSON.stringify([prefix, base, path]))
+    if (want.startsWith(tree)) {
+      assert.equal(prefix, tree)
+      assert.equal(base, tree)
+      assert.ok(path.some((p) => p.startsWith(`${tree}/lib/python3`)), `sys.path ${path}`)
+    }
+    const tb = await sbx.runCode('import json\njson.loads("x")')
+    assert.equal(tb.error?.name, 'JSONDecodeError')
+    noHost("runCode's traceback", tb.error.traceback)
+
+    const r = await sbx.commands.run(
+      `python3 -c 'import sys; print(sys.prefix, *sys.path)'; pip --version; pip show pip | grep ^Location; python -c 'import json; json.loads("x")' || true`)
+    const out = r.stdout + r.stderr
+    noHost('commands.run', out)
+    if (want.startsWith(tree)) {
+      assert.match(out, new RegExp(`^${tree} `))
+      assert.match(out, /^pip \S+ from \/run\/quro\/pip\/pip /m)
+      assert.match(out, /^Location: \/run\/quro\/pip$/m)
+      assert.match(out, new RegExp(`File "${tree}/lib/python3\\.\\d+/json/`))
+    }
+
+    const dec = new TextDecoder()
+    let term = ''
+    const { promise, feed } = waitFor((t) => /PIP-END/.test(t))
+    const h = await sbx.pty.create({ cols: 200, rows: 24, onData: (d) => feed(term += dec.decode(d, { stream: true })) })
+    await sbx.pty.sendInput(h.pid, enc.encode(`pip --version; python -c 'import sys; print(sys.prefix)'; echo PIP-""END\n`))
+    await promise
+    await sbx.pty.kill(h.pid)
+    noHost('the PTY', term)
+    if (want.startsWith(tree)) assert.match(term, /from \/run\/quro\/pip\/pip /)
   })
 
   const wheel = process.env.E2B_SCENARIO_WHEEL
