@@ -24,24 +24,6 @@ import (
 	"github.com/quro-dev/quro/internal/k8stest"
 )
 
-// manifest reads deploy/kubernetes/name (from the package's directory).
-func manifest(t *testing.T, name string) *unstructured.Unstructured {
-	t.Helper()
-	b, err := os.ReadFile("../../deploy/kubernetes/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := yaml.YAMLToJSON(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(js); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return u
-}
-
 // TestClusterNetworkPolicy: the kustomization applies networkpolicy.yaml;
 // the API server takes it as it is written (validated, stored, read
 // back unchanged); it selects the StatefulSet's pods, opens their public
@@ -69,8 +51,8 @@ func TestClusterNetworkPolicy(t *testing.T) {
 		t.Fatalf("the kustomization does not apply networkpolicy.yaml: %v", kust.Resources)
 	}
 
-	np := manifest(t, "networkpolicy.yaml")
-	sts := manifest(t, "statefulset.yaml")
+	np := k8stest.Manifest(t, "networkpolicy.yaml")
+	sts := k8stest.Manifest(t, "statefulset.yaml")
 	cfg, _ := k8stest.APIServer(t)
 	res := dynamic.NewForConfigOrDie(cfg).Resource(schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"}).Namespace("default")
 	ctx := context.Background()
