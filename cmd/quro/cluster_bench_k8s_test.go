@@ -40,20 +40,7 @@ func BenchmarkClusterForwarding(b *testing.B) {
 	}
 	op := quroToken()
 	a, nb, _, owner := twoNodes(b, tok+" acme exec\n"+op+" - admin\n", "--spare-sessions", spares)
-	client := &http.Client{Timeout: 10 * time.Minute}
-	post := func(url, body string) (int, string, time.Duration) {
-		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+tok)
-		start := time.Now()
-		resp, err := client.Do(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		out, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode, string(out), time.Since(start)
-	}
+	post := func(url, body string) (int, string, time.Duration) { return timedPost(b, url, tok, body) }
 	// Session creates through a, placed on both nodes.
 	var creates []time.Duration
 	on := map[string]string{}
@@ -80,13 +67,8 @@ func BenchmarkClusterForwarding(b *testing.B) {
 			if i == 80 {
 				b.Fatalf("80 paced creates did not land 10 on each node: %d on a, %d on b", len(pacedA), len(pacedB))
 			}
-			sparesSettled(b, op, a.url, nb.url)
-			status, body, d := post(a.url+"/v1/sessions", fmt.Sprintf(`{"name":"paced%d"}`, i))
-			var out struct{ ID string }
-			if status != http.StatusCreated || json.Unmarshal([]byte(body), &out) != nil {
-				b.Fatalf("create: %d %s", status, body)
-			}
-			if owner(out.ID) == "node-b" {
+			id, d := pacedCreate(b, tok, op, a.url, fmt.Sprintf("paced%d", i), a.url, nb.url)
+			if owner(id) == "node-b" {
 				pacedB = append(pacedB, d)
 			} else {
 				pacedA = append(pacedA, d)
@@ -128,11 +110,6 @@ func BenchmarkClusterForwarding(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	med := func(ds []time.Duration) float64 {
-		s := slices.Clone(ds)
-		slices.Sort(s)
-		return float64(s[len(s)/2]) / float64(time.Millisecond)
-	}
 	load, _ := os.ReadFile("/proc/loadavg")
 	b.Logf("load %s", strings.TrimSpace(string(load)))
 	b.Logf("REST run_code print(1) through node a: local %.3f ms, forwarded %.3f ms (+%.3f ms, x%.2f), n=%d each",
@@ -151,6 +128,109 @@ func BenchmarkClusterForwarding(b *testing.B) {
 	b.ReportMetric(med(mcpL), "mcp-local-ms")
 	b.ReportMetric(med(mcpF), "mcp-forwarded-ms")
 	b.ReportMetric(med(creates), "create-ms")
+}
+
+// benchClient is the benchmarks' client of the nodes.
+var benchClient = &http.Client{Timeout: 10 * time.Minute}
+
+// timedPost posts the JSON body to url with tok and times the round trip.
+func timedPost(b *testing.B, url, tok, body string) (int, string, time.Duration) {
+	b.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tok)
+	start := time.Now()
+	resp, err := benchClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, string(out), time.Since(start)
+}
+
+// pacedCreate creates session name through the node at via once the
+// spare pools of the nodes at urls are full again (op reads their
+// metrics), as creates that come apart find them, and times it.
+func pacedCreate(b *testing.B, tok, op, via, name string, urls ...string) (string, time.Duration) {
+	b.Helper()
+	sparesSettled(b, op, urls...)
+	status, body, d := timedPost(b, via+"/v1/sessions", tok, fmt.Sprintf(`{"name":%q}`, name))
+	var out struct{ ID string }
+	if status != http.StatusCreated || json.Unmarshal([]byte(body), &out) != nil || out.ID == "" {
+		b.Fatalf("create: %d %s", status, body)
+	}
+	return out.ID, d
+}
+
+// med is the median of ds, in ms.
+func med(ds []time.Duration) float64 {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return float64(s[len(s)/2]) / float64(time.Millisecond)
+}
+
+// BenchmarkClusterCreate: three nodes on a real API server, spares on
+// (quro serve's default); session creates through node a, each once
+// every node's spare pool is full again (creates that come apart), placed
+// by headroom over the three: those placed on node a itself (the local
+// create, the peer) and those forwarded to node b or c, interleaved as
+// placement spreads them; then creates back to back. Medians, in ms, and
+// the forwarded/local ratio. Run (bench/README.md):
+//
+//	go test -tags k8s -trimpath -run '^$' -bench ClusterCreate -benchtime 1x ./cmd/quro/
+//
+// QURO_BENCH_N sets the paced creates of each kind (default 20).
+func BenchmarkClusterCreate(b *testing.B) {
+	n := 20
+	if v := os.Getenv("QURO_BENCH_N"); v != "" {
+		fmt.Sscan(v, &n)
+	}
+	tok, op := quroToken(), quroToken()
+	ns, _, owner := startNodes(b, []string{"node-a", "node-b", "node-c"}, tok+" acme exec\n"+op+" - admin\n", "--spare-sessions", "1")
+	var urls []string
+	for _, nd := range ns {
+		urls = append(urls, nd.url)
+	}
+	via := ns[0].url
+	for i := range 3 { // warm: the first create of each node makes its interpreter's files
+		pacedCreate(b, tok, op, via, fmt.Sprintf("warm%d", i), urls...)
+	}
+	var local, forwarded []time.Duration
+	placed := map[string]int{}
+	b.ResetTimer()
+	for range b.N {
+		for i := 0; len(local) < n || len(forwarded) < n; i++ {
+			if i == 10*n {
+				b.Fatalf("%d paced creates did not land %d on node a and %d elsewhere: %v", i, n, n, placed)
+			}
+			id, d := pacedCreate(b, tok, op, via, fmt.Sprintf("paced%d", i), urls...)
+			node := owner(id)
+			placed[node]++
+			if node == "node-a" {
+				local = append(local, d)
+			} else {
+				forwarded = append(forwarded, d)
+			}
+		}
+	}
+	b.StopTimer()
+	var burst []time.Duration
+	for i := range n {
+		status, body, d := timedPost(b, via+"/v1/sessions", tok, fmt.Sprintf(`{"name":"burst%d"}`, i))
+		if status != http.StatusCreated {
+			b.Fatalf("create: %d %s", status, body)
+		}
+		burst = append(burst, d)
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	b.Logf("load %s", strings.TrimSpace(string(load)))
+	b.Logf("session create through node a of 3, a spare ready: placed on node a (local) median %.3f ms, forwarded to b or c median %.3f ms (+%.3f ms, x%.2f), n=%d+%d, placed %v",
+		med(local), med(forwarded), med(forwarded)-med(local), med(forwarded)/med(local), len(local), len(forwarded), placed)
+	b.Logf("session create through node a of 3, back to back (spares refilling): median %.3f ms, n=%d", med(burst), len(burst))
+	b.ReportMetric(med(local), "create-local-ms")
+	b.ReportMetric(med(forwarded), "create-forwarded-ms")
+	b.ReportMetric(med(burst), "create-burst-ms")
 }
 
 // sparesSettled waits until no spare session is being made on the nodes

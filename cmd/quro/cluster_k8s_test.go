@@ -249,15 +249,24 @@ func indexOf(s []string, v string) int {
 // extra are more flags of both nodes' quro serve.
 func twoNodes(t testing.TB, tokenLines string, extra ...string) (a, b *node, dyn dynamic.Interface, owner func(id string) string) {
 	t.Helper()
+	ns, dyn, owner := startNodes(t, []string{"node-a", "node-b"}, tokenLines, extra...)
+	return ns[0], ns[1], dyn, owner
+}
+
+// startNodes starts the nodes named of one cluster on a fresh API server,
+// as twoNodes does.
+func startNodes(t testing.TB, names []string, tokenLines string, extra ...string) (ns []*node, dyn dynamic.Interface, owner func(id string) string) {
+	t.Helper()
 	cfg, kc := apiServer(t)
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(tokens, []byte(tokenLines), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a = startNode(t, "node-a", kc, tokens, extra...)
-	b = startNode(t, "node-b", kc, tokens, extra...)
+	for _, name := range names {
+		ns = append(ns, startNode(t, name, kc, tokens, extra...))
+	}
 	dyn = dynamic.NewForConfigOrDie(cfg)
-	waitLeases(t, dyn, 2)
+	waitLeases(t, dyn, len(names))
 	owner = func(id string) string {
 		u, err := dyn.Resource(cluster.SessionsGVR).Namespace("default").Get(context.Background(), id, metav1.GetOptions{})
 		if err != nil {
@@ -266,7 +275,7 @@ func twoNodes(t testing.TB, tokenLines string, extra ...string) (a, b *node, dyn
 		n, _, _ := unstructured.NestedString(u.Object, "spec", "node")
 		return n
 	}
-	return a, b, dyn, owner
+	return ns, dyn, owner
 }
 
 // waitLeases waits until n node Leases exist.

@@ -146,10 +146,21 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 	t.Run("the move route refuses hostile streams", func(t *testing.T) {
 		// What a node that is itself hostile sends: the move route's
 		// checks, past the node port's (a client certificate a Lease pins).
+		// It moves a session its record says it owns (a move is taken
+		// only from the owner, as the node its certificate names).
 		bPort, hostile := nodePort(t, dyn, "node-b", "node-hostile")
-		put := func(t *testing.T, sig string, body io.Reader, hdr ...string) httpResult {
+		own, ownName := fmt.Sprintf("%032x", time.Now().UnixNano()), "h0"
+		records := dyn.Resource(cluster.SessionsGVR).Namespace("default")
+		if _, err := records.Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": cluster.Group + "/" + cluster.Version, "kind": "Session", "metadata": map[string]any{"name": own},
+			"spec": map[string]any{"node": "node-hostile", "tenant": "acme", "name": ownName, "network": "none",
+				"created": time.Now().UTC().Format(time.RFC3339)}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { records.Delete(context.Background(), own, metav1.DeleteOptions{}) })
+		putTo := func(t *testing.T, id, sig string, body io.Reader, hdr ...string) httpResult {
 			t.Helper()
-			req, _ := http.NewRequest("PUT", "https://"+bPort+cluster.MovePath+victim, body)
+			req, _ := http.NewRequest("PUT", "https://"+bPort+cluster.MovePath+id, body)
 			if sig != "" {
 				req.Header.Set(cluster.MoveHeader, sig)
 			}
@@ -164,7 +175,15 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 			rb, _ := io.ReadAll(resp.Body)
 			return httpResult{resp.StatusCode, string(rb), resp.Header.Get("Content-Type")}
 		}
-		settings := fmt.Sprintf(`{"id":%q,"name":%q,"tenant":"acme","network":"none"}`+"\n", victim, victimName)
+		put := func(t *testing.T, sig string, body io.Reader, hdr ...string) httpResult {
+			t.Helper()
+			return putTo(t, own, sig, body, hdr...)
+		}
+		// A session of node a's, moved by the hostile node as itself.
+		if r := putTo(t, victim, cluster.MoveSignature(key, "node-hostile", "node-b", victim, time.Now()), strings.NewReader(fmt.Sprintf(`{"id":%q,"name":%q,"tenant":"acme","network":"none"}`+"\n", victim, victimName))); r.status != http.StatusForbidden || !strings.Contains(r.body, "not node-hostile's") {
+			t.Errorf("node a's session moved by another node: %d %s", r.status, r.body)
+		}
+		settings := fmt.Sprintf(`{"id":%q,"name":%q,"tenant":"acme","network":"none"}`+"\n", own, ownName)
 		stream := func(entries ...*tar.Header) io.Reader {
 			var buf bytes.Buffer
 			buf.WriteString(settings)
@@ -179,7 +198,7 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 			return &buf
 		}
 		// Each move signs anew: a header is good at its receiver, once.
-		sign := func(to string) string { return cluster.MoveSignature(key, "node-a", to, victim, time.Now()) }
+		sign := func(to string) string { return cluster.MoveSignature(key, "node-hostile", to, own, time.Now()) }
 		// A header captured from a move to node b that node b refused.
 		captured := sign("node-b")
 		outside := t.TempDir() // on the receiving node's host: stays empty
@@ -195,12 +214,12 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 			want      string
 		}{
 			{"no signature", "", stream(), http.StatusForbidden, "FROM TIME NONCE SIGNATURE"},
-			{"a forged signature", "node-a " + fmt.Sprint(time.Now().Unix()) + " AAAAAAAAAAAAAAAAAAAAAA " + base64.RawURLEncoding.EncodeToString(make([]byte, 32)), stream(), http.StatusForbidden, "not signed"},
-			{"a replay for another session", cluster.MoveSignature(key, "node-a", "node-b", onA[0], time.Now()), stream(), http.StatusForbidden, "not signed"},
-			{"a stale signature", cluster.MoveSignature(key, "node-a", "node-b", victim, time.Now().Add(-time.Hour)), stream(), http.StatusForbidden, "signed"},
-			{"a node that does not own it", cluster.MoveSignature(key, "node-c", "node-b", victim, time.Now()), stream(), http.StatusForbidden, "not node-c's"},
+			{"a forged signature", "node-hostile " + fmt.Sprint(time.Now().Unix()) + " AAAAAAAAAAAAAAAAAAAAAA " + base64.RawURLEncoding.EncodeToString(make([]byte, 32)), stream(), http.StatusForbidden, "not signed"},
+			{"a replay for another session", cluster.MoveSignature(key, "node-hostile", "node-b", onA[0], time.Now()), stream(), http.StatusForbidden, "not signed"},
+			{"a stale signature", cluster.MoveSignature(key, "node-hostile", "node-b", own, time.Now().Add(-time.Hour)), stream(), http.StatusForbidden, "signed"},
+			{"a move signed as another node", cluster.MoveSignature(key, "node-a", "node-b", own, time.Now()), stream(), http.StatusForbidden, "names node-a as its sender"},
 			{"a header signed for another receiver", sign("node-c"), stream(), http.StatusForbidden, "not signed with the cluster's key for this session and this node"},
-			{"a header captured from a refused move", captured, strings.NewReader(fmt.Sprintf(`{"id":%q,"name":"../x","tenant":"acme"}`+"\n", victim)), http.StatusForbidden, "record says"},
+			{"a header captured from a refused move", captured, strings.NewReader(fmt.Sprintf(`{"id":%q,"name":"../x","tenant":"acme"}`+"\n", own)), http.StatusForbidden, "record says"},
 			{"the captured header replayed to its receiver", captured, stream(), http.StatusForbidden, "used already"},
 			{"a .. path", sign("node-b"), stream(&tar.Header{Name: "../escape.txt", Typeflag: tar.TypeReg, Size: 4, Mode: 0o644}), http.StatusBadRequest, "not a clean path"},
 			{"an absolute path", sign("node-b"), stream(&tar.Header{Name: "/etc/cron.d/x", Typeflag: tar.TypeReg, Size: 4, Mode: 0o644}), http.StatusBadRequest, "not a clean path"},
@@ -224,12 +243,12 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 			{"a device", sign("node-b"), stream(&tar.Header{Name: "mem", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 1}), http.StatusBadRequest, "character device"},
 			{"oversize", sign("node-b"), stream(&tar.Header{Name: "huge", Typeflag: tar.TypeReg, Size: 3 << 30, Mode: 0o644}), 0, "disk quota"},
 			{"settings of another session", sign("node-b"), strings.NewReader(fmt.Sprintf(`{"id":%q,"tenant":"acme"}`+"\n", onA[0])), http.StatusBadRequest, "not"},
-			{"another tenant", sign("node-b"), strings.NewReader(fmt.Sprintf(`{"id":%q,"name":%q,"tenant":"other"}`+"\n", victim, victimName)), http.StatusForbidden, "record says"},
-			{"a bad name", sign("node-b"), strings.NewReader(fmt.Sprintf(`{"id":%q,"name":"../x","tenant":"acme"}`+"\n", victim)), http.StatusForbidden, "record says"},
+			{"another tenant", sign("node-b"), strings.NewReader(fmt.Sprintf(`{"id":%q,"name":%q,"tenant":"other"}`+"\n", own, ownName)), http.StatusForbidden, "record says"},
+			{"a bad name", sign("node-b"), strings.NewReader(fmt.Sprintf(`{"id":%q,"name":"../x","tenant":"acme"}`+"\n", own)), http.StatusForbidden, "record says"},
 			// Settings a create refuses are refused in a move stream too.
-			{"the loader's variable", sign("node-b"), strings.NewReader(fmt.Sprintf(`{"id":%q,"name":%q,"tenant":"acme","network":"none","env":{"LD_PRELOAD":"/home/user/x.so"}}`+"\n", victim, victimName)), http.StatusBadRequest, "LD_PRELOAD"},
-			{"egress rules of no internet policy", sign("node-b"), strings.NewReader(fmt.Sprintf(`{"id":%q,"name":%q,"tenant":"acme","network":"none","network_rules":{"allow":["10.0.0.0/8"]}}`+"\n", victim, victimName)), http.StatusBadRequest, "rules of network internet"},
-			{"a lifetime past the longest", sign("node-b"), strings.NewReader(fmt.Sprintf(`{"id":%q,"name":%q,"tenant":"acme","network":"none","expires_at":"2999-01-01T00:00:00Z"}`+"\n", victim, victimName)), http.StatusBadRequest, "days from now"},
+			{"the loader's variable", sign("node-b"), strings.NewReader(fmt.Sprintf(`{"id":%q,"name":%q,"tenant":"acme","network":"none","env":{"LD_PRELOAD":"/home/user/x.so"}}`+"\n", own, ownName)), http.StatusBadRequest, "LD_PRELOAD"},
+			{"egress rules of no internet policy", sign("node-b"), strings.NewReader(fmt.Sprintf(`{"id":%q,"name":%q,"tenant":"acme","network":"none","network_rules":{"allow":["10.0.0.0/8"]}}`+"\n", own, ownName)), http.StatusBadRequest, "rules of network internet"},
+			{"a lifetime past the longest", sign("node-b"), strings.NewReader(fmt.Sprintf(`{"id":%q,"name":%q,"tenant":"acme","network":"none","expires_at":"2999-01-01T00:00:00Z"}`+"\n", own, ownName)), http.StatusBadRequest, "days from now"},
 		} {
 			r := put(t, tc.sig, tc.body)
 			if r.status == http.StatusOK || tc.status != 0 && r.status != tc.status || !strings.Contains(r.body, tc.want) {
@@ -247,6 +266,9 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 		// works there with its file.
 		if o := owner(victim); o != "node-a" {
 			t.Fatalf("after the refused moves the record names %s", o)
+		}
+		if o := owner(own); o != "node-hostile" {
+			t.Fatalf("after the refused moves the hostile node's record names %s", o)
 		}
 		if out := exec(t, b, victim, "cat kept.txt; ls"); !strings.Contains(out, "mine") || strings.Contains(out, "huge") || strings.Contains(out, "escape") {
 			t.Fatalf("the victim after the refused moves: %q", out)

@@ -42,13 +42,14 @@ type Options struct {
 	TLS *NodeTLS
 
 	// Tests only: watchHook wraps each watch of the session informer (an
-	// informer that lags), onWait runs when Resolve starts to wait,
-	// lookRate replaces the bound of LookupRate and LookupBurst, and
-	// lookupWait LookupWait.
-	watchHook  func(watch.Interface) watch.Interface
-	onWait     func()
-	lookRate   *rate.Limiter
-	lookupWait time.Duration
+	// informer that lags) and leaseWatchHook each of the Lease informer,
+	// onWait runs when Resolve starts to wait, lookRate replaces the
+	// bound of LookupRate and LookupBurst, and lookupWait LookupWait.
+	watchHook      func(watch.Interface) watch.Interface
+	leaseWatchHook func(watch.Interface) watch.Interface
+	onWait         func()
+	lookRate       *rate.Limiter
+	lookupWait     time.Duration
 }
 
 // LookupRate and LookupBurst bound the API server reads of Lookup and
@@ -141,7 +142,7 @@ func New(o Options) (*Cluster, error) {
 		o.TLS.c = c
 	}
 	c.sessions = informer(dyn.Resource(SessionsGVR).Namespace(o.Namespace), "", "sessions", o.Logger, o.watchHook)
-	c.leases = informer(dyn.Resource(LeasesGVR).Namespace(o.Namespace), LabelComponent+"="+ComponentNode, "leases", o.Logger, nil)
+	c.leases = informer(dyn.Resource(LeasesGVR).Namespace(o.Namespace), LabelComponent+"="+ComponentNode, "leases", o.Logger, o.leaseWatchHook)
 	if _, err := c.sessions.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.notify() },
 		UpdateFunc: func(any, any) { c.notify() },
@@ -764,4 +765,21 @@ func (c *Cluster) sharedKey(ctx context.Context, name, component, what string) (
 		// Another node made it first: read it.
 	}
 	return nil, fmt.Errorf("cluster: the %s's Secret %s was made and removed again three times", what, name)
+}
+
+// listNodes reads every node's Lease from the API server (NodeTLS's
+// reads, when the table lacks a pin), by name.
+func (c *Cluster) listNodes(ctx context.Context) (map[string]Node, error) {
+	l, err := c.lookups.Resource(LeasesGVR).Namespace(c.opts.Namespace).List(ctx,
+		metav1.ListOptions{LabelSelector: LabelComponent + "=" + ComponentNode})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]Node, len(l.Items))
+	for i := range l.Items {
+		if n, ok := nodeFromLease(&l.Items[i]); ok {
+			out[n.Name] = n
+		}
+	}
+	return out, nil
 }

@@ -469,7 +469,7 @@ func (d *Drainer) send(ctx context.Context, id string, n *Node, drain string) (*
 		pw.CloseWithError(d.Local.Export(ctx, id, pw))
 	}()
 	u := &url.URL{Scheme: d.TLS.scheme("http"), Host: n.Address, Path: MovePath + url.PathEscape(id)}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u.String(), pr)
+	req, err := http.NewRequestWithContext(toNode(ctx, n.Name), http.MethodPut, u.String(), pr)
 	if err != nil {
 		pr.Close()
 		return nil, err
@@ -499,7 +499,9 @@ func (d *Drainer) send(ctx context.Context, id string, n *Node, drain string) (*
 // ServeHTTP receives a session another node moves here (PUT
 // MovePath{id}): the stream is taken only when MoveHeader is signed with
 // the cluster's key for this session and this node, by the node the
-// session's record names as its owner, not used before (MoveReplays),
+// session's record names as its owner, sent by that node itself (with
+// TLS: its pinned certificate, PeerNode; every node holds the key), not
+// used before (MoveReplays),
 // and only while this node is not draining; the
 // stream itself is checked as hostile (Local.Import). The record is then
 // switched to this node, and the answer says what was made.
@@ -519,6 +521,13 @@ func (d *Drainer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	claim, err := VerifyMove(d.Key, r.Header.Get(MoveHeader), self, id, now)
 	if err != nil {
 		rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied, "moving session %s here: %v", id, err))
+		return
+	}
+	if d.TLS != nil && claim.From != PeerNode(r) {
+		// Signed with the cluster's key, which every node holds: the
+		// sender is the node whose certificate sent it, or no one.
+		rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
+			"moving session %s here: the move names %s as its sender, and node %s sent it", id, claim.From, PeerNode(r)))
 		return
 	}
 	if !d.replays.Use(claim, now) {

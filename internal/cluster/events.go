@@ -173,6 +173,7 @@ func (rt *Router) peerStream(ctx context.Context, n Node, cred string, joined fu
 	hdr.Set(HeaderForwardedBy, rt.forwardedBy())
 	hdr.Set(HeaderForwardedPath, "ws")
 	u := url.URL{Scheme: rt.TLS.scheme("ws"), Host: n.Address, Path: eventsPath}
+	ctx = toNode(ctx, n.Name)
 	dctx, cancel := context.WithTimeout(ctx, peerJoin)
 	c, resp, err := websocket.Dial(dctx, u.String(), &websocket.DialOptions{HTTPHeader: hdr, HTTPClient: rt.client}) //nolint:bodyclose // websocket.Dial closes it ("you never need to close resp.Body yourself")
 	if err != nil {

@@ -181,7 +181,7 @@ func (rt *Router) auditFanOut(w http.ResponseWriter, r *http.Request) {
 // askAudit asks node n r's audit query, forwarded (served there, not
 // fanned out again) with the caller's credential.
 func (rt *Router) askAudit(r *http.Request, n Node) ([]nodeEntry, error) {
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(toNode(r.Context(), n.Name), 30*time.Second)
 	defer cancel()
 	u := url.URL{Scheme: rt.TLS.scheme("http"), Host: n.Address, Path: auditPath, RawQuery: r.URL.RawQuery}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)

@@ -74,11 +74,11 @@ func (rt *Router) Forward(ctx context.Context, caller controller.Caller, name, r
 		// The caller takes output or progress as it comes (the stream's
 		// WebSocket, an MCP call with a progress token).
 		if capb, ok := rt.capability(name); ok && capb.Streams {
-			raw, err := rt.forwardStream(ctx, caller, n.Address, name, args, out)
+			raw, err := rt.forwardStream(toNode(ctx, n.Name), caller, n.Address, name, args, out)
 			return raw, true, err
 		}
 	}
-	raw, err := rt.forwardCall(ctx, caller, n.Address, name, args)
+	raw, err := rt.forwardCall(toNode(ctx, n.Name), caller, n.Address, name, args)
 	return raw, true, err
 }
 
@@ -133,7 +133,8 @@ func (rt *Router) headers(ctx context.Context, caller controller.Caller, h http.
 	}
 }
 
-// forwardCall is POST /v1/{name} on the node at addr.
+// forwardCall is POST /v1/{name} on the node at addr (ctx names the
+// node meant, toNode).
 func (rt *Router) forwardCall(ctx context.Context, caller controller.Caller, addr, name string, args json.RawMessage) (json.RawMessage, error) {
 	u := (&url.URL{Scheme: rt.TLS.scheme("http"), Host: addr, Path: "/v1/" + name}).String()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(args))
@@ -197,7 +198,7 @@ type streamMessage struct {
 	Message string            `json:"message,omitempty"`
 }
 
-// forwardStream runs name on the node at addr through its
+// forwardStream runs name on the node at addr (ctx names it, toNode) through its
 // /v1/stream/{name}, passing each output message to out (and progress to
 // ctx's progress.Func) as it arrives; canceling ctx closes the socket,
 // which stops the run on the owner.

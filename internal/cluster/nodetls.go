@@ -15,11 +15,8 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"sync"
 	"time"
-
-	"golang.org/x/time/rate"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // NodeTLS is a node's identity on the node port, where the nodes talk to
@@ -28,31 +25,32 @@ import (
 // audit): mutual TLS without a CA. Each node makes a key pair and a
 // self-signed certificate when it starts (the private key never leaves
 // its memory) and publishes the certificate's SHA-256 (its pin) in its
-// Lease (AnnotPin); the API server is the trusted party. A caller checks
-// the callee's certificate against the pin of the node the table lists at
-// the address it dialed; the callee checks the caller's client
-// certificate against the pin of the node it names (its CommonName).
-// Nothing is trusted because it is presented: a certificate whose pin no
-// Lease publishes is refused on either side. A node that restarts makes
-// a new key, and its Lease's pin rotates with it; a peer whose table still
-// has the old pin reads the Lease from the API server once (bounded by
-// pinReadRate) before it refuses.
+// Lease (AnnotPin); the API server is the trusted party. A caller names
+// the node it means to reach (toNode: a session's owner, a drain's
+// target) and checks the callee's certificate against that node's pin,
+// whatever the address: a node at an address another node had (a pod
+// restarted with another's IP, a table that lags) is not the one meant,
+// and the call is unavailable, never answered by the wrong node. The
+// callee checks the caller's client certificate against the pin of the
+// node it names (its CommonName), and a request is then taken only as
+// from that node (PeerNode): a node's header or a move that claims
+// another sender is refused. Nothing is trusted because it is presented:
+// a certificate whose pin no Lease publishes is refused on either side.
+// A node that restarts makes a new key, and its Lease's pin rotates with
+// it; a peer whose table still has the old pin waits for a read of the
+// Leases from the API server (pinReads) before it refuses.
 type NodeTLS struct {
-	cert tls.Certificate
-	pin  string
-	c    *Cluster // set by New (Options.TLS)
-	// Reads of a peer's Lease when the table's pin does not match: the
-	// caller waits for its turn (it dials for an authenticated call);
-	// the callee reads only while the bound allows it at once (anyone
-	// can open a connection to the node port).
-	dialReads, acceptReads *rate.Limiter
+	cert  tls.Certificate
+	pin   string
+	c     *Cluster // set by New (Options.TLS)
+	reads pinReads
 }
 
-// pinReadRate and pinReadBurst bound NodeTLS's reads of Leases.
-const (
-	pinReadRate  = 2 // per second
-	pinReadBurst = 10
-)
+// pinReadEvery spaces NodeTLS's reads of the Leases (pinReads).
+const pinReadEvery = 500 * time.Millisecond
+
+// pinReadWait bounds a handshake's wait for a read of the Leases.
+const pinReadWait = 10 * time.Second
 
 // NewNodeTLS makes node's key pair (ECDSA P-256) and its self-signed
 // certificate, named node, for New (Options.TLS).
@@ -84,9 +82,10 @@ func NewNodeTLS(node string) (*NodeTLS, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &NodeTLS{cert: tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pin: Pin(der),
-		dialReads:   rate.NewLimiter(pinReadRate, pinReadBurst),
-		acceptReads: rate.NewLimiter(pinReadRate, pinReadBurst)}, nil
+	t := &NodeTLS{cert: tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pin: Pin(der)}
+	t.reads.every = pinReadEvery
+	t.reads.list = func(ctx context.Context) (map[string]Node, error) { return t.c.listNodes(ctx) }
+	return t, nil
 }
 
 // Pin is a certificate's pin: the SHA-256 of its DER, in hex.
@@ -121,92 +120,196 @@ func (t *NodeTLS) ServerConfig() *tls.Config {
 // checkClient accepts a client certificate whose pin the Lease of the
 // node it names publishes.
 func (t *NodeTLS) checkClient(cert *x509.Certificate) error {
-	name, pin := cert.Subject.CommonName, Pin(cert.Raw)
+	name := cert.Subject.CommonName
 	if !validObjectName(name) {
 		return errors.New("cluster: a client certificate that names no node")
 	}
-	if n, ok := t.c.Node(name); ok && n.Pin == pin {
-		return nil
-	}
-	if !t.acceptReads.Allow() {
-		return fmt.Errorf("cluster: node %s's client certificate is not the one its Lease publishes (in this node's table)", name)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), pinReadWait)
 	defer cancel()
-	n, err := t.readNode(ctx, name)
-	if err != nil {
-		return fmt.Errorf("cluster: node %s's Lease could not be read: %w", name, err)
-	}
-	if n == nil || n.Pin != pin {
-		return fmt.Errorf("cluster: node %s's client certificate is not the one its Lease publishes", name)
+	if err := t.checkPin(ctx, name, cert); err != nil {
+		return fmt.Errorf("cluster: node %s's client certificate: %w", name, err)
 	}
 	return nil
 }
 
-// checkServer accepts the certificate of the node at addr when the Lease
-// of a node the table lists at addr publishes its pin.
-func (t *NodeTLS) checkServer(ctx context.Context, addr string, cert *x509.Certificate) error {
+// checkServer accepts the certificate of the node at addr when it is
+// the one the Lease of node, the node the caller means, publishes.
+func (t *NodeTLS) checkServer(ctx context.Context, node, addr string, cert *x509.Certificate) error {
+	if err := t.checkPin(ctx, node, cert); err != nil {
+		return fmt.Errorf("cluster: the node at %s is not node %s (%w): the routing to it is stale", addr, node, err)
+	}
+	return nil
+}
+
+// checkPin reports whether cert is the one node's Lease pins: in the
+// table, else in a read of the Leases that began after the check did
+// (the table's pin may be the one before the node restarted, or the
+// node too new for the table).
+func (t *NodeTLS) checkPin(ctx context.Context, node string, cert *x509.Certificate) error {
 	pin := Pin(cert.Raw)
-	var names []string
-	for _, n := range t.c.Nodes() {
-		if n.Address != addr {
-			continue
-		}
-		if n.Pin == pin {
-			return nil
-		}
-		names = append(names, n.Name)
+	if n, ok := t.c.Node(node); ok && n.Pin == pin {
+		return nil
 	}
-	if len(names) == 0 {
-		return fmt.Errorf("cluster: no node's Lease names the address %s", addr)
-	}
-	// The table's pin may be the one before the node restarted.
-	for _, name := range names {
-		if err := t.dialReads.Wait(ctx); err != nil {
-			return err
-		}
-		n, err := t.readNode(ctx, name)
-		if err != nil {
-			return fmt.Errorf("cluster: node %s's Lease could not be read: %w", name, err)
-		}
-		if n != nil && n.Address == addr && n.Pin == pin {
-			return nil
-		}
-	}
-	return fmt.Errorf("cluster: the certificate at %s is not the one the Lease of the node there publishes", addr)
-}
-
-// readNode reads node name's Lease from the API server (nil, nil: none).
-func (t *NodeTLS) readNode(ctx context.Context, name string) (*Node, error) {
-	u, err := t.c.lookups.Resource(LeasesGVR).Namespace(t.c.opts.Namespace).Get(ctx, LeasePrefix+name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
+	nodes, err := t.reads.after(ctx, time.Now())
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("the Leases could not be read: %w", err)
 	}
-	n, ok := nodeFromLease(u)
-	if !ok || n.Name != name {
-		return nil, nil
+	n, ok := nodes[node]
+	switch {
+	case !ok:
+		return errors.New("no Lease names that node")
+	case n.Pin != pin:
+		return errors.New("its certificate is not the one the node's Lease publishes")
 	}
-	return &n, nil
+	return nil
 }
 
-// Transport is the HTTP transport of node traffic: each connection's
-// TLS is this node's client certificate, and the callee's certificate is
-// checked against the pins (checkServer). HTTP/1.1 (WebSocket upgrades
+// pinReads reads every node's Lease from the API server for the checks
+// whose pin the table lacks, one List for all of them: a check waits for
+// a read that began after it did, and reads begin at most every apart.
+// However many certificates of unknown nodes arrive at once (anyone can
+// open a connection to the node port), the API server sees one List per
+// period, and a real node's first handshake waits at most a period and a
+// List, which a flood of others shares and cannot hold up.
+type pinReads struct {
+	every time.Duration
+	list  func(context.Context) (map[string]Node, error)
+
+	mu   sync.Mutex
+	last *pinRead // the latest read, begun, done or due
+}
+
+// pinRead is one List of the Leases, due at start.
+type pinRead struct {
+	start time.Time
+	done  chan struct{}
+	nodes map[string]Node
+	err   error
+}
+
+// after waits for a read of the Leases that began at or after at (a new
+// one, due a period after the last, when none has) and returns its nodes.
+func (p *pinReads) after(ctx context.Context, at time.Time) (map[string]Node, error) {
+	p.mu.Lock()
+	rd := p.last
+	if rd == nil || rd.start.Before(at) {
+		start := at
+		if rd != nil {
+			start = later(start, rd.start.Add(p.every))
+		}
+		rd = &pinRead{start: start, done: make(chan struct{})}
+		p.last = rd
+		go p.read(rd)
+	}
+	p.mu.Unlock()
+	select {
+	case <-rd.done:
+		return rd.nodes, rd.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// read lists the Leases for rd once its time has come.
+func (p *pinReads) read(rd *pinRead) {
+	defer close(rd.done)
+	if d := time.Until(rd.start); d > 0 {
+		tm := time.NewTimer(d)
+		<-tm.C
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pinReadWait)
+	defer cancel()
+	rd.nodes, rd.err = p.list(ctx)
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// toNodeKey names, in a request's context, the node it is meant for.
+type toNodeKey struct{}
+
+// toNode marks ctx's requests as meant for node: Transport checks that
+// the node it reaches is that one.
+func toNode(ctx context.Context, node string) context.Context {
+	return context.WithValue(ctx, toNodeKey{}, node)
+}
+
+// Transport is the HTTP transport of node traffic: each request goes to
+// the node its context names (toNode; a request that names none is
+// refused), over connections of that node's own, whose TLS is this
+// node's client certificate and whose callee's certificate is checked
+// against that node's pin (checkServer): a connection is never shared
+// by two nodes that had the same address. HTTP/1.1 (WebSocket upgrades
 // are forwarded over it).
-func (t *NodeTLS) Transport() *http.Transport {
+func (t *NodeTLS) Transport() http.RoundTripper {
+	return &nodeTransport{t: t, by: map[string]*http.Transport{}}
+}
+
+// nodeTransport is Transport: an http.Transport by node, those of nodes
+// the table no longer lists dropped as another is made.
+type nodeTransport struct {
+	t  *NodeTLS
+	mu sync.Mutex
+	by map[string]*http.Transport
+}
+
+func (nt *nodeTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	node, _ := r.Context().Value(toNodeKey{}).(string)
+	if node == "" {
+		if r.Body != nil {
+			r.Body.Close()
+		}
+		return nil, errors.New("cluster: a request of node traffic that names no node")
+	}
+	return nt.of(node).RoundTrip(r)
+}
+
+// of is node's transport.
+func (nt *nodeTransport) of(node string) *http.Transport {
+	nt.mu.Lock()
+	defer nt.mu.Unlock()
+	if tr := nt.by[node]; tr != nil {
+		return tr
+	}
+	if len(nt.by) > 0 {
+		listed := map[string]bool{}
+		for _, n := range nt.t.c.Nodes() {
+			listed[n.Name] = true
+		}
+		for name, tr := range nt.by {
+			if !listed[name] {
+				tr.CloseIdleConnections()
+				delete(nt.by, name)
+			}
+		}
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.ForceAttemptHTTP2 = false
 	tr.TLSClientConfig = nil
 	tr.Proxy = nil // node to node, never through the environment's proxy
-	tr.DialTLSContext = t.dialTLS
+	tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return nt.t.dialTLS(ctx, node, network, addr)
+	}
+	nt.by[node] = tr
 	return tr
 }
 
-// dialTLS dials the node at addr and checks its certificate.
-func (t *NodeTLS) dialTLS(ctx context.Context, network, addr string) (net.Conn, error) {
+// CloseIdleConnections closes every node's idle connections.
+func (nt *nodeTransport) CloseIdleConnections() {
+	nt.mu.Lock()
+	defer nt.mu.Unlock()
+	for _, tr := range nt.by {
+		tr.CloseIdleConnections()
+	}
+}
+
+// dialTLS dials node at addr and checks its certificate.
+func (t *NodeTLS) dialTLS(ctx context.Context, node, network, addr string) (net.Conn, error) {
 	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	raw, err := d.DialContext(ctx, network, addr)
 	if err != nil {
@@ -223,7 +326,7 @@ func (t *NodeTLS) dialTLS(ctx context.Context, network, addr string) (net.Conn, 
 			if len(cs.PeerCertificates) == 0 {
 				return errors.New("cluster: the node at " + addr + " presented no certificate")
 			}
-			return t.checkServer(ctx, addr, cs.PeerCertificates[0])
+			return t.checkServer(ctx, node, addr, cs.PeerCertificates[0])
 		},
 	}
 	tc := tls.Client(raw, cfg)
@@ -246,8 +349,20 @@ func NodePortContext(ctx context.Context, _ net.Conn) context.Context {
 // fromNode reports whether r came over the node port, from a node whose
 // client certificate was checked (NodePortContext, ServerConfig).
 func fromNode(r *http.Request) bool {
+	return PeerNode(r) != ""
+}
+
+// PeerNode is the node r came from: the name its client certificate
+// bears, which the Lease of that node pins (ServerConfig checked it, and
+// the handshake proved the key), on a request that came over the node
+// port; "" for any other request. A node's claim of who it is (its
+// HeaderForwardedBy, a move's sender) holds only when it is this name.
+func PeerNode(r *http.Request) string {
 	on, _ := r.Context().Value(nodePortKey{}).(bool)
-	return on && r.TLS != nil && len(r.TLS.PeerCertificates) > 0
+	if !on || r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return ""
+	}
+	return r.TLS.PeerCertificates[0].Subject.CommonName
 }
 
 // scheme is the URL scheme of node traffic: "https" (or "wss" for ws)

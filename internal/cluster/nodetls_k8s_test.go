@@ -140,14 +140,14 @@ func TestClusterNodeTLS(t *testing.T) {
 	}
 
 	const token = "Bearer quro_secret_of_the_tenant"
-	// call forwards read_file from node a to the node at addr, with the
+	// call forwards read_file from node a to node b at addr, with the
 	// tenant's token, through a Router of its own (no connection kept
 	// from an earlier subtest).
 	call := func(addr string) (json.RawMessage, error) {
 		rt := &Router{Table: a, TLS: ntA}
 		rt.init()
 		defer rt.client.CloseIdleConnections()
-		cctx, ccancel := context.WithTimeout(controller.WithCredential(ctx, token), time.Minute)
+		cctx, ccancel := context.WithTimeout(controller.WithCredential(toNode(ctx, "node-b"), token), time.Minute)
 		defer ccancel()
 		return rt.forwardCall(cctx, controller.Caller{Tenant: "acme"}, addr, "read_file", json.RawMessage(`{"session":"s1","path":"x"}`))
 	}

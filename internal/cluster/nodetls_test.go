@@ -1,10 +1,13 @@
 package cluster
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,5 +62,49 @@ func TestNodeTrafficOnThePublicPortIsRefused(t *testing.T) {
 	sig := MoveSignature(key, "b", "a", "s1", time.Now())
 	if code, body := do("PUT", MovePath+"s1", MoveHeader, sig); code != http.StatusForbidden || !strings.Contains(body, "node port") {
 		t.Fatalf("a signed move on the public port: %d %s", code, body)
+	}
+}
+
+// TestPinReadsShareOneList: handshakes that wait for the Leases at once
+// share one List, and one that arrives after a List began waits for the
+// next, which comes a period after the last (the API server's load is a
+// List per period, however many certificates arrive).
+func TestPinReadsShareOneList(t *testing.T) {
+	t.Parallel()
+	var lists atomic.Int32
+	p := &pinReads{every: time.Millisecond, list: func(context.Context) (map[string]Node, error) {
+		n := lists.Add(1)
+		return map[string]Node{"n": {Name: "n", Pin: strconv.Itoa(int(n))}}, nil
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	at := time.Now()
+	var wg sync.WaitGroup
+	pins := make(chan string, 64)
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nodes, err := p.after(ctx, at)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			pins <- nodes["n"].Pin
+		}()
+	}
+	wg.Wait()
+	close(pins)
+	for pin := range pins {
+		if pin != "1" {
+			t.Fatalf("a handshake got the List %s (want the one they share)", pin)
+		}
+	}
+	if n := lists.Load(); n != 1 {
+		t.Fatalf("64 handshakes at once made %d Lists", n)
+	}
+	nodes, err := p.after(ctx, time.Now())
+	if err != nil || nodes["n"].Pin != "2" || lists.Load() != 2 {
+		t.Fatalf("a handshake after the List: %v %v, %d Lists", nodes, err, lists.Load())
 	}
 }

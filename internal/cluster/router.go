@@ -215,7 +215,8 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// With TLS, a node's request comes over the node port, from a
 		// node whose certificate its Lease pins: on any other it is a
 		// client's, whatever its signature.
-		if rt.TLS != nil && !fromNode(r) || !rt.signed(r.Header.Values(HeaderForwardedBy)) {
+		if rt.TLS != nil && !fromNode(r) || !rt.signed(r.Header.Values(HeaderForwardedBy)) ||
+			rt.TLS != nil && rt.claimed(r) != PeerNode(r) {
 			if rt.Auth != nil {
 				if _, err := rt.Auth(r); err != nil {
 					// No caller at all: this node's answer (401), as
@@ -225,8 +226,11 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					return
 				}
 			}
-			rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
-				"%s is set by the cluster's nodes only, on their node port; a client does not send it", HeaderForwardedBy))
+			msg := "%s is set by the cluster's nodes only, on their node port; a client does not send it"
+			if fromNode(r) {
+				msg = "%s names another node than the one whose certificate sent it"
+			}
+			rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied, msg, HeaderForwardedBy))
 			return
 		}
 		// Signed by a node: served here, its calls never forwarded again
@@ -367,6 +371,14 @@ func (rt *Router) signed(vs []string) bool {
 	}
 	got, err := base64.RawURLEncoding.DecodeString(sig)
 	return err == nil && hmac.Equal(got, forwardMAC(rt.Key, node))
+}
+
+// claimed is the node r's HeaderForwardedBy names: with TLS it must be
+// the node whose certificate r came with (PeerNode), as one node may not
+// speak as another.
+func (rt *Router) claimed(r *http.Request) string {
+	node, _, _ := strings.Cut(r.Header.Get(HeaderForwardedBy), " ")
+	return node
 }
 
 // ref is the session r names: in its path, a header, its Host (Refs) or,
@@ -577,7 +589,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, node string) {
 		return
 	}
 	target := &url.URL{Scheme: rt.TLS.scheme("http"), Host: n.Address}
-	rt.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, target)))
+	rt.proxy.ServeHTTP(w, r.WithContext(toNode(context.WithValue(r.Context(), targetKey{}, target), n.Name)))
 }
 
 // serveThenRecord serves a create or destroy into a buffer, runs Changed,
@@ -742,7 +754,7 @@ func (rt *Router) probe(r *http.Request) string {
 				case <-ctx.Done():
 				}
 			}()
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+			req, err := http.NewRequestWithContext(toNode(ctx, node.Name), http.MethodGet, u.String(), nil)
 			if err != nil {
 				return
 			}

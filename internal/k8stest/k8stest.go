@@ -148,13 +148,12 @@ current-context: t
 	return cfg, kc
 }
 
-// InstallCRD applies deploy/kubernetes/crd-sessions.yaml and waits until
-// it is established.
-func InstallCRD(t testing.TB, cfg *rest.Config) {
+// Manifest reads deploy/kubernetes/name, one object.
+func Manifest(t testing.TB, name string) *unstructured.Unstructured {
 	t.Helper()
 	// From the test's package directory, two levels below the module's
 	// (cmd/quro, internal/cluster): -trimpath leaves no path to this file.
-	b, err := os.ReadFile("../../deploy/kubernetes/crd-sessions.yaml")
+	b, err := os.ReadFile("../../deploy/kubernetes/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,8 +163,16 @@ func InstallCRD(t testing.TB, cfg *rest.Config) {
 	}
 	u := &unstructured.Unstructured{}
 	if err := u.UnmarshalJSON(js); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", name, err)
 	}
+	return u
+}
+
+// InstallCRD applies deploy/kubernetes/crd-sessions.yaml and waits until
+// it is established.
+func InstallCRD(t testing.TB, cfg *rest.Config) {
+	t.Helper()
+	u := Manifest(t, "crd-sessions.yaml")
 	dyn := dynamic.NewForConfigOrDie(cfg)
 	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
 	ctx := context.Background()
