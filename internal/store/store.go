@@ -391,6 +391,12 @@ func scanSession(row interface{ Scan(...any) error }) (*Session, error) {
 // destroyed session still holds (see AllocUID). A taken name gives
 // ErrExists.
 func (s *Store) CreateSession(ctx context.Context, sess *Session) error {
+	return s.CreateSessionWithin(ctx, sess, nil)
+}
+
+// CreateSessionWithin is CreateSession under caps, checked in the same
+// transaction as the insert (a *CapError when one is met).
+func (s *Store) CreateSessionWithin(ctx context.Context, sess *Session, caps *Caps) error {
 	env, err := json.Marshal(sess.Env)
 	if err != nil {
 		return err
@@ -408,6 +414,9 @@ func (s *Store) CreateSession(ctx context.Context, sess *Session) error {
 	defer s.bump() // a cached name lookup that missed must now find it
 	for range 3 {
 		err = s.inTx(ctx, func(tx *sql.Tx) error {
+			if err := checkCaps(ctx, tx, sess.Tenant, caps); err != nil {
+				return err
+			}
 			uid, err := allocUID(ctx, tx)
 			if err != nil {
 				return err
