@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/quro-dev/quro/internal/capability"
@@ -438,5 +439,52 @@ func TestRestartKeepsTheSessionsSubvolumes(t *testing.T) {
 	r := runCode(t, a, RunCodeInput{Session: "kept", Lang: "shell", Code: "head -c 32M /dev/zero > big; echo rc=$?"})
 	if !strings.Contains(r.Stderr+r.Stdout, "Disk quota exceeded") || !strings.Contains(r.Stderr+r.Stdout, "disk quota of 16 MiB is full") {
 		t.Errorf("32 MiB into a 16 MiB quota after a restart:\nstdout %q\nstderr %q", r.Stdout, r.Stderr)
+	}
+}
+
+// The attack: a tenant fires many more create_session calls at once than
+// its session ceiling allows, so that each passes the ceiling's count
+// before any other's session is stored. The ceiling holds under the
+// burst: exactly the ceiling's sessions are made (spares claimed or made
+// anew), and every other call is refused at once with resource_exhausted
+// (429) naming the ceiling.
+func TestABurstOfCreatesGetsExactlyTheTenantCeiling(t *testing.T) {
+	t.Parallel()
+	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, SpareSessions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	const ceiling, burst = 4, 32
+	tenant := fmt.Sprintf("burst-%d", os.Getpid())
+	if err := a.setTenantLimits(context.Background(), tenant, TenantLimits{Sessions: ceiling}); err != nil {
+		t.Fatal(err)
+	}
+	caller := controller.Caller{Path: "test", Tenant: tenant, Scope: capability.ScopeExec, TokenID: "tb"}
+	errs := make([]error, burst)
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range burst {
+		wg.Go(func() {
+			<-gate
+			_, errs[i] = callAs(t, a, caller, "create_session", CreateSessionInput{Name: fmt.Sprint("b", i)})
+		})
+	}
+	close(gate)
+	wg.Wait()
+	made := 0
+	for _, err := range errs {
+		if err == nil {
+			made++
+			continue
+		}
+		ce := wantCode(t, err, capability.ResourceExhausted)
+		if !strings.Contains(ce.Message, fmt.Sprintf("session ceiling of %d", ceiling)) {
+			t.Errorf("the refusal does not name the ceiling: %q", ce.Message)
+		}
+	}
+	list := mustCallAs(t, a, caller, "list_sessions", ListSessionsInput{}).(*SessionList)
+	if made != ceiling || len(list.Sessions) != ceiling {
+		t.Fatalf("a burst of %d against a ceiling of %d: %d made, %d listed", burst, ceiling, made, len(list.Sessions))
 	}
 }

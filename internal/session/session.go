@@ -500,38 +500,54 @@ func (m *Manager) CreateWith(ctx context.Context, name string, o CreateOptions) 
 
 // mayCreate checks that ctx's caller may make one more session (not code
 // in a session, a valid tenant, under the tenant's cap when capped) and
-// returns the tenant.
-func (m *Manager) mayCreate(ctx context.Context, capped bool) (string, error) {
+// returns the tenant and the caps (nil when not capped). The count here
+// refuses early, before a disk is made; the store counts again in the
+// transaction that adds the session (capped), which alone holds when
+// creates run at once.
+func (m *Manager) mayCreate(ctx context.Context, capped bool) (string, *store.Caps, error) {
 	if onlyFrom(ctx) != "" {
-		return "", fmt.Errorf("%w: code running in a session cannot create sessions", ErrConfined)
+		return "", nil, fmt.Errorf("%w: code running in a session cannot create sessions", ErrConfined)
 	}
 	tenant := TenantFrom(ctx)
 	if !ValidTenant(tenant) {
-		return "", fmt.Errorf("%w: tenant %q", ErrBadName, tenant)
+		return "", nil, fmt.Errorf("%w: tenant %q", ErrBadName, tenant)
 	}
-	maxN := m.MaxPerTenant
+	if !capped {
+		return tenant, nil, nil
+	}
+	caps := &store.Caps{Tenant: m.MaxPerTenant, Total: m.MaxTotal, Uncounted: SpareTenant}
 	if m.MaxFor != nil {
-		maxN = m.MaxFor(tenant)
+		caps.Tenant = m.MaxFor(tenant)
 	}
-	if capped && maxN > 0 {
+	if caps.Tenant > 0 {
 		n, err := m.store.CountSessions(ctx, tenant)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
-		if n >= maxN {
-			return "", m.limitError(tenant, "tenant", n, maxN)
+		if n >= caps.Tenant {
+			return "", nil, m.limitError(tenant, "tenant", n, caps.Tenant)
 		}
 	}
-	if capped && m.MaxTotal > 0 {
+	if caps.Total > 0 {
 		n, err := m.CountAll(ctx)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
-		if n >= m.MaxTotal {
-			return "", m.limitError(tenant, "server", n, m.MaxTotal)
+		if n >= caps.Total {
+			return "", nil, m.limitError(tenant, "server", n, caps.Total)
 		}
 	}
-	return tenant, nil
+	return tenant, caps, nil
+}
+
+// capped is err as the Manager's error: a *store.CapError becomes
+// tenant's *LimitError.
+func (m *Manager) capped(tenant string, err error) error {
+	var ce *store.CapError
+	if errors.As(err, &ce) {
+		return m.limitError(tenant, ce.Scope, ce.Sessions, ce.Max)
+	}
+	return err
 }
 
 func (m *Manager) limitError(tenant, scope string, n, maxN int) *LimitError {
@@ -580,7 +596,7 @@ func sessionName(name, id string) (string, error) {
 
 // materialize makes row's directories and disk image (of diskTenant's
 // quota) and stores row; on an error nothing of it is left.
-func (m *Manager) materialize(ctx context.Context, row *store.Session, diskTenant string) (*Session, error) {
+func (m *Manager) materialize(ctx context.Context, row *store.Session, diskTenant string, caps *store.Caps) (*Session, error) {
 	s := m.fromRow(row)
 	if m.Disk.Prepare != nil {
 		if err := m.Disk.Prepare(diskTenant, s.Dir); err != nil {
@@ -597,10 +613,14 @@ func (m *Manager) materialize(ctx context.Context, row *store.Session, diskTenan
 		release()
 		return nil, err
 	}
-	if err := m.store.CreateSession(ctx, row); err != nil {
+	if err := m.store.CreateSessionWithin(ctx, row, caps); err != nil {
 		release()
-		if errors.Is(err, store.ErrExists) {
+		var ce *store.CapError
+		switch {
+		case errors.Is(err, store.ErrExists):
 			return nil, fmt.Errorf("%w: %q", ErrExists, row.Name)
+		case errors.As(err, &ce):
+			return nil, m.capped(row.Tenant, err)
 		}
 		return nil, fmt.Errorf("session: %w", err)
 	}
@@ -609,7 +629,7 @@ func (m *Manager) materialize(ctx context.Context, row *store.Session, diskTenan
 }
 
 func (m *Manager) create(ctx context.Context, name string, o CreateOptions, capped bool) (*Session, error) {
-	tenant, err := m.mayCreate(ctx, capped)
+	tenant, caps, err := m.mayCreate(ctx, capped)
 	if err != nil {
 		return nil, err
 	}
@@ -636,7 +656,7 @@ func (m *Manager) create(ctx context.Context, name string, o CreateOptions, capp
 	now := time.Now()
 	row := &store.Session{ID: id, Name: name, Tenant: tenant, CreatedAt: now, LastUsedAt: now, Network: o.Network, NetRules: encodeRules(o.NetRules), Rootfs: o.Rootfs,
 		Env: maps.Clone(o.Env), Metadata: maps.Clone(o.Metadata), ExpiresAt: o.ExpiresAt, OnExpiry: onExpiry}
-	return m.materialize(ctx, row, tenant)
+	return m.materialize(ctx, row, tenant, caps)
 }
 
 // List returns the sessions of ctx's tenant, oldest first.

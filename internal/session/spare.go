@@ -27,7 +27,7 @@ func (m *Manager) CreateSpare(ctx context.Context, tenant, network string) (*Ses
 	}
 	now := time.Now()
 	row := &store.Session{ID: id, Name: "spare-" + id[:8], Tenant: SpareTenant, CreatedAt: now, LastUsedAt: now, Network: network}
-	return m.materialize(ctx, row, tenant)
+	return m.materialize(ctx, row, tenant, nil)
 }
 
 // Spares lists the spare sessions (a server that stopped without closing
@@ -48,7 +48,7 @@ func (m *Manager) Claim(ctx context.Context, spare *Session, name string, o Crea
 	if spare.Tenant != SpareTenant {
 		return nil, ErrClaimed
 	}
-	tenant, err := m.mayCreate(ctx, true)
+	tenant, caps, err := m.mayCreate(ctx, true)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +61,10 @@ func (m *Manager) Claim(ctx context.Context, spare *Session, name string, o Crea
 	}
 	now := time.Now()
 	set := &store.Session{Env: o.Env, Metadata: o.Metadata, ExpiresAt: o.ExpiresAt, OnExpiry: onExpiry}
-	switch err := m.store.ClaimSession(ctx, spare.ID, SpareTenant, tenant, name, now, set); {
+	var ce *store.CapError
+	switch err := m.store.ClaimSession(ctx, spare.ID, SpareTenant, tenant, name, now, set, caps); {
+	case errors.As(err, &ce):
+		return nil, m.capped(tenant, err)
 	case errors.Is(err, store.ErrExists):
 		return nil, fmt.Errorf("%w: %q", ErrExists, name)
 	case errors.Is(err, store.ErrNotFound):

@@ -3,7 +3,9 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 )
 
@@ -81,5 +83,87 @@ func TestSpareIsNobodysUntilClaimedOnce(t *testing.T) {
 	}
 	if list, _ := m.Spares(bg); len(list) != 0 {
 		t.Fatalf("still a spare: %v", list)
+	}
+}
+
+// Creates and claims fired at once cannot pass a ceiling together: each
+// counts, in the transaction that adds its session, what the others
+// committed. Exactly the ceiling's sessions are made, the rest refused
+// with the LimitError that names the ceiling; the spares not claimed stay
+// spares.
+func TestConcurrentCreatesAndClaimsStopAtTheCeiling(t *testing.T) {
+	for _, scope := range []string{"tenant", "server"} {
+		t.Run(scope, func(t *testing.T) {
+			m := manager(t, t.TempDir())
+			bg := context.Background()
+			acme := WithTenant(bg, "acme")
+			const ceiling, n = 3, 24
+			spares := make([]*Session, n/2)
+			for i := range spares {
+				sp, err := m.CreateSpare(bg, "acme", "none")
+				if err != nil {
+					t.Fatal(err)
+				}
+				spares[i] = sp
+			}
+			if scope == "tenant" {
+				m.MaxPerTenant = ceiling
+			} else {
+				m.MaxTotal = ceiling + 1 // the local tenant's default session is one
+				if _, err := m.Default(bg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			errs := make([]error, n)
+			gate := make(chan struct{})
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() {
+					<-gate
+					if i%2 == 0 {
+						_, errs[i] = m.Create(acme, fmt.Sprint("c", i))
+					} else {
+						_, errs[i] = m.Claim(acme, spares[i/2], fmt.Sprint("c", i), CreateOptions{})
+					}
+				})
+			}
+			close(gate)
+			wg.Wait()
+			made := 0
+			for _, err := range errs {
+				var le *LimitError
+				switch {
+				case err == nil:
+					made++
+				case errors.As(err, &le):
+					if le.Scope != scope || le.Max != m.MaxPerTenant+m.MaxTotal {
+						t.Errorf("refused at %+v", le)
+					}
+				default:
+					t.Errorf("not a LimitError: %v", err)
+				}
+			}
+			if c, _ := m.Count(acme); made != ceiling || c != ceiling {
+				t.Fatalf("%d made, %d counted; the ceiling is %d", made, c, ceiling)
+			}
+			// A refused claim leaves its spare a spare.
+			left, err := m.Spares(bg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mine, err := m.List(acme)
+			if err != nil {
+				t.Fatal(err)
+			}
+			claimed := 0
+			for _, s := range mine {
+				if slices.ContainsFunc(spares, func(sp *Session) bool { return sp.ID == s.ID }) {
+					claimed++
+				}
+			}
+			if len(left)+claimed != len(spares) {
+				t.Fatalf("%d spares left and %d claimed of %d", len(left), claimed, len(spares))
+			}
+		})
 	}
 }

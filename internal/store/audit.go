@@ -36,6 +36,11 @@ func (s *Store) AppendAudit(ctx context.Context, entries []AuditEntry, keep int6
 	if err != nil {
 		return err
 	}
+	release, err := s.write(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err

@@ -37,6 +37,11 @@ func (s *Store) AppendEgress(ctx context.Context, entries []EgressEntry, keep Eg
 	if err != nil {
 		return err
 	}
+	release, err := s.write(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -13,8 +14,9 @@ import (
 // settings of set (its Env, Metadata, ExpiresAt and OnExpiry; nil: none):
 // one update, which succeeds once. A session no longer held by from
 // (claimed already, or gone) gives ErrNotFound; a name taken in tenant to
-// gives ErrExists. The uid stays the session's.
-func (s *Store) ClaimSession(ctx context.Context, id, from, to, name string, at time.Time, set *Session) error {
+// gives ErrExists, a cap of caps met a *CapError (checked in the update's
+// transaction, nil: none). The uid stays the session's.
+func (s *Store) ClaimSession(ctx context.Context, id, from, to, name string, at time.Time, set *Session, caps *Caps) error {
 	if set == nil {
 		set = &Session{}
 	}
@@ -29,8 +31,21 @@ func (s *Store) ClaimSession(ctx context.Context, id, from, to, name string, at 
 	if err != nil {
 		return err
 	}
-	err = s.updateSession(ctx, "UPDATE sessions SET tenant = ?, name = ?, created_at = ?, last_used_at = ?, env = ?, metadata = ?, expires_at = ?, on_expiry = ? WHERE id = ? AND tenant = ?",
-		to, name, at.UnixMilli(), at.UnixMilli(), string(env), meta, unixMilli(set.ExpiresAt), set.OnExpiry, id, from)
+	defer s.bump()
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := checkCaps(ctx, tx, to, caps); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, "UPDATE sessions SET tenant = ?, name = ?, created_at = ?, last_used_at = ?, env = ?, metadata = ?, expires_at = ?, on_expiry = ? WHERE id = ? AND tenant = ?",
+			to, name, at.UnixMilli(), at.UnixMilli(), string(env), meta, unixMilli(set.ExpiresAt), set.OnExpiry, id, from)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return ErrNotFound
+		}
+		return nil
+	})
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: sessions.tenant") {
 		return fmt.Errorf("session %q: %w", name, ErrExists)
 	}

@@ -52,6 +52,25 @@ type Store struct {
 
 	stmtMu   sync.Mutex
 	prepared map[string]*sql.Stmt // prepared once: the queries of every run_code
+
+	// writer is held by this process's one writer at a time (write):
+	// concurrent writers queue here and are woken in turn, instead of
+	// each meeting SQLite's lock and sleeping in its busy handler, whose
+	// growing sleeps made a burst of 100 creates wait seconds for a
+	// lock held for a millisecond. Other processes' writers still meet
+	// the busy handler.
+	writer chan struct{}
+}
+
+// write waits for this process's turn to write (or ctx's end) and
+// returns its release.
+func (s *Store) write(ctx context.Context) (release func(), err error) {
+	select {
+	case s.writer <- struct{}{}:
+		return func() { <-s.writer }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // Stats counts the Store's work since it was opened.
@@ -77,6 +96,11 @@ func (s *Store) bump() {
 
 func (s *Store) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	s.stmts.Add(1)
+	release, err := s.write(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	return s.db.ExecContext(ctx, q, args...)
 }
 
@@ -155,7 +179,7 @@ func Open(ctx context.Context, file string) (*Store, error) {
 	}
 	drv := reg.Driver()
 	reg.Close()
-	s := &Store{}
+	s := &Store{writer: make(chan struct{}, 1)}
 	db := sql.OpenDB(connector{drv: drv, dsn: dsn, n: &s.conns})
 	db.SetMaxIdleConns(MaxIdleConns)
 	db.SetConnMaxIdleTime(0)
@@ -367,6 +391,12 @@ func scanSession(row interface{ Scan(...any) error }) (*Session, error) {
 // destroyed session still holds (see AllocUID). A taken name gives
 // ErrExists.
 func (s *Store) CreateSession(ctx context.Context, sess *Session) error {
+	return s.CreateSessionWithin(ctx, sess, nil)
+}
+
+// CreateSessionWithin is CreateSession under caps, checked in the same
+// transaction as the insert (a *CapError when one is met).
+func (s *Store) CreateSessionWithin(ctx context.Context, sess *Session, caps *Caps) error {
 	env, err := json.Marshal(sess.Env)
 	if err != nil {
 		return err
@@ -384,6 +414,9 @@ func (s *Store) CreateSession(ctx context.Context, sess *Session) error {
 	defer s.bump() // a cached name lookup that missed must now find it
 	for range 3 {
 		err = s.inTx(ctx, func(tx *sql.Tx) error {
+			if err := checkCaps(ctx, tx, sess.Tenant, caps); err != nil {
+				return err
+			}
 			uid, err := allocUID(ctx, tx)
 			if err != nil {
 				return err
@@ -409,6 +442,11 @@ func (s *Store) CreateSession(ctx context.Context, sess *Session) error {
 // inTx runs f in a transaction, committed when f returns nil.
 func (s *Store) inTx(ctx context.Context, f func(*sql.Tx) error) error {
 	s.stmts.Add(1)
+	release, err := s.write(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -548,6 +586,11 @@ func (s *Store) TouchSession(ctx context.Context, id string, at time.Time) error
 	if err != nil {
 		return err
 	}
+	release, err := s.write(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	res, err := st.ExecContext(ctx, at.UnixMilli(), id)
 	if err != nil {
 		return err

@@ -126,6 +126,11 @@ func (s *Store) TouchToken(ctx context.Context, id string, at time.Time) error {
 	if err != nil {
 		return err
 	}
+	release, err := s.write(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	_, err = st.ExecContext(ctx, at.UnixMilli(), id)
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -37,11 +38,19 @@ type pool struct {
 	// waitingForStart, when set (by tests), is called as a run begins to
 	// wait for a worker's start that holds its session's slot.
 	waitingForStart func()
+
+	// prestarts has a place per prestart starting a worker: as many at
+	// once as the machine has CPUs. A burst of creates then answers
+	// beside a few starts rather than a hundred; a run does not take a
+	// place (it starts its own worker when none is ready, and a prestart
+	// that comes after finds it).
+	prestarts chan struct{}
 }
 
 func newPool(sb *sandbox.Sandbox, opts EmbeddedOptions, what string) pool {
 	ctx, cancel := context.WithCancel(context.Background())
-	return pool{sb: sb, opts: opts, what: what, ctx: ctx, cancel: cancel, slots: map[string]*slot{}}
+	return pool{sb: sb, opts: opts, what: what, ctx: ctx, cancel: cancel, slots: map[string]*slot{},
+		prestarts: make(chan struct{}, max(runtime.NumCPU(), 1))}
 }
 
 // unstartable is the error of a start that found, before starting
@@ -588,8 +597,16 @@ func (e *pool) prestart(sess *session.Session, ready func(ctx context.Context) e
 		if ready != nil && ready(e.ctx) != nil {
 			return
 		}
+		// The slot first: a Stop while this waits for its place removes
+		// it, and the check below sees that.
 		s, err := e.slot(sess.ID)
 		if err != nil {
+			return
+		}
+		select {
+		case e.prestarts <- struct{}{}:
+			defer func() { <-e.prestarts }()
+		case <-e.ctx.Done():
 			return
 		}
 		select {

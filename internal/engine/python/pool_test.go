@@ -93,3 +93,62 @@ func TestRunWaitsForAPrestartOutOfItsTimeout(t *testing.T) {
 		t.Fatalf("after the prestart, the run did not take its turn: %+v %v", r.res, r.err)
 	}
 }
+
+// Prestarts start as many workers at once as the pool has places (the
+// machine's CPUs), the rest waiting their turn: a burst of creates is
+// answered beside a few starts. A run of a session whose prestart waits
+// for a place does not wait behind it: it starts its session's worker
+// itself (the test refuses that start with an error of its own, to show
+// the run got there).
+func TestPrestartsTakeTurnsAndARunDoesNotWaitBehindThem(t *testing.T) {
+	t.Parallel()
+	p := newPool(nil, EmbeddedOptions{}, "the test's Python engine")
+	places := cap(p.prestarts)
+	started, release := make(chan string, places+2), make(chan struct{})
+	own := errors.New("the run's own start, refused by the test")
+	p.startFor = func(ctx context.Context, sess *session.Session) (*worker, error) {
+		if sess.ID == "run" {
+			return nil, own
+		}
+		started <- sess.ID
+		<-release
+		return nil, errors.New("a prestart, not started by the test")
+	}
+	t.Cleanup(func() { p.wg.Wait(); p.cancel() })
+	for i := range places {
+		p.prestart(&session.Session{ID: string(rune('a' + i))}, nil)
+	}
+	for range places {
+		<-started // every place taken
+	}
+	p.prestart(&session.Session{ID: "extra"}, nil) // waits for a place
+	queued := &session.Session{ID: "run"}
+	p.prestart(queued, nil) // waits for a place too
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.run(context.Background(), &runcode.Request{Session: queued, Code: "1"})
+		done <- err
+	}()
+	hang := time.NewTimer(time.Minute) // a guard against a hang, not a measurement
+	defer hang.Stop()
+	select {
+	case err := <-done:
+		if !errors.Is(err, own) {
+			close(release)
+			t.Fatalf("the run did not start its own worker: %v", err)
+		}
+	case <-hang.C:
+		close(release)
+		t.Fatal("the run waited behind a prestart that waits for a place")
+	}
+	select {
+	case id := <-started:
+		close(release)
+		t.Fatalf("%s started past the %d places", id, places)
+	default:
+	}
+	close(release)
+	if id := <-started; id != "extra" { // its turn, once a place is free
+		t.Fatalf("%s started", id)
+	}
+}
