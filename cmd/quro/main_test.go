@@ -533,13 +533,7 @@ func TestAptInsideARootfsSession(t *testing.T) {
 // test may change it.
 func dataWithTestRootfs(t *testing.T) string {
 	t.Helper()
-	m := rootfstest.Default(t)
 	data := t.TempDir()
-	if err := os.MkdirAll(rootfs.DirIn(data), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("cp", "-a", "--reflink=auto", m.Path(rootfs.DefaultName), rootfs.DirIn(data)+"/").CombinedOutput(); err != nil {
-		t.Fatalf("copying the test rootfs: %v %s", err, out)
-	}
+	rootfstest.Copy(t, rootfs.DirIn(data))
 	return data
 }

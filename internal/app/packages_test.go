@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/rootfs/rootfstest"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
@@ -108,15 +108,10 @@ func TestInstallPackagesNeedsNetwork(t *testing.T) {
 // shared test rootfs, so that installing packages never changes the cache.
 func copyTestRootfs(t *testing.T) string {
 	t.Helper()
-	m := testRootfs(t)
+	testRootfs(t) // skips where there is none, built first if needed
 	data := t.TempDir()
-	if err := os.MkdirAll(rootfs.DirIn(data), 0o755); err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
-	if out, err := exec.Command("cp", "-a", "--reflink=auto", m.Path(rootfs.DefaultName), rootfs.DirIn(data)+"/").CombinedOutput(); err != nil {
-		t.Fatalf("copying the test rootfs: %v\n%s", err, out)
-	}
+	rootfstest.Copy(t, rootfs.DirIn(data))
 	t.Logf("rootfs copied in %s", time.Since(start).Round(time.Millisecond))
 	return data
 }
@@ -132,6 +127,8 @@ func TestInstallPackagesInRealRootfs(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := copyTestRootfs(t)
+	// Lists a day old: the first install updates them, the second not.
+	rootfstest.SetListsUpdated(t, rootfs.New(rootfs.DirIn(data)), rootfs.DefaultName, time.Now().Add(-rootfs.ListsMaxAge-time.Hour))
 	a, err := New(context.Background(), data, &Options{Python: testPython, Network: hostAllowed})
 	if err != nil {
 		t.Fatal(err)

@@ -113,10 +113,12 @@ func Derived(t testing.TB, name string, pkgs []string) *rootfs.Manager {
 	if err := os.MkdirAll(staging, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("cp", "-a", "--reflink=auto", m.Path(rootfs.DefaultName), filepath.Join(staging, name)).CombinedOutput(); err != nil {
-		t.Fatalf("copying the test rootfs: %v\n%s", err, out)
+	// apt works on a copy, renamed to name, in the staging directory.
+	copied := filepath.Join(staging, ".copy")
+	Copy(t, copied)
+	if err := os.Rename(filepath.Join(copied, rootfs.DefaultName), filepath.Join(staging, name)); err != nil {
+		t.Fatal(err)
 	}
-	// apt works on the copy: a manager of the staging directory.
 	var log strings.Builder
 	apt := &rootfs.Apt{M: rootfs.New(staging), SB: sb}
 	res, err := apt.Install(context.Background(), name, pkgs, 20*time.Minute, &log)
@@ -132,6 +134,54 @@ func Derived(t testing.TB, name string, pkgs []string) *rootfs.Manager {
 	_ = os.RemoveAll(staging)
 	t.Logf("%s rootfs built in %s (%d packages installed)", name, time.Since(start).Round(time.Second), len(res.Installed))
 	return m
+}
+
+// Copy copies the shared test rootfs "default" (built first if needed)
+// into the rootfs directory dir (rootfs.DirIn of a data directory, made
+// if absent), for a test that changes it, and returns a manager of dir.
+//
+// The copy's marker records when its apt lists were fetched: debootstrap
+// fetched them while it built "default", so the copy's lists date from
+// the build's start. Without it the marker said the lists were never
+// updated, and each copy's first install ran `apt-get update` against
+// the mirror; with it a copy less than rootfs.ListsMaxAge after the
+// build installs from the lists it has, and an older one updates first,
+// as any rootfs does. The shared rootfs itself is not changed (other
+// test processes copy it without a lock).
+func Copy(t testing.TB, dir string) *rootfs.Manager {
+	t.Helper()
+	m := Default(t)
+	info, err := m.Info(rootfs.DefaultName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-a", "--reflink=auto", m.Path(rootfs.DefaultName), dir+"/").CombinedOutput(); err != nil {
+		t.Fatalf("copying the test rootfs: %v\n%s", err, out)
+	}
+	c := rootfs.New(dir)
+	if info.ListsUpdated.IsZero() {
+		fetched := info.InstalledAt.Add(-time.Duration(info.Seconds * float64(time.Second)))
+		SetListsUpdated(t, c, rootfs.DefaultName, fetched)
+	}
+	return c
+}
+
+// SetListsUpdated records in the marker of the rootfs name, a copy of
+// the test's own, when its apt lists were last updated: a time older
+// than rootfs.ListsMaxAge makes its next install run `apt-get update`.
+func SetListsUpdated(t testing.TB, m *rootfs.Manager, name string, when time.Time) {
+	t.Helper()
+	unlock, err := m.Lock(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	if err := m.AddPackages(name, nil, when); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // buildLock waits for the build lock of the rootfs name in m's directory
