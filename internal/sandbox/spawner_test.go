@@ -2,11 +2,18 @@ package sandbox
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+
+	"github.com/quro-dev/quro/internal/sandbox/boxinit"
 )
 
 // spawnerReport is what a process learns of its own restrictions: its
@@ -254,4 +261,281 @@ func TestSpawnerLooksUpAsTheSession(t *testing.T) {
 	if got[0] != "open\n" || got[1] != got[0] {
 		t.Errorf("the init child ran %q, the spawner %q; want open both times", got[0], got[1])
 	}
+}
+
+// stallAttack stops, over and over, every process of its uid (kill(-1,
+// SIGSTOP)), and so, now and then, a spawn's child between its switch to
+// the session's uid and its exec, which the spawner waits for. Every 4096
+// rounds it continues what it stopped but such a child (still under the
+// spawner's name), and says HELD PID when it holds one.
+const stallAttack = `
+import os, signal, ctypes
+kill = ctypes.CDLL(None).kill
+me = os.getpid()
+def stat(p):
+    s = open('/proc/%s/stat' % p).read()
+    return s[s.index('(')+1:s.rindex(')')], s[s.rindex(')')+2]
+comm, held = None, set()
+while True:
+    for _ in range(4096):
+        kill(-1, signal.SIGSTOP)
+    for p in os.listdir('/proc'):
+        if not p.isdigit() or int(p) == me: continue
+        try:
+            if comm is None and b'__quro_spawner' in open('/proc/%s/cmdline' % p, 'rb').read():
+                comm = stat(p)[0]
+            c, state = stat(p)
+        except (OSError, ValueError): continue
+        if state != 'T': continue
+        if comm is not None and c == comm:
+            if p not in held:
+                held.add(p)
+                print('HELD', p, flush=True)
+        else:
+            try: os.kill(int(p), signal.SIGCONT)
+            except OSError: pass
+`
+
+// lockedBuffer is an output a test reads while a program writes it.
+// held, if not nil, gets the pid of each HELD line (stallAttack's).
+type lockedBuffer struct {
+	mu   sync.Mutex
+	b    bytes.Buffer
+	held chan string
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held != nil {
+		for line := range strings.Lines(string(p)) { // the attacker writes whole lines
+			if pid, ok := strings.CutPrefix(strings.TrimSpace(line), "HELD "); ok {
+				select {
+				case l.held <- pid:
+				default:
+				}
+			}
+		}
+	}
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// stallEnv is a session box with stallAttack running, started by the
+// box's spawner: the box's second run (the first starts the spawner), in
+// the spawner's Landlock domain, whose processes it may signal.
+type stallEnv struct {
+	sb   *Sandbox
+	dir  string
+	key  string
+	ctx  context.Context
+	out  *lockedBuffer
+	a    *Process
+	env  map[string]string
+	once sync.Once
+}
+
+func newStallAttack(t *testing.T, key string) *stallEnv {
+	t.Helper()
+	e := &stallEnv{sb: newBoxSandbox(t), dir: t.TempDir(), key: key, ctx: testCtx(t), out: &lockedBuffer{held: make(chan string, 64)}}
+	if err := os.WriteFile(filepath.Join(e.dir, "garbage"), []byte("neither ELF nor a script\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var first bytes.Buffer
+	if exit, err := e.sb.Run(e.ctx, boxSpec(key, e.dir, &first, "true")); err != nil || exit.Code != 0 {
+		t.Fatalf("the box's first run: %v %+v", err, exit)
+	}
+	spec := boxSpec(key, e.dir, nil, "")
+	spec.Args, spec.Stdout, spec.Stderr = []string{"python3", "-c", stallAttack}, e.out, e.out
+	a, err := e.sb.Start(e.ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.a = a
+	t.Cleanup(e.stop)
+	e.env = map[string]string{"PATH": "/usr/bin:/bin"}
+	for i := range 9 {
+		e.env["BIG"+strconv.Itoa(i)] = strings.Repeat("x", 100<<10)
+	}
+	return e
+}
+
+// stallable is a spec of a run the attack may stall: a file that cannot
+// be exec'd (ENOEXEC), with a large environment, which the kernel copies
+// before it fails, so that the child comes back from its exec with the
+// SIGSTOP pending and stops before it reports the failure to the spawner.
+func (e *stallEnv) stallable() *Spec {
+	spec := boxSpec(e.key, e.dir, nil, "")
+	spec.Args, spec.Env, spec.Stdout, spec.Stderr = []string{"./garbage"}, e.env, io.Discard, io.Discard
+	return spec
+}
+
+func (e *stallEnv) stop() {
+	e.once.Do(func() {
+		e.a.Kill()
+		e.a.Wait()
+	})
+}
+
+// TestAttackSpawnerStall: a program of the session stalls spawns (see
+// stallAttack). The spawns it catches run a file that cannot be exec'd
+// (ENOEXEC) with a large environment, which the kernel copies before it
+// fails: the child comes back from its exec with the SIGSTOP pending and
+// stops, before it reports the failure to the spawner. A stalled spawn
+// ends (the box init kills the child stopped before its exec, and the
+// run ends killed by SIGKILL) and does not hold the box's other spawns:
+// every run of the loop ends, and the box's next run starts from the
+// spawner.
+func TestAttackSpawnerStall(t *testing.T) {
+	e := newStallAttack(t, "spawner-stall")
+	sb, dir, ctx, aout := e.sb, e.dir, e.ctx, e.out
+	stalled := 0
+	for i := 0; i < 100 && stalled == 0; i++ {
+		p, err := sb.Start(ctx, e.stallable())
+		var se *StartError
+		switch {
+		case errors.As(err, &se) && strings.Contains(err.Error(), "exec format error"):
+			continue
+		case err != nil:
+			t.Fatalf("run %d: %v (attacker: %s)", i, err, aout.String())
+		}
+		if exit := p.Wait(); exit.Signal != syscall.SIGKILL {
+			t.Fatalf("run %d of a file that cannot be exec'd: %+v", i, exit)
+		}
+		stalled++
+		t.Logf("run %d stalled", i)
+	}
+	if stalled == 0 || !strings.Contains(aout.String(), "HELD ") {
+		t.Fatalf("the attack stalled no spawn in 100 (attacker: %q)", aout.String())
+	}
+	e.stop()
+	var out bytes.Buffer
+	p, err := sb.Start(ctx, boxSpec("spawner-stall", dir, &out, "echo after"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Wait()
+	p.bx.mu.Lock()
+	by := p.bySpawner
+	p.bx.mu.Unlock()
+	if out.String() != "after\n" || !by {
+		t.Fatalf("the run after the attack: %q (by the spawner: %v)", out.String(), by)
+	}
+}
+
+// TestSpawnerDeathKillsItsProgram: the spawner dies (here killed by the
+// test, as the box's memory limit or its CPU limit may kill it) while it
+// starts a program, whose child stallAttack holds stopped before its
+// exec. The spawn fails, and the program the spawner may have started is
+// killed: no process of the box runs that the server does not know of.
+func TestSpawnerDeathKillsItsProgram(t *testing.T) {
+	e := newStallAttack(t, "spawner-death")
+	bx := e.sb.Box(e.key)
+	if bx == nil {
+		t.Fatal("no session box")
+	}
+	type result struct {
+		p   *Process
+		err error
+	}
+	for i := 0; i < 100; i++ {
+		for len(e.out.held) > 0 { // a hold of an earlier run, ended since
+			<-e.out.held
+		}
+		res := make(chan result, 1)
+		go func() {
+			p, err := e.sb.Start(e.ctx, e.stallable())
+			res <- result{p, err}
+		}()
+		var r result
+		host := 0
+		select {
+		case r = <-res:
+		case pid := <-e.out.held:
+			// This run's child, while it is still stopped (the box init
+			// kills it a second after the request): its spawner is
+			// killed before it can answer.
+			host = hostPidIn(bx.pid1, pid)
+			t.Logf("run %d: held %s, host pid %d, state %c", i, pid, host, procState(host))
+			if host > 0 && procState(host) == 'T' {
+				if sp := spawnerOf(bx.pid1); sp > 0 {
+					syscall.Kill(sp, syscall.SIGKILL)
+				}
+			}
+			r = <-res
+		}
+		if r.err == nil {
+			r.p.Wait() // stalled and killed by the box init before the test's kill
+			continue
+		}
+		if !strings.Contains(r.err.Error(), "spawner ended") {
+			continue // exec format error: not stalled
+		}
+		if host == 0 {
+			t.Fatalf("run %d failed for its spawner's end, which the test did not kill: %v", i, r.err)
+		}
+		if st := procState(host); st == 'T' || st == 't' {
+			t.Fatalf("run %d failed (%v), and its child, stopped before its exec, is left in the box (host pid %d, state %c)", i, r.err, host, st)
+		}
+		return
+	}
+	t.Fatalf("in 100 runs the test killed no spawner while its child was held (attacker: %q)", e.out.String())
+}
+
+// hostPidIn is the host pid of the process boxPid of the box whose init
+// is host pid pid1 (a child of it); 0 if there is none.
+func hostPidIn(pid1 int, boxPid string) int {
+	return childOf(pid1, func(pid string) bool {
+		b, _ := os.ReadFile("/proc/" + pid + "/status")
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
+				f := strings.Fields(v)
+				return len(f) > 1 && f[len(f)-1] == boxPid
+			}
+		}
+		return false
+	})
+}
+
+// spawnerOf is the host pid of a spawner of the box whose init is host
+// pid pid1; 0 if there is none.
+func spawnerOf(pid1 int) int {
+	return childOf(pid1, func(pid string) bool {
+		cmd, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+		return bytes.Contains(cmd, []byte("\x00"+boxinit.SpawnerArg+"\x00"))
+	})
+}
+
+// childOf is the first child of host pid parent that ok accepts.
+func childOf(parent int, ok func(pid string) bool) int {
+	names, _ := os.ReadDir("/proc")
+	for _, n := range names {
+		pid, err := strconv.Atoi(n.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + n.Name() + "/status")
+		if err == nil && strings.Contains(string(b), "\nPPid:\t"+strconv.Itoa(parent)+"\n") && ok(n.Name()) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// procState is the state letter of host pid pid; 0 if it is gone.
+func procState(pid int) byte {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
 }
