@@ -4,14 +4,19 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/quro-dev/quro/internal/sandbox/boxinit"
 )
@@ -297,26 +302,14 @@ while True:
 `
 
 // lockedBuffer is an output a test reads while a program writes it.
-// held, if not nil, gets the pid of each HELD line (stallAttack's).
 type lockedBuffer struct {
-	mu   sync.Mutex
-	b    bytes.Buffer
-	held chan string
+	mu sync.Mutex
+	b  bytes.Buffer
 }
 
 func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.held != nil {
-		for line := range strings.Lines(string(p)) { // the attacker writes whole lines
-			if pid, ok := strings.CutPrefix(strings.TrimSpace(line), "HELD "); ok {
-				select {
-				case l.held <- pid:
-				default:
-				}
-			}
-		}
-	}
 	return l.b.Write(p)
 }
 
@@ -342,7 +335,7 @@ type stallEnv struct {
 
 func newStallAttack(t *testing.T, key string) *stallEnv {
 	t.Helper()
-	e := &stallEnv{sb: newBoxSandbox(t), dir: t.TempDir(), key: key, ctx: testCtx(t), out: &lockedBuffer{held: make(chan string, 64)}}
+	e := &stallEnv{sb: newBoxSandbox(t), dir: t.TempDir(), key: key, ctx: testCtx(t), out: &lockedBuffer{}}
 	if err := os.WriteFile(filepath.Join(e.dir, "garbage"), []byte("neither ELF nor a script\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -429,77 +422,105 @@ func TestAttackSpawnerStall(t *testing.T) {
 }
 
 // TestSpawnerDeathKillsItsProgram: the spawner dies (here killed by the
-// test, as the box's memory limit or its CPU limit may kill it) while it
-// starts a program, whose child stallAttack holds stopped before its
-// exec. The spawn fails, and the program the spawner may have started is
-// killed: no process of the box runs that the server does not know of.
+// test, as the box's memory or CPU limit may kill it) after its program's
+// exec and before its answer to the box init. The test holds it there:
+// it traces the spawner's forking thread and kills the spawner at the
+// vfork-done stop (the program has exec'd). The spawn fails, and the
+// program, which no one tracks, is killed: it does not run on in the box.
 func TestSpawnerDeathKillsItsProgram(t *testing.T) {
-	e := newStallAttack(t, "spawner-death")
-	bx := e.sb.Box(e.key)
-	if bx == nil {
-		t.Fatal("no session box")
+	sb := newBoxSandbox(t)
+	dir := t.TempDir()
+	ctx := testCtx(t)
+	bx := openedBox(t, sb, "spawner-death", dir) // the first run starts the spawner
+	sp := spawnerOf(bx.pid1)
+	if sp == 0 {
+		t.Fatal("no spawner in the box after its first run")
 	}
-	type result struct {
-		p   *Process
-		err error
-	}
-	for i := 0; i < 100; i++ {
-		for len(e.out.held) > 0 { // a hold of an earlier run, ended since
-			<-e.out.held
+	// The spawner's forking thread: the one waiting for a request.
+	tid := 0
+	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(sp) + "/task")
+	for _, task := range tasks {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(sp) + "/task/" + task.Name() + "/syscall")
+		if f := strings.Fields(string(b)); len(f) > 0 && f[0] == strconv.Itoa(syscall.SYS_RECVMSG) {
+			tid, _ = strconv.Atoi(task.Name())
 		}
-		res := make(chan result, 1)
-		go func() {
-			p, err := e.sb.Start(e.ctx, e.stallable())
-			res <- result{p, err}
-		}()
-		var r result
-		host := 0
-		select {
-		case r = <-res:
-		case pid := <-e.out.held:
-			// This run's child, while it is still stopped (the box init
-			// kills it a second after the request): its spawner is
-			// killed before it can answer.
-			host = hostPidIn(bx.pid1, pid)
-			t.Logf("run %d: held %s, host pid %d, state %c", i, pid, host, procState(host))
-			if host > 0 && procState(host) == 'T' {
-				if sp := spawnerOf(bx.pid1); sp > 0 {
-					syscall.Kill(sp, syscall.SIGKILL)
-				}
+	}
+	if tid == 0 {
+		t.Fatal("no thread of the spawner waits for a request")
+	}
+	traced := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // ptrace requests come from the tracing thread
+		defer runtime.UnlockOSThread()
+		const ptraceSeize, optVforkDone, eventVforkDone = 0x4206, 0x20, 5
+		if _, _, errno := syscall.Syscall6(syscall.SYS_PTRACE, ptraceSeize, uintptr(tid), 0, optVforkDone, 0, 0); errno != 0 {
+			traced <- fmt.Errorf("PTRACE_SEIZE %d: %w", tid, errno)
+			return
+		}
+		for {
+			var ws syscall.WaitStatus
+			if _, err := syscall.Wait4(tid, &ws, syscall.WALL, nil); err != nil {
+				traced <- fmt.Errorf("wait for the spawner: %w", err)
+				return
 			}
-			r = <-res
-		}
-		if r.err == nil {
-			r.p.Wait() // stalled and killed by the box init before the test's kill
-			continue
-		}
-		if !strings.Contains(r.err.Error(), "spawner ended") {
-			continue // exec format error: not stalled
-		}
-		if host == 0 {
-			t.Fatalf("run %d failed for its spawner's end, which the test did not kill: %v", i, r.err)
-		}
-		if st := procState(host); st == 'T' || st == 't' {
-			t.Fatalf("run %d failed (%v), and its child, stopped before its exec, is left in the box (host pid %d, state %c)", i, r.err, host, st)
-		}
-		return
-	}
-	t.Fatalf("in 100 runs the test killed no spawner while its child was held (attacker: %q)", e.out.String())
-}
-
-// hostPidIn is the host pid of the process boxPid of the box whose init
-// is host pid pid1 (a child of it); 0 if there is none.
-func hostPidIn(pid1 int, boxPid string) int {
-	return childOf(pid1, func(pid string) bool {
-		b, _ := os.ReadFile("/proc/" + pid + "/status")
-		for line := range strings.Lines(string(b)) {
-			if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
-				f := strings.Fields(v)
-				return len(f) > 1 && f[len(f)-1] == boxPid
+			if !ws.Stopped() {
+				traced <- fmt.Errorf("the spawner ended first: %v", ws)
+				return
+			}
+			if ws.StopSignal() == syscall.SIGTRAP && ws.TrapCause() == eventVforkDone {
+				traced <- syscall.Kill(sp, syscall.SIGKILL)
+				return
+			}
+			sig := 0
+			if ws.TrapCause() == 0 { // a signal for the spawner: delivered
+				sig = int(ws.StopSignal())
+			}
+			if err := syscall.PtraceCont(tid, sig); err != nil {
+				traced <- fmt.Errorf("PTRACE_CONT: %w", err)
+				return
 			}
 		}
-		return false
+	}()
+	var out bytes.Buffer
+	spec := boxSpec("spawner-death", dir, &out, "")
+	spec.Args = []string{"sleep", "1000"}
+	p, err := sb.Start(ctx, spec)
+	if terr := <-traced; terr != nil {
+		t.Fatal(terr)
+	}
+	if err == nil {
+		p.Kill()
+		p.Wait()
+		t.Fatal("the spawn whose spawner died before its answer started")
+	}
+	if !strings.Contains(err.Error(), "spawner ended") {
+		t.Fatalf("the spawn: %v, want the spawner's end", err)
+	}
+	// The program exec'd before the spawner died: it is killed, before
+	// the box init answered the spawn.
+	prog := childOf(bx.pid1, func(pid string) bool {
+		b, _ := os.ReadFile("/proc/" + pid + "/comm")
+		return string(b) == "sleep\n"
 	})
+	if prog != 0 {
+		// Found while it dies (its kill is sent): its end comes. A
+		// sleep 1000 left running ends only with the test's deadline.
+		const sysPidfdOpen = 434
+		fd, _, errno := syscall.Syscall(sysPidfdOpen, uintptr(prog), 0, 0)
+		if errno == 0 {
+			defer syscall.Close(int(fd))
+			dl, _ := ctx.Deadline()
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			if n, err := unix.Poll(pfd, int(time.Until(dl).Milliseconds())); n != 1 || err != nil {
+				t.Fatalf("the program of the failed spawn runs on in the box (host pid %d, state %c)", prog, procState(prog))
+			}
+		}
+	}
+	// The box's next run starts (a new spawner's or an init child's).
+	var next bytes.Buffer
+	if exit, err := sb.Run(ctx, boxSpec("spawner-death", dir, &next, "echo next")); err != nil || next.String() != "next\n" {
+		t.Fatalf("the next run: %v %+v %q", err, exit, next.String())
+	}
 }
 
 // spawnerOf is the host pid of a spawner of the box whose init is host
