@@ -115,7 +115,7 @@ func TestAttackSessionBoxSpawner(t *testing.T) {
 	e := newAttackEnv(t)
 	ctx := testCtx(t)
 	// (Anchored: the script's own command line names the spawner too.)
-	const find = `sp=$(for p in /proc/[0-9]*; do case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in /*/quro\ __quro_spawner\ [0-9]*) echo ${p#/proc/};; esac; done | head -1)
+	const find = `sp=$(for p in /proc/[0-9]*; do case "$(tr '\0' ' ' 2>/dev/null < $p/cmdline)" in /*/quro\ __quro_spawner\ [0-9]*) echo ${p#/proc/};; esac; done | head -1)
 [ -n "$sp" ] && echo "SPAWNER=$sp"
 `
 	script := find + `
@@ -165,9 +165,7 @@ echo DONE`
 		t.Fatal(err)
 	}
 	p.Wait()
-	p.bx.mu.Lock()
-	by := p.bySpawner
-	p.bx.mu.Unlock()
+	by := startedBySpawner(p)
 	_, first, _ := strings.Cut(out, "SPAWNER=") // there: checked above
 	first, _, _ = strings.Cut(first, "\n")
 	first = "SPAWNER=" + first + "\n"
@@ -301,24 +299,6 @@ while True:
             except OSError: pass
 `
 
-// lockedBuffer is an output a test reads while a program writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // stallEnv is a session box with stallAttack running, started by the
 // box's spawner: the box's second run (the first starts the spawner), in
 // the spawner's Landlock domain, whose processes it may signal.
@@ -327,7 +307,7 @@ type stallEnv struct {
 	dir  string
 	key  string
 	ctx  context.Context
-	out  *lockedBuffer
+	out  string // the attacker's output file
 	a    *Process
 	env  map[string]string
 	once sync.Once
@@ -335,7 +315,13 @@ type stallEnv struct {
 
 func newStallAttack(t *testing.T, key string) *stallEnv {
 	t.Helper()
-	e := &stallEnv{sb: newBoxSandbox(t), dir: t.TempDir(), key: key, ctx: testCtx(t), out: &lockedBuffer{}}
+	e := &stallEnv{sb: newBoxSandbox(t), dir: t.TempDir(), key: key, ctx: testCtx(t)}
+	e.out = filepath.Join(t.TempDir(), "attacker")
+	out, err := os.Create(e.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close() // the attacker has its copy
 	if err := os.WriteFile(filepath.Join(e.dir, "garbage"), []byte("neither ELF nor a script\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +330,7 @@ func newStallAttack(t *testing.T, key string) *stallEnv {
 		t.Fatalf("the box's first run: %v %+v", err, exit)
 	}
 	spec := boxSpec(key, e.dir, nil, "")
-	spec.Args, spec.Stdout, spec.Stderr = []string{"python3", "-c", stallAttack}, e.out, e.out
+	spec.Args, spec.Stdout, spec.Stderr = []string{"python3", "-c", stallAttack}, out, out
 	a, err := e.sb.Start(e.ctx, spec)
 	if err != nil {
 		t.Fatal(err)
@@ -368,6 +354,12 @@ func (e *stallEnv) stallable() *Spec {
 	return spec
 }
 
+// said is what the attacker wrote so far.
+func (e *stallEnv) said() string {
+	b, _ := os.ReadFile(e.out)
+	return string(b)
+}
+
 func (e *stallEnv) stop() {
 	e.once.Do(func() {
 		e.a.Kill()
@@ -386,7 +378,7 @@ func (e *stallEnv) stop() {
 // spawner.
 func TestAttackSpawnerStall(t *testing.T) {
 	e := newStallAttack(t, "spawner-stall")
-	sb, dir, ctx, aout := e.sb, e.dir, e.ctx, e.out
+	sb, dir, ctx := e.sb, e.dir, e.ctx
 	stalled := 0
 	for i := 0; i < 100 && stalled == 0; i++ {
 		p, err := sb.Start(ctx, e.stallable())
@@ -395,7 +387,7 @@ func TestAttackSpawnerStall(t *testing.T) {
 		case errors.As(err, &se) && strings.Contains(err.Error(), "exec format error"):
 			continue
 		case err != nil:
-			t.Fatalf("run %d: %v (attacker: %s)", i, err, aout.String())
+			t.Fatalf("run %d: %v (attacker: %s)", i, err, e.said())
 		}
 		if exit := p.Wait(); exit.Signal != syscall.SIGKILL {
 			t.Fatalf("run %d of a file that cannot be exec'd: %+v", i, exit)
@@ -403,8 +395,8 @@ func TestAttackSpawnerStall(t *testing.T) {
 		stalled++
 		t.Logf("run %d stalled", i)
 	}
-	if stalled == 0 || !strings.Contains(aout.String(), "HELD ") {
-		t.Fatalf("the attack stalled no spawn in 100 (attacker: %q)", aout.String())
+	if stalled == 0 || !strings.Contains(e.said(), "HELD ") {
+		t.Fatalf("the attack stalled no spawn in 100 (attacker: %q)", e.said())
 	}
 	e.stop()
 	var out bytes.Buffer
@@ -413,9 +405,7 @@ func TestAttackSpawnerStall(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Wait()
-	p.bx.mu.Lock()
-	by := p.bySpawner
-	p.bx.mu.Unlock()
+	by := startedBySpawner(p)
 	if out.String() != "after\n" || !by {
 		t.Fatalf("the run after the attack: %q (by the spawner: %v)", out.String(), by)
 	}
@@ -559,4 +549,11 @@ func procState(pid int) byte {
 		return 0
 	}
 	return b[i+2]
+}
+
+// startedBySpawner reports whether the box init said its spawner started p.
+func startedBySpawner(p *Process) bool {
+	p.bx.mu.Lock()
+	defer p.bx.mu.Unlock()
+	return p.bySpawner
 }
