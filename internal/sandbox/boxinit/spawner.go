@@ -280,6 +280,10 @@ func (b *boxInit) viaSpawner(sp *spawner, id string, req []byte, fds []int, stat
 			b.armSpawnerIdle(sp)
 		}
 		done()
+		// Started before the reaper, which needs b.mu to name the
+		// program, can report its exit: the server learns how it
+		// started while it still knows the spawn.
+		b.reply(MsgStarted, id, strconv.Itoa(pid), BySpawner)
 		b.mu.Unlock()
 		// The status socket: ReadyByte, as the init child writes it, and
 		// the program's pidfd, which names its host pid to the server
@@ -291,7 +295,6 @@ func (b *boxInit) viaSpawner(sp *spawner, id string, req []byte, fds []int, stat
 		case b.kick <- struct{}{}:
 		default:
 		}
-		b.reply(MsgStarted, id, strconv.Itoa(pid), BySpawner)
 		return true
 	case kind == spawnFailed && len(f) == 1:
 		b.armSpawnerIdle(sp)
