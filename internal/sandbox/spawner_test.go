@@ -2,11 +2,23 @@ package sandbox
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/quro-dev/quro/internal/sandbox/boxinit"
 )
 
 // spawnerReport is what a process learns of its own restrictions: its
@@ -103,7 +115,7 @@ func TestAttackSessionBoxSpawner(t *testing.T) {
 	e := newAttackEnv(t)
 	ctx := testCtx(t)
 	// (Anchored: the script's own command line names the spawner too.)
-	const find = `sp=$(for p in /proc/[0-9]*; do case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in /*/quro\ __quro_spawner\ [0-9]*) echo ${p#/proc/};; esac; done | head -1)
+	const find = `sp=$(for p in /proc/[0-9]*; do case "$(tr '\0' ' ' 2>/dev/null < $p/cmdline)" in /*/quro\ __quro_spawner\ [0-9]*) echo ${p#/proc/};; esac; done | head -1)
 [ -n "$sp" ] && echo "SPAWNER=$sp"
 `
 	script := find + `
@@ -153,9 +165,7 @@ echo DONE`
 		t.Fatal(err)
 	}
 	p.Wait()
-	p.bx.mu.Lock()
-	by := p.bySpawner
-	p.bx.mu.Unlock()
+	by := startedBySpawner(p)
 	_, first, _ := strings.Cut(out, "SPAWNER=") // there: checked above
 	first, _, _ = strings.Cut(first, "\n")
 	first = "SPAWNER=" + first + "\n"
@@ -254,4 +264,296 @@ func TestSpawnerLooksUpAsTheSession(t *testing.T) {
 	if got[0] != "open\n" || got[1] != got[0] {
 		t.Errorf("the init child ran %q, the spawner %q; want open both times", got[0], got[1])
 	}
+}
+
+// stallAttack stops, over and over, every process of its uid (kill(-1,
+// SIGSTOP)), and so, now and then, a spawn's child between its switch to
+// the session's uid and its exec, which the spawner waits for. Every 4096
+// rounds it continues what it stopped but such a child (still under the
+// spawner's name), and says HELD PID when it holds one.
+const stallAttack = `
+import os, signal, ctypes
+kill = ctypes.CDLL(None).kill
+me = os.getpid()
+def stat(p):
+    s = open('/proc/%s/stat' % p).read()
+    return s[s.index('(')+1:s.rindex(')')], s[s.rindex(')')+2]
+comm, held = None, set()
+while True:
+    for _ in range(4096):
+        kill(-1, signal.SIGSTOP)
+    for p in os.listdir('/proc'):
+        if not p.isdigit() or int(p) == me: continue
+        try:
+            if comm is None and b'__quro_spawner' in open('/proc/%s/cmdline' % p, 'rb').read():
+                comm = stat(p)[0]
+            c, state = stat(p)
+        except (OSError, ValueError): continue
+        if state != 'T': continue
+        if comm is not None and c == comm:
+            if p not in held:
+                held.add(p)
+                print('HELD', p, flush=True)
+        else:
+            try: os.kill(int(p), signal.SIGCONT)
+            except OSError: pass
+`
+
+// stallEnv is a session box with stallAttack running, started by the
+// box's spawner: the box's second run (the first starts the spawner), in
+// the spawner's Landlock domain, whose processes it may signal.
+type stallEnv struct {
+	sb   *Sandbox
+	dir  string
+	key  string
+	ctx  context.Context
+	out  string // the attacker's output file
+	a    *Process
+	env  map[string]string
+	once sync.Once
+}
+
+func newStallAttack(t *testing.T, key string) *stallEnv {
+	t.Helper()
+	e := &stallEnv{sb: newBoxSandbox(t), dir: t.TempDir(), key: key, ctx: testCtx(t)}
+	e.out = filepath.Join(t.TempDir(), "attacker")
+	out, err := os.Create(e.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close() // the attacker has its copy
+	if err := os.WriteFile(filepath.Join(e.dir, "garbage"), []byte("neither ELF nor a script\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var first bytes.Buffer
+	if exit, err := e.sb.Run(e.ctx, boxSpec(key, e.dir, &first, "true")); err != nil || exit.Code != 0 {
+		t.Fatalf("the box's first run: %v %+v", err, exit)
+	}
+	spec := boxSpec(key, e.dir, nil, "")
+	spec.Args, spec.Stdout, spec.Stderr = []string{"python3", "-c", stallAttack}, out, out
+	a, err := e.sb.Start(e.ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.a = a
+	t.Cleanup(e.stop)
+	e.env = map[string]string{"PATH": "/usr/bin:/bin"}
+	for i := range 9 {
+		e.env["BIG"+strconv.Itoa(i)] = strings.Repeat("x", 100<<10)
+	}
+	return e
+}
+
+// stallable is a spec of a run the attack may stall: a file that cannot
+// be exec'd (ENOEXEC), with a large environment, which the kernel copies
+// before it fails, so that the child comes back from its exec with the
+// SIGSTOP pending and stops before it reports the failure to the spawner.
+func (e *stallEnv) stallable() *Spec {
+	spec := boxSpec(e.key, e.dir, nil, "")
+	spec.Args, spec.Env, spec.Stdout, spec.Stderr = []string{"./garbage"}, e.env, io.Discard, io.Discard
+	return spec
+}
+
+// said is what the attacker wrote so far.
+func (e *stallEnv) said() string {
+	b, _ := os.ReadFile(e.out)
+	return string(b)
+}
+
+func (e *stallEnv) stop() {
+	e.once.Do(func() {
+		e.a.Kill()
+		e.a.Wait()
+	})
+}
+
+// TestAttackSpawnerStall: a program of the session stalls spawns (see
+// stallAttack). The spawns it catches run a file that cannot be exec'd
+// (ENOEXEC) with a large environment, which the kernel copies before it
+// fails: the child comes back from its exec with the SIGSTOP pending and
+// stops, before it reports the failure to the spawner. A stalled spawn
+// ends (the box init kills the child stopped before its exec, and the
+// run ends killed by SIGKILL) and does not hold the box's other spawns:
+// every run of the loop ends, and the box's next run starts from the
+// spawner.
+func TestAttackSpawnerStall(t *testing.T) {
+	e := newStallAttack(t, "spawner-stall")
+	sb, dir, ctx := e.sb, e.dir, e.ctx
+	stalled := 0
+	for i := 0; i < 100 && stalled == 0; i++ {
+		p, err := sb.Start(ctx, e.stallable())
+		var se *StartError
+		switch {
+		case errors.As(err, &se) && strings.Contains(err.Error(), "exec format error"):
+			continue
+		case err != nil:
+			t.Fatalf("run %d: %v (attacker: %s)", i, err, e.said())
+		}
+		if exit := p.Wait(); exit.Signal != syscall.SIGKILL {
+			t.Fatalf("run %d of a file that cannot be exec'd: %+v", i, exit)
+		}
+		stalled++
+		t.Logf("run %d stalled", i)
+	}
+	if stalled == 0 || !strings.Contains(e.said(), "HELD ") {
+		t.Fatalf("the attack stalled no spawn in 100 (attacker: %q)", e.said())
+	}
+	e.stop()
+	var out bytes.Buffer
+	p, err := sb.Start(ctx, boxSpec("spawner-stall", dir, &out, "echo after"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Wait()
+	by := startedBySpawner(p)
+	if out.String() != "after\n" || !by {
+		t.Fatalf("the run after the attack: %q (by the spawner: %v)", out.String(), by)
+	}
+}
+
+// TestSpawnerDeathKillsItsProgram: the spawner dies (here killed by the
+// test, as the box's memory or CPU limit may kill it) after its program's
+// exec and before its answer to the box init. The test holds it there:
+// it traces the spawner's forking thread and kills the spawner at the
+// vfork-done stop (the program has exec'd). The spawn fails, and the
+// program, which no one tracks, is killed: it does not run on in the box.
+func TestSpawnerDeathKillsItsProgram(t *testing.T) {
+	sb := newBoxSandbox(t)
+	dir := t.TempDir()
+	ctx := testCtx(t)
+	bx := openedBox(t, sb, "spawner-death", dir) // the first run starts the spawner
+	sp := spawnerOf(bx.pid1)
+	if sp == 0 {
+		t.Fatal("no spawner in the box after its first run")
+	}
+	// The spawner's forking thread: the one waiting for a request.
+	tid := 0
+	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(sp) + "/task")
+	for _, task := range tasks {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(sp) + "/task/" + task.Name() + "/syscall")
+		if f := strings.Fields(string(b)); len(f) > 0 && f[0] == strconv.Itoa(syscall.SYS_RECVMSG) {
+			tid, _ = strconv.Atoi(task.Name())
+		}
+	}
+	if tid == 0 {
+		t.Fatal("no thread of the spawner waits for a request")
+	}
+	traced := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // ptrace requests come from the tracing thread
+		defer runtime.UnlockOSThread()
+		const ptraceSeize, optVforkDone, eventVforkDone = 0x4206, 0x20, 5
+		if _, _, errno := syscall.Syscall6(syscall.SYS_PTRACE, ptraceSeize, uintptr(tid), 0, optVforkDone, 0, 0); errno != 0 {
+			traced <- fmt.Errorf("PTRACE_SEIZE %d: %w", tid, errno)
+			return
+		}
+		for {
+			var ws syscall.WaitStatus
+			if _, err := syscall.Wait4(tid, &ws, syscall.WALL, nil); err != nil {
+				traced <- fmt.Errorf("wait for the spawner: %w", err)
+				return
+			}
+			if !ws.Stopped() {
+				traced <- fmt.Errorf("the spawner ended first: %v", ws)
+				return
+			}
+			if ws.StopSignal() == syscall.SIGTRAP && ws.TrapCause() == eventVforkDone {
+				traced <- syscall.Kill(sp, syscall.SIGKILL)
+				return
+			}
+			sig := 0
+			if ws.TrapCause() == 0 { // a signal for the spawner: delivered
+				sig = int(ws.StopSignal())
+			}
+			if err := syscall.PtraceCont(tid, sig); err != nil {
+				traced <- fmt.Errorf("PTRACE_CONT: %w", err)
+				return
+			}
+		}
+	}()
+	var out bytes.Buffer
+	spec := boxSpec("spawner-death", dir, &out, "")
+	spec.Args = []string{"sleep", "1000"}
+	p, err := sb.Start(ctx, spec)
+	if terr := <-traced; terr != nil {
+		t.Fatal(terr)
+	}
+	if err == nil {
+		p.Kill()
+		p.Wait()
+		t.Fatal("the spawn whose spawner died before its answer started")
+	}
+	if !strings.Contains(err.Error(), "spawner ended") {
+		t.Fatalf("the spawn: %v, want the spawner's end", err)
+	}
+	// The program exec'd before the spawner died: it is killed, before
+	// the box init answered the spawn.
+	prog := childOf(bx.pid1, func(pid string) bool {
+		b, _ := os.ReadFile("/proc/" + pid + "/comm")
+		return string(b) == "sleep\n"
+	})
+	if prog != 0 {
+		// Found while it dies (its kill is sent): its end comes. A
+		// sleep 1000 left running ends only with the test's deadline.
+		const sysPidfdOpen = 434
+		fd, _, errno := syscall.Syscall(sysPidfdOpen, uintptr(prog), 0, 0)
+		if errno == 0 {
+			defer syscall.Close(int(fd))
+			dl, _ := ctx.Deadline()
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			if n, err := unix.Poll(pfd, int(time.Until(dl).Milliseconds())); n != 1 || err != nil {
+				t.Fatalf("the program of the failed spawn runs on in the box (host pid %d, state %c)", prog, procState(prog))
+			}
+		}
+	}
+	// The box's next run starts (a new spawner's or an init child's).
+	var next bytes.Buffer
+	if exit, err := sb.Run(ctx, boxSpec("spawner-death", dir, &next, "echo next")); err != nil || next.String() != "next\n" {
+		t.Fatalf("the next run: %v %+v %q", err, exit, next.String())
+	}
+}
+
+// spawnerOf is the host pid of a spawner of the box whose init is host
+// pid pid1; 0 if there is none.
+func spawnerOf(pid1 int) int {
+	return childOf(pid1, func(pid string) bool {
+		cmd, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+		return bytes.Contains(cmd, []byte("\x00"+boxinit.SpawnerArg+"\x00"))
+	})
+}
+
+// childOf is the first child of host pid parent that ok accepts.
+func childOf(parent int, ok func(pid string) bool) int {
+	names, _ := os.ReadDir("/proc")
+	for _, n := range names {
+		pid, err := strconv.Atoi(n.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + n.Name() + "/status")
+		if err == nil && strings.Contains(string(b), "\nPPid:\t"+strconv.Itoa(parent)+"\n") && ok(n.Name()) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// procState is the state letter of host pid pid; 0 if it is gone.
+func procState(pid int) byte {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
+}
+
+// startedBySpawner reports whether the box init said its spawner started p.
+func startedBySpawner(p *Process) bool {
+	p.bx.mu.Lock()
+	defer p.bx.mu.Unlock()
+	return p.bySpawner
 }

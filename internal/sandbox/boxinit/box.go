@@ -115,6 +115,10 @@ type boxInit struct {
 	// signalled as each ends.
 	pending     int
 	pendingDone *sync.Cond
+	// spawnerPids: every spawner not yet reaped (let go or not);
+	// forking is held while one is started and recorded (killStrays).
+	spawnerPids map[int]bool
+	forking     sync.Mutex
 	mu          sync.Mutex
 	byID        map[string]int // id → pid of a spawned process not yet reaped
 	ids         map[int]string // pid → id
@@ -193,7 +197,7 @@ func boxMain(args []string) int {
 }
 
 func newBoxInit(ctl int, self string) *boxInit {
-	b := &boxInit{ctl: ctl, self: self, spawners: map[string]*spawner{}, unfit: map[string]bool{},
+	b := &boxInit{ctl: ctl, self: self, spawners: map[string]*spawner{}, unfit: map[string]bool{}, spawnerPids: map[int]bool{},
 		byID: map[string]int{}, ids: map[int]string{}, kick: make(chan struct{}, 1)}
 	b.pendingDone = sync.NewCond(&b.mu)
 	return b
@@ -231,18 +235,38 @@ func (b *boxInit) spawn(msg []byte, f []string, fds []int) {
 	if keyed {
 		b.mu.Lock()
 		sp := b.spawners[key]
-		if sp != nil {
+		if sp != nil && !sp.busy {
+			sp.busy = true
 			b.pending++
 			b.lastSpawn++
 			sp.used = b.lastSpawn // in use: not let go idle meanwhile
-		}
-		b.mu.Unlock()
-		// The request as the spawner reads it: the kind, then the fields
-		// after the id.
-		if sp != nil && b.viaSpawner(sp, id, append([]byte{MsgSpawn}, msg[2+len(id):]...), fds, status) {
+			b.mu.Unlock()
+			// The request as the spawner reads it: the kind, then the
+			// fields after the id. Answered on a goroutine of its own:
+			// this loop goes on with the server's next messages (its
+			// signals, other spawns) whatever the spawner does.
+			req := append([]byte{MsgSpawn}, msg[2+len(id):]...)
+			go func() {
+				if !b.viaSpawner(sp, id, req, fds, status) {
+					b.spawnByInit(id, dir, tty, argv, fds, "")
+				}
+			}()
 			return
 		}
+		// No spawner for this policy, or it is busy with another spawn
+		// (one at a time): the init child's way.
+		b.mu.Unlock()
 	}
+	if !keyed {
+		key = ""
+	}
+	b.spawnByInit(id, dir, tty, argv, fds, key)
+}
+
+// spawnByInit starts spawn id the init child's way: forked and exec'd
+// here. key: the policy to start a spawner for after the answer ("" for
+// none).
+func (b *boxInit) spawnByInit(id, dir string, tty bool, argv []string, fds []int, key string) {
 	files := make([]uintptr, len(fds))
 	for i, fd := range fds {
 		files[i] = uintptr(fd)
@@ -272,7 +296,7 @@ func (b *boxInit) spawn(msg []byte, f []string, fds []int) {
 	// answer, and without b.mu: its fork and exec take milliseconds (tens
 	// on a loaded machine), and the reaper, which reports the end of a
 	// short program, must not wait for them.
-	if keyed {
+	if key != "" {
 		b.startSpawner(key)
 	}
 }
@@ -338,6 +362,7 @@ func (b *boxInit) reap() {
 				break
 			}
 		}
+		delete(b.spawnerPids, pid)
 		id, spawned := b.ids[pid]
 		if spawned {
 			delete(b.ids, pid)

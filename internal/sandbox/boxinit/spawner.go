@@ -2,10 +2,12 @@ package boxinit
 
 import (
 	"errors"
+	"os"
 	"runtime"
 	"strconv"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // SpawnerArg is the argument that makes quro a box's spawner: an init
@@ -63,6 +65,10 @@ type spawner struct {
 	pid  int
 	sock int // the box init's end
 	used uint64
+	// busy: a spawn is at the spawner (one at a time; the box's other
+	// spawns of its policy go the init child's way meanwhile). gone: let
+	// go; a busy spawner's socket is closed when its spawn is answered.
+	busy, gone bool
 }
 
 // spawnPlan is what a spawner needs of an init child's argv
@@ -105,14 +111,20 @@ func (b *boxInit) startSpawner(key string) {
 		return
 	}
 	attr := &syscall.ProcAttr{Dir: "/", Env: syscall.Environ(), Files: []uintptr{0, 1, 2, uintptr(pair[1])}}
+	// b.forking: killStrays does not take the new spawner for a stray
+	// before its pid is recorded.
+	b.forking.Lock()
 	pid, err := syscall.ForkExec(b.self, []string{b.self, SpawnerArg, "3"}, attr)
 	syscall.Close(pair[1])
 	if err != nil {
+		b.forking.Unlock()
 		syscall.Close(pair[0])
 		return
 	}
 	sp := &spawner{key: key, pid: pid, sock: pair[0]}
 	b.mu.Lock()
+	b.spawnerPids[pid] = true
+	b.forking.Unlock()
 	if len(b.spawners) >= maxSpawners {
 		var lru *spawner
 		for _, s := range b.spawners {
@@ -149,22 +161,47 @@ func (b *boxInit) armSpawnerIdle(sp *spawner) {
 // dropSpawner lets sp go: its socket closed, it exits (the reaper reaps
 // it). Called with b.mu held.
 func (b *boxInit) dropSpawner(sp *spawner) {
-	if sp == nil || b.spawners[sp.key] != sp {
+	if sp == nil || sp.gone {
 		return
 	}
-	delete(b.spawners, sp.key)
-	syscall.Close(sp.sock)
+	if b.spawners[sp.key] == sp {
+		delete(b.spawners, sp.key)
+	}
+	sp.gone = true
+	if !sp.busy {
+		syscall.Close(sp.sock)
+	}
 }
+
+// spawnerStall is how long the box init waits for a spawner's answer
+// before it looks for the spawn's child stopped before its exec.
+const spawnerStall = time.Second
 
 // viaSpawner starts the spawn id (req as the spawner reads it, fds the
 // program's descriptors) through sp. handled is false when sp could not
 // take it, with nothing started: the caller starts it the init child's
 // way. Otherwise the spawn is answered (Started or Failed), its status
-// socket written and fds closed. Called without b.mu, with b.pending
-// counted for this spawn (the reaper leaves children it does not know
-// alone until the spawner's answer is in).
+// socket written and fds closed. Called without b.mu, on a goroutine of
+// its own, with sp marked busy and b.pending counted for this spawn (the
+// reaper leaves children it does not know alone until the spawner's
+// answer is in).
+//
+// A spawn's child can be stalled before its exec: between its switch to
+// the session's uid and the exec, a program of the session may stop it
+// (SIGSTOP), and the spawner, which waits for the exec, with it. While
+// the answer does not come, every spawnerStall the box init kills such a
+// child (killStalled); the spawner then answers, and the spawn ends as a
+// program killed by SIGKILL. If the spawner ends without an answer (it
+// was killed: the box's memory limit, its CPU limit), the program it may
+// have started is killed (killStrays): no process of the box runs that
+// the server does not know of.
 func (b *boxInit) viaSpawner(sp *spawner, id string, req []byte, fds []int, status int) (handled bool) {
+	since := bootTicks()
 	done := func() {
+		sp.busy = false
+		if sp.gone {
+			syscall.Close(sp.sock)
+		}
 		b.pending--
 		b.pendingDone.Broadcast()
 	}
@@ -181,6 +218,9 @@ func (b *boxInit) viaSpawner(sp *spawner, id string, req []byte, fds []int, stat
 	oob := make([]byte, syscall.CmsgSpace(4))
 	var n, oobn int
 	var err error
+	for !readable(sp.sock, spawnerStall) {
+		b.killStalled(sp, since)
+	}
 	for {
 		n, oobn, _, _, err = syscall.Recvmsg(sp.sock, buf, oob, syscall.MSG_CMSG_CLOEXEC)
 		if err != syscall.EINTR {
@@ -208,8 +248,13 @@ func (b *boxInit) viaSpawner(sp *spawner, id string, req []byte, fds []int, stat
 	switch {
 	case err != nil || n == 0 || derr != nil:
 		// The spawner ended with the request read: whether it started
-		// the program is not known, so it is not started again.
+		// the program is not known, so it is not started again, and a
+		// program it started is killed before the reaper may reap it
+		// (b.pending still counts this spawn).
 		b.dropSpawner(sp)
+		b.mu.Unlock()
+		b.killStrays(since, "")
+		b.mu.Lock()
 		done()
 		b.mu.Unlock()
 		b.spawnerFailed(id, fds, status, pidfd, "the box's spawner ended while it started the program")
@@ -235,6 +280,10 @@ func (b *boxInit) viaSpawner(sp *spawner, id string, req []byte, fds []int, stat
 			b.armSpawnerIdle(sp)
 		}
 		done()
+		// Started before the reaper, which needs b.mu to name the
+		// program, can report its exit: the server learns how it
+		// started while it still knows the spawn.
+		b.reply(MsgStarted, id, strconv.Itoa(pid), BySpawner)
 		b.mu.Unlock()
 		// The status socket: ReadyByte, as the init child writes it, and
 		// the program's pidfd, which names its host pid to the server
@@ -246,7 +295,6 @@ func (b *boxInit) viaSpawner(sp *spawner, id string, req []byte, fds []int, stat
 		case b.kick <- struct{}{}:
 		default:
 		}
-		b.reply(MsgStarted, id, strconv.Itoa(pid), BySpawner)
 		return true
 	case kind == spawnFailed && len(f) == 1:
 		b.armSpawnerIdle(sp)
@@ -501,4 +549,140 @@ func cpuUsed() uint64 {
 		return 0
 	}
 	return uint64((ru.Utime.Sec+ru.Stime.Sec)*1e6 + ru.Utime.Usec + ru.Stime.Usec)
+}
+
+// readable waits up to d for fd to be readable (or closed by its peer).
+func readable(fd int, d time.Duration) bool {
+	pfd := struct {
+		fd             int32
+		events, revent int16
+	}{fd: int32(fd), events: 0x1} // POLLIN
+	ts := syscall.NsecToTimespec(int64(d))
+	for {
+		n, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+		switch {
+		case errno == syscall.EINTR:
+			continue
+		case errno != 0:
+			return true // the read that follows says what is wrong
+		}
+		return n > 0
+	}
+}
+
+// bootTicks is the time since boot in clock ticks (USER_HZ, 100 on
+// Linux), the unit of a process's start time in /proc/PID/stat; in the
+// box's time namespace, as /proc shows it to the box init.
+func bootTicks() uint64 {
+	var ts syscall.Timespec
+	if _, _, errno := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockBoottime, uintptr(unsafe.Pointer(&ts)), 0); errno != 0 {
+		return 0
+	}
+	return uint64(ts.Sec)*100 + uint64(ts.Nsec)/1e7
+}
+
+const clockBoottime = 7
+
+// procStat is what killStrays reads of /proc/PID/stat.
+type procStat struct {
+	comm  string
+	state byte
+	ppid  int
+	start uint64 // clock ticks after boot
+}
+
+func readProcStat(pid int) (procStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	// pid (comm) state ppid ... starttime is the 20th field after comm;
+	// comm may hold spaces and parentheses.
+	i, j := -1, -1
+	for k, c := range b {
+		if c == '(' && i < 0 {
+			i = k
+		} else if c == ')' {
+			j = k
+		}
+	}
+	if i < 0 || j < i {
+		return procStat{}, false
+	}
+	var f []string
+	for k := j + 1; k < len(b) && len(f) < 20; {
+		for k < len(b) && (b[k] == ' ' || b[k] == '\n') {
+			k++
+		}
+		e := k
+		for e < len(b) && b[e] != ' ' && b[e] != '\n' {
+			e++
+		}
+		if e > k {
+			f = append(f, string(b[k:e]))
+		}
+		k = e
+	}
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procStat{}, false
+	}
+	ppid, err1 := strconv.Atoi(f[1])
+	start, err2 := strconv.ParseUint(f[19], 10, 64)
+	if err1 != nil || err2 != nil {
+		return procStat{}, false
+	}
+	return procStat{comm: string(b[i+1 : j]), state: f[0][0], ppid: ppid, start: start}, true
+}
+
+// killStalled kills a child of sp's spawn that is stopped before its exec
+// (see viaSpawner): a child of the box init it does not know, begun since
+// the spawn's request (since), still under the spawner's name.
+func (b *boxInit) killStalled(sp *spawner, since uint64) {
+	st, ok := readProcStat(sp.pid)
+	if !ok {
+		return // the spawner is gone: its answer, or the end of its socket, is on the way
+	}
+	b.killStrays(since, st.comm)
+}
+
+// killStrays kills, with their process groups, the box init's children it
+// does not know (neither a spawned process nor a spawner) that began at
+// or after since (clock ticks after boot): the program of a spawn whose
+// spawner did not answer. comm != "": only those stopped (a signal, a
+// tracer) still under the spawner's name comm, before their exec. Called
+// without b.mu, with b.pending counting the spawn: the reaper reaps none
+// of them meanwhile, so each pid is still the process read. An orphan of
+// the session reparented to the box init that began in the same interval
+// (and, with comm, is stopped and so named) is killed too: the session's
+// own process, in a spawn the session stalled or whose spawner died.
+func (b *boxInit) killStrays(since uint64, comm string) {
+	b.forking.Lock()
+	defer b.forking.Unlock()
+	d, err := os.Open("/proc")
+	if err != nil {
+		return
+	}
+	names, _ := d.Readdirnames(-1)
+	d.Close()
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid <= 1 {
+			continue
+		}
+		st, ok := readProcStat(pid)
+		if !ok || st.ppid != 1 || st.start < since {
+			continue
+		}
+		if comm != "" && (st.comm != comm || (st.state != 'T' && st.state != 't')) {
+			continue
+		}
+		b.mu.Lock()
+		known := b.ids[pid] != "" || b.spawnerPids[pid]
+		b.mu.Unlock()
+		if known {
+			continue
+		}
+		syscall.Kill(-pid, syscall.SIGKILL)
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
 }
