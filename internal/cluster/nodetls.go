@@ -108,6 +108,9 @@ func (t *NodeTLS) ServerConfig() *tls.Config {
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{t.cert},
 		ClientAuth:   tls.RequireAnyClientCert, // checked against the pins (VerifyConnection), not a CA
+		// No resumption: each connection's handshake meets the pin check
+		// (Go checks a resumed one again, but none is then to be had).
+		SessionTicketsDisabled: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
 				return errors.New("cluster: the node port takes a node's client certificate only")

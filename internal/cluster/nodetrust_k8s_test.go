@@ -28,6 +28,7 @@ import (
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/k8stest"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // serveNode serves h on a node port of its own with conf's TLS.
@@ -278,6 +279,32 @@ func TestClusterNodeTrust(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK || served.Load() == n0 {
 			t.Fatalf("node d's first call: %d", resp.StatusCode)
+		}
+	})
+	// Last: it leaves a Lease behind. Any node may write Leases (the
+	// RBAC grants no resourceNames), so node c writes one of its own that
+	// claims node a's name, with node c's pin and address. Listed after
+	// node a's real Lease (the API server lists by name), it was read as
+	// node a: a peer reading pins then took node c's certificate as node
+	// a's. A node is its Lease's name now, the label only agreeing.
+	t.Run("a Lease node c writes in node a's name does not make it node a", func(t *testing.T) {
+		fake := leaseObject("default", "node-a", c.opts.Address, time.Hour, Node{Pin: ntC.Pin()}, time.Now())
+		fake.SetName(LeasePrefix + "zz-node-c")
+		if _, err := c.lookups.Resource(LeasesGVR).Namespace("default").Create(ctx, fake, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		nodes, err := b.listNodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := nodes["node-a"]; got.Pin != ntA.Pin() || got.Address != a.opts.Address {
+			t.Fatalf("node b's read of the Leases has node a at %s pinned %s: node c's Lease taken as node a's", got.Address, got.Pin)
+		}
+		clC := from(ntC)
+		defer clC.CloseIdleConnections()
+		asA := (&Router{Table: a, Key: key}).forwardedBy()
+		if code, body := send(clC, http.MethodGet, "/v1/sessions/s1/files/x", HeaderForwardedBy, asA); code != http.StatusForbidden {
+			t.Fatalf("node c's request as node a, with its Lease in node a's name: %d %s", code, body)
 		}
 	})
 }

@@ -117,6 +117,13 @@ func TestLeaseAndSessionObjects(t *testing.T) {
 	if !n.Live(now.Add(10*time.Second)) || n.Live(now.Add(16*time.Second)) {
 		t.Fatal("liveness by the Lease's duration")
 	}
+	// A Lease of another name that claims quro-1 (any node may write
+	// Leases): not read as quro-1, whatever its pin and address.
+	impostor := leaseObject("ns", "quro-1", "10.0.0.9:7070", 15*time.Second, Node{Pin: "ab"}, now)
+	impostor.SetName(LeasePrefix + "quro-2")
+	if n, ok := nodeFromLease(impostor); ok {
+		t.Fatalf("a Lease named for quro-2 read as node %q", n.Name)
+	}
 	u.SetLabels(map[string]string{"app": "other"}) // another program's Lease
 	if _, ok := nodeFromLease(u); ok {
 		t.Fatal("a Lease without Quro's label read as a node")

@@ -132,13 +132,18 @@ type Node struct {
 func (n *Node) Live(now time.Time) bool { return now.Sub(n.Renewed) <= n.TTL }
 
 // nodeFromLease reads a Lease a node wrote (ok false for other Leases).
+// A node is named by its Lease's name (LeasePrefix + the node), which
+// the API server keeps unique, and the Lease's node label must agree:
+// any node may write Leases, and a second Lease labelled with another
+// node's name (its own pin and address under that name) would otherwise
+// be read as that node, its certificate then accepted as the other's.
 func nodeFromLease(u *unstructured.Unstructured) (Node, bool) {
 	if u.GetLabels()[LabelComponent] != ComponentNode {
 		return Node{}, false
 	}
 	an := u.GetAnnotations()
 	n := Node{Name: u.GetLabels()[LabelNode], Address: an[AnnotAddress]}
-	if n.Name == "" || n.Address == "" {
+	if n.Name == "" || n.Address == "" || u.GetName() != LeasePrefix+n.Name {
 		return Node{}, false
 	}
 	n.Sessions, _ = strconv.Atoi(an[AnnotSessions])
