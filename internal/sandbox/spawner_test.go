@@ -422,9 +422,25 @@ func TestSpawnerDeathKillsItsProgram(t *testing.T) {
 	dir := t.TempDir()
 	ctx := testCtx(t)
 	bx := openedBox(t, sb, "spawner-death", dir) // the first run starts the spawner
+	// A second run of the same policy goes by the spawner: it is the
+	// box init's for that policy and has applied the policy to itself
+	// (its first request), all before it is traced. (Found by its process
+	// alone, the spawner once sat idle, traced, while the test's spawn
+	// went the init child's way, until it was let go 30 s later.)
+	var second bytes.Buffer
+	spec := boxSpec("spawner-death", dir, &second, "")
+	spec.Args = []string{"true"}
+	p, err := sb.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Wait()
+	if !startedBySpawner(p) {
+		t.Fatal("the box's second run did not go by its spawner")
+	}
 	sp := spawnerOf(bx.pid1)
 	if sp == 0 {
-		t.Fatal("no spawner in the box after its first run")
+		t.Fatal("no spawner in the box after its second run")
 	}
 	// The spawner's forking thread: the one waiting for a request.
 	tid := 0
@@ -472,9 +488,9 @@ func TestSpawnerDeathKillsItsProgram(t *testing.T) {
 		}
 	}()
 	var out bytes.Buffer
-	spec := boxSpec("spawner-death", dir, &out, "")
+	spec = boxSpec("spawner-death", dir, &out, "")
 	spec.Args = []string{"sleep", "1000"}
-	p, err := sb.Start(ctx, spec)
+	p, err = sb.Start(ctx, spec)
 	if terr := <-traced; terr != nil {
 		t.Fatal(terr)
 	}

@@ -297,14 +297,20 @@ func TestLifeDestroyReleasesInTheBackground(t *testing.T) {
 	if _, err := os.Stat(s.Dir); err != nil {
 		t.Errorf("the directory went before its disk was released: %v", err)
 	}
+	// The release is let go on when AwaitRelease waits (its ctx's Done
+	// is asked for then, after the release under way was seen): let go
+	// before, it could end before AwaitRelease looked, which then rightly
+	// saw none under way.
 	awaited := make(chan bool)
-	go func() { awaited <- m.AwaitRelease(ctx) }()
 	closed := make(chan struct{})
-	go func() {
-		l.Close(ctx)
-		close(closed)
-	}()
-	close(unblock)
+	waiting := &doneHook{Context: ctx, hook: func() {
+		go func() {
+			l.Close(ctx)
+			close(closed)
+		}()
+		close(unblock)
+	}}
+	go func() { awaited <- m.AwaitRelease(waiting) }()
 	if !<-awaited {
 		t.Error("AwaitRelease did not see the release end")
 	}
@@ -534,4 +540,17 @@ func TestLifeEnterIsConfinedToTheTenant(t *testing.T) {
 	if Entered(ctx).ID != s.ID {
 		t.Error("entered another session")
 	}
+}
+
+// doneHook is a context that runs hook the first time its Done is asked
+// for: the moment a waiter has checked what it waits on and waits.
+type doneHook struct {
+	context.Context
+	once sync.Once
+	hook func()
+}
+
+func (c *doneHook) Done() <-chan struct{} {
+	c.once.Do(c.hook)
+	return c.Context.Done()
 }

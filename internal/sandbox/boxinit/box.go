@@ -31,7 +31,9 @@ import (
 //	               MsgFailed id reason
 //	               MsgExited id wait-status
 //	               MsgSynced token               (every message before MsgSync is handled:
-//	                                              its signals were sent by kill(2))
+//	                                              its signals were sent by kill(2), or,
+//	                                              for a spawn a spawner is still starting,
+//	                                              held and sent when its pid is known)
 //
 // Every spawned process leads a session of its own (so its process group
 // is its pid, and it has no controlling terminal unless tty is "1", when
@@ -121,9 +123,14 @@ type boxInit struct {
 	forking     sync.Mutex
 	mu          sync.Mutex
 	byID        map[string]int // id → pid of a spawned process not yet reaped
-	ids         map[int]string // pid → id
-	kick        chan struct{}  // a process was spawned: the reaper may have children again
-	send        sync.Mutex
+	// held: the signals for a spawn a spawner is starting (its id in
+	// the map from the request on), sent when its pid is recorded: the
+	// server may signal a spawn before its answer (a caller gone), and
+	// the loop no longer waits for the spawner's answer to handle it.
+	held map[string][]heldSignal
+	ids  map[int]string // pid → id
+	kick chan struct{}  // a process was spawned: the reaper may have children again
+	send sync.Mutex
 }
 
 func boxMain(args []string) int {
@@ -198,7 +205,7 @@ func boxMain(args []string) int {
 
 func newBoxInit(ctl int, self string) *boxInit {
 	b := &boxInit{ctl: ctl, self: self, spawners: map[string]*spawner{}, unfit: map[string]bool{}, spawnerPids: map[int]bool{},
-		byID: map[string]int{}, ids: map[int]string{}, kick: make(chan struct{}, 1)}
+		byID: map[string]int{}, ids: map[int]string{}, held: map[string][]heldSignal{}, kick: make(chan struct{}, 1)}
 	b.pendingDone = sync.NewCond(&b.mu)
 	return b
 }
@@ -240,6 +247,7 @@ func (b *boxInit) spawn(msg []byte, f []string, fds []int) {
 			b.pending++
 			b.lastSpawn++
 			sp.used = b.lastSpawn // in use: not let go idle meanwhile
+			b.held[id] = nil
 			b.mu.Unlock()
 			// The request as the spawner reads it: the kind, then the
 			// fields after the id. Answered on a goroutine of its own:
@@ -250,6 +258,9 @@ func (b *boxInit) spawn(msg []byte, f []string, fds []int) {
 				if !b.viaSpawner(sp, id, req, fds, status) {
 					b.spawnByInit(id, dir, tty, argv, fds, "")
 				}
+				b.mu.Lock()
+				delete(b.held, id) // a spawn that failed: its signals had no process
+				b.mu.Unlock()
 			}()
 			return
 		}
@@ -277,6 +288,7 @@ func (b *boxInit) spawnByInit(id, dir string, tty bool, argv []string, fds []int
 	pid, err := syscall.ForkExec(argv[0], argv, attr)
 	if err == nil {
 		b.byID[id], b.ids[pid] = pid, id
+		b.sendHeld(id, pid)
 	}
 	b.mu.Unlock()
 	// The child has its descriptors: this process lets go of its copies
@@ -316,16 +328,38 @@ func (b *boxInit) signal(f []string) {
 	// its own.
 	pid, ok := b.byID[f[0]]
 	if !ok {
+		if held, starting := b.held[f[0]]; starting {
+			b.held[f[0]] = append(held, heldSignal{sig, f[2] == "1"})
+		}
 		return
 	}
-	if f[2] == "1" {
+	kill(pid, heldSignal{sig, f[2] == "1"})
+}
+
+// heldSignal is a signal for a spawn (see boxInit.held).
+type heldSignal struct {
+	sig   int
+	group bool // to the process's group
+}
+
+// sendHeld sends spawn id's held signals to its process pid, just
+// recorded. b.mu is held.
+func (b *boxInit) sendHeld(id string, pid int) {
+	for _, h := range b.held[id] {
+		kill(pid, h)
+	}
+	delete(b.held, id)
+}
+
+func kill(pid int, h heldSignal) {
+	if h.group {
 		// A process that has not made its group yet (a signal right
 		// after its spawn, before its setsid): the process itself.
-		if err := syscall.Kill(-pid, syscall.Signal(sig)); errors.Is(err, syscall.ESRCH) {
-			syscall.Kill(pid, syscall.Signal(sig))
+		if err := syscall.Kill(-pid, syscall.Signal(h.sig)); errors.Is(err, syscall.ESRCH) {
+			syscall.Kill(pid, syscall.Signal(h.sig))
 		}
 	} else {
-		syscall.Kill(pid, syscall.Signal(sig))
+		syscall.Kill(pid, syscall.Signal(h.sig))
 	}
 }
 

@@ -93,3 +93,62 @@ func dupCloexec(fd int) (int, error) {
 	}
 	return int(r), nil
 }
+
+// TestSignalForASpawnInFlightIsHeld: the server may signal a spawn
+// before its answer (its caller gone while a spawner starts it), and the
+// box init's loop does not wait for a spawner's answer: the signal is
+// held for the spawn and sent when its pid is recorded, not dropped (a
+// program its caller gave up on ran on, unkilled, and the server closed
+// the whole box when the start's grace ran out). The spawn here is the
+// init child's way, recorded as a spawner's answer is (sendHeld).
+func TestSignalForASpawnInFlightIsHeld(t *testing.T) {
+	ctl, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(ctl[0])
+	defer syscall.Close(ctl[1])
+	b := newBoxInit(ctl[0], "")
+	b.mu.Lock()
+	b.held["9"] = nil // as spawn marks a spawn it hands to a spawner
+	b.mu.Unlock()
+	b.signal([]string{"9", strconv.Itoa(int(syscall.SIGTERM)), "1"})
+	b.signal([]string{"8", strconv.Itoa(int(syscall.SIGTERM)), "1"}) // no such spawn: nothing held
+	if _, ok := b.held["8"]; ok {
+		t.Fatal("a signal for a spawn not in flight was held")
+	}
+	var fds []int
+	for range 3 {
+		fd, err := syscall.Open(os.DevNull, syscall.O_RDWR|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fds = append(fds, fd)
+	}
+	b.spawnByInit("9", "/", false, []string{"/bin/sleep", "1000"}, fds, "")
+	b.mu.Lock()
+	pid, ok := b.byID["9"]
+	_, still := b.held["9"]
+	b.mu.Unlock()
+	if !ok {
+		t.Fatal("the spawn was not recorded")
+	}
+	if still {
+		t.Error("the spawn's held signals were kept after they were sent")
+	}
+	exited := make(chan syscall.WaitStatus, 1)
+	go func() {
+		var ws syscall.WaitStatus
+		syscall.Wait4(pid, &ws, 0, nil)
+		exited <- ws
+	}()
+	select {
+	case ws := <-exited:
+		if !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+			t.Fatalf("the program ended %v, not by the held SIGTERM", ws)
+		}
+	case <-time.After(time.Minute): // bounds a failure only
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatal("the signal sent while the spawn was in flight was dropped: the program runs on")
+	}
+}

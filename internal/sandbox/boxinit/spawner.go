@@ -284,6 +284,7 @@ func (b *boxInit) viaSpawner(sp *spawner, id string, req []byte, fds []int, stat
 		// program, can report its exit: the server learns how it
 		// started while it still knows the spawn.
 		b.reply(MsgStarted, id, strconv.Itoa(pid), BySpawner)
+		b.sendHeld(id, pid) // signals the server sent while the spawner worked
 		b.mu.Unlock()
 		// The status socket: ReadyByte, as the init child writes it, and
 		// the program's pidfd, which names its host pid to the server
@@ -676,13 +677,14 @@ func (b *boxInit) killStrays(since uint64, comm string) {
 		if comm != "" && (st.comm != comm || (st.state != 'T' && st.state != 't')) {
 			continue
 		}
+		// Checked and killed under b.mu: a spawn recorded in between (a
+		// program of another spawner, just answered) is not killed as
+		// the stray it was a moment before.
 		b.mu.Lock()
-		known := b.ids[pid] != "" || b.spawnerPids[pid]
-		b.mu.Unlock()
-		if known {
-			continue
+		if b.ids[pid] == "" && !b.spawnerPids[pid] {
+			syscall.Kill(-pid, syscall.SIGKILL)
+			syscall.Kill(pid, syscall.SIGKILL)
 		}
-		syscall.Kill(-pid, syscall.SIGKILL)
-		syscall.Kill(pid, syscall.SIGKILL)
+		b.mu.Unlock()
 	}
 }
