@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -262,23 +261,15 @@ func TestBoxesHoldOnlyTheirOwnSubvolume(t *testing.T) {
 		if err != nil || exit.Code != 0 {
 			t.Fatalf("run: %v %+v %s", err, exit, out.String())
 		}
-		for _, pid := range sandboxtest.Descendants(t, os.Getpid()) {
-			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/mountinfo")
-			if err != nil {
-				continue // gone meanwhile
+		sandboxtest.DescendantMounts(t, os.Getpid(), func(f []string) {
+			switch {
+			case f[2] != dev:
+			case f[3] == "/a" || strings.HasPrefix(f[3], "/a/"):
+				own++
+			default:
+				others++
 			}
-			for _, line := range strings.Split(string(b), "\n") {
-				f := strings.Fields(line)
-				if len(f) < 5 || f[2] != dev {
-					continue
-				}
-				if f[3] == "/a" || strings.HasPrefix(f[3], "/a/") {
-					own++
-				} else {
-					others++
-				}
-			}
-		}
+		})
 		return out.String(), own, others
 	}
 	sb, err := sandbox.New(&sandbox.Options{SessionBoxes: true, MountRoot: root})

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,24 +33,14 @@ func TestBoxesAreBornWithoutOtherSessionsDisks(t *testing.T) {
 		if err != nil || exit.Code != 0 {
 			t.Fatalf("run: %v %+v %s", err, exit, out.String())
 		}
-		for _, pid := range sandboxtest.Descendants(t, os.Getpid()) {
-			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/mountinfo")
-			if err != nil {
-				continue // gone meanwhile
+		sandboxtest.DescendantMounts(t, os.Getpid(), func(f []string) {
+			switch f[4] {
+			case filepath.Join(root, "a"):
+				own++
+			case filepath.Join(root, "b"), filepath.Join(root, "c"):
+				others++
 			}
-			for _, line := range strings.Split(string(b), "\n") {
-				f := strings.Fields(line)
-				if len(f) < 5 {
-					continue
-				}
-				switch f[4] {
-				case filepath.Join(root, "a"):
-					own++
-				case filepath.Join(root, "b"), filepath.Join(root, "c"):
-					others++
-				}
-			}
-		}
+		})
 		return out.String(), own, others
 	}
 

@@ -11,20 +11,12 @@ import (
 
 // TestSpawnLetsGoOfDescriptorsBeforeStarted: the box init closes its
 // copies of a spawned program's descriptors before it answers Started
-// (and so before it starts the next zygote): the server's reader of the
+// (and so before it starts a spawner): the server's reader of the
 // program's output sees its end when the program ends, not when the box
 // init is done with other work (a `true` through start_process waited
-// for the next zygote's fork and exec before its output ended).
+// for the next zygote's fork and exec, as it was then, before its output ended).
 func TestSpawnLetsGoOfDescriptorsBeforeStarted(t *testing.T) {
-	ctl, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Close(ctl[0])
-	defer syscall.Close(ctl[1])
-	// No reaper (it would wait for every child of the test binary) and no
-	// zygote (self is empty): the spawn forks the program itself.
-	b := newBoxInit(ctl[0], "")
+	b, server := testBoxInit(t)
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +59,7 @@ func TestSpawnLetsGoOfDescriptorsBeforeStarted(t *testing.T) {
 		t.Fatalf("the program's output before the box init answered its spawn: %q, %v (the box init holds its descriptors until it has answered)", got, err)
 	}
 	reply := make([]byte, 256)
-	n, _, err := syscall.Recvfrom(ctl[1], reply, 0)
+	n, _, err := syscall.Recvfrom(server, reply, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,13 +94,7 @@ func dupCloexec(fd int) (int, error) {
 // the whole box when the start's grace ran out). The spawn here is the
 // init child's way, recorded as a spawner's answer is (sendHeld).
 func TestSignalForASpawnInFlightIsHeld(t *testing.T) {
-	ctl, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Close(ctl[0])
-	defer syscall.Close(ctl[1])
-	b := newBoxInit(ctl[0], "")
+	b, _ := testBoxInit(t)
 	b.mu.Lock()
 	b.held["9"] = nil // as spawn marks a spawn it hands to a spawner
 	b.mu.Unlock()
@@ -151,4 +137,21 @@ func TestSignalForASpawnInFlightIsHeld(t *testing.T) {
 		syscall.Kill(pid, syscall.SIGKILL)
 		t.Fatal("the signal sent while the spawn was in flight was dropped: the program runs on")
 	}
+}
+
+// testBoxInit is a box init on one end of a control socket, the other
+// end (the server's) returned. No reaper (it would wait for every child
+// of the test binary) and no spawner (self is empty): a spawn forks the
+// program itself.
+func testBoxInit(t *testing.T) (b *boxInit, server int) {
+	t.Helper()
+	ctl, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Close(ctl[0])
+		syscall.Close(ctl[1])
+	})
+	return newBoxInit(ctl[0], ""), ctl[1]
 }

@@ -85,6 +85,25 @@ func ListenHost(t testing.TB, reply string) *HostListener {
 	return h
 }
 
+// DescendantMounts calls each with the fields of every line of the
+// mountinfo of every process below pid (see Descendants): the mounts of
+// every namespace the processes it started are in. A process gone while
+// it reads is left out.
+func DescendantMounts(t testing.TB, pid int, each func(fields []string)) {
+	t.Helper()
+	for _, p := range Descendants(t, pid) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/mountinfo")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 5 {
+				each(f)
+			}
+		}
+	}
+}
+
 // Descendants lists the host's processes below pid (its children, theirs,
 // and so on), read from /proc; a process gone while it reads is left out.
 func Descendants(t testing.TB, pid int) []int {
