@@ -51,7 +51,8 @@ func (r removingSharedPython) Run() int {
 // data directory a hard-linked copy of this one instead, as the server
 // finds it from its second start on. The extraction itself is tested by
 // internal/engine/python (TestExtraction, TestFirstRunPreparesOnceWithProgress),
-// by the first run here, and by TestScripts' fresh data directories.
+// by the first run here, and by run.txtar's fresh data directory
+// (TestScripts).
 var sharedPython struct {
 	once sync.Once
 	dir  string // holds python/
@@ -89,7 +90,12 @@ func seedPython(t testing.TB, data string) {
 	os.Remove(filepath.Join(data, "python", ".lock"))
 }
 
-// TestScripts runs the CLI transcripts in testdata/script.
+// TestScripts runs the CLI transcripts in testdata/script. A transcript's
+// data directory is fresh, and the first Python run in one extracts and
+// byte-compiles the interpreter (some 4 CPU-s): run.txtar does, as a new
+// user's first run; a transcript of other behaviour starts with
+// `seedpython`, which links the shared Python into $QURO_DATA as
+// startServerIn does.
 func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/script",
@@ -97,8 +103,32 @@ func TestScripts(t *testing.T) {
 			env.Setenv("QURO_DATA", env.WorkDir+"/data")
 			return nil
 		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"seedpython": func(ts *testscript.TestScript, neg bool, args []string) {
+				if neg || len(args) != 0 {
+					ts.Fatalf("usage: seedpython")
+				}
+				data := ts.Getenv("QURO_DATA")
+				if err := os.MkdirAll(data, 0o755); err != nil {
+					ts.Fatalf("%v", err)
+				}
+				seedPython(scriptTB{t, ts}, data)
+			},
+		},
 	})
 }
+
+// scriptTB is the test's testing.TB with its failures reported by the
+// transcript that is running (a transcript runs in a subtest of its own,
+// whose goroutine must be the one that stops).
+type scriptTB struct {
+	testing.TB
+	ts *testscript.TestScript
+}
+
+func (s scriptTB) Helper()                           {}
+func (s scriptTB) Fatal(args ...any)                 { s.ts.Fatalf("%s", fmt.Sprint(args...)) }
+func (s scriptTB) Fatalf(format string, args ...any) { s.ts.Fatalf(format, args...) }
 
 // server is a running `quro serve`.
 type server struct {

@@ -23,7 +23,12 @@ const perRunStart = 10 * time.Second
 
 // pythonCaps are the contract snippets of Python 3. The embedded worker
 // shows the value of a last bare expression, as a notebook does, so the
-// snippets end with statements.
+// snippets end with statements. Loop sleeps rather than spins (see the
+// toolchain engine's contractCaps): the timeout check's run of it lasts
+// its whole budget, 10 s for the system and gpython tiers, a core's worth
+// of CPU each when it spun. A busy loop's timeout keeping the state is
+// TestEarlyInterruptIsNotLost's (embedded) and
+// TestRootfsWorkerTimeoutKeepsState's, gpython's TestGPython's.
 func pythonCaps(stateful bool) enginetest.Caps {
 	return enginetest.Caps{
 		Lang:       "python",
@@ -31,7 +36,7 @@ func pythonCaps(stateful bool) enginetest.Caps {
 		Print:      "import sys\nprint('contract-out')\nprint('contract-err', file=sys.stderr)",
 		Exit:       "import sys\nprint('bye')\nsys.exit(3)",
 		ExitCode:   3,
-		Loop:       "import sys\nprint('before-loop')\nsys.stdout.flush()\nwhile True:\n    pass",
+		Loop:       "import sys, time\nprint('before-loop')\nsys.stdout.flush()\nwhile True:\n    time.sleep(3600)",
 		Huge:       "for i in range(100000):\n    print(i)",
 		BadUTF8:    "import sys\n_ = sys.stdout.buffer.write(b'a\\xff\\xfeb\\n')",
 		BadUTF8Raw: []byte("a\xff\xfeb\n"),

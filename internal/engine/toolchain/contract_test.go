@@ -28,12 +28,20 @@ import (
 // in one process or reused a build: its environment (C, C++, Go, Rust)
 // or a JVM system property (Java); the interpreted languages use a
 // global variable, as the Python and shell engines do.
+//
+// Loop waits (sleep, pause) after its line instead of spinning, as the
+// shell engine's does: the timeout and the cancel stop a program that
+// waits as they stop one that computes (the run's process group is
+// killed), and a spinning loop burned a core for the whole of the timeout
+// check's budget (10 s, Java's 15 s), per language, in every make test.
+// Lua has no sleep of its own: it waits on a sleep(1) in its process
+// group.
 var contractCaps = map[string]enginetest.Caps{
 	"c": {
 		Print:      "#include <stdio.h>\nint main(void) { puts(\"contract-out\"); fputs(\"contract-err\\n\", stderr); return 0; }\n",
 		Exit:       "#include <stdio.h>\nint main(void) { puts(\"bye\"); return 3; }\n",
 		ExitCode:   3,
-		Loop:       "#include <stdio.h>\nint main(void) { puts(\"before-loop\"); fflush(stdout); volatile int go = 1; while (go) {} return 0; }\n",
+		Loop:       "#include <stdio.h>\n#include <unistd.h>\nint main(void) { puts(\"before-loop\"); fflush(stdout); for (;;) pause(); }\n",
 		Huge:       "#include <stdio.h>\nint main(void) { for (int i = 0; i < 100000; i++) printf(\"%d\\n\", i); return 0; }\n",
 		BadUTF8:    "#include <stdio.h>\nint main(void) { fputs(\"a\\xff\\xfe\" \"b\\n\", stdout); return 0; }\n",
 		BadUTF8Raw: []byte("a\xff\xfeb\n"),
@@ -44,7 +52,7 @@ var contractCaps = map[string]enginetest.Caps{
 		Print:      "#include <iostream>\nint main() { std::cout << \"contract-out\\n\"; std::cerr << \"contract-err\\n\"; }\n",
 		Exit:       "#include <iostream>\nint main() { std::cout << \"bye\\n\"; return 3; }\n",
 		ExitCode:   3,
-		Loop:       "#include <iostream>\nint main() { std::cout << \"before-loop\" << std::endl; volatile bool go = true; while (go) {} }\n",
+		Loop:       "#include <iostream>\n#include <unistd.h>\nint main() { std::cout << \"before-loop\" << std::endl; for (;;) pause(); }\n",
 		Huge:       "#include <iostream>\nint main() { for (int i = 0; i < 100000; i++) std::cout << i << '\\n'; }\n",
 		BadUTF8:    "#include <iostream>\nint main() { std::cout << \"a\\xff\\xfe\" \"b\\n\"; }\n",
 		BadUTF8Raw: []byte("a\xff\xfeb\n"),
@@ -55,7 +63,7 @@ var contractCaps = map[string]enginetest.Caps{
 		Print:      "package main\n\nimport (\n\t\"fmt\"\n\t\"os\"\n)\n\nfunc main() {\n\tfmt.Println(\"contract-out\")\n\tfmt.Fprintln(os.Stderr, \"contract-err\")\n}\n",
 		Exit:       "package main\n\nimport (\n\t\"fmt\"\n\t\"os\"\n)\n\nfunc main() {\n\tfmt.Println(\"bye\")\n\tos.Exit(3)\n}\n",
 		ExitCode:   3,
-		Loop:       "package main\n\nimport \"fmt\"\n\nfunc main() {\n\tfmt.Println(\"before-loop\")\n\tfor {\n\t}\n}\n",
+		Loop:       "package main\n\nimport (\n\t\"fmt\"\n\t\"time\"\n)\n\nfunc main() {\n\tfmt.Println(\"before-loop\")\n\tfor {\n\t\ttime.Sleep(time.Hour)\n\t}\n}\n",
 		Huge:       "package main\n\nimport (\n\t\"bufio\"\n\t\"fmt\"\n\t\"os\"\n)\n\nfunc main() {\n\tw := bufio.NewWriter(os.Stdout)\n\tdefer w.Flush()\n\tfor i := 0; i < 100000; i++ {\n\t\tfmt.Fprintln(w, i)\n\t}\n}\n",
 		BadUTF8:    "package main\n\nimport \"os\"\n\nfunc main() {\n\tos.Stdout.WriteString(\"a\\xff\\xfeb\\n\")\n}\n",
 		BadUTF8Raw: []byte("a\xff\xfeb\n"),
@@ -66,7 +74,7 @@ var contractCaps = map[string]enginetest.Caps{
 		Print:      "fn main() {\n    println!(\"contract-out\");\n    eprintln!(\"contract-err\");\n}\n",
 		Exit:       "fn main() {\n    println!(\"bye\");\n    std::process::exit(3);\n}\n",
 		ExitCode:   3,
-		Loop:       "fn main() {\n    println!(\"before-loop\");\n    loop {}\n}\n",
+		Loop:       "fn main() {\n    println!(\"before-loop\");\n    loop {\n        std::thread::sleep(std::time::Duration::from_secs(3600));\n    }\n}\n",
 		Huge:       "use std::io::Write;\n\nfn main() {\n    let mut w = std::io::BufWriter::new(std::io::stdout().lock());\n    for i in 0..100000 {\n        writeln!(w, \"{}\", i).unwrap();\n    }\n}\n",
 		BadUTF8:    "use std::io::Write;\n\nfn main() {\n    std::io::stdout().write_all(b\"a\\xff\\xfeb\\n\").unwrap();\n}\n",
 		BadUTF8Raw: []byte("a\xff\xfeb\n"),
@@ -77,7 +85,7 @@ var contractCaps = map[string]enginetest.Caps{
 		Print:    "public class Main {\n    public static void main(String[] args) {\n        System.out.println(\"contract-out\");\n        System.err.println(\"contract-err\");\n    }\n}\n",
 		Exit:     "public class Main {\n    public static void main(String[] args) {\n        System.out.println(\"bye\");\n        System.exit(3);\n    }\n}\n",
 		ExitCode: 3,
-		Loop:     "public class Main {\n    public static void main(String[] args) {\n        System.out.println(\"before-loop\");\n        System.out.flush();\n        while (true) {\n        }\n    }\n}\n",
+		Loop:     "public class Main {\n    public static void main(String[] args) throws InterruptedException {\n        System.out.println(\"before-loop\");\n        System.out.flush();\n        while (true) {\n            Thread.sleep(3600000);\n        }\n    }\n}\n",
 		// Each run is a JVM of its own, whose start alone can take the
 		// default 3 s on a loaded machine.
 		LoopTimeout: 15 * time.Second,
@@ -91,7 +99,7 @@ var contractCaps = map[string]enginetest.Caps{
 		Print:      "puts \"contract-out\"\n$stderr.puts \"contract-err\"\n",
 		Exit:       "puts \"bye\"\nexit 3\n",
 		ExitCode:   3,
-		Loop:       "puts \"before-loop\"\n$stdout.flush\nloop {}\n",
+		Loop:       "puts \"before-loop\"\n$stdout.flush\nloop { sleep }\n",
 		Huge:       "100000.times { |i| puts i }\n",
 		BadUTF8:    "$stdout.write(\"a\\xff\\xfeb\\n\".b)\n",
 		BadUTF8Raw: []byte("a\xff\xfeb\n"),
@@ -102,7 +110,7 @@ var contractCaps = map[string]enginetest.Caps{
 		Print:      "print \"contract-out\\n\";\nprint STDERR \"contract-err\\n\";\n",
 		Exit:       "print \"bye\\n\";\nexit 3;\n",
 		ExitCode:   3,
-		Loop:       "$| = 1;\nprint \"before-loop\\n\";\n1 while 1;\n",
+		Loop:       "$| = 1;\nprint \"before-loop\\n\";\nsleep 3600 while 1;\n",
 		Huge:       "print \"$_\\n\" for 0 .. 99999;\n",
 		BadUTF8:    "print \"a\\xff\\xfeb\\n\";\n",
 		BadUTF8Raw: []byte("a\xff\xfeb\n"),
@@ -113,7 +121,7 @@ var contractCaps = map[string]enginetest.Caps{
 		Print:      "<?php\necho \"contract-out\\n\";\nfwrite(STDERR, \"contract-err\\n\");\n",
 		Exit:       "<?php\necho \"bye\\n\";\nexit(3);\n",
 		ExitCode:   3,
-		Loop:       "<?php\necho \"before-loop\\n\";\nflush();\nwhile (true) {\n}\n",
+		Loop:       "<?php\necho \"before-loop\\n\";\nflush();\nwhile (true) {\n    sleep(3600);\n}\n",
 		Huge:       "<?php\nfor ($i = 0; $i < 100000; $i++) {\n    echo \"$i\\n\";\n}\n",
 		BadUTF8:    "<?php\necho \"a\\xff\\xfeb\\n\";\n",
 		BadUTF8Raw: []byte("a\xff\xfeb\n"),
@@ -124,7 +132,7 @@ var contractCaps = map[string]enginetest.Caps{
 		Print:      "io.write(\"contract-out\\n\")\nio.stderr:write(\"contract-err\\n\")\n",
 		Exit:       "io.write(\"bye\\n\")\nos.exit(3)\n",
 		ExitCode:   3,
-		Loop:       "io.write(\"before-loop\\n\")\nio.stdout:flush()\nwhile true do end\n",
+		Loop:       "io.write(\"before-loop\\n\")\nio.stdout:flush()\nwhile true do os.execute(\"sleep 3600\") end\n",
 		Huge:       "for i = 0, 99999 do io.write(i, \"\\n\") end\n",
 		BadUTF8:    "io.write(\"a\\xff\\xfeb\\n\")\n",
 		BadUTF8Raw: []byte("a\xff\xfeb\n"),
