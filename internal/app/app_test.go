@@ -188,17 +188,19 @@ func TestRunCodeBadRequests(t *testing.T) {
 func TestLargeButAllowedCodeRuns(t *testing.T) {
 	t.Parallel() // its own App; compiling 1 MB of Python takes a while
 	a := newApp(t, nil)
-	// 1 MB: past the kernel's 128 KiB argument limit, so it must not go via
-	// argv. (3 MB of statements take CPython more than the run's 1 GiB
-	// memory cgroup to compile.)
-	// The run's time is not the property: compiling 1 MB of statements
-	// takes CPython a second or two idle, and past the default 30 s at a
-	// load of 15 on 2 cores.
-	py := strings.Repeat("x = 1\n", 1<<20/6) + "print('done')"
+	// 256 KiB: twice the kernel's 128 KiB limit on one argument (and past
+	// the shell engine's 100 KiB of code in argv), so it must not go via
+	// argv: an engine that passed it there would fail with E2BIG. The
+	// size is the check, not its multiple: 1 MB of Python and 3 MB of
+	// shell cost 4.3 CPU-s to compile and parse, for the same proof.
+	// The run's time is not the property: compiling statements takes
+	// CPython seconds at a load of 15 on 2 cores.
+	const size = 256 << 10
+	py := strings.Repeat("x = 1\n", size/6) + "print('done')"
 	if res := runCode(t, a, RunCodeInput{Code: py, TimeoutMS: -1}); res.Stdout != "done\n" {
 		t.Errorf("python: %+v", res)
 	}
-	sh := strings.Repeat(": filler\n", 3<<20/9) + "echo done"
+	sh := strings.Repeat(": filler\n", size/9) + "echo done"
 	if res := runCode(t, a, RunCodeInput{Code: sh, Lang: "sh", TimeoutMS: -1}); res.Stdout != "done\n" {
 		t.Errorf("shell: stdout %q stderr %q err %q", res.Stdout, res.Stderr, res.Error)
 	}

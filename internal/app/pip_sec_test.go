@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,7 +34,9 @@ import (
 // TestPipInstallOutputBoundedAgainstPth: install_packages' pip runs in the
 // session's box with the session's user site, so a .pth the session wrote
 // there runs inside pip and writes what it likes to pip's stdout (here
-// 512 MiB). Both of pip's passes keep a bounded capture: the call returns,
+// 256 MiB, twice the allocation the check allows: an unbounded capture
+// allocates at least the stream; 512 MiB cost twice the CPU for the same
+// proof). Both of pip's passes keep a bounded capture: the call returns,
 // its output says it was cut, and the server did not allocate the stream.
 // Not parallel: it measures what the whole test process allocates, which
 // other tests running beside it add to (181 MiB once, with more of the
@@ -46,7 +49,7 @@ func TestPipInstallOutputBoundedAgainstPth(t *testing.T) {
 d = site.getusersitepackages()
 os.makedirs(d, exist_ok=True)
 with open(os.path.join(d, "zz-flood.pth"), "w") as f:
-    f.write("import os,sys; [os.write(1, b'A'*(1<<20)) for _ in range(512)] if 'install' in sys.argv else None\n")
+    f.write("import os,sys; [os.write(1, b'A'*(1<<20)) for _ in range(256)] if 'install' in sys.argv else None\n")
 print(d)`})
 	if r.ExitCode != 0 || !strings.Contains(r.Stdout, "/.local/lib/python3.14/site-packages") {
 		t.Fatalf("planting the .pth: %+v", r)
@@ -61,7 +64,7 @@ print(d)`})
 	if !strings.Contains(res.Output, "cut from the middle") || len(res.Output) > 4*aptOutputMax {
 		t.Fatalf("output not cut (%d bytes): %.300q", len(res.Output), res.Output)
 	}
-	// 512 MiB went through pip's stdout; a bounded capture allocates a
+	// 256 MiB went through pip's stdout; a bounded capture allocates a
 	// few of its 16 KiB buffers, an unbounded one at least the stream.
 	if grew := after.TotalAlloc - before.TotalAlloc; grew > 128<<20 {
 		t.Fatalf("the server allocated %d MiB for pip's output", grew>>20)
@@ -140,13 +143,22 @@ func pipOfFetch(t *testing.T, dataDir string) int {
 
 // TestPipFetchInTenantCgroupOneAtATime: the server's fetch box for a
 // tenant runs in the tenant's cgroup (its memory, CPU and task ceilings),
-// and a tenant's fetches run one at a time: while an index holds alice's
-// first fetch, her second call waits for it (here until its own time
-// budget ends) and opens no connection.
+// and a tenant's fetches run one at a time: while alice's first fetch is
+// held, her second call waits for it (until its caller gives up) and
+// opens no connection.
+//
+// The first fetch is held by stopping its pip (SIGSTOP) once its first
+// request reached the index, not by the index holding its answer: pip
+// gives up on a read after its --timeout (15 s), and with no retries it
+// reads a page it timed out on as a package with no versions, so a hold
+// longer than that (the second call's box and pip start at a load of 50
+// or more) failed the first fetch ("from versions: none"). The index
+// answers once pip is stopped; the answer waits in pip's socket, and pip
+// reads it when it is continued.
 func TestPipFetchInTenantCgroupOneAtATime(t *testing.T) {
 	t.Parallel()
 	ix := newTestIndex(t, pureWheel(t, "quroslow", "1.0", "a"), pureWheel(t, "quroother", "1.0", "b"))
-	arrived, release := make(chan string, 16), make(chan struct{})
+	arrived, stopped := make(chan string, 16), make(chan struct{})
 	var mu sync.Mutex
 	var seen []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -154,19 +166,18 @@ func TestPipFetchInTenantCgroupOneAtATime(t *testing.T) {
 		seen = append(seen, r.URL.Path)
 		mu.Unlock()
 		if strings.HasPrefix(r.URL.Path, "/simple/") {
-			arrived <- r.URL.Path
-			<-release
+			select {
+			case arrived <- r.URL.Path:
+			default:
+			}
+			<-stopped // the first fetch's pip is stopped, or the test is over
 		}
 		ix.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	})
+	var stopOnce sync.Once
+	letIndexAnswer := func() { stopOnce.Do(func() { close(stopped) }) }
+	t.Cleanup(letIndexAnswer)
 	a := pipAppWith(t, PipOptions{IndexURL: srv.URL + "/simple/"})
 	cgroups := false
 	for _, f := range a.Sandbox.Layers() {
@@ -193,6 +204,15 @@ func TestPipFetchInTenantCgroupOneAtATime(t *testing.T) {
 	if name := sandbox.TenantCgroupName(a.DataDir, "alice"); !strings.Contains(string(cg), "/"+name+"/") {
 		t.Fatalf("the fetch's pip (pid %d) is not in alice's cgroup %s:\n%s", pid, name, cg)
 	}
+	// Hold the first fetch: its pip stopped, the index's answer waiting
+	// in its socket.
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("stopping the first fetch's pip (pid %d): %v", pid, err)
+	}
+	var contOnce sync.Once
+	letFirstGo := func() { contOnce.Do(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) }
+	t.Cleanup(letFirstGo)
+	letIndexAnswer()
 
 	// The second call says it waits for the first (the event waited
 	// on), then its caller gives up: it ends with an error, having
@@ -232,7 +252,7 @@ func TestPipFetchInTenantCgroupOneAtATime(t *testing.T) {
 			t.Fatalf("the second fetch reached the index while the first held it: %q (%v)", got, err)
 		}
 	}
-	close(release)
+	letFirstGo()
 	if err := <-first; err != nil {
 		t.Fatalf("the first fetch: %v", err)
 	}
