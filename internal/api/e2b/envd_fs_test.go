@@ -439,6 +439,17 @@ func TestEnvdFilesSendsTheFileItOpened(t *testing.T) {
 	if err == nil || n >= size {
 		t.Fatalf("cut short mid-read: %d of %d bytes, error %v: want a failed read", n, size, err)
 	}
+
+	// The sandbox killed mid-read: the kill neither waits for the
+	// client nor fails on the file still open (it outlives the call).
+	e.shell(t, id, "truncate -s "+strconv.Itoa(size)+" last")
+	res = get("last")
+	args, _ := json.Marshal(map[string]any{"session": id})
+	if _, err := e.App.Controller.Call(context.Background(), controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeExec}, "destroy_session", args); err != nil {
+		t.Fatalf("destroy while a file is sent: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body) // whole or cut: the file the tenant's own
+	res.Body.Close()
 }
 
 // WatchDir streams start first, then the changes a process in the box
