@@ -112,6 +112,77 @@ func filesPart(ctx context.Context, sdk *sdkDriver, rest *restClient, session, t
 	return p, err
 }
 
+// abFilesPart reads a -files-mb file of random bytes, -files rounds, from
+// two builds side by side (abRun): the SDK's files.read (bytes, checked by
+// SHA-256) and curl's GET of the same /files URL on each, and in every
+// round curl from a plain Go file server with the same bytes, the floor
+// of a read from a server on this machine at this load.
+func abFilesPart(tmp string, a, b *side) (*part, error) {
+	data := make([]byte, *filesMB*1_000_000)
+	_, _ = rand.Read(data)
+	local := filepath.Join(tmp, "data.bin")
+	if err := os.WriteFile(local, data, 0o600); err != nil {
+		return nil, err
+	}
+	plain, err := plainFileServer(data)
+	if err != nil {
+		return nil, err
+	}
+	defer plain.Close()
+	name := strings.TrimSuffix(*filesDir, "/") + "/big.bin"
+	type reader struct {
+		sd        *side
+		get       []string
+		sdk, curl *series
+		plain     *series
+	}
+	mk := func(sd *side, which string) (*reader, error) {
+		var box struct{ ID, Token string }
+		if err := sd.sdk.step("files "+local, &box); err != nil {
+			return nil, err
+		}
+		if err := sd.sdk.step("write "+name, &struct{}{}); err != nil {
+			return nil, err
+		}
+		get := []string{"-H", "E2b-Sandbox-Id: " + box.ID, "-H", "E2b-Sandbox-Port: 49983"}
+		if box.Token != "" {
+			get = append(get, "-H", "X-Access-Token: "+box.Token)
+		}
+		get = append(get, strings.TrimSuffix(sd.srv.url, "/")+"/files?path="+url.QueryEscape(name)+"&username=user")
+		return &reader{sd: sd, get: get,
+			sdk:   &series{name: which + ": SDK files.read (bytes)"},
+			curl:  &series{name: which + ": curl GET /files"},
+			plain: &series{name: "curl GET from the plain Go file server (in " + which + "'s rounds)"}}, nil
+	}
+	ra, err := mk(a, "this build")
+	if err != nil {
+		return nil, err
+	}
+	rb, err := mk(b, "-before build")
+	if err != nil {
+		return nil, err
+	}
+	round := func(r *reader) func() error {
+		return func() error {
+			if err := r.sd.sdk.timed("read "+name, r.sdk); err != nil {
+				return err
+			}
+			d, err := curl(r.get)
+			if err != nil {
+				return err
+			}
+			r.curl.add(d)
+			if d, err = curl([]string{"http://" + plain.Addr().String() + "/files?path=x"}); err != nil {
+				return err
+			}
+			r.plain.add(d)
+			return nil
+		}
+	}
+	p := &part{title: "files", sdk: []*series{ra.sdk, ra.curl, ra.plain}, peers: [][]*series{{rb.sdk}, {rb.curl}, {rb.plain}}}
+	return p, interleave(fmt.Sprintf("files (%d MB), reads", *filesMB), *nFiles, &p.load, round(ra), round(rb))
+}
+
 // plainFileServer serves data at every GET on a listener of its own
 // (127.0.0.1), as net/http serves a file: Content-Length, no encoding.
 func plainFileServer(data []byte) (net.Listener, error) {

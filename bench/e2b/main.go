@@ -28,7 +28,9 @@
 // With -before BIN, two builds are served side by side instead (the
 // -quro one and BIN, each on a fresh data directory with its own SDK
 // process) and steps 1–3 of the SDK, and REST's start_process, alternate
-// between them round by round: a before/after comparison under one load.
+// between them round by round: a before/after comparison under one load;
+// with -files, so do the SDK's files.read and curl's GET of the file
+// (beside curl from a plain Go file server, in each round).
 //
 // The report gives medians and p95 per step, the SDK/peer ratio of the
 // medians, the load average while each part ran, and issue 28's goals:
@@ -67,7 +69,7 @@ var (
 	quroBin  = flag.String("quro", "", "the quro binary (default: go build ./cmd/quro into a temporary directory)")
 	modules  = flag.String("modules", "test/e2b/node_modules", "where the E2B SDKs are installed (npm ci --prefix test/e2b)")
 	jsonPath = flag.String("json", "", "also write the figures as JSON to this file")
-	before   = flag.String("before", "", "a quro binary to compare -quro (or ./cmd/quro's build) with: both served side by side, each SDK step alternating between them round by round (cold, warm, commands; no files), instead of the SDK beside REST")
+	before   = flag.String("before", "", "a quro binary to compare -quro (or ./cmd/quro's build) with: both served side by side, each SDK step alternating between them round by round (cold, warm, commands; of files the reads: the SDK's, curl's, and curl's from a plain Go file server), instead of the SDK beside REST")
 	network  = flag.String("network", "internet", "REST's create_session network: internet is what an E2B sandbox gets by default (allowInternetAccess), so both paths make the same box")
 )
 
@@ -313,6 +315,13 @@ func abRun(ctx context.Context, tmp, mods, beforeBin, afterBin string) error {
 			}
 			return start(b, bs)
 		}); err != nil {
+			return err
+		}
+		parts = append(parts, p)
+	}
+	if *nFiles > 0 {
+		p, err := abFilesPart(tmp, a, b)
+		if err != nil {
 			return err
 		}
 		parts = append(parts, p)
@@ -654,6 +663,9 @@ func report(parts []*part) {
 			goal("SDK commands.run('true')", p.sdk[0], 10*time.Millisecond, p.load)
 		case "files":
 			read, curl := p.sdk[1], p.peers[1][0]
+			if *before != "" { // abFilesPart: this build's read, then its curl
+				read, curl = p.sdk[0], p.sdk[1]
+			}
 			verdict := "met"
 			if read.q(0.5) > 2*curl.q(0.5) {
 				verdict = "NOT met"

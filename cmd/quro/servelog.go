@@ -352,6 +352,17 @@ func (w *accessWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// ReadFrom counts what the server's own ReadFrom sends: a file handed to
+// the response (E2B's GET /files) keeps the kernel's copy (sendfile).
+func (w *accessWriter) ReadFrom(src io.Reader) (int64, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := io.Copy(w.ResponseWriter, src)
+	w.bytes += n
+	return n, err
+}
+
 // Flush is http.Flusher's, for event streams.
 func (w *accessWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -471,3 +472,37 @@ func BenchmarkServeLogPerCall(b *testing.B) {
 		})
 	}
 }
+
+// A body a handler hands over as a reader (E2B's GET /files, a file for
+// the kernel's copy) reaches the server's own ReadFrom through the access
+// log, and is counted.
+func TestAccessLogPassesReadFromOn(t *testing.T) {
+	var logged bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&logged, nil))
+	const size = 1 << 20
+	var sawReaderFrom bool
+	srv := httptest.NewServer(accessLog(log, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rf, ok := w.(io.ReaderFrom)
+		sawReaderFrom = ok
+		if ok {
+			_, _ = rf.ReadFrom(io.LimitReader(zeros{}, size))
+		}
+	})))
+	res, err := http.Get(srv.URL + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	srv.Close() // the handler and its log line are done
+	if !sawReaderFrom || err != nil || n != size || res.StatusCode != 200 {
+		t.Fatalf("ReadFrom offered: %v; %d bytes, %v, status %d", sawReaderFrom, n, err, res.StatusCode)
+	}
+	if !strings.Contains(logged.String(), `"bytes":1048576`) || !strings.Contains(logged.String(), `"status":200`) {
+		t.Fatalf("access line: %s", logged.String())
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }

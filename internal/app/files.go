@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -23,6 +24,13 @@ type ReadFileInput struct {
 	Path    string `json:"path" jsonschema:"file path relative to the session workspace /home/user, or absolute (outside /home/user: the session box's own path, such as /tmp/x)"`
 	Offset  int64  `json:"offset,omitempty" jsonschema:"byte offset to start reading at; default 0"`
 	Limit   int64  `json:"limit,omitempty" jsonschema:"read at most this many bytes from offset; default: the whole file"`
+	// Open, for an in-process caller that sends a file's bytes itself
+	// (the E2B access path's GET /files): a regular file of the session
+	// workspace comes back open (FileContent.File) with no Content,
+	// opened with the checks of a read, for the kernel to copy to the
+	// client. A path of the box is read as without it. Never JSON: no
+	// client names it, and a call forwarded to another node reads.
+	Open bool `json:"-"`
 }
 
 // FileContent is read_file's output.
@@ -42,6 +50,9 @@ type FileContent struct {
 	MediaType string `json:"media_type,omitempty" jsonschema:"set when the whole file is an image (told from its bytes): image/png, image/jpeg, image/gif, image/webp or image/svg+xml"`
 	Width     int    `json:"width,omitempty" jsonschema:"a raster image's width in pixels"`
 	Height    int    `json:"height,omitempty" jsonschema:"a raster image's height in pixels"`
+	// File is the file opened for ReadFileInput.Open (the caller closes
+	// it); Size, Mode and ModTime are its own as opened, Content empty.
+	File *os.File `json:"-"`
 }
 
 // Text is the content under a one-line header; a raster image is named
@@ -228,14 +239,16 @@ func (a *App) readFile(ctx context.Context, in ReadFileInput) (*FileContent, err
 		return nil, err
 	}
 	defer done()
+	if ws, ok := w.(*workspace.FS); ok && in.Open {
+		f, c, err := ws.Open(in.Path)
+		if err != nil {
+			return nil, readError(err, ws)
+		}
+		return &FileContent{Session: sess.ID, Path: c.Path, Size: c.Size, Mode: fmt.Sprintf("%04o", c.Mode), ModTime: c.ModTime, Encoding: "base64", File: f}, nil
+	}
 	c, err := w.Read(in.Path, in.Offset, in.Limit)
-	switch {
-	case errors.Is(err, workspace.ErrIsDir):
-		return nil, fmt.Errorf("%w: list_files lists a directory", err)
-	case errors.Is(err, workspace.ErrTooLarge):
-		return nil, fmt.Errorf("%w; read it in parts with offset and limit (limit at most %d), or process it with run_code", err, w.Options().MaxRead)
-	case err != nil:
-		return nil, err
+	if err != nil {
+		return nil, readError(err, w)
 	}
 	out := &FileContent{
 		Session: sess.ID, Path: c.Path, Size: c.Size, Offset: c.Offset, Length: int64(len(c.Data)),
@@ -252,6 +265,17 @@ func (a *App) readFile(ctx context.Context, in ReadFileInput) (*FileContent, err
 		}
 	}
 	return out, nil
+}
+
+// readError says what to do instead of a failed read.
+func readError(err error, w fileOps) error {
+	switch {
+	case errors.Is(err, workspace.ErrIsDir):
+		return fmt.Errorf("%w: list_files lists a directory", err)
+	case errors.Is(err, workspace.ErrTooLarge):
+		return fmt.Errorf("%w; read it in parts with offset and limit (limit at most %d), or process it with run_code", err, w.Options().MaxRead)
+	}
+	return err
 }
 
 // Image is the file's bytes when it is a whole image, for an access path

@@ -36,6 +36,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strconv"
@@ -344,6 +345,15 @@ type Conn struct {
 	released         bool
 	all, own         *list.Element // in the pending lists, until trusted
 	idleAll, idleOwn *list.Element // in the idle lists, while trusted and idle
+}
+
+// ReadFrom lets the HTTP server's copy of a file to the connection reach
+// the kernel's copy (sendfile, splice) of the connection it wraps.
+func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{c.Conn}, r)
 }
 
 // Close frees the connection's slot and closes it.

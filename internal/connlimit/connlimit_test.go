@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -419,5 +420,54 @@ func TestIdleTrustedKeptWithoutEvictIdle(t *testing.T) {
 	}
 	if s := ln.Stats(); s.EvictedIdle != 0 || s.Open != 2 {
 		t.Fatalf("%+v", s)
+	}
+}
+
+// A connection of the listener passes a copy from a file on to the TCP
+// connection it wraps (the kernel's copy): the HTTP server finds
+// io.ReaderFrom on it, and the bytes arrive whole.
+func TestConnReadFromPassesFilesOn(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := connlimit.New(raw, nil)
+	defer ln.Close()
+	want := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
+	path := t.TempDir() + "/f"
+	if err := os.WriteFile(path, []byte(want), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	go func() {
+		c, err := net.Dial("tcp", raw.Addr().String())
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		defer c.Close()
+		b, _ := io.ReadAll(c)
+		got <- string(b)
+	}()
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rf, ok := c.(io.ReaderFrom)
+	if !ok {
+		t.Fatalf("%T is no io.ReaderFrom", c)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n, err := rf.ReadFrom(io.LimitReader(f, int64(len(want))))
+	c.Close()
+	if err != nil || n != int64(len(want)) {
+		t.Fatalf("ReadFrom: %d bytes, %v", n, err)
+	}
+	if g := <-got; g != want {
+		t.Fatalf("received %d bytes, want %d", len(g), len(want))
 	}
 }

@@ -247,31 +247,16 @@ func (w *FS) Read(p string, offset, limit int64) (*Content, error) {
 	if limit > w.opts.MaxRead {
 		return nil, fmt.Errorf("limit %d is over the %s one read returns: %w", limit, Human(w.opts.MaxRead), ErrTooLarge)
 	}
-	if rel, err = w.resolveLinks(rel); err != nil {
+	f, c, err := w.openRegular(rel)
+	if err != nil {
 		return nil, err
 	}
-	// O_NONBLOCK: opening a FIFO the session planted must not hang the
-	// server; regular files read as usual.
-	f, err := w.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, explain(rel, err)
-	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, explain(rel, err)
-	}
-	if fi.IsDir() {
-		return nil, fmt.Errorf("%q %w", rel, ErrIsDir)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%q is not a regular file (%s): %w", rel, typeName(fi.Mode()), ErrInvalid)
-	}
-	c := &Content{Path: rel, Size: fi.Size(), Offset: offset, Mode: fi.Mode().Perm(), ModTime: fi.ModTime()}
+	rel, c.Offset = c.Path, offset
 	var r io.Reader
 	if limit == 0 {
-		if offset == 0 && fi.Size() > w.opts.MaxRead {
-			return nil, fmt.Errorf("%q is %s, over the %s one read returns: %w", rel, Human(fi.Size()), Human(w.opts.MaxRead), ErrTooLarge)
+		if offset == 0 && c.Size > w.opts.MaxRead {
+			return nil, fmt.Errorf("%q is %s, over the %s one read returns: %w", rel, Human(c.Size), Human(w.opts.MaxRead), ErrTooLarge)
 		}
 		// Read one byte more than allowed: the file may grow meanwhile.
 		r = io.LimitReader(io.NewSectionReader(f, offset, w.opts.MaxRead+1), w.opts.MaxRead+1)
@@ -285,9 +270,53 @@ func (w *FS) Read(p string, offset, limit int64) (*Content, error) {
 	if int64(len(c.Data)) > w.opts.MaxRead {
 		return nil, fmt.Errorf("%q is more than the %s one read returns: %w", rel, Human(w.opts.MaxRead), ErrTooLarge)
 	}
-	c.Complete = offset == 0 && int64(len(c.Data)) >= fi.Size()
+	c.Complete = offset == 0 && int64(len(c.Data)) >= c.Size
 	c.Text = IsText(c.Data)
 	return c, nil
+}
+
+// Open opens the regular file at p for reading, with the checks of Read
+// (symbolic links followed only while they stay inside the workspace, a
+// FIFO or device refused): the caller sends its bytes itself (an HTTP
+// download: the kernel's copy from the file to the socket) and closes it.
+// The Content describes the file as opened (Path, Size, Mode, ModTime;
+// no Data): the file may change afterwards, and a reader that must send
+// Size bytes checks that it could.
+func (w *FS) Open(p string) (*os.File, *Content, error) {
+	rel, err := w.Rel(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	return w.openRegular(rel)
+}
+
+// openRegular opens the workspace-relative rel for reading, refusing what
+// is not a regular file.
+func (w *FS) openRegular(rel string) (*os.File, *Content, error) {
+	rel, err := w.resolveLinks(rel)
+	if err != nil {
+		return nil, nil, err
+	}
+	// O_NONBLOCK: opening a FIFO the session planted must not hang the
+	// server; regular files read as usual.
+	f, err := w.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, explain(rel, err)
+	}
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		err = explain(rel, err)
+	case fi.IsDir():
+		err = fmt.Errorf("%q %w", rel, ErrIsDir)
+	case !fi.Mode().IsRegular():
+		err = fmt.Errorf("%q is not a regular file (%s): %w", rel, typeName(fi.Mode()), ErrInvalid)
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, err
+	}
+	return f, &Content{Path: rel, Size: fi.Size(), Mode: fi.Mode().Perm(), ModTime: fi.ModTime()}, nil
 }
 
 // IsText reports whether b is valid UTF-8 without NUL bytes.

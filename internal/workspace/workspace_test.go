@@ -3,6 +3,7 @@ package workspace
 import (
 	"bytes"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -118,6 +119,15 @@ func TestReadText(t *testing.T) {
 	if c, err := w.Read(filepath.Join(ws, "dir/hello.txt"), 0, 0); err != nil || string(c.Data) != "héllo\n" {
 		t.Fatalf("%v %+v", err, c)
 	}
+	// Open: the file itself, described as Read describes it.
+	f, oc, err := w.Open("dir/hello.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if b, err := io.ReadAll(f); err != nil || string(b) != "héllo\n" || oc.Size != 7 || oc.Path != "dir/hello.txt" || oc.Mode != 0o644 || oc.Data != nil {
+		t.Fatalf("Open: %q %v %+v", b, err, oc)
+	}
 }
 
 func TestReadBinaryAndNUL(t *testing.T) {
@@ -208,6 +218,13 @@ func TestReadRefusals(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), "SECRET") {
 			t.Errorf("Read(%q) leaked the secret in %v", tc.path, err)
+		}
+		// Open (a file sent by the kernel's copy) refuses alike.
+		if f, _, oerr := w.Open(tc.path); oerr == nil {
+			f.Close()
+			t.Errorf("Open(%q) opened it, want %v", tc.path, err)
+		} else if oerr.Error() != err.Error() {
+			t.Errorf("Open(%q): %v, want Read's %v", tc.path, oerr, err)
 		}
 	}
 	// A parent that is a file.
@@ -491,6 +508,13 @@ func TestSymlinkSwapRaceRead(t *testing.T) {
 	for range 1000 {
 		for _, p := range []string{"link", "dirlink/secret"} {
 			c, err := w.Read(p, 0, 0)
+			if f, _, oerr := w.Open(p); oerr == nil {
+				b, _ := io.ReadAll(f)
+				f.Close()
+				if strings.Contains(string(b), "SECRET") {
+					t.Fatalf("open %q opened the outside secret", p)
+				}
+			}
 			switch {
 			case err == nil && strings.Contains(string(c.Data), "SECRET"):
 				t.Fatalf("read %q returned the outside secret", p)

@@ -699,10 +699,13 @@ func contentBytes(c *app.FileContent) ([]byte, error) {
 	return []byte(c.Content), nil
 }
 
-func (f *fsService) readChunk(ctx context.Context, rel string, off int64) (*app.FileContent, []byte, error) {
-	c, err := invoke[*app.FileContent](ctx, f.s, "read_file", app.ReadFileInput{Session: sandboxOf(ctx), Path: rel, Offset: off, Limit: transferChunk})
+func (f *fsService) readChunk(ctx context.Context, rel string, off int64, open bool) (*app.FileContent, []byte, error) {
+	c, err := invoke[*app.FileContent](ctx, f.s, "read_file", app.ReadFileInput{Session: sandboxOf(ctx), Path: rel, Offset: off, Limit: transferChunk, Open: open})
 	if err != nil {
 		return nil, nil, err
+	}
+	if c.File != nil {
+		return c, nil, nil
 	}
 	b, err := contentBytes(c)
 	if err != nil {
@@ -711,7 +714,9 @@ func (f *fsService) readChunk(ctx context.Context, rel string, off int64) (*app.
 	return c, b, nil
 }
 
-// download is GET /files: the file's bytes, read in chunks.
+// download is GET /files: a regular file of the workspace from the file
+// read_file opened (sendFile), any other (a path of the box: its helper
+// reads) in chunks.
 func (f *fsService) download(w http.ResponseWriter, r *http.Request) {
 	if !f.httpUser(w, r) {
 		return
@@ -722,10 +727,13 @@ func (f *fsService) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	c, b, err := f.readChunk(ctx, rel, 0)
+	c, b, err := f.readChunk(ctx, rel, 0, true)
 	if err != nil {
 		writeFileError(w, err)
 		return
+	}
+	if c.File != nil {
+		defer c.File.Close()
 	}
 	if c.Size > maxTransfer {
 		writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf(
@@ -733,13 +741,24 @@ func (f *fsService) download(w http.ResponseWriter, r *http.Request) {
 			fromWorkspace(c.Path), c.Size, int64(maxTransfer), f.s.version()))
 		return
 	}
+	if c.File != nil {
+		// The first bytes decide whether the rest is worth compressing.
+		b = make([]byte, min(c.Size, gzipSample))
+		n, err := c.File.ReadAt(b, 0)
+		if err != nil && err != io.EOF {
+			writeFileError(w, capability.Errorf(capability.Internal, "reading %s: %v", fromWorkspace(c.Path), err))
+			return
+		}
+		b = b[:n]
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(c.Path)}))
 	var out io.Writer = w
 	end := func() error { return nil }
 	h.Add("Vary", "Accept-Encoding")
-	if acceptsGzip(r) && compressible(b) {
+	switch {
+	case acceptsGzip(r) && compressible(b):
 		h.Set("Content-Encoding", "gzip")
 		// The compressor writes a few KiB at a time, and each write
 		// would be an HTTP chunk of its own; Node's fetch (the JS SDK)
@@ -755,11 +774,18 @@ func (f *fsService) download(w http.ResponseWriter, r *http.Request) {
 			}
 			return bw.Flush()
 		}
-	} else if c.Complete {
+	case c.File != nil:
+		h.Set("Content-Length", strconv.FormatInt(c.Size, 10))
+	case c.Complete:
 		h.Set("Content-Length", strconv.Itoa(len(b)))
 	}
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodHead {
+		return
+	}
+	if c.File != nil {
+		sendFile(out, c)
+		_ = end() // an error here is the client gone: nothing to tell it
 		return
 	}
 	off := int64(0)
@@ -776,10 +802,26 @@ func (f *fsService) download(w http.ResponseWriter, r *http.Request) {
 			panic(http.ErrAbortHandler) // grew past the bound: a cut body, never a silently short file
 		}
 		p := c.Path
-		if c, b, err = f.readChunk(ctx, p, off); err != nil {
+		if c, b, err = f.readChunk(ctx, p, off, false); err != nil {
 			f.s.log.Warn("e2b: reading a file on", "path", p, "offset", off, "err", err)
 			panic(http.ErrAbortHandler) // the status is out: only a cut body says it failed
 		}
+	}
+}
+
+// sendFile sends the c.Size bytes of c.File, a regular file of the
+// workspace as read_file opened it, to out: the response itself (the
+// server hands a file to the kernel's copy, sendfile, when nothing
+// between them hides it), or the gzip stream. The file is the one
+// opened: one renamed over its path meanwhile is not sent, one grown is
+// sent as it was (its Content-Length), and one cut short ends the body
+// short, which the client sees as a failed read (never a silently short
+// file).
+func sendFile(out io.Writer, c *app.FileContent) {
+	// A LimitedReader of the *os.File itself: what the server's copy
+	// hands to sendfile (a SectionReader it would not).
+	if n, _ := io.Copy(out, io.LimitReader(c.File, c.Size)); n != c.Size {
+		panic(http.ErrAbortHandler) // the client went away, or the file was cut: a cut body
 	}
 }
 

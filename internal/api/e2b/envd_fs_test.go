@@ -344,7 +344,7 @@ func TestEnvdFilesUploadDownload(t *testing.T) {
 	}
 
 	// Errors, as envd's JSON {code, message}.
-	e.shell(t, id, "ln -s /etc/passwd pw && ln -s /etc etc")
+	e.shell(t, id, "ln -s /etc/passwd pw && ln -s /etc etc && ln -s /proc/self/root/etc/passwd selfpw && mkfifo fifo")
 	for _, tc := range []struct {
 		method, query, ct string
 		body              string
@@ -355,6 +355,8 @@ func TestEnvdFilesUploadDownload(t *testing.T) {
 		{"POST", "path=/etc/passwd", "application/octet-stream", "pwned", 403, "/etc/passwd: permission denied"},
 		{"GET", "path=pw", "", "", 403, "outside"},
 		{"GET", "path=etc/shadow", "", "", 403, "outside"},
+		{"GET", "path=selfpw", "", "", 403, "outside"},
+		{"GET", "path=fifo", "", "", 400, "not a regular file"},
 		{"GET", "path=empty&username=root", "", "", 401, `user "root"`},
 		{"POST", "path=etc/quro-planted", "application/octet-stream", "pwned", 403, "outside"},
 		{"POST", "path=pw", "application/octet-stream", "pwned", 403, "outside"},
@@ -387,6 +389,67 @@ func TestEnvdFilesUploadDownload(t *testing.T) {
 	if hres.StatusCode != http.StatusNoContent {
 		t.Fatalf("/health: %d", hres.StatusCode)
 	}
+}
+
+// GET /files sends a workspace file from the file it opened, with its
+// Content-Length: a file renamed over its path mid-read is not what is
+// sent (the opened one is, whole), and one cut short mid-read ends the
+// body short, never a silently short file. The client reads the headers
+// and then waits: the rest of 64 MiB is more than the kernel's socket
+// buffers hold, so the server is still sending when the box acts.
+func TestEnvdFilesSendsTheFileItOpened(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	const size = 64 << 20
+	tr := &http.Transport{DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: sandboxTransportOver{sandboxTransport{id: id, port: e2b.EnvdPort, token: e.accessToken(id)}, tr}}
+	get := func(p string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest("GET", e.URL+"/files?path="+p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Accept-Encoding", "identity")
+		res, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.StatusCode != 200 || res.ContentLength != size {
+			t.Fatalf("GET %s: %d, Content-Length %d", p, res.StatusCode, res.ContentLength)
+		}
+		return res
+	}
+
+	// Zeros (a sparse file); what is renamed over it is not.
+	e.shell(t, id, "truncate -s "+strconv.Itoa(size)+" swapped && printf other > other")
+	res := get("swapped")
+	e.shell(t, id, "mv -f other swapped")
+	got, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || len(got) != size || !bytes.Equal(got, make([]byte, size)) {
+		t.Fatalf("renamed over mid-read: %d bytes (%v), want the %d zeros opened", len(got), err, size)
+	}
+
+	e.shell(t, id, "truncate -s "+strconv.Itoa(size)+" cut")
+	res = get("cut")
+	e.shell(t, id, "truncate -s 1 cut")
+	n, err := io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if err == nil || n >= size {
+		t.Fatalf("cut short mid-read: %d of %d bytes, error %v: want a failed read", n, size, err)
+	}
+
+	// The sandbox killed mid-read: the kill neither waits for the
+	// client nor fails on the file still open (it outlives the call).
+	e.shell(t, id, "truncate -s "+strconv.Itoa(size)+" last")
+	res = get("last")
+	args, _ := json.Marshal(map[string]any{"session": id})
+	if _, err := e.App.Controller.Call(context.Background(), controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeExec}, "destroy_session", args); err != nil {
+		t.Fatalf("destroy while a file is sent: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body) // whole or cut: the file the tenant's own
+	res.Body.Close()
 }
 
 // WatchDir streams start first, then the changes a process in the box

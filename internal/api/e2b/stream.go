@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -188,6 +189,32 @@ func (w *idleWriter) FlushError() error {
 
 // Flush is http.Flusher's, for connect-go's streams.
 func (w *idleWriter) Flush() { _ = w.FlushError() }
+
+// ReadFrom copies src to the response sendChunk bytes at a time, each
+// piece within idle, through the server's own ReadFrom: a file
+// (sendFile's *io.LimitedReader of an *os.File) then goes by the
+// kernel's copy (sendfile) instead of through a buffer.
+func (w *idleWriter) ReadFrom(src io.Reader) (n int64, err error) {
+	rf, ok := w.ResponseWriter.(io.ReaderFrom)
+	if !ok {
+		return io.Copy(struct{ io.Writer }{w}, src) // Write's deadlines
+	}
+	lr, ok := src.(*io.LimitedReader)
+	if !ok {
+		lr = &io.LimitedReader{R: src, N: math.MaxInt64}
+	}
+	defer w.rc.SetWriteDeadline(time.Time{})
+	for lr.N > 0 {
+		piece := &io.LimitedReader{R: lr.R, N: min(lr.N, sendChunk)}
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.idle))
+		m, err := rf.ReadFrom(piece)
+		n, lr.N = n+m, lr.N-m
+		if err != nil || piece.N > 0 { // failed, or src ended
+			return n, err
+		}
+	}
+	return n, nil
+}
 
 // Unwrap lets http.ResponseController reach the server's writer.
 func (w *idleWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
