@@ -180,7 +180,7 @@ func (e *pool) run(ctx context.Context, req *runcode.Request) (*runcode.Result, 
 	if s.w == nil {
 		// A start: it waits for a place among the starts, as long as it
 		// would wait for its own start, not out of its timeout.
-		if res := e.startPlace(ctx, s); res != nil {
+		if res := e.startPlace(ctx); res != nil {
 			return res, nil
 		}
 		err = e.ensureWorker(ctx, s, req.Session)
@@ -277,19 +277,17 @@ func (e *pool) turn(ctx context.Context, s *slot, timeout time.Duration) *runcod
 }
 
 // startPlace waits for a place among the worker starts (startGate) for a
-// run whose session has no worker, for the caller's context and at most
-// the sandbox's start bound: the place is the start's first step, not the
-// code's time. nil: the place is taken, to give back with
+// run whose session has no worker, for the caller's context, however long
+// the line is while it moves, and at most the sandbox's start bound without
+// a start ending (a stuck line): the place is the start's first step, not
+// the code's time. nil: the place is taken, to give back with
 // e.starts.release(); else the result of a run that did not start.
-func (e *pool) startPlace(ctx context.Context, s *slot) *runcode.Result {
+func (e *pool) startPlace(ctx context.Context) *runcode.Result {
 	waitStart := time.Now()
-	bound := e.startBound()
-	sctx, cancel := context.WithTimeoutCause(ctx, bound, fmt.Errorf("no place within %s", bound))
-	defer cancel()
-	if err := e.starts.acquire(sctx, true); err != nil {
+	if err := e.starts.acquire(ctx, true, e.startBound()); err != nil {
 		return &runcode.Result{ExitCode: -1, Interrupted: true,
 			Error: fmt.Sprintf("this run waited %s for its turn to start the session's Python worker (%d start at once on this machine, first runs in the order they came) and did not start (%v): call again",
-				time.Since(waitStart).Round(100*time.Millisecond), e.starts.n, context.Cause(sctx))}
+				time.Since(waitStart).Round(100*time.Millisecond), e.starts.n, err)}
 	}
 	return nil
 }
@@ -631,7 +629,7 @@ func (e *pool) prestart(sess *session.Session, ready func(ctx context.Context) e
 		if err != nil {
 			return
 		}
-		if e.starts.acquire(e.ctx, false) != nil {
+		if e.starts.acquire(e.ctx, false, 0) != nil {
 			return
 		}
 		defer e.starts.release()

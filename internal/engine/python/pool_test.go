@@ -238,3 +238,31 @@ func TestABurstOfFirstRunsTakesTurnsInOrder(t *testing.T) {
 		t.Errorf("the waiting runs started in the order %v, not %v", order[places:], want[places:])
 	}
 }
+
+// TestAStuckLineOfStartsEndsTheWait: a wait for a place ends once no
+// start ended for its stall bound (here every place held for ever), with
+// an error that says so, and the waiter leaves the line; a place given
+// back then goes to the next waiter, not to the one that left.
+func TestAStuckLineOfStartsEndsTheWait(t *testing.T) {
+	t.Parallel()
+	g := newStartGate(1)
+	if err := g.acquire(context.Background(), true, 0); err != nil {
+		t.Fatal(err)
+	}
+	err := g.acquire(context.Background(), true, 50*time.Millisecond)
+	var st stalled
+	if !errors.As(err, &st) || !strings.Contains(err.Error(), "no worker start ended for 50ms") {
+		t.Fatalf("a wait in a stuck line: %v", err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- g.acquire(context.Background(), false, 0) }()
+	g.release()
+	if err := <-got; err != nil {
+		t.Fatalf("the next waiter: %v", err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.free != 0 || len(g.runs) != 0 || len(g.pre) != 0 {
+		t.Fatalf("free %d, runs %d, prestarts %d waiting", g.free, len(g.runs), len(g.pre))
+	}
+}

@@ -2,8 +2,10 @@ package python
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
+	"time"
 )
 
 // startGate is the places for worker starts: as many at once as the
@@ -19,14 +21,26 @@ type startGate struct {
 	runs []chan struct{} // waiting runs, first first; closed: handed a place
 	pre  []chan struct{} // waiting prestarts
 
+	ended int // places given back so far: the line moving
+
 	queued func(run bool) // when set (tests): called as a caller begins to wait
+}
+
+// stalled is an acquire that saw no start end for its stall bound.
+type stalled struct{ d time.Duration }
+
+func (s stalled) Error() string {
+	return fmt.Sprintf("no worker start ended for %s", s.d)
 }
 
 func newStartGate(n int) *startGate { return &startGate{n: max(n, 1), free: max(n, 1)} }
 
 // acquire waits for a place (run: for a run, else a prestart) or for ctx;
-// nil means the caller holds a place, to give back with release.
-func (g *startGate) acquire(ctx context.Context, run bool) error {
+// nil means the caller holds a place, to give back with release. With
+// stall > 0 the wait also ends (a stalled error) when no start ended for
+// stall: a line that moves is waited in however long it is (each start
+// has its own bound), a stuck one is not.
+func (g *startGate) acquire(ctx context.Context, run bool, stall time.Duration) error {
 	g.mu.Lock()
 	if g.free > 0 && len(g.runs) == 0 && (run || len(g.pre) == 0) {
 		g.free--
@@ -39,26 +53,53 @@ func (g *startGate) acquire(ctx context.Context, run bool) error {
 	} else {
 		g.pre = append(g.pre, ch)
 	}
-	queued := g.queued
+	queued, seen := g.queued, g.ended
 	g.mu.Unlock()
 	if queued != nil {
 		queued(run)
 	}
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
+	if stall <= 0 {
+		select {
+		case <-ch:
+			return nil
+		case <-ctx.Done():
+			return g.leave(ch, ctx.Err())
+		}
 	}
+	t := time.NewTimer(stall)
+	defer t.Stop()
+	for {
+		select {
+		case <-ch:
+			return nil
+		case <-ctx.Done():
+			return g.leave(ch, ctx.Err())
+		case <-t.C:
+			g.mu.Lock()
+			moved := g.ended != seen
+			seen = g.ended
+			g.mu.Unlock()
+			if !moved {
+				return g.leave(ch, stalled{stall})
+			}
+			t.Reset(stall)
+		}
+	}
+}
+
+// leave takes a waiter out of the line, or passes on the place it was
+// handed as it stopped waiting; it returns err.
+func (g *startGate) leave(ch chan struct{}, err error) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	select {
-	case <-ch: // handed a place as ctx ended: it goes to the next
+	case <-ch: // handed a place as the wait ended: it goes to the next
 		g.releaseLocked()
 	default:
 		g.runs = slices.DeleteFunc(g.runs, func(c chan struct{}) bool { return c == ch })
 		g.pre = slices.DeleteFunc(g.pre, func(c chan struct{}) bool { return c == ch })
 	}
-	return ctx.Err()
+	return err
 }
 
 // release gives a place back: to the first waiting run, else the first
@@ -70,6 +111,7 @@ func (g *startGate) release() {
 }
 
 func (g *startGate) releaseLocked() {
+	g.ended++
 	switch {
 	case len(g.runs) > 0:
 		close(g.runs[0])
