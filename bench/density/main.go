@@ -217,6 +217,35 @@ func (bu *burst) failed(err error) {
 	bu.Kinds[k]++
 }
 
+// release runs call(0) … call(N-1) at once, released together, and
+// records the time until all returned, each one's time and its errors.
+func (bu *burst) release(call func(i int) error) {
+	ds := make([]time.Duration, bu.N)
+	errs := make([]error, bu.N)
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range bu.N {
+		wg.Go(func() {
+			<-gate
+			t := time.Now()
+			errs[i] = call(i)
+			ds[i] = time.Since(t)
+		})
+	}
+	start := time.Now()
+	close(gate)
+	wg.Wait()
+	bu.Total = time.Since(start)
+	for i := range bu.N {
+		if errs[i] != nil {
+			bu.failed(errs[i])
+			continue
+		}
+		bu.Each.D = append(bu.Each.D, ds[i])
+	}
+	bu.PerSec = float64(bu.N-bu.Errors) / bu.Total.Seconds()
+}
+
 // kinds prints bu's error kinds, most frequent first.
 func (bu *burst) kinds() {
 	ks := slices.Collect(maps.Keys(bu.Kinds))
@@ -505,30 +534,10 @@ func doBurst(ctx context.Context, b *bed, r *results) error {
 	b.spareReady(time.Minute)
 	fmt.Fprintf(os.Stderr, "a burst of %d concurrent create_session ...\n", k)
 	ids := make([]string, k)
-	ds := make([]time.Duration, k)
-	errs := make([]error, k)
-	gate := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range k {
-		wg.Go(func() {
-			<-gate
-			t := time.Now()
-			ids[i], errs[i] = b.CreateSession(ctx)
-			ds[i] = time.Since(t)
-		})
-	}
-	start := time.Now()
-	close(gate)
-	wg.Wait()
-	bu.Total = time.Since(start)
-	for i := range k {
-		if errs[i] != nil {
-			bu.failed(errs[i])
-			continue
-		}
-		bu.Each.D = append(bu.Each.D, ds[i])
-	}
-	bu.PerSec = float64(k-bu.Errors) / bu.Total.Seconds()
+	bu.release(func(i int) (err error) {
+		ids[i], err = b.CreateSession(ctx)
+		return err
+	})
 	r.Burst = bu
 	if !*burstOnly {
 		destroyAll(ctx, b, ids)
@@ -546,30 +555,9 @@ func doBurst(ctx context.Context, b *bed, r *results) error {
 func firstRunBurst(ctx context.Context, b *bed, r *results, ids []string) {
 	fmt.Fprintf(os.Stderr, "a burst of %d concurrent first run_code print(1) ...\n", len(ids))
 	bu := &burst{N: len(ids), Each: &series{Name: "first run_code print(1) in the burst"}}
-	ds := make([]time.Duration, len(ids))
-	errs := make([]error, len(ids))
-	gate := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range ids {
-		wg.Go(func() {
-			<-gate
-			t := time.Now()
-			errs[i] = b.Run(ctx, benchbed.RunBody(ids[i], "", "print(1)"), "1\n")
-			ds[i] = time.Since(t)
-		})
-	}
-	start := time.Now()
-	close(gate)
-	wg.Wait()
-	bu.Total = time.Since(start)
-	for i := range ids {
-		if errs[i] != nil {
-			bu.failed(errs[i])
-			continue
-		}
-		bu.Each.D = append(bu.Each.D, ds[i])
-	}
-	bu.PerSec = float64(len(ids)-bu.Errors) / bu.Total.Seconds()
+	bu.release(func(i int) error {
+		return b.Run(ctx, benchbed.RunBody(ids[i], "", "print(1)"), "1\n")
+	})
 	r.FirstRuns = bu
 }
 

@@ -268,13 +268,7 @@ func (e *Embedded) preparation() *preparation {
 	}
 	p := &preparation{done: make(chan struct{}), start: time.Now()}
 	e.prep = p
-	e.mu.Lock()
-	closed := e.closed
-	if !closed {
-		e.wg.Add(1)
-	}
-	e.mu.Unlock()
-	if closed {
+	if !e.track() {
 		p.err = errors.New("the embedded Python engine is closed")
 		close(p.done)
 		return p
@@ -306,13 +300,7 @@ func (e *Embedded) compilePipLater(inst *installation) {
 	if pipCompiled(pipDir) {
 		return
 	}
-	e.mu.Lock()
-	closed := e.closed
-	if !closed {
-		e.wg.Add(1)
-	}
-	e.mu.Unlock()
-	if closed {
+	if !e.track() {
 		return
 	}
 	go func() {
@@ -329,6 +317,18 @@ func (e *Embedded) compilePipLater(inst *installation) {
 			e.opts.Status("pip of the embedded Python: " + err.Error())
 		}
 	}()
+}
+
+// track counts a goroutine of the engine in its wait group (Close waits
+// for it), unless the engine is closed: false, start none.
+func (e *Embedded) track() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	e.wg.Add(1)
+	return true
 }
 
 // pipCompileAfter is how long compilePipLater waits for a first worker.

@@ -96,6 +96,15 @@ func TestRunWaitsForAPrestartOutOfItsTimeout(t *testing.T) {
 	}
 }
 
+// gatedPool is a pool for the start gate's tests: its places, and a
+// channel (of buf) told of each wait for one (true: a run's).
+func gatedPool(buf int) (*pool, int, chan bool) {
+	p := newPool(nil, EmbeddedOptions{}, "the test's Python engine")
+	queued := make(chan bool, buf)
+	p.starts.queued = func(run bool) { queued <- run }
+	return &p, p.starts.n, queued
+}
+
 // TestStartsTakeTurnsRunsFirst: worker starts take places, as many at
 // once as the machine has CPUs, prestarts and runs alike; a run whose
 // session has no worker waits for a place ahead of every prestart that
@@ -103,10 +112,7 @@ func TestRunWaitsForAPrestartOutOfItsTimeout(t *testing.T) {
 // waiting go in the order they came.
 func TestStartsTakeTurnsRunsFirst(t *testing.T) {
 	t.Parallel()
-	p := newPool(nil, EmbeddedOptions{}, "the test's Python engine")
-	places := p.starts.n
-	queued := make(chan bool, 8)
-	p.starts.queued = func(run bool) { queued <- run }
+	p, places, queued := gatedPool(8)
 	started := make(chan string, places+4)
 	release := map[string]chan struct{}{}
 	for i := range places {
@@ -177,10 +183,7 @@ func TestStartsTakeTurnsRunsFirst(t *testing.T) {
 // and those that waited start in the order they came; none fails.
 func TestABurstOfFirstRunsTakesTurnsInOrder(t *testing.T) {
 	t.Parallel()
-	p := newPool(nil, EmbeddedOptions{}, "the test's Python engine")
-	places := p.starts.n
-	queued := make(chan bool, 1)
-	p.starts.queued = func(run bool) { queued <- run }
+	p, places, queued := gatedPool(1)
 	var mu sync.Mutex
 	var order []string
 	inFlight, most := 0, 0
