@@ -39,19 +39,18 @@ type pool struct {
 	// wait for a worker's start that holds its session's slot.
 	waitingForStart func()
 
-	// starts has a place per worker being started, by a run or a
-	// prestart: as many at once as the machine has CPUs. A burst of
-	// creates then answers beside a few starts rather than a hundred, and
-	// a burst of first runs starts their workers a few at a time, in the
-	// order the runs came, each run before every prestart (a prestart
-	// that comes after a run started the worker finds it).
-	starts *startGate
+	// prestarts has a place per prestart starting a worker: as many at
+	// once as the machine has CPUs. A burst of creates then answers
+	// beside a few starts rather than a hundred; a run does not take a
+	// place (it starts its own worker when none is ready, and a prestart
+	// that comes after finds it).
+	prestarts chan struct{}
 }
 
 func newPool(sb *sandbox.Sandbox, opts EmbeddedOptions, what string) pool {
 	ctx, cancel := context.WithCancel(context.Background())
 	return pool{sb: sb, opts: opts, what: what, ctx: ctx, cancel: cancel, slots: map[string]*slot{},
-		starts: newStartGate(runtime.NumCPU())}
+		prestarts: make(chan struct{}, max(runtime.NumCPU(), 1))}
 }
 
 // unstartable is the error of a start that found, before starting
@@ -177,16 +176,7 @@ func (e *pool) run(ctx context.Context, req *runcode.Request) (*runcode.Result, 
 		}
 		s.setWorker(nil)
 	}
-	if s.w == nil {
-		// A start: it waits for a place among the starts, as long as it
-		// would wait for its own start, not out of its timeout.
-		if res := e.startPlace(ctx); res != nil {
-			return res, nil
-		}
-		err = e.ensureWorker(ctx, s, req.Session)
-		e.starts.release()
-	}
-	if err != nil {
+	if err := e.ensureWorker(ctx, s, req.Session); err != nil {
 		var u unstartable
 		if errors.As(err, &u) {
 			return nil, u.err
@@ -274,22 +264,6 @@ func (e *pool) turn(ctx context.Context, s *slot, timeout time.Duration) *runcod
 			return gaveUp(wctx.Err(), errors.Is(wctx.Err(), context.DeadlineExceeded))
 		}
 	}
-}
-
-// startPlace waits for a place among the worker starts (startGate) for a
-// run whose session has no worker, for the caller's context, however long
-// the line is while it moves, and at most the sandbox's start bound without
-// a start ending (a stuck line): the place is the start's first step, not
-// the code's time. nil: the place is taken, to give back with
-// e.starts.release(); else the result of a run that did not start.
-func (e *pool) startPlace(ctx context.Context) *runcode.Result {
-	waitStart := time.Now()
-	if err := e.starts.acquire(ctx, true, e.startBound()); err != nil {
-		return &runcode.Result{ExitCode: -1, Interrupted: true,
-			Error: fmt.Sprintf("this run waited %s for its turn to start the session's Python worker (%d start at once on this machine, first runs in the order they came) and did not start (%v): call again",
-				time.Since(waitStart).Round(100*time.Millisecond), e.starts.n, err)}
-	}
-	return nil
 }
 
 // startBound is how long a run waits for a worker's start that holds its
@@ -629,16 +603,15 @@ func (e *pool) prestart(sess *session.Session, ready func(ctx context.Context) e
 		if err != nil {
 			return
 		}
-		if e.starts.acquire(e.ctx, false, 0) != nil {
+		select {
+		case e.prestarts <- struct{}{}:
+			defer func() { <-e.prestarts }()
+		case <-e.ctx.Done():
 			return
 		}
-		defer e.starts.release()
-		// Not waited for while holding a place: the holder is a run,
-		// which starts the worker itself (after a place, which this one
-		// would then hold), or one that ends it.
 		select {
 		case s.sem <- struct{}{}:
-		default:
+		case <-e.ctx.Done():
 			return
 		}
 		s.tookToStart()
