@@ -27,7 +27,7 @@ type bed struct{ *benchbed.Bed }
 
 // raisedLimits names the ceilings the bench lifts so that -n sessions fit
 // (unless -shipped-limits): printed in the report.
-const raisedLimits = "sessions per tenant, the tenant's sessions, tasks and memory, and the session disks (loop devices) of all tenants: no cap"
+const raisedLimits = "sessions per tenant, the tenant's sessions, tasks, memory and calls running code at once (a burst of first runs), and the session disks (loop devices) of all tenants: no cap"
 
 // appOptions are quro serve's defaults for an App in dataDir. install,
 // when set, is a shared extraction of the embedded interpreter (shown
@@ -51,6 +51,7 @@ func appOptions(install string, shipped bool, disk int64) *app.Options {
 		opts.Limits.Tenant.Sessions = -1
 		opts.Limits.Tenant.Tasks = -1
 		opts.Limits.Tenant.Memory = -1
+		opts.Limits.RunsPerTenant = -1
 	}
 	return opts
 }

@@ -64,7 +64,7 @@ var (
 	samples   = flag.Int("samples", 30, "create + first run samples per level")
 	pace      = flag.Duration("pace", 0, "pause between two samples (0: back to back, no spare made in between)")
 	burstN    = flag.Int("burst", 100, "concurrent create_session calls in the burst")
-	burstOnly = flag.Bool("burst-only", false, "only the bursts: -burst concurrent creates, then a terminal_exec true in each (a box and a shell) and as many concurrent destroys, timed until every release ended, with create + first run samples while they go on")
+	burstOnly = flag.Bool("burst-only", false, "only the bursts: -burst concurrent creates, then the first run_code print(1) in each at once, then a terminal_exec true in each (a box and a shell) and as many concurrent destroys, timed until every release ended, with create + first run samples while they go on")
 	nOne      = flag.Int("oneshot", 300, "one-shot runs per path (run_code sh true, bwrap alone, terminal_exec true), at 0 and at n")
 	blocks    = flag.Int("blocks", 10, "the one-shot paths alternate in this many blocks")
 	clients   = flag.Int("clients", 4, "concurrent REST clients making (and using) the n sessions")
@@ -217,6 +217,35 @@ func (bu *burst) failed(err error) {
 	bu.Kinds[k]++
 }
 
+// release runs call(0) … call(N-1) at once, released together, and
+// records the time until all returned, each one's time and its errors.
+func (bu *burst) release(call func(i int) error) {
+	ds := make([]time.Duration, bu.N)
+	errs := make([]error, bu.N)
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range bu.N {
+		wg.Go(func() {
+			<-gate
+			t := time.Now()
+			errs[i] = call(i)
+			ds[i] = time.Since(t)
+		})
+	}
+	start := time.Now()
+	close(gate)
+	wg.Wait()
+	bu.Total = time.Since(start)
+	for i := range bu.N {
+		if errs[i] != nil {
+			bu.failed(errs[i])
+			continue
+		}
+		bu.Each.D = append(bu.Each.D, ds[i])
+	}
+	bu.PerSec = float64(bu.N-bu.Errors) / bu.Total.Seconds()
+}
+
 // kinds prints bu's error kinds, most frequent first.
 func (bu *burst) kinds() {
 	ks := slices.Collect(maps.Keys(bu.Kinds))
@@ -250,6 +279,9 @@ type results struct {
 	Probes   []*probe `json:"probes"`
 	Burst    *burst   `json:"burst,omitempty"`
 	Destroys *burst   `json:"destroy_burst,omitempty"`
+	// FirstRuns is the first run_code print(1) of each session of the
+	// create burst, all sent at once (-burst-only).
+	FirstRuns *burst `json:"first_run_burst,omitempty"`
 	// During are create + first run samples taken right after the burst
 	// of destroys answered, while their teardowns go on.
 	During   *series              `json:"create_first_run_during_teardown,omitempty"`
@@ -502,36 +534,31 @@ func doBurst(ctx context.Context, b *bed, r *results) error {
 	b.spareReady(time.Minute)
 	fmt.Fprintf(os.Stderr, "a burst of %d concurrent create_session ...\n", k)
 	ids := make([]string, k)
-	ds := make([]time.Duration, k)
-	errs := make([]error, k)
-	gate := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range k {
-		wg.Go(func() {
-			<-gate
-			t := time.Now()
-			ids[i], errs[i] = b.CreateSession(ctx)
-			ds[i] = time.Since(t)
-		})
-	}
-	start := time.Now()
-	close(gate)
-	wg.Wait()
-	bu.Total = time.Since(start)
-	for i := range k {
-		if errs[i] != nil {
-			bu.failed(errs[i])
-			continue
-		}
-		bu.Each.D = append(bu.Each.D, ds[i])
-	}
-	bu.PerSec = float64(k-bu.Errors) / bu.Total.Seconds()
+	bu.release(func(i int) (err error) {
+		ids[i], err = b.CreateSession(ctx)
+		return err
+	})
 	r.Burst = bu
 	if !*burstOnly {
 		destroyAll(ctx, b, ids)
 		return nil
 	}
-	return destroyBurst(ctx, b, r, slices.DeleteFunc(ids, func(id string) bool { return id == "" }))
+	ids = slices.DeleteFunc(ids, func(id string) bool { return id == "" })
+	firstRunBurst(ctx, b, r, ids)
+	return destroyBurst(ctx, b, r, ids)
+}
+
+// firstRunBurst sends the first run_code print(1) of each of ids at once,
+// right after the create burst (their workers prestarting, a few at a
+// time): all answered in, runs/s, each run's answer (p50, p95, max) and
+// the errors by kind.
+func firstRunBurst(ctx context.Context, b *bed, r *results, ids []string) {
+	fmt.Fprintf(os.Stderr, "a burst of %d concurrent first run_code print(1) ...\n", len(ids))
+	bu := &burst{N: len(ids), Each: &series{Name: "first run_code print(1) in the burst"}}
+	bu.release(func(i int) error {
+		return b.Run(ctx, benchbed.RunBody(ids[i], "", "print(1)"), "1\n")
+	})
+	r.FirstRuns = bu
 }
 
 // destroyBurst gives each of ids a box and a shell (terminal_exec true),
@@ -670,6 +697,12 @@ func report(r *results) {
 		bu.kinds()
 		fmt.Printf("goal all within 2 s: %s; ≥ 50 creates/s: %s\n\n", verdict(bu.Total, 2*time.Second),
 			map[bool]string{true: "met", false: "NOT met"}[bu.PerSec >= 50 && bu.Errors == 0])
+	}
+	if bu := r.FirstRuns; bu != nil {
+		fmt.Printf("burst of %d concurrent first run_code print(1), right after the creates: all answered in %s, %.1f runs/s, p50 %s, p95 %s, max %s, %d errors%s\n",
+			bu.N, benchbed.Dur(bu.Total), bu.PerSec, benchbed.Dur(bu.Each.q(0.5)), benchbed.Dur(bu.Each.q(0.95)), benchbed.Dur(bu.Each.q(1)), bu.Errors, firstErr(bu.FirstEr))
+		bu.kinds()
+		fmt.Println()
 	}
 	if bu := r.Destroys; bu != nil {
 		fmt.Printf("burst of %d concurrent destroy_session (each with a box and a shell): answered at %.1f/s, p50 %s, p95 %s, %d errors%s; every teardown and release ended %s after the burst began\n",
@@ -835,6 +868,10 @@ func summary(r *results) map[string]any {
 	}
 	if r.Burst != nil {
 		out["burst_total_us"], out["burst_creates_per_s"] = benchbed.Micro(r.Burst.Total), r.Burst.PerSec
+	}
+	if r.FirstRuns != nil {
+		out["first_run_burst_total_us"], out["first_run_burst_p50_us"] = benchbed.Micro(r.FirstRuns.Total), benchbed.Micro(r.FirstRuns.Each.q(0.5))
+		out["first_run_burst_errors"] = r.FirstRuns.Errors
 	}
 	if r.Fresh != nil {
 		out["fresh_first_result_p50_us"] = benchbed.Micro(r.Fresh.Quro.q(0.5))

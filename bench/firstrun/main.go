@@ -248,11 +248,11 @@ func readStart(ctx context.Context, r io.Reader) (token, url string, err error) 
 }
 
 // waitPrepared waits until the data directory's interpreter and worker
-// module are in place: DATA/python/VERSION/quro/HASH/.quro-complete, the
-// last thing the preparation writes.
+// module are in place: DATA/python/worker/HASH/.quro-complete, the last
+// thing the preparation writes.
 func waitPrepared(ctx context.Context, data string) error {
 	for {
-		if m, _ := filepath.Glob(filepath.Join(data, "python", "*", "quro", "*", ".quro-complete")); len(m) > 0 {
+		if m, _ := filepath.Glob(filepath.Join(data, "python", "worker", "*", ".quro-complete")); len(m) > 0 {
 			return nil
 		}
 		select {

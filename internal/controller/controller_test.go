@@ -340,6 +340,7 @@ func TestClassify(t *testing.T) {
 		{terminal.ErrNotRunning, capability.InvalidArgument, []string{"no command"}, false},
 		{fmt.Errorf("%w (cannot start bash)", terminal.ErrNoBash), capability.Unavailable, []string{"apt-get install bash"}, false},
 		{terminal.ErrClosed, capability.Unavailable, []string{"destroyed"}, false},
+		{fmt.Errorf("%w: bash did not answer its setup within 2m0s of its start", terminal.ErrStart), capability.Unavailable, []string{"shell did not start", "within 2m0s"}, false},
 		{fmt.Errorf("%w: no running process with pid 7", proc.ErrNotFound), capability.NotFound, []string{"pid 7"}, false},
 		{fmt.Errorf("%w: the session already runs 64 processes", proc.ErrTooMany), capability.ResourceExhausted, []string{"64 processes"}, true},
 		{fmt.Errorf("%w: process 7 has no stdin", proc.ErrInvalid), capability.InvalidArgument, []string{"no stdin"}, false},

@@ -107,6 +107,7 @@ var classes = []class{
 	{match: is(terminal.ErrInvalid), code: capability.InvalidArgument},
 	{match: is(terminal.ErrNotRunning), code: capability.InvalidArgument},
 	{match: is(terminal.ErrNoBash), code: capability.Unavailable},
+	{match: is(terminal.ErrStart), code: capability.Unavailable},
 	{match: is(terminal.ErrClosed), code: capability.Unavailable, hint: "its session was destroyed, or the server is stopping"},
 
 	// Background processes (start_process and the calls on them).

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -366,6 +367,7 @@ func (s *Shell) spawn(cwd string) (*shellProc, error) {
 		env = map[string]string{}
 	}
 	env["PS1"], env["PS2"], env["PS4"] = "", "", ""
+	spawned := time.Now()
 	proc, err := s.opts.Sandbox.Start(context.Background(), &sandbox.Spec{
 		Args: []string{bash, "--norc", "--noprofile", "--noediting", "-i"},
 		Dir:  s.opts.Workspace, Home: s.home(), TmpDir: s.opts.TmpDir,
@@ -391,7 +393,10 @@ func (s *Shell) spawn(cwd string) (*shellProc, error) {
 	}
 	hello := "\x00R" + randomHex(16) + "\x00"
 	s.follow(sp, f.statusR, f.stateR, hello)
-	if err := s.setUp(sp, cwd, hello); err != nil {
+	if h := spawnedHook.Load(); h != nil {
+		(*h)(proc)
+	}
+	if err := s.setUp(sp, cwd, hello, spawned); err != nil {
 		sp.stop(true)
 		return nil, err
 	}
@@ -522,7 +527,7 @@ func pump(dst io.Writer, src io.Reader) {
 // state stream announces itself with hello) and goes to cwd, and waits
 // until the shell has read it, so that what it prints on start
 // (job-control warnings) is not taken for a command's output.
-func (s *Shell) setUp(sp *shellProc, cwd, hello string) error {
+func (s *Shell) setUp(sp *shellProc, cwd, hello string, spawned time.Time) error {
 	setup := "set +H; set +o history 2>/dev/null; unset HISTFILE; trap - INT\n"
 	setup += "builtin printf '" + octalEscape(hello) + "' >&6\n"
 	setup += "cd -- " + shellQuote(cwd) + " 2>/dev/null || cd\n"
@@ -535,23 +540,44 @@ func (s *Shell) setUp(sp *shellProc, cwd, hello string) error {
 	setup += "printf '" + octalEscape(token) + "'\n"
 	ready := make(chan struct{})
 	sp.out.attach(nil, token, ready)
-	timer := time.NewTimer(10 * time.Second)
+	// The setup is the rest of the shell's start, bounded like every
+	// start in a box: by the sandbox's start bound, from the spawn. A flat
+	// 10 s once ended starts on a machine at a load of 100 with an
+	// internal error that said nothing.
+	bound := s.startBound()
+	timer := time.NewTimer(time.Until(spawned.Add(bound)))
 	defer timer.Stop()
 	if _, err := io.WriteString(sp.cmdW, setup); err != nil {
-		return fmt.Errorf("shell setup: %w", err)
+		return fmt.Errorf("%w: writing its setup: %v", ErrStart, err)
 	}
 	select {
 	case <-ready:
 	case <-sp.exited:
-		return fmt.Errorf("the shell exited while starting (code %d)", sp.exitCode)
+		return fmt.Errorf("%w: it exited while starting (code %d)", ErrStart, sp.exitCode)
 	case <-s.closing:
 		return ErrClosed
 	case <-timer.C:
-		return errors.New("the shell did not start within 10 s")
+		return fmt.Errorf("%w: bash did not answer its setup within %s of its start (the sandbox's start bound; the machine may be overloaded): the next command starts it again", ErrStart, bound)
 	}
 	sp.out.detach()
 	return nil
 }
+
+// startBound is how long a shell's start (its box's start and its setup)
+// may take: ShellOptions.StartTimeout, else the sandbox's start bound.
+func (s *Shell) startBound() time.Duration {
+	if s.opts.StartTimeout > 0 {
+		return s.opts.StartTimeout
+	}
+	if s.opts.Sandbox == nil {
+		return sandbox.DefaultStartTimeout
+	}
+	return s.opts.Sandbox.StartTimeout()
+}
+
+// spawnedHook, when set (tests), is called with the shell's process
+// between its spawn and its setup.
+var spawnedHook atomic.Pointer[func(*sandbox.Process)]
 
 // home is the shell's HOME: /home/user in a box (which binds the
 // workspace there), else the workspace's own path.

@@ -475,3 +475,37 @@ func TestIdleStopNeverTakesARunningShell(t *testing.T) {
 		t.Fatalf("idle shell not closed: %v %+v", s.State(), s.Status())
 	}
 }
+
+// TestAShellThatDoesNotComeUpSaysSo: a shell whose bash does not answer
+// its setup (here stopped, as a machine at a load of 100 once kept one
+// past a flat 10 s) fails its start after the start bound with ErrStart,
+// saying what happened and that the next command starts it again, not
+// with an error the server can only call internal; the next command
+// does start it.
+func TestAShellThatDoesNotComeUpSaysSo(t *testing.T) {
+	s, _, _ := newShell(t, func(o *ShellOptions) { o.StartTimeout = 2 * time.Second })
+	stopped := make(chan int, 1)
+	hook := func(p *sandbox.Process) {
+		pids := p.CgroupPids()
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGSTOP)
+		}
+		stopped <- len(pids)
+	}
+	spawnedHook.Store(&hook)
+	err := s.Start()
+	spawnedHook.Store(nil)
+	if n := <-stopped; n == 0 {
+		t.Skip("the shell's box has no run cgroup to stop its processes by")
+	}
+	if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), "did not answer its setup within 2s") ||
+		!strings.Contains(err.Error(), "the next command starts it again") {
+		t.Fatalf("start of a shell that does not answer: %v", err)
+	}
+	if st := s.State(); st != StateIdle {
+		t.Fatalf("state after the failed start: %v", st)
+	}
+	if r := exec(t, s, "echo up", ExecOptions{}); r.Output != "up\n" || r.ExitCode != 0 {
+		t.Fatalf("the next command: %+v", r)
+	}
+}

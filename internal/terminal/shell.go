@@ -66,6 +66,11 @@ var (
 	ErrClosed = errors.New("the shell was closed")
 	// ErrInvalid marks bad input (a NUL byte in a command).
 	ErrInvalid = errors.New("invalid argument")
+	// ErrStart means a session shell did not come up: its process was
+	// made but did not answer its setup (a start past the sandbox's start
+	// bound), exited, or could not be written to. The next command starts
+	// it again.
+	ErrStart = errors.New("the session's shell did not start")
 	// ErrNoBash means the box has no bash, which the session shell needs.
 	ErrNoBash = errors.New("the session shell needs bash, and this box has none: install it (apt-get install bash) or use the terminal (PTY), which runs sh")
 )
@@ -99,6 +104,9 @@ type ShellOptions struct {
 	SpillLimit int64
 	// Scrollback receives everything the shell prints, for log export.
 	Scrollback *Ring
+	// StartTimeout bounds a shell's start, its setup included (0: the
+	// sandbox's start bound, sandbox.Options.StartTimeout).
+	StartTimeout time.Duration
 }
 
 // ExecOptions tune one command.

@@ -42,6 +42,9 @@ type Embedded struct {
 	spareOn  chan struct{} // closed when the spare being started is ready or failed
 	spareDir string
 	spareErr error
+
+	started   chan struct{} // closed when a worker of this engine first started (markStarted)
+	startedMu sync.Once
 }
 
 // NewEmbedded returns the embedded-CPython engine. Nothing is extracted or
@@ -54,7 +57,7 @@ func NewEmbedded(dataDir string, sb *sandbox.Sandbox, opts *EmbeddedOptions) *Em
 		// session instead (StartSpare).
 		o.NoSpare = true
 	}
-	e := &Embedded{pool: newPool(sb, o, "the embedded Python engine"), dataDir: dataDir}
+	e := &Embedded{pool: newPool(sb, o, "the embedded Python engine"), dataDir: dataDir, started: make(chan struct{})}
 	e.startFor = e.claim
 	return e
 }
@@ -265,13 +268,7 @@ func (e *Embedded) preparation() *preparation {
 	}
 	p := &preparation{done: make(chan struct{}), start: time.Now()}
 	e.prep = p
-	e.mu.Lock()
-	closed := e.closed
-	if !closed {
-		e.wg.Add(1)
-	}
-	e.mu.Unlock()
-	if closed {
+	if !e.track() {
 		p.err = errors.New("the embedded Python engine is closed")
 		close(p.done)
 		return p
@@ -286,9 +283,56 @@ func (e *Embedded) preparation() *preparation {
 		if p.err == nil && !e.opts.NoSpare {
 			e.fillSpare()
 		}
+		if p.err == nil {
+			e.compilePipLater(p.inst)
+		}
 	}()
 	return p
 }
+
+// compilePipLater byte-compiles pip (compilePip) once the first worker
+// has started, or pipCompileAfter after the preparation when none has,
+// so that it does not take the CPU from the run that waited for the
+// preparation. A failure is reported in the status line: pip then keeps
+// compiling what it imports in memory.
+func (e *Embedded) compilePipLater(inst *installation) {
+	pipDir := PipDir(e.root())
+	if pipCompiled(pipDir) {
+		return
+	}
+	if !e.track() {
+		return
+	}
+	go func() {
+		defer e.wg.Done()
+		t := time.NewTimer(pipCompileAfter)
+		defer t.Stop()
+		select {
+		case <-e.started:
+		case <-t.C:
+		case <-e.ctx.Done():
+			return
+		}
+		if err := compilePip(e.ctx, inst, pipDir); err != nil && e.ctx.Err() == nil && e.opts.Status != nil {
+			e.opts.Status("pip of the embedded Python: " + err.Error())
+		}
+	}()
+}
+
+// track counts a goroutine of the engine in its wait group (Close waits
+// for it), unless the engine is closed: false, start none.
+func (e *Embedded) track() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	e.wg.Add(1)
+	return true
+}
+
+// pipCompileAfter is how long compilePipLater waits for a first worker.
+const pipCompileAfter = 10 * time.Second
 
 // prepare waits for the engine's preparation (see preparation), or for
 // ctx; meanwhile its progress goes to ctx's progress reporter.
@@ -389,16 +433,26 @@ func (e *Embedded) start(ctx context.Context, sess *session.Session) (*worker, e
 	if err != nil {
 		return nil, err
 	}
+	var w *worker
 	if sess == nil {
 		e.mu.Lock()
 		dir := e.spareDir
 		e.mu.Unlock()
-		return startWorker(ctx, e.ctx, e.sb, *cfg, true, dir, dir, dir, nil, sandbox.NetworkNone)
+		w, err = startWorker(ctx, e.ctx, e.sb, *cfg, true, dir, dir, dir, nil, sandbox.NetworkNone)
+	} else {
+		// The variables are in the process environment, and the worker is
+		// told their names.
+		w, err = startWorker(ctx, e.ctx, sess.Sandbox(e.sb), *cfg, false, sess.Workspace(), sess.Workspace(), sess.TmpDir(), sess.Env, sess.Network)
 	}
-	// The variables are in the process environment, and the worker is told
-	// their names.
-	return startWorker(ctx, e.ctx, sess.Sandbox(e.sb), *cfg, false, sess.Workspace(), sess.Workspace(), sess.TmpDir(), sess.Env, sess.Network)
+	if err == nil {
+		e.markStarted()
+	}
+	return w, err
 }
+
+// markStarted notes that a worker of the engine has started (see
+// compilePipLater).
+func (e *Embedded) markStarted() { e.startedMu.Do(func() { close(e.started) }) }
 
 // fillSpare starts a spare worker in the background if none is there. The
 // channel is closed when there is a spare or the attempt failed.
@@ -544,6 +598,7 @@ func (e *Embedded) StartSpare(ctx context.Context, sess *session.Session) error 
 	if err != nil {
 		return err
 	}
+	e.markStarted()
 	s.setWorker(w)
 	return nil
 }

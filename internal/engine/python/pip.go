@@ -29,7 +29,8 @@ import (
 // made after the preparation; see Embedded.BoxDirs):
 //
 //   - PIPDIR/pip, PIPDIR/pip-*.dist-info: pip itself, byte-compiled for the
-//     embedded 3.14 at extraction (unchecked-hash .pyc), and for the
+//     embedded 3.14 in the background once the preparation is done
+//     (compilePip: unchecked-hash .pyc), and for the
 //     host's /usr/bin/python3 when it has one (Debian 12: 3.11, the
 //     python3 of a Debian 12 rootfs too): the server's own interpreter on
 //     pip's files, like the standard library's compileall. A rootfs whose
@@ -218,8 +219,8 @@ func shortVersion(inst *installation) string {
 }
 
 // extractPip writes the wheel's files into a temporary directory beside
-// final, byte-compiles them with the embedded interpreter, adds the
-// rootfs shims and renames it into place.
+// final, adds the rootfs shims and renames it into place; compilePip
+// byte-compiles them later, off the first run's path.
 func extractPip(ctx context.Context, inst *installation, final string) error {
 	if err := checkPipWheel(); err != nil {
 		return err
@@ -246,15 +247,6 @@ func extractPip(ctx context.Context, inst *installation, final string) error {
 			return err
 		}
 	}
-	if out, err := runHelper(ctx, nil, inst.Python, "-I", "-B", "-m", "compileall", "-q", "-j", "0",
-		"--invalidation-mode", invalidation, "-s", tmp, "-p", final, filepath.Join(tmp, "pip")); err != nil {
-		return fmt.Errorf("byte-compiling pip: %v: %s", err, strings.TrimSpace(lastLines(string(out), 10)))
-	}
-	// Best effort: without them a 3.11 rootfs compiles pip on each run.
-	if fi, err := os.Stat(hostPython3); err == nil && fi.Mode().IsRegular() {
-		_, _ = runHelper(ctx, nil, hostPython3, "-I", "-B", "-m", "compileall", "-q", "-j", "0",
-			"--invalidation-mode", invalidation, "-s", tmp, "-p", final, filepath.Join(tmp, "pip"))
-	}
 	if err := writeRootfsShims(tmp, final); err != nil {
 		return err
 	}
@@ -263,6 +255,46 @@ func extractPip(ctx context.Context, inst *installation, final string) error {
 	}
 	os.RemoveAll(final) // a damaged one, or of another layout
 	return os.Rename(tmp, final)
+}
+
+// pipCompiledMarker is written in a pip directory once compilePip
+// finished there.
+const pipCompiledMarker = ".quro-compiled"
+
+// pipCompiled reports whether compilePip finished in pipDir.
+func pipCompiled(pipDir string) bool {
+	_, err := os.Stat(filepath.Join(pipDir, pipCompiledMarker))
+	return err == nil
+}
+
+// compilePip byte-compiles the extracted pip in place, for the embedded
+// interpreter and (best effort: without them a 3.11 rootfs compiles pip
+// on each run) the host's python3, as unchecked-hash .pyc files, then
+// writes pipCompiledMarker. It is not part of the preparation: no first
+// run imports pip, and the two compileall runs were most of a fresh data
+// directory's first result (seconds of CPU on two cores). The engine runs
+// it in the background once its preparation is done (Embedded's
+// compilePipLater); until it has run, pip compiles what it imports in
+// memory (the directory is read-only in every box). compileall writes
+// each file to a temporary name and renames it, so a box importing pip
+// meanwhile reads a whole .pyc or none, and two quro processes sharing
+// the directory may both run it.
+func compilePip(ctx context.Context, inst *installation, pipDir string) error {
+	if pipCompiled(pipDir) {
+		return nil
+	}
+	if out, err := runHelper(ctx, nil, inst.Python, "-I", "-B", "-m", "compileall", "-q",
+		"--invalidation-mode", invalidation, filepath.Join(pipDir, "pip")); err != nil {
+		return fmt.Errorf("byte-compiling pip: %v: %s", err, strings.TrimSpace(lastLines(string(out), 10)))
+	}
+	if fi, err := os.Stat(hostPython3); err == nil && fi.Mode().IsRegular() {
+		_, _ = runHelper(ctx, nil, hostPython3, "-I", "-B", "-m", "compileall", "-q",
+			"--invalidation-mode", invalidation, filepath.Join(pipDir, "pip"))
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return writeAtomic(filepath.Join(pipDir, pipCompiledMarker), []byte("ok\n"), 0o644)
 }
 
 func copyZipFile(f *zip.File, dst string) error {

@@ -12,7 +12,7 @@ import (
 )
 
 // TestPipExtracted: preparing the interpreter also extracts the checked
-// pip wheel, byte-compiled for 3.14, the .pth that lets `python3 -m pip`
+// pip wheel (byte-compiled for 3.14 by compilePip, later), the .pth that lets `python3 -m pip`
 // find it, and the shims (python3 is the embedded interpreter, pip its
 // pip); a damaged pip directory is extracted again.
 func TestPipExtracted(t *testing.T) {
@@ -25,6 +25,10 @@ func TestPipExtracted(t *testing.T) {
 		t.Fatal(err)
 	}
 	pip := PipDir(testData)
+	// Compiled after the preparation, in place (compilePip).
+	if err := compilePip(ctx, inst, pip); err != nil || !pipCompiled(pip) {
+		t.Fatalf("compiling pip: %v", err)
+	}
 	if _, err := os.Stat(filepath.Join(pip, "pip", "__pycache__", "__init__.cpython-314.pyc")); err != nil {
 		t.Fatalf("pip not byte-compiled for 3.14: %v", err)
 	}
@@ -46,8 +50,16 @@ func TestPipExtracted(t *testing.T) {
 	if _, err := ensureInstalled(ctx, testData, nil); err != nil {
 		t.Fatal(err)
 	}
+	// The preparation does not compile pip: the first run does not wait
+	// for it.
+	if pipCompiled(pip) {
+		t.Error("pip was compiled on the preparation's path")
+	}
 	if out, err := exec.Command(filepath.Join(host, "python3"), "-m", "pip", "--version").Output(); err != nil || !strings.Contains(string(out), PipVersion) {
 		t.Fatalf("pip after repair: %q %v", out, err)
+	}
+	if err := compilePip(ctx, inst, pip); err != nil {
+		t.Fatal(err)
 	}
 }
 
