@@ -403,9 +403,14 @@ func TestAttackSpawnerStall(t *testing.T) {
 	if stalled == 0 {
 		t.Fatalf("the attack stalled no spawn in 100 (attacker: %q)", e.said())
 	}
+	e.stop()
+	ctx2 := testCtx(t)
 	// Spawns at once while the spawner is held: stopped here by the test
 	// (a spawn that does not come back from the spawner, as a stalled
-	// one does not), with the attacker still at work. The box init
+	// one does not), once the attacker is gone (it would stop the init
+	// children too, whose names are the spawner's: the session's own
+	// runs, which it may stall). Bounded anew: the loop above may have
+	// used most of the first bound on a loaded machine. The box init
 	// answers a spawner's request on a goroutine of its own, so its loop
 	// goes on: the first spawn is the spawner's and waits for it, the
 	// others find it busy and go the init child's way, and end, while it
@@ -440,7 +445,7 @@ func TestAttackSpawnerStall(t *testing.T) {
 	for i := range n {
 		go func() {
 			var out bytes.Buffer
-			p, err := sb.Start(ctx, boxSpec("spawner-stall", dir, &out, "echo ok"+strconv.Itoa(i)))
+			p, err := sb.Start(ctx2, boxSpec("spawner-stall", dir, &out, "echo ok"+strconv.Itoa(i)))
 			if err != nil {
 				ends <- ended{i: i, err: err}
 				return
@@ -465,9 +470,8 @@ func TestAttackSpawnerStall(t *testing.T) {
 	if e := check(<-ends); !e.bySpawner {
 		t.Fatalf("the run held at the spawner (run %d) was not its", e.i)
 	}
-	e.stop()
 	var out bytes.Buffer
-	p, err := sb.Start(ctx, boxSpec("spawner-stall", dir, &out, "echo after"))
+	p, err := sb.Start(ctx2, boxSpec("spawner-stall", dir, &out, "echo after"))
 	if err != nil {
 		t.Fatal(err)
 	}
