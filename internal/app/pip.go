@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -165,8 +166,11 @@ func (p *pipSetup) runEnv(spec *sandbox.Spec, network string) sandbox.RunEnv {
 		// writes only the user site (the system directories are
 		// read-only in the box anyway).
 		"PIP_BREAK_SYSTEM_PACKAGES": "1",
-		"PIP_CACHE_DIR":             filepath.Join(sdir, "tmp", "pip-cache"),
 	}
+	// In the session's temporary directory, named where the box shows it
+	// (sandbox.BoxTmp), never at its host path.
+	tmp := cmp.Or(spec.TmpDir, filepath.Join(sdir, "tmp"))
+	env["PIP_CACHE_DIR"] = p.sb.TmpPath(tmp, filepath.Join(tmp, "pip-cache"))
 	if d := python.PipDir(p.pyRoot); d != "" {
 		env["QURO_PIP_DIR"] = p.inBox(d)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/terminal"
 )
 
@@ -15,8 +16,11 @@ import (
 // data directory or the install root the interpreter was extracted to:
 // sys.prefix, sys.base_prefix, sys.executable, every sys.path entry, the
 // worker module's __file__, a traceback into the standard library, the
-// shell's (run_code's bash and terminal_exec) `pip --version`, `pip show pip`, `python3 -m site` and the
-// tenant's wheels pip looks in (PIP_FIND_LINKS). Each is
+// shell's (run_code's bash and terminal_exec) `pip --version`, `pip show pip`, `python3 -m site`, the
+// tenant's wheels pip looks in (PIP_FIND_LINKS), and the session's
+// temporary directory (TMPDIR, tempfile.gettempdir(), `pip cache dir`,
+// pip's verbose lines: sandbox.BoxTmp, shared by the session's runs and
+// not another session's). Each is
 // also checked to name the box path it should, so the test cannot pass
 // by reading nothing.
 func TestPythonShowsNoHostPath(t *testing.T) {
@@ -46,11 +50,13 @@ func TestPythonShowsNoHostPath(t *testing.T) {
 
 	res := runCode(t, a, RunCodeInput{Session: "hostpath", Lang: "python", Code: `import json, sys
 w = sys.modules["quro_worker"]
+import os, tempfile
+open(os.path.join(tempfile.gettempdir(), "from-python"), "w").write("kept")
 print(json.dumps({"prefix": sys.prefix, "base_prefix": sys.base_prefix, "executable": sys.executable,
-                  "path": sys.path, "worker": w.__file__}))`})
+                  "path": sys.path, "worker": w.__file__, "tmpdir": os.environ["TMPDIR"], "tempdir": tempfile.gettempdir()}))`})
 	var got struct {
-		Prefix, BasePrefix, Executable, Worker string
-		Path                                   []string
+		Prefix, BasePrefix, Executable, Worker, TmpDir, TempDir string
+		Path                                                    []string
 	}
 	if err := json.Unmarshal([]byte(res.Stdout), &got); err != nil {
 		t.Fatalf("%v: stdout %q stderr %q", err, res.Stdout, res.Stderr)
@@ -58,6 +64,9 @@ print(json.dumps({"prefix": sys.prefix, "base_prefix": sys.base_prefix, "executa
 	noHost("sys of run_code's Python", res.Stdout)
 	if got.Prefix != python.BoxTree || !strings.HasPrefix(got.Executable, python.BoxTree+"/bin/") {
 		t.Errorf("sys.prefix %q, sys.executable %q: want them in %s", got.Prefix, got.Executable, python.BoxTree)
+	}
+	if got.TmpDir != sandbox.BoxTmp || got.TempDir != sandbox.BoxTmp {
+		t.Errorf("TMPDIR %q, tempfile.gettempdir() %q: want %s", got.TmpDir, got.TempDir, sandbox.BoxTmp)
 	}
 	if !strings.HasPrefix(got.Worker, python.BoxWorker+"/") {
 		t.Errorf("the worker module's __file__ is %q, want it in %s", got.Worker, python.BoxWorker)
@@ -77,9 +86,13 @@ print(json.dumps({"prefix": sys.prefix, "base_prefix": sys.base_prefix, "executa
 	// each path to the session's shell must see the box's Python.
 	shell := "pip --version; pip show pip | grep ^Location; python3 -m site; python -c 'import sys; print(sys.prefix)'; " +
 		"python3 -c 'import json; json.loads(\"x\")'; " +
-		"echo \"links=$PIP_FIND_LINKS\"; test -d \"$PIP_FIND_LINKS\" && echo links-there"
-	res = runCode(t, a, RunCodeInput{Session: "hostpath", Lang: "bash", Code: shell})
-	reply, err := call(t, a, "terminal_exec", TerminalExecInput{Session: "hostpath", Command: shell})
+		"echo \"links=$PIP_FIND_LINKS\"; test -d \"$PIP_FIND_LINKS\" && echo links-there; " +
+		// The session's temporary directory: named at its box path, and
+		// what the Python run wrote there is read by the shell.
+		"echo \"tmp=$TMPDIR\"; echo \"pipcache=$(pip cache dir)\"; python3 -c 'import tempfile; print(\"pytmp=\" + tempfile.gettempdir())'; " +
+		"echo \"read=$(cat \"$TMPDIR/from-python\")\"; pip -v download --no-index --no-deps -d \"$TMPDIR/dl\" nothing-here 2>&1 | head -n 20"
+	res = runCode(t, a, RunCodeInput{Session: "hostpath", Lang: "bash", Code: shell, TimeoutMS: 300_000})
+	reply, err := call(t, a, "terminal_exec", TerminalExecInput{Session: "hostpath", Command: shell, TimeoutMS: 300_000}) // five pips under load: past the default 30 s
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,5 +111,18 @@ print(json.dumps({"prefix": sys.prefix, "base_prefix": sys.base_prefix, "executa
 		if !strings.Contains(out, "links="+WheelsInBox+"/") || !strings.Contains(out, "links-there") {
 			t.Errorf("%s: the tenant's wheels (PIP_FIND_LINKS) are not shown at %s:\n%s", sh.name, WheelsInBox, out)
 		}
+		for _, want := range []string{"tmp=" + sandbox.BoxTmp + "\n", "pipcache=" + sandbox.BoxTmp + "/pip-cache\n", "pytmp=" + sandbox.BoxTmp + "\n", "read=kept\n"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s: no %q in:\n%s", sh.name, want, out)
+			}
+		}
+	}
+
+	// Another session's TMPDIR is its own.
+	mustCall(t, a, "create_session", CreateSessionInput{Name: "hostpath-other"})
+	res = runCode(t, a, RunCodeInput{Session: "hostpath-other", Lang: "bash", Code: `echo "$TMPDIR"; cat "$TMPDIR/from-python" 2>&1`})
+	noHost("another session's TMPDIR", res.Stdout+res.Stderr)
+	if !strings.HasPrefix(res.Stdout, sandbox.BoxTmp+"\n") || strings.Contains(res.Stdout, "kept") {
+		t.Errorf("another session reads the first one's $TMPDIR/from-python, or another TMPDIR: %q", res.Stdout)
 	}
 }

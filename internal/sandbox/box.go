@@ -95,13 +95,14 @@ type boxShape struct {
 	network  string
 	rootfs   string
 	home     string
+	tmp      string // the directory shown at BoxTmp, or ""
 	writable []string
 	readOnly []string
 	binds    []Bind
 }
 
 func (pl *plan) shape(s *Sandbox) boxShape {
-	return boxShape{uid: pl.uid, network: pl.network, rootfs: pl.spec.Rootfs, home: pl.spec.homeDir(),
+	return boxShape{uid: pl.uid, network: pl.network, rootfs: pl.spec.Rootfs, home: pl.spec.homeDir(), tmp: pl.tmp,
 		writable: pl.writable, readOnly: pl.readOnly, binds: append(slices.Clone(s.binds), pl.spec.Binds...)}
 }
 
@@ -109,7 +110,8 @@ func (pl *plan) shape(s *Sandbox) boxShape {
 // for the network (the box's own, which SetNetwork may change: see
 // Box.network).
 func (b *boxShape) holds(x *boxShape) bool {
-	if b.uid != x.uid || b.rootfs != x.rootfs {
+	if b.uid != x.uid || b.rootfs != x.rootfs || (x.tmp != "" && x.tmp != b.tmp) {
+		// (A run with no TmpDir of its own sees the box's.)
 		return false
 	}
 	for _, w := range x.writable {

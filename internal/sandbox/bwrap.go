@@ -101,6 +101,7 @@ type bwrapBox struct {
 	readOnly []string // host paths bound read-only at the same path
 	binds    []Bind   // host paths bound elsewhere (read-only unless Writable)
 	places   []Bind   // Options.Places: where read-only paths beneath a Src are shown
+	tmp      string   // the run's Spec.TmpDir, bound read-write at BoxTmp, or ""
 	tmpSize  uint64
 	passwd   string
 	infoFD   string // --info-fd, "" for none
@@ -548,6 +549,11 @@ func (b *bwrapBox) sessionPaths(w *bwrapArgs) {
 			w.parents(made, bd.Dst)
 			w.add("--bind", bd.Src, bd.Dst)
 		}
+	}
+	if b.tmp != "" {
+		// The run's temporary directory where TMPDIR names it (BoxTmp),
+		// besides its host path.
+		w.add("--bind", b.tmp, BoxTmp)
 	}
 }
 

@@ -186,6 +186,30 @@ type Options struct {
 // in-session socket, Options.Places.
 const RunDir = "/run/quro"
 
+// BoxTmp is where a box shows its run's Spec.TmpDir (the session's
+// temporary directory), read-write, and what TMPDIR names there: no
+// host path reaches the program through TMPDIR (nor through what reads
+// it: Python's tempfile, pip's cache). The directory is also bound at
+// its host path, as the workspace is, for the paths the server itself
+// writes there and hands over (a long script's file); nothing the
+// program is told names it. /tmp stays the box's own (its tmpfs, or
+// beneath which a data directory in /tmp binds its paths).
+const BoxTmp = RunDir + "/tmp"
+
+// TmpPath is where a run of s whose Spec.TmpDir is tmp sees the host path
+// p beneath tmp: beneath BoxTmp when its runs start in a box; else p
+// (also for a nil s).
+func (s *Sandbox) TmpPath(tmp, p string) string {
+	if s == nil || !s.Boxed() || tmp == "" || !beneath(p, tmp) {
+		return p
+	}
+	rel, err := filepath.Rel(tmp, p)
+	if err != nil {
+		return p
+	}
+	return filepath.Join(BoxTmp, rel)
+}
+
 // RunEnv is what Options.RunEnv adds to a run.
 type RunEnv struct {
 	Env      map[string]string
@@ -277,7 +301,7 @@ func New(opts *Options) (*Sandbox, error) {
 		s.log = slog.Default()
 	}
 	for _, pl := range o.Places {
-		if filepath.Dir(pl.Dst) != RunDir || pl.Dst == BinDir || pl.Writable || !filepath.IsAbs(pl.Src) || filepath.Clean(pl.Src) != pl.Src {
+		if filepath.Dir(pl.Dst) != RunDir || pl.Dst == BinDir || pl.Dst == BoxTmp || pl.Writable || !filepath.IsAbs(pl.Src) || filepath.Clean(pl.Src) != pl.Src {
 			return nil, fmt.Errorf("sandbox: place %q at %q: want a clean absolute host path shown read-only at %s/NAME (not %s)", pl.Src, pl.Dst, RunDir, BinDir)
 		}
 	}
@@ -370,7 +394,7 @@ type Spec struct {
 	Args   []string // program and arguments; Args[0] is looked up in the sandbox PATH
 	Dir    string   // working directory (the session workspace); required
 	Home   string   // HOME; default Dir
-	TmpDir string   // TMPDIR; default Dir
+	TmpDir string   // TMPDIR, shown at BoxTmp in a box; default the box's /tmp (no box: Dir)
 	Term   string   // TERM; default "dumb"
 	// Env are the session variables, layered over the whitelist. They
 	// reach the user program only: never bubblewrap or the init child,
@@ -594,14 +618,18 @@ type Process struct {
 	bySpawner bool
 }
 
-// Env builds the environment a spec's process sees.
-func (s *Sandbox) env(spec *Spec, defaults map[string]string) ([]string, error) {
-	home, tmp, term := spec.Home, spec.TmpDir, spec.Term
+// Env builds the environment a spec's process sees under pl.
+func (s *Sandbox) env(pl *plan, defaults map[string]string) ([]string, error) {
+	spec := pl.spec
+	home, tmp, term := spec.Home, cmp.Or(spec.TmpDir, spec.Dir), spec.Term
 	if home == "" {
 		home = spec.Dir
 	}
-	if tmp == "" {
-		tmp = spec.Dir
+	switch {
+	case pl.tmp != "":
+		tmp = BoxTmp
+	case pl.boxed:
+		tmp = "/tmp" // the box's own
 	}
 	if term == "" {
 		term = "dumb"
@@ -731,8 +759,9 @@ type plan struct {
 	env      []string
 	limits   Limits
 	network  string
-	boxed    bool // inside bubblewrap
-	admin    bool // Spec.RootfsAdmin
+	boxed    bool   // inside bubblewrap
+	tmp      string // Spec.TmpDir, shown at BoxTmp (boxed, and the directory exists)
+	admin    bool   // Spec.RootfsAdmin
 	writable []string
 	readOnly []string
 	uid      int // the host uid, 0 when the server is not root (or admin)
@@ -782,6 +811,7 @@ func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 		return nil, err
 	}
 	pl.boxed = s.layers.ok(LayerNamespaces)
+	pl.tmp = boxTmpDir(pl.boxed, spec.TmpDir)
 	if spec.StartsInHome && !(pl.boxed && slices.ContainsFunc(append(slices.Clone(s.binds), spec.Binds...), func(b Bind) bool { return b.Dst == HomeUser })) {
 		// No view of the workspace at HomeUser for the box's init or
 		// bubblewrap to enter: the box's sh enters it (or says why not).
@@ -795,7 +825,7 @@ func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 		extra = s.runEnv(spec, pl.network)
 	}
 	var err error
-	if pl.env, err = s.env(spec, extra.Env); err != nil {
+	if pl.env, err = s.env(pl, extra.Env); err != nil {
 		return nil, err
 	}
 	if err := s.layers.check(s.isolation); err != nil {
@@ -853,6 +883,15 @@ func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 	}
 	pl.pol = s.initPolicy(pl)
 	return pl, nil
+}
+
+// boxTmpDir is the directory a run's box shows at BoxTmp: its TmpDir,
+// when the run is boxed and the directory is there; else "".
+func boxTmpDir(boxed bool, tmp string) string {
+	if !boxed || tmp == "" || !filepath.IsAbs(tmp) || !exists(tmp) {
+		return ""
+	}
+	return filepath.Clean(tmp)
 }
 
 // initPolicy is what the init child applies to pl: the layers it has, and
@@ -1167,7 +1206,7 @@ func (s *Sandbox) admitTenant(dir string) (*Tenant, error) {
 // bwrapFor describes the box of pl.
 func (s *Sandbox) bwrapFor(pl *plan, spec *Spec) *bwrapBox {
 	box := &bwrapBox{spec: spec, self: s.self, host: s.host, network: pl.network, writable: pl.writable, readOnly: pl.readOnly,
-		binds: append(slices.Clone(s.binds), spec.Binds...), places: s.places, tmpSize: 256 << 20, passwd: passwdFor(spec.homeDir()), admin: pl.admin}
+		binds: append(slices.Clone(s.binds), spec.Binds...), places: s.places, tmp: pl.tmp, tmpSize: 256 << 20, passwd: passwdFor(spec.homeDir()), admin: pl.admin}
 	if pl.admin {
 		box.passwd = "" // the rootfs's own accounts, which dpkg may change
 	}

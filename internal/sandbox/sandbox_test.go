@@ -83,12 +83,15 @@ func TestExitCodes(t *testing.T) {
 func TestEnvironmentIsWhitelisted(t *testing.T) {
 	t.Setenv("QURO_TEST_SECRET", "hunter2")
 	sb := newSandbox(t)
-	dir := t.TempDir()
+	dir, tmp := t.TempDir(), t.TempDir()
 	out, _, _ := run(t, sb, testCtx(t), "env", func(s *Spec) {
 		s.Dir = dir
-		s.TmpDir = "/somewhere/tmp"
+		s.TmpDir = tmp
 		s.Env = map[string]string{"SESSION_VAR": "x y"}
 	})
+	if sb.Boxed() {
+		tmp = BoxTmp // its box path, never the host's (TestTmpDirAtItsBoxPath)
+	}
 	got := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		k, v, _ := strings.Cut(line, "=")
@@ -96,7 +99,7 @@ func TestEnvironmentIsWhitelisted(t *testing.T) {
 	}
 	want := map[string]string{
 		"PATH": DefaultPath, "HOME": dir, "LANG": "C.UTF-8", "TERM": "dumb",
-		"TMPDIR": "/somewhere/tmp", "SESSION_VAR": "x y",
+		"TMPDIR": tmp, "SESSION_VAR": "x y",
 	}
 	for k, v := range want {
 		if got[k] != v {
@@ -111,6 +114,44 @@ func TestEnvironmentIsWhitelisted(t *testing.T) {
 	}
 	if strings.Contains(out, "hunter2") {
 		t.Error("a server variable reached user code")
+	}
+}
+
+// TestTmpDirAtItsBoxPath: a run's TMPDIR names its Spec.TmpDir where the
+// box shows it (BoxTmp), not at its host path; what one run of a session
+// writes there the next run reads, and it is the host directory (the
+// session's disk); another session's box shows its own, and a box of its
+// own with no TmpDir has TMPDIR at its private /tmp.
+func TestTmpDirAtItsBoxPath(t *testing.T) {
+	sb := newSandbox(t)
+	if !sb.Boxed() {
+		t.Skip("no box: TMPDIR is the host path")
+	}
+	tmpA, tmpB, dirA, dirB := t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()
+	session := func(name, tmp string) func(*Spec) {
+		dir := map[string]string{"a": dirA, "b": dirB}[name]
+		return func(s *Spec) { s.Session, s.Dir, s.TmpDir = name, dir, tmp }
+	}
+	out, errOut, exit := run(t, sb, testCtx(t), `echo "$TMPDIR"; echo mine > "$TMPDIR/f"`, session("a", tmpA))
+	if exit.Code != 0 || out != BoxTmp+"\n" {
+		t.Fatalf("TMPDIR %q (stderr %q, %+v), want %s", out, errOut, exit, BoxTmp)
+	}
+	if b, err := os.ReadFile(filepath.Join(tmpA, "f")); err != nil || string(b) != "mine\n" {
+		t.Fatalf("the file written to $TMPDIR is not in the session's directory: %q %v", b, err)
+	}
+	if out, _, _ := run(t, sb, testCtx(t), `cat "$TMPDIR/f"`, session("a", tmpA)); out != "mine\n" {
+		t.Errorf("the next run of the session reads %q from $TMPDIR/f", out)
+	}
+	if out, _, _ := run(t, sb, testCtx(t), `echo "$TMPDIR"; ls -A "$TMPDIR"; cat "$TMPDIR/f" 2>&1`, session("b", tmpB)); strings.Contains(out, "mine") || !strings.HasPrefix(out, BoxTmp+"\n") {
+		t.Errorf("another session's box reads the first one's file, or another TMPDIR: %q", out)
+	}
+	if out, _, _ := run(t, sb, testCtx(t), `echo "$TMPDIR"; echo x > "$TMPDIR/g" && echo wrote`, func(s *Spec) { s.Session = "" }); out != "/tmp\nwrote\n" {
+		t.Errorf("a box of its own without a TmpDir: %q, want TMPDIR /tmp, writable", out)
+	}
+	for _, tmp := range []string{tmpA, tmpB} {
+		if _, err := os.Stat(filepath.Join(tmp, "g")); err == nil {
+			t.Errorf("a box of its own wrote into %s", tmp)
+		}
 	}
 }
 

@@ -374,8 +374,9 @@ func (e *stallEnv) stop() {
 // stops, before it reports the failure to the spawner. A stalled spawn
 // ends (the box init kills the child stopped before its exec, and the
 // run ends killed by SIGKILL) and does not hold the box's other spawns:
-// every run of the loop ends, and the box's next run starts from the
-// spawner.
+// every run of the loop ends; runs started at once while the spawner
+// is held go the init child's way and end; and the box's next run
+// starts from the spawner.
 func TestAttackSpawnerStall(t *testing.T) {
 	e := newStallAttack(t, "spawner-stall")
 	sb, dir, ctx := e.sb, e.dir, e.ctx
@@ -395,12 +396,82 @@ func TestAttackSpawnerStall(t *testing.T) {
 		stalled++
 		t.Logf("run %d stalled", i)
 	}
-	if stalled == 0 || !strings.Contains(e.said(), "HELD ") {
+	// A SIGKILL is the stall's proof: unstalled, the run is refused
+	// (ENOEXEC). The attacker's HELD line is not: the box init may kill
+	// the stopped child before the attacker's next scan of /proc lists
+	// it (on a loaded machine it did, every time).
+	if stalled == 0 {
 		t.Fatalf("the attack stalled no spawn in 100 (attacker: %q)", e.said())
 	}
 	e.stop()
+	ctx2 := testCtx(t)
+	// Spawns at once while the spawner is held: stopped here by the test
+	// (a spawn that does not come back from the spawner, as a stalled
+	// one does not), once the attacker is gone (it would stop the init
+	// children too, whose names are the spawner's: the session's own
+	// runs, which it may stall). Bounded anew: the loop above may have
+	// used most of the first bound on a loaded machine. The box init
+	// answers a spawner's request on a goroutine of its own, so its loop
+	// goes on: the first spawn is the spawner's and waits for it, the
+	// others find it busy and go the init child's way, and end, while it
+	// is held; once it goes on, its spawn ends too.
+	bx := sb.Box("spawner-stall")
+	if bx == nil {
+		t.Fatal("the session has no box")
+	}
+	sp := spawnerOf(bx.pid1)
+	if sp == 0 {
+		t.Fatal("no spawner in the box")
+	}
+	if err := syscall.Kill(sp, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			syscall.Kill(sp, syscall.SIGCONT)
+		}
+	}
+	defer resume()
+	type ended struct {
+		i         int
+		out       string
+		bySpawner bool
+		err       error
+	}
+	const n = 5
+	ends := make(chan ended, n)
+	for i := range n {
+		go func() {
+			var out bytes.Buffer
+			p, err := sb.Start(ctx2, boxSpec("spawner-stall", dir, &out, "echo ok"+strconv.Itoa(i)))
+			if err != nil {
+				ends <- ended{i: i, err: err}
+				return
+			}
+			p.Wait()
+			ends <- ended{i, out.String(), startedBySpawner(p), nil}
+		}()
+	}
+	check := func(e ended) ended {
+		t.Helper()
+		if e.err != nil || e.out != "ok"+strconv.Itoa(e.i)+"\n" {
+			t.Fatalf("run %d beside the held spawner: %q %v", e.i, e.out, e.err)
+		}
+		return e
+	}
+	for range n - 1 {
+		if e := check(<-ends); e.bySpawner {
+			t.Fatalf("run %d was started by the spawner the test holds stopped", e.i)
+		}
+	}
+	resume()
+	if e := check(<-ends); !e.bySpawner {
+		t.Fatalf("the run held at the spawner (run %d) was not its", e.i)
+	}
 	var out bytes.Buffer
-	p, err := sb.Start(ctx, boxSpec("spawner-stall", dir, &out, "echo after"))
+	p, err := sb.Start(ctx2, boxSpec("spawner-stall", dir, &out, "echo after"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,7 +105,8 @@ type worker struct {
 	runs    int
 	env     map[string]string // session variables last sent
 	started time.Time
-	refused error // why a reply frame was refused (the worker was given up)
+	refused error            // why a reply frame was refused (the worker was given up)
+	sb      *sandbox.Sandbox // the one it runs in: where its box shows a TMPDIR
 }
 
 // workerConfig is what startWorker needs from the engine.
@@ -184,6 +185,7 @@ func startWorker(ctx, lifetime context.Context, sb *sandbox.Sandbox, cfg workerC
 		done:    make(chan struct{}),
 		drain:   cfg.drain,
 		started: time.Now(),
+		sb:      sb,
 	}
 	if !spare {
 		w.env = nonNil(maps.Clone(env))
@@ -443,7 +445,9 @@ func (w *worker) kill() {
 // bind makes a spare worker the session's: its directory and variables.
 func (w *worker) bind(ctx context.Context, dir, home, tmp string, env map[string]string) error {
 	msg := map[string]any{"op": "bind", "cwd": dir,
-		"base": map[string]string{"HOME": home, "TMPDIR": tmp}, "env": nonNil(env)}
+		// TMPDIR as the sandbox names it to a program (sandbox.BoxTmp in
+		// a box), never its host path.
+		"base": map[string]string{"HOME": home, "TMPDIR": w.sb.TmpPath(tmp, tmp)}, "env": nonNil(env)}
 	if err := w.send(msg); err != nil {
 		return err
 	}

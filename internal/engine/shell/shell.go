@@ -102,7 +102,7 @@ func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result
 			return nil, fmt.Errorf("write script: %w", err)
 		}
 		defer os.Remove(script)
-		args = []string{e.prog, script}
+		args = []string{e.prog, e.sb.TmpPath(req.Session.TmpDir(), script)} // its box path: no host path in $0 or an error
 	}
 	spec := runcode.ProcessSpec(req, args...)
 	spec.Rootfs = rootfsDir

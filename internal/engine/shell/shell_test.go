@@ -84,6 +84,15 @@ func TestBashRunsBash(t *testing.T) {
 	if res.Engine != "shell/bash" || res.Stdout != "colon-fn\narrays-ok\nprocsub-ok\n" {
 		t.Errorf("long bash script: engine %s stdout %q stderr %q", res.Engine, res.Stdout, res.Stderr)
 	}
+	// Its file is named where the box shows the session's tmp directory,
+	// never at its host path: $0, and any error bash reports.
+	res = run(t, r, s, "bash", "echo \"$0\"; no-such-command\n#"+strings.Repeat("x", 120<<10))
+	if sb := newSandbox(t); sb.Boxed() {
+		if text := res.Stdout + res.Stderr; strings.Contains(text, s.Dir) || !strings.HasPrefix(res.Stdout, sandbox.BoxTmp+"/run-") ||
+			!strings.Contains(res.Stderr, sandbox.BoxTmp+"/run-") {
+			t.Errorf("a long script's file is not named at %s: stdout %q stderr %q", sandbox.BoxTmp, res.Stdout, res.Stderr)
+		}
+	}
 }
 
 // miniRootfs is a root filesystem with dash as sh and no bash: the libc

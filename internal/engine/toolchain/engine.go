@@ -301,7 +301,7 @@ func (e *Engine) spec(req *runcode.Request, u userland, args []string) *sandbox.
 		}
 		for k, v := range e.tool.Env {
 			if _, set := env[k]; !set {
-				env[k] = strings.ReplaceAll(v, "{tmp}", req.Session.TmpDir())
+				env[k] = strings.ReplaceAll(v, "{tmp}", e.boxTmp(req, req.Session.TmpDir()))
 			}
 		}
 		spec.Env = env
@@ -369,7 +369,9 @@ func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result
 	}
 	key := entryKey(t, file, class, prog, version, req.Code)
 	tmp := req.Session.TmpDir()
-	dir := filepath.Join(tmp, CacheDir, key)
+	// The entry's paths as the box names them: a compiler's message never
+	// shows the host path of the session's tmp.
+	dir := e.boxTmp(req, filepath.Join(tmp, CacheDir, key))
 	vars := map[string]string{"prog": prog, "runner": runner, "file": file, "class": class, "dir": dir, "src": filepath.Join(dir, file)}
 
 	cached := built(tmp, key)
@@ -439,7 +441,7 @@ func (c *counter) written() int64 {
 // entry is in place, else the result to return: the compile failed or timed out (stage
 // "compile"), the program did not run.
 func (e *Engine) build(ctx context.Context, req *runcode.Request, u userland, version, key, file string, compile []string) (float64, bool, *runcode.Result) {
-	args := append([]string{"sh", "-c", buildScript, "sh", filepath.Join(req.Session.TmpDir(), CacheDir), key, file}, compile...)
+	args := append([]string{"sh", "-c", buildScript, "sh", e.boxTmp(req, filepath.Join(req.Session.TmpDir(), CacheDir)), key, file}, compile...)
 	spec := e.spec(req, u, args)
 	spec.Stdin = strings.NewReader(req.Code)
 	// The compiler's output is diagnostics, whichever stream it uses:
@@ -478,4 +480,10 @@ func (e *Engine) build(ctx context.Context, req *runcode.Request, u userland, ve
 		return ms, false, r
 	}
 	return ms, diag.written() > 0, nil
+}
+
+// boxTmp is where req's run sees p, a path in its session's tmp
+// (sandbox.BoxTmp in a box).
+func (e *Engine) boxTmp(req *runcode.Request, p string) string {
+	return e.sb.TmpPath(req.Session.TmpDir(), p)
 }

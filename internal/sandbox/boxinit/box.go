@@ -226,6 +226,19 @@ func (b *boxInit) reply(kind byte, fields ...string) {
 	_ = syscall.Sendmsg(b.ctl, EncodeMsg(kind, fields...), nil, nil, 0)
 }
 
+// replyUnlocking sends a reply that must reach the server before any
+// reply the reaper sends once it can take b.mu (a spawn's Started before
+// its Exited), without holding b.mu through the send: called with b.mu
+// held, it takes the sender's lock, lets go of b.mu, then sends. A slow
+// reader of the control socket then holds back the other replies only,
+// never the spawns, signals and reaping that need b.mu.
+func (b *boxInit) replyUnlocking(kind byte, fields ...string) {
+	b.send.Lock()
+	b.mu.Unlock()
+	defer b.send.Unlock()
+	_ = syscall.Sendmsg(b.ctl, EncodeMsg(kind, fields...), nil, nil, 0)
+}
+
 // spawn: id, dir, tty, argv... The box's spawner for the spawn's policy
 // starts it when there is one; else the init child is forked and exec'd
 // here, and a spawner for that policy started after the answer.

@@ -280,12 +280,11 @@ func (b *boxInit) viaSpawner(sp *spawner, id string, req []byte, fds []int, stat
 			b.armSpawnerIdle(sp)
 		}
 		done()
+		b.sendHeld(id, pid) // signals the server sent while the spawner worked
 		// Started before the reaper, which needs b.mu to name the
 		// program, can report its exit: the server learns how it
-		// started while it still knows the spawn.
-		b.reply(MsgStarted, id, strconv.Itoa(pid), BySpawner)
-		b.sendHeld(id, pid) // signals the server sent while the spawner worked
-		b.mu.Unlock()
+		// started while it still knows the spawn. Sent without b.mu.
+		b.replyUnlocking(MsgStarted, id, strconv.Itoa(pid), BySpawner)
 		// The status socket: ReadyByte, as the init child writes it, and
 		// the program's pidfd, which names its host pid to the server
 		// (the writer's own credentials would name the box init).

@@ -1,7 +1,7 @@
 // python: one Python per sandbox. commands.run's python and python3 (a
 // login shell, as E2B runs every command) and the PTY's are runCode's
 // interpreter, and none of them names a host path (sys.prefix, sys.path,
-// tracebacks, pip's location); what commands.run('pip install …')
+// tracebacks, pip's location, TMPDIR and pip's cache); what commands.run('pip install …')
 // installs, runCode imports. And no root: user 'root' and sudo say why and what to use.
 // E2B_SCENARIO_WHEEL names a wheel the server's pip index has
 // (cmd/quro's TestE2BSDK serves one); without it that check is skipped.
@@ -62,6 +62,16 @@ try {
       assert.equal(base, tree)
       assert.ok(path.some((p) => p.startsWith(`${tree}/lib/python3`)), `sys.path ${path}`)
     }
+    // The session's temporary directory at its box path, one for runCode
+    // and commands: what one writes there the other reads.
+    const tmp = await sbx.runCode('import os, tempfile; open(os.path.join(tempfile.gettempdir(), "from-code"), "w").write("kept"); print(os.environ["TMPDIR"], tempfile.gettempdir())')
+    assert.equal(tmp.error, undefined, JSON.stringify(tmp.error))
+    noHost("runCode's TMPDIR", tmp.logs.stdout.join(''))
+    assert.equal(tmp.logs.stdout.join(''), '/run/quro/tmp /run/quro/tmp\n')
+    const t = await sbx.commands.run(`echo "$TMPDIR"; pip cache dir; python3 -c 'import tempfile; print(tempfile.gettempdir())'; cat "$TMPDIR/from-code"`)
+    noHost("commands.run's TMPDIR", t.stdout + t.stderr)
+    assert.equal(t.stdout, '/run/quro/tmp\n/run/quro/tmp/pip-cache\n/run/quro/tmp\nkept')
+
     const tb = await sbx.runCode('import json\njson.loads("x")')
     assert.equal(tb.error?.name, 'JSONDecodeError')
     noHost("runCode's traceback", tb.error.traceback)
@@ -81,10 +91,11 @@ try {
     let term = ''
     const { promise, feed } = waitFor((t) => /PIP-END/.test(t))
     const h = await sbx.pty.create({ cols: 200, rows: 24, onData: (d) => feed(term += dec.decode(d, { stream: true })) })
-    await sbx.pty.sendInput(h.pid, enc.encode(`pip --version; python -c 'import sys; print(sys.prefix)'; echo PIP-""END\n`))
+    await sbx.pty.sendInput(h.pid, enc.encode(`pip --version; python -c 'import sys; print(sys.prefix)'; echo "T=$TMPDIR"; echo PIP-""END\n`))
     await promise
     await sbx.pty.kill(h.pid)
     noHost('the PTY', term)
+    assert.match(term.replaceAll('\r', ''), /^T=\/run\/quro\/tmp$/m)
     if (want.startsWith(tree)) assert.match(term, /from \/run\/quro\/pip\/pip /)
   })
 
