@@ -13,19 +13,12 @@ package main
 import (
 	"archive/tar"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/quro-dev/quro/internal/cluster"
 )
@@ -36,16 +29,7 @@ func TestClusterDrainIntoAFullNode(t *testing.T) {
 	auth := []string{"Authorization", "Bearer " + acme}
 	exec := func(t *testing.T, via *node, id, cmd string) string {
 		t.Helper()
-		body, _ := json.Marshal(map[string]any{"command": cmd})
-		r := do(t, "POST", via.url+"/v1/sessions/"+id+"/exec", "application/json", string(body), auth...)
-		var res struct {
-			Output   string `json:"output"`
-			ExitCode int    `json:"exit_code"`
-		}
-		if r.status != 200 || json.Unmarshal([]byte(r.body), &res) != nil || res.ExitCode != 0 {
-			t.Fatalf("exec %q in %s through %s: %d %s", cmd, id, via.name, r.status, r.body)
-		}
-		return res.Output
+		return sessionExec(t, via, acme, id, cmd)
 	}
 	// Sessions through node a until no node has room: both at their
 	// ceiling.
@@ -72,12 +56,7 @@ func TestClusterDrainIntoAFullNode(t *testing.T) {
 	}
 
 	t.Run("a drain into a full node moves nothing and loses nothing", func(t *testing.T) {
-		adminFile := filepath.Join(t.TempDir(), "admin")
-		os.WriteFile(adminFile, []byte(admin), 0o600)
-		var out, errOut bytes.Buffer
-		root := newRoot(strings.NewReader(""), &out, &errOut)
-		root.SetArgs([]string{"node", "drain", "--server", a.url, "--token-file", adminFile})
-		err := root.ExecuteContext(context.Background())
+		out, errOut, err := nodeDrain(t, a, admin)
 		// Every session of node a's stays (its tenants' default ones too).
 		if err == nil || !strings.Contains(err.Error(), "sessions stay") || !strings.Contains(out.String(), "\n0 sessions moved, ") {
 			t.Fatalf("quro node drain into a full node: %v\n%s%s", err, out.String(), errOut.String())
@@ -102,14 +81,7 @@ func TestClusterDrainIntoAFullNode(t *testing.T) {
 		bPort, x := nodePort(t, dyn, "node-b", "node-x")
 		key := forwardKey(t, dyn)
 		id, name := fmt.Sprintf("%032x", time.Now().UnixNano()), "moved"
-		records := dyn.Resource(cluster.SessionsGVR).Namespace("default")
-		if _, err := records.Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": cluster.Group + "/" + cluster.Version, "kind": "Session", "metadata": map[string]any{"name": id},
-			"spec": map[string]any{"node": "node-x", "tenant": "acme", "name": name, "network": "none",
-				"created": time.Now().UTC().Format(time.RFC3339)}}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { records.Delete(context.Background(), id, metav1.DeleteOptions{}) })
+		ownedRecord(t, dyn, id, "node-x", name)
 		move := func(t *testing.T) httpResult {
 			t.Helper()
 			var buf bytes.Buffer
@@ -118,15 +90,7 @@ func TestClusterDrainIntoAFullNode(t *testing.T) {
 			tw.WriteHeader(&tar.Header{Name: "kept.txt", Mode: 0o644, Size: 5, Typeflag: tar.TypeReg})
 			tw.Write([]byte("kept\n"))
 			tw.Close()
-			req, _ := http.NewRequest("PUT", "https://"+bPort+cluster.MovePath+id, &buf)
-			req.Header.Set(cluster.MoveHeader, cluster.MoveSignature(key, "node-x", "node-b", id, time.Now()))
-			resp, err := x.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			rb, _ := io.ReadAll(resp.Body)
-			return httpResult{resp.StatusCode, string(rb), resp.Header.Get("Content-Type")}
+			return putMove(t, x, bPort, id, cluster.MoveSignature(key, "node-x", "node-b", id, time.Now()), &buf)
 		}
 		if r := move(t); r.status != http.StatusTooManyRequests || !strings.Contains(r.body, "session ceiling of 3") {
 			t.Fatalf("a move into node b at its ceiling: %d %s", r.status, r.body)
