@@ -52,16 +52,7 @@ func TestClusterDrain(t *testing.T) {
 	}
 	exec := func(t *testing.T, via *node, id, cmd string) string {
 		t.Helper()
-		body, _ := json.Marshal(map[string]any{"command": cmd})
-		r := do(t, "POST", via.url+"/v1/sessions/"+id+"/exec", "application/json", string(body), auth(acme)...)
-		var res struct {
-			Output   string `json:"output"`
-			ExitCode int    `json:"exit_code"`
-		}
-		if r.status != 200 || json.Unmarshal([]byte(r.body), &res) != nil || res.ExitCode != 0 {
-			t.Fatalf("exec %q in %s through %s: %d %s", cmd, id, via.name, r.status, r.body)
-		}
-		return res.Output
+		return sessionExec(t, via, acme, id, cmd)
 	}
 
 	// Sessions through node a until two are node a's (placement spreads
@@ -150,30 +141,10 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 		// only from the owner, as the node its certificate names).
 		bPort, hostile := nodePort(t, dyn, "node-b", "node-hostile")
 		own, ownName := fmt.Sprintf("%032x", time.Now().UnixNano()), "h0"
-		records := dyn.Resource(cluster.SessionsGVR).Namespace("default")
-		if _, err := records.Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": cluster.Group + "/" + cluster.Version, "kind": "Session", "metadata": map[string]any{"name": own},
-			"spec": map[string]any{"node": "node-hostile", "tenant": "acme", "name": ownName, "network": "none",
-				"created": time.Now().UTC().Format(time.RFC3339)}}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { records.Delete(context.Background(), own, metav1.DeleteOptions{}) })
+		ownedRecord(t, dyn, own, "node-hostile", ownName)
 		putTo := func(t *testing.T, id, sig string, body io.Reader, hdr ...string) httpResult {
 			t.Helper()
-			req, _ := http.NewRequest("PUT", "https://"+bPort+cluster.MovePath+id, body)
-			if sig != "" {
-				req.Header.Set(cluster.MoveHeader, sig)
-			}
-			for i := 0; i+1 < len(hdr); i += 2 {
-				req.Header.Set(hdr[i], hdr[i+1])
-			}
-			resp, err := hostile.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			rb, _ := io.ReadAll(resp.Body)
-			return httpResult{resp.StatusCode, string(rb), resp.Header.Get("Content-Type")}
+			return putMove(t, hostile, bPort, id, sig, body, hdr...)
 		}
 		put := func(t *testing.T, sig string, body io.Reader, hdr ...string) httpResult {
 			t.Helper()
@@ -276,12 +247,8 @@ sha256sum ../big.bin a/b/c/f1.txt a/b/c/f2.txt a/b/c/f3.txt top.txt | sed 's#\.\
 	})
 
 	t.Run("drain moves every session with its files", func(t *testing.T) {
-		adminFile := filepath.Join(t.TempDir(), "admin")
-		os.WriteFile(adminFile, []byte(admin), 0o600)
-		var out, errOut bytes.Buffer
-		root := newRoot(strings.NewReader(""), &out, &errOut)
-		root.SetArgs([]string{"node", "drain", "--server", a.url, "--token-file", adminFile})
-		if err := root.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), "1 sessions stay") {
+		out, errOut, err := nodeDrain(t, a, admin)
+		if err == nil || !strings.Contains(err.Error(), "1 sessions stay") {
 			t.Fatalf("quro node drain with a session that cannot move: %v\n%s%s", err, out.String(), errOut.String())
 		}
 		t.Logf("quro node drain:\n%s", out.String())
@@ -500,6 +467,71 @@ func forwardKey(t *testing.T, dyn dynamic.Interface) []byte {
 		t.Fatal(err)
 	}
 	return key
+}
+
+// nodeDrain runs quro node drain against node n with the operator's
+// token admin and returns what it printed and its error.
+func nodeDrain(t *testing.T, n *node, admin string) (out, errOut *bytes.Buffer, err error) {
+	t.Helper()
+	adminFile := filepath.Join(t.TempDir(), "admin")
+	if err := os.WriteFile(adminFile, []byte(admin), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut = &bytes.Buffer{}, &bytes.Buffer{}
+	root := newRoot(strings.NewReader(""), out, errOut)
+	root.SetArgs([]string{"node", "drain", "--server", n.url, "--token-file", adminFile})
+	return out, errOut, root.ExecuteContext(context.Background())
+}
+
+// sessionExec runs cmd in session id through node via with token tok
+// and returns its output; it must exit 0.
+func sessionExec(t *testing.T, via *node, tok, id, cmd string) string {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"command": cmd})
+	r := do(t, "POST", via.url+"/v1/sessions/"+id+"/exec", "application/json", string(body), "Authorization", "Bearer "+tok)
+	var res struct {
+		Output   string `json:"output"`
+		ExitCode int    `json:"exit_code"`
+	}
+	if r.status != 200 || json.Unmarshal([]byte(r.body), &res) != nil || res.ExitCode != 0 {
+		t.Fatalf("exec %q in %s through %s: %d %s", cmd, id, via.name, r.status, r.body)
+	}
+	return res.Output
+}
+
+// ownedRecord makes session id's record (tenant acme, named name),
+// owned by node, for the test's length: a session a node of the test's
+// (nodePort) may move.
+func ownedRecord(t *testing.T, dyn dynamic.Interface, id, node, name string) {
+	t.Helper()
+	records := dyn.Resource(cluster.SessionsGVR).Namespace("default")
+	if _, err := records.Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": cluster.Group + "/" + cluster.Version, "kind": "Session", "metadata": map[string]any{"name": id},
+		"spec": map[string]any{"node": node, "tenant": "acme", "name": name, "network": "none",
+			"created": time.Now().UTC().Format(time.RFC3339)}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { records.Delete(context.Background(), id, metav1.DeleteOptions{}) })
+}
+
+// putMove sends body as session id's move to the node port at addr
+// through c (nodePort's), signed sig ("": unsigned), with hdr's headers.
+func putMove(t *testing.T, c *http.Client, addr, id, sig string, body io.Reader, hdr ...string) httpResult {
+	t.Helper()
+	req, _ := http.NewRequest("PUT", "https://"+addr+cluster.MovePath+id, body)
+	if sig != "" {
+		req.Header.Set(cluster.MoveHeader, sig)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rb, _ := io.ReadAll(resp.Body)
+	return httpResult{resp.StatusCode, string(rb), resp.Header.Get("Content-Type")}
 }
 
 // nodePort is the node port's address of node to, from its Lease, and a

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/capability"
+	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/egress"
 	"github.com/quro-dev/quro/internal/session"
 )
@@ -344,4 +345,96 @@ func emptyTar() io.Reader {
 	tw := tar.NewWriter(&b)
 	_ = tw.Close()
 	return &b
+}
+
+// TestImportIsAdmittedAgainstTheReceiversCeilings drains into a full
+// server: a receiver at its server ceiling (and, another, at the tenant's
+// ceiling) refuses the move with the ceiling named (resource_exhausted,
+// 429), before it reads the workspace, and keeps nothing of it; the
+// sender, unquiesced, keeps the session with its files. With room made,
+// the same move is taken.
+func TestImportIsAdmittedAgainstTheReceiversCeilings(t *testing.T) {
+	t.Parallel()
+	newFull := func(l Limits) *App {
+		a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed, Limits: l})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		return a
+	}
+	from := newApp(t, nil)
+	ctx := context.Background()
+	id := mustCall(t, from, "create_session", CreateSessionInput{Name: "mover"}).(*SessionInfo).ID
+	if r, err := call(t, from, "terminal_exec", TerminalExecInput{Session: id, Command: "echo kept > f.txt"}); err != nil {
+		t.Fatal(r, err)
+	}
+	m := from.Mover()
+	move := func(to *App) error {
+		t.Helper()
+		if err := m.Quiesce(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		pr, pw := io.Pipe()
+		exported := make(chan struct{})
+		go func() { pw.CloseWithError(m.Export(ctx, id, pw)); close(exported) }()
+		_, _, _, err := to.Mover().Import(ctx, id, "", "mover", pr)
+		pr.CloseWithError(errors.New("the receiver is done"))
+		<-exported
+		return err
+	}
+	for _, c := range []struct {
+		name, scope string
+		limits      Limits
+	}{
+		// Ceilings of 2: the receiver holds at least one session of its own.
+		{"server", "the server (all tenants together) is at its session ceiling of 2", Limits{Sessions: 2}},
+		{"tenant", "the tenant is at its session ceiling of 2", Limits{SessionsPerTenant: 2, Tenant: TenantLimits{Sessions: 2}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// Filled with sessions until a create is refused at the ceiling.
+			to := newFull(c.limits)
+			var held string
+			for i := 0; ; i++ {
+				r, err := call(t, to, "create_session", CreateSessionInput{Name: "held" + strconv.Itoa(i)})
+				if errors.Is(err, session.ErrLimit) {
+					break
+				}
+				if err != nil || i == 2 {
+					t.Fatalf("filling the receiver: %v (%d made)", err, i)
+				}
+				held = r.Output.(*SessionInfo).ID
+			}
+			err := move(to)
+			if !errors.Is(err, session.ErrLimit) || controller.Classify(err).Code != capability.ResourceExhausted || !strings.Contains(err.Error(), c.scope) {
+				t.Fatalf("a move into a full receiver: %v", err)
+			}
+			if _, err := to.Sessions.ByIDAnyTenant(ctx, id); !errors.Is(err, session.ErrNotFound) {
+				t.Fatalf("the refused move left its session at the receiver: %v", err)
+			}
+			m.Unquiesce(id)
+			r, err := call(t, from, "terminal_exec", TerminalExecInput{Session: id, Command: "cat f.txt"})
+			if err != nil || !strings.Contains(r.Text, "kept") {
+				t.Fatalf("the sender's session after the refused move: %v %v", r, err)
+			}
+			// Room made: the move is taken.
+			if held == "" {
+				t.Fatal("the ceiling was met before a create: nothing to destroy")
+			}
+			if _, err := call(t, to, "destroy_session", SessionRef{Session: held}); err != nil {
+				t.Fatal(err)
+			}
+			if err := move(to); err != nil {
+				t.Fatalf("the move with room at the receiver: %v", err)
+			}
+			if _, err := to.Sessions.ByIDAnyTenant(ctx, id); err != nil {
+				t.Fatalf("the moved session at the receiver: %v", err)
+			}
+			// Back to the sender's own state for the next case.
+			if err := to.Mover().Release(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			m.Unquiesce(id)
+		})
+	}
 }

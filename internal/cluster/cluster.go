@@ -506,10 +506,11 @@ func (c *Cluster) Record(ctx context.Context, want *Session) error {
 	return err
 }
 
-// record is Record; with specOnly, a record it creates gets no status
-// (a write of its own, the status subresource's): created reports that,
-// and the caller writes the status later (Member.SyncRecords).
-func (c *Cluster) record(ctx context.Context, want *Session, specOnly bool) (created bool, err error) {
+// record is Record; with specOnly, no status is written (a write of its
+// own, the status subresource's): statusDue reports a record made, or
+// found with another status, whose status the caller writes later
+// (Member.SyncRecords).
+func (c *Cluster) record(ctx context.Context, want *Session, specOnly bool) (statusDue bool, err error) {
 	if !validObjectName(want.Name) {
 		return false, fmt.Errorf("cluster: session ID %q cannot name an object", want.Name)
 	}
@@ -520,7 +521,7 @@ func (c *Cluster) record(ctx context.Context, want *Session, specOnly bool) (cre
 	_, seen := c.cached(want.Name)
 	fresh := !seen
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		created = false
+		statusDue = false
 		var cur *unstructured.Unstructured
 		var err error = apierrors.NewNotFound(SessionsGVR.GroupResource(), want.Name)
 		if !fresh {
@@ -543,7 +544,7 @@ func (c *Cluster) record(ctx context.Context, want *Session, specOnly bool) (cre
 				return err
 			}
 			if specOnly {
-				created = true
+				statusDue = true
 				return nil
 			}
 			return c.writeStatus(ctx, made, want.Status)
@@ -567,11 +568,15 @@ func (c *Cluster) record(ctx context.Context, want *Session, specOnly bool) (cre
 			}
 		}
 		if have.Status != want.Status {
+			if specOnly {
+				statusDue = true
+				return nil
+			}
 			return c.writeStatus(ctx, cur, want.Status)
 		}
 		return nil
 	})
-	return created, err
+	return statusDue, err
 }
 
 // labeled reports whether s has the labels of its spec (recordLabels): a

@@ -120,8 +120,10 @@ func (m *Member) Sync(ctx context.Context) error {
 // session's record naming this node, and no record of a session this
 // node no longer holds. A new record's status (alive, phase: nothing
 // routes by it) is a write of its own, made by Run at once after the
-// answer; the Lease's count waits for the next Sync (another node counts
-// this node's sessions by their records as well, Nodes).
+// answer, and so is an older record's whose status alone is behind (a
+// session a call used: Run's next Sync); the Lease's count waits for the
+// next Sync (another node counts this node's sessions by their records
+// as well, Nodes).
 func (m *Member) SyncRecords(ctx context.Context) error {
 	_, err := m.syncRecords(ctx, true)
 	return err
@@ -170,14 +172,18 @@ func (m *Member) syncRecords(ctx context.Context, specOnly bool) (int, error) {
 			Rootfs: ls.Rootfs, Created: ls.Created.UTC().Format(time.RFC3339)},
 			Status: SessionStatus{Alive: m.isAlive(ls.ID), Node: self, Phase: PhaseReady}}
 		want.Name = ls.ID
-		if have, ok := m.C.cached(ls.ID); ok && have.Spec == want.Spec && have.Status == want.Status && labeled(have) {
+		// What routes a call is the spec and its labels: a create's
+		// answer (specOnly) does not wait for the status of sessions
+		// that calls used since the last Sync (alive), one read and one
+		// write each; Run writes them.
+		if have, ok := m.C.cached(ls.ID); ok && have.Spec == want.Spec && labeled(have) && (specOnly || have.Status == want.Status) {
 			continue
 		}
-		created, err := m.C.record(ctx, want, specOnly)
+		due, err := m.C.record(ctx, want, specOnly)
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
-		if created {
+		if due {
 			select {
 			case m.statusDue() <- struct{}{}:
 			default: // due already

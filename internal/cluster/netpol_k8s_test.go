@@ -10,6 +10,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"reflect"
 	"strings"
@@ -94,8 +95,13 @@ func TestClusterNetworkPolicy(t *testing.T) {
 			}
 		}
 	}
-	if ports["node"] == 0 || ports["http"] == 0 || !strings.HasSuffix(nodeListen, ":7071") || ports["node"] != 7071 {
-		t.Fatalf("the StatefulSet's ports %v, --node-listen=%s", ports, nodeListen)
+	if ports["node"] == 0 || ports["http"] == 0 || !strings.HasSuffix(nodeListen, fmt.Sprintf(":%d", ports["node"])) {
+		t.Fatalf("the StatefulSet's ports %v, --node-listen=%s (the container port node is the port --node-listen serves)", ports, nodeListen)
+	}
+	// Quro's own label, not the generic name every chart of the app may
+	// put on its pods.
+	if sel[LabelComponent] != ComponentNode {
+		t.Fatalf("the policy selects %v, not Quro's pods by %s=%s", sel, LabelComponent, ComponentNode)
 	}
 	// Each port the policy opens, and to whom (nil: anyone).
 	open := map[int64][]any{}
@@ -108,7 +114,13 @@ func TestClusterNetworkPolicy(t *testing.T) {
 			t.Fatalf("a rule opens every port: %v", rm)
 		}
 		for _, p := range rps {
+			// A port by the StatefulSet's name for it, or by number.
 			n, _, _ := unstructured.NestedInt64(p.(map[string]any), "port")
+			if name, ok, _ := unstructured.NestedString(p.(map[string]any), "port"); ok {
+				if n = ports[name]; n == 0 {
+					t.Fatalf("the policy opens port %q, which the StatefulSet does not name", name)
+				}
+			}
 			open[n] = from
 		}
 	}
@@ -130,7 +142,7 @@ func TestClusterNetworkPolicy(t *testing.T) {
 		t.Fatalf("the node port is open to addresses: %v", peer)
 	}
 	psel, _, _ := unstructured.NestedStringMap(peer, "podSelector", "matchLabels")
-	if len(psel) == 0 || !subset(psel, pods) {
+	if len(psel) == 0 || !subset(psel, pods) || psel[LabelComponent] != ComponentNode {
 		t.Fatalf("the node port is open to pods %v, the StatefulSet's are %v", psel, pods)
 	}
 }

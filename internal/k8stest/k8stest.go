@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,21 +152,75 @@ current-context: t
 // Manifest reads deploy/kubernetes/name, one object.
 func Manifest(t testing.TB, name string) *unstructured.Unstructured {
 	t.Helper()
+	objs := Manifests(t, name)
+	if len(objs) != 1 {
+		t.Fatalf("%s holds %d objects, not one", name, len(objs))
+	}
+	return objs[0]
+}
+
+// Manifests reads the objects of deploy/kubernetes/name, in order.
+func Manifests(t testing.TB, name string) []*unstructured.Unstructured {
+	t.Helper()
 	// From the test's package directory, two levels below the module's
 	// (cmd/quro, internal/cluster): -trimpath leaves no path to this file.
 	b, err := os.ReadFile("../../deploy/kubernetes/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	js, err := yaml.YAMLToJSON(b)
-	if err != nil {
-		t.Fatal(err)
+	var objs []*unstructured.Unstructured
+	for doc := range strings.SplitSeq("\n"+string(b), "\n---\n") {
+		js, err := yaml.YAMLToJSON([]byte(doc))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if string(js) == "null" {
+			continue // comments only
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(js); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		objs = append(objs, u)
 	}
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(js); err != nil {
-		t.Fatalf("%s: %v", name, err)
+	return objs
+}
+
+// kinds are the resources of the kinds Apply creates, and whether each
+// is namespaced.
+var kinds = map[string]struct {
+	resource   string
+	namespaced bool
+}{
+	"ServiceAccount":                   {"serviceaccounts", true},
+	"Role":                             {"roles", true},
+	"RoleBinding":                      {"rolebindings", true},
+	"NetworkPolicy":                    {"networkpolicies", true},
+	"ValidatingAdmissionPolicy":        {"validatingadmissionpolicies", false},
+	"ValidatingAdmissionPolicyBinding": {"validatingadmissionpolicybindings", false},
+}
+
+// Apply creates the objects of deploy/kubernetes/name, the namespaced
+// ones in namespace ns (as the kustomization's namespace does).
+func Apply(t testing.TB, cfg *rest.Config, ns, name string) {
+	t.Helper()
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	for _, u := range Manifests(t, name) {
+		gvk := u.GroupVersionKind()
+		k, ok := kinds[gvk.Kind]
+		if !ok {
+			t.Fatalf("%s: k8stest.Apply knows no kind %s", name, gvk.Kind)
+		}
+		gvr := gvk.GroupVersion().WithResource(k.resource)
+		var res dynamic.ResourceInterface = dyn.Resource(gvr)
+		if k.namespaced {
+			u.SetNamespace(ns)
+			res = dyn.Resource(gvr).Namespace(ns)
+		}
+		if _, err := res.Create(context.Background(), u, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
+			t.Fatalf("%s: the API server refused %s %s: %v", name, gvk.Kind, u.GetName(), err)
+		}
 	}
-	return u
 }
 
 // InstallCRD applies deploy/kubernetes/crd-sessions.yaml and waits until

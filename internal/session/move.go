@@ -94,9 +94,12 @@ type Adopted struct {
 // checked as a create checks it: it is hostile input from the wire.
 // fill writes its workspace before its row is stored, so no caller (nor
 // the cluster's sync of this node's sessions) sees it half made; on an
-// error nothing of it is left. It is not counted against the ceilings:
-// it was counted where it was made. A name another session holds here is
-// suffixed with the ID's first 8 digits (s.Name says which).
+// error nothing of it is left. It is admitted against this node's
+// ceilings as a create is (the tenant's and the server's session
+// ceilings: a *LimitError, before its workspace is read, and counted
+// again as its row is stored), since where it was made is no longer
+// where it counts. A name another session holds here is suffixed with
+// the ID's first 8 digits (s.Name says which).
 func (m *Manager) Adopt(ctx context.Context, a *Adopted, fill func(s *Session) error) (*Session, error) {
 	if !idRE.MatchString(a.ID) {
 		return nil, fmt.Errorf("%w: session id %q", ErrBadName, a.ID)
@@ -125,6 +128,10 @@ func (m *Manager) Adopt(ctx context.Context, a *Adopted, fill func(s *Session) e
 	}
 	if m.Exists(ctx, a.ID) {
 		return nil, fmt.Errorf("%w: session %s is here already", ErrExists, a.ID)
+	}
+	caps, err := m.admit(ctx, a.Tenant)
+	if err != nil {
+		return nil, err
 	}
 	// Names are each node's own (every node makes its tenants' "default"
 	// session): a name taken here gets the ID's first 8 digits.
@@ -161,8 +168,11 @@ func (m *Manager) Adopt(ctx context.Context, a *Adopted, fill func(s *Session) e
 		m.undoAdopt(s)
 		return nil, err
 	}
-	if err := m.store.CreateSession(ctx, row); err != nil {
+	if err := m.store.CreateSessionWithin(ctx, row, caps); err != nil {
 		m.undoAdopt(s)
+		if err := m.capped(a.Tenant, err); errors.Is(err, ErrLimit) {
+			return nil, err
+		}
 		if errors.Is(err, store.ErrExists) {
 			return nil, fmt.Errorf("%w: %q", ErrExists, row.Name)
 		}

@@ -515,6 +515,14 @@ func (m *Manager) mayCreate(ctx context.Context, capped bool) (string, *store.Ca
 	if !capped {
 		return tenant, nil, nil
 	}
+	caps, err := m.admit(ctx, tenant)
+	return tenant, caps, err
+}
+
+// admit checks that tenant has room for one more session under its
+// ceiling and the server's, and returns the caps the store counts again
+// when it adds the session.
+func (m *Manager) admit(ctx context.Context, tenant string) (*store.Caps, error) {
 	caps := &store.Caps{Tenant: m.MaxPerTenant, Total: m.MaxTotal, Uncounted: SpareTenant}
 	if m.MaxFor != nil {
 		caps.Tenant = m.MaxFor(tenant)
@@ -522,22 +530,22 @@ func (m *Manager) mayCreate(ctx context.Context, capped bool) (string, *store.Ca
 	if caps.Tenant > 0 {
 		n, err := m.store.CountSessions(ctx, tenant)
 		if err != nil {
-			return "", nil, err
+			return nil, err
 		}
 		if n >= caps.Tenant {
-			return "", nil, m.limitError(tenant, "tenant", n, caps.Tenant)
+			return nil, m.limitError(tenant, "tenant", n, caps.Tenant)
 		}
 	}
 	if caps.Total > 0 {
 		n, err := m.CountAll(ctx)
 		if err != nil {
-			return "", nil, err
+			return nil, err
 		}
 		if n >= caps.Total {
-			return "", nil, m.limitError(tenant, "server", n, caps.Total)
+			return nil, m.limitError(tenant, "server", n, caps.Total)
 		}
 	}
-	return tenant, caps, nil
+	return caps, nil
 }
 
 // capped is err as the Manager's error: a *store.CapError becomes

@@ -443,9 +443,18 @@ func TestKubernetes(t *testing.T) {
 	// connection before the handshake.
 	t.Run("NetworkPolicy", func(t *testing.T) {
 		got := c.kubectl(t, "", "-n", ns, "get", "networkpolicy", "quro", "-o",
-			`jsonpath={.spec.podSelector.matchLabels.app\.kubernetes\.io/name} {.spec.ingress[1].from[0].podSelector.matchLabels.app\.kubernetes\.io/name} {.spec.ingress[1].ports[0].port}`)
-		if strings.TrimSpace(got) != "quro quro 7071" {
-			t.Fatalf("the NetworkPolicy quro: %q (want the node port 7071 open to the quro pods)", got)
+			`jsonpath={.spec.podSelector.matchLabels.quro\.dev/component} {.spec.ingress[1].from[0].podSelector.matchLabels.quro\.dev/component} {.spec.ingress[1].ports[0].port}`)
+		if strings.TrimSpace(got) != "node node node" {
+			t.Fatalf("the NetworkPolicy quro: %q (want the node port, by its name, open to Quro's pods)", got)
+		}
+		// The pods it selects are the StatefulSet's, and their port node
+		// is the node port (7071, as the Leases say below).
+		pods := c.kubectl(t, "", "-n", ns, "get", "pods", "-l", "quro.dev/component=node", "-o",
+			`jsonpath={range .items[*]}{.metadata.name} {.spec.containers[0].ports[?(@.name=="node")].containerPort}{"\n"}{end}`)
+		for name := range nodes {
+			if !strings.Contains(pods, name+" 7071\n") {
+				t.Fatalf("pods of quro.dev/component=node:\n%s(want %s with its node port 7071)", pods, name)
+			}
 		}
 	})
 
