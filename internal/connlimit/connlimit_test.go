@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -470,4 +471,78 @@ func TestConnReadFromPassesFilesOn(t *testing.T) {
 	if g := <-got; g != want {
 		t.Fatalf("received %d bytes, want %d", len(g), len(want))
 	}
+}
+
+// A response of the server NewServer makes passes a copy from a file on
+// to the connection (the kernel's copy, sendfile, on a TCP connection):
+// the handler's writer is an io.ReaderFrom whose copy reaches the
+// connection's own ReadFrom, and the bytes arrive whole. The writer the
+// handler gets wraps the server's (closeOnRefusal): without a ReadFrom of
+// its own, the server copied every file through a 32 KiB buffer.
+func TestServerPassesAFileCopyToTheConnection(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := &readFromCounter{Listener: raw}
+	ln := connlimit.New(counted, nil)
+	want := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
+	path := t.TempDir() + "/f"
+	if err := os.WriteFile(path, []byte(want), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := connlimit.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rf, ok := w.(io.ReaderFrom)
+		if !ok {
+			http.Error(w, fmt.Sprintf("%T is no io.ReaderFrom", w), http.StatusInternalServerError)
+			return
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		defer f.Close()
+		w.Header().Set("Content-Length", fmt.Sprint(len(want)))
+		rf.ReadFrom(io.LimitReader(f, int64(len(want))))
+	}), nil)
+	go srv.Serve(ln)
+	defer srv.Close()
+	res, err := http.Get("http://" + raw.Addr().String() + "/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || res.StatusCode != 200 || string(b) != want {
+		t.Fatalf("%d, %d bytes (%v): %.100s", res.StatusCode, len(b), err, b)
+	}
+	if n := counted.calls.Load(); n == 0 {
+		t.Fatal("the file's copy never reached the connection's ReadFrom")
+	}
+}
+
+// readFromCounter's connections count their ReadFrom calls and pass them
+// on to the TCP connection.
+type readFromCounter struct {
+	net.Listener
+	calls atomic.Int64
+}
+
+func (l *readFromCounter) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, calls: &l.calls}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	calls *atomic.Int64
+}
+
+func (c *countingConn) ReadFrom(r io.Reader) (int64, error) {
+	c.calls.Add(1)
+	return c.Conn.(io.ReaderFrom).ReadFrom(r)
 }

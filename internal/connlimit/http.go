@@ -185,6 +185,17 @@ func (w *closeOnRefusal) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
+// ReadFrom passes a copy from a file on to the server's writer, as Write
+// does: the server hands a file with a Content-Length to the kernel's
+// copy (sendfile) only when it finds io.ReaderFrom on the writer.
+func (w *closeOnRefusal) ReadFrom(src io.Reader) (int64, error) {
+	w.wrote = true
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(struct{ io.Writer }{w.ResponseWriter}, src)
+}
+
 // Flush is http.Flusher's, for event streams.
 func (w *closeOnRefusal) Flush() { http.NewResponseController(w.ResponseWriter).Flush() }
 

@@ -1,6 +1,7 @@
 package terminal
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -485,13 +486,7 @@ func TestIdleStopNeverTakesARunningShell(t *testing.T) {
 func TestAShellThatDoesNotComeUpSaysSo(t *testing.T) {
 	s, _, _ := newShell(t, func(o *ShellOptions) { o.StartTimeout = 2 * time.Second })
 	stopped := make(chan int, 1)
-	hook := func(p *sandbox.Process) {
-		pids := p.CgroupPids()
-		for _, pid := range pids {
-			syscall.Kill(pid, syscall.SIGSTOP)
-		}
-		stopped <- len(pids)
-	}
+	hook := func(p *sandbox.Process) { stopped <- stopBox(t, p) }
 	spawnedHook.Store(&hook)
 	err := s.Start()
 	spawnedHook.Store(nil)
@@ -507,5 +502,52 @@ func TestAShellThatDoesNotComeUpSaysSo(t *testing.T) {
 	}
 	if r := exec(t, s, "echo up", ExecOptions{}); r.Output != "up\n" || r.ExitCode != 0 {
 		t.Fatalf("the next command: %+v", r)
+	}
+}
+
+// stopBox stops every process of p's box with SIGSTOP and returns how
+// many it stopped. One listing is not enough: a process listed while it
+// forks is stopped after its fork, and the child, missing from the list,
+// runs on (the shell then answered its setup). So each round waits until
+// every stopped process is seen stopped — any fork it was making is then
+// done and its child in the cgroup — and lists again, until a listing
+// finds no process not already stopped.
+func stopBox(t *testing.T, p *sandbox.Process) int {
+	stopped := map[int]bool{}
+	for {
+		more := false
+		for _, pid := range p.CgroupPids() {
+			if !stopped[pid] {
+				syscall.Kill(pid, syscall.SIGSTOP)
+				stopped[pid] = true
+				more = true
+			}
+		}
+		if !more {
+			return len(stopped)
+		}
+		for pid := range stopped {
+			waitStopped(t, pid)
+		}
+	}
+}
+
+// waitStopped waits until pid is in the stopped state (or gone), reading
+// its state from /proc/PID/stat.
+func waitStopped(t *testing.T, pid int) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return // gone
+		}
+		if i := bytes.LastIndexByte(b, ')'); i > 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 'Z' || b[i+2] == 'X') {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("pid %d not stopped within a minute", pid)
+			return
+		}
+		time.Sleep(time.Millisecond) // a poll: /proc gives no event for a stop
 	}
 }

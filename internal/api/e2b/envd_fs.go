@@ -732,9 +732,7 @@ func (f *fsService) download(w http.ResponseWriter, r *http.Request) {
 		writeFileError(w, err)
 		return
 	}
-	if c.File != nil {
-		defer c.File.Close()
-	}
+	defer c.Close()
 	if c.Size > maxTransfer {
 		writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf(
 			"%s is %d bytes, over the %d bytes (1 GiB) Quro %s sends through /files: read it in parts (read_file with offset and limit) or process it with a command in the sandbox",
@@ -746,6 +744,10 @@ func (f *fsService) download(w http.ResponseWriter, r *http.Request) {
 		b = make([]byte, min(c.Size, gzipSample))
 		n, err := c.File.ReadAt(b, 0)
 		if err != nil && err != io.EOF {
+			var pe *fs.PathError
+			if errors.As(err, &pe) { // its path is the file's on the host
+				err = pe.Err
+			}
 			writeFileError(w, capability.Errorf(capability.Internal, "reading %s: %v", fromWorkspace(c.Path), err))
 			return
 		}

@@ -441,15 +441,21 @@ func TestEnvdFilesSendsTheFileItOpened(t *testing.T) {
 	}
 
 	// The sandbox killed mid-read: the kill neither waits for the
-	// client nor fails on the file still open (it outlives the call).
+	// client nor fails on the file still open (it outlives the call),
+	// and it ends the send: a client that reads slowly (here: not until
+	// the destroy returned) would otherwise hold the destroyed session's
+	// disk for as long as it liked, outside every ceiling.
 	e.shell(t, id, "truncate -s "+strconv.Itoa(size)+" last")
 	res = get("last")
 	args, _ := json.Marshal(map[string]any{"session": id})
 	if _, err := e.App.Controller.Call(context.Background(), controller.Caller{Path: "cli", Tenant: e.Tenant, Scope: capability.ScopeExec}, "destroy_session", args); err != nil {
 		t.Fatalf("destroy while a file is sent: %v", err)
 	}
-	_, _ = io.Copy(io.Discard, res.Body) // whole or cut: the file the tenant's own
+	n, err = io.Copy(io.Discard, res.Body)
 	res.Body.Close()
+	if err == nil || n >= size {
+		t.Fatalf("destroyed mid-read: %d of %d bytes, error %v: want the send ended (a cut body)", n, size, err)
+	}
 }
 
 // WatchDir streams start first, then the changes a process in the box
