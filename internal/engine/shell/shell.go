@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -98,11 +99,16 @@ func (e *Engine) Run(ctx context.Context, req *runcode.Request) (*runcode.Result
 		script := filepath.Join(req.Session.TmpDir(), "run-"+hex.EncodeToString(b[:])+".sh")
 		// Readable by the session's own uid, which runs it; the session's
 		// tmp directory itself is private to that uid (see sandbox.Start).
+		boxPath := e.sb.TmpPath(req.Session.TmpDir(), script) // no host path in $0 or an error
 		if err := os.WriteFile(script, []byte(req.Code), 0o644); err != nil {
-			return nil, fmt.Errorf("write script: %w", err)
+			var pe *fs.PathError
+			if errors.As(err, &pe) { // it names the host path
+				err = pe.Err
+			}
+			return nil, fmt.Errorf("write script %s: %w", boxPath, err)
 		}
 		defer os.Remove(script)
-		args = []string{e.prog, e.sb.TmpPath(req.Session.TmpDir(), script)} // its box path: no host path in $0 or an error
+		args = []string{e.prog, boxPath}
 	}
 	spec := runcode.ProcessSpec(req, args...)
 	spec.Rootfs = rootfsDir

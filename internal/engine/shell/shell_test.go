@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -177,5 +178,25 @@ func TestNoBashOnTheHost(t *testing.T) {
 	res := run(t, r, newSession(t, ""), "bash", "echo should-not-run")
 	if res.Engine != "none" || res.Stdout != "" || !strings.Contains(res.Error, "bash") || !strings.Contains(res.Error, `lang "sh" runs POSIX sh instead`) {
 		t.Errorf("engine %s stdout %q error %q", res.Engine, res.Stdout, res.Error)
+	}
+}
+
+// TestLongScriptErrorNamesNoHostPath: code over the argument bound goes
+// through a script file in the session's tmp directory; when it cannot
+// be written (a full disk: here, the directory gone) the error names the
+// file at its box path, never the session's directory on the host.
+func TestLongScriptErrorNamesNoHostPath(t *testing.T) {
+	r := runcode.New(shell.Languages(newSandbox(t), nil), nil)
+	s := newSession(t, "")
+	if err := os.RemoveAll(s.TmpDir()); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Run(context.Background(), runcode.Input{Code: "true #" + strings.Repeat("x", 200<<10), Lang: "bash", Session: s, Timeout: time.Minute})
+	msg := fmt.Sprint(err)
+	if res != nil {
+		msg += " " + res.Error + " " + res.Stderr
+	}
+	if !strings.Contains(msg, "write script") || strings.Contains(msg, s.Dir) {
+		t.Fatalf("a script that cannot be written: %s", msg)
 	}
 }
