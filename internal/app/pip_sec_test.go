@@ -309,12 +309,12 @@ func TestPipFetchRefusesDirectURLsToTheHostsNetworks(t *testing.T) {
 	}
 	// A git repository: pip hands it to git, which ignores pip's proxy;
 	// the fetch box lets no TCP connect reach any port but the proxy's.
-	// Its error quotes git's command line, whose paths are in the data
-	// directory: the tenant reads them as $QURO_DATA.
+	// Its error quotes git's command line, whose paths are in pip's
+	// temporary directory: the tenant reads them at their box path.
 	if _, err := installPip(t, a, pipAlice, s.ID, "qurogit"); err == nil {
 		t.Error("qurogit: installed, want a failure")
-	} else if strings.Contains(err.Error(), a.DataDir) || !strings.Contains(err.Error(), "$QURO_DATA") {
-		t.Errorf("qurogit: the error shows the data directory %s, or not as $QURO_DATA: %v", a.DataDir, err)
+	} else if strings.Contains(err.Error(), a.DataDir) || !strings.Contains(err.Error(), sandbox.BoxTmp+"/") {
+		t.Errorf("qurogit: the error shows the data directory %s, or not pip's temporary directory at %s: %v", a.DataDir, sandbox.BoxTmp, err)
 	} else {
 		t.Logf("qurogit: %v", err)
 	}
