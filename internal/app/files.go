@@ -50,27 +50,16 @@ type FileContent struct {
 	MediaType string `json:"media_type,omitempty" jsonschema:"set when the whole file is an image (told from its bytes): image/png, image/jpeg, image/gif, image/webp or image/svg+xml"`
 	Width     int    `json:"width,omitempty" jsonschema:"a raster image's width in pixels"`
 	Height    int    `json:"height,omitempty" jsonschema:"a raster image's height in pixels"`
-	// File is the file opened for ReadFileInput.Open (the caller ends
-	// it with Close); Size, Mode and ModTime are its own as opened,
+	// File is the file opened for ReadFileInput.Open, which the caller
+	// ends with Release; Size, Mode and ModTime are its own as opened,
 	// Content empty.
 	File *os.File `json:"-"`
-	// unhook ends File's tie to its session's end (OnEnd).
-	unhook func()
-}
-
-// Close closes File, the file opened for ReadFileInput.Open, and ends its
-// tie to the session. The file outlives the read_file call (a download
-// sends it after the call returned), so the session's end closes it too:
-// a destroyed session's disk is never held open by a download still
-// being sent, whatever pace its client reads at.
-func (c *FileContent) Close() error {
-	if c.unhook != nil {
-		c.unhook()
-	}
-	if c.File == nil {
-		return nil
-	}
-	return c.File.Close()
+	// Release closes File and ends its tie to the session (nil when no
+	// file was opened). The file outlives the read_file call (a download
+	// sends it after the call returned), so the session's end closes it
+	// too: a destroyed session's disk is never held open by a download
+	// still being sent, whatever pace its client reads at.
+	Release func() `json:"-"`
 }
 
 // Text is the content under a one-line header; a raster image is named
@@ -265,7 +254,8 @@ func (a *App) readFile(ctx context.Context, in ReadFileInput) (*FileContent, err
 		// The session's end closes the file: a send in progress then
 		// ends within its current piece (its client sees a cut body).
 		unhook := a.lives.OnEnd(sess.ID, func() { f.Close() })
-		return &FileContent{Session: sess.ID, Path: c.Path, Size: c.Size, Mode: fmt.Sprintf("%04o", c.Mode), ModTime: c.ModTime, Encoding: "base64", File: f, unhook: unhook}, nil
+		release := func() { unhook(); f.Close() }
+		return &FileContent{Session: sess.ID, Path: c.Path, Size: c.Size, Mode: fmt.Sprintf("%04o", c.Mode), ModTime: c.ModTime, Encoding: "base64", File: f, Release: release}, nil
 	}
 	c, err := w.Read(in.Path, in.Offset, in.Limit)
 	if err != nil {

@@ -732,7 +732,9 @@ func (f *fsService) download(w http.ResponseWriter, r *http.Request) {
 		writeFileError(w, err)
 		return
 	}
-	defer c.Close()
+	if c.Release != nil {
+		defer c.Release()
+	}
 	if c.Size > maxTransfer {
 		writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf(
 			"%s is %d bytes, over the %d bytes (1 GiB) Quro %s sends through /files: read it in parts (read_file with offset and limit) or process it with a command in the sandbox",
