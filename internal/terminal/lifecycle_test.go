@@ -532,8 +532,10 @@ func stopBox(t *testing.T, p *sandbox.Process) int {
 	}
 }
 
-// waitStopped waits until pid is in the stopped state (or gone), reading
-// its state from /proc/PID/stat.
+// waitStopped waits until pid is stopped, or gone, or waiting for a
+// vfork child to exec ("D": a spawner whose child was stopped before its
+// exec never reaches the stopped state; its fork is done and the child
+// is in the cgroup), reading its state from /proc/PID/stat.
 func waitStopped(t *testing.T, pid int) {
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -541,7 +543,7 @@ func waitStopped(t *testing.T, pid int) {
 		if err != nil {
 			return // gone
 		}
-		if i := bytes.LastIndexByte(b, ')'); i > 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 'Z' || b[i+2] == 'X') {
+		if i := bytes.LastIndexByte(b, ')'); i > 0 && i+2 < len(b) && strings.IndexByte("TtDZX", b[i+2]) >= 0 {
 			return
 		}
 		if time.Now().After(deadline) {
