@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -156,4 +157,36 @@ func TestSharedRootRefusesWhatOthersCanWrite(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(base, "sticky")); err != nil || fi.Mode()&os.ModeSticky == 0 {
 		t.Fatalf("sticky: %v %v", fi, err)
 	}
+}
+
+// BenchmarkStartChecks is what a start on a prepared install root spends
+// checking the interpreter's tree: intact (the walk of trustedTree
+// included) and the walk alone, as tree-ms and walk-ms:
+//
+//	go test -run '^$' -bench StartChecks -benchtime 50x ./internal/engine/python/
+func BenchmarkStartChecks(b *testing.B) {
+	inst, err := ensureInstalled(context.Background(), testData, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := readManifest()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var trees, walks []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if err := intact(inst.Dir, m); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := trustedTree(inst.Dir); err != nil {
+			b.Fatal(err)
+		}
+		trees, walks = append(trees, t1.Sub(t0)), append(walks, time.Since(t1))
+	}
+	slices.Sort(trees)
+	slices.Sort(walks)
+	b.ReportMetric(float64(trees[len(trees)/2].Microseconds())/1e3, "tree-ms")
+	b.ReportMetric(float64(walks[len(walks)/2].Microseconds())/1e3, "walk-ms")
 }

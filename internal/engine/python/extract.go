@@ -253,7 +253,8 @@ func extractAll(ctx context.Context, tmp, final string, m *manifest, short strin
 // the completion marker names the same content hash, everything in the
 // tree is the server's user's and writable by nobody else (trustedTree),
 // every entry exists with its type and size, and so does every .pyc file
-// the marker lists. A walk and about 1,300 lstat calls: a few milliseconds.
+// the marker lists. A walk and about 1,300 lstat calls: 23 ms at a load of
+// 57 (BenchmarkStartChecks).
 func intact(dir string, m *manifest) error {
 	b, err := os.ReadFile(filepath.Join(dir, completeMarker))
 	if err != nil {
