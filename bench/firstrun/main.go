@@ -181,7 +181,9 @@ func once(bin, mode string) (s sample, err error) {
 	defer cancel()
 	var token string
 	if *tenant != "" {
-		out, err := exec.CommandContext(ctx, bin, "--data", data, "token", "create", "--tenant", *tenant, "--scopes", "exec").Output()
+		tc := exec.CommandContext(ctx, bin, "--data", data, "token", "create", "--tenant", *tenant, "--scopes", "exec")
+		tc.Env = append(os.Environ(), "QURO_PYTHON_CACHE="+pyCache) // as the server's: no other cache made
+		out, err := tc.Output()
 		if err != nil {
 			return s, fmt.Errorf("token create: %w", err)
 		}
