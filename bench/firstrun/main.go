@@ -18,6 +18,21 @@
 //     worker module's completion marker is there, polled every 5 ms), so
 //     it pays only for its session's box and worker.
 //
+// The embedded interpreter is prepared once per machine, in a cache
+// shared by data directories ($QURO_PYTHON_CACHE, see
+// internal/engine/python's SharedRoot), by binaries that have one (-cache):
+//
+//   - warm (the default): one cache directory for the whole run, prepared
+//     by an unmeasured start of each binary first: a fresh data directory
+//     on a machine where quro has run before;
+//   - cold: a fresh cache directory for each sample: the first start ever
+//     on a machine;
+//   - off: no cache (QURO_PYTHON_CACHE=off): the interpreter is prepared
+//     in each data directory, as by binaries without the cache.
+//
+// A binary without the cache ignores the variable and always prepares the
+// interpreter in the data directory.
+//
 // With several -bin, the binaries alternate within each round (their
 // order reversed every other round), so that a busy machine weighs on
 // each alike. Run as root, like `quro serve` with session boxes.
@@ -55,6 +70,7 @@ var (
 	modes   = flag.String("modes", "now,ready", "modes to measure: now (run sent at the server's start), ready (after the preparation)")
 	tmpRoot = flag.String("tmp", os.TempDir(), "where the fresh data directories are made")
 	timeout = flag.Duration("timeout", 2*time.Minute, "bound of one server's start and first run")
+	cache   = flag.String("cache", "warm", "the Python cache of the binaries that have one: warm (one, prepared before the rounds), cold (a fresh one each sample), off")
 	tenant  = flag.String("tenant", "bench-firstrun", "tenant of the runs (a token made with `quro token create` before the server starts); empty: the local tenant, with the first admin token")
 )
 
@@ -79,9 +95,29 @@ type sample struct {
 	cpu   time.Duration // the server's CPU time (and its waited-for children's) at the result
 }
 
+// cacheDir is the Python cache of the warm runs (-cache warm).
+var cacheDir string
+
 func run() error {
 	ms := strings.Split(*modes, ",")
 	got := map[string][]sample{} // bin + " " + mode
+	switch *cache {
+	case "warm":
+		d, err := os.MkdirTemp(*tmpRoot, "quro-firstrun-cache-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		cacheDir = d
+		for _, bin := range bins { // prepares the cache: not measured
+			if _, err := once(bin, "ready"); err != nil {
+				return fmt.Errorf("%s (preparing the cache): %w", bin, err)
+			}
+		}
+	case "cold", "off":
+	default:
+		return fmt.Errorf("-cache %q: want warm, cold or off", *cache)
+	}
 	for r := range *rounds {
 		order := slices.Clone(bins)
 		if r%2 == 1 {
@@ -103,7 +139,7 @@ func run() error {
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		load = strings.Join(strings.Fields(string(b))[:3], " ")
 	}
-	fmt.Printf("\nmedians of %d rounds (load average at the end: %s)\n", *rounds, load)
+	fmt.Printf("\nmedians of %d rounds, Python cache %s (load average at the end: %s)\n", *rounds, *cache, load)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "binary\tmode\tstart→result ms\trun ms\tprep ms\tserver CPU ms\tbinary MB\t")
 	for _, bin := range bins {
@@ -131,11 +167,23 @@ func once(bin, mode string) (s sample, err error) {
 		return s, err
 	}
 	defer os.RemoveAll(data)
+	pyCache := cacheDir
+	switch *cache {
+	case "cold":
+		if pyCache, err = os.MkdirTemp(*tmpRoot, "quro-firstrun-cache-"); err != nil {
+			return s, err
+		}
+		defer os.RemoveAll(pyCache)
+	case "off":
+		pyCache = "off"
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	var token string
 	if *tenant != "" {
-		out, err := exec.CommandContext(ctx, bin, "--data", data, "token", "create", "--tenant", *tenant, "--scopes", "exec").Output()
+		tc := exec.CommandContext(ctx, bin, "--data", data, "token", "create", "--tenant", *tenant, "--scopes", "exec")
+		tc.Env = append(os.Environ(), "QURO_PYTHON_CACHE="+pyCache) // as the server's: no other cache made
+		out, err := tc.Output()
 		if err != nil {
 			return s, fmt.Errorf("token create: %w", err)
 		}
@@ -143,7 +191,7 @@ func once(bin, mode string) (s sample, err error) {
 	}
 
 	cmd := exec.Command(bin, "--data", data, "serve", "--addr", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(), "NO_COLOR=1")
+	cmd.Env = append(os.Environ(), "NO_COLOR=1", "QURO_PYTHON_CACHE="+pyCache)
 	cmd.Stderr = io.Discard
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -175,7 +223,7 @@ func once(bin, mode string) (s sample, err error) {
 	go func() { _, _ = io.Copy(io.Discard, out) }()
 
 	if mode == "ready" {
-		if err := waitPrepared(ctx, data); err != nil {
+		if err := waitPrepared(ctx, data, pyCache); err != nil {
 			return s, err
 		}
 		s.prep = time.Since(start)
@@ -247,13 +295,16 @@ func readStart(ctx context.Context, r io.Reader) (token, url string, err error) 
 	}
 }
 
-// waitPrepared waits until the data directory's interpreter and worker
-// module are in place: DATA/python/worker/HASH/.quro-complete, the last
-// thing the preparation writes.
-func waitPrepared(ctx context.Context, data string) error {
+// waitPrepared waits until the interpreter and worker module are in
+// place, in the data directory or the cache:
+// python/worker/HASH/.quro-complete, the last thing the preparation
+// writes (at once in a warm cache).
+func waitPrepared(ctx context.Context, data, cache string) error {
 	for {
-		if m, _ := filepath.Glob(filepath.Join(data, "python", "worker", "*", ".quro-complete")); len(m) > 0 {
-			return nil
+		for _, root := range []string{data, cache} {
+			if m, _ := filepath.Glob(filepath.Join(root, "python", "worker", "*", ".quro-complete")); root != "off" && len(m) > 0 {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():

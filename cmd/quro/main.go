@@ -65,6 +65,9 @@ type globals struct {
 	maxStdout int
 	maxStderr int
 	isolation string
+	// pythonCache is --python-cache: the embedded Python's install root
+	// shared by data directories (python.SharedRoot), or "off".
+	pythonCache string
 	// server and tokenFile are --server and --token-file (see target).
 	server, tokenFile string
 }
@@ -85,6 +88,8 @@ capability over HTTP; quro run calls the same controller in-process.`,
 	root.SetIn(stdin)
 	root.PersistentFlags().StringVar(&g.dataDir, "data", app.DefaultDataDir(),
 		"data directory (database, sessions, workspaces); env QURO_DATA")
+	root.PersistentFlags().StringVar(&g.pythonCache, "python-cache", python.DefaultCacheRoot(),
+		"where the embedded Python is prepared once for every data directory (root's, writable by nobody else; else the data directory is used, logged); off: in the data directory; env "+python.CacheEnv)
 	root.PersistentFlags().IntVar(&g.maxStdout, "max-stdout", 12<<10, "bytes of stdout kept in a result (head and tail; the rest is saved to a file)")
 	root.PersistentFlags().IntVar(&g.maxStderr, "max-stderr", 4<<10, "bytes of stderr kept in a result")
 	root.PersistentFlags().StringVar(&g.isolation, "isolation", sandbox.IsolationFull,
@@ -111,8 +116,19 @@ func (g *globals) options(log *slog.Logger) *app.Options {
 	return &app.Options{Logger: log,
 		Run:     &runcode.Options{MaxStdout: g.maxStdout, MaxStderr: g.maxStderr},
 		Sandbox: &sandbox.Options{Isolation: g.isolation},
-		Python:  &python.EmbeddedOptions{Status: extractionProgress(g.stderr)},
+		Python:  &python.EmbeddedOptions{Status: extractionProgress(g.stderr), InstallRoot: g.pythonRoot(log)},
 	}
+}
+
+// pythonRoot is the embedded Python's install root: the shared cache
+// (--python-cache) when it can be used, else "" (the data directory), with
+// the reason logged unless the cache was turned off.
+func (g *globals) pythonRoot(log *slog.Logger) string {
+	root, err := python.SharedRoot(g.pythonCache)
+	if err != nil && g.pythonCache != python.CacheOff && log != nil {
+		log.Info("the embedded Python is prepared in the data directory", "reason", err)
+	}
+	return root
 }
 
 // extractionProgress shows the one-time preparation of the embedded Python

@@ -17,11 +17,16 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/rootfs/rootfstest"
 )
 
 func TestMain(m *testing.M) {
+	// The tests keep the embedded Python in their data directories (seeded
+	// from sharedPython, or extracted where a test says so), not in the
+	// machine's cache: what a test finds prepared is what it made.
+	os.Setenv(python.CacheEnv, python.CacheOff)
 	main := func() { os.Exit(Main()) }
 	// apt-get, apt and sudo: the names the binary stands in for them in a box.
 	testscript.Main(removingSharedPython{m}, map[string]func(){"quro": main, "apt-get": main, "apt": main, "sudo": main})
@@ -101,6 +106,7 @@ func TestScripts(t *testing.T) {
 		Dir: "testdata/script",
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("QURO_DATA", env.WorkDir+"/data")
+			env.Setenv(python.CacheEnv, python.CacheOff) // as TestMain
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){

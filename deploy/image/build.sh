@@ -40,6 +40,7 @@ install -D -m 0755 "$BIN" "$w/b/rootfs/usr/local/bin/quro"
 umoci repack --image "$w/oci:quro" "$w/b" >/dev/null; rm -rf "$w/b"
 umoci config --image "$w/oci:quro" --config.entrypoint /usr/local/bin/quro --config.cmd serve \
   --config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --config.env QURO_DATA=/var/lib/quro \
+  --config.env QURO_PYTHON_CACHE=off \
   --config.workingdir / --config.exposedports 7070/tcp --config.label org.opencontainers.image.source=https://github.com/quro-dev/quro
 mkdir -p "$(dirname "$OUT")"; rm -f "$OUT"
 skopeo copy -q "oci:$w/oci:quro" "docker-archive:$OUT:$TAG"

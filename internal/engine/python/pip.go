@@ -164,7 +164,11 @@ func ensurePip(ctx context.Context, root string, inst *installation) error {
 		_, err := os.Stat(filepath.Join(pipDir, "bin", "python"))
 		return err == nil && has(filepath.Join(pipDir, "bin", "pip"), rootfsPipShim(pipDir))
 	}
-	pipDone := func() bool { return has(pipMarkerFile, pipMarker(pipDir)) && rootfsShimsDone() }
+	// A pip directory that others than the server's user could have
+	// changed is extracted again, whole (the install root may be the
+	// machine's cache, shared by data directories).
+	pipTrusted := func() bool { return trustedTree(pipDir) == nil }
+	pipDone := func() bool { return has(pipMarkerFile, pipMarker(pipDir)) && rootfsShimsDone() && pipTrusted() }
 	done := func() bool {
 		return pipDone() && has(filepath.Join(shims, completeMarker), shimsMarker(inst.Python, pipDir)) && has(pth, pipDir+"\n") && has(boxPth, BoxPip+"\n")
 	}
@@ -179,7 +183,7 @@ func ensurePip(ctx context.Context, root string, inst *installation) error {
 	if done() {
 		return nil
 	}
-	if b, err := os.ReadFile(pipMarkerFile); err == nil && strings.HasPrefix(string(b), pipLayout) && !pipDone() {
+	if b, err := os.ReadFile(pipMarkerFile); err == nil && strings.HasPrefix(string(b), pipLayout) && !pipDone() && pipTrusted() {
 		// This layout, extracted for another place (only the rootfs shims
 		// name it), or before they had python and python3.
 		if err := writeRootfsShims(pipDir, pipDir); err != nil {

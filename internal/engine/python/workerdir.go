@@ -37,7 +37,9 @@ func completeWorkerDir(root string) (string, bool) {
 
 // ensureWorkerDir writes the worker module (embedded in the binary) into
 // workerDir(root) once per data directory, under a lock shared with other
-// quro processes, and returns the directory to put on sys.path. compile,
+// quro processes, and returns the directory to put on sys.path (written
+// again when others than the server's user could have changed it:
+// trustedTree). compile,
 // if set, byte-compiles the module in the directory given (before it is
 // renamed into place, or into a finished directory that lacks its
 // compiled form): a module whose compiled form is missing for an
@@ -45,7 +47,7 @@ func completeWorkerDir(root string) (string, bool) {
 func ensureWorkerDir(ctx context.Context, root string, compile func(ctx context.Context, dir, final string) error, compiled func(dir string) bool) (string, error) {
 	dir := workerDir(root)
 	done := func() bool {
-		if _, err := os.Stat(filepath.Join(dir, completeMarker)); err != nil {
+		if _, err := os.Stat(filepath.Join(dir, completeMarker)); err != nil || trustedTree(dir) != nil {
 			return false
 		}
 		return compile == nil || compiled(dir)
@@ -64,11 +66,11 @@ func ensureWorkerDir(ctx context.Context, root string, compile func(ctx context.
 	if done() {
 		return dir, nil
 	}
-	if _, err := os.Stat(filepath.Join(dir, completeMarker)); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, completeMarker)); err == nil && trustedTree(dir) == nil {
 		// Written by a build without the compiler (-tags slim).
 		return dir, compile(ctx, dir, dir)
 	}
-	os.RemoveAll(dir) // a half-written one
+	os.RemoveAll(dir) // a half-written one, or one that others could write
 	tmp := dir + ".tmp-" + randomHex(4)
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return "", err
