@@ -55,9 +55,10 @@ func (r removingSharedPython) Run() int {
 // start-up, seconds of CPU each time; startServerIn gives each
 // data directory a hard-linked copy of this one instead, as the server
 // finds it from its second start on. The extraction itself is tested by
-// internal/engine/python (TestExtraction, TestFirstRunPreparesOnceWithProgress),
-// by the first run here, and by run.txtar's fresh data directory
-// (TestScripts).
+// internal/engine/python (TestExtraction, TestFirstRunPreparesOnceWithProgress)
+// and by the first run here: a new user's first `quro run` in a fresh
+// data directory, which must print its answer and nothing on stderr (the
+// transcripts, TestScripts, link this one as the servers do).
 var sharedPython struct {
 	once sync.Once
 	dir  string // holds python/
@@ -80,7 +81,7 @@ func seedPython(t testing.TB, data string) {
 		// The first run, with the default budget, waits for the
 		// extraction (minutes on a loaded machine) before its 30 s start:
 		// the runner's wait for an engine's preparation is not the run's.
-		if out, errs, code := cli(t, "run", "--data", dir, "-c", "print(6 * 7)"); code != 0 || out != "42\n" {
+		if out, errs, code := cli(t, "run", "--data", dir, "-c", "print(6 * 7)"); code != 0 || out != "42\n" || errs != "" {
 			sharedPython.err = fmt.Sprintf("the first Python run: exit %d %q %q", code, out, errs)
 		}
 	})
@@ -96,11 +97,11 @@ func seedPython(t testing.TB, data string) {
 }
 
 // TestScripts runs the CLI transcripts in testdata/script. A transcript's
-// data directory is fresh, and the first Python run in one extracts and
-// byte-compiles the interpreter (some 4 CPU-s): run.txtar does, as a new
-// user's first run; a transcript of other behaviour starts with
-// `seedpython`, which links the shared Python into $QURO_DATA as
-// startServerIn does.
+// data directory is fresh, and the first Python run in one would extract
+// and byte-compile the interpreter (some 4 CPU-s): a transcript that runs
+// Python starts with `seedpython`, which links the shared Python into
+// $QURO_DATA as startServerIn does. The shared Python's own first run is
+// a new user's first run (seedPython), once a test binary.
 func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/script",
