@@ -67,3 +67,41 @@ func TestSystemProbeSaysWhyAndLeavesNothingRunning(t *testing.T) {
 		return
 	}
 }
+
+// The system tier's verdict is kept for the process by the python3's
+// path: a second System (a second App's) does not start that python3
+// again, and gets the same verdict; a probe its context cut short gives
+// none and is not kept.
+func TestSystemProbeVerdictIsKeptPerProcess(t *testing.T) {
+	bin := t.TempDir()
+	runs := filepath.Join(t.TempDir(), "runs")
+	script := "#!/bin/sh\necho run >> " + runs + "\necho 'Fatal Python error: kept' >&2\nexit 1\n"
+	if err := os.WriteFile(filepath.Join(bin, "python3"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := sandbox.New(&sandbox.Options{Path: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := NewSystem(sb).Probe(canceled); err == nil {
+		t.Fatal("a probe with a canceled context passed")
+	}
+	var errs []error
+	for range 2 {
+		errs = append(errs, NewSystem(sb).Probe(context.Background()))
+	}
+	for _, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "Fatal Python error: kept") {
+			t.Fatalf("verdicts %v, want both to say it does not start", errs)
+		}
+	}
+	b, err := os.ReadFile(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "run\n"); n != 1 {
+		t.Fatalf("python3 started %d times for two probes after a canceled one, want 1", n)
+	}
+}
