@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/quro-dev/quro/internal/runcode"
 )
@@ -205,4 +207,52 @@ func benchReadFile(b *testing.B, path string) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkNewClose is what an App costs to make and close (app.New on a
+// new data directory, then Close), as every test of this package and a
+// quro serve start pay it: wall time per op, and cpu-ms/op, the CPU of
+// this process and of the children it waited for (probes, helpers).
+// "shared-fs" is the default disks method where the machine has it (its
+// share is one mkfs.btrfs and a mount per new data directory), "images"
+// the ext4 images' (no mkfs until a session's first disk):
+//
+//	go test -run '^$' -bench NewClose -benchtime 20x -count 6 ./internal/app/
+func BenchmarkNewClose(b *testing.B) {
+	for _, images := range []bool{false, true} {
+		name := "shared-fs"
+		if images {
+			name = "images"
+		}
+		b.Run(name, func(b *testing.B) {
+			newClose := func() {
+				a, err := New(context.Background(), b.TempDir(), &Options{Python: testPython, Network: hostAllowed, diskImages: images})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := a.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			newClose() // the shared interpreter extracted, once per process
+			before := cpuTime()
+			for b.Loop() {
+				newClose()
+			}
+			b.ReportMetric(float64((cpuTime()-before).Milliseconds())/float64(b.N), "cpu-ms/op")
+		})
+	}
+}
+
+// cpuTime is the user and system time of this process and of its waited-
+// for children.
+func cpuTime() time.Duration {
+	var total time.Duration
+	for _, who := range []int{syscall.RUSAGE_SELF, syscall.RUSAGE_CHILDREN} {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(who, &ru); err == nil {
+			total += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		}
+	}
+	return total
 }

@@ -28,7 +28,9 @@ type egressWriter struct {
 	log  *slog.Logger
 	lost func(n int) // counts decisions not written (nil: not counted)
 
-	queue   chan egressItem
+	// queue holds pointers: a buffer of egressQueue items by value was
+	// some 1.5 MB allocated and zeroed by every App's New, used or not.
+	queue   chan *egressItem
 	quit    chan struct{}
 	stopped chan struct{}
 	once    sync.Once
@@ -52,7 +54,7 @@ func newEgressWriter(st *store.Store, keep store.EgressKeep, log *slog.Logger, l
 	if lost == nil {
 		lost = func(int) {}
 	}
-	w := &egressWriter{st: st, keep: keep, log: log, lost: lost, queue: make(chan egressItem, egressQueue),
+	w := &egressWriter{st: st, keep: keep, log: log, lost: lost, queue: make(chan *egressItem, egressQueue),
 		quit: make(chan struct{}), stopped: make(chan struct{})}
 	go w.run()
 	return w
@@ -80,7 +82,7 @@ func (w *egressWriter) add(ev egress.Event) {
 	default:
 	}
 	select {
-	case w.queue <- egressItem{entry: e}:
+	case w.queue <- &egressItem{entry: e}:
 	default:
 		w.lost(1)
 		if n := w.dropped.Add(1); n&(n-1) == 0 { // the 1st, 2nd, 4th, 8th… drop
@@ -96,7 +98,7 @@ func (w *egressWriter) forget(session string) {
 		return
 	}
 	select {
-	case w.queue <- egressItem{forget: session}:
+	case w.queue <- &egressItem{forget: session}:
 	case <-w.quit:
 	}
 }
@@ -108,7 +110,7 @@ func (w *egressWriter) flush(ctx context.Context) error {
 	}
 	done := make(chan struct{})
 	select {
-	case w.queue <- egressItem{flush: done}:
+	case w.queue <- &egressItem{flush: done}:
 	case <-w.quit:
 		return nil
 	case <-ctx.Done():
@@ -152,7 +154,7 @@ func (w *egressWriter) run() {
 		}
 		batch = batch[:0]
 	}
-	take := func(it egressItem) {
+	take := func(it *egressItem) {
 		switch {
 		case it.flush != nil:
 			write()

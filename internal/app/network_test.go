@@ -531,7 +531,7 @@ func TestEgressWriterBounds(t *testing.T) {
 	// that takes nothing off its queue of 2.
 	lost := 0
 	full := &egressWriter{log: slog.New(slog.DiscardHandler), lost: func(n int) { lost += n },
-		queue: make(chan egressItem, 2), quit: make(chan struct{}), stopped: make(chan struct{})}
+		queue: make(chan *egressItem, 2), quit: make(chan struct{}), stopped: make(chan struct{})}
 	for range 5 {
 		full.add(egress.Event{Box: "a", Dest: "x:1", Decision: egress.Denied})
 	}

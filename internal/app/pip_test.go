@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,6 +45,29 @@ func cextWheel(t testing.TB, name string) *testWheel {
 	if _, err := os.Stat("/usr/include/python3.11/Python.h"); err != nil {
 		t.Skip("no python3.11 headers (make test installs python3-dev)")
 	}
+	cextMu.Lock()
+	defer cextMu.Unlock()
+	b, ok := cextBuilt[name]
+	if !ok {
+		b = compileCext(t, name)
+		cextBuilt[name] = b
+	}
+	return buildWheel(t, name, "1.0", "cp311-abi3-linux_x86_64", map[string][]byte{name + ".abi3.so": b})
+}
+
+// cextBuilt are the extension modules cextWheel compiled in this test
+// process, by module name: the two tests that install one (a session on
+// the host's userland, one on a rootfs) each build a wheel of their own
+// from the same bytes, compiled by one gcc run, not one each.
+var (
+	cextMu    sync.Mutex
+	cextBuilt = map[string][]byte{}
+)
+
+// compileCext compiles the extension module name (its answer() is 42)
+// for the stable ABI of Python 3.11.
+func compileCext(t testing.TB, name string) []byte {
+	t.Helper()
 	dir := t.TempDir()
 	src := filepath.Join(dir, name+".c")
 	code := fmt.Sprintf(`#define Py_LIMITED_API 0x030B0000
@@ -64,7 +88,7 @@ PyMODINIT_FUNC PyInit_%s(void) { return PyModule_Create(&mod); }
 	if err != nil {
 		t.Fatal(err)
 	}
-	return buildWheel(t, name, "1.0", "cp311-abi3-linux_x86_64", map[string][]byte{name + ".abi3.so": b})
+	return b
 }
 
 // pipApp is an App whose pip index is ix.

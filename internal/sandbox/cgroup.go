@@ -107,12 +107,13 @@ func openCgroups() *cgroups {
 			}
 		}
 	}
+	ms := mounts() // once, not once per controller: the mount table is long on a busy host
 	for _, ctrl := range cgroupControllers {
 		if c.base[ctrl] != "" {
 			notes = append(notes, ctrl+" v2")
 			continue
 		}
-		mnt := v1Mount(ctrl)
+		mnt := v1MountIn(ms, ctrl)
 		dir, ok := own[ctrl]
 		if mnt == "" || !ok {
 			if !optionalControllers[ctrl] {
@@ -138,8 +139,28 @@ func openCgroups() *cgroups {
 	if base := c.base["memory"]; base != "" && !c.v2["memory"] {
 		c.above = watchOOM(base)
 	}
-	c.reapStale()
+	reapStaleOnce(c)
 	return c
+}
+
+// reaped holds the sets of cgroup bases whose stale runs this process
+// reaped already (see reapStaleOnce).
+var reaped sync.Map
+
+// reapStaleOnce is c.reapStale the first time this process opens cgroups
+// with c's bases: a stale run is one of a server process that is gone,
+// found when the first sandbox of this process is made; a second sandbox
+// of the same process (every App of a test binary) would walk the same
+// hierarchies for the few servers that died in between, which the next
+// process to start reaps anyway.
+func reapStaleOnce(c *cgroups) {
+	var key []string
+	for _, ctrl := range cgroupControllers {
+		key = append(key, c.base[ctrl])
+	}
+	if _, done := reaped.LoadOrStore(strings.Join(key, "\x00"), true); !done {
+		c.reapStale()
+	}
 }
 
 // setupV2 makes dir/quro a cgroup whose children can use the controllers
@@ -261,8 +282,11 @@ func underRoot(root, p string) string {
 	return p
 }
 
-func v1Mount(ctrl string) string {
-	for _, m := range mounts() {
+func v1Mount(ctrl string) string { return v1MountIn(mounts(), ctrl) }
+
+// v1MountIn is v1Mount in the mount table ms.
+func v1MountIn(ms []mount, ctrl string) string {
+	for _, m := range ms {
 		if m.fstype == "cgroup" && contains(strings.Split(m.opts, ","), ctrl) {
 			return m.dir
 		}

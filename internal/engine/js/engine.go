@@ -33,6 +33,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"modernc.org/quickjs"
@@ -123,16 +124,13 @@ type Engine struct {
 	ctxs     contexts // kept VMs of code contexts (contexts.go)
 }
 
-// New returns an Engine. It compiles the prelude once; a failure there is a
-// programmer error and panics.
+// New returns an Engine. The prelude is compiled once per process (its
+// bytecode is the same for every Engine: the prelude's source is a
+// constant, and no option enters it); a failure there is a programmer
+// error and panics.
 func New(opts *Options) *Engine {
 	e := &Engine{opts: opts.withDefaults()}
-	vm, err := quickjs.NewVM()
-	if err != nil {
-		panic("js: new VM: " + err.Error())
-	}
-	defer vm.Close()
-	bc, err := vm.Compile(strings.Repeat("\n", preludeLine-1)+preludeSource, quickjs.EvalGlobal)
+	bc, err := compiledPrelude()
 	if err != nil {
 		panic("js: prelude: " + err.Error())
 	}
@@ -142,6 +140,19 @@ func New(opts *Options) *Engine {
 	e.cache = newTranspileCache(e.opts.TranspileCache)
 	return e
 }
+
+// compiledPrelude is the prelude's bytecode at preludeLine, compiled by
+// the first New of the process: every Engine's prepared VMs load it (read
+// only, by EvalBytecodeValue), so an App made after the first does not pay
+// the compile again.
+var compiledPrelude = sync.OnceValues(func() ([]byte, error) {
+	vm, err := quickjs.NewVM()
+	if err != nil {
+		return nil, fmt.Errorf("new VM: %w", err)
+	}
+	defer vm.Close()
+	return vm.Compile(strings.Repeat("\n", preludeLine-1)+preludeSource, quickjs.EvalGlobal)
+})
 
 // Close frees the prepared VMs the Engine keeps. Runs still work after it
 // (each makes its own VM); Close is for an Engine that is dropped.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/quro-dev/quro/internal/limitbuf"
 	"github.com/quro-dev/quro/internal/runcode"
@@ -29,20 +30,38 @@ func (s *System) Name() string { return "python/system" }
 // Probe finds python3 and checks that it starts. The check is the
 // server's own run of the host's python3 (no user code), so it goes
 // through sandbox.RunHelper like every program the server runs for
-// itself: its process group is killed as a whole when ctx ends.
+// itself: its process group is killed as a whole when ctx ends. Its
+// verdict is kept for the process, by the program's path (the server's
+// PATH found it; nothing a session chose enters it): a Runner asks once
+// per App, and a process that makes several Apps (a test binary) starts
+// the host's python3 for it once. A probe that ctx cut short gives no
+// verdict and is not kept.
 func (s *System) Probe(ctx context.Context) error {
 	path, err := s.sb.LookPath("python3")
 	if err != nil {
 		return fmt.Errorf("python3 not found (Debian: apt-get install python3): %w", err)
 	}
+	if v, ok := systemProbes.Load(path); ok {
+		return v.(probeVerdict).err
+	}
 	out := &limitbuf.Buffer{Max: 4096}
 	err = sandbox.RunHelper(ctx, &sandbox.Helper{Path: path, Args: []string{"-I", "-c", "import sys; print(sys.version.split()[0])"},
 		Stdout: out, Stderr: out})
 	if err != nil {
-		return fmt.Errorf("%s does not start: %v: %s", path, err, strings.TrimSpace(out.String()))
+		err = fmt.Errorf("%s does not start: %v: %s", path, err, strings.TrimSpace(out.String()))
 	}
-	return nil
+	if ctx.Err() == nil {
+		systemProbes.Store(path, probeVerdict{err})
+	}
+	return err
 }
+
+// systemProbes holds System.Probe's verdicts of this process by the
+// python3's path.
+var systemProbes sync.Map
+
+// probeVerdict is one kept verdict (err nil: it starts).
+type probeVerdict struct{ err error }
 
 // Run implements runcode.Engine.
 func (s *System) Run(ctx context.Context, req *runcode.Request) (*runcode.Result, error) {
