@@ -168,15 +168,20 @@ func TestCheckAvailable(t *testing.T) {
 		{[]string{"jq:i386"}, "not offered for architecture i386", true},
 		{[]string{"jq=9"}, "no version 9", true},
 	} {
-		err, unknown := checkAvailable(root, "r", tc.pkgs)
+		err, unknown := checkAvailable(root, "r", tc.pkgs, "")
 		if (tc.want == "") != (err == nil) || (err != nil && (!strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrRefused))) || unknown != tc.unknown {
 			t.Errorf("%q: %v (unknown %v), want %q", tc.pkgs, err, unknown, tc.want)
 		}
 	}
+	// A note on the lists' freshness joins the refusal of an unknown name.
+	if err, _ := checkAvailable(root, "r", []string{"cowsa."}, "the apt lists are fresh (updated 3s ago)"); err == nil ||
+		!strings.HasSuffix(err.Error(), "use exact Debian package names; the apt lists are fresh (updated 3s ago); nothing was installed") {
+		t.Errorf("fresh lists: %v", err)
+	}
 	if err := os.RemoveAll(lists); err != nil {
 		t.Fatal(err)
 	}
-	if err, _ := checkAvailable(root, "r", []string{"jq"}); err == nil || !strings.Contains(err.Error(), "no apt lists yet") {
+	if err, _ := checkAvailable(root, "r", []string{"jq"}, ""); err == nil || !strings.Contains(err.Error(), "no apt lists yet") {
 		t.Errorf("no lists: %v", err)
 	}
 }
