@@ -324,11 +324,18 @@ func TestInstallPackagesWaitsForTheLock(t *testing.T) {
 // remove/install marker, an architecture or version the lists do not
 // have, and a package whose install would remove one other sessions use
 // are all refused before apt changes anything; an exec token may not
-// install at all. Then a package left unpacked (half-installed) makes
-// installs refused until repair_rootfs (admin only) settles it.
+// install at all. The lists, older than rootfs.ListsFreshFor, are updated
+// for the first unknown name and not again for the others (a model that
+// misspells names fetches the mirror's lists once, not once a call), each
+// refusal saying they are fresh. Then a package left unpacked
+// (half-installed) makes installs refused until repair_rootfs (admin only)
+// settles it.
 func TestInstallPackagesLiteralNamesNoRemovalAndRepair(t *testing.T) {
 	t.Parallel() // its own copy of the test rootfs
 	data := copyTestRootfs(t)
+	// Past the window, within the day: no install updates them first, and
+	// an unknown name does, whenever the shared rootfs was built.
+	rootfstest.SetListsUpdated(t, rootfs.New(rootfs.DirIn(data)), rootfs.DefaultName, time.Now().Add(-rootfs.ListsFreshFor-time.Minute))
 	a, err := New(context.Background(), data, &Options{Python: testPython, Network: hostAllowed})
 	if err != nil {
 		t.Fatal(err)
@@ -337,7 +344,25 @@ func TestInstallPackagesLiteralNamesNoRemovalAndRepair(t *testing.T) {
 	if !a.Sandbox.Boxed() {
 		t.Skip("no bubblewrap box: a rootfs cannot be shown")
 	}
-	ctx := context.Background()
+	// apt's output, where each command it runs is a "$ apt-get …" line.
+	var mu sync.Mutex
+	var aptOut strings.Builder
+	ctx := runcode.WithOutput(context.Background(), func(_ string, p []byte) {
+		mu.Lock()
+		aptOut.Write(p)
+		mu.Unlock()
+	})
+	updates := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for line := range strings.Lines(aptOut.String()) {
+			if strings.HasPrefix(line, "$ apt-get ") && strings.HasSuffix(line, " update\n") {
+				n++
+			}
+		}
+		return n
+	}
 	token := func(scopes ...string) controller.Caller {
 		t.Helper()
 		c, _ := callerOfToken(t, a, "acme", scopes...)
@@ -369,22 +394,31 @@ func TestInstallPackagesLiteralNamesNoRemovalAndRepair(t *testing.T) {
 	if _, err := install(execTok, "sl"); capCode(err) != capability.PermissionDenied || !strings.Contains(err.Error(), `needs scope "install"`) {
 		t.Fatalf("exec token: %v", err)
 	}
-	for _, tc := range []struct{ pkg, want string }{
-		{"cowsa.", "did you mean cowsay"},
-		{"python3.1.", "not a package"},
-		{"jq-", "remove this package"},
-		{"sl:i386", "not offered for architecture i386"},
-		{"sl=0.0-1", "no version 0.0-1"},
-		{"cowsay+", "not a package"},
-		{"sl=5.02-1+", "ends in '+'"},
+	for _, tc := range []struct {
+		pkg, want string
+		unknown   bool // to the lists, not refused by its form
+	}{
+		{"cowsa.", "did you mean cowsay", true},
+		{"python3.1.", "not a package", true},
+		{"jq-", "remove this package", false},
+		{"sl:i386", "not offered for architecture i386", true},
+		{"sl=0.0-1", "no version 0.0-1", true},
+		{"cowsay+", "not a package", true},
+		{"sl=5.02-1+", "ends in '+'", false},
 	} {
 		_, err := install(installTok, tc.pkg)
 		if capCode(err) != capability.InvalidArgument || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "nothing was installed") {
 			t.Errorf("%q: %v, want invalid_argument with %q", tc.pkg, err, tc.want)
 		}
+		if tc.unknown && !strings.Contains(err.Error(), "the apt lists are fresh (updated ") {
+			t.Errorf("%q: %v, want it to say the lists are fresh", tc.pkg, err)
+		}
 	}
 	if status() != orig {
 		t.Fatal("a refused name changed dpkg's status")
+	}
+	if n := updates(); n != 1 {
+		t.Errorf("five unknown names in five calls ran apt-get update %d times, want once (the first: the lists were past rootfs.ListsFreshFor)", n)
 	}
 	// How long reading the lists takes (each install does it once).
 	listStart := time.Now()
