@@ -78,13 +78,7 @@ func TestInstallPackagesNeedsNetwork(t *testing.T) {
 	if _, err := a.Sessions.CreateWith(context.Background(), "offline", session.CreateOptions{Rootfs: "default"}); err != nil {
 		t.Fatal(err)
 	}
-	var out strings.Builder
-	var mu sync.Mutex
-	ctx := runcode.WithOutput(context.Background(), func(_ string, p []byte) {
-		mu.Lock()
-		out.Write(p)
-		mu.Unlock()
-	})
+	ctx, out := observeOutput(context.Background())
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	args, _ := json.Marshal(InstallPackagesInput{Session: "offline", Packages: []string{"jq"}, TimeoutMS: 60000})
@@ -97,11 +91,28 @@ func TestInstallPackagesNeedsNetwork(t *testing.T) {
 	// call's end is deadline_exceeded, not the refusal above). Not a
 	// bound of 5 s on the call: on a loaded machine the call alone can
 	// take longer.
-	mu.Lock()
-	defer mu.Unlock()
-	if strings.Contains(out.String(), "waiting for another change") {
-		t.Errorf("the refusal waited for the rootfs's lock first: %q", out.String())
+	if strings.Contains(out(), "waiting for another change") {
+		t.Errorf("the refusal waited for the rootfs's lock first: %q", out())
 	}
+}
+
+// observeOutput returns ctx with an observer of the call's output
+// (runcode.WithOutput) that keeps all of it, and a function that reads
+// what it kept so far.
+func observeOutput(ctx context.Context) (context.Context, func() string) {
+	var mu sync.Mutex
+	var b strings.Builder
+	keep := func(_ string, p []byte) {
+		mu.Lock()
+		b.Write(p)
+		mu.Unlock()
+	}
+	read := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return b.String()
+	}
+	return runcode.WithOutput(ctx, keep), read
 }
 
 // copyTestRootfs gives a data directory holding a private copy of the
@@ -118,7 +129,9 @@ func copyTestRootfs(t *testing.T) string {
 
 // The end-to-end test: a real install through install_packages into a
 // copy of the test rootfs, used by a new session; concurrent installs
-// wait for each other; the shared cache is untouched.
+// wait for each other; the shared cache is untouched; a call waits for
+// the lock another holds, saying so, within its timeout (waitsForTheLock,
+// on the same copy: a copy of its own cost a rootfs copy and an install).
 func TestInstallPackagesInRealRootfs(t *testing.T) {
 	t.Parallel() // its own copy of the test rootfs; apt takes tens of seconds
 	cache := testRootfs(t)
@@ -158,22 +171,14 @@ func TestInstallPackagesInRealRootfs(t *testing.T) {
 	}
 
 	// Progress reaches the observer while apt runs.
-	var mu sync.Mutex
-	var streamed strings.Builder
-	obs := runcode.WithOutput(ctx, func(_ string, p []byte) {
-		mu.Lock()
-		streamed.Write(p)
-		mu.Unlock()
-	})
+	obs, streamed := observeOutput(ctx)
 	res := install(obs, "jq")
 	if !res.Updated || !strings.Contains(strings.Join(res.Installed, ","), "jq ") || !strings.Contains(res.Output, "Setting up jq") {
 		t.Fatalf("%+v", res)
 	}
-	mu.Lock()
-	if !strings.Contains(streamed.String(), "Unpacking jq") {
-		t.Errorf("streamed %q", streamed.String())
+	if !strings.Contains(streamed(), "Unpacking jq") {
+		t.Errorf("streamed %q", streamed())
 	}
-	mu.Unlock()
 	if text := res.Text(); !strings.HasPrefix(text, "installed into rootfs default: ") || !strings.Contains(text, "--- apt output ---") {
 		t.Errorf("text %q", text)
 	}
@@ -252,19 +257,17 @@ ls /root /home 2>&1 | head -2; ls ` + data + ` 2>&1 | head -1; grep -c . /proc/s
 	if now, err := os.ReadFile(filepath.Join(cache.Path(rootfs.DefaultName), "var/lib/dpkg/status")); err != nil || string(now) != string(cacheStatus) || strings.Contains(string(now), "Package: jq\n") {
 		t.Errorf("the shared test rootfs changed")
 	}
+
+	waitsForTheLock(t, a, rootfs.New(rootfs.DirIn(data)))
 }
 
-// A call waits for the rootfs lock held by someone else, and goes on once
-// it is released.
-func TestInstallPackagesWaitsForTheLock(t *testing.T) {
-	t.Parallel() // its own copy of the test rootfs and its lock
-	data := copyTestRootfs(t)
-	a, err := New(context.Background(), data, &Options{Python: testPython, Network: hostAllowed})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	m := rootfs.New(rootfs.DirIn(data))
+// waitsForTheLock: a call waits for the rootfs lock held by someone
+// else (here the test, through m), and goes on once it is released; a
+// call whose timeout passes while it waits is deadline_exceeded. Part of
+// TestInstallPackagesInRealRootfs, on its copy of the test rootfs, where
+// sl is installed: the call after the wait runs apt without a download.
+func waitsForTheLock(t *testing.T, a *App, m *rootfs.Manager) {
+	t.Helper()
 	unlock, err := m.Lock(context.Background(), "default")
 	if err != nil {
 		t.Fatal(err)
@@ -293,6 +296,7 @@ func TestInstallPackagesWaitsForTheLock(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
+		unlock()
 		t.Fatalf("returned while the lock was held: %v", err)
 	case <-waiting:
 	case <-time.After(2 * time.Minute): // a guard: the line comes as soon as the call reaches the lock
@@ -345,18 +349,10 @@ func TestInstallPackagesLiteralNamesNoRemovalAndRepair(t *testing.T) {
 		t.Skip("no bubblewrap box: a rootfs cannot be shown")
 	}
 	// apt's output, where each command it runs is a "$ apt-get …" line.
-	var mu sync.Mutex
-	var aptOut strings.Builder
-	ctx := runcode.WithOutput(context.Background(), func(_ string, p []byte) {
-		mu.Lock()
-		aptOut.Write(p)
-		mu.Unlock()
-	})
+	ctx, aptOut := observeOutput(context.Background())
 	updates := func() int {
-		mu.Lock()
-		defer mu.Unlock()
 		n := 0
-		for line := range strings.Lines(aptOut.String()) {
+		for line := range strings.Lines(aptOut()) {
 			if strings.HasPrefix(line, "$ apt-get ") && strings.HasSuffix(line, " update\n") {
 				n++
 			}
