@@ -258,7 +258,13 @@ func (c *aptInstall) mayUpdate() bool {
 	return !c.res.Updated && c.ctx.Err() == nil && !c.fresh()
 }
 
-func (c *aptInstall) fresh() bool { return time.Since(c.listsAt) <= ListsFreshFor }
+// fresh says the lists were updated less than ListsFreshFor ago. A time
+// in the future (a marker written under another clock) is not fresh: it
+// would hold off every update until the clock reached it.
+func (c *aptInstall) fresh() bool {
+	age := time.Since(c.listsAt)
+	return age >= 0 && age <= ListsFreshFor
+}
 
 // listsNote says, in a refusal of an unknown name, that the lists it was
 // checked against are fresh (so the name is not the lists' fault), or ""

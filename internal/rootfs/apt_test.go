@@ -185,3 +185,34 @@ func TestCheckAvailable(t *testing.T) {
 		t.Errorf("no lists: %v", err)
 	}
 }
+
+// An unknown name may update the lists once a call, only when they are
+// older than ListsFreshFor (never updated counts as old; a time ahead of
+// the clock does not count as fresh), and not once the call is over; a
+// refusal notes fresh lists.
+func TestMayUpdateOnlyPastTheWindow(t *testing.T) {
+	now := time.Now()
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		listsAt          time.Time
+		updated          bool // by this call already
+		ctx              context.Context
+		mayUpdate, fresh bool
+	}{
+		{time.Time{}, false, context.Background(), true, false},
+		{now.Add(-ListsFreshFor - time.Second), false, context.Background(), true, false},
+		{now.Add(-time.Second), false, context.Background(), false, true},
+		{now.Add(time.Hour), false, context.Background(), true, false},
+		{now.Add(-time.Hour), true, context.Background(), false, false},
+		{now.Add(-time.Hour), false, canceled, false, false},
+	} {
+		c := &aptInstall{ctx: tc.ctx, listsAt: tc.listsAt, res: &InstallResult{Updated: tc.updated}}
+		if got := c.mayUpdate(); got != tc.mayUpdate {
+			t.Errorf("lists at %v (now %v), updated %v, ctx err %v: mayUpdate %v, want %v", tc.listsAt, now, tc.updated, tc.ctx.Err(), got, tc.mayUpdate)
+		}
+		if note := c.listsNote(); (note != "") != tc.fresh || (tc.fresh && !strings.HasPrefix(note, "the apt lists are fresh (updated ")) {
+			t.Errorf("lists at %v (now %v): note %q, want one: %v", tc.listsAt, now, note, tc.fresh)
+		}
+	}
+}
