@@ -46,7 +46,8 @@ type InstallPackagesResult struct {
 	Installed []string `json:"installed"`
 	Upgraded  []string `json:"upgraded,omitempty"`
 	// Updated says `apt-get update` ran first (the lists were missing or
-	// older than a day, or the install could not find a package).
+	// older than a day, or the install could not find a package and they
+	// were older than rootfs.ListsFreshFor).
 	Updated bool `json:"updated"`
 	// Unsettled are the packages dpkg left not fully installed (as "name
 	// (state)"): the rootfs needs `quro rootfs repair` before the next

@@ -78,13 +78,7 @@ func TestInstallPackagesNeedsNetwork(t *testing.T) {
 	if _, err := a.Sessions.CreateWith(context.Background(), "offline", session.CreateOptions{Rootfs: "default"}); err != nil {
 		t.Fatal(err)
 	}
-	var out strings.Builder
-	var mu sync.Mutex
-	ctx := runcode.WithOutput(context.Background(), func(_ string, p []byte) {
-		mu.Lock()
-		out.Write(p)
-		mu.Unlock()
-	})
+	ctx, out := observeOutput(context.Background())
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	args, _ := json.Marshal(InstallPackagesInput{Session: "offline", Packages: []string{"jq"}, TimeoutMS: 60000})
@@ -97,11 +91,28 @@ func TestInstallPackagesNeedsNetwork(t *testing.T) {
 	// call's end is deadline_exceeded, not the refusal above). Not a
 	// bound of 5 s on the call: on a loaded machine the call alone can
 	// take longer.
-	mu.Lock()
-	defer mu.Unlock()
-	if strings.Contains(out.String(), "waiting for another change") {
-		t.Errorf("the refusal waited for the rootfs's lock first: %q", out.String())
+	if strings.Contains(out(), "waiting for another change") {
+		t.Errorf("the refusal waited for the rootfs's lock first: %q", out())
 	}
+}
+
+// observeOutput returns ctx with an observer of the call's output
+// (runcode.WithOutput) that keeps all of it, and a function that reads
+// what it kept so far.
+func observeOutput(ctx context.Context) (context.Context, func() string) {
+	var mu sync.Mutex
+	var b strings.Builder
+	keep := func(_ string, p []byte) {
+		mu.Lock()
+		b.Write(p)
+		mu.Unlock()
+	}
+	read := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return b.String()
+	}
+	return runcode.WithOutput(ctx, keep), read
 }
 
 // copyTestRootfs gives a data directory holding a private copy of the
@@ -118,7 +129,9 @@ func copyTestRootfs(t *testing.T) string {
 
 // The end-to-end test: a real install through install_packages into a
 // copy of the test rootfs, used by a new session; concurrent installs
-// wait for each other; the shared cache is untouched.
+// wait for each other; the shared cache is untouched; a call waits for
+// the lock another holds, saying so, within its timeout (waitsForTheLock,
+// on the same copy: a copy of its own cost a rootfs copy and an install).
 func TestInstallPackagesInRealRootfs(t *testing.T) {
 	t.Parallel() // its own copy of the test rootfs; apt takes tens of seconds
 	cache := testRootfs(t)
@@ -158,22 +171,14 @@ func TestInstallPackagesInRealRootfs(t *testing.T) {
 	}
 
 	// Progress reaches the observer while apt runs.
-	var mu sync.Mutex
-	var streamed strings.Builder
-	obs := runcode.WithOutput(ctx, func(_ string, p []byte) {
-		mu.Lock()
-		streamed.Write(p)
-		mu.Unlock()
-	})
+	obs, streamed := observeOutput(ctx)
 	res := install(obs, "jq")
 	if !res.Updated || !strings.Contains(strings.Join(res.Installed, ","), "jq ") || !strings.Contains(res.Output, "Setting up jq") {
 		t.Fatalf("%+v", res)
 	}
-	mu.Lock()
-	if !strings.Contains(streamed.String(), "Unpacking jq") {
-		t.Errorf("streamed %q", streamed.String())
+	if !strings.Contains(streamed(), "Unpacking jq") {
+		t.Errorf("streamed %q", streamed())
 	}
-	mu.Unlock()
 	if text := res.Text(); !strings.HasPrefix(text, "installed into rootfs default: ") || !strings.Contains(text, "--- apt output ---") {
 		t.Errorf("text %q", text)
 	}
@@ -252,19 +257,17 @@ ls /root /home 2>&1 | head -2; ls ` + data + ` 2>&1 | head -1; grep -c . /proc/s
 	if now, err := os.ReadFile(filepath.Join(cache.Path(rootfs.DefaultName), "var/lib/dpkg/status")); err != nil || string(now) != string(cacheStatus) || strings.Contains(string(now), "Package: jq\n") {
 		t.Errorf("the shared test rootfs changed")
 	}
+
+	waitsForTheLock(t, a, rootfs.New(rootfs.DirIn(data)))
 }
 
-// A call waits for the rootfs lock held by someone else, and goes on once
-// it is released.
-func TestInstallPackagesWaitsForTheLock(t *testing.T) {
-	t.Parallel() // its own copy of the test rootfs and its lock
-	data := copyTestRootfs(t)
-	a, err := New(context.Background(), data, &Options{Python: testPython, Network: hostAllowed})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	m := rootfs.New(rootfs.DirIn(data))
+// waitsForTheLock: a call waits for the rootfs lock held by someone
+// else (here the test, through m), and goes on once it is released; a
+// call whose timeout passes while it waits is deadline_exceeded. Part of
+// TestInstallPackagesInRealRootfs, on its copy of the test rootfs, where
+// sl is installed: the call after the wait runs apt without a download.
+func waitsForTheLock(t *testing.T, a *App, m *rootfs.Manager) {
+	t.Helper()
 	unlock, err := m.Lock(context.Background(), "default")
 	if err != nil {
 		t.Fatal(err)
@@ -293,6 +296,7 @@ func TestInstallPackagesWaitsForTheLock(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
+		unlock()
 		t.Fatalf("returned while the lock was held: %v", err)
 	case <-waiting:
 	case <-time.After(2 * time.Minute): // a guard: the line comes as soon as the call reaches the lock
@@ -324,11 +328,18 @@ func TestInstallPackagesWaitsForTheLock(t *testing.T) {
 // remove/install marker, an architecture or version the lists do not
 // have, and a package whose install would remove one other sessions use
 // are all refused before apt changes anything; an exec token may not
-// install at all. Then a package left unpacked (half-installed) makes
-// installs refused until repair_rootfs (admin only) settles it.
+// install at all. The lists, older than rootfs.ListsFreshFor, are updated
+// for the first unknown name and not again for the others (a model that
+// misspells names fetches the mirror's lists once, not once a call), each
+// refusal saying they are fresh. Then a package left unpacked
+// (half-installed) makes installs refused until repair_rootfs (admin only)
+// settles it.
 func TestInstallPackagesLiteralNamesNoRemovalAndRepair(t *testing.T) {
 	t.Parallel() // its own copy of the test rootfs
 	data := copyTestRootfs(t)
+	// Past the window, within the day: no install updates them first, and
+	// an unknown name does, whenever the shared rootfs was built.
+	rootfstest.SetListsUpdated(t, rootfs.New(rootfs.DirIn(data)), rootfs.DefaultName, time.Now().Add(-rootfs.ListsFreshFor-time.Minute))
 	a, err := New(context.Background(), data, &Options{Python: testPython, Network: hostAllowed})
 	if err != nil {
 		t.Fatal(err)
@@ -337,7 +348,17 @@ func TestInstallPackagesLiteralNamesNoRemovalAndRepair(t *testing.T) {
 	if !a.Sandbox.Boxed() {
 		t.Skip("no bubblewrap box: a rootfs cannot be shown")
 	}
-	ctx := context.Background()
+	// apt's output, where each command it runs is a "$ apt-get …" line.
+	ctx, aptOut := observeOutput(context.Background())
+	updates := func() int {
+		n := 0
+		for line := range strings.Lines(aptOut()) {
+			if strings.HasPrefix(line, "$ apt-get ") && strings.HasSuffix(line, " update\n") {
+				n++
+			}
+		}
+		return n
+	}
 	token := func(scopes ...string) controller.Caller {
 		t.Helper()
 		c, _ := callerOfToken(t, a, "acme", scopes...)
@@ -369,22 +390,31 @@ func TestInstallPackagesLiteralNamesNoRemovalAndRepair(t *testing.T) {
 	if _, err := install(execTok, "sl"); capCode(err) != capability.PermissionDenied || !strings.Contains(err.Error(), `needs scope "install"`) {
 		t.Fatalf("exec token: %v", err)
 	}
-	for _, tc := range []struct{ pkg, want string }{
-		{"cowsa.", "did you mean cowsay"},
-		{"python3.1.", "not a package"},
-		{"jq-", "remove this package"},
-		{"sl:i386", "not offered for architecture i386"},
-		{"sl=0.0-1", "no version 0.0-1"},
-		{"cowsay+", "not a package"},
-		{"sl=5.02-1+", "ends in '+'"},
+	for _, tc := range []struct {
+		pkg, want string
+		unknown   bool // to the lists, not refused by its form
+	}{
+		{"cowsa.", "did you mean cowsay", true},
+		{"python3.1.", "not a package", true},
+		{"jq-", "remove this package", false},
+		{"sl:i386", "not offered for architecture i386", true},
+		{"sl=0.0-1", "no version 0.0-1", true},
+		{"cowsay+", "not a package", true},
+		{"sl=5.02-1+", "ends in '+'", false},
 	} {
 		_, err := install(installTok, tc.pkg)
 		if capCode(err) != capability.InvalidArgument || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "nothing was installed") {
 			t.Errorf("%q: %v, want invalid_argument with %q", tc.pkg, err, tc.want)
 		}
+		if tc.unknown && !strings.Contains(err.Error(), "the apt lists are fresh (updated ") {
+			t.Errorf("%q: %v, want it to say the lists are fresh", tc.pkg, err)
+		}
 	}
 	if status() != orig {
 		t.Fatal("a refused name changed dpkg's status")
+	}
+	if n := updates(); n != 1 {
+		t.Errorf("five unknown names in five calls ran apt-get update %d times, want once (the first: the lists were past rootfs.ListsFreshFor)", n)
 	}
 	// How long reading the lists takes (each install does it once).
 	listStart := time.Now()

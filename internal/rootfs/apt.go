@@ -26,6 +26,12 @@ const (
 	// ListsMaxAge is how old the apt lists may be before an install runs
 	// `apt-get update` first.
 	ListsMaxAge = 24 * time.Hour
+	// ListsFreshFor is how long after an `apt-get update` the lists are
+	// taken as the mirror's: a name they lack (or a step that fails for
+	// what stale lists would explain) updates them only when they are
+	// older. The mirror changes a few times a day; a model that misspells
+	// three names in three calls fetches them once, not three times.
+	ListsFreshFor = 5 * time.Minute
 	// simulateMax bounds the output of `apt-get -s install` kept to read
 	// its plan.
 	simulateMax = 8 << 20
@@ -128,7 +134,8 @@ type InstallResult struct {
 	// "name old -> new".
 	Installed, Upgraded []string
 	// Updated says `apt-get update` ran (the lists were missing or older
-	// than ListsMaxAge, or the install could not find a package).
+	// than ListsMaxAge, or the install could not find a package and they
+	// were older than ListsFreshFor).
 	Updated bool
 	// Unsettled are the packages dpkg left not fully installed, as "name
 	// (state)": the rootfs needs Repair before the next install.
@@ -143,8 +150,8 @@ type InstallResult struct {
 
 // Install installs pkgs (each accepted by CheckAptArg) into the ready
 // rootfs name: `apt-get update` when the lists are older than ListsMaxAge
-// (or were never updated since the build, or a package is not found);
-// then each name is matched literally against the lists, apt's plan is
+// (or were never updated since the build), or when a package is not found
+// and they are older than ListsFreshFor (at most once a call); then each name is matched literally against the lists, apt's plan is
 // simulated and must remove nothing and install exactly what was named;
 // then `apt-get install --no-remove`. The lock is waited for, and all of it
 // runs, within timeout. apt's output goes to out as it runs.
@@ -181,7 +188,7 @@ func (a *Apt) Install(ctx context.Context, name string, pkgs []string, timeout t
 	}
 	defer os.RemoveAll(scratch)
 	c := &aptInstall{a: a, ctx: ctx, name: name, root: root, scratch: scratch, out: out,
-		pkgs: pkgs, before: Installed(root), res: res}
+		pkgs: pkgs, before: Installed(root), res: res, listsAt: info.ListsUpdated}
 	var exit sandbox.Exit
 	if time.Since(info.ListsUpdated) > ListsMaxAge {
 		exit, err = c.update()
@@ -221,6 +228,7 @@ type aptInstall struct {
 	before  map[string]string // Installed(root) before the call
 	res     *InstallResult
 	updated time.Time // when this call's `apt-get update` succeeded
+	listsAt time.Time // when the lists were last updated (zero: never since the build)
 }
 
 // aptOpts are the options of both the simulated and the real install.
@@ -238,13 +246,35 @@ func (c *aptInstall) update() (sandbox.Exit, error) {
 	e, err := c.apt("update")
 	if err == nil && e.Code == 0 {
 		c.updated = time.Now()
+		c.listsAt = c.updated
 	}
 	return e, err
 }
 
 // mayUpdate says whether a failure may be retried after `apt-get update`:
-// once per call, and not once the call is over.
-func (c *aptInstall) mayUpdate() bool { return !c.res.Updated && c.ctx.Err() == nil }
+// once per call, not once the call is over, and not while the lists are
+// fresh (updated less than ListsFreshFor ago, by this call or another).
+func (c *aptInstall) mayUpdate() bool {
+	return !c.res.Updated && c.ctx.Err() == nil && !c.fresh()
+}
+
+// fresh says the lists were updated less than ListsFreshFor ago. A time
+// in the future (a marker written under another clock) is not fresh: it
+// would hold off every update until the clock reached it.
+func (c *aptInstall) fresh() bool {
+	age := time.Since(c.listsAt)
+	return age >= 0 && age <= ListsFreshFor
+}
+
+// listsNote says, in a refusal of an unknown name, that the lists it was
+// checked against are fresh (so the name is not the lists' fault), or ""
+// when they are not.
+func (c *aptInstall) listsNote() string {
+	if !c.fresh() {
+		return ""
+	}
+	return fmt.Sprintf("the apt lists are fresh (updated %s ago)", time.Since(c.listsAt).Round(time.Second))
+}
 
 // refuse ends the call before the install with err; lists fetched on the
 // way are recorded, so the next call does not fetch them again.
@@ -267,7 +297,7 @@ func (c *aptInstall) install(exit sandbox.Exit, err error) (sandbox.Exit, error)
 		// Names are matched literally, against the lists apt has: an
 		// unknown one never reaches apt, where it could be read as a
 		// pattern (cowsa. is a regex for a hundred packages).
-		if refusal, unknown := checkAvailable(c.root, c.name, c.pkgs); refusal != nil {
+		if refusal, unknown := checkAvailable(c.root, c.name, c.pkgs, c.listsNote()); refusal != nil {
 			if unknown && c.mayUpdate() {
 				// Lists a day old can miss a package or a version.
 				if exit, err = c.update(); err == nil && aptOK(exit) {
@@ -481,8 +511,9 @@ func (a *Apt) inBox(ctx context.Context, root, scratch string, out io.Writer, te
 // the rootfs root (and dpkg's status): its name must be offered exactly,
 // its architecture and version too when given. It returns the refusal
 // (ErrRefused, or ErrUnreadable), and whether it is only that something is
-// unknown (fresher lists may know it).
-func checkAvailable(root, rootfsName string, pkgs []string) (refusal error, unknown bool) {
+// unknown (fresher lists may know it). lists, when not "", says how fresh
+// the lists are, in the refusal.
+func checkAvailable(root, rootfsName string, pkgs []string, lists string) (refusal error, unknown bool) {
 	av, files, err := AptLists(root)
 	if err != nil {
 		return errorf(ErrUnreadable, "rootfs %q: its apt lists cannot be read (%v); nothing was installed", rootfsName, err), false
@@ -525,6 +556,8 @@ func checkAvailable(root, rootfsName string, pkgs []string) (refusal error, unkn
 	hint := "names are matched literally (no patterns, globs or +/- suffixes): use exact Debian package names"
 	if files == 0 {
 		hint = "rootfs " + rootfsName + " has no apt lists yet (apt-get update found none)"
+	} else if lists != "" {
+		hint += "; " + lists
 	}
 	return errorf(ErrRefused, "%s; %s; nothing was installed", strings.Join(problems, "; "), hint), unknown
 }

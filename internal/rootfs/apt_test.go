@@ -168,15 +168,51 @@ func TestCheckAvailable(t *testing.T) {
 		{[]string{"jq:i386"}, "not offered for architecture i386", true},
 		{[]string{"jq=9"}, "no version 9", true},
 	} {
-		err, unknown := checkAvailable(root, "r", tc.pkgs)
+		err, unknown := checkAvailable(root, "r", tc.pkgs, "")
 		if (tc.want == "") != (err == nil) || (err != nil && (!strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrRefused))) || unknown != tc.unknown {
 			t.Errorf("%q: %v (unknown %v), want %q", tc.pkgs, err, unknown, tc.want)
 		}
 	}
+	// A note on the lists' freshness joins the refusal of an unknown name.
+	if err, _ := checkAvailable(root, "r", []string{"cowsa."}, "the apt lists are fresh (updated 3s ago)"); err == nil ||
+		!strings.HasSuffix(err.Error(), "use exact Debian package names; the apt lists are fresh (updated 3s ago); nothing was installed") {
+		t.Errorf("fresh lists: %v", err)
+	}
 	if err := os.RemoveAll(lists); err != nil {
 		t.Fatal(err)
 	}
-	if err, _ := checkAvailable(root, "r", []string{"jq"}); err == nil || !strings.Contains(err.Error(), "no apt lists yet") {
+	if err, _ := checkAvailable(root, "r", []string{"jq"}, ""); err == nil || !strings.Contains(err.Error(), "no apt lists yet") {
 		t.Errorf("no lists: %v", err)
+	}
+}
+
+// An unknown name may update the lists once a call, only when they are
+// older than ListsFreshFor (never updated counts as old; a time ahead of
+// the clock does not count as fresh), and not once the call is over; a
+// refusal notes fresh lists.
+func TestMayUpdateOnlyPastTheWindow(t *testing.T) {
+	now := time.Now()
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		listsAt          time.Time
+		updated          bool // by this call already
+		ctx              context.Context
+		mayUpdate, fresh bool
+	}{
+		{time.Time{}, false, context.Background(), true, false},
+		{now.Add(-ListsFreshFor - time.Second), false, context.Background(), true, false},
+		{now.Add(-time.Second), false, context.Background(), false, true},
+		{now.Add(time.Hour), false, context.Background(), true, false},
+		{now.Add(-time.Hour), true, context.Background(), false, false},
+		{now.Add(-time.Hour), false, canceled, false, false},
+	} {
+		c := &aptInstall{ctx: tc.ctx, listsAt: tc.listsAt, res: &InstallResult{Updated: tc.updated}}
+		if got := c.mayUpdate(); got != tc.mayUpdate {
+			t.Errorf("lists at %v (now %v), updated %v, ctx err %v: mayUpdate %v, want %v", tc.listsAt, now, tc.updated, tc.ctx.Err(), got, tc.mayUpdate)
+		}
+		if note := c.listsNote(); (note != "") != tc.fresh || (tc.fresh && !strings.HasPrefix(note, "the apt lists are fresh (updated ")) {
+			t.Errorf("lists at %v (now %v): note %q, want one: %v", tc.listsAt, now, note, tc.fresh)
+		}
 	}
 }
