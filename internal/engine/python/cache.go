@@ -29,12 +29,19 @@ const (
 	CacheOff = "off"
 )
 
-// DefaultCacheRoot is the shared install root: $QURO_PYTHON_CACHE, else
-// the user's cache directory's quro/ ($XDG_CACHE_HOME or ~/.cache). Empty
-// when there is none (no HOME: a service without one).
+// DefaultCacheRoot is the shared install root: $QURO_PYTHON_CACHE, else,
+// for a server run as root, root's cache directory's quro/
+// ($XDG_CACHE_HOME or ~/.cache). Empty when there is none (no HOME: a
+// service without one) and for a server that is not root: its sessions
+// may run as its own uid (minimal isolation), to which the owner checks
+// could not tell a file they wrote from the server's, so its interpreter
+// stays in the data directory unless the operator names a cache.
 func DefaultCacheRoot() string {
 	if d := os.Getenv(CacheEnv); d != "" {
 		return d
+	}
+	if os.Geteuid() != 0 {
+		return ""
 	}
 	d, err := os.UserCacheDir()
 	if err != nil {
@@ -48,13 +55,13 @@ func DefaultCacheRoot() string {
 // subdirectories, and checks that only the server's user can write it:
 // dir, dir/python and dir/python/worker are this user's and writable by
 // nobody else; each ancestor of dir is root's or this user's, writable by
-// others only when sticky (as /tmp, where nobody else can rename what is
+// others only when sticky and the server is root (as /tmp, where nobody else can rename what is
 // root's). It returns dir made absolute, or an error
 // saying why it cannot be used; the caller then keeps the interpreter in
 // the data directory (and logs why). dir "" or CacheOff is no cache.
 func SharedRoot(dir string) (string, error) {
 	if dir == "" {
-		return "", errors.New("no cache directory (neither $" + CacheEnv + " nor a home directory)")
+		return "", errors.New("no cache directory (neither $" + CacheEnv + " nor, for a server run as root, a home directory)")
 	}
 	if dir == CacheOff {
 		return "", errors.New("$" + CacheEnv + " is " + CacheOff)
@@ -100,6 +107,10 @@ func checkSecureDir(own, leaf string) error {
 			return fmt.Errorf("%s is writable by others (%v)", p, mode.Perm())
 		case !inside && othersWrite(mode, st.Gid, egid) && mode&fs.ModeSticky == 0:
 			return fmt.Errorf("%s is writable by others (%v) and not sticky", p, mode.Perm())
+		case !inside && othersWrite(mode, st.Gid, egid) && euid != 0:
+			// A sticky /tmp is writable by the sessions of a server that
+			// is not root when they run as its uid (minimal isolation).
+			return fmt.Errorf("%s is writable by others (%v): a server that is not root keeps its cache out of shared directories", p, mode.Perm())
 		}
 		if p == filepath.Dir(p) {
 			return nil
@@ -122,23 +133,33 @@ func othersWrite(mode fs.FileMode, gid, egid uint32) bool {
 func trustedTree(dir string) error {
 	euid, egid := uint32(os.Geteuid()), uint32(os.Getegid())
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+		if err == nil {
+			var fi fs.FileInfo
+			if fi, err = d.Info(); err == nil {
+				return trustedEntry(p, fi, euid, egid)
+			}
 		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
+		// An entry gone between the listing and its lstat is not used:
+		// compilePip's temporary .pyc files come and go while another
+		// server (sharing the install root) compiles pip.
+		if p != dir && errors.Is(err, fs.ErrNotExist) {
+			return nil
 		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok {
-			return fmt.Errorf("%s: no owner", p)
-		}
-		if st.Uid != euid {
-			return fmt.Errorf("%s belongs to uid %d", p, st.Uid)
-		}
-		if fi.Mode().Type() != fs.ModeSymlink && othersWrite(fi.Mode(), st.Gid, egid) {
-			return fmt.Errorf("%s is writable by others (%v)", p, fi.Mode().Perm())
-		}
-		return nil
+		return err
 	})
+}
+
+// trustedEntry is trustedTree's check of one entry.
+func trustedEntry(p string, fi fs.FileInfo, euid, egid uint32) error {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("%s: no owner", p)
+	}
+	if st.Uid != euid {
+		return fmt.Errorf("%s belongs to uid %d", p, st.Uid)
+	}
+	if fi.Mode().Type() != fs.ModeSymlink && othersWrite(fi.Mode(), st.Gid, egid) {
+		return fmt.Errorf("%s is writable by others (%v)", p, fi.Mode().Perm())
+	}
+	return nil
 }

@@ -4,10 +4,13 @@ package python
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -189,4 +192,50 @@ func BenchmarkStartChecks(b *testing.B) {
 	slices.Sort(walks)
 	b.ReportMetric(float64(trees[len(trees)/2].Microseconds())/1e3, "tree-ms")
 	b.ReportMetric(float64(walks[len(walks)/2].Microseconds())/1e3, "walk-ms")
+}
+
+// TestNonRootServerSharesNoCache: a server that is not root has no
+// default cache (its sessions may run as its uid under minimal isolation,
+// and could write a cache the owner checks would then trust), and one it
+// is given under a sticky world-writable directory (/tmp) is refused:
+// its sessions could write there.
+func TestNonRootServerSharesNoCache(t *testing.T) {
+	if os.Getenv("QURO_TEST_NONROOT_CACHE") != "" {
+		dir := os.Getenv("QURO_TEST_NONROOT_CACHE")
+		_, err := SharedRoot(filepath.Join(dir, "cache"))
+		fmt.Printf("default=%q shared=%v\n", DefaultCacheRoot(), err)
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("runs itself as another user: needs root")
+	}
+	// Not t.TempDir: its parent is 0700, which uid 65534 cannot pass.
+	sticky, err := os.MkdirTemp("", "quro-nonroot-cache-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sticky) })
+	if err := os.Chmod(sticky, os.ModeSticky|0o777); err != nil {
+		t.Fatal(err)
+	}
+	// The test binary, where uid 65534 can run it.
+	bin, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := filepath.Join(sticky, "python.test")
+	if err := os.WriteFile(self, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "-test.run", "^TestNonRootServerSharesNoCache$")
+	cmd.Dir = sticky
+	cmd.Env = []string{"HOME=" + sticky, "QURO_TEST_NONROOT_CACHE=" + sticky}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("as uid 65534: %v %s", err, out)
+	}
+	if !strings.Contains(string(out), `default="" shared=`) || !strings.Contains(string(out), "a server that is not root keeps its cache out of shared directories") {
+		t.Errorf("as uid 65534: %s", out)
+	}
 }

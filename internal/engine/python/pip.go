@@ -257,7 +257,17 @@ func extractPip(ctx context.Context, inst *installation, final string) error {
 	if err := os.WriteFile(filepath.Join(tmp, completeMarker), []byte(pipMarker(final)), 0o644); err != nil {
 		return err
 	}
-	os.RemoveAll(final) // a damaged one, or of another layout
+	// A damaged one, or of another layout, is renamed aside before it is
+	// removed: compilePip (this process's or another's sharing the install
+	// root) may be writing its .pyc files there, and a RemoveAll racing
+	// it left a non-empty directory the rename could not replace.
+	if _, err := os.Lstat(final); err == nil {
+		old := final + ".old-" + randomHex(4)
+		if err := os.Rename(final, old); err != nil {
+			return err
+		}
+		defer os.RemoveAll(old)
+	}
 	return os.Rename(tmp, final)
 }
 
@@ -287,6 +297,13 @@ func compilePip(ctx context.Context, inst *installation, pipDir string) error {
 	if pipCompiled(pipDir) {
 		return nil
 	}
+	// The directory compiled is the one marked: extractPip may replace it
+	// meanwhile (a damaged or untrusted one, by this process or another
+	// sharing the install root), and the new one has no .pyc yet.
+	before, err := os.Stat(pipDir)
+	if err != nil {
+		return err
+	}
 	if out, err := runHelper(ctx, nil, inst.Python, "-I", "-B", "-m", "compileall", "-q",
 		"--invalidation-mode", invalidation, filepath.Join(pipDir, "pip")); err != nil {
 		return fmt.Errorf("byte-compiling pip: %v: %s", err, strings.TrimSpace(lastLines(string(out), 10)))
@@ -297,6 +314,9 @@ func compilePip(ctx context.Context, inst *installation, pipDir string) error {
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if after, err := os.Stat(pipDir); err != nil || !os.SameFile(before, after) {
+		return nil // replaced while compiling: unmarked, compiled by a later start
 	}
 	return writeAtomic(filepath.Join(pipDir, pipCompiledMarker), []byte("ok\n"), 0o644)
 }
