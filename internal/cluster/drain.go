@@ -453,9 +453,9 @@ type NoRoomError struct {
 
 func (e *NoRoomError) Error() string {
 	if len(e.Refusals) == 0 {
-		return ErrNoNode.Error()
+		return "every other node is full, draining or down"
 	}
-	return "no node has room for it: " + strings.Join(e.Refusals, "; ")
+	return "each node asked refused it: " + strings.Join(e.Refusals, "; ")
 }
 
 // Unwrap makes errors.Is(err, ErrNoNode) true.
