@@ -387,11 +387,9 @@ func (t *tenants) prepare(tenant, dir string) error {
 	if size <= 0 || t.disks.Enforced() != nil {
 		return nil //nolint:nilerr // no kernel quota here (the status says why): the session goes without an image
 	}
-	if err := t.diskRoom(tenant, size); err != nil {
-		return err
-	}
-	if err := t.diskShares.Acquire(tenant); err != nil {
-		return diskFull(err) // taken meanwhile by another create
+	t.awaitDiskRelease(tenant)
+	if err := t.diskShares.Acquire(tenant); err != nil { // counts the refusal (Stats)
+		return diskFull(err)
 	}
 	if err := t.disks.Create(dir, size); err != nil {
 		t.diskShares.Release(tenant)
@@ -403,7 +401,8 @@ func (t *tenants) prepare(tenant, dir string) error {
 
 // diskRoom refuses tenant, whose disk quota per session is disk, one
 // more session disk when its share of them, or the server's cap, is
-// held: prepare's check, without taking the place (a node asked whether it would take a moved session answers
+// held: prepare's check, without taking the place or counting a
+// refusal (a node asked whether it would take a moved session answers
 // with it). A destroyed session's image keeps its place until the
 // destroy's background release has removed it: a session refused only
 // for those waits for the releases under way (each ends in the time an
@@ -414,12 +413,18 @@ func (t *tenants) diskRoom(tenant string, disk int64) error {
 	if disk <= 0 || t.disks.Enforced() != nil {
 		return nil //nolint:nilerr // no kernel quota here (the status says why): the session goes without an image
 	}
-	for t.diskShares.Check(tenant) != nil && t.sessions().AwaitRelease(context.Background()) {
-	}
+	t.awaitDiskRelease(tenant)
 	if err := t.diskShares.Check(tenant); err != nil {
 		return diskFull(err)
 	}
 	return nil
+}
+
+// awaitDiskRelease waits, while tenant would be refused a session disk,
+// for the destroys' releases under way (diskRoom).
+func (t *tenants) awaitDiskRelease(tenant string) {
+	for t.diskShares.Check(tenant) != nil && t.sessions().AwaitRelease(context.Background()) {
+	}
 }
 
 // diskFull is a refusal of the session disks' pool as a session ceiling
