@@ -6,7 +6,7 @@ package main
 // API server (the harness of cluster_k8s_test.go): nothing moves, every
 // session stays with its files on the drained node, and a move the full
 // node is sent anyway (a sender whose table lags, or that ignores it) is
-// refused at its ceiling. Run:
+// refused at its ceiling, and so is the drain's admission probe. Run:
 //
 //	go test -tags k8s -trimpath -count=1 -run TestClusterDrainIntoAFullNode ./cmd/quro/
 
@@ -92,6 +92,16 @@ func TestClusterDrainIntoAFullNode(t *testing.T) {
 			tw.Close()
 			return putMove(t, x, bPort, id, cluster.MoveSignature(key, "node-x", "node-b", id, time.Now()), &buf)
 		}
+		// A drain's admission probe, asked before a session is paused,
+		// is told the same over the real node port.
+		probe := func(t *testing.T) httpResult {
+			t.Helper()
+			return moveRoute(t, x, "POST", bPort, id, cluster.MoveSignature(key, "node-x", "node-b", id, time.Now()),
+				strings.NewReader(`{"bytes":5}`))
+		}
+		if r := probe(t); r.status != http.StatusTooManyRequests || !strings.Contains(r.body, "session ceiling of 3") {
+			t.Fatalf("a probe of node b at its ceiling: %d %s", r.status, r.body)
+		}
 		if r := move(t); r.status != http.StatusTooManyRequests || !strings.Contains(r.body, "session ceiling of 3") {
 			t.Fatalf("a move into node b at its ceiling: %d %s", r.status, r.body)
 		}
@@ -101,6 +111,9 @@ func TestClusterDrainIntoAFullNode(t *testing.T) {
 		// Room made on node b: the same move (signed anew) is taken.
 		if r := do(t, "DELETE", a.url+"/v1/sessions/"+on["node-b"][0], "", "", auth...); r.status/100 != 2 {
 			t.Fatalf("destroy %s: %d %s", on["node-b"][0], r.status, r.body)
+		}
+		if r := probe(t); r.status != http.StatusNoContent {
+			t.Fatalf("a probe of node b with room: %d %s", r.status, r.body)
 		}
 		if r := move(t); r.status != http.StatusOK {
 			t.Fatalf("a move into node b with room: %d %s", r.status, r.body)

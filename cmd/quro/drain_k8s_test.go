@@ -518,7 +518,14 @@ func ownedRecord(t *testing.T, dyn dynamic.Interface, id, node, name string) {
 // through c (nodePort's), signed sig ("": unsigned), with hdr's headers.
 func putMove(t *testing.T, c *http.Client, addr, id, sig string, body io.Reader, hdr ...string) httpResult {
 	t.Helper()
-	req, _ := http.NewRequest("PUT", "https://"+addr+cluster.MovePath+id, body)
+	return moveRoute(t, c, "PUT", addr, id, sig, body, hdr...)
+}
+
+// moveRoute sends method to node addr's move route for session id: PUT
+// a move, POST a drain's admission probe.
+func moveRoute(t *testing.T, c *http.Client, method, addr, id, sig string, body io.Reader, hdr ...string) httpResult {
+	t.Helper()
+	req, _ := http.NewRequest(method, "https://"+addr+cluster.MovePath+id, body)
 	if sig != "" {
 		req.Header.Set(cluster.MoveHeader, sig)
 	}

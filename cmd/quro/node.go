@@ -29,11 +29,15 @@ const DrainPath = "/cluster/v1/drain"
 // summary at the end.
 type drainLine struct {
 	*cluster.Move
-	ID     string `json:"id,omitempty"` // the summary's: the drain's id (cluster.NewDrainID)
-	Done   bool   `json:"done,omitempty"`
-	Moved  int    `json:"moved,omitempty"`
-	Failed int    `json:"failed,omitempty"`
-	Fatal  string `json:"fatal,omitempty"` // why the drain stopped
+	ID    string `json:"id,omitempty"` // the summary's: the drain's id (cluster.NewDrainID)
+	Done  bool   `json:"done,omitempty"`
+	Moved int    `json:"moved,omitempty"`
+	// Failed is how many sessions stay on the node: Unplaced of them for
+	// want of room on any other node, the others because their move
+	// failed.
+	Failed   int    `json:"failed,omitempty"`
+	Unplaced int    `json:"unplaced,omitempty"`
+	Fatal    string `json:"fatal,omitempty"` // why the drain stopped
 }
 
 // drainHandler runs a drain of n and streams its moves, one JSON line
@@ -44,22 +48,18 @@ func (n *clusterNode) drainHandler() http.Handler {
 		w.WriteHeader(http.StatusOK)
 		enc := json.NewEncoder(w)
 		fl, _ := w.(http.Flusher)
-		moved := 0
 		caller := operatorFrom(r.Context())
 		caller.Path = "rest"
 		start := time.Now()
 		id := cluster.NewDrainID()
-		failed, err := n.drainer.Drain(r.Context(), id, func(m cluster.Move) {
-			if m.OK {
-				moved++
-			}
+		res, err := n.drainer.Drain(r.Context(), id, func(m cluster.Move) {
 			n.auditMove(r.Context(), caller, m)
 			_ = enc.Encode(drainLine{Move: &m})
 			if fl != nil {
 				fl.Flush()
 			}
 		})
-		end := drainLine{ID: id, Done: err == nil && failed == 0, Moved: moved, Failed: failed}
+		end := drainLine{ID: id, Done: err == nil && res.Stayed() == 0, Moved: res.Moved, Failed: res.Stayed(), Unplaced: res.NoRoom}
 		if err != nil {
 			end.Fatal = err.Error()
 		}
@@ -84,6 +84,11 @@ func (n *clusterNode) auditMove(ctx context.Context, caller controller.Caller, m
 		// The error's detail is the operator's (the drain's answer, the
 		// node's log): the tenant's entry says what became of the session.
 		rec.Err = capability.Errorf(capability.Unavailable, "the move to %s failed; the session stays on %s with its files, its processes were stopped", m.To, n.c.Self())
+		if m.NoRoom {
+			// Asked first, no node admitted it: it was never paused.
+			rec.Outcome = string(capability.ResourceExhausted)
+			rec.Err = capability.Errorf(capability.ResourceExhausted, "no other node had room for it; the session stays on %s, untouched", n.c.Self())
+		}
 	}
 	n.audit(ctx, rec)
 }
@@ -108,7 +113,7 @@ func (n *clusterNode) auditDrain(ctx context.Context, caller controller.Caller, 
 	if n.audit == nil {
 		return
 	}
-	args, _ := json.Marshal(map[string]any{"node": n.c.Self(), "drain": end.ID, "moved": end.Moved, "failed": end.Failed})
+	args, _ := json.Marshal(map[string]any{"node": n.c.Self(), "drain": end.ID, "moved": end.Moved, "failed": end.Failed, "unplaced": end.Unplaced})
 	rec := &controller.Record{Start: start, Caller: caller, Capability: app.AuditNodeDrain, Args: args,
 		Outcome: "ok", Duration: time.Since(start)}
 	switch {
@@ -117,7 +122,7 @@ func (n *clusterNode) auditDrain(ctx context.Context, caller controller.Caller, 
 		rec.Err = capability.Errorf(capability.Unavailable, "%s", end.Fatal)
 	case end.Failed > 0:
 		rec.Outcome = string(capability.Unavailable)
-		rec.Err = capability.Errorf(capability.Unavailable, "%d sessions stay on this node", end.Failed)
+		rec.Err = capability.Errorf(capability.Unavailable, "%d sessions stay on this node (%d for want of room on every other node)", end.Failed, end.Unplaced)
 	}
 	n.audit(context.WithoutCancel(ctx), rec)
 }
@@ -132,11 +137,13 @@ func newNodeCmd(g *globals) *cobra.Command {
 		Use:   "drain",
 		Short: "Move every session of this node to the other nodes (the pod's preStop hook runs it)",
 		Long: `Drain the cluster node running on --data (or --server): it stops taking new
-sessions, then moves each session it owns to the live node with the most
-headroom — its workspace and settings copied, then its owner switched in the
-sessions.quro.dev record. A session's processes do not move: the result of
-its next call says so. A session whose move fails stays here, usable, and is
-reported; the command then exits 1. Running it again finishes the job.`,
+sessions, then moves each session it owns to the first live node, by
+headroom, that admits it (each is asked before the session is paused; one at
+a ceiling for it passes it on to the next) — its workspace and settings
+copied, then its owner switched in the sessions.quro.dev record. A session's
+processes do not move: the result of its next call says so. A session no
+node has room for, or whose move fails, stays here, usable, and is reported;
+the command then exits 1. Running it again finishes the job.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return drain(cmd.Context(), g, cmd.OutOrStdout()) },
 	}, "no capability: asks the running cluster node to drain over its operator-only route "+DrainPath+
@@ -183,12 +190,21 @@ func drain(ctx context.Context, g *globals, out io.Writer) error {
 				renamed = ", named " + l.NewName + " there (its name was taken)"
 			}
 			fmt.Fprintf(out, "moved %s (%s) to %s%s\n", l.Session, l.Name, l.To, renamed)
+		case l.Move != nil && l.Session != "" && l.NoRoom:
+			fmt.Fprintf(out, "NOT moved %s (%s), no node has room for it: %s\n", l.Session, l.Name, l.Error)
 		case l.Move != nil && l.Session != "":
 			fmt.Fprintf(out, "NOT moved %s (%s): %s\n", l.Session, l.Name, l.Error)
 		default:
-			fmt.Fprintf(out, "%d sessions moved, %d not (drain %s, the id its audit entries name)\n", l.Moved, l.Failed, l.ID)
+			why := ""
+			if l.Failed > 0 {
+				why = fmt.Sprintf(": %d for want of room on every other node, %d failed", l.Unplaced, l.Failed-l.Unplaced)
+			}
+			fmt.Fprintf(out, "%d sessions moved, %d not%s (drain %s, the id its audit entries name)\n", l.Moved, l.Failed, why, l.ID)
 			if l.Fatal != "" {
 				return fmt.Errorf("quro node drain: %s", l.Fatal)
+			}
+			if l.Unplaced > 0 {
+				return fmt.Errorf("quro node drain: %d sessions stay on this node, %d of them because no other node has room (add a node, or raise the ceilings the refusals name, then run it again)", l.Failed, l.Unplaced)
 			}
 			if l.Failed > 0 {
 				return fmt.Errorf("quro node drain: %d sessions stay on this node; run it again to retry them", l.Failed)

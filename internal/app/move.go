@@ -287,6 +287,12 @@ func (m *Mover) Import(ctx context.Context, id, tenant, name string, r io.Reader
 		}
 		m.a.Sessions.WaitReleases() // its directory is gone before the new one is made
 	}
+	// Every ceiling a create is admitted against, whatever the sender's
+	// probe was told (Admit: advice, given before the sender paused the
+	// session); the workspace's size is counted as it is extracted.
+	if err := m.a.admitMoved(ctx, ms.Tenant, -1); err != nil {
+		return "", 0, 0, err
+	}
 	lim, err := m.a.tenants.Limits(ctx, ms.Tenant)
 	if err != nil {
 		return "", 0, 0, err
@@ -338,6 +344,78 @@ func (m *Mover) Import(ctx context.Context, id, tenant, name string, r io.Reader
 	}
 	m.a.setMoveNote(s.ID, MoveNote)
 	return s.Name, st.Files, st.Bytes, nil
+}
+
+// Admit reports whether this node would take a moved session of tenant
+// whose workspace holds size bytes (admitMoved): the sender asks before
+// it pauses the session, so a refusal costs its user no pause. Advice
+// only: Import admits the session again.
+func (m *Mover) Admit(ctx context.Context, tenant string, size int64) error {
+	return m.a.admitMoved(ctx, tenant, size)
+}
+
+// admitMoved admits a moved session of tenant, whose workspace holds
+// size bytes (< 0: not known yet, counted as it is extracted), against
+// every ceiling a create is admitted against: the tenant's and the
+// server's session ceilings (session.Manager.Admit), the tenant's memory
+// and process ceilings (admitSessionOf), a place for its session disk
+// (diskRoom); and its files against the tenant's disk quota per session.
+// Each refusal for room is resource_exhausted (HTTP 429), naming the
+// ceiling.
+func (a *App) admitMoved(ctx context.Context, tenant string, size int64) error {
+	if !session.ValidTenant(tenant) || tenant == session.SpareTenant {
+		return capability.Errorf(capability.InvalidArgument, "a moved session's tenant %q is not a tenant's name", tenant)
+	}
+	if err := a.Sessions.Admit(ctx, tenant); err != nil {
+		return err
+	}
+	if err := a.admitSessionOf(ctx, tenant); err != nil {
+		return err
+	}
+	lim, err := a.tenants.Limits(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if err := a.tenants.diskRoom(tenant, lim.Disk); err != nil {
+		return err
+	}
+	if lim.Disk > 0 && size > lim.Disk {
+		return capability.Errorf(capability.ResourceExhausted, "the session's files (%s) are larger than the disk quota of tenant %s's sessions here (%s)",
+			quota.Human(size), sandbox.DisplayTenant(tenant), quota.Human(lim.Disk))
+	}
+	return nil
+}
+
+// Size is how many bytes the regular files of session id's workspace
+// hold (what a move's Extract counts against the receiver's quota), for
+// the receiver's admission probe.
+func (m *Mover) Size(ctx context.Context, id string) (int64, error) {
+	s, err := m.session(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	if err := m.a.tenants.disks.Remount(s.Dir); err != nil {
+		return 0, fmt.Errorf("session %s: mount its disk: %w", s.Name, err)
+	}
+	var n int64
+	err = filepath.WalkDir(s.Workspace(), func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		n += fi.Size()
+		return ctx.Err()
+	})
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+		err = pe.Err // its path is the host's
+	}
+	if err != nil {
+		return 0, fmt.Errorf("session %s: the size of its files: %w", s.Name, err)
+	}
+	return n, nil
 }
 
 // checkMoved checks the settings of a move stream as a create checks

@@ -387,15 +387,9 @@ func (t *tenants) prepare(tenant, dir string) error {
 	if size <= 0 || t.disks.Enforced() != nil {
 		return nil //nolint:nilerr // no kernel quota here (the status says why): the session goes without an image
 	}
-	// A destroyed session's image keeps its place until the destroy's
-	// background release has removed it: a create refused only for
-	// those waits for the releases under way (each ends in the time an
-	// unmount takes), not on a clock, and is refused when none is left.
-	for t.diskShares.Check(tenant) != nil && t.sessions().AwaitRelease(context.Background()) {
-	}
-	if err := t.diskShares.Acquire(tenant); err != nil {
-		return fmt.Errorf("%w: %v (each is a loop device of the host's; the server's cap is quro serve --max-session-disks, by default one per session of its session ceiling, a tenant's share its session ceiling, or a quarter of a cap set): destroy a session you no longer need",
-			session.ErrLimit, err)
+	t.awaitDiskRelease(tenant)
+	if err := t.diskShares.Acquire(tenant); err != nil { // counts the refusal (Stats)
+		return diskFull(err)
 	}
 	if err := t.disks.Create(dir, size); err != nil {
 		t.diskShares.Release(tenant)
@@ -403,6 +397,41 @@ func (t *tenants) prepare(tenant, dir string) error {
 	}
 	t.holdDisk(dir, tenant)
 	return nil
+}
+
+// diskRoom refuses tenant, whose disk quota per session is disk, one
+// more session disk when its share of them, or the server's cap, is
+// held: prepare's check, without taking the place or counting a
+// refusal (a node asked whether it would take a moved session answers
+// with it). A destroyed session's image keeps its place until the
+// destroy's background release has removed it: a session refused only
+// for those waits for the releases under way (each ends in the time an
+// unmount takes), not on a clock, and is refused when none is left.
+// Sessions here get no image (no disk quota, or no kernel quota): no
+// refusal.
+func (t *tenants) diskRoom(tenant string, disk int64) error {
+	if disk <= 0 || t.disks.Enforced() != nil {
+		return nil //nolint:nilerr // no kernel quota here (the status says why): the session goes without an image
+	}
+	t.awaitDiskRelease(tenant)
+	if err := t.diskShares.Check(tenant); err != nil {
+		return diskFull(err)
+	}
+	return nil
+}
+
+// awaitDiskRelease waits, while tenant would be refused a session disk,
+// for the destroys' releases under way (diskRoom).
+func (t *tenants) awaitDiskRelease(tenant string) {
+	for t.diskShares.Check(tenant) != nil && t.sessions().AwaitRelease(context.Background()) {
+	}
+}
+
+// diskFull is a refusal of the session disks' pool as a session ceiling
+// (session.ErrLimit: resource_exhausted), with what to do.
+func diskFull(err error) error {
+	return fmt.Errorf("%w: %v (each is a loop device of the host's; the server's cap is quro serve --max-session-disks, by default one per session of its session ceiling, a tenant's share its session ceiling, or a quarter of a cap set): destroy a session you no longer need",
+		session.ErrLimit, err)
 }
 
 // holdDisk records that dir's image holds a place of tenant's.
@@ -506,7 +535,12 @@ func (a *App) admit(ctx context.Context, s *session.Session) error {
 // (its box and worker): made anyway, the session's processes would be
 // OOM-killed or stall in reclaim, and so would the tenant's others.
 func (a *App) admitSession(ctx context.Context) error {
-	tenant := session.TenantFrom(ctx)
+	return a.admitSessionOf(ctx, session.TenantFrom(ctx))
+}
+
+// admitSessionOf is admitSession for tenant (a moved session's, which
+// is not the caller's).
+func (a *App) admitSessionOf(ctx context.Context, tenant string) error {
 	l, err := a.tenants.Limits(ctx, tenant)
 	if err != nil {
 		return err

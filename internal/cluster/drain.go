@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -31,9 +32,14 @@ import (
 
 // Draining a node (quro node drain, the pod's preStop hook): the node
 // stops taking new sessions (its Lease says draining, so Place skips it),
-// then moves each session it owns to the live node with the most
-// headroom, one at a time:
+// then moves each session it owns, one at a time, to the first live node
+// in placement's order (Rank: the most headroom first) that admits it:
 //
+//  0. ask the node whether it would admit the session (POST MovePath,
+//     signed as a move is; the receiver checks the tenant's and its own
+//     ceilings, Local.Admit): a node that refuses for room (429) or
+//     cannot take it now (503) is passed over for the next, and the
+//     session is not paused for a node that would refuse it;
 //  1. quiesce it here: no call enters (503 with Retry-After through any
 //     node), the calls in it are canceled and its box ends;
 //  2. stream its settings and workspace (a tar) to the target's
@@ -46,8 +52,11 @@ import (
 //     so does this node after the answer (a no-op when done);
 //  4. this node lets its copy go through the session's one teardown.
 //
-// A move that fails leaves the session here, usable, and the drain
-// reports it. Every step can be run again: a second drain, or one after
+// An import refused for room after all (the probe is advice: the
+// receiver's room changed in between) passes on to the next node too,
+// the session still quiesced. A session no node has room for stays here,
+// usable, and the drain counts it apart (Result.NoRoom); a move that
+// fails otherwise leaves it here as well, and is reported. Every step can be run again: a second drain, or one after
 // a crash, finds the sessions still recorded as this node's and moves
 // them; a copy left on either side by a crash is released by Member.Sync
 // on the side the record does not name.
@@ -268,10 +277,19 @@ type Local interface {
 	// Release lets this node's copy go (the session's one teardown).
 	Release(ctx context.Context, id string) error
 	// Import adopts session id, of tenant and named name as its record
-	// says, from a move stream another node sent, checked as hostile; it
-	// returns the name it got (another session here may hold its own) and
-	// the files and bytes made.
+	// says, from a move stream another node sent, checked as hostile and
+	// admitted against every ceiling a new session is; it returns the
+	// name it got (another session here may hold its own) and the files
+	// and bytes made.
 	Import(ctx context.Context, id, tenant, name string, r io.Reader) (got string, files int, size int64, err error)
+	// Size is how many bytes the files of session id hold (what the
+	// receiver's admission probe is told).
+	Size(ctx context.Context, id string) (int64, error)
+	// Admit reports whether this node would take a moved session of
+	// tenant whose files hold size bytes: every ceiling Import admits it
+	// against. Advice for the sender, asked before it quiesces the
+	// session; Import checks again.
+	Admit(ctx context.Context, tenant string, size int64) error
 }
 
 // Adoption is a session this node took from another one's drain.
@@ -375,91 +393,216 @@ type Move struct {
 	To      string `json:"to,omitempty"`
 	NewName string `json:"new_name,omitempty"` // the name it got there, when another session held its own
 	OK      bool   `json:"ok"`
-	Error   string `json:"error,omitempty"`
+	// NoRoom: it stays because no node had room for it (each refused it,
+	// or none but this one is live and not full); Error says what each
+	// said.
+	NoRoom bool   `json:"no_room,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
+// Result is what a drain did: how many sessions moved, how many stay for
+// want of room on any node, how many stay because their move failed.
+type Result struct {
+	Moved  int `json:"moved"`
+	NoRoom int `json:"no_room"`
+	Failed int `json:"failed"`
+}
+
+// Stayed is how many sessions stay on the drained node.
+func (r Result) Stayed() int { return r.NoRoom + r.Failed }
+
 // Drain marks this node draining and moves every session it owns,
-// telling report of each move as it ends. It returns how many failed.
-// drain is its id (NewDrainID), which each receiver is told.
-func (d *Drainer) Drain(ctx context.Context, drain string, report func(Move)) (failed int, err error) {
+// telling report of each move as it ends, and returns what it did. drain
+// is its id (NewDrainID), which each receiver is told.
+func (d *Drainer) Drain(ctx context.Context, drain string, report func(Move)) (res Result, err error) {
 	d.run.Lock()
 	defer d.run.Unlock()
 	d.Member.SetDraining(true)
 	if err := d.Member.Sync(ctx); err != nil {
-		return 0, fmt.Errorf("cluster: publishing that this node drains: %w", err)
+		return res, fmt.Errorf("cluster: publishing that this node drains: %w", err)
 	}
 	for _, s := range d.C.Owned(d.C.Self()) {
 		if ctx.Err() != nil {
-			return failed, ctx.Err()
+			return res, ctx.Err()
 		}
 		m := Move{Drain: drain, Session: s.Name, Name: s.Spec.Name, Tenant: s.Spec.Tenant}
 		to, newName, err := d.moveOne(ctx, s, drain)
 		m.To, m.NewName = to, newName
-		if err != nil {
-			m.Error = err.Error()
-			failed++
-		} else {
+		var nr *NoRoomError
+		switch {
+		case err == nil:
 			m.OK = true
+			res.Moved++
+		case errors.As(err, &nr):
+			m.NoRoom, m.Error = true, err.Error()
+			res.NoRoom++
+		default:
+			m.Error = err.Error()
+			res.Failed++
 		}
 		report(m)
 	}
-	return failed, nil
+	return res, nil
 }
 
-// target picks the node a session goes to: the live node, not this one,
-// with the most headroom.
-func (d *Drainer) target(tenant string) (*Node, error) {
+// NoRoomError means no node admitted a session: each refusal, in the
+// order the nodes were asked (none: no other node is live and not full).
+type NoRoomError struct {
+	Refusals []string
+}
+
+func (e *NoRoomError) Error() string {
+	if len(e.Refusals) == 0 {
+		return "every other node is full, draining or down"
+	}
+	return "each node asked refused it: " + strings.Join(e.Refusals, "; ")
+}
+
+// Unwrap makes errors.Is(err, ErrNoNode) true.
+func (e *NoRoomError) Unwrap() error { return ErrNoNode }
+
+// refusal is a receiver's answer other than yes.
+type refusal struct {
+	node   string
+	status int
+	msg    string
+}
+
+func (e *refusal) Error() string {
+	return fmt.Sprintf("%s refused it (%d): %s", e.node, e.status, e.msg)
+}
+
+// roomRefused reports whether err is a refusal that another node may not
+// give: no room there (429), or not now (503: draining too, or its API
+// server unreachable).
+func roomRefused(err error) bool {
+	var r *refusal
+	return errors.As(err, &r) && (r.status == http.StatusTooManyRequests || r.status == http.StatusServiceUnavailable)
+}
+
+// targets are the nodes a session may go to, in placement's order: the
+// live nodes, not this one, that are not full.
+func (d *Drainer) targets() []*Node {
 	var nodes []Node
 	for _, n := range d.C.Nodes() {
 		if n.Name != d.C.Self() {
 			nodes = append(nodes, n)
 		}
 	}
-	return Place(nodes, time.Now(), tenant, 0, 0)
+	return Rank(nodes, time.Now())
 }
 
-// moveOne moves s and returns the node it went to.
+// moveOne moves s to the first node of targets that admits it and
+// returns the node it went to; a *NoRoomError when none did.
 func (d *Drainer) moveOne(ctx context.Context, s *Session, drain string) (to, newName string, err error) {
-	n, err := d.target(s.Spec.Tenant)
-	if err != nil {
-		return "", "", err
+	nodes := d.targets()
+	if len(nodes) == 0 {
+		return "", "", &NoRoomError{}
 	}
 	id := s.Name
 	unhold := d.Member.Hold(id)
 	defer unhold()
-	d.mark(id, false)
-	if err := d.Local.Quiesce(ctx, id); err != nil {
-		d.unmark(id)
-		return n.Name, "", err
-	}
-	_ = d.C.SetPhase(ctx, id, d.C.Self(), PhaseDraining) // shown by kubectl get; the move does not depend on it
-	ans, err := d.send(ctx, id, n, drain)
+	size, err := d.Local.Size(ctx, id)
 	if err != nil {
-		// The answer may be lost after the target took it: the record
-		// tells.
-		if cur, gerr := d.C.Get(context.WithoutCancel(ctx), id); gerr == nil && cur != nil && cur.Spec.Node == n.Name {
-			err = nil
+		return "", "", err
+	}
+	quiesced := false
+	defer func() {
+		if quiesced && err != nil { // it stays here
+			_ = d.C.SetPhase(context.WithoutCancel(ctx), id, d.C.Self(), PhaseReady)
+			d.Local.Unquiesce(id)
+			d.unmark(id)
 		}
+	}()
+	var refused []string
+	for _, n := range nodes {
+		if err := d.probe(ctx, id, n, size); err != nil {
+			if roomRefused(err) {
+				refused = append(refused, err.Error())
+				continue
+			}
+			return n.Name, "", err
+		}
+		if !quiesced {
+			d.mark(id, false)
+			if err := d.Local.Quiesce(ctx, id); err != nil {
+				d.unmark(id)
+				return n.Name, "", err
+			}
+			quiesced = true
+			_ = d.C.SetPhase(ctx, id, d.C.Self(), PhaseDraining) // shown by kubectl get; the move does not depend on it
+		}
+		ans, err := d.send(ctx, id, n, drain)
+		if err != nil {
+			// The answer may be lost after the target took it: the
+			// record tells.
+			if cur, gerr := d.C.Get(context.WithoutCancel(ctx), id); gerr == nil && cur != nil && cur.Spec.Node == n.Name {
+				err = nil
+			}
+		}
+		if err == nil {
+			err = d.C.SwitchOwner(ctx, id, d.C.Self(), n.Name)
+		}
+		if err != nil {
+			if roomRefused(err) && ctx.Err() == nil {
+				refused = append(refused, err.Error())
+				continue
+			}
+			return n.Name, "", err
+		}
+		d.mark(id, true)
+		if err := d.Local.Release(context.WithoutCancel(ctx), id); err != nil {
+			// Moved: the files are on the target and the record names
+			// it; the copy here is released by the next Sync
+			// (MovedAway).
+			d.C.log.Warn("cluster: a moved session's copy here is not released yet", "session", id, "err", err)
+		}
+		if ans != nil && ans.Name != s.Spec.Name {
+			newName = ans.Name
+		}
+		return n.Name, newName, nil
 	}
-	if err == nil {
-		err = d.C.SwitchOwner(ctx, id, d.C.Self(), n.Name)
-	}
+	return "", "", &NoRoomError{Refusals: refused}
+}
+
+// moveRequest is a request to node n's MovePath for session id, signed
+// for it.
+func (d *Drainer) moveRequest(ctx context.Context, method, id string, n *Node, body io.Reader) (*http.Request, error) {
+	u := &url.URL{Scheme: d.TLS.scheme("http"), Host: n.Address, Path: MovePath + url.PathEscape(id)}
+	req, err := http.NewRequestWithContext(toNode(ctx, n.Name), method, u.String(), body)
 	if err != nil {
-		_ = d.C.SetPhase(context.WithoutCancel(ctx), id, d.C.Self(), PhaseReady) // it stays here
-		d.Local.Unquiesce(id)
-		d.unmark(id)
-		return n.Name, "", err
+		return nil, err
 	}
-	d.mark(id, true)
-	if err := d.Local.Release(context.WithoutCancel(ctx), id); err != nil {
-		// Moved: the files are on the target and the record names it;
-		// the copy here is released by the next Sync (MovedAway).
-		d.C.log.Warn("cluster: a moved session's copy here is not released yet", "session", id, "err", err)
+	req.Header.Set(MoveHeader, MoveSignature(d.Key, d.C.Self(), n.Name, id, time.Now()))
+	return req, nil
+}
+
+// admitAsk is the body of an admission probe.
+type admitAsk struct {
+	Bytes int64 `json:"bytes"` // the session's files
+}
+
+// probe asks node n whether it would admit session id, whose files hold
+// size bytes. A node of an earlier version, which has no probe (404 or
+// 405), is taken at its import's word.
+func (d *Drainer) probe(ctx context.Context, id string, n *Node, size int64) error {
+	b, _ := json.Marshal(admitAsk{Bytes: size})
+	req, err := d.moveRequest(ctx, http.MethodPost, id, n, bytes.NewReader(b))
+	if err != nil {
+		return err
 	}
-	if ans != nil && ans.Name != s.Spec.Name {
-		newName = ans.Name
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := d.client().Do(req)
+	if err != nil {
+		return fmt.Errorf("asking %s: %w", n.Name, err)
 	}
-	return n.Name, newName, nil
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	switch resp.StatusCode {
+	case http.StatusOK, http.StatusNoContent, http.StatusNotFound, http.StatusMethodNotAllowed:
+		return nil
+	}
+	return &refusal{node: n.Name, status: resp.StatusCode, msg: strings.TrimSpace(string(body))}
 }
 
 // send streams session id to node n, for drain, and reads its answer.
@@ -468,13 +611,11 @@ func (d *Drainer) send(ctx context.Context, id string, n *Node, drain string) (*
 	go func() {
 		pw.CloseWithError(d.Local.Export(ctx, id, pw))
 	}()
-	u := &url.URL{Scheme: d.TLS.scheme("http"), Host: n.Address, Path: MovePath + url.PathEscape(id)}
-	req, err := http.NewRequestWithContext(toNode(ctx, n.Name), http.MethodPut, u.String(), pr)
+	req, err := d.moveRequest(ctx, http.MethodPut, id, n, pr)
 	if err != nil {
 		pr.Close()
 		return nil, err
 	}
-	req.Header.Set(MoveHeader, MoveSignature(d.Key, d.C.Self(), n.Name, id, time.Now()))
 	if drain != "" {
 		req.Header.Set(DrainHeader, drain)
 	}
@@ -487,7 +628,7 @@ func (d *Drainer) send(ctx context.Context, id string, n *Node, drain string) (*
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s refused it (%d): %s", n.Name, resp.StatusCode, strings.TrimSpace(string(body)))
+		return nil, &refusal{node: n.Name, status: resp.StatusCode, msg: strings.TrimSpace(string(body))}
 	}
 	ans := &moveAnswer{}
 	if err := json.Unmarshal(body, ans); err != nil {
@@ -497,45 +638,30 @@ func (d *Drainer) send(ctx context.Context, id string, n *Node, drain string) (*
 }
 
 // ServeHTTP receives a session another node moves here (PUT
-// MovePath{id}): the stream is taken only when MoveHeader is signed with
-// the cluster's key for this session and this node, by the node the
-// session's record names as its owner, sent by that node itself (with
-// TLS: its pinned certificate, PeerNode; every node holds the key), not
-// used before (MoveReplays),
-// and only while this node is not draining; the
-// stream itself is checked as hostile (Local.Import). The record is then
+// MovePath{id}), or answers whether it would (POST MovePath{id}, the
+// sender's admission probe: 204, or the refusal naming the ceiling). Both
+// are taken only when MoveHeader is signed with the cluster's key for
+// this session and this node, by the node the session's record names as
+// its owner, sent by that node itself (with TLS: its pinned certificate,
+// PeerNode; every node holds the key), not used before (MoveReplays),
+// and only while this node is not draining. A move's stream itself is
+// checked as hostile and admitted against this node's ceilings
+// (Local.Import) whatever its probe was told. The record is then
 // switched to this node, and the answer says what was made.
 func (d *Drainer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id, ok := strings.CutPrefix(r.URL.Path, MovePath)
-	if r.Method != http.MethodPut || !ok || !validObjectName(id) {
+	if r.Method != http.MethodPut && r.Method != http.MethodPost || !ok || !validObjectName(id) {
 		rest.WriteError(w, http.StatusNotFound, capability.Errorf(capability.NotFound, "no such route"))
 		return
 	}
-	if d.TLS != nil && !fromNode(r) {
-		rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
-			"moving session %s here: a move is taken from the cluster's nodes on the node port only", id))
+	rec, from, ok := d.checkMove(w, r, id)
+	if !ok {
 		return
 	}
-	self := d.C.Self()
-	now := time.Now()
-	claim, err := VerifyMove(d.Key, r.Header.Get(MoveHeader), self, id, now)
-	if err != nil {
-		rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied, "moving session %s here: %v", id, err))
+	if r.Method == http.MethodPost {
+		d.serveProbe(w, r, rec)
 		return
 	}
-	if d.TLS != nil && claim.From != PeerNode(r) {
-		// Signed with the cluster's key, which every node holds: the
-		// sender is the node whose certificate sent it, or no one.
-		rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
-			"moving session %s here: the move names %s as its sender, and node %s sent it", id, claim.From, PeerNode(r)))
-		return
-	}
-	if !d.replays.Use(claim, now) {
-		rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
-			"moving session %s here: this %s was used already (a signature is good for one move; the sender signs each anew)", id, MoveHeader))
-		return
-	}
-	from := claim.From
 	// The drain's id goes into the tenant's audit log: its form only.
 	drain := r.Header.Get(DrainHeader)
 	if drain != "" && !ValidDrainID(drain) {
@@ -543,28 +669,7 @@ func (d *Drainer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"moving session %s here: %s is not a drain's id (16 lowercase hex digits)", id, DrainHeader))
 		return
 	}
-	if from == self {
-		rest.WriteError(w, http.StatusConflict, capability.Errorf(capability.InvalidArgument, "a node does not move a session to itself"))
-		return
-	}
-	if d.Member.Draining() {
-		unavailable(w, "this node is being drained and takes no session")
-		return
-	}
-	rec, err := d.C.Get(r.Context(), id)
-	switch {
-	case err != nil:
-		unavailable(w, "reading session "+id+"'s record: "+err.Error())
-		return
-	case rec == nil || rec.Spec.Node != from:
-		owner := "none"
-		if rec != nil {
-			owner = rec.Spec.Node
-		}
-		rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
-			"session %s is not %s's to move (its record names %s)", id, from, owner))
-		return
-	}
+	self := d.C.Self()
 	unhold := d.Member.Hold(id)
 	defer unhold()
 	got, files, size, err := d.Local.Import(r.Context(), id, rec.Spec.Tenant, rec.Spec.Name, r.Body)
@@ -586,4 +691,80 @@ func (d *Drainer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(moveAnswer{Session: id, Node: self, Name: got, Files: files, Bytes: size})
+}
+
+// checkMove checks a move or probe of session id (ServeHTTP) and returns
+// the session's record and the node that sends it; when !ok, the refusal
+// is written.
+func (d *Drainer) checkMove(w http.ResponseWriter, r *http.Request, id string) (rec *Session, from string, ok bool) {
+	if d.TLS != nil && !fromNode(r) {
+		rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
+			"moving session %s here: a move is taken from the cluster's nodes on the node port only", id))
+		return nil, "", false
+	}
+	self := d.C.Self()
+	now := time.Now()
+	claim, err := VerifyMove(d.Key, r.Header.Get(MoveHeader), self, id, now)
+	if err != nil {
+		rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied, "moving session %s here: %v", id, err))
+		return nil, "", false
+	}
+	if d.TLS != nil && claim.From != PeerNode(r) {
+		// Signed with the cluster's key, which every node holds: the
+		// sender is the node whose certificate sent it, or no one.
+		rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
+			"moving session %s here: the move names %s as its sender, and node %s sent it", id, claim.From, PeerNode(r)))
+		return nil, "", false
+	}
+	if !d.replays.Use(claim, now) {
+		rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
+			"moving session %s here: this %s was used already (a signature is good for one move; the sender signs each anew)", id, MoveHeader))
+		return nil, "", false
+	}
+	from = claim.From
+	if from == self {
+		rest.WriteError(w, http.StatusConflict, capability.Errorf(capability.InvalidArgument, "a node does not move a session to itself"))
+		return nil, "", false
+	}
+	if d.Member.Draining() {
+		unavailable(w, "this node is being drained and takes no session")
+		return nil, "", false
+	}
+	rec, err = d.C.Get(r.Context(), id)
+	switch {
+	case err != nil:
+		unavailable(w, "reading session "+id+"'s record: "+err.Error())
+		return nil, "", false
+	case rec == nil || rec.Spec.Node != from:
+		owner := "none"
+		if rec != nil {
+			owner = rec.Spec.Node
+		}
+		rest.WriteError(w, http.StatusForbidden, capability.Errorf(capability.PermissionDenied,
+			"session %s is not %s's to move (its record names %s)", id, from, owner))
+		return nil, "", false
+	}
+	return rec, from, true
+}
+
+// maxAdmitAsk bounds an admission probe's body.
+const maxAdmitAsk = 4096
+
+// serveProbe answers whether this node would admit the session of rec,
+// of the size the sender says (its record's tenant, not the sender's
+// word): 204, or the refusal naming the ceiling (429 for room). Nothing
+// is held: the import admits it again.
+func (d *Drainer) serveProbe(w http.ResponseWriter, r *http.Request, rec *Session) {
+	var ask admitAsk
+	if err := json.NewDecoder(io.LimitReader(r.Body, maxAdmitAsk)).Decode(&ask); err != nil || ask.Bytes < 0 {
+		rest.WriteError(w, http.StatusBadRequest, capability.Errorf(capability.InvalidArgument,
+			`asking to admit session %s: the body is not {"bytes": N} with N >= 0`, rec.Name))
+		return
+	}
+	if err := d.Local.Admit(r.Context(), rec.Spec.Tenant, ask.Bytes); err != nil {
+		ce := controller.Classify(err)
+		rest.WriteError(w, rest.Status(ce.Code), ce)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

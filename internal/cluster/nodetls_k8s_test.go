@@ -280,6 +280,10 @@ func (e exporter) Export(_ context.Context, _ string, w io.Writer) error {
 	return err
 }
 func (e exporter) Release(context.Context, string) error { return nil }
+func (e exporter) Size(context.Context, string) (int64, error) {
+	return int64(len(e)), nil
+}
+func (e exporter) Admit(context.Context, string, int64) error { return nil }
 func (e exporter) Import(context.Context, string, string, string, io.Reader) (string, int, int64, error) {
 	return "", 0, 0, errors.New("not here")
 }

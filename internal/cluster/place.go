@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -74,9 +75,9 @@ func Full(n *Node) bool {
 }
 
 // Place picks the node for a new session of tenant: the live node with
-// the most headroom (ties: fewer sessions, then name), none that is Full.
-// tenantHas is how many sessions the tenant owns on every node together,
-// tenantLimit its cluster-wide cap (<= 0: none).
+// the most headroom (ties: fewer sessions, then name), none that is Full
+// (Rank's first). tenantHas is how many sessions the tenant owns on
+// every node together, tenantLimit its cluster-wide cap (<= 0: none).
 func Place(nodes []Node, now time.Time, tenant string, tenantHas, tenantLimit int) (*Node, error) {
 	if tenantLimit > 0 && tenantHas >= tenantLimit {
 		return nil, &TenantLimitError{Tenant: tenant, Has: tenantHas, Limit: tenantLimit}
@@ -88,9 +89,7 @@ func Place(nodes []Node, now time.Time, tenant string, tenantHas, tenantLimit in
 		if !n.Live(now) || Full(n) {
 			continue
 		}
-		h := Headroom(n)
-		if best == nil || h > bestH || (h == bestH && (n.Sessions < best.Sessions ||
-			(n.Sessions == best.Sessions && n.Name < best.Name))) {
+		if h := Headroom(n); best == nil || before(n, h, best, bestH) {
 			best, bestH = n, h
 		}
 	}
@@ -98,4 +97,46 @@ func Place(nodes []Node, now time.Time, tenant string, tenantHas, tenantLimit in
 		return nil, ErrNoNode
 	}
 	return best, nil
+}
+
+// Rank lists the live nodes that are not Full in placement's order: the
+// most headroom first (ties: fewer sessions, then name). A drain offers
+// a session to each in turn until one admits it.
+func Rank(nodes []Node, now time.Time) []*Node {
+	type ranked struct {
+		n *Node
+		h float64
+	}
+	var rs []ranked
+	for i := range nodes {
+		if n := &nodes[i]; n.Live(now) && !Full(n) {
+			rs = append(rs, ranked{n, Headroom(n)})
+		}
+	}
+	slices.SortFunc(rs, func(a, b ranked) int {
+		switch {
+		case before(a.n, a.h, b.n, b.h):
+			return -1
+		case before(b.n, b.h, a.n, a.h):
+			return 1
+		}
+		return 0
+	})
+	out := make([]*Node, len(rs))
+	for i, r := range rs {
+		out[i] = r.n
+	}
+	return out
+}
+
+// before reports whether node a, of headroom ha, comes before b, of hb,
+// in placement's order.
+func before(a *Node, ha float64, b *Node, hb float64) bool {
+	if ha != hb {
+		return ha > hb
+	}
+	if a.Sessions != b.Sessions {
+		return a.Sessions < b.Sessions
+	}
+	return a.Name < b.Name
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -146,5 +147,35 @@ func TestLeaseAndSessionObjects(t *testing.T) {
 		if validObjectName(bad) {
 			t.Errorf("%q passed as an object name", bad)
 		}
+	}
+}
+
+// TestRank: a drain's order of nodes is placement's (Rank's first is
+// Place's choice), without the dead and the full.
+func TestRank(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	live := func(n Node) Node { n.Renewed, n.TTL = now, time.Minute; return n }
+	nodes := []Node{
+		live(Node{Name: "half", Sessions: 50, MaxSessions: 100}),
+		live(Node{Name: "full", Sessions: 100, MaxSessions: 100}),
+		{Name: "dead", MaxSessions: 100, Renewed: now.Add(-time.Hour), TTL: time.Minute},
+		live(Node{Name: "b-empty", MaxSessions: 100}),
+		live(Node{Name: "a-empty", MaxSessions: 100}),
+		live(Node{Name: "draining", MaxSessions: 100, Draining: true}),
+		live(Node{Name: "tenth", Sessions: 10, MaxSessions: 100}),
+	}
+	var got []string
+	for _, n := range Rank(nodes, now) {
+		got = append(got, n.Name)
+	}
+	if want := []string{"a-empty", "b-empty", "tenth", "half"}; !slices.Equal(got, want) {
+		t.Fatalf("Rank: %q, want %q", got, want)
+	}
+	if p, err := Place(nodes, now, "", 0, 0); err != nil || p.Name != got[0] {
+		t.Fatalf("Place chose %v (%v), Rank's first is %s", p, err, got[0])
+	}
+	if r := Rank(nodes[1:3], now); len(r) != 0 {
+		t.Fatalf("Rank of a full and a dead node: %v", r)
 	}
 }

@@ -519,6 +519,15 @@ func (m *Manager) mayCreate(ctx context.Context, capped bool) (string, *store.Ca
 	return tenant, caps, err
 }
 
+// Admit checks that tenant has room for one more session under its
+// ceiling and the server's: what a create and an adoption check first
+// (the store counts again when it adds the session). A node asked
+// whether it would take a moved session answers with it.
+func (m *Manager) Admit(ctx context.Context, tenant string) error {
+	_, err := m.admit(ctx, tenant)
+	return err
+}
+
 // admit checks that tenant has room for one more session under its
 // ceiling and the server's, and returns the caps the store counts again
 // when it adds the session.
