@@ -70,14 +70,41 @@ list=$(
 LIST
 )
 
+# Go starts a fuzz target's workers (os.Args[0] again, with
+# -test.fuzzworker first) with their stdout and stderr on /dev/null: a
+# worker that died of a panic outside the fuzz function's goroutine, of a
+# fatal error or of -test.timeout left only "fuzzing process hung or
+# terminated unexpectedly: exit status 2", without its stack. So each
+# package's binary is run through a wrapper that Go also starts for its
+# workers (exec -a keeps the wrapper as os.Args[0]): a worker's stderr
+# goes to $workers, shown when the target fails.
+workers=$bin/workers
+# wrap pkgbin: makes pkgbin the wrapper of pkgbin.bin.
+wrap() {
+	mv "$1" "$1.bin"
+	cat >"$1" <<EOF
+#!/usr/bin/env bash
+if [ "\${1-}" = -test.fuzzworker ]; then
+	exec -a "\$0" "$1.bin" "\$@" 2>>"$workers"
+fi
+exec -a "\$0" "$1.bin" "\$@"
+EOF
+	chmod +x "$1"
+}
+
 # fuzz_one pkgbin pkg target limit
 fuzz_one() {
 	local pkgbin=$1 pkg=$2 t=$3 limit=$4 importpath t0
 	importpath=$("$go" list "$pkg")
 	t0=$(date +%s)
+	: >"$workers"
 	if ! (cd "$pkg" && "$pkgbin" -test.paniconexit0 -test.run '^$' -test.fuzz "^$t\$" -test.fuzztime "$limit" \
 		-test.timeout "$timeout" -test.parallel 2 -test.fuzzcachedir "$cache/fuzz/$importpath") >"$log" 2>&1; then
 		cat "$log"
+		if [ -s "$workers" ]; then
+			echo "fuzz $pkg $t: its workers' stderr (the last 200 lines):"
+			tail -n 200 "$workers"
+		fi
 		fail=1
 	fi
 	echo "fuzz $pkg $t ($limit): $(($(date +%s) - t0)) s"
@@ -101,6 +128,7 @@ while :; do
 				fail=1
 				continue
 			fi
+			wrap "$pkgbin"
 			echo "build $pkg: $(($(date +%s) - t0)) s"
 		fi
 		for t in $targets; do
