@@ -7,6 +7,7 @@ package rootfs
 // results.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/quro-dev/quro/internal/limitbuf"
@@ -190,7 +192,7 @@ func (a *Apt) Install(ctx context.Context, name string, pkgs []string, timeout t
 	c := &aptInstall{a: a, ctx: ctx, name: name, root: root, scratch: scratch, out: out,
 		pkgs: pkgs, before: Installed(root), res: res, listsAt: info.ListsUpdated}
 	var exit sandbox.Exit
-	if time.Since(info.ListsUpdated) > ListsMaxAge {
+	if age := time.Since(info.ListsUpdated); age > ListsMaxAge || age < 0 { // a date ahead of the clock: updated too
 		exit, err = c.update()
 	}
 	if exit, err = c.install(exit, err); err != nil {
@@ -243,12 +245,44 @@ func (c *aptInstall) apt(args ...string) (sandbox.Exit, error) {
 
 func (c *aptInstall) update() (sandbox.Exit, error) {
 	c.res.Updated = true
-	e, err := c.apt("update")
-	if err == nil && e.Code == 0 {
+	var failed fetchFailures
+	e, err := c.a.inBox(c.ctx, c.root, c.scratch, c.out, &failed, "apt-get", "update")
+	// apt-get update exits 0 when an index could not be fetched (a
+	// warning): such lists are not fresh, or a network blip would hold
+	// off every update for ListsFreshFor and refuse names as unknown.
+	if err == nil && e.Code == 0 && !failed.seen() {
 		c.updated = time.Now()
 		c.listsAt = c.updated
 	}
 	return e, err
+}
+
+// fetchFailures watches apt-get update's output for a list it could not
+// fetch ("W: Failed to fetch …", "Some index files failed to download").
+type fetchFailures struct {
+	mu     sync.Mutex
+	tail   []byte // the end of the output so far, for a line split across writes
+	failed bool
+}
+
+func (f *fetchFailures) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	buf := append(append([]byte(nil), f.tail...), p...)
+	if bytes.Contains(buf, []byte("Failed to fetch")) || bytes.Contains(buf, []byte("index files failed to download")) {
+		f.failed = true
+	}
+	if len(buf) > 64 {
+		buf = buf[len(buf)-64:]
+	}
+	f.tail = buf
+	return len(p), nil
+}
+
+func (f *fetchFailures) seen() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.failed
 }
 
 // mayUpdate says whether a failure may be retried after `apt-get update`:

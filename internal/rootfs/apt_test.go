@@ -216,3 +216,30 @@ func TestMayUpdateOnlyPastTheWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestUpdateFetchFailureIsNotFresh: apt-get update exits 0 when it could
+// not fetch a list (a warning); its output says so, and such an update
+// must not make the lists count as fresh (fetchFailures), even when the
+// line arrives split across writes.
+func TestUpdateFetchFailureIsNotFresh(t *testing.T) {
+	ok := "Hit:1 http://deb.debian.org/debian bookworm InRelease\nReading package lists...\n"
+	bad := "Err:1 http://mirror.invalid/debian bookworm InRelease\n  Could not resolve 'mirror.invalid'\n" +
+		"W: Failed to fetch http://mirror.invalid/debian/dists/bookworm/InRelease  Could not resolve 'mirror.invalid'\n" +
+		"W: Some index files failed to download. They have been ignored, or old ones used instead.\n"
+	for _, c := range []struct {
+		out  string
+		want bool
+	}{{ok, false}, {ok + bad, true}} {
+		for _, step := range []int{1, 3, 7, len(c.out)} {
+			var f fetchFailures
+			for i := 0; i < len(c.out); i += step {
+				if _, err := f.Write([]byte(c.out[i:min(i+step, len(c.out))])); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if f.seen() != c.want {
+				t.Errorf("writes of %d bytes of %q: failure seen %v, want %v", step, c.out, f.seen(), c.want)
+			}
+		}
+	}
+}

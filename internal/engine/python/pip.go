@@ -315,10 +315,10 @@ func compilePip(ctx context.Context, inst *installation, pipDir string) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if after, err := os.Stat(pipDir); err != nil || !os.SameFile(before, after) {
-		return nil // replaced while compiling: unmarked, compiled by a later start
+	if after, serr := os.Stat(pipDir); serr == nil && os.SameFile(before, after) {
+		return writeAtomic(filepath.Join(pipDir, pipCompiledMarker), []byte("ok\n"), 0o644)
 	}
-	return writeAtomic(filepath.Join(pipDir, pipCompiledMarker), []byte("ok\n"), 0o644)
+	return nil // replaced while compiling: left unmarked, compiled by a later start
 }
 
 func copyZipFile(f *zip.File, dst string) error {
