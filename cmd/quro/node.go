@@ -83,11 +83,16 @@ func (n *clusterNode) auditMove(ctx context.Context, caller controller.Caller, m
 		rec.Outcome = string(capability.Unavailable)
 		// The error's detail is the operator's (the drain's answer, the
 		// node's log): the tenant's entry says what became of the session.
-		rec.Err = capability.Errorf(capability.Unavailable, "the move to %s failed; the session stays on %s with its files, its processes were stopped", m.To, n.c.Self())
+		// Paused: a node said yes, the session was paused for the move
+		// and its processes stopped; else nothing of it was touched.
+		stays := fmt.Sprintf("the session stays on %s with its files and processes, untouched", n.c.Self())
+		if m.Paused {
+			stays = fmt.Sprintf("the session stays on %s with its files, its processes were stopped", n.c.Self())
+		}
+		rec.Err = capability.Errorf(capability.Unavailable, "the move to %s failed; %s", m.To, stays)
 		if m.NoRoom {
-			// Asked first, no node admitted it: it was never paused.
 			rec.Outcome = string(capability.ResourceExhausted)
-			rec.Err = capability.Errorf(capability.ResourceExhausted, "no other node had room for it; the session stays on %s, untouched", n.c.Self())
+			rec.Err = capability.Errorf(capability.ResourceExhausted, "no other node had room for it; %s", stays)
 		}
 	}
 	n.audit(ctx, rec)

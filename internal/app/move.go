@@ -398,15 +398,22 @@ func (m *Mover) Size(ctx context.Context, id string) (int64, error) {
 		return 0, fmt.Errorf("session %s: mount its disk: %w", s.Name, err)
 	}
 	var n int64
-	err = filepath.WalkDir(s.Workspace(), func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
+	// The box still runs (the size is asked before the pause): a file or
+	// directory its code removes mid-walk is skipped, not a failure.
+	root := s.Workspace()
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			var fi fs.FileInfo
+			if fi, err = d.Info(); err == nil {
+				n += fi.Size()
+			}
 		}
-		fi, err := d.Info()
+		if err != nil && p != root && errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
-		n += fi.Size()
 		return ctx.Err()
 	})
 	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {

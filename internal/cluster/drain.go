@@ -396,7 +396,10 @@ type Move struct {
 	// NoRoom: it stays because no node had room for it (each refused it,
 	// or none but this one is live and not full); Error says what each
 	// said.
-	NoRoom bool   `json:"no_room,omitempty"`
+	NoRoom bool `json:"no_room,omitempty"`
+	// Paused: a node said yes and the session was paused for the move,
+	// which then failed: it stays here, its processes stopped.
+	Paused bool   `json:"paused,omitempty"`
 	Error  string `json:"error,omitempty"`
 }
 
@@ -426,8 +429,8 @@ func (d *Drainer) Drain(ctx context.Context, drain string, report func(Move)) (r
 			return res, ctx.Err()
 		}
 		m := Move{Drain: drain, Session: s.Name, Name: s.Spec.Name, Tenant: s.Spec.Tenant}
-		to, newName, err := d.moveOne(ctx, s, drain)
-		m.To, m.NewName = to, newName
+		to, newName, paused, err := d.moveOne(ctx, s, drain)
+		m.To, m.NewName, m.Paused = to, newName, paused && err != nil
 		var nr *NoRoomError
 		switch {
 		case err == nil:
@@ -493,21 +496,24 @@ func (d *Drainer) targets() []*Node {
 }
 
 // moveOne moves s to the first node of targets that admits it and
-// returns the node it went to; a *NoRoomError when none did.
-func (d *Drainer) moveOne(ctx context.Context, s *Session, drain string) (to, newName string, err error) {
+// returns the node it went to; a *NoRoomError when none did. paused says
+// the session was paused for a move (a node said yes), which when err is
+// not nil then failed.
+func (d *Drainer) moveOne(ctx context.Context, s *Session, drain string) (to, newName string, paused bool, err error) {
 	nodes := d.targets()
 	if len(nodes) == 0 {
-		return "", "", &NoRoomError{}
+		return "", "", false, &NoRoomError{}
 	}
 	id := s.Name
 	unhold := d.Member.Hold(id)
 	defer unhold()
 	size, err := d.Local.Size(ctx, id)
 	if err != nil {
-		return "", "", err
+		return "", "", false, err
 	}
 	quiesced := false
 	defer func() {
+		paused = quiesced
 		if quiesced && err != nil { // it stays here
 			_ = d.C.SetPhase(context.WithoutCancel(ctx), id, d.C.Self(), PhaseReady)
 			d.Local.Unquiesce(id)
@@ -521,13 +527,13 @@ func (d *Drainer) moveOne(ctx context.Context, s *Session, drain string) (to, ne
 				refused = append(refused, err.Error())
 				continue
 			}
-			return n.Name, "", err
+			return n.Name, "", false, err
 		}
 		if !quiesced {
 			d.mark(id, false)
 			if err := d.Local.Quiesce(ctx, id); err != nil {
 				d.unmark(id)
-				return n.Name, "", err
+				return n.Name, "", false, err
 			}
 			quiesced = true
 			_ = d.C.SetPhase(ctx, id, d.C.Self(), PhaseDraining) // shown by kubectl get; the move does not depend on it
@@ -548,7 +554,7 @@ func (d *Drainer) moveOne(ctx context.Context, s *Session, drain string) (to, ne
 				refused = append(refused, err.Error())
 				continue
 			}
-			return n.Name, "", err
+			return n.Name, "", false, err
 		}
 		d.mark(id, true)
 		if err := d.Local.Release(context.WithoutCancel(ctx), id); err != nil {
@@ -560,9 +566,9 @@ func (d *Drainer) moveOne(ctx context.Context, s *Session, drain string) (to, ne
 		if ans != nil && ans.Name != s.Spec.Name {
 			newName = ans.Name
 		}
-		return n.Name, newName, nil
+		return n.Name, newName, false, nil
 	}
-	return "", "", &NoRoomError{Refusals: refused}
+	return "", "", false, &NoRoomError{Refusals: refused}
 }
 
 // moveRequest is a request to node n's MovePath for session id, signed

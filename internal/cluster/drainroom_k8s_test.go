@@ -239,8 +239,8 @@ func TestClusterDrainFindsRoom(t *testing.T) {
 		defer next.local.set(nil, nil)
 		log.take()
 		res, moves := drain(t)
-		if res != (Result{NoRoom: 1}) || len(moves) != 1 || moves[0].OK || !moves[0].NoRoom {
-			t.Fatalf("the drain: %+v %+v", res, moves)
+		if res != (Result{NoRoom: 1}) || len(moves) != 1 || moves[0].OK || !moves[0].NoRoom || moves[0].Paused {
+			t.Fatalf("the drain: %+v %+v (want no room, never paused)", res, moves)
 		}
 		for _, says := range []string{"node-roomy refused it (429)", "memory ceiling", "node-next refused it (429)", "session ceiling of 3"} {
 			if !strings.Contains(moves[0].Error, says) {
@@ -265,8 +265,8 @@ func TestClusterDrainFindsRoom(t *testing.T) {
 		defer roomy.local.set(nil, nil)
 		log.take()
 		res, moves := drain(t)
-		if res != (Result{Failed: 1}) || len(moves) != 1 || moves[0].NoRoom || !strings.Contains(moves[0].Error, "too deep") {
-			t.Fatalf("the drain: %+v %+v", res, moves)
+		if res != (Result{Failed: 1}) || len(moves) != 1 || moves[0].NoRoom || !moves[0].Paused || !strings.Contains(moves[0].Error, "too deep") {
+			t.Fatalf("the drain: %+v %+v (want failed after its pause)", res, moves)
 		}
 		want := []string{"node-roomy admit acme 5", "node-a quiesce s3", "node-roomy import s3", "node-a unquiesce s3"}
 		if got := log.take(); !slices.Equal(got, want) {
