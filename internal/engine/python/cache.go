@@ -55,10 +55,11 @@ func DefaultCacheRoot() string {
 // subdirectories, and checks that only the server's user can write it:
 // dir, dir/python and dir/python/worker are this user's and writable by
 // nobody else; each ancestor of dir is root's or this user's, writable by
-// others only when sticky and the server is root (as /tmp, where nobody else can rename what is
-// root's). It returns dir made absolute, or an error
-// saying why it cannot be used; the caller then keeps the interpreter in
-// the data directory (and logs why). dir "" or CacheOff is no cache.
+// others only when sticky and the server is root (as /tmp, where nobody
+// else can rename what is root's). It returns dir made absolute, or an
+// error saying why it cannot be used; the caller then keeps the
+// interpreter in the data directory (and logs why). dir "" or CacheOff is
+// no cache.
 func SharedRoot(dir string) (string, error) {
 	if dir == "" {
 		return "", errors.New("no cache directory (neither $" + CacheEnv + " nor, for a server run as root, a home directory)")
@@ -86,7 +87,7 @@ func SharedRoot(dir string) (string, error) {
 // checkSecureDir checks leaf and each of its ancestors (see SharedRoot):
 // from own down, each must be this user's and writable by nobody else;
 // above own, root's or this user's, and writable by others only when
-// sticky.
+// sticky and the server is root.
 func checkSecureDir(own, leaf string) error {
 	euid, egid := uint32(os.Geteuid()), uint32(os.Getegid())
 	for p := leaf; ; p = filepath.Dir(p) {
