@@ -137,9 +137,14 @@ func TestCPUWeightV2WhereCPUIsDelegated(t *testing.T) {
 // its own weight, or its tenant's, or quro/'s, changes none of them.
 // The weight written is the machine's default, the one every quro serve
 // of this host writes, so that the boxes of other tests share no weight
-// this test alone chose.
+// this test alone chose; the weight found is put back at the end.
 func TestBoxCPUWeightOnTheBoxesGroup(t *testing.T) {
 	machine := MachineBoxCPUWeight()
+	if file, _ := openCgroups().cpuWeightFile(); file != "" {
+		if was, err := os.ReadFile(file); err == nil {
+			t.Cleanup(func() { _ = os.WriteFile(file, was, 0) }) // another server's start meanwhile may be undone: the last start wins
+		}
+	}
 	e := newTenantEnvWith(t, Limits{Tasks: 1000}, &Options{BoxCPUWeight: machine, SessionBoxes: true})
 	now, set, ok := e.sb.BoxCPUWeight()
 	if !ok {
