@@ -27,6 +27,7 @@ import (
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/metrics"
 	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/version"
 	"github.com/quro-dev/quro/internal/web"
@@ -65,6 +66,7 @@ type serveFlags struct {
 	e2bDomain      string
 	cluster        clusterFlags
 	tokensFile     string
+	boxCPUWeight   int          // --box-cpu-weight, on cpu.weight's scale; 0: off
 	node           *clusterNode // in cluster mode: set by runServe before server
 }
 
@@ -127,6 +129,8 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	f.cluster.register(cmd)
 	cmd.Flags().StringVar(&f.tokensFile, "tokens-file", "", "add the tokens listed in this file at start, one a line: TOKEN TENANT SCOPES [LABEL] (TENANT - for the local tenant); every node of a cluster reads the same file, a mounted Secret, so that a token works on any node")
 	tenantLimitFlags(cmd, "tenant-", &f.tenantLimits) // defaults of every tenant; quro tenant limits set overrides one
+	f.boxCPUWeight = sandbox.MachineBoxCPUWeight()
+	cmd.Flags().Var(cpuWeightFlag{&f.boxCPUWeight}, "box-cpu-weight", boxCPUWeightUsage())
 }
 
 // runServe is quro serve: it opens the App, listens, serves until the
@@ -261,6 +265,7 @@ func (f *serveFlags) appOptions(g *globals, log *slog.Logger) *app.Options {
 	opts.Limits.Sessions, opts.Limits.SessionsPerTenant = f.maxSessions, f.maxPerTenant
 	opts.Pip = app.PipOptions{IndexURL: f.pipIndex, ExtraIndexURLs: f.pipExtra}
 	opts.Network = f.network
+	opts.Sandbox.BoxCPUWeight = f.boxCPUWeight
 	return opts
 }
 

@@ -49,6 +49,7 @@ func (s *Sandbox) Probe(ctx context.Context) []Feature {
 		s.userNSRow(ctx),
 		s.cgroup2Row(),
 		s.cgroup1MemoryRow(),
+		s.cpuWeightRow(),
 	)
 }
 

@@ -140,6 +140,15 @@ type Options struct {
 	// so a tenant of one data directory never counts against the ceilings
 	// of the same name in another's. "" is one scope of its own.
 	TenantScope string
+	// BoxCPUWeight, when not 0, is written as the CPU weight of the group
+	// that holds every box (quro/, shared by the servers in one cgroup of
+	// the host; the last to start wins) when the Sandbox is made: on
+	// cgroup v2's cpu.weight scale, 1 to CPUWeightMax, 100 what one busy
+	// host thread weighs; v1 gets cpu.shares = weight×1024/100 (see
+	// cpuweight.go). MachineBoxCPUWeight is quro serve's default. 0
+	// leaves the weight as it is. It is the operator's: no session or
+	// tenant value ever reaches it.
+	BoxCPUWeight int
 	// SessionBoxes gives each session one box for its lifetime (see
 	// box.go): the runs of a Spec that names its Session are spawned in
 	// it. Without the namespaces layer it has no effect.
@@ -263,6 +272,7 @@ type Sandbox struct {
 	limits     Limits
 	drainGrace time.Duration
 	stuckGrace time.Duration // stuckBoxGrace; tests shorten it
+	cpuWeight  int           // Options.BoxCPUWeight
 	startLimit time.Duration // Options.StartTimeout
 	isolation  string
 	layers     *layerSet
@@ -328,6 +338,20 @@ func New(opts *Options) (*Sandbox, error) {
 	s.layers = findLayers(o.Require)
 	if s.layers.cg != nil {
 		s.layers.cg.scope = o.TenantScope
+	}
+	if o.BoxCPUWeight != 0 {
+		if err := CheckCPUWeight(o.BoxCPUWeight); err != nil {
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+		s.cpuWeight = o.BoxCPUWeight
+		// Without a cpu controller there is nothing to weigh (doctor's
+		// cpu weight row says so).
+		if file, _ := s.layers.cg.cpuWeightFile(); file != "" {
+			if err := s.layers.cg.setCPUWeight(o.BoxCPUWeight); err != nil {
+				// The boxes still run, at the weight the group has.
+				s.log.Warn("sandbox: the boxes' CPU weight was not set", "weight", o.BoxCPUWeight, "err", err)
+			}
+		}
 	}
 	if o.MountRoot != "" && s.layers.bwrap != "" && os.Geteuid() == 0 {
 		v, err := newMountView(o.MountRoot)
