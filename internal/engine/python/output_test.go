@@ -115,6 +115,14 @@ func runTo(t *testing.T, ctx context.Context, s *session.Session, code string, o
 func TestOutputIsLiveWhileCodeBlocks(t *testing.T) {
 	s := newSession(t)
 	run(t, testEng, s, "pass")
+	liveWhileBlocked(t, s, "")
+}
+
+// liveWhileBlocked runs code in s that prints a line and blocks on a FIFO
+// that the test opens only once the line arrived, and fails (with what
+// it says of the worker's state) when the line came only after.
+func liveWhileBlocked(t *testing.T, s *session.Session, state string) {
+	t.Helper()
 	gate := fifo(t, s, "gate")
 	out, errw := watch("before\n"), watch("")
 	go func() {
@@ -128,8 +136,8 @@ func TestOutputIsLiveWhileCodeBlocks(t *testing.T) {
 	res := runTo(t, ctx, s, "print('before')\nopen('gate').read()\nprint('after')", out, errw)
 	unblockFIFO(gate, os.O_RDONLY)
 	if res.TimedOut || out.String() != "before\nafter\n" {
-		t.Fatalf("the line printed before the code blocked was not delivered while it was blocked: timed out %v, out %q, err %q",
-			res.TimedOut, out.String(), errw.String())
+		t.Fatalf("%sthe line printed before the code blocked was not delivered while it was blocked: timed out %v, out %q, err %q",
+			state, res.TimedOut, out.String(), errw.String())
 	}
 }
 
@@ -534,22 +542,7 @@ print(fd > 2)`)
 	if r.out != "True\n" {
 		t.Fatalf("no timerfd found: out %q err %q", r.out, r.err)
 	}
-	gate := fifo(t, s, "gate")
-	out, errw := watch("before\n"), watch("")
-	go func() {
-		<-out.seen
-		if f, err := os.OpenFile(gate, os.O_WRONLY, 0); err == nil {
-			f.Close()
-		}
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), liveTimeout)
-	defer cancel()
-	res := runTo(t, ctx, s, "print('before')\nopen('gate').read()\nprint('after')", out, errw)
-	unblockFIFO(gate, os.O_RDONLY)
-	if res.TimedOut || out.String() != "before\nafter\n" {
-		t.Fatalf("with the timerfd gone, the line printed before the code blocked was not delivered while it was blocked: timed out %v, out %q, err %q",
-			res.TimedOut, out.String(), errw.String())
-	}
+	liveWhileBlocked(t, s, "with the timerfd gone, ")
 	if r := run(t, testEng, s, "os.set_blocking(fd, False)\nprint(os.read(fd, 64))"); r.out != "b'12345678abcdefgh'\n" {
 		t.Fatalf("the code's pipe under the timerfd's number: out %q err %q", r.out, r.err)
 	}
