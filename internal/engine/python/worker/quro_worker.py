@@ -128,6 +128,7 @@ _wake = _thread.allocate_lock()  # released to make the flush thread flush now
 # the run has passed, so a run shorter than that never wakes the thread
 # (nor hands it the GIL). -1: the gate and _wake above instead.
 _tick_fd = -1
+_CLOCK_MONOTONIC = 1  # Linux's clock id (time.CLOCK_MONOTONIC: the worker does not import time)
 _tick_id = None       # (st_dev, st_ino) of _tick_fd, checked before a read
 _ticking = False      # the run in progress armed _tick_fd
 _raw_lock = _thread.RLock()      # one writer of a raw stream at a time
@@ -698,8 +699,7 @@ def _pip(line):
 def _open_tick():
     global _tick_fd, _tick_id
     try:
-        import time  # built in: no file read
-        fd = os.timerfd_create(time.CLOCK_MONOTONIC, flags=os.TFD_CLOEXEC)
+        fd = os.timerfd_create(_CLOCK_MONOTONIC, flags=os.TFD_CLOEXEC)
     except (AttributeError, OSError):
         return  # before 3.13, or refused: the gate
     st = os.fstat(fd)
