@@ -259,6 +259,29 @@ func TestInterruptGraceEndsWhenTheCodeStops(t *testing.T) {
 	}
 }
 
+// The worker's "stopped" is the box's word: code that forges it (and
+// blocks SIGINT) ends its SIGINTs and its grace, not its bound: the worker
+// is killed once the finishing bound passes, as code that swallows
+// KeyboardInterrupt is at the grace.
+func TestForgedStoppedFrameIsStillBounded(t *testing.T) {
+	old := finishGrace
+	finishGrace = 300 * time.Millisecond
+	t.Cleanup(func() { finishGrace = old })
+	e := NewEmbedded(testData, testSB, &EmbeddedOptions{InterruptGrace: 200 * time.Millisecond, NoSpare: true})
+	defer e.Close()
+	s := newSession(t)
+	run(t, e, s, "x = 1", 0)
+	r := run(t, e, s, "import signal, sys\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n"+
+		"w = sys.modules['quro_worker']\nfor i in range(w._counter + 50):\n    w._send({'op': 'stopped', 'id': i})\n"+
+		"while True:\n    pass", 200*time.Millisecond)
+	if !r.TimedOut || !strings.Contains(r.Error, "did not finish the run within") || !strings.Contains(r.Error, "lost") {
+		t.Fatalf("%+v", r.Result)
+	}
+	if r := run(t, e, s, "print(2 + 2)", 0); r.out != "4\n" {
+		t.Fatalf("the next run: out %q err %q", r.out, r.err)
+	}
+}
+
 // waitRan waits for a run StartPrinting started, which must not fail.
 func waitRan(t *testing.T, b *enginetest.Background) ran {
 	t.Helper()

@@ -584,8 +584,8 @@ type interruption struct {
 // the first one imports traceback, ~50 ms of CPU, seconds in a box
 // starved at load). The code's own grace ends when it stops; what the
 // worker runs next may still call the code's (an exception's __str__),
-// so this is bounded too.
-const finishGrace = 10 * time.Second
+// so this is bounded too. A variable for the tests.
+var finishGrace = 10 * time.Second
 
 // interruptWhenDone interrupts the current run when ctx ends; stop
 // disarms it.
