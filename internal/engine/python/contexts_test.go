@@ -184,14 +184,7 @@ func TestContextInterruptKeepsState(t *testing.T) {
 	bg := context.Background()
 	c := runcode.ContextRun{ID: "i", Rich: true}
 	runCtxOn(t, patientEng, bg, s, c, "n = 0")
-	ctx, cancel := context.WithCancel(bg)
-	defer cancel()
-	bgRun := enginetest.StartPrinting(t, "looping", func(stdout, stderr io.Writer) (*runcode.Result, error) {
-		return patientEng.Run(ctx, &runcode.Request{Code: "while True:\n    n += 1\n    if n == 1000:\n        print('looping', flush=True)", Lang: "python",
-			Session: s, Timeout: time.Minute, Stdout: stdout, Stderr: stderr, Context: &c})
-	})
-	cancel()
-	r := waitRan(t, bgRun)
+	r := waitRan(t, interruptedLoop(t, patientEng, s, c))
 	if !r.Interrupted || r.Exception == nil || r.Exception.Name != "KeyboardInterrupt" {
 		t.Fatalf("interrupted %v exception %+v error %q notes %q stderr %q", r.Interrupted, r.Exception, r.Error, r.Notes, r.err)
 	}
@@ -201,6 +194,20 @@ func TestContextInterruptKeepsState(t *testing.T) {
 		a.Results[0].Data["text/plain"] != b.Results[0].Data["text/plain"] {
 		t.Errorf("the loop did not stop or the state was lost: %+v then %+v", a.Results, b.Results)
 	}
+}
+
+// interruptedLoop starts a busy loop in context c of s that counts n up
+// (n must exist) and cancels it once it printed that it loops.
+func interruptedLoop(t *testing.T, e *Embedded, s *session.Session, c runcode.ContextRun) *enginetest.Background {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	bgRun := enginetest.StartPrinting(t, "looping", func(stdout, stderr io.Writer) (*runcode.Result, error) {
+		return e.Run(ctx, &runcode.Request{Code: "while True:\n    n += 1\n    if n == 1000:\n        print('looping', flush=True)", Lang: "python",
+			Session: s, Timeout: time.Minute, Stdout: stdout, Stderr: stderr, Context: &c})
+	})
+	cancel()
+	return bgRun
 }
 
 // The grace is the code's time to stop after its interrupt, not the
@@ -228,13 +235,7 @@ func TestInterruptGraceEndsWhenTheCodeStops(t *testing.T) {
 	if r := runCtxOn(t, e, bg, s, c, hold); r.Exception != nil {
 		t.Fatalf("set-up: %+v %q", r.Exception, r.err)
 	}
-	ctx, cancel := context.WithCancel(bg)
-	defer cancel()
-	bgRun := enginetest.StartPrinting(t, "looping", func(stdout, stderr io.Writer) (*runcode.Result, error) {
-		return e.Run(ctx, &runcode.Request{Code: "while True:\n    n += 1\n    if n == 1000:\n        print('looping', flush=True)", Lang: "python",
-			Session: s, Timeout: time.Minute, Stdout: stdout, Stderr: stderr, Context: &c})
-	})
-	cancel()
+	bgRun := interruptedLoop(t, e, s, c)
 	ended := make(chan *runcode.Result, 1)
 	go func() {
 		r, _, _ := bgRun.Wait()
