@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -175,21 +176,15 @@ func TestContextEnvIsRestored(t *testing.T) {
 }
 
 // An interrupt (the client of /execute went away) stops the run and keeps
-// the context's state. patientEng: at load the SIGINT was handled past
-// testEng's 2 s grace, and the worker killed.
+// the context's state. patientEng: the code's stop itself can take a
+// while at load (the worker's finishing is timed apart:
+// TestInterruptGraceEndsWhenTheCodeStops).
 func TestContextInterruptKeepsState(t *testing.T) {
 	s := newSession(t)
 	bg := context.Background()
 	c := runcode.ContextRun{ID: "i", Rich: true}
 	runCtxOn(t, patientEng, bg, s, c, "n = 0")
-	ctx, cancel := context.WithCancel(bg)
-	defer cancel()
-	bgRun := enginetest.StartPrinting(t, "looping", func(stdout, stderr io.Writer) (*runcode.Result, error) {
-		return patientEng.Run(ctx, &runcode.Request{Code: "while True:\n    n += 1\n    if n == 1000:\n        print('looping', flush=True)", Lang: "python",
-			Session: s, Timeout: time.Minute, Stdout: stdout, Stderr: stderr, Context: &c})
-	})
-	cancel()
-	r := waitRan(t, bgRun)
+	r := waitRan(t, interruptedLoop(t, patientEng, s, c))
 	if !r.Interrupted || r.Exception == nil || r.Exception.Name != "KeyboardInterrupt" {
 		t.Fatalf("interrupted %v exception %+v error %q notes %q stderr %q", r.Interrupted, r.Exception, r.Error, r.Notes, r.err)
 	}
@@ -198,6 +193,93 @@ func TestContextInterruptKeepsState(t *testing.T) {
 	if len(a.Results) != 1 || len(b.Results) != 1 || len(a.Results[0].Data["text/plain"].(string)) < 4 ||
 		a.Results[0].Data["text/plain"] != b.Results[0].Data["text/plain"] {
 		t.Errorf("the loop did not stop or the state was lost: %+v then %+v", a.Results, b.Results)
+	}
+}
+
+// interruptedLoop starts a busy loop in context c of s that counts n up
+// (n must exist) and cancels it once it printed that it loops.
+func interruptedLoop(t *testing.T, e *Embedded, s *session.Session, c runcode.ContextRun) *enginetest.Background {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	bgRun := enginetest.StartPrinting(t, "looping", func(stdout, stderr io.Writer) (*runcode.Result, error) {
+		return e.Run(ctx, &runcode.Request{Code: "while True:\n    n += 1\n    if n == 1000:\n        print('looping', flush=True)", Lang: "python",
+			Session: s, Timeout: time.Minute, Stdout: stdout, Stderr: stderr, Context: &c})
+	})
+	cancel()
+	return bgRun
+}
+
+// The grace is the code's time to stop after its interrupt, not the
+// worker's to finish the run: a worker's first traceback imports 59
+// modules (~50 ms of CPU, seconds in a box starved at load), and a worker
+// whose code had stopped was killed in that import, its state lost
+// (whatever the code or the worker imported: the test above failed at
+// load until it moved to patientEng). Here the finishing is held past the
+// grace (the worker's exception formatter waits on a FIFO): the worker
+// has said the code stopped, and is not killed.
+func TestInterruptGraceEndsWhenTheCodeStops(t *testing.T) {
+	t.Parallel()
+	const grace = 2 * time.Second
+	e := NewEmbedded(testData, testSB, &EmbeddedOptions{InterruptGrace: grace, NoSpare: true})
+	defer e.Close()
+	s := newSession(t)
+	if err := syscall.Mkfifo(filepath.Join(s.Workspace(), "gate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bg := context.Background()
+	c := runcode.ContextRun{ID: "g", Rich: true}
+	hold := "import os, sys\nw = sys.modules['quro_worker']\nformat_exc = w._exception\n" +
+		"def held(e):\n    with open(os.path.expanduser('~/gate')) as f:\n        f.read()\n    return format_exc(e)\n" +
+		"w._exception = held\nn = 0"
+	if r := runCtxOn(t, e, bg, s, c, hold); r.Exception != nil {
+		t.Fatalf("set-up: %+v %q", r.Exception, r.err)
+	}
+	bgRun := interruptedLoop(t, e, s, c)
+	ended := make(chan *runcode.Result, 1)
+	go func() {
+		r, _, _ := bgRun.Wait()
+		ended <- r
+	}()
+	// Without the worker's word the run ends at the grace, killed; a run
+	// that ends later than this wait passes here as it should.
+	select {
+	case r := <-ended:
+		t.Fatalf("the run ended while its worker was still finishing it: error %q notes %q", r.Error, r.Notes)
+	case <-time.After(grace + time.Second):
+	}
+	if err := os.WriteFile(filepath.Join(s.Workspace(), "gate"), []byte("go"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := <-ended
+	if r == nil || !r.Interrupted || r.Exception == nil || r.Exception.Name != "KeyboardInterrupt" {
+		t.Fatalf("%+v", r)
+	}
+	if a := runCtxOn(t, e, bg, s, c, "n"); len(a.Results) != 1 || len(a.Results[0].Data["text/plain"].(string)) < 4 {
+		t.Errorf("the state was lost: %+v %q %q", a.Results, a.err, a.Notes)
+	}
+}
+
+// The worker's "stopped" is the box's word: code that forges it (and
+// blocks SIGINT) ends its SIGINTs and its grace, not its bound: the worker
+// is killed once the finishing bound passes, as code that swallows
+// KeyboardInterrupt is at the grace.
+func TestForgedStoppedFrameIsStillBounded(t *testing.T) {
+	old := finishGrace
+	finishGrace = 300 * time.Millisecond
+	t.Cleanup(func() { finishGrace = old })
+	e := NewEmbedded(testData, testSB, &EmbeddedOptions{InterruptGrace: 200 * time.Millisecond, NoSpare: true})
+	defer e.Close()
+	s := newSession(t)
+	run(t, e, s, "x = 1", 0)
+	r := run(t, e, s, "import signal, sys\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n"+
+		"w = sys.modules['quro_worker']\nfor i in range(w._counter + 50):\n    w._send({'op': 'stopped', 'id': i})\n"+
+		"while True:\n    pass", 200*time.Millisecond)
+	if !r.TimedOut || !strings.Contains(r.Error, "did not finish the run within") || !strings.Contains(r.Error, "lost") {
+		t.Fatalf("%+v", r.Result)
+	}
+	if r := run(t, e, s, "print(2 + 2)", 0); r.out != "4\n" {
+		t.Fatalf("the next run: out %q err %q", r.out, r.err)
 	}
 }
 

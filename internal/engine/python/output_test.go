@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -114,6 +115,14 @@ func runTo(t *testing.T, ctx context.Context, s *session.Session, code string, o
 func TestOutputIsLiveWhileCodeBlocks(t *testing.T) {
 	s := newSession(t)
 	run(t, testEng, s, "pass")
+	liveWhileBlocked(t, s, "")
+}
+
+// liveWhileBlocked runs code in s that prints a line and blocks on a FIFO
+// that the test opens only once the line arrived, and fails (with what
+// it says of the worker's state) when the line came only after.
+func liveWhileBlocked(t *testing.T, s *session.Session, state string) {
+	t.Helper()
 	gate := fifo(t, s, "gate")
 	out, errw := watch("before\n"), watch("")
 	go func() {
@@ -127,8 +136,8 @@ func TestOutputIsLiveWhileCodeBlocks(t *testing.T) {
 	res := runTo(t, ctx, s, "print('before')\nopen('gate').read()\nprint('after')", out, errw)
 	unblockFIFO(gate, os.O_RDONLY)
 	if res.TimedOut || out.String() != "before\nafter\n" {
-		t.Fatalf("the line printed before the code blocked was not delivered while it was blocked: timed out %v, out %q, err %q",
-			res.TimedOut, out.String(), errw.String())
+		t.Fatalf("%sthe line printed before the code blocked was not delivered while it was blocked: timed out %v, out %q, err %q",
+			state, res.TimedOut, out.String(), errw.String())
 	}
 }
 
@@ -403,5 +412,138 @@ func TestForkWithFlushThread(t *testing.T) {
 	r = run(t, testEng, s, "import threading\nev = threading.Event()\nth = threading.Thread(target=ev.wait)\nth.start()\n"+forkCode+"\nev.set()\nth.join()")
 	if r.out != "p1\nchild\np2\n" || !strings.Contains(r.err, "DeprecationWarning") {
 		t.Fatalf("out %q err %q", r.out, r.err)
+	}
+}
+
+// flushThread is the worker's flush thread in s's worker (the worker's
+// one task that is not its main thread: the tests' code starts none) and
+// what /proc says of it.
+func flushThread(t *testing.T, s *session.Session) (syscallNr func() string, switches func() string) {
+	t.Helper()
+	sl, err := testEng.slot(s.ID)
+	if err != nil || sl.worker() == nil {
+		t.Fatal("no worker for the session")
+	}
+	pid := workerProcess(strconv.Itoa(sl.worker().pid))
+	if pid == "" {
+		t.Fatal("no python process running the worker under its pid")
+	}
+	tasks, err := os.ReadDir("/proc/" + pid + "/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tid string
+	for _, task := range tasks {
+		if task.Name() != pid {
+			tid = task.Name()
+		}
+	}
+	if len(tasks) != 2 || tid == "" {
+		t.Fatalf("the worker has %d tasks, want itself and its flush thread", len(tasks))
+	}
+	dir := "/proc/" + pid + "/task/" + tid + "/"
+	syscallNr = func() string {
+		b, _ := os.ReadFile(dir + "syscall")
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			return f[0]
+		}
+		return ""
+	}
+	switches = func() string {
+		b, _ := os.ReadFile(dir + "status")
+		var sw []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "ctxt_switches") {
+				sw = append(sw, l)
+			}
+		}
+		return strings.Join(sw, "; ")
+	}
+	return syscallNr, switches
+}
+
+// workerProcess is pid if it runs the worker, else the first of its
+// descendants that does (pid is the box's bwrap where the worker runs in a
+// box of its own).
+func workerProcess(pid string) string {
+	if cl, _ := os.ReadFile("/proc/" + pid + "/cmdline"); bytes.Contains(cl, []byte("quro_worker")) && !bytes.HasPrefix(cl, []byte("bwrap")) {
+		return pid
+	}
+	tasks, _ := os.ReadDir("/proc/" + pid + "/task")
+	for _, task := range tasks {
+		b, _ := os.ReadFile("/proc/" + pid + "/task/" + task.Name() + "/children")
+		for _, c := range strings.Fields(string(b)) {
+			if w := workerProcess(c); w != "" {
+				return w
+			}
+		}
+	}
+	return ""
+}
+
+// waitInRead waits until the flush thread is blocked in read(2) (of its
+// timerfd). The deadline is a guard against a hang, not a measurement.
+func waitInRead(t *testing.T, syscallNr func() string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for syscallNr() != strconv.Itoa(syscall.SYS_READ) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the flush thread is not in read(2) after 3 minutes: in syscall %q", syscallNr())
+		}
+		time.Sleep(10 * time.Millisecond) // a poll interval, not a wait for something to settle
+	}
+}
+
+// A run shorter than the flush interval does not wake the flush thread:
+// it waits on a timerfd that a run arms for one interval after its start
+// (here an hour: no run of the test lasts that long), not on a lock that
+// every run's start released, which woke it and handed it the GIL.
+func TestShortRunLeavesFlushThreadAsleep(t *testing.T) {
+	old := workerFlushInterval
+	workerFlushInterval = time.Hour
+	s := newSession(t)
+	t.Cleanup(func() {
+		testEng.Stop(s.ID)
+		workerFlushInterval = old
+	})
+	run(t, testEng, s, "pass")
+	syscallNr, switches := flushThread(t, s)
+	waitInRead(t, syscallNr)
+	before := switches()
+	for range 5 {
+		if r := run(t, testEng, s, "print(1)"); r.out != "1\n" {
+			t.Fatalf("out %q err %q", r.out, r.err)
+		}
+	}
+	if after := switches(); after != before || syscallNr() != strconv.Itoa(syscall.SYS_READ) {
+		t.Fatalf("five short runs woke the flush thread: %s, then %s (in syscall %s)", before, after, syscallNr())
+	}
+}
+
+// Code that closes the flush thread's timerfd and puts a pipe of its own
+// under its number loses none of the pipe's bytes to the thread, and the
+// next run's output is still live while the code blocks (the thread falls
+// back to the lock at each run's start).
+func TestFlushThreadLeavesCodesDescriptor(t *testing.T) {
+	s := newSession(t)
+	run(t, testEng, s, "pass")
+	r := run(t, testEng, s, `import os
+fd = -1
+for f in os.listdir('/proc/self/fd'):
+    try:
+        if os.readlink('/proc/self/fd/' + f) == 'anon_inode:[timerfd]':
+            fd = int(f)
+    except OSError:
+        pass
+rd, wr = os.pipe()
+os.write(wr, b'12345678abcdefgh')
+os.dup2(rd, fd)
+print(fd > 2)`)
+	if r.out != "True\n" {
+		t.Fatalf("no timerfd found: out %q err %q", r.out, r.err)
+	}
+	liveWhileBlocked(t, s, "with the timerfd gone, ")
+	if r := run(t, testEng, s, "os.set_blocking(fd, False)\nprint(os.read(fd, 64))"); r.out != "b'12345678abcdefgh'\n" {
+		t.Fatalf("the code's pipe under the timerfd's number: out %q err %q", r.out, r.err)
 	}
 }

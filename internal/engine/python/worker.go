@@ -490,7 +490,7 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 	}
 	msg := w.runMessage(req, env, token)
 	var reply *frame
-	in := &interruption{over: make(chan struct{}), exited: make(chan struct{})}
+	in := &interruption{over: make(chan struct{}), settled: make(chan struct{}), exited: make(chan struct{})}
 	var sendErr error
 	if msg.Env == nil && req.Context == nil {
 		sendErr = w.sendRun(msg.ID, token, req.Code)
@@ -501,7 +501,7 @@ func (w *worker) run(ctx context.Context, req *runcode.Request, env map[string]s
 	if err := sendErr; err == nil {
 		stop := w.interruptWhenDone(ctx, in, o.grace)
 		// The reply is read here, not handed over by another goroutine.
-		reply = w.awaitDone()
+		reply = w.awaitDone(in)
 		interrupted = !stop()
 	}
 	in.finish()
@@ -567,14 +567,25 @@ func (w *worker) runMessage(req *runcode.Request, env map[string]string, token [
 // exists only once the run's ctx ended. Its fields are set by it and read
 // when the run is over, under mu.
 type interruption struct {
-	mu        sync.Mutex
-	finished  bool
-	sent      bool  // a SIGINT was sent
-	escalated bool  // the code did not stop within the grace: the worker was killed
-	cause     error // why ctx ended
-	over      chan struct{}
-	exited    chan struct{} // closed when the interrupter returns
+	mu         sync.Mutex
+	finished   bool
+	sent       bool  // a SIGINT was sent
+	escalated  bool  // the code did not stop within the grace: the worker was killed
+	stopped    bool  // the worker said the code stopped (its "stopped" frame)
+	unfinished bool  // the code stopped but the worker did not finish the run within finishGrace: killed
+	cause      error // why ctx ended
+	over       chan struct{}
+	settled    chan struct{} // closed at the "stopped" frame or the run's end: no more SIGINT
+	exited     chan struct{} // closed when the interrupter returns
 }
+
+// finishGrace is the least time the worker has, once the code of an
+// interrupted run stopped, to finish the run (format the exception:
+// the first one imports traceback, ~50 ms of CPU, seconds in a box
+// starved at load). The code's own grace ends when it stops; what the
+// worker runs next may still call the code's (an exception's __str__),
+// so this is bounded too. A variable for the tests.
+var finishGrace = 10 * time.Second
 
 // interruptWhenDone interrupts the current run when ctx ends; stop
 // disarms it.
@@ -590,20 +601,49 @@ func (w *worker) interruptWhenDone(ctx context.Context, in *interruption, grace 
 		in.mu.Unlock()
 		// A SIGINT that lands before the worker has read the run
 		// request finds no run to interrupt and is dropped: it is
-		// repeated (as a person presses ^C again) until the run ends;
-		// after the grace the worker is killed (the reply pipe ends
-		// with it).
-		if w.proc.Interrupt(syscall.SIGINT, interruptRepeat, grace, in.over) {
+		// repeated (as a person presses ^C again) until the code
+		// stopped; after the grace the worker is killed (the reply
+		// pipe ends with it).
+		if w.proc.Interrupt(syscall.SIGINT, interruptRepeat, grace, in.settled) {
 			in.mu.Lock()
 			in.escalated = true
+			in.mu.Unlock()
+			return
+		}
+		// The code stopped (or the run ended): the worker finishes the
+		// run, bounded on its own.
+		t := time.NewTimer(max(grace, finishGrace))
+		defer t.Stop()
+		select {
+		case <-in.over:
+		case <-t.C:
+			in.mu.Lock()
+			if !in.finished {
+				in.unfinished = true
+				w.proc.Kill()
+			}
 			in.mu.Unlock()
 		}
 	})
 }
 
+// codeStopped records the worker's word that the code of the interrupted
+// run stopped: the SIGINTs and the grace end there.
+func (in *interruption) codeStopped() {
+	in.mu.Lock()
+	if !in.stopped && !in.finished {
+		in.stopped = true
+		close(in.settled)
+	}
+	in.mu.Unlock()
+}
+
 // finish marks the run over.
 func (in *interruption) finish() {
 	in.mu.Lock()
+	if !in.stopped {
+		close(in.settled)
+	}
 	in.finished = true
 	close(in.over) // under mu: no interrupt after the run is finished
 	in.mu.Unlock()
@@ -614,15 +654,21 @@ func (in *interruption) timedOut() bool {
 }
 
 // awaitDone reads replies until the current run's "done", or nil when the
-// reply pipe ends or a frame is refused.
-func (w *worker) awaitDone() *frame {
+// reply pipe ends or a frame is refused; a "stopped" of the run is passed
+// to in.
+func (w *worker) awaitDone(in *interruption) *frame {
 	for {
 		f, err := w.readFrame()
 		if err != nil {
 			return nil
 		}
-		if f.Op == "done" && f.ID == w.runs {
-			return &f
+		if f.ID == w.runs {
+			switch f.Op {
+			case "done":
+				return &f
+			case "stopped":
+				in.codeStopped()
+			}
 		}
 	}
 }
@@ -683,6 +729,13 @@ func (w *worker) deathResult(res *runcode.Result, in *interruption, req *runcode
 		res.Notes = append(res.Notes, fmt.Sprintf("the Python worker's reply was refused (%v): the worker was stopped; %s", w.refused, lost))
 	}
 	switch {
+	case in.unfinished:
+		res.Error = fmt.Sprintf("the code stopped after KeyboardInterrupt, but the Python worker did not finish the run within %s: it was killed; %s",
+			max(o.grace, finishGrace), lost)
+		if errors.Is(in.cause, runcode.ErrContextRestarted) {
+			res.Error = runcode.ErrContextRestarted.Error() + "; " + res.Error
+			res.Exception = runcode.RestartedException()
+		}
 	case in.escalated && in.timedOut():
 		res.Error = fmt.Sprintf("timed out after %s and the code did not stop within %s of KeyboardInterrupt: the Python worker was killed; %s",
 			req.Timeout.Round(time.Millisecond), o.grace, lost)

@@ -36,6 +36,8 @@ Replies:
    "results": [{"main": BOOL, "data": {MIME: ...}}]?, "exc": {"name",
    "value", "traceback"}?, "count": N?}      (the last three: context runs)
   {"op": "dropped"}
+  {"op": "stopped", "id": N}   before "done": the code of an interrupted run
+                               has stopped (the interrupt's grace ends)
 
 A timeout reaches the worker as SIGINT; the handler raises KeyboardInterrupt
 only while user code runs, so the worker's own bookkeeping is never cut.
@@ -50,7 +52,9 @@ calls (a part of a line written to stderr waits for its end or a flush, and
 stdout written meanwhile may go first). Both are flushed:
   - by a thread, every flush interval (20 ms) while a run is in progress,
     so a line printed by running or blocked code reaches the Go side within
-    the interval (the thread is parked between runs, when stdout is
+    the interval (a run shorter than the interval does not wake the thread
+    where it waits on a timerfd the run arms, 3.13 and later: no GIL handed
+    over for a short run; the thread is parked between runs, when stdout is
     line-buffered instead: output of a thread left running goes out as it
     comes);
   - at the end of a run, before the sync tokens and the reply;
@@ -121,6 +125,13 @@ _flusher = False      # the flush thread runs
 _live = False         # a run's output phase: the flush thread ticks
 _gate = _thread.allocate_lock()  # held while no run is in progress
 _wake = _thread.allocate_lock()  # released to make the flush thread flush now
+# The flush thread's clock where the os module has timerfd (3.13 and
+# later): a run arms it and the thread wakes only when a flush interval of
+# the run has passed, so a run shorter than that never wakes the thread
+# (nor hands it the GIL). -1: the gate and _wake above instead.
+_tick_fd = -1
+_tick_id = None       # (st_dev, st_ino) of _tick_fd, checked before a read
+_ticking = False      # the run in progress armed _tick_fd
 _raw_lock = _thread.RLock()      # one writer of a raw stream at a time
 _os_write = os.write
 _os_exit = os._exit
@@ -232,6 +243,8 @@ def _send(obj):
             obj["id"], obj["status"].encode(), obj["exit_code"])
     elif obj.get("op") == "hello":
         body = b'{"op":"hello","pid":%d,"version":"%s"}' % (obj["pid"], obj["version"].encode())
+    elif obj.get("op") == "stopped":
+        body = b'{"op":"stopped","id":%d}' % obj["id"]
     else:
         body = _dumps(obj).encode()
     data = memoryview(len(body).to_bytes(4, "big") + body)
@@ -270,13 +283,15 @@ def _on_sigint(signum, frame):
 
 def _after_fork_in_child():
     # A fork of user code must never speak the protocol.
-    global _in_child
+    global _in_child, _tick_fd
     _in_child = True
-    for fd in (REQ_FD, REP_FD):
+    for fd in (REQ_FD, REP_FD, _tick_fd):
         try:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
         except OSError:
             pass
+    _tick_fd = -1
     # The flush thread is not forked: the child's stdout goes out by line.
     try:
         _out.reconfigure(line_buffering=True)
@@ -448,12 +463,29 @@ def _fork_quietly(fork):
 def _flush_loop():
     """The flush thread: while a run is in progress, flushes stdout every
     flush interval (or at once when woken)."""
+    global _tick_fd
     try:
         _signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals())
     except Exception:
         pass
     while True:
         try:
+            fd = _tick_fd
+            if fd >= 0:
+                # Only the timerfd made at set-up is read: user code may
+                # have closed it and opened a file of its own under its
+                # number. Then (or on an error) the gate from now on.
+                try:
+                    st = os.fstat(fd)
+                    if (st.st_dev, st.st_ino) != _tick_id:
+                        raise OSError("not the flush timer")
+                    os.read(fd, 8)
+                except OSError:
+                    _tick_fd = -1
+                    continue
+                if _live:
+                    _flush_out()
+                continue
             _gate.acquire()
             _gate.release()
             while _live:
@@ -466,7 +498,7 @@ def _flush_loop():
 def _output_live(on):
     """Starts (a run begins) or ends (its output is over) the flush
     thread's ticking; between runs stdout is line-buffered."""
-    global _live
+    global _live, _ticking
     if on == _live:
         return
     _live = on
@@ -476,9 +508,30 @@ def _output_live(on):
         pass
     if _flusher:
         if on:
-            _gate.release()
+            _ticking = _arm_tick(True)
+            if not _ticking:
+                _gate.release()
+        elif _ticking:
+            _ticking = False
+            _arm_tick(False)
         else:
             _gate.acquire()
+
+
+def _arm_tick(on):
+    """Arms (a run begins: the first tick one flush interval later, then
+    every interval) or disarms the flush thread's timerfd; False when there
+    is none or it is gone (user code closed it: the gate from now on)."""
+    global _tick_fd
+    if _tick_fd < 0:
+        return False
+    try:
+        t = _flush_interval if on else 0
+        os.timerfd_settime(_tick_fd, initial=t, interval=t)
+        return True
+    except (OSError, ValueError):
+        _tick_fd = -1
+        return False
 
 
 def _input(prompt=""):
@@ -646,6 +699,18 @@ def _pip(line):
         print(msg, file=sys.stderr)
 
 
+def _open_tick():
+    global _tick_fd, _tick_id
+    try:
+        import time  # loaded by the interpreter's start-up: a look-up
+        fd = os.timerfd_create(time.CLOCK_MONOTONIC, flags=os.TFD_CLOEXEC)
+    except (AttributeError, OSError):
+        return  # before 3.13, or refused: the gate
+    st = os.fstat(fd)
+    _tick_id = (st.st_dev, st.st_ino)
+    _tick_fd = fd
+
+
 def _setup(flush_ms):
     global _libc, _saved_out, _saved_err, _orig_stdin, _main
     global _out, _err, _flush_interval, _flusher
@@ -658,6 +723,7 @@ def _setup(flush_ms):
     _gate.acquire()
     _wake.acquire()
     if flush_ms > 0:
+        _open_tick()
         _thread.start_new_thread(_flush_loop, ())
         _flusher = True
     _out.reconfigure(line_buffering=True)  # between runs
@@ -1785,6 +1851,12 @@ def _run(msg):
             _execute(src, filename, ns)
         finally:
             _running = False
+            if _interrupted and not _in_child:
+                # The code stopped after an interrupt: the server's grace
+                # (the code's time to stop) ends here, not at the reply,
+                # which may first import traceback (59 modules, ~50 ms of
+                # CPU: seconds in a starved box).
+                _send({"op": "stopped", "id": msg["id"]})
         if _in_child:
             _exit(0)
     except SystemExit as e:
