@@ -40,8 +40,17 @@ func init() {
 
 func newApp(t testing.TB, run *runcode.Options) *App {
 	t.Helper()
-	// Tests reach stand-ins on the host's loopback from "host" sessions.
-	a, err := New(context.Background(), t.TempDir(), &Options{Run: run, Python: testPython, Network: hostAllowed})
+	return newAppWith(t, &Options{Run: run})
+}
+
+// newAppWith is an App of o in a data directory of the test's, with the
+// shared test Python and the network settings under which tests reach
+// stand-ins on the host's loopback from "host" sessions (o's Python and
+// Network are set to them).
+func newAppWith(t testing.TB, o *Options) *App {
+	t.Helper()
+	o.Python, o.Network = testPython, hostAllowed
+	a, err := New(context.Background(), t.TempDir(), o)
 	if err != nil {
 		t.Fatal(err)
 	}

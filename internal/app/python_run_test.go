@@ -25,12 +25,7 @@ import (
 // instead of debootstrap.
 func newAppInstalling(t *testing.T, inst rootfs.Installer) *App {
 	t.Helper()
-	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed, rootfsInstaller: inst})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	return a
+	return newAppWith(t, &Options{rootfsInstaller: inst})
 }
 
 // capCode is the code a client reads for err: the controller's
