@@ -111,6 +111,11 @@ type Options struct {
 	// fallback of a machine without btrfs, or a data directory of
 	// before): its tests.
 	diskImages bool
+	// rootfsInstaller replaces debootstrap for python_run's install on
+	// first use (nil: debootstrap): its tests, each with an installer of
+	// its own (an option, not a package variable, so that they run in
+	// parallel).
+	rootfsInstaller rootfs.Installer
 }
 
 // InSessionOptions configure the in-session sockets.
@@ -231,6 +236,8 @@ type App struct {
 	pip            *pipSetup        // pip of the sessions (pip.go)
 	life           lifetimes        // the patrol of session lifetimes (lifetime.go)
 	copyHook       func(rel string) // tests: workspace.CopyOptions.BeforeOpen of snapshots
+	// rootfsInstaller is Options.rootfsInstaller: python_run's installer.
+	rootfsInstaller rootfs.Installer
 }
 
 // DefaultDataDir is $QURO_DATA, else $XDG_DATA_HOME/quro, else
@@ -334,9 +341,10 @@ func New(ctx context.Context, dataDir string, o *Options) (*App, error) {
 		tenants: tl, limits: opts.Limits, network: opts.Network, egress: eg, netPolicies: netPol, secrets: eg.secrets, js: jsEng, node: nodeEng, watchHub: workspace.NewHub(opts.Limits.Watch),
 		startWindow: cmp.Or(opts.ProcessStartWindow, DefaultProcessStartWindow), autoPauseAfter: opts.AutoPause,
 
-		prestart: opts.PrestartPython,
-		procs:    proc.New(),
-		pip:      pipS,
+		prestart:        opts.PrestartPython,
+		procs:           proc.New(),
+		pip:             pipS,
+		rootfsInstaller: opts.rootfsInstaller,
 	}
 	if a.autoPauseAfter == 0 {
 		a.autoPauseAfter = DefaultAutoPause

@@ -24,10 +24,33 @@ var admin = controller.Caller{Path: "test", Scope: capability.ScopeAdmin}
 // the python package.
 var testPython = &python.EmbeddedOptions{InstallRoot: filepath.Join(os.TempDir(), "quro-test-python")}
 
+// serverCanary is a variable of this test process's environment from its
+// start, as a server's own secret would be: the tests that check that no
+// code in a session sees the server's environment look for it in every
+// process of a box. It is set once for the process rather than with
+// t.Setenv (which a parallel test may not call), so those tests run in
+// parallel, and every other test's boxes start beside it too.
+const serverCanaryVar, serverCanary = "QURO_SECRET_TOKEN", "s3cr3t-canary-77"
+
+func init() {
+	if err := os.Setenv(serverCanaryVar, serverCanary); err != nil {
+		panic(err)
+	}
+}
+
 func newApp(t testing.TB, run *runcode.Options) *App {
 	t.Helper()
-	// Tests reach stand-ins on the host's loopback from "host" sessions.
-	a, err := New(context.Background(), t.TempDir(), &Options{Run: run, Python: testPython, Network: hostAllowed})
+	return newAppWith(t, &Options{Run: run})
+}
+
+// newAppWith is an App of o in a data directory of the test's, with the
+// shared test Python and the network settings under which tests reach
+// stand-ins on the host's loopback from "host" sessions (o's Python and
+// Network are set to them).
+func newAppWith(t testing.TB, o *Options) *App {
+	t.Helper()
+	o.Python, o.Network = testPython, hostAllowed
+	a, err := New(context.Background(), t.TempDir(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +320,10 @@ func TestSessionsAreSeparate(t *testing.T) {
 // are there. The sandbox's TestHelpersGetAFixedEnvironment checks the
 // processes a box cannot read (bubblewrap's) from the host.
 func TestServerEnvironmentDoesNotReachUserCode(t *testing.T) {
-	t.Setenv("QURO_SECRET_TOKEN", "s3cr3t-canary-77")
+	t.Parallel()
+	if os.Getenv(serverCanaryVar) != serverCanary {
+		t.Fatalf("the canary %s is not in the server's environment", serverCanaryVar)
+	}
 	a := newApp(t, nil)
 	v := "session-value"
 	if _, err := call(t, a, "set_session_env", SetEnvInput{Env: map[string]*string{"MINE": &v}}); err != nil {
@@ -316,7 +342,7 @@ func TestServerEnvironmentDoesNotReachUserCode(t *testing.T) {
 		{"sh", runCode(t, a, RunCodeInput{Code: all, Lang: "sh"}).Stdout},
 		{"python", runCode(t, a, RunCodeInput{Code: "import os\nfor p in os.listdir('/proc'):\n  try: print(p, open('/proc/'+p+'/environ','rb').read())\n  except (OSError, ValueError) as e: print(p, e)\nprint(dict(os.environ))"}).Stdout},
 	} {
-		if strings.Contains(tc.out, "s3cr3t-canary-77") {
+		if strings.Contains(tc.out, serverCanary) {
 			t.Errorf("%s sees the server's environment:\n%s", tc.name, tc.out)
 		}
 		if !strings.Contains(tc.out, "MINE=session-value") && !strings.Contains(tc.out, "'MINE': 'session-value'") {

@@ -404,6 +404,7 @@ func TestToolchainHostileCache(t *testing.T) {
 // A session on a rootfs uses the rootfs's toolchains, not the host's: the
 // shared test rootfs has perl but no gcc.
 func TestToolchainInRootfs(t *testing.T) {
+	t.Parallel()
 	a := appOnRootfs(t, testRootfs(t))
 	s := toolSession(t, a, session.CreateOptions{Rootfs: "default"})
 	res := runCode(t, a, RunCodeInput{Session: s.ID, Lang: "perl", Code: "print \"perl in rootfs $^V\\n\";\n"})

@@ -148,12 +148,7 @@ func TestCommandWaitingForInputThenNextCall(t *testing.T) {
 // newAppWindow is newApp with start_process's start window.
 func newAppWindow(t *testing.T, window time.Duration) *App {
 	t.Helper()
-	a, err := New(context.Background(), t.TempDir(), &Options{Python: testPython, Network: hostAllowed, ProcessStartWindow: window})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	return a
+	return newAppWith(t, &Options{ProcessStartWindow: window})
 }
 
 // TestBackgroundProcessThatEndsAtOnce: start_process with background:true

@@ -26,9 +26,6 @@ const (
 	pythonRunMaxCode = 120 << 10
 )
 
-// rootfsInstaller replaces debootstrap in tests (nil: debootstrap).
-var rootfsInstaller rootfs.Installer
-
 // PythonRunInput is python_run's input.
 type PythonRunInput struct {
 	Code      string `json:"code" jsonschema:"Python source, run as python3 -I -u -c CODE"`
@@ -80,7 +77,7 @@ type pythonRun struct {
 // registerPythonRun declares python_run.
 func (a *App) registerPythonRun(reg *capability.Registry) {
 	m := rootfs.New(rootfs.DirIn(a.DataDir))
-	m.Installer = rootfsInstaller
+	m.Installer = a.rootfsInstaller
 	p := &pythonRun{a: a, m: m, eng: python.NewRootfs(a.Sandbox, m), installs: &rootfs.OnFirstUse{M: m, Log: a.Log}}
 	reg.Register(capability.New("python_run",
 		"Run Python in the full Linux sandbox: python3 -I -u -c CODE inside the session's Debian rootfs (the session's rootfs, else the one named \"default\"), "+

@@ -21,11 +21,11 @@ import (
 	"github.com/quro-dev/quro/internal/terminal"
 )
 
-// withInstaller makes the Apps created by f install rootfs with inst.
-func withInstaller(t *testing.T, inst rootfs.Installer) {
-	old := rootfsInstaller
-	rootfsInstaller = inst
-	t.Cleanup(func() { rootfsInstaller = old })
+// newAppInstalling is newApp whose python_run installs a rootfs with inst
+// instead of debootstrap.
+func newAppInstalling(t *testing.T, inst rootfs.Installer) *App {
+	t.Helper()
+	return newAppWith(t, &Options{rootfsInstaller: inst})
 }
 
 // capCode is the code a client reads for err: the controller's
@@ -55,17 +55,18 @@ func TestPythonRunBadInput(t *testing.T) {
 
 // A missing rootfs is installed in the background on first use; a call
 // whose timeout ends first says so instead of overrunning it, and the
-// install goes on for the next call.
+// install goes on for the next call. Not parallel: it bounds the first
+// call's wall time (5 s for its 1 s timeout), which the parallel tests'
+// load would stretch.
 func TestPythonRunInstallsOnFirstUse(t *testing.T) {
 	release := make(chan struct{})
 	calls := 0
-	withInstaller(t, func(ctx context.Context, target, cache string, o rootfs.InstallOptions, progress func(string)) error {
+	a := newAppInstalling(t, func(ctx context.Context, target, cache string, o rootfs.InstallOptions, progress func(string)) error {
 		calls++
 		progress("I: fake debootstrap waiting")
 		<-release
 		return os.MkdirAll(filepath.Join(target, "var/lib/dpkg"), 0o755) // no python3: the install fails its check
 	})
-	a := newApp(t, nil)
 	start := time.Now()
 	_, err := call(t, a, "python_run", PythonRunInput{Code: "print(1)", TimeoutMS: 1000})
 	if capCode(err) != capability.Unavailable || !strings.Contains(err.Error(), "installing it now") ||
@@ -99,12 +100,12 @@ func TestPythonRunInstallsOnFirstUse(t *testing.T) {
 // no trace in the rootfs directory; a caller with install (beside exec)
 // does start it.
 func TestPythonRunNeverInstallsForExec(t *testing.T) {
+	t.Parallel()
 	calls := 0
-	withInstaller(t, func(ctx context.Context, target, cache string, o rootfs.InstallOptions, progress func(string)) error {
+	a := newAppInstalling(t, func(ctx context.Context, target, cache string, o rootfs.InstallOptions, progress func(string)) error {
 		calls++
 		return errors.New("fake debootstrap ran")
 	})
-	a := newApp(t, nil)
 	ctx := context.Background()
 	s, err := a.Sessions.CreateWith(ctx, "offline", session.CreateOptions{}) // network none
 	if err != nil {
@@ -135,10 +136,10 @@ func TestPythonRunNeverInstallsForExec(t *testing.T) {
 }
 
 func TestPythonRunInstallFailureIsReported(t *testing.T) {
-	withInstaller(t, func(ctx context.Context, target, cache string, o rootfs.InstallOptions, progress func(string)) error {
+	t.Parallel()
+	a := newAppInstalling(t, func(ctx context.Context, target, cache string, o rootfs.InstallOptions, progress func(string)) error {
 		return errors.New("debootstrap needs root")
 	})
-	a := newApp(t, nil)
 	_, err := call(t, a, "python_run", PythonRunInput{Code: "print(1)"})
 	if capCode(err) != capability.Unavailable || !strings.Contains(err.Error(), "debootstrap needs root") || !strings.Contains(err.Error(), "did not run") {
 		t.Fatalf("python_run: %v", err)
@@ -156,11 +157,18 @@ func testRootfs(t testing.TB) *rootfs.Manager {
 // never copied: tests must not change it).
 func appOnRootfs(t testing.TB, m *rootfs.Manager) *App {
 	t.Helper()
+	return appOnRootfsInstalling(t, m, nil)
+}
+
+// appOnRootfsInstalling is appOnRootfs whose python_run installs a rootfs
+// with inst (nil: debootstrap).
+func appOnRootfsInstalling(t testing.TB, m *rootfs.Manager, inst rootfs.Installer) *App {
+	t.Helper()
 	data := t.TempDir()
 	if err := os.Symlink(m.Dir, rootfs.DirIn(data)); err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(context.Background(), data, &Options{Python: testPython, Network: hostAllowed})
+	a, err := New(context.Background(), data, &Options{Python: testPython, Network: hostAllowed, rootfsInstaller: inst})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,17 +182,16 @@ func appOnRootfs(t testing.TB, m *rootfs.Manager) *App {
 // The one end-to-end test of the rootfs tier: a real debootstrapped Debian,
 // python_run and run_code's python/rootfs engine in it.
 func TestPythonRunInRealRootfs(t *testing.T) {
+	t.Parallel()
 	m := testRootfs(t)
 	st, err := m.Status(rootfs.DefaultName)
 	if err != nil || st.State != rootfs.Ready || !strings.HasPrefix(st.Info.Python, "3.") {
 		t.Fatalf("status %+v %v", st, err)
 	}
-	withInstaller(t, func(context.Context, string, string, rootfs.InstallOptions, func(string)) error {
+	a := appOnRootfsInstalling(t, m, func(context.Context, string, string, rootfs.InstallOptions, func(string)) error {
 		t.Error("python_run installed a rootfs that is ready")
 		return errors.New("unexpected")
 	})
-	t.Setenv("QURO_TEST_SECRET", "s3cret-value")
-	a := appOnRootfs(t, m)
 
 	pyRun := func(in PythonRunInput) *PythonRunResult {
 		t.Helper()
@@ -203,7 +210,7 @@ func TestPythonRunInRealRootfs(t *testing.T) {
 	if len(lines) != 5 || !strings.HasSuffix(lines[0], " 1") || !strings.HasPrefix(lines[1], "12") {
 		t.Fatalf("stdout %q", res.Stdout)
 	}
-	if strings.Contains(res.Stdout, "QURO_TEST_SECRET") || strings.Contains(lines[2], "QURO_DATA") {
+	if strings.Contains(res.Stdout, serverCanaryVar) || strings.Contains(lines[2], "QURO_DATA") {
 		t.Errorf("server environment leaked: %s", lines[2])
 	}
 	if lines[4] == "0" {

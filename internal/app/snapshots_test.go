@@ -418,6 +418,7 @@ func serverSees(t *testing.T, a *App, want map[string]int64) {
 
 // Bad input is refused with what to do, and nothing is made.
 func TestSnapshotBadInput(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	for _, tc := range []struct {
 		name string
@@ -496,6 +497,7 @@ func checkNothingFromOutside(t *testing.T, ws string) (entries int) {
 // another file a FIFO. Nothing from outside is copied, the copy does not
 // hang on the FIFO, and the swapped entries are reported.
 func TestSnapshotSwapBetweenStatAndOpen(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	shIn(t, a, "", "mkdir d && echo inside > d/marker && echo inside > f && echo inside > g")
 	def, _ := a.Sessions.Default(context.Background())
@@ -544,6 +546,7 @@ func TestSnapshotSwapBetweenStatAndOpen(t *testing.T) {
 // background, while snapshots are taken. No snapshot holds anything from
 // outside the workspace.
 func TestSnapshotWhileTheSessionSwapsLinks(t *testing.T) {
+	t.Parallel()
 	a := newApp(t, nil)
 	if _, err := call(t, a, "create_session", CreateSessionInput{Name: "racer"}); err != nil {
 		t.Fatal(err)
