@@ -255,9 +255,11 @@ func TestTimeoutKeepsPartialOutput(t *testing.T) {
 func TestOutputFloodIsCutAndSavedWhole(t *testing.T) {
 	t.Parallel()
 	a := newApp(t, &runcode.Options{SpillLimit: 64 << 20})
-	res := runCode(t, a, RunCodeInput{Code: "yes 0123456789 | head -c 50000000", Lang: "sh"})
+	// The longest time budget: this test is about the flood's cut, and at
+	// a load of 70 the default 30 s ended the stream before its 50 MB.
+	res := runCode(t, a, RunCodeInput{Code: "yes 0123456789 | head -c 50000000", Lang: "sh", TimeoutMS: -1})
 	if !res.Truncated || res.StdoutBytes != 50_000_000 || len(res.Stdout) > 13<<10 {
-		t.Fatalf("truncated %v, %d bytes, text %d bytes", res.Truncated, res.StdoutBytes, len(res.Stdout))
+		t.Fatalf("truncated %v, %d bytes, text %d bytes (exit %d, timed out %v)", res.Truncated, res.StdoutBytes, len(res.Stdout), res.ExitCode, res.TimedOut)
 	}
 	sess, _ := a.Sessions.Get(context.Background(), res.Session)
 	fi, err := os.Stat(filepath.Join(sess.Workspace(), res.StdoutFile))
