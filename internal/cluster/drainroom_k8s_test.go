@@ -199,6 +199,9 @@ func TestClusterDrainFindsRoom(t *testing.T) {
 		if res != (Result{Moved: 1}) || len(moves) != 1 || !moves[0].OK || moves[0].To != "node-next" {
 			t.Fatalf("the drain: %+v %+v", res, moves)
 		}
+		if p := moves[0].PassedOver; len(p) != 1 || !strings.Contains(p[0], "node-roomy refused it (429)") || !strings.Contains(p[0], "memory ceiling") {
+			t.Fatalf("the move says it passed over %q, want node roomy's refusal", p)
+		}
 		// Node roomy refused before node a paused the session, which
 		// node next then took.
 		want := []string{"node-roomy admit acme 5", "node-next admit acme 5", "node-a quiesce s1", "node-next import s1", "node-a release s1"}
