@@ -194,7 +194,11 @@ func drain(ctx context.Context, g *globals, out io.Writer) error {
 			if l.NewName != "" {
 				renamed = ", named " + l.NewName + " there (its name was taken)"
 			}
-			fmt.Fprintf(out, "moved %s (%s) to %s%s\n", l.Session, l.Name, l.To, renamed)
+			passed := ""
+			if len(l.PassedOver) > 0 {
+				passed = "; passed over for room first: " + strings.Join(l.PassedOver, "; ")
+			}
+			fmt.Fprintf(out, "moved %s (%s) to %s%s%s\n", l.Session, l.Name, l.To, renamed, passed)
 		case l.Move != nil && l.Session != "" && l.NoRoom:
 			fmt.Fprintf(out, "NOT moved %s (%s), no node has room for it: %s\n", l.Session, l.Name, l.Error)
 		case l.Move != nil && l.Session != "":

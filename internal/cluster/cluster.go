@@ -142,6 +142,12 @@ func New(o Options) (*Cluster, error) {
 		o.TLS.c = c
 	}
 	c.sessions = informer(dyn.Resource(SessionsGVR).Namespace(o.Namespace), "", "sessions", o.Logger, o.watchHook)
+	// The table holds each record as a *Session, converted once as it
+	// arrives: a create's diff (Member.SyncRecords) reads every record of
+	// the node, and placement and routing read them on every call.
+	if err := c.sessions.SetTransform(toSession); err != nil {
+		return nil, err
+	}
 	c.leases = informer(dyn.Resource(LeasesGVR).Namespace(o.Namespace), LabelComponent+"="+ComponentNode, "leases", o.Logger, o.leaseWatchHook)
 	if _, err := c.sessions.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.notify() },
@@ -233,13 +239,28 @@ func (c *Cluster) Start(ctx context.Context, wait time.Duration) error {
 // Self is this node's name.
 func (c *Cluster) Self() string { return c.opts.Node }
 
-// asSession converts an informer's object.
-func asSession(obj any) (*Session, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return nil, fmt.Errorf("not an object: %T", obj)
+// toSession is the sessions informer's transform: an object from the
+// API server becomes the *Session the table holds (others, such as a
+// deletion's last known state, pass as they are).
+func toSession(obj any) (any, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return sessionFrom(u)
 	}
-	return sessionFrom(u)
+	return obj, nil
+}
+
+// asSession is an informer's object as a *Session of the caller's own: a
+// copy, so that what the caller sets does not change the table (its
+// labels map is the table's: read it only).
+func asSession(obj any) (*Session, error) {
+	switch o := obj.(type) {
+	case *Session:
+		cp := *o
+		return &cp, nil
+	case *unstructured.Unstructured:
+		return sessionFrom(o)
+	}
+	return nil, fmt.Errorf("not an object: %T", obj)
 }
 
 // notify wakes every Resolve waiting for the informer.

@@ -401,6 +401,10 @@ type Move struct {
 	// which then failed: it stays here, its processes stopped.
 	Paused bool   `json:"paused,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// PassedOver are the refusals for room of the nodes asked before
+	// the one it went to, in placement's order: why a moved session is
+	// not on the node with the most headroom.
+	PassedOver []string `json:"passed_over,omitempty"`
 }
 
 // Result is what a drain did: how many sessions moved, how many stay for
@@ -429,8 +433,7 @@ func (d *Drainer) Drain(ctx context.Context, drain string, report func(Move)) (r
 			return res, ctx.Err()
 		}
 		m := Move{Drain: drain, Session: s.Name, Name: s.Spec.Name, Tenant: s.Spec.Tenant}
-		to, newName, paused, err := d.moveOne(ctx, s, drain)
-		m.To, m.NewName, m.Paused = to, newName, paused && err != nil
+		err := d.moveOne(ctx, s, drain, &m)
 		var nr *NoRoomError
 		switch {
 		case err == nil:
@@ -496,24 +499,25 @@ func (d *Drainer) targets() []*Node {
 }
 
 // moveOne moves s to the first node of targets that admits it and
-// returns the node it went to; a *NoRoomError when none did. paused says
-// the session was paused for a move (a node said yes), which when err is
-// not nil then failed.
-func (d *Drainer) moveOne(ctx context.Context, s *Session, drain string) (to, newName string, paused bool, err error) {
+// writes into m the node it went to (To), its name there (NewName) and
+// the nodes passed over for room (PassedOver); a *NoRoomError when none
+// admitted it. m.Paused says a failed move paused the session (a node
+// said yes, then the move failed).
+func (d *Drainer) moveOne(ctx context.Context, s *Session, drain string, m *Move) (err error) {
 	nodes := d.targets()
 	if len(nodes) == 0 {
-		return "", "", false, &NoRoomError{}
+		return &NoRoomError{}
 	}
 	id := s.Name
 	unhold := d.Member.Hold(id)
 	defer unhold()
 	size, err := d.Local.Size(ctx, id)
 	if err != nil {
-		return "", "", false, err
+		return err
 	}
 	quiesced := false
 	defer func() {
-		paused = quiesced
+		m.Paused = quiesced && err != nil
 		if quiesced && err != nil { // it stays here
 			_ = d.C.SetPhase(context.WithoutCancel(ctx), id, d.C.Self(), PhaseReady)
 			d.Local.Unquiesce(id)
@@ -522,18 +526,19 @@ func (d *Drainer) moveOne(ctx context.Context, s *Session, drain string) (to, ne
 	}()
 	var refused []string
 	for _, n := range nodes {
+		m.To = n.Name
 		if err := d.probe(ctx, id, n, size); err != nil {
 			if roomRefused(err) {
 				refused = append(refused, err.Error())
 				continue
 			}
-			return n.Name, "", false, err
+			return err
 		}
 		if !quiesced {
 			d.mark(id, false)
 			if err := d.Local.Quiesce(ctx, id); err != nil {
 				d.unmark(id)
-				return n.Name, "", false, err
+				return err
 			}
 			quiesced = true
 			_ = d.C.SetPhase(ctx, id, d.C.Self(), PhaseDraining) // shown by kubectl get; the move does not depend on it
@@ -554,7 +559,7 @@ func (d *Drainer) moveOne(ctx context.Context, s *Session, drain string) (to, ne
 				refused = append(refused, err.Error())
 				continue
 			}
-			return n.Name, "", false, err
+			return err
 		}
 		d.mark(id, true)
 		if err := d.Local.Release(context.WithoutCancel(ctx), id); err != nil {
@@ -564,11 +569,13 @@ func (d *Drainer) moveOne(ctx context.Context, s *Session, drain string) (to, ne
 			d.C.log.Warn("cluster: a moved session's copy here is not released yet", "session", id, "err", err)
 		}
 		if ans != nil && ans.Name != s.Spec.Name {
-			newName = ans.Name
+			m.NewName = ans.Name
 		}
-		return n.Name, newName, false, nil
+		m.PassedOver = refused
+		return nil
 	}
-	return "", "", false, &NoRoomError{Refusals: refused}
+	m.To = ""
+	return &NoRoomError{Refusals: refused}
 }
 
 // moveRequest is a request to node n's MovePath for session id, signed

@@ -6,7 +6,8 @@ package cluster
 // without its binaries): three nodes, the drained one and two receivers
 // whose Leases order them; a receiver that refuses for room is passed
 // over for the next, asked before the session is paused; a session no
-// node admits stays, counted apart, never paused. Run:
+// node admits stays, counted apart, never paused; a node of an earlier
+// version, which has no probe, is taken at its import's word. Run:
 //
 //	go test -tags k8s -trimpath -count=1 -run TestClusterDrainFindsRoom ./internal/cluster/
 
@@ -20,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,6 +115,9 @@ func TestClusterDrainFindsRoom(t *testing.T) {
 		c     *Cluster
 		local *roomLocal
 		d     *Drainer
+		// older: the node answers a probe as a node of an earlier
+		// version does, which has no probe (405: its route is PUT's).
+		older atomic.Bool
 	}
 	start := func(name string, sessions int) *node {
 		n := &node{local: &roomLocal{name: name, log: log}}
@@ -132,7 +137,13 @@ func TestClusterDrainFindsRoom(t *testing.T) {
 		}
 		n.c = c
 		n.d = &Drainer{C: c, Member: &Member{C: c}, Local: n.local, Key: key}
-		mux.Handle(MovePath, n.d)
+		mux.Handle(MovePath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && n.older.Load() {
+				http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
+				return
+			}
+			n.d.ServeHTTP(w, r)
+		}))
 		return n
 	}
 	a := start("node-a", 0)
@@ -198,6 +209,9 @@ func TestClusterDrainFindsRoom(t *testing.T) {
 		res, moves := drain(t)
 		if res != (Result{Moved: 1}) || len(moves) != 1 || !moves[0].OK || moves[0].To != "node-next" {
 			t.Fatalf("the drain: %+v %+v", res, moves)
+		}
+		if p := moves[0].PassedOver; len(p) != 1 || !strings.Contains(p[0], "node-roomy refused it (429)") || !strings.Contains(p[0], "memory ceiling") {
+			t.Fatalf("the move says it passed over %q, want node roomy's refusal", p)
 		}
 		// Node roomy refused before node a paused the session, which
 		// node next then took.
@@ -304,6 +318,46 @@ func TestClusterDrainFindsRoom(t *testing.T) {
 		}
 		if got := log.take(); !slices.Equal(got, []string{"node-roomy admit acme 5"}) {
 			t.Fatalf("the receiver was asked %q: only the good probe may reach its Local", got)
+		}
+	})
+
+	// A node of an earlier version mid-upgrade has no probe: its 405 is
+	// taken as a yes, and its import is the boundary. A refusal for room
+	// there passes the session on; any other refusal (an earlier node
+	// refuses this version's move signature, 403) leaves it here with
+	// its record, paused and reported: never lost.
+	t.Run("a node without the probe is taken at its import's word", func(t *testing.T) {
+		roomy.older.Store(true)
+		defer roomy.older.Store(false)
+		roomy.local.set(nil, full)
+		defer roomy.local.set(nil, nil)
+		log.take()
+		res, moves := drain(t) // s3, left by the subtests above
+		if res != (Result{Moved: 1}) || len(moves) != 1 || moves[0].To != "node-next" ||
+			len(moves[0].PassedOver) != 1 || !strings.Contains(moves[0].PassedOver[0], "node-roomy refused it (429)") {
+			t.Fatalf("the drain: %+v %+v", res, moves)
+		}
+		want := []string{"node-a quiesce s3", "node-roomy import s3", "node-next admit acme 5", "node-next import s3", "node-a release s3"}
+		if got := log.take(); !slices.Equal(got, want) {
+			t.Fatalf("what the nodes were asked: %q, want %q", got, want)
+		}
+
+		session(t, "s4")
+		roomy.local.set(nil, capability.Errorf(capability.PermissionDenied, "moving session s4 here: Quro-Move is not FROM TIME SIGNATURE"))
+		log.take()
+		res, moves = drain(t)
+		if res != (Result{Failed: 1}) || len(moves) != 1 || moves[0].NoRoom || !moves[0].Paused || !strings.Contains(moves[0].Error, "node-roomy refused it (403)") {
+			t.Fatalf("the drain: %+v %+v (want failed after its pause, not passed on)", res, moves)
+		}
+		want = []string{"node-a quiesce s4", "node-roomy import s4", "node-a unquiesce s4"}
+		if got := log.take(); !slices.Equal(got, want) {
+			t.Fatalf("what the nodes were asked: %q, want %q", got, want)
+		}
+		if o := owner(t, "s4"); o != "node-a" {
+			t.Fatalf("s4's record names %s", o)
+		}
+		if a.d.Quiesced("s4") {
+			t.Fatal("s4 is still quiesced on node a")
 		}
 	})
 }

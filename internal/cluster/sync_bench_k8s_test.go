@@ -20,7 +20,10 @@ import (
 // (the same, then the Lease read and renewed: what Changed ran before),
 // "after-use" is SyncRecords once ten other sessions were used since the
 // last Sync (their records' status says alive=false, this node knows
-// them alive: the status is Run's to write, not the create's).
+// them alive: the status is Run's to write, not the create's), and
+// "full-node" is SyncRecords on a node that holds 1,000 sessions whose
+// records the informer has (the diff a create waits for reads each of
+// them in the node's table).
 // Medians, in ms. Run (bench/README.md):
 //
 //	go test -tags k8s -trimpath -run '^$' -bench ClusterSyncAfterCreate -benchtime 30x ./internal/cluster/
@@ -48,8 +51,11 @@ func BenchmarkClusterSyncAfterCreate(b *testing.B) {
 		b.Fatal(err)
 	}
 	n := 0
-	for _, mode := range []string{"records", "with-lease", "after-use"} {
+	for _, mode := range []string{"records", "with-lease", "after-use", "full-node"} {
 		b.Run(mode, func(b *testing.B) {
+			if mode == "full-node" {
+				fillNode(b, m, c, &mu, &local, &n, 1000)
+			}
 			var took []time.Duration
 			for b.Loop() {
 				if mode == "after-use" {
@@ -97,5 +103,33 @@ func BenchmarkClusterSyncAfterCreate(b *testing.B) {
 			b.ReportMetric(float64(med.Microseconds())/1000, "median-ms")
 			b.Logf("%s: median %s of %d (min %s, max %s)", mode, med, len(took), took[0], took[len(took)-1])
 		})
+	}
+}
+
+// fillNode adds sessions to the node's list until it holds want, writes
+// their records and waits until the informer holds each.
+func fillNode(b *testing.B, m *Member, c *Cluster, mu *sync.Mutex, local *[]LocalSession, n *int, want int) {
+	b.Helper()
+	mu.Lock()
+	for len(*local) < want {
+		*n++
+		*local = append(*local, LocalSession{ID: fmt.Sprintf("bench-%d", *n), Tenant: "acme", Name: fmt.Sprintf("s%d", *n), Created: time.Now()})
+	}
+	ids := make([]string, 0, len(*local))
+	for _, ls := range *local {
+		ids = append(ids, ls.ID)
+	}
+	mu.Unlock()
+	if err := m.SyncRecords(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	for _, id := range ids {
+		for {
+			changed := c.changes()
+			if _, ok := c.cached(id); ok {
+				break
+			}
+			<-changed
+		}
 	}
 }

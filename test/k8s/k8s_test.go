@@ -29,6 +29,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -290,10 +292,12 @@ func TestKubernetes(t *testing.T) {
 	}
 	c.kubectl(t, pvs.String(), "apply", "-f", "-")
 	// The cluster's tokens, one Secret every node mounts (docs/kubernetes.md).
-	acme, other := token(), token()
+	// admin is the operator's (an admin of the local tenant): a node's
+	// ceilings and its drain.
+	acme, other, admin := token(), token(), token()
 	c.kubectl(t, "", "create", "namespace", ns)
 	tokens := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(tokens, []byte(acme+" acme exec\n"+other+" other exec\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(acme+" acme exec\n"+other+" other exec\n"+admin+" - admin\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c.kubectl(t, "", "-n", ns, "create", "secret", "generic", "quro-tokens", "--from-file=tokens="+tokens)
@@ -622,6 +626,12 @@ func TestKubernetes(t *testing.T) {
 		ids = append(ids, created...)
 	})
 
+	t.Run("DrainFindsRoom", func(t *testing.T) {
+		start := time.Now()
+		testDrainFindsRoom(t, c, nodes, acme, admin)
+		t.Logf("DrainFindsRoom took %s", time.Since(start).Round(100*time.Millisecond))
+	})
+
 	// A new image tag rolls the nodes one at a time; each comes back on
 	// its volume with every session's files.
 	t.Run("RollingUpgradeKeepsFiles", func(t *testing.T) {
@@ -640,6 +650,255 @@ func TestKubernetes(t *testing.T) {
 		}
 		checkFiles(t, nodes["quro-0"], acme, ids)
 	})
+}
+
+// testDrainFindsRoom drains a node whose sessions the other nodes,
+// filled through the operator's API (set_tenant_limits: the tenant's
+// session ceiling there at what it holds), refuse for room: first all of
+// them (every session stays, never paused, still answering; the
+// refusals come in placement's order), then all but the last in that
+// order, which takes one: passed over by the nodes with more headroom,
+// it lands on the third node asked with its files, and calls through
+// every node reach it. The sessions are the earlier subtests'; the
+// ceilings are the server's defaults again at the end. The drained
+// node stays draining until the next subtest's upgrade replaces it.
+func testDrainFindsRoom(t *testing.T, c *cluster, nodes map[string]node, acme, admin string) {
+	held := map[string][]string{} // node -> acme's sessions there
+	for name := range nodes {
+		held[name] = nil
+	}
+	for _, r := range c.records(t) {
+		if r.tenant == "acme" {
+			held[r.node] = append(held[r.node], r.id)
+		}
+	}
+	// The node drained: the one with the fewest sessions, two at least
+	// (one to move, one to stay); every other holds one, so that a
+	// ceiling at what it holds refuses.
+	drained := ""
+	for name, ids := range held {
+		if len(ids) >= 2 && (drained == "" || len(ids) < len(held[drained]) || len(ids) == len(held[drained]) && name < drained) {
+			drained = name
+		}
+	}
+	if drained == "" {
+		t.Fatalf("no node holds two of acme's sessions: %v", held)
+	}
+	ceiling := func(t *testing.T, name string, sessions int) {
+		t.Helper()
+		body := map[string]any{"tenant": "acme"}
+		if sessions > 0 {
+			body["sessions"] = sessions
+		}
+		nodes[name].must(t, "POST", "/v1/set_tenant_limits", admin, body, nil)
+	}
+	t.Cleanup(func() {
+		for name := range nodes {
+			ceiling(t, name, 0) // the server's default again
+		}
+	})
+	for name, ids := range held {
+		if name == drained {
+			continue
+		}
+		if len(ids) == 0 {
+			t.Fatalf("%s holds none of acme's sessions (%v): a session ceiling cannot fill it", name, held)
+		}
+		ceiling(t, name, len(ids))
+	}
+	d := nodes[drained]
+	t.Logf("draining %s (acme's sessions: %v)", drained, held)
+
+	// Every other node at its ceiling for acme: none of acme's sessions
+	// moves, none is paused. (Another tenant's, such as the operator's
+	// default session, has no ceiling and moves.)
+	moves := drainNode(t, d, admin)
+	if len(moves) != len(held[drained]) {
+		t.Fatalf("a drain of %s's %d sessions of acme: %+v", drained, len(held[drained]), moves)
+	}
+	var order []string // the other nodes in placement's order, as the refusals come
+	for _, m := range moves {
+		if m.OK || !m.NoRoom || m.Paused {
+			t.Fatalf("a session no node has room for: %+v (want it not moved, for room, never paused)", m)
+		}
+		var got []string
+		for _, f := range refusalRE.FindAllStringSubmatch(m.Error, -1) {
+			if f[2] != "429" {
+				t.Fatalf("%s's refusals: %q (want each node's 429)", m.Session, m.Error)
+			}
+			got = append(got, f[1])
+		}
+		if order == nil {
+			order = got
+		} else if !slices.Equal(got, order) {
+			t.Fatalf("%s was offered to %v, another session to %v: placement's order changed", m.Session, got, order)
+		}
+	}
+	if len(order) != len(nodes)-1 {
+		t.Fatalf("the drain asked %v, want every other node", order)
+	}
+	records := map[string]record{}
+	for _, r := range c.records(t) {
+		records[r.id] = r
+	}
+	for _, id := range held[drained] {
+		if r := records[id]; r.node != drained || r.phase == "Draining" {
+			t.Fatalf("%s after a drain that moved nothing: %+v (want %s's, not draining)", id, r, drained)
+		}
+	}
+	// Still answering: through another node, forwarded to its owner.
+	stay := held[drained][len(held[drained])-1]
+	if r := nodes[order[0]].run(t, acme, stay, "sh", "cat id.txt"); strings.TrimSpace(r.Stdout) != stay {
+		t.Fatalf("%s, left on %s: a run through %s read %q", stay, drained, order[0], r.Stdout)
+	}
+
+	// Room for one more session on the last node in placement's order:
+	// the first session the drain offers is passed over by the others
+	// and lands there; the rest stay.
+	last := order[len(order)-1]
+	ceiling(t, last, len(held[last])+1)
+	moves = drainNode(t, d, admin)
+	var moved, stayed string
+	for _, m := range moves {
+		if !m.OK {
+			stayed = m.Session
+		}
+		switch {
+		case m.OK && moved != "":
+			t.Fatalf("a drain with room for one on %s moved %s and %s: %+v", last, moved, m.Session, moves)
+		case m.OK:
+			moved = m.Session
+			if m.To != last || len(m.PassedOver) != len(order)-1 {
+				t.Fatalf("%s moved to %s, passed over by %q; want %s after a refusal of each of %v", m.Session, m.To, m.PassedOver, last, order[:len(order)-1])
+			}
+			for i, p := range m.PassedOver {
+				if !strings.HasPrefix(p, order[i]+" refused it (429)") {
+					t.Fatalf("%s was passed over by %q, want %v in placement's order", m.Session, m.PassedOver, order[:len(order)-1])
+				}
+			}
+		case !m.NoRoom || m.Paused:
+			t.Fatalf("a session not moved for want of room: %+v (never paused)", m)
+		}
+	}
+	if moved == "" || stayed == "" || len(moves) != len(held[drained]) {
+		t.Fatalf("a drain with room for one on %s: %+v (want one of acme's %d sessions moved, the others left)", last, moves, len(held[drained]))
+	}
+	if owner := c.owners(t)[moved]; owner != last {
+		t.Fatalf("%s's record names %q after its move to %s", moved, owner, last)
+	}
+	// Its files came; calls through every node reach it. Until a node's
+	// table names the new owner it sends the call to the sender, which
+	// answers 503 with Retry-After for a while after the move (and so
+	// does the sender itself): never another answer.
+	for name, n := range nodes {
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			a, err := n.do("GET", "/v1/sessions/"+moved+"/files/id.txt", acme, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.status == http.StatusOK && bytes.Contains(a.body, []byte(moved)) {
+				break
+			}
+			if a.status != http.StatusServiceUnavailable || a.retryAfter == "" {
+				t.Fatalf("%s moved to %s, read through %s: %d %s", moved, last, name, a.status, a.body)
+			}
+			if name == drained {
+				break // the sender's grace outlasts the test's patience (cluster.MovedGrace)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s moved to %s, read through %s: still 503 after 2 minutes: %s", moved, last, name, a.body)
+			}
+			time.Sleep(100 * time.Millisecond) // polled: the answer is the event
+		}
+	}
+	if r := nodes[order[0]].run(t, acme, moved, "sh", "cat id.txt"); strings.TrimSpace(r.Stdout) != moved {
+		t.Fatalf("%s on %s: a run through %s read %q", moved, last, order[0], r.Stdout)
+	}
+	// One left behind still answers, through the node that has room now
+	// for none.
+	if r := nodes[last].run(t, acme, stayed, "sh", "cat id.txt"); strings.TrimSpace(r.Stdout) != stayed {
+		t.Fatalf("%s, left on %s: a run through %s read %q", stayed, drained, last, r.Stdout)
+	}
+}
+
+// refusalRE is one node's refusal in a drain's error (cluster's
+// refusal): the node and the status it answered.
+var refusalRE = regexp.MustCompile(`(quro-[0-9]+) refused it \(([0-9]{3})\)`)
+
+// drainMove is a session's line of a drain's answer (cluster.Move).
+type drainMove struct {
+	Session    string   `json:"session"`
+	Tenant     string   `json:"tenant"`
+	To         string   `json:"to"`
+	OK         bool     `json:"ok"`
+	NoRoom     bool     `json:"no_room"`
+	Paused     bool     `json:"paused"`
+	Error      string   `json:"error"`
+	PassedOver []string `json:"passed_over"`
+}
+
+// drainSum is the last line of a drain's answer.
+type drainSum struct {
+	Moved    int    `json:"moved"`
+	Failed   int    `json:"failed"`
+	Unplaced int    `json:"unplaced"`
+	Fatal    string `json:"fatal"`
+}
+
+// drainNode drains n as quro node drain does (its operator's route) and
+// returns the moves of acme's sessions; another tenant's must have
+// moved.
+func drainNode(t *testing.T, n node, admin string) []drainMove {
+	t.Helper()
+	a, err := n.do("POST", "/cluster/v1/drain", admin, nil)
+	if err != nil || a.status != http.StatusOK {
+		t.Fatalf("draining %s: %v %d %s", n.name, err, a.status, a.body)
+	}
+	var moves []drainMove
+	var sum drainSum
+	lines := strings.Split(strings.TrimSpace(string(a.body)), "\n")
+	for i, l := range lines {
+		if i == len(lines)-1 {
+			if err := json.Unmarshal([]byte(l), &sum); err != nil || sum.Fatal != "" {
+				t.Fatalf("draining %s: the summary %q: %v", n.name, l, err)
+			}
+			break
+		}
+		var m drainMove
+		if err := json.Unmarshal([]byte(l), &m); err != nil || m.Session == "" {
+			t.Fatalf("draining %s: a move's line %q: %v", n.name, l, err)
+		}
+		if m.Tenant != "acme" {
+			if !m.OK {
+				t.Fatalf("draining %s: a session of tenant %q without a ceiling did not move: %+v", n.name, m.Tenant, m)
+			}
+			t.Logf("draining %s: %s of tenant %q moved to %s", n.name, m.Session, m.Tenant, m.To)
+			continue
+		}
+		moves = append(moves, m)
+	}
+	t.Logf("drained %s: %+v", n.name, sum)
+	return moves
+}
+
+// record is what the checks read of a sessions.quro.dev record.
+type record struct {
+	id, node, tenant, phase string
+}
+
+// records reads every session record.
+func (c *cluster) records(t *testing.T) []record {
+	t.Helper()
+	out := c.kubectl(t, "", "-n", ns, "get", "sessions.quro.dev", "-o",
+		`jsonpath={range .items[*]}{.metadata.name},{.spec.node},{.spec.tenant},{.status.phase}{"\n"}{end}`)
+	var rs []record
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Split(l, ","); len(f) == 4 {
+			rs = append(rs, record{id: f[0], node: f[1], tenant: f[2], phase: f[3]})
+		}
+	}
+	return rs
 }
 
 // checkFiles reads back, through via, the file every session holds
