@@ -15,7 +15,7 @@ import (
 	"github.com/quro-dev/quro/internal/api/rest"
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/controller"
-	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/engine/python/pythontest"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -29,7 +29,7 @@ import (
 func FuzzInSessionRequest(f *testing.F) {
 	ctx := context.Background()
 	a, err := app.New(ctx, f.TempDir(), &app.Options{
-		Python: &python.EmbeddedOptions{InstallRoot: filepath.Join(os.TempDir(), "quro-test-python")}})
+		Python: pythontest.Options()})
 	if err != nil {
 		f.Fatal(err)
 	}
