@@ -12,7 +12,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
-	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/engine/python/pythontest"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/terminal"
 )
@@ -22,7 +22,7 @@ var admin = controller.Caller{Path: "test", Scope: capability.ScopeAdmin}
 // testPython shares one extracted interpreter between all test data
 // directories (and test runs): extraction takes seconds, and is tested in
 // the python package.
-var testPython = &python.EmbeddedOptions{InstallRoot: filepath.Join(os.TempDir(), "quro-test-python")}
+var testPython = pythontest.Options()
 
 // serverCanary is a variable of this test process's environment from its
 // start, as a server's own secret would be: the tests that check that no

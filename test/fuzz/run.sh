@@ -26,6 +26,9 @@ time=${FUZZTIME:-20000x}
 # of the harness rather than of the code.
 slow=${FUZZCOUNT_SLOW:-300x}
 until_file=${FUZZ_UNTIL:-}
+# FUZZ_ONLY, a regular expression (bash's), runs only the targets whose
+# names it matches.
+only=${FUZZ_ONLY:-}
 # go test's -timeout also bounds a fuzz run (the seed corpus and then the
 # fuzzing, in one test binary); its default, 10 minutes, is not something
 # to rely on by accident on a loaded machine, so each run says its limit:
@@ -45,8 +48,29 @@ trim=${TRIM--trimpath} # make test passes its TRIM (set empty, none)
 # target built and linked the same binary again for each of a package's
 # targets: 22 builds, now 13.
 cache=$("$go" env GOCACHE)
-bin=$(mktemp -d)
-trap 'rm -rf "$bin"' EXIT
+# The run's directory: the test binaries, and tmp/, the temporary
+# directory of every target's processes (their TMPDIR), which holds their
+# f.TempDir and t.TempDir: the data directories of the Apps some targets
+# make. The embedded Python those share stays where every test finds it
+# ($QURO_TEST_PYTHON, else <tmp>/quro-test-python: internal/engine/python/
+# pythontest), so the run does not extract it again.
+run=$(mktemp -d "${TMPDIR:-/tmp}/quro-fuzz.XXXXXX")
+bin=$run
+tmp=$run/tmp
+mkdir "$tmp"
+export QURO_TEST_PYTHON=${QURO_TEST_PYTHON:-${TMPDIR:-/tmp}/quro-test-python}
+child= # the target being run (see fuzz_one)
+cleanup() {
+	if [ -n "$child" ]; then
+		kill -KILL "$child" 2>/dev/null # unshare: its --kill-child takes the target with it
+		wait "$child" 2>/dev/null || true # its status is the kill's: not a reason for set -e to stop here
+	fi
+	release
+	rm -rf "$run"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
 log=$bin/log
 fail=0
 # Each line: a package, then its fuzz targets (one line a package).
@@ -92,14 +116,59 @@ EOF
 	chmod +x "$1"
 }
 
+# leftovers prints what the run's processes left mounted: mounts of this
+# mount namespace under the run's directory, and loop devices whose
+# backing file is in it (a loop device is the machine's, whichever
+# namespace mounted it). Nothing when all is well.
+leftovers() {
+	local f b
+	awk -v d="$run/" 'index($5, d) == 1 { print "mount", $5 }' /proc/self/mountinfo
+	for f in /sys/block/loop*/loop/backing_file; do
+		[ -r "$f" ] || continue
+		b=$(cat "$f" 2>/dev/null) || continue
+		case $b in "$run"/*)
+			f=${f#/sys/block/}
+			echo "loop /dev/${f%%/*} $b"
+			;;
+		esac
+	done
+}
+
+# release unmounts and detaches what leftovers lists.
+release() {
+	local what p rest
+	leftovers | sort -r -k2 | while read -r what p rest; do
+		case $what in
+		mount) umount -l "$p" 2>/dev/null || true ;;
+		loop) losetup -d "$p" 2>/dev/null || true ;;
+		esac
+	done
+}
+
 # fuzz_one pkgbin pkg target limit
+#
+# The target runs in a mount and a pid namespace of its own (unshare):
+# Go stops a fuzz worker without running its f.Cleanup (it closes the
+# worker's pipe, then sends SIGINT and SIGKILL a second apart), so an App
+# a worker made leaves its mounts, and the loop devices under them, unless
+# they die with it. When the target's process (the namespace's first) has
+# ended, the kernel has killed every other process of the namespace, its
+# workers and their boxes, and the mounts they held are gone; loop devices
+# attached with autoclear (internal/quota) detach with their last mount.
+# What is left all the same is reported and fails the run.
 fuzz_one() {
-	local pkgbin=$1 pkg=$2 t=$3 limit=$4 importpath t0
+	local pkgbin=$1 pkg=$2 t=$3 limit=$4 importpath t0 rc left
 	importpath=$("$go" list "$pkg")
 	t0=$(date +%s)
 	: >"$workers"
-	if ! (cd "$pkg" && "$pkgbin" -test.paniconexit0 -test.run '^$' -test.fuzz "^$t\$" -test.fuzztime "$limit" \
-		-test.timeout "$timeout" -test.parallel 2 -test.fuzzcachedir "$cache/fuzz/$importpath") >"$log" 2>&1; then
+	(cd "$pkg" && exec env TMPDIR="$tmp" unshare --mount --propagation private --pid --fork --kill-child --mount-proc \
+		"$pkgbin" -test.paniconexit0 -test.run '^$' -test.fuzz "^$t\$" -test.fuzztime "$limit" \
+		-test.timeout "$timeout" -test.parallel 2 -test.fuzzcachedir "$cache/fuzz/$importpath") >"$log" 2>&1 &
+	child=$!
+	rc=0
+	wait "$child" || rc=$?
+	child=
+	if [ "$rc" != 0 ]; then
 		cat "$log"
 		if [ -s "$workers" ]; then
 			echo "fuzz $pkg $t: its workers' stderr (the last 200 lines):"
@@ -107,6 +176,14 @@ fuzz_one() {
 		fi
 		fail=1
 	fi
+	left=$(leftovers)
+	if [ -n "$left" ]; then
+		echo "fuzz $pkg $t: left mounted after its processes ended:"
+		echo "$left"
+		release
+		fail=1
+	fi
+	rm -rf "${tmp:?}"/* # its data directories (a killed worker's too)
 	echo "fuzz $pkg $t ($limit): $(($(date +%s) - t0)) s"
 }
 
@@ -118,9 +195,18 @@ while :; do
 	while read -r pkg targets; do
 		[ -z "$pkg" ] && continue
 		n=$((n + 1))
+		if [ -n "$only" ]; then
+			mine=
+			for t in $targets; do
+				[[ ${t%:slow} =~ $only ]] && mine+=" $t"
+			done
+			targets=$mine
+			[ -z "$targets" ] && continue
+		fi
 		pkgbin=$bin/$n.test
 		if [ ! -x "$pkgbin" ]; then
-			first=${targets%% *}
+			first=${targets# }
+			first=${first%% *}
 			first=${first%:slow}
 			t0=$(date +%s)
 			if ! "$go" test $trim -c -fuzz "^$first\$" -o "$pkgbin" "$pkg" >"$log" 2>&1; then

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -19,13 +18,13 @@ import (
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
-	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/engine/python/pythontest"
 	"github.com/quro-dev/quro/internal/session"
 )
 
 // testPython shares one extracted interpreter between test data dirs, as
 // in internal/app.
-var testPython = &python.EmbeddedOptions{InstallRoot: filepath.Join(os.TempDir(), "quro-test-python")}
+var testPython = pythontest.Options()
 
 // env is a real App served by a real e2b.Server over HTTP on loopback, as
 // quro serve wires it: API keys are the App's tokens, sandboxes its

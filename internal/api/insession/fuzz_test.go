@@ -2,6 +2,7 @@ package insession_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -10,14 +11,28 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/quro-dev/quro/internal/api/insession"
 	"github.com/quro-dev/quro/internal/api/rest"
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/controller"
-	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/engine/python/pythontest"
 	"github.com/quro-dev/quro/internal/session"
 )
+
+// fuzzWithin bounds each fuzzed request, well inside the 10 seconds Go's
+// fuzz worker gives an input before it panics: a request that runs code
+// or waits on the box ends there with its error, which is as good an
+// answer for what the target checks (nothing of alpha's in it). A run of
+// `sleep 30` ended 5.1 s after it started with a bound of 5 s, a Python
+// busy loop 7.2 s (its worker is interrupted, then stopped), at a load
+// of 60: hence 3.
+const fuzzWithin = 3 * time.Second
+
+// reachWithin bounds the requests that start beta's box and its file
+// server before the fuzzing: seconds, a minute and more at load.
+const reachWithin = 5 * time.Minute
 
 // FuzzInSessionRequest sends arbitrary requests (method, path, headers,
 // body, and the uid the kernel would report) to the handler of session
@@ -29,7 +44,7 @@ import (
 func FuzzInSessionRequest(f *testing.F) {
 	ctx := context.Background()
 	a, err := app.New(ctx, f.TempDir(), &app.Options{
-		Python: &python.EmbeddedOptions{InstallRoot: filepath.Join(os.TempDir(), "quro-test-python")}})
+		Python: pythontest.Options()})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -55,7 +70,7 @@ func FuzzInSessionRequest(f *testing.F) {
 		f.Fatal(err)
 	}
 	r := &insession.Resolver{Sessions: a.Sessions}
-	var fuzzT *testing.T // the current input's
+	var fuzzT testing.TB = f // the current input's T while fuzzing
 	auth := func(req *http.Request) (controller.Caller, error) {
 		c, err := r.Auth(req)
 		if err == nil && (c.Session != beta.ID || c.Tenant != "c23") {
@@ -64,6 +79,27 @@ func FuzzInSessionRequest(f *testing.F) {
 		return c, err
 	}
 	h := insession.ForSession(beta.ID, rest.New(a.Controller, &rest.Options{Access: rest.Access{Auth: auth}}))
+	// serve sends one request to beta's socket as the given uid, bounded
+	// by within.
+	serve := func(method, path, headers string, body []byte, uid uint32, within time.Duration) (*httptest.ResponseRecorder, bool) {
+		ctx, cancel := context.WithTimeout(ctx, within)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, method, "http://localhost"+path, bytes.NewReader(body))
+		if err != nil || !strings.HasPrefix(path, "/") {
+			return nil, false
+		}
+		sc := bufio.NewScanner(strings.NewReader(headers))
+		for sc.Scan() {
+			k, v, ok := strings.Cut(sc.Text(), ":")
+			if ok && k != "" {
+				req.Header.Add(k, strings.TrimSpace(v))
+			}
+		}
+		req = req.WithContext(insession.WithPeer(req.Context(), &syscall.Ucred{Pid: 1, Uid: uid, Gid: uid}))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec, true
+	}
 
 	const js = "Content-Type: application/json\n"
 	for _, seed := range []struct {
@@ -98,19 +134,25 @@ func FuzzInSessionRequest(f *testing.F) {
 	} {
 		f.Add(seed.method, seed.path, seed.headers, []byte(seed.body), seed.who)
 	}
+	// What the seeds start once is started here, outside the fuzz
+	// function: beta's box and its file server (the first file
+	// operation). Not a Python worker: no seed runs Python, and an input
+	// that does is bounded like any other (fuzzWithin). Go's fuzz worker gives each input 10 seconds
+	// and then panics ("deadlocked!", exit status 2, its message on a
+	// stderr Go discards); at a load of 50 or more the box's start alone
+	// took longer, and the seed that first reached it failed.
+	for _, warm := range []struct{ path, body string }{
+		{"/v1/run_code", `{"lang":"sh","code":"echo $((6*7))"}`},
+		{"/v1/write_file", `{"path":"warm.txt","content":"42"}`},
+		{"/v1/read_file", `{"path":"/home/user/warm.txt"}`},
+	} {
+		rec, _ := serve("POST", warm.path, js, []byte(warm.body), uint32(beta.UID), reachWithin)
+		if rec.Code != http.StatusOK || (warm.path != "/v1/write_file" && !strings.Contains(rec.Body.String(), "42")) {
+			f.Fatalf("beta's %s %s: %d %s", warm.path, warm.body, rec.Code, rec.Body)
+		}
+	}
 	f.Fuzz(func(t *testing.T, method, path, headers string, body []byte, who uint8) {
 		fuzzT = t
-		req, err := http.NewRequest(method, "http://localhost"+path, strings.NewReader(string(body)))
-		if err != nil || !strings.HasPrefix(path, "/") {
-			return
-		}
-		sc := bufio.NewScanner(strings.NewReader(headers))
-		for sc.Scan() {
-			k, v, ok := strings.Cut(sc.Text(), ":")
-			if ok && k != "" {
-				req.Header.Add(k, strings.TrimSpace(v))
-			}
-		}
 		var uid uint32
 		switch who % 5 {
 		case 0:
@@ -124,9 +166,10 @@ func FuzzInSessionRequest(f *testing.F) {
 		default:
 			uid = 2_000_000 + uint32(who)
 		}
-		req = req.WithContext(insession.WithPeer(req.Context(), &syscall.Ucred{Pid: 1, Uid: uid, Gid: uid}))
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
+		rec, ok := serve(method, path, headers, body, uid, fuzzWithin)
+		if !ok {
+			return
+		}
 		out := rec.Body.String()
 		for _, leak := range []string{secret, alpha.ID, "alpha-c5", "pwned"} {
 			if strings.Contains(out, leak) && !strings.Contains(string(body)+path+headers, leak) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,13 +14,13 @@ import (
 
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/controller"
-	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/engine/python/pythontest"
 	"github.com/quro-dev/quro/internal/rootfs"
 )
 
 // testPython shares one extracted interpreter between the test data
 // directories, as in internal/app's tests.
-var testPython = &python.EmbeddedOptions{InstallRoot: filepath.Join(os.TempDir(), "quro-test-python")}
+var testPython = pythontest.Options()
 
 // testRootfs is the ready Debian rootfs that internal/app's tests build
 // once per machine ($QURO_TEST_ROOTFS, default /var/cache/quro-test-rootfs),

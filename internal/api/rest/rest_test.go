@@ -19,12 +19,12 @@ import (
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
-	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/engine/python/pythontest"
 )
 
 // testPython shares one extracted interpreter between test data dirs, as
 // in internal/app.
-var testPython = &python.EmbeddedOptions{InstallRoot: filepath.Join(os.TempDir(), "quro-test-python")}
+var testPython = pythontest.Options()
 
 func newApp(t testing.TB, observers ...controller.Observer) *app.App {
 	t.Helper()

@@ -29,7 +29,7 @@ import (
 	"github.com/quro-dev/quro/internal/api/rest"
 	"github.com/quro-dev/quro/internal/api/ws"
 	"github.com/quro-dev/quro/internal/app"
-	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/engine/python/pythontest"
 	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/version"
 )
@@ -38,7 +38,7 @@ var update = flag.Bool("update", false, "rewrite the answers of testdata/wire/*.
 
 // testPython shares one extracted interpreter between test data dirs, as
 // in internal/app.
-var testPython = &python.EmbeddedOptions{InstallRoot: filepath.Join(os.TempDir(), "quro-test-python")}
+var testPython = pythontest.Options()
 
 // recordedHeaders are the response headers a transcript shows.
 var recordedHeaders = []string{"Content-Type", "Allow", "Location", "Mcp-Session-Id", "Www-Authenticate", "Retry-After"}

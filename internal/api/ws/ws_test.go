@@ -23,10 +23,10 @@ import (
 	"github.com/quro-dev/quro/internal/app"
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
-	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/engine/python/pythontest"
 )
 
-var testPython = &python.EmbeddedOptions{InstallRoot: filepath.Join(os.TempDir(), "quro-test-python")}
+var testPython = pythontest.Options()
 
 // tokenAuth: "exec-token" may run things, "read-token" only read.
 func tokenAuth(r *http.Request) (controller.Caller, error) {

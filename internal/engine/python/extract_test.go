@@ -168,10 +168,12 @@ func TestPythonVersion(t *testing.T) {
 }
 
 // TestExtractionTwoProcesses: two processes (this test binary again) start
-// on one fresh data directory at the same moment (released together from
-// a pipe): the directory's flock lets one extract while the other waits,
+// the engine's whole preparation (prepareOnce: the interpreter, pip, the
+// shims and the compiled worker module) on one fresh install root at the
+// same moment (released together from a pipe), as test processes sharing
+// one install root do: the flocks let one extract while the other waits,
 // and both then run the interpreter they got, importing from the shipped
-// .pyc files.
+// .pyc files, and find the worker module compiled.
 func TestExtractionTwoProcesses(t *testing.T) {
 	dir := t.TempDir()
 	type proc struct {
@@ -223,11 +225,18 @@ func TestExtractionHelperProcess(t *testing.T) {
 		t.Skip("a helper of TestExtractionTwoProcesses")
 	}
 	io.Copy(io.Discard, os.Stdin)
-	inst, err := ensureInstalled(context.Background(), dir, nil)
+	e := &Embedded{dataDir: dir}
+	cfg, inst, err := e.prepareOnce(context.Background(), &preparation{done: make(chan struct{})})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(inst.Python, "-I", "-v", "-c", "import json, decimal; print('imported', json.loads('1'))")
+	if m, _ := filepath.Glob(filepath.Join(cfg.workerDir, "__pycache__", workerModule+".cpython-*.pyc")); len(m) == 0 {
+		t.Fatalf("the worker module in %s is not compiled", cfg.workerDir)
+	}
+	if _, err := os.Stat(filepath.Join(inst.Dir, "quro-bin", completeMarker)); err != nil {
+		t.Fatalf("the shims: %v", err)
+	}
+	cmd := exec.Command(inst.Python, "-I", "-v", "-c", "import json, decimal, pip; print('imported', json.loads('1'))")
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
