@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/progress"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -36,7 +37,8 @@ type Embedded struct {
 	dataDir string
 
 	prepMu sync.Mutex
-	prep   *preparation // the latest; replaced when it failed
+	prep   *preparation    // the latest; replaced when it failed
+	walked map[string]bool // directories walkedEarly found trusted
 
 	spare    *worker
 	spareOn  chan struct{} // closed when the spare being started is ready or failed
@@ -162,9 +164,13 @@ func (e *Embedded) BoxDirs() []string {
 		// /tmp, pid and network namespace). Should the preparation still
 		// replace one, the box no longer fits a run that names it
 		// (sandbox.Options.BoxReadOnlyNow: device and inode are checked).
+		//
+		// Each is shown only once walked like the preparation walks it
+		// (intact, trustedTree): a completion marker alone is no check
+		// that nobody else could have written the tree since.
 		if host, _ := ShimDirs(root); host != "" {
 			for _, d := range []string{filepath.Dir(host), PipDir(root)} {
-				if _, err := os.Stat(filepath.Join(d, completeMarker)); err == nil {
+				if e.walkedEarly(d) {
 					dirs = append(dirs, d)
 				}
 			}
@@ -174,6 +180,36 @@ func (e *Embedded) BoxDirs() []string {
 		dirs = append(dirs, d)
 	}
 	return dirs
+}
+
+// walkedEarly reports whether dir, the interpreter's tree or pip's
+// directory, is complete and trusted (intact; for pip's, its marker and
+// trustedTree), for a box made before the preparation ended: walked once
+// per engine, on the first box that asks.
+func (e *Embedded) walkedEarly(dir string) bool {
+	e.prepMu.Lock()
+	ok := e.walked[dir]
+	e.prepMu.Unlock()
+	if ok {
+		return true
+	}
+	if _, err := os.Stat(filepath.Join(dir, completeMarker)); err != nil {
+		return false
+	}
+	if dir == PipDir(e.root()) {
+		ok = trustedTree(dir) == nil
+	} else if m, err := readManifest(); err == nil {
+		ok = intact(dir, m) == nil
+	}
+	if ok {
+		e.prepMu.Lock()
+		if e.walked == nil {
+			e.walked = map[string]bool{}
+		}
+		e.walked[dir] = true
+		e.prepMu.Unlock()
+	}
+	return ok
 }
 
 // root is where the interpreter is extracted: EmbeddedOptions.InstallRoot,
@@ -279,27 +315,34 @@ func (e *Embedded) preparation() *preparation {
 		if p.err == nil && p.inst.Extracted {
 			p.step(e.opts.Status)(fmt.Sprintf("ready (%.1f s)", time.Since(p.start).Seconds()), 0, 0)
 		}
+		if p.err != nil {
+			// A run's result, a probe's reason: what a tenant reads
+			// names no host path (the install root may be the
+			// machine's cache); the whole error is the operator's.
+			if e.opts.Status != nil && e.ctx.Err() == nil {
+				e.opts.Status(preparing + "failed: " + p.err.Error())
+			}
+			p.err = hostpath.Error(p.err)
+		}
 		close(p.done)
 		if p.err == nil && !e.opts.NoSpare {
 			e.fillSpare()
 		}
 		if p.err == nil {
-			e.compilePipLater(p.inst)
+			e.afterFirstWorker(p.inst)
 		}
 	}()
 	return p
 }
 
-// compilePipLater byte-compiles pip (compilePip) once the first worker
-// has started, or pipCompileAfter after the preparation when none has,
-// so that it does not take the CPU from the run that waited for the
-// preparation. A failure is reported in the status line: pip then keeps
-// compiling what it imports in memory.
-func (e *Embedded) compilePipLater(inst *installation) {
-	pipDir := PipDir(e.root())
-	if pipCompiled(pipDir) {
-		return
-	}
+// afterFirstWorker does the upkeep of the install root once the first
+// worker has started, or pipCompileAfter after the preparation when none
+// has, so that it does not take the CPU from the run that waited for the
+// preparation: it byte-compiles pip (compilePip) and removes the
+// directories of other builds that nobody uses (removeOldTrees). A
+// failure is reported in the status line: pip then keeps compiling what
+// it imports in memory, and an old directory stays.
+func (e *Embedded) afterFirstWorker(inst *installation) {
 	if !e.track() {
 		return
 	}
@@ -313,10 +356,28 @@ func (e *Embedded) compilePipLater(inst *installation) {
 		case <-e.ctx.Done():
 			return
 		}
-		if err := compilePip(e.ctx, inst, pipDir); err != nil && e.ctx.Err() == nil && e.opts.Status != nil {
-			e.opts.Status("pip of the embedded Python: " + err.Error())
+		report := func(what string, err error) {
+			if err != nil && e.ctx.Err() == nil && e.opts.Status != nil {
+				e.opts.Status(what + ": " + err.Error())
+			}
 		}
+		if pipDir := PipDir(e.root()); !pipCompiled(pipDir) {
+			report("pip of the embedded Python", compilePip(e.ctx, inst, pipDir))
+		}
+		_, err := removeOldTrees(e.root(), e.ownDirs())
+		report("removing the embedded Python of other quro builds", err)
 	}()
+}
+
+// ownDirs are the directories of the install root this engine uses: the
+// interpreter's tree, pip's and the worker module's.
+func (e *Embedded) ownDirs() []string {
+	root := e.root()
+	dirs := []string{PipDir(root), workerDir(root)}
+	if host, _ := ShimDirs(root); host != "" {
+		dirs = append(dirs, filepath.Dir(host))
+	}
+	return dirs
 }
 
 // track counts a goroutine of the engine in its wait group (Close waits
@@ -331,7 +392,7 @@ func (e *Embedded) track() bool {
 	return true
 }
 
-// pipCompileAfter is how long compilePipLater waits for a first worker.
+// pipCompileAfter is how long afterFirstWorker waits for a first worker.
 const pipCompileAfter = 10 * time.Second
 
 // prepare waits for the engine's preparation (see preparation), or for
@@ -389,6 +450,13 @@ func (e *Embedded) prepareOnce(ctx context.Context, p *preparation) (*workerConf
 				e.opts.Progress(done, total)
 			}
 			status(stage, done, total)
+		}
+	}
+	// Held before anything is looked at, so that a server of another
+	// build does not remove what this one uses or prepares.
+	for _, d := range e.ownDirs() {
+		if err := e.locks.hold(d); err != nil {
+			return nil, nil, err
 		}
 	}
 	inst, err := ensureInstalled(ctx, root, step)
@@ -451,7 +519,7 @@ func (e *Embedded) start(ctx context.Context, sess *session.Session) (*worker, e
 }
 
 // markStarted notes that a worker of the engine has started (see
-// compilePipLater).
+// afterFirstWorker).
 func (e *Embedded) markStarted() { e.startedMu.Do(func() { close(e.started) }) }
 
 // fillSpare starts a spare worker in the background if none is there. The
