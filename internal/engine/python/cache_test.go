@@ -322,8 +322,8 @@ func TestEarlyBoxShowsOnlyAWalkedTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// No preparation has started in these engines: BoxDirs gives what an
-	// earlier one completed.
+	// No preparation has started in these engines: BoxDirs starts it and
+	// gives what an earlier one completed once it has walked that.
 	fresh := func() []string {
 		e := NewEmbedded(t.TempDir(), testSB, &EmbeddedOptions{InstallRoot: root, NoSpare: true})
 		defer e.Close()

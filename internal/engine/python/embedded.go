@@ -37,8 +37,7 @@ type Embedded struct {
 	dataDir string
 
 	prepMu sync.Mutex
-	prep   *preparation    // the latest; replaced when it failed
-	walked map[string]bool // directories walkedEarly found trusted
+	prep   *preparation // the latest; replaced when it failed
 
 	spare    *worker
 	spareOn  chan struct{} // closed when the spare being started is ready or failed
@@ -133,8 +132,9 @@ func (e *Embedded) Installed(ctx context.Context) (dir string, extracted bool, e
 // the interpreter tree (with its python3/pip shims and its .pth naming
 // pip), pip's directory and the worker module's. The tree and pip's
 // directory are given once this engine's preparation has succeeded, and
-// before that only when an earlier preparation completed them: the
-// preparation renames a missing, damaged or older-layout one into place,
+// before that only when an earlier preparation completed them and this
+// one's walk found them intact (BoxDirs starts the preparation and waits
+// for that walk): the preparation renames a missing, damaged or older-layout one into place,
 // and nothing of this server does after it, so a bind taken then shows
 // the directory the server's runs use. The worker module's
 // directory is given once it is complete (see completeWorkerDir).
@@ -144,37 +144,36 @@ func (e *Embedded) BoxDirs() []string {
 	e.prepMu.Lock()
 	p := e.prep
 	e.prepMu.Unlock()
-	ready := false
-	if p != nil {
-		select {
-		case <-p.done:
-			if p.err == nil {
-				dirs = append(dirs, p.inst.Dir, PipDir(root))
-			}
-			ready = true
-		default:
-		}
+	if p == nil {
+		p = e.preparation()
 	}
-	if !ready {
-		// Before this server's preparation has ended (it runs in the
-		// background from the start), a tree and a pip directory that an
-		// earlier preparation finished are shown: else a box made in the
-		// server's first moments lacks them, and while it is busy every
-		// Python run of its session goes to a box of its own (another
-		// /tmp, pid and network namespace). Should the preparation still
-		// replace one, the box no longer fits a run that names it
-		// (sandbox.Options.BoxReadOnlyNow: device and inode are checked).
-		//
-		// Each is shown only once walked like the preparation walks it
-		// (intact, trustedTree): a completion marker alone is no check
-		// that nobody else could have written the tree since.
-		if host, _ := ShimDirs(root); host != "" {
-			for _, d := range []string{filepath.Dir(host), PipDir(root)} {
-				if e.walkedEarly(d) {
-					dirs = append(dirs, d)
-				}
-			}
+	wait := time.NewTimer(checkWait)
+	defer wait.Stop()
+	select {
+	case <-p.done:
+	case <-p.checked:
+	case <-wait.C:
+	case <-e.ctx.Done():
+	}
+	if isDone(p.done) {
+		if p.err == nil {
+			dirs = append(dirs, p.inst.Dir, PipDir(root))
 		}
+	} else if isDone(p.checked) && p.checkedTree != "" {
+		// Before this server's preparation has ended (it runs in the
+		// background from the start), the tree and pip directory an
+		// earlier preparation finished are shown once the preparation
+		// has walked them (intact, trustedTree) and found them as they
+		// were left: else a box made in the server's first moments
+		// lacks them, and while it is busy every Python run of its
+		// session goes to a box of its own (another /tmp, pid and
+		// network namespace). A completion marker alone is no check
+		// that nobody else could have written them since; the box waits
+		// for that walk (milliseconds) rather than walking them again.
+		// One the preparation finds otherwise (it then prepares them
+		// again), or a preparation waiting for another process (pip's
+		// directory being written), leaves the box without them.
+		dirs = append(dirs, p.checkedTree, PipDir(root))
 	}
 	if d, ok := completeWorkerDir(root); ok {
 		dirs = append(dirs, d)
@@ -182,35 +181,20 @@ func (e *Embedded) BoxDirs() []string {
 	return dirs
 }
 
-// walkedEarly reports whether dir, the interpreter's tree or pip's
-// directory, is complete and trusted (intact; for pip's, its marker and
-// trustedTree), for a box made before the preparation ended: walked once
-// per engine, on the first box that asks.
-func (e *Embedded) walkedEarly(dir string) bool {
-	e.prepMu.Lock()
-	ok := e.walked[dir]
-	e.prepMu.Unlock()
-	if ok {
+// isDone reports whether ch is closed.
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
 		return true
-	}
-	if _, err := os.Stat(filepath.Join(dir, completeMarker)); err != nil {
+	default:
 		return false
 	}
-	if dir == PipDir(e.root()) {
-		ok = trustedTree(dir) == nil
-	} else if m, err := readManifest(); err == nil {
-		ok = intact(dir, m) == nil
-	}
-	if ok {
-		e.prepMu.Lock()
-		if e.walked == nil {
-			e.walked = map[string]bool{}
-		}
-		e.walked[dir] = true
-		e.prepMu.Unlock()
-	}
-	return ok
 }
+
+// checkWait bounds how long BoxDirs waits for the preparation's check of
+// an earlier preparation's tree (milliseconds, unless the preparation
+// waits for another process).
+const checkWait = 2 * time.Second
 
 // root is where the interpreter is extracted: EmbeddedOptions.InstallRoot,
 // else the data directory.
@@ -232,11 +216,30 @@ type preparation struct {
 	inst *installation
 	err  error
 
+	// checked is closed once the preparation knows whether the tree
+	// and pip's directory an earlier one left are intact and trusted
+	// (checkedTree, the tree's directory) or are to be prepared again
+	// (its first step: checkedTree ""), or it failed.
+	checked     chan struct{}
+	checkedOnce sync.Once
+	checkedTree string
+
 	mu    sync.Mutex
 	msg   string // the latest progress message
 	next  int
 	subs  map[int]func(string)
 	start time.Time
+}
+
+// markChecked closes p.checked, once: ok when the tree inst and pip's
+// directory were found intact and trusted.
+func (p *preparation) markChecked(inst *installation, ok bool) {
+	p.checkedOnce.Do(func() {
+		if ok && inst != nil && !inst.Extracted {
+			p.checkedTree = inst.Dir
+		}
+		close(p.checked)
+	})
 }
 
 // preparing is the start of every progress message.
@@ -302,16 +305,19 @@ func (e *Embedded) preparation() *preparation {
 			return p
 		}
 	}
-	p := &preparation{done: make(chan struct{}), start: time.Now()}
+	p := &preparation{done: make(chan struct{}), checked: make(chan struct{}), start: time.Now()}
 	e.prep = p
 	if !e.track() {
 		p.err = errors.New("the embedded Python engine is closed")
+		p.markChecked(nil, false)
 		close(p.done)
 		return p
 	}
 	go func() {
 		defer e.wg.Done()
-		p.cfg, p.inst, p.err = e.prepareOnce(e.ctx, p)
+		cfg, inst, err := e.prepareOnce(e.ctx, p)
+		p.markChecked(nil, false) // when it failed before knowing
+		p.cfg, p.inst, p.err = cfg, inst, err
 		if p.err == nil && p.inst.Extracted {
 			p.step(e.opts.Status)(fmt.Sprintf("ready (%.1f s)", time.Since(p.start).Seconds()), 0, 0)
 		}
@@ -442,7 +448,11 @@ var errPreparing = errors.New("the embedded Python is still being prepared (extr
 
 func (e *Embedded) prepareOnce(ctx context.Context, p *preparation) (*workerConfig, *installation, error) {
 	root := e.root()
-	step := p.step(e.opts.Status)
+	status := p.step(e.opts.Status)
+	step := func(stage string, done, total int64) {
+		p.markChecked(nil, false) // the tree or pip's is prepared again
+		status(stage, done, total)
+	}
 	if e.opts.Progress != nil {
 		status := step
 		step = func(stage string, done, total int64) {
@@ -463,6 +473,7 @@ func (e *Embedded) prepareOnce(ctx context.Context, p *preparation) (*workerConf
 	if err != nil {
 		return nil, nil, err
 	}
+	p.markChecked(inst, true)
 	wdir, err := ensureWorkerDir(ctx, root, func(ctx context.Context, dir, final string) error {
 		// Byte-compiled by this interpreter, for its worker's start.
 		if out, err := runHelper(ctx, nil, inst.Python, "-I", "-m", "compileall", "-q", "-s", dir, "-p", final, dir); err != nil {
