@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/quro-dev/quro/internal/flock"
+	"github.com/quro-dev/quro/internal/sandbox"
 )
 
 // The install root (the machine's cache, or a data directory) holds one
@@ -228,26 +229,7 @@ func parseMountinfo(b []byte) []mountEntry {
 		if len(f) < 5 {
 			continue
 		}
-		out = append(out, mountEntry{dev: f[2], root: unescapeMount(f[3]), point: unescapeMount(f[4])})
+		out = append(out, mountEntry{dev: f[2], root: sandbox.UnescapeMountPath(f[3]), point: sandbox.UnescapeMountPath(f[4])})
 	}
 	return out
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
