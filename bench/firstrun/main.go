@@ -22,9 +22,9 @@
 // shared by data directories ($QURO_PYTHON_CACHE, see
 // internal/engine/python's SharedRoot), by binaries that have one (-cache):
 //
-//   - warm (the default): one cache directory for the whole run, prepared
-//     by an unmeasured start of each binary first: a fresh data directory
-//     on a machine where quro has run before;
+//   - warm (the default): one cache directory per binary for the whole
+//     run, prepared by an unmeasured start of the binary first: a fresh
+//     data directory on a machine where quro has run before;
 //   - cold: a fresh cache directory for each sample: the first start ever
 //     on a machine;
 //   - off: no cache (QURO_PYTHON_CACHE=off): the interpreter is prepared
@@ -95,21 +95,28 @@ type sample struct {
 	cpu   time.Duration // the server's CPU time (and its waited-for children's) at the result
 }
 
-// cacheDir is the Python cache of the warm runs (-cache warm).
-var cacheDir string
+// cacheDirs are the Python caches of the warm runs (-cache warm), one
+// per binary: a server removes the trees of other builds that nobody
+// uses, so binaries with different trees sharing one cache would find
+// each other's removed between samples.
+var cacheDirs = map[string]string{}
 
 func run() error {
 	ms := strings.Split(*modes, ",")
 	got := map[string][]sample{} // bin + " " + mode
 	switch *cache {
 	case "warm":
-		d, err := os.MkdirTemp(*tmpRoot, "quro-firstrun-cache-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		cacheDir = d
+		defer func() {
+			for _, d := range cacheDirs {
+				os.RemoveAll(d)
+			}
+		}()
 		for _, bin := range bins { // prepares the cache: not measured
+			d, err := os.MkdirTemp(*tmpRoot, "quro-firstrun-cache-")
+			if err != nil {
+				return err
+			}
+			cacheDirs[bin] = d
 			if _, err := once(bin, "ready"); err != nil {
 				return fmt.Errorf("%s (preparing the cache): %w", bin, err)
 			}
@@ -167,7 +174,7 @@ func once(bin, mode string) (s sample, err error) {
 		return s, err
 	}
 	defer os.RemoveAll(data)
-	pyCache := cacheDir
+	pyCache := cacheDirs[bin]
 	switch *cache {
 	case "cold":
 		if pyCache, err = os.MkdirTemp(*tmpRoot, "quro-firstrun-cache-"); err != nil {

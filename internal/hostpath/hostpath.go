@@ -109,3 +109,17 @@ func HomeText(ws, s string) string {
 		s = s[end:]
 	}
 }
+
+// Error is err as a tenant may read it: its text through Names, while
+// errors.Is and errors.As see err whole. nil stays nil.
+func Error(err error) error {
+	if err == nil {
+		return nil
+	}
+	return hidden{err}
+}
+
+type hidden struct{ err error }
+
+func (h hidden) Error() string { return Names(h.err.Error()) }
+func (h hidden) Unwrap() error { return h.err }

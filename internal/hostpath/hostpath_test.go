@@ -1,6 +1,11 @@
 package hostpath
 
-import "testing"
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"testing"
+)
 
 func TestNames(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
@@ -51,5 +56,20 @@ func TestHome(t *testing.T) {
 		if got := HomeText(ws, tc.in); got != tc.want {
 			t.Errorf("HomeText(%q)\n = %q\nwant %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+// Error's text names no host path; errors.Is still sees the error.
+func TestError(t *testing.T) {
+	_, err := os.Open("/root/.cache/quro/python/missing")
+	h := Error(err)
+	if got := h.Error(); got != "open missing: no such file or directory" {
+		t.Errorf("Error: %q", got)
+	}
+	if !errors.Is(h, fs.ErrNotExist) {
+		t.Errorf("errors.Is lost the cause: %v", h)
+	}
+	if Error(nil) != nil {
+		t.Error("Error(nil) is not nil")
 	}
 }

@@ -156,14 +156,15 @@ func mountPoints() ([]string, error) {
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		if len(fields) > 4 {
-			out = append(out, unescapeMountPath(fields[4]))
+			out = append(out, UnescapeMountPath(fields[4]))
 		}
 	}
 	return out, sc.Err()
 }
 
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountPath(s string) string {
+// UnescapeMountPath undoes mountinfo's octal escapes (\040 for a space)
+// in a path field of /proc/PID/mountinfo.
+func UnescapeMountPath(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}

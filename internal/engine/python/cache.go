@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -56,10 +57,11 @@ func DefaultCacheRoot() string {
 // dir, dir/python and dir/python/worker are this user's and writable by
 // nobody else; each ancestor of dir is root's or this user's, writable by
 // others only when sticky and the server is root (as /tmp, where nobody
-// else can rename what is root's). It returns dir made absolute, or an
-// error saying why it cannot be used; the caller then keeps the
-// interpreter in the data directory (and logs why). dir "" or CacheOff is
-// no cache.
+// else can rename what is root's). What exists is checked before
+// anything is made: a root server run with another user's HOME makes
+// nothing of its own there. It returns dir made absolute, or an error
+// saying why it cannot be used; the caller then keeps the interpreter in
+// the data directory (and logs why). dir "" or CacheOff is no cache.
 func SharedRoot(dir string) (string, error) {
 	if dir == "" {
 		return "", errors.New("no cache directory (neither $" + CacheEnv + " nor, for a server run as root, a home directory)")
@@ -71,15 +73,39 @@ func SharedRoot(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(filepath.Join(abs, "python", "worker"), 0o755); err != nil {
-		return "", fmt.Errorf("the Python cache %s: %w", abs, err)
+	fail := func(err error) (string, error) { return "", fmt.Errorf("the Python cache %s: %w", abs, err) }
+	// The deepest of dir/python/worker and its ancestors that exists, and
+	// dir as it will be once made, both with their links resolved.
+	have := filepath.Join(abs, "python", "worker")
+	for {
+		_, err := os.Lstat(have)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) || have == filepath.Dir(have) {
+			return fail(err)
+		}
+		have = filepath.Dir(have)
 	}
-	real, err := filepath.EvalSymlinks(abs)
+	realHave, err := filepath.EvalSymlinks(have)
 	if err != nil {
-		return "", err
+		return fail(err)
 	}
-	if err := checkSecureDir(real, filepath.Join(real, "python", "worker")); err != nil {
-		return "", fmt.Errorf("the Python cache %s: %w", abs, err)
+	real := filepath.Join(realHave, strings.TrimPrefix(abs, have))
+	if len(have) > len(abs) {
+		if real, err = filepath.EvalSymlinks(abs); err != nil {
+			return fail(err)
+		}
+	}
+	if err := checkSecureDir(real, realHave); err != nil {
+		return fail(err)
+	}
+	leaf := filepath.Join(real, "python", "worker")
+	if err := os.MkdirAll(leaf, 0o755); err != nil {
+		return fail(err)
+	}
+	if err := checkSecureDir(real, leaf); err != nil {
+		return fail(err)
 	}
 	return real, nil
 }
@@ -89,7 +115,7 @@ func SharedRoot(dir string) (string, error) {
 // above own, root's or this user's, and writable by others only when
 // sticky and the server is root.
 func checkSecureDir(own, leaf string) error {
-	euid, egid := uint32(os.Geteuid()), uint32(os.Getegid())
+	euid := uint32(os.Geteuid())
 	for p := leaf; ; p = filepath.Dir(p) {
 		fi, err := os.Lstat(p)
 		if err != nil {
@@ -104,11 +130,11 @@ func checkSecureDir(own, leaf string) error {
 		switch {
 		case st.Uid != euid && (inside || st.Uid != 0):
 			return fmt.Errorf("%s belongs to uid %d, not to this server's (%d)", p, st.Uid, euid)
-		case inside && othersWrite(mode, st.Gid, egid):
+		case inside && othersWrite(mode, st.Gid):
 			return fmt.Errorf("%s is writable by others (%v)", p, mode.Perm())
-		case !inside && othersWrite(mode, st.Gid, egid) && mode&fs.ModeSticky == 0:
+		case !inside && othersWrite(mode, st.Gid) && mode&fs.ModeSticky == 0:
 			return fmt.Errorf("%s is writable by others (%v) and not sticky", p, mode.Perm())
-		case !inside && othersWrite(mode, st.Gid, egid) && euid != 0:
+		case !inside && othersWrite(mode, st.Gid) && euid != 0:
 			// A sticky /tmp is writable by the sessions of a server that
 			// is not root when they run as its uid (minimal isolation).
 			return fmt.Errorf("%s is writable by others (%v): a server that is not root keeps its cache out of shared directories", p, mode.Perm())
@@ -119,10 +145,12 @@ func checkSecureDir(own, leaf string) error {
 	}
 }
 
-// othersWrite: writable by others than the owner (the world, or a group
-// other than the server's own).
-func othersWrite(mode fs.FileMode, gid, egid uint32) bool {
-	return mode&0o002 != 0 || (mode&0o020 != 0 && gid != egid)
+// othersWrite: writable by others than the owner: the world, or a group
+// other than root's. Not the server's own group either when that is not
+// root's: its members are other users, who could swap a tree after the
+// server checked it.
+func othersWrite(mode fs.FileMode, gid uint32) bool {
+	return mode&0o002 != 0 || (mode&0o020 != 0 && gid != 0)
 }
 
 // trustedTree checks that everything under dir (dir included) belongs to
@@ -132,12 +160,12 @@ func othersWrite(mode fs.FileMode, gid, egid uint32) bool {
 // of the tree: 13.5 ms for the interpreter's at a load of 57
 // (BenchmarkStartChecks).
 func trustedTree(dir string) error {
-	euid, egid := uint32(os.Geteuid()), uint32(os.Getegid())
+	euid := uint32(os.Geteuid())
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err == nil {
 			var fi fs.FileInfo
 			if fi, err = d.Info(); err == nil {
-				return trustedEntry(p, fi, euid, egid)
+				return trustedEntry(p, fi, euid)
 			}
 		}
 		// An entry gone between the listing and its lstat is not used:
@@ -151,7 +179,7 @@ func trustedTree(dir string) error {
 }
 
 // trustedEntry is trustedTree's check of one entry.
-func trustedEntry(p string, fi fs.FileInfo, euid, egid uint32) error {
+func trustedEntry(p string, fi fs.FileInfo, euid uint32) error {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
 		return fmt.Errorf("%s: no owner", p)
@@ -159,7 +187,7 @@ func trustedEntry(p string, fi fs.FileInfo, euid, egid uint32) error {
 	if st.Uid != euid {
 		return fmt.Errorf("%s belongs to uid %d", p, st.Uid)
 	}
-	if fi.Mode().Type() != fs.ModeSymlink && othersWrite(fi.Mode(), st.Gid, egid) {
+	if fi.Mode().Type() != fs.ModeSymlink && othersWrite(fi.Mode(), st.Gid) {
 		return fmt.Errorf("%s is writable by others (%v)", p, fi.Mode().Perm())
 	}
 	return nil

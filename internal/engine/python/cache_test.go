@@ -10,9 +10,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/quro-dev/quro/internal/runcode"
 )
 
 // TestSharedRootServesEveryDataDirectory: the interpreter prepared in the
@@ -51,6 +54,11 @@ func TestSharedRootServesEveryDataDirectory(t *testing.T) {
 	defer e2.Close()
 	if dir, extracted, err := e2.Installed(ctx); err != nil || extracted || dir != tree {
 		t.Fatalf("the second data directory: %s extracted=%v %v; want %s reused", dir, extracted, err, tree)
+	}
+	// Another build's upkeep (keeping none of these) removes nothing an
+	// engine uses: it holds their locks.
+	if removed, err := removeOldTrees(root, nil); err != nil || len(removed) > 0 {
+		t.Errorf("another build's upkeep removed %v (%v) while an engine used them", removed, err)
 	}
 	if m, _ := filepath.Glob(filepath.Join(data2, "python", "3.*")); len(m) > 0 {
 		t.Errorf("the second data directory got a tree of its own: %v", m)
@@ -135,12 +143,21 @@ func TestSharedRootRefusesWhatOthersCanWrite(t *testing.T) {
 		}
 		return d
 	}
+	mkg := func(name string, mode os.FileMode, uid, gid int) string {
+		t.Helper()
+		d := mk(name, mode, uid)
+		if err := os.Chown(d, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
 	me := os.Geteuid()
 	for _, c := range []struct {
 		dir, want string
 	}{
 		{mk("world", 0o777, me), "world is writable by others"},
-		{mk("group", 0o775, me) + "/q", ""}, // the server's own group
+		{mk("group", 0o775, me) + "/q", ""}, // root's group (the test's)
+		{mkg("staff", 0o775, me, 50) + "/q", "staff is writable by others"},
 		{mk("other", 0o755, 65534), "other belongs to uid 65534"},
 		{filepath.Join(mk("open", 0o777, me), "quro"), "open is writable by others (-rwxrwxrwx) and not sticky"},
 		{filepath.Join(mk("sticky", 0o777|os.ModeSticky, me), "quro"), ""},
@@ -155,6 +172,11 @@ func TestSharedRootRefusesWhatOthersCanWrite(t *testing.T) {
 		case c.want != "" && (err == nil || got != "" || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("%s: %q %v; want refused: %s", c.dir, got, err, c.want)
 		}
+	}
+	// A root server run with another user's HOME (whose home and cache
+	// directory are that user's) makes nothing there.
+	if m, _ := filepath.Glob(filepath.Join(base, "nobodys", "*")); len(m) > 0 {
+		t.Errorf("made in another user's directory: %v", m)
 	}
 	// The sticky directory's mode as os.Chmod sets it (ModeSticky).
 	if fi, err := os.Stat(filepath.Join(base, "sticky")); err != nil || fi.Mode()&os.ModeSticky == 0 {
@@ -204,6 +226,16 @@ func TestNonRootServerSharesNoCache(t *testing.T) {
 		dir := os.Getenv("QURO_TEST_NONROOT_CACHE")
 		_, err := SharedRoot(filepath.Join(dir, "cache"))
 		fmt.Printf("default=%q shared=%v\n", DefaultCacheRoot(), err)
+		// A tree its own primary group may write: members of that group
+		// (other users) could swap it after the check.
+		tree := filepath.Join(dir, "grouptree")
+		if err := os.Mkdir(tree, 0o755); err != nil {
+			fmt.Println(err)
+		}
+		if err := os.Chmod(tree, 0o775); err != nil {
+			fmt.Println(err)
+		}
+		fmt.Printf("group=%v\n", trustedTree(tree))
 		return
 	}
 	if os.Geteuid() != 0 {
@@ -235,7 +267,83 @@ func TestNonRootServerSharesNoCache(t *testing.T) {
 	if err != nil {
 		t.Fatalf("as uid 65534: %v %s", err, out)
 	}
-	if !strings.Contains(string(out), `default="" shared=`) || !strings.Contains(string(out), "a server that is not root keeps its cache out of shared directories") {
+	if !strings.Contains(string(out), `default="" shared=`) || !strings.Contains(string(out), "a server that is not root keeps its cache out of shared directories") ||
+		!strings.Contains(string(out), "grouptree is writable by others (-rwxrwxr-x)") {
 		t.Errorf("as uid 65534: %s", out)
+	}
+}
+
+// TestPreparationErrorNamesNoHostPath: a preparation that fails in the
+// install root (here its python/ is a file) answers a run, and the next
+// preparation, without the root's host path; the operator's status line has it whole.
+func TestPreparationErrorNamesNoHostPath(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "python"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var status []string
+	e := NewEmbedded(t.TempDir(), testSB, &EmbeddedOptions{InstallRoot: root, NoSpare: true, Status: func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		status = append(status, s)
+	}})
+	defer e.Close()
+	_, err := e.Run(ctx, &runcode.Request{Code: "print(1)", Lang: "python", Session: newSession(t), Timeout: time.Minute})
+	if err == nil || strings.Contains(err.Error(), root) || !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("the run's error: %v", err)
+	}
+	if _, _, err := e.Installed(ctx); err == nil || strings.Contains(err.Error(), root) {
+		t.Errorf("the next preparation's error: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.ContainsFunc(status, func(s string) bool { return strings.Contains(s, root) && strings.Contains(s, "failed") }) {
+		t.Errorf("the status lines do not name the failure whole: %q", status)
+	}
+}
+
+// TestEarlyBoxShowsOnlyAWalkedTree: a box made before the server's
+// preparation has ended shows a tree an earlier preparation completed
+// only when the walk finds nobody else could have written it: a tree
+// with its completion marker but a file another user owns is not shown.
+func TestEarlyBoxShowsOnlyAWalkedTree(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	root, err := SharedRoot(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := NewEmbedded(t.TempDir(), testSB, &EmbeddedOptions{InstallRoot: root, NoSpare: true})
+	tree, _, err := first.Installed(ctx)
+	first.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No preparation has started in these engines: BoxDirs starts it and
+	// gives what an earlier one completed once it has walked that.
+	fresh := func() []string {
+		e := NewEmbedded(t.TempDir(), testSB, &EmbeddedOptions{InstallRoot: root, NoSpare: true})
+		defer e.Close()
+		return e.BoxDirs()
+	}
+	if dirs := fresh(); !slices.Contains(dirs, tree) || !slices.Contains(dirs, PipDir(root)) {
+		t.Fatalf("a trusted tree is not shown early: %v", dirs)
+	}
+	evil := filepath.Join(tree, "lib", "python3.14", "site-packages", "zz-evil.pth")
+	if err := os.WriteFile(evil, []byte("import os\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(evil, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	pipInit := filepath.Join(PipDir(root), "pip", "__init__.py")
+	if err := os.Chmod(pipInit, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if dirs := fresh(); slices.Contains(dirs, tree) || slices.Contains(dirs, PipDir(root)) {
+		t.Errorf("a tree and a pip directory others wrote are shown early: %v", dirs)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/progress"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -131,8 +132,9 @@ func (e *Embedded) Installed(ctx context.Context) (dir string, extracted bool, e
 // the interpreter tree (with its python3/pip shims and its .pth naming
 // pip), pip's directory and the worker module's. The tree and pip's
 // directory are given once this engine's preparation has succeeded, and
-// before that only when an earlier preparation completed them: the
-// preparation renames a missing, damaged or older-layout one into place,
+// before that only when an earlier preparation completed them and this
+// one's walk found them intact (BoxDirs starts the preparation and waits
+// for that walk): the preparation renames a missing, damaged or older-layout one into place,
 // and nothing of this server does after it, so a bind taken then shows
 // the directory the server's runs use. The worker module's
 // directory is given once it is complete (see completeWorkerDir).
@@ -142,39 +144,57 @@ func (e *Embedded) BoxDirs() []string {
 	e.prepMu.Lock()
 	p := e.prep
 	e.prepMu.Unlock()
-	ready := false
-	if p != nil {
-		select {
-		case <-p.done:
-			if p.err == nil {
-				dirs = append(dirs, p.inst.Dir, PipDir(root))
-			}
-			ready = true
-		default:
-		}
+	if p == nil {
+		p = e.preparation()
 	}
-	if !ready {
-		// Before this server's preparation has ended (it runs in the
-		// background from the start), a tree and a pip directory that an
-		// earlier preparation finished are shown: else a box made in the
-		// server's first moments lacks them, and while it is busy every
-		// Python run of its session goes to a box of its own (another
-		// /tmp, pid and network namespace). Should the preparation still
-		// replace one, the box no longer fits a run that names it
-		// (sandbox.Options.BoxReadOnlyNow: device and inode are checked).
-		if host, _ := ShimDirs(root); host != "" {
-			for _, d := range []string{filepath.Dir(host), PipDir(root)} {
-				if _, err := os.Stat(filepath.Join(d, completeMarker)); err == nil {
-					dirs = append(dirs, d)
-				}
-			}
+	wait := time.NewTimer(checkWait)
+	defer wait.Stop()
+	select {
+	case <-p.done:
+	case <-p.checked:
+	case <-wait.C:
+	case <-e.ctx.Done():
+	}
+	if isDone(p.done) {
+		if p.err == nil {
+			dirs = append(dirs, p.inst.Dir, PipDir(root))
 		}
+	} else if isDone(p.checked) && p.checkedTree != "" {
+		// Before this server's preparation has ended (it runs in the
+		// background from the start), the tree and pip directory an
+		// earlier preparation finished are shown once the preparation
+		// has walked them (intact, trustedTree) and found them as they
+		// were left: else a box made in the server's first moments
+		// lacks them, and while it is busy every Python run of its
+		// session goes to a box of its own (another /tmp, pid and
+		// network namespace). A completion marker alone is no check
+		// that nobody else could have written them since; the box waits
+		// for that walk (milliseconds) rather than walking them again.
+		// One the preparation finds otherwise (it then prepares them
+		// again), or a preparation waiting for another process (pip's
+		// directory being written), leaves the box without them.
+		dirs = append(dirs, p.checkedTree, PipDir(root))
 	}
 	if d, ok := completeWorkerDir(root); ok {
 		dirs = append(dirs, d)
 	}
 	return dirs
 }
+
+// isDone reports whether ch is closed.
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// checkWait bounds how long BoxDirs waits for the preparation's check of
+// an earlier preparation's tree (milliseconds, unless the preparation
+// waits for another process).
+const checkWait = 2 * time.Second
 
 // root is where the interpreter is extracted: EmbeddedOptions.InstallRoot,
 // else the data directory.
@@ -196,11 +216,30 @@ type preparation struct {
 	inst *installation
 	err  error
 
+	// checked is closed once the preparation knows whether the tree
+	// and pip's directory an earlier one left are intact and trusted
+	// (checkedTree, the tree's directory) or are to be prepared again
+	// (its first step: checkedTree ""), or it failed.
+	checked     chan struct{}
+	checkedOnce sync.Once
+	checkedTree string
+
 	mu    sync.Mutex
 	msg   string // the latest progress message
 	next  int
 	subs  map[int]func(string)
 	start time.Time
+}
+
+// markChecked closes p.checked, once: ok when the tree inst and pip's
+// directory were found intact and trusted.
+func (p *preparation) markChecked(inst *installation, ok bool) {
+	p.checkedOnce.Do(func() {
+		if ok && inst != nil && !inst.Extracted {
+			p.checkedTree = inst.Dir
+		}
+		close(p.checked)
+	})
 }
 
 // preparing is the start of every progress message.
@@ -266,40 +305,50 @@ func (e *Embedded) preparation() *preparation {
 			return p
 		}
 	}
-	p := &preparation{done: make(chan struct{}), start: time.Now()}
+	p := &preparation{done: make(chan struct{}), checked: make(chan struct{}), start: time.Now()}
 	e.prep = p
 	if !e.track() {
 		p.err = errors.New("the embedded Python engine is closed")
+		p.markChecked(nil, false)
 		close(p.done)
 		return p
 	}
 	go func() {
 		defer e.wg.Done()
-		p.cfg, p.inst, p.err = e.prepareOnce(e.ctx, p)
+		cfg, inst, err := e.prepareOnce(e.ctx, p)
+		p.markChecked(nil, false) // when it failed before knowing
+		p.cfg, p.inst, p.err = cfg, inst, err
 		if p.err == nil && p.inst.Extracted {
 			p.step(e.opts.Status)(fmt.Sprintf("ready (%.1f s)", time.Since(p.start).Seconds()), 0, 0)
+		}
+		if p.err != nil {
+			// A run's result, a probe's reason: what a tenant reads
+			// names no host path (the install root may be the
+			// machine's cache); the whole error is the operator's.
+			if e.opts.Status != nil && e.ctx.Err() == nil {
+				e.opts.Status(preparing + "failed: " + p.err.Error())
+			}
+			p.err = hostpath.Error(p.err)
 		}
 		close(p.done)
 		if p.err == nil && !e.opts.NoSpare {
 			e.fillSpare()
 		}
 		if p.err == nil {
-			e.compilePipLater(p.inst)
+			e.afterFirstWorker(p.inst)
 		}
 	}()
 	return p
 }
 
-// compilePipLater byte-compiles pip (compilePip) once the first worker
-// has started, or pipCompileAfter after the preparation when none has,
-// so that it does not take the CPU from the run that waited for the
-// preparation. A failure is reported in the status line: pip then keeps
-// compiling what it imports in memory.
-func (e *Embedded) compilePipLater(inst *installation) {
-	pipDir := PipDir(e.root())
-	if pipCompiled(pipDir) {
-		return
-	}
+// afterFirstWorker does the upkeep of the install root once the first
+// worker has started, or pipCompileAfter after the preparation when none
+// has, so that it does not take the CPU from the run that waited for the
+// preparation: it byte-compiles pip (compilePip) and removes the
+// directories of other builds that nobody uses (removeOldTrees). A
+// failure is reported in the status line: pip then keeps compiling what
+// it imports in memory, and an old directory stays.
+func (e *Embedded) afterFirstWorker(inst *installation) {
 	if !e.track() {
 		return
 	}
@@ -313,10 +362,28 @@ func (e *Embedded) compilePipLater(inst *installation) {
 		case <-e.ctx.Done():
 			return
 		}
-		if err := compilePip(e.ctx, inst, pipDir); err != nil && e.ctx.Err() == nil && e.opts.Status != nil {
-			e.opts.Status("pip of the embedded Python: " + err.Error())
+		report := func(what string, err error) {
+			if err != nil && e.ctx.Err() == nil && e.opts.Status != nil {
+				e.opts.Status(what + ": " + err.Error())
+			}
 		}
+		if pipDir := PipDir(e.root()); !pipCompiled(pipDir) {
+			report("pip of the embedded Python", compilePip(e.ctx, inst, pipDir))
+		}
+		_, err := removeOldTrees(e.root(), e.ownDirs())
+		report("removing the embedded Python of other quro builds", err)
 	}()
+}
+
+// ownDirs are the directories of the install root this engine uses: the
+// interpreter's tree, pip's and the worker module's.
+func (e *Embedded) ownDirs() []string {
+	root := e.root()
+	dirs := []string{PipDir(root), workerDir(root)}
+	if host, _ := ShimDirs(root); host != "" {
+		dirs = append(dirs, filepath.Dir(host))
+	}
+	return dirs
 }
 
 // track counts a goroutine of the engine in its wait group (Close waits
@@ -331,7 +398,7 @@ func (e *Embedded) track() bool {
 	return true
 }
 
-// pipCompileAfter is how long compilePipLater waits for a first worker.
+// pipCompileAfter is how long afterFirstWorker waits for a first worker.
 const pipCompileAfter = 10 * time.Second
 
 // prepare waits for the engine's preparation (see preparation), or for
@@ -381,7 +448,11 @@ var errPreparing = errors.New("the embedded Python is still being prepared (extr
 
 func (e *Embedded) prepareOnce(ctx context.Context, p *preparation) (*workerConfig, *installation, error) {
 	root := e.root()
-	step := p.step(e.opts.Status)
+	status := p.step(e.opts.Status)
+	step := func(stage string, done, total int64) {
+		p.markChecked(nil, false) // the tree or pip's is prepared again
+		status(stage, done, total)
+	}
 	if e.opts.Progress != nil {
 		status := step
 		step = func(stage string, done, total int64) {
@@ -391,10 +462,18 @@ func (e *Embedded) prepareOnce(ctx context.Context, p *preparation) (*workerConf
 			status(stage, done, total)
 		}
 	}
+	// Held before anything is looked at, so that a server of another
+	// build does not remove what this one uses or prepares.
+	for _, d := range e.ownDirs() {
+		if err := e.locks.hold(d); err != nil {
+			return nil, nil, err
+		}
+	}
 	inst, err := ensureInstalled(ctx, root, step)
 	if err != nil {
 		return nil, nil, err
 	}
+	p.markChecked(inst, true)
 	wdir, err := ensureWorkerDir(ctx, root, func(ctx context.Context, dir, final string) error {
 		// Byte-compiled by this interpreter, for its worker's start.
 		if out, err := runHelper(ctx, nil, inst.Python, "-I", "-m", "compileall", "-q", "-s", dir, "-p", final, dir); err != nil {
@@ -451,7 +530,7 @@ func (e *Embedded) start(ctx context.Context, sess *session.Session) (*worker, e
 }
 
 // markStarted notes that a worker of the engine has started (see
-// compilePipLater).
+// afterFirstWorker).
 func (e *Embedded) markStarted() { e.startedMu.Do(func() { close(e.started) }) }
 
 // fillSpare starts a spare worker in the background if none is there. The

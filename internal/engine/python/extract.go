@@ -131,6 +131,25 @@ func pythonVersion(m *manifest) (full, short string) {
 	return full, short
 }
 
+// treeLayout ends the tree's name: what of the embedded tree it holds.
+// "nolibpython": not lib/libpython3.X.so (unloaded). A tree of another
+// layout is another directory, so that builds that extract more or less
+// of the same interpreter never take each other's for damaged.
+const treeLayout = "nolibpython"
+
+// treeName is the name of the extracted tree of m (CPython full) in the
+// install root's python/.
+func treeName(m *manifest, full string) string {
+	return full + "-" + m.ContentHash[:16] + "-" + treeLayout
+}
+
+// unloaded matches what of the embedded tree is not extracted, as no box
+// loads it: the shared libpython3.X (20 MB; its soname and the link to
+// it). bin/python3.X has the interpreter linked in and no extension
+// module of the tree needs it; lib/libpython3.so, the stable ABI's, is
+// kept.
+var unloaded = regexp.MustCompile(`^lib/libpython[0-9]+\.[0-9]+t?\.so(\.[0-9.]+)?$`)
+
 var srcdirVersion = regexp.MustCompile(`(?m)^abs_srcdir=\s*\S*/Python-([0-9]+\.[0-9]+\.[0-9]+)\s*$`)
 
 // ensureInstalled returns the extracted interpreter under dataDir/python,
@@ -165,7 +184,7 @@ func installFrom(ctx context.Context, dataDir string, archive []byte, step Step)
 	}
 	root := filepath.Join(dataDir, "python")
 	inst := &installation{
-		Dir:     filepath.Join(root, full+"-"+m.ContentHash[:16]),
+		Dir:     filepath.Join(root, treeName(m, full)),
 		Version: full,
 	}
 	inst.Python = filepath.Join(inst.Dir, "bin", "python"+short)
@@ -279,6 +298,9 @@ func intact(dir string, m *manifest) error {
 		}
 	}
 	for _, e := range m.Files {
+		if unloaded.MatchString(e.Name) {
+			continue
+		}
 		fi, err := os.Lstat(filepath.Join(dir, e.Name))
 		switch {
 		case err != nil:
@@ -329,6 +351,9 @@ func extractTree(ctx context.Context, dir string, m *manifest, step Step, jobs .
 		e := &m.Files[i]
 		if !fs.ValidPath(e.Name) || e.Name == "." {
 			return fmt.Errorf("bad name in files.json: %q", e.Name)
+		}
+		if unloaded.MatchString(e.Name) {
+			continue
 		}
 		path := filepath.Join(dir, filepath.FromSlash(e.Name))
 		switch {
@@ -426,7 +451,10 @@ func extractFile(path string, e manifestEntry) (int64, error) {
 		defer gz.Close()
 		r = gz
 	}
-	perm := e.Mode.Perm() | 0o400
+	// Writable by the server's user alone, whatever the umask: the
+	// archive's modes are group-writable (0664, 0775), which trustedTree
+	// refuses.
+	perm := e.Mode.Perm()&^0o022 | 0o400
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
 		return 0, err

@@ -51,6 +51,14 @@ func TestExtraction(t *testing.T) {
 	if insts[0].Extracted == insts[1].Extracted || insts[0].Dir != insts[1].Dir {
 		t.Fatalf("want exactly one extraction into one tree: %+v %+v", insts[0], insts[1])
 	}
+	// What no box loads is not extracted (the shared libpython3.X, its
+	// soname and link), the stable ABI's libpython3.so is.
+	if m, _ := filepath.Glob(filepath.Join(insts[0].Dir, "lib", "libpython3.1*")); len(m) > 0 {
+		t.Errorf("extracted though no box loads it: %v", m)
+	}
+	if _, err := os.Stat(filepath.Join(insts[0].Dir, "lib", "libpython3.so")); err != nil {
+		t.Error(err)
+	}
 	// The extractor reported the extraction to its end, and no compiling
 	// (the standard library ships compiled); the other, if it found the
 	// lock held, that it waited, and nothing else.

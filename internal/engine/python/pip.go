@@ -112,7 +112,7 @@ func ShimDirs(root string) (host, rootfs string) {
 		return "", ""
 	}
 	full, _ := pythonVersion(m)
-	host = filepath.Join(root, "python", full+"-"+m.ContentHash[:16], "quro-bin")
+	host = filepath.Join(root, "python", treeName(m, full), "quro-bin")
 	return host, filepath.Join(PipDir(root), "bin")
 }
 
@@ -288,7 +288,7 @@ func pipCompiled(pipDir string) bool {
 // run imports pip, and the two compileall runs were most of a fresh data
 // directory's first result (seconds of CPU on two cores). The engine runs
 // it in the background once its preparation is done (Embedded's
-// compilePipLater); until it has run, pip compiles what it imports in
+// afterFirstWorker); until it has run, pip compiles what it imports in
 // memory (the directory is read-only in every box). compileall writes
 // each file to a temporary name and renames it, so a box importing pip
 // meanwhile reads a whole .pyc or none, and two quro processes sharing

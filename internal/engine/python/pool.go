@@ -45,6 +45,10 @@ type pool struct {
 	// place (it starts its own worker when none is ready, and a prestart
 	// that comes after finds it).
 	prestarts chan struct{}
+
+	// locks are the install root's directories the engine uses, held
+	// shared until it closes (see removeOldTrees).
+	locks treeLocks
 }
 
 func newPool(sb *sandbox.Sandbox, opts EmbeddedOptions, what string) pool {
@@ -503,6 +507,7 @@ func (e *pool) close(locked func()) {
 		}
 	}
 	e.wg.Wait()
+	e.locks.release()
 }
 
 // Claimed tells the engine that the spare session id is now a session's:

@@ -402,6 +402,9 @@ func (r *RootfsWorker) workerDir(ctx context.Context) (string, error) {
 	if r.dir != "" {
 		return r.dir, nil
 	}
+	if err := r.locks.hold(workerDir(r.root)); err != nil {
+		return "", fmt.Errorf("writing the Python worker module: %w", err)
+	}
 	dir, err := ensureWorkerDir(ctx, r.root, nil, nil)
 	if err != nil {
 		return "", fmt.Errorf("writing the Python worker module: %w", err)
