@@ -231,6 +231,11 @@ type preparation struct {
 	start time.Time
 }
 
+// newPreparation is a preparation that has just begun.
+func newPreparation() *preparation {
+	return &preparation{done: make(chan struct{}), checked: make(chan struct{}), start: time.Now()}
+}
+
 // markChecked closes p.checked, once: ok when the tree inst and pip's
 // directory were found intact and trusted.
 func (p *preparation) markChecked(inst *installation, ok bool) {
@@ -305,7 +310,7 @@ func (e *Embedded) preparation() *preparation {
 			return p
 		}
 	}
-	p := &preparation{done: make(chan struct{}), checked: make(chan struct{}), start: time.Now()}
+	p := newPreparation()
 	e.prep = p
 	if !e.track() {
 		p.err = errors.New("the embedded Python engine is closed")

@@ -234,7 +234,7 @@ func TestExtractionHelperProcess(t *testing.T) {
 	}
 	io.Copy(io.Discard, os.Stdin)
 	e := &Embedded{dataDir: dir}
-	cfg, inst, err := e.prepareOnce(context.Background(), &preparation{done: make(chan struct{})})
+	cfg, inst, err := e.prepareOnce(context.Background(), newPreparation())
 	if err != nil {
 		t.Fatal(err)
 	}
