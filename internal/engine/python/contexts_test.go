@@ -263,19 +263,30 @@ func TestInterruptGraceEndsWhenTheCodeStops(t *testing.T) {
 // The worker's "stopped" is the box's word: code that forges it (and
 // blocks SIGINT) ends its SIGINTs and its grace, not its bound: the worker
 // is killed once the finishing bound passes, as code that swallows
-// KeyboardInterrupt is at the grace.
+// KeyboardInterrupt is at the grace. The run is interrupted only once the
+// code has forged its frames and blocked SIGINT (it says so on stdout):
+// a deadline could land before, and the code would then stop as asked.
+// The grace is long enough for the server to have read the forged frames
+// (on the reply pipe, beside stdout) before it passes.
 func TestForgedStoppedFrameIsStillBounded(t *testing.T) {
 	old := finishGrace
 	finishGrace = 300 * time.Millisecond
 	t.Cleanup(func() { finishGrace = old })
-	e := NewEmbedded(testData, testSB, &EmbeddedOptions{InterruptGrace: 200 * time.Millisecond, NoSpare: true})
+	e := NewEmbedded(testData, testSB, &EmbeddedOptions{InterruptGrace: 5 * time.Second, NoSpare: true})
 	defer e.Close()
 	s := newSession(t)
 	run(t, e, s, "x = 1", 0)
-	r := run(t, e, s, "import signal, sys\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n"+
-		"w = sys.modules['quro_worker']\nfor i in range(w._counter + 50):\n    w._send({'op': 'stopped', 'id': i})\n"+
-		"while True:\n    pass", 200*time.Millisecond)
-	if !r.TimedOut || !strings.Contains(r.Error, "did not finish the run within") || !strings.Contains(r.Error, "lost") {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	code := "import signal, sys\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n" +
+		"w = sys.modules['quro_worker']\nfor i in range(w._counter + 50):\n    w._send({'op': 'stopped', 'id': i})\n" +
+		"print('forged', flush=True)\nwhile True:\n    pass"
+	bgRun := enginetest.StartPrinting(t, "forged", func(stdout, stderr io.Writer) (*runcode.Result, error) {
+		return e.Run(ctx, &runcode.Request{Code: code, Lang: "python", Session: s, Timeout: time.Minute, Stdout: stdout, Stderr: stderr})
+	})
+	cancel()
+	r := waitRan(t, bgRun)
+	if !strings.Contains(r.Error, "did not finish the run within") || !strings.Contains(r.Error, "lost") {
 		t.Fatalf("%+v", r.Result)
 	}
 	if r := run(t, e, s, "print(2 + 2)", 0); r.out != "4\n" {
