@@ -116,7 +116,7 @@ func (g *globals) options(log *slog.Logger) *app.Options {
 	return &app.Options{Logger: log,
 		Run:     &runcode.Options{MaxStdout: g.maxStdout, MaxStderr: g.maxStderr},
 		Sandbox: &sandbox.Options{Isolation: g.isolation},
-		Python:  &python.EmbeddedOptions{Status: extractionProgress(g.stderr), InstallRoot: g.pythonRoot(log)},
+		Python:  &python.EmbeddedOptions{Status: extractionProgress(g.stderr), InstallRoot: g.pythonRoot(log), Logger: log},
 	}
 }
 

@@ -183,7 +183,7 @@ fuzz_one() {
 		release
 		fail=1
 	fi
-	rm -rf "${tmp:?}"/* # its data directories (a killed worker's too)
+	rm -rf --one-file-system "${tmp:?}"/* # its data directories (a killed worker's too), never across a mount left there
 	echo "fuzz $pkg $t ($limit): $(($(date +%s) - t0)) s"
 }
 

@@ -3,8 +3,10 @@
 package python
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -285,7 +287,8 @@ func TestPreparationErrorNamesNoHostPath(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var status []string
-	e := NewEmbedded(t.TempDir(), testSB, &EmbeddedOptions{InstallRoot: root, NoSpare: true, Status: func(s string) {
+	var log syncBuffer
+	e := NewEmbedded(t.TempDir(), testSB, &EmbeddedOptions{InstallRoot: root, NoSpare: true, Logger: slog.New(slog.NewTextHandler(&log, nil)), Status: func(s string) {
 		mu.Lock()
 		defer mu.Unlock()
 		status = append(status, s)
@@ -303,6 +306,28 @@ func TestPreparationErrorNamesNoHostPath(t *testing.T) {
 	if !slices.ContainsFunc(status, func(s string) bool { return strings.Contains(s, root) && strings.Contains(s, "failed") }) {
 		t.Errorf("the status lines do not name the failure whole: %q", status)
 	}
+	if l := log.String(); !strings.Contains(l, root) || !strings.Contains(l, "preparing the embedded Python failed") {
+		t.Errorf("the server's log does not have the failure whole: %q", l)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger written from another
+// goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // TestEarlyBoxShowsOnlyAWalkedTree: a box made before the server's

@@ -330,8 +330,11 @@ func (e *Embedded) preparation() *preparation {
 			// A run's result, a probe's reason: what a tenant reads
 			// names no host path (the install root may be the
 			// machine's cache); the whole error is the operator's.
-			if e.opts.Status != nil && e.ctx.Err() == nil {
-				e.opts.Status(preparing + "failed: " + p.err.Error())
+			if e.ctx.Err() == nil {
+				e.opts.Logger.Warn("preparing the embedded Python failed", "err", p.err)
+				if e.opts.Status != nil {
+					e.opts.Status(preparing + "failed: " + p.err.Error())
+				}
 			}
 			p.err = hostpath.Error(p.err)
 		}
@@ -367,8 +370,14 @@ func (e *Embedded) afterFirstWorker(inst *installation) {
 		case <-e.ctx.Done():
 			return
 		}
+		// The server's log has it whole (Status is a terminal's
+		// progress line, nil when the server has none).
 		report := func(what string, err error) {
-			if err != nil && e.ctx.Err() == nil && e.opts.Status != nil {
+			if err == nil || e.ctx.Err() != nil {
+				return
+			}
+			e.opts.Logger.Warn(what, "err", err)
+			if e.opts.Status != nil {
 				e.opts.Status(what + ": " + err.Error())
 			}
 		}

@@ -2,6 +2,7 @@ package python
 
 import (
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/quro-dev/quro/internal/sandbox"
@@ -60,6 +61,11 @@ type EmbeddedOptions struct {
 	// 40%" (about one a percent), whichever call started it. A call's own
 	// progress reporter (progress.With) gets the same lines while it waits.
 	Status func(msg string)
+	// Logger has what went wrong in the background whole, host paths
+	// included: a failed preparation (a run's result shows it with its
+	// host paths cut), pip's compiling, the removal of other builds'
+	// directories (nil: slog.Default()).
+	Logger *slog.Logger
 }
 
 func (o *EmbeddedOptions) withDefaults(sb *sandbox.Sandbox) EmbeddedOptions {
@@ -73,6 +79,9 @@ func (o *EmbeddedOptions) withDefaults(sb *sandbox.Sandbox) EmbeddedOptions {
 		// session's workspace later. Each session's worker starts in its
 		// box on its first run.
 		r.NoSpare = true
+	}
+	if r.Logger == nil {
+		r.Logger = slog.Default()
 	}
 	if r.IdleTimeout <= 0 {
 		r.IdleTimeout = DefaultIdleTimeout
