@@ -12,9 +12,10 @@ import (
 // Names replaces every absolute path in s with its last element:
 // "mkdir /sys/fs/cgroup/memory/quro/run-1: permission denied" reads
 // "mkdir run-1: permission denied". A path starts at a '/' at the start
-// of s or after a space, a quote, '(', '[', '<', '=' or ',' (so a URL's
-// "//" is left alone) and ends at a space, a quote, ':', ';', ',', ')',
-// ']' or '>'. It is for text the server wrote about its host, never for
+// of s or after a space, a quote, '(', '[', '{', '<', '=', ',' or ':'
+// (a list such as PATH's), except a URL's "://", and ends at a space, a
+// quote, ':', ';', ',', ')', ']', '}' or '>'. A host path with a space in
+// it keeps what follows the space. It is for text the server wrote about its host, never for
 // paths inside a box, which a tenant needs whole.
 func Names(s string) string {
 	if !strings.Contains(s, "/") {
@@ -23,13 +24,14 @@ func Names(s string) string {
 	var b strings.Builder
 	b.Grow(len(s))
 	for i := 0; i < len(s); {
-		if s[i] != '/' || (i > 0 && !strings.ContainsRune(" \t\n\"'`([<=,", rune(s[i-1]))) {
+		if s[i] != '/' || (i > 0 && !strings.ContainsRune(" \t\n\"'`([{<=,:", rune(s[i-1]))) ||
+			(i > 0 && s[i-1] == ':' && i+1 < len(s) && s[i+1] == '/') {
 			b.WriteByte(s[i])
 			i++
 			continue
 		}
 		j := i
-		for j < len(s) && !strings.ContainsRune(" \t\n\"'`:;,)]>", rune(s[j])) {
+		for j < len(s) && !strings.ContainsRune(" \t\n\"'`:;,)]}>", rune(s[j])) {
 			j++
 		}
 		p := s[i:j]

@@ -19,6 +19,9 @@ func TestNames(t *testing.T) {
 		{"(mkdir /data/x/: permission denied)", "(mkdir x: permission denied)"},
 		{"a / b, n/a, 1/2, tenant acme/x", "a / b, n/a, 1/2, tenant acme/x"},
 		{"no path here", "no path here"},
+		{"PATH=/usr/bin:/root/.cache/quro/python/bin", "PATH=bin:bin"},
+		{"open file:/var/lib/quro/x {/var/lib/quro/y}", "open file:x {y}"},
+		{"fetch https://example.org/a/b and scp host:/srv/a", "fetch https://example.org/a/b and scp host:a"},
 	} {
 		if got := Names(tc.in); got != tc.want {
 			t.Errorf("Names(%q)\n = %q\nwant %q", tc.in, got, tc.want)
