@@ -664,13 +664,37 @@ func TestKubernetes(t *testing.T) {
 // node stays draining until the next subtest's upgrade replaces it.
 func testDrainFindsRoom(t *testing.T, c *cluster, nodes map[string]node, acme, admin string) {
 	held := map[string][]string{} // node -> acme's sessions there
-	for name := range nodes {
-		held[name] = nil
-	}
-	for _, r := range c.records(t) {
-		if r.tenant == "acme" {
-			held[r.node] = append(held[r.node], r.id)
+	read := func() (empty string) {
+		for name := range nodes {
+			held[name] = nil
 		}
+		for _, r := range c.records(t) {
+			if r.tenant == "acme" {
+				held[r.node] = append(held[r.node], r.id)
+			}
+		}
+		for name, ids := range held {
+			if len(ids) == 0 {
+				empty = name
+			}
+		}
+		return empty
+	}
+	// A node the earlier subtests left without acme's sessions (its
+	// preStop drain moved them all, and the new ones went to the new
+	// node) gets one: placement puts a new session on the emptiest node.
+	for i := 0; ; i++ {
+		empty := read()
+		if empty == "" {
+			break
+		}
+		if i == len(nodes) {
+			t.Fatalf("%s holds none of acme's sessions after %d creates (%v): a session ceiling cannot fill it", empty, i, held)
+		}
+		var out struct {
+			ID string `json:"id"`
+		}
+		nodes["quro-0"].must(t, "POST", "/v1/sessions", acme, map[string]any{"name": fmt.Sprintf("k8s-room-%d", i)}, &out)
 	}
 	// The node drained: the one with the fewest sessions, two at least
 	// (one to move, one to stay); every other holds one, so that a
@@ -700,9 +724,6 @@ func testDrainFindsRoom(t *testing.T, c *cluster, nodes map[string]node, acme, a
 	for name, ids := range held {
 		if name == drained {
 			continue
-		}
-		if len(ids) == 0 {
-			t.Fatalf("%s holds none of acme's sessions (%v): a session ceiling cannot fill it", name, held)
 		}
 		ceiling(t, name, len(ids))
 	}
