@@ -46,12 +46,21 @@ func bridgeMCP(ctx context.Context, t *target, endpoint string, r io.Reader, w i
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	calls := &inFlight{ids: map[jsonrpc.ID]bool{}}
+	// answering is held (shared) by each answer from taking its call off
+	// calls until its error is written, and taken whole before returning:
+	// a call a failed write had just taken off was in no one's list, and
+	// the process could exit before its answer was out (the client read
+	// EOF instead of the way to pass a token).
+	var answering sync.RWMutex
 	// answer sends the client the error of a call still in flight.
 	answer := func(id jsonrpc.ID, msg string) {
+		answering.RLock()
+		defer answering.RUnlock()
 		if calls.end(id) {
 			_ = local.Write(ctx, &jsonrpc.Response{ID: id, Error: &jsonrpc.Error{Code: -32603, Message: msg}})
 		}
 	}
+	defer answering.Lock() // deferred last, so run first: ctx and local still open
 	remoteErr := make(chan error, 1)
 	go func() { // server → client
 		for {
