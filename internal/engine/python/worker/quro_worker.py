@@ -464,10 +464,6 @@ def _flush_loop():
     """The flush thread: while a run is in progress, flushes stdout every
     flush interval (or at once when woken)."""
     global _tick_fd
-    try:
-        _signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals())
-    except Exception:
-        pass
     while True:
         try:
             fd = _tick_fd
@@ -724,7 +720,17 @@ def _setup(flush_ms):
     _wake.acquire()
     if flush_ms > 0:
         _open_tick()
-        _thread.start_new_thread(_flush_loop, ())
+        # The thread is born with every signal blocked (a thread inherits
+        # its creator's mask): a SIGINT for the run must reach the main
+        # thread, or stay pending while user code blocks it there. Blocked
+        # by the thread's first line instead, one that landed before that
+        # line ran (at load, hundreds of ms) interrupted code that had
+        # blocked SIGINT.
+        old = _signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals())
+        try:
+            _thread.start_new_thread(_flush_loop, ())
+        finally:
+            _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
         _flusher = True
     _out.reconfigure(line_buffering=True)  # between runs
     for fd in (REQ_FD, REP_FD):
