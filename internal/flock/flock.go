@@ -38,6 +38,29 @@ func Lock(path string, waiting func()) (unlock func(), err error) {
 	}, nil
 }
 
+// TryLock takes an exclusive flock on path (made, mode 0600, if missing)
+// without waiting: ok is false, and nothing is held, when someone else
+// holds it.
+func TryLock(path string) (unlock func(), ok bool, err error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, false, err
+	}
+	err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) || errors.Is(err, unix.EINTR) {
+		f.Close()
+		return nil, false, nil
+	}
+	if err != nil {
+		f.Close()
+		return nil, false, fmt.Errorf("locking %s: %w", path, err)
+	}
+	return func() {
+		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN) // and if not, the Close releases it
+		f.Close()
+	}, true, nil
+}
+
 // Shared takes a shared flock on path (made, mode 0600, if missing),
 // waiting for an exclusive holder: held by whoever uses what path guards,
 // so that TryRemove does not remove it meanwhile. A lock file that

@@ -111,3 +111,22 @@ func TestSharedAfterARemovalHoldsTheNewFile(t *testing.T) {
 		t.Fatalf("TryRemove took a lock Shared holds: %v, %v", ok, err)
 	}
 }
+
+// TryLock takes a free lock, and refuses at once, holding nothing, while
+// another holds it.
+func TestTryLockDoesNotWait(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	unlock, ok, err := TryLock(path)
+	if !ok || err != nil {
+		t.Fatalf("a free lock: %v, %v", ok, err)
+	}
+	if u, ok, err := TryLock(path); ok || err != nil || u != nil {
+		t.Fatalf("a held lock: %v, %v", ok, err)
+	}
+	unlock()
+	unlock, ok, err = TryLock(path)
+	if !ok || err != nil {
+		t.Fatalf("once released: %v, %v", ok, err)
+	}
+	unlock()
+}

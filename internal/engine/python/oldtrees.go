@@ -99,6 +99,17 @@ const locklessGrace = 10 * time.Minute
 // followed. It returns what it removed; errors are of the directories it
 // could not remove, the rest is removed regardless.
 func removeOldTrees(root string, keep []string) (removed []string, err error) {
+	// One remover at a time on the machine: a lock file TryRemove makes
+	// for a lockless tree is gone before the next remover looks, which
+	// would otherwise take it for a tree's own and skip the grace.
+	unlock, ok, err := flock.TryLock(filepath.Join(root, "python", ".gc.lock"))
+	if errors.Is(err, fs.ErrNotExist) || err == nil && !ok {
+		return nil, nil // nothing installed, or another server collects
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	var errs []error
 	for _, d := range []struct {
 		dir  string
@@ -135,13 +146,14 @@ func removeOldTrees(root string, keep []string) (removed []string, err error) {
 }
 
 // removeTree removes dir, whose lock is held exclusively, unless a box
-// shows it or, lockless, it changed within locklessGrace.
-func removeTree(dir string, locked bool) (bool, error) {
+// shows it or, without a lock file before (a build older than the
+// locks), it changed within locklessGrace.
+func removeTree(dir string, hadLock bool) (bool, error) {
 	fi, err := os.Lstat(dir)
 	if err != nil || !fi.IsDir() {
 		return false, err
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); !locked && ok &&
+	if st, ok := fi.Sys().(*syscall.Stat_t); !hadLock && ok &&
 		time.Since(time.Unix(st.Ctim.Unix())) < locklessGrace {
 		return false, nil
 	}
@@ -163,7 +175,13 @@ func removeTree(dir string, locked bool) (bool, error) {
 // bind mounts, which /proc/PID/mountinfo lists by their device and their
 // path within its filesystem.
 func boundByABox(dir string) (bool, error) {
-	dev, rel, err := mountedAt(dir)
+	// Mount points are real paths: a data directory reached through a
+	// link is matched by where it is.
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return false, err
+	}
+	dev, rel, err := mountedAt(real)
 	if err != nil {
 		return false, err
 	}
@@ -180,11 +198,11 @@ func boundByABox(dir string) (bool, error) {
 		if err != nil || seen[ns] {
 			continue // gone, or a namespace already looked at
 		}
-		seen[ns] = true
 		b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "mountinfo"))
 		if err != nil {
-			continue
+			continue // gone meanwhile: another process of its namespace is read
 		}
+		seen[ns] = true
 		for _, m := range parseMountinfo(b) {
 			if m.dev == dev && (m.root == rel || strings.HasPrefix(m.root, rel+"/")) {
 				return true, nil

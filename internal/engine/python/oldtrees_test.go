@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -159,11 +160,44 @@ func TestOldTreeAnotherProcessHoldsStays(t *testing.T) {
 // removed, though nobody holds its lock; once that namespace is gone, it
 // is.
 func TestOldTreeABoxShowsStays(t *testing.T) {
+	t.Run("direct", func(t *testing.T) { testOldTreeABoxShowsStays(t, false) })
+	t.Run("root-through-a-link", func(t *testing.T) { testOldTreeABoxShowsStays(t, true) })
+}
+
+// testOldTreeABoxShowsStays: with link, the server reaches its install
+// root through a symbolic link (a data directory given so), while the
+// box's mount names the directory where it is.
+func testOldTreeABoxShowsStays(t *testing.T, link bool) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount")
 	}
 	root, keep, old := oldRoot(t)
 	at := t.TempDir()
+	if link {
+		l := filepath.Join(t.TempDir(), "data")
+		if err := os.Symlink(root, l); err != nil {
+			t.Fatal(err)
+		}
+		for i := range keep {
+			keep[i] = filepath.Join(l, strings.TrimPrefix(keep[i], root))
+		}
+		bound := filepath.Join(old[1], "lib")
+		for i := range old {
+			old[i] = filepath.Join(l, strings.TrimPrefix(old[i], root))
+		}
+		root = l
+		release := holder(t, "unshare", "--mount", "--propagation", "private", "sh", "-c",
+			`mount --bind "$1" "$2" && echo held && { read x || :; }`, "sh", bound, at)
+		defer release()
+		removed, err := removeOldTrees(root, keep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(removed, old[1]) || !exists(old[1]) {
+			t.Fatalf("a tree a box shows was removed (%v)", removed)
+		}
+		return
+	}
 	release := holder(t, "unshare", "--mount", "--propagation", "private", "sh", "-c",
 		`mount --bind "$1" "$2" && echo held && { read x || :; }`, "sh", filepath.Join(old[1], "lib"), at)
 	removed, err := removeOldTrees(root, keep)
@@ -176,5 +210,26 @@ func TestOldTreeABoxShowsStays(t *testing.T) {
 	release()
 	if removed, err := removeOldTrees(root, keep); err != nil || !slices.Equal(removed, old[1:2]) {
 		t.Fatalf("once the box is gone: removed %v, %v", removed, err)
+	}
+}
+
+// TestOldTreesAnotherServerCollects: while another server removes old
+// trees (it holds the collection's lock), this one removes nothing; once
+// it is done, this one does.
+func TestOldTreesAnotherServerCollects(t *testing.T) {
+	root, keep, old := oldRoot(t)
+	release := holder(t, "flock", "--exclusive", filepath.Join(root, "python", ".gc.lock"), "sh", "-c", "echo held; read x || :")
+	removed, err := removeOldTrees(root, keep)
+	if err != nil || len(removed) != 0 {
+		t.Fatalf("beside another collector: removed %v, %v", removed, err)
+	}
+	for _, d := range old {
+		if !exists(d) {
+			t.Fatalf("%s was removed", d)
+		}
+	}
+	release()
+	if removed, err := removeOldTrees(root, keep); err != nil || len(removed) != len(old) {
+		t.Fatalf("alone: removed %v, %v", removed, err)
 	}
 }
