@@ -380,7 +380,7 @@ func (a *App) admitMoved(ctx context.Context, tenant string, size int64) error {
 		return err
 	}
 	if lim.Disk > 0 && size > lim.Disk {
-		return capability.Errorf(capability.ResourceExhausted, "the session's files (%s) are larger than the disk quota of tenant %s's sessions here (%s)",
+		return capability.Errorf(capability.ResourceExhausted, "the session's files (%s) are larger than the disk quota here of the sessions of %s (%s)",
 			quota.Human(size), sandbox.DisplayTenant(tenant), quota.Human(lim.Disk))
 	}
 	return nil
@@ -397,25 +397,10 @@ func (m *Mover) Size(ctx context.Context, id string) (int64, error) {
 	if err := m.a.tenants.disks.Remount(s.Dir); err != nil {
 		return 0, fmt.Errorf("session %s: mount its disk: %w", s.Name, err)
 	}
-	var n int64
 	// The box still runs (the size is asked before the pause): a file or
-	// directory its code removes mid-walk is skipped, not a failure.
-	root := s.Workspace()
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			var fi fs.FileInfo
-			if fi, err = d.Info(); err == nil {
-				n += fi.Size()
-			}
-		}
-		if err != nil && p != root && errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		return ctx.Err()
-	})
+	// directory its code removes mid-walk is skipped, not a failure. It is
+	// counted as the move's stream carries it and the receiver charges it.
+	n, err := workspace.ArchiveSize(ctx, s.Workspace())
 	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
 		err = pe.Err // its path is the host's
 	}

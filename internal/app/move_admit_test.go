@@ -59,6 +59,19 @@ func TestMoveIsAdmittedAsACreate(t *testing.T) {
 	if err := to.Mover().Admit(ctx, tenant, size); err != nil {
 		t.Fatalf("a small session on a receiver with room: %v", err)
 	}
+	// A file with twenty names and a 100 MiB sparse file (a venv's or
+	// uv's cache of hard links) are counted as the move carries them:
+	// once, and by their data.
+	if r, err := callAs(t, from, caller, "terminal_exec", TerminalExecInput{Session: s.ID,
+		Command: "head -c 1000000 /dev/urandom > f && for i in $(seq 1 20); do ln f l$i; done && truncate -s 100M sparse"}); err != nil {
+		t.Fatal(err, r)
+	}
+	if size, err = from.Mover().Size(ctx, s.ID); err != nil || size != 1000005 {
+		t.Fatalf("the session's size with hard links and a sparse file: %d %v, want 1000005", size, err)
+	}
+	if err := to.Mover().Admit(ctx, tenant, size); err != nil {
+		t.Fatalf("a session of hard links and holes on a receiver with room: %v", err)
+	}
 
 	if _, ok := to.Sandbox.TenantUsage(""); !ok {
 		t.Skip("no cgroups layer here: no memory ceiling to be at")

@@ -116,6 +116,70 @@ func WriteArchive(ctx context.Context, w io.Writer, dir string) (*CopyStats, err
 	return st, tw.Close()
 }
 
+// ArchiveSize is the bytes of file data WriteArchive would send of the
+// tree under dir, as Extract charges them against its budget: a file with
+// several names counted once, a sparse file by its data, not its length.
+// The tree may change meanwhile (the session still runs): what is removed
+// mid-walk is skipped. It walks through an os.Root, so no directory
+// swapped for a link leads it out of dir.
+func ArchiveSize(ctx context.Context, dir string) (int64, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer root.Close()
+	var n int64
+	seen := map[inode]bool{}
+	err = fs.WalkDir(root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			n, err = addFileData(root, name, d, seen, n)
+		}
+		if err != nil && name != "." && errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return ctx.Err()
+	})
+	return n, err
+}
+
+// addFileData adds to n the data of the regular file name, unless one of
+// its other names was counted (seen).
+func addFileData(root *os.Root, name string, d fs.DirEntry, seen map[inode]bool, n int64) (int64, error) {
+	fi, err := d.Info()
+	if err != nil {
+		return n, err
+	}
+	sys, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return n + fi.Size(), nil
+	}
+	if sys.Nlink > 1 {
+		ino := inode{uint64(sys.Dev), sys.Ino} //nolint:unconvert // Dev's type differs between architectures
+		if seen[ino] {
+			return n, nil
+		}
+		seen[ino] = true
+	}
+	if sys.Blocks*512 >= fi.Size() {
+		return n + fi.Size(), nil // no room for a hole
+	}
+	f, err := root.OpenFile(name, os.O_RDONLY|noFollow|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return n, err
+	}
+	defer f.Close()
+	if now, err := f.Stat(); err != nil || !os.SameFile(fi, now) {
+		return n + fi.Size(), nil // replaced meanwhile: its length, as a bound
+	}
+	for _, s := range dataSegments(f, fi.Size()) {
+		n += s.n
+	}
+	return n, nil
+}
+
 // ExtractOptions bound an Extract.
 type ExtractOptions struct {
 	// Budget caps the bytes of regular files (0: none): an entry that

@@ -325,3 +325,46 @@ func TestExtractNeverWritesThroughALink(t *testing.T) {
 		})
 	}
 }
+
+// TestArchiveSizeIsWhatTheMoveCharges: the size a drain offers a receiver
+// is what the stream carries and Extract charges against its budget: a
+// file with twenty names once, a 100 MiB sparse file by its data; a
+// directory of the tree swapped for a link to the host's tree is not
+// followed.
+func TestArchiveSizeIsWhatTheMoveCharges(t *testing.T) {
+	t.Parallel()
+	src := t.TempDir()
+	data := bytes.Repeat([]byte("0123456789"), 100_000)
+	if err := os.WriteFile(filepath.Join(src, "f"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if err := os.Link(filepath.Join(src, "f"), filepath.Join(src, fmt.Sprintf("l%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sp, err := os.Create(filepath.Join(src, "sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sp.WriteAt([]byte("tail"), 100<<20); err != nil {
+		t.Fatal(err)
+	}
+	sp.Close()
+	os.Symlink("/usr", filepath.Join(src, "usr"))
+	size, err := ArchiveSize(context.Background(), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	wst, err := WriteArchive(context.Background(), &buf, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size != wst.Bytes || size < 1_000_004 || size > 1_000_000+64<<10 {
+		t.Fatalf("ArchiveSize %d, the stream carries %d bytes of data (%+v)", size, wst.Bytes, wst)
+	}
+	if _, err := Extract(context.Background(), &buf, t.TempDir(), ExtractOptions{Budget: size}); err != nil {
+		t.Fatalf("within the size as budget: %v", err)
+	}
+}
