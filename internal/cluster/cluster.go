@@ -99,6 +99,9 @@ type Cluster struct {
 	// view of itself says so at once, before its Lease comes back
 	// through the informer.
 	draining atomic.Bool
+	// acquired is when this start of the node came up: its Lease's
+	// acquireTime (Node.Acquired), the same at every renewal.
+	acquired time.Time
 }
 
 // Index names of the session informer.
@@ -133,7 +136,7 @@ func New(o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{opts: o, dyn: dyn, lookups: lookups, log: o.Logger,
+	c := &Cluster{opts: o, dyn: dyn, lookups: lookups, log: o.Logger, acquired: time.Now(),
 		lookRate: rate.NewLimiter(LookupRate, LookupBurst), changed: make(chan struct{})}
 	if o.lookRate != nil {
 		c.lookRate = o.lookRate
@@ -659,12 +662,17 @@ func (c *Cluster) Forget(ctx context.Context, id, node string) error {
 	})
 }
 
-// Heartbeat creates or renews this node's Lease with its headroom.
+// Heartbeat creates or renews this node's Lease with its headroom. The
+// first renewal of a start acquires the Lease anew (its acquireTime is
+// this start's, and leaseTransitions counts the starts), as a new holder
+// of any Lease does: the other nodes tell this start from the previous
+// one by it (Node.Acquired).
 func (c *Cluster) Heartbeat(ctx context.Context, h Node) error {
 	res := c.dyn.Resource(LeasesGVR).Namespace(c.opts.Namespace)
 	if c.opts.TLS != nil {
 		h.Pin = c.opts.TLS.Pin()
 	}
+	h.Acquired = c.acquired
 	want := leaseObject(c.opts.Namespace, c.opts.Node, c.opts.Address, c.opts.LeaseTTL, h, time.Now())
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur, err := res.Get(ctx, want.GetName(), metav1.GetOptions{})
@@ -675,9 +683,16 @@ func (c *Cluster) Heartbeat(ctx context.Context, h Node) error {
 		if err != nil {
 			return err
 		}
+		n, _, _ := unstructured.NestedInt64(cur.Object, "spec", "leaseTransitions")
+		if !leaseTime(cur, "acquireTime").Equal(leaseTime(want, "acquireTime")) {
+			n++ // this start acquires it
+		}
 		cur.SetLabels(want.GetLabels())
 		cur.SetAnnotations(want.GetAnnotations())
 		cur.Object["spec"] = want.Object["spec"]
+		if n > 0 {
+			_ = unstructured.SetNestedField(cur.Object, n, "spec", "leaseTransitions")
+		}
 		_, err = res.Update(ctx, cur, metav1.UpdateOptions{}) // cur's resourceVersion: a conflict retries
 		return err
 	})
@@ -695,6 +710,9 @@ func leaseObject(ns, node, address string, ttl time.Duration, h Node, now time.T
 			"renewTime":            metav1.NewMicroTime(now).Format(metav1.RFC3339Micro),
 		},
 	}}
+	if !h.Acquired.IsZero() {
+		u.Object["spec"].(map[string]any)["acquireTime"] = metav1.NewMicroTime(h.Acquired).Format(metav1.RFC3339Micro)
+	}
 	u.SetLabels(map[string]string{LabelComponent: ComponentNode, LabelNode: node})
 	u.SetAnnotations(map[string]string{
 		AnnotAddress:  address,

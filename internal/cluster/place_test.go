@@ -118,6 +118,13 @@ func TestLeaseAndSessionObjects(t *testing.T) {
 	if !n.Live(now.Add(10*time.Second)) || n.Live(now.Add(16*time.Second)) {
 		t.Fatal("liveness by the Lease's duration")
 	}
+	if !n.Acquired.IsZero() {
+		t.Fatalf("a Lease without acquireTime (an earlier version's) read as acquired at %s", n.Acquired)
+	}
+	started := now.Add(-time.Hour)
+	if n, _ := nodeFromLease(leaseObject("ns", "quro-1", "10.0.0.7:7070", 15*time.Second, Node{Acquired: started}, now)); !n.Acquired.Equal(started) {
+		t.Fatalf("acquired %s, want this start's %s", n.Acquired, started)
+	}
 	// A Lease of another name that claims quro-1 (any node may write
 	// Leases): not read as quro-1, whatever its pin and address.
 	impostor := leaseObject("ns", "quro-1", "10.0.0.9:7070", 15*time.Second, Node{Pin: "ab"}, now)

@@ -148,10 +148,15 @@ type Router struct {
 }
 
 // assumption is how many sessions this node believes a node holds after
-// placing one there, until the node's Lease and records can say so.
+// placing one there, until the node's Lease and records can say so. It
+// is about one start of the node (acquired, its Lease's acquireTime): a
+// node that restarted holds what its new Lease says, not what this node
+// placed on its previous start (whose sessions its preStop drain moved
+// away).
 type assumption struct {
 	sessions int
 	at       time.Time
+	acquired time.Time
 }
 
 // assumeFor is how long a placement counts before the table shows it: a
@@ -541,7 +546,10 @@ func (rt *Router) create(w http.ResponseWriter, r *http.Request) {
 // informer after the create answered), and nodes alike in memory differ
 // only by count: without its own placements counted, a burst of creates
 // through one node would all go to the same node. So a node counts as
-// holding at least what this node last believed of it, for assumeFor.
+// holding at least what this node last believed of it, for assumeFor,
+// unless it restarted since (its Lease acquired anew): that floor would
+// be the sessions of its previous start, which its drain moved away, and
+// the restarted node, the emptiest, would be passed over.
 // Likewise a tenant's creates that this node placed count against its
 // limit until they have answered (created): a burst of creates at once
 // would otherwise all see the count from before any of them.
@@ -551,7 +559,7 @@ func (rt *Router) place(tenant string, limit int) (*Node, error) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	for i := range nodes {
-		if a, ok := rt.assumed[nodes[i].Name]; ok && now.Sub(a.at) < assumeFor {
+		if a, ok := rt.assumed[nodes[i].Name]; ok && now.Sub(a.at) < assumeFor && a.acquired.Equal(nodes[i].Acquired) {
 			nodes[i].Sessions = max(nodes[i].Sessions, a.sessions)
 		}
 	}
@@ -566,7 +574,7 @@ func (rt *Router) place(tenant string, limit int) (*Node, error) {
 	if rt.assumed == nil {
 		rt.assumed = map[string]assumption{}
 	}
-	rt.assumed[n.Name] = assumption{sessions: n.Sessions + 1, at: now}
+	rt.assumed[n.Name] = assumption{sessions: n.Sessions + 1, at: now, acquired: n.Acquired}
 	return n, nil
 }
 

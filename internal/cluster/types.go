@@ -121,6 +121,12 @@ type Node struct {
 	SessionReserve int64
 	Renewed        time.Time // the Lease's last renewal
 	TTL            time.Duration
+	// Acquired is when this start of the node first wrote its Lease
+	// (the Lease's acquireTime): a node that restarts acquires its Lease
+	// anew, so a belief about the node from before (Router.place's
+	// assumption) is known to be about its previous start. Zero for a
+	// node of an earlier version, which writes none.
+	Acquired time.Time
 	// Draining: quro node drain runs on it; it takes no new session.
 	Draining bool
 	// Pin is the SHA-256 of its node port's certificate (NodeTLS), ""
@@ -155,14 +161,21 @@ func nodeFromLease(u *unstructured.Unstructured) (Node, bool) {
 	n.Pin = an[AnnotPin]
 	secs, _, _ := unstructured.NestedInt64(u.Object, "spec", "leaseDurationSeconds")
 	n.TTL = time.Duration(secs) * time.Second
-	if rt, ok, _ := unstructured.NestedString(u.Object, "spec", "renewTime"); ok {
-		if t, err := time.Parse(metav1.RFC3339Micro, rt); err == nil {
-			n.Renewed = t
-		} else if t, err := time.Parse(time.RFC3339, rt); err == nil {
-			n.Renewed = t
+	n.Renewed = leaseTime(u, "renewTime")
+	n.Acquired = leaseTime(u, "acquireTime")
+	return n, true
+}
+
+// leaseTime is the time in a Lease's spec field (zero when it has none).
+func leaseTime(u *unstructured.Unstructured, field string) time.Time {
+	if s, ok, _ := unstructured.NestedString(u.Object, "spec", field); ok {
+		if t, err := time.Parse(metav1.RFC3339Micro, s); err == nil {
+			return t
+		} else if t, err := time.Parse(time.RFC3339, s); err == nil {
+			return t
 		}
 	}
-	return n, true
+	return time.Time{}
 }
 
 // nameHash is a label value (63 characters at most) for a tenant's
