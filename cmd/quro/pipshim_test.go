@@ -13,6 +13,7 @@ import (
 	"github.com/quro-dev/quro/internal/engine/python"
 	"github.com/quro-dev/quro/internal/pip/piptest"
 	"github.com/quro-dev/quro/internal/rootfs"
+	"github.com/quro-dev/quro/internal/rootfs/rootfstest"
 	"github.com/quro-dev/quro/internal/sandbox"
 )
 
@@ -143,8 +144,8 @@ python3 -c 'import os, purewheel; print(purewheel.VALUE, purewheel.__file__.star
 	}
 }
 
-// TestPipInsideARootfsSession: on a rootfs session without network (a
-// copy of the test rootfs), `pip install` in the shell (the rootfs's pip
+// TestPipInsideARootfsSession: on a rootfs session without network (the
+// shared test rootfs), `pip install` in the shell (the rootfs's pip
 // shim, run by its python3 3.11) has the server fetch and install too,
 // into the session's 3.11 user site; the rootfs is not changed.
 func TestPipInsideARootfsSession(t *testing.T) {
@@ -155,23 +156,25 @@ func TestPipInsideARootfsSession(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (a uid per session)")
 	}
-	data := dataWithTestRootfs(t)
-	seedPython(t, data)
-	// The rootfs's pip shims name their pip directory: this data
-	// directory's is extracted again.
-	markers, _ := filepath.Glob(filepath.Join(data, "python", "pip-*", ".quro-complete"))
-	for _, m := range markers {
-		if err := os.Remove(m); err != nil {
-			t.Fatal(err)
-		}
+	// The shared test rootfs itself, not a copy: nothing here may change
+	// it (checked below), as internal/app's TestPipOnRootfs; a copy was
+	// 296 MB written for a check that it stays unchanged.
+	data := t.TempDir()
+	if err := os.Symlink(rootfstest.Default(t).Dir, rootfs.DirIn(data)); err != nil {
+		t.Fatal(err)
 	}
+	// The seeded pip directory's rootfs shims name the shared Python's
+	// place: the server writes them again for this data directory (the
+	// python package's TestPipFollowsAMovedDataDir), without
+	// extracting pip again.
+	seedPython(t, data)
 	ix := piptest.NewIndex(t, piptest.PureWheel(t, "rootwheel", "1.0", "on the rootfs"))
 	srv := startServerIn(t, data, "--pip-index-url", ix.URL())
 	admin := []string{"Authorization", "Bearer " + srv.token}
 	const js = "application/json"
-	// The server extracts pip again in the background; a box shows the
-	// pip directory once that is done (BoxDirs). A Python run waits for
-	// it, so the rootfs session made after it finds its pip.
+	// The server prepares the interpreter and pip in the background; a
+	// box shows the pip directory once that is done (BoxDirs). A Python
+	// run waits for it, so the rootfs session made after it finds its pip.
 	if r := do(t, "POST", srv.url+"/v1/run_code", js, `{"lang":"python","code":"print(1)","timeout_ms":300000}`, admin...); r.status != 200 || !strings.Contains(r.body, `"exit_code":0`) {
 		t.Fatalf("the run that waits for the preparation: %d %s", r.status, r.body)
 	}
