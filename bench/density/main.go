@@ -77,6 +77,7 @@ var (
 	jsonPath  = flag.String("json", "", "also write the figures as JSON to this file")
 	logWarn   = flag.Bool("log", false, "print the App's warnings (an unfit spare, a failed box) on stderr")
 	memOnly   = flag.Bool("memory-only", false, "measure only memory (the PSS baseline, n idle, n once Python ran) and the host: no timed samples, burst or one-shot runs, and each run may take 2 minutes (for a loaded machine, where the timed parts say little)")
+	commands  = flag.Int("commands", 0, "after the Python run, each session also runs this many one-shot run_code sh true (a spawn each in its box), then PSS is measured again: a session that ran commands")
 	heapProf  = flag.String("heapprofile", "", "write the server's heap profile (pprof) at the baseline and with the n idle sessions to FILE.base and FILE.idle")
 )
 
@@ -289,6 +290,7 @@ type results struct {
 	Baseline *pssPoint            `json:"pss_baseline,omitempty"`
 	Idle     *pssPoint            `json:"pss_idle_at_n,omitempty"`
 	PyOnce   *pssPoint            `json:"pss_python_once_at_n,omitempty"`
+	Busy     *pssPoint            `json:"pss_after_commands_at_n,omitempty"`
 	RunAll   time.Duration        `json:"run_print1_in_all_ns"`
 	Teardown *series              `json:"destroy_teardown,omitempty"`
 	TearWall time.Duration        `json:"destroy_teardown_total_ns"`
@@ -390,30 +392,8 @@ func run(r *results) error {
 			return err
 		}
 	}
-	// 6. PSS at N, idle and after one Python run each.
-	fmt.Fprintf(os.Stderr, "%d idle sessions: waiting %s ...\n", n, *settle)
-	time.Sleep(*settle)
-	if r.Idle, err = measurePSS(); err != nil {
-		destroyAll(ctx, b, ids)
-		return err
-	}
-	writeHeap(".idle")
-	r.Avail[1] = procs.MemAvailable()
-	fmt.Fprintf(os.Stderr, "run_code print(1) in each of the %d ...\n", n)
-	t := time.Now()
-	if err := parallel(len(ids), *clients, func(i int) error {
-		body := benchbed.RunBody(ids[i], "", "print(1)")
-		if *memOnly {
-			body = benchbed.MustJSON(app.RunCodeInput{Session: ids[i], Code: "print(1)", TimeoutMS: 120_000})
-		}
-		return b.Run(ctx, body, "1\n")
-	}); err != nil {
-		destroyAll(ctx, b, ids)
-		return err
-	}
-	r.RunAll = time.Since(t)
-	time.Sleep(*settle)
-	if r.PyOnce, err = measurePSS(); err != nil {
+	// 6. PSS at N: idle, after one Python run each, after commands.
+	if err := memoryAtN(ctx, b, r, ids); err != nil {
 		destroyAll(ctx, b, ids)
 		return err
 	}
@@ -421,7 +401,7 @@ func run(r *results) error {
 	// 7. Teardown.
 	fmt.Fprintf(os.Stderr, "destroying the %d one after the other ...\n", n)
 	r.Teardown = &series{Name: "destroy_session (from n open to 0, sequential)"}
-	t = time.Now()
+	t := time.Now()
 	for _, id := range ids {
 		t0 := time.Now()
 		if err := b.DestroySession(ctx, id); err != nil {
@@ -440,6 +420,55 @@ func run(r *results) error {
 		}
 	}
 	r.load("end")
+	return nil
+}
+
+// memoryAtN measures PSS with the n sessions ids open: idle, once each
+// has run print(1), and (-commands) once each has run that many one-shot
+// sh runs too. The caller destroys ids on an error.
+func memoryAtN(ctx context.Context, b *bed, r *results, ids []string) error {
+	fmt.Fprintf(os.Stderr, "%d idle sessions: waiting %s ...\n", len(ids), *settle)
+	time.Sleep(*settle)
+	var err error
+	if r.Idle, err = measurePSS(); err != nil {
+		return err
+	}
+	writeHeap(".idle")
+	r.Avail[1] = procs.MemAvailable()
+	fmt.Fprintf(os.Stderr, "run_code print(1) in each of the %d ...\n", len(ids))
+	t := time.Now()
+	if err := parallel(len(ids), *clients, func(i int) error {
+		body := benchbed.RunBody(ids[i], "", "print(1)")
+		if *memOnly {
+			body = benchbed.MustJSON(app.RunCodeInput{Session: ids[i], Code: "print(1)", TimeoutMS: 120_000})
+		}
+		return b.Run(ctx, body, "1\n")
+	}); err != nil {
+		return err
+	}
+	r.RunAll = time.Since(t)
+	time.Sleep(*settle)
+	if r.PyOnce, err = measurePSS(); err != nil {
+		return err
+	}
+	if *commands > 0 {
+		fmt.Fprintf(os.Stderr, "run_code sh true %d times in each of the %d ...\n", *commands, len(ids))
+		if err := parallel(len(ids), *clients, func(i int) error {
+			body := benchbed.RunBody(ids[i], "sh", "true")
+			for range *commands {
+				if err := b.Run(ctx, body, ""); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		time.Sleep(*settle)
+		if r.Busy, err = measurePSS(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -740,6 +769,24 @@ func report(r *results) {
 	reportRest(r)
 }
 
+// byComm prints p's PSS by command, per session (less the baseline's),
+// with each command's processes and their mean PSS.
+func byComm(r *results, name string, p *pssPoint) {
+	if p == nil {
+		return
+	}
+	n := int64(r.N)
+	fmt.Printf("per command, %s (PSS per session − baseline; processes, mean PSS each):\n", name)
+	comms := make([]string, 0, len(p.ByComm))
+	for c := range p.ByComm {
+		comms = append(comms, c)
+	}
+	slices.SortFunc(comms, func(a, b string) int { return int(p.ByComm[b] - p.ByComm[a]) })
+	for _, c := range comms {
+		fmt.Printf("  %-16s %5d processes  %s  (%s each)\n", c, p.NComm[c], kib((p.ByComm[c]-r.Baseline.ByComm[c])/n), kib(p.ByComm[c]/int64(max(1, p.NComm[c]))))
+	}
+}
+
 // reportMemory prints the PSS figures.
 func reportMemory(r *results) {
 	if r.Baseline != nil && r.Idle != nil {
@@ -758,6 +805,9 @@ func reportMemory(r *results) {
 		if r.PyOnce != nil {
 			row(fmt.Sprintf("%d sessions, each after one print(1)", r.N), r.PyOnce)
 		}
+		if r.Busy != nil {
+			row(fmt.Sprintf("%d sessions, each after %d run_code sh true too", r.N, *commands), r.Busy)
+		}
 		tw.Flush()
 		idle := (r.Idle.total() - r.Baseline.total()) / n
 		fmt.Printf("goal per idle session ≤ 2 MiB: %s", mverdict(idle, 2<<20))
@@ -767,15 +817,9 @@ func reportMemory(r *results) {
 		}
 		fmt.Printf("\nMemAvailable drop over the %d idle sessions (whole machine, noisy): %s per session\n", r.N,
 			mib((r.Avail[0]-r.Avail[1])/n))
-		fmt.Println("per command, idle at n (PSS per session):")
-		comms := make([]string, 0, len(r.Idle.ByComm))
-		for c := range r.Idle.ByComm {
-			comms = append(comms, c)
-		}
-		slices.SortFunc(comms, func(a, b string) int { return int(r.Idle.ByComm[b] - r.Idle.ByComm[a]) })
-		for _, c := range comms {
-			fmt.Printf("  %-16s %5d processes  %s\n", c, r.Idle.NComm[c], kib((r.Idle.ByComm[c]-r.Baseline.ByComm[c])/n))
-		}
+		byComm(r, "idle at n", r.Idle)
+		byComm(r, "after one print(1)", r.PyOnce)
+		byComm(r, fmt.Sprintf("after %d run_code sh true", *commands), r.Busy)
 		fmt.Println()
 	}
 }
@@ -862,6 +906,9 @@ func summary(r *results) map[string]any {
 	}
 	if r.Baseline != nil && r.PyOnce != nil {
 		out["pss_per_python_once_session_bytes"] = (r.PyOnce.total() - r.Baseline.total()) / int64(r.N)
+	}
+	if r.Baseline != nil && r.Busy != nil {
+		out["pss_per_session_after_commands_bytes"] = (r.Busy.total() - r.Baseline.total()) / int64(r.N)
 	}
 	if r.Teardown != nil {
 		out["destroy_p50_us"] = benchbed.Micro(r.Teardown.q(0.5))

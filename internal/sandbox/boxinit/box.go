@@ -159,6 +159,7 @@ func boxMain(args []string) int {
 	go b.reap()
 	buf := make([]byte, MaxMsg)
 	oob := make([]byte, syscall.CmsgSpace(MaxMsgFDs*4))
+	var heap heapBound
 	for {
 		n, oobn, _, _, err := syscall.Recvmsg(ctl, buf, oob, syscall.MSG_CMSG_CLOEXEC)
 		if err == syscall.EINTR {
@@ -186,6 +187,7 @@ func boxMain(args []string) int {
 		switch kind {
 		case MsgSpawn:
 			b.spawn(buf[:n], fields, fds)
+			heap.after(n)
 		case MsgSignal:
 			closeAll(fds)
 			b.signal(fields)

@@ -361,6 +361,7 @@ func spawnerMain(args []string) int {
 	var cpuLimit uint64 // seconds; 0: none
 	buf := make([]byte, MaxMsg)
 	oob := make([]byte, syscall.CmsgSpace(MaxMsgFDs*4))
+	var heap heapBound
 	for {
 		var n, oobn int
 		for {
@@ -425,6 +426,7 @@ func spawnerMain(args []string) int {
 		if !sent || last {
 			return 0
 		}
+		heap.after(n) // after the answer: the spawn waits for no collection
 	}
 }
 
