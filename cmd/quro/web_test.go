@@ -584,9 +584,15 @@ func (e *e2e) selectOption(sel, by, want string) {
 	e.check(ok, "%s has an option with %s %q", sel, by, want)
 }
 
-// screen is the text of the terminal's visible rows as xterm.js draws them.
+// screenRows is a page function that gives the text of the terminal's
+// visible rows as xterm.js draws them (its spaces are no-break spaces;
+// a row's trailing ones are cut). screen and waitScreen's wait for a
+// redraw read the rows through it alike.
+const screenRows = `() => Array.from(document.querySelector('#terminal .xterm-rows')?.children ?? [], (r) => r.textContent.replace(/\u00a0/g, ' ').trimEnd())`
+
+// screen is the text of the terminal's visible rows.
 func (e *e2e) screen() []string {
-	return eval[[]string](e, `Array.from(document.querySelector('#terminal .xterm-rows')?.children ?? [], (r) => r.textContent.replace(/\u00a0/g, ' ').trimEnd())`)
+	return eval[[]string](e, "("+screenRows+")()")
 }
 
 // waitScreen waits until the terminal's rows satisfy pred, reading them
@@ -597,10 +603,13 @@ func (e *e2e) waitScreen(pred func([]string) bool, what string) {
 		if pred(last) {
 			return
 		}
+		// Wait for rows other than last: compared as screen reads them
+		// (the rows' raw text, no-break spaces and all, never equals
+		// what screen gave, and the wait became a busy loop of reads).
 		_, err := chromedp.Run(e.sctx, chromedp.PollFunction[chromedp.Void](`(prev) => {
-			const el = document.querySelector('#terminal .xterm-rows');
-			return el && el.textContent !== prev;
-		}`, chromedp.WithPollingMutation(), chromedp.WithPollingTimeout(0), chromedp.WithPollingArgs(strings.Join(last, ""))))
+			const rows = (`+screenRows+`)();
+			return rows.length !== prev.length || rows.some((r, i) => r !== prev[i]);
+		}`, chromedp.WithPollingMutation(), chromedp.WithPollingTimeout(0), chromedp.WithPollingArgs(last)))
 		if err != nil {
 			var shown []string
 			for _, l := range last {
