@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -86,12 +87,40 @@ func (v *mountView) makeBase() error {
 	if err := unmountBelow(v.root); err != nil {
 		return err
 	}
+	// Another server's sessions' root is private in the host's namespace
+	// too: its unmounts never reach this copy, which would hold its disks
+	// (and their loop devices, and a deleted image's space) until this
+	// server exits. None of it is any box's business.
+	points, err := mountPoints()
+	if err != nil {
+		return err
+	}
+	for _, p := range otherSessionRoots(points, v.root) {
+		_ = unmountBelow(p) // best effort: what stays costs space, not isolation
+	}
 	f, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/mnt", unix.Gettid()))
 	if err != nil {
 		return fmt.Errorf("mount namespace: %w", err)
 	}
 	v.base = f
 	return nil
+}
+
+// otherSessionRoots are the mount points among points that are another
+// Quro server's sessions' root (own is this one's): a directory named
+// sessions beside a disks directory, as every data directory has them
+// (quota.Open).
+func otherSessionRoots(points []string, own string) []string {
+	var out []string
+	for _, p := range points {
+		if p == own || filepath.Base(p) != "sessions" || slices.Contains(out, p) {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(filepath.Dir(p), "disks")); err == nil && fi.IsDir() {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // parkThread blocks the calling goroutine, locked to a thread that could

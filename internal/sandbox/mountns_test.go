@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -70,6 +71,48 @@ func TestBoxesAreBornWithoutOtherSessionsDisks(t *testing.T) {
 	t.Cleanup(plain.CloseBoxes)
 	if _, _, others := run(plain, "plain-a"); others == 0 {
 		t.Error("a box made from the server's namespace holds no other session's disk: the check cannot see them")
+	}
+}
+
+// TestAnotherServersDisksLeaveTheBase: a server started while another
+// server's sessions have their disks mounted (its root private, as
+// quota.Open makes it) makes its base without them: that server's
+// unmounts never reach a copy, which held its disks, their loop devices
+// and a deleted image's space until this server exited.
+func TestAnotherServersDisksLeaveTheBase(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it mounts")
+	}
+	other := sessionDisks(t, "x")
+	if err := os.Mkdir(filepath.Join(filepath.Dir(other), "disks"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	own := sessionDisks(t, "a")
+	sb, err := New(&Options{SessionBoxes: true, MountRoot: own})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sb.Boxed() {
+		t.Skip("no bubblewrap box here")
+	}
+	t.Cleanup(sb.CloseBoxes)
+	var out bytes.Buffer
+	exit, err := sb.Run(testCtx(t), boxSpec("base-a", filepath.Join(own, "a"), &out, "cat marker"))
+	if err != nil || exit.Code != 0 || out.String() != "a" {
+		t.Fatalf("run: %v %+v %q", err, exit, out.String())
+	}
+	held, boxes := 0, 0
+	sandboxtest.DescendantMounts(t, os.Getpid(), func(f []string) {
+		boxes++
+		if f[4] == other || strings.HasPrefix(f[4], other+"/") {
+			held++
+		}
+	})
+	if boxes == 0 {
+		t.Fatal("no box's mount namespace was read")
+	}
+	if held != 0 {
+		t.Errorf("a box's namespaces hold %d mounts of another server's sessions' disks", held)
 	}
 }
 
