@@ -908,17 +908,7 @@ func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 		}
 	}
 	if pl.boxed {
-		// What the program is told names the box's paths, never the
-		// host's: its arguments, its environment (HOME), its directory.
-		pl.views = viewsOf(pl.writable, append(slices.Clone(s.binds), spec.Binds...), pl.tmp)
-		if args := viewArgs(pl.views, spec.Args); !slices.Equal(args, spec.Args) {
-			c := *spec
-			c.Args = args
-			spec, pl.spec, pl.prog = &c, &c, c.Args[0]
-		}
-		for i, kv := range pl.env {
-			pl.env[i] = viewText(pl.views, kv)
-		}
+		pl.view(append(slices.Clone(s.binds), spec.Binds...))
 	}
 	pl.pol = s.initPolicy(pl)
 	return pl, nil

@@ -79,6 +79,21 @@ func viewArgs(views []Bind, args []string) []string {
 	return out
 }
 
+// view sets the views of pl's box, whose binds are binds, and names by
+// them what the program is told: its arguments and its environment (HOME
+// among it); its directory is named where the box enters it.
+func (pl *plan) view(binds []Bind) {
+	pl.views = viewsOf(pl.writable, binds, pl.tmp)
+	if args := viewArgs(pl.views, pl.spec.Args); !slices.Equal(args, pl.spec.Args) {
+		c := *pl.spec
+		c.Args = args
+		pl.spec, pl.prog = &c, c.Args[0]
+	}
+	for i, kv := range pl.env {
+		pl.env[i] = viewText(pl.views, kv)
+	}
+}
+
 // ViewPath is where a run of s sees the host path p of one of its
 // session's writable directories: beneath the Dst of a writable bind of
 // s (Options.Binds, ForSession's: the workspace at HomeUser) that holds
