@@ -907,9 +907,7 @@ func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 			return nil, fmt.Errorf("%w: writable bind %q is not within the run's writable directories", ErrInvalidSpec, bd.Src)
 		}
 	}
-	if pl.boxed {
-		pl.view(append(slices.Clone(s.binds), spec.Binds...))
-	}
+	pl.view(append(slices.Clone(s.binds), spec.Binds...))
 	pl.pol = s.initPolicy(pl)
 	return pl, nil
 }

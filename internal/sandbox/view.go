@@ -81,8 +81,12 @@ func viewArgs(views []Bind, args []string) []string {
 
 // view sets the views of pl's box, whose binds are binds, and names by
 // them what the program is told: its arguments and its environment (HOME
-// among it); its directory is named where the box enters it.
+// among it); its directory is named where the box enters it. A run
+// outside a box has none.
 func (pl *plan) view(binds []Bind) {
+	if !pl.boxed {
+		return
+	}
 	pl.views = viewsOf(pl.writable, binds, pl.tmp)
 	if args := viewArgs(pl.views, pl.spec.Args); !slices.Equal(args, pl.spec.Args) {
 		c := *pl.spec
