@@ -46,8 +46,8 @@ func Names(s string) string {
 }
 
 // Home is the one name a session's workspace has in everything a model
-// reads or sends: every session box shows the workspace there (besides
-// its host path, which no result names).
+// reads or sends: every session box shows the workspace there, and only
+// there (never at its host path).
 const Home = "/home/user"
 
 // InHome is p, a path in the workspace ws (its host path), named under
@@ -87,27 +87,32 @@ func FromHome(ws, p string) string {
 // path (followed by '/', the end or a character that cannot continue a
 // name) in s with Home: the text a process printed about its own
 // directory ("pwd", a traceback's file name).
-func HomeText(ws, s string) string {
-	ws = strings.TrimSuffix(ws, "/")
-	if ws == "" || !strings.Contains(s, ws) {
+func HomeText(ws, s string) string { return Replace(ws, Home, s) }
+
+// Replace replaces the path from wherever it stands as a path in s
+// (followed by '/', the end or a character that cannot continue a name)
+// with to: how a host path is named by the path a box shows it at.
+func Replace(from, to, s string) string {
+	from = strings.TrimSuffix(from, "/")
+	if from == "" || !strings.Contains(s, from) {
 		return s
 	}
 	var b strings.Builder
 	b.Grow(len(s))
 	for {
-		i := strings.Index(s, ws)
+		i := strings.Index(s, from)
 		if i < 0 {
 			b.WriteString(s)
 			return b.String()
 		}
-		end := i + len(ws)
+		end := i + len(from)
 		if end < len(s) && !strings.ContainsRune("/ \t\n\r\"'`:;,)]>", rune(s[end])) {
 			b.WriteString(s[:end])
 			s = s[end:]
 			continue
 		}
 		b.WriteString(s[:i])
-		b.WriteString(Home)
+		b.WriteString(to)
 		s = s[end:]
 	}
 }

@@ -86,10 +86,8 @@ type Box struct {
 // boxShape is what a box is made of; a spec fits a box when its own shape
 // is contained in it. home is the box's account's home in its passwd,
 // the home of the run that made the box: it does not decide whether a run
-// fits, since HOME is each process's own (a workspace is bound at its
-// host path and at HomeUser, and E2B's processes want HOME /home/user
-// beside run_code's workspace path: two boxes would be two /tmp and two
-// pid namespaces for one session).
+// fits, since HOME is each process's own (two boxes would be two /tmp and
+// two pid namespaces for one session).
 type boxShape struct {
 	uid      int
 	network  string
@@ -131,8 +129,21 @@ func (b *boxShape) holds(x *boxShape) bool {
 			return false
 		}
 	}
+	// A directory the box shows only through a view is one the run was
+	// told of by that view's path (its Dir, HOME, arguments): a run
+	// without the view would name a host path the box does not show.
+	xv := x.views()
+	for _, v := range b.views() {
+		if slices.ContainsFunc(x.writable, func(d string) bool { return beneath(d, v.Src) }) && !slices.Contains(xv, v) {
+			return false
+		}
+	}
 	return true
 }
+
+// views are the directories a box of shape b shows only elsewhere than
+// at their host paths (view.go).
+func (b *boxShape) views() []Bind { return viewsOf(b.writable, b.binds, b.tmp) }
 
 // boxRegistry holds the session boxes of a Sandbox (and of the Sandboxes
 // ForSession derives from it).
@@ -1079,7 +1090,7 @@ func (bx *Box) launch(p *Process, pl *plan, pb *plumbing, args []string) error {
 	p.boxID = strconv.FormatUint(bx.seq, 10)
 	bx.procs[p.boxID] = p
 	bx.mu.Unlock()
-	dir := pl.spec.Dir
+	dir := inView(bx.shape.views(), pl.spec.Dir)
 	if pl.spec.StartsInHome {
 		dir = HomeUser // the box shows the workspace there (prepare)
 	}

@@ -18,8 +18,9 @@ import (
 // read-only view of /usr and the /lib and /bin directories, only the /etc
 // files a program needs, a fresh /proc, a minimal /dev, a size-limited
 // private /tmp, and the session's own directories (the workspace first) as
-// the only writable host paths, mounted at their host paths so that paths in
-// results stay valid for the session's code.
+// the only writable host paths: the workspace at HomeUser and the session's
+// tmp at BoxTmp, never at their host paths (view.go), others at their host
+// paths.
 
 // initPath is where the quro binary is bound inside the box: the init
 // child runs from it, and it is on the box's PATH (BinDir) so that code in
@@ -101,6 +102,7 @@ type bwrapBox struct {
 	readOnly []string // host paths bound read-only at the same path
 	binds    []Bind   // host paths bound elsewhere (read-only unless Writable)
 	places   []Bind   // Options.Places: where read-only paths beneath a Src are shown
+	views    []Bind   // writable directories shown only elsewhere (view.go; setViews)
 	tmp      string   // the run's Spec.TmpDir, bound read-write at BoxTmp, or ""
 	tmpSize  uint64
 	passwd   string
@@ -125,6 +127,13 @@ func (h hostView) lstat(p string) (os.FileInfo, error) { return os.Lstat(h.root 
 func (h hostView) stat(p string) (os.FileInfo, error)  { return os.Stat(h.root + p) }
 func (h hostView) readlink(p string) (string, error)   { return os.Readlink(h.root + p) }
 func (h hostView) open(p string) (*os.File, error)     { return os.Open(h.root + p) }
+
+// setViews derives the box's views from its writable directories, binds
+// and tmp, and its account's home (the run's HOME) from them.
+func (b *bwrapBox) setViews() {
+	b.views = viewsOf(b.writable, b.binds, b.tmp)
+	b.passwd = passwdFor(inView(b.views, b.spec.homeDir()))
+}
 
 // args returns bubblewrap's arguments up to and including "--"; the files
 // it needs are added to fds, and also returned so the caller can close its
@@ -533,6 +542,9 @@ func (b *bwrapBox) sessionPaths(w *bwrapArgs) {
 	// as mount points: traversable, empty, read-only to user code.
 	made := map[string]bool{"/": true, "/tmp": true, "/dev": true, "/dev/shm": true, "/proc": true, RunDir: true, BinDir: true}
 	for _, d := range b.writable {
+		if hidden(b.views, d) {
+			continue // shown at a view's Dst only, below
+		}
 		w.parents(made, d)
 		w.add("--bind", d, d)
 	}
@@ -552,7 +564,7 @@ func (b *bwrapBox) sessionPaths(w *bwrapArgs) {
 	}
 	if b.tmp != "" {
 		// The run's temporary directory where TMPDIR names it (BoxTmp),
-		// besides its host path.
+		// and only there.
 		w.add("--bind", b.tmp, BoxTmp)
 	}
 }
@@ -563,7 +575,7 @@ func (b *bwrapBox) control(w *bwrapArgs) {
 	if b.spec.StartsInHome {
 		w.add("--chdir", HomeUser) // the box shows the workspace there (prepare)
 	} else {
-		w.add("--chdir", b.spec.Dir)
+		w.add("--chdir", inView(b.views, b.spec.Dir))
 	}
 	if b.infoFD != "" {
 		w.add("--info-fd", b.infoFD)

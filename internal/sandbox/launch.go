@@ -91,6 +91,7 @@ func (s *Sandbox) sessionLaunch(pl *plan, shape boxShape, ctl *os.File, ns *Netn
 	bpl.writable, bpl.readOnly = shape.writable, shape.readOnly
 	b := s.bwrapFor(&bpl, &spec)
 	b.binds = shape.binds
+	b.setViews()
 	b.asPID1 = true
 	b.ownNetns = ns != nil
 	// The box init, its spawners and init children are Go programs that

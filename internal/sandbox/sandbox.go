@@ -788,8 +788,12 @@ type plan struct {
 	admin    bool   // Spec.RootfsAdmin
 	writable []string
 	readOnly []string
-	uid      int // the host uid, 0 when the server is not root (or admin)
-	pol      initPolicy
+	// views are the writable directories the box shows elsewhere than at
+	// their host paths (view.go): the workspace at HomeUser, TmpDir at
+	// BoxTmp. nil outside a box.
+	views []Bind
+	uid   int // the host uid, 0 when the server is not root (or admin)
+	pol   initPolicy
 }
 
 // startErr is the StartError of a failure of the server's own: its text
@@ -902,9 +906,8 @@ func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 			!slices.ContainsFunc(pl.writable, func(d string) bool { return beneath(filepath.Clean(bd.Src), d) }) {
 			return nil, fmt.Errorf("%w: writable bind %q is not within the run's writable directories", ErrInvalidSpec, bd.Src)
 		}
-		// Landlock's rules hold for inodes, whatever the name: the rule
-		// for the directory covers it at Dst too.
 	}
+	pl.view(append(slices.Clone(s.binds), spec.Binds...))
 	pl.pol = s.initPolicy(pl)
 	return pl, nil
 }
@@ -926,8 +929,14 @@ func (s *Sandbox) initPolicy(pl *plan) initPolicy {
 		Seccomp:  s.layers.ok(LayerSeccomp),
 		Network:  pl.network,
 		OwnNetns: pl.boxed && pl.network != NetworkHost,
-		RW:       append(slices.Clone(pl.writable), "/tmp", "/dev/shm"),
 	}
+	for _, d := range pl.writable {
+		// Where the box shows it (Landlock opens the path in the box).
+		if at := inView(pl.views, d); !slices.Contains(pol.RW, at) {
+			pol.RW = append(pol.RW, at)
+		}
+	}
+	pol.RW = append(pol.RW, "/tmp", "/dev/shm")
 	if pl.admin {
 		pol.RW = append(pol.RW, rootfsAdminRW...)
 		pol.Caps = AdminCaps
@@ -1230,7 +1239,8 @@ func (s *Sandbox) admitTenant(dir string) (*Tenant, error) {
 // bwrapFor describes the box of pl.
 func (s *Sandbox) bwrapFor(pl *plan, spec *Spec) *bwrapBox {
 	box := &bwrapBox{spec: spec, self: s.self, host: s.host, network: pl.network, writable: pl.writable, readOnly: pl.readOnly,
-		binds: append(slices.Clone(s.binds), spec.Binds...), places: s.places, tmp: pl.tmp, tmpSize: 256 << 20, passwd: passwdFor(spec.homeDir()), admin: pl.admin}
+		binds: append(slices.Clone(s.binds), spec.Binds...), places: s.places, tmp: pl.tmp, tmpSize: 256 << 20, admin: pl.admin}
+	box.setViews()
 	if pl.admin {
 		box.passwd = "" // the rootfs's own accounts, which dpkg may change
 	}

@@ -49,11 +49,14 @@ func newShell(t *testing.T, mod func(*ShellOptions)) (*Shell, string, *envBox) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A session's layout: the workspace and its tmp side by side (the
+	// box shows the tmp at sandbox.BoxTmp only, and so all beneath it).
 	dir := t.TempDir()
-	ws := filepath.Join(dir, "workspace")
+	ws, tmp := filepath.Join(dir, "workspace"), filepath.Join(dir, "tmp")
 	os.MkdirAll(ws, 0o755)
+	os.MkdirAll(tmp, 0o755)
 	env := &envBox{}
-	opts := ShellOptions{Sandbox: sb, Workspace: ws, TmpDir: dir, OutputsDir: filepath.Join(ws, ".quro/outputs"), Env: env.get}
+	opts := ShellOptions{Sandbox: sb, Workspace: ws, TmpDir: tmp, OutputsDir: filepath.Join(ws, ".quro/outputs"), Env: env.get}
 	if mod != nil {
 		mod(&opts)
 	}

@@ -664,3 +664,23 @@ func TestEnvdProcessLimitIsResourceExhausted(t *testing.T) {
 		t.Fatalf("end after the kill: %v", end)
 	}
 }
+
+// Attack: a process started through envd learns the server's data
+// directory (a temporary directory named after the test here) from its
+// box: the mount points, its directories, its variables, /etc/passwd,
+// the other processes' directories. None of them names it (the mount
+// table's bind sources are the kernel's: docs/security.md).
+func TestEnvdProcessSeesNoHostPath(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	ev := e.start(t, id, bash(`cut -d' ' -f5 /proc/self/mountinfo; pwd -P; readlink /proc/self/cwd /proc/[0-9]*/cwd; `+
+		`tr '\0' '\n' < /proc/self/environ; cat /etc/passwd; echo "TMP=$(cd "$TMPDIR" && pwd -P)"`, false), nil)
+	ev.startPid(t)
+	end, stdout, stderr := ev.end(t)
+	if end.GetExitCode() != 0 || !strings.Contains(stdout, "\n/home/user\n") || !strings.Contains(stdout, "TMP=/run/quro/tmp\n") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", end.GetExitCode(), stdout, stderr)
+	}
+	if name := strings.SplitN(t.Name(), "/", 2)[0]; strings.Contains(stdout+stderr, name) {
+		t.Fatalf("the box shows the data directory (%s):\n%s%s", name, stdout, stderr)
+	}
+}

@@ -444,10 +444,11 @@ func (w *worker) kill() {
 
 // bind makes a spare worker the session's: its directory and variables.
 func (w *worker) bind(ctx context.Context, dir, home, tmp string, env map[string]string) error {
-	msg := map[string]any{"op": "bind", "cwd": dir,
-		// TMPDIR as the sandbox names it to a program (sandbox.BoxTmp in
-		// a box), never its host path.
-		"base": map[string]string{"HOME": home, "TMPDIR": w.sb.TmpPath(tmp, tmp)}, "env": nonNil(env)}
+	// The directory, HOME and TMPDIR as the box shows them (the workspace
+	// at /home/user, sandbox.BoxTmp), never their host paths, which the
+	// box does not show.
+	msg := map[string]any{"op": "bind", "cwd": w.sb.ViewPath(dir),
+		"base": map[string]string{"HOME": w.sb.ViewPath(home), "TMPDIR": w.sb.TmpPath(tmp, tmp)}, "env": nonNil(env)}
 	if err := w.send(msg); err != nil {
 		return err
 	}
@@ -554,7 +555,7 @@ func (w *worker) runMessage(req *runcode.Request, env map[string]string, token [
 		if c.ID != "" {
 			msg.Ctx = &c.ID
 			msg.Cwd = c.Dir
-			msg.WS = req.Session.Workspace()
+			msg.WS = w.sb.ViewPath(req.Session.Workspace())
 		}
 		msg.CX = true
 		msg.Rich = c.Rich
