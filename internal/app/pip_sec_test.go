@@ -118,9 +118,10 @@ func TestPipIndexCredentialsStayWithTheServer(t *testing.T) {
 	}
 }
 
-// pipOfFetch finds the pid of the fetch box's pip of the app's data
-// directory (its command line names the cache's scratch directory).
-func pipOfFetch(t *testing.T, dataDir string) int {
+// pipOfFetch finds the pid of the fetch box's pip that asks index, the
+// test's own (the box names its scratch directory by the box's path,
+// not by the data directory's).
+func pipOfFetch(t *testing.T, index string) int {
 	t.Helper()
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -133,11 +134,11 @@ func pipOfFetch(t *testing.T, dataDir string) int {
 			continue
 		}
 		args := strings.Split(string(b), "\x00")
-		if slices.Contains(args, "download") && strings.Contains(string(b), filepath.Join(dataDir, "pip")) && !strings.Contains(args[0], "bwrap") {
+		if i := slices.Index(args, "--index-url"); slices.Contains(args, "download") && i >= 0 && i+1 < len(args) && args[i+1] == index && !strings.Contains(args[0], "bwrap") {
 			return pid
 		}
 	}
-	t.Fatal("no pip download process of this data directory")
+	t.Fatal("no pip download process from this test's index")
 	return 0
 }
 
@@ -196,7 +197,7 @@ func TestPipFetchInTenantCgroupOneAtATime(t *testing.T) {
 	if p := <-arrived; p != "/simple/quroslow/" {
 		t.Fatalf("first request %q", p)
 	}
-	pid := pipOfFetch(t, a.DataDir)
+	pid := pipOfFetch(t, srv.URL+"/simple/")
 	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
 		t.Fatal(err)
