@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/rootfs"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/session"
@@ -163,8 +164,8 @@ func checkUserSiteInstalls(t *testing.T, e runcode.Engine, s *session.Session, v
 	t.Helper()
 	r := runOn(t, e, s, nil, "import site, sys\nprint(site.getusersitepackages())", time.Minute)
 	want := filepath.Join(s.Workspace(), ".local/lib/python"+version+"/site-packages")
-	if strings.TrimSpace(r.out) != want {
-		t.Fatalf("user site: %q (err %q), want %q", r.out, r.err, want)
+	if strings.TrimSpace(r.out) != shownAt(s, want) {
+		t.Fatalf("user site: %q (err %q), want %q", r.out, r.err, shownAt(s, want))
 	}
 	if r := runOn(t, e, s, nil, "import quro_user_mod", time.Minute); !strings.Contains(r.err, "ModuleNotFoundError") {
 		t.Fatalf("before the install: %q %q", r.out, r.err)
@@ -175,7 +176,7 @@ func checkUserSiteInstalls(t *testing.T, e runcode.Engine, s *session.Session, v
 	if err := os.WriteFile(filepath.Join(want, "quro_user_mod.py"), []byte("VALUE = 7\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if r := runOn(t, e, s, nil, "import quro_user_mod\nprint(quro_user_mod.VALUE, quro_user_mod.__file__)", time.Minute); r.out != "7 "+filepath.Join(want, "quro_user_mod.py")+"\n" {
+	if r := runOn(t, e, s, nil, "import quro_user_mod\nprint(quro_user_mod.VALUE, quro_user_mod.__file__)", time.Minute); r.out != "7 "+shownAt(s, filepath.Join(want, "quro_user_mod.py"))+"\n" {
 		t.Fatalf("after the install: %+v out %q err %q", r.Result, r.out, r.err)
 	}
 	// A second package in the same, now known, directory.
@@ -193,7 +194,7 @@ func checkUserSiteInstalls(t *testing.T, e runcode.Engine, s *session.Session, v
 	if err := os.WriteFile(filepath.Join(src, "quro_editable_mod.py"), []byte("VALUE = 9\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(want, "__editable__.quro_editable.pth"), []byte(src+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(want, "__editable__.quro_editable.pth"), []byte(shownAt(s, src)+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if r := runOn(t, e, s, nil, "import quro_editable_mod\nprint(quro_editable_mod.VALUE)", time.Minute); r.out != "9\n" {
@@ -436,4 +437,14 @@ func TestRootfsWorkerRemembersFailedStart(t *testing.T) {
 	if r := runOn(t, e, s, nil, "print(2)", time.Minute); r.out != "2\n" || starts.Load() != 3 {
 		t.Errorf("after removing the .pth: %+v out %q err %q, %d starts", r.Result, r.out, r.err, starts.Load())
 	}
+}
+
+// shownAt is where the session's runs see the host path p of its
+// workspace: at /home/user in a box (which shows the workspace there
+// only), at p itself without one.
+func shownAt(s *session.Session, p string) string {
+	if testSB.Boxed() {
+		return hostpath.InHome(s.Workspace(), p)
+	}
+	return p
 }
