@@ -101,14 +101,14 @@ func TestAnotherServersDisksLeaveTheBase(t *testing.T) {
 	if err != nil || exit.Code != 0 || out.String() != "a" {
 		t.Fatalf("run: %v %+v %q", err, exit, out.String())
 	}
-	held, boxes := 0, 0
+	held, mounts := 0, 0
 	sandboxtest.DescendantMounts(t, os.Getpid(), func(f []string) {
-		boxes++
+		mounts++
 		if f[4] == other || strings.HasPrefix(f[4], other+"/") {
 			held++
 		}
 	})
-	if boxes == 0 {
+	if mounts == 0 {
 		t.Fatal("no box's mount namespace was read")
 	}
 	if held != 0 {

@@ -107,12 +107,11 @@ func (s *Sandbox) ViewPath(p string) string {
 	if s == nil || !s.Boxed() {
 		return p
 	}
-	var v []Bind
+	var writable []string
 	for _, bd := range s.binds {
 		if bd.Writable {
-			v = append(v, Bind{Src: filepath.Clean(bd.Src), Dst: filepath.Clean(bd.Dst), Writable: true})
+			writable = append(writable, filepath.Clean(bd.Src))
 		}
 	}
-	slices.SortStableFunc(v, func(a, b Bind) int { return cmp.Compare(len(b.Src), len(a.Src)) })
-	return inView(v, p)
+	return inView(viewsOf(writable, s.binds, ""), p)
 }
