@@ -525,7 +525,11 @@ func TestSpawnerDeathKillsItsProgram(t *testing.T) {
 	if tid == 0 {
 		t.Fatal("no thread of the spawner waits for a request")
 	}
-	traced := make(chan error, 1)
+	// The spawn is asked for once the thread is traced: asked for
+	// before, it could be over before the trace began, and the test then
+	// waited for a fork that had been (1 run in 5 to 20 beside stress-ng
+	// failed so, the spawner let go idle 30 s later: "ended first").
+	traced, seized := make(chan error, 1), make(chan struct{})
 	go func() {
 		runtime.LockOSThread() // ptrace requests come from the tracing thread
 		defer runtime.UnlockOSThread()
@@ -534,6 +538,7 @@ func TestSpawnerDeathKillsItsProgram(t *testing.T) {
 			traced <- fmt.Errorf("PTRACE_SEIZE %d: %w", tid, errno)
 			return
 		}
+		close(seized)
 		for {
 			var ws syscall.WaitStatus
 			if _, err := syscall.Wait4(tid, &ws, syscall.WALL, nil); err != nil {
@@ -558,6 +563,11 @@ func TestSpawnerDeathKillsItsProgram(t *testing.T) {
 			}
 		}
 	}()
+	select {
+	case <-seized:
+	case terr := <-traced:
+		t.Fatal(terr)
+	}
 	var out bytes.Buffer
 	spec = boxSpec("spawner-death", dir, &out, "")
 	spec.Args = []string{"sleep", "1000"}

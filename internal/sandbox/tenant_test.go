@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/quro-dev/quro/internal/soak"
 )
 
 // tenantEnv is a sandbox whose runs belong to tenant "a" (directories under
@@ -707,7 +709,13 @@ func TestCgroupStartErrorNamesNoHostPath(t *testing.T) {
 // counts until the test reaps it: the first count holds it whatever the
 // kernel's pace. (With the box's own processes, which its kill ends, the
 // kernel could have reaped enough of them before the count that the run
-// was admitted at once, and the race was not landed.)
+// was admitted at once, and the race was not landed.) The box's end in
+// the background is held in its slot until that count: left to run, it
+// could complete before the admission looked at the ending boxes (3 runs
+// in 200 beside stress-ng), and the count then held the test's own
+// unreaped process with no box to wait for, a refusal no server gives
+// (a box that has ended has no process left in its tenant's cgroup:
+// bubblewrap is reaped only after its pid namespace is empty).
 func TestCeilingRefusalCountsAgainAfterABoxEndedDuringTheCount(t *testing.T) {
 	e := newTenantEnvWith(t, Limits{Tasks: 200}, &Options{SessionBoxes: true})
 	s1 := e.dir(t, "a", "s1")
@@ -736,15 +744,25 @@ func TestCeilingRefusalCountsAgainAfterABoxEndedDuringTheCount(t *testing.T) {
 	if _, err := e.sb.Run(testCtx(t), &Spec{Args: []string{"true"}, Dir: e.dir(t, "a", "s2")}); !errors.Is(err, ErrTenantCeiling) {
 		t.Fatalf("a run beside the holder: %v, want ErrTenantCeiling", err)
 	}
+	r := e.sb.boxes
+	gate := make(chan struct{})
+	var open sync.Once
+	release := func() { open.Do(func() { close(gate) }) }
+	t.Cleanup(release) // before the sandbox's, which ends the boxes
+	r.teardownHook = func(start bool) {
+		if start {
+			<-gate // the background end waits for the count
+		}
+	}
 	e.sb.EndSession(key)
 	e.forget(s1)
-	r := e.sb.boxes
 	refusals := 0
 	e.sb.refused = func() {
 		refusals++
 		// The box's end completes and it leaves the ending set, as its
 		// background goroutine does, after the count that held it; the
 		// extra process, killed with the box's cgroup, is reaped.
+		release()
 		bx.finish()
 		reaped()
 		r.mu.Lock()
@@ -758,6 +776,57 @@ func TestCeilingRefusalCountsAgainAfterABoxEndedDuringTheCount(t *testing.T) {
 		t.Fatalf("the first count was refused %d times, want once: the race was not landed", refusals)
 	}
 	<-h.done
+}
+
+// A destroy gives its processes back to the next start of its tenant at
+// once: a run (a new session's box) right after EndSession, with the
+// tenant at its process ceiling until the destroyed box's processes have
+// gone, is admitted, never refused with the processes of a box that is
+// ending or has just ended. The real race, each time: the background
+// end, the kernel's teardown of the pid namespace and the admission's
+// count run as they come. TestSoakRunAtTheCeilingRightAfterADestroy
+// runs it 200 times (make test-soak).
+func TestRunAtTheCeilingRightAfterADestroyIsAdmitted(t *testing.T) {
+	t.Parallel() // its own sandbox and tenants (tenantEnv)
+	destroyThenRunAtTheCeiling(t, 3)
+}
+
+func TestSoakRunAtTheCeilingRightAfterADestroy(t *testing.T) {
+	soak.Skip(t)
+	destroyThenRunAtTheCeiling(t, 200)
+}
+
+func destroyThenRunAtTheCeiling(t *testing.T, rounds int) {
+	e := newTenantEnvWith(t, Limits{Tasks: 1000}, &Options{SessionBoxes: true})
+	for i := range rounds {
+		e.aLimits = Limits{Tasks: 1000}
+		s := e.dir(t, "a", fmt.Sprintf("held%d", i))
+		h := e.hold(t, s, "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do sleep 1000 & done; echo HELD; wait")
+		if !strings.Contains(h.ready, "HELD") {
+			t.Fatalf("holder: %q", h.ready+h.rest())
+		}
+		u, _ := e.sb.TenantUsage(e.a)
+		// At the ceiling while the holder's box lives (admission refuses
+		// at its count plus a margin of 8; the 4 spare tasks forgive a
+		// thread of its box that ends meanwhile), and far below it once
+		// the box has gone: room for the next session's box.
+		e.aLimits = Limits{Tasks: u.Tasks + 4}
+		next := e.dir(t, "a", fmt.Sprintf("next%d", i))
+		if _, err := e.sb.Run(testCtx(t), &Spec{Args: []string{"true"}, Dir: next, Session: e.session(next)}); !errors.Is(err, ErrTenantCeiling) {
+			t.Fatalf("a run beside the holder's %d tasks: %v, want ErrTenantCeiling", u.Tasks, err)
+		}
+		key := e.session(s)
+		e.sb.EndSession(key)
+		e.forget(s)
+		var out bytes.Buffer
+		if exit, err := e.sb.Run(testCtx(t), &Spec{Args: []string{"echo", "ran"}, Dir: next, Session: e.session(next), Stdout: &out, Stderr: &out}); err != nil || exit.Code != 0 {
+			t.Fatalf("round %d: a run right after the destroy of the session holding %d tasks: %v %+v %q", i, u.Tasks, err, exit, out.String())
+		}
+		<-h.done
+		e.sb.EndSession(e.session(next))
+		e.sb.AwaitEnded(e.session(next))
+		e.sb.AwaitEnded(key)
+	}
 }
 
 // A box still ending counts as its tenant's though the session is gone
