@@ -100,16 +100,17 @@ func testDrainFindsRoom(t *testing.T, c *cluster, nodes map[string]node, acme, a
 	if drained == "" {
 		t.Fatalf("no node holds two of acme's sessions: %v", held)
 	}
-	// The ceiling, the cluster's: set through one node, awaited on every
-	// node (each applies it as its informer brings it).
+	// The ceiling, the cluster's: set through one node, awaited on each
+	// node the drain asks (each applies it as its informer brings it).
 	ceiling := func(t *testing.T, sessions int) {
 		t.Helper()
 		body := map[string]any{"tenant": "acme"}
 		if sessions > 0 {
 			body["sessions"] = sessions
 		}
-		nodes[via[0]].must(t, "POST", "/v1/set_tenant_limits", admin, body, nil)
-		for name, n := range nodes {
+		nodes[drained].must(t, "POST", "/v1/set_tenant_limits", admin, body, nil) // any node: the drained one serves the operator too
+		for name := range held {                                                  // the nodes placement chooses, and the drained one
+			n := nodes[name]
 			deadline := time.Now().Add(2 * time.Minute)
 			for {
 				var info struct {
