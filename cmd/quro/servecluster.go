@@ -144,7 +144,9 @@ func joinCluster(ctx context.Context, cfg *rest.Config, cf *clusterFlags, a *app
 	// through the informer by the app's one tenant-limit layer; a change
 	// another node wrote is applied here at once (a larger disk quota
 	// grows the tenant's sessions here).
-	a.UseTenantLimitsSource(c)
+	if err := a.UseTenantLimitsSource(ctx, c, "the cluster's tenants.quro.dev objects (namespace "+cf.namespace+")"); err != nil {
+		return nil, err
+	}
 	if err := c.OnTenantChange(func(tenant string) { go a.TenantLimitsChanged(ctx, tenant) }); err != nil {
 		return nil, err
 	}

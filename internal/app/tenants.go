@@ -313,6 +313,9 @@ func (t *tenants) Set(ctx context.Context, tenant string, l TenantLimits) error 
 	if err := l.check(); err != nil {
 		return fmt.Errorf("%w: %w", session.ErrBadName, err)
 	}
+	if err := t.elsewhere(ctx); err != nil {
+		return err
+	}
 	b, _ := json.Marshal(l)
 	if err := t.source().SetTenantLimits(ctx, tenant, string(b)); err != nil {
 		return err
@@ -354,11 +357,52 @@ func (t *tenants) source() TenantLimitsSource {
 	return storeSource{t.store}
 }
 
+// clusterLimitsKey is the setting that marks a data directory whose
+// server is a cluster node: where its tenants' ceilings are (its value,
+// "" for none). Another process on the data directory (quro tenant limits
+// set in-process) reads it and refuses to set or show the store's, which
+// no node reads.
+const clusterLimitsKey = "tenant_limits_source"
+
 // UseTenantLimitsSource makes src the one place the tenants' own
 // ceilings are read from and written to (quro serve --cluster: the
-// cluster's API server), in place of the data directory's store. Called
-// before the server serves.
-func (a *App) UseTenantLimitsSource(src TenantLimitsSource) { a.tenants.src.Store(&src) }
+// cluster's API server, where names it for messages), in place of the
+// data directory's store, and marks the data directory so. Called before
+// the server serves.
+func (a *App) UseTenantLimitsSource(ctx context.Context, src TenantLimitsSource, where string) error {
+	a.tenants.src.Store(&src)
+	return a.Store.SetSetting(ctx, clusterLimitsKey, where)
+}
+
+// UseStoreTenantLimits drops the mark of UseTenantLimitsSource a previous
+// server left (quro serve without --cluster on a former node's data
+// directory): the store is the source again.
+func (a *App) UseStoreTenantLimits(ctx context.Context) error {
+	v, err := a.Store.Setting(ctx, clusterLimitsKey)
+	if errors.Is(err, store.ErrNotFound) || err == nil && v == "" {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return a.Store.SetSetting(ctx, clusterLimitsKey, "")
+}
+
+// elsewhere refuses this process the store's ceilings when the data
+// directory's server keeps them elsewhere (UseTenantLimitsSource), so
+// that a set here is never silently ignored by the server.
+func (t *tenants) elsewhere(ctx context.Context) error {
+	if t.src.Load() != nil {
+		return nil
+	}
+	v, err := t.store.Setting(ctx, clusterLimitsKey)
+	if err != nil || v == "" {
+		return nil //nolint:nilerr // no mark (or none readable): the store is the source
+	}
+	return capability.Errorf(capability.InvalidArgument,
+		"this data directory's server keeps the tenants' ceilings in %s, not here: set and show them through the server "+
+			"(quro tenant limits set or show --server http://127.0.0.1:7070 on its host or in its pod, or any node with the operator's token)", v)
+}
 
 // TenantLimitsChanged applies tenant's ceilings, changed by another
 // node, to what they bound here at once: a larger disk quota grows the
@@ -879,6 +923,9 @@ func (t *TenantLimitsInfo) Text() string {
 // are reported as such (the operator reads why, and quro tenant limits set
 // starts again from the defaults), not as an error.
 func (a *App) tenantLimitsInfo(ctx context.Context, tenant string) (*TenantLimitsInfo, error) {
+	if err := a.tenants.elsewhere(ctx); err != nil {
+		return nil, err
+	}
 	own, eff, err := a.tenantLimitsOf(ctx, tenant)
 	var ue *CeilingsUnreadableError
 	if errors.As(err, &ue) {
