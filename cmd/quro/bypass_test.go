@@ -368,14 +368,21 @@ var appUses = map[string]map[string]bool{
 	// the session), the live events the controller publishes, the tokens of
 	// --tokens-file (a cluster's shared Secret), metrics (the
 	// in-session sockets' connection counts among them) and the log line.
-	"serve.go": {"Sessions": true, "Authenticate": true, "EnsureAdminToken": true, "ImportTokens": true, "OpenPTY": true, "Events": true, "TakeShell": true, "HandBackShell": true, "Metrics": true, "Sandbox": true, "PreparePython": true, "InSession": true},
+	// A server that is no cluster node keeps the tenants' ceilings in its
+	// store (UseStoreTenantLimits drops a former node's mark).
+	"serve.go": {"Sessions": true, "Authenticate": true, "EnsureAdminToken": true, "ImportTokens": true, "OpenPTY": true, "Events": true, "TakeShell": true, "HandBackShell": true, "Metrics": true, "Sandbox": true, "PreparePython": true, "InSession": true, "UseStoreTenantLimits": true},
 	// A cluster node lists the sessions it holds (to publish them), and
 	// moves them to other nodes when drained (app.Mover: the session's
 	// life owner quiesces and releases; no caller's call, the operator's
 	// token on the drain route and the cluster's key on the move route),
 	// and records each drain and move in the audit log (AuditAction: an
-	// entry, no state changed).
-	"servecluster.go": {"Sessions": true, "Mover": true, "AuditAction": true},
+	// entry, no state changed). The tenants' ceilings are the cluster's:
+	// the app's tenant-limit layer reads and writes them through the
+	// cluster (UseTenantLimitsSource; set_tenant_limits stays the one way
+	// to set them), applies another node's change (TenantLimitsChanged)
+	// and gives placement a tenant's session ceiling (TenantOwnLimits, a
+	// read).
+	"servecluster.go": {"Sessions": true, "Mover": true, "AuditAction": true, "UseTenantLimitsSource": true, "TenantLimitsChanged": true, "TenantOwnLimits": true},
 	// quro term attaches to the PTY open_terminal started.
 	"term.go": {"OpenPTY": true},
 	// The E2B access path's wiring: API keys are tokens (and an access

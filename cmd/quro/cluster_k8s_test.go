@@ -58,6 +58,7 @@ func quroToken() string {
 // node is a quro serve in cluster mode.
 type node struct {
 	name, url string
+	data      string // its data directory
 	stop      func()
 }
 
@@ -87,7 +88,7 @@ func startNode(t testing.TB, name, kubeconfig, tokens string, extra ...string) *
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx); pw.Close() }()
 	stopped := false
-	n := &node{name: name}
+	n := &node{name: name, data: data}
 	n.stop = func() {
 		if stopped {
 			return

@@ -202,6 +202,8 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 		if f.node, err = joinCluster(cmd.Context(), cfg, &f.cluster, a, f.maxSessions, f.maxPerTenant, f.e2bOn, log); err != nil {
 			return err
 		}
+	} else if err := a.UseStoreTenantLimits(cmd.Context()); err != nil { // a former node's data directory: its own ceilings again
+		return err
 	}
 	watchConns(a.Metrics, ln)
 	go watchFDs(cmd.Context(), log, fdLimit, f.patrol)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -96,9 +97,11 @@ func (c *clusterFlags) resolve(listening net.Addr) (*rest.Config, error) {
 type clusterNode struct {
 	c      *cluster.Cluster
 	member *cluster.Member
-	limit  int    // a tenant's sessions across the cluster (0: none)
-	key    []byte // the cluster's forwarding key (Router.Key)
-	tls    *cluster.NodeTLS
+	limit  int // a tenant's sessions across the cluster (0: none), unless its own ceilings say (tenantLimit)
+	// own are a tenant's own ceilings, the cluster's (app.TenantOwnLimits).
+	own func(ctx context.Context, tenant string) (app.TenantLimits, error)
+	key []byte // the cluster's forwarding key (Router.Key)
+	tls *cluster.NodeTLS
 	// e2bKey is the cluster's E2B key (Cluster.E2BKey), the secret of
 	// every node's E2B access tokens; nil when the E2B routes are off.
 	e2bKey  []byte
@@ -137,6 +140,16 @@ func joinCluster(ctx context.Context, cfg *rest.Config, cf *clusterFlags, a *app
 	if err := c.Start(ctx, time.Minute); err != nil {
 		return nil, err
 	}
+	// A tenant's ceilings are the cluster's (tenants.quro.dev), read
+	// through the informer by the app's one tenant-limit layer; a change
+	// another node wrote is applied here at once (a larger disk quota
+	// grows the tenant's sessions here).
+	if err := a.UseTenantLimitsSource(ctx, c, "the cluster's tenants.quro.dev objects (namespace "+cf.namespace+")"); err != nil {
+		return nil, err
+	}
+	if err := c.OnTenantChange(func(tenant string) { go a.TenantLimitsChanged(ctx, tenant) }); err != nil {
+		return nil, err
+	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	key, err := c.ForwardKey(sctx)
@@ -166,7 +179,7 @@ func joinCluster(ctx context.Context, cfg *rest.Config, cf *clusterFlags, a *app
 	}
 	go m.Run(ctx, 0)
 	log.Info("quro cluster node", "node", cf.node, "namespace", cf.namespace, "address", cf.address)
-	n := &clusterNode{c: c, member: m, limit: max(perTenant, 0), key: key, e2bKey: e2bKey, tls: ntls,
+	n := &clusterNode{c: c, member: m, limit: max(perTenant, 0), own: a.TenantOwnLimits, key: key, e2bKey: e2bKey, tls: ntls,
 		drainer: &cluster.Drainer{C: c, Member: m, Local: mover, Key: key, TLS: ntls}, audit: a.AuditAction}
 	n.drainer.Adopted = n.auditAdopted
 	return n, nil
@@ -191,13 +204,28 @@ func localSessions(a *app.App) func(ctx context.Context) ([]cluster.LocalSession
 	}
 }
 
+// tenantLimit is Router.TenantLimit: tenant's sessions across the
+// cluster, its own session ceiling when the operator set one (negative:
+// none), else the node's --max-sessions-per-tenant. Ceilings that cannot
+// be read leave the node's: the owner refuses the create (unavailable).
+func (n *clusterNode) tenantLimit(tenant string) int {
+	own, err := n.own(context.Background(), tenant)
+	switch {
+	case err != nil || own.Sessions == 0:
+		return n.limit
+	case own.Sessions < 0:
+		return 0
+	}
+	return int(min(own.Sessions, math.MaxInt32))
+}
+
 // router puts the cluster's routing in front of h.
 // refs find the sessions that requests name by their Host.
 // The controller forwards every call for a session another node owns
 // (MCP's, the stream's) through the same router (Router.Forward).
 func (n *clusterNode) router(ctl *controller.Controller, h http.Handler, authFn httpauth.Func, refs []func(*http.Request) string, log *slog.Logger) http.Handler {
 	rt := &cluster.Router{Table: n.c, Next: h, Auth: authFn, Logger: log, Refs: refs, Key: n.key, TLS: n.tls, Registry: ctl.Registry(),
-		TenantLimit: func(string) int { return n.limit },
+		TenantLimit: n.tenantLimit,
 		Changed: func(ctx context.Context) {
 			if err := n.member.SyncRecords(context.WithoutCancel(ctx)); err != nil {
 				log.Warn("cluster: recording a session change failed", "err", err)

@@ -17,18 +17,8 @@ import (
 // which starts from the tenant's own ceilings, starts from the defaults
 // and repairs them.
 func TestTenantLimitsSetRepairsUnreadableCeilings(t *testing.T) {
-	t.Setenv("QURO_URL", "")
-	t.Setenv("QURO_TOKEN", "")
-	data := t.TempDir()
-	if _, errs, code := quro(t, "", "--data", data, "tenant", "limits", "show", "--tenant", "acme"); code != 0 {
-		t.Fatalf("show: exit %d: %s", code, errs)
-	}
+	data, st := tenantDataDir(t)
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(data, "quro.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	if err := st.SetSetting(ctx, "tenant_limits/acme", `{"tasks":"many"}`); err != nil {
 		t.Fatal(err)
 	}
@@ -121,4 +111,44 @@ func TestSessionCeilingFlagsAndDoctor(t *testing.T) {
 	if _, ceilings, ok := strings.Cut(out, "CEILINGS"); ok {
 		t.Logf("CEILINGS%s", ceilings)
 	}
+}
+
+// A data directory whose server keeps the tenants' ceilings elsewhere (a
+// cluster node's: the cluster's tenants.quro.dev objects) refuses quro
+// tenant limits in-process, whose store no node reads, naming where they
+// are.
+func TestTenantLimitsInProcessRefusedOnAClusterNodesData(t *testing.T) {
+	data, st := tenantDataDir(t)
+	ctx := context.Background()
+	// What a cluster node's start writes (App.UseTenantLimitsSource).
+	if err := st.SetSetting(ctx, "tenant_limits_source", "the cluster's tenants.quro.dev objects (namespace quro)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"set", "--tasks", "64"}, {"show"}} {
+		_, errs, code := quro(t, "", append([]string{"--data", data, "tenant", "limits"}, append(args, "--tenant", "acme")...)...)
+		if code == 0 || !strings.Contains(errs, "tenants.quro.dev objects (namespace quro)") || !strings.Contains(errs, "--server") {
+			t.Fatalf("quro tenant limits %s on a cluster node's data directory: exit %d: %s", args[0], code, errs)
+		}
+	}
+	if got, err := app.TenantOverrides(ctx, st, "acme"); err != nil || got != (app.TenantLimits{}) {
+		t.Fatalf("a refused set stored %+v, %v", got, err)
+	}
+}
+
+// tenantDataDir is a data directory that quro tenant limits show made,
+// in-process (no server), and its store, open.
+func tenantDataDir(t *testing.T) (string, *store.Store) {
+	t.Helper()
+	t.Setenv("QURO_URL", "")
+	t.Setenv("QURO_TOKEN", "")
+	data := t.TempDir()
+	if _, errs, code := quro(t, "", "--data", data, "tenant", "limits", "show", "--tenant", "acme"); code != 0 {
+		t.Fatalf("show: exit %d: %s", code, errs)
+	}
+	st, err := store.Open(context.Background(), filepath.Join(data, "quro.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return data, st
 }

@@ -135,7 +135,7 @@ func (a *App) networkPolicy(ctx context.Context, tenant, asked string) (policy, 
 		return "", "", capability.Errorf(capability.PermissionDenied,
 			"network policy %q: this server allows at most %q (the operator's quro serve --network-max)", policy, a.network.Max)
 	}
-	own, err := TenantOverrides(ctx, a.Store, tenant)
+	own, err := a.tenants.own(ctx, tenant)
 	if err != nil {
 		return "", "", err // fail closed: unavailable, naming the fix
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/controller"
@@ -143,6 +144,7 @@ func pos(v int64) uint64 {
 // session manager, and keeps each session on its disk image.
 type tenants struct {
 	store    *store.Store
+	src      atomic.Pointer[TenantLimitsSource] // nil: the store's (source)
 	sessions func() *session.Manager
 	root     string // $QURO_DATA/sessions
 	defaults TenantLimits
@@ -168,7 +170,7 @@ func tenantKey(tenant string) string { return "tenant_limits/" + tenant }
 // when its own cannot be read: its runs and new sessions are then refused
 // (fail closed), never made under the server's defaults in their place.
 func (t *tenants) Limits(ctx context.Context, tenant string) (TenantLimits, error) {
-	own, err := TenantOverrides(ctx, t.store, tenant)
+	own, err := t.own(ctx, tenant)
 	if err != nil {
 		if ctx.Err() == nil {
 			t.log.Error("tenant ceilings: runs refused", "tenant", tenant, "err", err)
@@ -200,22 +202,59 @@ func (e *CeilingsUnreadableError) Error() string {
 // Unwrap makes errors.Is(err, sandbox.ErrTenantUnreadable) true.
 func (e *CeilingsUnreadableError) Unwrap() error { return sandbox.ErrTenantUnreadable }
 
-// TenantOverrides are the ceilings an admin set for tenant (zero fields:
-// the server's defaults). They are read at each use, so that quro tenant
-// limits set, from another process, applies to the next run. An error says
-// they could not be read (a *CeilingsUnreadableError: the store failed, or
-// the stored value is not the JSON that set_tenant_limits writes, or holds
-// ceilings it refuses), or ctx's own.
-func TenantOverrides(ctx context.Context, st *store.Store, tenant string) (TenantLimits, error) {
-	v, err := st.Setting(ctx, tenantKey(tenant))
+// TenantLimitsSource is where the tenants' own ceilings are kept, each as
+// the JSON set_tenant_limits writes: the data directory's store (a single
+// server), or the cluster's API server (quro serve --cluster: a tenant's
+// ceilings are the cluster's, not one node's). The tenant-limit layer
+// (tenants) reads and writes them through it alone.
+type TenantLimitsSource interface {
+	// TenantLimits is tenant's stored JSON, ok false when none is stored.
+	TenantLimits(ctx context.Context, tenant string) (raw string, ok bool, err error)
+	// SetTenantLimits stores raw as tenant's.
+	SetTenantLimits(ctx context.Context, tenant, raw string) error
+}
+
+// storeSource keeps the ceilings in the store's settings table.
+type storeSource struct{ st *store.Store }
+
+func (s storeSource) TenantLimits(ctx context.Context, tenant string) (string, bool, error) {
+	v, err := s.st.Setting(ctx, tenantKey(tenant))
 	if errors.Is(err, store.ErrNotFound) {
-		return TenantLimits{}, nil
+		return "", false, nil
 	}
+	if err != nil {
+		return "", false, fmt.Errorf("the store failed: %w", err)
+	}
+	return v, true, nil
+}
+
+func (s storeSource) SetTenantLimits(ctx context.Context, tenant, raw string) error {
+	return s.st.SetSetting(ctx, tenantKey(tenant), raw)
+}
+
+// TenantOverrides are the ceilings an admin set for tenant in st (zero
+// fields: the server's defaults), as overridesFrom reads them.
+func TenantOverrides(ctx context.Context, st *store.Store, tenant string) (TenantLimits, error) {
+	return overridesFrom(ctx, storeSource{st}, tenant)
+}
+
+// overridesFrom are the ceilings an admin set for tenant in src (zero
+// fields: the server's defaults). They are read at each use, so that quro
+// tenant limits set, from another process or another node, applies to the
+// next run. An error says they could not be read (a
+// *CeilingsUnreadableError: the source failed, or the stored value is not
+// the JSON that set_tenant_limits writes, or holds ceilings it refuses),
+// or ctx's own.
+func overridesFrom(ctx context.Context, src TenantLimitsSource, tenant string) (TenantLimits, error) {
+	v, ok, err := src.TenantLimits(ctx, tenant)
 	if err != nil {
 		if ctx.Err() != nil {
 			return TenantLimits{}, ctx.Err()
 		}
-		return TenantLimits{}, &CeilingsUnreadableError{tenant, "the store failed: " + hostpath.Names(err.Error())}
+		return TenantLimits{}, &CeilingsUnreadableError{tenant, hostpath.Names(err.Error())}
+	}
+	if !ok {
+		return TenantLimits{}, nil
 	}
 	var own TenantLimits
 	dec := json.NewDecoder(strings.NewReader(v))
@@ -258,7 +297,7 @@ func (a *App) setTenantLimits(ctx context.Context, tenant string, l TenantLimits
 // tenantLimitsOf are tenant's own ceilings (zero: default) and the
 // effective ones, or why its own cannot be read.
 func (a *App) tenantLimitsOf(ctx context.Context, tenant string) (own, eff TenantLimits, err error) {
-	own, err = TenantOverrides(ctx, a.Store, tenant)
+	own, err = a.tenants.own(ctx, tenant)
 	if err != nil {
 		return TenantLimits{}, TenantLimits{}, err
 	}
@@ -274,10 +313,19 @@ func (t *tenants) Set(ctx context.Context, tenant string, l TenantLimits) error 
 	if err := l.check(); err != nil {
 		return fmt.Errorf("%w: %w", session.ErrBadName, err)
 	}
-	b, _ := json.Marshal(l)
-	if err := t.store.SetSetting(ctx, tenantKey(tenant), string(b)); err != nil {
+	if err := t.elsewhere(ctx); err != nil {
 		return err
 	}
+	b, _ := json.Marshal(l)
+	if err := t.source().SetTenantLimits(ctx, tenant, string(b)); err != nil {
+		return err
+	}
+	return t.growDisks(ctx, tenant, l)
+}
+
+// growDisks grows the disks of tenant's sessions here to its disk quota
+// under its own ceilings l.
+func (t *tenants) growDisks(ctx context.Context, tenant string, l TenantLimits) error {
 	eff := l.or(t.defaults)
 	if eff.Disk > 0 && t.disks.Enforced() == nil {
 		list, err := t.sessions().List(session.WithTenant(ctx, tenant))
@@ -293,6 +341,87 @@ func (t *tenants) Set(ctx context.Context, tenant string, l TenantLimits) error 
 		return errors.Join(errs...)
 	}
 	return nil
+}
+
+// own are tenant's own ceilings as its source holds them.
+func (t *tenants) own(ctx context.Context, tenant string) (TenantLimits, error) {
+	return overridesFrom(ctx, t.source(), tenant)
+}
+
+// source is where the ceilings are kept: the store unless the cluster
+// supplied its own (UseTenantLimitsSource).
+func (t *tenants) source() TenantLimitsSource {
+	if s := t.src.Load(); s != nil {
+		return *s
+	}
+	return storeSource{t.store}
+}
+
+// clusterLimitsKey is the setting that marks a data directory whose
+// server is a cluster node: where its tenants' ceilings are (its value,
+// "" for none). Another process on the data directory (quro tenant limits
+// set in-process) reads it and refuses to set or show the store's, which
+// no node reads.
+const clusterLimitsKey = "tenant_limits_source"
+
+// UseTenantLimitsSource makes src the one place the tenants' own
+// ceilings are read from and written to (quro serve --cluster: the
+// cluster's API server, where names it for messages), in place of the
+// data directory's store, and marks the data directory so. Called before
+// the server serves.
+func (a *App) UseTenantLimitsSource(ctx context.Context, src TenantLimitsSource, where string) error {
+	a.tenants.src.Store(&src)
+	return a.Store.SetSetting(ctx, clusterLimitsKey, where)
+}
+
+// UseStoreTenantLimits drops the mark of UseTenantLimitsSource a previous
+// server left (quro serve without --cluster on a former node's data
+// directory): the store is the source again.
+func (a *App) UseStoreTenantLimits(ctx context.Context) error {
+	v, err := a.Store.Setting(ctx, clusterLimitsKey)
+	if errors.Is(err, store.ErrNotFound) || err == nil && v == "" {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return a.Store.SetSetting(ctx, clusterLimitsKey, "")
+}
+
+// elsewhere refuses this process the store's ceilings when the data
+// directory's server keeps them elsewhere (UseTenantLimitsSource), so
+// that a set here is never silently ignored by the server.
+func (t *tenants) elsewhere(ctx context.Context) error {
+	if t.src.Load() != nil {
+		return nil
+	}
+	v, err := t.store.Setting(ctx, clusterLimitsKey)
+	if err != nil || v == "" {
+		return nil //nolint:nilerr // no mark (or none readable): the store is the source
+	}
+	return capability.Errorf(capability.InvalidArgument,
+		"this data directory's server keeps the tenants' ceilings in %s, not here: set and show them through the server "+
+			"(quro tenant limits set or show --server http://127.0.0.1:7070 on its host or in its pod, or any node with the operator's token)", v)
+}
+
+// TenantLimitsChanged applies tenant's ceilings, changed by another
+// node, to what they bound here at once: a larger disk quota grows the
+// tenant's sessions here, as set_tenant_limits does on the node that
+// took it (the other ceilings are read at each run and create).
+func (a *App) TenantLimitsChanged(ctx context.Context, tenant string) {
+	own, err := a.tenants.own(ctx, tenant)
+	if err == nil {
+		err = a.tenants.growDisks(ctx, tenant, own)
+	}
+	if err != nil && ctx.Err() == nil {
+		a.tenants.log.Warn("tenant ceilings changed in the cluster: applying them here failed", "tenant", tenant, "err", hostpath.Names(err.Error()))
+	}
+}
+
+// TenantOwnLimits are tenant's own ceilings (zero fields: this server's
+// defaults; negative: none), or why they cannot be read.
+func (a *App) TenantOwnLimits(ctx context.Context, tenant string) (TenantLimits, error) {
+	return a.tenants.own(ctx, tenant)
 }
 
 // tenantOf finds the tenant of session id.
@@ -794,6 +923,9 @@ func (t *TenantLimitsInfo) Text() string {
 // are reported as such (the operator reads why, and quro tenant limits set
 // starts again from the defaults), not as an error.
 func (a *App) tenantLimitsInfo(ctx context.Context, tenant string) (*TenantLimitsInfo, error) {
+	if err := a.tenants.elsewhere(ctx); err != nil {
+		return nil, err
+	}
 	own, eff, err := a.tenantLimitsOf(ctx, tenant)
 	var ue *CeilingsUnreadableError
 	if errors.As(err, &ue) {

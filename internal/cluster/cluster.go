@@ -94,6 +94,7 @@ type Cluster struct {
 	changed   chan struct{}
 	sessions  cache.SharedIndexInformer
 	leases    cache.SharedIndexInformer
+	tenants   cache.SharedIndexInformer // tenants.quro.dev: the tenants' ceilings (tenants.go)
 	log       *slog.Logger
 	// draining: this node is being drained (Member.SetDraining); its own
 	// view of itself says so at once, before its Lease comes back
@@ -152,6 +153,7 @@ func New(o Options) (*Cluster, error) {
 		return nil, err
 	}
 	c.leases = informer(dyn.Resource(LeasesGVR).Namespace(o.Namespace), LabelComponent+"="+ComponentNode, "leases", o.Logger, o.leaseWatchHook)
+	c.tenants = informer(dyn.Resource(TenantsGVR).Namespace(o.Namespace), "", "tenants", o.Logger, nil)
 	if _, err := c.sessions.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.notify() },
 		UpdateFunc: func(any, any) { c.notify() },
@@ -231,9 +233,12 @@ func (c *Cluster) Start(ctx context.Context, wait time.Duration) error {
 	ictx := klog.NewContext(ctx, logr.FromSlogHandler(c.log.Handler()))
 	go c.sessions.RunWithContext(ictx)
 	go c.leases.RunWithContext(ictx)
+	go c.tenants.RunWithContext(ictx)
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	if !cache.WaitForCacheSync(wctx.Done(), c.sessions.HasSynced, c.leases.HasSynced) {
+	// The tenants' ceilings too: a node serves none of a tenant's calls
+	// under its own defaults in place of the cluster's ceilings.
+	if !cache.WaitForCacheSync(wctx.Done(), c.sessions.HasSynced, c.leases.HasSynced, c.tenants.HasSynced) {
 		return fmt.Errorf("cluster: the informers of %s did not sync within %s: %w", c.opts.Namespace, wait, context.Cause(wctx))
 	}
 	return nil

@@ -223,18 +223,25 @@ func Apply(t testing.TB, cfg *rest.Config, ns, name string) {
 	}
 }
 
-// InstallCRD applies deploy/kubernetes/crd-sessions.yaml and waits until
-// it is established.
+// InstallCRD applies deploy/kubernetes's CRDs (crd-sessions.yaml,
+// crd-tenants.yaml) and waits until each is established.
 func InstallCRD(t testing.TB, cfg *rest.Config) {
 	t.Helper()
-	u := Manifest(t, "crd-sessions.yaml")
+	for _, file := range []string{"crd-sessions.yaml", "crd-tenants.yaml"} {
+		installCRD(t, cfg, file)
+	}
+}
+
+func installCRD(t testing.TB, cfg *rest.Config, file string) {
+	t.Helper()
+	u := Manifest(t, file)
 	dyn := dynamic.NewForConfigOrDie(cfg)
 	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
 	ctx := context.Background()
 	if _, err := crds.Create(ctx, u, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	w, err := crds.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=sessions.quro.dev"})
+	w, err := crds.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + u.GetName()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,5 +259,5 @@ func InstallCRD(t testing.TB, cfg *rest.Config) {
 			}
 		}
 	}
-	t.Fatal("the CRD's watch ended before it was established")
+	t.Fatalf("%s: the CRD's watch ended before it was established", file)
 }
