@@ -157,7 +157,7 @@ var srcdirVersion = regexp.MustCompile(`(?m)^abs_srcdir=\s*\S*/Python-([0-9]+\.[
 // It holds an exclusive flock on dataDir/python/.lock meanwhile, so that
 // several quro processes sharing a data directory extract it once.
 func ensureInstalled(ctx context.Context, dataDir string, step Step) (*installation, error) {
-	inst, err := installFrom(ctx, dataDir, precompiledArchive(), step)
+	inst, err := installFrom(ctx, dataDir, precompiledArchive, step)
 	if err != nil {
 		return nil, err
 	}
@@ -169,8 +169,11 @@ func ensureInstalled(ctx context.Context, dataDir string, step Step) (*installat
 }
 
 // installFrom is ensureInstalled with the precompiled standard library
-// given (nil: none, compiled at extraction).
-func installFrom(ctx context.Context, dataDir string, archive []byte, step Step) (*installation, error) {
+// given (archive returns nil: none, compiled at extraction). archive is
+// called only to extract: a start that finds the tree intact (every start
+// but a data directory's first) does not copy the 4.2 MB archive out of
+// the binary.
+func installFrom(ctx context.Context, dataDir string, archive func() []byte, step Step) (*installation, error) {
 	if step == nil {
 		step = func(string, int64, int64) {}
 	}
@@ -213,7 +216,7 @@ func installFrom(ctx context.Context, dataDir string, archive []byte, step Step)
 		}
 	}
 	tmp := filepath.Join(root, ".extract-"+randomHex(6))
-	pycs, err := extractAll(ctx, tmp, inst.Dir, m, short, archive, step)
+	pycs, err := extractAll(ctx, tmp, inst.Dir, m, short, archive(), step)
 	if err != nil {
 		os.RemoveAll(tmp)
 		return nil, err
