@@ -62,12 +62,20 @@ func newBoxEgress(o NetworkOptions, policy func(session string) *egress.Policy, 
 	if err := ca.WriteBundle(e.bundle); err != nil {
 		return nil, fmt.Errorf("egress CA bundle: %w", err)
 	}
-	roots, err := x509.SystemCertPool()
-	if err != nil {
-		roots = x509.NewCertPool()
-	}
-	for _, c := range o.UpstreamCAs {
-		roots.AddCert(c)
+	// Without upstream CAs of the options' own the roots stay nil: TLS
+	// then verifies against the system's roots, which crypto/x509 reads
+	// and parses on the first verification (the first terminated
+	// connection of a box with secrets) rather than at every App's start
+	// (some 30 CPU-ms, each CLI command's included).
+	var roots *x509.CertPool
+	if len(o.UpstreamCAs) > 0 {
+		var err error
+		if roots, err = x509.SystemCertPool(); err != nil {
+			roots = x509.NewCertPool()
+		}
+		for _, c := range o.UpstreamCAs {
+			roots.AddCert(c)
+		}
 	}
 	e.t = egress.NewTransparent(egress.TransparentOptions{
 		Trusted: o.Trusted, Resolve: o.Resolve, Own: e.ownAddrs, Secrets: secrets.of, CA: ca, Roots: roots,

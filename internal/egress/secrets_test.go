@@ -161,8 +161,16 @@ func TestTransparentSecrets(t *testing.T) {
 }
 
 // TestTransparentSecretsUpstreamVerified: the egress connects to the
-// secret's host only if its certificate verifies against the roots.
+// secret's host only if its certificate verifies against the roots: a
+// pool without its CA, and nil (the system's roots, app's default when no
+// upstream CA is added), which do not hold the test's CA either.
 func TestTransparentSecretsUpstreamVerified(t *testing.T) {
+	for name, roots := range map[string]*x509.CertPool{"empty pool": x509.NewCertPool(), "system roots": nil} {
+		t.Run(name, func(t *testing.T) { testUpstreamVerified(t, roots) })
+	}
+}
+
+func testUpstreamVerified(t *testing.T, roots *x509.CertPool) {
 	_, cert := testRoots(t, "api.test")
 	api, seen := secretOrigin(t, &cert)
 	pa := port(api.Listener.Addr().String())
@@ -171,7 +179,7 @@ func TestTransparentSecretsUpstreamVerified(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := newBox(t, TransparentOptions{
-		Trusted: []string{"api.test:" + pa}, Resolve: names("", "127.0.0.1"), CA: ca, Roots: x509.NewCertPool(),
+		Trusted: []string{"api.test:" + pa}, Resolve: names("", "127.0.0.1"), CA: ca, Roots: roots,
 		Secrets: func(string) []Secret {
 			return []Secret{{Name: "K", Placeholder: PlaceholderPrefix + "00", Value: "v", Hosts: []Rule{{Domain: "api.test"}}}}
 		},

@@ -111,8 +111,10 @@ var userNSMade atomic.Bool
 // verdict is Start's: the kernel creates the namespaces, and Go writes the
 // id maps and execs the child, before Start returns, so a refusal is
 // Start's error. The child, which only exits, is then reaped within the
-// deadline or killed: a loaded machine that is slow to run it has not
-// lost the layer.
+// deadline or killed, in the background: a loaded machine that is slow to
+// run it has not lost the layer, and the sandbox's making (every App's
+// start, every CLI command's) does not wait for a process whose only news
+// is its exit.
 func probeUserNS(ctx context.Context, self string) Feature {
 	f := Feature{Name: "user namespaces"}
 	made := func() Feature {
@@ -138,7 +140,7 @@ func probeUserNS(ctx context.Context, self string) Feature {
 		return f
 	}
 	userNSMade.Store(true)
-	reap(ctx, cmd, 5*time.Second)
+	go reap(ctx, cmd, 5*time.Second)
 	return made()
 }
 

@@ -346,17 +346,26 @@ func (c *cgroups) reapStale() []string {
 	// process of every stale run gets SIGKILL and every stale run is
 	// thawed, so that they die without running a step of their own (the
 	// freezer is one of several hierarchies, and the others' removal
-	// waits for those processes to go).
+	// waits for those processes to go). The hierarchies are listed once
+	// for both steps: every start of a process pays this scan, a read of
+	// each tenant's cgroup in each hierarchy, and a run cgroup of a dead
+	// server that appeared between the steps is the next start's to reap.
+	type run struct {
+		dir string
+		v2  bool
+	}
+	var stale []run
 	c.eachStale(func(dir string, v2 bool) {
+		stale = append(stale, run{dir, v2})
 		killTree(dir)
 		thawTree(dir, v2)
 	})
 	var removed []string
-	c.eachStale(func(dir string, v2 bool) {
-		if removeCgroupTree(dir, v2) == nil {
-			removed = append(removed, dir)
+	for _, r := range stale {
+		if removeCgroupTree(r.dir, r.v2) == nil {
+			removed = append(removed, r.dir)
 		}
-	})
+	}
 	return removed
 }
 

@@ -117,24 +117,18 @@ type sessionKey struct{}
 // run_code's language matrix.
 type Engine struct {
 	opts     Options
-	prelude  []byte // the prelude, compiled once at preludeLine
-	preludeN int    // its line count
+	preludeN int // the prelude's line count
 	pool     *pool
 	cache    *transpileCache
 	ctxs     contexts // kept VMs of code contexts (contexts.go)
 }
 
-// New returns an Engine. The prelude is compiled once per process (its
-// bytecode is the same for every Engine: the prelude's source is a
-// constant, and no option enters it); a failure there is a programmer
-// error and panics.
+// New returns an Engine. It compiles nothing: the prelude is compiled by
+// the first VM prepared in the process (see compiledPrelude), so a process
+// that runs no JavaScript (a CLI command running Python or shell, most
+// tests' Apps) does not pay for it.
 func New(opts *Options) *Engine {
 	e := &Engine{opts: opts.withDefaults()}
-	bc, err := compiledPrelude()
-	if err != nil {
-		panic("js: prelude: " + err.Error())
-	}
-	e.prelude = bc
 	e.preludeN = strings.Count(preludeSource, "\n") + 1
 	e.pool = newPool(e.opts.Spares, e.prepare)
 	e.cache = newTranspileCache(e.opts.TranspileCache)
@@ -142,9 +136,11 @@ func New(opts *Options) *Engine {
 }
 
 // compiledPrelude is the prelude's bytecode at preludeLine, compiled by
-// the first New of the process: every Engine's prepared VMs load it (read
-// only, by EvalBytecodeValue), so an App made after the first does not pay
-// the compile again.
+// the first VM prepared in the process: every Engine's prepared VMs load
+// it (read only, by EvalBytecodeValue), so an App made after the first
+// does not pay the compile again. Its bytecode is the same for every
+// Engine (the prelude's source is a constant, and no option enters it);
+// a failure is a programmer error, which every run then reports.
 var compiledPrelude = sync.OnceValues(func() ([]byte, error) {
 	vm, err := quickjs.NewVM()
 	if err != nil {

@@ -52,6 +52,10 @@ const prepTimeout = 10 * time.Second
 // prepare makes a VM ready for a run: memory limit, host functions that
 // dispatch to the run bound later, the prelude evaluated.
 func (e *Engine) prepare() (*prepared, error) {
+	bc, err := compiledPrelude()
+	if err != nil {
+		return nil, fmt.Errorf("quickjs prelude: %w", err)
+	}
 	vm, err := quickjs.NewVM()
 	if err != nil {
 		return nil, fmt.Errorf("quickjs: %w", err)
@@ -80,7 +84,7 @@ func (e *Engine) prepare() (*prepared, error) {
 		vm.Close()
 		return nil, fmt.Errorf("quickjs: %w", err)
 	}
-	ctl, err := vm.EvalBytecodeValue(e.prelude)
+	ctl, err := vm.EvalBytecodeValue(bc)
 	if err != nil {
 		vm.Close()
 		return nil, fmt.Errorf("quickjs prelude: %w", err)

@@ -160,11 +160,21 @@ func othersWrite(mode fs.FileMode, gid uint32) bool {
 // of the tree: 13.5 ms for the interpreter's at a load of 57
 // (BenchmarkStartChecks).
 func trustedTree(dir string) error {
+	return walkTrusted(dir, nil)
+}
+
+// walkTrusted is trustedTree, keeping in seen (when not nil) what the walk
+// read of each entry (its lstat), by its path under dir: intact checks
+// types and sizes against these rather than with a second lstat of each.
+func walkTrusted(dir string, seen map[string]fs.FileInfo) error {
 	euid := uint32(os.Geteuid())
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err == nil {
 			var fi fs.FileInfo
 			if fi, err = d.Info(); err == nil {
+				if seen != nil && len(p) > len(dir) {
+					seen[p[len(dir)+1:]] = fi
+				}
 				return trustedEntry(p, fi, euid)
 			}
 		}

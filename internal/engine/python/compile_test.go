@@ -262,7 +262,7 @@ func TestPrecompiledRejectsStrayMembers(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			archive := precompiledArchiveOf(t, map[string][]byte{name: pyc})
 			dir := t.TempDir()
-			inst, err := installFrom(context.Background(), dir, archive, nil)
+			inst, err := installFrom(context.Background(), dir, func() []byte { return archive }, nil)
 			if err == nil || !strings.Contains(err.Error(), "unexpected member") {
 				t.Fatalf("installed %+v: %v", inst, err)
 			}
@@ -300,7 +300,7 @@ func TestPrecompiledRejectsStrayMembers(t *testing.T) {
 func TestExtractionWithoutPrecompiled(t *testing.T) {
 	dir := t.TempDir()
 	compiled := false
-	inst, err := installFrom(context.Background(), dir, nil, func(stage string, done, total int64) {
+	inst, err := installFrom(context.Background(), dir, func() []byte { return nil }, func(stage string, done, total int64) {
 		compiled = compiled || (stage == stepCompiling && done == total && total > 0)
 	})
 	if err != nil {
