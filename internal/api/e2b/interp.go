@@ -141,7 +141,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	ctx := runcode.WithOutput(r.Context(), out.output)
 	res, err := invoke[*runcode.Result](ctx, s, "run_code", in)
 	// The run ended: what is left (its results, its count, the end) goes
-	// out in one write and one flush at close, not a flush a line.
+	// out in one write with the response's end, not a flush a line.
 	out.batch()
 	restarted := err == nil && res.Exception != nil && res.Exception.Name == runcode.RestartedException().Name
 	stopped := err != nil && asCapError(err).Code == capability.Canceled || err == nil && res.Interrupted && !res.TimedOut && !restarted
