@@ -965,10 +965,16 @@ func (s *Shell) collect(r *run) {
 		// record: it is in the state pipe already.
 		select {
 		case <-r.stateSynced:
+			// The state stream was read up to the end marker: whether
+			// the subshell said hello is known.
+			r.smu.Lock()
+			started = r.started
+			r.smu.Unlock()
 		case <-time.After(2 * time.Second):
+			started = true // unknown: not claimed to have not run
 		}
 		r.smu.Lock()
-		st, started = r.final, r.started
+		st = r.final
 		r.smu.Unlock()
 	}
 	s.mu.Lock()
