@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // attackScript runs as a command. It reports what it can reach and, through
@@ -248,5 +251,56 @@ func TestCommandCannotLeaveItsSubshell(t *testing.T) {
 		if r := exec(t, s, "echo next", ExecOptions{}); r.Output != "next\n" || r.ExitCode != 0 {
 			t.Fatalf("after %q: %+v", c.cmd, r)
 		}
+	}
+}
+
+// TestWaitingSubshellKilledRunsNothing: each command's subshell is forked
+// ahead of it and waits for the server's go on fd 8. A process an earlier
+// command left behind can neither reach that pipe (the waiting subshell is
+// a fork of the non-dumpable resident shell: /proc/<pid>/fd is closed to
+// it) nor, by killing the waiting subshell, make the next command run
+// unseen or twice: that command is reported as not run, and nothing of it
+// ran.
+func TestWaitingSubshellKilledRunsNothing(t *testing.T) {
+	s, ws, _ := newShell(t, nil)
+	fifo := filepath.Join(ws, "done")
+	if err := syscall.Mkfifo(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(ws, 0o777)
+	// The job waits until the resident shell's next subshell is forked,
+	// tries its go pipe, kills it and says so through the FIFO.
+	job := `R=$$ me=$BASHPID; ( while :; do c=$(< /proc/$R/task/$R/children); c=${c% }; ` +
+		`[ -n "$c" ] && [ "$c" != "$me" ] && break; done; ` +
+		`{ echo go >/proc/$c/fd/8; } 2>/dev/null && w=WROTE || w=REFUSED; kill -9 $c; echo "$w" > done ) >/dev/null 2>&1 &`
+	if r := exec(t, s, job, ExecOptions{}); r.ExitCode != 0 {
+		t.Fatalf("the job: %+v", r)
+	}
+	got := make(chan string, 1)
+	go func() {
+		b, err := os.ReadFile(fifo) // blocks until the job writes
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		got <- strings.TrimSpace(string(b))
+	}()
+	select {
+	case w := <-got:
+		if w != "REFUSED" {
+			t.Fatalf("the job's write to the waiting subshell's go pipe: %q", w)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the job never found the waiting subshell")
+	}
+	res := exec(t, s, "echo ran > ran", ExecOptions{})
+	if res.ExitCode != -1 || !res.ShellRestarted || !strings.Contains(res.Error, "did not run") {
+		t.Fatalf("the command after its subshell was killed: %+v", res)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "ran")); !os.IsNotExist(err) {
+		t.Fatalf("the command ran after all (%v)", err)
+	}
+	if r := exec(t, s, "echo next", ExecOptions{}); r.Output != "next\n" || r.ExitCode != 0 {
+		t.Fatalf("the command after: %+v", r)
 	}
 }

@@ -151,6 +151,7 @@ type shellProc struct {
 	exited   chan struct{} // closed when proc has exited
 	exitCode int           // set before exited is closed
 	stateIn  *os.File      // a memfd the next subshell reads the state from (fd 7)
+	goW      *os.File      // the waiting subshell's go pipe (fd 8): a line starts it
 
 	// Under the Shell's mu:
 	exported map[string]string // the variables exported to this process
@@ -171,6 +172,7 @@ func (sp *shellProc) release() {
 	sp.cmdW.Close()
 	sp.inW.Close()
 	sp.stateIn.Close()
+	sp.goW.Close()
 }
 
 // stop kills the process and what it runs, closes the server's ends (the
@@ -376,8 +378,9 @@ func (s *Shell) spawn(cwd string) (*shellProc, error) {
 		Stdin:  f.cmdR,
 		Stdout: f.outW, Stderr: f.outW,
 		// fd 3: status records; fd 4: the commands' input; fd 5: split
-		// stderr; fd 6: the state stream; fd 7: the state to restore.
-		ExtraFiles: []*os.File{f.statusW, f.inR, f.errW, f.stateW, f.stateIn},
+		// stderr; fd 6: the state stream; fd 7: the state to restore;
+		// fd 8: the go pipe the waiting subshell reads a line from.
+		ExtraFiles: []*os.File{f.statusW, f.inR, f.errW, f.stateW, f.stateIn, f.goR},
 		ReadOnly:   []string{bash},
 	})
 	f.closeShellEnds()
@@ -389,7 +392,7 @@ func (s *Shell) spawn(cwd string) (*shellProc, error) {
 		proc: proc, cmdW: f.cmdW, inW: f.inW, inInode: st.Ino,
 		out: &router{scroll: s.opts.Scrollback}, errOut: &router{scroll: s.opts.Scrollback},
 		outR: f.outR, errR: f.errR, outDone: make(chan struct{}), exited: make(chan struct{}),
-		stateIn: f.stateIn, exported: env,
+		stateIn: f.stateIn, goW: f.goW, exported: env,
 	}
 	hello := "\x00R" + randomHex(16) + "\x00"
 	s.follow(sp, f.statusR, f.stateR, hello)
@@ -405,8 +408,9 @@ func (s *Shell) spawn(cwd string) (*shellProc, error) {
 
 // shellFiles are the pipes of a resident shell, both ends: its stdin
 // (framed commands), the commands' input (fd 4), status records (fd 3),
-// split stderr (fd 5), the state stream (fd 6) and the memfd it restores
-// the state from (fd 7), and one output pipe for fd 1 and 2, which keeps
+// split stderr (fd 5), the state stream (fd 6), the memfd it restores
+// the state from (fd 7) and the go pipe of the subshell that waits for the
+// next command (fd 8), and one output pipe for fd 1 and 2, which keeps
 // their interleaving exactly as written.
 type shellFiles struct {
 	cmdR, cmdW       *os.File
@@ -416,10 +420,11 @@ type shellFiles struct {
 	outR, outW       *os.File
 	stateR, stateW   *os.File
 	stateIn          *os.File
+	goR, goW         *os.File
 }
 
 func openShellFiles() (*shellFiles, error) {
-	p, err := openPipes(5)
+	p, err := openPipes(6)
 	if err != nil {
 		return nil, err
 	}
@@ -446,6 +451,7 @@ func openShellFiles() (*shellFiles, error) {
 		errR: p[3][0], errW: p[3][1],
 		outR: p[4][0], outW: p[4][1],
 		stateR: stateR, stateW: stateW, stateIn: stateIn,
+		goR: p[5][0], goW: p[5][1],
 	}, nil
 }
 
@@ -458,6 +464,7 @@ func (f *shellFiles) closeShellEnds() {
 	f.errW.Close()
 	f.outW.Close()
 	f.stateW.Close()
+	f.goR.Close()
 }
 
 // closeOurEnds closes the server's ends, when the shell did not start.
@@ -469,6 +476,7 @@ func (f *shellFiles) closeOurEnds() {
 	f.outR.Close()
 	f.stateR.Close()
 	f.stateIn.Close()
+	f.goW.Close()
 }
 
 // follow starts the goroutines that read the started shell's status
@@ -538,6 +546,8 @@ func (s *Shell) setUp(sp *shellProc, cwd, hello string, spawned time.Time) error
 	setup += shellBaseline
 	token := "\x00QS" + randomHex(16) + "\x00"
 	setup += "printf '" + octalEscape(token) + "'\n"
+	// The first command's subshell, forked now to wait for its go.
+	setup += subshellLine
 	ready := make(chan struct{})
 	sp.out.attach(nil, token, ready)
 	// The setup is the rest of the shell's start, bounded like every

@@ -276,6 +276,7 @@ type run struct {
 	smu         sync.Mutex
 	marker      string        // from the status record
 	last        *stateEvent   // the last state with stateNonce
+	started     bool          // the subshell said hello: the command's prologue ran
 	ends        []markedState // end markers seen before the status record
 	final       *stateEvent   // the state before the end marker
 	stateSynced chan struct{}
@@ -535,6 +536,9 @@ func (s *Shell) readState(sp *shellProc, f *os.File, hello string) {
 				continue
 			}
 			cpid, data = pid, data[len(h):]
+			c.smu.Lock()
+			c.started = true
+			c.smu.Unlock()
 		}
 		if pid != cpid {
 			continue
@@ -646,12 +650,14 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 	s.cur, s.last = r, r
 	s.lastUsed = r.start
 	r.oom = sp.proc.OOMMark()
-	script := frame(r.nonce, tokenHex, opts.Split)
+	post := postLine(r.nonce, tokenHex, opts.Split)
 	// The subshell reads the command and its state from fd 7, a memfd it
 	// shares with the resident shell (a regular file: bash reads it in
 	// blocks, where a pipe costs one read per byte). Only this server
 	// writes it, between commands; the subshell closes it before any
-	// user code runs.
+	// user code runs. The subshell was forked before the command came
+	// (subshellLine) and waits for a line on fd 8: the memfd is written
+	// first, then the go.
 	err = sp.stateIn.Truncate(0)
 	if err == nil {
 		_, err = sp.stateIn.WriteAt(s.stateFields(command, r, opts.Split), 0)
@@ -665,7 +671,10 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 	go s.collect(r)
 	s.mu.Unlock()
 	if err == nil {
-		_, err = io.WriteString(sp.cmdW, script)
+		_, err = sp.goW.Write([]byte{'\n'})
+	}
+	if err == nil {
+		_, err = io.WriteString(sp.cmdW, post)
 	}
 	if err != nil {
 		// The shell died (or was closed) before it could read the command.
@@ -678,19 +687,27 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 	return res, err
 }
 
-// frame is what the resident shell reads for a command: the subshell,
-// whose prologue (shellPre, kept in the resident shell) reads the command
-// and its state from fd 7 and runs the command with eval, then
-// __quro_post, which writes the state stream's end marker, the sync
-// token to the output and the status record to fd 3. Nothing in it comes
-// from the tenant: the nonce and the token are the server's own hex.
-func frame(nonce, tokenHex string, split bool) string {
+// subshellLine is what the resident shell reads to fork the next
+// command's subshell ahead of the command: at its setup and after each
+// command whose shell goes on (collect). The subshell's prologue
+// (shellPre, kept in the resident shell) waits for a line on fd 8, the go
+// pipe only the server writes, then reads the command and its state from
+// fd 7 and runs the command with eval. A fork costs milliseconds of page
+// faults on some virtual machines (docs/RATIONALE.md): made between
+// commands, it is not on a command's path.
+const subshellLine = "(builtin eval \"$__quro_pre\"\nbuiltin eval \"$__quro_c\"\n__quro_dump k $? \"$@\"\n)\n"
+
+// postLine is what the resident shell reads once the command's subshell
+// has exited: __quro_post, which writes the state stream's end marker,
+// the sync token to the output and the status record to fd 3, with the
+// subshell's status. Nothing in it comes from the tenant: the nonce and
+// the token are the server's own hex.
+func postLine(nonce, tokenHex string, split bool) string {
 	sp := "0"
 	if split {
 		sp = "1"
 	}
-	return "(builtin eval \"$__quro_pre\"\nbuiltin eval \"$__quro_c\"\n__quro_dump k $? \"$@\"\n)\n" +
-		"__quro_post $? " + nonce + " " + tokenHex + " " + sp + "\n"
+	return "__quro_post $? " + nonce + " " + tokenHex + " " + sp + "\n"
 }
 
 // stateFields is what fd 7 holds for r, each field ended by a NUL (none
@@ -932,6 +949,7 @@ func (s *Shell) collect(r *run) {
 		}
 	}
 	var st *stateEvent
+	started := false
 	newCwd := ""
 	if !r.died {
 		// The token follows the command's output; wait for it so that no
@@ -947,7 +965,13 @@ func (s *Shell) collect(r *run) {
 		// record: it is in the state pipe already.
 		select {
 		case <-r.stateSynced:
+			// The state stream was read up to the end marker: whether
+			// the subshell said hello is known.
+			r.smu.Lock()
+			started = r.started
+			r.smu.Unlock()
 		case <-time.After(2 * time.Second):
+			started = true // unknown: not claimed to have not run
 		}
 		r.smu.Lock()
 		st = r.final
@@ -958,6 +982,12 @@ func (s *Shell) collect(r *run) {
 	sp.errOut.detach()
 	switch {
 	case r.died:
+	case st == nil && !started:
+		// The subshell forked for this command ended before its prologue
+		// said hello: killed while it waited (by a process an earlier
+		// command left behind). Nothing of the command ran.
+		res.ExitCode = -1
+		res.Error = "the command did not run: the shell's subshell that waits for the next command had ended (killed by a process an earlier command left running); the shell was restarted in the last directory, and variables and functions not set with set_session_env were lost; call again"
 	case st == nil:
 		// The subshell ended without its state (killed, or it closed the
 		// state pipe): what it changed is lost, as if the shell had died.
@@ -994,6 +1024,12 @@ func (s *Shell) collect(r *run) {
 		default:
 			s.sp = nsp
 		}
+	}
+	if !res.ShellRestarted && s.state == StateRunning && s.sp == sp {
+		// The next command's subshell, forked while this result goes
+		// out. A shell that died meanwhile fails this write; the next
+		// command finds it dead and starts a new one.
+		_, _ = io.WriteString(sp.cmdW, subshellLine)
 	}
 	res.Cwd = s.cwd
 	s.lastExit = res.ExitCode

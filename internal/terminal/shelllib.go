@@ -110,16 +110,19 @@ __quro_dump k 130
 
 // shellPre is the prologue of every command's subshell: the resident
 // shell keeps its text in a variable (__quro_pre), and the frame of a
-// command is only "( eval pre; eval command; dump )" and a call of
-// __quro_post, so that the resident shell — which reads its standard
-// input a byte at a time, as bash does from a pipe — reads a short line
-// per command. What changes from one command to the next comes from fd 7,
+// command is only "( eval pre; eval command; dump )", forked ahead of the
+// command, and a call of __quro_post, so that the resident shell reads a
+// short line per command. The subshell first waits for a line on fd 8
+// (the go pipe, which only the server writes, once fd 7 holds the
+// command; at end of file it exits: the shell is closing). What changes
+// from one command to the next comes from fd 7,
 // the memfd only the server writes (see Shell.stateFields): the command,
 // the state nonce, the directory, the session's variables that changed,
 // whether stderr is split, and the state to restore. Every descriptor but
 // 0, 1, 2 and the state socket is closed (with exec, which keeps no saved
 // copies) before the state is restored and before any user code runs.
-const shellPre = `IFS= builtin read -r -d '' -u 7 __quro_c
+const shellPre = `builtin read -r -u 8 __quro_g || builtin exit 0
+IFS= builtin read -r -d '' -u 7 __quro_c
 IFS= builtin read -r -d '' -u 7 __quro_n
 IFS= builtin read -r -d '' -u 7 __quro_d
 IFS= builtin read -r -d '' -u 7 __quro_v

@@ -141,7 +141,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	ctx := runcode.WithOutput(r.Context(), out.output)
 	res, err := invoke[*runcode.Result](ctx, s, "run_code", in)
 	// The run ended: what is left (its results, its count, the end) goes
-	// out in one write and one flush at close, not a flush a line.
+	// out in one write with the response's end, not a flush a line.
 	out.batch()
 	restarted := err == nil && res.Exception != nil && res.Exception.Name == runcode.RestartedException().Name
 	stopped := err != nil && asCapError(err).Code == capability.Canceled || err == nil && res.Interrupted && !res.TimedOut && !restarted
@@ -337,7 +337,8 @@ func (n *ndjson) batch() {
 }
 
 // close ends the stream after the lines queued; it returns when they
-// are written (or the client is gone).
+// are written (or the client is gone), unflushed: the handler's return
+// sends them with the stream's end.
 func (n *ndjson) close() {
 	n.mu.Lock()
 	if !n.closed {
@@ -407,7 +408,11 @@ func (n *ndjson) write() {
 					break
 				}
 			}
-			if !broken {
+			// The last lines are not flushed here: the handler returns
+			// once close has them written, and net/http sends them with
+			// the stream's end in one write, so that the client reads
+			// the run's end and the response's in one chunk, not two.
+			if !broken && !closed {
 				if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 					broken = true
 				}
