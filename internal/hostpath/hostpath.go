@@ -183,8 +183,12 @@ func Replace(from, to, s string) string {
 	}
 }
 
-// Error is err as a tenant may read it: its text through Names, while
-// errors.Is and errors.As see err whole. nil stays nil.
+// Error marks err as text about the server's host (an installer's
+// failure naming the install root): its Error() stays whole, for the
+// server's log, and Tenant, which the edges where a tenant reads an error
+// call (the controller's classification, run_code's results), names each
+// path in it by its last element. errors.Is and errors.As see err. nil
+// stays nil.
 func Error(err error) error {
 	if err == nil {
 		return nil
@@ -194,5 +198,45 @@ func Error(err error) error {
 
 type hidden struct{ err error }
 
-func (h hidden) Error() string { return Names(h.err.Error()) }
+func (h hidden) Error() string { return h.err.Error() }
 func (h hidden) Unwrap() error { return h.err }
+
+// Tenant is err's text as a tenant may read it: the text of every error
+// Error marked within it (through Unwrap) through Names, the rest as it
+// is. When a wrapper's text does not hold a marked error's text whole
+// (it rewrote it), the whole text goes through Names.
+func Tenant(err error) string {
+	if err == nil {
+		return ""
+	}
+	s := err.Error()
+	whole := false
+	marked(err, func(h hidden) {
+		w := h.err.Error()
+		if strings.Contains(s, w) {
+			s = strings.ReplaceAll(s, w, Names(w))
+		} else {
+			whole = true
+		}
+	})
+	if whole {
+		return Names(s)
+	}
+	return s
+}
+
+// marked calls f for each error Error marked in err's tree, outermost
+// first, not looking beneath one.
+func marked(err error, f func(hidden)) {
+	switch e := err.(type) { //nolint:errorlint // the walk of the tree itself, one node at a time
+	case nil:
+	case hidden:
+		f(e)
+	case interface{ Unwrap() error }:
+		marked(e.Unwrap(), f)
+	case interface{ Unwrap() []error }:
+		for _, x := range e.Unwrap() {
+			marked(x, f)
+		}
+	}
+}

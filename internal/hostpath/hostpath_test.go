@@ -2,8 +2,10 @@ package hostpath
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -141,17 +143,41 @@ func TestHome(t *testing.T) {
 	}
 }
 
-// Error's text names no host path; errors.Is still sees the error.
+// Error keeps the whole text for the server's log; Tenant, what a tenant
+// reads, names no host path, however the marked error was wrapped;
+// errors.Is still sees the error.
 func TestError(t *testing.T) {
 	_, err := os.Open("/root/.cache/quro/python/missing")
 	h := Error(err)
-	if got := h.Error(); got != "open missing: no such file or directory" {
+	if got := h.Error(); got != "open /root/.cache/quro/python/missing: no such file or directory" {
 		t.Errorf("Error: %q", got)
+	}
+	if got := Tenant(h); got != "open missing: no such file or directory" {
+		t.Errorf("Tenant: %q", got)
 	}
 	if !errors.Is(h, fs.ErrNotExist) {
 		t.Errorf("errors.Is lost the cause: %v", h)
 	}
-	if Error(nil) != nil {
+	wrapped := fmt.Errorf("pip needs the preparation at /home/user/x: %w", h)
+	if got := Tenant(wrapped); got != "pip needs the preparation at /home/user/x: open missing: no such file or directory" {
+		t.Errorf("Tenant of a wrapper: %q (the wrapper's own text stays whole)", got)
+	}
+	if got := Tenant(errors.Join(errors.New("first"), wrapped)); got != "first\npip needs the preparation at /home/user/x: open missing: no such file or directory" {
+		t.Errorf("Tenant of a join: %q", got)
+	}
+	if got := Tenant(rewrote{h}); strings.Contains(got, "/root") {
+		t.Errorf("Tenant of a wrapper that rewrote the text: %q", got)
+	}
+	if plain := errors.New("open /etc/x"); Tenant(plain) != plain.Error() {
+		t.Errorf("Tenant changed an unmarked error: %q", Tenant(plain))
+	}
+	if Error(nil) != nil || Tenant(nil) != "" {
 		t.Error("Error(nil) is not nil")
 	}
 }
+
+// rewrote wraps an error and quotes its text rather than holding it.
+type rewrote struct{ err error }
+
+func (r rewrote) Error() string { return strconv.Quote(r.err.Error()) }
+func (r rewrote) Unwrap() error { return r.err }
