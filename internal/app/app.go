@@ -500,7 +500,10 @@ func openSandbox(dir string, opts Options, m *metrics.Metrics, tl *tenants, netP
 		pyRoot = opts.Python.InstallRoot
 	}
 	if d, err := terminal.SealedDir(); err == nil {
+		// At terminal.SealedInBox, not at its host path in the host's
+		// temporary directory.
 		sbo.BoxReadOnly = append(sbo.BoxReadOnly, d)
+		sbo.Places = append(sbo.Places, sandbox.Bind{Src: d, Dst: terminal.SealedInBox})
 	}
 	// The embedded interpreter's tree, pip's and the worker module's
 	// directories are shown at box paths (python.BoxTree, BoxPip,

@@ -3,6 +3,8 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -20,7 +22,8 @@ import (
 // tenant's wheels pip looks in (PIP_FIND_LINKS), and the session's
 // temporary directory (TMPDIR, tempfile.gettempdir(), `pip cache dir`,
 // pip's verbose lines: sandbox.BoxTmp, shared by the session's runs and
-// not another session's). Each is
+// not another session's); and the box's mount points and processes,
+// read from its shell. Each is
 // also checked to name the box path it should, so the test cannot pass
 // by reading nothing.
 func TestPythonShowsNoHostPath(t *testing.T) {
@@ -115,6 +118,37 @@ print(json.dumps({"prefix": sys.prefix, "base_prefix": sys.base_prefix, "executa
 			if !strings.Contains(out, want) {
 				t.Errorf("%s: no %q in:\n%s", sh.name, want, out)
 			}
+		}
+	}
+
+	// The box itself, read from the session's shell: its mount points,
+	// every process's argv and (where readable) executable, the shell's
+	// own among them (the sealed copy of bash, at terminal.SealedInBox),
+	// name neither the data directory nor the quro binary's install
+	// location nor the host's sealed directory.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := terminal.SealedDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply, err = call(t, a, "terminal_exec", TerminalExecInput{Session: "hostpath", Command: `cut -d' ' -f5 /proc/self/mountinfo; ` +
+		`for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo " exe=$(readlink $p/exe 2>/dev/null)"; done`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	box := reply.Output.(*terminal.Result).Output
+	noHost("the box's mount points and processes", box)
+	for _, d := range []string{self, filepath.Dir(self), sealed} {
+		if strings.Contains(box, d) {
+			t.Errorf("the box names the host path %s:\n%s", d, box)
+		}
+	}
+	for _, want := range []string{"\n" + terminal.SealedInBox + "/bash-", "\n" + terminal.SealedInBox + "\n", "\n" + sandbox.BinDir + "/quro\n"} {
+		if !strings.Contains(box, want) {
+			t.Errorf("no %q in:\n%s", want, box)
 		}
 	}
 

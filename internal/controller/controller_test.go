@@ -19,6 +19,7 @@ import (
 	"github.com/quro-dev/quro/internal/controller"
 	"github.com/quro-dev/quro/internal/engine/js"
 	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/project"
 	"github.com/quro-dev/quro/internal/quota"
@@ -396,6 +397,21 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// TestClassifiedErrorNamesNoHostPath: an error marked as naming the host's
+// paths (hostpath.Error) is cut where it is classified, the edge where a
+// tenant reads it, and nowhere before: the cause keeps the whole text.
+func TestClassifiedErrorNamesNoHostPath(t *testing.T) {
+	const whole = "mkdir /var/lib/quro/rootfs/.default.partial: read-only file system"
+	err := fmt.Errorf("%w: %w", rootfs.ErrInstallFailed, hostpath.Error(errors.New(whole)))
+	ce := controller.Classify(err)
+	if ce.Code != capability.Unavailable || strings.Contains(ce.Message, "/var/lib/quro") || !strings.Contains(ce.Message, "mkdir .default.partial: read-only file system") {
+		t.Errorf("the tenant reads %s: %q", ce.Code, ce.Message)
+	}
+	if !errors.Is(ce, rootfs.ErrInstallFailed) || !strings.Contains(errors.Unwrap(ce).Error(), whole) {
+		t.Errorf("the cause is not whole: %v", errors.Unwrap(ce))
+	}
+}
+
 var idRE = regexp.MustCompile(`^internal error \(id ([0-9a-f]{8})\): the server failed, not the call; try again, and if it goes on, give the operator this id \(the server log has the details\)$`)
 
 // TestInternalErrorIsLoggedNotLeaked: an error the table does not know
@@ -437,6 +453,10 @@ func TestInternalErrorIsLoggedNotLeaked(t *testing.T) {
 		fmt.Errorf("save: %w", errors.New(secret)),
 		// A server file's fs.ErrNotExist is not a workspace's not found.
 		fmt.Errorf("open /var/lib/quro/store.db: %w", fs.ErrNotExist),
+		// An error marked as naming host paths (a failed preparation of
+		// the embedded Python, which install_packages' pip needs): the
+		// operator's log has it whole.
+		fmt.Errorf("pip needs the embedded Python's preparation: %w", hostpath.Error(errors.New(secret))),
 	}
 	for i, cause := range causes {
 		boom := capability.New("boom", "fails", capability.ScopeRead, func(ctx context.Context, in empty) (*controller.Reply, error) {
@@ -470,7 +490,7 @@ func TestInternalErrorIsLoggedNotLeaked(t *testing.T) {
 				entry = e
 			}
 		}
-		if entry == nil || entry["level"] != "ERROR" || entry["err"] != cause.Error() ||
+		if entry == nil || entry["level"] != "ERROR" || entry["err"] != cause.Error() || !strings.Contains(cause.Error(), "/var/lib/quro/store.db") ||
 			entry["capability"] != "boom" || entry["tenant"] != "alice" || entry["path"] != "mcp" {
 			t.Errorf("cause %d: no log entry for id %s with the cause, capability, tenant and path:\n%s", i, m[1], logged.String())
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/engine/js"
 	"github.com/quro-dev/quro/internal/engine/python"
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/project"
 	"github.com/quro-dev/quro/internal/quota"
@@ -168,7 +169,10 @@ func lookup(err error) *capability.Error {
 		if !c.match(err) {
 			continue
 		}
-		msg := err.Error()
+		// What the tenant reads: an error marked as naming the host's
+		// paths (hostpath.Error) has them cut here, at the edge, and
+		// whole in the server's log.
+		msg := hostpath.Tenant(err)
 		switch {
 		case c.text != "":
 			msg = c.text

@@ -282,7 +282,7 @@ func (r *Runner) Runnable() (runs []string, shown map[string]string) {
 				break
 			}
 			if why == "" {
-				why = err.Error()
+				why = hostpath.Tenant(err)
 			}
 		}
 		if ok {
@@ -408,7 +408,7 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 			continue
 		}
 		if err := r.probes[e].get(); err != nil {
-			why.add(e.Name(), err.Error())
+			why.add(e.Name(), hostpath.Tenant(err))
 			continue
 		}
 		budget := req.Timeout
@@ -419,8 +419,8 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 			if res, err := r.prepare(ctx, p, req, budget); res != nil {
 				return res
 			} else if err != nil {
-				why.add(e.Name(), err.Error())
-				runFailed.add(e.Name(), err.Error())
+				why.add(e.Name(), hostpath.Tenant(err))
+				runFailed.add(e.Name(), hostpath.Tenant(err))
 				continue
 			}
 		}
@@ -452,12 +452,12 @@ func (r *Runner) runChain(ctx context.Context, lang *Language, req *Request, std
 			if res == nil {
 				res = &Result{ExitCode: -1}
 			}
-			res.Engine, res.Error = e.Name(), err.Error()
+			res.Engine, res.Error = e.Name(), hostpath.Tenant(err)
 			return res
 		}
-		why.add(e.Name(), err.Error())
+		why.add(e.Name(), hostpath.Tenant(err))
 		if !errors.Is(err, ErrStepAside) {
-			runFailed.add(e.Name(), err.Error())
+			runFailed.add(e.Name(), hostpath.Tenant(err))
 		}
 	}
 	return &Result{Engine: "none", ExitCode: -1,
@@ -476,7 +476,7 @@ func (r *Runner) prepare(ctx context.Context, p Preparer, req *Request, budget t
 		return nil, err
 	}
 	return &Result{Engine: p.Name(), ExitCode: -1, TimedOut: errors.Is(pctx.Err(), context.DeadlineExceeded),
-		Error: err.Error() + "; this run did not start"}, nil
+		Error: hostpath.Tenant(err) + "; this run did not start"}, nil
 }
 
 // maxArgs bounds a program's arguments.

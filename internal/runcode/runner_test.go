@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/session"
 )
 
@@ -258,6 +259,43 @@ func TestFallbackAtRunTimeIsNoted(t *testing.T) {
 	res, _ = r.Run(context.Background(), Input{Code: "echo ok", Lang: "shell", Session: testSession(t)})
 	if res.Engine != "shell/sh" || len(res.Notes) != 0 {
 		t.Errorf("probe failure: engine %s notes %q", res.Engine, res.Notes)
+	}
+}
+
+// TestResultsNameNoMarkedHostPath: an engine error marked as naming the
+// host's paths (hostpath.Error: a failed preparation of the embedded
+// Python) is cut where run_code writes it into what a tenant reads (the
+// result's error, a fallback's note, help's reason), and only there: the
+// engine's status, the operator's, keeps it whole.
+func TestResultsNameNoMarkedHostPath(t *testing.T) {
+	const root = "/var/cache/quro/python"
+	failed := hostpath.Error(fmt.Errorf("mkdir %s/tree: not a directory", root))
+	var ran []string
+	for _, tc := range []struct {
+		name  string
+		chain []Engine
+		text  func(*Result) string
+	}{
+		{"the result's error", []Engine{&scripted{name: "a", output: "x", err: failed, ran: &ran}}, func(r *Result) string { return r.Error }},
+		{"no engine ran", []Engine{&scripted{name: "a", probe: failed, ran: &ran}}, func(r *Result) string { return r.Error }},
+		{"a fallback's note", []Engine{&scripted{name: "a", err: failed, ran: &ran}, &scripted{name: "b", output: "ok", ran: &ran}},
+			func(r *Result) string { return strings.Join(r.Notes, "\n") }},
+	} {
+		r := New([]Language{{Name: "py", Chain: tc.chain}}, nil)
+		res, err := r.Run(context.Background(), Input{Code: "x", Lang: "py", Session: testSession(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tc.text(res); strings.Contains(got, root) || !strings.Contains(got, "mkdir tree: not a directory") {
+			t.Errorf("%s: %q", tc.name, got)
+		}
+	}
+	r := New([]Language{{Name: "py", Runs: true, Chain: []Engine{&scripted{name: "a", probe: failed, ran: &ran}}}}, nil)
+	if _, shown := r.Runnable(); strings.Contains(shown["py"], root) || !strings.Contains(shown["py"], "mkdir tree") {
+		t.Errorf("help's reason: %q", shown["py"])
+	}
+	if st := r.Engines(); len(st) != 1 || !strings.Contains(st[0].Reason, root) {
+		t.Errorf("the operator's status: %+v", st)
 	}
 }
 

@@ -619,8 +619,9 @@ func (s *Sandbox) openBox(key string, pl *plan, shape boxShape) (*Box, error) {
 }
 
 // boxReadOnly is what a session box shows read-only: the read-only paths
-// of the run that makes it, Options.BoxReadOnly, what
-// Options.BoxReadOnlyNow names now, and the quro binary.
+// of the run that makes it, Options.BoxReadOnly and what
+// Options.BoxReadOnlyNow names now (the quro binary is at initPath in
+// every box, never at its host path: selfInBox).
 func (s *Sandbox) boxReadOnly(ro []string) []string {
 	more := s.boxes.readOnly
 	if s.boxes.readOnlyNow != nil {
@@ -630,9 +631,6 @@ func (s *Sandbox) boxReadOnly(ro []string) []string {
 		if p = filepath.Clean(p); filepath.IsAbs(p) && exists(p) && !slices.Contains(ro, p) {
 			ro = append(ro, p)
 		}
-	}
-	if !slices.Contains(ro, s.self) {
-		ro = append(ro, s.self)
 	}
 	return ro
 }

@@ -796,6 +796,30 @@ type plan struct {
 	pol   initPolicy
 }
 
+// selfInBox names the quro binary, self, where every box shows it
+// (initPath, quroBinary) and only there: a run of the binary by its host
+// path (an engine the server re-executes, gpython; an argument or a
+// variable naming it) is told initPath, and a read-only path naming it
+// binds nothing more, so nothing in the box (its mount table, argv,
+// environ, /proc/PID/exe) names the install location. It returns the
+// run's spec (as it is outside a box).
+func (pl *plan) selfInBox(self string) *Spec {
+	if !pl.boxed {
+		return pl.spec // no box: the binary is where it is
+	}
+	pl.readOnly = slices.DeleteFunc(pl.readOnly, func(p string) bool { return p == self })
+	at := []Bind{{Src: self, Dst: initPath}}
+	for i, kv := range pl.env {
+		pl.env[i] = viewText(at, kv)
+	}
+	if args := viewArgs(at, pl.spec.Args); !slices.Equal(args, pl.spec.Args) {
+		c := *pl.spec
+		c.Args = args
+		pl.spec, pl.prog = &c, c.Args[0]
+	}
+	return pl.spec
+}
+
 // startErr is the StartError of a failure of the server's own: its text
 // says what failed without the host paths in it (the cgroups', the data
 // directory's), which the server log keeps (see Start).
@@ -895,6 +919,7 @@ func (s *Sandbox) prepare(spec *Spec) (*plan, error) {
 			pl.readOnly = append(pl.readOnly, p)
 		}
 	}
+	spec = pl.selfInBox(s.self)
 
 	for _, bd := range append(slices.Clone(s.binds), spec.Binds...) {
 		if !bd.Writable {

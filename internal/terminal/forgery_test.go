@@ -111,7 +111,7 @@ st=${st##*) }; set -- $st
 echo "R $2"
 fds=(/proc/$BASHPID/fd/*)
 for f in "${fds[@]}"; do [[ -e $f ]] && echo "FD ${f##*/}"; done # (the glob's own directory is closed by now)
-for b in /tmp/quro-sealed-*/bash-*; do head -c 4 "$b" >/dev/null 2>&1 && echo "READ $b"; done
+for b in /tmp/quro-sealed-*/bash-* /run/quro/sealed/bash-*; do head -c 4 "$b" >/dev/null 2>&1 && echo "READ $b"; done
 attack 1 0
 ( for i in $(seq 200); do [[ -e stop ]] && break; attack 0 3; done ) >/dev/null 2>&1 &
 mkdir -p real && cd real

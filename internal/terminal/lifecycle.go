@@ -370,8 +370,11 @@ func (s *Shell) spawn(cwd string) (*shellProc, error) {
 	}
 	env["PS1"], env["PS2"], env["PS4"] = "", "", ""
 	spawned := time.Now()
+	// The sealed copy by the path the box shows it at (SealedInBox when
+	// the sandbox places it there), never its host path.
+	inBox, _ := s.opts.Sandbox.BoxPath(bash)
 	proc, err := s.opts.Sandbox.Start(context.Background(), &sandbox.Spec{
-		Args: []string{bash, "--norc", "--noprofile", "--noediting", "-i"},
+		Args: []string{inBox, "--norc", "--noprofile", "--noediting", "-i"},
 		Dir:  s.opts.Workspace, Home: s.home(), TmpDir: s.opts.TmpDir,
 		Network: s.opts.Network, Rootfs: s.opts.Rootfs,
 		Env:    env,

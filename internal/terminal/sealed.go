@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/quro-dev/quro/internal/sandbox"
 )
 
 // The resident shell must be non-dumpable: its commands run as the same uid
@@ -137,9 +139,15 @@ func freshSealedDir() (string, error) {
 	return d, nil
 }
 
+// SealedInBox is where a box shows SealedDir (sandbox.Options.Places):
+// the resident shell starts its copy of bash there, and nothing in the
+// box names the host's temporary directory.
+const SealedInBox = sandbox.RunDir + "/sealed"
+
 // SealedDir is the directory of the sealed copies of bash (made now if
-// need be): a session box binds it read-only, so a shell started in the
-// box later finds its copy there.
+// need be): a session box binds it read-only (at SealedInBox, where the
+// server's sandbox places it), so a shell started in the box later finds
+// its copy there.
 func SealedDir() (string, error) {
 	sealed.mu.Lock()
 	defer sealed.mu.Unlock()

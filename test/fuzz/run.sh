@@ -91,6 +91,7 @@ list=$(
 ./internal/boxfs FuzzReply
 ./internal/transpile FuzzReply
 ./internal/picture FuzzSVGToPNG:slow FuzzSniff
+./internal/hostpath FuzzNames
 LIST
 )
 

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/runcode"
 )
 
@@ -276,7 +277,9 @@ func TestNonRootServerSharesNoCache(t *testing.T) {
 
 // TestPreparationErrorNamesNoHostPath: a preparation that fails in the
 // install root (here its python/ is a file) answers a run, and the next
-// preparation, without the root's host path; the operator's status line has it whole.
+// preparation, with an error a tenant reads (hostpath.Tenant: run_code's
+// results, the controller's classification) without the root's host
+// path; the error itself, the operator's status line and log have it whole.
 func TestPreparationErrorNamesNoHostPath(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -298,10 +301,10 @@ func TestPreparationErrorNamesNoHostPath(t *testing.T) {
 	}})
 	defer e.Close()
 	_, err = e.Run(ctx, &runcode.Request{Code: "print(1)", Lang: "python", Session: newSession(t), Timeout: time.Minute})
-	if err == nil || strings.Contains(err.Error(), root) || !strings.Contains(err.Error(), "not a directory") {
-		t.Fatalf("the run's error: %v", err)
+	if err == nil || strings.Contains(hostpath.Tenant(err), root) || !strings.Contains(hostpath.Tenant(err), "not a directory") || !strings.Contains(err.Error(), root) {
+		t.Fatalf("the run's error: %v (a tenant reads %q)", err, hostpath.Tenant(err))
 	}
-	if _, _, err := e.Installed(ctx); err == nil || strings.Contains(err.Error(), root) {
+	if _, _, err := e.Installed(ctx); err == nil || strings.Contains(hostpath.Tenant(err), root) || !strings.Contains(err.Error(), root) {
 		t.Errorf("the next preparation's error: %v", err)
 	}
 	mu.Lock()

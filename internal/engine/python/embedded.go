@@ -327,9 +327,10 @@ func (e *Embedded) preparation() *preparation {
 			p.step(e.opts.Status)(fmt.Sprintf("ready (%.1f s)", time.Since(p.start).Seconds()), 0, 0)
 		}
 		if p.err != nil {
-			// A run's result, a probe's reason: what a tenant reads
-			// names no host path (the install root may be the
-			// machine's cache); the whole error is the operator's.
+			// Marked as naming host paths (the install root may be
+			// the machine's cache): what a tenant reads of it (a run's
+			// result, a classified error: hostpath.Tenant) names none;
+			// its own text stays whole, for the operator's log.
 			if e.ctx.Err() == nil {
 				e.opts.Logger.Warn("preparing the embedded Python failed", "err", p.err)
 				if e.opts.Status != nil {

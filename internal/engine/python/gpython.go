@@ -131,8 +131,9 @@ func (g *GPython) Run(ctx context.Context, req *runcode.Request) (*runcode.Resul
 	}
 	spec := runcode.ProcessSpec(req, g.self, gpythonArg)
 	spec.Stdin = strings.NewReader(req.Code)
-	// The child is the quro binary itself: the box shows it read-only at
-	// its host path.
+	// The child is the quro binary itself: a box starts it where it shows
+	// it (/run/quro/bin/quro, never its host path); without a box, Landlock
+	// lets it be read.
 	spec.ReadOnly = []string{g.self}
 	exit, err := g.sb.Run(ctx, spec)
 	if err != nil {
