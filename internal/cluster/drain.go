@@ -428,27 +428,87 @@ func (d *Drainer) Drain(ctx context.Context, drain string, report func(Move)) (r
 	if err := d.Member.Sync(ctx); err != nil {
 		return res, fmt.Errorf("cluster: publishing that this node drains: %w", err)
 	}
-	for _, s := range d.C.Owned(d.C.Self()) {
-		if ctx.Err() != nil {
-			return res, ctx.Err()
+	// Passes until one finds no session this drain has not tried: a
+	// session made here while it ran (a tenant's default, which a
+	// draining node still makes for a call that names none; a create
+	// another node placed here before its table showed this node
+	// draining) is moved as well, not left on a node about to go.
+	tried := map[string]bool{}
+	for pass := 0; ; pass++ {
+		if pass > 0 {
+			// The records of the sessions made here meanwhile (a
+			// create writes its own before it answers; this catches
+			// one whose write failed).
+			if err := d.Member.SyncRecords(ctx); err != nil && ctx.Err() == nil {
+				d.C.log.Warn("cluster: drain: writing this node's records", "err", err)
+			}
 		}
-		m := Move{Drain: drain, Session: s.Name, Name: s.Spec.Name, Tenant: s.Spec.Tenant}
-		err := d.moveOne(ctx, s, drain, &m)
-		var nr *NoRoomError
-		switch {
-		case err == nil:
-			m.OK = true
-			res.Moved++
-		case errors.As(err, &nr):
-			m.NoRoom, m.Error = true, err.Error()
-			res.NoRoom++
-		default:
-			m.Error = err.Error()
-			res.Failed++
+		todo, err := d.pending(ctx, tried)
+		if err != nil {
+			return res, err
 		}
-		report(m)
+		if len(todo) == 0 {
+			return res, nil
+		}
+		for _, s := range todo {
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			tried[s.Name] = true
+			m := Move{Drain: drain, Session: s.Name, Name: s.Spec.Name, Tenant: s.Spec.Tenant}
+			err := d.moveOne(ctx, s, drain, &m)
+			var nr *NoRoomError
+			switch {
+			case err == nil:
+				m.OK = true
+				res.Moved++
+			case errors.As(err, &nr):
+				m.NoRoom, m.Error = true, err.Error()
+				res.NoRoom++
+			default:
+				m.Error = err.Error()
+				res.Failed++
+			}
+			report(m)
+		}
 	}
-	return res, nil
+}
+
+// pending are the sessions of this node that the drain has not tried:
+// the records naming it in the informer's table, and each session it
+// holds (Member.List) whose record the table does not show yet (made a
+// moment ago), read from the API server and taken when it names this
+// node.
+func (d *Drainer) pending(ctx context.Context, tried map[string]bool) ([]*Session, error) {
+	self := d.C.Self()
+	var todo []*Session
+	seen := map[string]bool{}
+	for _, s := range d.C.Owned(self) {
+		seen[s.Name] = true
+		if !tried[s.Name] {
+			todo = append(todo, s)
+		}
+	}
+	if d.Member.List == nil {
+		return todo, nil
+	}
+	local, err := d.Member.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: listing this node's sessions: %w", err)
+	}
+	for _, ls := range local {
+		if seen[ls.ID] || tried[ls.ID] {
+			continue
+		}
+		rec, err := d.C.Get(ctx, ls.ID)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: reading session %s's record: %w", ls.ID, err)
+		}
+		if rec != nil && rec.Spec.Node == self {
+			todo = append(todo, rec)
+		}
+	}
+	return todo, nil
 }
 
 // NoRoomError means no node admitted a session: each refusal, in the
