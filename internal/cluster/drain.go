@@ -73,6 +73,11 @@ const (
 	// MoveSkew is how far a move's signed time may be from the
 	// receiver's clock.
 	MoveSkew = 2 * time.Minute
+	// ProbeHeader is on every answer a node gives to a drain's
+	// admission probe (POST MovePath), a refusal's too: a 404 or 405
+	// without it is a node's of an earlier version, which has no probe,
+	// only when that node's Lease does not say it has one (AnnotProbe).
+	ProbeHeader = "Quro-Move-Probe"
 )
 
 // MoveSignature is the MoveHeader of node from moving session id to
@@ -656,8 +661,13 @@ type admitAsk struct {
 }
 
 // probe asks node n whether it would admit session id, whose files hold
-// size bytes. A node of an earlier version, which has no probe (404 or
-// 405), is taken at its import's word.
+// size bytes. A node of an earlier version, which has no probe, is taken
+// at its import's word: its 404 or 405, which comes without ProbeHeader,
+// from a node whose Lease does not say it has the probe (Node.Probe).
+// Any other answer but a yes is a refusal, a 404 with ProbeHeader or from
+// a node whose Lease says it has the probe included (a route or a
+// session it does not find): the session is not paused for a move that
+// node would refuse.
 func (d *Drainer) probe(ctx context.Context, id string, n *Node, size int64) error {
 	b, _ := json.Marshal(admitAsk{Bytes: size})
 	req, err := d.moveRequest(ctx, http.MethodPost, id, n, bytes.NewReader(b))
@@ -671,9 +681,18 @@ func (d *Drainer) probe(ctx context.Context, id string, n *Node, size int64) err
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	answered := resp.Header.Get(ProbeHeader) != ""
 	switch resp.StatusCode {
-	case http.StatusOK, http.StatusNoContent, http.StatusNotFound, http.StatusMethodNotAllowed:
+	case http.StatusOK, http.StatusNoContent:
 		return nil
+	case http.StatusNotFound, http.StatusMethodNotAllowed:
+		if !answered && !n.Probe {
+			return nil // a node of an earlier version: no probe
+		}
+		if !answered {
+			return &refusal{node: n.Name, status: resp.StatusCode, msg: fmt.Sprintf("%s (without %s, from a node whose Lease says it answers the probe)",
+				strings.TrimSpace(string(body)), ProbeHeader)}
+		}
 	}
 	return &refusal{node: n.Name, status: resp.StatusCode, msg: strings.TrimSpace(string(body))}
 }
@@ -722,6 +741,9 @@ func (d *Drainer) send(ctx context.Context, id string, n *Node, drain string) (*
 // (Local.Import) whatever its probe was told. The record is then
 // switched to this node, and the answer says what was made.
 func (d *Drainer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost {
+		w.Header().Set(ProbeHeader, "1") // this version's answer, whatever it is
+	}
 	id, ok := strings.CutPrefix(r.URL.Path, MovePath)
 	if r.Method != http.MethodPut && r.Method != http.MethodPost || !ok || !validObjectName(id) {
 		rest.WriteError(w, http.StatusNotFound, capability.Errorf(capability.NotFound, "no such route"))
