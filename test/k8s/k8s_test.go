@@ -546,6 +546,9 @@ func TestKubernetes(t *testing.T) {
 		if owners, ok := placeOn(t, "quro-1", 6); !ok {
 			t.Logf("creates through quro-0 went to %v, none to quro-1", owners)
 		}
+		// Every session quro-1 holds, of every tenant (the local
+		// tenant's default included): its drain must move each.
+		before := c.heldBy(t, "quro-1")
 		c.kubectl(t, "", "-n", ns, "delete", "pod", "quro-1", "--wait=false")
 		saw503 := 0
 		deadline := time.Now().Add(15 * time.Minute)
@@ -580,6 +583,19 @@ func TestKubernetes(t *testing.T) {
 			t.Fatalf("quro-1 is still the pod deleted (uid %s)", n.uid)
 		}
 		nodes["quro-1"] = n
+		// Its drain left no session on it: each it held is another
+		// node's, and the new start holds none (a default that moved
+		// away is made again only when a call asks for it), before a
+		// create reaches it.
+		o := c.owners(t)
+		for _, r := range before {
+			if o[r.id] == "quro-1" || o[r.id] == "" {
+				t.Errorf("%s (tenant %q) is %q's after quro-1 was drained and restarted: the drain left it", r.id, r.tenant, o[r.id])
+			}
+		}
+		if left := c.heldBy(t, "quro-1"); len(left) != 0 {
+			t.Errorf("quro-1 holds %+v after its drain and restart, want no session", left)
+		}
 		// The pod's preStop hook (quro node drain, run inside it by the
 		// kubelet) moved its sessions: the one called through the gap
 		// is another node's now, its file read there.
@@ -686,6 +702,12 @@ func TestKubernetes(t *testing.T) {
 			nodes[name] = n
 		}
 		checkFiles(t, nodes["quro-0"], acme, ids)
+		// The nodes roll from the highest number down: quro-0 went last,
+		// its drain moving every session of every tenant to nodes
+		// already rolled; it holds none.
+		if left := c.heldBy(t, "quro-0"); len(left) != 0 {
+			t.Errorf("quro-0, drained last by the upgrade, holds %+v", left)
+		}
 	})
 }
 
@@ -985,6 +1007,18 @@ func (c *cluster) records(t *testing.T) []record {
 		}
 	}
 	return rs
+}
+
+// heldBy is the records of every session node holds, of every tenant.
+func (c *cluster) heldBy(t *testing.T, node string) []record {
+	t.Helper()
+	var out []record
+	for _, r := range c.records(t) {
+		if r.node == node {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // checkFiles reads back, through via, the file every session holds
