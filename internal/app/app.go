@@ -619,7 +619,7 @@ func (a *App) Supervise(ctx context.Context, every time.Duration) {
 
 func (a *App) patrolHooks() terminal.PatrolHooks {
 	return terminal.PatrolHooks{
-		Default:     a.Sessions.Default,
+		Default:     a.Sessions.DefaultIfAny, // the patrol makes none: a drain moved it, or it was destroyed
 		Exists:      a.Sessions.Exists,
 		SessionsDir: filepath.Join(a.DataDir, "sessions"),
 		// A paused session's shell stays: it costs no CPU, and its state

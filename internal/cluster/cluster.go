@@ -733,6 +733,11 @@ func leaseObject(ns, node, address string, ttl time.Duration, h Node, now time.T
 		an[AnnotPin] = h.Pin
 		u.SetAnnotations(an)
 	}
+	if h.Probe {
+		an := u.GetAnnotations()
+		an[AnnotProbe] = "true"
+		u.SetAnnotations(an)
+	}
 	return u
 }
 

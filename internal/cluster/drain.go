@@ -73,6 +73,11 @@ const (
 	// MoveSkew is how far a move's signed time may be from the
 	// receiver's clock.
 	MoveSkew = 2 * time.Minute
+	// ProbeHeader is on every answer a node gives to a drain's
+	// admission probe (POST MovePath), a refusal's too: a 404 or 405
+	// without it is a node's of an earlier version, which has no probe,
+	// only when that node's Lease does not say it has one (AnnotProbe).
+	ProbeHeader = "Quro-Move-Probe"
 )
 
 // MoveSignature is the MoveHeader of node from moving session id to
@@ -428,27 +433,87 @@ func (d *Drainer) Drain(ctx context.Context, drain string, report func(Move)) (r
 	if err := d.Member.Sync(ctx); err != nil {
 		return res, fmt.Errorf("cluster: publishing that this node drains: %w", err)
 	}
-	for _, s := range d.C.Owned(d.C.Self()) {
-		if ctx.Err() != nil {
-			return res, ctx.Err()
+	// Passes until one finds no session this drain has not tried: a
+	// session made here while it ran (a tenant's default, which a
+	// draining node still makes for a call that names none; a create
+	// another node placed here before its table showed this node
+	// draining) is moved as well, not left on a node about to go.
+	tried := map[string]bool{}
+	for pass := 0; ; pass++ {
+		if pass > 0 {
+			// The records of the sessions made here meanwhile (a
+			// create writes its own before it answers; this catches
+			// one whose write failed).
+			if err := d.Member.SyncRecords(ctx); err != nil && ctx.Err() == nil {
+				d.C.log.Warn("cluster: drain: writing this node's records", "err", err)
+			}
 		}
-		m := Move{Drain: drain, Session: s.Name, Name: s.Spec.Name, Tenant: s.Spec.Tenant}
-		err := d.moveOne(ctx, s, drain, &m)
-		var nr *NoRoomError
-		switch {
-		case err == nil:
-			m.OK = true
-			res.Moved++
-		case errors.As(err, &nr):
-			m.NoRoom, m.Error = true, err.Error()
-			res.NoRoom++
-		default:
-			m.Error = err.Error()
-			res.Failed++
+		todo, err := d.pending(ctx, tried)
+		if err != nil {
+			return res, err
 		}
-		report(m)
+		if len(todo) == 0 {
+			return res, nil
+		}
+		for _, s := range todo {
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			tried[s.Name] = true
+			m := Move{Drain: drain, Session: s.Name, Name: s.Spec.Name, Tenant: s.Spec.Tenant}
+			err := d.moveOne(ctx, s, drain, &m)
+			var nr *NoRoomError
+			switch {
+			case err == nil:
+				m.OK = true
+				res.Moved++
+			case errors.As(err, &nr):
+				m.NoRoom, m.Error = true, err.Error()
+				res.NoRoom++
+			default:
+				m.Error = err.Error()
+				res.Failed++
+			}
+			report(m)
+		}
 	}
-	return res, nil
+}
+
+// pending are the sessions of this node that the drain has not tried:
+// the records naming it in the informer's table, and each session it
+// holds (Member.List) whose record the table does not show yet (made a
+// moment ago), read from the API server and taken when it names this
+// node.
+func (d *Drainer) pending(ctx context.Context, tried map[string]bool) ([]*Session, error) {
+	self := d.C.Self()
+	var todo []*Session
+	seen := map[string]bool{}
+	for _, s := range d.C.Owned(self) {
+		seen[s.Name] = true
+		if !tried[s.Name] {
+			todo = append(todo, s)
+		}
+	}
+	if d.Member.List == nil {
+		return todo, nil
+	}
+	local, err := d.Member.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: listing this node's sessions: %w", err)
+	}
+	for _, ls := range local {
+		if seen[ls.ID] || tried[ls.ID] {
+			continue
+		}
+		rec, err := d.C.Get(ctx, ls.ID)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: reading session %s's record: %w", ls.ID, err)
+		}
+		if rec != nil && rec.Spec.Node == self {
+			todo = append(todo, rec)
+		}
+	}
+	return todo, nil
 }
 
 // NoRoomError means no node admitted a session: each refusal, in the
@@ -596,8 +661,13 @@ type admitAsk struct {
 }
 
 // probe asks node n whether it would admit session id, whose files hold
-// size bytes. A node of an earlier version, which has no probe (404 or
-// 405), is taken at its import's word.
+// size bytes. A node of an earlier version, which has no probe, is taken
+// at its import's word: its 404 or 405, which comes without ProbeHeader,
+// from a node whose Lease does not say it has the probe (Node.Probe).
+// Any other answer but a yes is a refusal, a 404 with ProbeHeader or from
+// a node whose Lease says it has the probe included (a route or a
+// session it does not find): the session is not paused for a move that
+// node would refuse.
 func (d *Drainer) probe(ctx context.Context, id string, n *Node, size int64) error {
 	b, _ := json.Marshal(admitAsk{Bytes: size})
 	req, err := d.moveRequest(ctx, http.MethodPost, id, n, bytes.NewReader(b))
@@ -611,9 +681,18 @@ func (d *Drainer) probe(ctx context.Context, id string, n *Node, size int64) err
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	answered := resp.Header.Get(ProbeHeader) != ""
 	switch resp.StatusCode {
-	case http.StatusOK, http.StatusNoContent, http.StatusNotFound, http.StatusMethodNotAllowed:
+	case http.StatusOK, http.StatusNoContent:
 		return nil
+	case http.StatusNotFound, http.StatusMethodNotAllowed:
+		if !answered && !n.Probe {
+			return nil // a node of an earlier version: no probe
+		}
+		if !answered {
+			return &refusal{node: n.Name, status: resp.StatusCode, msg: fmt.Sprintf("%s (without %s, from a node whose Lease says it answers the probe)",
+				strings.TrimSpace(string(body)), ProbeHeader)}
+		}
 	}
 	return &refusal{node: n.Name, status: resp.StatusCode, msg: strings.TrimSpace(string(body))}
 }
@@ -662,6 +741,9 @@ func (d *Drainer) send(ctx context.Context, id string, n *Node, drain string) (*
 // (Local.Import) whatever its probe was told. The record is then
 // switched to this node, and the answer says what was made.
 func (d *Drainer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost {
+		w.Header().Set(ProbeHeader, "1") // this version's answer, whatever it is
+	}
 	id, ok := strings.CutPrefix(r.URL.Path, MovePath)
 	if r.Method != http.MethodPut && r.Method != http.MethodPost || !ok || !validObjectName(id) {
 		rest.WriteError(w, http.StatusNotFound, capability.Errorf(capability.NotFound, "no such route"))

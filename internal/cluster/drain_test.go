@@ -1,11 +1,13 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -156,6 +158,74 @@ func TestDrainID(t *testing.T) {
 		`0123456789abc"=x`, "../../etc/passwd", "0123456789abcdeg"} {
 		if ValidDrainID(bad) {
 			t.Errorf("ValidDrainID(%q) is true", bad)
+		}
+	}
+}
+
+// TestProbeTellsAnOlderNodeApart: a drain takes a 404 or 405 to its
+// admission probe as a yes (the session then paused and sent, the
+// import deciding) only from a node of an earlier version, which has no
+// probe: an answer without ProbeHeader from a node whose Lease does not
+// say it has one. A 404 of this version (with the header), or one
+// without it from a node whose Lease says it answers the probe, is a
+// refusal: the session is not paused for a move that would fail.
+func TestProbeTellsAnOlderNodeApart(t *testing.T) {
+	t.Parallel()
+	type answer struct {
+		status int
+		header bool
+	}
+	var mu sync.Mutex // the handler runs on the server's goroutine
+	var next answer
+	receiver := &Drainer{} // this version's route, for a path it does not take
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Header.Get(MoveHeader) == "" {
+			t.Errorf("the probe: %s with %s %q", r.Method, MoveHeader, r.Header.Get(MoveHeader))
+		}
+		mu.Lock()
+		a := next
+		mu.Unlock()
+		if a.status == 0 {
+			receiver.ServeHTTP(w, r)
+			return
+		}
+		if a.header {
+			w.Header().Set(ProbeHeader, "1")
+		}
+		http.Error(w, http.StatusText(a.status), a.status)
+	}))
+	defer srv.Close()
+	d := &Drainer{C: &Cluster{opts: Options{Node: "a"}}, Key: []byte("0123456789abcdef0123456789abcdef")}
+	host := strings.TrimPrefix(srv.URL, "http://")
+	for _, tc := range []struct {
+		name   string
+		answer answer
+		probe  bool // the receiver's Lease says it has the probe
+		id     string
+		yes    bool
+		status int
+	}{
+		{"an earlier node's 404", answer{http.StatusNotFound, false}, false, "s1", true, 0},
+		{"an earlier node's 405", answer{http.StatusMethodNotAllowed, false}, false, "s1", true, 0},
+		{"a 404 of this version", answer{http.StatusNotFound, true}, false, "s1", false, http.StatusNotFound},
+		{"a 405 of this version", answer{http.StatusMethodNotAllowed, true}, true, "s1", false, http.StatusMethodNotAllowed},
+		{"a 404 without the header from a node whose Lease has the probe", answer{http.StatusNotFound, false}, true, "s1", false, http.StatusNotFound},
+		{"this version's route refusing a path it does not take", answer{}, false, "NOT-AN-ID", false, http.StatusNotFound},
+		{"this version's route, from a node whose Lease has the probe", answer{}, true, "NOT-AN-ID", false, http.StatusNotFound},
+		{"a refusal for room", answer{http.StatusTooManyRequests, true}, true, "s1", false, http.StatusTooManyRequests},
+	} {
+		mu.Lock()
+		next = tc.answer
+		mu.Unlock()
+		err := d.probe(context.Background(), tc.id, &Node{Name: "b", Address: host, Probe: tc.probe}, 5)
+		var r *refusal
+		switch {
+		case tc.yes && err != nil:
+			t.Errorf("%s: %v, want a yes (the import decides)", tc.name, err)
+		case !tc.yes && (!errors.As(err, &r) || r.status != tc.status):
+			t.Errorf("%s: %v, want a refusal (%d)", tc.name, err, tc.status)
+		case !tc.yes && tc.status != http.StatusTooManyRequests && roomRefused(err):
+			t.Errorf("%s: %v is taken as a refusal for room, passed on to the next node", tc.name, err)
 		}
 	}
 }

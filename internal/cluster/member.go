@@ -208,7 +208,7 @@ func (m *Member) heartbeat(ctx context.Context, sessions int) error {
 	defer m.lmu.Unlock()
 	avail, total := memInfo()
 	return m.C.Heartbeat(ctx, Node{Sessions: sessions, MaxSessions: m.MaxSessions, MemAvail: avail, MemTotal: total,
-		SessionReserve: cmp.Or(m.SessionReserve, DefaultSessionReserve), Draining: m.Draining()})
+		SessionReserve: cmp.Or(m.SessionReserve, DefaultSessionReserve), Draining: m.Draining(), Probe: true})
 }
 
 // movedAway reports whether the local session id now belongs to another

@@ -50,6 +50,10 @@ const (
 	AnnotMemTotal   = "quro.dev/memory-total"
 	AnnotReserve    = "quro.dev/memory-per-session" // the memory it reserves per session
 	AnnotDraining   = "quro.dev/draining"           // "true": it is being drained, and takes no new session
+	// AnnotProbe says a node answers a drain's admission probe with
+	// ProbeHeader: a 404 or 405 without it from such a node is no sign
+	// of an earlier version (Drainer.probe).
+	AnnotProbe = "quro.dev/move-probe"
 	// AnnotPin is the SHA-256 of the certificate a node presents on its
 	// node port (NodeTLS): its peers accept that certificate alone.
 	AnnotPin        = "quro.dev/tls-sha256"
@@ -132,6 +136,9 @@ type Node struct {
 	// Pin is the SHA-256 of its node port's certificate (NodeTLS), ""
 	// for a node without one.
 	Pin string
+	// Probe: its Lease says it answers a drain's admission probe with
+	// ProbeHeader (AnnotProbe); false for a node of an earlier version.
+	Probe bool
 }
 
 // Live reports whether n renewed its Lease within its duration at now.
@@ -159,6 +166,7 @@ func nodeFromLease(u *unstructured.Unstructured) (Node, bool) {
 	n.SessionReserve, _ = strconv.ParseInt(an[AnnotReserve], 10, 64)
 	n.Draining = an[AnnotDraining] == "true"
 	n.Pin = an[AnnotPin]
+	n.Probe = an[AnnotProbe] == "true"
 	secs, _, _ := unstructured.NestedInt64(u.Object, "spec", "leaseDurationSeconds")
 	n.TTL = time.Duration(secs) * time.Second
 	n.Renewed = leaseTime(u, "renewTime")

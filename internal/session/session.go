@@ -255,8 +255,11 @@ type BoxHooks struct {
 // Open returns a Manager over st with session directories under dataDir,
 // whose boxes are tied to the services outside the package by hooks (nil:
 // none; fixed for the Manager's life: a box made before hooks were set
-// would lack their binds), creating the default session if there is
-// none.
+// would lack their binds), creating the default session on the data
+// directory's first start. A default that is gone since (destroyed, or
+// moved to another node of a cluster by a drain) is made again when a
+// call asks for it (Default), not at every start: a cluster node
+// restarted after its drain holds no session until one is asked of it.
 func Open(ctx context.Context, st *store.Store, dataDir string, hooks *BoxHooks) (*Manager, error) {
 	m := &Manager{store: st, root: filepath.Join(dataDir, "sessions"), hooks: hooks}
 	if err := os.MkdirAll(m.root, 0o700); err != nil {
@@ -265,7 +268,11 @@ func Open(ctx context.Context, st *store.Store, dataDir string, hooks *BoxHooks)
 	if err := m.settleUIDs(ctx); err != nil {
 		return nil, fmt.Errorf("session uids: %w", err)
 	}
-	if _, err := m.Default(ctx); err != nil {
+	if _, err := st.Setting(ctx, defaultKey); errors.Is(err, store.ErrNotFound) {
+		if _, err := m.Default(ctx); err != nil {
+			return nil, err
+		}
+	} else if err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -306,6 +313,25 @@ func (m *Manager) Default(ctx context.Context) (*Session, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// DefaultIfAny returns the default session of ctx's tenant when it
+// exists, ErrNotFound when none was made or it is gone (destroyed, or
+// moved to another node of a cluster): for a caller that must not make
+// one, such as the supervisor's patrol, which runs on a node whose
+// default a drain has just moved away.
+func (m *Manager) DefaultIfAny(ctx context.Context) (*Session, error) {
+	if only := onlyFrom(ctx); only != "" {
+		return m.byID(ctx, only)
+	}
+	id, err := m.store.Setting(ctx, defaultSetting(ctx))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: no default session", ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return m.byID(ctx, id)
 }
 
 // Get finds a session by id or name; "" means the default session.

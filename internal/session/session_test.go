@@ -42,6 +42,44 @@ func TestDefaultSessionIsStable(t *testing.T) {
 	}
 }
 
+// TestGoneDefaultNotRemadeAtStart: the default session is made on a data
+// directory's first start; one gone since (destroyed, or moved to
+// another node by a cluster's drain) is made again by the first call
+// that asks for it, not by the next start, which holds no session.
+func TestGoneDefaultNotRemadeAtStart(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	m := manager(t, dir)
+	d1, err := m.Default(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Delete(ctx, d1); err != nil {
+		t.Fatal(err)
+	}
+	m = manager(t, dir)
+	if all, err := m.AllTenants(ctx); err != nil || len(all) != 0 {
+		t.Fatalf("a start after the default went holds %d sessions (%v), want none", len(all), err)
+	}
+	// The supervisor's patrol asks for it this way: it makes none.
+	if s, err := m.DefaultIfAny(ctx); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("DefaultIfAny with the default gone: %+v %v, want ErrNotFound", s, err)
+	}
+	if all, err := m.AllTenants(ctx); err != nil || len(all) != 0 {
+		t.Fatalf("DefaultIfAny made a session: %d (%v)", len(all), err)
+	}
+	d2, err := m.Get(ctx, "")
+	if err != nil || d2.ID == d1.ID || d2.Name != DefaultName {
+		t.Fatalf("the default asked for after it went: %+v %v (the one gone: %s)", d2, err, d1.ID)
+	}
+	if s, err := m.DefaultIfAny(ctx); err != nil || s.ID != d2.ID {
+		t.Fatalf("DefaultIfAny: %+v %v, want %s", s, err, d2.ID)
+	}
+	if all, err := manager(t, dir).AllTenants(ctx); err != nil || len(all) != 1 || all[0].ID != d2.ID {
+		t.Fatalf("the next start holds %v (%v), want only the default %s", all, err, d2.ID)
+	}
+}
+
 func TestCreateGetByIDAndName(t *testing.T) {
 	ctx := context.Background()
 	m := manager(t, t.TempDir())

@@ -318,7 +318,8 @@ func (m *Manager) Patrol(ctx context.Context, every time.Duration, p PatrolHooks
 
 // PatrolHooks tell the supervisor about sessions.
 type PatrolHooks struct {
-	// Default returns the default session.
+	// Default returns the default session when there is one (an error
+	// when none: the patrol makes no session).
 	Default func(ctx context.Context) (*session.Session, error)
 	// Exists reports whether a session id is still known.
 	Exists func(ctx context.Context, id string) bool

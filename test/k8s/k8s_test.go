@@ -545,6 +545,9 @@ func TestKubernetes(t *testing.T) {
 		if owners, ok := placeOn(t, "quro-1", 6); !ok {
 			t.Logf("creates through quro-0 went to %v, none to quro-1", owners)
 		}
+		// Every session quro-1 holds, of every tenant (the local
+		// tenant's default included): its drain must move each.
+		before := c.heldBy(t, "quro-1")
 		c.kubectl(t, "", "-n", ns, "delete", "pod", "quro-1", "--wait=false")
 		saw503 := 0
 		deadline := time.Now().Add(15 * time.Minute)
@@ -579,6 +582,21 @@ func TestKubernetes(t *testing.T) {
 			t.Fatalf("quro-1 is still the pod deleted (uid %s)", n.uid)
 		}
 		nodes["quro-1"] = n
+		// Its drain left no session on it: each it held, of every
+		// tenant, is another node's.
+		o := c.owners(t)
+		for _, r := range before {
+			if o[r.id] == "quro-1" || o[r.id] == "" {
+				t.Errorf("%s (tenant %q) is %q's after quro-1 was drained and restarted: the drain left it", r.id, r.tenant, o[r.id])
+			}
+		}
+		// A session made on it since (the local tenant's default, made
+		// anew by something after the drain in some runs: not yet
+		// explained) is logged with where it came from, not failed.
+		if left := c.heldBy(t, "quro-1"); len(left) != 0 {
+			t.Logf("quro-1 holds %+v after its drain and restart, made since", left)
+			c.explain(t, n, admin, left)
+		}
 		// The pod's preStop hook (quro node drain, run inside it by the
 		// kubelet) moved its sessions: the one called through the gap
 		// is another node's now, its file read there.
@@ -765,6 +783,32 @@ func (c *cluster) records(t *testing.T) []record {
 		}
 	}
 	return rs
+}
+
+// heldBy is the records of every session node holds, of every tenant.
+func (c *cluster) heldBy(t *testing.T, node string) []record {
+	t.Helper()
+	var out []record
+	for _, r := range c.records(t) {
+		if r.node == node {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// explain logs what tells where sessions a drained node holds came
+// from: each record's name and times, and the node's audit entries of
+// the session (its creation, its moves).
+func (c *cluster) explain(t *testing.T, n node, admin string, recs []record) {
+	t.Helper()
+	for _, r := range recs {
+		out, err := c.kubectlErr("", "-n", ns, "get", "sessions.quro.dev", r.id, "-o",
+			`jsonpath=name={.spec.name} created={.spec.created} recorded={.metadata.creationTimestamp} status={.status}`)
+		t.Logf("%s's record: %s %v", r.id, out, err)
+		a, err := n.do("GET", "/v1/audit?limit=50&include_background=true&session="+r.id, admin, nil)
+		t.Logf("%s in %s's audit log: %v %d %s", r.id, n.name, err, a.status, a.body)
+	}
 }
 
 // checkFiles reads back, through via, the file every session holds
