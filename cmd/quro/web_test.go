@@ -192,6 +192,23 @@ func TestWebUI(t *testing.T) {
 		e.shot("2-sessions")
 	})
 
+	e.step("a row's button keeps working across the list's refresh", func() {
+		// The button as a click finds it, and then a refresh of the list
+		// (the page counts them on #sessions): a table rebuilt on refresh
+		// has replaced the node, and the click on it is lost ("Could not
+		// find node with given id"); rows updated in place keep it.
+		nodes := run(e, "find e2e's Make default", chromedp.Nodes(chromedp.Search(`//tr[@data-session="e2e"]//button[text()="Make default"]`)))
+		refreshes := eval[int](e, `Number(document.querySelector('#sessions').dataset.refreshes ?? 0)`)
+		e.waitJS(fmt.Sprintf(`Number(document.querySelector('#sessions').dataset.refreshes ?? 0) > %d`, refreshes))
+		e.do("click e2e's Make default after a refresh", chromedp.MouseClickNode(nodes[0]))
+		e.waitJS(`document.querySelector('#sessions tr[data-session="e2e"] .badge')?.textContent === 'default' &&
+			document.querySelector('#sessions tr[data-session="default"] .badge') === null`)
+		// and back, as the steps below expect
+		e.click(chromedp.Search(`//tr[@data-session="default"]//button[text()="Make default"]`))
+		e.waitJS(`document.querySelector('#sessions tr[data-session="default"] .badge')?.textContent === 'default' &&
+			document.querySelector('#sessions tr[data-session="e2e"] .badge') === null`)
+	})
+
 	count := func(lines []string, s string) int {
 		n := 0
 		for _, l := range lines {
