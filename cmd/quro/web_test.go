@@ -75,6 +75,27 @@ func TestWebUI(t *testing.T) {
 		problems = append(problems, fmt.Sprintf(format, a...))
 		mu.Unlock()
 	}
+	// The page's last WebSocket frames (the terminal's, a run's), logged
+	// when a step fails: whether the server sent the terminal's scrollback
+	// and what it held, the resizes, and their order, as the page saw them.
+	var frames []string
+	frame := func(dir string, ts cdp.MonotonicTime, r *network.WebSocketFrame) {
+		p := string(r.PayloadData) // base64 for a binary frame
+		if len(p) > 400 {
+			p = p[:200] + "…" + p[len(p)-200:]
+		}
+		mu.Lock()
+		frames = append(frames, fmt.Sprintf("%.3f %s opcode %v, %d bytes: %q", float64(ts), dir, r.Opcode, len(r.PayloadData), p))
+		if len(frames) > 100 {
+			frames = frames[1:]
+		}
+		mu.Unlock()
+	}
+	e.diag = func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return "the page's WebSocket frames:\n" + strings.Join(frames, "\n")
+	}
 	csp := regexp.MustCompile(`(?i)Content Security Policy|Refused to`)
 	// uiConsole reports a CSP refusal on the UI's own pages. The artifact
 	// frame's refusals (its fetch, below) are expected; its document is
@@ -127,6 +148,10 @@ func TestWebUI(t *testing.T) {
 			if strings.Contains(ev.Request.URL, token) {
 				problem("the token appeared in a URL: %s", strings.ReplaceAll(ev.Request.URL, token, "<token>"))
 			}
+		case *network.EventWebSocketFrameReceived:
+			frame("received", ev.Timestamp, ev.Response)
+		case *network.EventWebSocketFrameSent:
+			frame("sent", ev.Timestamp, ev.Response)
 		case *network.EventWebSocketCreated:
 			if strings.Contains(ev.URL, token) {
 				problem("the token appeared in a WebSocket URL: %s", strings.ReplaceAll(ev.URL, token, "<token>"))
@@ -386,6 +411,7 @@ type e2e struct {
 	sctx context.Context // the current step's: bounded by stepTimeout
 	name string
 	bcid cdp.BrowserContextID // the test's browser context in the shared browser
+	diag func() string        // what a failed step logs besides its screenshot (nil: nothing)
 }
 
 // newE2E opens a tab for t in a browser context of its own (cookies,
@@ -473,6 +499,9 @@ func (e *e2e) step(name string, fn func()) {
 	shot := filepath.Join(e.out, "failed-"+regexp.MustCompile(`\W+`).ReplaceAllString(name, "-")+".png")
 	if b, err := e.screenshot(e.ctx); err == nil {
 		os.WriteFile(shot, b, 0o644)
+	}
+	if e.diag != nil {
+		e.t.Log(e.diag())
 	}
 	e.t.Fatalf("FAIL %s: %v\n(the page as it was: %s)", name, failed, shot)
 }
