@@ -78,13 +78,23 @@ func TestWebUI(t *testing.T) {
 	// The page's last WebSocket frames (the terminal's, a run's), logged
 	// when a step fails: whether the server sent the terminal's scrollback
 	// and what it held, the resizes, and their order, as the page saw them.
-	var frames []string
+	var (
+		frames  []string
+		resizes [][2]int // the sizes the page sent the terminal, in order
+	)
 	frame := func(dir string, ts cdp.MonotonicTime, r *network.WebSocketFrame) {
 		p := string(r.PayloadData) // base64 for a binary frame
 		if len(p) > 400 {
 			p = p[:200] + "…" + p[len(p)-200:]
 		}
+		var m struct {
+			Type       string
+			Cols, Rows int
+		}
 		mu.Lock()
+		if dir == "sent" && json.Unmarshal(r.PayloadData, &m) == nil && m.Type == "resize" {
+			resizes = append(resizes, [2]int{m.Cols, m.Rows})
+		}
 		frames = append(frames, fmt.Sprintf("%.3f %s opcode %v, %d bytes: %q", float64(ts), dir, r.Opcode, len(r.PayloadData), p))
 		if len(frames) > 100 {
 			frames = frames[1:]
@@ -278,6 +288,35 @@ func TestWebUI(t *testing.T) {
 		imgs := eval[int](e, `document.querySelectorAll('#terminal img').length`)
 		e.check(imgs == 0, "no <img> in the terminal")
 		e.shot("3-terminal")
+	})
+
+	e.step("a moment's tiny layout leaves the shell's size alone", func() {
+		// A screenshot beyond the viewport, under load, made the
+		// terminal's box 12 px wide for a moment: the page fitted the
+		// terminal to 2 columns and told the shell, and readline, redrawing
+		// its prompt for 2 columns and then for the width again, cleared
+		// the lines above it (in the scrollback too: a reload showed only
+		// the prompt). Here the box is 12 px wide, then as it was; each
+		// change is waited for with a ResizeObserver made after the page's,
+		// which the browser calls after the page's in the same frame.
+		mu.Lock()
+		n := len(resizes)
+		mu.Unlock()
+		for _, width := range []string{"12px", ""} {
+			run(e, "set the terminal's width to "+width, chromedp.Evaluate[bool](fmt.Sprintf(`new Promise((done) => {
+				const box = document.querySelector('#terminal');
+				box.style.width = %q;
+				const ro = new ResizeObserver(() => { ro.disconnect(); done(true); });
+				ro.observe(box);
+			})`, width), chromedp.EvalAwaitPromise))
+		}
+		mu.Lock()
+		sent := append([][2]int(nil), resizes[n:]...)
+		mu.Unlock()
+		for _, r := range sent {
+			e.check(r[0] >= 20 && r[1] >= 5, "the page sent the shell a %dx%d terminal (sent: %v)", r[0], r[1], sent)
+		}
+		e.waitScreen(ranCd, "the output above the prompt")
 	})
 
 	e.step("reload reconnects to the same terminal with its scrollback", func() {
