@@ -317,7 +317,7 @@ func TestPTYViewerGetsEachChunkOnce(t *testing.T) {
 	var seen strings.Builder
 	seen.Write(replay)
 	readUntil(t, first, &seen, "$ ")
-	p.Write([]byte(fmt.Sprintf("i=0; while [ $i -lt %d ]; do i=$((i+1)); echo L$i; done; echo END$((6*7))\r", lines)))
+	fmt.Fprintf(p, "i=0; while [ $i -lt %d ]; do i=$((i+1)); echo L$i; done; echo END$((6*7))\r", lines)
 	numbered := regexp.MustCompile(`L(\d+)\r\n`)
 	type seenBy struct {
 		i    int
