@@ -75,6 +75,37 @@ func TestWebUI(t *testing.T) {
 		problems = append(problems, fmt.Sprintf(format, a...))
 		mu.Unlock()
 	}
+	// The page's last WebSocket frames (the terminal's, a run's), logged
+	// when a step fails: whether the server sent the terminal's scrollback
+	// and what it held, the resizes, and their order, as the page saw them.
+	var (
+		frames  []string
+		resizes [][2]int // the sizes the page sent the terminal, in order
+	)
+	frame := func(dir string, ts cdp.MonotonicTime, r *network.WebSocketFrame) {
+		p := string(r.PayloadData) // base64 for a binary frame
+		if len(p) > 400 {
+			p = p[:200] + "…" + p[len(p)-200:]
+		}
+		var m struct {
+			Type       string
+			Cols, Rows int
+		}
+		mu.Lock()
+		if dir == "sent" && json.Unmarshal(r.PayloadData, &m) == nil && m.Type == "resize" {
+			resizes = append(resizes, [2]int{m.Cols, m.Rows})
+		}
+		frames = append(frames, fmt.Sprintf("%.3f %s opcode %v, %d bytes: %q", float64(ts), dir, r.Opcode, len(r.PayloadData), p))
+		if len(frames) > 100 {
+			frames = frames[1:]
+		}
+		mu.Unlock()
+	}
+	e.diag = func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return "the page's WebSocket frames:\n" + strings.Join(frames, "\n")
+	}
 	csp := regexp.MustCompile(`(?i)Content Security Policy|Refused to`)
 	// uiConsole reports a CSP refusal on the UI's own pages. The artifact
 	// frame's refusals (its fetch, below) are expected; its document is
@@ -127,6 +158,10 @@ func TestWebUI(t *testing.T) {
 			if strings.Contains(ev.Request.URL, token) {
 				problem("the token appeared in a URL: %s", strings.ReplaceAll(ev.Request.URL, token, "<token>"))
 			}
+		case *network.EventWebSocketFrameReceived:
+			frame("received", ev.Timestamp, ev.Response)
+		case *network.EventWebSocketFrameSent:
+			frame("sent", ev.Timestamp, ev.Response)
 		case *network.EventWebSocketCreated:
 			if strings.Contains(ev.URL, token) {
 				problem("the token appeared in a WebSocket URL: %s", strings.ReplaceAll(ev.URL, token, "<token>"))
@@ -192,6 +227,23 @@ func TestWebUI(t *testing.T) {
 		e.shot("2-sessions")
 	})
 
+	e.step("a row's button keeps working across the list's refresh", func() {
+		// The button as a click finds it, and then a refresh of the list
+		// (the page counts them on #sessions): a table rebuilt on refresh
+		// has replaced the node, and the click on it is lost ("Could not
+		// find node with given id"); rows updated in place keep it.
+		nodes := run(e, "find e2e's Make default", chromedp.Nodes(chromedp.Search(`//tr[@data-session="e2e"]//button[text()="Make default"]`)))
+		refreshes := eval[int](e, `Number(document.querySelector('#sessions').dataset.refreshes ?? 0)`)
+		e.waitJS(fmt.Sprintf(`Number(document.querySelector('#sessions').dataset.refreshes ?? 0) > %d`, refreshes))
+		e.do("click e2e's Make default after a refresh", chromedp.MouseClickNode(nodes[0]))
+		e.waitJS(`document.querySelector('#sessions tr[data-session="e2e"] .badge')?.textContent === 'default' &&
+			document.querySelector('#sessions tr[data-session="default"] .badge') === null`)
+		// and back, as the steps below expect
+		e.click(chromedp.Search(`//tr[@data-session="default"]//button[text()="Make default"]`))
+		e.waitJS(`document.querySelector('#sessions tr[data-session="default"] .badge')?.textContent === 'default' &&
+			document.querySelector('#sessions tr[data-session="e2e"] .badge') === null`)
+	})
+
 	count := func(lines []string, s string) int {
 		n := 0
 		for _, l := range lines {
@@ -236,6 +288,35 @@ func TestWebUI(t *testing.T) {
 		imgs := eval[int](e, `document.querySelectorAll('#terminal img').length`)
 		e.check(imgs == 0, "no <img> in the terminal")
 		e.shot("3-terminal")
+	})
+
+	e.step("a moment's tiny layout leaves the shell's size alone", func() {
+		// A screenshot beyond the viewport, under load, made the
+		// terminal's box 12 px wide for a moment: the page fitted the
+		// terminal to 2 columns and told the shell, and readline, redrawing
+		// its prompt for 2 columns and then for the width again, cleared
+		// the lines above it (in the scrollback too: a reload showed only
+		// the prompt). Here the box is 12 px wide, then as it was; each
+		// change is waited for with a ResizeObserver made after the page's,
+		// which the browser calls after the page's in the same frame.
+		mu.Lock()
+		n := len(resizes)
+		mu.Unlock()
+		for _, width := range []string{"12px", ""} {
+			run(e, "set the terminal's width to "+width, chromedp.Evaluate[bool](fmt.Sprintf(`new Promise((done) => {
+				const box = document.querySelector('#terminal');
+				box.style.width = %q;
+				const ro = new ResizeObserver(() => { ro.disconnect(); done(true); });
+				ro.observe(box);
+			})`, width), chromedp.EvalAwaitPromise))
+		}
+		mu.Lock()
+		sent := append([][2]int(nil), resizes[n:]...)
+		mu.Unlock()
+		for _, r := range sent {
+			e.check(r[0] >= 20 && r[1] >= 5, "the page sent the shell a %dx%d terminal (sent: %v)", r[0], r[1], sent)
+		}
+		e.waitScreen(ranCd, "the output above the prompt")
 	})
 
 	e.step("reload reconnects to the same terminal with its scrollback", func() {
@@ -369,6 +450,7 @@ type e2e struct {
 	sctx context.Context // the current step's: bounded by stepTimeout
 	name string
 	bcid cdp.BrowserContextID // the test's browser context in the shared browser
+	diag func() string        // what a failed step logs besides its screenshot (nil: nothing)
 }
 
 // newE2E opens a tab for t in a browser context of its own (cookies,
@@ -456,6 +538,9 @@ func (e *e2e) step(name string, fn func()) {
 	shot := filepath.Join(e.out, "failed-"+regexp.MustCompile(`\W+`).ReplaceAllString(name, "-")+".png")
 	if b, err := e.screenshot(e.ctx); err == nil {
 		os.WriteFile(shot, b, 0o644)
+	}
+	if e.diag != nil {
+		e.t.Log(e.diag())
 	}
 	e.t.Fatalf("FAIL %s: %v\n(the page as it was: %s)", name, failed, shot)
 }

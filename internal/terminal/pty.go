@@ -190,18 +190,7 @@ func (p *PTY) read() {
 		// the scrollback replayed to a viewer holds none of it either.
 		if chunk := p.esc.filter(buf[:n]); len(chunk) > 0 {
 			p.model.feed(chunk)
-			p.scroll.Write(chunk)
-			p.mu.Lock()
-			for v := range p.viewers {
-				select {
-				case v.C <- chunk:
-				default: // this viewer fell behind: drop it, not the others
-					v.Dropped = true
-					delete(p.viewers, v)
-					v.close()
-				}
-			}
-			p.mu.Unlock()
+			p.publish(chunk)
 		}
 		if err != nil {
 			p.master.Close()
@@ -213,6 +202,26 @@ func (p *PTY) read() {
 			}
 			p.mu.Unlock()
 			return
+		}
+	}
+}
+
+// publish keeps chunk in the scrollback and sends it to every viewer, in
+// one step under p.mu, as AttachQueue takes the scrollback and adds a
+// viewer: a viewer gets each chunk once, in its replay or live, never in
+// both (a chunk kept before the viewer was added and sent after it was
+// drawn twice on a reconnecting terminal) and never in neither.
+func (p *PTY) publish(chunk []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.scroll.Write(chunk)
+	for v := range p.viewers {
+		select {
+		case v.C <- chunk:
+		default: // this viewer fell behind: drop it, not the others
+			v.Dropped = true
+			delete(p.viewers, v)
+			v.close()
 		}
 	}
 }

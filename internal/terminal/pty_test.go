@@ -1,8 +1,11 @@
 package terminal
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -298,4 +301,70 @@ func TestPTYInAForeignDirectoryTakesNothingOver(t *testing.T) {
 			t.Fatalf("%s was handed to the session: uid %d mode %v", f, st.Uid, fi.Mode())
 		}
 	}
+}
+
+// A viewer that attaches while the terminal prints gets every chunk once:
+// in its replay or on its channel, never in both and never in neither.
+// The shell prints numbered lines while viewers attach one after another;
+// each viewer's replay and what it then reads must hold each number once,
+// in order, up to the last. (Keeping a chunk in the scrollback and sending
+// it to the viewers were two steps: a viewer added between them got the
+// chunk twice, and a reconnecting page drew it twice.)
+func TestPTYViewerGetsEachChunkOnce(t *testing.T) {
+	const lines = 10000
+	p, _ := newPTYOpts(t, PTYOptions{ViewerQueue: 1 << 20})
+	first, replay := p.Attach()
+	var seen strings.Builder
+	seen.Write(replay)
+	readUntil(t, first, &seen, "$ ")
+	fmt.Fprintf(p, "i=0; while [ $i -lt %d ]; do i=$((i+1)); echo L$i; done; echo END$((6*7))\r", lines)
+	numbered := regexp.MustCompile(`L(\d+)\r\n`)
+	type seenBy struct {
+		i    int
+		text string
+	}
+	done := make(chan seenBy)
+	viewers := 0
+	for {
+		// Attach the next viewer as soon as the first has read on: each
+		// one lands at another point of the output.
+		b, ok := <-first.C
+		if !ok {
+			t.Fatal("the first viewer was closed")
+		}
+		seen.Write(b)
+		if strings.Contains(seen.String(), "END42\r\n") {
+			break
+		}
+		v, replay := p.Attach()
+		viewers++
+		go func(i int, v *Viewer, replay []byte) {
+			var s strings.Builder
+			s.Write(replay)
+			for !strings.Contains(s.String(), "END42\r\n") {
+				b, ok := <-v.C
+				if !ok {
+					break
+				}
+				s.Write(b)
+			}
+			p.Detach(v)
+			done <- seenBy{i, s.String()}
+		}(viewers, v, replay)
+	}
+	for range viewers {
+		got := <-done
+		want := 1
+		for _, m := range numbered.FindAllStringSubmatch(got.text, -1) {
+			if n, _ := strconv.Atoi(m[1]); n != want {
+				i := strings.Index(got.text, m[0])
+				t.Fatalf("viewer %d of %d: line L%d where L%d was due (a chunk twice or lost): %q", got.i, viewers, n, want, got.text[max(0, i-300):i+10])
+			}
+			want++
+		}
+		if want != lines+1 {
+			t.Fatalf("viewer %d of %d: %d numbered lines, want %d", got.i, viewers, want-1, lines)
+		}
+	}
+	t.Logf("%d viewers attached during the output", viewers)
 }

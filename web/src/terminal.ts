@@ -10,6 +10,11 @@ import { Page, flash } from './page';
 // binary frame, so the screen is reset on hello and then repainted.
 // Escape sequences only ever reach xterm.js, which draws into its own
 // element; nothing of the terminal's output touches the page's DOM as HTML.
+// The smallest terminal the page fits to (a phone's is some 40 columns
+// and 15 rows); a box smaller than that keeps the size the terminal has.
+const MIN_COLS = 20;
+const MIN_ROWS = 5;
+
 export function terminalPage(id: string): Page {
   const title = h('span', { class: 'mono' }, id);
   const state = h('span', { class: 'conn', id: 'term-state' }, 'connecting…');
@@ -158,7 +163,7 @@ export function terminalPage(id: string): Page {
           attempt = 0;
           term.reset(); // the scrollback frame that follows repaints the screen
           setState('connected', 'ok');
-          fit.fit();
+          refit();
           sendResize();
           term.focus();
           break;
@@ -204,14 +209,23 @@ export function terminalPage(id: string): Page {
     connect();
   });
 
-  const ro = new ResizeObserver(() => {
-    if (box.clientWidth > 0) fit.fit();
-  });
+  // refit fits the terminal to its box unless the box is, for the moment,
+  // smaller than any terminal a person uses (a layout passing through,
+  // such as a screenshot beyond the viewport: a box 12 px wide). Each fit
+  // resizes the shell's terminal, and readline redraws its line for the
+  // new width: fitted to 2 columns and back, it moved up and cleared a
+  // line for every row its prompt had wrapped onto, erasing the output
+  // above — in the scrollback too, which a reload then replayed.
+  function refit() {
+    const d = box.clientWidth > 0 ? fit.proposeDimensions() : undefined;
+    if (d && d.cols >= MIN_COLS && d.rows >= MIN_ROWS) fit.fit();
+  }
+  const ro = new ResizeObserver(refit);
 
   // Open once the element is in the document (xterm measures it).
   queueMicrotask(() => {
     term.open(box);
-    fit.fit();
+    refit();
     ro.observe(box);
     connect();
   });
