@@ -797,25 +797,25 @@ type plan struct {
 }
 
 // selfInBox names the quro binary, self, where every box shows it
-// (initPath, quroBinary) and only there: a run of the binary by its host
-// path (an engine the server re-executes, gpython; an argument or a
-// variable naming it) is told initPath, and a read-only path naming it
-// binds nothing more, so nothing in the box (its mount table, argv,
-// environ, /proc/PID/exe) names the install location. It returns the
-// run's spec (as it is outside a box).
+// (initPath, quroBinary) and only there: a run whose program is the
+// binary by its host path (an engine the server re-executes, gpython)
+// starts it at initPath, and a read-only path naming it binds nothing
+// more, so nothing in the box (its mount table, argv, /proc/PID/exe)
+// names the install location. Only the program is renamed: the run's
+// other arguments and its variables are a tenant's bytes as often as the
+// server's, and a tenant may name the install location (a unit file's
+// ExecStart, a grep for it): they reach the box as they were given. It
+// returns the run's spec (as it is outside a box).
 func (pl *plan) selfInBox(self string) *Spec {
 	if !pl.boxed {
 		return pl.spec // no box: the binary is where it is
 	}
 	pl.readOnly = slices.DeleteFunc(pl.readOnly, func(p string) bool { return p == self })
-	at := []Bind{{Src: self, Dst: initPath}}
-	for i, kv := range pl.env {
-		pl.env[i] = viewText(at, kv)
-	}
-	if args := viewArgs(at, pl.spec.Args); !slices.Equal(args, pl.spec.Args) {
+	if len(pl.spec.Args) > 0 && pl.spec.Args[0] == self {
 		c := *pl.spec
-		c.Args = args
-		pl.spec, pl.prog = &c, c.Args[0]
+		c.Args = slices.Clone(c.Args)
+		c.Args[0] = initPath
+		pl.spec, pl.prog = &c, initPath
 	}
 	return pl.spec
 }

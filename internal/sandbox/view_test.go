@@ -72,7 +72,7 @@ echo "== self $(command -v quro)"
 		out.Reset()
 		errOut.Reset()
 		spec := &Spec{Args: []string{"sh", "-c", script, "sh", filepath.Join(tmp, "script.sh"), filepath.Join(ws, "made")},
-			Dir: ws, Home: ws, TmpDir: tmp, Env: map[string]string{"CACHE": filepath.Join(tmp, "cache"), "SELF": self},
+			Dir: ws, Home: ws, TmpDir: tmp, Env: map[string]string{"CACHE": filepath.Join(tmp, "cache")},
 			Binds: []Bind{{Src: ws, Dst: HomeUser, Writable: true}}, ReadOnly: []string{self}, Session: "test-" + t.Name(), Stdout: &out, Stderr: &errOut}
 		exit, err := sb.Run(ctx, spec)
 		if err != nil {
@@ -87,7 +87,7 @@ echo "== self $(command -v quro)"
 		for _, want := range []string{
 			"== arg " + BoxTmp + "/script.sh\necho from-tmp-script\nwrote\n",
 			"== pwd /home/user /home/user /home/user /home/user\n",
-			"HOME=/home/user\n", "CACHE=" + BoxTmp + "/cache\n", "SELF=" + initPath + "\n",
+			"HOME=/home/user\n", "CACHE=" + BoxTmp + "/cache\n",
 			"user:x:1000:1000:quro sandbox:/home/user:/bin/sh\n",
 			"\n" + initPath + " " + boxinit.BoxArg + " ", // the box init's argv
 			"== self " + initPath + "\n",
@@ -110,5 +110,16 @@ echo "== self $(command -v quro)"
 		Binds: []Bind{{Src: ws, Dst: HomeUser, Writable: true}}, Session: "test-" + t.Name(), Stdout: &out, Stderr: &out})
 	if err != nil || exit.Code != 0 {
 		t.Fatalf("the quro binary by its host path: %v %+v %s", err, exit, out.String())
+	}
+	// A tenant's bytes that name the install location (an argument, a
+	// variable, a unit file's ExecStart) reach the box as they were
+	// given: only a run's program is started at the box path.
+	out.Reset()
+	said := "ExecStart=" + self + " serve"
+	exit, err = sb.Run(ctx, &Spec{Args: []string{"sh", "-c", `printf '%s|%s|%s\n' "$1" "$2" "$SELF"`, "sh", self, said},
+		Env: map[string]string{"SELF": self + "/../x"}, Dir: ws, Home: ws, TmpDir: tmp,
+		Binds: []Bind{{Src: ws, Dst: HomeUser, Writable: true}}, Session: "test-" + t.Name(), Stdout: &out, Stderr: &out})
+	if want := self + "|" + said + "|" + self + "/../x\n"; err != nil || exit.Code != 0 || out.String() != want {
+		t.Fatalf("a tenant's text naming the binary's host path: %v %+v %q, want %q", err, exit, out.String(), want)
 	}
 }
