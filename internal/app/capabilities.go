@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/quro-dev/quro/internal/hostpath"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/session"
 	"github.com/quro-dev/quro/internal/version"
 	"github.com/quro-dev/quro/internal/workspace"
 )
@@ -258,8 +260,17 @@ func (a *App) Status(ctx context.Context) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	def, err := a.Sessions.Default(ctx)
-	if err != nil {
+	// A status read makes no session: the default's ID when the tenant
+	// has one, empty when none was made yet or it is gone (the next call
+	// without a session makes it). Made here, a status read cost the
+	// caller a session of its ceiling, and quro doctor, run beside a
+	// server on its data directory (a cluster node's, in its pod), made
+	// a session there.
+	var defID string
+	switch def, err := a.Sessions.DefaultIfAny(ctx); {
+	case err == nil:
+		defID = def.ID
+	case !errors.Is(err, session.ErrNotFound):
 		return nil, err
 	}
 	ts, err := a.tenantStatus(ctx)
@@ -271,7 +282,7 @@ func (a *App) Status(ctx context.Context) (*Status, error) {
 	return &Status{
 		PID: os.Getpid(), Version: version.String(), StartedAt: a.Started,
 		UptimeSeconds: time.Since(a.Started).Seconds(), DataDir: a.DataDir,
-		Sessions: n, DefaultSession: def.ID,
+		Sessions: n, DefaultSession: defID,
 		Engines: a.Runner.Engines(), Isolation: a.Isolation(), Tenant: ts, Watches: &ws, Ceilings: &ceilings,
 	}, nil
 }

@@ -493,3 +493,30 @@ func TestABurstOfCreatesGetsExactlyTheTenantCeiling(t *testing.T) {
 		t.Fatalf("a burst of %d against a ceiling of %d: %d made, %d listed", burst, ceiling, made, len(list.Sessions))
 	}
 }
+
+// A status read makes no session: a tenant that has none reads an empty
+// default_session and still holds none after it (made by the read, the
+// default counted against the tenant's session ceiling, and quro doctor's
+// status made one in the data directory of the server it ran beside); the
+// first call without a session makes it, and the next status names it.
+func TestServiceStatusMakesNoSession(t *testing.T) {
+	t.Parallel()
+	a := newApp(t, nil)
+	tenant := fmt.Sprintf("status-%d", os.Getpid())
+	c := controller.Caller{Path: "test", Tenant: tenant, Scope: capability.ScopeExec, TokenID: "t-" + tenant}
+	for range 2 {
+		st := mustCallAs(t, a, c, "get_service_status", Empty{}).(*Status)
+		if st.Sessions != 0 || st.DefaultSession != "" {
+			t.Fatalf("a status read of a tenant without sessions: %d sessions, default %q", st.Sessions, st.DefaultSession)
+		}
+	}
+	list := mustCallAs(t, a, c, "list_sessions", Empty{})
+	if b, _ := json.Marshal(list); strings.Contains(string(b), `"id"`) {
+		t.Fatalf("the status reads made a session: %s", b)
+	}
+	mustCallAs(t, a, c, "run_code", RunCodeInput{Lang: "sh", Code: "true"})
+	st := mustCallAs(t, a, c, "get_service_status", Empty{}).(*Status)
+	if st.Sessions != 1 || st.DefaultSession == "" {
+		t.Fatalf("after a call without a session: %d sessions, default %q", st.Sessions, st.DefaultSession)
+	}
+}
