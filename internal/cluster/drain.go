@@ -420,6 +420,11 @@ type Result struct {
 	Failed int `json:"failed"`
 }
 
+// DrainPasses is how many passes a drain makes over a node's sessions:
+// the first moves those it had, each later one those made meanwhile. A
+// session still made after the last is left and reported (Failed).
+const DrainPasses = 4
+
 // Stayed is how many sessions stay on the drained node.
 func (r Result) Stayed() int { return r.NoRoom + r.Failed }
 
@@ -433,7 +438,8 @@ func (d *Drainer) Drain(ctx context.Context, drain string, report func(Move)) (r
 	if err := d.Member.Sync(ctx); err != nil {
 		return res, fmt.Errorf("cluster: publishing that this node drains: %w", err)
 	}
-	// Passes until one finds no session this drain has not tried: a
+	// Passes (at most DrainPasses) until one finds no session this drain
+	// has not tried: a
 	// session made here while it ran (a tenant's default, which a
 	// draining node still makes for a call that names none; a create
 	// another node placed here before its table showed this node
@@ -453,6 +459,18 @@ func (d *Drainer) Drain(ctx context.Context, drain string, report func(Move)) (r
 			return res, err
 		}
 		if len(todo) == 0 {
+			return res, nil
+		}
+		if pass == DrainPasses {
+			// Sessions are still being made here (a caller that makes
+			// its default again each time the last one moved): they
+			// stay, each reported, rather than keep the drain going
+			// for as long as a tenant likes.
+			for _, s := range todo {
+				report(Move{Drain: drain, Session: s.Name, Name: s.Spec.Name, Tenant: s.Spec.Tenant,
+					Error: fmt.Sprintf("made on this node while it drained, after %d passes of the drain: not moved (drain it again)", DrainPasses)})
+				res.Failed++
+			}
 			return res, nil
 		}
 		for _, s := range todo {

@@ -402,6 +402,47 @@ func TestClusterDrainFindsRoom(t *testing.T) {
 			}
 		}
 	})
+
+	// Attack: a tenant keeps a drain going by making a session on the
+	// node each time its last one moved (destroying its default and
+	// calling without a session, again and again). The drain makes
+	// DrainPasses passes and ends, the session made after the last left
+	// and reported.
+	t.Run("sessions made again and again end the drain after its passes", func(t *testing.T) {
+		log.take()
+		n := 0
+		var again func()
+		again = func() {
+			n++
+			id := fmt.Sprintf("r%d", n)
+			hmu.Lock()
+			held = append(held, LocalSession{ID: id, Name: id, Network: "none", Created: time.Now()})
+			hmu.Unlock()
+			rec := &Session{Spec: SessionSpec{Node: "node-a", Name: id, Network: "none"}}
+			rec.Name = id
+			if err := a.c.Record(ctx, rec); err != nil {
+				t.Error(err)
+			}
+			a.local.mu.Lock()
+			a.local.onQuiesce = again
+			a.local.mu.Unlock()
+		}
+		again() // r1, held before the drain; each quiesce makes the next
+		res, moves := drain(t)
+		a.local.mu.Lock()
+		a.local.onQuiesce = nil
+		a.local.mu.Unlock()
+		if res != (Result{Moved: DrainPasses, Failed: 1}) || len(moves) != DrainPasses+1 {
+			t.Fatalf("the drain: %+v, %d moves %+v (want %d moved, then the one made after the last pass left)", res, len(moves), moves, DrainPasses)
+		}
+		last := moves[DrainPasses]
+		if last.OK || last.Session != fmt.Sprintf("r%d", DrainPasses+1) || !strings.Contains(last.Error, "drain it again") {
+			t.Fatalf("the session made after the last pass: %+v", last)
+		}
+		if n != DrainPasses+1 {
+			t.Fatalf("%d sessions made: the drain quiesced one it did not move", n)
+		}
+	})
 }
 
 // roomyAddr is node roomy's address as c's table holds it.
