@@ -173,7 +173,13 @@ func (t *tenants) Limits(ctx context.Context, tenant string) (TenantLimits, erro
 	own, err := t.own(ctx, tenant)
 	if err != nil {
 		if ctx.Err() == nil {
-			t.log.Error("tenant ceilings: runs refused", "tenant", tenant, "err", err)
+			// The operator's log keeps the source's error whole; the
+			// error the tenant reads has its host paths cut.
+			var cause error = err
+			if ce, ok := errors.AsType[*CeilingsUnreadableError](err); ok && ce.cause != nil {
+				cause = ce.cause
+			}
+			t.log.Error("tenant ceilings: runs refused", "tenant", tenant, "err", err, "cause", cause)
 		}
 		return TenantLimits{}, err
 	}
@@ -187,6 +193,7 @@ func (t *tenants) Limits(ctx context.Context, tenant string) (TenantLimits, erro
 type CeilingsUnreadableError struct {
 	Tenant  string
 	Problem string // why, host paths cut
+	cause   error  // the source's error whole, for the operator's log
 }
 
 func (e *CeilingsUnreadableError) Error() string {
@@ -251,7 +258,7 @@ func overridesFrom(ctx context.Context, src TenantLimitsSource, tenant string) (
 		if ctx.Err() != nil {
 			return TenantLimits{}, ctx.Err()
 		}
-		return TenantLimits{}, &CeilingsUnreadableError{tenant, hostpath.Names(err.Error())}
+		return TenantLimits{}, &CeilingsUnreadableError{Tenant: tenant, Problem: hostpath.Names(err.Error()), cause: err}
 	}
 	if !ok {
 		return TenantLimits{}, nil
@@ -263,10 +270,10 @@ func overridesFrom(ctx context.Context, src TenantLimitsSource, tenant string) (
 		if err == nil {
 			err = errors.New("more than one value")
 		}
-		return TenantLimits{}, &CeilingsUnreadableError{tenant, "not the JSON set_tenant_limits writes: " + err.Error()}
+		return TenantLimits{}, &CeilingsUnreadableError{Tenant: tenant, Problem: "not the JSON set_tenant_limits writes: " + err.Error()}
 	}
 	if err := own.check(); err != nil {
-		return TenantLimits{}, &CeilingsUnreadableError{tenant, "refused by set_tenant_limits: " + err.Error()}
+		return TenantLimits{}, &CeilingsUnreadableError{Tenant: tenant, Problem: "refused by set_tenant_limits: " + err.Error()}
 	}
 	return own, nil
 }
@@ -414,7 +421,7 @@ func (a *App) TenantLimitsChanged(ctx context.Context, tenant string) {
 		err = a.tenants.growDisks(ctx, tenant, own)
 	}
 	if err != nil && ctx.Err() == nil {
-		a.tenants.log.Warn("tenant ceilings changed in the cluster: applying them here failed", "tenant", tenant, "err", hostpath.Names(err.Error()))
+		a.tenants.log.Warn("tenant ceilings changed in the cluster: applying them here failed", "tenant", tenant, "err", err)
 	}
 }
 
