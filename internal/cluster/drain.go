@@ -439,11 +439,11 @@ func (d *Drainer) Drain(ctx context.Context, drain string, report func(Move)) (r
 		return res, fmt.Errorf("cluster: publishing that this node drains: %w", err)
 	}
 	// Passes (at most DrainPasses) until one finds no session this drain
-	// has not tried: a
-	// session made here while it ran (a tenant's default, which a
-	// draining node still makes for a call that names none; a create
-	// another node placed here before its table showed this node
-	// draining) is moved as well, not left on a node about to go.
+	// has not tried: a session made here while it ran (a tenant's
+	// default, which a draining node still makes for a call that names
+	// none; a create another node placed here before its table showed
+	// this node draining) is moved as well, not left on a node about to
+	// go.
 	tried := map[string]bool{}
 	for pass := 0; ; pass++ {
 		if pass > 0 {
