@@ -51,14 +51,7 @@ scope.`,
 				return err
 			}
 			defer a.Close()
-			// A warm-up: the default session, which the first tool call
-			// without a session uses, made while the client starts, and
-			// the status's probes; nobody waits for their answers.
-			go func() {
-				ctx := context.WithoutCancel(cmd.Context())
-				_, _ = a.Sessions.Default(ctx)
-				_, _ = a.Status(ctx)
-			}()
+			go func() { _, _ = a.Status(context.WithoutCancel(cmd.Context())) }() // a warm-up: nobody waits for its answer
 			go a.Supervise(cmd.Context(), patrol)
 			return quromcp.ServeStdio(cmd.Context(), a.Controller, cmd.InOrStdin(), cmd.OutOrStdout(), &quromcp.Options{Logger: a.Log, Tools: tools})
 		},
