@@ -175,7 +175,7 @@ func (t *tenants) Limits(ctx context.Context, tenant string) (TenantLimits, erro
 		if ctx.Err() == nil {
 			// The operator's log keeps the source's error whole; the
 			// error the tenant reads has its host paths cut.
-			var cause error = err
+			cause := err
 			if ce, ok := errors.AsType[*CeilingsUnreadableError](err); ok && ce.cause != nil {
 				cause = ce.cause
 			}
