@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -261,26 +262,35 @@ echo DONE`
 
 // TestInterruptThenKill: Interrupt is the one way to stop a run in two
 // stages, in a session box as in a box of its own: a program that stops
-// on SIGINT is not killed; one that ignores it is killed after the grace.
+// on SIGINT (or SIGHUP) is not killed; one that ignores it is killed
+// after the grace. The test binary ignores SIGINT and SIGHUP meanwhile,
+// as a server started under nohup or as a script's background job does
+// (make test's side runs are): an ignored signal survives fork and exec,
+// and the program must still start with both at their default.
 func TestInterruptThenKill(t *testing.T) {
+	signal.Ignore(syscall.SIGINT, syscall.SIGHUP)
+	t.Cleanup(func() { signal.Reset(syscall.SIGINT, syscall.SIGHUP) })
 	sb := newBoxSandbox(t)
 	for _, key := range []string{"intr", ""} {
+		dir := t.TempDir()
 		for _, tc := range []struct {
+			sig    syscall.Signal
 			script string
 			killed bool
-			// grace: the program that ends on SIGINT gets a grace no
-			// load outlasts (the test waits for its exit, not the
+			// grace: the program that ends on the signal gets a grace
+			// no load outlasts (the test waits for its exit, not the
 			// grace); the one that ignores it is killed at its end.
 			grace time.Duration
 		}{
-			{"echo ready; exec sleep 1000", false, time.Minute},
-			{"trap '' INT; echo ready; while :; do sleep 1; done", true, 500 * time.Millisecond},
+			{syscall.SIGINT, "echo ready; exec sleep 1000", false, time.Minute},
+			{syscall.SIGINT, "trap '' INT; echo ready; while :; do sleep 1; done", true, 500 * time.Millisecond},
+			{syscall.SIGHUP, "echo ready; exec sleep 1000", false, time.Minute},
 		} {
 			r, w, err := os.Pipe()
 			if err != nil {
 				t.Fatal(err)
 			}
-			spec := boxSpec(key, t.TempDir(), nil, tc.script)
+			spec := boxSpec(key, dir, nil, tc.script)
 			spec.Stdout, spec.Stderr = w, w
 			p, err := sb.Start(testCtx(t), spec)
 			w.Close()
@@ -294,18 +304,18 @@ func TestInterruptThenKill(t *testing.T) {
 			exited := make(chan struct{})
 			var exit Exit
 			go func() { exit = p.Wait(); close(exited) }()
-			killed := p.Interrupt(syscall.SIGINT, 50*time.Millisecond, tc.grace, exited)
+			killed := p.Interrupt(tc.sig, 50*time.Millisecond, tc.grace, exited)
 			<-exited
 			r.Close()
 			if killed != tc.killed {
-				t.Errorf("box %q, %q: killed %v, want %v (exit %+v)", key, tc.script, killed, tc.killed, exit)
+				t.Errorf("box %q, %v, %q: killed %v, want %v (exit %+v)", key, tc.sig, tc.script, killed, tc.killed, exit)
 			}
-			want := syscall.SIGINT
+			want := tc.sig
 			if tc.killed {
 				want = syscall.SIGKILL
 			}
 			if exit.Signal != want {
-				t.Errorf("box %q, %q: ended by %v, want %v", key, tc.script, exit.Signal, want)
+				t.Errorf("box %q, %v, %q: ended by %v, want %v", key, tc.sig, tc.script, exit.Signal, want)
 			}
 		}
 	}

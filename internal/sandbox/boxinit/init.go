@@ -27,6 +27,8 @@ import (
 // itself as the sandbox's init child (inside the bubblewrap box when that
 // layer is on). The child applies, in this order:
 //
+//  0. give every signal it inherited ignored its default action back
+//     (defaultSignals; the box init and a spawner do the same);
 //  1. mark every inherited descriptor from STATUS_FD up close-on-exec;
 //  2. wait for the server's go-ahead (cgroup join) when POLICY asks;
 //  3. read the program's environment from POLICY's env_fd (see EncodeEnv;
@@ -186,14 +188,53 @@ func init() {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case Arg:
+			defaultSignals()
 			os.Exit(initMain(os.Args[2:]))
 		case ProbeArg:
 			os.Exit(0)
 		case BoxArg:
+			defaultSignals()
 			os.Exit(boxMain(os.Args[2:]))
 		case SpawnerArg:
+			defaultSignals()
 			os.Exit(spawnerMain(os.Args[2:]))
 		}
+	}
+}
+
+// Signal handlers as rt_sigaction(2) reads and sets them.
+const (
+	sigDfl = 0
+	sigIgn = 1
+)
+
+// defaultSignals gives every signal this process inherited ignored its
+// default action back, first thing in the box init, a spawner and the
+// init child. An ignored signal stays ignored through fork and exec (the
+// Go runtime, too, keeps an inherited SIG_IGN of SIGHUP and SIGINT), so a
+// server started with them ignored — under nohup, as a script's
+// background job, as make test's side runs are — handed them on to every
+// program of every box: an interrupt (SIGINT, the terminal's Ctrl-C, a
+// command's timeout) reached nothing and each run was killed at the end
+// of its grace, and a shell cannot even trap a signal ignored at its
+// start. A program starts with every disposition at its default,
+// whatever the server's start. The signals the runtime handles are left
+// alone (exec resets them to their default).
+func defaultSignals() {
+	for sig := 1; sig <= 64; sig++ {
+		if sig == int(syscall.SIGKILL) || sig == int(syscall.SIGSTOP) {
+			continue
+		}
+		// The kernel's struct sigaction, 32 bytes on amd64 and arm64
+		// (handler, flags, restorer, mask): read, then written back
+		// with the handler alone changed.
+		var act [4]uint64
+		if _, _, errno := syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(sig), 0,
+			uintptr(unsafe.Pointer(&act[0])), 8, 0, 0); errno != 0 || act[0] != sigIgn {
+			continue
+		}
+		act[0] = sigDfl
+		_, _, _ = syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&act[0])), 0, 8, 0, 0)
 	}
 }
 
