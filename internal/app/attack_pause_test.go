@@ -14,6 +14,7 @@ import (
 
 	"github.com/quro-dev/quro/internal/capability"
 	"github.com/quro-dev/quro/internal/session"
+	"github.com/quro-dev/quro/internal/soak"
 )
 
 // TestAttackPauseResumeRacingDestroyForkRun: two goroutines hammer
@@ -22,12 +23,27 @@ import (
 // returns (no deadlock: each has a minute, the test's guard), every error
 // is a classified capability error (not internal) with a message, no
 // process of the destroyed session is left (frozen or not), and a fork
-// that was made is usable and not left frozen.
+// that was made is usable and not left frozen. Five rounds: the destroy
+// starts after 1 to 5 pause/resume cycles, one round of each; more
+// rounds of the same race are TestSoakAttackPauseResumeRacingDestroyForkRun
+// (make test-soak).
 func TestAttackPauseResumeRacingDestroyForkRun(t *testing.T) {
 	t.Parallel()
+	pauseResumeRacingDestroyForkRun(t, 5)
+}
+
+// TestSoakAttackPauseResumeRacingDestroyForkRun is
+// TestAttackPauseResumeRacingDestroyForkRun over 100 rounds, each length
+// of the warm-up twenty times: the interleavings a race meets vary from
+// round to round, and hitting a rare one is a matter of repetitions.
+func TestSoakAttackPauseResumeRacingDestroyForkRun(t *testing.T) {
+	soak.Skip(t)
+	pauseResumeRacingDestroyForkRun(t, 100)
+}
+
+func pauseResumeRacingDestroyForkRun(t *testing.T, rounds int) {
 	a := newApp(t, nil)
 	needBoxes(t, a)
-	const rounds = 20
 	var errMu sync.Mutex
 	errs, msgs := map[string]int{}, map[string]string{}
 	check := func(what string, err error) {

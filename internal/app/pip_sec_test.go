@@ -266,14 +266,26 @@ func TestPipFetchInTenantCgroupOneAtATime(t *testing.T) {
 // index (which itself is on loopback, as the operator configured it)
 // declares a direct-URL dependency on the server's loopback (another
 // port, a listener of the test's, by http and by https), on the cloud
-// metadata address, on a private address, on a public address and on a
-// name. The server's fetch goes through its egress proxy, which connects
-// to the configured index alone: install_packages fails naming the
-// destination and its class (or that it is not a configured index), and
-// the listener saw no connection. A dependency on a git repository there
-// (git, which pip runs, ignores the proxy) fails too, the listener still
-// untouched: loopback in the fetch box is the box's own. A package
-// without such a dependency still comes from the loopback index.
+// metadata address and on a name. The server's fetch goes through its
+// egress proxy, which connects to the configured index alone:
+// install_packages fails naming the destination and its class (or that
+// it is not a configured index), and the listener saw no connection. A
+// dependency on a git repository there (git, which pip runs, ignores the
+// proxy) fails too, the listener still untouched: loopback in the fetch
+// box is the box's own.
+//
+// Each refusal ends pip's run (pip gives up at the first dependency it
+// cannot fetch), so each destination costs a fetch box and a pip
+// (some 2 CPU-s). The destinations here are one of each way through
+// pip and the proxy: plain http (loopback, link-local), https's CONNECT
+// (loopback, a name: the fetch's proxy takes the configured index
+// alone), and git past the proxy. The proxy's classes of the other
+// addresses a package may name (a private or a public literal, refused
+// as such by the fetch's OnlyTrusted proxy over the same plain-http
+// path as the metadata address) are internal/egress's TestProxyOnlyTrusted;
+// each refusal here names what pip read from the index, so the index was
+// reached, and a package from the loopback index through this fetch is
+// TestPipSessionIndexNotFetchedByServer's first install.
 func TestPipFetchRefusesDirectURLsToTheHostsNetworks(t *testing.T) {
 	t.Parallel()
 	ln := sandboxtest.ListenHost(t, "")
@@ -283,12 +295,9 @@ func TestPipFetchRefusesDirectURLsToTheHostsNetworks(t *testing.T) {
 			map[string][]byte{project + "/__init__.py": []byte("")})
 	}
 	ix := newTestIndex(t,
-		pureWheel(t, "quroplain", "1.0", "v"),
 		evil("quroloop", "http://"+target+"/evil-1.0-py3-none-any.whl"),
 		evil("quroloops", "https://"+target+"/evil-1.0-py3-none-any.whl"),
 		evil("quromd", "http://169.254.169.254/latest/meta-data/evil-1.0-py3-none-any.whl"),
-		evil("quropriv", "http://10.255.0.1:8080/evil-1.0-py3-none-any.whl"),
-		evil("quropub", "http://203.0.113.7/evil-1.0-py3-none-any.whl"),
 		evil("quroname", "https://files.example.org/evil-1.0-py3-none-any.whl"),
 		evil("qurogit", "git+http://"+target+"/evil.git"))
 	a := pipApp(t, ix)
@@ -297,8 +306,6 @@ func TestPipFetchRefusesDirectURLsToTheHostsNetworks(t *testing.T) {
 		"quroloop":  target + " (loopback address)",
 		"quroloops": target + " (loopback address)",
 		"quromd":    "169.254.169.254:80 (link-local address)",
-		"quropriv":  "10.255.0.1:8080 (private address)",
-		"quropub":   "203.0.113.7:80 (not a configured index)",
 		"quroname":  "files.example.org:443 (not a configured index)",
 	} {
 		_, err := installPip(t, a, pipAlice, s.ID, pkg)
@@ -321,9 +328,6 @@ func TestPipFetchRefusesDirectURLsToTheHostsNetworks(t *testing.T) {
 	}
 	if n := ln.Accepted.Load(); n != 0 {
 		t.Fatalf("the fetch connected %d times to the loopback listener a package named", n)
-	}
-	if res, err := installPip(t, a, pipAlice, s.ID, "quroplain"); err != nil || res.FromCache || len(res.Wheels) != 1 {
-		t.Fatalf("a plain package from the loopback index: %+v %v", res, err)
 	}
 }
 

@@ -148,8 +148,8 @@ func TestProxyTrustedAndRefused(t *testing.T) {
 
 // TestProxyOnlyTrusted: with OnlyTrusted (pip's fetch) the trusted
 // host:port is reached; a public literal and any name are refused as
-// not a configured index (the name never resolved), a loopback port
-// with its class.
+// not a configured index (the name never resolved), a loopback, link-local
+// or private address with its class.
 func TestProxyOnlyTrusted(t *testing.T) {
 	srv, conns := origin(t, false)
 	other, otherConns := origin(t, false)
@@ -168,6 +168,7 @@ func TestProxyOnlyTrusted(t *testing.T) {
 		"http://files.example.org/x.whl":   "files.example.org:80 (not a configured index)",
 		other.URL + "/x.whl":               strings.TrimPrefix(other.URL, "http://") + " (loopback address)",
 		"http://169.254.169.254/latest/x/": "169.254.169.254:80 (link-local address)",
+		"http://10.255.0.1:8080/x.whl":     "10.255.0.1:8080 (private address)",
 	} {
 		if code, body, _ := get(t, c, u); code != 403 || !strings.Contains(body, want) {
 			t.Errorf("%s: %d %q, want 403 %q", u, code, body, want)
