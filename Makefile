@@ -170,8 +170,9 @@ TRIM := -trimpath
 # (compiling and fuzzing, mostly CPU) runs beside them, at nice 10 and
 # until they end, not after (test/run.sh); the
 # slim build's tests (no embedded Python: the rest of the chain must
-# answer) run beside them too, at nice 0, but for internal/app's, which
-# run after (test/run.sh says why). The slim build runs the Python engine's
+# answer) run beside them too, at nice 0; internal/app's right after the
+# full build's internal/app tests, which run in a go test of their own
+# beside the others (test/run.sh says why). The slim build runs the Python engine's
 # tests whole, and of MCP's and internal/app's those whose behaviour the
 # build changes: SLIM_MCP_RUN, the ones that branch on the build
 # (embeddedPython: rich outputs, images, the scripted agent) or run the
@@ -182,6 +183,8 @@ TRIM := -trimpath
 # was 53 s of the slim phase's 81 s in CI; at a load of 24-40 the whole
 # took 94 s (27 s of CPU), these five 66 s (19 s): the slim binary's
 # build is most of what is left.
+# internal/app's go test runs beside the others, which run TEST_P - 1
+# at a time (test/run.sh).
 TEST_P ?= 4
 # Within a package, the tests that call t.Parallel run TEST_PARALLEL at a
 # time (go test's default is GOMAXPROCS, 2 here): internal/app's, cmd/quro's

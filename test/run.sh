@@ -8,21 +8,20 @@
 #
 # Each phase prints how long it took, so that a slow run says where its
 # minutes went:
-#   1. npm ci of the three node trees, side by side (mostly the network
-#      and the disk: 12 s, against 42 s one after the other);
-#   2. the quick checks (the web bundle's types, gofmt, go.mod tidiness,
-#      vet);
+#   1. npm ci of the four node trees (mostly the network and the disk),
+#      gofmt, go.mod tidiness and vet, all side by side (make -j);
+#   2. the web bundle's types (it needs web/node_modules);
 #   3. every package's tests (SLOW_PKGS, the longest, first; SPLIT_PKGS,
 #      empty by default, each as several processes of one test binary
-#      beside them, below), with
+#      beside them, below; internal/app in a go test of its own beside
+#      them, followed by the slim build's internal/app tests), with
 #      three runs beside them: at nice 10, the linter (it loads the
 #      packages compiled with $TRIM, as the tests are, from the build
 #      cache: 11 s of CPU in a fresh clone, 86 s without the flag) and
 #      the fuzz targets (a first round, then rounds until the tests
 #      end); at nice 0, the slim build's Python engine and MCP tests (no
 #      embedded Python: the rest of the Python chain must answer). Each
-#      side run prints its output and time when the tests end;
-#   4. the slim build's internal/app tests.
+#      side run prints its output and time when the tests end.
 # The tests' phase's wall time was internal/app's, which mostly waits
 # (boxes, apt, pip, compilers: its process and children used 83 s of CPU
 # in its first 570 s at a load of 15), so the fuzz run (mostly CPU, and
@@ -32,11 +31,12 @@
 # nice 10 (about a tenth of a core the tests also want) and the fuzz run
 # past its first round mostly uses CPU the tests leave idle: it ends when
 # they do, not after a fixed count. The
-# slim build's internal/app tests stay after: they make and destroy
-# sessions, and the one run with them beside the full build's had a leak
-# test that did not settle (TestSessionsHeldAtOnceLeaveNothing; its
-# counts are this process's, so the cause is not proven). The slim
-# build's Python engine and MCP tests run beside the tests (below).
+# slim build's internal/app tests run after the full build's, in the same
+# side run, never beside them: the one run with them beside the full
+# build's had a leak test that did not settle
+# (TestSessionsHeldAtOnceLeaveNothing; its counts are this process's, so
+# the cause is not proven). The slim build's Python engine and MCP tests
+# run beside the tests (below).
 # A failing phase does not stop the later ones (a lint finding and a test
 # failure are both worth seeing in one run); the exit status is that of
 # the first failure.
@@ -98,12 +98,14 @@ export QURO_TEST_GOCACHE
 split_dir=$(mktemp -d)
 trap 'touch "$fuzz_stop"; for p in "${side_pid[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "${fuzz_stop%/*}" "$QURO_TEST_GOCACHE" "$split_dir"' EXIT
 
-phase "npm ci (four trees side by side)" \
-	"$MAKE" --no-print-directory -j4 -Otarget \
+# npm ci mostly waits on the network and the disk, vet mostly computes:
+# side by side (make -j, each target's output kept whole), then the web
+# bundle's type check, which needs web/node_modules.
+phase "npm ci (four trees), fmt-check, tidy-check, vet, side by side" \
+	"$MAKE" --no-print-directory -j7 -Otarget \
 	test/mcp-ts/node_modules/.quro-installed test/e2b/node_modules/.quro-installed web/node_modules/.quro-installed \
-	web/openapi/node_modules/.quro-installed
-phase "web-check, fmt-check, tidy-check, vet" \
-	"$MAKE" --no-print-directory web-check fmt-check tidy-check vet
+	web/openapi/node_modules/.quro-installed fmt-check tidy-check vet
+phase "web-check" "$MAKE" --no-print-directory web-check
 
 # GOFLAGS=$TRIM: see the Makefile's lint (a fresh clone's lint compiled
 # the whole tree again without it).
@@ -178,11 +180,38 @@ split_side() { # pkg regexp[,regexp...]
 	done
 	return "$rc"
 }
-split=()
+# internal/app runs in a go test of its own beside the others, and the
+# slim build's internal/app tests (SLIM_APP_RUN) right after it, in the
+# same side run: after the full build's, never beside them (the one run
+# of the two side by side had a leak test that did not settle,
+# TestSessionsHeldAtOnceLeaveNothing; see the header), but no longer
+# after every package's tests, where they ran alone for 33 s of make
+# test's wall time beside stress-ng --cpu 1. The go test of the other
+# packages runs one package fewer at a time (TEST_P - 1), so that as
+# many packages run at once as before.
+app_side() { # full: "split" to run internal/app as SPLIT_PKGS says, else "whole"
+	local rc
+	if [ "$1" = split ]; then
+		split_side internal/app "$2"
+	else
+		"$GO" test $TRIM -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" ./internal/app/
+	fi
+	rc=$?
+	echo "== go test -tags slim ./internal/app/ (after the full build's)"
+	"$GO" test $TRIM -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim -run "$SLIM_APP_RUN" ./internal/app/ || [ "$rc" != 0 ] || rc=$?
+	return "$rc"
+}
+split=(internal/app)
+app_split=
 for s in $SPLIT_PKGS; do
+	if [ "${s%%=*}" = internal/app ]; then
+		app_split=${s#*=}
+		continue
+	fi
 	split+=("${s%%=*}")
 	side "${s%%=*}" split_side "${s%%=*}" "${s#*=}"
 done
+side "internal/app, then its slim build's tests" app_side "${app_split:+split}" "$app_split"
 # The other packages, by import path: SLOW_PKGS first, then the rest of
 # ./... (go test runs them in the order named).
 mod=$("$GO" list -m)
@@ -194,17 +223,13 @@ for p in $(for p in $SLOW_PKGS; do echo "$mod/$p"; done) $("$GO" list ./...); do
 	named[$p]=1
 	rest+=("$p")
 done
-phase "go test (every package${split[*]:+ but ${split[*]}})" \
-	"$GO" test $TRIM -p "$TEST_P" -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" "${rest[@]}"
-for s in ${split[@]+"${split[@]}"}; do wait_side "$s"; done
+phase "go test (every package but ${split[*]})" \
+	"$GO" test $TRIM -p "$((TEST_P > 1 ? TEST_P - 1 : 1))" -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" "${rest[@]}"
+wait_side "internal/app, then its slim build's tests"
+for s in "${split[@]:1}"; do wait_side "$s"; done
 touch "$fuzz_stop"
 wait_side lint
 wait_side "go test -tags slim (Python engine, MCP)"
-# The slim build's internal/app tests after, not beside: the one run of
-# them beside the full build's internal/app had a leak test that did not
-# settle (TestSessionsHeldAtOnceLeaveNothing; see the header).
-phase "go test -tags slim ./internal/app/" \
-	"$GO" test $TRIM -parallel "$TEST_PARALLEL" -count=1 -timeout "$TEST_TIMEOUT" -tags slim -run "$SLIM_APP_RUN" ./internal/app/
 wait_side fuzz
 
 echo "make test: $(($(date +%s) - start)) s after the install steps, rc $status"
