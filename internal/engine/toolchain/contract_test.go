@@ -197,16 +197,19 @@ func TestContract(t *testing.T) {
 			// a load of 30 on 2 cores Ruby's start passed the default
 			// 3 s before its loop printed.
 			caps.LoopTimeout = max(caps.LoopTimeout, 10*time.Second)
-			newSess := newSession
+			newSess, built := newSession, []*session.Session(nil)
 			if tool.Lang == "go" {
-				newSess = warmGoSessions(t, e, caps)
+				var warm *session.Session
+				newSess, warm = warmGoSessions(t, e, caps)
+				built = append(built, warm)
 			}
-			enginetest.Run(t, enginetest.Target{Engine: e, NewSession: sharedBuilds(t, newSess), Required: true}, caps)
+			enginetest.Run(t, enginetest.Target{Engine: e, NewSession: sharedBuilds(t, newSess, built...), Required: true}, caps)
 		})
 	}
 }
 
-// warmGoSessions returns the suite's NewSession for Go: a session whose
+// warmGoSessions returns the suite's NewSession for Go, and the session
+// of the first build (whose build cache holds caps.Print): a session whose
 // Go build cache ($TMPDIR/.cache/go-build, the Tool's GOCACHE) is a copy
 // of one a first build of caps.Print filled. Each of the suite's sessions
 // would otherwise compile the standard library anew (a minute each on a
@@ -214,7 +217,7 @@ func TestContract(t *testing.T) {
 // by the engine, in the box, of the checks' own code. In make test the
 // first build is cold here or in internal/app's TestToolchainGoAndJava,
 // whichever takes the shared cache first (toolchaintest).
-func warmGoSessions(t *testing.T, e *toolchain.Engine, caps enginetest.Caps) func(*testing.T) *session.Session {
+func warmGoSessions(t *testing.T, e *toolchain.Engine, caps enginetest.Caps) (func(*testing.T) *session.Session, *session.Session) {
 	t.Helper()
 	warm := newSession(t)
 	// The cold build compiles some 50 packages of the standard library:
@@ -246,7 +249,7 @@ func warmGoSessions(t *testing.T, e *toolchain.Engine, caps enginetest.Caps) fun
 			t.Fatalf("copying the warm Go cache: %v", err)
 		}
 		return s
-	}
+	}, warm
 }
 
 // sharedBuilds returns a language's NewSession for the suite: newSess's
@@ -262,12 +265,17 @@ func warmGoSessions(t *testing.T, e *toolchain.Engine, caps enginetest.Caps) fun
 // its program, in its own session, and checks the same result. The
 // entries are copied before the session's first run, which hands its
 // tmp directory, copies included, to the session's uid; an entry is one
-// only with its .ok (a build the deadline killed left none).
-func sharedBuilds(t *testing.T, newSess func(*testing.T) *session.Session) func(*testing.T) *session.Session {
+// only with its .ok (a build the deadline killed left none). The
+// entries of built, sessions of the language's own (Go's first build,
+// warmGoSessions), are shared as well.
+func sharedBuilds(t *testing.T, newSess func(*testing.T) *session.Session, built ...*session.Session) func(*testing.T) *session.Session {
 	t.Helper()
 	pool := t.TempDir()
 	var mu sync.Mutex
 	live := map[*session.Session]bool{}
+	for _, s := range built {
+		live[s] = true
+	}
 	return func(st *testing.T) *session.Session {
 		s := newSess(st)
 		mu.Lock()
