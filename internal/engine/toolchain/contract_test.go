@@ -4,8 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -193,16 +197,19 @@ func TestContract(t *testing.T) {
 			// a load of 30 on 2 cores Ruby's start passed the default
 			// 3 s before its loop printed.
 			caps.LoopTimeout = max(caps.LoopTimeout, 10*time.Second)
-			newSess := newSession
+			newSess, built := newSession, []*session.Session(nil)
 			if tool.Lang == "go" {
-				newSess = warmGoSessions(t, e, caps)
+				var warm *session.Session
+				newSess, warm = warmGoSessions(t, e, caps)
+				built = append(built, warm)
 			}
-			enginetest.Run(t, enginetest.Target{Engine: e, NewSession: newSess, Required: true}, caps)
+			enginetest.Run(t, enginetest.Target{Engine: e, NewSession: sharedBuilds(t, newSess, built...), Required: true}, caps)
 		})
 	}
 }
 
-// warmGoSessions returns the suite's NewSession for Go: a session whose
+// warmGoSessions returns the suite's NewSession for Go, and the session
+// of the first build (whose build cache holds caps.Print): a session whose
 // Go build cache ($TMPDIR/.cache/go-build, the Tool's GOCACHE) is a copy
 // of one a first build of caps.Print filled. Each of the suite's sessions
 // would otherwise compile the standard library anew (a minute each on a
@@ -210,7 +217,7 @@ func TestContract(t *testing.T) {
 // by the engine, in the box, of the checks' own code. In make test the
 // first build is cold here or in internal/app's TestToolchainGoAndJava,
 // whichever takes the shared cache first (toolchaintest).
-func warmGoSessions(t *testing.T, e *toolchain.Engine, caps enginetest.Caps) func(*testing.T) *session.Session {
+func warmGoSessions(t *testing.T, e *toolchain.Engine, caps enginetest.Caps) (func(*testing.T) *session.Session, *session.Session) {
 	t.Helper()
 	warm := newSession(t)
 	// The cold build compiles some 50 packages of the standard library:
@@ -242,6 +249,79 @@ func warmGoSessions(t *testing.T, e *toolchain.Engine, caps enginetest.Caps) fun
 			t.Fatalf("copying the warm Go cache: %v", err)
 		}
 		return s
+	}, warm
+}
+
+// sharedBuilds returns a language's NewSession for the suite: newSess's
+// session, whose build cache (toolchain.CacheDir) starts with a copy of
+// the entries the language's earlier sessions built. The suite makes a
+// fresh session for each check, and runs some snippets in several: Print
+// in "output" and as the warm-up of "timeout" and "cancel", Loop in
+// those two, GetVar in both sessions of "state". Each was compiled again
+// in each session (a JVM's javac, a rustc, a go build: 11 builds of 7
+// sources a language). Now each source is built once, by the engine in
+// the box, and its later runs take the engine's cached path, as a
+// session's second run of the same code does; every check still runs
+// its program, in its own session, and checks the same result. The
+// entries are copied before the session's first run, which hands its
+// tmp directory, copies included, to the session's uid; an entry is one
+// only with its .ok (a build the deadline killed left none). The
+// entries of built, sessions of the language's own (Go's first build,
+// warmGoSessions), are shared as well.
+func sharedBuilds(t *testing.T, newSess func(*testing.T) *session.Session, built ...*session.Session) func(*testing.T) *session.Session {
+	t.Helper()
+	pool := t.TempDir()
+	var mu sync.Mutex
+	live := map[*session.Session]bool{}
+	for _, s := range built {
+		live[s] = true
+	}
+	return func(st *testing.T) *session.Session {
+		s := newSess(st)
+		mu.Lock()
+		defer mu.Unlock()
+		for l := range live {
+			copyEntries(st, filepath.Join(l.TmpDir(), toolchain.CacheDir), pool)
+		}
+		copyEntries(st, pool, filepath.Join(s.TmpDir(), toolchain.CacheDir))
+		live[s] = true
+		// Before the session's directory goes (its t.TempDir's removal,
+		// registered earlier, runs later).
+		st.Cleanup(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			copyEntries(st, filepath.Join(s.TmpDir(), toolchain.CacheDir), pool)
+			delete(live, s)
+		})
+		return s
+	}
+}
+
+// copyEntries copies to dst each complete build cache entry of src that
+// dst does not have.
+func copyEntries(t *testing.T, src, dst string) {
+	t.Helper()
+	ents, err := os.ReadDir(src)
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		t.Fatalf("the build cache %s: %v", src, err)
+	}
+	for _, ent := range ents {
+		name := ent.Name()
+		if strings.HasPrefix(name, ".") || !ent.IsDir() {
+			continue
+		}
+		if fi, err := os.Lstat(filepath.Join(src, name, ".ok")); err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(dst, name)); err == nil {
+			continue
+		}
+		if err := os.CopyFS(filepath.Join(dst, name), os.DirFS(filepath.Join(src, name))); err != nil {
+			t.Fatalf("copying the build of %s: %v", name, err)
+		}
 	}
 }
 
