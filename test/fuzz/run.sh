@@ -230,6 +230,21 @@ if ! "${ns[@]}" true 2>/dev/null; then
 	ns=()
 fi
 
+# Every fuzz target of the tree is in the list: a target added to a
+# package's tests and not here would only ever run its seeds.
+missing=$(
+	grep -r --include='*_test.go' -o '^func Fuzz[A-Za-z0-9_]*(' ./internal ./cmd |
+		sed -E 's#^(.*)/[^/]*_test\.go:func (Fuzz[A-Za-z0-9_]*)\($#\1 \2#' | sort -u |
+		while read -r dir t; do
+			grep -Eq "^$dir(:own)? (.* )?$t(:slow|:box)?( |\$)" <<<"$list" || echo "  $dir $t"
+		done
+)
+if [ -n "$missing" ]; then
+	echo "fuzz: targets missing from test/fuzz/run.sh's list:"
+	echo "$missing"
+	exit 1
+fi
+
 stopped() { [ -n "$until_file" ] && [ -e "$until_file" ]; }
 
 round=1
