@@ -119,8 +119,10 @@ phase "web-check" "$MAKE" --no-print-directory web-check
 # starved for longer is not made safer by it.
 side lint nice -n 10 env GOFLAGS="$TRIM${GOFLAGS:+ $GOFLAGS}" $GOLANGCI run --allow-serial-runners ./...
 # The fuzz targets: a first round of FUZZ_FIRST inputs each (FUZZ_SLOW
-# for those whose inputs run code in a box), run whole, then more rounds
-# until the tests end (test/fuzz/run.sh).
+# for those whose inputs take milliseconds or run code in a box), run
+# whole, then more rounds until the tests end (test/fuzz/run.sh; the
+# binaries of the box-running targets are go test's plain ones, whose
+# compile this make test's go test shares).
 side fuzz nice -n 10 env FUZZTIME="$FUZZ_FIRST" FUZZCOUNT_SLOW="$FUZZ_SLOW" FUZZ_UNTIL="$fuzz_stop" \
 	GO="$GO" TRIM="$TRIM" bash test/fuzz/run.sh
 # The slim build's Python engine and MCP tests run beside the tests, at

@@ -20,11 +20,36 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 time=${FUZZTIME:-20000x}
-# Targets whose inputs run code in a box (each takes milliseconds) go by a
-# count of inputs instead: a time limit that ends while an input is still
+# Targets whose inputs take milliseconds each (marked :slow: a screen
+# model, an SVG renderer) or run code in a box (marked :box) go by a count
+# of inputs instead: a time limit that ends while an input is still
 # running is reported by go test as "context deadline exceeded", a failure
 # of the harness rather than of the code.
 slow=${FUZZCOUNT_SLOW:-300x}
+# How a package's binary is instrumented for coverage guidance. go test
+# -fuzz compiles every package the binary holds with the instrumentation
+# (-d=libfuzzer), this module's included: after a change to a low-level
+# package (internal/sandbox) the instrumented build of a package that
+# imports the server compiled the server again, its own variant that no
+# test shares (26 s of CPU for internal/api/insession). So:
+#   - a package whose targets are all :box is fuzzed with its plain test
+#     binary (go test -c): Go fuzzes it without coverage guidance (it
+#     says so), mutating the seeds and the inputs its cache holds, and
+#     still finds, minimizes and writes a failing input to testdata/fuzz/.
+#     Its inputs are requests to a real App, each running code in a box
+#     (milliseconds to seconds): a round is a few dozen of them, too few
+#     for guidance to grow a corpus, and instrumenting the whole App makes
+#     each slower;
+#   - a package marked :own (after its path) has only its own code
+#     instrumented (-gcflags=PKG=-d=libfuzzer): its targets' parser is its
+#     own code, and the rest of its binary is the server;
+#   - any other package as go test -fuzz builds it (third-party parsers,
+#     such as the terminal's emulator and the SVG renderer, are guided too).
+# The uninstrumented packages are compiled as go test compiles them, so
+# make test's own go test shares them through the build cache: only the
+# package under test and the link are new. FUZZ_FULL_COVER=1 instruments
+# every binary as go test -fuzz does (a long make fuzz).
+full_cover=${FUZZ_FULL_COVER:-}
 until_file=${FUZZ_UNTIL:-}
 # FUZZ_ONLY, a regular expression (bash's), runs only the targets whose
 # names it matches.
@@ -46,7 +71,7 @@ trim=${TRIM--trimpath} # make test passes its TRIM (set empty, none)
 # run it: in the package's directory (a failing input goes to its
 # testdata/fuzz/), with Go's fuzz cache under GOCACHE. go test -fuzz per
 # target built and linked the same binary again for each of a package's
-# targets: 22 builds, now 13.
+# targets: 28 builds, now 17.
 cache=$("$go" env GOCACHE)
 # The run's directory: the test binaries, and tmp/, the temporary
 # directory of every target's processes (their TMPDIR), which holds their
@@ -73,25 +98,31 @@ trap 'exit 143' TERM
 trap 'exit 130' INT
 log=$bin/log
 fail=0
-# Each line: a package, then its fuzz targets (one line a package).
+# Each line: a package (:own: see full_cover), then its fuzz targets
+# (:slow, :box: see slow). The order is the first round's: small packages
+# whose instrumented builds take seconds first, then the large builds,
+# and last the packages fuzzed with their plain test binaries (:box),
+# which make test's go test has compiled by then (two go commands that
+# compile the same package at once each compile it).
 list=$(
 	cat <<'LIST'
 ./internal/sandbox/boxinit FuzzParseEnv FuzzBoxMsg
 ./internal/sandbox/socktable FuzzParseTCPTable
-./internal/engine/python FuzzReadFrame
-./internal/terminal FuzzStatusRecord FuzzStateStream FuzzVTModel:slow FuzzEscFilter
-./internal/api/insession FuzzInSessionRequest:slow
-./internal/api/e2b FuzzE2BConnect:slow FuzzE2BExecute:slow
-./internal/egress FuzzSNI:slow FuzzParseRule:slow FuzzDNSQuery:slow
-./cmd/quro FuzzAptInstallRequest
+./internal/hostpath FuzzNames
+./internal/engine/js/calc FuzzEval
+./internal/egress FuzzSNI FuzzParseRule FuzzDNSQuery
 ./internal/rootfs FuzzParsePackages
 ./internal/runcode FuzzCapture
 ./internal/render FuzzJSON FuzzXML
 ./internal/textedit FuzzEdit
-./internal/boxfs FuzzReply
+./internal/boxfs FuzzReply FuzzFrames FuzzRoute
 ./internal/transpile FuzzReply
 ./internal/picture FuzzSVGToPNG:slow FuzzSniff
-./internal/hostpath FuzzNames
+./internal/terminal FuzzStatusRecord FuzzStateStream FuzzVTModel:slow FuzzEscFilter
+./internal/engine/python:own FuzzReadFrame
+./cmd/quro:own FuzzAptInstallRequest
+./internal/api/insession FuzzInSessionRequest:box
+./internal/api/e2b FuzzE2BConnect:box FuzzE2BExecute:box
 LIST
 )
 
@@ -199,6 +230,21 @@ if ! "${ns[@]}" true 2>/dev/null; then
 	ns=()
 fi
 
+# Every fuzz target of the tree is in the list: a target added to a
+# package's tests and not here would only ever run its seeds.
+missing=$(
+	grep -r --include='*_test.go' -o '^func Fuzz[A-Za-z0-9_]*(' ./internal ./cmd |
+		sed -E 's#^(.*)/[^/]*_test\.go:func (Fuzz[A-Za-z0-9_]*)\($#\1 \2#' | sort -u |
+		while read -r dir t; do
+			grep -Eq "^$dir(:own)? (.* )?$t(:slow|:box)?( |\$)" <<<"$list" || echo "  $dir $t"
+		done
+)
+if [ -n "$missing" ]; then
+	echo "fuzz: targets missing from test/fuzz/run.sh's list:"
+	echo "$missing"
+	exit 1
+fi
+
 stopped() { [ -n "$until_file" ] && [ -e "$until_file" ]; }
 
 round=1
@@ -207,10 +253,16 @@ while :; do
 	while read -r pkg targets; do
 		[ -z "$pkg" ] && continue
 		n=$((n + 1))
+		own=
+		case $pkg in *:own)
+			pkg=${pkg%:own}
+			own=1
+			;;
+		esac
 		if [ -n "$only" ]; then
 			mine=
 			for t in $targets; do
-				[[ ${t%:slow} =~ $only ]] && mine+=" $t"
+				[[ ${t%:*} =~ $only ]] && mine+=" $t"
 			done
 			targets=$mine
 			[ -z "$targets" ] && continue
@@ -219,15 +271,28 @@ while :; do
 		if [ ! -x "$pkgbin" ]; then
 			first=${targets# }
 			first=${first%% *}
-			first=${first%:slow}
+			first=${first%:*}
+			all_box=1
+			for t in $targets; do
+				[[ $t == *:box ]] || all_box=
+			done
+			cover=(-fuzz "^$first\$") # see full_cover
+			kind=
+			if [ -z "$full_cover" ] && [ -n "$all_box" ]; then
+				cover=()
+				kind=" (plain test binary)"
+			elif [ -z "$full_cover" ] && [ -n "$own" ]; then
+				cover=(-gcflags="$("$go" list "$pkg")=-d=libfuzzer")
+				kind=" (its own code instrumented)"
+			fi
 			t0=$(date +%s)
-			if ! "$go" test $trim -c -fuzz "^$first\$" -o "$pkgbin" "$pkg" >"$log" 2>&1; then
+			if ! "$go" test $trim -c "${cover[@]}" -o "$pkgbin" "$pkg" >"$log" 2>&1; then
 				cat "$log"
 				fail=1
 				continue
 			fi
 			wrap "$pkgbin"
-			echo "build $pkg: $(($(date +%s) - t0)) s"
+			echo "build $pkg$kind: $(($(date +%s) - t0)) s"
 		fi
 		for t in $targets; do
 			# Past the first round, stop at the next target once the
@@ -236,8 +301,8 @@ while :; do
 				break 3
 			fi
 			limit=$time
-			case $t in *:slow)
-				t=${t%:slow}
+			case $t in *:slow | *:box)
+				t=${t%:*}
 				limit=$slow
 				;;
 			esac

@@ -18,6 +18,7 @@ import (
 
 	"modernc.org/quickjs"
 
+	"github.com/quro-dev/quro/internal/engine/js/calc"
 	"github.com/quro-dev/quro/internal/sandbox"
 	"github.com/quro-dev/quro/internal/workspace"
 )
@@ -136,7 +137,7 @@ func (r *run) host(args []any) (any, error) {
 			"memory_limit": r.eng.opts.MemoryLimit, "network": networked(r.req.Session.Network),
 		})
 	case "calc":
-		v, err := Calc(str(0))
+		v, err := calc.Eval(str(0))
 		if err != nil {
 			return nil, fmt.Errorf("Tools.calc: %w", err) //nolint:staticcheck // ST1005: the JS name the code called
 		}

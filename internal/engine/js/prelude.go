@@ -48,7 +48,7 @@ import _ "embed"
 //	Tools.System.time() → {iso, unix_ms, timezone}
 //	Tools.System.env(name?) → the session's variables (not the server's), or one of them
 //	Tools.System.platform() → {os, arch, engine, language, session, memory_limit, network}
-//	Tools.calc(expression) → number                   (arithmetic only, see Calc)
+//	Tools.calc(expression) → number                   (arithmetic only, see calc.Eval)
 //
 // Paths are relative to the workspace root, or absolute inside it; every
 // call is checked by Workspace's rules (no "..", no absolute path elsewhere,
