@@ -267,7 +267,9 @@ func TestInterruptGraceEndsWhenTheCodeStops(t *testing.T) {
 // code has forged its frames and blocked SIGINT (it says so on stdout):
 // a deadline could land before, and the code would then stop as asked.
 // The grace is long enough for the server to have read the forged frames
-// (on the reply pipe, beside stdout) before it passes.
+// (on the reply pipe, beside stdout) before it passes. The code then waits
+// in time.sleep, SIGINT blocked: a busy loop spent the grace's 5 s of CPU
+// on nothing the bound needs.
 func TestForgedStoppedFrameIsStillBounded(t *testing.T) {
 	old := finishGrace
 	finishGrace = 300 * time.Millisecond
@@ -280,7 +282,7 @@ func TestForgedStoppedFrameIsStillBounded(t *testing.T) {
 	t.Cleanup(cancel)
 	code := "import signal, sys\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n" +
 		"w = sys.modules['quro_worker']\nfor i in range(w._counter + 50):\n    w._send({'op': 'stopped', 'id': i})\n" +
-		"print('forged', flush=True)\nwhile True:\n    pass"
+		"print('forged', flush=True)\nimport time\nwhile True:\n    time.sleep(60)"
 	bgRun := enginetest.StartPrinting(t, "forged", func(stdout, stderr io.Writer) (*runcode.Result, error) {
 		return e.Run(ctx, &runcode.Request{Code: code, Lang: "python", Session: s, Timeout: time.Minute, Stdout: stdout, Stderr: stderr})
 	})
