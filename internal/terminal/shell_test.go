@@ -266,9 +266,16 @@ func TestInterruptThroughSendInput(t *testing.T) {
 
 func TestOutputFloodIsBounded(t *testing.T) {
 	s, ws, _ := newShell(t, nil)
-	res := exec(t, s, "head -c 100000000 /dev/zero | tr '\\0' x; echo; echo end", ExecOptions{})
-	if !res.Truncated || res.OutputBytes != 100_000_005 || len(res.Output) > 13<<10 || !strings.HasSuffix(res.Output, "x\nend\n") {
-		t.Fatalf("truncated %v bytes %d len %d tail %q", res.Truncated, res.OutputBytes, len(res.Output), res.Output[len(res.Output)-20:])
+	// 100 MB through a pipe into the spill file took over the default
+	// timeout (30 s) under load (the test ended after 31.1 s with 59 MB
+	// written: the timeout and the interrupt's grace): the flood gets a
+	// timeout no load outlasts, and no deadline of exec's.
+	res, err := s.Exec(context.Background(), "head -c 100000000 /dev/zero | tr '\\0' x; echo; echo end", ExecOptions{Timeout: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.TimedOut || !res.Truncated || res.OutputBytes != 100_000_005 || len(res.Output) > 13<<10 || !strings.HasSuffix(res.Output, "x\nend\n") {
+		t.Fatalf("timed out %v truncated %v bytes %d len %d tail %q", res.TimedOut, res.Truncated, res.OutputBytes, len(res.Output), res.Output[len(res.Output)-20:])
 	}
 	fi, err := os.Stat(filepath.Join(ws, res.OutputFile))
 	if err != nil || fi.Size() != 100_000_005 {
