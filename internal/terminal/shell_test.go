@@ -189,8 +189,18 @@ func TestReadWaitsForInputAndSendInputAnswers(t *testing.T) {
 	}
 }
 
+// softGrace is the grace of the tests that assert a soft interrupt. The
+// grace counts, on the wall clock, the command's stop and then the shell's
+// own work after it (the SIGINT trap's state dump, the resident shell's
+// status record), each a wake-up that waits for a CPU: with DefaultGrace
+// (1.2 s), a test starved of CPU (cpu.shares 24 beside stress-ng --cpu 2)
+// went hard in 5 of 16 interrupts that all ended soft with this grace
+// (the slowest after 1.5 s). The soft stage ends on the status record,
+// so a long grace costs nothing when the interrupt works.
+const softGrace = time.Minute
+
 func TestSoftInterrupt(t *testing.T) {
-	s, ws, _ := newShell(t, nil)
+	s, ws, _ := newShell(t, func(o *ShellOptions) { o.Grace = softGrace })
 	exec(t, s, "cd /tmp", ExecOptions{})
 	// The timeouts (3 s) also cover the command's start in the shell:
 	// with 300 ms, at a load of 80 the SIGINT came before the command had
@@ -242,7 +252,7 @@ func TestHardInterruptRecreatesTheShellInTheLastDirectory(t *testing.T) {
 }
 
 func TestInterruptThroughSendInput(t *testing.T) {
-	s, _, _ := newShell(t, nil)
+	s, _, _ := newShell(t, func(o *ShellOptions) { o.Grace = softGrace })
 	res := exec(t, s, "cat", ExecOptions{})
 	if !res.WaitingForInput {
 		t.Fatalf("%+v", res)
@@ -256,9 +266,16 @@ func TestInterruptThroughSendInput(t *testing.T) {
 
 func TestOutputFloodIsBounded(t *testing.T) {
 	s, ws, _ := newShell(t, nil)
-	res := exec(t, s, "head -c 100000000 /dev/zero | tr '\\0' x; echo; echo end", ExecOptions{})
-	if !res.Truncated || res.OutputBytes != 100_000_005 || len(res.Output) > 13<<10 || !strings.HasSuffix(res.Output, "x\nend\n") {
-		t.Fatalf("truncated %v bytes %d len %d tail %q", res.Truncated, res.OutputBytes, len(res.Output), res.Output[len(res.Output)-20:])
+	// 100 MB through a pipe into the spill file took over the default
+	// timeout (30 s) under load (the test ended after 31.1 s with 59 MB
+	// written: the timeout and the interrupt's grace): the flood gets a
+	// timeout no load outlasts, and no deadline of exec's.
+	res, err := s.Exec(context.Background(), "head -c 100000000 /dev/zero | tr '\\0' x; echo; echo end", ExecOptions{Timeout: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.TimedOut || !res.Truncated || res.OutputBytes != 100_000_005 || len(res.Output) > 13<<10 || !strings.HasSuffix(res.Output, "x\nend\n") {
+		t.Fatalf("timed out %v truncated %v bytes %d len %d tail %q", res.TimedOut, res.Truncated, res.OutputBytes, len(res.Output), res.Output[len(res.Output)-20:])
 	}
 	fi, err := os.Stat(filepath.Join(ws, res.OutputFile))
 	if err != nil || fi.Size() != 100_000_005 {
