@@ -33,7 +33,8 @@ const e2bScenarioWheel = "quroe2bwheel"
 // 2.8.0, unchanged) against a real `quro serve`, with only the three
 // environment variables docs/e2b.md tells a user to set, and checks that
 // they see what they would see from E2B: test/e2b/scenario/*.mjs, one
-// subtest per area, one failure per check that fails.
+// subtest per area, one failure per check that fails. The areas run in
+// turn in one node process (runE2BAreas), as they ran in one each.
 func TestE2BSDK(t *testing.T) {
 	env := e2bSDKServer(t)
 	// The files area's large file: 6 MB, six of the 1 MiB pieces a gzip
@@ -43,14 +44,23 @@ func TestE2BSDK(t *testing.T) {
 	// of seconds of CPU in hashing, gzip and the box's disk, is
 	// TestSoakE2BSDKLargeFile's.
 	env = append(env, "E2B_SCENARIO_LARGE_FILE_BYTES=6000000")
-	for _, area := range []string{"control", "commands", "pty", "files", "code", "code-js", "limits", "python"} {
+	all := []string{"control", "commands", "pty", "files", "code", "code-js", "limits", "python"}
+	var areas []string
+	for _, area := range all {
+		if area != "python" || python.PipVersion != "" {
+			areas = append(areas, area)
+		}
+	}
+	ran := runE2BAreas(t, env, areas...)
+	for _, area := range all {
 		t.Run(area, func(t *testing.T) {
 			if area == "python" && python.PipVersion == "" {
 				t.Skip("a slim build has no embedded Python, whose python3 and pip the area checks")
 			}
-			runE2BArea(t, area, env)
+			ran.report(t, area)
 		})
 	}
+	ran.reportExit(t)
 }
 
 // TestSoakE2BSDKLargeFile runs the files area with a 50 MB file (the
@@ -116,25 +126,89 @@ func e2bSDKServer(t *testing.T) []string {
 // runE2BArea runs node test/e2b/scenario.mjs area and fails t once per
 // failed check.
 func runE2BArea(t *testing.T, area string, env []string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ran := runE2BAreas(t, env, area)
+	ran.report(t, area)
+	ran.reportExit(t)
+}
+
+// e2bRun is what one node test/e2b/scenario.mjs printed, area by area.
+type e2bRun struct {
+	areas  map[string]*e2bArea
+	err    error  // node's exit: nil, a status, or its timeout
+	stderr string // all of node's stderr
+}
+
+// e2bArea is one area's part of an e2bRun.
+type e2bArea struct {
+	done   bool // its end line came: the area ran to its end
+	checks []e2bCheck
+	errors []string // thrown outside a check
+	logs   []string // its lines that are not the scenario's
+}
+
+type e2bCheck struct {
+	Check string
+	OK    bool
+	Error string
+}
+
+// runE2BAreas runs node test/e2b/scenario.mjs with areas, which runs
+// them in turn in one process (node and the SDKs' imports once: some
+// 0.6 CPU-s an area), and sorts its lines by area.
+func runE2BAreas(t *testing.T, env []string, areas ...string) *e2bRun {
+	t.Helper()
+	// Eight minutes an area (a hung step only: a passing area takes
+	// seconds to a minute at a load of 30).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(areas))*8*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, e2bNode, filepath.Join(e2bDir, "scenario.mjs"), area)
+	cmd := exec.CommandContext(ctx, e2bNode, append([]string{filepath.Join(e2bDir, "scenario.mjs")}, areas...)...)
 	cmd.Env = env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-	passed, failed := 0, 0
+	run := &e2bRun{areas: map[string]*e2bArea{}, err: cmd.Run(), stderr: stderr.String()}
+	var cur *e2bArea // the area whose lines these are
 	sc := bufio.NewScanner(&stdout)
+	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		var c struct {
-			Check string
-			OK    bool
-			Error string
+		var l struct {
+			e2bCheck
+			Area string
+			Done bool
 		}
-		if err := json.Unmarshal(sc.Bytes(), &c); err != nil || c.Check == "" {
-			t.Logf("scenario: %s", sc.Text())
-			continue
+		err := json.Unmarshal(sc.Bytes(), &l)
+		switch {
+		case err == nil && l.Area != "" && run.areas[l.Area] == nil:
+			cur = &e2bArea{}
+			run.areas[l.Area] = cur
+		case err == nil && l.Area != "" && l.Done:
+			run.areas[l.Area].done = true
+		case err == nil && l.Area != "":
+			run.areas[l.Area].errors = append(run.areas[l.Area].errors, l.Error)
+		case cur == nil:
+			t.Logf("scenario, before its first area: %s", sc.Text())
+		case err == nil && l.Check != "":
+			cur.checks = append(cur.checks, l.e2bCheck)
+		default:
+			cur.logs = append(cur.logs, sc.Text())
 		}
+	}
+	return run
+}
+
+// report fails t once per failed check of area, and once when the area
+// ran no check, did not run to its end, or threw outside a check while
+// every check passed.
+func (r *e2bRun) report(t *testing.T, area string) {
+	t.Helper()
+	a := r.areas[area]
+	if a == nil {
+		t.Fatalf("node scenario.mjs never started area %s: %v\nstderr:\n%s", area, r.err, r.stderr)
+	}
+	for _, l := range a.logs {
+		t.Logf("scenario: %s", l)
+	}
+	passed, failed := 0, 0
+	for _, c := range a.checks {
 		if c.OK {
 			passed++
 			continue
@@ -143,16 +217,35 @@ func runE2BArea(t *testing.T, area string, env []string) {
 		t.Errorf("%s: %s", c.Check, c.Error)
 	}
 	t.Logf("%s: %d checks passed, %d failed", area, passed, failed)
-	// A script that ends with an error outside a check (the area's
-	// Sandbox.create, a crash) is a failure of its own.
-	if runErr != nil && failed == 0 {
-		t.Errorf("node scenario.mjs %s: %v\nstderr:\n%s", area, runErr, stderr.String())
-	} else if t.Failed() && stderr.Len() > 0 {
-		t.Logf("stderr:\n%s", stderr.String())
+	switch {
+	case !a.done:
+		// A crash (an unhandled rejection), or the time limit.
+		t.Errorf("node scenario.mjs ended in area %s: %v\nstderr:\n%s", area, r.err, r.stderr)
+	case len(a.errors) > 0 && failed == 0:
+		// An area that ends with an error outside a check (its
+		// Sandbox.create, a crash) is a failure of its own.
+		t.Errorf("node scenario.mjs %s: %s\nstderr:\n%s", area, strings.Join(a.errors, "\n"), r.stderr)
+	case t.Failed() && r.stderr != "":
+		t.Logf("stderr:\n%s", r.stderr)
 	}
-	if passed+failed == 0 && runErr == nil {
+	if passed+failed == 0 && a.done && len(a.errors) == 0 {
 		t.Errorf("node scenario.mjs %s ran no check", area)
 	}
+}
+
+// reportExit fails t when node failed after every area had run to its
+// end with no error of its own (a crash after the last area's end line).
+func (r *e2bRun) reportExit(t *testing.T) {
+	t.Helper()
+	if r.err == nil {
+		return
+	}
+	for _, a := range r.areas {
+		if !a.done || len(a.errors) > 0 {
+			return // reported by that area's report
+		}
+	}
+	t.Errorf("node scenario.mjs: %v after its areas\nstderr:\n%s", r.err, r.stderr)
 }
 
 // TestE2BGetHost: E2B's sandbox.getHost(port) with the real JS SDK against
