@@ -18,8 +18,8 @@
 #      three runs beside them: at nice 10, the linter (it loads the
 #      packages compiled with $TRIM, as the tests are, from the build
 #      cache: 11 s of CPU in a fresh clone, 86 s without the flag) and
-#      the fuzz targets (a first round, then rounds until the tests
-#      end); at nice 0, the slim build's Python engine and MCP tests (no
+#      the fuzz targets (rounds until the tests end, each run starting
+#      where the last one stopped); at nice 0, the slim build's Python engine and MCP tests (no
 #      embedded Python: the rest of the Python chain must answer). Each
 #      side run prints its output and time when the tests end.
 # The tests' phase's wall time was internal/app's, which mostly waits
@@ -29,8 +29,8 @@
 # one core free (CI beside stress-ng --cpu 1) make test's wall time is
 # at least the CPU time it spends, so what runs beside the tests runs at
 # nice 10 (about a tenth of a core the tests also want) and the fuzz run
-# past its first round mostly uses CPU the tests leave idle: it ends when
-# they do, not after a fixed count. The
+# mostly uses CPU the tests leave idle: it ends when they do (with the
+# target it is on), not after a fixed count. The
 # slim build's internal/app tests run after the full build's, in the same
 # side run, never beside them: the one run with them beside the full
 # build's had a leak test that did not settle
@@ -118,11 +118,14 @@ phase "web-check" "$MAKE" --no-print-directory web-check
 # seed ("fuzzing process hung or terminated unexpectedly"); a worker
 # starved for longer is not made safer by it.
 side lint nice -n 10 env GOFLAGS="$TRIM${GOFLAGS:+ $GOFLAGS}" $GOLANGCI run --allow-serial-runners ./...
-# The fuzz targets: a first round of FUZZ_FIRST inputs each (FUZZ_SLOW
-# for those whose inputs take milliseconds or run code in a box), run
-# whole, then more rounds until the tests end (test/fuzz/run.sh; the
-# binaries of the box-running targets are go test's plain ones, whose
-# compile this make test's go test shares).
+# The fuzz targets: rounds of FUZZ_FIRST inputs each (FUZZ_SLOW for those
+# whose inputs take milliseconds or run code in a box) until the tests
+# end, each run starting at the package after the last one the previous
+# run fuzzed (test/fuzz/run.sh; the binaries of the box-running targets
+# are go test's plain ones, whose compile this make test's go test
+# shares). A first round that always ran whole ended 64 s after the
+# tests beside stress-ng --cpu 1 (the box-running targets, last in the
+# list, each input a run in a box).
 side fuzz nice -n 10 env FUZZTIME="$FUZZ_FIRST" FUZZCOUNT_SLOW="$FUZZ_SLOW" FUZZ_UNTIL="$fuzz_stop" \
 	GO="$GO" TRIM="$TRIM" bash test/fuzz/run.sh
 # The slim build's Python engine and MCP tests run beside the tests, at

@@ -8,15 +8,19 @@
 #   - make fuzz: one round, each target for FUZZTIME (a minute; a count
 #     of inputs such as 20000x works too);
 #   - make test: FUZZ_UNTIL names a file that test/run.sh creates when
-#     every package's tests have ended. One round of FUZZTIME inputs
-#     (2,000 each) always runs whole; then rounds of the same go on, each
-#     target in turn, until that file exists, and the run ends with the
-#     target it is on. The run is started at nice 10 beside the tests:
-#     it uses the CPU they leave idle (they mostly wait on boxes, apt and
-#     pip) and mostly gives way when they need it, so with one core free
-#     (CI, or stress-ng --cpu 1 beside it) it adds little wall time to
-#     make test past its first round; on an idle machine it fuzzes for
-#     as long as the tests run.
+#     every package's tests have ended. Rounds of FUZZTIME inputs (2,000
+#     each) go on, each package's targets in turn, until that file
+#     exists, and the run ends with the target it is on. The run is
+#     started at nice 10 beside the tests: it uses the CPU they leave
+#     idle (they mostly wait on boxes, apt and pip) and mostly gives way
+#     when they need it, so it adds no wall time to make test past the
+#     target it is on when they end. On an idle machine it fuzzes for as
+#     long as the tests run (two rounds and more); with one core taken
+#     (CI, or stress-ng --cpu 1 beside it) a round may not end before the
+#     tests do, so each run starts at the package after the last one the
+#     previous run fuzzed (FUZZ_STATE, a file under the user's cache
+#     directory): over successive runs every target is fuzzed in turn,
+#     and the run says which it reached.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 time=${FUZZTIME:-20000x}
@@ -51,6 +55,9 @@ slow=${FUZZCOUNT_SLOW:-300x}
 # every binary as go test -fuzz does (a long make fuzz).
 full_cover=${FUZZ_FULL_COVER:-}
 until_file=${FUZZ_UNTIL:-}
+# Where a make test run (FUZZ_UNTIL) says which package the next run
+# starts at: a line number of the list below.
+state=${FUZZ_STATE:-${XDG_CACHE_HOME:-$HOME/.cache}/quro/fuzz-next}
 # FUZZ_ONLY, a regular expression (bash's), runs only the targets whose
 # names it matches.
 only=${FUZZ_ONLY:-}
@@ -247,12 +254,28 @@ fi
 
 stopped() { [ -n "$until_file" ] && [ -e "$until_file" ]; }
 
+# The list's lines, from the package a make test run starts at (see
+# state) to the end, then from the top: a round is the whole list.
+mapfile -t lines < <(grep . <<<"$list")
+start=0
+if [ -n "$until_file" ] && [ -z "$only" ]; then
+	read -r start 2>/dev/null <"$state" || start=0
+	[[ $start =~ ^[0-9]+$ ]] && [ "$start" -lt "${#lines[@]}" ] || start=0
+	echo "fuzz: starting at ${lines[start]%% *} (the package after the last one the previous run fuzzed)"
+fi
+# next records the package line after the one being fuzzed, for the next
+# make test run.
+next() {
+	[ -n "$until_file" ] && [ -z "$only" ] || return 0
+	mkdir -p "${state%/*}" && echo $((($1 + 1) % ${#lines[@]})) >"$state"
+}
+fuzzed=0
 round=1
 while :; do
-	n=0
-	while read -r pkg targets; do
-		[ -z "$pkg" ] && continue
-		n=$((n + 1))
+	for ((i = 0; i < ${#lines[@]}; i++)); do
+		li=$(((start + i) % ${#lines[@]}))
+		read -r pkg targets <<<"${lines[li]}"
+		n=$((li + 1))
 		own=
 		case $pkg in *:own)
 			pkg=${pkg%:own}
@@ -295,9 +318,8 @@ while :; do
 			echo "build $pkg$kind: $(($(date +%s) - t0)) s"
 		fi
 		for t in $targets; do
-			# Past the first round, stop at the next target once the
-			# tests have ended.
-			if [ "$round" -gt 1 ] && stopped; then
+			# Stop at the next target once the tests have ended.
+			if stopped; then
 				break 3
 			fi
 			limit=$time
@@ -307,13 +329,15 @@ while :; do
 				;;
 			esac
 			fuzz_one "$pkgbin" "$pkg" "$t" "$limit"
+			fuzzed=$((fuzzed + 1))
 		done
-	done <<<"$list"
+		next "$li"
+	done
 	if [ -z "$until_file" ] || stopped || [ "$fail" != 0 ]; then
 		break
 	fi
 	round=$((round + 1))
 	echo "round $round"
 done
-echo "fuzz: $round round(s)"
+echo "fuzz: $fuzzed target runs in $round round(s) of ${#lines[@]} packages"
 exit $fail
