@@ -186,10 +186,13 @@ func TestBindOnce(t *testing.T) {
 // the background goroutine (it burned a core), only again after a run.
 func TestPoolStopsOnAFailedPreparation(t *testing.T) {
 	var calls atomic.Int64
-	tried := make(chan struct{}, 4) // one token a try
+	tried := make(chan struct{}, 4) // a token a try (more tries are counted, not awaited)
 	p := newPool(1, func() (*prepared, error) {
 		calls.Add(1)
-		tried <- struct{}{}
+		select {
+		case tried <- struct{}{}:
+		default: // a pool that spun on the failure must fail the count below, not hang here
+		}
 		return nil, errors.New("out of memory")
 	})
 	defer p.close()
