@@ -26,14 +26,20 @@ import (
 // cgroup, session and group, parent, descriptors, directory, environment,
 // and whether Landlock lets it read a file that only Landlock keeps from
 // it (a read-only bind of a world-readable host directory, outside every
-// rule).
+// rule). The shell's descriptors are listed into a file by a subshell:
+// in "ls | sed" the shell holds the pipe's read end until it has forked
+// sed, and an ls that runs first lists it as the shell's fd 3 (about 1 in
+// 300 runs on an idle machine); with "ls > file" dash itself saves its
+// stdout to fd 10 while ls runs.
 const spawnerReport = `
 grep -E '^(Uid|Gid|Groups|NoNewPrivs|Seccomp|Seccomp_filters|CapInh|CapPrm|CapEff|CapBnd|CapAmb|SigIgn|SigBlk|Umask|NSpid)' /proc/$$/status | sed 's/^NSpid:.*/NSpid: (own)/'
 cat /proc/$$/limits
 cat /proc/$$/cgroup
 set -- $(sed 's/^.*) //' /proc/$$/stat)
 echo "ppid=$2 group-is-own=$([ "$3" = $$ ] && echo y) session-is-own=$([ "$4" = $$ ] && echo y) tty=$5"
-ls -l /proc/$$/fd | sed -n 's/.* \([0-9]*\) -> \([a-z/]*\).*/fd \1 \2/p' 
+(ls -l /proc/$$/fd > "$TMPDIR/fds.$$")
+sed -n 's/.* \([0-9]*\) -> \([a-z/]*\).*/fd \1 \2/p' "$TMPDIR/fds.$$"
+rm -f "$TMPDIR/fds.$$"
 pwd
 env | sort
 test -r /quro-probe/f && echo "/quro-probe/f is there, readable for its mode bits"
