@@ -42,6 +42,10 @@ var (
 	// ErrInvalid: a request the process cannot take (input to a process
 	// without stdin, a resize of one without a terminal, a bad signal).
 	ErrInvalid = errors.New("invalid process request")
+	// ErrNoProgram: the program the caller named is not in the box (not
+	// in its PATH, no such file, not an executable file): nothing
+	// started, and a retry would not start it either.
+	ErrNoProgram = errors.New("no such program")
 	// ErrLagged: a viewer read the output too slowly and was detached
 	// (the process runs on).
 	ErrLagged = errors.New("output reader fell behind")
@@ -399,6 +403,9 @@ func (t *Table) Start(ctx context.Context, sb *sandbox.Sandbox, base *sandbox.Sp
 			// variables too large, a bad variable).
 			return nil, nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
+		if se := (*sandbox.StartError)(nil); errors.As(err, &se) && se.NoProgram {
+			return nil, nil, noProgram{err}
+		}
 		return nil, nil, err
 	}
 	// The timeout is the process's: it counts from its start, not from
@@ -424,6 +431,13 @@ func (t *Table) Start(ctx context.Context, sb *sandbox.Sandbox, base *sandbox.Sp
 	go p.watch(cancel)
 	return p, v, nil
 }
+
+// noProgram is a start error whose program is not in the box: it reads
+// as the sandbox's text ("cannot start X: …") and is ErrNoProgram.
+type noProgram struct{ err error }
+
+func (e noProgram) Error() string   { return e.err.Error() }
+func (e noProgram) Unwrap() []error { return []error{ErrNoProgram, e.err} }
 
 // startSpec is base with st's program, working directory and variables.
 func startSpec(base *sandbox.Spec, st *Start) (sandbox.Spec, error) {
