@@ -849,7 +849,9 @@ func (p *Process) SendInput(b []byte) error {
 	return nil
 }
 
-// CloseStdin closes the process's stdin pipe: it reads EOF.
+// CloseStdin closes the process's stdin pipe: it reads EOF. A stdin
+// closed already, or never opened (the process reads EOF from the
+// start), stays so: nothing to do, as E2B's envd answers it.
 func (p *Process) CloseStdin() error {
 	p.inMu.Lock()
 	defer p.inMu.Unlock()
@@ -857,7 +859,7 @@ func (p *Process) CloseStdin() error {
 		return fmt.Errorf("%w: process %d runs on a terminal, which has no stdin pipe to close: send ^D (\\x04) as input for EOF", ErrInvalid, p.pid)
 	}
 	if p.stdin == nil {
-		return fmt.Errorf("%w: process %d has no open stdin (started without stdin, or closed already)", ErrInvalid, p.pid)
+		return nil
 	}
 	err := p.stdin.Close()
 	p.stdin = nil
