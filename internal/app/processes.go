@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/quro-dev/quro/internal/proc"
 	"github.com/quro-dev/quro/internal/runcode"
 	"github.com/quro-dev/quro/internal/sandbox"
+	"github.com/quro-dev/quro/internal/workspace"
 )
 
 // Background processes of a session (internal/proc): programs an agent
@@ -344,6 +346,9 @@ func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessR
 		if !path.IsAbs(dir) {
 			dir = path.Join(sandbox.HomeUser, dir)
 		}
+		if err := a.checkCwd(ctx, dir); err != nil {
+			return nil, err
+		}
 	}
 	base := s.Spec()
 	base.Home = home
@@ -376,6 +381,32 @@ func (a *App) startProcess(ctx context.Context, in StartProcessInput) (*ProcessR
 		return a.follow(wctx, p, v, in.Tag, nil)
 	}
 	return a.follow(ctx, p, v, in.Tag, nil)
+}
+
+// checkCwd refuses, before anything starts, a working directory (as the
+// box sees it) that the box does not have or that is a file, as E2B's
+// envd refuses it: the caller named it. The box's sh that enters the
+// directory (sandbox.EnterDirArgs) keeps the last word: on a directory
+// removed since, or one this look could not reach (a paused box, a
+// directory the look may not read), the start goes ahead and the sh says
+// why it cannot enter it.
+func (a *App) checkCwd(ctx context.Context, dir string) error {
+	if dir == sandbox.HomeUser {
+		return nil
+	}
+	_, ops, done, err := a.openFiles(ctx, dir)
+	if err != nil {
+		return nil
+	}
+	defer done()
+	e, err := ops.Info(dir)
+	switch {
+	case errors.Is(err, workspace.ErrNotFound):
+		return capability.Errorf(capability.InvalidArgument, "cwd %s does not exist: nothing was started (a relative cwd is taken from %s)", dir, sandbox.HomeUser)
+	case err == nil && e.Type == "file":
+		return capability.Errorf(capability.InvalidArgument, "cwd %s is a file, not a directory: nothing was started", dir)
+	}
+	return nil
 }
 
 func (a *App) connectProcess(ctx context.Context, in ConnectProcessInput) (*ProcessResult, error) {

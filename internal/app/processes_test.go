@@ -208,8 +208,9 @@ func TestProcessEnds(t *testing.T) {
 		t.Fatalf("after its timeout: %+v", res)
 	}
 
-	// A working directory is entered in the box; one that is not there
-	// fails the process, not the server.
+	// A working directory is entered in the box; one the box has not is
+	// refused before anything starts (envd's invalid_argument), without
+	// boxes it fails the process, not the server.
 	res = mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "pwd", Cwd: "/tmp"}).(*ProcessResult)
 	if res.Stdout != "/tmp\n" || res.ExitCode != 0 {
 		t.Fatalf("cwd /tmp: %+v", res)
@@ -224,9 +225,16 @@ func TestProcessEnds(t *testing.T) {
 			t.Fatalf("relative cwd: %+v", res)
 		}
 	}
-	res = mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "pwd", Cwd: "/nowhere"}).(*ProcessResult)
-	if res.ExitCode == 0 || !strings.Contains(res.Stderr, "/nowhere") {
-		t.Fatalf("cwd /nowhere: %+v", res)
+	if a.Sandbox.Boxed() {
+		_, err := call(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "pwd", Cwd: "/nowhere"})
+		if codeOf(err) != capability.InvalidArgument || !strings.Contains(err.Error(), "cwd /nowhere does not exist") {
+			t.Fatalf("cwd /nowhere: %v", err)
+		}
+	} else {
+		res = mustCall(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "pwd", Cwd: "/nowhere"}).(*ProcessResult)
+		if res.ExitCode == 0 || !strings.Contains(res.Stderr, "/nowhere") {
+			t.Fatalf("cwd /nowhere: %+v", res)
+		}
 	}
 	_, err := call(t, a, "start_process", StartProcessInput{Session: s.ID, Cmd: "true", Env: map[string]string{"LD_PRELOAD": "/x.so"}})
 	if codeOf(err) != capability.InvalidArgument {

@@ -345,6 +345,7 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("%w: no running process with pid 7", proc.ErrNotFound), capability.NotFound, []string{"pid 7"}, false},
 		{fmt.Errorf("%w: the session already runs 64 processes", proc.ErrTooMany), capability.ResourceExhausted, []string{"64 processes"}, true},
 		{fmt.Errorf("%w: process 7 has no stdin", proc.ErrInvalid), capability.InvalidArgument, []string{"no stdin"}, false},
+		{fmt.Errorf("%w: cannot start nosuch: nosuch: executable file not found in $PATH", proc.ErrNoProgram), capability.InvalidArgument, []string{"cannot start nosuch"}, false},
 		{fmt.Errorf("%w: detached 1024 KiB behind", proc.ErrLagged), capability.ResourceExhausted, []string{"1024 KiB"}, false},
 		{proc.ErrClosed, capability.Unavailable, []string{"destroyed"}, false},
 		{fmt.Errorf("%w: %q", rootfs.ErrBadName, "a b"), capability.InvalidArgument, nil, false},

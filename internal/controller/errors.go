@@ -115,6 +115,9 @@ var classes = []class{
 	{match: is(proc.ErrNotFound), code: capability.NotFound},
 	{match: is(proc.ErrTooMany), code: capability.ResourceExhausted, retry: 5},
 	{match: is(proc.ErrInvalid), code: capability.InvalidArgument},
+	// The program named is not in the box: the caller's to fix, not an
+	// outage (the sandbox's own start failures below are Unavailable).
+	{match: is(proc.ErrNoProgram), code: capability.InvalidArgument},
 	{match: is(proc.ErrLagged), code: capability.ResourceExhausted},
 	{match: is(proc.ErrClosed), code: capability.Unavailable, hint: "its session was destroyed, or the server is stopping"},
 

@@ -42,6 +42,10 @@ var (
 	// ErrInvalid: a request the process cannot take (input to a process
 	// without stdin, a resize of one without a terminal, a bad signal).
 	ErrInvalid = errors.New("invalid process request")
+	// ErrNoProgram: the program the caller named is not in the box (not
+	// in its PATH, no such file, not an executable file): nothing
+	// started, and a retry would not start it either.
+	ErrNoProgram = errors.New("no such program")
 	// ErrLagged: a viewer read the output too slowly and was detached
 	// (the process runs on).
 	ErrLagged = errors.New("output reader fell behind")
@@ -399,6 +403,9 @@ func (t *Table) Start(ctx context.Context, sb *sandbox.Sandbox, base *sandbox.Sp
 			// variables too large, a bad variable).
 			return nil, nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
+		if se := (*sandbox.StartError)(nil); errors.As(err, &se) && se.NoProgram {
+			return nil, nil, noProgram{err}
+		}
 		return nil, nil, err
 	}
 	// The timeout is the process's: it counts from its start, not from
@@ -424,6 +431,13 @@ func (t *Table) Start(ctx context.Context, sb *sandbox.Sandbox, base *sandbox.Sp
 	go p.watch(cancel)
 	return p, v, nil
 }
+
+// noProgram is a start error whose program is not in the box: it reads
+// as the sandbox's text ("cannot start X: …") and is ErrNoProgram.
+type noProgram struct{ err error }
+
+func (e noProgram) Error() string   { return e.err.Error() }
+func (e noProgram) Unwrap() []error { return []error{ErrNoProgram, e.err} }
 
 // startSpec is base with st's program, working directory and variables.
 func startSpec(base *sandbox.Spec, st *Start) (sandbox.Spec, error) {
@@ -835,7 +849,9 @@ func (p *Process) SendInput(b []byte) error {
 	return nil
 }
 
-// CloseStdin closes the process's stdin pipe: it reads EOF.
+// CloseStdin closes the process's stdin pipe: it reads EOF. A stdin
+// closed already, or never opened (the process reads EOF from the
+// start), stays so: nothing to do, as E2B's envd answers it.
 func (p *Process) CloseStdin() error {
 	p.inMu.Lock()
 	defer p.inMu.Unlock()
@@ -843,7 +859,7 @@ func (p *Process) CloseStdin() error {
 		return fmt.Errorf("%w: process %d runs on a terminal, which has no stdin pipe to close: send ^D (\\x04) as input for EOF", ErrInvalid, p.pid)
 	}
 	if p.stdin == nil {
-		return fmt.Errorf("%w: process %d has no open stdin (started without stdin, or closed already)", ErrInvalid, p.pid)
+		return nil
 	}
 	err := p.stdin.Close()
 	p.stdin = nil

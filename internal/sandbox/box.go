@@ -999,7 +999,7 @@ func (bx *Box) spawn(ctx context.Context, pl *plan) (*Process, error) {
 			msg = "the session box ended while the program was starting"
 		}
 	}
-	return nil, &StartError{Program: pl.prog, Reason: msg, from: from}
+	return nil, initFailure(pl.prog, msg, from)
 }
 
 // stuckBoxGrace is how often a start whose caller gave up (its context

@@ -590,6 +590,10 @@ type StartError struct {
 	Program string
 	Reason  string
 	Err     error // the cause, when there is a typed one (e.g. a *LayerError)
+	// NoProgram: the program itself is the problem (not in the box's
+	// PATH, no such file, not an executable file), not the sandbox: the
+	// caller who named it can fix it, a retry cannot.
+	NoProgram bool
 
 	from string // FailInit or FailBox when the box itself answered; else FailSetup
 }
@@ -599,6 +603,14 @@ func (e *StartError) Error() string {
 }
 
 func (e *StartError) Unwrap() error { return e.Err }
+
+// initFailure is the StartError of a start the box's init child (or its
+// spawner) refused with msg: one that begins with boxinit.NoProgramByte
+// is about the program (NoProgram), without the byte.
+func initFailure(prog, msg, from string) *StartError {
+	rest, noProgram := strings.CutPrefix(msg, string(rune(boxinit.NoProgramByte)))
+	return &StartError{Program: prog, Reason: rest, from: from, NoProgram: noProgram}
+}
 
 // ErrInvalidSpec reports a Spec the caller should not have built.
 var ErrInvalidSpec = errors.New("sandbox: invalid spec")
@@ -1231,7 +1243,7 @@ func (p *Process) startFailed(prog, msg string) error {
 			msg = fmt.Sprintf("the sandbox could not be set up (exit status %d; its message, if any, is in stderr)", exit.Code)
 		}
 	}
-	return &StartError{Program: prog, Reason: msg, from: from}
+	return initFailure(prog, msg, from)
 }
 
 // tenantDir is the directory that names the run's tenant.

@@ -211,12 +211,16 @@ func TestNoServerFileDescriptorLeaks(t *testing.T) {
 	}
 }
 
+// A program the box does not have is a StartError about the program
+// (NoProgram: the caller's to fix), its text without the status's
+// marker byte; a sandbox that starts is not.
 func TestProgramNotFoundIsAStartError(t *testing.T) {
 	sb := newSandbox(t)
 	_, err := sb.Run(testCtx(t), &Spec{Args: []string{"no-such-program-quro"}, Dir: t.TempDir()})
 	var se *StartError
-	if !errors.As(err, &se) || !strings.Contains(se.Reason, "not found") {
-		t.Fatalf("got %v, want StartError saying not found", err)
+	if !errors.As(err, &se) || !strings.Contains(se.Reason, "not found") || !se.NoProgram ||
+		!strings.HasPrefix(se.Reason, "no-such-program-quro: ") {
+		t.Fatalf("got %#v, want StartError saying not found, about the program", err)
 	}
 }
 

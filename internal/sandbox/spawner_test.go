@@ -212,8 +212,8 @@ func TestSpawnerStartErrors(t *testing.T) {
 		}
 		_, _, err := start(prog)
 		var se *StartError
-		if !errors.As(err, &se) || se.from != FailInit || !strings.Contains(err.Error(), prog) {
-			t.Errorf("%s through the spawner: %v, want the init child's start error", prog, err)
+		if !errors.As(err, &se) || se.from != FailInit || !strings.HasPrefix(se.Reason, prog+": ") || !se.NoProgram {
+			t.Errorf("%s through the spawner: %#v, want the init child's start error, about the program", prog, err)
 		}
 		if out, by, err := start("echo", "still"); err != nil || !by || out != "still\n" {
 			t.Fatalf("after a failed start: %q %v (by the spawner: %v)", out, err, by)

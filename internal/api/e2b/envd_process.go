@@ -34,22 +34,25 @@ type processService struct{ s *Server }
 
 var _ processconnect.ProcessHandler = (*processService)(nil)
 
-// selector turns E2B's process selector into the capabilities' one.
+// selector turns E2B's process selector into the capabilities' one. As
+// envd answers them: a pid or tag no process has (0, "") is not_found
+// (the SDKs' kill() then returns false), a selector of neither kind
+// unimplemented.
 func selector(ctx context.Context, sel *process.ProcessSelector) (app.ProcessSelector, error) {
 	out := app.ProcessSelector{Session: sandboxOf(ctx)}
 	switch v := sel.GetSelector().(type) {
 	case *process.ProcessSelector_Pid:
 		out.Pid = int(v.Pid)
 		if out.Pid <= 0 {
-			return out, rpcErrorf(connect.CodeInvalidArgument, "process.pid must be a pid above 0")
+			return out, rpcErrorf(connect.CodeNotFound, "no process has pid 0: give one that start or list reported")
 		}
 	case *process.ProcessSelector_Tag:
 		out.Tag = v.Tag
 		if out.Tag == "" {
-			return out, rpcErrorf(connect.CodeInvalidArgument, "process.tag is empty")
+			return out, rpcErrorf(connect.CodeNotFound, "no process has an empty tag: give the tag it was started with")
 		}
 	default:
-		return out, rpcErrorf(connect.CodeInvalidArgument, "name the process: process.pid or process.tag")
+		return out, rpcErrorf(connect.CodeUnimplemented, "name the process: process.pid or process.tag")
 	}
 	return out, nil
 }
@@ -298,7 +301,7 @@ func (p *processService) sendInput(ctx context.Context, sel app.ProcessSelector,
 	case *process.ProcessInput_Pty:
 		data = v.Pty
 	default:
-		return rpcErrorf(connect.CodeInvalidArgument, "input is empty: send input.stdin or input.pty")
+		return rpcErrorf(connect.CodeUnimplemented, "input is empty: send input.stdin or input.pty")
 	}
 	if len(data) == 0 {
 		return nil
@@ -358,7 +361,8 @@ func (p *processService) SendSignal(ctx context.Context, req *connect.Request[pr
 	case process.Signal_SIGNAL_SIGTERM:
 		name = "SIGTERM"
 	default:
-		return nil, rpcErrorf(connect.CodeInvalidArgument, "signal "+req.Msg.GetSignal().String()+": send SIGNAL_SIGTERM or SIGNAL_SIGKILL")
+		// envd's answer to a signal it does not send.
+		return nil, rpcErrorf(connect.CodeUnimplemented, "signal "+req.Msg.GetSignal().String()+": send SIGNAL_SIGTERM or SIGNAL_SIGKILL")
 	}
 	in := app.SignalProcessInput{ProcessSelector: sel, Signal: name}
 	if _, err := invoke[*app.ProcessDone](ctx, p.s, "signal_process", in); err != nil {

@@ -75,10 +75,16 @@ func (s *Server) userRefusal(u string) string {
 }
 
 // checkUser refuses a Connect request of envd that names another user
-// than the sandbox's own (permission_denied).
+// than the sandbox's own: root, which every box has, is permission_denied
+// (it is there, and never given); any other name is unauthenticated, as
+// envd answers a user it cannot look up (the SDKs' AuthenticationError).
 func (s *Server) checkUser(h http.Header) error {
-	if msg := s.userRefusal(user(&http.Request{Header: h})); msg != "" {
-		return rpcErrorf(connect.CodePermissionDenied, msg)
+	u := user(&http.Request{Header: h})
+	if msg := s.userRefusal(u); msg != "" {
+		if u == "root" {
+			return rpcErrorf(connect.CodePermissionDenied, msg)
+		}
+		return rpcErrorf(connect.CodeUnauthenticated, msg)
 	}
 	return nil
 }

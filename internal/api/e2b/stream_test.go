@@ -213,8 +213,8 @@ func TestEnvdUserCheck(t *testing.T) {
 	connectMsg := func(where string, err error) string {
 		t.Helper()
 		var ce *connect.Error
-		if !errors.As(err, &ce) || ce.Code() != connect.CodePermissionDenied {
-			t.Fatalf("%s: %v, want permission_denied", where, err)
+		if !errors.As(err, &ce) || ce.Code() != connect.CodeUnauthenticated {
+			t.Fatalf("%s: %v, want unauthenticated (envd's answer to a user it has not)", where, err)
 		}
 		check(where, ce.Message())
 		return ce.Message()

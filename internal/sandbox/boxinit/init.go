@@ -299,7 +299,8 @@ func initMain(args []string) int {
 	prog := args[4:]
 	path, err := LookPath(prog[0], lookupEnv(env, "PATH"))
 	if err != nil {
-		return fail(err)
+		_, _ = status.WriteString(LookupFailure(err)) // as fail does
+		return 127
 	}
 	if err := noNewPrivs(); err != nil {
 		return fail(err)
@@ -462,6 +463,23 @@ func closeFrom(fd int) error {
 		}
 	}
 	return nil
+}
+
+// NoProgramByte begins the status message of a start whose program
+// itself is the problem (LookPath failed: not in PATH, no such file, not
+// an executable file), as opposed to the box or a layer: the server
+// strips it and answers the caller's mistake as one.
+const NoProgramByte = '\x01'
+
+// LookupFailure is the status message of a failed LookPath: its text,
+// after NoProgramByte when the lookup itself said no (not when the
+// caller could not look as the program's uid).
+func LookupFailure(err error) string {
+	var pe *pathError
+	if errors.As(err, &pe) {
+		return string(rune(NoProgramByte)) + err.Error()
+	}
+	return err.Error()
 }
 
 // ErrNotFound is what LookPath's error wraps when there is no such program

@@ -488,7 +488,7 @@ func spawnOne(dir string, tty bool, prog []string, pol *Policy, status int, fds 
 	}
 	path, err := lookPathAs(pol.UID, prog[0], lookupEnv(env, "PATH"))
 	if err != nil {
-		return 0, -1, err.Error()
+		return 0, -1, LookupFailure(err)
 	}
 	files := make([]uintptr, status)
 	for i := range files {

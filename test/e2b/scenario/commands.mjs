@@ -1,7 +1,7 @@
 // commands: run in the foreground with callbacks, exit codes, cwd, envs,
 // user, background processes with stdin, list, connect, kill, timeouts.
 import assert from 'node:assert/strict'
-import { Sandbox, CommandExitError, TimeoutError } from 'e2b'
+import { Sandbox, AuthenticationError, CommandExitError, InvalidArgumentError, TimeoutError } from 'e2b'
 import { check, rejects, tag, waitFor } from './check.mjs'
 
 const sbx = await Sandbox.create({ metadata: { scenario: tag(), area: 'commands' }, envs: { SBX_VAR: 'from-create' } })
@@ -86,6 +86,21 @@ try {
 
   await check('a command past its timeoutMs is a TimeoutError', async () => {
     await rejects(() => sbx.commands.run('sleep 600', { timeoutMs: 1_000 }), TimeoutError, 'sleep 600 with timeoutMs 1000')
+  })
+
+  await check("envd's error classes: a missing cwd, an unknown user, stdin closed twice", async () => {
+    const e = await rejects(() => sbx.commands.run('pwd', { cwd: '/home/user/no-such-dir' }), InvalidArgumentError, 'run in a missing cwd')
+    assert.match(e.message, /cwd \/home\/user\/no-such-dir does not exist/)
+    await rejects(() => sbx.commands.run('true', { user: 'quro-no-such-user' }), AuthenticationError, 'run as a user the sandbox has not')
+    const eof = waitFor((s) => s.includes('eof'))
+    let out = ''
+    const h = await sbx.commands.run('cat >/dev/null; echo eof; exec sleep 600', {
+      background: true, stdin: true, timeoutMs: 0, onStdout: (d) => { out += d; eof.feed(out) },
+    })
+    await sbx.commands.closeStdin(h.pid)
+    await eof.promise
+    await sbx.commands.closeStdin(h.pid) // closed already: nothing to do, as envd answers
+    assert.equal(await h.kill(), true)
   })
 
   await check('a command is in the sandbox: state is kept between commands', async () => {
