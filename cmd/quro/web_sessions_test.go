@@ -53,9 +53,11 @@ func TestWebSessions(t *testing.T) {
 		t.Fatalf("create_token: %d %v", st, tk)
 	}
 	acme, _ := tk["token"].(string)
-	if st, m := rest(acme, "POST", "/v1/sessions", map[string]any{"name": "acme-box"}); st != http.StatusCreated {
-		t.Fatalf("acme's session: %d %v", st, m)
+	st, acmeBox := rest(acme, "POST", "/v1/sessions", map[string]any{"name": "acme-box"})
+	if st != http.StatusCreated {
+		t.Fatalf("acme's session: %d %v", st, acmeBox)
 	}
+	acmeBoxID, _ := acmeBox["id"].(string)
 	st, ops := rest(admin, "POST", "/v1/sessions", map[string]any{"name": "ops", "metadata": map[string]string{"team": "blue"}})
 	if st != http.StatusCreated {
 		t.Fatalf("ops session: %d %v", st, ops)
@@ -175,6 +177,29 @@ func TestWebSessions(t *testing.T) {
 		goTo("#/operator")
 		e.waitSel(`#operator tr[data-tenant="acme"][data-session="acme-box"]`)
 		e.waitSel(`#operator tr[data-tenant=""][data-session="ops"]`)
+		// acme's box spends 0.3 s of CPU (its CPU cell, in tenths, moves)
+		// and acme gets a second session; the refresh that shows them
+		// adds the new row and keeps the box's row, its link and the
+		// other rows; the second session's end removes its row.
+		row := `#operator tr[data-session="acme-box"]`
+		nodes := map[string]string{"acme-box's row": row, "its link": row + " a", "ops's row": `#operator tr[data-session="ops"]`}
+		cpu := eval[string](e, `document.querySelector('`+row+` td[data-label="CPU"]').textContent`)
+		e.mark(nodes)
+		if st, m := rest(acme, "POST", "/v1/sessions/"+acmeBoxID+"/exec", map[string]any{"command": "python3 -c \"exec('import time\\nwhile time.process_time() < 0.3: pass')\""}); st != 200 || m["exit_code"] != 0.0 {
+			t.Fatalf("exec in acme-box: %d %v", st, m)
+		}
+		st, two := rest(acme, "POST", "/v1/sessions", map[string]any{"name": "acme-two"})
+		if st != http.StatusCreated {
+			t.Fatalf("acme's second session: %d %v", st, two)
+		}
+		e.waitJS(fmt.Sprintf(`document.querySelector('#operator tr[data-session="acme-two"]') !== null && document.querySelector('%s td[data-label="CPU"]').textContent !== %q`, row, cpu))
+		e.kept(nodes)
+		twoID, _ := two["id"].(string)
+		if st, m := rest(acme, "DELETE", "/v1/sessions/"+twoID, nil); st != http.StatusNoContent && st != 200 {
+			t.Fatalf("destroy acme-two: %d %v", st, m)
+		}
+		e.waitJS(`document.querySelector('#operator tr[data-session="acme-two"]') === null`)
+		e.kept(nodes)
 		e.selectOption("#operator-tenant", "value", "acme")
 		e.waitJS(`(() => { const r = [...document.querySelectorAll('#operator tbody tr')]; return r.length === 1 && r[0].dataset.tenant === 'acme'; })()`)
 		e.shot("10-operator")

@@ -589,6 +589,24 @@ func (e *e2e) waitJS(expr string) {
 	}
 }
 
+// mark keeps the nodes the selectors (by name) find now in the page, for
+// kept: a page that redraws in place keeps them across its refreshes;
+// one that rebuilds replaces them, and a click, the focus, a selection
+// or a screen reader's place in them is lost.
+func (e *e2e) mark(sels map[string]string) {
+	b, _ := json.Marshal(sels)
+	e.do("mark the nodes", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`window.__kept = Object.fromEntries(Object.entries(%s).map(([k, s]) => [k, document.querySelector(s)]))`, b)))
+	missing := eval[[]string](e, `Object.entries(window.__kept).filter(([, n]) => !n).map(([k]) => k)`)
+	e.check(len(missing) == 0, "nothing to mark: %v", missing)
+}
+
+// kept checks that the selectors find the nodes mark found.
+func (e *e2e) kept(sels map[string]string) {
+	b, _ := json.Marshal(sels)
+	changed := eval[[]string](e, fmt.Sprintf(`Object.entries(%s).filter(([k, s]) => document.querySelector(s) !== window.__kept[k]).map(([k]) => k)`, b))
+	e.check(len(changed) == 0, "replaced by a refresh, not kept: %v", changed)
+}
+
 // click clicks the middle of the first element the selector finds, as a
 // mouse would.
 func click[S chromedp.Selectable](e *e2e, sel S) {
