@@ -137,6 +137,19 @@ func TestWebSessions(t *testing.T) {
 		e.shot("9-session")
 	})
 
+	e.step("session page: a refresh redraws the meters and facts in place", func() {
+		// The box uses CPU; the refresh that shows it rewrites the CPU
+		// meter's figures and keeps its nodes and the facts'.
+		nodes := map[string]string{"cpu meter": "#budget-cpu", "its figures": "#budget-cpu .meter-label .mono", "the Id fact": "#session-facts dd"}
+		e.mark(nodes)
+		before := eval[float64](e, `Number(document.querySelector('#budget-cpu').dataset.seconds)`)
+		if st, m := rest(admin, "POST", "/v1/sessions/"+opsID+"/exec", map[string]any{"command": "python3 -c 'sum(range(10**6))'"}); st != 200 {
+			t.Fatalf("exec: %d %v", st, m)
+		}
+		e.waitJS(fmt.Sprintf(`Number(document.querySelector('#budget-cpu')?.dataset.seconds) > %v`, before))
+		e.kept(nodes)
+	})
+
 	e.step("session page: pause and resume from the buttons", func() {
 		e.click(chromedp.CSS("#session-pause"))
 		e.waitJS(`document.querySelector('#session-state')?.textContent === 'paused'`)
@@ -167,10 +180,24 @@ func TestWebSessions(t *testing.T) {
 			e.check(r.status == 200 && strings.Contains(r.body, "Directory listing"), "the link opens the box's page: %d %.200s", r.status, r.body)
 		}
 		e.shot("9-session-ports")
-		if st, m := rest(admin, "POST", "/v1/signal_process", map[string]any{"session": opsID, "tag": "web", "signal": "SIGKILL"}); st != 200 {
-			t.Errorf("signal_process: %d %v", st, m)
+		// A second server: its port and its process are added to the
+		// lists, and the first port's row, with the link asked for, and
+		// its process's row stay as they are.
+		nodes := map[string]string{"port 8123": `#session-ports li[data-port="8123"]`, "its link": `#session-ports li[data-port="8123"] a.preview-link`, "its process": "#session-processes tbody tr"}
+		e.mark(nodes)
+		if st, m := rest(admin, "POST", "/v1/start_process", map[string]any{"session": opsID, "tag": "web2",
+			"command": "python3 -m http.server 8124 --bind 127.0.0.1", "background": true}); st != 200 {
+			t.Fatalf("start_process: %d %v", st, m)
 		}
-		e.waitJS(`!document.querySelector('#session-ports li[data-port="8123"]')`)
+		e.waitSel(`#session-ports li[data-port="8124"] button.preview-port`)
+		e.waitJS(`document.querySelectorAll('#session-processes tbody tr').length === 2`)
+		e.kept(nodes)
+		for _, tag := range []string{"web", "web2"} {
+			if st, m := rest(admin, "POST", "/v1/signal_process", map[string]any{"session": opsID, "tag": tag, "signal": "SIGKILL"}); st != 200 {
+				t.Errorf("signal_process %s: %d %v", tag, st, m)
+			}
+		}
+		e.waitJS(`!document.querySelector('#session-ports li[data-port="8123"]') && !document.querySelector('#session-ports li[data-port="8124"]')`)
 	})
 
 	e.step("operator view: two tenants, filtered by tenant", func() {
@@ -350,6 +377,15 @@ func TestWebSessions(t *testing.T) {
 		e.click(chromedp.CSS("#audit tbody tr"))
 		e.waitJS(`document.querySelector('#audit tbody tr.open .audit-detail:not([hidden])')?.textContent.includes('Arguments') === true`)
 		e.shot("15-audit")
+		// Another filter that still lists the opened entry keeps its row
+		// as it is, open.
+		nodes := map[string]string{"the opened row": "#audit tbody tr.open"}
+		e.mark(nodes)
+		loads := eval[int](e, `Number(document.querySelector('#audit').dataset.refreshes)`)
+		e.click(chromedp.CSS("#audit-background"))
+		e.waitJS(fmt.Sprintf(`Number(document.querySelector('#audit').dataset.refreshes) > %d`, loads))
+		e.kept(nodes)
+		e.click(chromedp.CSS("#audit-background"))
 		e.selectOption("#audit-outcome", "value", "")
 	})
 
