@@ -197,8 +197,18 @@ func TestWebFiles(t *testing.T) {
 		e.click(chromedp.CSS(`#files-tree [data-path="d/note.txt"]`))
 		e.waitJS(`document.querySelector('#files-open')?.textContent === '/home/user/d/note.txt' && document.querySelector('#files-text .cm-content')?.innerText.trim() === 'hello'`)
 		e.fillEditor("#files-text", "edited in the browser\n")
+		// The save lists the tree again: the open folder d stays open,
+		// its rows and the root's are kept, and note.txt's size is
+		// rewritten in its row.
+		note := `#files-tree .files-row:has([data-path="d/note.txt"])`
+		nodes := map[string]string{"folder d": `#files-tree .files-entry:has(> .files-row [data-path="d"])`, "d/note.txt": note, "its name": note + " .files-name", "up.bin": `#files-tree [data-path="up.bin"]`}
+		e.mark(nodes)
 		e.click(chromedp.CSS("#files-save"))
 		e.waitJS(`document.querySelector('#files-status')?.textContent === 'saved /home/user/d/note.txt'`)
+		// (or until the row has gone, as a rebuilt tree with d closed has it)
+		e.waitJS(`document.querySelector('` + note + `')?.querySelector('.files-size').textContent !== '6 B'`)
+		e.kept(nodes)
+		e.check(eval[string](e, `document.querySelector('`+note+` .files-size').textContent`) == "22 B", "note.txt's size after the save")
 		var c struct{ Content string }
 		_ = json.Unmarshal([]byte(call("GET", sp+"/files/d/note.txt", "")), &c)
 		e.check(c.Content == "edited in the browser\n", "the saved file holds %q", c.Content)

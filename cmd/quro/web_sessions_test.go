@@ -53,9 +53,11 @@ func TestWebSessions(t *testing.T) {
 		t.Fatalf("create_token: %d %v", st, tk)
 	}
 	acme, _ := tk["token"].(string)
-	if st, m := rest(acme, "POST", "/v1/sessions", map[string]any{"name": "acme-box"}); st != http.StatusCreated {
-		t.Fatalf("acme's session: %d %v", st, m)
+	st, acmeBox := rest(acme, "POST", "/v1/sessions", map[string]any{"name": "acme-box"})
+	if st != http.StatusCreated {
+		t.Fatalf("acme's session: %d %v", st, acmeBox)
 	}
+	acmeBoxID, _ := acmeBox["id"].(string)
 	st, ops := rest(admin, "POST", "/v1/sessions", map[string]any{"name": "ops", "metadata": map[string]string{"team": "blue"}})
 	if st != http.StatusCreated {
 		t.Fatalf("ops session: %d %v", st, ops)
@@ -135,6 +137,19 @@ func TestWebSessions(t *testing.T) {
 		e.shot("9-session")
 	})
 
+	e.step("session page: a refresh redraws the meters and facts in place", func() {
+		// The box uses CPU; the refresh that shows it rewrites the CPU
+		// meter's figures and keeps its nodes and the facts'.
+		nodes := map[string]string{"cpu meter": "#budget-cpu", "its figures": "#budget-cpu .meter-label .mono", "the Id fact": "#session-facts dd"}
+		e.mark(nodes)
+		before := eval[float64](e, `Number(document.querySelector('#budget-cpu').dataset.seconds)`)
+		if st, m := rest(admin, "POST", "/v1/sessions/"+opsID+"/exec", map[string]any{"command": "python3 -c 'sum(range(10**6))'"}); st != 200 {
+			t.Fatalf("exec: %d %v", st, m)
+		}
+		e.waitJS(fmt.Sprintf(`Number(document.querySelector('#budget-cpu')?.dataset.seconds) > %v`, before))
+		e.kept(nodes)
+	})
+
 	e.step("session page: pause and resume from the buttons", func() {
 		e.click(chromedp.CSS("#session-pause"))
 		e.waitJS(`document.querySelector('#session-state')?.textContent === 'paused'`)
@@ -165,16 +180,53 @@ func TestWebSessions(t *testing.T) {
 			e.check(r.status == 200 && strings.Contains(r.body, "Directory listing"), "the link opens the box's page: %d %.200s", r.status, r.body)
 		}
 		e.shot("9-session-ports")
-		if st, m := rest(admin, "POST", "/v1/signal_process", map[string]any{"session": opsID, "tag": "web", "signal": "SIGKILL"}); st != 200 {
-			t.Errorf("signal_process: %d %v", st, m)
+		// A second server: its port and its process are added to the
+		// lists, and the first port's row, with the link asked for, and
+		// its process's row stay as they are.
+		nodes := map[string]string{"port 8123": `#session-ports li[data-port="8123"]`, "its link": `#session-ports li[data-port="8123"] a.preview-link`, "its process": "#session-processes tbody tr"}
+		e.mark(nodes)
+		if st, m := rest(admin, "POST", "/v1/start_process", map[string]any{"session": opsID, "tag": "web2",
+			"command": "python3 -m http.server 8124 --bind 127.0.0.1", "background": true}); st != 200 {
+			t.Fatalf("start_process: %d %v", st, m)
 		}
-		e.waitJS(`!document.querySelector('#session-ports li[data-port="8123"]')`)
+		e.waitSel(`#session-ports li[data-port="8124"] button.preview-port`)
+		e.waitJS(`document.querySelectorAll('#session-processes tbody tr').length === 2`)
+		e.kept(nodes)
+		for _, tag := range []string{"web", "web2"} {
+			if st, m := rest(admin, "POST", "/v1/signal_process", map[string]any{"session": opsID, "tag": tag, "signal": "SIGKILL"}); st != 200 {
+				t.Errorf("signal_process %s: %d %v", tag, st, m)
+			}
+		}
+		e.waitJS(`!document.querySelector('#session-ports li[data-port="8123"]') && !document.querySelector('#session-ports li[data-port="8124"]')`)
 	})
 
 	e.step("operator view: two tenants, filtered by tenant", func() {
 		goTo("#/operator")
 		e.waitSel(`#operator tr[data-tenant="acme"][data-session="acme-box"]`)
 		e.waitSel(`#operator tr[data-tenant=""][data-session="ops"]`)
+		// acme's box spends 0.3 s of CPU (its CPU cell, in tenths, moves)
+		// and acme gets a second session; the refresh that shows them
+		// adds the new row and keeps the box's row, its link and the
+		// other rows; the second session's end removes its row.
+		row := `#operator tr[data-session="acme-box"]`
+		nodes := map[string]string{"acme-box's row": row, "its link": row + " a", "ops's row": `#operator tr[data-session="ops"]`}
+		cpu := eval[string](e, `document.querySelector('`+row+` td[data-label="CPU"]').textContent`)
+		e.mark(nodes)
+		if st, m := rest(acme, "POST", "/v1/sessions/"+acmeBoxID+"/exec", map[string]any{"command": "python3 -c \"exec('import time\\nwhile time.process_time() < 0.3: pass')\""}); st != 200 || m["exit_code"] != 0.0 {
+			t.Fatalf("exec in acme-box: %d %v", st, m)
+		}
+		st, two := rest(acme, "POST", "/v1/sessions", map[string]any{"name": "acme-two"})
+		if st != http.StatusCreated {
+			t.Fatalf("acme's second session: %d %v", st, two)
+		}
+		e.waitJS(fmt.Sprintf(`document.querySelector('#operator tr[data-session="acme-two"]') !== null && document.querySelector('%s td[data-label="CPU"]').textContent !== %q`, row, cpu))
+		e.kept(nodes)
+		twoID, _ := two["id"].(string)
+		if st, m := rest(acme, "DELETE", "/v1/sessions/"+twoID, nil); st != http.StatusNoContent && st != 200 {
+			t.Fatalf("destroy acme-two: %d %v", st, m)
+		}
+		e.waitJS(`document.querySelector('#operator tr[data-session="acme-two"]') === null`)
+		e.kept(nodes)
 		e.selectOption("#operator-tenant", "value", "acme")
 		e.waitJS(`(() => { const r = [...document.querySelectorAll('#operator tbody tr')]; return r.length === 1 && r[0].dataset.tenant === 'acme'; })()`)
 		e.shot("10-operator")
@@ -325,6 +377,15 @@ func TestWebSessions(t *testing.T) {
 		e.click(chromedp.CSS("#audit tbody tr"))
 		e.waitJS(`document.querySelector('#audit tbody tr.open .audit-detail:not([hidden])')?.textContent.includes('Arguments') === true`)
 		e.shot("15-audit")
+		// Another filter that still lists the opened entry keeps its row
+		// as it is, open.
+		nodes := map[string]string{"the opened row": "#audit tbody tr.open"}
+		e.mark(nodes)
+		loads := eval[int](e, `Number(document.querySelector('#audit').dataset.refreshes)`)
+		e.click(chromedp.CSS("#audit-background"))
+		e.waitJS(fmt.Sprintf(`Number(document.querySelector('#audit').dataset.refreshes) > %d`, loads))
+		e.kept(nodes)
+		e.click(chromedp.CSS("#audit-background"))
 		e.selectOption("#audit-outcome", "value", "")
 	})
 

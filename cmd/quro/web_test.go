@@ -57,8 +57,9 @@ func startWebTest(t *testing.T) (*server, string) {
 // ever shows up in a URL the browser requests. Every wait is on the DOM
 // (a mutation observer or a page event), never a fixed sleep; the time
 // limits only bound a step that will never finish. Screenshots go to
-// $QURO_E2E_OUT (a temporary folder by default; docs/ui/ holds the ones
-// docs/ui.md shows).
+// $QURO_E2E_OUT (docs/ui/ holds the ones docs/ui.md shows), and are taken
+// only when it is set; a failed step's screenshot is always taken (into a
+// temporary folder by default).
 func TestWebUI(t *testing.T) {
 	t.Parallel()
 	srv, out := startWebTest(t)
@@ -589,6 +590,24 @@ func (e *e2e) waitJS(expr string) {
 	}
 }
 
+// mark keeps the nodes the selectors (by name) find now in the page, for
+// kept: a page that redraws in place keeps them across its refreshes;
+// one that rebuilds replaces them, and a click, the focus, a selection
+// or a screen reader's place in them is lost.
+func (e *e2e) mark(sels map[string]string) {
+	b, _ := json.Marshal(sels)
+	e.do("mark the nodes", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`window.__kept = Object.fromEntries(Object.entries(%s).map(([k, s]) => [k, document.querySelector(s)]))`, b)))
+	missing := eval[[]string](e, `Object.entries(window.__kept).filter(([, n]) => !n).map(([k]) => k)`)
+	e.check(len(missing) == 0, "nothing to mark: %v", missing)
+}
+
+// kept checks that the selectors find the nodes mark found.
+func (e *e2e) kept(sels map[string]string) {
+	b, _ := json.Marshal(sels)
+	changed := eval[[]string](e, fmt.Sprintf(`Object.entries(%s).filter(([k, s]) => document.querySelector(s) !== window.__kept[k]).map(([k]) => k)`, b))
+	e.check(len(changed) == 0, "replaced by a refresh, not kept: %v", changed)
+}
+
 // click clicks the middle of the first element the selector finds, as a
 // mouse would.
 func click[S chromedp.Selectable](e *e2e, sel S) {
@@ -783,8 +802,14 @@ func (e *e2e) waitFrameText(sel, want string) {
 }
 
 // shot saves a screenshot of the whole page (not only the viewport) as
-// NAME.png in the output folder.
+// NAME.png in $QURO_E2E_OUT, and does nothing when it is not set: the
+// pictures are docs/ui.md's, which no check reads, and their 26 full-page
+// PNGs were about 6 of the browser tests' 63 CPU-s in make test, written
+// to temporary folders nobody opened (docs/RATIONALE.md).
 func (e *e2e) shot(name string) {
+	if os.Getenv("QURO_E2E_OUT") == "" {
+		return
+	}
 	b, err := e.screenshot(e.sctx)
 	if err != nil {
 		e.fail("screenshot %s: %v", name, err)

@@ -1,5 +1,5 @@
 import { api, AuditEntry } from './api';
-import { clear, h } from './dom';
+import { fill, h, keyed } from './dom';
 import { Page } from './page';
 
 // The audit log with filters (capability, outcome, session, since, limit;
@@ -36,7 +36,64 @@ export function auditPage(): Page {
     count,
   );
 
+  // The rows, keyed by the entry's sequence number, are kept when a
+  // filter changes: an entry still listed keeps its row, opened or not,
+  // and the focus in it (an entry never changes once logged).
+  const rows = keyed(
+    body,
+    (e: AuditEntry) => String(e.seq),
+    (e: AuditEntry) => {
+      // A click on a row opens its whole entry below it (the arguments as
+      // the log keeps them: code and commands by their first line).
+      const detail = h(
+        'dl',
+        { class: 'facts audit-detail', hidden: true },
+        [
+          ['Arguments', e.args || '(none)'],
+          ['Outcome', e.outcome + (e.message ? `: ${e.message}` : '')],
+          ['Session', e.session ?? '—'],
+          ['Token', e.token_id ?? '—'],
+          ['Access path', e.path + (e.background ? ' (background read)' : '')],
+          ['Time', e.time],
+        ].flatMap(([k, v]) => [h('dt', null, k), h('dd', { class: 'mono' }, v)]),
+      );
+      const row = h(
+        'tr',
+        { class: `${e.outcome === 'ok' ? '' : 'failed'} expandable`, 'data-seq': e.seq, tabindex: 0, 'aria-expanded': 'false' },
+        h('td', { class: 'mono' }, e.seq),
+        h('td', { class: 'mono', title: e.time }, new Date(e.time).toLocaleString()),
+        h('td', null, e.path, e.background ? h('span', { class: 'badge' }, 'background') : null),
+        h('td', { class: 'mono' }, e.token_id ?? ''),
+        h('td', { class: 'mono' }, e.capability),
+        h('td', { class: 'mono audit-session', title: e.session ?? '' }, e.session ? names.get(e.session) ?? e.session.slice(0, 8) : ''),
+        h('td', { class: 'mono args', title: e.args }, h('span', { class: 'args-line' }, e.args), detail),
+        h('td', { class: e.outcome === 'ok' ? 'ok' : 'bad', title: e.message ?? '' }, e.outcome, e.message ? `: ${e.message}` : ''),
+        h('td', { class: 'mono num' }, e.duration_ms.toFixed(1)),
+      );
+      const toggle = () => {
+        detail.hidden = !detail.hidden;
+        row.classList.toggle('open', !detail.hidden);
+        row.setAttribute('aria-expanded', String(!detail.hidden));
+      };
+      row.addEventListener('click', toggle);
+      row.addEventListener('keydown', (k) => {
+        if (k.key === 'Enter' || k.key === ' ') {
+          k.preventDefault();
+          toggle();
+        }
+      });
+      return { el: row };
+    },
+    () => {},
+  );
+
+  // Loads overlap (a filter changed while one was on its way): only an
+  // answer newer than the one shown is drawn.
+  let asked = 0;
+  let shown = 0;
+  let refreshes = 0;
   async function load() {
+    const n = ++asked;
     err.textContent = '';
     const q = new URLSearchParams();
     q.set('limit', limit.value || '100');
@@ -52,51 +109,13 @@ export function auditPage(): Page {
       err.textContent = (x as Error).message;
       return;
     }
+    if (n < shown) return;
+    shown = n;
     entries = entries.slice().reverse(); // the server gives oldest first
-    clear(body);
-    for (const e of entries) {
-      // A click on a row opens its whole entry below it (the arguments as
-      // the log keeps them: code and commands by their first line).
-      const detail = h(
-            'dl',
-            { class: 'facts audit-detail', hidden: true },
-            [
-              ['Arguments', e.args || '(none)'],
-              ['Outcome', e.outcome + (e.message ? `: ${e.message}` : '')],
-              ['Session', e.session ?? '—'],
-              ['Token', e.token_id ?? '—'],
-              ['Access path', e.path + (e.background ? ' (background read)' : '')],
-              ['Time', e.time],
-            ].flatMap(([k, v]) => [h('dt', null, k), h('dd', { class: 'mono' }, v)]),
-      );
-      const row = h(
-          'tr',
-          { class: `${e.outcome === 'ok' ? '' : 'failed'} expandable`, 'data-seq': e.seq, tabindex: 0, 'aria-expanded': 'false' },
-          h('td', { class: 'mono' }, e.seq),
-          h('td', { class: 'mono', title: e.time }, new Date(e.time).toLocaleString()),
-          h('td', null, e.path, e.background ? h('span', { class: 'badge' }, 'background') : null),
-          h('td', { class: 'mono' }, e.token_id ?? ''),
-          h('td', { class: 'mono' }, e.capability),
-          h('td', { class: 'mono audit-session', title: e.session ?? '' }, e.session ? names.get(e.session) ?? e.session.slice(0, 8) : ''),
-          h('td', { class: 'mono args', title: e.args }, h('span', { class: 'args-line' }, e.args), detail),
-          h('td', { class: e.outcome === 'ok' ? 'ok' : 'bad', title: e.message ?? '' }, e.outcome, e.message ? `: ${e.message}` : ''),
-          h('td', { class: 'mono num' }, e.duration_ms.toFixed(1)),
-        );
-      const toggle = () => {
-        detail.hidden = !detail.hidden;
-        row.classList.toggle('open', !detail.hidden);
-        row.setAttribute('aria-expanded', String(!detail.hidden));
-      };
-      row.addEventListener('click', toggle);
-      row.addEventListener('keydown', (k) => {
-        if (k.key === 'Enter' || k.key === ' ') {
-          k.preventDefault();
-          toggle();
-        }
-      });
-      body.append(row);
-    }
-    count.textContent = `${entries.length} entr${entries.length === 1 ? 'y' : 'ies'}`;
+    rows.sync(entries);
+    fill(count, null, `${entries.length} entr${entries.length === 1 ? 'y' : 'ies'}`);
+    // What a watcher (the browser test) waits on: a load has been drawn.
+    el.dataset.refreshes = String(++refreshes);
   }
   form.addEventListener('submit', (e) => {
     e.preventDefault();

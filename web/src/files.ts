@@ -1,5 +1,5 @@
 import { api, APIError, fetchRaw, FileContent, FileEntry } from './api';
-import { clear, h } from './dom';
+import { clear, fill, h, Keyed, keyed } from './dom';
 import { htmlFrame } from './artifacts';
 import { Page } from './page';
 import { EditorView, editorSetup, keymap, modeForPath } from './editor';
@@ -72,24 +72,42 @@ export function mountFiles(el: HTMLElement, session: string, rel = ''): () => vo
     say(e instanceof APIError ? `${e.code}: ${e.message}` : String(e), 'error');
   }
 
+  // Each listed directory's entries are kept by path across refreshes
+  // (after an upload, a save or Refresh): a kept entry keeps its nodes,
+  // so an opened folder stays open (and is listed again), and a click or
+  // the focus on an entry lives through the refresh.
+  interface Row {
+    el: HTMLElement;
+    e: FileEntry;
+    name: HTMLButtonElement;
+    size: HTMLElement;
+    mtime: HTMLElement;
+    kids: HTMLElement;
+  }
+  const lists = new WeakMap<HTMLElement, Keyed<FileEntry, Row>>();
+  const isDir = (e: FileEntry) => e.type === 'dir' || (e.type === 'symlink' && e.target_type === 'dir');
+
   async function listDir(dir: string, into: HTMLElement) {
     const path = dir ? `${sp}/files/${enc(dir)}/` : `${sp}/files/`;
     const l = await api<{ entries: FileEntry[] | null; truncated: boolean }>('GET', path);
-    clear(into);
-    for (const e of l.entries ?? []) into.append(entryRow(e));
-    if (l.truncated) into.append(h('div', { class: 'hint' }, 'more entries not shown'));
-    if (!l.entries?.length) into.append(h('div', { class: 'hint' }, '(empty)'));
+    let rows = lists.get(into);
+    if (!rows) {
+      // A directory and a file of one name are two entries.
+      rows = keyed(into, (e: FileEntry) => `${isDir(e) ? 'd' : 'f'}${e.path}`, entryRow, drawEntry);
+      lists.set(into, rows);
+    }
+    rows.sync(l.entries ?? [], l.truncated && h('div', { class: 'hint' }, 'more entries not shown'), !l.entries?.length && h('div', { class: 'hint' }, '(empty)'));
+    await Promise.all(Array.from(rows.entries.values(), (r) => (r.kids.hidden ? null : listDir(r.e.path, r.kids))));
   }
 
-  function entryRow(e: FileEntry): HTMLElement {
-    const isDir = e.type === 'dir' || (e.type === 'symlink' && e.target_type === 'dir');
+  function entryRow(e: FileEntry): Row {
+    const dir = isDir(e);
     const kids = h('div', { class: 'files-kids', hidden: true });
-    const name = h('button', { type: 'button', class: `files-name ${isDir ? 'dir' : 'file'}`, 'data-path': e.path, title: shown(e.path) },
-      isDir ? '▸ ' : '', e.name, e.type === 'symlink' ? ` → ${e.target ?? ''}` : '');
-    const dl = h('button', { type: 'button', class: 'files-dl', title: isDir ? 'download as .tar.gz' : 'download', 'aria-label': `download ${e.name}` }, '⤓');
-    dl.addEventListener('click', () => download(session, e.path, isDir).catch(fail));
+    const name = h('button', { type: 'button', class: `files-name ${dir ? 'dir' : 'file'}`, 'data-path': e.path, title: shown(e.path) });
+    const dl = h('button', { type: 'button', class: 'files-dl', title: dir ? 'download as .tar.gz' : 'download', 'aria-label': `download ${e.name}` }, '⤓');
+    dl.addEventListener('click', () => download(session, e.path, dir).catch(fail));
     name.addEventListener('click', () => {
-      if (!isDir) {
+      if (!dir) {
         open(e.path).catch(fail);
         return;
       }
@@ -104,12 +122,22 @@ export function mountFiles(el: HTMLElement, session: string, rel = ''): () => vo
         name.firstChild!.textContent = '▸ ';
       }
     });
-    const row = h('div', { class: 'files-row', 'data-type': e.type },
-      name,
-      h('span', { class: 'files-size' }, isDir ? '' : human(e.size)),
-      h('span', { class: 'files-mtime', title: e.mtime }, new Date(e.mtime).toLocaleString()),
-      dl);
-    return h('div', { class: 'files-entry' }, row, kids);
+    const size = h('span', { class: 'files-size' });
+    const mtime = h('span', { class: 'files-mtime' });
+    const row = h('div', { class: 'files-row', 'data-type': e.type }, name, size, mtime, dl);
+    return { el: h('div', { class: 'files-entry' }, row, kids), e, name, size, mtime, kids };
+  }
+
+  function drawEntry(r: Row, e: FileEntry) {
+    r.e = e;
+    const dir = isDir(e);
+    const row = r.name.parentElement!;
+    if (row.dataset.type !== e.type) row.dataset.type = e.type;
+    // The name's first text is the folder's open mark, which a click sets.
+    const mark = dir ? (r.kids.hidden ? '▸ ' : '▾ ') : '';
+    fill(r.name, null, mark, e.name, e.type === 'symlink' ? ` → ${e.target ?? ''}` : '');
+    fill(r.size, null, dir ? '' : human(e.size));
+    fill(r.mtime, { title: e.mtime }, new Date(e.mtime).toLocaleString());
   }
 
   async function open(path: string) {

@@ -1,5 +1,5 @@
 import { api, APIError, Session } from './api';
-import { ago, clear, h } from './dom';
+import { ago, fill, h, keyed } from './dom';
 import { Page } from './page';
 
 // The operator's view across tenants (list_sessions with tenant "*" or a
@@ -13,7 +13,46 @@ export function operatorPage(): Page {
   const known = new Set<string>();
   let timer: ReturnType<typeof setInterval> | undefined;
 
+  // The rows, keyed by session id, are kept across refreshes and only
+  // their changed cells are rewritten (dom.ts's keyed and fill): a click
+  // on a session's link, a selection or a screen reader's place in the
+  // table lives through the 5 s refresh.
+  interface Row {
+    el: HTMLTableRowElement;
+    cells: HTMLTableCellElement[];
+  }
+  const labels = ['Tenant', 'Session', 'State', 'Memory', 'CPU', 'Network', 'Created', 'Idle'];
+  function newRow(): Row {
+    const cells = labels.map((l) => h('td', { 'data-label': l }));
+    return { el: h('tr', null, cells), cells };
+  }
+  function update(row: Row, s: Session) {
+    const t = s.tenant ?? '';
+    if (row.el.dataset.tenant !== t) row.el.dataset.tenant = t;
+    if (row.el.dataset.session !== s.name) row.el.dataset.session = s.name;
+    const r = s.resources;
+    const [tn, name, state, mem, cpu, net, created, idle] = row.cells;
+    fill(tn, { class: 'mono' }, t === '' ? '(local)' : t);
+    // Another tenant's session opens read-only: its page shows what this
+    // listing gives (the operator's token acts only in its own tenant's
+    // sessions).
+    fill(name, null, h('a', { href: `#/session/${encodeURIComponent(s.id)}` }, s.name), h('span', { class: 'hint mono' }, ` ${s.id.slice(0, 8)}`));
+    fill(state, null, h('span', { class: `state ${s.state === 'paused' ? 'paused' : s.busy ? 'busy' : 'alive'}` }, s.state ?? ''));
+    fill(mem, { class: 'mono' }, r ? `${(r.memory_bytes / 1048576).toFixed(1)} MiB` : '—');
+    fill(cpu, { class: 'mono' }, r ? `${r.cpu_seconds.toFixed(1)} s` : '—');
+    fill(net, null, s.network);
+    fill(created, { title: s.created_at }, ago(s.created_at));
+    fill(idle, { title: s.last_used_at }, ago(s.last_used_at));
+  }
+  const rows = keyed(body, (s: Session) => s.id, newRow, update);
+
+  // Refreshes overlap (the timer's and a change of tenant): only a list
+  // newer than the one shown is drawn.
+  let asked = 0;
+  let shown = 0;
+  let refreshes = 0;
   async function load() {
+    const n = ++asked;
     let list: Session[];
     try {
       list = (await api<{ sessions: Session[] | null }>('POST', '/v1/list_sessions', { tenant: tenant.value }, undefined, true)).sessions ?? [];
@@ -24,45 +63,31 @@ export function operatorPage(): Page {
       } else if (!(x instanceof APIError && x.status === 401)) err.textContent = (x as Error).message;
       return;
     }
+    if (n < shown) return;
+    shown = n;
     err.textContent = '';
-    clear(body);
-    for (const s of list) {
-      const t = s.tenant ?? '';
-      if (tenant.value === '*' && !known.has(t)) {
+    if (tenant.value === '*') {
+      for (const s of list) {
+        const t = s.tenant ?? '';
+        if (known.has(t)) continue;
         known.add(t);
-        tenant.append(h('option', { value: t === '' ? '' : t }, t === '' ? '(local)' : t));
+        tenant.append(h('option', { value: t }, t === '' ? '(local)' : t));
       }
-      const r = s.resources;
-      body.append(
-        h(
-          'tr',
-          { 'data-tenant': t, 'data-session': s.name },
-          h('td', { 'data-label': 'Tenant', class: 'mono' }, t === '' ? '(local)' : t),
-          // Another tenant's session opens read-only: its page shows what
-          // this listing gives (the operator's token acts only in its own
-          // tenant's sessions).
-          h('td', { 'data-label': 'Session' }, h('a', { href: `#/session/${encodeURIComponent(s.id)}` }, s.name), h('span', { class: 'hint mono' }, ` ${s.id.slice(0, 8)}`)),
-          h('td', { 'data-label': 'State' }, h('span', { class: `state ${s.state === 'paused' ? 'paused' : s.busy ? 'busy' : 'alive'}` }, s.state ?? '')),
-          h('td', { 'data-label': 'Memory', class: 'mono' }, r ? `${(r.memory_bytes / 1048576).toFixed(1)} MiB` : '—'),
-          h('td', { 'data-label': 'CPU', class: 'mono' }, r ? `${r.cpu_seconds.toFixed(1)} s` : '—'),
-          h('td', { 'data-label': 'Network' }, s.network),
-          h('td', { 'data-label': 'Created', title: s.created_at }, ago(s.created_at)),
-          h('td', { 'data-label': 'Idle', title: s.last_used_at }, ago(s.last_used_at)),
-        ),
-      );
     }
+    rows.sync(list);
     count.textContent = `${list.length} session${list.length === 1 ? '' : 's'}`;
+    // What a watcher (the browser test) waits on: a refresh has been drawn.
+    el.dataset.refreshes = String(++refreshes);
   }
+  const el = h('section', { id: 'operator' });
   tenant.addEventListener('change', load);
-  load();
-  timer = setInterval(load, 5000);
-  const el = h(
-    'section',
-    { id: 'operator' },
+  el.append(
     h('h1', null, 'Operator: every tenant'),
     h('div', { class: 'row' }, h('label', null, 'Tenant ', tenant), count),
     err,
-    h('table', { class: 'grid cards' }, h('thead', null, h('tr', null, ['Tenant', 'Session', 'State', 'Memory', 'CPU', 'Network', 'Created', 'Idle'].map((x) => h('th', null, x)))), body),
+    h('table', { class: 'grid cards' }, h('thead', null, h('tr', null, labels.map((x) => h('th', null, x)))), body),
   );
+  load();
+  timer = setInterval(load, 5000);
   return { el, close: () => clearInterval(timer) };
 }

@@ -1,5 +1,5 @@
 import { api, APIError, Session } from './api';
-import { ago, clear, h } from './dom';
+import { ago, fill, h, keyed } from './dom';
 import { Page, flash } from './page';
 import { mountAgentShell, mountTimeline } from './timeline';
 
@@ -47,29 +47,56 @@ function bytes(n: number): string {
   return `${v.toFixed(v < 10 ? 1 : 0)} ${u[i]}`;
 }
 
-// meter is a labelled bar of used of limit (no bar without a limit).
-function meter(id: string, label: string, used: number, limit: number, fmt: (n: number) => string): HTMLElement {
-  const pct = limit > 0 ? Math.min(100, (used / limit) * 100) : 0;
-  const bar = h('div', { class: 'meter-bar' });
-  bar.style.width = `${pct.toFixed(1)}%`;
-  return h(
-    'div',
-    { class: `meter${pct >= 90 ? ' hot' : ''}`, id, 'data-used': used, 'data-limit': limit },
-    h('div', { class: 'meter-label' }, h('span', null, label), h('span', { class: 'mono' }, limit > 0 ? `${fmt(used)} of ${fmt(limit)}` : `${fmt(used)} (no limit)`)),
-    h('div', { class: 'meter-track' }, bar),
-  );
+// A meter is a labelled bar of used of limit (no bar without a limit),
+// kept across refreshes: a refresh rewrites its figures, not its nodes.
+interface MeterData {
+  id: string;
+  label: string;
+  used: number;
+  limit: number;
+  text: string;
+  data?: Record<string, string>;
 }
 
-// cpuMeter shows the CPU in use now (percent of one core since the last
+interface Meter {
+  el: HTMLElement;
+  bar: HTMLElement;
+  text: HTMLElement;
+}
+
+function newMeter(d: MeterData): Meter {
+  const bar = h('div', { class: 'meter-bar' });
+  const text = h('span', { class: 'mono' });
+  const el = h('div', { class: 'meter', id: d.id }, h('div', { class: 'meter-label' }, h('span', null, d.label), text), h('div', { class: 'meter-track' }, bar));
+  return { el, bar, text };
+}
+
+function drawMeter(m: Meter, d: MeterData) {
+  const pct = d.limit > 0 ? Math.min(100, (d.used / d.limit) * 100) : 0;
+  const width = `${pct.toFixed(1)}%`;
+  if (m.bar.style.width !== width) m.bar.style.width = width;
+  m.el.classList.toggle('hot', pct >= 90);
+  for (const [k, v] of Object.entries({ used: String(d.used), limit: String(d.limit), ...d.data })) if (m.el.dataset[k] !== v) m.el.dataset[k] = v;
+  fill(m.text, null, d.text);
+}
+
+// usage is a meter's figures: used of limit in fmt's unit.
+function usage(id: string, label: string, used: number, limit: number, fmt: (n: number) => string): MeterData {
+  return { id, label, used, limit, text: limit > 0 ? `${fmt(used)} of ${fmt(limit)}` : `${fmt(used)} (no limit)` };
+}
+
+// cpuUsage shows the CPU in use now (percent of one core since the last
 // reading) against the session's ceiling, and the seconds used in all.
-function cpuMeter(seconds: number, limit: number, now: number | undefined): HTMLElement {
-  const m = meter('budget-cpu', 'CPU', now ?? 0, limit, (n) => `${n.toFixed(0)}%`);
-  m.dataset.now = now === undefined ? '' : now.toFixed(1);
-  m.dataset.seconds = String(seconds);
-  const label = m.querySelector('.meter-label .mono') as HTMLElement;
+function cpuUsage(seconds: number, limit: number, now: number | undefined): MeterData {
   const pct = now === undefined ? 'measuring…' : `${now.toFixed(0)}% of a core now`;
-  label.textContent = `${pct}${limit ? `, at most ${limit}%` : ''} · ${seconds.toFixed(2)} s used`;
-  return m;
+  return {
+    id: 'budget-cpu',
+    label: 'CPU',
+    used: now ?? 0,
+    limit,
+    text: `${pct}${limit ? `, at most ${limit}%` : ''} · ${seconds.toFixed(2)} s used`,
+    data: { now: now === undefined ? '' : now.toFixed(1), seconds: String(seconds) },
+  };
 }
 
 export function sessionPage(id: string): Page {
@@ -78,7 +105,8 @@ export function sessionPage(id: string): Page {
   const stateBadge = h('span', { class: 'state', id: 'session-state' });
   const err = h('p', { class: 'error', role: 'alert' });
   const facts = h('dl', { class: 'facts', id: 'session-facts' });
-  const budgets = h('div', { class: 'meters', id: 'session-budgets' }, h('p', { class: 'hint' }, 'nothing of the session runs: no budgets in use'));
+  const noBudgets = h('p', { class: 'hint' }, 'nothing of the session runs: no budgets in use');
+  const budgets = h('div', { class: 'meters', id: 'session-budgets' }, noBudgets);
   const pauseBtn = h('button', { type: 'button', id: 'session-pause' }, 'Pause');
   const resumeBtn = h('button', { type: 'button', id: 'session-resume' }, 'Resume');
   const snapBtn = h('button', { type: 'button', id: 'session-snapshot' }, 'Snapshot');
@@ -93,8 +121,9 @@ export function sessionPage(id: string): Page {
   // The ports the session's code listens on (list_ports), each with a
   // button for its preview URL; redrawn only when the set changes, so a
   // link asked for stays while its port listens.
-  const listening = h('ul', { id: 'session-ports', class: 'links' }, h('li', { class: 'hint' }, 'no port listens in the session'));
-  let portsKey = '';
+  const noPorts = h('li', { class: 'hint' }, 'no port listens in the session');
+  const morePorts = h('li', { class: 'hint' }, 'more ports listen than are shown');
+  const listening = h('ul', { id: 'session-ports', class: 'links' }, noPorts);
   let session: Session | null = null;
   let timer: ReturnType<typeof setInterval> | undefined;
   let gone = false;
@@ -170,24 +199,23 @@ export function sessionPage(id: string): Page {
     if (link) previews.append(h('li', null, link));
   });
 
-  // showPorts draws the listening ports, each with its preview button.
-  function showPorts(ports: { port: number; addr: string }[], truncated: boolean) {
-    const key = ports.map((p) => `${p.addr}:${p.port}`).join(' ') + (truncated ? '+' : '');
-    if (key === portsKey && listening.firstChild) return;
-    portsKey = key;
-    clear(listening);
-    for (const p of ports) {
+  // The listening ports, each with its preview button, kept by address
+  // and port across refreshes: a link asked for stays while its port
+  // listens, whatever other ports come and go.
+  type Port = { port: number; addr: string };
+  const ports = keyed(
+    listening,
+    (p: Port) => `${p.addr}:${p.port}`,
+    (p) => {
       const btn = h('button', { type: 'button', class: 'preview-port' }, 'Preview URL');
-      const li = h('li', { 'data-port': String(p.port) }, h('span', { class: 'mono' }, `${p.port}`), h('span', { class: 'hint' }, ` on ${p.addr} `), btn);
       btn.addEventListener('click', async () => {
         const link = await previewLink(p.port);
         if (link) btn.replaceWith(link);
       });
-      listening.append(li);
-    }
-    if (truncated) listening.append(h('li', { class: 'hint' }, 'more ports listen than are shown'));
-    if (!ports.length) listening.append(h('li', { class: 'hint' }, 'no port listens in the session'));
-  }
+      return { el: h('li', { 'data-port': String(p.port) }, h('span', { class: 'mono' }, `${p.port}`), h('span', { class: 'hint' }, ` on ${p.addr} `), btn) };
+    },
+    () => {},
+  );
 
   async function showOutput(pid: number) {
     procOut.hidden = false;
@@ -211,6 +239,20 @@ export function sessionPage(id: string): Page {
     return Math.max(0, ((seconds - prev.seconds) / ((at - prev.at) / 1000)) * 100);
   }
 
+  // The facts, a term and its value each (in a div, which a dl allows
+  // and the grid's display: contents keeps in its columns), and the
+  // budgets' meters, kept across refreshes: only what changed is redrawn.
+  const factRows = keyed(
+    facts,
+    ([k]: [string, string]) => k,
+    ([k]) => {
+      const dd = h('dd', { class: 'mono' });
+      return { el: h('div', null, h('dt', null, k), dd), dd };
+    },
+    (f, [, v]) => fill(f.dd, null, v),
+  );
+  const meters = keyed(budgets, (d: MeterData) => d.id, newMeter, drawMeter);
+
   function render(s: Session) {
     session = s;
     if (!liveStops && !closed && foreign === null) liveStops = [mountAgentShell(liveShell, s.id), mountTimeline(liveTimeline, s.id)];
@@ -222,8 +264,7 @@ export function sessionPage(id: string): Page {
     stateBadge.title = s.busy ? 'running a call' : s.alive ? 'its shell is alive' : 'no shell yet';
     pauseBtn.disabled = paused;
     resumeBtn.disabled = !paused;
-    clear(facts);
-    const rows: [string, string | Node][] = [
+    const rows: [string, string][] = [
       ['Id', s.id],
       ...(s.tenant !== undefined ? [['Tenant', s.tenant || '(local)'] as [string, string]] : []),
       ['State', s.state ?? ''],
@@ -235,19 +276,18 @@ export function sessionPage(id: string): Page {
       ['Shell', `${s.mode}, cwd ${s.cwd}, last exit ${s.last_exit}`],
       ['Metadata', Object.entries(s.metadata ?? {}).map(([k, v]) => `${k}=${v}`).join('  ') || '—'],
     ];
-    for (const [k, v] of rows) facts.append(h('dt', null, k), h('dd', { class: 'mono' }, v));
-    clear(budgets);
+    factRows.sync(rows);
     const r = s.resources;
     if (!r) {
-      budgets.append(h('p', { class: 'hint' }, 'nothing of the session runs: no budgets in use'));
+      meters.sync([], noBudgets);
       return;
     }
-    budgets.append(
-      meter('budget-memory', 'Memory', r.memory_bytes, r.memory_limit, bytes),
-      meter('budget-tasks', 'Tasks', r.tasks, r.tasks_limit, String),
-      cpuMeter(r.cpu_seconds, r.cpu_percent_limit, cpuNow(r.cpu_seconds)),
-      meter('budget-disk', 'Disk', r.disk_bytes ?? 0, r.disk_limit ?? 0, bytes),
-    );
+    meters.sync([
+      usage('budget-memory', 'Memory', r.memory_bytes, r.memory_limit, bytes),
+      usage('budget-tasks', 'Tasks', r.tasks, r.tasks_limit, String),
+      cpuUsage(r.cpu_seconds, r.cpu_percent_limit, cpuNow(r.cpu_seconds)),
+      usage('budget-disk', 'Disk', r.disk_bytes ?? 0, r.disk_limit ?? 0, bytes),
+    ]);
   }
 
   // fromListing finds the session by id in the operator's listing of
@@ -262,13 +302,68 @@ export function sessionPage(id: string): Page {
     }
   }
 
+  // The background processes by pid and the egress log's connections,
+  // kept across refreshes like the rest.
+  const noProcs = h('tr', null, h('td', { colspan: 4, class: 'hint' }, 'no background processes'));
+  const procRows = keyed(
+    procs,
+    (p: Proc) => String(p.pid),
+    (p) => {
+      const cells = [h('td', { class: 'mono' }, p.pid), h('td', { class: 'mono' }), h('td', { class: 'mono args' })];
+      return { el: h('tr', null, cells, h('td', null, h('button', { type: 'button', onclick: () => showOutput(p.pid) }, 'Output'))), cells };
+    },
+    (r, p) => {
+      const cmd = [p.config.command ?? '', ...(p.config.args ?? [])].join(' ');
+      fill(r.cells[1], null, p.tag ?? '');
+      fill(r.cells[2], { title: cmd }, cmd);
+    },
+  );
+  const egressNone = h('tr', null, h('td', { colspan: 4, class: 'hint' }, 'network none: loopback only, nothing leaves the box'));
+  const egressEmpty = h('tr', null, h('td', { colspan: 4, class: 'hint' }, 'no connections yet'));
+  // A connection has no id: its key is what it is, and the how-many-th
+  // of its like, oldest first (two to one place at one instant are two
+  // rows, and a newer one does not renumber the older).
+  type Conn = { e: EgressEvent; key: string };
+  const connRows = keyed(
+    egress,
+    (c: Conn) => c.key,
+    () => {
+      const cells = [h('td'), h('td', { class: 'mono' }), h('td'), h('td', { class: 'mono num' })];
+      return { el: h('tr', null, cells), cells };
+    },
+    (r, { e }) => {
+      const denied = e.Decision === 'denied';
+      r.el.className = denied ? 'failed' : '';
+      fill(r.cells[0], { title: e.Start }, ago(e.Start));
+      fill(r.cells[1], null, e.Dest);
+      fill(r.cells[2], { class: denied ? 'bad' : 'ok', title: e.Reason }, e.Decision);
+      fill(r.cells[3], null, `${bytes(e.BytesOut)} / ${bytes(e.BytesIn)}`);
+    },
+  );
+  function conns(entries: EgressEvent[]): Conn[] {
+    const n = new Map<string, number>();
+    return entries.map((e) => {
+      const k = JSON.stringify([e.Start, e.Dest, e.Decision, e.Rule]);
+      const i = (n.get(k) ?? 0) + 1;
+      n.set(k, i);
+      return { e, key: `${k}#${i}` };
+    });
+  }
+
   function ended() {
     gone = true;
     clearInterval(timer);
     err.textContent = 'this session no longer exists';
   }
 
+  // What a watcher (the browser test) waits on: a refresh has been drawn.
+  let refreshes = 0;
   async function load() {
+    await draw();
+    el.dataset.refreshes = String(++refreshes);
+  }
+
+  async function draw() {
     if (gone) return;
     let s: Session | null;
     if (foreign !== null) {
@@ -299,21 +394,15 @@ export function sessionPage(id: string): Page {
     render(s);
     try {
       const pl = await api<{ processes: Proc[] | null }>('POST', '/v1/list_processes', { session: id }, undefined, true);
-      clear(procs);
-      for (const p of pl.processes ?? []) {
-        const cmd = [p.config.command ?? '', ...(p.config.args ?? [])].join(' ');
-        procs.append(
-          h('tr', null, h('td', { class: 'mono' }, p.pid), h('td', { class: 'mono' }, p.tag ?? ''), h('td', { class: 'mono args', title: cmd }, cmd), h('td', null, h('button', { type: 'button', onclick: () => showOutput(p.pid) }, 'Output'))),
-        );
-      }
-      if (!procs.firstChild) procs.append(h('tr', null, h('td', { colspan: 4, class: 'hint' }, 'no background processes')));
+      procRows.sync(pl.processes ?? [], !pl.processes?.length && noProcs);
     } catch {
       /* a session with no process table: nothing to list */
     }
     if (s.network !== 'host') {
       try {
         const lp = await api<{ ports: { port: number; addr: string }[] | null; truncated?: boolean }>('POST', '/v1/list_ports', { session: id }, undefined, true);
-        showPorts(lp.ports ?? [], !!lp.truncated);
+        const list = lp.ports ?? [];
+        ports.sync(list, lp.truncated && morePorts, !list.length && noPorts);
       } catch {
         /* a server that cannot read the box's sockets: the form below stays */
       }
@@ -322,19 +411,13 @@ export function sessionPage(id: string): Page {
       portsHint.textContent = 'network host: the session’s ports are the host’s, not proxied';
     }
     if (s.network === 'none') {
-      clear(egress);
-      egress.append(h('tr', null, h('td', { colspan: 4, class: 'hint' }, 'network none: loopback only, nothing leaves the box')));
+      connRows.sync([], egressNone);
       return;
     }
     try {
       const eg = await api<{ entries: EgressEvent[] | null }>('POST', '/v1/get_egress_log', { session: id, limit: 50 }, undefined, true);
-      clear(egress);
-      for (const e of (eg.entries ?? []).slice().reverse()) {
-        egress.append(
-          h('tr', { class: e.Decision === 'denied' ? 'failed' : '' }, h('td', { title: e.Start }, ago(e.Start)), h('td', { class: 'mono' }, e.Dest), h('td', { class: e.Decision === 'denied' ? 'bad' : 'ok', title: e.Reason }, e.Decision), h('td', { class: 'mono num' }, `${bytes(e.BytesOut)} / ${bytes(e.BytesIn)}`)),
-        );
-      }
-      if (!egress.firstChild) egress.append(h('tr', null, h('td', { colspan: 4, class: 'hint' }, 'no connections yet')));
+      const list = conns(eg.entries ?? []).reverse();
+      connRows.sync(list, !list.length && egressEmpty);
     } catch {
       /* no egress log (the server runs none): the policy above says it */
     }

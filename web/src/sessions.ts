@@ -1,5 +1,5 @@
 import { api, APIError, Session } from './api';
-import { ago, h } from './dom';
+import { ago, fill, h, keyed } from './dom';
 import { Page, flash } from './page';
 
 // The session list: status, cwd, last exit, mode; create, destroy, set default.
@@ -53,12 +53,10 @@ export function sessionsPage(): Page {
   }
 
   // The rows, keyed by session id, are kept across refreshes and only
-  // their changed cells are rewritten: a rebuilt table would swap every
-  // node under a click, a focus or a text selection every 5 s (the click
-  // then lands on a node that has left the page and is lost).
+  // their changed cells are rewritten (dom.ts's keyed and fill).
   interface Row {
     s: Session;
-    tr: HTMLTableRowElement;
+    el: HTMLTableRowElement;
     name: HTMLTableCellElement;
     status: HTMLTableCellElement;
     cwd: HTMLTableCellElement;
@@ -67,12 +65,11 @@ export function sessionsPage(): Page {
     used: HTMLTableCellElement;
     makeDefault: HTMLButtonElement;
   }
-  const rows = new Map<string, Row>();
 
   function newRow(s: Session): Row {
     const r: Row = {
       s,
-      tr: h('tr', { 'data-session': s.name }),
+      el: h('tr', { 'data-session': s.name }),
       name: h('td', { 'data-label': 'Name' }),
       status: h('td', { 'data-label': 'Status' }),
       cwd: h('td', { class: 'mono path', 'data-label': 'Directory' }),
@@ -87,7 +84,7 @@ export function sessionsPage(): Page {
     const destroy = () => {
       if (confirm(`Destroy session ${r.s.name}? Its workspace is deleted.`)) act(() => api('DELETE', `/v1/sessions/${id}`));
     };
-    r.tr.append(
+    r.el.append(
       r.name,
       r.status,
       r.cwd,
@@ -106,35 +103,20 @@ export function sessionsPage(): Page {
     return r;
   }
 
-  // fill sets a cell's attributes and children, and touches the DOM only
-  // when they differ from what it shows (a key of what was drawn is kept
-  // on the cell), so that an unchanged cell keeps its nodes and any text
-  // selected in it.
-  function fill(td: HTMLElement, key: string, attrs: Record<string, string>, ...children: (Node | string | number | null)[]) {
-    if (td.dataset.drawn === key) return;
-    td.dataset.drawn = key;
-    for (const [k, v] of Object.entries(attrs)) {
-      if (k === 'class') td.className = v;
-      else td.setAttribute(k, v);
-    }
-    td.replaceChildren(...children.filter((c) => c !== null).map((c) => (typeof c === 'object' ? c : String(c))));
-  }
-
   function update(r: Row, s: Session) {
     r.s = s;
-    if (r.tr.dataset.session !== s.name) r.tr.dataset.session = s.name;
+    if (r.el.dataset.session !== s.name) r.el.dataset.session = s.name;
     const id = encodeURIComponent(s.id);
-    fill(r.name, JSON.stringify([s.name, s.default]), {}, h('a', { href: `#/session/${id}`, class: 'name' }, s.name), s.default ? h('span', { class: 'badge' }, 'default') : null);
+    fill(r.name, null, h('a', { href: `#/session/${id}`, class: 'name' }, s.name), s.default ? h('span', { class: 'badge' }, 'default') : null);
     const state = s.state === 'paused' ? 'paused' : s.busy ? 'busy' : s.alive ? 'alive' : 'idle';
-    fill(r.status, state, {}, h('span', { class: `state ${state}` }, state));
-    fill(r.cwd, s.cwd, { title: s.cwd }, s.cwd);
-    fill(r.exit, String(s.last_exit), { class: s.last_exit === 0 ? 'mono' : 'mono bad' }, s.last_exit);
-    const mode = `${s.mode}${s.rootfs ? ` (${s.rootfs})` : ''}${s.network !== 'none' ? ` · ${s.network}` : ''}`;
-    fill(r.mode, mode, {}, mode);
-    const used = ago(s.last_used_at);
-    fill(r.used, JSON.stringify([used, s.last_used_at]), { title: s.last_used_at }, used);
+    fill(r.status, null, h('span', { class: `state ${state}` }, state));
+    fill(r.cwd, { title: s.cwd }, s.cwd);
+    fill(r.exit, { class: s.last_exit === 0 ? 'mono' : 'mono bad' }, s.last_exit);
+    fill(r.mode, null, `${s.mode}${s.rootfs ? ` (${s.rootfs})` : ''}${s.network !== 'none' ? ` · ${s.network}` : ''}`);
+    fill(r.used, { title: s.last_used_at }, ago(s.last_used_at));
     if (r.makeDefault.disabled !== s.default) r.makeDefault.disabled = s.default;
   }
+  const rows = keyed(body, (s: Session) => s.id, newRow, update);
 
   // Refreshes overlap (the timer's and an action's): only a list newer
   // than the one shown is drawn.
@@ -152,26 +134,7 @@ export function sessionsPage(): Page {
     }
     if (n < drawn) return;
     drawn = n;
-    const seen = new Set(list.map((s) => s.id));
-    for (const [id, r] of rows) {
-      if (!seen.has(id)) {
-        r.tr.remove();
-        rows.delete(id);
-      }
-    }
-    let at: ChildNode | null = body.firstChild;
-    for (const s of list) {
-      let r = rows.get(s.id);
-      if (!r) {
-        r = newRow(s);
-        rows.set(s.id, r);
-      }
-      update(r, s);
-      // In the list's order, moving a row only when it is out of place
-      // (a move takes focus from a button in it).
-      if (r.tr !== at) body.insertBefore(r.tr, at);
-      else at = at.nextSibling;
-    }
+    rows.sync(list);
     // What a watcher (the browser test) waits on: a refresh has been drawn.
     el.dataset.refreshes = String(++refreshes);
   }
