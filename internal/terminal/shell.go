@@ -286,6 +286,10 @@ type run struct {
 	interrupted bool
 	stage       string
 	restarted   bool
+	// notRun: the hard stage found the command's go line still unread
+	// in its pipe once the shell was gone (goPending): its subshell never
+	// took the command up, so nothing of it ran.
+	notRun bool
 
 	// Set by collect before done is closed.
 	done      chan struct{}
@@ -798,7 +802,11 @@ func (s *Shell) wait(ctx context.Context, r *run, timeout time.Duration) (*Resul
 				return nil, fmt.Errorf("%w (the command was interrupted)", cause)
 			}
 			res, err := s.result(r)
-			if err == nil {
+			switch {
+			case err != nil:
+			case res.Error != "" && !res.Interrupted:
+				res.Error = "canceled by the caller; " + res.Error // the command did not run
+			default:
 				res.Error = "canceled by the caller; the command was interrupted"
 			}
 			return res, err
@@ -939,6 +947,7 @@ func (s *Shell) collect(r *run) {
 	sp := r.sp
 	r.intrMu.Lock()
 	res := &Result{ExitCode: r.exitCode, Interrupted: r.interrupted, InterruptStage: r.stage, ShellRestarted: r.restarted}
+	notRun := r.notRun
 	r.intrMu.Unlock()
 	if r.died {
 		// The shell is gone and the sandbox killed its group: what it
@@ -981,6 +990,15 @@ func (s *Shell) collect(r *run) {
 	sp.out.detach()
 	sp.errOut.detach()
 	switch {
+	case r.died && notRun:
+		// Interrupted (a timeout, a cancel, ^C) before its subshell read
+		// the go line: that subshell was stopped (SIGSTOP from a process
+		// an earlier command left behind) or never got the CPU. The hard
+		// stage killed the shell; nothing of the command ran, and it was
+		// not interrupted partway.
+		res.ExitCode = -1
+		res.Interrupted, res.InterruptStage = false, ""
+		res.Error = "the command did not run: the shell's subshell that waits for the next command never took it up (stopped by a process an earlier command left running, or starved of CPU) before the call was interrupted; the shell was restarted in the last directory, and variables and functions not set with set_session_env were lost; call again"
 	case r.died:
 	case st == nil && !started:
 		// The subshell forked for this command ended before its prologue
@@ -1093,7 +1111,33 @@ func (s *Shell) interrupt(r *run) {
 	r.restarted = true
 	killProc(proc)
 	<-r.sp.exited
+	// The shell and its group are gone (the sandbox kills the group
+	// before it reports the shell's end): a go line still in its pipe
+	// was never read, and nothing reads it any more. collect, which
+	// closes the pipe, waits on intrMu.
+	r.notRun = r.sp.goPending()
 	<-r.status
+}
+
+// goPending reports whether the go pipe (fd 8) holds an unread byte: the
+// go line of a command whose subshell has not read it. Only that
+// subshell reads the pipe, as the first step of its prologue (shellPre),
+// before its hello and before any user code; no command's process holds
+// it (the prologue closes it, and the resident shell, a non-dumpable
+// process, lends it to no one through /proc). Every command that leaves
+// its go line unread restarts the shell, so a shell's pipe only ever
+// holds the current command's. False when it cannot tell.
+func (sp *shellProc) goPending() bool {
+	rc, err := sp.goW.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n, ierr := 0, error(nil)
+	// FIONREAD (TIOCINQ) counts a pipe's unread bytes from either end.
+	if err := rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }); err != nil || ierr != nil {
+		return false
+	}
+	return n > 0
 }
 
 // router hands the shell's output to the current command's capture and
