@@ -318,9 +318,12 @@ func TestWaitingSubshellStoppedRunsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The job waits until the resident shell's next subshell is forked,
-	// stops it and says so through the FIFO.
+	// stops it, waits until it is stopped (a stop is taken when the
+	// process next runs: one woken by the go line first would read it)
+	// and says so through the FIFO.
 	job := `R=$$ me=$BASHPID; ( while :; do c=$(< /proc/$R/task/$R/children); c=${c% }; ` +
-		`[ -n "$c" ] && [ "$c" != "$me" ] && break; done; kill -STOP $c; echo "$c" > stopped ) >/dev/null 2>&1 &`
+		`[ -n "$c" ] && [ "$c" != "$me" ] && break; done; kill -STOP $c; ` +
+		`while s=$(< /proc/$c/stat); s=${s##*) }; [ "${s%% *}" != T ]; do :; done; echo "$c" > stopped ) >/dev/null 2>&1 &`
 	if r := exec(t, s, job, ExecOptions{}); r.ExitCode != 0 {
 		t.Fatalf("the job: %+v", r)
 	}
