@@ -141,6 +141,11 @@ type Result struct {
 	OutputFile     string  `json:"output_file,omitempty" jsonschema:"workspace-relative file with the full output, when cut or escaped"`
 	Error          string  `json:"error" jsonschema:"a failure of the terminal itself, not of the command"`
 	DurationMS     float64 `json:"duration_ms"`
+
+	// stalled: the command stopped on SIGINT (its subshell exited), but
+	// the resident shell's work after it outlasted its bound, and the
+	// hard stage came (Text).
+	stalled bool
 }
 
 // Text renders the result for a model.
@@ -211,6 +216,9 @@ func (r *Result) interruptText() string {
 	}
 	lost := "; shell variables and functions not set with set_session_env were lost"
 	switch {
+	case r.InterruptStage == "hard" && r.stalled:
+		return what + ": the command stopped on SIGINT (Ctrl-C), but its shell did not finish its own work after it (the status record) in time, so the shell was killed and rebuilt in " + r.Cwd +
+			" (its directory before this command)" + lost
 	case r.InterruptStage == "hard":
 		return what + ": the command did not stop on SIGINT, so it was killed and the shell rebuilt in " + r.Cwd +
 			" (its directory before this command)" + lost
@@ -253,6 +261,8 @@ type run struct {
 	out, errOut  *runcode.Capture
 	start        time.Time
 	status       chan struct{} // closed when the status record (or shell death) arrived
+	halted       chan struct{} // closed when the command's subshell has exited, or with status
+	haltOnce     sync.Once
 	synced       chan struct{} // closed when the output sync token was seen
 	errSynced    chan struct{}
 	exitCode     int
@@ -277,6 +287,7 @@ type run struct {
 	marker      string        // from the status record
 	last        *stateEvent   // the last state with stateNonce
 	started     bool          // the subshell said hello: the command's prologue ran
+	subshell    int           // the host pid that said it (the kernel's, SO_PASSCRED)
 	ends        []markedState // end markers seen before the status record
 	final       *stateEvent   // the state before the end marker
 	stateSynced chan struct{}
@@ -286,6 +297,7 @@ type run struct {
 	interrupted bool
 	stage       string
 	restarted   bool
+	stalled     bool // the hard stage came after the command stopped (its post-work's bound)
 	// notRun: the hard stage found the command's go line still unread
 	// in its pipe once the shell was gone (goPending): its subshell never
 	// took the command up, so nothing of it ran.
@@ -541,7 +553,7 @@ func (s *Shell) readState(sp *shellProc, f *os.File, hello string) {
 			}
 			cpid, data = pid, data[len(h):]
 			c.smu.Lock()
-			c.started = true
+			c.started, c.subshell = true, pid
 			c.smu.Unlock()
 		}
 		if pid != cpid {
@@ -606,6 +618,13 @@ func (r *run) finish(set func()) {
 		set()
 		close(r.status)
 	})
+	r.halt()
+}
+
+// halt notes that the command's processes are gone: its subshell has
+// exited (watchSubshell), or the command ended.
+func (r *run) halt() {
+	r.haltOnce.Do(func() { close(r.halted) })
 }
 
 // Exec runs command and waits for it, its timeout, or a prompt for input.
@@ -638,7 +657,7 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 		sp:    sp,
 		nonce: randomHex(16), token: "\x00QS" + tokenHex + "\x00", stateNonce: randomHex(16),
 		start:  time.Now(),
-		status: make(chan struct{}), synced: make(chan struct{}), errSynced: make(chan struct{}),
+		status: make(chan struct{}), halted: make(chan struct{}), synced: make(chan struct{}), errSynced: make(chan struct{}),
 		stateSynced: make(chan struct{}), done: make(chan struct{}),
 		command: quoteCommand(command),
 	}
@@ -946,7 +965,7 @@ func (s *Shell) collect(r *run) {
 	<-r.status
 	sp := r.sp
 	r.intrMu.Lock()
-	res := &Result{ExitCode: r.exitCode, Interrupted: r.interrupted, InterruptStage: r.stage, ShellRestarted: r.restarted}
+	res := &Result{ExitCode: r.exitCode, Interrupted: r.interrupted, InterruptStage: r.stage, ShellRestarted: r.restarted, stalled: r.stalled}
 	notRun := r.notRun
 	r.intrMu.Unlock()
 	if r.died {
@@ -1085,9 +1104,19 @@ func (s *Shell) collect(r *run) {
 	close(r.done)
 }
 
-// interrupt stops r in two stages: SIGINT to the shell's process group, then
-// after the grace period the shell is killed (its status arrives as a death
-// and collect restarts it in the last directory).
+// interrupt stops r in two stages: SIGINT to the shell's process group,
+// then, if the command is not over within the grace, the shell is killed
+// (its status arrives as a death and collect restarts it in the last
+// directory). The grace times the command: it ends when the command's
+// subshell — the process that runs its code, and whose end means its
+// foreground is over (bash waits for it) — has exited (r.halted, from
+// the kernel: watchSubshell). The resident shell's work after it (the
+// reap, the end marker, the status record) has a bound of its own, the
+// shell's start bound: on a machine or a cgroup starved of CPU it
+// outlasted the grace, and a command that had stopped was reported as
+// not stopped and its shell rebuilt. A resident shell that stalls past
+// that bound still gets the hard stage. The command's code cannot end
+// the grace early but by ending.
 func (s *Shell) interrupt(r *run) {
 	proc := r.sp.proc
 	r.intrMu.Lock()
@@ -1101,9 +1130,26 @@ func (s *Shell) interrupt(r *run) {
 		return
 	}
 	r.interrupted = true
+	r.smu.Lock()
+	sub := r.subshell
+	r.smu.Unlock()
+	if sub > 0 {
+		stop := watchSubshell(sub, r.halt)
+		defer stop()
+	}
 	// ^C to the shell's own group (in the box, never bubblewrap's); after
 	// the grace the shell is killed.
-	if !proc.Interrupt(syscall.SIGINT, 0, s.opts.Grace, r.status) && !r.died {
+	killed := proc.Interrupt(syscall.SIGINT, 0, s.opts.Grace, r.halted)
+	if !killed {
+		post := time.NewTimer(s.startBound())
+		select {
+		case <-r.status:
+		case <-post.C:
+			killed, r.stalled = true, true
+		}
+		post.Stop()
+	}
+	if !killed && !r.died {
 		r.stage = "soft"
 		return
 	}
