@@ -75,8 +75,9 @@ var (
 	ErrNoBash = errors.New("the session shell needs bash, and this box has none: install it (apt-get install bash) or use the terminal (PTY), which runs sh")
 )
 
-// DefaultGrace is how long a soft interrupt (SIGINT) has before the shell is
-// killed and recreated.
+// DefaultGrace is how long a command has to stop on a soft interrupt
+// (SIGINT: its subshell's exit) before the shell is killed and recreated;
+// the resident shell's own work after it has the start bound (interrupt).
 const DefaultGrace = 1200 * time.Millisecond
 
 // ShellOptions configure a Shell.
@@ -96,7 +97,8 @@ type ShellOptions struct {
 	Env func() map[string]string
 	// OnCwd is called when a command leaves the shell in a new directory.
 	OnCwd func(cwd string)
-	// Grace before the hard interrupt (DefaultGrace).
+	// Grace for the command's stop before the hard interrupt
+	// (DefaultGrace).
 	Grace time.Duration
 	// MaxOutput bytes of output kept in a result (12 KiB); SpillLimit bytes
 	// kept on disk (256 MiB).
