@@ -304,3 +304,55 @@ func TestWaitingSubshellKilledRunsNothing(t *testing.T) {
 		t.Fatalf("the command after: %+v", r)
 	}
 }
+
+// TestWaitingSubshellStoppedRunsNothing: a process an earlier command
+// left behind stops (SIGSTOP) the subshell that waits for the next
+// command. That command then hangs until its timeout, whose hard stage
+// kills the shell: it is reported as not run (as when the waiting
+// subshell is killed), not as a command killed partway (exit 137, hard
+// interrupt), and nothing of it ran.
+func TestWaitingSubshellStoppedRunsNothing(t *testing.T) {
+	s, ws, _ := newShell(t, nil)
+	fifo := filepath.Join(ws, "stopped")
+	if err := syscall.Mkfifo(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	// The job waits until the resident shell's next subshell is forked,
+	// stops it, waits until it is stopped (a stop is taken when the
+	// process next runs: one woken by the go line first would read it)
+	// and says so through the FIFO.
+	job := `R=$$ me=$BASHPID; ( while :; do c=$(< /proc/$R/task/$R/children); c=${c% }; ` +
+		`[ -n "$c" ] && [ "$c" != "$me" ] && break; done; kill -STOP $c; ` +
+		`while s=$(< /proc/$c/stat); s=${s##*) }; [ "${s%% *}" != T ]; do :; done; echo "$c" > stopped ) >/dev/null 2>&1 &`
+	if r := exec(t, s, job, ExecOptions{}); r.ExitCode != 0 {
+		t.Fatalf("the job: %+v", r)
+	}
+	got := make(chan string, 1)
+	go func() {
+		b, err := os.ReadFile(fifo) // blocks until the job writes
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		got <- strings.TrimSpace(string(b))
+	}()
+	select {
+	case <-got:
+	case <-time.After(time.Minute):
+		t.Fatal("the job never found the waiting subshell")
+	}
+	res := exec(t, s, "echo ran > ran", ExecOptions{Timeout: 2 * time.Second})
+	if res.ExitCode != -1 || !res.ShellRestarted || !res.TimedOut || res.Interrupted || res.InterruptStage != "" ||
+		!strings.Contains(res.Error, "did not run") {
+		t.Fatalf("the command after its subshell was stopped: %+v", res)
+	}
+	if txt := res.Text(); strings.Contains(txt, "killed") || !strings.Contains(txt, "[exit -1]") {
+		t.Fatalf("text:\n%s", txt)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "ran")); !os.IsNotExist(err) {
+		t.Fatalf("the command ran after all (%v)", err)
+	}
+	if r := exec(t, s, "echo next", ExecOptions{}); r.Output != "next\n" || r.ExitCode != 0 {
+		t.Fatalf("the command after: %+v", r)
+	}
+}

@@ -75,8 +75,9 @@ var (
 	ErrNoBash = errors.New("the session shell needs bash, and this box has none: install it (apt-get install bash) or use the terminal (PTY), which runs sh")
 )
 
-// DefaultGrace is how long a soft interrupt (SIGINT) has before the shell is
-// killed and recreated.
+// DefaultGrace is how long a command has to stop on a soft interrupt
+// (SIGINT: its subshell's exit) before the shell is killed and recreated;
+// the resident shell's own work after it has the start bound (interrupt).
 const DefaultGrace = 1200 * time.Millisecond
 
 // ShellOptions configure a Shell.
@@ -96,7 +97,8 @@ type ShellOptions struct {
 	Env func() map[string]string
 	// OnCwd is called when a command leaves the shell in a new directory.
 	OnCwd func(cwd string)
-	// Grace before the hard interrupt (DefaultGrace).
+	// Grace for the command's stop before the hard interrupt
+	// (DefaultGrace).
 	Grace time.Duration
 	// MaxOutput bytes of output kept in a result (12 KiB); SpillLimit bytes
 	// kept on disk (256 MiB).
@@ -141,6 +143,11 @@ type Result struct {
 	OutputFile     string  `json:"output_file,omitempty" jsonschema:"workspace-relative file with the full output, when cut or escaped"`
 	Error          string  `json:"error" jsonschema:"a failure of the terminal itself, not of the command"`
 	DurationMS     float64 `json:"duration_ms"`
+
+	// stalled: the command stopped on SIGINT (its subshell exited), but
+	// the resident shell's work after it outlasted its bound, and the
+	// hard stage came (Text).
+	stalled bool
 }
 
 // Text renders the result for a model.
@@ -211,6 +218,9 @@ func (r *Result) interruptText() string {
 	}
 	lost := "; shell variables and functions not set with set_session_env were lost"
 	switch {
+	case r.InterruptStage == "hard" && r.stalled:
+		return what + ": the command stopped on SIGINT (Ctrl-C), but its shell did not finish its own work after it (the status record) in time, so the shell was killed and rebuilt in " + r.Cwd +
+			" (its directory before this command)" + lost
 	case r.InterruptStage == "hard":
 		return what + ": the command did not stop on SIGINT, so it was killed and the shell rebuilt in " + r.Cwd +
 			" (its directory before this command)" + lost
@@ -253,6 +263,8 @@ type run struct {
 	out, errOut  *runcode.Capture
 	start        time.Time
 	status       chan struct{} // closed when the status record (or shell death) arrived
+	halted       chan struct{} // closed when the command's subshell has exited, or with status
+	haltOnce     sync.Once
 	synced       chan struct{} // closed when the output sync token was seen
 	errSynced    chan struct{}
 	exitCode     int
@@ -277,6 +289,7 @@ type run struct {
 	marker      string        // from the status record
 	last        *stateEvent   // the last state with stateNonce
 	started     bool          // the subshell said hello: the command's prologue ran
+	subshell    int           // the host pid that said it (the kernel's, SO_PASSCRED)
 	ends        []markedState // end markers seen before the status record
 	final       *stateEvent   // the state before the end marker
 	stateSynced chan struct{}
@@ -286,6 +299,11 @@ type run struct {
 	interrupted bool
 	stage       string
 	restarted   bool
+	stalled     bool // the hard stage came after the command stopped (its post-work's bound)
+	// notRun: the hard stage found the command's go line still unread
+	// in its pipe once the shell was gone (goPending): its subshell never
+	// took the command up, so nothing of it ran.
+	notRun bool
 
 	// Set by collect before done is closed.
 	done      chan struct{}
@@ -537,7 +555,7 @@ func (s *Shell) readState(sp *shellProc, f *os.File, hello string) {
 			}
 			cpid, data = pid, data[len(h):]
 			c.smu.Lock()
-			c.started = true
+			c.started, c.subshell = true, pid
 			c.smu.Unlock()
 		}
 		if pid != cpid {
@@ -602,6 +620,13 @@ func (r *run) finish(set func()) {
 		set()
 		close(r.status)
 	})
+	r.halt()
+}
+
+// halt notes that the command's processes are gone: its subshell has
+// exited (watchSubshell), or the command ended.
+func (r *run) halt() {
+	r.haltOnce.Do(func() { close(r.halted) })
 }
 
 // Exec runs command and waits for it, its timeout, or a prompt for input.
@@ -634,7 +659,7 @@ func (s *Shell) Exec(ctx context.Context, command string, opts ExecOptions) (*Re
 		sp:    sp,
 		nonce: randomHex(16), token: "\x00QS" + tokenHex + "\x00", stateNonce: randomHex(16),
 		start:  time.Now(),
-		status: make(chan struct{}), synced: make(chan struct{}), errSynced: make(chan struct{}),
+		status: make(chan struct{}), halted: make(chan struct{}), synced: make(chan struct{}), errSynced: make(chan struct{}),
 		stateSynced: make(chan struct{}), done: make(chan struct{}),
 		command: quoteCommand(command),
 	}
@@ -798,7 +823,11 @@ func (s *Shell) wait(ctx context.Context, r *run, timeout time.Duration) (*Resul
 				return nil, fmt.Errorf("%w (the command was interrupted)", cause)
 			}
 			res, err := s.result(r)
-			if err == nil {
+			switch {
+			case err != nil:
+			case res.Error != "" && !res.Interrupted:
+				res.Error = "canceled by the caller; " + res.Error // the command did not run
+			default:
 				res.Error = "canceled by the caller; the command was interrupted"
 			}
 			return res, err
@@ -938,7 +967,8 @@ func (s *Shell) collect(r *run) {
 	<-r.status
 	sp := r.sp
 	r.intrMu.Lock()
-	res := &Result{ExitCode: r.exitCode, Interrupted: r.interrupted, InterruptStage: r.stage, ShellRestarted: r.restarted}
+	res := &Result{ExitCode: r.exitCode, Interrupted: r.interrupted, InterruptStage: r.stage, ShellRestarted: r.restarted, stalled: r.stalled}
+	notRun := r.notRun
 	r.intrMu.Unlock()
 	if r.died {
 		// The shell is gone and the sandbox killed its group: what it
@@ -981,6 +1011,15 @@ func (s *Shell) collect(r *run) {
 	sp.out.detach()
 	sp.errOut.detach()
 	switch {
+	case r.died && notRun:
+		// Interrupted (a timeout, a cancel, ^C) before its subshell read
+		// the go line: that subshell was stopped (SIGSTOP from a process
+		// an earlier command left behind) or never got the CPU. The hard
+		// stage killed the shell; nothing of the command ran, and it was
+		// not interrupted partway.
+		res.ExitCode = -1
+		res.Interrupted, res.InterruptStage = false, ""
+		res.Error = "the command did not run: the shell's subshell that waits for the next command never took it up (stopped by a process an earlier command left running, or starved of CPU) before the call was interrupted; the shell was restarted in the last directory, and variables and functions not set with set_session_env were lost; call again"
 	case r.died:
 	case st == nil && !started:
 		// The subshell forked for this command ended before its prologue
@@ -1067,9 +1106,19 @@ func (s *Shell) collect(r *run) {
 	close(r.done)
 }
 
-// interrupt stops r in two stages: SIGINT to the shell's process group, then
-// after the grace period the shell is killed (its status arrives as a death
-// and collect restarts it in the last directory).
+// interrupt stops r in two stages: SIGINT to the shell's process group,
+// then, if the command is not over within the grace, the shell is killed
+// (its status arrives as a death and collect restarts it in the last
+// directory). The grace times the command: it ends when the command's
+// subshell — the process that runs its code, and whose end means its
+// foreground is over (bash waits for it) — has exited (r.halted, from
+// the kernel: watchSubshell). The resident shell's work after it (the
+// reap, the end marker, the status record) has a bound of its own, the
+// shell's start bound: on a machine or a cgroup starved of CPU it
+// outlasted the grace, and a command that had stopped was reported as
+// not stopped and its shell rebuilt. A resident shell that stalls past
+// that bound still gets the hard stage. The command's code cannot end
+// the grace early but by ending.
 func (s *Shell) interrupt(r *run) {
 	proc := r.sp.proc
 	r.intrMu.Lock()
@@ -1083,9 +1132,26 @@ func (s *Shell) interrupt(r *run) {
 		return
 	}
 	r.interrupted = true
+	r.smu.Lock()
+	sub := r.subshell
+	r.smu.Unlock()
+	if sub > 0 {
+		stop := watchSubshell(sub, r.halt)
+		defer stop()
+	}
 	// ^C to the shell's own group (in the box, never bubblewrap's); after
 	// the grace the shell is killed.
-	if !proc.Interrupt(syscall.SIGINT, 0, s.opts.Grace, r.status) && !r.died {
+	killed := proc.Interrupt(syscall.SIGINT, 0, s.opts.Grace, r.halted)
+	if !killed {
+		post := time.NewTimer(s.startBound())
+		select {
+		case <-r.status:
+		case <-post.C:
+			killed, r.stalled = true, true
+		}
+		post.Stop()
+	}
+	if !killed && !r.died {
 		r.stage = "soft"
 		return
 	}
@@ -1093,7 +1159,33 @@ func (s *Shell) interrupt(r *run) {
 	r.restarted = true
 	killProc(proc)
 	<-r.sp.exited
+	// The shell and its group are gone (the sandbox kills the group
+	// before it reports the shell's end): a go line still in its pipe
+	// was never read, and nothing reads it any more. collect, which
+	// closes the pipe, waits on intrMu.
+	r.notRun = r.sp.goPending()
 	<-r.status
+}
+
+// goPending reports whether the go pipe (fd 8) holds an unread byte: the
+// go line of a command whose subshell has not read it. Only that
+// subshell reads the pipe, as the first step of its prologue (shellPre),
+// before its hello and before any user code; no command's process holds
+// it (the prologue closes it, and the resident shell, a non-dumpable
+// process, lends it to no one through /proc). Every command that leaves
+// its go line unread restarts the shell, so a shell's pipe only ever
+// holds the current command's. False when it cannot tell.
+func (sp *shellProc) goPending() bool {
+	rc, err := sp.goW.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n, ierr := 0, error(nil)
+	// FIONREAD (TIOCINQ) counts a pipe's unread bytes from either end.
+	if err := rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }); err != nil || ierr != nil {
+		return false
+	}
+	return n > 0
 }
 
 // router hands the shell's output to the current command's capture and
