@@ -254,6 +254,11 @@ func TestWebFiles(t *testing.T) {
 		e.fillEditor("#play-code", "x = 41")
 		e.click(chromedp.CSS("#play-run"))
 		e.waitJS(`/exit 0/.test(document.querySelector('#play-summary')?.textContent ?? '')`)
+		// The history's runs are kept as the next run is added: the
+		// buttons of the runs before it stay as they are.
+		e.waitJS(`Array.from(document.querySelectorAll('#play-history button')).map((b) => b.title).join('|') === 'x = 41|seq 1 20000'`)
+		runs := map[string]string{"the run x = 41": `#play-history button[title="x = 41"]`, "the run seq": `#play-history button[title="seq 1 20000"]`, "the heading": "#play-history h2"}
+		e.mark(runs)
 		e.click(chromedp.CSS("#play-add"))
 		e.waitSel(".cell:nth-child(2) .editor")
 		e.fillEditor(".cell:nth-child(2) .editor", "print(x + 1)")
@@ -264,6 +269,8 @@ func TestWebFiles(t *testing.T) {
 			(document.querySelector('.cell:nth-child(2) .vout')?.textContent ?? '').trim() !== ''`)
 		got := eval[string](e, `document.querySelector('.cell:nth-child(2) .vout').textContent`)
 		e.check(strings.TrimSpace(got) == "42", "the second cell printed %q, want 42", got)
+		e.waitJS(`document.querySelector('#play-history button')?.title === 'print(x + 1)'`)
+		e.kept(runs)
 		e.shot("play-1-cells")
 	})
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"image"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/fetch"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
@@ -22,8 +24,10 @@ import (
 
 // TestWebSessions drives the session pages, the operator view and the
 // UI's looks in headless Chromium against a real quro serve: a session's
-// page shows its box's budgets, pauses and resumes it from its buttons and
-// asks before destroying it (a refused confirm keeps it); the operator
+// page shows its box's budgets, pauses and resumes it from its buttons,
+// draws no refresh's reply older than one it has drawn (a reply held back
+// in the browser and let through last), says plainly when the session has
+// ended and asks before destroying it (a refused confirm keeps it); the operator
 // (the serve's admin token) sees two tenants' sessions and filters by
 // tenant, while a tenant's token is refused (403, by the server); at
 // 390 px nothing overflows sideways and Sign out is on screen; the
@@ -387,6 +391,154 @@ func TestWebSessions(t *testing.T) {
 		e.kept(nodes)
 		e.click(chromedp.CSS("#audit-background"))
 		e.selectOption("#audit-outcome", "value", "")
+	})
+
+	// A session of its own for the race and its end, paused as the page
+	// opens.
+	var raceID string
+	e.step("session page: an older refresh's reply, landing last, is not drawn", func() {
+		st, race := rest(admin, "POST", "/v1/sessions", map[string]any{"name": "race"})
+		if st != http.StatusCreated {
+			t.Fatalf("race session: %d %v", st, race)
+		}
+		raceID, _ = race["id"].(string)
+		if st, m := rest(admin, "POST", "/v1/sessions/"+raceID+"/exec", map[string]any{"command": "echo warm"}); st != 200 {
+			t.Fatalf("exec: %d %v", st, m)
+		}
+		if st, m := rest(admin, "POST", "/v1/pause_session", map[string]any{"session": raceID}); st != 200 {
+			t.Fatalf("pause: %d %v", st, m)
+		}
+		goTo("#/session/" + raceID)
+		e.waitJS(`document.querySelector('#session-state')?.textContent === 'paused'`)
+		// Every reply to the page's reading of the session (GET
+		// /v1/sessions/ID) now stops in the browser before the page gets
+		// it. The first, a timer's refresh asked while the session is
+		// paused, is held back; after Resume, the first reply that says
+		// running is let through; every other is held until the step
+		// ends. So the timer's reply, older than Resume's, lands last.
+		type reply struct {
+			id    fetch.RequestID
+			state string
+		}
+		evs := make(chan *fetch.EventRequestPaused, 256)
+		replies := make(chan reply, 256)
+		lctx, stop := context.WithCancel(e.ctx)
+		defer stop()
+		if err := chromedp.Listen(lctx, func(ev any) {
+			if ev, ok := ev.(*fetch.EventRequestPaused); ok {
+				select {
+				case evs <- ev:
+				default:
+				}
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for {
+				select {
+				case ev := <-evs:
+					var body struct {
+						State string `json:"state"`
+					}
+					if b, err := chromedp.Call(lctx, fetch.GetResponseBody, fetch.GetResponseBodyParams{RequestID: ev.RequestID}); err == nil {
+						_ = json.Unmarshal(b.Body, &body)
+					}
+					replies <- reply{ev.RequestID, body.State}
+				case <-lctx.Done():
+					return
+				}
+			}
+		}()
+		release := func(id fetch.RequestID) {
+			if _, err := chromedp.Call(e.ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: id}); err != nil {
+				t.Logf("continue a held reply: %v", err)
+			}
+		}
+		next := func() reply {
+			select {
+			case r := <-replies:
+				return r
+			case <-e.sctx.Done():
+				e.fail("no reply to the page's reading of the session: %v", e.sctx.Err())
+				return reply{}
+			}
+		}
+		var (
+			hmu     sync.Mutex
+			held    []fetch.RequestID
+			letting bool // the step ends: every reply goes through
+		)
+		hold := func(id fetch.RequestID) {
+			hmu.Lock()
+			defer hmu.Unlock()
+			if letting {
+				release(id)
+				return
+			}
+			held = append(held, id)
+		}
+		defer func() {
+			hmu.Lock()
+			letting = true
+			ids := held
+			held = nil
+			hmu.Unlock()
+			for _, id := range ids {
+				release(id)
+			}
+			_, _ = chromedp.Call(e.ctx, fetch.Disable, cdp.Empty{})
+		}()
+		if _, err := chromedp.Call(e.sctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/v1/sessions/" + raceID, RequestStage: fetch.RequestStageResponse}}}); err != nil {
+			e.fail("hold the session's replies: %v", err)
+		}
+		old := next()
+		e.check(old.state == "paused", "the held reply says %q", old.state)
+		refreshes := func() int { return eval[int](e, `Number(document.querySelector('#session-page').dataset.refreshes)`) }
+		r := refreshes()
+		e.click(chromedp.CSS("#session-resume"))
+		for {
+			p := next()
+			if p.state == "running" {
+				release(p.id)
+				break
+			}
+			hold(p.id)
+		}
+		go func() {
+			for {
+				select {
+				case p := <-replies:
+					hold(p.id)
+				case <-lctx.Done():
+					return
+				}
+			}
+		}()
+		// Resume's refresh is drawn (every other one waits on its reply).
+		e.waitJS(fmt.Sprintf(`document.querySelector('#session-state')?.textContent === 'running' && Number(document.querySelector('#session-page').dataset.refreshes) > %d`, r))
+		r = refreshes()
+		release(old.id)
+		// The held refresh is over: it is the only one that can end now.
+		e.waitJS(fmt.Sprintf(`Number(document.querySelector('#session-page').dataset.refreshes) > %d`, r))
+		e.check(eval[string](e, `document.querySelector('#session-state').textContent`) == "running", "an older reply was drawn over a newer one: the page says %q after Resume",
+			eval[string](e, `document.querySelector('#session-state').textContent`))
+		e.check(eval[bool](e, `document.querySelector('#session-resume').disabled && !document.querySelector('#session-pause').disabled`), "the buttons are a paused session's")
+	})
+
+	e.step("session page: an ended session says so", func() {
+		e.waitJS(`document.querySelector('#session-state')?.textContent === 'running' && document.querySelectorAll('#session-facts dd').length > 0`)
+		if st, m := rest(admin, "DELETE", "/v1/sessions/"+raceID, nil); st != http.StatusNoContent && st != 200 {
+			t.Fatalf("destroy race: %d %v", st, m)
+		}
+		e.waitSel("#session-page[data-ended]")
+		e.check(eval[bool](e, `!document.querySelector('#session-ended').hidden && /has ended/.test(document.querySelector('#session-ended').textContent)`), "the page says the session has ended")
+		e.check(eval[string](e, `document.querySelector('#session-state').textContent`) == "ended", "the state badge says %q", eval[string](e, `document.querySelector('#session-state').textContent`))
+		e.check(eval[bool](e, `[...document.querySelectorAll('#session-actions button, #preview-form button')].every((b) => b.disabled) && [...document.querySelectorAll('#session-actions a')].every((a) => !a.hasAttribute('href'))`),
+			"the actions are disabled")
+		e.check(eval[bool](e, `[...document.querySelectorAll('#session-facts dd')].some((d) => d.textContent === '`+raceID+`') && document.querySelector('#session-page').classList.contains('ended')`), "the last facts are still shown, marked")
+		e.check(eval[bool](e, `[...document.querySelectorAll('#session-page h2')].filter((x) => x.textContent.includes('(last figures)')).length >= 2`), "the figures' headings say they are the last")
+		e.shot("9-session-ended")
 	})
 
 	e.step("destroy asks first", func() {

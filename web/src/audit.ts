@@ -1,5 +1,5 @@
 import { api, AuditEntry } from './api';
-import { fill, h, keyed } from './dom';
+import { fill, h, keyed, latest } from './dom';
 import { Page } from './page';
 
 // The audit log with filters (capability, outcome, session, since, limit;
@@ -88,12 +88,11 @@ export function auditPage(): Page {
   );
 
   // Loads overlap (a filter changed while one was on its way): only an
-  // answer newer than the one shown is drawn.
-  let asked = 0;
-  let shown = 0;
+  // answer newer than the one shown is drawn (see latest).
+  const ticket = latest();
   let refreshes = 0;
   async function load() {
-    const n = ++asked;
+    const fresh = ticket();
     err.textContent = '';
     const q = new URLSearchParams();
     q.set('limit', limit.value || '100');
@@ -109,8 +108,7 @@ export function auditPage(): Page {
       err.textContent = (x as Error).message;
       return;
     }
-    if (n < shown) return;
-    shown = n;
+    if (!fresh()) return;
     entries = entries.slice().reverse(); // the server gives oldest first
     rows.sync(entries);
     fill(count, null, `${entries.length} entr${entries.length === 1 ? 'y' : 'ies'}`);

@@ -128,3 +128,29 @@ export function fill(el: HTMLElement, attrs: Record<string, string> | null, ...c
   }
   el.replaceChildren(...list.map((c) => (typeof c === 'object' ? c : String(c))));
 }
+
+// Refreshes overlap (a page's timer and an action's refresh, or a filter
+// changed while a load was on its way), and their replies can come back
+// in any order: drawn as they come, an older reply landing last would
+// show, until the next refresh, a state that has passed ("paused" right
+// after Resume). latest() numbers a page's refreshes in the order they
+// are asked: each refresh takes a ticket when it starts, and asks the
+// ticket before it draws a reply; the ticket says no when a refresh
+// asked later has drawn already (and, saying yes, marks its own as the
+// one drawn). A refresh drawn in steps (one request after another) asks
+// before each step, so that no step of an older refresh lands over a
+// newer one's.
+export type Ticket = () => boolean;
+
+export function latest(): () => Ticket {
+  let asked = 0;
+  let drawn = 0;
+  return () => {
+    const n = ++asked;
+    return () => {
+      if (n < drawn) return false;
+      drawn = n;
+      return true;
+    };
+  };
+}

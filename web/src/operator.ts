@@ -1,5 +1,5 @@
 import { api, APIError, Session } from './api';
-import { ago, fill, h, keyed } from './dom';
+import { ago, fill, h, keyed, latest } from './dom';
 import { Page } from './page';
 
 // The operator's view across tenants (list_sessions with tenant "*" or a
@@ -47,12 +47,11 @@ export function operatorPage(): Page {
   const rows = keyed(body, (s: Session) => s.id, newRow, update);
 
   // Refreshes overlap (the timer's and a change of tenant): only a list
-  // newer than the one shown is drawn.
-  let asked = 0;
-  let shown = 0;
+  // newer than the one shown is drawn (see latest).
+  const ticket = latest();
   let refreshes = 0;
   async function load() {
-    const n = ++asked;
+    const fresh = ticket();
     let list: Session[];
     try {
       list = (await api<{ sessions: Session[] | null }>('POST', '/v1/list_sessions', { tenant: tenant.value }, undefined, true)).sessions ?? [];
@@ -63,8 +62,7 @@ export function operatorPage(): Page {
       } else if (!(x instanceof APIError && x.status === 401)) err.textContent = (x as Error).message;
       return;
     }
-    if (n < shown) return;
-    shown = n;
+    if (!fresh()) return;
     err.textContent = '';
     if (tenant.value === '*') {
       for (const s of list) {

@@ -1,5 +1,5 @@
 import { api, fetchRaw, openSocket, RunResult, Session, Status } from './api';
-import { clear, h } from './dom';
+import { clear, fill, h, keyed } from './dom';
 import { renderArtifact } from './artifacts';
 import { Page } from './page';
 import { shown } from './files';
@@ -61,7 +61,8 @@ export function playgroundPage(sessionParam?: string): Page {
   const lang = h('select', { id: 'play-lang', 'aria-label': 'language' });
   const add = h('button', { id: 'play-add', type: 'button' }, '+ Cell');
   const cellsEl = h('div', { id: 'play-cells' });
-  const historyEl = h('div', { id: 'play-history', 'aria-label': 'run history' }, h('p', { class: 'hint' }, 'loading…'));
+  const historyList = h('div', { class: 'history-runs' }, h('p', { class: 'hint' }, 'loading…'));
+  const historyEl = h('div', { id: 'play-history', 'aria-label': 'run history' }, h('h2', null, 'History'), historyList);
   const cells: Cell[] = [];
   const langMode = new Compartment();
   let history: HistoryEntry[] = [];
@@ -199,12 +200,18 @@ export function playgroundPage(sessionParam?: string): Page {
     return `/v1/sessions/${encodeURIComponent(session.value)}/files/${HISTORY_PATH}`;
   }
 
-  function drawHistory() {
-    clear(historyEl);
-    historyEl.append(h('h2', null, 'History'));
-    if (!history.length) historyEl.append(h('p', { class: 'hint' }, 'no runs yet in this session'));
-    for (const e of [...history].reverse()) {
-      const b = h('button', { type: 'button', class: 'mono', title: e.code }, `${e.exit === 0 ? '✓' : '✗'} ${e.lang} · ${e.code.split('\n')[0]}`);
+  // The runs, latest first, kept across redraws (a run added, another
+  // session's history read): a run's button stays while the run is in
+  // the history. A run has no id: its key is what it is (when, what
+  // language, what code) and the how-many-th of its like, oldest first,
+  // so that a newer run does not renumber the older.
+  type Run = { e: HistoryEntry; key: string };
+  const noRuns = h('p', { class: 'hint' }, 'no runs yet in this session');
+  const runs = keyed(
+    historyList,
+    (r: Run) => r.key,
+    ({ e }) => {
+      const b = h('button', { type: 'button', class: 'mono' });
       b.addEventListener('click', () => {
         if (Array.from(lang.options).some((o) => o.value === e.lang)) {
           lang.value = e.lang;
@@ -212,8 +219,19 @@ export function playgroundPage(sessionParam?: string): Page {
         }
         newCell(e.code).editor.focus();
       });
-      historyEl.append(b);
-    }
+      return { el: b };
+    },
+    (r, { e }) => fill(r.el as HTMLElement, { title: e.code }, `${e.exit === 0 ? '✓' : '✗'} ${e.lang} · ${e.code.split('\n')[0]}`),
+  );
+  function drawHistory() {
+    const n = new Map<string, number>();
+    const list = history.map((e) => {
+      const k = JSON.stringify([e.at, e.lang, e.code]);
+      const i = (n.get(k) ?? 0) + 1;
+      n.set(k, i);
+      return { e, key: `${k}#${i}` };
+    });
+    runs.sync(list.reverse(), !list.length && noRuns);
   }
 
   async function loadHistory() {

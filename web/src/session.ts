@@ -1,5 +1,5 @@
 import { api, APIError, Session } from './api';
-import { ago, fill, h, keyed } from './dom';
+import { ago, fill, h, keyed, latest, Ticket } from './dom';
 import { Page, flash } from './page';
 import { mountAgentShell, mountTimeline } from './timeline';
 
@@ -142,6 +142,8 @@ export function sessionPage(id: string): Page {
   let foreign: string | null = null;
   const actions = h('div', { class: 'row', id: 'session-actions' });
   const readOnly = h('p', { class: 'hint', id: 'session-readonly', hidden: true });
+  const endedNote = h('p', { class: 'ended-note', id: 'session-ended', role: 'status', hidden: true });
+  let lastSeen: Date | null = null;
   const liveHead = h('h2', null, 'Live: the agent’s shell and its calls');
 
   async function act(label: string, what: () => Promise<unknown>) {
@@ -255,6 +257,7 @@ export function sessionPage(id: string): Page {
 
   function render(s: Session) {
     session = s;
+    lastSeen = new Date();
     if (!liveStops && !closed && foreign === null) liveStops = [mountAgentShell(liveShell, s.id), mountTimeline(liveTimeline, s.id)];
     title.textContent = s.name;
     title.title = s.id;
@@ -350,24 +353,53 @@ export function sessionPage(id: string): Page {
     });
   }
 
+  // ended shows that the session is gone (destroyed, or its lifetime is
+  // over): the refreshes stop, the page says so where the actions were,
+  // the figures still shown are marked as the last ones (as of the last
+  // refresh that found the session) and the actions that act on the
+  // session are disabled. The page keeps data-ended for a watcher.
   function ended() {
+    if (gone) return;
     gone = true;
     clearInterval(timer);
-    err.textContent = 'this session no longer exists';
+    err.textContent = '';
+    const at = lastSeen ? ` Its last figures, as of ${lastSeen.toLocaleTimeString()}, are below.` : '';
+    endedNote.textContent = `This session has ended: it was destroyed or its lifetime is over.${at}`;
+    endedNote.hidden = false;
+    stateBadge.textContent = 'ended';
+    stateBadge.className = 'state ended';
+    stateBadge.title = lastSeen ? `last seen ${lastSeen.toLocaleString()}` : 'not found';
+    for (const b of [pauseBtn, resumeBtn, snapBtn, forkBtn, destroyBtn, ...previewForm.querySelectorAll('button'), ...listening.querySelectorAll('button')]) b.disabled = true;
+    port.disabled = true;
+    // The links to the session's live view, files, terminal and
+    // playground lead nowhere now: no longer links.
+    for (const a of actions.querySelectorAll('a')) {
+      a.removeAttribute('href');
+      a.setAttribute('aria-disabled', 'true');
+    }
+    for (const hd of lastHeads) hd.append(h('span', { class: 'hint last' }, ' (last figures)'));
+    el.classList.add('ended');
+    el.dataset.ended = lastSeen ? lastSeen.toISOString() : '';
   }
 
-  // What a watcher (the browser test) waits on: a refresh has been drawn.
+  // Refreshes overlap (the timer's and an action's): a step of one is
+  // drawn only when no refresh asked later has drawn (see latest).
+  const ticket = latest();
+  // What a watcher (the browser test) waits on: a refresh has been drawn
+  // (or found a newer one drawn and left it).
   let refreshes = 0;
   async function load() {
-    await draw();
+    await draw(ticket());
     el.dataset.refreshes = String(++refreshes);
   }
 
-  async function draw() {
+  async function draw(fresh: Ticket) {
     if (gone) return;
     let s: Session | null;
     if (foreign !== null) {
-      if (!(s = await fromListing(foreign))) ended();
+      s = await fromListing(foreign);
+      if (gone || !fresh()) return;
+      if (!s) ended();
       else render(s);
       return;
     }
@@ -377,6 +409,7 @@ export function sessionPage(id: string): Page {
       if (x instanceof APIError && x.status === 404) {
         // Another tenant's session, opened by the operator: read-only.
         const other = await fromListing('*');
+        if (gone || !fresh()) return;
         if (other && other.tenant !== undefined && other.tenant !== '') {
           foreign = other.tenant;
           actions.hidden = true;
@@ -388,12 +421,14 @@ export function sessionPage(id: string): Page {
           return;
         }
         ended();
-      } else if (!(x instanceof APIError && x.status === 401)) err.textContent = (x as Error).message;
+      } else if (!(x instanceof APIError && x.status === 401) && fresh()) err.textContent = (x as Error).message;
       return;
     }
+    if (gone || !fresh()) return;
     render(s);
     try {
       const pl = await api<{ processes: Proc[] | null }>('POST', '/v1/list_processes', { session: id }, undefined, true);
+      if (gone || !fresh()) return;
       procRows.sync(pl.processes ?? [], !pl.processes?.length && noProcs);
     } catch {
       /* a session with no process table: nothing to list */
@@ -401,6 +436,7 @@ export function sessionPage(id: string): Page {
     if (s.network !== 'host') {
       try {
         const lp = await api<{ ports: { port: number; addr: string }[] | null; truncated?: boolean }>('POST', '/v1/list_ports', { session: id }, undefined, true);
+        if (gone || !fresh()) return;
         const list = lp.ports ?? [];
         ports.sync(list, lp.truncated && morePorts, !list.length && noPorts);
       } catch {
@@ -416,6 +452,7 @@ export function sessionPage(id: string): Page {
     }
     try {
       const eg = await api<{ entries: EgressEvent[] | null }>('POST', '/v1/get_egress_log', { session: id, limit: 50 }, undefined, true);
+      if (gone || !fresh()) return;
       const list = conns(eg.entries ?? []).reverse();
       connRows.sync(list, !list.length && egressEmpty);
     } catch {
@@ -439,6 +476,11 @@ export function sessionPage(id: string): Page {
   const egressHead = h('h2', null, 'Network: egress log');
   const egressTable = h('table', { class: 'grid', id: 'session-egress' }, h('thead', null, h('tr', null, ['When', 'Destination', 'Decision', 'Out / in'].map((t) => h('th', null, t)))), egress);
   const previewHead = h('h2', null, 'Ports and preview URLs');
+  const budgetsHead = h('h2', null, 'Budgets');
+  const factsHead = h('h2', null, 'Facts');
+  // The headings of what an ended session's page still shows: marked as
+  // its last figures.
+  const lastHeads = [budgetsHead, factsHead, procsHead, egressHead];
   const portsHint = h('p', { class: 'hint' }, 'The ports the session’s code listens on, refreshed with the page; another port by number:');
   const el = h(
     'section',
@@ -446,8 +488,9 @@ export function sessionPage(id: string): Page {
     h('h1', null, 'Session ', title, ' ', stateBadge),
     actions,
     readOnly,
+    endedNote,
     err,
-    h('div', { class: 'split' }, h('div', null, h('h2', null, 'Budgets'), budgets), h('div', null, h('h2', null, 'Facts'), facts)),
+    h('div', { class: 'split' }, h('div', null, budgetsHead, budgets), h('div', null, factsHead, facts)),
     // The live view: the agent's shell (take over, hand back) beside the timeline.
     liveHead,
     h('div', { id: 'session-timeline', class: 'mount live' }, liveShell, liveTimeline),

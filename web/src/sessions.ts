@@ -1,5 +1,5 @@
 import { api, APIError, Session } from './api';
-import { ago, fill, h, keyed } from './dom';
+import { ago, fill, h, keyed, latest } from './dom';
 import { Page, flash } from './page';
 
 // The session list: status, cwd, last exit, mode; create, destroy, set default.
@@ -119,12 +119,11 @@ export function sessionsPage(): Page {
   const rows = keyed(body, (s: Session) => s.id, newRow, update);
 
   // Refreshes overlap (the timer's and an action's): only a list newer
-  // than the one shown is drawn.
-  let asked = 0;
-  let drawn = 0;
+  // than the one shown is drawn (see latest).
+  const ticket = latest();
   let refreshes = 0;
   async function load() {
-    const n = ++asked;
+    const fresh = ticket();
     let list: Session[];
     try {
       list = (await api<{ sessions: Session[] | null }>('GET', '/v1/sessions', undefined, undefined, true)).sessions ?? [];
@@ -132,8 +131,7 @@ export function sessionsPage(): Page {
       if (!(x instanceof APIError && x.status === 401)) err.textContent = (x as Error).message;
       return;
     }
-    if (n < drawn) return;
-    drawn = n;
+    if (!fresh()) return;
     rows.sync(list);
     // What a watcher (the browser test) waits on: a refresh has been drawn.
     el.dataset.refreshes = String(++refreshes);
