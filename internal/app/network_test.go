@@ -420,7 +420,13 @@ func TestEgressLogPersistsAndIsBounded(t *testing.T) {
 		in.Session = s.ID
 		return mustCall(t, a, "get_egress_log", in).(*EgressLog).Entries
 	}
-	all := log(a, EgressLogInput{})
+	// A denied connection is logged at its refusal, an allowed one when
+	// both its directions have ended (with its bytes): after curl's exit
+	// the egress still closes its side to the destination and reads the
+	// destination's end, which on a loaded machine can come after this
+	// call. Wait for both entries.
+	var all []egress.Event
+	waitFor(t, "both connections in the egress log", func() bool { all = log(a, EgressLogInput{}); return len(all) >= 2 })
 	if len(all) != 2 || all[0].Decision != egress.Allowed || all[0].BytesIn == 0 || all[1].Decision != egress.Denied ||
 		!strings.Contains(all[1].Dest, "169.254.169.254") || !strings.Contains(all[1].Reason, "link-local") {
 		t.Fatalf("the log: %+v", all)
