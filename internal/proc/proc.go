@@ -19,7 +19,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -421,7 +420,9 @@ func (t *Table) Start(ctx context.Context, sb *sandbox.Sandbox, base *sandbox.Sp
 		}
 	}
 	p.sp, p.master = sp, master
-	p.pid = innerPid(sp.Pid())
+	// Its pid in the box, as the sandbox knew it at the start: right even
+	// when the program has ended already (/proc no longer names it then).
+	p.pid = sp.BoxPid()
 	if !t.register(p) {
 		sp.Kill()
 		go func() { sp.Wait(); cancel() }()
@@ -519,7 +520,10 @@ func (t *Table) register(p *Process) bool {
 		t.sessions[p.session] = procs
 	}
 	if procs[p.pid] != nil {
-		p.pid = p.sp.Pid() // the inner pid was unreadable and clashes: the host's
+		// Two running processes with one pid in their boxes: boxes of
+		// their own (each program is its box's pid 2, sandbox.BoxPid).
+		// The table needs one handle per process: the host's.
+		p.pid = p.sp.Pid()
 	}
 	procs[p.pid] = p
 	t.tenants[p.tenant]++ // unreserve takes back the start's count
@@ -616,27 +620,6 @@ func endOf(e sandbox.Exit) End {
 		end.Error = s
 	}
 	return end
-}
-
-// innerPid is the pid that host pid has in its innermost pid namespace
-// (the box's), from /proc/PID/status's NSpid; host when it cannot be read.
-func innerPid(host int) int {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(host) + "/status")
-	if err != nil {
-		return host
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
-			f := strings.Fields(rest)
-			if len(f) == 0 {
-				return host
-			}
-			if n, err := strconv.Atoi(f[len(f)-1]); err == nil && n > 0 {
-				return n
-			}
-		}
-	}
-	return host
 }
 
 // reserve counts a start of session (of tenant) under way, or refuses it

@@ -3,6 +3,7 @@ package proc
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -85,6 +86,23 @@ func TestStartOutputEnd(t *testing.T) {
 	}
 	if _, err := p.Attach(); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("attach to an ended process: %v", err)
+	}
+}
+
+// A process's pid is the one its program has in its box (its own $$),
+// known at the start: not a pid read from /proc after it, which for a
+// program that ended at once is gone (0) or the host's.
+func TestPidIsTheProgramsOwn(t *testing.T) {
+	r := newRig(t, DefaultMax)
+	p, v := r.mustStart("s", "sh", "-c", "echo $$")
+	out := read(v)
+	<-p.Done()
+	own, err := strconv.Atoi(strings.TrimSpace(out["stdout"]))
+	if err != nil {
+		t.Fatalf("output %q", out)
+	}
+	if p.Pid() != own {
+		t.Fatalf("pid %d, the program's own %d", p.Pid(), own)
 	}
 }
 

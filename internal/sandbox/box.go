@@ -350,6 +350,12 @@ func (s *Sandbox) boxFor(ctx context.Context, pl *plan) (*Box, error) {
 	}
 }
 
+// statusHook, when set (by tests), is called in a session box's spawn
+// with the process just before the server reads its start's status: it
+// holds the server as a loaded machine does, while the program may run
+// and end.
+var statusHook atomic.Pointer[func(p *Process)]
+
 // boxClaimedHook, when set (by tests), is called with the session's key
 // once boxFor has handed a run its box and before the run spawns in it:
 // the moment a replacement of the box must not close it.
@@ -720,11 +726,7 @@ func (bx *Box) read() {
 		}
 		switch kind {
 		case boxinit.MsgStarted:
-			if len(f) == 3 && f[2] == boxinit.BySpawner {
-				bx.mu.Lock()
-				p.bySpawner = true
-				bx.mu.Unlock()
-			}
+			p.boxStarted(f[1:])
 		case boxinit.MsgFailed:
 			if len(f) == 2 {
 				p.boxEnded(boxExit{failed: f[1]})
@@ -922,7 +924,7 @@ func (bx *Box) Done() <-chan struct{} { return bx.dead }
 func (bx *Box) spawn(ctx context.Context, pl *plan) (*Process, error) {
 	s, spec := bx.s, pl.spec
 	p := &Process{ctx: ctx, drain: s.drainGrace, boxed: true, tty: spec.TTY, errW: spec.Stderr,
-		bx: bx, ended: make(chan struct{})}
+		bx: bx, ended: make(chan struct{}), started: make(chan struct{})}
 	if s.note != nil {
 		p.note = func() string { return s.note(spec.Dir) }
 	}
@@ -972,8 +974,18 @@ func (bx *Box) spawn(ctx context.Context, pl *plan) (*Process, error) {
 		p.unwatch = stop // boxEnded calls it
 	}
 	bx.mu.Unlock()
+	if h := statusHook.Load(); h != nil {
+		(*h)(p)
+	}
 	pid, msg, ready := readStatus(ctx, statusR)
 	p.pid = pid
+	if ready && !p.awaitBoxPid() {
+		// The box ended before it said the program's pid, or named none
+		// that can be: the start fails (a process no one can name is
+		// ended, not handed out with pid 0).
+		ready = false
+		bx.signal(p.boxID, syscall.SIGKILL, true)
+	}
 	if ready {
 		// ctx may have ended before the init spawned the program: the
 		// kill AfterFunc sent then found nothing to kill (a 100 ms
@@ -1124,6 +1136,67 @@ type boxExit struct {
 	ws     syscall.WaitStatus
 	failed string // the box init could not fork or exec the init child
 	lost   bool   // the box ended first
+}
+
+// maxBoxPid bounds a pid the box init names: the kernel's PID_MAX_LIMIT
+// on 64-bit Linux. Pid 1 is the box init itself, never a spawned program.
+const maxBoxPid = 1 << 22
+
+// boxStarted records the box init's Started for p (its fields after the
+// id: the program's pid in the box, then how it started): only the first
+// counts. A pid that cannot be a spawned program's (not a decimal number
+// in 2..maxBoxPid) is none: the start fails (awaitBoxPid).
+func (p *Process) boxStarted(f []string) {
+	pid := 0
+	if len(f) == 1 || len(f) == 2 && f[1] == boxinit.BySpawner {
+		pid = parseBoxPid(f[0])
+	}
+	p.bx.mu.Lock()
+	defer p.bx.mu.Unlock()
+	select {
+	case <-p.started:
+		return
+	default:
+	}
+	p.boxPid = pid
+	p.bySpawner = len(f) == 2
+	close(p.started)
+}
+
+// parseBoxPid is the pid s names, or 0 when it is no spawned program's.
+func parseBoxPid(s string) int {
+	if s == "" || len(s) > 7 {
+		return 0
+	}
+	n := 0
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + int(c-'0')
+	}
+	if n < 2 || n > maxBoxPid {
+		return 0
+	}
+	return n
+}
+
+// awaitBoxPid waits, after p's ready status, for the box init's Started
+// for p, and reports whether it named p's pid in the box. The box init
+// sends Started before it can report the program's end (its Exited), so
+// a program that ended at once still has its pid; only a box that ended
+// first (every process lost) or a pid out of bounds leaves none.
+func (p *Process) awaitBoxPid() bool {
+	select {
+	case <-p.started:
+	case <-p.ended:
+	}
+	select {
+	case <-p.started:
+		return p.boxPid > 0
+	default:
+		return false
+	}
 }
 
 // boxEnded records how p ended (once).

@@ -1024,3 +1024,60 @@ func TestStatusPidOfAProgramGoneIsNotTheWriters(t *testing.T) {
 		t.Fatalf("no pidfd: pid %d, want the writer's 4242", got)
 	}
 }
+
+// A program that ended before the server looked at it has the pid it had
+// in the box, the one the box init named at its spawn: the server is held
+// before it reads the start's status until the program's end came, in
+// both ways a box starts a program (an init child, then the spawner
+// started after it). Read from /proc then, it would be gone: a pidfd's
+// pid 0, or a host pid.
+func TestBoxPidOfAProgramEndedBeforeAnyoneLooked(t *testing.T) {
+	sb := newBoxSandbox(t)
+	dir := t.TempDir()
+	hold := func(p *Process) { <-p.ended }
+	statusHook.Store(&hold)
+	t.Cleanup(func() { statusHook.Store(nil) })
+	ways := map[bool]bool{}
+	for i := 0; i < 3; i++ {
+		var out bytes.Buffer
+		p, err := sb.Start(testCtx(t), boxSpec("ended-pid", dir, &out, "echo $$"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-p.ended:
+		default:
+			t.Fatal("Start returned before the program's end: the hold did not hold")
+		}
+		if exit := p.Wait(); exit.Code != 0 {
+			t.Fatalf("run %d: %+v %q", i, exit, out.String())
+		}
+		own, err := strconv.Atoi(strings.TrimSpace(out.String()))
+		if err != nil {
+			t.Fatalf("run %d printed %q", i, out.String())
+		}
+		p.bx.mu.Lock()
+		ways[p.bySpawner] = true
+		p.bx.mu.Unlock()
+		if got := p.BoxPid(); got != own || got < 2 {
+			t.Fatalf("run %d (by spawner: %v): BoxPid %d, the program's own pid %d", i, p.bySpawner, got, own)
+		}
+	}
+	if !ways[false] || !ways[true] {
+		t.Fatalf("the runs went one way only (by spawner: %v): both must be seen", ways)
+	}
+}
+
+// The box init's Started is parsed within bounds: only a decimal pid a
+// spawned program can have (2 up to the kernel's limit) names one.
+func TestParseBoxPid(t *testing.T) {
+	for s, want := range map[string]int{
+		"2": 2, "17": 17, "4194304": maxBoxPid,
+		"": 0, "0": 0, "1": 0, "-5": 0, "+5": 0, " 5": 0, "5x": 0, "4194305": 0,
+		"99999999999999999999": 0, "0x10": 0, "١٢": 0,
+	} {
+		if got := parseBoxPid(s); got != want {
+			t.Errorf("parseBoxPid(%q) = %d, want %d", s, got, want)
+		}
+	}
+}

@@ -648,9 +648,13 @@ type Process struct {
 	unwatch   func() bool   // stops the ctx watch (context.AfterFunc); set and taken under bx.mu
 	boxExit   boxExit
 	oomBefore oomCounts // the cgroups' OOM counters when it started (cg's or bx's)
-	// bySpawner: the box init said its spawner started it (forked from
-	// the restricted spawner rather than through an init child); set
-	// under bx.mu when the box init's Started arrives.
+	// started is closed when the box init's Started for it arrived
+	// (boxStarted); boxPid, the program's pid in the box that it named
+	// (0: none that can be), and bySpawner, the box init said its spawner
+	// started it (forked from the restricted spawner rather than through
+	// an init child), are set under bx.mu before.
+	started   chan struct{}
+	boxPid    int
 	bySpawner bool
 }
 
@@ -1521,6 +1525,35 @@ func (p *Process) Pid() int {
 	}
 	if p.Cmd == nil || p.Cmd.Process == nil {
 		return 0
+	}
+	return p.Cmd.Process.Pid
+}
+
+// oneShotPid is the pid of the program in a box of its own: bubblewrap,
+// without --as-pid-1, is the new pid namespace's pid 1, and the one
+// process it forks, the init child that execs the program, its pid 2.
+const oneShotPid = 2
+
+// BoxPid is the program's pid in its box (the pid namespace it runs in),
+// what the program itself sees as its pid ($$): in a session box the one
+// the box init named when it spawned it, in a box of its own oneShotPid,
+// without the box its host pid. It is known when Start returns and never
+// changes, whatever the program does after (it may have ended already);
+// nothing is read from /proc. 0 only for a process that never started.
+func (p *Process) BoxPid() int {
+	if p.bx != nil {
+		select {
+		case <-p.started:
+			return p.boxPid
+		default:
+			return 0
+		}
+	}
+	if p.Cmd == nil || p.Cmd.Process == nil {
+		return 0
+	}
+	if p.boxed {
+		return oneShotPid
 	}
 	return p.Cmd.Process.Pid
 }

@@ -237,6 +237,31 @@ func TestEnvdStartEvents(t *testing.T) {
 	}
 }
 
+// A command that ends at once, started in the background as the SDKs do
+// (commands.run(..., background) takes the start event's pid as the
+// handle's): its start event names the pid the program had in the box,
+// the one it printed as its own, never 0 nor a pid read after it ended.
+// Each start's program may end before the server has sent the start.
+func TestEnvdStartPidOfAProgramThatEndsAtOnce(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.newSession(t)
+	for i := range 8 {
+		ev := e.start(t, id, &process.StartRequest{Process: &process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "echo $$"}}}, nil)
+		pid := ev.startPid(t)
+		end, stdout, _ := ev.end(t)
+		if end.GetExitCode() != 0 {
+			t.Fatalf("start %d: %v", i, end)
+		}
+		own, err := strconv.Atoi(strings.TrimSpace(stdout))
+		if err != nil {
+			t.Fatalf("start %d printed %q", i, stdout)
+		}
+		if pid == 0 || int(pid) != own {
+			t.Fatalf("start %d: the start event's pid is %d, the program's own %d", i, pid, own)
+		}
+	}
+}
+
 func mustStart(t *testing.T, e *env, id string, r *connect.Request[process.StartRequest]) *connect.ServerStreamForClient[process.StartResponse] {
 	t.Helper()
 	s, err := e.procClient(id).Start(context.Background(), r)

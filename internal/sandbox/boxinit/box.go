@@ -301,24 +301,25 @@ func (b *boxInit) spawnByInit(id, dir string, tty bool, argv []string, fds []int
 		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: tty && len(fds) > 0, Ctty: 0}}
 	b.mu.Lock()
 	pid, err := syscall.ForkExec(argv[0], argv, attr)
-	if err == nil {
-		b.byID[id], b.ids[pid] = pid, id
-		b.sendHeld(id, pid)
-	}
-	b.mu.Unlock()
 	// The child has its descriptors: this process lets go of its copies
 	// at once, so that the server sees the end of the output when the
 	// program closes its ends, not when the spawner is up.
 	closeAll(fds)
 	if err != nil {
+		b.mu.Unlock()
 		b.reply(MsgFailed, id, "spawn "+argv[0]+": "+err.Error())
 		return
 	}
+	b.byID[id], b.ids[pid] = pid, id
+	b.sendHeld(id, pid)
 	select {
 	case b.kick <- struct{}{}:
 	default:
 	}
-	b.reply(MsgStarted, id, strconv.Itoa(pid))
+	// Started before the reaper, which needs b.mu to name the program,
+	// can report its exit: a program that ends at once still has its
+	// pid told to the server, which knows the spawn until its Exited.
+	b.replyUnlocking(MsgStarted, id, strconv.Itoa(pid))
 	// The spawner for the next spawns of this policy, after this one's
 	// answer, and without b.mu: its fork and exec take milliseconds (tens
 	// on a loaded machine), and the reaper, which reports the end of a
