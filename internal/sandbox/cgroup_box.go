@@ -299,12 +299,18 @@ func (r *runCgroup) setFrozen(on bool) error {
 	// can stall: a thread sleeping uninterruptibly on what a frozen one
 	// holds never reaches the freezer. As runc does, a stalled freeze is
 	// thawed for a moment and tried again, and given up at the deadline.
+	// Only a stalled one: a thread that is merely waiting for a CPU (a
+	// loaded machine) freezes once it runs, and a thaw would send every
+	// thread frozen so far back to the run queue to start over.
 	start := time.Now()
 	retried := start
 	for wait := 50 * time.Microsecond; !check(); wait = min(2*wait, 10*time.Millisecond) {
 		now := time.Now()
 		if now.Sub(start) > freezeTimeout {
-			err := fmt.Errorf("cgroup freezer: not %s after %s%s", want, freezeTimeout, r.unfrozen(filepath.Dir(file)))
+			if check() {
+				return nil // it finished as the time ran out
+			}
+			err := fmt.Errorf("cgroup freezer: not %s after %s%s", want, freezeTimeout, describeUnfrozen(r.unfrozen(filepath.Dir(file))))
 			if on {
 				err = fmt.Errorf("%w: %w", ErrFreezeStalled, err)
 			}
@@ -312,6 +318,11 @@ func (r *runCgroup) setFrozen(on bool) error {
 		}
 		if on && now.Sub(retried) > freezeRetry {
 			retried = now
+			if _, asleep := r.unfrozen(filepath.Dir(file)); len(asleep) == 0 {
+				_ = os.WriteFile(file, []byte(want), 0) // not stalled: written again, as below
+				time.Sleep(wait)
+				continue
+			}
 			_ = os.WriteFile(file, []byte(thawed), 0) // the check is the answer
 			time.Sleep(time.Millisecond)
 			_ = os.WriteFile(file, []byte(want), 0)
@@ -331,17 +342,16 @@ const (
 	freezeRetry   = time.Second
 )
 
-// unfrozen describes the cgroup's threads that may hold a freeze up (at
-// most four: command, state, kernel wait channel), for the error of a
-// freeze that did not finish. A running or interruptibly sleeping thread
-// (R, S) is certainly not frozen and is named first; a frozen thread
-// reads as D, as does one stuck in an uninterruptible sleep.
-func (r *runCgroup) unfrozen(dir string) string {
+// unfrozen is the cgroup's threads outside the freezer (command, state,
+// kernel wait channel): awake, running or interruptibly sleeping (R, S:
+// certainly not frozen, and they freeze once they run), and asleep, in an
+// uninterruptible sleep (D, as a frozen thread reads too, but not in the
+// freezer's wait: they can stall a freeze).
+func (r *runCgroup) unfrozen(dir string) (awake, asleep []string) {
 	b, _ := os.ReadFile(filepath.Join(dir, "tasks"))
 	if len(b) == 0 {
 		b, _ = os.ReadFile(filepath.Join(dir, "cgroup.threads"))
 	}
-	var awake, asleep []string
 	for _, tid := range strings.Fields(string(b)) {
 		wchan, _ := os.ReadFile("/proc/" + tid + "/wchan")
 		if strings.Contains(string(wchan), "refrigerator") || strings.Contains(string(wchan), "do_freezer_trap") {
@@ -361,6 +371,12 @@ func (r *runCgroup) unfrozen(dir string) string {
 			awake = append(awake, desc)
 		}
 	}
+	return awake, asleep
+}
+
+// describeUnfrozen names at most four threads of unfrozen's, the awake
+// first, for the error of a freeze that did not finish.
+func describeUnfrozen(awake, asleep []string) string {
 	out := append(awake, asleep...)
 	if len(out) == 0 {
 		return ""

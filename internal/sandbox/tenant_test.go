@@ -607,14 +607,14 @@ func TestUnfrozenNamesTheThreadsOutsideTheFreezer(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(victim.Process.Pid)), 0); err != nil {
 		t.Fatal(err)
 	}
-	if got := r.unfrozen(d); !strings.Contains(got, "not in the freezer: sleep (") {
+	if got := describeUnfrozen(r.unfrozen(d)); !strings.Contains(got, "not in the freezer: sleep (") {
 		t.Errorf("thawed: %q, want the sleeping process named", got)
 	}
 	if err := r.freeze(); err != nil {
 		t.Fatal(err)
 	}
 	// Frozen, it reads as D (or is in the refrigerator): never R or S.
-	if got := r.unfrozen(d); strings.Contains(got, "(R ") || strings.Contains(got, "(S ") {
+	if got := describeUnfrozen(r.unfrozen(d)); strings.Contains(got, "(R ") || strings.Contains(got, "(S ") {
 		t.Errorf("frozen: %q, want no running or interruptible thread", got)
 	}
 }
