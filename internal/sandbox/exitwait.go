@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"syscall"
@@ -60,14 +61,22 @@ func (w *exitWatch) wait() {
 		return
 	}
 	defer w.f.Close()
+	w.ended()
+}
+
+// ended parks the calling goroutine until the process has ended (true),
+// or the poll failed or the pidfd was closed (false).
+func (w *exitWatch) ended() bool {
 	rc, err := w.f.SyscallConn()
 	if err != nil {
-		return
+		return false
 	}
 	// Read runs the function when the poller says the descriptor may be
 	// readable (and once first); false parks until the next edge. An
 	// exit that comes between the check and the park is not lost: the
 	// descriptor was registered before, so its edge marks it ready.
+	// Closing the file wakes it with an error.
+	ended := false
 	_ = rc.Read(func(fd uintptr) bool {
 		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 		for {
@@ -76,9 +85,41 @@ func (w *exitWatch) wait() {
 				continue
 			}
 			// Ended (POLLIN), or the poll failed (then Cmd.Wait decides).
+			ended = err == nil && n > 0
 			return err != nil || n > 0
 		}
 	})
+	return ended
+}
+
+// WatchPid calls exited once the process pid (in the server's numbering)
+// has ended — a zombie its parent has not reaped counts — watched on a
+// pidfd in the runtime's poller, without a thread; a pid that is gone
+// already counts as ended. stop ends the watch (the process may live on)
+// and returns once exited will not be called. Without pidfds (before
+// Linux 5.3) nothing is watched. The caller must know pid is still the
+// process it means (e.g. its parent has not reaped it).
+func WatchPid(pid int, exited func()) (stop func()) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if errors.Is(err, syscall.ESRCH) {
+		exited()
+		return func() {}
+	}
+	if err != nil {
+		return func() {}
+	}
+	w := &exitWatch{f: os.NewFile(uintptr(fd), "pidfd")}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if w.ended() {
+			exited()
+		}
+	}()
+	return func() {
+		w.f.Close()
+		<-done
+	}
 }
 
 // waitCmd is cmd.Wait without holding a thread while the process runs.

@@ -317,3 +317,46 @@ func TestBurstOfClosesGivesMemoryBack(t *testing.T) {
 		t.Errorf("after the give-back: peak %d, boxes empty %v; want 0, true", peak, empty)
 	}
 }
+
+// TestWatchPid: WatchPid calls exited when the process has ended (a
+// zombie not reaped yet counts), not while it runs (stop first: never),
+// and at once for a pid that is gone.
+func TestWatchPid(t *testing.T) {
+	live := exec.Command("sleep", "1000")
+	if err := live.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer live.Wait()
+	defer live.Process.Kill()
+	called := make(chan struct{}, 1)
+	stop := WatchPid(live.Process.Pid, func() { called <- struct{}{} })
+	stop() // returns with the watch over: exited is not called after it
+	select {
+	case <-called:
+		t.Fatal("exited was called for a process that runs")
+	default:
+	}
+
+	ended := make(chan struct{})
+	stop = WatchPid(live.Process.Pid, func() { close(ended) })
+	defer stop()
+	// Killed and not reaped: a zombie, ended for the watch.
+	if err := live.Process.Signal(os.Kill); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ended:
+	case <-testCtx(t).Done():
+		t.Fatal("exited was not called for a process that was killed")
+	}
+
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	now := false
+	WatchPid(gone.Process.Pid, func() { now = true })()
+	if !now {
+		t.Error("exited was not called at once for a pid that is gone")
+	}
+}

@@ -2,16 +2,12 @@ package terminal
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/quro-dev/quro/internal/sandbox"
 )
@@ -117,57 +113,5 @@ func init() {
 		readSyscalls = map[string]bool{"0": true, "17": true, "19": true} // read, pread64, readv
 	case "arm64":
 		readSyscalls = map[string]bool{"63": true, "65": true, "67": true}
-	}
-}
-
-// watchSubshell calls exited once the process pid (a command's subshell,
-// in the server's numbering) has exited — a zombie its stopped or starved
-// parent has not reaped counts — watched on a pidfd in the runtime's
-// poller, without a thread. A pid that is gone already counts as exited.
-// The pid is the one the kernel gave with the subshell's hello; it is
-// watched only while the command runs, so its subshell, which the
-// resident shell reaps only after it, still holds it. stop ends the
-// watch (the process may live on). Without pidfds (before Linux 5.3)
-// nothing is watched: the grace then ends with the status record only.
-func watchSubshell(pid int, exited func()) (stop func()) {
-	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
-	if errors.Is(err, syscall.ESRCH) {
-		exited()
-		return func() {}
-	}
-	if err != nil {
-		return func() {}
-	}
-	f := os.NewFile(uintptr(fd), "pidfd")
-	rc, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return func() {}
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// Read runs the function when the poller says the pidfd may be
-		// readable (and once first); false parks until the next edge.
-		// Closing f wakes it with an error.
-		ended := false
-		_ = rc.Read(func(fd uintptr) bool {
-			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			for {
-				n, err := unix.Poll(fds, 0)
-				if err == syscall.EINTR {
-					continue
-				}
-				ended = err == nil && n > 0
-				return err != nil || n > 0 // a failed poll ends the watch, not the grace
-			}
-		})
-		if ended {
-			exited()
-		}
-	}()
-	return func() {
-		f.Close()
-		<-done
 	}
 }

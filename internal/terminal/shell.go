@@ -624,7 +624,7 @@ func (r *run) finish(set func()) {
 }
 
 // halt notes that the command's processes are gone: its subshell has
-// exited (watchSubshell), or the command ended.
+// exited (sandbox.WatchPid), or the command ended.
 func (r *run) halt() {
 	r.haltOnce.Do(func() { close(r.halted) })
 }
@@ -1112,7 +1112,7 @@ func (s *Shell) collect(r *run) {
 // directory). The grace times the command: it ends when the command's
 // subshell — the process that runs its code, and whose end means its
 // foreground is over (bash waits for it) — has exited (r.halted, from
-// the kernel: watchSubshell). The resident shell's work after it (the
+// the kernel: sandbox.WatchPid). The resident shell's work after it (the
 // reap, the end marker, the status record) has a bound of its own, the
 // shell's start bound: on a machine or a cgroup starved of CPU it
 // outlasted the grace, and a command that had stopped was reported as
@@ -1136,7 +1136,7 @@ func (s *Shell) interrupt(r *run) {
 	sub := r.subshell
 	r.smu.Unlock()
 	if sub > 0 {
-		stop := watchSubshell(sub, r.halt)
+		stop := sandbox.WatchPid(sub, r.halt)
 		defer stop()
 	}
 	// ^C to the shell's own group (in the box, never bubblewrap's); after
