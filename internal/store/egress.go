@@ -82,10 +82,11 @@ type EgressFilter struct {
 	Session  string
 	Decision string    // "" for any
 	Since    time.Time // zero for any: rows whose connection started at or after it
-	Limit    int       // the latest Limit rows (≤ 0: all)
+	Limit    int       // the latest Limit rows, by their connection's start (≤ 0: all)
 }
 
-// Egress returns the latest rows matching f, oldest first.
+// Egress returns the latest rows matching f, oldest first, in the order
+// their connections started.
 func (s *Store) Egress(ctx context.Context, f EgressFilter) ([]EgressEntry, error) {
 	var q strings.Builder
 	q.WriteString("SELECT seq, session, start_us, dest, addr, decision, rule, reason, bytes_out, bytes_in, duration_us FROM egress_log WHERE session = ?")
@@ -98,7 +99,10 @@ func (s *Store) Egress(ctx context.Context, f EgressFilter) ([]EgressEntry, erro
 		q.WriteString(" AND start_us >= ?")
 		args = append(args, f.Since.UnixMicro())
 	}
-	q.WriteString(" ORDER BY seq DESC")
+	// By the connection's start: a refused connection is written at
+	// once, an allowed one when it has closed, so the order of writing
+	// is not the order of the connections.
+	q.WriteString(" ORDER BY start_us DESC, seq DESC")
 	if f.Limit > 0 {
 		q.WriteString(" LIMIT ?")
 		args = append(args, f.Limit)
