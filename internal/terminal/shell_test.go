@@ -337,26 +337,29 @@ func hostPid(t *testing.T, proc *sandbox.Process, boxPid string) int {
 }
 
 // waitZombieChild waits until pid's children have all exited (zombies
-// it has not reaped, or gone), reading /proc.
+// it has not reaped, or gone): each is watched on a pidfd
+// (sandbox.WatchPid), which the kernel marks when it exits. pid must not
+// start new children meanwhile (it is stopped).
 func waitZombieChild(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-		live := 0
-		for _, c := range strings.Fields(string(b)) {
-			st, err := os.ReadFile("/proc/" + c + "/stat")
-			if i := bytes.LastIndexByte(st, ')'); err == nil && i > 0 && i+2 < len(st) && st[i+2] != 'Z' && st[i+2] != 'X' {
-				live++
-			}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range strings.Fields(string(b)) {
+		child, err := strconv.Atoi(c)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if live == 0 {
-			return
+		exited := make(chan struct{})
+		stop := sandbox.WatchPid(child, func() { close(exited) })
+		select {
+		case <-exited:
+		case <-time.After(time.Minute): // a guard against a hang, not a measurement
+			stop()
+			t.Fatalf("pid %d's child %d did not exit within a minute", pid, child)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d's children did not exit within a minute", pid)
-		}
-		time.Sleep(time.Millisecond) // a poll: /proc gives no event for an exit of another's child
+		stop()
 	}
 }
 
